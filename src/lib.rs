@@ -1,0 +1,8 @@
+//! fvpoisson: finite-volume pressure-Poisson solver on unstructured meshes.
+//!
+//! The modules read as the pipeline: `mesh` (topology, OpenFOAM-exact geometry,
+//! loaders and generators) → `fvm` → `sparse` → `solve` → `gpu` → `case` → `io` → `cli`.
+
+pub mod cli;
+pub mod mesh;
+pub mod sparse;

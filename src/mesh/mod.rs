@@ -1,0 +1,517 @@
+//! Face-based polyhedral mesh with OpenFOAM polyMesh semantics.
+//!
+//! A mesh is points, faces (any polygon), the owner cell of every face and the
+//! neighbour cell of every internal face. Internal faces come first, in
+//! upper-triangular order (sorted by owner, then neighbour, owner < neighbour);
+//! boundary faces follow as contiguous per-patch ranges. A face's points are
+//! ordered so that its right-hand normal points from owner to neighbour, and
+//! out of the domain on the boundary.
+
+mod error;
+pub mod geometry;
+pub mod ordering;
+
+pub use error::MeshError;
+pub use geometry::Geometry;
+pub use ordering::{mesh_from_unordered_faces, FaceSide};
+
+/// Index of a point, face or cell. 32 bits, like OpenFOAM's default `label`.
+pub type Label = u32;
+
+/// A point or vector in 3-D space.
+pub type Vec3 = nalgebra::Vector3<f64>;
+
+/// Faces as one compact list: face `f` has the points
+/// `labels[offsets[f]..offsets[f + 1]]` (OpenFOAM's `faceCompactList`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaceList {
+    offsets: Vec<u32>,
+    labels: Vec<Label>,
+}
+
+impl FaceList {
+    /// Builds a face list from compact offsets (`n_faces + 1` entries, starting at 0,
+    /// non-decreasing) and point labels.
+    pub fn from_compact(offsets: Vec<u32>, labels: Vec<Label>) -> Result<Self, MeshError> {
+        if offsets.first() != Some(&0) {
+            return Err(MeshError::invalid("face offsets must start with 0"));
+        }
+        if offsets.windows(2).any(|w| w[1] < w[0]) {
+            return Err(MeshError::invalid("face offsets must not decrease"));
+        }
+        if *offsets.last().unwrap() as usize != labels.len() {
+            return Err(MeshError::invalid(format!(
+                "face offsets end at {} but there are {} point labels",
+                offsets.last().unwrap(),
+                labels.len()
+            )));
+        }
+        Ok(Self { offsets, labels })
+    }
+
+    /// Builds a face list where every face has `k` points.
+    pub fn uniform(k: usize, labels: Vec<Label>) -> Result<Self, MeshError> {
+        if k == 0 || labels.len() % k != 0 {
+            return Err(MeshError::invalid(format!(
+                "{} point labels do not split into faces of {k} points",
+                labels.len()
+            )));
+        }
+        let n = labels.len() / k;
+        let offsets = (0..=n).map(|f| offset_u32(f * k)).collect::<Result<_, _>>()?;
+        Ok(Self { offsets, labels })
+    }
+
+    /// Appends one face.
+    pub fn push(&mut self, face: &[Label]) -> Result<(), MeshError> {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.labels.extend_from_slice(face);
+        self.offsets.push(offset_u32(self.labels.len())?);
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The points of face `f`.
+    #[inline]
+    pub fn face(&self, f: usize) -> &[Label] {
+        &self.labels[self.offsets[f] as usize..self.offsets[f + 1] as usize]
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[Label]> + '_ {
+        (0..self.len()).map(move |f| self.face(f))
+    }
+
+    pub fn offsets(&self) -> &[u32] {
+        &self.offsets
+    }
+
+    pub fn labels(&self) -> &[Label] {
+        &self.labels
+    }
+
+    /// Reorders the faces: face `i` of the result is face `order[i]` of `self`.
+    pub fn permuted(&self, order: &[usize]) -> Result<Self, MeshError> {
+        let mut out = FaceList {
+            offsets: Vec::with_capacity(order.len() + 1),
+            labels: Vec::with_capacity(self.labels.len()),
+        };
+        out.offsets.push(0);
+        for &f in order {
+            out.labels.extend_from_slice(self.face(f));
+            out.offsets.push(offset_u32(out.labels.len())?);
+        }
+        Ok(out)
+    }
+}
+
+fn offset_u32(n: usize) -> Result<u32, MeshError> {
+    u32::try_from(n).map_err(|_| {
+        MeshError::invalid("mesh too large: more than 2^32 face-point labels (split the mesh)")
+    })
+}
+
+/// Boundary patch types of OpenFOAM's `boundary` file that the solver understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PatchKind {
+    Patch,
+    Wall,
+    SymmetryPlane,
+    Symmetry,
+    /// Front and back of 2-D meshes: no equation is solved across them.
+    Empty,
+}
+
+impl PatchKind {
+    /// Parses an OpenFOAM patch type. Coupled types are refused with a reason.
+    pub fn from_foam(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "patch" => Self::Patch,
+            "wall" => Self::Wall,
+            "symmetryPlane" => Self::SymmetryPlane,
+            "symmetry" => Self::Symmetry,
+            "empty" => Self::Empty,
+            "cyclic" | "cyclicAMI" | "cyclicACMI" | "processor" | "processorCyclic" | "wedge" => {
+                return Err(format!(
+                    "patch type '{name}' is not supported yet (coupled and wedge patches); \
+                     convert it to 'patch' or 'wall'"
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "unknown patch type '{other}' (expected patch, wall, symmetryPlane, symmetry or empty)"
+                ))
+            }
+        })
+    }
+
+    pub fn foam_name(self) -> &'static str {
+        match self {
+            Self::Patch => "patch",
+            Self::Wall => "wall",
+            Self::SymmetryPlane => "symmetryPlane",
+            Self::Symmetry => "symmetry",
+            Self::Empty => "empty",
+        }
+    }
+}
+
+/// A named contiguous range of boundary faces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Patch {
+    pub name: String,
+    pub kind: PatchKind,
+    /// First face of the patch.
+    pub start: usize,
+    /// Number of faces.
+    pub size: usize,
+}
+
+impl Patch {
+    pub fn faces(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.size
+    }
+}
+
+/// Cell shapes, recognised from the number and sizes of a cell's faces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CellShape {
+    Hexahedron,
+    Prism,
+    Pyramid,
+    Tetrahedron,
+    Polyhedron,
+}
+
+impl CellShape {
+    pub const ALL: [CellShape; 5] = [
+        CellShape::Hexahedron,
+        CellShape::Prism,
+        CellShape::Pyramid,
+        CellShape::Tetrahedron,
+        CellShape::Polyhedron,
+    ];
+
+    /// Shape from the point counts of a cell's faces.
+    pub fn from_face_sizes(sizes: impl Iterator<Item = usize>) -> Self {
+        let (mut n, mut tris, mut quads) = (0, 0, 0);
+        for s in sizes {
+            n += 1;
+            match s {
+                3 => tris += 1,
+                4 => quads += 1,
+                _ => return Self::Polyhedron,
+            }
+        }
+        match (n, tris, quads) {
+            (6, 0, 6) => Self::Hexahedron,
+            (5, 2, 3) => Self::Prism,
+            (5, 4, 1) => Self::Pyramid,
+            (4, 4, 0) => Self::Tetrahedron,
+            _ => Self::Polyhedron,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Hexahedron => "hexahedra",
+            Self::Prism => "prisms",
+            Self::Pyramid => "pyramids",
+            Self::Tetrahedron => "tetrahedra",
+            Self::Polyhedron => "polyhedra",
+        }
+    }
+}
+
+/// Unstructured polyhedral mesh (OpenFOAM `polyMesh`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mesh {
+    points: Vec<Vec3>,
+    faces: FaceList,
+    owner: Vec<Label>,
+    neighbour: Vec<Label>,
+    patches: Vec<Patch>,
+    n_cells: usize,
+}
+
+impl Mesh {
+    /// Builds a mesh from polyMesh arrays, checking every invariant the solver relies on:
+    /// indices in range, faces of at least 3 distinct points, owner < neighbour and
+    /// upper-triangular order of internal faces, patches covering the boundary faces
+    /// contiguously, and every cell having at least 4 faces.
+    pub fn new(
+        points: Vec<Vec3>,
+        faces: FaceList,
+        owner: Vec<Label>,
+        neighbour: Vec<Label>,
+        patches: Vec<Patch>,
+    ) -> Result<Self, MeshError> {
+        let n_faces = faces.len();
+        let n_internal = neighbour.len();
+        if owner.len() != n_faces {
+            return Err(MeshError::invalid(format!(
+                "owner has {} entries but there are {n_faces} faces",
+                owner.len()
+            )));
+        }
+        if n_internal > n_faces {
+            return Err(MeshError::invalid(format!(
+                "neighbour has {n_internal} entries, more than the {n_faces} faces"
+            )));
+        }
+        let n_cells = owner
+            .iter()
+            .chain(neighbour.iter())
+            .map(|&c| c as usize + 1)
+            .max()
+            .unwrap_or(0);
+        if n_cells == 0 {
+            return Err(MeshError::invalid("mesh has no cells"));
+        }
+        let n_points = points.len();
+        for (f, face) in faces.iter().enumerate() {
+            check_face(f, face, n_points)?;
+        }
+        for f in 0..n_internal {
+            let (o, n) = (owner[f], neighbour[f]);
+            if o >= n {
+                return Err(MeshError::invalid(format!(
+                    "internal face {f}: owner {o} must be less than neighbour {n}"
+                )));
+            }
+            if f > 0 && (owner[f - 1], neighbour[f - 1]) >= (o, n) {
+                return Err(MeshError::invalid(format!(
+                    "internal face {f} (owner {o}, neighbour {n}) breaks upper-triangular order \
+                     after face {} (owner {}, neighbour {})",
+                    f - 1,
+                    owner[f - 1],
+                    neighbour[f - 1]
+                )));
+            }
+        }
+        let mut next = n_internal;
+        for p in &patches {
+            if p.start != next {
+                return Err(MeshError::invalid(format!(
+                    "patch '{}' starts at face {} but the previous patch ends at face {next}",
+                    p.name, p.start
+                )));
+            }
+            next += p.size;
+        }
+        if next != n_faces {
+            return Err(MeshError::invalid(format!(
+                "patches cover faces up to {next} but the mesh has {n_faces} faces \
+                 ({} boundary faces belong to no patch)",
+                n_faces.saturating_sub(next)
+            )));
+        }
+        let mut n_cell_faces = vec![0u32; n_cells];
+        for &c in owner.iter().chain(neighbour.iter()) {
+            n_cell_faces[c as usize] += 1;
+        }
+        if let Some(c) = n_cell_faces.iter().position(|&n| n < 4) {
+            return Err(MeshError::invalid(format!(
+                "cell {c} has {} faces; a closed cell needs at least 4",
+                n_cell_faces[c]
+            )));
+        }
+        Ok(Self {
+            points,
+            faces,
+            owner,
+            neighbour,
+            patches,
+            n_cells,
+        })
+    }
+
+    pub fn points(&self) -> &[Vec3] {
+        &self.points
+    }
+    pub fn faces(&self) -> &FaceList {
+        &self.faces
+    }
+    pub fn owner(&self) -> &[Label] {
+        &self.owner
+    }
+    pub fn neighbour(&self) -> &[Label] {
+        &self.neighbour
+    }
+    pub fn patches(&self) -> &[Patch] {
+        &self.patches
+    }
+    pub fn n_cells(&self) -> usize {
+        self.n_cells
+    }
+    pub fn n_faces(&self) -> usize {
+        self.faces.len()
+    }
+    pub fn n_internal_faces(&self) -> usize {
+        self.neighbour.len()
+    }
+    pub fn n_points(&self) -> usize {
+        self.points.len()
+    }
+
+    /// Looks a patch up by name.
+    pub fn patch(&self, name: &str) -> Option<&Patch> {
+        self.patches.iter().find(|p| p.name == name)
+    }
+
+    /// Faces of every cell as a compact list (`offsets`, `faces`), in increasing face order.
+    pub fn cell_faces(&self) -> (Vec<u32>, Vec<Label>) {
+        let mut offsets = vec![0u32; self.n_cells + 1];
+        for &c in self.owner.iter().chain(self.neighbour.iter()) {
+            offsets[c as usize + 1] += 1;
+        }
+        for i in 0..self.n_cells {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut fill = offsets.clone();
+        let mut faces = vec![0 as Label; offsets[self.n_cells] as usize];
+        for (f, &c) in self.owner.iter().enumerate() {
+            faces[fill[c as usize] as usize] = f as Label;
+            fill[c as usize] += 1;
+        }
+        for (f, &c) in self.neighbour.iter().enumerate() {
+            faces[fill[c as usize] as usize] = f as Label;
+            fill[c as usize] += 1;
+        }
+        // Owner faces were written before neighbour faces; restore face order per cell.
+        for c in 0..self.n_cells {
+            faces[offsets[c] as usize..offsets[c + 1] as usize].sort_unstable();
+        }
+        (offsets, faces)
+    }
+
+    /// Shape of every cell.
+    pub fn cell_shapes(&self) -> Vec<CellShape> {
+        let (offsets, faces) = self.cell_faces();
+        (0..self.n_cells)
+            .map(|c| {
+                let fs = &faces[offsets[c] as usize..offsets[c + 1] as usize];
+                CellShape::from_face_sizes(fs.iter().map(|&f| self.faces.face(f as usize).len()))
+            })
+            .collect()
+    }
+
+    /// Computes the OpenFOAM geometry of this mesh, refusing inverted cells.
+    pub fn geometry(&self) -> Result<Geometry, MeshError> {
+        let g = Geometry::compute(self);
+        g.check_volumes(self)?;
+        Ok(g)
+    }
+
+    /// Consumes the mesh, returning its arrays (points, faces, owner, neighbour, patches).
+    pub fn into_parts(self) -> (Vec<Vec3>, FaceList, Vec<Label>, Vec<Label>, Vec<Patch>) {
+        (
+            self.points,
+            self.faces,
+            self.owner,
+            self.neighbour,
+            self.patches,
+        )
+    }
+}
+
+fn check_face(f: usize, face: &[Label], n_points: usize) -> Result<(), MeshError> {
+    if face.len() < 3 {
+        return Err(MeshError::invalid(format!(
+            "face {f} has {} points; a face needs at least 3",
+            face.len()
+        )));
+    }
+    if let Some(&p) = face.iter().find(|&&p| p as usize >= n_points) {
+        return Err(MeshError::invalid(format!(
+            "face {f} uses point {p} but the mesh has {n_points} points"
+        )));
+    }
+    for (i, &p) in face.iter().enumerate() {
+        if face[i + 1..].contains(&p) {
+            return Err(MeshError::invalid(format!(
+                "face {f} lists point {p} twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One unit cube cell with all six faces on patch "walls".
+    pub(crate) fn unit_cube() -> Mesh {
+        let points = vec![
+            Vec3::new(0.0, 0.0, 0.0),
+            Vec3::new(1.0, 0.0, 0.0),
+            Vec3::new(1.0, 1.0, 0.0),
+            Vec3::new(0.0, 1.0, 0.0),
+            Vec3::new(0.0, 0.0, 1.0),
+            Vec3::new(1.0, 0.0, 1.0),
+            Vec3::new(1.0, 1.0, 1.0),
+            Vec3::new(0.0, 1.0, 1.0),
+        ];
+        // Outward normals by the right-hand rule.
+        let labels = vec![
+            0, 3, 2, 1, // z = 0
+            4, 5, 6, 7, // z = 1
+            0, 1, 5, 4, // y = 0
+            3, 7, 6, 2, // y = 1
+            0, 4, 7, 3, // x = 0
+            1, 2, 6, 5, // x = 1
+        ];
+        let faces = FaceList::uniform(4, labels).unwrap();
+        let patches = vec![Patch {
+            name: "walls".into(),
+            kind: PatchKind::Wall,
+            start: 0,
+            size: 6,
+        }];
+        Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap()
+    }
+
+    #[test]
+    fn unit_cube_is_a_hexahedron() {
+        let m = unit_cube();
+        assert_eq!(m.n_cells(), 1);
+        assert_eq!(m.cell_shapes(), vec![CellShape::Hexahedron]);
+        let (off, faces) = m.cell_faces();
+        assert_eq!(off, vec![0, 6]);
+        assert_eq!(faces, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn invalid_meshes_are_refused_with_reasons() {
+        let (points, faces, owner, _, patches) = unit_cube().into_parts();
+        let short = Mesh::new(points.clone(), faces.clone(), vec![0; 5], vec![], patches.clone());
+        assert!(short.unwrap_err().to_string().contains("owner has 5 entries"));
+        let mut p2 = patches.clone();
+        p2[0].size = 5;
+        let err = Mesh::new(points.clone(), faces.clone(), owner.clone(), vec![], p2);
+        assert!(err.unwrap_err().to_string().contains("belong to no patch"));
+        let bad = FaceList::uniform(4, vec![0, 1, 2, 99]).unwrap();
+        let err = Mesh::new(points, bad, vec![0], vec![], vec![]);
+        assert!(err.unwrap_err().to_string().contains("uses point 99"));
+    }
+
+    #[test]
+    fn face_list_checks_offsets() {
+        assert!(FaceList::from_compact(vec![0, 3, 2], vec![0, 1, 2]).is_err());
+        assert!(FaceList::from_compact(vec![1, 3], vec![0, 1, 2]).is_err());
+        let fl = FaceList::from_compact(vec![0, 3, 7], vec![0, 1, 2, 3, 4, 5, 6]).unwrap();
+        assert_eq!(fl.face(1), &[3, 4, 5, 6]);
+        let p = fl.permuted(&[1, 0]).unwrap();
+        assert_eq!(p.face(0), &[3, 4, 5, 6]);
+        assert_eq!(p.offsets(), &[0, 4, 7]);
+    }
+}

@@ -1,0 +1,125 @@
+//! Compressed sparse row matrix: the CPU reference format.
+
+use rayon::prelude::*;
+
+/// Square or rectangular CSR matrix with sorted column indices in each row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Csr {
+    n_cols: usize,
+    row_ptr: Vec<usize>,
+    cols: Vec<u32>,
+    values: Vec<f64>,
+}
+
+impl Csr {
+    /// Builds a matrix from its arrays, checking sizes, column range and that
+    /// columns are strictly increasing within each row.
+    pub fn new(
+        n_cols: usize,
+        row_ptr: Vec<usize>,
+        cols: Vec<u32>,
+        values: Vec<f64>,
+    ) -> Result<Self, String> {
+        if row_ptr.first() != Some(&0) || row_ptr.windows(2).any(|w| w[1] < w[0]) {
+            return Err("row pointers must start at 0 and not decrease".into());
+        }
+        let nnz = *row_ptr.last().unwrap();
+        if cols.len() != nnz || values.len() != nnz {
+            return Err(format!(
+                "row pointers end at {nnz} but there are {} columns and {} values",
+                cols.len(),
+                values.len()
+            ));
+        }
+        for r in 0..row_ptr.len() - 1 {
+            let row = &cols[row_ptr[r]..row_ptr[r + 1]];
+            if row.windows(2).any(|w| w[1] <= w[0]) {
+                return Err(format!("row {r}: column indices must increase strictly"));
+            }
+            if let Some(&c) = row.last().filter(|&&c| c as usize >= n_cols) {
+                return Err(format!("row {r}: column {c} out of range (n_cols = {n_cols})"));
+            }
+        }
+        Ok(Self {
+            n_cols,
+            row_ptr,
+            cols,
+            values,
+        })
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.row_ptr.len() - 1
+    }
+    pub fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+    pub fn nnz(&self) -> usize {
+        self.cols.len()
+    }
+    pub fn row_ptr(&self) -> &[usize] {
+        &self.row_ptr
+    }
+    pub fn cols(&self) -> &[u32] {
+        &self.cols
+    }
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+    /// Values can change; the pattern cannot (re-assembly keeps the pattern).
+    pub fn values_mut(&mut self) -> &mut [f64] {
+        &mut self.values
+    }
+
+    /// Columns and values of row `r`.
+    pub fn row(&self, r: usize) -> (&[u32], &[f64]) {
+        let s = self.row_ptr[r]..self.row_ptr[r + 1];
+        (&self.cols[s.clone()], &self.values[s])
+    }
+
+    /// Slot of entry (r, c) in the value array, if it is in the pattern.
+    pub fn slot(&self, r: usize, c: usize) -> Option<usize> {
+        let (cols, _) = self.row(r);
+        cols.binary_search(&(c as u32))
+            .ok()
+            .map(|i| self.row_ptr[r] + i)
+    }
+
+    /// y = A x, rows in parallel.
+    pub fn spmv(&self, x: &[f64], y: &mut [f64]) {
+        assert_eq!(x.len(), self.n_cols, "spmv: x has the wrong length");
+        assert_eq!(y.len(), self.n_rows(), "spmv: y has the wrong length");
+        y.par_iter_mut().enumerate().for_each(|(r, yr)| {
+            let (cols, vals) = self.row(r);
+            *yr = cols
+                .iter()
+                .zip(vals)
+                .map(|(&c, &v)| v * x[c as usize])
+                .sum();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spmv_and_slots() {
+        // [2 -1 0; -1 2 -1; 0 -1 2]
+        let a = Csr::new(
+            3,
+            vec![0, 2, 5, 7],
+            vec![0, 1, 0, 1, 2, 1, 2],
+            vec![2., -1., -1., 2., -1., -1., 2.],
+        )
+        .unwrap();
+        let mut y = vec![0.0; 3];
+        a.spmv(&[1.0, 2.0, 3.0], &mut y);
+        assert_eq!(y, vec![0.0, 0.0, 4.0]);
+        assert_eq!(a.slot(1, 2), Some(4));
+        assert_eq!(a.slot(0, 2), None);
+        assert!(Csr::new(3, vec![0, 2], vec![1, 0], vec![1., 1.]).is_err());
+        assert!(Csr::new(1, vec![0, 1], vec![3], vec![1.]).is_err());
+    }
+}

@@ -1,0 +1,5 @@
+//! Sparse matrix formats and orderings.
+
+pub mod csr;
+
+pub use csr::Csr;
