@@ -8,12 +8,17 @@
 //! out of the domain on the boundary.
 
 mod error;
+pub mod generate;
 pub mod geometry;
+pub mod gmsh;
 pub mod ordering;
+pub mod polymesh;
+pub mod source;
 
 pub use error::MeshError;
 pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};
+pub use source::{load, MeshSource};
 
 /// Index of a point, face or cell. 32 bits, like OpenFOAM's default `label`.
 pub type Label = u32;
