@@ -5,4 +5,5 @@
 
 pub mod cli;
 pub mod mesh;
+pub mod solve;
 pub mod sparse;

@@ -1,5 +1,7 @@
 //! Sparse matrix formats and orderings.
 
+mod coo;
 pub mod csr;
+pub mod mtx;
 
 pub use csr::Csr;

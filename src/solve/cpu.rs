@@ -1,0 +1,239 @@
+//! The CPU (rayon) PCG backend: the reference the GPU backends are tested
+//! against. Reductions use `reduce`'s fixed chunking, so results are the same
+//! bits for any thread count.
+
+use rayon::prelude::*;
+
+use super::error::check_finite;
+use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
+use super::{
+    pcg, CgBackend, InitialNorms, LinearOperator, PreconditionerKind, SolveError, SolverControls,
+    SolverPerformance,
+};
+use crate::sparse::Csr;
+
+/// PCG steps on host vectors with a CSR matrix and any preconditioner.
+pub struct CpuBackend<'a> {
+    a: &'a Csr,
+    precond: &'a dyn LinearOperator,
+    row_sums: Vec<f64>,
+}
+
+impl<'a> CpuBackend<'a> {
+    /// `a` must be square; `precond` must have the same size.
+    pub fn new(a: &'a Csr, precond: &'a dyn LinearOperator) -> Self {
+        assert_eq!(a.n_rows(), a.n_cols(), "CpuBackend: matrix not square");
+        assert_eq!(precond.n(), a.n_rows(), "CpuBackend: preconditioner size");
+        let row_sums = (0..a.n_rows()).map(|r| a.row(r).1.iter().sum()).collect();
+        Self {
+            a,
+            precond,
+            row_sums,
+        }
+    }
+
+    fn row_times(&self, r: usize, x: &[f64]) -> f64 {
+        let (cols, vals) = self.a.row(r);
+        cols.iter()
+            .zip(vals)
+            .map(|(&c, &v)| v * x[c as usize])
+            .sum()
+    }
+}
+
+impl CgBackend for CpuBackend<'_> {
+    type Vector = Vec<f64>;
+
+    fn n(&self) -> usize {
+        self.a.n_rows()
+    }
+
+    fn new_vector(&self) -> Vec<f64> {
+        vec![0.0; self.n()]
+    }
+
+    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
+        let n = self.n();
+        let x_mean = sum_by(n, |i| x[i]) / n.max(1) as f64;
+        let partials: Vec<(f64, f64)> = r
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .map(|(c, r)| {
+                let (mut residual, mut norm) = (0.0, 0.0);
+                for (k, r) in r.iter_mut().enumerate() {
+                    let i = c * CHUNK + k;
+                    let ax = self.row_times(i, x);
+                    let a_xbar = self.row_sums[i] * x_mean;
+                    *r = b[i] - ax;
+                    residual += r.abs();
+                    norm += (ax - a_xbar).abs() + (b[i] - a_xbar).abs();
+                }
+                (residual, norm)
+            })
+            .collect();
+        InitialNorms {
+            residual_sum: partials.iter().map(|p| p.0).sum(),
+            norm_factor: partials.iter().map(|p| p.1).sum::<f64>() + super::pcg::NORM_FACTOR_SMALL,
+        }
+    }
+
+    fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
+        self.precond.apply(r, z);
+        dot(r, z)
+    }
+
+    fn update_direction(&self, beta: f64, z: &Vec<f64>, p: &mut Vec<f64>) {
+        if beta == 0.0 {
+            p.copy_from_slice(z);
+        } else {
+            p.par_iter_mut()
+                .zip(z.par_iter())
+                .for_each(|(p, z)| *p = z + beta * *p);
+        }
+    }
+
+    fn apply_operator(&self, p: &Vec<f64>, q: &mut Vec<f64>) -> f64 {
+        ordered_sum(q.par_chunks_mut(CHUNK).enumerate().map(|(c, q)| {
+            let mut p_q = 0.0;
+            for (k, q) in q.iter_mut().enumerate() {
+                let i = c * CHUNK + k;
+                *q = self.row_times(i, p);
+                p_q += p[i] * *q;
+            }
+            p_q
+        }))
+    }
+
+    fn update_solution(
+        &self,
+        alpha: f64,
+        p: &Vec<f64>,
+        q: &Vec<f64>,
+        x: &mut Vec<f64>,
+        r: &mut Vec<f64>,
+    ) -> f64 {
+        ordered_sum(
+            x.par_chunks_mut(CHUNK)
+                .zip(r.par_chunks_mut(CHUNK))
+                .zip(p.par_chunks(CHUNK).zip(q.par_chunks(CHUNK)))
+                .map(|((x, r), (p, q))| {
+                    let mut residual = 0.0;
+                    for i in 0..x.len() {
+                        x[i] += alpha * p[i];
+                        r[i] -= alpha * q[i];
+                        residual += r[i].abs();
+                    }
+                    residual
+                }),
+        )
+    }
+}
+
+/// Checks that `a` is symmetric: every stored a_rc has a mirror a_cr equal to
+/// it up to rounding in the last bits (a missing mirror counts as 0).
+pub fn check_symmetric(a: &Csr) -> Result<(), SolveError> {
+    let bad = (0..a.n_rows()).into_par_iter().find_map_first(|r| {
+        let (cols, vals) = a.row(r);
+        cols.iter().zip(vals).find_map(|(&c, &upper)| {
+            let c = c as usize;
+            let lower = a.slot(c, r).map_or(0.0, |s| a.values()[s]);
+            let close = (upper - lower).abs() <= 1e-12 * upper.abs().max(lower.abs());
+            (!close).then_some(SolveError::NotSymmetric {
+                row: r,
+                col: c,
+                upper,
+                lower,
+            })
+        })
+    });
+    bad.map_or(Ok(()), Err)
+}
+
+/// Solves A x = b on the CPU with PCG and the given preconditioner, from the
+/// initial guess in `x`, after checking the inputs (square, symmetric, sizes,
+/// finite values).
+pub fn solve_pcg(
+    a: &Csr,
+    kind: PreconditionerKind,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let n = a.n_rows();
+    if a.n_cols() != n {
+        return Err(SolveError::NotSquare {
+            rows: n,
+            cols: a.n_cols(),
+        });
+    }
+    for (what, v) in [("right-hand side b", b.len()), ("initial guess x", x.len())] {
+        if v != n {
+            return Err(SolveError::SizeMismatch {
+                what,
+                expected: n,
+                found: v,
+            });
+        }
+    }
+    if let Some(slot) = a.values().iter().position(|v| !v.is_finite()) {
+        return Err(SolveError::NonFinite {
+            what: "matrix",
+            row: a.row_ptr().partition_point(|&p| p <= slot) - 1,
+            value: a.values()[slot],
+        });
+    }
+    check_finite("right-hand side b", b)?;
+    check_finite("initial guess x", x)?;
+    controls.validate()?;
+    check_symmetric(a)?;
+    let precond = kind.build(a)?;
+    let backend = CpuBackend::new(a, precond.as_ref());
+    let mut x_work = x.to_vec();
+    let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
+    x.copy_from_slice(&x_work);
+    Ok(perf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openfoam_residual_of_a_3x3_by_hand() {
+        // A = [2 -1 0; -1 3 -1; 0 -1 2], x = (1, 2, 4), b = (1, 1, 1).
+        let a = Csr::new(
+            3,
+            vec![0, 2, 5, 7],
+            vec![0, 1, 0, 1, 2, 1, 2],
+            vec![2., -1., -1., 3., -1., -1., 2.],
+        )
+        .unwrap();
+        let identity = super::super::precond::Identity(3);
+        let backend = CpuBackend::new(&a, &identity);
+        let (b, x) = (vec![1.0, 1.0, 1.0], vec![1.0, 2.0, 4.0]);
+        let mut r = backend.new_vector();
+        let norms = backend.initialize(&b, &x, &mut r);
+        // A x = (0, 1, 6); r = (1, 0, -5); Σ|r| = 6.
+        // rowSum = (1, 1, 1), mean(x) = 7/3, A x̄ = (7/3, 7/3, 7/3).
+        // Σ|Ax − Ax̄| = 7/3 + 4/3 + 11/3 = 22/3; Σ|b − Ax̄| = 3 · 4/3 = 4.
+        assert_eq!(r, vec![1.0, 0.0, -5.0]);
+        assert_eq!(norms.residual_sum, 6.0);
+        assert!((norms.norm_factor - (22.0 / 3.0 + 4.0)).abs() < 1e-14);
+    }
+
+    #[test]
+    fn asymmetry_is_reported_with_the_entry() {
+        let a = Csr::new(2, vec![0, 2, 3], vec![0, 1, 1], vec![2., -1., 2.]).unwrap();
+        let err = check_symmetric(&a).unwrap_err();
+        assert_eq!(
+            err,
+            SolveError::NotSymmetric {
+                row: 0,
+                col: 1,
+                upper: -1.0,
+                lower: 0.0
+            }
+        );
+    }
+}

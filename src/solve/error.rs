@@ -1,0 +1,88 @@
+use super::pcg::format_g;
+
+/// Why a linear solve could not produce an answer. Each message names the row,
+/// entry or iteration where the problem showed and what it means; running out
+/// of iterations is not an error (see `SolverPerformance::converged`).
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SolveError {
+    #[error("{what} has a non-finite value ({value}) in row {row}")]
+    NonFinite {
+        what: &'static str,
+        row: usize,
+        value: f64,
+    },
+    #[error("the matrix must be square, it is {rows} x {cols}")]
+    NotSquare { rows: usize, cols: usize },
+    #[error("{what} has {found} entries but the matrix has {expected} rows")]
+    SizeMismatch {
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    #[error(
+        "matrix is not symmetric: A({row},{col}) = {upper} but A({col},{row}) = {lower}; \
+         CG needs a symmetric positive definite matrix"
+    )]
+    NotSymmetric {
+        row: usize,
+        col: usize,
+        upper: f64,
+        lower: f64,
+    },
+    #[error(
+        "{precond} preconditioner: diagonal entry in row {row} is {value}, it must be positive \
+         (the matrix is not symmetric positive definite)"
+    )]
+    NonPositiveDiagonal {
+        precond: &'static str,
+        row: usize,
+        value: f64,
+    },
+    #[error(
+        "{precond} factorization broke down in row {row}: pivot {value} is not positive \
+         (the matrix is not positive definite, or too far from diagonally dominant for {precond})"
+    )]
+    FactorizationBreakdown {
+        precond: &'static str,
+        row: usize,
+        value: f64,
+    },
+    #[error("matrix is not positive definite (p.Ap = {} at iteration {iteration})", format_g(*p_ap))]
+    Breakdown { p_ap: f64, iteration: usize },
+    #[error(
+        "preconditioner is not positive definite (r.Mr = {} at iteration {iteration})",
+        format_g(*r_z)
+    )]
+    PreconditionerNotPositive { r_z: f64, iteration: usize },
+    #[error(
+        "solver diverged: residual {} at iteration {iteration} is more than {} times the \
+         best residual {}",
+        format_g(*residual),
+        format_g(*factor),
+        format_g(*best)
+    )]
+    Diverged {
+        iteration: usize,
+        residual: f64,
+        best: f64,
+        factor: f64,
+    },
+    #[error(
+        "residual became {residual} at iteration {iteration} (overflow or invalid arithmetic)"
+    )]
+    NonFiniteResidual { iteration: usize, residual: f64 },
+    #[error("invalid solver controls: {0}")]
+    InvalidControls(String),
+}
+
+/// The first non-finite entry of `values`, as an error naming `what` and the row.
+pub fn check_finite(what: &'static str, values: &[f64]) -> Result<(), SolveError> {
+    match values.iter().position(|v| !v.is_finite()) {
+        Some(row) => Err(SolveError::NonFinite {
+            what,
+            row,
+            value: values[row],
+        }),
+        None => Ok(()),
+    }
+}

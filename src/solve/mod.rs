@@ -1,0 +1,34 @@
+//! Linear solvers: the CPU reference every GPU path is tested against.
+//!
+//! Layout follows Ginkgo's solvers: PCG is written once (`pcg::pcg`) over a
+//! small set of fused kernel steps (`CgBackend`) that each executor implements
+//! on its own vector type; `cpu::CpuBackend` is the rayon reference. Operators
+//! (matrices, preconditioners, smoothers) implement `LinearOperator`.
+
+pub mod cpu;
+pub mod error;
+pub mod pcg;
+pub mod precond;
+pub mod reduce;
+
+pub use cpu::{solve_pcg, CpuBackend};
+pub use error::SolveError;
+pub use pcg::{pcg, CgBackend, InitialNorms, SolverControls, SolverPerformance};
+pub use precond::PreconditionerKind;
+
+use crate::sparse::Csr;
+
+/// Something that maps a vector x to y = Op x (y is fully overwritten).
+pub trait LinearOperator: Sync {
+    fn n(&self) -> usize;
+    fn apply(&self, x: &[f64], y: &mut [f64]);
+}
+
+impl LinearOperator for Csr {
+    fn n(&self) -> usize {
+        self.n_rows()
+    }
+    fn apply(&self, x: &[f64], y: &mut [f64]) {
+        self.spmv(x, y);
+    }
+}

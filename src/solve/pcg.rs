@@ -1,0 +1,359 @@
+//! Preconditioned conjugate gradients with OpenFOAM's convergence test
+//! (`PCG.C`, `lduMatrixSolver.C::normFactor`, `SolverPerformance::checkConvergence`),
+//! written once over the fused steps of `CgBackend`.
+
+use super::SolveError;
+
+/// Residual growth over the best residual seen that counts as divergence.
+pub const DIVERGENCE_FACTOR: f64 = 1e10;
+
+/// OpenFOAM's `solverPerformance::small_`, added to the normalisation factor.
+pub const NORM_FACTOR_SMALL: f64 = 1e-20;
+
+/// Stopping rules, OpenFOAM's `tolerance`, `relTol`, `maxIter`, `minIter`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SolverControls {
+    /// Stop when the normalised residual drops below this.
+    pub tolerance: f64,
+    /// Stop when the residual drops below `rel_tol` × initial residual (0: off).
+    pub rel_tol: f64,
+    /// At most this many iterations; 0 does no iteration.
+    pub max_iter: usize,
+    /// At least this many iterations, even when already converged.
+    pub min_iter: usize,
+}
+
+impl Default for SolverControls {
+    /// OpenFOAM's defaults.
+    fn default() -> Self {
+        Self {
+            tolerance: 1e-6,
+            rel_tol: 0.0,
+            max_iter: 1000,
+            min_iter: 0,
+        }
+    }
+}
+
+impl SolverControls {
+    pub fn validate(&self) -> Result<(), SolveError> {
+        for (name, v) in [("tolerance", self.tolerance), ("relTol", self.rel_tol)] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(SolveError::InvalidControls(format!(
+                    "{name} must be a finite number >= 0, got {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// OpenFOAM `checkConvergence`: below the absolute tolerance, or (relTol
+    /// switched on) below relTol × initial residual.
+    pub fn converged(&self, initial: f64, residual: f64) -> bool {
+        residual < self.tolerance || (self.rel_tol > 0.0 && residual < self.rel_tol * initial)
+    }
+}
+
+/// What a solve did. Residuals are OpenFOAM-normalised (Σ|b − Ax| / normFactor).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SolverPerformance {
+    pub initial_residual: f64,
+    pub final_residual: f64,
+    pub iterations: usize,
+    pub converged: bool,
+    /// Residual before the first iteration, then after each iteration.
+    pub history: Vec<f64>,
+}
+
+/// Norms of the initial residual r = b − A x.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InitialNorms {
+    /// Σ |r_i|.
+    pub residual_sum: f64,
+    /// OpenFOAM's normFactor: Σ(|A x − A x̄| + |b − A x̄|) + 1e-20 with
+    /// A x̄ = rowSum(A) · mean(x).
+    pub norm_factor: f64,
+}
+
+/// The fused steps of PCG, implemented by each executor on vectors it owns
+/// (host memory for the CPU, device memory for a GPU). Reductions must be
+/// deterministic: same bits run to run.
+pub trait CgBackend {
+    type Vector;
+    fn n(&self) -> usize;
+    /// A zero vector of length n.
+    fn new_vector(&self) -> Self::Vector;
+    /// r = b − A x; returns Σ|r| and OpenFOAM's normFactor.
+    fn initialize(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> InitialNorms;
+    /// z = M⁻¹ r; returns r · z.
+    fn precondition(&self, r: &Self::Vector, z: &mut Self::Vector) -> f64;
+    /// p = z + β p; β = 0 overwrites p with z (p may hold anything).
+    fn update_direction(&self, beta: f64, z: &Self::Vector, p: &mut Self::Vector);
+    /// q = A p; returns p · q.
+    fn apply_operator(&self, p: &Self::Vector, q: &mut Self::Vector) -> f64;
+    /// x += α p, r −= α q; returns Σ|r|.
+    fn update_solution(
+        &self,
+        alpha: f64,
+        p: &Self::Vector,
+        q: &Self::Vector,
+        x: &mut Self::Vector,
+        r: &mut Self::Vector,
+    ) -> f64;
+}
+
+/// Solves A x = b by PCG from the initial guess in `x`, OpenFOAM's `PCG::solve`
+/// loop (precondition, direction, A p, update; convergence checked after each
+/// update). `field` names the unknown in the log line.
+pub fn pcg<B: CgBackend>(
+    backend: &B,
+    b: &B::Vector,
+    x: &mut B::Vector,
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    controls.validate()?;
+    let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
+    let norms = backend.initialize(b, x, &mut r);
+    let norm_factor = norms.norm_factor;
+    let initial = norms.residual_sum / norm_factor;
+    check_residual(initial, 0)?;
+    let mut perf = SolverPerformance {
+        initial_residual: initial,
+        final_residual: initial,
+        iterations: 0,
+        converged: controls.converged(initial, initial),
+        history: vec![initial],
+    };
+    let wanted = controls.min_iter > 0 || !perf.converged;
+    if wanted && controls.max_iter.max(controls.min_iter) > 0 {
+        let mut best = initial;
+        let mut r_z_old = 0.0;
+        loop {
+            let iteration = perf.iterations + 1;
+            let r_z = backend.precondition(&r, &mut z);
+            if r_z == 0.0 && perf.final_residual == 0.0 {
+                break; // exact solution: nothing left to reduce
+            }
+            if r_z.is_nan() || r_z <= 0.0 {
+                return Err(SolveError::PreconditionerNotPositive { r_z, iteration });
+            }
+            let beta = if perf.iterations == 0 {
+                0.0
+            } else {
+                r_z / r_z_old
+            };
+            backend.update_direction(beta, &z, &mut p);
+            let p_q = backend.apply_operator(&p, &mut q);
+            if p_q.is_nan() || p_q <= 0.0 {
+                return Err(SolveError::Breakdown {
+                    p_ap: p_q,
+                    iteration,
+                });
+            }
+            let alpha = r_z / p_q;
+            let residual = backend.update_solution(alpha, &p, &q, x, &mut r) / norm_factor;
+            check_residual(residual, iteration)?;
+            log::debug!("PCG: {field} iteration {iteration}, residual = {residual:e}");
+            perf.iterations = iteration;
+            perf.final_residual = residual;
+            perf.history.push(residual);
+            best = best.min(residual);
+            if residual > DIVERGENCE_FACTOR * best {
+                return Err(SolveError::Diverged {
+                    iteration,
+                    residual,
+                    best,
+                    factor: DIVERGENCE_FACTOR,
+                });
+            }
+            perf.converged = controls.converged(initial, residual);
+            if (perf.converged || iteration >= controls.max_iter) && iteration >= controls.min_iter
+            {
+                break;
+            }
+            r_z_old = r_z;
+        }
+    }
+    log::info!(
+        "PCG:  Solving for {field}, Initial residual = {}, Final residual = {}, No Iterations {}",
+        format_g(perf.initial_residual),
+        format_g(perf.final_residual),
+        perf.iterations
+    );
+    if !perf.converged {
+        log::warn!(
+            "PCG: {field} not converged after {} iterations (final residual {}, tolerance {}, relTol {})",
+            perf.iterations,
+            format_g(perf.final_residual),
+            format_g(controls.tolerance),
+            format_g(controls.rel_tol)
+        );
+    }
+    Ok(perf)
+}
+
+fn check_residual(residual: f64, iteration: usize) -> Result<(), SolveError> {
+    if residual.is_finite() {
+        Ok(())
+    } else {
+        Err(SolveError::NonFiniteResidual {
+            iteration,
+            residual,
+        })
+    }
+}
+
+/// Formats like a C++ ostream with default precision 6 (`%g`), as OpenFOAM logs
+/// numbers: 6 significant digits, trailing zeros dropped, scientific notation
+/// with a two-digit signed exponent when the exponent is < −4 or ≥ 6.
+pub fn format_g(v: f64) -> String {
+    const PRECISION: i32 = 6;
+    if v == 0.0 || !v.is_finite() {
+        return if v.is_nan() {
+            "nan".into()
+        } else if v.is_infinite() {
+            if v > 0.0 {
+                "inf".into()
+            } else {
+                "-inf".into()
+            }
+        } else {
+            "0".into()
+        };
+    }
+    // Round to 6 significant digits first: the rounding decides the exponent.
+    let sci = format!("{:.*e}", (PRECISION - 1) as usize, v);
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
+    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if !(-4..PRECISION).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
+    } else {
+        let decimals = (PRECISION - 1 - exp).max(0) as usize;
+        trim(&format!("{v:.decimals$}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_g_matches_cpp_ostream() {
+        for (v, s) in [
+            (1.0, "1"),
+            (9.5e-07, "9.5e-07"),
+            (0.000123456789, "0.000123457"),
+            (1.23456789e-5, "1.23457e-05"),
+            (123456.7, "123457"),
+            (999999.7, "1e+06"),
+            (1234567.0, "1.23457e+06"),
+            (0.1, "0.1"),
+            (-2.5, "-2.5"),
+            (0.0, "0"),
+            (9.999996e-5, "0.0001"),
+            (1e-300, "1e-300"),
+        ] {
+            assert_eq!(format_g(v), s, "{v}");
+        }
+    }
+
+    /// A backend whose residual after each update is scripted.
+    struct Scripted(std::cell::RefCell<std::vec::IntoIter<f64>>);
+
+    impl CgBackend for Scripted {
+        type Vector = ();
+        fn n(&self) -> usize {
+            1
+        }
+        fn new_vector(&self) {}
+        fn initialize(&self, _: &(), _: &(), _: &mut ()) -> InitialNorms {
+            InitialNorms {
+                residual_sum: 1.0,
+                norm_factor: 1.0,
+            }
+        }
+        fn precondition(&self, _: &(), _: &mut ()) -> f64 {
+            1.0
+        }
+        fn update_direction(&self, _: f64, _: &(), _: &mut ()) {}
+        fn apply_operator(&self, _: &(), _: &mut ()) -> f64 {
+            1.0
+        }
+        fn update_solution(&self, _: f64, _: &(), _: &(), _: &mut (), _: &mut ()) -> f64 {
+            self.0.borrow_mut().next().expect("script long enough")
+        }
+    }
+
+    fn run_script(residuals: Vec<f64>) -> Result<SolverPerformance, SolveError> {
+        let backend = Scripted(std::cell::RefCell::new(residuals.into_iter()));
+        let controls = SolverControls {
+            tolerance: 0.0,
+            max_iter: 4,
+            ..Default::default()
+        };
+        pcg(&backend, &(), &mut (), &controls, "p")
+    }
+
+    #[test]
+    fn divergence_non_finite_residuals_and_max_iterations() {
+        let err = run_script(vec![0.5, 1e-9, 20.0]).unwrap_err();
+        assert_eq!(
+            err,
+            SolveError::Diverged {
+                iteration: 3,
+                residual: 20.0,
+                best: 1e-9,
+                factor: DIVERGENCE_FACTOR
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "solver diverged: residual 20 at iteration 3 is more than 1e+10 times the best \
+             residual 1e-09"
+        );
+        let err = run_script(vec![0.5, f64::NAN]).unwrap_err();
+        assert!(matches!(
+            err,
+            SolveError::NonFiniteResidual { iteration: 2, .. }
+        ));
+        let perf = run_script(vec![0.5, 0.4, 0.3, 0.2, 0.1]).unwrap();
+        assert_eq!(perf.history, vec![1.0, 0.5, 0.4, 0.3, 0.2]);
+        assert_eq!((perf.iterations, perf.converged), (4, false));
+    }
+
+    #[test]
+    fn controls_follow_openfoam_convergence_rules() {
+        let c = SolverControls {
+            tolerance: 1e-6,
+            rel_tol: 0.01,
+            ..Default::default()
+        };
+        assert!(c.converged(1.0, 9e-7));
+        assert!(c.converged(1.0, 0.009));
+        assert!(!c.converged(1.0, 0.011));
+        let no_rel = SolverControls::default();
+        assert!(!no_rel.converged(1.0, 0.5));
+        assert_eq!(no_rel.max_iter, 1000);
+        assert!(SolverControls {
+            tolerance: f64::NAN,
+            ..no_rel
+        }
+        .validate()
+        .is_err());
+        assert!(SolverControls {
+            rel_tol: -1.0,
+            ..no_rel
+        }
+        .validate()
+        .is_err());
+    }
+}

@@ -1,0 +1,64 @@
+//! Deterministic parallel reductions. Vectors are cut into chunks of a fixed
+//! size, each chunk is summed left to right, and the chunk sums are added in
+//! chunk order: the rounding, hence the bits, do not depend on rayon's thread
+//! count. CPU-vs-GPU comparisons and run-to-run reproducibility rely on this.
+
+use rayon::prelude::*;
+
+/// Elements per partial sum; fixed, never derived from the thread count.
+pub const CHUNK: usize = 4096;
+
+/// Adds per-chunk partial sums in chunk order (`collect` keeps the order).
+pub fn ordered_sum(partials: impl IndexedParallelIterator<Item = f64>) -> f64 {
+    let partials: Vec<f64> = partials.collect();
+    partials.iter().sum()
+}
+
+/// Σ_i f(i) for i in 0..n with the fixed chunked summation order.
+pub fn sum_by(n: usize, f: impl Fn(usize) -> f64 + Sync) -> f64 {
+    ordered_sum(
+        (0..n.div_ceil(CHUNK))
+            .into_par_iter()
+            .map(|c| (c * CHUNK..((c + 1) * CHUNK).min(n)).map(&f).sum()),
+    )
+}
+
+/// a · b.
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "dot: lengths differ");
+    sum_by(a.len(), |i| a[i] * b[i])
+}
+
+/// Σ |a_i|.
+pub fn sum_abs(a: &[f64]) -> f64 {
+    sum_by(a.len(), |i| a[i].abs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_sum_matches_sequential_chunk_order_for_any_thread_count() {
+        let n = 3 * CHUNK + 17;
+        let a: Vec<f64> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f64 * 1e-3 + 1e-9)
+            .collect();
+        let expected: f64 = a
+            .chunks(CHUNK)
+            .map(|c| c.iter().map(|v| v * v).sum::<f64>())
+            .collect::<Vec<_>>()
+            .iter()
+            .sum();
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let d = pool.install(|| dot(&a, &a));
+            assert_eq!(d.to_bits(), expected.to_bits(), "{threads} threads");
+        }
+        assert_eq!(sum_abs(&[-1.0, 2.0, -3.5]), 6.5);
+        assert_eq!(dot(&[], &[]), 0.0);
+    }
+}

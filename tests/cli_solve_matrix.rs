@@ -1,0 +1,119 @@
+//! `fvpoisson solve-matrix` end to end on committed Matrix Market files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use fvpoisson::sparse::mtx::{read_matrix, read_vector};
+
+fn fvpoisson(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .args(args)
+        .output()
+        .expect("runs the fvpoisson binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const MATRIX: &str = "tests/data/poisson2d_4x4.mtx";
+
+#[test]
+fn solves_with_ones_as_exact_solution() {
+    for precond in ["none", "jacobi", "dic", "ic0", "sgs"] {
+        let out = fvpoisson(&[
+            "solve-matrix",
+            MATRIX,
+            "--precond",
+            precond,
+            "--tol",
+            "1e-12",
+        ]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        assert!(
+            stderr.contains("PCG:  Solving for x, Initial residual = 1, Final residual = "),
+            "{stderr}"
+        );
+        let error: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("max |x - 1| = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        assert!(error < 1e-10, "{precond}: {error}");
+    }
+}
+
+#[test]
+fn solves_given_rhs_and_writes_solution() {
+    let out_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_solve_matrix_x.mtx");
+    let _ = std::fs::remove_file(&out_path);
+    let rhs = "tests/data/poisson2d_4x4_rhs.mtx";
+    let out = fvpoisson(&[
+        "solve-matrix",
+        MATRIX,
+        "--rhs",
+        rhs,
+        "--tol",
+        "1e-12",
+        "--out",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("max |x - 1|"));
+    // Check A x = b independently of the solver.
+    let a = read_matrix(Path::new(MATRIX)).unwrap();
+    let b = read_vector(Path::new(rhs)).unwrap();
+    let x = read_vector(&out_path).unwrap();
+    let mut ax = vec![0.0; b.len()];
+    a.spmv(&x, &mut ax);
+    for (i, (ax, b)) in ax.iter().zip(&b).enumerate() {
+        assert!((ax - b).abs() < 1e-10 * b.abs(), "row {i}: {ax} vs {b}");
+    }
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let out = fvpoisson(&["solve-matrix", "tests/data/missing.mtx"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with("error: tests/data/missing.mtx: "),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A right-hand side of the wrong length.
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--rhs", MATRIX]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("a vector needs one column, this matrix has 16"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--precond", "ilu"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("unknown preconditioner 'ilu'"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Not converged within --max-iter: a warning, not a failure.
+    let out = fvpoisson(&[
+        "solve-matrix",
+        MATRIX,
+        "--precond",
+        "jacobi",
+        "--max-iter",
+        "2",
+    ]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("converged false"));
+    assert!(
+        text(&out.stderr).contains("not converged after 2 iterations"),
+        "{}",
+        text(&out.stderr)
+    );
+}
