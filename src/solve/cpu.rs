@@ -16,6 +16,8 @@ use crate::sparse::Csr;
 pub struct CpuBackend<'a> {
     a: &'a Csr,
     precond: &'a dyn LinearOperator,
+    /// Slot of each row's diagonal entry, `usize::MAX` where there is none.
+    diag_slot: Vec<usize>,
     row_sums: Vec<f64>,
 }
 
@@ -24,20 +26,42 @@ impl<'a> CpuBackend<'a> {
     pub fn new(a: &'a Csr, precond: &'a dyn LinearOperator) -> Self {
         assert_eq!(a.n_rows(), a.n_cols(), "CpuBackend: matrix not square");
         assert_eq!(precond.n(), a.n_rows(), "CpuBackend: preconditioner size");
-        let row_sums = (0..a.n_rows()).map(|r| a.row(r).1.iter().sum()).collect();
-        Self {
+        let diag_slot = (0..a.n_rows())
+            .map(|r| a.slot(r, r).unwrap_or(usize::MAX))
+            .collect();
+        let mut backend = Self {
             a,
             precond,
-            row_sums,
+            diag_slot,
+            row_sums: Vec::new(),
+        };
+        backend.row_sums = (0..a.n_rows())
+            .map(|r| backend.row_sum_by(r, |_, v| v))
+            .collect();
+        backend
+    }
+
+    /// Σ_c term(c, a_rc) over row r in OpenFOAM's `Amul`/`sumA` order: the
+    /// diagonal first, then the off-diagonals by increasing column (faces
+    /// where r is the neighbour precede those where it is the owner). The same
+    /// order gives the same rounding as OpenFOAM.
+    fn row_sum_by(&self, r: usize, term: impl Fn(usize, f64) -> f64) -> f64 {
+        let range = self.a.row_ptr()[r]..self.a.row_ptr()[r + 1];
+        let diag = self.diag_slot[r];
+        let (cols, vals) = (self.a.cols(), self.a.values());
+        let mut sum = if diag == usize::MAX {
+            0.0
+        } else {
+            term(r, vals[diag])
+        };
+        for s in range.filter(|&s| s != diag) {
+            sum += term(cols[s] as usize, vals[s]);
         }
+        sum
     }
 
     fn row_times(&self, r: usize, x: &[f64]) -> f64 {
-        let (cols, vals) = self.a.row(r);
-        cols.iter()
-            .zip(vals)
-            .map(|(&c, &v)| v * x[c as usize])
-            .sum()
+        self.row_sum_by(r, |c, v| v * x[c])
     }
 }
 

@@ -139,28 +139,28 @@ impl LinearOperator for Identity {
     }
 }
 
-/// M = diag(A).
+/// M = diag(A), applied as OpenFOAM's `diagonalPreconditioner` (multiplies by 1/a_ii).
 pub struct Jacobi {
-    diag: Vec<f64>,
+    reciprocal_diag: Vec<f64>,
 }
 
 impl Jacobi {
     pub fn new(a: &Csr) -> Result<Self, SolveError> {
         let t = Triangles::new(a, "Jacobi")?;
         Ok(Self {
-            diag: (0..t.n()).map(|r| t.diag(r)).collect(),
+            reciprocal_diag: (0..t.n()).map(|r| 1.0 / t.diag(r)).collect(),
         })
     }
 }
 
 impl LinearOperator for Jacobi {
     fn n(&self) -> usize {
-        self.diag.len()
+        self.reciprocal_diag.len()
     }
     fn apply(&self, x: &[f64], y: &mut [f64]) {
         y.par_iter_mut()
-            .zip(x.par_iter().zip(&self.diag))
-            .for_each(|(y, (x, d))| *y = x / d);
+            .zip(x.par_iter().zip(&self.reciprocal_diag))
+            .for_each(|(y, (x, rd))| *y = rd * x);
     }
 }
 
