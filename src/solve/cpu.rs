@@ -1,6 +1,8 @@
 //! The CPU (rayon) PCG backend: the reference the GPU backends are tested
 //! against. Reductions use `reduce`'s fixed chunking, so results are the same
-//! bits for any thread count.
+//! bits for any thread count; row products follow OpenFOAM's operation order,
+//! so on systems of at most `reduce::CHUNK` rows (sequential reductions) the
+//! iterates equal OpenFOAM's bit for bit (tests/solve_openfoam.rs).
 
 use rayon::prelude::*;
 
