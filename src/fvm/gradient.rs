@@ -89,9 +89,11 @@ impl CellGradient {
     }
 }
 
-/// OpenFOAM `leastSquaresVectors`: dd = Σ d dᵀ/|d|² per cell over internal and
-/// non-empty boundary faces; face vectors dd⁻¹ d/|d|² (owner) and −dd⁻¹_N d/|d|²
-/// (neighbour).
+/// OpenFOAM (ESI) `leastSquaresVectors`: face weights |S_f|/|d|², split on
+/// internal faces by the interpolation weight w (owner side 1 − w, neighbour
+/// side w, so the nearer cell's face counts more); dd = Σ weight·d dᵀ per cell
+/// over internal and non-empty boundary faces (boundary d the patch-normal
+/// delta); face vectors weight·dd⁻¹ d (owner) and −weight·dd⁻¹_N d (neighbour).
 fn least_squares_vectors(
     mesh: &Mesh,
     geometry: &Geometry,
@@ -102,31 +104,44 @@ fn least_squares_vectors(
     let neighbour = mesh.neighbour();
     let n_internal = mesh.n_internal_faces();
     let centres = &geometry.cell_centres;
+    // (owner-side weight, neighbour-side weight, d) of every internal face.
+    let internal: Vec<(f64, f64, Vec3)> = (0..n_internal)
+        .map(|f| {
+            let d = centres[neighbour[f] as usize] - centres[owner[f] as usize];
+            let area_by_d2 = geometry.face_area_vectors[f].norm() / d.norm_squared();
+            let w = geometry.weights[f];
+            ((1.0 - w) * area_by_d2, w * area_by_d2, d)
+        })
+        .collect();
+    let boundary_weight = |b: usize| {
+        geometry.face_area_vectors[n_internal + b].norm() / patch_deltas[b].norm_squared()
+    };
     let mut dd = vec![Matrix3::zeros(); mesh.n_cells()];
-    for f in 0..n_internal {
-        let d = centres[neighbour[f] as usize] - centres[owner[f] as usize];
-        let wdd = d * d.transpose() / d.norm_squared();
-        dd[owner[f] as usize] += wdd;
-        dd[neighbour[f] as usize] += wdd;
+    for (f, &(w_own, w_nei, d)) in internal.iter().enumerate() {
+        let ddt = d * d.transpose();
+        dd[owner[f] as usize] += w_own * ddt;
+        dd[neighbour[f] as usize] += w_nei * ddt;
     }
     for (b, d) in patch_deltas.iter().enumerate() {
         if active[b] {
-            dd[owner[n_internal + b] as usize] += d * d.transpose() / d.norm_squared();
+            dd[owner[n_internal + b] as usize] += boundary_weight(b) * (d * d.transpose());
         }
     }
     let inv = invert_fill_missing(&dd)?;
-    let mut own_ls = Vec::with_capacity(n_internal);
-    let mut nei_ls = Vec::with_capacity(n_internal);
-    for f in 0..n_internal {
-        let d = centres[neighbour[f] as usize] - centres[owner[f] as usize];
-        let w = 1.0 / d.norm_squared();
-        own_ls.push(w * (inv[owner[f] as usize] * d));
-        nei_ls.push(-w * (inv[neighbour[f] as usize] * d));
-    }
+    let (own_ls, nei_ls) = internal
+        .iter()
+        .enumerate()
+        .map(|(f, &(w_own, w_nei, d))| {
+            (
+                w_own * (inv[owner[f] as usize] * d),
+                -w_nei * (inv[neighbour[f] as usize] * d),
+            )
+        })
+        .unzip();
     let bnd_ls = patch_deltas
         .iter()
         .enumerate()
-        .map(|(b, d)| (inv[owner[n_internal + b] as usize] * d) / d.norm_squared())
+        .map(|(b, d)| boundary_weight(b) * (inv[owner[n_internal + b] as usize] * d))
         .collect();
     Ok(CellGradient::LeastSquares {
         owner: own_ls,

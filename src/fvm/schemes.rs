@@ -45,8 +45,11 @@ pub enum GradScheme {
     /// `Gauss linear`: (1/V) Σ S_f p_f with linearly interpolated face values
     /// and boundary values from the boundary conditions.
     GaussLinear,
-    /// `leastSquares`: weights 1/|d|², boundary faces included with the
-    /// patch-normal delta and the boundary-condition face value.
+    /// `leastSquares` (ESI OpenFOAM `leastSquaresVectors`): face weights
+    /// |S_f|/|d|², split on internal faces by the interpolation weight (owner
+    /// side 1 − w, neighbour side w); boundary faces included with the
+    /// patch-normal delta and the boundary-condition face value. Checked
+    /// against v1912 laplacianFoam output (plain 1/|d|² weights do not match it).
     LeastSquares,
 }
 
