@@ -284,6 +284,13 @@ fn all_neumann_matrix_is_symmetric_with_zero_row_sums() {
             assert!(c as usize == r || v < 0.0);
         }
     }
+    let slots = sys.slots();
+    for f in 0..mesh.n_internal_faces() {
+        let (o, n) = (mesh.owner()[f] as usize, mesh.neighbour()[f] as usize);
+        assert_eq!(Some(slots.upper[f]), a.slot(o, n));
+        assert_eq!(Some(slots.lower[f]), a.slot(n, o));
+    }
+    assert!((0..mesh.n_cells()).all(|c| Some(slots.diagonal[c]) == a.slot(c, c)));
     // A Dirichlet patch makes it non-singular.
     let mut problem = problem;
     problem.boundary[0] = Bc::FixedValue(PatchValues::Uniform(0.0));

@@ -33,6 +33,32 @@ pub enum SnGradScheme {
 }
 
 impl SnGradScheme {
+    /// Parses an OpenFOAM snGrad scheme from its words: `corrected`,
+    /// `uncorrected`, `orthogonal`, `limited ψ` or `limited corrected ψ`.
+    pub fn from_foam_words(words: &[&str]) -> Result<Self, FvmError> {
+        let psi = |w: &str| {
+            w.parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..=1.0).contains(p))
+                .ok_or_else(|| {
+                    FvmError::invalid(format!(
+                        "limited snGrad coefficient '{w}' must be a number between 0 and 1"
+                    ))
+                })
+        };
+        match words {
+            ["corrected"] => Ok(Self::Corrected),
+            ["uncorrected"] => Ok(Self::Uncorrected),
+            ["orthogonal"] => Ok(Self::Orthogonal),
+            ["limited", w] | ["limited", "corrected", w] => Ok(Self::Limited(psi(w)?)),
+            _ => Err(FvmError::invalid(format!(
+                "unsupported snGrad scheme '{}' (expected corrected, uncorrected, orthogonal, \
+                 limited <0..1> or limited corrected <0..1>)",
+                words.join(" ")
+            ))),
+        }
+    }
+
     /// Whether the scheme adds an explicit non-orthogonal correction.
     pub fn is_corrected(self) -> bool {
         matches!(self, Self::Corrected | Self::Limited(_))
@@ -93,6 +119,49 @@ pub struct Schemes {
     pub sn_grad: SnGradScheme,
     pub grad: GradScheme,
     pub gamma_interpolation: GammaInterpolation,
+}
+
+impl Schemes {
+    /// Schemes from OpenFOAM `fvSchemes` entries: `laplacianSchemes` (e.g.
+    /// `Gauss linear corrected`, `Gauss harmonic limited corrected 0.33`) and
+    /// `gradSchemes` (`Gauss linear` or `leastSquares`).
+    pub fn from_foam(laplacian: &str, grad: &str) -> Result<Self, FvmError> {
+        let words: Vec<&str> = laplacian.split_whitespace().collect();
+        let (gamma_interpolation, sn_grad) = match words.as_slice() {
+            ["Gauss", interp, rest @ ..] if !rest.is_empty() => {
+                let interp = match *interp {
+                    "linear" => GammaInterpolation::Linear,
+                    "harmonic" => GammaInterpolation::Harmonic,
+                    other => {
+                        return Err(FvmError::invalid(format!(
+                            "laplacian scheme '{laplacian}': unsupported interpolation '{other}' \
+                             (expected linear or harmonic)"
+                        )))
+                    }
+                };
+                (interp, SnGradScheme::from_foam_words(rest)?)
+            }
+            _ => {
+                return Err(FvmError::invalid(format!(
+                    "laplacian scheme '{laplacian}': expected 'Gauss <linear|harmonic> <snGrad scheme>'"
+                )))
+            }
+        };
+        let grad = match grad.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["Gauss", "linear"] => GradScheme::GaussLinear,
+            ["leastSquares"] => GradScheme::LeastSquares,
+            _ => {
+                return Err(FvmError::invalid(format!(
+                    "gradient scheme '{grad}' is not supported (expected 'Gauss linear' or 'leastSquares')"
+                )))
+            }
+        };
+        Ok(Self {
+            sn_grad,
+            grad,
+            gamma_interpolation,
+        })
+    }
 }
 
 impl Default for Schemes {
@@ -186,5 +255,47 @@ impl FaceGeometry {
             patch_deltas,
             patch_delta_coeffs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_parse_from_openfoam_words() {
+        let s = Schemes::from_foam("Gauss linear corrected", "Gauss linear").unwrap();
+        assert_eq!(s.sn_grad, SnGradScheme::Corrected);
+        assert_eq!(s.gamma_interpolation, GammaInterpolation::Linear);
+        assert_eq!(s.grad, GradScheme::GaussLinear);
+        let s =
+            Schemes::from_foam("Gauss harmonic limited corrected 0.33", "leastSquares").unwrap();
+        assert_eq!(s.sn_grad, SnGradScheme::Limited(0.33));
+        assert_eq!(s.gamma_interpolation, GammaInterpolation::Harmonic);
+        assert_eq!(s.grad, GradScheme::LeastSquares);
+        let s = Schemes::from_foam("Gauss linear  limited 0.5", "Gauss linear").unwrap();
+        assert_eq!(s.sn_grad, SnGradScheme::Limited(0.5));
+        for (lap, grad, msg) in [
+            ("Gauss linear limited 2", "Gauss linear", "between 0 and 1"),
+            (
+                "Gauss upwind corrected",
+                "Gauss linear",
+                "interpolation 'upwind'",
+            ),
+            (
+                "Gauss linear faceCorrected",
+                "Gauss linear",
+                "unsupported snGrad",
+            ),
+            ("linear corrected", "Gauss linear", "expected 'Gauss"),
+            (
+                "Gauss linear corrected",
+                "cellLimited Gauss linear 1",
+                "gradient scheme",
+            ),
+        ] {
+            let err = Schemes::from_foam(lap, grad).unwrap_err().to_string();
+            assert!(err.contains(msg), "{lap} / {grad}: {err}");
+        }
     }
 }
