@@ -1,0 +1,184 @@
+//! Cell gradients for the non-orthogonal correction: OpenFOAM's `gaussGrad`
+//! with linear interpolation, and `leastSquaresGrad` with `leastSquaresVectors`.
+
+use super::{boundary::BoundaryCoeffs, FvmError, GradScheme};
+use crate::mesh::{Geometry, Mesh, Vec3};
+use nalgebra::Matrix3;
+
+/// What a gradient needs beyond the field: fixed per mesh and scheme.
+#[derive(Clone, Debug)]
+pub enum CellGradient {
+    GaussLinear,
+    /// Least-squares vectors: owner and neighbour vector of each internal face,
+    /// and the owner vector of each boundary face.
+    LeastSquares {
+        owner: Vec<Vec3>,
+        neighbour: Vec<Vec3>,
+        boundary: Vec<Vec3>,
+    },
+}
+
+impl CellGradient {
+    /// Prepares the scheme; `active` marks non-empty boundary faces and
+    /// `patch_deltas` are the boundary deltas (`fvPatch::delta`).
+    pub fn new(
+        scheme: GradScheme,
+        mesh: &Mesh,
+        geometry: &Geometry,
+        patch_deltas: &[Vec3],
+        active: &[bool],
+    ) -> Result<Self, FvmError> {
+        match scheme {
+            GradScheme::GaussLinear => Ok(Self::GaussLinear),
+            GradScheme::LeastSquares => least_squares_vectors(mesh, geometry, patch_deltas, active),
+        }
+    }
+
+    /// Gradient of `p` in every cell, boundary face values from `bc`.
+    pub fn compute(
+        &self,
+        mesh: &Mesh,
+        geometry: &Geometry,
+        bc: &BoundaryCoeffs,
+        p: &[f64],
+    ) -> Vec<Vec3> {
+        let owner = mesh.owner();
+        let neighbour = mesh.neighbour();
+        let n_internal = mesh.n_internal_faces();
+        let face_values = bc.face_values(mesh, p);
+        let mut grad = vec![Vec3::zeros(); mesh.n_cells()];
+        match self {
+            Self::GaussLinear => {
+                let sf = &geometry.face_area_vectors;
+                for f in 0..n_internal {
+                    let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+                    let w = geometry.weights[f];
+                    let flux = sf[f] * (w * (p[o] - p[n]) + p[n]);
+                    grad[o] += flux;
+                    grad[n] -= flux;
+                }
+                for (b, &value) in face_values.iter().enumerate() {
+                    if bc.active[b] {
+                        grad[owner[n_internal + b] as usize] += sf[n_internal + b] * value;
+                    }
+                }
+                for (g, v) in grad.iter_mut().zip(&geometry.cell_volumes) {
+                    *g /= *v;
+                }
+            }
+            Self::LeastSquares {
+                owner: own_ls,
+                neighbour: nei_ls,
+                boundary: bnd_ls,
+            } => {
+                for f in 0..n_internal {
+                    let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+                    let dp = p[n] - p[o];
+                    grad[o] += own_ls[f] * dp;
+                    grad[n] -= nei_ls[f] * dp;
+                }
+                for (b, &value) in face_values.iter().enumerate() {
+                    if bc.active[b] {
+                        let o = owner[n_internal + b] as usize;
+                        grad[o] += bnd_ls[b] * (value - p[o]);
+                    }
+                }
+            }
+        }
+        grad
+    }
+}
+
+/// OpenFOAM (ESI) `leastSquaresVectors`: face weights |S_f|/|d|², split on
+/// internal faces by the interpolation weight w (owner side 1 − w, neighbour
+/// side w, so the nearer cell's face counts more); dd = Σ weight·d dᵀ per cell
+/// over internal and non-empty boundary faces (boundary d the patch-normal
+/// delta); face vectors weight·dd⁻¹ d (owner) and −weight·dd⁻¹_N d (neighbour).
+fn least_squares_vectors(
+    mesh: &Mesh,
+    geometry: &Geometry,
+    patch_deltas: &[Vec3],
+    active: &[bool],
+) -> Result<CellGradient, FvmError> {
+    let owner = mesh.owner();
+    let neighbour = mesh.neighbour();
+    let n_internal = mesh.n_internal_faces();
+    let centres = &geometry.cell_centres;
+    // (owner-side weight, neighbour-side weight, d) of every internal face.
+    let internal: Vec<(f64, f64, Vec3)> = (0..n_internal)
+        .map(|f| {
+            let d = centres[neighbour[f] as usize] - centres[owner[f] as usize];
+            let area_by_d2 = geometry.face_area_vectors[f].norm() / d.norm_squared();
+            let w = geometry.weights[f];
+            ((1.0 - w) * area_by_d2, w * area_by_d2, d)
+        })
+        .collect();
+    let boundary_weight = |b: usize| {
+        geometry.face_area_vectors[n_internal + b].norm() / patch_deltas[b].norm_squared()
+    };
+    let mut dd = vec![Matrix3::zeros(); mesh.n_cells()];
+    for (f, &(w_own, w_nei, d)) in internal.iter().enumerate() {
+        let ddt = d * d.transpose();
+        dd[owner[f] as usize] += w_own * ddt;
+        dd[neighbour[f] as usize] += w_nei * ddt;
+    }
+    for (b, d) in patch_deltas.iter().enumerate() {
+        if active[b] {
+            dd[owner[n_internal + b] as usize] += boundary_weight(b) * (d * d.transpose());
+        }
+    }
+    let inv = invert_fill_missing(&dd)?;
+    let (own_ls, nei_ls) = internal
+        .iter()
+        .enumerate()
+        .map(|(f, &(w_own, w_nei, d))| {
+            (
+                w_own * (inv[owner[f] as usize] * d),
+                -w_nei * (inv[neighbour[f] as usize] * d),
+            )
+        })
+        .unzip();
+    let bnd_ls = patch_deltas
+        .iter()
+        .enumerate()
+        .map(|(b, d)| boundary_weight(b) * (inv[owner[n_internal + b] as usize] * d))
+        .collect();
+    Ok(CellGradient::LeastSquares {
+        owner: own_ls,
+        neighbour: nei_ls,
+        boundary: bnd_ls,
+    })
+}
+
+/// Inverts every tensor. As OpenFOAM's `inv(symmTensorField)`: a direction
+/// absent from the first tensor (a 2-D mesh's empty direction) gets 1 added to
+/// its diagonal before and subtracted after the inversion, giving a zero
+/// gradient component instead of a singular tensor.
+fn invert_fill_missing(tensors: &[Matrix3<f64>]) -> Result<Vec<Matrix3<f64>>, FvmError> {
+    let Some(first) = tensors.first() else {
+        return Ok(Vec::new());
+    };
+    let scale = first.norm_squared();
+    let fill = Matrix3::from_diagonal(&Vec3::from_fn(|i, _| {
+        if first[(i, i)].powi(2) / scale < 1e-15 {
+            1.0
+        } else {
+            0.0
+        }
+    }));
+    tensors
+        .iter()
+        .enumerate()
+        .map(|(c, t)| {
+            (t + fill)
+                .try_inverse()
+                .map(|inv| inv - fill)
+                .ok_or_else(|| {
+                    FvmError::invalid(format!(
+                        "cell {c}: the least-squares gradient is undefined (its neighbours' directions \
+                         span less than the mesh dimension); use the Gauss linear gradient"
+                    ))
+                })
+        })
+        .collect()
+}

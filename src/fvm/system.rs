@@ -1,0 +1,470 @@
+//! Assembly of the Laplacian system (OpenFOAM `gaussLaplacianScheme`,
+//! `EulerDdtScheme`, `fvMatrix::setReference`) and laplacianFoam's
+//! non-orthogonal corrector loop.
+
+use super::boundary::{BoundaryCoeffs, BoundaryCondition};
+use super::gradient::CellGradient;
+use super::schemes::{FaceGeometry, Schemes, SnGradScheme, TimeScheme};
+use super::{check_values, CellField, FvmError};
+use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
+use crate::sparse::Csr;
+
+/// OpenFOAM's `SMALL` (double precision), used by `limitedSnGrad`.
+const SMALL: f64 = 1e-15;
+
+/// How the level of an all-Neumann steady solution is fixed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reference {
+    /// The matrix stays singular (symmetric positive semi-definite, null space
+    /// the constants); after each solve the solution is shifted to zero
+    /// volume-weighted mean.
+    ZeroMean,
+    /// OpenFOAM `setReference(pRefCell, pRefValue)`: the reference cell's
+    /// diagonal is doubled and diag·value added to its right-hand side. The
+    /// matrix stays symmetric and becomes positive definite; for a consistent
+    /// right-hand side the solution is the singular problem's solution with
+    /// p[cell] = value.
+    Cell { cell: usize, value: f64 },
+}
+
+/// Treatment of all-Neumann steady problems (no fixedValue face, no mixed face
+/// with a positive value fraction, no time term).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SingularPolicy {
+    pub reference: Reference,
+    /// Make the right-hand side consistent by removing its sum as a uniform
+    /// source (b_i −= V_i·Σb/ΣV) instead of reporting it.
+    pub project: bool,
+    /// |Σb| ≤ tolerance·Σ|b_i| counts as consistent.
+    pub tolerance: f64,
+}
+
+impl Default for SingularPolicy {
+    fn default() -> Self {
+        Self {
+            reference: Reference::ZeroMean,
+            project: false,
+            tolerance: 1e-9,
+        }
+    }
+}
+
+/// The physical data of a Laplacian problem; may change between re-assemblies.
+#[derive(Clone, Debug)]
+pub struct LaplacianProblem {
+    /// Diffusivity Γ > 0. On boundary faces: the value itself (uniform), the
+    /// owner cell's (per cell), or the function at the face centre.
+    pub gamma: CellField,
+    /// Source q, integrated as q(cell centre)·V.
+    pub source: CellField,
+    /// One condition per patch, in patch order ([`BoundaryCondition::by_name`]).
+    pub boundary: Vec<BoundaryCondition>,
+    pub time: TimeScheme,
+    pub singular: SingularPolicy,
+}
+
+impl LaplacianProblem {
+    /// Steady problem with the default singular policy.
+    pub fn steady(gamma: CellField, source: CellField, boundary: Vec<BoundaryCondition>) -> Self {
+        Self {
+            gamma,
+            source,
+            boundary,
+            time: TimeScheme::SteadyState,
+            singular: SingularPolicy::default(),
+        }
+    }
+}
+
+/// Where each coefficient goes in the CSR value array.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlotMap {
+    /// Slot of (c, c) for every cell.
+    pub diagonal: Vec<usize>,
+    /// Slot of (owner, neighbour) for every internal face.
+    pub upper: Vec<usize>,
+    /// Slot of (neighbour, owner) for every internal face.
+    pub lower: Vec<usize>,
+}
+
+/// The assembled linear system A p = b of one problem on one mesh. The CSR
+/// pattern (rows sorted by column, diagonal included) and the slot map are
+/// built once; [`LaplacianSystem::reassemble`] only rewrites values.
+#[derive(Debug)]
+pub struct LaplacianSystem<'m> {
+    /// Symmetric, positive diagonal, off-diagonals −Γ_f|S_f|Δ_f.
+    pub matrix: Csr,
+    /// Right-hand side for the field last given to [`LaplacianSystem::update_rhs`]
+    /// (before any call: without old-time and non-orthogonal terms).
+    pub rhs: Vec<f64>,
+    mesh: &'m Mesh,
+    geometry: &'m Geometry,
+    schemes: Schemes,
+    faces: FaceGeometry,
+    gradient: CellGradient,
+    slots: SlotMap,
+    bc: BoundaryCoeffs,
+    gamma_mag_sf: Vec<f64>,
+    explicit_rhs: Vec<f64>,
+    time: TimeScheme,
+    /// `Some` when the matrix (before any reference) is singular.
+    singular: Option<SingularPolicy>,
+    /// Diagonal of the reference cell before `setReference` doubled it.
+    reference_diag: f64,
+}
+
+impl<'m> LaplacianSystem<'m> {
+    /// Builds the pattern and face geometry, then assembles `problem`.
+    pub fn new(
+        mesh: &'m Mesh,
+        geometry: &'m Geometry,
+        schemes: Schemes,
+        problem: &LaplacianProblem,
+    ) -> Result<Self, FvmError> {
+        let faces = FaceGeometry::new(mesh, geometry, schemes.sn_grad)?;
+        let first = mesh.n_internal_faces();
+        let mut active = vec![true; mesh.n_faces() - first];
+        for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
+            active[patch.start - first..patch.start - first + patch.size].fill(false);
+        }
+        let gradient =
+            CellGradient::new(schemes.grad, mesh, geometry, &faces.patch_deltas, &active)?;
+        let (matrix, slots) = build_pattern(mesh)?;
+        let n_cells = mesh.n_cells();
+        let mut system = Self {
+            matrix,
+            rhs: vec![0.0; n_cells],
+            mesh,
+            geometry,
+            schemes,
+            faces,
+            gradient,
+            slots,
+            bc: BoundaryCoeffs::default(),
+            gamma_mag_sf: vec![0.0; first],
+            explicit_rhs: vec![0.0; n_cells],
+            time: TimeScheme::SteadyState,
+            singular: None,
+            reference_diag: 0.0,
+        };
+        system.reassemble(problem)?;
+        Ok(system)
+    }
+
+    /// Re-assembles matrix values and the explicit right-hand side for new
+    /// physical data (Γ, sources, boundary values, time step); the pattern stays.
+    pub fn reassemble(&mut self, problem: &LaplacianProblem) -> Result<(), FvmError> {
+        let mesh = self.mesh;
+        let geometry = self.geometry;
+        BoundaryCondition::check(&problem.boundary, mesh)?;
+        if let TimeScheme::Euler { dt } = problem.time {
+            if !(dt.is_finite() && dt > 0.0) {
+                return Err(FvmError::invalid(format!(
+                    "time step is {dt}; it must be finite and positive"
+                )));
+            }
+        }
+        let policy = problem.singular;
+        if let Reference::Cell { cell, value } = policy.reference {
+            if cell >= mesh.n_cells() || !value.is_finite() {
+                return Err(FvmError::invalid(format!(
+                    "reference cell {cell} with value {value}: the cell must be below {} and the value finite",
+                    mesh.n_cells()
+                )));
+            }
+        }
+        if policy.tolerance.is_nan() || policy.tolerance < 0.0 {
+            return Err(FvmError::invalid(
+                "singular-problem tolerance must be non-negative",
+            ));
+        }
+        let centres = &geometry.cell_centres;
+        let gamma = problem.gamma.cell_values(centres, "gamma")?;
+        check_values(&gamma, true, |c| format!("gamma in cell {c}"))?;
+        let gamma_boundary = self.boundary_gamma(&problem.gamma, &gamma);
+        check_values(&gamma_boundary, true, |b| {
+            format!("gamma on boundary face {}", mesh.n_internal_faces() + b)
+        })?;
+        let source = problem.source.cell_values(centres, "source")?;
+        check_values(&source, false, |c| format!("source in cell {c}"))?;
+        self.bc = BoundaryCoeffs::new(&problem.boundary, mesh, &self.faces.patch_delta_coeffs);
+        self.time = problem.time;
+
+        let owner = mesh.owner();
+        let neighbour = mesh.neighbour();
+        let volumes = &geometry.cell_volumes;
+        let values = self.matrix.values_mut();
+        values.fill(0.0);
+        for f in 0..mesh.n_internal_faces() {
+            let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+            let gamma_f = self.schemes.gamma_interpolation.interpolate(
+                gamma[o],
+                gamma[n],
+                geometry.weights[f],
+            );
+            self.gamma_mag_sf[f] = gamma_f * self.faces.mag_sf[f];
+            let coeff = self.gamma_mag_sf[f] * self.faces.delta_coeffs[f];
+            values[self.slots.upper[f]] -= coeff;
+            values[self.slots.lower[f]] -= coeff;
+            values[self.slots.diagonal[o]] += coeff;
+            values[self.slots.diagonal[n]] += coeff;
+        }
+        for ((b, q), v) in self.explicit_rhs.iter_mut().zip(&source).zip(volumes) {
+            *b = q * v;
+        }
+        let first = mesh.n_internal_faces();
+        let mut any_implicit_boundary = false;
+        for (b, &gamma_b) in gamma_boundary.iter().enumerate() {
+            if !self.bc.active[b] {
+                continue;
+            }
+            let o = owner[first + b] as usize;
+            let gamma_mag_sf = gamma_b * self.faces.mag_sf[first + b];
+            let diag = -gamma_mag_sf * self.bc.gradient_internal[b];
+            any_implicit_boundary |= diag > 0.0;
+            values[self.slots.diagonal[o]] += diag;
+            self.explicit_rhs[o] += gamma_mag_sf * self.bc.gradient_boundary[b];
+        }
+        if let TimeScheme::Euler { dt } = self.time {
+            for (c, v) in volumes.iter().enumerate() {
+                values[self.slots.diagonal[c]] += v / dt;
+            }
+        }
+        self.singular =
+            (!any_implicit_boundary && self.time == TimeScheme::SteadyState).then_some(policy);
+        if let Some(SingularPolicy {
+            reference: Reference::Cell { cell, .. },
+            ..
+        }) = self.singular
+        {
+            let slot = self.slots.diagonal[cell];
+            self.reference_diag = values[slot];
+            values[slot] += self.reference_diag;
+        }
+        self.rhs.copy_from_slice(&self.explicit_rhs);
+        Ok(())
+    }
+
+    /// Γ on boundary faces: uniform value, owner cell value, or function at the face centre.
+    fn boundary_gamma(&self, field: &CellField, cell_gamma: &[f64]) -> Vec<f64> {
+        let first = self.mesh.n_internal_faces();
+        let owner = self.mesh.owner();
+        match field {
+            CellField::Function(f) => self
+                .geometry
+                .boundary_face_centres
+                .iter()
+                .map(|&c| f(c))
+                .collect(),
+            _ => (first..self.mesh.n_faces())
+                .map(|face| cell_gamma[owner[face] as usize])
+                .collect(),
+        }
+    }
+
+    /// Sets `rhs` for the current field `p` (used by the non-orthogonal
+    /// correction) and the old-time field `old` (required by Euler). For an
+    /// all-Neumann problem, checks consistency (or projects) and applies the
+    /// reference.
+    pub fn update_rhs(&mut self, p: &[f64], old: Option<&[f64]>) -> Result<(), FvmError> {
+        let n_cells = self.mesh.n_cells();
+        check_len(p, n_cells, "field")?;
+        self.rhs.copy_from_slice(&self.explicit_rhs);
+        if let TimeScheme::Euler { dt } = self.time {
+            let old = old
+                .ok_or_else(|| FvmError::invalid("the Euler time term needs the old-time field"))?;
+            check_len(old, n_cells, "old-time field")?;
+            for ((b, v), p0) in self
+                .rhs
+                .iter_mut()
+                .zip(&self.geometry.cell_volumes)
+                .zip(old)
+            {
+                *b += v / dt * p0;
+            }
+        }
+        if self.schemes.sn_grad.is_corrected() {
+            let flux = self.non_orth_correction(p);
+            let (owner, neighbour) = (self.mesh.owner(), self.mesh.neighbour());
+            for (f, flux) in flux.iter().enumerate() {
+                self.rhs[owner[f] as usize] += flux;
+                self.rhs[neighbour[f] as usize] -= flux;
+            }
+        }
+        if let Some(policy) = self.singular {
+            self.make_consistent(policy)?;
+            if let Reference::Cell { cell, value } = policy.reference {
+                self.rhs[cell] += self.reference_diag * value;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks Σb ≈ 0 for the singular matrix, or removes the sum as a uniform source.
+    fn make_consistent(&mut self, policy: SingularPolicy) -> Result<(), FvmError> {
+        let sum: f64 = self.rhs.iter().sum();
+        let scale: f64 = self.rhs.iter().map(|b| b.abs()).sum();
+        if policy.project {
+            let volumes = &self.geometry.cell_volumes;
+            let per_volume = sum / volumes.iter().sum::<f64>();
+            for (b, v) in self.rhs.iter_mut().zip(volumes) {
+                *b -= v * per_volume;
+            }
+        } else if sum.abs() > policy.tolerance * scale {
+            return Err(FvmError::InconsistentRhs {
+                sum,
+                scale,
+                tolerance: policy.tolerance,
+            });
+        }
+        Ok(())
+    }
+
+    /// Explicit non-orthogonal correction flux Γ_f|S_f|·λ_f·(k_f·∇p_f) of every
+    /// internal face (λ_f the `limited` limiter, else 1); empty for schemes
+    /// without correction. It adds to the owner's and subtracts from the
+    /// neighbour's right-hand side.
+    pub fn non_orth_correction(&self, p: &[f64]) -> Vec<f64> {
+        if !self.schemes.sn_grad.is_corrected() {
+            return Vec::new();
+        }
+        let grad = self.gradient(p);
+        let (owner, neighbour) = (self.mesh.owner(), self.mesh.neighbour());
+        let weights = &self.geometry.weights;
+        (0..self.mesh.n_internal_faces())
+            .map(|f| {
+                let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+                let face_grad = weights[f] * (grad[o] - grad[n]) + grad[n];
+                let mut correction = self.faces.correction_vectors[f].dot(&face_grad);
+                if let SnGradScheme::Limited(psi) = self.schemes.sn_grad {
+                    let uncorrected = self.faces.delta_coeffs[f] * (p[n] - p[o]);
+                    let limiter = (psi * uncorrected.abs()
+                        / ((1.0 - psi) * correction.abs() + SMALL))
+                        .min(1.0);
+                    correction *= limiter;
+                }
+                self.gamma_mag_sf[f] * correction
+            })
+            .collect()
+    }
+
+    /// Cell gradient of `p` by the system's gradient scheme and boundary conditions.
+    pub fn gradient(&self, p: &[f64]) -> Vec<Vec3> {
+        self.gradient.compute(self.mesh, self.geometry, &self.bc, p)
+    }
+
+    /// laplacianFoam's loop: `n_non_orth_correctors + 1` times, update the
+    /// right-hand side from the current `p` and solve into `p` (the solver is
+    /// called with the matrix, the right-hand side and `p` as initial guess).
+    /// `ZeroMean` singular problems are shifted to zero mean after each solve.
+    pub fn solve<F>(
+        &mut self,
+        p: &mut [f64],
+        old: Option<&[f64]>,
+        n_non_orth_correctors: usize,
+        mut solver: F,
+    ) -> Result<(), FvmError>
+    where
+        F: FnMut(&Csr, &[f64], &mut [f64]),
+    {
+        for _ in 0..=n_non_orth_correctors {
+            self.update_rhs(p, old)?;
+            solver(&self.matrix, &self.rhs, p);
+            if let Some(SingularPolicy {
+                reference: Reference::ZeroMean,
+                ..
+            }) = self.singular
+            {
+                let volumes = &self.geometry.cell_volumes;
+                let mean = p.iter().zip(volumes).map(|(p, v)| p * v).sum::<f64>()
+                    / volumes.iter().sum::<f64>();
+                p.iter_mut().for_each(|x| *x -= mean);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the matrix without reference is singular (all-Neumann steady problem).
+    pub fn is_singular(&self) -> bool {
+        self.singular.is_some()
+    }
+    pub fn slots(&self) -> &SlotMap {
+        &self.slots
+    }
+    pub fn schemes(&self) -> Schemes {
+        self.schemes
+    }
+    pub fn face_geometry(&self) -> &FaceGeometry {
+        &self.faces
+    }
+    pub fn boundary_coeffs(&self) -> &BoundaryCoeffs {
+        &self.bc
+    }
+    /// Γ_f|S_f| of every internal face.
+    pub fn gamma_mag_sf(&self) -> &[f64] {
+        &self.gamma_mag_sf
+    }
+    /// Right-hand side without old-time, non-orthogonal and reference terms:
+    /// q·V plus boundary contributions.
+    pub fn explicit_rhs(&self) -> &[f64] {
+        &self.explicit_rhs
+    }
+}
+
+fn check_len(v: &[f64], n: usize, what: &str) -> Result<(), FvmError> {
+    if v.len() != n {
+        return Err(FvmError::invalid(format!(
+            "{what} has {} values but the mesh has {n} cells",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+/// CSR pattern of the cell adjacency plus the diagonal, and the slot of every
+/// face coefficient. Two cells sharing several faces share one entry.
+fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
+    let (offsets, cell_faces) = mesh.cell_faces();
+    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+    let n_internal = mesh.n_internal_faces();
+    let mut row_ptr = Vec::with_capacity(mesh.n_cells() + 1);
+    row_ptr.push(0);
+    let mut cols = Vec::with_capacity(mesh.n_cells() + 2 * n_internal);
+    for c in 0..mesh.n_cells() {
+        let start = cols.len();
+        cols.push(c as u32);
+        for &f in &cell_faces[offsets[c] as usize..offsets[c + 1] as usize] {
+            let f = f as usize;
+            if f < n_internal {
+                cols.push(if owner[f] as usize == c {
+                    neighbour[f]
+                } else {
+                    owner[f]
+                });
+            }
+        }
+        cols[start..].sort_unstable();
+        let mut row = cols.split_off(start);
+        row.dedup();
+        cols.extend(row);
+        row_ptr.push(cols.len());
+    }
+    let nnz = cols.len();
+    let matrix =
+        Csr::new(mesh.n_cells(), row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
+    let slot = |r: u32, c: u32| {
+        matrix
+            .slot(r as usize, c as usize)
+            .expect("the pattern holds every face")
+    };
+    let slots = SlotMap {
+        diagonal: (0..mesh.n_cells() as u32).map(|c| slot(c, c)).collect(),
+        upper: (0..n_internal)
+            .map(|f| slot(owner[f], neighbour[f]))
+            .collect(),
+        lower: (0..n_internal)
+            .map(|f| slot(neighbour[f], owner[f]))
+            .collect(),
+    };
+    Ok((matrix, slots))
+}
