@@ -22,6 +22,7 @@
 
 use super::{create_dir_all, write_atomic, OutputError};
 use crate::mesh::{CellShape, Label, Mesh, Patch, Vec3};
+use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -247,10 +248,10 @@ impl<'m> VtkSeries<'m> {
 struct VtkCells {
     types: Vec<u8>,
     /// Cell `c` has the points `connectivity[offsets[c]..offsets[c + 1]]`.
-    connectivity: Vec<i64>,
+    connectivity: Vec<Label>,
     offsets: Vec<i64>,
     /// Face streams of the polyhedra: `n_faces, (n_points, points...)*` each.
-    faces: Vec<i64>,
+    faces: Vec<Label>,
     /// End of each cell's stream in `faces`, -1 for linear cells; both empty
     /// when there is no polyhedron (VTK's `faceoffsets` convention).
     face_offsets: Vec<i64>,
@@ -277,9 +278,7 @@ impl VtkCells {
             let cell_type = linear_cell(&faces, &mut order);
             if let Some(cell_type) = cell_type {
                 cells.types.push(cell_type);
-                cells
-                    .connectivity
-                    .extend(order.iter().map(|&p| i64::from(p)));
+                cells.connectivity.extend_from_slice(&order);
                 cells.face_offsets.push(-1);
             } else {
                 cells.types.push(VTK_POLYHEDRON);
@@ -287,13 +286,11 @@ impl VtkCells {
                 order.extend_from_slice(&faces.points);
                 order.sort_unstable();
                 order.dedup();
-                cells
-                    .connectivity
-                    .extend(order.iter().map(|&p| i64::from(p)));
-                cells.faces.push(faces.len() as i64);
+                cells.connectivity.extend_from_slice(&order);
+                cells.faces.push(faces.len() as Label);
                 for face in faces.iter() {
-                    cells.faces.push(face.len() as i64);
-                    cells.faces.extend(face.iter().map(|&p| i64::from(p)));
+                    cells.faces.push(face.len() as Label);
+                    cells.faces.extend_from_slice(face);
                 }
                 cells.face_offsets.push(cells.faces.len() as i64);
             }
@@ -426,7 +423,8 @@ fn matches_faces(faces: &OutwardFaces, order: &[Label], vtk_faces: &[&[usize]]) 
 struct PatchPolygons {
     /// Mesh points used by the patch, sorted.
     points: Vec<Label>,
-    connectivity: Vec<i64>,
+    /// Polygon points as positions in `points`.
+    connectivity: Vec<Label>,
     offsets: Vec<i64>,
 }
 
@@ -441,7 +439,7 @@ impl PatchPolygons {
         for face in faces() {
             connectivity.extend(
                 face.iter()
-                    .map(|&p| points.partition_point(|&q| q < p) as i64),
+                    .map(|&p| points.partition_point(|&q| q < p) as Label),
             );
             offsets.push(connectivity.len() as i64);
         }
@@ -453,11 +451,11 @@ impl PatchPolygons {
     }
 }
 
-fn write_unstructured(
+fn write_unstructured<'a>(
     path: &Path,
-    mesh: &Mesh,
-    cells: &VtkCells,
-    cell_fields: &[Field],
+    mesh: &'a Mesh,
+    cells: &'a VtkCells,
+    cell_fields: &[Field<'a>],
 ) -> Result<(), OutputError> {
     let mut file = AppendedFile::new("UnstructuredGrid");
     file.xml += &format!(
@@ -465,13 +463,13 @@ fn write_unstructured(
         mesh.n_points(),
         mesh.n_cells()
     );
-    file.points(mesh.points().iter());
+    file.points(mesh.points(), None);
     file.xml += "<Cells>\n";
-    file.array("connectivity", 1, cells.connectivity.iter().copied());
+    file.array("connectivity", 1, as_i64(&cells.connectivity));
     file.array("offsets", 1, cells.offsets[1..].iter().copied());
     file.array("types", 1, cells.types.iter().copied());
     if !cells.faces.is_empty() {
-        file.array("faces", 1, cells.faces.iter().copied());
+        file.array("faces", 1, as_i64(&cells.faces));
         file.array("faceoffsets", 1, cells.face_offsets.iter().copied());
     }
     file.xml += "</Cells>\n";
@@ -480,11 +478,11 @@ fn write_unstructured(
     file.write(path)
 }
 
-fn write_polygons(
+fn write_polygons<'a>(
     path: &Path,
-    mesh: &Mesh,
-    polygons: &PatchPolygons,
-    face_fields: &[Field],
+    mesh: &'a Mesh,
+    polygons: &'a PatchPolygons,
+    face_fields: &[Field<'a>],
 ) -> Result<(), OutputError> {
     let mut file = AppendedFile::new("PolyData");
     file.xml += &format!(
@@ -493,9 +491,9 @@ fn write_polygons(
         polygons.points.len(),
         polygons.offsets.len() - 1
     );
-    file.points(polygons.points.iter().map(|&p| &mesh.points()[p as usize]));
+    file.points(mesh.points(), Some(&polygons.points));
     file.xml += "<Polys>\n";
-    file.array("connectivity", 1, polygons.connectivity.iter().copied());
+    file.array("connectivity", 1, as_i64(&polygons.connectivity));
     file.array("offsets", 1, polygons.offsets[1..].iter().copied());
     file.xml += "</Polys>\n";
     file.cell_data(face_fields);
@@ -503,14 +501,32 @@ fn write_polygons(
     file.write(path)
 }
 
+fn as_i64(labels: &[Label]) -> impl ExactSizeIterator<Item = i64> + '_ {
+    labels.iter().map(|&p| i64::from(p))
+}
+
+/// The x, y, z of `points[i]` for each `i` in `ids`, or of all `points`.
+fn coordinates<'a>(
+    points: &'a [Vec3],
+    ids: Option<&'a [Label]>,
+) -> impl ExactSizeIterator<Item = f64> + 'a {
+    let n = ids.map_or(points.len(), <[_]>::len);
+    (0..3 * n).map(move |i| {
+        let p = ids.map_or(i / 3, |ids| ids[i / 3] as usize);
+        points[p][i % 3]
+    })
+}
+
 /// Number types of VTK data arrays.
 trait VtkNumber: Copy {
     const TYPE: &'static str;
+    const SIZE: usize;
     fn put(self, out: &mut Vec<u8>);
 }
 
 impl VtkNumber for f64 {
     const TYPE: &'static str = "Float64";
+    const SIZE: usize = 8;
     fn put(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes());
     }
@@ -518,6 +534,7 @@ impl VtkNumber for f64 {
 
 impl VtkNumber for i64 {
     const TYPE: &'static str = "Int64";
+    const SIZE: usize = 8;
     fn put(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes());
     }
@@ -525,23 +542,34 @@ impl VtkNumber for i64 {
 
 impl VtkNumber for u8 {
     const TYPE: &'static str = "UInt8";
+    const SIZE: usize = 1;
     fn put(self, out: &mut Vec<u8>) {
         out.push(self);
     }
 }
 
-/// A VTK XML file being assembled: its XML and the raw appended data that the
+/// Bytes encoded at a time while streaming an array to its file.
+const CHUNK_BYTES: usize = 1 << 16;
+
+/// Streams one data array's block (byte count, then the bytes) to a file.
+type Block<'a> = Box<dyn FnOnce(&mut dyn Write) -> std::io::Result<()> + 'a>;
+
+/// A VTK XML file being assembled: its XML, and the raw appended data that the
 /// data arrays point into (each block a UInt64 byte count, then the bytes).
-struct AppendedFile {
+/// The data are encoded while the file is written, not held in memory: a
+/// 10M-cell mesh's connectivity alone is 640 MB as Int64.
+struct AppendedFile<'a> {
     xml: String,
-    data: Vec<u8>,
+    blocks: Vec<Block<'a>>,
+    appended_bytes: u64,
 }
 
-impl AppendedFile {
+impl<'a> AppendedFile<'a> {
     fn new(kind: &str) -> Self {
         Self {
             xml: vtk_file_header(kind),
-            data: Vec::new(),
+            blocks: Vec::new(),
+            appended_bytes: 0,
         }
     }
 
@@ -549,37 +577,44 @@ impl AppendedFile {
         &mut self,
         name: &str,
         components: usize,
-        values: impl Iterator<Item = T>,
+        values: impl ExactSizeIterator<Item = T> + 'a,
     ) {
-        let offset = self.data.len();
         self.xml += &format!(
             "<DataArray type=\"{}\" Name=\"{}\" NumberOfComponents=\"{components}\" \
-             format=\"appended\" offset=\"{offset}\"/>\n",
+             format=\"appended\" offset=\"{}\"/>\n",
             T::TYPE,
-            escape(name)
+            escape(name),
+            self.appended_bytes
         );
-        self.data.extend_from_slice(&[0; 8]);
-        for v in values {
-            v.put(&mut self.data);
-        }
-        let n_bytes = (self.data.len() - offset - 8) as u64;
-        self.data[offset..offset + 8].copy_from_slice(&n_bytes.to_le_bytes());
+        let n_bytes = (values.len() * T::SIZE) as u64;
+        self.appended_bytes += 8 + n_bytes;
+        self.blocks.push(Box::new(move |out: &mut dyn Write| {
+            let mut chunk = Vec::with_capacity(CHUNK_BYTES + 8);
+            chunk.extend_from_slice(&n_bytes.to_le_bytes());
+            for v in values {
+                v.put(&mut chunk);
+                if chunk.len() >= CHUNK_BYTES {
+                    out.write_all(&chunk)?;
+                    chunk.clear();
+                }
+            }
+            out.write_all(&chunk)
+        }));
     }
 
-    fn points<'p>(&mut self, points: impl Iterator<Item = &'p Vec3>) {
+    /// The mesh points, or those listed in `ids`.
+    fn points(&mut self, points: &'a [Vec3], ids: Option<&'a [Label]>) {
         self.xml += "<Points>\n";
-        self.array("Points", 3, points.flat_map(|p| [p.x, p.y, p.z]));
+        self.array("Points", 3, coordinates(points, ids));
         self.xml += "</Points>\n";
     }
 
-    fn cell_data(&mut self, fields: &[Field]) {
+    fn cell_data(&mut self, fields: &[Field<'a>]) {
         self.xml += "<CellData>\n";
         for field in fields {
             match field.values {
                 FieldValues::Scalar(v) => self.array(field.name, 1, v.iter().copied()),
-                FieldValues::Vector(v) => {
-                    self.array(field.name, 3, v.iter().flat_map(|p| [p.x, p.y, p.z]))
-                }
+                FieldValues::Vector(v) => self.array(field.name, 3, coordinates(v, None)),
             }
         }
         self.xml += "</CellData>\n";
@@ -589,7 +624,9 @@ impl AppendedFile {
         write_atomic(path, |out| {
             out.write_all(self.xml.as_bytes())?;
             out.write_all(b"<AppendedData encoding=\"raw\">\n_")?;
-            out.write_all(&self.data)?;
+            for block in self.blocks {
+                block(&mut *out)?;
+            }
             out.write_all(b"\n</AppendedData>\n</VTKFile>\n")
         })
     }
@@ -820,7 +857,7 @@ mod tests {
     }
 
     /// The faces of each polyhedron in VTK's face stream, by cell.
-    fn polyhedron_faces(faces: &[i64], face_offsets: &[i64]) -> HashMap<usize, Vec<Vec<Label>>> {
+    fn polyhedron_faces(faces: &[Label], face_offsets: &[i64]) -> HashMap<usize, Vec<Vec<Label>>> {
         let mut start = 0;
         let mut out = HashMap::new();
         for (c, &end) in face_offsets.iter().enumerate() {
@@ -907,9 +944,9 @@ mod tests {
         }
     }
 
-    /// Six quadrilaterals that are not a hexahedron's faces (two cubes' worth of
-    /// faces cannot be made, so take the cube with two faces' points swapped
-    /// between them) must become a polyhedron, not a wrong hexahedron.
+    /// Six quadrilaterals over eight points that are not a hexahedron's faces
+    /// (the cube with point 3 of its bottom and point 5 of its top swapped)
+    /// must become a polyhedron, not a wrong hexahedron.
     #[test]
     fn quadrilateral_cell_that_is_not_a_hexahedron_is_a_polyhedron() {
         let (points, faces, owner, _, patches) = crate::mesh::tests::unit_cube().into_parts();
@@ -996,6 +1033,13 @@ mod tests {
                 .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
                 .collect()
         }
+
+        fn labels(&self, name: &str) -> Vec<Label> {
+            self.i64s(name)
+                .into_iter()
+                .map(|p| Label::try_from(p).unwrap())
+                .collect()
+        }
     }
 
     fn flat(v: &[Vec3]) -> Vec<f64> {
@@ -1064,9 +1108,9 @@ mod tests {
             assert_eq!(vtu.array("types", "UInt8", 1), cells.types);
             let read = VtkCells {
                 types: cells.types.clone(),
-                connectivity: vtu.i64s("connectivity"),
+                connectivity: vtu.labels("connectivity"),
                 offsets: [0].into_iter().chain(vtu.i64s("offsets")).collect(),
-                faces: vtu.i64s("faces"),
+                faces: vtu.labels("faces"),
                 face_offsets: vtu.i64s("faceoffsets"),
             };
             assert_eq!(read, cells);
