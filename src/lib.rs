@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod fvm;
+pub mod io;
 pub mod mesh;
 pub mod solve;
 pub mod sparse;

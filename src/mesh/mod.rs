@@ -451,7 +451,7 @@ fn check_face(f: usize, face: &[Label], n_points: usize) -> Result<(), MeshError
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// One unit cube cell with all six faces on patch "walls".
