@@ -455,15 +455,59 @@ fn check_opposite(
     }))
 }
 
-/// Refuses non-conformal interfaces: two unmatched faces that share a point, face
-/// opposite ways and overlap in one plane are the two sides of a hanging interface
-/// (a quad face meeting two triangles without a pyramid, or faces split by hanging
-/// nodes), not boundary.
+/// Refuses non-conformal interfaces, where unmatched faces are the two sides of an
+/// interface inside the mesh rather than boundary:
+/// - an unmatched triangle on three corners of an unmatched quad (a quad face meeting
+///   triangles without a pyramid between), found by point labels alone;
+/// - two unmatched faces that share a point, face opposite ways and overlap in one
+///   plane (faces split by hanging nodes; planar interfaces only).
 fn check_conformal(
     points: &[Vec3],
     faces: &CandidateFaces,
     unmatched: &[usize],
 ) -> Result<(), MeshError> {
+    let non_conformal = |f: usize, g: usize| {
+        MeshError::invalid(format!(
+            "non-conformal interface at {}: a face of {} overlaps a face of {} \
+             without matching it (hanging nodes, or a quad face against \
+             triangles without a pyramid); the mesh must be conformal",
+            fmt_point(face_centre_and_area(points, faces.points(f)).0),
+            faces.element(f),
+            faces.element(g)
+        ))
+    };
+    let mut triangles: Vec<([Label; 3], usize)> = unmatched
+        .iter()
+        .filter_map(|&f| match *faces.points(f) {
+            [a, b, c] => {
+                let mut key = [a, b, c];
+                key.sort_unstable();
+                Some((key, f))
+            }
+            _ => None,
+        })
+        .collect();
+    triangles.par_sort_unstable();
+    for &f in unmatched {
+        let quad = faces.points(f);
+        if quad.len() != 4 {
+            continue;
+        }
+        for skip in 0..4 {
+            let mut key = [0; 3];
+            for (slot, i) in key.iter_mut().zip((0..4).filter(|&i| i != skip)) {
+                *slot = quad[i];
+            }
+            key.sort_unstable();
+            let at = triangles.partition_point(|t| t.0 < key);
+            if let Some(&(k, g)) = triangles.get(at) {
+                if k == key {
+                    return Err(non_conformal(f, g));
+                }
+            }
+        }
+    }
+
     let geometry: Vec<(Vec3, Vec3)> = unmatched
         .par_iter()
         .map(|&f| face_centre_and_area(points, faces.points(f)))
@@ -488,15 +532,7 @@ fn check_conformal(
         for (k, &(_, i)) in group.iter().enumerate() {
             for &(_, j) in &group[k + 1..] {
                 if overlap(i as usize, j as usize) {
-                    let (f, g) = (unmatched[i as usize], unmatched[j as usize]);
-                    return Err(MeshError::invalid(format!(
-                        "non-conformal interface at {}: a face of {} overlaps a face of {} \
-                         without matching it (hanging nodes, or a quad face against \
-                         triangles without a pyramid); the mesh must be conformal",
-                        fmt_point(geometry[i as usize].0),
-                        faces.element(f),
-                        faces.element(g)
-                    )));
+                    return Err(non_conformal(unmatched[i as usize], unmatched[j as usize]));
                 }
             }
         }
@@ -743,6 +779,89 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "element 43 (tetrahedron) lists the point at (1, 0, 0) twice (collapsed element)"
+        );
+    }
+
+    type Grid = std::collections::HashMap<[u32; 3], Label>;
+
+    /// Hexahedra given as (lowest corner, edge length) in half units; points are shared
+    /// by coordinates and moved up by `lift(corner)`.
+    fn hexes(
+        blocks: &[([u32; 3], u32)],
+        lift: impl Fn([u32; 3]) -> f64,
+    ) -> (Vec<Vec3>, ElementList<ElementShape>, Grid) {
+        let mut grid = Grid::new();
+        let mut points = Vec::new();
+        let mut cells = ElementList::new();
+        for (e, &([x, y, z], size)) in blocks.iter().enumerate() {
+            let nodes: Vec<Label> = reference(ElementShape::Hexahedron)
+                .iter()
+                .map(|r| {
+                    let c = [
+                        x + size * r.x as u32,
+                        y + size * r.y as u32,
+                        z + size * r.z as u32,
+                    ];
+                    *grid.entry(c).or_insert_with(|| {
+                        let p = Vec3::new(c[0] as f64, c[1] as f64, c[2] as f64) / 2.0;
+                        points.push(p + Vec3::new(0.0, 0.0, lift(c)));
+                        points.len() as Label - 1
+                    })
+                })
+                .collect();
+            cells.push(ElementShape::Hexahedron, e as u64 + 1, &nodes);
+        }
+        (points, cells, grid)
+    }
+
+    /// One hexahedron under four of half its size: hanging nodes on a planar interface.
+    #[test]
+    fn hanging_nodes_are_refused() {
+        let small = [
+            ([0, 0, 2], 1),
+            ([1, 0, 2], 1),
+            ([0, 1, 2], 1),
+            ([1, 1, 2], 1),
+        ];
+        let (points, cells, _) = hexes(&small, |_| 0.0);
+        let conformal = mesh_from_elements(points, &cells, &ElementList::new(), vec![]).unwrap();
+        assert_eq!(conformal.n_internal_faces(), 4);
+        let mut blocks = small.to_vec();
+        blocks.push(([0, 0, 0], 2));
+        let (points, cells, _) = hexes(&blocks, |_| 0.0);
+        let err = mesh_from_elements(points, &cells, &ElementList::new(), vec![]).unwrap_err();
+        let err = err.to_string();
+        assert!(err.starts_with("non-conformal interface at"), "{err}");
+        assert!(err.contains("element 5 (hexahedron)"), "{err}");
+    }
+
+    /// Two tetrahedra on the warped top quad of a hexahedron, no pyramid between.
+    #[test]
+    fn quad_against_triangles_is_refused_on_warped_faces() {
+        let (mut points, mut cells, grid) =
+            hexes(
+                &[([0, 0, 0], 2)],
+                |c| if c == [2, 2, 2] { 0.2 } else { 0.0 },
+            );
+        points.push(Vec3::new(0.5, 0.5, 1.6));
+        let apex = points.len() as Label - 1;
+        let top = |x, y| grid[&[x, y, 2]];
+        cells.push(
+            ElementShape::Tetrahedron,
+            2,
+            &[top(0, 0), top(2, 0), top(2, 2), apex],
+        );
+        cells.push(
+            ElementShape::Tetrahedron,
+            3,
+            &[top(0, 0), top(2, 2), top(0, 2), apex],
+        );
+        let err = mesh_from_elements(points, &cells, &ElementList::new(), vec![]).unwrap_err();
+        let err = err.to_string();
+        assert!(err.starts_with("non-conformal interface at"), "{err}");
+        assert!(
+            err.contains("element 1 (hexahedron)") && err.contains("(tetrahedron)"),
+            "{err}"
         );
     }
 
