@@ -281,6 +281,14 @@ fn a_tiny_file_with_gaps_in_node_tags_loads() {
     assert_eq!(mesh.patches()[0].kind, PatchKind::Wall);
     assert_eq!(mesh.patches()[0].size, 6);
     assert!((total_volume(&mesh) - (1.0 / 6.0 + 1.0 / 3.0)).abs() < 1e-15);
+    // A boundary triangle on no physical surface goes to defaultFaces.
+    let untagged = parse(&TWO_TETS.replace("6 2 2 1 1 20 50 40", "6 2 2 0 1 20 50 40")).unwrap();
+    let sizes: Vec<(&str, usize)> = untagged
+        .patches()
+        .iter()
+        .map(|p| (p.name.as_str(), p.size))
+        .collect();
+    assert_eq!(sizes, [("walls", 5), ("defaultFaces", 1)]);
     // A mirrored (negative-volume) node order is reordered, not refused.
     let mirrored =
         parse(&TWO_TETS.replace("1 4 2 0 1 10 20 30 40", "1 4 2 0 1 10 30 20 40")).unwrap();

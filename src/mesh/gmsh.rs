@@ -9,7 +9,8 @@
 //!   are the cells, in file order; any other volume element type is an error;
 //! - triangles and quads of a physical surface (dimension 2) are tagged boundary
 //!   faces; the physical surface's name from `$PhysicalNames` (or `patch<tag>`) is
-//!   the patch name, patches ordered by physical tag. The patch kind is
+//!   the patch name, patches ordered by physical tag (physical surfaces of the same
+//!   name make one patch). The patch kind is
 //!   [`PatchKind::Wall`] when the name contains "wall" (any case), else
 //!   [`PatchKind::Patch`]. Boundary faces on no physical surface go to
 //!   `defaultFaces` (see [`super::cells`]);
@@ -192,15 +193,11 @@ struct MshReader<'a> {
     version: Version,
     /// Bytes of a binary `size_t`.
     size_t: usize,
-    physical_names: HashMap<(i32, i32), String>,
     /// (dimension, entity tag) -> physical tags (MSH 4.1).
     entity_physicals: HashMap<(i32, i32), Vec<i32>>,
     node_tags: Vec<u64>,
-    points: Vec<Vec3>,
     node_index: Option<NodeIndex>,
-    cells: ElementList<ElementShape>,
-    boundary: ElementList<u32>,
-    physical_volumes: BTreeMap<i32, usize>,
+    out: MshContents,
 }
 
 type Res<T> = Result<T, MeshError>;
@@ -215,14 +212,16 @@ impl<'a> MshReader<'a> {
             encoding: Encoding::Ascii,
             version: Version::V41,
             size_t: 8,
-            physical_names: HashMap::new(),
             entity_physicals: HashMap::new(),
             node_tags: Vec::new(),
-            points: Vec::new(),
             node_index: None,
-            cells: ElementList::new(),
-            boundary: ElementList::new(),
-            physical_volumes: BTreeMap::new(),
+            out: MshContents {
+                physical_names: HashMap::new(),
+                points: Vec::new(),
+                cells: ElementList::new(),
+                boundary: ElementList::new(),
+                physical_volumes: BTreeMap::new(),
+            },
         }
     }
 
@@ -389,13 +388,7 @@ impl<'a> MshReader<'a> {
         if self.node_index.is_none() {
             return Err(self.err("the file has no $Nodes section"));
         }
-        Ok(MshContents {
-            physical_names: self.physical_names,
-            points: self.points,
-            cells: self.cells,
-            boundary: self.boundary,
-            physical_volumes: self.physical_volumes,
-        })
+        Ok(self.out)
     }
 
     fn read_format(&mut self) -> Res<()> {
@@ -467,7 +460,7 @@ impl<'a> MshReader<'a> {
             if name.is_empty() {
                 return Err(self.err_at(line, format!("physical group {tag} has no name")));
             }
-            self.physical_names.insert((dim, tag), name.to_string());
+            self.out.physical_names.insert((dim, tag), name.to_string());
         }
         Ok(())
     }
@@ -511,12 +504,12 @@ impl<'a> MshReader<'a> {
             Version::V2 => {
                 let n = self.count("the number of nodes")?;
                 self.node_tags.reserve(n);
-                self.points.reserve(n);
+                self.out.points.reserve(n);
                 for _ in 0..n {
                     let tag = self.size("a node tag")?;
                     let p = self.point()?;
                     self.node_tags.push(tag);
-                    self.points.push(p);
+                    self.out.points.push(p);
                 }
             }
             Version::V41 => {
@@ -527,7 +520,7 @@ impl<'a> MshReader<'a> {
                 self.size("the minimum node tag")?;
                 self.size("the maximum node tag")?;
                 self.node_tags.reserve(n);
-                self.points.reserve(n);
+                self.out.points.reserve(n);
                 for _ in 0..n_blocks {
                     let dim = self.int("the entity dimension")?;
                     self.int("the entity tag")?;
@@ -545,7 +538,7 @@ impl<'a> MshReader<'a> {
                     let n_params = if parametric != 0 { dim.clamp(0, 3) } else { 0 };
                     for _ in 0..in_block {
                         let p = self.point()?;
-                        self.points.push(p);
+                        self.out.points.push(p);
                         for _ in 0..n_params {
                             self.double("a parametric coordinate")?;
                         }
@@ -625,16 +618,16 @@ impl<'a> MshReader<'a> {
     /// physical surface, or nothing.
     fn add_element(&mut self, etype: i32, tag: u64, nodes: &[Label], physicals: &[i32]) -> Res<()> {
         if let Some(shape) = volume_shape(etype) {
-            self.cells.push(shape, tag, nodes);
+            self.out.cells.push(shape, tag, nodes);
             for &p in physicals {
-                *self.physical_volumes.entry(p).or_default() += 1;
+                *self.out.physical_volumes.entry(p).or_default() += 1;
             }
         } else if etype == 2 || etype == 3 {
             for &p in physicals {
                 let p = u32::try_from(p).map_err(|_| {
                     self.err(format!("element {tag}: physical tag {p} is negative"))
                 })?;
-                self.boundary.push(p, tag, nodes);
+                self.out.boundary.push(p, tag, nodes);
             }
         }
         Ok(())
