@@ -7,6 +7,7 @@
 //! ordered so that its right-hand normal points from owner to neighbour, and
 //! out of the domain on the boundary.
 
+pub mod cells;
 mod error;
 pub mod generate;
 pub mod geometry;
@@ -15,6 +16,7 @@ pub mod ordering;
 pub mod polymesh;
 pub mod source;
 
+pub use cells::{mesh_from_elements, ElementList, ElementShape};
 pub use error::MeshError;
 pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};
