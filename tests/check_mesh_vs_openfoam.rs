@@ -26,14 +26,39 @@ impl Printed {
         Ok(Self { value, half_unit })
     }
 
-    /// Whether `ours` rounds to the printed value, allowing `abs_floor` (for
-    /// quantities that are rounding noise about zero) and 1e-12 relative (for
-    /// sums taken in a different order).
-    fn matches(&self, ours: f64, abs_floor: f64) -> bool {
-        let tol = self.half_unit.max(1e-12 * self.value.abs()).max(abs_floor);
+    /// Whether `ours` rounds to the printed value, give or take `slack`.
+    fn matches(&self, ours: f64, slack: Slack) -> bool {
+        let tol = self
+            .half_unit
+            .max(slack.rel * self.value.abs())
+            .max(slack.abs);
         (ours - self.value).abs() <= tol
     }
 }
+
+/// What a comparison allows beyond the printed precision.
+#[derive(Clone, Copy, Debug)]
+struct Slack {
+    rel: f64,
+    abs: f64,
+}
+
+/// Values computed face by face or cell by cell as OpenFOAM does: the geometry
+/// agrees with OpenFOAM's to 1e-14 relative (see `tests/polymesh.rs`), a few ulp.
+const EXACT: Slack = Slack {
+    rel: 1e-14,
+    abs: 0.0,
+};
+/// Skewness of faces that are not skewed at all is rounding noise (~1e-14).
+const SKEWNESS: Slack = Slack {
+    rel: 1e-14,
+    abs: 1e-12,
+};
+/// Sums over the mesh, taken in parallel in another order than OpenFOAM's.
+const SUM: Slack = Slack {
+    rel: 1e-12,
+    abs: 0.0,
+};
 
 /// The numbers of a `checkMesh` log (default options).
 #[derive(Debug, Default)]
@@ -49,6 +74,8 @@ struct CheckMeshLog {
     patches: Vec<(String, usize, usize)>,
     bounding_box: Vec<Printed>,
     solution_directions: Option<[bool; 3]>,
+    boundary_openness: Vec<Printed>,
+    max_cell_openness: Option<Printed>,
     max_aspect_ratio: Option<Printed>,
     min_face_area: Option<Printed>,
     max_face_area: Option<Printed>,
@@ -119,7 +146,13 @@ impl CheckMeshLog {
                 continue;
             }
             match section {
-                "shapes" if !line.starts_with("        ") => {
+                // Polyhedra by face count follow the shape counts (skipped).
+                "shapes" if trimmed.starts_with("Breakdown") => {
+                    section = "breakdown";
+                    continue;
+                }
+                "breakdown" => continue,
+                "shapes" => {
                     if let Some((name, k)) = trimmed.split_once(':') {
                         log.shapes.push((name.to_string(), count(k, n)?));
                     }
@@ -155,6 +188,10 @@ impl CheckMeshLog {
                 }
                 log.solution_directions =
                     Some([d[0].value > 0.0, d[1].value > 0.0, d[2].value > 0.0]);
+            } else if let Some(v) = after(line, "Boundary openness") {
+                log.boundary_openness = vectors(v, digits).map_err(|e| format!("line {n}: {e}"))?;
+            } else if let Some(v) = after(line, "Max cell openness = ") {
+                log.max_cell_openness = Some(num(v.trim_end_matches("OK."))?);
             } else if let Some(v) = after(line, "Max aspect ratio = ") {
                 log.max_aspect_ratio = Some(num(v.trim_end_matches("OK."))?);
             } else if let Some(v) = after(line, "Minimum face area = ") {
@@ -241,66 +278,72 @@ impl CheckMeshLog {
                 .bounding_box
                 .iter()
                 .zip(ours_box)
-                .any(|(l, o)| !l.matches(o, 0.0))
+                .any(|(l, o)| !l.matches(o, EXACT))
         {
             out.push(format!(
                 "bounding box: checkMesh {:?}, ours {ours_box:?}",
                 self.bounding_box
             ));
         }
-        let mut close =
-            |what: &str, log: Option<Printed>, ours: Option<f64>, abs_floor: f64| match (log, ours)
-            {
-                (Some(l), Some(o)) if l.matches(o, abs_floor) => {}
+        for (what, log, ours, slack) in [
+            (
+                "faces per cell",
+                self.faces_per_cell,
+                Some(r.faces_per_cell()),
+                EXACT,
+            ),
+            (
+                "max cell openness",
+                self.max_cell_openness,
+                Some(r.max_cell_openness),
+                EXACT,
+            ),
+            (
+                "max aspect ratio",
+                self.max_aspect_ratio,
+                Some(r.max_aspect_ratio),
+                EXACT,
+            ),
+            (
+                "min face area",
+                self.min_face_area,
+                Some(r.min_face_area),
+                EXACT,
+            ),
+            (
+                "max face area",
+                self.max_face_area,
+                Some(r.max_face_area),
+                EXACT,
+            ),
+            ("min volume", self.min_volume, Some(r.min_volume), EXACT),
+            ("max volume", self.max_volume, Some(r.max_volume), EXACT),
+            ("total volume", self.total_volume, Some(r.total_volume), SUM),
+            (
+                "max non-orthogonality",
+                self.max_non_orthogonality,
+                r.max_non_orthogonality,
+                EXACT,
+            ),
+            (
+                "avg non-orthogonality",
+                self.avg_non_orthogonality,
+                r.avg_non_orthogonality,
+                SUM,
+            ),
+            (
+                "max skewness",
+                self.max_skewness,
+                Some(r.max_skewness),
+                SKEWNESS,
+            ),
+        ] {
+            match (log, ours) {
+                (Some(l), Some(o)) if l.matches(o, slack) => {}
                 (None, None) => {}
                 _ => out.push(format!("{what}: checkMesh {log:?}, ours {ours:?}")),
-            };
-        close(
-            "faces per cell",
-            self.faces_per_cell,
-            Some(r.faces_per_cell()),
-            0.0,
-        );
-        close(
-            "max aspect ratio",
-            self.max_aspect_ratio,
-            Some(r.max_aspect_ratio),
-            0.0,
-        );
-        close(
-            "min face area",
-            self.min_face_area,
-            Some(r.min_face_area),
-            0.0,
-        );
-        close(
-            "max face area",
-            self.max_face_area,
-            Some(r.max_face_area),
-            0.0,
-        );
-        close("min volume", self.min_volume, Some(r.min_volume), 0.0);
-        close("max volume", self.max_volume, Some(r.max_volume), 0.0);
-        close("total volume", self.total_volume, Some(r.total_volume), 0.0);
-        // Orthogonal faces give angles of rounding noise (acos of 1 - 1e-16 ~ 1e-6 deg).
-        close(
-            "max non-orthogonality",
-            self.max_non_orthogonality,
-            r.max_non_orthogonality,
-            1e-5,
-        );
-        close(
-            "avg non-orthogonality",
-            self.avg_non_orthogonality,
-            r.avg_non_orthogonality,
-            1e-5,
-        );
-        close(
-            "max skewness",
-            self.max_skewness,
-            Some(r.max_skewness),
-            1e-10,
-        );
+            }
+        }
         if self.mesh_ok != Some(r.is_ok()) {
             out.push(format!(
                 "verdict: checkMesh OK {:?}, ours failed {:?}",
@@ -347,6 +390,11 @@ fn parses_check_mesh_logs() {
     let values = |p: &[Printed]| p.iter().map(|p| p.value).collect::<Vec<_>>();
     assert_eq!(values(&log.bounding_box), [0.0, 0.0, 0.0, 1.4, 1.2, 1.2]);
     assert_eq!(log.solution_directions, Some([true; 3]));
+    assert_eq!(
+        values(&log.boundary_openness),
+        [-6.09366e-17, -2.15523e-17, -1.64208e-17]
+    );
+    assert_eq!(log.max_cell_openness.unwrap().value, 1.61578e-16);
     let v = |p: Option<Printed>| p.unwrap().value;
     assert_eq!(v(log.faces_per_cell), 6.0);
     assert_eq!(v(log.max_aspect_ratio), 2.75187);
@@ -367,7 +415,7 @@ fn parses_check_mesh_logs() {
     // 6 digits: 1.16433 stands for [1.164325, 1.164335].
     let total = log.total_volume.unwrap();
     assert!((total.half_unit - 5e-6).abs() < 1e-18);
-    assert!(total.matches(1.1643333, 0.0) && !total.matches(1.16434, 0.0));
+    assert!(total.matches(1.1643333, EXACT) && !total.matches(1.16434, EXACT));
 
     let log17 = read_log(&data("checkMesh_skew3d_precision17.log"));
     let total17 = log17.total_volume.unwrap();
@@ -380,7 +428,7 @@ fn parses_check_mesh_logs() {
         (log.max_non_orthogonality, log17.max_non_orthogonality),
         (log.max_skewness, log17.max_skewness),
     ] {
-        assert!(a.unwrap().matches(b.unwrap().value, 0.0), "{a:?} {b:?}");
+        assert!(a.unwrap().matches(b.unwrap().value, EXACT), "{a:?} {b:?}");
     }
 }
 

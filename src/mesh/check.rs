@@ -6,7 +6,7 @@
 //! inverted cells: a bad mesh is measured and its faults counted.
 
 use super::geometry::{ROOTVSMALL, VSMALL};
-use super::{CellShape, Geometry, Mesh, PatchKind, Vec3};
+use super::{CellShape, Geometry, Label, Mesh, PatchKind, Vec3};
 use rayon::prelude::*;
 use std::fmt;
 
@@ -114,7 +114,7 @@ impl MeshReport {
             max_volume: cells.max_volume,
             total_volume: cells.total_volume,
             n_negative_volume_cells: cells.n_negative_volume,
-            max_non_orthogonality: (faces.n_internal > 0).then(|| cos_to_degrees(faces.min_cos)),
+            max_non_orthogonality: (faces.n_internal > 0).then_some(faces.max_non_orth),
             avg_non_orthogonality: (faces.n_internal > 0)
                 .then(|| cos_to_degrees(faces.sum_cos / faces.n_internal as f64)),
             n_severely_non_orthogonal: faces.n_severe_non_orth,
@@ -221,13 +221,13 @@ fn patch_summaries(mesh: &Mesh) -> Vec<PatchSummary> {
         .collect()
 }
 
-/// `checkClosedBoundary`: Σ Sf / Σ |Sf| over all boundary faces.
+/// `checkClosedBoundary`: Σ Sf / Σ |Sf| over all boundary faces. Summed in face
+/// order, like OpenFOAM, so the rounding noise printed for a closed mesh is the same.
 fn boundary_openness(mesh: &Mesh, geom: &Geometry) -> Vec3 {
     let boundary = &geom.face_area_vectors[mesh.n_internal_faces()..];
-    let (sum, sum_mag) = boundary
-        .par_iter()
-        .map(|s| (*s, s.norm()))
-        .reduce(|| (Vec3::zeros(), 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let (sum, sum_mag) = boundary.iter().fold((Vec3::zeros(), 0.0), |(sum, mag), s| {
+        (sum + s, mag + s.norm())
+    });
     sum / (sum_mag + VSMALL)
 }
 
@@ -295,17 +295,19 @@ fn cell_stats(mesh: &Mesh, geom: &Geometry, solved: [bool; 3]) -> CellStats {
             // `CellShape::ALL` lists the shapes in declaration order.
             acc.shape_counts[shape as usize] += 1;
 
+            // Owned faces first, then neighbour faces, each in face order: OpenFOAM's
+            // summation order, so even the rounding noise of closed cells matches.
+            // The area vector points out of the owner and into the neighbour.
+            let owned = |&&f: &&Label| owner[f as usize] as usize == c;
             let mut sum = Vec3::zeros();
             let mut sum_mag = Vec3::zeros();
-            for &f in faces {
-                let s = areas[f as usize];
-                // The area vector points out of the owner and into the neighbour.
-                if owner[f as usize] as usize == c {
-                    sum += s;
-                } else {
-                    sum -= s;
-                }
-                sum_mag += s.abs();
+            for &f in faces.iter().filter(owned) {
+                sum += areas[f as usize];
+                sum_mag += areas[f as usize].abs();
+            }
+            for &f in faces.iter().filter(|f| !owned(f)) {
+                sum -= areas[f as usize];
+                sum_mag += areas[f as usize].abs();
             }
             let openness = (0..3)
                 .map(|i| sum[i].abs() / (sum_mag[i] + ROOTVSMALL))
@@ -339,8 +341,8 @@ struct FaceStats {
     max_area: f64,
     n_zero_area: usize,
     n_internal: usize,
-    /// Smallest and summed cosine between Sf and the owner-neighbour vector.
-    min_cos: f64,
+    /// Largest angle between Sf and the owner-neighbour vector, and the sum of its cosines.
+    max_non_orth: f64,
     sum_cos: f64,
     n_severe_non_orth: usize,
     n_non_orth_errors: usize,
@@ -356,7 +358,7 @@ impl FaceStats {
             max_area: f64::NEG_INFINITY,
             n_zero_area: 0,
             n_internal: 0,
-            min_cos: f64::INFINITY,
+            max_non_orth: 0.0,
             sum_cos: 0.0,
             n_severe_non_orth: 0,
             n_non_orth_errors: 0,
@@ -372,7 +374,7 @@ impl FaceStats {
             max_area: self.max_area.max(o.max_area),
             n_zero_area: self.n_zero_area + o.n_zero_area,
             n_internal: self.n_internal + o.n_internal,
-            min_cos: self.min_cos.min(o.min_cos),
+            max_non_orth: self.max_non_orth.max(o.max_non_orth),
             sum_cos: self.sum_cos + o.sum_cos,
             n_severe_non_orth: self.n_severe_non_orth + o.n_severe_non_orth,
             n_non_orth_errors: self.n_non_orth_errors + o.n_non_orth_errors,
@@ -406,9 +408,10 @@ fn face_stats(mesh: &Mesh, geom: &Geometry) -> FaceStats {
                 let nei = geom.cell_centres[mesh.neighbour()[f] as usize];
                 acc.n_negative_pyramids += usize::from(sf.dot(&(nei - cf)) / 3.0 < -SMALL);
 
-                let cos = geom.non_orthogonality(mesh, f).to_radians().cos();
+                let angle = geom.non_orthogonality(mesh, f);
+                let cos = angle.to_radians().cos();
                 acc.n_internal += 1;
-                acc.min_cos = acc.min_cos.min(cos);
+                acc.max_non_orth = acc.max_non_orth.max(angle);
                 acc.sum_cos += cos;
                 if cos < severe_cos {
                     if cos > SMALL {
@@ -659,7 +662,7 @@ impl fmt::Display for MeshReport {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::mesh::{mesh_from_unordered_faces, FaceList, FaceSide, Label};
+    use crate::mesh::{mesh_from_unordered_faces, FaceList, FaceSide};
 
     /// A block of `n` hexahedra whose corner `(i, j, k)` lies at `point([i, j, k])`.
     /// Patches `xmin, xmax, ymin, ymax, zmin, zmax` get `kinds[..]`.
