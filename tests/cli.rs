@@ -135,3 +135,47 @@ fn converted_mesh_reads_back_the_same() {
         std::fs::remove_dir_all(&case).unwrap();
     }
 }
+
+/// A unit cube whose faces all point inward: one inverted cell. check-mesh
+/// measures it and fails (exit code 1) rather than refusing to load it.
+#[test]
+fn inverted_mesh_fails_the_checks() {
+    use fvpoisson::mesh::{polymesh, FaceList, Mesh, Patch, PatchKind, Vec3};
+    let points = (0..8)
+        .map(|i| Vec3::new((i & 1) as f64, ((i >> 1) & 1) as f64, (i >> 2) as f64))
+        .collect();
+    // Each face listed with its normal pointing into the cube.
+    let inward = vec![
+        0, 1, 3, 2, // z = 0
+        4, 6, 7, 5, // z = 1
+        0, 4, 5, 1, // y = 0
+        2, 3, 7, 6, // y = 1
+        0, 2, 6, 4, // x = 0
+        1, 5, 7, 3, // x = 1
+    ];
+    let faces = FaceList::uniform(4, inward).unwrap();
+    let patches = vec![Patch {
+        name: "walls".into(),
+        kind: PatchKind::Wall,
+        start: 0,
+        size: 6,
+    }];
+    let mesh = Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap();
+    let case = scratch("inverted_cube");
+    let dir = case.join("constant/polyMesh");
+    std::fs::create_dir_all(&dir).unwrap();
+    polymesh::write_polymesh(&mesh, &dir, polymesh::FoamFormat::Ascii, false).unwrap();
+    let o = fvpoisson(&["check-mesh", case.to_str().unwrap()]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(text.contains("Min volume = -1."), "{text}");
+    assert!(
+        text.contains("Number of negative volume cells: 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("***Error in face pyramids: 6 faces"),
+        "{text}"
+    );
+    assert!(text.ends_with("\nFailed 3 mesh checks.\n"), "{text}");
+}

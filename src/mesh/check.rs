@@ -922,22 +922,28 @@ pub(crate) mod tests {
         assert_eq!(format_vector(&Vec3::new(0.1, 0.0, -2.0)), "(0.1 0 -2)");
     }
 
-    /// Timing on a large block: `cargo test --release --lib check::tests::large -- --ignored --nocapture`.
+    /// Timing on a large block (edge `FVPOISSON_CHECK_EDGE` cells, default 100):
+    /// `cargo test --release --lib check::tests::large -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn large_block_timing() {
-        let n = 100;
+        let n = std::env::var("FVPOISSON_CHECK_EDGE").map_or(100, |v| v.parse().unwrap());
+        let start = std::time::Instant::now();
         let mesh = hex_block([n, n, n], WALLS, |c| {
             let w = (c[0] * 7 + c[1] * 13 + c[2] * 29) % 11;
             Vec3::new(c[0] as f64, c[1] as f64, c[2] as f64) + Vec3::repeat(0.02 * w as f64)
         });
-        let start = std::time::Instant::now();
-        let r = MeshReport::new(&mesh);
         eprintln!(
-            "{} cells: {:.2} s",
-            r.n_cells,
+            "built {} cells in {:.2} s",
+            mesh.n_cells(),
             start.elapsed().as_secs_f64()
         );
+        let start = std::time::Instant::now();
+        let geom = Geometry::compute(&mesh);
+        eprintln!("geometry: {:.2} s", start.elapsed().as_secs_f64());
+        let start = std::time::Instant::now();
+        let r = MeshReport::with_geometry(&mesh, &geom);
+        eprintln!("report: {:.2} s", start.elapsed().as_secs_f64());
         assert!(r.is_ok(), "{r}");
     }
 }

@@ -13,9 +13,7 @@ pub struct BoxSpec {
 impl FromStr for BoxSpec {
     type Err = MeshError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Err(MeshError::invalid(format!(
-            "box generator is not built yet: {s}"
-        )))
+        Err(MeshError::invalid(format!("box generator is not built yet: {s}")))
     }
 }
 
