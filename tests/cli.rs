@@ -168,7 +168,7 @@ fn inverted_mesh_fails_the_checks() {
     let o = fvpoisson(&["check-mesh", case.to_str().unwrap()]);
     let text = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
-    assert!(text.contains("Min volume = -1."), "{text}");
+    assert!(text.contains("Minimum negative volume: -1,"), "{text}");
     assert!(
         text.contains("Number of negative volume cells: 1"),
         "{text}"

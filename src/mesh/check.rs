@@ -585,30 +585,39 @@ impl fmt::Display for MeshReport {
                 g(self.max_aspect_ratio)
             )?;
         }
-        let areas = format!(
-            "Minimum face area = {}. Maximum face area = {}.",
-            g(self.min_face_area),
-            g(self.max_face_area)
-        );
+        // Failures are worded as checkMesh words them; the count of faulty
+        // entities is ours.
         if self.n_zero_area_faces > 0 {
             writeln!(
                 out,
-                " ***Zero or negative face area detected. {areas}  Number of such faces: {}",
+                " ***Zero or negative face area detected.  Minimum area: {}, number of such faces: {}",
+                g(self.min_face_area),
                 self.n_zero_area_faces
             )?;
         } else {
-            writeln!(out, "    {areas}  Face area magnitudes OK.")?;
+            writeln!(
+                out,
+                "    Minimum face area = {}. Maximum face area = {}.  Face area magnitudes OK.",
+                g(self.min_face_area),
+                g(self.max_face_area)
+            )?;
         }
-        let volumes = format!(
-            "Min volume = {}. Max volume = {}.  Total volume = {}.",
-            g(self.min_volume),
-            g(self.max_volume),
-            g(self.total_volume)
-        );
         if self.n_negative_volume_cells > 0 {
-            writeln!(out, " ***Zero or negative cell volume detected. {volumes}  Number of negative volume cells: {}", self.n_negative_volume_cells)?;
+            writeln!(
+                out,
+                " ***Zero or negative cell volume detected.  Minimum negative volume: {}, \
+                 Number of negative volume cells: {}",
+                g(self.min_volume),
+                self.n_negative_volume_cells
+            )?;
         } else {
-            writeln!(out, "    {volumes}  Cell volumes OK.")?;
+            writeln!(
+                out,
+                "    Min volume = {}. Max volume = {}.  Total volume = {}.  Cell volumes OK.",
+                g(self.min_volume),
+                g(self.max_volume),
+                g(self.total_volume)
+            )?;
         }
         if let (Some(max), Some(avg)) = (self.max_non_orthogonality, self.avg_non_orthogonality) {
             writeln!(
