@@ -1,15 +1,22 @@
 //! Command-line interface: `fvpoisson <command>`.
+//!
+//! Exit codes: 0 success, 1 the mesh fails a quality check, 2 an error
+//! (unreadable input, bad arguments), printed as `error: ...` with its causes.
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
-
+use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use crate::sparse::mtx;
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "fvpoisson", version, about = "Finite-volume pressure-Poisson solver for unstructured meshes")]
+#[command(
+    name = "fvpoisson",
+    version,
+    about = "Finite-volume pressure-Poisson solver for unstructured meshes"
+)]
 struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "info")]
@@ -18,11 +25,56 @@ struct Cli {
     command: Command,
 }
 
+/// Where a mesh comes from, as every command takes it.
+const SOURCE_HELP: &str = "Mesh source: an OpenFOAM case or constant/polyMesh directory, \
+    a Gmsh .msh file, or a generator spec like box:64x64x64:tet:perturb=0.2";
+
 #[derive(Subcommand)]
 enum Command {
+    /// Loads a mesh and reports its size and quality like OpenFOAM's checkMesh
+    /// (exit code 1 when a check fails).
+    CheckMesh {
+        #[arg(help = SOURCE_HELP)]
+        source: String,
+    },
+    /// Writes a mesh as OUT_CASE/constant/polyMesh, with a minimal system/ so that
+    /// OpenFOAM tools and ParaView open the case.
+    ConvertMesh {
+        #[arg(help = SOURCE_HELP)]
+        source: String,
+        /// OpenFOAM case directory to write (created if missing).
+        out_case: PathBuf,
+        /// Encoding of the polyMesh files.
+        #[arg(long, value_enum, default_value_t = Format::Ascii)]
+        format: Format,
+        /// Gzip the polyMesh files.
+        #[arg(long)]
+        compress: bool,
+    },
     /// Solve A x = b for a symmetric positive definite Matrix Market matrix with PCG.
     SolveMatrix(SolveMatrixArgs),
 }
+
+/// `--format` values.
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Ascii,
+    Binary,
+}
+
+impl From<Format> for polymesh::FoamFormat {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Ascii => Self::Ascii,
+            Format::Binary => Self::Binary,
+        }
+    }
+}
+
+/// Exit code of a mesh that fails a quality check.
+const EXIT_CHECK_FAILED: i32 = 1;
+/// Exit code of any error.
+const EXIT_ERROR: i32 = 2;
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
@@ -31,15 +83,19 @@ pub fn main() -> i32 {
         .format_timestamp(None)
         .init();
     let result = match cli.command {
-        Command::SolveMatrix(args) => solve_matrix(args),
+        Command::CheckMesh { source } => check_mesh(&source),
+        Command::ConvertMesh {
+            source,
+            out_case,
+            format,
+            compress,
+        } => convert_mesh(&source, &out_case, format.into(), compress).map(|()| 0),
+        Command::SolveMatrix(args) => solve_matrix(args).map(|()| 0),
     };
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            1
-        }
-    }
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {}", error_chain(&e));
+        EXIT_ERROR
+    })
 }
 
 #[derive(Args)]
@@ -109,4 +165,115 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         println!("solution written to {}", out.display());
     }
     Ok(())
+}
+
+/// The error and its causes on one line, skipping a cause whose text the
+/// previous message already contains (`MeshError::Io` prints its source).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if !out.contains(&msg) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&msg);
+        }
+    }
+    out
+}
+
+fn load_mesh(spec: &str) -> anyhow::Result<mesh::Mesh> {
+    let start = Instant::now();
+    let source =
+        MeshSource::parse(spec).with_context(|| format!("cannot use the mesh source '{spec}'"))?;
+    let mesh = source
+        .load()
+        .with_context(|| format!("cannot load the mesh '{spec}'"))?;
+    log::info!(
+        "loaded {spec}: {} cells, {} faces, {} points in {:.2} s",
+        mesh.n_cells(),
+        mesh.n_faces(),
+        mesh.n_points(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(mesh)
+}
+
+fn check_mesh(spec: &str) -> anyhow::Result<i32> {
+    let mesh = load_mesh(spec)?;
+    let start = Instant::now();
+    let geometry = Geometry::compute(&mesh);
+    let report = MeshReport::with_geometry(&mesh, &geometry);
+    log::info!("checked the mesh in {:.2} s", start.elapsed().as_secs_f64());
+    print!("{report}");
+    Ok(if report.is_ok() { 0 } else { EXIT_CHECK_FAILED })
+}
+
+fn convert_mesh(
+    spec: &str,
+    out_case: &Path,
+    format: polymesh::FoamFormat,
+    compress: bool,
+) -> anyhow::Result<()> {
+    let mesh = load_mesh(spec)?;
+    let dir = out_case.join("constant").join("polyMesh");
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    let start = Instant::now();
+    polymesh::write_polymesh(&mesh, &dir, format, compress)
+        .with_context(|| format!("cannot write the mesh to {}", dir.display()))?;
+    write_case_skeleton(out_case)?;
+    log::info!(
+        "wrote {} in {:.2} s",
+        dir.display(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// OpenFOAM tools need `system/controlDict` (checkMesh) and `fvSchemes`/`fvSolution`
+/// (anything building an fvMesh); ParaView's reader opens a `<case>.foam` file.
+/// Existing files are kept: the case may already hold a set-up.
+fn write_case_skeleton(case: &Path) -> anyhow::Result<()> {
+    let system = case.join("system");
+    std::fs::create_dir_all(&system)
+        .with_context(|| format!("cannot create the directory {}", system.display()))?;
+    let control = "startFrom       startTime;\nstartTime       0;\nstopAt          endTime;\n\
+                   endTime         1;\ndeltaT          1;\nwriteControl    timeStep;\n\
+                   writeInterval   1;\n";
+    let schemes = "ddtSchemes { default steadyState; }\ngradSchemes { default Gauss linear; }\n\
+                   divSchemes { default none; }\nlaplacianSchemes { default Gauss linear corrected; }\n\
+                   interpolationSchemes { default linear; }\nsnGradSchemes { default corrected; }\n";
+    let files = [
+        (
+            system.join("controlDict"),
+            foam_dictionary("controlDict", control),
+        ),
+        (
+            system.join("fvSchemes"),
+            foam_dictionary("fvSchemes", schemes),
+        ),
+        (system.join("fvSolution"), foam_dictionary("fvSolution", "")),
+    ];
+    let case_name = case
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "case".into());
+    let paraview = (case.join(format!("{case_name}.foam")), String::new());
+    for (path, text) in files.into_iter().chain([paraview]) {
+        if !path.exists() {
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn foam_dictionary(object: &str, body: &str) -> String {
+    format!(
+        "FoamFile\n{{\n    version     2.0;\n    format      ascii;\n    class       dictionary;\n    \
+         location    \"system\";\n    object      {object};\n}}\n\n{body}"
+    )
 }

@@ -8,6 +8,7 @@
 //! out of the domain on the boundary.
 
 pub mod cells;
+pub mod check;
 mod error;
 pub mod generate;
 pub mod geometry;
@@ -17,6 +18,7 @@ pub mod polymesh;
 pub mod source;
 
 pub use cells::{mesh_from_elements, ElementList, ElementShape};
+pub use check::MeshReport;
 pub use error::MeshError;
 pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};

@@ -1,0 +1,181 @@
+//! The `fvpoisson` binary run as a user runs it: exit codes, messages, reports.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fvpoisson(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the fvpoisson binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh directory for one test's output.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let o = fvpoisson(&["--help"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert!(
+        text.contains("check-mesh") && text.contains("convert-mesh"),
+        "{text}"
+    );
+    let o = fvpoisson(&["convert-mesh", "--help"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("--compress"));
+}
+
+#[test]
+fn missing_path_is_an_error_naming_it() {
+    let o = fvpoisson(&["check-mesh", "no/such/case"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error: ") && err.contains("no/such/case"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn directory_without_a_mesh_is_an_error_naming_it() {
+    let dir = scratch("empty_case");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = fvpoisson(&["check-mesh", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: ") && err.contains("empty_case"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_generator_spec_is_an_error() {
+    let o = fvpoisson(&["check-mesh", "box:4xZx4"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: ") && err.contains("box:4xZx4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_format_is_a_usage_error() {
+    let o = fvpoisson(&["convert-mesh", "box:2x2x2", "out", "--format", "hdf5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("hdf5"));
+}
+
+// The tests below need the box generator and the polyMesh reader/writer
+// (other branches) and the committed meshes under meshes/foam.
+
+#[test]
+fn check_mesh_of_a_generated_box() {
+    let o = fvpoisson(&["check-mesh", "box:4x4x4"]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
+    assert!(text.contains("    cells:            64\n"), "{text}");
+    assert!(text.contains("    hexahedra:     64\n"), "{text}");
+    assert!(text.ends_with("\nMesh OK.\n"), "{text}");
+}
+
+#[test]
+fn check_mesh_of_the_cavity_case() {
+    let o = fvpoisson(&["check-mesh", "meshes/foam/cavity"]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
+    for line in [
+        "    points:           882\n",
+        "    internal faces:   760\n",
+        "    hexahedra:     400\n",
+        "Overall domain bounding box (0 0 0) (0.1 0.1 0.01)",
+        "Mesh has 2 solution (non-empty) directions (1 1 0)",
+        "Min volume = 2.5e-07. Max volume = 2.5e-07.  Total volume = 0.0001.  Cell volumes OK.",
+        "\nMesh OK.\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[test]
+fn converted_mesh_reads_back_the_same() {
+    let case = scratch("converted_box");
+    for extra in [
+        &["--format", "ascii"][..],
+        &["--format", "binary", "--compress"],
+    ] {
+        let mut args = vec!["convert-mesh", "box:3x2x2:tet", case.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = fvpoisson(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(case.join("system/controlDict").is_file());
+        let original = stdout(&fvpoisson(&["check-mesh", "box:3x2x2:tet"]));
+        let o = fvpoisson(&["check-mesh", case.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(stdout(&o), original);
+        std::fs::remove_dir_all(&case).unwrap();
+    }
+}
+
+/// A unit cube whose faces all point inward: one inverted cell. check-mesh
+/// measures it and fails (exit code 1) rather than refusing to load it.
+#[test]
+fn inverted_mesh_fails_the_checks() {
+    use fvpoisson::mesh::{polymesh, FaceList, Mesh, Patch, PatchKind, Vec3};
+    let points = (0..8)
+        .map(|i| Vec3::new((i & 1) as f64, ((i >> 1) & 1) as f64, (i >> 2) as f64))
+        .collect();
+    // Each face listed with its normal pointing into the cube.
+    let inward = vec![
+        0, 1, 3, 2, // z = 0
+        4, 6, 7, 5, // z = 1
+        0, 4, 5, 1, // y = 0
+        2, 3, 7, 6, // y = 1
+        0, 2, 6, 4, // x = 0
+        1, 5, 7, 3, // x = 1
+    ];
+    let faces = FaceList::uniform(4, inward).unwrap();
+    let patches = vec![Patch {
+        name: "walls".into(),
+        kind: PatchKind::Wall,
+        start: 0,
+        size: 6,
+    }];
+    let mesh = Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap();
+    let case = scratch("inverted_cube");
+    let dir = case.join("constant/polyMesh");
+    std::fs::create_dir_all(&dir).unwrap();
+    polymesh::write_polymesh(&mesh, &dir, polymesh::FoamFormat::Ascii, false).unwrap();
+    let o = fvpoisson(&["check-mesh", case.to_str().unwrap()]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(text.contains("Minimum negative volume: -1,"), "{text}");
+    assert!(
+        text.contains("Number of negative volume cells: 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("***Error in face pyramids: 6 faces"),
+        "{text}"
+    );
+    assert!(text.ends_with("\nFailed 3 mesh checks.\n"), "{text}");
+}
