@@ -4,5 +4,6 @@
 //! loaders and generators) → `fvm` → `sparse` → `solve` → `gpu` → `case` → `io` → `cli`.
 
 pub mod cli;
+pub mod foam;
 pub mod mesh;
 pub mod sparse;
