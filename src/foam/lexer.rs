@@ -159,6 +159,14 @@ impl<'a> Lexer<'a> {
         Ok(self.bytes.get(self.pos).copied())
     }
 
+    /// Consumes punctuation `c` if it comes next; says whether it did.
+    #[inline]
+    pub fn eat(&mut self, c: u8) -> Result<bool, MeshError> {
+        let found = self.peek_byte()? == Some(c);
+        self.pos += usize::from(found);
+        Ok(found)
+    }
+
     /// The next token, without consuming it.
     pub fn peek(&mut self) -> Result<Token<'a>, MeshError> {
         let (pos, line) = (self.pos, self.line);
@@ -201,7 +209,10 @@ impl<'a> Lexer<'a> {
                     )
                 }
                 Some(b'"') => break,
-                Some(b'\\') => self.pos += 2,
+                Some(b'\\') => {
+                    self.line += usize::from(self.bytes.get(self.pos + 1) == Some(&b'\n'));
+                    self.pos += 2;
+                }
                 Some(b'\n') => {
                     self.line += 1;
                     self.pos += 1;
@@ -295,8 +306,36 @@ impl<'a> Lexer<'a> {
         )))
     }
 
+    /// The length of the plain number (`[0-9.eE+-]*`, ending at a delimiter) at
+    /// the current position, or `None` to leave the case to the general path.
+    #[inline]
+    fn plain_number_len(&self, digits_only: bool) -> Option<usize> {
+        let b = &self.bytes[self.pos..];
+        let n = b
+            .iter()
+            .take_while(|&&c| {
+                c.is_ascii_digit()
+                    || (!digits_only && matches!(c, b'.' | b'e' | b'E' | b'+' | b'-'))
+            })
+            .count();
+        let ends = b
+            .get(n)
+            .is_none_or(|c| c.is_ascii_whitespace() || PUNCT.contains(c) || *c == b'/');
+        (n > 0 && ends && starts_number(b)).then_some(n)
+    }
+
     /// Reads a non-negative integer (list size or label).
+    #[inline]
     pub fn label(&mut self, what: &str) -> Result<u64, MeshError> {
+        self.skip_space()?;
+        // Fast path for the millions of labels in mesh files.
+        if let Some(n) = self.plain_number_len(true).filter(|&n| n <= 18) {
+            let digits = &self.bytes[self.pos..self.pos + n];
+            self.pos += n;
+            return Ok(digits
+                .iter()
+                .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0')));
+        }
         match self.next_token()? {
             Token::Number(text) => parse_label(text).ok_or_else(|| {
                 self.error(format!(
@@ -308,7 +347,16 @@ impl<'a> Lexer<'a> {
     }
 
     /// Reads a finite floating-point number.
+    #[inline]
     pub fn scalar(&mut self, what: &str) -> Result<f64, MeshError> {
+        self.skip_space()?;
+        if let Some(n) = self.plain_number_len(false) {
+            let text = std::str::from_utf8(&self.bytes[self.pos..self.pos + n]).ok();
+            if let Some(v) = text.and_then(parse_scalar) {
+                self.pos += n;
+                return Ok(v);
+            }
+        }
         match self.next_token()? {
             Token::Number(text) => parse_scalar(text)
                 .ok_or_else(|| self.error(format!("expected {what}, found bad number {text}"))),

@@ -2,7 +2,7 @@
 //! little-endian bytes `)` in binary, `N{v}` uniform, and lists of label lists
 //! (faces). Items are parsed straight from the bytes, with no per-item allocation.
 
-use super::lexer::{parse_label, Lexer, Token};
+use super::lexer::{Lexer, Token};
 use super::{Arch, FoamFormat};
 use crate::mesh::{Label, MeshError, Vec3};
 
@@ -132,48 +132,49 @@ pub fn read_list_into<T: ListItem>(
     arch: Arch,
     out: &mut Vec<T>,
 ) -> Result<usize, MeshError> {
-    let what = format!("a list of {}s", T::NAME);
-    let n = match lx.next_token()? {
-        Token::Number(text) => parse_label(text)
-            .and_then(|n| usize::try_from(n).ok())
+    let what = || format!("a list of {}s", T::NAME);
+    let n = if lx.peek_byte()?.is_some_and(|c| c.is_ascii_digit()) {
+        let n = lx.label("the list size")?;
+        usize::try_from(n)
+            .ok()
             .filter(|&n| n <= u32::MAX as usize)
-            .ok_or_else(|| lx.error(format!("expected the size of {what}, found {text}")))?,
-        Token::Punct(b'(') if format == FoamFormat::Ascii => {
-            let start_line = lx.line();
-            return read_uncounted(lx, start_line, out);
-        }
-        t => {
-            return Err(lx.error(format!(
-                "expected {what} (N ( ... )), found {}",
-                t.describe()
-            )))
-        }
-    };
-    match lx.next_token()? {
-        Token::Punct(b'(') => {}
-        Token::Punct(b'{') => {
-            let item = match format {
-                FoamFormat::Ascii => T::ascii(lx)?,
-                FoamFormat::Binary => {
-                    let b = lx.raw(T::binary_size(arch), T::NAME)?;
-                    T::binary(b, arch).map_err(|m| lx.error(m))?
-                }
-            };
-            lx.punct(b'}', "to close the uniform list")?;
-            // A uniform list repeats one value; refuse sizes no mesh could have
-            // rather than allocate them.
-            if n > lx.remaining().saturating_mul(64).max(1 << 20) {
-                return Err(lx.error(format!("uniform list size {n} is implausibly large")));
+            .ok_or_else(|| lx.error(format!("list size {n} is too large")))?
+    } else {
+        return match lx.next_token()? {
+            Token::Punct(b'(') if format == FoamFormat::Ascii => {
+                let start_line = lx.line();
+                read_uncounted(lx, start_line, out)
             }
-            out.extend(std::iter::repeat_n(item, n));
-            return Ok(n);
-        }
-        t => {
+            t => Err(lx.error(format!(
+                "expected {} (N ( ... )), found {}",
+                what(),
+                t.describe()
+            ))),
+        };
+    };
+    if !lx.eat(b'(')? {
+        if !lx.eat(b'{')? {
+            let t = lx.next_token()?;
             return Err(lx.error(format!(
                 "expected '(' or '{{' after the list size {n}, found {}",
                 t.describe()
-            )))
+            )));
         }
+        let item = match format {
+            FoamFormat::Ascii => T::ascii(lx)?,
+            FoamFormat::Binary => {
+                let b = lx.raw(T::binary_size(arch), T::NAME)?;
+                T::binary(b, arch).map_err(|m| lx.error(m))?
+            }
+        };
+        lx.punct(b'}', "to close the uniform list")?;
+        // A uniform list repeats one value; refuse sizes no mesh could have
+        // rather than allocate them.
+        if n > lx.remaining().saturating_mul(64).max(1 << 20) {
+            return Err(lx.error(format!("uniform list size {n} is implausibly large")));
+        }
+        out.extend(std::iter::repeat_n(item, n));
+        return Ok(n);
     }
     let start_line = lx.line();
     match format {
@@ -182,7 +183,7 @@ pub fn read_list_into<T: ListItem>(
             let total = n
                 .checked_mul(size)
                 .ok_or_else(|| lx.error(format!("list size {n} is too large")))?;
-            let bytes = lx.raw(total, &what)?;
+            let bytes = lx.raw(total, &what())?;
             out.reserve(n);
             for chunk in bytes.chunks_exact(size) {
                 out.push(T::binary(chunk, arch).map_err(|m| lx.error(m))?);
@@ -202,10 +203,12 @@ pub fn read_list_into<T: ListItem>(
             }
         }
     }
-    lx.punct(
-        b')',
-        &format!("to close the list of {n} entries opened on line {start_line}"),
-    )?;
+    if !lx.eat(b')')? {
+        lx.punct(
+            b')',
+            &format!("to close the list of {n} entries opened on line {start_line}"),
+        )?;
+    }
     Ok(n)
 }
 
@@ -330,7 +333,7 @@ mod tests {
     #[test]
     fn ascii_errors() {
         let e = ascii::<Label>("3\n(\n0\n1\n)").unwrap_err().to_string();
-        assert_eq!(e, "f:5: list opened on line 1 declares 3 entries but has 2");
+        assert_eq!(e, "f:5: list opened on line 2 declares 3 entries but has 2");
         let e = ascii::<Label>("2(0 1 2)").unwrap_err().to_string();
         assert_eq!(
             e,

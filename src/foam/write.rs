@@ -144,16 +144,19 @@ pub fn write_atomic(
         .unwrap_or_default();
     let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| -> io::Result<()> {
-        let file = BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
-        let file = if compress {
-            let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
-            content(&mut gz)?;
-            gz.finish()?
+        let mut file = BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        if compress {
+            // Buffer in front of the encoder too: items are written a few bytes at a time.
+            let gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+            let mut buffered = BufWriter::with_capacity(1 << 20, gz);
+            content(&mut buffered)?;
+            file = buffered
+                .into_inner()
+                .map_err(|e| e.into_error())?
+                .finish()?;
         } else {
-            let mut file = file;
             content(&mut file)?;
-            file
-        };
+        }
         file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&tmp, &target)?;
         match std::fs::remove_file(&other) {
