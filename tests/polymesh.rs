@@ -417,3 +417,61 @@ fn corrupted_files_never_panic() {
     }
     assert!(runs > 1000);
 }
+
+/// Old OpenFOAM `neighbour` files list every face, with -1 on the boundary.
+#[test]
+fn old_neighbour_format_with_boundary_minus_ones() {
+    let cavity = read_polymesh(&case("cavity")).unwrap();
+    let mut text = String::from("FoamFile { format ascii; class labelList; }\n");
+    text += &format!("{}\n(\n", cavity.n_faces());
+    for &n in cavity.neighbour() {
+        text += &format!("{n}\n");
+    }
+    text += &"-1\n".repeat(cavity.n_faces() - cavity.n_internal_faces());
+    text += ")\n";
+    let dir = mesh_with("cavity", "neighbour", text.as_bytes(), "oldneighbour");
+    assert_eq!(read_polymesh(&dir).unwrap(), cavity);
+    // -1 before an internal face is refused.
+    let bad = text.replacen("\n1\n", "\n-1\n", 1);
+    std::fs::write(dir.join("neighbour"), bad).unwrap();
+    let e = read_polymesh(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("face 0 has neighbour -1 (a boundary face) but face 1"),
+        "{e}"
+    );
+    let bad = text.replacen("\n1\n", "\n-2\n", 1);
+    std::fs::write(dir.join("neighbour"), bad).unwrap();
+    let e = read_polymesh(&dir).unwrap_err().to_string();
+    assert!(
+        e.ends_with(
+            "neighbour:4: expected a cell label, or -1 for a boundary face, found number -2"
+        ),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Internal faces out of upper-triangular order (OpenFOAM accepts them) are
+/// renumbered; cells, boundary faces and geometry are unchanged.
+#[test]
+fn internal_faces_out_of_order_are_renumbered() {
+    let src = case("cavity/constant/polyMesh");
+    let dir = mesh_with(
+        "cavity",
+        "owner",
+        &std::fs::read(src.join("owner")).unwrap(),
+        "order",
+    );
+    // Swap internal faces 0 and 1 in faces, owner and neighbour (list items
+    // start on line 21 of faces, 22 of owner and neighbour).
+    for (file, first) in [("faces", 20), ("owner", 21), ("neighbour", 21)] {
+        let text = std::fs::read_to_string(src.join(file)).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.swap(first, first + 1);
+        std::fs::write(dir.join(file), lines.join("\n")).unwrap();
+    }
+    let cavity = read_polymesh(&case("cavity")).unwrap();
+    let swapped = read_polymesh(&dir).unwrap();
+    assert_eq!(swapped, cavity);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -43,6 +43,8 @@ pub struct Value {
 pub enum ValueKind {
     Word(String),
     Str(String),
+    /// `#{ ... #}` code.
+    Verbatim(String),
     Int(i64),
     Float(f64),
     /// `N( ... )` or `( ... )`.
@@ -149,6 +151,7 @@ impl ValueKind {
         match self {
             Self::Word(w) => format!("word '{w}'"),
             Self::Str(s) => format!("string \"{s}\""),
+            Self::Verbatim(_) => "a #{ ... #} code block".into(),
             Self::Int(i) => format!("number {i}"),
             Self::Float(x) => format!("number {x}"),
             Self::List(l) => format!("a list of {}", l.len()),
@@ -176,7 +179,7 @@ impl Value {
             arch,
             depth: 0,
         }
-        .value(type_hint)
+        .value(type_hint, true)
     }
 
     fn number(&self) -> Option<f64> {
@@ -275,6 +278,8 @@ impl Parser<'_, '_> {
             let token = self.lx.next_token()?;
             let line = self.lx.line();
             let key = match token {
+                // OpenFOAM accepts a stray ';' after an entry, e.g. `name { ... };`.
+                Token::Punct(b';') => continue,
                 Token::Punct(b'}') if in_braces => break,
                 Token::Eof if !in_braces => break,
                 Token::Eof => {
@@ -294,7 +299,11 @@ impl Parser<'_, '_> {
             };
             let value = if key.starts_with('#') {
                 // Directives take one argument and no ';'.
-                EntryValue::Stream(vec![self.value(None)?])
+                EntryValue::Stream(vec![self.value(None, false)?])
+            } else if key.starts_with('$') {
+                // `$name` in keyword position splices a dictionary in; ';' is optional.
+                self.lx.eat(b';')?;
+                EntryValue::Stream(Vec::new())
             } else if self.lx.peek()? == Token::Punct(b'{') {
                 self.lx.next_token()?;
                 EntryValue::Dict(self.dict_body(true)?)
@@ -332,25 +341,38 @@ impl Parser<'_, '_> {
                 }) => Some(w.clone()),
                 _ => None,
             };
-            values.push(self.value(hint.as_deref())?);
+            values.push(self.value(hint.as_deref(), false)?);
         }
     }
 
-    fn value(&mut self, type_hint: Option<&str>) -> Result<Value, MeshError> {
+    /// One value. `N(` starts a counted list when `strict` (the caller expects a
+    /// list there) or after a `List<T>` type word; elsewhere, as in OpenFOAM's
+    /// token streams (`arc 0 5 (x y z)`), only when the item count matches `N`.
+    fn value(&mut self, type_hint: Option<&str>, strict: bool) -> Result<Value, MeshError> {
         let token = self.lx.next_token()?;
         let line = self.lx.line();
         let kind = match token {
             Token::Word(w) => ValueKind::Word(w.to_string()),
             Token::Str(s) => ValueKind::Str(s.to_string()),
+            Token::Verbatim(s) => ValueKind::Verbatim(s.to_string()),
             Token::Number(text) => match (parse_label(text), self.lx.peek()?) {
                 (Some(n), Token::Punct(b'(')) => {
+                    let strict = strict || type_hint.is_some_and(|t| t.starts_with("List<"));
+                    let (pos, line) = (self.lx.pos(), self.lx.line());
                     self.lx.next_token()?;
-                    self.counted_list(n, type_hint)?
+                    match self.counted_list(n, type_hint, strict)? {
+                        Some(list) => list,
+                        None => {
+                            // Not a counted list: the number stands alone.
+                            self.lx.rewind(pos, line);
+                            ValueKind::Int(n as i64)
+                        }
+                    }
                 }
                 (Some(n), Token::Punct(b'{')) => {
                     self.lx.next_token()?;
                     self.enter()?;
-                    let item = self.value(None)?;
+                    let item = self.value(None, false)?;
                     self.lx.punct(b'}', "to close the uniform list")?;
                     self.depth -= 1;
                     ValueKind::Uniform(self.size(n)?, Box::new(item))
@@ -382,18 +404,27 @@ impl Parser<'_, '_> {
             .ok_or_else(|| self.lx.error(format!("list size {n} is too large")))
     }
 
-    /// After `N(`: a binary block for `List<T>` of floats in binary files, else items.
-    fn counted_list(&mut self, n: u64, type_hint: Option<&str>) -> Result<ValueKind, MeshError> {
+    /// After `N(`: a binary block for `List<T>` of floats in binary files, else
+    /// items. `None` when not `strict` and the count does not match.
+    fn counted_list(
+        &mut self,
+        n: u64,
+        type_hint: Option<&str>,
+        strict: bool,
+    ) -> Result<Option<ValueKind>, MeshError> {
         let start_line = self.lx.line();
         let n = self.size(n)?;
         if self.format == FoamFormat::Binary {
             if let Some(k) = type_hint.and_then(float_components) {
-                let data = super::list::read_binary_scalars(self.lx, n * k, self.arch)?;
+                let count = n
+                    .checked_mul(k)
+                    .ok_or_else(|| self.lx.error(format!("list size {n} is too large")))?;
+                let data = super::list::read_binary_scalars(self.lx, count, self.arch)?;
                 self.lx.punct(b')', "after the binary list")?;
-                return Ok(ValueKind::Numbers {
+                return Ok(Some(ValueKind::Numbers {
                     components: k,
                     data,
-                });
+                }));
             }
         }
         let items = self.items(b')')?;
@@ -403,13 +434,17 @@ impl Parser<'_, '_> {
             && items.chunks(2).all(|p| {
                 matches!(p[0].kind, ValueKind::Word(_)) && matches!(p[1].kind, ValueKind::Dict(_))
             });
-        if items.len() != n && !(is_entry_list && entries == n) {
+        let matches = items.len() == n || (is_entry_list && entries == n);
+        if !matches && !strict {
+            return Ok(None);
+        }
+        if !matches {
             return Err(self.lx.error(format!(
                 "list opened on line {start_line} declares {n} entries but has {}",
                 if is_entry_list { entries } else { items.len() }
             )));
         }
-        Ok(ValueKind::List(items))
+        Ok(Some(ValueKind::List(items)))
     }
 
     fn items(&mut self, close: u8) -> Result<Vec<Value>, MeshError> {
@@ -429,7 +464,7 @@ impl Parser<'_, '_> {
                         close as char
                     )))
                 }
-                _ => items.push(self.value(None)?),
+                _ => items.push(self.value(None, false)?),
             }
         }
         self.depth -= 1;
@@ -465,6 +500,17 @@ mod tests {
         assert_eq!(u[0].to_scalars(Path::new("d")).unwrap(), vec![0.5; 3]);
         assert!(d.get("#include").is_some());
         assert_eq!(d.get("v").unwrap().line, 3);
+        // A number before a list that it does not count is just a number.
+        let d = parse("edges ( arc 0 5 (0.4 0.1 0) );\nf { $p; x 1; };\n").unwrap();
+        let EntryValue::Stream(e) = &d.get("edges").unwrap().value else {
+            panic!()
+        };
+        let ValueKind::List(arc) = &e[0].kind else {
+            panic!()
+        };
+        assert_eq!(arc[2].kind, ValueKind::Int(5));
+        assert!(matches!(&arc[3].kind, ValueKind::List(v) if v.len() == 3));
+        assert_eq!(d.sub_dict("f", Path::new("d"), 0).unwrap().entries.len(), 2);
     }
 
     #[test]
@@ -474,7 +520,9 @@ mod tests {
             e,
             "d:3: expected ')' to close the list opened on line 2, found end of file"
         );
-        let e = parse("a 1;\nb 3(1 2);").unwrap_err().to_string();
+        let e = parse("a 1;\nb List<scalar> 3(1 2);")
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "d:2: list opened on line 2 declares 3 entries but has 2");
         let e = parse("a 1\n}").unwrap_err().to_string();
         assert_eq!(e, "d:2: expected ';' to end entry 'a', found '}'");

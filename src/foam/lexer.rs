@@ -22,6 +22,8 @@ pub enum Token<'a> {
     Str(&'a str),
     /// One of `( ) { } [ ] ;`.
     Punct(u8),
+    /// Code between `#{` and `#}` (without the markers), kept as written.
+    Verbatim(&'a str),
     Eof,
 }
 
@@ -33,6 +35,7 @@ impl Token<'_> {
             Token::Number(n) => format!("number {n}"),
             Token::Str(s) => format!("string \"{s}\""),
             Token::Punct(c) => format!("'{}'", *c as char),
+            Token::Verbatim(_) => "a #{ ... #} code block".into(),
             Token::Eof => "end of file".into(),
         }
     }
@@ -151,6 +154,12 @@ impl<'a> Lexer<'a> {
         Ok(())
     }
 
+    /// Moves back to a position saved from [`Lexer::pos`] and [`Lexer::line`].
+    pub fn rewind(&mut self, pos: usize, line: usize) {
+        self.pos = pos;
+        self.line = line;
+    }
+
     /// Skips whitespace and comments and returns the next byte, not consuming it
     /// (`None` at the end of the file). Cheaper than [`Lexer::peek`] in hot loops.
     #[inline]
@@ -191,6 +200,9 @@ impl<'a> Lexer<'a> {
         if c == b'"' {
             return self.string();
         }
+        if self.bytes[self.pos..].starts_with(b"#{") {
+            return self.verbatim();
+        }
         if starts_number(&self.bytes[self.pos..]) {
             return self.number().map(Token::Number);
         }
@@ -225,10 +237,45 @@ impl<'a> Lexer<'a> {
         Ok(Token::Str(text))
     }
 
+    fn verbatim(&mut self) -> Result<Token<'a>, MeshError> {
+        let start_line = self.line;
+        let start = self.pos + 2;
+        let Some(len) = self.bytes[start..].windows(2).position(|w| w == b"#}") else {
+            return Err(self.error_at(
+                start_line,
+                "code block '#{' opened here is never closed with '#}'",
+            ));
+        };
+        let text = self.utf8(start, start + len)?;
+        self.line += text.matches('\n').count();
+        self.pos = start + len + 2;
+        Ok(Token::Verbatim(text))
+    }
+
     /// A word: any run of characters up to whitespace or punctuation, where
-    /// parentheses inside the word are kept when balanced (`div(phi,U)`).
+    /// parentheses inside the word are kept when balanced (`div(phi,U)`), and
+    /// a `${...}` variable reference is kept whole.
     fn word(&mut self) -> Result<Token<'a>, MeshError> {
         let start = self.pos;
+        if self.bytes[self.pos..].starts_with(b"${") {
+            // `${name}`, possibly nested (`${_${FOAM_EXECUTABLE}}`), on one line.
+            self.pos += 1;
+            let mut braces = 0usize;
+            loop {
+                match self.bytes.get(self.pos) {
+                    Some(b'{') => braces += 1,
+                    Some(b'}') => braces -= 1,
+                    Some(b'\n') | None => {
+                        return Err(self.error("'${' is not closed by '}' on the same line"))
+                    }
+                    Some(_) => {}
+                }
+                self.pos += 1;
+                if braces == 0 {
+                    break;
+                }
+            }
+        }
         let mut depth = 0usize;
         while let Some(&c) = self.bytes.get(self.pos) {
             match c {
@@ -462,6 +509,23 @@ mod tests {
                 (Punct(b'('), 3),
                 (Word("wall"), 3),
                 (Punct(b')'), 3),
+            ]
+        );
+    }
+
+    #[test]
+    fn variables_and_code_blocks() {
+        use Token::*;
+        let t = tokens("${a.b}; $c #{ x\n y #} d ${_${E}}").unwrap();
+        assert_eq!(
+            t,
+            vec![
+                (Word("${a.b}"), 1),
+                (Punct(b';'), 1),
+                (Word("$c"), 1),
+                (Verbatim(" x\n y "), 2),
+                (Word("d"), 2),
+                (Word("${_${E}}"), 2)
             ]
         );
     }

@@ -45,12 +45,17 @@ impl ListItem for Label {
 
     #[inline]
     fn binary(b: &[u8], _: Arch) -> Result<Self, String> {
-        let v = match b.len() {
-            4 => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            _ => i64::from_le_bytes(b.try_into().map_err(|_| "bad label size".to_string())?),
-        };
-        label_from_i64(v)
+        label_from_i64(binary_label(b)?)
     }
+}
+
+/// A signed binary label of 4 or 8 bytes.
+#[inline]
+pub fn binary_label(b: &[u8]) -> Result<i64, String> {
+    Ok(match b.len() {
+        4 => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        _ => i64::from_le_bytes(b.try_into().map_err(|_| "bad label size".to_string())?),
+    })
 }
 
 fn binary_scalar(b: &[u8]) -> Result<f64, String> {

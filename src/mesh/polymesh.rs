@@ -5,9 +5,9 @@
 
 use super::{FaceList, Label, Mesh, MeshError, Patch, PatchKind, Vec3};
 use crate::foam::dict::ValueKind;
-use crate::foam::list::{read_label_lists, read_list};
+use crate::foam::list::{binary_label, read_label_lists, read_list, ListItem};
 use crate::foam::write::{write_atomic, write_footer, write_header, write_list, HeaderSpec};
-use crate::foam::{FoamFile, Value};
+use crate::foam::{Arch, FoamFile, Lexer, Token, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -20,9 +20,90 @@ pub fn read_polymesh(path: &Path) -> Result<Mesh, MeshError> {
     let points: Vec<Vec3> = file("points")?.list()?;
     let faces = read_faces(&file("faces")?, points.len())?;
     let owner: Vec<Label> = file("owner")?.list()?;
-    let neighbour: Vec<Label> = file("neighbour")?.list()?;
+    let neighbour = read_neighbour(&file("neighbour")?)?;
     let patches = read_boundary(&file("boundary")?)?;
+    let (faces, neighbour) = upper_triangular(faces, &owner, neighbour, &dir)?;
     Mesh::new(points, faces, owner, neighbour, patches).map_err(|e| e.in_file(&dir))
+}
+
+/// An entry of `neighbour`: old OpenFOAM versions list every face, with -1
+/// for boundary faces.
+#[derive(Clone)]
+struct NeighbourEntry(Option<Label>);
+
+impl ListItem for NeighbourEntry {
+    const NAME: &'static str = "label";
+
+    fn ascii(lx: &mut Lexer) -> Result<Self, MeshError> {
+        if lx.peek_byte()? != Some(b'-') {
+            return Label::ascii(lx).map(|l| Self(Some(l)));
+        }
+        match lx.next_token()? {
+            Token::Number("-1") => Ok(Self(None)),
+            t => Err(lx.error(format!(
+                "expected a cell label, or -1 for a boundary face, found {}",
+                t.describe()
+            ))),
+        }
+    }
+
+    fn binary_size(arch: Arch) -> usize {
+        arch.label_bytes
+    }
+
+    fn binary(b: &[u8], arch: Arch) -> Result<Self, String> {
+        match binary_label(b)? {
+            -1 => Ok(Self(None)),
+            _ => Label::binary(b, arch).map(|l| Self(Some(l))),
+        }
+    }
+}
+
+/// `neighbour`: internal faces only, or (old format) all faces with -1 on the boundary.
+fn read_neighbour(file: &FoamFile) -> Result<Vec<Label>, MeshError> {
+    let entries: Vec<NeighbourEntry> = file.list()?;
+    let n_internal = entries.iter().take_while(|e| e.0.is_some()).count();
+    if let Some(f) = entries[n_internal..].iter().position(|e| e.0.is_some()) {
+        return Err(MeshError::InFile {
+            file: file.path.clone(),
+            msg: format!(
+                "face {n_internal} has neighbour -1 (a boundary face) but face {} after it \
+                 has a neighbour cell; internal faces must come first",
+                n_internal + f
+            ),
+        });
+    }
+    Ok(entries.into_iter().filter_map(|e| e.0).collect())
+}
+
+/// Internal faces sorted by (owner, neighbour) when they are not already, as
+/// `Mesh` needs. OpenFOAM accepts such meshes (checkMesh only notes "upper
+/// triangular ordering OK" or not); renumbering internal faces changes no cell
+/// or boundary face numbers.
+fn upper_triangular(
+    faces: FaceList,
+    owner: &[Label],
+    neighbour: Vec<Label>,
+    dir: &Path,
+) -> Result<(FaceList, Vec<Label>), MeshError> {
+    let n_internal = neighbour.len();
+    if n_internal > owner.len() || n_internal > faces.len() {
+        // Mesh::new reports the size mismatch.
+        return Ok((faces, neighbour));
+    }
+    let key = |f: usize| (owner[f], neighbour[f]);
+    if (1..n_internal).all(|f| key(f - 1) < key(f)) {
+        return Ok((faces, neighbour));
+    }
+    log::warn!(
+        "{}: internal faces are not in upper-triangular order; renumbering them",
+        dir.display()
+    );
+    let mut order: Vec<usize> = (0..faces.len()).collect();
+    order[..n_internal].sort_by_key(|&f| key(f));
+    let faces = faces.permuted(&order).map_err(|e| e.in_file(dir))?;
+    let neighbour = order[..n_internal].iter().map(|&f| neighbour[f]).collect();
+    Ok((faces, neighbour))
 }
 
 /// The polyMesh directory for `path`: `path/constant/polyMesh`, `path/polyMesh`,
