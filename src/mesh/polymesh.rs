@@ -128,6 +128,8 @@ fn polymesh_dir(path: &Path) -> Result<PathBuf, MeshError> {
             "no OpenFOAM mesh here: expected a case directory (with constant/polyMesh/faces), \
              a constant directory or a polyMesh directory"
                 .into()
+        } else if path.exists() {
+            "not a directory: expected an OpenFOAM case, constant or polyMesh directory".into()
         } else {
             "no such directory".into()
         },
@@ -269,9 +271,16 @@ pub fn write_polymesh(
             "point {p} has a non-finite coordinate; cannot write the mesh"
         )));
     }
-    if format == FoamFormat::Binary && mesh.faces().labels().len() > i32::MAX as usize {
+    let counts = [
+        mesh.n_points(),
+        mesh.n_faces(),
+        mesh.n_cells(),
+        mesh.faces().labels().len(),
+    ];
+    if format == FoamFormat::Binary && counts.iter().any(|&n| n > i32::MAX as usize) {
         return Err(MeshError::invalid(
-            "more than 2^31 face-point labels: too many for a 32-bit label binary file",
+            "mesh too large for a binary file with 32-bit labels (over 2^31 points, faces, \
+             cells or face-point labels); write it as ascii",
         ));
     }
     std::fs::create_dir_all(dir).map_err(|e| MeshError::io(dir, e))?;
