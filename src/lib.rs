@@ -4,6 +4,7 @@
 //! loaders and generators) → `fvm` → `sparse` → `solve` → `gpu` → `case` → `io` → `cli`.
 
 pub mod cli;
+pub mod foam;
 pub mod fvm;
 pub mod io;
 pub mod mesh;

@@ -1,0 +1,190 @@
+//! Writing OpenFOAM files: headers, lists in ascii or binary, atomic replacement.
+
+use super::{gz_path, Arch, FoamFormat};
+use crate::mesh::{Label, MeshError, Vec3};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// The `FoamFile` header fields a writer sets.
+pub struct HeaderSpec<'a> {
+    pub format: FoamFormat,
+    pub class: &'a str,
+    pub note: Option<&'a str>,
+    pub location: &'a str,
+    pub object: &'a str,
+}
+
+/// Writes the banner and `FoamFile { ... }` header as OpenFOAM v1912 lays it out.
+pub fn write_header(w: &mut dyn Write, h: &HeaderSpec) -> io::Result<()> {
+    writeln!(
+        w,
+        "/*--------------------------------*- C++ -*----------------------------------*\\\n\
+         |  Written by fvpoisson {:<53}|\n\
+         \\*---------------------------------------------------------------------------*/\n\
+         FoamFile\n{{\n    version     2.0;",
+        env!("CARGO_PKG_VERSION")
+    )?;
+    let format = match h.format {
+        FoamFormat::Ascii => "ascii",
+        FoamFormat::Binary => "binary",
+    };
+    writeln!(w, "    format      {format};")?;
+    writeln!(w, "    class       {};", h.class)?;
+    if h.format == FoamFormat::Binary {
+        writeln!(w, "    arch        \"{}\";", Arch::default().to_foam())?;
+    }
+    if let Some(note) = h.note {
+        writeln!(w, "    note        \"{note}\";")?;
+    }
+    writeln!(w, "    location    \"{}\";", h.location)?;
+    writeln!(w, "    object      {};\n}}", h.object)?;
+    writeln!(
+        w,
+        "// * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * * //\n"
+    )
+}
+
+/// The closing comment line OpenFOAM ends its files with.
+pub fn write_footer(w: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        w,
+        "\n\n// ************************************************************************* //"
+    )
+}
+
+/// Shortest text that reads back to exactly `x` (Rust's round-trip formatting),
+/// with exponents for very small or large magnitudes and no trailing `.0`.
+pub fn format_scalar(x: f64, buf: &mut String) {
+    use std::fmt::Write as _;
+    buf.clear();
+    let _ = write!(buf, "{x:?}");
+    if buf.ends_with(".0") {
+        buf.truncate(buf.len() - 2);
+    }
+}
+
+/// A list item that can be written.
+pub trait WriteItem {
+    fn write_ascii(&self, w: &mut dyn Write, buf: &mut String) -> io::Result<()>;
+    fn write_binary(&self, w: &mut dyn Write) -> io::Result<()>;
+}
+
+impl WriteItem for Label {
+    fn write_ascii(&self, w: &mut dyn Write, _: &mut String) -> io::Result<()> {
+        write!(w, "{self}")
+    }
+    fn write_binary(&self, w: &mut dyn Write) -> io::Result<()> {
+        // Labels are 32-bit signed in OpenFOAM's default build; the writer checks the range.
+        w.write_all(&(*self as i32).to_le_bytes())
+    }
+}
+
+impl WriteItem for Vec3 {
+    fn write_ascii(&self, w: &mut dyn Write, buf: &mut String) -> io::Result<()> {
+        w.write_all(b"(")?;
+        for (i, x) in self.iter().enumerate() {
+            if i > 0 {
+                w.write_all(b" ")?;
+            }
+            format_scalar(*x, buf);
+            w.write_all(buf.as_bytes())?;
+        }
+        w.write_all(b")")
+    }
+    fn write_binary(&self, w: &mut dyn Write) -> io::Result<()> {
+        for x in self.iter() {
+            w.write_all(&x.to_le_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `N\n(\n item\n ... )\n` (ascii) or `N\n(` raw bytes `)\n` (binary).
+pub fn write_list<T: WriteItem>(
+    w: &mut dyn Write,
+    items: &[T],
+    format: FoamFormat,
+) -> io::Result<()> {
+    write!(w, "\n{}\n(", items.len())?;
+    match format {
+        FoamFormat::Ascii => {
+            w.write_all(b"\n")?;
+            let mut buf = String::new();
+            for item in items {
+                item.write_ascii(w, &mut buf)?;
+                w.write_all(b"\n")?;
+            }
+        }
+        FoamFormat::Binary => {
+            for item in items {
+                item.write_binary(w)?;
+            }
+        }
+    }
+    w.write_all(b")\n")
+}
+
+/// Writes `path` (or `path.gz`, gzip-compressed, when `compress`) atomically: the
+/// content goes to a temporary file in the same directory, renamed into place
+/// once complete, so readers never see a half-written file. The other variant
+/// (`path.gz` or `path`) is removed so it cannot shadow the new file.
+pub fn write_atomic(
+    path: &Path,
+    compress: bool,
+    content: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<PathBuf, MeshError> {
+    let (target, other) = if compress {
+        (gz_path(path), path.to_path_buf())
+    } else {
+        (path.to_path_buf(), gz_path(path))
+    };
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| -> io::Result<()> {
+        let mut file = BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        if compress {
+            // Buffer in front of the encoder too: items are written a few bytes at a time.
+            let gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+            let mut buffered = BufWriter::with_capacity(1 << 20, gz);
+            content(&mut buffered)?;
+            file = buffered
+                .into_inner()
+                .map_err(|e| e.into_error())?
+                .finish()?;
+        } else {
+            content(&mut file)?;
+        }
+        file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, &target)?;
+        match std::fs::remove_file(&other) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(MeshError::io(&target, e));
+    }
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_round_trip() {
+        let mut buf = String::new();
+        for x in [0.1, 1.0, -2.5e-300, 1e300, 0.30000000000000004, 123456.789] {
+            format_scalar(x, &mut buf);
+            assert_eq!(buf.parse::<f64>().unwrap(), x, "{buf}");
+        }
+        format_scalar(1.0, &mut buf);
+        assert_eq!(buf, "1");
+        format_scalar(1e-20, &mut buf);
+        assert_eq!(buf, "1e-20");
+    }
+}
