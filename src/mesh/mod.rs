@@ -18,6 +18,7 @@ pub mod source;
 pub use error::MeshError;
 pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};
+use rayon::prelude::*;
 pub use source::{load, MeshSource};
 
 /// Index of a point, face or cell. 32 bits, like OpenFOAM's default `label`.
@@ -63,7 +64,9 @@ impl FaceList {
             )));
         }
         let n = labels.len() / k;
-        let offsets = (0..=n).map(|f| offset_u32(f * k)).collect::<Result<_, _>>()?;
+        let offsets = (0..=n)
+            .map(|f| offset_u32(f * k))
+            .collect::<Result<_, _>>()?;
         Ok(Self { offsets, labels })
     }
 
@@ -272,9 +275,11 @@ impl Mesh {
                 "neighbour has {n_internal} entries, more than the {n_faces} faces"
             )));
         }
+        // The checks run in parallel; `find_first` keeps the reported problem the
+        // lowest-numbered one, as a sequential scan would.
         let n_cells = owner
-            .iter()
-            .chain(neighbour.iter())
+            .par_iter()
+            .chain(neighbour.par_iter())
             .map(|&c| c as usize + 1)
             .max()
             .unwrap_or(0);
@@ -282,25 +287,30 @@ impl Mesh {
             return Err(MeshError::invalid("mesh has no cells"));
         }
         let n_points = points.len();
-        for (f, face) in faces.iter().enumerate() {
-            check_face(f, face, n_points)?;
+        if let Some(err) = (0..n_faces)
+            .into_par_iter()
+            .find_map_first(|f| check_face(f, faces.face(f), n_points).err())
+        {
+            return Err(err);
         }
-        for f in 0..n_internal {
+        let bad_order = (0..n_internal).into_par_iter().find_first(|&f| {
+            owner[f] >= neighbour[f]
+                || (f > 0 && (owner[f - 1], neighbour[f - 1]) >= (owner[f], neighbour[f]))
+        });
+        if let Some(f) = bad_order {
             let (o, n) = (owner[f], neighbour[f]);
             if o >= n {
                 return Err(MeshError::invalid(format!(
                     "internal face {f}: owner {o} must be less than neighbour {n}"
                 )));
             }
-            if f > 0 && (owner[f - 1], neighbour[f - 1]) >= (o, n) {
-                return Err(MeshError::invalid(format!(
-                    "internal face {f} (owner {o}, neighbour {n}) breaks upper-triangular order \
-                     after face {} (owner {}, neighbour {})",
-                    f - 1,
-                    owner[f - 1],
-                    neighbour[f - 1]
-                )));
-            }
+            return Err(MeshError::invalid(format!(
+                "internal face {f} (owner {o}, neighbour {n}) breaks upper-triangular order \
+                 after face {} (owner {}, neighbour {})",
+                f - 1,
+                owner[f - 1],
+                neighbour[f - 1]
+            )));
         }
         let mut next = n_internal;
         for p in &patches {
@@ -498,8 +508,17 @@ mod tests {
     #[test]
     fn invalid_meshes_are_refused_with_reasons() {
         let (points, faces, owner, _, patches) = unit_cube().into_parts();
-        let short = Mesh::new(points.clone(), faces.clone(), vec![0; 5], vec![], patches.clone());
-        assert!(short.unwrap_err().to_string().contains("owner has 5 entries"));
+        let short = Mesh::new(
+            points.clone(),
+            faces.clone(),
+            vec![0; 5],
+            vec![],
+            patches.clone(),
+        );
+        assert!(short
+            .unwrap_err()
+            .to_string()
+            .contains("owner has 5 entries"));
         let mut p2 = patches.clone();
         p2[0].size = 5;
         let err = Mesh::new(points.clone(), faces.clone(), owner.clone(), vec![], p2);
