@@ -397,6 +397,15 @@ fn specs_parse_and_bad_parts_are_named() {
     let plain: BoxSpec = "box:2x3x4".parse().unwrap();
     assert_eq!(plain, BoxSpec::new([2, 3, 4]));
     assert!("box:8x8x1:2d".parse::<BoxSpec>().unwrap().two_d);
+    // Mesh sources on the command line and in case files go through the same parser.
+    assert_eq!(
+        fvpoisson::mesh::load("box:2x2x2:tet").unwrap().n_cells(),
+        48
+    );
+    let err = fvpoisson::mesh::load("box:2x2x2:tetra")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("option 'tetra'"), "{err}");
 
     for (bad, named) in [
         ("cube:4x4x4", "expected 'box:NXxNYxNZ'"),

@@ -607,20 +607,27 @@ impl Topology {
 
     /// Refuses boxes whose counts do not fit 32-bit labels, before allocating.
     fn check_size(&self) -> Result<(), MeshError> {
+        // Saturating: absurd counts must not wrap around to small ones.
+        let mul = |a: u128, b: u128| a.saturating_mul(b);
         let n = self.grid.n.map(|n| n as u128);
-        let hexes = n[0] * n[1] * n[2];
-        let sides = 2 * (n[0] * n[1] + n[1] * n[2] + n[2] * n[0]);
-        let cells = hexes * self.cells_per_hex() as u128;
+        let hexes = mul(mul(n[0], n[1]), n[2]);
+        let sides = mul(
+            2,
+            mul(n[0], n[1])
+                .saturating_add(mul(n[1], n[2]))
+                .saturating_add(mul(n[2], n[0])),
+        );
+        let cells = mul(hexes, self.cells_per_hex() as u128);
         // Each cell's faces counted once per side, boundary faces once.
         let faces_per_hex_side = (self.face_size == 3) as u128 + 1;
-        let cell_face_sides = cells * self.cells[0].len() as u128;
-        let faces = (cell_face_sides + sides * faces_per_hex_side) / 2;
-        let points = (n[0] + 1) * (n[1] + 1) * (n[2] + 1);
+        let cell_face_sides = mul(cells, self.cells[0].len() as u128);
+        let faces = cell_face_sides.saturating_add(mul(sides, faces_per_hex_side)) / 2;
+        let points = mul(mul(n[0] + 1, n[1] + 1), n[2] + 1);
         let limit = u32::MAX as u128;
         for (what, count) in [
             ("cells", cells),
             ("points", points),
-            ("face point labels", faces * self.face_size as u128),
+            ("face point labels", mul(faces, self.face_size as u128)),
         ] {
             if count > limit {
                 return Err(MeshError::invalid(format!(
