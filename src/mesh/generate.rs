@@ -41,7 +41,8 @@
 //! The box is a lattice of hexahedra ("hexes") numbered naturally
 //! (`i + nx (j + ny k)`); each hex holds one hexahedral cell or six Kuhn
 //! tetrahedra (one per path along the edges from the lowest to the highest
-//! corner, i.e. one per permutation of the axes). The Kuhn split cuts every hex
+//! corner, i.e. one per permutation of the axes; H. W. Kuhn, "Some combinatorial
+//! lemmas in topology", IBM J. Res. Dev. 4, 1960). The Kuhn split cuts every hex
 //! face along the diagonal through its lowest corner, the same on both sides of
 //! the face, so the tetrahedra conform across hexes. Every cell's faces come from
 //! a per-shape template, oriented outward, so each cell emits the faces it owns
