@@ -3,11 +3,7 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "fvpoisson",
-    version,
-    about = "Finite-volume pressure-Poisson solver for unstructured meshes"
-)]
+#[command(name = "fvpoisson", version, about = "Finite-volume pressure-Poisson solver for unstructured meshes")]
 struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "info")]

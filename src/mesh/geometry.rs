@@ -93,9 +93,7 @@ impl Geometry {
                 .par_iter_mut()
                 .zip(areas.par_iter_mut())
                 .enumerate()
-                .for_each(|(i, (c, s))| {
-                    (*c, *s) = face_centre_and_area(points, faces.face(first + i))
-                });
+                .for_each(|(i, (c, s))| (*c, *s) = face_centre_and_area(points, faces.face(first + i)));
             for (i, c) in centres[..areas.len()].iter().enumerate() {
                 let f = first + i;
                 let o = owner[f] as usize;
@@ -184,11 +182,7 @@ impl Geometry {
             .map(|(c, &v)| (c, v));
         if let Some((c, v)) = bad {
             let centre = self.cell_centres[c];
-            let n_bad = self
-                .cell_volumes
-                .par_iter()
-                .filter(|&&v| !(v > VSMALL))
-                .count();
+            let n_bad = self.cell_volumes.par_iter().filter(|&&v| !(v > VSMALL)).count();
             return Err(MeshError::invalid(format!(
                 "cell {c} (near {:.6e} {:.6e} {:.6e}) has volume {v:e}: the cell is inverted or its \
                  faces are oriented inward ({n_bad} of {} cells); run check-mesh for details",
@@ -315,13 +309,7 @@ mod tests {
             Vec3::new(0.3, -0.2, 1.5),
         ];
         let mut faces = FaceList::default();
-        for f in [
-            &[0, 3, 2, 1][..],
-            &[0, 1, 4],
-            &[1, 2, 4],
-            &[2, 3, 4],
-            &[3, 0, 4],
-        ] {
+        for f in [&[0, 3, 2, 1][..], &[0, 1, 4], &[1, 2, 4], &[2, 3, 4], &[3, 0, 4]] {
             faces.push(f).unwrap();
         }
         let patches = vec![Patch {
@@ -334,10 +322,7 @@ mod tests {
         let g = mesh.geometry().unwrap();
         assert!(close(g.cell_volumes[0], 2.0));
         let c = g.cell_centres[0];
-        assert!(
-            close(c.x, 0.075) && close(c.y, -0.05) && close(c.z, 0.375),
-            "{c}"
-        );
+        assert!(close(c.x, 0.075) && close(c.y, -0.05) && close(c.z, 0.375), "{c}");
     }
 
     #[test]

@@ -18,8 +18,8 @@ pub mod source;
 pub use error::MeshError;
 pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};
-use rayon::prelude::*;
 pub use source::{load, MeshSource};
+use rayon::prelude::*;
 
 /// Index of a point, face or cell. 32 bits, like OpenFOAM's default `label`.
 pub type Label = u32;
@@ -64,9 +64,7 @@ impl FaceList {
             )));
         }
         let n = labels.len() / k;
-        let offsets = (0..=n)
-            .map(|f| offset_u32(f * k))
-            .collect::<Result<_, _>>()?;
+        let offsets = (0..=n).map(|f| offset_u32(f * k)).collect::<Result<_, _>>()?;
         Ok(Self { offsets, labels })
     }
 
@@ -508,17 +506,8 @@ mod tests {
     #[test]
     fn invalid_meshes_are_refused_with_reasons() {
         let (points, faces, owner, _, patches) = unit_cube().into_parts();
-        let short = Mesh::new(
-            points.clone(),
-            faces.clone(),
-            vec![0; 5],
-            vec![],
-            patches.clone(),
-        );
-        assert!(short
-            .unwrap_err()
-            .to_string()
-            .contains("owner has 5 entries"));
+        let short = Mesh::new(points.clone(), faces.clone(), vec![0; 5], vec![], patches.clone());
+        assert!(short.unwrap_err().to_string().contains("owner has 5 entries"));
         let mut p2 = patches.clone();
         p2[0].size = 5;
         let err = Mesh::new(points.clone(), faces.clone(), owner.clone(), vec![], p2);
