@@ -6,11 +6,13 @@
 //! `/work/shared/notes/openfoam_reference.md` §4.
 
 pub mod dict;
+pub mod foam_dict;
 pub mod lexer;
 pub mod list;
 pub mod write;
 
 pub use dict::{Dict, Entry, EntryValue, Value, ValueKind};
+pub use foam_dict::{FoamDict, FoamEntry, FoamValue};
 pub use lexer::{Lexer, Token};
 pub use list::ListItem;
 
