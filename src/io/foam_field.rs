@@ -406,3 +406,252 @@ impl ValueWriter<'_> {
         writeln!(w, "    }}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::source::load;
+
+    /// One condition of each kind, values that differ per face, and the
+    /// boundary face values to write.
+    fn sample(mesh: &Mesh) -> (Vec<f64>, Vec<BoundaryCondition>, Vec<f64>) {
+        let cells: Vec<f64> = (0..mesh.n_cells())
+            .map(|c| 273.0 + (c as f64).sqrt() / 3.0)
+            .collect();
+        let per_face = |p: usize, k: f64| {
+            PatchValues::PerFace(
+                (0..mesh.patches()[p].size)
+                    .map(|i| k + i as f64 / 7.0)
+                    .collect(),
+            )
+        };
+        let boundary = vec![
+            BoundaryCondition::FixedValue(PatchValues::Uniform(573.0)),
+            BoundaryCondition::FixedValue(per_face(1, 300.0)),
+            BoundaryCondition::ZeroGradient,
+            BoundaryCondition::FixedGradient(PatchValues::Uniform(-0.1)),
+            BoundaryCondition::Mixed {
+                ref_value: per_face(4, 10.0),
+                ref_gradient: PatchValues::Uniform(0.0),
+                value_fraction: PatchValues::Uniform(0.25),
+            },
+            BoundaryCondition::Empty,
+        ];
+        let n_boundary = mesh.n_faces() - mesh.n_internal_faces();
+        let values = (0..n_boundary).map(|b| 1.0 / (b as f64 + 3.0)).collect();
+        (cells, boundary, values)
+    }
+
+    fn temp_case(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("fvpoisson_field_{name}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn written_fields_read_back() {
+        // 2-D box: xmin xmax ymin ymax frontAndBack (empty); the sample's
+        // sixth condition is for a sixth patch, so use the first five and empty.
+        let mesh = load("box:3x2x1:2d").unwrap();
+        let (cells, mut boundary, face_values) = sample(&mesh);
+        boundary.remove(4);
+        let dir = temp_case("round_trip");
+        for (format, compress, precision) in [
+            (FoamFormat::Ascii, false, 17),
+            (FoamFormat::Binary, false, 6),
+            (FoamFormat::Ascii, true, 17),
+            (FoamFormat::Binary, true, 17),
+            (FoamFormat::Ascii, false, 6),
+        ] {
+            let options = FoamWriteOptions {
+                format,
+                precision,
+                compress,
+                time_precision: 6,
+                dimensions: Dimensions([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]),
+            };
+            let field = ScalarFieldOutput {
+                name: "T",
+                cells: &cells,
+                boundary: &boundary,
+                boundary_values: &face_values,
+            };
+            let path =
+                write_time_field(&dir, 0.05000000000000003, &mesh, &field, &options).unwrap();
+            let expected_name = if compress { "T.gz" } else { "T" };
+            assert!(
+                path.ends_with(Path::new("0.05").join(expected_name)),
+                "{}",
+                path.display()
+            );
+            let read = ScalarFieldFile::read(&dir.join("0.05/T"), mesh.n_cells()).unwrap();
+            assert_eq!(read.dimensions, options.dimensions);
+            let exact = format == FoamFormat::Binary || precision == 17;
+            let round = |v: &[f64]| -> Vec<f64> {
+                v.iter()
+                    .map(|&x| {
+                        if exact {
+                            x
+                        } else {
+                            round_to_digits(x, precision)
+                        }
+                    })
+                    .collect()
+            };
+            assert_eq!(read.internal, FieldValues::NonUniform(round(&cells)));
+            let first = mesh.n_internal_faces();
+            let patches = mesh.patches();
+            let face_values_of = |p: usize| {
+                let start = patches[p].start - first;
+                round(&face_values[start..start + patches[p].size])
+            };
+            let xmin = read.patch(&patches[0]).unwrap();
+            assert_eq!(xmin.get_word("type").unwrap(), "fixedValue");
+            let n = |p: usize| patches[p].size;
+            assert_eq!(
+                FieldValues::read(xmin, "value", n(0)).unwrap(),
+                FieldValues::Uniform(573.0)
+            );
+            let xmax = read.patch(&patches[1]).unwrap();
+            let BoundaryCondition::FixedValue(PatchValues::PerFace(want)) = &boundary[1] else {
+                unreachable!()
+            };
+            assert_eq!(
+                FieldValues::read(xmax, "value", n(1)).unwrap(),
+                FieldValues::NonUniform(round(want))
+            );
+            let ymin = read.patch(&patches[2]).unwrap();
+            assert_eq!(ymin.get_word("type").unwrap(), "zeroGradient");
+            assert_eq!(
+                FieldValues::read(ymin, "value", n(2)).unwrap(),
+                FieldValues::NonUniform(face_values_of(2))
+            );
+            let ymax = read.patch(&patches[3]).unwrap();
+            assert_eq!(ymax.get_word("type").unwrap(), "fixedGradient");
+            assert_eq!(
+                FieldValues::read(ymax, "gradient", n(3)).unwrap(),
+                FieldValues::Uniform(-0.1)
+            );
+            let back = read.patch(&patches[4]).unwrap();
+            assert_eq!(back.get_word("type").unwrap(), "empty");
+            assert!(!back.contains("value"));
+            // Nothing in a written file goes unread by the checks above but values.
+            std::fs::remove_dir_all(dir.join("0.05")).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn mixed_patches_and_uniform_internal_field() {
+        let mesh = load("box:2x2x2").unwrap();
+        let (_, boundary, face_values) = sample(&mesh);
+        let cells = vec![5.0; mesh.n_cells()];
+        let dir = temp_case("mixed");
+        // The box has six plain patches: the sample's empty goes on zmax, which
+        // the writer accepts (it writes what it is given); replace it.
+        let mut boundary = boundary;
+        boundary[5] = BoundaryCondition::ZeroGradient;
+        let field = ScalarFieldOutput {
+            name: "p",
+            cells: &cells,
+            boundary: &boundary,
+            boundary_values: &face_values,
+        };
+        write_time_field(&dir, 2.0, &mesh, &field, &FoamWriteOptions::default()).unwrap();
+        let read = ScalarFieldFile::read(&dir.join("2/p"), mesh.n_cells()).unwrap();
+        assert_eq!(read.internal, FieldValues::Uniform(5.0));
+        assert_eq!(read.dimensions, Dimensions::NONE);
+        let zmin = read.patch(&mesh.patches()[4]).unwrap();
+        assert_eq!(zmin.get_word("type").unwrap(), "mixed");
+        let n = mesh.patches()[4].size;
+        assert_eq!(
+            FieldValues::read(zmin, "valueFraction", n).unwrap(),
+            FieldValues::Uniform(0.25)
+        );
+        assert_eq!(
+            FieldValues::read(zmin, "refGradient", n).unwrap(),
+            FieldValues::Uniform(0.0)
+        );
+        assert!(
+            matches!(FieldValues::read(zmin, "refValue", n).unwrap(), FieldValues::NonUniform(v) if v.len() == n)
+        );
+        // Wrong sizes are refused before anything is written.
+        let short = ScalarFieldOutput {
+            cells: &cells[1..],
+            ..field
+        };
+        let e =
+            write_time_field(&dir, 3.0, &mesh, &short, &FoamWriteOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("7 cell values"), "{e}");
+        assert!(!dir.join("3").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn field_files_are_checked() {
+        let dir = temp_case("bad");
+        std::fs::create_dir_all(dir.join("0")).unwrap();
+        let path = dir.join("0/T");
+        let check = |body: &str, n_cells: usize| {
+            std::fs::write(&path, body).unwrap();
+            ScalarFieldFile::read(&path, n_cells)
+                .unwrap_err()
+                .to_string()
+        };
+        let head = "FoamFile { format ascii; class volScalarField; object T; }\n";
+        let e = check(&format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField nonuniform List<scalar> 2(1 2);\nboundaryField {{}}\n"), 3);
+        assert!(
+            e.ends_with("0/T:3: 'internalField' has 2 values but 3 are needed"),
+            "{e}"
+        );
+        let e = check(
+            &format!("{head}dimensions [0 0 1];\ninternalField uniform 1;\nboundaryField {{}}\n"),
+            3,
+        );
+        assert!(e.ends_with("0/T:2: 'dimensions': expected a dimension set of 5 or 7 numbers like [0 2 -1 0 0 0 0], found a [ ] set"), "{e}");
+        let e = check(
+            &format!(
+                "{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform;\nboundaryField {{}}\n"
+            ),
+            3,
+        );
+        assert!(e.ends_with("0/T:3: 'internalField': expected 'uniform <number>' or 'nonuniform List<scalar> N (...)', found word 'uniform'"), "{e}");
+        let e = check(
+            &format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform 1;\n"),
+            3,
+        );
+        assert!(e.ends_with("0/T: missing entry 'boundaryField'"), "{e}");
+        let e = check("FoamFile { class volVectorField; }\n", 3);
+        assert!(
+            e.contains("expected a volScalarField, found class volVectorField"),
+            "{e}"
+        );
+        // `$internalField` and patch lookup by pattern and by group.
+        std::fs::write(
+            &path,
+            format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform 7;\nboundaryField {{\n  \"x.*\" {{ type fixedValue; value $internalField; }}\n  patch {{ type zeroGradient; }}\n}}\n"),
+        )
+        .unwrap();
+        let mesh = load("box:2x1x1").unwrap();
+        let field = ScalarFieldFile::read(&path, mesh.n_cells()).unwrap();
+        let xmax = field.patch(&mesh.patches()[1]).unwrap();
+        assert_eq!(
+            FieldValues::read(xmax, "value", 1).unwrap(),
+            FieldValues::Uniform(7.0)
+        );
+        assert_eq!(
+            field
+                .patch(&mesh.patches()[2])
+                .unwrap()
+                .get_word("type")
+                .unwrap(),
+            "zeroGradient"
+        );
+        std::fs::write(&path, format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform 7;\nboundaryField {{\n  xmin {{ type zeroGradient; }}\n}}\n")).unwrap();
+        let field = ScalarFieldFile::read(&path, mesh.n_cells()).unwrap();
+        let e = field.patch(&mesh.patches()[1]).unwrap_err().to_string();
+        assert!(e.ends_with("0/T:4: boundaryField has no entry for patch 'xmax' (type patch); add 'xmax { type ...; }'"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
