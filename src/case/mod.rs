@@ -2,11 +2,12 @@
 //! ([`CaseSetup`]), read from a native `case.toml` ([`toml`]) and run on the
 //! CPU ([`run`]).
 
+pub mod expr;
 pub mod setup;
 
 pub use setup::{
-    BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, Physics, Scalar,
-    SolverSettings, SpaceTimeFn, TimeControl,
+    BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
+    Scalar, SolverSettings, SpaceTimeFn, TimeControl,
 };
 
 use crate::fvm::FvmError;

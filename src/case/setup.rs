@@ -7,7 +7,7 @@
 //! time with [`Scalar::cell_field`] and [`BoundarySpec::resolve`].
 
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
-use crate::mesh::{MeshSource, Patch, PatchKind, Vec3};
+use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
 use crate::solve::{PreconditionerKind, SolverControls};
 use std::fmt;
 use std::path::PathBuf;
@@ -270,9 +270,20 @@ impl Default for OutputSettings {
     }
 }
 
+/// The condition a case gives for one patch.
+#[derive(Clone, Debug)]
+pub struct PatchCondition {
+    pub patch: String,
+    pub spec: BoundarySpec,
+    /// Where it was given (`case.toml:12:1`, `0/T`), for errors.
+    pub origin: String,
+}
+
 /// Everything a run needs, whatever the case format.
 #[derive(Clone, Debug)]
 pub struct CaseSetup {
+    /// The case file (`case.toml`, `system/controlDict`), named in errors.
+    pub origin: String,
     /// The case directory: relative output paths start here.
     pub case_dir: PathBuf,
     pub mesh: MeshSource,
@@ -287,7 +298,7 @@ pub struct CaseSetup {
     /// the equation gains Sp·T on its source side; Sp ≤ 0 keeps it positive definite.
     pub implicit_source: Option<Scalar>,
     /// Condition of each named patch; patches not named use `default_boundary`.
-    pub boundary: Vec<(String, BoundarySpec)>,
+    pub boundary: Vec<PatchCondition>,
     pub default_boundary: Option<BoundarySpec>,
     /// Initial field (steady: the first iterate; Euler: T at t = 0).
     pub initial: Scalar,
@@ -306,21 +317,22 @@ pub struct CaseSetup {
 impl CaseSetup {
     /// One condition per mesh patch, in patch order, at `time`. Patches of kind
     /// `empty` default to `empty`. A patch with neither its own condition nor a
-    /// default is an error naming it; so is a
-    /// condition naming a patch the mesh lacks. `origin` (the case file) is named in errors.
+    /// default is an error naming it and the case file; so is a condition
+    /// naming a patch the mesh lacks (named with where it was given).
     pub fn boundary_conditions(
         &self,
-        patches: &[Patch],
-        boundary_face_centres: &[Vec3],
-        n_internal_faces: usize,
+        mesh: &Mesh,
+        geometry: &Geometry,
         time: f64,
-        origin: &str,
     ) -> Result<Vec<BoundaryCondition>, CaseError> {
-        for (name, _) in &self.boundary {
-            if !patches.iter().any(|p| &p.name == name) {
+        let patches = mesh.patches();
+        for given in &self.boundary {
+            if mesh.patch(&given.patch).is_none() {
                 return Err(CaseError::invalid(format!(
-                    "{origin}: boundary condition for patch '{name}', but the mesh has no such patch \
+                    "{}: boundary condition for patch '{}', but the mesh has no such patch \
                      (its patches: {})",
+                    given.origin,
+                    given.patch,
                     patch_names(patches)
                 )));
             }
@@ -331,23 +343,20 @@ impl CaseSetup {
                 let spec = self
                     .boundary
                     .iter()
-                    .find(|(name, _)| *name == patch.name)
-                    .map(|(_, spec)| spec)
+                    .find(|given| given.patch == patch.name)
+                    .map(|given| &given.spec)
                     .or(self.default_boundary.as_ref())
                     .or((patch.kind == PatchKind::Empty).then_some(&BoundarySpec::Empty))
                     .ok_or_else(|| {
                         CaseError::invalid(format!(
-                            "{origin}: patch '{}' has no boundary condition; give one for it \
+                            "{}: patch '{}' has no boundary condition; give one for it \
                              or a default",
-                            patch.name
+                            self.origin, patch.name
                         ))
                     })?;
-                let first = patch.start - n_internal_faces;
-                spec.resolve(
-                    patch,
-                    &boundary_face_centres[first..first + patch.size],
-                    time,
-                )
+                let first = patch.start - mesh.n_internal_faces();
+                let centres = &geometry.boundary_face_centres[first..first + patch.size];
+                spec.resolve(patch, centres, time)
             })
             .collect()
     }
@@ -356,7 +365,7 @@ impl CaseSetup {
     pub fn boundary_is_time_dependent(&self) -> bool {
         self.boundary
             .iter()
-            .map(|(_, spec)| spec)
+            .map(|given| &given.spec)
             .chain(&self.default_boundary)
             .any(BoundarySpec::is_time_dependent)
     }
