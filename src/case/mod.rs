@@ -1,10 +1,13 @@
 //! Cases: what to solve on which mesh, how, and what to write
-//! ([`CaseSetup`]), read from a native `case.toml` ([`toml`]) and run on the
+//! ([`CaseSetup`]), read from a native `case.toml` ([`case_toml`]) and run on the
 //! CPU ([`run`]).
 
+pub mod case_toml;
 pub mod expr;
+pub mod run;
 pub mod setup;
 
+pub use run::{run_case, ErrorNorms, RunSummary};
 pub use setup::{
     BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
     Scalar, SolverSettings, SpaceTimeFn, TimeControl,
