@@ -69,7 +69,9 @@ const VARIABLES: [&str; 4] = ["x", "y", "z", "t"];
 /// Compiles `text`; the error message names the expression and what is wrong
 /// (the caller adds the file, line and key).
 pub fn compile(text: &str) -> Result<SpaceTimeFn, String> {
-    let expr = CaseExpr::parse(text)
+    // Long expressions may span lines (TOML multi-line strings); exmex wants one.
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let expr = CaseExpr::parse(&one_line)
         .map_err(|e| format!("cannot parse expression '{text}': {}", e.msg()))?;
     // exmex takes variable values in the alphabetical order of the names used.
     let mut slots = Vec::new();

@@ -52,3 +52,22 @@ impl CaseError {
         Self::Invalid(msg.into())
     }
 }
+
+/// Reads the case in `case_dir`: its `case.toml`, or an OpenFOAM case
+/// (`system/controlDict`).
+pub fn read_case_dir(case_dir: &std::path::Path) -> Result<CaseSetup, CaseError> {
+    if case_dir.join(case_toml::CASE_FILE).is_file() {
+        return case_toml::read_case(case_dir);
+    }
+    if case_dir.join("system").join("controlDict").is_file() {
+        return Err(CaseError::invalid(format!(
+            "{}: OpenFOAM case directories are read by the foamcase front end, not merged yet",
+            case_dir.display()
+        )));
+    }
+    Err(CaseError::invalid(format!(
+        "{}: not a case directory: it has neither {} nor system/controlDict",
+        case_dir.display(),
+        case_toml::CASE_FILE
+    )))
+}

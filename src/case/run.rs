@@ -280,7 +280,7 @@ impl<'a> Run<'a> {
 
     fn log_execution_time(&self) {
         log::info!(
-            "ExecutionTime = {} s\n",
+            "ExecutionTime = {} s",
             format_g(self.clock.elapsed().as_secs_f64())
         );
     }
@@ -302,7 +302,7 @@ impl<'a> Run<'a> {
         let mut iteration = 0;
         while iteration < max_iterations && !converged {
             iteration += 1;
-            log::info!("Time = {iteration}\n");
+            log::info!("Time = {iteration}");
             let performances = self.solve(None)?;
             let initial = performances[0].initial_residual;
             converged = residual_tolerance > 0.0 && initial < residual_tolerance;
@@ -312,7 +312,7 @@ impl<'a> Run<'a> {
             }
         }
         if converged {
-            log::info!("SIMPLE solution converged in {iteration} iterations\n");
+            log::info!("SIMPLE solution converged in {iteration} iterations");
         } else if residual_tolerance > 0.0 {
             log::warn!(
                 "{}: residualControl {} not reached in {max_iterations} iterations",
@@ -340,7 +340,7 @@ impl<'a> Run<'a> {
             };
             let dt = new_time - time;
             time = new_time;
-            log::info!("Time = {}\n", format_g(time));
+            log::info!("Time = {}", format_g(time));
             if time_dependent || dt != delta_t {
                 self.reassemble(time, dt)?;
             }
@@ -433,7 +433,7 @@ impl<'a> Run<'a> {
             );
             norms
         });
-        log::info!("End\n");
+        log::info!("End");
         Ok(RunSummary {
             n_cells: self.mesh.n_cells(),
             steps,
