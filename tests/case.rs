@@ -175,6 +175,27 @@ fn boundary_patches_must_match_the_mesh() {
     assert!(err.contains("xmin, xmax, ymin, ymax, zmin, zmax"), "{err}");
 }
 
+#[test]
+fn two_dimensional_meshes_get_empty_front_and_back() {
+    // T = x + 2y is exact for the scheme on a uniform 2-D mesh.
+    let text = r#"
+[mesh]
+source = "box:6x5x1:2d"
+[physics]
+exact = "x + 2*y"
+[boundary.default]
+type = "fixedValue"
+value = "exact"
+[solver.T]
+tolerance = 1e-12
+[output]
+formats = []
+"#;
+    let summary = run(&parse(text, "two_d").unwrap());
+    assert_eq!(summary.n_cells, 30);
+    assert!(summary.error.unwrap().linf < 1e-10);
+}
+
 fn run(setup: &CaseSetup) -> RunSummary {
     run_case(setup).unwrap_or_else(|e| panic!("{}: {e}", setup.origin))
 }

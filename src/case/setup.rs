@@ -316,7 +316,7 @@ pub struct CaseSetup {
 
 impl CaseSetup {
     /// One condition per mesh patch, in patch order, at `time`. Patches of kind
-    /// `empty` default to `empty`. A patch with neither its own condition nor a
+    /// `empty` default to `empty` (not to `default_boundary`). A patch with neither its own condition nor a
     /// default is an error naming it and the case file; so is a condition
     /// naming a patch the mesh lacks (named with where it was given).
     pub fn boundary_conditions(
@@ -345,8 +345,8 @@ impl CaseSetup {
                     .iter()
                     .find(|given| given.patch == patch.name)
                     .map(|given| &given.spec)
-                    .or(self.default_boundary.as_ref())
                     .or((patch.kind == PatchKind::Empty).then_some(&BoundarySpec::Empty))
+                    .or(self.default_boundary.as_ref())
                     .ok_or_else(|| {
                         CaseError::invalid(format!(
                             "{}: patch '{}' has no boundary condition; give one for it \
