@@ -5,6 +5,7 @@
 
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
+use crate::case;
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use crate::sparse::mtx;
@@ -55,6 +56,22 @@ enum Command {
     },
     /// Solve A x = b for a symmetric positive definite Matrix Market matrix with PCG.
     SolveMatrix(SolveMatrixArgs),
+    /// Runs a case: CASE holds case.toml (native) or system/controlDict (OpenFOAM).
+    Run {
+        /// Case directory.
+        case: PathBuf,
+        /// Where to solve: auto (the best available), cpu, gpu.
+        #[arg(long, value_enum, default_value_t = Device::Auto)]
+        device: Device,
+    },
+}
+
+/// `--device` values.
+#[derive(Clone, Copy, ValueEnum)]
+enum Device {
+    Auto,
+    Cpu,
+    Gpu,
 }
 
 /// `--format` values.
@@ -93,6 +110,7 @@ pub fn main() -> i32 {
             compress,
         } => convert_mesh(&source, &out_case, format.into(), compress).map(|()| 0),
         Command::SolveMatrix(args) => solve_matrix(args).map(|()| 0),
+        Command::Run { case, device } => run(&case, device).map(|()| 0),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {}", error_chain(&e));
@@ -122,6 +140,22 @@ struct SolveMatrixArgs {
     /// Write the solution x to this Matrix Market (array) file.
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// `run`: reads the case directory and runs it.
+fn run(case_dir: &Path, device: Device) -> anyhow::Result<()> {
+    match device {
+        Device::Gpu => anyhow::bail!(
+            "--device gpu: the GPU backend is not built yet; use --device cpu (or auto)"
+        ),
+        Device::Auto => {
+            log::info!("Device: auto, no GPU backend in this build: running on the CPU")
+        }
+        Device::Cpu => log::info!("Device: CPU"),
+    }
+    let setup = case::read_case_dir(case_dir)?;
+    case::run_case(&setup)?;
+    Ok(())
 }
 
 /// `solve-matrix`: PCG from x = 0 on a Matrix Market system.
