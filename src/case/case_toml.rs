@@ -50,7 +50,7 @@
 use super::expr;
 use super::setup::{
     BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
-    Scalar, SolverSettings, TimeControl,
+    Scalar, SolverSettings, SourceSplit, TimeControl,
 };
 use super::CaseError;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
@@ -283,6 +283,7 @@ pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup,
         gamma,
         source,
         implicit_source,
+        source_split: SourceSplit::Stable,
         boundary,
         default_boundary,
         initial,
@@ -666,7 +667,7 @@ impl Source<'_> {
             if !(1..=17).contains(precision.get_ref()) {
                 return Err(self.error(precision.span(), "output.precision must be 1 to 17"));
             }
-            output.precision = *precision.get_ref();
+            output.foam.precision = *precision.get_ref();
         }
         Ok(output)
     }

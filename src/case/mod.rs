@@ -4,13 +4,14 @@
 
 pub mod case_toml;
 pub mod expr;
+pub mod openfoam;
 pub mod run;
 pub mod setup;
 
 pub use run::{run_case, ErrorNorms, RunSummary};
 pub use setup::{
     BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
-    Scalar, SolverSettings, SpaceTimeFn, TimeControl,
+    Scalar, SolverSettings, SourceSplit, SpaceTimeFn, TimeControl,
 };
 
 use crate::fvm::FvmError;
@@ -60,10 +61,7 @@ pub fn read_case_dir(case_dir: &std::path::Path) -> Result<CaseSetup, CaseError>
         return case_toml::read_case(case_dir);
     }
     if case_dir.join("system").join("controlDict").is_file() {
-        return Err(CaseError::invalid(format!(
-            "{}: OpenFOAM case directories are read by the foamcase front end, not merged yet",
-            case_dir.display()
-        )));
+        return Ok(openfoam::read_case(case_dir)?.setup);
     }
     Err(CaseError::invalid(format!(
         "{}: not a case directory: it has neither {} nor system/controlDict",

@@ -3,10 +3,11 @@
 //! solving `fvm::ddt(T) − fvm::laplacian(DT, T) == fvOptions(T)`), with an
 //! OpenFOAM-like log and VTK / OpenFOAM result files.
 
-use super::setup::{CaseSetup, OutputFormat, Scalar, TimeControl};
+use super::setup::{CaseSetup, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
+use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh};
 use crate::solve::{solve_pcg, SolverPerformance};
@@ -87,18 +88,21 @@ pub fn run_case(setup: &CaseSetup) -> Result<RunSummary, CaseError> {
     }
 }
 
-/// Implicit source Sp·T split as OpenFOAM's `fvm::SuSp` splits it: Sp < 0
-/// onto the diagonal (keeps the matrix positive definite), Sp > 0 explicit
-/// with the current T.
+/// The implicit source Sp·T split per [`SourceSplit`].
 struct SemiImplicitSource {
-    /// V·max(−Sp, 0) per cell, added to the diagonal.
+    /// V·(part of −Sp in the matrix) per cell, added to the diagonal.
     implicit: Vec<f64>,
-    /// V·max(Sp, 0) per cell, times the current T onto the right-hand side.
+    /// V·(explicit part of Sp) per cell, times the current T onto the right-hand side.
     explicit: Vec<f64>,
 }
 
 impl SemiImplicitSource {
-    fn new(sp: &Scalar, geometry: &Geometry, time: f64) -> Result<Self, CaseError> {
+    fn new(
+        sp: &Scalar,
+        split: SourceSplit,
+        geometry: &Geometry,
+        time: f64,
+    ) -> Result<Self, CaseError> {
         let values = sp.values_at(&geometry.cell_centres, time, "implicit source Sp")?;
         if let Some(c) = values.iter().position(|v| !v.is_finite()) {
             return Err(CaseError::invalid(format!(
@@ -106,16 +110,22 @@ impl SemiImplicitSource {
                 values[c]
             )));
         }
-        let split = |sign: f64| {
+        let part = |f: fn(f64) -> f64| -> Vec<f64> {
             values
                 .iter()
                 .zip(&geometry.cell_volumes)
-                .map(|(s, v)| v * (sign * s).max(0.0))
+                .map(|(&s, v)| v * f(s))
                 .collect()
         };
-        Ok(Self {
-            implicit: split(-1.0),
-            explicit: split(1.0),
+        Ok(match split {
+            SourceSplit::Stable => Self {
+                implicit: part(|s| (-s).max(0.0)),
+                explicit: part(|s| s.max(0.0)),
+            },
+            SourceSplit::OpenFoam => Self {
+                implicit: part(|s| -s.max(0.0)),
+                explicit: part(|s| s.min(0.0)),
+            },
         })
     }
 }
@@ -191,12 +201,12 @@ impl<'a> Run<'a> {
         let Some(sp) = &self.setup.implicit_source else {
             return Ok(());
         };
-        let sp = SemiImplicitSource::new(sp, self.geometry, time)?;
-        if self.system.is_singular() && sp.implicit.iter().any(|&v| v > 0.0) {
+        let sp = SemiImplicitSource::new(sp, self.setup.source_split, self.geometry, time)?;
+        if self.system.is_singular() && sp.implicit.iter().any(|&v| v != 0.0) {
             // The system would treat the matrix as singular (consistency check,
-            // reference level) although Sp < 0 makes it definite.
+            // reference level) although the implicit Sp changes that.
             return Err(CaseError::invalid(format!(
-                "{}: an implicit source Sp < 0 in a steady case without any fixedValue \
+                "{}: an implicit source Sp in a steady case without any fixedValue \
                  boundary is not supported; give a fixedValue patch or move Sp into the \
                  explicit source",
                 self.setup.origin
@@ -249,7 +259,7 @@ impl<'a> Run<'a> {
                 }
                 let solver = setup.solver.for_corrector(performances.len(), n_correctors);
                 let b = match sp_explicit {
-                    Some(sp) if sp.iter().any(|&v| v > 0.0) => {
+                    Some(sp) if sp.iter().any(|&v| v != 0.0) => {
                         rhs_with_sp.clear();
                         rhs_with_sp
                             .extend(rhs.iter().zip(sp).zip(&*x).map(|((b, s), t)| b + s * t));
@@ -411,9 +421,29 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Writes `<case>/<time>/<field>` (OpenFOAM's time directory layout).
     fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
-        let _ = time;
-        Err(CaseError::invalid("OpenFOAM output is not available yet"))
+        let boundary_values = self
+            .system
+            .boundary_coeffs()
+            .face_values(self.mesh, &self.field);
+        let field = ScalarFieldOutput {
+            name: &self.setup.field,
+            cells: &self.field,
+            boundary: &self.problem.boundary,
+            boundary_values: &boundary_values,
+        };
+        let path = write_time_field(
+            &self.setup.case_dir,
+            time,
+            self.mesh,
+            &field,
+            &self.setup.output.foam,
+        )?;
+        if let Some(dir) = path.parent() {
+            self.foam_times.push(dir.to_path_buf());
+        }
+        Ok(())
     }
 
     fn finish(

@@ -7,6 +7,7 @@
 //! time with [`Scalar::cell_field`] and [`BoundarySpec::resolve`].
 
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
+use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
 use crate::solve::{PreconditionerKind, SolverControls};
 use std::fmt;
@@ -255,8 +256,9 @@ pub struct OutputSettings {
     /// Where VTK files go (relative paths are relative to the case directory).
     /// OpenFOAM time directories always go in the case directory itself.
     pub directory: PathBuf,
-    /// Significant digits of ASCII OpenFOAM fields (`writePrecision`).
-    pub precision: usize,
+    /// How OpenFOAM time directories are written (format, `writePrecision`,
+    /// compression, time names, the field's dimensions).
+    pub foam: FoamWriteOptions,
 }
 
 impl Default for OutputSettings {
@@ -265,9 +267,25 @@ impl Default for OutputSettings {
             formats: vec![OutputFormat::Vtk],
             interval: 1,
             directory: PathBuf::from("results"),
-            precision: 17,
+            foam: FoamWriteOptions::default(),
         }
     }
+}
+
+/// How the implicit source Sp·T is split between the matrix and the
+/// right-hand side; both reach the same converged solution, but differ after a
+/// fixed number of non-orthogonal correctors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SourceSplit {
+    /// Sp < 0 onto the diagonal (keeps the matrix positive definite for any
+    /// Sp ≤ 0), Sp > 0 explicit with the current T: `fvm::SuSp` on the side
+    /// of the unknowns.
+    #[default]
+    Stable,
+    /// laplacianFoam's: `== fvOptions(T)` subtracts the source matrix, in which
+    /// `scalarSemiImplicitSource` put `fvm::SuSp(Sp, T)`, so Sp > 0 goes onto
+    /// the diagonal (reducing it) and Sp < 0 stays explicit with the current T.
+    OpenFoam,
 }
 
 /// The condition a case gives for one patch.
@@ -297,6 +315,8 @@ pub struct CaseSetup {
     /// Implicit source coefficient Sp (OpenFOAM `scalarSemiImplicitSource`):
     /// the equation gains Sp·T on its source side; Sp ≤ 0 keeps it positive definite.
     pub implicit_source: Option<Scalar>,
+    /// Which part of Sp·T goes into the matrix.
+    pub source_split: SourceSplit,
     /// Condition of each named patch; patches not named use `default_boundary`.
     pub boundary: Vec<PatchCondition>,
     pub default_boundary: Option<BoundarySpec>,

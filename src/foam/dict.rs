@@ -435,6 +435,23 @@ impl Parser<'_, '_> {
                     data,
                 }));
             }
+            if type_hint == Some("List<label>") {
+                // E.g. `cellLabels` of binary cellZones; labels below 2^53 are exact as f64.
+                let count = n
+                    .checked_mul(self.arch.label_bytes)
+                    .ok_or_else(|| self.lx.error(format!("list size {n} is too large")))?;
+                let bytes = self.lx.raw(count, "list of labels")?;
+                let data = bytes
+                    .chunks_exact(self.arch.label_bytes)
+                    .map(|b| super::list::binary_label(b).map(|l| l as f64))
+                    .collect::<Result<Vec<f64>, String>>()
+                    .map_err(|m| self.lx.error(m))?;
+                self.lx.punct(b')', "after the binary list")?;
+                return Ok(Some(ValueKind::Numbers {
+                    components: 1,
+                    data,
+                }));
+            }
         }
         let items = self.items(b')')?;
         // A list of `name { ... }` entries counts entries, not tokens.
