@@ -156,6 +156,35 @@ fn source_case_maps_and_matches_openfoam() {
     assert!(rel < 1e-12, "relative difference {rel:e}");
 }
 
+#[test]
+fn steady_case_maps_and_matches_openfoam() {
+    let dir = repo("cases/laplacian_foam_steady");
+    let case = read(&dir);
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let s = &case.setup;
+    assert_eq!(
+        s.time,
+        TimeControl::Steady {
+            max_iterations: 200,
+            residual_tolerance: 1e-7
+        }
+    );
+    assert_eq!(s.n_non_orth_correctors, 1);
+    assert_eq!(s.solver.regular.preconditioner, PreconditionerKind::Dic);
+    assert_eq!(s.solver.regular.controls.max_iter, 1000);
+    assert!(
+        matches!(&s.boundary[2].spec, BoundarySpec::FixedGradient(Scalar::Uniform(g)) if *g == 100.0)
+    );
+    // OpenFOAM's residualControl stopped after 10 iterations and wrote time 10.
+    let mut quiet = s.clone();
+    quiet.output.formats.clear();
+    let summary = run_case(&quiet).unwrap();
+    assert!(summary.converged);
+    assert_eq!(summary.steps, 10);
+    let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_steady/10/T");
+    assert!(rel < 1e-12, "relative difference {rel:e}");
+}
+
 /// Runs the skew case in a scratch copy: the time directory it writes holds
 /// the final field to the last bit and a `value` on every patch.
 #[test]
@@ -417,6 +446,72 @@ fn solvers_are_mapped_and_unused_entries_warned() {
             format!("{control}:44: functions: not used by fvpoisson's laplacianFoam, ignored"),
         ]
     );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn other_dictionary_forms_map_too() {
+    // `startFrom latestTime` starts from 0 while 0 is the only time; a later
+    // time directory is refused rather than silently ignored.
+    let (dir, case) = read_edited(
+        "laplacian_foam_steady",
+        "system/controlDict",
+        |t| t.replace("startFrom       startTime;", "startFrom       latestTime;"),
+        "latest",
+    );
+    case.unwrap();
+    fs::create_dir_all(dir.join("10")).unwrap();
+    let e = read_case(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("would start at time 10 (startFrom latestTime)"),
+        "{e}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+    // `DT [dims] value`, and a preconditioner given as a dictionary.
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "constant/transportProperties",
+        |t| t.replace("DT              DT [0 2 -1 0 0 0 0] 0.5;", "DT [0 2 -1 0 0 0 0] 0.25;"),
+        "dims",
+    );
+    assert!(matches!(case.unwrap().setup.gamma, Scalar::Uniform(g) if g == 0.25));
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner GAMG; smoother DIC; }",
+            )
+        },
+        "gamg_preconditioner",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        PreconditionerKind::Ic0
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    // `selectionMode all` with `volumeMode specific`: Su and Sp as given, everywhere.
+    let (dir, case) = read_edited(
+        "laplacian_foam_source",
+        "system/fvOptions",
+        |t| {
+            t.replace("cellZone;", "all;")
+                .replace("cellZone        heater;", "")
+                .replace("absolute", "specific")
+        },
+        "specific",
+    );
+    let s = case.unwrap().setup;
+    assert!(
+        matches!(s.source, Scalar::Uniform(v) if v == 2e-3),
+        "{:?}",
+        s.source
+    );
+    assert!(matches!(s.implicit_source, Some(Scalar::Uniform(v)) if v == -2e-5));
     let _ = fs::remove_dir_all(&dir);
 }
 
