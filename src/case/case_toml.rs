@@ -666,7 +666,7 @@ impl Source<'_> {
             if !(1..=17).contains(precision.get_ref()) {
                 return Err(self.error(precision.span(), "output.precision must be 1 to 17"));
             }
-            output.precision = *precision.get_ref();
+            output.foam.precision = *precision.get_ref();
         }
         Ok(output)
     }

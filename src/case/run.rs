@@ -7,6 +7,7 @@ use super::setup::{CaseSetup, OutputFormat, Scalar, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
+use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh};
 use crate::solve::{solve_pcg, SolverPerformance};
@@ -58,8 +59,8 @@ pub struct RunSummary {
     pub error: Option<ErrorNorms>,
     /// The `.pvd` of the VTK series, when VTK output is on.
     pub vtk_series: Option<PathBuf>,
-    /// OpenFOAM time directories written.
-    pub foam_times: Vec<PathBuf>,
+    /// OpenFOAM field files written (`<case>/<time>/<field>`), in time order.
+    pub foam_fields: Vec<PathBuf>,
 }
 
 /// Loads the mesh, assembles and solves the case, writes its results.
@@ -130,7 +131,7 @@ struct Run<'a> {
     sp: Option<SemiImplicitSource>,
     field: Vec<f64>,
     vtk: Option<VtkSeries<'a>>,
-    foam_times: Vec<PathBuf>,
+    foam_fields: Vec<PathBuf>,
     clock: Instant,
 }
 
@@ -179,7 +180,7 @@ impl<'a> Run<'a> {
             sp: None,
             field,
             vtk,
-            foam_times: Vec::new(),
+            foam_fields: Vec::new(),
             clock,
         };
         run.apply_implicit_source(0.0)?;
@@ -411,9 +412,28 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Writes `<case>/<time>/<field>` with the conditions in force and the
+    /// boundary face values (OpenFOAM time directory layout).
     fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
-        let _ = time;
-        Err(CaseError::invalid("OpenFOAM output is not available yet"))
+        let boundary_values = self
+            .system
+            .boundary_coeffs()
+            .face_values(self.mesh, &self.field);
+        let path = write_time_field(
+            &self.setup.case_dir,
+            time,
+            self.mesh,
+            &ScalarFieldOutput {
+                name: &self.setup.field,
+                cells: &self.field,
+                boundary: &self.problem.boundary,
+                boundary_values: &boundary_values,
+            },
+            &self.setup.output.foam,
+        )?;
+        log::info!("Writing {}", path.display());
+        self.foam_fields.push(path);
+        Ok(())
     }
 
     fn finish(
@@ -442,7 +462,7 @@ impl<'a> Run<'a> {
             field: self.field,
             error,
             vtk_series: self.vtk.as_ref().map(VtkSeries::pvd_path),
-            foam_times: self.foam_times,
+            foam_fields: self.foam_fields,
         })
     }
 }

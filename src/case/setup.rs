@@ -6,6 +6,7 @@
 //! or a function of position and time. They become `fvm` inputs at a given
 //! time with [`Scalar::cell_field`] and [`BoundarySpec::resolve`].
 
+use crate::io::foam_field::FoamWriteOptions;
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
 use crate::solve::{PreconditionerKind, SolverControls};
@@ -255,8 +256,9 @@ pub struct OutputSettings {
     /// Where VTK files go (relative paths are relative to the case directory).
     /// OpenFOAM time directories always go in the case directory itself.
     pub directory: PathBuf,
-    /// Significant digits of ASCII OpenFOAM fields (`writePrecision`).
-    pub precision: usize,
+    /// How OpenFOAM time directories are written (format, `writePrecision`,
+    /// compression, time names, the field's dimensions).
+    pub foam: FoamWriteOptions,
 }
 
 impl Default for OutputSettings {
@@ -265,7 +267,7 @@ impl Default for OutputSettings {
             formats: vec![OutputFormat::Vtk],
             interval: 1,
             directory: PathBuf::from("results"),
-            precision: 17,
+            foam: FoamWriteOptions::default(),
         }
     }
 }
