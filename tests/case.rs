@@ -412,6 +412,25 @@ fn foam_output_writes_time_directories() {
     }
     assert!(written.contains("type            fixedValue;"), "{written}");
     assert_no_tmp(dir);
+
+    let binary = MMS.replace(
+        "formats = []",
+        "formats = [\"foam\"]\nwriteFormat = \"binary\"\nwriteCompression = true",
+    );
+    let scratch = Scratch::new("foam_binary");
+    let summary = run(&parse_in(&binary, &scratch).unwrap());
+    assert_eq!(
+        summary.foam_fields.last(),
+        Some(&scratch.join("2").join("T.gz"))
+    );
+    let err = parse_err(
+        &MMS.replace("formats = []", "writeFormat = \"hdf5\""),
+        "hdf5",
+    );
+    assert!(
+        err.contains("case.toml:13:15: output.writeFormat 'hdf5'"),
+        "{err}"
+    );
 }
 
 #[test]
