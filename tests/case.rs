@@ -8,12 +8,32 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// An empty scratch directory unique to this test process and `tag`.
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fvpoisson_case_{}_{tag}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
+/// An empty scratch directory unique to this test process and `tag`,
+/// removed when dropped (kept when the test panics, to look at).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("fvpoisson_case_{}_{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 fn shipped(name: &str) -> PathBuf {
@@ -22,14 +42,27 @@ fn shipped(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Parses `text` as `DIR/case.toml` of a scratch directory.
-fn parse(text: &str, tag: &str) -> Result<CaseSetup, CaseError> {
-    let dir = scratch(tag);
-    parse_case(text, &dir.join("case.toml"), &dir)
+/// Parses `text` as `DIR/case.toml`.
+fn parse_in(text: &str, dir: &Path) -> Result<CaseSetup, CaseError> {
+    parse_case(text, &dir.join("case.toml"), dir)
+}
+
+/// Parses `text` as the case file of a directory that does not exist (nothing is written).
+fn parse(text: &str) -> Result<CaseSetup, CaseError> {
+    parse_in(
+        text,
+        &std::env::temp_dir().join("fvpoisson_case_parse_only"),
+    )
+}
+
+/// Runs `text` as the case file of the scratch directory `tag`.
+fn run_text(text: &str, tag: &str) -> RunSummary {
+    let dir = Scratch::new(tag);
+    run(&parse_in(text, &dir).unwrap())
 }
 
 fn parse_err(text: &str, tag: &str) -> String {
-    match parse(text, tag) {
+    match parse(text) {
         Ok(_) => panic!("case {tag} should be refused"),
         Err(e) => e.to_string(),
     }
@@ -156,7 +189,7 @@ fn errors_name_file_line_and_key() {
 #[test]
 fn boundary_patches_must_match_the_mesh() {
     let missing = MMS.replace("[boundary.default]", "[boundary.xmin]");
-    let setup = parse(&missing, "bc_missing").unwrap();
+    let setup = parse(&missing).unwrap();
     let err = run_case(&setup).unwrap_err().to_string();
     assert!(
         err.contains("case.toml: patch 'xmax' has no boundary condition"),
@@ -164,7 +197,7 @@ fn boundary_patches_must_match_the_mesh() {
     );
 
     let unknown = format!("{MMS}[boundary.top]\ntype = \"zeroGradient\"\n");
-    let setup = parse(&unknown, "bc_unknown").unwrap();
+    let setup = parse(&unknown).unwrap();
     let err = run_case(&setup).unwrap_err().to_string();
     assert!(
         err.contains(
@@ -191,7 +224,7 @@ tolerance = 1e-12
 [output]
 formats = []
 "#;
-    let summary = run(&parse(text, "two_d").unwrap());
+    let summary = run_text(text, "two_d");
     assert_eq!(summary.n_cells, 30);
     assert!(summary.error.unwrap().linf < 1e-10);
 }
@@ -204,8 +237,8 @@ fn run(setup: &CaseSetup) -> RunSummary {
 /// the written files: the series, one .vtu per step with every cell, no .tmp.
 fn run_shipped(name: &str) -> RunSummary {
     let mut setup = read_case_dir(&shipped(name)).unwrap();
-    let out = scratch(name);
-    setup.output.directory = out.clone();
+    let out = Scratch::new(name);
+    setup.output.directory = out.to_path_buf();
     let summary = run(&setup);
     let pvd = summary.vtk_series.clone().expect("VTK output is on");
     assert_eq!(pvd, out.join(format!("{name}.pvd")));
@@ -274,7 +307,7 @@ fn shipped_cases_match_their_exact_solutions() {
 
 #[test]
 fn second_order_on_hexahedra_and_correction_on_tetrahedra() {
-    let l2 = |text: &str, tag: &str| run(&parse(text, tag).unwrap()).error.unwrap().l2;
+    let l2 = |text: &str, tag: &str| run_text(text, tag).error.unwrap().l2;
     let coarse = l2(MMS, "order8");
     let fine = l2(&MMS.replace("box:8x8x8", "box:16x16x16"), "order16");
     let order = (coarse / fine).log2();
@@ -315,7 +348,7 @@ tolerance = 1e-12
 formats = []
 "#;
     let error = |dt: &str, tag: &str| {
-        let summary = run(&parse(&transient.replace("DT", dt), tag).unwrap());
+        let summary = run_text(&transient.replace("DT", dt), tag);
         assert!((summary.time - 0.03).abs() < 1e-15, "{}", summary.time);
         (summary.steps, summary.error.unwrap().linf)
     };
@@ -327,7 +360,7 @@ formats = []
     assert!(fine < 0.5 * coarse && fine < 1e-2, "{coarse} {fine}");
 
     // -lap(T) = Su + Sp T with Sp = -1 (implicit) and Sp = +1 (explicit, lagged).
-    let reference = run(&parse(MMS, "sp_reference").unwrap()).error.unwrap().l2;
+    let reference = run_text(MMS, "sp_reference").error.unwrap().l2;
     for (sp, su, tag) in [
         ("-1", "(3*pi^2 + 1)", "sp_implicit"),
         ("1", "(3*pi^2 - 1)", "sp_explicit"),
@@ -338,7 +371,7 @@ formats = []
                 &format!("implicitSource = {sp}\nsource = \"{su}*"),
             )
             .replace("[output]", "[time]\nresidualControl = 1e-9\n[output]");
-        let summary = run(&parse(&text, tag).unwrap());
+        let summary = run_text(&text, tag);
         assert!(summary.converged, "{tag}");
         let l2 = summary.error.unwrap().l2;
         assert!(
@@ -349,15 +382,67 @@ formats = []
 }
 
 #[test]
+fn foam_output_writes_time_directories() {
+    let text = MMS.replace("formats = []", "formats = [\"foam\"]\nprecision = 12");
+    let scratch = Scratch::new("foam_out");
+    let setup = parse_in(&text, &scratch).unwrap();
+    let summary = run(&setup);
+    let dir = &setup.case_dir;
+    assert_eq!(
+        summary.foam_fields,
+        vec![dir.join("1").join("T"), dir.join("2").join("T")]
+    );
+    assert!(summary.vtk_series.is_none());
+    let written = fs::read_to_string(dir.join("2").join("T")).unwrap();
+    assert!(
+        written.contains("internalField   nonuniform List<scalar>"),
+        "{written}"
+    );
+    // The centre cell of 8^3 hexes is not at the centre: compare the file's
+    // first value with the solution, at the 12 digits asked for.
+    let first: f64 = written
+        .split("List<scalar>")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no first value in {written}"));
+    assert!((first - summary.field[0]).abs() <= 1e-11 * summary.field[0].abs());
+    for patch in ["xmin", "zmax"] {
+        assert!(written.contains(patch), "{patch} missing");
+    }
+    assert!(written.contains("type            fixedValue;"), "{written}");
+    assert_no_tmp(dir);
+
+    let binary = MMS.replace(
+        "formats = []",
+        "formats = [\"foam\"]\nwriteFormat = \"binary\"\nwriteCompression = true",
+    );
+    let scratch = Scratch::new("foam_binary");
+    let summary = run(&parse_in(&binary, &scratch).unwrap());
+    assert_eq!(
+        summary.foam_fields.last(),
+        Some(&scratch.join("2").join("T.gz"))
+    );
+    let err = parse_err(
+        &MMS.replace("formats = []", "writeFormat = \"hdf5\""),
+        "hdf5",
+    );
+    assert!(
+        err.contains("case.toml:13:15: output.writeFormat 'hdf5'"),
+        "{err}"
+    );
+}
+
+#[test]
 fn command_line_runs_a_case_directory() {
     let bin = env!("CARGO_BIN_EXE_fvpoisson");
-    let dir = scratch("cli");
+    let dir = Scratch::new("cli");
     fs::write(
         dir.join("case.toml"),
         MMS.replace("formats = []", "formats = [\"vtk\"]"),
     )
     .unwrap();
-    let out = Command::new(bin).args(["run"]).arg(&dir).output().unwrap();
+    let out = Command::new(bin).args(["run"]).arg(&*dir).output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
     for line in [
@@ -378,16 +463,16 @@ fn command_line_runs_a_case_directory() {
 
     let out = Command::new(bin)
         .args(["run", "--device", "gpu"])
-        .arg(&dir)
+        .arg(&*dir)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("GPU backend is not built yet"));
 
-    let empty = scratch("cli_empty");
+    let empty = Scratch::new("cli_empty");
     let out = Command::new(bin)
         .args(["run", "--device", "cpu"])
-        .arg(&empty)
+        .arg(&*empty)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -192,7 +192,7 @@ fn run_writes_openfoam_time_directories() {
     let dir = copy_case("laplacian_foam_skew", "write");
     let setup = read(&dir).setup;
     let summary = run_case(&setup).unwrap();
-    assert_eq!(summary.foam_times, [dir.join("0.05")]);
+    assert_eq!(summary.foam_fields, [dir.join("0.05/T")]);
     let written = ScalarFieldFile::read(&dir.join("0.05/T"), summary.n_cells).unwrap();
     assert_eq!(
         written.internal,

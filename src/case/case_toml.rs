@@ -43,8 +43,11 @@
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]
 //! interval = 1
-//! directory = "results"       # VTK directory, relative to the case directory
-//! precision = 17              # OpenFOAM writePrecision
+//! directory = "results"       # VTK directory, relative to the case directory;
+//!                             # foam time directories go in the case directory
+//! precision = 17              # OpenFOAM writePrecision (foam format)
+//! writeFormat = "ascii"       # or "binary" (foam format)
+//! writeCompression = false    # gzip the foam files
 //! ```
 
 use super::expr;
@@ -53,6 +56,7 @@ use super::setup::{
     Scalar, SolverSettings, SourceSplit, TimeControl,
 };
 use super::CaseError;
+use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
 use crate::solve::{PreconditionerKind, SolverControls};
@@ -174,6 +178,10 @@ struct OutputSection {
     interval: Option<Spanned<usize>>,
     directory: Option<PathBuf>,
     precision: Option<Spanned<usize>>,
+    #[serde(rename = "writeFormat")]
+    write_format: Option<Spanned<String>>,
+    #[serde(rename = "writeCompression", default)]
+    write_compression: bool,
 }
 
 /// Steady-state iterations when `maxIterations` is not given.
@@ -669,6 +677,19 @@ impl Source<'_> {
             }
             output.foam.precision = *precision.get_ref();
         }
+        if let Some(format) = &section.write_format {
+            output.foam.format = match format.get_ref().as_str() {
+                "ascii" => FoamFormat::Ascii,
+                "binary" => FoamFormat::Binary,
+                other => {
+                    return Err(self.error(
+                        format.span(),
+                        format!("output.writeFormat '{other}' is not ascii or binary"),
+                    ))
+                }
+            };
+        }
+        output.foam.compress = section.write_compression;
         Ok(output)
     }
 }

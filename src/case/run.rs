@@ -59,8 +59,8 @@ pub struct RunSummary {
     pub error: Option<ErrorNorms>,
     /// The `.pvd` of the VTK series, when VTK output is on.
     pub vtk_series: Option<PathBuf>,
-    /// OpenFOAM time directories written.
-    pub foam_times: Vec<PathBuf>,
+    /// OpenFOAM field files written (`<case>/<time>/<field>`), in time order.
+    pub foam_fields: Vec<PathBuf>,
 }
 
 /// Loads the mesh, assembles and solves the case, writes its results.
@@ -140,7 +140,7 @@ struct Run<'a> {
     sp: Option<SemiImplicitSource>,
     field: Vec<f64>,
     vtk: Option<VtkSeries<'a>>,
-    foam_times: Vec<PathBuf>,
+    foam_fields: Vec<PathBuf>,
     clock: Instant,
 }
 
@@ -189,7 +189,7 @@ impl<'a> Run<'a> {
             sp: None,
             field,
             vtk,
-            foam_times: Vec::new(),
+            foam_fields: Vec::new(),
             clock,
         };
         run.apply_implicit_source(0.0)?;
@@ -421,28 +421,27 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// Writes `<case>/<time>/<field>` (OpenFOAM's time directory layout).
+    /// Writes `<case>/<time>/<field>` with the conditions in force and the
+    /// boundary face values (OpenFOAM time directory layout).
     fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
         let boundary_values = self
             .system
             .boundary_coeffs()
             .face_values(self.mesh, &self.field);
-        let field = ScalarFieldOutput {
-            name: &self.setup.field,
-            cells: &self.field,
-            boundary: &self.problem.boundary,
-            boundary_values: &boundary_values,
-        };
         let path = write_time_field(
             &self.setup.case_dir,
             time,
             self.mesh,
-            &field,
+            &ScalarFieldOutput {
+                name: &self.setup.field,
+                cells: &self.field,
+                boundary: &self.problem.boundary,
+                boundary_values: &boundary_values,
+            },
             &self.setup.output.foam,
         )?;
-        if let Some(dir) = path.parent() {
-            self.foam_times.push(dir.to_path_buf());
-        }
+        log::info!("Writing {}", path.display());
+        self.foam_fields.push(path);
         Ok(())
     }
 
@@ -472,7 +471,7 @@ impl<'a> Run<'a> {
             field: self.field,
             error,
             vtk_series: self.vtk.as_ref().map(VtkSeries::pvd_path),
-            foam_times: self.foam_times,
+            foam_fields: self.foam_fields,
         })
     }
 }

@@ -204,10 +204,10 @@ pub enum TimeControl {
     Euler { delta_t: f64, end_time: f64 },
 }
 
-/// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`).
+/// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
+/// PCG, the only solver there is, with its preconditioner and stopping rules.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSolver {
-    /// Only PCG exists: the name is kept to say so in errors and logs.
     pub preconditioner: PreconditionerKind,
     pub controls: SolverControls,
 }
