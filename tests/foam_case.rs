@@ -471,7 +471,12 @@ fn other_dictionary_forms_map_too() {
     let (dir, case) = read_edited(
         "laplacian_foam_skew",
         "constant/transportProperties",
-        |t| t.replace("DT              DT [0 2 -1 0 0 0 0] 0.5;", "DT [0 2 -1 0 0 0 0] 0.25;"),
+        |t| {
+            t.replace(
+                "DT              DT [0 2 -1 0 0 0 0] 0.5;",
+                "DT [0 2 -1 0 0 0 0] 0.25;",
+            )
+        },
         "dims",
     );
     assert!(matches!(case.unwrap().setup.gamma, Scalar::Uniform(g) if g == 0.25));

@@ -301,7 +301,8 @@ impl FoamDict {
         }
     }
 
-    fn missing(&self, key: &str) -> MeshError {
+    /// The error for a required entry `key` that is missing.
+    pub fn missing(&self, key: &str) -> MeshError {
         self.error(format!("missing entry {}", self.describe_key(key)))
     }
 

@@ -1,5 +1,7 @@
 //! OpenFOAM file format: reading (`FoamFile` header, dictionaries, ascii and
 //! binary lists, transparent gzip) and writing (headers, atomic files).
+//! [`foam_dict`] expands dictionaries as OpenFOAM does (`#include`, `$var`,
+//! regular-expression keys) and gives typed access with file:line errors.
 //!
 //! Format reference: OpenFOAM v1912 `IOstreams` (ISstream token rules, `List`
 //! ascii/binary I/O, `IOobject::writeHeader`); notes in

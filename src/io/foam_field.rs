@@ -43,8 +43,7 @@ impl FieldValues {
 
     /// As [`FieldValues::read_opt`], an error naming the dictionary when missing.
     pub fn read(dict: &FoamDict, key: &str, size: usize) -> Result<Self, MeshError> {
-        Self::read_opt(dict, key, size)?
-            .ok_or_else(|| dict.error(format!("missing entry '{key}' in {}", dict.scope())))
+        Self::read_opt(dict, key, size)?.ok_or_else(|| dict.missing(key))
     }
 
     fn parse(entry: &FoamEntry, values: &[Value], size: usize) -> Result<Self, MeshError> {
@@ -451,8 +450,8 @@ mod tests {
 
     #[test]
     fn written_fields_read_back() {
-        // 2-D box: xmin xmax ymin ymax frontAndBack (empty); the sample's
-        // sixth condition is for a sixth patch, so use the first five and empty.
+        // 2-D box: xmin xmax ymin ymax frontAndBack (empty): the sample's
+        // conditions without the mixed one (tested on a 3-D box below).
         let mesh = load("box:3x2x1:2d").unwrap();
         let (cells, mut boundary, face_values) = sample(&mesh);
         boundary.remove(4);
@@ -536,7 +535,6 @@ mod tests {
             let back = read.patch(&patches[4]).unwrap();
             assert_eq!(back.get_word("type").unwrap(), "empty");
             assert!(!back.contains("value"));
-            // Nothing in a written file goes unread by the checks above but values.
             std::fs::remove_dir_all(dir.join("0.05")).unwrap();
         }
         std::fs::remove_dir_all(&dir).unwrap();
@@ -548,8 +546,7 @@ mod tests {
         let (_, boundary, face_values) = sample(&mesh);
         let cells = vec![5.0; mesh.n_cells()];
         let dir = temp_case("mixed");
-        // The box has six plain patches: the sample's empty goes on zmax, which
-        // the writer accepts (it writes what it is given); replace it.
+        // The 3-D box has six plain patches: no empty one.
         let mut boundary = boundary;
         boundary[5] = BoundaryCondition::ZeroGradient;
         let field = ScalarFieldOutput {
