@@ -3,9 +3,9 @@
 //! Exit codes: 0 success, 1 the mesh fails a quality check, 2 an error
 //! (unreadable input, bad arguments), printed as `error: ...` with its causes.
 
+use crate::case;
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
-use crate::case;
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use crate::sparse::mtx;
