@@ -535,8 +535,11 @@ impl Source<'_> {
     fn reference(&self, section: &ReferenceSection) -> Result<SingularPolicy, CaseError> {
         let reference = match section.kind.get_ref().as_str() {
             "zeroMean" => {
-                if let Some(cell) = &section.cell {
-                    return Err(self.error(cell.span(), "reference.cell needs type = \"cell\""));
+                if section.cell.is_some() || section.value.is_some() {
+                    return Err(self.error(
+                        section.kind.span(),
+                        "reference.cell and reference.value need type = \"cell\"",
+                    ));
                 }
                 Reference::ZeroMean
             }
