@@ -11,3 +11,4 @@ pub mod io;
 pub mod mesh;
 pub mod solve;
 pub mod sparse;
+pub mod validate;
