@@ -467,6 +467,25 @@ fn other_dictionary_forms_map_too() {
         "{e}"
     );
     let _ = fs::remove_dir_all(&dir);
+    // laplacianFoam stops at the last whole step before endTime − deltaT/2
+    // (checked with laplacianFoam: endTime 0.045 writes 0.04 last).
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/controlDict",
+        |t| t.replace("endTime         0.05;", "endTime         0.045;"),
+        "end_time",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.time,
+        TimeControl::Euler {
+            delta_t: 0.01,
+            end_time: 0.04
+        }
+    );
+    assert_eq!(case.warnings.len(), 1, "{:?}", case.warnings);
+    assert!(case.warnings[0].contains("stops after 4 steps"));
+    let _ = fs::remove_dir_all(&dir);
     // `DT [dims] value`, and a preconditioner given as a dictionary.
     let (dir, case) = read_edited(
         "laplacian_foam_skew",
