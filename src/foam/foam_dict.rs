@@ -37,6 +37,11 @@ use std::sync::Arc;
 /// never ends).
 const MAX_INCLUDE_DEPTH: usize = 32;
 
+/// `$var` copies of more values than this in one file are refused: macros
+/// that copy each other can grow exponentially. Case files copy a few values
+/// at a time (`value $internalField;` of a uniform field).
+const MAX_SPLICED_VALUES: usize = 1 << 22;
+
 /// How much of an entry its reader used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Use {
@@ -227,6 +232,7 @@ impl FoamDict {
         };
         let mut expander = Expander {
             mode: InputMode::Merge,
+            spliced: 0,
         };
         expander.expand_into(dict, &file, &mut out, &[], 0)?;
         Ok(out)
@@ -502,6 +508,8 @@ struct Expander {
     /// `#inputMode`: like OpenFOAM's global mode, it holds to the end of the
     /// file being expanded, includes too.
     mode: InputMode,
+    /// Values copied by `$var` so far, bounded by [`MAX_SPLICED_VALUES`].
+    spliced: usize,
 }
 
 /// Dictionaries from the top down to the one being filled, for `$var` lookups.
@@ -574,7 +582,7 @@ impl Expander {
                 }
                 EntryValue::Stream(values) => {
                     let scopes = with(parents, out);
-                    FoamValue::Stream(substitute(values, &scopes, file)?)
+                    FoamValue::Stream(self.substitute(values, &scopes, file)?)
                 }
             };
             out.add(
@@ -675,6 +683,63 @@ impl Expander {
             _ => Err(refuse(&format!("#{name}"), file, arg.line)),
         }
     }
+
+    /// `values` with every `$var` replaced by the referenced entry's values
+    /// (lines set to the reference's, since the entry's file is the referencing
+    /// one), and unsupported `#` directives refused.
+    fn substitute(
+        &mut self,
+        values: &[Value],
+        scopes: &Scopes,
+        file: &Path,
+    ) -> Result<Vec<Value>, MeshError> {
+        let mut out = Vec::with_capacity(values.len());
+        for v in values {
+            match &v.kind {
+                ValueKind::Word(w) if w.starts_with('$') => {
+                    let found = lookup(scopes, w).ok_or_else(|| {
+                        MeshError::parse(
+                            file,
+                            v.line,
+                            format!(
+                                "unknown variable '{w}': no entry of that name is defined before \
+                                 this line in this dictionary or the ones around it"
+                            ),
+                        )
+                    })?;
+                    let FoamValue::Stream(spliced) = &found.value else {
+                        return Err(MeshError::parse(
+                            file,
+                            v.line,
+                            format!(
+                                "'{w}' names a dictionary; copy a dictionary with 'key {{ {w}; }}'"
+                            ),
+                        ));
+                    };
+                    found.used.set(Use::Whole);
+                    self.spliced += spliced.iter().map(count_values).sum::<usize>();
+                    if self.spliced > MAX_SPLICED_VALUES {
+                        return Err(MeshError::parse(
+                            file,
+                            v.line,
+                            format!(
+                                "'{w}': macros copy more than {MAX_SPLICED_VALUES} values in this \
+                                 file (do they copy each other?)"
+                            ),
+                        ));
+                    }
+                    out.extend(spliced.iter().map(|s| with_line(s, v.line)));
+                }
+                ValueKind::Word(w) if w.starts_with('#') => return Err(refuse(w, file, v.line)),
+                ValueKind::List(items) => out.push(Value {
+                    line: v.line,
+                    kind: ValueKind::List(self.substitute(items, scopes, file)?),
+                }),
+                _ => out.push(v.clone()),
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The error for a directive that is not supported.
@@ -736,45 +801,14 @@ fn walk<'a>(dict: &'a FoamDict, path: &str) -> Option<&'a FoamEntry> {
     Some(entry)
 }
 
-/// `values` with every `$var` replaced by the referenced entry's values
-/// (lines set to the reference's, since the entry's file is the referencing
-/// one), and unsupported `#` directives refused.
-fn substitute(values: &[Value], scopes: &Scopes, file: &Path) -> Result<Vec<Value>, MeshError> {
-    let mut out = Vec::with_capacity(values.len());
-    for v in values {
-        match &v.kind {
-            ValueKind::Word(w) if w.starts_with('$') => {
-                let found = lookup(scopes, w).ok_or_else(|| {
-                    MeshError::parse(
-                        file,
-                        v.line,
-                        format!(
-                            "unknown variable '{w}': no entry of that name is defined before \
-                             this line in this dictionary or the ones around it"
-                        ),
-                    )
-                })?;
-                let FoamValue::Stream(spliced) = &found.value else {
-                    return Err(MeshError::parse(
-                        file,
-                        v.line,
-                        format!(
-                            "'{w}' names a dictionary; copy a dictionary with 'key {{ {w}; }}'"
-                        ),
-                    ));
-                };
-                found.used.set(Use::Whole);
-                out.extend(spliced.iter().map(|s| with_line(s, v.line)));
-            }
-            ValueKind::Word(w) if w.starts_with('#') => return Err(refuse(w, file, v.line)),
-            ValueKind::List(items) => out.push(Value {
-                line: v.line,
-                kind: ValueKind::List(substitute(items, scopes, file)?),
-            }),
-            _ => out.push(v.clone()),
-        }
+/// Numbers, words and lists in `v`, itself included.
+fn count_values(v: &Value) -> usize {
+    1 + match &v.kind {
+        ValueKind::List(items) | ValueKind::Bracket(items) => items.iter().map(count_values).sum(),
+        ValueKind::Uniform(_, item) => count_values(item),
+        ValueKind::Numbers { data, .. } => data.len(),
+        _ => 0,
     }
-    Ok(out)
 }
 
 /// A copy of `v` with its line, and its items' lines, set to `line`.
@@ -1012,5 +1046,13 @@ mod tests {
         assert!(err("#include \"nowhere\"")
             .starts_with("case/system/d:1: #include \"nowhere\": cannot read"));
         assert!(err("#inputMode sideways").contains("expected merge"));
+        // Macros that copy each other grow exponentially: refused, not expanded.
+        let mut laughs = String::from("l0 (1 2 3 4 5 6 7 8);\n");
+        for i in 1..12 {
+            let p = format!("$l{}", i - 1);
+            laughs += &format!("l{i} ({});\n", [p.as_str(); 8].join(" "));
+        }
+        let e = err(&laughs);
+        assert!(e.contains("macros copy more than 4194304 values"), "{e}");
     }
 }
