@@ -202,6 +202,17 @@ impl FoamEntry {
         }
     }
 
+    /// Renames the scopes of a copied dictionary entry for its new parent.
+    fn rescope(&mut self, parent: &str) {
+        if let FoamValue::Dict(d) = &mut self.value {
+            d.scope = child_scope(parent, &self.key);
+            let scope = d.scope.clone();
+            for e in &mut d.entries {
+                e.rescope(&scope);
+            }
+        }
+    }
+
     fn mark(&self, used: Use) {
         if self.used.get() != Use::Whole {
             self.used.set(used);
@@ -405,11 +416,7 @@ impl FoamDict {
                     } else {
                         e.key.clone()
                     };
-                    let scoped = if self.scope.is_empty() {
-                        key
-                    } else {
-                        format!("{}/{key}", self.scope)
-                    };
+                    let scoped = child_scope(&self.scope, &key);
                     out.push(format!("{}:{}: {scoped}", e.file.display(), e.line));
                 }
                 (Use::Opened, FoamValue::Dict(d)) => d.collect_unread(out),
@@ -489,6 +496,15 @@ impl FoamDict {
     }
 }
 
+/// The scope of entry `key` of a dictionary at `parent`.
+fn child_scope(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}/{key}")
+    }
+}
+
 /// `^(?:key)$`: OpenFOAM matches the whole key.
 fn compile_key(key: &str) -> Result<Regex, String> {
     Regex::new(&format!("^(?:{key})$"))
@@ -553,7 +569,10 @@ impl Expander {
                     )));
                 };
                 found.used.set(Use::Whole);
-                let copies = d.entries.clone();
+                let mut copies = d.entries.clone();
+                for copy in &mut copies {
+                    copy.rescope(&out.scope);
+                }
                 for copy in copies {
                     out.add(copy, self.mode)?;
                 }
@@ -567,11 +586,7 @@ impl Expander {
             let value = match &entry.value {
                 EntryValue::Dict(d) => {
                     let mut child = FoamDict {
-                        scope: if out.scope.is_empty() {
-                            key.to_string()
-                        } else {
-                            format!("{}/{key}", out.scope)
-                        },
+                        scope: child_scope(&out.scope, key),
                         file: file.clone(),
                         line: entry.line,
                         entries: Vec::new(),
@@ -863,6 +878,10 @@ mod tests {
         }
         assert_eq!(q.get_scalar("tol").unwrap(), 1e-6);
         assert_eq!(d.get_scalar("init").unwrap(), 273.0);
+        // Copies are named after where they are.
+        let d = expand("a { b { c 1; } }\nx { $a; }").unwrap();
+        d.get_dict("x").unwrap().get_dict("b").unwrap();
+        assert_eq!(d.unread(), ["case/system/d:1: x/b/c".to_string()]);
         // A copied dictionary is independent of its source.
         assert_eq!(
             solvers.get_dict("p").unwrap().get_scalar("relTol").unwrap(),
