@@ -301,6 +301,30 @@ fn shipped_cases_match_their_exact_solutions() {
     let mean: f64 = neumann.field.iter().sum::<f64>() / neumann.n_cells as f64;
     assert!(mean.abs() < 1e-12, "zero mean on a uniform mesh: {mean}");
 
+    // The same with OpenFOAM's reference cell: cell 0 (centre 0.025 (1, 1, 1))
+    // held at the exact value there.
+    let case = fs::read_to_string(shipped("neumann_box").join("case.toml")).unwrap();
+    let exact_0 = (0.025 * std::f64::consts::PI).cos().powi(3);
+    let with_cell = case.replace(
+        "type = \"zeroMean\"",
+        &format!("type = \"cell\"\ncell = 0\nvalue = {exact_0:?}"),
+    );
+    let pinned = run_text(&with_cell, "neumann_cell");
+    assert!(
+        (pinned.field[0] - exact_0).abs() < 1e-9,
+        "{}",
+        pinned.field[0]
+    );
+    assert_l2_between(&pinned, 5e-4, 4e-3, "neumann_box with a reference cell");
+    let err = parse_err(
+        &case.replace("type = \"zeroMean\"", "type = \"zeroMean\"\nvalue = 1"),
+        "zm",
+    );
+    assert!(
+        err.contains("reference.cell and reference.value need type = \"cell\""),
+        "{err}"
+    );
+
     let layers = run_shipped("two_material");
     assert_l2_between(&layers, 0.0, 1e-10, "two_material");
 }

@@ -31,14 +31,15 @@
 //! [reference]                 # all-Neumann steady problems only
 //! type = "zeroMean"           # or "cell" with cell = 0, value = 0.0
 //! project = false             # remove an inconsistent source sum instead of refusing
+//! tolerance = 1e-9            # |sum of sources| / sum of |sources| counted as consistent
 //!
 //! [solver.T]                  # and [solver.TFinal] for the last non-orthogonal corrector
-//! solver = "PCG"
-//! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs
-//! tolerance = 1e-8
-//! relTol = 0
-//! maxIter = 1000
-//! minIter = 0
+//! solver = "PCG"              # the only solver
+//! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC)
+//! tolerance = 1e-8            # default 1e-6
+//! relTol = 0                  # default 0; TFinal entries default to the T entry's values
+//! maxIter = 1000              # default 1000
+//! minIter = 0                 # default 0
 //!
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]
@@ -49,6 +50,9 @@
 //! writeFormat = "ascii"       # or "binary" (foam format)
 //! writeCompression = false    # gzip the foam files
 //! ```
+//!
+//! Expressions (grammar in [`super::expr`]) may use x, y, z, t and pi;
+//! `"exact"` (fixedValue `value`, mixed `refValue`) stands for `physics.exact`.
 
 use super::expr;
 use super::setup::{
@@ -535,8 +539,11 @@ impl Source<'_> {
     fn reference(&self, section: &ReferenceSection) -> Result<SingularPolicy, CaseError> {
         let reference = match section.kind.get_ref().as_str() {
             "zeroMean" => {
-                if let Some(cell) = &section.cell {
-                    return Err(self.error(cell.span(), "reference.cell needs type = \"cell\""));
+                if section.cell.is_some() || section.value.is_some() {
+                    return Err(self.error(
+                        section.kind.span(),
+                        "reference.cell and reference.value need type = \"cell\"",
+                    ));
                 }
                 Reference::ZeroMean
             }
