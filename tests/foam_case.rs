@@ -537,6 +537,14 @@ fn other_dictionary_forms_map_too() {
     );
     assert!(matches!(s.implicit_source, Some(Scalar::Uniform(v)) if v == -2e-5));
     let _ = fs::remove_dir_all(&dir);
+    // fvOptions may live in constant/ too.
+    let dir = copy_case("laplacian_foam_source", "constant_fv_options");
+    fs::rename(dir.join("system/fvOptions"), dir.join("constant/fvOptions")).unwrap();
+    let s = read(&dir).setup;
+    assert!(
+        matches!(s.source, Scalar::Values(ref su) if su.iter().filter(|&&v| v > 0.0).count() == 96)
+    );
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// Corrupted case files (truncated, bytes replaced) give errors, never panics.
