@@ -22,6 +22,7 @@
 //!   `#includeIfPresent` splice a file's entries in; `#includeEtc` (OpenFOAM's
 //!   installation files) is refused, except `caseDicts/setConstraintTypes`,
 //!   whose constraint types (`empty`, ...) follow from the mesh patch types here;
+//!   `#includeFunc name` (a function object) is kept as an entry of that name;
 //! - `#calc`, `#eval`, `#codeStream` need OpenFOAM's run-time C++ compilation
 //!   or its expression parser and are refused with the file and line.
 
@@ -675,9 +676,19 @@ impl Expander {
                  copy the file into the case and use #include",
                 text()?
             ))),
-            "includeFunc" => Err(err(
-                "#includeFunc (function objects) is not supported; remove it".into(),
-            )),
+            // A function object: kept as an entry, so that a reader that does not
+            // run function objects names it among the unread entries.
+            "includeFunc" => {
+                let entry = FoamEntry {
+                    key: format!("#includeFunc {}", text()?),
+                    pattern: None,
+                    file: file.clone(),
+                    line: arg.line,
+                    value: FoamValue::Stream(vec![arg.clone()]),
+                    used: Cell::new(Use::Unread),
+                };
+                out.add(entry, self.mode)
+            }
             "inputMode" => {
                 self.mode = match text()? {
                     "merge" | "default" => InputMode::Merge,
@@ -1065,6 +1076,12 @@ mod tests {
         assert!(err("#include \"nowhere\"")
             .starts_with("case/system/d:1: #include \"nowhere\": cannot read"));
         assert!(err("#inputMode sideways").contains("expected merge"));
+        let d = expand("a 1;\n#includeFunc residuals\n").unwrap();
+        d.get_scalar("a").unwrap();
+        assert_eq!(
+            d.unread(),
+            ["case/system/d:2: #includeFunc residuals".to_string()]
+        );
         // Macros that copy each other grow exponentially: refused, not expanded.
         let mut laughs = String::from("l0 (1 2 3 4 5 6 7 8);\n");
         for i in 1..12 {
