@@ -467,6 +467,25 @@ fn other_dictionary_forms_map_too() {
         "{e}"
     );
     let _ = fs::remove_dir_all(&dir);
+    // laplacianFoam stops at the last whole step before endTime − deltaT/2
+    // (checked with laplacianFoam: endTime 0.045 writes 0.04 last).
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/controlDict",
+        |t| t.replace("endTime         0.05;", "endTime         0.045;"),
+        "end_time",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.time,
+        TimeControl::Euler {
+            delta_t: 0.01,
+            end_time: 0.04
+        }
+    );
+    assert_eq!(case.warnings.len(), 1, "{:?}", case.warnings);
+    assert!(case.warnings[0].contains("stops after 4 steps"));
+    let _ = fs::remove_dir_all(&dir);
     // `DT [dims] value`, and a preconditioner given as a dictionary.
     let (dir, case) = read_edited(
         "laplacian_foam_skew",
@@ -517,6 +536,14 @@ fn other_dictionary_forms_map_too() {
         s.source
     );
     assert!(matches!(s.implicit_source, Some(Scalar::Uniform(v)) if v == -2e-5));
+    let _ = fs::remove_dir_all(&dir);
+    // fvOptions may live in constant/ too.
+    let dir = copy_case("laplacian_foam_source", "constant_fv_options");
+    fs::rename(dir.join("system/fvOptions"), dir.join("constant/fvOptions")).unwrap();
+    let s = read(&dir).setup;
+    assert!(
+        matches!(s.source, Scalar::Values(ref su) if su.iter().filter(|&&v| v > 0.0).count() == 96)
+    );
     let _ = fs::remove_dir_all(&dir);
 }
 

@@ -342,6 +342,9 @@ impl Reader {
         })
     }
 
+    /// Euler steps or steady iterations, as many as laplacianFoam takes: OpenFOAM's
+    /// `Time::run` steps while t < endTime − deltaT/2, so an endTime that is not
+    /// a whole number of steps is rounded to the nearest one (never shortened).
     fn time_control(
         &mut self,
         timing: &Timing,
@@ -349,6 +352,23 @@ impl Reader {
         residual_tolerance: Option<f64>,
         control: &FoamDict,
     ) -> Result<TimeControl, CaseError> {
+        let ratio = (timing.end - timing.start) / timing.delta_t;
+        let steps = (ratio + 0.5).ceil() - 1.0;
+        if steps < 1.0 {
+            return Err(CaseError::Mesh(control.error(format!(
+                "endTime {} is less than half a time step (deltaT {}) after the start: nothing                  to run",
+                timing.end, timing.delta_t
+            ))));
+        }
+        if (ratio - steps).abs() > 1e-9 * steps {
+            self.warn(format!(
+                "{}: endTime {} is not a whole number of time steps of {}: laplacianFoam, \
+                 and so this run, stops after {steps} steps",
+                control.file().display(),
+                timing.end,
+                timing.delta_t
+            ));
+        }
         if !steady {
             if let Some(tol) = residual_tolerance {
                 self.warn(format!(
@@ -359,7 +379,7 @@ impl Reader {
             }
             return Ok(TimeControl::Euler {
                 delta_t: timing.delta_t,
-                end_time: timing.end,
+                end_time: timing.start + steps * timing.delta_t,
             });
         }
         if timing.delta_t != 1.0 {
@@ -370,9 +390,8 @@ impl Reader {
                 timing.delta_t
             ));
         }
-        let iterations = ((timing.end - timing.start) / timing.delta_t).round();
         Ok(TimeControl::Steady {
-            max_iterations: iterations.max(1.0) as usize,
+            max_iterations: steps as usize,
             residual_tolerance: residual_tolerance.unwrap_or(0.0),
         })
     }

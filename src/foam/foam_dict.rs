@@ -22,6 +22,7 @@
 //!   `#includeIfPresent` splice a file's entries in; `#includeEtc` (OpenFOAM's
 //!   installation files) is refused, except `caseDicts/setConstraintTypes`,
 //!   whose constraint types (`empty`, ...) follow from the mesh patch types here;
+//!   `#includeFunc name` (a function object) is kept as an entry of that name;
 //! - `#calc`, `#eval`, `#codeStream` need OpenFOAM's run-time C++ compilation
 //!   or its expression parser and are refused with the file and line.
 
@@ -36,6 +37,11 @@ use std::sync::Arc;
 /// Includes nested deeper than this are refused (an include cycle otherwise
 /// never ends).
 const MAX_INCLUDE_DEPTH: usize = 32;
+
+/// `$var` copies of more values than this in one file are refused: macros
+/// that copy each other can grow exponentially. Case files copy a few values
+/// at a time (`value $internalField;` of a uniform field).
+const MAX_SPLICED_VALUES: usize = 1 << 22;
 
 /// How much of an entry its reader used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,6 +203,17 @@ impl FoamEntry {
         }
     }
 
+    /// Renames the scopes of a copied dictionary entry for its new parent.
+    fn rescope(&mut self, parent: &str) {
+        if let FoamValue::Dict(d) = &mut self.value {
+            d.scope = child_scope(parent, &self.key);
+            let scope = d.scope.clone();
+            for e in &mut d.entries {
+                e.rescope(&scope);
+            }
+        }
+    }
+
     fn mark(&self, used: Use) {
         if self.used.get() != Use::Whole {
             self.used.set(used);
@@ -227,6 +244,7 @@ impl FoamDict {
         };
         let mut expander = Expander {
             mode: InputMode::Merge,
+            spliced: 0,
         };
         expander.expand_into(dict, &file, &mut out, &[], 0)?;
         Ok(out)
@@ -399,11 +417,7 @@ impl FoamDict {
                     } else {
                         e.key.clone()
                     };
-                    let scoped = if self.scope.is_empty() {
-                        key
-                    } else {
-                        format!("{}/{key}", self.scope)
-                    };
+                    let scoped = child_scope(&self.scope, &key);
                     out.push(format!("{}:{}: {scoped}", e.file.display(), e.line));
                 }
                 (Use::Opened, FoamValue::Dict(d)) => d.collect_unread(out),
@@ -483,6 +497,15 @@ impl FoamDict {
     }
 }
 
+/// The scope of entry `key` of a dictionary at `parent`.
+fn child_scope(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}/{key}")
+    }
+}
+
 /// `^(?:key)$`: OpenFOAM matches the whole key.
 fn compile_key(key: &str) -> Result<Regex, String> {
     Regex::new(&format!("^(?:{key})$"))
@@ -502,6 +525,8 @@ struct Expander {
     /// `#inputMode`: like OpenFOAM's global mode, it holds to the end of the
     /// file being expanded, includes too.
     mode: InputMode,
+    /// Values copied by `$var` so far, bounded by [`MAX_SPLICED_VALUES`].
+    spliced: usize,
 }
 
 /// Dictionaries from the top down to the one being filled, for `$var` lookups.
@@ -545,7 +570,10 @@ impl Expander {
                     )));
                 };
                 found.used.set(Use::Whole);
-                let copies = d.entries.clone();
+                let mut copies = d.entries.clone();
+                for copy in &mut copies {
+                    copy.rescope(&out.scope);
+                }
                 for copy in copies {
                     out.add(copy, self.mode)?;
                 }
@@ -559,11 +587,7 @@ impl Expander {
             let value = match &entry.value {
                 EntryValue::Dict(d) => {
                     let mut child = FoamDict {
-                        scope: if out.scope.is_empty() {
-                            key.to_string()
-                        } else {
-                            format!("{}/{key}", out.scope)
-                        },
+                        scope: child_scope(&out.scope, key),
                         file: file.clone(),
                         line: entry.line,
                         entries: Vec::new(),
@@ -574,7 +598,7 @@ impl Expander {
                 }
                 EntryValue::Stream(values) => {
                     let scopes = with(parents, out);
-                    FoamValue::Stream(substitute(values, &scopes, file)?)
+                    FoamValue::Stream(self.substitute(values, &scopes, file)?)
                 }
             };
             out.add(
@@ -652,9 +676,19 @@ impl Expander {
                  copy the file into the case and use #include",
                 text()?
             ))),
-            "includeFunc" => Err(err(
-                "#includeFunc (function objects) is not supported; remove it".into(),
-            )),
+            // A function object: kept as an entry, so that a reader that does not
+            // run function objects names it among the unread entries.
+            "includeFunc" => {
+                let entry = FoamEntry {
+                    key: format!("#includeFunc {}", text()?),
+                    pattern: None,
+                    file: file.clone(),
+                    line: arg.line,
+                    value: FoamValue::Stream(vec![arg.clone()]),
+                    used: Cell::new(Use::Unread),
+                };
+                out.add(entry, self.mode)
+            }
             "inputMode" => {
                 self.mode = match text()? {
                     "merge" | "default" => InputMode::Merge,
@@ -674,6 +708,63 @@ impl Expander {
             "remove" => out.remove(arg, file),
             _ => Err(refuse(&format!("#{name}"), file, arg.line)),
         }
+    }
+
+    /// `values` with every `$var` replaced by the referenced entry's values
+    /// (lines set to the reference's, since the entry's file is the referencing
+    /// one), and unsupported `#` directives refused.
+    fn substitute(
+        &mut self,
+        values: &[Value],
+        scopes: &Scopes,
+        file: &Path,
+    ) -> Result<Vec<Value>, MeshError> {
+        let mut out = Vec::with_capacity(values.len());
+        for v in values {
+            match &v.kind {
+                ValueKind::Word(w) if w.starts_with('$') => {
+                    let found = lookup(scopes, w).ok_or_else(|| {
+                        MeshError::parse(
+                            file,
+                            v.line,
+                            format!(
+                                "unknown variable '{w}': no entry of that name is defined before \
+                                 this line in this dictionary or the ones around it"
+                            ),
+                        )
+                    })?;
+                    let FoamValue::Stream(spliced) = &found.value else {
+                        return Err(MeshError::parse(
+                            file,
+                            v.line,
+                            format!(
+                                "'{w}' names a dictionary; copy a dictionary with 'key {{ {w}; }}'"
+                            ),
+                        ));
+                    };
+                    found.used.set(Use::Whole);
+                    self.spliced += spliced.iter().map(count_values).sum::<usize>();
+                    if self.spliced > MAX_SPLICED_VALUES {
+                        return Err(MeshError::parse(
+                            file,
+                            v.line,
+                            format!(
+                                "'{w}': macros copy more than {MAX_SPLICED_VALUES} values in this \
+                                 file (do they copy each other?)"
+                            ),
+                        ));
+                    }
+                    out.extend(spliced.iter().map(|s| with_line(s, v.line)));
+                }
+                ValueKind::Word(w) if w.starts_with('#') => return Err(refuse(w, file, v.line)),
+                ValueKind::List(items) => out.push(Value {
+                    line: v.line,
+                    kind: ValueKind::List(self.substitute(items, scopes, file)?),
+                }),
+                _ => out.push(v.clone()),
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -736,45 +827,14 @@ fn walk<'a>(dict: &'a FoamDict, path: &str) -> Option<&'a FoamEntry> {
     Some(entry)
 }
 
-/// `values` with every `$var` replaced by the referenced entry's values
-/// (lines set to the reference's, since the entry's file is the referencing
-/// one), and unsupported `#` directives refused.
-fn substitute(values: &[Value], scopes: &Scopes, file: &Path) -> Result<Vec<Value>, MeshError> {
-    let mut out = Vec::with_capacity(values.len());
-    for v in values {
-        match &v.kind {
-            ValueKind::Word(w) if w.starts_with('$') => {
-                let found = lookup(scopes, w).ok_or_else(|| {
-                    MeshError::parse(
-                        file,
-                        v.line,
-                        format!(
-                            "unknown variable '{w}': no entry of that name is defined before \
-                             this line in this dictionary or the ones around it"
-                        ),
-                    )
-                })?;
-                let FoamValue::Stream(spliced) = &found.value else {
-                    return Err(MeshError::parse(
-                        file,
-                        v.line,
-                        format!(
-                            "'{w}' names a dictionary; copy a dictionary with 'key {{ {w}; }}'"
-                        ),
-                    ));
-                };
-                found.used.set(Use::Whole);
-                out.extend(spliced.iter().map(|s| with_line(s, v.line)));
-            }
-            ValueKind::Word(w) if w.starts_with('#') => return Err(refuse(w, file, v.line)),
-            ValueKind::List(items) => out.push(Value {
-                line: v.line,
-                kind: ValueKind::List(substitute(items, scopes, file)?),
-            }),
-            _ => out.push(v.clone()),
-        }
+/// Numbers, words and lists in `v`, itself included.
+fn count_values(v: &Value) -> usize {
+    1 + match &v.kind {
+        ValueKind::List(items) | ValueKind::Bracket(items) => items.iter().map(count_values).sum(),
+        ValueKind::Uniform(_, item) => count_values(item),
+        ValueKind::Numbers { data, .. } => data.len(),
+        _ => 0,
     }
-    Ok(out)
 }
 
 /// A copy of `v` with its line, and its items' lines, set to `line`.
@@ -829,6 +889,10 @@ mod tests {
         }
         assert_eq!(q.get_scalar("tol").unwrap(), 1e-6);
         assert_eq!(d.get_scalar("init").unwrap(), 273.0);
+        // Copies are named after where they are.
+        let d = expand("a { b { c 1; } }\nx { $a; }").unwrap();
+        d.get_dict("x").unwrap().get_dict("b").unwrap();
+        assert_eq!(d.unread(), ["case/system/d:1: x/b/c".to_string()]);
         // A copied dictionary is independent of its source.
         assert_eq!(
             solvers.get_dict("p").unwrap().get_scalar("relTol").unwrap(),
@@ -1012,5 +1076,19 @@ mod tests {
         assert!(err("#include \"nowhere\"")
             .starts_with("case/system/d:1: #include \"nowhere\": cannot read"));
         assert!(err("#inputMode sideways").contains("expected merge"));
+        let d = expand("a 1;\n#includeFunc residuals\n").unwrap();
+        d.get_scalar("a").unwrap();
+        assert_eq!(
+            d.unread(),
+            ["case/system/d:2: #includeFunc residuals".to_string()]
+        );
+        // Macros that copy each other grow exponentially: refused, not expanded.
+        let mut laughs = String::from("l0 (1 2 3 4 5 6 7 8);\n");
+        for i in 1..12 {
+            let p = format!("$l{}", i - 1);
+            laughs += &format!("l{i} ({});\n", [p.as_str(); 8].join(" "));
+        }
+        let e = err(&laughs);
+        assert!(e.contains("macros copy more than 4194304 values"), "{e}");
     }
 }
