@@ -12,6 +12,7 @@ use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use crate::sparse::mtx;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -108,8 +109,12 @@ pub fn main() -> i32 {
         Command::Validate(_) => format!("{},fvpoisson::solve=warn", cli.log),
         _ => cli.log.clone(),
     };
+    // Info lines read like an OpenFOAM solver log; other levels say what they are.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(&filter))
-        .format_timestamp(None)
+        .format(|buf, record| match record.level() {
+            log::Level::Info => writeln!(buf, "{}", record.args()),
+            level => writeln!(buf, "{}: {}", level.as_str().to_lowercase(), record.args()),
+        })
         .init();
     let result = match cli.command {
         Command::CheckMesh { source } => check_mesh(&source),
