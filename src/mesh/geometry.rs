@@ -108,12 +108,12 @@ impl Geometry {
                 }
             }
         }
-        let estimated: Vec<Vec3> = centre_sum
-            .par_iter()
+        // In place: a second cell-sized array would raise the peak memory.
+        let mut estimated = centre_sum;
+        estimated
+            .par_iter_mut()
             .zip(n_cell_faces.par_iter())
-            .map(|(s, &n)| s / n.max(1) as f64)
-            .collect();
-        drop(centre_sum);
+            .for_each(|(s, &n)| *s /= n.max(1) as f64);
         drop(n_cell_faces);
 
         // Pass 2: pyramid decomposition about the estimated centre.
@@ -141,15 +141,15 @@ impl Geometry {
             }
         }
         drop(centres);
-        let cell_centres: Vec<Vec3> = weighted_centre
-            .par_iter()
+        let mut cell_centres = weighted_centre;
+        cell_centres
+            .par_iter_mut()
             .zip(volume3.par_iter())
             .zip(estimated.par_iter())
-            .map(|((wc, &v3), est)| if v3.abs() > VSMALL { wc / v3 } else { *est })
-            .collect();
-        drop(weighted_centre);
+            .for_each(|((wc, &v3), est)| *wc = if v3.abs() > VSMALL { *wc / v3 } else { *est });
         drop(estimated);
-        let cell_volumes: Vec<f64> = volume3.into_par_iter().map(|v3| v3 / 3.0).collect();
+        let mut cell_volumes = volume3;
+        cell_volumes.par_iter_mut().for_each(|v| *v /= 3.0);
 
         // Pass 3: interpolation weights (the magnitudes keep them in [0, 1] even on
         // badly non-orthogonal faces, as OpenFOAM does).

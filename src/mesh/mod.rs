@@ -23,6 +23,7 @@ pub use error::MeshError;
 pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};
 pub use source::{load, MeshSource};
+use rayon::prelude::*;
 
 /// Index of a point, face or cell. 32 bits, like OpenFOAM's default `label`.
 pub type Label = u32;
@@ -276,9 +277,11 @@ impl Mesh {
                 "neighbour has {n_internal} entries, more than the {n_faces} faces"
             )));
         }
+        // The checks run in parallel; `find_first` keeps the reported problem the
+        // lowest-numbered one, as a sequential scan would.
         let n_cells = owner
-            .iter()
-            .chain(neighbour.iter())
+            .par_iter()
+            .chain(neighbour.par_iter())
             .map(|&c| c as usize + 1)
             .max()
             .unwrap_or(0);
@@ -286,25 +289,30 @@ impl Mesh {
             return Err(MeshError::invalid("mesh has no cells"));
         }
         let n_points = points.len();
-        for (f, face) in faces.iter().enumerate() {
-            check_face(f, face, n_points)?;
+        if let Some(err) = (0..n_faces)
+            .into_par_iter()
+            .find_map_first(|f| check_face(f, faces.face(f), n_points).err())
+        {
+            return Err(err);
         }
-        for f in 0..n_internal {
+        let bad_order = (0..n_internal).into_par_iter().find_first(|&f| {
+            owner[f] >= neighbour[f]
+                || (f > 0 && (owner[f - 1], neighbour[f - 1]) >= (owner[f], neighbour[f]))
+        });
+        if let Some(f) = bad_order {
             let (o, n) = (owner[f], neighbour[f]);
             if o >= n {
                 return Err(MeshError::invalid(format!(
                     "internal face {f}: owner {o} must be less than neighbour {n}"
                 )));
             }
-            if f > 0 && (owner[f - 1], neighbour[f - 1]) >= (o, n) {
-                return Err(MeshError::invalid(format!(
-                    "internal face {f} (owner {o}, neighbour {n}) breaks upper-triangular order \
-                     after face {} (owner {}, neighbour {})",
-                    f - 1,
-                    owner[f - 1],
-                    neighbour[f - 1]
-                )));
-            }
+            return Err(MeshError::invalid(format!(
+                "internal face {f} (owner {o}, neighbour {n}) breaks upper-triangular order \
+                 after face {} (owner {}, neighbour {})",
+                f - 1,
+                owner[f - 1],
+                neighbour[f - 1]
+            )));
         }
         let mut next = n_internal;
         for p in &patches {

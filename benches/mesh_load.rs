@@ -1,0 +1,205 @@
+//! Mesh-loading benchmark: generate a box mesh and compute its geometry.
+//!
+//! `cargo bench --bench mesh_load [CASE...]` where a case is a name below or
+//! any `box:` spec. Each case runs in a child process (this binary re-executed
+//! with `--child SPEC`) so its peak RSS (VmHWM) is its own. Times are wall
+//! clock with rayon's default thread count (set RAYON_NUM_THREADS to change);
+//! "CPU s" is the child's user + system time over all threads.
+
+use fvpoisson::mesh::generate::BoxSpec;
+use std::process::Command;
+use std::time::Instant;
+
+/// Named cases: hex 10M (216^3), tet 5M (95^3 hexes x 6), and their
+/// perturbed + renumbered variants.
+const CASES: [(&str, &str); 4] = [
+    ("hex10M", "box:216x216x216"),
+    ("tet5M", "box:95x95x95:tet"),
+    (
+        "hex10M-perturb-renumber",
+        "box:216x216x216:perturb=0.3:seed=1:renumber",
+    ),
+    (
+        "tet5M-perturb-renumber",
+        "box:95x95x95:tet:perturb=0.3:seed=1:renumber",
+    ),
+];
+
+/// Target for the 10M-cell hex box: generate + geometry on 2 cores.
+const TARGET_SECONDS: f64 = 10.0;
+const TARGET_PEAK_MB: f64 = 2500.0;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--child") {
+        let Some(spec) = args.get(at + 1) else {
+            eprintln!("--child needs a box spec");
+            std::process::exit(2);
+        };
+        std::process::exit(match run_child(spec) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("{spec}: {e}");
+                1
+            }
+        });
+    }
+    // `cargo bench` passes `--bench`; other dashed arguments are ignored too.
+    let chosen: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .collect();
+    let cases: Vec<(String, String)> = if chosen.is_empty() {
+        CASES
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.to_string()))
+            .collect()
+    } else {
+        let mut cases = Vec::new();
+        for name in chosen {
+            match CASES.iter().find(|(n, _)| *n == name) {
+                Some((n, s)) => cases.push((n.to_string(), s.to_string())),
+                None if name.starts_with("box:") => {
+                    cases.push((name.to_string(), name.to_string()))
+                }
+                None => {
+                    let names: Vec<&str> = CASES.iter().map(|(n, _)| *n).collect();
+                    eprintln!("unknown case '{name}': expected one of {names:?} or a box: spec");
+                    std::process::exit(2);
+                }
+            }
+        }
+        cases
+    };
+    let exe = std::env::current_exe().expect("bench executable path");
+    println!(
+        "threads: {}",
+        std::env::var("RAYON_NUM_THREADS")
+            .unwrap_or_else(|_| rayon::current_num_threads().to_string())
+    );
+    println!(
+        "| {:<26} | {:>10} | {:>10} | {:>10} | {:>10} | {:>8} | {:>8} | {:>8} |",
+        "case", "cells", "faces", "generate s", "geometry s", "total s", "CPU s", "peak MB"
+    );
+    println!("|{}|", ["---"; 8].join("|"));
+    let mut failed = false;
+    for (name, spec) in &cases {
+        let out = Command::new(&exe)
+            .args(["--child", spec])
+            .output()
+            .expect("run child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let Some(r) = text.lines().find_map(ChildResult::parse) else {
+            eprintln!(
+                "{name}: child failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            failed = true;
+            continue;
+        };
+        println!(
+            "| {:<26} | {:>10} | {:>10} | {:>10.2} | {:>10.2} | {:>8.2} | {:>8.2} | {:>8.0} |",
+            name,
+            r.cells,
+            r.faces,
+            r.generate_s,
+            r.geometry_s,
+            r.generate_s + r.geometry_s,
+            r.cpu_s,
+            r.peak_mb
+        );
+        if name == "hex10M" {
+            let total = r.generate_s + r.geometry_s;
+            let ok = total < TARGET_SECONDS && r.peak_mb < TARGET_PEAK_MB;
+            println!(
+                "target (hex10M: < {TARGET_SECONDS} s, < {TARGET_PEAK_MB} MB): {} ({total:.2} s, {:.0} MB)",
+                if ok { "MET" } else { "MISSED" },
+                r.peak_mb
+            );
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+struct ChildResult {
+    cells: usize,
+    faces: usize,
+    generate_s: f64,
+    geometry_s: f64,
+    cpu_s: f64,
+    peak_mb: f64,
+}
+
+impl ChildResult {
+    const TAG: &'static str = "RESULT";
+
+    fn parse(line: &str) -> Option<Self> {
+        let mut it = line.strip_prefix(Self::TAG)?.split_whitespace();
+        Some(Self {
+            cells: it.next()?.parse().ok()?,
+            faces: it.next()?.parse().ok()?,
+            generate_s: it.next()?.parse().ok()?,
+            geometry_s: it.next()?.parse().ok()?,
+            cpu_s: it.next()?.parse().ok()?,
+            peak_mb: it.next()?.parse().ok()?,
+        })
+    }
+}
+
+fn run_child(spec: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let spec: BoxSpec = spec.parse()?;
+    let start = Instant::now();
+    let mesh = spec.generate()?;
+    let generated = Instant::now();
+    let geometry = mesh.geometry()?;
+    let done = Instant::now();
+    let (cells, faces) = (mesh.n_cells(), mesh.n_faces());
+    drop(geometry);
+    drop(mesh);
+    println!(
+        "{} {cells} {faces} {} {} {} {}",
+        ChildResult::TAG,
+        (generated - start).as_secs_f64(),
+        (done - generated).as_secs_f64(),
+        cpu_seconds()?,
+        peak_rss_mb()?
+    );
+    Ok(())
+}
+
+/// User + system CPU time of this process, all threads (from /proc/self/stat,
+/// in clock ticks of 1/100 s, Linux's USER_HZ): a load-independent measure
+/// next to the wall times when the machine is shared.
+fn cpu_seconds() -> Result<f64, Box<dyn std::error::Error>> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // Fields after the command name: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .ok_or("malformed /proc/self/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| -> Result<f64, Box<dyn std::error::Error>> {
+        Ok(fields
+            .get(i)
+            .ok_or("short /proc/self/stat")?
+            .parse::<f64>()?)
+    };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// Peak resident set size of this process (VmHWM), in MB (10^6 bytes).
+fn peak_rss_mb() -> Result<f64, Box<dyn std::error::Error>> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .ok_or("no VmHWM in /proc/self/status")?
+        .trim()
+        .parse()?;
+    Ok(kb * 1024.0 / 1e6)
+}
