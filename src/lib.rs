@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod foam;
 pub mod fvm;
+pub mod gpu;
 pub mod io;
 pub mod mesh;
 pub mod solve;

@@ -11,7 +11,7 @@ use super::Csr;
 
 /// Both formats need 32-bit column codes and whole warps per slice.
 fn check_shape(a: &Csr, slice_height: usize) -> Result<(), String> {
-    if slice_height == 0 || slice_height % 32 != 0 || slice_height > 1024 {
+    if slice_height == 0 || !slice_height.is_multiple_of(32) || slice_height > 1024 {
         return Err(format!(
             "slice height {slice_height} must be a multiple of 32 between 32 and 1024"
         ));
