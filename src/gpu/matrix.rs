@@ -107,6 +107,13 @@ impl DeviceMatrix {
         slice_height: usize,
     ) -> Result<Self, GpuError> {
         let n = a.n_rows();
+        if n >= i32::MAX as usize || a.n_cols() != n {
+            return Err(GpuError::Invalid(format!(
+                "the GPU SpMV needs a square matrix of fewer than 2^31 rows, this one is {} x {}",
+                n,
+                a.n_cols()
+            )));
+        }
         Ok(match format {
             Format::Csr => {
                 let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();

@@ -487,6 +487,9 @@ pub fn solve_pcg_gpu(
     let mut x_dev = backend.upload(&to_new(x)).map_err(device)?;
     let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
     let x_new = backend.download(&x_dev).map_err(device)?;
-    x.copy_from_slice(&perm.map_or(x_new.clone(), |p| p.to_old(&x_new)));
+    match perm {
+        Some(p) => x.copy_from_slice(&p.to_old(&x_new)),
+        None => x.copy_from_slice(&x_new),
+    }
     Ok(perf)
 }
