@@ -3,6 +3,8 @@
 //! Exit codes: 0 success, 1 the mesh fails a quality check, 2 an error
 //! (unreadable input, bad arguments), printed as `error: ...` with its causes.
 
+use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
+use crate::foam::FoamFormat;
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use crate::sparse::mtx;
@@ -249,39 +251,39 @@ fn write_case_skeleton(case: &Path) -> anyhow::Result<()> {
     let schemes = "ddtSchemes { default steadyState; }\ngradSchemes { default Gauss linear; }\n\
                    divSchemes { default none; }\nlaplacianSchemes { default Gauss linear corrected; }\n\
                    interpolationSchemes { default linear; }\nsnGradSchemes { default corrected; }\n";
-    let files = [
-        (
-            system.join("controlDict"),
-            foam_dictionary("controlDict", control),
-        ),
-        (
-            system.join("fvSchemes"),
-            foam_dictionary("fvSchemes", schemes),
-        ),
-        (system.join("fvSolution"), foam_dictionary("fvSolution", "")),
-    ];
     let case_name = case
         .canonicalize()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "case".into());
-    let paraview = (case.join(format!("{case_name}.foam")), String::new());
-    for (path, text) in files.into_iter().chain([paraview]) {
-        if !path.exists() {
-            std::fs::write(&path, text)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+    for (object, body) in [
+        ("controlDict", control),
+        ("fvSchemes", schemes),
+        ("fvSolution", ""),
+    ] {
+        let path = system.join(object);
+        if path.exists() {
+            continue;
         }
+        let header = HeaderSpec {
+            format: FoamFormat::Ascii,
+            class: "dictionary",
+            note: None,
+            location: "system",
+            object,
+        };
+        write_atomic(&path, false, |w| {
+            write_header(w, &header)?;
+            w.write_all(body.as_bytes())?;
+            write_footer(w)
+        })?;
+    }
+    let paraview = case.join(format!("{case_name}.foam"));
+    if !paraview.exists() {
+        write_atomic(&paraview, false, |_| Ok(()))?;
     }
     Ok(())
 }
-
-fn foam_dictionary(object: &str, body: &str) -> String {
-    format!(
-        "FoamFile\n{{\n    version     2.0;\n    format      ascii;\n    class       dictionary;\n    \
-         location    \"system\";\n    object      {object};\n}}\n\n{body}"
-    )
-}
-
 #[derive(Args)]
 struct BenchArgs {
     /// Box mesh specs to measure.

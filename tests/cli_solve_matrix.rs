@@ -76,7 +76,7 @@ fn solves_given_rhs_and_writes_solution() {
 #[test]
 fn bad_input_gives_clear_errors() {
     let out = fvpoisson(&["solve-matrix", "tests/data/missing.mtx"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).starts_with("error: tests/data/missing.mtx: "),
         "{}",
@@ -85,7 +85,7 @@ fn bad_input_gives_clear_errors() {
 
     // A right-hand side of the wrong length.
     let out = fvpoisson(&["solve-matrix", MATRIX, "--rhs", MATRIX]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("a vector needs one column, this matrix has 16"),
         "{}",

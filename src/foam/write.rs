@@ -124,10 +124,9 @@ pub fn write_list<T: WriteItem>(
     w.write_all(b")\n")
 }
 
-/// Writes `path` (or `path.gz`, gzip-compressed, when `compress`) atomically: the
-/// content goes to a temporary file in the same directory, renamed into place
-/// once complete, so readers never see a half-written file. The other variant
-/// (`path.gz` or `path`) is removed so it cannot shadow the new file.
+/// Writes `path` (or `path.gz`, gzip-compressed, when `compress`) atomically
+/// (see [`crate::io::write_atomic`]). The other variant (`path.gz` or `path`) is
+/// removed so it cannot shadow the new file.
 pub fn write_atomic(
     path: &Path,
     compress: bool,
@@ -138,42 +137,95 @@ pub fn write_atomic(
     } else {
         (path.to_path_buf(), gz_path(path))
     };
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| -> io::Result<()> {
-        let mut file = BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+    crate::io::write_atomic(&target, |file| {
         if compress {
-            // Buffer in front of the encoder too: items are written a few bytes at a time.
+            // Buffer in front of the encoder: items are written a few bytes at a time.
             let gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
             let mut buffered = BufWriter::with_capacity(1 << 20, gz);
             content(&mut buffered)?;
-            file = buffered
+            buffered
                 .into_inner()
                 .map_err(|e| e.into_error())?
                 .finish()?;
+            Ok(())
         } else {
-            content(&mut file)?;
+            content(file)
         }
-        file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, &target)?;
-        match std::fs::remove_file(&other) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(MeshError::io(&target, e));
+    })
+    .map_err(|e| match e {
+        crate::io::OutputError::Io { path, source } => MeshError::Io { path, source },
+        crate::io::OutputError::Invalid(msg) => MeshError::InFile {
+            file: target.clone(),
+            msg,
+        },
+    })?;
+    match std::fs::remove_file(&other) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(MeshError::io(&other, e)),
+        _ => Ok(target),
     }
-    Ok(target)
+}
+
+/// Formats like a C++ ostream with default precision 6 (`%g`), as OpenFOAM logs
+/// numbers: 6 significant digits, trailing zeros dropped, scientific notation
+/// with a two-digit signed exponent when the exponent is < −4 or ≥ 6.
+pub fn format_g(v: f64) -> String {
+    const PRECISION: i32 = 6;
+    if v == 0.0 || !v.is_finite() {
+        return if v.is_nan() {
+            "nan".into()
+        } else if v.is_infinite() {
+            if v > 0.0 {
+                "inf".into()
+            } else {
+                "-inf".into()
+            }
+        } else {
+            "0".into()
+        };
+    }
+    // Round to 6 significant digits first: the rounding decides the exponent.
+    let sci = format!("{:.*e}", (PRECISION - 1) as usize, v);
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
+    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if !(-4..PRECISION).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
+    } else {
+        let decimals = (PRECISION - 1 - exp).max(0) as usize;
+        trim(&format!("{v:.decimals$}"))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn format_g_matches_cpp_ostream() {
+        for (v, s) in [
+            (1.0, "1"),
+            (9.5e-07, "9.5e-07"),
+            (0.000123456789, "0.000123457"),
+            (1.23456789e-5, "1.23457e-05"),
+            (123456.7, "123457"),
+            (999999.7, "1e+06"),
+            (1234567.0, "1.23457e+06"),
+            (0.1, "0.1"),
+            (-2.5, "-2.5"),
+            (0.0, "0"),
+            (9.999996e-5, "0.0001"),
+            (1e-300, "1e-300"),
+        ] {
+            assert_eq!(format_g(v), s, "{v}");
+        }
+    }
 
     #[test]
     fn scalars_round_trip() {

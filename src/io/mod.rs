@@ -51,7 +51,7 @@ pub fn write_atomic(
     tmp_name.push(".tmp");
     let tmp = path.with_file_name(tmp_name);
     let written = fs::File::create(&tmp).and_then(|file| {
-        let mut out = BufWriter::new(file);
+        let mut out = BufWriter::with_capacity(1 << 20, file);
         write(&mut out)?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()
     });

@@ -7,6 +7,7 @@
 
 use super::geometry::{ROOTVSMALL, VSMALL};
 use super::{CellShape, Geometry, Label, Mesh, PatchKind, Vec3};
+use crate::foam::write::format_g;
 use rayon::prelude::*;
 use std::fmt;
 
@@ -432,41 +433,6 @@ fn face_stats(mesh: &Mesh, geom: &Geometry) -> FaceStats {
 
 fn cos_to_degrees(cos: f64) -> f64 {
     cos.clamp(-1.0, 1.0).acos().to_degrees()
-}
-
-/// A number as a C++ stream prints it by default (`%g`, 6 significant digits),
-/// so the report reads exactly like OpenFOAM's.
-pub fn format_g(x: f64) -> String {
-    if x == 0.0 {
-        return "0".into();
-    }
-    if !x.is_finite() {
-        return if x.is_nan() {
-            "nan".into()
-        } else if x > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        };
-    }
-    // The exponent after rounding to 6 significant digits.
-    let sci = format!("{x:.5e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if !(-4..6).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{}e{sign}{:02}", trim_zeros(mantissa), exp.abs())
-    } else {
-        trim_zeros(&format!("{x:.*}", (5 - exp) as usize)).to_string()
-    }
-}
-
-fn trim_zeros(s: &str) -> &str {
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        s
-    }
 }
 
 /// A vector as OpenFOAM prints it: `(x y z)`.

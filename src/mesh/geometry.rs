@@ -56,6 +56,11 @@ pub fn face_centre_and_area(points: &[Vec3], face: &[Label]) -> (Vec3, Vec3) {
     (fc, 0.5 * sum_n)
 }
 
+/// A usable cell volume: above `VSMALL`, and not NaN.
+fn is_positive_volume(v: f64) -> bool {
+    v.partial_cmp(&VSMALL) == Some(std::cmp::Ordering::Greater)
+}
+
 /// Geometry of a [`Mesh`].
 #[derive(Clone, Debug)]
 pub struct Geometry {
@@ -93,7 +98,9 @@ impl Geometry {
                 .par_iter_mut()
                 .zip(areas.par_iter_mut())
                 .enumerate()
-                .for_each(|(i, (c, s))| (*c, *s) = face_centre_and_area(points, faces.face(first + i)));
+                .for_each(|(i, (c, s))| {
+                    (*c, *s) = face_centre_and_area(points, faces.face(first + i))
+                });
             for (i, c) in centres[..areas.len()].iter().enumerate() {
                 let f = first + i;
                 let o = owner[f] as usize;
@@ -178,11 +185,15 @@ impl Geometry {
             .cell_volumes
             .par_iter()
             .enumerate()
-            .find_first(|(_, &v)| !(v > VSMALL))
+            .find_first(|(_, &v)| !is_positive_volume(v))
             .map(|(c, &v)| (c, v));
         if let Some((c, v)) = bad {
             let centre = self.cell_centres[c];
-            let n_bad = self.cell_volumes.par_iter().filter(|&&v| !(v > VSMALL)).count();
+            let n_bad = self
+                .cell_volumes
+                .par_iter()
+                .filter(|&&v| !is_positive_volume(v))
+                .count();
             return Err(MeshError::invalid(format!(
                 "cell {c} (near {:.6e} {:.6e} {:.6e}) has volume {v:e}: the cell is inverted or its \
                  faces are oriented inward ({n_bad} of {} cells); run check-mesh for details",
@@ -309,7 +320,13 @@ mod tests {
             Vec3::new(0.3, -0.2, 1.5),
         ];
         let mut faces = FaceList::default();
-        for f in [&[0, 3, 2, 1][..], &[0, 1, 4], &[1, 2, 4], &[2, 3, 4], &[3, 0, 4]] {
+        for f in [
+            &[0, 3, 2, 1][..],
+            &[0, 1, 4],
+            &[1, 2, 4],
+            &[2, 3, 4],
+            &[3, 0, 4],
+        ] {
             faces.push(f).unwrap();
         }
         let patches = vec![Patch {
@@ -322,7 +339,10 @@ mod tests {
         let g = mesh.geometry().unwrap();
         assert!(close(g.cell_volumes[0], 2.0));
         let c = g.cell_centres[0];
-        assert!(close(c.x, 0.075) && close(c.y, -0.05) && close(c.z, 0.375), "{c}");
+        assert!(
+            close(c.x, 0.075) && close(c.y, -0.05) && close(c.z, 0.375),
+            "{c}"
+        );
     }
 
     #[test]

@@ -22,8 +22,8 @@ pub use check::MeshReport;
 pub use error::MeshError;
 pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};
-pub use source::{load, MeshSource};
 use rayon::prelude::*;
+pub use source::{load, MeshSource};
 
 /// Index of a point, face or cell. 32 bits, like OpenFOAM's default `label`.
 pub type Label = u32;
@@ -61,14 +61,16 @@ impl FaceList {
 
     /// Builds a face list where every face has `k` points.
     pub fn uniform(k: usize, labels: Vec<Label>) -> Result<Self, MeshError> {
-        if k == 0 || labels.len() % k != 0 {
+        if k == 0 || !labels.len().is_multiple_of(k) {
             return Err(MeshError::invalid(format!(
                 "{} point labels do not split into faces of {k} points",
                 labels.len()
             )));
         }
         let n = labels.len() / k;
-        let offsets = (0..=n).map(|f| offset_u32(f * k)).collect::<Result<_, _>>()?;
+        let offsets = (0..=n)
+            .map(|f| offset_u32(f * k))
+            .collect::<Result<_, _>>()?;
         Ok(Self { offsets, labels })
     }
 
@@ -510,8 +512,17 @@ pub(crate) mod tests {
     #[test]
     fn invalid_meshes_are_refused_with_reasons() {
         let (points, faces, owner, _, patches) = unit_cube().into_parts();
-        let short = Mesh::new(points.clone(), faces.clone(), vec![0; 5], vec![], patches.clone());
-        assert!(short.unwrap_err().to_string().contains("owner has 5 entries"));
+        let short = Mesh::new(
+            points.clone(),
+            faces.clone(),
+            vec![0; 5],
+            vec![],
+            patches.clone(),
+        );
+        assert!(short
+            .unwrap_err()
+            .to_string()
+            .contains("owner has 5 entries"));
         let mut p2 = patches.clone();
         p2[0].size = 5;
         let err = Mesh::new(points.clone(), faces.clone(), owner.clone(), vec![], p2);

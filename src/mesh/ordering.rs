@@ -73,9 +73,11 @@ pub fn mesh_from_unordered_faces(
         } else {
             labels.extend_from_slice(face);
         }
-        offsets.push(u32::try_from(labels.len()).map_err(|_| {
-            MeshError::invalid("mesh too large: more than 2^32 face-point labels")
-        })?);
+        offsets.push(
+            u32::try_from(labels.len()).map_err(|_| {
+                MeshError::invalid("mesh too large: more than 2^32 face-point labels")
+            })?,
+        );
     }
     let new_faces = FaceList::from_compact(offsets, labels)?;
     let new_owner: Vec<Label> = order.iter().map(|&f| owner[f]).collect();
@@ -129,16 +131,44 @@ mod tests {
             side.push(s);
         };
         // Shared face x=1 oriented from cell 1 to cell 0 (-x normal).
-        add([p(1, 0, 0), p(1, 0, 1), p(1, 1, 1), p(1, 1, 0)], 1, FaceSide::Cell(0));
+        add(
+            [p(1, 0, 0), p(1, 0, 1), p(1, 1, 1), p(1, 1, 0)],
+            1,
+            FaceSide::Cell(0),
+        );
         for c in 0..2u32 {
             let x0 = c;
-            add([p(x0, 0, 0), p(x0, 1, 0), p(x0 + 1, 1, 0), p(x0 + 1, 0, 0)], c, FaceSide::Patch(1));
-            add([p(x0, 0, 1), p(x0 + 1, 0, 1), p(x0 + 1, 1, 1), p(x0, 1, 1)], c, FaceSide::Patch(1));
-            add([p(x0, 0, 0), p(x0 + 1, 0, 0), p(x0 + 1, 0, 1), p(x0, 0, 1)], c, FaceSide::Patch(1));
-            add([p(x0, 1, 0), p(x0, 1, 1), p(x0 + 1, 1, 1), p(x0 + 1, 1, 0)], c, FaceSide::Patch(1));
+            add(
+                [p(x0, 0, 0), p(x0, 1, 0), p(x0 + 1, 1, 0), p(x0 + 1, 0, 0)],
+                c,
+                FaceSide::Patch(1),
+            );
+            add(
+                [p(x0, 0, 1), p(x0 + 1, 0, 1), p(x0 + 1, 1, 1), p(x0, 1, 1)],
+                c,
+                FaceSide::Patch(1),
+            );
+            add(
+                [p(x0, 0, 0), p(x0 + 1, 0, 0), p(x0 + 1, 0, 1), p(x0, 0, 1)],
+                c,
+                FaceSide::Patch(1),
+            );
+            add(
+                [p(x0, 1, 0), p(x0, 1, 1), p(x0 + 1, 1, 1), p(x0 + 1, 1, 0)],
+                c,
+                FaceSide::Patch(1),
+            );
         }
-        add([p(0, 0, 0), p(0, 0, 1), p(0, 1, 1), p(0, 1, 0)], 0, FaceSide::Patch(0));
-        add([p(2, 0, 0), p(2, 1, 0), p(2, 1, 1), p(2, 0, 1)], 1, FaceSide::Patch(0));
+        add(
+            [p(0, 0, 0), p(0, 0, 1), p(0, 1, 1), p(0, 1, 0)],
+            0,
+            FaceSide::Patch(0),
+        );
+        add(
+            [p(2, 0, 0), p(2, 1, 0), p(2, 1, 1), p(2, 0, 1)],
+            1,
+            FaceSide::Patch(0),
+        );
         let patches = vec![
             ("ends".to_string(), PatchKind::Patch),
             ("sides".to_string(), PatchKind::Wall),

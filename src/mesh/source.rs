@@ -22,7 +22,10 @@ impl MeshSource {
             return Ok(Self::Box(spec.parse()?));
         }
         let path = Path::new(spec);
-        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("msh")) {
+        if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("msh"))
+        {
             return Ok(Self::Gmsh(path.to_path_buf()));
         }
         if path.is_dir() {

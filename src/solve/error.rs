@@ -1,4 +1,4 @@
-use super::pcg::format_g;
+use crate::foam::write::format_g;
 
 /// Why a linear solve could not produce an answer. Each message names the row,
 /// entry or iteration where the problem showed and what it means; running out

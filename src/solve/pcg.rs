@@ -3,6 +3,7 @@
 //! written once over the fused steps of `CgBackend`.
 
 use super::SolveError;
+use crate::foam::write::format_g;
 
 /// Residual growth over the best residual seen that counts as divergence.
 pub const DIVERGENCE_FACTOR: f64 = 1e10;
@@ -382,67 +383,9 @@ fn check_residual(residual: f64, iteration: usize) -> Result<(), SolveError> {
     }
 }
 
-/// Formats like a C++ ostream with default precision 6 (`%g`), as OpenFOAM logs
-/// numbers: 6 significant digits, trailing zeros dropped, scientific notation
-/// with a two-digit signed exponent when the exponent is < −4 or ≥ 6.
-pub fn format_g(v: f64) -> String {
-    const PRECISION: i32 = 6;
-    if v == 0.0 || !v.is_finite() {
-        return if v.is_nan() {
-            "nan".into()
-        } else if v.is_infinite() {
-            if v > 0.0 {
-                "inf".into()
-            } else {
-                "-inf".into()
-            }
-        } else {
-            "0".into()
-        };
-    }
-    // Round to 6 significant digits first: the rounding decides the exponent.
-    let sci = format!("{:.*e}", (PRECISION - 1) as usize, v);
-    let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
-    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
-    let trim = |s: &str| -> String {
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s.to_string()
-        }
-    };
-    if !(-4..PRECISION).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
-    } else {
-        let decimals = (PRECISION - 1 - exp).max(0) as usize;
-        trim(&format!("{v:.decimals$}"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn format_g_matches_cpp_ostream() {
-        for (v, s) in [
-            (1.0, "1"),
-            (9.5e-07, "9.5e-07"),
-            (0.000123456789, "0.000123457"),
-            (1.23456789e-5, "1.23457e-05"),
-            (123456.7, "123457"),
-            (999999.7, "1e+06"),
-            (1234567.0, "1.23457e+06"),
-            (0.1, "0.1"),
-            (-2.5, "-2.5"),
-            (0.0, "0"),
-            (9.999996e-5, "0.0001"),
-            (1e-300, "1e-300"),
-        ] {
-            assert_eq!(format_g(v), s, "{v}");
-        }
-    }
 
     /// A backend whose residual after each update is scripted.
     struct Scripted(std::cell::RefCell<std::vec::IntoIter<f64>>);

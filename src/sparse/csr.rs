@@ -37,7 +37,9 @@ impl Csr {
                 return Err(format!("row {r}: column indices must increase strictly"));
             }
             if let Some(&c) = row.last().filter(|&&c| c as usize >= n_cols) {
-                return Err(format!("row {r}: column {c} out of range (n_cols = {n_cols})"));
+                return Err(format!(
+                    "row {r}: column {c} out of range (n_cols = {n_cols})"
+                ));
             }
         }
         Ok(Self {
