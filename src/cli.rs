@@ -306,6 +306,9 @@ struct BenchArgs {
     /// Skip the CPU solve.
     #[arg(long)]
     no_cpu: bool,
+    /// Measure SpMV only (no PCG).
+    #[arg(long)]
+    no_pcg: bool,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -324,6 +327,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         meshes: args.meshes,
         slice_height: args.slice_height,
         reps: args.reps,
+        pcg: !args.no_pcg,
         cpu_solve: !args.no_cpu,
         check_interval: args.check_interval,
     };
