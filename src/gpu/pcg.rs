@@ -45,8 +45,17 @@ impl Default for GpuSolveOptions {
     }
 }
 
-/// A vector in device memory.
-pub struct GpuVector(pub CudaSlice<f64>);
+/// A vector in device memory (`None` only after a failed allocation, which
+/// the backend reports through `device_status`).
+pub struct GpuVector(Option<CudaSlice<f64>>);
+
+impl GpuVector {
+    fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
+        self.0.as_ref().ok_or_else(|| {
+            GpuError::Invalid("a device vector could not be allocated earlier".into())
+        })
+    }
+}
 
 struct Scratch {
     /// Per-block partials of the vector kernels (two sums each).
@@ -118,10 +127,10 @@ impl<'g> GpuCgBackend<'g> {
     }
 
     pub fn upload(&self, v: &[f64]) -> Result<GpuVector, GpuError> {
-        Ok(GpuVector(self.gpu.upload(v)?))
+        Ok(GpuVector(Some(self.gpu.upload(v)?)))
     }
     pub fn download(&self, v: &GpuVector) -> Result<Vec<f64>, GpuError> {
-        self.gpu.download(&v.0)
+        self.gpu.download(v.dev()?)
     }
 
     /// Runs `work` unless an earlier call failed; records its error.
@@ -163,19 +172,19 @@ impl<'g> GpuCgBackend<'g> {
         z: &GpuVector,
         s: &Scratch,
     ) -> Result<(), GpuError> {
-        let n = self.n32();
+        let (n, r, z) = (self.n32(), r.dev()?, z.dev()?);
         self.gpu.launch(
             "cg_precondition",
             vector_grid(self.matrix.n),
             VECTOR_BLOCK,
             0,
             |a| {
-                a.arg(&n).arg(&r.0);
+                a.arg(&n).arg(r);
                 match &self.inv_diag {
                     Some(d) => a.arg(d),
                     None => a.arg(&NULL),
                 };
-                a.arg(&z.0).arg(&s.vector_partials);
+                a.arg(z).arg(&s.vector_partials);
             },
         )
     }
@@ -193,6 +202,8 @@ impl<'g> GpuCgBackend<'g> {
         partials: &CudaSlice<f64>,
     ) -> Result<(), GpuError> {
         let n = self.n32();
+        let (p, q, x, r) = (p.dev()?, q.dev()?, x.dev()?, r.dev()?);
+        let z = z.map(GpuVector::dev).transpose()?;
         self.gpu.launch(
             "cg_update",
             vector_grid(self.matrix.n),
@@ -208,13 +219,13 @@ impl<'g> GpuCgBackend<'g> {
                     Some(s) => a.arg(s),
                     None => a.arg(&NULL),
                 };
-                a.arg(&p.0).arg(&q.0).arg(&x.0).arg(&r.0);
+                a.arg(p).arg(q).arg(x).arg(r);
                 match (&self.inv_diag, z.is_some()) {
                     (Some(d), true) => a.arg(d),
                     _ => a.arg(&NULL),
                 };
                 match z {
-                    Some(z) => a.arg(&z.0),
+                    Some(z) => a.arg(z),
                     None => a.arg(&NULL),
                 };
                 a.arg(partials);
@@ -250,6 +261,7 @@ impl<'g> GpuCgBackend<'g> {
         let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
         let (vm, sm) = (grid as i32, self.matrix.n_slices() as i32);
         self.launch_precondition(v.r, v.z, s)?;
+        let (vz, vp, vq) = (v.z.dev()?, v.p.dev()?, v.q.dev()?);
         gpu.launch("cg_finish_precondition", 1, REDUCE_BLOCK, 0, |a| {
             a.arg(&vm)
                 .arg(&s.vector_partials)
@@ -260,10 +272,10 @@ impl<'g> GpuCgBackend<'g> {
         let (max_iter, min_iter) = (c.max_iter as f64, c.min_iter as f64);
         for j in 0..count as i32 {
             gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&s.state).arg(&0.0f64).arg(&v.z.0).arg(&v.p.0);
+                a.arg(&n).arg(&s.state).arg(&0.0f64).arg(vz).arg(vp);
             })?;
             self.matrix
-                .spmv(gpu, &v.p.0, &v.q.0, Some(&s.slice_partials), Some(&s.state))?;
+                .spmv(gpu, vp, vq, Some(&s.slice_partials), Some(&s.state))?;
             gpu.launch("cg_finish_operator", 1, REDUCE_BLOCK, 0, |a| {
                 a.arg(&sm)
                     .arg(&s.slice_partials)
@@ -319,15 +331,10 @@ impl CgBackend for GpuCgBackend<'_> {
         self.matrix.n
     }
 
-    /// A zero vector; after a device failure an empty one (the failure is
-    /// reported by `device_status`).
+    /// A zero vector (none after a device failure, reported by `device_status`).
     fn new_vector(&self) -> GpuVector {
         let n = self.matrix.n;
-        self.guarded(None, || self.gpu.zeros(n).map(Some))
-            .map_or_else(
-                || GpuVector(self.gpu.stream().null().expect("null slice")),
-                GpuVector,
-            )
+        GpuVector(self.guarded(None, || self.gpu.zeros(n).map(Some)))
     }
 
     fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
@@ -336,11 +343,12 @@ impl CgBackend for GpuCgBackend<'_> {
             norm_factor: f64::NAN,
         };
         self.guarded(nan, || {
+            let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
             let s = self.scratch.borrow();
             let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
             self.gpu
                 .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&x.0).arg(&s.vector_partials);
+                    a.arg(&n).arg(x).arg(&s.vector_partials);
                 })?;
             let vm = grid as i32;
             let one = 1i32;
@@ -357,11 +365,7 @@ impl CgBackend for GpuCgBackend<'_> {
                         .arg(&m.codes)
                         .arg(&m.values)
                         .arg(&m.diag);
-                    a.arg(&self.row_sums)
-                        .arg(&s.state)
-                        .arg(&x.0)
-                        .arg(&b.0)
-                        .arg(&r.0);
+                    a.arg(&self.row_sums).arg(&s.state).arg(x).arg(b).arg(r);
                     a.arg(&s.slice_partials);
                 })?;
             let sums = self.reduce(&s, &s.slice_partials, m.n_slices(), 2)?;
@@ -383,14 +387,14 @@ impl CgBackend for GpuCgBackend<'_> {
 
     fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
         self.guarded((), || {
-            let n = self.n32();
+            let (n, z, p) = (self.n32(), z.dev()?, p.dev()?);
             self.gpu.launch(
                 "cg_direction",
                 vector_grid(self.matrix.n),
                 VECTOR_BLOCK,
                 0,
                 |a| {
-                    a.arg(&n).arg(&NULL).arg(&beta).arg(&z.0).arg(&p.0);
+                    a.arg(&n).arg(&NULL).arg(&beta).arg(z).arg(p);
                 },
             )
         })
@@ -400,7 +404,7 @@ impl CgBackend for GpuCgBackend<'_> {
         self.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
             self.matrix
-                .spmv(self.gpu, &p.0, &q.0, Some(&s.slice_partials), None)?;
+                .spmv(self.gpu, p.dev()?, q.dev()?, Some(&s.slice_partials), None)?;
             Ok(self.reduce(&s, &s.slice_partials, self.matrix.n_slices(), 1)?[0])
         })
     }

@@ -269,6 +269,7 @@ pub fn pcg<B: CgBackend>(
     controls.validate()?;
     let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
     let norms = backend.initialize(b, x, &mut r);
+    backend.device_status()?;
     let norm_factor = norms.norm_factor;
     let initial = norms.residual_sum / norm_factor;
     check_residual(initial, 0)?;

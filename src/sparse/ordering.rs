@@ -9,6 +9,8 @@
 
 use std::collections::VecDeque;
 
+use rayon::prelude::*;
+
 use super::Csr;
 
 /// A row ordering: `new_to_old[k]` is the original row placed at position k.
@@ -78,28 +80,35 @@ impl Permutation {
     }
 
     /// P A Pᵀ: row and column k of the result are row and column
-    /// new_to_old[k] of `a` (square), columns sorted in each row.
+    /// new_to_old[k] of `a` (square), columns sorted in each row. Rows are
+    /// filled in parallel.
     pub fn apply_symmetric(&self, a: &Csr) -> Csr {
         assert_eq!(a.n_rows(), self.len(), "permutation: matrix rows");
         assert_eq!(a.n_cols(), self.len(), "permutation: matrix columns");
         let mut row_ptr = Vec::with_capacity(a.n_rows() + 1);
         row_ptr.push(0);
-        let mut cols = Vec::with_capacity(a.nnz());
-        let mut values = Vec::with_capacity(a.nnz());
-        let mut row: Vec<(u32, f64)> = Vec::new();
         for &old in &self.new_to_old {
-            let (c, v) = a.row(old as usize);
-            row.clear();
-            row.extend(
-                c.iter()
-                    .zip(v)
-                    .map(|(&c, &v)| (self.old_to_new[c as usize], v)),
-            );
-            row.sort_unstable_by_key(|e| e.0);
-            cols.extend(row.iter().map(|e| e.0));
-            values.extend(row.iter().map(|e| e.1));
-            row_ptr.push(cols.len());
+            let (c, _) = a.row(old as usize);
+            row_ptr.push(row_ptr.last().unwrap() + c.len());
         }
+        let mut entries = vec![(0u32, 0.0f64); a.nnz()];
+        let mut rows: Vec<&mut [(u32, f64)]> = Vec::with_capacity(a.n_rows());
+        let mut rest = entries.as_mut_slice();
+        for k in 0..a.n_rows() {
+            let (row, tail) = rest.split_at_mut(row_ptr[k + 1] - row_ptr[k]);
+            rows.push(row);
+            rest = tail;
+        }
+        rows.into_par_iter()
+            .zip(self.new_to_old.par_iter())
+            .for_each(|(row, &old)| {
+                let (c, v) = a.row(old as usize);
+                for (e, (&c, &v)) in row.iter_mut().zip(c.iter().zip(v)) {
+                    *e = (self.old_to_new[c as usize], v);
+                }
+                row.sort_unstable_by_key(|e| e.0);
+            });
+        let (cols, values) = entries.into_iter().unzip();
         Csr::new(a.n_cols(), row_ptr, cols, values)
             .expect("a symmetric permutation of a valid matrix is valid")
     }
