@@ -86,8 +86,12 @@ impl DeviceChoice {
             Self::Gpu => Gpu::new().map(Some),
             Self::Auto => match Gpu::new() {
                 Ok(gpu) => Ok(Some(gpu)),
-                Err(e) => {
+                Err(e @ GpuError::NoDevice(_)) => {
                     log::info!("no usable GPU ({e}); running on the CPU");
+                    Ok(None)
+                }
+                Err(e) => {
+                    log::warn!("the GPU failed to start ({e}); running on the CPU");
                     Ok(None)
                 }
             },
