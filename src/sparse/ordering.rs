@@ -91,24 +91,47 @@ impl Permutation {
             let (c, _) = a.row(old as usize);
             row_ptr.push(row_ptr.last().unwrap() + c.len());
         }
-        let mut entries = vec![(0u32, 0.0f64); a.nnz()];
-        let mut rows: Vec<&mut [(u32, f64)]> = Vec::with_capacity(a.n_rows());
-        let mut rest = entries.as_mut_slice();
+        let mut cols = vec![0u32; a.nnz()];
+        let mut values = vec![0.0f64; a.nnz()];
+        let mut rows = Vec::with_capacity(a.n_rows());
+        let (mut c_rest, mut v_rest) = (cols.as_mut_slice(), values.as_mut_slice());
         for k in 0..a.n_rows() {
-            let (row, tail) = rest.split_at_mut(row_ptr[k + 1] - row_ptr[k]);
-            rows.push(row);
-            rest = tail;
+            let len = row_ptr[k + 1] - row_ptr[k];
+            let (c_row, c_tail) = c_rest.split_at_mut(len);
+            let (v_row, v_tail) = v_rest.split_at_mut(len);
+            rows.push((c_row, v_row));
+            (c_rest, v_rest) = (c_tail, v_tail);
         }
-        rows.into_par_iter()
-            .zip(self.new_to_old.par_iter())
-            .for_each(|(row, &old)| {
-                let (c, v) = a.row(old as usize);
-                for (e, (&c, &v)) in row.iter_mut().zip(c.iter().zip(v)) {
-                    *e = (self.old_to_new[c as usize], v);
+        // Visit the rows in the old order (streaming reads of `a`), each
+        // writing its own new row.
+        let mut by_new: Vec<Option<_>> = rows.into_iter().map(Some).collect();
+        let by_old: Vec<_> = self
+            .old_to_new
+            .iter()
+            .map(|&k| {
+                by_new[k as usize]
+                    .take()
+                    .expect("a permutation hits each row once")
+            })
+            .collect();
+        by_old
+            .into_par_iter()
+            .enumerate()
+            .for_each(|(old, (c_row, v_row))| {
+                let (c, v) = a.row(old);
+                // Insertion sort by new column: rows are short.
+                for (k, (&c, &v)) in c.iter().zip(v).enumerate() {
+                    let c = self.old_to_new[c as usize];
+                    let mut at = k;
+                    while at > 0 && c_row[at - 1] > c {
+                        c_row[at] = c_row[at - 1];
+                        v_row[at] = v_row[at - 1];
+                        at -= 1;
+                    }
+                    c_row[at] = c;
+                    v_row[at] = v;
                 }
-                row.sort_unstable_by_key(|e| e.0);
             });
-        let (cols, values) = entries.into_iter().unzip();
         Csr::new(a.n_cols(), row_ptr, cols, values)
             .expect("a symmetric permutation of a valid matrix is valid")
     }
