@@ -1,8 +1,10 @@
 //! Command-line interface: `fvpoisson <command>`.
 //!
-//! Exit codes: 0 success, 1 the mesh fails a quality check, 2 an error
+//! Exit codes: 0 success, 1 the mesh fails a quality check (or `validate` an
+//! expectation), 2 an error
 //! (unreadable input, bad arguments), printed as `error: ...` with its causes.
 
+use crate::case;
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
@@ -58,6 +60,26 @@ enum Command {
     /// Measures the GPU: copy bandwidth, SpMV per format, Jacobi-PCG against
     /// its bandwidth floor and the CPU (bytes counted: see gpu::bench).
     Bench(BenchArgs),
+    /// Manufactured-solution verification of the discretisation: error and
+    /// observed order on refined mesh families (exit code 1 when an expected
+    /// order or scheme ranking is not met), and a convergence plot.
+    Validate(ValidateArgs),
+    /// Runs a case: CASE holds case.toml (native) or system/controlDict (OpenFOAM).
+    Run {
+        /// Case directory.
+        case: PathBuf,
+        /// Where to solve: auto (the best available), cpu, gpu.
+        #[arg(long, value_enum, default_value_t = Device::Auto)]
+        device: Device,
+    },
+}
+
+/// `--device` values.
+#[derive(Clone, Copy, ValueEnum)]
+enum Device {
+    Auto,
+    Cpu,
+    Gpu,
 }
 
 /// `--format` values.
@@ -84,7 +106,12 @@ const EXIT_ERROR: i32 = 2;
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(&cli.log))
+    // validate runs thousands of solves: their log lines would bury the table.
+    let filter = match cli.command {
+        Command::Validate(_) => format!("{},fvpoisson::solve=warn", cli.log),
+        _ => cli.log.clone(),
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(&filter))
         .format_timestamp(None)
         .init();
     let result = match cli.command {
@@ -97,6 +124,8 @@ pub fn main() -> i32 {
         } => convert_mesh(&source, &out_case, format.into(), compress).map(|()| 0),
         Command::SolveMatrix(args) => solve_matrix(args).map(|()| 0),
         Command::Bench(args) => bench(args).map(|()| 0),
+        Command::Run { case, device } => run(&case, device).map(|()| 0),
+        Command::Validate(args) => validate(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {}", error_chain(&e));
@@ -126,6 +155,22 @@ struct SolveMatrixArgs {
     /// Write the solution x to this Matrix Market (array) file.
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// `run`: reads the case directory and runs it.
+fn run(case_dir: &Path, device: Device) -> anyhow::Result<()> {
+    match device {
+        Device::Gpu => anyhow::bail!(
+            "--device gpu: the GPU backend is not built yet; use --device cpu (or auto)"
+        ),
+        Device::Auto => {
+            log::info!("Device: auto, no GPU backend in this build: running on the CPU")
+        }
+        Device::Cpu => log::info!("Device: CPU"),
+    }
+    let setup = case::read_case_dir(case_dir)?;
+    case::run_case(&setup)?;
+    Ok(())
 }
 
 /// `solve-matrix`: PCG from x = 0 on a Matrix Market system.
@@ -171,6 +216,62 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         println!("solution written to {}", out.display());
     }
     Ok(())
+}
+
+#[derive(Args)]
+struct ValidateArgs {
+    /// Small meshes (seconds) instead of the default sizes (up to ~250k cells, minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Convergence plot (PNG) to write; default validate.png in --out.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Directory of the default plot file.
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    /// Mesh families, comma-separated: hex, hex-perturbed, tet, tet-perturbed, prism.
+    #[arg(long, default_value = "hex,hex-perturbed,tet,tet-perturbed,prism")]
+    families: String,
+}
+
+/// `validate`: runs the manufactured solutions, prints the table and checks,
+/// writes the plot; exit code 1 when a check fails.
+fn validate(args: ValidateArgs) -> anyhow::Result<i32> {
+    use crate::validate::{self, Config, Family, PlotText};
+    let config = Config {
+        quick: args.quick,
+        families: Family::parse_list(&args.families)?,
+    };
+    let start = Instant::now();
+    let report = validate::run(&config, |line| log::info!("{line}"))?;
+    log::info!("validation ran in {:.1} s", start.elapsed().as_secs_f64());
+    print!("{report}");
+    let plot = args.plot.unwrap_or_else(|| args.out.join("validate.png"));
+    if let Some(dir) = plot.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    }
+    match validate::write_plot(&report, &plot)? {
+        PlotText::Font(font) => println!(
+            "plot written to {} (font {})",
+            plot.display(),
+            font.display()
+        ),
+        PlotText::NoFont => {
+            log::warn!(
+                "no usable font (set FVPOISSON_FONT to a .ttf file or install fonts-dejavu-core): \
+                 the plot has no labels or legend"
+            );
+            println!("plot written to {} (without labels)", plot.display());
+        }
+    }
+    let failures = report.failures().len();
+    if failures > 0 {
+        println!("{failures} expectation(s) FAILED");
+        return Ok(EXIT_CHECK_FAILED);
+    }
+    println!("all {} expectations met", report.checks.len());
+    Ok(0)
 }
 
 /// The error and its causes on one line, skipping a cause whose text the

@@ -3,6 +3,7 @@
 //! The modules read as the pipeline: `mesh` (topology, OpenFOAM-exact geometry,
 //! loaders and generators) → `fvm` → `sparse` → `solve` → `gpu` → `case` → `io` → `cli`.
 
+pub mod case;
 pub mod cli;
 pub mod foam;
 pub mod fvm;
@@ -11,3 +12,4 @@ pub mod io;
 pub mod mesh;
 pub mod solve;
 pub mod sparse;
+pub mod validate;

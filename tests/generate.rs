@@ -462,3 +462,68 @@ fn oversized_boxes_are_refused_before_allocating() {
         .to_string();
     assert!(err.contains("too large"), "{err}");
 }
+
+/// Two prisms per hex, cut along the x-y diagonal: exact volumes and centroids,
+/// triangles on the z sides, quads elsewhere, and across x and y faces the
+/// centres sit off the normal by atan(1/2) = 26.57 degrees.
+#[test]
+fn prism_box_is_exact() {
+    let mesh = generate("box:3x2x2:prism:size=3x2x4");
+    let g = mesh.geometry().unwrap();
+    assert_eq!(mesh.n_cells(), 24);
+    assert_eq!(mesh.n_points(), 4 * 3 * 3);
+    assert!(mesh.cell_shapes().iter().all(|&s| s == CellShape::Prism));
+    let (hex_internal, _) = hex_face_counts([3, 2, 2]);
+    // One diagonal quad inside each hex, z faces doubled.
+    assert_eq!(mesh.n_internal_faces(), hex_internal + 12 + 3 * 2);
+    for p in mesh.patches() {
+        let expect = match &p.name[..1] {
+            "x" => (4, 4),
+            "y" => (6, 4),
+            _ => (12, 3),
+        };
+        assert_eq!(p.size, expect.0, "{}", p.name);
+        for f in p.faces() {
+            assert_eq!(mesh.faces().face(f).len(), expect.1, "{}", p.name);
+        }
+    }
+    for &v in &g.cell_volumes {
+        assert!(rel_close(v, 1.0, 1e-14), "{v}");
+    }
+    // Unit hexes: prism 0 centred at (2/3, 1/3, 1) in its hex, prism 1 at (1/3, 2/3, 1).
+    for (c, centre) in g.cell_centres.iter().enumerate() {
+        let hex = c / 2;
+        let (i, j, k) = (hex % 3, (hex / 3) % 2, hex / 6);
+        let (dx, dy) = if c % 2 == 0 { (2.0, 1.0) } else { (1.0, 2.0) };
+        let expect = Vec3::new(
+            i as f64 + dx / 3.0,
+            j as f64 + dy / 3.0,
+            2.0 * k as f64 + 1.0,
+        );
+        assert!((centre - expect).norm() < 1e-13, "cell {c}: {centre}");
+    }
+    assert!(worst_cell_closure(&mesh, &g) < 1e-14);
+    for f in 0..mesh.n_internal_faces() {
+        assert!(g.face_area_vectors[f].dot(&g.delta(&mesh, f)) > 0.0);
+    }
+    let non_orth = max_non_orthogonality(&mesh, &g);
+    assert!(
+        (non_orth - 0.5f64.atan().to_degrees()).abs() < 1e-9,
+        "{non_orth}"
+    );
+    for spec in [
+        "box:4x4x1:prism:2d:perturb=0.3",
+        "box:4x4x4:prism:perturb=0.3:renumber",
+    ] {
+        let mesh = generate(spec);
+        let g = mesh.geometry().unwrap();
+        assert!(rel_close(g.cell_volumes.iter().sum(), 1.0, 1e-12), "{spec}");
+        assert!(g.cell_volumes.iter().all(|&v| v > 0.0), "{spec}");
+        assert!(worst_cell_closure(&mesh, &g) < 1e-13, "{spec}");
+    }
+    let err = "box:2x2x2:prism:tet"
+        .parse::<BoxSpec>()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("prism: cannot be combined with tet"), "{err}");
+}

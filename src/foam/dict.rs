@@ -20,6 +20,8 @@ pub struct Dict {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
     pub key: String,
+    /// The key was a quoted string (OpenFOAM: a regular expression).
+    pub quoted: bool,
     /// Line of the key.
     pub line: usize,
     pub value: EntryValue,
@@ -182,7 +184,8 @@ impl Value {
         .value(type_hint, true)
     }
 
-    fn number(&self) -> Option<f64> {
+    /// The value as a number, when it is one.
+    pub fn number(&self) -> Option<f64> {
         match self.kind {
             ValueKind::Int(i) => Some(i as f64),
             ValueKind::Float(x) => Some(x),
@@ -277,7 +280,7 @@ impl Parser<'_, '_> {
         loop {
             let token = self.lx.next_token()?;
             let line = self.lx.line();
-            let key = match token {
+            let (key, quoted) = match token {
                 // OpenFOAM accepts a stray ';' after an entry, e.g. `name { ... };`.
                 Token::Punct(b';') => continue,
                 Token::Punct(b'}') if in_braces => break,
@@ -288,7 +291,8 @@ impl Parser<'_, '_> {
                          found end of file"
                     )))
                 }
-                Token::Word(w) | Token::Str(w) => w.to_string(),
+                Token::Word(w) => (w.to_string(), false),
+                Token::Str(w) => (w.to_string(), true),
                 t => {
                     return Err(self.lx.error(format!(
                         "expected a keyword{}, found {}",
@@ -310,7 +314,12 @@ impl Parser<'_, '_> {
             } else {
                 EntryValue::Stream(self.stream(&key)?)
             };
-            dict.entries.push(Entry { key, line, value });
+            dict.entries.push(Entry {
+                key,
+                quoted,
+                line,
+                value,
+            });
         }
         self.depth -= 1;
         Ok(dict)
@@ -423,6 +432,23 @@ impl Parser<'_, '_> {
                 self.lx.punct(b')', "after the binary list")?;
                 return Ok(Some(ValueKind::Numbers {
                     components: k,
+                    data,
+                }));
+            }
+            if type_hint == Some("List<label>") {
+                // E.g. `cellLabels` of binary cellZones; labels below 2^53 are exact as f64.
+                let count = n
+                    .checked_mul(self.arch.label_bytes)
+                    .ok_or_else(|| self.lx.error(format!("list size {n} is too large")))?;
+                let bytes = self.lx.raw(count, "list of labels")?;
+                let data = bytes
+                    .chunks_exact(self.arch.label_bytes)
+                    .map(|b| super::list::binary_label(b).map(|l| l as f64))
+                    .collect::<Result<Vec<f64>, String>>()
+                    .map_err(|m| self.lx.error(m))?;
+                self.lx.punct(b')', "after the binary list")?;
+                return Ok(Some(ValueKind::Numbers {
+                    components: 1,
                     data,
                 }));
             }

@@ -1,16 +1,20 @@
 //! OpenFOAM file format: reading (`FoamFile` header, dictionaries, ascii and
 //! binary lists, transparent gzip) and writing (headers, atomic files).
+//! [`foam_dict`] expands dictionaries as OpenFOAM does (`#include`, `$var`,
+//! regular-expression keys) and gives typed access with file:line errors.
 //!
 //! Format reference: OpenFOAM v1912 `IOstreams` (ISstream token rules, `List`
 //! ascii/binary I/O, `IOobject::writeHeader`); notes in
 //! `/work/shared/notes/openfoam_reference.md` §4.
 
 pub mod dict;
+pub mod foam_dict;
 pub mod lexer;
 pub mod list;
 pub mod write;
 
 pub use dict::{Dict, Entry, EntryValue, Value, ValueKind};
+pub use foam_dict::{FoamDict, FoamEntry, FoamValue};
 pub use lexer::{Lexer, Token};
 pub use list::ListItem;
 

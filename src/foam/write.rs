@@ -79,6 +79,16 @@ impl WriteItem for Label {
     }
 }
 
+impl WriteItem for f64 {
+    fn write_ascii(&self, w: &mut dyn Write, buf: &mut String) -> io::Result<()> {
+        format_scalar(*self, buf);
+        w.write_all(buf.as_bytes())
+    }
+    fn write_binary(&self, w: &mut dyn Write) -> io::Result<()> {
+        w.write_all(&self.to_le_bytes())
+    }
+}
+
 impl WriteItem for Vec3 {
     fn write_ascii(&self, w: &mut dyn Write, buf: &mut String) -> io::Result<()> {
         w.write_all(b"(")?;
@@ -169,7 +179,13 @@ pub fn write_atomic(
 /// numbers: 6 significant digits, trailing zeros dropped, scientific notation
 /// with a two-digit signed exponent when the exponent is < −4 or ≥ 6.
 pub fn format_g(v: f64) -> String {
-    const PRECISION: i32 = 6;
+    format_general(v, 6)
+}
+
+/// Formats like a C++ ostream in its default (general) float format with
+/// `precision` significant digits (`%.<precision>g`): OpenFOAM's
+/// `timeFormat general` time names and `writePrecision` values.
+pub fn format_general(v: f64, precision: usize) -> String {
     if v == 0.0 || !v.is_finite() {
         return if v.is_nan() {
             "nan".into()
@@ -183,8 +199,9 @@ pub fn format_g(v: f64) -> String {
             "0".into()
         };
     }
-    // Round to 6 significant digits first: the rounding decides the exponent.
-    let sci = format!("{:.*e}", (PRECISION - 1) as usize, v);
+    let precision = precision.clamp(1, 40) as i32;
+    // Round to the significant digits first: the rounding decides the exponent.
+    let sci = format!("{:.*e}", (precision - 1) as usize, v);
     let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
     let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
     let trim = |s: &str| -> String {
@@ -194,11 +211,11 @@ pub fn format_g(v: f64) -> String {
             s.to_string()
         }
     };
-    if !(-4..PRECISION).contains(&exp) {
+    if !(-4..precision).contains(&exp) {
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
     } else {
-        let decimals = (PRECISION - 1 - exp).max(0) as usize;
+        let decimals = (precision - 1 - exp).max(0) as usize;
         trim(&format!("{v:.decimals$}"))
     }
 }
@@ -224,6 +241,23 @@ mod tests {
             (1e-300, "1e-300"),
         ] {
             assert_eq!(format_g(v), s, "{v}");
+        }
+        // timeFormat general, timePrecision 6; writePrecision 17.
+        for (v, p, s) in [
+            (0.05000000000000003, 6, "0.05"),
+            (2.0, 6, "2"),
+            (14.0, 6, "14"),
+            (0.005, 6, "0.005"),
+            (1e-5, 6, "1e-05"),
+            (
+                "551.73178066895855".parse().unwrap(),
+                17,
+                "551.73178066895855",
+            ),
+            (0.1, 17, "0.10000000000000001"),
+            (1234567.0, 8, "1234567"),
+        ] {
+            assert_eq!(format_general(v, p), s, "{v} {p}");
         }
     }
 

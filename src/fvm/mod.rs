@@ -10,7 +10,8 @@
 //!
 //! Pieces, each after the OpenFOAM class it follows:
 //! - [`schemes`] follows `surfaceInterpolation::makeDeltaCoeffs`/`makeNonOrthDeltaCoeffs`/
-//!   `makeNonOrthCorrectionVectors`, `fvPatch::delta`, the snGrad schemes;
+//!   `makeNonOrthCorrectionVectors`, `fvPatch::delta`, the snGrad schemes (and
+//!   fvpoisson's `boundaryCorrected`, second order on tets: see `crate::validate`);
 //! - [`boundary`] expresses `fixedValue`, `zeroGradient`, `fixedGradient`, `mixed`, `empty`
 //!   as value/gradient internal and boundary coefficients;
 //! - [`gradient`] follows `gaussGrad` (linear) and `leastSquaresGrad`;

@@ -30,6 +30,18 @@ pub enum SnGradScheme {
     /// ψ = 0 is `uncorrected`; ψ = 1 is `corrected` except on faces where
     /// |Δ(p_N − p_P)| < 1e-15 (OpenFOAM's `SMALL`), exactly as in OpenFOAM.
     Limited(f64),
+    /// `boundaryCorrected` (an fvpoisson extension, not in OpenFOAM): as
+    /// `corrected`, and boundary faces with an imposed value get the same
+    /// explicit correction. OpenFOAM's boundary snGrad Δ_b(p_b − p_P), with
+    /// Δ_b = 1/(n·d_b) and d_b = C_f − C_P, misses the tangential part of d_b:
+    /// an O(1) flux error wherever the cell centre is not on the face normal
+    /// through C_f (tetrahedra, prisms, perturbed cells next to a wall), which
+    /// caps the solution at first order. Here a face with value fraction f
+    /// (fixedValue 1, mixed f, gradient conditions 0) adds f·Γ_b|S_b|(k_b·∇p_P)
+    /// with k_b = n − d_b Δ_b. With `leastSquares`, fixedValue faces then enter
+    /// the least-squares fit with the true d_b (their value sits at C_f, not at
+    /// the projected point), so the gradient stays consistent in wall cells.
+    BoundaryCorrected,
 }
 
 impl SnGradScheme {
@@ -48,12 +60,13 @@ impl SnGradScheme {
         };
         match words {
             ["corrected"] => Ok(Self::Corrected),
+            ["boundaryCorrected"] => Ok(Self::BoundaryCorrected),
             ["uncorrected"] => Ok(Self::Uncorrected),
             ["orthogonal"] => Ok(Self::Orthogonal),
             ["limited", w] | ["limited", "corrected", w] => Ok(Self::Limited(psi(w)?)),
             _ => Err(FvmError::invalid(format!(
                 "unsupported snGrad scheme '{}' (expected corrected, uncorrected, orthogonal, \
-                 limited <0..1> or limited corrected <0..1>)",
+                 limited <0..1>, limited corrected <0..1> or boundaryCorrected)",
                 words.join(" ")
             ))),
         }
@@ -61,7 +74,10 @@ impl SnGradScheme {
 
     /// Whether the scheme adds an explicit non-orthogonal correction.
     pub fn is_corrected(self) -> bool {
-        matches!(self, Self::Corrected | Self::Limited(_))
+        matches!(
+            self,
+            Self::Corrected | Self::Limited(_) | Self::BoundaryCorrected
+        )
     }
 }
 
@@ -192,6 +208,11 @@ pub struct FaceGeometry {
     pub patch_deltas: Vec<Vec3>,
     /// Boundary faces: 1/|patch delta| (`fvPatch::deltaCoeffs`).
     pub patch_delta_coeffs: Vec<f64>,
+    /// Boundary faces, `boundaryCorrected` only (else empty): C_f − C_P.
+    pub patch_face_deltas: Vec<Vec3>,
+    /// Boundary faces, `boundaryCorrected` only (else empty):
+    /// k_b = n − (C_f − C_P)·patch deltaCoeff.
+    pub patch_correction_vectors: Vec<Vec3>,
 }
 
 impl FaceGeometry {
@@ -234,9 +255,12 @@ impl FaceGeometry {
         let n_boundary = mesh.n_faces() - n_internal;
         let mut patch_deltas = Vec::with_capacity(n_boundary);
         let mut patch_delta_coeffs = Vec::with_capacity(n_boundary);
+        let mut patch_face_deltas = Vec::new();
+        let mut patch_correction_vectors = Vec::new();
         for f in n_internal..mesh.n_faces() {
             let unit = sf[f] / mag_sf[f];
-            let delta = unit * unit.dot(&geometry.delta(mesh, f));
+            let face_delta = geometry.delta(mesh, f);
+            let delta = unit * unit.dot(&face_delta);
             let coeff = 1.0 / delta.norm();
             if !coeff.is_finite() {
                 return Err(FvmError::invalid(format!(
@@ -247,6 +271,10 @@ impl FaceGeometry {
             }
             patch_deltas.push(delta);
             patch_delta_coeffs.push(coeff);
+            if sn_grad == SnGradScheme::BoundaryCorrected {
+                patch_face_deltas.push(face_delta);
+                patch_correction_vectors.push(unit - face_delta * coeff);
+            }
         }
         Ok(Self {
             mag_sf,
@@ -254,6 +282,8 @@ impl FaceGeometry {
             correction_vectors,
             patch_deltas,
             patch_delta_coeffs,
+            patch_face_deltas,
+            patch_correction_vectors,
         })
     }
 }
@@ -275,6 +305,9 @@ mod tests {
         assert_eq!(s.grad, GradScheme::LeastSquares);
         let s = Schemes::from_foam("Gauss linear  limited 0.5", "Gauss linear").unwrap();
         assert_eq!(s.sn_grad, SnGradScheme::Limited(0.5));
+        let s = Schemes::from_foam("Gauss linear boundaryCorrected", "leastSquares").unwrap();
+        assert_eq!(s.sn_grad, SnGradScheme::BoundaryCorrected);
+        assert!(s.sn_grad.is_corrected());
         for (lap, grad, msg) in [
             ("Gauss linear limited 2", "Gauss linear", "between 0 and 1"),
             (

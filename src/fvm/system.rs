@@ -4,7 +4,7 @@
 
 use super::boundary::{BoundaryCoeffs, BoundaryCondition};
 use super::gradient::CellGradient;
-use super::schemes::{FaceGeometry, Schemes, SnGradScheme, TimeScheme};
+use super::schemes::{FaceGeometry, GradScheme, Schemes, SnGradScheme, TimeScheme};
 use super::{check_values, CellField, FvmError};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::sparse::Csr;
@@ -105,6 +105,8 @@ pub struct LaplacianSystem<'m> {
     slots: SlotMap,
     bc: BoundaryCoeffs,
     gamma_mag_sf: Vec<f64>,
+    /// Γ_b|S_b| of every boundary face (`boundaryCorrected` uses it).
+    gamma_mag_sf_boundary: Vec<f64>,
     explicit_rhs: Vec<f64>,
     time: TimeScheme,
     /// `Some` when the matrix (before any reference) is singular.
@@ -142,6 +144,7 @@ impl<'m> LaplacianSystem<'m> {
             slots,
             bc: BoundaryCoeffs::default(),
             gamma_mag_sf: vec![0.0; first],
+            gamma_mag_sf_boundary: vec![0.0; mesh.n_faces() - first],
             explicit_rhs: vec![0.0; n_cells],
             time: TimeScheme::SteadyState,
             singular: None,
@@ -189,6 +192,22 @@ impl<'m> LaplacianSystem<'m> {
         check_values(&source, false, |c| format!("source in cell {c}"))?;
         self.bc = BoundaryCoeffs::new(&problem.boundary, mesh, &self.faces.patch_delta_coeffs);
         self.time = problem.time;
+        if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected
+            && self.schemes.grad == GradScheme::LeastSquares
+        {
+            // Fixed values sit at the face centre: fit them there (see SnGradScheme).
+            let deltas: Vec<Vec3> = (0..self.bc.active.len())
+                .map(|b| {
+                    if self.bc.value_internal[b] == 0.0 {
+                        self.faces.patch_face_deltas[b]
+                    } else {
+                        self.faces.patch_deltas[b]
+                    }
+                })
+                .collect();
+            self.gradient =
+                CellGradient::new(self.schemes.grad, mesh, geometry, &deltas, &self.bc.active)?;
+        }
 
         let owner = mesh.owner();
         let neighbour = mesh.neighbour();
@@ -220,6 +239,7 @@ impl<'m> LaplacianSystem<'m> {
             }
             let o = owner[first + b] as usize;
             let gamma_mag_sf = gamma_b * self.faces.mag_sf[first + b];
+            self.gamma_mag_sf_boundary[b] = gamma_mag_sf;
             let diag = -gamma_mag_sf * self.bc.gradient_internal[b];
             any_implicit_boundary |= diag > 0.0;
             values[self.slots.diagonal[o]] += diag;
@@ -284,11 +304,23 @@ impl<'m> LaplacianSystem<'m> {
             }
         }
         if self.schemes.sn_grad.is_corrected() {
-            let flux = self.non_orth_correction(p);
+            let grad = self.gradient(p);
+            let flux = self.internal_correction(p, &grad);
             let (owner, neighbour) = (self.mesh.owner(), self.mesh.neighbour());
             for (f, flux) in flux.iter().enumerate() {
                 self.rhs[owner[f] as usize] += flux;
                 self.rhs[neighbour[f] as usize] -= flux;
+            }
+            if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected {
+                let first = self.mesh.n_internal_faces();
+                for (b, k) in self.faces.patch_correction_vectors.iter().enumerate() {
+                    // Value fraction f = −gradientInternal/Δ_b (1 fixedValue, 0 gradient BCs).
+                    let fraction = -self.bc.gradient_internal[b] / self.faces.patch_delta_coeffs[b];
+                    if self.bc.active[b] && fraction != 0.0 {
+                        let o = owner[first + b] as usize;
+                        self.rhs[o] += fraction * self.gamma_mag_sf_boundary[b] * k.dot(&grad[o]);
+                    }
+                }
             }
         }
         if let Some(policy) = self.singular {
@@ -328,7 +360,11 @@ impl<'m> LaplacianSystem<'m> {
         if !self.schemes.sn_grad.is_corrected() {
             return Vec::new();
         }
-        let grad = self.gradient(p);
+        self.internal_correction(p, &self.gradient(p))
+    }
+
+    /// [`Self::non_orth_correction`] with the cell gradient of `p` given.
+    fn internal_correction(&self, p: &[f64], grad: &[Vec3]) -> Vec<f64> {
         let (owner, neighbour) = (self.mesh.owner(), self.mesh.neighbour());
         let weights = &self.geometry.weights;
         (0..self.mesh.n_internal_faces())

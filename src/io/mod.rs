@@ -1,8 +1,9 @@
-//! Result files: VTK XML for ParaView ([`vtk`]).
+//! Result files: VTK XML for ParaView ([`vtk`]), OpenFOAM fields ([`foam_field`]).
 //!
 //! Every file is written atomically (see [`write_atomic`]): a reader such as
 //! ParaView reloading a series while the solver runs never sees half a file.
 
+pub mod foam_field;
 pub mod vtk;
 
 use std::fs;

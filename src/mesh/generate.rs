@@ -9,6 +9,8 @@
 //! option = "size=" R "x" R "x" R      box lengths (default 1x1x1, each > 0)
 //!        | "origin=" R "x" R "x" R    lowest corner (default 0x0x0)
 //!        | "tet"                      split every hexahedron into 6 tetrahedra
+//!        | "prism"                    split every hexahedron into 2 triangular
+//!                                     prisms (cut along its x-y diagonal)
 //!        | "perturb=" F               move interior points randomly by up to F
 //!                                     cell sizes (0 <= F < 0.5, default 0; with
 //!                                     tet, F * 0.32 hex sizes: see below)
@@ -19,6 +21,8 @@
 //! ```
 //!
 //! Example: `box:64x64x64:size=2x1x1:origin=0x0x0:tet:perturb=0.2:seed=7:renumber`.
+//! `tet` and `prism` exclude each other; `prism` combines with `2d` (extruded
+//! triangles).
 //!
 //! Patches (kind `patch`): `xmin xmax ymin ymax zmin zmax`, or in 2-D
 //! `xmin xmax ymin ymax frontAndBack` (kind `empty`, as in OpenFOAM 2-D cases).
@@ -42,9 +46,12 @@
 //! (`i + nx (j + ny k)`); each hex holds one hexahedral cell or six Kuhn
 //! tetrahedra (one per path along the edges from the lowest to the highest
 //! corner, i.e. one per permutation of the axes; H. W. Kuhn, "Some combinatorial
-//! lemmas in topology", IBM J. Res. Dev. 4, 1960). The Kuhn split cuts every hex
-//! face along the diagonal through its lowest corner, the same on both sides of
-//! the face, so the tetrahedra conform across hexes. Every cell's faces come from
+//! lemmas in topology", IBM J. Res. Dev. 4, 1960), or two prisms. The Kuhn split
+//! cuts every hex face along the diagonal through its lowest corner, the same on
+//! both sides of the face, so the tetrahedra conform across hexes; the prism
+//! split cuts every hex along the same x-y diagonal, so prisms meet whole faces.
+//! Prism meshes mix triangles and quadrilaterals: templates pad triangles with
+//! [`NO_CORNER`] and the padding is dropped when the face list is built. Every cell's faces come from
 //! a per-shape template, oriented outward, so each cell emits the faces it owns
 //! (those towards higher-numbered cells) already in upper-triangular order and
 //! with owner→neighbour normals; cells are filled in parallel blocks at offsets
@@ -66,6 +73,8 @@ pub struct BoxSpec {
     pub origin: [f64; 3],
     /// Six tetrahedra per hex instead of one hexahedron.
     pub tet: bool,
+    /// Two triangular prisms per hex instead of one hexahedron.
+    pub prism: bool,
     /// Largest point displacement as a fraction of the cell size, in `[0, 0.5)`.
     pub perturb: f64,
     /// Seed of the perturbation and of the renumbering.
@@ -84,6 +93,7 @@ impl BoxSpec {
             size: [1.0; 3],
             origin: [0.0; 3],
             tet: false,
+            prism: false,
             perturb: 0.0,
             seed: 1,
             renumber: false,
@@ -125,6 +135,12 @@ impl BoxSpec {
                 format!("a 2-D mesh has one cell layer: the z count must be 1, not {nz}"),
             ));
         }
+        if self.tet && self.prism {
+            return Err(spec_error(
+                "prism",
+                "cannot be combined with tet: choose one way to split the hexahedra",
+            ));
+        }
         if self.two_d && self.tet {
             return Err(spec_error(
                 "2d",
@@ -137,7 +153,12 @@ impl BoxSpec {
     /// Generates the mesh.
     pub fn generate(&self) -> Result<Mesh, MeshError> {
         self.validate()?;
-        let topology = Topology::new(Grid { n: self.cells }, self.tet, self.two_d);
+        let shape = match (self.tet, self.prism) {
+            (true, _) => SplitShape::Tetrahedra,
+            (false, true) => SplitShape::Prisms,
+            (false, false) => SplitShape::Hexahedron,
+        };
+        let topology = Topology::new(Grid { n: self.cells }, shape, self.two_d);
         topology.check_size()?;
         let points = self.points(&topology.grid);
         let numbering = if self.renumber {
@@ -232,9 +253,10 @@ impl FromStr for BoxSpec {
                         .map_err(|_| bad_value("expected a non-negative integer"))?
                 }
                 ("tet", None) => spec.tet = true,
+                ("prism", None) => spec.prism = true,
                 ("renumber", None) => spec.renumber = true,
                 ("2d", None) => spec.two_d = true,
-                ("tet" | "renumber" | "2d", Some(_)) => {
+                ("tet" | "prism" | "renumber" | "2d", Some(_)) => {
                     return Err(bad_value("takes no value"));
                 }
                 ("size" | "origin" | "perturb" | "seed", None) => {
@@ -242,7 +264,7 @@ impl FromStr for BoxSpec {
                 }
                 _ => {
                     return Err(bad_value(
-                        "unknown option (expected size=, origin=, tet, perturb=, seed=, \
+                        "unknown option (expected size=, origin=, tet, prism, perturb=, seed=, \
                          renumber or 2d)",
                     ))
                 }
@@ -442,6 +464,12 @@ struct TemplateFace {
     beyond: Beyond,
 }
 
+/// Padding of a triangle in a template's four corner slots (prism meshes).
+const NO_CORNER: u8 = u8::MAX;
+
+/// Padding of a triangle in a generated face's four point slots.
+const NO_POINT: Label = Label::MAX;
+
 fn corner_position(c: u8) -> Vec3 {
     Vec3::new((c & 1) as f64, ((c >> 1) & 1) as f64, (c >> 2) as f64)
 }
@@ -550,6 +578,59 @@ fn tetrahedra_template() -> Vec<Vec<TemplateFace>> {
         .collect()
 }
 
+/// The two prisms of a hex: the hex cut along its x-y diagonal from corner 0
+/// to corner 3, extruded along z; prism 0 has base corners 0, 1, 3, prism 1 has
+/// 0, 3, 2. Beyond the y-min and x-max sides of prism 0 lie prism 1 of the next
+/// hexes, and the other way round; along z a prism meets the same prism.
+fn prisms_template() -> Vec<Vec<TemplateFace>> {
+    let side = |axis, max, cell| Beyond::HexSide { axis, max, cell };
+    let cells: [[(&[u8], Beyond); 5]; 2] = [
+        [
+            (&[0, 1, 3], side(2, false, 0)),
+            (&[4, 5, 7], side(2, true, 0)),
+            (&[0, 1, 5, 4], side(1, false, 1)),
+            (&[1, 3, 7, 5], side(0, true, 1)),
+            (&[0, 3, 7, 4], Beyond::SameHex(1)),
+        ],
+        [
+            (&[0, 3, 2], side(2, false, 1)),
+            (&[4, 7, 6], side(2, true, 1)),
+            (&[3, 2, 6, 7], side(1, true, 0)),
+            (&[2, 0, 4, 6], side(0, false, 0)),
+            (&[0, 3, 7, 4], Beyond::SameHex(0)),
+        ],
+    ];
+    cells
+        .iter()
+        .map(|faces| {
+            let corners: Vec<Vec3> = faces
+                .iter()
+                .flat_map(|(c, _)| c.iter().map(|&c| corner_position(c)))
+                .collect();
+            let centre = corners.iter().sum::<Vec3>() / corners.len() as f64;
+            faces
+                .iter()
+                .map(|&(ring, beyond)| {
+                    let p: Vec<Vec3> = ring.iter().map(|&c| corner_position(c)).collect();
+                    let area: Vec3 = (0..p.len())
+                        .map(|i| p[i].cross(&p[(i + 1) % p.len()]))
+                        .sum();
+                    let mid = p.iter().sum::<Vec3>() / p.len() as f64;
+                    let mut out = [NO_CORNER; 4];
+                    out[..ring.len()].copy_from_slice(ring);
+                    if area.dot(&(mid - centre)) < 0.0 {
+                        out[..ring.len()].reverse();
+                    }
+                    TemplateFace {
+                        corners: out,
+                        beyond,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// What lies beyond a face of a generated cell.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Across {
@@ -575,25 +656,37 @@ struct BoxPatch {
     sides: Vec<(usize, bool)>,
 }
 
+/// How each hex of the lattice is filled.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SplitShape {
+    Hexahedron,
+    Tetrahedra,
+    Prisms,
+}
+
 /// Cells of a box: a template per cell of a hex, replicated over the lattice.
 struct Topology {
     grid: Grid,
     cells: Vec<Vec<TemplateFace>>,
+    /// Point slots per face (the largest face; triangles padded with [`NO_POINT`]).
     face_size: usize,
+    /// Faces of different sizes: the padding must be dropped.
+    mixed_faces: bool,
     two_d: bool,
 }
 
 impl Topology {
-    fn new(grid: Grid, tet: bool, two_d: bool) -> Self {
-        let (cells, face_size) = if tet {
-            (tetrahedra_template(), 3)
-        } else {
-            (hexahedron_template(), 4)
+    fn new(grid: Grid, shape: SplitShape, two_d: bool) -> Self {
+        let (cells, face_size) = match shape {
+            SplitShape::Hexahedron => (hexahedron_template(), 4),
+            SplitShape::Tetrahedra => (tetrahedra_template(), 3),
+            SplitShape::Prisms => (prisms_template(), 4),
         };
         Self {
             grid,
             cells,
             face_size,
+            mixed_faces: shape == SplitShape::Prisms,
             two_d,
         }
     }
@@ -620,7 +713,7 @@ impl Topology {
         );
         let cells = mul(hexes, self.cells_per_hex() as u128);
         // Each cell's faces counted once per side, boundary faces once.
-        let faces_per_hex_side = (self.face_size == 3) as u128 + 1;
+        let faces_per_hex_side = (self.cells_per_hex() > 1) as u128 + 1;
         let cell_face_sides = mul(cells, self.cells[0].len() as u128);
         let faces = cell_face_sides.saturating_add(mul(sides, faces_per_hex_side)) / 2;
         let points = mul(mul(n[0] + 1, n[1] + 1), n[2] + 1);
@@ -684,7 +777,10 @@ impl Topology {
             };
             *slot = CellFace {
                 across,
-                points: face.corners.map(|c| corners[c as usize]),
+                points: face.corners.map(|c| match c {
+                    NO_CORNER => NO_POINT,
+                    c => corners[c as usize],
+                }),
             };
         }
         &out[..template.len()]
@@ -789,13 +885,18 @@ fn assemble(
             p
         })
         .collect();
-    Mesh::new(
-        points,
-        FaceList::uniform(k, labels)?,
-        owner,
-        neighbour,
-        patches,
-    )
+    let faces = if topology.mixed_faces {
+        let offsets = labels.chunks(k).scan(0u32, |end, face| {
+            *end += face.iter().filter(|&&p| p != NO_POINT).count() as u32;
+            Some(*end)
+        });
+        let offsets = std::iter::once(0).chain(offsets).collect();
+        labels.retain(|&p| p != NO_POINT);
+        FaceList::from_compact(offsets, labels)?
+    } else {
+        FaceList::uniform(k, labels)?
+    };
+    Mesh::new(points, faces, owner, neighbour, patches)
 }
 
 const CELL_FACE_ZERO: CellFace = CellFace {
@@ -893,14 +994,26 @@ mod tests {
     /// both sides with opposite orientation.
     #[test]
     fn templates_are_closed_and_matched() {
-        for (cells, k) in [(hexahedron_template(), 4), (tetrahedra_template(), 3)] {
+        let ring = |f: &TemplateFace, k: usize| -> Vec<u8> {
+            f.corners[..k]
+                .iter()
+                .copied()
+                .filter(|&c| c != NO_CORNER)
+                .collect()
+        };
+        for (cells, k) in [
+            (hexahedron_template(), 4),
+            (tetrahedra_template(), 3),
+            (prisms_template(), 4),
+        ] {
             for (t, faces) in cells.iter().enumerate() {
                 let area: Vec3 = faces
                     .iter()
                     .map(|f| {
-                        let p: Vec<Vec3> =
-                            f.corners[..k].iter().map(|&c| corner_position(c)).collect();
-                        (0..k).map(|i| p[i].cross(&p[(i + 1) % k])).sum::<Vec3>()
+                        let p: Vec<Vec3> = ring(f, k).iter().map(|&c| corner_position(c)).collect();
+                        (0..p.len())
+                            .map(|i| p[i].cross(&p[(i + 1) % p.len()]))
+                            .sum::<Vec3>()
                     })
                     .sum();
                 assert!(area.norm() < 1e-15, "cell {t} is not closed");
@@ -910,12 +1023,11 @@ mod tests {
                             .iter()
                             .find(|g| g.beyond == Beyond::SameHex(t))
                             .expect("neighbour sees this cell");
-                        let mut a = f.corners[..k].to_vec();
-                        let mut b = back.corners[..k].to_vec();
+                        let a = ring(f, k);
+                        let mut b = ring(back, k);
                         b.reverse();
                         let at = b.iter().position(|&c| c == a[0]).unwrap();
                         b.rotate_left(at);
-                        a.truncate(k);
                         assert_eq!(a, b, "cell {t} and {other} disagree on their face");
                     }
                 }

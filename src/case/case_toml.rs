@@ -1,0 +1,726 @@
+//! The native case file `case.toml` → [`CaseSetup`]. Every error names the
+//! file, line and column (and the key where one is at fault).
+//!
+//! ```toml
+//! [mesh]
+//! source = "box:32x32x32:tet:perturb=0.2"  # generator spec, or a path relative to the
+//!                                          # case directory (OpenFOAM case/polyMesh dir, .msh)
+//! [physics]
+//! kind = "laplacian"          # default
+//! field = "T"                 # default "T"
+//! gamma = 1.0                 # number or expression of x, y, z, t (default 1)
+//! source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"   # Su, default 0
+//! implicitSource = -1.0       # Sp (OpenFOAM semiImplicitSource), optional
+//! initial = 0                 # default 0
+//! exact = "sin(pi*x)*sin(pi*y)*sin(pi*z)"           # optional: error norms and field
+//!
+//! [boundary.xmin]             # one table per patch; [boundary.default] for the rest
+//! type = "fixedValue"         # fixedValue, zeroGradient, fixedGradient, mixed, empty
+//! value = "exact"             # number, expression or "exact"
+//! # fixedGradient: gradient = ..; mixed: refValue, refGradient, valueFraction
+//!
+//! [schemes]
+//! laplacian = "Gauss linear corrected"   # OpenFOAM laplacianSchemes words (default)
+//! grad = "Gauss linear"                  # or "leastSquares"
+//! nNonOrthogonalCorrectors = 0
+//!
+//! [time]
+//! scheme = "steadyState"      # default; maxIterations (100), residualControl (1e-6, 0: off)
+//! # scheme = "Euler" with deltaT and endTime
+//!
+//! [reference]                 # all-Neumann steady problems only
+//! type = "zeroMean"           # or "cell" with cell = 0, value = 0.0
+//! project = false             # remove an inconsistent source sum instead of refusing
+//! tolerance = 1e-9            # |sum of sources| / sum of |sources| counted as consistent
+//!
+//! [solver.T]                  # and [solver.TFinal] for the last non-orthogonal corrector
+//! solver = "PCG"              # the only solver
+//! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC)
+//! tolerance = 1e-8            # default 1e-6
+//! relTol = 0                  # default 0; TFinal entries default to the T entry's values
+//! maxIter = 1000              # default 1000
+//! minIter = 0                 # default 0
+//!
+//! [output]
+//! formats = ["vtk", "foam"]   # default ["vtk"]
+//! interval = 1
+//! directory = "results"       # VTK directory, relative to the case directory;
+//!                             # foam time directories go in the case directory
+//! precision = 17              # OpenFOAM writePrecision (foam format)
+//! writeFormat = "ascii"       # or "binary" (foam format)
+//! writeCompression = false    # gzip the foam files
+//! ```
+//!
+//! Expressions (grammar in [`super::expr`]) may use x, y, z, t and pi;
+//! `"exact"` (fixedValue `value`, mixed `refValue`) stands for `physics.exact`.
+
+use super::expr;
+use super::setup::{
+    BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
+    Scalar, SolverSettings, SourceSplit, TimeControl,
+};
+use super::CaseError;
+use crate::foam::FoamFormat;
+use crate::fvm::{Reference, Schemes, SingularPolicy};
+use crate::mesh::MeshSource;
+use crate::solve::{PreconditionerKind, SolverControls};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use toml::{Spanned, Value};
+
+/// File name of the native case file in a case directory.
+pub const CASE_FILE: &str = "case.toml";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseFile {
+    mesh: MeshSection,
+    #[serde(default)]
+    physics: PhysicsSection,
+    #[serde(default)]
+    boundary: BTreeMap<String, Spanned<BoundaryEntry>>,
+    #[serde(default)]
+    schemes: SchemesSection,
+    #[serde(default)]
+    time: TimeSection,
+    reference: Option<ReferenceSection>,
+    #[serde(default)]
+    solver: BTreeMap<String, Spanned<SolverEntry>>,
+    #[serde(default)]
+    output: OutputSection,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MeshSection {
+    source: Spanned<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PhysicsSection {
+    kind: Option<Spanned<String>>,
+    field: Option<Spanned<String>>,
+    gamma: Option<Spanned<Value>>,
+    source: Option<Spanned<Value>>,
+    #[serde(rename = "implicitSource")]
+    implicit_source: Option<Spanned<Value>>,
+    initial: Option<Spanned<Value>>,
+    exact: Option<Spanned<Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BoundaryEntry {
+    #[serde(rename = "type")]
+    kind: Spanned<String>,
+    value: Option<Spanned<Value>>,
+    gradient: Option<Spanned<Value>>,
+    #[serde(rename = "refValue")]
+    ref_value: Option<Spanned<Value>>,
+    #[serde(rename = "refGradient")]
+    ref_gradient: Option<Spanned<Value>>,
+    #[serde(rename = "valueFraction")]
+    value_fraction: Option<Spanned<Value>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SchemesSection {
+    laplacian: Option<Spanned<String>>,
+    grad: Option<Spanned<String>>,
+    #[serde(rename = "nNonOrthogonalCorrectors", default)]
+    n_non_orth_correctors: usize,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TimeSection {
+    scheme: Option<Spanned<String>>,
+    #[serde(rename = "maxIterations")]
+    max_iterations: Option<Spanned<usize>>,
+    #[serde(rename = "residualControl")]
+    residual_control: Option<Spanned<f64>>,
+    #[serde(rename = "deltaT")]
+    delta_t: Option<Spanned<f64>>,
+    #[serde(rename = "endTime")]
+    end_time: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReferenceSection {
+    #[serde(rename = "type")]
+    kind: Spanned<String>,
+    cell: Option<Spanned<usize>>,
+    value: Option<f64>,
+    #[serde(default)]
+    project: bool,
+    tolerance: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SolverEntry {
+    solver: Option<Spanned<String>>,
+    preconditioner: Option<Spanned<String>>,
+    tolerance: Option<f64>,
+    #[serde(rename = "relTol")]
+    rel_tol: Option<f64>,
+    #[serde(rename = "maxIter")]
+    max_iter: Option<usize>,
+    #[serde(rename = "minIter")]
+    min_iter: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct OutputSection {
+    formats: Option<Vec<Spanned<String>>>,
+    interval: Option<Spanned<usize>>,
+    directory: Option<PathBuf>,
+    precision: Option<Spanned<usize>>,
+    #[serde(rename = "writeFormat")]
+    write_format: Option<Spanned<String>>,
+    #[serde(rename = "writeCompression", default)]
+    write_compression: bool,
+}
+
+/// Steady-state iterations when `maxIterations` is not given.
+const DEFAULT_MAX_ITERATIONS: usize = 100;
+/// Steady-state residual control when `residualControl` is not given.
+const DEFAULT_RESIDUAL_CONTROL: f64 = 1e-6;
+
+/// Reads `case_dir/case.toml`.
+pub fn read_case(case_dir: &Path) -> Result<CaseSetup, CaseError> {
+    let file = case_dir.join(CASE_FILE);
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| CaseError::invalid(format!("{}: {e}", file.display())))?;
+    parse_case(&text, &file, case_dir)
+}
+
+/// Parses the text of a case file; `file` is named in errors, `case_dir`
+/// anchors relative paths.
+pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup, CaseError> {
+    let src = Source { text, file };
+    let case: CaseFile = toml::from_str(text)
+        .map_err(|e| src.error(e.span().unwrap_or(0..0), e.message().trim_end().to_string()))?;
+
+    let mesh_spec = case.mesh.source.get_ref();
+    let mesh = if mesh_spec.starts_with("box:") {
+        MeshSource::parse(mesh_spec)
+    } else {
+        MeshSource::parse(&case_dir.join(mesh_spec).to_string_lossy())
+    }
+    .map_err(|e| src.error(case.mesh.source.span(), format!("mesh.source: {e}")))?;
+
+    let physics = &case.physics;
+    if let Some(kind) = &physics.kind {
+        if kind.get_ref() != "laplacian" {
+            return Err(src.error(
+                kind.span(),
+                format!(
+                    "physics.kind '{}' is not supported (only \"laplacian\")",
+                    kind.get_ref()
+                ),
+            ));
+        }
+    }
+    let field = match &physics.field {
+        Some(f) if !is_field_name(f.get_ref()) => {
+            return Err(src.error(
+                f.span(),
+                format!(
+                    "physics.field '{}' must be a word of letters, digits and '_' \
+                     (it names files)",
+                    f.get_ref()
+                ),
+            ))
+        }
+        Some(f) => f.get_ref().clone(),
+        None => "T".to_string(),
+    };
+    let scalar = |value: &Option<Spanned<Value>>, key: &str, default: f64| match value {
+        Some(v) => src.scalar(v, key, None),
+        None => Ok(Scalar::Uniform(default)),
+    };
+    let exact = physics
+        .exact
+        .as_ref()
+        .map(|v| src.scalar(v, "physics.exact", None))
+        .transpose()?;
+    let gamma = scalar(&physics.gamma, "physics.gamma", 1.0)?;
+    let source = scalar(&physics.source, "physics.source", 0.0)?;
+    let implicit_source = physics
+        .implicit_source
+        .as_ref()
+        .map(|v| src.scalar(v, "physics.implicitSource", None))
+        .transpose()?;
+    let initial = scalar(&physics.initial, "physics.initial", 0.0)?;
+
+    let mut boundary = Vec::new();
+    let mut default_boundary = None;
+    for (patch, entry) in &case.boundary {
+        let spec = src.boundary(entry.get_ref(), patch, exact.as_ref())?;
+        if patch == "default" {
+            default_boundary = Some(spec);
+        } else {
+            boundary.push(PatchCondition {
+                patch: patch.clone(),
+                spec,
+                origin: src.position(entry.span()),
+            });
+        }
+    }
+
+    let schemes = src.schemes(&case.schemes)?;
+    let time = src.time(&case.time)?;
+    let singular = case
+        .reference
+        .as_ref()
+        .map(|r| src.reference(r))
+        .transpose()?
+        .unwrap_or_default();
+    let solver = src.solvers(&case.solver, &field)?;
+    let output = src.output(&case.output)?;
+
+    Ok(CaseSetup {
+        origin: file.display().to_string(),
+        case_dir: case_dir.to_path_buf(),
+        mesh,
+        physics: Physics::Laplacian,
+        field,
+        gamma,
+        source,
+        implicit_source,
+        source_split: SourceSplit::Stable,
+        boundary,
+        default_boundary,
+        initial,
+        schemes,
+        n_non_orth_correctors: case.schemes.n_non_orth_correctors,
+        time,
+        singular,
+        solver,
+        output,
+        exact,
+    })
+}
+
+fn is_field_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The case file's text and name, to turn byte spans into `file:line:col` errors.
+struct Source<'a> {
+    text: &'a str,
+    file: &'a Path,
+}
+
+impl Source<'_> {
+    /// 1-based line and column (in characters) of byte offset `at`.
+    fn line_column(&self, at: usize) -> (usize, usize) {
+        let before = &self.text[..at.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (line, before[line_start..].chars().count() + 1)
+    }
+
+    fn position(&self, span: Range<usize>) -> String {
+        let (line, column) = self.line_column(span.start);
+        format!("{}:{line}:{column}", self.file.display())
+    }
+
+    fn error(&self, span: Range<usize>, msg: impl Into<String>) -> CaseError {
+        let (line, column) = self.line_column(span.start);
+        CaseError::Parse {
+            file: self.file.to_path_buf(),
+            line,
+            column,
+            msg: msg.into(),
+        }
+    }
+
+    /// A number or an expression; `"exact"` means `exact` where that is allowed.
+    fn scalar(
+        &self,
+        value: &Spanned<Value>,
+        key: &str,
+        exact: Option<Option<&Scalar>>,
+    ) -> Result<Scalar, CaseError> {
+        match value.get_ref() {
+            Value::Integer(i) => Ok(Scalar::Uniform(*i as f64)),
+            Value::Float(f) if f.is_finite() => Ok(Scalar::Uniform(*f)),
+            Value::String(s) if s.trim() == "exact" => match exact {
+                Some(Some(exact)) => Ok(exact.clone()),
+                Some(None) => Err(self.error(
+                    value.span(),
+                    format!("{key} = \"exact\" needs physics.exact (the exact solution)"),
+                )),
+                None => Err(self.error(
+                    value.span(),
+                    format!("{key} cannot be \"exact\"; give a number or an expression"),
+                )),
+            },
+            Value::String(s) => expr::compile(s)
+                .map(Scalar::Function)
+                .map_err(|e| self.error(value.span(), format!("{key}: {e}"))),
+            other => Err(self.error(
+                value.span(),
+                format!(
+                    "{key} must be a finite number or an expression string, not {}",
+                    describe(other)
+                ),
+            )),
+        }
+    }
+
+    fn boundary(
+        &self,
+        entry: &BoundaryEntry,
+        patch: &str,
+        exact: Option<&Scalar>,
+    ) -> Result<BoundarySpec, CaseError> {
+        let key = |name: &str| format!("boundary.{patch}.{name}");
+        let required = |v: &Option<Spanned<Value>>, name: &str, allow_exact: bool| match v {
+            Some(v) => self.scalar(v, &key(name), allow_exact.then_some(exact)),
+            None => Err(self.error(
+                entry.kind.span(),
+                format!("{} needs '{name}' (boundary.{patch})", entry.kind.get_ref()),
+            )),
+        };
+        let given = [
+            ("value", &entry.value),
+            ("gradient", &entry.gradient),
+            ("refValue", &entry.ref_value),
+            ("refGradient", &entry.ref_gradient),
+            ("valueFraction", &entry.value_fraction),
+        ];
+        let (spec, allowed): (BoundarySpec, &[&str]) = match entry.kind.get_ref().as_str() {
+            "fixedValue" => (
+                BoundarySpec::FixedValue(required(&entry.value, "value", true)?),
+                &["value"],
+            ),
+            "zeroGradient" => (BoundarySpec::ZeroGradient, &[]),
+            "fixedGradient" => (
+                BoundarySpec::FixedGradient(required(&entry.gradient, "gradient", false)?),
+                &["gradient"],
+            ),
+            "mixed" => (
+                BoundarySpec::Mixed {
+                    ref_value: required(&entry.ref_value, "refValue", true)?,
+                    ref_gradient: required(&entry.ref_gradient, "refGradient", false)?,
+                    value_fraction: required(&entry.value_fraction, "valueFraction", false)?,
+                },
+                &["refValue", "refGradient", "valueFraction"],
+            ),
+            "empty" => (BoundarySpec::Empty, &[]),
+            other => {
+                return Err(self.error(
+                    entry.kind.span(),
+                    format!(
+                        "{}: unknown boundary condition '{other}' (expected fixedValue, \
+                         zeroGradient, fixedGradient, mixed or empty)",
+                        key("type")
+                    ),
+                ))
+            }
+        };
+        for (name, value) in given {
+            if let Some(value) = value.as_ref().filter(|_| !allowed.contains(&name)) {
+                return Err(self.error(
+                    value.span(),
+                    format!(
+                        "{}: a {} condition takes no '{name}'",
+                        key(name),
+                        entry.kind.get_ref()
+                    ),
+                ));
+            }
+        }
+        Ok(spec)
+    }
+
+    fn schemes(&self, section: &SchemesSection) -> Result<Schemes, CaseError> {
+        let laplacian = section.laplacian.as_ref();
+        let grad = section.grad.as_ref();
+        let laplacian_text = laplacian.map_or("Gauss linear corrected", |s| s.get_ref());
+        let grad_text = grad.map_or("Gauss linear", |s| s.get_ref());
+        Schemes::from_foam(laplacian_text, grad_text).map_err(|e| {
+            // Point at whichever entry the message is about.
+            let at = if e.to_string().starts_with("gradient") {
+                grad
+            } else {
+                laplacian
+            };
+            self.error(at.map_or(0..0, |s| s.span()), format!("schemes: {e}"))
+        })
+    }
+
+    fn time(&self, section: &TimeSection) -> Result<TimeControl, CaseError> {
+        let scheme = section.scheme.as_ref();
+        let misplaced = |name: &str, present: Option<Range<usize>>, scheme: &str| match present {
+            Some(span) => Err(self.error(
+                span,
+                format!("time.{name} does not apply to the {scheme} scheme"),
+            )),
+            None => Ok(()),
+        };
+        match scheme.map_or("steadyState", |s| s.get_ref().as_str()) {
+            "steadyState" => {
+                misplaced(
+                    "deltaT",
+                    section.delta_t.as_ref().map(|s| s.span()),
+                    "steadyState",
+                )?;
+                misplaced(
+                    "endTime",
+                    section.end_time.as_ref().map(|s| s.span()),
+                    "steadyState",
+                )?;
+                let residual_tolerance = match &section.residual_control {
+                    Some(r) if !(r.get_ref().is_finite() && *r.get_ref() >= 0.0) => {
+                        return Err(self.error(
+                            r.span(),
+                            "time.residualControl must be a finite number >= 0 (0: off)",
+                        ))
+                    }
+                    Some(r) => *r.get_ref(),
+                    None => DEFAULT_RESIDUAL_CONTROL,
+                };
+                let max_iterations = match &section.max_iterations {
+                    Some(m) if *m.get_ref() == 0 => {
+                        return Err(self.error(m.span(), "time.maxIterations must be at least 1"))
+                    }
+                    Some(m) => *m.get_ref(),
+                    None => DEFAULT_MAX_ITERATIONS,
+                };
+                Ok(TimeControl::Steady {
+                    max_iterations,
+                    residual_tolerance,
+                })
+            }
+            "Euler" => {
+                misplaced(
+                    "maxIterations",
+                    section.max_iterations.as_ref().map(|s| s.span()),
+                    "Euler",
+                )?;
+                misplaced(
+                    "residualControl",
+                    section.residual_control.as_ref().map(|s| s.span()),
+                    "Euler",
+                )?;
+                let positive = |v: &Option<Spanned<f64>>, name: &str| match v {
+                    Some(v) if v.get_ref().is_finite() && *v.get_ref() > 0.0 => Ok(*v.get_ref()),
+                    Some(v) => {
+                        Err(self
+                            .error(v.span(), format!("time.{name} must be a finite number > 0")))
+                    }
+                    None => Err(self.error(
+                        scheme.map_or(0..0, |s| s.span()),
+                        format!("the Euler scheme needs time.{name}"),
+                    )),
+                };
+                Ok(TimeControl::Euler {
+                    delta_t: positive(&section.delta_t, "deltaT")?,
+                    end_time: positive(&section.end_time, "endTime")?,
+                })
+            }
+            other => Err(self.error(
+                scheme.map_or(0..0, |s| s.span()),
+                format!("time.scheme '{other}' is not supported (steadyState or Euler)"),
+            )),
+        }
+    }
+
+    fn reference(&self, section: &ReferenceSection) -> Result<SingularPolicy, CaseError> {
+        let reference = match section.kind.get_ref().as_str() {
+            "zeroMean" => {
+                if section.cell.is_some() || section.value.is_some() {
+                    return Err(self.error(
+                        section.kind.span(),
+                        "reference.cell and reference.value need type = \"cell\"",
+                    ));
+                }
+                Reference::ZeroMean
+            }
+            "cell" => Reference::Cell {
+                cell: *section
+                    .cell
+                    .as_ref()
+                    .ok_or_else(|| {
+                        self.error(section.kind.span(), "reference type \"cell\" needs 'cell'")
+                    })?
+                    .get_ref(),
+                value: section.value.unwrap_or(0.0),
+            },
+            other => {
+                return Err(self.error(
+                    section.kind.span(),
+                    format!("reference.type '{other}' is not supported (zeroMean or cell)"),
+                ))
+            }
+        };
+        let mut policy = SingularPolicy {
+            reference,
+            project: section.project,
+            ..SingularPolicy::default()
+        };
+        if let Some(tolerance) = &section.tolerance {
+            if !(tolerance.get_ref().is_finite() && *tolerance.get_ref() >= 0.0) {
+                return Err(self.error(
+                    tolerance.span(),
+                    "reference.tolerance must be a finite number >= 0",
+                ));
+            }
+            policy.tolerance = *tolerance.get_ref();
+        }
+        Ok(policy)
+    }
+
+    fn solvers(
+        &self,
+        entries: &BTreeMap<String, Spanned<SolverEntry>>,
+        field: &str,
+    ) -> Result<SolverSettings, CaseError> {
+        let final_name = format!("{field}Final");
+        let mut settings = SolverSettings::default();
+        if let Some((name, entry)) = entries
+            .iter()
+            .find(|(name, _)| **name != field && **name != final_name)
+        {
+            return Err(self.error(
+                entry.span(),
+                format!(
+                    "solver.{name}: no field '{name}' in this case (solved field: '{field}', \
+                     so solver.{field} and solver.{final_name})"
+                ),
+            ));
+        }
+        if let Some(entry) = entries.get(field) {
+            settings.regular = self.solver(entry.get_ref(), field, LinearSolver::default())?;
+        }
+        if let Some(entry) = entries.get(&final_name) {
+            settings.final_corrector =
+                Some(self.solver(entry.get_ref(), &final_name, settings.regular)?);
+        }
+        Ok(settings)
+    }
+
+    /// One solver entry; unset keys keep their value in `base`.
+    fn solver(
+        &self,
+        entry: &SolverEntry,
+        name: &str,
+        base: LinearSolver,
+    ) -> Result<LinearSolver, CaseError> {
+        if let Some(solver) = &entry.solver {
+            if solver.get_ref() != "PCG" {
+                return Err(self.error(
+                    solver.span(),
+                    format!(
+                        "solver.{name}.solver '{}' is not available (only PCG)",
+                        solver.get_ref()
+                    ),
+                ));
+            }
+        }
+        let preconditioner = match &entry.preconditioner {
+            Some(p) => foam_preconditioner(p.get_ref())
+                .map_err(|e| self.error(p.span(), format!("solver.{name}.preconditioner: {e}")))?,
+            None => base.preconditioner,
+        };
+        let controls = SolverControls {
+            tolerance: entry.tolerance.unwrap_or(base.controls.tolerance),
+            rel_tol: entry.rel_tol.unwrap_or(base.controls.rel_tol),
+            max_iter: entry.max_iter.unwrap_or(base.controls.max_iter),
+            min_iter: entry.min_iter.unwrap_or(base.controls.min_iter),
+        };
+        // Spanned entries point at the table; the controls are checked as a whole.
+        controls.validate().map_err(|e| {
+            CaseError::invalid(format!("{}: solver.{name}: {e}", self.file.display()))
+        })?;
+        Ok(LinearSolver {
+            preconditioner,
+            controls,
+        })
+    }
+
+    fn output(&self, section: &OutputSection) -> Result<OutputSettings, CaseError> {
+        let mut output = OutputSettings::default();
+        if let Some(formats) = &section.formats {
+            output.formats.clear();
+            for format in formats {
+                let parsed = match format.get_ref().as_str() {
+                    "vtk" => OutputFormat::Vtk,
+                    "foam" => OutputFormat::Foam,
+                    other => {
+                        return Err(self.error(
+                            format.span(),
+                            format!("output.formats: unknown format '{other}' (vtk or foam)"),
+                        ))
+                    }
+                };
+                if !output.formats.contains(&parsed) {
+                    output.formats.push(parsed);
+                }
+            }
+        }
+        if let Some(interval) = &section.interval {
+            if *interval.get_ref() == 0 {
+                return Err(self.error(interval.span(), "output.interval must be at least 1"));
+            }
+            output.interval = *interval.get_ref();
+        }
+        if let Some(directory) = &section.directory {
+            output.directory = directory.clone();
+        }
+        if let Some(precision) = &section.precision {
+            if !(1..=17).contains(precision.get_ref()) {
+                return Err(self.error(precision.span(), "output.precision must be 1 to 17"));
+            }
+            output.foam.precision = *precision.get_ref();
+        }
+        if let Some(format) = &section.write_format {
+            output.foam.format = match format.get_ref().as_str() {
+                "ascii" => FoamFormat::Ascii,
+                "binary" => FoamFormat::Binary,
+                other => {
+                    return Err(self.error(
+                        format.span(),
+                        format!("output.writeFormat '{other}' is not ascii or binary"),
+                    ))
+                }
+            };
+        }
+        output.foam.compress = section.write_compression;
+        Ok(output)
+    }
+}
+
+/// OpenFOAM preconditioner names (`DIC`, `FDIC`, `diagonal`, `none`), or ours.
+fn foam_preconditioner(name: &str) -> Result<PreconditionerKind, String> {
+    match name {
+        // FDIC is DIC with precomputed reciprocals: the same preconditioner.
+        "DIC" | "FDIC" => Ok(PreconditionerKind::Dic),
+        "diagonal" => Ok(PreconditionerKind::Jacobi),
+        other => other.parse().map_err(|e: String| {
+            format!("{e}; OpenFOAM names DIC, FDIC, diagonal and none work too")
+        }),
+    }
+}
+
+fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::String(_) => "a string",
+        Value::Integer(_) => "an integer",
+        Value::Float(_) => "a non-finite number",
+        Value::Boolean(_) => "a boolean",
+        Value::Datetime(_) => "a date",
+        Value::Array(_) => "an array",
+        Value::Table(_) => "a table",
+    }
+}

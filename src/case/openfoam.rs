@@ -1,0 +1,888 @@
+//! OpenFOAM laplacianFoam case directories, read as they are, → [`CaseSetup`].
+//!
+//! laplacianFoam (v1912) solves, for the field `T`,
+//! `fvm::ddt(T) − fvm::laplacian(DT, T) == fvOptions(T)` inside
+//! `while (simple.loop())` / `while (simple.correctNonOrthogonal())`. What is
+//! read, and what it becomes:
+//!
+//! | file | entries | becomes |
+//! |---|---|---|
+//! | `system/controlDict` | `startFrom startTime\|latestTime\|firstTime`, `startTime` (0), `stopAt endTime`, `endTime`, `deltaT` | [`TimeControl`] |
+//! | | `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval` | `output.interval` (steps) |
+//! | | `writeFormat`, `writePrecision`, `writeCompression`, `timeFormat general`, `timePrecision` | `output.foam` |
+//! | `system/fvSchemes` | `ddtSchemes` `Euler\|steadyState`; `laplacianSchemes` `Gauss linear\|harmonic corrected\|uncorrected\|limited ψ\|orthogonal`; `gradSchemes` `Gauss linear\|leastSquares` (keys `ddt(T)`, `laplacian(DT,T)`, `grad(T)`, else `default`) | [`Schemes`] via `Schemes::from_foam` |
+//! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none`; `GAMG` → PCG + IC(0) (logged); `smoothSolver`, `PBiCG`, `PBiCGStab` → PCG (warned); `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
+//! | | `SIMPLE { nNonOrthogonalCorrectors; residualControl { T tol; } }` | correctors; steady stop criterion |
+//! | `constant/transportProperties` | `DT` (`DT 1e-3;`, `DT [0 2 -1 0 0 0 0] 1e-3;` or `DT DT [...] 1e-3;`) | Γ |
+//! | `<startTime>/T` | internal field; `fixedValue`, `zeroGradient`, `fixedGradient`, `mixed`, `empty` patches | initial field, [`BoundarySpec`]s |
+//! | `system/fvOptions` (else `constant/fvOptions`) | `scalarSemiImplicitSource`: `selectionMode all\|cellZone`, `volumeMode absolute\|specific`, `injectionRateSuSp { T (Su Sp); }` | source Su, implicit source Sp |
+//!
+//! `scalarSemiImplicitSource` adds Su/V' + Sp/V'·T per unit volume to the
+//! selected cells, V' the selection's total volume (`absolute`) or 1
+//! (`specific`). Entries that cannot matter to laplacianFoam (`divSchemes`,
+//! `runTimeModifiable`, GAMG's agglomeration settings, ...) are accepted quietly;
+//! every other entry nobody read is named in a warning, never silently ignored.
+
+use super::setup::{
+    BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
+    Scalar, SolverSettings, SourceSplit, TimeControl,
+};
+use super::CaseError;
+use crate::foam::dict::ValueKind;
+use crate::foam::{FoamDict, FoamEntry, FoamFile, FoamFormat};
+use crate::fvm::{Schemes, SingularPolicy};
+use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
+use crate::mesh::{Mesh, MeshError, MeshSource};
+use crate::solve::{PreconditionerKind, SolverControls};
+use std::path::{Path, PathBuf};
+
+/// The field laplacianFoam solves.
+const FIELD: &str = "T";
+
+/// A case read, and the warnings about what it holds that is not used.
+#[derive(Debug)]
+pub struct OpenFoamCase {
+    pub setup: CaseSetup,
+    /// One line per entry nobody read (`file:line: scope/key: ...`) or setting
+    /// mapped to another; each was also logged.
+    pub warnings: Vec<String>,
+}
+
+/// Reads the laplacianFoam case in `case_dir` (see the module documentation).
+/// Warnings go to the log and into [`OpenFoamCase::warnings`].
+pub fn read_case(case_dir: &Path) -> Result<OpenFoamCase, CaseError> {
+    let mut reader = Reader {
+        dir: case_dir.to_path_buf(),
+        warnings: Vec::new(),
+    };
+    let setup = reader.read()?;
+    Ok(OpenFoamCase {
+        setup,
+        warnings: reader.warnings,
+    })
+}
+
+/// `file:line: msg` at an entry.
+fn at(entry: &FoamEntry, msg: impl Into<String>) -> CaseError {
+    CaseError::Mesh(entry.error(msg))
+}
+
+/// The time settings of `controlDict`.
+struct Timing {
+    start: f64,
+    end: f64,
+    delta_t: f64,
+    /// Write every this many steps (`writeInterval` in steps or in time / deltaT).
+    write_every: usize,
+}
+
+struct Reader {
+    dir: PathBuf,
+    warnings: Vec<String>,
+}
+
+impl Reader {
+    fn dict(&self, rel: &str) -> Result<FoamDict, CaseError> {
+        Ok(FoamDict::read(&self.dir.join(rel))?)
+    }
+
+    fn warn(&mut self, msg: String) {
+        log::warn!("{msg}");
+        self.warnings.push(msg);
+    }
+
+    /// Warns about every entry of `dict` nobody read.
+    fn warn_unread(&mut self, dict: &FoamDict) {
+        for e in dict.unread() {
+            self.warn(format!(
+                "{e}: not used by fvpoisson's laplacianFoam, ignored"
+            ));
+        }
+    }
+
+    fn read(&mut self) -> Result<CaseSetup, CaseError> {
+        let control = self.dict("system/controlDict")?;
+        let schemes_dict = self.dict("system/fvSchemes")?;
+        let solution = self.dict("system/fvSolution")?;
+        let transport = self.dict("constant/transportProperties")?;
+
+        if let Some((entry, _)) = control.stream_entry("application")? {
+            let app: String = control.get("application")?;
+            if app != "laplacianFoam" {
+                return Err(at(
+                    entry,
+                    format!(
+                        "application {app}: only laplacianFoam cases can be run; set \
+                         'application laplacianFoam;' to run this one as such"
+                    ),
+                ));
+            }
+        }
+        // Read once at the start: changing files while running has no effect.
+        control.ignore("runTimeModifiable");
+        let timing = self.timing(&control)?;
+        let foam = self.write_options(&control)?;
+
+        let mesh_source = MeshSource::PolyMesh(self.dir.clone());
+        let mesh = mesh_source.load()?;
+
+        let steady = is_steady(&schemes_dict)?;
+        let schemes = read_schemes(&schemes_dict)?;
+        let simple = solution.get_dict_opt("SIMPLE")?;
+        let n_non_orth = match simple {
+            Some(s) => s.get_or("nNonOrthogonalCorrectors", 0usize)?,
+            None => 0,
+        };
+        let residual_tolerance = match simple.map(|s| s.get_dict_opt("residualControl")) {
+            Some(control) => match control? {
+                Some(rc) => rc.get_opt::<f64>(FIELD)?,
+                None => None,
+            },
+            None => None,
+        };
+        let time = self.time_control(&timing, steady, residual_tolerance, &control)?;
+        let solver = self.solver(&solution)?;
+        let gamma = read_diffusivity(&transport)?;
+
+        let start_dir = time_name(timing.start, foam.time_precision);
+        let field = ScalarFieldFile::read(&self.dir.join(&start_dir).join(FIELD), mesh.n_cells())?;
+        let boundary = read_boundary(&field, &mesh)?;
+        let (source, implicit_source) = self.sources(&mesh)?;
+
+        for dict in [&control, &schemes_dict, &solution, &transport, &field.dict] {
+            self.warn_unread(dict);
+        }
+        Ok(CaseSetup {
+            origin: self.dir.join("system/controlDict").display().to_string(),
+            case_dir: self.dir.clone(),
+            mesh: mesh_source,
+            physics: Physics::Laplacian,
+            field: FIELD.to_string(),
+            gamma: Scalar::Uniform(gamma),
+            source,
+            implicit_source,
+            source_split: SourceSplit::OpenFoam,
+            boundary,
+            default_boundary: None,
+            initial: scalar(field.internal),
+            schemes,
+            n_non_orth_correctors: n_non_orth,
+            time,
+            singular: SingularPolicy::default(),
+            solver,
+            output: OutputSettings {
+                formats: vec![OutputFormat::Foam],
+                interval: timing.write_every,
+                foam: FoamWriteOptions {
+                    dimensions: field.dimensions,
+                    ..foam
+                },
+                ..OutputSettings::default()
+            },
+            exact: None,
+        })
+    }
+
+    /// `startFrom`/`startTime`, `stopAt`, `endTime`, `deltaT`, `writeControl`, `writeInterval`.
+    fn timing(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
+        let start_from = control.get_or("startFrom", "startTime".to_string())?;
+        let start = match start_from.as_str() {
+            "startTime" => control.get_scalar("startTime")?,
+            "latestTime" | "firstTime" => {
+                control.ignore("startTime");
+                let times = self.time_directories()?;
+                let pick = if start_from == "latestTime" {
+                    times.last()
+                } else {
+                    times.first()
+                };
+                *pick.ok_or_else(|| {
+                    CaseError::invalid(format!(
+                        "{}: startFrom {start_from} but the case has no time directory",
+                        self.dir.display()
+                    ))
+                })?
+            }
+            other => {
+                return Err(at(
+                    control.entry("startFrom").expect("read above"),
+                    format!("startFrom {other}: expected startTime, latestTime or firstTime"),
+                ))
+            }
+        };
+        if start != 0.0 {
+            return Err(CaseError::invalid(format!(
+                "{}: the run would start at time {start} (startFrom {start_from}); only runs \
+                 from time 0 are supported: remove later time directories or set startTime 0",
+                control.file().display()
+            )));
+        }
+        let stop_at = control.get_or("stopAt", "endTime".to_string())?;
+        if stop_at != "endTime" {
+            return Err(at(
+                control.entry("stopAt").expect("read above"),
+                format!("stopAt {stop_at}: only endTime is supported"),
+            ));
+        }
+        let end = control.get_scalar("endTime")?;
+        let delta_t = control.get_scalar("deltaT")?;
+        for (key, v) in [("endTime", end), ("deltaT", delta_t)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(at(
+                    control.entry(key).expect("read above"),
+                    format!("{key} is {v}; it must be a positive number"),
+                ));
+            }
+        }
+        let write_control = control.get_or("writeControl", "timeStep".to_string())?;
+        let interval = control.get_scalar("writeInterval")?;
+        let interval_entry = control.entry("writeInterval").expect("read above");
+        let steps = match write_control.as_str() {
+            "timeStep" => interval,
+            // Without adjustTimeStep, adjustableRunTime writes at the same times as runTime.
+            "runTime" | "adjustableRunTime" => interval / delta_t,
+            other => {
+                return Err(at(
+                    control.entry("writeControl").expect("read above"),
+                    format!(
+                        "writeControl {other}: expected timeStep, runTime or adjustableRunTime"
+                    ),
+                ))
+            }
+        };
+        let rounded = steps.round();
+        if !(rounded >= 1.0 && (steps - rounded).abs() <= 1e-9 * rounded) {
+            return Err(at(
+                interval_entry,
+                format!(
+                    "writeInterval {interval} with writeControl {write_control} is not a whole \
+                     number of time steps of {delta_t}; make it one"
+                ),
+            ));
+        }
+        if control.get_or("purgeWrite", 0usize)? != 0 {
+            self.warn(format!(
+                "{}: purgeWrite is not supported: every written time is kept",
+                control.file().display()
+            ));
+        }
+        Ok(Timing {
+            start,
+            end,
+            delta_t,
+            write_every: rounded as usize,
+        })
+    }
+
+    /// Numeric directory names of the case, sorted.
+    fn time_directories(&self) -> Result<Vec<f64>, CaseError> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| MeshError::io(&self.dir, e))?;
+        let mut times: Vec<f64> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().to_str()?.parse::<f64>().ok())
+            .filter(|t| t.is_finite())
+            .collect();
+        times.sort_by(f64::total_cmp);
+        Ok(times)
+    }
+
+    /// `writeFormat`, `writePrecision`, `writeCompression`, `timeFormat`, `timePrecision`.
+    fn write_options(&mut self, control: &FoamDict) -> Result<FoamWriteOptions, CaseError> {
+        let format = match control.get_or("writeFormat", "ascii".to_string())?.as_str() {
+            "ascii" => FoamFormat::Ascii,
+            "binary" => FoamFormat::Binary,
+            other => {
+                return Err(at(
+                    control.entry("writeFormat").expect("read above"),
+                    format!("writeFormat {other}: expected ascii or binary"),
+                ))
+            }
+        };
+        let compress = match control.stream_entry("writeCompression")? {
+            None => false,
+            Some((entry, _)) => {
+                let word: String = control.get("writeCompression")?;
+                match word.as_str() {
+                    "on" | "yes" | "true" | "compressed" => true,
+                    "off" | "no" | "false" | "uncompressed" => false,
+                    other => {
+                        return Err(at(
+                            entry,
+                            format!("writeCompression {other}: expected on or off"),
+                        ))
+                    }
+                }
+            }
+        };
+        let time_format = control.get_or("timeFormat", "general".to_string())?;
+        if time_format != "general" {
+            self.warn(format!(
+                "{}: timeFormat {time_format} is not supported: time directories are named \
+                 as with timeFormat general",
+                control.file().display()
+            ));
+        }
+        let digits = |key: &str| -> Result<usize, CaseError> {
+            let n = control.get_or(key, 6usize)?;
+            if n == 0 {
+                return Err(at(
+                    control.entry(key).expect("read above"),
+                    format!("{key} must be at least 1"),
+                ));
+            }
+            Ok(n)
+        };
+        Ok(FoamWriteOptions {
+            format,
+            precision: digits("writePrecision")?,
+            compress,
+            time_precision: digits("timePrecision")?,
+            ..FoamWriteOptions::default()
+        })
+    }
+
+    fn time_control(
+        &mut self,
+        timing: &Timing,
+        steady: bool,
+        residual_tolerance: Option<f64>,
+        control: &FoamDict,
+    ) -> Result<TimeControl, CaseError> {
+        if !steady {
+            if let Some(tol) = residual_tolerance {
+                self.warn(format!(
+                    "{}: SIMPLE residualControl {FIELD} {tol} is not supported in a transient \
+                     case: it runs to endTime",
+                    self.dir.join("system/fvSolution").display()
+                ));
+            }
+            return Ok(TimeControl::Euler {
+                delta_t: timing.delta_t,
+                end_time: timing.end,
+            });
+        }
+        if timing.delta_t != 1.0 {
+            self.warn(format!(
+                "{}: steady case with deltaT {}: result directories are named by iteration \
+                 number",
+                control.file().display(),
+                timing.delta_t
+            ));
+        }
+        let iterations = ((timing.end - timing.start) / timing.delta_t).round();
+        Ok(TimeControl::Steady {
+            max_iterations: iterations.max(1.0) as usize,
+            residual_tolerance: residual_tolerance.unwrap_or(0.0),
+        })
+    }
+
+    /// The linear solver of `T` from `solvers`.
+    fn solver(&mut self, solution: &FoamDict) -> Result<SolverSettings, CaseError> {
+        let solvers = solution.get_dict("solvers")?;
+        let dict = solvers.get_dict(FIELD)?;
+        let name = dict.get_word("solver")?;
+        let solver_entry = dict.entry("solver").expect("read above");
+        let where_ = format!("{}:{}", solver_entry.file().display(), solver_entry.line());
+        let preconditioner = match name.as_str() {
+            "PCG" => preconditioner(dict)?,
+            "PBiCG" | "PBiCGStab" => {
+                self.warn(format!(
+                    "{where_}: solver {name} replaced by PCG (the matrix is symmetric)"
+                ));
+                preconditioner(dict)?
+            }
+            "GAMG" => {
+                ignore_gamg_settings(dict);
+                log::info!(
+                    "{where_}: solver GAMG is solved with PCG and the IC(0) preconditioner, \
+                     the strongest available"
+                );
+                PreconditionerKind::Ic0
+            }
+            "smoothSolver" => {
+                let smoother = dict.get_word("smoother")?;
+                dict.ignore("nSweeps");
+                let kind = smoother_preconditioner(&smoother).ok_or_else(|| {
+                    at(
+                        dict.entry("smoother").expect("read above"),
+                        format!("smoother '{smoother}' is not supported (DIC, DICGaussSeidel, GaussSeidel, symGaussSeidel)"),
+                    )
+                })?;
+                self.warn(format!(
+                    "{where_}: smoothSolver with smoother {smoother} replaced by PCG with the {} \
+                     preconditioner (converges to the same tolerance)",
+                    kind.name()
+                ));
+                kind
+            }
+            other => {
+                return Err(at(
+                    solver_entry,
+                    format!(
+                        "solver '{other}' is not supported (PCG, GAMG, smoothSolver, PBiCG, \
+                         PBiCGStab)"
+                    ),
+                ))
+            }
+        };
+        let defaults = SolverControls::default();
+        let controls = SolverControls {
+            tolerance: dict.get_or("tolerance", defaults.tolerance)?,
+            rel_tol: dict.get_or("relTol", defaults.rel_tol)?,
+            max_iter: dict.get_or("maxIter", defaults.max_iter)?,
+            min_iter: dict.get_or("minIter", defaults.min_iter)?,
+        };
+        controls
+            .validate()
+            .map_err(|e| CaseError::Mesh(dict.error(format!("solvers/{FIELD}: {e}"))))?;
+        Ok(SolverSettings {
+            regular: LinearSolver {
+                preconditioner,
+                controls,
+            },
+            // laplacianFoam's simpleControl never selects a `TFinal` solver.
+            final_corrector: None,
+        })
+    }
+
+    /// Su and Sp from `fvOptions`: per unit volume, summed over the options.
+    fn sources(&mut self, mesh: &Mesh) -> Result<(Scalar, Option<Scalar>), CaseError> {
+        let path = ["system/fvOptions", "constant/fvOptions"]
+            .iter()
+            .map(|rel| self.dir.join(rel))
+            .find(|p| p.is_file() || crate::foam::gz_path(p).is_file());
+        let Some(path) = path else {
+            return Ok((Scalar::Uniform(0.0), None));
+        };
+        let options = FoamDict::read(&path)?;
+        let n = mesh.n_cells();
+        let (mut su, mut sp) = (vec![0.0; n], vec![0.0; n]);
+        let mut volumes = None;
+        for entry in options.entries() {
+            let Some(option) = entry.as_dict() else {
+                continue; // left unread: warned below
+            };
+            options.entry(entry.key());
+            let kind = option.get_word("type")?;
+            if kind != "scalarSemiImplicitSource" {
+                return Err(at(
+                    option.entry("type").expect("read above"),
+                    format!(
+                        "fvOption '{}' of type {kind} is not supported (only \
+                         scalarSemiImplicitSource)",
+                        entry.key()
+                    ),
+                ));
+            }
+            if !option.get_or("active", true)? {
+                options.ignore(entry.key());
+                continue;
+            }
+            let coeffs = option
+                .get_dict_opt("scalarSemiImplicitSourceCoeffs")?
+                .unwrap_or(option);
+            for timed in ["timeStart", "duration"] {
+                if let Some(e) = coeffs.entry(timed).or(option.entry(timed)) {
+                    return Err(at(
+                        e,
+                        format!("{timed}: time-limited fvOptions are not supported"),
+                    ));
+                }
+            }
+            let cells = select_cells(coeffs, &self.dir, n)?;
+            let rates = coeffs.get_dict("injectionRateSuSp")?;
+            let Some((rate_entry, values)) = rates.stream_entry(FIELD)? else {
+                self.warn(format!(
+                    "{}:{}: fvOption '{}' has no injectionRateSuSp for {FIELD}; it does nothing",
+                    entry.file().display(),
+                    entry.line(),
+                    entry.key()
+                ));
+                continue;
+            };
+            let pair = match values {
+                [v] => match &v.kind {
+                    ValueKind::List(items) => items
+                        .iter()
+                        .map(|i| i.number())
+                        .collect::<Option<Vec<f64>>>(),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some([rate_su, rate_sp]) =
+                pair.as_deref().and_then(|p| <[f64; 2]>::try_from(p).ok())
+            else {
+                return Err(at(
+                    rate_entry,
+                    format!("injectionRateSuSp {FIELD}: expected (Su Sp), two numbers"),
+                ));
+            };
+            let volume_mode = coeffs.get_word("volumeMode")?;
+            let per_volume = match volume_mode.as_str() {
+                "specific" => 1.0,
+                "absolute" => {
+                    if volumes.is_none() {
+                        volumes = Some(mesh.geometry()?.cell_volumes);
+                    }
+                    let volumes = volumes.as_deref().unwrap_or_default();
+                    let selected: f64 = match &cells {
+                        None => volumes.iter().sum(),
+                        Some(cells) => cells.iter().map(|&c| volumes[c]).sum(),
+                    };
+                    selected
+                }
+                other => {
+                    return Err(at(
+                        coeffs.entry("volumeMode").expect("read above"),
+                        format!("volumeMode {other}: expected absolute or specific"),
+                    ))
+                }
+            };
+            let mut add = |c: usize| {
+                su[c] += rate_su / per_volume;
+                sp[c] += rate_sp / per_volume;
+            };
+            match &cells {
+                None => (0..n).for_each(&mut add),
+                Some(cells) => cells.iter().copied().for_each(add),
+            }
+        }
+        self.warn_unread(&options);
+        let implicit = sp.iter().any(|&v| v != 0.0).then(|| uniform_or_values(sp));
+        Ok((uniform_or_values(su), implicit))
+    }
+}
+
+/// Whether `ddtSchemes` makes the case steady (`steadyState`) or Euler.
+fn is_steady(schemes: &FoamDict) -> Result<bool, CaseError> {
+    let (entry, text) = scheme(schemes, "ddtSchemes", &format!("ddt({FIELD})"))?;
+    match text.as_str() {
+        "steadyState" => Ok(true),
+        "Euler" => Ok(false),
+        other => Err(at(
+            entry,
+            format!("ddt scheme '{other}' is not supported (Euler or steadyState)"),
+        )),
+    }
+}
+
+/// One value when all are equal, else the values.
+fn uniform_or_values(values: Vec<f64>) -> Scalar {
+    match values.first() {
+        Some(&v) if values.iter().all(|&x| x == v) => Scalar::Uniform(v),
+        _ => Scalar::Values(values),
+    }
+}
+
+fn scalar(values: FieldValues) -> Scalar {
+    match values {
+        FieldValues::Uniform(v) => Scalar::Uniform(v),
+        FieldValues::NonUniform(v) => Scalar::Values(v),
+    }
+}
+
+/// `selectionMode all` (`None`) or `cellZone` (its cells).
+fn select_cells(
+    coeffs: &FoamDict,
+    case_dir: &Path,
+    n_cells: usize,
+) -> Result<Option<Vec<usize>>, CaseError> {
+    let mode = coeffs.get_word("selectionMode")?;
+    match mode.as_str() {
+        "all" => Ok(None),
+        "cellZone" => {
+            let zone = coeffs.get_word("cellZone")?;
+            let zone_entry = coeffs.entry("cellZone").expect("read above");
+            read_cell_zone(case_dir, &zone, n_cells)
+                .map(Some)
+                .map_err(|e| at(zone_entry, format!("cellZone {zone}: {e}")))
+        }
+        other => Err(at(
+            coeffs.entry("selectionMode").expect("read above"),
+            format!("selectionMode {other} is not supported (all or cellZone)"),
+        )),
+    }
+}
+
+/// The cells of zone `name` in `constant/polyMesh/cellZones`.
+fn read_cell_zone(case_dir: &Path, name: &str, n_cells: usize) -> Result<Vec<usize>, String> {
+    let path = case_dir.join("constant/polyMesh/cellZones");
+    let file = FoamFile::read(&path).map_err(|e| format!("cannot read the cell zones: {e}"))?;
+    let zones = file.value().map_err(|e| e.to_string())?;
+    let ValueKind::List(items) = &zones.kind else {
+        return Err(format!("{}: expected a list of zones", path.display()));
+    };
+    let mut names = Vec::new();
+    for pair in items.chunks(2) {
+        let [key, value] = pair else { break };
+        let (ValueKind::Word(zone), ValueKind::Dict(dict)) = (&key.kind, &value.kind) else {
+            return Err(format!(
+                "{}:{}: expected 'name {{ ... }}' zone entries",
+                path.display(),
+                key.line
+            ));
+        };
+        if zone != name {
+            names.push(zone.as_str());
+            continue;
+        }
+        let labels = dict
+            .get("cellLabels")
+            .ok_or_else(|| format!("{}: zone {zone} has no cellLabels", path.display()))?;
+        let crate::foam::EntryValue::Stream(values) = &labels.value else {
+            return Err(format!(
+                "{}:{}: expected a cellLabels list",
+                path.display(),
+                labels.line
+            ));
+        };
+        let list = values
+            .last()
+            .ok_or_else(|| format!("{}: empty cellLabels", path.display()))?;
+        let cells = list.to_scalars(&path).map_err(|e| e.to_string())?;
+        return cells
+            .into_iter()
+            .map(|c| {
+                (c.fract() == 0.0 && c >= 0.0 && c < n_cells as f64)
+                    .then_some(c as usize)
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: zone {zone} lists cell {c}, but the mesh has {n_cells} cells",
+                            path.display()
+                        )
+                    })
+            })
+            .collect();
+    }
+    Err(format!(
+        "{} has no zone '{name}' (its zones: {})",
+        path.display(),
+        names.join(", ")
+    ))
+}
+
+/// `smoothSolver` smoothers as PCG preconditioners.
+fn smoother_preconditioner(smoother: &str) -> Option<PreconditionerKind> {
+    match smoother {
+        "DIC" | "FDIC" | "DICGaussSeidel" => Some(PreconditionerKind::Dic),
+        "GaussSeidel" | "symGaussSeidel" | "nonBlockingGaussSeidel" => {
+            Some(PreconditionerKind::SymGaussSeidel)
+        }
+        _ => None,
+    }
+}
+
+/// GAMG's settings, which do not apply to the PCG that replaces it.
+fn ignore_gamg_settings(dict: &FoamDict) {
+    for key in [
+        "smoother",
+        "nPreSweeps",
+        "preSweepsLevelMultiplier",
+        "maxPreSweeps",
+        "nPostSweeps",
+        "postSweepsLevelMultiplier",
+        "maxPostSweeps",
+        "nFinestSweeps",
+        "nCellsInCoarsestLevel",
+        "agglomerator",
+        "mergeLevels",
+        "cacheAgglomeration",
+        "directSolveCoarsest",
+        "scaleCorrection",
+        "interpolateCorrection",
+        "nVcycles",
+        "processorAgglomerator",
+        "coarsestLevelCorr",
+    ] {
+        dict.ignore(key);
+    }
+}
+
+/// The PCG preconditioner: `preconditioner DIC;` or `preconditioner { preconditioner GAMG; ... }`.
+fn preconditioner(dict: &FoamDict) -> Result<PreconditionerKind, CaseError> {
+    let (entry, name) = match dict.get_dict_opt("preconditioner") {
+        Ok(Some(inner)) => (
+            inner.entry("preconditioner"),
+            inner.get_word("preconditioner").inspect(|name| {
+                if name == "GAMG" {
+                    ignore_gamg_settings(inner);
+                }
+            })?,
+        ),
+        _ => (
+            dict.entry("preconditioner"),
+            dict.get_word("preconditioner")?,
+        ),
+    };
+    let entry = entry.expect("read above");
+    match name.as_str() {
+        // FDIC is DIC with precomputed reciprocals: the same preconditioner.
+        "DIC" | "FDIC" => Ok(PreconditionerKind::Dic),
+        "diagonal" => Ok(PreconditionerKind::Jacobi),
+        "none" => Ok(PreconditionerKind::None),
+        "GAMG" => {
+            log::info!(
+                "{}:{}: GAMG preconditioner replaced by IC(0), the strongest available",
+                entry.file().display(),
+                entry.line()
+            );
+            Ok(PreconditionerKind::Ic0)
+        }
+        other => Err(at(
+            entry,
+            format!("preconditioner '{other}' is not supported (DIC, FDIC, diagonal, none, GAMG)"),
+        )),
+    }
+}
+
+/// The scheme entry for `key` in `section` (falling back to `default`) and its text.
+fn scheme<'a>(
+    schemes: &'a FoamDict,
+    section: &str,
+    key: &str,
+) -> Result<(&'a FoamEntry, String), CaseError> {
+    let dict = schemes.get_dict(section)?;
+    let entry = match dict.entry(key) {
+        Some(e) => {
+            // The fallback for other keys.
+            dict.ignore("default");
+            e
+        }
+        None => dict.entry("default").ok_or_else(|| {
+            CaseError::Mesh(dict.error(format!("{section} has no entry for {key} and no default")))
+        })?,
+    };
+    let text = scheme_text(entry)?;
+    if text == "none" {
+        return Err(at(
+            entry,
+            format!("{section}: no scheme for {key} (default none); add '{key} ...;'"),
+        ));
+    }
+    Ok((entry, text))
+}
+
+/// The words and numbers of a scheme entry as one string (`Gauss linear limited 0.33`).
+fn scheme_text(entry: &FoamEntry) -> Result<String, CaseError> {
+    let values = entry.as_stream().ok_or_else(|| {
+        at(
+            entry,
+            format!("'{}' must be a scheme, not a dictionary", entry.key()),
+        )
+    })?;
+    values
+        .iter()
+        .map(|v| match &v.kind {
+            ValueKind::Word(w) => Ok(w.clone()),
+            ValueKind::Int(i) => Ok(i.to_string()),
+            ValueKind::Float(x) => Ok(x.to_string()),
+            other => Err(at(
+                entry,
+                format!(
+                    "'{}': unexpected {} in a scheme",
+                    entry.key(),
+                    other.describe()
+                ),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(|words| words.join(" "))
+}
+
+/// `laplacianSchemes` and `gradSchemes`; the sections laplacianFoam does not use are accepted.
+fn read_schemes(dict: &FoamDict) -> Result<Schemes, CaseError> {
+    let (lap_entry, laplacian) =
+        scheme(dict, "laplacianSchemes", &format!("laplacian(DT,{FIELD})"))?;
+    let (grad_entry, grad) = scheme(dict, "gradSchemes", &format!("grad({FIELD})"))?;
+    // No convection; DT is uniform, so its interpolation and snGrad do not matter.
+    for unused in [
+        "divSchemes",
+        "interpolationSchemes",
+        "snGradSchemes",
+        "fluxRequired",
+        "wallDist",
+    ] {
+        dict.ignore(unused);
+    }
+    Schemes::from_foam(&laplacian, &grad).map_err(|e| {
+        let entry = if e.to_string().contains("gradient scheme") {
+            grad_entry
+        } else {
+            lap_entry
+        };
+        at(entry, e.to_string())
+    })
+}
+
+/// `DT` as a plain or dimensioned scalar; it must be positive.
+fn read_diffusivity(transport: &FoamDict) -> Result<f64, CaseError> {
+    let Some((entry, values)) = transport.stream_entry("DT")? else {
+        return Err(CaseError::Mesh(
+            transport.error("missing entry 'DT' (the diffusivity)"),
+        ));
+    };
+    let number = match values {
+        [v] => v.number(),
+        [dims, v] if matches!(dims.kind, ValueKind::Bracket(_)) => v.number(),
+        [name, dims, v]
+            if matches!(name.kind, ValueKind::Word(_))
+                && matches!(dims.kind, ValueKind::Bracket(_)) =>
+        {
+            v.number()
+        }
+        _ => None,
+    };
+    match number {
+        Some(dt) if dt.is_finite() && dt > 0.0 => Ok(dt),
+        Some(dt) => Err(at(entry, format!("DT is {dt}; it must be positive"))),
+        None => Err(at(
+            entry,
+            "DT: expected a number, 'DT [0 2 -1 0 0 0 0] value' or 'DT DT [0 2 -1 0 0 0 0] value'",
+        )),
+    }
+}
+
+/// The condition of every patch from the field file's `boundaryField`.
+fn read_boundary(field: &ScalarFieldFile, mesh: &Mesh) -> Result<Vec<PatchCondition>, CaseError> {
+    mesh.patches()
+        .iter()
+        .map(|patch| {
+            let dict = field.patch(patch)?;
+            let kind = dict.get_word("type")?;
+            let type_entry = dict.entry("type").expect("read above");
+            let values = |key: &str| -> Result<Scalar, CaseError> {
+                Ok(scalar(FieldValues::read(dict, key, patch.size)?))
+            };
+            let spec = match kind.as_str() {
+                "fixedValue" => BoundarySpec::FixedValue(values("value")?),
+                "zeroGradient" => BoundarySpec::ZeroGradient,
+                "fixedGradient" => BoundarySpec::FixedGradient(values("gradient")?),
+                "mixed" => BoundarySpec::Mixed {
+                    ref_value: values("refValue")?,
+                    ref_gradient: values("refGradient")?,
+                    value_fraction: values("valueFraction")?,
+                },
+                "empty" => BoundarySpec::Empty,
+                other => {
+                    return Err(at(
+                        type_entry,
+                        format!(
+                            "patch '{}': boundary condition type '{other}' is not supported \
+                             (fixedValue, zeroGradient, fixedGradient, mixed, empty)",
+                            patch.name
+                        ),
+                    ))
+                }
+            };
+            // The current face values: laplacianFoam recomputes them.
+            dict.ignore("value");
+            Ok(PatchCondition {
+                patch: patch.name.clone(),
+                spec,
+                origin: format!("{}:{}", type_entry.file().display(), type_entry.line()),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,504 @@
+//! Runs a [`CaseSetup`] on the CPU: laplacianFoam's loop (`laplacianFoam.C`:
+//! `while (simple.loop())`, inside it `while (simple.correctNonOrthogonal())`
+//! solving `fvm::ddt(T) − fvm::laplacian(DT, T) == fvOptions(T)`), with an
+//! OpenFOAM-like log and VTK / OpenFOAM result files.
+
+use super::setup::{CaseSetup, OutputFormat, Scalar, SourceSplit, TimeControl};
+use super::CaseError;
+use crate::foam::write::format_g;
+use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
+use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
+use crate::io::vtk::{Field, VtkSeries};
+use crate::mesh::{Geometry, Mesh};
+use crate::solve::{solve_pcg, SolverPerformance};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Volume-weighted norms of the error T − T_exact over the cells.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ErrorNorms {
+    /// Σ V|e| / Σ V.
+    pub l1: f64,
+    /// sqrt(Σ V e² / Σ V).
+    pub l2: f64,
+    /// max |e|.
+    pub linf: f64,
+}
+
+impl ErrorNorms {
+    pub fn new(error: &[f64], volumes: &[f64]) -> Self {
+        let total: f64 = volumes.iter().sum();
+        let (l1, l2) = error
+            .iter()
+            .zip(volumes)
+            .fold((0.0, 0.0), |(l1, l2), (e, v)| {
+                (l1 + v * e.abs(), l2 + v * e * e)
+            });
+        Self {
+            l1: l1 / total,
+            l2: (l2 / total).sqrt(),
+            linf: error.iter().fold(0.0, |m, e| m.max(e.abs())),
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub n_cells: usize,
+    /// Steady iterations or time steps done.
+    pub steps: usize,
+    /// Final time (steady: the number of iterations).
+    pub time: f64,
+    /// Steady: the residual control was met (always false without one).
+    /// Euler: every linear solve converged.
+    pub converged: bool,
+    /// The solution at the end, one value per cell.
+    pub field: Vec<f64>,
+    /// Against the exact solution, when the case gives one.
+    pub error: Option<ErrorNorms>,
+    /// The `.pvd` of the VTK series, when VTK output is on.
+    pub vtk_series: Option<PathBuf>,
+    /// OpenFOAM field files written (`<case>/<time>/<field>`), in time order.
+    pub foam_fields: Vec<PathBuf>,
+}
+
+/// Loads the mesh, assembles and solves the case, writes its results.
+pub fn run_case(setup: &CaseSetup) -> Result<RunSummary, CaseError> {
+    let clock = Instant::now();
+    log::info!("Case {}", setup.origin);
+    let mesh = setup.mesh.load()?;
+    let geometry = mesh.geometry()?;
+    log::info!(
+        "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; loaded in {:.3} s",
+        mesh.n_cells(),
+        mesh.n_faces(),
+        mesh.n_internal_faces(),
+        mesh.n_points(),
+        mesh.patches().len(),
+        clock.elapsed().as_secs_f64()
+    );
+    let run = Run::new(setup, &mesh, &geometry, clock)?;
+    match setup.time {
+        TimeControl::Steady {
+            max_iterations,
+            residual_tolerance,
+        } => run.steady(max_iterations, residual_tolerance),
+        TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
+    }
+}
+
+/// The implicit source Sp·T split per [`SourceSplit`].
+struct SemiImplicitSource {
+    /// V·(part of −Sp in the matrix) per cell, added to the diagonal.
+    implicit: Vec<f64>,
+    /// V·(explicit part of Sp) per cell, times the current T onto the right-hand side.
+    explicit: Vec<f64>,
+}
+
+impl SemiImplicitSource {
+    fn new(
+        sp: &Scalar,
+        split: SourceSplit,
+        geometry: &Geometry,
+        time: f64,
+    ) -> Result<Self, CaseError> {
+        let values = sp.values_at(&geometry.cell_centres, time, "implicit source Sp")?;
+        if let Some(c) = values.iter().position(|v| !v.is_finite()) {
+            return Err(CaseError::invalid(format!(
+                "implicit source Sp in cell {c} is {}; it must be finite",
+                values[c]
+            )));
+        }
+        let part = |f: fn(f64) -> f64| -> Vec<f64> {
+            values
+                .iter()
+                .zip(&geometry.cell_volumes)
+                .map(|(&s, v)| v * f(s))
+                .collect()
+        };
+        Ok(match split {
+            SourceSplit::Stable => Self {
+                implicit: part(|s| (-s).max(0.0)),
+                explicit: part(|s| s.max(0.0)),
+            },
+            SourceSplit::OpenFoam => Self {
+                implicit: part(|s| -s.max(0.0)),
+                explicit: part(|s| s.min(0.0)),
+            },
+        })
+    }
+}
+
+/// The state of one run: mesh, system, field, writers.
+struct Run<'a> {
+    setup: &'a CaseSetup,
+    mesh: &'a Mesh,
+    geometry: &'a Geometry,
+    system: LaplacianSystem<'a>,
+    problem: LaplacianProblem,
+    sp: Option<SemiImplicitSource>,
+    field: Vec<f64>,
+    vtk: Option<VtkSeries<'a>>,
+    foam_fields: Vec<PathBuf>,
+    clock: Instant,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        setup: &'a CaseSetup,
+        mesh: &'a Mesh,
+        geometry: &'a Geometry,
+        clock: Instant,
+    ) -> Result<Self, CaseError> {
+        let time = match setup.time {
+            TimeControl::Steady { .. } => TimeScheme::SteadyState,
+            TimeControl::Euler { delta_t, end_time } => {
+                if !(end_time.is_finite() && end_time > 0.0) {
+                    return Err(CaseError::invalid(format!(
+                        "{}: endTime is {end_time}; it must be finite and positive",
+                        setup.origin
+                    )));
+                }
+                TimeScheme::Euler { dt: delta_t }
+            }
+        };
+        let problem = LaplacianProblem {
+            gamma: setup.gamma.cell_field(0.0),
+            source: setup.source.cell_field(0.0),
+            boundary: setup.boundary_conditions(mesh, geometry, 0.0)?,
+            time,
+            singular: setup.singular,
+        };
+        let system = LaplacianSystem::new(mesh, geometry, setup.schemes, &problem)?;
+        let field = setup
+            .initial
+            .values_at(&geometry.cell_centres, 0.0, "initial field")?;
+        let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) {
+            let dir = setup.case_dir.join(&setup.output.directory);
+            Some(VtkSeries::new(mesh, dir, &series_name(setup))?)
+        } else {
+            None
+        };
+        let mut run = Self {
+            setup,
+            mesh,
+            geometry,
+            system,
+            problem,
+            sp: None,
+            field,
+            vtk,
+            foam_fields: Vec::new(),
+            clock,
+        };
+        run.apply_implicit_source(0.0)?;
+        Ok(run)
+    }
+
+    /// Adds the implicit part of Sp to the freshly assembled matrix.
+    fn apply_implicit_source(&mut self, time: f64) -> Result<(), CaseError> {
+        let Some(sp) = &self.setup.implicit_source else {
+            return Ok(());
+        };
+        let sp = SemiImplicitSource::new(sp, self.setup.source_split, self.geometry, time)?;
+        if self.system.is_singular() && sp.implicit.iter().any(|&v| v != 0.0) {
+            // The system would treat the matrix as singular (consistency check,
+            // reference level) although the implicit Sp changes that.
+            return Err(CaseError::invalid(format!(
+                "{}: an implicit source Sp in a steady case without any fixedValue \
+                 boundary is not supported; give a fixedValue patch or move Sp into the \
+                 explicit source",
+                self.setup.origin
+            )));
+        }
+        let diagonal = &self.system.slots().diagonal.clone();
+        let values = self.system.matrix.values_mut();
+        for (&slot, add) in diagonal.iter().zip(&sp.implicit) {
+            values[slot] += add;
+        }
+        self.sp = Some(sp);
+        Ok(())
+    }
+
+    /// Re-evaluates time-dependent data at `time` with time step `dt` and re-assembles.
+    fn reassemble(&mut self, time: f64, dt: f64) -> Result<(), CaseError> {
+        let setup = self.setup;
+        self.problem.gamma = setup.gamma.cell_field(time);
+        self.problem.source = setup.source.cell_field(time);
+        if setup.boundary_is_time_dependent() {
+            self.problem.boundary = setup.boundary_conditions(self.mesh, self.geometry, time)?;
+        }
+        self.problem.time = TimeScheme::Euler { dt };
+        self.system.reassemble(&self.problem)?;
+        self.apply_implicit_source(time)
+    }
+
+    /// Whether anything but the time step changes with time.
+    fn is_time_dependent(&self) -> bool {
+        let setup = self.setup;
+        [&setup.gamma, &setup.source]
+            .into_iter()
+            .chain(&setup.implicit_source)
+            .any(Scalar::is_function)
+            || setup.boundary_is_time_dependent()
+    }
+
+    /// The non-orthogonal corrector loop: `nNonOrthogonalCorrectors + 1` solves.
+    fn solve(&mut self, old: Option<&[f64]>) -> Result<Vec<SolverPerformance>, CaseError> {
+        let setup = self.setup;
+        let n_correctors = setup.n_non_orth_correctors;
+        let sp_explicit = self.sp.as_ref().map(|sp| &sp.explicit);
+        let mut performances = Vec::with_capacity(n_correctors + 1);
+        let mut failure = None;
+        let mut rhs_with_sp = Vec::new();
+        self.system
+            .solve(&mut self.field, old, n_correctors, |matrix, rhs, x| {
+                if failure.is_some() {
+                    return;
+                }
+                let solver = setup.solver.for_corrector(performances.len(), n_correctors);
+                let b = match sp_explicit {
+                    Some(sp) if sp.iter().any(|&v| v != 0.0) => {
+                        rhs_with_sp.clear();
+                        rhs_with_sp
+                            .extend(rhs.iter().zip(sp).zip(&*x).map(|((b, s), t)| b + s * t));
+                        &rhs_with_sp
+                    }
+                    _ => rhs,
+                };
+                match solve_pcg(
+                    matrix,
+                    solver.preconditioner,
+                    b,
+                    x,
+                    &solver.controls,
+                    &setup.field,
+                ) {
+                    Ok(perf) => performances.push(perf),
+                    Err(e) => failure = Some(e),
+                }
+            })?;
+        match failure {
+            Some(source) => Err(CaseError::Solve {
+                field: setup.field.clone(),
+                source,
+            }),
+            None => Ok(performances),
+        }
+    }
+
+    fn log_execution_time(&self) {
+        log::info!(
+            "ExecutionTime = {} s",
+            format_g(self.clock.elapsed().as_secs_f64())
+        );
+    }
+
+    /// Steady iterations until the residual control is met or `max_iterations`.
+    fn steady(
+        mut self,
+        max_iterations: usize,
+        residual_tolerance: f64,
+    ) -> Result<RunSummary, CaseError> {
+        if max_iterations == 0 {
+            return Err(CaseError::invalid(format!(
+                "{}: the maximum number of iterations must be at least 1",
+                self.setup.origin
+            )));
+        }
+        let interval = self.setup.output.interval.max(1);
+        let mut converged = false;
+        let mut iteration = 0;
+        while iteration < max_iterations && !converged {
+            iteration += 1;
+            log::info!("Time = {iteration}");
+            let performances = self.solve(None)?;
+            let initial = performances[0].initial_residual;
+            converged = residual_tolerance > 0.0 && initial < residual_tolerance;
+            self.log_execution_time();
+            if converged || iteration == max_iterations || iteration % interval == 0 {
+                self.write(iteration as f64, 0.0)?;
+            }
+        }
+        if converged {
+            log::info!("SIMPLE solution converged in {iteration} iterations");
+        } else if residual_tolerance > 0.0 {
+            log::warn!(
+                "{}: residualControl {} not reached in {max_iterations} iterations",
+                self.setup.field,
+                format_g(residual_tolerance)
+            );
+        }
+        self.finish(iteration, iteration as f64, 0.0, converged)
+    }
+
+    /// Implicit Euler steps from t = 0 to `end_time`.
+    fn euler(mut self, delta_t: f64, end_time: f64) -> Result<RunSummary, CaseError> {
+        // ceil with a relative slack: endTime/deltaT = 10 + 1e-15 is 10 steps.
+        let n_steps = ((end_time / delta_t) * (1.0 - 1e-12)).ceil().max(1.0) as usize;
+        let time_dependent = self.is_time_dependent();
+        let interval = self.setup.output.interval.max(1);
+        self.write_vtk(0.0, 0.0)?;
+        let mut all_converged = true;
+        let mut time = 0.0;
+        for step in 1..=n_steps {
+            let new_time = if step == n_steps {
+                end_time
+            } else {
+                step as f64 * delta_t
+            };
+            let dt = new_time - time;
+            time = new_time;
+            log::info!("Time = {}", format_g(time));
+            if time_dependent || dt != delta_t {
+                self.reassemble(time, dt)?;
+            }
+            let old = self.field.clone();
+            let performances = self.solve(Some(&old))?;
+            all_converged &= performances.iter().all(|p| p.converged);
+            self.log_execution_time();
+            if step == n_steps || step % interval == 0 {
+                self.write(time, time)?;
+            }
+        }
+        self.finish(n_steps, time, time, all_converged)
+    }
+
+    /// Error against the exact solution at `time`, when there is one.
+    fn error(&self, time: f64) -> Result<Option<Vec<f64>>, CaseError> {
+        let Some(exact) = &self.setup.exact else {
+            return Ok(None);
+        };
+        let exact = exact.values_at(&self.geometry.cell_centres, time, "exact solution")?;
+        Ok(Some(
+            self.field.iter().zip(&exact).map(|(t, e)| t - e).collect(),
+        ))
+    }
+
+    /// Writes every output format at `time` (`physical_time` for time-dependent data).
+    fn write(&mut self, time: f64, physical_time: f64) -> Result<(), CaseError> {
+        self.write_vtk(time, physical_time)?;
+        if self.setup.output.formats.contains(&OutputFormat::Foam) {
+            self.write_foam(time)?;
+        }
+        Ok(())
+    }
+
+    fn write_vtk(&mut self, time: f64, physical_time: f64) -> Result<(), CaseError> {
+        if self.vtk.is_none() {
+            return Ok(());
+        }
+        let field = &self.setup.field;
+        let gradient = self.system.gradient(&self.field);
+        let gamma =
+            self.setup
+                .gamma
+                .values_at(&self.geometry.cell_centres, physical_time, "gamma")?;
+        let cell_ids: Vec<f64> = (0..self.mesh.n_cells()).map(|c| c as f64).collect();
+        let error = self.error(physical_time)?;
+        let boundary_values = self
+            .system
+            .boundary_coeffs()
+            .face_values(self.mesh, &self.field);
+        let grad_name = format!("grad({field})");
+        let mut cell_fields = vec![
+            Field::scalar(field, &self.field),
+            Field::vector(&grad_name, &gradient),
+            Field::scalar("Gamma", &gamma),
+            Field::scalar("cellVolume", &self.geometry.cell_volumes),
+            Field::scalar("cellId", &cell_ids),
+        ];
+        if let Some(error) = &error {
+            cell_fields.push(Field::scalar("error", error));
+        }
+        let vtk = self.vtk.as_mut().expect("checked above");
+        vtk.write_step(
+            time,
+            &cell_fields,
+            &[Field::scalar(field, &boundary_values)],
+        )?;
+        Ok(())
+    }
+
+    /// Writes `<case>/<time>/<field>` with the conditions in force and the
+    /// boundary face values (OpenFOAM time directory layout).
+    fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
+        let boundary_values = self
+            .system
+            .boundary_coeffs()
+            .face_values(self.mesh, &self.field);
+        let path = write_time_field(
+            &self.setup.case_dir,
+            time,
+            self.mesh,
+            &ScalarFieldOutput {
+                name: &self.setup.field,
+                cells: &self.field,
+                boundary: &self.problem.boundary,
+                boundary_values: &boundary_values,
+            },
+            &self.setup.output.foam,
+        )?;
+        log::info!("Writing {}", path.display());
+        self.foam_fields.push(path);
+        Ok(())
+    }
+
+    fn finish(
+        self,
+        steps: usize,
+        time: f64,
+        physical_time: f64,
+        converged: bool,
+    ) -> Result<RunSummary, CaseError> {
+        let error = self.error(physical_time)?.map(|e| {
+            let norms = ErrorNorms::new(&e, &self.geometry.cell_volumes);
+            log::info!(
+                "Error against the exact solution: L1 = {}, L2 = {}, Linf = {}",
+                format_g(norms.l1),
+                format_g(norms.l2),
+                format_g(norms.linf)
+            );
+            norms
+        });
+        log::info!("End");
+        Ok(RunSummary {
+            n_cells: self.mesh.n_cells(),
+            steps,
+            time,
+            converged,
+            field: self.field,
+            error,
+            vtk_series: self.vtk.as_ref().map(VtkSeries::pvd_path),
+            foam_fields: self.foam_fields,
+        })
+    }
+}
+
+/// The VTK series is named after the case directory (as foamToVTK does),
+/// reduced to file-name characters.
+fn series_name(setup: &CaseSetup) -> String {
+    let dir = setup
+        .case_dir
+        .canonicalize()
+        .unwrap_or_else(|_| setup.case_dir.clone());
+    let name: String = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "case".into()
+    } else {
+        name
+    }
+}

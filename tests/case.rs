@@ -1,0 +1,508 @@
+//! Case files and runs: case.toml parsing errors (file, line, key), the shipped
+//! cases against their exact solutions, transient and semi-implicit runs, the
+//! files a run writes, and `fvpoisson run` on the command line.
+
+use fvpoisson::case::case_toml::parse_case;
+use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, RunSummary};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// An empty scratch directory unique to this test process and `tag`,
+/// removed when dropped (kept when the test panics, to look at).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("fvpoisson_case_{}_{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn shipped(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("cases")
+        .join(name)
+}
+
+/// Parses `text` as `DIR/case.toml`.
+fn parse_in(text: &str, dir: &Path) -> Result<CaseSetup, CaseError> {
+    parse_case(text, &dir.join("case.toml"), dir)
+}
+
+/// Parses `text` as the case file of a directory that does not exist (nothing is written).
+fn parse(text: &str) -> Result<CaseSetup, CaseError> {
+    parse_in(
+        text,
+        &std::env::temp_dir().join("fvpoisson_case_parse_only"),
+    )
+}
+
+/// Runs `text` as the case file of the scratch directory `tag`.
+fn run_text(text: &str, tag: &str) -> RunSummary {
+    let dir = Scratch::new(tag);
+    run(&parse_in(text, &dir).unwrap())
+}
+
+fn parse_err(text: &str, tag: &str) -> String {
+    match parse(text) {
+        Ok(_) => panic!("case {tag} should be refused"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const MMS: &str = r#"
+[mesh]
+source = "box:8x8x8"
+[physics]
+source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"
+exact = "sin(pi*x)*sin(pi*y)*sin(pi*z)"
+[boundary.default]
+type = "fixedValue"
+value = "exact"
+[solver.T]
+tolerance = 1e-10
+[output]
+formats = []
+"#;
+
+#[test]
+fn errors_name_file_line_and_key() {
+    let err = parse_err(
+        "[mesh]\nsource = \"box:2x2x2\"\n[physics]\nfoo = 1\n",
+        "unknown",
+    );
+    assert!(err.contains("case.toml:4:1:"), "{err}");
+    assert!(err.contains("unknown field `foo`"), "{err}");
+
+    let err = parse_err(
+        "[mesh]\nsource = \"box:2x2x2\"\n[physics]\ngamma = true\n",
+        "type",
+    );
+    assert!(err.contains("case.toml:4:9:"), "{err}");
+    assert!(
+        err.contains(
+            "physics.gamma must be a finite number or an expression string, not a boolean"
+        ),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[schemes]\nnNonOrthogonalCorrectors = \"two\"\n";
+    let err = parse_err(text, "type2");
+    assert!(err.contains("case.toml:4:28:"), "{err}");
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[physics]\nsource = \"sin(pi*x\"\n";
+    let err = parse_err(text, "expr");
+    assert!(
+        err.contains("case.toml:4:10: physics.source: cannot parse expression 'sin(pi*x'"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[physics]\nsource = \"x + w\"\n";
+    let err = parse_err(text, "var");
+    assert!(
+        err.contains("physics.source") && err.contains("unknown variable 'w'"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[boundary.xmin]\ntype = \"fixedValue\"\nvalue = \"exact\"\n";
+    let err = parse_err(text, "noexact");
+    assert!(
+        err.contains("case.toml:5:9: boundary.xmin.value = \"exact\" needs physics.exact"),
+        "{err}"
+    );
+
+    let text =
+        "[mesh]\nsource = \"box:2x2x2\"\n[boundary.xmin]\ntype = \"zeroGradient\"\nvalue = 1\n";
+    let err = parse_err(text, "extra");
+    assert!(
+        err.contains(
+            "case.toml:5:9: boundary.xmin.value: a zeroGradient condition takes no 'value'"
+        ),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[boundary.xmin]\ntype = \"fixedValue\"\n";
+    let err = parse_err(text, "missing");
+    assert!(
+        err.contains("case.toml:4:8: fixedValue needs 'value'"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nscheme = \"Euler\"\ndeltaT = 0.1\n";
+    let err = parse_err(text, "euler");
+    assert!(
+        err.contains("case.toml:4:10: the Euler scheme needs time.endTime"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.p]\ntolerance = 1e-6\n";
+    let err = parse_err(text, "solver");
+    assert!(
+        err.contains("case.toml:3:1: solver.p: no field 'p'"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"GAMG\"\n";
+    let err = parse_err(text, "precond");
+    assert!(
+        err.contains("case.toml:4:18: solver.T.preconditioner: unknown preconditioner 'GAMG'"),
+        "{err}"
+    );
+
+    let err = parse_err("[mesh]\nsource = \"no_such_mesh\"\n", "mesh");
+    assert!(
+        err.contains("case.toml:2:10: mesh.source:") && err.contains("no_such_mesh"),
+        "{err}"
+    );
+
+    let err = parse_err(
+        "[mesh]\nsource = \"box:2x2x2\"\n[output]\nformats = [\"vtk\", \"csv\"]\n",
+        "format",
+    );
+    assert!(
+        err.contains("case.toml:4:19: output.formats: unknown format 'csv'"),
+        "{err}"
+    );
+
+    let err = parse_err("[mesh\n", "syntax");
+    assert!(err.contains("case.toml:1:"), "{err}");
+}
+
+#[test]
+fn boundary_patches_must_match_the_mesh() {
+    let missing = MMS.replace("[boundary.default]", "[boundary.xmin]");
+    let setup = parse(&missing).unwrap();
+    let err = run_case(&setup).unwrap_err().to_string();
+    assert!(
+        err.contains("case.toml: patch 'xmax' has no boundary condition"),
+        "{err}"
+    );
+
+    let unknown = format!("{MMS}[boundary.top]\ntype = \"zeroGradient\"\n");
+    let setup = parse(&unknown).unwrap();
+    let err = run_case(&setup).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "case.toml:14:1: boundary condition for patch 'top', but the mesh has no such patch"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("xmin, xmax, ymin, ymax, zmin, zmax"), "{err}");
+}
+
+#[test]
+fn two_dimensional_meshes_get_empty_front_and_back() {
+    // T = x + 2y is exact for the scheme on a uniform 2-D mesh.
+    let text = r#"
+[mesh]
+source = "box:6x5x1:2d"
+[physics]
+exact = "x + 2*y"
+[boundary.default]
+type = "fixedValue"
+value = "exact"
+[solver.T]
+tolerance = 1e-12
+[output]
+formats = []
+"#;
+    let summary = run_text(text, "two_d");
+    assert_eq!(summary.n_cells, 30);
+    assert!(summary.error.unwrap().linf < 1e-10);
+}
+
+fn run(setup: &CaseSetup) -> RunSummary {
+    run_case(setup).unwrap_or_else(|e| panic!("{}: {e}", setup.origin))
+}
+
+/// Runs a shipped case with its VTK output in a scratch directory and checks
+/// the written files: the series, one .vtu per step with every cell, no .tmp.
+fn run_shipped(name: &str) -> RunSummary {
+    let mut setup = read_case_dir(&shipped(name)).unwrap();
+    let out = Scratch::new(name);
+    setup.output.directory = out.to_path_buf();
+    let summary = run(&setup);
+    let pvd = summary.vtk_series.clone().expect("VTK output is on");
+    assert_eq!(pvd, out.join(format!("{name}.pvd")));
+    let pvd_text = fs::read_to_string(&pvd).unwrap();
+    // Steady cases with interval 1: one step per iteration.
+    assert_eq!(pvd_text.matches("<DataSet").count(), summary.steps);
+    let last = out.join(format!("{name}_{:06}", summary.steps - 1));
+    let vtu = fs::read(last.join("internal.vtu")).unwrap();
+    let header = String::from_utf8_lossy(&vtu[..vtu.len().min(2000)]).into_owned();
+    assert!(
+        header.contains(&format!("NumberOfCells=\"{}\"", summary.n_cells)),
+        "{header}"
+    );
+    for name in ["error", "Gamma", "cellVolume", "cellId", "grad("] {
+        assert!(
+            header.contains(&format!("Name=\"{name}")),
+            "{name} missing: {header}"
+        );
+    }
+    assert_no_tmp(&out);
+    summary
+}
+
+fn assert_no_tmp(dir: &Path) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        assert!(
+            path.extension().is_none_or(|e| e != "tmp"),
+            "half-written file {}",
+            path.display()
+        );
+        if path.is_dir() {
+            assert_no_tmp(&path);
+        }
+    }
+}
+
+fn assert_l2_between(summary: &RunSummary, low: f64, high: f64, what: &str) {
+    let l2 = summary.error.expect("exact solution given").l2;
+    assert!(
+        low <= l2 && l2 <= high,
+        "{what}: L2 error {l2}, expected in [{low}, {high}]"
+    );
+}
+
+#[test]
+fn shipped_cases_match_their_exact_solutions() {
+    let mms = run_shipped("mms_cube");
+    assert_eq!(mms.n_cells, 24 * 24 * 24);
+    assert!(mms.converged);
+    assert_l2_between(&mms, 4e-4, 6e-4, "mms_cube");
+
+    let tet = run_shipped("nonorth_tet");
+    assert_eq!(tet.n_cells, 6000);
+    assert!(tet.converged);
+    assert_l2_between(&tet, 0.04, 0.09, "nonorth_tet");
+
+    let neumann = run_shipped("neumann_box");
+    assert_l2_between(&neumann, 5e-4, 1e-3, "neumann_box");
+    let mean: f64 = neumann.field.iter().sum::<f64>() / neumann.n_cells as f64;
+    assert!(mean.abs() < 1e-12, "zero mean on a uniform mesh: {mean}");
+
+    // The same with OpenFOAM's reference cell: cell 0 (centre 0.025 (1, 1, 1))
+    // held at the exact value there.
+    let case = fs::read_to_string(shipped("neumann_box").join("case.toml")).unwrap();
+    let exact_0 = (0.025 * std::f64::consts::PI).cos().powi(3);
+    let with_cell = case.replace(
+        "type = \"zeroMean\"",
+        &format!("type = \"cell\"\ncell = 0\nvalue = {exact_0:?}"),
+    );
+    let pinned = run_text(&with_cell, "neumann_cell");
+    assert!(
+        (pinned.field[0] - exact_0).abs() < 1e-9,
+        "{}",
+        pinned.field[0]
+    );
+    assert_l2_between(&pinned, 5e-4, 4e-3, "neumann_box with a reference cell");
+    let err = parse_err(
+        &case.replace("type = \"zeroMean\"", "type = \"zeroMean\"\nvalue = 1"),
+        "zm",
+    );
+    assert!(
+        err.contains("reference.cell and reference.value need type = \"cell\""),
+        "{err}"
+    );
+
+    let layers = run_shipped("two_material");
+    assert_l2_between(&layers, 0.0, 1e-10, "two_material");
+}
+
+#[test]
+fn second_order_on_hexahedra_and_correction_on_tetrahedra() {
+    let l2 = |text: &str, tag: &str| run_text(text, tag).error.unwrap().l2;
+    let coarse = l2(MMS, "order8");
+    let fine = l2(&MMS.replace("box:8x8x8", "box:16x16x16"), "order16");
+    let order = (coarse / fine).log2();
+    assert!((1.9..2.1).contains(&order), "order {order}");
+
+    let tet = fs::read_to_string(shipped("nonorth_tet").join("case.toml")).unwrap();
+    let tet = tet.replace("box:10x10x10", "box:5x5x5");
+    let corrected = l2(&tet, "tet_corrected");
+    let uncorrected = l2(
+        &tet.replace("linear corrected", "linear uncorrected"),
+        "tet_uncorrected",
+    );
+    assert!(
+        corrected < 0.75 * uncorrected,
+        "{corrected} vs {uncorrected}"
+    );
+}
+
+#[test]
+fn implicit_euler_decay_and_semi_implicit_sources() {
+    // T = exp(-3 pi^2 t) sin(pi x) sin(pi y) sin(pi z): the heat equation, no source.
+    let transient = r#"
+[mesh]
+source = "box:8x8x8"
+[physics]
+initial = "sin(pi*x)*sin(pi*y)*sin(pi*z)"
+exact = "exp(-3*pi^2*t)*sin(pi*x)*sin(pi*y)*sin(pi*z)"
+[boundary.default]
+type = "fixedValue"
+value = 0
+[time]
+scheme = "Euler"
+deltaT = DT
+endTime = 0.03
+[solver.T]
+tolerance = 1e-12
+[output]
+formats = []
+"#;
+    let error = |dt: &str, tag: &str| {
+        let summary = run_text(&transient.replace("DT", dt), tag);
+        assert!((summary.time - 0.03).abs() < 1e-15, "{}", summary.time);
+        (summary.steps, summary.error.unwrap().linf)
+    };
+    let (steps, coarse) = error("0.004", "euler_coarse"); // 8 steps, the last shortened
+    assert_eq!(steps, 8);
+    let (_, fine) = error("0.001", "euler_fine");
+    // Euler's O(dt) error dominates at this mesh: it falls with dt, toward the
+    // spatial error (about 2e-3 times the amplitude exp(-0.89) = 0.41).
+    assert!(fine < 0.5 * coarse && fine < 1e-2, "{coarse} {fine}");
+
+    // -lap(T) = Su + Sp T with Sp = -1 (implicit) and Sp = +1 (explicit, lagged).
+    let reference = run_text(MMS, "sp_reference").error.unwrap().l2;
+    for (sp, su, tag) in [
+        ("-1", "(3*pi^2 + 1)", "sp_implicit"),
+        ("1", "(3*pi^2 - 1)", "sp_explicit"),
+    ] {
+        let text = MMS
+            .replace(
+                "source = \"3*pi^2*",
+                &format!("implicitSource = {sp}\nsource = \"{su}*"),
+            )
+            .replace("[output]", "[time]\nresidualControl = 1e-9\n[output]");
+        let summary = run_text(&text, tag);
+        assert!(summary.converged, "{tag}");
+        let l2 = summary.error.unwrap().l2;
+        assert!(
+            (l2 / reference - 1.0).abs() < 0.2,
+            "{tag}: {l2} vs {reference}"
+        );
+    }
+}
+
+#[test]
+fn foam_output_writes_time_directories() {
+    let text = MMS.replace("formats = []", "formats = [\"foam\"]\nprecision = 12");
+    let scratch = Scratch::new("foam_out");
+    let setup = parse_in(&text, &scratch).unwrap();
+    let summary = run(&setup);
+    let dir = &setup.case_dir;
+    assert_eq!(
+        summary.foam_fields,
+        vec![dir.join("1").join("T"), dir.join("2").join("T")]
+    );
+    assert!(summary.vtk_series.is_none());
+    let written = fs::read_to_string(dir.join("2").join("T")).unwrap();
+    assert!(
+        written.contains("internalField   nonuniform List<scalar>"),
+        "{written}"
+    );
+    // The centre cell of 8^3 hexes is not at the centre: compare the file's
+    // first value with the solution, at the 12 digits asked for.
+    let first: f64 = written
+        .split("List<scalar>")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no first value in {written}"));
+    assert!((first - summary.field[0]).abs() <= 1e-11 * summary.field[0].abs());
+    for patch in ["xmin", "zmax"] {
+        assert!(written.contains(patch), "{patch} missing");
+    }
+    assert!(written.contains("type            fixedValue;"), "{written}");
+    assert_no_tmp(dir);
+
+    let binary = MMS.replace(
+        "formats = []",
+        "formats = [\"foam\"]\nwriteFormat = \"binary\"\nwriteCompression = true",
+    );
+    let scratch = Scratch::new("foam_binary");
+    let summary = run(&parse_in(&binary, &scratch).unwrap());
+    assert_eq!(
+        summary.foam_fields.last(),
+        Some(&scratch.join("2").join("T.gz"))
+    );
+    let err = parse_err(
+        &MMS.replace("formats = []", "writeFormat = \"hdf5\""),
+        "hdf5",
+    );
+    assert!(
+        err.contains("case.toml:13:15: output.writeFormat 'hdf5'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn command_line_runs_a_case_directory() {
+    let bin = env!("CARGO_BIN_EXE_fvpoisson");
+    let dir = Scratch::new("cli");
+    fs::write(
+        dir.join("case.toml"),
+        MMS.replace("formats = []", "formats = [\"vtk\"]"),
+    )
+    .unwrap();
+    let out = Command::new(bin).args(["run"]).arg(&*dir).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    for line in [
+        "no GPU backend in this build: running on the CPU",
+        "Mesh: 512 cells",
+        "PCG:  Solving for T, Initial residual = 1, Final residual = ",
+        "ExecutionTime = ",
+        "SIMPLE solution converged in 2 iterations",
+        "Error against the exact solution: L1 = ",
+    ] {
+        assert!(log.contains(line), "'{line}' missing from:\n{log}");
+    }
+    let series = dir.join("results").join(format!(
+        "{}.pvd",
+        dir.file_name().unwrap().to_string_lossy()
+    ));
+    assert!(series.is_file(), "{}", series.display());
+
+    let out = Command::new(bin)
+        .args(["run", "--device", "gpu"])
+        .arg(&*dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU backend is not built yet"));
+
+    let empty = Scratch::new("cli_empty");
+    let out = Command::new(bin)
+        .args(["run", "--device", "cpu"])
+        .arg(&*empty)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("neither case.toml nor system/controlDict"),
+        "{err}"
+    );
+}

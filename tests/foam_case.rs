@@ -1,0 +1,560 @@
+//! OpenFOAM laplacianFoam cases read as they are: the shipped parity cases
+//! run and compared with OpenFOAM v1912's results, the dictionary values
+//! they map to, errors in case files, and no panic on corrupted case files.
+
+mod common;
+
+use fvpoisson::case::openfoam::{read_case, OpenFoamCase};
+use fvpoisson::case::{run_case, BoundarySpec, CaseSetup, Scalar, TimeControl};
+use fvpoisson::fvm::{GradScheme, SnGradScheme};
+use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile};
+use fvpoisson::solve::PreconditionerKind;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A scratch copy of shipped case `name` (runs write into the case directory).
+fn copy_case(name: &str, tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fvpoisson_foamcase_{}_{tag}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    copy_dir(&repo(&format!("cases/{name}")), &dir);
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn read(dir: &Path) -> OpenFoamCase {
+    read_case(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+/// Runs `setup` and compares the final T with OpenFOAM's `reference` file;
+/// returns the largest difference relative to the field's range.
+fn max_difference_to_openfoam(setup: &CaseSetup, reference: &str) -> f64 {
+    let mut setup = setup.clone();
+    setup.output.formats.clear();
+    let summary = run_case(&setup).unwrap_or_else(|e| panic!("{reference}: {e}"));
+    let foam = ScalarFieldFile::read(&repo(reference), summary.n_cells).unwrap();
+    let FieldValues::NonUniform(want) = foam.internal else {
+        panic!("{reference}: expected a nonuniform field");
+    };
+    let (lo, hi) = want
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let max = summary
+        .field
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    eprintln!("{reference}: max |T - T_OpenFOAM| = {max:e} (range {lo} .. {hi})");
+    max / (hi - lo)
+}
+
+#[test]
+fn skew_case_maps_and_matches_openfoam() {
+    let dir = repo("cases/laplacian_foam_skew");
+    let case = read(&dir);
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let s = &case.setup;
+    assert!(matches!(s.gamma, Scalar::Uniform(g) if g == 0.5));
+    assert!(matches!(s.initial, Scalar::Uniform(v) if v == 273.0));
+    assert_eq!(
+        s.time,
+        TimeControl::Euler {
+            delta_t: 0.01,
+            end_time: 0.05
+        }
+    );
+    assert_eq!(s.n_non_orth_correctors, 2);
+    assert_eq!(s.schemes.sn_grad, SnGradScheme::Corrected);
+    assert_eq!(s.schemes.grad, GradScheme::GaussLinear);
+    let solver = s.solver.regular;
+    assert_eq!(solver.preconditioner, PreconditionerKind::Dic);
+    assert_eq!(
+        (solver.controls.tolerance, solver.controls.rel_tol),
+        (1e-12, 0.0)
+    );
+    assert_eq!(s.output.interval, 5);
+    assert_eq!(s.output.foam.precision, 17);
+    assert_eq!(s.output.foam.dimensions.0[3], 1.0);
+    let specs: Vec<_> = s
+        .boundary
+        .iter()
+        .map(|b| (b.patch.as_str(), &b.spec))
+        .collect();
+    assert!(
+        matches!(specs[0], ("hot", BoundarySpec::FixedValue(Scalar::Uniform(v))) if *v == 573.0)
+    );
+    // `value $internalField;`
+    assert!(
+        matches!(specs[1], ("cold", BoundarySpec::FixedValue(Scalar::Uniform(v))) if *v == 273.0)
+    );
+    assert!(matches!(specs[2], ("sides", BoundarySpec::ZeroGradient)));
+    let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_skew/0.05/T");
+    assert!(rel < 1e-12, "relative difference {rel:e}");
+}
+
+#[test]
+fn source_case_maps_and_matches_openfoam() {
+    let dir = repo("cases/laplacian_foam_source");
+    let case = read(&dir);
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let s = &case.setup;
+    assert!(matches!(s.gamma, Scalar::Uniform(g) if g == 0.01));
+    // `#include "include/initialConditions"` and `$initialT`.
+    assert!(matches!(s.initial, Scalar::Uniform(v) if v == 20.0));
+    assert_eq!(s.schemes.sn_grad, SnGradScheme::Limited(0.5));
+    assert_eq!(s.schemes.grad, GradScheme::LeastSquares);
+    assert_eq!(s.output.interval, 4);
+    assert!(s.output.foam.compress);
+    // Su and Sp per unit volume in the 96 cells of the zone, 0 elsewhere.
+    let (Scalar::Values(su), Some(Scalar::Values(sp))) = (&s.source, &s.implicit_source) else {
+        panic!(
+            "expected per-cell sources, got {:?} {:?}",
+            s.source, s.implicit_source
+        );
+    };
+    let zone_volume = 0.000_115_5;
+    assert_eq!(su.iter().filter(|&&v| v != 0.0).count(), 96);
+    let su_max = su.iter().copied().fold(0.0, f64::max);
+    assert!(
+        (su_max * zone_volume / 2e-3 - 1.0).abs() < 1e-12,
+        "{su_max}"
+    );
+    let sp_min = sp.iter().copied().fold(0.0, f64::min);
+    assert!(
+        (sp_min * zone_volume / -2e-5 - 1.0).abs() < 1e-12,
+        "{sp_min}"
+    );
+    let kinds: Vec<_> = s.boundary.iter().map(|b| b.spec.foam_name()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "fixedValue",
+            "mixed",
+            "fixedGradient",
+            "zeroGradient",
+            "empty"
+        ]
+    );
+    let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_source/0.4/T");
+    assert!(rel < 1e-12, "relative difference {rel:e}");
+}
+
+#[test]
+fn steady_case_maps_and_matches_openfoam() {
+    let dir = repo("cases/laplacian_foam_steady");
+    let case = read(&dir);
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let s = &case.setup;
+    assert_eq!(
+        s.time,
+        TimeControl::Steady {
+            max_iterations: 200,
+            residual_tolerance: 1e-7
+        }
+    );
+    assert_eq!(s.n_non_orth_correctors, 1);
+    assert_eq!(s.solver.regular.preconditioner, PreconditionerKind::Dic);
+    assert_eq!(s.solver.regular.controls.max_iter, 1000);
+    assert!(
+        matches!(&s.boundary[2].spec, BoundarySpec::FixedGradient(Scalar::Uniform(g)) if *g == 100.0)
+    );
+    // OpenFOAM's residualControl stopped after 10 iterations and wrote time 10.
+    let mut quiet = s.clone();
+    quiet.output.formats.clear();
+    let summary = run_case(&quiet).unwrap();
+    assert!(summary.converged);
+    assert_eq!(summary.steps, 10);
+    let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_steady/10/T");
+    assert!(rel < 1e-12, "relative difference {rel:e}");
+}
+
+/// Runs the skew case in a scratch copy: the time directory it writes holds
+/// the final field to the last bit and a `value` on every patch.
+#[test]
+fn run_writes_openfoam_time_directories() {
+    let dir = copy_case("laplacian_foam_skew", "write");
+    let setup = read(&dir).setup;
+    let summary = run_case(&setup).unwrap();
+    assert_eq!(summary.foam_fields, [dir.join("0.05/T")]);
+    let written = ScalarFieldFile::read(&dir.join("0.05/T"), summary.n_cells).unwrap();
+    assert_eq!(
+        written.internal,
+        FieldValues::NonUniform(summary.field.clone())
+    );
+    assert_eq!(written.dimensions.0, [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+    let mesh = setup.mesh.load().unwrap();
+    let hot = written.patch(&mesh.patches()[0]).unwrap();
+    assert_eq!(hot.get_word("type").unwrap(), "fixedValue");
+    assert_eq!(
+        FieldValues::read(hot, "value", 24).unwrap(),
+        FieldValues::Uniform(573.0)
+    );
+    let sides = written.patch(&mesh.patches()[2]).unwrap();
+    assert_eq!(sides.get_word("type").unwrap(), "zeroGradient");
+    assert!(
+        matches!(FieldValues::read(sides, "value", 220).unwrap(), FieldValues::NonUniform(v) if v.len() == 220)
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// OpenFOAM (when installed, as on the development machine; CI has none)
+/// reads the binary, gzip-compressed fields a run of the source case writes:
+/// `foamFormatConvert` rewrites them as ascii with 17 digits, which must give
+/// back the run's values exactly.
+#[test]
+fn openfoam_reads_the_written_fields() {
+    let foam_dir = std::env::var("WM_PROJECT_DIR").unwrap_or_else(|_| "/usr/share/openfoam".into());
+    let available = Path::new(&foam_dir).join("etc/controlDict").is_file()
+        && Command::new("foamFormatConvert")
+            .arg("-help")
+            .env("WM_PROJECT_DIR", &foam_dir)
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !available {
+        eprintln!("OpenFOAM not installed: skipped");
+        return;
+    }
+    let dir = copy_case("laplacian_foam_source", "openfoam_reads");
+    let setup = read(&dir).setup;
+    let summary = run_case(&setup).unwrap();
+    assert!(dir.join("0.4/T.gz").is_file());
+    let control = dir.join("system/controlDict");
+    let text = fs::read_to_string(&control)
+        .unwrap()
+        .replace("writeFormat     binary;", "writeFormat     ascii;")
+        .replace("writeCompression on;", "writeCompression off;");
+    fs::write(&control, text).unwrap();
+    let out = Command::new("foamFormatConvert")
+        .args(["-case", dir.to_str().unwrap(), "-time", "0.4"])
+        .env("WM_PROJECT_DIR", &foam_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = fs::read_to_string(dir.join("0.4/T")).unwrap();
+    assert!(
+        text.contains("format      ascii;"),
+        "OpenFOAM did not rewrite 0.4/T"
+    );
+    let converted = ScalarFieldFile::read(&dir.join("0.4/T"), summary.n_cells).unwrap();
+    assert_eq!(converted.internal, FieldValues::NonUniform(summary.field));
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Edits `rel` in a scratch copy of shipped case `name` and reads the case.
+fn read_edited(
+    name: &str,
+    rel: &str,
+    edit: impl Fn(String) -> String,
+    tag: &str,
+) -> (PathBuf, Result<OpenFoamCase, String>) {
+    let dir = copy_case(name, tag);
+    let path = dir.join(rel);
+    let text = fs::read_to_string(&path).unwrap();
+    let edited = edit(text.clone());
+    assert_ne!(edited, text, "{tag}: the edit changed nothing");
+    fs::write(&path, edited).unwrap();
+    let result = read_case(&dir).map_err(|e| e.to_string());
+    (dir, result)
+}
+
+/// The error of reading the edited case; it must start with `file:line` of `rel`.
+fn edited_error(name: &str, rel: &str, edit: impl Fn(String) -> String, tag: &str) -> String {
+    let (dir, result) = read_edited(name, rel, edit, tag);
+    let err = match result {
+        Ok(_) => panic!("{tag}: the edited case should be refused"),
+        Err(e) => e,
+    };
+    let _ = fs::remove_dir_all(&dir);
+    let prefix = dir.join(rel).display().to_string();
+    err.strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{tag}: {err}"))
+        .to_string()
+}
+
+#[test]
+fn bad_case_files_are_named_with_file_and_line() {
+    let skew = "laplacian_foam_skew";
+    let e = edited_error(
+        skew,
+        "0/T",
+        |t| t.replace("zeroGradient", "codedFixedValue"),
+        "coded",
+    );
+    assert_eq!(e, ":34: patch 'sides': boundary condition type 'codedFixedValue' is not supported (fixedValue, zeroGradient, fixedGradient, mixed, empty)");
+    let e = edited_error(
+        skew,
+        "constant/transportProperties",
+        |t| t.replace("DT [0 2 -1 0 0 0 0] 0.5;", "#calc \"0.25*2\";"),
+        "calc",
+    );
+    assert_eq!(e, ":14: #calc is not supported: it needs OpenFOAM's run-time C++ compilation; write the value it computes instead");
+    let e = edited_error(
+        skew,
+        "0/T",
+        |t| t.replace("$internalField", "$initialT"),
+        "unknown_var",
+    );
+    assert!(e.starts_with(":29: unknown variable '$initialT'"), "{e}");
+    let e = edited_error(
+        skew,
+        "system/fvSolution",
+        |t| t.replace("maxIter         1000;\n    }", "maxIter         1000;"),
+        "unclosed",
+    );
+    assert!(
+        e.starts_with(":29: expected '}' to close the dictionary opened on line 15"),
+        "{e}"
+    );
+    let e = edited_error(
+        skew,
+        "system/fvSolution",
+        |t| t.replace("relTol          0;", "relTol          0"),
+        "semicolon",
+    );
+    assert_eq!(
+        e,
+        ":21: 'relTol' in solvers/T: expected one number, found 3 values starting with number 0"
+    );
+    let e = edited_error(
+        skew,
+        "system/fvSchemes",
+        |t| {
+            t.replace(
+                "default         Euler;",
+                "default         CrankNicolson 0.9;",
+            )
+        },
+        "ddt",
+    );
+    assert_eq!(
+        e,
+        ":16: ddt scheme 'CrankNicolson 0.9' is not supported (Euler or steadyState)"
+    );
+    let e = edited_error(
+        skew,
+        "system/fvSchemes",
+        |t| t.replace("Gauss linear corrected", "Gauss upwind corrected"),
+        "lap",
+    );
+    assert!(
+        e.starts_with(
+            ":32: laplacian scheme 'Gauss upwind corrected': unsupported interpolation 'upwind'"
+        ),
+        "{e}"
+    );
+    let e = edited_error(
+        skew,
+        "system/controlDict",
+        |t| t.replace("writeInterval   5;", "writeInterval   2.5;"),
+        "interval",
+    );
+    assert!(
+        e.starts_with(":28: writeInterval 2.5 with writeControl timeStep is not a whole number"),
+        "{e}"
+    );
+    let e = edited_error(
+        skew,
+        "constant/transportProperties",
+        |t| t.replace("0.5;", "-1;"),
+        "dt",
+    );
+    assert_eq!(e, ":14: DT is -1; it must be positive");
+    let e = edited_error(
+        "laplacian_foam_source",
+        "system/fvOptions",
+        |t| t.replace("cellZone        heater;", "cellZone        cooler;"),
+        "zone",
+    );
+    assert!(
+        e.starts_with(":22: cellZone cooler: ")
+            && e.ends_with("constant/polyMesh/cellZones has no zone 'cooler' (its zones: heater)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn solvers_are_mapped_and_unused_entries_warned() {
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace("solver          PCG;\n        preconditioner  DIC;", "solver          GAMG;\n        smoother        DICGaussSeidel;\n        nCellsInCoarsestLevel 10;")
+        },
+        "gamg",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        PreconditionerKind::Ic0
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "solver          PCG;\n        preconditioner  DIC;",
+                "solver          smoothSolver;\n        smoother        symGaussSeidel;",
+            )
+        },
+        "smooth",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        PreconditionerKind::SymGaussSeidel
+    );
+    assert_eq!(case.warnings.len(), 1, "{:?}", case.warnings);
+    assert!(case.warnings[0].contains("smoothSolver with smoother symGaussSeidel replaced by PCG"));
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/controlDict",
+        |t| {
+            t.replace("runTimeModifiable true;", "runTimeModifiable true;\nadjustTimeStep  yes;\nfunctions { probes { type probes; } }")
+        },
+        "unused",
+    );
+    let warnings = case.unwrap().warnings;
+    let control = dir.join("system/controlDict").display().to_string();
+    assert_eq!(
+        warnings,
+        [
+            format!("{control}:43: adjustTimeStep: not used by fvpoisson's laplacianFoam, ignored"),
+            format!("{control}:44: functions: not used by fvpoisson's laplacianFoam, ignored"),
+        ]
+    );
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn other_dictionary_forms_map_too() {
+    // `startFrom latestTime` starts from 0 while 0 is the only time; a later
+    // time directory is refused rather than silently ignored.
+    let (dir, case) = read_edited(
+        "laplacian_foam_steady",
+        "system/controlDict",
+        |t| t.replace("startFrom       startTime;", "startFrom       latestTime;"),
+        "latest",
+    );
+    case.unwrap();
+    fs::create_dir_all(dir.join("10")).unwrap();
+    let e = read_case(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("would start at time 10 (startFrom latestTime)"),
+        "{e}"
+    );
+    let _ = fs::remove_dir_all(&dir);
+    // `DT [dims] value`, and a preconditioner given as a dictionary.
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "constant/transportProperties",
+        |t| {
+            t.replace(
+                "DT              DT [0 2 -1 0 0 0 0] 0.5;",
+                "DT [0 2 -1 0 0 0 0] 0.25;",
+            )
+        },
+        "dims",
+    );
+    assert!(matches!(case.unwrap().setup.gamma, Scalar::Uniform(g) if g == 0.25));
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner GAMG; smoother DIC; }",
+            )
+        },
+        "gamg_preconditioner",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        PreconditionerKind::Ic0
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    // `selectionMode all` with `volumeMode specific`: Su and Sp as given, everywhere.
+    let (dir, case) = read_edited(
+        "laplacian_foam_source",
+        "system/fvOptions",
+        |t| {
+            t.replace("cellZone;", "all;")
+                .replace("cellZone        heater;", "")
+                .replace("absolute", "specific")
+        },
+        "specific",
+    );
+    let s = case.unwrap().setup;
+    assert!(
+        matches!(s.source, Scalar::Uniform(v) if v == 2e-3),
+        "{:?}",
+        s.source
+    );
+    assert!(matches!(s.implicit_source, Some(Scalar::Uniform(v)) if v == -2e-5));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// Corrupted case files (truncated, bytes replaced) give errors, never panics.
+#[test]
+fn corrupted_case_files_never_panic() {
+    for (name, files) in [
+        (
+            "laplacian_foam_skew",
+            &[
+                "system/controlDict",
+                "system/fvSchemes",
+                "system/fvSolution",
+                "constant/transportProperties",
+                "0/T",
+            ][..],
+        ),
+        (
+            "laplacian_foam_source",
+            &[
+                "system/fvOptions",
+                "0/T",
+                "0/include/initialConditions",
+                "constant/polyMesh/cellZones",
+            ][..],
+        ),
+    ] {
+        let dir = copy_case(name, "fuzz");
+        for rel in files {
+            let path = dir.join(rel);
+            let original = fs::read(&path).unwrap();
+            for corrupted in common::corruptions(&original, 40) {
+                fs::write(&path, &corrupted).unwrap();
+                let _ = read_case(&dir);
+            }
+            fs::write(&path, &original).unwrap();
+        }
+        read_case(&dir).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
