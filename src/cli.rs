@@ -58,6 +58,9 @@ enum Command {
     },
     /// Solve A x = b for a symmetric positive definite Matrix Market matrix with PCG.
     SolveMatrix(SolveMatrixArgs),
+    /// Measures the GPU: copy bandwidth, SpMV per format, Jacobi-PCG against
+    /// its bandwidth floor and the CPU (bytes counted: see gpu::bench).
+    Bench(BenchArgs),
     /// Manufactured-solution verification of the discretisation: error and
     /// observed order on refined mesh families (exit code 1 when an expected
     /// order or scheme ranking is not met), and a convergence plot.
@@ -125,6 +128,7 @@ pub fn main() -> i32 {
             compress,
         } => convert_mesh(&source, &out_case, format.into(), compress).map(|()| 0),
         Command::SolveMatrix(args) => solve_matrix(args).map(|()| 0),
+        Command::Bench(args) => bench(args).map(|()| 0),
         Command::Run { case, device } => run(&case, device).map(|()| 0),
         Command::Validate(args) => validate(args),
     };
@@ -383,6 +387,60 @@ fn write_case_skeleton(case: &Path) -> anyhow::Result<()> {
     let paraview = case.join(format!("{case_name}.foam"));
     if !paraview.exists() {
         write_atomic(&paraview, false, |_| Ok(()))?;
+    }
+    Ok(())
+}
+#[derive(Args)]
+struct BenchArgs {
+    /// Box mesh specs to measure.
+    #[arg(default_values_t = [
+        "box:64x64x64".to_string(),
+        "box:200x200x200".to_string(),
+        "box:28x28x28:tet:perturb=0.2:renumber".to_string(),
+        "box:94x94x94:tet:perturb=0.2:renumber".to_string(),
+    ])]
+    meshes: Vec<String>,
+    /// mod-SELL / SELL slice height.
+    #[arg(long, default_value_t = 512)]
+    slice_height: usize,
+    /// Timed repetitions per SpMV (median reported).
+    #[arg(long, default_value_t = 50)]
+    reps: usize,
+    /// PCG iterations between residual read-backs.
+    #[arg(long, default_value_t = 50)]
+    check_interval: usize,
+    /// Skip the CPU solve.
+    #[arg(long)]
+    no_cpu: bool,
+    /// Measure SpMV only (no PCG).
+    #[arg(long)]
+    no_pcg: bool,
+    /// Print the rows as JSON after the table.
+    #[arg(long)]
+    json: bool,
+    /// Where to run (the bench needs a GPU: cpu and auto without one exit with an error).
+    #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Auto)]
+    device: crate::gpu::DeviceChoice,
+}
+
+/// `bench`: see `gpu::bench`.
+fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let gpu = args
+        .device
+        .select()?
+        .ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+    let settings = crate::gpu::bench::BenchSettings {
+        meshes: args.meshes,
+        slice_height: args.slice_height,
+        reps: args.reps,
+        pcg: !args.no_pcg,
+        cpu_solve: !args.no_cpu,
+        check_interval: args.check_interval,
+    };
+    let rows = crate::gpu::bench::run(&gpu, &settings)?;
+    print!("{}", crate::gpu::bench::table(&rows));
+    if args.json {
+        println!("{}", crate::gpu::bench::json(&rows));
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod case;
 pub mod cli;
 pub mod foam;
 pub mod fvm;
+pub mod gpu;
 pub mod io;
 pub mod mesh;
 pub mod solve;

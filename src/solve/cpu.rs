@@ -175,17 +175,14 @@ pub fn check_symmetric(a: &Csr) -> Result<(), SolveError> {
     bad.map_or(Ok(()), Err)
 }
 
-/// Solves A x = b on the CPU with PCG and the given preconditioner, from the
-/// initial guess in `x`, after checking the inputs (square, symmetric, sizes,
-/// finite values).
-pub fn solve_pcg(
+/// The checks every PCG entry point makes on its inputs: square, sizes,
+/// finite values, valid controls, symmetric.
+pub fn check_system(
     a: &Csr,
-    kind: PreconditionerKind,
     b: &[f64],
-    x: &mut [f64],
+    x: &[f64],
     controls: &SolverControls,
-    field: &str,
-) -> Result<SolverPerformance, SolveError> {
+) -> Result<(), SolveError> {
     let n = a.n_rows();
     if a.n_cols() != n {
         return Err(SolveError::NotSquare {
@@ -213,6 +210,21 @@ pub fn solve_pcg(
     check_finite("initial guess x", x)?;
     controls.validate()?;
     check_symmetric(a)?;
+    Ok(())
+}
+
+/// Solves A x = b on the CPU with PCG and the given preconditioner, from the
+/// initial guess in `x`, after checking the inputs (square, symmetric, sizes,
+/// finite values).
+pub fn solve_pcg(
+    a: &Csr,
+    kind: PreconditionerKind,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
     let precond = kind.build(a)?;
     let backend = CpuBackend::new(a, precond.as_ref());
     let mut x_work = x.to_vec();

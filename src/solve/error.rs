@@ -5,6 +5,8 @@ use crate::foam::write::format_g;
 /// of iterations is not an error (see `SolverPerformance::converged`).
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SolveError {
+    #[error("GPU solver failed: {0}")]
+    Device(String),
     #[error("{what} has a non-finite value ({value}) in row {row}")]
     NonFinite {
         what: &'static str,

@@ -13,7 +13,10 @@ pub mod reduce;
 
 pub use cpu::{solve_pcg, CpuBackend};
 pub use error::SolveError;
-pub use pcg::{pcg, CgBackend, InitialNorms, SolverControls, SolverPerformance};
+pub use pcg::{
+    pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolverControls,
+    SolverPerformance, StopReason, StopRule,
+};
 pub use precond::PreconditionerKind;
 
 use crate::sparse::Csr;

@@ -101,6 +101,159 @@ pub trait CgBackend {
         x: &mut Self::Vector,
         r: &mut Self::Vector,
     ) -> f64;
+
+    /// Runs up to `count` PCG iterations from `state` (precondition, direction,
+    /// A p, update, as in `pcg`), stopping early where `rule` stops the loop, and
+    /// returns one record per iteration started. A backend may run them all
+    /// without returning to the host (the GPU keeps the scalars on the device and
+    /// applies the same `rule` there); the host then replays the records through
+    /// `rule` to build the log and the errors, so both paths stop at the same
+    /// iteration.
+    fn iterate(
+        &self,
+        rule: &StopRule,
+        state: &LoopState,
+        count: usize,
+        v: CgVectors<'_, Self::Vector>,
+    ) -> Vec<IterationRecord> {
+        let mut s = *state;
+        let mut records = Vec::new();
+        for _ in 0..count {
+            let r_z = self.precondition(v.r, v.z);
+            let mut record = IterationRecord {
+                r_z,
+                p_q: f64::NAN,
+                residual: f64::NAN,
+            };
+            if rule.after_precondition(r_z, s.last_residual).is_some() {
+                records.push(record);
+                break;
+            }
+            let beta = if s.iterations == 0 {
+                0.0
+            } else {
+                r_z / s.r_z_old
+            };
+            self.update_direction(beta, v.z, v.p);
+            record.p_q = self.apply_operator(v.p, v.q);
+            if rule.after_operator(record.p_q).is_some() {
+                records.push(record);
+                break;
+            }
+            let alpha = r_z / record.p_q;
+            record.residual = self.update_solution(alpha, v.p, v.q, v.x, v.r) / rule.norm_factor;
+            records.push(record);
+            let iteration = s.iterations + 1;
+            if rule
+                .after_update(iteration, record.residual, s.best)
+                .is_some()
+            {
+                break;
+            }
+            s = LoopState {
+                iterations: iteration,
+                r_z_old: r_z,
+                last_residual: record.residual,
+                best: s.best.min(record.residual),
+            };
+        }
+        records
+    }
+
+    /// A failure of the executor itself (a device error) since the last call;
+    /// the CPU never fails.
+    fn device_status(&self) -> Result<(), SolveError> {
+        Ok(())
+    }
+}
+
+/// The work vectors of one PCG solve.
+pub struct CgVectors<'a, V> {
+    pub x: &'a mut V,
+    pub r: &'a mut V,
+    pub z: &'a mut V,
+    pub p: &'a mut V,
+    pub q: &'a mut V,
+}
+
+/// Where the PCG loop stands between iterations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoopState {
+    /// Iterations completed.
+    pub iterations: usize,
+    /// r · z of the last completed iteration (unused before the first).
+    pub r_z_old: f64,
+    /// Normalised residual after the last completed iteration (the initial one before).
+    pub last_residual: f64,
+    /// Smallest normalised residual so far, the initial one included.
+    pub best: f64,
+}
+
+/// The scalars of one PCG iteration; fields after the step that stopped the
+/// loop are NaN.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IterationRecord {
+    pub r_z: f64,
+    pub p_q: f64,
+    /// Normalised residual Σ|r| / normFactor after the update.
+    pub residual: f64,
+}
+
+/// Why the PCG loop stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// r · z = 0 with a zero residual: nothing left to reduce.
+    ExactSolution,
+    PreconditionerNotPositive,
+    Breakdown,
+    NonFiniteResidual,
+    Diverged,
+    /// Converged or out of iterations (after `min_iter`).
+    Finished,
+}
+
+/// The stopping tests of `pcg`, in one place so that every backend (the GPU
+/// mirrors them in `kernels/pcg.cu`) stops where the host loop does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StopRule {
+    pub controls: SolverControls,
+    /// Initial normalised residual.
+    pub initial: f64,
+    pub norm_factor: f64,
+}
+
+impl StopRule {
+    /// Test on r · z at the start of an iteration.
+    pub fn after_precondition(&self, r_z: f64, last_residual: f64) -> Option<StopReason> {
+        if r_z == 0.0 && last_residual == 0.0 {
+            Some(StopReason::ExactSolution)
+        } else if r_z.is_nan() || r_z <= 0.0 {
+            Some(StopReason::PreconditionerNotPositive)
+        } else {
+            None
+        }
+    }
+
+    /// Test on p · A p.
+    pub fn after_operator(&self, p_q: f64) -> Option<StopReason> {
+        (p_q.is_nan() || p_q <= 0.0).then_some(StopReason::Breakdown)
+    }
+
+    /// Test on the residual after iteration `iteration`; `best` excludes it.
+    pub fn after_update(&self, iteration: usize, residual: f64, best: f64) -> Option<StopReason> {
+        let c = &self.controls;
+        if !residual.is_finite() {
+            Some(StopReason::NonFiniteResidual)
+        } else if residual > DIVERGENCE_FACTOR * best.min(residual) {
+            Some(StopReason::Diverged)
+        } else if (c.converged(self.initial, residual) || iteration >= c.max_iter)
+            && iteration >= c.min_iter
+        {
+            Some(StopReason::Finished)
+        } else {
+            None
+        }
+    }
 }
 
 /// Solves A x = b by PCG from the initial guess in `x`, OpenFOAM's `PCG::solve`
@@ -116,6 +269,7 @@ pub fn pcg<B: CgBackend>(
     controls.validate()?;
     let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
     let norms = backend.initialize(b, x, &mut r);
+    backend.device_status()?;
     let norm_factor = norms.norm_factor;
     let initial = norms.residual_sum / norm_factor;
     check_residual(initial, 0)?;
@@ -127,53 +281,78 @@ pub fn pcg<B: CgBackend>(
         history: vec![initial],
     };
     let wanted = controls.min_iter > 0 || !perf.converged;
-    if wanted && controls.max_iter.max(controls.min_iter) > 0 {
-        let mut best = initial;
-        let mut r_z_old = 0.0;
-        loop {
-            let iteration = perf.iterations + 1;
-            let r_z = backend.precondition(&r, &mut z);
-            if r_z == 0.0 && perf.final_residual == 0.0 {
-                break; // exact solution: nothing left to reduce
-            }
-            if r_z.is_nan() || r_z <= 0.0 {
-                return Err(SolveError::PreconditionerNotPositive { r_z, iteration });
-            }
-            let beta = if perf.iterations == 0 {
-                0.0
-            } else {
-                r_z / r_z_old
+    let limit = controls.max_iter.max(controls.min_iter);
+    if wanted && limit > 0 {
+        let rule = StopRule {
+            controls: *controls,
+            initial,
+            norm_factor,
+        };
+        let mut state = LoopState {
+            iterations: 0,
+            r_z_old: 0.0,
+            last_residual: initial,
+            best: initial,
+        };
+        'solve: loop {
+            let vectors = CgVectors {
+                x: &mut *x,
+                r: &mut r,
+                z: &mut z,
+                p: &mut p,
+                q: &mut q,
             };
-            backend.update_direction(beta, &z, &mut p);
-            let p_q = backend.apply_operator(&p, &mut q);
-            if p_q.is_nan() || p_q <= 0.0 {
-                return Err(SolveError::Breakdown {
-                    p_ap: p_q,
-                    iteration,
-                });
+            let records = backend.iterate(&rule, &state, limit - state.iterations, vectors);
+            backend.device_status()?;
+            if records.is_empty() {
+                return Err(SolveError::Device(format!(
+                    "the backend ran no iteration after iteration {}",
+                    state.iterations
+                )));
             }
-            let alpha = r_z / p_q;
-            let residual = backend.update_solution(alpha, &p, &q, x, &mut r) / norm_factor;
-            check_residual(residual, iteration)?;
-            log::debug!("PCG: {field} iteration {iteration}, residual = {residual:e}");
-            perf.iterations = iteration;
-            perf.final_residual = residual;
-            perf.history.push(residual);
-            best = best.min(residual);
-            if residual > DIVERGENCE_FACTOR * best {
-                return Err(SolveError::Diverged {
-                    iteration,
-                    residual,
+            for record in records {
+                let iteration = state.iterations + 1;
+                let r_z = record.r_z;
+                match rule.after_precondition(r_z, state.last_residual) {
+                    Some(StopReason::ExactSolution) => break 'solve,
+                    Some(_) => {
+                        return Err(SolveError::PreconditionerNotPositive { r_z, iteration })
+                    }
+                    None => {}
+                }
+                if rule.after_operator(record.p_q).is_some() {
+                    return Err(SolveError::Breakdown {
+                        p_ap: record.p_q,
+                        iteration,
+                    });
+                }
+                let residual = record.residual;
+                let stop = rule.after_update(iteration, residual, state.best);
+                check_residual(residual, iteration)?;
+                log::debug!("PCG: {field} iteration {iteration}, residual = {residual:e}");
+                perf.iterations = iteration;
+                perf.final_residual = residual;
+                perf.history.push(residual);
+                let best = state.best.min(residual);
+                if stop == Some(StopReason::Diverged) {
+                    return Err(SolveError::Diverged {
+                        iteration,
+                        residual,
+                        best,
+                        factor: DIVERGENCE_FACTOR,
+                    });
+                }
+                perf.converged = controls.converged(initial, residual);
+                if stop.is_some() {
+                    break 'solve;
+                }
+                state = LoopState {
+                    iterations: iteration,
+                    r_z_old: r_z,
+                    last_residual: residual,
                     best,
-                    factor: DIVERGENCE_FACTOR,
-                });
+                };
             }
-            perf.converged = controls.converged(initial, residual);
-            if (perf.converged || iteration >= controls.max_iter) && iteration >= controls.min_iter
-            {
-                break;
-            }
-            r_z_old = r_z;
         }
     }
     log::info!(

@@ -2,6 +2,11 @@
 
 mod coo;
 pub mod csr;
+pub mod modsell;
 pub mod mtx;
+pub mod ordering;
+pub mod testing;
 
 pub use csr::Csr;
+pub use modsell::{ModSell, Sell};
+pub use ordering::Permutation;

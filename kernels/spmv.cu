@@ -1,0 +1,83 @@
+// SpMV kernels (FP64) and the deterministic block reduction shared with pcg.cu.
+// Formats: src/sparse/csr.rs, src/sparse/modsell.rs (seed 000 §3).
+
+typedef unsigned long long u64;
+
+// Sum of v over the block, valid in thread 0. Fixed shuffle tree inside each
+// warp, then over the warp sums: the same bits run to run. blockDim.x must be
+// a multiple of 32 (at most 1024). Safe to call twice in a row.
+__device__ double block_sum(double v) {
+    __shared__ double warp_sums[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncthreads();  // an earlier call may still be reading warp_sums
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    double t = 0.0;
+    if (warp == 0) {
+        t = lane < (int)(blockDim.x >> 5) ? warp_sums[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+    }
+    return t;
+}
+
+// Scalar CSR: one thread per row.
+extern "C" __global__ void spmv_csr(int n, const u64* __restrict__ row_ptr,
+                                    const unsigned* __restrict__ cols,
+                                    const double* __restrict__ vals,
+                                    const double* __restrict__ x, double* __restrict__ y) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    double acc = 0.0;
+    for (u64 k = row_ptr[row]; k < row_ptr[row + 1]; ++k) acc += vals[k] * __ldg(&x[cols[k]]);
+    y[row] = acc;
+}
+
+// Plain SELL: one block per slice, blockDim.x = slice height; padding column -1.
+extern "C" __global__ void spmv_sell(int n, const u64* __restrict__ slice_ptr,
+                                     const int* __restrict__ cols,
+                                     const double* __restrict__ vals,
+                                     const double* __restrict__ x, double* __restrict__ y) {
+    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    double acc = 0.0;
+    for (u64 k = start + threadIdx.x; k < end; k += h) {
+        const int c = cols[k];
+        if (c >= 0) acc += vals[k] * __ldg(&x[c]);
+    }
+    if (row < n) y[row] = acc;
+}
+
+// Modified SELL (seed 000 §3.5 `ellpack_shared`, padding skipped explicitly):
+// the block stages x[s*H .. s*H+H) in shared memory; code > 0 reads x[code-1],
+// code < 0 reads shared[-(code+1)], code 0 is padding. Dynamic shared memory:
+// H doubles. When `dot_partials` is set, also writes this block's share of
+// x . y (for PCG's p . Ap); when `done` is set and nonzero the launch is a no-op
+// (PCG stopped on the device).
+extern "C" __global__ void spmv_modsell(int n, const u64* __restrict__ slice_ptr,
+                                        const int* __restrict__ codes,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ diag,
+                                        const double* __restrict__ x, double* __restrict__ y,
+                                        double* __restrict__ dot_partials,
+                                        const double* __restrict__ done) {
+    extern __shared__ double x_slice[];
+    if (done != nullptr && *done != 0.0) return;
+    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const bool in = row < n;
+    const double xr = in ? x[row] : 0.0;
+    x_slice[t] = xr;
+    double acc = in ? diag[row] * xr : 0.0;
+    __syncthreads();
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) acc += vals[k] * __ldg(&x[c - 1]);
+        else if (c < 0) acc += vals[k] * x_slice[-(c + 1)];
+    }
+    if (in) y[row] = acc;
+    if (dot_partials != nullptr) {
+        const double s = block_sum(in ? xr * acc : 0.0);
+        if (t == 0) dot_partials[blockIdx.x] = s;
+    }
+}

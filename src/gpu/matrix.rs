@@ -1,0 +1,187 @@
+//! Sparse matrices in device memory and their SpMV launches.
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::sparse::{Csr, ModSell, Sell};
+
+/// Which storage format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Csr,
+    Sell,
+    ModSell,
+}
+
+impl Format {
+    pub const ALL: [Self; 3] = [Self::Csr, Self::Sell, Self::ModSell];
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Csr => "CSR",
+            Self::Sell => "SELL",
+            Self::ModSell => "mod-SELL",
+        }
+    }
+}
+
+/// A square matrix on the device in one of the formats.
+pub enum DeviceMatrix {
+    Csr {
+        n: usize,
+        row_ptr: CudaSlice<u64>,
+        cols: CudaSlice<u32>,
+        values: CudaSlice<f64>,
+    },
+    Sell {
+        n: usize,
+        slice_height: usize,
+        slice_ptr: CudaSlice<u64>,
+        cols: CudaSlice<i32>,
+        values: CudaSlice<f64>,
+    },
+    ModSell(DeviceModSell),
+}
+
+/// Modified SELL on the device (see `sparse::modsell`).
+pub struct DeviceModSell {
+    pub n: usize,
+    pub slice_height: usize,
+    pub slice_ptr: CudaSlice<u64>,
+    pub codes: CudaSlice<i32>,
+    pub values: CudaSlice<f64>,
+    pub diag: CudaSlice<f64>,
+}
+
+impl DeviceModSell {
+    pub fn upload(gpu: &Gpu, m: &ModSell) -> Result<Self, GpuError> {
+        Ok(Self {
+            n: m.n_rows(),
+            slice_height: m.slice_height(),
+            slice_ptr: gpu.upload(m.slice_ptr())?,
+            codes: gpu.upload(m.codes())?,
+            values: gpu.upload(m.values())?,
+            diag: gpu.upload(m.diag())?,
+        })
+    }
+
+    pub fn n_slices(&self) -> usize {
+        self.n.div_ceil(self.slice_height)
+    }
+
+    /// y = A x; with `dot_partials` also one partial of x · y per slice; a
+    /// no-op when `done` (PCG's device state) is set.
+    pub fn spmv(
+        &self,
+        gpu: &Gpu,
+        x: &CudaSlice<f64>,
+        y: &CudaSlice<f64>,
+        dot_partials: Option<&CudaSlice<f64>>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let h = self.slice_height as u32;
+        let n = self.n as i32;
+        gpu.launch("spmv_modsell", self.n_slices() as u32, h, h * 8, |a| {
+            a.arg(&n)
+                .arg(&self.slice_ptr)
+                .arg(&self.codes)
+                .arg(&self.values);
+            a.arg(&self.diag).arg(x).arg(y);
+            match dot_partials {
+                Some(p) => a.arg(p),
+                None => a.arg(&NULL),
+            };
+            match done {
+                Some(d) => a.arg(d),
+                None => a.arg(&NULL),
+            };
+        })
+    }
+}
+
+impl DeviceMatrix {
+    /// Uploads `a` in `format` (`slice_height` for the SELL formats).
+    pub fn upload(
+        gpu: &Gpu,
+        a: &Csr,
+        format: Format,
+        slice_height: usize,
+    ) -> Result<Self, GpuError> {
+        let n = a.n_rows();
+        if n >= i32::MAX as usize || a.n_cols() != n {
+            return Err(GpuError::Invalid(format!(
+                "the GPU SpMV needs a square matrix of fewer than 2^31 rows, this one is {} x {}",
+                n,
+                a.n_cols()
+            )));
+        }
+        Ok(match format {
+            Format::Csr => {
+                let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
+                Self::Csr {
+                    n,
+                    row_ptr: gpu.upload(&row_ptr)?,
+                    cols: gpu.upload(a.cols())?,
+                    values: gpu.upload(a.values())?,
+                }
+            }
+            Format::Sell => {
+                let s = Sell::from_csr(a, slice_height).map_err(GpuError::Invalid)?;
+                Self::Sell {
+                    n,
+                    slice_height,
+                    slice_ptr: gpu.upload(s.slice_ptr())?,
+                    cols: gpu.upload(s.cols())?,
+                    values: gpu.upload(s.values())?,
+                }
+            }
+            Format::ModSell => {
+                let m = ModSell::from_csr(a, slice_height).map_err(GpuError::Invalid)?;
+                Self::ModSell(DeviceModSell::upload(gpu, &m)?)
+            }
+        })
+    }
+
+    pub fn format(&self) -> Format {
+        match self {
+            Self::Csr { .. } => Format::Csr,
+            Self::Sell { .. } => Format::Sell,
+            Self::ModSell(_) => Format::ModSell,
+        }
+    }
+
+    /// y = A x (y fully overwritten).
+    pub fn spmv(&self, gpu: &Gpu, x: &CudaSlice<f64>, y: &CudaSlice<f64>) -> Result<(), GpuError> {
+        match self {
+            Self::Csr {
+                n,
+                row_ptr,
+                cols,
+                values,
+            } => {
+                let n32 = *n as i32;
+                gpu.launch("spmv_csr", vector_grid(*n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32).arg(row_ptr).arg(cols).arg(values).arg(x).arg(y);
+                })
+            }
+            Self::Sell {
+                n,
+                slice_height,
+                slice_ptr,
+                cols,
+                values,
+            } => {
+                let n32 = *n as i32;
+                let grid = n.div_ceil(*slice_height) as u32;
+                gpu.launch("spmv_sell", grid, *slice_height as u32, 0, |a| {
+                    a.arg(&n32)
+                        .arg(slice_ptr)
+                        .arg(cols)
+                        .arg(values)
+                        .arg(x)
+                        .arg(y);
+                })
+            }
+            Self::ModSell(m) => m.spmv(gpu, x, y, None, None),
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The CUDA executor (through cudarc's driver API and NVRTC, both loaded at
+//! run time, so the binary builds and runs without a CUDA toolkit).
+//!
+//! `Gpu::new` finds the device, compiles `kernels/*.cu` for its compute
+//! capability (cached on disk, see [`cache`]) and loads every kernel;
+//! `Gpu::launch` is the one place kernels are launched, each launch checked and
+//! errors naming the kernel. [`matrix`] holds device SpMV matrices (CSR, SELL,
+//! mod-SELL), [`pcg`] the device-resident Jacobi-PCG backend, [`bench`] the
+//! `fvpoisson bench` measurements.
+
+pub mod bench;
+pub mod cache;
+pub mod matrix;
+pub mod pcg;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig,
+    ValidAsZeroBits,
+};
+
+/// Kernel sources, compiled together as one module.
+const KERNEL_SOURCES: [(&str, &str); 2] = [
+    ("spmv.cu", include_str!("../../kernels/spmv.cu")),
+    ("pcg.cu", include_str!("../../kernels/pcg.cu")),
+];
+
+/// Every kernel the module must export.
+const KERNELS: [&str; 12] = [
+    "spmv_csr",
+    "spmv_sell",
+    "spmv_modsell",
+    "reduce_partials",
+    "sum_partials",
+    "cg_initial_residual",
+    "cg_precondition",
+    "cg_finish_precondition",
+    "cg_direction",
+    "cg_finish_operator",
+    "cg_update",
+    "cg_finish_update",
+];
+
+/// Threads per block of the vector kernels (a multiple of 32).
+pub const VECTOR_BLOCK: u32 = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
+    #[error("CUDA driver call {call} failed: {error}")]
+    Driver { call: &'static str, error: String },
+    #[error("NVRTC failed to compile the kernels for {arch}: {log}")]
+    Compile { arch: String, log: String },
+    #[error("kernel {kernel} failed: {error}")]
+    Kernel { kernel: &'static str, error: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Wraps a driver result, naming the call.
+fn driver<T>(call: &'static str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
+    r.map_err(|e| GpuError::Driver {
+        call,
+        error: e.to_string(),
+    })
+}
+
+/// `--device`: where to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceChoice {
+    /// The GPU when there is a usable one, else the CPU (with one log line).
+    Auto,
+    /// The GPU; an error when there is none.
+    Gpu,
+    Cpu,
+}
+
+impl DeviceChoice {
+    /// The GPU to use, or `None` for the CPU.
+    pub fn select(self) -> Result<Option<Gpu>, GpuError> {
+        match self {
+            Self::Cpu => Ok(None),
+            Self::Gpu => Gpu::new().map(Some),
+            Self::Auto => match Gpu::new() {
+                Ok(gpu) => Ok(Some(gpu)),
+                Err(e @ GpuError::NoDevice(_)) => {
+                    log::info!("no usable GPU ({e}); running on the CPU");
+                    Ok(None)
+                }
+                Err(e) => {
+                    log::warn!("the GPU failed to start ({e}); running on the CPU");
+                    Ok(None)
+                }
+            },
+        }
+    }
+}
+
+/// One CUDA device with its stream and the compiled kernels.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    kernels: HashMap<&'static str, CudaFunction>,
+    name: String,
+    compute_capability: (i32, i32),
+    module_cached: bool,
+    /// Synchronise after every launch so asynchronous faults name their kernel
+    /// (env `FVPOISSON_GPU_SYNC=1`; slow).
+    sync_each_launch: bool,
+}
+
+impl Gpu {
+    /// The first CUDA device; `GpuError::NoDevice` when the driver library or a
+    /// device is missing.
+    pub fn new() -> Result<Self, GpuError> {
+        // SAFETY: only probes whether the shared library can be loaded.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(GpuError::NoDevice(
+                "the CUDA driver library (libcuda) is not installed".into(),
+            ));
+        }
+        let count = CudaContext::device_count()
+            .map_err(|e| GpuError::NoDevice(format!("the CUDA driver reports {e}")))?;
+        if count < 1 {
+            return Err(GpuError::NoDevice("the CUDA driver sees no device".into()));
+        }
+        // SAFETY: as above, for NVRTC.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(GpuError::NoDevice(
+                "NVRTC (libnvrtc) is not installed, so the kernels cannot be compiled".into(),
+            ));
+        }
+        let ctx = driver("cuCtxCreate", CudaContext::new(0))?;
+        // SAFETY: everything runs on the one stream below, in order, so
+        // cudarc's per-buffer event tracking (an event per argument per launch)
+        // is not needed.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let name = driver("cuDeviceGetName", ctx.name())?;
+        let cc = driver("cuDeviceComputeCapability", ctx.compute_capability())?;
+        let arch = format!("compute_{}{}", cc.0, cc.1);
+        let source: String = KERNEL_SOURCES
+            .iter()
+            .map(|(file, text)| format!("// ---- kernels/{file}\n{text}\n"))
+            .collect();
+        let (module, module_cached) = cache::load_module(&ctx, &source, &arch)?;
+        let mut kernels = HashMap::new();
+        for k in KERNELS {
+            let f = module.load_function(k).map_err(|e| GpuError::Kernel {
+                kernel: k,
+                error: format!("not found in the compiled module: {e}"),
+            })?;
+            kernels.insert(k, f);
+        }
+        Ok(Self {
+            ctx,
+            stream,
+            kernels,
+            name,
+            compute_capability: cc,
+            module_cached,
+            sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1"),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+    /// Whether the kernel module came from the disk cache.
+    pub fn module_cached(&self) -> bool {
+        self.module_cached
+    }
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize), GpuError> {
+        driver("cuMemGetInfo", self.ctx.mem_get_info())
+    }
+
+    /// Launches `kernel` with the arguments `push` adds, checking the launch.
+    pub fn launch<'a>(
+        &'a self,
+        kernel: &'static str,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        push: impl FnOnce(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        let f = self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
+            kernel,
+            error: "no such kernel in the module".into(),
+        })?;
+        if grid == 0 {
+            return Ok(());
+        }
+        let mut args = self.stream.launch_builder(f);
+        push(&mut args);
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: shared_bytes,
+        };
+        // SAFETY: each caller passes the arguments in the order and types of
+        // the kernel's signature (kernels/*.cu), with buffers of the sizes the
+        // kernel indexes.
+        unsafe { args.launch(cfg) }.map_err(|e| GpuError::Kernel {
+            kernel,
+            error: format!("launch: {e}"),
+        })?;
+        if self.sync_each_launch {
+            self.stream.synchronize().map_err(|e| GpuError::Kernel {
+                kernel,
+                error: format!("execution: {e}"),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Waits for all queued work.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        driver("cuStreamSynchronize", self.stream.synchronize())
+    }
+
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        driver("cuMemcpyHtoD", self.stream.clone_htod(host))
+    }
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        n: usize,
+    ) -> Result<CudaSlice<T>, GpuError> {
+        driver("cuMemAlloc", self.stream.alloc_zeros(n.max(1)))
+    }
+    pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
+        driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev))
+    }
+    pub fn write<T: DeviceRepr>(&self, host: &[T], dev: &mut CudaSlice<T>) -> Result<(), GpuError> {
+        driver("cuMemcpyHtoD", self.stream.memcpy_htod(host, dev))
+    }
+    pub fn copy<T: DeviceRepr>(
+        &self,
+        src: &CudaSlice<T>,
+        dst: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        driver("cuMemcpyDtoD", self.stream.memcpy_dtod(src, dst))
+    }
+
+    /// Device time of `work` in milliseconds, between two events on the stream.
+    pub fn time_ms(&self, work: impl FnOnce() -> Result<(), GpuError>) -> Result<f64, GpuError> {
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = driver("cuEventCreate", self.ctx.new_event(timing))?;
+        let end = driver("cuEventCreate", self.ctx.new_event(timing))?;
+        driver("cuEventRecord", start.record(&self.stream))?;
+        work()?;
+        driver("cuEventRecord", end.record(&self.stream))?;
+        driver("cuEventSynchronize", end.synchronize())?;
+        Ok(driver("cuEventElapsedTime", start.elapsed_ms(&end))? as f64)
+    }
+}
+
+/// Grid size of a vector kernel over n elements.
+pub fn vector_grid(n: usize) -> u32 {
+    n.div_ceil(VECTOR_BLOCK as usize) as u32
+}
+
+/// A null device pointer for optional kernel arguments.
+pub const NULL: u64 = 0;
+
+/// Whether tests must fail without a device (env `FVPOISSON_REQUIRE_GPU=1`).
+pub fn gpu_required() -> bool {
+    std::env::var("FVPOISSON_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// The device for a test: `None` (after printing `skipped: no CUDA device`)
+/// when there is none and `FVPOISSON_REQUIRE_GPU` is not 1.
+pub fn test_device() -> Option<Gpu> {
+    match Gpu::new() {
+        Ok(gpu) => Some(gpu),
+        Err(e @ GpuError::NoDevice(_)) if !gpu_required() => {
+            println!("skipped: no CUDA device ({e})");
+            None
+        }
+        Err(e) => panic!("FVPOISSON_REQUIRE_GPU=1 or device error: {e}"),
+    }
+}

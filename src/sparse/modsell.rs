@@ -1,0 +1,365 @@
+//! Sliced ELLPACK (SELL, Monakov et al. 2010) and the modified SELL of seed 000
+//! §3.2 (Wikberg 2024): the diagonal stored apart and in-slice columns coded
+//! so that a GPU block reads their x from shared memory.
+//!
+//! Both store, per slice of `slice_height` consecutive rows, the slice's rows
+//! column-major (the k-th entry of rows s·H .. s·H+H−1 contiguous, so a warp
+//! reads them coalesced), padded to the slice's longest row. The last slice is
+//! allocated in full. `slice_ptr[s]` is the first slot of slice s.
+
+use super::Csr;
+
+/// Both formats need 32-bit column codes and whole warps per slice.
+fn check_shape(a: &Csr, slice_height: usize) -> Result<(), String> {
+    if slice_height == 0 || !slice_height.is_multiple_of(32) || slice_height > 1024 {
+        return Err(format!(
+            "slice height {slice_height} must be a multiple of 32 between 32 and 1024"
+        ));
+    }
+    if a.n_rows().max(a.n_cols()) >= i32::MAX as usize {
+        return Err(format!(
+            "{} x {} matrix is too large for 32-bit column codes",
+            a.n_rows(),
+            a.n_cols()
+        ));
+    }
+    Ok(())
+}
+
+/// Slot pointers for slices whose length is `len(s)` entries per row.
+fn slice_pointers(n_slices: usize, slice_height: usize, len: impl Fn(usize) -> usize) -> Vec<u64> {
+    let mut ptr = Vec::with_capacity(n_slices + 1);
+    ptr.push(0u64);
+    for s in 0..n_slices {
+        ptr.push(ptr[s] + (len(s) * slice_height) as u64);
+    }
+    ptr
+}
+
+/// Plain SELL: every stored entry (diagonal included); padding column −1, value 0.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sell {
+    slice_height: usize,
+    n_rows: usize,
+    n_cols: usize,
+    slice_ptr: Vec<u64>,
+    cols: Vec<i32>,
+    values: Vec<f64>,
+}
+
+impl Sell {
+    pub fn from_csr(a: &Csr, slice_height: usize) -> Result<Self, String> {
+        check_shape(a, slice_height)?;
+        let h = slice_height;
+        let n = a.n_rows();
+        let n_slices = n.div_ceil(h);
+        let row_len = |r: usize| a.row_ptr()[r + 1] - a.row_ptr()[r];
+        let slice_ptr = slice_pointers(n_slices, h, |s| {
+            (s * h..((s + 1) * h).min(n))
+                .map(row_len)
+                .max()
+                .unwrap_or(0)
+        });
+        let slots = *slice_ptr.last().unwrap() as usize;
+        let (mut cols, mut values) = (vec![-1i32; slots], vec![0.0; slots]);
+        for r in 0..n {
+            let base = slice_ptr[r / h] as usize + r % h;
+            let (c, v) = a.row(r);
+            for (k, (&c, &v)) in c.iter().zip(v).enumerate() {
+                cols[base + k * h] = c as i32;
+                values[base + k * h] = v;
+            }
+        }
+        Ok(Self {
+            slice_height,
+            n_rows: n,
+            n_cols: a.n_cols(),
+            slice_ptr,
+            cols,
+            values,
+        })
+    }
+
+    pub fn slice_height(&self) -> usize {
+        self.slice_height
+    }
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+    pub fn slice_ptr(&self) -> &[u64] {
+        &self.slice_ptr
+    }
+    pub fn cols(&self) -> &[i32] {
+        &self.cols
+    }
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// y = A x, walking the slots as the GPU kernel does.
+    pub fn spmv(&self, x: &[f64], y: &mut [f64]) {
+        assert_eq!(x.len(), self.n_cols, "sell spmv: x has the wrong length");
+        assert_eq!(y.len(), self.n_rows, "sell spmv: y has the wrong length");
+        let h = self.slice_height;
+        for (r, y) in y.iter_mut().enumerate() {
+            let (start, end) = (self.slice_ptr[r / h], self.slice_ptr[r / h + 1]);
+            let mut acc = 0.0;
+            for slot in (start as usize + r % h..end as usize).step_by(h) {
+                let c = self.cols[slot];
+                if c >= 0 {
+                    acc += self.values[slot] * x[c as usize];
+                }
+            }
+            *y = acc;
+        }
+    }
+}
+
+/// Modified SELL (seed 000 §3.2): `diag` apart; off-diagonals per slice with
+/// column codes `c + 1` (column outside the slice: x from global memory),
+/// `−(c − s·H) − 1` (inside: x from shared memory at offset c − s·H) and `0`
+/// (padding, value 0). Off-diagonals of a row are in ascending column order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModSell {
+    slice_height: usize,
+    n_rows: usize,
+    diag: Vec<f64>,
+    slice_ptr: Vec<u64>,
+    codes: Vec<i32>,
+    values: Vec<f64>,
+    off_diagonals: usize,
+    in_slice: usize,
+}
+
+impl ModSell {
+    /// `a` must be square (rows already in the wanted order, e.g. RCM). A row
+    /// with no stored diagonal gets a zero diagonal.
+    pub fn from_csr(a: &Csr, slice_height: usize) -> Result<Self, String> {
+        check_shape(a, slice_height)?;
+        if a.n_rows() != a.n_cols() {
+            return Err(format!(
+                "modified SELL needs a square matrix, this one is {} x {}",
+                a.n_rows(),
+                a.n_cols()
+            ));
+        }
+        let h = slice_height;
+        let n = a.n_rows();
+        let n_slices = n.div_ceil(h);
+        let off_len = |r: usize| {
+            let (c, _) = a.row(r);
+            c.len() - usize::from(c.binary_search(&(r as u32)).is_ok())
+        };
+        let slice_ptr = slice_pointers(n_slices, h, |s| {
+            (s * h..((s + 1) * h).min(n))
+                .map(off_len)
+                .max()
+                .unwrap_or(0)
+        });
+        let slots = *slice_ptr.last().unwrap() as usize;
+        let (mut codes, mut values) = (vec![0i32; slots], vec![0.0; slots]);
+        let mut diag = vec![0.0; n];
+        let (mut off_diagonals, mut in_slice) = (0, 0);
+        for r in 0..n {
+            let first = (r / h) * h;
+            let mut slot = slice_ptr[r / h] as usize + r % h;
+            let (c, v) = a.row(r);
+            for (&c, &v) in c.iter().zip(v) {
+                let c = c as usize;
+                if c == r {
+                    diag[r] = v;
+                    continue;
+                }
+                codes[slot] = if (first..first + h).contains(&c) {
+                    in_slice += 1;
+                    -((c - first) as i32) - 1
+                } else {
+                    c as i32 + 1
+                };
+                values[slot] = v;
+                off_diagonals += 1;
+                slot += h;
+            }
+        }
+        Ok(Self {
+            slice_height,
+            n_rows: n,
+            diag,
+            slice_ptr,
+            codes,
+            values,
+            off_diagonals,
+            in_slice,
+        })
+    }
+
+    pub fn slice_height(&self) -> usize {
+        self.slice_height
+    }
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+    pub fn diag(&self) -> &[f64] {
+        &self.diag
+    }
+    pub fn slice_ptr(&self) -> &[u64] {
+        &self.slice_ptr
+    }
+    pub fn codes(&self) -> &[i32] {
+        &self.codes
+    }
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+    /// Stored off-diagonal entries (padding excluded).
+    pub fn off_diagonals(&self) -> usize {
+        self.off_diagonals
+    }
+
+    /// λ of seed 000 Table 3.1: the fraction of off-diagonals whose x comes
+    /// from shared memory (0 for a diagonal matrix).
+    pub fn lambda(&self) -> f64 {
+        if self.off_diagonals == 0 {
+            0.0
+        } else {
+            self.in_slice as f64 / self.off_diagonals as f64
+        }
+    }
+
+    /// y = A x, decoding the column codes as the GPU kernel does (the slice's
+    /// x[s·H ..] standing in for shared memory).
+    pub fn spmv(&self, x: &[f64], y: &mut [f64]) {
+        assert_eq!(
+            x.len(),
+            self.n_rows,
+            "mod-SELL spmv: x has the wrong length"
+        );
+        assert_eq!(
+            y.len(),
+            self.n_rows,
+            "mod-SELL spmv: y has the wrong length"
+        );
+        let h = self.slice_height;
+        for (r, y) in y.iter_mut().enumerate() {
+            let shared = &x[(r / h) * h..];
+            let (start, end) = (self.slice_ptr[r / h], self.slice_ptr[r / h + 1]);
+            let mut acc = self.diag[r] * x[r];
+            for slot in (start as usize + r % h..end as usize).step_by(h) {
+                let code = self.codes[slot];
+                if code > 0 {
+                    acc += self.values[slot] * x[code as usize - 1];
+                } else if code < 0 {
+                    acc += self.values[slot] * shared[(-(code + 1)) as usize];
+                }
+            }
+            *y = acc;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::random_symmetric;
+
+    /// The 9 × 9 example of seed 000 §3.1 (the seed slices it with H = 3; the
+    /// codes below are worked by hand for one slice of H = 32).
+    fn seed_example() -> Csr {
+        let rows: [&[(u32, f64)]; 9] = [
+            &[(0, 2.5), (1, 3.2)],
+            &[(0, 3.2), (1, 0.2), (2, 0.4), (3, 3.9)],
+            &[(1, 0.4), (2, 2.7), (3, 2.1), (4, 1.1)],
+            &[(1, 3.9), (2, 2.1), (3, -4.5), (6, 1.7)],
+            &[(2, 1.1), (4, 1.2), (5, 3.3)],
+            &[(4, 3.3), (5, 2.8), (7, 0.8), (8, 1.4)],
+            &[(3, 1.7), (6, 1.1), (7, -2.6)],
+            &[(5, 0.8), (6, -2.6), (7, 0.2), (8, 3.1)],
+            &[(5, 1.4), (7, 3.1), (8, 2.0)],
+        ];
+        let mut row_ptr = vec![0];
+        let (mut cols, mut vals) = (vec![], vec![]);
+        for r in rows {
+            cols.extend(r.iter().map(|e| e.0));
+            vals.extend(r.iter().map(|e| e.1));
+            row_ptr.push(cols.len());
+        }
+        Csr::new(9, row_ptr, cols, vals).unwrap()
+    }
+
+    #[test]
+    fn codes_follow_the_seed_rule() {
+        let a = seed_example();
+        let m = ModSell::from_csr(&a, 32).unwrap();
+        assert_eq!(m.diag(), &[2.5, 0.2, 2.7, -4.5, 1.2, 2.8, 1.1, 0.2, 2.0]);
+        // One slice, longest row has 3 off-diagonals.
+        assert_eq!(m.slice_ptr(), &[0, 96]);
+        // Row 1: columns 0, 2, 3 → codes −1, −3, −4 (all in the slice).
+        assert_eq!([m.codes()[1], m.codes()[33], m.codes()[65]], [-1, -3, -4]);
+        // Row 0 has one off-diagonal: the rest of its column is padding.
+        assert_eq!([m.codes()[0], m.codes()[32]], [-2, 0]);
+        assert_eq!(m.lambda(), 1.0);
+        assert_eq!(m.off_diagonals(), a.nnz() - 9);
+    }
+
+    #[test]
+    fn out_of_slice_columns_are_shifted_by_one() {
+        // Slices of 32 on a 64-row matrix with a_{0,40} and a_{40,0}.
+        let n = 64;
+        let mut row_ptr = vec![0];
+        let (mut cols, mut vals) = (vec![], vec![]);
+        for r in 0..n as u32 {
+            let mut row = vec![(r, 4.0)];
+            if r == 0 {
+                row.push((40, -1.0));
+            }
+            if r == 40 {
+                row.insert(0, (0, -1.0));
+            }
+            cols.extend(row.iter().map(|e| e.0));
+            vals.extend(row.iter().map(|e| e.1));
+            row_ptr.push(cols.len());
+        }
+        let a = Csr::new(n, row_ptr, cols, vals).unwrap();
+        let m = ModSell::from_csr(&a, 32).unwrap();
+        assert_eq!(m.slice_ptr(), &[0, 32, 64]);
+        assert_eq!(m.codes()[0], 41);
+        assert_eq!(m.codes()[32 + 8], 1);
+        assert_eq!(m.lambda(), 0.0);
+    }
+
+    #[test]
+    fn sell_and_mod_sell_spmv_match_csr_on_random_matrices() {
+        for (n, h, seed) in [(1, 32, 1), (37, 32, 2), (1000, 64, 3), (5000, 256, 4)] {
+            let a = random_symmetric(n, 6, seed);
+            let x: Vec<f64> = (0..n)
+                .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
+                .collect();
+            let mut reference = vec![0.0; n];
+            a.spmv(&x, &mut reference);
+            let mut y = vec![f64::NAN; n];
+            Sell::from_csr(&a, h).unwrap().spmv(&x, &mut y);
+            assert_close(&y, &reference);
+            let mut y = vec![f64::NAN; n];
+            ModSell::from_csr(&a, h).unwrap().spmv(&x, &mut y);
+            assert_close(&y, &reference);
+        }
+    }
+
+    fn assert_close(y: &[f64], reference: &[f64]) {
+        for (i, (a, b)) in y.iter().zip(reference).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-13 * b.abs().max(1.0),
+                "row {i}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        let a = seed_example();
+        assert!(ModSell::from_csr(&a, 48).is_err());
+        assert!(Sell::from_csr(&a, 0).is_err());
+        let rect = Csr::new(3, vec![0, 1], vec![2], vec![1.0]).unwrap();
+        assert!(ModSell::from_csr(&rect, 32).is_err());
+    }
+}

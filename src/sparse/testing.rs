@@ -1,0 +1,66 @@
+//! Random matrices for tests and benchmarks (deterministic from a seed).
+
+use super::Csr;
+
+/// splitmix64: a small, well-mixed generator; enough for test data.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in 0..n.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// A symmetric, strictly diagonally dominant (so SPD) n × n matrix: each row
+/// draws up to `per_row` neighbours, mostly near the diagonal and some
+/// anywhere, so rows have uneven lengths and some columns lie far away.
+pub fn random_symmetric(n: usize, per_row: usize, seed: u64) -> Csr {
+    let mut rng = SplitMix(seed);
+    let mut rows: Vec<Vec<(u32, f64)>> = vec![Vec::new(); n];
+    for i in 0..n {
+        for _ in 0..rng.below(per_row + 1) {
+            let j = if rng.below(4) == 0 {
+                rng.below(n)
+            } else {
+                (i + rng.below(64)).saturating_sub(32).min(n - 1)
+            };
+            if j != i {
+                let v = -0.1 - rng.next_f64();
+                rows[i].push((j as u32, v));
+                rows[j].push((i as u32, v));
+            }
+        }
+    }
+    let mut row_ptr = vec![0];
+    let (mut cols, mut values) = (Vec::new(), Vec::new());
+    for (i, mut row) in rows.into_iter().enumerate() {
+        row.sort_unstable_by_key(|e| e.0);
+        // Merge duplicates (both halves of a pair drawn twice).
+        let mut merged: Vec<(u32, f64)> = Vec::with_capacity(row.len() + 1);
+        for (c, v) in row {
+            match merged.last_mut() {
+                Some(last) if last.0 == c => last.1 += v,
+                _ => merged.push((c, v)),
+            }
+        }
+        let diag = 1.0 + rng.next_f64() + merged.iter().map(|e| e.1.abs()).sum::<f64>();
+        let at = merged.partition_point(|e| (e.0 as usize) < i);
+        merged.insert(at, (i as u32, diag));
+        cols.extend(merged.iter().map(|e| e.0));
+        values.extend(merged.iter().map(|e| e.1));
+        row_ptr.push(cols.len());
+    }
+    Csr::new(n, row_ptr, cols, values).expect("generated rows are sorted and in range")
+}

@@ -1,0 +1,215 @@
+//! GPU kernels against the CPU reference. Each test prints
+//! `skipped: no CUDA device` and passes where there is no GPU, unless
+//! FVPOISSON_REQUIRE_GPU=1.
+
+use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
+use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::{test_device, Gpu};
+use fvpoisson::solve::{
+    pcg, solve_pcg, CgBackend, InitialNorms, PreconditionerKind, SolverControls,
+};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::Csr;
+
+/// max_i |y_i − ref_i| / max_i |ref_i|; NaN (an unwritten element) gives infinity.
+fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
+    let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    y.iter()
+        .zip(reference)
+        .map(|(a, b)| {
+            if a.is_finite() {
+                (a - b).abs() / scale
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+fn check_formats(gpu: &Gpu, name: &str, a: &Csr, seed: u64) {
+    let n = a.n_rows();
+    let mut rng = SplitMix(seed);
+    let x: Vec<f64> = (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
+    let mut reference = vec![0.0; n];
+    a.spmv(&x, &mut reference);
+    let x_dev = gpu.upload(&x).unwrap();
+    for format in Format::ALL {
+        for h in [32, 512] {
+            let m = DeviceMatrix::upload(gpu, a, format, h).unwrap();
+            let y_dev = gpu.upload(&vec![f64::NAN; n]).unwrap();
+            m.spmv(gpu, &x_dev, &y_dev).unwrap();
+            let y = gpu.download(&y_dev).unwrap();
+            let d = max_rel_diff(&y, &reference);
+            println!(
+                "{name}: {} (H = {h}) max relative difference {d:.2e}",
+                format.name()
+            );
+            assert!(d < 1e-13, "{name} {}: {d}", format.name());
+            if format == Format::Csr {
+                break; // no slice height
+            }
+        }
+    }
+}
+
+#[test]
+fn spmv_formats_match_csr_on_random_matrices() {
+    let Some(gpu) = test_device() else { return };
+    for (n, seed) in [(1, 1), (1000, 2), (100_003, 3)] {
+        check_formats(
+            &gpu,
+            &format!("random n = {n}"),
+            &random_symmetric(n, 8, seed),
+            seed,
+        );
+    }
+}
+
+#[test]
+fn spmv_formats_match_csr_on_fvm_matrices() {
+    let Some(gpu) = test_device() else { return };
+    for spec in ["box:20x20x20", "box:12x12x12:tet:perturb=0.2:renumber"] {
+        let (a, _) = poisson_system(spec).unwrap();
+        let rcm = reverse_cuthill_mckee(&a).apply_symmetric(&a);
+        check_formats(&gpu, spec, &a, 5);
+        check_formats(&gpu, &format!("{spec} + RCM"), &rcm, 6);
+    }
+}
+
+fn controls() -> SolverControls {
+    SolverControls {
+        tolerance: 1e-8,
+        rel_tol: 0.0,
+        max_iter: 2000,
+        min_iter: 0,
+    }
+}
+
+#[test]
+fn gpu_pcg_matches_cpu_pcg() {
+    let Some(gpu) = test_device() else { return };
+    for spec in ["box:16x16x16", "box:10x10x10:tet:perturb=0.2:renumber"] {
+        let (a, b) = poisson_system(spec).unwrap();
+        for kind in [PreconditionerKind::Jacobi, PreconditionerKind::None] {
+            let mut x_cpu = vec![0.0; a.n_rows()];
+            let cpu = solve_pcg(&a, kind, &b, &mut x_cpu, &controls(), "p").unwrap();
+            let mut runs = Vec::new();
+            for check_interval in [1, 7, 50] {
+                let options = GpuSolveOptions {
+                    check_interval,
+                    ..Default::default()
+                };
+                let mut x = vec![0.0; a.n_rows()];
+                let perf =
+                    solve_pcg_gpu(&gpu, &a, kind, &b, &mut x, &controls(), "p", &options).unwrap();
+                runs.push((perf, x));
+            }
+            let (gpu_perf, x_gpu) = &runs[0];
+            let d = max_rel_diff(x_gpu, &x_cpu);
+            println!(
+                "{spec} {kind}: CPU {} iterations, GPU {} iterations, final {:.3e} / {:.3e}, \
+                 max relative solution difference {d:.2e}",
+                cpu.iterations, gpu_perf.iterations, cpu.final_residual, gpu_perf.final_residual
+            );
+            assert!(gpu_perf.converged);
+            assert!(gpu_perf.iterations.abs_diff(cpu.iterations) <= 1);
+            assert!((gpu_perf.initial_residual / cpu.initial_residual - 1.0).abs() < 1e-12);
+            assert!(d < 1e-5, "solution differs by {d}");
+            // Deterministic, and independent of the read-back interval.
+            for (perf, x) in &runs[1..] {
+                assert_eq!(perf, gpu_perf);
+                assert_eq!(x, x_gpu);
+            }
+        }
+    }
+}
+
+/// The GPU backend driven one step at a time (the trait's default `iterate`).
+struct StepByStep<'a, 'g>(&'a GpuCgBackend<'g>);
+
+impl CgBackend for StepByStep<'_, '_> {
+    type Vector = GpuVector;
+    fn n(&self) -> usize {
+        self.0.n()
+    }
+    fn new_vector(&self) -> GpuVector {
+        self.0.new_vector()
+    }
+    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
+        self.0.initialize(b, x, r)
+    }
+    fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
+        self.0.precondition(r, z)
+    }
+    fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
+        self.0.update_direction(beta, z, p)
+    }
+    fn apply_operator(&self, p: &GpuVector, q: &mut GpuVector) -> f64 {
+        self.0.apply_operator(p, q)
+    }
+    fn update_solution(
+        &self,
+        alpha: f64,
+        p: &GpuVector,
+        q: &GpuVector,
+        x: &mut GpuVector,
+        r: &mut GpuVector,
+    ) -> f64 {
+        self.0.update_solution(alpha, p, q, x, r)
+    }
+    fn device_status(&self) -> Result<(), fvpoisson::solve::SolveError> {
+        self.0.device_status()
+    }
+}
+
+#[test]
+fn gpu_steps_one_at_a_time_match_the_fused_loop() {
+    let Some(gpu) = test_device() else { return };
+    let (a, b) = poisson_system("box:8x9x10:tet:perturb=0.1").unwrap();
+    let backend = GpuCgBackend::new(&gpu, &a, true, 64, 10).unwrap();
+    let b_dev = backend.upload(&b).unwrap();
+    let mut x_fused = backend.upload(&vec![0.0; a.n_rows()]).unwrap();
+    let fused = pcg(&backend, &b_dev, &mut x_fused, &controls(), "p").unwrap();
+    let mut x_steps = backend.upload(&vec![0.0; a.n_rows()]).unwrap();
+    let steps = pcg(
+        &StepByStep(&backend),
+        &b_dev,
+        &mut x_steps,
+        &controls(),
+        "p",
+    )
+    .unwrap();
+    println!(
+        "fused {} iterations, step by step {} iterations",
+        fused.iterations, steps.iterations
+    );
+    assert!(fused.iterations.abs_diff(steps.iterations) <= 1);
+    let d = max_rel_diff(
+        &backend.download(&x_steps).unwrap(),
+        &backend.download(&x_fused).unwrap(),
+    );
+    assert!(d < 1e-6, "{d}");
+}
+
+#[test]
+fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
+    use fvpoisson::gpu::DeviceChoice;
+    assert!(DeviceChoice::Cpu.select().unwrap().is_none());
+    assert!(DeviceChoice::Auto.select().is_ok());
+}
+
+#[test]
+fn bench_on_the_cpu_is_refused_with_a_clear_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .args(["bench", "--device", "cpu", "box:4x4x4"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bench measures the GPU and there is none to use"),
+        "{stderr}"
+    );
+}
