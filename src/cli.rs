@@ -70,17 +70,9 @@ enum Command {
         /// Case directory.
         case: PathBuf,
         /// Where to solve: auto (the best available), cpu, gpu.
-        #[arg(long, value_enum, default_value_t = Device::Auto)]
-        device: Device,
+        #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Auto)]
+        device: crate::gpu::DeviceChoice,
     },
-}
-
-/// `--device` values.
-#[derive(Clone, Copy, ValueEnum)]
-enum Device {
-    Auto,
-    Cpu,
-    Gpu,
 }
 
 /// `--format` values.
@@ -162,19 +154,18 @@ struct SolveMatrixArgs {
     out: Option<PathBuf>,
 }
 
-/// `run`: reads the case directory and runs it.
-fn run(case_dir: &Path, device: Device) -> anyhow::Result<()> {
-    match device {
-        Device::Gpu => anyhow::bail!(
-            "--device gpu: the GPU backend is not built yet; use --device cpu (or auto)"
-        ),
-        Device::Auto => {
-            log::info!("Device: auto, no GPU backend in this build: running on the CPU")
-        }
-        Device::Cpu => log::info!("Device: CPU"),
-    }
+/// `run`: reads the case directory and runs it on the chosen device.
+fn run(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<()> {
     let setup = case::read_case_dir(case_dir)?;
-    case::run_case(&setup)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => {
+            log::info!("Linear solves on the CPU");
+            case::Device::Cpu
+        }
+    };
+    case::run_case(&setup, device)?;
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 //! files a run writes, and `fvpoisson run` on the command line.
 
 use fvpoisson::case::case_toml::parse_case;
-use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, RunSummary};
+use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, Device, RunSummary};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -190,7 +190,7 @@ fn errors_name_file_line_and_key() {
 fn boundary_patches_must_match_the_mesh() {
     let missing = MMS.replace("[boundary.default]", "[boundary.xmin]");
     let setup = parse(&missing).unwrap();
-    let err = run_case(&setup).unwrap_err().to_string();
+    let err = run_case(&setup, Device::Cpu).unwrap_err().to_string();
     assert!(
         err.contains("case.toml: patch 'xmax' has no boundary condition"),
         "{err}"
@@ -198,7 +198,7 @@ fn boundary_patches_must_match_the_mesh() {
 
     let unknown = format!("{MMS}[boundary.top]\ntype = \"zeroGradient\"\n");
     let setup = parse(&unknown).unwrap();
-    let err = run_case(&setup).unwrap_err().to_string();
+    let err = run_case(&setup, Device::Cpu).unwrap_err().to_string();
     assert!(
         err.contains(
             "case.toml:14:1: boundary condition for patch 'top', but the mesh has no such patch"
@@ -230,7 +230,7 @@ formats = []
 }
 
 fn run(setup: &CaseSetup) -> RunSummary {
-    run_case(setup).unwrap_or_else(|e| panic!("{}: {e}", setup.origin))
+    run_case(setup, Device::Cpu).unwrap_or_else(|e| panic!("{}: {e}", setup.origin))
 }
 
 /// Runs a shipped case with its VTK output in a scratch directory and checks
@@ -470,7 +470,7 @@ fn command_line_runs_a_case_directory() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
     for line in [
-        "no GPU backend in this build: running on the CPU",
+        "Linear solves on the ",
         "Mesh: 512 cells",
         "PCG:  Solving for T, Initial residual = 1, Final residual = ",
         "ExecutionTime = ",
@@ -490,8 +490,18 @@ fn command_line_runs_a_case_directory() {
         .arg(&*dir)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU backend is not built yet"));
+    if fvpoisson::gpu::Gpu::new().is_ok() {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        // An explicit --device gpu without a device is an error, never a silent CPU run.
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no CUDA device"));
+    }
 
     let empty = Scratch::new("cli_empty");
     let out = Command::new(bin)

@@ -5,7 +5,7 @@
 mod common;
 
 use fvpoisson::case::openfoam::{read_case, OpenFoamCase};
-use fvpoisson::case::{run_case, BoundarySpec, CaseSetup, Scalar, TimeControl};
+use fvpoisson::case::{run_case, BoundarySpec, CaseSetup, Device, Scalar, TimeControl};
 use fvpoisson::fvm::{GradScheme, SnGradScheme};
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile};
 use fvpoisson::solve::PreconditionerKind;
@@ -47,7 +47,7 @@ fn read(dir: &Path) -> OpenFoamCase {
 fn max_difference_to_openfoam(setup: &CaseSetup, reference: &str) -> f64 {
     let mut setup = setup.clone();
     setup.output.formats.clear();
-    let summary = run_case(&setup).unwrap_or_else(|e| panic!("{reference}: {e}"));
+    let summary = run_case(&setup, Device::Cpu).unwrap_or_else(|e| panic!("{reference}: {e}"));
     let foam = ScalarFieldFile::read(&repo(reference), summary.n_cells).unwrap();
     let FieldValues::NonUniform(want) = foam.internal else {
         panic!("{reference}: expected a nonuniform field");
@@ -178,7 +178,7 @@ fn steady_case_maps_and_matches_openfoam() {
     // OpenFOAM's residualControl stopped after 10 iterations and wrote time 10.
     let mut quiet = s.clone();
     quiet.output.formats.clear();
-    let summary = run_case(&quiet).unwrap();
+    let summary = run_case(&quiet, Device::Cpu).unwrap();
     assert!(summary.converged);
     assert_eq!(summary.steps, 10);
     let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_steady/10/T");
@@ -191,7 +191,7 @@ fn steady_case_maps_and_matches_openfoam() {
 fn run_writes_openfoam_time_directories() {
     let dir = copy_case("laplacian_foam_skew", "write");
     let setup = read(&dir).setup;
-    let summary = run_case(&setup).unwrap();
+    let summary = run_case(&setup, Device::Cpu).unwrap();
     assert_eq!(summary.foam_fields, [dir.join("0.05/T")]);
     let written = ScalarFieldFile::read(&dir.join("0.05/T"), summary.n_cells).unwrap();
     assert_eq!(
@@ -233,7 +233,7 @@ fn openfoam_reads_the_written_fields() {
     }
     let dir = copy_case("laplacian_foam_source", "openfoam_reads");
     let setup = read(&dir).setup;
-    let summary = run_case(&setup).unwrap();
+    let summary = run_case(&setup, Device::Cpu).unwrap();
     assert!(dir.join("0.4/T.gz").is_file());
     let control = dir.join("system/controlDict");
     let text = fs::read_to_string(&control)

@@ -8,7 +8,7 @@ pub mod openfoam;
 pub mod run;
 pub mod setup;
 
-pub use run::{run_case, ErrorNorms, RunSummary};
+pub use run::{run_case, Device, ErrorNorms, RunSummary};
 pub use setup::{
     BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
     Scalar, SolverSettings, SourceSplit, SpaceTimeFn, TimeControl,

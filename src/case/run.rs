@@ -7,10 +7,13 @@ use super::setup::{CaseSetup, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
+use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
+use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh};
-use crate::solve::{solve_pcg, SolverPerformance};
+use crate::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls, SolverPerformance};
+use crate::sparse::Csr;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -63,8 +66,51 @@ pub struct RunSummary {
     pub foam_fields: Vec<PathBuf>,
 }
 
-/// Loads the mesh, assembles and solves the case, writes its results.
-pub fn run_case(setup: &CaseSetup) -> Result<RunSummary, CaseError> {
+/// Where the linear solves run. Assembly stays on the CPU for now.
+#[derive(Clone, Copy)]
+pub enum Device<'g> {
+    Cpu,
+    Gpu(&'g Gpu),
+}
+
+impl Device<'_> {
+    /// The GPU path has Jacobi and no preconditioner so far; the others run as Jacobi there.
+    fn preconditioner(self, kind: PreconditionerKind) -> PreconditionerKind {
+        match (self, kind) {
+            (Self::Gpu(_), PreconditionerKind::None | PreconditionerKind::Jacobi)
+            | (Self::Cpu, _) => kind,
+            (Self::Gpu(_), _) => PreconditionerKind::Jacobi,
+        }
+    }
+
+    fn solve(
+        self,
+        a: &Csr,
+        kind: PreconditionerKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+    ) -> Result<SolverPerformance, SolveError> {
+        let kind = self.preconditioner(kind);
+        match self {
+            Self::Cpu => solve_pcg(a, kind, b, x, controls, field),
+            Self::Gpu(gpu) => solve_pcg_gpu(
+                gpu,
+                a,
+                kind,
+                b,
+                x,
+                controls,
+                field,
+                &GpuSolveOptions::default(),
+            ),
+        }
+    }
+}
+
+/// Loads the mesh, assembles and solves the case on `device`, writes its results.
+pub fn run_case(setup: &CaseSetup, device: Device) -> Result<RunSummary, CaseError> {
     let clock = Instant::now();
     log::info!("Case {}", setup.origin);
     let mesh = setup.mesh.load()?;
@@ -78,7 +124,23 @@ pub fn run_case(setup: &CaseSetup) -> Result<RunSummary, CaseError> {
         mesh.patches().len(),
         clock.elapsed().as_secs_f64()
     );
-    let run = Run::new(setup, &mesh, &geometry, clock)?;
+    if let Device::Gpu(gpu) = device {
+        log::info!("Linear solves on the GPU: {}", gpu.name());
+        for solver in [&setup.solver.regular]
+            .into_iter()
+            .chain(&setup.solver.final_corrector)
+        {
+            let used = device.preconditioner(solver.preconditioner);
+            if used != solver.preconditioner {
+                log::info!(
+                    "preconditioner {} is not on the GPU yet: using {} there",
+                    solver.preconditioner,
+                    used
+                );
+            }
+        }
+    }
+    let run = Run::new(setup, &mesh, &geometry, device, clock)?;
     match setup.time {
         TimeControl::Steady {
             max_iterations,
@@ -141,6 +203,7 @@ struct Run<'a> {
     field: Vec<f64>,
     vtk: Option<VtkSeries<'a>>,
     foam_fields: Vec<PathBuf>,
+    device: Device<'a>,
     clock: Instant,
 }
 
@@ -149,6 +212,7 @@ impl<'a> Run<'a> {
         setup: &'a CaseSetup,
         mesh: &'a Mesh,
         geometry: &'a Geometry,
+        device: Device<'a>,
         clock: Instant,
     ) -> Result<Self, CaseError> {
         let time = match setup.time {
@@ -190,6 +254,7 @@ impl<'a> Run<'a> {
             field,
             vtk,
             foam_fields: Vec::new(),
+            device,
             clock,
         };
         run.apply_implicit_source(0.0)?;
@@ -267,7 +332,7 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
-                match solve_pcg(
+                match self.device.solve(
                     matrix,
                     solver.preconditioner,
                     b,
