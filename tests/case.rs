@@ -187,6 +187,29 @@ fn errors_name_file_line_and_key() {
 }
 
 #[test]
+fn case_directories_that_are_not_are_named() {
+    let err = |dir: &Path| read_case_dir(dir).unwrap_err().to_string();
+    let scratch = Scratch::new("not_a_case");
+    let missing = scratch.join("missing");
+    assert_eq!(
+        err(&missing),
+        format!("{}: no such directory", missing.display())
+    );
+    let file = scratch.join("file");
+    fs::write(&file, "").unwrap();
+    assert!(err(&file).ends_with("file: not a directory; give the case directory"));
+    assert!(err(&scratch).contains("not a case directory: it has neither case.toml"));
+    // A directory where a case file should be is named as one, not as missing.
+    fs::create_dir(scratch.join("case.toml")).unwrap();
+    let e = err(&scratch);
+    assert!(e.contains("case.toml: Is a directory"), "{e}");
+    fs::remove_dir(scratch.join("case.toml")).unwrap();
+    fs::create_dir_all(scratch.join("system/controlDict")).unwrap();
+    let e = err(&scratch);
+    assert!(e.contains("controlDict: Is a directory"), "{e}");
+}
+
+#[test]
 fn boundary_patches_must_match_the_mesh() {
     let missing = MMS.replace("[boundary.default]", "[boundary.xmin]");
     let setup = parse(&missing).unwrap();

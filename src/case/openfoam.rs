@@ -43,6 +43,9 @@ const FIELD: &str = "T";
 #[derive(Debug)]
 pub struct OpenFoamCase {
     pub setup: CaseSetup,
+    /// The mesh of `setup.mesh`, read to read the fields: pass it on to
+    /// [`run_case_with_mesh`](crate::case::run_case_with_mesh) instead of reading it again.
+    pub mesh: Mesh,
     /// One line per entry nobody read (`file:line: scope/key: ...`) or setting
     /// mapped to another; each was also logged.
     pub warnings: Vec<String>,
@@ -55,9 +58,10 @@ pub fn read_case(case_dir: &Path) -> Result<OpenFoamCase, CaseError> {
         dir: case_dir.to_path_buf(),
         warnings: Vec::new(),
     };
-    let setup = reader.read()?;
+    let (setup, mesh) = reader.read()?;
     Ok(OpenFoamCase {
         setup,
+        mesh,
         warnings: reader.warnings,
     })
 }
@@ -100,7 +104,8 @@ impl Reader {
         }
     }
 
-    fn read(&mut self) -> Result<CaseSetup, CaseError> {
+    /// The case and its mesh.
+    fn read(&mut self) -> Result<(CaseSetup, Mesh), CaseError> {
         let control = self.dict("system/controlDict")?;
         let schemes_dict = self.dict("system/fvSchemes")?;
         let solution = self.dict("system/fvSolution")?;
@@ -152,7 +157,7 @@ impl Reader {
         for dict in [&control, &schemes_dict, &solution, &transport, &field.dict] {
             self.warn_unread(dict);
         }
-        Ok(CaseSetup {
+        let setup = CaseSetup {
             origin: self.dir.join("system/controlDict").display().to_string(),
             case_dir: self.dir.clone(),
             mesh: mesh_source,
@@ -180,7 +185,8 @@ impl Reader {
                 ..OutputSettings::default()
             },
             exact: None,
-        })
+        };
+        Ok((setup, mesh))
     }
 
     /// `startFrom`/`startTime`, `stopAt`, `endTime`, `deltaT`, `writeControl`, `writeInterval`.
