@@ -92,6 +92,17 @@ fn errors_name_file_line_and_key() {
     assert!(err.contains("case.toml:4:1:"), "{err}");
     assert!(err.contains("unknown field `foo`"), "{err}");
 
+    for gamma in ["0", "-1"] {
+        let text = format!("[mesh]\nsource = \"box:2x2x2\"\n[physics]\ngamma = {gamma}\n");
+        let err = parse_err(&text, "negative_gamma");
+        assert!(
+            err.contains(&format!(
+                "case.toml:4:9: physics.gamma is {gamma}; the diffusivity must be positive"
+            )),
+            "{err}"
+        );
+    }
+
     let err = parse_err(
         "[mesh]\nsource = \"box:2x2x2\"\n[physics]\ngamma = true\n",
         "type",
