@@ -71,6 +71,15 @@ fn at(entry: &FoamEntry, msg: impl Into<String>) -> CaseError {
     CaseError::Mesh(entry.error(msg))
 }
 
+/// `file:line: msg` at the entry `key` of `dict`, read before; at the
+/// dictionary when the key is absent (its default was used).
+fn at_key(dict: &FoamDict, key: &str, msg: impl Into<String>) -> CaseError {
+    match dict.entry(key) {
+        Some(entry) => at(entry, msg),
+        None => CaseError::Mesh(dict.error(msg)),
+    }
+}
+
 /// The time settings of `controlDict`.
 struct Timing {
     start: f64,
@@ -210,8 +219,9 @@ impl Reader {
                 })?
             }
             other => {
-                return Err(at(
-                    control.entry("startFrom").expect("read above"),
+                return Err(at_key(
+                    control,
+                    "startFrom",
                     format!("startFrom {other}: expected startTime, latestTime or firstTime"),
                 ))
             }
@@ -225,8 +235,9 @@ impl Reader {
         }
         let stop_at = control.get_or("stopAt", "endTime".to_string())?;
         if stop_at != "endTime" {
-            return Err(at(
-                control.entry("stopAt").expect("read above"),
+            return Err(at_key(
+                control,
+                "stopAt",
                 format!("stopAt {stop_at}: only endTime is supported"),
             ));
         }
@@ -234,8 +245,9 @@ impl Reader {
         let delta_t = control.get_scalar("deltaT")?;
         for (key, v) in [("endTime", end), ("deltaT", delta_t)] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(at(
-                    control.entry(key).expect("read above"),
+                return Err(at_key(
+                    control,
+                    key,
                     format!("{key} is {v}; it must be a positive number"),
                 ));
             }
@@ -248,8 +260,9 @@ impl Reader {
             // Without adjustTimeStep, adjustableRunTime writes at the same times as runTime.
             "runTime" | "adjustableRunTime" => interval / delta_t,
             other => {
-                return Err(at(
-                    control.entry("writeControl").expect("read above"),
+                return Err(at_key(
+                    control,
+                    "writeControl",
                     format!(
                         "writeControl {other}: expected timeStep, runTime or adjustableRunTime"
                     ),
@@ -299,8 +312,9 @@ impl Reader {
             "ascii" => FoamFormat::Ascii,
             "binary" => FoamFormat::Binary,
             other => {
-                return Err(at(
-                    control.entry("writeFormat").expect("read above"),
+                return Err(at_key(
+                    control,
+                    "writeFormat",
                     format!("writeFormat {other}: expected ascii or binary"),
                 ))
             }
@@ -332,10 +346,7 @@ impl Reader {
         let digits = |key: &str| -> Result<usize, CaseError> {
             let n = control.get_or(key, 6usize)?;
             if n == 0 {
-                return Err(at(
-                    control.entry(key).expect("read above"),
-                    format!("{key} must be at least 1"),
-                ));
+                return Err(at_key(control, key, format!("{key} must be at least 1")));
             }
             Ok(n)
         };
@@ -429,9 +440,13 @@ impl Reader {
                 let smoother = dict.get_word("smoother")?;
                 dict.ignore("nSweeps");
                 let kind = smoother_preconditioner(&smoother).ok_or_else(|| {
-                    at(
-                        dict.entry("smoother").expect("read above"),
-                        format!("smoother '{smoother}' is not supported (DIC, DICGaussSeidel, GaussSeidel, symGaussSeidel)"),
+                    at_key(
+                        dict,
+                        "smoother",
+                        format!(
+                            "smoother '{smoother}' is not supported (DIC, DICGaussSeidel, \
+                             GaussSeidel, symGaussSeidel)"
+                        ),
                     )
                 })?;
                 self.warn(format!(
@@ -491,8 +506,9 @@ impl Reader {
             options.entry(entry.key());
             let kind = option.get_word("type")?;
             if kind != "scalarSemiImplicitSource" {
-                return Err(at(
-                    option.entry("type").expect("read above"),
+                return Err(at_key(
+                    option,
+                    "type",
                     format!(
                         "fvOption '{}' of type {kind} is not supported (only \
                          scalarSemiImplicitSource)",
@@ -559,8 +575,9 @@ impl Reader {
                     selected
                 }
                 other => {
-                    return Err(at(
-                        coeffs.entry("volumeMode").expect("read above"),
+                    return Err(at_key(
+                        coeffs,
+                        "volumeMode",
                         format!("volumeMode {other}: expected absolute or specific"),
                     ))
                 }
@@ -624,8 +641,9 @@ fn select_cells(
                 .map(Some)
                 .map_err(|e| at(zone_entry, format!("cellZone {zone}: {e}")))
         }
-        other => Err(at(
-            coeffs.entry("selectionMode").expect("read above"),
+        other => Err(at_key(
+            coeffs,
+            "selectionMode",
             format!("selectionMode {other} is not supported (all or cellZone)"),
         )),
     }
