@@ -156,7 +156,7 @@ struct SolveMatrixArgs {
 
 /// `run`: reads the case directory and runs it on the chosen device.
 fn run(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<()> {
-    let setup = case::read_case_dir(case_dir)?;
+    let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
     let gpu = device.select()?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
@@ -165,7 +165,7 @@ fn run(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<()> 
             case::Device::Cpu
         }
     };
-    case::run_case(&setup, device)?;
+    case::run_case_with_mesh(&setup, mesh, device)?;
     Ok(())
 }
 

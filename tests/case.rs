@@ -92,6 +92,17 @@ fn errors_name_file_line_and_key() {
     assert!(err.contains("case.toml:4:1:"), "{err}");
     assert!(err.contains("unknown field `foo`"), "{err}");
 
+    for gamma in ["0", "-1"] {
+        let text = format!("[mesh]\nsource = \"box:2x2x2\"\n[physics]\ngamma = {gamma}\n");
+        let err = parse_err(&text, "negative_gamma");
+        assert!(
+            err.contains(&format!(
+                "case.toml:4:9: physics.gamma is {gamma}; the diffusivity must be positive"
+            )),
+            "{err}"
+        );
+    }
+
     let err = parse_err(
         "[mesh]\nsource = \"box:2x2x2\"\n[physics]\ngamma = true\n",
         "type",
@@ -184,6 +195,29 @@ fn errors_name_file_line_and_key() {
 
     let err = parse_err("[mesh\n", "syntax");
     assert!(err.contains("case.toml:1:"), "{err}");
+}
+
+#[test]
+fn case_directories_that_are_not_are_named() {
+    let err = |dir: &Path| read_case_dir(dir).unwrap_err().to_string();
+    let scratch = Scratch::new("not_a_case");
+    let missing = scratch.join("missing");
+    assert_eq!(
+        err(&missing),
+        format!("{}: no such directory", missing.display())
+    );
+    let file = scratch.join("file");
+    fs::write(&file, "").unwrap();
+    assert!(err(&file).ends_with("file: not a directory; give the case directory"));
+    assert!(err(&scratch).contains("not a case directory: it has neither case.toml"));
+    // A directory where a case file should be is named as one, not as missing.
+    fs::create_dir(scratch.join("case.toml")).unwrap();
+    let e = err(&scratch);
+    assert!(e.contains("case.toml: Is a directory"), "{e}");
+    fs::remove_dir(scratch.join("case.toml")).unwrap();
+    fs::create_dir_all(scratch.join("system/controlDict")).unwrap();
+    let e = err(&scratch);
+    assert!(e.contains("controlDict: Is a directory"), "{e}");
 }
 
 #[test]

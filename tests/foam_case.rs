@@ -5,7 +5,9 @@
 mod common;
 
 use fvpoisson::case::openfoam::{read_case, OpenFoamCase};
-use fvpoisson::case::{run_case, BoundarySpec, CaseSetup, Device, Scalar, TimeControl};
+use fvpoisson::case::{
+    run_case, run_case_with_mesh, BoundarySpec, CaseSetup, Device, Scalar, TimeControl,
+};
 use fvpoisson::fvm::{GradScheme, SnGradScheme};
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile};
 use fvpoisson::solve::PreconditionerKind;
@@ -190,8 +192,17 @@ fn steady_case_maps_and_matches_openfoam() {
 #[test]
 fn run_writes_openfoam_time_directories() {
     let dir = copy_case("laplacian_foam_skew", "write");
-    let setup = read(&dir).setup;
-    let summary = run_case(&setup, Device::Cpu).unwrap();
+    let OpenFoamCase {
+        setup,
+        mesh: read_mesh,
+        ..
+    } = read(&dir);
+    // The mesh read with the case is the one the runner would load.
+    let loaded = setup.mesh.load().unwrap();
+    assert!(read_mesh == loaded);
+    let summary = run_case_with_mesh(&setup, Some(read_mesh), Device::Cpu).unwrap();
+    let loading = run_case(&setup, Device::Cpu).unwrap();
+    assert_eq!(summary.field, loading.field);
     assert_eq!(summary.foam_fields, [dir.join("0.05/T")]);
     let written = ScalarFieldFile::read(&dir.join("0.05/T"), summary.n_cells).unwrap();
     assert_eq!(
@@ -199,7 +210,7 @@ fn run_writes_openfoam_time_directories() {
         FieldValues::NonUniform(summary.field.clone())
     );
     assert_eq!(written.dimensions.0, [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
-    let mesh = setup.mesh.load().unwrap();
+    let mesh = loaded;
     let hot = written.patch(&mesh.patches()[0]).unwrap();
     assert_eq!(hot.get_word("type").unwrap(), "fixedValue");
     assert_eq!(

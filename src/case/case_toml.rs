@@ -252,6 +252,15 @@ pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup,
         .map(|v| src.scalar(v, "physics.exact", None))
         .transpose()?;
     let gamma = scalar(&physics.gamma, "physics.gamma", 1.0)?;
+    // A constant is refused here, at its line; expressions are checked per cell.
+    if let (Some(given), Scalar::Uniform(g)) = (&physics.gamma, &gamma) {
+        if *g <= 0.0 {
+            return Err(src.error(
+                given.span(),
+                format!("physics.gamma is {g}; the diffusivity must be positive"),
+            ));
+        }
+    }
     let source = scalar(&physics.source, "physics.source", 0.0)?;
     let implicit_source = physics
         .implicit_source

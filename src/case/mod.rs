@@ -8,7 +8,7 @@ pub mod openfoam;
 pub mod run;
 pub mod setup;
 
-pub use run::{run_case, Device, ErrorNorms, RunSummary};
+pub use run::{run_case, run_case_with_mesh, Device, ErrorNorms, RunSummary};
 pub use setup::{
     BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
     Scalar, SolverSettings, SourceSplit, SpaceTimeFn, TimeControl,
@@ -16,9 +16,9 @@ pub use setup::{
 
 use crate::fvm::FvmError;
 use crate::io::OutputError;
-use crate::mesh::MeshError;
+use crate::mesh::{Mesh, MeshError};
 use crate::solve::SolveError;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can stop a case: bad case files (named with line and
 /// column), a bad mesh, a discretisation or solver failure, an output failure.
@@ -56,12 +56,31 @@ impl CaseError {
 
 /// Reads the case in `case_dir`: its `case.toml`, or an OpenFOAM case
 /// (`system/controlDict`).
-pub fn read_case_dir(case_dir: &std::path::Path) -> Result<CaseSetup, CaseError> {
-    if case_dir.join(case_toml::CASE_FILE).is_file() {
-        return case_toml::read_case(case_dir);
+pub fn read_case_dir(case_dir: &Path) -> Result<CaseSetup, CaseError> {
+    read_case_dir_with_mesh(case_dir).map(|(setup, _)| setup)
+}
+
+/// [`read_case_dir`], plus the mesh where reading the case loaded it (OpenFOAM
+/// cases, whose fields are checked against the mesh), for [`run_case_with_mesh`].
+pub fn read_case_dir_with_mesh(case_dir: &Path) -> Result<(CaseSetup, Option<Mesh>), CaseError> {
+    if !case_dir.is_dir() {
+        let what = if case_dir.exists() {
+            "not a directory; give the case directory"
+        } else {
+            "no such directory"
+        };
+        return Err(CaseError::invalid(format!(
+            "{}: {what}",
+            case_dir.display()
+        )));
     }
-    if case_dir.join("system").join("controlDict").is_file() {
-        return Ok(openfoam::read_case(case_dir)?.setup);
+    // `exists`, not `is_file`: a case.toml that cannot be read is named as such.
+    if case_dir.join(case_toml::CASE_FILE).exists() {
+        return Ok((case_toml::read_case(case_dir)?, None));
+    }
+    if case_dir.join("system").join("controlDict").exists() {
+        let case = openfoam::read_case(case_dir)?;
+        return Ok((case.setup, Some(case.mesh)));
     }
     Err(CaseError::invalid(format!(
         "{}: not a case directory: it has neither {} nor system/controlDict",

@@ -43,6 +43,9 @@ const FIELD: &str = "T";
 #[derive(Debug)]
 pub struct OpenFoamCase {
     pub setup: CaseSetup,
+    /// The mesh of `setup.mesh`, read to read the fields: pass it on to
+    /// [`run_case_with_mesh`](crate::case::run_case_with_mesh) instead of reading it again.
+    pub mesh: Mesh,
     /// One line per entry nobody read (`file:line: scope/key: ...`) or setting
     /// mapped to another; each was also logged.
     pub warnings: Vec<String>,
@@ -55,9 +58,10 @@ pub fn read_case(case_dir: &Path) -> Result<OpenFoamCase, CaseError> {
         dir: case_dir.to_path_buf(),
         warnings: Vec::new(),
     };
-    let setup = reader.read()?;
+    let (setup, mesh) = reader.read()?;
     Ok(OpenFoamCase {
         setup,
+        mesh,
         warnings: reader.warnings,
     })
 }
@@ -65,6 +69,15 @@ pub fn read_case(case_dir: &Path) -> Result<OpenFoamCase, CaseError> {
 /// `file:line: msg` at an entry.
 fn at(entry: &FoamEntry, msg: impl Into<String>) -> CaseError {
     CaseError::Mesh(entry.error(msg))
+}
+
+/// `file:line: msg` at the entry `key` of `dict`, read before; at the
+/// dictionary when the key is absent (its default was used).
+fn at_key(dict: &FoamDict, key: &str, msg: impl Into<String>) -> CaseError {
+    match dict.entry(key) {
+        Some(entry) => at(entry, msg),
+        None => CaseError::Mesh(dict.error(msg)),
+    }
 }
 
 /// The time settings of `controlDict`.
@@ -100,7 +113,8 @@ impl Reader {
         }
     }
 
-    fn read(&mut self) -> Result<CaseSetup, CaseError> {
+    /// The case and its mesh.
+    fn read(&mut self) -> Result<(CaseSetup, Mesh), CaseError> {
         let control = self.dict("system/controlDict")?;
         let schemes_dict = self.dict("system/fvSchemes")?;
         let solution = self.dict("system/fvSolution")?;
@@ -152,7 +166,7 @@ impl Reader {
         for dict in [&control, &schemes_dict, &solution, &transport, &field.dict] {
             self.warn_unread(dict);
         }
-        Ok(CaseSetup {
+        let setup = CaseSetup {
             origin: self.dir.join("system/controlDict").display().to_string(),
             case_dir: self.dir.clone(),
             mesh: mesh_source,
@@ -180,7 +194,8 @@ impl Reader {
                 ..OutputSettings::default()
             },
             exact: None,
-        })
+        };
+        Ok((setup, mesh))
     }
 
     /// `startFrom`/`startTime`, `stopAt`, `endTime`, `deltaT`, `writeControl`, `writeInterval`.
@@ -204,8 +219,9 @@ impl Reader {
                 })?
             }
             other => {
-                return Err(at(
-                    control.entry("startFrom").expect("read above"),
+                return Err(at_key(
+                    control,
+                    "startFrom",
                     format!("startFrom {other}: expected startTime, latestTime or firstTime"),
                 ))
             }
@@ -219,8 +235,9 @@ impl Reader {
         }
         let stop_at = control.get_or("stopAt", "endTime".to_string())?;
         if stop_at != "endTime" {
-            return Err(at(
-                control.entry("stopAt").expect("read above"),
+            return Err(at_key(
+                control,
+                "stopAt",
                 format!("stopAt {stop_at}: only endTime is supported"),
             ));
         }
@@ -228,8 +245,9 @@ impl Reader {
         let delta_t = control.get_scalar("deltaT")?;
         for (key, v) in [("endTime", end), ("deltaT", delta_t)] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(at(
-                    control.entry(key).expect("read above"),
+                return Err(at_key(
+                    control,
+                    key,
                     format!("{key} is {v}; it must be a positive number"),
                 ));
             }
@@ -242,8 +260,9 @@ impl Reader {
             // Without adjustTimeStep, adjustableRunTime writes at the same times as runTime.
             "runTime" | "adjustableRunTime" => interval / delta_t,
             other => {
-                return Err(at(
-                    control.entry("writeControl").expect("read above"),
+                return Err(at_key(
+                    control,
+                    "writeControl",
                     format!(
                         "writeControl {other}: expected timeStep, runTime or adjustableRunTime"
                     ),
@@ -293,8 +312,9 @@ impl Reader {
             "ascii" => FoamFormat::Ascii,
             "binary" => FoamFormat::Binary,
             other => {
-                return Err(at(
-                    control.entry("writeFormat").expect("read above"),
+                return Err(at_key(
+                    control,
+                    "writeFormat",
                     format!("writeFormat {other}: expected ascii or binary"),
                 ))
             }
@@ -326,10 +346,7 @@ impl Reader {
         let digits = |key: &str| -> Result<usize, CaseError> {
             let n = control.get_or(key, 6usize)?;
             if n == 0 {
-                return Err(at(
-                    control.entry(key).expect("read above"),
-                    format!("{key} must be at least 1"),
-                ));
+                return Err(at_key(control, key, format!("{key} must be at least 1")));
             }
             Ok(n)
         };
@@ -423,9 +440,13 @@ impl Reader {
                 let smoother = dict.get_word("smoother")?;
                 dict.ignore("nSweeps");
                 let kind = smoother_preconditioner(&smoother).ok_or_else(|| {
-                    at(
-                        dict.entry("smoother").expect("read above"),
-                        format!("smoother '{smoother}' is not supported (DIC, DICGaussSeidel, GaussSeidel, symGaussSeidel)"),
+                    at_key(
+                        dict,
+                        "smoother",
+                        format!(
+                            "smoother '{smoother}' is not supported (DIC, DICGaussSeidel, \
+                             GaussSeidel, symGaussSeidel)"
+                        ),
                     )
                 })?;
                 self.warn(format!(
@@ -485,8 +506,9 @@ impl Reader {
             options.entry(entry.key());
             let kind = option.get_word("type")?;
             if kind != "scalarSemiImplicitSource" {
-                return Err(at(
-                    option.entry("type").expect("read above"),
+                return Err(at_key(
+                    option,
+                    "type",
                     format!(
                         "fvOption '{}' of type {kind} is not supported (only \
                          scalarSemiImplicitSource)",
@@ -553,8 +575,9 @@ impl Reader {
                     selected
                 }
                 other => {
-                    return Err(at(
-                        coeffs.entry("volumeMode").expect("read above"),
+                    return Err(at_key(
+                        coeffs,
+                        "volumeMode",
                         format!("volumeMode {other}: expected absolute or specific"),
                     ))
                 }
@@ -618,8 +641,9 @@ fn select_cells(
                 .map(Some)
                 .map_err(|e| at(zone_entry, format!("cellZone {zone}: {e}")))
         }
-        other => Err(at(
-            coeffs.entry("selectionMode").expect("read above"),
+        other => Err(at_key(
+            coeffs,
+            "selectionMode",
             format!("selectionMode {other} is not supported (all or cellZone)"),
         )),
     }

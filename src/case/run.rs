@@ -111,12 +111,25 @@ impl Device<'_> {
 
 /// Loads the mesh, assembles and solves the case on `device`, writes its results.
 pub fn run_case(setup: &CaseSetup, device: Device) -> Result<RunSummary, CaseError> {
+    run_case_with_mesh(setup, None, device)
+}
+
+/// [`run_case`] on `mesh`, the mesh of `setup.mesh` already loaded (`None`:
+/// load it here), so that a front end that read it does not read it twice.
+pub fn run_case_with_mesh(
+    setup: &CaseSetup,
+    mesh: Option<Mesh>,
+    device: Device,
+) -> Result<RunSummary, CaseError> {
     let clock = Instant::now();
     log::info!("Case {}", setup.origin);
-    let mesh = setup.mesh.load()?;
+    let (mesh, timed) = match mesh {
+        Some(mesh) => (mesh, "read with the case, geometry in"),
+        None => (setup.mesh.load()?, "loaded in"),
+    };
     let geometry = mesh.geometry()?;
     log::info!(
-        "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; loaded in {:.3} s",
+        "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; {timed} {:.3} s",
         mesh.n_cells(),
         mesh.n_faces(),
         mesh.n_internal_faces(),

@@ -106,32 +106,9 @@ impl Scalar {
 /// A boundary condition whose values may be functions of position and time,
 /// resolved to an [`fvm::BoundaryCondition`](BoundaryCondition) at the patch's
 /// face centres.
-#[derive(Clone, Debug)]
-pub enum BoundarySpec {
-    FixedValue(Scalar),
-    ZeroGradient,
-    /// Outward face-normal gradient.
-    FixedGradient(Scalar),
-    Mixed {
-        ref_value: Scalar,
-        ref_gradient: Scalar,
-        value_fraction: Scalar,
-    },
-    Empty,
-}
+pub type BoundarySpec = BoundaryCondition<Scalar>;
 
 impl BoundarySpec {
-    /// OpenFOAM's name of the condition.
-    pub fn foam_name(&self) -> &'static str {
-        match self {
-            Self::FixedValue(_) => "fixedValue",
-            Self::ZeroGradient => "zeroGradient",
-            Self::FixedGradient(_) => "fixedGradient",
-            Self::Mixed { .. } => "mixed",
-            Self::Empty => "empty",
-        }
-    }
-
     /// Whether any value of the condition is a function (re-evaluated each time step).
     pub fn is_time_dependent(&self) -> bool {
         match self {

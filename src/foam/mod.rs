@@ -210,12 +210,13 @@ fn header_from_dict(lx: &Lexer, dict: &Dict) -> Result<Header, MeshError> {
 /// the path actually read.
 pub fn read_maybe_gz(path: &Path) -> Result<(PathBuf, Vec<u8>), MeshError> {
     let gz = gz_path(path);
-    let (actual, compressed) = if path.is_file() {
+    // `exists`, not `is_file`: a directory in the way is named as one, not as missing.
+    let (actual, compressed) = if path.exists() {
         (
             path.to_path_buf(),
             path.extension().is_some_and(|e| e == "gz"),
         )
-    } else if gz.is_file() {
+    } else if gz.exists() {
         (gz, true)
     } else {
         return Err(MeshError::io(

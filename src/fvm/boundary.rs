@@ -49,25 +49,27 @@ impl PatchValues {
     }
 }
 
-/// Boundary condition of one patch (OpenFOAM semantics, see the module table).
+/// Boundary condition of one patch (OpenFOAM semantics, see the module table),
+/// with its values as `V`: [`PatchValues`] here; the case set-up's
+/// [`BoundarySpec`](crate::case::BoundarySpec) holds functions of position and time.
 #[derive(Clone, Debug, PartialEq)]
-pub enum BoundaryCondition {
-    FixedValue(PatchValues),
+pub enum BoundaryCondition<V = PatchValues> {
+    FixedValue(V),
     ZeroGradient,
     /// Outward face-normal gradient ∂p/∂n.
-    FixedGradient(PatchValues),
+    FixedGradient(V),
     /// `mixed`: value_fraction·ref_value Dirichlet blended with
     /// (1 − value_fraction)·ref_gradient Neumann.
     Mixed {
-        ref_value: PatchValues,
-        ref_gradient: PatchValues,
-        value_fraction: PatchValues,
+        ref_value: V,
+        ref_gradient: V,
+        value_fraction: V,
     },
     /// For patches of kind `empty` only (front and back of 2-D meshes).
     Empty,
 }
 
-impl BoundaryCondition {
+impl<V> BoundaryCondition<V> {
     /// OpenFOAM's name of the condition.
     pub fn foam_name(&self) -> &'static str {
         match self {
@@ -78,7 +80,9 @@ impl BoundaryCondition {
             Self::Empty => "empty",
         }
     }
+}
 
+impl BoundaryCondition {
     /// Checks one condition per patch, in patch order: value counts, finite
     /// values, value fractions in [0, 1], `empty` exactly on empty patches.
     pub fn check(conditions: &[Self], mesh: &Mesh) -> Result<(), FvmError> {
