@@ -356,3 +356,10 @@ fn failures_are_reported_clearly() {
         "{err}"
     );
 }
+
+#[test]
+fn an_empty_system_is_refused() {
+    let a = Csr::new(0, vec![0], vec![], vec![]).unwrap();
+    let err = solve_pcg(&a, PreconditionerKind::Jacobi, &[], &mut [], &tight(), "p").unwrap_err();
+    assert!(err.to_string().contains("empty"), "{err}");
+}

@@ -190,6 +190,9 @@ pub fn check_system(
             cols: a.n_cols(),
         });
     }
+    if n == 0 {
+        return Err(SolveError::Empty);
+    }
     for (what, v) in [("right-hand side b", b.len()), ("initial guess x", x.len())] {
         if v != n {
             return Err(SolveError::SizeMismatch {

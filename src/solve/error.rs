@@ -15,6 +15,8 @@ pub enum SolveError {
     },
     #[error("the matrix must be square, it is {rows} x {cols}")]
     NotSquare { rows: usize, cols: usize },
+    #[error("the system is empty (0 x 0): there is nothing to solve")]
+    Empty,
     #[error("{what} has {found} entries but the matrix has {expected} rows")]
     SizeMismatch {
         what: &'static str,
