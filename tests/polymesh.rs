@@ -460,26 +460,30 @@ fn old_neighbour_format_with_boundary_minus_ones() {
 }
 
 /// Internal faces out of upper-triangular order (OpenFOAM accepts them) are
-/// renumbered; cells, boundary faces and geometry are unchanged.
+/// renumbered; cells, boundary faces and geometry are unchanged. Faces 0 and 1
+/// of the cavity share their owner (cell 0); faces 1 and 2 do not, so the
+/// owner list must be reordered with the faces.
 #[test]
 fn internal_faces_out_of_order_are_renumbered() {
     let src = case("cavity/constant/polyMesh");
-    let dir = mesh_with(
-        "cavity",
-        "owner",
-        &std::fs::read(src.join("owner")).unwrap(),
-        "order",
-    );
-    // Swap internal faces 0 and 1 in faces, owner and neighbour (list items
-    // start on line 21 of faces, 22 of owner and neighbour).
-    for (file, first) in [("faces", 20), ("owner", 21), ("neighbour", 21)] {
-        let text = std::fs::read_to_string(src.join(file)).unwrap();
-        let mut lines: Vec<&str> = text.lines().collect();
-        lines.swap(first, first + 1);
-        std::fs::write(dir.join(file), lines.join("\n")).unwrap();
-    }
     let cavity = read_polymesh(&case("cavity")).unwrap();
-    let swapped = read_polymesh(&dir).unwrap();
-    assert_eq!(swapped, cavity);
-    std::fs::remove_dir_all(&dir).unwrap();
+    for (a, name) in [(0, "order"), (1, "order_owner")] {
+        let dir = mesh_with(
+            "cavity",
+            "owner",
+            &std::fs::read(src.join("owner")).unwrap(),
+            name,
+        );
+        // Swap internal faces a and a + 1 in faces, owner and neighbour (list
+        // items start on line 21 of faces, 22 of owner and neighbour).
+        for (file, first) in [("faces", 20), ("owner", 21), ("neighbour", 21)] {
+            let text = std::fs::read_to_string(src.join(file)).unwrap();
+            let mut lines: Vec<&str> = text.lines().collect();
+            lines.swap(first + a, first + a + 1);
+            std::fs::write(dir.join(file), lines.join("\n")).unwrap();
+        }
+        let swapped = read_polymesh(&dir).unwrap();
+        assert_eq!(swapped, cavity, "faces {a} and {} swapped", a + 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

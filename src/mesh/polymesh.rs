@@ -22,7 +22,7 @@ pub fn read_polymesh(path: &Path) -> Result<Mesh, MeshError> {
     let owner: Vec<Label> = file("owner")?.list()?;
     let neighbour = read_neighbour(&file("neighbour")?)?;
     let patches = read_boundary(&file("boundary")?)?;
-    let (faces, neighbour) = upper_triangular(faces, &owner, neighbour, &dir)?;
+    let (faces, owner, neighbour) = upper_triangular(faces, owner, neighbour, &dir)?;
     Mesh::new(points, faces, owner, neighbour, patches).map_err(|e| e.in_file(&dir))
 }
 
@@ -82,18 +82,18 @@ fn read_neighbour(file: &FoamFile) -> Result<Vec<Label>, MeshError> {
 /// or boundary face numbers.
 fn upper_triangular(
     faces: FaceList,
-    owner: &[Label],
+    owner: Vec<Label>,
     neighbour: Vec<Label>,
     dir: &Path,
-) -> Result<(FaceList, Vec<Label>), MeshError> {
+) -> Result<(FaceList, Vec<Label>, Vec<Label>), MeshError> {
     let n_internal = neighbour.len();
     if n_internal > owner.len() || n_internal > faces.len() {
         // Mesh::new reports the size mismatch.
-        return Ok((faces, neighbour));
+        return Ok((faces, owner, neighbour));
     }
     let key = |f: usize| (owner[f], neighbour[f]);
     if (1..n_internal).all(|f| key(f - 1) < key(f)) {
-        return Ok((faces, neighbour));
+        return Ok((faces, owner, neighbour));
     }
     log::warn!(
         "{}: internal faces are not in upper-triangular order; renumbering them",
@@ -102,8 +102,9 @@ fn upper_triangular(
     let mut order: Vec<usize> = (0..faces.len()).collect();
     order[..n_internal].sort_by_key(|&f| key(f));
     let faces = faces.permuted(&order).map_err(|e| e.in_file(dir))?;
+    let owner = order.iter().map(|&f| owner[f]).collect();
     let neighbour = order[..n_internal].iter().map(|&f| neighbour[f]).collect();
-    Ok((faces, neighbour))
+    Ok((faces, owner, neighbour))
 }
 
 /// The polyMesh directory for `path`: `path/constant/polyMesh`, `path/polyMesh`,
