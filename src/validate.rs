@@ -53,6 +53,7 @@
 //! Any failed expectation makes [`Report::failures`] non-empty (the CLI then
 //! exits with code 1).
 
+use crate::case::ErrorNorms;
 use crate::fvm::{
     BoundaryCondition, CellField, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
     LaplacianSystem, PatchValues, Schemes, SnGradScheme,
@@ -764,18 +765,13 @@ fn solve_and_measure(
         }
         previous.copy_from_slice(&t);
     }
-    let (mut sum_ve2, mut sum_v, mut linf) = (0.0, 0.0, 0.0f64);
-    for ((&value, &centre), &volume) in t
+    let error: Vec<f64> = t
         .iter()
         .zip(&geometry.cell_centres)
-        .zip(&geometry.cell_volumes)
-    {
-        let e = value - series.solution.exact(centre);
-        sum_ve2 += volume * e * e;
-        sum_v += volume;
-        linf = linf.max(e.abs());
-    }
-    Ok(((sum_ve2 / sum_v).sqrt(), linf, passes))
+        .map(|(&value, &centre)| value - series.solution.exact(centre))
+        .collect();
+    let norms = ErrorNorms::new(&error, &geometry.cell_volumes);
+    Ok((norms.l2, norms.linf, passes))
 }
 
 /// Where the plot's font may be, tried in order unless `$FVPOISSON_FONT`
