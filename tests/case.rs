@@ -550,3 +550,80 @@ fn command_line_runs_a_case_directory() {
         "{err}"
     );
 }
+
+#[test]
+fn smoothers_from_case_toml_solve_like_pcg() {
+    use fvpoisson::solve::{InnerSolver, Preconditioner, SmootherKind, Sweep};
+    let with = |entry: &str| {
+        MMS.replace(
+            "tolerance = 1e-10\n",
+            &format!("tolerance = 1e-10\n{entry}"),
+        )
+    };
+    let smooth = with(
+        "solver = \"smoothSolver\"\nsmoother = \"symGaussSeidel\"\nnSweeps = 2\nmaxIter = 5000\n",
+    );
+    let setup = parse(&smooth).unwrap();
+    let s = setup.solver.regular.smoother.unwrap();
+    assert_eq!(
+        (s.kind, s.sweeps),
+        (SmootherKind::GaussSeidel(Sweep::Symmetric), 2)
+    );
+    let block = with(
+        "preconditioner = \"blockJacobi\"\ninner = \"symGaussSeidel\"\ninnerTolerance = 0\n\
+         innerMaxIter = 2\nblockSize = 64\n",
+    );
+    let setup = parse(&block).unwrap();
+    let Preconditioner::Smoother(b) = setup.solver.regular.preconditioner else {
+        panic!("a smoother preconditioner")
+    };
+    assert_eq!(
+        (b.block.inner, b.block.block_size),
+        (InnerSolver::SymGaussSeidel, 64)
+    );
+    assert!(setup.solver.regular.smoother.is_none());
+    // Every solver converges to the same discrete solution.
+    let reference = run_text(MMS, "smooth_ref").field;
+    for (text, tag) in [(smooth, "smooth_sgs"), (block, "smooth_bj")] {
+        let field = run_text(&text, tag).field;
+        let diff = field
+            .iter()
+            .zip(&reference)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff < 1e-7, "{tag}: {diff}");
+    }
+}
+
+#[test]
+fn smoother_keys_are_checked() {
+    let head = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\n";
+    for (entry, expected) in [
+        (
+            "omega = 0.5\n",
+            "case.toml:4:9: solver.T.omega: only a smoother uses it",
+        ),
+        (
+            "solver = \"smoothSolver\"\n",
+            "case.toml:4:10: solver.T: smoothSolver needs a smoother",
+        ),
+        (
+            "smoother = \"GaussSeidel\"\n",
+            "case.toml:4:12: solver.T.smoother: only smoothSolver has a smoother",
+        ),
+        (
+            "solver = \"smoothSolver\"\nsmoother = \"blockJacobi\"\ninner = \"ILU\"\n",
+            "case.toml:6:9: solver.T.inner: unknown inner solver 'ILU'",
+        ),
+        (
+            "preconditioner = \"GaussSeidel\"\n",
+            "solver.T: invalid solver controls: the GaussSeidel smoother is not symmetric",
+        ),
+        (
+            "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nomega = 3\n",
+            "solver.T: omega (Jacobi damping) must be in (0, 2]",
+        ),
+    ] {
+        let err = parse_err(&format!("{head}{entry}"), "smoother_keys");
+        assert!(err.contains(expected), "{entry}: {err}");
+    }
+}

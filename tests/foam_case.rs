@@ -10,7 +10,10 @@ use fvpoisson::case::{
 };
 use fvpoisson::fvm::{GradScheme, SnGradScheme};
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile};
-use fvpoisson::solve::PreconditionerKind;
+use fvpoisson::solve::{
+    BlockJacobiSettings, InnerSolver, Preconditioner, PreconditionerKind, SmootherKind,
+    SmootherSettings, Sweep,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -433,12 +436,71 @@ fn solvers_are_mapped_and_unused_entries_warned() {
         "smooth",
     );
     let case = case.unwrap();
+    let smoother = case.setup.solver.regular.smoother.expect("smoothSolver");
     assert_eq!(
-        case.setup.solver.regular.preconditioner,
-        PreconditionerKind::SymGaussSeidel
+        smoother,
+        SmootherSettings::new(SmootherKind::GaussSeidel(Sweep::Symmetric))
     );
-    assert_eq!(case.warnings.len(), 1, "{:?}", case.warnings);
-    assert!(case.warnings[0].contains("smoothSolver with smoother symGaussSeidel replaced by PCG"));
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    // Our smoother keys, and a smoother as PCG's preconditioner.
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "solver          PCG;\n        preconditioner  DIC;",
+                "solver          smoothSolver;\n        smoother blockJacobi;\n        \
+                 nSweeps 3;\n        inner symGaussSeidel;\n        innerTolerance 0;\n        \
+                 innerMaxIter 4;\n        blockSize 128;\n        asynchronous yes;",
+            )
+        },
+        "smooth_block",
+    );
+    let case = case.unwrap();
+    let s = case.setup.solver.regular.smoother.expect("smoothSolver");
+    assert_eq!((s.kind, s.sweeps), (SmootherKind::BlockJacobi, 3));
+    assert_eq!(
+        s.block,
+        BlockJacobiSettings {
+            block_size: 128,
+            inner: InnerSolver::SymGaussSeidel,
+            inner_tolerance: 0.0,
+            inner_max_iter: 4,
+            asynchronous: true
+        }
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner Jacobi; omega 0.8; nSweeps 2; }",
+            )
+        },
+        "smoother_precond",
+    );
+    let p = case.unwrap().setup.solver.regular.preconditioner;
+    let mut expected = SmootherSettings::new(SmootherKind::Jacobi);
+    expected.omega = 0.8;
+    expected.sweeps = 2;
+    assert_eq!(p, Preconditioner::Smoother(expected));
+    let _ = fs::remove_dir_all(&dir);
+    // A forward Gauss-Seidel preconditioner is refused at its line.
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| t.replace("preconditioner  DIC;", "preconditioner  GaussSeidel;"),
+        "gs_precond",
+    );
+    let err = case.unwrap_err().to_string();
+    assert!(
+        err.contains("fvSolution:") && err.contains("not symmetric"),
+        "{err}"
+    );
     let _ = fs::remove_dir_all(&dir);
     let (dir, case) = read_edited(
         "laplacian_foam_skew",

@@ -34,8 +34,22 @@
 //! tolerance = 1e-9            # |sum of sources| / sum of |sources| counted as consistent
 //!
 //! [solver.T]                  # and [solver.TFinal] for the last non-orthogonal corrector
-//! solver = "PCG"              # the only solver
-//! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC)
+//! solver = "PCG"              # or "smoothSolver" (OpenFOAM's: residual checked every nSweeps)
+//! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC), or a
+//!                             # symmetric smoother run from 0: symGaussSeidel,
+//!                             # multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi
+//! smoother = "symGaussSeidel" # smoothSolver's: GaussSeidel, backwardGaussSeidel,
+//!                             # symGaussSeidel (multicolour… forms), Jacobi, L1Jacobi,
+//!                             # blockJacobi, DIC, DICGaussSeidel
+//! nSweeps = 1                 # smoother sweeps per residual check / per preconditioning
+//! omega = 1.0                 # Jacobi damping
+//! colouring = "natural"       # Gauss-Seidel order: natural (CPU; the GPU uses
+//!                             # JonesPlassmann), JonesPlassmann, greedy
+//! inner = "CG"                # blockJacobi: Jacobi, GaussSeidel, symGaussSeidel, CG
+//! innerTolerance = 1e-8       # blockJacobi: relative block residual (0: innerMaxIter steps)
+//! innerMaxIter = 100          # blockJacobi: inner steps at most
+//! blockSize = 512             # blockJacobi: rows per block (GPU slice height)
+//! asynchronous = false        # blockJacobi: update x in place
 //! tolerance = 1e-8            # default 1e-6
 //! relTol = 0                  # default 0; TFinal entries default to the T entry's values
 //! maxIter = 1000              # default 1000
@@ -63,7 +77,7 @@ use super::CaseError;
 use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
-use crate::solve::{PreconditionerKind, SolverControls};
+use crate::solve::{Preconditioner, PreconditionerKind, SmootherSettings, SolverControls};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -166,6 +180,19 @@ struct ReferenceSection {
 struct SolverEntry {
     solver: Option<Spanned<String>>,
     preconditioner: Option<Spanned<String>>,
+    smoother: Option<Spanned<String>>,
+    #[serde(rename = "nSweeps")]
+    n_sweeps: Option<Spanned<usize>>,
+    omega: Option<Spanned<f64>>,
+    colouring: Option<Spanned<String>>,
+    inner: Option<Spanned<String>>,
+    #[serde(rename = "innerTolerance")]
+    inner_tolerance: Option<Spanned<f64>>,
+    #[serde(rename = "innerMaxIter")]
+    inner_max_iter: Option<Spanned<usize>>,
+    #[serde(rename = "blockSize")]
+    block_size: Option<Spanned<usize>>,
+    asynchronous: Option<Spanned<bool>>,
     tolerance: Option<f64>,
     #[serde(rename = "relTol")]
     rel_tol: Option<f64>,
@@ -626,22 +653,72 @@ impl Source<'_> {
         name: &str,
         base: LinearSolver,
     ) -> Result<LinearSolver, CaseError> {
-        if let Some(solver) = &entry.solver {
-            if solver.get_ref() != "PCG" {
+        let smooth_solver = match &entry.solver {
+            None => base.smoother.is_some(),
+            Some(solver) => match solver.get_ref().as_str() {
+                "PCG" => false,
+                "smoothSolver" => true,
+                other => {
+                    return Err(self.error(
+                        solver.span(),
+                        format!(
+                            "solver.{name}.solver '{other}' is not available (PCG or smoothSolver)"
+                        ),
+                    ))
+                }
+            },
+        };
+        let mut preconditioner = base.preconditioner;
+        if let Some(p) = &entry.preconditioner {
+            preconditioner = match foam_preconditioner(p.get_ref()) {
+                Ok(kind) => kind.into(),
+                Err(e) => Preconditioner::Smoother(SmootherSettings::named(p.get_ref()).map_err(
+                    |_| {
+                        self.error(
+                            p.span(),
+                            format!(
+                                "solver.{name}.preconditioner: {e}; or a symmetric smoother \
+                                 (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
+                                 blockJacobi)"
+                            ),
+                        )
+                    },
+                )?),
+            };
+        }
+        let mut smoother = base.smoother;
+        if let Some(sm) = &entry.smoother {
+            if !smooth_solver {
                 return Err(self.error(
-                    solver.span(),
+                    sm.span(),
                     format!(
-                        "solver.{name}.solver '{}' is not available (only PCG)",
-                        solver.get_ref()
+                        "solver.{name}.smoother: only smoothSolver has a smoother (set solver = \
+                         \"smoothSolver\", or give PCG a smoother as its preconditioner)"
                     ),
                 ));
             }
+            smoother = Some(
+                SmootherSettings::named(sm.get_ref())
+                    .map_err(|e| self.error(sm.span(), format!("solver.{name}.smoother: {e}")))?,
+            );
         }
-        let preconditioner = match &entry.preconditioner {
-            Some(p) => foam_preconditioner(p.get_ref())
-                .map_err(|e| self.error(p.span(), format!("solver.{name}.preconditioner: {e}")))?,
-            None => base.preconditioner,
+        if !smooth_solver {
+            smoother = None;
+        } else if smoother.is_none() {
+            let span = entry.solver.as_ref().map_or(0..0, |s| s.span());
+            return Err(self.error(
+                span,
+                format!(
+                    "solver.{name}: smoothSolver needs a smoother (e.g. smoother = \
+                     \"symGaussSeidel\")"
+                ),
+            ));
+        }
+        let target = match (&mut smoother, &mut preconditioner) {
+            (Some(s), _) | (None, Preconditioner::Smoother(s)) => Some(s),
+            _ => None,
         };
+        self.smoother_parameters(entry, name, target)?;
         let controls = SolverControls {
             tolerance: entry.tolerance.unwrap_or(base.controls.tolerance),
             rel_tol: entry.rel_tol.unwrap_or(base.controls.rel_tol),
@@ -649,13 +726,89 @@ impl Source<'_> {
             min_iter: entry.min_iter.unwrap_or(base.controls.min_iter),
         };
         // Spanned entries point at the table; the controls are checked as a whole.
-        controls.validate().map_err(|e| {
-            CaseError::invalid(format!("{}: solver.{name}: {e}", self.file.display()))
-        })?;
+        let invalid =
+            |e: String| CaseError::invalid(format!("{}: solver.{name}: {e}", self.file.display()));
+        controls.validate().map_err(|e| invalid(e.to_string()))?;
+        match &smoother {
+            Some(s) => s.validate().map_err(invalid)?,
+            None => preconditioner.check().map_err(|e| invalid(e.to_string()))?,
+        }
         Ok(LinearSolver {
             preconditioner,
+            smoother,
             controls,
         })
+    }
+
+    /// The smoother keys of a solver entry, set on `target` (smoothSolver's
+    /// smoother or a smoother preconditioner); an error where there is none.
+    fn smoother_parameters(
+        &self,
+        entry: &SolverEntry,
+        name: &str,
+        target: Option<&mut SmootherSettings>,
+    ) -> Result<(), CaseError> {
+        let spans = [
+            ("nSweeps", entry.n_sweeps.as_ref().map(Spanned::span)),
+            ("omega", entry.omega.as_ref().map(Spanned::span)),
+            ("colouring", entry.colouring.as_ref().map(Spanned::span)),
+            ("inner", entry.inner.as_ref().map(Spanned::span)),
+            (
+                "innerTolerance",
+                entry.inner_tolerance.as_ref().map(Spanned::span),
+            ),
+            (
+                "innerMaxIter",
+                entry.inner_max_iter.as_ref().map(Spanned::span),
+            ),
+            ("blockSize", entry.block_size.as_ref().map(Spanned::span)),
+            (
+                "asynchronous",
+                entry.asynchronous.as_ref().map(Spanned::span),
+            ),
+        ];
+        let Some(target) = target else {
+            return match spans.into_iter().find_map(|(k, s)| s.map(|s| (k, s))) {
+                Some((key, span)) => Err(self.error(
+                    span,
+                    format!(
+                        "solver.{name}.{key}: only a smoother uses it (solver = \"smoothSolver\", \
+                         or a smoother as PCG's preconditioner)"
+                    ),
+                )),
+                None => Ok(()),
+            };
+        };
+        if let Some(v) = &entry.n_sweeps {
+            target.sweeps = *v.get_ref();
+        }
+        if let Some(v) = &entry.omega {
+            target.omega = *v.get_ref();
+        }
+        if let Some(v) = &entry.colouring {
+            target.colouring = v.get_ref().parse().map_err(|e: String| {
+                self.error(v.span(), format!("solver.{name}.colouring: {e}"))
+            })?;
+        }
+        if let Some(v) = &entry.inner {
+            target.block.inner = v
+                .get_ref()
+                .parse()
+                .map_err(|e: String| self.error(v.span(), format!("solver.{name}.inner: {e}")))?;
+        }
+        if let Some(v) = &entry.inner_tolerance {
+            target.block.inner_tolerance = *v.get_ref();
+        }
+        if let Some(v) = &entry.inner_max_iter {
+            target.block.inner_max_iter = *v.get_ref();
+        }
+        if let Some(v) = &entry.block_size {
+            target.block.block_size = *v.get_ref();
+        }
+        if let Some(v) = &entry.asynchronous {
+            target.block.asynchronous = *v.get_ref();
+        }
+        Ok(())
     }
 
     fn output(&self, section: &OutputSection) -> Result<OutputSettings, CaseError> {

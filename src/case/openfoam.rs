@@ -11,7 +11,7 @@
 //! | | `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval` | `output.interval` (steps) |
 //! | | `writeFormat`, `writePrecision`, `writeCompression`, `timeFormat general`, `timePrecision` | `output.foam` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|steadyState`; `laplacianSchemes` `Gauss linear\|harmonic corrected\|uncorrected\|limited ψ\|orthogonal`; `gradSchemes` `Gauss linear\|leastSquares` (keys `ddt(T)`, `laplacian(DT,T)`, `grad(T)`, else `default`) | [`Schemes`] via `Schemes::from_foam` |
-//! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none`; `GAMG` → PCG + IC(0) (logged); `smoothSolver`, `PBiCG`, `PBiCGStab` → PCG (warned); `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
+//! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none` or a symmetric smoother (`symGaussSeidel`, `Jacobi`, `blockJacobi`, … with the smoother keys below; flat or `preconditioner { preconditioner …; }`); `GAMG` → PCG + IC(0) (logged); `smoothSolver` with `smoother GaussSeidel\|symGaussSeidel\|DIC\|DICGaussSeidel\|Jacobi\|L1Jacobi\|blockJacobi\|…`, `nSweeps`; ours: `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`, `blockSize`, `asynchronous` (see `case_toml`); `PBiCG`, `PBiCGStab` → PCG (warned); `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
 //! | | `SIMPLE { nNonOrthogonalCorrectors; residualControl { T tol; } }` | correctors; steady stop criterion |
 //! | `constant/transportProperties` | `DT` (`DT 1e-3;`, `DT [0 2 -1 0 0 0 0] 1e-3;` or `DT DT [...] 1e-3;`) | Γ |
 //! | `<startTime>/T` | internal field; `fixedValue`, `zeroGradient`, `fixedGradient`, `mixed`, `empty` patches | initial field, [`BoundarySpec`]s |
@@ -33,7 +33,7 @@ use crate::foam::{FoamDict, FoamEntry, FoamFile, FoamFormat};
 use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
-use crate::solve::{PreconditionerKind, SolverControls};
+use crate::solve::{Preconditioner, PreconditionerKind, SmootherSettings, SolverControls};
 use std::path::{Path, PathBuf};
 
 /// The field laplacianFoam solves.
@@ -420,13 +420,13 @@ impl Reader {
         let name = dict.get_word("solver")?;
         let solver_entry = dict.entry("solver").expect("read above");
         let where_ = format!("{}:{}", solver_entry.file().display(), solver_entry.line());
-        let preconditioner = match name.as_str() {
-            "PCG" => preconditioner(dict)?,
+        let (preconditioner, smoother) = match name.as_str() {
+            "PCG" => (preconditioner(dict)?, None),
             "PBiCG" | "PBiCGStab" => {
                 self.warn(format!(
                     "{where_}: solver {name} replaced by PCG (the matrix is symmetric)"
                 ));
-                preconditioner(dict)?
+                (preconditioner(dict)?, None)
             }
             "GAMG" => {
                 ignore_gamg_settings(dict);
@@ -434,27 +434,14 @@ impl Reader {
                     "{where_}: solver GAMG is solved with PCG and the IC(0) preconditioner, \
                      the strongest available"
                 );
-                PreconditionerKind::Ic0
+                (PreconditionerKind::Ic0.into(), None)
             }
             "smoothSolver" => {
-                let smoother = dict.get_word("smoother")?;
-                dict.ignore("nSweeps");
-                let kind = smoother_preconditioner(&smoother).ok_or_else(|| {
-                    at_key(
-                        dict,
-                        "smoother",
-                        format!(
-                            "smoother '{smoother}' is not supported (DIC, DICGaussSeidel, \
-                             GaussSeidel, symGaussSeidel)"
-                        ),
-                    )
-                })?;
-                self.warn(format!(
-                    "{where_}: smoothSolver with smoother {smoother} replaced by PCG with the {} \
-                     preconditioner (converges to the same tolerance)",
-                    kind.name()
-                ));
-                kind
+                let name = dict.get_word("smoother")?;
+                let mut smoother =
+                    SmootherSettings::named(&name).map_err(|e| at_key(dict, "smoother", e))?;
+                smoother_parameters(dict, &mut smoother)?;
+                (LinearSolver::default().preconditioner, Some(smoother))
             }
             other => {
                 return Err(at(
@@ -479,6 +466,7 @@ impl Reader {
         Ok(SolverSettings {
             regular: LinearSolver {
                 preconditioner,
+                smoother,
                 controls,
             },
             // laplacianFoam's simpleControl never selects a `TFinal` solver.
@@ -706,17 +694,6 @@ fn read_cell_zone(case_dir: &Path, name: &str, n_cells: usize) -> Result<Vec<usi
     ))
 }
 
-/// `smoothSolver` smoothers as PCG preconditioners.
-fn smoother_preconditioner(smoother: &str) -> Option<PreconditionerKind> {
-    match smoother {
-        "DIC" | "FDIC" | "DICGaussSeidel" => Some(PreconditionerKind::Dic),
-        "GaussSeidel" | "symGaussSeidel" | "nonBlockingGaussSeidel" => {
-            Some(PreconditionerKind::SymGaussSeidel)
-        }
-        _ => None,
-    }
-}
-
 /// GAMG's settings, which do not apply to the PCG that replaces it.
 fn ignore_gamg_settings(dict: &FoamDict) {
     for key in [
@@ -743,41 +720,71 @@ fn ignore_gamg_settings(dict: &FoamDict) {
     }
 }
 
-/// The PCG preconditioner: `preconditioner DIC;` or `preconditioner { preconditioner GAMG; ... }`.
-fn preconditioner(dict: &FoamDict) -> Result<PreconditionerKind, CaseError> {
-    let (entry, name) = match dict.get_dict_opt("preconditioner") {
+/// The PCG preconditioner: `preconditioner DIC;` or `preconditioner { preconditioner GAMG; ... }`;
+/// a symmetric smoother takes its keys (`nSweeps`, …) from the same dictionary.
+fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
+    let (holder, name) = match dict.get_dict_opt("preconditioner") {
         Ok(Some(inner)) => (
-            inner.entry("preconditioner"),
+            inner,
             inner.get_word("preconditioner").inspect(|name| {
                 if name == "GAMG" {
                     ignore_gamg_settings(inner);
                 }
             })?,
         ),
-        _ => (
-            dict.entry("preconditioner"),
-            dict.get_word("preconditioner")?,
-        ),
+        _ => (dict, dict.get_word("preconditioner")?),
     };
-    let entry = entry.expect("read above");
-    match name.as_str() {
+    let entry = holder.entry("preconditioner").expect("read above");
+    Ok(match name.as_str() {
         // FDIC is DIC with precomputed reciprocals: the same preconditioner.
-        "DIC" | "FDIC" => Ok(PreconditionerKind::Dic),
-        "diagonal" => Ok(PreconditionerKind::Jacobi),
-        "none" => Ok(PreconditionerKind::None),
+        "DIC" | "FDIC" => PreconditionerKind::Dic.into(),
+        "diagonal" => PreconditionerKind::Jacobi.into(),
+        "none" => PreconditionerKind::None.into(),
         "GAMG" => {
             log::info!(
                 "{}:{}: GAMG preconditioner replaced by IC(0), the strongest available",
                 entry.file().display(),
                 entry.line()
             );
-            Ok(PreconditionerKind::Ic0)
+            PreconditionerKind::Ic0.into()
         }
-        other => Err(at(
-            entry,
-            format!("preconditioner '{other}' is not supported (DIC, FDIC, diagonal, none, GAMG)"),
-        )),
+        other => {
+            let mut smoother = SmootherSettings::named(other).map_err(|_| {
+                at(
+                    entry,
+                    format!(
+                        "preconditioner '{other}' is not supported (DIC, FDIC, diagonal, none, \
+                         GAMG, or a symmetric smoother: symGaussSeidel, \
+                         multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi)"
+                    ),
+                )
+            })?;
+            smoother_parameters(holder, &mut smoother)?;
+            smoother
+                .check_preconditioner()
+                .map_err(|e| at(entry, format!("preconditioner {other}: {e}")))?;
+            Preconditioner::Smoother(smoother)
+        }
+    })
+}
+
+/// The smoother keys of `dict` (OpenFOAM's `nSweeps`, default 1; ours:
+/// `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`,
+/// `blockSize`, `asynchronous`, see `case_toml`).
+fn smoother_parameters(dict: &FoamDict, s: &mut SmootherSettings) -> Result<(), CaseError> {
+    s.sweeps = dict.get_or("nSweeps", s.sweeps)?;
+    s.omega = dict.get_or("omega", s.omega)?;
+    if let Some(c) = dict.get_opt::<String>("colouring")? {
+        s.colouring = c.parse().map_err(|e| at_key(dict, "colouring", e))?;
     }
+    if let Some(c) = dict.get_opt::<String>("inner")? {
+        s.block.inner = c.parse().map_err(|e| at_key(dict, "inner", e))?;
+    }
+    s.block.inner_tolerance = dict.get_or("innerTolerance", s.block.inner_tolerance)?;
+    s.block.inner_max_iter = dict.get_or("innerMaxIter", s.block.inner_max_iter)?;
+    s.block.block_size = dict.get_or("blockSize", s.block.block_size)?;
+    s.block.asynchronous = dict.get_or("asynchronous", s.block.asynchronous)?;
+    s.validate().map_err(|e| CaseError::Mesh(dict.error(e)))
 }
 
 /// The scheme entry for `key` in `section` (falling back to `default`) and its text.

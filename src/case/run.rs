@@ -3,16 +3,17 @@
 //! solving `fvm::ddt(T) − fvm::laplacian(DT, T) == fvOptions(T)`), with an
 //! OpenFOAM-like log and VTK / OpenFOAM result files.
 
-use super::setup::{CaseSetup, OutputFormat, Scalar, SourceSplit, TimeControl};
+use super::setup::{CaseSetup, LinearSolver, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
-use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
+use crate::gpu::pcg::GpuSolveOptions;
+use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother, solve_pcg_gpu_with, solve_smooth_gpu};
 use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh};
-use crate::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{solve_pcg, solve_smooth, SolveError, SolverPerformance};
 use crate::sparse::Csr;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -74,36 +75,47 @@ pub enum Device<'g> {
 }
 
 impl Device<'_> {
-    /// The GPU path has Jacobi and no preconditioner so far; the others run as Jacobi there.
-    fn preconditioner(self, kind: PreconditionerKind) -> PreconditionerKind {
-        match (self, kind) {
-            (Self::Gpu(_), PreconditionerKind::None | PreconditionerKind::Jacobi)
-            | (Self::Cpu, _) => kind,
-            (Self::Gpu(_), _) => PreconditionerKind::Jacobi,
+    /// The solver as this device runs it: the CPU runs every setting; the GPU
+    /// maps what it does not have (`gpu::smooth::gpu_preconditioner`,
+    /// `gpu_smoother`: natural-order Gauss–Seidel becomes multicolour, DIC and
+    /// IC(0) preconditioners Jacobi).
+    fn adapt(self, solver: &LinearSolver) -> LinearSolver {
+        match self {
+            Self::Cpu => *solver,
+            Self::Gpu(_) => LinearSolver {
+                preconditioner: gpu_preconditioner(&solver.preconditioner),
+                smoother: solver.smoother.as_ref().map(gpu_smoother),
+                controls: solver.controls,
+            },
         }
     }
 
     fn solve(
         self,
         a: &Csr,
-        kind: PreconditionerKind,
+        solver: &LinearSolver,
         b: &[f64],
         x: &mut [f64],
-        controls: &SolverControls,
         field: &str,
     ) -> Result<SolverPerformance, SolveError> {
-        let kind = self.preconditioner(kind);
-        match self {
-            Self::Cpu => solve_pcg(a, kind, b, x, controls, field),
-            Self::Gpu(gpu) => solve_pcg_gpu(
+        let solver = self.adapt(solver);
+        let controls = &solver.controls;
+        let options = GpuSolveOptions::default();
+        match (self, &solver.smoother) {
+            (Self::Cpu, Some(s)) => solve_smooth(a, s, b, x, controls, field),
+            (Self::Cpu, None) => solve_pcg(a, solver.preconditioner, b, x, controls, field),
+            (Self::Gpu(gpu), Some(s)) => {
+                solve_smooth_gpu(gpu, a, s, b, x, controls, field, &options)
+            }
+            (Self::Gpu(gpu), None) => solve_pcg_gpu_with(
                 gpu,
                 a,
-                kind,
+                &solver.preconditioner,
                 b,
                 x,
                 controls,
                 field,
-                &GpuSolveOptions::default(),
+                &options,
             ),
         }
     }
@@ -143,13 +155,17 @@ pub fn run_case_with_mesh(
             .into_iter()
             .chain(&setup.solver.final_corrector)
         {
-            let used = device.preconditioner(solver.preconditioner);
-            if used != solver.preconditioner {
-                log::info!(
-                    "preconditioner {} is not on the GPU yet: using {} there",
+            let used = device.adapt(solver);
+            match (&solver.smoother, &used.smoother) {
+                (Some(given), Some(run)) if given != run => {
+                    log::info!("smoother {given} is not on the GPU: using {run} there")
+                }
+                (None, _) if used.preconditioner != solver.preconditioner => log::info!(
+                    "preconditioner {} is not on the GPU: using {} there",
                     solver.preconditioner,
-                    used
-                );
+                    used.preconditioner
+                ),
+                _ => {}
             }
         }
     }
@@ -345,14 +361,7 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
-                match self.device.solve(
-                    matrix,
-                    solver.preconditioner,
-                    b,
-                    x,
-                    &solver.controls,
-                    &setup.field,
-                ) {
+                match self.device.solve(matrix, solver, b, x, &setup.field) {
                     Ok(perf) => performances.push(perf),
                     Err(e) => failure = Some(e),
                 }

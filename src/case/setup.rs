@@ -9,7 +9,7 @@
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
-use crate::solve::{PreconditionerKind, SolverControls};
+use crate::solve::{Preconditioner, PreconditionerKind, SmootherSettings, SolverControls};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -182,17 +182,22 @@ pub enum TimeControl {
 }
 
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
-/// PCG, the only solver there is, with its preconditioner and stopping rules.
+/// PCG with its preconditioner, or OpenFOAM's smoothSolver with a smoother;
+/// and the stopping rules.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSolver {
-    pub preconditioner: PreconditionerKind,
+    /// PCG's preconditioner (unused by smoothSolver).
+    pub preconditioner: Preconditioner,
+    /// `Some`: smoothSolver with this smoother (`nSweeps` in its `sweeps`) instead of PCG.
+    pub smoother: Option<SmootherSettings>,
     pub controls: SolverControls,
 }
 
 impl Default for LinearSolver {
     fn default() -> Self {
         Self {
-            preconditioner: PreconditionerKind::Dic,
+            preconditioner: PreconditionerKind::Dic.into(),
+            smoother: None,
             controls: SolverControls::default(),
         }
     }

@@ -5,13 +5,15 @@
 //! capability (cached on disk, see [`cache`]) and loads every kernel;
 //! `Gpu::launch` is the one place kernels are launched, each launch checked and
 //! errors naming the kernel. [`matrix`] holds device SpMV matrices (CSR, SELL,
-//! mod-SELL), [`pcg`] the device-resident Jacobi-PCG backend, [`bench`] the
-//! `fvpoisson bench` measurements.
+//! mod-SELL), [`pcg`] the device-resident Jacobi-PCG backend, [`smooth`] the
+//! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
+//! PCG preconditioners, [`bench`] the `fvpoisson bench` measurements.
 
 pub mod bench;
 pub mod cache;
 pub mod matrix;
 pub mod pcg;
+pub mod smooth;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,13 +24,14 @@ use cudarc::driver::{
 };
 
 /// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 2] = [
+const KERNEL_SOURCES: [(&str, &str); 3] = [
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
+    ("smooth.cu", include_str!("../../kernels/smooth.cu")),
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 12] = [
+const KERNELS: [&str; 18] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -41,6 +44,12 @@ const KERNELS: [&str; 12] = [
     "cg_finish_operator",
     "cg_update",
     "cg_finish_update",
+    "dot_partials",
+    "smooth_jacobi",
+    "smooth_colour",
+    "jp_select",
+    "jp_assign",
+    "smooth_block",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).
@@ -193,10 +202,7 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut LaunchArgs<'a>),
     ) -> Result<(), GpuError> {
-        let f = self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
-            kernel,
-            error: "no such kernel in the module".into(),
-        })?;
+        let f = self.function(kernel)?;
         if grid == 0 {
             return Ok(());
         }
@@ -221,6 +227,57 @@ impl Gpu {
             })?;
         }
         Ok(())
+    }
+
+    /// What a block of `kernel` can have: the most dynamic shared memory (the
+    /// device's opt-in maximum less the kernel's static shared memory) and the
+    /// most threads its register use allows.
+    pub fn kernel_limits(&self, kernel: &'static str) -> Result<KernelLimits, GpuError> {
+        use cudarc::driver::sys::CUdevice_attribute;
+        let f = self.function(kernel)?;
+        let optin = driver(
+            "cuDeviceGetAttribute",
+            self.ctx.attribute(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            ),
+        )?;
+        let fixed = driver("cuFuncGetAttribute", f.shared_size_bytes())?;
+        let threads = driver("cuFuncGetAttribute", f.max_threads_per_block())?;
+        Ok(KernelLimits {
+            dynamic_shared_bytes: (optin - fixed).max(0) as usize,
+            threads_per_block: threads.max(0) as usize,
+        })
+    }
+
+    /// Lets `kernel` be launched with `bytes` of dynamic shared memory per
+    /// block (above 48 KB a kernel must opt in, seed 000 §4.3.1 (4.15)).
+    pub fn allow_dynamic_shared(&self, kernel: &'static str, bytes: usize) -> Result<(), GpuError> {
+        use cudarc::driver::sys::CUfunction_attribute;
+        let bytes = i32::try_from(bytes).map_err(|_| {
+            GpuError::Invalid(format!("{bytes} bytes of shared memory for {kernel}"))
+        })?;
+        driver(
+            "cuFuncSetAttribute",
+            self.function(kernel)?.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            ),
+        )
+    }
+
+    fn function(&self, kernel: &'static str) -> Result<&CudaFunction, GpuError> {
+        self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
+            kernel,
+            error: "no such kernel in the module".into(),
+        })
+    }
+
+    /// Sets a device buffer to zero.
+    pub fn zero<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        dev: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        driver("cuMemsetD8", self.stream.memset_zeros(dev))
     }
 
     /// Waits for all queued work.
@@ -262,6 +319,13 @@ impl Gpu {
         driver("cuEventSynchronize", end.synchronize())?;
         Ok(driver("cuEventElapsedTime", start.elapsed_ms(&end))? as f64)
     }
+}
+
+/// Per-block limits of a kernel on this device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelLimits {
+    pub dynamic_shared_bytes: usize,
+    pub threads_per_block: usize,
 }
 
 /// Grid size of a vector kernel over n elements.

@@ -6,15 +6,17 @@
 //! iterations.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::matrix::DeviceModSell;
+use super::smooth::DevicePreconditioner;
 use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
 use crate::solve::{
-    pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, PreconditionerKind,
-    SolveError, SolverControls, SolverPerformance, StopRule,
+    iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
+    PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
 };
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::{Csr, ModSell};
@@ -50,8 +52,13 @@ impl Default for GpuSolveOptions {
 pub struct GpuVector(Option<CudaSlice<f64>>);
 
 impl GpuVector {
-    fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
+    pub(crate) fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
         self.0.as_ref().ok_or_else(|| {
+            GpuError::Invalid("a device vector could not be allocated earlier".into())
+        })
+    }
+    pub(crate) fn dev_mut(&mut self) -> Result<&mut CudaSlice<f64>, GpuError> {
+        self.0.as_mut().ok_or_else(|| {
             GpuError::Invalid("a device vector could not be allocated earlier".into())
         })
     }
@@ -69,11 +76,14 @@ struct Scratch {
 }
 
 /// `CgBackend` on one GPU with a mod-SELL matrix and Jacobi (or no)
-/// preconditioning.
+/// preconditioning, or any [`DevicePreconditioner`] (`set_preconditioner`),
+/// driven one step at a time from the host (`solve::iterate_steps`; flexible
+/// PCG when the preconditioner is not linear).
 pub struct GpuCgBackend<'g> {
     gpu: &'g Gpu,
-    matrix: DeviceModSell,
+    matrix: Rc<DeviceModSell>,
     inv_diag: Option<CudaSlice<f64>>,
+    preconditioner: Option<Box<dyn DevicePreconditioner + 'g>>,
     row_sums: CudaSlice<f64>,
     check_interval: usize,
     scratch: RefCell<Scratch>,
@@ -117,13 +127,46 @@ impl<'g> GpuCgBackend<'g> {
         };
         Ok(Self {
             gpu,
-            matrix: DeviceModSell::upload(gpu, &m)?,
+            matrix: Rc::new(DeviceModSell::upload(gpu, &m)?),
             inv_diag,
+            preconditioner: None,
             row_sums: gpu.upload(&row_sums)?,
             check_interval,
             scratch: RefCell::new(scratch),
             failure: RefCell::new(None),
         })
+    }
+
+    /// The matrix on the device (shared with preconditioners built on it).
+    pub fn matrix(&self) -> &Rc<DeviceModSell> {
+        &self.matrix
+    }
+
+    /// Preconditions with `p` instead of Jacobi (build the backend with
+    /// `jacobi` false).
+    pub fn set_preconditioner(&mut self, p: Box<dyn DevicePreconditioner + 'g>) {
+        self.preconditioner = Some(p);
+    }
+
+    /// a · b (`dot_partials`, then the fixed-order reduction).
+    fn dot(&self, a: &CudaSlice<f64>, b: &CudaSlice<f64>) -> Result<f64, GpuError> {
+        let s = self.scratch.borrow();
+        let n = self.n32();
+        self.gpu.launch(
+            "dot_partials",
+            vector_grid(self.matrix.n),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&n).arg(a).arg(b).arg(&s.vector_partials);
+            },
+        )?;
+        Ok(self.reduce(
+            &s,
+            &s.vector_partials,
+            vector_grid(self.matrix.n) as usize,
+            1,
+        )?[0])
     }
 
     pub fn upload(&self, v: &[f64]) -> Result<GpuVector, GpuError> {
@@ -377,12 +420,23 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
+        if let Some(p) = &self.preconditioner {
+            return self.guarded(f64::NAN, || {
+                p.apply(r.dev()?, z.dev_mut()?)?;
+                self.dot(r.dev()?, z.dev()?)
+            });
+        }
         self.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
             self.launch_precondition(r, z, &s)?;
             let m = vector_grid(self.matrix.n) as usize;
             Ok(self.reduce(&s, &s.vector_partials, m, 1)?[0])
         })
+    }
+
+    fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {
+        let p = self.preconditioner.as_ref()?;
+        (!p.is_linear()).then(|| self.guarded(f64::NAN, || self.dot(z.dev()?, q.dev()?)))
     }
 
     fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
@@ -434,6 +488,9 @@ impl CgBackend for GpuCgBackend<'_> {
         count: usize,
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
+        if self.preconditioner.is_some() {
+            return iterate_steps(self, rule, state, count, v);
+        }
         let count = count.min(self.check_interval);
         self.guarded(Vec::new(), || self.run_chunk(rule, state, count, &v))
     }

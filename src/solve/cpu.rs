@@ -8,8 +8,9 @@ use rayon::prelude::*;
 
 use super::error::check_finite;
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
+use super::smooth_solver::in_ordering;
 use super::{
-    pcg, CgBackend, InitialNorms, LinearOperator, PreconditionerKind, SolveError, SolverControls,
+    pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError, SolverControls,
     SolverPerformance,
 };
 use crate::sparse::Csr;
@@ -21,6 +22,8 @@ pub struct CpuBackend<'a> {
     /// Slot of each row's diagonal entry, `usize::MAX` where there is none.
     diag_slot: Vec<usize>,
     row_sums: Vec<f64>,
+    /// The preconditioner is not a fixed linear operator: flexible PCG.
+    flexible: bool,
 }
 
 impl<'a> CpuBackend<'a> {
@@ -36,11 +39,19 @@ impl<'a> CpuBackend<'a> {
             precond,
             diag_slot,
             row_sums: Vec::new(),
+            flexible: false,
         };
         backend.row_sums = (0..a.n_rows())
             .map(|r| backend.row_sum_by(r, |_, v| v))
             .collect();
         backend
+    }
+
+    /// Runs flexible PCG (see `solve::pcg`): for preconditioners that are not a
+    /// fixed linear operator, e.g. block smoothers with an inner CG.
+    pub fn flexible(mut self, flexible: bool) -> Self {
+        self.flexible = flexible;
+        self
     }
 
     /// Σ_c term(c, a_rc) over row r in OpenFOAM's `Amul`/`sumA` order: the
@@ -106,6 +117,10 @@ impl CgBackend for CpuBackend<'_> {
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
         self.precond.apply(r, z);
         dot(r, z)
+    }
+
+    fn flexible_term(&self, z: &Vec<f64>, q: &Vec<f64>) -> Option<f64> {
+        self.flexible.then(|| dot(z, q))
     }
 
     fn update_direction(&self, beta: f64, z: &Vec<f64>, p: &mut Vec<f64>) {
@@ -218,22 +233,27 @@ pub fn check_system(
 
 /// Solves A x = b on the CPU with PCG and the given preconditioner, from the
 /// initial guess in `x`, after checking the inputs (square, symmetric, sizes,
-/// finite values).
+/// finite values). A preconditioner that is not a fixed linear map runs
+/// flexible PCG; block Jacobi runs on its block ordering.
 pub fn solve_pcg(
     a: &Csr,
-    kind: PreconditionerKind,
+    preconditioner: impl Into<Preconditioner>,
     b: &[f64],
     x: &mut [f64],
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    let preconditioner = preconditioner.into();
     check_system(a, b, x, controls)?;
-    let precond = kind.build(a)?;
-    let backend = CpuBackend::new(a, precond.as_ref());
-    let mut x_work = x.to_vec();
-    let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+    preconditioner.check()?;
+    in_ordering(a, preconditioner.ordering(a), b, x, |a, b, x| {
+        let precond = preconditioner.build(a)?;
+        let backend = CpuBackend::new(a, precond.as_ref()).flexible(preconditioner.is_flexible());
+        let mut x_work = x.to_vec();
+        let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
+        x.copy_from_slice(&x_work);
+        Ok(perf)
+    })
 }
 
 #[cfg(test)]

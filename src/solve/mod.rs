@@ -3,21 +3,34 @@
 //! Layout follows Ginkgo's solvers: PCG is written once (`pcg::pcg`) over a
 //! small set of fused kernel steps (`CgBackend`) that each executor implements
 //! on its own vector type; `cpu::CpuBackend` is the rayon reference. Operators
-//! (matrices, preconditioners, smoothers) implement `LinearOperator`.
+//! (matrices, preconditioners, smoothers run from zero) implement
+//! `LinearOperator`. OpenFOAM's smoothSolver is written once too
+//! (`smooth_solver::smooth_solve` over `SmoothBackend`), with the smoothers of
+//! `smoother` (Jacobi, L1-Jacobi, natural and multicolour Gauss–Seidel, block
+//! Jacobi, DIC).
 
+pub mod block_jacobi;
+pub mod colouring;
 pub mod cpu;
 pub mod error;
 pub mod pcg;
 pub mod precond;
 pub mod reduce;
+pub mod smooth_solver;
+pub mod smoother;
 
 pub use cpu::{solve_pcg, CpuBackend};
 pub use error::SolveError;
 pub use pcg::{
-    pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolverControls,
-    SolverPerformance, StopReason, StopRule,
+    iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
+    SolverControls, SolverPerformance, StopReason, StopRule,
 };
-pub use precond::PreconditionerKind;
+pub use precond::{Preconditioner, PreconditionerKind};
+pub use smooth_solver::{smooth_solve, solve_smooth, SmoothBackend};
+pub use smoother::{
+    BlockJacobiSettings, ColouringKind, InnerSolver, Smoother, SmootherKind, SmootherSettings,
+    Sweep,
+};
 
 use crate::sparse::Csr;
 

@@ -1,6 +1,13 @@
 //! Preconditioned conjugate gradients with OpenFOAM's convergence test
 //! (`PCG.C`, `lduMatrixSolver.C::normFactor`, `SolverPerformance::checkConvergence`),
 //! written once over the fused steps of `CgBackend`.
+//!
+//! The same loop is flexible PCG (Notay 2000, FCG(1)) when the backend's
+//! preconditioner is not a fixed linear operator (a block smoother with an
+//! inner CG, seed 000 §9.2): the backend then returns z · q from
+//! [`CgBackend::flexible_term`] and β = −(z_{k+1} · A p_k)/(p_k · A p_k), the
+//! Polak–Ribière form, replaces OpenFOAM's Fletcher–Reeves β = (r·z)_{k+1}/(r·z)_k.
+//! For a symmetric linear preconditioner both are equal in exact arithmetic.
 
 use super::SolveError;
 use crate::foam::write::format_g;
@@ -116,48 +123,14 @@ pub trait CgBackend {
         count: usize,
         v: CgVectors<'_, Self::Vector>,
     ) -> Vec<IterationRecord> {
-        let mut s = *state;
-        let mut records = Vec::new();
-        for _ in 0..count {
-            let r_z = self.precondition(v.r, v.z);
-            let mut record = IterationRecord {
-                r_z,
-                p_q: f64::NAN,
-                residual: f64::NAN,
-            };
-            if rule.after_precondition(r_z, s.last_residual).is_some() {
-                records.push(record);
-                break;
-            }
-            let beta = if s.iterations == 0 {
-                0.0
-            } else {
-                r_z / s.r_z_old
-            };
-            self.update_direction(beta, v.z, v.p);
-            record.p_q = self.apply_operator(v.p, v.q);
-            if rule.after_operator(record.p_q).is_some() {
-                records.push(record);
-                break;
-            }
-            let alpha = r_z / record.p_q;
-            record.residual = self.update_solution(alpha, v.p, v.q, v.x, v.r) / rule.norm_factor;
-            records.push(record);
-            let iteration = s.iterations + 1;
-            if rule
-                .after_update(iteration, record.residual, s.best)
-                .is_some()
-            {
-                break;
-            }
-            s = LoopState {
-                iterations: iteration,
-                r_z_old: r_z,
-                last_residual: record.residual,
-                best: s.best.min(record.residual),
-            };
-        }
-        records
+        iterate_steps(self, rule, state, count, v)
+    }
+
+    /// Flexible PCG: z · q for the z just preconditioned and q = A p of the
+    /// last iteration (still in q), when the preconditioner is not a fixed
+    /// linear operator; `None` (the default) keeps Fletcher–Reeves β.
+    fn flexible_term(&self, _z: &Self::Vector, _q: &Self::Vector) -> Option<f64> {
+        None
     }
 
     /// A failure of the executor itself (a device error) since the last call;
@@ -165,6 +138,64 @@ pub trait CgBackend {
     fn device_status(&self) -> Result<(), SolveError> {
         Ok(())
     }
+}
+
+/// The PCG iterations of [`CgBackend::iterate`] driven one step at a time from
+/// the host: the trait's default, and the path a backend takes when it cannot
+/// fuse its preconditioner into a device loop.
+pub fn iterate_steps<B: CgBackend + ?Sized>(
+    backend: &B,
+    rule: &StopRule,
+    state: &LoopState,
+    count: usize,
+    v: CgVectors<'_, B::Vector>,
+) -> Vec<IterationRecord> {
+    let mut s = *state;
+    let mut records = Vec::new();
+    for _ in 0..count {
+        let r_z = backend.precondition(v.r, v.z);
+        let mut record = IterationRecord {
+            r_z,
+            p_q: f64::NAN,
+            residual: f64::NAN,
+        };
+        if rule.after_precondition(r_z, s.last_residual).is_some() {
+            records.push(record);
+            break;
+        }
+        let beta = if s.iterations == 0 {
+            0.0
+        } else {
+            match backend.flexible_term(v.z, v.q) {
+                Some(z_q) => -z_q / s.p_q_old,
+                None => r_z / s.r_z_old,
+            }
+        };
+        backend.update_direction(beta, v.z, v.p);
+        record.p_q = backend.apply_operator(v.p, v.q);
+        if rule.after_operator(record.p_q).is_some() {
+            records.push(record);
+            break;
+        }
+        let alpha = r_z / record.p_q;
+        record.residual = backend.update_solution(alpha, v.p, v.q, v.x, v.r) / rule.norm_factor;
+        records.push(record);
+        let iteration = s.iterations + 1;
+        if rule
+            .after_update(iteration, record.residual, s.best)
+            .is_some()
+        {
+            break;
+        }
+        s = LoopState {
+            iterations: iteration,
+            r_z_old: r_z,
+            p_q_old: record.p_q,
+            last_residual: record.residual,
+            best: s.best.min(record.residual),
+        };
+    }
+    records
 }
 
 /// The work vectors of one PCG solve.
@@ -183,6 +214,8 @@ pub struct LoopState {
     pub iterations: usize,
     /// r · z of the last completed iteration (unused before the first).
     pub r_z_old: f64,
+    /// p · A p of the last completed iteration (flexible PCG's β; unused before the first).
+    pub p_q_old: f64,
     /// Normalised residual after the last completed iteration (the initial one before).
     pub last_residual: f64,
     /// Smallest normalised residual so far, the initial one included.
@@ -291,6 +324,7 @@ pub fn pcg<B: CgBackend>(
         let mut state = LoopState {
             iterations: 0,
             r_z_old: 0.0,
+            p_q_old: 0.0,
             last_residual: initial,
             best: initial,
         };
@@ -349,6 +383,7 @@ pub fn pcg<B: CgBackend>(
                 state = LoopState {
                     iterations: iteration,
                     r_z_old: r_z,
+                    p_q_old: record.p_q,
                     last_residual: residual,
                     best,
                 };

@@ -11,8 +11,9 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::{LinearOperator, SolveError};
-use crate::sparse::Csr;
+use crate::sparse::{Csr, Permutation};
 
 /// Which preconditioner PCG uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +24,8 @@ pub enum PreconditionerKind {
     Dic,
     /// Incomplete Cholesky with no fill-in.
     Ic0,
-    /// Symmetric Gauss-Seidel (SSOR with ω = 1).
+    /// Symmetric Gauss-Seidel (SSOR with ω = 1) in natural row order: one
+    /// symmetric sweep of the `symGaussSeidel` smoother from z = 0.
     SymGaussSeidel,
 }
 
@@ -54,7 +56,10 @@ impl PreconditionerKind {
             Self::Jacobi => Box::new(Jacobi::new(a)?),
             Self::Dic => Box::new(Dic::new(a)?),
             Self::Ic0 => Box::new(Ic0::new(a)?),
-            Self::SymGaussSeidel => Box::new(SymGaussSeidel::new(a)?),
+            Self::SymGaussSeidel => Box::new(SmootherPreconditioner::new(
+                Box::new(GaussSeidel::new(a, Sweep::Symmetric, None)?),
+                1,
+            )),
         })
     }
 }
@@ -81,9 +86,74 @@ impl FromStr for PreconditionerKind {
     }
 }
 
+/// PCG's preconditioner: a named one, or a smoother run from z = 0
+/// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Preconditioner {
+    Kind(PreconditionerKind),
+    Smoother(SmootherSettings),
+}
+
+impl From<PreconditionerKind> for Preconditioner {
+    fn from(kind: PreconditionerKind) -> Self {
+        Self::Kind(kind)
+    }
+}
+
+impl PartialEq<PreconditionerKind> for Preconditioner {
+    fn eq(&self, kind: &PreconditionerKind) -> bool {
+        *self == Self::Kind(*kind)
+    }
+}
+
+impl fmt::Display for Preconditioner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Kind(k) => k.fmt(f),
+            Self::Smoother(s) => s.fmt(f),
+        }
+    }
+}
+
+impl Preconditioner {
+    /// Whether PCG must be flexible (the preconditioner is not a fixed linear map).
+    pub fn is_flexible(&self) -> bool {
+        matches!(self, Self::Smoother(s) if !s.is_linear())
+    }
+
+    /// Checks that the preconditioner can precondition PCG (a symmetric
+    /// smoother with valid parameters).
+    pub fn check(&self) -> Result<(), SolveError> {
+        match self {
+            Self::Kind(_) => Ok(()),
+            Self::Smoother(s) => s
+                .validate()
+                .and_then(|()| s.check_preconditioner())
+                .map_err(SolveError::InvalidControls),
+        }
+    }
+
+    /// The row order the preconditioner wants (block Jacobi's blocks).
+    pub fn ordering(&self, a: &Csr) -> Option<Permutation> {
+        match self {
+            Self::Kind(_) => None,
+            Self::Smoother(s) => s.ordering(a),
+        }
+    }
+
+    /// The CPU preconditioner for `a` (square, symmetric).
+    pub fn build<'a>(&self, a: &'a Csr) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
+        self.check()?;
+        match self {
+            Self::Kind(k) => k.build(a),
+            Self::Smoother(s) => Ok(Box::new(SmootherPreconditioner::new(s.build(a)?, s.sweeps))),
+        }
+    }
+}
+
 /// Where each row's diagonal sits: row r's strictly lower entries are
 /// `row_ptr[r]..diag_slot[r]`, its strictly upper ones `diag_slot[r]+1..row_ptr[r+1]`.
-struct Triangles<'a> {
+pub(super) struct Triangles<'a> {
     a: &'a Csr,
     diag_slot: Vec<usize>,
 }
@@ -91,7 +161,7 @@ struct Triangles<'a> {
 impl<'a> Triangles<'a> {
     /// Fails when a diagonal entry is missing or not positive: every
     /// preconditioner here divides by it and needs it positive for SPD.
-    fn new(a: &'a Csr, precond: &'static str) -> Result<Self, SolveError> {
+    pub(super) fn new(a: &'a Csr, precond: &'static str) -> Result<Self, SolveError> {
         let diag_slot = (0..a.n_rows())
             .map(|r| match a.slot(r, r) {
                 Some(s) if a.values()[s] > 0.0 => Ok(s),
@@ -105,24 +175,28 @@ impl<'a> Triangles<'a> {
         Ok(Self { a, diag_slot })
     }
 
-    fn n(&self) -> usize {
+    pub(super) fn n(&self) -> usize {
         self.diag_slot.len()
     }
-    fn diag(&self, r: usize) -> f64 {
+    pub(super) fn diag(&self, r: usize) -> f64 {
         self.a.values()[self.diag_slot[r]]
     }
     /// Slots of the strictly lower entries of row r, columns ascending.
-    fn lower(&self, r: usize) -> std::ops::Range<usize> {
+    pub(super) fn lower(&self, r: usize) -> std::ops::Range<usize> {
         self.a.row_ptr()[r]..self.diag_slot[r]
     }
     /// Slots of the strictly upper entries of row r, columns ascending.
-    fn upper(&self, r: usize) -> std::ops::Range<usize> {
+    pub(super) fn upper(&self, r: usize) -> std::ops::Range<usize> {
         self.diag_slot[r] + 1..self.a.row_ptr()[r + 1]
     }
-    fn col(&self, slot: usize) -> usize {
+    /// Slots of the off-diagonal entries of row r, columns ascending.
+    pub(super) fn off_diagonal(&self, r: usize) -> impl Iterator<Item = usize> {
+        self.lower(r).chain(self.upper(r))
+    }
+    pub(super) fn col(&self, slot: usize) -> usize {
         self.a.cols()[slot] as usize
     }
-    fn value(&self, slot: usize) -> f64 {
+    pub(super) fn value(&self, slot: usize) -> f64 {
         self.a.values()[slot]
     }
 }
@@ -297,38 +371,6 @@ impl LinearOperator for Ic0<'_> {
     }
 }
 
-/// Symmetric Gauss-Seidel, SSOR with ω = 1: M = (D + L) D⁻¹ (D + U), SPD when A is.
-pub struct SymGaussSeidel<'a> {
-    t: Triangles<'a>,
-}
-
-impl<'a> SymGaussSeidel<'a> {
-    pub fn new(a: &'a Csr) -> Result<Self, SolveError> {
-        Ok(Self {
-            t: Triangles::new(a, "symmetric Gauss-Seidel")?,
-        })
-    }
-}
-
-impl LinearOperator for SymGaussSeidel<'_> {
-    fn n(&self) -> usize {
-        self.t.n()
-    }
-    fn apply(&self, r: &[f64], z: &mut [f64]) {
-        let t = &self.t;
-        // Forward sweep (D + L) y = r.
-        for i in 0..t.n() {
-            let sum: f64 = t.lower(i).map(|s| t.value(s) * z[t.col(s)]).sum();
-            z[i] = (r[i] - sum) / t.diag(i);
-        }
-        // Backward sweep (D + U) z = D y.
-        for i in (0..t.n()).rev() {
-            let sum: f64 = t.upper(i).map(|s| t.value(s) * z[t.col(s)]).sum();
-            z[i] -= sum / t.diag(i);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,7 +442,8 @@ mod tests {
         let lower = full.lower_triangle() - &diag;
         let upper = lower.transpose();
         let m_sgs = (&diag + &lower) * diag.clone().try_inverse().unwrap() * (&diag + upper);
-        assert_inverts(&SymGaussSeidel::new(&a).unwrap(), &m_sgs);
+        let sgs = PreconditionerKind::SymGaussSeidel.build(&a).unwrap();
+        assert_inverts(sgs.as_ref(), &m_sgs);
         assert_inverts(&Jacobi::new(&a).unwrap(), &diag);
         // IC(0) on this pattern: L Lᵀ equals A on every stored entry of the lower triangle.
         let ic = Ic0::new(&a).unwrap();

@@ -1,5 +1,6 @@
 //! Sparse matrix formats and orderings.
 
+pub mod blocks;
 mod coo;
 pub mod csr;
 pub mod modsell;

@@ -1,0 +1,309 @@
+// Smoothers on mod-SELL (appended to spmv.cu and pcg.cu in one module; uses
+// block_sum and u64 from spmv.cu). CPU references: src/solve/smoother.rs,
+// src/solve/block_jacobi.rs, src/solve/colouring.rs; each row formula is
+// evaluated in the same order as there (NVRTC may contract a*b+c into FMA, so
+// the iterates agree to round-off, not bit for bit).
+//
+// Column codes (src/sparse/modsell.rs): code > 0 is column code-1, code < 0 is
+// column s*H + (-code-1) of the slice's own rows, 0 is padding.
+
+// Sum over the block, valid in every thread (block_sum's result broadcast).
+// The next call cannot overwrite `total` early: thread 0 writes it only after
+// the barriers inside block_sum, which every thread reaches after reading it.
+__device__ double block_sum_all(double v) {
+    __shared__ double total;
+    const double s = block_sum(v);
+    if (threadIdx.x == 0) total = s;
+    __syncthreads();
+    return total;
+}
+
+// Partials of a . b, one per block (vector_grid blocks).
+extern "C" __global__ void dot_partials(int n, const double* __restrict__ a,
+                                        const double* __restrict__ b,
+                                        double* __restrict__ partials) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double s = block_sum(i < n ? a[i] * b[i] : 0.0);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// Weighted / L1 Jacobi sweep (seed 000 §4.1), one block per slice, blockDim =
+// H, H doubles of dynamic shared memory: x_new = x + scale * (b - A x), with
+// (b - A x)_i = b_i - a_ii x_i, then minus the off-diagonals in slot order.
+// scale = omega / a_ii or 1 / (a_ii + sum |a_ij|). Double-buffered (x_new != x).
+extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const double* __restrict__ vals,
+                                         const double* __restrict__ diag,
+                                         const double* __restrict__ scale,
+                                         const double* __restrict__ b,
+                                         const double* __restrict__ x,
+                                         double* __restrict__ x_new) {
+    extern __shared__ double x_slice[];
+    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const bool in = row < n;
+    const double xr = in ? x[row] : 0.0;
+    x_slice[t] = xr;
+    __syncthreads();
+    double res = in ? b[row] - diag[row] * xr : 0.0;
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) res -= vals[k] * __ldg(&x[c - 1]);
+        else if (c < 0) res -= vals[k] * x_slice[-(c + 1)];
+    }
+    if (in) x_new[row] = xr + scale[row] * res;
+}
+
+// Multicolour Gauss-Seidel (seed §4.2.1): the rows rows[first .. first+count)
+// of one colour, one thread each, in place: x_i = (b_i - sum_j a_ij x_j) / a_ii.
+// No two rows of a colour are coupled, so every x_j read belongs to another
+// colour and is not written by this launch.
+extern "C" __global__ void smooth_colour(int count, int first, int h,
+                                         const int* __restrict__ rows,
+                                         const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const double* __restrict__ vals,
+                                         const double* __restrict__ diag,
+                                         const double* __restrict__ b, double* x) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    const int row = rows[first + i];
+    const int s = row / h, base = s * h;
+    double acc = b[row];
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c > 0) acc -= vals[k] * x[c - 1];
+        else if (c < 0) acc -= vals[k] * x[base - c - 1];
+    }
+    x[row] = acc / diag[row];
+}
+
+// Jones-Plassmann priority: the "lowbias32" integer hash (colouring.rs jp_priority).
+__device__ unsigned jp_hash(unsigned x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+// Whether row u outranks row v: larger hash, ties by larger index.
+__device__ bool jp_above(int u, int v) {
+    const unsigned hu = jp_hash((unsigned)u), hv = jp_hash((unsigned)v);
+    return hu > hv || (hu == hv && u > v);
+}
+
+// Jones-Plassmann round, part 1: candidate[v] = 1 for uncoloured rows (colour
+// -1) that outrank all their uncoloured neighbours. Reads colours only, so the
+// candidates form an independent set.
+extern "C" __global__ void jp_select(int n, int h, const u64* __restrict__ slice_ptr,
+                                     const int* __restrict__ codes,
+                                     const int* __restrict__ colour,
+                                     int* __restrict__ candidate) {
+    const int v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= n) return;
+    int selected = 0;
+    if (colour[v] < 0) {
+        selected = 1;
+        const int s = v / h, base = s * h;
+        for (u64 k = slice_ptr[s] + (v - base); k < slice_ptr[s + 1]; k += h) {
+            const int c = codes[k];
+            if (c == 0) continue;
+            const int u = c > 0 ? c - 1 : base - c - 1;
+            if (colour[u] < 0 && jp_above(u, v)) {
+                selected = 0;
+                break;
+            }
+        }
+    }
+    candidate[v] = selected;
+}
+
+// Jones-Plassmann round, part 2: each candidate takes the smallest colour no
+// neighbour has (first fit). No neighbour of a candidate is a candidate, so the
+// colours read here do not change during the launch. `uncoloured` counts the
+// rows still uncoloured after the round (zeroed by the host before).
+extern "C" __global__ void jp_assign(int n, int h, const u64* __restrict__ slice_ptr,
+                                     const int* __restrict__ codes, int* colour,
+                                     const int* __restrict__ candidate,
+                                     int* __restrict__ uncoloured) {
+    const int v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= n) return;
+    if (!candidate[v]) {
+        if (colour[v] < 0) atomicAdd(uncoloured, 1);
+        return;
+    }
+    const int s = v / h, base = s * h;
+    // Colours first .. first+63 as a bit mask; move on while all 64 are taken.
+    for (int first = 0;; first += 64) {
+        unsigned long long used = 0ULL;
+        for (u64 k = slice_ptr[s] + (v - base); k < slice_ptr[s + 1]; k += h) {
+            const int c = codes[k];
+            if (c == 0) continue;
+            const int cu = colour[c > 0 ? c - 1 : base - c - 1];
+            if (cu >= first && cu < first + 64) used |= 1ULL << (cu - first);
+        }
+        if (used != ~0ULL) {
+            colour[v] = first + __ffsll((long long)~used) - 1;
+            return;
+        }
+    }
+}
+
+// ---- Block Jacobi (seed §4.3.1 `smooth_kern`, note §5.6) ----
+
+#define INNER_JACOBI 0
+#define INNER_GS 1
+#define INNER_SYM_GS 2
+#define INNER_CG 3
+
+// Per thread: its row's in-slice off-diagonals, m-th at coef[m*H + t], local
+// column nbr[m*H + t], m < cnt (no padding is read).
+struct LocalRow {
+    const double* coef;
+    const int* nbr;
+    int cnt;
+    double b, d;
+};
+
+// start - sum_m coef_m * lv[nbr_m], in stored order.
+__device__ double minus_off(const LocalRow& a, double start, const double* lv) {
+    const int h = blockDim.x, t = threadIdx.x;
+    for (int m = 0; m < a.cnt; ++m) start -= a.coef[m * h + t] * lv[a.nbr[m * h + t]];
+    return start;
+}
+
+// Jacobi steps from 0 (the first is y = b/d); stops when the block's squared
+// residual <= stop (stop > 0) or after max_iter steps.
+__device__ double inner_jacobi(const LocalRow& a, double* lv, int max_iter, double stop) {
+    const int t = threadIdx.x;
+    double y = a.b / a.d;
+    for (int it = 1; it < max_iter; ++it) {
+        __syncthreads();  // earlier readers of lv are done
+        lv[t] = y;
+        __syncthreads();
+        const double res = minus_off(a, a.b - a.d * y, lv);
+        if (stop > 0.0 && block_sum_all(res * res) <= stop) break;
+        y += res / a.d;
+    }
+    return y;
+}
+
+// Warp-serialised Gauss-Seidel from 0 (seed §4.3.1 GS_device): warps in order
+// (then in reverse when symmetric), each computing its rows from lv (earlier
+// warps new, its own and later ones old: Jacobi inside a warp) and writing
+// them after the whole warp has read. One barrier per warp.
+__device__ double inner_gs(const LocalRow& a, double* lv, int max_iter, double stop,
+                           bool symmetric) {
+    const int t = threadIdx.x, warp = t >> 5, n_warps = blockDim.x >> 5;
+    double y = 0.0;
+    __syncthreads();
+    lv[t] = 0.0;
+    __syncthreads();
+    for (int it = 0; it < max_iter; ++it) {
+        const int steps = symmetric ? 2 * n_warps : n_warps;
+        for (int k = 0; k < steps; ++k) {
+            const int w = k < n_warps ? k : 2 * n_warps - 1 - k;
+            if (warp == w) {
+                y = minus_off(a, a.b, lv) / a.d;
+                __syncwarp();
+                lv[t] = y;
+            }
+            __syncthreads();
+        }
+        if (stop > 0.0) {
+            const double res = minus_off(a, a.b - a.d * y, lv);
+            if (block_sum_all(res * res) <= stop) break;
+        }
+    }
+    return y;
+}
+
+// Conjugate gradients from 0 on the block (seed §4.3.1 CG_device); r0 = |b|^2.
+__device__ double inner_cg(const LocalRow& a, double* lv, int max_iter, double stop,
+                           double r0) {
+    const int h = blockDim.x, t = threadIdx.x;
+    double y = 0.0, r = a.b, p = a.b, rr = r0;
+    for (int it = 0; it < max_iter; ++it) {
+        __syncthreads();
+        lv[t] = p;
+        __syncthreads();
+        double ap = a.d * p;
+        for (int m = 0; m < a.cnt; ++m) ap += a.coef[m * h + t] * lv[a.nbr[m * h + t]];
+        const double p_ap = block_sum_all(p * ap);
+        if (!(p_ap > 0.0)) break;
+        const double alpha = rr / p_ap;
+        y += alpha * p;
+        r -= alpha * ap;
+        const double rr_new = block_sum_all(r * r);
+        if (rr_new <= stop) break;
+        p = r + (rr_new / rr) * p;
+        rr = rr_new;
+    }
+    return y;
+}
+
+// One block-Jacobi sweep: one thread block per slice, blockDim = H. Dynamic
+// shared memory: [lv: H doubles][coef: H*mnz doubles][nbr: H*mnz ints], mnz =
+// the largest slice_mnz (the offsets use this slice's slice_mnz[l]). The block
+// stages x of its rows in lv, forms the block residual b - A x (rows past n:
+// a_ii = 1, b = 0, x = 0) while collecting its in-slice entries, solves
+// A_ll y = residual with the inner solver (skipped when the residual is 0),
+// and writes x + y. Synchronous: x_out != x_in. Asynchronous: x_out == x_in,
+// read and written in place (so no __restrict__ and no __ldg on x).
+// `tol2` = innerTolerance^2 (0: a fixed max_iter steps).
+extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr,
+                                        const int* __restrict__ codes,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ diag,
+                                        const int* __restrict__ slice_mnz,
+                                        const double* __restrict__ b, const double* x_in,
+                                        double* x_out, int inner, int max_iter,
+                                        double tol2) {
+    extern __shared__ double smem[];
+    const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
+    const bool in = row < n;
+    const int mnz = slice_mnz[l];
+    double* lv = smem;
+    double* coef = smem + h;
+    int* nbr = (int*)(coef + (size_t)h * mnz);
+    const double xi = in ? x_in[row] : 0.0;
+    LocalRow a;
+    a.coef = coef;
+    a.nbr = nbr;
+    a.cnt = 0;
+    a.d = in ? diag[row] : 1.0;
+    a.b = in ? b[row] - a.d * xi : 0.0;
+    lv[t] = xi;
+    __syncthreads();
+    const u64 start = slice_ptr[l], end = slice_ptr[l + 1];
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) {
+            a.b -= vals[k] * x_in[c - 1];
+        } else if (c < 0) {
+            const int j = -(c + 1);
+            const double v = vals[k];
+            a.b -= v * lv[j];
+            coef[a.cnt * h + t] = v;
+            nbr[a.cnt * h + t] = j;
+            ++a.cnt;
+        }
+    }
+    // block_sum_all's barriers also order the coef/nbr writes before any read.
+    const double r0 = block_sum_all(a.b * a.b);
+    double y = 0.0;
+    if (r0 > 0.0) {
+        const double stop = tol2 * r0;
+        switch (inner) {
+            case INNER_JACOBI: y = inner_jacobi(a, lv, max_iter, stop); break;
+            case INNER_GS: y = inner_gs(a, lv, max_iter, stop, false); break;
+            case INNER_SYM_GS: y = inner_gs(a, lv, max_iter, stop, true); break;
+            default: y = inner_cg(a, lv, max_iter, stop, r0); break;
+        }
+    }
+    if (in) x_out[row] = xi + y;
+    if (x_out == x_in) __threadfence();  // asynchronous: publish to blocks still running
+}

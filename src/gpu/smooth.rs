@@ -1,0 +1,602 @@
+//! Smoothers on the GPU over mod-SELL (`kernels/smooth.cu`), as OpenFOAM's
+//! smoothSolver and as PCG preconditioners; their CPU references are in
+//! `solve::smoother` and `solve::block_jacobi`.
+//!
+//! - Weighted and L1 Jacobi: one SpMV-like kernel per sweep, double-buffered.
+//! - Multicolour Gauss–Seidel: Jones–Plassmann colours computed on the GPU
+//!   (identical to the CPU's `Colouring::jones_plassmann`), rows addressed by a
+//!   colour index list (rows grouped by colour, ascending), one launch per colour.
+//! - Block Jacobi (seed 000 §4.3, the seed's `smooth_kern`): one thread block
+//!   per mod-SELL slice; the slice's local matrix in shared memory. The rows
+//!   are ordered by [`crate::sparse::blocks::grown_blocks`] so that slices are
+//!   compact; [`block_layout`] picks the largest slice height ≤ `blockSize`
+//!   whose local matrices fit the device's shared memory (and threads per
+//!   block), saying so when it has to go smaller.
+//!
+//! [`DevicePreconditioner`] is the device analogue of `solve::LinearOperator`
+//! for preconditioners: `GpuCgBackend::set_preconditioner` takes any of them.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::matrix::DeviceModSell;
+use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::colouring::Colouring;
+use crate::solve::cpu::check_system;
+use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
+use crate::solve::smoother::{check_diagonal, l1_jacobi_scale, sweep_order, PointJacobi};
+use crate::solve::{
+    pcg, CgBackend, ColouringKind, InitialNorms, InnerSolver, Preconditioner, PreconditionerKind,
+    SmootherKind, SmootherSettings, SolveError, SolverControls, SolverPerformance, Sweep,
+};
+use crate::sparse::blocks::{grown_blocks, in_slice_counts};
+use crate::sparse::ordering::reverse_cuthill_mckee;
+use crate::sparse::{Csr, Permutation};
+
+/// A preconditioner applied on the device.
+pub trait DevicePreconditioner {
+    /// z = M⁻¹ r; z is fully overwritten (its buffer may be exchanged for
+    /// another of the same length).
+    fn apply(&self, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> Result<(), GpuError>;
+    /// Whether M⁻¹ is the same linear map at every application; if not, PCG
+    /// runs flexible (`CgBackend::flexible_term`).
+    fn is_linear(&self) -> bool;
+}
+
+/// Jones–Plassmann colouring on the GPU (`jp_select`, `jp_assign`): each round
+/// colours the uncoloured rows that outrank their uncoloured neighbours, first
+/// fit. Returns the colours and the number of rounds.
+pub fn jones_plassmann(gpu: &Gpu, m: &DeviceModSell) -> Result<(Vec<u32>, usize), GpuError> {
+    let n = m.n;
+    let (n32, h) = (n as i32, m.slice_height as i32);
+    let colour = gpu.upload(&vec![-1i32; n])?;
+    let candidate = gpu.zeros::<i32>(n)?;
+    let mut uncoloured = gpu.zeros::<i32>(1)?;
+    let mut rounds = 0;
+    loop {
+        gpu.launch("jp_select", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(&h)
+                .arg(&m.slice_ptr)
+                .arg(&m.codes)
+                .arg(&colour)
+                .arg(&candidate);
+        })?;
+        gpu.zero(&mut uncoloured)?;
+        gpu.launch("jp_assign", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(&h)
+                .arg(&m.slice_ptr)
+                .arg(&m.codes)
+                .arg(&colour)
+                .arg(&candidate)
+                .arg(&uncoloured);
+        })?;
+        rounds += 1;
+        // Each round colours at least the top-ranked uncoloured row.
+        if gpu.download(&uncoloured)?[0] == 0 {
+            break;
+        }
+        if rounds > n {
+            return Err(GpuError::Invalid(format!(
+                "Jones-Plassmann colouring still had rows left after {rounds} rounds on {n} rows"
+            )));
+        }
+    }
+    let colours = gpu.download(&colour)?;
+    Ok((colours[..n].iter().map(|&c| c as u32).collect(), rounds))
+}
+
+/// A colouring on the device: the rows grouped by colour.
+pub struct DeviceColouring {
+    colouring: Colouring,
+    rows: CudaSlice<i32>,
+}
+
+impl DeviceColouring {
+    /// Jones–Plassmann (on the GPU) or greedy (on the host, natural order) colours.
+    pub fn new(
+        gpu: &Gpu,
+        a: &Csr,
+        m: &DeviceModSell,
+        kind: ColouringKind,
+    ) -> Result<Self, GpuError> {
+        let colouring =
+            match kind {
+                ColouringKind::JonesPlassmann => {
+                    let (colours, rounds) = jones_plassmann(gpu, m)?;
+                    let c = Colouring::from_colours(colours).map_err(GpuError::Invalid)?;
+                    log::debug!(
+                        "Jones-Plassmann colouring: {} colours in {rounds} rounds",
+                        c.n_colours()
+                    );
+                    c
+                }
+                ColouringKind::Greedy => Colouring::greedy(a),
+                ColouringKind::Natural => return Err(GpuError::Invalid(
+                    "natural-order Gauss-Seidel is sequential; on the GPU it needs a colouring \
+                     (JonesPlassmann or greedy)"
+                        .into(),
+                )),
+            };
+        let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+        Ok(Self {
+            rows: gpu.upload(&rows)?,
+            colouring,
+        })
+    }
+
+    pub fn colouring(&self) -> &Colouring {
+        &self.colouring
+    }
+}
+
+/// Bytes of dynamic shared memory of one block-Jacobi block of `h` rows whose
+/// rows have at most `mnz` in-slice off-diagonals: x (8 B) and the local matrix
+/// (value 8 B + column 4 B per entry) per row (seed (4.15)).
+pub fn block_shared_bytes(h: usize, mnz: usize) -> usize {
+    h * (8 + 12 * mnz)
+}
+
+/// Block Jacobi's layout: the largest slice height ≤ `wanted` (halving, down
+/// to 32) at which one thread block per slice fits the device (threads per
+/// block, shared memory), the grown-block ordering for it and `a` in that order.
+pub fn block_layout(
+    gpu: &Gpu,
+    a: &Csr,
+    wanted: usize,
+) -> Result<(usize, Permutation, Csr), GpuError> {
+    let limits = gpu.kernel_limits("smooth_block")?;
+    let rcm = reverse_cuthill_mckee(a);
+    let mut h = wanted;
+    loop {
+        let p = grown_blocks(a, h, &rcm);
+        let ordered = p.apply_symmetric(a);
+        let mnz = in_slice_counts(&ordered, h).into_iter().max().unwrap_or(0) as usize;
+        let bytes = block_shared_bytes(h, mnz);
+        if h <= limits.threads_per_block && bytes <= limits.dynamic_shared_bytes {
+            return Ok((h, p, ordered));
+        }
+        let why = format!(
+            "{h}-row blocks need {h} threads (the kernel allows {}) and {bytes} bytes of shared \
+             memory for rows with up to {mnz} in-block neighbours (the device allows {})",
+            limits.threads_per_block, limits.dynamic_shared_bytes
+        );
+        if h <= 32 {
+            return Err(GpuError::Invalid(format!(
+                "block Jacobi does not fit on this GPU: {why}"
+            )));
+        }
+        h = (h / 64).max(1) * 32;
+        log::warn!("block Jacobi: {why}; using {h}-row blocks instead");
+    }
+}
+
+/// The block kernel's arguments.
+struct BlockKernel {
+    slice_mnz: CudaSlice<i32>,
+    shared_bytes: u32,
+    inner: i32,
+    max_iter: i32,
+    tol2: f64,
+    asynchronous: bool,
+}
+
+enum Method {
+    /// Weighted or L1 Jacobi with its row scales.
+    Jacobi {
+        scale: CudaSlice<f64>,
+    },
+    GaussSeidel {
+        colouring: DeviceColouring,
+        sweep: Sweep,
+    },
+    Block(BlockKernel),
+}
+
+/// A smoother on the device for a mod-SELL matrix.
+pub struct DeviceSmoother<'g> {
+    gpu: &'g Gpu,
+    matrix: Rc<DeviceModSell>,
+    method: Method,
+    /// The second buffer of double-buffered sweeps, exchanged with x.
+    spare: RefCell<Option<CudaSlice<f64>>>,
+}
+
+impl<'g> DeviceSmoother<'g> {
+    /// The smoother of `settings` for `matrix`, the device copy of `a` (same
+    /// row order). Block Jacobi's blocks are the matrix's slices
+    /// ([`block_layout`] chooses their height). Gauss–Seidel needs a colouring
+    /// and DIC is not available: see [`gpu_smoother`].
+    pub fn new(
+        gpu: &'g Gpu,
+        a: &Csr,
+        matrix: Rc<DeviceModSell>,
+        settings: &SmootherSettings,
+    ) -> Result<Self, GpuError> {
+        settings.validate().map_err(GpuError::Invalid)?;
+        if a.n_rows() != matrix.n {
+            return Err(GpuError::Invalid(format!(
+                "the smoother's matrix has {} rows, the device matrix {}",
+                a.n_rows(),
+                matrix.n
+            )));
+        }
+        let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
+        let double_buffered = match settings.kind {
+            SmootherKind::Jacobi | SmootherKind::L1Jacobi => true,
+            SmootherKind::BlockJacobi => !settings.block.asynchronous,
+            _ => false,
+        };
+        let method = match settings.kind {
+            SmootherKind::Jacobi => Method::Jacobi {
+                scale: gpu.upload(
+                    PointJacobi::weighted(a, settings.omega)
+                        .map_err(invalid)?
+                        .scale(),
+                )?,
+            },
+            SmootherKind::L1Jacobi => Method::Jacobi {
+                scale: gpu.upload(&l1_jacobi_scale(a).map_err(invalid)?)?,
+            },
+            SmootherKind::GaussSeidel(sweep) => {
+                check_diagonal(a, "Gauss-Seidel").map_err(invalid)?;
+                Method::GaussSeidel {
+                    colouring: DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
+                    sweep,
+                }
+            }
+            SmootherKind::BlockJacobi => {
+                check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
+                Method::Block(Self::block_kernel(gpu, a, &matrix, settings)?)
+            }
+            SmootherKind::Dic | SmootherKind::DicGaussSeidel => {
+                return Err(GpuError::Invalid(format!(
+                    "the {} smoother is not available on the GPU",
+                    settings.kind.name()
+                )))
+            }
+        };
+        let spare = if double_buffered {
+            Some(gpu.zeros(matrix.n)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            gpu,
+            matrix,
+            method,
+            spare: RefCell::new(spare),
+        })
+    }
+
+    fn block_kernel(
+        gpu: &Gpu,
+        a: &Csr,
+        m: &DeviceModSell,
+        settings: &SmootherSettings,
+    ) -> Result<BlockKernel, GpuError> {
+        let h = m.slice_height;
+        let counts: Vec<i32> = in_slice_counts(a, h).iter().map(|&c| c as i32).collect();
+        let mnz = counts.iter().copied().max().unwrap_or(0) as usize;
+        let bytes = block_shared_bytes(h, mnz);
+        let limits = gpu.kernel_limits("smooth_block")?;
+        if h > limits.threads_per_block || bytes > limits.dynamic_shared_bytes {
+            return Err(GpuError::Invalid(format!(
+                "block Jacobi: {h}-row slices need {h} threads (limit {}) and {bytes} bytes of \
+                 shared memory (limit {}); choose the slice height with block_layout",
+                limits.threads_per_block, limits.dynamic_shared_bytes
+            )));
+        }
+        // Above the default 48 KB a kernel must opt in.
+        if bytes > 48 * 1024 {
+            gpu.allow_dynamic_shared("smooth_block", bytes)?;
+        }
+        let b = &settings.block;
+        Ok(BlockKernel {
+            slice_mnz: gpu.upload(&counts)?,
+            shared_bytes: bytes as u32,
+            inner: match b.inner {
+                InnerSolver::Jacobi => 0,
+                InnerSolver::GaussSeidel => 1,
+                InnerSolver::SymGaussSeidel => 2,
+                InnerSolver::Cg => 3,
+            },
+            max_iter: i32::try_from(b.inner_max_iter).unwrap_or(i32::MAX),
+            tol2: b.inner_tolerance * b.inner_tolerance,
+            asynchronous: b.asynchronous,
+        })
+    }
+
+    /// The colouring of multicolour Gauss–Seidel.
+    pub fn colouring(&self) -> Option<&Colouring> {
+        match &self.method {
+            Method::GaussSeidel { colouring, .. } => Some(colouring.colouring()),
+            _ => None,
+        }
+    }
+
+    /// Rows per block of block Jacobi (the slice height).
+    pub fn slice_height(&self) -> usize {
+        self.matrix.slice_height
+    }
+
+    /// `sweeps` sweeps on A x = b (x's buffer may be exchanged with the spare).
+    pub fn smooth(
+        &self,
+        b: &CudaSlice<f64>,
+        x: &mut CudaSlice<f64>,
+        sweeps: usize,
+    ) -> Result<(), GpuError> {
+        let (gpu, m) = (self.gpu, &*self.matrix);
+        let (n, h, h32) = (m.n as i32, m.slice_height as u32, m.slice_height as i32);
+        let slices = m.n_slices() as u32;
+        let mut spare = self.spare.borrow_mut();
+        for _ in 0..sweeps {
+            match &self.method {
+                Method::Jacobi { scale } => {
+                    let out = spare.as_mut().expect("Jacobi is double-buffered");
+                    gpu.launch("smooth_jacobi", slices, h, h * 8, |a| {
+                        a.arg(&n)
+                            .arg(&m.slice_ptr)
+                            .arg(&m.codes)
+                            .arg(&m.values)
+                            .arg(&m.diag);
+                        a.arg(scale).arg(b).arg(&*x).arg(&*out);
+                    })?;
+                    std::mem::swap(x, out);
+                }
+                Method::GaussSeidel { colouring, sweep } => {
+                    let c = colouring.colouring();
+                    let ptr = c.colour_ptr();
+                    for k in sweep_order(*sweep, c.n_colours()) {
+                        let (first, count) = (ptr[k] as i32, (ptr[k + 1] - ptr[k]) as i32);
+                        gpu.launch(
+                            "smooth_colour",
+                            vector_grid(count as usize),
+                            VECTOR_BLOCK,
+                            0,
+                            |a| {
+                                a.arg(&count).arg(&first).arg(&h32).arg(&colouring.rows);
+                                a.arg(&m.slice_ptr)
+                                    .arg(&m.codes)
+                                    .arg(&m.values)
+                                    .arg(&m.diag)
+                                    .arg(b)
+                                    .arg(&*x);
+                            },
+                        )?;
+                    }
+                }
+                Method::Block(k) => {
+                    let launch = |x_in: &CudaSlice<f64>, x_out: &CudaSlice<f64>| {
+                        gpu.launch("smooth_block", slices, h, k.shared_bytes, |a| {
+                            a.arg(&n)
+                                .arg(&m.slice_ptr)
+                                .arg(&m.codes)
+                                .arg(&m.values)
+                                .arg(&m.diag);
+                            a.arg(&k.slice_mnz).arg(b).arg(x_in).arg(x_out);
+                            a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2);
+                        })
+                    };
+                    if k.asynchronous {
+                        launch(x, x)?;
+                    } else {
+                        let out = spare
+                            .as_mut()
+                            .expect("synchronous block Jacobi is double-buffered");
+                        launch(x, out)?;
+                        std::mem::swap(x, out);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// z = M⁻¹ r as smoother sweeps from z = 0 (`solve::smoother::SmootherPreconditioner`
+/// on the device).
+pub struct DeviceSmootherPreconditioner<'g> {
+    smoother: DeviceSmoother<'g>,
+    sweeps: usize,
+    linear: bool,
+}
+
+impl<'g> DeviceSmootherPreconditioner<'g> {
+    pub fn new(smoother: DeviceSmoother<'g>, settings: &SmootherSettings) -> Self {
+        Self {
+            smoother,
+            sweeps: settings.sweeps,
+            linear: settings.is_linear(),
+        }
+    }
+}
+
+impl DevicePreconditioner for DeviceSmootherPreconditioner<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> Result<(), GpuError> {
+        self.smoother.gpu.zero(z)?;
+        self.smoother.smooth(r, z, self.sweeps)
+    }
+    fn is_linear(&self) -> bool {
+        self.linear
+    }
+}
+
+/// The smoother loop's executor on the GPU: residuals from the PCG backend's
+/// `initialize`, sweeps from the device smoother.
+pub struct GpuSmoothing<'a, 'g> {
+    pub cg: &'a GpuCgBackend<'g>,
+    pub smoother: &'a DeviceSmoother<'g>,
+}
+
+impl SmoothBackend for GpuSmoothing<'_, '_> {
+    type Vector = GpuVector;
+    fn new_vector(&self) -> GpuVector {
+        self.cg.new_vector()
+    }
+    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
+        self.cg.initialize(b, x, r)
+    }
+    fn smooth(&self, b: &GpuVector, x: &mut GpuVector, sweeps: usize) -> Result<(), SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        self.smoother
+            .smooth(
+                b.dev().map_err(device)?,
+                x.dev_mut().map_err(device)?,
+                sweeps,
+            )
+            .map_err(device)
+    }
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.cg.device_status()
+    }
+}
+
+/// What the GPU runs for a smoother: Gauss–Seidel in natural order (sequential)
+/// becomes multicolour with Jones–Plassmann colours; DIC (a triangular solve)
+/// becomes multicolour symGaussSeidel and DICGaussSeidel multicolour
+/// GaussSeidel. The rest runs as given.
+pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
+    let mut g = *s;
+    match s.kind {
+        SmootherKind::Dic => g.kind = SmootherKind::GaussSeidel(Sweep::Symmetric),
+        SmootherKind::DicGaussSeidel => g.kind = SmootherKind::GaussSeidel(Sweep::Forward),
+        _ => {}
+    }
+    if matches!(g.kind, SmootherKind::GaussSeidel(_)) && g.colouring == ColouringKind::Natural {
+        g.colouring = ColouringKind::JonesPlassmann;
+    }
+    g
+}
+
+/// What the GPU runs for a PCG preconditioner: Jacobi and none as given;
+/// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
+/// [`gpu_smoother`]; DIC and IC(0) (triangular solves, not on the GPU) as Jacobi.
+pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
+    match p {
+        Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
+        Preconditioner::Kind(PreconditionerKind::SymGaussSeidel) => {
+            Preconditioner::Smoother(gpu_smoother(&SmootherSettings::new(
+                SmootherKind::GaussSeidel(Sweep::Symmetric),
+            )))
+        }
+        Preconditioner::Kind(_) => PreconditionerKind::Jacobi.into(),
+        Preconditioner::Smoother(s) => Preconditioner::Smoother(gpu_smoother(s)),
+    }
+}
+
+/// The system in the order the GPU solves it with `smoother`: block Jacobi's
+/// [`block_layout`], else reverse Cuthill–McKee when `options.rcm`; with the
+/// slice height to build mod-SELL with.
+fn gpu_layout(
+    gpu: &Gpu,
+    a: &Csr,
+    smoother: &SmootherSettings,
+    options: &GpuSolveOptions,
+) -> Result<(Csr, Option<Permutation>, usize), GpuError> {
+    if smoother.kind == SmootherKind::BlockJacobi {
+        let (h, p, ordered) = block_layout(gpu, a, smoother.block.block_size)?;
+        Ok((ordered, Some(p), h))
+    } else if options.rcm {
+        let p = reverse_cuthill_mckee(a);
+        Ok((p.apply_symmetric(a), Some(p), options.slice_height))
+    } else {
+        Ok((a.clone(), None, options.slice_height))
+    }
+}
+
+/// Uploads b and x in the solve's order, runs `solve` on the device vectors
+/// and copies x back in the original order.
+fn with_device_vectors(
+    backend: &GpuCgBackend<'_>,
+    ordering: Option<&Permutation>,
+    b: &[f64],
+    x: &mut [f64],
+    solve: impl FnOnce(&GpuVector, &mut GpuVector) -> Result<SolverPerformance, SolveError>,
+) -> Result<SolverPerformance, SolveError> {
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let to_new = |v: &[f64]| ordering.map_or_else(|| v.to_vec(), |p| p.to_new(v));
+    let b_dev = backend.upload(&to_new(b)).map_err(device)?;
+    let mut x_dev = backend.upload(&to_new(x)).map_err(device)?;
+    let perf = solve(&b_dev, &mut x_dev)?;
+    let x_new = backend.download(&x_dev).map_err(device)?;
+    match ordering {
+        Some(p) => x.copy_from_slice(&p.to_old(&x_new)),
+        None => x.copy_from_slice(&x_new),
+    }
+    Ok(perf)
+}
+
+/// Solves A x = b by PCG on the GPU with any preconditioner the GPU has
+/// ([`gpu_preconditioner`] maps the others): Jacobi and none on the fused
+/// device loop (`solve_pcg_gpu`), smoothers through `GpuCgBackend::set_preconditioner`
+/// (flexible PCG when they are not linear).
+#[allow(clippy::too_many_arguments)]
+pub fn solve_pcg_gpu_with(
+    gpu: &Gpu,
+    a: &Csr,
+    preconditioner: &Preconditioner,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+    options: &GpuSolveOptions,
+) -> Result<SolverPerformance, SolveError> {
+    let settings = match preconditioner {
+        Preconditioner::Kind(kind) => {
+            return solve_pcg_gpu(gpu, a, *kind, b, x, controls, field, options)
+        }
+        Preconditioner::Smoother(s) => s,
+    };
+    check_system(a, b, x, controls)?;
+    preconditioner.check()?;
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let (ordered, ordering, h) = gpu_layout(gpu, a, settings, options).map_err(device)?;
+    let mut backend =
+        GpuCgBackend::new(gpu, &ordered, false, h, options.check_interval).map_err(device)?;
+    let smoother =
+        DeviceSmoother::new(gpu, &ordered, backend.matrix().clone(), settings).map_err(device)?;
+    backend.set_preconditioner(Box::new(DeviceSmootherPreconditioner::new(
+        smoother, settings,
+    )));
+    with_device_vectors(&backend, ordering.as_ref(), b, x, |b, x| {
+        pcg(&backend, b, x, controls, field)
+    })
+}
+
+/// Solves A x = b on the GPU with OpenFOAM's smoothSolver (`solve::smooth_solve`,
+/// residual read back every `nSweeps` sweeps) and the smoother of `settings`
+/// (as given: map it with [`gpu_smoother`] first).
+#[allow(clippy::too_many_arguments)]
+pub fn solve_smooth_gpu(
+    gpu: &Gpu,
+    a: &Csr,
+    settings: &SmootherSettings,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+    options: &GpuSolveOptions,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
+    settings.validate().map_err(SolveError::InvalidControls)?;
+    check_diagonal(a, "smoother")?;
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let (ordered, ordering, h) = gpu_layout(gpu, a, settings, options).map_err(device)?;
+    let backend =
+        GpuCgBackend::new(gpu, &ordered, false, h, options.check_interval).map_err(device)?;
+    let smoother =
+        DeviceSmoother::new(gpu, &ordered, backend.matrix().clone(), settings).map_err(device)?;
+    let smoothing = GpuSmoothing {
+        cg: &backend,
+        smoother: &smoother,
+    };
+    with_device_vectors(&backend, ordering.as_ref(), b, x, |b, x| {
+        smooth_solve(&smoothing, b, x, controls, settings.sweeps, field)
+    })
+}

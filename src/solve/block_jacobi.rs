@@ -1,0 +1,353 @@
+//! Block Jacobi (seed 000 §4.3): the CPU reference of the GPU kernel
+//! `smooth_block` (`kernels/smooth.cu`, the seed's `smooth_kern`, note §5.6).
+//!
+//! Blocks are runs of `block_size` consecutive rows (on the GPU a mod-SELL
+//! slice; the last block is padded with rows a_ii = 1, b_i = 0, x_i = 0). One
+//! outer sweep, for each block l:
+//! - the block residual (4.8) b_l − A_l x, in the kernel's order
+//!   (b_i − a_ii x_i, then the off-diagonals by column);
+//! - y ≈ A_ll⁻¹ (b − A x)_l by the inner solver from y = 0 (Jacobi, warp-
+//!   serialised Gauss–Seidel with Jacobi inside a warp, or CG), stopped at the
+//!   relative inner tolerance or the step cap; a block with a zero residual is
+//!   skipped (y = 0);
+//! - x_l ← x_l + y (4.9).
+//!
+//! Synchronous: every block reads the x of the sweep's start (double buffer).
+//! Asynchronous: the blocks update x in place; here in block order (block
+//! Gauss–Seidel), on the GPU in whatever order the thread blocks run, so the
+//! GPU's asynchronous iterates are not reproducible and are compared by their
+//! convergence only.
+//!
+//! The reductions (‖r_l‖², p·Ap, …) are summed left to right here and by a
+//! shuffle tree on the GPU: iterates agree to round-off, and a tolerance test
+//! sitting on the threshold could go either way.
+
+use rayon::prelude::*;
+
+use super::precond::Triangles;
+use super::smoother::{BlockJacobiSettings, InnerSolver, Smoother};
+use super::SolveError;
+use crate::sparse::Csr;
+
+/// Rows of a warp: the unit the inner Gauss–Seidel serialises.
+pub const WARP: usize = 32;
+
+/// The block-Jacobi smoother on `a` in its given row order.
+pub struct BlockJacobi<'a> {
+    t: Triangles<'a>,
+    settings: BlockJacobiSettings,
+}
+
+/// One block's local system: right-hand side (the block residual), diagonal,
+/// and the in-block off-diagonals of each local row (local column, value) in
+/// column order. Padded to the full block size.
+struct Local {
+    b: Vec<f64>,
+    d: Vec<f64>,
+    neighbours: Vec<Vec<(usize, f64)>>,
+}
+
+impl Local {
+    /// Σ a_tj v_j over the in-block off-diagonals of row t, subtracted from
+    /// `start` in column order.
+    fn minus_off(&self, t: usize, start: f64, v: &[f64]) -> f64 {
+        self.neighbours[t]
+            .iter()
+            .fold(start, |acc, &(j, a)| acc - a * v[j])
+    }
+
+    /// r = b − A_ll v: b_t − d_t v_t first, then the off-diagonals.
+    fn residual(&self, v: &[f64]) -> Vec<f64> {
+        (0..self.b.len())
+            .map(|t| self.minus_off(t, self.b[t] - self.d[t] * v[t], v))
+            .collect()
+    }
+}
+
+fn sum_squares(v: &[f64]) -> f64 {
+    v.iter().map(|v| v * v).sum()
+}
+
+impl<'a> BlockJacobi<'a> {
+    pub fn new(a: &'a Csr, settings: BlockJacobiSettings) -> Result<Self, SolveError> {
+        Ok(Self {
+            t: Triangles::new(a, "block-Jacobi smoother")?,
+            settings,
+        })
+    }
+
+    fn n_blocks(&self) -> usize {
+        self.t.n().div_ceil(self.settings.block_size)
+    }
+
+    /// New x of block l's rows, reading x (the rows of other blocks and, at
+    /// the block's start, its own).
+    fn block_update(&self, l: usize, b: &[f64], x: &[f64]) -> Vec<f64> {
+        let t = &self.t;
+        let h = self.settings.block_size;
+        let first = l * h;
+        let rows = first..(first + h).min(t.n());
+        let mut local = Local {
+            b: vec![0.0; h],
+            d: vec![1.0; h],
+            neighbours: vec![Vec::new(); h],
+        };
+        for r in rows.clone() {
+            let k = r - first;
+            local.d[k] = t.diag(r);
+            let mut res = b[r] - local.d[k] * x[r];
+            for s in t.off_diagonal(r) {
+                let (c, v) = (t.col(s), t.value(s));
+                res -= v * x[c];
+                if rows.contains(&c) {
+                    local.neighbours[k].push((c - first, v));
+                }
+            }
+            local.b[k] = res;
+        }
+        let r0 = sum_squares(&local.b);
+        let y = if r0 > 0.0 {
+            self.inner_solve(&local, r0)
+        } else {
+            vec![0.0; h]
+        };
+        rows.map(|r| x[r] + y[r - first]).collect()
+    }
+
+    fn inner_solve(&self, local: &Local, r0: f64) -> Vec<f64> {
+        let s = &self.settings;
+        // Stop at ‖r‖² ≤ tol² ‖r⁰‖²; tolerance 0: no test (a fixed step count).
+        let stop = s.inner_tolerance * s.inner_tolerance * r0;
+        let converged = |rr: f64| stop > 0.0 && rr <= stop;
+        let h = local.b.len();
+        match s.inner {
+            InnerSolver::Jacobi => {
+                let mut y: Vec<f64> = (0..h).map(|t| local.b[t] / local.d[t]).collect();
+                for _ in 1..s.inner_max_iter {
+                    let res = local.residual(&y);
+                    if stop > 0.0 && converged(sum_squares(&res)) {
+                        break;
+                    }
+                    for t in 0..h {
+                        y[t] += res[t] / local.d[t];
+                    }
+                }
+                y
+            }
+            InnerSolver::GaussSeidel | InnerSolver::SymGaussSeidel => {
+                let warps = h / WARP;
+                let mut order: Vec<usize> = (0..warps).collect();
+                if s.inner == InnerSolver::SymGaussSeidel {
+                    order.extend((0..warps).rev());
+                }
+                let mut y = vec![0.0; h];
+                for _ in 0..s.inner_max_iter {
+                    for &w in &order {
+                        // The warp reads y (its own rows' old values), then writes.
+                        let new: Vec<f64> = (w * WARP..(w + 1) * WARP)
+                            .map(|t| local.minus_off(t, local.b[t], &y) / local.d[t])
+                            .collect();
+                        y[w * WARP..(w + 1) * WARP].copy_from_slice(&new);
+                    }
+                    if stop > 0.0 && converged(sum_squares(&local.residual(&y))) {
+                        break;
+                    }
+                }
+                y
+            }
+            InnerSolver::Cg => {
+                let mut y = vec![0.0; h];
+                let (mut r, mut p) = (local.b.clone(), local.b.clone());
+                let mut rr = r0;
+                for _ in 0..s.inner_max_iter {
+                    // A p: d_t p_t first, then the off-diagonals.
+                    let ap: Vec<f64> = (0..h)
+                        .map(|t| {
+                            local.neighbours[t]
+                                .iter()
+                                .fold(local.d[t] * p[t], |acc, &(j, a)| acc + a * p[j])
+                        })
+                        .collect();
+                    let p_ap: f64 = p.iter().zip(&ap).map(|(p, q)| p * q).sum();
+                    if p_ap.is_nan() || p_ap <= 0.0 {
+                        break;
+                    }
+                    let alpha = rr / p_ap;
+                    for t in 0..h {
+                        y[t] += alpha * p[t];
+                        r[t] -= alpha * ap[t];
+                    }
+                    let rr_new = sum_squares(&r);
+                    if rr_new <= stop {
+                        break;
+                    }
+                    let beta = rr_new / rr;
+                    for t in 0..h {
+                        p[t] = r[t] + beta * p[t];
+                    }
+                    rr = rr_new;
+                }
+                y
+            }
+        }
+    }
+}
+
+impl Smoother for BlockJacobi<'_> {
+    fn n(&self) -> usize {
+        self.t.n()
+    }
+
+    fn smooth(&self, b: &[f64], x: &mut [f64], sweeps: usize) {
+        let h = self.settings.block_size;
+        for _ in 0..sweeps {
+            if self.settings.asynchronous {
+                for l in 0..self.n_blocks() {
+                    let new = self.block_update(l, b, x);
+                    x[l * h..l * h + new.len()].copy_from_slice(&new);
+                }
+            } else {
+                let old = x.to_vec();
+                x.par_chunks_mut(h)
+                    .enumerate()
+                    .for_each(|(l, xl)| xl.copy_from_slice(&self.block_update(l, b, &old)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::random_symmetric;
+    use nalgebra::{DMatrix, DVector};
+
+    fn dense_block(a: &Csr, rows: std::ops::Range<usize>) -> DMatrix<f64> {
+        let first = rows.start;
+        let m = rows.len();
+        let mut d = DMatrix::zeros(m, m);
+        for r in rows.clone() {
+            let (cols, vals) = a.row(r);
+            for (&c, &v) in cols.iter().zip(vals) {
+                if rows.contains(&(c as usize)) {
+                    d[(r - first, c as usize - first)] = v;
+                }
+            }
+        }
+        d
+    }
+
+    fn settings(inner: InnerSolver, tol: f64, steps: usize) -> BlockJacobiSettings {
+        BlockJacobiSettings {
+            block_size: 64,
+            inner,
+            inner_tolerance: tol,
+            inner_max_iter: steps,
+            asynchronous: false,
+        }
+    }
+
+    /// x + A_ll⁻¹ (b − A x)_l on every block, with dense block solves.
+    fn exact_block_jacobi(a: &Csr, b: &[f64], x: &[f64], h: usize) -> Vec<f64> {
+        let n = a.n_rows();
+        let mut ax = vec![0.0; n];
+        a.spmv(x, &mut ax);
+        let mut out = x.to_vec();
+        for first in (0..n).step_by(h) {
+            let rows = first..(first + h).min(n);
+            let res = DVector::from_iterator(rows.len(), rows.clone().map(|r| b[r] - ax[r]));
+            let y = dense_block(a, rows.clone()).lu().solve(&res).unwrap();
+            for r in rows {
+                out[r] += y[r - first];
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn converged_inner_solves_give_exact_block_jacobi() {
+        let n = 300; // the last block is partial
+        let a = random_symmetric(n, 6, 3);
+        let b: Vec<f64> = (0..n).map(|i| (i % 9) as f64 - 4.0).collect();
+        let x: Vec<f64> = (0..n).map(|i| (i % 5) as f64 * 0.3).collect();
+        let expected = exact_block_jacobi(&a, &b, &x, 64);
+        for inner in InnerSolver::ALL {
+            let bj = BlockJacobi::new(&a, settings(inner, 1e-13, 500)).unwrap();
+            let mut y = x.clone();
+            bj.smooth(&b, &mut y, 1);
+            for i in 0..n {
+                assert!(
+                    (y[i] - expected[i]).abs() < 1e-10 * (1.0 + expected[i].abs()),
+                    "{inner:?} row {i}: {} vs {}",
+                    y[i],
+                    expected[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fixed_inner_steps_follow_their_formulas() {
+        // One block of 64 rows = two warps: check the step formulas densely.
+        let a = random_symmetric(64, 6, 8);
+        let m = dense_block(&a, 0..64);
+        let d = DMatrix::from_diagonal(&m.diagonal());
+        let b: Vec<f64> = (0..64).map(|i| (i % 7) as f64 - 3.0).collect();
+        let bv = DVector::from_column_slice(&b);
+        let run = |inner, steps| {
+            let mut y = vec![0.0; 64];
+            BlockJacobi::new(&a, settings(inner, 0.0, steps))
+                .unwrap()
+                .smooth(&b, &mut y, 1);
+            DVector::from_column_slice(&y)
+        };
+        // Jacobi, 3 steps from 0.
+        let d_inv = d.clone().try_inverse().unwrap();
+        let mut y = DVector::zeros(64);
+        for _ in 0..3 {
+            y = &y + &d_inv * (&bv - &m * &y);
+        }
+        assert!((run(InnerSolver::Jacobi, 3) - &y).amax() < 1e-12);
+        // Warp-serialised GS: M = D + (entries of earlier warps), Jacobi in a warp.
+        let lower_warps =
+            DMatrix::from_fn(64, 64, |i, j| if j / 32 < i / 32 { m[(i, j)] } else { 0.0 });
+        let upper_warps = lower_warps.transpose();
+        let fwd = (&d + &lower_warps).lu().solve(&bv).unwrap();
+        assert!((run(InnerSolver::GaussSeidel, 1) - &fwd).amax() < 1e-12);
+        let sym = (&d + &upper_warps)
+            .lu()
+            .solve(&(&bv - &(&m - &d - &upper_warps) * &fwd))
+            .unwrap();
+        assert!((run(InnerSolver::SymGaussSeidel, 1) - &sym).amax() < 1e-12);
+    }
+
+    #[test]
+    fn asynchronous_sweeps_are_block_gauss_seidel() {
+        let n = 256;
+        let a = random_symmetric(n, 6, 4);
+        let b: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
+        let mut s = settings(InnerSolver::Cg, 1e-14, 200);
+        s.asynchronous = true;
+        let mut x = vec![0.0; n];
+        BlockJacobi::new(&a, s).unwrap().smooth(&b, &mut x, 1);
+        // Block GS with exact block solves, block by block.
+        let mut expected = vec![0.0; n];
+        for first in (0..n).step_by(64) {
+            expected = {
+                let mut ax = vec![0.0; n];
+                a.spmv(&expected, &mut ax);
+                let rows = first..first + 64;
+                let res = DVector::from_iterator(64, rows.clone().map(|r| b[r] - ax[r]));
+                let y = dense_block(&a, rows.clone()).lu().solve(&res).unwrap();
+                let mut e = expected.clone();
+                for r in rows {
+                    e[r] += y[r - first];
+                }
+                e
+            };
+        }
+        for i in 0..n {
+            assert!((x[i] - expected[i]).abs() < 1e-10, "row {i}");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! OpenFOAM's `smoothSolver` (`smoothSolver.C`), written once over a backend:
+//! the residual is checked after every `nSweeps` sweeps, iterations count
+//! sweeps, and the loop runs while
+//! `(iterations += nSweeps) < maxIter && !converged || iterations < minIter`.
+//! Residuals are OpenFOAM-normalised with the normFactor of the initial x.
+
+use super::cpu::{check_system, CpuBackend};
+use super::pcg::{InitialNorms, DIVERGENCE_FACTOR};
+use super::precond::Identity;
+use super::smoother::{Smoother, SmootherSettings};
+use super::{CgBackend, SolveError, SolverControls, SolverPerformance};
+use crate::foam::write::format_g;
+use crate::sparse::{Csr, Permutation};
+
+/// What the smoother loop needs of an executor.
+pub trait SmoothBackend {
+    type Vector;
+    fn new_vector(&self) -> Self::Vector;
+    /// r = b − A x; Σ|r| and OpenFOAM's normFactor (as `CgBackend::initialize`).
+    fn initialize(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> InitialNorms;
+    /// `sweeps` smoother sweeps on x.
+    fn smooth(
+        &self,
+        b: &Self::Vector,
+        x: &mut Self::Vector,
+        sweeps: usize,
+    ) -> Result<(), SolveError>;
+    /// A failure of the executor since the last call.
+    fn device_status(&self) -> Result<(), SolveError> {
+        Ok(())
+    }
+}
+
+/// Solves A x = b by smoothing from the x given, OpenFOAM's `smoothSolver::solve`.
+pub fn smooth_solve<B: SmoothBackend>(
+    backend: &B,
+    b: &B::Vector,
+    x: &mut B::Vector,
+    controls: &SolverControls,
+    n_sweeps: usize,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    controls.validate()?;
+    if n_sweeps == 0 {
+        return Err(SolveError::InvalidControls(
+            "nSweeps must be at least 1".into(),
+        ));
+    }
+    let mut r = backend.new_vector();
+    let norms = backend.initialize(b, x, &mut r);
+    backend.device_status()?;
+    let norm_factor = norms.norm_factor;
+    let initial = norms.residual_sum / norm_factor;
+    finite(initial, 0)?;
+    let mut perf = SolverPerformance {
+        initial_residual: initial,
+        final_residual: initial,
+        iterations: 0,
+        converged: controls.converged(initial, initial),
+        history: vec![initial],
+    };
+    let limit = controls.max_iter.max(controls.min_iter);
+    if (controls.min_iter > 0 || !perf.converged) && limit > 0 {
+        let mut best = initial;
+        loop {
+            backend.smooth(b, x, n_sweeps)?;
+            let residual = backend.initialize(b, x, &mut r).residual_sum / norm_factor;
+            backend.device_status()?;
+            perf.iterations += n_sweeps;
+            finite(residual, perf.iterations)?;
+            if residual > DIVERGENCE_FACTOR * best {
+                return Err(SolveError::Diverged {
+                    iteration: perf.iterations,
+                    residual,
+                    best,
+                    factor: DIVERGENCE_FACTOR,
+                });
+            }
+            best = best.min(residual);
+            log::debug!(
+                "smoothSolver: {field} sweep {}, residual = {residual:e}",
+                perf.iterations
+            );
+            perf.final_residual = residual;
+            perf.history.push(residual);
+            perf.converged = controls.converged(initial, residual);
+            let again = (perf.iterations < controls.max_iter && !perf.converged)
+                || perf.iterations < controls.min_iter;
+            if !again {
+                break;
+            }
+        }
+    }
+    log::info!(
+        "smoothSolver:  Solving for {field}, Initial residual = {}, Final residual = {}, No \
+         Iterations {}",
+        format_g(perf.initial_residual),
+        format_g(perf.final_residual),
+        perf.iterations
+    );
+    if !perf.converged {
+        log::warn!(
+            "smoothSolver: {field} not converged after {} sweeps (final residual {}, tolerance \
+             {}, relTol {})",
+            perf.iterations,
+            format_g(perf.final_residual),
+            format_g(controls.tolerance),
+            format_g(controls.rel_tol)
+        );
+    }
+    Ok(perf)
+}
+
+fn finite(residual: f64, iteration: usize) -> Result<(), SolveError> {
+    if residual.is_finite() {
+        Ok(())
+    } else {
+        Err(SolveError::NonFiniteResidual {
+            iteration,
+            residual,
+        })
+    }
+}
+
+/// The CPU executor of the smoother loop.
+pub struct CpuSmoothing<'a> {
+    cg: CpuBackend<'a>,
+    smoother: &'a dyn Smoother,
+}
+
+impl<'a> CpuSmoothing<'a> {
+    /// `identity` is the (unused) preconditioner of the residual backend.
+    pub fn new(a: &'a Csr, smoother: &'a dyn Smoother, identity: &'a Identity) -> Self {
+        Self {
+            cg: CpuBackend::new(a, identity),
+            smoother,
+        }
+    }
+}
+
+impl SmoothBackend for CpuSmoothing<'_> {
+    type Vector = Vec<f64>;
+    fn new_vector(&self) -> Vec<f64> {
+        self.cg.new_vector()
+    }
+    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
+        self.cg.initialize(b, x, r)
+    }
+    fn smooth(&self, b: &Vec<f64>, x: &mut Vec<f64>, sweeps: usize) -> Result<(), SolveError> {
+        self.smoother.smooth(b, x, sweeps);
+        Ok(())
+    }
+}
+
+/// Runs `solve` on P A Pᵀ, P b, P x (x copied back in the original order),
+/// or on the system as given when there is no permutation.
+pub fn in_ordering<T>(
+    a: &Csr,
+    ordering: Option<Permutation>,
+    b: &[f64],
+    x: &mut [f64],
+    solve: impl FnOnce(&Csr, &[f64], &mut [f64]) -> Result<T, SolveError>,
+) -> Result<T, SolveError> {
+    match ordering {
+        None => solve(a, b, x),
+        Some(p) => {
+            let mut x_new = p.to_new(x);
+            let out = solve(&p.apply_symmetric(a), &p.to_new(b), &mut x_new)?;
+            x.copy_from_slice(&p.to_old(&x_new));
+            Ok(out)
+        }
+    }
+}
+
+/// Solves A x = b on the CPU with OpenFOAM's smoothSolver and the given
+/// smoother, from the x given, after PCG's input checks. Block Jacobi runs on
+/// its block ordering ([`SmootherSettings::ordering`]).
+pub fn solve_smooth(
+    a: &Csr,
+    settings: &SmootherSettings,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
+    settings.validate().map_err(SolveError::InvalidControls)?;
+    in_ordering(a, settings.ordering(a), b, x, |a, b, x| {
+        let smoother = settings.build(a)?;
+        let identity = Identity(a.n_rows());
+        let backend = CpuSmoothing::new(a, smoother.as_ref(), &identity);
+        let mut x_work = x.to_vec();
+        let perf = smooth_solve(
+            &backend,
+            &b.to_vec(),
+            &mut x_work,
+            controls,
+            settings.sweeps,
+            field,
+        )?;
+        x.copy_from_slice(&x_work);
+        Ok(perf)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::solve::smoother::{SmootherKind, Sweep};
+    use crate::sparse::testing::random_symmetric;
+
+    fn controls(tolerance: f64, max_iter: usize, min_iter: usize) -> SolverControls {
+        SolverControls {
+            tolerance,
+            rel_tol: 0.0,
+            max_iter,
+            min_iter,
+        }
+    }
+
+    #[test]
+    fn iterations_count_sweeps_and_stop_like_openfoam() {
+        let a = random_symmetric(400, 5, 2);
+        let b: Vec<f64> = (0..400).map(|i| (i % 10) as f64).collect();
+        let mut s = SmootherSettings::new(SmootherKind::GaussSeidel(Sweep::Symmetric));
+        s.sweeps = 3;
+        let mut x = vec![0.0; 400];
+        let perf = solve_smooth(&a, &s, &b, &mut x, &controls(1e-10, 1000, 0), "p").unwrap();
+        assert!(perf.converged && perf.final_residual < 1e-10);
+        assert_eq!(perf.iterations % 3, 0);
+        assert_eq!(perf.history.len(), perf.iterations / 3 + 1);
+        // The check before the last found it not converged.
+        assert!(perf.history[perf.history.len() - 2] >= 1e-10);
+        // maxIter stops at the first multiple of nSweeps reaching it.
+        let mut x = vec![0.0; 400];
+        let perf = solve_smooth(&a, &s, &b, &mut x, &controls(0.0, 7, 0), "p").unwrap();
+        assert_eq!((perf.iterations, perf.converged), (9, false));
+        // minIter forces sweeps on a converged start; maxIter 0 does none.
+        let perf = solve_smooth(&a, &s, &b, &mut x, &controls(1e30, 0, 4), "p").unwrap();
+        assert_eq!(perf.iterations, 6);
+        let perf = solve_smooth(&a, &s, &b, &mut x, &controls(0.0, 0, 0), "p").unwrap();
+        assert_eq!(perf.iterations, 0);
+    }
+
+    #[test]
+    fn bad_settings_and_divergence_are_errors() {
+        let a = random_symmetric(50, 5, 3);
+        let b = vec![1.0; 50];
+        let mut x = vec![0.0; 50];
+        let mut s = SmootherSettings::new(SmootherKind::Jacobi);
+        s.sweeps = 0;
+        let err = solve_smooth(&a, &s, &b, &mut x, &controls(1e-8, 10, 0), "p").unwrap_err();
+        assert!(err.to_string().contains("nSweeps"), "{err}");
+        // Jacobi on an SPD matrix where 2D − A is indefinite (all off-diagonals
+        // 0.9, unit diagonal: D⁻¹(L + U) has the eigenvalue 1.8) diverges.
+        let bad = Csr::new(
+            3,
+            vec![0, 3, 6, 9],
+            vec![0, 1, 2, 0, 1, 2, 0, 1, 2],
+            vec![1., 0.9, 0.9, 0.9, 1., 0.9, 0.9, 0.9, 1.],
+        )
+        .unwrap();
+        let s = SmootherSettings::new(SmootherKind::Jacobi);
+        let mut x = vec![0.0; 3];
+        let err = solve_smooth(
+            &bad,
+            &s,
+            &[1.0, 0.0, 0.0],
+            &mut x,
+            &controls(0.0, 5000, 0),
+            "p",
+        )
+        .unwrap_err();
+        assert!(matches!(err, SolveError::Diverged { .. }), "{err}");
+    }
+}
