@@ -1,0 +1,392 @@
+//! GPU smoothers against their CPU references (`solve::smoother`,
+//! `solve::block_jacobi`, `solve::colouring`): the same colouring or block
+//! partition gives the same iterates to round-off. Each test prints its
+//! measured differences and `skipped: no CUDA device` without a GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1).
+
+use std::rc::Rc;
+
+use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::smooth::{
+    block_layout, jones_plassmann, solve_pcg_gpu_with, solve_smooth_gpu, DeviceSmoother,
+};
+use fvpoisson::gpu::{test_device, Gpu};
+use fvpoisson::solve::colouring::Colouring;
+use fvpoisson::solve::{
+    solve_pcg, solve_smooth, BlockJacobiSettings, ColouringKind, InnerSolver, Preconditioner,
+    SmootherKind, SmootherSettings, SolverControls, Sweep,
+};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::{Csr, ModSell};
+
+/// Real FVM systems: a perturbed tet box (renumbered), a 2-D box, a polyhedral
+/// OpenFOAM mesh and a Gmsh prism mesh.
+fn fvm_systems() -> Vec<(String, Csr, Vec<f64>)> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    [
+        "box:14x14x14:tet:perturb=0.2:renumber".to_string(),
+        "box:80x80x1:2d".to_string(),
+        format!("{root}/meshes/foam/polydual"),
+        format!("{root}/meshes/gmsh/prism_wedge.v22.msh"),
+    ]
+    .into_iter()
+    .map(|spec| {
+        let (a, b) = poisson_system(&spec).unwrap();
+        let name = spec.rsplit('/').next().unwrap().to_string();
+        (name, a, b)
+    })
+    .collect()
+}
+
+/// Random SPD matrices (uneven rows, far columns) and the FVM systems in RCM
+/// order, with a random right-hand side.
+fn systems() -> Vec<(String, Csr, Vec<f64>)> {
+    let mut all: Vec<(String, Csr, Vec<f64>)> = [(1usize, 1u64), (1000, 2), (30_011, 3)]
+        .into_iter()
+        .map(|(n, seed)| {
+            let mut rng = SplitMix(seed);
+            let b = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+            (format!("random n = {n}"), random_symmetric(n, 8, seed), b)
+        })
+        .collect();
+    for (name, a, b) in fvm_systems() {
+        let p = reverse_cuthill_mckee(&a);
+        all.push((format!("{name} RCM"), p.apply_symmetric(&a), p.to_new(&b)));
+    }
+    all
+}
+
+fn device_matrix(gpu: &Gpu, a: &Csr, h: usize) -> Rc<DeviceModSell> {
+    let m = ModSell::from_csr(a, h).unwrap();
+    Rc::new(DeviceModSell::upload(gpu, &m).unwrap())
+}
+
+/// max |x − y| / max |y|; a non-finite x counts as infinite.
+fn max_rel_diff(x: &[f64], y: &[f64]) -> f64 {
+    let scale = y.iter().fold(f64::MIN_POSITIVE, |m, v| m.max(v.abs()));
+    x.iter()
+        .zip(y)
+        .map(|(a, b)| {
+            if a.is_finite() {
+                (a - b).abs() / scale
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// `sweeps` sweeps of `settings` from x0 on the GPU (matrix slices of `h`) and
+/// on the CPU; returns (GPU x, CPU x).
+fn both(
+    gpu: &Gpu,
+    a: &Csr,
+    b: &[f64],
+    h: usize,
+    settings: &SmootherSettings,
+    sweeps: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let x0: Vec<f64> = (0..a.n_rows())
+        .map(|i| ((i * 7) % 13) as f64 * 0.01)
+        .collect();
+    let smoother = DeviceSmoother::new(gpu, a, device_matrix(gpu, a, h), settings).unwrap();
+    let b_dev = gpu.upload(b).unwrap();
+    let mut x_dev = gpu.upload(&x0).unwrap();
+    smoother.smooth(&b_dev, &mut x_dev, sweeps).unwrap();
+    let x_gpu = gpu.download(&x_dev).unwrap();
+    let mut x_cpu = x0;
+    settings.build(a).unwrap().smooth(b, &mut x_cpu, sweeps);
+    (x_gpu, x_cpu)
+}
+
+#[test]
+fn jones_plassmann_on_the_gpu_gives_the_cpu_colours() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, _) in systems() {
+        for h in [32, 512] {
+            let (colours, rounds) = jones_plassmann(&gpu, &device_matrix(&gpu, &a, h)).unwrap();
+            let cpu = Colouring::jones_plassmann(&a);
+            println!(
+                "{name} (H = {h}): {} colours on the CPU, {} rounds on the GPU",
+                cpu.n_colours(),
+                rounds
+            );
+            assert_eq!(colours, cpu.colours(), "{name}");
+        }
+    }
+}
+
+#[test]
+fn point_smoothers_match_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let mut jacobi = SmootherSettings::new(SmootherKind::Jacobi);
+    jacobi.omega = 0.7;
+    let mut settings = vec![jacobi, SmootherSettings::new(SmootherKind::L1Jacobi)];
+    for sweep in [Sweep::Forward, Sweep::Backward, Sweep::Symmetric] {
+        for colouring in [ColouringKind::JonesPlassmann, ColouringKind::Greedy] {
+            let mut s = SmootherSettings::new(SmootherKind::GaussSeidel(sweep));
+            s.colouring = colouring;
+            settings.push(s);
+        }
+    }
+    for (name, a, b) in systems() {
+        for s in &settings {
+            let (x_gpu, x_cpu) = both(&gpu, &a, &b, 128, s, 3);
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!("{name}: {s}: 3 sweeps, max relative difference {d:.2e}");
+            assert!(d < 1e-12, "{name} {s}: {d}");
+        }
+    }
+}
+
+fn block(inner: InnerSolver, tolerance: f64, steps: usize, h: usize) -> SmootherSettings {
+    let mut s = SmootherSettings::new(SmootherKind::BlockJacobi);
+    s.block = BlockJacobiSettings {
+        block_size: h,
+        inner,
+        inner_tolerance: tolerance,
+        inner_max_iter: steps,
+        asynchronous: false,
+    };
+    s
+}
+
+/// ‖b − A x‖₂.
+fn residual_norm(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
+    let mut ax = vec![0.0; a.n_rows()];
+    a.spmv(x, &mut ax);
+    ax.iter()
+        .zip(b)
+        .map(|(ax, b)| (b - ax) * (b - ax))
+        .sum::<f64>()
+        .sqrt()
+}
+
+#[test]
+fn block_jacobi_matches_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, b) in systems() {
+        for h in [64, 512] {
+            // The blocks as the solves lay them out (grown over RCM).
+            let p = block(InnerSolver::Jacobi, 0.0, 1, h).ordering(&a).unwrap();
+            let (a, b) = (p.apply_symmetric(&a), p.to_new(&b));
+            for inner in InnerSolver::ALL {
+                // A fixed number of inner steps: the same arithmetic.
+                let s = block(inner, 0.0, 3, h);
+                let (x_gpu, x_cpu) = both(&gpu, &a, &b, h, &s, 2);
+                let d = max_rel_diff(&x_gpu, &x_cpu);
+                println!("{name} H = {h}: {s}: 2 sweeps, max relative difference {d:.2e}");
+                assert!(d < 1e-11, "{name} {s}: {d}");
+                // To a tolerance: a block may stop one step apart where its
+                // residual sits on the threshold.
+                let s = block(inner, 1e-6, 200, h);
+                let (x_gpu, x_cpu) = both(&gpu, &a, &b, h, &s, 2);
+                let d = max_rel_diff(&x_gpu, &x_cpu);
+                println!("{name} H = {h}: {s}: 2 sweeps, max relative difference {d:.2e}");
+                assert!(d < 1e-5, "{name} {s}: {d}");
+                // Asynchronous: the GPU's block order is its own, between
+                // synchronous block Jacobi and the CPU's block Gauss-Seidel.
+                let (_, x_sync) = both(&gpu, &a, &b, h, &s, 4);
+                let mut s = s;
+                s.block.asynchronous = true;
+                let (x_gpu, x_cpu) = both(&gpu, &a, &b, h, &s, 4);
+                let start = residual_norm(&a, &b, &vec![0.0; a.n_rows()]);
+                let [r_gpu, r_cpu, r_sync] =
+                    [&x_gpu, &x_cpu, &x_sync].map(|x| residual_norm(&a, &b, x));
+                println!(
+                    "{name} H = {h}: {s}: 4 sweeps, residual GPU {r_gpu:.3e}, CPU {r_cpu:.3e}, \
+                     CPU synchronous {r_sync:.3e} (|b| {start:.3e})"
+                );
+                let floor = 1e-13 * start;
+                assert!(
+                    r_gpu.is_finite() && r_gpu <= 2.0 * r_sync.max(floor),
+                    "{name} {s}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn block_layout_falls_back_to_smaller_blocks_when_one_does_not_fit() {
+    let Some(gpu) = test_device() else { return };
+    // Rows with ~80 near-diagonal neighbours: a 1024-row block needs ~1 MB.
+    let a = random_symmetric(20_000, 60, 9);
+    let b: Vec<f64> = (0..a.n_rows()).map(|i| (i % 5) as f64).collect();
+    let (h, p, ordered) = block_layout(&gpu, &a, 1024).unwrap();
+    println!("1024-row blocks requested, {h}-row blocks used");
+    assert!((32..1024).contains(&h) && h % 32 == 0);
+    assert_eq!(p.apply_symmetric(&a), ordered);
+    let s = block(InnerSolver::Cg, 0.0, 5, h);
+    let (x_gpu, x_cpu) = both(&gpu, &ordered, &p.to_new(&b), h, &s, 1);
+    let d = max_rel_diff(&x_gpu, &x_cpu);
+    println!("fallback H = {h}: max relative difference {d:.2e}");
+    assert!(d < 1e-11, "{d}");
+    // The full solve takes the same route.
+    let mut x = vec![0.0; a.n_rows()];
+    let perf = solve_smooth_gpu(
+        &gpu,
+        &a,
+        &block(InnerSolver::Cg, 1e-8, 100, 1024),
+        &b,
+        &mut x,
+        &controls(1e-8, 500),
+        "p",
+        &GpuSolveOptions::default(),
+    )
+    .unwrap();
+    assert!(perf.converged, "{perf:?}");
+}
+
+fn controls(tolerance: f64, max_iter: usize) -> SolverControls {
+    SolverControls {
+        tolerance,
+        rel_tol: 0.0,
+        max_iter,
+        min_iter: 0,
+    }
+}
+
+/// The preconditioners the GPU runs (all on the same rows as the CPU: block
+/// Jacobi orders both the same way; Gauss-Seidel runs unpermuted on both).
+fn gpu_preconditioners() -> Vec<SmootherSettings> {
+    let mut mc = SmootherSettings::new(SmootherKind::GaussSeidel(Sweep::Symmetric));
+    mc.colouring = ColouringKind::JonesPlassmann;
+    let mut jacobi = SmootherSettings::new(SmootherKind::Jacobi);
+    jacobi.omega = 0.8;
+    jacobi.sweeps = 2;
+    vec![
+        mc,
+        jacobi,
+        SmootherSettings::new(SmootherKind::L1Jacobi),
+        block(InnerSolver::Jacobi, 0.0, 4, 256),
+        block(InnerSolver::SymGaussSeidel, 0.0, 2, 256),
+        block(InnerSolver::Cg, 1e-3, 50, 256),
+    ]
+}
+
+#[test]
+fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let unpermuted = GpuSolveOptions {
+        rcm: false,
+        ..Default::default()
+    };
+    for (name, a, b) in fvm_systems() {
+        for s in gpu_preconditioners() {
+            let p = Preconditioner::Smoother(s);
+            let mut x_cpu = vec![0.0; a.n_rows()];
+            let cpu = solve_pcg(&a, p, &b, &mut x_cpu, &controls(1e-10, 3000), "p").unwrap();
+            let mut x_gpu = vec![0.0; a.n_rows()];
+            let gpu_perf = solve_pcg_gpu_with(
+                &gpu,
+                &a,
+                &p,
+                &b,
+                &mut x_gpu,
+                &controls(1e-10, 3000),
+                "p",
+                &unpermuted,
+            )
+            .unwrap();
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!(
+                "{name}: PCG + {p}: CPU {} iterations, GPU {} (flexible {}), initial residual \
+                 {:.6e} / {:.6e}, max relative difference {d:.2e}",
+                cpu.iterations,
+                gpu_perf.iterations,
+                p.is_flexible(),
+                cpu.initial_residual,
+                gpu_perf.initial_residual
+            );
+            assert!(gpu_perf.converged, "{name} {p}");
+            assert!(
+                gpu_perf.iterations.abs_diff(cpu.iterations) <= 2,
+                "{name} {p}"
+            );
+            assert!(d < 1e-7, "{name} {p}: {d}");
+            // In RCM order (the default) the colours differ: converged all the same.
+            let mut x = vec![0.0; a.n_rows()];
+            let rcm = solve_pcg_gpu_with(
+                &gpu,
+                &a,
+                &p,
+                &b,
+                &mut x,
+                &controls(1e-10, 3000),
+                "p",
+                &GpuSolveOptions::default(),
+            )
+            .unwrap();
+            assert!(
+                rcm.converged && max_rel_diff(&x, &x_cpu) < 1e-7,
+                "{name} {p} RCM"
+            );
+        }
+    }
+}
+
+#[test]
+fn smooth_solver_on_the_gpu_matches_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let unpermuted = GpuSolveOptions {
+        rcm: false,
+        ..Default::default()
+    };
+    let mut settings = gpu_preconditioners();
+    let mut forward = SmootherSettings::new(SmootherKind::GaussSeidel(Sweep::Forward));
+    forward.colouring = ColouringKind::JonesPlassmann;
+    forward.sweeps = 3;
+    settings.push(forward);
+    let mut asynchronous = block(InnerSolver::Cg, 1e-6, 100, 256);
+    asynchronous.block.asynchronous = true;
+    for (name, a, b) in fvm_systems().into_iter().skip(1) {
+        for s in &settings {
+            let mut x_cpu = vec![0.0; a.n_rows()];
+            let cpu = solve_smooth(&a, s, &b, &mut x_cpu, &controls(1e-7, 100_000), "p").unwrap();
+            let mut x_gpu = vec![0.0; a.n_rows()];
+            let gpu_perf = solve_smooth_gpu(
+                &gpu,
+                &a,
+                s,
+                &b,
+                &mut x_gpu,
+                &controls(1e-7, 100_000),
+                "p",
+                &unpermuted,
+            )
+            .unwrap();
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!(
+                "{name}: smoothSolver {s}: CPU {} sweeps, GPU {}, max relative difference {d:.2e}",
+                cpu.iterations, gpu_perf.iterations
+            );
+            assert!(gpu_perf.converged, "{name} {s}");
+            assert!(
+                gpu_perf.iterations.abs_diff(cpu.iterations) <= s.sweeps,
+                "{name} {s}"
+            );
+            assert!(d < 1e-5, "{name} {s}: {d}");
+        }
+        let mut x = vec![0.0; a.n_rows()];
+        let perf = solve_smooth_gpu(
+            &gpu,
+            &a,
+            &asynchronous,
+            &b,
+            &mut x,
+            &controls(1e-7, 100_000),
+            "p",
+            &unpermuted,
+        )
+        .unwrap();
+        println!(
+            "{name}: smoothSolver {asynchronous}: {} sweeps",
+            perf.iterations
+        );
+        assert!(perf.converged, "{name} asynchronous");
+    }
+}
