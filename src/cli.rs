@@ -406,6 +406,14 @@ struct BenchArgs {
     /// Measure SpMV only (no PCG).
     #[arg(long)]
     no_pcg: bool,
+    /// Also the smoother rows (CPU Gauss-Seidel, GPU Jacobi, multicolour GS,
+    /// block Jacobi: residual reduction and time after a fixed number of sweeps)
+    /// and PCG with each smoother as preconditioner against Jacobi-PCG.
+    #[arg(long)]
+    smoothers: bool,
+    /// Sweeps per smoother row.
+    #[arg(long, default_value_t = 100)]
+    smoother_sweeps: usize,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -427,6 +435,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         pcg: !args.no_pcg,
         cpu_solve: !args.no_cpu,
         check_interval: args.check_interval,
+        smoothers: args.smoothers,
+        smoother_sweeps: args.smoother_sweeps,
     };
     let rows = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&rows));

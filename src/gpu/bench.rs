@@ -123,6 +123,11 @@ pub struct BenchSettings {
     /// Also time the CPU solve (slow on big meshes).
     pub cpu_solve: bool,
     pub check_interval: usize,
+    /// Also the smoother rows (seed 000 Table 4.1's shape) and PCG with each
+    /// smoother as preconditioner (`smooth_bench`).
+    pub smoothers: bool,
+    /// Sweeps per smoother row (the seed: 1000).
+    pub smoother_sweeps: usize,
 }
 
 /// Runs the measurements and returns the rows (printing progress to stderr).
@@ -209,6 +214,11 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
             }
         }
         drop((xs, ys));
+        if settings.smoothers {
+            rows.extend(super::smooth_bench::rows(
+                gpu, spec, &a, &rhs, &p, settings,
+            )?);
+        }
         if !settings.pcg {
             continue;
         }

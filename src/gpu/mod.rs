@@ -14,6 +14,7 @@ pub mod cache;
 pub mod matrix;
 pub mod pcg;
 pub mod smooth;
+pub mod smooth_bench;
 
 use std::collections::HashMap;
 use std::sync::Arc;

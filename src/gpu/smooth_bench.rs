@@ -1,0 +1,363 @@
+//! `fvpoisson bench --smoothers`: the smoother comparison of seed 000 Table 4.1,
+//! and PCG time to solution with each smoother as the preconditioner against
+//! Jacobi-PCG, on each bench mesh.
+//!
+//! Smoothers, the seed's protocol (§4.4, note §5.7): `smoother_sweeps` sweeps
+//! from x = 0, the residual Σ|b − A x| computed every 10 sweeps, host wall-clock
+//! time including the residual checks (their time, after a device
+//! synchronisation, is also given apart). CPU Gauss–Seidel runs on one thread
+//! in natural order (the seed: CSR, natural order, one core), forward and
+//! symmetric (the seed's alternating forward/backward: a symmetric sweep counts
+//! as two); GPU Jacobi, L1-Jacobi and multicolour Gauss–Seidel run in RCM order;
+//! block Jacobi on grown blocks with the seed's inner settings (to 1e-8 relative
+//! or 100 inner steps), synchronous and asynchronous. Reported per row: total
+//! ms, ms per sweep, and the residual reduction Σ|r| after / before.
+//!
+//! `--smoother-sweeps` below 2 counts as 2 (a symmetric sweep is two).
+//!
+//! PCG: OpenFOAM-normalised tolerance 1e-6 from x = 0; the solve on a backend
+//! built beforehand (the preconditioner's set-up — colouring, uploads — given
+//! apart); iterations and the speed-up over Jacobi-PCG's solve time.
+
+use std::time::Instant;
+
+use super::bench::{BenchSettings, Row};
+use super::pcg::{GpuCgBackend, GpuVector};
+use super::smooth::{block_layout, DeviceSmoother, DeviceSmootherPreconditioner, GpuSmoothing};
+use super::{Gpu, GpuError};
+use crate::solve::precond::Identity;
+use crate::solve::smooth_solver::CpuSmoothing;
+use crate::solve::{
+    pcg, BlockJacobiSettings, ColouringKind, InnerSolver, SmoothBackend, SmootherKind,
+    SmootherSettings, SolverControls, Sweep,
+};
+use crate::sparse::{Csr, Permutation};
+
+/// Sweeps between residual checks (the seed's 10).
+const CHECK_EVERY: usize = 10;
+
+/// Time and residual reduction of a run of sweeps.
+struct Sweeps {
+    ms: f64,
+    residual_ms: f64,
+    reduction: f64,
+}
+
+/// `sweeps` sweeps on `backend` from the x given, the residual every
+/// [`CHECK_EVERY`]; `sync` waits for the device before a residual check is timed.
+fn run_sweeps<B: SmoothBackend>(
+    backend: &B,
+    b: &B::Vector,
+    x: &mut B::Vector,
+    sweeps: usize,
+    sync: &dyn Fn() -> Result<(), GpuError>,
+) -> anyhow::Result<Sweeps> {
+    let mut r = backend.new_vector();
+    let initial = backend.initialize(b, x, &mut r).residual_sum;
+    backend.device_status()?;
+    let start = Instant::now();
+    let (mut residual_s, mut last, mut done) = (0.0, initial, 0);
+    while done < sweeps {
+        let k = CHECK_EVERY.min(sweeps - done);
+        backend.smooth(b, x, k)?;
+        done += k;
+        sync()?;
+        let t = Instant::now();
+        last = backend.initialize(b, x, &mut r).residual_sum;
+        residual_s += t.elapsed().as_secs_f64();
+    }
+    backend.device_status()?;
+    Ok(Sweeps {
+        ms: start.elapsed().as_secs_f64() * 1e3,
+        residual_ms: residual_s * 1e3,
+        reduction: last / initial,
+    })
+}
+
+fn block(
+    inner: InnerSolver,
+    tolerance: f64,
+    steps: usize,
+    h: usize,
+    asynchronous: bool,
+) -> SmootherSettings {
+    let mut s = SmootherSettings::new(SmootherKind::BlockJacobi);
+    s.block = BlockJacobiSettings {
+        block_size: h,
+        inner,
+        inner_tolerance: tolerance,
+        inner_max_iter: steps,
+        asynchronous,
+    };
+    s
+}
+
+fn gauss_seidel(sweep: Sweep, colouring: ColouringKind) -> SmootherSettings {
+    let mut s = SmootherSettings::new(SmootherKind::GaussSeidel(sweep));
+    s.colouring = colouring;
+    s
+}
+
+/// A system on the device in one row order: the backend (matrix, residuals,
+/// PCG steps) and b.
+struct Ordered<'g> {
+    name: String,
+    a: Csr,
+    backend: GpuCgBackend<'g>,
+    b: GpuVector,
+}
+
+impl<'g> Ordered<'g> {
+    fn new(
+        gpu: &'g Gpu,
+        name: String,
+        a: Csr,
+        b: &[f64],
+        h: usize,
+        check_interval: usize,
+    ) -> anyhow::Result<Self> {
+        let backend = GpuCgBackend::new(gpu, &a, false, h, check_interval)?;
+        let b = backend.upload(b)?;
+        Ok(Self {
+            name,
+            a,
+            backend,
+            b,
+        })
+    }
+
+    fn smoother(
+        &self,
+        gpu: &'g Gpu,
+        s: &SmootherSettings,
+    ) -> anyhow::Result<(DeviceSmoother<'g>, f64)> {
+        let t = Instant::now();
+        let smoother = DeviceSmoother::new(gpu, &self.a, self.backend.matrix().clone(), s)?;
+        gpu.synchronize()?;
+        Ok((smoother, t.elapsed().as_secs_f64() * 1e3))
+    }
+}
+
+/// The rows of one mesh: `a`, `b` as assembled, `rcm` its RCM ordering.
+pub fn rows(
+    gpu: &Gpu,
+    spec: &str,
+    a: &Csr,
+    b: &[f64],
+    rcm: &Permutation,
+    settings: &BenchSettings,
+) -> anyhow::Result<Vec<Row>> {
+    let (n, nnz) = (a.n_rows(), a.nnz());
+    let sweeps = settings.smoother_sweeps.max(2);
+    let mut rows = Vec::new();
+    let mut push = |what: String, ms: f64, note: String| {
+        eprintln!("{spec}: {what}: {ms:.1} ms, {note}");
+        rows.push(Row {
+            case: spec.to_string(),
+            what,
+            n,
+            nnz,
+            bytes: 0.0,
+            ms,
+            gb_s: 0.0,
+            of_copy: 0.0,
+            note,
+        })
+    };
+    let sweep_note = |s: &Sweeps, count: usize, extra: &str| {
+        format!(
+            "{count} sweeps{extra}: {:.4} ms/sweep, residual checks {:.1} ms, reduction {:.3e}",
+            (s.ms - s.residual_ms) / count as f64,
+            s.residual_ms,
+            s.reduction
+        )
+    };
+
+    // CPU Gauss-Seidel, natural order, one thread (the seed's baseline; not
+    // with --no-cpu).
+    let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    let cpu_rows = [
+        ("CPU GS fwd", Sweep::Forward, sweeps),
+        ("CPU GS fwd&bwd", Sweep::Symmetric, sweeps / 2),
+    ];
+    for (name, sweep, count) in cpu_rows.into_iter().filter(|_| settings.cpu_solve) {
+        let s = gauss_seidel(sweep, ColouringKind::Natural);
+        let timed = one_thread.install(|| -> anyhow::Result<Sweeps> {
+            let smoother = s.build(a)?;
+            let identity = Identity(n);
+            let backend = CpuSmoothing::new(a, smoother.as_ref(), &identity);
+            let mut x = vec![0.0; n];
+            run_sweeps(&backend, &b.to_vec(), &mut x, count, &|| Ok(()))
+        })?;
+        push(
+            name.into(),
+            timed.ms,
+            sweep_note(&timed, count, ", 1 thread"),
+        );
+    }
+
+    let h = settings.slice_height;
+    let sync = || gpu.synchronize();
+    let mut by_rcm = Ordered::new(
+        gpu,
+        "RCM".into(),
+        rcm.apply_symmetric(a),
+        &rcm.to_new(b),
+        h,
+        settings.check_interval,
+    )?;
+    let (block_h, blocks, a_blocks) = block_layout(gpu, a, h)?;
+    let mut by_blocks = Ordered::new(
+        gpu,
+        format!("grown {block_h}-row blocks"),
+        a_blocks,
+        &blocks.to_new(b),
+        block_h,
+        settings.check_interval,
+    )?;
+    let mut cases: Vec<(String, SmootherSettings, usize, &Ordered)> = vec![
+        (
+            "GPU Jacobi".into(),
+            SmootherSettings::new(SmootherKind::Jacobi),
+            sweeps,
+            &by_rcm,
+        ),
+        (
+            "GPU L1-Jacobi".into(),
+            SmootherSettings::new(SmootherKind::L1Jacobi),
+            sweeps,
+            &by_rcm,
+        ),
+        (
+            "GPU MC-GS fwd".into(),
+            gauss_seidel(Sweep::Forward, ColouringKind::JonesPlassmann),
+            sweeps,
+            &by_rcm,
+        ),
+        (
+            "GPU MC-GS sym".into(),
+            gauss_seidel(Sweep::Symmetric, ColouringKind::JonesPlassmann),
+            sweeps / 2,
+            &by_rcm,
+        ),
+    ];
+    for (name, inner) in [
+        ("GPU BJ-Jacobi", InnerSolver::Jacobi),
+        ("GPU BJ-GS", InnerSolver::GaussSeidel),
+        ("GPU BJ-CG", InnerSolver::Cg),
+    ] {
+        for asynchronous in [false, true] {
+            let label = if asynchronous { "async" } else { "sync" };
+            let s = block(inner, 1e-8, 100, block_h, asynchronous);
+            cases.push((format!("{name} {label}"), s, sweeps, &by_blocks));
+        }
+    }
+    for (name, s, count, ordered) in cases {
+        let (smoother, setup_ms) = ordered.smoother(gpu, &s)?;
+        let backend = GpuSmoothing {
+            cg: &ordered.backend,
+            smoother: &smoother,
+        };
+        let mut x = ordered.backend.upload(&vec![0.0; n])?;
+        let timed = run_sweeps(&backend, &ordered.b, &mut x, count, &sync)?;
+        let colours = smoother
+            .colouring()
+            .map_or(String::new(), |c| format!(", {} colours", c.n_colours()));
+        let extra = format!(" ({}{colours}, set-up {setup_ms:.0} ms)", ordered.name);
+        push(name, timed.ms, sweep_note(&timed, count, &extra));
+    }
+
+    if !settings.pcg {
+        return Ok(rows);
+    }
+    let controls = SolverControls {
+        tolerance: 1e-6,
+        rel_tol: 0.0,
+        max_iter: 5000,
+        min_iter: 0,
+    };
+    // Jacobi-PCG on its fused device loop: the baseline.
+    let jacobi = GpuCgBackend::new(gpu, &by_rcm.a, true, h, settings.check_interval)?;
+    let mut x = jacobi.upload(&vec![0.0; n])?;
+    let t = Instant::now();
+    let base = pcg(&jacobi, &by_rcm.b, &mut x, &controls, "p")?;
+    let base_ms = t.elapsed().as_secs_f64() * 1e3;
+    drop(jacobi);
+    push(
+        "PCG Jacobi".into(),
+        base_ms,
+        format!(
+            "{} iterations, {:.4} ms/iteration, final residual {:.3e} (RCM)",
+            base.iterations,
+            base_ms / base.iterations.max(1) as f64,
+            base.final_residual
+        ),
+    );
+    let mut jacobi2 = SmootherSettings::new(SmootherKind::Jacobi);
+    jacobi2.sweeps = 2;
+    jacobi2.omega = 0.8;
+    let preconditioners: Vec<(&str, SmootherSettings)> = vec![
+        (
+            "PCG MC-SGS",
+            gauss_seidel(Sweep::Symmetric, ColouringKind::JonesPlassmann),
+        ),
+        ("PCG 2xJacobi(0.8)", jacobi2),
+        (
+            "PCG BJ-Jacobi x4",
+            block(InnerSolver::Jacobi, 0.0, 4, block_h, false),
+        ),
+        (
+            "PCG BJ-Jacobi x8",
+            block(InnerSolver::Jacobi, 0.0, 8, block_h, false),
+        ),
+        (
+            "PCG BJ-SGS x1",
+            block(InnerSolver::SymGaussSeidel, 0.0, 1, block_h, false),
+        ),
+        (
+            "PCG BJ-SGS x2",
+            block(InnerSolver::SymGaussSeidel, 0.0, 2, block_h, false),
+        ),
+        (
+            "FPCG BJ-CG 1e-1",
+            block(InnerSolver::Cg, 1e-1, 30, block_h, false),
+        ),
+        (
+            "FPCG BJ-CG 1e-2",
+            block(InnerSolver::Cg, 1e-2, 50, block_h, false),
+        ),
+    ];
+    for (name, s) in preconditioners {
+        let ordered = if s.kind == SmootherKind::BlockJacobi {
+            &mut by_blocks
+        } else {
+            &mut by_rcm
+        };
+        let (smoother, setup_ms) = ordered.smoother(gpu, &s)?;
+        let colours = smoother
+            .colouring()
+            .map_or(String::new(), |c| format!(", {} colours", c.n_colours()));
+        let detail = format!("{}{colours}, set-up {setup_ms:.0} ms", ordered.name);
+        ordered
+            .backend
+            .set_preconditioner(Box::new(DeviceSmootherPreconditioner::new(smoother, &s)));
+        let mut x = ordered.backend.upload(&vec![0.0; n])?;
+        let t = Instant::now();
+        let result = pcg(&ordered.backend, &ordered.b, &mut x, &controls, "p");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let note = match result {
+            Ok(perf) => format!(
+                "{} iterations, {:.4} ms/iteration, speed-up over Jacobi-PCG {:.2}x, final \
+                 residual {:.3e}{} ({detail})",
+                perf.iterations,
+                ms / perf.iterations.max(1) as f64,
+                base_ms / ms,
+                perf.final_residual,
+                if perf.converged { "" } else { " NOT CONVERGED" }
+            ),
+            Err(e) => format!("failed: {e} ({detail})"),
+        };
+        push(name.into(), ms, note);
+    }
+    Ok(rows)
+}
