@@ -175,18 +175,19 @@ __device__ double minus_off(const LocalRow& a, double start, const double* lv) {
     return start;
 }
 
-// Jacobi steps from 0 (the first is y = b/d); stops when the block's squared
-// residual <= stop (stop > 0) or after max_iter steps.
-__device__ double inner_jacobi(const LocalRow& a, double* lv, int max_iter, double stop) {
+// Jacobi steps damped by omega from 0 (the first is y = omega b/d); stops
+// when the block's squared residual <= stop (stop > 0) or after max_iter steps.
+__device__ double inner_jacobi(const LocalRow& a, double* lv, int max_iter, double stop,
+                               double omega) {
     const int t = threadIdx.x;
-    double y = a.b / a.d;
+    double y = omega * a.b / a.d;
     for (int it = 1; it < max_iter; ++it) {
         __syncthreads();  // earlier readers of lv are done
         lv[t] = y;
         __syncthreads();
         const double res = minus_off(a, a.b - a.d * y, lv);
         if (stop > 0.0 && block_sum_all(res * res) <= stop) break;
-        y += res / a.d;
+        y += omega * res / a.d;
     }
     return y;
 }
@@ -253,7 +254,8 @@ __device__ double inner_cg(const LocalRow& a, double* lv, int max_iter, double s
 // A_ll y = residual with the inner solver (skipped when the residual is 0),
 // and writes x + y. Synchronous: x_out != x_in. Asynchronous: x_out == x_in,
 // read and written in place (so no __restrict__ and no __ldg on x).
-// `tol2` = innerTolerance^2 (0: a fixed max_iter steps).
+// `tol2` = innerTolerance^2 (0: a fixed max_iter steps); `omega` damps the
+// inner Jacobi steps.
 extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr,
                                         const int* __restrict__ codes,
                                         const double* __restrict__ vals,
@@ -261,7 +263,7 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
                                         const int* __restrict__ slice_mnz,
                                         const double* __restrict__ b, const double* x_in,
                                         double* x_out, int inner, int max_iter,
-                                        double tol2) {
+                                        double tol2, double omega) {
     extern __shared__ double smem[];
     const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
     const bool in = row < n;
@@ -298,7 +300,7 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
     if (r0 > 0.0) {
         const double stop = tol2 * r0;
         switch (inner) {
-            case INNER_JACOBI: y = inner_jacobi(a, lv, max_iter, stop); break;
+            case INNER_JACOBI: y = inner_jacobi(a, lv, max_iter, stop, omega); break;
             case INNER_GS: y = inner_gs(a, lv, max_iter, stop, false); break;
             case INNER_SYM_GS: y = inner_gs(a, lv, max_iter, stop, true); break;
             default: y = inner_cg(a, lv, max_iter, stop, r0); break;

@@ -174,8 +174,12 @@ fn block_jacobi_matches_the_cpu() {
             let p = block(InnerSolver::Jacobi, 0.0, 1, h).ordering(&a).unwrap();
             let (a, b) = (p.apply_symmetric(&a), p.to_new(&b));
             for inner in InnerSolver::ALL {
-                // A fixed number of inner steps: the same arithmetic.
-                let s = block(inner, 0.0, 3, h);
+                // A fixed number of inner steps: the same arithmetic (inner
+                // Jacobi damped, to cover omega).
+                let mut s = block(inner, 0.0, 3, h);
+                if inner == InnerSolver::Jacobi {
+                    s.omega = 0.7;
+                }
                 let (x_gpu, x_cpu) = both(&gpu, &a, &b, h, &s, 2);
                 let d = max_rel_diff(&x_gpu, &x_cpu);
                 println!("{name} H = {h}: {s}: 2 sweeps, max relative difference {d:.2e}");
@@ -262,7 +266,11 @@ fn gpu_preconditioners() -> Vec<SmootherSettings> {
         mc,
         jacobi,
         SmootherSettings::new(SmootherKind::L1Jacobi),
-        block(InnerSolver::Jacobi, 0.0, 4, 256),
+        {
+            let mut s = block(InnerSolver::Jacobi, 0.0, 4, 256);
+            s.omega = 0.7;
+            s
+        },
         block(InnerSolver::SymGaussSeidel, 0.0, 2, 256),
         block(InnerSolver::Cg, 1e-3, 50, 256),
     ]

@@ -257,6 +257,8 @@ impl Gpu {
         let bytes = i32::try_from(bytes).map_err(|_| {
             GpuError::Invalid(format!("{bytes} bytes of shared memory for {kernel}"))
         })?;
+        // cuFuncSetAttribute acts on the calling thread's current context.
+        driver("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
         driver(
             "cuFuncSetAttribute",
             self.function(kernel)?.set_attribute(

@@ -182,6 +182,7 @@ struct BlockKernel {
     inner: i32,
     max_iter: i32,
     tol2: f64,
+    omega: f64,
     asynchronous: bool,
 }
 
@@ -307,6 +308,7 @@ impl<'g> DeviceSmoother<'g> {
             },
             max_iter: i32::try_from(b.inner_max_iter).unwrap_or(i32::MAX),
             tol2: b.inner_tolerance * b.inner_tolerance,
+            omega: settings.omega,
             asynchronous: b.asynchronous,
         })
     }
@@ -380,7 +382,7 @@ impl<'g> DeviceSmoother<'g> {
                                 .arg(&m.values)
                                 .arg(&m.diag);
                             a.arg(&k.slice_mnz).arg(b).arg(x_in).arg(x_out);
-                            a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2);
+                            a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
                         })
                     };
                     if k.asynchronous {

@@ -92,6 +92,13 @@ fn block(
     s
 }
 
+/// Inner Jacobi damped by 0.7: an undamped polynomial of even degree nearly
+/// annihilates the eigenvalues of D⁻¹A near 2, which a preconditioner must not.
+fn damped(mut s: SmootherSettings) -> SmootherSettings {
+    s.omega = 0.7;
+    s
+}
+
 fn gauss_seidel(sweep: Sweep, colouring: ColouringKind) -> SmootherSettings {
     let mut s = SmootherSettings::new(SmootherKind::GaussSeidel(sweep));
     s.colouring = colouring;
@@ -303,12 +310,12 @@ pub fn rows(
         ),
         ("PCG 2xJacobi(0.8)", jacobi2),
         (
-            "PCG BJ-Jacobi x4",
-            block(InnerSolver::Jacobi, 0.0, 4, block_h, false),
+            "PCG BJ-Jacobi(0.7) x4",
+            damped(block(InnerSolver::Jacobi, 0.0, 4, block_h, false)),
         ),
         (
-            "PCG BJ-Jacobi x8",
-            block(InnerSolver::Jacobi, 0.0, 8, block_h, false),
+            "PCG BJ-Jacobi(0.7) x8",
+            damped(block(InnerSolver::Jacobi, 0.0, 8, block_h, false)),
         ),
         (
             "PCG BJ-SGS x1",

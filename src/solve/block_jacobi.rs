@@ -6,7 +6,7 @@
 //! outer sweep, for each block l:
 //! - the block residual (4.8) b_l − A_l x, in the kernel's order
 //!   (b_i − a_ii x_i, then the off-diagonals by column);
-//! - y ≈ A_ll⁻¹ (b − A x)_l by the inner solver from y = 0 (Jacobi, warp-
+//! - y ≈ A_ll⁻¹ (b − A x)_l by the inner solver from y = 0 (Jacobi damped by ω, warp-
 //!   serialised Gauss–Seidel with Jacobi inside a warp, or CG), stopped at the
 //!   relative inner tolerance or the step cap; a block with a zero residual is
 //!   skipped (y = 0);
@@ -36,6 +36,8 @@ pub const WARP: usize = 32;
 pub struct BlockJacobi<'a> {
     t: Triangles<'a>,
     settings: BlockJacobiSettings,
+    /// Damping of the inner Jacobi steps.
+    omega: f64,
 }
 
 /// One block's local system: right-hand side (the block residual), diagonal,
@@ -69,10 +71,12 @@ fn sum_squares(v: &[f64]) -> f64 {
 }
 
 impl<'a> BlockJacobi<'a> {
-    pub fn new(a: &'a Csr, settings: BlockJacobiSettings) -> Result<Self, SolveError> {
+    /// `omega` damps the inner Jacobi steps (the seed's are undamped, ω = 1).
+    pub fn new(a: &'a Csr, settings: BlockJacobiSettings, omega: f64) -> Result<Self, SolveError> {
         Ok(Self {
             t: Triangles::new(a, "block-Jacobi smoother")?,
             settings,
+            omega,
         })
     }
 
@@ -122,14 +126,15 @@ impl<'a> BlockJacobi<'a> {
         let h = local.b.len();
         match s.inner {
             InnerSolver::Jacobi => {
-                let mut y: Vec<f64> = (0..h).map(|t| local.b[t] / local.d[t]).collect();
+                let omega = self.omega;
+                let mut y: Vec<f64> = (0..h).map(|t| omega * local.b[t] / local.d[t]).collect();
                 for _ in 1..s.inner_max_iter {
                     let res = local.residual(&y);
                     if stop > 0.0 && converged(sum_squares(&res)) {
                         break;
                     }
                     for t in 0..h {
-                        y[t] += res[t] / local.d[t];
+                        y[t] += omega * res[t] / local.d[t];
                     }
                 }
                 y
@@ -272,7 +277,7 @@ mod tests {
         let x: Vec<f64> = (0..n).map(|i| (i % 5) as f64 * 0.3).collect();
         let expected = exact_block_jacobi(&a, &b, &x, 64);
         for inner in InnerSolver::ALL {
-            let bj = BlockJacobi::new(&a, settings(inner, 1e-13, 500)).unwrap();
+            let bj = BlockJacobi::new(&a, settings(inner, 1e-13, 500), 1.0).unwrap();
             let mut y = x.clone();
             bj.smooth(&b, &mut y, 1);
             for i in 0..n {
@@ -294,20 +299,21 @@ mod tests {
         let d = DMatrix::from_diagonal(&m.diagonal());
         let b: Vec<f64> = (0..64).map(|i| (i % 7) as f64 - 3.0).collect();
         let bv = DVector::from_column_slice(&b);
-        let run = |inner, steps| {
+        let run_damped = |inner, steps, omega| {
             let mut y = vec![0.0; 64];
-            BlockJacobi::new(&a, settings(inner, 0.0, steps))
+            BlockJacobi::new(&a, settings(inner, 0.0, steps), omega)
                 .unwrap()
                 .smooth(&b, &mut y, 1);
             DVector::from_column_slice(&y)
         };
-        // Jacobi, 3 steps from 0.
+        let run = |inner, steps| run_damped(inner, steps, 1.0);
+        // Jacobi damped by 0.7, 3 steps from 0.
         let d_inv = d.clone().try_inverse().unwrap();
         let mut y = DVector::zeros(64);
         for _ in 0..3 {
-            y = &y + &d_inv * (&bv - &m * &y);
+            y = &y + &d_inv * (&bv - &m * &y) * 0.7;
         }
-        assert!((run(InnerSolver::Jacobi, 3) - &y).amax() < 1e-12);
+        assert!((run_damped(InnerSolver::Jacobi, 3, 0.7) - &y).amax() < 1e-12);
         // Warp-serialised GS: M = D + (entries of earlier warps), Jacobi in a warp.
         let lower_warps =
             DMatrix::from_fn(64, 64, |i, j| if j / 32 < i / 32 { m[(i, j)] } else { 0.0 });
@@ -329,7 +335,7 @@ mod tests {
         let mut s = settings(InnerSolver::Cg, 1e-14, 200);
         s.asynchronous = true;
         let mut x = vec![0.0; n];
-        BlockJacobi::new(&a, s).unwrap().smooth(&b, &mut x, 1);
+        BlockJacobi::new(&a, s, 1.0).unwrap().smooth(&b, &mut x, 1);
         // Block GS with exact block solves, block by block.
         let mut expected = vec![0.0; n];
         for first in (0..n).step_by(64) {

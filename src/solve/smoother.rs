@@ -179,7 +179,7 @@ pub struct SmootherSettings {
     pub kind: SmootherKind,
     /// Sweeps per application (OpenFOAM `nSweeps`; per residual check in smoothSolver).
     pub sweeps: usize,
-    /// Jacobi damping ω.
+    /// Jacobi damping ω (also of block Jacobi's inner Jacobi steps).
     pub omega: f64,
     /// Gauss–Seidel row order.
     pub colouring: ColouringKind,
@@ -351,8 +351,13 @@ impl SmootherSettings {
             }
             SmootherKind::BlockJacobi => {
                 let b = &self.block;
+                let omega = if b.inner == InnerSolver::Jacobi && self.omega != 1.0 {
+                    format!(" (omega {})", format_g(self.omega))
+                } else {
+                    String::new()
+                };
                 s += &format!(
-                    " (inner {}, tolerance {}, at most {} steps, {}-row blocks, {})",
+                    " (inner {}{omega}, tolerance {}, at most {} steps, {}-row blocks, {})",
                     b.inner.name(),
                     format_g(b.inner_tolerance),
                     b.inner_max_iter,
@@ -390,7 +395,7 @@ impl SmootherSettings {
             SmootherKind::GaussSeidel(sweep) => {
                 Box::new(GaussSeidel::new(a, sweep, self.colouring.colouring(a))?)
             }
-            SmootherKind::BlockJacobi => Box::new(BlockJacobi::new(a, self.block)?),
+            SmootherKind::BlockJacobi => Box::new(BlockJacobi::new(a, self.block, self.omega)?),
             SmootherKind::Dic => Box::new(PreconditionerSmoother::new(a, Box::new(Dic::new(a)?))),
             SmootherKind::DicGaussSeidel => Box::new(Sequence(vec![
                 Box::new(PreconditionerSmoother::new(a, Box::new(Dic::new(a)?))),
