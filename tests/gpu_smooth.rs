@@ -398,3 +398,44 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
         assert!(perf.converged, "{name} asynchronous");
     }
 }
+
+#[test]
+fn cases_with_smoothers_run_on_the_gpu_like_on_the_cpu() {
+    use fvpoisson::case::case_toml::parse_case;
+    use fvpoisson::case::{run_case, Device};
+    let Some(gpu) = test_device() else { return };
+    let base = r#"
+[mesh]
+source = "box:12x12x12:tet:perturb=0.1"
+[physics]
+source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"
+[boundary.default]
+type = "fixedValue"
+value = 0
+[solver.T]
+tolerance = 1e-10
+maxIter = 20000
+[output]
+formats = []
+"#;
+    let dir = std::env::temp_dir().join("fvpoisson_gpu_smooth_case");
+    for entry in [
+        // GaussSeidel runs multicolour on the GPU, natural on the CPU.
+        "solver = \"smoothSolver\"\nsmoother = \"symGaussSeidel\"\nnSweeps = 2\n",
+        "solver = \"smoothSolver\"\nsmoother = \"blockJacobi\"\nblockSize = 128\n",
+        // DIC becomes Jacobi on the GPU, sgs multicolour symmetric Gauss-Seidel.
+        "preconditioner = \"sgs\"\n",
+        "preconditioner = \"blockJacobi\"\ninner = \"CG\"\ninnerTolerance = 1e-2\n",
+    ] {
+        let text = base.replace("maxIter = 20000\n", &format!("maxIter = 20000\n{entry}"));
+        let setup = parse_case(&text, &dir.join("case.toml"), &dir).unwrap();
+        let cpu = run_case(&setup, Device::Cpu).unwrap();
+        let on_gpu = run_case(&setup, Device::Gpu(&gpu)).unwrap();
+        let d = max_rel_diff(&on_gpu.field, &cpu.field);
+        println!(
+            "case with {}: GPU vs CPU field, max relative difference {d:.2e}",
+            entry.trim().replace('\n', ", ")
+        );
+        assert!(on_gpu.converged && d < 1e-6, "{entry}: {d}");
+    }
+}
