@@ -311,8 +311,14 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
                 gpu_perf.initial_residual
             );
             assert!(gpu_perf.converged, "{name} {p}");
+            // A flexible preconditioner's inner stopping can flip with round-off.
+            let slack = if p.is_flexible() {
+                2 + cpu.iterations / 20
+            } else {
+                2
+            };
             assert!(
-                gpu_perf.iterations.abs_diff(cpu.iterations) <= 2,
+                gpu_perf.iterations.abs_diff(cpu.iterations) <= slack,
                 "{name} {p}"
             );
             assert!(d < 1e-7, "{name} {p}: {d}");
