@@ -321,11 +321,6 @@ impl<'g> DeviceSmoother<'g> {
         }
     }
 
-    /// Rows per block of block Jacobi (the slice height).
-    pub fn slice_height(&self) -> usize {
-        self.matrix.slice_height
-    }
-
     /// `sweeps` sweeps on A x = b (x's buffer may be exchanged with the spare).
     pub fn smooth(
         &self,

@@ -31,6 +31,7 @@ use crate::solve::{
     pcg, BlockJacobiSettings, ColouringKind, InnerSolver, SmoothBackend, SmootherKind,
     SmootherSettings, SolverControls, Sweep,
 };
+use crate::sparse::blocks::in_block_fraction;
 use crate::sparse::{Csr, Permutation};
 
 /// Sweeps between residual checks (the seed's 10).
@@ -205,10 +206,11 @@ pub fn rows(
 
     let h = settings.slice_height;
     let sync = || gpu.synchronize();
+    let a_rcm = rcm.apply_symmetric(a);
     let mut by_rcm = Ordered::new(
         gpu,
-        "RCM".into(),
-        rcm.apply_symmetric(a),
+        format!("RCM, lambda {:.3}", in_block_fraction(&a_rcm, h)),
+        a_rcm,
         &rcm.to_new(b),
         h,
         settings.check_interval,
@@ -216,7 +218,10 @@ pub fn rows(
     let (block_h, blocks, a_blocks) = block_layout(gpu, a, h)?;
     let mut by_blocks = Ordered::new(
         gpu,
-        format!("grown {block_h}-row blocks"),
+        format!(
+            "grown {block_h}-row blocks, lambda {:.3}",
+            in_block_fraction(&a_blocks, block_h)
+        ),
         a_blocks,
         &blocks.to_new(b),
         block_h,
