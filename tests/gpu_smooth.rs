@@ -10,7 +10,8 @@ use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::smooth::{
-    block_layout, jones_plassmann, solve_pcg_gpu_with, solve_smooth_gpu, DeviceSmoother,
+    block_layout, colour_layout, jones_plassmann, solve_pcg_gpu_with, solve_smooth_gpu,
+    DeviceSmoother,
 };
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::colouring::Colouring;
@@ -137,6 +138,50 @@ fn point_smoothers_match_the_cpu() {
             let (x_gpu, x_cpu) = both(&gpu, &a, &b, 128, s, 3);
             let d = max_rel_diff(&x_gpu, &x_cpu);
             println!("{name}: {s}: 3 sweeps, max relative difference {d:.2e}");
+            assert!(d < 1e-12, "{name} {s}: {d}");
+        }
+    }
+}
+
+#[test]
+fn colour_contiguous_layout_sweeps_match_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, b) in systems() {
+        let (p, ordered, colouring) = colour_layout(&gpu, &a, 128).unwrap();
+        // Colours are contiguous runs, the same classes as the CPU colouring.
+        let n = a.n_rows() as u32;
+        assert_eq!(
+            colouring.rows(),
+            (0..n).collect::<Vec<_>>().as_slice(),
+            "{name}"
+        );
+        let cpu_colours = Colouring::jones_plassmann(&a);
+        assert_eq!(
+            colouring.colours(),
+            p.to_new(cpu_colours.colours()).as_slice()
+        );
+        for sweep in [Sweep::Forward, Sweep::Symmetric] {
+            let mut s = SmootherSettings::new(SmootherKind::GaussSeidel(sweep));
+            s.colouring = ColouringKind::JonesPlassmann;
+            let x0: Vec<f64> = (0..a.n_rows())
+                .map(|i| ((i * 7) % 13) as f64 * 0.01)
+                .collect();
+            let matrix = device_matrix(&gpu, &ordered, 128);
+            let smoother =
+                DeviceSmoother::with_colouring(&gpu, &ordered, matrix, &s, Some(colouring.clone()))
+                    .unwrap();
+            let b_dev = gpu.upload(&p.to_new(&b)).unwrap();
+            let mut x_dev = gpu.upload(&p.to_new(&x0)).unwrap();
+            smoother.smooth(&b_dev, &mut x_dev, 3).unwrap();
+            let x_gpu = p.to_old(&gpu.download(&x_dev).unwrap());
+            let mut x_cpu = x0;
+            s.build(&a).unwrap().smooth(&b, &mut x_cpu, 3);
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!(
+                "{name}: colour-contiguous {s}: {} colours, 3 sweeps, max relative difference \
+                 {d:.2e}",
+                colouring.n_colours()
+            );
             assert!(d < 1e-12, "{name} {s}: {d}");
         }
     }

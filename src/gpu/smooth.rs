@@ -5,7 +5,10 @@
 //! - Weighted and L1 Jacobi: one SpMV-like kernel per sweep, double-buffered.
 //! - Multicolour Gauss–Seidel: Jones–Plassmann colours computed on the GPU
 //!   (identical to the CPU's `Colouring::jones_plassmann`), rows addressed by a
-//!   colour index list (rows grouped by colour, ascending), one launch per colour.
+//!   colour index list (rows grouped by colour, ascending), one launch per
+//!   colour. The solves renumber the rows colour by colour first
+//!   ([`colour_layout`]), so that the list is the identity and each colour's
+//!   rows are contiguous in mod-SELL.
 //! - Block Jacobi (seed 000 §4.3, the seed's `smooth_kern`): one thread block
 //!   per mod-SELL slice; the slice's local matrix in shared memory. The rows
 //!   are ordered by [`crate::sparse::blocks::grown_blocks`] so that slices are
@@ -34,7 +37,7 @@ use crate::solve::{
 };
 use crate::sparse::blocks::{grown_blocks, in_slice_counts};
 use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::{Csr, Permutation};
+use crate::sparse::{Csr, ModSell, Permutation};
 
 /// A preconditioner applied on the device.
 pub trait DevicePreconditioner {
@@ -129,9 +132,38 @@ impl DeviceColouring {
         })
     }
 
+    /// A colouring computed before (e.g. by [`colour_layout`]).
+    pub fn from_colouring(gpu: &Gpu, colouring: Colouring) -> Result<Self, GpuError> {
+        let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+        Ok(Self {
+            rows: gpu.upload(&rows)?,
+            colouring,
+        })
+    }
+
     pub fn colouring(&self) -> &Colouring {
         &self.colouring
     }
+}
+
+/// Multicolour Gauss–Seidel's layout: the rows of `a` grouped by their
+/// Jones–Plassmann colour (computed on the GPU), ascending within a colour so
+/// that `a`'s locality (RCM) is kept; each colour is then a contiguous run of
+/// mod-SELL rows and its sweep reads its slots coalesced, instead of picking
+/// its rows out of sectors shared with the other colours (the seed's objection
+/// §4.2.1 (i)). Returns the ordering, `a` in it and the colouring in it.
+pub fn colour_layout(
+    gpu: &Gpu,
+    a: &Csr,
+    slice_height: usize,
+) -> Result<(Permutation, Csr, Colouring), GpuError> {
+    let m = ModSell::from_csr(a, slice_height).map_err(GpuError::Invalid)?;
+    let (colours, _) = jones_plassmann(gpu, &DeviceModSell::upload(gpu, &m)?)?;
+    let (p, colouring) = Colouring::from_colours(colours)
+        .map_err(GpuError::Invalid)?
+        .contiguous();
+    let ordered = p.apply_symmetric(a);
+    Ok((p, ordered, colouring))
 }
 
 /// Bytes of dynamic shared memory of one block-Jacobi block of `h` rows whose
@@ -218,6 +250,18 @@ impl<'g> DeviceSmoother<'g> {
         matrix: Rc<DeviceModSell>,
         settings: &SmootherSettings,
     ) -> Result<Self, GpuError> {
+        Self::with_colouring(gpu, a, matrix, settings, None)
+    }
+
+    /// [`Self::new`], with Gauss–Seidel's colouring given (of `a`'s rows)
+    /// instead of computed from `settings.colouring`.
+    pub fn with_colouring(
+        gpu: &'g Gpu,
+        a: &Csr,
+        matrix: Rc<DeviceModSell>,
+        settings: &SmootherSettings,
+        colouring: Option<Colouring>,
+    ) -> Result<Self, GpuError> {
         settings.validate().map_err(GpuError::Invalid)?;
         if a.n_rows() != matrix.n {
             return Err(GpuError::Invalid(format!(
@@ -245,10 +289,20 @@ impl<'g> DeviceSmoother<'g> {
             },
             SmootherKind::GaussSeidel(sweep) => {
                 check_diagonal(a, "Gauss-Seidel").map_err(invalid)?;
-                Method::GaussSeidel {
-                    colouring: DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
-                    sweep,
-                }
+                let colouring = match colouring {
+                    Some(c) if c.colours().len() == a.n_rows() => {
+                        DeviceColouring::from_colouring(gpu, c)?
+                    }
+                    Some(c) => {
+                        return Err(GpuError::Invalid(format!(
+                            "the colouring has {} rows, the matrix {}",
+                            c.colours().len(),
+                            a.n_rows()
+                        )))
+                    }
+                    None => DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
+                };
+                Method::GaussSeidel { colouring, sweep }
             }
             SmootherKind::BlockJacobi => {
                 check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
@@ -487,23 +541,96 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
     }
 }
 
+/// How the GPU lays out the system for a smoother.
+struct Layout {
+    /// The matrix in the solve's row order.
+    a: Csr,
+    /// That order (None: as given).
+    ordering: Option<Permutation>,
+    slice_height: usize,
+    /// Multicolour Gauss–Seidel's colouring of the ordered rows.
+    colouring: Option<Colouring>,
+}
+
 /// The system in the order the GPU solves it with `smoother`: block Jacobi's
-/// [`block_layout`], else reverse Cuthill–McKee when `options.rcm`; with the
-/// slice height to build mod-SELL with.
+/// [`block_layout`]; else reverse Cuthill–McKee when `options.rcm`, followed,
+/// for Jones–Plassmann Gauss–Seidel, by [`colour_layout`].
 fn gpu_layout(
     gpu: &Gpu,
     a: &Csr,
     smoother: &SmootherSettings,
     options: &GpuSolveOptions,
-) -> Result<(Csr, Option<Permutation>, usize), GpuError> {
+) -> Result<Layout, GpuError> {
+    let h = options.slice_height;
     if smoother.kind == SmootherKind::BlockJacobi {
-        let (h, p, ordered) = block_layout(gpu, a, smoother.block.block_size)?;
-        Ok((ordered, Some(p), h))
-    } else if options.rcm {
+        let (slice_height, p, ordered) = block_layout(gpu, a, smoother.block.block_size)?;
+        return Ok(Layout {
+            a: ordered,
+            ordering: Some(p),
+            slice_height,
+            colouring: None,
+        });
+    }
+    let (base, rcm) = if options.rcm {
         let p = reverse_cuthill_mckee(a);
-        Ok((p.apply_symmetric(a), Some(p), options.slice_height))
+        (p.apply_symmetric(a), Some(p))
     } else {
-        Ok((a.clone(), None, options.slice_height))
+        (a.clone(), None)
+    };
+    let multicolour = matches!(smoother.kind, SmootherKind::GaussSeidel(_))
+        && smoother.colouring == ColouringKind::JonesPlassmann;
+    if !multicolour {
+        return Ok(Layout {
+            a: base,
+            ordering: rcm,
+            slice_height: h,
+            colouring: None,
+        });
+    }
+    let (by_colour, ordered, colouring) = colour_layout(gpu, &base, h)?;
+    // new row k is base row by_colour[k], original row rcm[by_colour[k]].
+    let ordering = match rcm {
+        Some(rcm) => {
+            let composed = by_colour
+                .new_to_old()
+                .iter()
+                .map(|&k| rcm.new_to_old()[k as usize])
+                .collect();
+            Permutation::from_new_to_old(composed).map_err(GpuError::Invalid)?
+        }
+        None => by_colour,
+    };
+    Ok(Layout {
+        a: ordered,
+        ordering: Some(ordering),
+        slice_height: h,
+        colouring: Some(colouring),
+    })
+}
+
+impl Layout {
+    /// The device backend (matrix, residuals, PCG steps) and the smoother on its matrix.
+    fn build<'g>(
+        &self,
+        gpu: &'g Gpu,
+        settings: &SmootherSettings,
+        options: &GpuSolveOptions,
+    ) -> Result<(GpuCgBackend<'g>, DeviceSmoother<'g>), GpuError> {
+        let backend = GpuCgBackend::new(
+            gpu,
+            &self.a,
+            false,
+            self.slice_height,
+            options.check_interval,
+        )?;
+        let smoother = DeviceSmoother::with_colouring(
+            gpu,
+            &self.a,
+            backend.matrix().clone(),
+            settings,
+            self.colouring.clone(),
+        )?;
+        Ok((backend, smoother))
     }
 }
 
@@ -553,15 +680,12 @@ pub fn solve_pcg_gpu_with(
     check_system(a, b, x, controls)?;
     preconditioner.check()?;
     let device = |e: GpuError| SolveError::Device(e.to_string());
-    let (ordered, ordering, h) = gpu_layout(gpu, a, settings, options).map_err(device)?;
-    let mut backend =
-        GpuCgBackend::new(gpu, &ordered, false, h, options.check_interval).map_err(device)?;
-    let smoother =
-        DeviceSmoother::new(gpu, &ordered, backend.matrix().clone(), settings).map_err(device)?;
+    let layout = gpu_layout(gpu, a, settings, options).map_err(device)?;
+    let (mut backend, smoother) = layout.build(gpu, settings, options).map_err(device)?;
     backend.set_preconditioner(Box::new(DeviceSmootherPreconditioner::new(
         smoother, settings,
     )));
-    with_device_vectors(&backend, ordering.as_ref(), b, x, |b, x| {
+    with_device_vectors(&backend, layout.ordering.as_ref(), b, x, |b, x| {
         pcg(&backend, b, x, controls, field)
     })
 }
@@ -584,16 +708,13 @@ pub fn solve_smooth_gpu(
     settings.validate().map_err(SolveError::InvalidControls)?;
     check_diagonal(a, "smoother")?;
     let device = |e: GpuError| SolveError::Device(e.to_string());
-    let (ordered, ordering, h) = gpu_layout(gpu, a, settings, options).map_err(device)?;
-    let backend =
-        GpuCgBackend::new(gpu, &ordered, false, h, options.check_interval).map_err(device)?;
-    let smoother =
-        DeviceSmoother::new(gpu, &ordered, backend.matrix().clone(), settings).map_err(device)?;
+    let layout = gpu_layout(gpu, a, settings, options).map_err(device)?;
+    let (backend, smoother) = layout.build(gpu, settings, options).map_err(device)?;
     let smoothing = GpuSmoothing {
         cg: &backend,
         smoother: &smoother,
     };
-    with_device_vectors(&backend, ordering.as_ref(), b, x, |b, x| {
+    with_device_vectors(&backend, layout.ordering.as_ref(), b, x, |b, x| {
         smooth_solve(&smoothing, b, x, controls, settings.sweeps, field)
     })
 }

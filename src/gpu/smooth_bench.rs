@@ -8,7 +8,9 @@
 //! synchronisation, is also given apart). CPU Gauss–Seidel runs on one thread
 //! in natural order (the seed: CSR, natural order, one core), forward and
 //! symmetric (the seed's alternating forward/backward: a symmetric sweep counts
-//! as two); GPU Jacobi, L1-Jacobi and multicolour Gauss–Seidel run in RCM order;
+//! as two); GPU Jacobi and L1-Jacobi run in RCM order, multicolour Gauss–Seidel
+//! in RCM order renumbered colour by colour (and, rows marked `list`, in RCM
+//! order with a colour index list);
 //! block Jacobi on grown blocks with the seed's inner settings (to 1e-8 relative
 //! or 100 inner steps), synchronous and asynchronous. Reported per row: total
 //! ms, ms per sweep, and the residual reduction Σ|r| after / before.
@@ -23,8 +25,11 @@ use std::time::Instant;
 
 use super::bench::{BenchSettings, Row};
 use super::pcg::{GpuCgBackend, GpuVector};
-use super::smooth::{block_layout, DeviceSmoother, DeviceSmootherPreconditioner, GpuSmoothing};
+use super::smooth::{
+    block_layout, colour_layout, DeviceSmoother, DeviceSmootherPreconditioner, GpuSmoothing,
+};
 use super::{Gpu, GpuError};
+use crate::solve::colouring::Colouring;
 use crate::solve::precond::Identity;
 use crate::solve::smooth_solver::CpuSmoothing;
 use crate::solve::{
@@ -113,6 +118,8 @@ struct Ordered<'g> {
     a: Csr,
     backend: GpuCgBackend<'g>,
     b: GpuVector,
+    /// Gauss–Seidel's colouring, where the order was made for one.
+    colouring: Option<Colouring>,
 }
 
 impl<'g> Ordered<'g> {
@@ -131,6 +138,7 @@ impl<'g> Ordered<'g> {
             a,
             backend,
             b,
+            colouring: None,
         })
     }
 
@@ -140,7 +148,13 @@ impl<'g> Ordered<'g> {
         s: &SmootherSettings,
     ) -> anyhow::Result<(DeviceSmoother<'g>, f64)> {
         let t = Instant::now();
-        let smoother = DeviceSmoother::new(gpu, &self.a, self.backend.matrix().clone(), s)?;
+        let smoother = DeviceSmoother::with_colouring(
+            gpu,
+            &self.a,
+            self.backend.matrix().clone(),
+            s,
+            self.colouring.clone(),
+        )?;
         gpu.synchronize()?;
         Ok((smoother, t.elapsed().as_secs_f64() * 1e3))
     }
@@ -215,6 +229,19 @@ pub fn rows(
         h,
         settings.check_interval,
     )?;
+    let (by_colour_p, a_colour, colouring) = colour_layout(gpu, &by_rcm.a, h)?;
+    let mut by_colour = Ordered::new(
+        gpu,
+        format!(
+            "RCM, colour-contiguous, lambda {:.3}",
+            in_block_fraction(&a_colour, h)
+        ),
+        a_colour,
+        &by_colour_p.to_new(&rcm.to_new(b)),
+        h,
+        settings.check_interval,
+    )?;
+    by_colour.colouring = Some(colouring);
     let (block_h, blocks, a_blocks) = block_layout(gpu, a, h)?;
     let mut by_blocks = Ordered::new(
         gpu,
@@ -241,16 +268,22 @@ pub fn rows(
             &by_rcm,
         ),
         (
-            "GPU MC-GS fwd".into(),
+            "GPU MC-GS fwd, list".into(),
             gauss_seidel(Sweep::Forward, ColouringKind::JonesPlassmann),
             sweeps,
             &by_rcm,
         ),
         (
+            "GPU MC-GS fwd".into(),
+            gauss_seidel(Sweep::Forward, ColouringKind::JonesPlassmann),
+            sweeps,
+            &by_colour,
+        ),
+        (
             "GPU MC-GS sym".into(),
             gauss_seidel(Sweep::Symmetric, ColouringKind::JonesPlassmann),
             sweeps / 2,
-            &by_rcm,
+            &by_colour,
         ),
     ];
     for (name, inner) in [
@@ -310,6 +343,10 @@ pub fn rows(
     jacobi2.omega = 0.8;
     let preconditioners: Vec<(&str, SmootherSettings)> = vec![
         (
+            "PCG MC-SGS, list",
+            gauss_seidel(Sweep::Symmetric, ColouringKind::JonesPlassmann),
+        ),
+        (
             "PCG MC-SGS",
             gauss_seidel(Sweep::Symmetric, ColouringKind::JonesPlassmann),
         ),
@@ -342,6 +379,8 @@ pub fn rows(
     for (name, s) in preconditioners {
         let ordered = if s.kind == SmootherKind::BlockJacobi {
             &mut by_blocks
+        } else if name == "PCG MC-SGS" {
+            &mut by_colour
         } else {
             &mut by_rcm
         };

@@ -18,7 +18,7 @@
 
 use rayon::prelude::*;
 
-use crate::sparse::Csr;
+use crate::sparse::{Csr, Permutation};
 
 /// Priority of row `i` in Jones–Plassmann: a 32-bit integer hash (the
 /// "lowbias32" mixer), the same function as `jp_hash` in `kernels/smooth.cu`.
@@ -123,6 +123,15 @@ impl Colouring {
     /// Start of each colour's rows in [`Self::rows`] (n_colours + 1 entries).
     pub fn colour_ptr(&self) -> &[usize] {
         &self.ptr
+    }
+
+    /// The rows renumbered colour by colour (ascending within a colour, so
+    /// the current order's locality is kept), and this colouring in the new
+    /// numbering, where every colour is a contiguous run of rows.
+    pub fn contiguous(&self) -> (Permutation, Colouring) {
+        let p = Permutation::from_new_to_old(self.rows.clone()).expect("rows hold each row once");
+        let c = Self::from_colours(p.to_new(&self.colour)).expect("the same colours");
+        (p, c)
     }
 
     /// The first pair of coupled rows with the same colour, if any.
@@ -239,6 +248,19 @@ mod tests {
         let got: Vec<u32> = colour.iter().map(|&c| c as u32).collect();
         assert_eq!(got, expected.colours());
         assert!(rounds > 1 && rounds < 100, "{rounds} rounds");
+    }
+
+    #[test]
+    fn contiguous_colours_are_runs_of_the_same_classes() {
+        let a = random_symmetric(500, 6, 4);
+        let c = Colouring::jones_plassmann(&a);
+        let (p, runs) = c.contiguous();
+        assert_eq!(runs.rows(), (0..500).collect::<Vec<u32>>().as_slice());
+        assert_eq!(runs.colour_ptr(), c.colour_ptr());
+        assert!(runs.conflict(&p.apply_symmetric(&a)).is_none());
+        for (new, &old) in p.new_to_old().iter().enumerate() {
+            assert_eq!(runs.colours()[new], c.colours()[old as usize]);
+        }
     }
 
     #[test]
