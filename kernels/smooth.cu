@@ -31,6 +31,8 @@ extern "C" __global__ void dot_partials(int n, const double* __restrict__ a,
 // H, H doubles of dynamic shared memory: x_new = x + scale * (b - A x), with
 // (b - A x)_i = b_i - a_ii x_i, then minus the off-diagonals in slot order.
 // scale = omega / a_ii or 1 / (a_ii + sum |a_ij|). Double-buffered (x_new != x).
+// x null means x = 0: x_new = scale * b without reading the matrix (the same
+// bits: every product with 0 is an exact 0).
 extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_ptr,
                                          const int* __restrict__ codes,
                                          const double* __restrict__ vals,
@@ -42,6 +44,10 @@ extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_pt
     extern __shared__ double x_slice[];
     const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
     const bool in = row < n;
+    if (x == nullptr) {
+        if (in) x_new[row] = scale[row] * b[row];
+        return;
+    }
     const double xr = in ? x[row] : 0.0;
     x_slice[t] = xr;
     __syncthreads();
@@ -246,7 +252,9 @@ __device__ double inner_cg(const LocalRow& a, double* lv, int max_iter, double s
     return y;
 }
 
-// One block-Jacobi sweep: one thread block per slice, blockDim = H. Dynamic
+// One block-Jacobi sweep: one thread block per slice, blockDim = H. x_in null
+// (synchronous only) means x = 0: neither x nor the out-of-slice columns are
+// read, with the same result bits. Dynamic
 // shared memory: [lv: H doubles][coef: H*mnz doubles][nbr: H*mnz ints], mnz =
 // the largest slice_mnz (the offsets use this slice's slice_mnz[l]). The block
 // stages x of its rows in lv, forms the block residual b - A x (rows past n:
@@ -271,7 +279,8 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
     double* lv = smem;
     double* coef = smem + h;
     int* nbr = (int*)(coef + (size_t)h * mnz);
-    const double xi = in ? x_in[row] : 0.0;
+    const bool from_zero = x_in == nullptr;
+    const double xi = in && !from_zero ? x_in[row] : 0.0;
     LocalRow a;
     a.coef = coef;
     a.nbr = nbr;
@@ -284,7 +293,7 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
     for (u64 k = start + t; k < end; k += h) {
         const int c = codes[k];
         if (c > 0) {
-            a.b -= vals[k] * x_in[c - 1];
+            if (!from_zero) a.b -= vals[k] * x_in[c - 1];
         } else if (c < 0) {
             const int j = -(c + 1);
             const double v = vals[k];

@@ -26,7 +26,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector};
-use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
@@ -382,11 +382,43 @@ impl<'g> DeviceSmoother<'g> {
         x: &mut CudaSlice<f64>,
         sweeps: usize,
     ) -> Result<(), GpuError> {
+        self.sweeps(b, x, sweeps, false)
+    }
+
+    /// `sweeps` sweeps from x = 0 (x's content is not read). The first sweep
+    /// of Jacobi and of synchronous block Jacobi then reads neither x nor (for
+    /// Jacobi) the matrix, with the same result bits as sweeping a zero x.
+    pub fn smooth_from_zero(
+        &self,
+        b: &CudaSlice<f64>,
+        x: &mut CudaSlice<f64>,
+        sweeps: usize,
+    ) -> Result<(), GpuError> {
+        let skips_x = match &self.method {
+            Method::Jacobi { .. } => true,
+            Method::Block(k) => !k.asynchronous,
+            Method::GaussSeidel { .. } => false,
+        };
+        if !skips_x || sweeps == 0 {
+            self.gpu.zero(x)?;
+        }
+        self.sweeps(b, x, sweeps, skips_x)
+    }
+
+    fn sweeps(
+        &self,
+        b: &CudaSlice<f64>,
+        x: &mut CudaSlice<f64>,
+        sweeps: usize,
+        first_from_zero: bool,
+    ) -> Result<(), GpuError> {
         let (gpu, m) = (self.gpu, &*self.matrix);
         let (n, h, h32) = (m.n as i32, m.slice_height as u32, m.slice_height as i32);
         let slices = m.n_slices() as u32;
         let mut spare = self.spare.borrow_mut();
-        for _ in 0..sweeps {
+        for i in 0..sweeps {
+            // The kernels read a null x as zero.
+            let x_is_zero = first_from_zero && i == 0;
             match &self.method {
                 Method::Jacobi { scale } => {
                     let out = spare.as_mut().expect("Jacobi is double-buffered");
@@ -396,7 +428,12 @@ impl<'g> DeviceSmoother<'g> {
                             .arg(&m.codes)
                             .arg(&m.values)
                             .arg(&m.diag);
-                        a.arg(scale).arg(b).arg(&*x).arg(&*out);
+                        a.arg(scale).arg(b);
+                        match x_is_zero {
+                            true => a.arg(&NULL),
+                            false => a.arg(&*x),
+                        };
+                        a.arg(&*out);
                     })?;
                     std::mem::swap(x, out);
                 }
@@ -423,24 +460,29 @@ impl<'g> DeviceSmoother<'g> {
                     }
                 }
                 Method::Block(k) => {
-                    let launch = |x_in: &CudaSlice<f64>, x_out: &CudaSlice<f64>| {
+                    let launch = |x_in: Option<&CudaSlice<f64>>, x_out: &CudaSlice<f64>| {
                         gpu.launch("smooth_block", slices, h, k.shared_bytes, |a| {
                             a.arg(&n)
                                 .arg(&m.slice_ptr)
                                 .arg(&m.codes)
                                 .arg(&m.values)
                                 .arg(&m.diag);
-                            a.arg(&k.slice_mnz).arg(b).arg(x_in).arg(x_out);
+                            a.arg(&k.slice_mnz).arg(b);
+                            match x_in {
+                                Some(x_in) => a.arg(x_in),
+                                None => a.arg(&NULL),
+                            };
+                            a.arg(x_out);
                             a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
                         })
                     };
                     if k.asynchronous {
-                        launch(x, x)?;
+                        launch(Some(x), x)?;
                     } else {
                         let out = spare
                             .as_mut()
                             .expect("synchronous block Jacobi is double-buffered");
-                        launch(x, out)?;
+                        launch((!x_is_zero).then_some(&*x), out)?;
                         std::mem::swap(x, out);
                     }
                 }
@@ -470,8 +512,7 @@ impl<'g> DeviceSmootherPreconditioner<'g> {
 
 impl DevicePreconditioner for DeviceSmootherPreconditioner<'_> {
     fn apply(&self, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> Result<(), GpuError> {
-        self.smoother.gpu.zero(z)?;
-        self.smoother.smooth(r, z, self.sweeps)
+        self.smoother.smooth_from_zero(r, z, self.sweeps)
     }
     fn is_linear(&self) -> bool {
         self.linear
