@@ -24,18 +24,18 @@ use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
 use fvpoisson::sparse::{Csr, ModSell};
 
 /// Real FVM systems: a perturbed tet box (renumbered), a 2-D box, a polyhedral
-/// OpenFOAM mesh and a Gmsh prism mesh.
+/// OpenFOAM mesh and a Gmsh prism mesh. Mesh files relative to the repository
+/// root, the working directory of `cargo test` and of the device runs.
 fn fvm_systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let root = env!("CARGO_MANIFEST_DIR");
     [
-        "box:14x14x14:tet:perturb=0.2:renumber".to_string(),
-        "box:80x80x1:2d".to_string(),
-        format!("{root}/meshes/foam/polydual"),
-        format!("{root}/meshes/gmsh/prism_wedge.v22.msh"),
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "box:80x80x1:2d",
+        "meshes/foam/polydual",
+        "meshes/gmsh/prism_wedge.v22.msh",
     ]
     .into_iter()
     .map(|spec| {
-        let (a, b) = poisson_system(&spec).unwrap();
+        let (a, b) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
         let name = spec.rsplit('/').next().unwrap().to_string();
         (name, a, b)
     })

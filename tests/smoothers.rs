@@ -16,13 +16,10 @@ const MESHES: [&str; 4] = [
     "meshes/gmsh/prism_wedge.v22.msh",
 ];
 
+/// The Poisson system on a mesh (files relative to the repository root, the
+/// working directory of `cargo test`).
 fn system(spec: &str) -> (Csr, Vec<f64>) {
-    let spec = if spec.starts_with("box:") {
-        spec.to_string()
-    } else {
-        format!("{}/{spec}", env!("CARGO_MANIFEST_DIR"))
-    };
-    poisson_system(&spec).unwrap()
+    poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
 }
 
 fn controls(tolerance: f64, max_iter: usize) -> SolverControls {
