@@ -199,17 +199,3 @@ fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
     assert!(DeviceChoice::Cpu.select().unwrap().is_none());
     assert!(DeviceChoice::Auto.select().is_ok());
 }
-
-#[test]
-fn bench_on_the_cpu_is_refused_with_a_clear_error() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(["bench", "--device", "cpu", "box:4x4x4"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("bench measures the GPU and there is none to use"),
-        "{stderr}"
-    );
-}
