@@ -199,3 +199,17 @@ fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
     assert!(DeviceChoice::Cpu.select().unwrap().is_none());
     assert!(DeviceChoice::Auto.select().is_ok());
 }
+
+#[test]
+fn out_of_memory_is_a_clear_error_and_the_device_still_works() {
+    let Some(gpu) = test_device() else { return };
+    let (_, total) = gpu.memory().unwrap();
+    let err = gpu.zeros::<f64>(total / 4).unwrap_err();
+    assert!(
+        matches!(err, fvpoisson::gpu::GpuError::OutOfMemory { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--device cpu"), "{err}");
+    let v = gpu.upload(&[1.0f64, 2.0]).unwrap();
+    assert_eq!(gpu.download(&v).unwrap(), vec![1.0, 2.0]);
+}

@@ -54,6 +54,15 @@ pub enum GpuError {
     Driver { call: &'static str, error: String },
     #[error("NVRTC failed to compile the kernels for {arch}: {log}")]
     Compile { arch: String, log: String },
+    #[error(
+        "the GPU ran out of memory allocating {bytes} bytes ({free} of {total} bytes free): \
+         use a GPU with more memory, a smaller mesh, or --device cpu"
+    )]
+    OutOfMemory {
+        bytes: usize,
+        free: usize,
+        total: usize,
+    },
     #[error("kernel {kernel} failed: {error}")]
     Kernel { kernel: &'static str, error: String },
     #[error("{0}")]
@@ -229,13 +238,33 @@ impl Gpu {
     }
 
     pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
-        driver("cuMemcpyHtoD", self.stream.clone_htod(host))
+        let r = self.stream.clone_htod(host);
+        self.allocation("cuMemcpyHtoD", size_of_val(host), r)
     }
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         n: usize,
     ) -> Result<CudaSlice<T>, GpuError> {
-        driver("cuMemAlloc", self.stream.alloc_zeros(n.max(1)))
+        let r = self.stream.alloc_zeros(n.max(1));
+        self.allocation("cuMemAlloc", n.max(1) * size_of::<T>(), r)
+    }
+
+    /// Checks the result of an allocating call; out of memory becomes
+    /// [`GpuError::OutOfMemory`] with the device's free and total memory.
+    fn allocation<T>(
+        &self,
+        call: &'static str,
+        bytes: usize,
+        r: Result<T, cudarc::driver::DriverError>,
+    ) -> Result<T, GpuError> {
+        use cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        match r {
+            Err(e) if e.0 == CUDA_ERROR_OUT_OF_MEMORY => {
+                let (free, total) = self.memory().unwrap_or((0, 0));
+                Err(GpuError::OutOfMemory { bytes, free, total })
+            }
+            r => driver(call, r),
+        }
     }
     pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
         driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev))
