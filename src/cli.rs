@@ -383,7 +383,8 @@ fn write_case_skeleton(case: &Path) -> anyhow::Result<()> {
 }
 #[derive(Args)]
 struct BenchArgs {
-    /// Box mesh specs to measure.
+    /// Cases to measure: mesh sources (box specs, OpenFOAM cases, Gmsh files;
+    /// the FVM Poisson system on them) or Matrix Market `.mtx` matrices.
     #[arg(default_values_t = [
         "box:64x64x64".to_string(),
         "box:200x200x200".to_string(),

@@ -18,18 +18,32 @@ use super::{Gpu, GpuError};
 use crate::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
 };
-use crate::mesh::generate::BoxSpec;
+use crate::mesh::PatchKind;
 use crate::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
 use crate::sparse::ordering::{bandwidth, reverse_cuthill_mckee};
 use crate::sparse::{Csr, ModSell};
 
-/// The FVM Poisson system −∇²p = 1 + x·y with p = 0 on every patch, on the
-/// mesh of a box spec (`box:NXxNYxNZ:...`).
-pub fn poisson_system(spec: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
-    let mesh = spec.parse::<BoxSpec>()?.generate()?;
+/// The system a bench case measures. A mesh source (`box:` spec, OpenFOAM
+/// case, Gmsh file; see `mesh::source`) gives the FVM Poisson system
+/// −∇²p = 1 + x·y with p = 0 on every patch; a Matrix Market file (`.mtx`)
+/// gives its matrix with the right-hand side A·1, so the solution is all ones.
+pub fn poisson_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
+    if case.ends_with(".mtx") {
+        let a = crate::sparse::mtx::read_matrix(std::path::Path::new(case))?;
+        let mut b = vec![0.0; a.n_rows()];
+        a.spmv(&vec![1.0; a.n_cols()], &mut b);
+        return Ok((a, b));
+    }
+    let mesh = crate::mesh::source::load(case)?;
     let geometry = mesh.geometry()?;
-    let boundary =
-        vec![BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)); mesh.patches().len()];
+    let boundary = mesh
+        .patches()
+        .iter()
+        .map(|p| match p.kind {
+            PatchKind::Empty => BoundaryCondition::Empty,
+            _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+        })
+        .collect();
     let problem = LaplacianProblem::steady(
         CellField::Uniform(1.0),
         CellField::function(|c| 1.0 + c.x * c.y),
@@ -107,7 +121,7 @@ pub fn spmv_bytes(format: Format, n: usize, nnz: usize) -> f64 {
 /// Settings of `fvpoisson bench`.
 #[derive(Clone, Debug)]
 pub struct BenchSettings {
-    /// Box specs of the meshes.
+    /// The cases: mesh sources or `.mtx` files ([`poisson_system`]).
     pub meshes: Vec<String>,
     pub slice_height: usize,
     pub reps: usize,
@@ -371,4 +385,20 @@ pub fn json(rows: &[Row]) -> String {
         "[{}]",
         rows.iter().map(Row::json).collect::<Vec<_>>().join(",")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::poisson_system;
+
+    #[test]
+    fn bench_cases_come_from_mesh_sources_and_matrix_market_files() {
+        let (a, b) = poisson_system("meshes/foam/cavity").unwrap();
+        assert_eq!((a.n_rows(), b.len()), (400, 400));
+        let (a, b) = poisson_system("tests/data/poisson2d_4x4.mtx").unwrap();
+        let mut y = vec![0.0; a.n_rows()];
+        a.spmv(&vec![1.0; a.n_cols()], &mut y);
+        assert_eq!(b, y);
+        assert!(poisson_system("meshes/no_such_mesh").is_err());
+    }
 }
