@@ -205,8 +205,14 @@ pub fn read_case(case_dir: &Path) -> Result<CaseSetup, CaseError> {
 /// anchors relative paths.
 pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup, CaseError> {
     let src = Source { text, file };
-    let case: CaseFile = toml::from_str(text)
-        .map_err(|e| src.error(e.span().unwrap_or(0..0), e.message().trim_end().to_string()))?;
+    let case: CaseFile = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let msg = e.message().trim_end();
+        match src.key_at(span.start) {
+            Some(key) if !msg.contains(&key) => src.error(span, format!("{key}: {msg}")),
+            _ => src.error(span, msg.to_string()),
+        }
+    })?;
 
     let mesh_spec = case.mesh.source.get_ref();
     let mesh = if mesh_spec.starts_with("box:") {
@@ -340,6 +346,27 @@ impl Source<'_> {
     fn position(&self, span: Range<usize>) -> String {
         let (line, column) = self.line_column(span.start);
         format!("{}:{line}:{column}", self.file.display())
+    }
+
+    /// The dotted key (`table.key`) whose value starts on the line of byte
+    /// offset `at`, for serde's type errors, which name only the type.
+    fn key_at(&self, at: usize) -> Option<String> {
+        let before = &self.text[..at.min(self.text.len())];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let (key, _) = before[line_start..].split_once('=')?;
+        let key = key.trim().trim_matches('"');
+        if key.is_empty() || key.starts_with('#') {
+            return None;
+        }
+        let table = before[..line_start].lines().rev().find_map(|l| {
+            let l = l.trim();
+            let header = l.strip_prefix('[')?.split(']').next()?;
+            Some(header.trim_matches('[').trim().to_string())
+        });
+        Some(match table {
+            Some(t) if !t.is_empty() => format!("{t}.{key}"),
+            _ => key.to_string(),
+        })
     }
 
     fn error(&self, span: Range<usize>, msg: impl Into<String>) -> CaseError {
