@@ -160,6 +160,14 @@ fn errors_name_file_line_and_key() {
         "{err}"
     );
 
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nscheme = \"Euler\"\nendTime = 1\n\
+                deltaT = 1e-300\n";
+    let err = parse_err(text, "tiny_dt");
+    assert!(
+        err.contains("case.toml:6:10: deltaT 1e-300 over 1 of time makes 1e+300 steps"),
+        "{err}"
+    );
+
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nscheme = \"Euler\"\ndeltaT = 0.1\n";
     let err = parse_err(text, "euler");
     assert!(

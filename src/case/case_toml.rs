@@ -56,8 +56,8 @@
 
 use super::expr;
 use super::setup::{
-    BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
-    Scalar, SolverSettings, SourceSplit, TimeControl,
+    check_step_count, BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings,
+    PatchCondition, Physics, Scalar, SolverSettings, SourceSplit, TimeControl,
 };
 use super::CaseError;
 use crate::foam::FoamFormat;
@@ -560,10 +560,12 @@ impl Source<'_> {
                         format!("the Euler scheme needs time.{name}"),
                     )),
                 };
-                Ok(TimeControl::Euler {
-                    delta_t: positive(&section.delta_t, "deltaT")?,
-                    end_time: positive(&section.end_time, "endTime")?,
-                })
+                let delta_t = positive(&section.delta_t, "deltaT")?;
+                let end_time = positive(&section.end_time, "endTime")?;
+                check_step_count((end_time / delta_t).ceil(), delta_t, end_time).map_err(
+                    |msg| self.error(section.delta_t.as_ref().map_or(0..0, |s| s.span()), msg),
+                )?;
+                Ok(TimeControl::Euler { delta_t, end_time })
             }
             other => Err(self.error(
                 scheme.map_or(0..0, |s| s.span()),

@@ -6,6 +6,7 @@
 //! or a function of position and time. They become `fvm` inputs at a given
 //! time with [`Scalar::cell_field`] and [`BoundarySpec::resolve`].
 
+use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
@@ -179,6 +180,25 @@ pub enum TimeControl {
     /// Implicit Euler from t = 0 to `end_time` by `delta_t` (the last step is
     /// shortened to end exactly at `end_time`).
     Euler { delta_t: f64, end_time: f64 },
+}
+
+/// More time steps (or steady iterations) than any sensible run takes: a
+/// larger count is a typo in deltaT or endTime, refused rather than run for days.
+pub const MAX_TIME_STEPS: f64 = 1e7;
+
+/// `Err` with a message naming the count when `steps` exceeds [`MAX_TIME_STEPS`].
+pub fn check_step_count(steps: f64, delta_t: f64, span: f64) -> Result<(), String> {
+    if steps <= MAX_TIME_STEPS {
+        return Ok(());
+    }
+    Err(format!(
+        "deltaT {} over {} of time makes {} steps, more than the {} allowed: check deltaT and \
+         endTime",
+        format_g(delta_t),
+        format_g(span),
+        format_g(steps),
+        format_g(MAX_TIME_STEPS)
+    ))
 }
 
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
