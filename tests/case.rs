@@ -209,6 +209,21 @@ fn errors_name_file_line_and_key() {
 }
 
 #[test]
+fn values_evaluated_during_the_run_name_the_case_file_and_cell() {
+    let text = MMS.replace("[physics]\n", "[physics]\ngamma = \"sqrt(x - 0.5)\"\n");
+    let setup = parse(&text).unwrap();
+    let err = run_case(&setup, Device::Cpu).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}: gamma in cell ", setup.origin)),
+        "{err}"
+    );
+    assert!(
+        err.contains("is NaN; it must be finite and positive"),
+        "{err}"
+    );
+}
+
+#[test]
 fn case_directories_that_are_not_are_named() {
     let err = |dir: &Path| read_case_dir(dir).unwrap_err().to_string();
     let scratch = Scratch::new("not_a_case");

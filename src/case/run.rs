@@ -153,14 +153,20 @@ pub fn run_case_with_mesh(
             }
         }
     }
-    let run = Run::new(setup, &mesh, &geometry, device, clock)?;
-    match setup.time {
-        TimeControl::Steady {
-            max_iterations,
-            residual_tolerance,
-        } => run.steady(max_iterations, residual_tolerance),
-        TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
-    }
+    let result =
+        Run::new(setup, &mesh, &geometry, device, clock).and_then(|run| match setup.time {
+            TimeControl::Steady {
+                max_iterations,
+                residual_tolerance,
+            } => run.steady(max_iterations, residual_tolerance),
+            TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
+        });
+    // Values evaluated during the run (Γ or a source given as an expression)
+    // name the cell; the case file says where they came from.
+    result.map_err(|e| match e {
+        CaseError::Fvm(e) => CaseError::Invalid(format!("{}: {e}", setup.origin)),
+        e => e,
+    })
 }
 
 /// The implicit source Sp·T split per [`SourceSplit`].
