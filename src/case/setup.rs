@@ -9,7 +9,7 @@
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
-use crate::solve::{PreconditionerKind, SolverControls};
+use crate::solve::{EquilibrationKind, PreconditionerKind, SolverControls};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -182,10 +182,12 @@ pub enum TimeControl {
 }
 
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
-/// PCG, the only solver there is, with its preconditioner and stopping rules.
+/// PCG, the only solver there is, with its preconditioner, the equilibration
+/// of the system it is applied to (fvpoisson's own setting) and stopping rules.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSolver {
     pub preconditioner: PreconditionerKind,
+    pub equilibration: EquilibrationKind,
     pub controls: SolverControls,
 }
 
@@ -193,6 +195,7 @@ impl Default for LinearSolver {
     fn default() -> Self {
         Self {
             preconditioner: PreconditionerKind::Dic,
+            equilibration: EquilibrationKind::None,
             controls: SolverControls::default(),
         }
     }
