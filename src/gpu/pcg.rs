@@ -492,8 +492,9 @@ impl<'g> GpuCgBackend<'g> {
         Ok(())
     }
 
-    /// Replays the chunk graph, capturing it first when the vectors moved.
-    fn replay_chunk(&self, s: &Scratch, v: &CgVectors<'_, GpuVector>) -> Result<(), GpuError> {
+    /// Replays the chunk graph, capturing it first when the vectors moved;
+    /// `false` (after a warning) when the capture failed and nothing ran.
+    fn replay_chunk(&self, s: &Scratch, v: &CgVectors<'_, GpuVector>) -> Result<bool, GpuError> {
         let stream = self.gpu.stream();
         let mut vectors = [0u64; 5];
         for (address, vector) in vectors.iter_mut().zip([&*v.x, &*v.r, &*v.z, &*v.p, &*v.q]) {
@@ -502,14 +503,22 @@ impl<'g> GpuCgBackend<'g> {
         let mut cached = self.graph.borrow_mut();
         if cached.as_ref().is_none_or(|g| g.vectors != vectors) {
             *cached = None;
-            let graph = self
+            match self
                 .gpu
-                .capture(|| self.launch_chunk(s, v, self.check_interval, true))?;
+                .capture(|| self.launch_chunk(s, v, self.check_interval, true))
+            {
+                Ok(graph) => *cached = Some(ChunkGraph { vectors, graph }),
+                Err(e) => {
+                    log::warn!(
+                        "CUDA graph capture failed ({e}); PCG launches its kernels directly"
+                    );
+                    return Ok(false);
+                }
+            }
             self.graph_captures.set(self.graph_captures.get() + 1);
-            *cached = Some(ChunkGraph { vectors, graph });
         }
         match cached.as_ref() {
-            Some(c) => self.gpu.launch_graph(&c.graph),
+            Some(c) => self.gpu.launch_graph(&c.graph).map(|()| true),
             None => Err(GpuError::Invalid("no CUDA graph after capture".into())),
         }
     }
@@ -552,13 +561,7 @@ impl<'g> GpuCgBackend<'g> {
         let s = self.scratch.borrow();
         match self.launches.get() {
             LaunchMode::Graph => {
-                if let Err(e) = self.replay_chunk(&s, v) {
-                    if self.graph_captures.get() > 0 {
-                        return Err(e);
-                    }
-                    log::warn!(
-                        "CUDA graph capture failed ({e}); PCG launches its kernels directly"
-                    );
+                if !self.replay_chunk(&s, v)? {
                     self.launches.set(LaunchMode::Folded);
                     self.launch_chunk(&s, v, count, true)?;
                 }
