@@ -208,11 +208,76 @@ fn gpu_steps_one_at_a_time_match_the_fused_loop() {
     assert!(d < 1e-6, "{d}");
 }
 
-/// Every launch mode gives the same iterates bit for bit (the reductions add
-/// the partials in one order whichever block finishes them), the graph is
-/// captured once and replayed by later solves on the backend, and partial
-/// chunks (max_iter not a multiple of check_interval) and minIter stop where
-/// the host loop does.
+/// Solves with every launch mode on one backend and checks that they give the
+/// same iterates bit for bit (the reductions add the partials in one order
+/// whichever block finishes them) and that the graph is captured once and
+/// replayed by the later solve.
+fn check_launch_modes(
+    gpu: &Gpu,
+    name: &str,
+    a: &Csr,
+    b: &[f64],
+    jacobi: bool,
+    slice_height: usize,
+    controls: &SolverControls,
+) {
+    let zeros = vec![0.0; a.n_rows()];
+    let options = GpuSolveOptions {
+        check_interval: 7,
+        slice_height,
+        ..Default::default()
+    };
+    let backend = GpuCgBackend::new(gpu, a, jacobi, None, &options).unwrap();
+    let b_dev = backend.upload(b).unwrap();
+    let mut x_dev = backend.upload(&zeros).unwrap();
+    let mut runs = Vec::new();
+    // Graph twice: the second solve replays the first one's graph.
+    let modes = [
+        LaunchMode::Separate,
+        LaunchMode::Folded,
+        LaunchMode::Graph,
+        LaunchMode::Graph,
+    ];
+    for mode in modes {
+        backend.set_launch_mode(mode);
+        backend.write(&mut x_dev, &zeros).unwrap();
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, "p").unwrap();
+        let x = backend.download(&x_dev).unwrap();
+        runs.push((mode, perf, x));
+    }
+    let (_, reference, x_ref) = &runs[0];
+    println!(
+        "{name}, jacobi {jacobi}, H {slice_height}, {controls:?}: {} iterations, final {:.3e}; \
+         launch mode after the run {:?}, graphs captured {}",
+        reference.iterations,
+        reference.final_residual,
+        backend.launch_mode(),
+        backend.graph_captures()
+    );
+    assert_eq!(
+        backend.launch_mode(),
+        LaunchMode::Graph,
+        "capture fell back"
+    );
+    assert_eq!(backend.graph_captures(), 1);
+    if controls.tolerance == 0.0 {
+        assert_eq!(reference.iterations, controls.max_iter);
+    }
+    assert!(reference.iterations >= controls.min_iter);
+    for (mode, perf, x) in &runs[1..] {
+        assert_eq!(perf, reference, "{name}: {mode:?}");
+        let same = x.iter().zip(x_ref).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "{name}: {mode:?} iterates differ from the separate launches"
+        );
+    }
+}
+
+/// FVM systems with chunks that end early (convergence), on a partial last
+/// chunk (maxIter 23, 7 per chunk) and after minIter; a random system with
+/// more than 1024 partials per reduction (the last block of a 256- or
+/// 32-thread grid adds several per lane, the one-block kernel's order).
 #[test]
 fn launch_modes_give_the_same_bits() {
     let Some(gpu) = test_device() else { return };
@@ -231,61 +296,23 @@ fn launch_modes_give_the_same_bits() {
     ];
     for spec in ["box:16x16x16", "box:10x10x10:tet:perturb=0.2:renumber"] {
         let (a, b) = poisson_system(spec).unwrap();
-        let zeros = vec![0.0; a.n_rows()];
         for jacobi in [true, false] {
             for controls in &stopping {
-                let options = GpuSolveOptions {
-                    check_interval: 7,
-                    slice_height: 128,
-                    ..Default::default()
-                };
-                let backend = GpuCgBackend::new(&gpu, &a, jacobi, None, &options).unwrap();
-                let b_dev = backend.upload(&b).unwrap();
-                let mut x_dev = backend.upload(&zeros).unwrap();
-                let mut runs = Vec::new();
-                // Graph twice: the second solve replays the first one's graph.
-                let modes = [
-                    LaunchMode::Separate,
-                    LaunchMode::Folded,
-                    LaunchMode::Graph,
-                    LaunchMode::Graph,
-                ];
-                for mode in modes {
-                    backend.set_launch_mode(mode);
-                    backend.write(&mut x_dev, &zeros).unwrap();
-                    let perf = pcg(&backend, &b_dev, &mut x_dev, controls, "p").unwrap();
-                    let x = backend.download(&x_dev).unwrap();
-                    runs.push((mode, perf, x));
-                }
-                let (_, reference, x_ref) = &runs[0];
-                println!(
-                    "{spec}, jacobi {jacobi}, {controls:?}: {} iterations, final {:.3e}; \
-                     launch mode after the run {:?}, graphs captured {}",
-                    reference.iterations,
-                    reference.final_residual,
-                    backend.launch_mode(),
-                    backend.graph_captures()
-                );
-                assert_eq!(
-                    backend.launch_mode(),
-                    LaunchMode::Graph,
-                    "capture fell back"
-                );
-                assert_eq!(backend.graph_captures(), 1);
-                if controls.tolerance == 0.0 {
-                    assert_eq!(reference.iterations, 23);
-                }
-                assert!(reference.iterations >= controls.min_iter);
-                for (mode, perf, x) in &runs[1..] {
-                    assert_eq!(perf, reference, "{mode:?}");
-                    let same = x.iter().zip(x_ref).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(
-                        same,
-                        "{mode:?}: the iterates differ from the separate launches"
-                    );
-                }
+                check_launch_modes(&gpu, spec, &a, &b, jacobi, 128, controls);
             }
         }
+    }
+    let n = 300_003;
+    let a = random_symmetric(n, 6, 21);
+    let mut rng = SplitMix(22);
+    let b: Vec<f64> = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+    let fixed = SolverControls {
+        tolerance: 0.0,
+        max_iter: 20,
+        ..controls()
+    };
+    for slice_height in [32, 512] {
+        check_launch_modes(&gpu, "random", &a, &b, true, slice_height, &fixed);
     }
 }
 
