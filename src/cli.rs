@@ -8,7 +8,7 @@ use crate::case;
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
-use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
+use crate::solve::{solve_pcg_scaled, EquilibrationKind, PreconditionerKind, SolverControls};
 use crate::sparse::mtx;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -140,6 +140,11 @@ struct SolveMatrixArgs {
     /// Preconditioner: none, jacobi, dic, ic0, sgs.
     #[arg(long, default_value = "dic")]
     precond: PreconditionerKind,
+    /// Equilibrate first: none, jacobi (unit diagonal) or
+    /// ruiz[:norm=inf|2][:tol=X][:sweeps=N]; PCG then runs on S A S, with the
+    /// residuals of the original system.
+    #[arg(long, default_value = "none")]
+    equilibration: EquilibrationKind,
     /// Absolute tolerance on OpenFOAM's normalised residual.
     #[arg(long, default_value = "1e-8")]
     tol: f64,
@@ -183,12 +188,13 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         }
     };
     println!(
-        "matrix {}: {} x {}, {} entries; preconditioner {}",
+        "matrix {}: {} x {}, {} entries; preconditioner {}, equilibration {}",
         args.matrix.display(),
         a.n_rows(),
         a.n_cols(),
         a.nnz(),
-        args.precond
+        args.precond,
+        args.equilibration
     );
     let controls = SolverControls {
         tolerance: args.tol,
@@ -197,8 +203,16 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         ..SolverControls::default()
     };
     let mut x = vec![0.0; a.n_rows()];
-    let perf = solve_pcg(&a, args.precond, &b, &mut x, &controls, "x")
-        .with_context(|| format!("solving {}", args.matrix.display()))?;
+    let perf = solve_pcg_scaled(
+        &a,
+        args.precond,
+        &args.equilibration,
+        &b,
+        &mut x,
+        &controls,
+        "x",
+    )
+    .with_context(|| format!("solving {}", args.matrix.display()))?;
     println!(
         "iterations {}, initial residual {:e}, final residual {:e}, converged {}",
         perf.iterations, perf.initial_residual, perf.final_residual, perf.converged

@@ -4,6 +4,7 @@
 
 use fvpoisson::case::case_toml::parse_case;
 use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, Device, RunSummary};
+use fvpoisson::solve::EquilibrationKind;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -186,6 +187,13 @@ fn errors_name_file_line_and_key() {
     let err = parse_err(text, "precond");
     assert!(
         err.contains("case.toml:4:18: solver.T.preconditioner: unknown preconditioner 'GAMG'"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\nequilibration = \"ruz\"\n";
+    let err = parse_err(text, "equilibration");
+    assert!(
+        err.contains("case.toml:4:17: solver.T.equilibration: unknown equilibration 'ruz'"),
         "{err}"
     );
 
@@ -387,6 +395,37 @@ fn shipped_cases_match_their_exact_solutions() {
 
     let layers = run_shipped("two_material");
     assert_l2_between(&layers, 0.0, 1e-10, "two_material");
+}
+
+#[test]
+fn equilibrated_solves_give_the_unscaled_solution() {
+    let reference = run_text(MMS, "equilibration_none");
+    for (setting, tag) in [
+        (
+            "preconditioner = \"none\"\nequilibration = \"jacobi\"",
+            "eq_jacobi",
+        ),
+        ("equilibration = \"ruiz:norm=2:tol=1e-8\"", "eq_ruiz2"),
+    ] {
+        let text = MMS.replace(
+            "tolerance = 1e-10",
+            &format!("tolerance = 1e-10\n{setting}"),
+        );
+        let setup = parse(&text).unwrap();
+        assert_ne!(setup.solver.regular.equilibration, EquilibrationKind::None);
+        let summary = run_text(&text, tag);
+        let d = summary
+            .field
+            .iter()
+            .zip(&reference.field)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(d < 1e-8, "{setting}: field differs by {d}");
+        let (l2, l2_ref) = (summary.error.unwrap().l2, reference.error.unwrap().l2);
+        assert!(
+            (l2 / l2_ref - 1.0).abs() < 1e-6,
+            "{setting}: L2 {l2} vs {l2_ref}"
+        );
+    }
 }
 
 #[test]

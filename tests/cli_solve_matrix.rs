@@ -20,17 +20,32 @@ const MATRIX: &str = "tests/data/poisson2d_4x4.mtx";
 
 #[test]
 fn solves_with_ones_as_exact_solution() {
-    for precond in ["none", "jacobi", "dic", "ic0", "sgs"] {
+    let plain = ["none", "jacobi", "dic", "ic0", "sgs"].map(|p| (p, "none"));
+    let equilibrated = [
+        ("none", "jacobi"),
+        ("none", "ruiz"),
+        ("dic", "ruiz:norm=2:tol=1e-8"),
+    ];
+    for (precond, equilibration) in plain.into_iter().chain(equilibrated) {
         let out = fvpoisson(&[
             "solve-matrix",
             MATRIX,
             "--precond",
             precond,
+            "--equilibration",
+            equilibration,
             "--tol",
             "1e-12",
         ]);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        assert!(
+            out.status.success(),
+            "{precond} {equilibration}: {stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!("preconditioner {precond}, equilibration ")),
+            "{stdout}"
+        );
         assert!(
             stderr.contains("PCG:  Solving for x, Initial residual = 1, Final residual = "),
             "{stderr}"
@@ -41,7 +56,7 @@ fn solves_with_ones_as_exact_solution() {
             .and_then(|l| l.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no error line in {stdout}"));
-        assert!(error < 1e-10, "{precond}: {error}");
+        assert!(error < 1e-10, "{precond} {equilibration}: {error}");
     }
 }
 
@@ -96,6 +111,13 @@ fn bad_input_gives_clear_errors() {
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("unknown preconditioner 'ilu'"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--equilibration", "ruiz:tol=x"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("bad value 'x' for tol"),
         "{}",
         text(&out.stderr)
     );

@@ -4,10 +4,10 @@
 
 use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
-use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
-    pcg, solve_pcg, CgBackend, InitialNorms, PreconditionerKind, SolverControls,
+    pcg, solve_pcg, CgBackend, EquilibrationKind, InitialNorms, PreconditionerKind, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
@@ -102,8 +102,18 @@ fn gpu_pcg_matches_cpu_pcg() {
                     ..Default::default()
                 };
                 let mut x = vec![0.0; a.n_rows()];
-                let perf =
-                    solve_pcg_gpu(&gpu, &a, kind, &b, &mut x, &controls(), "p", &options).unwrap();
+                let perf = solve_pcg_gpu(
+                    &gpu,
+                    &a,
+                    kind,
+                    &EquilibrationKind::None,
+                    &b,
+                    &mut x,
+                    &controls(),
+                    "p",
+                    &options,
+                )
+                .unwrap();
                 runs.push((perf, x));
             }
             let (gpu_perf, x_gpu) = &runs[0];
@@ -168,7 +178,12 @@ impl CgBackend for StepByStep<'_, '_> {
 fn gpu_steps_one_at_a_time_match_the_fused_loop() {
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:8x9x10:tet:perturb=0.1").unwrap();
-    let backend = GpuCgBackend::new(&gpu, &a, true, 64, 10).unwrap();
+    let options = GpuSolveOptions {
+        slice_height: 64,
+        check_interval: 10,
+        ..Default::default()
+    };
+    let backend = GpuCgBackend::new(&gpu, &a, true, None, &options).unwrap();
     let b_dev = backend.upload(&b).unwrap();
     let mut x_fused = backend.upload(&vec![0.0; a.n_rows()]).unwrap();
     let fused = pcg(&backend, &b_dev, &mut x_fused, &controls(), "p").unwrap();
@@ -191,6 +206,114 @@ fn gpu_steps_one_at_a_time_match_the_fused_loop() {
         &backend.download(&x_fused).unwrap(),
     );
     assert!(d < 1e-6, "{d}");
+}
+
+/// Solves with every launch mode on one backend and checks that they give the
+/// same iterates bit for bit (the reductions add the partials in one order
+/// whichever block finishes them) and that the graph is captured once and
+/// replayed by the later solve.
+fn check_launch_modes(
+    gpu: &Gpu,
+    name: &str,
+    a: &Csr,
+    b: &[f64],
+    jacobi: bool,
+    slice_height: usize,
+    controls: &SolverControls,
+) {
+    let zeros = vec![0.0; a.n_rows()];
+    let options = GpuSolveOptions {
+        check_interval: 7,
+        slice_height,
+        ..Default::default()
+    };
+    let backend = GpuCgBackend::new(gpu, a, jacobi, None, &options).unwrap();
+    let b_dev = backend.upload(b).unwrap();
+    let mut x_dev = backend.upload(&zeros).unwrap();
+    let mut runs = Vec::new();
+    // Graph twice: the second solve replays the first one's graph.
+    let modes = [
+        LaunchMode::Separate,
+        LaunchMode::Folded,
+        LaunchMode::Graph,
+        LaunchMode::Graph,
+    ];
+    for mode in modes {
+        backend.set_launch_mode(mode);
+        backend.write(&mut x_dev, &zeros).unwrap();
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, "p").unwrap();
+        let x = backend.download(&x_dev).unwrap();
+        runs.push((mode, perf, x));
+    }
+    let (_, reference, x_ref) = &runs[0];
+    println!(
+        "{name}, jacobi {jacobi}, H {slice_height}, {controls:?}: {} iterations, final {:.3e}; \
+         launch mode after the run {:?}, graphs captured {}",
+        reference.iterations,
+        reference.final_residual,
+        backend.launch_mode(),
+        backend.graph_captures()
+    );
+    assert_eq!(
+        backend.launch_mode(),
+        LaunchMode::Graph,
+        "capture fell back"
+    );
+    assert_eq!(backend.graph_captures(), 1);
+    if controls.tolerance == 0.0 {
+        assert_eq!(reference.iterations, controls.max_iter);
+    }
+    assert!(reference.iterations >= controls.min_iter);
+    for (mode, perf, x) in &runs[1..] {
+        assert_eq!(perf, reference, "{name}: {mode:?}");
+        let same = x.iter().zip(x_ref).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "{name}: {mode:?} iterates differ from the separate launches"
+        );
+    }
+}
+
+/// FVM systems with chunks that end early (convergence), on a partial last
+/// chunk (maxIter 23, 7 per chunk) and after minIter; a random system with
+/// more than 1024 partials per reduction (the last block of a 256- or
+/// 32-thread grid adds several per lane, the one-block kernel's order).
+#[test]
+fn launch_modes_give_the_same_bits() {
+    let Some(gpu) = test_device() else { return };
+    let stopping = [
+        controls(),
+        SolverControls {
+            tolerance: 0.0,
+            max_iter: 23,
+            ..controls()
+        },
+        SolverControls {
+            tolerance: 1e-3,
+            min_iter: 30,
+            ..controls()
+        },
+    ];
+    for spec in ["box:16x16x16", "box:10x10x10:tet:perturb=0.2:renumber"] {
+        let (a, b) = poisson_system(spec).unwrap();
+        for jacobi in [true, false] {
+            for controls in &stopping {
+                check_launch_modes(&gpu, spec, &a, &b, jacobi, 128, controls);
+            }
+        }
+    }
+    let n = 300_003;
+    let a = random_symmetric(n, 6, 21);
+    let mut rng = SplitMix(22);
+    let b: Vec<f64> = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+    let fixed = SolverControls {
+        tolerance: 0.0,
+        max_iter: 20,
+        ..controls()
+    };
+    for slice_height in [32, 512] {
+        check_launch_modes(&gpu, "random", &a, &b, true, slice_height, &fixed);
+    }
 }
 
 #[test]

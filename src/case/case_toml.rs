@@ -36,6 +36,9 @@
 //! [solver.T]                  # and [solver.TFinal] for the last non-orthogonal corrector
 //! solver = "PCG"              # the only solver
 //! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC)
+//! equilibration = "none"      # none, jacobi, ruiz[:norm=inf|2][:tol=X][:sweeps=N]:
+//!                             # PCG on S A S (the preconditioner acts on it); residuals
+//!                             # and tolerances stay those of the original system
 //! tolerance = 1e-8            # default 1e-6
 //! relTol = 0                  # default 0; TFinal entries default to the T entry's values
 //! maxIter = 1000              # default 1000
@@ -63,7 +66,7 @@ use super::CaseError;
 use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
-use crate::solve::{PreconditionerKind, SolverControls};
+use crate::solve::{EquilibrationKind, PreconditionerKind, SolverControls};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -166,6 +169,7 @@ struct ReferenceSection {
 struct SolverEntry {
     solver: Option<Spanned<String>>,
     preconditioner: Option<Spanned<String>>,
+    equilibration: Option<Spanned<String>>,
     tolerance: Option<f64>,
     #[serde(rename = "relTol")]
     rel_tol: Option<f64>,
@@ -671,6 +675,12 @@ impl Source<'_> {
                 .map_err(|e| self.error(p.span(), format!("solver.{name}.preconditioner: {e}")))?,
             None => base.preconditioner,
         };
+        let equilibration = match &entry.equilibration {
+            Some(e) => e.get_ref().parse::<EquilibrationKind>().map_err(|err| {
+                self.error(e.span(), format!("solver.{name}.equilibration: {err}"))
+            })?,
+            None => base.equilibration,
+        };
         let controls = SolverControls {
             tolerance: entry.tolerance.unwrap_or(base.controls.tolerance),
             rel_tol: entry.rel_tol.unwrap_or(base.controls.rel_tol),
@@ -683,6 +693,7 @@ impl Source<'_> {
         })?;
         Ok(LinearSolver {
             preconditioner,
+            equilibration,
             controls,
         })
     }

@@ -3,7 +3,7 @@
 //! solving `fvm::ddt(T) − fvm::laplacian(DT, T) == fvOptions(T)`), with an
 //! OpenFOAM-like log and VTK / OpenFOAM result files.
 
-use super::setup::{CaseSetup, OutputFormat, Scalar, SourceSplit, TimeControl};
+use super::setup::{CaseSetup, LinearSolver, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
@@ -12,7 +12,9 @@ use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh};
-use crate::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{
+    solve_pcg_scaled, EquilibrationKind, PreconditionerKind, SolveError, SolverPerformance,
+};
 use crate::sparse::Csr;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -74,11 +76,16 @@ pub enum Device<'g> {
 }
 
 impl Device<'_> {
-    /// The GPU path has Jacobi and no preconditioner so far; the others run as Jacobi there.
-    fn preconditioner(self, kind: PreconditionerKind) -> PreconditionerKind {
-        match (self, kind) {
+    /// The GPU path has Jacobi and no preconditioner so far; the others run
+    /// as Jacobi there, or as none on an equilibrated system (the scaling
+    /// takes Jacobi's place).
+    fn preconditioner(self, solver: &LinearSolver) -> PreconditionerKind {
+        match (self, solver.preconditioner) {
             (Self::Gpu(_), PreconditionerKind::None | PreconditionerKind::Jacobi)
-            | (Self::Cpu, _) => kind,
+            | (Self::Cpu, _) => solver.preconditioner,
+            (Self::Gpu(_), _) if solver.equilibration != EquilibrationKind::None => {
+                PreconditionerKind::None
+            }
             (Self::Gpu(_), _) => PreconditionerKind::Jacobi,
         }
     }
@@ -86,19 +93,20 @@ impl Device<'_> {
     fn solve(
         self,
         a: &Csr,
-        kind: PreconditionerKind,
+        solver: &LinearSolver,
         b: &[f64],
         x: &mut [f64],
-        controls: &SolverControls,
         field: &str,
     ) -> Result<SolverPerformance, SolveError> {
-        let kind = self.preconditioner(kind);
+        let kind = self.preconditioner(solver);
+        let (equilibration, controls) = (&solver.equilibration, &solver.controls);
         match self {
-            Self::Cpu => solve_pcg(a, kind, b, x, controls, field),
+            Self::Cpu => solve_pcg_scaled(a, kind, equilibration, b, x, controls, field),
             Self::Gpu(gpu) => solve_pcg_gpu(
                 gpu,
                 a,
                 kind,
+                equilibration,
                 b,
                 x,
                 controls,
@@ -143,7 +151,7 @@ pub fn run_case_with_mesh(
             .into_iter()
             .chain(&setup.solver.final_corrector)
         {
-            let used = device.preconditioner(solver.preconditioner);
+            let used = device.preconditioner(solver);
             if used != solver.preconditioner {
                 log::info!(
                     "preconditioner {} is not on the GPU yet: using {} there",
@@ -351,14 +359,7 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
-                match self.device.solve(
-                    matrix,
-                    solver.preconditioner,
-                    b,
-                    x,
-                    &solver.controls,
-                    &setup.field,
-                ) {
+                match self.device.solve(matrix, solver, b, x, &setup.field) {
                     Ok(perf) => performances.push(perf),
                     Err(e) => failure = Some(e),
                 }

@@ -10,7 +10,7 @@ use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
-use crate::solve::{PreconditionerKind, SolverControls};
+use crate::solve::{EquilibrationKind, PreconditionerKind, SolverControls};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -202,10 +202,12 @@ pub fn check_step_count(steps: f64, delta_t: f64, span: f64) -> Result<(), Strin
 }
 
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
-/// PCG, the only solver there is, with its preconditioner and stopping rules.
+/// PCG, the only solver there is, with its preconditioner, the equilibration
+/// of the system it is applied to (fvpoisson's own setting) and stopping rules.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSolver {
     pub preconditioner: PreconditionerKind,
+    pub equilibration: EquilibrationKind,
     pub controls: SolverControls,
 }
 
@@ -213,6 +215,7 @@ impl Default for LinearSolver {
     fn default() -> Self {
         Self {
             preconditioner: PreconditionerKind::Dic,
+            equilibration: EquilibrationKind::None,
             controls: SolverControls::default(),
         }
     }

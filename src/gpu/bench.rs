@@ -1,25 +1,32 @@
-//! `fvpoisson bench`: device copy bandwidth, SpMV per format, Jacobi-PCG on
-//! the device against its bandwidth floor and against the CPU.
+//! `fvpoisson bench`: device copy bandwidth, SpMV per format, PCG on the
+//! device against its bandwidth floor (per launch mode, and Jacobi-PCG
+//! against Jacobi-scaled and Ruiz-equilibrated CG) and against the CPU.
 //!
 //! Bytes counted (the minimum each kernel must move, each array once):
 //! CSR 12·nnz + 8(n+1) + 16n (values + column indices, row pointers, x, y);
 //! SELL 12·nnz + 16n (values + columns, x, y; padding not counted);
 //! mod-SELL 12(nnz − n) + 24n (off-diagonal values + codes, diagonal, x, y).
-//! One fused PCG iteration: mod-SELL SpMV + direction (read z, p; write p:
-//! 24n) + update (read p, q, x, r, D⁻¹; write x, r, z: 64n).
+//! One fused PCG iteration ([`pcg_iteration_bytes`]): mod-SELL SpMV +
+//! direction (read z, p; write p: 24n) + update (read p, q, x, r; write x, r:
+//! 48n; Jacobi also reads D⁻¹ and writes z: +16n; an equilibrated system
+//! reads the residual weights 1/s: +8n). Jacobi-PCG: SpMV + 88n; CG on an
+//! equilibrated system (z = r, not stored): SpMV + 80n.
 
 use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
 
 use super::matrix::{DeviceMatrix, Format};
-use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions};
+use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use super::{Gpu, GpuError};
 use crate::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
 };
 use crate::mesh::PatchKind;
-use crate::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
+use crate::solve::{
+    pcg, solve_pcg, CgBackend, EquilibrationKind, PreconditionerKind, RuizNorm, RuizSettings,
+    SolverControls,
+};
 use crate::sparse::ordering::{bandwidth, reverse_cuthill_mckee};
 use crate::sparse::{Csr, ModSell};
 
@@ -116,6 +123,42 @@ pub fn spmv_bytes(format: Format, n: usize, nnz: usize) -> f64 {
         Format::Sell => 12.0 * nnz + 16.0 * n,
         Format::ModSell => 12.0 * (nnz - n) + 24.0 * n,
     }
+}
+
+/// Minimum bytes of one fused PCG iteration (module documentation).
+pub fn pcg_iteration_bytes(n: usize, nnz: usize, jacobi: bool, equilibrated: bool) -> f64 {
+    let vectors = 72 + if jacobi { 16 } else { 0 } + if equilibrated { 8 } else { 0 };
+    spmv_bytes(Format::ModSell, n, nnz) + (vectors * n) as f64
+}
+
+/// Device time (ms) per iteration of `iterations` PCG iterations from x = 0
+/// with no convergence test, after one untimed chunk (which captures the CUDA
+/// graph where the backend uses one). `x` is rewritten in place, so the
+/// graph stays valid.
+fn time_per_iteration(
+    gpu: &Gpu,
+    backend: &GpuCgBackend,
+    b: &GpuVector,
+    x: &mut GpuVector,
+    iterations: usize,
+    check_interval: usize,
+) -> Result<f64, GpuError> {
+    let fixed = |max_iter| SolverControls {
+        tolerance: 0.0,
+        rel_tol: 0.0,
+        max_iter,
+        min_iter: 0,
+    };
+    let zeros = vec![0.0; backend.n()];
+    let run = |x: &mut GpuVector, max_iter| -> Result<(), GpuError> {
+        backend.write(x, &zeros)?;
+        pcg(backend, b, x, &fixed(max_iter), "p")
+            .map(|_| ())
+            .map_err(|e| GpuError::Invalid(e.to_string()))
+    };
+    run(x, check_interval.min(iterations))?;
+    let ms = gpu.time_ms(|| run(x, iterations))?;
+    Ok(ms / iterations as f64)
 }
 
 /// Settings of `fvpoisson bench`.
@@ -229,6 +272,7 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
             slice_height: settings.slice_height,
             check_interval: settings.check_interval,
             rcm: true,
+            launches: LaunchMode::Auto,
         };
         // End to end (input checks, RCM, mod-SELL build, upload, download):
         // one warm-up, then the timed call.
@@ -238,6 +282,7 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
                 gpu,
                 &a,
                 PreconditionerKind::Jacobi,
+                &EquilibrationKind::None,
                 &rhs,
                 x,
                 &controls,
@@ -250,51 +295,63 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
         let t = Instant::now();
         let perf = end_to_end(&mut x)?;
         let end_to_end_s = t.elapsed().as_secs_f64();
-        // The solve alone on a backend built beforehand (host clock, from
-        // x = 0, residual read-backs included).
+        let floor_ms = |bytes: f64| bytes / (copy * 1e9) * 1e3;
+        let iteration_row = |what: String, bytes: f64, ms: f64, note: String| Row {
+            case: spec.clone(),
+            what,
+            n,
+            nnz,
+            bytes,
+            ms,
+            gb_s: bytes / (ms * 1e-3) / 1e9,
+            of_copy: floor_ms(bytes) / ms,
+            note: format!(
+                "{note}; floor {:.4} ms at copy bandwidth, of copy = floor / measured",
+                floor_ms(bytes)
+            ),
+        };
+        // Jacobi-PCG: the solve alone on a backend built beforehand (host
+        // clock, from x = 0, residual read-backs included), then the
+        // iteration on the device clock in each launch mode.
+        let b_rcm = p.to_new(&rhs);
         let t = Instant::now();
-        let backend = GpuCgBackend::new(
-            gpu,
-            &a_rcm,
-            true,
-            settings.slice_height,
-            settings.check_interval,
-        )?;
-        let b_dev = backend.upload(&p.to_new(&rhs))?;
+        let backend = GpuCgBackend::new(gpu, &a_rcm, true, None, &options)?;
+        let b_dev = backend.upload(&b_rcm)?;
         gpu.synchronize()?;
         let setup_s = t.elapsed().as_secs_f64();
         let mut x_dev = backend.upload(&vec![0.0; n])?;
         let t = Instant::now();
         let solve = pcg(&backend, &b_dev, &mut x_dev, &controls, "p")?;
         let solve_s = t.elapsed().as_secs_f64();
-        // The iterations on the device clock: the same count, no convergence test.
         let iters = solve.iterations.max(1);
-        let fixed = SolverControls {
-            tolerance: 0.0,
-            rel_tol: 0.0,
-            max_iter: iters,
-            min_iter: 0,
-        };
-        let mut x_dev = backend.upload(&vec![0.0; n])?;
-        let loop_ms = gpu.time_ms(|| {
-            pcg(&backend, &b_dev, &mut x_dev, &fixed, "p")
-                .map(|_| ())
-                .map_err(|e| GpuError::Invalid(e.to_string()))
-        })?;
-        let iter_bytes = spmv_bytes(Format::ModSell, n, nnz) + 88.0 * n as f64;
-        let floor_ms = iter_bytes / (copy * 1e9) * 1e3;
-        let iter_ms = loop_ms / iters as f64;
-        rows.push(Row {
-            case: spec.clone(),
-            what: "PCG iteration".into(),
-            n,
-            nnz,
-            bytes: iter_bytes,
-            ms: iter_ms,
-            gb_s: iter_bytes / (iter_ms * 1e-3) / 1e9,
-            of_copy: floor_ms / iter_ms,
-            note: format!("floor {floor_ms:.4} ms at copy bandwidth; of copy = floor / measured"),
-        });
+        let jacobi_bytes = pcg_iteration_bytes(n, nnz, true, false);
+        let auto = LaunchMode::Auto.resolve(n);
+        for mode in [LaunchMode::Separate, LaunchMode::Folded, LaunchMode::Graph] {
+            backend.set_launch_mode(mode);
+            let ms = time_per_iteration(
+                gpu,
+                &backend,
+                &b_dev,
+                &mut x_dev,
+                iters,
+                options.check_interval,
+            )?;
+            let launches = if mode == LaunchMode::Separate { 5 } else { 3 };
+            let mut note =
+                format!("Jacobi-PCG, {launches} launches per iteration, {iters} iterations");
+            if mode == auto {
+                note += " (auto)";
+            }
+            if backend.launch_mode() != mode {
+                note += &format!(" (ran as {})", backend.launch_mode().name());
+            }
+            rows.push(iteration_row(
+                format!("PCG iter {}", mode.name()),
+                jacobi_bytes,
+                ms,
+                note,
+            ));
+        }
         rows.push(Row {
             case: spec.clone(),
             what: "PCG solve GPU".into(),
@@ -315,6 +372,59 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
                 perf.iterations
             ),
         });
+        drop((backend, b_dev, x_dev));
+        // Equilibrated systems (seed 000 §6.5–6.6): CG with no preconditioner
+        // on S A S against Jacobi-PCG, residuals of the original system.
+        let ruiz = |norm| {
+            EquilibrationKind::Ruiz(RuizSettings {
+                norm,
+                ..RuizSettings::default()
+            })
+        };
+        for (label, equilibration) in [
+            ("jacobi-scaled", EquilibrationKind::Jacobi),
+            ("ruiz-inf", ruiz(RuizNorm::Inf)),
+            ("ruiz-2", ruiz(RuizNorm::Two)),
+        ] {
+            let t = Instant::now();
+            let Some(eq) = equilibration.build(&a_rcm)? else {
+                continue;
+            };
+            let scaled = eq.scale_matrix(&a_rcm);
+            let scaling_s = t.elapsed().as_secs_f64();
+            let backend = GpuCgBackend::new(gpu, &scaled, false, Some(&eq), &options)?;
+            let b_dev = backend.upload(&eq.scale_rhs(&b_rcm))?;
+            let mut x_dev = backend.upload(&vec![0.0; n])?;
+            let t = Instant::now();
+            let perf = pcg(&backend, &b_dev, &mut x_dev, &controls, "p")?;
+            let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+            let iterations = perf.iterations.max(1);
+            let ms = time_per_iteration(
+                gpu,
+                &backend,
+                &b_dev,
+                &mut x_dev,
+                iterations,
+                options.check_interval,
+            )?;
+            let bytes = pcg_iteration_bytes(n, nnz, false, true);
+            rows.push(iteration_row(
+                format!("PCG {label}"),
+                bytes,
+                ms,
+                format!(
+                    "{} iterations to 1e-6 (Jacobi-PCG {}), solve {solve_ms:.1} ms (Jacobi-PCG {:.1}); \
+                     scaling {:.0} ms on the host, {} sweeps, deviation {:.1e}; {} launches",
+                    perf.iterations,
+                    solve.iterations,
+                    solve_s * 1e3,
+                    scaling_s * 1e3,
+                    eq.sweeps(),
+                    eq.deviation(),
+                    backend.launch_mode().name()
+                ),
+            ));
+        }
         if settings.cpu_solve {
             let mut xc = vec![0.0; n];
             let t = Instant::now();
@@ -360,12 +470,12 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
 /// The table printed last.
 pub fn table(rows: &[Row]) -> String {
     let mut out = format!(
-        "{:<34} {:<16} {:>10} {:>11} {:>11} {:>9} {:>7}  {}\n",
+        "{:<34} {:<17} {:>10} {:>11} {:>11} {:>9} {:>7}  {}\n",
         "case", "what", "n", "MB counted", "ms", "GB/s", "of copy", "note"
     );
     for r in rows {
         out += &format!(
-            "{:<34} {:<16} {:>10} {:>11.1} {:>11.4} {:>9.0} {:>7.2}  {}\n",
+            "{:<34} {:<17} {:>10} {:>11.1} {:>11.4} {:>9.0} {:>7.2}  {}\n",
             r.case,
             r.what,
             r.n,

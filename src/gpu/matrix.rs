@@ -2,7 +2,7 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::sparse::{Csr, ModSell, Sell};
 
 /// Which storage format.
@@ -68,32 +68,22 @@ impl DeviceModSell {
         self.n.div_ceil(self.slice_height)
     }
 
-    /// y = A x; with `dot_partials` also one partial of x · y per slice; a
-    /// no-op when `done` (PCG's device state) is set.
-    pub fn spmv(
-        &self,
-        gpu: &Gpu,
-        x: &CudaSlice<f64>,
-        y: &CudaSlice<f64>,
-        dot_partials: Option<&CudaSlice<f64>>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
+    /// Dynamic shared memory of a mod-SELL launch: one slice of x.
+    pub fn shared_bytes(&self) -> u32 {
+        self.slice_height as u32 * 8
+    }
+
+    /// y = A x.
+    pub fn spmv(&self, gpu: &Gpu, x: &CudaSlice<f64>, y: &CudaSlice<f64>) -> Result<(), GpuError> {
         let h = self.slice_height as u32;
         let n = self.n as i32;
-        gpu.launch("spmv_modsell", self.n_slices() as u32, h, h * 8, |a| {
+        let grid = self.n_slices() as u32;
+        gpu.launch("spmv_modsell", grid, h, self.shared_bytes(), |a| {
             a.arg(&n)
                 .arg(&self.slice_ptr)
                 .arg(&self.codes)
                 .arg(&self.values);
             a.arg(&self.diag).arg(x).arg(y);
-            match dot_partials {
-                Some(p) => a.arg(p),
-                None => a.arg(&NULL),
-            };
-            match done {
-                Some(d) => a.arg(d),
-                None => a.arg(&NULL),
-            };
         })
     }
 }
@@ -181,7 +171,7 @@ impl DeviceMatrix {
                         .arg(y);
                 })
             }
-            Self::ModSell(m) => m.spmv(gpu, x, y, None, None),
+            Self::ModSell(m) => m.spmv(gpu, x, y),
         }
     }
 }

@@ -4,8 +4,9 @@
 //! `Gpu::new` finds the device, compiles `kernels/*.cu` for its compute
 //! capability (cached on disk, see [`cache`]) and loads every kernel;
 //! `Gpu::launch` is the one place kernels are launched, each launch checked and
-//! errors naming the kernel. [`matrix`] holds device SpMV matrices (CSR, SELL,
-//! mod-SELL), [`pcg`] the device-resident Jacobi-PCG backend, [`bench`] the
+//! errors naming the kernel; `Gpu::capture` records launches into a CUDA
+//! graph instead. [`matrix`] holds device SpMV matrices (CSR, SELL,
+//! mod-SELL), [`pcg`] the device-resident PCG backend, [`bench`] the
 //! `fvpoisson bench` measurements.
 
 pub mod bench;
@@ -16,9 +17,10 @@ pub mod pcg;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig,
-    ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DeviceRepr, LaunchArgs,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
 /// Kernel sources, compiled together as one module.
@@ -28,7 +30,7 @@ const KERNEL_SOURCES: [(&str, &str); 2] = [
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 12] = [
+const KERNELS: [&str; 13] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -38,6 +40,7 @@ const KERNELS: [&str; 12] = [
     "cg_precondition",
     "cg_finish_precondition",
     "cg_direction",
+    "cg_operator",
     "cg_finish_operator",
     "cg_update",
     "cg_finish_update",
@@ -147,7 +150,9 @@ impl Gpu {
         // cudarc's per-buffer event tracking (an event per argument per launch)
         // is not needed.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of our own rather than the legacy default stream: only
+        // such a stream can be captured into a CUDA graph.
+        let stream = driver("cuStreamCreate", ctx.new_stream())?;
         let name = driver("cuDeviceGetName", ctx.name())?;
         let cc = driver("cuDeviceComputeCapability", ctx.compute_capability())?;
         let arch = format!("compute_{}{}", cc.0, cc.1);
@@ -232,6 +237,48 @@ impl Gpu {
         Ok(())
     }
 
+    /// Whether every launch is followed by a synchronisation (`FVPOISSON_GPU_SYNC=1`).
+    pub fn syncs_each_launch(&self) -> bool {
+        self.sync_each_launch
+    }
+
+    /// Records the launches `work` makes on the stream into a CUDA graph
+    /// (nothing runs) and instantiates it. `work` must only launch kernels:
+    /// copies, allocations and synchronisation are not allowed while capturing.
+    pub fn capture(
+        &self,
+        work: impl FnOnce() -> Result<(), GpuError>,
+    ) -> Result<CudaGraph, GpuError> {
+        if self.sync_each_launch {
+            return Err(GpuError::Invalid(
+                "CUDA graphs cannot be captured while FVPOISSON_GPU_SYNC=1 synchronises each launch"
+                    .into(),
+            ));
+        }
+        driver(
+            "cuStreamBeginCapture",
+            self.stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+        )?;
+        let recorded = work();
+        // End the capture whatever happened, so the stream is usable again.
+        let graph = driver(
+            "cuStreamEndCapture",
+            self.stream.end_capture(CUgraphInstantiate_flags(0)),
+        );
+        recorded?;
+        graph?.ok_or_else(|| GpuError::Invalid("the captured CUDA graph is empty".into()))
+    }
+
+    /// Replays a graph from [`Gpu::capture`] on the stream.
+    pub fn launch_graph(&self, graph: &CudaGraph) -> Result<(), GpuError> {
+        driver("cuGraphLaunch", graph.launch())?;
+        if self.sync_each_launch {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+
     /// Waits for all queued work.
     pub fn synchronize(&self) -> Result<(), GpuError> {
         driver("cuStreamSynchronize", self.stream.synchronize())
@@ -265,6 +312,13 @@ impl Gpu {
             }
             r => driver(call, r),
         }
+    }
+    /// Sets every element to zero.
+    pub fn zero<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        dev: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        driver("cuMemsetD8", self.stream.memset_zeros(dev))
     }
     pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
         driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev))
@@ -300,6 +354,14 @@ pub fn vector_grid(n: usize) -> u32 {
 
 /// A null device pointer for optional kernel arguments.
 pub const NULL: u64 = 0;
+
+/// Pushes `buffer`, or a null pointer when there is none (optional kernel arguments).
+pub fn arg_or_null<'a, T>(args: &mut LaunchArgs<'a>, buffer: Option<&'a CudaSlice<T>>) {
+    match buffer {
+        Some(b) => args.arg(b),
+        None => args.arg(&NULL),
+    };
+}
 
 /// Whether tests must fail without a device (env `FVPOISSON_REQUIRE_GPU=1`).
 pub fn gpu_required() -> bool {

@@ -6,12 +6,14 @@
 //! (matrices, preconditioners, smoothers) implement `LinearOperator`.
 
 pub mod cpu;
+pub mod equilibrate;
 pub mod error;
 pub mod pcg;
 pub mod precond;
 pub mod reduce;
 
-pub use cpu::{solve_pcg, CpuBackend};
+pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
+pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::SolveError;
 pub use pcg::{
     pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolverControls,
