@@ -24,10 +24,13 @@ pub mod schemes;
 pub mod system;
 
 pub use boundary::{BoundaryCoeffs, BoundaryCondition, PatchValues};
+pub use gradient::CellGradient;
 pub use schemes::{
     FaceGeometry, GammaInterpolation, GradScheme, Schemes, SnGradScheme, TimeScheme,
 };
-pub use system::{LaplacianProblem, LaplacianSystem, Reference, SingularPolicy, SlotMap};
+pub use system::{
+    LaplacianProblem, LaplacianSystem, ProblemValues, Reference, SingularPolicy, SlotMap,
+};
 
 use crate::mesh::Vec3;
 use std::fmt;
