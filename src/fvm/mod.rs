@@ -22,6 +22,7 @@ pub mod boundary;
 pub mod gradient;
 pub mod schemes;
 pub mod system;
+pub mod testing;
 
 pub use boundary::{BoundaryCoeffs, BoundaryCondition, PatchValues};
 pub use gradient::CellGradient;

@@ -49,8 +49,15 @@ impl Default for GpuSolveOptions {
 /// the backend reports through `device_status`).
 pub struct GpuVector(Option<CudaSlice<f64>>);
 
+impl From<CudaSlice<f64>> for GpuVector {
+    fn from(v: CudaSlice<f64>) -> Self {
+        Self(Some(v))
+    }
+}
+
 impl GpuVector {
-    fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
+    /// The device buffer (an error after a failed allocation).
+    pub fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
         self.0.as_ref().ok_or_else(|| {
             GpuError::Invalid("a device vector could not be allocated earlier".into())
         })
@@ -106,24 +113,65 @@ impl<'g> GpuCgBackend<'g> {
         } else {
             None
         };
-        let n = a.n_rows();
+        let matrix = DeviceModSell::upload(gpu, &m)?;
+        let row_sums = gpu.upload(&row_sums)?;
+        Self::with_matrix(gpu, matrix, inv_diag, row_sums, check_interval)
+    }
+
+    /// A backend on a matrix already on the device (assembled there:
+    /// `gpu::assembly`), rows in the order to use; the row sums and the
+    /// inverse diagonal are computed on the device. `jacobi` as in [`Self::new`].
+    pub fn from_resident(
+        gpu: &'g Gpu,
+        matrix: DeviceModSell,
+        jacobi: bool,
+        check_interval: usize,
+    ) -> Result<Self, GpuError> {
+        let (row_sums, inv_diag) = matrix.row_sums_and_inverse_diagonal(gpu)?;
+        Self::with_matrix(
+            gpu,
+            matrix,
+            jacobi.then_some(inv_diag),
+            row_sums,
+            check_interval,
+        )
+    }
+
+    fn with_matrix(
+        gpu: &'g Gpu,
+        matrix: DeviceModSell,
+        inv_diag: Option<CudaSlice<f64>>,
+        row_sums: CudaSlice<f64>,
+        check_interval: usize,
+    ) -> Result<Self, GpuError> {
+        let n = matrix.n;
         let check_interval = check_interval.max(1);
         let scratch = Scratch {
             vector_partials: gpu.zeros(2 * vector_grid(n) as usize)?,
-            slice_partials: gpu.zeros(2 * n.div_ceil(slice_height))?,
+            slice_partials: gpu.zeros(2 * matrix.n_slices())?,
             state: gpu.zeros(STATE_LEN)?,
             records: gpu.zeros(3 * (check_interval + 1))?,
             scalars: gpu.zeros(2)?,
         };
         Ok(Self {
             gpu,
-            matrix: DeviceModSell::upload(gpu, &m)?,
+            matrix,
             inv_diag,
-            row_sums: gpu.upload(&row_sums)?,
+            row_sums,
             check_interval,
             scratch: RefCell::new(scratch),
             failure: RefCell::new(None),
         })
+    }
+
+    /// The matrix it solves with.
+    pub fn matrix(&self) -> &DeviceModSell {
+        &self.matrix
+    }
+
+    /// The matrix back, e.g. to re-assemble it on the device.
+    pub fn into_matrix(self) -> DeviceModSell {
+        self.matrix
     }
 
     pub fn upload(&self, v: &[f64]) -> Result<GpuVector, GpuError> {

@@ -232,8 +232,8 @@ impl ModSell {
         }
         let (mut off_diagonals, mut in_slice) = (0, 0);
         for s in 0..slice_ptr.len() - 1 {
-            for slot in slice_ptr[s] as usize..slice_ptr[s + 1] as usize {
-                let code = codes[slot];
+            let slots = slice_ptr[s] as usize..slice_ptr[s + 1] as usize;
+            for (slot, &code) in slots.clone().zip(&codes[slots]) {
                 let column = match code {
                     0 => continue,
                     c if c > 0 => c as usize - 1,
