@@ -109,15 +109,15 @@ extern "C" __global__ void asm_matrix_rows(
 // Cell gradient of p (CellGradient::compute), one thread per row; the slice's
 // p is staged in shared memory (H doubles) as x in the SpMV, and the other
 // cell across a face is found from the mod-SELL code of its slot. Gauss linear
-// (`sf` set): sum of +-S_f (w (p_o - p_n) + p_n) over the faces in face order,
-// plus S_b p_b over boundary faces, divided by V. Least squares (`sf` null):
+// (`gauss` nonzero): sum of +-S_f (w (p_o - p_n) + p_n) over the faces in face
+// order, plus S_b p_b over boundary faces, divided by V. Least squares: sum of
 // +-l_f (p_n - p_o) with the owner or neighbour vector l, plus l_b (p_b - p_P).
 // Boundary values p_b = valueInternal p_P + valueBoundary; `b_vectors` are
 // S_b (Gauss) or l_b. Vectors are 3 consecutive doubles.
 extern "C" __global__ void asm_gradient(
     int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
     const unsigned* __restrict__ face_codes, const unsigned char* __restrict__ face_slots,
-    const double* __restrict__ weights, const double* __restrict__ sf,
+    int gauss, const double* __restrict__ weights, const double* __restrict__ sf,
     const double* __restrict__ ls_owner, const double* __restrict__ ls_neighbour,
     const unsigned* __restrict__ boundary_ptr, const double* __restrict__ b_value_internal,
     const double* __restrict__ b_value_boundary, const double* __restrict__ b_vectors,
@@ -130,7 +130,6 @@ extern "C" __global__ void asm_gradient(
     p_slice[t] = pr;
     __syncthreads();
     if (!in) return;
-    const bool gauss = sf != nullptr;
     double g0 = 0.0, g1 = 0.0, g2 = 0.0;
     const u64 first = slice_ptr[blockIdx.x] + t, end = slice_ptr[blockIdx.x + 1];
     for (u64 k = first; k < end; k += h) {
@@ -302,13 +301,12 @@ extern "C" __global__ void asm_add_vector(int n, const double* __restrict__ x,
     if (i < n) y[i] = asm_add(y[i], x[i]);
 }
 
-// out_i = b_i + s_i x_i (an explicit source proportional to the field).
-extern "C" __global__ void asm_add_product(int n, const double* __restrict__ b,
-                                           const double* __restrict__ s,
+// y_i += s_i x_i (an explicit source proportional to the field).
+extern "C" __global__ void asm_add_product(int n, const double* __restrict__ s,
                                            const double* __restrict__ x,
-                                           double* __restrict__ out) {
+                                           double* __restrict__ y) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = asm_add(b[i], asm_mul(s[i], x[i]));
+    if (i < n) y[i] = asm_add(y[i], asm_mul(s[i], x[i]));
 }
 
 // rowSum(A) (diagonal first, then the off-diagonals in slot order, as

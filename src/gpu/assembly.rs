@@ -38,7 +38,7 @@
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::DeviceModSell;
-use super::pcg::GpuCgBackend;
+use super::pcg::{GpuCgBackend, GpuVector};
 use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::fvm::{
     BoundaryCoeffs, CellField, CellGradient, FvmError, GammaInterpolation, GradScheme,
@@ -439,7 +439,8 @@ struct DeviceWork {
     /// Cell gradient, 3 doubles per row.
     grad: CudaSlice<f64>,
     explicit_rhs: CudaSlice<f64>,
-    rhs: CudaSlice<f64>,
+    /// A PCG vector: solves take it as it is.
+    rhs: GpuVector,
     reference_diag: CudaSlice<f64>,
     partials: CudaSlice<f64>,
     sums: CudaSlice<f64>,
@@ -563,7 +564,7 @@ impl<'g> DeviceLaplacian<'g> {
             b_gamma_mag_sf: optional(boundary_corrected, n_boundary)?,
             grad: gpu.zeros(3 * n)?,
             explicit_rhs: gpu.zeros(n)?,
-            rhs: gpu.zeros(n)?,
+            rhs: GpuVector::from(gpu.zeros(n)?),
             reference_diag: gpu.zeros(1)?,
             partials: gpu.zeros(2 * vector_grid(n) as usize)?,
             sums: gpu.zeros(2)?,
@@ -699,6 +700,7 @@ impl<'g> DeviceLaplacian<'g> {
         };
         let reference_row = self.reference().map_or(-1, |(row, _)| row as i32);
         let h = m.slice_height as u32;
+        let rhs = w.rhs.dev()?;
         gpu.launch("asm_matrix_rows", m.n_slices() as u32, h, 0, |a| {
             a.arg(&n)
                 .arg(&m.slice_ptr)
@@ -713,10 +715,7 @@ impl<'g> DeviceLaplacian<'g> {
             push_opt(a, w.b_gamma_mag_sf.as_ref());
             a.arg(&g.volumes).arg(&v.source).arg(&dt);
             a.arg(&reference_row).arg(&w.reference_diag);
-            a.arg(&m.values)
-                .arg(&m.diag)
-                .arg(&w.explicit_rhs)
-                .arg(&w.rhs);
+            a.arg(&m.values).arg(&m.diag).arg(&w.explicit_rhs).arg(rhs);
         })
     }
 
@@ -738,6 +737,7 @@ impl<'g> DeviceLaplacian<'g> {
         let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
         let n = self.n as i32;
         let h = m.slice_height as u32;
+        let gauss = i32::from(self.schemes.grad == GradScheme::GaussLinear);
         self.gpu
             .launch("asm_gradient", m.n_slices() as u32, h, h * 8, |a| {
                 a.arg(&n)
@@ -745,6 +745,7 @@ impl<'g> DeviceLaplacian<'g> {
                     .arg(&m.codes)
                     .arg(&dm.face_codes)
                     .arg(&dm.face_slots)
+                    .arg(&gauss)
                     .arg(&g.weights);
                 push_opt(a, g.sf.as_ref());
                 push_opt(a, g.ls_owner.as_ref());
@@ -809,6 +810,7 @@ impl<'g> DeviceLaplacian<'g> {
         let (v, dm) = (&self.values, &self.device_map);
         let n = self.n as i32;
         let h = m.slice_height as u32;
+        let rhs = w.rhs.dev()?;
         gpu.launch("asm_rhs", m.n_slices() as u32, h, 0, |a| {
             a.arg(&n)
                 .arg(&m.slice_ptr)
@@ -821,14 +823,14 @@ impl<'g> DeviceLaplacian<'g> {
             push_opt(a, g.b_k.as_ref());
             a.arg(&w.grad).arg(&g.volumes).arg(&dt);
             push_opt(a, old);
-            a.arg(&w.explicit_rhs).arg(&w.rhs);
+            a.arg(&w.explicit_rhs).arg(rhs);
         })?;
         if let Some(policy) = self.singular {
             self.make_consistent(policy)?;
             if let Some((row, value)) = self.reference() {
                 let row = row as i32;
                 gpu.launch("asm_add_reference", 1, 32, 0, |a| {
-                    a.arg(&row).arg(&value).arg(&w.reference_diag).arg(&w.rhs);
+                    a.arg(&row).arg(&value).arg(&w.reference_diag).arg(rhs);
                 })?;
             }
         }
@@ -873,10 +875,11 @@ impl<'g> DeviceLaplacian<'g> {
 
     /// `LaplacianSystem::make_consistent` on the device right-hand side.
     fn make_consistent(&self, policy: SingularPolicy) -> Result<(), AssemblyError> {
-        let [sum, scale] = self.sums(&self.work.rhs, None)?;
+        let rhs = self.work.rhs.dev()?;
+        let [sum, scale] = self.sums(rhs, None)?;
         if policy.project {
             let per_volume = sum / self.total_volume;
-            self.subtract(Some(&self.geometry.volumes), per_volume, &self.work.rhs)?;
+            self.subtract(Some(&self.geometry.volumes), per_volume, rhs)?;
         } else if sum.abs() > policy.tolerance * scale {
             return Err(FvmError::InconsistentRhs {
                 sum,
@@ -914,25 +917,26 @@ impl<'g> DeviceLaplacian<'g> {
         )
     }
 
-    /// out = rhs + s∘x (an explicit source proportional to the field; all in
-    /// row order on the device).
-    pub fn rhs_plus_product(
+    /// rhs += s∘x (an explicit source proportional to the field, added as
+    /// the CPU run adds it to the right-hand side it solves with; all in row
+    /// order on the device). The next `update_rhs` starts afresh.
+    pub fn add_product_to_rhs(
         &self,
         s: &CudaSlice<f64>,
         x: &CudaSlice<f64>,
-        out: &CudaSlice<f64>,
     ) -> Result<(), GpuError> {
-        for v in [s, x, out] {
+        for v in [s, x] {
             self.check_vector(v, "vector")?;
         }
         let n = self.n as i32;
+        let rhs = self.work.rhs.dev()?;
         self.gpu.launch(
             "asm_add_product",
             vector_grid(self.n),
             VECTOR_BLOCK,
             0,
             |a| {
-                a.arg(&n).arg(&self.work.rhs).arg(s).arg(x).arg(out);
+                a.arg(&n).arg(s).arg(x).arg(rhs);
             },
         )
     }
@@ -973,12 +977,13 @@ impl<'g> DeviceLaplacian<'g> {
     }
 
     /// A Jacobi (`jacobi`) or unpreconditioned PCG backend on the resident
-    /// matrix; kept, and returned again, until the matrix changes.
-    pub fn backend(
+    /// matrix, kept (and returned again) until the matrix changes, with the
+    /// right-hand side to solve.
+    pub fn solver(
         &mut self,
         jacobi: bool,
         check_interval: usize,
-    ) -> Result<&GpuCgBackend<'g>, GpuError> {
+    ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
         let matrix = match self.held.take() {
             Some(Held::Matrix(m)) => m,
             Some(Held::Backend {
@@ -992,10 +997,7 @@ impl<'g> DeviceLaplacian<'g> {
                         jacobi,
                         check_interval,
                     });
-                    return match &self.held {
-                        Some(Held::Backend { backend, .. }) => Ok(backend),
-                        _ => unreachable!("just stored"),
-                    };
+                    return self.held_solver();
                 }
                 backend.into_matrix()
             }
@@ -1007,14 +1009,18 @@ impl<'g> DeviceLaplacian<'g> {
             jacobi,
             check_interval,
         });
+        self.held_solver()
+    }
+
+    fn held_solver(&self) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
         match &self.held {
-            Some(Held::Backend { backend, .. }) => Ok(backend),
-            _ => unreachable!("just stored"),
+            Some(Held::Backend { backend, .. }) => Ok((backend, &self.work.rhs)),
+            _ => Err(lost()),
         }
     }
 
     /// The right-hand side (row order) after the last assembly or `update_rhs`.
-    pub fn rhs(&self) -> &CudaSlice<f64> {
+    pub fn rhs(&self) -> &GpuVector {
         &self.work.rhs
     }
     pub fn ordering(&self) -> &Permutation {
@@ -1064,7 +1070,7 @@ impl<'g> DeviceLaplacian<'g> {
 
     /// The right-hand side in mesh order.
     pub fn download_rhs(&self) -> Result<Vec<f64>, GpuError> {
-        self.to_mesh_order(&self.work.rhs)
+        self.to_mesh_order(self.work.rhs.dev()?)
     }
 
     /// The explicit right-hand side (q·V and boundary terms) in mesh order.
