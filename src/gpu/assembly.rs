@@ -296,17 +296,19 @@ struct GradientArrays {
 }
 
 impl GradientArrays {
-    fn new(gradient: &CellGradient, map: &AssemblyMap) -> Self {
+    /// The vectors of `gradient` for device faces `faces` and device
+    /// boundary faces `boundary` ([`AssemblyMap`] numbering).
+    fn new(gradient: &CellGradient, faces: &[u32], boundary: &[u32]) -> Self {
         match gradient {
             CellGradient::GaussLinear => Self::default(),
             CellGradient::LeastSquares {
                 owner,
                 neighbour,
-                boundary,
+                boundary: on_boundary,
             } => Self {
-                ls_owner: flatten(owner, map.device_faces.iter().copied()),
-                ls_neighbour: flatten(neighbour, map.device_faces.iter().copied()),
-                b_ls: flatten(boundary, map.device_boundary.iter().copied()),
+                ls_owner: flatten(owner, faces.iter().copied()),
+                ls_neighbour: flatten(neighbour, faces.iter().copied()),
+                b_ls: flatten(on_boundary, boundary.iter().copied()),
             },
         }
     }
@@ -330,13 +332,16 @@ struct ProblemArrays {
 }
 
 impl ProblemArrays {
+    /// The arrays of `values` for rows in `ordering` and `faces`, `boundary`
+    /// numbered as the [`AssemblyMap`] numbers them.
     fn new(
         values: &ProblemValues,
         uniform_gamma: Option<f64>,
-        map: &AssemblyMap,
+        faces: &[u32],
+        boundary: &[u32],
         ordering: &Permutation,
     ) -> Self {
-        let boundary = |v: &[f64]| gather(v, &map.device_boundary);
+        let on_boundary = |v: &[f64]| gather(v, boundary);
         Self {
             gamma: match uniform_gamma {
                 Some(_) => None,
@@ -344,15 +349,15 @@ impl ProblemArrays {
             },
             gamma_uniform: uniform_gamma.unwrap_or(f64::NAN),
             source: ordering.to_new(&values.source),
-            b_gamma: boundary(&values.gamma_boundary),
-            b_value_internal: boundary(&values.bc.value_internal),
-            b_value_boundary: boundary(&values.bc.value_boundary),
-            b_gradient_internal: boundary(&values.bc.gradient_internal),
-            b_gradient_boundary: boundary(&values.bc.gradient_boundary),
+            b_gamma: on_boundary(&values.gamma_boundary),
+            b_value_internal: on_boundary(&values.bc.value_internal),
+            b_value_boundary: on_boundary(&values.bc.value_boundary),
+            b_gradient_internal: on_boundary(&values.bc.gradient_internal),
+            b_gradient_boundary: on_boundary(&values.bc.gradient_boundary),
             gradient: values
                 .gradient
                 .as_ref()
-                .map(|g| GradientArrays::new(g, map)),
+                .map(|g| GradientArrays::new(g, faces, boundary)),
         }
     }
 }
@@ -468,8 +473,10 @@ pub struct DeviceLaplacian<'g> {
     schemes: Schemes,
     n: usize,
     n_faces: usize,
-    /// Host copy of the map's face numbering (re-uploads of least-squares vectors).
-    map: AssemblyMap,
+    /// The map's face numbering: device face d is internal face
+    /// `device_faces[d]`, device boundary face i boundary face `device_boundary[i]`.
+    device_faces: Vec<u32>,
+    device_boundary: Vec<u32>,
     /// `None` only after a device failure lost the matrix.
     held: Option<Held<'g>>,
     device_map: DeviceMap,
@@ -515,7 +522,11 @@ impl<'g> DeviceLaplacian<'g> {
         }
         let map = AssemblyMap::new(mesh, &system.matrix, &ordering, slice_height)?;
         let statics = StaticArrays::new(system, &map, &ordering);
-        let gradient = GradientArrays::new(system.cell_gradient(), &map);
+        let gradient = GradientArrays::new(
+            system.cell_gradient(),
+            &map.device_faces,
+            &map.device_boundary,
+        );
         let schemes = system.schemes();
         let n_faces = map.device_faces.len();
         let n_boundary = map.device_boundary.len();
@@ -576,7 +587,8 @@ impl<'g> DeviceLaplacian<'g> {
             schemes,
             n,
             n_faces,
-            map,
+            device_faces: map.device_faces,
+            device_boundary: map.device_boundary,
             held: Some(Held::Matrix(matrix)),
             device_map,
             geometry,
@@ -622,14 +634,22 @@ impl<'g> DeviceLaplacian<'g> {
         Ok(())
     }
 
-    /// Uploads one problem's values (the host part of a re-assembly).
+    /// Uploads one problem's values (the host part of a re-assembly);
+    /// `uniform_gamma`: `Some(Γ)` when Γ is that value in every cell (then no
+    /// Γ array moves).
     pub fn upload_values(
         &mut self,
         values: &ProblemValues,
         uniform_gamma: Option<f64>,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
-        let arrays = ProblemArrays::new(values, uniform_gamma, &self.map, &self.ordering);
+        let arrays = ProblemArrays::new(
+            values,
+            uniform_gamma,
+            &self.device_faces,
+            &self.device_boundary,
+            &self.ordering,
+        );
         let v = &mut self.values;
         match &arrays.gamma {
             None => v.gamma = None,
@@ -1019,13 +1039,6 @@ impl<'g> DeviceLaplacian<'g> {
         }
     }
 
-    /// The right-hand side (row order) after the last assembly or `update_rhs`.
-    pub fn rhs(&self) -> &GpuVector {
-        &self.work.rhs
-    }
-    pub fn ordering(&self) -> &Permutation {
-        &self.ordering
-    }
     pub fn n(&self) -> usize {
         self.n
     }

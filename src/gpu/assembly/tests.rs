@@ -37,11 +37,12 @@ impl Host {
             _ => None,
         };
         let statics = StaticArrays::new(system, &map, &ordering);
-        let arrays = ProblemArrays::new(&values, uniform, &map, &ordering);
+        let (faces, boundary) = (&map.device_faces, &map.device_boundary);
+        let arrays = ProblemArrays::new(&values, uniform, faces, boundary, &ordering);
         let gradient = arrays
             .gradient
             .clone()
-            .unwrap_or_else(|| GradientArrays::new(system.cell_gradient(), &map));
+            .unwrap_or_else(|| GradientArrays::new(system.cell_gradient(), faces, boundary));
         Self {
             map,
             ordering,
