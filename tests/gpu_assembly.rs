@@ -15,11 +15,14 @@ use fvpoisson::fvm::{
     LaplacianSystem, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
 };
 use fvpoisson::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuVector};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::mesh::{Mesh, Vec3};
 use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::testing::SplitMix;
-use fvpoisson::sparse::{Csr, Permutation};
+use fvpoisson::sparse::{Csr, ModSell, Permutation};
 
 /// A repository path: relative to the working directory when it is there
 /// (the device machine runs the binary in the repository root), else to the
@@ -465,7 +468,7 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
             "T",
         )
         .unwrap();
-        let mut x_dev = fvpoisson::gpu::pcg::GpuVector::from(gpu.zeros(n).unwrap());
+        let mut x_dev = GpuVector::from(gpu.zeros(n).unwrap());
         let (backend, b) = device.solver(jacobi, 50).unwrap();
         let first: *const _ = backend;
         let perf = pcg(backend, b, &mut x_dev, &controls, "T").unwrap();
@@ -485,6 +488,37 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
         assert!(perf.iterations.abs_diff(cpu.iterations) <= 2);
         assert!((perf.initial_residual / cpu.initial_residual - 1.0).abs() < 1e-12);
         assert!(d < 1e-6, "{d}");
+    }
+}
+
+#[test]
+fn backend_on_a_resident_matrix_equals_the_uploaded_backend() {
+    let Some(gpu) = test_device() else { return };
+    let (a, b) = poisson_system("box:10x11x12:tet:perturb=0.2").unwrap();
+    let n = a.n_rows();
+    let controls = SolverControls {
+        tolerance: 1e-9,
+        rel_tol: 0.0,
+        max_iter: 2000,
+        min_iter: 0,
+    };
+    for jacobi in [true, false] {
+        let uploaded = GpuCgBackend::new(&gpu, &a, jacobi, 64, 10).unwrap();
+        let matrix = DeviceModSell::upload(&gpu, &ModSell::from_csr(&a, 64).unwrap()).unwrap();
+        let resident = GpuCgBackend::from_resident(&gpu, matrix, jacobi, 10).unwrap();
+        let mut results = Vec::new();
+        for backend in [&uploaded, &resident] {
+            let b_dev = backend.upload(&b).unwrap();
+            let mut x = backend.upload(&vec![0.0; n]).unwrap();
+            let perf = pcg(backend, &b_dev, &mut x, &controls, "p").unwrap();
+            results.push((perf, backend.download(&x).unwrap()));
+        }
+        println!(
+            "jacobi {jacobi}: uploaded {} iterations, resident {} iterations",
+            results[0].0.iterations, results[1].0.iterations
+        );
+        // Row sums and inverse diagonal computed on the device, in the host's order.
+        assert_eq!(results[0], results[1]);
     }
 }
 
