@@ -421,6 +421,9 @@ struct BenchArgs {
     /// Measure SpMV only (no PCG).
     #[arg(long)]
     no_pcg: bool,
+    /// Skip the assembly measurements (device against CPU).
+    #[arg(long)]
+    no_assembly: bool,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -441,6 +444,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         reps: args.reps,
         pcg: !args.no_pcg,
         cpu_solve: !args.no_cpu,
+        assembly: !args.no_assembly,
         check_interval: args.check_interval,
     };
     let rows = crate::gpu::bench::run(&gpu, &settings)?;

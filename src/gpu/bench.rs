@@ -11,18 +11,32 @@
 //! 48n; Jacobi also reads D⁻¹ and writes z: +16n; an equilibrated system
 //! reads the residual weights 1/s: +8n). Jacobi-PCG: SpMV + 88n; CG on an
 //! equilibrated system (z = r, not stored): SpMV + 80n.
+//!
+//! Assembly on the device (`gpu::assembly`; n cells, f internal faces, b
+//! boundary faces; corrected scheme, so Γ_f|S_f| is written too):
+//! face coefficients 48f + 8n (owner, neighbour, w, |S|, Δ, Γ; write the
+//! coefficient and Γ_f|S_f|), 32f with uniform Γ (|S|, Δ; two writes); matrix
+//! rows 34f + 44n + 32b (face codes and slots of both sides 10f, coefficients
+//! 8f, off-diagonal writes 16f; boundary pointers, V, q, diagonal, explicit
+//! rhs, rhs; Γ_b, |S_b|, gradient coefficients). Assembly: 82f + 52n + 32b
+//! (66f + 44n + 32b with uniform Γ). The explicit correction (`update_rhs`,
+//! Gauss gradient): gradient 50f + 44n + 40b (mod-SELL codes, face codes and
+//! slots, w, S_f; p, boundary pointers, V, the gradient; p_b coefficients and
+//! S_b), face flux 56f + 24n (owner, neighbour, w, k, Γ_f|S_f|, flux; the
+//! gradient), rhs 18f + 20n: 124f + 88n + 40b.
 
 use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
 
+use super::assembly::DeviceLaplacian;
 use super::matrix::{DeviceMatrix, Format};
 use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use super::{Gpu, GpuError};
 use crate::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
 };
-use crate::mesh::PatchKind;
+use crate::mesh::{Geometry, Mesh, PatchKind};
 use crate::solve::{
     pcg, solve_pcg, CgBackend, EquilibrationKind, PreconditionerKind, RuizNorm, RuizSettings,
     SolverControls,
@@ -30,19 +44,8 @@ use crate::solve::{
 use crate::sparse::ordering::{bandwidth, reverse_cuthill_mckee};
 use crate::sparse::{Csr, ModSell};
 
-/// The system a bench case measures. A mesh source (`box:` spec, OpenFOAM
-/// case, Gmsh file; see `mesh::source`) gives the FVM Poisson system
-/// −∇²p = 1 + x·y with p = 0 on every patch; a Matrix Market file (`.mtx`)
-/// gives its matrix with the right-hand side A·1, so the solution is all ones.
-pub fn poisson_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
-    if case.ends_with(".mtx") {
-        let a = crate::sparse::mtx::read_matrix(std::path::Path::new(case))?;
-        let mut b = vec![0.0; a.n_rows()];
-        a.spmv(&vec![1.0; a.n_cols()], &mut b);
-        return Ok((a, b));
-    }
-    let mesh = crate::mesh::source::load(case)?;
-    let geometry = mesh.geometry()?;
+/// −∇·(Γ∇p) = 1 + x·y with p = 0 on every patch (empty patches stay empty).
+fn poisson_problem(mesh: &Mesh, gamma: CellField) -> LaplacianProblem {
     let boundary = mesh
         .patches()
         .iter()
@@ -51,13 +54,34 @@ pub fn poisson_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
             _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
         })
         .collect();
-    let problem = LaplacianProblem::steady(
-        CellField::Uniform(1.0),
-        CellField::function(|c| 1.0 + c.x * c.y),
-        boundary,
-    );
+    LaplacianProblem::steady(gamma, CellField::function(|c| 1.0 + c.x * c.y), boundary)
+}
+
+/// A bench case: a mesh source (`box:` spec, OpenFOAM case, Gmsh file; see
+/// `mesh::source`) gives its mesh and geometry and the FVM Poisson system of
+/// [`poisson_problem`] with Γ = 1; a Matrix Market file (`.mtx`) gives no
+/// mesh, its matrix and the right-hand side A·1 (the solution is all ones).
+type BenchCase = (Option<(Mesh, Geometry)>, Csr, Vec<f64>);
+
+fn load_case(case: &str) -> anyhow::Result<BenchCase> {
+    if case.ends_with(".mtx") {
+        let a = crate::sparse::mtx::read_matrix(std::path::Path::new(case))?;
+        let mut b = vec![0.0; a.n_rows()];
+        a.spmv(&vec![1.0; a.n_cols()], &mut b);
+        return Ok((None, a, b));
+    }
+    let mesh = crate::mesh::source::load(case)?;
+    let geometry = mesh.geometry()?;
+    let problem = poisson_problem(&mesh, CellField::Uniform(1.0));
     let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem)?;
-    Ok((system.matrix.clone(), system.rhs.clone()))
+    let (a, b) = (system.matrix.clone(), system.rhs.clone());
+    drop(system);
+    Ok((Some((mesh, geometry)), a, b))
+}
+
+/// The matrix and right-hand side of a bench case ([`load_case`]).
+pub fn poisson_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
+    load_case(case).map(|(_, a, b)| (a, b))
 }
 
 /// Median of a sample (sorted in place).
@@ -161,6 +185,23 @@ fn time_per_iteration(
     Ok(ms / iterations as f64)
 }
 
+/// Minimum bytes of one device assembly (module documentation): n cells,
+/// f internal faces, b boundary faces.
+pub fn assembly_bytes(n: usize, f: usize, b: usize, uniform_gamma: bool) -> f64 {
+    let (n, f, b) = (n as f64, f as f64, b as f64);
+    if uniform_gamma {
+        66.0 * f + 44.0 * n + 32.0 * b
+    } else {
+        82.0 * f + 52.0 * n + 32.0 * b
+    }
+}
+
+/// Minimum bytes of the explicit correction on the device (Gauss gradient).
+pub fn correction_bytes(n: usize, f: usize, b: usize) -> f64 {
+    let (n, f, b) = (n as f64, f as f64, b as f64);
+    124.0 * f + 88.0 * n + 40.0 * b
+}
+
 /// Settings of `fvpoisson bench`.
 #[derive(Clone, Debug)]
 pub struct BenchSettings {
@@ -172,6 +213,8 @@ pub struct BenchSettings {
     pub pcg: bool,
     /// Also time the CPU solve (slow on big meshes).
     pub cpu_solve: bool,
+    /// Time the assembly on the device and on the CPU.
+    pub assembly: bool,
     pub check_interval: usize,
 }
 
@@ -204,7 +247,7 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
     });
     for spec in &settings.meshes {
         let t = Instant::now();
-        let (a, rhs) = poisson_system(spec)?;
+        let (mesh, a, rhs) = load_case(spec)?;
         let t_rcm = Instant::now();
         let p = reverse_cuthill_mckee(&a);
         let a_rcm = p.apply_symmetric(&a);
@@ -259,6 +302,9 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
             }
         }
         drop((xs, ys));
+        if let (true, Some((mesh, geometry))) = (settings.assembly, &mesh) {
+            rows.extend(assembly_rows(gpu, spec, mesh, geometry, settings, copy)?);
+        }
         if !settings.pcg {
             continue;
         }
@@ -465,6 +511,156 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
         }
     }
     Ok(rows)
+}
+
+/// Median wall time (ms) of `reps` runs of `work` on the host.
+fn host_median_ms(
+    reps: usize,
+    mut work: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        work()?;
+        t.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(&mut t))
+}
+
+/// Assembly on the device against the CPU's and against one mod-SELL SpMV
+/// of the same matrix on the same device, timed in this run: Γ = 1 + x per
+/// cell (Γ = 1/a_P of a SIMPLE loop varies too) and uniform, `Gauss linear
+/// corrected` with Gauss gradients, p = 0 on every patch; the correction
+/// with a smooth field. The device results are checked against the CPU's.
+fn assembly_rows(
+    gpu: &Gpu,
+    spec: &str,
+    mesh: &Mesh,
+    geometry: &Geometry,
+    settings: &BenchSettings,
+    copy: f64,
+) -> anyhow::Result<Vec<Row>> {
+    let varying = poisson_problem(mesh, CellField::function(|c| 1.0 + c.x));
+    let uniform = poisson_problem(mesh, CellField::Uniform(1.0));
+    let mut system = LaplacianSystem::new(mesh, geometry, Schemes::default(), &varying)?;
+    let (n, nnz) = (mesh.n_cells(), system.matrix.nnz());
+    let f = mesh.n_internal_faces();
+    let empty: usize = mesh
+        .patches()
+        .iter()
+        .filter(|p| p.kind == PatchKind::Empty)
+        .map(|p| p.size)
+        .sum();
+    let b = mesh.n_faces() - f - empty;
+    let p: Vec<f64> = geometry
+        .cell_centres
+        .iter()
+        .map(|c| c.x * c.y + c.z)
+        .collect();
+    let cpu_reps = 3;
+    let evaluate_ms = host_median_ms(cpu_reps, || Ok(system.evaluate(&varying).map(|_| ())?))?;
+    let cpu_assembly_ms = host_median_ms(cpu_reps, || Ok(system.reassemble(&varying)?))?;
+    let cpu_correction_ms = host_median_ms(cpu_reps, || Ok(system.update_rhs(&p, None)?))?;
+
+    let t = Instant::now();
+    let mut device = DeviceLaplacian::new(gpu, &system, &varying, settings.slice_height)?;
+    gpu.synchronize()?;
+    let setup_s = t.elapsed().as_secs_f64();
+    let values = system.evaluate(&varying)?;
+    let t = Instant::now();
+    device.upload_values(&values, None)?;
+    gpu.synchronize()?;
+    let upload_ms = t.elapsed().as_secs_f64() * 1e3;
+    let assembly_ms = time_median(gpu, 3, settings.reps, |_| device.assemble())?;
+    let p_dev = device.to_device_order(&p)?;
+    let correction_ms = time_median(gpu, 3, settings.reps, |_| {
+        device
+            .update_rhs(&p_dev, None)
+            .map_err(|e| GpuError::Invalid(e.to_string()))
+    })?;
+    // The CPU system holds the same assembly and update_rhs(p).
+    let matrix = device.download_matrix()?;
+    let scale = |v: &[f64]| v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let max_diff = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+            / scale(b).max(f64::MIN_POSITIVE)
+    };
+    let matrix_diff = if matrix.cols() == system.matrix.cols() {
+        max_diff(matrix.values(), system.matrix.values())
+    } else {
+        f64::INFINITY
+    };
+    let rhs_diff = max_diff(&device.download_rhs()?, &system.rhs);
+    let sets = (200_000_000 / (16 * n)).clamp(2, 16);
+    let xs: Vec<CudaSlice<f64>> = (0..sets)
+        .map(|k| gpu.upload(&vec![1.0 + k as f64 / 7.0; n]))
+        .collect::<Result<_, _>>()?;
+    let ys: Vec<CudaSlice<f64>> = (0..sets).map(|_| gpu.zeros(n)).collect::<Result<_, _>>()?;
+    let spmv_ms = time_median(gpu, 5, settings.reps, |i| {
+        device.matrix()?.spmv(gpu, &xs[i % sets], &ys[i % sets])
+    })?;
+    device.upload_values(&system.evaluate(&uniform)?, Some(1.0))?;
+    let uniform_ms = time_median(gpu, 3, settings.reps, |_| device.assemble())?;
+
+    let row = |what: &str, bytes: f64, ms: f64, note: String| Row {
+        case: spec.to_string(),
+        what: what.into(),
+        n,
+        nnz,
+        bytes,
+        ms,
+        gb_s: bytes / (ms * 1e-3) / 1e9,
+        of_copy: bytes / (ms * 1e-3) / 1e9 / copy,
+        note,
+    };
+    let of_spmv = |ms: f64| format!("{:.2}x SpMV ({spmv_ms:.4} ms, same matrix)", ms / spmv_ms);
+    let assembly = assembly_bytes(n, f, b, false);
+    let both = assembly + correction_bytes(n, f, b);
+    let both_ms = assembly_ms + correction_ms;
+    Ok(vec![
+        row(
+            "assembly GPU",
+            assembly,
+            assembly_ms,
+            format!(
+                "Gamma per cell: {}; CPU {cpu_assembly_ms:.1} ms ({:.0}x); values upload \
+                 {upload_ms:.1} ms; set-up {setup_s:.1} s; max |A_gpu - A_cpu| / max|A| \
+                 {matrix_diff:.1e}",
+                of_spmv(assembly_ms),
+                cpu_assembly_ms / assembly_ms
+            ),
+        ),
+        row(
+            "asm GPU uniform",
+            assembly_bytes(n, f, b, true),
+            uniform_ms,
+            format!("Gamma uniform: {}", of_spmv(uniform_ms)),
+        ),
+        row(
+            "asm+corr GPU",
+            both,
+            both_ms,
+            format!(
+                "assembly + explicit correction (update_rhs {correction_ms:.4} ms): {}; CPU \
+                 {:.1} ms ({:.0}x); max |b_gpu - b_cpu| / max|b| {rhs_diff:.1e}",
+                of_spmv(both_ms),
+                cpu_assembly_ms + cpu_correction_ms,
+                (cpu_assembly_ms + cpu_correction_ms) / both_ms
+            ),
+        ),
+        row(
+            "assembly CPU",
+            0.0,
+            cpu_assembly_ms,
+            format!(
+                "LaplacianSystem::reassemble, one thread, of which {evaluate_ms:.1} ms host \
+                 evaluation of the problem (both paths); update_rhs {cpu_correction_ms:.1} ms"
+            ),
+        ),
+    ])
 }
 
 /// The table printed last.

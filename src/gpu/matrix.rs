@@ -73,6 +73,43 @@ impl DeviceModSell {
         self.slice_height as u32 * 8
     }
 
+    /// The matrix read back (e.g. to check a device assembly).
+    pub fn download(&self, gpu: &Gpu) -> Result<ModSell, GpuError> {
+        let slice_ptr = gpu.download(&self.slice_ptr)?;
+        let slots = slice_ptr.last().copied().unwrap_or(0) as usize;
+        // Empty arrays are allocated with one element.
+        let mut codes = gpu.download(&self.codes)?;
+        let mut values = gpu.download(&self.values)?;
+        codes.truncate(slots);
+        values.truncate(slots);
+        let mut diag = gpu.download(&self.diag)?;
+        diag.truncate(self.n);
+        ModSell::from_parts(self.slice_height, diag, slice_ptr, codes, values)
+            .map_err(GpuError::Invalid)
+    }
+
+    /// rowSum(A) (diagonal first, then the off-diagonals by column, as
+    /// `GpuCgBackend::new` sums them on the host) and 1/a_ii, on the device.
+    pub fn row_sums_and_inverse_diagonal(
+        &self,
+        gpu: &Gpu,
+    ) -> Result<(CudaSlice<f64>, CudaSlice<f64>), GpuError> {
+        let row_sums = gpu.zeros(self.n)?;
+        let inv_diag = gpu.zeros(self.n)?;
+        let h = self.slice_height as u32;
+        let n = self.n as i32;
+        gpu.launch("modsell_row_sums", self.n_slices() as u32, h, 0, |a| {
+            a.arg(&n)
+                .arg(&self.slice_ptr)
+                .arg(&self.codes)
+                .arg(&self.values)
+                .arg(&self.diag)
+                .arg(&row_sums)
+                .arg(&inv_diag);
+        })?;
+        Ok((row_sums, inv_diag))
+    }
+
     /// y = A x.
     pub fn spmv(&self, gpu: &Gpu, x: &CudaSlice<f64>, y: &CudaSlice<f64>) -> Result<(), GpuError> {
         let h = self.slice_height as u32;

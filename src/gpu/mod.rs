@@ -6,9 +6,11 @@
 //! `Gpu::launch` is the one place kernels are launched, each launch checked and
 //! errors naming the kernel; `Gpu::capture` records launches into a CUDA
 //! graph instead. [`matrix`] holds device SpMV matrices (CSR, SELL,
-//! mod-SELL), [`pcg`] the device-resident PCG backend, [`bench`] the
+//! mod-SELL), [`assembly`] the Laplacian assembled on the device into
+//! mod-SELL, [`pcg`] the device-resident PCG backend, [`bench`] the
 //! `fvpoisson bench` measurements.
 
+pub mod assembly;
 pub mod bench;
 pub mod cache;
 pub mod matrix;
@@ -24,13 +26,14 @@ use cudarc::driver::{
 };
 
 /// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 2] = [
+const KERNEL_SOURCES: [(&str, &str); 3] = [
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
+    ("assembly.cu", include_str!("../../kernels/assembly.cu")),
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 13] = [
+const KERNELS: [&str; 24] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -44,6 +47,17 @@ const KERNELS: [&str; 13] = [
     "cg_finish_operator",
     "cg_update",
     "cg_finish_update",
+    "asm_face_coefficients",
+    "asm_matrix_rows",
+    "asm_gradient",
+    "asm_correction_flux",
+    "asm_rhs",
+    "asm_sum_partials",
+    "asm_subtract",
+    "asm_add_reference",
+    "asm_add_vector",
+    "asm_add_product",
+    "modsell_row_sums",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).

@@ -115,8 +115,15 @@ impl Default for GpuSolveOptions {
 /// pool when it came from `new_vector`.
 pub struct GpuVector(Option<Rc<CudaSlice<f64>>>);
 
+impl From<CudaSlice<f64>> for GpuVector {
+    fn from(v: CudaSlice<f64>) -> Self {
+        Self(Some(Rc::new(v)))
+    }
+}
+
 impl GpuVector {
-    fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
+    /// The device buffer (an error after a failed allocation).
+    pub fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
         self.0.as_deref().ok_or_else(|| {
             GpuError::Invalid("a device vector could not be allocated earlier".into())
         })
@@ -216,6 +223,20 @@ impl<'g> GpuCgBackend<'g> {
         )
     }
 
+    /// A backend on a matrix assembled on the device (`gpu::assembly`), rows
+    /// in the order to use; the row sums and the inverse diagonal are
+    /// computed there. `jacobi` as in [`Self::new`].
+    pub fn from_resident(
+        gpu: &'g Gpu,
+        matrix: DeviceModSell,
+        jacobi: bool,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
+        let (row_sums, inv_diag) = matrix.row_sums_and_inverse_diagonal(gpu)?;
+        let inv_diag = jacobi.then_some(inv_diag);
+        Self::from_device_matrix(gpu, matrix, row_sums, inv_diag, None, options)
+    }
+
     /// The backend on a matrix already in device memory: `row_sums` is
     /// rowSum of the original matrix in OpenFOAM's order
     /// (`solve::cpu::openfoam_row_sums`), `inv_diag` 1/a_ii for Jacobi (`None`:
@@ -290,6 +311,16 @@ impl<'g> GpuCgBackend<'g> {
     /// CUDA graphs captured so far (one per set of vector addresses).
     pub fn graph_captures(&self) -> usize {
         self.graph_captures.get()
+    }
+
+    /// The matrix it solves with.
+    pub fn matrix(&self) -> &DeviceModSell {
+        &self.matrix
+    }
+
+    /// The matrix back, e.g. to re-assemble it on the device.
+    pub fn into_matrix(self) -> DeviceModSell {
+        self.matrix
     }
 
     pub fn upload(&self, v: &[f64]) -> Result<GpuVector, GpuError> {

@@ -67,6 +67,15 @@ impl Permutation {
         Self::from_new_to_old(new_to_old).expect("the reverse of a permutation is one")
     }
 
+    /// The inverse ordering: its `new_to_old` is this one's `old_to_new`, so
+    /// `p.inverse().apply_symmetric(&p.apply_symmetric(a)) == a`.
+    pub fn inverse(&self) -> Self {
+        Self {
+            new_to_old: self.old_to_new.clone(),
+            old_to_new: self.new_to_old.clone(),
+        }
+    }
+
     /// v in the new order: out[k] = v[new_to_old[k]].
     pub fn to_new<T: Copy>(&self, v: &[T]) -> Vec<T> {
         assert_eq!(v.len(), self.len(), "permutation: vector length");
@@ -213,6 +222,11 @@ mod tests {
         assert!(Permutation::from_new_to_old(vec![0, 0]).is_err());
         assert!(Permutation::from_new_to_old(vec![0, 5]).is_err());
         assert_eq!(p.reversed().new_to_old(), &[1, 0, 2]);
+        assert_eq!(p.inverse().new_to_old(), p.old_to_new());
+        assert_eq!(
+            p.inverse().to_new(&p.to_new(&[10, 11, 12])),
+            vec![10, 11, 12]
+        );
     }
 
     #[test]
@@ -227,6 +241,7 @@ mod tests {
         for (a, b) in p.to_old(&yp).iter().zip(&y) {
             assert!((a - b).abs() <= 1e-13 * b.abs().max(1.0), "{a} vs {b}");
         }
+        assert_eq!(p.inverse().apply_symmetric(&b), a);
     }
 
     #[test]
