@@ -18,18 +18,25 @@ use super::{Gpu, GpuError};
 use crate::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
 };
-use crate::mesh::generate::BoxSpec;
+use crate::mesh::PatchKind;
 use crate::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
 use crate::sparse::ordering::{bandwidth, reverse_cuthill_mckee};
 use crate::sparse::{Csr, ModSell};
 
-/// The FVM Poisson system −∇²p = 1 + x·y with p = 0 on every patch, on the
-/// mesh of a box spec (`box:NXxNYxNZ:...`).
-pub fn poisson_system(spec: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
-    let mesh = spec.parse::<BoxSpec>()?.generate()?;
+/// The FVM Poisson system −∇²p = 1 + x·y with p = 0 on every patch (but
+/// `empty` ones), on a mesh source: a box spec (`box:NXxNYxNZ:...`), an
+/// OpenFOAM case or a Gmsh file.
+pub fn poisson_system(source: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
+    let mesh = crate::mesh::load(source)?;
     let geometry = mesh.geometry()?;
-    let boundary =
-        vec![BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)); mesh.patches().len()];
+    let boundary = mesh
+        .patches()
+        .iter()
+        .map(|p| match p.kind {
+            PatchKind::Empty => BoundaryCondition::Empty,
+            _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+        })
+        .collect();
     let problem = LaplacianProblem::steady(
         CellField::Uniform(1.0),
         CellField::function(|c| 1.0 + c.x * c.y),
