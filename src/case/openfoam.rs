@@ -480,6 +480,7 @@ impl Reader {
             regular: LinearSolver {
                 preconditioner,
                 controls,
+                ..LinearSolver::default()
             },
             // laplacianFoam's simpleControl never selects a `TFinal` solver.
             final_corrector: None,

@@ -7,13 +7,12 @@ use super::setup::{CaseSetup, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
-use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
+use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh};
-use crate::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls, SolverPerformance};
-use crate::sparse::Csr;
+use crate::solve::{solve_pcg, PreconditionerKind, SolverPerformance};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -82,31 +81,6 @@ impl Device<'_> {
             (Self::Gpu(_), _) => PreconditionerKind::Jacobi,
         }
     }
-
-    fn solve(
-        self,
-        a: &Csr,
-        kind: PreconditionerKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-    ) -> Result<SolverPerformance, SolveError> {
-        let kind = self.preconditioner(kind);
-        match self {
-            Self::Cpu => solve_pcg(a, kind, b, x, controls, field),
-            Self::Gpu(gpu) => solve_pcg_gpu(
-                gpu,
-                a,
-                kind,
-                b,
-                x,
-                controls,
-                field,
-                &GpuSolveOptions::default(),
-            ),
-        }
-    }
 }
 
 /// Loads the mesh, assembles and solves the case on `device`, writes its results.
@@ -138,7 +112,11 @@ pub fn run_case_with_mesh(
         clock.elapsed().as_secs_f64()
     );
     if let Device::Gpu(gpu) = device {
-        log::info!("Linear solves on the GPU: {}", gpu.name());
+        log::info!(
+            "Linear solves on the GPU: {}, {} row ordering",
+            gpu.name(),
+            setup.solver.regular.ordering
+        );
         for solver in [&setup.solver.regular]
             .into_iter()
             .chain(&setup.solver.final_corrector)
@@ -217,6 +195,8 @@ struct Run<'a> {
     vtk: Option<VtkSeries<'a>>,
     foam_fields: Vec<PathBuf>,
     device: Device<'a>,
+    /// The GPU's solves, which compute each row ordering once per run.
+    gpu_solver: Option<GpuSolver<'a>>,
     clock: Instant,
 }
 
@@ -268,6 +248,10 @@ impl<'a> Run<'a> {
             vtk,
             foam_fields: Vec::new(),
             device,
+            gpu_solver: match device {
+                Device::Gpu(gpu) => Some(GpuSolver::new(gpu)),
+                Device::Cpu => None,
+            },
             clock,
         };
         run.apply_implicit_source(0.0)?;
@@ -345,14 +329,18 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
-                match self.device.solve(
-                    matrix,
-                    solver.preconditioner,
-                    b,
-                    x,
-                    &solver.controls,
-                    &setup.field,
-                ) {
+                let kind = self.device.preconditioner(solver.preconditioner);
+                let result = match &mut self.gpu_solver {
+                    Some(gpu) => {
+                        let options = GpuSolveOptions {
+                            ordering: solver.ordering,
+                            ..GpuSolveOptions::default()
+                        };
+                        gpu.solve(matrix, kind, b, x, &solver.controls, &setup.field, &options)
+                    }
+                    None => solve_pcg(matrix, kind, b, x, &solver.controls, &setup.field),
+                };
+                match result {
                     Ok(perf) => performances.push(perf),
                     Err(e) => failure = Some(e),
                 }

@@ -10,6 +10,7 @@ use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPol
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
 use crate::solve::{PreconditionerKind, SolverControls};
+use crate::sparse::RowOrdering;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -182,11 +183,15 @@ pub enum TimeControl {
 }
 
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
-/// PCG, the only solver there is, with its preconditioner and stopping rules.
+/// PCG, the only solver there is, with its preconditioner and stopping rules,
+/// and the row ordering of its GPU solves.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSolver {
     pub preconditioner: PreconditionerKind,
     pub controls: SolverControls,
+    /// Row ordering of the GPU's mod-SELL matrix (the CPU solves in the
+    /// mesh's cell order, as OpenFOAM does).
+    pub ordering: RowOrdering,
 }
 
 impl Default for LinearSolver {
@@ -194,6 +199,7 @@ impl Default for LinearSolver {
         Self {
             preconditioner: PreconditionerKind::Dic,
             controls: SolverControls::default(),
+            ordering: RowOrdering::default(),
         }
     }
 }
@@ -207,6 +213,14 @@ pub struct SolverSettings {
 }
 
 impl SolverSettings {
+    /// Sets the GPU row ordering of every solver (the command line's `--ordering`).
+    pub fn set_ordering(&mut self, ordering: RowOrdering) {
+        self.regular.ordering = ordering;
+        if let Some(last) = &mut self.final_corrector {
+            last.ordering = ordering;
+        }
+    }
+
     /// The solver of corrector `corrector` out of `n_correctors + 1` solves.
     pub fn for_corrector(&self, corrector: usize, n_correctors: usize) -> &LinearSolver {
         match &self.final_corrector {

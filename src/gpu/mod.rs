@@ -6,10 +6,12 @@
 //! `Gpu::launch` is the one place kernels are launched, each launch checked and
 //! errors naming the kernel. [`matrix`] holds device SpMV matrices (CSR, SELL,
 //! mod-SELL), [`pcg`] the device-resident Jacobi-PCG backend, [`bench`] the
-//! `fvpoisson bench` measurements.
+//! `fvpoisson bench` measurements, [`cusparse`] the cuSPARSE baseline they
+//! are compared with (loaded only by the bench).
 
 pub mod bench;
 pub mod cache;
+pub mod cusparse;
 pub mod matrix;
 pub mod pcg;
 
@@ -221,6 +223,12 @@ impl Gpu {
             })?;
         }
         Ok(())
+    }
+
+    /// Makes the device's context current on the calling thread (libraries
+    /// on the runtime API, like cuSPARSE, use the current context).
+    pub fn bind_to_thread(&self) -> Result<(), GpuError> {
+        driver("cuCtxSetCurrent", self.ctx.bind_to_thread())
     }
 
     /// Waits for all queued work.

@@ -6,6 +6,7 @@
 //! iterations.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
@@ -16,8 +17,7 @@ use crate::solve::{
     pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, PreconditionerKind,
     SolveError, SolverControls, SolverPerformance, StopRule,
 };
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::{Csr, ModSell};
+use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 
 /// Threads of the one-block reduction kernels.
 const REDUCE_BLOCK: u32 = 1024;
@@ -31,8 +31,9 @@ pub struct GpuSolveOptions {
     pub slice_height: usize,
     /// Iterations run on the device between residual read-backs.
     pub check_interval: usize,
-    /// Reorder rows with reverse Cuthill–McKee before building mod-SELL.
-    pub rcm: bool,
+    /// Row ordering of the mod-SELL matrix (b and x are permuted in and the
+    /// solution back out).
+    pub ordering: RowOrdering,
 }
 
 impl Default for GpuSolveOptions {
@@ -40,7 +41,7 @@ impl Default for GpuSolveOptions {
         Self {
             slice_height: 512,
             check_interval: 50,
-            rcm: true,
+            ordering: RowOrdering::default(),
         }
     }
 }
@@ -447,8 +448,9 @@ impl CgBackend for GpuCgBackend<'_> {
 }
 
 /// Solves A x = b by PCG on the GPU (Jacobi or no preconditioner), after the
-/// CPU path's input checks; rows reordered by RCM when `options.rcm`. The
-/// convergence test and the returned performance are those of `solve::pcg`.
+/// CPU path's input checks; rows reordered by `options.ordering` (invisible
+/// to the caller). The convergence test and the returned performance are
+/// those of `solve::pcg`.
 #[allow(clippy::too_many_arguments)]
 pub fn solve_pcg_gpu(
     gpu: &Gpu,
@@ -460,40 +462,79 @@ pub fn solve_pcg_gpu(
     field: &str,
     options: &GpuSolveOptions,
 ) -> Result<SolverPerformance, SolveError> {
-    check_system(a, b, x, controls)?;
-    let jacobi = match kind {
-        PreconditionerKind::None => false,
-        PreconditionerKind::Jacobi => true,
-        other => {
-            return Err(SolveError::Device(format!(
-                "the {other} preconditioner is not available on the GPU; use jacobi or none"
-            )))
+    GpuSolver::new(gpu).solve(a, kind, b, x, controls, field, options)
+}
+
+/// GPU solves of a sequence of systems of one size (a run's linear solves):
+/// the permutation of each row ordering is computed at its first use and
+/// reused, so that an expensive ordering (METIS) is paid once per run.
+/// Reuse is exact for any matrix of the same size (a permutation only
+/// changes the storage order); it is the best order while the pattern stays
+/// that of the first matrix, as an FVM system's does.
+pub struct GpuSolver<'g> {
+    gpu: &'g Gpu,
+    permutations: HashMap<(RowOrdering, usize), Option<Permutation>>,
+}
+
+impl<'g> GpuSolver<'g> {
+    pub fn new(gpu: &'g Gpu) -> Self {
+        Self {
+            gpu,
+            permutations: HashMap::new(),
         }
-    };
-    kind.build(a)?; // the CPU path's checks of the diagonal
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let (a_ordered, perm) = if options.rcm {
-        let p = reverse_cuthill_mckee(a);
-        (p.apply_symmetric(a), Some(p))
-    } else {
-        (a.clone(), None)
-    };
-    let to_new = |v: &[f64]| perm.as_ref().map_or_else(|| v.to_vec(), |p| p.to_new(v));
-    let backend = GpuCgBackend::new(
-        gpu,
-        &a_ordered,
-        jacobi,
-        options.slice_height,
-        options.check_interval,
-    )
-    .map_err(device)?;
-    let b_dev = backend.upload(&to_new(b)).map_err(device)?;
-    let mut x_dev = backend.upload(&to_new(x)).map_err(device)?;
-    let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-    let x_new = backend.download(&x_dev).map_err(device)?;
-    match perm {
-        Some(p) => x.copy_from_slice(&p.to_old(&x_new)),
-        None => x.copy_from_slice(&x_new),
     }
-    Ok(perf)
+
+    /// [`solve_pcg_gpu`] with the permutation from this solver's cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve(
+        &mut self,
+        a: &Csr,
+        kind: PreconditionerKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        let jacobi = match kind {
+            PreconditionerKind::None => false,
+            PreconditionerKind::Jacobi => true,
+            other => {
+                return Err(SolveError::Device(format!(
+                    "the {other} preconditioner is not available on the GPU; use jacobi or none"
+                )))
+            }
+        };
+        kind.build(a)?; // the CPU path's checks of the diagonal
+        let key = (options.ordering, options.slice_height);
+        let cached = self
+            .permutations
+            .get(&key)
+            .is_some_and(|p| p.as_ref().is_none_or(|p| p.len() == a.n_rows()));
+        if !cached {
+            let p = options
+                .ordering
+                .permutation(a, options.slice_height)
+                .map_err(SolveError::Device)?;
+            self.permutations.insert(key, p);
+        }
+        let ordered = Reordered::with_permutation(a, self.permutations[&key].as_ref())
+            .map_err(SolveError::Device)?;
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let backend = GpuCgBackend::new(
+            self.gpu,
+            ordered.matrix(),
+            jacobi,
+            options.slice_height,
+            options.check_interval,
+        )
+        .map_err(device)?;
+        let b_dev = backend.upload(&ordered.to_new(b)).map_err(device)?;
+        let mut x_dev = backend.upload(&ordered.to_new(x)).map_err(device)?;
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+        let x_new = backend.download(&x_dev).map_err(device)?;
+        ordered.to_old_into(&x_new, x);
+        Ok(perf)
+    }
 }
