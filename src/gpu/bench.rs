@@ -613,12 +613,12 @@ fn controls() -> SolverControls {
 /// The table printed last, then the notes.
 pub fn table(report: &Report) -> String {
     let mut out = format!(
-        "{:<34} {:<8} {:<20} {:>10} {:>11} {:>11} {:>9} {:>7}  {}\n",
+        "{:<34} {:<8} {:<24} {:>10} {:>11} {:>11} {:>9} {:>7}  {}\n",
         "case", "ordering", "what", "n", "MB counted", "ms", "GB/s", "of copy", "note"
     );
     for r in &report.rows {
         out += &format!(
-            "{:<34} {:<8} {:<20} {:>10} {:>11.1} {:>11.4} {:>9.0} {:>7.2}  {}\n",
+            "{:<34} {:<8} {:<24} {:>10} {:>11.1} {:>11.4} {:>9.0} {:>7.2}  {}\n",
             r.case,
             r.ordering,
             r.what,
