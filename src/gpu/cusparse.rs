@@ -259,7 +259,7 @@ pub struct CusparseSpmv<'a> {
     /// 32-bit copy of the row or slice offsets, where cuSPARSE refused our
     /// 64-bit offsets next to 32-bit column indices.
     _offsets32: Option<CudaSlice<i32>>,
-    /// What the set-up chose, for the bench note.
+    /// What the set-up chose (offsets, preprocessing), for the bench note.
     pub note: String,
     _matrix: PhantomData<&'a DeviceMatrix>,
 }
@@ -283,7 +283,7 @@ impl<'a> CusparseSpmv<'a> {
         let wide = Self::try_new(lib, kind, m, nnz, None, x, y);
         let wide_error = match wide {
             Ok(mut s) => {
-                s.note = "64-bit offsets, our buffers".into();
+                s.note = format!("64-bit offsets, our buffers, {}", s.note);
                 return Ok(s);
             }
             Err(e) => e,
@@ -291,7 +291,7 @@ impl<'a> CusparseSpmv<'a> {
         let offsets = Self::offsets32(lib.gpu, m)?;
         let mut s = Self::try_new(lib, kind, m, nnz, Some(offsets), x, y)
             .map_err(|e| format!("64-bit offsets: {wide_error}; 32-bit offsets: {e}"))?;
-        s.note = format!("32-bit offset copy (64-bit: {wide_error})");
+        s.note = format!("32-bit offset copy (64-bit: {wide_error}), {}", s.note);
         Ok(s)
     }
 
@@ -431,9 +431,11 @@ impl<'a> CusparseSpmv<'a> {
             )
         })?;
         this.workspace = gpu.zeros(size.max(1)).map_err(|e| e.to_string())?;
+        // Optional: where cuSPARSE refuses it, the SpMV runs unprepared (said in the note).
+        let mut preprocessed = "preprocessed".to_string();
         if lib.preprocess {
             // SAFETY: as above, with the workspace of the size asked for.
-            check("cusparseSpMV_preprocess", unsafe {
+            let status = unsafe {
                 cs::cusparseSpMV_preprocess(
                     lib.handle,
                     cs::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
@@ -446,8 +448,14 @@ impl<'a> CusparseSpmv<'a> {
                     algorithm,
                     ptr(gpu, &this.workspace),
                 )
-            })?;
+            };
+            if let Err(e) = check("cusparseSpMV_preprocess", status) {
+                preprocessed = format!("not preprocessed ({e})");
+            }
+        } else {
+            preprocessed = "not preprocessed (cuSPARSE before 12.4)".into();
         }
+        this.note = preprocessed;
         this.spmv(x, y)?;
         gpu.synchronize().map_err(|e| e.to_string())?;
         Ok(this)
