@@ -5,6 +5,7 @@
 use fvpoisson::case::case_toml::parse_case;
 use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, Device, RunSummary};
 use fvpoisson::solve::EquilibrationKind;
+use fvpoisson::sparse::RowOrdering;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -194,6 +195,16 @@ fn errors_name_file_line_and_key() {
     let err = parse_err(text, "equilibration");
     assert!(
         err.contains("case.toml:4:17: solver.T.equilibration: unknown equilibration 'ruz'"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\nordering = \"amd\"\n";
+    let err = parse_err(text, "ordering");
+    assert!(
+        err.contains(
+            "case.toml:4:12: solver.T.ordering: unknown row ordering 'amd' \
+             (use natural, cm, rcm or metis)"
+        ),
         "{err}"
     );
 
@@ -554,6 +565,51 @@ fn foam_output_writes_time_directories() {
         err.contains("case.toml:13:15: output.writeFormat 'hdf5'"),
         "{err}"
     );
+}
+
+#[test]
+fn gpu_row_ordering_is_read_per_solver_and_set_by_the_command_line() {
+    let base = "[mesh]\nsource = \"box:2x2x2\"\n";
+    let setup = parse(base).unwrap();
+    assert_eq!(setup.solver.regular.ordering, RowOrdering::Rcm);
+    let text =
+        format!("{base}[solver.T]\nordering = \"metis\"\n[solver.TFinal]\ntolerance = 1e-9\n");
+    let mut setup = parse(&text).unwrap();
+    assert_eq!(setup.solver.regular.ordering, RowOrdering::Metis);
+    // TFinal entries default to the T entry's.
+    assert_eq!(
+        setup.solver.final_corrector.unwrap().ordering,
+        RowOrdering::Metis
+    );
+    setup.solver.set_ordering(RowOrdering::Cm);
+    assert_eq!(setup.solver.regular.ordering, RowOrdering::Cm);
+    assert_eq!(
+        setup.solver.final_corrector.unwrap().ordering,
+        RowOrdering::Cm
+    );
+
+    // On the command line; an unknown name is refused before anything runs.
+    let bin = env!("CARGO_BIN_EXE_fvpoisson");
+    let dir = Scratch::new("cli_ordering");
+    fs::write(dir.join("case.toml"), MMS).unwrap();
+    let out = Command::new(bin)
+        .args(["run", "--ordering", "amd"])
+        .arg(&*dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown row ordering 'amd'"), "{err}");
+    if fvpoisson::gpu::Gpu::new().is_ok() {
+        let out = Command::new(bin)
+            .args(["run", "--device", "gpu", "--ordering", "metis"])
+            .arg(&*dir)
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{log}");
+        assert!(log.contains(", metis row ordering"), "{log}");
+    }
 }
 
 #[test]

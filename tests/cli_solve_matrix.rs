@@ -139,3 +139,71 @@ fn bad_input_gives_clear_errors() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn gpu_options_choose_the_device_and_the_row_ordering() {
+    // The ordering only applies on the GPU: on the CPU a warning, same answer.
+    let out = fvpoisson(&[
+        "solve-matrix",
+        MATRIX,
+        "--ordering",
+        "metis",
+        "--tol",
+        "1e-12",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--ordering only applies to GPU solves"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("preconditioner dic; CPU"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--ordering", "amd"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("unknown row ordering 'amd' (use natural, cm, rcm or metis)"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    for ordering in ["natural", "cm", "rcm", "metis"] {
+        let out = fvpoisson(&[
+            "solve-matrix",
+            MATRIX,
+            "--device",
+            "gpu",
+            "--ordering",
+            ordering,
+            "--tol",
+            "1e-12",
+        ]);
+        if fvpoisson::gpu::Gpu::new().is_err() {
+            assert_eq!(out.status.code(), Some(2));
+            assert!(
+                text(&out.stderr).contains("no CUDA device"),
+                "{}",
+                text(&out.stderr)
+            );
+            return;
+        }
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{ordering}: {}", text(&out.stderr));
+        assert!(
+            stdout.contains("preconditioner jacobi; GPU ")
+                && stdout.contains(&format!("{ordering} ordering")),
+            "{stdout}"
+        );
+        let error: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("max |x - 1| = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        assert!(error < 1e-10, "{ordering}: {error}");
+    }
+}

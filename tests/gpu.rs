@@ -2,31 +2,18 @@
 //! `skipped: no CUDA device` and passes where there is no GPU, unless
 //! FVPOISSON_REQUIRE_GPU=1.
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
-use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
+use fvpoisson::gpu::pcg::{
+    solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, LaunchMode,
+};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
     pcg, solve_pcg, CgBackend, EquilibrationKind, InitialNorms, PreconditionerKind, SolverControls,
 };
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
-use fvpoisson::sparse::Csr;
-
-/// max_i |y_i − ref_i| / max_i |ref_i|; NaN (an unwritten element) gives infinity.
-fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
-    let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    y.iter()
-        .zip(reference)
-        .map(|(a, b)| {
-            if a.is_finite() {
-                (a - b).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
-}
+use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 
 fn check_formats(gpu: &Gpu, name: &str, a: &Csr, seed: u64) {
     let n = a.n_rows();
@@ -72,9 +59,11 @@ fn spmv_formats_match_csr_on_fvm_matrices() {
     let Some(gpu) = test_device() else { return };
     for spec in ["box:20x20x20", "box:12x12x12:tet:perturb=0.2:renumber"] {
         let (a, _) = poisson_system(spec).unwrap();
-        let rcm = reverse_cuthill_mckee(&a).apply_symmetric(&a);
-        check_formats(&gpu, spec, &a, 5);
-        check_formats(&gpu, &format!("{spec} + RCM"), &rcm, 6);
+        for (seed, ordering) in RowOrdering::ALL.into_iter().enumerate() {
+            let ordered = Reordered::new(&a, ordering, 512).unwrap();
+            let name = format!("{spec}, {ordering}");
+            check_formats(&gpu, &name, ordered.matrix(), seed as u64 + 5);
+        }
     }
 }
 
@@ -132,6 +121,115 @@ fn gpu_pcg_matches_cpu_pcg() {
                 assert_eq!(perf, gpu_perf);
                 assert_eq!(x, x_gpu);
             }
+        }
+    }
+}
+
+#[test]
+fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
+    let Some(gpu) = test_device() else { return };
+    for spec in ["box:24x24x24", "box:12x12x12:tet:perturb=0.2:renumber"] {
+        let (a, b) = poisson_system(spec).unwrap();
+        let kind = PreconditionerKind::Jacobi;
+        let mut x_cpu = vec![0.0; a.n_rows()];
+        let cpu = solve_pcg(&a, kind, &b, &mut x_cpu, &controls(), "p").unwrap();
+        // One solver for all: each ordering computed once, then reused.
+        let mut solver = GpuSolver::new(&gpu);
+        for ordering in RowOrdering::ALL {
+            let options = GpuSolveOptions {
+                ordering,
+                slice_height: 128,
+                ..Default::default()
+            };
+            let mut runs = Vec::new();
+            for _ in 0..2 {
+                let mut x = vec![0.0; a.n_rows()];
+                let perf = solver
+                    .solve(
+                        &a,
+                        kind,
+                        &EquilibrationKind::None,
+                        &b,
+                        &mut x,
+                        &controls(),
+                        "p",
+                        &options,
+                    )
+                    .unwrap();
+                runs.push((perf, x));
+            }
+            let (perf, x) = &runs[0];
+            let d = max_rel_diff(x, &x_cpu);
+            println!(
+                "{spec}, {ordering}: CPU {} iterations, GPU {} iterations, max relative \
+                 solution difference {d:.2e}",
+                cpu.iterations, perf.iterations
+            );
+            assert!(perf.converged, "{spec} {ordering}");
+            assert!(
+                perf.iterations.abs_diff(cpu.iterations) <= 1,
+                "{spec} {ordering}"
+            );
+            assert!(d < 1e-5, "{spec} {ordering}: solution differs by {d}");
+            // The cached permutation gives the same solve.
+            assert_eq!(runs[1].0, *perf, "{spec} {ordering}");
+            assert_eq!(runs[1].1, *x, "{spec} {ordering}");
+        }
+    }
+}
+
+#[test]
+fn cusparse_spmv_matches_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let lib = match Cusparse::load(&gpu) {
+        Ok(lib) => lib,
+        Err(e) => {
+            println!("skipped: cuSPARSE not loaded: {e}");
+            return;
+        }
+    };
+    println!("cuSPARSE {}", lib.version());
+    let mut cases = vec![
+        ("random n = 1000".to_string(), random_symmetric(1000, 8, 2)),
+        (
+            "random n = 100003".to_string(),
+            random_symmetric(100_003, 8, 3),
+        ),
+    ];
+    for spec in ["box:20x20x20", "box:12x12x12:tet:perturb=0.2:renumber"] {
+        cases.push((spec.to_string(), poisson_system(spec).unwrap().0));
+    }
+    for (name, a) in &cases {
+        let n = a.n_rows();
+        let mut rng = SplitMix(n as u64);
+        let x: Vec<f64> = (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
+        let mut reference = vec![0.0; n];
+        a.spmv(&x, &mut reference);
+        let xs = vec![gpu.upload(&x).unwrap()];
+        let mut ys = vec![gpu.upload(&vec![f64::NAN; n]).unwrap()];
+        let csr = DeviceMatrix::upload(&gpu, a, Format::Csr, 512).unwrap();
+        let sell = DeviceMatrix::upload(&gpu, a, Format::Sell, 512).unwrap();
+        let dx = DenseVector::all(&lib, &xs).unwrap();
+        for kind in CusparseKind::ALL {
+            let ours = if kind == CusparseKind::SellAlg1 {
+                &sell
+            } else {
+                &csr
+            };
+            gpu.write(&vec![f64::NAN; n], &mut ys[0]).unwrap();
+            let dy = DenseVector::all(&lib, &ys).unwrap();
+            // `new` runs the SpMV once, x → y.
+            let spmv = CusparseSpmv::new(&lib, kind, ours, a.nnz(), &dx[0], &dy[0])
+                .unwrap_or_else(|e| panic!("{name}, {}: {e}", kind.name()));
+            drop(dy);
+            let y = gpu.download(&ys[0]).unwrap();
+            let d = max_rel_diff(&y, &reference);
+            println!(
+                "{name}: {} ({}) max relative difference {d:.2e}",
+                kind.name(),
+                spmv.note
+            );
+            assert!(d < 1e-12, "{name} {}: {d}", kind.name());
         }
     }
 }

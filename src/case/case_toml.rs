@@ -43,6 +43,7 @@
 //! relTol = 0                  # default 0; TFinal entries default to the T entry's values
 //! maxIter = 1000              # default 1000
 //! minIter = 0                 # default 0
+//! ordering = "rcm"            # row ordering of GPU solves: natural, cm, rcm (default), metis
 //!
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]
@@ -177,6 +178,7 @@ struct SolverEntry {
     max_iter: Option<usize>,
     #[serde(rename = "minIter")]
     min_iter: Option<usize>,
+    ordering: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -691,10 +693,18 @@ impl Source<'_> {
         controls.validate().map_err(|e| {
             CaseError::invalid(format!("{}: solver.{name}: {e}", self.file.display()))
         })?;
+        let ordering = match &entry.ordering {
+            Some(o) => o
+                .get_ref()
+                .parse()
+                .map_err(|e| self.error(o.span(), format!("solver.{name}.ordering: {e}")))?,
+            None => base.ordering,
+        };
         Ok(LinearSolver {
             preconditioner,
             equilibration,
             controls,
+            ordering,
         })
     }
 

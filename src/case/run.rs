@@ -11,15 +11,15 @@ use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, TimeScheme};
 use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
-use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuVector};
+use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::solve::{
-    pcg, solve_pcg_scaled, EquilibrationKind, PreconditionerKind, SolveError, SolverPerformance,
+    pcg, solve_pcg_scaled, EquilibrationKind, PreconditionerKind, SolverPerformance,
 };
-use crate::sparse::Csr;
+use crate::sparse::{Permutation, RowOrdering};
 use cudarc::driver::CudaSlice;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -97,32 +97,6 @@ impl Device<'_> {
             (Self::Gpu(_), _) => PreconditionerKind::Jacobi,
         }
     }
-
-    fn solve(
-        self,
-        a: &Csr,
-        solver: &LinearSolver,
-        b: &[f64],
-        x: &mut [f64],
-        field: &str,
-    ) -> Result<SolverPerformance, SolveError> {
-        let kind = self.preconditioner(solver);
-        let (equilibration, controls) = (&solver.equilibration, &solver.controls);
-        match self {
-            Self::Cpu => solve_pcg_scaled(a, kind, equilibration, b, x, controls, field),
-            Self::Gpu(gpu) => solve_pcg_gpu(
-                gpu,
-                a,
-                kind,
-                equilibration,
-                b,
-                x,
-                controls,
-                field,
-                &GpuSolveOptions::default(),
-            ),
-        }
-    }
 }
 
 /// Loads the mesh, assembles and solves the case on `device`, writes its results.
@@ -154,7 +128,11 @@ pub fn run_case_with_mesh(
         clock.elapsed().as_secs_f64()
     );
     if let Device::Gpu(gpu) = device {
-        log::info!("GPU: {}", gpu.name());
+        log::info!(
+            "Linear solves on the GPU: {}, {} row ordering",
+            gpu.name(),
+            setup.solver.regular.ordering
+        );
         for solver in [&setup.solver.regular]
             .into_iter()
             .chain(&setup.solver.final_corrector)
@@ -245,13 +223,18 @@ impl<'a> OnDevice<'a> {
         system: &LaplacianSystem,
         problem: &LaplacianProblem,
         field: &[f64],
+        ordering: RowOrdering,
     ) -> Result<Option<Self>, CaseError> {
         let slice_height = GpuSolveOptions::default().slice_height;
-        match DeviceLaplacian::new(gpu, system, problem, slice_height) {
+        let permutation = ordering
+            .permutation(&system.matrix, slice_height)
+            .map_err(CaseError::Invalid)?
+            .unwrap_or_else(|| Permutation::identity(system.matrix.n_rows()));
+        match DeviceLaplacian::with_ordering(gpu, system, problem, permutation, slice_height) {
             Ok(laplacian) => {
                 log::info!(
                     "Assembly, non-orthogonal correction and linear solves on the GPU \
-                     (rows in reverse Cuthill-McKee order, mod-SELL slices of {slice_height})"
+                     (rows in {ordering} order, mod-SELL slices of {slice_height})"
                 );
                 let field = GpuVector::from(laplacian.to_device_order(field)?);
                 Ok(Some(Self {
@@ -328,6 +311,8 @@ struct Run<'a> {
     vtk: Option<VtkSeries<'a>>,
     foam_fields: Vec<PathBuf>,
     device: Device<'a>,
+    /// The GPU's solves, which compute each row ordering once per run.
+    gpu_solver: Option<GpuSolver<'a>>,
     clock: Instant,
 }
 
@@ -380,7 +365,13 @@ impl<'a> Run<'a> {
                 );
                 None
             }
-            Device::Gpu(gpu) => OnDevice::new(gpu, &system, &problem, &field)?,
+            Device::Gpu(gpu) => OnDevice::new(
+                gpu,
+                &system,
+                &problem,
+                &field,
+                setup.solver.regular.ordering,
+            )?,
             Device::Cpu => None,
         };
         let mut run = Self {
@@ -395,6 +386,10 @@ impl<'a> Run<'a> {
             vtk,
             foam_fields: Vec::new(),
             device,
+            gpu_solver: match device {
+                Device::Gpu(gpu) => Some(GpuSolver::new(gpu)),
+                Device::Cpu => None,
+            },
             clock,
         };
         run.apply_implicit_source(0.0)?;
@@ -528,7 +523,22 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
-                match self.device.solve(matrix, solver, b, x, &setup.field) {
+                let kind = self.device.preconditioner(solver);
+                let (equilibration, controls) = (&solver.equilibration, &solver.controls);
+                let result = match &mut self.gpu_solver {
+                    Some(gpu) => {
+                        let options = GpuSolveOptions {
+                            ordering: solver.ordering,
+                            ..GpuSolveOptions::default()
+                        };
+                        let field = &setup.field;
+                        gpu.solve(matrix, kind, equilibration, b, x, controls, field, &options)
+                    }
+                    None => {
+                        solve_pcg_scaled(matrix, kind, equilibration, b, x, controls, &setup.field)
+                    }
+                };
+                match result {
                     Ok(perf) => performances.push(perf),
                     Err(e) => failure = Some(e),
                 }

@@ -11,6 +11,7 @@ use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPol
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
 use crate::solve::{EquilibrationKind, PreconditionerKind, SolverControls};
+use crate::sparse::RowOrdering;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -203,12 +204,16 @@ pub fn check_step_count(steps: f64, delta_t: f64, span: f64) -> Result<(), Strin
 
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
 /// PCG, the only solver there is, with its preconditioner, the equilibration
-/// of the system it is applied to (fvpoisson's own setting) and stopping rules.
+/// of the system it is applied to (fvpoisson's own setting), stopping rules,
+/// and the row ordering of its GPU solves.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSolver {
     pub preconditioner: PreconditionerKind,
     pub equilibration: EquilibrationKind,
     pub controls: SolverControls,
+    /// Row ordering of the GPU's mod-SELL matrix (the CPU solves in the
+    /// mesh's cell order, as OpenFOAM does).
+    pub ordering: RowOrdering,
 }
 
 impl Default for LinearSolver {
@@ -217,6 +222,7 @@ impl Default for LinearSolver {
             preconditioner: PreconditionerKind::Dic,
             equilibration: EquilibrationKind::None,
             controls: SolverControls::default(),
+            ordering: RowOrdering::default(),
         }
     }
 }
@@ -230,6 +236,14 @@ pub struct SolverSettings {
 }
 
 impl SolverSettings {
+    /// Sets the GPU row ordering of every solver (the command line's `--ordering`).
+    pub fn set_ordering(&mut self, ordering: RowOrdering) {
+        self.regular.ordering = ordering;
+        if let Some(last) = &mut self.final_corrector {
+            last.ordering = ordering;
+        }
+    }
+
     /// The solver of corrector `corrector` out of `n_correctors + 1` solves.
     pub fn for_corrector(&self, corrector: usize, n_correctors: usize) -> &LinearSolver {
         match &self.final_corrector {

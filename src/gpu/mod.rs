@@ -8,11 +8,13 @@
 //! graph instead. [`matrix`] holds device SpMV matrices (CSR, SELL,
 //! mod-SELL), [`assembly`] the Laplacian assembled on the device into
 //! mod-SELL, [`pcg`] the device-resident PCG backend, [`bench`] the
-//! `fvpoisson bench` measurements.
+//! `fvpoisson bench` measurements, [`cusparse`] the cuSPARSE baseline they
+//! are compared with (loaded only by the bench).
 
 pub mod assembly;
 pub mod bench;
 pub mod cache;
+pub mod cusparse;
 pub mod matrix;
 pub mod pcg;
 
@@ -291,6 +293,12 @@ impl Gpu {
             self.synchronize()?;
         }
         Ok(())
+    }
+
+    /// Makes the device's context current on the calling thread (libraries
+    /// on the runtime API, like cuSPARSE, use the current context).
+    pub fn bind_to_thread(&self) -> Result<(), GpuError> {
+        driver("cuCtxSetCurrent", self.ctx.bind_to_thread())
     }
 
     /// Waits for all queued work.

@@ -27,6 +27,7 @@
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, PushKernelArg};
@@ -38,8 +39,7 @@ use crate::solve::{
     pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, InitialNorms, IterationRecord,
     LoopState, PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
 };
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::{Csr, ModSell};
+use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 
 /// Threads of the one-block reduction kernels.
 const REDUCE_BLOCK: u32 = 1024;
@@ -93,9 +93,9 @@ pub struct GpuSolveOptions {
     pub slice_height: usize,
     /// Iterations run on the device between residual read-backs.
     pub check_interval: usize,
-    /// Reorder rows with reverse Cuthill–McKee before building mod-SELL
-    /// (`solve_pcg_gpu`; a backend takes the rows in the order given).
-    pub rcm: bool,
+    /// Row ordering of the mod-SELL matrix (b and x are permuted in and the
+    /// solution back out).
+    pub ordering: RowOrdering,
     pub launches: LaunchMode,
 }
 
@@ -104,7 +104,7 @@ impl Default for GpuSolveOptions {
         Self {
             slice_height: 512,
             check_interval: 50,
-            rcm: true,
+            ordering: RowOrdering::default(),
             launches: LaunchMode::Auto,
         }
     }
@@ -760,9 +760,10 @@ impl CgBackend for GpuCgBackend<'_> {
 
 /// Solves A x = b by PCG on the GPU (Jacobi or no preconditioner), on the
 /// system equilibrated by `equilibration` (scaled on the host, then
-/// uploaded), after the CPU path's input checks; rows reordered by RCM when
-/// `options.rcm`. The convergence test and the returned performance are those
-/// of `solve::pcg` on the original system, as in `solve_pcg_scaled`.
+/// uploaded), after the CPU path's input checks; rows reordered by
+/// `options.ordering` (invisible to the caller). The convergence test and the
+/// returned performance are those of `solve::pcg` on the original system, as
+/// in `solve_pcg_scaled`.
 #[allow(clippy::too_many_arguments)]
 pub fn solve_pcg_gpu(
     gpu: &Gpu,
@@ -775,51 +776,100 @@ pub fn solve_pcg_gpu(
     field: &str,
     options: &GpuSolveOptions,
 ) -> Result<SolverPerformance, SolveError> {
-    check_system(a, b, x, controls)?;
-    let jacobi = match kind {
-        PreconditionerKind::None => false,
-        PreconditionerKind::Jacobi => true,
-        other => {
-            return Err(SolveError::Device(format!(
-                "the {other} preconditioner is not available on the GPU; use jacobi or none"
-            )))
+    GpuSolver::new(gpu).solve(a, kind, equilibration, b, x, controls, field, options)
+}
+
+/// GPU solves of a sequence of systems of one size (a run's linear solves):
+/// the permutation of each row ordering is computed at its first use and
+/// reused, so that an expensive ordering (METIS) is paid once per run.
+/// Reuse is exact for any matrix of the same size (a permutation only
+/// changes the storage order); it is the best order while the pattern stays
+/// that of the first matrix, as an FVM system's does.
+pub struct GpuSolver<'g> {
+    gpu: &'g Gpu,
+    permutations: HashMap<(RowOrdering, usize), Option<Permutation>>,
+}
+
+impl<'g> GpuSolver<'g> {
+    pub fn new(gpu: &'g Gpu) -> Self {
+        Self {
+            gpu,
+            permutations: HashMap::new(),
         }
-    };
-    // The CPU path's checks, in its order, with its row numbers.
-    let eq = equilibration.build(a)?;
-    let scaled = eq.as_ref().map(|e| e.scale_matrix(a));
-    let system = scaled.as_ref().unwrap_or(a);
-    kind.build(system)?;
-    let (b_system, x_system) = match &eq {
-        Some(e) => (e.scale_rhs(b), e.to_scaled(x)),
-        None => (b.to_vec(), x.to_vec()),
-    };
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let (a_ordered, perm) = if options.rcm {
-        let p = reverse_cuthill_mckee(system);
-        (Cow::Owned(p.apply_symmetric(system)), Some(p))
-    } else {
-        (Cow::Borrowed(system), None)
-    };
-    let to_new = |v: &[f64]| perm.as_ref().map_or_else(|| v.to_vec(), |p| p.to_new(v));
-    let eq_ordered = match (&eq, &perm) {
-        (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
-        (Some(e), None) => Some(Cow::Borrowed(e)),
-        (None, _) => None,
-    };
-    let backend = GpuCgBackend::new(gpu, &a_ordered, jacobi, eq_ordered.as_deref(), options)
-        .map_err(device)?;
-    let b_dev = backend.upload(&to_new(&b_system)).map_err(device)?;
-    let mut x_dev = backend.upload(&to_new(&x_system)).map_err(device)?;
-    let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-    let x_new = backend.download(&x_dev).map_err(device)?;
-    let x_system = match &perm {
-        Some(p) => p.to_old(&x_new),
-        None => x_new,
-    };
-    match &eq {
-        Some(e) => x.copy_from_slice(&e.to_original(&x_system)),
-        None => x.copy_from_slice(&x_system),
     }
-    Ok(perf)
+
+    /// [`solve_pcg_gpu`] with the permutation from this solver's cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve(
+        &mut self,
+        a: &Csr,
+        kind: PreconditionerKind,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        let jacobi = match kind {
+            PreconditionerKind::None => false,
+            PreconditionerKind::Jacobi => true,
+            other => {
+                return Err(SolveError::Device(format!(
+                    "the {other} preconditioner is not available on the GPU; use jacobi or none"
+                )))
+            }
+        };
+        // The CPU path's checks, in its order, with its row numbers.
+        let eq = equilibration.build(a)?;
+        let scaled = eq.as_ref().map(|e| e.scale_matrix(a));
+        let system = scaled.as_ref().unwrap_or(a);
+        kind.build(system)?;
+        let (b_system, x_system) = match &eq {
+            Some(e) => (e.scale_rhs(b), e.to_scaled(x)),
+            None => (b.to_vec(), x.to_vec()),
+        };
+        let key = (options.ordering, options.slice_height);
+        let cached = self
+            .permutations
+            .get(&key)
+            .is_some_and(|p| p.as_ref().is_none_or(|p| p.len() == a.n_rows()));
+        if !cached {
+            let p = options
+                .ordering
+                .permutation(system, options.slice_height)
+                .map_err(SolveError::Device)?;
+            self.permutations.insert(key, p);
+        }
+        let perm = self.permutations[&key].as_ref();
+        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
+        let eq_ordered = match (&eq, perm) {
+            (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
+            (Some(e), None) => Some(Cow::Borrowed(e)),
+            (None, _) => None,
+        };
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let backend = GpuCgBackend::new(
+            self.gpu,
+            ordered.matrix(),
+            jacobi,
+            eq_ordered.as_deref(),
+            options,
+        )
+        .map_err(device)?;
+        let b_dev = backend.upload(&ordered.to_new(&b_system)).map_err(device)?;
+        let mut x_dev = backend.upload(&ordered.to_new(&x_system)).map_err(device)?;
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+        let x_new = backend.download(&x_dev).map_err(device)?;
+        match &eq {
+            Some(e) => {
+                let mut y = vec![0.0; x.len()];
+                ordered.to_old_into(&x_new, &mut y);
+                x.copy_from_slice(&e.to_original(&y));
+            }
+            None => ordered.to_old_into(&x_new, x),
+        }
+        Ok(perf)
+    }
 }
