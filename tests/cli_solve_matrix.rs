@@ -158,7 +158,7 @@ fn gpu_options_choose_the_device_and_the_row_ordering() {
         text(&out.stderr)
     );
     assert!(
-        text(&out.stdout).contains("preconditioner dic; CPU"),
+        text(&out.stdout).contains("preconditioner dic, equilibration none; CPU"),
         "{}",
         text(&out.stdout)
     );
