@@ -1,24 +1,141 @@
-// Jacobi-PCG on the device (appended to spmv.cu in one module): the scalars
-// stay in `st` on the device and the stopping tests of src/solve/pcg.rs
-// (`StopRule`) are applied here too, so a chunk of iterations runs with no host
-// round trip and stops at the same iteration as the host loop. Reductions:
-// fixed per-block partials, then one block sums them in a fixed order.
+// PCG on the device (appended to spmv.cu in one module): the scalars stay in
+// `st` on the device and the stopping tests of src/solve/pcg.rs (`StopRule`)
+// are applied here too, so a chunk of iterations runs with no host round trip
+// and stops at the same iteration as the host loop.
+//
+// Reductions are deterministic: each block writes one partial sum, then the
+// partials are added in one fixed order (`reduce_fixed`), either by a separate
+// one-block kernel (cg_finish_*: 5 launches per iteration) or, when a launch
+// gets a `ticket`, by the last block of the same grid to finish (fence, then
+// an atomic ticket: 3 launches per iteration). Both give the same bits.
 
-// Layout of the device state `st`.
-#define ST_DONE 0      // nonzero: the loop has stopped; later launches are no-ops
-#define ST_ITER 1      // iterations completed
-#define ST_RZ 2        // r . z of the pending iteration
-#define ST_RZ_OLD 3    // r . z of the last completed iteration
+// Layout of the device state `st`, written by the host at the start of each
+// chunk (src/gpu/pcg.rs `run_chunk`).
+#define ST_DONE 0         // nonzero: the chunk has stopped; later launches are no-ops
+#define ST_ITER 1         // iterations completed
+#define ST_RZ 2           // r . z of the pending iteration
+#define ST_RZ_OLD 3       // r . z of the last completed iteration
 #define ST_ALPHA 4
-#define ST_LAST 5      // normalised residual after the last completed iteration
-#define ST_BEST 6      // smallest normalised residual so far
+#define ST_LAST 5         // normalised residual after the last completed iteration
+#define ST_BEST 6         // smallest normalised residual so far
+#define ST_CAP 7          // the chunk ends after this iteration
+#define ST_TOLERANCE 8    // SolverControls and StopRule
+#define ST_REL_TOL 9
+#define ST_INITIAL 10
+#define ST_NORM_FACTOR 11
+#define ST_MAX_ITER 12
+#define ST_MIN_ITER 13
 #define DIVERGENCE_FACTOR 1e10  // pcg.rs DIVERGENCE_FACTOR
 
-// Sum of p[0..m) in a fixed order (one block), valid in thread 0.
-__device__ double reduce_fixed(int m, const double* __restrict__ p) {
-    double s = 0.0;
-    for (int i = threadIdx.x; i < m; i += blockDim.x) s += p[i];
-    return block_sum(s);
+// Virtual lanes of the fixed reduction order.
+#define REDUCE_LANES 1024
+
+// Sum of p[0..m) in one fixed order whatever the block size (a multiple of 32,
+// at most 1024): virtual lane l < 1024 adds p[l], p[l + 1024], ... in turn,
+// each virtual warp of 32 lanes adds its lanes by a shuffle tree, and warp 0
+// adds the 32 warp sums by the same tree. With 1024 threads this is
+// block_sum's order, so a one-block kernel and the last block of a 256- or
+// 512-thread grid give the same bits. Valid in thread 0; every thread of the
+// block must call it. Loads bypass L1 (__ldcg): in a ticketed launch other
+// blocks wrote p during this launch.
+__device__ double reduce_fixed(int m, const double* p) {
+    __shared__ double lane_sums[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    __syncthreads();  // an earlier call may still be reading lane_sums
+    for (int vw = warp; vw < 32; vw += warps) {
+        double s = 0.0;
+#pragma unroll 8
+        for (int i = vw * 32 + lane; i < m; i += REDUCE_LANES) s += __ldcg(p + i);
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+        if (lane == 0) lane_sums[vw] = s;
+    }
+    __syncthreads();
+    double t = 0.0;
+    if (warp == 0) {
+        t = lane_sums[lane];
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+    }
+    return t;
+}
+
+// Whether this block is the last of the grid to finish (every thread of the
+// block must call it, after thread 0 wrote the block's partials). Thread 0
+// takes a ticket with an acquire-release atomic: its partials are published
+// before the ticket, and the block that takes the last ticket sees every
+// block's partials (its other threads after the barrier). The last block
+// resets the ticket for the next launch.
+__device__ bool last_block(unsigned* ticket) {
+    __shared__ bool is_last;
+    if (threadIdx.x == 0) {
+        unsigned taken;
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;"
+                     : "=r"(taken)
+                     : "l"(ticket)
+                     : "memory");
+        is_last = taken == gridDim.x - 1;
+        if (is_last) *ticket = 0u;
+    }
+    __syncthreads();
+    return is_last;
+}
+
+// StopRule::after_precondition.
+__device__ bool stops_after_precondition(double r_z, double last_residual) {
+    return (r_z == 0.0 && last_residual == 0.0) || !(r_z > 0.0);
+}
+
+// Chunk start: r . z of the first iteration (record 0) and its test.
+__device__ void finish_precondition(int m, const double* partials, double* st, double* rec) {
+    const double rz = reduce_fixed(m, partials);
+    if (threadIdx.x == 0) {
+        st[ST_RZ] = rz;
+        rec[0] = rz;
+        if (stops_after_precondition(rz, st[ST_LAST])) st[ST_DONE] = 1.0;
+    }
+}
+
+// p . Ap of iteration j of the chunk; alpha = r.z / p.Ap.
+__device__ void finish_operator(int m, const double* partials, double* st, double* rec, int j) {
+    const double pq = reduce_fixed(m, partials);
+    if (threadIdx.x == 0) {
+        rec[3 * j + 1] = pq;
+        if (!(pq > 0.0)) st[ST_DONE] = 1.0;  // StopRule::after_operator
+        else st[ST_ALPHA] = st[ST_RZ] / pq;
+    }
+}
+
+// End of iteration j of the chunk: the residual tests of
+// StopRule::after_update, then, unless the loop or the chunk ends, r . z of
+// the next iteration and its test.
+__device__ void finish_update(int m, const double* partials, double* st, double* rec, int j) {
+    const double sum_abs = reduce_fixed(m, partials);
+    const double rz = reduce_fixed(m, partials + m);
+    if (threadIdx.x != 0) return;
+    const double it = st[ST_ITER] + 1.0;
+    const double res = sum_abs / st[ST_NORM_FACTOR];
+    rec[3 * j + 2] = res;
+    st[ST_ITER] = it;
+    const double best = fmin(st[ST_BEST], res);
+    bool done;
+    if (!isfinite(res)) done = true;
+    else if (res > DIVERGENCE_FACTOR * best) done = true;
+    else {
+        const double tolerance = st[ST_TOLERANCE], rel_tol = st[ST_REL_TOL];
+        const bool converged =
+            res < tolerance || (rel_tol > 0.0 && res < rel_tol * st[ST_INITIAL]);
+        done = (converged || it >= st[ST_MAX_ITER]) && it >= st[ST_MIN_ITER];
+    }
+    st[ST_BEST] = best;
+    st[ST_LAST] = res;
+    if (!done && it < st[ST_CAP]) {
+        st[ST_RZ_OLD] = st[ST_RZ];
+        st[ST_RZ] = rz;
+        rec[3 * (j + 1)] = rz;
+        done = stops_after_precondition(rz, res);
+    } else {
+        done = true;  // the loop stops, or this chunk ends
+    }
+    if (done) st[ST_DONE] = 1.0;
 }
 
 // out[c] = sum of partials[c*m .. c*m+m) for c < count; one block.
@@ -30,87 +147,84 @@ extern "C" __global__ void reduce_partials(int m, int count, const double* __res
     }
 }
 
-// Partial sums of x (for the mean in OpenFOAM's normFactor).
+// Partial sums of x (of scale * x when `scale` is set: the original unknowns
+// of an equilibrated system), for the mean in OpenFOAM's normFactor.
 extern "C" __global__ void sum_partials(int n, const double* __restrict__ x,
+                                        const double* __restrict__ scale,
                                         double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const double s = block_sum(i < n ? x[i] : 0.0);
+    double v = 0.0;
+    if (i < n) v = scale != nullptr ? scale[i] * x[i] : x[i];
+    const double s = block_sum(v);
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-// r = b - A x (mod-SELL, as spmv_modsell) with partials of sum |r| and of
-// OpenFOAM's normFactor sum(|Ax - A xbar| + |b - A xbar|), A xbar = rowSum * mean(x);
-// `x_sum` holds sum(x). Partials: [|r| per block][norm per block].
+// r = b - A x (mod-SELL) with partials of sum |r| and of OpenFOAM's normFactor
+// sum(|Ax - A xbar| + |b - A xbar|), A xbar = rowSum * mean(x); `x_sum` holds
+// sum(x). With `unscale` set the system is equilibrated (src/solve/equilibrate.rs):
+// the sums are over the original system's A x = w Â y, b = w b̂, r = w r̂ with
+// w = unscale, and rowSum is the original matrix's. Partials: [|r| per
+// block][norm per block].
 extern "C" __global__ void cg_initial_residual(int n, const u64* __restrict__ slice_ptr,
                                                const int* __restrict__ codes,
                                                const double* __restrict__ vals,
                                                const double* __restrict__ diag,
                                                const double* __restrict__ row_sums,
                                                const double* __restrict__ x_sum,
+                                               const double* __restrict__ unscale,
                                                const double* __restrict__ x,
                                                const double* __restrict__ b,
                                                double* __restrict__ r,
                                                double* __restrict__ partials) {
-    extern __shared__ double x_slice[];
-    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
-    const bool in = row < n;
-    const double xr = in ? x[row] : 0.0;
-    x_slice[t] = xr;
-    double ax = in ? diag[row] * xr : 0.0;
-    __syncthreads();
-    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
-    for (u64 k = start + t; k < end; k += h) {
-        const int c = codes[k];
-        if (c > 0) ax += vals[k] * __ldg(&x[c - 1]);
-        else if (c < 0) ax += vals[k] * x_slice[-(c + 1)];
-    }
+    double xr;
+    const double ax_scaled = modsell_row(n, slice_ptr, codes, vals, diag, x, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
     double res = 0.0, norm = 0.0;
-    if (in) {
+    if (row < n) {
         const double a_xbar = row_sums[row] * (*x_sum / n);
-        const double ri = b[row] - ax;
+        const double ri = b[row] - ax_scaled;
         r[row] = ri;
-        res = fabs(ri);
-        norm = fabs(ax - a_xbar) + fabs(b[row] - a_xbar);
+        double ax = ax_scaled, bi = b[row], r_original = ri;
+        if (unscale != nullptr) {
+            const double w = unscale[row];
+            ax = w * ax_scaled;
+            bi = w * b[row];
+            r_original = w * ri;
+        }
+        res = fabs(r_original);
+        norm = fabs(ax - a_xbar) + fabs(bi - a_xbar);
     }
     const double s_res = block_sum(res);
     const double s_norm = block_sum(norm);
-    if (t == 0) {
+    if (threadIdx.x == 0) {
         partials[blockIdx.x] = s_res;
         partials[gridDim.x + blockIdx.x] = s_norm;
     }
 }
 
-// z = M^-1 r (Jacobi: r * inv_diag; identity when inv_diag is null) and
-// partials of r . z.
+// z = M^-1 r (Jacobi: r * inv_diag; identity when inv_diag is null), stored
+// when z is set, and partials of r . z. With a ticket (the start of a chunk)
+// the last block records r . z of the chunk's first iteration and its test.
 extern "C" __global__ void cg_precondition(int n, const double* __restrict__ r,
                                            const double* __restrict__ inv_diag,
-                                           double* __restrict__ z, double* __restrict__ partials) {
+                                           double* __restrict__ z, double* partials, double* st,
+                                           double* rec, unsigned* ticket) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double rz = 0.0;
     if (i < n) {
         const double zi = inv_diag != nullptr ? r[i] * inv_diag[i] : r[i];
-        z[i] = zi;
+        if (z != nullptr) z[i] = zi;
         rz = r[i] * zi;
     }
     const double s = block_sum(rz);
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
+    if (ticket != nullptr && last_block(ticket)) finish_precondition(gridDim.x, partials, st, rec);
 }
 
-// StopRule::after_precondition.
-__device__ bool stops_after_precondition(double r_z, double last_residual) {
-    return (r_z == 0.0 && last_residual == 0.0) || !(r_z > 0.0);
-}
-
-// r . z of the chunk's first iteration; record 0 gets it.
-extern "C" __global__ void cg_finish_precondition(int m, const double* __restrict__ partials,
-                                                  double* __restrict__ st,
-                                                  double* __restrict__ rec) {
-    const double rz = reduce_fixed(m, partials);
-    if (threadIdx.x == 0) {
-        st[ST_RZ] = rz;
-        rec[0] = rz;
-        if (stops_after_precondition(rz, st[ST_LAST])) st[ST_DONE] = 1.0;
-    }
+// One block: finish_precondition.
+extern "C" __global__ void cg_finish_precondition(int m, const double* partials, double* st,
+                                                  double* rec) {
+    finish_precondition(m, partials, st, rec);
 }
 
 // p = z + beta p, beta = r.z / r.z_old (0 on the first iteration: p = z).
@@ -126,28 +240,46 @@ extern "C" __global__ void cg_direction(int n, const double* __restrict__ st, do
     if (i < n) p[i] = beta == 0.0 ? z[i] : z[i] + beta * p[i];
 }
 
-// p . Ap of iteration j of the chunk; alpha = r.z / p.Ap.
-extern "C" __global__ void cg_finish_operator(int m, const double* __restrict__ partials,
-                                              double* __restrict__ st, double* __restrict__ rec,
-                                              int j) {
-    if (st[ST_DONE] != 0.0) return;
-    const double pq = reduce_fixed(m, partials);
-    if (threadIdx.x == 0) {
-        rec[3 * j + 1] = pq;
-        if (!(pq > 0.0)) st[ST_DONE] = 1.0;  // StopRule::after_operator
-        else st[ST_ALPHA] = st[ST_RZ] / pq;
-    }
+// q = A p (mod-SELL, one block per slice) with partials of p . q. A no-op
+// once `st` says done; with a ticket the last block finishes iteration j
+// (alpha).
+extern "C" __global__ void cg_operator(int n, const u64* __restrict__ slice_ptr,
+                                       const int* __restrict__ codes,
+                                       const double* __restrict__ vals,
+                                       const double* __restrict__ diag,
+                                       const double* __restrict__ p, double* __restrict__ q,
+                                       double* partials, double* st, double* rec, int j,
+                                       unsigned* ticket) {
+    if (st != nullptr && st[ST_DONE] != 0.0) return;
+    double pr;
+    const double qr = modsell_row(n, slice_ptr, codes, vals, diag, p, &pr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) q[row] = qr;
+    const double s = block_sum(pr * qr);  // 0 past n: pr = qr = 0
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+    if (ticket != nullptr && last_block(ticket)) finish_operator(gridDim.x, partials, st, rec, j);
 }
 
-// x += alpha p, r -= alpha q, then (z non-null) z = M^-1 r; partials of sum |r|
-// and r . z: [|r| per block][r.z per block]. alpha from st[ST_ALPHA], or
-// `alpha_ptr` when st is null.
-extern "C" __global__ void cg_update(int n, const double* __restrict__ st,
-                                     const double* __restrict__ alpha_ptr,
+// One block: finish_operator.
+extern "C" __global__ void cg_finish_operator(int m, const double* partials, double* st,
+                                              double* rec, int j) {
+    if (st[ST_DONE] != 0.0) return;
+    finish_operator(m, partials, st, rec, j);
+}
+
+// x += alpha p, r -= alpha q, with partials of sum |r| (of |unscale * r| when
+// `unscale` is set: the original system's residual of an equilibrated one)
+// and, when `with_rz`, of r . z for z = r * inv_diag (Jacobi; stored in z when
+// z is set) or z = r (inv_diag null; not stored: the direction update reads r).
+// Partials: [|r| per block][r.z per block]. alpha from st[ST_ALPHA], or
+// *alpha_ptr when st is null. A no-op once `st` says done; with a ticket the
+// last block finishes iteration j.
+extern "C" __global__ void cg_update(int n, double* st, const double* __restrict__ alpha_ptr,
                                      const double* __restrict__ p, const double* __restrict__ q,
                                      double* __restrict__ x, double* __restrict__ r,
+                                     const double* __restrict__ unscale, int with_rz,
                                      const double* __restrict__ inv_diag, double* __restrict__ z,
-                                     double* __restrict__ partials) {
+                                     double* partials, double* rec, int j, unsigned* ticket) {
     double alpha;
     if (st != nullptr) {
         if (st[ST_DONE] != 0.0) return;
@@ -161,10 +293,10 @@ extern "C" __global__ void cg_update(int n, const double* __restrict__ st,
         x[i] += alpha * p[i];
         const double ri = r[i] - alpha * q[i];
         r[i] = ri;
-        res = fabs(ri);
-        if (z != nullptr) {
+        res = fabs(unscale != nullptr ? unscale[i] * ri : ri);
+        if (with_rz) {
             const double zi = inv_diag != nullptr ? ri * inv_diag[i] : ri;
-            z[i] = zi;
+            if (z != nullptr) z[i] = zi;
             rz = ri * zi;
         }
     }
@@ -174,38 +306,12 @@ extern "C" __global__ void cg_update(int n, const double* __restrict__ st,
         partials[blockIdx.x] = s_res;
         partials[gridDim.x + blockIdx.x] = s_rz;
     }
+    if (ticket != nullptr && last_block(ticket)) finish_update(gridDim.x, partials, st, rec, j);
 }
 
-// End of iteration j of the chunk: the residual tests of StopRule::after_update,
-// then, if the loop goes on, r . z of the next iteration and its test.
-extern "C" __global__ void cg_finish_update(int m, const double* __restrict__ partials,
-                                            double* __restrict__ st, double* __restrict__ rec,
-                                            int j, double tolerance, double rel_tol,
-                                            double initial, double norm_factor,
-                                            double max_iter, double min_iter) {
+// One block: finish_update.
+extern "C" __global__ void cg_finish_update(int m, const double* partials, double* st,
+                                            double* rec, int j) {
     if (st[ST_DONE] != 0.0) return;
-    const double sum_abs = reduce_fixed(m, partials);
-    const double rz = reduce_fixed(m, partials + m);
-    if (threadIdx.x != 0) return;
-    const double it = st[ST_ITER] + 1.0;
-    const double res = sum_abs / norm_factor;
-    rec[3 * j + 2] = res;
-    st[ST_ITER] = it;
-    const double best = fmin(st[ST_BEST], res);
-    bool done;
-    if (!isfinite(res)) done = true;
-    else if (res > DIVERGENCE_FACTOR * best) done = true;
-    else {
-        const bool converged = res < tolerance || (rel_tol > 0.0 && res < rel_tol * initial);
-        done = (converged || it >= max_iter) && it >= min_iter;
-    }
-    st[ST_BEST] = best;
-    st[ST_LAST] = res;
-    if (!done) {
-        st[ST_RZ_OLD] = st[ST_RZ];
-        st[ST_RZ] = rz;
-        rec[3 * (j + 1)] = rz;
-        done = stops_after_precondition(rz, res);
-    }
-    if (done) st[ST_DONE] = 1.0;
+    finish_update(m, partials, st, rec, j);
 }

@@ -27,8 +27,17 @@ extern "C" __global__ void dot_partials(int n, const double* __restrict__ a,
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
+// x = 0 (a vector the host holds through a shared reference: PCG's work
+// vectors, handed out by the backend's pool, cannot be memset from the host).
+extern "C" __global__ void zero_vector(int n, double* __restrict__ x) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = 0.0;
+}
+
 // Weighted / L1 Jacobi sweep (seed 000 §4.1), one block per slice, blockDim =
-// H, H doubles of dynamic shared memory: x_new = x + scale * (b - A x), with
+// H, H doubles of dynamic shared memory (x_own: x of the slice's own rows; not
+// named x_slice, which spmv.cu's modsell_row declares with another linkage):
+// x_new = x + scale * (b - A x), with
 // (b - A x)_i = b_i - a_ii x_i, then minus the off-diagonals in slot order.
 // scale = omega / a_ii or 1 / (a_ii + sum |a_ij|). Double-buffered (x_new != x).
 // x null means x = 0: x_new = scale * b without reading the matrix (the same
@@ -41,7 +50,7 @@ extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_pt
                                          const double* __restrict__ b,
                                          const double* __restrict__ x,
                                          double* __restrict__ x_new) {
-    extern __shared__ double x_slice[];
+    extern __shared__ double x_own[];
     const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
     const bool in = row < n;
     if (x == nullptr) {
@@ -49,14 +58,14 @@ extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_pt
         return;
     }
     const double xr = in ? x[row] : 0.0;
-    x_slice[t] = xr;
+    x_own[t] = xr;
     __syncthreads();
     double res = in ? b[row] - diag[row] * xr : 0.0;
     const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
     for (u64 k = start + t; k < end; k += h) {
         const int c = codes[k];
         if (c > 0) res -= vals[k] * __ldg(&x[c - 1]);
-        else if (c < 0) res -= vals[k] * x_slice[-(c + 1)];
+        else if (c < 0) res -= vals[k] * x_own[-(c + 1)];
     }
     if (in) x_new[row] = xr + scale[row] * res;
 }

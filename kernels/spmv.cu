@@ -48,21 +48,17 @@ extern "C" __global__ void spmv_sell(int n, const u64* __restrict__ slice_ptr,
     if (row < n) y[row] = acc;
 }
 
-// Modified SELL (seed 000 §3.5 `ellpack_shared`, padding skipped explicitly):
-// the block stages x[s*H .. s*H+H) in shared memory; code > 0 reads x[code-1],
-// code < 0 reads shared[-(code+1)], code 0 is padding. Dynamic shared memory:
-// H doubles. When `dot_partials` is set, also writes this block's share of
-// x . y (for PCG's p . Ap); when `done` is set and nonzero the launch is a no-op
-// (PCG stopped on the device).
-extern "C" __global__ void spmv_modsell(int n, const u64* __restrict__ slice_ptr,
-                                        const int* __restrict__ codes,
-                                        const double* __restrict__ vals,
-                                        const double* __restrict__ diag,
-                                        const double* __restrict__ x, double* __restrict__ y,
-                                        double* __restrict__ dot_partials,
-                                        const double* __restrict__ done) {
+// One row of y = A x in modified SELL (seed 000 §3.5 `ellpack_shared`,
+// padding skipped explicitly), row blockIdx.x * H + threadIdx.x with
+// H = blockDim.x: the block stages x[s*H .. s*H+H) in shared memory; code > 0
+// reads x[code-1], code < 0 reads shared[-(code+1)], code 0 is padding.
+// Dynamic shared memory: H doubles. Every thread of the block must call it
+// (it synchronises); rows >= n give 0. `x_row` receives x[row] (0 past n).
+__device__ double modsell_row(int n, const u64* __restrict__ slice_ptr,
+                              const int* __restrict__ codes, const double* __restrict__ vals,
+                              const double* __restrict__ diag, const double* __restrict__ x,
+                              double* x_row) {
     extern __shared__ double x_slice[];
-    if (done != nullptr && *done != 0.0) return;
     const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
     const bool in = row < n;
     const double xr = in ? x[row] : 0.0;
@@ -75,9 +71,18 @@ extern "C" __global__ void spmv_modsell(int n, const u64* __restrict__ slice_ptr
         if (c > 0) acc += vals[k] * __ldg(&x[c - 1]);
         else if (c < 0) acc += vals[k] * x_slice[-(c + 1)];
     }
-    if (in) y[row] = acc;
-    if (dot_partials != nullptr) {
-        const double s = block_sum(in ? xr * acc : 0.0);
-        if (t == 0) dot_partials[blockIdx.x] = s;
-    }
+    *x_row = xr;
+    return acc;
+}
+
+// y = A x in modified SELL: one block per slice, blockDim.x = slice height.
+extern "C" __global__ void spmv_modsell(int n, const u64* __restrict__ slice_ptr,
+                                        const int* __restrict__ codes,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ diag,
+                                        const double* __restrict__ x, double* __restrict__ y) {
+    double xr;
+    const double acc = modsell_row(n, slice_ptr, codes, vals, diag, x, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) y[row] = acc;
 }

@@ -7,9 +7,10 @@
 use crate::case;
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
+use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
-use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
-use crate::sparse::mtx;
+use crate::solve::{solve_pcg_scaled, EquilibrationKind, PreconditionerKind, SolverControls};
+use crate::sparse::{mtx, RowOrdering};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::io::Write;
@@ -58,8 +59,9 @@ enum Command {
     },
     /// Solve A x = b for a symmetric positive definite Matrix Market matrix with PCG.
     SolveMatrix(SolveMatrixArgs),
-    /// Measures the GPU: copy bandwidth, SpMV per format, Jacobi-PCG against
-    /// its bandwidth floor and the CPU (bytes counted: see gpu::bench).
+    /// Measures the GPU: copy bandwidth; per case and row ordering bandwidth,
+    /// lambda, SpMV per format (ours and cuSPARSE's), Jacobi-PCG against its
+    /// bandwidth floor; the solve against the CPU (bytes counted: see gpu::bench).
     Bench(BenchArgs),
     /// Manufactured-solution verification of the discretisation: error and
     /// observed order on refined mesh families (exit code 1 when an expected
@@ -72,6 +74,10 @@ enum Command {
         /// Where to solve: auto (the best available), cpu, gpu.
         #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Auto)]
         device: crate::gpu::DeviceChoice,
+        /// Row ordering of GPU solves: natural, cm, rcm, metis (overrides the
+        /// case's `ordering`; default rcm).
+        #[arg(long)]
+        ordering: Option<RowOrdering>,
     },
 }
 
@@ -121,7 +127,11 @@ pub fn main() -> i32 {
         } => convert_mesh(&source, &out_case, format.into(), compress).map(|()| 0),
         Command::SolveMatrix(args) => solve_matrix(args).map(|()| 0),
         Command::Bench(args) => bench(args).map(|()| 0),
-        Command::Run { case, device } => run(&case, device).map(|()| 0),
+        Command::Run {
+            case,
+            device,
+            ordering,
+        } => run(&case, device, ordering).map(|()| 0),
         Command::Validate(args) => validate(args),
     };
     result.unwrap_or_else(|e| {
@@ -137,9 +147,21 @@ struct SolveMatrixArgs {
     /// Matrix Market file of the right-hand side b (array); default b = A * ones.
     #[arg(long)]
     rhs: Option<PathBuf>,
-    /// Preconditioner: none, jacobi, dic, ic0, sgs.
-    #[arg(long, default_value = "dic")]
-    precond: PreconditionerKind,
+    /// Preconditioner: none, jacobi, dic, ic0, sgs (default dic on the CPU,
+    /// jacobi on the GPU, which has only none and jacobi).
+    #[arg(long)]
+    precond: Option<PreconditionerKind>,
+    /// Where to solve: cpu, gpu or auto (the GPU when there is one).
+    #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Cpu)]
+    device: crate::gpu::DeviceChoice,
+    /// Row ordering of a GPU solve: natural, cm, rcm, metis (default rcm).
+    #[arg(long)]
+    ordering: Option<RowOrdering>,
+    /// Equilibrate first: none, jacobi (unit diagonal) or
+    /// ruiz[:norm=inf|2][:tol=X][:sweeps=N]; PCG then runs on S A S, with the
+    /// residuals of the original system.
+    #[arg(long, default_value = "none")]
+    equilibration: EquilibrationKind,
     /// Absolute tolerance on OpenFOAM's normalised residual.
     #[arg(long, default_value = "1e-8")]
     tol: f64,
@@ -155,8 +177,15 @@ struct SolveMatrixArgs {
 }
 
 /// `run`: reads the case directory and runs it on the chosen device.
-fn run(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<()> {
-    let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
+fn run(
+    case_dir: &Path,
+    device: crate::gpu::DeviceChoice,
+    ordering: Option<RowOrdering>,
+) -> anyhow::Result<()> {
+    let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
+    if let Some(ordering) = ordering {
+        setup.solver.set_ordering(ordering);
+    }
     let gpu = device.select()?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
@@ -182,13 +211,30 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
             b
         }
     };
+    let gpu = args.device.select()?;
+    let precond = args.precond.unwrap_or(match gpu {
+        Some(_) => PreconditionerKind::Jacobi,
+        None => PreconditionerKind::Dic,
+    });
+    let ordering = args.ordering.unwrap_or_default();
+    let place = match &gpu {
+        Some(gpu) => format!("GPU {}, {ordering} ordering", gpu.name()),
+        None => {
+            if args.ordering.is_some() {
+                log::warn!(
+                    "--ordering only applies to GPU solves; the CPU solves in the file's order"
+                );
+            }
+            "CPU".into()
+        }
+    };
     println!(
-        "matrix {}: {} x {}, {} entries; preconditioner {}",
+        "matrix {}: {} x {}, {} entries; preconditioner {precond}, equilibration {}; {place}",
         args.matrix.display(),
         a.n_rows(),
         a.n_cols(),
         a.nnz(),
-        args.precond
+        args.equilibration
     );
     let controls = SolverControls {
         tolerance: args.tol,
@@ -197,8 +243,18 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         ..SolverControls::default()
     };
     let mut x = vec![0.0; a.n_rows()];
-    let perf = solve_pcg(&a, args.precond, &b, &mut x, &controls, "x")
-        .with_context(|| format!("solving {}", args.matrix.display()))?;
+    let perf = match &gpu {
+        Some(gpu) => {
+            let options = GpuSolveOptions {
+                ordering,
+                ..GpuSolveOptions::default()
+            };
+            let eq = &args.equilibration;
+            solve_pcg_gpu(gpu, &a, precond, eq, &b, &mut x, &controls, "x", &options)
+        }
+        None => solve_pcg_scaled(&a, precond, &args.equilibration, &b, &mut x, &controls, "x"),
+    }
+    .with_context(|| format!("solving {}", args.matrix.display()))?;
     println!(
         "iterations {}, initial residual {:e}, final residual {:e}, converged {}",
         perf.iterations, perf.initial_residual, perf.final_residual, perf.converged
@@ -383,7 +439,8 @@ fn write_case_skeleton(case: &Path) -> anyhow::Result<()> {
 }
 #[derive(Args)]
 struct BenchArgs {
-    /// Box mesh specs to measure.
+    /// Cases to measure: mesh sources (box specs, OpenFOAM cases, Gmsh files;
+    /// the FVM Poisson system on them) or Matrix Market `.mtx` matrices.
     #[arg(default_values_t = [
         "box:64x64x64".to_string(),
         "box:200x200x200".to_string(),
@@ -391,6 +448,10 @@ struct BenchArgs {
         "box:94x94x94:tet:perturb=0.2:renumber".to_string(),
     ])]
     meshes: Vec<String>,
+    /// Row orderings to measure, comma-separated (natural, cm, rcm, metis);
+    /// the first is used for the end-to-end solve and the CPU comparison.
+    #[arg(long, value_delimiter = ',', default_value = "rcm,natural,cm,metis")]
+    ordering: Vec<RowOrdering>,
     /// mod-SELL / SELL slice height.
     #[arg(long, default_value_t = 512)]
     slice_height: usize,
@@ -406,6 +467,16 @@ struct BenchArgs {
     /// Measure SpMV only (no PCG).
     #[arg(long)]
     no_pcg: bool,
+    /// Skip the assembly measurements (device against CPU).
+    #[arg(long)]
+    no_assembly: bool,
+    /// Skip cuSPARSE (measured by default where libcusparse can be loaded).
+    #[arg(long)]
+    no_cusparse: bool,
+    /// Write each case's matrix in each ordering to DIR/<case>.<ordering>.mtx
+    /// (Matrix Market; input of benches/cusparse_cupy.py).
+    #[arg(long, value_name = "DIR")]
+    write_mtx: Option<PathBuf>,
     /// Also the smoother rows (CPU Gauss-Seidel, GPU Jacobi, multicolour GS,
     /// block Jacobi: residual reduction and time after a fixed number of sweeps)
     /// and PCG with each smoother as preconditioner against Jacobi-PCG.
@@ -430,18 +501,22 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
     let settings = crate::gpu::bench::BenchSettings {
         meshes: args.meshes,
+        orderings: args.ordering,
         slice_height: args.slice_height,
         reps: args.reps,
         pcg: !args.no_pcg,
         cpu_solve: !args.no_cpu,
+        assembly: !args.no_assembly,
         check_interval: args.check_interval,
+        cusparse: !args.no_cusparse,
+        write_mtx: args.write_mtx,
         smoothers: args.smoothers,
         smoother_sweeps: args.smoother_sweeps,
     };
-    let rows = crate::gpu::bench::run(&gpu, &settings)?;
-    print!("{}", crate::gpu::bench::table(&rows));
+    let report = crate::gpu::bench::run(&gpu, &settings)?;
+    print!("{}", crate::gpu::bench::table(&report));
     if args.json {
-        println!("{}", crate::gpu::bench::json(&rows));
+        println!("{}", crate::gpu::bench::json(&report));
     }
     Ok(())
 }

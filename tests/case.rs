@@ -4,6 +4,8 @@
 
 use fvpoisson::case::case_toml::parse_case;
 use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, Device, RunSummary};
+use fvpoisson::solve::EquilibrationKind;
+use fvpoisson::sparse::RowOrdering;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -117,7 +119,10 @@ fn errors_name_file_line_and_key() {
 
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[schemes]\nnNonOrthogonalCorrectors = \"two\"\n";
     let err = parse_err(text, "type2");
-    assert!(err.contains("case.toml:4:28:"), "{err}");
+    assert!(
+        err.contains("case.toml:4:28: schemes.nNonOrthogonalCorrectors: invalid type"),
+        "{err}"
+    );
 
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[physics]\nsource = \"sin(pi*x\"\n";
     let err = parse_err(text, "expr");
@@ -157,6 +162,14 @@ fn errors_name_file_line_and_key() {
         "{err}"
     );
 
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nscheme = \"Euler\"\nendTime = 1\n\
+                deltaT = 1e-300\n";
+    let err = parse_err(text, "tiny_dt");
+    assert!(
+        err.contains("case.toml:6:10: deltaT 1e-300 over 1 of time makes 1e+300 steps"),
+        "{err}"
+    );
+
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nscheme = \"Euler\"\ndeltaT = 0.1\n";
     let err = parse_err(text, "euler");
     assert!(
@@ -178,6 +191,23 @@ fn errors_name_file_line_and_key() {
         "{err}"
     );
 
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\nequilibration = \"ruz\"\n";
+    let err = parse_err(text, "equilibration");
+    assert!(
+        err.contains("case.toml:4:17: solver.T.equilibration: unknown equilibration 'ruz'"),
+        "{err}"
+    );
+
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\nordering = \"amd\"\n";
+    let err = parse_err(text, "ordering");
+    assert!(
+        err.contains(
+            "case.toml:4:12: solver.T.ordering: unknown row ordering 'amd' \
+             (use natural, cm, rcm or metis)"
+        ),
+        "{err}"
+    );
+
     let err = parse_err("[mesh]\nsource = \"no_such_mesh\"\n", "mesh");
     assert!(
         err.contains("case.toml:2:10: mesh.source:") && err.contains("no_such_mesh"),
@@ -195,6 +225,21 @@ fn errors_name_file_line_and_key() {
 
     let err = parse_err("[mesh\n", "syntax");
     assert!(err.contains("case.toml:1:"), "{err}");
+}
+
+#[test]
+fn values_evaluated_during_the_run_name_the_case_file_and_cell() {
+    let text = MMS.replace("[physics]\n", "[physics]\ngamma = \"sqrt(x - 0.5)\"\n");
+    let setup = parse(&text).unwrap();
+    let err = run_case(&setup, Device::Cpu).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}: gamma in cell ", setup.origin)),
+        "{err}"
+    );
+    assert!(
+        err.contains("is NaN; it must be finite and positive"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -364,6 +409,43 @@ fn shipped_cases_match_their_exact_solutions() {
 }
 
 #[test]
+fn equilibrated_solves_give_the_unscaled_solution() {
+    let reference = run_text(MMS, "equilibration_none");
+    for (setting, tag) in [
+        (
+            "preconditioner = \"none\"\nequilibration = \"jacobi\"",
+            "eq_jacobi",
+        ),
+        ("equilibration = \"ruiz:norm=2:tol=1e-8\"", "eq_ruiz2"),
+        // A smoother preconditioner (flexible PCG: inner CG) on S A S.
+        (
+            "preconditioner = \"blockJacobi\"\ninner = \"CG\"\ninnerTolerance = 1e-2\n\
+             blockSize = 64\nequilibration = \"ruiz\"",
+            "eq_bj_ruiz",
+        ),
+    ] {
+        let text = MMS.replace(
+            "tolerance = 1e-10",
+            &format!("tolerance = 1e-10\n{setting}"),
+        );
+        let setup = parse(&text).unwrap();
+        assert_ne!(setup.solver.regular.equilibration, EquilibrationKind::None);
+        let summary = run_text(&text, tag);
+        let d = summary
+            .field
+            .iter()
+            .zip(&reference.field)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(d < 1e-8, "{setting}: field differs by {d}");
+        let (l2, l2_ref) = (summary.error.unwrap().l2, reference.error.unwrap().l2);
+        assert!(
+            (l2 / l2_ref - 1.0).abs() < 1e-6,
+            "{setting}: L2 {l2} vs {l2_ref}"
+        );
+    }
+}
+
+#[test]
 fn second_order_on_hexahedra_and_correction_on_tetrahedra() {
     let l2 = |text: &str, tag: &str| run_text(text, tag).error.unwrap().l2;
     let coarse = l2(MMS, "order8");
@@ -489,6 +571,51 @@ fn foam_output_writes_time_directories() {
         err.contains("case.toml:13:15: output.writeFormat 'hdf5'"),
         "{err}"
     );
+}
+
+#[test]
+fn gpu_row_ordering_is_read_per_solver_and_set_by_the_command_line() {
+    let base = "[mesh]\nsource = \"box:2x2x2\"\n";
+    let setup = parse(base).unwrap();
+    assert_eq!(setup.solver.regular.ordering, RowOrdering::Rcm);
+    let text =
+        format!("{base}[solver.T]\nordering = \"metis\"\n[solver.TFinal]\ntolerance = 1e-9\n");
+    let mut setup = parse(&text).unwrap();
+    assert_eq!(setup.solver.regular.ordering, RowOrdering::Metis);
+    // TFinal entries default to the T entry's.
+    assert_eq!(
+        setup.solver.final_corrector.unwrap().ordering,
+        RowOrdering::Metis
+    );
+    setup.solver.set_ordering(RowOrdering::Cm);
+    assert_eq!(setup.solver.regular.ordering, RowOrdering::Cm);
+    assert_eq!(
+        setup.solver.final_corrector.unwrap().ordering,
+        RowOrdering::Cm
+    );
+
+    // On the command line; an unknown name is refused before anything runs.
+    let bin = env!("CARGO_BIN_EXE_fvpoisson");
+    let dir = Scratch::new("cli_ordering");
+    fs::write(dir.join("case.toml"), MMS).unwrap();
+    let out = Command::new(bin)
+        .args(["run", "--ordering", "amd"])
+        .arg(&*dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown row ordering 'amd'"), "{err}");
+    if fvpoisson::gpu::Gpu::new().is_ok() {
+        let out = Command::new(bin)
+            .args(["run", "--device", "gpu", "--ordering", "metis"])
+            .arg(&*dir)
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{log}");
+        assert!(log.contains(", metis row ordering"), "{log}");
+    }
 }
 
 #[test]
@@ -621,6 +748,10 @@ fn smoother_keys_are_checked() {
         (
             "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nomega = 3\n",
             "solver.T: omega (Jacobi damping) must be in (0, 2]",
+        ),
+        (
+            "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nequilibration = \"jacobi\"\n",
+            "case.toml:6:17: solver.T.equilibration: only PCG equilibrates its system",
         ),
     ] {
         let err = parse_err(&format!("{head}{entry}"), "smoother_keys");

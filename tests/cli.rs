@@ -179,3 +179,14 @@ fn inverted_mesh_fails_the_checks() {
     );
     assert!(text.ends_with("\nFailed 3 mesh checks.\n"), "{text}");
 }
+
+#[test]
+fn bench_on_the_cpu_is_refused_with_a_clear_error() {
+    let out = fvpoisson(&["bench", "--device", "cpu", "box:4x4x4"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bench measures the GPU and there is none to use"),
+        "{err}"
+    );
+}

@@ -20,17 +20,32 @@ const MATRIX: &str = "tests/data/poisson2d_4x4.mtx";
 
 #[test]
 fn solves_with_ones_as_exact_solution() {
-    for precond in ["none", "jacobi", "dic", "ic0", "sgs"] {
+    let plain = ["none", "jacobi", "dic", "ic0", "sgs"].map(|p| (p, "none"));
+    let equilibrated = [
+        ("none", "jacobi"),
+        ("none", "ruiz"),
+        ("dic", "ruiz:norm=2:tol=1e-8"),
+    ];
+    for (precond, equilibration) in plain.into_iter().chain(equilibrated) {
         let out = fvpoisson(&[
             "solve-matrix",
             MATRIX,
             "--precond",
             precond,
+            "--equilibration",
+            equilibration,
             "--tol",
             "1e-12",
         ]);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        assert!(
+            out.status.success(),
+            "{precond} {equilibration}: {stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!("preconditioner {precond}, equilibration ")),
+            "{stdout}"
+        );
         assert!(
             stderr.contains("PCG:  Solving for x, Initial residual = 1, Final residual = "),
             "{stderr}"
@@ -41,7 +56,7 @@ fn solves_with_ones_as_exact_solution() {
             .and_then(|l| l.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no error line in {stdout}"));
-        assert!(error < 1e-10, "{precond}: {error}");
+        assert!(error < 1e-10, "{precond} {equilibration}: {error}");
     }
 }
 
@@ -99,6 +114,13 @@ fn bad_input_gives_clear_errors() {
         "{}",
         text(&out.stderr)
     );
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--equilibration", "ruiz:tol=x"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("bad value 'x' for tol"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // Not converged within --max-iter: a warning, not a failure.
     let out = fvpoisson(&[
@@ -116,4 +138,72 @@ fn bad_input_gives_clear_errors() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn gpu_options_choose_the_device_and_the_row_ordering() {
+    // The ordering only applies on the GPU: on the CPU a warning, same answer.
+    let out = fvpoisson(&[
+        "solve-matrix",
+        MATRIX,
+        "--ordering",
+        "metis",
+        "--tol",
+        "1e-12",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--ordering only applies to GPU solves"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("preconditioner dic, equilibration none; CPU"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--ordering", "amd"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("unknown row ordering 'amd' (use natural, cm, rcm or metis)"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    for ordering in ["natural", "cm", "rcm", "metis"] {
+        let out = fvpoisson(&[
+            "solve-matrix",
+            MATRIX,
+            "--device",
+            "gpu",
+            "--ordering",
+            ordering,
+            "--tol",
+            "1e-12",
+        ]);
+        if fvpoisson::gpu::Gpu::new().is_err() {
+            assert_eq!(out.status.code(), Some(2));
+            assert!(
+                text(&out.stderr).contains("no CUDA device"),
+                "{}",
+                text(&out.stderr)
+            );
+            return;
+        }
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{ordering}: {}", text(&out.stderr));
+        assert!(
+            stdout.contains("preconditioner jacobi; GPU ")
+                && stdout.contains(&format!("{ordering} ordering")),
+            "{stdout}"
+        );
+        let error: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("max |x - 1| = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        assert!(error < 1e-10, "{ordering}: {error}");
+    }
 }

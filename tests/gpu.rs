@@ -2,31 +2,18 @@
 //! `skipped: no CUDA device` and passes where there is no GPU, unless
 //! FVPOISSON_REQUIRE_GPU=1.
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
-use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::pcg::{
+    solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, LaunchMode,
+};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
-    pcg, solve_pcg, CgBackend, InitialNorms, PreconditionerKind, SolverControls,
+    pcg, solve_pcg, CgBackend, EquilibrationKind, InitialNorms, PreconditionerKind, SolverControls,
 };
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
-use fvpoisson::sparse::Csr;
-
-/// max_i |y_i − ref_i| / max_i |ref_i|; NaN (an unwritten element) gives infinity.
-fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
-    let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    y.iter()
-        .zip(reference)
-        .map(|(a, b)| {
-            if a.is_finite() {
-                (a - b).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
-}
+use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 
 fn check_formats(gpu: &Gpu, name: &str, a: &Csr, seed: u64) {
     let n = a.n_rows();
@@ -72,9 +59,11 @@ fn spmv_formats_match_csr_on_fvm_matrices() {
     let Some(gpu) = test_device() else { return };
     for spec in ["box:20x20x20", "box:12x12x12:tet:perturb=0.2:renumber"] {
         let (a, _) = poisson_system(spec).unwrap();
-        let rcm = reverse_cuthill_mckee(&a).apply_symmetric(&a);
-        check_formats(&gpu, spec, &a, 5);
-        check_formats(&gpu, &format!("{spec} + RCM"), &rcm, 6);
+        for (seed, ordering) in RowOrdering::ALL.into_iter().enumerate() {
+            let ordered = Reordered::new(&a, ordering, 512).unwrap();
+            let name = format!("{spec}, {ordering}");
+            check_formats(&gpu, &name, ordered.matrix(), seed as u64 + 5);
+        }
     }
 }
 
@@ -102,8 +91,18 @@ fn gpu_pcg_matches_cpu_pcg() {
                     ..Default::default()
                 };
                 let mut x = vec![0.0; a.n_rows()];
-                let perf =
-                    solve_pcg_gpu(&gpu, &a, kind, &b, &mut x, &controls(), "p", &options).unwrap();
+                let perf = solve_pcg_gpu(
+                    &gpu,
+                    &a,
+                    kind,
+                    &EquilibrationKind::None,
+                    &b,
+                    &mut x,
+                    &controls(),
+                    "p",
+                    &options,
+                )
+                .unwrap();
                 runs.push((perf, x));
             }
             let (gpu_perf, x_gpu) = &runs[0];
@@ -122,6 +121,115 @@ fn gpu_pcg_matches_cpu_pcg() {
                 assert_eq!(perf, gpu_perf);
                 assert_eq!(x, x_gpu);
             }
+        }
+    }
+}
+
+#[test]
+fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
+    let Some(gpu) = test_device() else { return };
+    for spec in ["box:24x24x24", "box:12x12x12:tet:perturb=0.2:renumber"] {
+        let (a, b) = poisson_system(spec).unwrap();
+        let kind = PreconditionerKind::Jacobi;
+        let mut x_cpu = vec![0.0; a.n_rows()];
+        let cpu = solve_pcg(&a, kind, &b, &mut x_cpu, &controls(), "p").unwrap();
+        // One solver for all: each ordering computed once, then reused.
+        let mut solver = GpuSolver::new(&gpu);
+        for ordering in RowOrdering::ALL {
+            let options = GpuSolveOptions {
+                ordering,
+                slice_height: 128,
+                ..Default::default()
+            };
+            let mut runs = Vec::new();
+            for _ in 0..2 {
+                let mut x = vec![0.0; a.n_rows()];
+                let perf = solver
+                    .solve(
+                        &a,
+                        kind,
+                        &EquilibrationKind::None,
+                        &b,
+                        &mut x,
+                        &controls(),
+                        "p",
+                        &options,
+                    )
+                    .unwrap();
+                runs.push((perf, x));
+            }
+            let (perf, x) = &runs[0];
+            let d = max_rel_diff(x, &x_cpu);
+            println!(
+                "{spec}, {ordering}: CPU {} iterations, GPU {} iterations, max relative \
+                 solution difference {d:.2e}",
+                cpu.iterations, perf.iterations
+            );
+            assert!(perf.converged, "{spec} {ordering}");
+            assert!(
+                perf.iterations.abs_diff(cpu.iterations) <= 1,
+                "{spec} {ordering}"
+            );
+            assert!(d < 1e-5, "{spec} {ordering}: solution differs by {d}");
+            // The cached permutation gives the same solve.
+            assert_eq!(runs[1].0, *perf, "{spec} {ordering}");
+            assert_eq!(runs[1].1, *x, "{spec} {ordering}");
+        }
+    }
+}
+
+#[test]
+fn cusparse_spmv_matches_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let lib = match Cusparse::load(&gpu) {
+        Ok(lib) => lib,
+        Err(e) => {
+            println!("skipped: cuSPARSE not loaded: {e}");
+            return;
+        }
+    };
+    println!("cuSPARSE {}", lib.version());
+    let mut cases = vec![
+        ("random n = 1000".to_string(), random_symmetric(1000, 8, 2)),
+        (
+            "random n = 100003".to_string(),
+            random_symmetric(100_003, 8, 3),
+        ),
+    ];
+    for spec in ["box:20x20x20", "box:12x12x12:tet:perturb=0.2:renumber"] {
+        cases.push((spec.to_string(), poisson_system(spec).unwrap().0));
+    }
+    for (name, a) in &cases {
+        let n = a.n_rows();
+        let mut rng = SplitMix(n as u64);
+        let x: Vec<f64> = (0..n).map(|_| rng.next_f64() * 2.0 - 1.0).collect();
+        let mut reference = vec![0.0; n];
+        a.spmv(&x, &mut reference);
+        let xs = vec![gpu.upload(&x).unwrap()];
+        let mut ys = vec![gpu.upload(&vec![f64::NAN; n]).unwrap()];
+        let csr = DeviceMatrix::upload(&gpu, a, Format::Csr, 512).unwrap();
+        let sell = DeviceMatrix::upload(&gpu, a, Format::Sell, 512).unwrap();
+        let dx = DenseVector::all(&lib, &xs).unwrap();
+        for kind in CusparseKind::ALL {
+            let ours = if kind == CusparseKind::SellAlg1 {
+                &sell
+            } else {
+                &csr
+            };
+            gpu.write(&vec![f64::NAN; n], &mut ys[0]).unwrap();
+            let dy = DenseVector::all(&lib, &ys).unwrap();
+            // `new` runs the SpMV once, x → y.
+            let spmv = CusparseSpmv::new(&lib, kind, ours, a.nnz(), &dx[0], &dy[0])
+                .unwrap_or_else(|e| panic!("{name}, {}: {e}", kind.name()));
+            drop(dy);
+            let y = gpu.download(&ys[0]).unwrap();
+            let d = max_rel_diff(&y, &reference);
+            println!(
+                "{name}: {} ({}) max relative difference {d:.2e}",
+                kind.name(),
+                spmv.note
+            );
+            assert!(d < 1e-12, "{name} {}: {d}", kind.name());
         }
     }
 }
@@ -168,7 +276,12 @@ impl CgBackend for StepByStep<'_, '_> {
 fn gpu_steps_one_at_a_time_match_the_fused_loop() {
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:8x9x10:tet:perturb=0.1").unwrap();
-    let backend = GpuCgBackend::new(&gpu, &a, true, 64, 10).unwrap();
+    let options = GpuSolveOptions {
+        slice_height: 64,
+        check_interval: 10,
+        ..Default::default()
+    };
+    let backend = GpuCgBackend::new(&gpu, &a, true, None, &options).unwrap();
     let b_dev = backend.upload(&b).unwrap();
     let mut x_fused = backend.upload(&vec![0.0; a.n_rows()]).unwrap();
     let fused = pcg(&backend, &b_dev, &mut x_fused, &controls(), "p").unwrap();
@@ -193,6 +306,114 @@ fn gpu_steps_one_at_a_time_match_the_fused_loop() {
     assert!(d < 1e-6, "{d}");
 }
 
+/// Solves with every launch mode on one backend and checks that they give the
+/// same iterates bit for bit (the reductions add the partials in one order
+/// whichever block finishes them) and that the graph is captured once and
+/// replayed by the later solve.
+fn check_launch_modes(
+    gpu: &Gpu,
+    name: &str,
+    a: &Csr,
+    b: &[f64],
+    jacobi: bool,
+    slice_height: usize,
+    controls: &SolverControls,
+) {
+    let zeros = vec![0.0; a.n_rows()];
+    let options = GpuSolveOptions {
+        check_interval: 7,
+        slice_height,
+        ..Default::default()
+    };
+    let backend = GpuCgBackend::new(gpu, a, jacobi, None, &options).unwrap();
+    let b_dev = backend.upload(b).unwrap();
+    let mut x_dev = backend.upload(&zeros).unwrap();
+    let mut runs = Vec::new();
+    // Graph twice: the second solve replays the first one's graph.
+    let modes = [
+        LaunchMode::Separate,
+        LaunchMode::Folded,
+        LaunchMode::Graph,
+        LaunchMode::Graph,
+    ];
+    for mode in modes {
+        backend.set_launch_mode(mode);
+        backend.write(&mut x_dev, &zeros).unwrap();
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, "p").unwrap();
+        let x = backend.download(&x_dev).unwrap();
+        runs.push((mode, perf, x));
+    }
+    let (_, reference, x_ref) = &runs[0];
+    println!(
+        "{name}, jacobi {jacobi}, H {slice_height}, {controls:?}: {} iterations, final {:.3e}; \
+         launch mode after the run {:?}, graphs captured {}",
+        reference.iterations,
+        reference.final_residual,
+        backend.launch_mode(),
+        backend.graph_captures()
+    );
+    assert_eq!(
+        backend.launch_mode(),
+        LaunchMode::Graph,
+        "capture fell back"
+    );
+    assert_eq!(backend.graph_captures(), 1);
+    if controls.tolerance == 0.0 {
+        assert_eq!(reference.iterations, controls.max_iter);
+    }
+    assert!(reference.iterations >= controls.min_iter);
+    for (mode, perf, x) in &runs[1..] {
+        assert_eq!(perf, reference, "{name}: {mode:?}");
+        let same = x.iter().zip(x_ref).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same,
+            "{name}: {mode:?} iterates differ from the separate launches"
+        );
+    }
+}
+
+/// FVM systems with chunks that end early (convergence), on a partial last
+/// chunk (maxIter 23, 7 per chunk) and after minIter; a random system with
+/// more than 1024 partials per reduction (the last block of a 256- or
+/// 32-thread grid adds several per lane, the one-block kernel's order).
+#[test]
+fn launch_modes_give_the_same_bits() {
+    let Some(gpu) = test_device() else { return };
+    let stopping = [
+        controls(),
+        SolverControls {
+            tolerance: 0.0,
+            max_iter: 23,
+            ..controls()
+        },
+        SolverControls {
+            tolerance: 1e-3,
+            min_iter: 30,
+            ..controls()
+        },
+    ];
+    for spec in ["box:16x16x16", "box:10x10x10:tet:perturb=0.2:renumber"] {
+        let (a, b) = poisson_system(spec).unwrap();
+        for jacobi in [true, false] {
+            for controls in &stopping {
+                check_launch_modes(&gpu, spec, &a, &b, jacobi, 128, controls);
+            }
+        }
+    }
+    let n = 300_003;
+    let a = random_symmetric(n, 6, 21);
+    let mut rng = SplitMix(22);
+    let b: Vec<f64> = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+    let fixed = SolverControls {
+        tolerance: 0.0,
+        max_iter: 20,
+        ..controls()
+    };
+    for slice_height in [32, 512] {
+        check_launch_modes(&gpu, "random", &a, &b, true, slice_height, &fixed);
+    }
+}
+
 #[test]
 fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
     use fvpoisson::gpu::DeviceChoice;
@@ -201,15 +422,15 @@ fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
 }
 
 #[test]
-fn bench_on_the_cpu_is_refused_with_a_clear_error() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(["bench", "--device", "cpu", "box:4x4x4"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+fn out_of_memory_is_a_clear_error_and_the_device_still_works() {
+    let Some(gpu) = test_device() else { return };
+    let (_, total) = gpu.memory().unwrap();
+    let err = gpu.zeros::<f64>(total / 4).unwrap_err();
     assert!(
-        stderr.contains("bench measures the GPU and there is none to use"),
-        "{stderr}"
+        matches!(err, fvpoisson::gpu::GpuError::OutOfMemory { .. }),
+        "{err}"
     );
+    assert!(err.to_string().contains("--device cpu"), "{err}");
+    let v = gpu.upload(&[1.0f64, 2.0]).unwrap();
+    assert_eq!(gpu.download(&v).unwrap(), vec![1.0, 2.0]);
 }

@@ -16,12 +16,13 @@ use fvpoisson::gpu::smooth::{
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::colouring::Colouring;
 use fvpoisson::solve::{
-    solve_pcg, solve_smooth, BlockJacobiSettings, ColouringKind, InnerSolver, Preconditioner,
-    SmootherKind, SmootherSettings, SolverControls, Sweep,
+    solve_pcg, solve_pcg_scaled, solve_smooth, BlockJacobiSettings, ColouringKind,
+    EquilibrationKind, InnerSolver, Preconditioner, SmootherKind, SmootherSettings, SolverControls,
+    Sweep,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
-use fvpoisson::sparse::{Csr, ModSell};
+use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Real FVM systems: a perturbed tet box (renumbered), a 2-D box, a polyhedral
 /// OpenFOAM mesh and a Gmsh prism mesh. Mesh files relative to the repository
@@ -95,8 +96,8 @@ fn both(
         .collect();
     let smoother = DeviceSmoother::new(gpu, a, device_matrix(gpu, a, h), settings).unwrap();
     let b_dev = gpu.upload(b).unwrap();
-    let mut x_dev = gpu.upload(&x0).unwrap();
-    smoother.smooth(&b_dev, &mut x_dev, sweeps).unwrap();
+    let x_dev = gpu.upload(&x0).unwrap();
+    smoother.smooth(&b_dev, &x_dev, sweeps).unwrap();
     let x_gpu = gpu.download(&x_dev).unwrap();
     let mut x_cpu = x0;
     settings.build(a).unwrap().smooth(b, &mut x_cpu, sweeps);
@@ -135,10 +136,13 @@ fn point_smoothers_match_the_cpu() {
     }
     for (name, a, b) in systems() {
         for s in &settings {
-            let (x_gpu, x_cpu) = both(&gpu, &a, &b, 128, s, 3);
-            let d = max_rel_diff(&x_gpu, &x_cpu);
-            println!("{name}: {s}: 3 sweeps, max relative difference {d:.2e}");
-            assert!(d < 1e-12, "{name} {s}: {d}");
+            // Even and odd counts: double-buffered sweeps end in x either way.
+            for sweeps in [2, 3] {
+                let (x_gpu, x_cpu) = both(&gpu, &a, &b, 128, s, sweeps);
+                let d = max_rel_diff(&x_gpu, &x_cpu);
+                println!("{name}: {s}: {sweeps} sweeps, max relative difference {d:.2e}");
+                assert!(d < 1e-12, "{name} {s} {sweeps}: {d}");
+            }
         }
     }
 }
@@ -158,8 +162,8 @@ fn preconditioner_applications_match_the_cpu() {
             let smoother = DeviceSmoother::new(&gpu, &a, device_matrix(&gpu, &a, h), &s).unwrap();
             let precond = DeviceSmootherPreconditioner::new(smoother, &s);
             // z starts as NaN: the application must not read it.
-            let mut z_dev = gpu.upload(&vec![f64::NAN; a.n_rows()]).unwrap();
-            precond.apply(&gpu.upload(&r).unwrap(), &mut z_dev).unwrap();
+            let z_dev = gpu.upload(&vec![f64::NAN; a.n_rows()]).unwrap();
+            precond.apply(&gpu.upload(&r).unwrap(), &z_dev).unwrap();
             let z_gpu = gpu.download(&z_dev).unwrap();
             let cpu = fvpoisson::solve::Preconditioner::Smoother(s)
                 .build(&a)
@@ -202,8 +206,8 @@ fn colour_contiguous_layout_sweeps_match_the_cpu() {
                 DeviceSmoother::with_colouring(&gpu, &ordered, matrix, &s, Some(colouring.clone()))
                     .unwrap();
             let b_dev = gpu.upload(&p.to_new(&b)).unwrap();
-            let mut x_dev = gpu.upload(&p.to_new(&x0)).unwrap();
-            smoother.smooth(&b_dev, &mut x_dev, 3).unwrap();
+            let x_dev = gpu.upload(&p.to_new(&x0)).unwrap();
+            smoother.smooth(&b_dev, &x_dev, 3).unwrap();
             let x_gpu = p.to_old(&gpu.download(&x_dev).unwrap());
             let mut x_cpu = x0;
             s.build(&a).unwrap().smooth(&b, &mut x_cpu, 3);
@@ -356,7 +360,7 @@ fn gpu_preconditioners() -> Vec<SmootherSettings> {
 fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let unpermuted = GpuSolveOptions {
-        rcm: false,
+        ordering: RowOrdering::Natural,
         ..Default::default()
     };
     for (name, a, b) in fvm_systems() {
@@ -369,6 +373,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
                 &gpu,
                 &a,
                 &p,
+                &EquilibrationKind::None,
                 &b,
                 &mut x_gpu,
                 &controls(1e-10, 3000),
@@ -404,6 +409,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
                 &gpu,
                 &a,
                 &p,
+                &EquilibrationKind::None,
                 &b,
                 &mut x,
                 &controls(1e-10, 3000),
@@ -420,10 +426,60 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
 }
 
 #[test]
+fn pcg_with_smoother_preconditioners_on_equilibrated_systems_matches_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let unpermuted = GpuSolveOptions {
+        ordering: RowOrdering::Natural,
+        ..Default::default()
+    };
+    let equilibrations: [EquilibrationKind; 2] = ["jacobi", "ruiz"].map(|e| e.parse().unwrap());
+    for (name, a, b) in fvm_systems() {
+        for s in gpu_preconditioners() {
+            let p = Preconditioner::Smoother(s);
+            for eq in &equilibrations {
+                let c = controls(1e-10, 3000);
+                let mut x_cpu = vec![0.0; a.n_rows()];
+                let cpu = solve_pcg_scaled(&a, p, eq, &b, &mut x_cpu, &c, "p").unwrap();
+                let mut x_gpu = vec![0.0; a.n_rows()];
+                let gpu_perf =
+                    solve_pcg_gpu_with(&gpu, &a, &p, eq, &b, &mut x_gpu, &c, "p", &unpermuted)
+                        .unwrap();
+                let d = max_rel_diff(&x_gpu, &x_cpu);
+                println!(
+                    "{name}: PCG + {p}, equilibration {eq}: CPU {} iterations, GPU {}, initial \
+                     residual {:.6e} / {:.6e}, max relative difference {d:.2e}",
+                    cpu.iterations,
+                    gpu_perf.iterations,
+                    cpu.initial_residual,
+                    gpu_perf.initial_residual
+                );
+                assert!(gpu_perf.converged, "{name} {p} {eq}");
+                // The residuals are the original system's on both.
+                let r = (gpu_perf.initial_residual / cpu.initial_residual - 1.0).abs();
+                assert!(
+                    r < 1e-10,
+                    "{name} {p} {eq}: initial residuals {r:.2e} apart"
+                );
+                let slack = if p.is_flexible() {
+                    2 + cpu.iterations / 20
+                } else {
+                    2
+                };
+                assert!(
+                    gpu_perf.iterations.abs_diff(cpu.iterations) <= slack,
+                    "{name} {p} {eq}"
+                );
+                assert!(d < 1e-7, "{name} {p} {eq}: {d}");
+            }
+        }
+    }
+}
+
+#[test]
 fn smooth_solver_on_the_gpu_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let unpermuted = GpuSolveOptions {
-        rcm: false,
+        ordering: RowOrdering::Natural,
         ..Default::default()
     };
     let mut settings = gpu_preconditioners();
@@ -508,6 +564,9 @@ formats = []
         // DIC becomes Jacobi on the GPU, sgs multicolour symmetric Gauss-Seidel.
         "preconditioner = \"sgs\"\n",
         "preconditioner = \"blockJacobi\"\ninner = \"CG\"\ninnerTolerance = 1e-2\n",
+        // Equilibrated: host assembly, then the smoother on S A S.
+        "preconditioner = \"blockJacobi\"\ninner = \"symGaussSeidel\"\ninnerMaxIter = 2\n\
+         innerTolerance = 0\nequilibration = \"ruiz\"\n",
     ] {
         let text = base.replace("maxIter = 20000\n", &format!("maxIter = 20000\n{entry}"));
         let setup = parse_case(&text, &dir.join("case.toml"), &dir).unwrap();

@@ -345,6 +345,14 @@ fn malformed_files_give_file_and_line() {
         e.contains("patch 'frontAndBack': patch type 'cyclic' is not supported"),
         "{e}"
     );
+    // A corrupt large cell label is named before renumbering hides it.
+    let e = cavity_error("owner", |t| t.replacen("(\n0\n0\n", "(\n0\n99999\n", 1));
+    assert_eq!(
+        e,
+        "owner: entry 1 names cell 99999, so the mesh would have 100000 cells, but 99599 of \
+         them (the first is cell 400) are in no face: a cell label is corrupt, or owner and \
+         neighbour belong to another mesh"
+    );
     // Mesh-level error: names the polyMesh dir.
     let e = cavity_error("neighbour", |t| t.replacen("\n1\n", "\n0\n", 1));
     assert!(

@@ -38,6 +38,9 @@
 //! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC), or a
 //!                             # symmetric smoother run from 0: symGaussSeidel,
 //!                             # multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi
+//! equilibration = "none"      # PCG: none, jacobi, ruiz[:norm=inf|2][:tol=X][:sweeps=N]:
+//!                             # PCG on S A S (the preconditioner acts on it); residuals
+//!                             # and tolerances stay those of the original system
 //! smoother = "symGaussSeidel" # smoothSolver's: GaussSeidel, backwardGaussSeidel,
 //!                             # symGaussSeidel (multicolour… forms), Jacobi, L1Jacobi,
 //!                             # blockJacobi, DIC, DICGaussSeidel
@@ -54,6 +57,7 @@
 //! relTol = 0                  # default 0; TFinal entries default to the T entry's values
 //! maxIter = 1000              # default 1000
 //! minIter = 0                 # default 0
+//! ordering = "rcm"            # row ordering of GPU solves: natural, cm, rcm (default), metis
 //!
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]
@@ -70,14 +74,16 @@
 
 use super::expr;
 use super::setup::{
-    BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
-    Scalar, SolverSettings, SourceSplit, TimeControl,
+    check_step_count, BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings,
+    PatchCondition, Physics, Scalar, SolverSettings, SourceSplit, TimeControl,
 };
 use super::CaseError;
 use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
-use crate::solve::{Preconditioner, PreconditionerKind, SmootherSettings, SolverControls};
+use crate::solve::{
+    EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolverControls,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -193,6 +199,7 @@ struct SolverEntry {
     #[serde(rename = "blockSize")]
     block_size: Option<Spanned<usize>>,
     asynchronous: Option<Spanned<bool>>,
+    equilibration: Option<Spanned<String>>,
     tolerance: Option<f64>,
     #[serde(rename = "relTol")]
     rel_tol: Option<f64>,
@@ -200,6 +207,7 @@ struct SolverEntry {
     max_iter: Option<usize>,
     #[serde(rename = "minIter")]
     min_iter: Option<usize>,
+    ordering: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -232,8 +240,14 @@ pub fn read_case(case_dir: &Path) -> Result<CaseSetup, CaseError> {
 /// anchors relative paths.
 pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup, CaseError> {
     let src = Source { text, file };
-    let case: CaseFile = toml::from_str(text)
-        .map_err(|e| src.error(e.span().unwrap_or(0..0), e.message().trim_end().to_string()))?;
+    let case: CaseFile = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        let msg = e.message().trim_end();
+        match src.key_at(span.start) {
+            Some(key) if !msg.contains(&key) => src.error(span, format!("{key}: {msg}")),
+            _ => src.error(span, msg.to_string()),
+        }
+    })?;
 
     let mesh_spec = case.mesh.source.get_ref();
     let mesh = if mesh_spec.starts_with("box:") {
@@ -367,6 +381,27 @@ impl Source<'_> {
     fn position(&self, span: Range<usize>) -> String {
         let (line, column) = self.line_column(span.start);
         format!("{}:{line}:{column}", self.file.display())
+    }
+
+    /// The dotted key (`table.key`) whose value starts on the line of byte
+    /// offset `at`, for serde's type errors, which name only the type.
+    fn key_at(&self, at: usize) -> Option<String> {
+        let before = &self.text[..at.min(self.text.len())];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let (key, _) = before[line_start..].split_once('=')?;
+        let key = key.trim().trim_matches('"');
+        if key.is_empty() || key.starts_with('#') {
+            return None;
+        }
+        let table = before[..line_start].lines().rev().find_map(|l| {
+            let l = l.trim();
+            let header = l.strip_prefix('[')?.split(']').next()?;
+            Some(header.trim_matches('[').trim().to_string())
+        });
+        Some(match table {
+            Some(t) if !t.is_empty() => format!("{t}.{key}"),
+            _ => key.to_string(),
+        })
     }
 
     fn error(&self, span: Range<usize>, msg: impl Into<String>) -> CaseError {
@@ -560,10 +595,12 @@ impl Source<'_> {
                         format!("the Euler scheme needs time.{name}"),
                     )),
                 };
-                Ok(TimeControl::Euler {
-                    delta_t: positive(&section.delta_t, "deltaT")?,
-                    end_time: positive(&section.end_time, "endTime")?,
-                })
+                let delta_t = positive(&section.delta_t, "deltaT")?;
+                let end_time = positive(&section.end_time, "endTime")?;
+                check_step_count((end_time / delta_t).ceil(), delta_t, end_time).map_err(
+                    |msg| self.error(section.delta_t.as_ref().map_or(0..0, |s| s.span()), msg),
+                )?;
+                Ok(TimeControl::Euler { delta_t, end_time })
             }
             other => Err(self.error(
                 scheme.map_or(0..0, |s| s.span()),
@@ -719,6 +756,24 @@ impl Source<'_> {
             _ => None,
         };
         self.smoother_parameters(entry, name, target)?;
+        let equilibration = match &entry.equilibration {
+            Some(e) if smooth_solver => {
+                return Err(self.error(
+                    e.span(),
+                    format!(
+                        "solver.{name}.equilibration: only PCG equilibrates its system \
+                         (smoothSolver's point smoothers are unchanged by a diagonal scaling); \
+                         remove the key or set solver = \"PCG\""
+                    ),
+                ))
+            }
+            Some(e) => e.get_ref().parse::<EquilibrationKind>().map_err(|err| {
+                self.error(e.span(), format!("solver.{name}.equilibration: {err}"))
+            })?,
+            // A TFinal smoothSolver does not inherit the PCG entry's scaling.
+            None if smooth_solver => EquilibrationKind::None,
+            None => base.equilibration,
+        };
         let controls = SolverControls {
             tolerance: entry.tolerance.unwrap_or(base.controls.tolerance),
             rel_tol: entry.rel_tol.unwrap_or(base.controls.rel_tol),
@@ -733,10 +788,19 @@ impl Source<'_> {
             Some(s) => s.validate().map_err(invalid)?,
             None => preconditioner.check().map_err(|e| invalid(e.to_string()))?,
         }
+        let ordering = match &entry.ordering {
+            Some(o) => o
+                .get_ref()
+                .parse()
+                .map_err(|e| self.error(o.span(), format!("solver.{name}.ordering: {e}")))?,
+            None => base.ordering,
+        };
         Ok(LinearSolver {
             preconditioner,
             smoother,
+            equilibration,
             controls,
+            ordering,
         })
     }
 

@@ -15,6 +15,8 @@ pub use setup::{
 };
 
 use crate::fvm::FvmError;
+use crate::gpu::assembly::AssemblyError;
+use crate::gpu::GpuError;
 use crate::io::OutputError;
 use crate::mesh::{Mesh, MeshError};
 use crate::solve::SolveError;
@@ -46,6 +48,19 @@ pub enum CaseError {
     },
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// A GPU failure outside a linear solve (assembly, transfers).
+    #[error("GPU: {0}")]
+    Device(#[from] GpuError),
+}
+
+impl From<AssemblyError> for CaseError {
+    fn from(e: AssemblyError) -> Self {
+        match e {
+            AssemblyError::Fvm(e) => Self::Fvm(e),
+            AssemblyError::Gpu(e) => Self::Device(e),
+            e @ AssemblyError::Unsupported(_) => Self::Invalid(e.to_string()),
+        }
+    }
 }
 
 impl CaseError {

@@ -24,8 +24,8 @@
 //! every other entry nobody read is named in a warning, never silently ignored.
 
 use super::setup::{
-    BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
-    Scalar, SolverSettings, SourceSplit, TimeControl,
+    check_step_count, BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings,
+    PatchCondition, Physics, Scalar, SolverSettings, SourceSplit, TimeControl,
 };
 use super::CaseError;
 use crate::foam::dict::ValueKind;
@@ -373,10 +373,13 @@ impl Reader {
         let steps = (ratio + 0.5).ceil() - 1.0;
         if steps < 1.0 {
             return Err(CaseError::Mesh(control.error(format!(
-                "endTime {} is less than half a time step (deltaT {}) after the start: nothing                  to run",
+                "endTime {} is less than half a time step (deltaT {}) after the start: nothing \
+                 to run",
                 timing.end, timing.delta_t
             ))));
         }
+        check_step_count(steps, timing.delta_t, timing.end - timing.start)
+            .map_err(|msg| CaseError::Mesh(control.error(msg)))?;
         if (ratio - steps).abs() > 1e-9 * steps {
             self.warn(format!(
                 "{}: endTime {} is not a whole number of time steps of {}: laplacianFoam, \
@@ -468,6 +471,7 @@ impl Reader {
                 preconditioner,
                 smoother,
                 controls,
+                ..LinearSolver::default()
             },
             // laplacianFoam's simpleControl never selects a `TFinal` solver.
             final_corrector: None,

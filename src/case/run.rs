@@ -1,20 +1,28 @@
-//! Runs a [`CaseSetup`] on the CPU: laplacianFoam's loop (`laplacianFoam.C`:
+//! Runs a [`CaseSetup`]: laplacianFoam's loop (`laplacianFoam.C`:
 //! `while (simple.loop())`, inside it `while (simple.correctNonOrthogonal())`
 //! solving `fvm::ddt(T) − fvm::laplacian(DT, T) == fvOptions(T)`), with an
-//! OpenFOAM-like log and VTK / OpenFOAM result files.
+//! OpenFOAM-like log and VTK / OpenFOAM result files. On the CPU, or on a GPU
+//! where the system is assembled (`gpu::assembly`), updated by the corrector
+//! loop and solved with the matrix and the field kept on the device; the host
+//! reads the field back only to write results.
 
 use super::setup::{CaseSetup, LinearSolver, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
-use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
-use crate::gpu::pcg::GpuSolveOptions;
-use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother, solve_pcg_gpu_with, solve_smooth_gpu};
+use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, TimeScheme};
+use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
+use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
 use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
-use crate::mesh::{Geometry, Mesh};
-use crate::solve::{solve_pcg, solve_smooth, SolveError, SolverPerformance};
-use crate::sparse::Csr;
+use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::solve::{
+    pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
+    SolverPerformance,
+};
+use crate::sparse::{Permutation, RowOrdering};
+use cudarc::driver::CudaSlice;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -67,7 +75,10 @@ pub struct RunSummary {
     pub foam_fields: Vec<PathBuf>,
 }
 
-/// Where the linear solves run. Assembly stays on the CPU for now.
+/// Where the run happens. On a GPU the system is assembled and solved there;
+/// where the device assembly does not handle the mesh
+/// ([`AssemblyError::Unsupported`], logged), it is assembled on the CPU and
+/// each linear solve runs on the GPU.
 #[derive(Clone, Copy)]
 pub enum Device<'g> {
     Cpu,
@@ -78,45 +89,45 @@ impl Device<'_> {
     /// The solver as this device runs it: the CPU runs every setting; the GPU
     /// maps what it does not have (`gpu::smooth::gpu_preconditioner`,
     /// `gpu_smoother`: natural-order Gauss–Seidel becomes multicolour, DIC and
-    /// IC(0) preconditioners Jacobi).
+    /// IC(0) preconditioners Jacobi, or none on an equilibrated system, where
+    /// the scaling takes Jacobi's place).
     fn adapt(self, solver: &LinearSolver) -> LinearSolver {
-        match self {
-            Self::Cpu => *solver,
-            Self::Gpu(_) => LinearSolver {
-                preconditioner: gpu_preconditioner(&solver.preconditioner),
-                smoother: solver.smoother.as_ref().map(gpu_smoother),
-                controls: solver.controls,
-            },
+        let Self::Gpu(_) = self else {
+            return *solver;
+        };
+        let mut preconditioner = gpu_preconditioner(&solver.preconditioner);
+        if preconditioner != solver.preconditioner
+            && preconditioner == PreconditionerKind::Jacobi
+            && solver.equilibration != EquilibrationKind::None
+        {
+            preconditioner = PreconditionerKind::None.into();
+        }
+        LinearSolver {
+            preconditioner,
+            smoother: solver.smoother.as_ref().map(gpu_smoother),
+            ..*solver
         }
     }
 
-    fn solve(
-        self,
-        a: &Csr,
-        solver: &LinearSolver,
-        b: &[f64],
-        x: &mut [f64],
-        field: &str,
-    ) -> Result<SolverPerformance, SolveError> {
-        let solver = self.adapt(solver);
-        let controls = &solver.controls;
-        let options = GpuSolveOptions::default();
-        match (self, &solver.smoother) {
-            (Self::Cpu, Some(s)) => solve_smooth(a, s, b, x, controls, field),
-            (Self::Cpu, None) => solve_pcg(a, solver.preconditioner, b, x, controls, field),
-            (Self::Gpu(gpu), Some(s)) => {
-                solve_smooth_gpu(gpu, a, s, b, x, controls, field, &options)
-            }
-            (Self::Gpu(gpu), None) => solve_pcg_gpu_with(
-                gpu,
-                a,
-                &solver.preconditioner,
-                b,
-                x,
-                controls,
-                field,
-                &options,
-            ),
+    /// Why the GPU cannot run `solver` (as adapted) on the device-assembled
+    /// system with the resident fused Jacobi-PCG, if it cannot: that path
+    /// has PCG with Jacobi or no preconditioner on the unscaled system only.
+    fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
+        let used = self.adapt(solver);
+        if used.equilibration != EquilibrationKind::None {
+            return Some(format!(
+                "equilibration {} is applied to a host-assembled matrix",
+                used.equilibration
+            ));
+        }
+        match (&used.smoother, &used.preconditioner) {
+            (Some(s), _) => Some(format!(
+                "smoothSolver with the {s} smoother runs on a host-assembled matrix"
+            )),
+            (None, Preconditioner::Smoother(s)) => Some(format!(
+                "PCG with the {s} smoother as preconditioner runs on a host-assembled matrix"
+            )),
+            (None, Preconditioner::Kind(_)) => None,
         }
     }
 }
@@ -150,7 +161,11 @@ pub fn run_case_with_mesh(
         clock.elapsed().as_secs_f64()
     );
     if let Device::Gpu(gpu) = device {
-        log::info!("Linear solves on the GPU: {}", gpu.name());
+        log::info!(
+            "Linear solves on the GPU: {}, {} row ordering",
+            gpu.name(),
+            setup.solver.regular.ordering
+        );
         for solver in [&setup.solver.regular]
             .into_iter()
             .chain(&setup.solver.final_corrector)
@@ -169,14 +184,20 @@ pub fn run_case_with_mesh(
             }
         }
     }
-    let run = Run::new(setup, &mesh, &geometry, device, clock)?;
-    match setup.time {
-        TimeControl::Steady {
-            max_iterations,
-            residual_tolerance,
-        } => run.steady(max_iterations, residual_tolerance),
-        TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
-    }
+    let result =
+        Run::new(setup, &mesh, &geometry, device, clock).and_then(|run| match setup.time {
+            TimeControl::Steady {
+                max_iterations,
+                residual_tolerance,
+            } => run.steady(max_iterations, residual_tolerance),
+            TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
+        });
+    // Values evaluated during the run (Γ or a source given as an expression)
+    // name the cell; the case file says where they came from.
+    result.map_err(|e| match e {
+        CaseError::Fvm(e) => CaseError::Invalid(format!("{}: {e}", setup.origin)),
+        e => e,
+    })
 }
 
 /// The implicit source Sp·T split per [`SourceSplit`].
@@ -221,18 +242,114 @@ impl SemiImplicitSource {
     }
 }
 
+/// The system on the GPU: assembled there, its field kept there between
+/// solves (the host copy is refreshed for output only).
+struct OnDevice<'a> {
+    laplacian: DeviceLaplacian<'a>,
+    /// The field in the device's row order.
+    field: GpuVector,
+    /// V·(explicit part of Sp) in row order, when any is nonzero.
+    sp_explicit: Option<CudaSlice<f64>>,
+}
+
+impl<'a> OnDevice<'a> {
+    /// The system assembled on `gpu`, or `None` (logged) where the device
+    /// assembly does not handle the mesh.
+    fn new(
+        gpu: &'a Gpu,
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+        field: &[f64],
+        ordering: RowOrdering,
+    ) -> Result<Option<Self>, CaseError> {
+        let slice_height = GpuSolveOptions::default().slice_height;
+        let permutation = ordering
+            .permutation(&system.matrix, slice_height)
+            .map_err(CaseError::Invalid)?
+            .unwrap_or_else(|| Permutation::identity(system.matrix.n_rows()));
+        match DeviceLaplacian::with_ordering(gpu, system, problem, permutation, slice_height) {
+            Ok(laplacian) => {
+                log::info!(
+                    "Assembly, non-orthogonal correction and linear solves on the GPU \
+                     (rows in {ordering} order, mod-SELL slices of {slice_height})"
+                );
+                let field = GpuVector::from(laplacian.to_device_order(field)?);
+                Ok(Some(Self {
+                    laplacian,
+                    field,
+                    sp_explicit: None,
+                }))
+            }
+            Err(AssemblyError::Unsupported(msg)) => {
+                log::warn!("{msg}: assembling on the CPU, solving each system on the GPU");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The non-orthogonal corrector loop on the device (`LaplacianSystem::solve`
+    /// with the right-hand side, the solve and the zero-mean shift there).
+    fn solve(
+        &mut self,
+        setup: &CaseSetup,
+        device: Device,
+        transient: bool,
+    ) -> Result<Vec<SolverPerformance>, CaseError> {
+        let n_correctors = setup.n_non_orth_correctors;
+        let gpu = self.laplacian.gpu();
+        let old = if transient {
+            let mut old = gpu.zeros(self.laplacian.n())?;
+            gpu.copy(self.field.dev()?, &mut old)?;
+            Some(old)
+        } else {
+            None
+        };
+        let options = GpuSolveOptions::default();
+        let mut performances = Vec::with_capacity(n_correctors + 1);
+        for corrector in 0..=n_correctors {
+            self.laplacian.update_rhs(self.field.dev()?, old.as_ref())?;
+            if let Some(sp) = &self.sp_explicit {
+                self.laplacian.add_product_to_rhs(sp, self.field.dev()?)?;
+            }
+            let solver = setup.solver.for_corrector(corrector, n_correctors);
+            let jacobi = device.adapt(solver).preconditioner == PreconditionerKind::Jacobi;
+            let (backend, b) = self.laplacian.solver(jacobi, &options)?;
+            let perf = pcg(backend, b, &mut self.field, &solver.controls, &setup.field).map_err(
+                |source| CaseError::Solve {
+                    field: setup.field.clone(),
+                    source,
+                },
+            )?;
+            performances.push(perf);
+            if let Some(policy) = self.laplacian.singular_policy() {
+                if policy.reference == Reference::ZeroMean {
+                    self.laplacian.shift_to_zero_mean(self.field.dev()?)?;
+                }
+            }
+        }
+        Ok(performances)
+    }
+}
+
 /// The state of one run: mesh, system, field, writers.
 struct Run<'a> {
     setup: &'a CaseSetup,
     mesh: &'a Mesh,
     geometry: &'a Geometry,
+    /// The CPU system (on the GPU path: the static data the device system was
+    /// built from, assembled once).
     system: LaplacianSystem<'a>,
+    on_device: Option<OnDevice<'a>>,
     problem: LaplacianProblem,
     sp: Option<SemiImplicitSource>,
+    /// The field in mesh order (on the GPU path: as of the last output).
     field: Vec<f64>,
     vtk: Option<VtkSeries<'a>>,
     foam_fields: Vec<PathBuf>,
     device: Device<'a>,
+    /// The GPU's solves, which compute each row ordering once per run.
+    gpu_solver: Option<GpuSolver<'a>>,
     clock: Instant,
 }
 
@@ -273,17 +390,40 @@ impl<'a> Run<'a> {
         } else {
             None
         };
+        let host_assembly = [&setup.solver.regular]
+            .into_iter()
+            .chain(&setup.solver.final_corrector)
+            .find_map(|s| device.needs_host_assembly(s));
+        let on_device = match (device, host_assembly) {
+            (Device::Gpu(_), Some(reason)) => {
+                log::info!("{reason}: assembling on the CPU, solving each system on the GPU");
+                None
+            }
+            (Device::Gpu(gpu), None) => OnDevice::new(
+                gpu,
+                &system,
+                &problem,
+                &field,
+                setup.solver.regular.ordering,
+            )?,
+            (Device::Cpu, _) => None,
+        };
         let mut run = Self {
             setup,
             mesh,
             geometry,
             system,
+            on_device,
             problem,
             sp: None,
             field,
             vtk,
             foam_fields: Vec::new(),
             device,
+            gpu_solver: match device {
+                Device::Gpu(gpu) => Some(GpuSolver::new(gpu)),
+                Device::Cpu => None,
+            },
             clock,
         };
         run.apply_implicit_source(0.0)?;
@@ -296,7 +436,7 @@ impl<'a> Run<'a> {
             return Ok(());
         };
         let sp = SemiImplicitSource::new(sp, self.setup.source_split, self.geometry, time)?;
-        if self.system.is_singular() && sp.implicit.iter().any(|&v| v != 0.0) {
+        if self.is_singular() && sp.implicit.iter().any(|&v| v != 0.0) {
             // The system would treat the matrix as singular (consistency check,
             // reference level) although the implicit Sp changes that.
             return Err(CaseError::invalid(format!(
@@ -306,13 +446,60 @@ impl<'a> Run<'a> {
                 self.setup.origin
             )));
         }
-        let diagonal = &self.system.slots().diagonal.clone();
-        let values = self.system.matrix.values_mut();
-        for (&slot, add) in diagonal.iter().zip(&sp.implicit) {
-            values[slot] += add;
+        match &mut self.on_device {
+            Some(dev) => {
+                dev.laplacian.add_to_diagonal(&sp.implicit)?;
+                dev.sp_explicit = if sp.explicit.iter().any(|&v| v != 0.0) {
+                    Some(dev.laplacian.to_device_order(&sp.explicit)?)
+                } else {
+                    None
+                };
+            }
+            None => {
+                let diagonal = &self.system.slots().diagonal.clone();
+                let values = self.system.matrix.values_mut();
+                for (&slot, add) in diagonal.iter().zip(&sp.implicit) {
+                    values[slot] += add;
+                }
+            }
         }
         self.sp = Some(sp);
         Ok(())
+    }
+
+    /// Whether the matrix of the last assembly is singular (all-Neumann steady).
+    fn is_singular(&self) -> bool {
+        match &self.on_device {
+            Some(dev) => dev.laplacian.is_singular(),
+            None => self.system.is_singular(),
+        }
+    }
+
+    /// The boundary coefficients of the last assembly.
+    fn boundary_coeffs(&self) -> &BoundaryCoeffs {
+        match &self.on_device {
+            Some(dev) => dev.laplacian.boundary_coeffs(),
+            None => self.system.boundary_coeffs(),
+        }
+    }
+
+    /// Reads the field back from the device (GPU path) for output.
+    fn sync_field(&mut self) -> Result<(), CaseError> {
+        if let Some(dev) = &self.on_device {
+            self.field = dev.laplacian.to_mesh_order(dev.field.dev()?)?;
+        }
+        Ok(())
+    }
+
+    /// Cell gradient of the field (for output).
+    fn gradient(&self) -> Result<Vec<Vec3>, CaseError> {
+        Ok(match &self.on_device {
+            Some(dev) => {
+                dev.laplacian.gradient(dev.field.dev()?)?;
+                dev.laplacian.download_gradient()?
+            }
+            None => self.system.gradient(&self.field),
+        })
     }
 
     /// Re-evaluates time-dependent data at `time` with time step `dt` and re-assembles.
@@ -324,7 +511,10 @@ impl<'a> Run<'a> {
             self.problem.boundary = setup.boundary_conditions(self.mesh, self.geometry, time)?;
         }
         self.problem.time = TimeScheme::Euler { dt };
-        self.system.reassemble(&self.problem)?;
+        match &mut self.on_device {
+            Some(dev) => dev.laplacian.reassemble(&self.system, &self.problem)?,
+            None => self.system.reassemble(&self.problem)?,
+        }
         self.apply_implicit_source(time)
     }
 
@@ -338,9 +528,15 @@ impl<'a> Run<'a> {
             || setup.boundary_is_time_dependent()
     }
 
-    /// The non-orthogonal corrector loop: `nNonOrthogonalCorrectors + 1` solves.
-    fn solve(&mut self, old: Option<&[f64]>) -> Result<Vec<SolverPerformance>, CaseError> {
+    /// The non-orthogonal corrector loop: `nNonOrthogonalCorrectors + 1`
+    /// solves; `transient`: the field before them is the old time level.
+    fn solve(&mut self, transient: bool) -> Result<Vec<SolverPerformance>, CaseError> {
         let setup = self.setup;
+        if let Some(dev) = &mut self.on_device {
+            return dev.solve(setup, self.device, transient);
+        }
+        let old = transient.then(|| self.field.clone());
+        let old = old.as_deref();
         let n_correctors = setup.n_non_orth_correctors;
         let sp_explicit = self.sp.as_ref().map(|sp| &sp.explicit);
         let mut performances = Vec::with_capacity(n_correctors + 1);
@@ -361,7 +557,39 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
-                match self.device.solve(matrix, solver, b, x, &setup.field) {
+                let solver = self.device.adapt(solver);
+                let (equilibration, controls) = (&solver.equilibration, &solver.controls);
+                let field = &setup.field;
+                let options = GpuSolveOptions {
+                    ordering: solver.ordering,
+                    ..GpuSolveOptions::default()
+                };
+                let result = match (&mut self.gpu_solver, &solver.smoother) {
+                    (Some(gpu), Some(smoother)) => {
+                        gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
+                    }
+                    (Some(gpu), None) => gpu.solve_with(
+                        matrix,
+                        &solver.preconditioner,
+                        equilibration,
+                        b,
+                        x,
+                        controls,
+                        field,
+                        &options,
+                    ),
+                    (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
+                    (None, None) => solve_pcg_scaled(
+                        matrix,
+                        solver.preconditioner,
+                        equilibration,
+                        b,
+                        x,
+                        controls,
+                        field,
+                    ),
+                };
+                match result {
                     Ok(perf) => performances.push(perf),
                     Err(e) => failure = Some(e),
                 }
@@ -400,7 +628,7 @@ impl<'a> Run<'a> {
         while iteration < max_iterations && !converged {
             iteration += 1;
             log::info!("Time = {iteration}");
-            let performances = self.solve(None)?;
+            let performances = self.solve(false)?;
             let initial = performances[0].initial_residual;
             converged = residual_tolerance > 0.0 && initial < residual_tolerance;
             self.log_execution_time();
@@ -441,8 +669,7 @@ impl<'a> Run<'a> {
             if time_dependent || dt != delta_t {
                 self.reassemble(time, dt)?;
             }
-            let old = self.field.clone();
-            let performances = self.solve(Some(&old))?;
+            let performances = self.solve(true)?;
             all_converged &= performances.iter().all(|p| p.converged);
             self.log_execution_time();
             if step == n_steps || step % interval == 0 {
@@ -465,6 +692,7 @@ impl<'a> Run<'a> {
 
     /// Writes every output format at `time` (`physical_time` for time-dependent data).
     fn write(&mut self, time: f64, physical_time: f64) -> Result<(), CaseError> {
+        self.sync_field()?;
         self.write_vtk(time, physical_time)?;
         if self.setup.output.formats.contains(&OutputFormat::Foam) {
             self.write_foam(time)?;
@@ -477,17 +705,14 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         let field = &self.setup.field;
-        let gradient = self.system.gradient(&self.field);
+        let gradient = self.gradient()?;
         let gamma =
             self.setup
                 .gamma
                 .values_at(&self.geometry.cell_centres, physical_time, "gamma")?;
         let cell_ids: Vec<f64> = (0..self.mesh.n_cells()).map(|c| c as f64).collect();
         let error = self.error(physical_time)?;
-        let boundary_values = self
-            .system
-            .boundary_coeffs()
-            .face_values(self.mesh, &self.field);
+        let boundary_values = self.boundary_coeffs().face_values(self.mesh, &self.field);
         let grad_name = format!("grad({field})");
         let mut cell_fields = vec![
             Field::scalar(field, &self.field),
@@ -511,10 +736,7 @@ impl<'a> Run<'a> {
     /// Writes `<case>/<time>/<field>` with the conditions in force and the
     /// boundary face values (OpenFOAM time directory layout).
     fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
-        let boundary_values = self
-            .system
-            .boundary_coeffs()
-            .face_values(self.mesh, &self.field);
+        let boundary_values = self.boundary_coeffs().face_values(self.mesh, &self.field);
         let path = write_time_field(
             &self.setup.case_dir,
             time,
@@ -533,12 +755,13 @@ impl<'a> Run<'a> {
     }
 
     fn finish(
-        self,
+        mut self,
         steps: usize,
         time: f64,
         physical_time: f64,
         converged: bool,
     ) -> Result<RunSummary, CaseError> {
+        self.sync_field()?;
         let error = self.error(physical_time)?.map(|e| {
             let norms = ErrorNorms::new(&e, &self.geometry.cell_volumes);
             log::info!(

@@ -6,10 +6,14 @@
 //! or a function of position and time. They become `fvm` inputs at a given
 //! time with [`Scalar::cell_field`] and [`BoundarySpec::resolve`].
 
+use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
-use crate::solve::{Preconditioner, PreconditionerKind, SmootherSettings, SolverControls};
+use crate::solve::{
+    EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolverControls,
+};
+use crate::sparse::RowOrdering;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -181,16 +185,42 @@ pub enum TimeControl {
     Euler { delta_t: f64, end_time: f64 },
 }
 
+/// More time steps (or steady iterations) than any sensible run takes: a
+/// larger count is a typo in deltaT or endTime, refused rather than run for days.
+pub const MAX_TIME_STEPS: f64 = 1e7;
+
+/// `Err` with a message naming the count when `steps` exceeds [`MAX_TIME_STEPS`].
+pub fn check_step_count(steps: f64, delta_t: f64, span: f64) -> Result<(), String> {
+    if steps <= MAX_TIME_STEPS {
+        return Ok(());
+    }
+    Err(format!(
+        "deltaT {} over {} of time makes {} steps, more than the {} allowed: check deltaT and \
+         endTime",
+        format_g(delta_t),
+        format_g(span),
+        format_g(steps),
+        format_g(MAX_TIME_STEPS)
+    ))
+}
+
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
-/// PCG with its preconditioner, or OpenFOAM's smoothSolver with a smoother;
-/// and the stopping rules.
+/// PCG with its preconditioner and the equilibration of the system it is
+/// applied to (fvpoisson's own setting), or OpenFOAM's smoothSolver with a
+/// smoother; the stopping rules, and the row ordering of its GPU solves.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearSolver {
     /// PCG's preconditioner (unused by smoothSolver).
     pub preconditioner: Preconditioner,
     /// `Some`: smoothSolver with this smoother (`nSweeps` in its `sweeps`) instead of PCG.
     pub smoother: Option<SmootherSettings>,
+    /// PCG's equilibration (smoothSolver takes none).
+    pub equilibration: EquilibrationKind,
     pub controls: SolverControls,
+    /// Row ordering of the GPU's mod-SELL matrix (the CPU solves in the
+    /// mesh's cell order, as OpenFOAM does). Multicolour Gauss–Seidel then
+    /// groups the rows by colour; block Jacobi uses its own block ordering.
+    pub ordering: RowOrdering,
 }
 
 impl Default for LinearSolver {
@@ -198,7 +228,9 @@ impl Default for LinearSolver {
         Self {
             preconditioner: PreconditionerKind::Dic.into(),
             smoother: None,
+            equilibration: EquilibrationKind::None,
             controls: SolverControls::default(),
+            ordering: RowOrdering::default(),
         }
     }
 }
@@ -212,6 +244,14 @@ pub struct SolverSettings {
 }
 
 impl SolverSettings {
+    /// Sets the GPU row ordering of every solver (the command line's `--ordering`).
+    pub fn set_ordering(&mut self, ordering: RowOrdering) {
+        self.regular.ordering = ordering;
+        if let Some(last) = &mut self.final_corrector {
+            last.ordering = ordering;
+        }
+    }
+
     /// The solver of corrector `corrector` out of `n_correctors + 1` solves.
     pub fn for_corrector(&self, corrector: usize, n_correctors: usize) -> &LinearSolver {
         match &self.final_corrector {

@@ -22,12 +22,16 @@ pub mod boundary;
 pub mod gradient;
 pub mod schemes;
 pub mod system;
+pub mod testing;
 
 pub use boundary::{BoundaryCoeffs, BoundaryCondition, PatchValues};
+pub use gradient::CellGradient;
 pub use schemes::{
     FaceGeometry, GammaInterpolation, GradScheme, Schemes, SnGradScheme, TimeScheme,
 };
-pub use system::{LaplacianProblem, LaplacianSystem, Reference, SingularPolicy, SlotMap};
+pub use system::{
+    LaplacianProblem, LaplacianSystem, ProblemValues, Reference, SingularPolicy, SlotMap,
+};
 
 use crate::mesh::Vec3;
 use std::fmt;

@@ -76,6 +76,27 @@ impl LaplacianProblem {
     }
 }
 
+/// One problem's values on a system's mesh, checked
+/// ([`LaplacianSystem::evaluate`]): everything an assembly consumes besides the
+/// fixed geometry.
+#[derive(Clone, Debug)]
+pub struct ProblemValues {
+    /// Γ per cell.
+    pub gamma: Vec<f64>,
+    /// Γ per boundary face (index `face − n_internal_faces`).
+    pub gamma_boundary: Vec<f64>,
+    /// q per cell.
+    pub source: Vec<f64>,
+    pub bc: BoundaryCoeffs,
+    pub time: TimeScheme,
+    /// `Some` when the matrix (before any reference) is singular: steady, and
+    /// no boundary face puts a positive value on the diagonal.
+    pub singular: Option<SingularPolicy>,
+    /// Gradient data that depends on the conditions (`boundaryCorrected` with
+    /// least squares); `None`: the system's own stays.
+    pub gradient: Option<CellGradient>,
+}
+
 /// Where each coefficient goes in the CSR value array.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlotMap {
@@ -157,6 +178,18 @@ impl<'m> LaplacianSystem<'m> {
     /// Re-assembles matrix values and the explicit right-hand side for new
     /// physical data (Γ, sources, boundary values, time step); the pattern stays.
     pub fn reassemble(&mut self, problem: &LaplacianProblem) -> Result<(), FvmError> {
+        let values = self.evaluate(problem)?;
+        self.assemble(values);
+        Ok(())
+    }
+
+    /// Checks `problem` and evaluates what an assembly consumes besides the
+    /// fixed geometry: Γ and q per cell, Γ per boundary face, the boundary
+    /// coefficients, whether the matrix is singular, and (for
+    /// `boundaryCorrected` least squares) the gradient data of these
+    /// conditions. [`Self::reassemble`] assembles them on the CPU;
+    /// `gpu::assembly::DeviceLaplacian` uploads them and assembles on the device.
+    pub fn evaluate(&self, problem: &LaplacianProblem) -> Result<ProblemValues, FvmError> {
         let mesh = self.mesh;
         let geometry = self.geometry;
         BoundaryCondition::check(&problem.boundary, mesh)?;
@@ -190,25 +223,70 @@ impl<'m> LaplacianSystem<'m> {
         })?;
         let source = problem.source.cell_values(centres, "source")?;
         check_values(&source, false, |c| format!("source in cell {c}"))?;
-        self.bc = BoundaryCoeffs::new(&problem.boundary, mesh, &self.faces.patch_delta_coeffs);
-        self.time = problem.time;
-        if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected
+        let bc = BoundaryCoeffs::new(&problem.boundary, mesh, &self.faces.patch_delta_coeffs);
+        let gradient = if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected
             && self.schemes.grad == GradScheme::LeastSquares
         {
             // Fixed values sit at the face centre: fit them there (see SnGradScheme).
-            let deltas: Vec<Vec3> = (0..self.bc.active.len())
+            let deltas: Vec<Vec3> = (0..bc.active.len())
                 .map(|b| {
-                    if self.bc.value_internal[b] == 0.0 {
+                    if bc.value_internal[b] == 0.0 {
                         self.faces.patch_face_deltas[b]
                     } else {
                         self.faces.patch_deltas[b]
                     }
                 })
                 .collect();
-            self.gradient =
-                CellGradient::new(self.schemes.grad, mesh, geometry, &deltas, &self.bc.active)?;
-        }
+            Some(CellGradient::new(
+                self.schemes.grad,
+                mesh,
+                geometry,
+                &deltas,
+                &bc.active,
+            )?)
+        } else {
+            None
+        };
+        // A boundary face puts −Γ_b|S_b|·gradientInternal on the diagonal
+        // (the expression `assemble` adds); without a positive one and without
+        // a time term the matrix is singular.
+        let first = mesh.n_internal_faces();
+        let any_implicit_boundary = gamma_boundary.iter().enumerate().any(|(b, &gamma_b)| {
+            bc.active[b]
+                && -(gamma_b * self.faces.mag_sf[first + b]) * bc.gradient_internal[b] > 0.0
+        });
+        let singular =
+            (!any_implicit_boundary && problem.time == TimeScheme::SteadyState).then_some(policy);
+        Ok(ProblemValues {
+            gamma,
+            gamma_boundary,
+            source,
+            bc,
+            time: problem.time,
+            singular,
+            gradient,
+        })
+    }
 
+    /// The CPU assembly of evaluated values (OpenFOAM `gaussLaplacianScheme`,
+    /// `EulerDdtScheme`, `setReference`).
+    fn assemble(&mut self, problem: ProblemValues) {
+        let ProblemValues {
+            gamma,
+            gamma_boundary,
+            source,
+            bc,
+            time,
+            singular,
+            gradient,
+        } = problem;
+        let mesh = self.mesh;
+        let geometry = self.geometry;
+        self.bc = bc;
+        self.time = time;
+        if let Some(gradient) = gradient {
+            self.gradient = gradient;
+        }
         let owner = mesh.owner();
         let neighbour = mesh.neighbour();
         let volumes = &geometry.cell_volumes;
@@ -232,7 +310,6 @@ impl<'m> LaplacianSystem<'m> {
             *b = q * v;
         }
         let first = mesh.n_internal_faces();
-        let mut any_implicit_boundary = false;
         for (b, &gamma_b) in gamma_boundary.iter().enumerate() {
             if !self.bc.active[b] {
                 continue;
@@ -241,7 +318,6 @@ impl<'m> LaplacianSystem<'m> {
             let gamma_mag_sf = gamma_b * self.faces.mag_sf[first + b];
             self.gamma_mag_sf_boundary[b] = gamma_mag_sf;
             let diag = -gamma_mag_sf * self.bc.gradient_internal[b];
-            any_implicit_boundary |= diag > 0.0;
             values[self.slots.diagonal[o]] += diag;
             self.explicit_rhs[o] += gamma_mag_sf * self.bc.gradient_boundary[b];
         }
@@ -250,8 +326,7 @@ impl<'m> LaplacianSystem<'m> {
                 values[self.slots.diagonal[c]] += v / dt;
             }
         }
-        self.singular =
-            (!any_implicit_boundary && self.time == TimeScheme::SteadyState).then_some(policy);
+        self.singular = singular;
         if let Some(SingularPolicy {
             reference: Reference::Cell { cell, .. },
             ..
@@ -262,7 +337,6 @@ impl<'m> LaplacianSystem<'m> {
             values[slot] += self.reference_diag;
         }
         self.rhs.copy_from_slice(&self.explicit_rhs);
-        Ok(())
     }
 
     /// Γ on boundary faces: uniform value, owner cell value, or function at the face centre.
@@ -423,6 +497,17 @@ impl<'m> LaplacianSystem<'m> {
     /// Whether the matrix without reference is singular (all-Neumann steady problem).
     pub fn is_singular(&self) -> bool {
         self.singular.is_some()
+    }
+    pub fn mesh(&self) -> &'m Mesh {
+        self.mesh
+    }
+    pub fn geometry(&self) -> &'m Geometry {
+        self.geometry
+    }
+    /// The gradient scheme's data (least-squares vectors) for the conditions
+    /// last assembled.
+    pub fn cell_gradient(&self) -> &CellGradient {
+        &self.gradient
     }
     pub fn slots(&self) -> &SlotMap {
         &self.slots

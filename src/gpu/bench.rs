@@ -1,34 +1,61 @@
-//! `fvpoisson bench`: device copy bandwidth, SpMV per format, Jacobi-PCG on
-//! the device against its bandwidth floor and against the CPU.
+//! `fvpoisson bench`: device copy bandwidth; per case and row ordering the
+//! bandwidth and λ of the matrix, SpMV per format (ours: CSR, SELL,
+//! mod-SELL; cuSPARSE: CSR ALG1/ALG2 and sliced ELL on the same device
+//! buffers), Jacobi-PCG on the device against its bandwidth floor (per
+//! launch mode, and against Jacobi-scaled and Ruiz-equilibrated CG), the
+//! assembly on the device against the CPU's; the solve against the CPU.
+//!
+//! Every SpMV is timed alike: CUDA events around each call, 5 warm-up calls,
+//! the median of `reps`, x/y pairs rotated so that the vectors are not in L2
+//! from the previous call. Each result is checked against our CSR kernel on
+//! the same x (max |y − y_csr| / max |y_csr|).
 //!
 //! Bytes counted (the minimum each kernel must move, each array once):
 //! CSR 12·nnz + 8(n+1) + 16n (values + column indices, row pointers, x, y);
 //! SELL 12·nnz + 16n (values + columns, x, y; padding not counted);
 //! mod-SELL 12(nnz − n) + 24n (off-diagonal values + codes, diagonal, x, y).
-//! One fused PCG iteration: mod-SELL SpMV + direction (read z, p; write p:
-//! 24n) + update (read p, q, x, r, D⁻¹; write x, r, z: 64n).
+//! One fused PCG iteration ([`pcg_iteration_bytes`]): mod-SELL SpMV +
+//! direction (read z, p; write p: 24n) + update (read p, q, x, r; write x, r:
+//! 48n; Jacobi also reads D⁻¹ and writes z: +16n; an equilibrated system
+//! reads the residual weights 1/s: +8n). Jacobi-PCG: SpMV + 88n; CG on an
+//! equilibrated system (z = r, not stored): SpMV + 80n.
+//!
+//! Assembly on the device (`gpu::assembly`; n cells, f internal faces, b
+//! boundary faces; corrected scheme, so Γ_f|S_f| is written too):
+//! face coefficients 48f + 8n (owner, neighbour, w, |S|, Δ, Γ; write the
+//! coefficient and Γ_f|S_f|), 32f with uniform Γ (|S|, Δ; two writes); matrix
+//! rows 34f + 44n + 32b (face codes and slots of both sides 10f, coefficients
+//! 8f, off-diagonal writes 16f; boundary pointers, V, q, diagonal, explicit
+//! rhs, rhs; Γ_b, |S_b|, gradient coefficients). Assembly: 82f + 52n + 32b
+//! (66f + 44n + 32b with uniform Γ). The explicit correction (`update_rhs`,
+//! Gauss gradient): gradient 50f + 44n + 40b (mod-SELL codes, face codes and
+//! slots, w, S_f; p, boundary pointers, V, the gradient; p_b coefficients and
+//! S_b), face flux 56f + 24n (owner, neighbour, w, k, Γ_f|S_f|, flux; the
+//! gradient), rhs 18f + 20n: 124f + 88n + 40b.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
 
+use super::assembly::DeviceLaplacian;
+use super::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use super::matrix::{DeviceMatrix, Format};
-use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions};
+use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use super::{Gpu, GpuError};
 use crate::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
 };
-use crate::mesh::PatchKind;
-use crate::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
-use crate::sparse::ordering::{bandwidth, reverse_cuthill_mckee};
-use crate::sparse::{Csr, ModSell};
+use crate::mesh::{Geometry, Mesh, PatchKind};
+use crate::solve::{
+    pcg, solve_pcg, CgBackend, EquilibrationKind, PreconditionerKind, RuizNorm, RuizSettings,
+    SolverControls,
+};
+use crate::sparse::ordering::bandwidth;
+use crate::sparse::{mtx, Csr, ModSell, Reordered, RowOrdering};
 
-/// The FVM Poisson system −∇²p = 1 + x·y with p = 0 on every patch (but the
-/// empty ones of 2-D meshes), on the
-/// mesh of a source spec (`box:NXxNYxNZ:...`, an OpenFOAM case, a `.msh` file).
-pub fn poisson_system(spec: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
-    let mesh = crate::mesh::load(spec)?;
-    let geometry = mesh.geometry()?;
+/// −∇·(Γ∇p) = 1 + x·y with p = 0 on every patch (empty patches stay empty).
+fn poisson_problem(mesh: &Mesh, gamma: CellField) -> LaplacianProblem {
     let boundary = mesh
         .patches()
         .iter()
@@ -37,13 +64,34 @@ pub fn poisson_system(spec: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
             _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
         })
         .collect();
-    let problem = LaplacianProblem::steady(
-        CellField::Uniform(1.0),
-        CellField::function(|c| 1.0 + c.x * c.y),
-        boundary,
-    );
+    LaplacianProblem::steady(gamma, CellField::function(|c| 1.0 + c.x * c.y), boundary)
+}
+
+/// A bench case: a mesh source (`box:` spec, OpenFOAM case, Gmsh file; see
+/// `mesh::source`) gives its mesh and geometry and the FVM Poisson system of
+/// [`poisson_problem`] with Γ = 1; a Matrix Market file (`.mtx`) gives no
+/// mesh, its matrix and the right-hand side A·1 (the solution is all ones).
+type BenchCase = (Option<(Mesh, Geometry)>, Csr, Vec<f64>);
+
+fn load_case(case: &str) -> anyhow::Result<BenchCase> {
+    if case.ends_with(".mtx") {
+        let a = crate::sparse::mtx::read_matrix(std::path::Path::new(case))?;
+        let mut b = vec![0.0; a.n_rows()];
+        a.spmv(&vec![1.0; a.n_cols()], &mut b);
+        return Ok((None, a, b));
+    }
+    let mesh = crate::mesh::source::load(case)?;
+    let geometry = mesh.geometry()?;
+    let problem = poisson_problem(&mesh, CellField::Uniform(1.0));
     let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem)?;
-    Ok((system.matrix.clone(), system.rhs.clone()))
+    let (a, b) = (system.matrix.clone(), system.rhs.clone());
+    drop(system);
+    Ok((Some((mesh, geometry)), a, b))
+}
+
+/// The matrix and right-hand side of a bench case ([`load_case`]).
+pub fn poisson_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
+    load_case(case).map(|(_, a, b)| (a, b))
 }
 
 /// Median of a sample (sorted in place).
@@ -78,10 +126,28 @@ pub fn copy_bandwidth(gpu: &Gpu, bytes: usize) -> Result<f64, GpuError> {
     Ok(2.0 * (n * 8) as f64 / (ms * 1e-3) / 1e9)
 }
 
+/// max_i |y_i − ref_i| / max_i |ref_i|; a non-finite y_i (an element never
+/// written) gives infinity.
+pub fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
+    let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    y.iter()
+        .zip(reference)
+        .map(|(a, b)| {
+            if a.is_finite() {
+                (a - b).abs() / scale
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
 /// One row of the results.
 #[derive(Clone, Debug)]
 pub struct Row {
     pub case: String,
+    /// Row ordering of the matrix (empty where none applies).
+    pub ordering: String,
     pub what: String,
     pub n: usize,
     pub nnz: usize,
@@ -95,8 +161,9 @@ pub struct Row {
 impl Row {
     fn json(&self) -> String {
         format!(
-            "{{\"case\":\"{}\",\"what\":\"{}\",\"n\":{},\"nnz\":{},\"bytes\":{},\"ms\":{},\"gb_s\":{},\"of_copy\":{},\"note\":\"{}\"}}",
-            self.case, self.what, self.n, self.nnz, self.bytes, self.ms, self.gb_s, self.of_copy, self.note
+            "{{\"case\":\"{}\",\"ordering\":\"{}\",\"what\":\"{}\",\"n\":{},\"nnz\":{},\"bytes\":{},\"ms\":{},\"gb_s\":{},\"of_copy\":{},\"note\":\"{}\"}}",
+            self.case, self.ordering, self.what, self.n, self.nnz, self.bytes, self.ms, self.gb_s,
+            self.of_copy, self.note.replace('"', "'")
         )
     }
 }
@@ -111,18 +178,82 @@ pub fn spmv_bytes(format: Format, n: usize, nnz: usize) -> f64 {
     }
 }
 
+/// Minimum bytes of one fused PCG iteration (module documentation).
+pub fn pcg_iteration_bytes(n: usize, nnz: usize, jacobi: bool, equilibrated: bool) -> f64 {
+    let vectors = 72 + if jacobi { 16 } else { 0 } + if equilibrated { 8 } else { 0 };
+    spmv_bytes(Format::ModSell, n, nnz) + (vectors * n) as f64
+}
+
+/// Device time (ms) per iteration of `iterations` PCG iterations from x = 0
+/// with no convergence test, after one untimed chunk (which captures the CUDA
+/// graph where the backend uses one). `x` is rewritten in place, so the
+/// graph stays valid.
+fn time_per_iteration(
+    gpu: &Gpu,
+    backend: &GpuCgBackend,
+    b: &GpuVector,
+    x: &mut GpuVector,
+    iterations: usize,
+    check_interval: usize,
+) -> Result<f64, GpuError> {
+    let fixed = |max_iter| SolverControls {
+        tolerance: 0.0,
+        rel_tol: 0.0,
+        max_iter,
+        min_iter: 0,
+    };
+    let zeros = vec![0.0; backend.n()];
+    let run = |x: &mut GpuVector, max_iter| -> Result<(), GpuError> {
+        backend.write(x, &zeros)?;
+        pcg(backend, b, x, &fixed(max_iter), "p")
+            .map(|_| ())
+            .map_err(|e| GpuError::Invalid(e.to_string()))
+    };
+    run(x, check_interval.min(iterations))?;
+    let ms = gpu.time_ms(|| run(x, iterations))?;
+    Ok(ms / iterations as f64)
+}
+
+/// Minimum bytes of one device assembly (module documentation): n cells,
+/// f internal faces, b boundary faces.
+pub fn assembly_bytes(n: usize, f: usize, b: usize, uniform_gamma: bool) -> f64 {
+    let (n, f, b) = (n as f64, f as f64, b as f64);
+    if uniform_gamma {
+        66.0 * f + 44.0 * n + 32.0 * b
+    } else {
+        82.0 * f + 52.0 * n + 32.0 * b
+    }
+}
+
+/// Minimum bytes of the explicit correction on the device (Gauss gradient).
+pub fn correction_bytes(n: usize, f: usize, b: usize) -> f64 {
+    let (n, f, b) = (n as f64, f as f64, b as f64);
+    124.0 * f + 88.0 * n + 40.0 * b
+}
+
 /// Settings of `fvpoisson bench`.
 #[derive(Clone, Debug)]
 pub struct BenchSettings {
-    /// Box specs of the meshes.
+    /// The cases: mesh sources or `.mtx` files ([`load_case`]).
     pub meshes: Vec<String>,
+    /// Row orderings measured, in this order; the first one is used for the
+    /// end-to-end solve and the CPU comparison.
+    pub orderings: Vec<RowOrdering>,
     pub slice_height: usize,
     pub reps: usize,
     /// Time PCG on the GPU (and on the CPU when `cpu_solve`).
     pub pcg: bool,
     /// Also time the CPU solve (slow on big meshes).
     pub cpu_solve: bool,
+    /// Time the assembly on the device and on the CPU (mesh cases).
+    pub assembly: bool,
     pub check_interval: usize,
+    /// Time cuSPARSE's SpMV as well (a note, not an error, where it cannot
+    /// be loaded).
+    pub cusparse: bool,
+    /// Write each case's matrix in each ordering as Matrix Market
+    /// (`DIR/<case>.<ordering>.mtx`) for `benches/cusparse_cupy.py`.
+    pub write_mtx: Option<PathBuf>,
     /// Also the smoother rows (seed 000 Table 4.1's shape) and PCG with each
     /// smoother as preconditioner (`smooth_bench`).
     pub smoothers: bool,
@@ -130,9 +261,32 @@ pub struct BenchSettings {
     pub smoother_sweeps: usize,
 }
 
-/// Runs the measurements and returns the rows (printing progress to stderr).
-pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
-    let mut rows = Vec::new();
+/// What `run` measured: the rows, and lines about what was not measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub notes: Vec<String>,
+}
+
+/// A file name for a case spec (`box:64x64x64:tet` → `box_64x64x64_tet`).
+pub fn case_file_stem(spec: &str) -> String {
+    spec.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Runs the measurements (printing progress to stderr).
+pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
+    if settings.orderings.is_empty() {
+        anyhow::bail!("bench needs at least one row ordering");
+    }
+    let mut report = Report::default();
     let copy_bytes = 1usize << 30;
     let copy = copy_bandwidth(gpu, copy_bytes)?;
     eprintln!(
@@ -146,8 +300,9 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
             "compiled by NVRTC"
         }
     );
-    rows.push(Row {
+    report.rows.push(Row {
         case: "memcpy".into(),
+        ordering: String::new(),
         what: "DtoD copy 1 GiB".into(),
         n: copy_bytes / 8,
         nnz: 0,
@@ -157,93 +312,418 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
         of_copy: 1.0,
         note: "read + write".into(),
     });
-    for spec in &settings.meshes {
-        let t = Instant::now();
-        let (a, rhs) = poisson_system(spec)?;
-        let t_rcm = Instant::now();
-        let p = reverse_cuthill_mckee(&a);
-        let a_rcm = p.apply_symmetric(&a);
-        let rcm_s = t_rcm.elapsed().as_secs_f64();
-        let (n, nnz) = (a.n_rows(), a.nnz());
-        eprintln!(
-            "{spec}: n = {n}, nnz = {nnz}, mesh + assembly + RCM {:.1} s (RCM {:.1} s)",
-            t.elapsed().as_secs_f64(),
-            rcm_s
-        );
-        // Enough x/y pairs to exceed L2 (50 MB on an H100) between reuses.
-        let sets = (200_000_000 / (16 * n)).clamp(2, 16);
-        let xs: Vec<CudaSlice<f64>> = (0..sets)
-            .map(|k| {
-                gpu.upload(
-                    &(0..n)
-                        .map(|i| 1.0 + ((i * 31 + k * 7) % 97) as f64 / 97.0)
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .collect::<Result<_, _>>()?;
-        let ys: Vec<CudaSlice<f64>> = (0..sets).map(|_| gpu.zeros(n)).collect::<Result<_, _>>()?;
-        for (ordering, matrix) in [("as generated", &a), ("RCM", &a_rcm)] {
-            let lambda = ModSell::from_csr(matrix, settings.slice_height)
-                .map_err(anyhow::Error::msg)?
-                .lambda();
-            for format in Format::ALL {
-                let dm = DeviceMatrix::upload(gpu, matrix, format, settings.slice_height)?;
-                let ms = time_median(gpu, 5, settings.reps, |i| {
-                    dm.spmv(gpu, &xs[i % sets], &ys[i % sets])
-                })?;
-                let bytes = spmv_bytes(format, n, nnz);
-                let gb_s = bytes / (ms * 1e-3) / 1e9;
-                let mut note = format!("{ordering}, bandwidth {}", bandwidth(matrix));
-                if format != Format::Csr {
-                    note += &format!(", H {}", settings.slice_height);
-                }
-                if format == Format::ModSell {
-                    note += &format!(", lambda {lambda:.3}");
-                }
-                rows.push(Row {
-                    case: spec.clone(),
-                    what: format!("SpMV {}", format.name()),
-                    n,
-                    nnz,
-                    bytes,
-                    ms,
-                    gb_s,
-                    of_copy: gb_s / copy,
-                    note,
-                });
+    let cusparse = if settings.cusparse {
+        match Cusparse::load(gpu) {
+            Ok(lib) => {
+                eprintln!("cuSPARSE {} loaded", lib.version());
+                report
+                    .notes
+                    .push(format!("cuSPARSE {} (through cudarc)", lib.version()));
+                Some(lib)
+            }
+            Err(e) => {
+                let line = format!(
+                    "cuSPARSE not measured: {e}. Measure it with benches/cusparse_cupy.py \
+                     on the matrices of --write-mtx."
+                );
+                eprintln!("{line}");
+                report.notes.push(line);
+                None
             }
         }
-        drop((xs, ys));
+    } else {
+        None
+    };
+    if let Some(dir) = &settings.write_mtx {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    }
+    for spec in &settings.meshes {
+        let t = Instant::now();
+        let (mesh, a, rhs) = load_case(spec)?;
+        let (n, nnz) = (a.n_rows(), a.nnz());
+        eprintln!(
+            "{spec}: n = {n}, nnz = {nnz}, mesh + assembly {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        let case = CaseBench {
+            gpu,
+            settings,
+            spec,
+            copy,
+            cusparse: cusparse.as_ref(),
+        };
+        // Solve time (s) in the first ordering, for the CPU comparison.
+        let mut first_solve_s = None;
+        for &ordering in &settings.orderings {
+            let t = Instant::now();
+            let ordered =
+                Reordered::new(&a, ordering, settings.slice_height).map_err(anyhow::Error::msg)?;
+            let order_s = t.elapsed().as_secs_f64();
+            let m = ordered.matrix();
+            let lambda = ModSell::from_csr(m, settings.slice_height)
+                .map_err(anyhow::Error::msg)?
+                .lambda();
+            let note = format!(
+                "bandwidth {}, lambda {lambda:.3} (H {}); ordering took {order_s:.2} s",
+                bandwidth(m),
+                settings.slice_height
+            );
+            eprintln!("{spec}, {ordering}: {note}");
+            report
+                .rows
+                .push(case.row(ordering, "ordering", m, 0.0, order_s * 1e3, note));
+            if let Some(dir) = &settings.write_mtx {
+                let path = dir.join(format!("{}.{ordering}.mtx", case_file_stem(spec)));
+                mtx::write_file(&path, |w| mtx::write_matrix(w, m))?;
+                eprintln!("wrote {}", path.display());
+            }
+            case.spmv(ordering, m, &mut report)?;
+            if settings.pcg {
+                let solve_s =
+                    case.pcg_iterations(ordering, m, ordered.to_new(&rhs), &mut report.rows)?;
+                first_solve_s.get_or_insert(solve_s);
+            }
+        }
+        if let (true, Some((mesh, geometry))) = (settings.assembly, &mesh) {
+            report
+                .rows
+                .extend(assembly_rows(gpu, spec, mesh, geometry, settings, copy)?);
+        }
+        if let Some(solve_s) = first_solve_s {
+            case.end_to_end(&a, &rhs, solve_s, &mut report.rows)?;
+        }
         if settings.smoothers {
-            rows.extend(super::smooth_bench::rows(
-                gpu, spec, &a, &rhs, &p, settings,
-            )?);
+            report
+                .rows
+                .extend(super::smooth_bench::rows(gpu, spec, &a, &rhs, settings)?);
         }
-        if !settings.pcg {
-            continue;
+    }
+    Ok(report)
+}
+
+/// The measurements of one case.
+struct CaseBench<'a> {
+    gpu: &'a Gpu,
+    settings: &'a BenchSettings,
+    spec: &'a str,
+    copy: f64,
+    cusparse: Option<&'a Cusparse<'a>>,
+}
+
+impl CaseBench<'_> {
+    fn row(
+        &self,
+        ordering: RowOrdering,
+        what: &str,
+        m: &Csr,
+        bytes: f64,
+        ms: f64,
+        note: String,
+    ) -> Row {
+        let gb_s = if bytes > 0.0 {
+            bytes / (ms * 1e-3) / 1e9
+        } else {
+            0.0
+        };
+        Row {
+            case: self.spec.to_string(),
+            ordering: ordering.name().into(),
+            what: what.into(),
+            n: m.n_rows(),
+            nnz: m.nnz(),
+            bytes,
+            ms,
+            gb_s,
+            of_copy: gb_s / self.copy,
+            note,
         }
-        let controls = SolverControls {
-            tolerance: 1e-6,
-            rel_tol: 0.0,
-            max_iter: 5000,
-            min_iter: 0,
+    }
+
+    /// SpMV in our three formats and in cuSPARSE's, each checked against our
+    /// CSR kernel on the first x.
+    fn spmv(&self, ordering: RowOrdering, m: &Csr, report: &mut Report) -> anyhow::Result<()> {
+        let (gpu, h) = (self.gpu, self.settings.slice_height);
+        let (n, nnz) = (m.n_rows(), m.nnz());
+        // Enough x/y pairs to exceed L2 (50 MB on an H100) between reuses.
+        let sets = (200_000_000 / (16 * n.max(1))).clamp(2, 16);
+        let xs: Vec<CudaSlice<f64>> = (0..sets)
+            .map(|k| {
+                let x: Vec<f64> = (0..n)
+                    .map(|i| 1.0 + ((i * 31 + k * 7) % 97) as f64 / 97.0)
+                    .collect();
+                gpu.upload(&x)
+            })
+            .collect::<Result<_, _>>()?;
+        let mut ys: Vec<CudaSlice<f64>> =
+            (0..sets).map(|_| gpu.zeros(n)).collect::<Result<_, _>>()?;
+        let nan = vec![f64::NAN; n];
+        let matrices: Vec<DeviceMatrix> = Format::ALL
+            .iter()
+            .map(|&f| DeviceMatrix::upload(gpu, m, f, h))
+            .collect::<Result<_, _>>()?;
+        let mut reference = Vec::new();
+        let mut mod_sell_ms = f64::NAN;
+        for dm in &matrices {
+            let format = dm.format();
+            let ms = time_median(gpu, 5, self.settings.reps, |i| {
+                dm.spmv(gpu, &xs[i % sets], &ys[i % sets])
+            })?;
+            gpu.write(&nan, &mut ys[0])?;
+            dm.spmv(gpu, &xs[0], &ys[0])?;
+            let y = gpu.download(&ys[0])?;
+            let check = if format == Format::Csr {
+                reference = y;
+                String::new()
+            } else {
+                format!(", max diff to CSR {:.1e}", max_rel_diff(&y, &reference))
+            };
+            let mut note = String::new();
+            if format != Format::Csr {
+                note += &format!("H {h}");
+            }
+            if format == Format::ModSell {
+                mod_sell_ms = ms;
+            }
+            note += &check;
+            let bytes = spmv_bytes(format, n, nnz);
+            let what = format!("SpMV {}", format.name());
+            report.rows.push(self.row(
+                ordering,
+                &what,
+                m,
+                bytes,
+                ms,
+                note.trim_start_matches(", ").into(),
+            ));
+        }
+        let Some(lib) = self.cusparse else {
+            return Ok(());
         };
-        let options = GpuSolveOptions {
-            slice_height: settings.slice_height,
-            check_interval: settings.check_interval,
-            rcm: true,
+        let dx = DenseVector::all(lib, &xs).map_err(anyhow::Error::msg)?;
+        let mut best_csr = f64::INFINITY;
+        for kind in CusparseKind::ALL {
+            let (format, ours) = match kind {
+                CusparseKind::SellAlg1 => (Format::Sell, &matrices[1]),
+                _ => (Format::Csr, &matrices[0]),
+            };
+            let what = format!("SpMV {}", kind.name());
+            // Set-up, timing and check; a cuSPARSE failure is a note, not the end of the bench.
+            let measured = (|| -> Result<(CusparseSpmv, f64, Vec<f64>), String> {
+                let dy = DenseVector::all(lib, &ys)?;
+                let spmv = CusparseSpmv::new(lib, kind, ours, nnz, &dx[0], &dy[0])?;
+                let ms = time_median(gpu, 5, self.settings.reps, |i| {
+                    spmv.spmv(&dx[i % sets], &dy[i % sets])
+                        .map_err(GpuError::Invalid)
+                })
+                .map_err(|e| e.to_string())?;
+                drop(dy);
+                gpu.write(&nan, &mut ys[0]).map_err(|e| e.to_string())?;
+                let y0 = DenseVector::new(lib, &ys[0])?;
+                spmv.spmv(&dx[0], &y0)?;
+                drop(y0);
+                let y = gpu.download(&ys[0]).map_err(|e| e.to_string())?;
+                Ok((spmv, ms, y))
+            })();
+            let (spmv, ms, y) = match measured {
+                Ok(m) => m,
+                Err(e) => {
+                    let line = format!("{}, {ordering}: {what} not measured: {e}", self.spec);
+                    eprintln!("{line}");
+                    report.notes.push(line);
+                    continue;
+                }
+            };
+            let mut note = format!(
+                "{}, max diff to CSR {:.1e}",
+                spmv.note,
+                max_rel_diff(&y, &reference)
+            );
+            if kind == CusparseKind::SellAlg1 {
+                note = format!("H {h}, {note}");
+            } else {
+                best_csr = best_csr.min(ms);
+            }
+            // Counted like our kernel of the same format (the same arrays).
+            let bytes = spmv_bytes(format, n, nnz);
+            report
+                .rows
+                .push(self.row(ordering, &what, m, bytes, ms, note));
+        }
+        if best_csr.is_finite() && mod_sell_ms.is_finite() {
+            let ratio = best_csr / mod_sell_ms;
+            report.notes.push(format!(
+                "{}, {ordering}: mod-SELL {mod_sell_ms:.4} ms vs cuSPARSE CSR (best algorithm) \
+                 {best_csr:.4} ms: mod-SELL {ratio:.2}x as fast; target (faster than cuSPARSE \
+                 CSR) {}",
+                self.spec,
+                if ratio > 1.0 { "met" } else { "not met" }
+            ));
+        }
+        Ok(())
+    }
+
+    /// Jacobi-PCG on the device with the rows in `ordering`: the solve to
+    /// tolerance (host clock; returned, in s), the iterations on the device
+    /// clock against their bandwidth floor in each launch mode, and CG on the
+    /// equilibrated systems (seed 000 §6.5–6.6) against Jacobi-PCG.
+    fn pcg_iterations(
+        &self,
+        ordering: RowOrdering,
+        m: &Csr,
+        rhs: Vec<f64>,
+        rows: &mut Vec<Row>,
+    ) -> anyhow::Result<f64> {
+        let (gpu, s) = (self.gpu, self.settings);
+        let (n, nnz) = (m.n_rows(), m.nnz());
+        let options = self.options(ordering);
+        let floor_ms = |bytes: f64| bytes / (self.copy * 1e9) * 1e3;
+        let iteration_row = |what: String, bytes: f64, ms: f64, note: String| {
+            let mut row = self.row(
+                ordering,
+                &what,
+                m,
+                bytes,
+                ms,
+                format!(
+                    "{note}; floor {:.4} ms at copy bandwidth, of copy = floor / measured",
+                    floor_ms(bytes)
+                ),
+            );
+            row.of_copy = floor_ms(bytes) / ms;
+            row
         };
-        // End to end (input checks, RCM, mod-SELL build, upload, download):
-        // one warm-up, then the timed call.
-        let mut x = vec![0.0; n];
+        let t = Instant::now();
+        let backend = GpuCgBackend::new(gpu, m, true, None, &options)?;
+        let b_dev = backend.upload(&rhs)?;
+        gpu.synchronize()?;
+        let setup_s = t.elapsed().as_secs_f64();
+        let mut x_dev = backend.upload(&vec![0.0; n])?;
+        let t = Instant::now();
+        let solve = pcg(&backend, &b_dev, &mut x_dev, &controls(), "p")?;
+        let solve_s = t.elapsed().as_secs_f64();
+        let iters = solve.iterations.max(1);
+        let jacobi_bytes = pcg_iteration_bytes(n, nnz, true, false);
+        let auto = LaunchMode::Auto.resolve(n);
+        for mode in [LaunchMode::Separate, LaunchMode::Folded, LaunchMode::Graph] {
+            backend.set_launch_mode(mode);
+            let ms =
+                time_per_iteration(gpu, &backend, &b_dev, &mut x_dev, iters, s.check_interval)?;
+            let launches = if mode == LaunchMode::Separate { 5 } else { 3 };
+            let mut note =
+                format!("Jacobi-PCG, {launches} launches per iteration, {iters} iterations");
+            if mode == auto {
+                note += " (auto)";
+            }
+            if backend.launch_mode() != mode {
+                note += &format!(" (ran as {})", backend.launch_mode().name());
+            }
+            rows.push(iteration_row(
+                format!("PCG iter {}", mode.name()),
+                jacobi_bytes,
+                ms,
+                note,
+            ));
+        }
+        rows.push(self.row(
+            ordering,
+            "PCG solve GPU",
+            m,
+            0.0,
+            solve_s * 1e3,
+            format!(
+                "{} iterations, final residual {:.3e}; set-up {:.0} ms (mod-SELL build + upload)",
+                solve.iterations,
+                solve.final_residual,
+                setup_s * 1e3
+            ),
+        ));
+        drop((backend, b_dev, x_dev));
+        let ruiz = |norm| {
+            EquilibrationKind::Ruiz(RuizSettings {
+                norm,
+                ..RuizSettings::default()
+            })
+        };
+        for (label, equilibration) in [
+            ("jacobi-scaled", EquilibrationKind::Jacobi),
+            ("ruiz-inf", ruiz(RuizNorm::Inf)),
+            ("ruiz-2", ruiz(RuizNorm::Two)),
+        ] {
+            let t = Instant::now();
+            let Some(eq) = equilibration.build(m)? else {
+                continue;
+            };
+            let scaled = eq.scale_matrix(m);
+            let scaling_s = t.elapsed().as_secs_f64();
+            let backend = GpuCgBackend::new(gpu, &scaled, false, Some(&eq), &options)?;
+            let b_dev = backend.upload(&eq.scale_rhs(&rhs))?;
+            let mut x_dev = backend.upload(&vec![0.0; n])?;
+            let t = Instant::now();
+            let perf = pcg(&backend, &b_dev, &mut x_dev, &controls(), "p")?;
+            let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+            let iterations = perf.iterations.max(1);
+            let ms = time_per_iteration(
+                gpu,
+                &backend,
+                &b_dev,
+                &mut x_dev,
+                iterations,
+                s.check_interval,
+            )?;
+            rows.push(iteration_row(
+                format!("PCG {label}"),
+                pcg_iteration_bytes(n, nnz, false, true),
+                ms,
+                format!(
+                    "{} iterations to 1e-6 (Jacobi-PCG {}), solve {solve_ms:.1} ms (Jacobi-PCG \
+                     {:.1}); scaling {:.0} ms on the host, {} sweeps, deviation {:.1e}; {} launches",
+                    perf.iterations,
+                    solve.iterations,
+                    solve_s * 1e3,
+                    scaling_s * 1e3,
+                    eq.sweeps(),
+                    eq.deviation(),
+                    backend.launch_mode().name()
+                ),
+            ));
+        }
+        Ok(solve_s)
+    }
+
+    fn options(&self, ordering: RowOrdering) -> GpuSolveOptions {
+        GpuSolveOptions {
+            slice_height: self.settings.slice_height,
+            check_interval: self.settings.check_interval,
+            ordering,
+            launches: LaunchMode::Auto,
+        }
+    }
+
+    /// `solve_pcg_gpu` end to end in the first ordering, and the CPU solve
+    /// (compared with that and with `solve_s`, the GPU solve alone).
+    fn end_to_end(
+        &self,
+        a: &Csr,
+        rhs: &[f64],
+        solve_s: f64,
+        rows: &mut Vec<Row>,
+    ) -> anyhow::Result<()> {
+        let (gpu, s) = (self.gpu, self.settings);
+        let ordering = s.orderings[0];
+        let options = self.options(ordering);
+        // Input checks, ordering, mod-SELL build, upload, download: one
+        // warm-up, then the timed call.
+        let mut x = vec![0.0; a.n_rows()];
         let end_to_end = |x: &mut [f64]| {
             solve_pcg_gpu(
                 gpu,
-                &a,
+                a,
                 PreconditionerKind::Jacobi,
-                &rhs,
+                &EquilibrationKind::None,
+                rhs,
                 x,
-                &controls,
+                &controls(),
                 "p",
                 &options,
             )
@@ -252,124 +732,224 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
         x.fill(0.0);
         let t = Instant::now();
         let perf = end_to_end(&mut x)?;
-        let end_to_end_s = t.elapsed().as_secs_f64();
-        // The solve alone on a backend built beforehand (host clock, from
-        // x = 0, residual read-backs included).
-        let t = Instant::now();
-        let backend = GpuCgBackend::new(
-            gpu,
-            &a_rcm,
-            true,
-            settings.slice_height,
-            settings.check_interval,
-        )?;
-        let b_dev = backend.upload(&p.to_new(&rhs))?;
-        gpu.synchronize()?;
-        let setup_s = t.elapsed().as_secs_f64();
-        let mut x_dev = backend.upload(&vec![0.0; n])?;
-        let t = Instant::now();
-        let solve = pcg(&backend, &b_dev, &mut x_dev, &controls, "p")?;
-        let solve_s = t.elapsed().as_secs_f64();
-        // The iterations on the device clock: the same count, no convergence test.
-        let iters = solve.iterations.max(1);
-        let fixed = SolverControls {
-            tolerance: 0.0,
-            rel_tol: 0.0,
-            max_iter: iters,
-            min_iter: 0,
-        };
-        let mut x_dev = backend.upload(&vec![0.0; n])?;
-        let loop_ms = gpu.time_ms(|| {
-            pcg(&backend, &b_dev, &mut x_dev, &fixed, "p")
-                .map(|_| ())
-                .map_err(|e| GpuError::Invalid(e.to_string()))
-        })?;
-        let iter_bytes = spmv_bytes(Format::ModSell, n, nnz) + 88.0 * n as f64;
-        let floor_ms = iter_bytes / (copy * 1e9) * 1e3;
-        let iter_ms = loop_ms / iters as f64;
-        rows.push(Row {
-            case: spec.clone(),
-            what: "PCG iteration".into(),
-            n,
-            nnz,
-            bytes: iter_bytes,
-            ms: iter_ms,
-            gb_s: iter_bytes / (iter_ms * 1e-3) / 1e9,
-            of_copy: floor_ms / iter_ms,
-            note: format!("floor {floor_ms:.4} ms at copy bandwidth; of copy = floor / measured"),
-        });
-        rows.push(Row {
-            case: spec.clone(),
-            what: "PCG solve GPU".into(),
-            n,
-            nnz,
-            bytes: 0.0,
-            ms: solve_s * 1e3,
-            gb_s: 0.0,
-            of_copy: 0.0,
-            note: format!(
-                "{} iterations, final residual {:.3e}; set-up {:.0} ms (mod-SELL build + upload) \
-                 + RCM {:.0} ms; end to end {:.0} ms ({} iterations)",
-                solve.iterations,
-                solve.final_residual,
-                setup_s * 1e3,
-                rcm_s * 1e3,
-                end_to_end_s * 1e3,
+        let gpu_s = t.elapsed().as_secs_f64();
+        rows.push(self.row(
+            ordering,
+            "PCG end to end",
+            a,
+            0.0,
+            gpu_s * 1e3,
+            format!(
+                "{} iterations; input checks, ordering, mod-SELL build, upload, solve, download",
                 perf.iterations
             ),
-        });
-        if settings.cpu_solve {
-            let mut xc = vec![0.0; n];
-            let t = Instant::now();
-            let cpu = solve_pcg(
-                &a,
-                PreconditionerKind::Jacobi,
-                &rhs,
-                &mut xc,
-                &controls,
-                "p",
-            )?;
-            let cpu_s = t.elapsed().as_secs_f64();
-            let diff = xc
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f64::max);
-            let scale = xc.iter().map(|v| v.abs()).fold(0.0, f64::max);
-            rows.push(Row {
-                case: spec.clone(),
-                what: "PCG solve CPU".into(),
-                n,
-                nnz,
-                bytes: 0.0,
-                ms: cpu_s * 1e3,
-                gb_s: 0.0,
-                of_copy: 0.0,
-                note: format!(
-                    "{} iterations ({} threads); GPU speed-up {:.1}x (solve), {:.1}x (end to end); \
-                     max |x_gpu - x_cpu| / max|x| = {:.2e}",
-                    cpu.iterations,
-                    rayon::current_num_threads(),
-                    cpu_s / solve_s,
-                    cpu_s / end_to_end_s,
-                    diff / scale.max(f64::MIN_POSITIVE)
-                ),
-            });
+        ));
+        if !s.cpu_solve {
+            return Ok(());
         }
+        let mut xc = vec![0.0; a.n_rows()];
+        let t = Instant::now();
+        let cpu = solve_pcg(
+            a,
+            PreconditionerKind::Jacobi,
+            rhs,
+            &mut xc,
+            &controls(),
+            "p",
+        )?;
+        let cpu_s = t.elapsed().as_secs_f64();
+        rows.push(self.row(
+            ordering,
+            "PCG solve CPU",
+            a,
+            0.0,
+            cpu_s * 1e3,
+            format!(
+                "{} iterations ({} threads); GPU {:.1}x as fast (solve), {:.1}x (end to end); \
+                 max |x_gpu - x_cpu| / max|x| = {:.2e}",
+                cpu.iterations,
+                rayon::current_num_threads(),
+                cpu_s / solve_s,
+                cpu_s / gpu_s,
+                max_rel_diff(&x, &xc)
+            ),
+        ));
+        Ok(())
     }
-    Ok(rows)
 }
 
-/// The table printed last.
-pub fn table(rows: &[Row]) -> String {
+/// Median wall time (ms) of `reps` runs of `work` on the host.
+fn host_median_ms(
+    reps: usize,
+    mut work: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        work()?;
+        t.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(&mut t))
+}
+
+/// Assembly on the device against the CPU's and against one mod-SELL SpMV
+/// of the same matrix on the same device, timed in this run: Γ = 1 + x per
+/// cell (Γ = 1/a_P of a SIMPLE loop varies too) and uniform, `Gauss linear
+/// corrected` with Gauss gradients, p = 0 on every patch; the correction
+/// with a smooth field. The device results are checked against the CPU's.
+fn assembly_rows(
+    gpu: &Gpu,
+    spec: &str,
+    mesh: &Mesh,
+    geometry: &Geometry,
+    settings: &BenchSettings,
+    copy: f64,
+) -> anyhow::Result<Vec<Row>> {
+    let varying = poisson_problem(mesh, CellField::function(|c| 1.0 + c.x));
+    let uniform = poisson_problem(mesh, CellField::Uniform(1.0));
+    let mut system = LaplacianSystem::new(mesh, geometry, Schemes::default(), &varying)?;
+    let (n, nnz) = (mesh.n_cells(), system.matrix.nnz());
+    let f = mesh.n_internal_faces();
+    let empty: usize = mesh
+        .patches()
+        .iter()
+        .filter(|p| p.kind == PatchKind::Empty)
+        .map(|p| p.size)
+        .sum();
+    let b = mesh.n_faces() - f - empty;
+    let p: Vec<f64> = geometry
+        .cell_centres
+        .iter()
+        .map(|c| c.x * c.y + c.z)
+        .collect();
+    let cpu_reps = 3;
+    let evaluate_ms = host_median_ms(cpu_reps, || Ok(system.evaluate(&varying).map(|_| ())?))?;
+    let cpu_assembly_ms = host_median_ms(cpu_reps, || Ok(system.reassemble(&varying)?))?;
+    let cpu_correction_ms = host_median_ms(cpu_reps, || Ok(system.update_rhs(&p, None)?))?;
+
+    let t = Instant::now();
+    let mut device = DeviceLaplacian::new(gpu, &system, &varying, settings.slice_height)?;
+    gpu.synchronize()?;
+    let setup_s = t.elapsed().as_secs_f64();
+    let values = system.evaluate(&varying)?;
+    let t = Instant::now();
+    device.upload_values(&values, None)?;
+    gpu.synchronize()?;
+    let upload_ms = t.elapsed().as_secs_f64() * 1e3;
+    let assembly_ms = time_median(gpu, 3, settings.reps, |_| device.assemble())?;
+    let p_dev = device.to_device_order(&p)?;
+    let correction_ms = time_median(gpu, 3, settings.reps, |_| {
+        device
+            .update_rhs(&p_dev, None)
+            .map_err(|e| GpuError::Invalid(e.to_string()))
+    })?;
+    // The CPU system holds the same assembly and update_rhs(p).
+    let matrix = device.download_matrix()?;
+    let scale = |v: &[f64]| v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let max_diff = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+            / scale(b).max(f64::MIN_POSITIVE)
+    };
+    let matrix_diff = if matrix.cols() == system.matrix.cols() {
+        max_diff(matrix.values(), system.matrix.values())
+    } else {
+        f64::INFINITY
+    };
+    let rhs_diff = max_diff(&device.download_rhs()?, &system.rhs);
+    let sets = (200_000_000 / (16 * n)).clamp(2, 16);
+    let xs: Vec<CudaSlice<f64>> = (0..sets)
+        .map(|k| gpu.upload(&vec![1.0 + k as f64 / 7.0; n]))
+        .collect::<Result<_, _>>()?;
+    let ys: Vec<CudaSlice<f64>> = (0..sets).map(|_| gpu.zeros(n)).collect::<Result<_, _>>()?;
+    let spmv_ms = time_median(gpu, 5, settings.reps, |i| {
+        device.matrix()?.spmv(gpu, &xs[i % sets], &ys[i % sets])
+    })?;
+    device.upload_values(&system.evaluate(&uniform)?, Some(1.0))?;
+    let uniform_ms = time_median(gpu, 3, settings.reps, |_| device.assemble())?;
+
+    let row = |what: &str, bytes: f64, ms: f64, note: String| Row {
+        case: spec.to_string(),
+        ordering: RowOrdering::Rcm.name().into(),
+        what: what.into(),
+        n,
+        nnz,
+        bytes,
+        ms,
+        gb_s: bytes / (ms * 1e-3) / 1e9,
+        of_copy: bytes / (ms * 1e-3) / 1e9 / copy,
+        note,
+    };
+    let of_spmv = |ms: f64| format!("{:.2}x SpMV ({spmv_ms:.4} ms, same matrix)", ms / spmv_ms);
+    let assembly = assembly_bytes(n, f, b, false);
+    let both = assembly + correction_bytes(n, f, b);
+    let both_ms = assembly_ms + correction_ms;
+    Ok(vec![
+        row(
+            "assembly GPU",
+            assembly,
+            assembly_ms,
+            format!(
+                "Gamma per cell: {}; CPU {cpu_assembly_ms:.1} ms ({:.0}x); values upload \
+                 {upload_ms:.1} ms; set-up {setup_s:.1} s; max |A_gpu - A_cpu| / max|A| \
+                 {matrix_diff:.1e}",
+                of_spmv(assembly_ms),
+                cpu_assembly_ms / assembly_ms
+            ),
+        ),
+        row(
+            "asm GPU uniform",
+            assembly_bytes(n, f, b, true),
+            uniform_ms,
+            format!("Gamma uniform: {}", of_spmv(uniform_ms)),
+        ),
+        row(
+            "asm+corr GPU",
+            both,
+            both_ms,
+            format!(
+                "assembly + explicit correction (update_rhs {correction_ms:.4} ms): {}; CPU \
+                 {:.1} ms ({:.0}x); max |b_gpu - b_cpu| / max|b| {rhs_diff:.1e}",
+                of_spmv(both_ms),
+                cpu_assembly_ms + cpu_correction_ms,
+                (cpu_assembly_ms + cpu_correction_ms) / both_ms
+            ),
+        ),
+        row(
+            "assembly CPU",
+            0.0,
+            cpu_assembly_ms,
+            format!(
+                "LaplacianSystem::reassemble, one thread, of which {evaluate_ms:.1} ms host \
+                 evaluation of the problem (both paths); update_rhs {cpu_correction_ms:.1} ms"
+            ),
+        ),
+    ])
+}
+
+/// The bench's solver controls: OpenFOAM residual 1e-6 from x = 0.
+pub(super) fn controls() -> SolverControls {
+    SolverControls {
+        tolerance: 1e-6,
+        rel_tol: 0.0,
+        max_iter: 5000,
+        min_iter: 0,
+    }
+}
+
+/// The table printed last, then the notes.
+pub fn table(report: &Report) -> String {
     let mut out = format!(
-        "{:<34} {:<16} {:>10} {:>11} {:>11} {:>9} {:>7}  {}\n",
-        "case", "what", "n", "MB counted", "ms", "GB/s", "of copy", "note"
+        "{:<34} {:<8} {:<24} {:>10} {:>11} {:>11} {:>9} {:>7}  {}\n",
+        "case", "ordering", "what", "n", "MB counted", "ms", "GB/s", "of copy", "note"
     );
-    for r in rows {
+    for r in &report.rows {
         out += &format!(
-            "{:<34} {:<16} {:>10} {:>11.1} {:>11.4} {:>9.0} {:>7.2}  {}\n",
+            "{:<34} {:<8} {:<24} {:>10} {:>11.1} {:>11.4} {:>9.0} {:>7.2}  {}\n",
             r.case,
+            r.ordering,
             r.what,
             r.n,
             r.bytes / 1e6,
@@ -379,13 +959,78 @@ pub fn table(rows: &[Row]) -> String {
             r.note
         );
     }
+    for line in &report.notes {
+        out += &format!("note: {line}\n");
+    }
     out
 }
 
 /// The rows as a JSON array.
-pub fn json(rows: &[Row]) -> String {
+pub fn json(report: &Report) -> String {
     format!(
         "[{}]",
-        rows.iter().map(Row::json).collect::<Vec<_>>().join(",")
+        report
+            .rows
+            .iter()
+            .map(Row::json)
+            .collect::<Vec<_>>()
+            .join(",")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_difference_counts_unwritten_elements_as_infinite() {
+        assert_eq!(max_rel_diff(&[1.0, 2.0], &[1.0, 4.0]), 0.5);
+        assert_eq!(max_rel_diff(&[1.0, f64::NAN], &[1.0, 4.0]), f64::INFINITY);
+    }
+
+    #[test]
+    fn case_names_become_file_names() {
+        assert_eq!(
+            case_file_stem("box:28x28x28:tet:perturb=0.2"),
+            "box_28x28x28_tet_perturb_0.2"
+        );
+        assert_eq!(case_file_stem("meshes/foam/cavity"), "meshes_foam_cavity");
+    }
+
+    #[test]
+    fn the_table_ends_with_the_notes() {
+        let report = Report {
+            rows: vec![Row {
+                case: "box:4x4x4".into(),
+                ordering: "metis".into(),
+                what: "ordering".into(),
+                n: 64,
+                nnz: 352,
+                bytes: 0.0,
+                ms: 1.5,
+                gb_s: 0.0,
+                of_copy: 0.0,
+                note: "bandwidth 9, lambda 1.000 (H 512)".into(),
+            }],
+            notes: vec!["cuSPARSE not measured: no libcusparse".into()],
+        };
+        let table = table(&report);
+        assert!(table.contains("metis    ordering"), "{table}");
+        assert!(
+            table.ends_with("note: cuSPARSE not measured: no libcusparse\n"),
+            "{table}"
+        );
+        assert!(json(&report).starts_with("[{\"case\":\"box:4x4x4\",\"ordering\":\"metis\""));
+    }
+
+    #[test]
+    fn bench_cases_come_from_mesh_sources_and_matrix_market_files() {
+        let (a, b) = poisson_system("meshes/foam/cavity").unwrap();
+        assert_eq!((a.n_rows(), b.len()), (400, 400));
+        let (a, b) = poisson_system("tests/data/poisson2d_4x4.mtx").unwrap();
+        let mut y = vec![0.0; a.n_rows()];
+        a.spmv(&vec![1.0; a.n_cols()], &mut y);
+        assert_eq!(b, y);
+        assert!(poisson_system("meshes/no_such_mesh").is_err());
+    }
 }

@@ -2,7 +2,7 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::sparse::{Csr, ModSell, Sell};
 
 /// Which storage format.
@@ -68,32 +68,59 @@ impl DeviceModSell {
         self.n.div_ceil(self.slice_height)
     }
 
-    /// y = A x; with `dot_partials` also one partial of x · y per slice; a
-    /// no-op when `done` (PCG's device state) is set.
-    pub fn spmv(
+    /// Dynamic shared memory of a mod-SELL launch: one slice of x.
+    pub fn shared_bytes(&self) -> u32 {
+        self.slice_height as u32 * 8
+    }
+
+    /// The matrix read back (e.g. to check a device assembly).
+    pub fn download(&self, gpu: &Gpu) -> Result<ModSell, GpuError> {
+        let slice_ptr = gpu.download(&self.slice_ptr)?;
+        let slots = slice_ptr.last().copied().unwrap_or(0) as usize;
+        // Empty arrays are allocated with one element.
+        let mut codes = gpu.download(&self.codes)?;
+        let mut values = gpu.download(&self.values)?;
+        codes.truncate(slots);
+        values.truncate(slots);
+        let mut diag = gpu.download(&self.diag)?;
+        diag.truncate(self.n);
+        ModSell::from_parts(self.slice_height, diag, slice_ptr, codes, values)
+            .map_err(GpuError::Invalid)
+    }
+
+    /// rowSum(A) (diagonal first, then the off-diagonals by column, as
+    /// `GpuCgBackend::new` sums them on the host) and 1/a_ii, on the device.
+    pub fn row_sums_and_inverse_diagonal(
         &self,
         gpu: &Gpu,
-        x: &CudaSlice<f64>,
-        y: &CudaSlice<f64>,
-        dot_partials: Option<&CudaSlice<f64>>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
+    ) -> Result<(CudaSlice<f64>, CudaSlice<f64>), GpuError> {
+        let row_sums = gpu.zeros(self.n)?;
+        let inv_diag = gpu.zeros(self.n)?;
         let h = self.slice_height as u32;
         let n = self.n as i32;
-        gpu.launch("spmv_modsell", self.n_slices() as u32, h, h * 8, |a| {
+        gpu.launch("modsell_row_sums", self.n_slices() as u32, h, 0, |a| {
+            a.arg(&n)
+                .arg(&self.slice_ptr)
+                .arg(&self.codes)
+                .arg(&self.values)
+                .arg(&self.diag)
+                .arg(&row_sums)
+                .arg(&inv_diag);
+        })?;
+        Ok((row_sums, inv_diag))
+    }
+
+    /// y = A x.
+    pub fn spmv(&self, gpu: &Gpu, x: &CudaSlice<f64>, y: &CudaSlice<f64>) -> Result<(), GpuError> {
+        let h = self.slice_height as u32;
+        let n = self.n as i32;
+        let grid = self.n_slices() as u32;
+        gpu.launch("spmv_modsell", grid, h, self.shared_bytes(), |a| {
             a.arg(&n)
                 .arg(&self.slice_ptr)
                 .arg(&self.codes)
                 .arg(&self.values);
             a.arg(&self.diag).arg(x).arg(y);
-            match dot_partials {
-                Some(p) => a.arg(p),
-                None => a.arg(&NULL),
-            };
-            match done {
-                Some(d) => a.arg(d),
-                None => a.arg(&NULL),
-            };
         })
     }
 }
@@ -181,7 +208,7 @@ impl DeviceMatrix {
                         .arg(y);
                 })
             }
-            Self::ModSell(m) => m.spmv(gpu, x, y, None, None),
+            Self::ModSell(m) => m.spmv(gpu, x, y),
         }
     }
 }

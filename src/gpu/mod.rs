@@ -4,13 +4,19 @@
 //! `Gpu::new` finds the device, compiles `kernels/*.cu` for its compute
 //! capability (cached on disk, see [`cache`]) and loads every kernel;
 //! `Gpu::launch` is the one place kernels are launched, each launch checked and
-//! errors naming the kernel. [`matrix`] holds device SpMV matrices (CSR, SELL,
-//! mod-SELL), [`pcg`] the device-resident Jacobi-PCG backend, [`smooth`] the
+//! errors naming the kernel; `Gpu::capture` records launches into a CUDA
+//! graph instead. [`matrix`] holds device SpMV matrices (CSR, SELL,
+//! mod-SELL), [`assembly`] the Laplacian assembled on the device into
+//! mod-SELL, [`pcg`] the device-resident PCG backend, [`smooth`] the
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
-//! PCG preconditioners, [`bench`] the `fvpoisson bench` measurements.
+//! PCG preconditioners, [`bench`] the `fvpoisson bench` measurements
+//! ([`smooth_bench`] those of the smoothers), [`cusparse`] the cuSPARSE
+//! baseline they are compared with (loaded only by the bench).
 
+pub mod assembly;
 pub mod bench;
 pub mod cache;
+pub mod cusparse;
 pub mod matrix;
 pub mod pcg;
 pub mod smooth;
@@ -19,20 +25,22 @@ pub mod smooth_bench;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig,
-    ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DeviceRepr, LaunchArgs,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
 /// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 3] = [
+const KERNEL_SOURCES: [(&str, &str); 4] = [
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
+    ("assembly.cu", include_str!("../../kernels/assembly.cu")),
     ("smooth.cu", include_str!("../../kernels/smooth.cu")),
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 18] = [
+const KERNELS: [&str; 31] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -42,10 +50,23 @@ const KERNELS: [&str; 18] = [
     "cg_precondition",
     "cg_finish_precondition",
     "cg_direction",
+    "cg_operator",
     "cg_finish_operator",
     "cg_update",
     "cg_finish_update",
+    "asm_face_coefficients",
+    "asm_matrix_rows",
+    "asm_gradient",
+    "asm_correction_flux",
+    "asm_rhs",
+    "asm_sum_partials",
+    "asm_subtract",
+    "asm_add_reference",
+    "asm_add_vector",
+    "asm_add_product",
+    "modsell_row_sums",
     "dot_partials",
+    "zero_vector",
     "smooth_jacobi",
     "smooth_colour",
     "jp_select",
@@ -64,6 +85,15 @@ pub enum GpuError {
     Driver { call: &'static str, error: String },
     #[error("NVRTC failed to compile the kernels for {arch}: {log}")]
     Compile { arch: String, log: String },
+    #[error(
+        "the GPU ran out of memory allocating {bytes} bytes ({free} of {total} bytes free): \
+         use a GPU with more memory, a smaller mesh, or --device cpu"
+    )]
+    OutOfMemory {
+        bytes: usize,
+        free: usize,
+        total: usize,
+    },
     #[error("kernel {kernel} failed: {error}")]
     Kernel { kernel: &'static str, error: String },
     #[error("{0}")]
@@ -148,7 +178,9 @@ impl Gpu {
         // cudarc's per-buffer event tracking (an event per argument per launch)
         // is not needed.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of our own rather than the legacy default stream: only
+        // such a stream can be captured into a CUDA graph.
+        let stream = driver("cuStreamCreate", ctx.new_stream())?;
         let name = driver("cuDeviceGetName", ctx.name())?;
         let cc = driver("cuDeviceComputeCapability", ctx.compute_capability())?;
         let arch = format!("compute_{}{}", cc.0, cc.1);
@@ -230,6 +262,54 @@ impl Gpu {
         Ok(())
     }
 
+    /// Whether every launch is followed by a synchronisation (`FVPOISSON_GPU_SYNC=1`).
+    pub fn syncs_each_launch(&self) -> bool {
+        self.sync_each_launch
+    }
+
+    /// Records the launches `work` makes on the stream into a CUDA graph
+    /// (nothing runs) and instantiates it. `work` must only launch kernels:
+    /// copies, allocations and synchronisation are not allowed while capturing.
+    pub fn capture(
+        &self,
+        work: impl FnOnce() -> Result<(), GpuError>,
+    ) -> Result<CudaGraph, GpuError> {
+        if self.sync_each_launch {
+            return Err(GpuError::Invalid(
+                "CUDA graphs cannot be captured while FVPOISSON_GPU_SYNC=1 synchronises each launch"
+                    .into(),
+            ));
+        }
+        driver(
+            "cuStreamBeginCapture",
+            self.stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+        )?;
+        let recorded = work();
+        // End the capture whatever happened, so the stream is usable again.
+        let graph = driver(
+            "cuStreamEndCapture",
+            self.stream.end_capture(CUgraphInstantiate_flags(0)),
+        );
+        recorded?;
+        graph?.ok_or_else(|| GpuError::Invalid("the captured CUDA graph is empty".into()))
+    }
+
+    /// Replays a graph from [`Gpu::capture`] on the stream.
+    pub fn launch_graph(&self, graph: &CudaGraph) -> Result<(), GpuError> {
+        driver("cuGraphLaunch", graph.launch())?;
+        if self.sync_each_launch {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the device's context current on the calling thread (libraries
+    /// on the runtime API, like cuSPARSE, use the current context).
+    pub fn bind_to_thread(&self) -> Result<(), GpuError> {
+        driver("cuCtxSetCurrent", self.ctx.bind_to_thread())
+    }
+
     /// What a block of `kernel` can have: the most dynamic shared memory (the
     /// device's opt-in maximum less the kernel's static shared memory) and the
     /// most threads its register use allows.
@@ -258,7 +338,7 @@ impl Gpu {
             GpuError::Invalid(format!("{bytes} bytes of shared memory for {kernel}"))
         })?;
         // cuFuncSetAttribute acts on the calling thread's current context.
-        driver("cuCtxSetCurrent", self.ctx.bind_to_thread())?;
+        self.bind_to_thread()?;
         driver(
             "cuFuncSetAttribute",
             self.function(kernel)?.set_attribute(
@@ -275,27 +355,46 @@ impl Gpu {
         })
     }
 
-    /// Sets a device buffer to zero.
-    pub fn zero<T: DeviceRepr + ValidAsZeroBits>(
-        &self,
-        dev: &mut CudaSlice<T>,
-    ) -> Result<(), GpuError> {
-        driver("cuMemsetD8", self.stream.memset_zeros(dev))
-    }
-
     /// Waits for all queued work.
     pub fn synchronize(&self) -> Result<(), GpuError> {
         driver("cuStreamSynchronize", self.stream.synchronize())
     }
 
     pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
-        driver("cuMemcpyHtoD", self.stream.clone_htod(host))
+        let r = self.stream.clone_htod(host);
+        self.allocation("cuMemcpyHtoD", size_of_val(host), r)
     }
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         n: usize,
     ) -> Result<CudaSlice<T>, GpuError> {
-        driver("cuMemAlloc", self.stream.alloc_zeros(n.max(1)))
+        let r = self.stream.alloc_zeros(n.max(1));
+        self.allocation("cuMemAlloc", n.max(1) * size_of::<T>(), r)
+    }
+
+    /// Checks the result of an allocating call; out of memory becomes
+    /// [`GpuError::OutOfMemory`] with the device's free and total memory.
+    fn allocation<T>(
+        &self,
+        call: &'static str,
+        bytes: usize,
+        r: Result<T, cudarc::driver::DriverError>,
+    ) -> Result<T, GpuError> {
+        use cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+        match r {
+            Err(e) if e.0 == CUDA_ERROR_OUT_OF_MEMORY => {
+                let (free, total) = self.memory().unwrap_or((0, 0));
+                Err(GpuError::OutOfMemory { bytes, free, total })
+            }
+            r => driver(call, r),
+        }
+    }
+    /// Sets every element to zero.
+    pub fn zero<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        dev: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        driver("cuMemsetD8", self.stream.memset_zeros(dev))
     }
     pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
         driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev))
@@ -338,6 +437,14 @@ pub fn vector_grid(n: usize) -> u32 {
 
 /// A null device pointer for optional kernel arguments.
 pub const NULL: u64 = 0;
+
+/// Pushes `buffer`, or a null pointer when there is none (optional kernel arguments).
+pub fn arg_or_null<'a, T>(args: &mut LaunchArgs<'a>, buffer: Option<&'a CudaSlice<T>>) {
+    match buffer {
+        Some(b) => args.arg(b),
+        None => args.arg(&NULL),
+    };
+}
 
 /// Whether tests must fail without a device (env `FVPOISSON_REQUIRE_GPU=1`).
 pub fn gpu_required() -> bool {

@@ -1,30 +1,96 @@
-//! Jacobi-PCG with the vectors and the scalars on the device
-//! (`kernels/pcg.cu`): per iteration one direction update, one mod-SELL SpMV
-//! fused with p · Ap, one update of x, r, z = D⁻¹ r with Σ|r| and r · z, and
-//! two one-block kernels that reduce the partials in a fixed order and apply
-//! `StopRule`. The host reads the records back once every `check_interval`
-//! iterations.
+//! PCG with the vectors and the scalars on the device (`kernels/pcg.cu`),
+//! Jacobi or no preconditioner, optionally on an equilibrated system; or any
+//! [`DevicePreconditioner`] (the smoothers of `gpu::smooth`, set with
+//! [`GpuCgBackend::set_preconditioner`]), then driven one step at a time from
+//! the host (`solve::iterate_steps`; flexible PCG when the preconditioner is
+//! not linear).
+//!
+//! One iteration of the fused loop (`CgBackend::iterate`) is a direction
+//! update, a mod-SELL SpMV with p · Ap, and an update of x, r (and z = D⁻¹ r
+//! for Jacobi) with Σ|r| and r · z; the partial sums of the two reductions are
+//! added in a fixed order and the stopping rule (`StopRule`) applied on the
+//! device, and the host reads the records back once every `check_interval`
+//! iterations. [`LaunchMode`] says how the kernels are launched:
+//!
+//! - `Separate`: 5 launches per iteration, the two reductions in one-block
+//!   kernels;
+//! - `Folded`: 3 launches, the last block of the SpMV and of the update grid
+//!   to finish reduces the partials (same order, same bits);
+//! - `Graph`: `Folded`, captured once into a CUDA graph of `check_interval`
+//!   iterations and replayed for every chunk. Iterations past the end of the
+//!   chunk or past convergence are no-ops on the device (`st[ST_DONE]`), so
+//!   one graph serves every chunk. The graph holds the addresses of x and of
+//!   the work vectors; `new_vector` reuses freed work vectors so that the same
+//!   graph serves later solves on this backend too (x must then be the same
+//!   device vector, rewritten with [`GpuCgBackend::write`]).
+//!
+//! With no preconditioner (equilibrated systems in particular) z = r is not
+//! stored: the direction update reads r. On an equilibrated system the
+//! residual sums are weighted by 1/s (`solve::equilibrate`), so the
+//! convergence test is the original system's, as on the CPU.
 
-use std::cell::RefCell;
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, PushKernelArg};
 
 use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
-use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
-use crate::solve::cpu::check_system;
+use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
-    iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
-    PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
+    iterate_steps, pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, InitialNorms,
+    IterationRecord, LoopState, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+    StopRule,
 };
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::{Csr, ModSell};
+use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 
 /// Threads of the one-block reduction kernels.
 const REDUCE_BLOCK: u32 = 1024;
 /// Length of the device state `st` (kernels/pcg.cu ST_*).
-const STATE_LEN: usize = 7;
+const STATE_LEN: usize = 14;
+/// [`LaunchMode::Auto`] uses CUDA graphs up to this many rows and `Folded`
+/// above. An iteration moves ~190 bytes per row: ~6 µs at 10⁵ rows on an
+/// H100, less than the host takes to launch its 3 kernels, so small systems
+/// are launch-bound; at 10⁶ rows (~60 µs) the launches hide behind the
+/// kernels and a graph would only add its capture (`fvpoisson bench` times
+/// every mode on every mesh).
+pub const GRAPH_MAX_ROWS: usize = 1 << 20;
+
+/// How the fused PCG loop launches its kernels (module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchMode {
+    /// `Graph` up to [`GRAPH_MAX_ROWS`] rows, `Folded` above.
+    Auto,
+    /// 5 launches per iteration (one-block reduction kernels).
+    Separate,
+    /// 3 launches per iteration (the last block of a grid reduces).
+    Folded,
+    /// `Folded`, captured into a CUDA graph once and replayed per chunk.
+    Graph,
+}
+
+impl LaunchMode {
+    /// The mode used on `n` rows (resolves `Auto`).
+    pub fn resolve(self, n: usize) -> Self {
+        match self {
+            Self::Auto if n <= GRAPH_MAX_ROWS => Self::Graph,
+            Self::Auto => Self::Folded,
+            other => other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Separate => "separate",
+            Self::Folded => "folded",
+            Self::Graph => "graph",
+        }
+    }
+}
 
 /// Options of a GPU solve.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -33,8 +99,10 @@ pub struct GpuSolveOptions {
     pub slice_height: usize,
     /// Iterations run on the device between residual read-backs.
     pub check_interval: usize,
-    /// Reorder rows with reverse Cuthill–McKee before building mod-SELL.
-    pub rcm: bool,
+    /// Row ordering of the mod-SELL matrix (b and x are permuted in and the
+    /// solution back out).
+    pub ordering: RowOrdering,
+    pub launches: LaunchMode,
 }
 
 impl Default for GpuSolveOptions {
@@ -42,24 +110,45 @@ impl Default for GpuSolveOptions {
         Self {
             slice_height: 512,
             check_interval: 50,
-            rcm: true,
+            ordering: RowOrdering::default(),
+            launches: LaunchMode::Auto,
         }
     }
 }
 
 /// A vector in device memory (`None` only after a failed allocation, which
-/// the backend reports through `device_status`).
-pub struct GpuVector(Option<CudaSlice<f64>>);
+/// the backend reports through `device_status`). Shared with the backend's
+/// pool when it came from `new_vector`.
+pub struct GpuVector(Option<Rc<CudaSlice<f64>>>);
+
+impl From<CudaSlice<f64>> for GpuVector {
+    fn from(v: CudaSlice<f64>) -> Self {
+        Self(Some(Rc::new(v)))
+    }
+}
 
 impl GpuVector {
-    pub(crate) fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
-        self.0.as_ref().ok_or_else(|| {
+    /// The device buffer (an error after a failed allocation).
+    pub fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
+        self.0.as_deref().ok_or_else(|| {
             GpuError::Invalid("a device vector could not be allocated earlier".into())
         })
     }
-    pub(crate) fn dev_mut(&mut self) -> Result<&mut CudaSlice<f64>, GpuError> {
-        self.0.as_mut().ok_or_else(|| {
-            GpuError::Invalid("a device vector could not be allocated earlier".into())
+}
+
+/// The scaling of an equilibrated system on the device (`Equilibration`).
+pub struct DeviceScaling {
+    /// s_i: the original unknowns are s · y (for the mean in normFactor).
+    pub scale: CudaSlice<f64>,
+    /// 1/s_i: the original residual is r̂ / s.
+    pub unscale: CudaSlice<f64>,
+}
+
+impl DeviceScaling {
+    pub fn upload(gpu: &Gpu, e: &Equilibration) -> Result<Self, GpuError> {
+        Ok(Self {
+            scale: gpu.upload(e.scale())?,
+            unscale: gpu.upload(e.unscale())?,
         })
     }
 }
@@ -73,6 +162,14 @@ struct Scratch {
     records: CudaSlice<f64>,
     /// Small host-visible results.
     scalars: CudaSlice<f64>,
+    /// Blocks of the running grid that have finished (ticketed launches).
+    ticket: CudaSlice<u32>,
+}
+
+/// A captured chunk and the device addresses of x, r, z, p, q it uses.
+struct ChunkGraph {
+    vectors: [u64; 5],
+    graph: CudaGraph,
 }
 
 /// `CgBackend` on one GPU with a mod-SELL matrix and Jacobi (or no)
@@ -83,63 +180,176 @@ pub struct GpuCgBackend<'g> {
     gpu: &'g Gpu,
     matrix: Rc<DeviceModSell>,
     inv_diag: Option<CudaSlice<f64>>,
+    /// Replaces Jacobi in `precondition` (`set_preconditioner`); PCG is then
+    /// driven from the host.
     preconditioner: Option<Box<dyn DevicePreconditioner + 'g>>,
+    /// rowSum of the original matrix (normFactor).
     row_sums: CudaSlice<f64>,
+    scaling: Option<DeviceScaling>,
     check_interval: usize,
+    /// Never `Auto`; `Graph` falls back to `Folded` when a capture fails.
+    launches: Cell<LaunchMode>,
     scratch: RefCell<Scratch>,
+    /// Work vectors handed out by `new_vector`; one is reused once only the
+    /// pool holds it.
+    pool: RefCell<Vec<Rc<CudaSlice<f64>>>>,
+    graph: RefCell<Option<ChunkGraph>>,
+    graph_captures: Cell<usize>,
     failure: RefCell<Option<GpuError>>,
 }
 
 impl<'g> GpuCgBackend<'g> {
     /// `a` square, rows in the order to use; `jacobi` selects z = D⁻¹ r
-    /// (the diagonal must be nonzero), else z = r.
+    /// (the diagonal must be nonzero), else z = r. With `equilibration`, `a`
+    /// is the scaled matrix S A S of that scaling (same row order).
     pub fn new(
         gpu: &'g Gpu,
         a: &Csr,
         jacobi: bool,
-        slice_height: usize,
-        check_interval: usize,
+        equilibration: Option<&Equilibration>,
+        options: &GpuSolveOptions,
     ) -> Result<Self, GpuError> {
-        let m = ModSell::from_csr(a, slice_height).map_err(GpuError::Invalid)?;
-        // rowSum(A) in the CPU backend's order: diagonal first, then by column.
-        let row_sums: Vec<f64> = (0..a.n_rows())
-            .map(|r| {
-                let (cols, vals) = a.row(r);
-                let d = m.diag()[r];
-                let off = cols.iter().zip(vals).filter(|e| *e.0 as usize != r);
-                off.fold(d, |s, (_, &v)| s + v)
-            })
-            .collect();
+        let m = ModSell::from_csr(a, options.slice_height).map_err(GpuError::Invalid)?;
+        let matrix = DeviceModSell::upload(gpu, &m)?;
+        let row_sums = match equilibration {
+            Some(e) => Cow::Borrowed(e.row_sums()),
+            None => Cow::Owned(openfoam_row_sums(a)),
+        };
         let inv_diag = if jacobi {
             let inv: Vec<f64> = m.diag().iter().map(|d| 1.0 / d).collect();
             Some(gpu.upload(&inv)?)
         } else {
             None
         };
-        let n = a.n_rows();
-        let check_interval = check_interval.max(1);
+        let scaling = equilibration
+            .map(|e| DeviceScaling::upload(gpu, e))
+            .transpose()?;
+        Self::from_device_matrix(
+            gpu,
+            matrix,
+            gpu.upload(&row_sums)?,
+            inv_diag,
+            scaling,
+            options,
+        )
+    }
+
+    /// A backend on a matrix assembled on the device (`gpu::assembly`), rows
+    /// in the order to use; the row sums and the inverse diagonal are
+    /// computed there. `jacobi` as in [`Self::new`].
+    pub fn from_resident(
+        gpu: &'g Gpu,
+        matrix: DeviceModSell,
+        jacobi: bool,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
+        let (row_sums, inv_diag) = matrix.row_sums_and_inverse_diagonal(gpu)?;
+        let inv_diag = jacobi.then_some(inv_diag);
+        Self::from_device_matrix(gpu, matrix, row_sums, inv_diag, None, options)
+    }
+
+    /// The backend on a matrix already in device memory: `row_sums` is
+    /// rowSum of the original matrix in OpenFOAM's order
+    /// (`solve::cpu::openfoam_row_sums`), `inv_diag` 1/a_ii for Jacobi (`None`:
+    /// no preconditioner), `scaling` set when `matrix` is an equilibrated
+    /// S A S. Allocates the scratch space; uploads nothing else.
+    pub fn from_device_matrix(
+        gpu: &'g Gpu,
+        matrix: DeviceModSell,
+        row_sums: CudaSlice<f64>,
+        inv_diag: Option<CudaSlice<f64>>,
+        scaling: Option<DeviceScaling>,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
+        let n = matrix.n;
+        if n >= i32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "the GPU solver takes fewer than 2^31 rows, this matrix has {n}"
+            )));
+        }
+        let mut lengths = vec![("row sums", row_sums.len())];
+        lengths.extend(inv_diag.as_ref().map(|d| ("inverse diagonal", d.len())));
+        if let Some(s) = &scaling {
+            lengths.extend([("scale", s.scale.len()), ("unscale", s.unscale.len())]);
+        }
+        if let Some((what, len)) = lengths.into_iter().find(|&(_, len)| len != n) {
+            return Err(GpuError::Invalid(format!(
+                "{what} has {len} entries but the matrix has {n} rows"
+            )));
+        }
+        let check_interval = options.check_interval.max(1);
         let scratch = Scratch {
             vector_partials: gpu.zeros(2 * vector_grid(n) as usize)?,
-            slice_partials: gpu.zeros(2 * n.div_ceil(slice_height))?,
+            slice_partials: gpu.zeros(2 * matrix.n_slices())?,
             state: gpu.zeros(STATE_LEN)?,
             records: gpu.zeros(3 * (check_interval + 1))?,
             scalars: gpu.zeros(2)?,
+            ticket: gpu.zeros(1)?,
         };
-        Ok(Self {
+        let backend = Self {
             gpu,
-            matrix: Rc::new(DeviceModSell::upload(gpu, &m)?),
+            matrix: Rc::new(matrix),
             inv_diag,
             preconditioner: None,
-            row_sums: gpu.upload(&row_sums)?,
+            row_sums,
+            scaling,
             check_interval,
+            launches: Cell::new(LaunchMode::Folded),
             scratch: RefCell::new(scratch),
+            pool: RefCell::new(Vec::new()),
+            graph: RefCell::new(None),
+            graph_captures: Cell::new(0),
             failure: RefCell::new(None),
-        })
+        };
+        backend.set_launch_mode(options.launches);
+        Ok(backend)
     }
 
-    /// The matrix on the device (shared with preconditioners built on it).
-    pub fn matrix(&self) -> &Rc<DeviceModSell> {
+    /// How the fused loop launches (`Graph` turns into `Folded` after a
+    /// failed capture).
+    pub fn launch_mode(&self) -> LaunchMode {
+        self.launches.get()
+    }
+    /// Launches the fused loop in `mode` from now on (`Auto` resolved on this
+    /// backend's size; `Graph` as `Folded` while `FVPOISSON_GPU_SYNC=1`).
+    pub fn set_launch_mode(&self, mode: LaunchMode) {
+        let mut mode = mode.resolve(self.matrix.n);
+        if mode == LaunchMode::Graph && self.gpu.syncs_each_launch() {
+            log::debug!("FVPOISSON_GPU_SYNC=1: PCG launches its kernels directly, no CUDA graph");
+            mode = LaunchMode::Folded;
+        }
+        self.launches.set(mode);
+    }
+    /// CUDA graphs captured so far (one per set of vector addresses).
+    pub fn graph_captures(&self) -> usize {
+        self.graph_captures.get()
+    }
+
+    /// The matrix it solves with.
+    pub fn matrix(&self) -> &DeviceModSell {
         &self.matrix
+    }
+
+    /// The matrix, shared with a preconditioner built on it (a smoother).
+    pub fn shared_matrix(&self) -> Rc<DeviceModSell> {
+        Rc::clone(&self.matrix)
+    }
+
+    /// The matrix back, e.g. to re-assemble it on the device; an error while
+    /// something outside the backend still shares it.
+    pub fn into_matrix(self) -> Result<DeviceModSell, GpuError> {
+        let Self {
+            matrix,
+            preconditioner,
+            ..
+        } = self;
+        drop(preconditioner);
+        Rc::try_unwrap(matrix).map_err(|_| {
+            GpuError::Invalid(
+                "the PCG backend's matrix is still shared (with a smoother) and cannot be taken back"
+                    .into(),
+            )
+        })
     }
 
     /// Preconditions with `p` instead of Jacobi (build the backend with
@@ -170,10 +380,24 @@ impl<'g> GpuCgBackend<'g> {
     }
 
     pub fn upload(&self, v: &[f64]) -> Result<GpuVector, GpuError> {
-        Ok(GpuVector(Some(self.gpu.upload(v)?)))
+        Ok(GpuVector(Some(Rc::new(self.gpu.upload(v)?))))
     }
     pub fn download(&self, v: &GpuVector) -> Result<Vec<f64>, GpuError> {
         self.gpu.download(v.dev()?)
+    }
+    /// Overwrites `v` (keeping its address, so a captured graph stays valid).
+    pub fn write(&self, v: &mut GpuVector, host: &[f64]) -> Result<(), GpuError> {
+        let dev = v.0.as_mut().and_then(Rc::get_mut).ok_or_else(|| {
+            GpuError::Invalid("the device vector is missing or in use elsewhere".into())
+        })?;
+        if dev.len() != host.len() {
+            return Err(GpuError::Invalid(format!(
+                "writing {} values into a device vector of {}",
+                host.len(),
+                dev.len()
+            )));
+        }
+        self.gpu.write(host, dev)
     }
 
     /// Runs `work` unless an earlier call failed; records its error.
@@ -209,44 +433,72 @@ impl<'g> GpuCgBackend<'g> {
         Ok(all)
     }
 
+    /// z = M⁻¹ r (stored when `z` is set) with partials of r · z; with a
+    /// ticket the last block finishes the chunk's first r · z.
     fn launch_precondition(
         &self,
-        r: &GpuVector,
-        z: &GpuVector,
+        r: &CudaSlice<f64>,
+        z: Option<&CudaSlice<f64>>,
         s: &Scratch,
+        ticket: Option<&CudaSlice<u32>>,
     ) -> Result<(), GpuError> {
-        let (n, r, z) = (self.n32(), r.dev()?, z.dev()?);
-        self.gpu.launch(
-            "cg_precondition",
-            vector_grid(self.matrix.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
+        let n = self.n32();
+        let grid = vector_grid(self.matrix.n);
+        self.gpu
+            .launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(r);
-                match &self.inv_diag {
-                    Some(d) => a.arg(d),
-                    None => a.arg(&NULL),
-                };
-                a.arg(z).arg(&s.vector_partials);
-            },
-        )
+                arg_or_null(a, self.inv_diag.as_ref());
+                arg_or_null(a, z);
+                a.arg(&s.vector_partials).arg(&s.state).arg(&s.records);
+                arg_or_null(a, ticket);
+            })
     }
 
+    /// q = A p with partials of p · q. `in_loop`: iteration j of the fused
+    /// loop (a no-op once done; with a ticket the last block finishes).
+    fn launch_operator(
+        &self,
+        p: &CudaSlice<f64>,
+        q: &CudaSlice<f64>,
+        s: &Scratch,
+        in_loop: Option<(i32, Option<&CudaSlice<u32>>)>,
+    ) -> Result<(), GpuError> {
+        let m = &self.matrix;
+        let (n, h) = (self.n32(), m.slice_height as u32);
+        let (j, ticket) = in_loop.unwrap_or((0, None));
+        let grid = m.n_slices() as u32;
+        self.gpu
+            .launch("cg_operator", grid, h, m.shared_bytes(), |a| {
+                a.arg(&n)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(&m.values)
+                    .arg(&m.diag);
+                a.arg(p).arg(q).arg(&s.slice_partials);
+                arg_or_null(a, in_loop.map(|_| &s.state));
+                a.arg(&s.records).arg(&j);
+                arg_or_null(a, ticket);
+            })
+    }
+
+    /// x += α p, r −= α q with partials of Σ|r| (weighted back to the
+    /// original system when equilibrated) and, with `z_out`, of r · z.
+    /// `in_loop`: iteration j of the fused loop, α from the device state;
+    /// else α from `scalars[0]` and no r · z.
     #[allow(clippy::too_many_arguments)]
     fn launch_update(
         &self,
-        state: Option<&CudaSlice<f64>>,
-        alpha: Option<&CudaSlice<f64>>,
-        p: &GpuVector,
-        q: &GpuVector,
-        x: &GpuVector,
-        r: &GpuVector,
-        z: Option<&GpuVector>,
-        partials: &CudaSlice<f64>,
+        p: &CudaSlice<f64>,
+        q: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        r: &CudaSlice<f64>,
+        z_out: Option<&CudaSlice<f64>>,
+        s: &Scratch,
+        in_loop: Option<(i32, Option<&CudaSlice<u32>>)>,
     ) -> Result<(), GpuError> {
         let n = self.n32();
-        let (p, q, x, r) = (p.dev()?, q.dev()?, x.dev()?, r.dev()?);
-        let z = z.map(GpuVector::dev).transpose()?;
+        let (j, ticket) = in_loop.unwrap_or((0, None));
+        let with_rz = i32::from(in_loop.is_some());
         self.gpu.launch(
             "cg_update",
             vector_grid(self.matrix.n),
@@ -254,29 +506,112 @@ impl<'g> GpuCgBackend<'g> {
             0,
             |a| {
                 a.arg(&n);
-                match state {
-                    Some(s) => a.arg(s),
-                    None => a.arg(&NULL),
-                };
-                match alpha {
-                    Some(s) => a.arg(s),
-                    None => a.arg(&NULL),
-                };
-                a.arg(p).arg(q).arg(x).arg(r);
-                match (&self.inv_diag, z.is_some()) {
-                    (Some(d), true) => a.arg(d),
-                    _ => a.arg(&NULL),
-                };
-                match z {
-                    Some(z) => a.arg(z),
-                    None => a.arg(&NULL),
-                };
-                a.arg(partials);
+                arg_or_null(a, in_loop.map(|_| &s.state));
+                a.arg(&s.scalars).arg(p).arg(q).arg(x).arg(r);
+                arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
+                a.arg(&with_rz);
+                arg_or_null(a, self.inv_diag.as_ref());
+                arg_or_null(a, z_out);
+                a.arg(&s.vector_partials).arg(&s.records).arg(&j);
+                arg_or_null(a, ticket);
             },
         )
     }
 
-    /// The fused device loop behind `iterate`.
+    /// The launches of one chunk of `count` iterations: 5 per iteration, or 3
+    /// when `folded` (ticketed launches, the last block reduces).
+    fn launch_chunk(
+        &self,
+        s: &Scratch,
+        v: &CgVectors<'_, GpuVector>,
+        count: usize,
+        folded: bool,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
+        let (vm, sm) = (grid as i32, self.matrix.n_slices() as i32);
+        let (x, r, p, q) = (v.x.dev()?, v.r.dev()?, v.p.dev()?, v.q.dev()?);
+        // Jacobi stores z; with no preconditioner z = r and the direction reads r.
+        let z_out = match self.inv_diag {
+            Some(_) => Some(v.z.dev()?),
+            None => None,
+        };
+        let direction_from = z_out.unwrap_or(r);
+        let ticket = folded.then_some(&s.ticket);
+        self.launch_precondition(r, z_out, s, ticket)?;
+        if !folded {
+            gpu.launch("cg_finish_precondition", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&vm)
+                    .arg(&s.vector_partials)
+                    .arg(&s.state)
+                    .arg(&s.records);
+            })?;
+        }
+        for j in 0..count as i32 {
+            gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n)
+                    .arg(&s.state)
+                    .arg(&0.0f64)
+                    .arg(direction_from)
+                    .arg(p);
+            })?;
+            self.launch_operator(p, q, s, Some((j, ticket)))?;
+            if !folded {
+                gpu.launch("cg_finish_operator", 1, REDUCE_BLOCK, 0, |a| {
+                    a.arg(&sm)
+                        .arg(&s.slice_partials)
+                        .arg(&s.state)
+                        .arg(&s.records)
+                        .arg(&j);
+                })?;
+            }
+            self.launch_update(p, q, x, r, z_out, s, Some((j, ticket)))?;
+            if !folded {
+                gpu.launch("cg_finish_update", 1, REDUCE_BLOCK, 0, |a| {
+                    a.arg(&vm)
+                        .arg(&s.vector_partials)
+                        .arg(&s.state)
+                        .arg(&s.records)
+                        .arg(&j);
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays the chunk graph, capturing it first when the vectors moved;
+    /// `false` (after a warning) when the capture failed and nothing ran.
+    fn replay_chunk(&self, s: &Scratch, v: &CgVectors<'_, GpuVector>) -> Result<bool, GpuError> {
+        let stream = self.gpu.stream();
+        let mut vectors = [0u64; 5];
+        for (address, vector) in vectors.iter_mut().zip([&*v.x, &*v.r, &*v.z, &*v.p, &*v.q]) {
+            *address = vector.dev()?.device_ptr(stream).0;
+        }
+        let mut cached = self.graph.borrow_mut();
+        if cached.as_ref().is_none_or(|g| g.vectors != vectors) {
+            *cached = None;
+            match self
+                .gpu
+                .capture(|| self.launch_chunk(s, v, self.check_interval, true))
+            {
+                Ok(graph) => *cached = Some(ChunkGraph { vectors, graph }),
+                Err(e) => {
+                    log::warn!(
+                        "CUDA graph capture failed ({e}); PCG launches its kernels directly"
+                    );
+                    return Ok(false);
+                }
+            }
+            self.graph_captures.set(self.graph_captures.get() + 1);
+        }
+        match cached.as_ref() {
+            Some(c) => self.gpu.launch_graph(&c.graph).map(|()| true),
+            None => Err(GpuError::Invalid("no CUDA graph after capture".into())),
+        }
+    }
+
+    /// The fused device loop behind `iterate`: at most `count` iterations
+    /// (the device stops at `st[ST_CAP]`).
     fn run_chunk(
         &self,
         rule: &StopRule,
@@ -285,8 +620,8 @@ impl<'g> GpuCgBackend<'g> {
         v: &CgVectors<'_, GpuVector>,
     ) -> Result<Vec<IterationRecord>, GpuError> {
         let gpu = self.gpu;
-        let mut s = self.scratch.borrow_mut();
-        let host_state = [
+        let c = &rule.controls;
+        let host_state: [f64; STATE_LEN] = [
             0.0,
             state.iterations as f64,
             f64::NAN,
@@ -294,60 +629,31 @@ impl<'g> GpuCgBackend<'g> {
             f64::NAN,
             state.last_residual,
             state.best,
+            (state.iterations + count) as f64,
+            c.tolerance,
+            c.rel_tol,
+            rule.initial,
+            rule.norm_factor,
+            c.max_iter as f64,
+            c.min_iter as f64,
         ];
-        gpu.write(&host_state, &mut s.state)?;
-        gpu.write(
-            &vec![f64::NAN; 3 * (self.check_interval + 1)],
-            &mut s.records,
-        )?;
-        let s = &*s;
-        let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
-        let (vm, sm) = (grid as i32, self.matrix.n_slices() as i32);
-        self.launch_precondition(v.r, v.z, s)?;
-        let (vz, vp, vq) = (v.z.dev()?, v.p.dev()?, v.q.dev()?);
-        gpu.launch("cg_finish_precondition", 1, REDUCE_BLOCK, 0, |a| {
-            a.arg(&vm)
-                .arg(&s.vector_partials)
-                .arg(&s.state)
-                .arg(&s.records);
-        })?;
-        let c = &rule.controls;
-        let (max_iter, min_iter) = (c.max_iter as f64, c.min_iter as f64);
-        for j in 0..count as i32 {
-            gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&s.state).arg(&0.0f64).arg(vz).arg(vp);
-            })?;
-            self.matrix
-                .spmv(gpu, vp, vq, Some(&s.slice_partials), Some(&s.state))?;
-            gpu.launch("cg_finish_operator", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&sm)
-                    .arg(&s.slice_partials)
-                    .arg(&s.state)
-                    .arg(&s.records)
-                    .arg(&j);
-            })?;
-            self.launch_update(
-                Some(&s.state),
-                None,
-                v.p,
-                v.q,
-                v.x,
-                v.r,
-                Some(v.z),
-                &s.vector_partials,
+        {
+            let mut s = self.scratch.borrow_mut();
+            gpu.write(&host_state, &mut s.state)?;
+            gpu.write(
+                &vec![f64::NAN; 3 * (self.check_interval + 1)],
+                &mut s.records,
             )?;
-            gpu.launch("cg_finish_update", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&vm)
-                    .arg(&s.vector_partials)
-                    .arg(&s.state)
-                    .arg(&s.records)
-                    .arg(&j);
-                a.arg(&c.tolerance)
-                    .arg(&c.rel_tol)
-                    .arg(&rule.initial)
-                    .arg(&rule.norm_factor);
-                a.arg(&max_iter).arg(&min_iter);
-            })?;
+        }
+        let s = self.scratch.borrow();
+        match self.launches.get() {
+            LaunchMode::Graph => {
+                if !self.replay_chunk(&s, v)? {
+                    self.launches.set(LaunchMode::Folded);
+                    self.launch_chunk(&s, v, count, true)?;
+                }
+            }
+            mode => self.launch_chunk(&s, v, count, mode == LaunchMode::Folded)?,
         }
         let records = gpu.download(&s.records)?;
         let st = gpu.download(&s.state)?;
@@ -374,10 +680,21 @@ impl CgBackend for GpuCgBackend<'_> {
         self.matrix.n
     }
 
-    /// A zero vector (none after a device failure, reported by `device_status`).
+    /// A zero vector, a freed one of the pool when there is one (none after a
+    /// device failure, reported by `device_status`).
     fn new_vector(&self) -> GpuVector {
-        let n = self.matrix.n;
-        GpuVector(self.guarded(None, || self.gpu.zeros(n).map(Some)))
+        GpuVector(self.guarded(None, || {
+            let mut pool = self.pool.borrow_mut();
+            for slot in pool.iter_mut() {
+                if let Some(free) = Rc::get_mut(slot) {
+                    self.gpu.zero(free)?;
+                    return Ok(Some(Rc::clone(slot)));
+                }
+            }
+            let fresh = Rc::new(self.gpu.zeros(self.matrix.n)?);
+            pool.push(Rc::clone(&fresh));
+            Ok(Some(fresh))
+        }))
     }
 
     fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
@@ -391,26 +708,35 @@ impl CgBackend for GpuCgBackend<'_> {
             let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
             self.gpu
                 .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(x).arg(&s.vector_partials);
+                    a.arg(&n).arg(x);
+                    arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.scale));
+                    a.arg(&s.vector_partials);
                 })?;
             let vm = grid as i32;
             let one = 1i32;
+            // Σx goes to st[0]; the state is rewritten before each chunk.
             self.gpu
                 .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
                     a.arg(&vm).arg(&one).arg(&s.vector_partials).arg(&s.state);
                 })?;
             let m = &self.matrix;
             let h = m.slice_height as u32;
-            self.gpu
-                .launch("cg_initial_residual", m.n_slices() as u32, h, h * 8, |a| {
+            self.gpu.launch(
+                "cg_initial_residual",
+                m.n_slices() as u32,
+                h,
+                m.shared_bytes(),
+                |a| {
                     a.arg(&n)
                         .arg(&m.slice_ptr)
                         .arg(&m.codes)
                         .arg(&m.values)
                         .arg(&m.diag);
-                    a.arg(&self.row_sums).arg(&s.state).arg(x).arg(b).arg(r);
-                    a.arg(&s.slice_partials);
-                })?;
+                    a.arg(&self.row_sums).arg(&s.state);
+                    arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
+                    a.arg(x).arg(b).arg(r).arg(&s.slice_partials);
+                },
+            )?;
             let sums = self.reduce(&s, &s.slice_partials, m.n_slices(), 2)?;
             Ok(InitialNorms {
                 residual_sum: sums[0],
@@ -422,13 +748,13 @@ impl CgBackend for GpuCgBackend<'_> {
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         if let Some(p) = &self.preconditioner {
             return self.guarded(f64::NAN, || {
-                p.apply(r.dev()?, z.dev_mut()?)?;
+                p.apply(r.dev()?, z.dev()?)?;
                 self.dot(r.dev()?, z.dev()?)
             });
         }
         self.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
-            self.launch_precondition(r, z, &s)?;
+            self.launch_precondition(r.dev()?, Some(z.dev()?), &s, None)?;
             let m = vector_grid(self.matrix.n) as usize;
             Ok(self.reduce(&s, &s.vector_partials, m, 1)?[0])
         })
@@ -457,8 +783,7 @@ impl CgBackend for GpuCgBackend<'_> {
     fn apply_operator(&self, p: &GpuVector, q: &mut GpuVector) -> f64 {
         self.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
-            self.matrix
-                .spmv(self.gpu, p.dev()?, q.dev()?, Some(&s.slice_partials), None)?;
+            self.launch_operator(p.dev()?, q.dev()?, &s, None)?;
             Ok(self.reduce(&s, &s.slice_partials, self.matrix.n_slices(), 1)?[0])
         })
     }
@@ -475,7 +800,7 @@ impl CgBackend for GpuCgBackend<'_> {
             self.gpu
                 .write(&[alpha, 0.0], &mut self.scratch.borrow_mut().scalars)?;
             let s = self.scratch.borrow();
-            self.launch_update(None, Some(&s.scalars), p, q, x, r, None, &s.vector_partials)?;
+            self.launch_update(p.dev()?, q.dev()?, x.dev()?, r.dev()?, None, &s, None)?;
             let m = vector_grid(self.matrix.n) as usize;
             Ok(self.reduce(&s, &s.vector_partials, m, 1)?[0])
         })
@@ -503,54 +828,135 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 }
 
-/// Solves A x = b by PCG on the GPU (Jacobi or no preconditioner), after the
-/// CPU path's input checks; rows reordered by RCM when `options.rcm`. The
-/// convergence test and the returned performance are those of `solve::pcg`.
+/// Solves A x = b by PCG on the GPU (Jacobi or no preconditioner), on the
+/// system equilibrated by `equilibration` (scaled on the host, then
+/// uploaded), after the CPU path's input checks; rows reordered by
+/// `options.ordering` (invisible to the caller). The convergence test and the
+/// returned performance are those of `solve::pcg` on the original system, as
+/// in `solve_pcg_scaled`.
 #[allow(clippy::too_many_arguments)]
 pub fn solve_pcg_gpu(
     gpu: &Gpu,
     a: &Csr,
     kind: PreconditionerKind,
+    equilibration: &EquilibrationKind,
     b: &[f64],
     x: &mut [f64],
     controls: &SolverControls,
     field: &str,
     options: &GpuSolveOptions,
 ) -> Result<SolverPerformance, SolveError> {
-    check_system(a, b, x, controls)?;
-    let jacobi = match kind {
-        PreconditionerKind::None => false,
-        PreconditionerKind::Jacobi => true,
-        other => {
-            return Err(SolveError::Device(format!(
-                "the {other} preconditioner is not available on the GPU; use jacobi or none"
-            )))
+    GpuSolver::new(gpu).solve(a, kind, equilibration, b, x, controls, field, options)
+}
+
+/// GPU solves of a sequence of systems of one size (a run's linear solves):
+/// the permutation of each row ordering is computed at its first use and
+/// reused, so that an expensive ordering (METIS) is paid once per run.
+/// Reuse is exact for any matrix of the same size (a permutation only
+/// changes the storage order); it is the best order while the pattern stays
+/// that of the first matrix, as an FVM system's does. The smoother solves
+/// (`GpuSolver::solve_with`, `solve_smooth` in `gpu::smooth`) take their base
+/// ordering from the same cache.
+pub struct GpuSolver<'g> {
+    gpu: &'g Gpu,
+    permutations: HashMap<(RowOrdering, usize), Option<Permutation>>,
+}
+
+impl<'g> GpuSolver<'g> {
+    pub fn new(gpu: &'g Gpu) -> Self {
+        Self {
+            gpu,
+            permutations: HashMap::new(),
         }
-    };
-    kind.build(a)?; // the CPU path's checks of the diagonal
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let (a_ordered, perm) = if options.rcm {
-        let p = reverse_cuthill_mckee(a);
-        (p.apply_symmetric(a), Some(p))
-    } else {
-        (a.clone(), None)
-    };
-    let to_new = |v: &[f64]| perm.as_ref().map_or_else(|| v.to_vec(), |p| p.to_new(v));
-    let backend = GpuCgBackend::new(
-        gpu,
-        &a_ordered,
-        jacobi,
-        options.slice_height,
-        options.check_interval,
-    )
-    .map_err(device)?;
-    let b_dev = backend.upload(&to_new(b)).map_err(device)?;
-    let mut x_dev = backend.upload(&to_new(x)).map_err(device)?;
-    let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-    let x_new = backend.download(&x_dev).map_err(device)?;
-    match perm {
-        Some(p) => x.copy_from_slice(&p.to_old(&x_new)),
-        None => x.copy_from_slice(&x_new),
     }
-    Ok(perf)
+
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+
+    /// The permutation of `options.ordering` (at `options.slice_height`) for
+    /// `system`, computed at its first use in this run.
+    pub fn permutation(
+        &mut self,
+        system: &Csr,
+        options: &GpuSolveOptions,
+    ) -> Result<Option<&Permutation>, SolveError> {
+        let key = (options.ordering, options.slice_height);
+        let cached = self
+            .permutations
+            .get(&key)
+            .is_some_and(|p| p.as_ref().is_none_or(|p| p.len() == system.n_rows()));
+        if !cached {
+            let p = options
+                .ordering
+                .permutation(system, options.slice_height)
+                .map_err(SolveError::Device)?;
+            self.permutations.insert(key, p);
+        }
+        Ok(self.permutations[&key].as_ref())
+    }
+
+    /// [`solve_pcg_gpu`] with the permutation from this solver's cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve(
+        &mut self,
+        a: &Csr,
+        kind: PreconditionerKind,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        let jacobi = match kind {
+            PreconditionerKind::None => false,
+            PreconditionerKind::Jacobi => true,
+            other => {
+                return Err(SolveError::Device(format!(
+                    "the {other} preconditioner is not available on the GPU; use jacobi or none"
+                )))
+            }
+        };
+        // The CPU path's checks, in its order, with its row numbers.
+        let eq = equilibration.build(a)?;
+        let scaled = eq.as_ref().map(|e| e.scale_matrix(a));
+        let system = scaled.as_ref().unwrap_or(a);
+        kind.build(system)?;
+        let (b_system, x_system) = match &eq {
+            Some(e) => (e.scale_rhs(b), e.to_scaled(x)),
+            None => (b.to_vec(), x.to_vec()),
+        };
+        let gpu = self.gpu;
+        let perm = self.permutation(system, options)?;
+        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
+        let eq_ordered = match (&eq, perm) {
+            (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
+            (Some(e), None) => Some(Cow::Borrowed(e)),
+            (None, _) => None,
+        };
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let backend = GpuCgBackend::new(
+            gpu,
+            ordered.matrix(),
+            jacobi,
+            eq_ordered.as_deref(),
+            options,
+        )
+        .map_err(device)?;
+        let b_dev = backend.upload(&ordered.to_new(&b_system)).map_err(device)?;
+        let mut x_dev = backend.upload(&ordered.to_new(&x_system)).map_err(device)?;
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+        let x_new = backend.download(&x_dev).map_err(device)?;
+        match &eq {
+            Some(e) => {
+                let mut y = vec![0.0; x.len()];
+                ordered.to_old_into(&x_new, &mut y);
+                x.copy_from_slice(&e.to_original(&y));
+            }
+            None => ordered.to_old_into(&x_new, x),
+        }
+        Ok(perf)
+    }
 }

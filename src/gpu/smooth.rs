@@ -19,21 +19,23 @@
 //! [`DevicePreconditioner`] is the device analogue of `solve::LinearOperator`
 //! for preconditioners: `GpuCgBackend::set_preconditioner` takes any of them.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::matrix::DeviceModSell;
-use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
 use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
 use crate::solve::smoother::{check_diagonal, l1_jacobi_scale, sweep_order, PointJacobi};
 use crate::solve::{
-    pcg, CgBackend, ColouringKind, InitialNorms, InnerSolver, Preconditioner, PreconditionerKind,
-    SmootherKind, SmootherSettings, SolveError, SolverControls, SolverPerformance, Sweep,
+    pcg, CgBackend, ColouringKind, Equilibration, EquilibrationKind, InitialNorms, InnerSolver,
+    Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolveError, SolverControls,
+    SolverPerformance, Sweep,
 };
 use crate::sparse::blocks::{grown_blocks, in_slice_counts};
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -41,9 +43,9 @@ use crate::sparse::{Csr, ModSell, Permutation};
 
 /// A preconditioner applied on the device.
 pub trait DevicePreconditioner {
-    /// z = M⁻¹ r; z is fully overwritten (its buffer may be exchanged for
-    /// another of the same length).
-    fn apply(&self, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> Result<(), GpuError>;
+    /// z = M⁻¹ r; z is fully overwritten (through kernels: PCG's work
+    /// vectors are shared with the backend's pool).
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError>;
     /// Whether M⁻¹ is the same linear map at every application; if not, PCG
     /// runs flexible (`CgBackend::flexible_term`).
     fn is_linear(&self) -> bool;
@@ -271,11 +273,6 @@ impl<'g> DeviceSmoother<'g> {
             )));
         }
         let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
-        let double_buffered = match settings.kind {
-            SmootherKind::Jacobi | SmootherKind::L1Jacobi => true,
-            SmootherKind::BlockJacobi => !settings.block.asynchronous,
-            _ => false,
-        };
         let method = match settings.kind {
             SmootherKind::Jacobi => Method::Jacobi {
                 scale: gpu.upload(
@@ -315,17 +312,16 @@ impl<'g> DeviceSmoother<'g> {
                 )))
             }
         };
-        let spare = if double_buffered {
-            Some(gpu.zeros(matrix.n)?)
-        } else {
-            None
-        };
-        Ok(Self {
+        let mut smoother = Self {
             gpu,
             matrix,
             method,
-            spare: RefCell::new(spare),
-        })
+            spare: RefCell::new(None),
+        };
+        if smoother.double_buffered() {
+            smoother.spare = RefCell::new(Some(gpu.zeros(smoother.matrix.n)?));
+        }
+        Ok(smoother)
     }
 
     fn block_kernel(
@@ -375,11 +371,13 @@ impl<'g> DeviceSmoother<'g> {
         }
     }
 
-    /// `sweeps` sweeps on A x = b (x's buffer may be exchanged with the spare).
+    /// `sweeps` sweeps on A x = b, the result in x. Double-buffered sweeps
+    /// alternate between x and the spare buffer so that the last one writes
+    /// x; an odd count first copies x to the spare.
     pub fn smooth(
         &self,
         b: &CudaSlice<f64>,
-        x: &mut CudaSlice<f64>,
+        x: &CudaSlice<f64>,
         sweeps: usize,
     ) -> Result<(), GpuError> {
         self.sweeps(b, x, sweeps, false)
@@ -391,37 +389,68 @@ impl<'g> DeviceSmoother<'g> {
     pub fn smooth_from_zero(
         &self,
         b: &CudaSlice<f64>,
-        x: &mut CudaSlice<f64>,
+        x: &CudaSlice<f64>,
         sweeps: usize,
     ) -> Result<(), GpuError> {
-        let skips_x = match &self.method {
+        if !self.double_buffered() || sweeps == 0 {
+            let n = self.matrix.n as i32;
+            self.gpu.launch(
+                "zero_vector",
+                vector_grid(self.matrix.n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n).arg(x);
+                },
+            )?;
+        }
+        self.sweeps(b, x, sweeps, self.double_buffered())
+    }
+
+    /// Whether a sweep reads one buffer and writes another (Jacobi,
+    /// synchronous block Jacobi); the others update x in place.
+    fn double_buffered(&self) -> bool {
+        match &self.method {
             Method::Jacobi { .. } => true,
             Method::Block(k) => !k.asynchronous,
             Method::GaussSeidel { .. } => false,
-        };
-        if !skips_x || sweeps == 0 {
-            self.gpu.zero(x)?;
         }
-        self.sweeps(b, x, sweeps, skips_x)
     }
 
+    /// `first_from_zero`: the first sweep reads x as zero (double-buffered
+    /// methods only, whose kernels take a null x for it).
     fn sweeps(
         &self,
         b: &CudaSlice<f64>,
-        x: &mut CudaSlice<f64>,
+        x: &CudaSlice<f64>,
         sweeps: usize,
         first_from_zero: bool,
     ) -> Result<(), GpuError> {
         let (gpu, m) = (self.gpu, &*self.matrix);
         let (n, h, h32) = (m.n as i32, m.slice_height as u32, m.slice_height as i32);
         let slices = m.n_slices() as u32;
-        let mut spare = self.spare.borrow_mut();
+        let mut spare_buffer = self.spare.borrow_mut();
+        if let Some(spare) = spare_buffer.as_mut() {
+            if !first_from_zero && sweeps % 2 == 1 {
+                gpu.copy(x, spare)?;
+            }
+        }
+        let spare = spare_buffer.as_ref();
+        // Double-buffered: sweep i writes x when an odd number of sweeps
+        // (this one included) is left, so the last writes x, and reads the
+        // other buffer (nothing for a first sweep from zero).
+        let buffers = |i: usize| -> (Option<&CudaSlice<f64>>, &CudaSlice<f64>) {
+            let spare = spare.expect("double-buffered sweeps have a spare buffer");
+            let (from, to) = match (sweeps - i) % 2 == 1 {
+                true => (spare, x),
+                false => (x, spare),
+            };
+            ((!(first_from_zero && i == 0)).then_some(from), to)
+        };
         for i in 0..sweeps {
-            // The kernels read a null x as zero.
-            let x_is_zero = first_from_zero && i == 0;
             match &self.method {
                 Method::Jacobi { scale } => {
-                    let out = spare.as_mut().expect("Jacobi is double-buffered");
+                    let (from, to) = buffers(i);
                     gpu.launch("smooth_jacobi", slices, h, h * 8, |a| {
                         a.arg(&n)
                             .arg(&m.slice_ptr)
@@ -429,13 +458,13 @@ impl<'g> DeviceSmoother<'g> {
                             .arg(&m.values)
                             .arg(&m.diag);
                         a.arg(scale).arg(b);
-                        match x_is_zero {
-                            true => a.arg(&NULL),
-                            false => a.arg(&*x),
+                        // The kernel reads a null x as zero.
+                        match from {
+                            Some(from) => a.arg(from),
+                            None => a.arg(&NULL),
                         };
-                        a.arg(&*out);
+                        a.arg(to);
                     })?;
-                    std::mem::swap(x, out);
                 }
                 Method::GaussSeidel { colouring, sweep } => {
                     let c = colouring.colouring();
@@ -454,37 +483,30 @@ impl<'g> DeviceSmoother<'g> {
                                     .arg(&m.values)
                                     .arg(&m.diag)
                                     .arg(b)
-                                    .arg(&*x);
+                                    .arg(x);
                             },
                         )?;
                     }
                 }
                 Method::Block(k) => {
-                    let launch = |x_in: Option<&CudaSlice<f64>>, x_out: &CudaSlice<f64>| {
-                        gpu.launch("smooth_block", slices, h, k.shared_bytes, |a| {
-                            a.arg(&n)
-                                .arg(&m.slice_ptr)
-                                .arg(&m.codes)
-                                .arg(&m.values)
-                                .arg(&m.diag);
-                            a.arg(&k.slice_mnz).arg(b);
-                            match x_in {
-                                Some(x_in) => a.arg(x_in),
-                                None => a.arg(&NULL),
-                            };
-                            a.arg(x_out);
-                            a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
-                        })
+                    let (from, to) = match k.asynchronous {
+                        true => (Some(x), x),
+                        false => buffers(i),
                     };
-                    if k.asynchronous {
-                        launch(Some(x), x)?;
-                    } else {
-                        let out = spare
-                            .as_mut()
-                            .expect("synchronous block Jacobi is double-buffered");
-                        launch((!x_is_zero).then_some(&*x), out)?;
-                        std::mem::swap(x, out);
-                    }
+                    gpu.launch("smooth_block", slices, h, k.shared_bytes, |a| {
+                        a.arg(&n)
+                            .arg(&m.slice_ptr)
+                            .arg(&m.codes)
+                            .arg(&m.values)
+                            .arg(&m.diag);
+                        a.arg(&k.slice_mnz).arg(b);
+                        match from {
+                            Some(from) => a.arg(from),
+                            None => a.arg(&NULL),
+                        };
+                        a.arg(to);
+                        a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
+                    })?;
                 }
             }
         }
@@ -511,7 +533,7 @@ impl<'g> DeviceSmootherPreconditioner<'g> {
 }
 
 impl DevicePreconditioner for DeviceSmootherPreconditioner<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> Result<(), GpuError> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
         self.smoother.smooth_from_zero(r, z, self.sweeps)
     }
     fn is_linear(&self) -> bool {
@@ -537,11 +559,7 @@ impl SmoothBackend for GpuSmoothing<'_, '_> {
     fn smooth(&self, b: &GpuVector, x: &mut GpuVector, sweeps: usize) -> Result<(), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         self.smoother
-            .smooth(
-                b.dev().map_err(device)?,
-                x.dev_mut().map_err(device)?,
-                sweeps,
-            )
+            .smooth(b.dev().map_err(device)?, x.dev().map_err(device)?, sweeps)
             .map_err(device)
     }
     fn device_status(&self) -> Result<(), SolveError> {
@@ -593,147 +611,233 @@ struct Layout {
     colouring: Option<Colouring>,
 }
 
-/// The system in the order the GPU solves it with `smoother`: block Jacobi's
-/// [`block_layout`]; else reverse Cuthill–McKee when `options.rcm`, followed,
-/// for Jones–Plassmann Gauss–Seidel, by [`colour_layout`].
-fn gpu_layout(
-    gpu: &Gpu,
-    a: &Csr,
-    smoother: &SmootherSettings,
-    options: &GpuSolveOptions,
-) -> Result<Layout, GpuError> {
-    let h = options.slice_height;
-    if smoother.kind == SmootherKind::BlockJacobi {
-        let (slice_height, p, ordered) = block_layout(gpu, a, smoother.block.block_size)?;
-        return Ok(Layout {
-            a: ordered,
-            ordering: Some(p),
-            slice_height,
-            colouring: None,
-        });
-    }
-    let (base, rcm) = if options.rcm {
-        let p = reverse_cuthill_mckee(a);
-        (p.apply_symmetric(a), Some(p))
-    } else {
-        (a.clone(), None)
-    };
-    let multicolour = matches!(smoother.kind, SmootherKind::GaussSeidel(_))
-        && smoother.colouring == ColouringKind::JonesPlassmann;
-    if !multicolour {
-        return Ok(Layout {
-            a: base,
-            ordering: rcm,
-            slice_height: h,
-            colouring: None,
-        });
-    }
-    let (by_colour, ordered, colouring) = colour_layout(gpu, &base, h)?;
-    // new row k is base row by_colour[k], original row rcm[by_colour[k]].
-    let ordering = match rcm {
-        Some(rcm) => {
-            let composed = by_colour
-                .new_to_old()
-                .iter()
-                .map(|&k| rcm.new_to_old()[k as usize])
-                .collect();
-            Permutation::from_new_to_old(composed).map_err(GpuError::Invalid)?
-        }
-        None => by_colour,
-    };
-    Ok(Layout {
-        a: ordered,
-        ordering: Some(ordering),
-        slice_height: h,
-        colouring: Some(colouring),
-    })
-}
-
 impl Layout {
-    /// The device backend (matrix, residuals, PCG steps) and the smoother on its matrix.
+    /// The system in the order the GPU solves it with `smoother`: block
+    /// Jacobi's [`block_layout`] (its own ordering, whatever `options.ordering`
+    /// says); else `options.ordering` (from `solver`'s cache) followed, for
+    /// Jones–Plassmann Gauss–Seidel, by [`colour_layout`].
+    fn new(
+        solver: &mut GpuSolver<'_>,
+        a: &Csr,
+        smoother: &SmootherSettings,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, SolveError> {
+        let gpu = solver.gpu();
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let h = options.slice_height;
+        if smoother.kind == SmootherKind::BlockJacobi {
+            let (slice_height, p, ordered) =
+                block_layout(gpu, a, smoother.block.block_size).map_err(device)?;
+            return Ok(Self {
+                a: ordered,
+                ordering: Some(p),
+                slice_height,
+                colouring: None,
+            });
+        }
+        let base = solver.permutation(a, options)?.cloned();
+        let ordered = match &base {
+            Some(p) => p.apply_symmetric(a),
+            None => a.clone(),
+        };
+        let multicolour = matches!(smoother.kind, SmootherKind::GaussSeidel(_))
+            && smoother.colouring == ColouringKind::JonesPlassmann;
+        if !multicolour {
+            return Ok(Self {
+                a: ordered,
+                ordering: base,
+                slice_height: h,
+                colouring: None,
+            });
+        }
+        let (by_colour, a_coloured, colouring) = colour_layout(gpu, &ordered, h).map_err(device)?;
+        // New row k is base row by_colour[k], original row base[by_colour[k]].
+        let ordering = match base {
+            Some(base) => {
+                let composed = by_colour
+                    .new_to_old()
+                    .iter()
+                    .map(|&k| base.new_to_old()[k as usize])
+                    .collect();
+                Permutation::from_new_to_old(composed).map_err(SolveError::Device)?
+            }
+            None => by_colour,
+        };
+        Ok(Self {
+            a: a_coloured,
+            ordering: Some(ordering),
+            slice_height: h,
+            colouring: Some(colouring),
+        })
+    }
+
+    /// The device backend (matrix, residuals, PCG steps; `equilibration` in
+    /// this layout's row order when `a` is an equilibrated matrix) and the
+    /// smoother on its matrix.
     fn build<'g>(
         &self,
         gpu: &'g Gpu,
         settings: &SmootherSettings,
+        equilibration: Option<&Equilibration>,
         options: &GpuSolveOptions,
     ) -> Result<(GpuCgBackend<'g>, DeviceSmoother<'g>), GpuError> {
-        let backend = GpuCgBackend::new(
-            gpu,
-            &self.a,
-            false,
-            self.slice_height,
-            options.check_interval,
-        )?;
+        let options = GpuSolveOptions {
+            slice_height: self.slice_height,
+            ..*options
+        };
+        let backend = GpuCgBackend::new(gpu, &self.a, false, equilibration, &options)?;
         let smoother = DeviceSmoother::with_colouring(
             gpu,
             &self.a,
-            backend.matrix().clone(),
+            backend.shared_matrix(),
             settings,
             self.colouring.clone(),
         )?;
         Ok((backend, smoother))
     }
-}
 
-/// Uploads b and x in the solve's order, runs `solve` on the device vectors
-/// and copies x back in the original order.
-fn with_device_vectors(
-    backend: &GpuCgBackend<'_>,
-    ordering: Option<&Permutation>,
-    b: &[f64],
-    x: &mut [f64],
-    solve: impl FnOnce(&GpuVector, &mut GpuVector) -> Result<SolverPerformance, SolveError>,
-) -> Result<SolverPerformance, SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let to_new = |v: &[f64]| ordering.map_or_else(|| v.to_vec(), |p| p.to_new(v));
-    let b_dev = backend.upload(&to_new(b)).map_err(device)?;
-    let mut x_dev = backend.upload(&to_new(x)).map_err(device)?;
-    let perf = solve(&b_dev, &mut x_dev)?;
-    let x_new = backend.download(&x_dev).map_err(device)?;
-    match ordering {
-        Some(p) => x.copy_from_slice(&p.to_old(&x_new)),
-        None => x.copy_from_slice(&x_new),
+    /// Uploads b and x in this layout's order, runs `solve` on the device
+    /// vectors and copies x back in the original order.
+    fn solve(
+        &self,
+        backend: &GpuCgBackend<'_>,
+        b: &[f64],
+        x: &mut [f64],
+        solve: impl FnOnce(&GpuVector, &mut GpuVector) -> Result<SolverPerformance, SolveError>,
+    ) -> Result<SolverPerformance, SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let to_new = |v: &[f64]| match &self.ordering {
+            Some(p) => p.to_new(v),
+            None => v.to_vec(),
+        };
+        let b_dev = backend.upload(&to_new(b)).map_err(device)?;
+        let mut x_dev = backend.upload(&to_new(x)).map_err(device)?;
+        let perf = solve(&b_dev, &mut x_dev)?;
+        let x_new = backend.download(&x_dev).map_err(device)?;
+        match &self.ordering {
+            Some(p) => x.copy_from_slice(&p.to_old(&x_new)),
+            None => x.copy_from_slice(&x_new),
+        }
+        Ok(perf)
     }
-    Ok(perf)
 }
 
-/// Solves A x = b by PCG on the GPU with any preconditioner the GPU has
-/// ([`gpu_preconditioner`] maps the others): Jacobi and none on the fused
-/// device loop (`solve_pcg_gpu`), smoothers through `GpuCgBackend::set_preconditioner`
-/// (flexible PCG when they are not linear).
+impl GpuSolver<'_> {
+    /// PCG with any preconditioner the GPU has ([`gpu_preconditioner`] maps
+    /// the others) on the system equilibrated by `equilibration`: Jacobi and
+    /// none on the fused device loop ([`GpuSolver::solve`]), smoothers through
+    /// `GpuCgBackend::set_preconditioner` (flexible PCG when they are not
+    /// linear), on the scaled matrix in the smoother's row order. The
+    /// convergence test and the returned performance are those of the
+    /// original system, as in `solve::solve_pcg_scaled`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_with(
+        &mut self,
+        a: &Csr,
+        preconditioner: &Preconditioner,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        let settings = match preconditioner {
+            Preconditioner::Kind(kind) => {
+                return self.solve(a, *kind, equilibration, b, x, controls, field, options)
+            }
+            Preconditioner::Smoother(s) => s,
+        };
+        check_system(a, b, x, controls)?;
+        preconditioner.check()?;
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let eq = equilibration.build(a)?;
+        let scaled = eq.as_ref().map(|e| e.scale_matrix(a));
+        let system = scaled.as_ref().unwrap_or(a);
+        let (b_system, mut x_system) = match &eq {
+            Some(e) => (e.scale_rhs(b), e.to_scaled(x)),
+            None => (b.to_vec(), x.to_vec()),
+        };
+        let layout = Layout::new(self, system, settings, options)?;
+        let eq_ordered = match (&eq, &layout.ordering) {
+            (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
+            (Some(e), None) => Some(Cow::Borrowed(e)),
+            (None, _) => None,
+        };
+        let (mut backend, smoother) = layout
+            .build(self.gpu(), settings, eq_ordered.as_deref(), options)
+            .map_err(device)?;
+        backend.set_preconditioner(Box::new(DeviceSmootherPreconditioner::new(
+            smoother, settings,
+        )));
+        let perf = layout.solve(&backend, &b_system, &mut x_system, |b, x| {
+            pcg(&backend, b, x, controls, field)
+        })?;
+        match &eq {
+            Some(e) => x.copy_from_slice(&e.to_original(&x_system)),
+            None => x.copy_from_slice(&x_system),
+        }
+        Ok(perf)
+    }
+
+    /// OpenFOAM's smoothSolver (`solve::smooth_solve`, residual read back
+    /// every `nSweeps` sweeps) with the smoother of `settings` (as given: map
+    /// it with [`gpu_smoother`] first), in the smoother's row order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_smooth(
+        &mut self,
+        a: &Csr,
+        settings: &SmootherSettings,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        settings.validate().map_err(SolveError::InvalidControls)?;
+        check_diagonal(a, "smoother")?;
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let layout = Layout::new(self, a, settings, options)?;
+        let (backend, smoother) = layout
+            .build(self.gpu(), settings, None, options)
+            .map_err(device)?;
+        let smoothing = GpuSmoothing {
+            cg: &backend,
+            smoother: &smoother,
+        };
+        layout.solve(&backend, b, x, |b, x| {
+            smooth_solve(&smoothing, b, x, controls, settings.sweeps, field)
+        })
+    }
+}
+
+/// [`GpuSolver::solve_with`] for one system.
 #[allow(clippy::too_many_arguments)]
 pub fn solve_pcg_gpu_with(
     gpu: &Gpu,
     a: &Csr,
     preconditioner: &Preconditioner,
+    equilibration: &EquilibrationKind,
     b: &[f64],
     x: &mut [f64],
     controls: &SolverControls,
     field: &str,
     options: &GpuSolveOptions,
 ) -> Result<SolverPerformance, SolveError> {
-    let settings = match preconditioner {
-        Preconditioner::Kind(kind) => {
-            return solve_pcg_gpu(gpu, a, *kind, b, x, controls, field, options)
-        }
-        Preconditioner::Smoother(s) => s,
-    };
-    check_system(a, b, x, controls)?;
-    preconditioner.check()?;
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let layout = gpu_layout(gpu, a, settings, options).map_err(device)?;
-    let (mut backend, smoother) = layout.build(gpu, settings, options).map_err(device)?;
-    backend.set_preconditioner(Box::new(DeviceSmootherPreconditioner::new(
-        smoother, settings,
-    )));
-    with_device_vectors(&backend, layout.ordering.as_ref(), b, x, |b, x| {
-        pcg(&backend, b, x, controls, field)
-    })
+    GpuSolver::new(gpu).solve_with(
+        a,
+        preconditioner,
+        equilibration,
+        b,
+        x,
+        controls,
+        field,
+        options,
+    )
 }
 
-/// Solves A x = b on the GPU with OpenFOAM's smoothSolver (`solve::smooth_solve`,
-/// residual read back every `nSweeps` sweeps) and the smoother of `settings`
-/// (as given: map it with [`gpu_smoother`] first).
+/// [`GpuSolver::solve_smooth`] for one system.
 #[allow(clippy::too_many_arguments)]
 pub fn solve_smooth_gpu(
     gpu: &Gpu,
@@ -745,17 +849,5 @@ pub fn solve_smooth_gpu(
     field: &str,
     options: &GpuSolveOptions,
 ) -> Result<SolverPerformance, SolveError> {
-    check_system(a, b, x, controls)?;
-    settings.validate().map_err(SolveError::InvalidControls)?;
-    check_diagonal(a, "smoother")?;
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let layout = gpu_layout(gpu, a, settings, options).map_err(device)?;
-    let (backend, smoother) = layout.build(gpu, settings, options).map_err(device)?;
-    let smoothing = GpuSmoothing {
-        cg: &backend,
-        smoother: &smoother,
-    };
-    with_device_vectors(&backend, layout.ordering.as_ref(), b, x, |b, x| {
-        smooth_solve(&smoothing, b, x, controls, settings.sweeps, field)
-    })
+    GpuSolver::new(gpu).solve_smooth(a, settings, b, x, controls, field, options)
 }

@@ -8,23 +8,28 @@
 //! synchronisation, is also given apart). CPU Gauss–Seidel runs on one thread
 //! in natural order (the seed: CSR, natural order, one core), forward and
 //! symmetric (the seed's alternating forward/backward: a symmetric sweep counts
-//! as two); GPU Jacobi and L1-Jacobi run in RCM order, multicolour Gauss–Seidel
+//! as two); GPU Jacobi and L1-Jacobi run in RCM order (computed here, whatever
+//! the bench's `--orderings`), multicolour Gauss–Seidel
 //! in RCM order renumbered colour by colour (and, rows marked `list`, in RCM
 //! order with a colour index list);
 //! block Jacobi on grown blocks with the seed's inner settings (to 1e-8 relative
 //! or 100 inner steps), synchronous and asynchronous. Reported per row: total
 //! ms, ms per sweep, and the residual reduction Σ|r| after / before.
 //!
-//! `--smoother-sweeps` below 2 counts as 2 (a symmetric sweep is two).
+//! `--smoother-sweeps` below 2 counts as 2 (a symmetric sweep is two); an odd
+//! count adds one vector copy to the double-buffered smoothers (their sweeps
+//! alternate between x and a spare vector and must end in x).
 //!
 //! PCG: OpenFOAM-normalised tolerance 1e-6 from x = 0; the solve on a backend
 //! built beforehand (the preconditioner's set-up — colouring, uploads — given
-//! apart); iterations and the speed-up over Jacobi-PCG's solve time.
+//! apart); iterations and the speed-up over Jacobi-PCG's solve time (the fused
+//! device loop in its default launch mode, RCM order; smoother-preconditioned
+//! PCG is driven from the host).
 
 use std::time::Instant;
 
-use super::bench::{BenchSettings, Row};
-use super::pcg::{GpuCgBackend, GpuVector};
+use super::bench::{controls, BenchSettings, Row};
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::{
     block_layout, colour_layout, DeviceSmoother, DeviceSmootherPreconditioner, GpuSmoothing,
 };
@@ -34,10 +39,11 @@ use crate::solve::precond::Identity;
 use crate::solve::smooth_solver::CpuSmoothing;
 use crate::solve::{
     pcg, BlockJacobiSettings, ColouringKind, InnerSolver, SmoothBackend, SmootherKind,
-    SmootherSettings, SolverControls, Sweep,
+    SmootherSettings, Sweep,
 };
 use crate::sparse::blocks::in_block_fraction;
-use crate::sparse::{Csr, Permutation};
+use crate::sparse::ordering::reverse_cuthill_mckee;
+use crate::sparse::Csr;
 
 /// Sweeps between residual checks (the seed's 10).
 const CHECK_EVERY: usize = 10;
@@ -114,6 +120,9 @@ fn gauss_seidel(sweep: Sweep, colouring: ColouringKind) -> SmootherSettings {
 /// A system on the device in one row order: the backend (matrix, residuals,
 /// PCG steps) and b.
 struct Ordered<'g> {
+    /// The table's ordering column.
+    ordering: &'static str,
+    /// The order in words, for the notes.
     name: String,
     a: Csr,
     backend: GpuCgBackend<'g>,
@@ -125,15 +134,15 @@ struct Ordered<'g> {
 impl<'g> Ordered<'g> {
     fn new(
         gpu: &'g Gpu,
-        name: String,
+        (ordering, name): (&'static str, String),
         a: Csr,
         b: &[f64],
-        h: usize,
-        check_interval: usize,
+        options: &GpuSolveOptions,
     ) -> anyhow::Result<Self> {
-        let backend = GpuCgBackend::new(gpu, &a, false, h, check_interval)?;
+        let backend = GpuCgBackend::new(gpu, &a, false, None, options)?;
         let b = backend.upload(b)?;
         Ok(Self {
+            ordering,
             name,
             a,
             backend,
@@ -151,7 +160,7 @@ impl<'g> Ordered<'g> {
         let smoother = DeviceSmoother::with_colouring(
             gpu,
             &self.a,
-            self.backend.matrix().clone(),
+            self.backend.shared_matrix(),
             s,
             self.colouring.clone(),
         )?;
@@ -160,22 +169,22 @@ impl<'g> Ordered<'g> {
     }
 }
 
-/// The rows of one mesh: `a`, `b` as assembled, `rcm` its RCM ordering.
+/// The rows of one case: `a`, `b` as assembled.
 pub fn rows(
     gpu: &Gpu,
     spec: &str,
     a: &Csr,
     b: &[f64],
-    rcm: &Permutation,
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
     let (n, nnz) = (a.n_rows(), a.nnz());
     let sweeps = settings.smoother_sweeps.max(2);
     let mut rows = Vec::new();
-    let mut push = |what: String, ms: f64, note: String| {
-        eprintln!("{spec}: {what}: {ms:.1} ms, {note}");
+    let mut push = |what: String, ordering: &str, ms: f64, note: String| {
+        eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
         rows.push(Row {
             case: spec.to_string(),
+            ordering: ordering.into(),
             what,
             n,
             nnz,
@@ -213,46 +222,62 @@ pub fn rows(
         })?;
         push(
             name.into(),
+            "natural",
             timed.ms,
             sweep_note(&timed, count, ", 1 thread"),
         );
     }
 
     let h = settings.slice_height;
+    let options = GpuSolveOptions {
+        slice_height: h,
+        check_interval: settings.check_interval,
+        ..GpuSolveOptions::default()
+    };
     let sync = || gpu.synchronize();
+    let rcm = reverse_cuthill_mckee(a);
     let a_rcm = rcm.apply_symmetric(a);
     let mut by_rcm = Ordered::new(
         gpu,
-        format!("RCM, lambda {:.3}", in_block_fraction(&a_rcm, h)),
+        (
+            "rcm",
+            format!("RCM, lambda {:.3}", in_block_fraction(&a_rcm, h)),
+        ),
         a_rcm,
         &rcm.to_new(b),
-        h,
-        settings.check_interval,
+        &options,
     )?;
     let (by_colour_p, a_colour, colouring) = colour_layout(gpu, &by_rcm.a, h)?;
     let mut by_colour = Ordered::new(
         gpu,
-        format!(
-            "RCM, colour-contiguous, lambda {:.3}",
-            in_block_fraction(&a_colour, h)
+        (
+            "rcm+col",
+            format!(
+                "RCM, colour-contiguous, lambda {:.3}",
+                in_block_fraction(&a_colour, h)
+            ),
         ),
         a_colour,
         &by_colour_p.to_new(&rcm.to_new(b)),
-        h,
-        settings.check_interval,
+        &options,
     )?;
     by_colour.colouring = Some(colouring);
     let (block_h, blocks, a_blocks) = block_layout(gpu, a, h)?;
     let mut by_blocks = Ordered::new(
         gpu,
-        format!(
-            "grown {block_h}-row blocks, lambda {:.3}",
-            in_block_fraction(&a_blocks, block_h)
+        (
+            "blocks",
+            format!(
+                "grown {block_h}-row blocks, lambda {:.3}",
+                in_block_fraction(&a_blocks, block_h)
+            ),
         ),
         a_blocks,
         &blocks.to_new(b),
-        block_h,
-        settings.check_interval,
+        &GpuSolveOptions {
+            slice_height: block_h,
+            ..options
+        },
     )?;
     let mut cases: Vec<(String, SmootherSettings, usize, &Ordered)> = vec![
         (
@@ -309,30 +334,37 @@ pub fn rows(
             .colouring()
             .map_or(String::new(), |c| format!(", {} colours", c.n_colours()));
         let extra = format!(" ({}{colours}, set-up {setup_ms:.0} ms)", ordered.name);
-        push(name, timed.ms, sweep_note(&timed, count, &extra));
+        push(
+            name,
+            ordered.ordering,
+            timed.ms,
+            sweep_note(&timed, count, &extra),
+        );
     }
 
     if !settings.pcg {
         return Ok(rows);
     }
-    let controls = SolverControls {
-        tolerance: 1e-6,
-        rel_tol: 0.0,
-        max_iter: 5000,
-        min_iter: 0,
-    };
+    let controls = controls();
     // Jacobi-PCG on its fused device loop: the baseline.
-    let jacobi = GpuCgBackend::new(gpu, &by_rcm.a, true, h, settings.check_interval)?;
-    let mut x = jacobi.upload(&vec![0.0; n])?;
+    let jacobi = GpuCgBackend::new(gpu, &by_rcm.a, true, None, &options)?;
+    let zeros = vec![0.0; n];
+    let mut x = jacobi.upload(&zeros)?;
+    // A warm-up solve captures the CUDA graph (set-up, like the smoothers').
+    pcg(&jacobi, &by_rcm.b, &mut x, &controls, "p")?;
+    jacobi.write(&mut x, &zeros)?;
     let t = Instant::now();
     let base = pcg(&jacobi, &by_rcm.b, &mut x, &controls, "p")?;
     let base_ms = t.elapsed().as_secs_f64() * 1e3;
+    let launches = jacobi.launch_mode().name();
     drop(jacobi);
     push(
         "PCG Jacobi".into(),
+        "rcm",
         base_ms,
         format!(
-            "{} iterations, {:.4} ms/iteration, final residual {:.3e} (RCM)",
+            "{} iterations, {:.4} ms/iteration, final residual {:.3e} (fused loop, {launches} \
+             launches, after a warm-up solve)",
             base.iterations,
             base_ms / base.iterations.max(1) as f64,
             base.final_residual
@@ -408,7 +440,7 @@ pub fn rows(
             ),
             Err(e) => format!("failed: {e} ({detail})"),
         };
-        push(name.into(), ms, note);
+        push(name.into(), ordered.ordering, ms, note);
     }
     Ok(rows)
 }

@@ -22,6 +22,7 @@ pub fn read_polymesh(path: &Path) -> Result<Mesh, MeshError> {
     let owner: Vec<Label> = file("owner")?.list()?;
     let neighbour = read_neighbour(&file("neighbour")?)?;
     let patches = read_boundary(&file("boundary")?)?;
+    check_cell_labels(&owner, &neighbour, &dir)?;
     let (faces, owner, neighbour) = upper_triangular(faces, owner, neighbour, &dir)?;
     Mesh::new(points, faces, owner, neighbour, patches).map_err(|e| e.in_file(&dir))
 }
@@ -74,6 +75,40 @@ fn read_neighbour(file: &FoamFile) -> Result<Vec<Label>, MeshError> {
         });
     }
     Ok(entries.into_iter().filter_map(|e| e.0).collect())
+}
+
+/// The cell count of a polyMesh is the largest label in `owner` and
+/// `neighbour` plus one, so one corrupt large label invents cells without
+/// faces. Names the label and where it is, before any renumbering hides it.
+fn check_cell_labels(owner: &[Label], neighbour: &[Label], dir: &Path) -> Result<(), MeshError> {
+    let lists = [("owner", owner), ("neighbour", neighbour)];
+    let entries = || {
+        lists
+            .iter()
+            .flat_map(|&(name, list)| list.iter().enumerate().map(move |(i, &c)| (c, name, i)))
+    };
+    // The first entry holding the largest label.
+    let Some((largest, file, entry)) = entries().reduce(|a, b| if b.0 > a.0 { b } else { a })
+    else {
+        return Ok(());
+    };
+    let n_cells = largest as usize + 1;
+    let mut has_face = vec![false; n_cells];
+    for (c, _, _) in entries() {
+        has_face[c as usize] = true;
+    }
+    let Some(first_empty) = has_face.iter().position(|&h| !h) else {
+        return Ok(());
+    };
+    let empty = has_face.iter().filter(|&&h| !h).count();
+    Err(MeshError::InFile {
+        file: dir.join(file),
+        msg: format!(
+            "entry {entry} names cell {largest}, so the mesh would have {n_cells} cells, but \
+             {empty} of them (the first is cell {first_empty}) are in no face: a cell label is \
+             corrupt, or owner and neighbour belong to another mesh"
+        ),
+    })
 }
 
 /// Internal faces sorted by (owner, neighbour) when they are not already, as

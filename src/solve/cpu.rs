@@ -2,7 +2,9 @@
 //! against. Reductions use `reduce`'s fixed chunking, so results are the same
 //! bits for any thread count; row products follow OpenFOAM's operation order,
 //! so on systems of at most `reduce::CHUNK` rows (sequential reductions) the
-//! iterates equal OpenFOAM's bit for bit (tests/solve_openfoam.rs).
+//! iterates equal OpenFOAM's bit for bit (tests/solve_openfoam.rs). On an
+//! equilibrated system (`equilibrate`) the backend works on Â = S A S and
+//! measures residuals in the original system (r = S⁻¹ r̂).
 
 use rayon::prelude::*;
 
@@ -10,8 +12,8 @@ use super::error::check_finite;
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
 use super::smooth_solver::in_ordering;
 use super::{
-    pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError, SolverControls,
-    SolverPerformance,
+    pcg, CgBackend, Equilibration, EquilibrationKind, InitialNorms, LinearOperator, Preconditioner,
+    SolveError, SolverControls, SolverPerformance,
 };
 use crate::sparse::Csr;
 
@@ -21,30 +23,89 @@ pub struct CpuBackend<'a> {
     precond: &'a dyn LinearOperator,
     /// Slot of each row's diagonal entry, `usize::MAX` where there is none.
     diag_slot: Vec<usize>,
+    /// rowSum of the original matrix (of `a` unless equilibrated).
     row_sums: Vec<f64>,
     /// The preconditioner is not a fixed linear operator: flexible PCG.
     flexible: bool,
+    /// The scaling `a` was built with: residuals are weighted back to the
+    /// original system.
+    equilibration: Option<&'a Equilibration>,
+}
+
+/// Σ_c term(c, a_rc) over row r in OpenFOAM's `Amul`/`sumA` order: the
+/// diagonal (slot `diag`, `usize::MAX` when there is none) first, then the
+/// off-diagonals by increasing column (faces where r is the neighbour precede
+/// those where it is the owner). The same order gives the same rounding as
+/// OpenFOAM.
+fn row_sum_by(a: &Csr, r: usize, diag: usize, term: impl Fn(usize, f64) -> f64) -> f64 {
+    let range = a.row_ptr()[r]..a.row_ptr()[r + 1];
+    let (cols, vals) = (a.cols(), a.values());
+    let mut sum = if diag == usize::MAX {
+        0.0
+    } else {
+        term(r, vals[diag])
+    };
+    for s in range.filter(|&s| s != diag) {
+        sum += term(cols[s] as usize, vals[s]);
+    }
+    sum
+}
+
+fn diagonal_slots(a: &Csr) -> Vec<usize> {
+    (0..a.n_rows())
+        .map(|r| a.slot(r, r).unwrap_or(usize::MAX))
+        .collect()
+}
+
+/// rowSum(A) in OpenFOAM's `sumA` order (diagonal first), as every backend's
+/// normFactor uses it.
+pub fn openfoam_row_sums(a: &Csr) -> Vec<f64> {
+    let diag_slot = diagonal_slots(a);
+    (0..a.n_rows())
+        .into_par_iter()
+        .map(|r| row_sum_by(a, r, diag_slot[r], |_, v| v))
+        .collect()
 }
 
 impl<'a> CpuBackend<'a> {
     /// `a` must be square; `precond` must have the same size.
     pub fn new(a: &'a Csr, precond: &'a dyn LinearOperator) -> Self {
+        Self::build(a, precond, None)
+    }
+
+    /// PCG on the scaled matrix `scaled` = S A S of `equilibration` with the
+    /// convergence test of the original system (`equilibrate` module docs).
+    pub fn equilibrated(
+        scaled: &'a Csr,
+        precond: &'a dyn LinearOperator,
+        equilibration: &'a Equilibration,
+    ) -> Self {
+        assert_eq!(
+            equilibration.n(),
+            scaled.n_rows(),
+            "CpuBackend: scaling size"
+        );
+        Self::build(scaled, precond, Some(equilibration))
+    }
+
+    fn build(
+        a: &'a Csr,
+        precond: &'a dyn LinearOperator,
+        equilibration: Option<&'a Equilibration>,
+    ) -> Self {
         assert_eq!(a.n_rows(), a.n_cols(), "CpuBackend: matrix not square");
         assert_eq!(precond.n(), a.n_rows(), "CpuBackend: preconditioner size");
-        let diag_slot = (0..a.n_rows())
-            .map(|r| a.slot(r, r).unwrap_or(usize::MAX))
-            .collect();
-        let mut backend = Self {
+        Self {
             a,
             precond,
-            diag_slot,
-            row_sums: Vec::new(),
+            diag_slot: diagonal_slots(a),
+            row_sums: match equilibration {
+                Some(e) => e.row_sums().to_vec(),
+                None => openfoam_row_sums(a),
+            },
+            equilibration,
             flexible: false,
-        };
-        backend.row_sums = (0..a.n_rows())
-            .map(|r| backend.row_sum_by(r, |_, v| v))
-            .collect();
-        backend
+        }
     }
 
     /// Runs flexible PCG (see `solve::pcg`): for preconditioners that are not a
@@ -54,27 +115,8 @@ impl<'a> CpuBackend<'a> {
         self
     }
 
-    /// Σ_c term(c, a_rc) over row r in OpenFOAM's `Amul`/`sumA` order: the
-    /// diagonal first, then the off-diagonals by increasing column (faces
-    /// where r is the neighbour precede those where it is the owner). The same
-    /// order gives the same rounding as OpenFOAM.
-    fn row_sum_by(&self, r: usize, term: impl Fn(usize, f64) -> f64) -> f64 {
-        let range = self.a.row_ptr()[r]..self.a.row_ptr()[r + 1];
-        let diag = self.diag_slot[r];
-        let (cols, vals) = (self.a.cols(), self.a.values());
-        let mut sum = if diag == usize::MAX {
-            0.0
-        } else {
-            term(r, vals[diag])
-        };
-        for s in range.filter(|&s| s != diag) {
-            sum += term(cols[s] as usize, vals[s]);
-        }
-        sum
-    }
-
     fn row_times(&self, r: usize, x: &[f64]) -> f64 {
-        self.row_sum_by(r, |c, v| v * x[c])
+        row_sum_by(self.a, r, self.diag_slot[r], |c, v| v * x[c])
     }
 }
 
@@ -89,9 +131,15 @@ impl CgBackend for CpuBackend<'_> {
         vec![0.0; self.n()]
     }
 
+    /// Equilibrated: x = S y, A x = S⁻¹ Â y, b = S⁻¹ b̂ and r = S⁻¹ r̂, with
+    /// the original row sums (kernels/pcg.cu `cg_initial_residual` likewise).
     fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
         let n = self.n();
-        let x_mean = sum_by(n, |i| x[i]) / n.max(1) as f64;
+        let eq = self.equilibration;
+        let x_mean = match eq {
+            Some(e) => sum_by(n, |i| e.scale()[i] * x[i]),
+            None => sum_by(n, |i| x[i]),
+        } / n.max(1) as f64;
         let partials: Vec<(f64, f64)> = r
             .par_chunks_mut(CHUNK)
             .enumerate()
@@ -102,8 +150,15 @@ impl CgBackend for CpuBackend<'_> {
                     let ax = self.row_times(i, x);
                     let a_xbar = self.row_sums[i] * x_mean;
                     *r = b[i] - ax;
+                    let (ax, b, r) = match eq {
+                        Some(e) => {
+                            let w = e.unscale()[i];
+                            (w * ax, w * b[i], w * *r)
+                        }
+                        None => (ax, b[i], *r),
+                    };
                     residual += r.abs();
-                    norm += (ax - a_xbar).abs() + (b[i] - a_xbar).abs();
+                    norm += (ax - a_xbar).abs() + (b - a_xbar).abs();
                 }
                 (residual, norm)
             })
@@ -153,16 +208,22 @@ impl CgBackend for CpuBackend<'_> {
         x: &mut Vec<f64>,
         r: &mut Vec<f64>,
     ) -> f64 {
+        let weights = self.equilibration.map(Equilibration::unscale);
         ordered_sum(
             x.par_chunks_mut(CHUNK)
                 .zip(r.par_chunks_mut(CHUNK))
                 .zip(p.par_chunks(CHUNK).zip(q.par_chunks(CHUNK)))
-                .map(|((x, r), (p, q))| {
+                .enumerate()
+                .map(|(c, ((x, r), (p, q)))| {
+                    let w = weights.map(|w| &w[c * CHUNK..c * CHUNK + x.len()]);
                     let mut residual = 0.0;
                     for i in 0..x.len() {
                         x[i] += alpha * p[i];
                         r[i] -= alpha * q[i];
-                        residual += r[i].abs();
+                        residual += match w {
+                            Some(w) => (w[i] * r[i]).abs(),
+                            None => r[i].abs(),
+                        };
                     }
                     residual
                 }),
@@ -243,15 +304,50 @@ pub fn solve_pcg(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    solve_pcg_scaled(
+        a,
+        preconditioner,
+        &EquilibrationKind::None,
+        b,
+        x,
+        controls,
+        field,
+    )
+}
+
+/// [`solve_pcg`] on the system equilibrated by `equilibration` (the
+/// preconditioner is built on the scaled matrix, in the preconditioner's row
+/// order); the convergence test and the reported residuals are those of the
+/// original system (`equilibrate`). Flexible PCG where the preconditioner
+/// asks for it.
+pub fn solve_pcg_scaled(
+    a: &Csr,
+    preconditioner: impl Into<Preconditioner>,
+    equilibration: &EquilibrationKind,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
     let preconditioner = preconditioner.into();
     check_system(a, b, x, controls)?;
     preconditioner.check()?;
+    let flexible = preconditioner.is_flexible();
     in_ordering(a, preconditioner.ordering(a), b, x, |a, b, x| {
-        let precond = preconditioner.build(a)?;
-        let backend = CpuBackend::new(a, precond.as_ref()).flexible(preconditioner.is_flexible());
-        let mut x_work = x.to_vec();
-        let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
-        x.copy_from_slice(&x_work);
+        let Some(eq) = equilibration.build(a)? else {
+            let precond = preconditioner.build(a)?;
+            let backend = CpuBackend::new(a, precond.as_ref()).flexible(flexible);
+            let mut x_work = x.to_vec();
+            let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
+            x.copy_from_slice(&x_work);
+            return Ok(perf);
+        };
+        let scaled = eq.scale_matrix(a);
+        let precond = preconditioner.build(&scaled)?;
+        let backend = CpuBackend::equilibrated(&scaled, precond.as_ref(), &eq).flexible(flexible);
+        let mut y = eq.to_scaled(x);
+        let perf = pcg(&backend, &eq.scale_rhs(b), &mut y, controls, field)?;
+        x.copy_from_slice(&eq.to_original(&y));
         Ok(perf)
     })
 }

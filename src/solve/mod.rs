@@ -12,6 +12,7 @@
 pub mod block_jacobi;
 pub mod colouring;
 pub mod cpu;
+pub mod equilibrate;
 pub mod error;
 pub mod pcg;
 pub mod precond;
@@ -19,7 +20,8 @@ pub mod reduce;
 pub mod smooth_solver;
 pub mod smoother;
 
-pub use cpu::{solve_pcg, CpuBackend};
+pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
+pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::SolveError;
 pub use pcg::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,

@@ -1,4 +1,4 @@
-//! Sparse matrix formats and orderings.
+//! Sparse matrix formats and row orderings (Cuthill–McKee, METIS slices).
 
 pub mod blocks;
 mod coo;
@@ -6,8 +6,9 @@ pub mod csr;
 pub mod modsell;
 pub mod mtx;
 pub mod ordering;
+pub mod partition;
 pub mod testing;
 
 pub use csr::Csr;
 pub use modsell::{ModSell, Sell};
-pub use ordering::Permutation;
+pub use ordering::{Permutation, Reordered, RowOrdering};

@@ -193,6 +193,104 @@ impl ModSell {
         })
     }
 
+    /// A matrix from its arrays (e.g. read back from the device), checking
+    /// the shapes: `diag` of length n, `slice_ptr` of ⌈n/H⌉ + 1 multiples of
+    /// H, codes and values of its last length, every code a column in range.
+    pub fn from_parts(
+        slice_height: usize,
+        diag: Vec<f64>,
+        slice_ptr: Vec<u64>,
+        codes: Vec<i32>,
+        values: Vec<f64>,
+    ) -> Result<Self, String> {
+        let (h, n) = (slice_height, diag.len());
+        if h == 0 || !h.is_multiple_of(32) || h > 1024 {
+            return Err(format!(
+                "slice height {h} must be a multiple of 32 between 32 and 1024"
+            ));
+        }
+        if slice_ptr.len() != n.div_ceil(h) + 1
+            || slice_ptr[0] != 0
+            || slice_ptr
+                .windows(2)
+                .any(|w| w[1] < w[0] || (w[1] - w[0]) % h as u64 != 0)
+        {
+            return Err(format!(
+                "{} slice pointers for {n} rows in slices of {h}: expected {} non-decreasing \
+                 multiples of {h} from 0",
+                slice_ptr.len(),
+                n.div_ceil(h) + 1
+            ));
+        }
+        let slots = *slice_ptr.last().unwrap() as usize;
+        if codes.len() != slots || values.len() != slots {
+            return Err(format!(
+                "slice pointers end at {slots} but there are {} codes and {} values",
+                codes.len(),
+                values.len()
+            ));
+        }
+        let (mut off_diagonals, mut in_slice) = (0, 0);
+        for s in 0..slice_ptr.len() - 1 {
+            let slots = slice_ptr[s] as usize..slice_ptr[s + 1] as usize;
+            for (slot, &code) in slots.clone().zip(&codes[slots]) {
+                let column = match code {
+                    0 => continue,
+                    c if c > 0 => c as usize - 1,
+                    c => {
+                        in_slice += 1;
+                        s * h + (-(c + 1)) as usize
+                    }
+                };
+                if column >= n {
+                    return Err(format!(
+                        "slot {slot}: code {code} names column {column} of {n}"
+                    ));
+                }
+                off_diagonals += 1;
+            }
+        }
+        Ok(Self {
+            slice_height,
+            n_rows: n,
+            diag,
+            slice_ptr,
+            codes,
+            values,
+            off_diagonals,
+            in_slice,
+        })
+    }
+
+    /// The matrix as CSR (diagonal included, columns sorted), padding dropped.
+    pub fn to_csr(&self) -> Csr {
+        let h = self.slice_height;
+        let mut row_ptr = Vec::with_capacity(self.n_rows + 1);
+        row_ptr.push(0);
+        let mut entries: Vec<(u32, f64)> = Vec::new();
+        let (mut cols, mut values) = (Vec::new(), Vec::new());
+        for r in 0..self.n_rows {
+            entries.clear();
+            entries.push((r as u32, self.diag[r]));
+            let (start, end) = (self.slice_ptr[r / h], self.slice_ptr[r / h + 1]);
+            for slot in (start as usize + r % h..end as usize).step_by(h) {
+                let code = self.codes[slot];
+                let column = match code {
+                    0 => continue,
+                    c if c > 0 => c as usize - 1,
+                    c => (r / h) * h + (-(c + 1)) as usize,
+                };
+                entries.push((column as u32, self.values[slot]));
+            }
+            entries.sort_unstable_by_key(|e| e.0);
+            cols.extend(entries.iter().map(|e| e.0));
+            values.extend(entries.iter().map(|e| e.1));
+            row_ptr.push(cols.len());
+        }
+        Csr::new(self.n_rows, row_ptr, cols, values)
+            .expect("mod-SELL holds each column of a row once, in range")
+    }
+
     pub fn slice_height(&self) -> usize {
         self.slice_height
     }
@@ -340,8 +438,19 @@ mod tests {
             Sell::from_csr(&a, h).unwrap().spmv(&x, &mut y);
             assert_close(&y, &reference);
             let mut y = vec![f64::NAN; n];
-            ModSell::from_csr(&a, h).unwrap().spmv(&x, &mut y);
+            let m = ModSell::from_csr(&a, h).unwrap();
+            m.spmv(&x, &mut y);
             assert_close(&y, &reference);
+            assert_eq!(m.to_csr(), a);
+            let parts = ModSell::from_parts(
+                h,
+                m.diag().to_vec(),
+                m.slice_ptr().to_vec(),
+                m.codes().to_vec(),
+                m.values().to_vec(),
+            )
+            .unwrap();
+            assert_eq!(parts, m);
         }
     }
 
@@ -361,5 +470,16 @@ mod tests {
         assert!(Sell::from_csr(&a, 0).is_err());
         let rect = Csr::new(3, vec![0, 1], vec![2], vec![1.0]).unwrap();
         assert!(ModSell::from_csr(&rect, 32).is_err());
+        let m = ModSell::from_csr(&a, 32).unwrap();
+        let parts = |ptr: Vec<u64>, codes: Vec<i32>| {
+            ModSell::from_parts(32, m.diag().to_vec(), ptr, codes, m.values().to_vec())
+        };
+        assert!(parts(vec![0, 64], m.codes().to_vec()).is_err());
+        assert!(parts(vec![0, 95], m.codes().to_vec()).is_err());
+        let mut codes = m.codes().to_vec();
+        codes[0] = 10; // column 9 of 9
+        assert!(parts(m.slice_ptr().to_vec(), codes)
+            .unwrap_err()
+            .contains("column 9"));
     }
 }

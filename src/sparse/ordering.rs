@@ -7,6 +7,7 @@
 //! the seed's code, a graph with several components restarts from the
 //! smallest-degree unvisited node, so every row is placed.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use rayon::prelude::*;
@@ -65,6 +66,15 @@ impl Permutation {
     pub fn reversed(&self) -> Self {
         let new_to_old: Vec<u32> = self.new_to_old.iter().rev().copied().collect();
         Self::from_new_to_old(new_to_old).expect("the reverse of a permutation is one")
+    }
+
+    /// The inverse ordering: its `new_to_old` is this one's `old_to_new`, so
+    /// `p.inverse().apply_symmetric(&p.apply_symmetric(a)) == a`.
+    pub fn inverse(&self) -> Self {
+        Self {
+            new_to_old: self.old_to_new.clone(),
+            old_to_new: self.new_to_old.clone(),
+        }
     }
 
     /// v in the new order: out[k] = v[new_to_old[k]].
@@ -137,52 +147,298 @@ impl Permutation {
     }
 }
 
-/// Off-diagonal neighbours of row r.
-fn neighbours(a: &Csr, r: usize) -> impl Iterator<Item = usize> + '_ {
-    a.row(r)
-        .0
-        .iter()
-        .map(|&c| c as usize)
-        .filter(move |&c| c != r)
+/// An undirected graph in compressed adjacency form: no self-loops, each
+/// neighbour list sorted and without repeats.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Graph {
+    offsets: Vec<usize>,
+    targets: Vec<u32>,
 }
 
-/// Cuthill–McKee ordering of the graph of `a`'s pattern (square; a
-/// structurally symmetric pattern is assumed, as FVM matrices are).
-pub fn cuthill_mckee(a: &Csr) -> Permutation {
-    assert_eq!(a.n_rows(), a.n_cols(), "cuthill_mckee: matrix not square");
-    let n = a.n_rows();
-    let degree: Vec<usize> = (0..n).map(|r| neighbours(a, r).count()).collect();
-    // Component start candidates by (degree, index).
-    let mut starts: Vec<u32> = (0..n as u32).collect();
-    starts.sort_by_key(|&r| (degree[r as usize], r));
-    let mut visited = vec![false; n];
-    let mut order = Vec::with_capacity(n);
-    let mut queue = VecDeque::new();
-    let mut next: Vec<usize> = Vec::new();
-    for &start in &starts {
-        if visited[start as usize] {
-            continue;
+impl Graph {
+    /// The graph of a square matrix's pattern, symmetrised (the pattern of
+    /// A + Aᵀ, so a matrix that is not structurally symmetric still gives an
+    /// undirected graph), diagonal dropped.
+    pub fn of_matrix(a: &Csr) -> Self {
+        assert_eq!(a.n_rows(), a.n_cols(), "graph of a matrix: not square");
+        let n = a.n_rows();
+        // The pattern of Aᵀ by counting sort: rows of Aᵀ come out sorted.
+        let mut t_offsets = vec![0usize; n + 1];
+        for &c in a.cols() {
+            t_offsets[c as usize + 1] += 1;
         }
-        visited[start as usize] = true;
-        queue.push_back(start as usize);
-        while let Some(r) = queue.pop_front() {
-            order.push(r as u32);
-            next.clear();
-            next.extend(neighbours(a, r).filter(|&c| !visited[c]));
-            next.sort_unstable_by_key(|&c| (degree[c], c));
-            next.dedup();
-            for &c in &next {
-                visited[c] = true;
-                queue.push_back(c);
+        for r in 0..n {
+            t_offsets[r + 1] += t_offsets[r];
+        }
+        let mut fill = t_offsets.clone();
+        let mut t_targets = vec![0u32; a.nnz()];
+        for r in 0..n {
+            for &c in a.row(r).0 {
+                t_targets[fill[c as usize]] = r as u32;
+                fill[c as usize] += 1;
             }
         }
+        drop(fill);
+        // Merge row r of A and of Aᵀ (both sorted), skipping r itself.
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0);
+        let mut targets = Vec::with_capacity(a.nnz());
+        for r in 0..n {
+            let (p, q) = (a.row(r).0, &t_targets[t_offsets[r]..t_offsets[r + 1]]);
+            let (mut i, mut j) = (0, 0);
+            while i < p.len() || j < q.len() {
+                let next = if j == q.len() || (i < p.len() && p[i] < q[j]) {
+                    i += 1;
+                    p[i - 1]
+                } else if i == p.len() || q[j] < p[i] {
+                    j += 1;
+                    q[j - 1]
+                } else {
+                    (i, j) = (i + 1, j + 1);
+                    p[i - 1]
+                };
+                if next as usize != r {
+                    targets.push(next);
+                }
+            }
+            offsets.push(targets.len());
+        }
+        Self { offsets, targets }
     }
-    Permutation::from_new_to_old(order).expect("BFS visits each row once")
+
+    /// A graph from neighbour lists (each symmetric pair listed from both
+    /// ends); lists are sorted and deduplicated, self-loops dropped.
+    pub fn from_lists(lists: Vec<Vec<u32>>) -> Result<Self, String> {
+        let n = lists.len();
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0);
+        let mut targets = Vec::new();
+        for (v, mut list) in lists.into_iter().enumerate() {
+            list.sort_unstable();
+            list.dedup();
+            if let Some(&u) = list.iter().find(|&&u| u as usize >= n) {
+                return Err(format!("vertex {v} has neighbour {u}, out of range 0..{n}"));
+            }
+            targets.extend(list.into_iter().filter(|&u| u as usize != v));
+            offsets.push(targets.len());
+        }
+        Ok(Self { offsets, targets })
+    }
+
+    /// Number of vertices.
+    pub fn n(&self) -> usize {
+        self.offsets.len() - 1
+    }
+    /// Twice the number of edges.
+    pub fn n_targets(&self) -> usize {
+        self.targets.len()
+    }
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+    pub fn targets(&self) -> &[u32] {
+        &self.targets
+    }
+    pub fn neighbours(&self, v: usize) -> &[u32] {
+        &self.targets[self.offsets[v]..self.offsets[v + 1]]
+    }
+    pub fn degree(&self, v: usize) -> usize {
+        self.offsets[v + 1] - self.offsets[v]
+    }
+
+    /// The subgraph induced by `vertices` (distinct): its vertex i is
+    /// `vertices[i]`; `local(u)` must give u's index in `vertices`, `None`
+    /// for a vertex not in it.
+    pub fn induced(&self, vertices: &[u32], local: impl Fn(u32) -> Option<u32>) -> Self {
+        let mut offsets = Vec::with_capacity(vertices.len() + 1);
+        offsets.push(0);
+        let mut targets = Vec::new();
+        for &v in vertices {
+            let start = targets.len();
+            targets.extend(self.neighbours(v as usize).iter().filter_map(|&u| local(u)));
+            targets[start..].sort_unstable();
+            offsets.push(targets.len());
+        }
+        Self { offsets, targets }
+    }
+
+    /// Cuthill–McKee ordering (module documentation): every component is
+    /// visited, each from its unvisited vertex of smallest degree.
+    pub fn cuthill_mckee(&self) -> Permutation {
+        let n = self.n();
+        // Component start candidates by (degree, index).
+        let mut starts: Vec<u32> = (0..n as u32).collect();
+        starts.sort_by_key(|&v| (self.degree(v as usize), v));
+        let mut visited = vec![false; n];
+        let mut order = Vec::with_capacity(n);
+        let mut queue = VecDeque::new();
+        let mut next: Vec<u32> = Vec::new();
+        for &start in &starts {
+            if visited[start as usize] {
+                continue;
+            }
+            visited[start as usize] = true;
+            queue.push_back(start);
+            while let Some(v) = queue.pop_front() {
+                order.push(v);
+                next.clear();
+                next.extend(
+                    self.neighbours(v as usize)
+                        .iter()
+                        .filter(|&&u| !visited[u as usize]),
+                );
+                next.sort_unstable_by_key(|&u| (self.degree(u as usize), u));
+                for &u in &next {
+                    visited[u as usize] = true;
+                    queue.push_back(u);
+                }
+            }
+        }
+        Permutation::from_new_to_old(order).expect("BFS visits each vertex once")
+    }
+}
+
+/// Cuthill–McKee ordering of the graph of `a`'s pattern (square; the
+/// pattern is symmetrised first, FVM matrices are structurally symmetric).
+pub fn cuthill_mckee(a: &Csr) -> Permutation {
+    assert_eq!(a.n_rows(), a.n_cols(), "cuthill_mckee: matrix not square");
+    Graph::of_matrix(a).cuthill_mckee()
 }
 
 /// Reverse Cuthill–McKee (George 1971): the same bandwidth, usually less profile.
 pub fn reverse_cuthill_mckee(a: &Csr) -> Permutation {
     cuthill_mckee(a).reversed()
+}
+
+/// How rows are ordered before a matrix is stored for the GPU (mod-SELL).
+/// Solves permute b and x in and the solution back out: callers never see
+/// the internal order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RowOrdering {
+    /// The matrix's own order (for an FVM matrix, the mesh's cell order).
+    Natural,
+    /// Cuthill–McKee, as in the seed (seed 000 §3.2).
+    Cm,
+    /// Reverse Cuthill–McKee.
+    #[default]
+    Rcm,
+    /// Slices as METIS sub-domains ([`super::partition`]): raises λ, the
+    /// fraction of off-diagonals read from shared memory.
+    Metis,
+}
+
+impl RowOrdering {
+    pub const ALL: [Self; 4] = [Self::Natural, Self::Cm, Self::Rcm, Self::Metis];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Natural => "natural",
+            Self::Cm => "cm",
+            Self::Rcm => "rcm",
+            Self::Metis => "metis",
+        }
+    }
+
+    /// The permutation of `a`'s rows (`None` for the natural order); the
+    /// METIS ordering cuts slices of `slice_height` rows.
+    pub fn permutation(self, a: &Csr, slice_height: usize) -> Result<Option<Permutation>, String> {
+        if a.n_rows() != a.n_cols() {
+            return Err(format!(
+                "a row ordering needs a square matrix, this one is {} x {}",
+                a.n_rows(),
+                a.n_cols()
+            ));
+        }
+        Ok(match self {
+            Self::Natural => None,
+            Self::Cm => Some(cuthill_mckee(a)),
+            Self::Rcm => Some(reverse_cuthill_mckee(a)),
+            Self::Metis => Some(
+                super::partition::slice_partition_order(a, slice_height)
+                    .map_err(|e| format!("metis ordering: {e}"))?,
+            ),
+        })
+    }
+}
+
+impl std::fmt::Display for RowOrdering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for RowOrdering {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|o| o.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown row ordering '{s}' (use natural, cm, rcm or metis)"))
+    }
+}
+
+/// A square matrix in a [`RowOrdering`], with the way in and out for vectors.
+pub struct Reordered<'a> {
+    matrix: Cow<'a, Csr>,
+    permutation: Option<Cow<'a, Permutation>>,
+}
+
+impl<'a> Reordered<'a> {
+    pub fn new(a: &'a Csr, ordering: RowOrdering, slice_height: usize) -> Result<Self, String> {
+        let permutation = ordering.permutation(a, slice_height)?;
+        Ok(Self::build(a, permutation.map(Cow::Owned)))
+    }
+
+    /// `a` in the order of `permutation` (computed earlier, e.g. once for
+    /// many matrices of one pattern); `None` keeps `a`'s order.
+    pub fn with_permutation(
+        a: &'a Csr,
+        permutation: Option<&'a Permutation>,
+    ) -> Result<Self, String> {
+        if let Some(p) = permutation.filter(|p| p.len() != a.n_rows()) {
+            return Err(format!(
+                "a permutation of {} rows cannot reorder a matrix of {}",
+                p.len(),
+                a.n_rows()
+            ));
+        }
+        Ok(Self::build(a, permutation.map(Cow::Borrowed)))
+    }
+
+    fn build(a: &'a Csr, permutation: Option<Cow<'a, Permutation>>) -> Self {
+        let matrix = match &permutation {
+            Some(p) => Cow::Owned(p.apply_symmetric(a)),
+            None => Cow::Borrowed(a),
+        };
+        Self {
+            matrix,
+            permutation,
+        }
+    }
+
+    /// The reordered matrix.
+    pub fn matrix(&self) -> &Csr {
+        &self.matrix
+    }
+    pub fn permutation(&self) -> Option<&Permutation> {
+        self.permutation.as_deref()
+    }
+
+    /// `v` in the internal order.
+    pub fn to_new(&self, v: &[f64]) -> Vec<f64> {
+        match &self.permutation {
+            Some(p) => p.to_new(v),
+            None => v.to_vec(),
+        }
+    }
+
+    /// `v_new` (internal order) written to `out` in the caller's order.
+    pub fn to_old_into(&self, v_new: &[f64], out: &mut [f64]) {
+        match &self.permutation {
+            Some(p) => out.copy_from_slice(&p.to_old(v_new)),
+            None => out.copy_from_slice(v_new),
+        }
+    }
 }
 
 /// max |r − c| over the stored entries.
@@ -213,6 +469,11 @@ mod tests {
         assert!(Permutation::from_new_to_old(vec![0, 0]).is_err());
         assert!(Permutation::from_new_to_old(vec![0, 5]).is_err());
         assert_eq!(p.reversed().new_to_old(), &[1, 0, 2]);
+        assert_eq!(p.inverse().new_to_old(), p.old_to_new());
+        assert_eq!(
+            p.inverse().to_new(&p.to_new(&[10, 11, 12])),
+            vec![10, 11, 12]
+        );
     }
 
     #[test]
@@ -227,6 +488,7 @@ mod tests {
         for (a, b) in p.to_old(&yp).iter().zip(&y) {
             assert!((a - b).abs() <= 1e-13 * b.abs().max(1.0), "{a} vs {b}");
         }
+        assert_eq!(p.inverse().apply_symmetric(&b), a);
     }
 
     #[test]

@@ -1,0 +1,1112 @@
+//! The Laplacian assembled on the GPU, straight into mod-SELL (seed 000 §2.5
+//! and §9.2 "GPU assembly directly into mod. SELL", the seed's future-work
+//! item; kernels in `kernels/assembly.cu`).
+//!
+//! [`DeviceLaplacian::new`] takes a CPU [`LaplacianSystem`] (its pattern, face
+//! geometry, boundary data and gradient scheme) and a row ordering (reverse
+//! Cuthill–McKee by default, as `solve_pcg_gpu` uses). The host builds an
+//! [`AssemblyMap`] once and uploads it with the geometry; after that a
+//! (re)assembly moves only values:
+//!
+//! - Γ and q per cell and the boundary data per boundary face are evaluated on
+//!   the host ([`LaplacianSystem::evaluate`]: the same checks and the same
+//!   numbers as the CPU path; a `CellField` may be a Rust closure, which only
+//!   the host can run) and uploaded, 16 bytes per cell (8 when Γ is uniform:
+//!   then no Γ array at all);
+//! - `asm_face_coefficients`: Γ_f|S_f| and Γ_f|S_f|Δ_f per internal face;
+//! - `asm_matrix_rows`: one thread per row writes its off-diagonal slots, its
+//!   diagonal (faces, boundary faces, V/Δt, setReference) and its explicit
+//!   right-hand side straight into the resident [`DeviceModSell`].
+//!
+//! [`DeviceLaplacian::update_rhs`] is `LaplacianSystem::update_rhs` on the
+//! device: the cell gradient (`asm_gradient`, Gauss linear or least squares),
+//! the face correction (`asm_correction_flux`), the right-hand side gather
+//! (`asm_rhs`), and the all-Neumann treatment (a device sum read back, then the
+//! projection or the consistency error, and the reference).
+//!
+//! Every value is a gather (no atomics) in the CPU's order of summation, and
+//! the kernels use round-to-nearest intrinsics that are never fused into FMAs,
+//! so the device assembly equals the CPU's bit for bit. One exception: the sum
+//! of the right-hand side that an all-Neumann problem checks or projects is a
+//! fixed-order tree sum on the device, a sequential one on the CPU (the
+//! projected values differ in the last bits).
+//!
+//! Cases the device does not assemble (a cell with more than 255 neighbours,
+//! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
+//! caller assembles on the CPU instead.
+
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
+
+use super::matrix::DeviceModSell;
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::fvm::{
+    BoundaryCoeffs, CellField, CellGradient, FvmError, GammaInterpolation, GradScheme,
+    LaplacianProblem, LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy,
+    SnGradScheme, TimeScheme,
+};
+use crate::mesh::{Mesh, PatchKind, Vec3};
+use crate::sparse::ordering::reverse_cuthill_mckee;
+use crate::sparse::{Csr, ModSell, Permutation};
+
+/// `face_slots` value that ends a row (kernels/assembly.cu `ASM_NO_SLOT`).
+pub const NO_SLOT: u8 = 0xFF;
+/// Threads of the one-block reduction (pcg.cu `reduce_partials`).
+const REDUCE_BLOCK: u32 = 1024;
+
+/// Why the device did not assemble.
+#[derive(Debug, thiserror::Error)]
+pub enum AssemblyError {
+    /// The mesh is outside what the device assembly handles; assemble on the
+    /// CPU instead.
+    #[error("the GPU assembly does not handle this mesh: {0}")]
+    Unsupported(String),
+    #[error(transparent)]
+    Fvm(#[from] FvmError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+}
+
+/// The index data of the device assembly, built on the host once per mesh
+/// and ordering. Row r is the permuted row (cell `ordering.new_to_old()[r]`).
+///
+/// Step k of a row is its k-th internal face in face order (two cells share
+/// at most one face: `Mesh::new` checks strictly upper-triangular order), stored
+/// at the mod-SELL position of the row's slot k (same `slice_ptr`), so the
+/// face arrays read coalesced like the matrix. `face_slots` holds the slot j
+/// (0..) of the row that the face's coefficient fills (`NO_SLOT` after the
+/// last face) and `face_codes` the code `(d << 1) | s` of device face d, s = 1
+/// when the row's cell is the face's neighbour. Device faces are numbered in
+/// the order the rows first meet them, so a slice's faces lie close together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssemblyMap {
+    /// The permuted matrix in mod-SELL (values: those of the CSR given).
+    pub pattern: ModSell,
+    pub face_codes: Vec<u32>,
+    pub face_slots: Vec<u8>,
+    /// Device face d is internal face `device_faces[d]`.
+    pub device_faces: Vec<u32>,
+    /// Row r's boundary faces are device boundary faces
+    /// `boundary_ptr[r]..boundary_ptr[r + 1]`, in face order.
+    pub boundary_ptr: Vec<u32>,
+    /// Device boundary face i is boundary face `device_boundary[i]` (index
+    /// `face − n_internal_faces`); faces of empty patches are left out.
+    pub device_boundary: Vec<u32>,
+}
+
+impl AssemblyMap {
+    /// The map for `mesh` with the CSR pattern `matrix` (original order, as
+    /// `LaplacianSystem` builds it), rows reordered by `ordering`, slices of
+    /// `slice_height` rows.
+    pub fn new(
+        mesh: &Mesh,
+        matrix: &Csr,
+        ordering: &Permutation,
+        slice_height: usize,
+    ) -> Result<Self, AssemblyError> {
+        let n = mesh.n_cells();
+        if matrix.n_rows() != n || ordering.len() != n {
+            return Err(GpuError::Invalid(format!(
+                "assembly map: the mesh has {n} cells, the matrix {} rows, the ordering {}",
+                matrix.n_rows(),
+                ordering.len()
+            ))
+            .into());
+        }
+        let n_internal = mesh.n_internal_faces();
+        if n_internal >= 1 << 30 {
+            return Err(AssemblyError::Unsupported(format!(
+                "{n_internal} internal faces; face codes hold fewer than 2^30"
+            )));
+        }
+        let permuted = ordering.apply_symmetric(matrix);
+        let pattern = ModSell::from_csr(&permuted, slice_height).map_err(GpuError::Invalid)?;
+        let mut active = vec![true; mesh.n_faces() - n_internal];
+        for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
+            active[patch.start - n_internal..patch.start - n_internal + patch.size].fill(false);
+        }
+        let (offsets, cell_faces) = mesh.cell_faces();
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let h = slice_height;
+        let slots = pattern.values().len();
+        let mut map = Self {
+            face_codes: vec![0; slots],
+            face_slots: vec![NO_SLOT; slots],
+            device_faces: Vec::with_capacity(n_internal),
+            boundary_ptr: Vec::with_capacity(n + 1),
+            device_boundary: Vec::new(),
+            pattern,
+        };
+        map.boundary_ptr.push(0);
+        let mut device_id = vec![u32::MAX; n_internal];
+        for (row, &cell) in ordering.new_to_old().iter().enumerate() {
+            let cell = cell as usize;
+            let cols = permuted.row(row).0;
+            let bad = |what: String| GpuError::Invalid(format!("assembly map: {what}"));
+            let diag_at = cols
+                .binary_search(&(row as u32))
+                .map_err(|_| bad(format!("row {row} has no diagonal")))?;
+            let n_off = cols.len() - 1;
+            if n_off > NO_SLOT as usize {
+                return Err(AssemblyError::Unsupported(format!(
+                    "cell {cell} has {n_off} neighbours; the device assembly handles up to {NO_SLOT}"
+                )));
+            }
+            let base = map.pattern.slice_ptr()[row / h] as usize + row % h;
+            let mut step = 0;
+            for &f in &cell_faces[offsets[cell] as usize..offsets[cell + 1] as usize] {
+                let f = f as usize;
+                if f >= n_internal {
+                    if active[f - n_internal] {
+                        map.device_boundary.push((f - n_internal) as u32);
+                    }
+                    continue;
+                }
+                let is_neighbour = neighbour[f] as usize == cell;
+                let other = if is_neighbour { owner[f] } else { neighbour[f] } as usize;
+                let column = ordering.old_to_new()[other];
+                let at = cols.binary_search(&column).ok().filter(|_| other != cell);
+                let Some(at) = at.filter(|_| step < n_off) else {
+                    return Err(bad(format!(
+                        "face {f} of cell {cell} (row {row}) has no off-diagonal slot of its own"
+                    ))
+                    .into());
+                };
+                let id = &mut device_id[f];
+                if *id == u32::MAX {
+                    *id = map.device_faces.len() as u32;
+                    map.device_faces.push(f as u32);
+                }
+                map.face_codes[base + step * h] = (*id << 1) | u32::from(is_neighbour);
+                map.face_slots[base + step * h] = if at < diag_at { at } else { at - 1 } as u8;
+                step += 1;
+            }
+            if step != n_off {
+                return Err(bad(format!(
+                    "row {row} has {n_off} off-diagonals but cell {cell} has {step} internal faces"
+                ))
+                .into());
+            }
+            map.boundary_ptr.push(map.device_boundary.len() as u32);
+        }
+        Ok(map)
+    }
+}
+
+/// Vectors as 3 consecutive doubles, in the order `index` gives.
+fn flatten(vectors: &[Vec3], index: impl Iterator<Item = u32>) -> Vec<f64> {
+    index
+        .flat_map(|i| {
+            let v = vectors[i as usize];
+            [v.x, v.y, v.z]
+        })
+        .collect()
+}
+
+/// Values of a per-face or per-boundary-face array in device order.
+fn gather(values: &[f64], index: &[u32]) -> Vec<f64> {
+    index.iter().map(|&i| values[i as usize]).collect()
+}
+
+/// The fixed device arrays in host memory: internal faces in device order,
+/// boundary faces in device boundary order, cells in row order. Vectors are
+/// 3 doubles; arrays a scheme does not use are empty.
+#[derive(Clone, Debug)]
+struct StaticArrays {
+    face_owner: Vec<u32>,
+    face_neighbour: Vec<u32>,
+    weights: Vec<f64>,
+    mag_sf: Vec<f64>,
+    delta_coeffs: Vec<f64>,
+    /// S_f (Gauss gradient).
+    sf: Vec<f64>,
+    /// Correction vectors k (corrected schemes).
+    k: Vec<f64>,
+    b_mag_sf: Vec<f64>,
+    /// S_b (Gauss gradient).
+    b_sf: Vec<f64>,
+    /// k_b and the patch deltaCoeffs (boundaryCorrected).
+    b_k: Vec<f64>,
+    b_delta_coeffs: Vec<f64>,
+    volumes: Vec<f64>,
+}
+
+impl StaticArrays {
+    fn new(system: &LaplacianSystem, map: &AssemblyMap, ordering: &Permutation) -> Self {
+        let (mesh, geometry, faces) = (system.mesh(), system.geometry(), system.face_geometry());
+        let schemes = system.schemes();
+        let first = mesh.n_internal_faces();
+        let old_to_new = ordering.old_to_new();
+        let new_row = |cells: &[u32]| -> Vec<u32> {
+            map.device_faces
+                .iter()
+                .map(|&f| old_to_new[cells[f as usize] as usize])
+                .collect()
+        };
+        let boundary_faces = || map.device_boundary.iter().map(|&b| b + first as u32);
+        let gauss = schemes.grad == GradScheme::GaussLinear;
+        let boundary_corrected = schemes.sn_grad == SnGradScheme::BoundaryCorrected;
+        let sf = &geometry.face_area_vectors;
+        Self {
+            face_owner: new_row(mesh.owner()),
+            face_neighbour: new_row(mesh.neighbour()),
+            weights: gather(&geometry.weights, &map.device_faces),
+            mag_sf: gather(&faces.mag_sf, &map.device_faces),
+            delta_coeffs: gather(&faces.delta_coeffs, &map.device_faces),
+            sf: if gauss {
+                flatten(sf, map.device_faces.iter().copied())
+            } else {
+                Vec::new()
+            },
+            k: if schemes.sn_grad.is_corrected() {
+                flatten(&faces.correction_vectors, map.device_faces.iter().copied())
+            } else {
+                Vec::new()
+            },
+            b_mag_sf: boundary_faces().map(|f| faces.mag_sf[f as usize]).collect(),
+            b_sf: if gauss {
+                flatten(sf, boundary_faces())
+            } else {
+                Vec::new()
+            },
+            b_k: if boundary_corrected {
+                flatten(
+                    &faces.patch_correction_vectors,
+                    map.device_boundary.iter().copied(),
+                )
+            } else {
+                Vec::new()
+            },
+            b_delta_coeffs: if boundary_corrected {
+                gather(&faces.patch_delta_coeffs, &map.device_boundary)
+            } else {
+                Vec::new()
+            },
+            volumes: ordering.to_new(&geometry.cell_volumes),
+        }
+    }
+}
+
+/// Least-squares vectors in device order (empty for Gauss linear).
+#[derive(Clone, Debug, Default)]
+struct GradientArrays {
+    ls_owner: Vec<f64>,
+    ls_neighbour: Vec<f64>,
+    b_ls: Vec<f64>,
+}
+
+impl GradientArrays {
+    /// The vectors of `gradient` for device faces `faces` and device
+    /// boundary faces `boundary` ([`AssemblyMap`] numbering).
+    fn new(gradient: &CellGradient, faces: &[u32], boundary: &[u32]) -> Self {
+        match gradient {
+            CellGradient::GaussLinear => Self::default(),
+            CellGradient::LeastSquares {
+                owner,
+                neighbour,
+                boundary: on_boundary,
+            } => Self {
+                ls_owner: flatten(owner, faces.iter().copied()),
+                ls_neighbour: flatten(neighbour, faces.iter().copied()),
+                b_ls: flatten(on_boundary, boundary.iter().copied()),
+            },
+        }
+    }
+}
+
+/// One problem's device arrays in host memory (cells in row order, boundary
+/// faces in device boundary order).
+#[derive(Clone, Debug)]
+struct ProblemArrays {
+    /// `None`: Γ is `gamma_uniform` everywhere.
+    gamma: Option<Vec<f64>>,
+    gamma_uniform: f64,
+    source: Vec<f64>,
+    b_gamma: Vec<f64>,
+    b_value_internal: Vec<f64>,
+    b_value_boundary: Vec<f64>,
+    b_gradient_internal: Vec<f64>,
+    b_gradient_boundary: Vec<f64>,
+    /// Rebuilt least-squares vectors (boundaryCorrected least squares).
+    gradient: Option<GradientArrays>,
+}
+
+impl ProblemArrays {
+    /// The arrays of `values` for rows in `ordering` and `faces`, `boundary`
+    /// numbered as the [`AssemblyMap`] numbers them.
+    fn new(
+        values: &ProblemValues,
+        uniform_gamma: Option<f64>,
+        faces: &[u32],
+        boundary: &[u32],
+        ordering: &Permutation,
+    ) -> Self {
+        let on_boundary = |v: &[f64]| gather(v, boundary);
+        Self {
+            gamma: match uniform_gamma {
+                Some(_) => None,
+                None => Some(ordering.to_new(&values.gamma)),
+            },
+            gamma_uniform: uniform_gamma.unwrap_or(f64::NAN),
+            source: ordering.to_new(&values.source),
+            b_gamma: on_boundary(&values.gamma_boundary),
+            b_value_internal: on_boundary(&values.bc.value_internal),
+            b_value_boundary: on_boundary(&values.bc.value_boundary),
+            b_gradient_internal: on_boundary(&values.bc.gradient_internal),
+            b_gradient_boundary: on_boundary(&values.bc.gradient_boundary),
+            gradient: values
+                .gradient
+                .as_ref()
+                .map(|g| GradientArrays::new(g, faces, boundary)),
+        }
+    }
+}
+
+/// `v` on the device; an empty array becomes one zero (the driver refuses
+/// zero-byte allocations), never read.
+fn upload<T: DeviceRepr + ValidAsZeroBits>(gpu: &Gpu, v: &[T]) -> Result<CudaSlice<T>, GpuError> {
+    if v.is_empty() {
+        gpu.zeros(1)
+    } else {
+        gpu.upload(v)
+    }
+}
+
+/// `v` into `dev` (which [`upload`] sized).
+fn write<T: DeviceRepr>(gpu: &Gpu, v: &[T], dev: &mut CudaSlice<T>) -> Result<(), GpuError> {
+    if v.is_empty() {
+        Ok(())
+    } else {
+        gpu.write(v, dev)
+    }
+}
+
+/// `v` on the device when it is not empty.
+fn upload_nonempty(gpu: &Gpu, v: &[f64]) -> Result<Option<CudaSlice<f64>>, GpuError> {
+    (!v.is_empty()).then(|| gpu.upload(v)).transpose()
+}
+
+/// Pushes a device buffer, or a null pointer for `None`.
+fn push_opt<'a, T>(a: &mut LaunchArgs<'a>, v: Option<&'a CudaSlice<T>>) {
+    match v {
+        Some(v) => a.arg(v),
+        None => a.arg(&NULL),
+    };
+}
+
+/// The assembly map on the device.
+struct DeviceMap {
+    face_codes: CudaSlice<u32>,
+    face_slots: CudaSlice<u8>,
+    boundary_ptr: CudaSlice<u32>,
+}
+
+/// The fixed geometry on the device (see [`StaticArrays`]).
+struct DeviceGeometry {
+    face_owner: CudaSlice<u32>,
+    face_neighbour: CudaSlice<u32>,
+    weights: CudaSlice<f64>,
+    mag_sf: CudaSlice<f64>,
+    delta_coeffs: CudaSlice<f64>,
+    sf: Option<CudaSlice<f64>>,
+    k: Option<CudaSlice<f64>>,
+    ls_owner: Option<CudaSlice<f64>>,
+    ls_neighbour: Option<CudaSlice<f64>>,
+    b_mag_sf: CudaSlice<f64>,
+    /// S_b (Gauss) or the boundary least-squares vectors.
+    b_vectors: CudaSlice<f64>,
+    b_k: Option<CudaSlice<f64>>,
+    b_delta_coeffs: Option<CudaSlice<f64>>,
+    volumes: CudaSlice<f64>,
+}
+
+/// One problem's values on the device (see [`ProblemArrays`]).
+struct DeviceValues {
+    /// `None` while Γ is uniform.
+    gamma: Option<CudaSlice<f64>>,
+    gamma_uniform: f64,
+    source: CudaSlice<f64>,
+    b_gamma: CudaSlice<f64>,
+    b_value_internal: CudaSlice<f64>,
+    b_value_boundary: CudaSlice<f64>,
+    b_gradient_internal: CudaSlice<f64>,
+    b_gradient_boundary: CudaSlice<f64>,
+}
+
+/// Results and scratch of the kernels.
+struct DeviceWork {
+    coeffs: CudaSlice<f64>,
+    /// Γ_f|S_f| and the correction flux (corrected schemes).
+    gamma_mag_sf: Option<CudaSlice<f64>>,
+    flux: Option<CudaSlice<f64>>,
+    /// Γ_b|S_b| (boundaryCorrected).
+    b_gamma_mag_sf: Option<CudaSlice<f64>>,
+    /// Cell gradient, 3 doubles per row.
+    grad: CudaSlice<f64>,
+    explicit_rhs: CudaSlice<f64>,
+    /// A PCG vector: solves take it as it is.
+    rhs: GpuVector,
+    reference_diag: CudaSlice<f64>,
+    partials: CudaSlice<f64>,
+    sums: CudaSlice<f64>,
+}
+
+/// The matrix alone, or inside the PCG backend that solves with it (which
+/// holds its row sums and inverse diagonal: a re-assembly takes it back).
+/// One per device system, so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Held<'g> {
+    Matrix(DeviceModSell),
+    Backend {
+        backend: GpuCgBackend<'g>,
+        jacobi: bool,
+        check_interval: usize,
+    },
+}
+
+/// The Laplacian system assembled and kept on one GPU: the mod-SELL matrix
+/// and the right-hand side in the row ordering, re-assembled and updated in
+/// place (see the module documentation).
+pub struct DeviceLaplacian<'g> {
+    gpu: &'g Gpu,
+    ordering: Permutation,
+    schemes: Schemes,
+    n: usize,
+    n_faces: usize,
+    /// The map's face numbering: device face d is internal face
+    /// `device_faces[d]`, device boundary face i boundary face `device_boundary[i]`.
+    device_faces: Vec<u32>,
+    device_boundary: Vec<u32>,
+    /// `None` only after a device failure lost the matrix.
+    held: Option<Held<'g>>,
+    device_map: DeviceMap,
+    geometry: DeviceGeometry,
+    values: DeviceValues,
+    work: DeviceWork,
+    /// The conditions, time scheme and singular policy of the last assembly.
+    bc: BoundaryCoeffs,
+    time: TimeScheme,
+    singular: Option<SingularPolicy>,
+    /// ΣV in the CPU's order (the singular projection and the zero mean).
+    total_volume: f64,
+}
+
+impl<'g> DeviceLaplacian<'g> {
+    /// Assembles `problem` on the device for the mesh and schemes of
+    /// `system`, rows in reverse Cuthill–McKee order of its matrix, in
+    /// mod-SELL slices of `slice_height` rows.
+    pub fn new(
+        gpu: &'g Gpu,
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+        slice_height: usize,
+    ) -> Result<Self, AssemblyError> {
+        let ordering = reverse_cuthill_mckee(&system.matrix);
+        Self::with_ordering(gpu, system, problem, ordering, slice_height)
+    }
+
+    /// [`Self::new`] with the rows in `ordering`.
+    pub fn with_ordering(
+        gpu: &'g Gpu,
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+        ordering: Permutation,
+        slice_height: usize,
+    ) -> Result<Self, AssemblyError> {
+        let mesh = system.mesh();
+        let n = mesh.n_cells();
+        if n >= i32::MAX as usize {
+            return Err(AssemblyError::Unsupported(format!(
+                "{n} cells; the device kernels index rows with 32-bit integers"
+            )));
+        }
+        let map = AssemblyMap::new(mesh, &system.matrix, &ordering, slice_height)?;
+        let statics = StaticArrays::new(system, &map, &ordering);
+        let gradient = GradientArrays::new(
+            system.cell_gradient(),
+            &map.device_faces,
+            &map.device_boundary,
+        );
+        let schemes = system.schemes();
+        let n_faces = map.device_faces.len();
+        let n_boundary = map.device_boundary.len();
+        let corrected = schemes.sn_grad.is_corrected();
+        let boundary_corrected = schemes.sn_grad == SnGradScheme::BoundaryCorrected;
+        let optional = |on: bool, len: usize| on.then(|| gpu.zeros::<f64>(len)).transpose();
+        let device_map = DeviceMap {
+            face_codes: upload(gpu, &map.face_codes)?,
+            face_slots: upload(gpu, &map.face_slots)?,
+            boundary_ptr: upload(gpu, &map.boundary_ptr)?,
+        };
+        let b_vectors = match schemes.grad {
+            GradScheme::GaussLinear => &statics.b_sf,
+            GradScheme::LeastSquares => &gradient.b_ls,
+        };
+        let geometry = DeviceGeometry {
+            face_owner: upload(gpu, &statics.face_owner)?,
+            face_neighbour: upload(gpu, &statics.face_neighbour)?,
+            weights: upload(gpu, &statics.weights)?,
+            mag_sf: upload(gpu, &statics.mag_sf)?,
+            delta_coeffs: upload(gpu, &statics.delta_coeffs)?,
+            sf: upload_nonempty(gpu, &statics.sf)?,
+            k: upload_nonempty(gpu, &statics.k)?,
+            ls_owner: upload_nonempty(gpu, &gradient.ls_owner)?,
+            ls_neighbour: upload_nonempty(gpu, &gradient.ls_neighbour)?,
+            b_mag_sf: upload(gpu, &statics.b_mag_sf)?,
+            b_vectors: upload(gpu, b_vectors)?,
+            b_k: upload_nonempty(gpu, &statics.b_k)?,
+            b_delta_coeffs: upload_nonempty(gpu, &statics.b_delta_coeffs)?,
+            volumes: upload(gpu, &statics.volumes)?,
+        };
+        let values = DeviceValues {
+            gamma: None,
+            gamma_uniform: f64::NAN,
+            source: gpu.zeros(n)?,
+            b_gamma: gpu.zeros(n_boundary)?,
+            b_value_internal: gpu.zeros(n_boundary)?,
+            b_value_boundary: gpu.zeros(n_boundary)?,
+            b_gradient_internal: gpu.zeros(n_boundary)?,
+            b_gradient_boundary: gpu.zeros(n_boundary)?,
+        };
+        let work = DeviceWork {
+            coeffs: gpu.zeros(n_faces)?,
+            gamma_mag_sf: optional(corrected, n_faces)?,
+            flux: optional(corrected, n_faces)?,
+            b_gamma_mag_sf: optional(boundary_corrected, n_boundary)?,
+            grad: gpu.zeros(3 * n)?,
+            explicit_rhs: gpu.zeros(n)?,
+            rhs: GpuVector::from(gpu.zeros(n)?),
+            reference_diag: gpu.zeros(1)?,
+            partials: gpu.zeros(2 * vector_grid(n) as usize)?,
+            sums: gpu.zeros(2)?,
+        };
+        let matrix = DeviceModSell::upload(gpu, &map.pattern)?;
+        let mut device = Self {
+            gpu,
+            ordering,
+            schemes,
+            n,
+            n_faces,
+            device_faces: map.device_faces,
+            device_boundary: map.device_boundary,
+            held: Some(Held::Matrix(matrix)),
+            device_map,
+            geometry,
+            values,
+            work,
+            bc: BoundaryCoeffs::default(),
+            time: TimeScheme::SteadyState,
+            singular: None,
+            total_volume: system.geometry().cell_volumes.iter().sum(),
+        };
+        device.reassemble(system, problem)?;
+        Ok(device)
+    }
+
+    /// Re-assembles for new physical data: evaluates and checks `problem` on
+    /// the host as the CPU path does, uploads the values, assembles on the
+    /// device. `system` is the one the device system was built from (or one
+    /// on the same mesh with the same schemes).
+    pub fn reassemble(
+        &mut self,
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+    ) -> Result<(), AssemblyError> {
+        let mesh = system.mesh();
+        if mesh.n_cells() != self.n
+            || mesh.n_internal_faces() != self.n_faces
+            || system.schemes() != self.schemes
+        {
+            return Err(GpuError::Invalid(
+                "re-assembly with a system of another mesh or other schemes than the device \
+                 system was built from"
+                    .into(),
+            )
+            .into());
+        }
+        let values = system.evaluate(problem)?;
+        let uniform = match problem.gamma {
+            CellField::Uniform(g) => Some(g),
+            _ => None,
+        };
+        self.upload_values(&values, uniform)?;
+        self.assemble()?;
+        Ok(())
+    }
+
+    /// Uploads one problem's values (the host part of a re-assembly);
+    /// `uniform_gamma`: `Some(Γ)` when Γ is that value in every cell (then no
+    /// Γ array moves).
+    pub fn upload_values(
+        &mut self,
+        values: &ProblemValues,
+        uniform_gamma: Option<f64>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let arrays = ProblemArrays::new(
+            values,
+            uniform_gamma,
+            &self.device_faces,
+            &self.device_boundary,
+            &self.ordering,
+        );
+        let v = &mut self.values;
+        match &arrays.gamma {
+            None => v.gamma = None,
+            Some(g) => {
+                if let Some(dev) = v.gamma.as_mut() {
+                    write(gpu, g, dev)?;
+                } else {
+                    v.gamma = Some(upload(gpu, g)?);
+                }
+            }
+        }
+        v.gamma_uniform = arrays.gamma_uniform;
+        write(gpu, &arrays.source, &mut v.source)?;
+        write(gpu, &arrays.b_gamma, &mut v.b_gamma)?;
+        write(gpu, &arrays.b_value_internal, &mut v.b_value_internal)?;
+        write(gpu, &arrays.b_value_boundary, &mut v.b_value_boundary)?;
+        write(gpu, &arrays.b_gradient_internal, &mut v.b_gradient_internal)?;
+        write(gpu, &arrays.b_gradient_boundary, &mut v.b_gradient_boundary)?;
+        if let Some(g) = &arrays.gradient {
+            let geometry = &mut self.geometry;
+            for (host, dev) in [
+                (&g.ls_owner, &mut geometry.ls_owner),
+                (&g.ls_neighbour, &mut geometry.ls_neighbour),
+            ] {
+                if let Some(dev) = dev {
+                    write(gpu, host, dev)?;
+                }
+            }
+            write(gpu, &g.b_ls, &mut geometry.b_vectors)?;
+        }
+        self.bc = values.bc.clone();
+        self.time = values.time;
+        self.singular = values.singular;
+        Ok(())
+    }
+
+    /// The device part of a (re)assembly: face coefficients, then matrix and
+    /// explicit right-hand side from the values on the device.
+    pub fn assemble(&mut self) -> Result<(), GpuError> {
+        self.release_backend()?;
+        let gpu = self.gpu;
+        let (g, v, w) = (&self.geometry, &self.values, &self.work);
+        let n_faces = self.n_faces as i32;
+        let harmonic = i32::from(self.schemes.gamma_interpolation == GammaInterpolation::Harmonic);
+        gpu.launch(
+            "asm_face_coefficients",
+            vector_grid(self.n_faces),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_faces).arg(&harmonic).arg(&v.gamma_uniform);
+                push_opt(a, v.gamma.as_ref());
+                a.arg(&g.face_owner)
+                    .arg(&g.face_neighbour)
+                    .arg(&g.weights)
+                    .arg(&g.mag_sf)
+                    .arg(&g.delta_coeffs)
+                    .arg(&w.coeffs);
+                push_opt(a, w.gamma_mag_sf.as_ref());
+            },
+        )?;
+        let m = self.matrix()?;
+        let dm = &self.device_map;
+        let n = self.n as i32;
+        let dt = match self.time {
+            TimeScheme::Euler { dt } => dt,
+            TimeScheme::SteadyState => 0.0,
+        };
+        let reference_row = self.reference().map_or(-1, |(row, _)| row as i32);
+        let h = m.slice_height as u32;
+        let rhs = w.rhs.dev()?;
+        gpu.launch("asm_matrix_rows", m.n_slices() as u32, h, 0, |a| {
+            a.arg(&n)
+                .arg(&m.slice_ptr)
+                .arg(&dm.face_codes)
+                .arg(&dm.face_slots)
+                .arg(&w.coeffs);
+            a.arg(&dm.boundary_ptr)
+                .arg(&v.b_gamma)
+                .arg(&g.b_mag_sf)
+                .arg(&v.b_gradient_internal)
+                .arg(&v.b_gradient_boundary);
+            push_opt(a, w.b_gamma_mag_sf.as_ref());
+            a.arg(&g.volumes).arg(&v.source).arg(&dt);
+            a.arg(&reference_row).arg(&w.reference_diag);
+            a.arg(&m.values).arg(&m.diag).arg(&w.explicit_rhs).arg(rhs);
+        })
+    }
+
+    /// The reference row and value when the last assembly pinned a cell.
+    fn reference(&self) -> Option<(usize, f64)> {
+        match self.singular {
+            Some(SingularPolicy {
+                reference: Reference::Cell { cell, value },
+                ..
+            }) => Some((self.ordering.old_to_new()[cell] as usize, value)),
+            _ => None,
+        }
+    }
+
+    /// Cell gradient of `p` (device, row order) into the gradient buffer.
+    pub fn gradient(&self, p: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.check_vector(p, "field")?;
+        let m = self.matrix()?;
+        let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
+        let n = self.n as i32;
+        let h = m.slice_height as u32;
+        let gauss = i32::from(self.schemes.grad == GradScheme::GaussLinear);
+        self.gpu
+            .launch("asm_gradient", m.n_slices() as u32, h, h * 8, |a| {
+                a.arg(&n)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(&dm.face_codes)
+                    .arg(&dm.face_slots)
+                    .arg(&gauss)
+                    .arg(&g.weights);
+                push_opt(a, g.sf.as_ref());
+                push_opt(a, g.ls_owner.as_ref());
+                push_opt(a, g.ls_neighbour.as_ref());
+                a.arg(&dm.boundary_ptr)
+                    .arg(&v.b_value_internal)
+                    .arg(&v.b_value_boundary)
+                    .arg(&g.b_vectors)
+                    .arg(&g.volumes)
+                    .arg(p)
+                    .arg(&w.grad);
+            })
+    }
+
+    /// `LaplacianSystem::update_rhs` on the device: the right-hand side for
+    /// the current field `p` and (Euler) the old-time field `old`, both in row
+    /// order on the device.
+    pub fn update_rhs(
+        &mut self,
+        p: &CudaSlice<f64>,
+        old: Option<&CudaSlice<f64>>,
+    ) -> Result<(), AssemblyError> {
+        self.check_vector(p, "field")?;
+        let (dt, old) = match self.time {
+            TimeScheme::Euler { dt } => {
+                let old = old.ok_or_else(|| {
+                    FvmError::invalid("the Euler time term needs the old-time field")
+                })?;
+                self.check_vector(old, "old-time field")?;
+                (dt, Some(old))
+            }
+            TimeScheme::SteadyState => (0.0, None),
+        };
+        let gpu = self.gpu;
+        let corrected = self.schemes.sn_grad.is_corrected();
+        let (g, w) = (&self.geometry, &self.work);
+        if corrected {
+            self.gradient(p)?;
+            let psi = match self.schemes.sn_grad {
+                SnGradScheme::Limited(psi) => psi,
+                _ => -1.0,
+            };
+            let n_faces = self.n_faces as i32;
+            gpu.launch(
+                "asm_correction_flux",
+                vector_grid(self.n_faces),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n_faces)
+                        .arg(&g.face_owner)
+                        .arg(&g.face_neighbour)
+                        .arg(&g.weights);
+                    push_opt(a, g.k.as_ref());
+                    push_opt(a, w.gamma_mag_sf.as_ref());
+                    a.arg(&w.grad).arg(&psi).arg(&g.delta_coeffs).arg(p);
+                    push_opt(a, w.flux.as_ref());
+                },
+            )?;
+        }
+        let m = self.matrix()?;
+        let (v, dm) = (&self.values, &self.device_map);
+        let n = self.n as i32;
+        let h = m.slice_height as u32;
+        let rhs = w.rhs.dev()?;
+        gpu.launch("asm_rhs", m.n_slices() as u32, h, 0, |a| {
+            a.arg(&n)
+                .arg(&m.slice_ptr)
+                .arg(&dm.face_codes)
+                .arg(&dm.face_slots);
+            push_opt(a, if corrected { w.flux.as_ref() } else { None });
+            a.arg(&dm.boundary_ptr).arg(&v.b_gradient_internal);
+            push_opt(a, g.b_delta_coeffs.as_ref());
+            push_opt(a, w.b_gamma_mag_sf.as_ref());
+            push_opt(a, g.b_k.as_ref());
+            a.arg(&w.grad).arg(&g.volumes).arg(&dt);
+            push_opt(a, old);
+            a.arg(&w.explicit_rhs).arg(rhs);
+        })?;
+        if let Some(policy) = self.singular {
+            self.make_consistent(policy)?;
+            if let Some((row, value)) = self.reference() {
+                let row = row as i32;
+                gpu.launch("asm_add_reference", 1, 32, 0, |a| {
+                    a.arg(&row).arg(&value).arg(&w.reference_diag).arg(rhs);
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Σ x_i·y_i (y `None`: Σ x_i) and Σ|x_i| on the device, read back.
+    fn sums(&self, x: &CudaSlice<f64>, y: Option<&CudaSlice<f64>>) -> Result<[f64; 2], GpuError> {
+        let w = &self.work;
+        let n = self.n as i32;
+        let grid = vector_grid(self.n);
+        self.gpu
+            .launch("asm_sum_partials", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(x);
+                push_opt(a, y);
+                a.arg(&w.partials);
+            })?;
+        let (m, count) = (grid as i32, 2i32);
+        self.gpu
+            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&m).arg(&count).arg(&w.partials).arg(&w.sums);
+            })?;
+        let sums = self.gpu.download(&w.sums)?;
+        Ok([sums[0], sums[1]])
+    }
+
+    /// x_i −= w_i·s (w `None`: x_i −= s).
+    fn subtract(
+        &self,
+        weights: Option<&CudaSlice<f64>>,
+        s: f64,
+        x: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let n = self.n as i32;
+        self.gpu
+            .launch("asm_subtract", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n);
+                push_opt(a, weights);
+                a.arg(&s).arg(x);
+            })
+    }
+
+    /// `LaplacianSystem::make_consistent` on the device right-hand side.
+    fn make_consistent(&self, policy: SingularPolicy) -> Result<(), AssemblyError> {
+        let rhs = self.work.rhs.dev()?;
+        let [sum, scale] = self.sums(rhs, None)?;
+        if policy.project {
+            let per_volume = sum / self.total_volume;
+            self.subtract(Some(&self.geometry.volumes), per_volume, rhs)?;
+        } else if sum.abs() > policy.tolerance * scale {
+            return Err(FvmError::InconsistentRhs {
+                sum,
+                scale,
+                tolerance: policy.tolerance,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Shifts `x` (device, row order) to zero volume-weighted mean, as the CPU
+    /// loop does after each solve of a `ZeroMean` singular problem.
+    pub fn shift_to_zero_mean(&self, x: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.check_vector(x, "field")?;
+        let [weighted, _] = self.sums(x, Some(&self.geometry.volumes))?;
+        self.subtract(None, weighted / self.total_volume, x)
+    }
+
+    /// Adds `values` (one per cell, mesh order) to the diagonal, as
+    /// `Run::apply_implicit_source` adds an implicit source after assembly.
+    pub fn add_to_diagonal(&mut self, values: &[f64]) -> Result<(), GpuError> {
+        let add = self.to_device_order(values)?;
+        self.release_backend()?;
+        let m = self.matrix()?;
+        let n = self.n as i32;
+        self.gpu.launch(
+            "asm_add_vector",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n).arg(&add).arg(&m.diag);
+            },
+        )
+    }
+
+    /// rhs += s∘x (an explicit source proportional to the field, added as
+    /// the CPU run adds it to the right-hand side it solves with; all in row
+    /// order on the device). The next `update_rhs` starts afresh.
+    pub fn add_product_to_rhs(
+        &self,
+        s: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        for v in [s, x] {
+            self.check_vector(v, "vector")?;
+        }
+        let n = self.n as i32;
+        let rhs = self.work.rhs.dev()?;
+        self.gpu.launch(
+            "asm_add_product",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n).arg(s).arg(x).arg(rhs);
+            },
+        )
+    }
+
+    fn check_vector(&self, v: &CudaSlice<f64>, what: &str) -> Result<(), GpuError> {
+        if v.len() != self.n {
+            return Err(GpuError::Invalid(format!(
+                "{what} has {} values on the device but the mesh has {} cells",
+                v.len(),
+                self.n
+            )));
+        }
+        Ok(())
+    }
+
+    /// The assembled matrix (row order).
+    pub fn matrix(&self) -> Result<&DeviceModSell, GpuError> {
+        match &self.held {
+            Some(Held::Matrix(m)) => Ok(m),
+            Some(Held::Backend { backend, .. }) => Ok(backend.matrix()),
+            None => Err(lost()),
+        }
+    }
+
+    /// Takes the matrix back from a PCG backend (before it changes).
+    fn release_backend(&mut self) -> Result<(), GpuError> {
+        match self.held.take() {
+            Some(Held::Backend { backend, .. }) => {
+                self.held = Some(Held::Matrix(backend.into_matrix()?));
+                Ok(())
+            }
+            Some(held) => {
+                self.held = Some(held);
+                Ok(())
+            }
+            None => Err(lost()),
+        }
+    }
+
+    /// A Jacobi (`jacobi`) or unpreconditioned PCG backend on the resident
+    /// matrix, kept (and returned again) until the matrix changes, with the
+    /// right-hand side to solve.
+    pub fn solver(
+        &mut self,
+        jacobi: bool,
+        options: &GpuSolveOptions,
+    ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
+        let check_interval = options.check_interval;
+        let matrix = match self.held.take() {
+            Some(Held::Matrix(m)) => m,
+            Some(Held::Backend {
+                backend,
+                jacobi: j,
+                check_interval: c,
+            }) => {
+                if (j, c) == (jacobi, check_interval) {
+                    self.held = Some(Held::Backend {
+                        backend,
+                        jacobi,
+                        check_interval,
+                    });
+                    return self.held_solver();
+                }
+                backend.into_matrix()?
+            }
+            None => return Err(lost()),
+        };
+        let backend = GpuCgBackend::from_resident(self.gpu, matrix, jacobi, options)?;
+        self.held = Some(Held::Backend {
+            backend,
+            jacobi,
+            check_interval,
+        });
+        self.held_solver()
+    }
+
+    fn held_solver(&self) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
+        match &self.held {
+            Some(Held::Backend { backend, .. }) => Ok((backend, &self.work.rhs)),
+            _ => Err(lost()),
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+    /// Whether the matrix without reference is singular (all-Neumann steady problem).
+    pub fn is_singular(&self) -> bool {
+        self.singular.is_some()
+    }
+    pub fn singular_policy(&self) -> Option<SingularPolicy> {
+        self.singular
+    }
+    /// The boundary coefficients of the last assembly (for boundary face values).
+    pub fn boundary_coeffs(&self) -> &BoundaryCoeffs {
+        &self.bc
+    }
+
+    /// `v` (one per cell, mesh order) on the device in row order.
+    pub fn to_device_order(&self, v: &[f64]) -> Result<CudaSlice<f64>, GpuError> {
+        if v.len() != self.n {
+            return Err(GpuError::Invalid(format!(
+                "{} values given for {} cells",
+                v.len(),
+                self.n
+            )));
+        }
+        self.gpu.upload(&self.ordering.to_new(v))
+    }
+
+    /// A device vector (row order) read back in mesh order.
+    pub fn to_mesh_order(&self, v: &CudaSlice<f64>) -> Result<Vec<f64>, GpuError> {
+        self.check_vector(v, "vector")?;
+        Ok(self.ordering.to_old(&self.gpu.download(v)?))
+    }
+
+    /// The assembled matrix read back as CSR in mesh order (for checks).
+    pub fn download_matrix(&self) -> Result<Csr, GpuError> {
+        let csr = self.matrix()?.download(self.gpu)?.to_csr();
+        Ok(self.ordering.inverse().apply_symmetric(&csr))
+    }
+
+    /// The right-hand side in mesh order.
+    pub fn download_rhs(&self) -> Result<Vec<f64>, GpuError> {
+        self.to_mesh_order(self.work.rhs.dev()?)
+    }
+
+    /// The explicit right-hand side (q·V and boundary terms) in mesh order.
+    pub fn download_explicit_rhs(&self) -> Result<Vec<f64>, GpuError> {
+        self.to_mesh_order(&self.work.explicit_rhs)
+    }
+
+    /// The gradient last computed ([`Self::gradient`], or by `update_rhs` of
+    /// a corrected scheme) in mesh order.
+    pub fn download_gradient(&self) -> Result<Vec<Vec3>, GpuError> {
+        let g = self.gpu.download(&self.work.grad)?;
+        let by_row: Vec<Vec3> = g[..3 * self.n]
+            .chunks_exact(3)
+            .map(|c| Vec3::new(c[0], c[1], c[2]))
+            .collect();
+        Ok(self.ordering.to_old(&by_row))
+    }
+}
+
+fn lost() -> GpuError {
+    GpuError::Invalid("the device matrix was lost in an earlier device failure".into())
+}
+
+#[cfg(test)]
+mod tests;

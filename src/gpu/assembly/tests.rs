@@ -1,0 +1,598 @@
+//! The device kernels emulated on the host, statement for statement
+//! (`kernels/assembly.cu`), on the very arrays the device gets. They must
+//! reproduce the CPU assembly bit for bit: this checks the assembly map, the
+//! host arrays and the kernels' order of operations without a device;
+//! `tests/gpu_assembly.rs` runs the kernels themselves.
+
+use super::*;
+use crate::fvm::testing::mixed_conditions;
+use crate::fvm::{BoundaryCondition, PatchValues};
+use crate::mesh::Geometry;
+use crate::sparse::testing::SplitMix;
+
+/// Everything the kernels read, in host memory.
+struct Host {
+    map: AssemblyMap,
+    ordering: Permutation,
+    statics: StaticArrays,
+    gradient: GradientArrays,
+    problem: ProblemArrays,
+    schemes: Schemes,
+    dt: f64,
+    singular: Option<SingularPolicy>,
+}
+
+impl Host {
+    /// The arrays for `problem`, which `system` was last assembled with.
+    fn new(
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+        ordering: Permutation,
+        slice_height: usize,
+    ) -> Self {
+        let map = AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height).unwrap();
+        let values = system.evaluate(problem).unwrap();
+        let uniform = match problem.gamma {
+            CellField::Uniform(g) => Some(g),
+            _ => None,
+        };
+        let statics = StaticArrays::new(system, &map, &ordering);
+        let (faces, boundary) = (&map.device_faces, &map.device_boundary);
+        let arrays = ProblemArrays::new(&values, uniform, faces, boundary, &ordering);
+        let gradient = arrays
+            .gradient
+            .clone()
+            .unwrap_or_else(|| GradientArrays::new(system.cell_gradient(), faces, boundary));
+        Self {
+            map,
+            ordering,
+            statics,
+            gradient,
+            problem: arrays,
+            schemes: system.schemes(),
+            dt: match values.time {
+                TimeScheme::Euler { dt } => dt,
+                TimeScheme::SteadyState => 0.0,
+            },
+            singular: values.singular,
+        }
+    }
+
+    fn n(&self) -> usize {
+        self.statics.volumes.len()
+    }
+    fn h(&self) -> usize {
+        self.map.pattern.slice_height()
+    }
+
+    /// The kernels' loop over a row's faces: (slot position, face code).
+    fn row_faces(&self, row: usize) -> impl Iterator<Item = (usize, u32)> + '_ {
+        let h = self.h();
+        let ptr = self.map.pattern.slice_ptr();
+        let (first, end) = (ptr[row / h] as usize + row % h, ptr[row / h + 1] as usize);
+        (first..end).step_by(h).map_while(move |k| {
+            let j = self.map.face_slots[k];
+            (j != NO_SLOT).then(|| (first + j as usize * h, self.map.face_codes[k]))
+        })
+    }
+
+    /// The row's boundary faces (device boundary indices).
+    fn row_boundary(&self, row: usize) -> std::ops::Range<usize> {
+        self.map.boundary_ptr[row] as usize..self.map.boundary_ptr[row + 1] as usize
+    }
+
+    fn reference(&self) -> Option<(usize, f64)> {
+        match self.singular {
+            Some(SingularPolicy {
+                reference: Reference::Cell { cell, value },
+                ..
+            }) => Some((self.ordering.old_to_new()[cell] as usize, value)),
+            _ => None,
+        }
+    }
+
+    /// `asm_face_coefficients`: (coefficients, Γ_f|S_f|).
+    fn face_coefficients(&self) -> (Vec<f64>, Vec<f64>) {
+        let s = &self.statics;
+        let harmonic = self.schemes.gamma_interpolation == GammaInterpolation::Harmonic;
+        (0..s.weights.len())
+            .map(|d| {
+                let gamma_f = match &self.problem.gamma {
+                    None => self.problem.gamma_uniform,
+                    Some(g) => interpolate(
+                        harmonic,
+                        g[s.face_owner[d] as usize],
+                        g[s.face_neighbour[d] as usize],
+                        s.weights[d],
+                    ),
+                };
+                let gms = gamma_f * s.mag_sf[d];
+                (gms * s.delta_coeffs[d], gms)
+            })
+            .unzip()
+    }
+
+    /// `asm_matrix_rows`: (matrix, explicit rhs, Γ_b|S_b|, reference diagonal).
+    fn matrix_rows(&self, coeffs: &[f64]) -> (ModSell, Vec<f64>, Vec<f64>, f64) {
+        let (s, p) = (&self.statics, &self.problem);
+        let n = self.n();
+        let mut vals = vec![0.0; self.map.face_slots.len()];
+        let (mut diag, mut explicit) = (vec![0.0; n], vec![0.0; n]);
+        let mut b_gms = vec![0.0; p.b_gamma.len()];
+        let mut reference_diag = f64::NAN;
+        let reference_row = self.reference().map(|r| r.0);
+        for row in 0..n {
+            let mut a = 0.0;
+            for (slot, code) in self.row_faces(row) {
+                let c = coeffs[(code >> 1) as usize];
+                a += c;
+                vals[slot] = 0.0 - c;
+            }
+            let mut b = p.source[row] * s.volumes[row];
+            for i in self.row_boundary(row) {
+                let gms = p.b_gamma[i] * s.b_mag_sf[i];
+                b_gms[i] = gms;
+                a += -gms * p.b_gradient_internal[i];
+                b += gms * p.b_gradient_boundary[i];
+            }
+            if self.dt > 0.0 {
+                a += s.volumes[row] / self.dt;
+            }
+            if Some(row) == reference_row {
+                reference_diag = a;
+                a += a;
+            }
+            diag[row] = a;
+            explicit[row] = b;
+        }
+        let m = &self.map.pattern;
+        let matrix = ModSell::from_parts(
+            m.slice_height(),
+            diag,
+            m.slice_ptr().to_vec(),
+            m.codes().to_vec(),
+            vals,
+        )
+        .unwrap();
+        (matrix, explicit, b_gms, reference_diag)
+    }
+
+    /// `asm_gradient` of `p` (row order): 3 doubles per row.
+    fn gradient(&self, p: &[f64]) -> Vec<f64> {
+        let (s, g, pa) = (&self.statics, &self.gradient, &self.problem);
+        let gauss = self.schemes.grad == GradScheme::GaussLinear;
+        let b_vectors = if gauss { &s.b_sf } else { &g.b_ls };
+        let h = self.h();
+        let codes = self.map.pattern.codes();
+        let mut grad = vec![0.0; 3 * self.n()];
+        for row in 0..self.n() {
+            let pr = p[row];
+            let mut acc = [0.0f64; 3];
+            for (slot, code) in self.row_faces(row) {
+                let c = codes[slot];
+                let p_other = if c > 0 {
+                    p[c as usize - 1]
+                } else {
+                    p[(row / h) * h + (-(c + 1)) as usize]
+                };
+                let d = (code >> 1) as usize;
+                let is_neighbour = code & 1 == 1;
+                let (p_own, p_nei) = if is_neighbour {
+                    (p_other, pr)
+                } else {
+                    (pr, p_other)
+                };
+                let sign = if is_neighbour { -1.0 } else { 1.0 };
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    // x − y is x + (−y) exactly: the sign is folded in.
+                    *acc += sign
+                        * if gauss {
+                            s.sf[3 * d + i] * (s.weights[d] * (p_own - p_nei) + p_nei)
+                        } else {
+                            let l = if is_neighbour {
+                                &g.ls_neighbour
+                            } else {
+                                &g.ls_owner
+                            };
+                            l[3 * d + i] * (p_nei - p_own)
+                        };
+                }
+            }
+            for i in self.row_boundary(row) {
+                let value = pa.b_value_internal[i] * pr + pa.b_value_boundary[i];
+                let m = if gauss { value } else { value - pr };
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    *acc += b_vectors[3 * i + k] * m;
+                }
+            }
+            for (k, acc) in acc.iter().enumerate() {
+                grad[3 * row + k] = if gauss { acc / s.volumes[row] } else { *acc };
+            }
+        }
+        grad
+    }
+
+    /// `asm_correction_flux`.
+    fn correction_flux(&self, gms: &[f64], grad: &[f64], p: &[f64]) -> Vec<f64> {
+        let s = &self.statics;
+        (0..s.weights.len())
+            .map(|d| {
+                let (o, nb) = (s.face_owner[d] as usize, s.face_neighbour[d] as usize);
+                let w = s.weights[d];
+                let f: Vec<f64> = (0..3)
+                    .map(|i| w * (grad[3 * o + i] - grad[3 * nb + i]) + grad[3 * nb + i])
+                    .collect();
+                let k = &s.k[3 * d..3 * d + 3];
+                let mut correction = k[0] * f[0] + k[1] * f[1] + k[2] * f[2];
+                if let SnGradScheme::Limited(psi) = self.schemes.sn_grad {
+                    let uncorrected = s.delta_coeffs[d] * (p[nb] - p[o]);
+                    let limiter = (psi * uncorrected.abs()
+                        / ((1.0 - psi) * correction.abs() + 1e-15))
+                        .min(1.0);
+                    correction *= limiter;
+                }
+                gms[d] * correction
+            })
+            .collect()
+    }
+
+    /// `asm_rhs` (before the singular treatment).
+    fn rhs(
+        &self,
+        explicit: &[f64],
+        correction: Option<(&[f64], &[f64], &[f64])>,
+        old: Option<&[f64]>,
+    ) -> Vec<f64> {
+        let (s, pa) = (&self.statics, &self.problem);
+        (0..self.n())
+            .map(|row| {
+                let mut b = explicit[row];
+                if let Some(old) = old {
+                    b += s.volumes[row] / self.dt * old[row];
+                }
+                if let Some((flux, b_gms, grad)) = correction {
+                    for (_, code) in self.row_faces(row) {
+                        let f = flux[(code >> 1) as usize];
+                        b = if code & 1 == 1 { b - f } else { b + f };
+                    }
+                    if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected {
+                        let g = &grad[3 * row..3 * row + 3];
+                        for i in self.row_boundary(row) {
+                            let fraction = -pa.b_gradient_internal[i] / s.b_delta_coeffs[i];
+                            if fraction != 0.0 {
+                                let k = &s.b_k[3 * i..3 * i + 3];
+                                let kg = k[0] * g[0] + k[1] * g[1] + k[2] * g[2];
+                                b += fraction * b_gms[i] * kg;
+                            }
+                        }
+                    }
+                }
+                b
+            })
+            .collect()
+    }
+}
+
+/// `asm_interpolate`.
+fn interpolate(harmonic: bool, owner: f64, neighbour: f64, w: f64) -> f64 {
+    if owner == neighbour {
+        return owner;
+    }
+    if harmonic {
+        let inv_n = 1.0 / neighbour;
+        1.0 / (w * (1.0 / owner - inv_n) + inv_n)
+    } else {
+        w * (owner - neighbour) + neighbour
+    }
+}
+
+fn random_field(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| 2.0 * rng.next_f64() - 1.0).collect()
+}
+
+/// Emulates the whole device path for `problem` and checks it against the CPU
+/// system: matrix, explicit rhs, gradient and `update_rhs` with a random
+/// field (and old-time field), for RCM and the identity ordering and slice
+/// heights 32 and 512. Singular problems compare the right-hand side to
+/// 1e-14 of its largest value (the device sums it in another order).
+fn check(
+    name: &str,
+    mesh: &Mesh,
+    geometry: &Geometry,
+    schemes: Schemes,
+    problem: &LaplacianProblem,
+) {
+    let mut system = LaplacianSystem::new(mesh, geometry, schemes, problem).unwrap();
+    let n = mesh.n_cells();
+    let rcm = reverse_cuthill_mckee(&system.matrix);
+    for (ordering, h) in [
+        (rcm.clone(), 32),
+        (rcm, 512),
+        (Permutation::identity(n), 64),
+    ] {
+        let what = format!("{name}, H = {h}");
+        let host = Host::new(&system, problem, ordering.clone(), h);
+        let (coeffs, gms) = host.face_coefficients();
+        let (matrix, explicit, b_gms, _) = host.matrix_rows(&coeffs);
+        let csr = ordering.inverse().apply_symmetric(&matrix.to_csr());
+        assert_eq!(csr, system.matrix, "{what}: matrix");
+        assert_eq!(
+            ordering.to_old(&explicit),
+            system.explicit_rhs(),
+            "{what}: explicit rhs"
+        );
+        let p = random_field(n, 7);
+        let old = random_field(n, 8);
+        let old = matches!(problem.time, TimeScheme::Euler { .. }).then_some(old.as_slice());
+        system.update_rhs(&p, old).unwrap();
+        let p_rows = ordering.to_new(&p);
+        let grad = host.gradient(&p_rows);
+        let cpu_grad = system.gradient(&p);
+        let device_grad: Vec<Vec3> = ordering.to_old(
+            &grad
+                .chunks_exact(3)
+                .map(|g| Vec3::new(g[0], g[1], g[2]))
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(device_grad, cpu_grad, "{what}: gradient");
+        let corrected = schemes.sn_grad.is_corrected();
+        let flux = if corrected {
+            host.correction_flux(&gms, &grad, &p_rows)
+        } else {
+            Vec::new()
+        };
+        let old_rows = old.map(|o| ordering.to_new(o));
+        let mut rhs = host.rhs(
+            &explicit,
+            corrected.then_some((flux.as_slice(), b_gms.as_slice(), grad.as_slice())),
+            old_rows.as_deref(),
+        );
+        match host.singular {
+            None => assert_eq!(ordering.to_old(&rhs), system.rhs, "{what}: rhs"),
+            Some(policy) => {
+                // What the device does after `asm_rhs`, sums aside.
+                assert!(policy.project, "{what}: the tests project");
+                let sum: f64 = rhs.iter().sum();
+                let total: f64 = geometry.cell_volumes.iter().sum();
+                for (b, v) in rhs.iter_mut().zip(&host.statics.volumes) {
+                    *b -= v * (sum / total);
+                }
+                if let Some((row, value)) = host.reference() {
+                    let (_, _, _, reference_diag) = host.matrix_rows(&coeffs);
+                    rhs[row] += reference_diag * value;
+                }
+                let rhs = ordering.to_old(&rhs);
+                let scale = system.rhs.iter().fold(0.0f64, |m, b| m.max(b.abs()));
+                for (c, (a, b)) in rhs.iter().zip(&system.rhs).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-14 * scale,
+                        "{what}: rhs {c}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn schemes(sn_grad: SnGradScheme, grad: GradScheme, harmonic: bool) -> Schemes {
+    Schemes {
+        sn_grad,
+        grad,
+        gamma_interpolation: if harmonic {
+            GammaInterpolation::Harmonic
+        } else {
+            GammaInterpolation::Linear
+        },
+    }
+}
+
+fn varying_gamma() -> CellField {
+    CellField::function(|c| 1.0 + 0.5 * (3.0 * c.x).sin() + c.y * c.z)
+}
+
+fn source() -> CellField {
+    CellField::function(|c| 1.0 + c.x - 2.0 * c.y * c.z)
+}
+
+#[test]
+fn emulated_kernels_reproduce_the_cpu_assembly_on_real_meshes() {
+    use GradScheme::{GaussLinear as Gauss, LeastSquares as Ls};
+    use SnGradScheme::*;
+    let cases: [(&str, SnGradScheme, GradScheme, bool, bool); 8] = [
+        (
+            "box:5x4x3:tet:perturb=0.2:renumber",
+            Corrected,
+            Gauss,
+            true,
+            false,
+        ),
+        (
+            "box:5x4x3:tet:perturb=0.2:renumber",
+            Limited(0.5),
+            Ls,
+            false,
+            true,
+        ),
+        ("meshes/foam/warped", Corrected, Ls, true, true),
+        ("meshes/foam/warped", BoundaryCorrected, Ls, false, false),
+        ("meshes/foam/polydual", BoundaryCorrected, Gauss, true, true),
+        (
+            "meshes/gmsh/tet_cube.v41.msh",
+            Uncorrected,
+            Gauss,
+            true,
+            false,
+        ),
+        ("meshes/foam/cavity", Corrected, Ls, true, true),
+        ("box:6x5x1:2d:perturb=0.3", Orthogonal, Gauss, false, false),
+    ];
+    for (i, (spec, sn_grad, grad, harmonic, euler)) in cases.into_iter().enumerate() {
+        let mesh = crate::mesh::load(spec).unwrap();
+        let geometry = mesh.geometry().unwrap();
+        for (gamma, what) in [
+            (varying_gamma(), "varying"),
+            (CellField::Uniform(0.7), "uniform"),
+        ] {
+            let mut problem =
+                LaplacianProblem::steady(gamma, source(), mixed_conditions(&mesh, i as u64));
+            if euler {
+                problem.time = TimeScheme::Euler { dt: 0.05 };
+            }
+            check(
+                &format!("{spec} {sn_grad:?} {grad:?} gamma {what}"),
+                &mesh,
+                &geometry,
+                schemes(sn_grad, grad, harmonic),
+                &problem,
+            );
+        }
+    }
+}
+
+#[test]
+fn emulated_kernels_reproduce_singular_problems() {
+    let mesh = crate::mesh::load("box:4x5x3:perturb=0.25").unwrap();
+    let geometry = mesh.geometry().unwrap();
+    let neumann = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
+    for reference in [
+        Reference::ZeroMean,
+        Reference::Cell {
+            cell: 17,
+            value: 0.3,
+        },
+    ] {
+        let mut problem = LaplacianProblem::steady(varying_gamma(), source(), neumann.clone());
+        problem.singular = SingularPolicy {
+            reference,
+            project: true,
+            tolerance: 1e-9,
+        };
+        check(
+            &format!("all-Neumann {reference:?}"),
+            &mesh,
+            &geometry,
+            Schemes::default(),
+            &problem,
+        );
+    }
+}
+
+#[test]
+fn emulated_re_assembly_with_new_gamma_and_conditions() {
+    let mesh = crate::mesh::load("box:5x4x4:tet:perturb=0.2:renumber").unwrap();
+    let geometry = mesh.geometry().unwrap();
+    let schemes = schemes(
+        SnGradScheme::BoundaryCorrected,
+        GradScheme::LeastSquares,
+        true,
+    );
+    let first = LaplacianProblem::steady(varying_gamma(), source(), mixed_conditions(&mesh, 3));
+    let mut system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
+    let ordering = reverse_cuthill_mckee(&system.matrix);
+    let before = Host::new(&system, &first, ordering.clone(), 64);
+    // Other Γ, other conditions (fixedValue faces change the least-squares fit), a time step.
+    let mut second = LaplacianProblem::steady(
+        CellField::function(|c| 2.0 + c.x * c.x),
+        CellField::Uniform(-1.0),
+        mixed_conditions(&mesh, 6),
+    );
+    second.time = TimeScheme::Euler { dt: 0.3 };
+    system.reassemble(&second).unwrap();
+    let after = Host::new(&system, &second, ordering.clone(), 64);
+    // The map depends on the mesh only (the pattern's values are the matrix's).
+    let (b, a) = (&before.map, &after.map);
+    assert_eq!(
+        (&b.face_codes, &b.face_slots, &b.device_faces),
+        (&a.face_codes, &a.face_slots, &a.device_faces)
+    );
+    assert_eq!(
+        (&b.boundary_ptr, &b.device_boundary, b.pattern.codes()),
+        (&a.boundary_ptr, &a.device_boundary, a.pattern.codes())
+    );
+    assert!(after.problem.gradient.is_some());
+    let (coeffs, _) = after.face_coefficients();
+    let (matrix, _, _, _) = after.matrix_rows(&coeffs);
+    assert_eq!(
+        ordering.inverse().apply_symmetric(&matrix.to_csr()),
+        system.matrix
+    );
+    let p = random_field(mesh.n_cells(), 1);
+    assert_ne!(
+        before.gradient(&p).as_slice(),
+        after.gradient(&p).as_slice()
+    );
+    check("re-assembled", &mesh, &geometry, schemes, &second);
+}
+
+#[test]
+fn the_map_covers_every_slot_once_and_numbers_faces_by_rows() {
+    let mesh = crate::mesh::load("meshes/foam/polydual").unwrap();
+    let geometry = mesh.geometry().unwrap();
+    let problem = LaplacianProblem::steady(
+        CellField::Uniform(1.0),
+        CellField::Uniform(0.0),
+        vec![BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)); mesh.patches().len()],
+    );
+    let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+    let ordering = reverse_cuthill_mckee(&system.matrix);
+    let host = Host::new(&system, &problem, ordering.clone(), 32);
+    let map = &host.map;
+    let codes = map.pattern.codes();
+    let mut seen = vec![0u8; mesh.n_internal_faces()];
+    let mut next_new_face = 0;
+    for row in 0..mesh.n_cells() {
+        let cell = ordering.new_to_old()[row] as usize;
+        let mut slots: Vec<usize> = Vec::new();
+        let mut previous_face = None;
+        for (slot, code) in host.row_faces(row) {
+            let f = map.device_faces[(code >> 1) as usize] as usize;
+            // The slot's column is the cell across face f; the side bit says which side.
+            let (owner, neighbour) = (mesh.owner()[f] as usize, mesh.neighbour()[f] as usize);
+            let (this, other) = if code & 1 == 1 {
+                (neighbour, owner)
+            } else {
+                (owner, neighbour)
+            };
+            assert_eq!(this, cell);
+            let c = codes[slot];
+            let column = if c > 0 {
+                c as usize - 1
+            } else {
+                (row / 32) * 32 + (-(c + 1)) as usize
+            };
+            assert_eq!(column, ordering.old_to_new()[other] as usize);
+            assert!(previous_face < Some(f), "faces in face order");
+            previous_face = Some(f);
+            seen[f] += 1;
+            slots.push(slot);
+            // Device faces are numbered as the rows first meet them.
+            if seen[f] == 1 {
+                assert_eq!(code >> 1, next_new_face);
+                next_new_face += 1;
+            }
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        let ptr = map.pattern.slice_ptr();
+        let row_slots = (ptr[row / 32] as usize + row % 32..ptr[row / 32 + 1] as usize)
+            .step_by(32)
+            .filter(|&s| codes[s] != 0)
+            .count();
+        assert_eq!(slots.len(), row_slots, "row {row}: every slot once");
+        let boundary: Vec<u32> = host
+            .row_boundary(row)
+            .map(|i| map.device_boundary[i])
+            .collect();
+        let first = mesh.n_internal_faces();
+        let expected: Vec<u32> = (first..mesh.n_faces())
+            .filter(|&f| mesh.owner()[f] as usize == cell)
+            .map(|f| (f - first) as u32)
+            .collect();
+        assert_eq!(boundary, expected, "row {row}: boundary faces");
+    }
+    assert!(
+        seen.iter().all(|&s| s == 2),
+        "each face on both of its rows"
+    );
+}

@@ -1,0 +1,591 @@
+//! The GPU assembly (`gpu::assembly`) against the CPU assembly on real
+//! meshes: matrix (every entry), explicit right-hand side, `update_rhs` with a
+//! random field, cell gradients, re-assembly, all-Neumann problems, solves
+//! with the resident matrix, and whole runs. Each test prints its largest
+//! differences, and `skipped: no CUDA device` where there is no GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1). Meshes are read relative to the working directory
+//! (the repository root), so the test binary runs on a machine without cargo.
+
+use std::path::{Path, PathBuf};
+
+use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
+use fvpoisson::fvm::testing::mixed_conditions;
+use fvpoisson::fvm::{
+    BoundaryCondition, CellField, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
+    LaplacianSystem, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
+};
+use fvpoisson::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::{test_device, Gpu};
+use fvpoisson::mesh::{Mesh, Vec3};
+use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
+use fvpoisson::sparse::testing::SplitMix;
+use fvpoisson::sparse::{Csr, ModSell, Permutation};
+
+/// A repository path: relative to the working directory when it is there
+/// (the device machine runs the binary in the repository root), else to the
+/// crate this was built from.
+fn repo(rel: &str) -> PathBuf {
+    let here = Path::new(rel);
+    if here.exists() {
+        here.to_path_buf()
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    }
+}
+
+fn load(spec: &str) -> Mesh {
+    let spec = if spec.starts_with("box:") {
+        spec.to_string()
+    } else {
+        repo(spec).to_string_lossy().into_owned()
+    };
+    fvpoisson::mesh::load(&spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+fn random_field(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| 2.0 * rng.next_f64() - 1.0).collect()
+}
+
+/// Largest |a − b| / |b| over the entries (same pattern required; an entry
+/// with b = 0 counts |a|), and whether all are bit for bit equal.
+fn matrix_difference(a: &Csr, b: &Csr) -> (f64, bool) {
+    assert_eq!(a.row_ptr(), b.row_ptr(), "pattern (row pointers)");
+    assert_eq!(a.cols(), b.cols(), "pattern (columns)");
+    let d = a
+        .values()
+        .iter()
+        .zip(b.values())
+        .map(|(x, y)| relative(*x, *y, y.abs()))
+        .fold(0.0, f64::max);
+    (d, a.values() == b.values())
+}
+
+/// |x − y| / scale, infinite for a non-finite x (an unwritten value).
+fn relative(x: f64, y: f64, scale: f64) -> f64 {
+    if !x.is_finite() {
+        f64::INFINITY
+    } else if scale == 0.0 {
+        x.abs()
+    } else {
+        (x - y).abs() / scale
+    }
+}
+
+/// max_i |a_i − b_i| / max_i |b_i|, and whether all are bit for bit equal.
+fn vector_difference(a: &[f64], b: &[f64]) -> (f64, bool) {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| relative(*x, *y, scale))
+        .fold(0.0, f64::max);
+    (d, a == b)
+}
+
+fn gradient_difference(a: &[Vec3], b: &[Vec3]) -> (f64, bool) {
+    let flat = |v: &[Vec3]| v.iter().flat_map(|g| [g.x, g.y, g.z]).collect::<Vec<_>>();
+    vector_difference(&flat(a), &flat(b))
+}
+
+/// The brief's bound: the device assembly equals the CPU's to 1e-14 relative.
+const TOLERANCE: f64 = 1e-14;
+
+/// Assembles `problem` on the CPU and on the device (rows in `ordering`, or
+/// RCM), then compares matrix, explicit rhs, `update_rhs` with a random field
+/// (and old-time field for Euler) and the gradient of that field.
+fn compare(
+    gpu: &Gpu,
+    name: &str,
+    system: &mut LaplacianSystem,
+    device: &mut DeviceLaplacian,
+    problem: &LaplacianProblem,
+) {
+    let n = system.mesh().n_cells();
+    let (dm, bits_m) = matrix_difference(&device.download_matrix().unwrap(), &system.matrix);
+    let (de, _) = vector_difference(
+        &device.download_explicit_rhs().unwrap(),
+        system.explicit_rhs(),
+    );
+    let p = random_field(n, 11);
+    let old = random_field(n, 12);
+    let euler = matches!(problem.time, TimeScheme::Euler { .. });
+    system
+        .update_rhs(&p, euler.then_some(old.as_slice()))
+        .unwrap();
+    let p_dev = device.to_device_order(&p).unwrap();
+    let old_dev = device.to_device_order(&old).unwrap();
+    device
+        .update_rhs(&p_dev, euler.then_some(&old_dev))
+        .unwrap();
+    let (dr, bits_r) = vector_difference(&device.download_rhs().unwrap(), &system.rhs);
+    device.gradient(&p_dev).unwrap();
+    let (dg, _) = gradient_difference(&device.download_gradient().unwrap(), &system.gradient(&p));
+    println!(
+        "{name} ({n} cells, {}): matrix {dm:.1e}, explicit rhs {de:.1e}, rhs after update_rhs \
+         {dr:.1e}, gradient {dg:.1e}; bit for bit: matrix {bits_m}, rhs {bits_r}",
+        gpu.name()
+    );
+    for (what, d) in [
+        ("matrix", dm),
+        ("explicit rhs", de),
+        ("rhs", dr),
+        ("gradient", dg),
+    ] {
+        assert!(d <= TOLERANCE, "{name}: {what} differs by {d:e}");
+    }
+}
+
+fn schemes(sn_grad: SnGradScheme, grad: GradScheme, harmonic: bool) -> Schemes {
+    Schemes {
+        sn_grad,
+        grad,
+        gamma_interpolation: if harmonic {
+            GammaInterpolation::Harmonic
+        } else {
+            GammaInterpolation::Linear
+        },
+    }
+}
+
+fn varying_gamma() -> CellField {
+    CellField::function(|c| 1.0 + 0.5 * (3.0 * c.x).sin() + c.y * c.z)
+}
+
+fn source() -> CellField {
+    CellField::function(|c| 1.0 + c.x - 2.0 * c.y * c.z)
+}
+
+#[test]
+fn gpu_assembly_equals_cpu_assembly_on_real_meshes() {
+    let Some(gpu) = test_device() else { return };
+    use GradScheme::{GaussLinear as Gauss, LeastSquares as Ls};
+    use SnGradScheme::*;
+    // (mesh, snGrad, gradient, harmonic Γ, Euler, slice height, RCM)
+    let cases: [(&str, SnGradScheme, GradScheme, bool, bool, usize, bool); 12] = [
+        (
+            "box:20x20x20:tet:perturb=0.2:renumber",
+            Corrected,
+            Gauss,
+            true,
+            false,
+            512,
+            true,
+        ),
+        (
+            "box:20x20x20:tet:perturb=0.2:renumber",
+            Limited(0.33),
+            Ls,
+            false,
+            true,
+            256,
+            true,
+        ),
+        (
+            "box:20x20x20:tet:perturb=0.2:renumber",
+            BoundaryCorrected,
+            Ls,
+            true,
+            false,
+            32,
+            false,
+        ),
+        ("meshes/foam/warped", Corrected, Ls, true, true, 512, true),
+        (
+            "meshes/foam/warped",
+            BoundaryCorrected,
+            Gauss,
+            false,
+            false,
+            1024,
+            true,
+        ),
+        (
+            "meshes/foam/polydual",
+            Corrected,
+            Gauss,
+            true,
+            false,
+            64,
+            true,
+        ),
+        (
+            "meshes/foam/polydual",
+            BoundaryCorrected,
+            Ls,
+            true,
+            true,
+            512,
+            false,
+        ),
+        (
+            "meshes/gmsh/tet_cube.v41.msh",
+            Corrected,
+            Gauss,
+            true,
+            false,
+            512,
+            true,
+        ),
+        (
+            "meshes/gmsh/tet_cube.v41.msh",
+            Uncorrected,
+            Ls,
+            false,
+            true,
+            128,
+            true,
+        ),
+        (
+            "box:24x20x1:2d:perturb=0.3",
+            Corrected,
+            Ls,
+            true,
+            false,
+            512,
+            true,
+        ),
+        (
+            "box:24x20x1:2d:perturb=0.3",
+            Orthogonal,
+            Gauss,
+            true,
+            true,
+            96,
+            true,
+        ),
+        (
+            "meshes/foam/cavity",
+            Corrected,
+            Gauss,
+            false,
+            false,
+            512,
+            true,
+        ),
+    ];
+    for (i, (spec, sn_grad, grad, harmonic, euler, h, rcm)) in cases.into_iter().enumerate() {
+        let mesh = load(spec);
+        let geometry = mesh.geometry().unwrap();
+        for (gamma, what) in [
+            (varying_gamma(), "varying"),
+            (CellField::Uniform(0.7), "uniform"),
+        ] {
+            let mut problem =
+                LaplacianProblem::steady(gamma, source(), mixed_conditions(&mesh, i as u64));
+            if euler {
+                problem.time = TimeScheme::Euler { dt: 0.05 };
+            }
+            let schemes = schemes(sn_grad, grad, harmonic);
+            let mut system = LaplacianSystem::new(&mesh, &geometry, schemes, &problem).unwrap();
+            let mut device = if rcm {
+                DeviceLaplacian::new(&gpu, &system, &problem, h)
+            } else {
+                let identity = Permutation::identity(mesh.n_cells());
+                DeviceLaplacian::with_ordering(&gpu, &system, &problem, identity, h)
+            }
+            .unwrap();
+            let name = format!(
+                "{spec} {sn_grad:?} {grad:?} Γ {what}{} H {h}{}",
+                if euler { " Euler" } else { "" },
+                if rcm { " RCM" } else { " as numbered" }
+            );
+            compare(&gpu, &name, &mut system, &mut device, &problem);
+        }
+    }
+}
+
+#[test]
+fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
+    let Some(gpu) = test_device() else { return };
+    let mesh = load("box:12x12x12:tet:perturb=0.2:renumber");
+    let geometry = mesh.geometry().unwrap();
+    let schemes = schemes(
+        SnGradScheme::BoundaryCorrected,
+        GradScheme::LeastSquares,
+        true,
+    );
+    let first = LaplacianProblem::steady(
+        CellField::Uniform(2.0),
+        source(),
+        mixed_conditions(&mesh, 3),
+    );
+    let mut system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
+    let mut device = DeviceLaplacian::new(&gpu, &system, &first, 512).unwrap();
+    compare(&gpu, "first", &mut system, &mut device, &first);
+    // A solve in between: the backend must give the matrix back to re-assemble.
+    device.solver(true, &GpuSolveOptions::default()).unwrap();
+    let mut second = LaplacianProblem::steady(
+        varying_gamma(),
+        CellField::Uniform(-1.0),
+        mixed_conditions(&mesh, 6),
+    );
+    second.time = TimeScheme::Euler { dt: 0.3 };
+    system.reassemble(&second).unwrap();
+    device.reassemble(&system, &second).unwrap();
+    compare(&gpu, "re-assembled", &mut system, &mut device, &second);
+    system.reassemble(&first).unwrap();
+    device.reassemble(&system, &first).unwrap();
+    compare(&gpu, "back to the first", &mut system, &mut device, &first);
+}
+
+#[test]
+fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let mesh = load("box:10x9x8:perturb=0.25");
+    let geometry = mesh.geometry().unwrap();
+    let neumann = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
+    for reference in [
+        Reference::ZeroMean,
+        Reference::Cell {
+            cell: 123,
+            value: 0.3,
+        },
+    ] {
+        let mut problem = LaplacianProblem::steady(varying_gamma(), source(), neumann.clone());
+        problem.singular = SingularPolicy {
+            reference,
+            project: true,
+            tolerance: 1e-9,
+        };
+        let mut system =
+            LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+        let mut device = DeviceLaplacian::new(&gpu, &system, &problem, 512).unwrap();
+        assert!(device.is_singular());
+        // The projection sums in another order: compared to 1e-14 of max |b|.
+        compare(
+            &gpu,
+            &format!("all-Neumann {reference:?}"),
+            &mut system,
+            &mut device,
+            &problem,
+        );
+        // The zero-mean shift after a solve.
+        let x = random_field(mesh.n_cells(), 5);
+        let x_dev = device.to_device_order(&x).unwrap();
+        device.shift_to_zero_mean(&x_dev).unwrap();
+        let total: f64 = geometry.cell_volumes.iter().sum();
+        let mean = x
+            .iter()
+            .zip(&geometry.cell_volumes)
+            .map(|(p, v)| p * v)
+            .sum::<f64>()
+            / total;
+        let shifted: Vec<f64> = x.iter().map(|v| v - mean).collect();
+        let (d, _) = vector_difference(&device.to_mesh_order(&x_dev).unwrap(), &shifted);
+        println!("zero-mean shift: {d:.1e}");
+        assert!(d < 1e-13, "{d}");
+    }
+    // Unbalanced and not projected: the CPU's error, from the device.
+    let mut problem = LaplacianProblem::steady(CellField::Uniform(1.0), source(), neumann);
+    problem.singular.project = false;
+    let mut system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+    let mut device = DeviceLaplacian::new(&gpu, &system, &problem, 512).unwrap();
+    let p = vec![0.0; mesh.n_cells()];
+    let cpu = system.update_rhs(&p, None).unwrap_err();
+    let gpu_err = device
+        .update_rhs(&device.to_device_order(&p).unwrap(), None)
+        .unwrap_err();
+    println!("inconsistent: CPU '{cpu}', GPU '{gpu_err}'");
+    assert!(matches!(cpu, FvmError::InconsistentRhs { .. }));
+    assert!(matches!(
+        gpu_err,
+        AssemblyError::Fvm(FvmError::InconsistentRhs { .. })
+    ));
+}
+
+#[test]
+fn gpu_implicit_source_and_explicit_product_match_the_cpu_arithmetic() {
+    let Some(gpu) = test_device() else { return };
+    let mesh = load("meshes/foam/warped");
+    let geometry = mesh.geometry().unwrap();
+    let problem = LaplacianProblem::steady(varying_gamma(), source(), mixed_conditions(&mesh, 1));
+    let mut system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+    let mut device = DeviceLaplacian::new(&gpu, &system, &problem, 512).unwrap();
+    let n = mesh.n_cells();
+    let (add, s, x) = (random_field(n, 1), random_field(n, 2), random_field(n, 3));
+    device.add_to_diagonal(&add).unwrap();
+    let diagonal = system.slots().diagonal.clone();
+    for (&slot, a) in diagonal.iter().zip(&add) {
+        system.matrix.values_mut()[slot] += a;
+    }
+    let (dm, _) = matrix_difference(&device.download_matrix().unwrap(), &system.matrix);
+    device
+        .add_product_to_rhs(
+            &device.to_device_order(&s).unwrap(),
+            &device.to_device_order(&x).unwrap(),
+        )
+        .unwrap();
+    let expected: Vec<f64> = system
+        .rhs
+        .iter()
+        .zip(&s)
+        .zip(&x)
+        .map(|((b, s), x)| b + s * x)
+        .collect();
+    let (dr, _) = vector_difference(&device.download_rhs().unwrap(), &expected);
+    println!("implicit source: matrix {dm:.1e}; explicit product: rhs {dr:.1e}");
+    assert!(dm <= TOLERANCE && dr <= TOLERANCE, "{dm} {dr}");
+}
+
+#[test]
+fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
+    let Some(gpu) = test_device() else { return };
+    let mesh = load("box:16x16x16:tet:perturb=0.2:renumber");
+    let geometry = mesh.geometry().unwrap();
+    let problem = LaplacianProblem::steady(varying_gamma(), source(), mixed_conditions(&mesh, 2));
+    let mut system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+    let mut device = DeviceLaplacian::new(&gpu, &system, &problem, 512).unwrap();
+    let n = mesh.n_cells();
+    let p = random_field(n, 4);
+    system.update_rhs(&p, None).unwrap();
+    device
+        .update_rhs(&device.to_device_order(&p).unwrap(), None)
+        .unwrap();
+    let controls = SolverControls {
+        tolerance: 1e-10,
+        rel_tol: 0.0,
+        max_iter: 5000,
+        min_iter: 0,
+    };
+    for jacobi in [true, false] {
+        let kind = if jacobi {
+            PreconditionerKind::Jacobi
+        } else {
+            PreconditionerKind::None
+        };
+        let mut x_cpu = vec![0.0; n];
+        let cpu = solve_pcg(
+            &system.matrix,
+            kind,
+            &system.rhs,
+            &mut x_cpu,
+            &controls,
+            "T",
+        )
+        .unwrap();
+        let mut x_dev = GpuVector::from(gpu.zeros(n).unwrap());
+        let (backend, b) = device.solver(jacobi, &GpuSolveOptions::default()).unwrap();
+        let first: *const _ = backend;
+        let perf = pcg(backend, b, &mut x_dev, &controls, "T").unwrap();
+        let (again, _) = device.solver(jacobi, &GpuSolveOptions::default()).unwrap();
+        assert!(
+            std::ptr::eq(first, again),
+            "the backend is kept while the matrix stays"
+        );
+        let x = device.to_mesh_order(x_dev.dev().unwrap()).unwrap();
+        let (d, _) = vector_difference(&x, &x_cpu);
+        println!(
+            "{kind}: CPU {} iterations, resident GPU {} iterations, initial residuals {:.6e} / \
+             {:.6e}, solution difference {d:.1e}",
+            cpu.iterations, perf.iterations, cpu.initial_residual, perf.initial_residual
+        );
+        assert!(perf.converged);
+        assert!(perf.iterations.abs_diff(cpu.iterations) <= 2);
+        assert!((perf.initial_residual / cpu.initial_residual - 1.0).abs() < 1e-12);
+        assert!(d < 1e-6, "{d}");
+    }
+}
+
+#[test]
+fn backend_on_a_resident_matrix_equals_the_uploaded_backend() {
+    let Some(gpu) = test_device() else { return };
+    let (a, b) = poisson_system("box:10x11x12:tet:perturb=0.2").unwrap();
+    let n = a.n_rows();
+    let controls = SolverControls {
+        tolerance: 1e-9,
+        rel_tol: 0.0,
+        max_iter: 2000,
+        min_iter: 0,
+    };
+    let options = GpuSolveOptions {
+        slice_height: 64,
+        check_interval: 10,
+        ..GpuSolveOptions::default()
+    };
+    for jacobi in [true, false] {
+        let uploaded = GpuCgBackend::new(&gpu, &a, jacobi, None, &options).unwrap();
+        let matrix = DeviceModSell::upload(&gpu, &ModSell::from_csr(&a, 64).unwrap()).unwrap();
+        let resident = GpuCgBackend::from_resident(&gpu, matrix, jacobi, &options).unwrap();
+        let mut results = Vec::new();
+        for backend in [&uploaded, &resident] {
+            let b_dev = backend.upload(&b).unwrap();
+            let mut x = backend.upload(&vec![0.0; n]).unwrap();
+            let perf = pcg(backend, &b_dev, &mut x, &controls, "p").unwrap();
+            results.push((perf, backend.download(&x).unwrap()));
+        }
+        println!(
+            "jacobi {jacobi}: uploaded {} iterations, resident {} iterations",
+            results[0].0.iterations, results[1].0.iterations
+        );
+        // Row sums and inverse diagonal computed on the device, in the host's order.
+        assert_eq!(results[0], results[1]);
+    }
+}
+
+/// A shipped case with Jacobi everywhere (the GPU's preconditioner, so both
+/// devices run the same algorithm), VTK output into a scratch directory and
+/// no OpenFOAM time directories (they would go into the case).
+fn run_shipped(name: &str, device: Device, tag: &str) -> RunSummary {
+    let mut setup = read_case_dir(&repo(&format!("cases/{name}"))).unwrap();
+    setup.solver.regular.preconditioner = PreconditionerKind::Jacobi.into();
+    if let Some(last) = &mut setup.solver.final_corrector {
+        last.preconditioner = PreconditionerKind::Jacobi.into();
+    }
+    setup.output.formats.retain(|f| *f == OutputFormat::Vtk);
+    setup.output.directory = std::env::temp_dir().join(format!(
+        "fvpoisson_gpu_assembly_{}_{name}_{tag}",
+        std::process::id()
+    ));
+    let summary = run_case(&setup, device).unwrap_or_else(|e| panic!("{name} on {tag}: {e}"));
+    let _ = std::fs::remove_dir_all(&setup.output.directory);
+    summary
+}
+
+#[test]
+fn gpu_runs_of_the_shipped_cases_match_the_cpu_runs() {
+    let Some(gpu) = test_device() else { return };
+    for name in [
+        "mms_cube",
+        "nonorth_tet",
+        "neumann_box",
+        "two_material",
+        "laplacian_foam_skew",
+        "laplacian_foam_source",
+        "laplacian_foam_steady",
+    ] {
+        let cpu = run_shipped(name, Device::Cpu, "cpu");
+        let on_gpu = run_shipped(name, Device::Gpu(&gpu), "gpu");
+        let (lo, hi) = cpu
+            .field
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let d = cpu
+            .field
+            .iter()
+            .zip(&on_gpu.field)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max)
+            / (hi - lo).max(f64::MIN_POSITIVE);
+        println!(
+            "{name}: {} cells, steps CPU {} / GPU {}, converged {} / {}, max |T_gpu - T_cpu| / \
+             range {d:.1e}, L2 error CPU {:?} / GPU {:?}",
+            cpu.n_cells,
+            cpu.steps,
+            on_gpu.steps,
+            cpu.converged,
+            on_gpu.converged,
+            cpu.error.map(|e| e.l2),
+            on_gpu.error.map(|e| e.l2)
+        );
+        // The same algorithm in another order of summation: steady runs may
+        // stop one iteration apart at the residual control.
+        assert!(cpu.steps.abs_diff(on_gpu.steps) <= 1, "{name}");
+        assert_eq!(cpu.converged, on_gpu.converged, "{name}");
+        assert!(d < 1e-5, "{name}: fields differ by {d:e} of their range");
+    }
+}
