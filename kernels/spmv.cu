@@ -41,11 +41,24 @@ extern "C" __global__ void spmv_sell(int n, const u64* __restrict__ slice_ptr,
     const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
     const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
     double acc = 0.0;
-    for (u64 k = start + threadIdx.x; k < end; k += h) {
-        const int c = cols[k];
-        if (c >= 0) acc += vals[k] * __ldg(&x[c]);
+    // Two slots per trip, as modsell_row.
+    u64 k = start + threadIdx.x;
+    for (; k + h < end; k += 2 * (u64)h) {
+        const int c0 = cols[k], c1 = cols[k + h];
+        const double v0 = vals[k], v1 = vals[k + h];
+        const double x0 = c0 >= 0 ? __ldg(&x[c0]) : 0.0, x1 = c1 >= 0 ? __ldg(&x[c1]) : 0.0;
+        if (c0 >= 0) acc += v0 * x0;
+        if (c1 >= 0) acc += v1 * x1;
     }
+    if (k < end && cols[k] >= 0) acc += vals[k] * __ldg(&x[cols[k]]);
     if (row < n) y[row] = acc;
+}
+
+// x at a mod-SELL column code: x[code-1] (out of slice), the staged slice
+// (in slice), 0 for padding.
+__device__ __forceinline__ double modsell_x(int code, const double* __restrict__ x,
+                                            const double* x_slice) {
+    return code > 0 ? __ldg(&x[code - 1]) : code < 0 ? x_slice[-(code + 1)] : 0.0;
 }
 
 // One row of y = A x in modified SELL (seed 000 §3.5 `ellpack_shared`,
@@ -66,10 +79,20 @@ __device__ double modsell_row(int n, const u64* __restrict__ slice_ptr,
     double acc = in ? diag[row] * xr : 0.0;
     __syncthreads();
     const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
-    for (u64 k = start + t; k < end; k += h) {
+    // Two slots per trip: both loads of codes, values and x are issued before
+    // the first product, so each thread keeps more loads in flight (the
+    // sums stay in slot order: the same bits as one slot per trip).
+    u64 k = start + t;
+    for (; k + h < end; k += 2 * (u64)h) {
+        const int c0 = codes[k], c1 = codes[k + h];
+        const double v0 = vals[k], v1 = vals[k + h];
+        const double x0 = modsell_x(c0, x, x_slice), x1 = modsell_x(c1, x, x_slice);
+        if (c0 != 0) acc += v0 * x0;
+        if (c1 != 0) acc += v1 * x1;
+    }
+    if (k < end) {
         const int c = codes[k];
-        if (c > 0) acc += vals[k] * __ldg(&x[c - 1]);
-        else if (c < 0) acc += vals[k] * x_slice[-(c + 1)];
+        if (c != 0) acc += vals[k] * modsell_x(c, x, x_slice);
     }
     *x_row = xr;
     return acc;
