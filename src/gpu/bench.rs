@@ -593,6 +593,10 @@ impl CaseBench<'_> {
             row.of_copy = floor_ms(bytes) / ms;
             row
         };
+        // Device memory of the solve: free memory before the backend and
+        // after the solve (matrix, work vectors, scratch all still held).
+        gpu.synchronize()?;
+        let free_before = gpu.memory()?.0;
         let t = Instant::now();
         let backend = GpuCgBackend::new(gpu, m, true, None, &options)?;
         let b_dev = backend.upload(&rhs)?;
@@ -602,6 +606,8 @@ impl CaseBench<'_> {
         let t = Instant::now();
         let solve = pcg(&backend, &b_dev, &mut x_dev, &controls(), "p")?;
         let solve_s = t.elapsed().as_secs_f64();
+        gpu.synchronize()?;
+        let solve_bytes = free_before.saturating_sub(gpu.memory()?.0);
         let iters = solve.iterations.max(1);
         let jacobi_bytes = pcg_iteration_bytes(n, nnz, true, false);
         let auto = LaunchMode::Auto.resolve(n);
@@ -632,10 +638,13 @@ impl CaseBench<'_> {
             0.0,
             solve_s * 1e3,
             format!(
-                "{} iterations, final residual {:.3e}; set-up {:.0} ms (mod-SELL build + upload)",
+                "{} iterations, final residual {:.3e}; set-up {:.0} ms (mod-SELL build + \
+                 upload); device memory {:.0} MB ({:.0} B per row)",
                 solve.iterations,
                 solve.final_residual,
-                setup_s * 1e3
+                setup_s * 1e3,
+                solve_bytes as f64 / 1e6,
+                solve_bytes as f64 / n as f64
             ),
         ));
         drop((backend, b_dev, x_dev));
@@ -827,10 +836,14 @@ fn assembly_rows(
     let cpu_assembly_ms = host_median_ms(cpu_reps, || Ok(system.reassemble(&varying)?))?;
     let cpu_correction_ms = host_median_ms(cpu_reps, || Ok(system.update_rhs(&p, None)?))?;
 
+    gpu.synchronize()?;
+    let free_before = gpu.memory()?.0;
     let t = Instant::now();
     let mut device = DeviceLaplacian::new(gpu, &system, &varying, settings.slice_height)?;
     gpu.synchronize()?;
     let setup_s = t.elapsed().as_secs_f64();
+    // Topology, geometry, map and the mod-SELL arrays of the device system.
+    let device_bytes = free_before.saturating_sub(gpu.memory()?.0);
     let values = system.evaluate(&varying)?;
     let t = Instant::now();
     device.upload_values(&values, None)?;
@@ -893,10 +906,12 @@ fn assembly_rows(
             assembly_ms,
             format!(
                 "Gamma per cell: {}; CPU {cpu_assembly_ms:.1} ms ({:.0}x); values upload \
-                 {upload_ms:.1} ms; set-up {setup_s:.1} s; max |A_gpu - A_cpu| / max|A| \
-                 {matrix_diff:.1e}",
+                 {upload_ms:.1} ms; set-up {setup_s:.1} s; device memory {:.0} MB ({:.0} B \
+                 per cell); max |A_gpu - A_cpu| / max|A| {matrix_diff:.1e}",
                 of_spmv(assembly_ms),
-                cpu_assembly_ms / assembly_ms
+                cpu_assembly_ms / assembly_ms,
+                device_bytes as f64 / 1e6,
+                device_bytes as f64 / n as f64
             ),
         ),
         row(
