@@ -4,8 +4,8 @@
 use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::solve::colouring::Colouring;
 use fvpoisson::solve::{
-    pcg, solve_pcg, solve_smooth, BlockJacobiSettings, ColouringKind, CpuBackend, InnerSolver,
-    Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, Sweep,
+    pcg, solve_pcg, solve_smooth, ColouringKind, CpuBackend, InnerSolver, Preconditioner,
+    PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, Sweep,
 };
 use fvpoisson::sparse::Csr;
 
@@ -31,16 +31,9 @@ fn controls(tolerance: f64, max_iter: usize) -> SolverControls {
     }
 }
 
+/// Block Jacobi on blocks of 64 rows.
 fn block(inner: InnerSolver, tolerance: f64, steps: usize) -> SmootherSettings {
-    let mut s = SmootherSettings::new(SmootherKind::BlockJacobi);
-    s.block = BlockJacobiSettings {
-        block_size: 64,
-        inner,
-        inner_tolerance: tolerance,
-        inner_max_iter: steps,
-        asynchronous: false,
-    };
-    s
+    SmootherSettings::block_jacobi(inner, tolerance, steps, 64)
 }
 
 /// The symmetric smoothers PCG can use.

@@ -255,6 +255,27 @@ impl SmootherSettings {
         }
     }
 
+    /// Block Jacobi on blocks of `block_size` rows, each solved by
+    /// `inner_max_iter` steps of `inner` (fewer where the block's residual
+    /// falls by `inner_tolerance`), double-buffered; one sweep, no damping.
+    pub fn block_jacobi(
+        inner: InnerSolver,
+        inner_tolerance: f64,
+        inner_max_iter: usize,
+        block_size: usize,
+    ) -> Self {
+        Self {
+            block: BlockJacobiSettings {
+                block_size,
+                inner,
+                inner_tolerance,
+                inner_max_iter,
+                asynchronous: false,
+            },
+            ..Self::new(SmootherKind::BlockJacobi)
+        }
+    }
+
     /// The settings of a smoother name (case-insensitive): `Jacobi`,
     /// `L1Jacobi`, `GaussSeidel`, `backwardGaussSeidel`, `symGaussSeidel`,
     /// their `multicolour…` forms (Jones–Plassmann colours), `blockJacobi`,
