@@ -657,19 +657,8 @@ impl LinearOperator for SmootherPreconditioner<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::testing::random_symmetric;
+    use crate::sparse::testing::{dense, random_symmetric};
     use nalgebra::{DMatrix, DVector};
-
-    fn dense(a: &Csr) -> DMatrix<f64> {
-        let mut m = DMatrix::zeros(a.n_rows(), a.n_cols());
-        for r in 0..a.n_rows() {
-            let (cols, vals) = a.row(r);
-            for (&c, &v) in cols.iter().zip(vals) {
-                m[(r, c as usize)] = v;
-            }
-        }
-        m
-    }
 
     fn sample(n: usize) -> (Csr, Vec<f64>, Vec<f64>) {
         let a = random_symmetric(n, 5, 11);
