@@ -291,21 +291,12 @@ fn block_layout_falls_back_to_smaller_blocks_when_one_does_not_fit() {
         &SmootherSettings::block_jacobi(InnerSolver::Cg, 1e-8, 100, 1024),
         &b,
         &mut x,
-        &controls(1e-8, 500),
+        &SolverControls::absolute(1e-8, 500),
         "p",
         &GpuSolveOptions::default(),
     )
     .unwrap();
     assert!(perf.converged, "{perf:?}");
-}
-
-fn controls(tolerance: f64, max_iter: usize) -> SolverControls {
-    SolverControls {
-        tolerance,
-        rel_tol: 0.0,
-        max_iter,
-        min_iter: 0,
-    }
 }
 
 /// The preconditioners the GPU runs (all on the same rows as the CPU: block
@@ -341,7 +332,15 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
         for s in gpu_preconditioners() {
             let p = Preconditioner::Smoother(s);
             let mut x_cpu = vec![0.0; a.n_rows()];
-            let cpu = solve_pcg(&a, p, &b, &mut x_cpu, &controls(1e-10, 3000), "p").unwrap();
+            let cpu = solve_pcg(
+                &a,
+                p,
+                &b,
+                &mut x_cpu,
+                &SolverControls::absolute(1e-10, 3000),
+                "p",
+            )
+            .unwrap();
             let mut x_gpu = vec![0.0; a.n_rows()];
             let gpu_perf = solve_pcg_gpu_with(
                 &gpu,
@@ -350,7 +349,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
                 &EquilibrationKind::None,
                 &b,
                 &mut x_gpu,
-                &controls(1e-10, 3000),
+                &SolverControls::absolute(1e-10, 3000),
                 "p",
                 &unpermuted,
             )
@@ -386,7 +385,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
                 &EquilibrationKind::None,
                 &b,
                 &mut x,
-                &controls(1e-10, 3000),
+                &SolverControls::absolute(1e-10, 3000),
                 "p",
                 &GpuSolveOptions::default(),
             )
@@ -411,7 +410,7 @@ fn pcg_with_smoother_preconditioners_on_equilibrated_systems_matches_the_cpu() {
         for s in gpu_preconditioners() {
             let p = Preconditioner::Smoother(s);
             for eq in &equilibrations {
-                let c = controls(1e-10, 3000);
+                let c = SolverControls::absolute(1e-10, 3000);
                 let mut x_cpu = vec![0.0; a.n_rows()];
                 let cpu = solve_pcg_scaled(&a, p, eq, &b, &mut x_cpu, &c, "p").unwrap();
                 let mut x_gpu = vec![0.0; a.n_rows()];
@@ -466,7 +465,15 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
     for (name, a, b) in fvm_systems().into_iter().skip(1) {
         for s in &settings {
             let mut x_cpu = vec![0.0; a.n_rows()];
-            let cpu = solve_smooth(&a, s, &b, &mut x_cpu, &controls(1e-7, 100_000), "p").unwrap();
+            let cpu = solve_smooth(
+                &a,
+                s,
+                &b,
+                &mut x_cpu,
+                &SolverControls::absolute(1e-7, 100_000),
+                "p",
+            )
+            .unwrap();
             let mut x_gpu = vec![0.0; a.n_rows()];
             let gpu_perf = solve_smooth_gpu(
                 &gpu,
@@ -474,7 +481,7 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
                 s,
                 &b,
                 &mut x_gpu,
-                &controls(1e-7, 100_000),
+                &SolverControls::absolute(1e-7, 100_000),
                 "p",
                 &unpermuted,
             )
@@ -498,7 +505,7 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
             &asynchronous,
             &b,
             &mut x,
-            &controls(1e-7, 100_000),
+            &SolverControls::absolute(1e-7, 100_000),
             "p",
             &unpermuted,
         )

@@ -22,15 +22,6 @@ fn system(spec: &str) -> (Csr, Vec<f64>) {
     poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
 }
 
-fn controls(tolerance: f64, max_iter: usize) -> SolverControls {
-    SolverControls {
-        tolerance,
-        rel_tol: 0.0,
-        max_iter,
-        min_iter: 0,
-    }
-}
-
 /// Block Jacobi on blocks of 64 rows.
 fn block(inner: InnerSolver, tolerance: f64, steps: usize) -> SmootherSettings {
     SmootherSettings::block_jacobi(inner, tolerance, steps, 64)
@@ -73,7 +64,7 @@ fn every_symmetric_smoother_preconditions_pcg_to_the_solution() {
             PreconditionerKind::Dic,
             &b,
             &mut reference,
-            &controls(1e-12, 5000),
+            &SolverControls::absolute(1e-12, 5000),
             "p",
         )
         .unwrap();
@@ -83,14 +74,22 @@ fn every_symmetric_smoother_preconditions_pcg_to_the_solution() {
             PreconditionerKind::Jacobi,
             &b,
             &mut x,
-            &controls(1e-12, 5000),
+            &SolverControls::absolute(1e-12, 5000),
             "p",
         )
         .unwrap();
         for s in preconditioners() {
             let p = Preconditioner::Smoother(s);
             let mut x = vec![0.0; a.n_rows()];
-            let perf = solve_pcg(&a, p, &b, &mut x, &controls(1e-12, 5000), "p").unwrap();
+            let perf = solve_pcg(
+                &a,
+                p,
+                &b,
+                &mut x,
+                &SolverControls::absolute(1e-12, 5000),
+                "p",
+            )
+            .unwrap();
             let d = max_diff(&x, &reference);
             println!(
                 "{spec}: {p}: {} iterations (Jacobi {}, DIC {}), flexible {}, difference {d:.1e}",
@@ -118,7 +117,14 @@ fn flexible_pcg_with_a_linear_preconditioner_follows_standard_pcg() {
     let run = |flexible: bool| {
         let backend = CpuBackend::new(&a, sgs.as_ref()).flexible(flexible);
         let mut x = vec![0.0; a.n_rows()];
-        let perf = pcg(&backend, &b, &mut x, &controls(1e-10, 1000), "p").unwrap();
+        let perf = pcg(
+            &backend,
+            &b,
+            &mut x,
+            &SolverControls::absolute(1e-10, 1000),
+            "p",
+        )
+        .unwrap();
         (perf, x)
     };
     let (standard, x_standard) = run(false);
@@ -144,7 +150,7 @@ fn every_smoother_solves_as_a_smooth_solver() {
         PreconditionerKind::Dic,
         &b,
         &mut reference,
-        &controls(1e-12, 5000),
+        &SolverControls::absolute(1e-12, 5000),
         "p",
     )
     .unwrap();
@@ -176,7 +182,15 @@ fn every_smoother_solves_as_a_smooth_solver() {
     let mut sweeps = Vec::new();
     for s in all {
         let mut x = vec![0.0; a.n_rows()];
-        let perf = solve_smooth(&a, &s, &b, &mut x, &controls(1e-8, 200_000), "p").unwrap();
+        let perf = solve_smooth(
+            &a,
+            &s,
+            &b,
+            &mut x,
+            &SolverControls::absolute(1e-8, 200_000),
+            "p",
+        )
+        .unwrap();
         println!("{s}: {} sweeps", perf.iterations);
         assert!(perf.converged, "{s}");
         assert!(max_diff(&x, &reference) < 1e-5, "{s}");

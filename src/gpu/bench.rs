@@ -946,12 +946,7 @@ fn assembly_rows(
 
 /// The bench's solver controls: OpenFOAM residual 1e-6 from x = 0.
 pub(super) fn controls() -> SolverControls {
-    SolverControls {
-        tolerance: 1e-6,
-        rel_tol: 0.0,
-        max_iter: 5000,
-        min_iter: 0,
-    }
+    SolverControls::absolute(1e-6, 5000)
 }
 
 /// The table printed last, then the notes.

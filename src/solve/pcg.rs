@@ -44,6 +44,16 @@ impl Default for SolverControls {
 }
 
 impl SolverControls {
+    /// Stop below the absolute `tolerance` or after `max_iter` iterations
+    /// (relTol off, no minimum).
+    pub fn absolute(tolerance: f64, max_iter: usize) -> Self {
+        Self {
+            tolerance,
+            max_iter,
+            ..Self::default()
+        }
+    }
+
     pub fn validate(&self) -> Result<(), SolveError> {
         for (name, v) in [("tolerance", self.tolerance), ("relTol", self.rel_tol)] {
             if !v.is_finite() || v < 0.0 {
