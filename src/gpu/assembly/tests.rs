@@ -83,13 +83,7 @@ impl Host {
     }
 
     fn reference(&self) -> Option<(usize, f64)> {
-        match self.singular {
-            Some(SingularPolicy {
-                reference: Reference::Cell { cell, value },
-                ..
-            }) => Some((self.ordering.old_to_new()[cell] as usize, value)),
-            _ => None,
-        }
+        pinned_row(self.singular, &self.ordering)
     }
 
     /// `asm_face_coefficients`: (coefficients, Γ_f|S_f|).
