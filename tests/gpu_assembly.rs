@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
 use fvpoisson::fvm::testing::{
-    all_neumann_problem, mixed_conditions, random_field, schemes, source, varying_gamma,
+    all_neumann_problem, mixed_conditions, random_field, schemes, source,
+    varying_and_uniform_gamma, varying_gamma,
 };
 use fvpoisson::fvm::{
     BoundaryCondition, CellField, FvmError, GradScheme, LaplacianProblem, LaplacianSystem,
@@ -247,15 +248,7 @@ fn gpu_assembly_equals_cpu_assembly_on_real_meshes() {
     for (i, (spec, sn_grad, grad, harmonic, euler, h, rcm)) in cases.into_iter().enumerate() {
         let mesh = load(spec);
         let geometry = mesh.geometry().unwrap();
-        for (gamma, what) in [
-            (varying_gamma(), "varying"),
-            (CellField::Uniform(0.7), "uniform"),
-        ] {
-            let mut problem =
-                LaplacianProblem::steady(gamma, source(), mixed_conditions(&mesh, i as u64));
-            if euler {
-                problem.time = TimeScheme::Euler { dt: 0.05 };
-            }
+        for (what, mut problem) in varying_and_uniform_gamma(&mesh, i as u64, euler) {
             // Some seeds leave a steady case with no fixed value (polydual:
             // zeroGradient + fixedGradient): make its right-hand side consistent.
             problem.singular.project = true;

@@ -3,7 +3,7 @@
 
 use super::{
     BoundaryCondition, CellField, GammaInterpolation, GradScheme, LaplacianProblem, PatchValues,
-    Reference, Schemes, SingularPolicy, SnGradScheme,
+    Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
 };
 use crate::mesh::{Mesh, PatchKind};
 use crate::sparse::testing::SplitMix;
@@ -88,4 +88,25 @@ pub fn all_neumann_problem(mesh: &Mesh, reference: Reference) -> LaplacianProble
         tolerance: 1e-9,
     };
     problem
+}
+
+/// The problems of one mesh that the assembly tests compare, named by their
+/// Γ: [`varying_gamma`] and a uniform 0.7, each with [`source`] and
+/// [`mixed_conditions`] of `seed`; Euler with Δt = 0.05 if `euler`, else steady.
+pub fn varying_and_uniform_gamma(
+    mesh: &Mesh,
+    seed: u64,
+    euler: bool,
+) -> [(&'static str, LaplacianProblem); 2] {
+    [
+        ("varying", varying_gamma()),
+        ("uniform", CellField::Uniform(0.7)),
+    ]
+    .map(|(what, gamma)| {
+        let mut problem = LaplacianProblem::steady(gamma, source(), mixed_conditions(mesh, seed));
+        if euler {
+            problem.time = TimeScheme::Euler { dt: 0.05 };
+        }
+        (what, problem)
+    })
 }

@@ -6,7 +6,8 @@
 
 use super::*;
 use crate::fvm::testing::{
-    all_neumann_problem, mixed_conditions, random_field, schemes, source, varying_gamma,
+    all_neumann_problem, mixed_conditions, random_field, schemes, source,
+    varying_and_uniform_gamma, varying_gamma,
 };
 use crate::fvm::{BoundaryCondition, PatchValues};
 use crate::mesh::Geometry;
@@ -400,15 +401,7 @@ fn emulated_kernels_reproduce_the_cpu_assembly_on_real_meshes() {
     for (i, (spec, sn_grad, grad, harmonic, euler)) in cases.into_iter().enumerate() {
         let mesh = crate::mesh::load(spec).unwrap();
         let geometry = mesh.geometry().unwrap();
-        for (gamma, what) in [
-            (varying_gamma(), "varying"),
-            (CellField::Uniform(0.7), "uniform"),
-        ] {
-            let mut problem =
-                LaplacianProblem::steady(gamma, source(), mixed_conditions(&mesh, i as u64));
-            if euler {
-                problem.time = TimeScheme::Euler { dt: 0.05 };
-            }
+        for (what, problem) in varying_and_uniform_gamma(&mesh, i as u64, euler) {
             check(
                 &format!("{spec} {sn_grad:?} {grad:?} gamma {what}"),
                 &mesh,
