@@ -413,12 +413,7 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
     device
         .update_rhs(&device.to_device_order(&p).unwrap(), None)
         .unwrap();
-    let controls = SolverControls {
-        tolerance: 1e-10,
-        rel_tol: 0.0,
-        max_iter: 5000,
-        min_iter: 0,
-    };
+    let controls = SolverControls::absolute(1e-10, 5000);
     for jacobi in [true, false] {
         let kind = if jacobi {
             PreconditionerKind::Jacobi
@@ -463,12 +458,7 @@ fn backend_on_a_resident_matrix_equals_the_uploaded_backend() {
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:10x11x12:tet:perturb=0.2").unwrap();
     let n = a.n_rows();
-    let controls = SolverControls {
-        tolerance: 1e-9,
-        rel_tol: 0.0,
-        max_iter: 2000,
-        min_iter: 0,
-    };
+    let controls = SolverControls::absolute(1e-9, 2000);
     let options = GpuSolveOptions {
         slice_height: 64,
         check_interval: 10,

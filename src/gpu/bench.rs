@@ -196,12 +196,7 @@ fn time_per_iteration(
     iterations: usize,
     check_interval: usize,
 ) -> Result<f64, GpuError> {
-    let fixed = |max_iter| SolverControls {
-        tolerance: 0.0,
-        rel_tol: 0.0,
-        max_iter,
-        min_iter: 0,
-    };
+    let fixed = |max_iter| SolverControls::absolute(0.0, max_iter);
     let zeros = vec![0.0; backend.n()];
     let run = |x: &mut GpuVector, max_iter| -> Result<(), GpuError> {
         backend.write(x, &zeros)?;
