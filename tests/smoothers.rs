@@ -5,7 +5,7 @@ use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::solve::colouring::Colouring;
 use fvpoisson::solve::{
     pcg, solve_pcg, solve_smooth, ColouringKind, CpuBackend, InnerSolver, Preconditioner,
-    PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, Sweep,
+    PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, SolverPerformance, Sweep,
 };
 use fvpoisson::sparse::Csr;
 
@@ -54,42 +54,27 @@ fn max_diff(x: &[f64], y: &[f64]) -> f64 {
         / scale
 }
 
+/// PCG with `preconditioner` from x = 0 to an absolute residual of 1e-12.
+fn pcg_from_zero(
+    a: &Csr,
+    b: &[f64],
+    preconditioner: impl Into<Preconditioner>,
+) -> (SolverPerformance, Vec<f64>) {
+    let mut x = vec![0.0; a.n_rows()];
+    let controls = SolverControls::absolute(1e-12, 5000);
+    let perf = solve_pcg(a, preconditioner, b, &mut x, &controls, "p").unwrap();
+    (perf, x)
+}
+
 #[test]
 fn every_symmetric_smoother_preconditions_pcg_to_the_solution() {
     for spec in MESHES {
         let (a, b) = system(spec);
-        let mut reference = vec![0.0; a.n_rows()];
-        let dic = solve_pcg(
-            &a,
-            PreconditionerKind::Dic,
-            &b,
-            &mut reference,
-            &SolverControls::absolute(1e-12, 5000),
-            "p",
-        )
-        .unwrap();
-        let mut x = vec![0.0; a.n_rows()];
-        let jacobi = solve_pcg(
-            &a,
-            PreconditionerKind::Jacobi,
-            &b,
-            &mut x,
-            &SolverControls::absolute(1e-12, 5000),
-            "p",
-        )
-        .unwrap();
+        let (dic, reference) = pcg_from_zero(&a, &b, PreconditionerKind::Dic);
+        let (jacobi, _) = pcg_from_zero(&a, &b, PreconditionerKind::Jacobi);
         for s in preconditioners() {
             let p = Preconditioner::Smoother(s);
-            let mut x = vec![0.0; a.n_rows()];
-            let perf = solve_pcg(
-                &a,
-                p,
-                &b,
-                &mut x,
-                &SolverControls::absolute(1e-12, 5000),
-                "p",
-            )
-            .unwrap();
+            let (perf, x) = pcg_from_zero(&a, &b, p);
             let d = max_diff(&x, &reference);
             println!(
                 "{spec}: {p}: {} iterations (Jacobi {}, DIC {}), flexible {}, difference {d:.1e}",
@@ -144,16 +129,7 @@ fn flexible_pcg_with_a_linear_preconditioner_follows_standard_pcg() {
 #[test]
 fn every_smoother_solves_as_a_smooth_solver() {
     let (a, b) = system(MESHES[1]);
-    let mut reference = vec![0.0; a.n_rows()];
-    solve_pcg(
-        &a,
-        PreconditionerKind::Dic,
-        &b,
-        &mut reference,
-        &SolverControls::absolute(1e-12, 5000),
-        "p",
-    )
-    .unwrap();
+    let (_, reference) = pcg_from_zero(&a, &b, PreconditionerKind::Dic);
     let mut all: Vec<SmootherSettings> = [
         "Jacobi",
         "L1Jacobi",
