@@ -40,12 +40,7 @@ fn neumann_system(spec: &str) -> (Csr, Vec<f64>) {
 }
 
 fn controls() -> SolverControls {
-    SolverControls {
-        tolerance: 1e-10,
-        rel_tol: 0.0,
-        max_iter: 3000,
-        min_iter: 0,
-    }
+    SolverControls::absolute(1e-10, 3000)
 }
 
 fn equilibrations() -> [EquilibrationKind; 3] {

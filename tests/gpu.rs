@@ -68,12 +68,7 @@ fn spmv_formats_match_csr_on_fvm_matrices() {
 }
 
 fn controls() -> SolverControls {
-    SolverControls {
-        tolerance: 1e-8,
-        rel_tol: 0.0,
-        max_iter: 2000,
-        min_iter: 0,
-    }
+    SolverControls::absolute(1e-8, 2000)
 }
 
 #[test]

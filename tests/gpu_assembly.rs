@@ -9,10 +9,13 @@
 use std::path::{Path, PathBuf};
 
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
-use fvpoisson::fvm::testing::mixed_conditions;
+use fvpoisson::fvm::testing::{
+    all_neumann_problem, mixed_conditions, random_field, schemes, source,
+    varying_and_uniform_gamma, varying_gamma,
+};
 use fvpoisson::fvm::{
-    BoundaryCondition, CellField, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
-    LaplacianSystem, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
+    BoundaryCondition, CellField, FvmError, GradScheme, LaplacianProblem, LaplacianSystem,
+    Reference, Schemes, SnGradScheme, TimeScheme,
 };
 use fvpoisson::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use fvpoisson::gpu::bench::poisson_system;
@@ -21,7 +24,6 @@ use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::mesh::{Mesh, Vec3};
 use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
-use fvpoisson::sparse::testing::SplitMix;
 use fvpoisson::sparse::{Csr, ModSell, Permutation};
 
 /// A repository path: relative to the working directory when it is there
@@ -43,11 +45,6 @@ fn load(spec: &str) -> Mesh {
         repo(spec).to_string_lossy().into_owned()
     };
     fvpoisson::mesh::load(&spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
-}
-
-fn random_field(n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = SplitMix(seed);
-    (0..n).map(|_| 2.0 * rng.next_f64() - 1.0).collect()
 }
 
 /// Largest |a − b| / |b| over the entries (same pattern required; an entry
@@ -138,26 +135,6 @@ fn compare(
     ] {
         assert!(d <= TOLERANCE, "{name}: {what} differs by {d:e}");
     }
-}
-
-fn schemes(sn_grad: SnGradScheme, grad: GradScheme, harmonic: bool) -> Schemes {
-    Schemes {
-        sn_grad,
-        grad,
-        gamma_interpolation: if harmonic {
-            GammaInterpolation::Harmonic
-        } else {
-            GammaInterpolation::Linear
-        },
-    }
-}
-
-fn varying_gamma() -> CellField {
-    CellField::function(|c| 1.0 + 0.5 * (3.0 * c.x).sin() + c.y * c.z)
-}
-
-fn source() -> CellField {
-    CellField::function(|c| 1.0 + c.x - 2.0 * c.y * c.z)
 }
 
 #[test]
@@ -271,15 +248,7 @@ fn gpu_assembly_equals_cpu_assembly_on_real_meshes() {
     for (i, (spec, sn_grad, grad, harmonic, euler, h, rcm)) in cases.into_iter().enumerate() {
         let mesh = load(spec);
         let geometry = mesh.geometry().unwrap();
-        for (gamma, what) in [
-            (varying_gamma(), "varying"),
-            (CellField::Uniform(0.7), "uniform"),
-        ] {
-            let mut problem =
-                LaplacianProblem::steady(gamma, source(), mixed_conditions(&mesh, i as u64));
-            if euler {
-                problem.time = TimeScheme::Euler { dt: 0.05 };
-            }
+        for (what, mut problem) in varying_and_uniform_gamma(&mesh, i as u64, euler) {
             // Some seeds leave a steady case with no fixed value (polydual:
             // zeroGradient + fixedGradient): make its right-hand side consistent.
             problem.singular.project = true;
@@ -341,7 +310,6 @@ fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:10x9x8:perturb=0.25");
     let geometry = mesh.geometry().unwrap();
-    let neumann = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
     for reference in [
         Reference::ZeroMean,
         Reference::Cell {
@@ -349,12 +317,7 @@ fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
             value: 0.3,
         },
     ] {
-        let mut problem = LaplacianProblem::steady(varying_gamma(), source(), neumann.clone());
-        problem.singular = SingularPolicy {
-            reference,
-            project: true,
-            tolerance: 1e-9,
-        };
+        let problem = all_neumann_problem(&mesh, reference);
         let mut system =
             LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
         let mut device = DeviceLaplacian::new(&gpu, &system, &problem, 512).unwrap();
@@ -384,6 +347,7 @@ fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
         assert!(d < 1e-13, "{d}");
     }
     // Unbalanced and not projected: the CPU's error, from the device.
+    let neumann = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
     let mut problem = LaplacianProblem::steady(CellField::Uniform(1.0), source(), neumann);
     problem.singular.project = false;
     let mut system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
@@ -449,12 +413,7 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
     device
         .update_rhs(&device.to_device_order(&p).unwrap(), None)
         .unwrap();
-    let controls = SolverControls {
-        tolerance: 1e-10,
-        rel_tol: 0.0,
-        max_iter: 5000,
-        min_iter: 0,
-    };
+    let controls = SolverControls::absolute(1e-10, 5000);
     for jacobi in [true, false] {
         let kind = if jacobi {
             PreconditionerKind::Jacobi
@@ -499,12 +458,7 @@ fn backend_on_a_resident_matrix_equals_the_uploaded_backend() {
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:10x11x12:tet:perturb=0.2").unwrap();
     let n = a.n_rows();
-    let controls = SolverControls {
-        tolerance: 1e-9,
-        rel_tol: 0.0,
-        max_iter: 2000,
-        min_iter: 0,
-    };
+    let controls = SolverControls::absolute(1e-9, 2000);
     let options = GpuSolveOptions {
         slice_height: 64,
         check_interval: 10,

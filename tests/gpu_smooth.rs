@@ -6,7 +6,7 @@
 
 use std::rc::Rc;
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::smooth::{
@@ -16,9 +16,8 @@ use fvpoisson::gpu::smooth::{
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::colouring::Colouring;
 use fvpoisson::solve::{
-    solve_pcg, solve_pcg_scaled, solve_smooth, BlockJacobiSettings, ColouringKind,
-    EquilibrationKind, InnerSolver, Preconditioner, SmootherKind, SmootherSettings, SolverControls,
-    Sweep,
+    solve_pcg, solve_pcg_scaled, solve_smooth, ColouringKind, EquilibrationKind, InnerSolver,
+    Preconditioner, SmootherKind, SmootherSettings, SolverControls, Sweep,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
@@ -64,21 +63,6 @@ fn systems() -> Vec<(String, Csr, Vec<f64>)> {
 fn device_matrix(gpu: &Gpu, a: &Csr, h: usize) -> Rc<DeviceModSell> {
     let m = ModSell::from_csr(a, h).unwrap();
     Rc::new(DeviceModSell::upload(gpu, &m).unwrap())
-}
-
-/// max |x − y| / max |y|; a non-finite x counts as infinite.
-fn max_rel_diff(x: &[f64], y: &[f64]) -> f64 {
-    let scale = y.iter().fold(f64::MIN_POSITIVE, |m, v| m.max(v.abs()));
-    x.iter()
-        .zip(y)
-        .map(|(a, b)| {
-            if a.is_finite() {
-                (a - b).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
 }
 
 /// `sweeps` sweeps of `settings` from x0 on the GPU (matrix slices of `h`) and
@@ -222,18 +206,6 @@ fn colour_contiguous_layout_sweeps_match_the_cpu() {
     }
 }
 
-fn block(inner: InnerSolver, tolerance: f64, steps: usize, h: usize) -> SmootherSettings {
-    let mut s = SmootherSettings::new(SmootherKind::BlockJacobi);
-    s.block = BlockJacobiSettings {
-        block_size: h,
-        inner,
-        inner_tolerance: tolerance,
-        inner_max_iter: steps,
-        asynchronous: false,
-    };
-    s
-}
-
 /// ‖b − A x‖₂.
 fn residual_norm(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
     let mut ax = vec![0.0; a.n_rows()];
@@ -251,12 +223,14 @@ fn block_jacobi_matches_the_cpu() {
     for (name, a, b) in systems() {
         for h in [64, 512] {
             // The blocks as the solves lay them out (grown over RCM).
-            let p = block(InnerSolver::Jacobi, 0.0, 1, h).ordering(&a).unwrap();
+            let p = SmootherSettings::block_jacobi(InnerSolver::Jacobi, 0.0, 1, h)
+                .ordering(&a)
+                .unwrap();
             let (a, b) = (p.apply_symmetric(&a), p.to_new(&b));
             for inner in InnerSolver::ALL {
                 // A fixed number of inner steps: the same arithmetic (inner
                 // Jacobi damped, to cover omega).
-                let mut s = block(inner, 0.0, 3, h);
+                let mut s = SmootherSettings::block_jacobi(inner, 0.0, 3, h);
                 if inner == InnerSolver::Jacobi {
                     s.omega = 0.7;
                 }
@@ -266,7 +240,7 @@ fn block_jacobi_matches_the_cpu() {
                 assert!(d < 1e-11, "{name} {s}: {d}");
                 // To a tolerance: a block may stop one step apart where its
                 // residual sits on the threshold.
-                let s = block(inner, 1e-6, 200, h);
+                let s = SmootherSettings::block_jacobi(inner, 1e-6, 200, h);
                 let (x_gpu, x_cpu) = both(&gpu, &a, &b, h, &s, 2);
                 let d = max_rel_diff(&x_gpu, &x_cpu);
                 println!("{name} H = {h}: {s}: 2 sweeps, max relative difference {d:.2e}");
@@ -304,7 +278,7 @@ fn block_layout_falls_back_to_smaller_blocks_when_one_does_not_fit() {
     println!("1024-row blocks requested, {h}-row blocks used");
     assert!((32..1024).contains(&h) && h % 32 == 0);
     assert_eq!(p.apply_symmetric(&a), ordered);
-    let s = block(InnerSolver::Cg, 0.0, 5, h);
+    let s = SmootherSettings::block_jacobi(InnerSolver::Cg, 0.0, 5, h);
     let (x_gpu, x_cpu) = both(&gpu, &ordered, &p.to_new(&b), h, &s, 1);
     let d = max_rel_diff(&x_gpu, &x_cpu);
     println!("fallback H = {h}: max relative difference {d:.2e}");
@@ -314,24 +288,15 @@ fn block_layout_falls_back_to_smaller_blocks_when_one_does_not_fit() {
     let perf = solve_smooth_gpu(
         &gpu,
         &a,
-        &block(InnerSolver::Cg, 1e-8, 100, 1024),
+        &SmootherSettings::block_jacobi(InnerSolver::Cg, 1e-8, 100, 1024),
         &b,
         &mut x,
-        &controls(1e-8, 500),
+        &SolverControls::absolute(1e-8, 500),
         "p",
         &GpuSolveOptions::default(),
     )
     .unwrap();
     assert!(perf.converged, "{perf:?}");
-}
-
-fn controls(tolerance: f64, max_iter: usize) -> SolverControls {
-    SolverControls {
-        tolerance,
-        rel_tol: 0.0,
-        max_iter,
-        min_iter: 0,
-    }
 }
 
 /// The preconditioners the GPU runs (all on the same rows as the CPU: block
@@ -347,12 +312,12 @@ fn gpu_preconditioners() -> Vec<SmootherSettings> {
         jacobi,
         SmootherSettings::new(SmootherKind::L1Jacobi),
         {
-            let mut s = block(InnerSolver::Jacobi, 0.0, 4, 256);
+            let mut s = SmootherSettings::block_jacobi(InnerSolver::Jacobi, 0.0, 4, 256);
             s.omega = 0.7;
             s
         },
-        block(InnerSolver::SymGaussSeidel, 0.0, 2, 256),
-        block(InnerSolver::Cg, 1e-3, 50, 256),
+        SmootherSettings::block_jacobi(InnerSolver::SymGaussSeidel, 0.0, 2, 256),
+        SmootherSettings::block_jacobi(InnerSolver::Cg, 1e-3, 50, 256),
     ]
 }
 
@@ -367,7 +332,15 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
         for s in gpu_preconditioners() {
             let p = Preconditioner::Smoother(s);
             let mut x_cpu = vec![0.0; a.n_rows()];
-            let cpu = solve_pcg(&a, p, &b, &mut x_cpu, &controls(1e-10, 3000), "p").unwrap();
+            let cpu = solve_pcg(
+                &a,
+                p,
+                &b,
+                &mut x_cpu,
+                &SolverControls::absolute(1e-10, 3000),
+                "p",
+            )
+            .unwrap();
             let mut x_gpu = vec![0.0; a.n_rows()];
             let gpu_perf = solve_pcg_gpu_with(
                 &gpu,
@@ -376,7 +349,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
                 &EquilibrationKind::None,
                 &b,
                 &mut x_gpu,
-                &controls(1e-10, 3000),
+                &SolverControls::absolute(1e-10, 3000),
                 "p",
                 &unpermuted,
             )
@@ -412,7 +385,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
                 &EquilibrationKind::None,
                 &b,
                 &mut x,
-                &controls(1e-10, 3000),
+                &SolverControls::absolute(1e-10, 3000),
                 "p",
                 &GpuSolveOptions::default(),
             )
@@ -437,7 +410,7 @@ fn pcg_with_smoother_preconditioners_on_equilibrated_systems_matches_the_cpu() {
         for s in gpu_preconditioners() {
             let p = Preconditioner::Smoother(s);
             for eq in &equilibrations {
-                let c = controls(1e-10, 3000);
+                let c = SolverControls::absolute(1e-10, 3000);
                 let mut x_cpu = vec![0.0; a.n_rows()];
                 let cpu = solve_pcg_scaled(&a, p, eq, &b, &mut x_cpu, &c, "p").unwrap();
                 let mut x_gpu = vec![0.0; a.n_rows()];
@@ -487,12 +460,20 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
     forward.colouring = ColouringKind::JonesPlassmann;
     forward.sweeps = 3;
     settings.push(forward);
-    let mut asynchronous = block(InnerSolver::Cg, 1e-6, 100, 256);
+    let mut asynchronous = SmootherSettings::block_jacobi(InnerSolver::Cg, 1e-6, 100, 256);
     asynchronous.block.asynchronous = true;
     for (name, a, b) in fvm_systems().into_iter().skip(1) {
         for s in &settings {
             let mut x_cpu = vec![0.0; a.n_rows()];
-            let cpu = solve_smooth(&a, s, &b, &mut x_cpu, &controls(1e-7, 100_000), "p").unwrap();
+            let cpu = solve_smooth(
+                &a,
+                s,
+                &b,
+                &mut x_cpu,
+                &SolverControls::absolute(1e-7, 100_000),
+                "p",
+            )
+            .unwrap();
             let mut x_gpu = vec![0.0; a.n_rows()];
             let gpu_perf = solve_smooth_gpu(
                 &gpu,
@@ -500,7 +481,7 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
                 s,
                 &b,
                 &mut x_gpu,
-                &controls(1e-7, 100_000),
+                &SolverControls::absolute(1e-7, 100_000),
                 "p",
                 &unpermuted,
             )
@@ -524,7 +505,7 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
             &asynchronous,
             &b,
             &mut x,
-            &controls(1e-7, 100_000),
+            &SolverControls::absolute(1e-7, 100_000),
             "p",
             &unpermuted,
         )

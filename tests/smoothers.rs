@@ -4,8 +4,8 @@
 use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::solve::colouring::Colouring;
 use fvpoisson::solve::{
-    pcg, solve_pcg, solve_smooth, BlockJacobiSettings, ColouringKind, CpuBackend, InnerSolver,
-    Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, Sweep,
+    pcg, solve_pcg, solve_smooth, ColouringKind, CpuBackend, InnerSolver, Preconditioner,
+    PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, SolverPerformance, Sweep,
 };
 use fvpoisson::sparse::Csr;
 
@@ -22,25 +22,9 @@ fn system(spec: &str) -> (Csr, Vec<f64>) {
     poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
 }
 
-fn controls(tolerance: f64, max_iter: usize) -> SolverControls {
-    SolverControls {
-        tolerance,
-        rel_tol: 0.0,
-        max_iter,
-        min_iter: 0,
-    }
-}
-
+/// Block Jacobi on blocks of 64 rows.
 fn block(inner: InnerSolver, tolerance: f64, steps: usize) -> SmootherSettings {
-    let mut s = SmootherSettings::new(SmootherKind::BlockJacobi);
-    s.block = BlockJacobiSettings {
-        block_size: 64,
-        inner,
-        inner_tolerance: tolerance,
-        inner_max_iter: steps,
-        asynchronous: false,
-    };
-    s
+    SmootherSettings::block_jacobi(inner, tolerance, steps, 64)
 }
 
 /// The symmetric smoothers PCG can use.
@@ -70,34 +54,27 @@ fn max_diff(x: &[f64], y: &[f64]) -> f64 {
         / scale
 }
 
+/// PCG with `preconditioner` from x = 0 to an absolute residual of 1e-12.
+fn pcg_from_zero(
+    a: &Csr,
+    b: &[f64],
+    preconditioner: impl Into<Preconditioner>,
+) -> (SolverPerformance, Vec<f64>) {
+    let mut x = vec![0.0; a.n_rows()];
+    let controls = SolverControls::absolute(1e-12, 5000);
+    let perf = solve_pcg(a, preconditioner, b, &mut x, &controls, "p").unwrap();
+    (perf, x)
+}
+
 #[test]
 fn every_symmetric_smoother_preconditions_pcg_to_the_solution() {
     for spec in MESHES {
         let (a, b) = system(spec);
-        let mut reference = vec![0.0; a.n_rows()];
-        let dic = solve_pcg(
-            &a,
-            PreconditionerKind::Dic,
-            &b,
-            &mut reference,
-            &controls(1e-12, 5000),
-            "p",
-        )
-        .unwrap();
-        let mut x = vec![0.0; a.n_rows()];
-        let jacobi = solve_pcg(
-            &a,
-            PreconditionerKind::Jacobi,
-            &b,
-            &mut x,
-            &controls(1e-12, 5000),
-            "p",
-        )
-        .unwrap();
+        let (dic, reference) = pcg_from_zero(&a, &b, PreconditionerKind::Dic);
+        let (jacobi, _) = pcg_from_zero(&a, &b, PreconditionerKind::Jacobi);
         for s in preconditioners() {
             let p = Preconditioner::Smoother(s);
-            let mut x = vec![0.0; a.n_rows()];
-            let perf = solve_pcg(&a, p, &b, &mut x, &controls(1e-12, 5000), "p").unwrap();
+            let (perf, x) = pcg_from_zero(&a, &b, p);
             let d = max_diff(&x, &reference);
             println!(
                 "{spec}: {p}: {} iterations (Jacobi {}, DIC {}), flexible {}, difference {d:.1e}",
@@ -125,7 +102,14 @@ fn flexible_pcg_with_a_linear_preconditioner_follows_standard_pcg() {
     let run = |flexible: bool| {
         let backend = CpuBackend::new(&a, sgs.as_ref()).flexible(flexible);
         let mut x = vec![0.0; a.n_rows()];
-        let perf = pcg(&backend, &b, &mut x, &controls(1e-10, 1000), "p").unwrap();
+        let perf = pcg(
+            &backend,
+            &b,
+            &mut x,
+            &SolverControls::absolute(1e-10, 1000),
+            "p",
+        )
+        .unwrap();
         (perf, x)
     };
     let (standard, x_standard) = run(false);
@@ -145,16 +129,7 @@ fn flexible_pcg_with_a_linear_preconditioner_follows_standard_pcg() {
 #[test]
 fn every_smoother_solves_as_a_smooth_solver() {
     let (a, b) = system(MESHES[1]);
-    let mut reference = vec![0.0; a.n_rows()];
-    solve_pcg(
-        &a,
-        PreconditionerKind::Dic,
-        &b,
-        &mut reference,
-        &controls(1e-12, 5000),
-        "p",
-    )
-    .unwrap();
+    let (_, reference) = pcg_from_zero(&a, &b, PreconditionerKind::Dic);
     let mut all: Vec<SmootherSettings> = [
         "Jacobi",
         "L1Jacobi",
@@ -183,7 +158,15 @@ fn every_smoother_solves_as_a_smooth_solver() {
     let mut sweeps = Vec::new();
     for s in all {
         let mut x = vec![0.0; a.n_rows()];
-        let perf = solve_smooth(&a, &s, &b, &mut x, &controls(1e-8, 200_000), "p").unwrap();
+        let perf = solve_smooth(
+            &a,
+            &s,
+            &b,
+            &mut x,
+            &SolverControls::absolute(1e-8, 200_000),
+            "p",
+        )
+        .unwrap();
         println!("{s}: {} sweeps", perf.iterations);
         assert!(perf.converged, "{s}");
         assert!(max_diff(&x, &reference) < 1e-5, "{s}");

@@ -1,6 +1,10 @@
-//! Boundary conditions for tests and benchmarks (deterministic from a seed).
+//! Boundary conditions, schemes, Γ, sources and fields for tests and
+//! benchmarks (deterministic from a seed).
 
-use super::{BoundaryCondition, PatchValues};
+use super::{
+    BoundaryCondition, CellField, GammaInterpolation, GradScheme, LaplacianProblem, PatchValues,
+    Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
+};
 use crate::mesh::{Mesh, PatchKind};
 use crate::sparse::testing::SplitMix;
 
@@ -42,4 +46,67 @@ pub fn mixed_conditions(mesh: &Mesh, seed: u64) -> Vec<BoundaryCondition> {
             }
         })
         .collect()
+}
+
+/// `sn_grad` and `grad` with harmonic (else linear) interpolation of Γ.
+pub fn schemes(sn_grad: SnGradScheme, grad: GradScheme, harmonic: bool) -> Schemes {
+    Schemes {
+        sn_grad,
+        grad,
+        gamma_interpolation: if harmonic {
+            GammaInterpolation::Harmonic
+        } else {
+            GammaInterpolation::Linear
+        },
+    }
+}
+
+/// A smooth Γ that varies by a factor of about three over the unit box.
+pub fn varying_gamma() -> CellField {
+    CellField::function(|c| 1.0 + 0.5 * (3.0 * c.x).sin() + c.y * c.z)
+}
+
+/// A smooth source term that changes sign over the unit box.
+pub fn source() -> CellField {
+    CellField::function(|c| 1.0 + c.x - 2.0 * c.y * c.z)
+}
+
+/// `n` values uniform in [−1, 1) drawn from `seed`.
+pub fn random_field(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| 2.0 * rng.next_f64() - 1.0).collect()
+}
+
+/// The singular problem: zeroGradient on every patch with [`varying_gamma`]
+/// and [`source`], projected onto the range and fixed by `reference`.
+pub fn all_neumann_problem(mesh: &Mesh, reference: Reference) -> LaplacianProblem {
+    let neumann = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
+    let mut problem = LaplacianProblem::steady(varying_gamma(), source(), neumann);
+    problem.singular = SingularPolicy {
+        reference,
+        project: true,
+        tolerance: 1e-9,
+    };
+    problem
+}
+
+/// The problems of one mesh that the assembly tests compare, named by their
+/// Γ: [`varying_gamma`] and a uniform 0.7, each with [`source`] and
+/// [`mixed_conditions`] of `seed`; Euler with Δt = 0.05 if `euler`, else steady.
+pub fn varying_and_uniform_gamma(
+    mesh: &Mesh,
+    seed: u64,
+    euler: bool,
+) -> [(&'static str, LaplacianProblem); 2] {
+    [
+        ("varying", varying_gamma()),
+        ("uniform", CellField::Uniform(0.7)),
+    ]
+    .map(|(what, gamma)| {
+        let mut problem = LaplacianProblem::steady(gamma, source(), mixed_conditions(mesh, seed));
+        if euler {
+            problem.time = TimeScheme::Euler { dt: 0.05 };
+        }
+        (what, problem)
+    })
 }

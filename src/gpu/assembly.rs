@@ -741,13 +741,7 @@ impl<'g> DeviceLaplacian<'g> {
 
     /// The reference row and value when the last assembly pinned a cell.
     fn reference(&self) -> Option<(usize, f64)> {
-        match self.singular {
-            Some(SingularPolicy {
-                reference: Reference::Cell { cell, value },
-                ..
-            }) => Some((self.ordering.old_to_new()[cell] as usize, value)),
-            _ => None,
-        }
+        pinned_row(self.singular, &self.ordering)
     }
 
     /// Cell gradient of `p` (device, row order) into the gradient buffer.
@@ -1106,6 +1100,18 @@ impl<'g> DeviceLaplacian<'g> {
 
 fn lost() -> GpuError {
     GpuError::Invalid("the device matrix was lost in an earlier device failure".into())
+}
+
+/// The device row and value of the cell that `singular` pins (rows in
+/// `ordering`), if it pins one.
+fn pinned_row(singular: Option<SingularPolicy>, ordering: &Permutation) -> Option<(usize, f64)> {
+    match singular {
+        Some(SingularPolicy {
+            reference: Reference::Cell { cell, value },
+            ..
+        }) => Some((ordering.old_to_new()[cell] as usize, value)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -196,12 +196,7 @@ fn time_per_iteration(
     iterations: usize,
     check_interval: usize,
 ) -> Result<f64, GpuError> {
-    let fixed = |max_iter| SolverControls {
-        tolerance: 0.0,
-        rel_tol: 0.0,
-        max_iter,
-        min_iter: 0,
-    };
+    let fixed = |max_iter| SolverControls::absolute(0.0, max_iter);
     let zeros = vec![0.0; backend.n()];
     let run = |x: &mut GpuVector, max_iter| -> Result<(), GpuError> {
         backend.write(x, &zeros)?;
@@ -946,12 +941,7 @@ fn assembly_rows(
 
 /// The bench's solver controls: OpenFOAM residual 1e-6 from x = 0.
 pub(super) fn controls() -> SolverControls {
-    SolverControls {
-        tolerance: 1e-6,
-        rel_tol: 0.0,
-        max_iter: 5000,
-        min_iter: 0,
-    }
+    SolverControls::absolute(1e-6, 5000)
 }
 
 /// The table printed last, then the notes.

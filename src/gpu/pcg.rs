@@ -850,6 +850,55 @@ pub fn solve_pcg_gpu(
     GpuSolver::new(gpu).solve(a, kind, equilibration, b, x, controls, field, options)
 }
 
+/// A x = b equilibrated by an [`EquilibrationKind`] on the host, before the
+/// upload (as in `solve_pcg_scaled`): the scaling, the scaled matrix and the
+/// scaled b and x (the system as given when the kind is none).
+pub(crate) struct ScaledSystem {
+    pub equilibration: Option<Equilibration>,
+    scaled_matrix: Option<Csr>,
+    pub b: Vec<f64>,
+    pub x: Vec<f64>,
+}
+
+impl ScaledSystem {
+    pub fn new(
+        a: &Csr,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &[f64],
+    ) -> Result<Self, SolveError> {
+        let equilibration = equilibration.build(a)?;
+        let scaled_matrix = equilibration.as_ref().map(|e| e.scale_matrix(a));
+        let (b, x) = match &equilibration {
+            Some(e) => (e.scale_rhs(b), e.to_scaled(x)),
+            None => (b.to_vec(), x.to_vec()),
+        };
+        Ok(Self {
+            equilibration,
+            scaled_matrix,
+            b,
+            x,
+        })
+    }
+
+    /// The matrix to solve with: the scaled one, or `a` as given.
+    pub fn matrix<'a>(&'a self, a: &'a Csr) -> &'a Csr {
+        self.scaled_matrix.as_ref().unwrap_or(a)
+    }
+
+    /// The scaling in the device's row order (`p` maps to it, if any).
+    pub fn permuted_equilibration(
+        &self,
+        p: Option<&Permutation>,
+    ) -> Option<Cow<'_, Equilibration>> {
+        match (&self.equilibration, p) {
+            (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
+            (Some(e), None) => Some(Cow::Borrowed(e)),
+            (None, _) => None,
+        }
+    }
+}
+
 /// GPU solves of a sequence of systems of one size (a run's linear solves):
 /// the permutation of each row ordering is computed at its first use and
 /// reused, so that an expensive ordering (METIS) is paid once per run.
@@ -921,22 +970,13 @@ impl<'g> GpuSolver<'g> {
             }
         };
         // The CPU path's checks, in its order, with its row numbers.
-        let eq = equilibration.build(a)?;
-        let scaled = eq.as_ref().map(|e| e.scale_matrix(a));
-        let system = scaled.as_ref().unwrap_or(a);
+        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
+        let system = scaled.matrix(a);
         kind.build(system)?;
-        let (b_system, x_system) = match &eq {
-            Some(e) => (e.scale_rhs(b), e.to_scaled(x)),
-            None => (b.to_vec(), x.to_vec()),
-        };
         let gpu = self.gpu;
         let perm = self.permutation(system, options)?;
         let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
-        let eq_ordered = match (&eq, perm) {
-            (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
-            (Some(e), None) => Some(Cow::Borrowed(e)),
-            (None, _) => None,
-        };
+        let eq_ordered = scaled.permuted_equilibration(perm);
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let backend = GpuCgBackend::new(
             gpu,
@@ -946,11 +986,11 @@ impl<'g> GpuSolver<'g> {
             options,
         )
         .map_err(device)?;
-        let b_dev = backend.upload(&ordered.to_new(&b_system)).map_err(device)?;
-        let mut x_dev = backend.upload(&ordered.to_new(&x_system)).map_err(device)?;
+        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
+        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
         let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
         let x_new = backend.download(&x_dev).map_err(device)?;
-        match &eq {
+        match &scaled.equilibration {
             Some(e) => {
                 let mut y = vec![0.0; x.len()];
                 ordered.to_old_into(&x_new, &mut y);

@@ -19,14 +19,13 @@
 //! [`DevicePreconditioner`] is the device analogue of `solve::LinearOperator`
 //! for preconditioners: `GpuCgBackend::set_preconditioner` takes any of them.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::matrix::DeviceModSell;
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
@@ -751,31 +750,21 @@ impl GpuSolver<'_> {
         check_system(a, b, x, controls)?;
         preconditioner.check()?;
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let eq = equilibration.build(a)?;
-        let scaled = eq.as_ref().map(|e| e.scale_matrix(a));
-        let system = scaled.as_ref().unwrap_or(a);
-        let (b_system, mut x_system) = match &eq {
-            Some(e) => (e.scale_rhs(b), e.to_scaled(x)),
-            None => (b.to_vec(), x.to_vec()),
-        };
-        let layout = Layout::new(self, system, settings, options)?;
-        let eq_ordered = match (&eq, &layout.ordering) {
-            (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
-            (Some(e), None) => Some(Cow::Borrowed(e)),
-            (None, _) => None,
-        };
+        let mut scaled = ScaledSystem::new(a, equilibration, b, x)?;
+        let layout = Layout::new(self, scaled.matrix(a), settings, options)?;
+        let eq_ordered = scaled.permuted_equilibration(layout.ordering.as_ref());
         let (mut backend, smoother) = layout
             .build(self.gpu(), settings, eq_ordered.as_deref(), options)
             .map_err(device)?;
         backend.set_preconditioner(Box::new(DeviceSmootherPreconditioner::new(
             smoother, settings,
         )));
-        let perf = layout.solve(&backend, &b_system, &mut x_system, |b, x| {
+        let perf = layout.solve(&backend, &scaled.b, &mut scaled.x, |b, x| {
             pcg(&backend, b, x, controls, field)
         })?;
-        match &eq {
-            Some(e) => x.copy_from_slice(&e.to_original(&x_system)),
-            None => x.copy_from_slice(&x_system),
+        match &scaled.equilibration {
+            Some(e) => x.copy_from_slice(&e.to_original(&scaled.x)),
+            None => x.copy_from_slice(&scaled.x),
         }
         Ok(perf)
     }

@@ -38,8 +38,7 @@ use crate::solve::colouring::Colouring;
 use crate::solve::precond::Identity;
 use crate::solve::smooth_solver::CpuSmoothing;
 use crate::solve::{
-    pcg, BlockJacobiSettings, ColouringKind, InnerSolver, SmoothBackend, SmootherKind,
-    SmootherSettings, Sweep,
+    pcg, ColouringKind, InnerSolver, SmoothBackend, SmootherKind, SmootherSettings, Sweep,
 };
 use crate::sparse::blocks::in_block_fraction;
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -93,14 +92,8 @@ fn block(
     h: usize,
     asynchronous: bool,
 ) -> SmootherSettings {
-    let mut s = SmootherSettings::new(SmootherKind::BlockJacobi);
-    s.block = BlockJacobiSettings {
-        block_size: h,
-        inner,
-        inner_tolerance: tolerance,
-        inner_max_iter: steps,
-        asynchronous,
-    };
+    let mut s = SmootherSettings::block_jacobi(inner, tolerance, steps, h);
+    s.block.asynchronous = asynchronous;
     s
 }
 

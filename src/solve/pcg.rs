@@ -44,6 +44,16 @@ impl Default for SolverControls {
 }
 
 impl SolverControls {
+    /// Stop below the absolute `tolerance` or after `max_iter` iterations
+    /// (relTol off, no minimum).
+    pub fn absolute(tolerance: f64, max_iter: usize) -> Self {
+        Self {
+            tolerance,
+            max_iter,
+            ..Self::default()
+        }
+    }
+
     pub fn validate(&self) -> Result<(), SolveError> {
         for (name, v) in [("tolerance", self.tolerance), ("relTol", self.rel_tol)] {
             if !v.is_finite() || v < 0.0 {
@@ -71,6 +81,41 @@ pub struct SolverPerformance {
     pub converged: bool,
     /// Residual before the first iteration, then after each iteration.
     pub history: Vec<f64>,
+}
+
+impl SolverPerformance {
+    /// Before the first iteration: `initial` is the residual of the initial x.
+    pub(crate) fn starting_at(initial: f64, controls: &SolverControls) -> Self {
+        Self {
+            initial_residual: initial,
+            final_residual: initial,
+            iterations: 0,
+            converged: controls.converged(initial, initial),
+            history: vec![initial],
+        }
+    }
+
+    /// OpenFOAM's log line of a finished solve by `solver`, and a warning
+    /// when it did not converge after that many `unit` (iterations, sweeps).
+    pub(crate) fn log(&self, solver: &str, unit: &str, field: &str, controls: &SolverControls) {
+        log::info!(
+            "{solver}:  Solving for {field}, Initial residual = {}, Final residual = {}, No \
+             Iterations {}",
+            format_g(self.initial_residual),
+            format_g(self.final_residual),
+            self.iterations
+        );
+        if !self.converged {
+            log::warn!(
+                "{solver}: {field} not converged after {} {unit} (final residual {}, tolerance \
+                 {}, relTol {})",
+                self.iterations,
+                format_g(self.final_residual),
+                format_g(controls.tolerance),
+                format_g(controls.rel_tol)
+            );
+        }
+    }
 }
 
 /// Norms of the initial residual r = b − A x.
@@ -306,13 +351,7 @@ pub fn pcg<B: CgBackend>(
     let norm_factor = norms.norm_factor;
     let initial = norms.residual_sum / norm_factor;
     check_residual(initial, 0)?;
-    let mut perf = SolverPerformance {
-        initial_residual: initial,
-        final_residual: initial,
-        iterations: 0,
-        converged: controls.converged(initial, initial),
-        history: vec![initial],
-    };
+    let mut perf = SolverPerformance::starting_at(initial, controls);
     let wanted = controls.min_iter > 0 || !perf.converged;
     let limit = controls.max_iter.max(controls.min_iter);
     if wanted && limit > 0 {
@@ -390,25 +429,12 @@ pub fn pcg<B: CgBackend>(
             }
         }
     }
-    log::info!(
-        "PCG:  Solving for {field}, Initial residual = {}, Final residual = {}, No Iterations {}",
-        format_g(perf.initial_residual),
-        format_g(perf.final_residual),
-        perf.iterations
-    );
-    if !perf.converged {
-        log::warn!(
-            "PCG: {field} not converged after {} iterations (final residual {}, tolerance {}, relTol {})",
-            perf.iterations,
-            format_g(perf.final_residual),
-            format_g(controls.tolerance),
-            format_g(controls.rel_tol)
-        );
-    }
+    perf.log("PCG", "iterations", field, controls);
     Ok(perf)
 }
 
-fn check_residual(residual: f64, iteration: usize) -> Result<(), SolveError> {
+/// An error for a residual that is not finite (NaN or infinite).
+pub(crate) fn check_residual(residual: f64, iteration: usize) -> Result<(), SolveError> {
     if residual.is_finite() {
         Ok(())
     } else {

@@ -374,6 +374,7 @@ impl LinearOperator for Ic0<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sparse::testing::dense;
     use nalgebra::{DMatrix, DVector};
 
     /// [4 -1 0 -2; -1 5 -1 0; 0 -1 6 -1; -2 0 -1 7]: row 0 couples to 1 and 3 but not 2.
@@ -385,17 +386,6 @@ mod tests {
             vec![4., -1., -2., -1., 5., -1., -1., 6., -1., -2., -1., 7.],
         )
         .unwrap()
-    }
-
-    fn dense(a: &Csr) -> DMatrix<f64> {
-        let mut m = DMatrix::zeros(a.n_rows(), a.n_cols());
-        for r in 0..a.n_rows() {
-            let (cols, vals) = a.row(r);
-            for (&c, &v) in cols.iter().zip(vals) {
-                m[(r, c as usize)] = v;
-            }
-        }
-        m
     }
 
     /// Checks M z = r for M given densely, with z = precond.apply(r).

@@ -5,11 +5,10 @@
 //! Residuals are OpenFOAM-normalised with the normFactor of the initial x.
 
 use super::cpu::{check_system, CpuBackend};
-use super::pcg::{InitialNorms, DIVERGENCE_FACTOR};
+use super::pcg::{check_residual, InitialNorms, DIVERGENCE_FACTOR};
 use super::precond::Identity;
 use super::smoother::{Smoother, SmootherSettings};
 use super::{CgBackend, SolveError, SolverControls, SolverPerformance};
-use crate::foam::write::format_g;
 use crate::sparse::{Csr, Permutation};
 
 /// What the smoother loop needs of an executor.
@@ -51,14 +50,8 @@ pub fn smooth_solve<B: SmoothBackend>(
     backend.device_status()?;
     let norm_factor = norms.norm_factor;
     let initial = norms.residual_sum / norm_factor;
-    finite(initial, 0)?;
-    let mut perf = SolverPerformance {
-        initial_residual: initial,
-        final_residual: initial,
-        iterations: 0,
-        converged: controls.converged(initial, initial),
-        history: vec![initial],
-    };
+    check_residual(initial, 0)?;
+    let mut perf = SolverPerformance::starting_at(initial, controls);
     let limit = controls.max_iter.max(controls.min_iter);
     if (controls.min_iter > 0 || !perf.converged) && limit > 0 {
         let mut best = initial;
@@ -67,7 +60,7 @@ pub fn smooth_solve<B: SmoothBackend>(
             let residual = backend.initialize(b, x, &mut r).residual_sum / norm_factor;
             backend.device_status()?;
             perf.iterations += n_sweeps;
-            finite(residual, perf.iterations)?;
+            check_residual(residual, perf.iterations)?;
             if residual > DIVERGENCE_FACTOR * best {
                 return Err(SolveError::Diverged {
                     iteration: perf.iterations,
@@ -91,35 +84,8 @@ pub fn smooth_solve<B: SmoothBackend>(
             }
         }
     }
-    log::info!(
-        "smoothSolver:  Solving for {field}, Initial residual = {}, Final residual = {}, No \
-         Iterations {}",
-        format_g(perf.initial_residual),
-        format_g(perf.final_residual),
-        perf.iterations
-    );
-    if !perf.converged {
-        log::warn!(
-            "smoothSolver: {field} not converged after {} sweeps (final residual {}, tolerance \
-             {}, relTol {})",
-            perf.iterations,
-            format_g(perf.final_residual),
-            format_g(controls.tolerance),
-            format_g(controls.rel_tol)
-        );
-    }
+    perf.log("smoothSolver", "sweeps", field, controls);
     Ok(perf)
-}
-
-fn finite(residual: f64, iteration: usize) -> Result<(), SolveError> {
-    if residual.is_finite() {
-        Ok(())
-    } else {
-        Err(SolveError::NonFiniteResidual {
-            iteration,
-            residual,
-        })
-    }
 }
 
 /// The CPU executor of the smoother loop.

@@ -255,6 +255,27 @@ impl SmootherSettings {
         }
     }
 
+    /// Block Jacobi on blocks of `block_size` rows, each solved by
+    /// `inner_max_iter` steps of `inner` (fewer where the block's residual
+    /// falls by `inner_tolerance`), double-buffered; one sweep, no damping.
+    pub fn block_jacobi(
+        inner: InnerSolver,
+        inner_tolerance: f64,
+        inner_max_iter: usize,
+        block_size: usize,
+    ) -> Self {
+        Self {
+            block: BlockJacobiSettings {
+                block_size,
+                inner,
+                inner_tolerance,
+                inner_max_iter,
+                asynchronous: false,
+            },
+            ..Self::new(SmootherKind::BlockJacobi)
+        }
+    }
+
     /// The settings of a smoother name (case-insensitive): `Jacobi`,
     /// `L1Jacobi`, `GaussSeidel`, `backwardGaussSeidel`, `symGaussSeidel`,
     /// their `multicolour…` forms (Jones–Plassmann colours), `blockJacobi`,
@@ -636,19 +657,8 @@ impl LinearOperator for SmootherPreconditioner<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::testing::random_symmetric;
+    use crate::sparse::testing::{dense, random_symmetric};
     use nalgebra::{DMatrix, DVector};
-
-    fn dense(a: &Csr) -> DMatrix<f64> {
-        let mut m = DMatrix::zeros(a.n_rows(), a.n_cols());
-        for r in 0..a.n_rows() {
-            let (cols, vals) = a.row(r);
-            for (&c, &v) in cols.iter().zip(vals) {
-                m[(r, c as usize)] = v;
-            }
-        }
-        m
-    }
 
     fn sample(n: usize) -> (Csr, Vec<f64>, Vec<f64>) {
         let a = random_symmetric(n, 5, 11);

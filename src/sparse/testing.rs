@@ -1,4 +1,7 @@
-//! Random matrices for tests and benchmarks (deterministic from a seed).
+//! Random matrices for tests and benchmarks (deterministic from a seed), and
+//! the dense form that tests compare with.
+
+use nalgebra::DMatrix;
 
 use super::Csr;
 
@@ -63,4 +66,16 @@ pub fn random_symmetric(n: usize, per_row: usize, seed: u64) -> Csr {
         row_ptr.push(cols.len());
     }
     Csr::new(n, row_ptr, cols, values).expect("generated rows are sorted and in range")
+}
+
+/// `a` as a dense matrix (for exact inverses and products in tests).
+pub fn dense(a: &Csr) -> DMatrix<f64> {
+    let mut m = DMatrix::zeros(a.n_rows(), a.n_cols());
+    for r in 0..a.n_rows() {
+        let (cols, vals) = a.row(r);
+        for (&c, &v) in cols.iter().zip(vals) {
+            m[(r, c as usize)] = v;
+        }
+    }
+    m
 }

@@ -5,10 +5,12 @@
 //! `tests/gpu_assembly.rs` runs the kernels themselves.
 
 use super::*;
-use crate::fvm::testing::mixed_conditions;
+use crate::fvm::testing::{
+    all_neumann_problem, mixed_conditions, random_field, schemes, source,
+    varying_and_uniform_gamma, varying_gamma,
+};
 use crate::fvm::{BoundaryCondition, PatchValues};
 use crate::mesh::Geometry;
-use crate::sparse::testing::SplitMix;
 
 /// Everything the kernels read, in host memory.
 struct Host {
@@ -82,13 +84,7 @@ impl Host {
     }
 
     fn reference(&self) -> Option<(usize, f64)> {
-        match self.singular {
-            Some(SingularPolicy {
-                reference: Reference::Cell { cell, value },
-                ..
-            }) => Some((self.ordering.old_to_new()[cell] as usize, value)),
-            _ => None,
-        }
+        pinned_row(self.singular, &self.ordering)
     }
 
     /// `asm_face_coefficients`: (coefficients, Γ_f|S_f|).
@@ -286,11 +282,6 @@ fn interpolate(harmonic: bool, owner: f64, neighbour: f64, w: f64) -> f64 {
     }
 }
 
-fn random_field(n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = SplitMix(seed);
-    (0..n).map(|_| 2.0 * rng.next_f64() - 1.0).collect()
-}
-
 /// Emulates the whole device path for `problem` and checks it against the CPU
 /// system: matrix, explicit rhs, gradient and `update_rhs` with a random
 /// field (and old-time field), for RCM and the identity ordering and slice
@@ -375,26 +366,6 @@ fn check(
     }
 }
 
-fn schemes(sn_grad: SnGradScheme, grad: GradScheme, harmonic: bool) -> Schemes {
-    Schemes {
-        sn_grad,
-        grad,
-        gamma_interpolation: if harmonic {
-            GammaInterpolation::Harmonic
-        } else {
-            GammaInterpolation::Linear
-        },
-    }
-}
-
-fn varying_gamma() -> CellField {
-    CellField::function(|c| 1.0 + 0.5 * (3.0 * c.x).sin() + c.y * c.z)
-}
-
-fn source() -> CellField {
-    CellField::function(|c| 1.0 + c.x - 2.0 * c.y * c.z)
-}
-
 #[test]
 fn emulated_kernels_reproduce_the_cpu_assembly_on_real_meshes() {
     use GradScheme::{GaussLinear as Gauss, LeastSquares as Ls};
@@ -430,15 +401,7 @@ fn emulated_kernels_reproduce_the_cpu_assembly_on_real_meshes() {
     for (i, (spec, sn_grad, grad, harmonic, euler)) in cases.into_iter().enumerate() {
         let mesh = crate::mesh::load(spec).unwrap();
         let geometry = mesh.geometry().unwrap();
-        for (gamma, what) in [
-            (varying_gamma(), "varying"),
-            (CellField::Uniform(0.7), "uniform"),
-        ] {
-            let mut problem =
-                LaplacianProblem::steady(gamma, source(), mixed_conditions(&mesh, i as u64));
-            if euler {
-                problem.time = TimeScheme::Euler { dt: 0.05 };
-            }
+        for (what, problem) in varying_and_uniform_gamma(&mesh, i as u64, euler) {
             check(
                 &format!("{spec} {sn_grad:?} {grad:?} gamma {what}"),
                 &mesh,
@@ -454,7 +417,6 @@ fn emulated_kernels_reproduce_the_cpu_assembly_on_real_meshes() {
 fn emulated_kernels_reproduce_singular_problems() {
     let mesh = crate::mesh::load("box:4x5x3:perturb=0.25").unwrap();
     let geometry = mesh.geometry().unwrap();
-    let neumann = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
     for reference in [
         Reference::ZeroMean,
         Reference::Cell {
@@ -462,12 +424,7 @@ fn emulated_kernels_reproduce_singular_problems() {
             value: 0.3,
         },
     ] {
-        let mut problem = LaplacianProblem::steady(varying_gamma(), source(), neumann.clone());
-        problem.singular = SingularPolicy {
-            reference,
-            project: true,
-            tolerance: 1e-9,
-        };
+        let problem = all_neumann_problem(&mesh, reference);
         check(
             &format!("all-Neumann {reference:?}"),
             &mesh,
