@@ -9,13 +9,19 @@
 
 use super::Csr;
 
-/// Both formats need 32-bit column codes and whole warps per slice.
-fn check_shape(a: &Csr, slice_height: usize) -> Result<(), String> {
+/// A slice is one block of whole warps.
+fn check_slice_height(slice_height: usize) -> Result<(), String> {
     if slice_height == 0 || !slice_height.is_multiple_of(32) || slice_height > 1024 {
         return Err(format!(
             "slice height {slice_height} must be a multiple of 32 between 32 and 1024"
         ));
     }
+    Ok(())
+}
+
+/// Both formats need 32-bit column codes and whole warps per slice.
+fn check_shape(a: &Csr, slice_height: usize) -> Result<(), String> {
+    check_slice_height(slice_height)?;
     if a.n_rows().max(a.n_cols()) >= i32::MAX as usize {
         return Err(format!(
             "{} x {} matrix is too large for 32-bit column codes",
@@ -203,12 +209,8 @@ impl ModSell {
         codes: Vec<i32>,
         values: Vec<f64>,
     ) -> Result<Self, String> {
+        check_slice_height(slice_height)?;
         let (h, n) = (slice_height, diag.len());
-        if h == 0 || !h.is_multiple_of(32) || h > 1024 {
-            return Err(format!(
-                "slice height {h} must be a multiple of 32 between 32 and 1024"
-            ));
-        }
         if slice_ptr.len() != n.div_ceil(h) + 1
             || slice_ptr[0] != 0
             || slice_ptr
