@@ -854,7 +854,7 @@ pub fn solve_pcg_gpu(
 /// upload (as in `solve_pcg_scaled`): the scaling, the scaled matrix and the
 /// scaled b and x (the system as given when the kind is none).
 pub(crate) struct ScaledSystem {
-    pub equilibration: Option<Equilibration>,
+    equilibration: Option<Equilibration>,
     scaled_matrix: Option<Csr>,
     pub b: Vec<f64>,
     pub x: Vec<f64>,
@@ -879,6 +879,15 @@ impl ScaledSystem {
             b,
             x,
         })
+    }
+
+    /// Writes into `x` the solution of the original system whose scaled
+    /// solution is `y`.
+    pub fn unscale_into(&self, y: &[f64], x: &mut [f64]) {
+        match &self.equilibration {
+            Some(e) => x.copy_from_slice(&e.to_original(y)),
+            None => x.copy_from_slice(y),
+        }
     }
 
     /// The matrix to solve with: the scaled one, or `a` as given.
@@ -990,14 +999,9 @@ impl<'g> GpuSolver<'g> {
         let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
         let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
         let x_new = backend.download(&x_dev).map_err(device)?;
-        match &scaled.equilibration {
-            Some(e) => {
-                let mut y = vec![0.0; x.len()];
-                ordered.to_old_into(&x_new, &mut y);
-                x.copy_from_slice(&e.to_original(&y));
-            }
-            None => ordered.to_old_into(&x_new, x),
-        }
+        let mut y = vec![0.0; x.len()];
+        ordered.to_old_into(&x_new, &mut y);
+        scaled.unscale_into(&y, x);
         Ok(perf)
     }
 }

@@ -762,10 +762,7 @@ impl GpuSolver<'_> {
         let perf = layout.solve(&backend, &scaled.b, &mut scaled.x, |b, x| {
             pcg(&backend, b, x, controls, field)
         })?;
-        match &scaled.equilibration {
-            Some(e) => x.copy_from_slice(&e.to_original(&scaled.x)),
-            None => x.copy_from_slice(&scaled.x),
-        }
+        scaled.unscale_into(&scaled.x, x);
         Ok(perf)
     }
 
