@@ -479,7 +479,8 @@ struct BenchArgs {
     write_mtx: Option<PathBuf>,
     /// Also the smoother rows (CPU Gauss-Seidel, GPU Jacobi, multicolour GS,
     /// block Jacobi: residual reduction and time after a fixed number of sweeps)
-    /// and PCG with each smoother as preconditioner against Jacobi-PCG.
+    /// and PCG with each smoother, and with the level-scheduled DIC and IC(0),
+    /// as preconditioner against Jacobi-PCG.
     #[arg(long)]
     smoothers: bool,
     /// Sweeps per smoother row.

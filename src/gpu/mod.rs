@@ -17,6 +17,7 @@ pub mod assembly;
 pub mod bench;
 pub mod cache;
 pub mod cusparse;
+pub mod ic;
 pub mod matrix;
 pub mod pcg;
 pub mod smooth;
@@ -32,15 +33,16 @@ use cudarc::driver::{
 };
 
 /// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 4] = [
+const KERNEL_SOURCES: [(&str, &str); 5] = [
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("assembly.cu", include_str!("../../kernels/assembly.cu")),
     ("smooth.cu", include_str!("../../kernels/smooth.cu")),
+    ("ic.cu", include_str!("../../kernels/ic.cu")),
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 31] = [
+const KERNELS: [&str; 38] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -72,6 +74,13 @@ const KERNELS: [&str; 31] = [
     "jp_select",
     "jp_assign",
     "smooth_block",
+    "ic_dic_factor",
+    "ic_ic0_factor",
+    "ic_reciprocal",
+    "ic_dic_forward",
+    "ic_dic_backward",
+    "ic_ic0_forward",
+    "ic_ic0_backward",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).

@@ -36,6 +36,7 @@ use std::rc::Rc;
 
 use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, PushKernelArg};
 
+use super::ic::{in_original_rows, DeviceIncompleteCholesky, IcKind};
 use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
@@ -998,25 +999,31 @@ impl<'g> GpuSolver<'g> {
         options: &GpuSolveOptions,
     ) -> Result<SolverPerformance, SolveError> {
         check_system(a, b, x, controls)?;
+        let incomplete_cholesky = IcKind::of(kind);
         let jacobi = match kind {
             PreconditionerKind::None => false,
             PreconditionerKind::Jacobi => true,
+            _ if incomplete_cholesky.is_some() => false,
             other => {
                 return Err(SolveError::Device(format!(
-                    "the {other} preconditioner is not available on the GPU; use jacobi or none"
+                    "the {other} preconditioner is not available on the GPU; use jacobi, dic, \
+                     ic0 or none"
                 )))
             }
         };
-        // The CPU path's checks, in its order, with its row numbers.
+        // The CPU path's checks, in its order, with its row numbers (the
+        // device factorisation makes those of DIC and IC(0)).
         let scaled = ScaledSystem::new(a, equilibration, b, x)?;
         let system = scaled.matrix(a);
-        kind.build(system)?;
+        if incomplete_cholesky.is_none() {
+            kind.build(system)?;
+        }
         let gpu = self.gpu;
         let perm = self.permutation(system, options)?;
         let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
         let eq_ordered = scaled.permuted_equilibration(perm);
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let backend = GpuCgBackend::new(
+        let mut backend = GpuCgBackend::new(
             gpu,
             ordered.matrix(),
             jacobi,
@@ -1024,6 +1031,17 @@ impl<'g> GpuSolver<'g> {
             options,
         )
         .map_err(device)?;
+        if let Some(ic) = incomplete_cholesky {
+            let m = DeviceIncompleteCholesky::new(gpu, ordered.matrix(), ic)
+                .map_err(|e| in_original_rows(e, perm))?;
+            let (forward, backward) = m.levels();
+            log::info!(
+                "GPU {kind}: level-scheduled sweeps, {forward} forward and {backward} backward \
+                 levels ({} launches per application)",
+                forward + backward
+            );
+            backend.set_preconditioner(Box::new(m));
+        }
         let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
         let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
         let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;

@@ -269,6 +269,11 @@ impl<'a> Dic<'a> {
         let reciprocal_d = d.iter().map(|d| 1.0 / d).collect();
         Ok(Self { t, reciprocal_d })
     }
+
+    /// 1 / d*, per row.
+    pub fn reciprocal_diagonal(&self) -> &[f64] {
+        &self.reciprocal_d
+    }
 }
 
 impl LinearOperator for Dic<'_> {
@@ -325,6 +330,14 @@ impl<'a> Ic0<'a> {
             l_diag[i] = pivot.sqrt();
         }
         Ok(Self { t, l, l_diag })
+    }
+
+    /// L's strictly lower values in A's slots (zeros in the others), then
+    /// its diagonal.
+    pub fn factor(&self) -> Vec<f64> {
+        let mut f = self.l.clone();
+        f.extend_from_slice(&self.l_diag);
+        f
     }
 }
 

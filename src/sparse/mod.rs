@@ -3,6 +3,7 @@
 pub mod blocks;
 mod coo;
 pub mod csr;
+pub mod levels;
 pub mod modsell;
 pub mod mtx;
 pub mod ordering;

@@ -1,0 +1,155 @@
+// Incomplete Cholesky on the GPU by level scheduling (src/gpu/ic.rs): the rows
+// of a triangular sweep are grouped into levels (src/sparse/levels.rs), a row's
+// level one more than its deepest dependency, and each launch handles the rows
+// of one level, one thread per row, in CSR order (u64 from spmv.cu).
+//
+// Every kernel repeats the CPU's operations (src/solve/precond.rs Dic, Ic0) in
+// the same order with the _rn intrinsics, which NVRTC never contracts into
+// fused multiply-adds, so the factors and the sweeps equal the CPU's bit for
+// bit. The sweeps take a trailing `done` gate (kernels/smooth.cu gated_off).
+
+// DIC factor, one level: d_j = a_jj - sum over lower slots (ascending) of
+// a_ji^2 / d_i (OpenFOAM calcReciprocalD); breakdown (d_j <= 0 or NaN) raises
+// `failed` to the smallest such row + 1 (atomicMin on row + 1 from n + 1).
+extern "C" __global__ void ic_dic_factor(int count, int first, const int* __restrict__ rows,
+                                         const u64* __restrict__ row_ptr,
+                                         const int* __restrict__ cols,
+                                         const double* __restrict__ vals,
+                                         const u64* __restrict__ diag_slot, double* d,
+                                         int* failed) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const int j = rows[first + t];
+    double dj = vals[diag_slot[j]];
+    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s) {
+        const double a = vals[s];
+        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(a, a), d[cols[s]]));
+    }
+    d[j] = dj;
+    if (!(dj > 0.0)) atomicMin(failed, j + 1);
+}
+
+// IC(0) factor, one level: for each lower slot s = (i, k) ascending,
+// l_s = (a_ik - sum_{m<k} l_im l_km) / l_kk over the common lower pattern of
+// rows i and k (a merge of two sorted column lists); then
+// l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor.
+extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __restrict__ rows,
+                                         const u64* __restrict__ row_ptr,
+                                         const int* __restrict__ cols,
+                                         const double* __restrict__ vals,
+                                         const u64* __restrict__ diag_slot, double* l,
+                                         double* l_diag, int* failed) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const int i = rows[first + t];
+    const u64 lo = row_ptr[i], di = diag_slot[i];
+    for (u64 s = lo; s < di; ++s) {
+        const int k = cols[s];
+        double sum = 0.0;
+        u64 p = lo, q = row_ptr[k];
+        const u64 q_end = diag_slot[k];
+        while (p < s && q < q_end) {
+            const int cp = cols[p], cq = cols[q];
+            if (cp < cq) {
+                ++p;
+            } else if (cp > cq) {
+                ++q;
+            } else {
+                sum = __dadd_rn(sum, __dmul_rn(l[p], l[q]));
+                ++p;
+                ++q;
+            }
+        }
+        l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), l_diag[k]);
+    }
+    double squares = 0.0;
+    for (u64 s = lo; s < di; ++s) squares = __dadd_rn(squares, __dmul_rn(l[s], l[s]));
+    const double pivot = __dsub_rn(vals[di], squares);
+    if (!(pivot > 0.0)) atomicMin(failed, i + 1);
+    l_diag[i] = __dsqrt_rn(pivot);
+}
+
+// x[i] = 1 / x[i] (DIC stores the reciprocal of d*, as OpenFOAM does).
+extern "C" __global__ void ic_reciprocal(int n, double* x) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __drcp_rn(x[i]);
+}
+
+__device__ bool ic_gated_off(const double* done) { return done != nullptr && done[0] != 0.0; }
+
+// DIC forward sweep, one level: w_j = rd_j r_j, then w_j -= (rd_j a_ji) w_i
+// over the lower slots in order (w_i final: an earlier level).
+extern "C" __global__ void ic_dic_forward(int count, int first, const int* __restrict__ rows,
+                                          const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols,
+                                          const double* __restrict__ vals,
+                                          const u64* __restrict__ diag_slot,
+                                          const double* __restrict__ rd,
+                                          const double* __restrict__ r, double* w,
+                                          const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || ic_gated_off(done)) return;
+    const int j = rows[first + t];
+    const double rdj = rd[j];
+    double acc = __dmul_rn(rdj, r[j]);
+    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
+        acc = __dsub_rn(acc, __dmul_rn(__dmul_rn(rdj, vals[s]), w[cols[s]]));
+    w[j] = acc;
+}
+
+// DIC backward sweep, one level: w_i -= (rd_i a_ik) w_k over the upper slots
+// in descending order (w_k final: an earlier backward level).
+extern "C" __global__ void ic_dic_backward(int count, int first, const int* __restrict__ rows,
+                                           const u64* __restrict__ row_ptr,
+                                           const int* __restrict__ cols,
+                                           const double* __restrict__ vals,
+                                           const u64* __restrict__ diag_slot,
+                                           const double* __restrict__ rd, double* w,
+                                           const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || ic_gated_off(done)) return;
+    const int i = rows[first + t];
+    const double rdi = rd[i];
+    double acc = w[i];
+    for (u64 s = row_ptr[i + 1]; s > diag_slot[i] + 1; --s)
+        acc = __dsub_rn(acc, __dmul_rn(__dmul_rn(rdi, vals[s - 1]), w[cols[s - 1]]));
+    w[i] = acc;
+}
+
+// IC(0) forward sweep L y = r, one level: y_i = (r_i - sum l_s y_k) / l_ii.
+extern "C" __global__ void ic_ic0_forward(int count, int first, const int* __restrict__ rows,
+                                          const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols,
+                                          const u64* __restrict__ diag_slot,
+                                          const double* __restrict__ l,
+                                          const double* __restrict__ l_diag,
+                                          const double* __restrict__ r, double* z,
+                                          const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || ic_gated_off(done)) return;
+    const int i = rows[first + t];
+    double sum = 0.0;
+    for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s)
+        sum = __dadd_rn(sum, __dmul_rn(l[s], z[cols[s]]));
+    z[i] = __ddiv_rn(__dsub_rn(r[i], sum), l_diag[i]);
+}
+
+// IC(0) backward sweep L^T z = y, one level, row-oriented: the CPU subtracts
+// l_ik z_i from z_k for i descending, then divides by l_kk; here row k walks
+// its upper slots (k, i) descending and reads l_ik at the transposed slot.
+extern "C" __global__ void ic_ic0_backward(int count, int first, const int* __restrict__ rows,
+                                           const u64* __restrict__ row_ptr,
+                                           const int* __restrict__ cols,
+                                           const u64* __restrict__ diag_slot,
+                                           const u64* __restrict__ transposed,
+                                           const double* __restrict__ l,
+                                           const double* __restrict__ l_diag, double* z,
+                                           const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || ic_gated_off(done)) return;
+    const int k = rows[first + t];
+    double acc = z[k];
+    for (u64 s = row_ptr[k + 1]; s > diag_slot[k] + 1; --s)
+        acc = __dsub_rn(acc, __dmul_rn(l[transposed[s - 1]], z[cols[s - 1]]));
+    z[k] = __ddiv_rn(acc, l_diag[k]);
+}
