@@ -9,7 +9,8 @@
 //! mod-SELL), [`assembly`] the Laplacian assembled on the device into
 //! mod-SELL, [`pcg`] the device-resident PCG backend, [`smooth`] the
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
-//! PCG preconditioners, [`bench`] the `fvpoisson bench` measurements
+//! PCG preconditioners, [`polynomial`] the polynomial preconditioners (f64 and
+//! mixed precision), [`bench`] the `fvpoisson bench` measurements
 //! ([`smooth_bench`] those of the smoothers), [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
 
@@ -19,6 +20,7 @@ pub mod cache;
 pub mod cusparse;
 pub mod matrix;
 pub mod pcg;
+pub mod polynomial;
 pub mod smooth;
 pub mod smooth_bench;
 
@@ -32,15 +34,16 @@ use cudarc::driver::{
 };
 
 /// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 4] = [
+const KERNEL_SOURCES: [(&str, &str); 5] = [
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("assembly.cu", include_str!("../../kernels/assembly.cu")),
     ("smooth.cu", include_str!("../../kernels/smooth.cu")),
+    ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 31] = [
+const KERNELS: [&str; 38] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -72,6 +75,13 @@ const KERNELS: [&str; 31] = [
     "jp_select",
     "jp_assign",
     "smooth_block",
+    "poly_start_f64",
+    "poly_start_f32",
+    "poly_step_f64",
+    "poly_step_f32",
+    "poly_inverse_diagonal_f64",
+    "poly_inverse_diagonal_f32",
+    "cast_f64_to_f32",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).
