@@ -71,9 +71,15 @@ impl DeviceModSell {
                     from.len()
                 ))
             })?;
-            gpu.launch("cast_f64_to_f32", vector_grid(from.len()), VECTOR_BLOCK, 0, |a| {
-                a.arg(&len).arg(from).arg(&to);
-            })?;
+            gpu.launch(
+                "cast_f64_to_f32",
+                vector_grid(from.len()),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&len).arg(from).arg(&to);
+                },
+            )?;
             Ok(to)
         };
         Ok(DeviceModSellF32 {

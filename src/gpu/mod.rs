@@ -11,7 +11,8 @@
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
 //! PCG preconditioners, [`polynomial`] the polynomial preconditioners (f64 and
 //! mixed precision), [`bench`] the `fvpoisson bench` measurements
-//! ([`smooth_bench`] those of the smoothers), [`cusparse`] the cuSPARSE
+//! ([`smooth_bench`] those of the smoothers, [`polynomial_bench`] those of the
+//! polynomials), [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
 
 pub mod assembly;
@@ -21,6 +22,7 @@ pub mod cusparse;
 pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
+pub mod polynomial_bench;
 pub mod smooth;
 pub mod smooth_bench;
 

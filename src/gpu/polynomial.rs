@@ -244,14 +244,9 @@ impl GpuSolver<'_> {
         let perm = self.permutation(system, options)?;
         let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
         let eq_ordered = scaled.permuted_equilibration(perm);
-        let mut backend = GpuCgBackend::new(
-            gpu,
-            ordered.matrix(),
-            false,
-            eq_ordered.as_deref(),
-            options,
-        )
-        .map_err(device)?;
+        let mut backend =
+            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
+                .map_err(device)?;
         let polynomial =
             DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
                 .map_err(device)?;

@@ -738,9 +738,8 @@ mod tests {
     fn least_squares_closed_form_equals_interpolation() {
         for m in 1..=12 {
             let d = least_squares_coefficients(m, 2.0);
-            let table_free = chebyshev_coefficients(m, 0.0, 2.0, |t| {
-                Recurrence::new(0.0, 2.0, &d).eval(t)
-            });
+            let table_free =
+                chebyshev_coefficients(m, 0.0, 2.0, |t| Recurrence::new(0.0, 2.0, &d).eval(t));
             for (a, b) in d.iter().zip(&table_free) {
                 assert!((a - b).abs() < 1e-12 * d[0].abs(), "m {m}: {a} vs {b}");
             }
@@ -819,7 +818,10 @@ mod tests {
         s.bound = EigenBound::Lanczos { steps: 0 };
         assert!(s.validate().unwrap_err().contains("lanczosSteps"));
         assert_eq!("lanczos".parse(), Ok(EigenBound::Lanczos { steps: 10 }));
-        assert!("power".parse::<EigenBound>().unwrap_err().contains("Gershgorin"));
+        assert!("power"
+            .parse::<EigenBound>()
+            .unwrap_err()
+            .contains("Gershgorin"));
         assert_eq!("Mixed".parse(), Ok(Precision::Mixed));
         assert_eq!(
             PolynomialSettings::named("leastsquares").map(|s| s.kind),
@@ -827,7 +829,10 @@ mod tests {
         );
         let bad = Csr::new(2, vec![0, 1, 2], vec![0, 1], vec![1.0, -1.0]).unwrap();
         assert!(matches!(
-            PolynomialPreconditioner::new(&bad, &PolynomialSettings::new(PolynomialKind::Neumann, 2)),
+            PolynomialPreconditioner::new(
+                &bad,
+                &PolynomialSettings::new(PolynomialKind::Neumann, 2)
+            ),
             Err(SolveError::NonPositiveDiagonal { row: 1, .. })
         ));
     }
