@@ -42,7 +42,7 @@ extern "C" __global__ void zero_vector(int n, double* __restrict__ x, const doub
 
 // Weighted / L1 Jacobi sweep (seed 000 §4.1), one block per slice, blockDim =
 // H, H doubles of dynamic shared memory (x_own: x of the slice's own rows; not
-// named x_slice, which spmv.cu's modsell_row declares with another linkage):
+// named modsell_shared, spmv.cu's untyped array of the mod-SELL row products):
 // x_new = x + scale * (b - A x), with
 // (b - A x)_i = b_i - a_ii x_i, then minus the off-diagonals in slot order.
 // scale = omega / a_ii or 1 / (a_ii + sum |a_ij|). Double-buffered (x_new != x).

@@ -56,27 +56,34 @@ extern "C" __global__ void spmv_sell(int n, const u64* __restrict__ slice_ptr,
 
 // x at a mod-SELL column code: x[code-1] (out of slice), the staged slice
 // (in slice), 0 for padding.
-__device__ __forceinline__ double modsell_x(int code, const double* __restrict__ x,
-                                            const double* x_slice) {
-    return code > 0 ? __ldg(&x[code - 1]) : code < 0 ? x_slice[-(code + 1)] : 0.0;
+template <typename T>
+__device__ __forceinline__ T modsell_x(int code, const T* __restrict__ x, const T* x_slice) {
+    return code > 0 ? __ldg(&x[code - 1]) : code < 0 ? x_slice[-(code + 1)] : T(0);
 }
+
+// Dynamic shared memory of the mod-SELL row products, typed per instantiation
+// below (one untyped array: extern __shared__ arrays of different types
+// cannot share a name).
+extern __shared__ __align__(16) unsigned char modsell_shared[];
 
 // One row of y = A x in modified SELL (seed 000 §3.5 `ellpack_shared`,
 // padding skipped explicitly), row blockIdx.x * H + threadIdx.x with
 // H = blockDim.x: the block stages x[s*H .. s*H+H) in shared memory; code > 0
 // reads x[code-1], code < 0 reads shared[-(code+1)], code 0 is padding.
-// Dynamic shared memory: H doubles. Every thread of the block must call it
-// (it synchronises); rows >= n give 0. `x_row` receives x[row] (0 past n).
-__device__ double modsell_row(int n, const u64* __restrict__ slice_ptr,
-                              const int* __restrict__ codes, const double* __restrict__ vals,
-                              const double* __restrict__ diag, const double* __restrict__ x,
-                              double* x_row) {
-    extern __shared__ double x_slice[];
+// Dynamic shared memory: H values of T. Every thread of the block must call
+// it (it synchronises); rows >= n give 0. `x_row` receives x[row] (0 past n).
+// T = double for the solver, float for the mixed-precision polynomial
+// (kernels/polynomial.cu); the operations are the same.
+template <typename T>
+__device__ T modsell_row_t(int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+                           const T* __restrict__ vals, const T* __restrict__ diag,
+                           const T* __restrict__ x, T* x_row) {
+    T* x_slice = reinterpret_cast<T*>(modsell_shared);
     const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
     const bool in = row < n;
-    const double xr = in ? x[row] : 0.0;
+    const T xr = in ? x[row] : T(0);
     x_slice[t] = xr;
-    double acc = in ? diag[row] * xr : 0.0;
+    T acc = in ? diag[row] * xr : T(0);
     __syncthreads();
     const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
     // Two slots per trip: both loads of codes, values and x are issued before
@@ -85,8 +92,8 @@ __device__ double modsell_row(int n, const u64* __restrict__ slice_ptr,
     u64 k = start + t;
     for (; k + h < end; k += 2 * (u64)h) {
         const int c0 = codes[k], c1 = codes[k + h];
-        const double v0 = vals[k], v1 = vals[k + h];
-        const double x0 = modsell_x(c0, x, x_slice), x1 = modsell_x(c1, x, x_slice);
+        const T v0 = vals[k], v1 = vals[k + h];
+        const T x0 = modsell_x(c0, x, x_slice), x1 = modsell_x(c1, x, x_slice);
         if (c0 != 0) acc += v0 * x0;
         if (c1 != 0) acc += v1 * x1;
     }
@@ -96,6 +103,14 @@ __device__ double modsell_row(int n, const u64* __restrict__ slice_ptr,
     }
     *x_row = xr;
     return acc;
+}
+
+// The f64 row product every solver kernel uses.
+__device__ double modsell_row(int n, const u64* __restrict__ slice_ptr,
+                              const int* __restrict__ codes, const double* __restrict__ vals,
+                              const double* __restrict__ diag, const double* __restrict__ x,
+                              double* x_row) {
+    return modsell_row_t<double>(n, slice_ptr, codes, vals, diag, x, x_row);
 }
 
 // y = A x in modified SELL: one block per slice, blockDim.x = slice height.

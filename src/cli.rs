@@ -486,6 +486,11 @@ struct BenchArgs {
     /// Sweeps per smoother row.
     #[arg(long, default_value_t = 100)]
     smoother_sweeps: usize,
+    /// Also PCG with the polynomial preconditioners (Neumann, Chebyshev, least
+    /// squares; degrees 2, 4, 8; f64 and mixed precision): set-up, iterations,
+    /// solve and total time against Jacobi-PCG and the CPU's DIC-PCG.
+    #[arg(long)]
+    polynomial: bool,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -513,6 +518,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         write_mtx: args.write_mtx,
         smoothers: args.smoothers,
         smoother_sweeps: args.smoother_sweeps,
+        polynomial: args.polynomial,
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

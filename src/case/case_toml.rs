@@ -37,7 +37,13 @@
 //! solver = "PCG"              # or "smoothSolver" (OpenFOAM's: residual checked every nSweeps)
 //! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC), or a
 //!                             # symmetric smoother run from 0: symGaussSeidel,
-//!                             # multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi
+//!                             # multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi,
+//!                             # or a polynomial: Neumann, Chebyshev, leastSquares
+//! degree = 4                  # polynomial: products by A per application (1..32)
+//! eigenBound = "Gershgorin"   # polynomial: upper eigenvalue bound, Gershgorin or Lanczos
+//! lanczosSteps = 10           # polynomial: Lanczos steps (implies eigenBound = "Lanczos")
+//! eigenRatio = 30.0           # Chebyshev: interval [b/eigenRatio, b]
+//! precision = "double"        # polynomial: double, or mixed (polynomial in f32, PCG in f64)
 //! equilibration = "none"      # PCG: none, jacobi, ruiz[:norm=inf|2][:tol=X][:sweeps=N]:
 //!                             # PCG on S A S (the preconditioner acts on it); residuals
 //!                             # and tolerances stay those of the original system
@@ -82,7 +88,8 @@ use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
 use crate::solve::{
-    EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolverControls,
+    EigenBound, EquilibrationKind, PolynomialSettings, Preconditioner, PreconditionerKind,
+    SmootherSettings, SolverControls,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -199,6 +206,14 @@ struct SolverEntry {
     #[serde(rename = "blockSize")]
     block_size: Option<Spanned<usize>>,
     asynchronous: Option<Spanned<bool>>,
+    degree: Option<Spanned<usize>>,
+    #[serde(rename = "eigenBound")]
+    eigen_bound: Option<Spanned<String>>,
+    #[serde(rename = "lanczosSteps")]
+    lanczos_steps: Option<Spanned<usize>>,
+    #[serde(rename = "eigenRatio")]
+    eigen_ratio: Option<Spanned<f64>>,
+    precision: Option<Spanned<String>>,
     equilibration: Option<Spanned<String>>,
     tolerance: Option<f64>,
     #[serde(rename = "relTol")]
@@ -709,6 +724,11 @@ impl Source<'_> {
         if let Some(p) = &entry.preconditioner {
             preconditioner = match foam_preconditioner(p.get_ref()) {
                 Ok(kind) => kind.into(),
+                Err(_) if PolynomialSettings::named(p.get_ref()).is_some() => {
+                    Preconditioner::Polynomial(
+                        PolynomialSettings::named(p.get_ref()).expect("checked"),
+                    )
+                }
                 Err(e) => Preconditioner::Smoother(SmootherSettings::named(p.get_ref()).map_err(
                     |_| {
                         self.error(
@@ -716,7 +736,8 @@ impl Source<'_> {
                             format!(
                                 "solver.{name}.preconditioner: {e}; or a symmetric smoother \
                                  (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
-                                 blockJacobi)"
+                                 blockJacobi), or a polynomial (Neumann, Chebyshev, \
+                                 leastSquares)"
                             ),
                         )
                     },
@@ -756,6 +777,11 @@ impl Source<'_> {
             _ => None,
         };
         self.smoother_parameters(entry, name, target)?;
+        let polynomial = match &mut preconditioner {
+            Preconditioner::Polynomial(p) if !smooth_solver => Some(p),
+            _ => None,
+        };
+        self.polynomial_parameters(entry, name, polynomial)?;
         let equilibration = match &entry.equilibration {
             Some(e) if smooth_solver => {
                 return Err(self.error(
@@ -806,6 +832,60 @@ impl Source<'_> {
 
     /// The smoother keys of a solver entry, set on `target` (smoothSolver's
     /// smoother or a smoother preconditioner); an error where there is none.
+    /// The polynomial preconditioner's keys into `target`; an error naming
+    /// the key when there is no polynomial preconditioner to take them.
+    fn polynomial_parameters(
+        &self,
+        entry: &SolverEntry,
+        name: &str,
+        target: Option<&mut PolynomialSettings>,
+    ) -> Result<(), CaseError> {
+        let spans = [
+            ("degree", entry.degree.as_ref().map(Spanned::span)),
+            ("eigenBound", entry.eigen_bound.as_ref().map(Spanned::span)),
+            (
+                "lanczosSteps",
+                entry.lanczos_steps.as_ref().map(Spanned::span),
+            ),
+            ("eigenRatio", entry.eigen_ratio.as_ref().map(Spanned::span)),
+            ("precision", entry.precision.as_ref().map(Spanned::span)),
+        ];
+        let Some(p) = target else {
+            return match spans.into_iter().find_map(|(k, s)| s.map(|s| (k, s))) {
+                Some((key, span)) => Err(self.error(
+                    span,
+                    format!(
+                        "solver.{name}.{key}: only a polynomial preconditioner uses it \
+                         (preconditioner = \"Neumann\", \"Chebyshev\" or \"leastSquares\")"
+                    ),
+                )),
+                None => Ok(()),
+            };
+        };
+        if let Some(v) = &entry.degree {
+            p.degree = *v.get_ref();
+        }
+        if let Some(v) = &entry.eigen_bound {
+            p.bound = v.get_ref().parse().map_err(|e: String| {
+                self.error(v.span(), format!("solver.{name}.eigenBound: {e}"))
+            })?;
+        }
+        if let Some(v) = &entry.lanczos_steps {
+            p.bound = EigenBound::Lanczos {
+                steps: *v.get_ref(),
+            };
+        }
+        if let Some(v) = &entry.eigen_ratio {
+            p.eigen_ratio = *v.get_ref();
+        }
+        if let Some(v) = &entry.precision {
+            p.precision = v.get_ref().parse().map_err(|e: String| {
+                self.error(v.span(), format!("solver.{name}.precision: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
     fn smoother_parameters(
         &self,
         entry: &SolverEntry,

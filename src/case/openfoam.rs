@@ -33,7 +33,10 @@ use crate::foam::{FoamDict, FoamEntry, FoamFile, FoamFormat};
 use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
-use crate::solve::{Preconditioner, PreconditionerKind, SmootherSettings, SolverControls};
+use crate::solve::{
+    EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherSettings,
+    SolverControls,
+};
 use std::path::{Path, PathBuf};
 
 /// The field laplacianFoam solves.
@@ -752,13 +755,21 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
             );
             PreconditionerKind::Ic0.into()
         }
+        other if PolynomialSettings::named(other).is_some() => {
+            let mut p = PolynomialSettings::named(other).expect("checked");
+            polynomial_parameters(holder, &mut p)?;
+            p.validate()
+                .map_err(|e| at(entry, format!("preconditioner {other}: {e}")))?;
+            Preconditioner::Polynomial(p)
+        }
         other => {
             let mut smoother = SmootherSettings::named(other).map_err(|_| {
                 at(
                     entry,
                     format!(
                         "preconditioner '{other}' is not supported (DIC, FDIC, diagonal, none, \
-                         GAMG, or a symmetric smoother: symGaussSeidel, \
+                         GAMG, a polynomial: Neumann, Chebyshev, leastSquares, or a symmetric \
+                         smoother: symGaussSeidel, \
                          multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi)"
                     ),
                 )
@@ -770,6 +781,24 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
             Preconditioner::Smoother(smoother)
         }
     })
+}
+
+/// The polynomial preconditioner keys of `dict` (`degree`, `eigenBound
+/// Gershgorin|Lanczos`, `lanczosSteps`, `eigenRatio`, `precision
+/// double|mixed`, see `solve::polynomial`).
+fn polynomial_parameters(dict: &FoamDict, p: &mut PolynomialSettings) -> Result<(), CaseError> {
+    p.degree = dict.get_or("degree", p.degree)?;
+    if let Some(b) = dict.get_opt::<String>("eigenBound")? {
+        p.bound = b.parse().map_err(|e| at_key(dict, "eigenBound", e))?;
+    }
+    if let Some(steps) = dict.get_opt::<usize>("lanczosSteps")? {
+        p.bound = EigenBound::Lanczos { steps };
+    }
+    p.eigen_ratio = dict.get_or("eigenRatio", p.eigen_ratio)?;
+    if let Some(v) = dict.get_opt::<String>("precision")? {
+        p.precision = v.parse().map_err(|e| at_key(dict, "precision", e))?;
+    }
+    Ok(())
 }
 
 /// The smoother keys of `dict` (OpenFOAM's `nSweeps`, default 1; ours:

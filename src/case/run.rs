@@ -127,6 +127,9 @@ impl Device<'_> {
             (None, Preconditioner::Smoother(s)) => Some(format!(
                 "PCG with the {s} smoother as preconditioner runs on a host-assembled matrix"
             )),
+            (None, Preconditioner::Polynomial(p)) => Some(format!(
+                "PCG with the {p} preconditioner runs on a host-assembled matrix"
+            )),
             (None, Preconditioner::Kind(_)) => None,
         }
     }

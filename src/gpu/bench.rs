@@ -254,6 +254,9 @@ pub struct BenchSettings {
     pub smoothers: bool,
     /// Sweeps per smoother row (the seed: 1000).
     pub smoother_sweeps: usize,
+    /// Also PCG with each polynomial preconditioner, f64 and mixed precision,
+    /// against Jacobi-PCG and the CPU's DIC-PCG (`polynomial_bench`).
+    pub polynomial: bool,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
@@ -392,6 +395,11 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
             report
                 .rows
                 .extend(super::smooth_bench::rows(gpu, spec, &a, &rhs, settings)?);
+        }
+        if settings.polynomial {
+            report.rows.extend(super::polynomial_bench::rows(
+                gpu, spec, &a, &rhs, settings,
+            )?);
         }
     }
     Ok(report)

@@ -52,7 +52,42 @@ pub struct DeviceModSell {
     pub diag: CudaSlice<f64>,
 }
 
+/// The f32 twin of a [`DeviceModSell`]'s values and diagonal (its slice
+/// pointers and column codes are shared): the mixed-precision polynomial
+/// preconditioner's matrix (`gpu::polynomial`).
+pub struct DeviceModSellF32 {
+    pub values: CudaSlice<f32>,
+    pub diag: CudaSlice<f32>,
+}
+
 impl DeviceModSell {
+    /// The values and the diagonal rounded to f32 on the device.
+    pub fn f32_twin(&self, gpu: &Gpu) -> Result<DeviceModSellF32, GpuError> {
+        let cast = |from: &CudaSlice<f64>| -> Result<CudaSlice<f32>, GpuError> {
+            let to = gpu.zeros::<f32>(from.len())?;
+            let len = i32::try_from(from.len()).map_err(|_| {
+                GpuError::Invalid(format!(
+                    "{} matrix values are too many for the f32 copy (at most 2^31)",
+                    from.len()
+                ))
+            })?;
+            gpu.launch(
+                "cast_f64_to_f32",
+                vector_grid(from.len()),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&len).arg(from).arg(&to);
+                },
+            )?;
+            Ok(to)
+        };
+        Ok(DeviceModSellF32 {
+            values: cast(&self.values)?,
+            diag: cast(&self.diag)?,
+        })
+    }
+
     pub fn upload(gpu: &Gpu, m: &ModSell) -> Result<Self, GpuError> {
         Ok(Self {
             n: m.n_rows(),

@@ -9,8 +9,10 @@
 //! mod-SELL), [`assembly`] the Laplacian assembled on the device into
 //! mod-SELL, [`pcg`] the device-resident PCG backend, [`smooth`] the
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
-//! PCG preconditioners, [`bench`] the `fvpoisson bench` measurements
-//! ([`smooth_bench`] those of the smoothers), [`cusparse`] the cuSPARSE
+//! PCG preconditioners, [`polynomial`] the polynomial preconditioners (f64 and
+//! mixed precision), [`bench`] the `fvpoisson bench` measurements
+//! ([`smooth_bench`] those of the smoothers, [`polynomial_bench`] those of the
+//! polynomials), [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
 
 pub mod assembly;
@@ -20,6 +22,8 @@ pub mod cusparse;
 pub mod ic;
 pub mod matrix;
 pub mod pcg;
+pub mod polynomial;
+pub mod polynomial_bench;
 pub mod smooth;
 pub mod smooth_bench;
 
@@ -32,56 +36,30 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
-/// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 5] = [
+/// Kernel sources, compiled together as one module. Every
+/// `extern "C" __global__ void NAME(` in them is loaded ([`kernel_names`]).
+const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("assembly.cu", include_str!("../../kernels/assembly.cu")),
     ("smooth.cu", include_str!("../../kernels/smooth.cu")),
     ("ic.cu", include_str!("../../kernels/ic.cu")),
+    ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
 ];
 
-/// Every kernel the module must export.
-const KERNELS: [&str; 38] = [
-    "spmv_csr",
-    "spmv_sell",
-    "spmv_modsell",
-    "reduce_partials",
-    "sum_partials",
-    "cg_initial_residual",
-    "cg_precondition",
-    "cg_finish_precondition",
-    "cg_direction",
-    "cg_operator",
-    "cg_finish_operator",
-    "cg_update",
-    "cg_finish_update",
-    "asm_face_coefficients",
-    "asm_matrix_rows",
-    "asm_gradient",
-    "asm_correction_flux",
-    "asm_rhs",
-    "asm_sum_partials",
-    "asm_subtract",
-    "asm_add_reference",
-    "asm_add_vector",
-    "asm_add_product",
-    "modsell_row_sums",
-    "dot_partials",
-    "zero_vector",
-    "smooth_jacobi",
-    "smooth_colour",
-    "jp_select",
-    "jp_assign",
-    "smooth_block",
-    "ic_dic_factor",
-    "ic_ic0_factor",
-    "ic_reciprocal",
-    "ic_dic_forward",
-    "ic_dic_backward",
-    "ic_ic0_forward",
-    "ic_ic0_backward",
-];
+/// The kernels the sources define, in source order.
+fn kernel_names() -> Vec<&'static str> {
+    const MARK: &str = "extern \"C\" __global__ void ";
+    KERNEL_SOURCES
+        .iter()
+        .flat_map(|(_, text)| {
+            text.match_indices(MARK).filter_map(|(at, _)| {
+                let rest = &text[at + MARK.len()..];
+                rest.find('(').map(|end| rest[..end].trim())
+            })
+        })
+        .collect()
+}
 
 /// Threads per block of the vector kernels (a multiple of 32).
 pub const VECTOR_BLOCK: u32 = 256;
@@ -199,7 +177,7 @@ impl Gpu {
             .collect();
         let (module, module_cached) = cache::load_module(&ctx, &source, &arch)?;
         let mut kernels = HashMap::new();
-        for k in KERNELS {
+        for k in kernel_names() {
             let f = module.load_function(k).map_err(|e| GpuError::Kernel {
                 kernel: k,
                 error: format!("not found in the compiled module: {e}"),
@@ -470,5 +448,54 @@ pub fn test_device() -> Option<Gpu> {
             None
         }
         Err(e) => panic!("FVPOISSON_REQUIRE_GPU=1 or device error: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel name the host launches (a string literal after
+    /// `launch(` or `kernel_limits(`/`allow_dynamic_shared(` in src/gpu) is
+    /// defined once in the kernel sources: a typo fails here, not on a device.
+    #[test]
+    fn launched_kernels_are_defined_once() {
+        let names = kernel_names();
+        assert!(names.len() > 40, "{names:?}");
+        for n in &names {
+            assert!(
+                n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{n}"
+            );
+            assert_eq!(names.iter().filter(|m| *m == n).count(), 1, "{n} twice");
+        }
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
+        let mut files = vec![dir.clone()];
+        let mut checked = 0;
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Up to the unit tests (this one's own literals would match).
+            let text = text.split("#[cfg(test)]").next().unwrap();
+            for call in ["launch(", "kernel_limits(", "allow_dynamic_shared("] {
+                for (at, _) in text.match_indices(call) {
+                    let rest = text[at + call.len()..].trim_start();
+                    let Some(literal) = rest.strip_prefix('"') else {
+                        continue;
+                    };
+                    let name = &literal[..literal.find('"').unwrap()];
+                    assert!(
+                        names.contains(&name),
+                        "{}: kernel {name} is not defined",
+                        path.display()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 40, "found only {checked} launches");
     }
 }

@@ -615,7 +615,8 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
     g
 }
 
-/// What the GPU runs for a PCG preconditioner: Jacobi and none as given;
+/// What the GPU runs for a PCG preconditioner: Jacobi, none and the
+/// polynomials (`gpu::polynomial`) as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
 /// [`gpu_smoother`]; DIC and IC(0) (triangular solves, not on the GPU) as Jacobi.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
@@ -628,6 +629,7 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
         }
         Preconditioner::Kind(_) => PreconditionerKind::Jacobi.into(),
         Preconditioner::Smoother(s) => Preconditioner::Smoother(gpu_smoother(s)),
+        Preconditioner::Polynomial(_) => *p,
     }
 }
 
@@ -778,6 +780,9 @@ impl GpuSolver<'_> {
                 return self.solve(a, *kind, equilibration, b, x, controls, field, options)
             }
             Preconditioner::Smoother(s) => s,
+            Preconditioner::Polynomial(p) => {
+                return self.solve_polynomial(a, p, equilibration, b, x, controls, field, options)
+            }
         };
         check_system(a, b, x, controls)?;
         preconditioner.check()?;

@@ -15,6 +15,7 @@ pub mod cpu;
 pub mod equilibrate;
 pub mod error;
 pub mod pcg;
+pub mod polynomial;
 pub mod precond;
 pub mod reduce;
 pub mod smooth_solver;
@@ -27,6 +28,7 @@ pub use pcg::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
     SolverControls, SolverPerformance, StopReason, StopRule,
 };
+pub use polynomial::{EigenBound, PolynomialKind, PolynomialSettings, Precision};
 pub use precond::{Preconditioner, PreconditionerKind};
 pub use smooth_solver::{smooth_solve, solve_smooth, SmoothBackend};
 pub use smoother::{

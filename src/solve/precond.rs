@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
@@ -87,11 +88,13 @@ impl FromStr for PreconditionerKind {
 }
 
 /// PCG's preconditioner: a named one, or a smoother run from z = 0
-/// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only).
+/// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only), or a
+/// polynomial in the Jacobi-scaled matrix (`solve::polynomial`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Preconditioner {
     Kind(PreconditionerKind),
     Smoother(SmootherSettings),
+    Polynomial(PolynomialSettings),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -111,6 +114,7 @@ impl fmt::Display for Preconditioner {
         match self {
             Self::Kind(k) => k.fmt(f),
             Self::Smoother(s) => s.fmt(f),
+            Self::Polynomial(p) => p.fmt(f),
         }
     }
 }
@@ -130,13 +134,14 @@ impl Preconditioner {
                 .validate()
                 .and_then(|()| s.check_preconditioner())
                 .map_err(SolveError::InvalidControls),
+            Self::Polynomial(p) => p.validate().map_err(SolveError::InvalidControls),
         }
     }
 
     /// The row order the preconditioner wants (block Jacobi's blocks).
     pub fn ordering(&self, a: &Csr) -> Option<Permutation> {
         match self {
-            Self::Kind(_) => None,
+            Self::Kind(_) | Self::Polynomial(_) => None,
             Self::Smoother(s) => s.ordering(a),
         }
     }
@@ -147,6 +152,7 @@ impl Preconditioner {
         match self {
             Self::Kind(k) => k.build(a),
             Self::Smoother(s) => Ok(Box::new(SmootherPreconditioner::new(s.build(a)?, s.sweeps))),
+            Self::Polynomial(p) => Ok(Box::new(PolynomialPreconditioner::new(a, p)?)),
         }
     }
 }

@@ -1,0 +1,104 @@
+// Polynomial preconditioners (seed 003 §2.2–2.7; appended to spmv.cu, uses
+// modsell_row_t and u64 from there). CPU reference: src/solve/polynomial.rs
+// (`Evaluator::apply`), same steps, same operation order:
+//   t_0 = D^-1 r;  step j = 1..m:  y = D^-1 A t_in,
+//   t_out = mat*y + id*t_in - old*t_old,
+//   z = (first step: d_in*t_in, else z) + d_out*t_out.
+// T = double, or float for mixed precision (the f32 twin of the mod-SELL
+// matrix and f32 work vectors; r read and z written in f64).
+
+// t0 = inv_diag * (T)r.
+template <typename T>
+__device__ void poly_start(int n, const T* __restrict__ inv_diag, const double* __restrict__ r,
+                           T* __restrict__ t0) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) t0[i] = inv_diag[i] * (T)r[i];
+}
+
+// One recurrence step, one block per mod-SELL slice (blockDim = H, H values
+// of T of dynamic shared memory). t_io holds t_{j-2} on entry (read only when
+// old != 0; it may hold garbage at the first step) and t_j on exit (not
+// written at the last step). acc null: the first step (z starts at d_in*t_in);
+// z non-null: the last step writes the result there in f64, else to acc.
+template <typename T>
+__device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+                          const T* __restrict__ vals, const T* __restrict__ diag,
+                          const T* __restrict__ inv_diag, const T* __restrict__ t_in,
+                          T* __restrict__ t_io, T* __restrict__ acc, double* __restrict__ z,
+                          T mat, T id, T old, T d_in, T d_out) {
+    T xr;
+    const T ax = modsell_row_t<T>(n, slice_ptr, codes, vals, diag, t_in, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const T y = inv_diag[row] * ax;
+    const T t_old = old != T(0) ? t_io[row] : T(0);
+    const T t = mat * y + id * xr - old * t_old;
+    const T a = (acc == nullptr ? d_in * xr : acc[row]) + d_out * t;
+    if (z != nullptr) {
+        z[row] = (double)a;
+    } else {
+        acc[row] = a;
+        t_io[row] = t;
+    }
+}
+
+// inv_diag = (T)(1 / diag) (1/a_ii rounded once, as on the host).
+template <typename T>
+__device__ void poly_inverse_diagonal(int n, const double* __restrict__ diag,
+                                      T* __restrict__ inv_diag) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) inv_diag[i] = (T)(1.0 / diag[i]);
+}
+
+extern "C" __global__ void poly_start_f64(int n, const double* __restrict__ inv_diag,
+                                          const double* __restrict__ r, double* __restrict__ t0) {
+    poly_start<double>(n, inv_diag, r, t0);
+}
+
+extern "C" __global__ void poly_start_f32(int n, const float* __restrict__ inv_diag,
+                                          const double* __restrict__ r, float* __restrict__ t0) {
+    poly_start<float>(n, inv_diag, r, t0);
+}
+
+extern "C" __global__ void poly_step_f64(int n, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const double* __restrict__ vals,
+                                         const double* __restrict__ diag,
+                                         const double* __restrict__ inv_diag,
+                                         const double* __restrict__ t_in,
+                                         double* __restrict__ t_io, double* __restrict__ acc,
+                                         double* __restrict__ z, double mat, double id,
+                                         double old, double d_in, double d_out) {
+    poly_step<double>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, z, mat, id,
+                      old, d_in, d_out);
+}
+
+extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const float* __restrict__ vals,
+                                         const float* __restrict__ diag,
+                                         const float* __restrict__ inv_diag,
+                                         const float* __restrict__ t_in,
+                                         float* __restrict__ t_io, float* __restrict__ acc,
+                                         double* __restrict__ z, float mat, float id, float old,
+                                         float d_in, float d_out) {
+    poly_step<float>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, z, mat, id,
+                     old, d_in, d_out);
+}
+
+extern "C" __global__ void poly_inverse_diagonal_f64(int n, const double* __restrict__ diag,
+                                                     double* __restrict__ inv_diag) {
+    poly_inverse_diagonal<double>(n, diag, inv_diag);
+}
+
+extern "C" __global__ void poly_inverse_diagonal_f32(int n, const double* __restrict__ diag,
+                                                     float* __restrict__ inv_diag) {
+    poly_inverse_diagonal<float>(n, diag, inv_diag);
+}
+
+// The f32 twin of an f64 array (round to nearest, as `as f32` on the host).
+extern "C" __global__ void cast_f64_to_f32(int n, const double* __restrict__ from,
+                                           float* __restrict__ to) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) to[i] = (float)from[i];
+}

@@ -1,0 +1,263 @@
+//! Polynomial preconditioners on the GPU (`kernels/polynomial.cu`); the CPU
+//! reference and the mathematics are in `solve::polynomial`.
+//!
+//! One application is `poly_start` (t_0 = D⁻¹ r) and one fused kernel per
+//! degree: the mod-SELL row product of spmv.cu (`modsell_row_t`, shared x of
+//! the slice's own rows) followed by the Chebyshev-basis three-term update and
+//! the accumulation of z, so a degree-m application reads the matrix m times
+//! and makes m + 1 launches, with no allocation, copy or host synchronisation
+//! (it can be captured into a CUDA graph). The upper eigenvalue bound and the
+//! coefficients are computed at set-up on the host, from the same CSR matrix
+//! the CPU reference uses, so both run the same polynomial.
+//!
+//! Mixed precision (seed 003 §2.7): an f32 twin of the mod-SELL values and
+//! diagonal ([`DeviceModSellF32`], indices shared), f32 work vectors; r is
+//! read and z written in f64 by the first and last kernels.
+
+use std::rc::Rc;
+
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+
+use super::matrix::{DeviceModSell, DeviceModSellF32};
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::smooth::DevicePreconditioner;
+use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::solve::cpu::check_system;
+use crate::solve::polynomial::{PolynomialSettings, Precision, Recurrence};
+use crate::solve::{
+    pcg, EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
+};
+use crate::sparse::{Csr, Reordered};
+
+/// The vectors of one precision: 1/a_ii, the two recurrence vectors and the
+/// running sum of z.
+struct Work<T> {
+    inv_diag: CudaSlice<T>,
+    t: [CudaSlice<T>; 2],
+    acc: CudaSlice<T>,
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits> Work<T> {
+    fn new(gpu: &Gpu, m: &DeviceModSell, inverse_kernel: &'static str) -> Result<Self, GpuError> {
+        let n = m.n;
+        let inv_diag = gpu.zeros::<T>(n)?;
+        let n32 = n as i32;
+        gpu.launch(inverse_kernel, vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&m.diag).arg(&inv_diag);
+        })?;
+        Ok(Self {
+            inv_diag,
+            t: [gpu.zeros(n)?, gpu.zeros(n)?],
+            acc: gpu.zeros(n)?,
+        })
+    }
+}
+
+enum Evaluation {
+    Double(Work<f64>),
+    Mixed {
+        twin: DeviceModSellF32,
+        work: Work<f32>,
+    },
+}
+
+/// z = s(D⁻¹A) D⁻¹ r on the device (`solve::polynomial::PolynomialPreconditioner`).
+pub struct DevicePolynomial<'g> {
+    gpu: &'g Gpu,
+    matrix: Rc<DeviceModSell>,
+    settings: PolynomialSettings,
+    recurrence: Recurrence,
+    evaluation: Evaluation,
+}
+
+impl<'g> DevicePolynomial<'g> {
+    /// The preconditioner of `settings` for `matrix`, the device copy of `a`
+    /// (same row order); the eigenvalue bound is computed from `a`.
+    pub fn new(
+        gpu: &'g Gpu,
+        a: &Csr,
+        matrix: Rc<DeviceModSell>,
+        settings: &PolynomialSettings,
+    ) -> Result<Self, GpuError> {
+        settings.validate().map_err(GpuError::Invalid)?;
+        if a.n_rows() != matrix.n {
+            return Err(GpuError::Invalid(format!(
+                "the polynomial's matrix has {} rows, the device matrix {}",
+                a.n_rows(),
+                matrix.n
+            )));
+        }
+        let upper = settings
+            .upper_bound(a)
+            .map_err(|e| GpuError::Invalid(e.to_string()))?;
+        Self::with_upper_bound(gpu, matrix, settings, upper)
+    }
+
+    /// With the upper eigenvalue bound of D⁻¹A given (positive diagonal assumed).
+    pub fn with_upper_bound(
+        gpu: &'g Gpu,
+        matrix: Rc<DeviceModSell>,
+        settings: &PolynomialSettings,
+        upper: f64,
+    ) -> Result<Self, GpuError> {
+        settings.validate().map_err(GpuError::Invalid)?;
+        if !(upper.is_finite() && upper > 0.0) {
+            return Err(GpuError::Invalid(format!(
+                "the polynomial preconditioner needs a positive finite upper eigenvalue bound, \
+                 got {upper}"
+            )));
+        }
+        let evaluation = match settings.precision {
+            Precision::Double => {
+                Evaluation::Double(Work::new(gpu, &matrix, "poly_inverse_diagonal_f64")?)
+            }
+            Precision::Mixed => Evaluation::Mixed {
+                twin: matrix.f32_twin(gpu)?,
+                work: Work::new(gpu, &matrix, "poly_inverse_diagonal_f32")?,
+            },
+        };
+        Ok(Self {
+            gpu,
+            matrix,
+            settings: *settings,
+            recurrence: settings.recurrence(upper),
+            evaluation,
+        })
+    }
+
+    pub fn settings(&self) -> &PolynomialSettings {
+        &self.settings
+    }
+
+    /// The interval and coefficients in use (the upper bound is `hi`).
+    pub fn recurrence(&self) -> &Recurrence {
+        &self.recurrence
+    }
+
+    /// The launches of one application in precision T.
+    #[allow(clippy::too_many_arguments)]
+    fn launch<T: DeviceRepr + Copy>(
+        &self,
+        kernels: (&'static str, &'static str),
+        values: &CudaSlice<T>,
+        diag: &CudaSlice<T>,
+        work: &Work<T>,
+        to_t: fn(f64) -> T,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let (gpu, m) = (self.gpu, &*self.matrix);
+        let n = m.n as i32;
+        let h = m.slice_height as u32;
+        let shared = h * size_of::<T>() as u32;
+        gpu.launch(kernels.0, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
+        })?;
+        let last = self.recurrence.steps.len() - 1;
+        for (j, s) in self.recurrence.steps.iter().enumerate() {
+            // Step j reads t[j % 2] and overwrites t[(j + 1) % 2] (t_{j−1}).
+            let (t_in, t_io) = (&work.t[j % 2], &work.t[(j + 1) % 2]);
+            let coefficients = [s.mat, s.id, s.old, s.d_in, s.d_out].map(to_t);
+            gpu.launch(kernels.1, m.n_slices() as u32, h, shared, |a| {
+                a.arg(&n)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(values)
+                    .arg(diag)
+                    .arg(&work.inv_diag)
+                    .arg(t_in)
+                    .arg(t_io);
+                match j {
+                    0 => a.arg(&NULL),
+                    _ => a.arg(&work.acc),
+                };
+                match j == last {
+                    true => a.arg(z),
+                    false => a.arg(&NULL),
+                };
+                for c in &coefficients {
+                    a.arg(c);
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl DevicePreconditioner for DevicePolynomial<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        match &self.evaluation {
+            Evaluation::Double(work) => self.launch(
+                ("poly_start_f64", "poly_step_f64"),
+                &self.matrix.values,
+                &self.matrix.diag,
+                work,
+                |x| x,
+                r,
+                z,
+            ),
+            Evaluation::Mixed { twin, work } => self.launch(
+                ("poly_start_f32", "poly_step_f32"),
+                &twin.values,
+                &twin.diag,
+                work,
+                |x| x as f32,
+                r,
+                z,
+            ),
+        }
+    }
+
+    /// A fixed polynomial: linear (in mixed precision up to f32 rounding,
+    /// with which the seed's Algorithm 6 keeps the standard β).
+    fn is_linear(&self) -> bool {
+        true
+    }
+}
+
+impl GpuSolver<'_> {
+    /// PCG with a polynomial preconditioner on the device, on the system
+    /// equilibrated by `equilibration` (the polynomial then acts on S A S), in
+    /// the row order of `options.ordering`. The convergence test and the
+    /// returned performance are those of the original system, as in
+    /// `solve::solve_pcg_scaled`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_polynomial(
+        &mut self,
+        a: &Csr,
+        settings: &PolynomialSettings,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        Preconditioner::Polynomial(*settings).check()?;
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
+        let system = scaled.matrix(a);
+        // The CPU's checks (positive diagonal) and bound, on the unpermuted system.
+        let upper = settings.upper_bound(system)?;
+        let gpu = self.gpu();
+        let perm = self.permutation(system, options)?;
+        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
+        let eq_ordered = scaled.permuted_equilibration(perm);
+        let mut backend =
+            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
+                .map_err(device)?;
+        let polynomial =
+            DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
+                .map_err(device)?;
+        backend.set_preconditioner(Box::new(polynomial));
+        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
+        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+        let x_new = backend.download(&x_dev).map_err(device)?;
+        let mut y = vec![0.0; x.len()];
+        ordered.to_old_into(&x_new, &mut y);
+        scaled.unscale_into(&y, x);
+        Ok(perf)
+    }
+}

@@ -1,0 +1,194 @@
+//! `fvpoisson bench --polynomial`: time to solution of PCG with each
+//! polynomial preconditioner (`gpu::polynomial`; Neumann, Chebyshev and least
+//! squares of degree 2, 4 and 8, in f64 and mixed precision) against the fused
+//! Jacobi-PCG and the CPU's DIC-PCG in the same run (seed 003 §7.5: the
+//! comparison the paper never made).
+//!
+//! All GPU rows solve the RCM-ordered system on one backend built beforehand
+//! (matrix upload and ordering are common to all and not counted). Per row:
+//! set-up (Gershgorin bound on the host, coefficients, inverse diagonal, the
+//! f32 twin of the matrix in mixed precision; one Lanczos row shows that
+//! bound's cost), iterations, solve time, total, and the speed-up of the total
+//! over Jacobi-PCG's solve. Jacobi-PCG runs its fused device loop after a
+//! warm-up solve; the polynomial PCG is driven from the host one step at a
+//! time (three scalar read-backs per iteration) until PCG runs any device
+//! preconditioner in its fused loop. Tolerance: the bench's (OpenFOAM
+//! normalised 1e-6 from x = 0).
+//!
+//! The CPU DIC-PCG (set-up + solve, rayon where it parallelises; the
+//! triangular solves are sequential) runs only up to [`CPU_DIC_MAX_ROWS`] rows
+//! and not with `--no-cpu`; bigger cases get a note (minutes per solve).
+
+use std::time::Instant;
+
+use super::bench::{controls, BenchSettings, Row};
+use super::pcg::{GpuCgBackend, GpuSolveOptions};
+use super::polynomial::DevicePolynomial;
+use super::smooth::DevicePreconditioner;
+use super::Gpu;
+use crate::solve::{
+    pcg, solve_pcg, EigenBound, PolynomialKind, PolynomialSettings, Precision, PreconditionerKind,
+};
+use crate::sparse::ordering::reverse_cuthill_mckee;
+use crate::sparse::Csr;
+
+/// Rows up to which the CPU DIC-PCG is timed (above: minutes per solve).
+pub const CPU_DIC_MAX_ROWS: usize = 2 << 20;
+
+/// Degrees of the table.
+const DEGREES: [usize; 3] = [2, 4, 8];
+
+/// The rows of one case: `a`, `b` as assembled.
+pub fn rows(
+    gpu: &Gpu,
+    spec: &str,
+    a: &Csr,
+    b: &[f64],
+    settings: &BenchSettings,
+) -> anyhow::Result<Vec<Row>> {
+    let (n, nnz) = (a.n_rows(), a.nnz());
+    let mut rows = Vec::new();
+    let mut push = |what: String, ordering: &str, ms: f64, note: String| {
+        eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
+        rows.push(Row {
+            case: spec.to_string(),
+            ordering: ordering.into(),
+            what,
+            n,
+            nnz,
+            bytes: 0.0,
+            ms,
+            gb_s: 0.0,
+            of_copy: 0.0,
+            note,
+        })
+    };
+    let controls = controls();
+    let options = GpuSolveOptions {
+        slice_height: settings.slice_height,
+        check_interval: settings.check_interval,
+        ..GpuSolveOptions::default()
+    };
+    let rcm = reverse_cuthill_mckee(a);
+    let a_rcm = rcm.apply_symmetric(a);
+    let b_rcm = rcm.to_new(b);
+    let zeros = vec![0.0; n];
+
+    // Jacobi-PCG on its fused device loop: the baseline.
+    let jacobi = GpuCgBackend::new(gpu, &a_rcm, true, None, &options)?;
+    let b_dev = jacobi.upload(&b_rcm)?;
+    let mut x = jacobi.upload(&zeros)?;
+    pcg(&jacobi, &b_dev, &mut x, &controls, "p")?;
+    jacobi.write(&mut x, &zeros)?;
+    let t = Instant::now();
+    let base = pcg(&jacobi, &b_dev, &mut x, &controls, "p")?;
+    let base_ms = t.elapsed().as_secs_f64() * 1e3;
+    let launches = jacobi.launch_mode().name();
+    drop((jacobi, x, b_dev));
+    push(
+        "PCG Jacobi".into(),
+        "rcm",
+        base_ms,
+        format!(
+            "{} iterations, {:.4} ms/iteration, final residual {:.3e} (fused loop, {launches} \
+             launches, after a warm-up solve; the baseline of the speed-ups)",
+            base.iterations,
+            base_ms / base.iterations.max(1) as f64,
+            base.final_residual
+        ),
+    );
+
+    let mut backend = GpuCgBackend::new(gpu, &a_rcm, false, None, &options)?;
+    let b_dev = backend.upload(&b_rcm)?;
+    let mut cases: Vec<PolynomialSettings> = Vec::new();
+    for degree in DEGREES {
+        for kind in PolynomialKind::ALL {
+            for precision in [Precision::Double, Precision::Mixed] {
+                cases.push(PolynomialSettings {
+                    precision,
+                    ..PolynomialSettings::new(kind, degree)
+                });
+            }
+        }
+    }
+    cases.push(PolynomialSettings {
+        bound: EigenBound::Lanczos { steps: 10 },
+        precision: Precision::Mixed,
+        ..PolynomialSettings::new(PolynomialKind::LeastSquares, 8)
+    });
+    for s in cases {
+        let t = Instant::now();
+        let p = DevicePolynomial::new(gpu, &a_rcm, backend.shared_matrix(), &s)?;
+        gpu.synchronize()?;
+        let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+        // One application outside the timing loads the kernels (lazy loading).
+        let mut warm = backend.upload(&zeros)?;
+        p.apply(b_dev.dev()?, warm.dev()?)?;
+        let upper = p.recurrence().hi;
+        backend.set_preconditioner(Box::new(p));
+        backend.write(&mut warm, &zeros)?;
+        let mut x = warm;
+        let t = Instant::now();
+        let result = pcg(&backend, &b_dev, &mut x, &controls, "p");
+        let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+        let total = setup_ms + solve_ms;
+        let what = format!(
+            "PCG {}({}){}",
+            s.kind.name(),
+            s.degree,
+            match (s.precision, s.bound) {
+                (Precision::Mixed, EigenBound::Lanczos { .. }) => " mixed, Lanczos",
+                (Precision::Mixed, _) => " mixed",
+                _ => "",
+            }
+        );
+        let note = match result {
+            Ok(perf) => format!(
+                "set-up {setup_ms:.1} ms + solve {solve_ms:.1} ms: {} iterations, {:.4} \
+                 ms/iteration, {} products by A, speed-up over Jacobi-PCG {:.2}x, bound {upper:.4}, \
+                 final residual {:.3e}{}",
+                perf.iterations,
+                solve_ms / perf.iterations.max(1) as f64,
+                perf.iterations * (s.degree + 1),
+                base_ms / total,
+                perf.final_residual,
+                if perf.converged { "" } else { " NOT CONVERGED" }
+            ),
+            Err(e) => format!("failed: {e}"),
+        };
+        push(what, "rcm", total, note);
+    }
+
+    if !settings.cpu_solve {
+        return Ok(rows);
+    }
+    if n > CPU_DIC_MAX_ROWS {
+        push(
+            "PCG DIC CPU".into(),
+            "natural",
+            0.0,
+            format!(
+                "not run: {n} rows > {CPU_DIC_MAX_ROWS} (sequential triangular solves, minutes \
+                 per solve); see a smaller case"
+            ),
+        );
+        return Ok(rows);
+    }
+    let mut xc = vec![0.0; n];
+    let t = Instant::now();
+    let cpu = solve_pcg(a, PreconditionerKind::Dic, b, &mut xc, &controls, "p")?;
+    let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
+    push(
+        "PCG DIC CPU".into(),
+        "natural",
+        cpu_ms,
+        format!(
+            "set-up + solve, {} iterations, final residual {:.3e}; Jacobi-PCG on the GPU is \
+             {:.1}x faster",
+            cpu.iterations,
+            cpu.final_residual,
+            cpu_ms / base_ms
+        ),
+    );
+    Ok(rows)
+}

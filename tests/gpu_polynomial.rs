@@ -1,0 +1,237 @@
+//! GPU polynomial preconditioners against their CPU reference
+//! (`solve::polynomial`): one application on random vectors (f64 to ~1e-13,
+//! mixed precision against the CPU's f32 evaluation to ~1e-6), the same
+//! application replayed from a CUDA graph, and PCG (iterations equal ±1, the
+//! same accuracy in f64 and mixed precision). Each test prints a compact
+//! table, and `skipped: no CUDA device` without a GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1).
+
+use std::rc::Rc;
+
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::polynomial::DevicePolynomial;
+use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
+use fvpoisson::gpu::{test_device, Gpu};
+use fvpoisson::solve::polynomial::PolynomialPreconditioner;
+use fvpoisson::solve::{
+    solve_pcg_scaled, EigenBound, EquilibrationKind, LinearOperator, PolynomialKind,
+    PolynomialSettings, Precision, Preconditioner, SolverControls,
+};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
+
+/// Real FVM systems (perturbed and renumbered tets, a 2-D box, a polyhedral
+/// OpenFOAM mesh, a Gmsh prism mesh, a hex box) in RCM order, and random SPD
+/// matrices; mesh files relative to the repository root.
+fn systems() -> Vec<(String, Csr, Vec<f64>)> {
+    let mut all: Vec<(String, Csr, Vec<f64>)> = [(1usize, 1u64), (1000, 2), (30_011, 3)]
+        .into_iter()
+        .map(|(n, seed)| {
+            let mut rng = SplitMix(seed);
+            let b = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+            (format!("random n = {n}"), random_symmetric(n, 8, seed), b)
+        })
+        .collect();
+    for spec in [
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "box:80x80x1:2d",
+        "box:24x24x24:perturb=0.2",
+        "meshes/foam/polydual",
+        "meshes/gmsh/prism_wedge.v22.msh",
+    ] {
+        let (a, b) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let p = reverse_cuthill_mckee(&a);
+        let name = spec.rsplit('/').next().unwrap();
+        all.push((format!("{name} RCM"), p.apply_symmetric(&a), p.to_new(&b)));
+    }
+    all
+}
+
+fn device_matrix(gpu: &Gpu, a: &Csr, h: usize) -> Rc<DeviceModSell> {
+    Rc::new(DeviceModSell::upload(gpu, &ModSell::from_csr(a, h).unwrap()).unwrap())
+}
+
+fn settings(kind: PolynomialKind, degree: usize, precision: Precision) -> PolynomialSettings {
+    PolynomialSettings {
+        precision,
+        ..PolynomialSettings::new(kind, degree)
+    }
+}
+
+/// z = M⁻¹ r on the device and with the CPU reference at the device's bound.
+fn apply_both(
+    gpu: &Gpu,
+    a: &Csr,
+    matrix: &Rc<DeviceModSell>,
+    s: &PolynomialSettings,
+    r: &[f64],
+) -> (Vec<f64>, Vec<f64>) {
+    let device = DevicePolynomial::new(gpu, a, Rc::clone(matrix), s).unwrap();
+    let cpu = PolynomialPreconditioner::with_upper_bound(a, s, device.recurrence().hi).unwrap();
+    assert_eq!(cpu.recurrence(), device.recurrence());
+    let r_dev = gpu.upload(r).unwrap();
+    let z_dev = gpu.zeros::<f64>(r.len()).unwrap();
+    device.apply(&r_dev, &z_dev).unwrap();
+    let z_gpu = gpu.download(&z_dev).unwrap();
+    let mut z_cpu = vec![0.0; r.len()];
+    cpu.apply(r, &mut z_cpu);
+    (z_gpu, z_cpu)
+}
+
+#[test]
+fn apply_equals_the_cpu_reference() {
+    let Some(gpu) = test_device() else { return };
+    println!("system | slice | kind | degree | f64 vs CPU | mixed vs CPU f32 | mixed vs f64");
+    let (mut worst_f64, mut worst_mixed) = (0.0f64, 0.0f64);
+    for (name, a, _) in systems() {
+        let mut rng = SplitMix(7);
+        let r: Vec<f64> = (0..a.n_rows()).map(|_| rng.next_f64() - 0.5).collect();
+        for h in [64, 512] {
+            let matrix = device_matrix(&gpu, &a, h);
+            for kind in PolynomialKind::ALL {
+                for degree in [1, 2, 4, 8] {
+                    let (zd, zd_cpu) = apply_both(
+                        &gpu,
+                        &a,
+                        &matrix,
+                        &settings(kind, degree, Precision::Double),
+                        &r,
+                    );
+                    let (zm, zm_cpu) = apply_both(
+                        &gpu,
+                        &a,
+                        &matrix,
+                        &settings(kind, degree, Precision::Mixed),
+                        &r,
+                    );
+                    let (d64, dmix, dvs) = (
+                        max_rel_diff(&zd, &zd_cpu),
+                        max_rel_diff(&zm, &zm_cpu),
+                        max_rel_diff(&zm, &zd),
+                    );
+                    println!(
+                        "{name} | {h} | {} | {degree} | {d64:.1e} | {dmix:.1e} | {dvs:.1e}",
+                        kind.name()
+                    );
+                    worst_f64 = worst_f64.max(d64);
+                    worst_mixed = worst_mixed.max(dmix);
+                    assert!(d64 < 1e-12, "{name} {kind:?} {degree}: f64 {d64:e}");
+                    assert!(dmix < 1e-5, "{name} {kind:?} {degree}: mixed {dmix:e}");
+                    // f32 against f64: rounding only (the Chebyshev basis keeps it small).
+                    assert!(dvs < 1e-4, "{name} {kind:?} {degree}: mixed vs f64 {dvs:e}");
+                }
+            }
+        }
+    }
+    println!("worst: f64 {worst_f64:.1e}, mixed {worst_mixed:.1e}");
+}
+
+#[test]
+fn apply_replays_from_a_cuda_graph() {
+    // apply() only launches kernels, so PCG can capture it into its graph.
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:20x20x20:tet:perturb=0.2").unwrap();
+    let matrix = device_matrix(&gpu, &a, 512);
+    let mut rng = SplitMix(11);
+    let r: Vec<f64> = (0..a.n_rows()).map(|_| rng.next_f64() - 0.5).collect();
+    let r_dev = gpu.upload(&r).unwrap();
+    for precision in [Precision::Double, Precision::Mixed] {
+        let s = settings(PolynomialKind::LeastSquares, 6, precision);
+        let p = DevicePolynomial::new(&gpu, &a, Rc::clone(&matrix), &s).unwrap();
+        let direct = gpu.zeros::<f64>(a.n_rows()).unwrap();
+        let replayed = gpu.zeros::<f64>(a.n_rows()).unwrap();
+        p.apply(&r_dev, &direct).unwrap();
+        let graph = gpu.capture(|| p.apply(&r_dev, &replayed)).unwrap();
+        gpu.launch_graph(&graph).unwrap();
+        let (x, y) = (
+            gpu.download(&direct).unwrap(),
+            gpu.download(&replayed).unwrap(),
+        );
+        println!(
+            "graph replay, {}: max diff {:e}",
+            precision.name(),
+            max_rel_diff(&y, &x)
+        );
+        assert_eq!(x, y, "{precision:?}: the replay differs");
+    }
+}
+
+/// ‖b − A x‖₂ / ‖b‖₂.
+fn true_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
+    let mut ax = vec![0.0; b.len()];
+    a.spmv(x, &mut ax);
+    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y).powi(2)).sum();
+    (r / b.iter().map(|b| b * b).sum::<f64>()).sqrt()
+}
+
+#[test]
+fn pcg_matches_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    // The CPU's row order, so that the f32 roundings of both are the same.
+    let options = GpuSolveOptions {
+        ordering: RowOrdering::Natural,
+        ..GpuSolveOptions::default()
+    };
+    let controls = SolverControls::absolute(1e-12, 20_000);
+    println!(
+        "mesh | preconditioner | equilibration | CPU iterations | GPU iterations | x difference | \
+         GPU ‖b−Ax‖/‖b‖"
+    );
+    for spec in [
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "box:80x80x1:2d",
+        "meshes/foam/polydual",
+        "meshes/gmsh/prism_wedge.v22.msh",
+    ] {
+        let (a, b) = poisson_system(spec).unwrap();
+        let mut cases = Vec::new();
+        for kind in PolynomialKind::ALL {
+            for precision in [Precision::Double, Precision::Mixed] {
+                cases.push((settings(kind, 4, precision), EquilibrationKind::None));
+            }
+        }
+        let mut lanczos = settings(PolynomialKind::LeastSquares, 8, Precision::Mixed);
+        lanczos.bound = EigenBound::Lanczos { steps: 10 };
+        cases.push((lanczos, EquilibrationKind::None));
+        cases.push((
+            settings(PolynomialKind::Chebyshev, 2, Precision::Double),
+            EquilibrationKind::Jacobi,
+        ));
+        let mut f64_residual = f64::NAN;
+        for (s, eq) in cases {
+            let p = Preconditioner::Polynomial(s);
+            let mut x_cpu = vec![0.0; a.n_rows()];
+            let cpu = solve_pcg_scaled(&a, p, &eq, &b, &mut x_cpu, &controls, "p").unwrap();
+            let mut x_gpu = vec![0.0; a.n_rows()];
+            let dev =
+                solve_pcg_gpu_with(&gpu, &a, &p, &eq, &b, &mut x_gpu, &controls, "p", &options)
+                    .unwrap();
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            let residual = true_residual(&a, &b, &x_gpu);
+            println!(
+                "{spec} | {p} | {eq} | {} | {} | {d:.1e} | {residual:.2e}",
+                cpu.iterations, dev.iterations
+            );
+            assert!(dev.converged, "{spec} {p}");
+            assert!(
+                dev.iterations.abs_diff(cpu.iterations) <= 1,
+                "{spec} {p}: GPU {} vs CPU {} iterations",
+                dev.iterations,
+                cpu.iterations
+            );
+            assert!(d < 1e-8, "{spec} {p}: {d:e}");
+            match s.precision {
+                Precision::Double => f64_residual = residual,
+                // The same stopping test in f64: the same accuracy as the f64
+                // preconditioner of the same kind (the case before).
+                Precision::Mixed => assert!(
+                    residual < 10.0 * f64_residual.max(1e-14),
+                    "{spec} {p}: {residual:e} vs f64 {f64_residual:e}"
+                ),
+            }
+        }
+    }
+}
