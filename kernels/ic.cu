@@ -75,8 +75,6 @@ extern "C" __global__ void ic_reciprocal(int n, double* x) {
     if (i < n) x[i] = __drcp_rn(x[i]);
 }
 
-__device__ bool ic_gated_off(const double* done) { return done != nullptr && done[0] != 0.0; }
-
 // DIC forward sweep, one level: w_j = rd_j r_j, then w_j -= (rd_j a_ji) w_i
 // over the lower slots in order (w_i final: an earlier level).
 extern "C" __global__ void ic_dic_forward(int count, int first, const int* __restrict__ rows,
@@ -88,7 +86,7 @@ extern "C" __global__ void ic_dic_forward(int count, int first, const int* __res
                                           const double* __restrict__ r, double* w,
                                           const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || ic_gated_off(done)) return;
+    if (t >= count || gated_off(done)) return;
     const int j = rows[first + t];
     const double rdj = rd[j];
     double acc = __dmul_rn(rdj, r[j]);
@@ -107,7 +105,7 @@ extern "C" __global__ void ic_dic_backward(int count, int first, const int* __re
                                            const double* __restrict__ rd, double* w,
                                            const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || ic_gated_off(done)) return;
+    if (t >= count || gated_off(done)) return;
     const int i = rows[first + t];
     const double rdi = rd[i];
     double acc = w[i];
@@ -126,7 +124,7 @@ extern "C" __global__ void ic_ic0_forward(int count, int first, const int* __res
                                           const double* __restrict__ r, double* z,
                                           const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || ic_gated_off(done)) return;
+    if (t >= count || gated_off(done)) return;
     const int i = rows[first + t];
     double sum = 0.0;
     for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s)
@@ -146,7 +144,7 @@ extern "C" __global__ void ic_ic0_backward(int count, int first, const int* __re
                                            const double* __restrict__ l_diag, double* z,
                                            const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || ic_gated_off(done)) return;
+    if (t >= count || gated_off(done)) return;
     const int k = rows[first + t];
     double acc = z[k];
     for (u64 s = row_ptr[k + 1]; s > diag_slot[k] + 1; --s)

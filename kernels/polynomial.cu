@@ -10,7 +10,8 @@
 // t0 = inv_diag * (T)r.
 template <typename T>
 __device__ void poly_start(int n, const T* __restrict__ inv_diag, const double* __restrict__ r,
-                           T* __restrict__ t0) {
+                           T* __restrict__ t0, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) t0[i] = inv_diag[i] * (T)r[i];
 }
@@ -18,14 +19,18 @@ __device__ void poly_start(int n, const T* __restrict__ inv_diag, const double* 
 // One recurrence step, one block per mod-SELL slice (blockDim = H, H values
 // of T of dynamic shared memory). t_io holds t_{j-2} on entry (read only when
 // old != 0; it may hold garbage at the first step) and t_j on exit (not
-// written at the last step). acc null: the first step (z starts at d_in*t_in);
+// written at the last step). `first`: z starts at d_in*t_in (acc not read);
 // z non-null: the last step writes the result there in f64, else to acc.
+// Both kernels take the trailing `done` gate of PCG's fused loop
+// (kernels/smooth.cu gated_off).
 template <typename T>
 __device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
                           const T* __restrict__ vals, const T* __restrict__ diag,
                           const T* __restrict__ inv_diag, const T* __restrict__ t_in,
-                          T* __restrict__ t_io, T* __restrict__ acc, double* __restrict__ z,
-                          T mat, T id, T old, T d_in, T d_out) {
+                          T* __restrict__ t_io, T* __restrict__ acc, int first,
+                          double* __restrict__ z, T mat, T id, T old, T d_in, T d_out,
+                          const double* done) {
+    if (gated_off(done)) return;
     T xr;
     const T ax = modsell_row_t<T>(n, slice_ptr, codes, vals, diag, t_in, &xr);
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -33,7 +38,7 @@ __device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* _
     const T y = inv_diag[row] * ax;
     const T t_old = old != T(0) ? t_io[row] : T(0);
     const T t = mat * y + id * xr - old * t_old;
-    const T a = (acc == nullptr ? d_in * xr : acc[row]) + d_out * t;
+    const T a = (first ? d_in * xr : acc[row]) + d_out * t;
     if (z != nullptr) {
         z[row] = (double)a;
     } else {
@@ -51,13 +56,15 @@ __device__ void poly_inverse_diagonal(int n, const double* __restrict__ diag,
 }
 
 extern "C" __global__ void poly_start_f64(int n, const double* __restrict__ inv_diag,
-                                          const double* __restrict__ r, double* __restrict__ t0) {
-    poly_start<double>(n, inv_diag, r, t0);
+                                          const double* __restrict__ r, double* __restrict__ t0,
+                                          const double* done) {
+    poly_start<double>(n, inv_diag, r, t0, done);
 }
 
 extern "C" __global__ void poly_start_f32(int n, const float* __restrict__ inv_diag,
-                                          const double* __restrict__ r, float* __restrict__ t0) {
-    poly_start<float>(n, inv_diag, r, t0);
+                                          const double* __restrict__ r, float* __restrict__ t0,
+                                          const double* done) {
+    poly_start<float>(n, inv_diag, r, t0, done);
 }
 
 extern "C" __global__ void poly_step_f64(int n, const u64* __restrict__ slice_ptr,
@@ -67,10 +74,11 @@ extern "C" __global__ void poly_step_f64(int n, const u64* __restrict__ slice_pt
                                          const double* __restrict__ inv_diag,
                                          const double* __restrict__ t_in,
                                          double* __restrict__ t_io, double* __restrict__ acc,
-                                         double* __restrict__ z, double mat, double id,
-                                         double old, double d_in, double d_out) {
-    poly_step<double>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, z, mat, id,
-                      old, d_in, d_out);
+                                         int first, double* __restrict__ z, double mat,
+                                         double id, double old, double d_in, double d_out,
+                                         const double* done) {
+    poly_step<double>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z, mat,
+                      id, old, d_in, d_out, done);
 }
 
 extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_ptr,
@@ -80,10 +88,11 @@ extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_pt
                                          const float* __restrict__ inv_diag,
                                          const float* __restrict__ t_in,
                                          float* __restrict__ t_io, float* __restrict__ acc,
-                                         double* __restrict__ z, float mat, float id, float old,
-                                         float d_in, float d_out) {
-    poly_step<float>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, z, mat, id,
-                     old, d_in, d_out);
+                                         int first, double* __restrict__ z, float mat, float id,
+                                         float old, float d_in, float d_out,
+                                         const double* done) {
+    poly_step<float>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z, mat,
+                     id, old, d_in, d_out, done);
 }
 
 extern "C" __global__ void poly_inverse_diagonal_f64(int n, const double* __restrict__ diag,

@@ -21,7 +21,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
-use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
 use crate::solve::polynomial::{PolynomialSettings, Precision, Recurrence};
 use crate::solve::{
@@ -134,8 +134,34 @@ impl<'g> DevicePolynomial<'g> {
         &self.recurrence
     }
 
+    /// z = M⁻¹ r in the set-up's precision (`done`: the fused loop's gate).
+    fn evaluate(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        match &self.evaluation {
+            Evaluation::Double(work) => self.launch(
+                ("poly_start_f64", "poly_step_f64"),
+                &self.matrix.values,
+                &self.matrix.diag,
+                work,
+                |x| x,
+                (r, z, done),
+            ),
+            Evaluation::Mixed { twin, work } => self.launch(
+                ("poly_start_f32", "poly_step_f32"),
+                &twin.values,
+                &twin.diag,
+                work,
+                |x| x as f32,
+                (r, z, done),
+            ),
+        }
+    }
+
     /// The launches of one application in precision T.
-    #[allow(clippy::too_many_arguments)]
     fn launch<T: DeviceRepr + Copy>(
         &self,
         kernels: (&'static str, &'static str),
@@ -143,8 +169,7 @@ impl<'g> DevicePolynomial<'g> {
         diag: &CudaSlice<T>,
         work: &Work<T>,
         to_t: fn(f64) -> T,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
+        (r, z, done): (&CudaSlice<f64>, &CudaSlice<f64>, Option<&CudaSlice<f64>>),
     ) -> Result<(), GpuError> {
         let (gpu, m) = (self.gpu, &*self.matrix);
         let n = m.n as i32;
@@ -152,12 +177,14 @@ impl<'g> DevicePolynomial<'g> {
         let shared = h * size_of::<T>() as u32;
         gpu.launch(kernels.0, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
+            arg_or_null(a, done);
         })?;
         let last = self.recurrence.steps.len() - 1;
         for (j, s) in self.recurrence.steps.iter().enumerate() {
             // Step j reads t[j % 2] and overwrites t[(j + 1) % 2] (t_{j−1}).
             let (t_in, t_io) = (&work.t[j % 2], &work.t[(j + 1) % 2]);
             let coefficients = [s.mat, s.id, s.old, s.d_in, s.d_out].map(to_t);
+            let first = i32::from(j == 0);
             gpu.launch(kernels.1, m.n_slices() as u32, h, shared, |a| {
                 a.arg(&n)
                     .arg(&m.slice_ptr)
@@ -166,11 +193,9 @@ impl<'g> DevicePolynomial<'g> {
                     .arg(diag)
                     .arg(&work.inv_diag)
                     .arg(t_in)
-                    .arg(t_io);
-                match j {
-                    0 => a.arg(&NULL),
-                    _ => a.arg(&work.acc),
-                };
+                    .arg(t_io)
+                    .arg(&work.acc)
+                    .arg(&first);
                 match j == last {
                     true => a.arg(z),
                     false => a.arg(&NULL),
@@ -178,6 +203,7 @@ impl<'g> DevicePolynomial<'g> {
                 for c in &coefficients {
                     a.arg(c);
                 }
+                arg_or_null(a, done);
             })?;
         }
         Ok(())
@@ -186,26 +212,15 @@ impl<'g> DevicePolynomial<'g> {
 
 impl DevicePreconditioner for DevicePolynomial<'_> {
     fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        match &self.evaluation {
-            Evaluation::Double(work) => self.launch(
-                ("poly_start_f64", "poly_step_f64"),
-                &self.matrix.values,
-                &self.matrix.diag,
-                work,
-                |x| x,
-                r,
-                z,
-            ),
-            Evaluation::Mixed { twin, work } => self.launch(
-                ("poly_start_f32", "poly_step_f32"),
-                &twin.values,
-                &twin.diag,
-                work,
-                |x| x as f32,
-                r,
-                z,
-            ),
-        }
+        self.evaluate(r, z, None)
+    }
+    fn apply_gated(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.evaluate(r, z, Some(done))
     }
 
     /// A fixed polynomial: linear (in mixed precision up to f32 rounding,
