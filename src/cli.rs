@@ -148,7 +148,8 @@ struct SolveMatrixArgs {
     #[arg(long)]
     rhs: Option<PathBuf>,
     /// Preconditioner: none, jacobi, dic, ic0, sgs (default dic on the CPU,
-    /// jacobi on the GPU, which has only none and jacobi).
+    /// jacobi on the GPU, which has none, jacobi and level-scheduled dic and
+    /// ic0).
     #[arg(long)]
     precond: Option<PreconditionerKind>,
     /// Where to solve: cpu, gpu or auto (the GPU when there is one).
