@@ -9,7 +9,8 @@
 //! mod-SELL), [`assembly`] the Laplacian assembled on the device into
 //! mod-SELL, [`pcg`] the device-resident PCG backend, [`smooth`] the
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
-//! PCG preconditioners, [`bench`] the `fvpoisson bench` measurements
+//! PCG preconditioners, [`deflation`] the truncated Neumann preconditioner
+//! and subdomain deflation, [`bench`] the `fvpoisson bench` measurements
 //! ([`smooth_bench`] those of the smoothers), [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
 
@@ -17,6 +18,7 @@ pub mod assembly;
 pub mod bench;
 pub mod cache;
 pub mod cusparse;
+pub mod deflation;
 pub mod matrix;
 pub mod pcg;
 pub mod smooth;
@@ -32,15 +34,16 @@ use cudarc::driver::{
 };
 
 /// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 4] = [
+const KERNEL_SOURCES: [(&str, &str); 5] = [
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("assembly.cu", include_str!("../../kernels/assembly.cu")),
     ("smooth.cu", include_str!("../../kernels/smooth.cu")),
+    ("deflation.cu", include_str!("../../kernels/deflation.cu")),
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 31] = [
+const KERNELS: [&str; 40] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -72,6 +75,15 @@ const KERNELS: [&str; 31] = [
     "jp_select",
     "jp_assign",
     "smooth_block",
+    "neumann_scale",
+    "neumann_step",
+    "defl_az",
+    "defl_galerkin",
+    "defl_restrict",
+    "defl_coarse_solve",
+    "defl_subtract",
+    "defl_prolong_add",
+    "abs_sum_partials",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).

@@ -24,8 +24,8 @@
 //! inverse from a host Cholesky factorisation (the seed's fast GPU variant,
 //! §6: a dense mat-vec per iteration, no host round trip), AZ stored by rows.
 
-use std::sync::Mutex;
 use std::ops::Range;
+use std::sync::Mutex;
 
 use nalgebra::DMatrix;
 use rayon::prelude::*;
@@ -99,10 +99,7 @@ impl Subdomains {
         }
         let size = n.div_ceil(k);
         let order = slice_partition_order(a, size).map_err(SolveError::Deflation)?;
-        let offsets = (0..n.div_ceil(size))
-            .map(|p| p * size)
-            .chain([n])
-            .collect();
+        let offsets = (0..n.div_ceil(size)).map(|p| p * size).chain([n]).collect();
         Ok((order, Self::from_offsets(offsets)?))
     }
 
@@ -333,7 +330,11 @@ where
     }
 
     /// x ← x + Q (b − A x) = Q b + Pᵀ x, whose residual lies in range(P).
-    pub fn correct_initial_guess(&self, b: &B::Vector, x: &mut B::Vector) -> Result<(), SolveError> {
+    pub fn correct_initial_guess(
+        &self,
+        b: &B::Vector,
+        x: &mut B::Vector,
+    ) -> Result<(), SolveError> {
         let mut r = self.inner.new_vector();
         self.inner.initialize(b, x, &mut r);
         self.ops.project(&mut r);
@@ -500,8 +501,7 @@ mod tests {
                 solve_pcg_deflated(&a, kind, None, &b, &mut plain, &controls).unwrap();
             let mut deflated = vec![0.0; n];
             let (d_perf, spectrum) =
-                solve_pcg_deflated(&a, kind, Some(&stripes), &b, &mut deflated, &controls)
-                    .unwrap();
+                solve_pcg_deflated(&a, kind, Some(&stripes), &b, &mut deflated, &controls).unwrap();
             assert!(p_perf.converged && d_perf.converged, "{kind}");
             let diff = plain
                 .iter()
@@ -517,6 +517,57 @@ mod tests {
             let norm: f64 = b.iter().map(|v| v.abs()).sum();
             assert!(true_sum / norm < 2e-12, "{kind}: {}", true_sum / norm);
             assert!(spectrum.unwrap().condition() >= 1.0);
+        }
+    }
+
+    #[test]
+    fn lanczos_estimate_of_the_deflated_operator_matches_its_dense_spectrum() {
+        let n = 150;
+        let a = random_symmetric(n, 6, 21);
+        let full = dense(&a);
+        let s = Subdomains::stripes(n, 10).unwrap();
+        let d = CpuDeflation::new(&a, s.clone()).unwrap();
+        let mut z = DMatrix::zeros(n, 10);
+        for p in 0..10 {
+            for i in s.rows(p) {
+                z[(i, p)] = 1.0;
+            }
+        }
+        let projector = DMatrix::identity(n, n) - &full * &z * d.coarse_inverse() * z.transpose();
+        let b: Vec<f64> = (0..n).map(|i| (i as f64).cos()).collect();
+        let controls = SolverControls::absolute(1e-15, 1000);
+        for kind in [PreconditionerKind::None, PreconditionerKind::Jacobi] {
+            // M⁻¹PA is similar to M^-1/2 PA M^-1/2; PA's k zero eigenvalues left out.
+            let m = match kind {
+                PreconditionerKind::Jacobi => full.diagonal().map(|v| 1.0 / v.sqrt()),
+                _ => full.diagonal().map(|_| 1.0),
+            };
+            let m = DMatrix::from_diagonal(&m);
+            let deflated = (&m * &projector * &full * &m).symmetric_eigenvalues();
+            let mut eig: Vec<f64> = deflated.iter().copied().collect();
+            eig.sort_by(f64::total_cmp);
+            let (min, max) = (eig[10], eig[n - 1]);
+            assert!(eig[9].abs() < 1e-10 * max, "{kind}: {:?}", &eig[..11]);
+            let plain = (&m * &full * &m).symmetric_eigenvalues();
+            assert!(
+                max / min <= plain.max() / plain.min() * (1.0 + 1e-12),
+                "{kind}"
+            );
+            let mut x = vec![0.0; n];
+            let (_, spectrum) =
+                solve_pcg_deflated(&a, kind, Some(&s), &b, &mut x, &controls).unwrap();
+            let spectrum = spectrum.unwrap();
+            // Lanczos converges to the extremes from inside.
+            assert!(
+                spectrum.min >= min * (1.0 - 1e-9) && spectrum.min / min - 1.0 < 1e-3,
+                "{kind}: {} vs {min}",
+                spectrum.min
+            );
+            assert!(
+                spectrum.max <= max * (1.0 + 1e-9) && 1.0 - spectrum.max / max < 1e-6,
+                "{kind}: {} vs {max}",
+                spectrum.max
+            );
         }
     }
 

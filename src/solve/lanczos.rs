@@ -20,9 +20,7 @@
 
 use std::cell::RefCell;
 
-use super::{
-    CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolveError, StopRule,
-};
+use super::{CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolveError, StopRule};
 
 /// Extreme eigenvalues of a Lanczos matrix.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -55,15 +53,15 @@ pub fn spectrum_from_cg(records: &[IterationRecord]) -> Option<SpectrumEstimate>
     let beta: Vec<f64> = done.windows(2).map(|w| w[1].r_z / w[0].r_z).collect();
     let diag: Vec<f64> = (0..alpha.len())
         .map(|j| {
-            let previous = if j == 0 { 0.0 } else { beta[j - 1] / alpha[j - 1] };
+            let previous = if j == 0 {
+                0.0
+            } else {
+                beta[j - 1] / alpha[j - 1]
+            };
             1.0 / alpha[j] + previous
         })
         .collect();
-    let off: Vec<f64> = beta
-        .iter()
-        .zip(&alpha)
-        .map(|(b, a)| b.sqrt() / a)
-        .collect();
+    let off: Vec<f64> = beta.iter().zip(&alpha).map(|(b, a)| b.sqrt() / a).collect();
     let (min, max) = extreme_eigenvalues(&diag, &off);
     Some(SpectrumEstimate {
         min,
@@ -97,8 +95,12 @@ fn extreme_eigenvalues(d: &[f64], e: &[f64]) -> (f64, f64) {
         let left = if i == 0 { 0.0 } else { e[i - 1].abs() };
         left + e.get(i).map_or(0.0, |v| v.abs())
     };
-    let lo = (0..d.len()).map(|i| d[i] - radius(i)).fold(f64::MAX, f64::min);
-    let hi = (0..d.len()).map(|i| d[i] + radius(i)).fold(f64::MIN, f64::max);
+    let lo = (0..d.len())
+        .map(|i| d[i] - radius(i))
+        .fold(f64::MAX, f64::min);
+    let hi = (0..d.len())
+        .map(|i| d[i] + radius(i))
+        .fold(f64::MIN, f64::max);
     // The k-th smallest eigenvalue (k = 1 or n): the smallest x with
     // count_below(x) ≥ k is found by halving [lo, hi] to round-off.
     let kth = |k: usize| {

@@ -56,6 +56,11 @@ impl<'a> TruncatedNeumann<'a> {
         })
     }
 
+    /// 1/a_ii (the device copy is uploaded from here).
+    pub fn reciprocal_diagonal(&self) -> &[f64] {
+        &self.reciprocal_diag
+    }
+
     /// out_i = base_i − (1/a_ii) Σ_{j ∈ T(i)} a_ij g_j, the off-diagonals in
     /// column order (as the mod-SELL kernel `neumann_step` sums them).
     fn step(&self, part: Triangle, base: &[f64], g: &[f64], out: &mut [f64]) {
