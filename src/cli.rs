@@ -535,6 +535,17 @@ struct BenchArgs {
     /// Sweeps per smoother row.
     #[arg(long, default_value_t = 100)]
     smoother_sweeps: usize,
+    /// Also the deflation rows: Jacobi/Neu1/Neu2-PCG on the GPU with and
+    /// without subdomain deflation (time to solution, setup + solve) against
+    /// DIC-PCG on the CPU, on each case and on --deflation-case.
+    #[arg(long)]
+    deflation: bool,
+    /// Subdomains of the deflation rows (default min(2 * ceil(sqrt(N)), 1024)).
+    #[arg(long)]
+    deflation_subdomains: Option<usize>,
+    /// Density-contrast case directories measured by --deflation as well.
+    #[arg(long, default_value = "cases/bubble_tet_3d")]
+    deflation_case: Vec<PathBuf>,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -562,6 +573,9 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         write_mtx: args.write_mtx,
         smoothers: args.smoothers,
         smoother_sweeps: args.smoother_sweeps,
+        deflation: args.deflation,
+        deflation_subdomains: args.deflation_subdomains,
+        deflation_cases: args.deflation_case,
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

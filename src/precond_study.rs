@@ -339,3 +339,33 @@ impl fmt::Display for Study {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::random_symmetric;
+
+    #[test]
+    fn the_table_has_every_cpu_preconditioner_with_and_without_deflation() {
+        let a = random_symmetric(300, 6, 4);
+        for partition in [Partition::Stripes, Partition::Metis] {
+            let config = StudyConfig {
+                partition,
+                subdomains: Some(12),
+                ..StudyConfig::default()
+            };
+            let study = run(&a, &config, None).unwrap();
+            assert_eq!(study.rows.len(), PreconditionerKind::ALL.len());
+            for row in &study.rows {
+                let (plain, deflated) =
+                    (row.plain.as_ref().unwrap(), row.deflated.as_ref().unwrap());
+                assert!(plain.converged && deflated.converged, "{}", row.kind);
+                assert!(plain.error < 1e-4 && deflated.error < 1e-4, "{}", row.kind);
+                assert!(row.iteration_ratio().is_some());
+            }
+            let table = study.to_string();
+            assert!(table.contains("neu2       1.74e3"), "{table}");
+            assert!(table.contains("300 unknowns"), "{table}");
+        }
+    }
+}

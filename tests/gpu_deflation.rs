@@ -30,7 +30,11 @@ fn systems() -> Vec<(String, Csr, Subdomains)> {
     let mut add = |name: &str, a: Csr| {
         let n = a.n_rows();
         let k = 2 * (n as f64).sqrt().ceil() as usize;
-        out.push((format!("{name} stripes"), a.clone(), Subdomains::stripes(n, k).unwrap()));
+        out.push((
+            format!("{name} stripes"),
+            a.clone(),
+            Subdomains::stripes(n, k).unwrap(),
+        ));
         let (order, metis) = Subdomains::metis(&a, k).unwrap();
         out.push((format!("{name} METIS"), order.apply_symmetric(&a), metis));
     };
@@ -73,9 +77,12 @@ fn neumann_applications_match_the_cpu() {
             let diff = max_rel_diff(&gpu.download(&z_dev).unwrap(), &z);
             println!("{name} neu{order}: max rel diff {diff:.2e}");
             assert!(diff < 1e-12, "{name} neu{order}: {diff}");
-            // Only kernels on the stream: the application can be captured.
-            gpu.capture(|| dev.apply(&r_dev, &z_dev))
-                .unwrap_or_else(|e| panic!("{name} neu{order}: capture failed: {e}"));
+            // Only kernels on the stream: the application can be captured
+            // (not while FVPOISSON_GPU_SYNC=1 synchronises every launch).
+            if !gpu.syncs_each_launch() {
+                gpu.capture(|| dev.apply(&r_dev, &z_dev))
+                    .unwrap_or_else(|e| panic!("{name} neu{order}: capture failed: {e}"));
+            }
         }
     }
 }
@@ -104,8 +111,8 @@ fn coarse_matrix_and_projections_match_the_cpu() {
                 az_diff = az_diff.max((e.1 - v).abs() / scale);
             }
         }
-        let e_diff = (dev.coarse_matrix() - cpu.coarse_matrix()).amax()
-            / cpu.coarse_matrix().amax();
+        let e_diff =
+            (dev.coarse_matrix() - cpu.coarse_matrix()).amax() / cpu.coarse_matrix().amax();
         // P v and the prolongation x + s Z a.
         let v = test_vector(n, 5);
         let mut v_cpu = v.clone();
@@ -138,17 +145,19 @@ fn coarse_matrix_and_projections_match_the_cpu() {
             assert!(d < 1e-10, "{name} {what}: {d}");
         }
         // The projection only launches kernels: it can be captured.
-        gpu.capture(|| {
-            dev.project(&mut v_dev);
-            dev.status()
-                .map_err(|e| fvpoisson::gpu::GpuError::Invalid(e.to_string()))
-        })
-        .unwrap_or_else(|e| panic!("{name}: capture failed: {e}"));
+        if !gpu.syncs_each_launch() {
+            gpu.capture(|| {
+                dev.project(&mut v_dev);
+                dev.status()
+                    .map_err(|e| fvpoisson::gpu::GpuError::Invalid(e.to_string()))
+            })
+            .unwrap_or_else(|e| panic!("{name}: capture failed: {e}"));
+        }
     }
 }
 
 /// 30 iterations exactly (tolerance 0): the iterates and the Lanczos
-/// estimates agree to round-off; then whole solves to 1e-8 converge in about
+/// estimates agree to round-off; then whole solves to 1e-6 converge in about
 /// the same number of iterations (round-off changes CG's path on these
 /// ill-conditioned systems, so the solutions only agree to the accuracy the
 /// tolerance gives).
@@ -156,18 +165,22 @@ fn coarse_matrix_and_projections_match_the_cpu() {
 fn deflated_iterates_and_solves_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let fixed = SolverControls::absolute(0.0, 30);
-    let converge = SolverControls::absolute(1e-8, 5000);
+    let converge = SolverControls::absolute(1e-6, 5000);
     let options = GpuSolveOptions::default();
     for (name, a, subdomains) in systems() {
         let n = a.n_rows();
         let b = test_vector(n, 9);
         for kind in GPU_KINDS {
             for deflation in [None, Some(&subdomains)] {
-                let label = if deflation.is_some() { "deflated" } else { "plain" };
+                let label = if deflation.is_some() {
+                    "deflated"
+                } else {
+                    "plain"
+                };
                 let solve_both = |controls: &SolverControls| {
                     let mut x_cpu = vec![0.0; n];
-                    let cpu = solve_pcg_deflated(&a, kind, deflation, &b, &mut x_cpu, controls)
-                        .unwrap();
+                    let cpu =
+                        solve_pcg_deflated(&a, kind, deflation, &b, &mut x_cpu, controls).unwrap();
                     let mut x_gpu = vec![0.0; n];
                     let dev = solve_pcg_deflated_gpu(
                         &gpu, &a, kind, deflation, &b, &mut x_gpu, controls, &options,
@@ -176,7 +189,11 @@ fn deflated_iterates_and_solves_match_the_cpu() {
                     (cpu, dev, max_rel_diff(&x_gpu, &x_cpu))
                 };
                 let ((cpu, cpu_spectrum), (dev, dev_spectrum), diff) = solve_both(&fixed);
-                assert_eq!((cpu.iterations, dev.iterations), (30, 30), "{name} {kind} {label}");
+                assert_eq!(
+                    (cpu.iterations, dev.iterations),
+                    (30, 30),
+                    "{name} {kind} {label}"
+                );
                 let (c_cpu, c_dev) = (
                     cpu_spectrum.unwrap().condition(),
                     dev_spectrum.unwrap().condition(),
@@ -184,16 +201,22 @@ fn deflated_iterates_and_solves_match_the_cpu() {
                 let history = max_rel_diff(&dev.history, &cpu.history);
                 let ((cpu_full, _), (dev_full, _), full_diff) = solve_both(&converge);
                 println!(
-                    "{name} {kind} {label}: 30 iterations: x {diff:.1e}, residuals {history:.1e},                      cond cpu {c_cpu:.6e} gpu {c_dev:.6e}; to 1e-8: iterations cpu {} gpu {},                      x {full_diff:.1e}",
+                    "{name} {kind} {label}: 30 iterations: x {diff:.1e}, residuals {history:.1e},                      cond cpu {c_cpu:.6e} gpu {c_dev:.6e}; to 1e-6: iterations cpu {} gpu {},                      x {full_diff:.1e}",
                     cpu_full.iterations, dev_full.iterations
                 );
                 assert!(diff < 1e-9, "{name} {kind} {label}: x {diff}");
                 assert!(history < 1e-9, "{name} {kind} {label}: residuals {history}");
-                assert!((c_dev / c_cpu - 1.0).abs() < 1e-6, "{name} {kind} {label}: cond");
-                assert!(cpu_full.converged && dev_full.converged, "{name} {kind} {label}");
+                assert!(
+                    (c_dev / c_cpu - 1.0).abs() < 1e-6,
+                    "{name} {kind} {label}: cond"
+                );
+                assert!(
+                    cpu_full.converged && dev_full.converged,
+                    "{name} {kind} {label}"
+                );
                 assert!(
                     cpu_full.iterations.abs_diff(dev_full.iterations)
-                        <= 3 + cpu_full.iterations / 20,
+                        <= 3 + cpu_full.iterations / 10,
                     "{name} {kind} {label}: {} vs {} iterations",
                     cpu_full.iterations,
                     dev_full.iterations

@@ -19,6 +19,7 @@ pub mod bench;
 pub mod cache;
 pub mod cusparse;
 pub mod deflation;
+pub mod deflation_bench;
 pub mod matrix;
 pub mod pcg;
 pub mod smooth;
