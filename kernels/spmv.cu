@@ -66,6 +66,22 @@ __device__ __forceinline__ T modsell_x(int code, const T* __restrict__ x, const 
 // cannot share a name).
 extern __shared__ __align__(16) unsigned char modsell_shared[];
 
+// Which entries of a row modsell_row_part sums.
+enum RowPart { ROW_FULL = 0, ROW_STRICT_LOWER = 1, ROW_STRICT_UPPER = 2 };
+
+// The column code c of row `row` (slice starting at row `first`) if its entry
+// belongs to `Part`, else 0 (padding: neither read nor summed).
+template <int Part>
+__device__ __forceinline__ int modsell_part_code(int c, int row, int first) {
+    if constexpr (Part == ROW_FULL) {
+        return c;
+    } else {
+        const int col = c > 0 ? c - 1 : first + (-(c + 1));
+        const bool keep = Part == ROW_STRICT_LOWER ? col < row : col > row;
+        return keep ? c : 0;
+    }
+}
+
 // One row of y = A x in modified SELL (seed 000 §3.5 `ellpack_shared`,
 // padding skipped explicitly), row blockIdx.x * H + threadIdx.x with
 // H = blockDim.x: the block stages x[s*H .. s*H+H) in shared memory; code > 0
@@ -73,17 +89,21 @@ extern __shared__ __align__(16) unsigned char modsell_shared[];
 // Dynamic shared memory: H values of T. Every thread of the block must call
 // it (it synchronises); rows >= n give 0. `x_row` receives x[row] (0 past n).
 // T = double for the solver, float for the mixed-precision polynomial
-// (kernels/polynomial.cu); the operations are the same.
-template <typename T>
-__device__ T modsell_row_t(int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
-                           const T* __restrict__ vals, const T* __restrict__ diag,
-                           const T* __restrict__ x, T* x_row) {
+// (kernels/polynomial.cu); the operations are the same. Part = ROW_FULL is
+// A x; ROW_STRICT_LOWER / _UPPER sum only the entries left / right of the
+// diagonal (no diagonal term; the truncated Neumann preconditioner,
+// kernels/deflation.cu). For ROW_FULL the code is the plain product's,
+// instruction for instruction.
+template <typename T, int Part>
+__device__ T modsell_row_part(int n, const u64* __restrict__ slice_ptr,
+                              const int* __restrict__ codes, const T* __restrict__ vals,
+                              const T* __restrict__ diag, const T* __restrict__ x, T* x_row) {
     T* x_slice = reinterpret_cast<T*>(modsell_shared);
-    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const int h = blockDim.x, t = threadIdx.x, first = blockIdx.x * h, row = first + t;
     const bool in = row < n;
     const T xr = in ? x[row] : T(0);
     x_slice[t] = xr;
-    T acc = in ? diag[row] * xr : T(0);
+    T acc = Part == ROW_FULL && in ? diag[row] * xr : T(0);
     __syncthreads();
     const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
     // Two slots per trip: both loads of codes, values and x are issued before
@@ -91,18 +111,27 @@ __device__ T modsell_row_t(int n, const u64* __restrict__ slice_ptr, const int* 
     // sums stay in slot order: the same bits as one slot per trip).
     u64 k = start + t;
     for (; k + h < end; k += 2 * (u64)h) {
-        const int c0 = codes[k], c1 = codes[k + h];
+        const int c0 = modsell_part_code<Part>(codes[k], row, first),
+                  c1 = modsell_part_code<Part>(codes[k + h], row, first);
         const T v0 = vals[k], v1 = vals[k + h];
         const T x0 = modsell_x(c0, x, x_slice), x1 = modsell_x(c1, x, x_slice);
         if (c0 != 0) acc += v0 * x0;
         if (c1 != 0) acc += v1 * x1;
     }
     if (k < end) {
-        const int c = codes[k];
+        const int c = modsell_part_code<Part>(codes[k], row, first);
         if (c != 0) acc += vals[k] * modsell_x(c, x, x_slice);
     }
     *x_row = xr;
     return acc;
+}
+
+// The full row of A x in precision T (see modsell_row_part).
+template <typename T>
+__device__ T modsell_row_t(int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+                           const T* __restrict__ vals, const T* __restrict__ diag,
+                           const T* __restrict__ x, T* x_row) {
+    return modsell_row_part<T, ROW_FULL>(n, slice_ptr, codes, vals, diag, x, x_row);
 }
 
 // The f64 row product every solver kernel uses.

@@ -67,6 +67,11 @@ enum Command {
     /// observed order on refined mesh families (exit code 1 when an expected
     /// order or scheme ranking is not met), and a convergence plot.
     Validate(ValidateArgs),
+    /// Seed 001's experiment on a case's matrix: for each PCG preconditioner
+    /// (CPU, and GPU when there is one), iterations, Lanczos condition
+    /// estimates and error with and without subdomain deflation, next to the
+    /// seed's Table 1.
+    Preconditioners(PreconditionersArgs),
     /// Runs a case: CASE holds case.toml (native) or system/controlDict (OpenFOAM).
     Run {
         /// Case directory.
@@ -133,6 +138,7 @@ pub fn main() -> i32 {
             ordering,
         } => run(&case, device, ordering).map(|()| 0),
         Command::Validate(args) => validate(args),
+        Command::Preconditioners(args) => preconditioners(args).map(|()| 0),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {}", error_chain(&e));
@@ -268,6 +274,50 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         mtx::write_file(out, |w| mtx::write_vector(w, &x))?;
         println!("solution written to {}", out.display());
     }
+    Ok(())
+}
+
+#[derive(Args)]
+struct PreconditionersArgs {
+    /// Case directory (case.toml or an OpenFOAM case): its first linear system.
+    case: PathBuf,
+    /// Right-hand side b = A x*: cosine (x*_i = cos(i), the seed's) or random.
+    #[arg(long, value_enum, default_value_t = crate::precond_study::Rhs::Cosine)]
+    rhs: crate::precond_study::Rhs,
+    /// Subdomains of the deflation: stripes (consecutive rows) or metis.
+    #[arg(long, value_enum, default_value_t = crate::precond_study::Partition::Stripes)]
+    partition: crate::precond_study::Partition,
+    /// Number of subdomains (default 2 * ceil(sqrt(N)), the seed's 2n).
+    #[arg(long)]
+    subdomains: Option<usize>,
+    /// Tolerance on the normalised residual (sum|r| / sum|b| from x = 0).
+    #[arg(long, default_value = "1e-6")]
+    tol: f64,
+    /// Maximum number of iterations of each solve.
+    #[arg(long, default_value_t = 5000)]
+    max_iter: usize,
+    /// Where to solve besides the CPU: auto (the GPU when there is one), gpu, cpu (CPU only).
+    #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Auto)]
+    device: crate::gpu::DeviceChoice,
+}
+
+/// `preconditioners`: the case's matrix, the study, the table.
+fn preconditioners(args: PreconditionersArgs) -> anyhow::Result<()> {
+    use crate::precond_study::{case_matrix, run, StudyConfig};
+    let a = case_matrix(&args.case)?;
+    let gpu = args.device.select()?;
+    let config = StudyConfig {
+        rhs: args.rhs,
+        partition: args.partition,
+        subdomains: args.subdomains,
+        controls: SolverControls::absolute(args.tol, args.max_iter),
+    };
+    let study = run(&a, &config, gpu.as_ref())
+        .with_context(|| format!("preconditioner study of {}", args.case.display()))?;
+    if let Some(gpu) = &gpu {
+        println!("GPU: {}", gpu.name());
+    }
+    print!("{study}");
     Ok(())
 }
 
@@ -492,6 +542,17 @@ struct BenchArgs {
     /// solve and total time against Jacobi-PCG and the CPU's DIC-PCG.
     #[arg(long)]
     polynomial: bool,
+    /// Also the deflation rows: Jacobi/Neu1/Neu2-PCG on the GPU with and
+    /// without subdomain deflation (time to solution, setup + solve) against
+    /// DIC-PCG on the CPU, on each case and on --deflation-case.
+    #[arg(long)]
+    deflation: bool,
+    /// Subdomains of the deflation rows (default min(2 * ceil(sqrt(N)), 1024)).
+    #[arg(long)]
+    deflation_subdomains: Option<usize>,
+    /// Density-contrast case directories measured by --deflation as well.
+    #[arg(long, default_value = "cases/bubble_tet_3d")]
+    deflation_case: Vec<PathBuf>,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -520,6 +581,9 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         smoothers: args.smoothers,
         smoother_sweeps: args.smoother_sweeps,
         polynomial: args.polynomial,
+        deflation: args.deflation,
+        deflation_subdomains: args.deflation_subdomains,
+        deflation_cases: args.deflation_case,
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

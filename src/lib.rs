@@ -10,6 +10,7 @@ pub mod fvm;
 pub mod gpu;
 pub mod io;
 pub mod mesh;
+pub mod precond_study;
 pub mod solve;
 pub mod sparse;
 pub mod validate;

@@ -257,6 +257,15 @@ pub struct BenchSettings {
     /// Also PCG with each polynomial preconditioner, f64 and mixed precision,
     /// against Jacobi-PCG and the CPU's DIC-PCG (`polynomial_bench`).
     pub polynomial: bool,
+    /// Also the deflation rows (`deflation_bench`): Jacobi/Neu1/Neu2-PCG on
+    /// the GPU with and without deflation against DIC-PCG on the CPU, on each
+    /// case and on `deflation_cases`.
+    pub deflation: bool,
+    /// Subdomains of the deflation rows (default `deflation_bench::default_subdomains`).
+    pub deflation_subdomains: Option<usize>,
+    /// Case directories (density contrast) whose first system gets deflation
+    /// rows too, with b = A x* for a random x*.
+    pub deflation_cases: Vec<PathBuf>,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
@@ -401,8 +410,47 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
                 gpu, spec, &a, &rhs, settings,
             )?);
         }
+        if settings.deflation {
+            report
+                .rows
+                .extend(deflation_rows(gpu, spec, &a, &rhs, settings)?);
+        }
+    }
+    for dir in settings
+        .deflation
+        .then_some(&settings.deflation_cases)
+        .into_iter()
+        .flatten()
+    {
+        let a = crate::precond_study::case_matrix(dir)?;
+        let mut rhs = vec![0.0; a.n_rows()];
+        a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut rhs);
+        let spec = dir.display().to_string();
+        report
+            .rows
+            .extend(deflation_rows(gpu, &spec, &a, &rhs, settings)?);
     }
     Ok(report)
+}
+
+/// `deflation_bench::rows` with the settings' slices and subdomains.
+fn deflation_rows(
+    gpu: &Gpu,
+    spec: &str,
+    a: &Csr,
+    rhs: &[f64],
+    settings: &BenchSettings,
+) -> anyhow::Result<Vec<Row>> {
+    eprintln!("{spec}: deflation rows");
+    super::deflation_bench::rows(
+        gpu,
+        spec,
+        a,
+        rhs,
+        settings.deflation_subdomains,
+        settings.slice_height,
+        settings.check_interval,
+    )
 }
 
 /// The measurements of one case.

@@ -10,7 +10,8 @@
 //! mod-SELL, [`pcg`] the device-resident PCG backend, [`smooth`] the
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
 //! PCG preconditioners, [`polynomial`] the polynomial preconditioners (f64 and
-//! mixed precision), [`bench`] the `fvpoisson bench` measurements
+//! mixed precision), [`deflation`] the truncated Neumann preconditioner and
+//! subdomain deflation, [`ic`] level-scheduled incomplete Cholesky, [`bench`] the `fvpoisson bench` measurements
 //! ([`smooth_bench`] those of the smoothers, [`polynomial_bench`] those of the
 //! polynomials), [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
@@ -19,6 +20,8 @@ pub mod assembly;
 pub mod bench;
 pub mod cache;
 pub mod cusparse;
+pub mod deflation;
+pub mod deflation_bench;
 pub mod ic;
 pub mod matrix;
 pub mod pcg;
@@ -45,6 +48,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("smooth.cu", include_str!("../../kernels/smooth.cu")),
     ("ic.cu", include_str!("../../kernels/ic.cu")),
     ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
+    ("deflation.cu", include_str!("../../kernels/deflation.cu")),
 ];
 
 /// The kernels the sources define, in source order.

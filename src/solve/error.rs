@@ -77,6 +77,9 @@ pub enum SolveError {
     NonFiniteResidual { iteration: usize, residual: f64 },
     #[error("invalid solver controls: {0}")]
     InvalidControls(String),
+    /// Subdomain deflation cannot be set up (`solve::deflation`).
+    #[error("deflation: {0}")]
+    Deflation(String),
 }
 
 /// The first non-finite entry of `values`, as an error naming `what` and the row.

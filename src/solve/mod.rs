@@ -12,8 +12,11 @@
 pub mod block_jacobi;
 pub mod colouring;
 pub mod cpu;
+pub mod deflation;
 pub mod equilibrate;
 pub mod error;
+pub mod lanczos;
+pub mod neumann;
 pub mod pcg;
 pub mod polynomial;
 pub mod precond;

@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::{LinearOperator, SolveError};
@@ -28,15 +29,21 @@ pub enum PreconditionerKind {
     /// Symmetric Gauss-Seidel (SSOR with ω = 1) in natural row order: one
     /// symmetric sweep of the `symGaussSeidel` smoother from z = 0.
     SymGaussSeidel,
+    /// Truncated Neumann series, first order (seed 001 §3.3, `neumann`).
+    Neumann1,
+    /// Truncated Neumann series, second order.
+    Neumann2,
 }
 
 impl PreconditionerKind {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 7] = [
         Self::None,
         Self::Jacobi,
         Self::Dic,
         Self::Ic0,
         Self::SymGaussSeidel,
+        Self::Neumann1,
+        Self::Neumann2,
     ];
 
     /// Name used on the command line.
@@ -47,6 +54,8 @@ impl PreconditionerKind {
             Self::Dic => "dic",
             Self::Ic0 => "ic0",
             Self::SymGaussSeidel => "sgs",
+            Self::Neumann1 => "neu1",
+            Self::Neumann2 => "neu2",
         }
     }
 
@@ -61,6 +70,8 @@ impl PreconditionerKind {
                 Box::new(GaussSeidel::new(a, Sweep::Symmetric, None)?),
                 1,
             )),
+            Self::Neumann1 => Box::new(TruncatedNeumann::new(a, 1)?),
+            Self::Neumann2 => Box::new(TruncatedNeumann::new(a, 2)?),
         })
     }
 }

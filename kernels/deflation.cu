@@ -1,0 +1,197 @@
+// Truncated Neumann preconditioning and subdomain deflation (seed 001 §3.3,
+// §4; /work/shared/notes/001_deflated_pcg.md), appended to spmv.cu, pcg.cu,
+// assembly.cu and smooth.cu in one module (uses u64, block_sum,
+// modsell_row_part). CPU references: src/solve/neumann.rs,
+// src/solve/deflation.rs. Every reduction is a fixed tree (block_sum): the
+// same bits run to run.
+
+// ---- Truncated Neumann series: M^-1 = K^T D^-1 K, K = sum_j (-L D^-1)^j.
+
+// out = D^-1 r (the first Horner term, y0 = D^-1 r).
+extern "C" __global__ void neumann_scale(int n, const double* __restrict__ inv_diag,
+                                         const double* __restrict__ r,
+                                         double* __restrict__ out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = inv_diag[i] * r[i];
+}
+
+// One Horner step, out_i = base_i - (1/a_ii) sum_{j in T(i)} a_ij g_j with T
+// the strictly lower (upper = 0) or strictly upper (upper = 1) part of row i:
+// the masked mod-SELL product of spmv.cu. One block per slice, blockDim = H,
+// H doubles of dynamic shared memory. out must not alias g or base.
+extern "C" __global__ void neumann_step(int n, int upper, const u64* __restrict__ slice_ptr,
+                                        const int* __restrict__ codes,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ diag,
+                                        const double* __restrict__ inv_diag,
+                                        const double* __restrict__ g,
+                                        const double* __restrict__ base,
+                                        double* __restrict__ out) {
+    double g_row;
+    // `upper` is the same for the whole grid: both branches synchronise alike.
+    const double s =
+        upper ? modsell_row_part<double, ROW_STRICT_UPPER>(n, slice_ptr, codes, vals, diag, g, &g_row)
+              : modsell_row_part<double, ROW_STRICT_LOWER>(n, slice_ptr, codes, vals, diag, g, &g_row);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) out[row] = base[row] - inv_diag[row] * s;
+}
+
+// ---- Deflation. Subdomain p is rows offsets[p] .. offsets[p+1] (contiguous);
+// AZ is stored column-major as an n x w ELL: slot j of row i at j*n + i,
+// subdomain az_parts (-1: padding) and value az_values.
+
+// Most subdomains one row of AZ may touch (the row's own and its neighbours').
+#define DEFL_MAX_WIDTH 32
+
+// Row i of AZ from the mod-SELL matrix: the subdomains of its columns in
+// order of first appearance (the diagonal's first, then slot order) and the
+// sum of a_ij over each, in slot order. Count pass (az_parts null): atomicMax
+// of the number of subdomains into *width (DEFL_MAX_WIDTH + 1 when a row
+// touches more). Fill pass: writes w slots of row i. One thread per row.
+extern "C" __global__ void defl_az(int n, int h, const u64* __restrict__ slice_ptr,
+                                   const int* __restrict__ codes,
+                                   const double* __restrict__ vals,
+                                   const double* __restrict__ diag,
+                                   const int* __restrict__ part, int w,
+                                   int* __restrict__ width, int* __restrict__ az_parts,
+                                   double* __restrict__ az_values) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int qs[DEFL_MAX_WIDTH];
+    double sums[DEFL_MAX_WIDTH];
+    qs[0] = part[i];
+    sums[0] = diag[i];
+    int m = 1;
+    const int s = i / h, first = s * h;
+    for (u64 k = slice_ptr[s] + (i - first); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        const int q = part[c > 0 ? c - 1 : first + (-(c + 1))];
+        int j = 0;
+        while (j < m && qs[j] != q) ++j;
+        if (j == m) {
+            if (m == DEFL_MAX_WIDTH) {
+                m = DEFL_MAX_WIDTH + 1;
+                break;
+            }
+            qs[m] = q;
+            sums[m] = 0.0;
+            ++m;
+        }
+        sums[j] += vals[k];
+    }
+    if (az_parts == nullptr) {
+        atomicMax(width, m);
+        return;
+    }
+    for (int j = 0; j < w; ++j) {
+        az_parts[(size_t)j * n + i] = j < m ? qs[j] : -1;
+        az_values[(size_t)j * n + i] = j < m ? sums[j] : 0.0;
+    }
+}
+
+// Minimum of v over the block, valid in every thread. The next call cannot
+// overwrite `result` early: thread 0 writes it only after the barriers of the
+// next call, which every thread reaches after reading it.
+__device__ int block_min_all(int v) {
+    __shared__ int warp_mins[32];
+    __shared__ int result;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_down_sync(0xffffffffu, v, o));
+    __syncthreads();  // an earlier call may still be reading warp_mins
+    if (lane == 0) warp_mins[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int t = lane < (int)(blockDim.x >> 5) ? warp_mins[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_down_sync(0xffffffffu, t, o));
+        if (lane == 0) result = t;
+    }
+    __syncthreads();
+    return result;
+}
+
+// E = Z^T (AZ), row p by block p: E[p][q] = sum over the rows of p of their
+// AZ entries in subdomain q. The block walks the subdomains q its rows touch
+// in ascending order (block minimum above the last one) and sums each with
+// block_sum. E (row-major k x k) must be zero on entry. blockDim multiple of 32.
+extern "C" __global__ void defl_galerkin(int n, int k, int w, const int* __restrict__ offsets,
+                                         const int* __restrict__ az_parts,
+                                         const double* __restrict__ az_values,
+                                         double* __restrict__ e) {
+    const int p = blockIdx.x, first = offsets[p], last = offsets[p + 1];
+    int previous = -1;
+    for (;;) {
+        int mine = 0x7fffffff;
+        for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
+            for (int j = 0; j < w; ++j) {
+                const int q = az_parts[(size_t)j * n + i];
+                if (q > previous && q < mine) mine = q;
+            }
+        }
+        const int q = block_min_all(mine);
+        if (q == 0x7fffffff) break;
+        double s = 0.0;
+        for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
+            for (int j = 0; j < w; ++j) {
+                if (az_parts[(size_t)j * n + i] == q) s += az_values[(size_t)j * n + i];
+            }
+        }
+        const double total = block_sum(s);
+        if (threadIdx.x == 0) e[(size_t)p * k + q] = total;
+        previous = q;
+    }
+}
+
+// out[p] = sum of v over subdomain p (Z^T v), one block per subdomain.
+extern "C" __global__ void defl_restrict(const int* __restrict__ offsets,
+                                         const double* __restrict__ v,
+                                         double* __restrict__ out) {
+    const int p = blockIdx.x, first = offsets[p], last = offsets[p + 1];
+    double s = 0.0;
+    for (int i = first + threadIdx.x; i < last; i += blockDim.x) s += v[i];
+    const double total = block_sum(s);
+    if (threadIdx.x == 0) out[p] = total;
+}
+
+// a = E^-1 c with the dense row-major inverse, one block per row p.
+extern "C" __global__ void defl_coarse_solve(int k, const double* __restrict__ e_inverse,
+                                             const double* __restrict__ c,
+                                             double* __restrict__ a) {
+    const int p = blockIdx.x;
+    const double* row = e_inverse + (size_t)p * k;
+    double s = 0.0;
+    for (int q = threadIdx.x; q < k; q += blockDim.x) s += row[q] * c[q];
+    const double total = block_sum(s);
+    if (threadIdx.x == 0) a[p] = total;
+}
+
+// v -= (AZ) a: P v once a = E^-1 Z^T v.
+extern "C" __global__ void defl_subtract(int n, int w, const int* __restrict__ az_parts,
+                                         const double* __restrict__ az_values,
+                                         const double* __restrict__ a,
+                                         double* __restrict__ v) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double s = 0.0;
+    for (int j = 0; j < w; ++j) {
+        const int q = az_parts[(size_t)j * n + i];
+        if (q >= 0) s += az_values[(size_t)j * n + i] * a[q];
+    }
+    v[i] -= s;
+}
+
+// x += s Z a.
+extern "C" __global__ void defl_prolong_add(int n, double s, const int* __restrict__ part,
+                                            const double* __restrict__ a,
+                                            double* __restrict__ x) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += s * a[part[i]];
+}
+
+// Partials of sum |v|, one per block (vector_grid blocks).
+extern "C" __global__ void abs_sum_partials(int n, const double* __restrict__ v,
+                                            double* __restrict__ partials) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double s = block_sum(i < n ? fabs(v[i]) : 0.0);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}

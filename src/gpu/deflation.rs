@@ -1,0 +1,454 @@
+//! Truncated Neumann preconditioning and subdomain deflation on the device
+//! (`kernels/deflation.cu`); the CPU references are `solve::neumann` and
+//! `solve::deflation`, whose module documentation says what is computed.
+//!
+//! - [`DeviceNeumann`]: Neu1/Neu2 as a [`DevicePreconditioner`], 1 + 2m
+//!   launches per application (D⁻¹ r, then m strictly-lower and m
+//!   strictly-upper Horner steps, each a masked mod-SELL product,
+//!   `modsell_row_part` of `kernels/spmv.cu`).
+//! - [`DeviceDeflation`]: the [`DeflationOps`] of the GPU. Setup (once): AZ
+//!   from the mod-SELL matrix into a column-major ELL of width w (the most
+//!   subdomains a row touches), E = Zᵀ(AZ) assembled on the device (one block
+//!   per subdomain row, fixed-order sums), E downloaded, factored and
+//!   inverted on the host (k ≤ `MAX_SUBDOMAINS`), E⁻¹ uploaded. Per
+//!   projection: Zᵀ v (one block per subdomain: the subdomains are contiguous
+//!   rows, a segmented block reduction), a = E⁻¹ Zᵀ v (one block per row of
+//!   E⁻¹), v −= (AZ) a — three launches, no copy, no allocation, no host
+//!   synchronisation; the prolongation x += s Z a is one more.
+//!
+//! Both only launch kernels on the `Gpu`'s stream when applied. The deflated
+//! PCG loop is `solve::deflation::deflated_pcg` over `GpuCgBackend`, driven
+//! one step at a time from the host ([`solve_pcg_deflated_gpu`]).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+use nalgebra::DMatrix;
+
+use super::matrix::DeviceModSell;
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::smooth::DevicePreconditioner;
+use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::deflation::{coarse_inverse, deflated_pcg, DeflationOps, Subdomains};
+use crate::solve::lanczos::{Recorded, SpectrumEstimate};
+use crate::solve::neumann::TruncatedNeumann;
+use crate::solve::{pcg, PreconditionerKind, SolveError, SolverControls, SolverPerformance};
+use crate::sparse::Csr;
+
+/// Threads per block of the per-subdomain and per-coarse-row reductions.
+const COARSE_BLOCK: u32 = 256;
+/// Threads of the one-block `reduce_partials`.
+const REDUCE_BLOCK: u32 = 1024;
+/// `DEFL_MAX_WIDTH` of kernels/deflation.cu.
+const MAX_WIDTH: usize = 32;
+
+/// M⁻¹ = Kᵀ D⁻¹ K of `solve::neumann` on the device.
+pub struct DeviceNeumann<'g> {
+    gpu: &'g Gpu,
+    matrix: Rc<DeviceModSell>,
+    inv_diag: CudaSlice<f64>,
+    order: usize,
+    /// ŷ₀ = D⁻¹ r, then free for the upper steps.
+    scaled: CudaSlice<f64>,
+    work: [CudaSlice<f64>; 2],
+}
+
+impl<'g> DeviceNeumann<'g> {
+    /// Neu`order` of `a` (positive diagonal, checked as on the CPU) on
+    /// `matrix`, its device copy in the same row order.
+    pub fn new(
+        gpu: &'g Gpu,
+        a: &Csr,
+        matrix: Rc<DeviceModSell>,
+        order: usize,
+    ) -> Result<Self, GpuError> {
+        if a.n_rows() != matrix.n {
+            return Err(GpuError::Invalid(format!(
+                "the Neumann preconditioner's matrix has {} rows, the device matrix {}",
+                a.n_rows(),
+                matrix.n
+            )));
+        }
+        let host = TruncatedNeumann::new(a, order).map_err(|e| GpuError::Invalid(e.to_string()))?;
+        let n = matrix.n;
+        Ok(Self {
+            gpu,
+            inv_diag: gpu.upload(host.reciprocal_diagonal())?,
+            order,
+            scaled: gpu.zeros(n)?,
+            work: [gpu.zeros(n)?, gpu.zeros(n)?],
+            matrix,
+        })
+    }
+
+    /// out = base − D⁻¹ T g (`neumann_step`).
+    fn step(
+        &self,
+        upper: bool,
+        g: &CudaSlice<f64>,
+        base: &CudaSlice<f64>,
+        out: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let m = &*self.matrix;
+        let (n, upper) = (m.n as i32, i32::from(upper));
+        self.gpu.launch(
+            "neumann_step",
+            m.n_slices() as u32,
+            m.slice_height as u32,
+            m.shared_bytes(),
+            |a| {
+                a.arg(&n)
+                    .arg(&upper)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(&m.values)
+                    .arg(&m.diag)
+                    .arg(&self.inv_diag)
+                    .arg(g)
+                    .arg(base)
+                    .arg(out);
+            },
+        )
+    }
+}
+
+impl DevicePreconditioner for DeviceNeumann<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        let n = self.matrix.n as i32;
+        self.gpu.launch(
+            "neumann_scale",
+            vector_grid(self.matrix.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n).arg(&self.inv_diag).arg(r).arg(&self.scaled);
+            },
+        )?;
+        // ŷ_{k+1} = ŷ₀ − D⁻¹ L ŷ_k, alternating between the work buffers.
+        let mut g = &self.scaled;
+        for k in 0..self.order {
+            let out = &self.work[k % 2];
+            self.step(false, g, &self.scaled, out)?;
+            g = out;
+        }
+        // û_{k+1} = y − D⁻¹ U û_k with y = ŷ_m (in `g`); the outputs alternate
+        // between the two buffers y does not occupy, the last one is z.
+        let y = g;
+        let free = [&self.scaled, &self.work[self.order % 2]];
+        for k in 0..self.order {
+            let out = if k + 1 == self.order { z } else { free[k % 2] };
+            self.step(true, g, y, out)?;
+            g = out;
+        }
+        Ok(())
+    }
+
+    fn is_linear(&self) -> bool {
+        true
+    }
+}
+
+/// The deflation steps on the device (module documentation).
+pub struct DeviceDeflation<'g> {
+    gpu: &'g Gpu,
+    n: usize,
+    k: usize,
+    width: usize,
+    offsets: CudaSlice<i32>,
+    part: CudaSlice<i32>,
+    az_parts: CudaSlice<i32>,
+    az_values: CudaSlice<f64>,
+    /// E as assembled on the device (row-major, read back).
+    e: DMatrix<f64>,
+    e_inverse: CudaSlice<f64>,
+    /// Zᵀ v of the last projection.
+    restricted: CudaSlice<f64>,
+    /// a = E⁻¹ Zᵀ v of the last projection.
+    correction: CudaSlice<f64>,
+    partials: CudaSlice<f64>,
+    scalar: CudaSlice<f64>,
+    failure: RefCell<Option<GpuError>>,
+}
+
+impl<'g> DeviceDeflation<'g> {
+    /// Deflation of the device matrix `m` (rows in the order of
+    /// `subdomains`, each subdomain contiguous).
+    pub fn new(gpu: &'g Gpu, m: &DeviceModSell, subdomains: &Subdomains) -> Result<Self, GpuError> {
+        let (n, k) = (m.n, subdomains.count());
+        if subdomains.n_rows() != n {
+            return Err(GpuError::Invalid(format!(
+                "the subdomains cover {} rows, the device matrix has {n}",
+                subdomains.n_rows()
+            )));
+        }
+        let to_i32 = |v: &[usize]| v.iter().map(|&o| o as i32).collect::<Vec<_>>();
+        let offsets = gpu.upload(&to_i32(subdomains.offsets()))?;
+        let part_host: Vec<i32> = subdomains
+            .row_subdomains()
+            .iter()
+            .map(|&p| p as i32)
+            .collect();
+        let part = gpu.upload(&part_host)?;
+        let (n32, h) = (n as i32, m.slice_height as i32);
+        let az = |w: usize,
+                  width: &CudaSlice<i32>,
+                  ell: Option<(&CudaSlice<i32>, &CudaSlice<f64>)>|
+         -> Result<(), GpuError> {
+            let w32 = w as i32;
+            gpu.launch("defl_az", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32)
+                    .arg(&h)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(&m.values)
+                    .arg(&m.diag)
+                    .arg(&part)
+                    .arg(&w32)
+                    .arg(width);
+                match ell {
+                    Some((parts, values)) => a.arg(parts).arg(values),
+                    None => a.arg(&super::NULL).arg(&super::NULL),
+                };
+            })
+        };
+        let width_dev = gpu.zeros::<i32>(1)?;
+        az(0, &width_dev, None)?;
+        let width = gpu.download(&width_dev)?[0].max(1) as usize;
+        if width > MAX_WIDTH {
+            return Err(GpuError::Invalid(format!(
+                "a row of the matrix touches more than {MAX_WIDTH} subdomains; use larger \
+                 (fewer) subdomains"
+            )));
+        }
+        let az_parts = gpu.zeros::<i32>(n * width)?;
+        let az_values = gpu.zeros::<f64>(n * width)?;
+        az(width, &width_dev, Some((&az_parts, &az_values)))?;
+        let e_dev = gpu.zeros::<f64>(k * k)?;
+        let (k32, w32) = (k as i32, width as i32);
+        gpu.launch("defl_galerkin", k as u32, COARSE_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(&k32)
+                .arg(&w32)
+                .arg(&offsets)
+                .arg(&az_parts)
+                .arg(&az_values)
+                .arg(&e_dev);
+        })?;
+        let e_host = gpu.download(&e_dev)?;
+        let e = DMatrix::from_row_slice(k, k, &e_host[..k * k]);
+        let inverse = coarse_inverse(&e).map_err(|e| GpuError::Invalid(e.to_string()))?;
+        let row_major: Vec<f64> = (0..k)
+            .flat_map(|p| (0..k).map(move |q| (p, q)))
+            .map(|(p, q)| inverse[(p, q)])
+            .collect();
+        Ok(Self {
+            gpu,
+            n,
+            k,
+            width,
+            offsets,
+            part,
+            az_parts,
+            az_values,
+            e,
+            e_inverse: gpu.upload(&row_major)?,
+            restricted: gpu.zeros(k)?,
+            correction: gpu.zeros(k)?,
+            partials: gpu.zeros(vector_grid(n) as usize)?,
+            scalar: gpu.zeros(1)?,
+            failure: RefCell::new(None),
+        })
+    }
+
+    /// E = ZᵀAZ as assembled on the device.
+    pub fn coarse_matrix(&self) -> &DMatrix<f64> {
+        &self.e
+    }
+
+    /// AZ read back as (subdomain, value) lists per row, in the device's
+    /// slot order (tests compare them with `solve::deflation::deflated_columns`).
+    pub fn download_deflated_columns(&self) -> Result<Vec<Vec<(u32, f64)>>, GpuError> {
+        let parts = self.gpu.download(&self.az_parts)?;
+        let values = self.gpu.download(&self.az_values)?;
+        Ok((0..self.n)
+            .map(|i| {
+                (0..self.width)
+                    .map(|j| j * self.n + i)
+                    .filter(|&s| parts[s] >= 0)
+                    .map(|s| (parts[s] as u32, values[s]))
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// The coarse correction a of the last projection, read back.
+    pub fn download_correction(&self) -> Result<Vec<f64>, GpuError> {
+        self.gpu.download(&self.correction)
+    }
+
+    /// Zᵀ v, a = E⁻¹ Zᵀ v, v −= (AZ) a.
+    fn launch_project(&self, v: &CudaSlice<f64>) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let (n, k, w) = (self.n as i32, self.k as i32, self.width as i32);
+        gpu.launch("defl_restrict", self.k as u32, COARSE_BLOCK, 0, |a| {
+            a.arg(&self.offsets).arg(v).arg(&self.restricted);
+        })?;
+        gpu.launch("defl_coarse_solve", self.k as u32, COARSE_BLOCK, 0, |a| {
+            a.arg(&k)
+                .arg(&self.e_inverse)
+                .arg(&self.restricted)
+                .arg(&self.correction);
+        })?;
+        gpu.launch("defl_subtract", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n)
+                .arg(&w)
+                .arg(&self.az_parts)
+                .arg(&self.az_values)
+                .arg(&self.correction)
+                .arg(v);
+        })
+    }
+
+    /// Σ of the first `m` partials, read back.
+    fn reduce(&self, m: usize) -> Result<f64, GpuError> {
+        let (m32, one) = (m as i32, 1i32);
+        self.gpu
+            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&m32).arg(&one).arg(&self.partials).arg(&self.scalar);
+            })?;
+        Ok(self.gpu.download(&self.scalar)?[0])
+    }
+
+    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
+        if self.failure.borrow().is_some() {
+            return fallback;
+        }
+        work().unwrap_or_else(|e| {
+            *self.failure.borrow_mut() = Some(e);
+            fallback
+        })
+    }
+}
+
+impl DeflationOps for DeviceDeflation<'_> {
+    type Vector = GpuVector;
+
+    fn project(&self, v: &mut GpuVector) {
+        self.guarded((), || self.launch_project(v.dev()?))
+    }
+
+    fn prolong_add(&self, s: f64, x: &mut GpuVector) {
+        self.guarded((), || {
+            let n = self.n as i32;
+            let x = x.dev()?;
+            self.gpu.launch(
+                "defl_prolong_add",
+                vector_grid(self.n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n)
+                        .arg(&s)
+                        .arg(&self.part)
+                        .arg(&self.correction)
+                        .arg(x);
+                },
+            )
+        })
+    }
+
+    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
+        self.guarded(f64::NAN, || {
+            let n = self.n as i32;
+            let (a, b) = (a.dev()?, b.dev()?);
+            self.gpu.launch(
+                "dot_partials",
+                vector_grid(self.n),
+                VECTOR_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n).arg(a).arg(b).arg(&self.partials);
+                },
+            )?;
+            self.reduce(vector_grid(self.n) as usize)
+        })
+    }
+
+    fn sum_abs(&self, v: &GpuVector) -> f64 {
+        self.guarded(f64::NAN, || {
+            let n = self.n as i32;
+            let v = v.dev()?;
+            self.gpu.launch(
+                "abs_sum_partials",
+                vector_grid(self.n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n).arg(v).arg(&self.partials);
+                },
+            )?;
+            self.reduce(vector_grid(self.n) as usize)
+        })
+    }
+
+    fn status(&self) -> Result<(), SolveError> {
+        match &*self.failure.borrow() {
+            Some(e) => Err(SolveError::Device(e.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// PCG on the GPU on `a` as given (rows in the order to use: with
+/// `subdomains`, each subdomain contiguous) with `kind` (none, Jacobi, Neu1,
+/// Neu2), deflated by `subdomains` when given, from the initial guess in
+/// `x`; returns the performance and the Lanczos estimate of the
+/// preconditioned (deflated) operator's spectrum. Undeflated solves run the
+/// fused device loop for none and Jacobi.
+#[allow(clippy::too_many_arguments)]
+pub fn solve_pcg_deflated_gpu(
+    gpu: &Gpu,
+    a: &Csr,
+    kind: PreconditionerKind,
+    subdomains: Option<&Subdomains>,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    options: &GpuSolveOptions,
+) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
+    crate::solve::cpu::check_system(a, b, x, controls)?;
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let order = match kind {
+        PreconditionerKind::None | PreconditionerKind::Jacobi => 0,
+        PreconditionerKind::Neumann1 => 1,
+        PreconditionerKind::Neumann2 => 2,
+        other => {
+            return Err(SolveError::Device(format!(
+                "the {other} preconditioner is not available on the GPU; use none, jacobi, neu1 \
+                 or neu2"
+            )))
+        }
+    };
+    let jacobi = kind == PreconditionerKind::Jacobi;
+    let mut backend = GpuCgBackend::new(gpu, a, jacobi, None, options).map_err(device)?;
+    if order > 0 {
+        let neumann = DeviceNeumann::new(gpu, a, backend.shared_matrix(), order).map_err(device)?;
+        backend.set_preconditioner(Box::new(neumann));
+    }
+    let b_dev = backend.upload(b).map_err(device)?;
+    let mut x_dev = backend.upload(x).map_err(device)?;
+    let result = match subdomains {
+        Some(s) => {
+            let ops = DeviceDeflation::new(gpu, backend.matrix(), s).map_err(device)?;
+            deflated_pcg(&backend, &ops, &b_dev, &mut x_dev, controls, "x")?
+        }
+        None => {
+            let recorded = Recorded::new(&backend);
+            let perf = pcg(&recorded, &b_dev, &mut x_dev, controls, "x")?;
+            (perf, recorded.spectrum())
+        }
+    };
+    x.copy_from_slice(&backend.download(&x_dev).map_err(device)?);
+    Ok(result)
+}

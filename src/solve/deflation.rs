@@ -1,0 +1,597 @@
+//! Subdomain deflation: two-level PCG (seed 001 §4–§6, Algorithm 1, as
+//! corrected in `/work/shared/notes/001_deflated_pcg.md`).
+//!
+//! Z holds one piecewise-constant vector per subdomain (1 on its rows, 0
+//! elsewhere), E = Zᵀ A Z (k × k), Q = Z E⁻¹ Zᵀ and P = I − A Q. Deflated
+//! PCG solves P A x̂ = P b with any SPD preconditioner M and returns
+//! x = Q b + Pᵀ x̂. Here the loop is `solve::pcg` itself, run over the
+//! [`Deflated`] adapter of any `CgBackend` (CPU or GPU), which
+//!
+//! - projects A p: q = A p, a = E⁻¹ Zᵀ q, q ← q − (AZ) a (the note: P is
+//!   applied to A p, not to p), and returns p · P A p;
+//! - moves x by α Pᵀ p = α (p − Z a) instead of α p, so that x is the solution
+//!   of A x = b at every iteration (Pᵀ p = p − Z E⁻¹ Zᵀ A p reuses a), and
+//!   the residual the loop tests, b − A x = P (b − A x̂), is the true one;
+//! - starts from x₀ = x + Q (b − A x) ([`Deflated::correct_initial_guess`],
+//!   Q b + Pᵀ x in the seed's terms), whose residual P (b − A x) needs no
+//!   correction at the end.
+//!
+//! Both are the seed's iteration in exact arithmetic (same α, β, z, and
+//! x_j = Q b + Pᵀ x̂_j); its final step x = Q b + Pᵀ x̂ is spread over the
+//! iterations. What an executor provides is [`DeflationOps`]: Zᵀ v as
+//! per-subdomain sums (subdomains are contiguous row ranges, so on the GPU a
+//! segmented block reduction, deterministic), E⁻¹ as an explicit dense
+//! inverse from a host Cholesky factorisation (the seed's fast GPU variant,
+//! §6: a dense mat-vec per iteration, no host round trip), AZ stored by rows.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use nalgebra::DMatrix;
+use rayon::prelude::*;
+
+use super::lanczos::{Recorded, SpectrumEstimate};
+use super::reduce::{dot, sum_abs};
+use super::{
+    pcg, CgBackend, CpuBackend, InitialNorms, PreconditionerKind, SolveError, SolverControls,
+    SolverPerformance,
+};
+use crate::sparse::partition::slice_partition_order;
+use crate::sparse::{Csr, Permutation};
+
+/// At most this many subdomains: E and its inverse are dense k × k (128 MiB
+/// each at this size) and the inverse costs k³ flops on the host.
+pub const MAX_SUBDOMAINS: usize = 4096;
+
+/// Subdomains as contiguous row ranges: subdomain p is rows
+/// `offsets[p]..offsets[p + 1]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subdomains {
+    offsets: Vec<usize>,
+}
+
+impl Subdomains {
+    /// Subdomains from their first rows (and the row count last): starts at 0,
+    /// strictly increasing, 1 to [`MAX_SUBDOMAINS`] subdomains.
+    pub fn from_offsets(offsets: Vec<usize>) -> Result<Self, SolveError> {
+        let k = offsets.len().saturating_sub(1);
+        if k == 0 || offsets[0] != 0 {
+            return Err(SolveError::Deflation(
+                "subdomain offsets must start at row 0 and name at least one subdomain".into(),
+            ));
+        }
+        if let Some(p) = offsets.windows(2).position(|w| w[1] <= w[0]) {
+            return Err(SolveError::Deflation(format!(
+                "subdomain {p} is empty (rows {}..{}); every subdomain needs a row",
+                offsets[p],
+                offsets[p + 1]
+            )));
+        }
+        if k > MAX_SUBDOMAINS {
+            return Err(SolveError::Deflation(format!(
+                "{k} subdomains: at most {MAX_SUBDOMAINS} (E = ZᵀAZ is dense); use fewer"
+            )));
+        }
+        Ok(Self { offsets })
+    }
+
+    /// `k` blocks of consecutive rows whose sizes differ by at most one (block
+    /// p starts at row ⌊p n / k⌋): on a structured grid numbered row by row,
+    /// the seed's stripes (2n stripes of half a grid line on an n × n grid).
+    pub fn stripes(n: usize, k: usize) -> Result<Self, SolveError> {
+        if k == 0 || k > n {
+            return Err(SolveError::Deflation(format!(
+                "{k} stripes on {n} rows: choose between 1 and {n}"
+            )));
+        }
+        Self::from_offsets((0..=k).map(|p| p * n / k).collect())
+    }
+
+    /// About `k` compact subdomains of ⌈n/k⌉ rows cut by METIS (the slices of
+    /// `sparse::partition`'s ordering): the row ordering that makes each one
+    /// contiguous, and the subdomains in that ordering.
+    pub fn metis(a: &Csr, k: usize) -> Result<(Permutation, Self), SolveError> {
+        let n = a.n_rows();
+        if k == 0 || k > n {
+            return Err(SolveError::Deflation(format!(
+                "{k} METIS subdomains on {n} rows: choose between 1 and {n}"
+            )));
+        }
+        let size = n.div_ceil(k);
+        let order = slice_partition_order(a, size).map_err(SolveError::Deflation)?;
+        let offsets = (0..n.div_ceil(size)).map(|p| p * size).chain([n]).collect();
+        Ok((order, Self::from_offsets(offsets)?))
+    }
+
+    /// Number of subdomains k.
+    pub fn count(&self) -> usize {
+        self.offsets.len() - 1
+    }
+    /// Rows covered.
+    pub fn n_rows(&self) -> usize {
+        self.offsets[self.count()]
+    }
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+    pub fn rows(&self, p: usize) -> Range<usize> {
+        self.offsets[p]..self.offsets[p + 1]
+    }
+    /// The subdomain of each row.
+    pub fn row_subdomains(&self) -> Vec<u32> {
+        let mut part = vec![0; self.n_rows()];
+        for p in 0..self.count() {
+            part[self.rows(p)].fill(p as u32);
+        }
+        part
+    }
+}
+
+/// AZ (n × k) by rows: row i holds Σ_{j in q} a_ij for each subdomain q that
+/// row i of A touches, subdomains ascending, each sum in A's column order.
+pub fn deflated_columns(a: &Csr, subdomains: &Subdomains) -> Result<Csr, SolveError> {
+    if a.n_rows() != subdomains.n_rows() || a.n_cols() != a.n_rows() {
+        return Err(SolveError::Deflation(format!(
+            "the subdomains cover {} rows, the matrix is {} x {}",
+            subdomains.n_rows(),
+            a.n_rows(),
+            a.n_cols()
+        )));
+    }
+    let part = subdomains.row_subdomains();
+    let rows: Vec<Vec<(u32, f64)>> = (0..a.n_rows())
+        .into_par_iter()
+        .map(|i| {
+            let (cols, vals) = a.row(i);
+            let mut sums: Vec<(u32, f64)> = Vec::new();
+            for (&c, &v) in cols.iter().zip(vals) {
+                let q = part[c as usize];
+                match sums.iter_mut().find(|e| e.0 == q) {
+                    Some(e) => e.1 += v,
+                    None => sums.push((q, v)),
+                }
+            }
+            sums.sort_by_key(|e| e.0);
+            sums
+        })
+        .collect();
+    let mut row_ptr = vec![0];
+    let (mut cols, mut values) = (Vec::new(), Vec::new());
+    for row in rows {
+        cols.extend(row.iter().map(|e| e.0));
+        values.extend(row.iter().map(|e| e.1));
+        row_ptr.push(cols.len());
+    }
+    Csr::new(subdomains.count(), row_ptr, cols, values).map_err(SolveError::Deflation)
+}
+
+/// E = Zᵀ (AZ): E_pq = Σ_{i in p} (AZ)_iq, rows of p ascending.
+pub fn galerkin_matrix(az: &Csr, subdomains: &Subdomains) -> DMatrix<f64> {
+    let k = subdomains.count();
+    let mut e = DMatrix::zeros(k, k);
+    for p in 0..k {
+        for i in subdomains.rows(p) {
+            let (cols, vals) = az.row(i);
+            for (&q, &v) in cols.iter().zip(vals) {
+                e[(p, q as usize)] += v;
+            }
+        }
+    }
+    e
+}
+
+/// E⁻¹ of the symmetric part of `e` by Cholesky (seed §6: the explicit
+/// inverse, applied as a dense mat-vec); an error when E is not positive
+/// definite (A singular, e.g. an all-Neumann problem without a reference).
+pub fn coarse_inverse(e: &DMatrix<f64>) -> Result<DMatrix<f64>, SolveError> {
+    let k = e.nrows();
+    let symmetric = (e + e.transpose()) * 0.5;
+    let chol = nalgebra::Cholesky::new(symmetric).ok_or_else(|| {
+        SolveError::Deflation(format!(
+            "the coarse matrix E = ZᵀAZ ({k} x {k}) is not positive definite: the matrix is \
+             singular (fix the level with a reference value or a fixedValue boundary) or not SPD"
+        ))
+    })?;
+    let inverse = chol.inverse();
+    if let Some(bad) = inverse.iter().find(|v| !v.is_finite()) {
+        return Err(SolveError::Deflation(format!(
+            "the inverse of E = ZᵀAZ has a non-finite entry ({bad}): E is too ill-conditioned"
+        )));
+    }
+    Ok(inverse)
+}
+
+/// The deflation steps on one executor's vectors, used by [`Deflated`]. The
+/// coarse correction a = E⁻¹ Zᵀ v of the last [`Self::project`] is kept by
+/// the executor for [`Self::prolong_add`].
+pub trait DeflationOps {
+    type Vector;
+    /// a = E⁻¹ Zᵀ v, then v ← v − (AZ) a = P v.
+    fn project(&self, v: &mut Self::Vector);
+    /// x ← x + s Z a with a of the last `project`.
+    fn prolong_add(&self, s: f64, x: &mut Self::Vector);
+    /// a · b.
+    fn dot(&self, a: &Self::Vector, b: &Self::Vector) -> f64;
+    /// Σ |v_i|.
+    fn sum_abs(&self, v: &Self::Vector) -> f64;
+    /// A failure of the executor since the last call (a device error).
+    fn status(&self) -> Result<(), SolveError> {
+        Ok(())
+    }
+}
+
+/// The CPU's deflation: AZ by rows, E⁻¹ dense.
+pub struct CpuDeflation {
+    subdomains: Subdomains,
+    part: Vec<u32>,
+    az: Csr,
+    e: DMatrix<f64>,
+    e_inverse: DMatrix<f64>,
+    /// a of the last `project`.
+    correction: Mutex<Vec<f64>>,
+}
+
+impl CpuDeflation {
+    /// Deflation of `a` (square, SPD) by `subdomains`.
+    pub fn new(a: &Csr, subdomains: Subdomains) -> Result<Self, SolveError> {
+        let az = deflated_columns(a, &subdomains)?;
+        let e = galerkin_matrix(&az, &subdomains);
+        let e_inverse = coarse_inverse(&e)?;
+        Ok(Self {
+            part: subdomains.row_subdomains(),
+            correction: Mutex::new(vec![0.0; subdomains.count()]),
+            subdomains,
+            az,
+            e,
+            e_inverse,
+        })
+    }
+
+    pub fn subdomains(&self) -> &Subdomains {
+        &self.subdomains
+    }
+    /// E = ZᵀAZ as assembled (before symmetrisation).
+    pub fn coarse_matrix(&self) -> &DMatrix<f64> {
+        &self.e
+    }
+    pub fn coarse_inverse(&self) -> &DMatrix<f64> {
+        &self.e_inverse
+    }
+    /// AZ by rows ([`deflated_columns`]).
+    pub fn deflated_columns(&self) -> &Csr {
+        &self.az
+    }
+
+    /// Zᵀ v: per-subdomain sums, rows ascending.
+    pub fn restrict(&self, v: &[f64]) -> Vec<f64> {
+        (0..self.subdomains.count())
+            .into_par_iter()
+            .map(|p| v[self.subdomains.rows(p)].iter().sum())
+            .collect()
+    }
+
+    /// E⁻¹ c as the dense product, each row summed by column.
+    pub fn coarse_solve(&self, c: &[f64]) -> Vec<f64> {
+        let k = c.len();
+        (0..k)
+            .into_par_iter()
+            .map(|p| (0..k).map(|q| self.e_inverse[(p, q)] * c[q]).sum())
+            .collect()
+    }
+}
+
+impl DeflationOps for CpuDeflation {
+    type Vector = Vec<f64>;
+
+    fn project(&self, v: &mut Vec<f64>) {
+        let a = self.coarse_solve(&self.restrict(v));
+        v.par_iter_mut().enumerate().for_each(|(i, vi)| {
+            let (cols, vals) = self.az.row(i);
+            let sum: f64 = cols
+                .iter()
+                .zip(vals)
+                .map(|(&q, &w)| w * a[q as usize])
+                .sum();
+            *vi -= sum;
+        });
+        *self.correction.lock().unwrap_or_else(|e| e.into_inner()) = a;
+    }
+
+    fn prolong_add(&self, s: f64, x: &mut Vec<f64>) {
+        let a = self.correction.lock().unwrap_or_else(|e| e.into_inner());
+        x.par_iter_mut()
+            .zip(&self.part)
+            .for_each(|(xi, &p)| *xi += s * a[p as usize]);
+    }
+
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        dot(a, b)
+    }
+
+    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
+        sum_abs(v)
+    }
+}
+
+/// Any `CgBackend` deflated by `ops` (module documentation): run `solve::pcg`
+/// on it after [`Self::correct_initial_guess`], or call [`deflated_pcg`].
+pub struct Deflated<'a, B, D> {
+    inner: &'a B,
+    ops: &'a D,
+}
+
+impl<'a, B, D> Deflated<'a, B, D>
+where
+    B: CgBackend,
+    D: DeflationOps<Vector = B::Vector>,
+{
+    pub fn new(inner: &'a B, ops: &'a D) -> Self {
+        Self { inner, ops }
+    }
+
+    /// x ← x + Q (b − A x) = Q b + Pᵀ x, whose residual lies in range(P).
+    pub fn correct_initial_guess(
+        &self,
+        b: &B::Vector,
+        x: &mut B::Vector,
+    ) -> Result<(), SolveError> {
+        let mut r = self.inner.new_vector();
+        self.inner.initialize(b, x, &mut r);
+        self.ops.project(&mut r);
+        self.ops.prolong_add(1.0, x);
+        self.inner.device_status()?;
+        self.ops.status()
+    }
+}
+
+impl<B, D> CgBackend for Deflated<'_, B, D>
+where
+    B: CgBackend,
+    D: DeflationOps<Vector = B::Vector>,
+{
+    type Vector = B::Vector;
+
+    fn n(&self) -> usize {
+        self.inner.n()
+    }
+    fn new_vector(&self) -> B::Vector {
+        self.inner.new_vector()
+    }
+    /// r = P (b − A x) (= b − A x after `correct_initial_guess`, to round-off);
+    /// normFactor as the inner backend computes it for x.
+    fn initialize(&self, b: &B::Vector, x: &B::Vector, r: &mut B::Vector) -> InitialNorms {
+        let norms = self.inner.initialize(b, x, r);
+        self.ops.project(r);
+        InitialNorms {
+            residual_sum: self.ops.sum_abs(r),
+            norm_factor: norms.norm_factor,
+        }
+    }
+    fn precondition(&self, r: &B::Vector, z: &mut B::Vector) -> f64 {
+        self.inner.precondition(r, z)
+    }
+    fn update_direction(&self, beta: f64, z: &B::Vector, p: &mut B::Vector) {
+        self.inner.update_direction(beta, z, p)
+    }
+    /// q = P A p; returns p · P A p.
+    fn apply_operator(&self, p: &B::Vector, q: &mut B::Vector) -> f64 {
+        self.inner.apply_operator(p, q);
+        self.ops.project(q);
+        self.ops.dot(p, q)
+    }
+    /// x += α Pᵀ p = α (p − Z a), r −= α P A p.
+    fn update_solution(
+        &self,
+        alpha: f64,
+        p: &B::Vector,
+        q: &B::Vector,
+        x: &mut B::Vector,
+        r: &mut B::Vector,
+    ) -> f64 {
+        let residual = self.inner.update_solution(alpha, p, q, x, r);
+        self.ops.prolong_add(-alpha, x);
+        residual
+    }
+    fn flexible_term(&self, z: &B::Vector, q: &B::Vector) -> Option<f64> {
+        self.inner.flexible_term(z, q)
+    }
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.inner.device_status()?;
+        self.ops.status()
+    }
+}
+
+/// Deflated PCG on `backend` from the initial guess in `x` (corrected first),
+/// with the Lanczos estimate of M⁻¹PA's spectrum from its coefficients.
+pub fn deflated_pcg<B, D>(
+    backend: &B,
+    ops: &D,
+    b: &B::Vector,
+    x: &mut B::Vector,
+    controls: &SolverControls,
+    field: &str,
+) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError>
+where
+    B: CgBackend,
+    D: DeflationOps<Vector = B::Vector>,
+{
+    let deflated = Deflated::new(backend, ops);
+    deflated.correct_initial_guess(b, x)?;
+    let recorded = Recorded::new(&deflated);
+    let perf = pcg(&recorded, b, x, controls, field)?;
+    Ok((perf, recorded.spectrum()))
+}
+
+/// PCG on the CPU with `kind` (built on `a`), deflated by `subdomains` when
+/// given (rows of `a` in the subdomains' order), with the Lanczos spectrum
+/// estimate of the preconditioned (deflated) operator.
+pub fn solve_pcg_deflated(
+    a: &Csr,
+    kind: PreconditionerKind,
+    subdomains: Option<&Subdomains>,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
+    super::cpu::check_system(a, b, x, controls)?;
+    let precond = kind.build(a)?;
+    let backend = CpuBackend::new(a, precond.as_ref());
+    let b = b.to_vec();
+    let mut x_work = x.to_vec();
+    let result = match subdomains {
+        Some(s) => {
+            let ops = CpuDeflation::new(a, s.clone())?;
+            deflated_pcg(&backend, &ops, &b, &mut x_work, controls, "x")
+        }
+        None => {
+            let recorded = Recorded::new(&backend);
+            pcg(&recorded, &b, &mut x_work, controls, "x").map(|perf| (perf, recorded.spectrum()))
+        }
+    }?;
+    x.copy_from_slice(&x_work);
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::{dense, random_symmetric};
+    use nalgebra::DVector;
+
+    #[test]
+    fn galerkin_matrix_equals_dense_z_transpose_a_z() {
+        let a = random_symmetric(50, 5, 3);
+        let s = Subdomains::from_offsets(vec![0, 7, 20, 21, 38, 50]).unwrap();
+        let d = CpuDeflation::new(&a, s.clone()).unwrap();
+        let mut z = DMatrix::zeros(50, 5);
+        for p in 0..5 {
+            for i in s.rows(p) {
+                z[(i, p)] = 1.0;
+            }
+        }
+        let full = dense(&a);
+        let e = z.transpose() * &full * &z;
+        assert!((d.coarse_matrix() - &e).amax() < 1e-12 * e.amax());
+        assert!((dense(d.deflated_columns()) - &full * &z).amax() < 1e-12 * full.amax());
+        let identity = d.coarse_inverse() * &e;
+        assert!((identity - DMatrix::identity(5, 5)).amax() < 1e-10);
+        // P v is A-orthogonal... i.e. Zᵀ P v = 0.
+        let mut v: Vec<f64> = (0..50).map(|i| (i as f64).cos()).collect();
+        d.project(&mut v);
+        let zt_pv = z.transpose() * DVector::from_column_slice(&v);
+        assert!(zt_pv.amax() < 1e-12, "{zt_pv}");
+    }
+
+    #[test]
+    fn deflated_pcg_reaches_the_plain_solution() {
+        let n = 300;
+        let a = random_symmetric(n, 6, 9);
+        let b: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+        let controls = SolverControls::absolute(1e-12, 1000);
+        let stripes = Subdomains::stripes(n, 12).unwrap();
+        for kind in [
+            PreconditionerKind::None,
+            PreconditionerKind::Jacobi,
+            PreconditionerKind::Dic,
+            PreconditionerKind::Neumann1,
+            PreconditionerKind::Neumann2,
+        ] {
+            let mut plain = vec![0.0; n];
+            let (p_perf, _) =
+                solve_pcg_deflated(&a, kind, None, &b, &mut plain, &controls).unwrap();
+            let mut deflated = vec![0.0; n];
+            let (d_perf, spectrum) =
+                solve_pcg_deflated(&a, kind, Some(&stripes), &b, &mut deflated, &controls).unwrap();
+            assert!(p_perf.converged && d_perf.converged, "{kind}");
+            let diff = plain
+                .iter()
+                .zip(&deflated)
+                .map(|(p, d)| (p - d).abs())
+                .fold(0.0, f64::max);
+            let scale = plain.iter().map(|v| v.abs()).fold(0.0, f64::max);
+            assert!(diff < 1e-9 * scale, "{kind}: {diff}");
+            // The loop's residual is the true one: b − A x.
+            let mut ax = vec![0.0; n];
+            a.spmv(&deflated, &mut ax);
+            let true_sum: f64 = b.iter().zip(&ax).map(|(b, ax)| (b - ax).abs()).sum();
+            let norm: f64 = b.iter().map(|v| v.abs()).sum();
+            assert!(true_sum / norm < 2e-12, "{kind}: {}", true_sum / norm);
+            assert!(spectrum.unwrap().condition() >= 1.0);
+        }
+    }
+
+    #[test]
+    fn lanczos_estimate_of_the_deflated_operator_matches_its_dense_spectrum() {
+        let n = 150;
+        let a = random_symmetric(n, 6, 21);
+        let full = dense(&a);
+        let s = Subdomains::stripes(n, 10).unwrap();
+        let d = CpuDeflation::new(&a, s.clone()).unwrap();
+        let mut z = DMatrix::zeros(n, 10);
+        for p in 0..10 {
+            for i in s.rows(p) {
+                z[(i, p)] = 1.0;
+            }
+        }
+        let projector = DMatrix::identity(n, n) - &full * &z * d.coarse_inverse() * z.transpose();
+        let b: Vec<f64> = (0..n).map(|i| (i as f64).cos()).collect();
+        let controls = SolverControls::absolute(1e-15, 1000);
+        for kind in [PreconditionerKind::None, PreconditionerKind::Jacobi] {
+            // M⁻¹PA is similar to M^-1/2 PA M^-1/2; PA's k zero eigenvalues left out.
+            let m = match kind {
+                PreconditionerKind::Jacobi => full.diagonal().map(|v| 1.0 / v.sqrt()),
+                _ => full.diagonal().map(|_| 1.0),
+            };
+            let m = DMatrix::from_diagonal(&m);
+            let deflated = (&m * &projector * &full * &m).symmetric_eigenvalues();
+            let mut eig: Vec<f64> = deflated.iter().copied().collect();
+            eig.sort_by(f64::total_cmp);
+            let (min, max) = (eig[10], eig[n - 1]);
+            assert!(eig[9].abs() < 1e-10 * max, "{kind}: {:?}", &eig[..11]);
+            let plain = (&m * &full * &m).symmetric_eigenvalues();
+            assert!(
+                max / min <= plain.max() / plain.min() * (1.0 + 1e-12),
+                "{kind}"
+            );
+            let mut x = vec![0.0; n];
+            let (_, spectrum) =
+                solve_pcg_deflated(&a, kind, Some(&s), &b, &mut x, &controls).unwrap();
+            let spectrum = spectrum.unwrap();
+            // Lanczos converges to the extremes from inside.
+            assert!(
+                spectrum.min >= min * (1.0 - 1e-9) && spectrum.min / min - 1.0 < 1e-3,
+                "{kind}: {} vs {min}",
+                spectrum.min
+            );
+            assert!(
+                spectrum.max <= max * (1.0 + 1e-9) && 1.0 - spectrum.max / max < 1e-6,
+                "{kind}: {} vs {max}",
+                spectrum.max
+            );
+        }
+    }
+
+    #[test]
+    fn bad_subdomains_and_singular_coarse_matrices_are_named() {
+        assert!(Subdomains::from_offsets(vec![0, 3, 3, 5]).is_err());
+        assert!(Subdomains::from_offsets(vec![1, 3]).is_err());
+        assert!(Subdomains::stripes(4, 5).is_err());
+        let a = random_symmetric(10, 3, 1);
+        let err = CpuDeflation::new(&a, Subdomains::stripes(9, 3).unwrap())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("9 rows"), "{err}");
+        // The 1-D Neumann Laplacian is singular: so is E.
+        let neumann = Csr::new(
+            3,
+            vec![0, 2, 5, 7],
+            vec![0, 1, 0, 1, 2, 1, 2],
+            vec![1., -1., -1., 2., -1., -1., 1.],
+        )
+        .unwrap();
+        let err = CpuDeflation::new(&neumann, Subdomains::stripes(3, 3).unwrap())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("not positive definite"), "{err}");
+    }
+}

@@ -1,0 +1,227 @@
+//! The truncated Neumann preconditioner and subdomain deflation on the GPU
+//! against their CPU references (`solve::neumann`, `solve::deflation`): the
+//! applications, AZ and E = ZᵀAZ, the projections, and whole deflated PCG
+//! solves, on random matrices and real meshes. Each test prints its measured
+//! differences and `skipped: no CUDA device` without a GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1).
+
+use std::path::Path;
+use std::rc::Rc;
+
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DeviceDeflation, DeviceNeumann};
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::smooth::DevicePreconditioner;
+use fvpoisson::gpu::test_device;
+use fvpoisson::precond_study::{case_matrix, GPU_KINDS};
+use fvpoisson::solve::deflation::{solve_pcg_deflated, CpuDeflation, DeflationOps, Subdomains};
+use fvpoisson::solve::neumann::TruncatedNeumann;
+use fvpoisson::solve::{LinearOperator, SolverControls};
+use fvpoisson::sparse::testing::random_symmetric;
+use fvpoisson::sparse::{Csr, ModSell};
+
+/// Random matrices and real FVM systems (mesh files relative to the
+/// repository root, the working directory of `cargo test` and of the device
+/// runs), with the subdomains to deflate them by: stripes, and METIS (the
+/// matrix renumbered subdomain by subdomain).
+fn systems() -> Vec<(String, Csr, Subdomains)> {
+    let mut out = Vec::new();
+    let mut add = |name: &str, a: Csr| {
+        let n = a.n_rows();
+        let k = 2 * (n as f64).sqrt().ceil() as usize;
+        out.push((
+            format!("{name} stripes"),
+            a.clone(),
+            Subdomains::stripes(n, k).unwrap(),
+        ));
+        let (order, metis) = Subdomains::metis(&a, k).unwrap();
+        out.push((format!("{name} METIS"), order.apply_symmetric(&a), metis));
+    };
+    add("random 3000", random_symmetric(3000, 8, 17));
+    for spec in [
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "meshes/foam/polydual",
+        "meshes/gmsh/prism_wedge.v22.msh",
+    ] {
+        add(spec, poisson_system(spec).unwrap().0);
+    }
+    for case in ["cases/bubbly_stripes_2d", "cases/bubble_tet_3d"] {
+        add(case, case_matrix(Path::new(case)).unwrap());
+    }
+    out
+}
+
+fn device_matrix(gpu: &fvpoisson::gpu::Gpu, a: &Csr) -> DeviceModSell {
+    DeviceModSell::upload(gpu, &ModSell::from_csr(a, 256).unwrap()).unwrap()
+}
+
+fn test_vector(n: usize, seed: u64) -> Vec<f64> {
+    fvpoisson::fvm::testing::random_field(n, seed)
+}
+
+#[test]
+fn neumann_applications_match_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, _) in systems() {
+        let matrix = Rc::new(device_matrix(&gpu, &a));
+        let r = test_vector(a.n_rows(), 3);
+        let r_dev = gpu.upload(&r).unwrap();
+        for order in [1, 2] {
+            let cpu = TruncatedNeumann::new(&a, order).unwrap();
+            let mut z = vec![0.0; a.n_rows()];
+            cpu.apply(&r, &mut z);
+            let dev = DeviceNeumann::new(&gpu, &a, Rc::clone(&matrix), order).unwrap();
+            let z_dev = gpu.zeros::<f64>(a.n_rows()).unwrap();
+            dev.apply(&r_dev, &z_dev).unwrap();
+            let diff = max_rel_diff(&gpu.download(&z_dev).unwrap(), &z);
+            println!("{name} neu{order}: max rel diff {diff:.2e}");
+            assert!(diff < 1e-12, "{name} neu{order}: {diff}");
+            // Only kernels on the stream: the application can be captured
+            // (not while FVPOISSON_GPU_SYNC=1 synchronises every launch).
+            if !gpu.syncs_each_launch() {
+                gpu.capture(|| dev.apply(&r_dev, &z_dev))
+                    .unwrap_or_else(|e| panic!("{name} neu{order}: capture failed: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn coarse_matrix_and_projections_match_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, subdomains) in systems() {
+        let n = a.n_rows();
+        let cpu = CpuDeflation::new(&a, subdomains.clone()).unwrap();
+        let matrix = device_matrix(&gpu, &a);
+        let dev = DeviceDeflation::new(&gpu, &matrix, &subdomains).unwrap();
+        // AZ row by row (the device lists a row's subdomains by first appearance).
+        let az = dev.download_deflated_columns().unwrap();
+        let mut az_diff = 0.0f64;
+        for (i, mut row) in az.into_iter().enumerate() {
+            row.sort_by_key(|e| e.0);
+            let (cols, vals) = cpu.deflated_columns().row(i);
+            assert_eq!(
+                row.iter().map(|e| e.0).collect::<Vec<_>>(),
+                cols,
+                "{name}: subdomains of AZ row {i}"
+            );
+            let scale = vals.iter().fold(1e-300f64, |m, v| m.max(v.abs()));
+            for (e, v) in row.iter().zip(vals) {
+                az_diff = az_diff.max((e.1 - v).abs() / scale);
+            }
+        }
+        let e_diff =
+            (dev.coarse_matrix() - cpu.coarse_matrix()).amax() / cpu.coarse_matrix().amax();
+        // P v and the prolongation x + s Z a.
+        let v = test_vector(n, 5);
+        let mut v_cpu = v.clone();
+        cpu.project(&mut v_cpu);
+        let mut v_dev = GpuVector::from(gpu.upload(&v).unwrap());
+        dev.project(&mut v_dev);
+        let p_diff = max_rel_diff(&gpu.download(v_dev.dev().unwrap()).unwrap(), &v_cpu);
+        let x = test_vector(n, 6);
+        let mut x_cpu = x.clone();
+        cpu.prolong_add(-0.7, &mut x_cpu);
+        let mut x_dev = GpuVector::from(gpu.upload(&x).unwrap());
+        dev.prolong_add(-0.7, &mut x_dev);
+        let x_diff = max_rel_diff(&gpu.download(x_dev.dev().unwrap()).unwrap(), &x_cpu);
+        let dot_diff = (dev.dot(&v_dev, &x_dev) / cpu.dot(&v_cpu, &x_cpu) - 1.0).abs();
+        let abs_diff = (dev.sum_abs(&v_dev) / cpu.sum_abs(&v_cpu) - 1.0).abs();
+        dev.status().unwrap();
+        println!(
+            "{name}: k {}, AZ {az_diff:.1e}, E {e_diff:.1e}, P v {p_diff:.1e}, prolong \
+             {x_diff:.1e}, dot {dot_diff:.1e}, sum|v| {abs_diff:.1e}",
+            subdomains.count()
+        );
+        for (what, d) in [
+            ("AZ", az_diff),
+            ("E", e_diff),
+            ("P v", p_diff),
+            ("prolongation", x_diff),
+            ("dot", dot_diff),
+            ("sum |v|", abs_diff),
+        ] {
+            assert!(d < 1e-10, "{name} {what}: {d}");
+        }
+        // The projection only launches kernels: it can be captured.
+        if !gpu.syncs_each_launch() {
+            gpu.capture(|| {
+                dev.project(&mut v_dev);
+                dev.status()
+                    .map_err(|e| fvpoisson::gpu::GpuError::Invalid(e.to_string()))
+            })
+            .unwrap_or_else(|e| panic!("{name}: capture failed: {e}"));
+        }
+    }
+}
+
+/// 30 iterations exactly (tolerance 0): the iterates and the Lanczos
+/// estimates agree to round-off; then whole solves to 1e-6 converge in about
+/// the same number of iterations (round-off changes CG's path on these
+/// ill-conditioned systems, so the solutions only agree to the accuracy the
+/// tolerance gives).
+#[test]
+fn deflated_iterates_and_solves_match_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let fixed = SolverControls::absolute(0.0, 30);
+    let converge = SolverControls::absolute(1e-6, 5000);
+    let options = GpuSolveOptions::default();
+    for (name, a, subdomains) in systems() {
+        let n = a.n_rows();
+        let b = test_vector(n, 9);
+        for kind in GPU_KINDS {
+            for deflation in [None, Some(&subdomains)] {
+                let label = if deflation.is_some() {
+                    "deflated"
+                } else {
+                    "plain"
+                };
+                let solve_both = |controls: &SolverControls| {
+                    let mut x_cpu = vec![0.0; n];
+                    let cpu =
+                        solve_pcg_deflated(&a, kind, deflation, &b, &mut x_cpu, controls).unwrap();
+                    let mut x_gpu = vec![0.0; n];
+                    let dev = solve_pcg_deflated_gpu(
+                        &gpu, &a, kind, deflation, &b, &mut x_gpu, controls, &options,
+                    )
+                    .unwrap();
+                    (cpu, dev, max_rel_diff(&x_gpu, &x_cpu))
+                };
+                let ((cpu, cpu_spectrum), (dev, dev_spectrum), diff) = solve_both(&fixed);
+                assert_eq!(
+                    (cpu.iterations, dev.iterations),
+                    (30, 30),
+                    "{name} {kind} {label}"
+                );
+                let (c_cpu, c_dev) = (
+                    cpu_spectrum.unwrap().condition(),
+                    dev_spectrum.unwrap().condition(),
+                );
+                let history = max_rel_diff(&dev.history, &cpu.history);
+                let ((cpu_full, _), (dev_full, _), full_diff) = solve_both(&converge);
+                println!(
+                    "{name} {kind} {label}: 30 iterations: x {diff:.1e}, residuals {history:.1e},                      cond cpu {c_cpu:.6e} gpu {c_dev:.6e}; to 1e-6: iterations cpu {} gpu {},                      x {full_diff:.1e}",
+                    cpu_full.iterations, dev_full.iterations
+                );
+                assert!(diff < 1e-9, "{name} {kind} {label}: x {diff}");
+                assert!(history < 1e-9, "{name} {kind} {label}: residuals {history}");
+                assert!(
+                    (c_dev / c_cpu - 1.0).abs() < 1e-6,
+                    "{name} {kind} {label}: cond"
+                );
+                assert!(
+                    cpu_full.converged && dev_full.converged,
+                    "{name} {kind} {label}"
+                );
+                assert!(
+                    cpu_full.iterations.abs_diff(dev_full.iterations)
+                        <= 3 + cpu_full.iterations / 10,
+                    "{name} {kind} {label}: {} vs {} iterations",
+                    cpu_full.iterations,
+                    dev_full.iterations
+                );
+            }
+        }
+    }
+}
