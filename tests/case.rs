@@ -758,7 +758,7 @@ fn polynomial_preconditioners_from_case_toml_solve_like_pcg() {
     for (entry, expected) in [
         (
             "degree = 4\n",
-            "case.toml:4:10: solver.T.degree: only a polynomial preconditioner uses it",
+            "case.toml:4:10: solver.T.degree: only a polynomial preconditioner or smoother uses it",
         ),
         (
             "preconditioner = \"Neumann\"\ndegree = 0\n",

@@ -45,7 +45,7 @@ const KERNEL_SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 38] = [
+const KERNELS: [&str; 40] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -81,6 +81,8 @@ const KERNELS: [&str; 38] = [
     "poly_start_f32",
     "poly_step_f64",
     "poly_step_f32",
+    "poly_residual_start_f64",
+    "poly_residual_start_f32",
     "poly_inverse_diagonal_f64",
     "poly_inverse_diagonal_f32",
     "cast_f64_to_f32",
