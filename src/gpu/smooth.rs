@@ -232,7 +232,7 @@ enum Method<'g> {
     },
     Block(BlockKernel),
     /// x += M⁻¹ (b − A x), a polynomial M⁻¹ (`gpu::polynomial`), in place.
-    Polynomial(DevicePolynomial<'g>),
+    Polynomial(Box<DevicePolynomial<'g>>),
 }
 
 /// A smoother on the device for a mod-SELL matrix.
@@ -308,7 +308,7 @@ impl<'g> DeviceSmoother<'g> {
                 check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
                 Method::Block(Self::block_kernel(gpu, a, &matrix, settings)?)
             }
-            SmootherKind::Polynomial(kind) => Method::Polynomial(DevicePolynomial::new(
+            SmootherKind::Polynomial(kind) => Method::Polynomial(Box::new(DevicePolynomial::new(
                 gpu,
                 a,
                 Rc::clone(&matrix),
@@ -316,7 +316,7 @@ impl<'g> DeviceSmoother<'g> {
                     kind,
                     ..settings.polynomial
                 },
-            )?),
+            )?)),
             SmootherKind::Dic | SmootherKind::DicGaussSeidel => {
                 return Err(GpuError::Invalid(format!(
                     "the {} smoother is not available on the GPU",
