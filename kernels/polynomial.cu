@@ -16,11 +16,28 @@ __device__ void poly_start(int n, const T* __restrict__ inv_diag, const double* 
     if (i < n) t0[i] = inv_diag[i] * (T)r[i];
 }
 
+// As a smoother sweep x += M^-1 (b - A x): t0 = inv_diag * (T)(b - A x), the
+// residual with the f64 matrix (one block per slice, H doubles of shared
+// memory; CPU reference `smoother::PreconditionerSmoother`).
+template <typename T>
+__device__ void poly_residual_start(int n, const u64* __restrict__ slice_ptr,
+                                    const int* __restrict__ codes,
+                                    const double* __restrict__ vals,
+                                    const double* __restrict__ diag,
+                                    const double* __restrict__ x, const double* __restrict__ b,
+                                    const T* __restrict__ inv_diag, T* __restrict__ t0) {
+    double xr;
+    const double ax = modsell_row(n, slice_ptr, codes, vals, diag, x, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) t0[row] = inv_diag[row] * (T)(b[row] - ax);
+}
+
 // One recurrence step, one block per mod-SELL slice (blockDim = H, H values
 // of T of dynamic shared memory). t_io holds t_{j-2} on entry (read only when
 // old != 0; it may hold garbage at the first step) and t_j on exit (not
 // written at the last step). `first`: z starts at d_in*t_in (acc not read);
-// z non-null: the last step writes the result there in f64, else to acc.
+// z non-null: the last step writes the result there in f64 (add_to_z: adds it
+// to z, the smoother's x), else to acc.
 // Both kernels take the trailing `done` gate of PCG's fused loop
 // (kernels/smooth.cu gated_off).
 template <typename T>
@@ -28,8 +45,8 @@ __device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* _
                           const T* __restrict__ vals, const T* __restrict__ diag,
                           const T* __restrict__ inv_diag, const T* __restrict__ t_in,
                           T* __restrict__ t_io, T* __restrict__ acc, int first,
-                          double* __restrict__ z, T mat, T id, T old, T d_in, T d_out,
-                          const double* done) {
+                          double* __restrict__ z, int add_to_z, T mat, T id, T old, T d_in,
+                          T d_out, const double* done) {
     if (gated_off(done)) return;
     T xr;
     const T ax = modsell_row_t<T>(n, slice_ptr, codes, vals, diag, t_in, &xr);
@@ -40,7 +57,7 @@ __device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* _
     const T t = mat * y + id * xr - old * t_old;
     const T a = (first ? d_in * xr : acc[row]) + d_out * t;
     if (z != nullptr) {
-        z[row] = (double)a;
+        z[row] = add_to_z ? z[row] + (double)a : (double)a;
     } else {
         acc[row] = a;
         t_io[row] = t;
@@ -74,11 +91,11 @@ extern "C" __global__ void poly_step_f64(int n, const u64* __restrict__ slice_pt
                                          const double* __restrict__ inv_diag,
                                          const double* __restrict__ t_in,
                                          double* __restrict__ t_io, double* __restrict__ acc,
-                                         int first, double* __restrict__ z, double mat,
-                                         double id, double old, double d_in, double d_out,
-                                         const double* done) {
-    poly_step<double>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z, mat,
-                      id, old, d_in, d_out, done);
+                                         int first, double* __restrict__ z, int add_to_z,
+                                         double mat, double id, double old, double d_in,
+                                         double d_out, const double* done) {
+    poly_step<double>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z,
+                      add_to_z, mat, id, old, d_in, d_out, done);
 }
 
 extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_ptr,
@@ -88,11 +105,25 @@ extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_pt
                                          const float* __restrict__ inv_diag,
                                          const float* __restrict__ t_in,
                                          float* __restrict__ t_io, float* __restrict__ acc,
-                                         int first, double* __restrict__ z, float mat, float id,
-                                         float old, float d_in, float d_out,
+                                         int first, double* __restrict__ z, int add_to_z,
+                                         float mat, float id, float old, float d_in, float d_out,
                                          const double* done) {
-    poly_step<float>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z, mat,
-                     id, old, d_in, d_out, done);
+    poly_step<float>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z,
+                     add_to_z, mat, id, old, d_in, d_out, done);
+}
+
+extern "C" __global__ void poly_residual_start_f64(
+    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+    const double* __restrict__ vals, const double* __restrict__ diag, const double* __restrict__ x,
+    const double* __restrict__ b, const double* __restrict__ inv_diag, double* __restrict__ t0) {
+    poly_residual_start<double>(n, slice_ptr, codes, vals, diag, x, b, inv_diag, t0);
+}
+
+extern "C" __global__ void poly_residual_start_f32(
+    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+    const double* __restrict__ vals, const double* __restrict__ diag, const double* __restrict__ x,
+    const double* __restrict__ b, const float* __restrict__ inv_diag, float* __restrict__ t0) {
+    poly_residual_start<float>(n, slice_ptr, codes, vals, diag, x, b, inv_diag, t0);
 }
 
 extern "C" __global__ void poly_inverse_diagonal_f64(int n, const double* __restrict__ diag,

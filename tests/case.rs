@@ -722,6 +722,59 @@ fn smoothers_from_case_toml_solve_like_pcg() {
 }
 
 #[test]
+fn polynomial_preconditioners_from_case_toml_solve_like_pcg() {
+    use fvpoisson::solve::{
+        EigenBound, PolynomialKind, PolynomialSettings, Precision, Preconditioner,
+    };
+    let with = |entry: &str| {
+        MMS.replace(
+            "tolerance = 1e-10\n",
+            &format!("tolerance = 1e-10\n{entry}"),
+        )
+    };
+    let text = with(
+        "preconditioner = \"Chebyshev\"\ndegree = 3\neigenBound = \"Lanczos\"\n\
+         eigenRatio = 20.0\nprecision = \"mixed\"\n",
+    );
+    let setup = parse(&text).unwrap();
+    assert_eq!(
+        setup.solver.regular.preconditioner,
+        Preconditioner::Polynomial(PolynomialSettings {
+            degree: 3,
+            bound: EigenBound::Lanczos { steps: 10 },
+            eigen_ratio: 20.0,
+            precision: Precision::Mixed,
+            ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
+        })
+    );
+    let reference = run_text(MMS, "poly_ref").field;
+    let field = run_text(&text, "poly_cheb").field;
+    let diff = field
+        .iter()
+        .zip(&reference)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(diff < 1e-7, "{diff}");
+    let head = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\n";
+    for (entry, expected) in [
+        (
+            "degree = 4\n",
+            "case.toml:4:10: solver.T.degree: only a polynomial preconditioner or smoother uses it",
+        ),
+        (
+            "preconditioner = \"Neumann\"\ndegree = 0\n",
+            "solver.T: invalid solver controls: degree must be between 1 and 32",
+        ),
+        (
+            "preconditioner = \"leastSquares\"\nprecision = \"half\"\n",
+            "case.toml:5:13: solver.T.precision: unknown precision 'half'",
+        ),
+    ] {
+        let err = parse_err(&format!("{head}{entry}"), "polynomial_keys");
+        assert!(err.contains(expected), "{entry}: {err}");
+    }
+}
+
+#[test]
 fn smoother_keys_are_checked() {
     let head = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\n";
     for (entry, expected) in [

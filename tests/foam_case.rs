@@ -11,8 +11,8 @@ use fvpoisson::case::{
 use fvpoisson::fvm::{GradScheme, SnGradScheme};
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile};
 use fvpoisson::solve::{
-    BlockJacobiSettings, InnerSolver, Preconditioner, PreconditionerKind, SmootherKind,
-    SmootherSettings, Sweep,
+    BlockJacobiSettings, EigenBound, InnerSolver, PolynomialKind, PolynomialSettings, Precision,
+    Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, Sweep,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -488,6 +488,48 @@ fn solvers_are_mapped_and_unused_entries_warned() {
     expected.omega = 0.8;
     expected.sweeps = 2;
     assert_eq!(p, Preconditioner::Smoother(expected));
+    let _ = fs::remove_dir_all(&dir);
+    // A polynomial preconditioner with its keys.
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner leastSquares; degree 6; lanczosSteps 12; \
+                 precision mixed; }",
+            )
+        },
+        "polynomial_precond",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        Preconditioner::Polynomial(PolynomialSettings {
+            degree: 6,
+            bound: EigenBound::Lanczos { steps: 12 },
+            precision: Precision::Mixed,
+            ..PolynomialSettings::new(PolynomialKind::LeastSquares, 4)
+        })
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner Chebyshev; eigenRatio 0.5; }",
+            )
+        },
+        "polynomial_bad",
+    );
+    let err = case.unwrap_err().to_string();
+    assert!(
+        err.contains("fvSolution:") && err.contains("eigenRatio"),
+        "{err}"
+    );
     let _ = fs::remove_dir_all(&dir);
     // A forward Gauss-Seidel preconditioner is refused at its line.
     let (dir, case) = read_edited(

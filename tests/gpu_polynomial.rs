@@ -1,8 +1,9 @@
 //! GPU polynomial preconditioners against their CPU reference
 //! (`solve::polynomial`): one application on random vectors (f64 to ~1e-13,
 //! mixed precision against the CPU's f32 evaluation to ~1e-6), the same
-//! application replayed from a CUDA graph, and PCG (iterations equal ±1, the
-//! same accuracy in f64 and mixed precision). Each test prints a compact
+//! application replayed from a CUDA graph, PCG (iterations equal ±1, the
+//! same accuracy in f64 and mixed precision), and the polynomial smoothers
+//! (sweeps and OpenFOAM's smoothSolver). Each test prints a compact
 //! table, and `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
@@ -12,12 +13,14 @@ use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
-use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
+use fvpoisson::gpu::smooth::{
+    solve_pcg_gpu_with, solve_smooth_gpu, DevicePreconditioner, DeviceSmoother,
+};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::polynomial::PolynomialPreconditioner;
 use fvpoisson::solve::{
-    solve_pcg_scaled, EigenBound, EquilibrationKind, LinearOperator, PolynomialKind,
-    PolynomialSettings, Precision, Preconditioner, SolverControls,
+    solve_pcg_scaled, solve_smooth, EigenBound, EquilibrationKind, LinearOperator, PolynomialKind,
+    PolynomialSettings, Precision, Preconditioner, SmootherKind, SmootherSettings, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
@@ -232,6 +235,79 @@ fn pcg_matches_the_cpu() {
                     "{spec} {p}: {residual:e} vs f64 {f64_residual:e}"
                 ),
             }
+        }
+    }
+}
+
+/// The polynomial smoother (x += M⁻¹ (b − A x), the residual in f64).
+fn smoother(kind: PolynomialKind, precision: Precision) -> SmootherSettings {
+    let mut s = SmootherSettings::new(SmootherKind::Polynomial(kind));
+    s.polynomial.precision = precision;
+    s
+}
+
+#[test]
+fn smoother_sweeps_and_smooth_solver_equal_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    println!("system | smoother | 3 sweeps, GPU vs CPU");
+    for (name, a, b) in systems() {
+        let matrix = device_matrix(&gpu, &a, 512);
+        let x0: Vec<f64> = (0..a.n_rows())
+            .map(|i| ((i * 7) % 13) as f64 * 0.01)
+            .collect();
+        let b_dev = gpu.upload(&b).unwrap();
+        for kind in PolynomialKind::ALL {
+            for precision in [Precision::Double, Precision::Mixed] {
+                let s = smoother(kind, precision);
+                let device = DeviceSmoother::new(&gpu, &a, Rc::clone(&matrix), &s).unwrap();
+                let x_dev = gpu.upload(&x0).unwrap();
+                device.smooth(&b_dev, &x_dev, 3).unwrap();
+                let x_gpu = gpu.download(&x_dev).unwrap();
+                let mut x_cpu = x0.clone();
+                s.build(&a).unwrap().smooth(&b, &mut x_cpu, 3);
+                let d = max_rel_diff(&x_gpu, &x_cpu);
+                println!("{name} | {s} | {d:.1e}");
+                let limit = match precision {
+                    Precision::Double => 1e-12,
+                    Precision::Mixed => 1e-5,
+                };
+                assert!(d < limit, "{name} {s}: {d:e}");
+            }
+        }
+    }
+    // OpenFOAM's smoothSolver with a Chebyshev smoother, natural order on both.
+    let options = GpuSolveOptions {
+        ordering: RowOrdering::Natural,
+        ..GpuSolveOptions::default()
+    };
+    println!("mesh | smoother | CPU iterations | GPU iterations | x difference");
+    for spec in [
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "meshes/foam/polydual",
+    ] {
+        let (a, b) = poisson_system(spec).unwrap();
+        for precision in [Precision::Double, Precision::Mixed] {
+            let s = smoother(PolynomialKind::Chebyshev, precision);
+            let controls = SolverControls::absolute(1e-8, 20_000);
+            let mut x_cpu = vec![0.0; a.n_rows()];
+            let cpu = solve_smooth(&a, &s, &b, &mut x_cpu, &controls, "p").unwrap();
+            let mut x_gpu = vec![0.0; a.n_rows()];
+            let dev =
+                solve_smooth_gpu(&gpu, &a, &s, &b, &mut x_gpu, &controls, "p", &options).unwrap();
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!(
+                "{spec} | {s} | {} | {} | {d:.1e}",
+                cpu.iterations, dev.iterations
+            );
+            assert!(cpu.converged && dev.converged, "{spec} {s}");
+            // Hundreds of sweeps: the crossing of the tolerance may move by 1 %.
+            assert!(
+                dev.iterations.abs_diff(cpu.iterations) <= 1 + cpu.iterations / 100,
+                "{spec} {s}: GPU {} vs CPU {}",
+                dev.iterations,
+                cpu.iterations
+            );
+            assert!(d < 1e-6, "{spec} {s}: {d:e}");
         }
     }
 }

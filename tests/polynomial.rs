@@ -173,3 +173,34 @@ fn mixed_precision_reaches_the_accuracy_of_double() {
         }
     }
 }
+
+#[test]
+fn mixed_precision_apply_stays_close_to_double() {
+    // The Chebyshev-basis recurrence in f32 (seed 003 §2.5: ~1e-6 in scalar tests).
+    use fvpoisson::solve::polynomial::{lanczos_start, PolynomialPreconditioner};
+    use fvpoisson::solve::LinearOperator;
+    println!("mesh | kind | degree | max |z_f32 − z_f64| / max |z_f64|");
+    for spec in MESHES {
+        let (a, _) = system(spec);
+        let r = lanczos_start(a.n_rows());
+        for kind in PolynomialKind::ALL {
+            for degree in [1, 4, 8, 16] {
+                let s = PolynomialSettings::new(kind, degree);
+                let mixed = PolynomialSettings {
+                    precision: Precision::Mixed,
+                    ..s
+                };
+                let (mut zd, mut zm) = (vec![0.0; a.n_rows()], vec![0.0; a.n_rows()]);
+                PolynomialPreconditioner::new(&a, &s)
+                    .unwrap()
+                    .apply(&r, &mut zd);
+                PolynomialPreconditioner::new(&a, &mixed)
+                    .unwrap()
+                    .apply(&r, &mut zm);
+                let d = max_diff(&zm, &zd);
+                println!("{spec} | {} | {degree} | {d:.1e}", kind.name());
+                assert!(d > 0.0 && d < 1e-5, "{spec} {kind:?} {degree}: {d:e}");
+            }
+        }
+    }
+}

@@ -39,7 +39,8 @@
 //!                             # symmetric smoother run from 0: symGaussSeidel,
 //!                             # multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi,
 //!                             # or a polynomial: Neumann, Chebyshev, leastSquares
-//! degree = 4                  # polynomial: products by A per application (1..32)
+//! degree = 4                  # polynomial (preconditioner or smoother): products by A
+//!                             # per application (1..32)
 //! eigenBound = "Gershgorin"   # polynomial: upper eigenvalue bound, Gershgorin or Lanczos
 //! lanczosSteps = 10           # polynomial: Lanczos steps (implies eigenBound = "Lanczos")
 //! eigenRatio = 30.0           # Chebyshev: interval [b/eigenRatio, b]
@@ -49,7 +50,8 @@
 //!                             # and tolerances stay those of the original system
 //! smoother = "symGaussSeidel" # smoothSolver's: GaussSeidel, backwardGaussSeidel,
 //!                             # symGaussSeidel (multicolour… forms), Jacobi, L1Jacobi,
-//!                             # blockJacobi, DIC, DICGaussSeidel
+//!                             # blockJacobi, DIC, DICGaussSeidel, Neumann, Chebyshev,
+//!                             # leastSquares
 //! nSweeps = 1                 # smoother sweeps per residual check / per preconditioning
 //! omega = 1.0                 # Jacobi damping
 //! colouring = "natural"       # Gauss-Seidel order: natural (CPU; the GPU uses
@@ -89,7 +91,7 @@ use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
 use crate::solve::{
     EigenBound, EquilibrationKind, PolynomialSettings, Preconditioner, PreconditionerKind,
-    SmootherSettings, SolverControls,
+    SmootherKind, SmootherSettings, SolverControls,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -777,8 +779,11 @@ impl Source<'_> {
             _ => None,
         };
         self.smoother_parameters(entry, name, target)?;
-        let polynomial = match &mut preconditioner {
-            Preconditioner::Polynomial(p) if !smooth_solver => Some(p),
+        let polynomial = match (&mut smoother, &mut preconditioner) {
+            (Some(s), _) if matches!(s.kind, SmootherKind::Polynomial(_)) => {
+                Some(&mut s.polynomial)
+            }
+            (None, Preconditioner::Polynomial(p)) => Some(p),
             _ => None,
         };
         self.polynomial_parameters(entry, name, polynomial)?;
@@ -855,8 +860,8 @@ impl Source<'_> {
                 Some((key, span)) => Err(self.error(
                     span,
                     format!(
-                        "solver.{name}.{key}: only a polynomial preconditioner uses it \
-                         (preconditioner = \"Neumann\", \"Chebyshev\" or \"leastSquares\")"
+                        "solver.{name}.{key}: only a polynomial preconditioner or smoother uses \
+                         it (Neumann, Chebyshev or leastSquares)"
                     ),
                 )),
                 None => Ok(()),

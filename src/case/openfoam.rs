@@ -34,8 +34,8 @@ use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
 use crate::solve::{
-    EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherSettings,
-    SolverControls,
+    EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
+    SmootherSettings, SolverControls,
 };
 use std::path::{Path, PathBuf};
 
@@ -803,7 +803,8 @@ fn polynomial_parameters(dict: &FoamDict, p: &mut PolynomialSettings) -> Result<
 
 /// The smoother keys of `dict` (OpenFOAM's `nSweeps`, default 1; ours:
 /// `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`,
-/// `blockSize`, `asynchronous`, see `case_toml`).
+/// `blockSize`, `asynchronous`, and the polynomial smoothers' keys, see
+/// `case_toml`).
 fn smoother_parameters(dict: &FoamDict, s: &mut SmootherSettings) -> Result<(), CaseError> {
     s.sweeps = dict.get_or("nSweeps", s.sweeps)?;
     s.omega = dict.get_or("omega", s.omega)?;
@@ -817,6 +818,9 @@ fn smoother_parameters(dict: &FoamDict, s: &mut SmootherSettings) -> Result<(), 
     s.block.inner_max_iter = dict.get_or("innerMaxIter", s.block.inner_max_iter)?;
     s.block.block_size = dict.get_or("blockSize", s.block.block_size)?;
     s.block.asynchronous = dict.get_or("asynchronous", s.block.asynchronous)?;
+    if matches!(s.kind, SmootherKind::Polynomial(_)) {
+        polynomial_parameters(dict, &mut s.polynomial)?;
+    }
     s.validate().map_err(|e| CaseError::Mesh(dict.error(e)))
 }
 

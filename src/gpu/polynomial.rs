@@ -10,6 +10,9 @@
 //! coefficients are computed at set-up on the host, from the same CSR matrix
 //! the CPU reference uses, so both run the same polynomial.
 //!
+//! As a smoother ([`DevicePolynomial::sweep`], `gpu::smooth`), the first
+//! kernel computes D⁻¹(b − A x) with the f64 matrix and the last adds z to x.
+//!
 //! Mixed precision (seed 003 §2.7): an f32 twin of the mod-SELL values and
 //! diagonal ([`DeviceModSellF32`], indices shared), f32 work vectors; r is
 //! read and z written in f64 by the first and last kernels.
@@ -134,58 +137,55 @@ impl<'g> DevicePolynomial<'g> {
         &self.recurrence
     }
 
-    /// z = M⁻¹ r in the set-up's precision (`done`: the fused loop's gate).
-    fn evaluate(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        match &self.evaluation {
-            Evaluation::Double(work) => self.launch(
-                ("poly_start_f64", "poly_step_f64"),
-                &self.matrix.values,
-                &self.matrix.diag,
-                work,
-                |x| x,
-                (r, z, done),
-            ),
-            Evaluation::Mixed { twin, work } => self.launch(
-                ("poly_start_f32", "poly_step_f32"),
-                &twin.values,
-                &twin.diag,
-                work,
-                |x| x as f32,
-                (r, z, done),
-            ),
-        }
-    }
-
-    /// The launches of one application in precision T.
+    /// The launches of z = M⁻¹ r (`add_to_z` false) or of a smoother sweep
+    /// x += M⁻¹ (b − A x) (`Start::Residual`, z = x, `add_to_z` true) in
+    /// precision T.
+    #[allow(clippy::too_many_arguments)]
     fn launch<T: DeviceRepr + Copy>(
         &self,
-        kernels: (&'static str, &'static str),
+        kernels: &Kernels,
         values: &CudaSlice<T>,
         diag: &CudaSlice<T>,
         work: &Work<T>,
         to_t: fn(f64) -> T,
-        (r, z, done): (&CudaSlice<f64>, &CudaSlice<f64>, Option<&CudaSlice<f64>>),
+        start: Start<'_>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let (gpu, m) = (self.gpu, &*self.matrix);
         let n = m.n as i32;
         let h = m.slice_height as u32;
+        let add_to_z = i32::from(matches!(start, Start::Residual { .. }));
+        match start {
+            Start::Precondition(r) => {
+                gpu.launch(kernels.start, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
+                    arg_or_null(a, done);
+                })?
+            }
+            Start::Residual { b, x } => gpu.launch(
+                kernels.residual_start,
+                m.n_slices() as u32,
+                h,
+                m.shared_bytes(),
+                |a| {
+                    a.arg(&n)
+                        .arg(&m.slice_ptr)
+                        .arg(&m.codes)
+                        .arg(&m.values)
+                        .arg(&m.diag);
+                    a.arg(x).arg(b).arg(&work.inv_diag).arg(&work.t[0]);
+                },
+            )?,
+        }
         let shared = h * size_of::<T>() as u32;
-        gpu.launch(kernels.0, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
-            arg_or_null(a, done);
-        })?;
         let last = self.recurrence.steps.len() - 1;
         for (j, s) in self.recurrence.steps.iter().enumerate() {
             // Step j reads t[j % 2] and overwrites t[(j + 1) % 2] (t_{j−1}).
             let (t_in, t_io) = (&work.t[j % 2], &work.t[(j + 1) % 2]);
             let coefficients = [s.mat, s.id, s.old, s.d_in, s.d_out].map(to_t);
             let first = i32::from(j == 0);
-            gpu.launch(kernels.1, m.n_slices() as u32, h, shared, |a| {
+            gpu.launch(kernels.step, m.n_slices() as u32, h, shared, |a| {
                 a.arg(&n)
                     .arg(&m.slice_ptr)
                     .arg(&m.codes)
@@ -200,6 +200,7 @@ impl<'g> DevicePolynomial<'g> {
                     true => a.arg(z),
                     false => a.arg(&NULL),
                 };
+                a.arg(&add_to_z);
                 for c in &coefficients {
                     a.arg(c);
                 }
@@ -208,11 +209,76 @@ impl<'g> DevicePolynomial<'g> {
         }
         Ok(())
     }
+
+    /// z = M⁻¹ r, or x += M⁻¹ (b − A x); `done`: the fused loop's gate.
+    fn run(
+        &self,
+        start: Start<'_>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        match &self.evaluation {
+            Evaluation::Double(work) => self.launch(
+                &F64_KERNELS,
+                &self.matrix.values,
+                &self.matrix.diag,
+                work,
+                |x| x,
+                start,
+                z,
+                done,
+            ),
+            Evaluation::Mixed { twin, work } => self.launch(
+                &F32_KERNELS,
+                &twin.values,
+                &twin.diag,
+                work,
+                |x| x as f32,
+                start,
+                z,
+                done,
+            ),
+        }
+    }
+
+    /// One smoother sweep x ← x + M⁻¹ (b − A x) (the residual in f64 with
+    /// the f64 matrix; `solve::smoother::PreconditionerSmoother` on the host).
+    pub fn sweep(&self, b: &CudaSlice<f64>, x: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.run(Start::Residual { b, x }, x, None)
+    }
 }
+
+/// Where an application starts: from r, or from the residual of x.
+enum Start<'a> {
+    Precondition(&'a CudaSlice<f64>),
+    Residual {
+        b: &'a CudaSlice<f64>,
+        x: &'a CudaSlice<f64>,
+    },
+}
+
+/// The kernels of one precision.
+struct Kernels {
+    start: &'static str,
+    residual_start: &'static str,
+    step: &'static str,
+}
+
+const F64_KERNELS: Kernels = Kernels {
+    start: "poly_start_f64",
+    residual_start: "poly_residual_start_f64",
+    step: "poly_step_f64",
+};
+
+const F32_KERNELS: Kernels = Kernels {
+    start: "poly_start_f32",
+    residual_start: "poly_residual_start_f32",
+    step: "poly_step_f32",
+};
 
 impl DevicePreconditioner for DevicePolynomial<'_> {
     fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.evaluate(r, z, None)
+        self.run(Start::Precondition(r), z, None)
     }
     fn apply_gated(
         &self,
@@ -220,7 +286,7 @@ impl DevicePreconditioner for DevicePolynomial<'_> {
         z: &CudaSlice<f64>,
         done: &CudaSlice<f64>,
     ) -> Result<(), GpuError> {
-        self.evaluate(r, z, Some(done))
+        self.run(Start::Precondition(r), z, Some(done))
     }
 
     /// A fixed polynomial: linear (in mixed precision up to f32 rounding,

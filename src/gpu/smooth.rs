@@ -15,6 +15,7 @@
 //!   compact; [`block_layout`] picks the largest slice height ≤ `blockSize`
 //!   whose local matrices fit the device's shared memory (and threads per
 //!   block), saying so when it has to go smaller.
+//! - Polynomial smoothers (`gpu::polynomial`): x += M⁻¹ (b − A x) in place.
 //!
 //! [`DevicePreconditioner`] is the device analogue of `solve::LinearOperator`
 //! for preconditioners: `GpuCgBackend::set_preconditioner` takes any of them.
@@ -26,6 +27,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
+use super::polynomial::DevicePolynomial;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
@@ -33,8 +35,8 @@ use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
 use crate::solve::smoother::{check_diagonal, l1_jacobi_scale, sweep_order, PointJacobi};
 use crate::solve::{
     pcg, CgBackend, ColouringKind, Equilibration, EquilibrationKind, InitialNorms, InnerSolver,
-    Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolveError, SolverControls,
-    SolverPerformance, Sweep,
+    PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings,
+    SolveError, SolverControls, SolverPerformance, Sweep,
 };
 use crate::sparse::blocks::{grown_blocks, in_slice_counts};
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -233,7 +235,7 @@ struct BlockKernel {
     asynchronous: bool,
 }
 
-enum Method {
+enum Method<'g> {
     /// Weighted or L1 Jacobi with its row scales.
     Jacobi {
         scale: CudaSlice<f64>,
@@ -243,13 +245,15 @@ enum Method {
         sweep: Sweep,
     },
     Block(BlockKernel),
+    /// x += M⁻¹ (b − A x), a polynomial M⁻¹ (`gpu::polynomial`), in place.
+    Polynomial(Box<DevicePolynomial<'g>>),
 }
 
 /// A smoother on the device for a mod-SELL matrix.
 pub struct DeviceSmoother<'g> {
     gpu: &'g Gpu,
     matrix: Rc<DeviceModSell>,
-    method: Method,
+    method: Method<'g>,
     /// The second buffer of double-buffered sweeps, exchanged with x.
     spare: RefCell<Option<CudaSlice<f64>>>,
 }
@@ -318,6 +322,15 @@ impl<'g> DeviceSmoother<'g> {
                 check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
                 Method::Block(Self::block_kernel(gpu, a, &matrix, settings)?)
             }
+            SmootherKind::Polynomial(kind) => Method::Polynomial(Box::new(DevicePolynomial::new(
+                gpu,
+                a,
+                Rc::clone(&matrix),
+                &PolynomialSettings {
+                    kind,
+                    ..settings.polynomial
+                },
+            )?)),
             SmootherKind::Dic | SmootherKind::DicGaussSeidel => {
                 return Err(GpuError::Invalid(format!(
                     "the {} smoother is not available on the GPU",
@@ -430,7 +443,7 @@ impl<'g> DeviceSmoother<'g> {
         match &self.method {
             Method::Jacobi { .. } => true,
             Method::Block(k) => !k.asynchronous,
-            Method::GaussSeidel { .. } => false,
+            Method::GaussSeidel { .. } | Method::Polynomial(_) => false,
         }
     }
 
@@ -530,6 +543,7 @@ impl<'g> DeviceSmoother<'g> {
                         arg_or_null(a, done);
                     })?;
                 }
+                Method::Polynomial(p) => p.sweep(b, x)?,
             }
         }
         Ok(())

@@ -36,6 +36,7 @@ use nalgebra::{DMatrix, SymmetricEigen};
 use rayon::prelude::*;
 
 use super::precond::Triangles;
+use super::reduce::dot;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
@@ -384,6 +385,7 @@ pub fn lanczos_start(n: usize) -> Vec<f64> {
 /// `steps` Lanczos steps on Ã = D^-½ A D^-½ (no reorthogonalisation) from
 /// [`lanczos_start`], and the Zhou–Saad upper bound θ_max(T_k) + ‖f_k‖
 /// (seed 003 §2.6). Stops early (exact invariant subspace) when ‖f‖ vanishes.
+/// Runs on the host (k CSR products) for the GPU solves too.
 pub fn lanczos_bound(a: &Csr, steps: usize) -> Result<f64, SolveError> {
     let t = Triangles::new(a, "polynomial")?;
     let n = t.n();
@@ -396,8 +398,9 @@ pub fn lanczos_bound(a: &Csr, steps: usize) -> Result<f64, SolveError> {
         a.spmv(&u, out);
         out.iter_mut().zip(&s).for_each(|(o, s)| *o *= s);
     };
-    let norm = |v: &[f64]| v.par_iter().map(|x| x * x).sum::<f64>().sqrt();
-    let dot = |x: &[f64], y: &[f64]| x.par_iter().zip(y).map(|(x, y)| x * y).sum::<f64>();
+    // Deterministic sums (`solve::reduce`): the same bound on every run, so
+    // that CPU and GPU solves precondition with the same polynomial.
+    let norm = |v: &[f64]| dot(v, v).sqrt();
     let mut v = lanczos_start(n);
     let v_norm = norm(&v);
     v.iter_mut().for_each(|x| *x /= v_norm);

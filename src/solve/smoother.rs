@@ -13,6 +13,9 @@
 //!   [`Colouring`]: colour by colour, rows of one colour in parallel.
 //! - Block Jacobi (§4.3, [`super::block_jacobi`]).
 //! - OpenFOAM's `DIC` and `DICGaussSeidel` smoothers (CPU only).
+//! - Polynomial smoothers x ← x + s(D⁻¹A) D⁻¹ (b − A x) (`Neumann`,
+//!   `Chebyshev`, `leastSquares`, [`super::polynomial`]; seed 003 §7.7):
+//!   |1 − t s(t)| ≤ 1 on [0, b], small on the upper part of the spectrum.
 
 use std::fmt;
 use std::str::FromStr;
@@ -21,6 +24,7 @@ use rayon::prelude::*;
 
 use super::block_jacobi::BlockJacobi;
 use super::colouring::Colouring;
+use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSettings};
 use super::precond::{Dic, Triangles};
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
@@ -171,6 +175,8 @@ pub enum SmootherKind {
     Dic,
     /// OpenFOAM's DICGaussSeidel: the DIC sweeps, then as many Gauss–Seidel sweeps.
     DicGaussSeidel,
+    /// x += M⁻¹ (b − A x) with a polynomial preconditioner M⁻¹ (`SmootherSettings::polynomial`).
+    Polynomial(PolynomialKind),
 }
 
 /// A smoother and its parameters, as `fvSolution`/`case.toml` give them.
@@ -184,10 +190,13 @@ pub struct SmootherSettings {
     /// Gauss–Seidel row order.
     pub colouring: ColouringKind,
     pub block: BlockJacobiSettings,
+    /// The polynomial smoothers' degree, bound and precision (its kind is
+    /// the one of `SmootherKind::Polynomial`).
+    pub polynomial: PolynomialSettings,
 }
 
 /// Smoother names: OpenFOAM's, ours, and the multicolour aliases.
-const NAMES: [(&str, SmootherKind, Option<ColouringKind>); 14] = [
+const NAMES: [(&str, SmootherKind, Option<ColouringKind>); 17] = [
     ("Jacobi", SmootherKind::Jacobi, None),
     ("L1Jacobi", SmootherKind::L1Jacobi, None),
     (
@@ -230,6 +239,21 @@ const NAMES: [(&str, SmootherKind, Option<ColouringKind>); 14] = [
     ("FDIC", SmootherKind::Dic, None),
     ("DICGaussSeidel", SmootherKind::DicGaussSeidel, None),
     ("FDICGaussSeidel", SmootherKind::DicGaussSeidel, None),
+    (
+        "Neumann",
+        SmootherKind::Polynomial(PolynomialKind::Neumann),
+        None,
+    ),
+    (
+        "Chebyshev",
+        SmootherKind::Polynomial(PolynomialKind::Chebyshev),
+        None,
+    ),
+    (
+        "leastSquares",
+        SmootherKind::Polynomial(PolynomialKind::LeastSquares),
+        None,
+    ),
 ];
 
 impl SmootherKind {
@@ -252,6 +276,13 @@ impl SmootherSettings {
             omega: 1.0,
             colouring: ColouringKind::Natural,
             block: BlockJacobiSettings::default(),
+            polynomial: PolynomialSettings::new(
+                match kind {
+                    SmootherKind::Polynomial(k) => k,
+                    _ => PolynomialKind::LeastSquares,
+                },
+                4,
+            ),
         }
     }
 
@@ -325,7 +356,14 @@ impl SmootherSettings {
                 b.inner_tolerance
             ));
         }
-        Ok(())
+        match self.kind {
+            SmootherKind::Polynomial(kind) => PolynomialSettings {
+                kind,
+                ..self.polynomial
+            }
+            .validate(),
+            _ => Ok(()),
+        }
     }
 
     /// Whether sweeps from x = 0 are a fixed linear map of b. Block Jacobi
@@ -390,6 +428,13 @@ impl SmootherSettings {
                     }
                 )
             }
+            SmootherKind::Polynomial(kind) => {
+                s = PolynomialSettings {
+                    kind,
+                    ..self.polynomial
+                }
+                .describe()
+            }
             _ => {}
         }
         if self.sweeps != 1 {
@@ -422,6 +467,16 @@ impl SmootherSettings {
                 Box::new(PreconditionerSmoother::new(a, Box::new(Dic::new(a)?))),
                 Box::new(GaussSeidel::new(a, Sweep::Forward, None)?),
             ])),
+            SmootherKind::Polynomial(kind) => Box::new(PreconditionerSmoother::new(
+                a,
+                Box::new(PolynomialPreconditioner::new(
+                    a,
+                    &PolynomialSettings {
+                        kind,
+                        ..self.polynomial
+                    },
+                )?),
+            )),
         })
     }
 }
