@@ -219,8 +219,16 @@ fn pcg_matches_the_cpu() {
                 cpu.iterations, dev.iterations
             );
             assert!(dev.converged, "{spec} {p}");
+            // f64: the CPU's iterations ±1. Mixed precision: the device's f32
+            // arithmetic contracts into FMAs where the host rounds twice, so
+            // the preconditioners differ by f32 rounding and PCG's iteration
+            // count by a few (H100: 42 against 45 on the tet box).
+            let slack = match s.precision {
+                Precision::Double => 1,
+                Precision::Mixed => 2 + cpu.iterations / 10,
+            };
             assert!(
-                dev.iterations.abs_diff(cpu.iterations) <= 1,
+                dev.iterations.abs_diff(cpu.iterations) <= slack,
                 "{spec} {p}: GPU {} vs CPU {} iterations",
                 dev.iterations,
                 cpu.iterations
