@@ -547,7 +547,7 @@ struct BenchArgs {
     /// DIC-PCG on the CPU, on each case and on --deflation-case.
     #[arg(long)]
     deflation: bool,
-    /// Subdomains of the deflation rows (default min(2 * ceil(sqrt(N)), 1024)).
+    /// Subdomains of the deflation rows (default min(2 * ceil(sqrt(N)), 512)).
     #[arg(long)]
     deflation_subdomains: Option<usize>,
     /// Density-contrast case directories measured by --deflation as well.

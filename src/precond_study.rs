@@ -322,11 +322,11 @@ impl fmt::Display for Study {
             "time s",
             "ratio"
         )?;
-        writeln!(f, "{:<22} | {:^42} | {:^42} |", "", "PCG", "deflated PCG")?;
+        writeln!(f, "{:<22} | {:^35} | {:^35} |", "", "PCG", "deflated PCG")?;
         for row in &self.rows {
             writeln!(
                 f,
-                "{:<4} {:<7} {:>9} | {:<42} | {:<42} | {:>5}",
+                "{:<4} {:<7} {:>9} | {:<35} | {:<35} | {:>5}",
                 row.device,
                 row.kind.name(),
                 seed_table1(row.kind).map_or("-".into(), |c| format!("{c:.2e}")),

@@ -450,6 +450,7 @@ fn deflation_rows(
         settings.deflation_subdomains,
         settings.slice_height,
         settings.check_interval,
+        settings.cpu_solve,
     )
 }
 
