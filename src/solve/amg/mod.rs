@@ -168,15 +168,15 @@ impl Default for AmgSettings {
     /// Chosen by measurement (README "AMG tuning").
     fn default() -> Self {
         Self {
-            passes: 2,
+            passes: 3,
             matching_rounds: 6,
             max_levels: 25,
             coarsest_rows: 1000,
-            cycle: CycleKind::V,
-            smoother: AmgSmootherKind::L1Jacobi,
+            cycle: CycleKind::K,
+            smoother: AmgSmootherKind::Jacobi,
             sweeps: 1,
             omega: 0.8,
-            over_correction: 1.0,
+            over_correction: 1.5,
         }
     }
 }
