@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::amg::{Amg, AmgSettings};
 use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
@@ -101,11 +102,15 @@ impl FromStr for PreconditionerKind {
 /// PCG's preconditioner: a named one, or a smoother run from z = 0
 /// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only), or a
 /// polynomial in the Jacobi-scaled matrix (`solve::polynomial`).
+/// PCG's preconditioner: a named one, a smoother run from z = 0
+/// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only), or one
+/// aggregation-AMG cycle (`solve::amg`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Preconditioner {
     Kind(PreconditionerKind),
     Smoother(SmootherSettings),
     Polynomial(PolynomialSettings),
+    Amg(AmgSettings),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -126,14 +131,35 @@ impl fmt::Display for Preconditioner {
             Self::Kind(k) => k.fmt(f),
             Self::Smoother(s) => s.fmt(f),
             Self::Polynomial(p) => p.fmt(f),
+            Self::Amg(s) => s.fmt(f),
         }
+    }
+}
+
+impl FromStr for Preconditioner {
+    type Err = String;
+    /// A [`PreconditionerKind`] name, or `amg[:key=value]...` ([`AmgSettings`]).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.split(':')
+            .next()
+            .is_some_and(|h| h.eq_ignore_ascii_case("amg"))
+        {
+            return s.parse().map(Self::Amg);
+        }
+        s.parse::<PreconditionerKind>()
+            .map(Self::Kind)
+            .map_err(|e| format!("{e}, or amg[:key=value]..."))
     }
 }
 
 impl Preconditioner {
     /// Whether PCG must be flexible (the preconditioner is not a fixed linear map).
     pub fn is_flexible(&self) -> bool {
-        matches!(self, Self::Smoother(s) if !s.is_linear())
+        match self {
+            Self::Kind(_) | Self::Polynomial(_) => false,
+            Self::Smoother(s) => !s.is_linear(),
+            Self::Amg(s) => !s.is_linear(),
+        }
     }
 
     /// Checks that the preconditioner can precondition PCG (a symmetric
@@ -146,13 +172,14 @@ impl Preconditioner {
                 .and_then(|()| s.check_preconditioner())
                 .map_err(SolveError::InvalidControls),
             Self::Polynomial(p) => p.validate().map_err(SolveError::InvalidControls),
+            Self::Amg(s) => s.validate().map_err(SolveError::InvalidControls),
         }
     }
 
     /// The row order the preconditioner wants (block Jacobi's blocks).
     pub fn ordering(&self, a: &Csr) -> Option<Permutation> {
         match self {
-            Self::Kind(_) | Self::Polynomial(_) => None,
+            Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) => None,
             Self::Smoother(s) => s.ordering(a),
         }
     }
@@ -164,6 +191,11 @@ impl Preconditioner {
             Self::Kind(k) => k.build(a),
             Self::Smoother(s) => Ok(Box::new(SmootherPreconditioner::new(s.build(a)?, s.sweeps))),
             Self::Polynomial(p) => Ok(Box::new(PolynomialPreconditioner::new(a, p)?)),
+            Self::Amg(s) => {
+                let amg = Amg::new(a, s)?;
+                log::info!("{s}: {}", amg.hierarchy().describe());
+                Ok(Box::new(amg))
+            }
         }
     }
 }
