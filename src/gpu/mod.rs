@@ -13,6 +13,7 @@
 //! ([`smooth_bench`] those of the smoothers), [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
 
+pub mod amg;
 pub mod assembly;
 pub mod bench;
 pub mod cache;
@@ -32,15 +33,16 @@ use cudarc::driver::{
 };
 
 /// Kernel sources, compiled together as one module.
-const KERNEL_SOURCES: [(&str, &str); 4] = [
+const KERNEL_SOURCES: [(&str, &str); 5] = [
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("assembly.cu", include_str!("../../kernels/assembly.cu")),
     ("smooth.cu", include_str!("../../kernels/smooth.cu")),
+    ("amg.cu", include_str!("../../kernels/amg.cu")),
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 31] = [
+const KERNELS: [&str; 58] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -72,6 +74,33 @@ const KERNELS: [&str; 31] = [
     "jp_select",
     "jp_assign",
     "smooth_block",
+    "amg_scan_tiles",
+    "amg_scan_tile_offsets",
+    "amg_scan_apply",
+    "amg_modsell_row_lengths",
+    "amg_modsell_to_csr",
+    "amg_csr_values_from_modsell",
+    "amg_unmatch",
+    "amg_match_candidates",
+    "amg_match_handshake",
+    "amg_leader_flags",
+    "amg_pass_aggregates",
+    "amg_galerkin_bounds",
+    "amg_galerkin_columns",
+    "amg_galerkin_fill",
+    "amg_galerkin_values",
+    "amg_compose",
+    "amg_count_members",
+    "amg_place_members",
+    "amg_sort_members",
+    "amg_smoother_scale",
+    "amg_jacobi_csr",
+    "amg_residual_modsell",
+    "amg_restrict",
+    "amg_residual_restrict_csr",
+    "amg_prolong",
+    "amg_copy",
+    "amg_dense_apply",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).

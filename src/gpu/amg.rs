@@ -1,0 +1,947 @@
+//! Aggregation AMG on the device (`kernels/amg.cu`): the CPU reference's
+//! algorithm (`solve::amg`, `AMG_SPEC.md`) with its set-up run on the GPU from
+//! the PCG's mod-SELL matrix, giving the same aggregates and the same coarse
+//! matrices (bit for bit), and its cycle a [`DevicePreconditioner`].
+//!
+//! Set-up (host reads only sizes, once per scan, and the coarsest matrix):
+//!
+//! - the fine mod-SELL matrix to CSR with ascending columns (as
+//!   `ModSell::to_csr`, which the CPU reference gets), keeping each entry's
+//!   mod-SELL slot for value-only updates;
+//! - per pass, pairwise matching in Jacobi-style rounds (candidate and
+//!   handshake kernels; a round after one that matched nothing is a no-op on
+//!   the device, so no round count is read back), leaders numbered by a
+//!   deterministic multi-block exclusive scan, and the Galerkin product one
+//!   thread per coarse row: a symbolic phase (the coarse columns, and for each
+//!   fine entry the slot it adds to) and a numeric phase that zeroes the row
+//!   and adds the members' entries in the CPU's encounter order — the same
+//!   kernel as the value-only re-set-up ([`DeviceAmg::update_values`]);
+//! - the level's aggregates (passes composed) and their members, ascending,
+//!   for the restriction R = Pᵀ;
+//! - smoother scales per level (weighted or L1 Jacobi) and, on the host, the
+//!   coarsest matrix's dense inverse (`CoarsestSolver::inverse`) uploaded.
+//!
+//! The cycle (`apply`) only launches kernels on the Gpu's stream, with every
+//! buffer allocated at set-up, so PCG may capture it into a CUDA graph. The
+//! fine level runs the mod-SELL kernels (`smooth_jacobi`, the residual through
+//! `modsell_row`), the coarse levels CSR kernels (residual and restriction
+//! fused), the coarsest one dense matrix-vector kernel.
+
+use std::rc::Rc;
+
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+
+use super::matrix::DeviceModSell;
+use super::smooth::DevicePreconditioner;
+use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::solve::amg::coarsest::CoarsestSolver;
+use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS, MIN_COARSENING};
+use crate::sparse::Csr;
+
+/// Threads and elements per thread of the scan kernels (kernels/amg.cu).
+const SCAN_BLOCK: u32 = 256;
+const SCAN_TILE: usize = SCAN_BLOCK as usize * 8;
+/// Threads of the one-block scan of the tile sums.
+const SCAN_OFFSETS_BLOCK: u32 = 1024;
+/// kernels/amg.cu SCALE_JACOBI, SCALE_L1.
+const SCALE_JACOBI: i32 = 0;
+const SCALE_L1: i32 = 1;
+/// Rows of `amg_dense_apply` per block of [`VECTOR_BLOCK`] threads (a warp each).
+const DENSE_ROWS_PER_BLOCK: usize = VECTOR_BLOCK as usize / 32;
+
+/// A square CSR matrix on the device: u64 row pointers, ascending u32
+/// columns, the diagonal stored.
+pub struct DeviceCsr {
+    pub n: usize,
+    pub nnz: usize,
+    pub row_ptr: CudaSlice<u64>,
+    pub cols: CudaSlice<u32>,
+    pub vals: CudaSlice<f64>,
+}
+
+impl DeviceCsr {
+    /// The matrix read back.
+    pub fn download(&self, gpu: &Gpu) -> Result<Csr, GpuError> {
+        let row_ptr: Vec<usize> = gpu.download(&self.row_ptr)?[..=self.n]
+            .iter()
+            .map(|&p| p as usize)
+            .collect();
+        let mut cols = gpu.download(&self.cols)?;
+        let mut vals = gpu.download(&self.vals)?;
+        cols.truncate(self.nnz);
+        vals.truncate(self.nnz);
+        Csr::new(self.n, row_ptr, cols, vals).map_err(GpuError::Invalid)
+    }
+
+    fn n32(&self) -> i32 {
+        self.n as i32
+    }
+}
+
+/// Element `index` of a device buffer (a synchronising read: set-up only).
+fn read_at<T: DeviceRepr + Default + Copy>(
+    gpu: &Gpu,
+    buffer: &CudaSlice<T>,
+    index: usize,
+) -> Result<T, GpuError> {
+    let v = driver(
+        "cuMemcpyDtoH",
+        gpu.stream().clone_dtoh(&buffer.slice(index..index + 1)),
+    )?;
+    Ok(v.first().copied().unwrap_or_default())
+}
+
+/// Exclusive prefix sums of unsigned counts on the device (`amg_scan_*`):
+/// per tile sums, one block scanning them, then each tile's offsets.
+/// Integer sums, so the result does not depend on the launch shape.
+struct Scan {
+    tile_sums: CudaSlice<u64>,
+}
+
+impl Scan {
+    /// Room for scans of up to `n` counts.
+    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            tile_sums: gpu.zeros(n.div_ceil(SCAN_TILE))?,
+        })
+    }
+
+    /// offsets[0..=n] = exclusive prefix sums of counts[0..n]; returns the
+    /// total offsets[n] (read back).
+    fn run(
+        &self,
+        gpu: &Gpu,
+        counts: &CudaSlice<u32>,
+        n: usize,
+        offsets: &CudaSlice<u64>,
+    ) -> Result<u64, GpuError> {
+        self.launch(gpu, counts, n, offsets)?;
+        read_at(gpu, offsets, n)
+    }
+
+    /// [`Self::run`] without reading the total back.
+    fn launch(
+        &self,
+        gpu: &Gpu,
+        counts: &CudaSlice<u32>,
+        n: usize,
+        offsets: &CudaSlice<u64>,
+    ) -> Result<(), GpuError> {
+        let tiles = n.div_ceil(SCAN_TILE);
+        if tiles > self.tile_sums.len() || offsets.len() < n + 1 || counts.len() < n {
+            return Err(GpuError::Invalid(format!(
+                "AMG scan of {n} counts: buffers too small (tiles {}, offsets {}, counts {})",
+                self.tile_sums.len(),
+                offsets.len(),
+                counts.len()
+            )));
+        }
+        let (n32, tiles32) = (n as i32, tiles as i32);
+        gpu.launch("amg_scan_tiles", tiles as u32, SCAN_BLOCK, 0, |a| {
+            a.arg(&n32).arg(counts).arg(&self.tile_sums);
+        })?;
+        gpu.launch("amg_scan_tile_offsets", 1, SCAN_OFFSETS_BLOCK, 0, |a| {
+            a.arg(&tiles32).arg(&self.tile_sums).arg(&n32).arg(offsets);
+        })?;
+        gpu.launch("amg_scan_apply", tiles as u32, SCAN_BLOCK, 0, |a| {
+            a.arg(&n32).arg(counts).arg(&self.tile_sums).arg(offsets);
+        })
+    }
+}
+
+/// The fine mod-SELL matrix as CSR (`ModSell::to_csr` on the device) and
+/// each CSR entry's mod-SELL slot (-1: the diagonal), for value-only updates.
+fn fine_csr(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    scan: &Scan,
+) -> Result<(DeviceCsr, CudaSlice<i64>), GpuError> {
+    let n = m.n;
+    let (n32, h32) = (n as i32, m.slice_height as i32);
+    let lengths = gpu.zeros::<u32>(n)?;
+    gpu.launch(
+        "amg_modsell_row_lengths",
+        vector_grid(n),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(&n32)
+                .arg(&h32)
+                .arg(&m.slice_ptr)
+                .arg(&m.codes)
+                .arg(&lengths);
+        },
+    )?;
+    let row_ptr = gpu.zeros::<u64>(n + 1)?;
+    let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
+    if nnz >= u32::MAX as usize {
+        return Err(GpuError::Invalid(format!(
+            "AMG on the GPU takes matrices of fewer than 2^32 entries, this one has {nnz}"
+        )));
+    }
+    let cols = gpu.zeros::<u32>(nnz)?;
+    let source = gpu.zeros::<i64>(nnz)?;
+    gpu.launch("amg_modsell_to_csr", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32)
+            .arg(&h32)
+            .arg(&m.slice_ptr)
+            .arg(&m.codes)
+            .arg(&row_ptr)
+            .arg(&cols)
+            .arg(&source);
+    })?;
+    let csr = DeviceCsr {
+        n,
+        nnz,
+        row_ptr,
+        cols,
+        vals: gpu.zeros(nnz)?,
+    };
+    fine_values(gpu, &csr, &source, m)?;
+    Ok((csr, source))
+}
+
+/// The fine CSR's values from the mod-SELL matrix's current values.
+fn fine_values(
+    gpu: &Gpu,
+    csr: &DeviceCsr,
+    source: &CudaSlice<i64>,
+    m: &DeviceModSell,
+) -> Result<(), GpuError> {
+    let n32 = csr.n32();
+    gpu.launch(
+        "amg_csr_values_from_modsell",
+        vector_grid(csr.n),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(&n32)
+                .arg(&csr.row_ptr)
+                .arg(source)
+                .arg(&m.values)
+                .arg(&m.diag)
+                .arg(&csr.vals);
+        },
+    )
+}
+
+/// One pairwise pass's product, kept for value-only updates: its members
+/// (`first` < `second`, -1: a singleton) and, for every entry of the pass's
+/// fine matrix, the coarse slot it adds to.
+struct Pass {
+    n_coarse: usize,
+    first: CudaSlice<i32>,
+    second: CudaSlice<i32>,
+    dest: CudaSlice<u64>,
+    /// The product, except for a level's last pass (whose product is the
+    /// next level's matrix).
+    product: Option<DeviceCsr>,
+}
+
+impl Pass {
+    /// Pairwise matching of `a` in at most `rounds` rounds and the Galerkin
+    /// product; returns the pass, its product and its aggregate map.
+    fn new(
+        gpu: &Gpu,
+        a: &DeviceCsr,
+        rounds: usize,
+        scan: &Scan,
+    ) -> Result<(Self, DeviceCsr, CudaSlice<u32>), GpuError> {
+        let (n, n32) = (a.n, a.n32());
+        let grid = vector_grid(n);
+        let partner = gpu.zeros::<i32>(n)?;
+        let cand = gpu.zeros::<i32>(n)?;
+        let matched = gpu.zeros::<i32>(rounds.max(1))?;
+        gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32).arg(&partner);
+        })?;
+        for round in 0..rounds {
+            let this = matched.slice(round..round + 1);
+            let before = (round > 0).then(|| matched.slice(round - 1..round));
+            gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
+                args.arg(&n32)
+                    .arg(&a.row_ptr)
+                    .arg(&a.cols)
+                    .arg(&a.vals)
+                    .arg(&partner)
+                    .arg(&cand);
+                match &before {
+                    Some(b) => args.arg(b),
+                    None => args.arg(&NULL),
+                };
+            })?;
+            gpu.launch("amg_match_handshake", grid, VECTOR_BLOCK, 0, |args| {
+                args.arg(&n32).arg(&partner).arg(&cand).arg(&this);
+                match &before {
+                    Some(b) => args.arg(b),
+                    None => args.arg(&NULL),
+                };
+            })?;
+        }
+        let leader = gpu.zeros::<u32>(n)?;
+        gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32).arg(&partner).arg(&leader);
+        })?;
+        let leader_offsets = gpu.zeros::<u64>(n + 1)?;
+        let nc = scan.run(gpu, &leader, n, &leader_offsets)? as usize;
+        let (nc32, cgrid) = (nc as i32, vector_grid(nc));
+        let aggregate = gpu.zeros::<u32>(n)?;
+        let first = gpu.zeros::<i32>(nc)?;
+        let second = gpu.zeros::<i32>(nc)?;
+        gpu.launch("amg_pass_aggregates", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32)
+                .arg(&partner)
+                .arg(&leader_offsets)
+                .arg(&aggregate)
+                .arg(&first)
+                .arg(&second);
+        })?;
+        // Symbolic product: room per coarse row (the members' entries: nnz in
+        // all), its distinct columns sorted, their count, then the pattern.
+        let bound = gpu.zeros::<u32>(nc)?;
+        gpu.launch("amg_galerkin_bounds", cgrid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&nc32)
+                .arg(&first)
+                .arg(&second)
+                .arg(&a.row_ptr)
+                .arg(&bound);
+        })?;
+        let bound_ptr = gpu.zeros::<u64>(nc + 1)?;
+        scan.launch(gpu, &bound, nc, &bound_ptr)?;
+        let scratch = gpu.zeros::<u32>(a.nnz)?;
+        let count = gpu.zeros::<u32>(nc)?;
+        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&nc32)
+                .arg(&first)
+                .arg(&second)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&aggregate)
+                .arg(&bound_ptr)
+                .arg(&scratch)
+                .arg(&count);
+        })?;
+        let row_ptr = gpu.zeros::<u64>(nc + 1)?;
+        let nnz = scan.run(gpu, &count, nc, &row_ptr)? as usize;
+        let cols = gpu.zeros::<u32>(nnz)?;
+        let dest = gpu.zeros::<u64>(a.nnz)?;
+        gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&nc32)
+                .arg(&first)
+                .arg(&second)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&aggregate)
+                .arg(&bound_ptr)
+                .arg(&scratch)
+                .arg(&row_ptr)
+                .arg(&cols)
+                .arg(&dest);
+        })?;
+        let product = DeviceCsr {
+            n: nc,
+            nnz,
+            row_ptr,
+            cols,
+            vals: gpu.zeros(nnz)?,
+        };
+        let pass = Self {
+            n_coarse: nc,
+            first,
+            second,
+            dest,
+            product: None,
+        };
+        pass.values(gpu, a, &product)?;
+        Ok((pass, product, aggregate))
+    }
+
+    /// The product's values from `a`'s (numeric phase).
+    fn values(&self, gpu: &Gpu, a: &DeviceCsr, product: &DeviceCsr) -> Result<(), GpuError> {
+        let nc32 = self.n_coarse as i32;
+        gpu.launch(
+            "amg_galerkin_values",
+            vector_grid(self.n_coarse),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&nc32)
+                    .arg(&self.first)
+                    .arg(&self.second)
+                    .arg(&a.row_ptr)
+                    .arg(&a.vals)
+                    .arg(&self.dest)
+                    .arg(&product.row_ptr)
+                    .arg(&product.vals);
+            },
+        )
+    }
+}
+
+/// Level l's link to level l + 1.
+struct Transfer {
+    passes: Vec<Pass>,
+    /// Row → coarse row (the passes composed).
+    aggregate: CudaSlice<u32>,
+    /// Rows of each coarse row, ascending: members[member_ptr[I] .. member_ptr[I+1]].
+    member_ptr: CudaSlice<u64>,
+    members: CudaSlice<u32>,
+}
+
+impl Transfer {
+    /// The members of each aggregate of `aggregate` (n rows, nc aggregates):
+    /// counted, scanned, placed, then sorted.
+    fn members(
+        gpu: &Gpu,
+        aggregate: &CudaSlice<u32>,
+        n: usize,
+        nc: usize,
+        scan: &Scan,
+    ) -> Result<(CudaSlice<u64>, CudaSlice<u32>), GpuError> {
+        let (n32, nc32) = (n as i32, nc as i32);
+        let size = gpu.zeros::<u32>(nc)?;
+        gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(aggregate).arg(&size);
+        })?;
+        let member_ptr = gpu.zeros::<u64>(nc + 1)?;
+        scan.launch(gpu, &size, nc, &member_ptr)?;
+        let cursor = gpu.zeros::<u32>(nc)?;
+        let members = gpu.zeros::<u32>(n)?;
+        gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(aggregate)
+                .arg(&member_ptr)
+                .arg(&cursor)
+                .arg(&members);
+        })?;
+        gpu.launch("amg_sort_members", vector_grid(nc), VECTOR_BLOCK, 0, |a| {
+            a.arg(&nc32).arg(&member_ptr).arg(&members);
+        })?;
+        Ok((member_ptr, members))
+    }
+}
+
+/// One level's matrix, smoother and cycle vectors.
+struct Level {
+    a: DeviceCsr,
+    /// a_ii and the smoother's row scales (not on the coarsest level).
+    diag: CudaSlice<f64>,
+    scale: CudaSlice<f64>,
+    /// Right-hand side and solution of this level's cycle (coarse levels;
+    /// the fine level's are `apply`'s r and z).
+    b: CudaSlice<f64>,
+    x: CudaSlice<f64>,
+    /// The smoother's second buffer (double-buffered sweeps).
+    spare: CudaSlice<f64>,
+    /// To the next level (none on the coarsest).
+    transfer: Option<Transfer>,
+}
+
+/// Where a run of sweeps starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// From x = 0 (the first sweep reads nothing).
+    Zero,
+    /// From the iterate in x.
+    X,
+    /// From the iterate in the spare buffer (an odd number of sweeps).
+    Spare,
+}
+
+/// What the cycle needs of the settings, checked.
+#[derive(Clone, Copy, Debug)]
+struct CycleParams {
+    w_cycle: bool,
+    /// Pre- and post-smoothing sweeps.
+    sweeps: usize,
+    scale_kind: i32,
+    omega: f64,
+    correction: f64,
+}
+
+/// The AMG hierarchy on the device and its cycle as a preconditioner.
+pub struct DeviceAmg<'g> {
+    gpu: &'g Gpu,
+    fine: Rc<DeviceModSell>,
+    fine_source: CudaSlice<i64>,
+    levels: Vec<Level>,
+    /// The coarsest level's operator (A_L⁻¹ or A_L⁺), row-major.
+    coarsest_inverse: CudaSlice<f64>,
+    /// The fine level's residual.
+    residual: CudaSlice<f64>,
+    cycle: CycleParams,
+    /// Why coarsening stopped (for the log and the bench).
+    stop_reason: String,
+}
+
+impl<'g> DeviceAmg<'g> {
+    /// The hierarchy of `settings` for `fine` (the PCG's matrix, rows in the
+    /// solve's order), set up on the device.
+    pub fn new(
+        gpu: &'g Gpu,
+        fine: Rc<DeviceModSell>,
+        settings: &AmgSettings,
+    ) -> Result<Self, GpuError> {
+        settings.validate().map_err(GpuError::Invalid)?;
+        let cycle = CycleParams {
+            w_cycle: match settings.cycle {
+                CycleKind::V => false,
+                CycleKind::W => true,
+                CycleKind::K => {
+                    return Err(GpuError::Invalid(
+                        "the AMG K-cycle is not available on the GPU; use V or W".into(),
+                    ))
+                }
+            },
+            sweeps: settings.sweeps,
+            scale_kind: match settings.smoother {
+                AmgSmootherKind::Jacobi => SCALE_JACOBI,
+                AmgSmootherKind::L1Jacobi => SCALE_L1,
+                other => {
+                    return Err(GpuError::Invalid(format!(
+                        "the AMG smoother {} is not available on the GPU; use Jacobi or L1Jacobi",
+                        other.name()
+                    )))
+                }
+            },
+            omega: settings.omega,
+            correction: settings.over_correction,
+        };
+        let n = fine.n;
+        if n == 0 || n >= i32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "AMG on the GPU needs between 1 and 2^31 - 1 rows, this matrix has {n}"
+            )));
+        }
+        let scan = Scan::new(gpu, n)?;
+        let (csr, source) = fine_csr(gpu, &fine, &scan)?;
+        let mut matrices = vec![csr];
+        let mut transfers = Vec::new();
+        let stop_reason = loop {
+            let a = matrices.last().expect("the fine level");
+            if a.n <= settings.coarsest_rows {
+                break format!("{} rows <= coarsestRows {}", a.n, settings.coarsest_rows);
+            }
+            if matrices.len() >= settings.max_levels {
+                break format!("maxLevels {} reached", settings.max_levels);
+            }
+            let (transfer, coarse) = Self::coarsen(gpu, a, settings, &scan)?;
+            // The CPU's rule (`Hierarchy::setup`): a level shrinking by less
+            // than MIN_COARSENING is not kept.
+            if (a.n as f64) < MIN_COARSENING * coarse.n as f64 {
+                log::info!(
+                    "GPU AMG: coarsening stalled at level {} ({} rows would become {}); it is \
+                     the coarsest",
+                    matrices.len() - 1,
+                    a.n,
+                    coarse.n
+                );
+                break format!("stalled: {} rows would become {}", a.n, coarse.n);
+            }
+            transfers.push(transfer);
+            matrices.push(coarse);
+        };
+        let mut levels = Vec::with_capacity(matrices.len());
+        let mut transfers = transfers.into_iter();
+        for (l, a) in matrices.into_iter().enumerate() {
+            let coarse = l > 0;
+            let n_l = a.n;
+            levels.push(Level {
+                diag: gpu.zeros(n_l)?,
+                scale: gpu.zeros(n_l)?,
+                b: gpu.zeros(if coarse { n_l } else { 0 })?,
+                x: gpu.zeros(if coarse { n_l } else { 0 })?,
+                spare: gpu.zeros(n_l)?,
+                transfer: transfers.next(),
+                a,
+            });
+        }
+        let n_last = levels.last().expect("one level").a.n;
+        if n_last > MAX_DENSE_ROWS {
+            return Err(GpuError::Invalid(format!(
+                "AMG: coarsening ended ({stop_reason}) with {n_last} rows on the coarsest level, \
+                 more than the {MAX_DENSE_ROWS} that can be factored densely; raise maxLevels, or \
+                 use another preconditioner for this matrix"
+            )));
+        }
+        let mut amg = Self {
+            gpu,
+            residual: gpu.zeros(n)?,
+            coarsest_inverse: gpu.zeros(n_last * n_last)?,
+            fine,
+            fine_source: source,
+            levels,
+            cycle,
+            stop_reason,
+        };
+        amg.smoothers_and_coarsest()?;
+        log::debug!(
+            "GPU AMG: {} levels, rows {:?}, operator complexity {:.3}; {}",
+            amg.levels.len(),
+            amg.level_rows(),
+            amg.operator_complexity(),
+            amg.stop_reason
+        );
+        Ok(amg)
+    }
+
+    /// One level's passes: their products (the last is the coarse matrix),
+    /// the aggregates composed and their members.
+    fn coarsen(
+        gpu: &Gpu,
+        a: &DeviceCsr,
+        settings: &AmgSettings,
+        scan: &Scan,
+    ) -> Result<(Transfer, DeviceCsr), GpuError> {
+        let mut passes: Vec<Pass> = Vec::with_capacity(settings.passes);
+        let mut aggregate: Option<CudaSlice<u32>> = None;
+        let mut product: Option<DeviceCsr> = None;
+        for _ in 0..settings.passes.max(1) {
+            let input = product.as_ref().unwrap_or(a);
+            let (pass, next, pass_aggregate) =
+                Pass::new(gpu, input, settings.matching_rounds, scan)?;
+            aggregate = Some(match aggregate {
+                None => pass_aggregate,
+                Some(level_aggregate) => {
+                    let n32 = a.n32();
+                    gpu.launch("amg_compose", vector_grid(a.n), VECTOR_BLOCK, 0, |args| {
+                        args.arg(&n32).arg(&level_aggregate).arg(&pass_aggregate);
+                    })?;
+                    level_aggregate
+                }
+            });
+            if let Some(previous) = passes.last_mut() {
+                previous.product = product.take();
+            }
+            passes.push(pass);
+            product = Some(next);
+        }
+        let coarse = product.expect("at least one pass");
+        let aggregate = aggregate.expect("at least one pass");
+        let (member_ptr, members) = Transfer::members(gpu, &aggregate, a.n, coarse.n, scan)?;
+        Ok((
+            Transfer {
+                passes,
+                aggregate,
+                member_ptr,
+                members,
+            },
+            coarse,
+        ))
+    }
+
+    /// Smoother scales on every level but the coarsest, and the coarsest
+    /// level's dense operator (from the host's Cholesky factor).
+    fn smoothers_and_coarsest(&mut self) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let last = self.levels.len() - 1;
+        // Per level: the smallest row with a diagonal that is not positive.
+        let bad = gpu.upload(&vec![i32::MAX; last.max(1)])?;
+        for (l, level) in self.levels[..last].iter().enumerate() {
+            let a = &level.a;
+            let n32 = a.n32();
+            let bad_l = bad.slice(l..l + 1);
+            gpu.launch(
+                "amg_smoother_scale",
+                vector_grid(a.n),
+                VECTOR_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n32)
+                        .arg(&a.row_ptr)
+                        .arg(&a.cols)
+                        .arg(&a.vals)
+                        .arg(&self.cycle.scale_kind)
+                        .arg(&self.cycle.omega)
+                        .arg(&level.diag)
+                        .arg(&level.scale)
+                        .arg(&bad_l);
+                },
+            )?;
+        }
+        let bad = gpu.download(&bad)?;
+        if let Some((l, row)) = bad.iter().enumerate().find(|(_, &r)| r != i32::MAX) {
+            return Err(GpuError::Invalid(format!(
+                "AMG: row {row} of level {l} has a diagonal entry that is not positive and \
+                 finite; the Jacobi smoothers need a positive diagonal (is the matrix SPD?)"
+            )));
+        }
+        let coarsest = self.levels[last].a.download(gpu)?;
+        let solver =
+            CoarsestSolver::new(&coarsest).map_err(|e| GpuError::Invalid(e.to_string()))?;
+        gpu.write(&solver.inverse(), &mut self.coarsest_inverse)
+    }
+
+    /// Recomputes every value from the fine matrix's current values (same
+    /// pattern as at set-up): the fine CSR, the Galerkin products in the
+    /// set-up's order (so the same bits as a fresh set-up), the smoother
+    /// scales and the coarsest operator.
+    pub fn update_values(&mut self) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        fine_values(gpu, &self.levels[0].a, &self.fine_source, &self.fine)?;
+        for l in 0..self.levels.len() - 1 {
+            let (head, tail) = self.levels.split_at(l + 1);
+            let (level, next) = (&head[l], &tail[0]);
+            let transfer = level
+                .transfer
+                .as_ref()
+                .expect("a transfer below the coarsest");
+            let mut input = &level.a;
+            for pass in &transfer.passes {
+                let output = pass.product.as_ref().unwrap_or(&next.a);
+                pass.values(gpu, input, output)?;
+                input = output;
+            }
+        }
+        self.smoothers_and_coarsest()
+    }
+
+    /// Rows per level, fine first.
+    pub fn level_rows(&self) -> Vec<usize> {
+        self.levels.iter().map(|l| l.a.n).collect()
+    }
+
+    /// Stored entries per level, fine first.
+    pub fn level_entries(&self) -> Vec<usize> {
+        self.levels.iter().map(|l| l.a.nnz).collect()
+    }
+
+    /// Σ nnz(A_l) / nnz(A_0).
+    pub fn operator_complexity(&self) -> f64 {
+        let e = self.level_entries();
+        e.iter().sum::<usize>() as f64 / e[0] as f64
+    }
+
+    /// Why coarsening stopped.
+    pub fn stop_reason(&self) -> &str {
+        &self.stop_reason
+    }
+
+    /// Level `l`'s matrix read back (level 0: the fine matrix as CSR).
+    pub fn matrix(&self, l: usize) -> Result<Csr, GpuError> {
+        self.level(l)?.a.download(self.gpu)
+    }
+
+    /// Level `l`'s aggregates (row → row of level l + 1) read back.
+    pub fn aggregate(&self, l: usize) -> Result<Vec<u32>, GpuError> {
+        let level = self.level(l)?;
+        let t = level.transfer.as_ref().ok_or_else(|| {
+            GpuError::Invalid(format!("level {l} is the coarsest; it has no aggregates"))
+        })?;
+        let mut agg = self.gpu.download(&t.aggregate)?;
+        agg.truncate(level.a.n);
+        Ok(agg)
+    }
+
+    fn level(&self, l: usize) -> Result<&Level, GpuError> {
+        self.levels.get(l).ok_or_else(|| {
+            GpuError::Invalid(format!(
+                "the hierarchy has {} levels, no level {l}",
+                self.levels.len()
+            ))
+        })
+    }
+
+    // ---- The cycle (launches only).
+
+    /// x = cycle(b) on level l, from x = 0 or (`from_zero` false: a W-cycle's
+    /// second visit) from the x given.
+    fn cycle_level(
+        &self,
+        l: usize,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        from_zero: bool,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let level = &self.levels[l];
+        let Some(t) = &level.transfer else {
+            // The coarsest level (visited from zero only).
+            let n = level.a.n;
+            let n32 = n as i32;
+            let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+            return gpu.launch("amg_dense_apply", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(&self.coarsest_inverse).arg(b).arg(x);
+            });
+        };
+        let c = &self.cycle;
+        let start = if from_zero { Start::Zero } else { Start::X };
+        self.smooth(l, b, x, c.sweeps, start)?;
+        let next = &self.levels[l + 1];
+        let nc32 = next.a.n32();
+        let cgrid = vector_grid(next.a.n);
+        if l == 0 {
+            let m = &*self.fine;
+            let n32 = m.n as i32;
+            gpu.launch(
+                "amg_residual_modsell",
+                m.n_slices() as u32,
+                m.slice_height as u32,
+                m.shared_bytes(),
+                |a| {
+                    a.arg(&n32)
+                        .arg(&m.slice_ptr)
+                        .arg(&m.codes)
+                        .arg(&m.values)
+                        .arg(&m.diag)
+                        .arg(b)
+                        .arg(x)
+                        .arg(&self.residual);
+                },
+            )?;
+            gpu.launch("amg_restrict", cgrid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&nc32)
+                    .arg(&t.member_ptr)
+                    .arg(&t.members)
+                    .arg(&self.residual)
+                    .arg(&next.b);
+            })?;
+        } else {
+            let m = &level.a;
+            gpu.launch("amg_residual_restrict_csr", cgrid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&nc32)
+                    .arg(&t.member_ptr)
+                    .arg(&t.members)
+                    .arg(&m.row_ptr)
+                    .arg(&m.cols)
+                    .arg(&m.vals)
+                    .arg(b)
+                    .arg(x)
+                    .arg(&next.b);
+            })?;
+        }
+        self.cycle_level(l + 1, &next.b, &next.x, true)?;
+        // W: the coarse level once more from its iterate (not the coarsest,
+        // whose solve is exact).
+        if c.w_cycle && next.transfer.is_some() {
+            self.cycle_level(l + 1, &next.b, &next.x, false)?;
+        }
+        // x + P x_c into the buffer from which the post-sweeps end in x.
+        let post_start = if c.sweeps % 2 == 1 {
+            Start::Spare
+        } else {
+            Start::X
+        };
+        let into = match post_start {
+            Start::Spare => &level.spare,
+            _ => x,
+        };
+        let n32 = level.a.n32();
+        gpu.launch(
+            "amg_prolong",
+            vector_grid(level.a.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n32)
+                    .arg(&t.aggregate)
+                    .arg(&next.x)
+                    .arg(&c.correction)
+                    .arg(x)
+                    .arg(into);
+            },
+        )?;
+        self.smooth(l, b, x, c.sweeps, post_start)
+    }
+
+    /// `sweeps` Jacobi sweeps on level l ending in x, alternating between x
+    /// and the level's spare buffer.
+    fn smooth(
+        &self,
+        l: usize,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        sweeps: usize,
+        start: Start,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let level = &self.levels[l];
+        let n = level.a.n;
+        let n32 = n as i32;
+        let buffers = [x, &level.spare];
+        // The buffer holding the iterate (None: zero).
+        let mut current = match start {
+            Start::Zero => None,
+            Start::X if sweeps % 2 == 1 => {
+                gpu.launch("amg_copy", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32).arg(x).arg(&level.spare);
+                })?;
+                Some(1)
+            }
+            Start::X => Some(0),
+            Start::Spare if sweeps % 2 == 1 => Some(1),
+            Start::Spare => {
+                return Err(GpuError::Invalid(
+                    "AMG smoothing from the spare buffer needs an odd number of sweeps".into(),
+                ))
+            }
+        };
+        if sweeps == 0 && start == Start::Zero {
+            return gpu.launch("zero_vector", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(x);
+            });
+        }
+        for s in 0..sweeps {
+            // The last sweep writes x.
+            let to = (sweeps - 1 - s) % 2;
+            let from = current.map(|k| buffers[k]);
+            self.sweep(l, b, from, buffers[to])?;
+            current = Some(to);
+        }
+        Ok(())
+    }
+
+    /// One Jacobi sweep x_new = x + scale (b − A x) (`from` None: x = 0).
+    fn sweep(
+        &self,
+        l: usize,
+        b: &CudaSlice<f64>,
+        from: Option<&CudaSlice<f64>>,
+        to: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let level = &self.levels[l];
+        if l == 0 {
+            let m = &*self.fine;
+            let n32 = m.n as i32;
+            let h = m.slice_height as u32;
+            self.gpu
+                .launch("smooth_jacobi", m.n_slices() as u32, h, h * 8, |a| {
+                    a.arg(&n32)
+                        .arg(&m.slice_ptr)
+                        .arg(&m.codes)
+                        .arg(&m.values)
+                        .arg(&m.diag)
+                        .arg(&level.scale)
+                        .arg(b);
+                    arg_or_null(a, from);
+                    a.arg(to);
+                })
+        } else {
+            let m = &level.a;
+            let n32 = m.n32();
+            self.gpu
+                .launch("amg_jacobi_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32)
+                        .arg(&m.row_ptr)
+                        .arg(&m.cols)
+                        .arg(&m.vals)
+                        .arg(&level.diag)
+                        .arg(&level.scale)
+                        .arg(b);
+                    arg_or_null(a, from);
+                    a.arg(to);
+                })
+        }
+    }
+}
+
+impl DevicePreconditioner for DeviceAmg<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.cycle_level(0, r, z, true)
+    }
+    /// V and W cycles with Jacobi smoothers are fixed linear maps (symmetric
+    /// when the pre- and post-sweeps agree).
+    fn is_linear(&self) -> bool {
+        true
+    }
+}
