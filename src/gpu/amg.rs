@@ -672,11 +672,31 @@ impl<'g> DeviceAmg<'g> {
         gpu.write(&solver.inverse(), &mut self.coarsest_inverse)
     }
 
-    /// Recomputes every value from the fine matrix's current values (same
-    /// pattern as at set-up): the fine CSR, the Galerkin products in the
-    /// set-up's order (so the same bits as a fresh set-up), the smoother
-    /// scales and the coarsest operator.
-    pub fn update_values(&mut self) -> Result<(), GpuError> {
+    /// Recomputes every value for `fine`, a matrix of the set-up's pattern
+    /// (the set-up's matrix itself after new values were written into it, or
+    /// another of the same pattern): the fine CSR, the Galerkin products in
+    /// the set-up's order (so the bits of a fresh set-up that finds the same
+    /// aggregates), the smoother scales and the coarsest operator. Aggregates
+    /// and patterns are kept.
+    pub fn update_values(&mut self, fine: Rc<DeviceModSell>) -> Result<(), GpuError> {
+        let old = &self.fine;
+        if fine.n != old.n
+            || fine.slice_height != old.slice_height
+            || fine.codes.len() != old.codes.len()
+        {
+            return Err(GpuError::Invalid(format!(
+                "AMG update: the matrix has {} rows in slices of {} ({} slots) but the hierarchy \
+                 was set up for {} rows in slices of {} ({} slots); set it up again for a new \
+                 pattern",
+                fine.n,
+                fine.slice_height,
+                fine.codes.len(),
+                old.n,
+                old.slice_height,
+                old.codes.len()
+            )));
+        }
+        self.fine = fine;
         let gpu = self.gpu;
         fine_values(gpu, &self.levels[0].a, &self.fine_source, &self.fine)?;
         for l in 0..self.levels.len() - 1 {
