@@ -435,15 +435,14 @@ extern "C" __global__ void amg_sort_members(int nc, const u64* __restrict__ memb
 #define SCALE_JACOBI 0
 #define SCALE_L1 1
 
-// diag[i] = a_ii; scale[i] = omega / a_ii (weighted Jacobi) or
-// 1 / (a_ii + sum_{j != i} |a_ij|) in column order (L1-Jacobi,
-// solve::smoother::l1_row_norm). *bad = the smallest row whose a_ii is not
-// positive and finite (kept when none).
+// scale[i] = omega / a_ii (weighted Jacobi) or 1 / (a_ii + sum_{j != i}
+// |a_ij|) in column order (L1-Jacobi, solve::smoother::l1_row_norm). *bad =
+// the smallest row whose a_ii is not positive and finite (kept when none).
 extern "C" __global__ void amg_smoother_scale(int n, const u64* __restrict__ row_ptr,
                                               const unsigned* __restrict__ cols,
                                               const double* __restrict__ vals, int kind,
-                                              double omega, double* __restrict__ diag,
-                                              double* __restrict__ scale, int* __restrict__ bad) {
+                                              double omega, double* __restrict__ scale,
+                                              int* __restrict__ bad) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     double d = 0.0;
@@ -452,20 +451,18 @@ extern "C" __global__ void amg_smoother_scale(int n, const u64* __restrict__ row
     double l1 = d;
     for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
         if ((int)cols[k] != i) l1 += fabs(vals[k]);
-    diag[i] = d;
     scale[i] = kind == SCALE_L1 ? 1.0 / l1 : omega / d;
     if (!(d > 0.0) || isinf(d)) atomicMin(bad, i);
 }
 
 // ---- The cycle.
 
-// Weighted / L1 Jacobi sweep on a CSR level (as smooth_jacobi on mod-SELL):
-// x_new = x + scale * (b - A x), (b - A x)_i = b_i - a_ii x_i, then minus the
-// off-diagonals in column order. x null means x = 0: x_new = scale * b.
+// Weighted / L1 Jacobi sweep on a CSR level: x_new = x + scale * (b - A x),
+// the row in stored order as the CPU cycle's row_residual (solve::amg::cycle).
+// x null means x = 0: x_new = scale * b.
 extern "C" __global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr,
                                           const unsigned* __restrict__ cols,
                                           const double* __restrict__ vals,
-                                          const double* __restrict__ diag,
                                           const double* __restrict__ scale,
                                           const double* __restrict__ b,
                                           const double* __restrict__ x,
@@ -476,13 +473,9 @@ extern "C" __global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr
         x_new[i] = scale[i] * b[i];
         return;
     }
-    const double xi = x[i];
-    double res = b[i] - diag[i] * xi;
-    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) {
-        const int j = (int)cols[k];
-        if (j != i) res -= vals[k] * __ldg(&x[j]);
-    }
-    x_new[i] = xi + scale[i] * res;
+    double ax = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * __ldg(&x[cols[k]]);
+    x_new[i] = x[i] + scale[i] * (b[i] - ax);
 }
 
 // r = b - A x on the mod-SELL fine level (one block per slice, blockDim = H,

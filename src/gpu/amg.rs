@@ -424,8 +424,7 @@ impl Transfer {
 /// One level's matrix, smoother and cycle vectors.
 struct Level {
     a: DeviceCsr,
-    /// a_ii and the smoother's row scales (not on the coarsest level).
-    diag: CudaSlice<f64>,
+    /// The smoother's row scales (not on the coarsest level).
     scale: CudaSlice<f64>,
     /// Right-hand side and solution of this level's cycle (coarse levels;
     /// the fine level's are `apply`'s r and z).
@@ -547,7 +546,6 @@ impl<'g> DeviceAmg<'g> {
             let coarse = l > 0;
             let n_l = a.n;
             levels.push(Level {
-                diag: gpu.zeros(n_l)?,
                 scale: gpu.zeros(n_l)?,
                 b: gpu.zeros(if coarse { n_l } else { 0 })?,
                 x: gpu.zeros(if coarse { n_l } else { 0 })?,
@@ -653,7 +651,6 @@ impl<'g> DeviceAmg<'g> {
                         .arg(&a.vals)
                         .arg(&self.cycle.scale_kind)
                         .arg(&self.cycle.omega)
-                        .arg(&level.diag)
                         .arg(&level.scale)
                         .arg(&bad_l);
                 },
@@ -945,7 +942,6 @@ impl<'g> DeviceAmg<'g> {
                         .arg(&m.row_ptr)
                         .arg(&m.cols)
                         .arg(&m.vals)
-                        .arg(&level.diag)
                         .arg(&level.scale)
                         .arg(b);
                     arg_or_null(a, from);
