@@ -9,6 +9,7 @@
 //! `smoother` (Jacobi, L1-Jacobi, natural and multicolour Gauss–Seidel, block
 //! Jacobi, DIC).
 
+pub mod amg;
 pub mod block_jacobi;
 pub mod colouring;
 pub mod cpu;

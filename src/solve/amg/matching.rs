@@ -1,0 +1,136 @@
+//! Pairwise matching by strongest negative coupling (one aggregation "pass",
+//! `AMG_SPEC.md`): the deterministic, Jacobi-style parallel rounds that the
+//! GPU (`kernels/amg.cu`) runs too, so that both give the same pairs.
+//!
+//! In each round every unmatched row i proposes to its strongest unmatched
+//! neighbour cand(i) (largest key(i, j) = (s_ij, pair_hash), s_ij = −a_ij > 0;
+//! equal keys: the smaller j), reading only the previous round's state; i and
+//! j are matched when they propose to each other. This is the parallel
+//! "handshake" matching of AmgX's size-2 aggregation and of Notay's pairwise
+//! aggregation (Notay 2010, ETNA 37, §3) with a fixed tie break instead of a
+//! sequential order, so no floating-point arithmetic enters the choice.
+
+use rayon::prelude::*;
+
+use crate::sparse::Csr;
+
+/// `partner` value of a row that is not (yet) matched.
+pub const UNMATCHED: u32 = u32::MAX;
+/// `cand` value of a row with no neighbour to propose to.
+const NONE: u32 = u32::MAX;
+
+/// The tie break of two couplings of equal strength: a fixed 32-bit mix of
+/// the pair (smaller index first), in wrapping u32 arithmetic. The GPU's
+/// `amg_pair_hash` is the same function.
+pub fn pair_hash(i: u32, j: u32) -> u32 {
+    let (lo, hi) = if i < j { (i, j) } else { (j, i) };
+    let mut h = lo.wrapping_mul(0x9E37_79B1) ^ hi;
+    h ^= h >> 15;
+    h = h.wrapping_mul(0x2C1B_3C6D);
+    h ^= h >> 12;
+    h = h.wrapping_mul(0x297A_2D39);
+    h ^= h >> 15;
+    h
+}
+
+/// The aggregates of one pass: pairs and singletons.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Matching {
+    /// Row → aggregate (coarse row), numbered by ascending leader (smallest row).
+    pub aggregate: Vec<u32>,
+    pub n_coarse: usize,
+    /// Rounds run (the last one may have matched nothing).
+    pub rounds: usize,
+}
+
+/// Whether (s, h, j) beats the best (s_best, h_best, j_best) so far: larger
+/// strength, then larger hash, then smaller column.
+fn beats(s: f64, h: u32, j: u32, best: (f64, u32, u32)) -> bool {
+    s > best.0 || (s == best.0 && (h > best.1 || (h == best.1 && j < best.2)))
+}
+
+/// Row i's proposal: its strongest unmatched neighbour j ≠ i with s_ij > 0.
+fn candidate(a: &Csr, i: usize, partner: &[u32]) -> u32 {
+    let (cols, vals) = a.row(i);
+    let mut best = (0.0, 0, NONE);
+    for (&j, &v) in cols.iter().zip(vals) {
+        let s = -v;
+        if j as usize == i || s <= 0.0 || partner[j as usize] != UNMATCHED {
+            continue;
+        }
+        let h = pair_hash(i as u32, j);
+        if best.2 == NONE || beats(s, h, j, best) {
+            best = (s, h, j);
+        }
+    }
+    best.2
+}
+
+/// Pairs rows of `a` (square, columns sorted) in at most `rounds` rounds;
+/// rows left unmatched are singletons.
+pub fn pairwise_matching(a: &Csr, rounds: usize) -> Matching {
+    let n = a.n_rows();
+    let mut partner = vec![UNMATCHED; n];
+    let mut cand = vec![NONE; n];
+    let mut rounds_run = 0;
+    while rounds_run < rounds {
+        rounds_run += 1;
+        cand.par_iter_mut()
+            .enumerate()
+            .with_min_len(1024)
+            .for_each(|(i, c)| {
+                *c = if partner[i] == UNMATCHED {
+                    candidate(a, i, &partner)
+                } else {
+                    NONE
+                };
+            });
+        let matched: usize = partner
+            .par_iter_mut()
+            .enumerate()
+            .with_min_len(1024)
+            .map(|(i, p)| {
+                let j = cand[i];
+                if j != NONE && cand[j as usize] == i as u32 {
+                    *p = j;
+                    1
+                } else {
+                    0
+                }
+            })
+            .sum();
+        if matched == 0 {
+            break;
+        }
+    }
+    let (aggregate, n_coarse) = number_by_leader(&partner);
+    Matching {
+        aggregate,
+        n_coarse,
+        rounds: rounds_run,
+    }
+}
+
+/// Aggregate numbers from partners: a pair's leader is its smaller row, a
+/// singleton leads itself; aggregates are numbered by ascending leader (the
+/// exclusive prefix sum of the leader flags).
+fn number_by_leader(partner: &[u32]) -> (Vec<u32>, usize) {
+    let is_leader = |i: usize| partner[i] == UNMATCHED || (i as u32) < partner[i];
+    let mut number = vec![0u32; partner.len()];
+    let mut next = 0u32;
+    for (i, num) in number.iter_mut().enumerate() {
+        if is_leader(i) {
+            *num = next;
+            next += 1;
+        }
+    }
+    let aggregate = (0..partner.len())
+        .into_par_iter()
+        .with_min_len(4096)
+        .map(|i| {
+            let leader = if is_leader(i) { i } else { partner[i] as usize };
+            number[leader]
+        })
+        .collect();
+    (aggregate, next as usize)
+}

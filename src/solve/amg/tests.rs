@@ -1,0 +1,482 @@
+use nalgebra::{DMatrix, DVector};
+
+use super::coarsest::CoarsestSolver;
+use super::*;
+use crate::fvm::testing::all_neumann_problem;
+use crate::fvm::{LaplacianSystem, Reference, Schemes};
+use crate::gpu::bench::poisson_system;
+use crate::solve::LinearOperator;
+use crate::sparse::testing::{dense, random_symmetric, SplitMix};
+
+/// A symmetric tridiagonal matrix with off-diagonals −s_i (row sums 1).
+fn chain(s: &[f64]) -> Csr {
+    let n = s.len() + 1;
+    let mut m = DMatrix::zeros(n, n);
+    for (i, &s) in s.iter().enumerate() {
+        m[(i, i + 1)] = -s;
+        m[(i + 1, i)] = -s;
+    }
+    for i in 0..n {
+        m[(i, i)] = 1.0 - m.row(i).sum();
+    }
+    from_dense(&m)
+}
+
+fn from_dense(m: &DMatrix<f64>) -> Csr {
+    let mut row_ptr = vec![0];
+    let (mut cols, mut vals) = (Vec::new(), Vec::new());
+    for r in 0..m.nrows() {
+        for c in 0..m.ncols() {
+            if m[(r, c)] != 0.0 || r == c {
+                cols.push(c as u32);
+                vals.push(m[(r, c)]);
+            }
+        }
+        row_ptr.push(cols.len());
+    }
+    Csr::new(m.ncols(), row_ptr, cols, vals).unwrap()
+}
+
+/// The 0/1 prolongation of an aggregate map.
+fn prolongation(aggregate: &[u32], n_coarse: usize) -> DMatrix<f64> {
+    DMatrix::from_fn(aggregate.len(), n_coarse, |i, c| {
+        f64::from(aggregate[i] as usize == c)
+    })
+}
+
+/// The Poisson system with zeroGradient everywhere (singular, consistent rhs).
+fn neumann_system(spec: &str) -> (Csr, Vec<f64>) {
+    let mesh = crate::mesh::source::load(spec).unwrap();
+    let g = mesh.geometry().unwrap();
+    let problem = all_neumann_problem(&mesh, Reference::ZeroMean);
+    let sys = LaplacianSystem::new(&mesh, &g, Schemes::default(), &problem).unwrap();
+    (sys.matrix.clone(), sys.rhs.clone())
+}
+
+fn random_vector(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| 2.0 * rng.next_f64() - 1.0).collect()
+}
+
+#[test]
+fn pair_hash_is_symmetric_and_matches_an_independent_implementation() {
+    // Values from a Python transcription of the spec's formula (AMG_SPEC.md).
+    assert_eq!(pair_hash(0, 1), 3_979_630_085);
+    assert_eq!(pair_hash(7, 3), 1_091_448_310);
+    assert_eq!(pair_hash(123_456, 7_654_321), 3_087_564_239);
+    assert_eq!(pair_hash(3, 7), pair_hash(7, 3));
+}
+
+#[test]
+fn matching_of_chains_by_hand() {
+    // Strengths 1, 3, 1: rows 1 and 2 pair in round 1; rows 0 and 3 have only
+    // matched neighbours, so round 2 matches nothing and they stay single.
+    let m = pairwise_matching(&chain(&[1.0, 3.0, 1.0]), 8);
+    assert_eq!(m.aggregate, vec![0, 1, 1, 2]);
+    assert_eq!((m.n_coarse, m.rounds), (3, 2));
+    // Strengths 3, 1, 3: two pairs at once; round 2 finds nobody left.
+    let m = pairwise_matching(&chain(&[3.0, 1.0, 3.0]), 8);
+    assert_eq!(m.aggregate, vec![0, 0, 1, 1]);
+    assert_eq!((m.n_coarse, m.rounds), (2, 2));
+    // Strengths 1, 2, 3, 4: round 1 pairs (3, 4); round 2 pairs (1, 2), the
+    // strongest pair left; 0 stays single. One round only: (3, 4) alone.
+    let c = chain(&[1.0, 2.0, 3.0, 4.0]);
+    let m = pairwise_matching(&c, 8);
+    assert_eq!(m.aggregate, vec![0, 1, 1, 2, 2]);
+    assert_eq!(m.rounds, 3);
+    let m = pairwise_matching(&c, 1);
+    assert_eq!(m.aggregate, vec![0, 1, 2, 3, 3]);
+    assert_eq!((m.n_coarse, m.rounds), (4, 1));
+    // Positive off-diagonals are never matched.
+    let mut pos = dense(&chain(&[1.0, 1.0]));
+    pos[(0, 1)] = 0.5;
+    pos[(1, 0)] = 0.5;
+    let m = pairwise_matching(&from_dense(&pos), 8);
+    assert_eq!(m.aggregate, vec![0, 1, 1]);
+}
+
+/// The spec's rounds, written densely and sequentially: partner per row.
+fn reference_partners(a: &DMatrix<f64>, rounds: usize) -> Vec<Option<usize>> {
+    let n = a.nrows();
+    let mut partner = vec![None; n];
+    for _ in 0..rounds {
+        let cand: Vec<Option<usize>> = (0..n)
+            .map(|i| {
+                if partner[i].is_some() {
+                    return None;
+                }
+                let mut best: Option<(f64, u32, usize)> = None;
+                for j in (0..n).filter(|&j| j != i && partner[j].is_none() && -a[(i, j)] > 0.0) {
+                    let key = (-a[(i, j)], pair_hash(i as u32, j as u32), j);
+                    let better = match best {
+                        None => true,
+                        Some(b) => key.0 > b.0 || (key.0 == b.0 && key.1 > b.1),
+                    };
+                    if better {
+                        best = Some(key);
+                    }
+                }
+                best.map(|b| b.2)
+            })
+            .collect();
+        let mut any = false;
+        for i in 0..n {
+            if let Some(j) = cand[i] {
+                if cand[j] == Some(i) {
+                    partner[i] = Some(j);
+                    any = true;
+                }
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    partner
+}
+
+#[test]
+fn matching_follows_the_spec_on_random_matrices_and_is_maximal() {
+    for (n, seed) in [(60, 1), (300, 2), (500, 3)] {
+        let a = random_symmetric(n, 6, seed);
+        let d = dense(&a);
+        for rounds in [1, 2, 4, 50] {
+            let m = pairwise_matching(&a, rounds);
+            let partner = reference_partners(&d, rounds);
+            // Leaders (smallest row of each aggregate) ascending give the numbers.
+            let leaders: Vec<usize> = (0..n)
+                .filter(|&i| partner[i].is_none_or(|j| i < j))
+                .collect();
+            let expected: Vec<u32> = (0..n)
+                .map(|i| {
+                    let leader = partner[i].map_or(i, |j| i.min(j));
+                    leaders.binary_search(&leader).unwrap() as u32
+                })
+                .collect();
+            assert_eq!(m.aggregate, expected, "n {n} rounds {rounds}");
+            assert_eq!(m.n_coarse, leaders.len());
+            if rounds == 50 {
+                // No two single rows share a negative coupling.
+                for i in (0..n).filter(|&i| partner[i].is_none()) {
+                    for j in (0..n).filter(|&j| j != i && partner[j].is_none()) {
+                        assert!(d[(i, j)] >= 0.0, "{i} and {j} left single");
+                    }
+                }
+                assert!(m.n_coarse < n * 3 / 4, "{} of {n}", m.n_coarse);
+            }
+        }
+    }
+}
+
+#[test]
+fn galerkin_equals_the_dense_product() {
+    // By hand: [4 -1 0 -2; -1 5 -1 0; 0 -1 6 -1; -2 0 -1 7] with aggregates
+    // {0, 1}, {2, 3}: [4-1-1+5, 0-2-1+0; …] = [7 -3; -3 11].
+    let a = Csr::new(
+        4,
+        vec![0, 3, 6, 9, 12],
+        vec![0, 1, 3, 0, 1, 2, 1, 2, 3, 0, 2, 3],
+        vec![4., -1., -2., -1., 5., -1., -1., 6., -1., -2., -1., 7.],
+    )
+    .unwrap();
+    let c = galerkin(&a, &[0, 0, 1, 1], 2);
+    assert_eq!(c.row_ptr(), &[0, 2, 4]);
+    assert_eq!(c.cols(), &[0, 1, 0, 1]);
+    assert_eq!(c.values(), &[7., -3., -3., 11.]);
+    // Random matrices and aggregates (the numbering not by leader).
+    for (n, nc, seed) in [(50, 7, 4), (400, 90, 5)] {
+        let a = random_symmetric(n, 6, seed);
+        let mut rng = SplitMix(seed);
+        let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
+        for i in (1..n).rev() {
+            aggregate.swap(i, rng.below(i + 1));
+        }
+        let c = galerkin(&a, &aggregate, nc);
+        let p = prolongation(&aggregate, nc);
+        let expected = p.transpose() * dense(&a) * &p;
+        let got = dense(&c);
+        assert!((&got - &expected).amax() < 1e-12 * expected.amax());
+        // Symmetric to rounding, every stored entry mirrored.
+        assert!((&got - got.transpose()).amax() < 1e-13 * expected.amax());
+        for r in 0..nc {
+            for &col in c.row(r).0 {
+                assert!(c.slot(col as usize, r).is_some());
+            }
+        }
+    }
+}
+
+#[test]
+fn galerkin_sums_in_the_spec_order() {
+    // One aggregate {0, 1}: rows [1e16, 1] and [1, −1e16] in encounter order
+    // sum to ((1e16 + 1) + 1) − 1e16 = 0 (each 1 is lost to rounding), where
+    // other orders give 2; entries summing to exactly 0 are kept.
+    let a = Csr::new(
+        2,
+        vec![0, 2, 4],
+        vec![0, 1, 0, 1],
+        vec![1e16, 1., 1., -1e16],
+    )
+    .unwrap();
+    let c = galerkin(&a, &[0, 0], 1);
+    assert_eq!(c.nnz(), 1);
+    assert_eq!(c.values()[0], ((1e16 + 1.0) + 1.0) - 1e16);
+    assert_eq!(c.values()[0], 0.0);
+}
+
+#[test]
+fn hierarchy_of_a_box_coarsens_by_four_per_level() {
+    let (a, _) = poisson_system("box:24x24x24").unwrap();
+    let settings = AmgSettings {
+        coarsest_rows: 200,
+        ..AmgSettings::default()
+    };
+    let h = Hierarchy::setup(&a, &settings).unwrap();
+    println!("{}", h.describe());
+    assert_eq!(h.stop, CoarseningStop::Small);
+    assert!(h.coarsest.n() <= 200);
+    assert!(!h.coarsest.singular());
+    let mut fine = &a;
+    for (l, level) in h.levels.iter().enumerate() {
+        let (n, nc) = (fine.n_rows(), level.n_coarse());
+        // Two passes of pairs: at most 4 rows per aggregate, more than 3 on
+        // average on the first levels (boundaries weigh more on small ones).
+        assert!(level
+            .members
+            .ptr
+            .windows(2)
+            .all(|w| (1..=4).contains(&(w[1] - w[0]))));
+        assert!(l > 1 || n as f64 > 3.0 * nc as f64, "{n} → {nc}");
+        assert!(n as f64 >= 1.2 * nc as f64, "{n} → {nc}");
+        assert_eq!(level.aggregate.len(), n);
+        // A_{l+1} = Pᵀ A_l P for the composed aggregates.
+        let direct = galerkin(fine, &level.aggregate, nc);
+        assert_eq!(direct.cols(), level.coarse.cols());
+        for (x, y) in direct.values().iter().zip(level.coarse.values()) {
+            assert!((x - y).abs() <= 1e-13 * x.abs().max(1.0), "{x} vs {y}");
+        }
+        fine = &level.coarse;
+    }
+    assert!(h.operator_complexity() < 1.8, "{}", h.operator_complexity());
+}
+
+#[test]
+fn all_neumann_coarse_rows_sum_to_zero_and_the_coarsest_is_pseudo_inverted() {
+    let (a, _) = neumann_system("box:10x10x10");
+    let h = Hierarchy::setup(
+        &a,
+        &AmgSettings {
+            coarsest_rows: 40,
+            ..AmgSettings::default()
+        },
+    )
+    .unwrap();
+    assert!(h.coarsest.singular(), "{}", h.describe());
+    for level in &h.levels {
+        let c = &level.coarse;
+        for r in 0..c.n_rows() {
+            let (_, vals) = c.row(r);
+            let sum: f64 = vals.iter().sum();
+            let size: f64 = vals.iter().map(|v| v.abs()).sum();
+            assert!(sum.abs() < 1e-13 * size, "row {r}: sum {sum}");
+        }
+    }
+    // The coarsest solve is A⁺: A x = b − mean(b), mean(x) = 0, and the
+    // stored inverse is symmetric and does the same.
+    let last = h.matrix(&a, h.levels.len());
+    let n = last.n_rows();
+    let b = random_vector(n, 9);
+    let mut x = vec![0.0; n];
+    h.coarsest.solve(&b, &mut x);
+    let mean_b = b.iter().sum::<f64>() / n as f64;
+    let mut ax = vec![0.0; n];
+    last.spmv(&x, &mut ax);
+    for i in 0..n {
+        assert!((ax[i] - (b[i] - mean_b)).abs() < 1e-10, "row {i}");
+    }
+    assert!(x.iter().sum::<f64>().abs() < 1e-10);
+    let inv = DMatrix::from_row_slice(n, n, &h.coarsest.inverse());
+    assert!((&inv - inv.transpose()).amax() < 1e-10 * inv.amax());
+    let xi = &inv * DVector::from_column_slice(&b);
+    assert!((xi - DVector::from_column_slice(&x)).amax() < 1e-10 * inv.amax());
+}
+
+#[test]
+fn coarsest_solver_inverts_a_regular_matrix_and_rejects_an_indefinite_one() {
+    let a = random_symmetric(30, 4, 8);
+    let s = CoarsestSolver::new(&a).unwrap();
+    assert!(!s.singular());
+    let inv = DMatrix::from_row_slice(30, 30, &s.inverse());
+    assert!((&inv * dense(&a) - DMatrix::identity(30, 30)).amax() < 1e-12);
+    let mut bad = dense(&a);
+    bad[(3, 3)] = -1.0;
+    let err = CoarsestSolver::new(&from_dense(&bad)).err().unwrap();
+    assert!(err.to_string().contains("not positive definite"), "{err}");
+}
+
+/// x·M y and y·M x for the cycle of `settings` on `a`.
+fn bilinear_pair(a: &Csr, settings: &AmgSettings) -> (f64, f64) {
+    let amg = Amg::new(a, settings).unwrap();
+    let n = a.n_rows();
+    let (x, y) = (random_vector(n, 1), random_vector(n, 2));
+    let (mut mx, mut my) = (vec![0.0; n], vec![0.0; n]);
+    amg.apply(&x, &mut mx);
+    amg.apply(&y, &mut my);
+    let dot = |u: &[f64], v: &[f64]| u.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+    (dot(&x, &my), dot(&y, &mx))
+}
+
+#[test]
+fn v_and_w_cycles_are_symmetric_with_every_smoother() {
+    let (a, _) = poisson_system("box:12x12x12:tet:perturb=0.2:renumber").unwrap();
+    for smoother in AmgSmootherKind::ALL {
+        for cycle in [CycleKind::V, CycleKind::W] {
+            for sweeps in [1, 2] {
+                let s = AmgSettings {
+                    smoother,
+                    cycle,
+                    sweeps,
+                    coarsest_rows: 30,
+                    over_correction: 1.5,
+                    ..AmgSettings::default()
+                };
+                let (xmy, ymx) = bilinear_pair(&a, &s);
+                assert!((xmy - ymx).abs() < 1e-11 * xmy.abs(), "{s}: {xmy} vs {ymx}");
+            }
+        }
+    }
+    // The K-cycle's coefficients depend on the vector: not symmetric.
+    let k = AmgSettings {
+        cycle: CycleKind::K,
+        coarsest_rows: 30,
+        ..AmgSettings::default()
+    };
+    let (xmy, ymx) = bilinear_pair(&a, &k);
+    assert!((xmy - ymx).abs() > 1e-8 * xmy.abs(), "{xmy} vs {ymx}");
+}
+
+#[test]
+fn one_level_is_the_exact_inverse() {
+    // Fewer rows than coarsest_rows: no coarse level, M = A⁻¹.
+    let a = random_symmetric(80, 5, 12);
+    let amg = Amg::new(&a, &AmgSettings::default()).unwrap();
+    assert_eq!(amg.hierarchy().n_levels(), 1);
+    let b = random_vector(80, 3);
+    let mut x = vec![0.0; 80];
+    amg.apply(&b, &mut x);
+    let mut ax = vec![0.0; 80];
+    a.spmv(&x, &mut ax);
+    assert!(ax.iter().zip(&b).all(|(p, q)| (p - q).abs() < 1e-12));
+}
+
+#[test]
+fn update_values_equals_a_fresh_setup() {
+    for (a, neumann) in [
+        (poisson_system("box:16x16x16").unwrap().0, false),
+        (neumann_system("box:12x12x6").0, true),
+    ] {
+        let settings = AmgSettings {
+            coarsest_rows: 50,
+            passes: 3,
+            ..AmgSettings::default()
+        };
+        let mut h = Hierarchy::setup(&a, &settings).unwrap();
+        assert_eq!(h.coarsest.singular(), neumann);
+        // Doubling every value keeps every comparison, hence the aggregates.
+        let mut a2 = a.clone();
+        a2.values_mut().iter_mut().for_each(|v| *v *= 2.0);
+        let fresh = Hierarchy::setup(&a2, &settings).unwrap();
+        h.update_values(&a2).unwrap();
+        assert_eq!(h.levels.len(), fresh.levels.len());
+        for (u, f) in h.levels.iter().zip(&fresh.levels) {
+            assert_eq!(u.aggregate, f.aggregate);
+            assert_eq!(u.coarse, f.coarse);
+        }
+        assert_eq!(h.coarsest.inverse(), fresh.coarsest.inverse());
+        // New values that would change the aggregates: still Pᵀ A P of the kept ones.
+        let mut a3 = a.clone();
+        let mut rng = SplitMix(5);
+        let n = a3.n_rows();
+        let factors: Vec<f64> = (0..n).map(|_| 0.5 + rng.next_f64()).collect();
+        // Symmetric scaling D A D keeps symmetry (and Neumann row sums do not matter here).
+        let row_ptr = a3.row_ptr().to_vec();
+        let cols = a3.cols().to_vec();
+        for r in 0..n {
+            for s in row_ptr[r]..row_ptr[r + 1] {
+                a3.values_mut()[s] *= factors[r] * factors[cols[s] as usize];
+            }
+        }
+        h.update_values(&a3).unwrap();
+        let mut fine = a3.clone();
+        for level in &h.levels {
+            let direct = galerkin(&fine, &level.aggregate, level.n_coarse());
+            for (x, y) in direct.values().iter().zip(level.coarse.values()) {
+                assert!((x - y).abs() <= 1e-13 * x.abs().max(1.0));
+            }
+            fine = level.coarse.clone();
+        }
+    }
+    // Another pattern is refused with a message, not a panic.
+    let (a, _) = poisson_system("box:8x8x8").unwrap();
+    let mut h = Hierarchy::setup(
+        &a,
+        &AmgSettings {
+            coarsest_rows: 20,
+            ..AmgSettings::default()
+        },
+    )
+    .unwrap();
+    let (other, _) = poisson_system("box:8x8x9").unwrap();
+    assert!(h
+        .update_values(&other)
+        .unwrap_err()
+        .to_string()
+        .contains("set it up again"));
+}
+
+#[test]
+fn settings_are_checked_and_named() {
+    let s = AmgSettings::default();
+    assert!(s.validate().is_ok());
+    assert!(AmgSettings { passes: 0, ..s }
+        .validate()
+        .unwrap_err()
+        .contains("passes"));
+    assert!(AmgSettings { max_levels: 1, ..s }
+        .validate()
+        .unwrap_err()
+        .contains("maxLevels"));
+    assert!(AmgSettings {
+        coarsest_rows: 100_000,
+        ..s
+    }
+    .validate()
+    .unwrap_err()
+    .contains("coarsestRows"));
+    assert!(AmgSettings {
+        over_correction: 2.5,
+        ..s
+    }
+    .validate()
+    .unwrap_err()
+    .contains("overCorrection"));
+    assert_eq!("k".parse(), Ok(CycleKind::K));
+    assert_eq!(
+        "DICGaussSeidel".parse(),
+        Ok(AmgSmootherKind::MulticolourGaussSeidel)
+    );
+    assert_eq!("l1jacobi".parse(), Ok(AmgSmootherKind::L1Jacobi));
+    assert!("ILU"
+        .parse::<AmgSmootherKind>()
+        .unwrap_err()
+        .contains("Chebyshev"));
+    assert!(!AmgSettings {
+        cycle: CycleKind::K,
+        ..s
+    }
+    .is_linear());
+    // A matrix with a non-positive diagonal is refused with its row.
+    let a = Csr::new(2, vec![0, 1, 2], vec![0, 1], vec![1.0, -2.0]).unwrap();
+    let err = Hierarchy::setup(&a, &s).err().unwrap();
+    assert!(err.to_string().contains("row 1"), "{err}");
+}
