@@ -25,6 +25,8 @@
 #define ST_NORM_FACTOR 11
 #define ST_MAX_ITER 12
 #define ST_MIN_ITER 13
+#define ST_PQ 14          // p . Ap of the last iteration (flexible PCG's beta)
+#define ST_BETA 15        // beta of the pending direction update
 #define DIVERGENCE_FACTOR 1e10  // pcg.rs DIVERGENCE_FACTOR
 
 // Virtual lanes of the fixed reduction order.
@@ -84,12 +86,20 @@ __device__ bool stops_after_precondition(double r_z, double last_residual) {
     return (r_z == 0.0 && last_residual == 0.0) || !(r_z > 0.0);
 }
 
-// Chunk start: r . z of the first iteration (record 0) and its test.
-__device__ void finish_precondition(int m, const double* partials, double* st, double* rec) {
+// r . z of iteration j of the chunk (record 3j), its test and beta: r.z /
+// r.z_old, or with `flexible` (partials of z . q follow those of r . z)
+// -z.q / p.q_old (Polak-Ribiere, src/solve/pcg.rs). Iteration 0 of a chunk
+// takes r.z_old from the host; later ones shift it here (a device
+// preconditioner) or in finish_update (Jacobi, j = 0 only here).
+__device__ void finish_precondition(int m, const double* partials, int flexible, double* st,
+                                    double* rec, int j) {
     const double rz = reduce_fixed(m, partials);
+    const double zq = flexible ? reduce_fixed(m, partials + m) : 0.0;
     if (threadIdx.x == 0) {
+        if (j > 0) st[ST_RZ_OLD] = st[ST_RZ];
         st[ST_RZ] = rz;
-        rec[0] = rz;
+        rec[3 * j] = rz;
+        st[ST_BETA] = st[ST_ITER] == 0.0 ? 0.0 : flexible ? -zq / st[ST_PQ] : rz / st[ST_RZ_OLD];
         if (stops_after_precondition(rz, st[ST_LAST])) st[ST_DONE] = 1.0;
     }
 }
@@ -99,17 +109,20 @@ __device__ void finish_operator(int m, const double* partials, double* st, doubl
     const double pq = reduce_fixed(m, partials);
     if (threadIdx.x == 0) {
         rec[3 * j + 1] = pq;
+        st[ST_PQ] = pq;
         if (!(pq > 0.0)) st[ST_DONE] = 1.0;  // StopRule::after_operator
         else st[ST_ALPHA] = st[ST_RZ] / pq;
     }
 }
 
 // End of iteration j of the chunk: the residual tests of
-// StopRule::after_update, then, unless the loop or the chunk ends, r . z of
-// the next iteration and its test.
-__device__ void finish_update(int m, const double* partials, double* st, double* rec, int j) {
+// StopRule::after_update, then, unless the loop or the chunk ends and when
+// `with_rz` (Jacobi: z came with the update), r . z of the next iteration,
+// its beta and its test.
+__device__ void finish_update(int m, const double* partials, int with_rz, double* st,
+                              double* rec, int j) {
     const double sum_abs = reduce_fixed(m, partials);
-    const double rz = reduce_fixed(m, partials + m);
+    const double rz = with_rz ? reduce_fixed(m, partials + m) : 0.0;
     if (threadIdx.x != 0) return;
     const double it = st[ST_ITER] + 1.0;
     const double res = sum_abs / st[ST_NORM_FACTOR];
@@ -128,10 +141,13 @@ __device__ void finish_update(int m, const double* partials, double* st, double*
     st[ST_BEST] = best;
     st[ST_LAST] = res;
     if (!done && it < st[ST_CAP]) {
-        st[ST_RZ_OLD] = st[ST_RZ];
-        st[ST_RZ] = rz;
-        rec[3 * (j + 1)] = rz;
-        done = stops_after_precondition(rz, res);
+        if (with_rz) {
+            st[ST_RZ_OLD] = st[ST_RZ];
+            st[ST_RZ] = rz;
+            st[ST_BETA] = rz / st[ST_RZ_OLD];
+            rec[3 * (j + 1)] = rz;
+            done = stops_after_precondition(rz, res);
+        }
     } else {
         done = true;  // the loop stops, or this chunk ends
     }
@@ -203,38 +219,54 @@ extern "C" __global__ void cg_initial_residual(int n, const u64* __restrict__ sl
 }
 
 // z = M^-1 r (Jacobi: r * inv_diag; identity when inv_diag is null), stored
-// when z is set, and partials of r . z. With a ticket (the start of a chunk)
-// the last block records r . z of the chunk's first iteration and its test.
+// when z is set, and partials of r . z; or, with `z_ready`, z already applied
+// by a device preconditioner and read from z (then, with `q` set, flexible
+// PCG: partials of z . q follow). With `st` a no-op once done. With a ticket
+// the last block finishes iteration j's r . z (finish_precondition).
 extern "C" __global__ void cg_precondition(int n, const double* __restrict__ r,
-                                           const double* __restrict__ inv_diag,
-                                           double* __restrict__ z, double* partials, double* st,
-                                           double* rec, unsigned* ticket) {
+                                           const double* __restrict__ inv_diag, int z_ready,
+                                           double* __restrict__ z, const double* __restrict__ q,
+                                           double* partials, double* st, double* rec, int j,
+                                           unsigned* ticket) {
+    if (st != nullptr && st[ST_DONE] != 0.0) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    double rz = 0.0;
+    double rz = 0.0, zq = 0.0;
     if (i < n) {
-        const double zi = inv_diag != nullptr ? r[i] * inv_diag[i] : r[i];
-        if (z != nullptr) z[i] = zi;
+        double zi;
+        if (z_ready) {
+            zi = z[i];
+            if (q != nullptr) zq = zi * q[i];
+        } else {
+            zi = inv_diag != nullptr ? r[i] * inv_diag[i] : r[i];
+            if (z != nullptr) z[i] = zi;
+        }
         rz = r[i] * zi;
     }
     const double s = block_sum(rz);
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
-    if (ticket != nullptr && last_block(ticket)) finish_precondition(gridDim.x, partials, st, rec);
+    if (q != nullptr) {
+        const double s_zq = block_sum(zq);
+        if (threadIdx.x == 0) partials[gridDim.x + blockIdx.x] = s_zq;
+    }
+    if (ticket != nullptr && last_block(ticket))
+        finish_precondition(gridDim.x, partials, q != nullptr, st, rec, j);
 }
 
 // One block: finish_precondition.
-extern "C" __global__ void cg_finish_precondition(int m, const double* partials, double* st,
-                                                  double* rec) {
-    finish_precondition(m, partials, st, rec);
+extern "C" __global__ void cg_finish_precondition(int m, const double* partials, int flexible,
+                                                  double* st, double* rec, int j) {
+    if (st[ST_DONE] != 0.0) return;
+    finish_precondition(m, partials, flexible, st, rec, j);
 }
 
-// p = z + beta p, beta = r.z / r.z_old (0 on the first iteration: p = z).
+// p = z + beta p, beta from st[ST_BETA] (0 on the first iteration: p = z).
 // With `st` null, beta is `host_beta` (one step driven from the host).
 extern "C" __global__ void cg_direction(int n, const double* __restrict__ st, double host_beta,
                                         const double* __restrict__ z, double* __restrict__ p) {
     double beta = host_beta;
     if (st != nullptr) {
         if (st[ST_DONE] != 0.0) return;
-        beta = st[ST_ITER] == 0.0 ? 0.0 : st[ST_RZ] / st[ST_RZ_OLD];
+        beta = st[ST_BETA];
     }
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] = beta == 0.0 ? z[i] : z[i] + beta * p[i];
@@ -306,12 +338,13 @@ extern "C" __global__ void cg_update(int n, double* st, const double* __restrict
         partials[blockIdx.x] = s_res;
         partials[gridDim.x + blockIdx.x] = s_rz;
     }
-    if (ticket != nullptr && last_block(ticket)) finish_update(gridDim.x, partials, st, rec, j);
+    if (ticket != nullptr && last_block(ticket))
+        finish_update(gridDim.x, partials, with_rz, st, rec, j);
 }
 
 // One block: finish_update.
-extern "C" __global__ void cg_finish_update(int m, const double* partials, double* st,
-                                            double* rec, int j) {
+extern "C" __global__ void cg_finish_update(int m, const double* partials, int with_rz,
+                                            double* st, double* rec, int j) {
     if (st[ST_DONE] != 0.0) return;
-    finish_update(m, partials, st, rec, j);
+    finish_update(m, partials, with_rz, st, rec, j);
 }

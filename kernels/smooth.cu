@@ -27,9 +27,15 @@ extern "C" __global__ void dot_partials(int n, const double* __restrict__ a,
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
+// The smoother kernels take a trailing `done`: inside PCG's fused loop the
+// solve's state, whose first entry is nonzero once the solve has stopped
+// (kernels/pcg.cu ST_DONE); the application is then not needed. Null: run.
+__device__ bool gated_off(const double* done) { return done != nullptr && done[0] != 0.0; }
+
 // x = 0 (a vector the host holds through a shared reference: PCG's work
 // vectors, handed out by the backend's pool, cannot be memset from the host).
-extern "C" __global__ void zero_vector(int n, double* __restrict__ x) {
+extern "C" __global__ void zero_vector(int n, double* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = 0.0;
 }
@@ -49,7 +55,8 @@ extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_pt
                                          const double* __restrict__ scale,
                                          const double* __restrict__ b,
                                          const double* __restrict__ x,
-                                         double* __restrict__ x_new) {
+                                         double* __restrict__ x_new, const double* done) {
+    if (gated_off(done)) return;
     extern __shared__ double x_own[];
     const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
     const bool in = row < n;
@@ -80,9 +87,10 @@ extern "C" __global__ void smooth_colour(int count, int first, int h,
                                          const int* __restrict__ codes,
                                          const double* __restrict__ vals,
                                          const double* __restrict__ diag,
-                                         const double* __restrict__ b, double* x) {
+                                         const double* __restrict__ b, double* x,
+                                         const double* done) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= count) return;
+    if (i >= count || gated_off(done)) return;
     const int row = rows[first + i];
     const int s = row / h, base = s * h;
     double acc = b[row];
@@ -280,7 +288,8 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
                                         const int* __restrict__ slice_mnz,
                                         const double* __restrict__ b, const double* x_in,
                                         double* x_out, int inner, int max_iter,
-                                        double tol2, double omega) {
+                                        double tol2, double omega, const double* done) {
+    if (gated_off(done)) return;
     extern __shared__ double smem[];
     const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
     const bool in = row < n;

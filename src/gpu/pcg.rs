@@ -1,13 +1,13 @@
 //! PCG with the vectors and the scalars on the device (`kernels/pcg.cu`),
 //! Jacobi or no preconditioner, optionally on an equilibrated system; or any
-//! [`DevicePreconditioner`] (the smoothers of `gpu::smooth`, set with
-//! [`GpuCgBackend::set_preconditioner`]), then driven one step at a time from
-//! the host (`solve::iterate_steps`; flexible PCG when the preconditioner is
-//! not linear).
+//! [`DevicePreconditioner`] (smoothers, AMG, polynomials: set with
+//! [`GpuCgBackend::set_preconditioner`]; flexible PCG when it is not linear).
 //!
 //! One iteration of the fused loop (`CgBackend::iterate`) is a direction
 //! update, a mod-SELL SpMV with p · Ap, and an update of x, r (and z = D⁻¹ r
-//! for Jacobi) with Σ|r| and r · z; the partial sums of the two reductions are
+//! for Jacobi) with Σ|r| and r · z. A device preconditioner instead starts
+//! each iteration: its kernels write z, then one kernel reduces r · z (and
+//! z · q for flexible PCG's β). The partial sums of the reductions are
 //! added in a fixed order and the stopping rule (`StopRule`) applied on the
 //! device, and the host reads the records back once every `check_interval`
 //! iterations. [`LaunchMode`] says how the kernels are launched:
@@ -41,16 +41,15 @@ use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
-    iterate_steps, pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, InitialNorms,
-    IterationRecord, LoopState, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
-    StopRule,
+    pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, InitialNorms, IterationRecord,
+    LoopState, PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
 };
 use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 
 /// Threads of the one-block reduction kernels.
 const REDUCE_BLOCK: u32 = 1024;
 /// Length of the device state `st` (kernels/pcg.cu ST_*).
-const STATE_LEN: usize = 14;
+const STATE_LEN: usize = 16;
 /// [`LaunchMode::Auto`] uses CUDA graphs up to this many rows and `Separate`
 /// above. An iteration moves ~190 bytes per row: ~6 µs at 10⁵ rows on an
 /// H100, less than the host takes to launch its kernels, so small systems are
@@ -174,15 +173,13 @@ struct ChunkGraph {
 }
 
 /// `CgBackend` on one GPU with a mod-SELL matrix and Jacobi (or no)
-/// preconditioning, or any [`DevicePreconditioner`] (`set_preconditioner`),
-/// driven one step at a time from the host (`solve::iterate_steps`; flexible
-/// PCG when the preconditioner is not linear).
+/// preconditioning, or any [`DevicePreconditioner`] (`set_preconditioner`;
+/// flexible PCG when it is not linear), in the fused device loop.
 pub struct GpuCgBackend<'g> {
     gpu: &'g Gpu,
     matrix: Rc<DeviceModSell>,
     inv_diag: Option<CudaSlice<f64>>,
-    /// Replaces Jacobi in `precondition` (`set_preconditioner`); PCG is then
-    /// driven from the host.
+    /// Replaces Jacobi (`set_preconditioner`).
     preconditioner: Option<Box<dyn DevicePreconditioner + 'g>>,
     /// rowSum of the original matrix (normFactor).
     row_sums: CudaSlice<f64>,
@@ -434,23 +431,32 @@ impl<'g> GpuCgBackend<'g> {
         Ok(all)
     }
 
-    /// z = M⁻¹ r (stored when `z` is set) with partials of r · z; with a
-    /// ticket the last block finishes the chunk's first r · z.
+    /// z = M⁻¹ r (stored when `z` is set) with partials of r · z, or, with
+    /// `z_ready`, r · z of the z a device preconditioner wrote (and z · q after
+    /// it when `flexible_q` is set). `in_loop`: iteration j of the fused loop
+    /// (a no-op once done; with a ticket the last block finishes it).
     fn launch_precondition(
         &self,
         r: &CudaSlice<f64>,
         z: Option<&CudaSlice<f64>>,
+        z_ready: bool,
+        flexible_q: Option<&CudaSlice<f64>>,
         s: &Scratch,
-        ticket: Option<&CudaSlice<u32>>,
+        in_loop: Option<(i32, Option<&CudaSlice<u32>>)>,
     ) -> Result<(), GpuError> {
-        let n = self.n32();
+        let (n, ready) = (self.n32(), i32::from(z_ready));
+        let (j, ticket) = in_loop.unwrap_or((0, None));
         let grid = vector_grid(self.matrix.n);
         self.gpu
             .launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(r);
                 arg_or_null(a, self.inv_diag.as_ref());
+                a.arg(&ready);
                 arg_or_null(a, z);
-                a.arg(&s.vector_partials).arg(&s.state).arg(&s.records);
+                arg_or_null(a, flexible_q);
+                a.arg(&s.vector_partials);
+                arg_or_null(a, in_loop.map(|_| &s.state));
+                a.arg(&s.records).arg(&j);
                 arg_or_null(a, ticket);
             })
     }
@@ -483,9 +489,10 @@ impl<'g> GpuCgBackend<'g> {
     }
 
     /// x += α p, r −= α q with partials of Σ|r| (weighted back to the
-    /// original system when equilibrated) and, with `z_out`, of r · z.
-    /// `in_loop`: iteration j of the fused loop, α from the device state;
-    /// else α from `scalars[0]` and no r · z.
+    /// original system when equilibrated) and, when `with_rz` is 1, of r · z
+    /// for Jacobi's z (stored in `z_out` when set) or z = r. `in_loop`:
+    /// iteration j of the fused loop, α from the device state; else α from
+    /// `scalars[0]`.
     #[allow(clippy::too_many_arguments)]
     fn launch_update(
         &self,
@@ -494,12 +501,12 @@ impl<'g> GpuCgBackend<'g> {
         x: &CudaSlice<f64>,
         r: &CudaSlice<f64>,
         z_out: Option<&CudaSlice<f64>>,
+        with_rz: i32,
         s: &Scratch,
         in_loop: Option<(i32, Option<&CudaSlice<u32>>)>,
     ) -> Result<(), GpuError> {
         let n = self.n32();
         let (j, ticket) = in_loop.unwrap_or((0, None));
-        let with_rz = i32::from(in_loop.is_some());
         self.gpu.launch(
             "cg_update",
             vector_grid(self.matrix.n),
@@ -520,7 +527,9 @@ impl<'g> GpuCgBackend<'g> {
     }
 
     /// The launches of one chunk of `count` iterations: 5 per iteration, or 3
-    /// when `folded` (ticketed launches, the last block reduces).
+    /// when `folded` (ticketed launches, the last block reduces). With a
+    /// device preconditioner each iteration starts with its application and
+    /// r · z (2 more launches, 1 folded); Jacobi's z comes with the update.
     fn launch_chunk(
         &self,
         s: &Scratch,
@@ -532,23 +541,42 @@ impl<'g> GpuCgBackend<'g> {
         let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
         let (vm, sm) = (grid as i32, self.matrix.n_slices() as i32);
         let (x, r, p, q) = (v.x.dev()?, v.r.dev()?, v.p.dev()?, v.q.dev()?);
-        // Jacobi stores z; with no preconditioner z = r and the direction reads r.
-        let z_out = match self.inv_diag {
-            Some(_) => Some(v.z.dev()?),
-            None => None,
+        let device_preconditioner = self.preconditioner.as_deref();
+        // Jacobi and device preconditioners store z; with none z = r and the
+        // direction reads r.
+        let z_out = match (&self.inv_diag, device_preconditioner) {
+            (None, None) => None,
+            _ => Some(v.z.dev()?),
         };
         let direction_from = z_out.unwrap_or(r);
         let ticket = folded.then_some(&s.ticket);
-        self.launch_precondition(r, z_out, s, ticket)?;
-        if !folded {
+        let finish_precondition = |j: i32, flexible: i32| {
             gpu.launch("cg_finish_precondition", 1, REDUCE_BLOCK, 0, |a| {
                 a.arg(&vm)
                     .arg(&s.vector_partials)
+                    .arg(&flexible)
                     .arg(&s.state)
-                    .arg(&s.records);
-            })?;
+                    .arg(&s.records)
+                    .arg(&j);
+            })
+        };
+        if device_preconditioner.is_none() {
+            self.launch_precondition(r, z_out, false, None, s, Some((0, ticket)))?;
+            if !folded {
+                finish_precondition(0, 0)?;
+            }
         }
+        let with_rz = i32::from(device_preconditioner.is_none());
         for j in 0..count as i32 {
+            if let Some(m) = device_preconditioner {
+                let z = v.z.dev()?;
+                m.apply_gated(r, z, &s.state)?;
+                let flexible_q = (!m.is_linear()).then_some(q);
+                self.launch_precondition(r, Some(z), true, flexible_q, s, Some((j, ticket)))?;
+                if !folded {
+                    finish_precondition(j, i32::from(flexible_q.is_some()))?;
+                }
+            }
             gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n)
                     .arg(&s.state)
@@ -566,11 +594,13 @@ impl<'g> GpuCgBackend<'g> {
                         .arg(&j);
                 })?;
             }
-            self.launch_update(p, q, x, r, z_out, s, Some((j, ticket)))?;
+            let z_with_update = z_out.filter(|_| device_preconditioner.is_none());
+            self.launch_update(p, q, x, r, z_with_update, with_rz, s, Some((j, ticket)))?;
             if !folded {
                 gpu.launch("cg_finish_update", 1, REDUCE_BLOCK, 0, |a| {
                     a.arg(&vm)
                         .arg(&s.vector_partials)
+                        .arg(&with_rz)
                         .arg(&s.state)
                         .arg(&s.records)
                         .arg(&j);
@@ -637,6 +667,8 @@ impl<'g> GpuCgBackend<'g> {
             rule.norm_factor,
             c.max_iter as f64,
             c.min_iter as f64,
+            state.p_q_old,
+            f64::NAN,
         ];
         {
             let mut s = self.scratch.borrow_mut();
@@ -755,7 +787,7 @@ impl CgBackend for GpuCgBackend<'_> {
         }
         self.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
-            self.launch_precondition(r.dev()?, Some(z.dev()?), &s, None)?;
+            self.launch_precondition(r.dev()?, Some(z.dev()?), false, None, &s, None)?;
             let m = vector_grid(self.matrix.n) as usize;
             Ok(self.reduce(&s, &s.vector_partials, m, 1)?[0])
         })
@@ -801,7 +833,7 @@ impl CgBackend for GpuCgBackend<'_> {
             self.gpu
                 .write(&[alpha, 0.0], &mut self.scratch.borrow_mut().scalars)?;
             let s = self.scratch.borrow();
-            self.launch_update(p.dev()?, q.dev()?, x.dev()?, r.dev()?, None, &s, None)?;
+            self.launch_update(p.dev()?, q.dev()?, x.dev()?, r.dev()?, None, 0, &s, None)?;
             let m = vector_grid(self.matrix.n) as usize;
             Ok(self.reduce(&s, &s.vector_partials, m, 1)?[0])
         })
@@ -814,9 +846,6 @@ impl CgBackend for GpuCgBackend<'_> {
         count: usize,
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
-        if self.preconditioner.is_some() {
-            return iterate_steps(self, rule, state, count, v);
-        }
         let count = count.min(self.check_interval);
         self.guarded(Vec::new(), || self.run_chunk(rule, state, count, &v))
     }

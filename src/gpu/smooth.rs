@@ -26,7 +26,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
-use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
@@ -45,6 +45,20 @@ pub trait DevicePreconditioner {
     /// z = M⁻¹ r; z is fully overwritten (through kernels: PCG's work
     /// vectors are shared with the backend's pool).
     fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError>;
+    /// [`Self::apply`] inside PCG's fused device loop, which may run on past
+    /// the end of the solve: `done[0] != 0` on the device means the result is
+    /// not needed, and kernels that read `done` first can return at once.
+    /// Only kernel launches and memsets on the Gpu's stream (no downloads,
+    /// allocations or host synchronisation): the loop is captured into a
+    /// CUDA graph.
+    fn apply_gated(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        _done: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.apply(r, z)
+    }
     /// Whether M⁻¹ is the same linear map at every application; if not, PCG
     /// runs flexible (`CgBackend::flexible_term`).
     fn is_linear(&self) -> bool;
@@ -379,17 +393,20 @@ impl<'g> DeviceSmoother<'g> {
         x: &CudaSlice<f64>,
         sweeps: usize,
     ) -> Result<(), GpuError> {
-        self.sweeps(b, x, sweeps, false)
+        self.sweeps(b, x, sweeps, false, None)
     }
 
     /// `sweeps` sweeps from x = 0 (x's content is not read). The first sweep
     /// of Jacobi and of synchronous block Jacobi then reads neither x nor (for
     /// Jacobi) the matrix, with the same result bits as sweeping a zero x.
+    /// The kernels return at once when `done` is set and its first entry
+    /// nonzero (`DevicePreconditioner::apply_gated`).
     pub fn smooth_from_zero(
         &self,
         b: &CudaSlice<f64>,
         x: &CudaSlice<f64>,
         sweeps: usize,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         if !self.double_buffered() || sweeps == 0 {
             let n = self.matrix.n as i32;
@@ -400,10 +417,11 @@ impl<'g> DeviceSmoother<'g> {
                 0,
                 |a| {
                     a.arg(&n).arg(x);
+                    arg_or_null(a, done);
                 },
             )?;
         }
-        self.sweeps(b, x, sweeps, self.double_buffered())
+        self.sweeps(b, x, sweeps, self.double_buffered(), done)
     }
 
     /// Whether a sweep reads one buffer and writes another (Jacobi,
@@ -417,13 +435,15 @@ impl<'g> DeviceSmoother<'g> {
     }
 
     /// `first_from_zero`: the first sweep reads x as zero (double-buffered
-    /// methods only, whose kernels take a null x for it).
+    /// methods only, whose kernels take a null x for it). `done`: the kernels'
+    /// gate (null: always run).
     fn sweeps(
         &self,
         b: &CudaSlice<f64>,
         x: &CudaSlice<f64>,
         sweeps: usize,
         first_from_zero: bool,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let (gpu, m) = (self.gpu, &*self.matrix);
         let (n, h, h32) = (m.n as i32, m.slice_height as u32, m.slice_height as i32);
@@ -463,6 +483,7 @@ impl<'g> DeviceSmoother<'g> {
                             None => a.arg(&NULL),
                         };
                         a.arg(to);
+                        arg_or_null(a, done);
                     })?;
                 }
                 Method::GaussSeidel { colouring, sweep } => {
@@ -483,6 +504,7 @@ impl<'g> DeviceSmoother<'g> {
                                     .arg(&m.diag)
                                     .arg(b)
                                     .arg(x);
+                                arg_or_null(a, done);
                             },
                         )?;
                     }
@@ -505,6 +527,7 @@ impl<'g> DeviceSmoother<'g> {
                         };
                         a.arg(to);
                         a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
+                        arg_or_null(a, done);
                     })?;
                 }
             }
@@ -533,7 +556,16 @@ impl<'g> DeviceSmootherPreconditioner<'g> {
 
 impl DevicePreconditioner for DeviceSmootherPreconditioner<'_> {
     fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.smoother.smooth_from_zero(r, z, self.sweeps)
+        self.smoother.smooth_from_zero(r, z, self.sweeps, None)
+    }
+    fn apply_gated(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.smoother
+            .smooth_from_zero(r, z, self.sweeps, Some(done))
     }
     fn is_linear(&self) -> bool {
         self.linear

@@ -24,7 +24,7 @@
 //! built beforehand (the preconditioner's set-up — colouring, uploads — given
 //! apart); iterations and the speed-up over Jacobi-PCG's solve time (the fused
 //! device loop in its default launch mode, RCM order; smoother-preconditioned
-//! PCG is driven from the host).
+//! PCG runs on the same loop, the smoother's kernels inside it).
 
 use std::time::Instant;
 
