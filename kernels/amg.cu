@@ -455,7 +455,10 @@ extern "C" __global__ void amg_smoother_scale(int n, const u64* __restrict__ row
     if (!(d > 0.0) || isinf(d)) atomicMin(bad, i);
 }
 
-// ---- The cycle.
+// ---- The cycle. Every kernel takes a trailing `done` (smooth.cu gated_off):
+// inside PCG's fused loop, null or the solve's state, whose first entry is
+// nonzero once the solve has stopped; the launch then returns at once (done
+// is uniform over the grid, so blocks that synchronise return as a whole).
 
 // Weighted / L1 Jacobi sweep on a CSR level: x_new = x + scale * (b - A x),
 // the row in stored order as the CPU cycle's row_residual (solve::amg::cycle).
@@ -466,7 +469,8 @@ extern "C" __global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr
                                           const double* __restrict__ scale,
                                           const double* __restrict__ b,
                                           const double* __restrict__ x,
-                                          double* __restrict__ x_new) {
+                                          double* __restrict__ x_new, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if (x == nullptr) {
@@ -486,7 +490,8 @@ extern "C" __global__ void amg_residual_modsell(int n, const u64* __restrict__ s
                                                 const double* __restrict__ diag,
                                                 const double* __restrict__ b,
                                                 const double* __restrict__ x,
-                                                double* __restrict__ r) {
+                                                double* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
     double xr;
     const double ax = modsell_row(n, slice_ptr, codes, vals, diag, x, &xr);
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -496,7 +501,9 @@ extern "C" __global__ void amg_residual_modsell(int n, const u64* __restrict__ s
 // b_c[I] = sum of r over I's members, ascending (R = P^T).
 extern "C" __global__ void amg_restrict(int nc, const u64* __restrict__ member_ptr,
                                         const unsigned* __restrict__ members,
-                                        const double* __restrict__ r, double* __restrict__ bc) {
+                                        const double* __restrict__ r, double* __restrict__ bc,
+                                        const double* done) {
+    if (gated_off(done)) return;
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
     double s = 0.0;
@@ -513,7 +520,8 @@ extern "C" __global__ void amg_residual_restrict_csr(int nc, const u64* __restri
                                                      const double* __restrict__ vals,
                                                      const double* __restrict__ b,
                                                      const double* __restrict__ x,
-                                                     double* __restrict__ bc) {
+                                                     double* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
     double s = 0.0;
@@ -530,14 +538,16 @@ extern "C" __global__ void amg_residual_restrict_csr(int nc, const u64* __restri
 // (x_out may be x_in).
 extern "C" __global__ void amg_prolong(int n, const unsigned* __restrict__ aggregate,
                                        const double* __restrict__ xc, double factor,
-                                       const double* x_in, double* x_out) {
+                                       const double* x_in, double* x_out, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x_out[i] = x_in[i] + factor * xc[aggregate[i]];
 }
 
 // dst = src.
 extern "C" __global__ void amg_copy(int n, const double* __restrict__ src,
-                                    double* __restrict__ dst) {
+                                    double* __restrict__ dst, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
 }
@@ -546,7 +556,8 @@ extern "C" __global__ void amg_copy(int n, const double* __restrict__ src,
 // lanes summing j = lane, lane + 32, ... then a fixed shuffle tree.
 extern "C" __global__ void amg_dense_apply(int n, const double* __restrict__ m,
                                            const double* __restrict__ b,
-                                           double* __restrict__ x) {
+                                           double* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
     const int lane = threadIdx.x & 31;
     const int row = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
     if (row >= n) return;  // whole warps leave together

@@ -35,7 +35,7 @@ use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::amg::coarsest::CoarsestSolver;
-use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS, MIN_COARSENING};
+use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS};
 use crate::sparse::Csr;
 
 /// Threads and elements per thread of the scan kernels (kernels/amg.cu).
@@ -48,6 +48,9 @@ const SCALE_JACOBI: i32 = 0;
 const SCALE_L1: i32 = 1;
 /// Rows of `amg_dense_apply` per block of [`VECTOR_BLOCK`] threads (a warp each).
 const DENSE_ROWS_PER_BLOCK: usize = VECTOR_BLOCK as usize / 32;
+/// A level shrinking by less than this factor is not kept: the CPU's rule
+/// (`solve::amg` MIN_COARSENING, private there; see AMG_SPEC.md Changes).
+const MIN_COARSENING: f64 = 1.2;
 
 /// A square CSR matrix on the device: u64 row pointers, ascending u32
 /// columns, the diagonal stored.
@@ -769,6 +772,7 @@ impl<'g> DeviceAmg<'g> {
         b: &CudaSlice<f64>,
         x: &CudaSlice<f64>,
         from_zero: bool,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let level = &self.levels[l];
@@ -779,11 +783,12 @@ impl<'g> DeviceAmg<'g> {
             let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
             return gpu.launch("amg_dense_apply", grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n32).arg(&self.coarsest_inverse).arg(b).arg(x);
+                arg_or_null(a, done);
             });
         };
         let c = &self.cycle;
         let start = if from_zero { Start::Zero } else { Start::X };
-        self.smooth(l, b, x, c.sweeps, start)?;
+        self.smooth(l, b, x, c.sweeps, start, done)?;
         let next = &self.levels[l + 1];
         let nc32 = next.a.n32();
         let cgrid = vector_grid(next.a.n);
@@ -804,6 +809,7 @@ impl<'g> DeviceAmg<'g> {
                         .arg(b)
                         .arg(x)
                         .arg(&self.residual);
+                    arg_or_null(a, done);
                 },
             )?;
             gpu.launch("amg_restrict", cgrid, VECTOR_BLOCK, 0, |a| {
@@ -812,6 +818,7 @@ impl<'g> DeviceAmg<'g> {
                     .arg(&t.members)
                     .arg(&self.residual)
                     .arg(&next.b);
+                arg_or_null(a, done);
             })?;
         } else {
             let m = &level.a;
@@ -825,13 +832,14 @@ impl<'g> DeviceAmg<'g> {
                     .arg(b)
                     .arg(x)
                     .arg(&next.b);
+                arg_or_null(a, done);
             })?;
         }
-        self.cycle_level(l + 1, &next.b, &next.x, true)?;
+        self.cycle_level(l + 1, &next.b, &next.x, true, done)?;
         // W: the coarse level once more from its iterate (not the coarsest,
         // whose solve is exact).
         if c.w_cycle && next.transfer.is_some() {
-            self.cycle_level(l + 1, &next.b, &next.x, false)?;
+            self.cycle_level(l + 1, &next.b, &next.x, false, done)?;
         }
         // x + P x_c into the buffer from which the post-sweeps end in x.
         let post_start = if c.sweeps % 2 == 1 {
@@ -856,9 +864,10 @@ impl<'g> DeviceAmg<'g> {
                     .arg(&c.correction)
                     .arg(x)
                     .arg(into);
+                arg_or_null(a, done);
             },
         )?;
-        self.smooth(l, b, x, c.sweeps, post_start)
+        self.smooth(l, b, x, c.sweeps, post_start, done)
     }
 
     /// `sweeps` Jacobi sweeps on level l ending in x, alternating between x
@@ -870,6 +879,7 @@ impl<'g> DeviceAmg<'g> {
         x: &CudaSlice<f64>,
         sweeps: usize,
         start: Start,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let level = &self.levels[l];
@@ -882,6 +892,7 @@ impl<'g> DeviceAmg<'g> {
             Start::X if sweeps % 2 == 1 => {
                 gpu.launch("amg_copy", vector_grid(n), VECTOR_BLOCK, 0, |a| {
                     a.arg(&n32).arg(x).arg(&level.spare);
+                    arg_or_null(a, done);
                 })?;
                 Some(1)
             }
@@ -896,13 +907,14 @@ impl<'g> DeviceAmg<'g> {
         if sweeps == 0 && start == Start::Zero {
             return gpu.launch("zero_vector", vector_grid(n), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n32).arg(x);
+                arg_or_null(a, done);
             });
         }
         for s in 0..sweeps {
             // The last sweep writes x.
             let to = (sweeps - 1 - s) % 2;
             let from = current.map(|k| buffers[k]);
-            self.sweep(l, b, from, buffers[to])?;
+            self.sweep(l, b, from, buffers[to], done)?;
             current = Some(to);
         }
         Ok(())
@@ -915,6 +927,7 @@ impl<'g> DeviceAmg<'g> {
         b: &CudaSlice<f64>,
         from: Option<&CudaSlice<f64>>,
         to: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let level = &self.levels[l];
         if l == 0 {
@@ -932,6 +945,7 @@ impl<'g> DeviceAmg<'g> {
                         .arg(b);
                     arg_or_null(a, from);
                     a.arg(to);
+                    arg_or_null(a, done);
                 })
         } else {
             let m = &level.a;
@@ -946,6 +960,7 @@ impl<'g> DeviceAmg<'g> {
                         .arg(b);
                     arg_or_null(a, from);
                     a.arg(to);
+                    arg_or_null(a, done);
                 })
         }
     }
@@ -953,7 +968,15 @@ impl<'g> DeviceAmg<'g> {
 
 impl DevicePreconditioner for DeviceAmg<'_> {
     fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.cycle_level(0, r, z, true)
+        self.cycle_level(0, r, z, true, None)
+    }
+    fn apply_gated(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.cycle_level(0, r, z, true, Some(done))
     }
     /// V and W cycles with Jacobi smoothers are fixed linear maps (symmetric
     /// when the pre- and post-sweeps agree).
