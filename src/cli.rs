@@ -485,6 +485,11 @@ struct BenchArgs {
     /// Sweeps per smoother row.
     #[arg(long, default_value_t = 100)]
     smoother_sweeps: usize,
+    /// Also the AMG rows: set-up (warm), value-only re-set-up, one cycle and
+    /// PCG with the V- and W-cycle to a relative residual of 1e-8 against
+    /// Jacobi-PCG (RCM order, random right-hand side).
+    #[arg(long)]
+    amg: bool,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -512,6 +517,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         write_mtx: args.write_mtx,
         smoothers: args.smoothers,
         smoother_sweeps: args.smoother_sweeps,
+        amg: args.amg,
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

@@ -9,11 +9,14 @@
 //! mod-SELL), [`assembly`] the Laplacian assembled on the device into
 //! mod-SELL, [`pcg`] the device-resident PCG backend, [`smooth`] the
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
-//! PCG preconditioners, [`bench`] the `fvpoisson bench` measurements
-//! ([`smooth_bench`] those of the smoothers), [`cusparse`] the cuSPARSE
+//! PCG preconditioners, [`amg`] aggregation AMG (set-up on the device, its
+//! cycle a PCG preconditioner), [`bench`] the `fvpoisson bench` measurements
+//! ([`smooth_bench`] those of the smoothers, [`amg_bench`] of AMG),
+//! [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
 
 pub mod amg;
+pub mod amg_bench;
 pub mod assembly;
 pub mod bench;
 pub mod cache;
