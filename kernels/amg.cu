@@ -567,3 +567,87 @@ extern "C" __global__ void amg_dense_apply(int n, const double* __restrict__ m,
     for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
     if (lane == 0) x[row] = s;
 }
+
+// ---- The coarsest level's operator, formed on the device (set-up): a dense
+// Cholesky factor and the inverse column by column (the host's nalgebra
+// inverse takes ~1 s at 1000 rows). The matrix is the one the CPU's
+// CoarsestSolver factors (symmetrised, shifted when singular), row-major.
+
+// Largest coarsest matrix (solve::amg MAX_DENSE_ROWS): column k of the factor
+// is staged in shared memory.
+#define DENSE_MAX_ROWS 4096
+
+// In-place Cholesky A = L L^T of the row-major n x n matrix a (its lower
+// triangle, diagonal included, becomes L; the upper triangle is not read).
+// One block (blockDim a multiple of 32), right-looking: per column k the
+// pivot, the column below it scaled, then the trailing lower triangle
+// updated, a warp per row, lanes along the row. *failed = k + 1 for the
+// first pivot that is not positive (0 when the factor exists).
+extern "C" __global__ void amg_dense_cholesky(int n, double* a, int* failed) {
+    __shared__ double col[DENSE_MAX_ROWS];
+    __shared__ double pivot;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int k = 0; k < n; ++k) {
+        if (threadIdx.x == 0) {
+            const double d = a[(u64)k * n + k];
+            pivot = d > 0.0 ? sqrt(d) : 0.0;
+            if (pivot == 0.0) *failed = k + 1;
+            a[(u64)k * n + k] = pivot;
+        }
+        __syncthreads();
+        if (pivot == 0.0) return;  // shared: the whole block leaves
+        for (int i = k + 1 + threadIdx.x; i < n; i += blockDim.x) {
+            const double l = a[(u64)i * n + k] / pivot;
+            a[(u64)i * n + k] = l;
+            col[i] = l;
+        }
+        __syncthreads();
+        for (int i = k + 1 + warp; i < n; i += warps) {
+            const double li = col[i];
+            double* row = a + (u64)i * n;
+            for (int j = k + 1 + lane; j <= i; j += 32) row[j] -= li * col[j];
+        }
+        __syncthreads();  // the next pivot and column read the updated rows
+    }
+}
+
+// Sum over the warp, valid in every lane (fixed butterfly order).
+__device__ double warp_sum_all(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Column j of A^-1 (one warp per column) from the factor l: L y = e_j, then
+// L^T x = y, in scratch[j*n ..); with `project` (singular A_L) minus its
+// mean (as CoarsestSolver::inverse), written to inv[i*n + j] (row-major).
+extern "C" __global__ void amg_dense_inverse(int n, const double* __restrict__ l,
+                                             double* __restrict__ scratch, int project,
+                                             double* __restrict__ inv) {
+    const int lane = threadIdx.x & 31;
+    const int j = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    if (j >= n) return;  // whole warps leave together
+    double* y = scratch + (u64)j * n;
+    for (int i = lane; i < j; i += 32) y[i] = 0.0;
+    for (int i = j; i < n; ++i) {
+        const double* li = l + (u64)i * n;
+        double s = 0.0;
+        for (int k = j + lane; k < i; k += 32) s += li[k] * y[k];
+        s = warp_sum_all(s);
+        if (lane == 0) y[i] = ((i == j ? 1.0 : 0.0) - s) / li[i];
+        __syncwarp();
+    }
+    for (int i = n - 1; i >= 0; --i) {
+        double s = 0.0;
+        for (int k = i + 1 + lane; k < n; k += 32) s += l[(u64)k * n + i] * y[k];
+        s = warp_sum_all(s);
+        if (lane == 0) y[i] = (y[i] - s) / l[(u64)i * n + i];
+        __syncwarp();
+    }
+    double mean = 0.0;
+    if (project) {
+        double s = 0.0;
+        for (int i = lane; i < n; i += 32) s += y[i];
+        mean = warp_sum_all(s) / n;
+    }
+    for (int i = lane; i < n; i += 32) inv[(u64)i * n + j] = y[i] - mean;
+}

@@ -18,8 +18,10 @@
 //!   kernel as the value-only re-set-up ([`DeviceAmg::update_values`]);
 //! - the level's aggregates (passes composed) and their members, ascending,
 //!   for the restriction R = Pᵀ;
-//! - smoother scales per level (weighted or L1 Jacobi) and, on the host, the
-//!   coarsest matrix's dense inverse (`CoarsestSolver::inverse`) uploaded.
+//! - smoother scales per level (weighted or L1 Jacobi) and the coarsest
+//!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
+//!   the matrix built on the host, factored (one-block Cholesky) and inverted
+//!   column by column (a warp per column) on the device.
 //!
 //! The cycle (`apply`) only launches kernels on the Gpu's stream, with every
 //! buffer allocated at set-up, so PCG may capture it into a CUDA graph. The
@@ -30,12 +32,13 @@
 use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
-use crate::solve::amg::coarsest::CoarsestSolver;
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS};
+use crate::sparse::testing::dense;
 use crate::sparse::Csr;
 
 /// Threads and elements per thread of the scan kernels (kernels/amg.cu).
@@ -48,6 +51,25 @@ const SCALE_JACOBI: i32 = 0;
 const SCALE_L1: i32 = 1;
 /// Rows of `amg_dense_apply` per block of [`VECTOR_BLOCK`] threads (a warp each).
 const DENSE_ROWS_PER_BLOCK: usize = VECTOR_BLOCK as usize / 32;
+/// Threads of the one-block dense Cholesky.
+const DENSE_FACTOR_BLOCK: u32 = 1024;
+/// A_L is singular when Σ_i |Σ_j a_ij| ≤ SINGULAR · Σ_i a_ii (`solve::amg::coarsest`).
+const SINGULAR: f64 = 1e-10;
+
+/// The dense matrix `CoarsestSolver::new` factors (A_L, plus (Σ a_ii / n²)
+/// e eᵀ when A_L is singular, symmetrised) and whether A_L is singular.
+fn factored_matrix(a: &Csr) -> (DMatrix<f64>, bool) {
+    let n = a.n_rows();
+    let mut m = dense(a);
+    let diag_sum: f64 = m.diagonal().iter().sum();
+    let row_sum_abs: f64 = m.row_iter().map(|r| r.sum().abs()).sum();
+    let singular = row_sum_abs <= SINGULAR * diag_sum;
+    if singular {
+        m.add_scalar_mut(diag_sum / (n as f64 * n as f64));
+    }
+    ((&m + m.transpose()) * 0.5, singular)
+}
+
 /// A level shrinking by less than this factor is not kept: the CPU's rule
 /// (`solve::amg` MIN_COARSENING, private there; see AMG_SPEC.md Changes).
 const MIN_COARSENING: f64 = 1.2;
@@ -666,10 +688,43 @@ impl<'g> DeviceAmg<'g> {
                  finite; the Jacobi smoothers need a positive diagonal (is the matrix SPD?)"
             )));
         }
-        let coarsest = self.levels[last].a.download(gpu)?;
-        let solver =
-            CoarsestSolver::new(&coarsest).map_err(|e| GpuError::Invalid(e.to_string()))?;
-        gpu.write(&solver.inverse(), &mut self.coarsest_inverse)
+        self.coarsest_operator()
+    }
+
+    /// The coarsest level's dense operator A_L⁻¹ (or A_L⁺), as
+    /// `CoarsestSolver::inverse` defines it, formed on the device: the matrix
+    /// that `CoarsestSolver` factors is built on the host (O(n²)), factored
+    /// by `amg_dense_cholesky` and inverted column by column by
+    /// `amg_dense_inverse` (the host's O(n³) inverse takes ~1 s at 1000 rows).
+    fn coarsest_operator(&mut self) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let coarsest = self.levels.last().expect("one level").a.download(gpu)?;
+        let n = coarsest.n_rows();
+        let (matrix, singular) = factored_matrix(&coarsest);
+        // Symmetric: its column-major storage is also row-major.
+        let factor = gpu.upload(matrix.as_slice())?;
+        let failed = gpu.zeros::<i32>(1)?;
+        let (n32, project) = (n as i32, i32::from(singular));
+        gpu.launch("amg_dense_cholesky", 1, DENSE_FACTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&factor).arg(&failed);
+        })?;
+        let pivot = read_at(gpu, &failed, 0)?;
+        if pivot != 0 {
+            return Err(GpuError::Invalid(format!(
+                "AMG: the coarsest matrix ({n} rows) is not positive definite (pivot {pivot} of \
+                 its Cholesky factor), so it cannot be inverted; is the matrix symmetric positive \
+                 definite, or singular only through constants as in an all-Neumann problem?"
+            )));
+        }
+        let scratch = gpu.zeros::<f64>(n * n)?;
+        let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+        gpu.launch("amg_dense_inverse", grid, VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(&factor)
+                .arg(&scratch)
+                .arg(&project)
+                .arg(&self.coarsest_inverse);
+        })
     }
 
     /// Recomputes every value for `fine`, a matrix of the set-up's pattern
