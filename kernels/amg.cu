@@ -170,10 +170,11 @@ extern "C" __global__ void amg_csr_values_from_modsell(int n, const u64* __restr
     }
 }
 
-// ---- Pairwise matching (spec "Pairwise matching"): Jacobi-style rounds.
-// partner[i] < 0: unmatched. matched[r] counts the rows matched in round r;
-// a round after one that matched nothing is skipped (its state would not
-// change), so all rounds are launched without reading anything back.
+// ---- Pairwise matching (spec "Pairwise matching", solve::amg::matching):
+// Jacobi-style rounds. partner[i] < 0: unmatched. matched[r] counts the rows
+// matched in round r; a round after one that matched nothing is skipped (its
+// state would not change), so all rounds are launched without reading
+// anything back.
 
 // The spec's pair hash, wrapping 32-bit arithmetic (lo < hi).
 __device__ __forceinline__ unsigned amg_pair_hash(unsigned lo, unsigned hi) {
@@ -186,18 +187,38 @@ __device__ __forceinline__ unsigned amg_pair_hash(unsigned lo, unsigned hi) {
     return h;
 }
 
+// A coupling is strong when s_ij >= STRONG_FRACTION * s_i and * s_j
+// (matching.rs STRONG_FRACTION).
+#define STRONG_FRACTION 0.5
+
+// strongest[i] = s_i = max over the off-diagonals of -a_ij (0 when none is
+// negative), in column order as matching.rs strongest_couplings.
+extern "C" __global__ void amg_strongest_couplings(int n, const u64* __restrict__ row_ptr,
+                                                   const unsigned* __restrict__ cols,
+                                                   const double* __restrict__ vals,
+                                                   double* __restrict__ strongest) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double m = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
+        if ((int)cols[k] != i && -vals[k] > m) m = -vals[k];
+    strongest[i] = m;
+}
+
 // Every row unmatched (before round 0).
 extern "C" __global__ void amg_unmatch(int n, int* __restrict__ partner) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) partner[i] = -1;
 }
 
-// Round part 1: cand[i] = the unmatched neighbour j of unmatched i with the
-// largest key (s_ij = -a_ij > 0, then the hash; equal keys: smaller j), -1
-// for none or for matched rows.
+// Round part 1: cand[i] = the unmatched neighbour j of unmatched i with
+// s_ij = -a_ij > 0 and the largest key (strong_ij, pair hash), the smaller j
+// on equal keys (columns ascend; replaced only on a strictly greater key);
+// -1 for none or for matched rows.
 extern "C" __global__ void amg_match_candidates(int n, const u64* __restrict__ row_ptr,
                                                 const unsigned* __restrict__ cols,
                                                 const double* __restrict__ vals,
+                                                const double* __restrict__ strongest,
                                                 const int* __restrict__ partner,
                                                 int* __restrict__ cand,
                                                 const int* __restrict__ matched_before) {
@@ -206,22 +227,21 @@ extern "C" __global__ void amg_match_candidates(int n, const u64* __restrict__ r
     if (i >= n) return;
     int best = -1;
     if (partner[i] < 0) {
-        double best_s = 0.0;
+        bool best_strong = false;
         unsigned best_h = 0;
+        const double s_i = strongest[i];
         for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) {
             const int j = (int)cols[k];
             if (j == i) continue;
             const double s = -vals[k];
-            // As the CPU's test (a NaN coupling passes it but never beats a key).
+            // As the CPU's test (a NaN coupling passes it but is never strong).
             if (s <= 0.0 || partner[j] >= 0) continue;
-            const unsigned hash =
-                amg_pair_hash((unsigned)min(i, j), (unsigned)max(i, j));
-            const bool better = best < 0 || s > best_s ||
-                                (s == best_s && (hash > best_h || (hash == best_h && j < best)));
-            if (better) {
+            const bool strong = s >= STRONG_FRACTION * s_i && s >= STRONG_FRACTION * strongest[j];
+            const unsigned h = amg_pair_hash((unsigned)min(i, j), (unsigned)max(i, j));
+            if (best < 0 || (strong && !best_strong) || (strong == best_strong && h > best_h)) {
                 best = j;
-                best_s = s;
-                best_h = hash;
+                best_strong = strong;
+                best_h = h;
             }
         }
     }

@@ -277,6 +277,14 @@ impl Pass {
         let partner = gpu.zeros::<i32>(n)?;
         let cand = gpu.zeros::<i32>(n)?;
         let matched = gpu.zeros::<i32>(rounds.max(1))?;
+        let strongest = gpu.zeros::<f64>(n)?;
+        gpu.launch("amg_strongest_couplings", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&a.vals)
+                .arg(&strongest);
+        })?;
         gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32).arg(&partner);
         })?;
@@ -288,6 +296,7 @@ impl Pass {
                     .arg(&a.row_ptr)
                     .arg(&a.cols)
                     .arg(&a.vals)
+                    .arg(&strongest)
                     .arg(&partner)
                     .arg(&cand);
                 match &before {

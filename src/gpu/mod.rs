@@ -45,7 +45,7 @@ const KERNEL_SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 58] = [
+const KERNELS: [&str; 61] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -83,6 +83,7 @@ const KERNELS: [&str; 58] = [
     "amg_modsell_row_lengths",
     "amg_modsell_to_csr",
     "amg_csr_values_from_modsell",
+    "amg_strongest_couplings",
     "amg_unmatch",
     "amg_match_candidates",
     "amg_match_handshake",
@@ -104,6 +105,8 @@ const KERNELS: [&str; 58] = [
     "amg_prolong",
     "amg_copy",
     "amg_dense_apply",
+    "amg_dense_cholesky",
+    "amg_dense_inverse",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).
