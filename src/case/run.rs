@@ -127,6 +127,9 @@ impl Device<'_> {
             (None, Preconditioner::Smoother(s)) => Some(format!(
                 "PCG with the {s} smoother as preconditioner runs on a host-assembled matrix"
             )),
+            (None, Preconditioner::Amg(s)) => Some(format!(
+                "PCG with the {s} preconditioner runs on a host-assembled matrix"
+            )),
             (None, Preconditioner::Kind(_)) => None,
         }
     }

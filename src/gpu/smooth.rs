@@ -617,10 +617,12 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 
 /// What the GPU runs for a PCG preconditioner: Jacobi and none as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
-/// [`gpu_smoother`]; DIC and IC(0) (triangular solves, not on the GPU) as Jacobi.
+/// [`gpu_smoother`]; DIC and IC(0) (triangular solves, not on the GPU) and
+/// AMG (CPU only so far) as Jacobi.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
     match p {
         Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
+        Preconditioner::Amg(_) => PreconditionerKind::Jacobi.into(),
         Preconditioner::Kind(PreconditionerKind::SymGaussSeidel) => {
             Preconditioner::Smoother(gpu_smoother(&SmootherSettings::new(
                 SmootherKind::GaussSeidel(Sweep::Symmetric),
@@ -778,6 +780,11 @@ impl GpuSolver<'_> {
                 return self.solve(a, *kind, equilibration, b, x, controls, field, options)
             }
             Preconditioner::Smoother(s) => s,
+            Preconditioner::Amg(s) => {
+                return Err(SolveError::Device(format!(
+                    "the {s} preconditioner is not available on the GPU (gpu_preconditioner maps                      it to Jacobi)"
+                )))
+            }
         };
         check_system(a, b, x, controls)?;
         preconditioner.check()?;

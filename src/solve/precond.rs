@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::amg::{Amg, AmgSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
@@ -86,12 +87,14 @@ impl FromStr for PreconditionerKind {
     }
 }
 
-/// PCG's preconditioner: a named one, or a smoother run from z = 0
-/// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only).
+/// PCG's preconditioner: a named one, a smoother run from z = 0
+/// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only), or one
+/// aggregation-AMG cycle (`solve::amg`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Preconditioner {
     Kind(PreconditionerKind),
     Smoother(SmootherSettings),
+    Amg(AmgSettings),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -111,6 +114,7 @@ impl fmt::Display for Preconditioner {
         match self {
             Self::Kind(k) => k.fmt(f),
             Self::Smoother(s) => s.fmt(f),
+            Self::Amg(s) => s.fmt(f),
         }
     }
 }
@@ -118,7 +122,11 @@ impl fmt::Display for Preconditioner {
 impl Preconditioner {
     /// Whether PCG must be flexible (the preconditioner is not a fixed linear map).
     pub fn is_flexible(&self) -> bool {
-        matches!(self, Self::Smoother(s) if !s.is_linear())
+        match self {
+            Self::Kind(_) => false,
+            Self::Smoother(s) => !s.is_linear(),
+            Self::Amg(s) => !s.is_linear(),
+        }
     }
 
     /// Checks that the preconditioner can precondition PCG (a symmetric
@@ -130,13 +138,14 @@ impl Preconditioner {
                 .validate()
                 .and_then(|()| s.check_preconditioner())
                 .map_err(SolveError::InvalidControls),
+            Self::Amg(s) => s.validate().map_err(SolveError::InvalidControls),
         }
     }
 
     /// The row order the preconditioner wants (block Jacobi's blocks).
     pub fn ordering(&self, a: &Csr) -> Option<Permutation> {
         match self {
-            Self::Kind(_) => None,
+            Self::Kind(_) | Self::Amg(_) => None,
             Self::Smoother(s) => s.ordering(a),
         }
     }
@@ -147,6 +156,11 @@ impl Preconditioner {
         match self {
             Self::Kind(k) => k.build(a),
             Self::Smoother(s) => Ok(Box::new(SmootherPreconditioner::new(s.build(a)?, s.sweeps))),
+            Self::Amg(s) => {
+                let amg = Amg::new(a, s)?;
+                log::info!("{s}: {}", amg.hierarchy().describe());
+                Ok(Box::new(amg))
+            }
         }
     }
 }

@@ -1,14 +1,20 @@
-//! Pairwise matching by strongest negative coupling (one aggregation "pass",
-//! `AMG_SPEC.md`): the deterministic, Jacobi-style parallel rounds that the
-//! GPU (`kernels/amg.cu`) runs too, so that both give the same pairs.
+//! Pairwise matching of strongly coupled rows (one aggregation "pass",
+//! `AMG_SPEC.md`): deterministic, Jacobi-style parallel rounds that the GPU
+//! (`kernels/amg.cu`) runs too, so that both give the same pairs.
 //!
-//! In each round every unmatched row i proposes to its strongest unmatched
-//! neighbour cand(i) (largest key(i, j) = (s_ij, pair_hash), s_ij = −a_ij > 0;
-//! equal keys: the smaller j), reading only the previous round's state; i and
-//! j are matched when they propose to each other. This is the parallel
-//! "handshake" matching of AmgX's size-2 aggregation and of Notay's pairwise
-//! aggregation (Notay 2010, ETNA 37, §3) with a fixed tie break instead of a
-//! sequential order, so no floating-point arithmetic enters the choice.
+//! Coupling strength s_ij = −a_ij (only s_ij > 0 couple); s_i = max_j s_ij.
+//! A coupling is strong when s_ij ≥ β s_i and s_ij ≥ β s_j (β =
+//! [`STRONG_FRACTION`]: strong for both rows). In each round every unmatched
+//! row i proposes to the unmatched neighbour j with the largest key
+//! (strong_ij, pair_hash(i, j)) (equal keys: the smaller j), reading only the
+//! previous round's state; i and j are matched when they propose to each
+//! other. This is the parallel handshake matching of AmgX's size-2
+//! aggregation with Notay's strong-coupling test (ETNA 37 (2010) §3) and a
+//! random priority (the hash) among the strong couplings: proposing to the
+//! strongest coupling instead stalls on smoothly varying coefficients, where
+//! the strongest couplings form chains that match one pair per round at
+//! their ends. No arithmetic but one product per test enters the choice, so
+//! CPU and GPU agree exactly.
 
 use rayon::prelude::*;
 
@@ -18,6 +24,10 @@ use crate::sparse::Csr;
 pub const UNMATCHED: u32 = u32::MAX;
 /// `cand` value of a row with no neighbour to propose to.
 const NONE: u32 = u32::MAX;
+
+/// β: a coupling is strong when it is at least this fraction of the
+/// strongest coupling of both its rows.
+pub const STRONG_FRACTION: f64 = 0.5;
 
 /// The tie break of two couplings of equal strength: a fixed 32-bit mix of
 /// the pair (smaller index first), in wrapping u32 arithmetic. The GPU's
@@ -43,24 +53,37 @@ pub struct Matching {
     pub rounds: usize,
 }
 
-/// Whether (s, h, j) beats the best (s_best, h_best, j_best) so far: larger
-/// strength, then larger hash, then smaller column.
-fn beats(s: f64, h: u32, j: u32, best: (f64, u32, u32)) -> bool {
-    s > best.0 || (s == best.0 && (h > best.1 || (h == best.1 && j < best.2)))
+/// s_i = max_{j≠i} −a_ij over the row (0 when no coupling is negative).
+fn strongest_couplings(a: &Csr) -> Vec<f64> {
+    (0..a.n_rows())
+        .into_par_iter()
+        .with_min_len(1024)
+        .map(|i| {
+            let (cols, vals) = a.row(i);
+            cols.iter()
+                .zip(vals)
+                .filter(|(&j, _)| j as usize != i)
+                .fold(0.0, |m, (_, &v)| if -v > m { -v } else { m })
+        })
+        .collect()
 }
 
-/// Row i's proposal: its strongest unmatched neighbour j ≠ i with s_ij > 0.
-fn candidate(a: &Csr, i: usize, partner: &[u32]) -> u32 {
+/// Row i's proposal: the unmatched neighbour j ≠ i with s_ij > 0 and the
+/// largest (strong_ij, pair_hash(i, j)), the smaller j on equal keys.
+fn candidate(a: &Csr, i: usize, partner: &[u32], strongest: &[f64]) -> u32 {
     let (cols, vals) = a.row(i);
-    let mut best = (0.0, 0, NONE);
+    let mut best = (false, 0u32, NONE);
     for (&j, &v) in cols.iter().zip(vals) {
         let s = -v;
         if j as usize == i || s <= 0.0 || partner[j as usize] != UNMATCHED {
             continue;
         }
+        let strong =
+            s >= STRONG_FRACTION * strongest[i] && s >= STRONG_FRACTION * strongest[j as usize];
         let h = pair_hash(i as u32, j);
-        if best.2 == NONE || beats(s, h, j, best) {
-            best = (s, h, j);
+        // Columns ascend, so on an equal key the earlier (smaller) j stays.
+        if best.2 == NONE || (strong, h) > (best.0, best.1) {
+            best = (strong, h, j);
         }
     }
     best.2
@@ -72,6 +95,7 @@ pub fn pairwise_matching(a: &Csr, rounds: usize) -> Matching {
     let n = a.n_rows();
     let mut partner = vec![UNMATCHED; n];
     let mut cand = vec![NONE; n];
+    let strongest = strongest_couplings(a);
     let mut rounds_run = 0;
     while rounds_run < rounds {
         rounds_run += 1;
@@ -80,7 +104,7 @@ pub fn pairwise_matching(a: &Csr, rounds: usize) -> Matching {
             .with_min_len(1024)
             .for_each(|(i, c)| {
                 *c = if partner[i] == UNMATCHED {
-                    candidate(a, i, &partner)
+                    candidate(a, i, &partner, &strongest)
                 } else {
                     NONE
                 };

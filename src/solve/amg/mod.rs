@@ -27,11 +27,15 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use cycle::Amg;
+
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
-use super::smoother::check_diagonal;
-use super::SolveError;
+use super::cpu::check_system;
+use super::precond::Identity;
+use super::smooth_solver::{smooth_solve, CpuSmoothing};
+use super::smoother::{check_diagonal, PreconditionerSmoother};
+use super::{SolveError, SolverControls, SolverPerformance};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
 use coarsest::CoarsestSolver;
@@ -488,4 +492,30 @@ impl Hierarchy {
             }
         )
     }
+}
+
+/// Solves A x = b by AMG cycles alone, from the x given: x ← x + M⁻¹(b − A x)
+/// with M one cycle, the residual checked after each cycle (OpenFOAM's
+/// `GAMG` solver; the loop and its stopping rules are smoothSolver's,
+/// `solve::smooth_solve`, with one "sweep" per cycle). PCG with the AMG
+/// preconditioner ([`super::Preconditioner::Amg`]) needs fewer cycles for
+/// the same residual; this is the OpenFOAM-compatible choice.
+pub fn solve_amg(
+    a: &Csr,
+    settings: &AmgSettings,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
+    let amg = Amg::new(a, settings)?;
+    log::info!("{settings}: {}", amg.hierarchy().describe());
+    let cycle = PreconditionerSmoother::new(a, Box::new(amg));
+    let identity = Identity(a.n_rows());
+    let backend = CpuSmoothing::new(a, &cycle, &identity);
+    let mut x_work = x.to_vec();
+    let perf = smooth_solve(&backend, &b.to_vec(), &mut x_work, controls, 1, field)?;
+    x.copy_from_slice(&x_work);
+    Ok(perf)
 }

@@ -69,24 +69,30 @@ fn pair_hash_is_symmetric_and_matches_an_independent_implementation() {
 
 #[test]
 fn matching_of_chains_by_hand() {
-    // Strengths 1, 3, 1: rows 1 and 2 pair in round 1; rows 0 and 3 have only
-    // matched neighbours, so round 2 matches nothing and they stay single.
+    // Strengths 1, 3, 1: only (1, 2) is strong for both rows (1 < 3/2), so
+    // rows 1 and 2 pair in round 1; rows 0 and 3 have only matched
+    // neighbours, round 2 matches nothing and they stay single.
     let m = pairwise_matching(&chain(&[1.0, 3.0, 1.0]), 8);
     assert_eq!(m.aggregate, vec![0, 1, 1, 2]);
     assert_eq!((m.n_coarse, m.rounds), (3, 2));
-    // Strengths 3, 1, 3: two pairs at once; round 2 finds nobody left.
+    // Strengths 3, 1, 3: two strong pairs at once; round 2 finds nobody left.
     let m = pairwise_matching(&chain(&[3.0, 1.0, 3.0]), 8);
     assert_eq!(m.aggregate, vec![0, 0, 1, 1]);
     assert_eq!((m.n_coarse, m.rounds), (2, 2));
-    // Strengths 1, 2, 3, 4: round 1 pairs (3, 4); round 2 pairs (1, 2), the
-    // strongest pair left; 0 stays single. One round only: (3, 4) alone.
-    let c = chain(&[1.0, 2.0, 3.0, 4.0]);
+    // Equal strengths: the hash decides. pair_hash(0, 1) = 3979630085 >
+    // pair_hash(1, 2) = 954905276 > pair_hash(2, 3) = 39024402, so row 1
+    // proposes to 0 and row 2 to 1: round 1 pairs (0, 1), round 2 (2, 3).
+    let c = chain(&[1.0, 1.0, 1.0]);
     let m = pairwise_matching(&c, 8);
-    assert_eq!(m.aggregate, vec![0, 1, 1, 2, 2]);
+    assert_eq!(m.aggregate, vec![0, 0, 1, 1]);
     assert_eq!(m.rounds, 3);
     let m = pairwise_matching(&c, 1);
-    assert_eq!(m.aggregate, vec![0, 1, 2, 3, 3]);
-    assert_eq!((m.n_coarse, m.rounds), (4, 1));
+    assert_eq!(m.aggregate, vec![0, 0, 1, 2]);
+    assert_eq!((m.n_coarse, m.rounds), (3, 1));
+    // A weak coupling is taken when it is all a row has: strengths 1, 4
+    // pair (1, 2) (strong) and leave 0 single only if 1 is taken.
+    let m = pairwise_matching(&chain(&[1.0, 4.0]), 8);
+    assert_eq!(m.aggregate, vec![0, 1, 1]);
     // Positive off-diagonals are never matched.
     let mut pos = dense(&chain(&[1.0, 1.0]));
     pos[(0, 1)] = 0.5;
@@ -95,9 +101,27 @@ fn matching_of_chains_by_hand() {
     assert_eq!(m.aggregate, vec![0, 1, 1]);
 }
 
+#[test]
+fn matching_does_not_stall_on_monotone_strengths() {
+    // Strengths 1, 2, 3, …: every row's strongest coupling points up the
+    // chain, so strongest-first handshakes match one pair per round. Here
+    // neighbouring strengths are all strong and the hash pairs most rows.
+    let strengths: Vec<f64> = (1..1000).map(f64::from).collect();
+    let m = pairwise_matching(&chain(&strengths), 6);
+    assert!(m.n_coarse < 650, "{} of 1000", m.n_coarse);
+}
+
 /// The spec's rounds, written densely and sequentially: partner per row.
 fn reference_partners(a: &DMatrix<f64>, rounds: usize) -> Vec<Option<usize>> {
     let n = a.nrows();
+    let strongest: Vec<f64> = (0..n)
+        .map(|i| {
+            (0..n)
+                .filter(|&j| j != i)
+                .map(|j| -a[(i, j)])
+                .fold(0.0, f64::max)
+        })
+        .collect();
     let mut partner = vec![None; n];
     for _ in 0..rounds {
         let cand: Vec<Option<usize>> = (0..n)
@@ -105,12 +129,14 @@ fn reference_partners(a: &DMatrix<f64>, rounds: usize) -> Vec<Option<usize>> {
                 if partner[i].is_some() {
                     return None;
                 }
-                let mut best: Option<(f64, u32, usize)> = None;
+                let mut best: Option<(bool, u32, usize)> = None;
                 for j in (0..n).filter(|&j| j != i && partner[j].is_none() && -a[(i, j)] > 0.0) {
-                    let key = (-a[(i, j)], pair_hash(i as u32, j as u32), j);
+                    let s = -a[(i, j)];
+                    let strong = s >= 0.5 * strongest[i] && s >= 0.5 * strongest[j];
+                    let key = (strong, pair_hash(i as u32, j as u32), j);
                     let better = match best {
                         None => true,
-                        Some(b) => key.0 > b.0 || (key.0 == b.0 && key.1 > b.1),
+                        Some(b) => (key.0, key.1) > (b.0, b.1),
                     };
                     if better {
                         best = Some(key);
