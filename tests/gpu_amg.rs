@@ -11,15 +11,16 @@ use fvpoisson::gpu::amg::DeviceAmg;
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
-use fvpoisson::gpu::smooth::DevicePreconditioner;
+use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy};
 use fvpoisson::solve::{
-    pcg, CgBackend, CpuBackend, LinearOperator, PreconditionerKind, SolverControls,
+    pcg, solve_pcg_scaled, CgBackend, CpuBackend, EquilibrationKind, LinearOperator,
+    Preconditioner, PreconditionerKind, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
-use fvpoisson::sparse::{Csr, ModSell};
+use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Mesh sources (files relative to the repository root, the working directory
 /// of `cargo test` and of the device runs): hex, perturbed and renumbered
@@ -468,5 +469,66 @@ fn unsupported_settings_are_clear_errors() {
             .expect("an error");
         println!("{settings}: {e}");
         assert!(e.to_string().contains("not available on the GPU"), "{e}");
+    }
+}
+
+#[test]
+fn solve_with_runs_the_gpu_amg_like_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls {
+        tolerance: 0.0,
+        rel_tol: 1e-8,
+        max_iter: 1000,
+        min_iter: 0,
+    };
+    // Natural order on both sides, so that both build the same hierarchy.
+    let options = GpuSolveOptions {
+        ordering: RowOrdering::Natural,
+        ..GpuSolveOptions::default()
+    };
+    println!(
+        "{:<44} {:<12} {:>7} {:>7} {:>9}",
+        "system", "scaling", "CPU it", "GPU it", "x diff"
+    );
+    for s in systems()
+        .into_iter()
+        .filter(|s| !s.name.contains("Neumann"))
+    {
+        for equilibration in [EquilibrationKind::None, EquilibrationKind::Jacobi] {
+            let p = Preconditioner::Amg(test_settings());
+            let mut x_cpu = vec![0.0; s.a.n_rows()];
+            let cpu = solve_pcg_scaled(&s.a, p, &equilibration, &s.b, &mut x_cpu, &controls, "p")
+                .unwrap();
+            let mut x_gpu = vec![0.0; s.a.n_rows()];
+            let gpu_perf = solve_pcg_gpu_with(
+                &gpu,
+                &s.a,
+                &gpu_preconditioner(&p),
+                &equilibration,
+                &s.b,
+                &mut x_gpu,
+                &controls,
+                "p",
+                &options,
+            )
+            .unwrap();
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!(
+                "{:<44} {:<12} {:>7} {:>7} {d:>9.1e}",
+                s.name,
+                format!("{equilibration:?}"),
+                cpu.iterations,
+                gpu_perf.iterations
+            );
+            assert!(gpu_perf.converged, "{}: GPU solve did not converge", s.name);
+            assert!(
+                gpu_perf.iterations.abs_diff(cpu.iterations) <= 1,
+                "{}: {} GPU iterations, {} CPU",
+                s.name,
+                gpu_perf.iterations,
+                cpu.iterations
+            );
+            assert!(d <= 1e-6, "{}: solutions differ by {d:.1e}", s.name);
+        }
     }
 }

@@ -35,11 +35,15 @@ use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS};
+use crate::solve::cpu::check_system;
+use crate::solve::{pcg, EquilibrationKind, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::testing::dense;
 use crate::sparse::Csr;
+use crate::sparse::Reordered;
 
 /// Threads and elements per thread of the scan kernels (kernels/amg.cu).
 const SCAN_BLOCK: u32 = 256;
@@ -607,13 +611,7 @@ impl<'g> DeviceAmg<'g> {
             stop_reason,
         };
         amg.smoothers_and_coarsest()?;
-        log::debug!(
-            "GPU AMG: {} levels, rows {:?}, operator complexity {:.3}; {}",
-            amg.levels.len(),
-            amg.level_rows(),
-            amg.operator_complexity(),
-            amg.stop_reason
-        );
+        log::debug!("GPU AMG set up: {}", amg.describe());
         Ok(amg)
     }
 
@@ -794,6 +792,19 @@ impl<'g> DeviceAmg<'g> {
     pub fn operator_complexity(&self) -> f64 {
         let e = self.level_entries();
         e.iter().sum::<usize>() as f64 / e[0] as f64
+    }
+
+    /// Rows per level, e.g. `5 levels: 262144 → 66134 → … → 812 rows,
+    /// operator complexity 1.32 (812 rows <= coarsestRows 1000)`.
+    pub fn describe(&self) -> String {
+        let rows: Vec<String> = self.level_rows().iter().map(|n| n.to_string()).collect();
+        format!(
+            "{} levels: {} rows, operator complexity {:.2} ({})",
+            rows.len(),
+            rows.join(" → "),
+            self.operator_complexity(),
+            self.stop_reason
+        )
     }
 
     /// Why coarsening stopped.
@@ -1046,5 +1057,126 @@ impl DevicePreconditioner for DeviceAmg<'_> {
     /// when the pre- and post-sweeps agree).
     fn is_linear(&self) -> bool {
         true
+    }
+}
+
+/// The AMG the GPU runs for `s`: V- and W-cycles with Jacobi or L1-Jacobi as
+/// given; the K-cycle (its Krylov steps need device dot products, not written
+/// yet) as a W-cycle, of the same cost per application; Chebyshev and
+/// multicolour Gauss–Seidel as L1-Jacobi.
+pub fn gpu_amg_settings(s: &AmgSettings) -> AmgSettings {
+    let mut g = *s;
+    if g.cycle == CycleKind::K {
+        g.cycle = CycleKind::W;
+    }
+    if !matches!(
+        g.smoother,
+        AmgSmootherKind::Jacobi | AmgSmootherKind::L1Jacobi
+    ) {
+        g.smoother = AmgSmootherKind::L1Jacobi;
+    }
+    g
+}
+
+impl GpuSolver<'_> {
+    /// PCG preconditioned by the GPU AMG of `settings` (as given: map it with
+    /// [`gpu_amg_settings`] first), set up on the device from the PCG's
+    /// matrix, on the system equilibrated by `equilibration`, rows in
+    /// `options.ordering` (this solver's cached permutation): the fused
+    /// device loop, as [`GpuSolver::solve`] runs Jacobi. The convergence test
+    /// and the returned performance are those of the original system.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_amg(
+        &mut self,
+        a: &Csr,
+        settings: &AmgSettings,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        settings.validate().map_err(SolveError::InvalidControls)?;
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
+        let system = scaled.matrix(a);
+        let gpu = self.gpu();
+        let perm = self.permutation(system, options)?;
+        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
+        let eq_ordered = scaled.permuted_equilibration(perm);
+        let mut backend =
+            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
+                .map_err(device)?;
+        let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
+        log::info!("GPU {settings}: {}", amg.describe());
+        backend.set_preconditioner(Box::new(amg));
+        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
+        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+        let x_new = backend.download(&x_dev).map_err(device)?;
+        let mut y = vec![0.0; x.len()];
+        ordered.to_old_into(&x_new, &mut y);
+        scaled.unscale_into(&y, x);
+        Ok(perf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gpu_runs_v_and_w_with_jacobi_smoothers_and_maps_the_rest() {
+        let base = AmgSettings::default();
+        for cycle in [CycleKind::V, CycleKind::W] {
+            for smoother in [AmgSmootherKind::Jacobi, AmgSmootherKind::L1Jacobi] {
+                let s = AmgSettings {
+                    cycle,
+                    smoother,
+                    ..base
+                };
+                assert_eq!(gpu_amg_settings(&s), s);
+            }
+        }
+        let s = AmgSettings {
+            cycle: CycleKind::K,
+            smoother: AmgSmootherKind::MulticolourGaussSeidel,
+            ..base
+        };
+        let g = gpu_amg_settings(&s);
+        assert_eq!(
+            (g.cycle, g.smoother),
+            (CycleKind::W, AmgSmootherKind::L1Jacobi)
+        );
+        assert_eq!(g.sweeps, s.sweeps);
+    }
+
+    #[test]
+    fn the_factored_matrix_is_shifted_only_when_the_rows_sum_to_zero() {
+        let a = crate::sparse::testing::random_symmetric(30, 4, 1);
+        let (m, singular) = factored_matrix(&a);
+        assert!(!singular);
+        assert_eq!(m, dense(&a));
+        // A graph Laplacian: rows sum to zero.
+        let mut l = a.clone();
+        for r in 0..a.n_rows() {
+            let (cols, vals) = a.row(r);
+            let off: f64 = cols
+                .iter()
+                .zip(vals)
+                .filter(|(&c, _)| c as usize != r)
+                .map(|(_, v)| -v.abs())
+                .sum();
+            for k in a.row_ptr()[r]..a.row_ptr()[r + 1] {
+                let c = a.cols()[k] as usize;
+                l.values_mut()[k] = if c == r { -off } else { -a.values()[k].abs() };
+            }
+        }
+        let (m, singular) = factored_matrix(&l);
+        assert!(singular);
+        let shift = m[(0, 0)] - dense(&l)[(0, 0)];
+        assert!(shift > 0.0);
     }
 }
