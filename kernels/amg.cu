@@ -671,3 +671,90 @@ extern "C" __global__ void amg_dense_inverse(int n, const double* __restrict__ l
     }
     for (int i = lane; i < n; i += 32) inv[(u64)i * n + j] = y[i] - mean;
 }
+
+// ---- K-cycle (Notay & Vassilevski 2008; solve::amg::cycle k_step): two
+// flexible-CG steps on a coarse level, the scalars kept on the device in
+// `k` (K_* slots), so the cycle stays a sequence of launches.
+
+#define K_RHO1 0   // c . v, v = A c, c = B b
+#define K_ALPHA1 1 // c . b
+#define K_GAMMA 2  // d . v, d = B r
+#define K_BETA 3   // d . w, w = A d
+#define K_ALPHA2 4 // d . r
+#define K_SLOTS 5
+
+// y = A x on a CSR level (row in stored order, as Csr::spmv).
+extern "C" __global__ void amg_spmv_csr(int n, const u64* __restrict__ row_ptr,
+                                        const unsigned* __restrict__ cols,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ x, double* __restrict__ y,
+                                        const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double acc = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) acc += vals[k] * __ldg(&x[cols[k]]);
+    y[i] = acc;
+}
+
+// Per-block partial sums of a . b (VECTOR_BLOCK threads, block_sum's order).
+extern "C" __global__ void amg_dot_partials(int n, const double* __restrict__ a,
+                                            const double* __restrict__ b,
+                                            double* __restrict__ partials, const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double s = block_sum(i < n ? a[i] * b[i] : 0.0);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// k[slot] = the sum of the m partials in reduce_fixed's order (one block).
+extern "C" __global__ void amg_dot_finish(int m, const double* __restrict__ partials,
+                                          double* __restrict__ k, int slot, const double* done) {
+    if (gated_off(done)) return;
+    const double s = reduce_fixed(m, partials);
+    if (threadIdx.x == 0) k[slot] = s;
+}
+
+// The first step's length alpha1 / rho1 (0 when rho1 is not positive: the
+// CPU then returns x = 0).
+__device__ __forceinline__ double k_step1(const double* k) {
+    return k[K_RHO1] > 0.0 ? k[K_ALPHA1] / k[K_RHO1] : 0.0;
+}
+
+// r = b - (alpha1 / rho1) v.
+extern "C" __global__ void amg_k_residual(int n, const double* __restrict__ b,
+                                          const double* __restrict__ v,
+                                          const double* __restrict__ k, double* __restrict__ r,
+                                          const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double step1 = k_step1(k);
+    r[i] = b[i] - step1 * v[i];
+}
+
+// x = cc c + cd d: rho2 = beta - gamma^2 / rho1; when rho2 > 1e-14 beta,
+// cc = step1 - gamma alpha2 / (rho1 rho2) and cd = alpha2 / rho2, else the
+// first step alone (d in the span of c); x = 0 when rho1 is not positive.
+extern "C" __global__ void amg_k_combine(int n, const double* __restrict__ c,
+                                         const double* __restrict__ d,
+                                         const double* __restrict__ k, double* __restrict__ x,
+                                         const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double rho1 = k[K_RHO1];
+    if (!(rho1 > 0.0)) {
+        x[i] = 0.0;
+        return;
+    }
+    const double step1 = k[K_ALPHA1] / rho1;
+    const double gamma = k[K_GAMMA], beta = k[K_BETA], alpha2 = k[K_ALPHA2];
+    const double rho2 = beta - gamma * gamma / rho1;
+    double cc = step1, cd = 0.0;
+    if (rho2 > 1e-14 * beta) {
+        cc = step1 - gamma * alpha2 / (rho1 * rho2);
+        cd = alpha2 / rho2;
+    }
+    x[i] = cc * c[i] + cd * d[i];
+}

@@ -486,7 +486,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 100)]
     smoother_sweeps: usize,
     /// Also the AMG rows: set-up (warm), value-only re-set-up, one cycle and
-    /// PCG with the V- and W-cycle to a relative residual of 1e-8 against
+    /// PCG with the V-, W- and K-cycle to a relative residual of 1e-8 against
     /// Jacobi-PCG (RCM order, random right-hand side).
     #[arg(long)]
     amg: bool,

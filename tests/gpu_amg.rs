@@ -68,6 +68,8 @@ fn cycle_settings() -> Vec<AmgSettings> {
         with(CycleKind::V, AmgSmootherKind::L1Jacobi, 3, 0.8, 1.4),
         with(CycleKind::W, AmgSmootherKind::L1Jacobi, 1, 0.8, 1.0),
         with(CycleKind::W, AmgSmootherKind::Jacobi, 2, 0.7, 1.2),
+        with(CycleKind::K, AmgSmootherKind::L1Jacobi, 1, 0.8, 1.0),
+        with(CycleKind::K, AmgSmootherKind::Jacobi, 2, 0.8, 1.0),
         AmgSettings {
             passes: 3,
             matching_rounds: 2,
@@ -239,8 +241,14 @@ fn one_cycle_matches_the_cpu_cycle() {
             cpu.apply(&r, &mut z_cpu);
             let d = max_rel_diff(&z_gpu, &z_cpu);
             println!("{:<44} {:<50} {d:>9.1e}", s.name, settings.describe());
+            // The K-cycle's step lengths are quotients of dot products summed
+            // in another order: its round-off is amplified a little.
+            let tolerance = match settings.cycle {
+                CycleKind::K => 1e-9,
+                CycleKind::V | CycleKind::W => 1e-11,
+            };
             assert!(
-                d <= 1e-11,
+                d <= tolerance,
                 "{}: {settings}: cycle differs by {d:.1e}",
                 s.name
             );
@@ -300,7 +308,11 @@ fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
             "p",
         )
         .unwrap();
-        for settings in [test_settings(), cycle_settings()[3]] {
+        let k_cycle = AmgSettings {
+            cycle: CycleKind::K,
+            ..test_settings()
+        };
+        for settings in [test_settings(), cycle_settings()[3], k_cycle] {
             let cpu_amg = Amg::new(&csr, &settings).unwrap();
             let mut x_cpu = vec![0.0; csr.n_rows()];
             let cpu = pcg(
@@ -454,16 +466,14 @@ fn unsupported_settings_are_clear_errors() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:8x8x8").unwrap();
     let (m, _) = fine(&gpu, &a, 32);
-    for settings in [
-        AmgSettings {
-            cycle: CycleKind::K,
-            ..test_settings()
-        },
-        AmgSettings {
-            smoother: AmgSmootherKind::Chebyshev,
-            ..test_settings()
-        },
+    for smoother in [
+        AmgSmootherKind::Chebyshev,
+        AmgSmootherKind::MulticolourGaussSeidel,
     ] {
+        let settings = AmgSettings {
+            smoother,
+            ..test_settings()
+        };
         let e = DeviceAmg::new(&gpu, Rc::clone(&m), &settings)
             .err()
             .expect("an error");

@@ -27,7 +27,8 @@
 //! buffer allocated at set-up, so PCG may capture it into a CUDA graph. The
 //! fine level runs the mod-SELL kernels (`smooth_jacobi`, the residual through
 //! `modsell_row`), the coarse levels CSR kernels (residual and restriction
-//! fused), the coarsest one dense matrix-vector kernel.
+//! fused), the coarsest one dense matrix-vector kernel; the K-cycle's
+//! flexible-CG steps keep their dot products and step lengths on the device.
 
 use std::rc::Rc;
 
@@ -55,6 +56,15 @@ const SCALE_JACOBI: i32 = 0;
 const SCALE_L1: i32 = 1;
 /// Rows of `amg_dense_apply` per block of [`VECTOR_BLOCK`] threads (a warp each).
 const DENSE_ROWS_PER_BLOCK: usize = VECTOR_BLOCK as usize / 32;
+/// kernels/amg.cu K_*: the K-cycle's scalars on the device.
+const K_RHO1: i32 = 0;
+const K_ALPHA1: i32 = 1;
+const K_GAMMA: i32 = 2;
+const K_BETA: i32 = 3;
+const K_ALPHA2: i32 = 4;
+const K_SLOTS: usize = 5;
+/// Threads of `amg_dot_finish` (reduce_fixed: a multiple of 32, at most 1024).
+const DOT_FINISH_BLOCK: u32 = 1024;
 /// Threads of the one-block dense Cholesky.
 const DENSE_FACTOR_BLOCK: u32 = 1024;
 /// A_L is singular when Σ_i |Σ_j a_ij| ≤ SINGULAR · Σ_i a_ii (`solve::amg::coarsest`).
@@ -472,6 +482,36 @@ struct Level {
     spare: CudaSlice<f64>,
     /// To the next level (none on the coarsest).
     transfer: Option<Transfer>,
+    /// The K-cycle's vectors and scalars (K-cycle, coarse levels but the
+    /// coarsest).
+    krylov: Option<Krylov>,
+}
+
+/// One coarse level's K-cycle step (`solve::amg::cycle` k_step): the vectors
+/// c = B b, v = A c, r, d = B r, w = A d, the scalars on the device
+/// (kernels/amg.cu K_*), and the dot products' per-block partials.
+struct Krylov {
+    c: CudaSlice<f64>,
+    v: CudaSlice<f64>,
+    r: CudaSlice<f64>,
+    d: CudaSlice<f64>,
+    w: CudaSlice<f64>,
+    scalars: CudaSlice<f64>,
+    partials: CudaSlice<f64>,
+}
+
+impl Krylov {
+    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            c: gpu.zeros(n)?,
+            v: gpu.zeros(n)?,
+            r: gpu.zeros(n)?,
+            d: gpu.zeros(n)?,
+            w: gpu.zeros(n)?,
+            scalars: gpu.zeros(K_SLOTS)?,
+            partials: gpu.zeros(vector_grid(n) as usize)?,
+        })
+    }
 }
 
 /// Where a run of sweeps starts.
@@ -488,7 +528,7 @@ enum Start {
 /// What the cycle needs of the settings, checked.
 #[derive(Clone, Copy, Debug)]
 struct CycleParams {
-    w_cycle: bool,
+    kind: CycleKind,
     /// Pre- and post-smoothing sweeps.
     sweeps: usize,
     scale_kind: i32,
@@ -521,15 +561,7 @@ impl<'g> DeviceAmg<'g> {
     ) -> Result<Self, GpuError> {
         settings.validate().map_err(GpuError::Invalid)?;
         let cycle = CycleParams {
-            w_cycle: match settings.cycle {
-                CycleKind::V => false,
-                CycleKind::W => true,
-                CycleKind::K => {
-                    return Err(GpuError::Invalid(
-                        "the AMG K-cycle is not available on the GPU; use V or W".into(),
-                    ))
-                }
-            },
+            kind: settings.cycle,
             sweeps: settings.sweeps,
             scale_kind: match settings.smoother {
                 AmgSmootherKind::Jacobi => SCALE_JACOBI,
@@ -542,7 +574,11 @@ impl<'g> DeviceAmg<'g> {
                 }
             },
             omega: settings.omega,
-            correction: settings.over_correction,
+            // The K-cycle's Krylov steps scale the correction themselves.
+            correction: match settings.cycle {
+                CycleKind::K => 1.0,
+                CycleKind::V | CycleKind::W => settings.over_correction,
+            },
         };
         let n = fine.n;
         if n == 0 || n >= i32::MAX as usize {
@@ -583,12 +619,18 @@ impl<'g> DeviceAmg<'g> {
         for (l, a) in matrices.into_iter().enumerate() {
             let coarse = l > 0;
             let n_l = a.n;
+            let transfer = transfers.next();
+            // K-cycle steps on the coarse levels above the coarsest.
+            let krylov = (cycle.kind == CycleKind::K && coarse && transfer.is_some())
+                .then(|| Krylov::new(gpu, n_l))
+                .transpose()?;
             levels.push(Level {
                 scale: gpu.zeros(n_l)?,
                 b: gpu.zeros(if coarse { n_l } else { 0 })?,
                 x: gpu.zeros(if coarse { n_l } else { 0 })?,
                 spare: gpu.zeros(n_l)?,
-                transfer: transfers.next(),
+                transfer,
+                krylov,
                 a,
             });
         }
@@ -910,11 +952,15 @@ impl<'g> DeviceAmg<'g> {
                 arg_or_null(a, done);
             })?;
         }
-        self.cycle_level(l + 1, &next.b, &next.x, true, done)?;
-        // W: the coarse level once more from its iterate (not the coarsest,
-        // whose solve is exact).
-        if c.w_cycle && next.transfer.is_some() {
-            self.cycle_level(l + 1, &next.b, &next.x, false, done)?;
+        // The coarse solve: the coarsest's is exact; above it, one cycle (V),
+        // one more from its iterate (W) or two Krylov steps (K).
+        match c.kind {
+            CycleKind::K if next.krylov.is_some() => self.k_step(l + 1, done)?,
+            CycleKind::W if next.transfer.is_some() => {
+                self.cycle_level(l + 1, &next.b, &next.x, true, done)?;
+                self.cycle_level(l + 1, &next.b, &next.x, false, done)?;
+            }
+            _ => self.cycle_level(l + 1, &next.b, &next.x, true, done)?,
         }
         // x + P x_c into the buffer from which the post-sweeps end in x.
         let post_start = if c.sweeps % 2 == 1 {
@@ -943,6 +989,89 @@ impl<'g> DeviceAmg<'g> {
             },
         )?;
         self.smooth(l, b, x, c.sweeps, post_start, done)
+    }
+
+    /// x_l ≈ A_l⁻¹ b_l on coarse level l by two flexible-CG steps from 0,
+    /// each preconditioned by the cycle B of level l (Notay & Vassilevski
+    /// 2008, as `solve::amg::cycle` k_step): c = B b, v = A c, r = b −
+    /// (c·b / c·v) v, d = B r, w = A d, then x = cc c + cd d from the five
+    /// dot products (`amg_k_combine`), all on the device.
+    fn k_step(&self, l: usize, done: Option<&CudaSlice<f64>>) -> Result<(), GpuError> {
+        let level = &self.levels[l];
+        let k = level
+            .krylov
+            .as_ref()
+            .expect("K-cycle vectors on this level");
+        let (b, x) = (&level.b, &level.x);
+        let n = level.a.n;
+        let (n32, grid) = (n as i32, vector_grid(n));
+        self.cycle_level(l, b, &k.c, true, done)?;
+        self.spmv(l, &k.c, &k.v, done)?;
+        self.dot(l, k, &k.c, &k.v, K_RHO1, done)?;
+        self.dot(l, k, &k.c, b, K_ALPHA1, done)?;
+        self.gpu
+            .launch("amg_k_residual", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(b).arg(&k.v).arg(&k.scalars).arg(&k.r);
+                arg_or_null(a, done);
+            })?;
+        self.cycle_level(l, &k.r, &k.d, true, done)?;
+        self.spmv(l, &k.d, &k.w, done)?;
+        self.dot(l, k, &k.d, &k.v, K_GAMMA, done)?;
+        self.dot(l, k, &k.d, &k.w, K_BETA, done)?;
+        self.dot(l, k, &k.d, &k.r, K_ALPHA2, done)?;
+        self.gpu
+            .launch("amg_k_combine", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(&k.c).arg(&k.d).arg(&k.scalars).arg(x);
+                arg_or_null(a, done);
+            })
+    }
+
+    /// y = A_l x on a coarse level.
+    fn spmv(
+        &self,
+        l: usize,
+        x: &CudaSlice<f64>,
+        y: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let m = &self.levels[l].a;
+        let n32 = m.n32();
+        self.gpu
+            .launch("amg_spmv_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32)
+                    .arg(&m.row_ptr)
+                    .arg(&m.cols)
+                    .arg(&m.vals)
+                    .arg(x)
+                    .arg(y);
+                arg_or_null(a, done);
+            })
+    }
+
+    /// k.scalars[slot] = u · v on level l (per-block partials, then one
+    /// block in a fixed order).
+    fn dot(
+        &self,
+        l: usize,
+        k: &Krylov,
+        u: &CudaSlice<f64>,
+        v: &CudaSlice<f64>,
+        slot: i32,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let n = self.levels[l].a.n;
+        let (n32, grid) = (n as i32, vector_grid(n));
+        let m = grid as i32;
+        self.gpu
+            .launch("amg_dot_partials", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(u).arg(v).arg(&k.partials);
+                arg_or_null(a, done);
+            })?;
+        self.gpu
+            .launch("amg_dot_finish", 1, DOT_FINISH_BLOCK, 0, |a| {
+                a.arg(&m).arg(&k.partials).arg(&k.scalars).arg(&slot);
+                arg_or_null(a, done);
+            })
     }
 
     /// `sweeps` Jacobi sweeps on level l ending in x, alternating between x
@@ -1053,22 +1182,18 @@ impl DevicePreconditioner for DeviceAmg<'_> {
     ) -> Result<(), GpuError> {
         self.cycle_level(0, r, z, true, Some(done))
     }
-    /// V and W cycles with Jacobi smoothers are fixed linear maps (symmetric
-    /// when the pre- and post-sweeps agree).
+    /// V- and W-cycles with Jacobi smoothers are fixed symmetric linear maps;
+    /// the K-cycle's step lengths depend on r (PCG runs flexible).
     fn is_linear(&self) -> bool {
-        true
+        self.cycle.kind != CycleKind::K
     }
 }
 
-/// The AMG the GPU runs for `s`: V- and W-cycles with Jacobi or L1-Jacobi as
-/// given; the K-cycle (its Krylov steps need device dot products, not written
-/// yet) as a W-cycle, of the same cost per application; Chebyshev and
-/// multicolour Gauss–Seidel as L1-Jacobi.
+/// The AMG the GPU runs for `s`: V-, W- and K-cycles as given, with Jacobi or
+/// L1-Jacobi as given; Chebyshev and multicolour Gauss–Seidel (not on the GPU
+/// yet) as L1-Jacobi.
 pub fn gpu_amg_settings(s: &AmgSettings) -> AmgSettings {
     let mut g = *s;
-    if g.cycle == CycleKind::K {
-        g.cycle = CycleKind::W;
-    }
     if !matches!(
         g.smoother,
         AmgSmootherKind::Jacobi | AmgSmootherKind::L1Jacobi
@@ -1128,9 +1253,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_gpu_runs_v_and_w_with_jacobi_smoothers_and_maps_the_rest() {
+    fn the_gpu_runs_every_cycle_with_jacobi_smoothers_and_maps_the_rest() {
         let base = AmgSettings::default();
-        for cycle in [CycleKind::V, CycleKind::W] {
+        for cycle in CycleKind::ALL {
             for smoother in [AmgSmootherKind::Jacobi, AmgSmootherKind::L1Jacobi] {
                 let s = AmgSettings {
                     cycle,
@@ -1140,17 +1265,22 @@ mod tests {
                 assert_eq!(gpu_amg_settings(&s), s);
             }
         }
-        let s = AmgSettings {
-            cycle: CycleKind::K,
-            smoother: AmgSmootherKind::MulticolourGaussSeidel,
-            ..base
-        };
-        let g = gpu_amg_settings(&s);
-        assert_eq!(
-            (g.cycle, g.smoother),
-            (CycleKind::W, AmgSmootherKind::L1Jacobi)
-        );
-        assert_eq!(g.sweeps, s.sweeps);
+        for smoother in [
+            AmgSmootherKind::Chebyshev,
+            AmgSmootherKind::MulticolourGaussSeidel,
+        ] {
+            let s = AmgSettings {
+                cycle: CycleKind::K,
+                smoother,
+                ..base
+            };
+            let g = gpu_amg_settings(&s);
+            assert_eq!(
+                (g.cycle, g.smoother),
+                (CycleKind::K, AmgSmootherKind::L1Jacobi)
+            );
+            assert_eq!(g.sweeps, s.sweeps);
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! the same run, to a relative residual of 1e-8 (OpenFOAM-normalised, from
 //! x = 0; the true ‖b − A x‖₂ / ‖b‖₂ reached is printed too).
 //!
-//! Per cycle (V, W with the default settings): the set-up (device events
+//! Per cycle (V, W, K with the default settings): the set-up (device events
 //! around `DeviceAmg::new`, which includes its few host reads and the
 //! coarsest factor on the host; the first set-up is given in the note, the
 //! row reports the second, warm), the value-only re-set-up
@@ -120,7 +120,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         ),
     );
 
-    for cycle in [CycleKind::V, CycleKind::W] {
+    for cycle in CycleKind::ALL {
         let s = AmgSettings {
             cycle,
             ..AmgSettings::default()

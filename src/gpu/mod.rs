@@ -45,7 +45,7 @@ const KERNEL_SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 61] = [
+const KERNELS: [&str; 66] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -107,6 +107,11 @@ const KERNELS: [&str; 61] = [
     "amg_dense_apply",
     "amg_dense_cholesky",
     "amg_dense_inverse",
+    "amg_spmv_csr",
+    "amg_dot_partials",
+    "amg_dot_finish",
+    "amg_k_residual",
+    "amg_k_combine",
 ];
 
 /// Threads per block of the vector kernels (a multiple of 32).
