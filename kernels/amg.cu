@@ -263,69 +263,91 @@ extern "C" __global__ void amg_match_handshake(int n, int* __restrict__ partner,
     }
 }
 
-// leader[i] = 1 when i leads its aggregate: a singleton or the smaller row of
-// its pair.
+// After the rounds (AMG_SPEC Changes 17:45, matching.rs join_singletons):
+// host[i] = for an unmatched row, the neighbour j != i in a pair with s_ij =
+// -a_ij > 0 and the largest (s_ij, pair hash), the smaller j on equal keys
+// (columns ascend; replaced only on a strictly greater key); -1 for none and
+// for paired rows. Reads the final partners only.
+extern "C" __global__ void amg_join_singletons(int n, const u64* __restrict__ row_ptr,
+                                               const unsigned* __restrict__ cols,
+                                               const double* __restrict__ vals,
+                                               const int* __restrict__ partner,
+                                               int* __restrict__ host) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int best = -1;
+    if (partner[i] < 0) {
+        double best_s = 0.0;
+        unsigned best_h = 0;
+        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) {
+            const int j = (int)cols[k];
+            if (j == i) continue;
+            const double s = -vals[k];
+            if (s <= 0.0 || partner[j] < 0) continue;
+            const unsigned h = amg_pair_hash((unsigned)min(i, j), (unsigned)max(i, j));
+            if (best < 0 || s > best_s || (s == best_s && h > best_h)) {
+                best = j;
+                best_s = s;
+                best_h = h;
+            }
+        }
+    }
+    host[i] = best;
+}
+
+// leader[i] = 1 when i leads its aggregate: the smaller row of a pair, or a
+// row neither paired nor joined to a pair (joiners never lead).
 extern "C" __global__ void amg_leader_flags(int n, const int* __restrict__ partner,
+                                            const int* __restrict__ host,
                                             unsigned* __restrict__ leader) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int p = partner[i];
-    leader[i] = (p < 0 || i < p) ? 1u : 0u;
+    leader[i] = (p < 0 ? host[i] < 0 : i < p) ? 1u : 0u;
 }
 
 // The pass's map i -> number of its leader (leader_offsets: exclusive scan
-// of the leader flags) and its members: first[I] the leader, second[I] its
-// partner (-1 for a singleton), so ascending.
+// of the leader flags): min(i, partner) for a paired row, min(host,
+// partner[host]) for a joined one, i for a singleton.
 extern "C" __global__ void amg_pass_aggregates(int n, const int* __restrict__ partner,
+                                               const int* __restrict__ host,
                                                const u64* __restrict__ leader_offsets,
-                                               unsigned* __restrict__ aggregate,
-                                               int* __restrict__ first, int* __restrict__ second) {
+                                               unsigned* __restrict__ aggregate) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const int p = partner[i];
-    const int leader = p < 0 ? i : min(i, p);
-    const unsigned I = (unsigned)leader_offsets[leader];
-    aggregate[i] = I;
-    if (leader == i) {
-        first[I] = i;
-        second[I] = p;  // > i, or -1
-    }
+    const int p = partner[i], h = host[i];
+    const int leader = p >= 0 ? min(i, p) : h >= 0 ? min(h, partner[h]) : i;
+    aggregate[i] = (unsigned)leader_offsets[leader];
 }
 
 // ---- Galerkin product of one pass (spec "Galerkin product for one pass"),
-// one thread per coarse row I with members first[I] < second[I]. Symbolic:
-// the distinct coarse columns, sorted, and for every fine entry k of the
-// members' rows the slot dest[k] of its coarse entry. Numeric: the coarse row
-// zeroed, then a_ik added to slot dest[k] member by member, entry by entry in
-// stored order: each coarse entry sums its contributions in encounter order,
-// the CPU's order.
-
-// Members of I: up to two rows.
-__device__ __forceinline__ int pass_members(int I, const int* first, const int* second,
-                                            int* rows) {
-    rows[0] = first[I];
-    rows[1] = second[I];
-    return rows[1] < 0 ? 1 : 2;
-}
+// one thread per coarse row I with members members[member_ptr[I] ..
+// member_ptr[I+1]) ascending (amg_count_members .. amg_sort_members below).
+// Symbolic: the distinct coarse columns, sorted, and for every fine entry k
+// of the members' rows the slot dest[k] of its coarse entry. Numeric: the
+// coarse row zeroed, then a_ik added to slot dest[k] member by member, entry
+// by entry in stored order: each coarse entry sums its contributions in
+// encounter order, the CPU's order.
 
 // bound[I] = entries of the members' rows (room for the distinct columns).
-extern "C" __global__ void amg_galerkin_bounds(int nc, const int* __restrict__ first,
-                                               const int* __restrict__ second,
+extern "C" __global__ void amg_galerkin_bounds(int nc, const u64* __restrict__ member_ptr,
+                                               const unsigned* __restrict__ members,
                                                const u64* __restrict__ row_ptr,
                                                unsigned* __restrict__ bound) {
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
-    int rows[2];
-    const int m = pass_members(I, first, second, rows);
     u64 b = 0;
-    for (int q = 0; q < m; ++q) b += row_ptr[rows[q] + 1] - row_ptr[rows[q]];
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        b += row_ptr[r + 1] - row_ptr[r];
+    }
     bound[I] = (unsigned)b;
 }
 
 // The distinct coarse columns of I, ascending, at scratch[bound_ptr[I] ..);
 // count[I] = how many.
-extern "C" __global__ void amg_galerkin_columns(int nc, const int* __restrict__ first,
-                                                const int* __restrict__ second,
+extern "C" __global__ void amg_galerkin_columns(int nc, const u64* __restrict__ member_ptr,
+                                                const unsigned* __restrict__ members,
                                                 const u64* __restrict__ row_ptr,
                                                 const unsigned* __restrict__ cols,
                                                 const unsigned* __restrict__ aggregate,
@@ -334,12 +356,11 @@ extern "C" __global__ void amg_galerkin_columns(int nc, const int* __restrict__ 
                                                 unsigned* __restrict__ count) {
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
-    int rows[2];
-    const int m = pass_members(I, first, second, rows);
     unsigned* list = scratch + bound_ptr[I];
     unsigned len = 0;
-    for (int q = 0; q < m; ++q) {
-        for (u64 k = row_ptr[rows[q]]; k < row_ptr[rows[q] + 1]; ++k) {
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) {
             const unsigned J = aggregate[cols[k]];
             // Insert J into the ascending list unless present.
             unsigned p = len;
@@ -364,8 +385,8 @@ __device__ __forceinline__ u64 find_column(const unsigned* cols, u64 lo, u64 hi,
 }
 
 // The coarse columns copied to their place and the slot of every fine entry.
-extern "C" __global__ void amg_galerkin_fill(int nc, const int* __restrict__ first,
-                                             const int* __restrict__ second,
+extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ member_ptr,
+                                             const unsigned* __restrict__ members,
                                              const u64* __restrict__ row_ptr,
                                              const unsigned* __restrict__ cols,
                                              const unsigned* __restrict__ aggregate,
@@ -379,17 +400,17 @@ extern "C" __global__ void amg_galerkin_fill(int nc, const int* __restrict__ fir
     const u64 start = coarse_row_ptr[I], end = coarse_row_ptr[I + 1];
     const unsigned* list = scratch + bound_ptr[I];
     for (u64 k = start; k < end; ++k) coarse_cols[k] = list[k - start];
-    int rows[2];
-    const int m = pass_members(I, first, second, rows);
-    for (int q = 0; q < m; ++q)
-        for (u64 k = row_ptr[rows[q]]; k < row_ptr[rows[q] + 1]; ++k)
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k)
             dest[k] = find_column(coarse_cols, start, end, aggregate[cols[k]]);
+    }
 }
 
-// Numeric: the coarse values of I from the members' values (setup and
-// value-only re-setup alike).
-extern "C" __global__ void amg_galerkin_values(int nc, const int* __restrict__ first,
-                                               const int* __restrict__ second,
+// Numeric: the coarse values of I from the members' values (set-up and
+// value-only re-set-up alike).
+extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ member_ptr,
+                                               const unsigned* __restrict__ members,
                                                const u64* __restrict__ row_ptr,
                                                const double* __restrict__ vals,
                                                const u64* __restrict__ dest,
@@ -398,11 +419,10 @@ extern "C" __global__ void amg_galerkin_values(int nc, const int* __restrict__ f
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
     for (u64 k = coarse_row_ptr[I]; k < coarse_row_ptr[I + 1]; ++k) coarse_vals[k] = 0.0;
-    int rows[2];
-    const int m = pass_members(I, first, second, rows);
-    for (int q = 0; q < m; ++q)
-        for (u64 k = row_ptr[rows[q]]; k < row_ptr[rows[q] + 1]; ++k)
-            coarse_vals[dest[k]] += vals[k];
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) coarse_vals[dest[k]] += vals[k];
+    }
 }
 
 // ---- The level's aggregates (passes composed) and their members, ascending.

@@ -264,13 +264,13 @@ fn fine_values(
     )
 }
 
-/// One pairwise pass's product, kept for value-only updates: its members
-/// (`first` < `second`, -1: a singleton) and, for every entry of the pass's
-/// fine matrix, the coarse slot it adds to.
+/// One pairwise pass's product, kept for value-only updates: its aggregates'
+/// members (ascending) and, for every entry of the pass's fine matrix, the
+/// coarse slot it adds to.
 struct Pass {
     n_coarse: usize,
-    first: CudaSlice<i32>,
-    second: CudaSlice<i32>,
+    member_ptr: CudaSlice<u64>,
+    members: CudaSlice<u32>,
     dest: CudaSlice<u64>,
     /// The product, except for a level's last pass (whose product is the
     /// next level's matrix).
@@ -326,31 +326,39 @@ impl Pass {
                 };
             })?;
         }
+        // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45).
+        let host = gpu.zeros::<i32>(n)?;
+        gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&a.vals)
+                .arg(&partner)
+                .arg(&host);
+        })?;
         let leader = gpu.zeros::<u32>(n)?;
         gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&partner).arg(&leader);
+            args.arg(&n32).arg(&partner).arg(&host).arg(&leader);
         })?;
         let leader_offsets = gpu.zeros::<u64>(n + 1)?;
         let nc = scan.run(gpu, &leader, n, &leader_offsets)? as usize;
         let (nc32, cgrid) = (nc as i32, vector_grid(nc));
         let aggregate = gpu.zeros::<u32>(n)?;
-        let first = gpu.zeros::<i32>(nc)?;
-        let second = gpu.zeros::<i32>(nc)?;
         gpu.launch("amg_pass_aggregates", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32)
                 .arg(&partner)
+                .arg(&host)
                 .arg(&leader_offsets)
-                .arg(&aggregate)
-                .arg(&first)
-                .arg(&second);
+                .arg(&aggregate);
         })?;
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, n, nc, scan)?;
         // Symbolic product: room per coarse row (the members' entries: nnz in
         // all), its distinct columns sorted, their count, then the pattern.
         let bound = gpu.zeros::<u32>(nc)?;
         gpu.launch("amg_galerkin_bounds", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
-                .arg(&first)
-                .arg(&second)
+                .arg(&member_ptr)
+                .arg(&members)
                 .arg(&a.row_ptr)
                 .arg(&bound);
         })?;
@@ -360,8 +368,8 @@ impl Pass {
         let count = gpu.zeros::<u32>(nc)?;
         gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
-                .arg(&first)
-                .arg(&second)
+                .arg(&member_ptr)
+                .arg(&members)
                 .arg(&a.row_ptr)
                 .arg(&a.cols)
                 .arg(&aggregate)
@@ -375,8 +383,8 @@ impl Pass {
         let dest = gpu.zeros::<u64>(a.nnz)?;
         gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
-                .arg(&first)
-                .arg(&second)
+                .arg(&member_ptr)
+                .arg(&members)
                 .arg(&a.row_ptr)
                 .arg(&a.cols)
                 .arg(&aggregate)
@@ -395,8 +403,8 @@ impl Pass {
         };
         let pass = Self {
             n_coarse: nc,
-            first,
-            second,
+            member_ptr,
+            members,
             dest,
             product: None,
         };
@@ -414,8 +422,8 @@ impl Pass {
             0,
             |args| {
                 args.arg(&nc32)
-                    .arg(&self.first)
-                    .arg(&self.second)
+                    .arg(&self.member_ptr)
+                    .arg(&self.members)
                     .arg(&a.row_ptr)
                     .arg(&a.vals)
                     .arg(&self.dest)
@@ -436,37 +444,35 @@ struct Transfer {
     members: CudaSlice<u32>,
 }
 
-impl Transfer {
-    /// The members of each aggregate of `aggregate` (n rows, nc aggregates):
-    /// counted, scanned, placed, then sorted.
-    fn members(
-        gpu: &Gpu,
-        aggregate: &CudaSlice<u32>,
-        n: usize,
-        nc: usize,
-        scan: &Scan,
-    ) -> Result<(CudaSlice<u64>, CudaSlice<u32>), GpuError> {
-        let (n32, nc32) = (n as i32, nc as i32);
-        let size = gpu.zeros::<u32>(nc)?;
-        gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32).arg(aggregate).arg(&size);
-        })?;
-        let member_ptr = gpu.zeros::<u64>(nc + 1)?;
-        scan.launch(gpu, &size, nc, &member_ptr)?;
-        let cursor = gpu.zeros::<u32>(nc)?;
-        let members = gpu.zeros::<u32>(n)?;
-        gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32)
-                .arg(aggregate)
-                .arg(&member_ptr)
-                .arg(&cursor)
-                .arg(&members);
-        })?;
-        gpu.launch("amg_sort_members", vector_grid(nc), VECTOR_BLOCK, 0, |a| {
-            a.arg(&nc32).arg(&member_ptr).arg(&members);
-        })?;
-        Ok((member_ptr, members))
-    }
+/// The members of each aggregate of `aggregate` (n rows, nc aggregates):
+/// counted, scanned, placed, then sorted.
+fn aggregate_members(
+    gpu: &Gpu,
+    aggregate: &CudaSlice<u32>,
+    n: usize,
+    nc: usize,
+    scan: &Scan,
+) -> Result<(CudaSlice<u64>, CudaSlice<u32>), GpuError> {
+    let (n32, nc32) = (n as i32, nc as i32);
+    let size = gpu.zeros::<u32>(nc)?;
+    gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(aggregate).arg(&size);
+    })?;
+    let member_ptr = gpu.zeros::<u64>(nc + 1)?;
+    scan.launch(gpu, &size, nc, &member_ptr)?;
+    let cursor = gpu.zeros::<u32>(nc)?;
+    let members = gpu.zeros::<u32>(n)?;
+    gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32)
+            .arg(aggregate)
+            .arg(&member_ptr)
+            .arg(&cursor)
+            .arg(&members);
+    })?;
+    gpu.launch("amg_sort_members", vector_grid(nc), VECTOR_BLOCK, 0, |a| {
+        a.arg(&nc32).arg(&member_ptr).arg(&members);
+    })?;
+    Ok((member_ptr, members))
 }
 
 /// One level's matrix, smoother and cycle vectors.
@@ -690,7 +696,7 @@ impl<'g> DeviceAmg<'g> {
         }
         let coarse = product.expect("at least one pass");
         let aggregate = aggregate.expect("at least one pass");
-        let (member_ptr, members) = Transfer::members(gpu, &aggregate, a.n, coarse.n, scan)?;
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, a.n, coarse.n, scan)?;
         Ok((
             Transfer {
                 passes,

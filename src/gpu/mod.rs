@@ -45,7 +45,7 @@ const KERNEL_SOURCES: [(&str, &str); 5] = [
 ];
 
 /// Every kernel the module must export.
-const KERNELS: [&str; 66] = [
+const KERNELS: [&str; 67] = [
     "spmv_csr",
     "spmv_sell",
     "spmv_modsell",
@@ -87,6 +87,7 @@ const KERNELS: [&str; 66] = [
     "amg_unmatch",
     "amg_match_candidates",
     "amg_match_handshake",
+    "amg_join_singletons",
     "amg_leader_flags",
     "amg_pass_aggregates",
     "amg_galerkin_bounds",
