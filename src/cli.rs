@@ -9,7 +9,9 @@ use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
 use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
-use crate::solve::{solve_pcg_scaled, EquilibrationKind, PreconditionerKind, SolverControls};
+use crate::solve::{
+    solve_pcg_scaled, EquilibrationKind, Preconditioner, PreconditionerKind, SolverControls,
+};
 use crate::sparse::{mtx, RowOrdering};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -147,10 +149,12 @@ struct SolveMatrixArgs {
     /// Matrix Market file of the right-hand side b (array); default b = A * ones.
     #[arg(long)]
     rhs: Option<PathBuf>,
-    /// Preconditioner: none, jacobi, dic, ic0, sgs (default dic on the CPU,
-    /// jacobi on the GPU, which has only none and jacobi).
+    /// Preconditioner: none, jacobi, dic, ic0, sgs, or aggregation AMG as
+    /// amg[:key=value]... (e.g. amg:cycle=K:passes=3; keys in the README,
+    /// CPU only so far); default dic on the CPU, jacobi on the GPU, which
+    /// has only none and jacobi.
     #[arg(long)]
-    precond: Option<PreconditionerKind>,
+    precond: Option<Preconditioner>,
     /// Where to solve: cpu, gpu or auto (the GPU when there is one).
     #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Cpu)]
     device: crate::gpu::DeviceChoice,
@@ -212,10 +216,13 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         }
     };
     let gpu = args.device.select()?;
-    let precond = args.precond.unwrap_or(match gpu {
-        Some(_) => PreconditionerKind::Jacobi,
-        None => PreconditionerKind::Dic,
-    });
+    let precond = args.precond.unwrap_or(
+        match gpu {
+            Some(_) => PreconditionerKind::Jacobi,
+            None => PreconditionerKind::Dic,
+        }
+        .into(),
+    );
     let ordering = args.ordering.unwrap_or_default();
     let place = match &gpu {
         Some(gpu) => format!("GPU {}, {ordering} ordering", gpu.name()),
@@ -250,7 +257,10 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
                 ..GpuSolveOptions::default()
             };
             let eq = &args.equilibration;
-            solve_pcg_gpu(gpu, &a, precond, eq, &b, &mut x, &controls, "x", &options)
+            let Preconditioner::Kind(kind) = precond else {
+                anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)");
+            };
+            solve_pcg_gpu(gpu, &a, kind, eq, &b, &mut x, &controls, "x", &options)
         }
         None => solve_pcg_scaled(&a, precond, &args.equilibration, &b, &mut x, &controls, "x"),
     }

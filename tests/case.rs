@@ -184,10 +184,20 @@ fn errors_name_file_line_and_key() {
         "{err}"
     );
 
-    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"GAMG\"\n";
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"ILU\"\n";
     let err = parse_err(text, "precond");
     assert!(
-        err.contains("case.toml:4:18: solver.T.preconditioner: unknown preconditioner 'GAMG'"),
+        err.contains("case.toml:4:18: solver.T.preconditioner: unknown preconditioner 'ILU'"),
+        "{err}"
+    );
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\namg = { cycle = \"K\" }\n";
+    let err = parse_err(text, "amg");
+    assert!(err.contains("solver.T.amg: only AMG uses it"), "{err}");
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\nsolver = \"GAMG\"\n\
+                amg = { cycle = \"X\" }\n";
+    let err = parse_err(text, "amg cycle");
+    assert!(
+        err.contains("solver.T.amg.cycle: unknown AMG cycle 'X'"),
         "{err}"
     );
 
@@ -756,5 +766,41 @@ fn smoother_keys_are_checked() {
     ] {
         let err = parse_err(&format!("{head}{entry}"), "smoother_keys");
         assert!(err.contains(expected), "{entry}: {err}");
+    }
+}
+
+#[test]
+fn amg_from_case_toml_solves_like_pcg() {
+    use fvpoisson::solve::amg::{AmgSmootherKind, CycleKind};
+    use fvpoisson::solve::Preconditioner;
+    let with = |entry: &str| {
+        MMS.replace(
+            "tolerance = 1e-10\n",
+            &format!("tolerance = 1e-10\n{entry}"),
+        )
+    };
+    let pcg_amg = with(
+        "preconditioner = \"AMG\"\namg = { cycle = \"K\", smoother = \"Chebyshev\", sweeps = 2, \
+         coarsestRows = 20 }\n",
+    );
+    let setup = parse(&pcg_amg).unwrap();
+    let Preconditioner::Amg(s) = setup.solver.regular.preconditioner else {
+        panic!("an AMG preconditioner")
+    };
+    assert_eq!(
+        (s.cycle, s.smoother, s.sweeps, s.coarsest_rows),
+        (CycleKind::K, AmgSmootherKind::Chebyshev, 2, 20)
+    );
+    let gamg = with("solver = \"GAMG\"\namg = { coarsestRows = 20 }\nmaxIter = 200\n");
+    let setup = parse(&gamg).unwrap();
+    assert_eq!(setup.solver.regular.gamg.map(|s| s.coarsest_rows), Some(20));
+    let reference = run_text(MMS, "amg_ref").field;
+    for (text, tag) in [(pcg_amg, "pcg_amg"), (gamg, "gamg")] {
+        let field = run_text(&text, tag).field;
+        let diff = field
+            .iter()
+            .zip(&reference)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff < 1e-7, "{tag}: {diff}");
     }
 }

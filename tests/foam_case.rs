@@ -10,6 +10,7 @@ use fvpoisson::case::{
 };
 use fvpoisson::fvm::{GradScheme, SnGradScheme};
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile};
+use fvpoisson::solve::amg::{AmgSmootherKind, CycleKind};
 use fvpoisson::solve::{
     BlockJacobiSettings, InnerSolver, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, Sweep,
@@ -418,10 +419,11 @@ fn solvers_are_mapped_and_unused_entries_warned() {
         "gamg",
     );
     let case = case.unwrap();
-    assert_eq!(
-        case.setup.solver.regular.preconditioner,
-        PreconditionerKind::Ic0
-    );
+    // GAMG: AMG cycles alone, DICGaussSeidel as multicolour Gauss-Seidel,
+    // OpenFOAM's 0 pre- and 2 post-sweeps as 1 sweep on each side.
+    let gamg = case.setup.solver.regular.gamg.expect("GAMG solver");
+    assert_eq!(gamg.smoother, AmgSmootherKind::MulticolourGaussSeidel);
+    assert_eq!((gamg.coarsest_rows, gamg.sweeps), (10, 1));
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let _ = fs::remove_dir_all(&dir);
     let (dir, case) = read_edited(
@@ -579,16 +581,19 @@ fn other_dictionary_forms_map_too() {
         |t| {
             t.replace(
                 "preconditioner  DIC;",
-                "preconditioner { preconditioner GAMG; smoother DIC; }",
+                "preconditioner { preconditioner GAMG; smoother Jacobi; nPreSweeps 2; \
+                 nPostSweeps 2; cycle K; agglomerator faceAreaPair; mergeLevels 1; }",
             )
         },
         "gamg_preconditioner",
     );
     let case = case.unwrap();
-    assert_eq!(
-        case.setup.solver.regular.preconditioner,
-        PreconditionerKind::Ic0
-    );
+    let Preconditioner::Amg(amg) = case.setup.solver.regular.preconditioner else {
+        panic!("{:?}", case.setup.solver.regular.preconditioner);
+    };
+    assert_eq!(amg.smoother, AmgSmootherKind::Jacobi);
+    assert_eq!((amg.cycle, amg.sweeps), (CycleKind::K, 2));
+    assert!(case.setup.solver.regular.gamg.is_none());
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let _ = fs::remove_dir_all(&dir);
     // `selectionMode all` with `volumeMode specific`: Su and Sp as given, everywhere.

@@ -34,10 +34,16 @@
 //! tolerance = 1e-9            # |sum of sources| / sum of |sources| counted as consistent
 //!
 //! [solver.T]                  # and [solver.TFinal] for the last non-orthogonal corrector
-//! solver = "PCG"              # or "smoothSolver" (OpenFOAM's: residual checked every nSweeps)
-//! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC), or a
+//! solver = "PCG"              # or "smoothSolver" (OpenFOAM's: residual checked every
+//!                             # nSweeps), or "GAMG" (AMG cycles alone, OpenFOAM's GAMG)
+//! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC), AMG
+//!                             # (or GAMG: one aggregation-AMG cycle), or a
 //!                             # symmetric smoother run from 0: symGaussSeidel,
 //!                             # multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi
+//! amg = { cycle = "V" }       # AMG / GAMG parameters (README "Aggregation AMG"): cycle
+//!                             # (V, W, K), smoother (Jacobi, L1Jacobi, Chebyshev,
+//!                             # multicolourGaussSeidel), sweeps, omega, overCorrection,
+//!                             # passes, matchingRounds, maxLevels, coarsestRows
 //! equilibration = "none"      # PCG: none, jacobi, ruiz[:norm=inf|2][:tol=X][:sweeps=N]:
 //!                             # PCG on S A S (the preconditioner acts on it); residuals
 //!                             # and tolerances stay those of the original system
@@ -187,6 +193,7 @@ struct SolverEntry {
     solver: Option<Spanned<String>>,
     preconditioner: Option<Spanned<String>>,
     smoother: Option<Spanned<String>>,
+    amg: Option<Spanned<BTreeMap<String, Value>>>,
     #[serde(rename = "nSweeps")]
     n_sweeps: Option<Spanned<usize>>,
     omega: Option<Spanned<f64>>,
@@ -690,31 +697,54 @@ impl Source<'_> {
         name: &str,
         base: LinearSolver,
     ) -> Result<LinearSolver, CaseError> {
-        let smooth_solver = match &entry.solver {
-            None => base.smoother.is_some(),
+        let (smooth_solver, gamg_solver) = match &entry.solver {
+            None => (base.smoother.is_some(), base.gamg.is_some()),
             Some(solver) => match solver.get_ref().as_str() {
-                "PCG" => false,
-                "smoothSolver" => true,
+                "PCG" => (false, false),
+                "smoothSolver" => (true, false),
+                "GAMG" => (false, true),
                 other => {
                     return Err(self.error(
                         solver.span(),
                         format!(
-                            "solver.{name}.solver '{other}' is not available (PCG or smoothSolver)"
+                            "solver.{name}.solver '{other}' is not available (PCG, smoothSolver \
+                             or GAMG)"
                         ),
                     ))
                 }
             },
         };
+        let mut amg = base
+            .gamg
+            .or(match base.preconditioner {
+                Preconditioner::Amg(s) => Some(s),
+                _ => None,
+            })
+            .unwrap_or_default();
+        if let Some(table) = &entry.amg {
+            for (key, value) in table.get_ref() {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                amg.set(key, &text).map_err(|e| {
+                    self.error(table.span(), format!("solver.{name}.amg.{key}: {e}"))
+                })?;
+            }
+            amg.validate()
+                .map_err(|e| self.error(table.span(), format!("solver.{name}.amg: {e}")))?;
+        }
         let mut preconditioner = base.preconditioner;
         if let Some(p) = &entry.preconditioner {
             preconditioner = match foam_preconditioner(p.get_ref()) {
+                _ if ["AMG", "GAMG"].contains(&p.get_ref().as_str()) => Preconditioner::Amg(amg),
                 Ok(kind) => kind.into(),
                 Err(e) => Preconditioner::Smoother(SmootherSettings::named(p.get_ref()).map_err(
                     |_| {
                         self.error(
                             p.span(),
                             format!(
-                                "solver.{name}.preconditioner: {e}; or a symmetric smoother \
+                                "solver.{name}.preconditioner: {e}; or AMG, or a symmetric smoother \
                                  (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
                                  blockJacobi)"
                             ),
@@ -795,10 +825,29 @@ impl Source<'_> {
                 .map_err(|e| self.error(o.span(), format!("solver.{name}.ordering: {e}")))?,
             None => base.ordering,
         };
+        if let Preconditioner::Amg(s) = &mut preconditioner {
+            *s = amg;
+        }
+        let uses_amg = gamg_solver || matches!(preconditioner, Preconditioner::Amg(_));
+        if let (Some(table), false) = (&entry.amg, uses_amg) {
+            return Err(self.error(
+                table.span(),
+                format!(
+                    "solver.{name}.amg: only AMG uses it (solver = \"GAMG\", or preconditioner \
+                     = \"AMG\")"
+                ),
+            ));
+        }
         Ok(LinearSolver {
             preconditioner,
             smoother,
-            equilibration,
+            gamg: gamg_solver.then_some(amg),
+            // GAMG cycles on the system as given.
+            equilibration: if gamg_solver {
+                EquilibrationKind::None
+            } else {
+                equilibration
+            },
             controls,
             ordering,
         })

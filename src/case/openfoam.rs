@@ -11,7 +11,7 @@
 //! | | `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval` | `output.interval` (steps) |
 //! | | `writeFormat`, `writePrecision`, `writeCompression`, `timeFormat general`, `timePrecision` | `output.foam` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|steadyState`; `laplacianSchemes` `Gauss linear\|harmonic corrected\|uncorrected\|limited ψ\|orthogonal`; `gradSchemes` `Gauss linear\|leastSquares` (keys `ddt(T)`, `laplacian(DT,T)`, `grad(T)`, else `default`) | [`Schemes`] via `Schemes::from_foam` |
-//! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none` or a symmetric smoother (`symGaussSeidel`, `Jacobi`, `blockJacobi`, … with the smoother keys below; flat or `preconditioner { preconditioner …; }`); `GAMG` → PCG + IC(0) (logged); `smoothSolver` with `smoother GaussSeidel\|symGaussSeidel\|DIC\|DICGaussSeidel\|Jacobi\|L1Jacobi\|blockJacobi\|…`, `nSweeps`; ours: `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`, `blockSize`, `asynchronous` (see `case_toml`); `PBiCG`, `PBiCGStab` → PCG (warned); `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
+//! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none` or a symmetric smoother (`symGaussSeidel`, `Jacobi`, `blockJacobi`, … with the smoother keys below; flat or `preconditioner { preconditioner …; }`); `GAMG` solver → AMG cycles alone, `preconditioner GAMG` → PCG + one AMG cycle (`solve::amg`; keys `smoother`, `nPreSweeps`, `nPostSweeps`, `nCellsInCoarsestLevel`, ours `cycle`, `passes`, `omega`, `overCorrection`, …; `agglomerator`, `mergeLevels` accepted); `smoothSolver` with `smoother GaussSeidel\|symGaussSeidel\|DIC\|DICGaussSeidel\|Jacobi\|L1Jacobi\|blockJacobi\|…`, `nSweeps`; ours: `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`, `blockSize`, `asynchronous` (see `case_toml`); `PBiCG`, `PBiCGStab` → PCG (warned); `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
 //! | | `SIMPLE { nNonOrthogonalCorrectors; residualControl { T tol; } }` | correctors; steady stop criterion |
 //! | `constant/transportProperties` | `DT` (`DT 1e-3;`, `DT [0 2 -1 0 0 0 0] 1e-3;` or `DT DT [...] 1e-3;`) | Γ |
 //! | `<startTime>/T` | internal field; `fixedValue`, `zeroGradient`, `fixedGradient`, `mixed`, `empty` patches | initial field, [`BoundarySpec`]s |
@@ -33,6 +33,7 @@ use crate::foam::{FoamDict, FoamEntry, FoamFile, FoamFormat};
 use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
+use crate::solve::amg::AmgSettings;
 use crate::solve::{Preconditioner, PreconditionerKind, SmootherSettings, SolverControls};
 use std::path::{Path, PathBuf};
 
@@ -423,6 +424,7 @@ impl Reader {
         let name = dict.get_word("solver")?;
         let solver_entry = dict.entry("solver").expect("read above");
         let where_ = format!("{}:{}", solver_entry.file().display(), solver_entry.line());
+        let mut gamg = None;
         let (preconditioner, smoother) = match name.as_str() {
             "PCG" => (preconditioner(dict)?, None),
             "PBiCG" | "PBiCGStab" => {
@@ -432,12 +434,8 @@ impl Reader {
                 (preconditioner(dict)?, None)
             }
             "GAMG" => {
-                ignore_gamg_settings(dict);
-                log::info!(
-                    "{where_}: solver GAMG is solved with PCG and the IC(0) preconditioner, \
-                     the strongest available"
-                );
-                (PreconditionerKind::Ic0.into(), None)
+                gamg = Some(gamg_settings(dict)?);
+                (LinearSolver::default().preconditioner, None)
             }
             "smoothSolver" => {
                 let name = dict.get_word("smoother")?;
@@ -470,6 +468,7 @@ impl Reader {
             regular: LinearSolver {
                 preconditioner,
                 smoother,
+                gamg,
                 controls,
                 ..LinearSolver::default()
             },
@@ -698,20 +697,59 @@ fn read_cell_zone(case_dir: &Path, name: &str, n_cells: usize) -> Result<Vec<usi
     ))
 }
 
-/// GAMG's settings, which do not apply to the PCG that replaces it.
-fn ignore_gamg_settings(dict: &FoamDict) {
+/// The AMG settings of a `GAMG` solver or preconditioner dictionary
+/// (`solve::amg`): `smoother` (the Gauss–Seidel and DIC family runs as
+/// multicolour Gauss–Seidel; also Jacobi, L1Jacobi, Chebyshev), `nPreSweeps`
+/// and `nPostSweeps` (the cycle is symmetric: ν = max(1, (pre + post) / 2)
+/// sweeps on each side, the same smoothing work), `nCellsInCoarsestLevel`,
+/// and our `cycle`, `passes`, `matchingRounds`, `maxLevels`, `omega`,
+/// `overCorrection`. OpenFOAM's agglomeration (`agglomerator faceAreaPair`,
+/// `mergeLevels`: pairs by face weight, merged) is what the pairwise
+/// matching does, so those keys are accepted; the rest of GAMG's keys have
+/// no counterpart and are ignored.
+fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
+    let mut s = AmgSettings::default();
+    let bad = |key: &str, e: String| at_key(dict, key, e);
+    if let Some(name) = dict.get_opt::<String>("smoother")? {
+        s.smoother = name.parse().map_err(|e| bad("smoother", e))?;
+    }
+    let pre = dict.get_opt::<usize>("nPreSweeps")?;
+    let post = dict.get_opt::<usize>("nPostSweeps")?;
+    if pre.is_some() || post.is_some() {
+        // OpenFOAM's defaults: 0 pre-, 2 post-sweeps.
+        s.sweeps = ((pre.unwrap_or(0) + post.unwrap_or(2)) / 2).max(1);
+    }
+    if let Some(n) = dict.get_opt::<usize>("nCellsInCoarsestLevel")? {
+        s.coarsest_rows = n;
+    }
+    for key in ["passes", "matchingRounds", "maxLevels", "nSweeps"] {
+        if let Some(v) = dict.get_opt::<usize>(key)? {
+            s.set(key, &v.to_string()).map_err(|e| bad(key, e))?;
+        }
+    }
+    if let Some(c) = dict.get_opt::<String>("cycle")? {
+        s.cycle = c.parse().map_err(|e| bad("cycle", e))?;
+    }
+    for key in ["omega", "overCorrection"] {
+        if let Some(v) = dict.get_opt::<f64>(key)? {
+            s.set(key, &v.to_string()).map_err(|e| bad(key, e))?;
+        }
+    }
+    if let Some(a) = dict.get_opt::<String>("agglomerator")? {
+        if a != "faceAreaPair" && a != "pairGAMGAgglomeration" {
+            log::info!(
+                "GAMG agglomerator {a}: aggregated by pairwise matching of strong couplings \
+                 (as faceAreaPair)"
+            );
+        }
+    }
     for key in [
-        "smoother",
-        "nPreSweeps",
+        "mergeLevels",
         "preSweepsLevelMultiplier",
         "maxPreSweeps",
-        "nPostSweeps",
         "postSweepsLevelMultiplier",
         "maxPostSweeps",
         "nFinestSweeps",
-        "nCellsInCoarsestLevel",
-        "agglomerator",
-        "mergeLevels",
         "cacheAgglomeration",
         "directSolveCoarsest",
         "scaleCorrection",
@@ -722,20 +760,15 @@ fn ignore_gamg_settings(dict: &FoamDict) {
     ] {
         dict.ignore(key);
     }
+    s.validate().map_err(|e| CaseError::Mesh(dict.error(e)))?;
+    Ok(s)
 }
 
 /// The PCG preconditioner: `preconditioner DIC;` or `preconditioner { preconditioner GAMG; ... }`;
 /// a symmetric smoother takes its keys (`nSweeps`, …) from the same dictionary.
 fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
     let (holder, name) = match dict.get_dict_opt("preconditioner") {
-        Ok(Some(inner)) => (
-            inner,
-            inner.get_word("preconditioner").inspect(|name| {
-                if name == "GAMG" {
-                    ignore_gamg_settings(inner);
-                }
-            })?,
-        ),
+        Ok(Some(inner)) => (inner, inner.get_word("preconditioner")?),
         _ => (dict, dict.get_word("preconditioner")?),
     };
     let entry = holder.entry("preconditioner").expect("read above");
@@ -744,14 +777,7 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
         "DIC" | "FDIC" => PreconditionerKind::Dic.into(),
         "diagonal" => PreconditionerKind::Jacobi.into(),
         "none" => PreconditionerKind::None.into(),
-        "GAMG" => {
-            log::info!(
-                "{}:{}: GAMG preconditioner replaced by IC(0), the strongest available",
-                entry.file().display(),
-                entry.line()
-            );
-            PreconditionerKind::Ic0.into()
-        }
+        "GAMG" => Preconditioner::Amg(gamg_settings(holder)?),
         other => {
             let mut smoother = SmootherSettings::named(other).map_err(|_| {
                 at(

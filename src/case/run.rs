@@ -17,6 +17,7 @@ use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::solve::amg::solve_amg;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
     SolverPerformance,
@@ -95,7 +96,11 @@ impl Device<'_> {
         let Self::Gpu(_) = self else {
             return *solver;
         };
-        let mut preconditioner = gpu_preconditioner(&solver.preconditioner);
+        let given = match solver.gamg {
+            Some(s) => Preconditioner::Amg(s),
+            None => solver.preconditioner,
+        };
+        let mut preconditioner = gpu_preconditioner(&given);
         if preconditioner != solver.preconditioner
             && preconditioner == PreconditionerKind::Jacobi
             && solver.equilibration != EquilibrationKind::None
@@ -105,6 +110,8 @@ impl Device<'_> {
         LinearSolver {
             preconditioner,
             smoother: solver.smoother.as_ref().map(gpu_smoother),
+            // GAMG runs as PCG with its AMG mapped like the preconditioner.
+            gamg: None,
             ..*solver
         }
     }
@@ -178,6 +185,10 @@ pub fn run_case_with_mesh(
                 (Some(given), Some(run)) if given != run => {
                     log::info!("smoother {given} is not on the GPU: using {run} there")
                 }
+                (None, _) if solver.gamg.is_some() => log::info!(
+                    "GAMG (AMG cycles) is not on the GPU: PCG with {} there",
+                    used.preconditioner
+                ),
                 (None, _) if used.preconditioner != solver.preconditioner => log::info!(
                     "preconditioner {} is not on the GPU: using {} there",
                     solver.preconditioner,
@@ -582,15 +593,18 @@ impl<'a> Run<'a> {
                         &options,
                     ),
                     (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
-                    (None, None) => solve_pcg_scaled(
-                        matrix,
-                        solver.preconditioner,
-                        equilibration,
-                        b,
-                        x,
-                        controls,
-                        field,
-                    ),
+                    (None, None) => match &solver.gamg {
+                        Some(settings) => solve_amg(matrix, settings, b, x, controls, field),
+                        None => solve_pcg_scaled(
+                            matrix,
+                            solver.preconditioner,
+                            equilibration,
+                            b,
+                            x,
+                            controls,
+                            field,
+                        ),
+                    },
                 };
                 match result {
                     Ok(perf) => performances.push(perf),

@@ -10,6 +10,7 @@ use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
+use crate::solve::amg::AmgSettings;
 use crate::solve::{
     EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolverControls,
 };
@@ -214,6 +215,9 @@ pub struct LinearSolver {
     pub preconditioner: Preconditioner,
     /// `Some`: smoothSolver with this smoother (`nSweeps` in its `sweeps`) instead of PCG.
     pub smoother: Option<SmootherSettings>,
+    /// `Some`: OpenFOAM's GAMG solver, AMG cycles alone (`solve::amg::solve_amg`)
+    /// instead of PCG (PCG with AMG is `preconditioner` `Preconditioner::Amg`).
+    pub gamg: Option<AmgSettings>,
     /// PCG's equilibration (smoothSolver takes none).
     pub equilibration: EquilibrationKind,
     pub controls: SolverControls,
@@ -228,6 +232,7 @@ impl Default for LinearSolver {
         Self {
             preconditioner: PreconditionerKind::Dic.into(),
             smoother: None,
+            gamg: None,
             equilibration: EquilibrationKind::None,
             controls: SolverControls::default(),
             ordering: RowOrdering::default(),

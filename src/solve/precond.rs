@@ -119,6 +119,22 @@ impl fmt::Display for Preconditioner {
     }
 }
 
+impl FromStr for Preconditioner {
+    type Err = String;
+    /// A [`PreconditionerKind`] name, or `amg[:key=value]...` ([`AmgSettings`]).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.split(':')
+            .next()
+            .is_some_and(|h| h.eq_ignore_ascii_case("amg"))
+        {
+            return s.parse().map(Self::Amg);
+        }
+        s.parse::<PreconditionerKind>()
+            .map(Self::Kind)
+            .map_err(|e| format!("{e}, or amg[:key=value]..."))
+    }
+}
+
 impl Preconditioner {
     /// Whether PCG must be flexible (the preconditioner is not a fixed linear map).
     pub fn is_flexible(&self) -> bool {

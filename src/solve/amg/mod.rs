@@ -168,15 +168,15 @@ impl Default for AmgSettings {
     /// Chosen by measurement (README "AMG tuning").
     fn default() -> Self {
         Self {
-            passes: 2,
+            passes: 3,
             matching_rounds: 6,
             max_levels: 25,
             coarsest_rows: 1000,
-            cycle: CycleKind::V,
-            smoother: AmgSmootherKind::L1Jacobi,
+            cycle: CycleKind::K,
+            smoother: AmgSmootherKind::Jacobi,
             sweeps: 1,
             omega: 0.8,
-            over_correction: 1.0,
+            over_correction: 1.5,
         }
     }
 }
@@ -214,12 +214,49 @@ impl AmgSettings {
         }
         if !(self.over_correction.is_finite()
             && self.over_correction > 0.0
-            && self.over_correction < 2.0)
+            && self.over_correction <= 2.0)
         {
             return Err(format!(
-                "AMG overCorrection must be in (0, 2), got {}",
+                "AMG overCorrection must be in (0, 2], got {}",
                 self.over_correction
             ));
+        }
+        Ok(())
+    }
+
+    /// Sets one parameter by name (case-insensitive; `case.toml` and
+    /// fvSolution keys): `passes`, `matchingRounds`, `maxLevels`,
+    /// `coarsestRows` (OpenFOAM `nCellsInCoarsestLevel`), `cycle` (V, W, K),
+    /// `smoother`, `sweeps` (`nSweeps`; OpenFOAM's `nPreSweeps` and
+    /// `nPostSweeps` too: the cycle is symmetric, so both set the same
+    /// count), `omega`, `overCorrection`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        fn count(key: &str, value: &str) -> Result<usize, String> {
+            value
+                .parse()
+                .map_err(|_| format!("AMG {key} must be a whole number, got '{value}'"))
+        }
+        fn number(key: &str, value: &str) -> Result<f64, String> {
+            value
+                .parse()
+                .map_err(|_| format!("AMG {key} must be a number, got '{value}'"))
+        }
+        match key.to_ascii_lowercase().as_str() {
+            "passes" => self.passes = count(key, value)?,
+            "matchingrounds" => self.matching_rounds = count(key, value)?,
+            "maxlevels" => self.max_levels = count(key, value)?,
+            "coarsestrows" | "ncellsincoarsestlevel" => self.coarsest_rows = count(key, value)?,
+            "cycle" => self.cycle = value.parse()?,
+            "smoother" => self.smoother = value.parse()?,
+            "sweeps" | "nsweeps" | "npresweeps" | "npostsweeps" => self.sweeps = count(key, value)?,
+            "omega" => self.omega = number(key, value)?,
+            "overcorrection" => self.over_correction = number(key, value)?,
+            _ => {
+                return Err(format!(
+                    "unknown AMG parameter '{key}' (passes, matchingRounds, maxLevels, \
+                     coarsestRows, cycle, smoother, sweeps, omega, overCorrection)"
+                ))
+            }
         }
         Ok(())
     }
@@ -245,6 +282,30 @@ impl AmgSettings {
             s += &format!(", over-correction {}", format_g(self.over_correction));
         }
         s + ")"
+    }
+}
+
+impl FromStr for AmgSettings {
+    type Err = String;
+    /// `amg` (the defaults) or `amg:key=value:…` with the keys of
+    /// [`AmgSettings::set`], e.g. `amg:cycle=K:passes=3:smoother=Jacobi`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut parts = s.split(':');
+        let head = parts.next().unwrap_or_default();
+        if !head.eq_ignore_ascii_case("amg") {
+            return Err(format!(
+                "'{s}' is not an AMG specification (amg[:key=value]...)"
+            ));
+        }
+        let mut settings = Self::default();
+        for part in parts {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("AMG parameter '{part}' must be key=value"))?;
+            settings.set(key.trim(), value.trim())?;
+        }
+        settings.validate()?;
+        Ok(settings)
     }
 }
 
@@ -473,6 +534,46 @@ impl Hierarchy {
     pub fn grid_complexity(&self) -> f64 {
         let coarse: usize = self.levels.iter().map(|l| l.n_coarse()).sum();
         1.0 + coarse as f64 / self.n as f64
+    }
+
+    /// The work of one cycle in fine-matrix products (each level's matrix
+    /// passes weighted by nnz(A_l) / nnz(A_0); vector updates and the dense
+    /// coarsest solve not counted). Per visit of level l: Jacobi-type and
+    /// Chebyshev smoothers 2ν passes (pre ν − 1 from zero, the residual,
+    /// post ν), Gauss–Seidel 2ν + 1; a W- or K-cycle visits level l 2^l
+    /// times and adds 1 (W: coarse residual) or 2 (K: two products) passes
+    /// on level l per coarse solve.
+    pub fn work_per_cycle(&self) -> f64 {
+        let s = &self.settings;
+        let per_visit = match s.smoother {
+            AmgSmootherKind::MulticolourGaussSeidel => 2 * s.sweeps + 1,
+            _ => 2 * s.sweeps,
+        } as f64;
+        let extra = match s.cycle {
+            CycleKind::V => 0.0,
+            CycleKind::W => 1.0,
+            CycleKind::K => 2.0,
+        };
+        let nnz = |l: usize| {
+            if l == 0 {
+                self.fine_nnz
+            } else {
+                self.levels[l - 1].coarse.nnz()
+            }
+        } as f64;
+        let mut work = 0.0;
+        let mut visits = 1.0;
+        for l in 0..self.levels.len() {
+            work += visits * per_visit * nnz(l) / nnz(0);
+            if l > 0 {
+                // Products of the coarse solves made from level l − 1.
+                work += visits / 2.0 * extra * nnz(l) / nnz(0);
+            }
+            if s.cycle != CycleKind::V {
+                visits *= 2.0;
+            }
+        }
+        work
     }
 
     /// Rows per level, e.g. `262144 → 66134 → … → 812 rows, operator complexity 1.32`.

@@ -255,6 +255,7 @@ fn hierarchy_of_a_box_coarsens_by_four_per_level() {
     let (a, _) = poisson_system("box:24x24x24").unwrap();
     let settings = AmgSettings {
         coarsest_rows: 200,
+        passes: 2,
         ..AmgSettings::default()
     };
     let h = Hierarchy::setup(&a, &settings).unwrap();
