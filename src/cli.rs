@@ -562,6 +562,11 @@ struct BenchArgs {
     /// Density-contrast case directories measured by --deflation as well.
     #[arg(long, default_value = "cases/bubble_tet_3d")]
     deflation_case: Vec<PathBuf>,
+    /// Also the AMG rows: set-up (warm), value-only re-set-up, one cycle and
+    /// PCG with the V-, W- and K-cycle to a relative residual of 1e-8 against
+    /// Jacobi-PCG (RCM order, random right-hand side).
+    #[arg(long)]
+    amg: bool,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -593,6 +598,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         deflation: args.deflation,
         deflation_subdomains: args.deflation_subdomains,
         deflation_cases: args.deflation_case,
+        amg: args.amg,
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

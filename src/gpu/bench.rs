@@ -101,7 +101,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Median device time (ms) of `reps` runs of `work(i)` after `warmup` runs.
-fn time_median(
+pub(super) fn time_median(
     gpu: &Gpu,
     warmup: usize,
     reps: usize,
@@ -266,6 +266,9 @@ pub struct BenchSettings {
     /// Case directories (density contrast) whose first system gets deflation
     /// rows too, with b = A x* for a random x*.
     pub deflation_cases: Vec<PathBuf>,
+    /// Also the AMG rows (`amg_bench`): set-up, value re-set-up, cycle and
+    /// PCG with AMG against Jacobi-PCG.
+    pub amg: bool,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
@@ -414,6 +417,11 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
             report
                 .rows
                 .extend(deflation_rows(gpu, spec, &a, &rhs, settings)?);
+        }
+        if settings.amg {
+            report
+                .rows
+                .extend(super::amg_bench::rows(gpu, spec, &a, settings)?);
         }
     }
     for dir in settings

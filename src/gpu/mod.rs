@@ -11,11 +11,15 @@
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
 //! PCG preconditioners, [`polynomial`] the polynomial preconditioners (f64 and
 //! mixed precision), [`deflation`] the truncated Neumann preconditioner and
-//! subdomain deflation, [`ic`] level-scheduled incomplete Cholesky, [`bench`] the `fvpoisson bench` measurements
+//! subdomain deflation, [`ic`] level-scheduled incomplete Cholesky, [`amg`]
+//! aggregation AMG (set-up on the device, its cycle a PCG preconditioner),
+//! [`bench`] the `fvpoisson bench` measurements
 //! ([`smooth_bench`] those of the smoothers, [`polynomial_bench`] those of the
-//! polynomials), [`cusparse`] the cuSPARSE
+//! polynomials, [`amg_bench`] of AMG), [`cusparse`] the cuSPARSE
 //! baseline they are compared with (loaded only by the bench).
 
+pub mod amg;
+pub mod amg_bench;
 pub mod assembly;
 pub mod bench;
 pub mod cache;
@@ -49,6 +53,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ic.cu", include_str!("../../kernels/ic.cu")),
     ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
     ("deflation.cu", include_str!("../../kernels/deflation.cu")),
+    ("amg.cu", include_str!("../../kernels/amg.cu")),
 ];
 
 /// The kernels the sources define, in source order.

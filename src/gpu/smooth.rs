@@ -25,6 +25,7 @@ use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
+use super::amg::gpu_amg_settings;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
@@ -632,12 +633,12 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 /// What the GPU runs for a PCG preconditioner: Jacobi, none and the
 /// polynomials (`gpu::polynomial`) as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
-/// [`gpu_smoother`]; DIC and IC(0) (triangular solves, not on the GPU) and
-/// AMG (CPU only so far) as Jacobi.
+/// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; DIC and IC(0)
+/// (triangular solves, not on the GPU) as Jacobi.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
     match p {
         Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
-        Preconditioner::Amg(_) => PreconditionerKind::Jacobi.into(),
+        Preconditioner::Amg(s) => Preconditioner::Amg(gpu_amg_settings(s)),
         Preconditioner::Kind(PreconditionerKind::SymGaussSeidel) => {
             Preconditioner::Smoother(gpu_smoother(&SmootherSettings::new(
                 SmootherKind::GaussSeidel(Sweep::Symmetric),
@@ -774,7 +775,8 @@ impl Layout {
 impl GpuSolver<'_> {
     /// PCG with any preconditioner the GPU has ([`gpu_preconditioner`] maps
     /// the others) on the system equilibrated by `equilibration`: Jacobi and
-    /// none on the fused device loop ([`GpuSolver::solve`]), smoothers through
+    /// none on the fused device loop ([`GpuSolver::solve`]), AMG by
+    /// [`GpuSolver::solve_amg`], smoothers through
     /// `GpuCgBackend::set_preconditioner` (flexible PCG when they are not
     /// linear), on the scaled matrix in the smoother's row order. The
     /// convergence test and the returned performance are those of the
@@ -800,9 +802,7 @@ impl GpuSolver<'_> {
                 return self.solve_polynomial(a, p, equilibration, b, x, controls, field, options)
             }
             Preconditioner::Amg(s) => {
-                return Err(SolveError::Device(format!(
-                    "the {s} preconditioner is not available on the GPU (gpu_preconditioner maps                      it to Jacobi)"
-                )))
+                return self.solve_amg(a, s, equilibration, b, x, controls, field, options)
             }
         };
         check_system(a, b, x, controls)?;

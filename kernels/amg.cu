@@ -1,0 +1,780 @@
+// Aggregation AMG on the device (appended to spmv.cu, pcg.cu, smooth.cu in one
+// module; uses u64, block_sum and modsell_row from spmv.cu). The algorithm is
+// the CPU reference's (src/solve/amg, /work/wt/AMG_SPEC.md): pairwise matching
+// in Jacobi-style rounds, leaders numbered by an exclusive scan, Galerkin
+// products per coarse row in the CPU's summation order, so that the aggregates
+// are the same and the coarse matrices the same bits. Host side: src/gpu/amg.rs.
+//
+// Device CSR: u64 row pointers, unsigned columns ascending in each row, the
+// diagonal stored. No atomics touch floating-point values; integer atomics
+// only count (their totals do not depend on the order) or hand out slots that
+// a sort then puts in a fixed order.
+
+// ---- Exclusive scan of unsigned counts into u64 offsets (deterministic:
+// integer sums). Tiles of SCAN_TILE = blockDim * SCAN_ITEMS elements, each
+// thread owning SCAN_ITEMS consecutive ones. Launch: SCAN_BLOCK threads.
+
+#define SCAN_BLOCK 256
+#define SCAN_ITEMS 8
+#define SCAN_TILE (SCAN_BLOCK * SCAN_ITEMS)
+
+// Exclusive prefix sum of v over the block (blockDim.x a multiple of 32, at
+// most 1024); the block total goes to *total (valid in every thread after the
+// call). Safe to call repeatedly.
+__device__ u64 block_exclusive_scan(u64 v, u64* total) {
+    __shared__ u64 warp_totals[32];
+    __shared__ u64 block_total;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    u64 inclusive = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const u64 up = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += up;
+    }
+    __syncthreads();  // an earlier call may still be reading warp_totals
+    if (lane == 31) warp_totals[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+        const int warps = blockDim.x >> 5;
+        u64 w = lane < warps ? warp_totals[lane] : 0ULL;
+        u64 w_inclusive = w;
+        for (int o = 1; o < 32; o <<= 1) {
+            const u64 up = __shfl_up_sync(0xffffffffu, w_inclusive, o);
+            if (lane >= o) w_inclusive += up;
+        }
+        if (lane < warps) warp_totals[lane] = w_inclusive - w;  // exclusive
+        if (lane == warps - 1) block_total = w_inclusive;
+    }
+    __syncthreads();
+    *total = block_total;
+    return warp_totals[warp] + inclusive - v;
+}
+
+// The SCAN_ITEMS counts of this thread (0 past n) and their sum.
+__device__ u64 scan_thread_items(int n, const unsigned* __restrict__ counts, unsigned* items) {
+    const long long first = (long long)blockIdx.x * SCAN_TILE + (long long)threadIdx.x * SCAN_ITEMS;
+    u64 sum = 0;
+    for (int k = 0; k < SCAN_ITEMS; ++k) {
+        const long long i = first + k;
+        items[k] = i < n ? counts[i] : 0u;
+        sum += items[k];
+    }
+    return sum;
+}
+
+// Part 1: the sum of each tile.
+extern "C" __global__ void amg_scan_tiles(int n, const unsigned* __restrict__ counts,
+                                          u64* __restrict__ tile_sums) {
+    unsigned items[SCAN_ITEMS];
+    u64 total;
+    block_exclusive_scan(scan_thread_items(n, counts, items), &total);
+    if (threadIdx.x == 0) tile_sums[blockIdx.x] = total;
+}
+
+// Part 2 (one block): tile_sums becomes its exclusive prefix sum, in chunks
+// of blockDim with a carry; the grand total goes to offsets[n].
+extern "C" __global__ void amg_scan_tile_offsets(int tiles, u64* tile_sums, int n,
+                                                 u64* __restrict__ offsets) {
+    u64 carry = 0;
+    for (int base = 0; base < tiles; base += blockDim.x) {
+        const int i = base + threadIdx.x;
+        const u64 v = i < tiles ? tile_sums[i] : 0ULL;
+        u64 total;
+        const u64 before = block_exclusive_scan(v, &total);
+        if (i < tiles) tile_sums[i] = carry + before;
+        carry += total;
+    }
+    if (threadIdx.x == 0) offsets[n] = carry;
+}
+
+// Part 3: offsets[i] = sum of counts[0 .. i).
+extern "C" __global__ void amg_scan_apply(int n, const unsigned* __restrict__ counts,
+                                          const u64* __restrict__ tile_offsets,
+                                          u64* __restrict__ offsets) {
+    unsigned items[SCAN_ITEMS];
+    u64 total;
+    u64 running = tile_offsets[blockIdx.x] +
+                  block_exclusive_scan(scan_thread_items(n, counts, items), &total);
+    const long long first = (long long)blockIdx.x * SCAN_TILE + (long long)threadIdx.x * SCAN_ITEMS;
+    for (int k = 0; k < SCAN_ITEMS; ++k) {
+        const long long i = first + k;
+        if (i < n) offsets[i] = running;
+        running += items[k];
+    }
+}
+
+// ---- mod-SELL -> CSR of the same matrix (ModSell::to_csr: the diagonal and
+// the stored off-diagonals, ascending columns). Column codes as in smooth.cu.
+
+// The column of a nonzero code in slice base `base`.
+__device__ __forceinline__ unsigned modsell_column(int code, int base) {
+    return code > 0 ? (unsigned)(code - 1) : (unsigned)(base - code - 1);
+}
+
+// lengths[row] = 1 (diagonal) + the row's nonzero codes.
+extern "C" __global__ void amg_modsell_row_lengths(int n, int h, const u64* __restrict__ slice_ptr,
+                                                   const int* __restrict__ codes,
+                                                   unsigned* __restrict__ lengths) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const int s = row / h;
+    unsigned len = 1;
+    for (u64 k = slice_ptr[s] + (row - s * h); k < slice_ptr[s + 1]; k += h) len += codes[k] != 0;
+    lengths[row] = len;
+}
+
+// The CSR pattern: columns ascending (insertion sort of the row, whose columns
+// are distinct) and, per entry, its mod-SELL slot (-1: the diagonal), from
+// which amg_csr_values_from_modsell takes the values.
+extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restrict__ slice_ptr,
+                                              const int* __restrict__ codes,
+                                              const u64* __restrict__ row_ptr,
+                                              unsigned* __restrict__ cols,
+                                              long long* __restrict__ source) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const int s = row / h, base = s * h;
+    const u64 start = row_ptr[row];
+    u64 end = start;
+    cols[end] = (unsigned)row;
+    source[end] = -1;
+    ++end;
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        const unsigned col = modsell_column(c, base);
+        // Insert keeping cols[start .. end) ascending.
+        u64 p = end;
+        while (p > start && cols[p - 1] > col) {
+            cols[p] = cols[p - 1];
+            source[p] = source[p - 1];
+            --p;
+        }
+        cols[p] = col;
+        source[p] = (long long)k;
+        ++end;
+    }
+}
+
+// CSR values from the mod-SELL arrays through the slot map (also the
+// value-only update of the fine level).
+extern "C" __global__ void amg_csr_values_from_modsell(int n, const u64* __restrict__ row_ptr,
+                                                       const long long* __restrict__ source,
+                                                       const double* __restrict__ modsell_vals,
+                                                       const double* __restrict__ diag,
+                                                       double* __restrict__ vals) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    for (u64 k = row_ptr[row]; k < row_ptr[row + 1]; ++k) {
+        const long long s = source[k];
+        vals[k] = s < 0 ? diag[row] : modsell_vals[s];
+    }
+}
+
+// ---- Pairwise matching (spec "Pairwise matching", solve::amg::matching):
+// Jacobi-style rounds. partner[i] < 0: unmatched. matched[r] counts the rows
+// matched in round r; a round after one that matched nothing is skipped (its
+// state would not change), so all rounds are launched without reading
+// anything back.
+
+// The spec's pair hash, wrapping 32-bit arithmetic (lo < hi).
+__device__ __forceinline__ unsigned amg_pair_hash(unsigned lo, unsigned hi) {
+    unsigned h = (lo * 0x9E3779B1u) ^ hi;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    h *= 0x297A2D39u;
+    h ^= h >> 15;
+    return h;
+}
+
+// A coupling is strong when s_ij >= STRONG_FRACTION * s_i and * s_j
+// (matching.rs STRONG_FRACTION).
+#define STRONG_FRACTION 0.5
+
+// strongest[i] = s_i = max over the off-diagonals of -a_ij (0 when none is
+// negative), in column order as matching.rs strongest_couplings.
+extern "C" __global__ void amg_strongest_couplings(int n, const u64* __restrict__ row_ptr,
+                                                   const unsigned* __restrict__ cols,
+                                                   const double* __restrict__ vals,
+                                                   double* __restrict__ strongest) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double m = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
+        if ((int)cols[k] != i && -vals[k] > m) m = -vals[k];
+    strongest[i] = m;
+}
+
+// Every row unmatched (before round 0).
+extern "C" __global__ void amg_unmatch(int n, int* __restrict__ partner) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) partner[i] = -1;
+}
+
+// Round part 1: cand[i] = the unmatched neighbour j of unmatched i with
+// s_ij = -a_ij > 0 and the largest key (strong_ij, pair hash), the smaller j
+// on equal keys (columns ascend; replaced only on a strictly greater key);
+// -1 for none or for matched rows.
+extern "C" __global__ void amg_match_candidates(int n, const u64* __restrict__ row_ptr,
+                                                const unsigned* __restrict__ cols,
+                                                const double* __restrict__ vals,
+                                                const double* __restrict__ strongest,
+                                                const int* __restrict__ partner,
+                                                int* __restrict__ cand,
+                                                const int* __restrict__ matched_before) {
+    if (matched_before != nullptr && *matched_before == 0) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int best = -1;
+    if (partner[i] < 0) {
+        bool best_strong = false;
+        unsigned best_h = 0;
+        const double s_i = strongest[i];
+        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) {
+            const int j = (int)cols[k];
+            if (j == i) continue;
+            const double s = -vals[k];
+            // As the CPU's test (a NaN coupling passes it but is never strong).
+            if (s <= 0.0 || partner[j] >= 0) continue;
+            const bool strong = s >= STRONG_FRACTION * s_i && s >= STRONG_FRACTION * strongest[j];
+            const unsigned h = amg_pair_hash((unsigned)min(i, j), (unsigned)max(i, j));
+            if (best < 0 || (strong && !best_strong) || (strong == best_strong && h > best_h)) {
+                best = j;
+                best_strong = strong;
+                best_h = h;
+            }
+        }
+    }
+    cand[i] = best;
+}
+
+// Round part 2: unmatched i and cand(i) = j with cand(j) = i are matched.
+extern "C" __global__ void amg_match_handshake(int n, int* __restrict__ partner,
+                                               const int* __restrict__ cand,
+                                               int* __restrict__ matched,
+                                               const int* __restrict__ matched_before) {
+    if (matched_before != nullptr && *matched_before == 0) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || partner[i] >= 0) return;
+    const int j = cand[i];
+    if (j >= 0 && cand[j] == i) {
+        partner[i] = j;
+        atomicAdd(matched, 1);
+    }
+}
+
+// After the rounds (AMG_SPEC Changes 17:45, matching.rs join_singletons):
+// host[i] = for an unmatched row, the neighbour j != i in a pair with s_ij =
+// -a_ij > 0 and the largest (s_ij, pair hash), the smaller j on equal keys
+// (columns ascend; replaced only on a strictly greater key); -1 for none and
+// for paired rows. Reads the final partners only.
+extern "C" __global__ void amg_join_singletons(int n, const u64* __restrict__ row_ptr,
+                                               const unsigned* __restrict__ cols,
+                                               const double* __restrict__ vals,
+                                               const int* __restrict__ partner,
+                                               int* __restrict__ host) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int best = -1;
+    if (partner[i] < 0) {
+        double best_s = 0.0;
+        unsigned best_h = 0;
+        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) {
+            const int j = (int)cols[k];
+            if (j == i) continue;
+            const double s = -vals[k];
+            if (s <= 0.0 || partner[j] < 0) continue;
+            const unsigned h = amg_pair_hash((unsigned)min(i, j), (unsigned)max(i, j));
+            if (best < 0 || s > best_s || (s == best_s && h > best_h)) {
+                best = j;
+                best_s = s;
+                best_h = h;
+            }
+        }
+    }
+    host[i] = best;
+}
+
+// leader[i] = 1 when i leads its aggregate: the smaller row of a pair, or a
+// row neither paired nor joined to a pair (joiners never lead).
+extern "C" __global__ void amg_leader_flags(int n, const int* __restrict__ partner,
+                                            const int* __restrict__ host,
+                                            unsigned* __restrict__ leader) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int p = partner[i];
+    leader[i] = (p < 0 ? host[i] < 0 : i < p) ? 1u : 0u;
+}
+
+// The pass's map i -> number of its leader (leader_offsets: exclusive scan
+// of the leader flags): min(i, partner) for a paired row, min(host,
+// partner[host]) for a joined one, i for a singleton.
+extern "C" __global__ void amg_pass_aggregates(int n, const int* __restrict__ partner,
+                                               const int* __restrict__ host,
+                                               const u64* __restrict__ leader_offsets,
+                                               unsigned* __restrict__ aggregate) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int p = partner[i], h = host[i];
+    const int leader = p >= 0 ? min(i, p) : h >= 0 ? min(h, partner[h]) : i;
+    aggregate[i] = (unsigned)leader_offsets[leader];
+}
+
+// ---- Galerkin product of one pass (spec "Galerkin product for one pass"),
+// one thread per coarse row I with members members[member_ptr[I] ..
+// member_ptr[I+1]) ascending (amg_count_members .. amg_sort_members below).
+// Symbolic: the distinct coarse columns, sorted, and for every fine entry k
+// of the members' rows the slot dest[k] of its coarse entry. Numeric: the
+// coarse row zeroed, then a_ik added to slot dest[k] member by member, entry
+// by entry in stored order: each coarse entry sums its contributions in
+// encounter order, the CPU's order.
+
+// bound[I] = entries of the members' rows (room for the distinct columns).
+extern "C" __global__ void amg_galerkin_bounds(int nc, const u64* __restrict__ member_ptr,
+                                               const unsigned* __restrict__ members,
+                                               const u64* __restrict__ row_ptr,
+                                               unsigned* __restrict__ bound) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    u64 b = 0;
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        b += row_ptr[r + 1] - row_ptr[r];
+    }
+    bound[I] = (unsigned)b;
+}
+
+// The distinct coarse columns of I, ascending, at scratch[bound_ptr[I] ..);
+// count[I] = how many.
+extern "C" __global__ void amg_galerkin_columns(int nc, const u64* __restrict__ member_ptr,
+                                                const unsigned* __restrict__ members,
+                                                const u64* __restrict__ row_ptr,
+                                                const unsigned* __restrict__ cols,
+                                                const unsigned* __restrict__ aggregate,
+                                                const u64* __restrict__ bound_ptr,
+                                                unsigned* __restrict__ scratch,
+                                                unsigned* __restrict__ count) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    unsigned* list = scratch + bound_ptr[I];
+    unsigned len = 0;
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) {
+            const unsigned J = aggregate[cols[k]];
+            // Insert J into the ascending list unless present.
+            unsigned p = len;
+            while (p > 0 && list[p - 1] > J) --p;
+            if (p > 0 && list[p - 1] == J) continue;
+            for (unsigned t = len; t > p; --t) list[t] = list[t - 1];
+            list[p] = J;
+            ++len;
+        }
+    }
+    count[I] = len;
+}
+
+// Position of J in the ascending cols[lo .. hi) (present).
+__device__ __forceinline__ u64 find_column(const unsigned* cols, u64 lo, u64 hi, unsigned J) {
+    while (hi - lo > 1) {
+        const u64 mid = lo + (hi - lo) / 2;
+        if (cols[mid] <= J) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// The coarse columns copied to their place and the slot of every fine entry.
+extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ member_ptr,
+                                             const unsigned* __restrict__ members,
+                                             const u64* __restrict__ row_ptr,
+                                             const unsigned* __restrict__ cols,
+                                             const unsigned* __restrict__ aggregate,
+                                             const u64* __restrict__ bound_ptr,
+                                             const unsigned* __restrict__ scratch,
+                                             const u64* __restrict__ coarse_row_ptr,
+                                             unsigned* __restrict__ coarse_cols,
+                                             u64* __restrict__ dest) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    const u64 start = coarse_row_ptr[I], end = coarse_row_ptr[I + 1];
+    const unsigned* list = scratch + bound_ptr[I];
+    for (u64 k = start; k < end; ++k) coarse_cols[k] = list[k - start];
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k)
+            dest[k] = find_column(coarse_cols, start, end, aggregate[cols[k]]);
+    }
+}
+
+// Numeric: the coarse values of I from the members' values (set-up and
+// value-only re-set-up alike).
+extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ member_ptr,
+                                               const unsigned* __restrict__ members,
+                                               const u64* __restrict__ row_ptr,
+                                               const double* __restrict__ vals,
+                                               const u64* __restrict__ dest,
+                                               const u64* __restrict__ coarse_row_ptr,
+                                               double* __restrict__ coarse_vals) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    for (u64 k = coarse_row_ptr[I]; k < coarse_row_ptr[I + 1]; ++k) coarse_vals[k] = 0.0;
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) coarse_vals[dest[k]] += vals[k];
+    }
+}
+
+// ---- The level's aggregates (passes composed) and their members, ascending.
+
+// aggregate[i] = next[aggregate[i]] (one more pass composed).
+extern "C" __global__ void amg_compose(int n, unsigned* __restrict__ aggregate,
+                                       const unsigned* __restrict__ next) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) aggregate[i] = next[aggregate[i]];
+}
+
+// size[I] = members of aggregate I (zeroed before).
+extern "C" __global__ void amg_count_members(int n, const unsigned* __restrict__ aggregate,
+                                             unsigned* __restrict__ size) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&size[aggregate[i]], 1u);
+}
+
+// Each row into a free place of its aggregate's segment (cursor zeroed
+// before); amg_sort_members then fixes the order.
+extern "C" __global__ void amg_place_members(int n, const unsigned* __restrict__ aggregate,
+                                             const u64* __restrict__ member_ptr,
+                                             unsigned* __restrict__ cursor,
+                                             unsigned* __restrict__ members) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const unsigned I = aggregate[i];
+    members[member_ptr[I] + atomicAdd(&cursor[I], 1u)] = (unsigned)i;
+}
+
+// Sorts each aggregate's members ascending (insertion sort: a few rows).
+extern "C" __global__ void amg_sort_members(int nc, const u64* __restrict__ member_ptr,
+                                            unsigned* __restrict__ members) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    const u64 start = member_ptr[I], end = member_ptr[I + 1];
+    for (u64 k = start + 1; k < end; ++k) {
+        const unsigned v = members[k];
+        u64 p = k;
+        while (p > start && members[p - 1] > v) {
+            members[p] = members[p - 1];
+            --p;
+        }
+        members[p] = v;
+    }
+}
+
+// ---- Smoother set-up on a CSR level.
+
+#define SCALE_JACOBI 0
+#define SCALE_L1 1
+
+// scale[i] = omega / a_ii (weighted Jacobi) or 1 / (a_ii + sum_{j != i}
+// |a_ij|) in column order (L1-Jacobi, solve::smoother::l1_row_norm). *bad =
+// the smallest row whose a_ii is not positive and finite (kept when none).
+extern "C" __global__ void amg_smoother_scale(int n, const u64* __restrict__ row_ptr,
+                                              const unsigned* __restrict__ cols,
+                                              const double* __restrict__ vals, int kind,
+                                              double omega, double* __restrict__ scale,
+                                              int* __restrict__ bad) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double d = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
+        if ((int)cols[k] == i) d = vals[k];
+    double l1 = d;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
+        if ((int)cols[k] != i) l1 += fabs(vals[k]);
+    scale[i] = kind == SCALE_L1 ? 1.0 / l1 : omega / d;
+    if (!(d > 0.0) || isinf(d)) atomicMin(bad, i);
+}
+
+// ---- The cycle. Every kernel takes a trailing `done` (smooth.cu gated_off):
+// inside PCG's fused loop, null or the solve's state, whose first entry is
+// nonzero once the solve has stopped; the launch then returns at once (done
+// is uniform over the grid, so blocks that synchronise return as a whole).
+
+// Weighted / L1 Jacobi sweep on a CSR level: x_new = x + scale * (b - A x),
+// the row in stored order as the CPU cycle's row_residual (solve::amg::cycle).
+// x null means x = 0: x_new = scale * b.
+extern "C" __global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr,
+                                          const unsigned* __restrict__ cols,
+                                          const double* __restrict__ vals,
+                                          const double* __restrict__ scale,
+                                          const double* __restrict__ b,
+                                          const double* __restrict__ x,
+                                          double* __restrict__ x_new, const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (x == nullptr) {
+        x_new[i] = scale[i] * b[i];
+        return;
+    }
+    double ax = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * __ldg(&x[cols[k]]);
+    x_new[i] = x[i] + scale[i] * (b[i] - ax);
+}
+
+// r = b - A x on the mod-SELL fine level (one block per slice, blockDim = H,
+// H doubles of dynamic shared memory, as spmv_modsell).
+extern "C" __global__ void amg_residual_modsell(int n, const u64* __restrict__ slice_ptr,
+                                                const int* __restrict__ codes,
+                                                const double* __restrict__ vals,
+                                                const double* __restrict__ diag,
+                                                const double* __restrict__ b,
+                                                const double* __restrict__ x,
+                                                double* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
+    double xr;
+    const double ax = modsell_row(n, slice_ptr, codes, vals, diag, x, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) r[row] = b[row] - ax;
+}
+
+// b_c[I] = sum of r over I's members, ascending (R = P^T).
+extern "C" __global__ void amg_restrict(int nc, const u64* __restrict__ member_ptr,
+                                        const unsigned* __restrict__ members,
+                                        const double* __restrict__ r, double* __restrict__ bc,
+                                        const double* done) {
+    if (gated_off(done)) return;
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    double s = 0.0;
+    for (u64 k = member_ptr[I]; k < member_ptr[I + 1]; ++k) s += r[members[k]];
+    bc[I] = s;
+}
+
+// Residual and restriction fused on a CSR level: b_c[I] = sum over I's
+// members i, ascending, of (b_i - sum_j a_ij x_j), columns in order.
+extern "C" __global__ void amg_residual_restrict_csr(int nc, const u64* __restrict__ member_ptr,
+                                                     const unsigned* __restrict__ members,
+                                                     const u64* __restrict__ row_ptr,
+                                                     const unsigned* __restrict__ cols,
+                                                     const double* __restrict__ vals,
+                                                     const double* __restrict__ b,
+                                                     const double* __restrict__ x,
+                                                     double* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    double s = 0.0;
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned i = members[m];
+        double ax = 0.0;
+        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * __ldg(&x[cols[k]]);
+        s += b[i] - ax;
+    }
+    bc[I] = s;
+}
+
+// Prolongation and correction: x_out[i] = x_in[i] + factor * x_c[aggregate[i]]
+// (x_out may be x_in).
+extern "C" __global__ void amg_prolong(int n, const unsigned* __restrict__ aggregate,
+                                       const double* __restrict__ xc, double factor,
+                                       const double* x_in, double* x_out, const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x_out[i] = x_in[i] + factor * xc[aggregate[i]];
+}
+
+// dst = src.
+extern "C" __global__ void amg_copy(int n, const double* __restrict__ src,
+                                    double* __restrict__ dst, const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+
+// Coarsest level: x = M b with M dense (row-major n x n), one warp per row,
+// lanes summing j = lane, lane + 32, ... then a fixed shuffle tree.
+extern "C" __global__ void amg_dense_apply(int n, const double* __restrict__ m,
+                                           const double* __restrict__ b,
+                                           double* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
+    const int lane = threadIdx.x & 31;
+    const int row = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    if (row >= n) return;  // whole warps leave together
+    const double* mr = m + (u64)row * n;
+    double s = 0.0;
+    for (int j = lane; j < n; j += 32) s += mr[j] * b[j];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0) x[row] = s;
+}
+
+// ---- The coarsest level's operator, formed on the device (set-up): a dense
+// Cholesky factor and the inverse column by column (the host's nalgebra
+// inverse takes ~1 s at 1000 rows). The matrix is the one the CPU's
+// CoarsestSolver factors (symmetrised, shifted when singular), row-major.
+
+// Largest coarsest matrix (solve::amg MAX_DENSE_ROWS): column k of the factor
+// is staged in shared memory.
+#define DENSE_MAX_ROWS 4096
+
+// In-place Cholesky A = L L^T of the row-major n x n matrix a (its lower
+// triangle, diagonal included, becomes L; the upper triangle is not read).
+// One block (blockDim a multiple of 32), right-looking: per column k the
+// pivot, the column below it scaled, then the trailing lower triangle
+// updated, a warp per row, lanes along the row. *failed = k + 1 for the
+// first pivot that is not positive (0 when the factor exists).
+extern "C" __global__ void amg_dense_cholesky(int n, double* a, int* failed) {
+    __shared__ double col[DENSE_MAX_ROWS];
+    __shared__ double pivot;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int k = 0; k < n; ++k) {
+        if (threadIdx.x == 0) {
+            const double d = a[(u64)k * n + k];
+            pivot = d > 0.0 ? sqrt(d) : 0.0;
+            if (pivot == 0.0) *failed = k + 1;
+            a[(u64)k * n + k] = pivot;
+        }
+        __syncthreads();
+        if (pivot == 0.0) return;  // shared: the whole block leaves
+        for (int i = k + 1 + threadIdx.x; i < n; i += blockDim.x) {
+            const double l = a[(u64)i * n + k] / pivot;
+            a[(u64)i * n + k] = l;
+            col[i] = l;
+        }
+        __syncthreads();
+        for (int i = k + 1 + warp; i < n; i += warps) {
+            const double li = col[i];
+            double* row = a + (u64)i * n;
+            for (int j = k + 1 + lane; j <= i; j += 32) row[j] -= li * col[j];
+        }
+        __syncthreads();  // the next pivot and column read the updated rows
+    }
+}
+
+// Sum over the warp, valid in every lane (fixed butterfly order).
+__device__ double warp_sum_all(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Column j of A^-1 (one warp per column) from the factor l: L y = e_j, then
+// L^T x = y, in scratch[j*n ..); with `project` (singular A_L) minus its
+// mean (as CoarsestSolver::inverse), written to inv[i*n + j] (row-major).
+extern "C" __global__ void amg_dense_inverse(int n, const double* __restrict__ l,
+                                             double* __restrict__ scratch, int project,
+                                             double* __restrict__ inv) {
+    const int lane = threadIdx.x & 31;
+    const int j = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    if (j >= n) return;  // whole warps leave together
+    double* y = scratch + (u64)j * n;
+    for (int i = lane; i < j; i += 32) y[i] = 0.0;
+    for (int i = j; i < n; ++i) {
+        const double* li = l + (u64)i * n;
+        double s = 0.0;
+        for (int k = j + lane; k < i; k += 32) s += li[k] * y[k];
+        s = warp_sum_all(s);
+        if (lane == 0) y[i] = ((i == j ? 1.0 : 0.0) - s) / li[i];
+        __syncwarp();
+    }
+    for (int i = n - 1; i >= 0; --i) {
+        double s = 0.0;
+        for (int k = i + 1 + lane; k < n; k += 32) s += l[(u64)k * n + i] * y[k];
+        s = warp_sum_all(s);
+        if (lane == 0) y[i] = (y[i] - s) / l[(u64)i * n + i];
+        __syncwarp();
+    }
+    double mean = 0.0;
+    if (project) {
+        double s = 0.0;
+        for (int i = lane; i < n; i += 32) s += y[i];
+        mean = warp_sum_all(s) / n;
+    }
+    for (int i = lane; i < n; i += 32) inv[(u64)i * n + j] = y[i] - mean;
+}
+
+// ---- K-cycle (Notay & Vassilevski 2008; solve::amg::cycle k_step): two
+// flexible-CG steps on a coarse level, the scalars kept on the device in
+// `k` (K_* slots), so the cycle stays a sequence of launches.
+
+#define K_RHO1 0   // c . v, v = A c, c = B b
+#define K_ALPHA1 1 // c . b
+#define K_GAMMA 2  // d . v, d = B r
+#define K_BETA 3   // d . w, w = A d
+#define K_ALPHA2 4 // d . r
+#define K_SLOTS 5
+
+// y = A x on a CSR level (row in stored order, as Csr::spmv).
+extern "C" __global__ void amg_spmv_csr(int n, const u64* __restrict__ row_ptr,
+                                        const unsigned* __restrict__ cols,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ x, double* __restrict__ y,
+                                        const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double acc = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) acc += vals[k] * __ldg(&x[cols[k]]);
+    y[i] = acc;
+}
+
+// Per-block partial sums of a . b (VECTOR_BLOCK threads, block_sum's order).
+extern "C" __global__ void amg_dot_partials(int n, const double* __restrict__ a,
+                                            const double* __restrict__ b,
+                                            double* __restrict__ partials, const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double s = block_sum(i < n ? a[i] * b[i] : 0.0);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// k[slot] = the sum of the m partials in reduce_fixed's order (one block).
+extern "C" __global__ void amg_dot_finish(int m, const double* __restrict__ partials,
+                                          double* __restrict__ k, int slot, const double* done) {
+    if (gated_off(done)) return;
+    const double s = reduce_fixed(m, partials);
+    if (threadIdx.x == 0) k[slot] = s;
+}
+
+// The first step's length alpha1 / rho1 (0 when rho1 is not positive: the
+// CPU then returns x = 0).
+__device__ __forceinline__ double k_step1(const double* k) {
+    return k[K_RHO1] > 0.0 ? k[K_ALPHA1] / k[K_RHO1] : 0.0;
+}
+
+// r = b - (alpha1 / rho1) v.
+extern "C" __global__ void amg_k_residual(int n, const double* __restrict__ b,
+                                          const double* __restrict__ v,
+                                          const double* __restrict__ k, double* __restrict__ r,
+                                          const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double step1 = k_step1(k);
+    r[i] = b[i] - step1 * v[i];
+}
+
+// x = cc c + cd d: rho2 = beta - gamma^2 / rho1; when rho2 > 1e-14 beta,
+// cc = step1 - gamma alpha2 / (rho1 rho2) and cd = alpha2 / rho2, else the
+// first step alone (d in the span of c); x = 0 when rho1 is not positive.
+extern "C" __global__ void amg_k_combine(int n, const double* __restrict__ c,
+                                         const double* __restrict__ d,
+                                         const double* __restrict__ k, double* __restrict__ x,
+                                         const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double rho1 = k[K_RHO1];
+    if (!(rho1 > 0.0)) {
+        x[i] = 0.0;
+        return;
+    }
+    const double step1 = k[K_ALPHA1] / rho1;
+    const double gamma = k[K_GAMMA], beta = k[K_BETA], alpha2 = k[K_ALPHA2];
+    const double rho2 = beta - gamma * gamma / rho1;
+    double cc = step1, cd = 0.0;
+    if (rho2 > 1e-14 * beta) {
+        cc = step1 - gamma * alpha2 / (rho1 * rho2);
+        cd = alpha2 / rho2;
+    }
+    x[i] = cc * c[i] + cd * d[i];
+}

@@ -1,0 +1,1318 @@
+//! Aggregation AMG on the device (`kernels/amg.cu`): the CPU reference's
+//! algorithm (`solve::amg`, `AMG_SPEC.md`) with its set-up run on the GPU from
+//! the PCG's mod-SELL matrix, giving the same aggregates and the same coarse
+//! matrices (bit for bit), and its cycle a [`DevicePreconditioner`].
+//!
+//! Set-up (host reads only sizes, once per scan, and the coarsest matrix):
+//!
+//! - the fine mod-SELL matrix to CSR with ascending columns (as
+//!   `ModSell::to_csr`, which the CPU reference gets), keeping each entry's
+//!   mod-SELL slot for value-only updates;
+//! - per pass, pairwise matching in Jacobi-style rounds (candidate and
+//!   handshake kernels; a round after one that matched nothing is a no-op on
+//!   the device, so no round count is read back), leaders numbered by a
+//!   deterministic multi-block exclusive scan, and the Galerkin product one
+//!   thread per coarse row: a symbolic phase (the coarse columns, and for each
+//!   fine entry the slot it adds to) and a numeric phase that zeroes the row
+//!   and adds the members' entries in the CPU's encounter order — the same
+//!   kernel as the value-only re-set-up ([`DeviceAmg::update_values`]);
+//! - the level's aggregates (passes composed) and their members, ascending,
+//!   for the restriction R = Pᵀ;
+//! - smoother scales per level (weighted or L1 Jacobi) and the coarsest
+//!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
+//!   the matrix built on the host, factored (one-block Cholesky) and inverted
+//!   column by column (a warp per column) on the device.
+//!
+//! The cycle (`apply`) only launches kernels on the Gpu's stream, with every
+//! buffer allocated at set-up, so PCG may capture it into a CUDA graph. The
+//! fine level runs the mod-SELL kernels (`smooth_jacobi`, the residual through
+//! `modsell_row`), the coarse levels CSR kernels (residual and restriction
+//! fused), the coarsest one dense matrix-vector kernel; the K-cycle's
+//! flexible-CG steps keep their dot products and step lengths on the device.
+
+use std::rc::Rc;
+
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use nalgebra::DMatrix;
+
+use super::matrix::DeviceModSell;
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::smooth::DevicePreconditioner;
+use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS};
+use crate::solve::cpu::check_system;
+use crate::solve::{pcg, EquilibrationKind, SolveError, SolverControls, SolverPerformance};
+use crate::sparse::testing::dense;
+use crate::sparse::Csr;
+use crate::sparse::Reordered;
+
+/// Threads and elements per thread of the scan kernels (kernels/amg.cu).
+const SCAN_BLOCK: u32 = 256;
+const SCAN_TILE: usize = SCAN_BLOCK as usize * 8;
+/// Threads of the one-block scan of the tile sums.
+const SCAN_OFFSETS_BLOCK: u32 = 1024;
+/// kernels/amg.cu SCALE_JACOBI, SCALE_L1.
+const SCALE_JACOBI: i32 = 0;
+const SCALE_L1: i32 = 1;
+/// Rows of `amg_dense_apply` per block of [`VECTOR_BLOCK`] threads (a warp each).
+const DENSE_ROWS_PER_BLOCK: usize = VECTOR_BLOCK as usize / 32;
+/// kernels/amg.cu K_*: the K-cycle's scalars on the device.
+const K_RHO1: i32 = 0;
+const K_ALPHA1: i32 = 1;
+const K_GAMMA: i32 = 2;
+const K_BETA: i32 = 3;
+const K_ALPHA2: i32 = 4;
+const K_SLOTS: usize = 5;
+/// Threads of `amg_dot_finish` (reduce_fixed: a multiple of 32, at most 1024).
+const DOT_FINISH_BLOCK: u32 = 1024;
+/// Threads of the one-block dense Cholesky.
+const DENSE_FACTOR_BLOCK: u32 = 1024;
+/// A_L is singular when Σ_i |Σ_j a_ij| ≤ SINGULAR · Σ_i a_ii (`solve::amg::coarsest`).
+const SINGULAR: f64 = 1e-10;
+
+/// The dense matrix `CoarsestSolver::new` factors (A_L, plus (Σ a_ii / n²)
+/// e eᵀ when A_L is singular, symmetrised) and whether A_L is singular.
+fn factored_matrix(a: &Csr) -> (DMatrix<f64>, bool) {
+    let n = a.n_rows();
+    let mut m = dense(a);
+    let diag_sum: f64 = m.diagonal().iter().sum();
+    let row_sum_abs: f64 = m.row_iter().map(|r| r.sum().abs()).sum();
+    let singular = row_sum_abs <= SINGULAR * diag_sum;
+    if singular {
+        m.add_scalar_mut(diag_sum / (n as f64 * n as f64));
+    }
+    ((&m + m.transpose()) * 0.5, singular)
+}
+
+/// A level shrinking by less than this factor is not kept: the CPU's rule
+/// (`solve::amg` MIN_COARSENING, private there; see AMG_SPEC.md Changes).
+const MIN_COARSENING: f64 = 1.2;
+
+/// A square CSR matrix on the device: u64 row pointers, ascending u32
+/// columns, the diagonal stored.
+pub struct DeviceCsr {
+    pub n: usize,
+    pub nnz: usize,
+    pub row_ptr: CudaSlice<u64>,
+    pub cols: CudaSlice<u32>,
+    pub vals: CudaSlice<f64>,
+}
+
+impl DeviceCsr {
+    /// The matrix read back.
+    pub fn download(&self, gpu: &Gpu) -> Result<Csr, GpuError> {
+        let row_ptr: Vec<usize> = gpu.download(&self.row_ptr)?[..=self.n]
+            .iter()
+            .map(|&p| p as usize)
+            .collect();
+        let mut cols = gpu.download(&self.cols)?;
+        let mut vals = gpu.download(&self.vals)?;
+        cols.truncate(self.nnz);
+        vals.truncate(self.nnz);
+        Csr::new(self.n, row_ptr, cols, vals).map_err(GpuError::Invalid)
+    }
+
+    fn n32(&self) -> i32 {
+        self.n as i32
+    }
+}
+
+/// Element `index` of a device buffer (a synchronising read: set-up only).
+fn read_at<T: DeviceRepr + Default + Copy>(
+    gpu: &Gpu,
+    buffer: &CudaSlice<T>,
+    index: usize,
+) -> Result<T, GpuError> {
+    let v = driver(
+        "cuMemcpyDtoH",
+        gpu.stream().clone_dtoh(&buffer.slice(index..index + 1)),
+    )?;
+    Ok(v.first().copied().unwrap_or_default())
+}
+
+/// Exclusive prefix sums of unsigned counts on the device (`amg_scan_*`):
+/// per tile sums, one block scanning them, then each tile's offsets.
+/// Integer sums, so the result does not depend on the launch shape.
+struct Scan {
+    tile_sums: CudaSlice<u64>,
+}
+
+impl Scan {
+    /// Room for scans of up to `n` counts.
+    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            tile_sums: gpu.zeros(n.div_ceil(SCAN_TILE))?,
+        })
+    }
+
+    /// offsets[0..=n] = exclusive prefix sums of counts[0..n]; returns the
+    /// total offsets[n] (read back).
+    fn run(
+        &self,
+        gpu: &Gpu,
+        counts: &CudaSlice<u32>,
+        n: usize,
+        offsets: &CudaSlice<u64>,
+    ) -> Result<u64, GpuError> {
+        self.launch(gpu, counts, n, offsets)?;
+        read_at(gpu, offsets, n)
+    }
+
+    /// [`Self::run`] without reading the total back.
+    fn launch(
+        &self,
+        gpu: &Gpu,
+        counts: &CudaSlice<u32>,
+        n: usize,
+        offsets: &CudaSlice<u64>,
+    ) -> Result<(), GpuError> {
+        let tiles = n.div_ceil(SCAN_TILE);
+        if tiles > self.tile_sums.len() || offsets.len() < n + 1 || counts.len() < n {
+            return Err(GpuError::Invalid(format!(
+                "AMG scan of {n} counts: buffers too small (tiles {}, offsets {}, counts {})",
+                self.tile_sums.len(),
+                offsets.len(),
+                counts.len()
+            )));
+        }
+        let (n32, tiles32) = (n as i32, tiles as i32);
+        gpu.launch("amg_scan_tiles", tiles as u32, SCAN_BLOCK, 0, |a| {
+            a.arg(&n32).arg(counts).arg(&self.tile_sums);
+        })?;
+        gpu.launch("amg_scan_tile_offsets", 1, SCAN_OFFSETS_BLOCK, 0, |a| {
+            a.arg(&tiles32).arg(&self.tile_sums).arg(&n32).arg(offsets);
+        })?;
+        gpu.launch("amg_scan_apply", tiles as u32, SCAN_BLOCK, 0, |a| {
+            a.arg(&n32).arg(counts).arg(&self.tile_sums).arg(offsets);
+        })
+    }
+}
+
+/// The fine mod-SELL matrix as CSR (`ModSell::to_csr` on the device) and
+/// each CSR entry's mod-SELL slot (-1: the diagonal), for value-only updates.
+fn fine_csr(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    scan: &Scan,
+) -> Result<(DeviceCsr, CudaSlice<i64>), GpuError> {
+    let n = m.n;
+    let (n32, h32) = (n as i32, m.slice_height as i32);
+    let lengths = gpu.zeros::<u32>(n)?;
+    gpu.launch(
+        "amg_modsell_row_lengths",
+        vector_grid(n),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(&n32)
+                .arg(&h32)
+                .arg(&m.slice_ptr)
+                .arg(&m.codes)
+                .arg(&lengths);
+        },
+    )?;
+    let row_ptr = gpu.zeros::<u64>(n + 1)?;
+    let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
+    if nnz >= u32::MAX as usize {
+        return Err(GpuError::Invalid(format!(
+            "AMG on the GPU takes matrices of fewer than 2^32 entries, this one has {nnz}"
+        )));
+    }
+    let cols = gpu.zeros::<u32>(nnz)?;
+    let source = gpu.zeros::<i64>(nnz)?;
+    gpu.launch("amg_modsell_to_csr", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32)
+            .arg(&h32)
+            .arg(&m.slice_ptr)
+            .arg(&m.codes)
+            .arg(&row_ptr)
+            .arg(&cols)
+            .arg(&source);
+    })?;
+    let csr = DeviceCsr {
+        n,
+        nnz,
+        row_ptr,
+        cols,
+        vals: gpu.zeros(nnz)?,
+    };
+    fine_values(gpu, &csr, &source, m)?;
+    Ok((csr, source))
+}
+
+/// The fine CSR's values from the mod-SELL matrix's current values.
+fn fine_values(
+    gpu: &Gpu,
+    csr: &DeviceCsr,
+    source: &CudaSlice<i64>,
+    m: &DeviceModSell,
+) -> Result<(), GpuError> {
+    let n32 = csr.n32();
+    gpu.launch(
+        "amg_csr_values_from_modsell",
+        vector_grid(csr.n),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(&n32)
+                .arg(&csr.row_ptr)
+                .arg(source)
+                .arg(&m.values)
+                .arg(&m.diag)
+                .arg(&csr.vals);
+        },
+    )
+}
+
+/// One pairwise pass's product, kept for value-only updates: its aggregates'
+/// members (ascending) and, for every entry of the pass's fine matrix, the
+/// coarse slot it adds to.
+struct Pass {
+    n_coarse: usize,
+    member_ptr: CudaSlice<u64>,
+    members: CudaSlice<u32>,
+    dest: CudaSlice<u64>,
+    /// The product, except for a level's last pass (whose product is the
+    /// next level's matrix).
+    product: Option<DeviceCsr>,
+}
+
+impl Pass {
+    /// Pairwise matching of `a` in at most `rounds` rounds and the Galerkin
+    /// product; returns the pass, its product and its aggregate map.
+    fn new(
+        gpu: &Gpu,
+        a: &DeviceCsr,
+        rounds: usize,
+        scan: &Scan,
+    ) -> Result<(Self, DeviceCsr, CudaSlice<u32>), GpuError> {
+        let (n, n32) = (a.n, a.n32());
+        let grid = vector_grid(n);
+        let partner = gpu.zeros::<i32>(n)?;
+        let cand = gpu.zeros::<i32>(n)?;
+        let matched = gpu.zeros::<i32>(rounds.max(1))?;
+        let strongest = gpu.zeros::<f64>(n)?;
+        gpu.launch("amg_strongest_couplings", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&a.vals)
+                .arg(&strongest);
+        })?;
+        gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32).arg(&partner);
+        })?;
+        for round in 0..rounds {
+            let this = matched.slice(round..round + 1);
+            let before = (round > 0).then(|| matched.slice(round - 1..round));
+            gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
+                args.arg(&n32)
+                    .arg(&a.row_ptr)
+                    .arg(&a.cols)
+                    .arg(&a.vals)
+                    .arg(&strongest)
+                    .arg(&partner)
+                    .arg(&cand);
+                match &before {
+                    Some(b) => args.arg(b),
+                    None => args.arg(&NULL),
+                };
+            })?;
+            gpu.launch("amg_match_handshake", grid, VECTOR_BLOCK, 0, |args| {
+                args.arg(&n32).arg(&partner).arg(&cand).arg(&this);
+                match &before {
+                    Some(b) => args.arg(b),
+                    None => args.arg(&NULL),
+                };
+            })?;
+        }
+        // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45).
+        let host = gpu.zeros::<i32>(n)?;
+        gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&a.vals)
+                .arg(&partner)
+                .arg(&host);
+        })?;
+        let leader = gpu.zeros::<u32>(n)?;
+        gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32).arg(&partner).arg(&host).arg(&leader);
+        })?;
+        let leader_offsets = gpu.zeros::<u64>(n + 1)?;
+        let nc = scan.run(gpu, &leader, n, &leader_offsets)? as usize;
+        let (nc32, cgrid) = (nc as i32, vector_grid(nc));
+        let aggregate = gpu.zeros::<u32>(n)?;
+        gpu.launch("amg_pass_aggregates", grid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32)
+                .arg(&partner)
+                .arg(&host)
+                .arg(&leader_offsets)
+                .arg(&aggregate);
+        })?;
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, n, nc, scan)?;
+        // Symbolic product: room per coarse row (the members' entries: nnz in
+        // all), its distinct columns sorted, their count, then the pattern.
+        let bound = gpu.zeros::<u32>(nc)?;
+        gpu.launch("amg_galerkin_bounds", cgrid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&nc32)
+                .arg(&member_ptr)
+                .arg(&members)
+                .arg(&a.row_ptr)
+                .arg(&bound);
+        })?;
+        let bound_ptr = gpu.zeros::<u64>(nc + 1)?;
+        scan.launch(gpu, &bound, nc, &bound_ptr)?;
+        let scratch = gpu.zeros::<u32>(a.nnz)?;
+        let count = gpu.zeros::<u32>(nc)?;
+        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&nc32)
+                .arg(&member_ptr)
+                .arg(&members)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&aggregate)
+                .arg(&bound_ptr)
+                .arg(&scratch)
+                .arg(&count);
+        })?;
+        let row_ptr = gpu.zeros::<u64>(nc + 1)?;
+        let nnz = scan.run(gpu, &count, nc, &row_ptr)? as usize;
+        let cols = gpu.zeros::<u32>(nnz)?;
+        let dest = gpu.zeros::<u64>(a.nnz)?;
+        gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&nc32)
+                .arg(&member_ptr)
+                .arg(&members)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&aggregate)
+                .arg(&bound_ptr)
+                .arg(&scratch)
+                .arg(&row_ptr)
+                .arg(&cols)
+                .arg(&dest);
+        })?;
+        let product = DeviceCsr {
+            n: nc,
+            nnz,
+            row_ptr,
+            cols,
+            vals: gpu.zeros(nnz)?,
+        };
+        let pass = Self {
+            n_coarse: nc,
+            member_ptr,
+            members,
+            dest,
+            product: None,
+        };
+        pass.values(gpu, a, &product)?;
+        Ok((pass, product, aggregate))
+    }
+
+    /// The product's values from `a`'s (numeric phase).
+    fn values(&self, gpu: &Gpu, a: &DeviceCsr, product: &DeviceCsr) -> Result<(), GpuError> {
+        let nc32 = self.n_coarse as i32;
+        gpu.launch(
+            "amg_galerkin_values",
+            vector_grid(self.n_coarse),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&nc32)
+                    .arg(&self.member_ptr)
+                    .arg(&self.members)
+                    .arg(&a.row_ptr)
+                    .arg(&a.vals)
+                    .arg(&self.dest)
+                    .arg(&product.row_ptr)
+                    .arg(&product.vals);
+            },
+        )
+    }
+}
+
+/// Level l's link to level l + 1.
+struct Transfer {
+    passes: Vec<Pass>,
+    /// Row → coarse row (the passes composed).
+    aggregate: CudaSlice<u32>,
+    /// Rows of each coarse row, ascending: members[member_ptr[I] .. member_ptr[I+1]].
+    member_ptr: CudaSlice<u64>,
+    members: CudaSlice<u32>,
+}
+
+/// The members of each aggregate of `aggregate` (n rows, nc aggregates):
+/// counted, scanned, placed, then sorted.
+fn aggregate_members(
+    gpu: &Gpu,
+    aggregate: &CudaSlice<u32>,
+    n: usize,
+    nc: usize,
+    scan: &Scan,
+) -> Result<(CudaSlice<u64>, CudaSlice<u32>), GpuError> {
+    let (n32, nc32) = (n as i32, nc as i32);
+    let size = gpu.zeros::<u32>(nc)?;
+    gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(aggregate).arg(&size);
+    })?;
+    let member_ptr = gpu.zeros::<u64>(nc + 1)?;
+    scan.launch(gpu, &size, nc, &member_ptr)?;
+    let cursor = gpu.zeros::<u32>(nc)?;
+    let members = gpu.zeros::<u32>(n)?;
+    gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32)
+            .arg(aggregate)
+            .arg(&member_ptr)
+            .arg(&cursor)
+            .arg(&members);
+    })?;
+    gpu.launch("amg_sort_members", vector_grid(nc), VECTOR_BLOCK, 0, |a| {
+        a.arg(&nc32).arg(&member_ptr).arg(&members);
+    })?;
+    Ok((member_ptr, members))
+}
+
+/// One level's matrix, smoother and cycle vectors.
+struct Level {
+    a: DeviceCsr,
+    /// The smoother's row scales (not on the coarsest level).
+    scale: CudaSlice<f64>,
+    /// Right-hand side and solution of this level's cycle (coarse levels;
+    /// the fine level's are `apply`'s r and z).
+    b: CudaSlice<f64>,
+    x: CudaSlice<f64>,
+    /// The smoother's second buffer (double-buffered sweeps).
+    spare: CudaSlice<f64>,
+    /// To the next level (none on the coarsest).
+    transfer: Option<Transfer>,
+    /// The K-cycle's vectors and scalars (K-cycle, coarse levels but the
+    /// coarsest).
+    krylov: Option<Krylov>,
+}
+
+/// One coarse level's K-cycle step (`solve::amg::cycle` k_step): the vectors
+/// c = B b, v = A c, r, d = B r, w = A d, the scalars on the device
+/// (kernels/amg.cu K_*), and the dot products' per-block partials.
+struct Krylov {
+    c: CudaSlice<f64>,
+    v: CudaSlice<f64>,
+    r: CudaSlice<f64>,
+    d: CudaSlice<f64>,
+    w: CudaSlice<f64>,
+    scalars: CudaSlice<f64>,
+    partials: CudaSlice<f64>,
+}
+
+impl Krylov {
+    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            c: gpu.zeros(n)?,
+            v: gpu.zeros(n)?,
+            r: gpu.zeros(n)?,
+            d: gpu.zeros(n)?,
+            w: gpu.zeros(n)?,
+            scalars: gpu.zeros(K_SLOTS)?,
+            partials: gpu.zeros(vector_grid(n) as usize)?,
+        })
+    }
+}
+
+/// Where a run of sweeps starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// From x = 0 (the first sweep reads nothing).
+    Zero,
+    /// From the iterate in x.
+    X,
+    /// From the iterate in the spare buffer (an odd number of sweeps).
+    Spare,
+}
+
+/// What the cycle needs of the settings, checked.
+#[derive(Clone, Copy, Debug)]
+struct CycleParams {
+    kind: CycleKind,
+    /// Pre- and post-smoothing sweeps.
+    sweeps: usize,
+    scale_kind: i32,
+    omega: f64,
+    correction: f64,
+}
+
+/// The AMG hierarchy on the device and its cycle as a preconditioner.
+pub struct DeviceAmg<'g> {
+    gpu: &'g Gpu,
+    fine: Rc<DeviceModSell>,
+    fine_source: CudaSlice<i64>,
+    levels: Vec<Level>,
+    /// The coarsest level's operator (A_L⁻¹ or A_L⁺), row-major.
+    coarsest_inverse: CudaSlice<f64>,
+    /// The fine level's residual.
+    residual: CudaSlice<f64>,
+    cycle: CycleParams,
+    /// Why coarsening stopped (for the log and the bench).
+    stop_reason: String,
+}
+
+impl<'g> DeviceAmg<'g> {
+    /// The hierarchy of `settings` for `fine` (the PCG's matrix, rows in the
+    /// solve's order), set up on the device.
+    pub fn new(
+        gpu: &'g Gpu,
+        fine: Rc<DeviceModSell>,
+        settings: &AmgSettings,
+    ) -> Result<Self, GpuError> {
+        settings.validate().map_err(GpuError::Invalid)?;
+        let cycle = CycleParams {
+            kind: settings.cycle,
+            sweeps: settings.sweeps,
+            scale_kind: match settings.smoother {
+                AmgSmootherKind::Jacobi => SCALE_JACOBI,
+                AmgSmootherKind::L1Jacobi => SCALE_L1,
+                other => {
+                    return Err(GpuError::Invalid(format!(
+                        "the AMG smoother {} is not available on the GPU; use Jacobi or L1Jacobi",
+                        other.name()
+                    )))
+                }
+            },
+            omega: settings.omega,
+            // The K-cycle's Krylov steps scale the correction themselves.
+            correction: match settings.cycle {
+                CycleKind::K => 1.0,
+                CycleKind::V | CycleKind::W => settings.over_correction,
+            },
+        };
+        let n = fine.n;
+        if n == 0 || n >= i32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "AMG on the GPU needs between 1 and 2^31 - 1 rows, this matrix has {n}"
+            )));
+        }
+        let scan = Scan::new(gpu, n)?;
+        let (csr, source) = fine_csr(gpu, &fine, &scan)?;
+        let mut matrices = vec![csr];
+        let mut transfers = Vec::new();
+        let stop_reason = loop {
+            let a = matrices.last().expect("the fine level");
+            if a.n <= settings.coarsest_rows {
+                break format!("{} rows <= coarsestRows {}", a.n, settings.coarsest_rows);
+            }
+            if matrices.len() >= settings.max_levels {
+                break format!("maxLevels {} reached", settings.max_levels);
+            }
+            let (transfer, coarse) = Self::coarsen(gpu, a, settings, &scan)?;
+            // The CPU's rule (`Hierarchy::setup`): a level shrinking by less
+            // than MIN_COARSENING is not kept.
+            if (a.n as f64) < MIN_COARSENING * coarse.n as f64 {
+                log::info!(
+                    "GPU AMG: coarsening stalled at level {} ({} rows would become {}); it is \
+                     the coarsest",
+                    matrices.len() - 1,
+                    a.n,
+                    coarse.n
+                );
+                break format!("stalled: {} rows would become {}", a.n, coarse.n);
+            }
+            transfers.push(transfer);
+            matrices.push(coarse);
+        };
+        let mut levels = Vec::with_capacity(matrices.len());
+        let mut transfers = transfers.into_iter();
+        for (l, a) in matrices.into_iter().enumerate() {
+            let coarse = l > 0;
+            let n_l = a.n;
+            let transfer = transfers.next();
+            // K-cycle steps on the coarse levels above the coarsest.
+            let krylov = (cycle.kind == CycleKind::K && coarse && transfer.is_some())
+                .then(|| Krylov::new(gpu, n_l))
+                .transpose()?;
+            levels.push(Level {
+                scale: gpu.zeros(n_l)?,
+                b: gpu.zeros(if coarse { n_l } else { 0 })?,
+                x: gpu.zeros(if coarse { n_l } else { 0 })?,
+                spare: gpu.zeros(n_l)?,
+                transfer,
+                krylov,
+                a,
+            });
+        }
+        let n_last = levels.last().expect("one level").a.n;
+        if n_last > MAX_DENSE_ROWS {
+            return Err(GpuError::Invalid(format!(
+                "AMG: coarsening ended ({stop_reason}) with {n_last} rows on the coarsest level, \
+                 more than the {MAX_DENSE_ROWS} that can be factored densely; raise maxLevels, or \
+                 use another preconditioner for this matrix"
+            )));
+        }
+        let mut amg = Self {
+            gpu,
+            residual: gpu.zeros(n)?,
+            coarsest_inverse: gpu.zeros(n_last * n_last)?,
+            fine,
+            fine_source: source,
+            levels,
+            cycle,
+            stop_reason,
+        };
+        amg.smoothers_and_coarsest()?;
+        log::debug!("GPU AMG set up: {}", amg.describe());
+        Ok(amg)
+    }
+
+    /// One level's passes: their products (the last is the coarse matrix),
+    /// the aggregates composed and their members.
+    fn coarsen(
+        gpu: &Gpu,
+        a: &DeviceCsr,
+        settings: &AmgSettings,
+        scan: &Scan,
+    ) -> Result<(Transfer, DeviceCsr), GpuError> {
+        let mut passes: Vec<Pass> = Vec::with_capacity(settings.passes);
+        let mut aggregate: Option<CudaSlice<u32>> = None;
+        let mut product: Option<DeviceCsr> = None;
+        for _ in 0..settings.passes.max(1) {
+            let input = product.as_ref().unwrap_or(a);
+            let (pass, next, pass_aggregate) =
+                Pass::new(gpu, input, settings.matching_rounds, scan)?;
+            aggregate = Some(match aggregate {
+                None => pass_aggregate,
+                Some(level_aggregate) => {
+                    let n32 = a.n32();
+                    gpu.launch("amg_compose", vector_grid(a.n), VECTOR_BLOCK, 0, |args| {
+                        args.arg(&n32).arg(&level_aggregate).arg(&pass_aggregate);
+                    })?;
+                    level_aggregate
+                }
+            });
+            if let Some(previous) = passes.last_mut() {
+                previous.product = product.take();
+            }
+            passes.push(pass);
+            product = Some(next);
+        }
+        let coarse = product.expect("at least one pass");
+        let aggregate = aggregate.expect("at least one pass");
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, a.n, coarse.n, scan)?;
+        Ok((
+            Transfer {
+                passes,
+                aggregate,
+                member_ptr,
+                members,
+            },
+            coarse,
+        ))
+    }
+
+    /// Smoother scales on every level but the coarsest, and the coarsest
+    /// level's dense operator (from the host's Cholesky factor).
+    fn smoothers_and_coarsest(&mut self) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let last = self.levels.len() - 1;
+        // Per level: the smallest row with a diagonal that is not positive.
+        let bad = gpu.upload(&vec![i32::MAX; last.max(1)])?;
+        for (l, level) in self.levels[..last].iter().enumerate() {
+            let a = &level.a;
+            let n32 = a.n32();
+            let bad_l = bad.slice(l..l + 1);
+            gpu.launch(
+                "amg_smoother_scale",
+                vector_grid(a.n),
+                VECTOR_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n32)
+                        .arg(&a.row_ptr)
+                        .arg(&a.cols)
+                        .arg(&a.vals)
+                        .arg(&self.cycle.scale_kind)
+                        .arg(&self.cycle.omega)
+                        .arg(&level.scale)
+                        .arg(&bad_l);
+                },
+            )?;
+        }
+        let bad = gpu.download(&bad)?;
+        if let Some((l, row)) = bad.iter().enumerate().find(|(_, &r)| r != i32::MAX) {
+            return Err(GpuError::Invalid(format!(
+                "AMG: row {row} of level {l} has a diagonal entry that is not positive and \
+                 finite; the Jacobi smoothers need a positive diagonal (is the matrix SPD?)"
+            )));
+        }
+        self.coarsest_operator()
+    }
+
+    /// The coarsest level's dense operator A_L⁻¹ (or A_L⁺), as
+    /// `CoarsestSolver::inverse` defines it, formed on the device: the matrix
+    /// that `CoarsestSolver` factors is built on the host (O(n²)), factored
+    /// by `amg_dense_cholesky` and inverted column by column by
+    /// `amg_dense_inverse` (the host's O(n³) inverse takes ~1 s at 1000 rows).
+    fn coarsest_operator(&mut self) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let coarsest = self.levels.last().expect("one level").a.download(gpu)?;
+        let n = coarsest.n_rows();
+        let (matrix, singular) = factored_matrix(&coarsest);
+        // Symmetric: its column-major storage is also row-major.
+        let factor = gpu.upload(matrix.as_slice())?;
+        let failed = gpu.zeros::<i32>(1)?;
+        let (n32, project) = (n as i32, i32::from(singular));
+        gpu.launch("amg_dense_cholesky", 1, DENSE_FACTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&factor).arg(&failed);
+        })?;
+        let pivot = read_at(gpu, &failed, 0)?;
+        if pivot != 0 {
+            return Err(GpuError::Invalid(format!(
+                "AMG: the coarsest matrix ({n} rows) is not positive definite (pivot {pivot} of \
+                 its Cholesky factor), so it cannot be inverted; is the matrix symmetric positive \
+                 definite, or singular only through constants as in an all-Neumann problem?"
+            )));
+        }
+        let scratch = gpu.zeros::<f64>(n * n)?;
+        let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+        gpu.launch("amg_dense_inverse", grid, VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(&factor)
+                .arg(&scratch)
+                .arg(&project)
+                .arg(&self.coarsest_inverse);
+        })
+    }
+
+    /// Recomputes every value for `fine`, a matrix of the set-up's pattern
+    /// (the set-up's matrix itself after new values were written into it, or
+    /// another of the same pattern): the fine CSR, the Galerkin products in
+    /// the set-up's order (so the bits of a fresh set-up that finds the same
+    /// aggregates), the smoother scales and the coarsest operator. Aggregates
+    /// and patterns are kept.
+    pub fn update_values(&mut self, fine: Rc<DeviceModSell>) -> Result<(), GpuError> {
+        let old = &self.fine;
+        if fine.n != old.n
+            || fine.slice_height != old.slice_height
+            || fine.codes.len() != old.codes.len()
+        {
+            return Err(GpuError::Invalid(format!(
+                "AMG update: the matrix has {} rows in slices of {} ({} slots) but the hierarchy \
+                 was set up for {} rows in slices of {} ({} slots); set it up again for a new \
+                 pattern",
+                fine.n,
+                fine.slice_height,
+                fine.codes.len(),
+                old.n,
+                old.slice_height,
+                old.codes.len()
+            )));
+        }
+        self.fine = fine;
+        let gpu = self.gpu;
+        fine_values(gpu, &self.levels[0].a, &self.fine_source, &self.fine)?;
+        for l in 0..self.levels.len() - 1 {
+            let (head, tail) = self.levels.split_at(l + 1);
+            let (level, next) = (&head[l], &tail[0]);
+            let transfer = level
+                .transfer
+                .as_ref()
+                .expect("a transfer below the coarsest");
+            let mut input = &level.a;
+            for pass in &transfer.passes {
+                let output = pass.product.as_ref().unwrap_or(&next.a);
+                pass.values(gpu, input, output)?;
+                input = output;
+            }
+        }
+        self.smoothers_and_coarsest()
+    }
+
+    /// Rows per level, fine first.
+    pub fn level_rows(&self) -> Vec<usize> {
+        self.levels.iter().map(|l| l.a.n).collect()
+    }
+
+    /// Stored entries per level, fine first.
+    pub fn level_entries(&self) -> Vec<usize> {
+        self.levels.iter().map(|l| l.a.nnz).collect()
+    }
+
+    /// Σ nnz(A_l) / nnz(A_0).
+    pub fn operator_complexity(&self) -> f64 {
+        let e = self.level_entries();
+        e.iter().sum::<usize>() as f64 / e[0] as f64
+    }
+
+    /// Rows per level, e.g. `5 levels: 262144 → 66134 → … → 812 rows,
+    /// operator complexity 1.32 (812 rows <= coarsestRows 1000)`.
+    pub fn describe(&self) -> String {
+        let rows: Vec<String> = self.level_rows().iter().map(|n| n.to_string()).collect();
+        format!(
+            "{} levels: {} rows, operator complexity {:.2} ({})",
+            rows.len(),
+            rows.join(" → "),
+            self.operator_complexity(),
+            self.stop_reason
+        )
+    }
+
+    /// Why coarsening stopped.
+    pub fn stop_reason(&self) -> &str {
+        &self.stop_reason
+    }
+
+    /// Level `l`'s matrix read back (level 0: the fine matrix as CSR).
+    pub fn matrix(&self, l: usize) -> Result<Csr, GpuError> {
+        self.level(l)?.a.download(self.gpu)
+    }
+
+    /// Level `l`'s aggregates (row → row of level l + 1) read back.
+    pub fn aggregate(&self, l: usize) -> Result<Vec<u32>, GpuError> {
+        let level = self.level(l)?;
+        let t = level.transfer.as_ref().ok_or_else(|| {
+            GpuError::Invalid(format!("level {l} is the coarsest; it has no aggregates"))
+        })?;
+        let mut agg = self.gpu.download(&t.aggregate)?;
+        agg.truncate(level.a.n);
+        Ok(agg)
+    }
+
+    fn level(&self, l: usize) -> Result<&Level, GpuError> {
+        self.levels.get(l).ok_or_else(|| {
+            GpuError::Invalid(format!(
+                "the hierarchy has {} levels, no level {l}",
+                self.levels.len()
+            ))
+        })
+    }
+
+    // ---- The cycle (launches only).
+
+    /// x = cycle(b) on level l, from x = 0 or (`from_zero` false: a W-cycle's
+    /// second visit) from the x given.
+    fn cycle_level(
+        &self,
+        l: usize,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        from_zero: bool,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let level = &self.levels[l];
+        let Some(t) = &level.transfer else {
+            // The coarsest level (visited from zero only).
+            let n = level.a.n;
+            let n32 = n as i32;
+            let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+            return gpu.launch("amg_dense_apply", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(&self.coarsest_inverse).arg(b).arg(x);
+                arg_or_null(a, done);
+            });
+        };
+        let c = &self.cycle;
+        let start = if from_zero { Start::Zero } else { Start::X };
+        self.smooth(l, b, x, c.sweeps, start, done)?;
+        let next = &self.levels[l + 1];
+        let nc32 = next.a.n32();
+        let cgrid = vector_grid(next.a.n);
+        if l == 0 {
+            let m = &*self.fine;
+            let n32 = m.n as i32;
+            gpu.launch(
+                "amg_residual_modsell",
+                m.n_slices() as u32,
+                m.slice_height as u32,
+                m.shared_bytes(),
+                |a| {
+                    a.arg(&n32)
+                        .arg(&m.slice_ptr)
+                        .arg(&m.codes)
+                        .arg(&m.values)
+                        .arg(&m.diag)
+                        .arg(b)
+                        .arg(x)
+                        .arg(&self.residual);
+                    arg_or_null(a, done);
+                },
+            )?;
+            gpu.launch("amg_restrict", cgrid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&nc32)
+                    .arg(&t.member_ptr)
+                    .arg(&t.members)
+                    .arg(&self.residual)
+                    .arg(&next.b);
+                arg_or_null(a, done);
+            })?;
+        } else {
+            let m = &level.a;
+            gpu.launch("amg_residual_restrict_csr", cgrid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&nc32)
+                    .arg(&t.member_ptr)
+                    .arg(&t.members)
+                    .arg(&m.row_ptr)
+                    .arg(&m.cols)
+                    .arg(&m.vals)
+                    .arg(b)
+                    .arg(x)
+                    .arg(&next.b);
+                arg_or_null(a, done);
+            })?;
+        }
+        // The coarse solve: the coarsest's is exact; above it, one cycle (V),
+        // one more from its iterate (W) or two Krylov steps (K).
+        match c.kind {
+            CycleKind::K if next.krylov.is_some() => self.k_step(l + 1, done)?,
+            CycleKind::W if next.transfer.is_some() => {
+                self.cycle_level(l + 1, &next.b, &next.x, true, done)?;
+                self.cycle_level(l + 1, &next.b, &next.x, false, done)?;
+            }
+            _ => self.cycle_level(l + 1, &next.b, &next.x, true, done)?,
+        }
+        // x + P x_c into the buffer from which the post-sweeps end in x.
+        let post_start = if c.sweeps % 2 == 1 {
+            Start::Spare
+        } else {
+            Start::X
+        };
+        let into = match post_start {
+            Start::Spare => &level.spare,
+            _ => x,
+        };
+        let n32 = level.a.n32();
+        gpu.launch(
+            "amg_prolong",
+            vector_grid(level.a.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n32)
+                    .arg(&t.aggregate)
+                    .arg(&next.x)
+                    .arg(&c.correction)
+                    .arg(x)
+                    .arg(into);
+                arg_or_null(a, done);
+            },
+        )?;
+        self.smooth(l, b, x, c.sweeps, post_start, done)
+    }
+
+    /// x_l ≈ A_l⁻¹ b_l on coarse level l by two flexible-CG steps from 0,
+    /// each preconditioned by the cycle B of level l (Notay & Vassilevski
+    /// 2008, as `solve::amg::cycle` k_step): c = B b, v = A c, r = b −
+    /// (c·b / c·v) v, d = B r, w = A d, then x = cc c + cd d from the five
+    /// dot products (`amg_k_combine`), all on the device.
+    fn k_step(&self, l: usize, done: Option<&CudaSlice<f64>>) -> Result<(), GpuError> {
+        let level = &self.levels[l];
+        let k = level
+            .krylov
+            .as_ref()
+            .expect("K-cycle vectors on this level");
+        let (b, x) = (&level.b, &level.x);
+        let n = level.a.n;
+        let (n32, grid) = (n as i32, vector_grid(n));
+        self.cycle_level(l, b, &k.c, true, done)?;
+        self.spmv(l, &k.c, &k.v, done)?;
+        self.dot(l, k, &k.c, &k.v, K_RHO1, done)?;
+        self.dot(l, k, &k.c, b, K_ALPHA1, done)?;
+        self.gpu
+            .launch("amg_k_residual", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(b).arg(&k.v).arg(&k.scalars).arg(&k.r);
+                arg_or_null(a, done);
+            })?;
+        self.cycle_level(l, &k.r, &k.d, true, done)?;
+        self.spmv(l, &k.d, &k.w, done)?;
+        self.dot(l, k, &k.d, &k.v, K_GAMMA, done)?;
+        self.dot(l, k, &k.d, &k.w, K_BETA, done)?;
+        self.dot(l, k, &k.d, &k.r, K_ALPHA2, done)?;
+        self.gpu
+            .launch("amg_k_combine", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(&k.c).arg(&k.d).arg(&k.scalars).arg(x);
+                arg_or_null(a, done);
+            })
+    }
+
+    /// y = A_l x on a coarse level.
+    fn spmv(
+        &self,
+        l: usize,
+        x: &CudaSlice<f64>,
+        y: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let m = &self.levels[l].a;
+        let n32 = m.n32();
+        self.gpu
+            .launch("amg_spmv_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32)
+                    .arg(&m.row_ptr)
+                    .arg(&m.cols)
+                    .arg(&m.vals)
+                    .arg(x)
+                    .arg(y);
+                arg_or_null(a, done);
+            })
+    }
+
+    /// k.scalars[slot] = u · v on level l (per-block partials, then one
+    /// block in a fixed order).
+    fn dot(
+        &self,
+        l: usize,
+        k: &Krylov,
+        u: &CudaSlice<f64>,
+        v: &CudaSlice<f64>,
+        slot: i32,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let n = self.levels[l].a.n;
+        let (n32, grid) = (n as i32, vector_grid(n));
+        let m = grid as i32;
+        self.gpu
+            .launch("amg_dot_partials", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(u).arg(v).arg(&k.partials);
+                arg_or_null(a, done);
+            })?;
+        self.gpu
+            .launch("amg_dot_finish", 1, DOT_FINISH_BLOCK, 0, |a| {
+                a.arg(&m).arg(&k.partials).arg(&k.scalars).arg(&slot);
+                arg_or_null(a, done);
+            })
+    }
+
+    /// `sweeps` Jacobi sweeps on level l ending in x, alternating between x
+    /// and the level's spare buffer.
+    fn smooth(
+        &self,
+        l: usize,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        sweeps: usize,
+        start: Start,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let level = &self.levels[l];
+        let n = level.a.n;
+        let n32 = n as i32;
+        let buffers = [x, &level.spare];
+        // The buffer holding the iterate (None: zero).
+        let mut current = match start {
+            Start::Zero => None,
+            Start::X if sweeps % 2 == 1 => {
+                gpu.launch("amg_copy", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32).arg(x).arg(&level.spare);
+                    arg_or_null(a, done);
+                })?;
+                Some(1)
+            }
+            Start::X => Some(0),
+            Start::Spare if sweeps % 2 == 1 => Some(1),
+            Start::Spare => {
+                return Err(GpuError::Invalid(
+                    "AMG smoothing from the spare buffer needs an odd number of sweeps".into(),
+                ))
+            }
+        };
+        if sweeps == 0 && start == Start::Zero {
+            return gpu.launch("zero_vector", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(x);
+                arg_or_null(a, done);
+            });
+        }
+        for s in 0..sweeps {
+            // The last sweep writes x.
+            let to = (sweeps - 1 - s) % 2;
+            let from = current.map(|k| buffers[k]);
+            self.sweep(l, b, from, buffers[to], done)?;
+            current = Some(to);
+        }
+        Ok(())
+    }
+
+    /// One Jacobi sweep x_new = x + scale (b − A x) (`from` None: x = 0).
+    fn sweep(
+        &self,
+        l: usize,
+        b: &CudaSlice<f64>,
+        from: Option<&CudaSlice<f64>>,
+        to: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let level = &self.levels[l];
+        if l == 0 {
+            let m = &*self.fine;
+            let n32 = m.n as i32;
+            let h = m.slice_height as u32;
+            self.gpu
+                .launch("smooth_jacobi", m.n_slices() as u32, h, h * 8, |a| {
+                    a.arg(&n32)
+                        .arg(&m.slice_ptr)
+                        .arg(&m.codes)
+                        .arg(&m.values)
+                        .arg(&m.diag)
+                        .arg(&level.scale)
+                        .arg(b);
+                    arg_or_null(a, from);
+                    a.arg(to);
+                    arg_or_null(a, done);
+                })
+        } else {
+            let m = &level.a;
+            let n32 = m.n32();
+            self.gpu
+                .launch("amg_jacobi_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32)
+                        .arg(&m.row_ptr)
+                        .arg(&m.cols)
+                        .arg(&m.vals)
+                        .arg(&level.scale)
+                        .arg(b);
+                    arg_or_null(a, from);
+                    a.arg(to);
+                    arg_or_null(a, done);
+                })
+        }
+    }
+}
+
+impl DevicePreconditioner for DeviceAmg<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.cycle_level(0, r, z, true, None)
+    }
+    fn apply_gated(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.cycle_level(0, r, z, true, Some(done))
+    }
+    /// V- and W-cycles with Jacobi smoothers are fixed symmetric linear maps;
+    /// the K-cycle's step lengths depend on r (PCG runs flexible).
+    fn is_linear(&self) -> bool {
+        self.cycle.kind != CycleKind::K
+    }
+}
+
+/// The AMG the GPU runs for `s`: V-, W- and K-cycles as given, with Jacobi or
+/// L1-Jacobi as given; Chebyshev and multicolour Gauss–Seidel (not on the GPU
+/// yet) as L1-Jacobi.
+pub fn gpu_amg_settings(s: &AmgSettings) -> AmgSettings {
+    let mut g = *s;
+    if !matches!(
+        g.smoother,
+        AmgSmootherKind::Jacobi | AmgSmootherKind::L1Jacobi
+    ) {
+        g.smoother = AmgSmootherKind::L1Jacobi;
+    }
+    g
+}
+
+impl GpuSolver<'_> {
+    /// PCG preconditioned by the GPU AMG of `settings` (as given: map it with
+    /// [`gpu_amg_settings`] first), set up on the device from the PCG's
+    /// matrix, on the system equilibrated by `equilibration`, rows in
+    /// `options.ordering` (this solver's cached permutation): the fused
+    /// device loop, as [`GpuSolver::solve`] runs Jacobi. The convergence test
+    /// and the returned performance are those of the original system.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_amg(
+        &mut self,
+        a: &Csr,
+        settings: &AmgSettings,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        settings.validate().map_err(SolveError::InvalidControls)?;
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
+        let system = scaled.matrix(a);
+        let gpu = self.gpu();
+        let perm = self.permutation(system, options)?;
+        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
+        let eq_ordered = scaled.permuted_equilibration(perm);
+        let mut backend =
+            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
+                .map_err(device)?;
+        let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
+        log::info!("GPU {settings}: {}", amg.describe());
+        backend.set_preconditioner(Box::new(amg));
+        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
+        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
+        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+        let x_new = backend.download(&x_dev).map_err(device)?;
+        let mut y = vec![0.0; x.len()];
+        ordered.to_old_into(&x_new, &mut y);
+        scaled.unscale_into(&y, x);
+        Ok(perf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gpu_runs_every_cycle_with_jacobi_smoothers_and_maps_the_rest() {
+        let base = AmgSettings::default();
+        for cycle in CycleKind::ALL {
+            for smoother in [AmgSmootherKind::Jacobi, AmgSmootherKind::L1Jacobi] {
+                let s = AmgSettings {
+                    cycle,
+                    smoother,
+                    ..base
+                };
+                assert_eq!(gpu_amg_settings(&s), s);
+            }
+        }
+        for smoother in [
+            AmgSmootherKind::Chebyshev,
+            AmgSmootherKind::MulticolourGaussSeidel,
+        ] {
+            let s = AmgSettings {
+                cycle: CycleKind::K,
+                smoother,
+                ..base
+            };
+            let g = gpu_amg_settings(&s);
+            assert_eq!(
+                (g.cycle, g.smoother),
+                (CycleKind::K, AmgSmootherKind::L1Jacobi)
+            );
+            assert_eq!(g.sweeps, s.sweeps);
+        }
+    }
+
+    #[test]
+    fn the_factored_matrix_is_shifted_only_when_the_rows_sum_to_zero() {
+        let a = crate::sparse::testing::random_symmetric(30, 4, 1);
+        let (m, singular) = factored_matrix(&a);
+        assert!(!singular);
+        assert_eq!(m, dense(&a));
+        // A graph Laplacian: rows sum to zero.
+        let mut l = a.clone();
+        for r in 0..a.n_rows() {
+            let (cols, vals) = a.row(r);
+            let off: f64 = cols
+                .iter()
+                .zip(vals)
+                .filter(|(&c, _)| c as usize != r)
+                .map(|(_, v)| -v.abs())
+                .sum();
+            for k in a.row_ptr()[r]..a.row_ptr()[r + 1] {
+                let c = a.cols()[k] as usize;
+                l.values_mut()[k] = if c == r { -off } else { -a.values()[k].abs() };
+            }
+        }
+        let (m, singular) = factored_matrix(&l);
+        assert!(singular);
+        let shift = m[(0, 0)] - dense(&l)[(0, 0)];
+        assert!(shift > 0.0);
+    }
+}

@@ -1,0 +1,544 @@
+//! The GPU AMG (`gpu::amg`) against its CPU reference (`solve::amg`): the same
+//! aggregates (exactly), the same coarse matrices (bit for bit), one cycle
+//! to round-off, PCG iteration counts within one, value-only re-set-up equal
+//! to a fresh set-up, and a cycle that a CUDA graph can capture. Each test
+//! prints a compact table and `skipped: no CUDA device` without a GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1).
+
+use std::rc::Rc;
+
+use fvpoisson::gpu::amg::DeviceAmg;
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
+use fvpoisson::gpu::{test_device, Gpu};
+use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy};
+use fvpoisson::solve::{
+    pcg, solve_pcg_scaled, CgBackend, CpuBackend, EquilibrationKind, LinearOperator,
+    Preconditioner, PreconditionerKind, SolverControls,
+};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
+
+/// Mesh sources (files relative to the repository root, the working directory
+/// of `cargo test` and of the device runs): hex, perturbed and renumbered
+/// tets, 2-D, OpenFOAM and Gmsh meshes of every cell type.
+const MESHES: [&str; 10] = [
+    "box:24x24x24",
+    "box:16x16x16:tet:perturb=0.2:renumber",
+    "box:80x80x1:2d",
+    "meshes/foam/cavity",
+    "meshes/foam/polydual",
+    "meshes/foam/warped",
+    "meshes/gmsh/tet_cube.v41.msh",
+    "meshes/gmsh/hex_box.v41.msh",
+    "meshes/gmsh/prism_wedge.v22.msh",
+    "meshes/gmsh/pyramid_hybrid.v41.msh",
+];
+
+/// Slice heights of the fine mod-SELL matrix (the CSR made from it must not
+/// depend on the layout).
+const SLICE_HEIGHTS: [usize; 2] = [32, 512];
+
+/// A few levels even on the small meshes.
+fn test_settings() -> AmgSettings {
+    AmgSettings {
+        coarsest_rows: 40,
+        ..AmgSettings::default()
+    }
+}
+
+/// The cycles and smoothers the GPU runs (odd and even sweep counts, an
+/// over-correction), with a small coarsest level.
+fn cycle_settings() -> Vec<AmgSettings> {
+    let base = test_settings();
+    let with = |cycle, smoother, sweeps, omega, over_correction| AmgSettings {
+        cycle,
+        smoother,
+        sweeps,
+        omega,
+        over_correction,
+        ..base
+    };
+    vec![
+        base,
+        with(CycleKind::V, AmgSmootherKind::Jacobi, 2, 0.8, 1.0),
+        with(CycleKind::V, AmgSmootherKind::L1Jacobi, 3, 0.8, 1.4),
+        with(CycleKind::W, AmgSmootherKind::L1Jacobi, 1, 0.8, 1.0),
+        with(CycleKind::W, AmgSmootherKind::Jacobi, 2, 0.7, 1.2),
+        with(CycleKind::K, AmgSmootherKind::L1Jacobi, 1, 0.8, 1.0),
+        with(CycleKind::K, AmgSmootherKind::Jacobi, 2, 0.8, 1.0),
+        AmgSettings {
+            passes: 3,
+            matching_rounds: 2,
+            ..base
+        },
+    ]
+}
+
+/// A system in the solve's row order with a right-hand side.
+struct System {
+    name: String,
+    a: Csr,
+    b: Vec<f64>,
+}
+
+fn random_rhs(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| rng.next_f64() - 0.5).collect()
+}
+
+/// The graph Laplacian of `a` (diagonal = −Σ off-diagonals): singular, rows
+/// summing to zero, as an all-Neumann problem.
+fn neumann(a: &Csr) -> Csr {
+    let mut l = a.clone();
+    for r in 0..a.n_rows() {
+        let (cols, vals) = a.row(r);
+        let off: f64 = cols
+            .iter()
+            .zip(vals)
+            .filter(|(&c, _)| c as usize != r)
+            .map(|(_, v)| v)
+            .sum();
+        let slot = a.slot(r, r).expect("a stored diagonal");
+        l.values_mut()[slot] = -off;
+    }
+    l
+}
+
+/// The FVM systems in RCM order (the solve's default) and, once, in the
+/// mesh's own (renumbered) order; random SPD matrices; an all-Neumann one.
+fn systems() -> Vec<System> {
+    let mut all = Vec::new();
+    for spec in MESHES {
+        let (a, b) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let name = spec.rsplit('/').next().unwrap().to_string();
+        if spec.contains("renumber") {
+            all.push(System {
+                name: format!("{name} natural"),
+                a: a.clone(),
+                b: b.clone(),
+            });
+        }
+        let p = reverse_cuthill_mckee(&a);
+        all.push(System {
+            name: format!("{name} RCM"),
+            a: p.apply_symmetric(&a),
+            b: p.to_new(&b),
+        });
+    }
+    for (n, seed) in [(300usize, 1u64), (30_011, 3)] {
+        all.push(System {
+            name: format!("random n = {n}"),
+            a: random_symmetric(n, 8, seed),
+            b: random_rhs(n, seed),
+        });
+    }
+    let (a, _) = poisson_system("box:12x12x12").unwrap();
+    let mut b = random_rhs(a.n_rows(), 9);
+    let mean = b.iter().sum::<f64>() / b.len() as f64;
+    b.iter_mut().for_each(|v| *v -= mean);
+    all.push(System {
+        name: "box:12x12x12 all-Neumann".into(),
+        a: neumann(&a),
+        b,
+    });
+    all
+}
+
+/// The fine matrix on the device in slices of `h` and, for the CPU, the
+/// same matrix as `ModSell::to_csr` gives it.
+fn fine(gpu: &Gpu, a: &Csr, h: usize) -> (Rc<DeviceModSell>, Csr) {
+    let m = ModSell::from_csr(a, h).unwrap();
+    (Rc::new(DeviceModSell::upload(gpu, &m).unwrap()), m.to_csr())
+}
+
+/// Largest |x − y| / max |y| over the values of two matrices of one pattern
+/// (the patterns are asserted equal).
+fn matrix_difference(what: &str, gpu: &Csr, cpu: &Csr) -> f64 {
+    assert_eq!(gpu.row_ptr(), cpu.row_ptr(), "{what}: row pointers");
+    assert_eq!(gpu.cols(), cpu.cols(), "{what}: columns");
+    max_rel_diff(gpu.values(), cpu.values())
+}
+
+/// Compares the GPU hierarchy with the CPU's: level sizes, aggregates
+/// (exactly) and coarse matrices; returns the largest coarse difference.
+fn compare_hierarchies(what: &str, amg: &DeviceAmg, cpu: &Hierarchy, csr: &Csr) -> f64 {
+    let cpu_rows: Vec<usize> = (0..cpu.n_levels())
+        .map(|l| cpu.matrix(csr, l).n_rows())
+        .collect();
+    assert_eq!(amg.level_rows(), cpu_rows, "{what}: rows per level");
+    let fine = amg.matrix(0).unwrap();
+    assert_eq!(&fine, csr, "{what}: the fine CSR made on the device");
+    let mut worst = 0.0f64;
+    for (l, level) in cpu.levels.iter().enumerate() {
+        assert_eq!(
+            amg.aggregate(l).unwrap(),
+            level.aggregate,
+            "{what}: aggregates of level {l}"
+        );
+        let d = matrix_difference(
+            &format!("{what}: level {}", l + 1),
+            &amg.matrix(l + 1).unwrap(),
+            &level.coarse,
+        );
+        worst = worst.max(d);
+    }
+    worst
+}
+
+#[test]
+fn setup_gives_the_cpu_aggregates_and_coarse_matrices() {
+    let Some(gpu) = test_device() else { return };
+    let settings = test_settings();
+    println!(
+        "{:<44} {:>4} {:>7} {:>6}  {:<40} {:>9}",
+        "system", "H", "levels", "OC", "rows per level", "max diff"
+    );
+    for s in systems() {
+        for h in SLICE_HEIGHTS {
+            let (m, csr) = fine(&gpu, &s.a, h);
+            let amg = DeviceAmg::new(&gpu, m, &settings).unwrap();
+            let cpu = Hierarchy::setup(&csr, &settings).unwrap();
+            let what = format!("{} H {h}", s.name);
+            let worst = compare_hierarchies(&what, &amg, &cpu, &csr);
+            println!(
+                "{:<44} {h:>4} {:>7} {:>6.3}  {:<40} {worst:>9.1e}",
+                s.name,
+                amg.level_rows().len(),
+                amg.operator_complexity(),
+                format!("{:?}", amg.level_rows()),
+            );
+            assert!(
+                (amg.operator_complexity() - cpu.operator_complexity()).abs() < 1e-12,
+                "{what}: operator complexity"
+            );
+            assert!(
+                worst <= 1e-14,
+                "{what}: coarse matrices differ by {worst:.1e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn one_cycle_matches_the_cpu_cycle() {
+    let Some(gpu) = test_device() else { return };
+    println!("{:<44} {:<50} {:>9}", "system", "settings", "max diff");
+    for s in systems() {
+        let (m, csr) = fine(&gpu, &s.a, 512);
+        let r = random_rhs(csr.n_rows(), 5);
+        let r_dev = gpu.upload(&r).unwrap();
+        let z_dev = gpu.zeros::<f64>(csr.n_rows()).unwrap();
+        for settings in cycle_settings() {
+            let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
+            amg.apply(&r_dev, &z_dev).unwrap();
+            let z_gpu = gpu.download(&z_dev).unwrap();
+            let cpu = Amg::new(&csr, &settings).unwrap();
+            let mut z_cpu = vec![0.0; csr.n_rows()];
+            cpu.apply(&r, &mut z_cpu);
+            let d = max_rel_diff(&z_gpu, &z_cpu);
+            println!("{:<44} {:<50} {d:>9.1e}", s.name, settings.describe());
+            // The K-cycle's step lengths are quotients of dot products summed
+            // in another order: its round-off is amplified a little.
+            let tolerance = match settings.cycle {
+                CycleKind::K => 1e-9,
+                CycleKind::V | CycleKind::W => 1e-11,
+            };
+            assert!(
+                d <= tolerance,
+                "{}: {settings}: cycle differs by {d:.1e}",
+                s.name
+            );
+        }
+        // A single level (the coarsest solve alone): the default coarsest size.
+        if csr.n_rows() <= AmgSettings::default().coarsest_rows {
+            let settings = AmgSettings::default();
+            let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
+            assert_eq!(amg.level_rows().len(), 1);
+            amg.apply(&r_dev, &z_dev).unwrap();
+            let mut z_cpu = vec![0.0; csr.n_rows()];
+            Amg::new(&csr, &settings).unwrap().apply(&r, &mut z_cpu);
+            let d = max_rel_diff(&gpu.download(&z_dev).unwrap(), &z_cpu);
+            println!(
+                "{:<44} {:<50} {d:>9.1e}",
+                s.name, "one level (coarsest solve)"
+            );
+            assert!(d <= 1e-11, "{}: coarsest solve differs by {d:.1e}", s.name);
+        }
+    }
+}
+
+/// ‖b − A x‖₂ / ‖b‖₂.
+fn true_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
+    let mut ax = vec![0.0; b.len()];
+    a.spmv(x, &mut ax);
+    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y) * (b - y)).sum();
+    let nb: f64 = b.iter().map(|b| b * b).sum();
+    (r / nb).sqrt()
+}
+
+#[test]
+fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls {
+        tolerance: 0.0,
+        rel_tol: 1e-8,
+        max_iter: 1000,
+        min_iter: 0,
+    };
+    println!(
+        "{:<44} {:<36} {:>7} {:>7} {:>7} {:>10} {:>10}",
+        "system", "settings", "CPU it", "GPU it", "Jacobi", "GPU |r|/|b|", "x diff"
+    );
+    for s in systems()
+        .into_iter()
+        .filter(|s| !s.name.contains("Neumann"))
+    {
+        let (_, csr) = fine(&gpu, &s.a, 512);
+        let mut jacobi_x = vec![0.0; csr.n_rows()];
+        let jacobi = fvpoisson::solve::solve_pcg(
+            &csr,
+            PreconditionerKind::Jacobi,
+            &s.b,
+            &mut jacobi_x,
+            &controls,
+            "p",
+        )
+        .unwrap();
+        let k_cycle = AmgSettings {
+            cycle: CycleKind::K,
+            ..test_settings()
+        };
+        for settings in [test_settings(), cycle_settings()[3], k_cycle] {
+            let cpu_amg = Amg::new(&csr, &settings).unwrap();
+            let mut x_cpu = vec![0.0; csr.n_rows()];
+            let cpu = pcg(
+                &CpuBackend::new(&csr, &cpu_amg),
+                &s.b,
+                &mut x_cpu,
+                &controls,
+                "p",
+            )
+            .unwrap();
+            let options = GpuSolveOptions::default();
+            let mut backend = GpuCgBackend::new(&gpu, &csr, false, None, &options).unwrap();
+            let amg = DeviceAmg::new(&gpu, backend.shared_matrix(), &settings).unwrap();
+            backend.set_preconditioner(Box::new(amg));
+            let b_dev = backend.upload(&s.b).unwrap();
+            let mut x_dev = backend.new_vector();
+            let perf = pcg(&backend, &b_dev, &mut x_dev, &controls, "p").unwrap();
+            let x_gpu = backend.download(&x_dev).unwrap();
+            let res = true_residual(&csr, &s.b, &x_gpu);
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!(
+                "{:<44} {:<36} {:>7} {:>7} {:>7} {res:>10.1e} {d:>10.1e}",
+                s.name,
+                settings.describe(),
+                cpu.iterations,
+                perf.iterations,
+                jacobi.iterations
+            );
+            assert!(
+                perf.converged,
+                "{}: {settings}: GPU PCG did not converge",
+                s.name
+            );
+            assert!(
+                perf.iterations.abs_diff(cpu.iterations) <= 1,
+                "{}: {settings}: {} GPU iterations, {} CPU",
+                s.name,
+                perf.iterations,
+                cpu.iterations
+            );
+        }
+    }
+}
+
+/// `a` with new values of the same pattern that keep the aggregates (the
+/// off-diagonals doubled exactly, so every coupling keeps its rank) but
+/// change every coarse value: the diagonal doubled and scaled by 1 + 0.1 u_i.
+fn new_values(a: &Csr, seed: u64) -> Csr {
+    let mut rng = SplitMix(seed);
+    let mut out = a.clone();
+    let row_ptr = a.row_ptr().to_vec();
+    let cols = a.cols().to_vec();
+    let vals = out.values_mut();
+    for r in 0..a.n_rows() {
+        let bump = 1.0 + 0.1 * rng.next_f64();
+        for k in row_ptr[r]..row_ptr[r + 1] {
+            vals[k] *= 2.0;
+            if cols[k] as usize == r {
+                vals[k] *= bump;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn value_update_equals_a_fresh_setup() {
+    let Some(gpu) = test_device() else { return };
+    let settings = test_settings();
+    println!(
+        "{:<44} {:>7} {:>14} {:>14}",
+        "system", "levels", "vs fresh GPU", "vs CPU update"
+    );
+    for s in systems() {
+        let (m, csr) = fine(&gpu, &s.a, 512);
+        let mut amg = DeviceAmg::new(&gpu, m, &settings).unwrap();
+        let mut cpu = Hierarchy::setup(&csr, &settings).unwrap();
+        let (m2, csr2) = fine(&gpu, &new_values(&s.a, 11), 512);
+        amg.update_values(Rc::clone(&m2)).unwrap();
+        cpu.update_values(&csr2).unwrap();
+        let fresh = DeviceAmg::new(&gpu, m2, &settings).unwrap();
+        assert_eq!(amg.level_rows(), fresh.level_rows(), "{}: levels", s.name);
+        let mut vs_fresh = 0.0f64;
+        for l in 0..fresh.level_rows().len() {
+            let (updated, again) = (amg.matrix(l).unwrap(), fresh.matrix(l).unwrap());
+            assert_eq!(updated, again, "{}: level {l} after the update", s.name);
+            vs_fresh = vs_fresh.max(matrix_difference(&s.name, &updated, &again));
+        }
+        let vs_cpu = compare_hierarchies(&format!("{} updated", s.name), &amg, &cpu, &csr2);
+        println!(
+            "{:<44} {:>7} {vs_fresh:>14.1e} {vs_cpu:>14.1e}",
+            s.name,
+            fresh.level_rows().len()
+        );
+        // The updated and the fresh hierarchy apply the same bits.
+        let r = gpu.upload(&random_rhs(csr.n_rows(), 7)).unwrap();
+        let (z1, z2) = (
+            gpu.zeros(csr.n_rows()).unwrap(),
+            gpu.zeros(csr.n_rows()).unwrap(),
+        );
+        amg.apply(&r, &z1).unwrap();
+        fresh.apply(&r, &z2).unwrap();
+        assert_eq!(
+            gpu.download(&z1).unwrap(),
+            gpu.download(&z2).unwrap(),
+            "{}: cycle after the update",
+            s.name
+        );
+        assert!(
+            vs_cpu <= 1e-14,
+            "{}: updated coarse matrices differ from the CPU's",
+            s.name
+        );
+    }
+}
+
+#[test]
+fn a_cuda_graph_captures_the_cycle() {
+    let Some(gpu) = test_device() else { return };
+    if gpu.syncs_each_launch() {
+        println!("skipped: FVPOISSON_GPU_SYNC=1 (no graph capture)");
+        return;
+    }
+    let (a, _) = poisson_system("box:16x16x16:tet:perturb=0.2:renumber").unwrap();
+    let (m, csr) = fine(&gpu, &a, 512);
+    for settings in cycle_settings() {
+        let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
+        let r = gpu.upload(&random_rhs(csr.n_rows(), 3)).unwrap();
+        let (direct, replayed) = (
+            gpu.zeros(csr.n_rows()).unwrap(),
+            gpu.zeros(csr.n_rows()).unwrap(),
+        );
+        amg.apply(&r, &direct).unwrap();
+        let graph = gpu.capture(|| amg.apply(&r, &replayed)).unwrap();
+        gpu.launch_graph(&graph).unwrap();
+        gpu.launch_graph(&graph).unwrap();
+        let (x, y) = (
+            gpu.download(&direct).unwrap(),
+            gpu.download(&replayed).unwrap(),
+        );
+        println!(
+            "{settings}: graph replay equal to the direct cycle: {}",
+            x == y
+        );
+        assert_eq!(x, y, "{settings}: the replayed cycle differs");
+    }
+}
+
+#[test]
+fn unsupported_settings_are_clear_errors() {
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:8x8x8").unwrap();
+    let (m, _) = fine(&gpu, &a, 32);
+    for smoother in [
+        AmgSmootherKind::Chebyshev,
+        AmgSmootherKind::MulticolourGaussSeidel,
+    ] {
+        let settings = AmgSettings {
+            smoother,
+            ..test_settings()
+        };
+        let e = DeviceAmg::new(&gpu, Rc::clone(&m), &settings)
+            .err()
+            .expect("an error");
+        println!("{settings}: {e}");
+        assert!(e.to_string().contains("not available on the GPU"), "{e}");
+    }
+}
+
+#[test]
+fn solve_with_runs_the_gpu_amg_like_the_cpu() {
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls {
+        tolerance: 0.0,
+        rel_tol: 1e-8,
+        max_iter: 1000,
+        min_iter: 0,
+    };
+    // Natural order on both sides, so that both build the same hierarchy.
+    let options = GpuSolveOptions {
+        ordering: RowOrdering::Natural,
+        ..GpuSolveOptions::default()
+    };
+    println!(
+        "{:<44} {:<12} {:>7} {:>7} {:>9}",
+        "system", "scaling", "CPU it", "GPU it", "x diff"
+    );
+    for s in systems()
+        .into_iter()
+        .filter(|s| !s.name.contains("Neumann"))
+    {
+        for equilibration in [EquilibrationKind::None, EquilibrationKind::Jacobi] {
+            let p = Preconditioner::Amg(test_settings());
+            let mut x_cpu = vec![0.0; s.a.n_rows()];
+            let cpu = solve_pcg_scaled(&s.a, p, &equilibration, &s.b, &mut x_cpu, &controls, "p")
+                .unwrap();
+            let mut x_gpu = vec![0.0; s.a.n_rows()];
+            let gpu_perf = solve_pcg_gpu_with(
+                &gpu,
+                &s.a,
+                &gpu_preconditioner(&p),
+                &equilibration,
+                &s.b,
+                &mut x_gpu,
+                &controls,
+                "p",
+                &options,
+            )
+            .unwrap();
+            let d = max_rel_diff(&x_gpu, &x_cpu);
+            println!(
+                "{:<44} {:<12} {:>7} {:>7} {d:>9.1e}",
+                s.name,
+                format!("{equilibration:?}"),
+                cpu.iterations,
+                gpu_perf.iterations
+            );
+            assert!(gpu_perf.converged, "{}: GPU solve did not converge", s.name);
+            assert!(
+                gpu_perf.iterations.abs_diff(cpu.iterations) <= 1,
+                "{}: {} GPU iterations, {} CPU",
+                s.name,
+                gpu_perf.iterations,
+                cpu.iterations
+            );
+            assert!(d <= 1e-6, "{}: solutions differ by {d:.1e}", s.name);
+        }
+    }
+}
