@@ -1,0 +1,316 @@
+//! The flow validation cases on generated box meshes, each with its
+//! reference, error table and tolerance (`fvpoisson validate-flow`, and the
+//! tests at small sizes):
+//!
+//! - lid-driven cavity, unit square, lid velocity 1, ν = 1/Re, against Ghia,
+//!   Ghia & Shin (1982) ([`super::reference`]);
+//! - plane Poiseuille flow: a uniform inflow develops in a channel 6H long;
+//!   at x = 5H the profile and between x = 3H and 5H the pressure gradient are
+//!   compared with the analytic ones; once between two walls, once on the
+//!   half channel with a symmetry plane on the centreline.
+
+use super::reference::{
+    compare_with_ghia, ghia, max_deviation, poiseuille_pressure_gradient, poiseuille_velocity,
+    BoxSampler, Comparison,
+};
+use super::simple::{IterationReport, PressureSolve, ResidualControl, Simple, SimpleSettings};
+use super::{FlowError, VectorValues, VelocityCondition};
+use crate::fvm::{BoundaryCondition, PatchValues};
+use crate::mesh::{self, Geometry, Mesh, Vec3};
+use std::fmt;
+use std::time::Instant;
+
+/// A validation case.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FlowCase {
+    /// Lid-driven cavity at Re = 100, 400 or 1000 on n × n cells.
+    Cavity { reynolds: u32, n: usize },
+    /// Plane Poiseuille flow at Re = U H/ν = 10 with `n` cells across the
+    /// channel (6n along it); `half`: the lower half with a symmetry plane.
+    Poiseuille { n: usize, half: bool },
+}
+
+impl FlowCase {
+    pub fn name(&self) -> String {
+        match self {
+            Self::Cavity { reynolds, n } => format!("cavity Re={reynolds} {n}x{n}"),
+            Self::Poiseuille { n, half: false } => format!("Poiseuille channel {}x{n}", 6 * n),
+            Self::Poiseuille { n, half: true } => {
+                format!("Poiseuille half channel with symmetry {}x{}", 6 * n, n / 2)
+            }
+        }
+    }
+
+    /// The largest deviation accepted, in units of the lid velocity (cavity)
+    /// or relative to the analytic maximum (Poiseuille). The cavity's
+    /// tolerance follows the grid: second-order schemes on n cells against
+    /// Ghia's 129-point multigrid solution.
+    pub fn tolerance(&self) -> f64 {
+        match *self {
+            Self::Cavity { reynolds, n } => {
+                let base = match reynolds {
+                    100 => 0.02,
+                    400 => 0.04,
+                    _ => 0.06,
+                };
+                base * (64.0 / n as f64).powi(2).max(1.0)
+            }
+            Self::Poiseuille { n, .. } => 2.0 / (n * n) as f64 + 2e-3,
+        }
+    }
+}
+
+/// What a validation run produced.
+pub struct FlowValidation {
+    pub case: FlowCase,
+    /// Titled tables of comparisons.
+    pub tables: Vec<(String, Vec<Comparison>)>,
+    /// Largest deviation over all tables (normalised as the tolerance is).
+    pub max_deviation: f64,
+    pub tolerance: f64,
+    pub reports: Vec<IterationReport>,
+    pub converged: bool,
+    /// Wall time per outer iteration.
+    pub seconds_per_iteration: f64,
+    /// The final fields (cell order of the mesh).
+    pub u: Vec<Vec3>,
+    pub p: Vec<f64>,
+}
+
+impl FlowValidation {
+    pub fn passed(&self) -> bool {
+        self.converged && self.max_deviation <= self.tolerance
+    }
+}
+
+impl fmt::Display for FlowValidation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "== {}: {} outer iterations{}, {:.3} ms per iteration",
+            self.case.name(),
+            self.reports.len(),
+            if self.converged {
+                " (converged)"
+            } else {
+                " (NOT converged)"
+            },
+            1e3 * self.seconds_per_iteration
+        )?;
+        for (title, rows) in &self.tables {
+            writeln!(f, "{title}")?;
+            writeln!(
+                f,
+                "  {:>8} {:>11} {:>11} {:>10}",
+                "position", "reference", "computed", "deviation"
+            )?;
+            for r in rows {
+                writeln!(
+                    f,
+                    "  {:>8.4} {:>11.5} {:>11.5} {:>10.2e}",
+                    r.position,
+                    r.reference,
+                    r.computed,
+                    r.deviation()
+                )?;
+            }
+        }
+        writeln!(
+            f,
+            "max deviation {:.3e}, tolerance {:.3e}: {}",
+            self.max_deviation,
+            self.tolerance,
+            if self.passed() { "PASS" } else { "FAIL" }
+        )
+    }
+}
+
+fn load(spec: &str) -> Result<(Mesh, Geometry), FlowError> {
+    let mesh = mesh::source::load(spec).map_err(|e| FlowError::invalid(e.to_string()))?;
+    let geometry = Geometry::compute(&mesh);
+    Ok((mesh, geometry))
+}
+
+/// Conditions by patch name (the box generator's names), in patch order.
+fn by_name<T: Clone>(mesh: &Mesh, named: &[(&str, T)]) -> Result<Vec<T>, FlowError> {
+    mesh.patches()
+        .iter()
+        .map(|p| {
+            named
+                .iter()
+                .find(|(name, _)| *name == p.name)
+                .map(|(_, bc)| bc.clone())
+                .ok_or_else(|| FlowError::invalid(format!("no condition for patch '{}'", p.name)))
+        })
+        .collect()
+}
+
+/// Runs `case` with `settings_for(ν)` (the case sets ν, the residual control
+/// and the pressure reference) and the pressure solver `solve_pressure`.
+pub fn run(
+    case: FlowCase,
+    max_iterations: usize,
+    adjust: impl Fn(&mut SimpleSettings),
+    solve_pressure: &mut PressureSolve<'_>,
+) -> Result<FlowValidation, FlowError> {
+    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
+    let zero_gradient = BoundaryCondition::ZeroGradient;
+    let (spec, velocity, pressure, nu) = match case {
+        FlowCase::Cavity { reynolds, n } => {
+            if ghia(reynolds).is_none() {
+                return Err(FlowError::invalid(format!(
+                    "Ghia et al. tabulate Re = 100, 400 and 1000, not {reynolds}"
+                )));
+            }
+            let lid =
+                VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
+            (
+                format!("box:{n}x{n}x1:2d"),
+                vec![
+                    ("xmin", wall.clone()),
+                    ("xmax", wall.clone()),
+                    ("ymin", wall.clone()),
+                    ("ymax", lid),
+                    ("frontAndBack", VelocityCondition::Empty),
+                ],
+                vec![
+                    ("xmin", zero_gradient.clone()),
+                    ("xmax", zero_gradient.clone()),
+                    ("ymin", zero_gradient.clone()),
+                    ("ymax", zero_gradient.clone()),
+                    ("frontAndBack", BoundaryCondition::Empty),
+                ],
+                1.0 / reynolds as f64,
+            )
+        }
+        FlowCase::Poiseuille { n, half } => {
+            let (ny, height) = if half { (n / 2, 0.5) } else { (n, 1.0) };
+            let inlet =
+                VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
+            let top = if half {
+                (VelocityCondition::Symmetry, zero_gradient.clone())
+            } else {
+                (wall.clone(), zero_gradient.clone())
+            };
+            (
+                format!("box:{}x{ny}x1:2d:size=6x{height}x1", 6 * n),
+                vec![
+                    ("xmin", inlet),
+                    ("xmax", VelocityCondition::ZeroGradient),
+                    ("ymin", wall.clone()),
+                    ("ymax", top.0),
+                    ("frontAndBack", VelocityCondition::Empty),
+                ],
+                vec![
+                    ("xmin", zero_gradient.clone()),
+                    (
+                        "xmax",
+                        BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+                    ),
+                    ("ymin", zero_gradient.clone()),
+                    ("ymax", top.1),
+                    ("frontAndBack", BoundaryCondition::Empty),
+                ],
+                0.1,
+            )
+        }
+    };
+    let (mesh, geometry) = load(&spec)?;
+    let mut settings = SimpleSettings::new(nu);
+    settings.residual_control = ResidualControl { u: 1e-6, p: 1e-6 };
+    adjust(&mut settings);
+    let n_cells = mesh.n_cells();
+    let mut simple = Simple::new(
+        &mesh,
+        &geometry,
+        settings,
+        &by_name(&mesh, &velocity)?,
+        by_name(&mesh, &pressure)?,
+        vec![Vec3::zeros(); n_cells],
+        vec![0.0; n_cells],
+    )?;
+    let start = Instant::now();
+    let reports = simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?;
+    let seconds_per_iteration = start.elapsed().as_secs_f64() / reports.len().max(1) as f64;
+    let converged = reports.last().is_some_and(|r| r.converged);
+    let boundary_u = simple.boundary_velocity();
+    let tables = match case {
+        FlowCase::Cavity { reynolds, n } => {
+            let sampler = BoxSampler::new(&mesh, &geometry, (n, n), (0.0, 0.0), (1.0, 1.0))
+                .ok_or_else(|| FlowError::invalid("the cavity mesh is not a lattice"))?;
+            let table = ghia(reynolds).expect("checked above");
+            let (u_rows, v_rows) = compare_with_ghia(table, &sampler, &simple.u, &boundary_u);
+            vec![
+                (
+                    format!("u along x = 0.5 (Ghia et al. 1982, Table I, Re = {reynolds})"),
+                    u_rows,
+                ),
+                (
+                    format!("v along y = 0.5 (Ghia et al. 1982, Table II, Re = {reynolds})"),
+                    v_rows,
+                ),
+            ]
+        }
+        FlowCase::Poiseuille { n, half } => {
+            let (ny, height) = if half { (n / 2, 0.5) } else { (n, 1.0) };
+            let sampler = BoxSampler::new(&mesh, &geometry, (6 * n, ny), (0.0, 0.0), (6.0, height))
+                .ok_or_else(|| FlowError::invalid("the channel mesh is not a lattice"))?;
+            // Cell-centre heights of the column at x = 5.
+            let heights: Vec<f64> = (0..ny)
+                .map(|j| (j as f64 + 0.5) * height / ny as f64)
+                .collect();
+            let points: Vec<(f64, f64)> = heights.iter().map(|&y| (5.0, y)).collect();
+            let computed = sampler.sample(&simple.u, &boundary_u, 0, &points);
+            let u_max = poiseuille_velocity(0.5, 1.0, 1.0);
+            let profile = heights
+                .iter()
+                .zip(computed)
+                .map(|(&y, u)| Comparison {
+                    position: y,
+                    reference: poiseuille_velocity(y, 1.0, 1.0) / u_max,
+                    computed: u / u_max,
+                })
+                .collect();
+            let as_vectors = |s: &[f64]| {
+                s.iter()
+                    .map(|&p| Vec3::new(p, 0.0, 0.0))
+                    .collect::<Vec<_>>()
+            };
+            let p_cells = as_vectors(&simple.p);
+            let p_boundary = as_vectors(&simple.boundary_pressure());
+            let y_mid = heights[heights.len() / 2];
+            let p_line = sampler.sample(&p_cells, &p_boundary, 0, &[(3.0, y_mid), (5.0, y_mid)]);
+            let reference = poiseuille_pressure_gradient(1.0, 1.0, nu);
+            let gradient = Comparison {
+                position: 4.0,
+                reference: 1.0,
+                computed: (p_line[1] - p_line[0]) / 2.0 / reference,
+            };
+            vec![
+                (
+                    "u/u_max at x = 5H against 6(y/H)(1 - y/H)/1.5".to_string(),
+                    profile,
+                ),
+                (
+                    "dp/dx between x = 3H and 5H over -12 nu U/H^2".to_string(),
+                    vec![gradient],
+                ),
+            ]
+        }
+    };
+    let max_deviation = tables
+        .iter()
+        .map(|(_, rows)| max_deviation(rows))
+        .fold(0.0, f64::max);
+    Ok(FlowValidation {
+        case,
+        tables,
+        max_deviation,
+        tolerance: case.tolerance(),
+        reports,
+        converged,
+        seconds_per_iteration,
+        u: simple.u,
+        p: simple.p,
+    })
+}
