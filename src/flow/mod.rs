@@ -13,6 +13,7 @@
 //!
 //! [`LaplacianSystem`]: crate::fvm::LaplacianSystem
 
+pub mod output;
 pub mod reference;
 pub mod simple;
 pub mod validation;

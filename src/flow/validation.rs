@@ -9,6 +9,7 @@
 //!   compared with the analytic ones; once between two walls, once on the
 //!   half channel with a symmetry plane on the centreline.
 
+use super::output::{write_fields, write_residual_plot};
 use super::reference::{
     compare_with_ghia, ghia, max_deviation, poiseuille_pressure_gradient, poiseuille_velocity,
     BoxSampler, Comparison,
@@ -16,9 +17,71 @@ use super::reference::{
 use super::simple::{IterationReport, PressureSolve, ResidualControl, Simple, SimpleSettings};
 use super::{FlowError, VectorValues, VelocityCondition};
 use crate::fvm::{BoundaryCondition, PatchValues};
+use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
+use crate::gpu::Gpu;
 use crate::mesh::{self, Geometry, Mesh, Vec3};
+use crate::solve::{
+    solve_pcg, EquilibrationKind, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+};
+use crate::sparse::Csr;
 use std::fmt;
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where the pressure equation is solved: PCG with DIC on the CPU, or the
+/// GPU's fused Jacobi-PCG (the matrix assembled on the CPU and uploaded each
+/// outer iteration, p uploaded as the warm start and read back).
+#[derive(Clone, Copy)]
+pub enum PressureDevice<'g> {
+    Cpu,
+    Gpu(&'g Gpu),
+}
+
+/// A pressure solver on `device` with `controls`, and the time it spends.
+pub struct PressureSolver<'g> {
+    gpu: Option<GpuSolver<'g>>,
+    controls: SolverControls,
+    /// Wall time spent in solves.
+    pub elapsed: Duration,
+}
+
+impl<'g> PressureSolver<'g> {
+    pub fn new(device: PressureDevice<'g>, controls: SolverControls) -> Self {
+        Self {
+            gpu: match device {
+                PressureDevice::Gpu(gpu) => Some(GpuSolver::new(gpu)),
+                PressureDevice::Cpu => None,
+            },
+            controls,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Solves A p = b from the p given.
+    pub fn solve(
+        &mut self,
+        a: &Csr,
+        b: &[f64],
+        p: &mut [f64],
+    ) -> Result<SolverPerformance, SolveError> {
+        let start = Instant::now();
+        let result = match &mut self.gpu {
+            Some(gpu) => gpu.solve(
+                a,
+                PreconditionerKind::Jacobi,
+                &EquilibrationKind::None,
+                b,
+                p,
+                &self.controls,
+                "p",
+                &GpuSolveOptions::default(),
+            ),
+            None => solve_pcg(a, PreconditionerKind::Dic, b, p, &self.controls, "p"),
+        };
+        self.elapsed += start.elapsed();
+        result
+    }
+}
 
 /// A validation case.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -38,6 +101,15 @@ impl FlowCase {
             Self::Poiseuille { n, half: true } => {
                 format!("Poiseuille half channel with symmetry {}x{}", 6 * n, n / 2)
             }
+        }
+    }
+
+    /// File name stem of the case's results.
+    pub fn file_stem(&self) -> String {
+        match self {
+            Self::Cavity { reynolds, n } => format!("cavity_re{reynolds}_{n}"),
+            Self::Poiseuille { n, half: false } => format!("poiseuille_{n}"),
+            Self::Poiseuille { n, half: true } => format!("poiseuille_half_{n}"),
         }
     }
 
@@ -70,8 +142,9 @@ pub struct FlowValidation {
     pub tolerance: f64,
     pub reports: Vec<IterationReport>,
     pub converged: bool,
-    /// Wall time per outer iteration.
+    /// Wall time per outer iteration, and the part of it in pressure solves.
     pub seconds_per_iteration: f64,
+    pub pressure_seconds_per_iteration: f64,
     /// The final fields (cell order of the mesh).
     pub u: Vec<Vec3>,
     pub p: Vec<f64>,
@@ -87,7 +160,7 @@ impl fmt::Display for FlowValidation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "== {}: {} outer iterations{}, {:.3} ms per iteration",
+            "== {}: {} outer iterations{}, {:.3} ms per iteration ({:.3} ms in the pressure solve)",
             self.case.name(),
             self.reports.len(),
             if self.converged {
@@ -95,7 +168,8 @@ impl fmt::Display for FlowValidation {
             } else {
                 " (NOT converged)"
             },
-            1e3 * self.seconds_per_iteration
+            1e3 * self.seconds_per_iteration,
+            1e3 * self.pressure_seconds_per_iteration
         )?;
         for (title, rows) in &self.tables {
             writeln!(f, "{title}")?;
@@ -145,13 +219,16 @@ fn by_name<T: Clone>(mesh: &Mesh, named: &[(&str, T)]) -> Result<Vec<T>, FlowErr
         .collect()
 }
 
-/// Runs `case` with `settings_for(ν)` (the case sets ν, the residual control
-/// and the pressure reference) and the pressure solver `solve_pressure`.
+/// Runs `case` for at most `max_iterations` outer iterations: the case sets
+/// ν and a residual control of 1e-6, `adjust` the rest of the settings; the
+/// pressure equation goes to `pressure`. With `output`, writes there
+/// `NAME.vtu` (U, p, div(phi)) and `NAME_residuals.png`.
 pub fn run(
     case: FlowCase,
     max_iterations: usize,
     adjust: impl Fn(&mut SimpleSettings),
-    solve_pressure: &mut PressureSolve<'_>,
+    pressure_solver: &mut PressureSolver<'_>,
+    output: Option<&Path>,
 ) -> Result<FlowValidation, FlowError> {
     let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
     let zero_gradient = BoundaryCondition::ZeroGradient;
@@ -230,8 +307,31 @@ pub fn run(
         vec![0.0; n_cells],
     )?;
     let start = Instant::now();
+    let solve_pressure: &mut PressureSolve<'_> =
+        &mut |a, b, p, _last| pressure_solver.solve(a, b, p);
     let reports = simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?;
-    let seconds_per_iteration = start.elapsed().as_secs_f64() / reports.len().max(1) as f64;
+    let iterations = reports.len().max(1) as f64;
+    let seconds_per_iteration = start.elapsed().as_secs_f64() / iterations;
+    let pressure_seconds_per_iteration = pressure_solver.elapsed.as_secs_f64() / iterations;
+    if let Some(dir) = output {
+        let stem = case.file_stem();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| FlowError::invalid(format!("cannot create {}: {e}", dir.display())))?;
+        write_fields(
+            &dir.join(format!("{stem}.vtu")),
+            &mesh,
+            &simple.u,
+            &simple.p,
+            &simple.flux_divergence(),
+        )
+        .map_err(|e| FlowError::invalid(e.to_string()))?;
+        write_residual_plot(
+            &reports,
+            &case.name(),
+            &dir.join(format!("{stem}_residuals.png")),
+        )
+        .map_err(|e| FlowError::invalid(e.to_string()))?;
+    }
     let converged = reports.last().is_some_and(|r| r.converged);
     let boundary_u = simple.boundary_velocity();
     let tables = match case {
@@ -310,6 +410,7 @@ pub fn run(
         reports,
         converged,
         seconds_per_iteration,
+        pressure_seconds_per_iteration,
         u: simple.u,
         p: simple.p,
     })
