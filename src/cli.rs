@@ -136,7 +136,7 @@ pub fn main() -> i32 {
             case,
             device,
             ordering,
-        } => run(&case, device, ordering).map(|()| 0),
+        } => run(&case, device, ordering),
         Command::Validate(args) => validate(args),
         Command::ValidateFlow(args) => validate_flow(args),
     };
@@ -187,7 +187,10 @@ fn run(
     case_dir: &Path,
     device: crate::gpu::DeviceChoice,
     ordering: Option<RowOrdering>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i32> {
+    if case::flow_case::is_flow_case(case_dir) {
+        return run_flow(case_dir, device);
+    }
     let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
     if let Some(ordering) = ordering {
         setup.solver.set_ordering(ordering);
@@ -201,7 +204,26 @@ fn run(
         }
     };
     case::run_case_with_mesh(&setup, mesh, device)?;
-    Ok(())
+    Ok(0)
+}
+
+/// `run` of a flow case (`physics.kind = "simple"`): exit code 1 when its
+/// validation fails.
+fn run_flow(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
+    let setup = case::flow_case::read_flow_case(case_dir)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => case::Device::Cpu,
+    };
+    let summary = case::flow_case::run_flow_case(&setup, device)?;
+    match summary.validation {
+        Some((table, passed)) => {
+            print!("{table}");
+            Ok(if passed { 0 } else { EXIT_CHECK_FAILED })
+        }
+        None => Ok(0),
+    }
 }
 
 /// `solve-matrix`: PCG from x = 0 on a Matrix Market system.
