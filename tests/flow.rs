@@ -116,3 +116,69 @@ fn writes_fields_and_residual_plot() {
     assert_eq!(&png[1..4], b"PNG");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn flow_case_toml_runs_and_names_bad_keys() {
+    use fvpoisson::case::flow_case::{is_flow_case, read_flow_case, run_flow_case};
+    use fvpoisson::case::Device;
+    let dir = std::env::temp_dir().join(format!("fvpoisson_flow_case_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = r#"
+[mesh]
+source = "box:16x16x1:2d"
+[physics]
+kind = "simple"
+nu = 0.01
+[boundary.ymax]
+U = { type = "fixedValue", value = [1.0, 0.0, 0.0] }
+p = { type = "zeroGradient" }
+[boundary.default]
+U = { type = "noSlip" }
+p = { type = "zeroGradient" }
+[SIMPLE]
+consistent = true
+maxIterations = 400
+residualControl = { U = 1e-5, p = 1e-5 }
+[relaxationFactors]
+U = 0.9
+p = 1.0
+[solver.U]
+solver = "smoothSolver"
+smoother = "symGaussSeidel"
+tolerance = 1e-9
+relTol = 0.1
+[validation]
+case = "cavity"
+"#;
+    std::fs::write(dir.join("case.toml"), case).unwrap();
+    assert!(is_flow_case(&dir));
+    let setup = read_flow_case(&dir).unwrap();
+    let summary = run_flow_case(&setup, Device::Cpu).unwrap();
+    assert!(summary.converged && summary.iterations < 400, "{summary:?}");
+    let (table, passed) = summary.validation.unwrap();
+    assert!(table.contains("Ghia") && passed, "{table}");
+    assert!(dir.join("results").read_dir().unwrap().count() == 2);
+
+    // A smoother that needs symmetry, and an unknown velocity condition, are
+    // refused with file, line and key.
+    for (bad, line, words) in [
+        (
+            case.replace("smoother = \"symGaussSeidel\"", "smoother = \"DIC\""),
+            20,
+            "solver.U",
+        ),
+        (
+            case.replace("type = \"noSlip\"", "type = \"slip\""),
+            11,
+            "boundary.default.U: unknown velocity condition 'slip'",
+        ),
+    ] {
+        std::fs::write(dir.join("case.toml"), bad).unwrap();
+        let err = read_flow_case(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("case.toml:{line}:")) && err.contains(words),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

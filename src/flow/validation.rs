@@ -133,11 +133,11 @@ impl FlowCase {
                     n: side(n_cells)?,
                 })
             }
-            "poiseuille" if n_cells % 6 == 0 => Ok(Self::Poiseuille {
+            "poiseuille" if n_cells.is_multiple_of(6) => Ok(Self::Poiseuille {
                 n: side(n_cells / 6)?,
                 half: false,
             }),
-            "poiseuille-half" if n_cells % 3 == 0 => Ok(Self::Poiseuille {
+            "poiseuille-half" if n_cells.is_multiple_of(3) => Ok(Self::Poiseuille {
                 n: side(n_cells / 3)?,
                 half: true,
             }),
