@@ -356,8 +356,8 @@ fn validate(args: ValidateArgs) -> anyhow::Result<i32> {
 
 #[derive(Args)]
 struct ValidateFlowArgs {
-    /// Cases, comma-separated: cavity, poiseuille.
-    #[arg(long, default_value = "cavity,poiseuille")]
+    /// Cases, comma-separated: cavity, poiseuille, cylinder (potential flow).
+    #[arg(long, default_value = "cavity,poiseuille,cylinder")]
     cases: String,
     /// Cavity Reynolds numbers, comma-separated (100, 400, 1000).
     #[arg(long, default_value = "100")]
@@ -368,6 +368,9 @@ struct ValidateFlowArgs {
     /// Poiseuille cells across the channel (6x as many along it).
     #[arg(long, default_value_t = 20)]
     channel_cells: usize,
+    /// Potential flow: cells around the cylinder.
+    #[arg(long, default_value_t = 96)]
+    cylinder_cells: usize,
     /// Pressure-velocity coupling: simple (alpha_U 0.7, alpha_p 0.3) or
     /// simplec (consistent, alpha_U 0.9, alpha_p 1).
     #[arg(long, default_value = "simplec")]
@@ -414,7 +417,12 @@ fn validate_flow(args: ValidateFlowArgs) -> anyhow::Result<i32> {
                     });
                 }
             }
-            other => anyhow::bail!("--cases: unknown case '{other}' (expected cavity, poiseuille)"),
+            "cylinder" => cases.push(FlowCase::Cylinder {
+                n: args.cylinder_cells,
+            }),
+            other => anyhow::bail!(
+                "--cases: unknown case '{other}' (expected cavity, poiseuille, cylinder)"
+            ),
         }
     }
     let gpu = args.device.select()?;

@@ -94,6 +94,22 @@ fn poiseuille_profile_and_pressure_drop() {
 }
 
 #[test]
+fn potential_flow_around_a_cylinder() {
+    // potentialFoam semantics on an O-grid annulus: the speed next to the
+    // wall against the analytic potential flow, converging with the mesh.
+    let coarse = cpu_validation(FlowCase::Cylinder { n: 24 }, |_| {});
+    let fine = cpu_validation(FlowCase::Cylinder { n: 48 }, |_| {});
+    assert!(coarse.passed(), "{coarse}");
+    assert!(fine.passed(), "{fine}");
+    assert!(
+        fine.max_deviation < 0.6 * coarse.max_deviation,
+        "no convergence: {} then {}",
+        coarse.max_deviation,
+        fine.max_deviation
+    );
+}
+
+#[test]
 fn writes_fields_and_residual_plot() {
     let dir = std::env::temp_dir().join(format!("fvpoisson_flow_{}", std::process::id()));
     let controls = SolverControls {

@@ -640,48 +640,10 @@ impl<'m> Simple<'m> {
             r_au = r_atu;
         }
 
-        // 3. The pressure equation.
-        let div_hbya = self.divergence(&phi_hbya);
-        self.pressure_problem.gamma = CellField::PerCell(r_au.clone());
-        self.pressure_problem.source =
-            CellField::PerCell(div_hbya.iter().zip(volumes).map(|(d, v)| -d / v).collect());
-        self.pressure.reassemble(&self.pressure_problem)?;
+        // 3. The pressure equation; 4. flux, continuity errors, pressure
+        // relaxation, velocity.
         let p_old = self.p.clone();
-        let n_correctors = self.settings.n_non_orth_correctors;
-        let mut p_solves = Vec::with_capacity(n_correctors + 1);
-        let mut correction = Vec::new();
-        for corrector in 0..=n_correctors {
-            self.pressure.update_rhs(&self.p, None)?;
-            let last = corrector == n_correctors;
-            if last {
-                correction = self.pressure.non_orth_correction(&self.p);
-            }
-            let perf = solve_pressure(&self.pressure.matrix, &self.pressure.rhs, &mut self.p, last)
-                .map_err(|source| FlowError::Solve {
-                    field: "p".into(),
-                    source,
-                })?;
-            p_solves.push(perf);
-        }
-
-        // 4. Flux, continuity errors, pressure relaxation, velocity.
-        let faces = self.pressure.face_geometry();
-        let gamma_mag_sf = self.pressure.gamma_mag_sf();
-        for f in 0..first {
-            let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
-            let implicit = gamma_mag_sf[f] * faces.delta_coeffs[f] * (self.p[nb] - self.p[o]);
-            self.phi[f] = phi_hbya[f] - implicit - correction.get(f).copied().unwrap_or(0.0);
-        }
-        let bc = self.pressure.boundary_coeffs();
-        for b in 0..bc.active.len() {
-            let o = owner[first + b] as usize;
-            self.phi[first + b] = if bc.active[b] {
-                let sn_grad = bc.gradient_internal[b] * self.p[o] + bc.gradient_boundary[b];
-                phi_hbya[first + b] - r_au[o] * faces.mag_sf[first + b] * sn_grad
-            } else {
-                0.0
-            };
-        }
+        let p_solves = self.pressure_equation(&r_au, &phi_hbya, solve_pressure)?;
         let continuity = self.continuity_errors();
         let alpha_p = self.settings.relaxation_p;
         for (p, old) in self.p.iter_mut().zip(&p_old) {
@@ -708,6 +670,125 @@ impl<'m> Simple<'m> {
             && (control.u <= 0.0 || report.u_max() < control.u)
             && (control.p <= 0.0 || p_initial < control.p);
         Ok(report)
+    }
+
+    /// −∇·(Γ∇p) = −∇·φ_pre with Γ per cell (linear to the faces),
+    /// `nNonOrthogonalCorrectors + 1` solves into p from the p given, then
+    /// φ = φ_pre − the equation's face flux Γ_f|S_f|(snGrad p) (its
+    /// non-orthogonal part from the p of the last assembly, as `fvMatrix::flux`).
+    fn pressure_equation(
+        &mut self,
+        gamma: &[f64],
+        phi_pre: &[f64],
+        solve_pressure: &mut PressureSolve<'_>,
+    ) -> Result<Vec<SolverPerformance>, FlowError> {
+        let mesh = self.mesh;
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let first = mesh.n_internal_faces();
+        let volumes = &self.geometry.cell_volumes;
+        let div = self.divergence(phi_pre);
+        self.pressure_problem.gamma = CellField::PerCell(gamma.to_vec());
+        self.pressure_problem.source =
+            CellField::PerCell(div.iter().zip(volumes).map(|(d, v)| -d / v).collect());
+        self.pressure.reassemble(&self.pressure_problem)?;
+        let n_correctors = self.settings.n_non_orth_correctors;
+        let mut solves = Vec::with_capacity(n_correctors + 1);
+        let mut correction = Vec::new();
+        for corrector in 0..=n_correctors {
+            self.pressure.update_rhs(&self.p, None)?;
+            let last = corrector == n_correctors;
+            if last {
+                correction = self.pressure.non_orth_correction(&self.p);
+            }
+            let perf = solve_pressure(&self.pressure.matrix, &self.pressure.rhs, &mut self.p, last)
+                .map_err(|source| FlowError::Solve {
+                    field: "p".into(),
+                    source,
+                })?;
+            solves.push(perf);
+        }
+        let faces = self.pressure.face_geometry();
+        let gamma_mag_sf = self.pressure.gamma_mag_sf();
+        for f in 0..first {
+            let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
+            let implicit = gamma_mag_sf[f] * faces.delta_coeffs[f] * (self.p[nb] - self.p[o]);
+            self.phi[f] = phi_pre[f] - implicit - correction.get(f).copied().unwrap_or(0.0);
+        }
+        let bc = self.pressure.boundary_coeffs();
+        for b in 0..bc.active.len() {
+            let o = owner[first + b] as usize;
+            self.phi[first + b] = if bc.active[b] {
+                let sn_grad = bc.gradient_internal[b] * self.p[o] + bc.gradient_boundary[b];
+                phi_pre[first + b] - gamma[o] * faces.mag_sf[first + b] * sn_grad
+            } else {
+                0.0
+            };
+        }
+        Ok(solves)
+    }
+
+    /// potentialFoam: φ = flux of the initial U (with its boundary values),
+    /// then ∇²Φ = ∇·φ for the potential Φ (held in p, with p's boundary
+    /// conditions: fixed where p is fixed, else zero-gradient, reference cell
+    /// where no patch fixes it), φ −= ∇Φ·S, U = `fvc::reconstruct(φ)`.
+    /// Reported as one iteration with the Φ solves as its p solves.
+    pub fn potential_flow(
+        &mut self,
+        solve_potential: &mut PressureSolve<'_>,
+    ) -> Result<IterationReport, FlowError> {
+        self.iteration += 1;
+        let phi = self.face_flux(&self.u);
+        let unit = vec![1.0; self.mesh.n_cells()];
+        let p_solves = self.pressure_equation(&unit, &phi, solve_potential)?;
+        let continuity = self.continuity_errors();
+        self.u = self.reconstruct(&self.phi);
+        Ok(IterationReport {
+            iteration: self.iteration,
+            u_initial: Vec::new(),
+            p_initial: p_solves[0].initial_residual,
+            p_solves,
+            continuity,
+            converged: true,
+        })
+    }
+
+    /// `fvc::reconstruct(φ)`: per cell the velocity whose face fluxes fit φ
+    /// in least squares, (Σ_f S_f S_f/|S_f|)⁻¹ Σ_f S_f φ_f/|S_f| over its non-empty faces
+    /// (the component normal to a 2-D mesh stays 0).
+    fn reconstruct(&self, phi: &[f64]) -> Vec<Vec3> {
+        let mesh = self.mesh;
+        let n = mesh.n_cells();
+        let first = mesh.n_internal_faces();
+        let active = &self.pressure.boundary_coeffs().active;
+        let mut tensor = vec![nalgebra::Matrix3::<f64>::zeros(); n];
+        let mut sum = vec![Vec3::zeros(); n];
+        for (f, &flux) in phi.iter().enumerate() {
+            if f >= first && !active[f - first] {
+                continue;
+            }
+            let s = self.geometry.face_area_vectors[f];
+            let mag = s.norm();
+            // S φ and S Sᵀ are the same seen from either side of the face.
+            let (t, v) = (s * s.transpose() / mag, s * flux / mag);
+            let o = mesh.owner()[f] as usize;
+            tensor[o] += t;
+            sum[o] += v;
+            if f < first {
+                let nb = mesh.neighbour()[f] as usize;
+                tensor[nb] += t;
+                sum[nb] += v;
+            }
+        }
+        tensor
+            .into_iter()
+            .zip(sum)
+            .map(|(mut t, v)| {
+                for c in (0..3).filter(|c| !self.components.contains(c)) {
+                    t[(c, c)] = 1.0;
+                }
+                t.lu().solve(&v).unwrap_or_else(Vec3::zeros)
+            })
+            .collect()
     }
 
     /// `continuityErrs.H`: Σ|∇·φ|V/ΣV, Σ(∇·φ)V/ΣV and the running sum of the

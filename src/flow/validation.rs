@@ -7,7 +7,9 @@
 //! - plane Poiseuille flow: a uniform inflow develops in a channel 6H long;
 //!   at x = 5H the profile and between x = 3H and 5H the pressure gradient are
 //!   compared with the analytic ones; once between two walls, once on the
-//!   half channel with a symmetry plane on the centreline.
+//!   half channel with a symmetry plane on the centreline;
+//! - potential flow (potentialFoam) around a cylinder: the speed in the
+//!   first cell layer against Φ = U∞(r + a²/r) cos θ (2U∞ sin θ on the wall).
 
 use super::output::{write_fields, write_residual_plot};
 use super::reference::{
@@ -91,7 +93,15 @@ pub enum FlowCase {
     /// Plane Poiseuille flow at Re = U H/ν = 10 with `n` cells across the
     /// channel (6n along it); `half`: the lower half with a symmetry plane.
     Poiseuille { n: usize, half: bool },
+    /// Potential flow (potentialFoam) around a cylinder of radius 1 in an
+    /// annulus of outer radius [`CYLINDER_OUTER_RADIUS`], `n` cells around
+    /// and radially graded cells of about the same shape; the far field
+    /// takes the analytic velocity.
+    Cylinder { n: usize },
 }
+
+/// Outer radius of the potential-flow annulus (the cylinder's is 1).
+pub const CYLINDER_OUTER_RADIUS: f64 = 20.0;
 
 impl FlowCase {
     pub fn name(&self) -> String {
@@ -101,6 +111,7 @@ impl FlowCase {
             Self::Poiseuille { n, half: true } => {
                 format!("Poiseuille half channel with symmetry {}x{}", 6 * n, n / 2)
             }
+            Self::Cylinder { n } => format!("potential flow around a cylinder, {n} cells around"),
         }
     }
 
@@ -154,11 +165,13 @@ impl FlowCase {
             Self::Cavity { reynolds, n } => format!("cavity_re{reynolds}_{n}"),
             Self::Poiseuille { n, half: false } => format!("poiseuille_{n}"),
             Self::Poiseuille { n, half: true } => format!("poiseuille_half_{n}"),
+            Self::Cylinder { n } => format!("cylinder_{n}"),
         }
     }
 
     /// The largest deviation accepted, in units of the lid velocity (cavity)
-    /// or relative to the analytic maximum (Poiseuille). The cavity's
+    /// or relative to the analytic maximum (Poiseuille), or to U∞
+    /// (cylinder: 0.5/n, first order in the cell size). The cavity's
     /// tolerance follows the grid: second-order schemes on n cells against
     /// Ghia's 129-point multigrid solution.
     pub fn tolerance(&self) -> f64 {
@@ -172,6 +185,7 @@ impl FlowCase {
                 base * (64.0 / n as f64).powi(2).max(1.0)
             }
             Self::Poiseuille { n, .. } => 2.0 / (n * n) as f64 + 2e-3,
+            Self::Cylinder { n } => 0.5 / n as f64,
         }
     }
 }
@@ -287,7 +301,7 @@ pub fn run(
 ) -> Result<FlowValidation, FlowError> {
     let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
     let zero_gradient = BoundaryCondition::ZeroGradient;
-    let (spec, velocity, pressure, nu) = match case {
+    let ((mesh, geometry), velocity, pressure, nu) = match case {
         FlowCase::Cavity { reynolds, n } => {
             if ghia(reynolds).is_none() {
                 return Err(FlowError::invalid(format!(
@@ -297,7 +311,7 @@ pub fn run(
             let lid =
                 VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
             (
-                format!("box:{n}x{n}x1:2d"),
+                load(&format!("box:{n}x{n}x1:2d"))?,
                 vec![
                     ("xmin", wall.clone()),
                     ("xmax", wall.clone()),
@@ -325,7 +339,7 @@ pub fn run(
                 (wall.clone(), zero_gradient.clone())
             };
             (
-                format!("box:{}x{ny}x1:2d:size=6x{height}x1", 6 * n),
+                load(&format!("box:{}x{ny}x1:2d:size=6x{height}x1", 6 * n))?,
                 vec![
                     ("xmin", inlet),
                     ("xmax", VelocityCondition::ZeroGradient),
@@ -346,8 +360,36 @@ pub fn run(
                 0.1,
             )
         }
+        FlowCase::Cylinder { n } => {
+            let mesh = cylinder_mesh(n)?;
+            let geometry = Geometry::compute(&mesh);
+            let far = mesh
+                .patch("farField")
+                .expect("cylinder_mesh names it")
+                .clone();
+            let first = mesh.n_internal_faces();
+            let far_velocity = (far.start..far.start + far.size)
+                .map(|f| potential_velocity(geometry.boundary_face_centres[f - first]))
+                .collect();
+            (
+                (mesh, geometry),
+                vec![
+                    ("cylinder", wall.clone()),
+                    (
+                        "farField",
+                        VelocityCondition::FixedValue(VectorValues::PerFace(far_velocity)),
+                    ),
+                    ("frontAndBack", VelocityCondition::Empty),
+                ],
+                vec![
+                    ("cylinder", zero_gradient.clone()),
+                    ("farField", zero_gradient.clone()),
+                    ("frontAndBack", BoundaryCondition::Empty),
+                ],
+                1.0,
+            )
+        }
     };
-    let (mesh, geometry) = load(&spec)?;
     let mut settings = SimpleSettings::new(nu);
     settings.residual_control = ResidualControl { u: 1e-6, p: 1e-6 };
     // Below the tutorial's momentum tolerance (1e-5) the predictor would stop
@@ -367,7 +409,10 @@ pub fn run(
     let start = Instant::now();
     let solve_pressure: &mut PressureSolve<'_> =
         &mut |a, b, p, _last| pressure_solver.solve(a, b, p);
-    let reports = simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?;
+    let reports = match case {
+        FlowCase::Cylinder { .. } => vec![simple.potential_flow(solve_pressure)?],
+        _ => simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?,
+    };
     let iterations = reports.len().max(1) as f64;
     let seconds_per_iteration = start.elapsed().as_secs_f64() / iterations;
     let pressure_seconds_per_iteration = pressure_solver.elapsed.as_secs_f64() / iterations;
@@ -483,5 +528,198 @@ pub fn compare(
                 ),
             ]
         }
+        FlowCase::Cylinder { n } => {
+            // First-layer cells about every 15°, from the rear stagnation
+            // point (θ = 0; U∞ is along x) over the top to the front one.
+            let cylinder = mesh.patch("cylinder").expect("cylinder_mesh names it");
+            let step = (n / 24).max(1);
+            let rows = (cylinder.start..cylinder.start + cylinder.size)
+                .step_by(step)
+                .filter_map(|f| {
+                    let c = geometry.cell_centres[mesh.owner()[f] as usize];
+                    let theta = c.y.atan2(c.x);
+                    (theta >= 0.0).then(|| Comparison {
+                        position: theta.to_degrees(),
+                        reference: potential_velocity(c).norm(),
+                        computed: simple.u[mesh.owner()[f] as usize].norm(),
+                    })
+                })
+                .collect::<Vec<_>>();
+            vec![(
+                "|U|/U at the first cell layer against the potential solution (2 sin θ on the \
+                 wall), θ in degrees"
+                    .to_string(),
+                rows,
+            )]
+        }
     })
+}
+
+/// The potential flow around the unit cylinder, U∞ = 1 along x:
+/// Φ = (r + 1/r) cos θ, at `x`.
+pub fn potential_velocity(x: Vec3) -> Vec3 {
+    let r2 = x.x * x.x + x.y * x.y;
+    let (cos2, sin2) = ((x.x * x.x - x.y * x.y) / r2, 2.0 * x.x * x.y / r2);
+    // ∇[(r + 1/r) cos θ] = (1 − cos 2θ/r², −sin 2θ/r²).
+    Vec3::new(1.0 - cos2 / r2, -sin2 / r2, 0.0)
+}
+
+/// The annulus 1 ≤ r ≤ [`CYLINDER_OUTER_RADIUS`], one layer 0 ≤ z ≤ 1 of
+/// `n` × m hexahedra (m = n ln(R)/2π rounded: radii r_j = R^(j/m), cells of
+/// about equal sides), patches `cylinder` (wall), `farField`,
+/// `frontAndBack` (empty). Faces are oriented from their owner outwards.
+fn cylinder_mesh(n: usize) -> Result<Mesh, FlowError> {
+    use crate::mesh::{FaceList, Label, Patch, PatchKind};
+    if n < 8 {
+        return Err(FlowError::invalid(
+            "the cylinder mesh needs at least 8 cells around",
+        ));
+    }
+    let m = ((n as f64) * CYLINDER_OUTER_RADIUS.ln() / std::f64::consts::TAU).round() as usize;
+    let m = m.max(2);
+    let point = |i: usize, j: usize, k: usize| ((i % n) + n * (j + (m + 1) * k)) as Label;
+    let mut points = Vec::with_capacity(2 * n * (m + 1));
+    for k in 0..2 {
+        for j in 0..=m {
+            let r = CYLINDER_OUTER_RADIUS.powf(j as f64 / m as f64);
+            for i in 0..n {
+                let theta = std::f64::consts::TAU * i as f64 / n as f64;
+                points.push(Vec3::new(r * theta.cos(), r * theta.sin(), k as f64));
+            }
+        }
+    }
+    let cell = |i: usize, j: usize| ((i % n) + n * j) as Label;
+    let centre = |i: usize, j: usize| {
+        let r = CYLINDER_OUTER_RADIUS.powf((j as f64 + 0.5) / m as f64);
+        let theta = std::f64::consts::TAU * (i as f64 + 0.5) / n as f64;
+        Vec3::new(r * theta.cos(), r * theta.sin(), 0.5)
+    };
+    // A quadrilateral, reversed unless its normal points along `out`.
+    let oriented = |mut quad: [Label; 4], out: Vec3| {
+        let p = |k: usize| points[quad[k] as usize];
+        let normal = (p(2) - p(0)).cross(&(p(3) - p(1)));
+        if normal.dot(&out) < 0.0 {
+            quad.reverse();
+        }
+        quad
+    };
+    let mut faces = FaceList::default();
+    let (mut owner, mut neighbour) = (Vec::new(), Vec::new());
+    // Internal faces in upper-triangular order: per owner, by neighbour.
+    for j in 0..m {
+        for i in 0..n {
+            let c = cell(i, j);
+            let mut own: Vec<(Label, [Label; 4], Vec3)> = Vec::new();
+            // Towards i + 1 (at angle i + 1) and towards i − 1 (at angle i).
+            for (di, edge) in [(1, i + 1), (n - 1, i)] {
+                let other = cell(i + di, j);
+                if other > c {
+                    let quad = [
+                        point(edge, j, 0),
+                        point(edge, j + 1, 0),
+                        point(edge, j + 1, 1),
+                        point(edge, j, 1),
+                    ];
+                    own.push((other, quad, centre(i + di, j) - centre(i, j)));
+                }
+            }
+            if j + 1 < m {
+                let quad = [
+                    point(i, j + 1, 0),
+                    point(i + 1, j + 1, 0),
+                    point(i + 1, j + 1, 1),
+                    point(i, j + 1, 1),
+                ];
+                own.push((cell(i, j + 1), quad, centre(i, j + 1) - centre(i, j)));
+            }
+            own.sort_by_key(|(other, ..)| *other);
+            for (other, quad, out) in own {
+                faces
+                    .push(&oriented(quad, out))
+                    .map_err(|e| FlowError::invalid(e.to_string()))?;
+                owner.push(c);
+                neighbour.push(other);
+            }
+        }
+    }
+    let mut patches = Vec::new();
+    let mut boundary = |name: &str,
+                        kind: PatchKind,
+                        quads: Vec<(Label, [Label; 4], Vec3)>,
+                        faces: &mut FaceList,
+                        owner: &mut Vec<Label>|
+     -> Result<(), FlowError> {
+        patches.push(Patch {
+            name: name.into(),
+            kind,
+            start: owner.len(),
+            size: quads.len(),
+        });
+        for (c, quad, out) in quads {
+            faces
+                .push(&oriented(quad, out))
+                .map_err(|e| FlowError::invalid(e.to_string()))?;
+            owner.push(c);
+        }
+        Ok(())
+    };
+    let ring = |j: usize, out: f64| -> Vec<(Label, [Label; 4], Vec3)> {
+        let cj = if j == 0 { 0 } else { m - 1 };
+        (0..n)
+            .map(|i| {
+                let quad = [
+                    point(i, j, 0),
+                    point(i + 1, j, 0),
+                    point(i + 1, j, 1),
+                    point(i, j, 1),
+                ];
+                (
+                    cell(i, cj),
+                    quad,
+                    out * (centre(i, cj) - Vec3::new(0.0, 0.0, 0.5)),
+                )
+            })
+            .collect()
+    };
+    boundary(
+        "cylinder",
+        PatchKind::Wall,
+        ring(0, -1.0),
+        &mut faces,
+        &mut owner,
+    )?;
+    boundary(
+        "farField",
+        PatchKind::Patch,
+        ring(m, 1.0),
+        &mut faces,
+        &mut owner,
+    )?;
+    let caps = (0..m)
+        .flat_map(|j| (0..n).map(move |i| (i, j)))
+        .flat_map(|(i, j)| {
+            [0, 1].map(|k| {
+                let quad = [
+                    point(i, j, k),
+                    point(i + 1, j, k),
+                    point(i + 1, j + 1, k),
+                    point(i, j + 1, k),
+                ];
+                (
+                    cell(i, j),
+                    quad,
+                    Vec3::new(0.0, 0.0, if k == 0 { -1.0 } else { 1.0 }),
+                )
+            })
+        })
+        .collect();
+    boundary(
+        "frontAndBack",
+        PatchKind::Empty,
+        caps,
+        &mut faces,
+        &mut owner,
+    )?;
+    Mesh::new(points, faces, owner, neighbour, patches)
+        .map_err(|e| FlowError::invalid(e.to_string()))
 }
