@@ -198,3 +198,31 @@ case = "cavity"
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn shipped_flow_cases_read_and_the_poiseuille_case_passes() {
+    use fvpoisson::case::flow_case::{is_flow_case, read_flow_case, run_flow_case};
+    use fvpoisson::case::Device;
+    let shipped = |name: &str| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("cases")
+            .join(name)
+    };
+    // The cavity (129x129, minutes) is read here and run by `fvpoisson run cases/cavity`.
+    let cavity = read_flow_case(&shipped("cavity")).unwrap();
+    assert!(is_flow_case(&shipped("cavity")) && cavity.settings.consistent);
+    assert_eq!(
+        FlowCase::from_mesh("cavity", 129 * 129, cavity.settings.nu).unwrap(),
+        FlowCase::Cavity {
+            reynolds: 100,
+            n: 129
+        }
+    );
+    let mut poiseuille = read_flow_case(&shipped("poiseuille")).unwrap();
+    poiseuille.output_dir =
+        std::env::temp_dir().join(format!("fvpoisson_poiseuille_{}", std::process::id()));
+    let summary = run_flow_case(&poiseuille, Device::Cpu).unwrap();
+    let (table, passed) = summary.validation.unwrap();
+    assert!(passed, "{table}");
+    std::fs::remove_dir_all(&poiseuille.output_dir).unwrap();
+}
