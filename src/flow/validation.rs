@@ -255,11 +255,16 @@ impl fmt::Display for Tables<'_> {
             for r in rows {
                 writeln!(
                     f,
-                    "  {:>8.4} {:>11.5} {:>11.5} {:>10.2e}",
+                    "  {:>8.4} {:>11.5} {:>11.5} {:>10.2e}{}",
                     r.position,
                     r.reference,
                     r.computed,
-                    r.deviation()
+                    r.deviation(),
+                    if r.misprint {
+                        "  (misprint in the reference, not counted)"
+                    } else {
+                        ""
+                    }
                 )?;
             }
         }
@@ -500,6 +505,7 @@ pub fn compare(
                     position: y,
                     reference: poiseuille_velocity(y, 1.0, 1.0) / u_max,
                     computed: u / u_max,
+                    misprint: false,
                 })
                 .collect();
             let as_vectors = |s: &[f64]| {
@@ -516,6 +522,7 @@ pub fn compare(
                 position: 4.0,
                 reference: 1.0,
                 computed: (p_line[1] - p_line[0]) / 2.0 / reference,
+                misprint: false,
             };
             vec![
                 (
@@ -542,6 +549,7 @@ pub fn compare(
                         position: theta.to_degrees(),
                         reference: potential_velocity(c).norm(),
                         computed: simple.u[mesh.owner()[f] as usize].norm(),
+                        misprint: false,
                     })
                 })
                 .collect::<Vec<_>>();
