@@ -538,7 +538,9 @@ pub fn compare(
         FlowCase::Cylinder { n } => {
             // First-layer cells about every 15°, from the rear stagnation
             // point (θ = 0; U∞ is along x) over the top to the front one.
-            let cylinder = mesh.patch("cylinder").expect("cylinder_mesh names it");
+            let cylinder = mesh.patch("cylinder").ok_or_else(|| {
+                FlowError::invalid("the cylinder case's mesh has no patch 'cylinder'")
+            })?;
             let step = (n / 24).max(1);
             let rows = (cylinder.start..cylinder.start + cylinder.size)
                 .step_by(step)
