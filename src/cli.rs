@@ -74,6 +74,11 @@ enum Command {
     /// estimates and error with and without subdomain deflation, next to the
     /// seed's Table 1.
     Preconditioners(PreconditionersArgs),
+    /// Steady laminar flow (SIMPLE/SIMPLEC) validation: lid-driven cavity
+    /// against Ghia et al. (1982), plane Poiseuille flow against the analytic
+    /// profile and pressure drop; error tables, residual plots and VTK fields
+    /// (exit code 1 when a deviation exceeds its tolerance).
+    ValidateFlow(ValidateFlowArgs),
     /// Runs a case: CASE holds case.toml (native) or system/controlDict (OpenFOAM).
     Run {
         /// Case directory.
@@ -138,9 +143,10 @@ pub fn main() -> i32 {
             case,
             device,
             ordering,
-        } => run(&case, device, ordering).map(|()| 0),
+        } => run(&case, device, ordering),
         Command::Validate(args) => validate(args),
         Command::Preconditioners(args) => preconditioners(args).map(|()| 0),
+        Command::ValidateFlow(args) => validate_flow(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {}", error_chain(&e));
@@ -191,7 +197,10 @@ fn run(
     case_dir: &Path,
     device: crate::gpu::DeviceChoice,
     ordering: Option<RowOrdering>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i32> {
+    if case::flow_case::is_flow_case(case_dir) {
+        return run_flow(case_dir, device);
+    }
     let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
     if let Some(ordering) = ordering {
         setup.solver.set_ordering(ordering);
@@ -205,7 +214,26 @@ fn run(
         }
     };
     case::run_case_with_mesh(&setup, mesh, device)?;
-    Ok(())
+    Ok(0)
+}
+
+/// `run` of a flow case (`physics.kind = "simple"`): exit code 1 when its
+/// validation fails.
+fn run_flow(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
+    let setup = case::flow_case::read_flow_case(case_dir)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => case::Device::Cpu,
+    };
+    let summary = case::flow_case::run_flow_case(&setup, device)?;
+    match summary.validation {
+        Some((table, passed)) => {
+            print!("{table}");
+            Ok(if passed { 0 } else { EXIT_CHECK_FAILED })
+        }
+        None => Ok(0),
+    }
 }
 
 /// `solve-matrix`: PCG from x = 0 on a Matrix Market system.
@@ -383,6 +411,119 @@ fn validate(args: ValidateArgs) -> anyhow::Result<i32> {
         return Ok(EXIT_CHECK_FAILED);
     }
     println!("all {} expectations met", report.checks.len());
+    Ok(0)
+}
+
+#[derive(Args)]
+struct ValidateFlowArgs {
+    /// Cases, comma-separated: cavity, poiseuille, cylinder (potential flow).
+    #[arg(long, default_value = "cavity,poiseuille,cylinder")]
+    cases: String,
+    /// Cavity Reynolds numbers, comma-separated (100, 400, 1000).
+    #[arg(long, default_value = "100")]
+    re: String,
+    /// Cavity cells per side.
+    #[arg(long, default_value_t = 129)]
+    cells: usize,
+    /// Poiseuille cells across the channel (6x as many along it).
+    #[arg(long, default_value_t = 20)]
+    channel_cells: usize,
+    /// Potential flow: cells around the cylinder.
+    #[arg(long, default_value_t = 96)]
+    cylinder_cells: usize,
+    /// Pressure-velocity coupling: simple (alpha_U 0.7, alpha_p 0.3) or
+    /// simplec (consistent, alpha_U 0.9, alpha_p 1).
+    #[arg(long, default_value = "simplec")]
+    algorithm: String,
+    /// Outer iterations at most.
+    #[arg(long, default_value_t = 20000)]
+    max_iterations: usize,
+    /// Where the pressure equation is solved: auto, cpu, gpu.
+    #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Cpu)]
+    device: crate::gpu::DeviceChoice,
+    /// Directory of the VTK fields and residual plots.
+    #[arg(long, default_value = "flow_results")]
+    out: PathBuf,
+}
+
+/// `validate-flow`: runs the flow validation cases, prints their tables.
+fn validate_flow(args: ValidateFlowArgs) -> anyhow::Result<i32> {
+    use crate::flow::validation::{run, FlowCase, PressureDevice, PressureSolver};
+    let simplec = match args.algorithm.as_str() {
+        "simplec" => true,
+        "simple" => false,
+        other => anyhow::bail!("--algorithm {other}: expected simple or simplec"),
+    };
+    let mut cases = Vec::new();
+    for name in args.cases.split(',') {
+        match name.trim() {
+            "cavity" => {
+                for re in args.re.split(',') {
+                    let reynolds: u32 = re
+                        .trim()
+                        .parse()
+                        .with_context(|| format!("--re: '{re}' is not a whole number"))?;
+                    cases.push(FlowCase::Cavity {
+                        reynolds,
+                        n: args.cells,
+                    });
+                }
+            }
+            "poiseuille" => {
+                for half in [false, true] {
+                    cases.push(FlowCase::Poiseuille {
+                        n: args.channel_cells,
+                        half,
+                    });
+                }
+            }
+            "cylinder" => cases.push(FlowCase::Cylinder {
+                n: args.cylinder_cells,
+            }),
+            other => anyhow::bail!(
+                "--cases: unknown case '{other}' (expected cavity, poiseuille, cylinder)"
+            ),
+        }
+    }
+    let gpu = args.device.select()?;
+    let device = match &gpu {
+        Some(gpu) => PressureDevice::Gpu(gpu),
+        None => PressureDevice::Cpu,
+    };
+    let controls = crate::solve::SolverControls {
+        tolerance: 1e-10,
+        rel_tol: 0.01,
+        ..Default::default()
+    };
+    let mut failed = 0;
+    for case in cases {
+        let mut pressure = PressureSolver::new(device, controls);
+        let result = run(
+            case,
+            args.max_iterations,
+            |s| {
+                if simplec {
+                    s.consistent = true;
+                    s.relaxation_u = 0.9;
+                    s.relaxation_p = 1.0;
+                }
+            },
+            &mut pressure,
+            Some(&args.out),
+        )?;
+        print!("{result}");
+        if !result.passed() {
+            failed += 1;
+        }
+    }
+    println!(
+        "fields and residual plots written to {}",
+        args.out.display()
+    );
+    if failed > 0 {
+        println!("{failed} case(s) FAILED");
+        return Ok(EXIT_CHECK_FAILED);
+    }
     Ok(0)
 }
 

@@ -5,6 +5,7 @@
 
 pub mod case;
 pub mod cli;
+pub mod flow;
 pub mod foam;
 pub mod fvm;
 pub mod gpu;

@@ -831,10 +831,22 @@ fn plot_font() -> &'static PlotText {
 /// reference) as a PNG, atomically. Without a font the plot has no text; the
 /// result says so.
 pub fn write_plot(report: &Report, path: &Path) -> Result<PlotText, ValidateError> {
+    write_png(path, PLOT_SIZE, |pixels, labels| {
+        draw_plot(report, pixels, labels)
+    })
+}
+
+/// Draws a `size` RGB plot with `draw` (told whether a font is there for
+/// labels) and writes it as a PNG at `path`, atomically.
+pub(crate) fn write_png(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl FnOnce(&mut [u8], bool) -> DrawResult,
+) -> Result<PlotText, ValidateError> {
     let text = plot_font().clone();
-    let (w, h) = PLOT_SIZE;
+    let (w, h) = size;
     let mut pixels = vec![255u8; (w * h * 3) as usize];
-    draw_plot(report, &mut pixels, text != PlotText::NoFont)
+    draw(&mut pixels, text != PlotText::NoFont)
         .map_err(|e| ValidateError::Plot(format!("drawing {}: {e}", path.display())))?;
     crate::io::write_atomic(path, |out| {
         let mut encoder = png::Encoder::new(out, w, h);
@@ -882,7 +894,7 @@ fn scheme_legend(scheme: Scheme) -> &'static str {
     }
 }
 
-type DrawResult = Result<(), Box<dyn std::error::Error>>;
+pub(crate) type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Draws a scheme's marker at `p` (any coordinate system).
 fn draw_markers<DB, CT>(

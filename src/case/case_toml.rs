@@ -129,8 +129,8 @@ struct CaseFile {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct MeshSection {
-    source: Spanned<String>,
+pub(super) struct MeshSection {
+    pub(super) source: Spanned<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -198,7 +198,7 @@ struct ReferenceSection {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SolverEntry {
+pub(super) struct SolverEntry {
     solver: Option<Spanned<String>>,
     preconditioner: Option<Spanned<String>>,
     smoother: Option<Spanned<String>>,
@@ -236,7 +236,7 @@ struct SolverEntry {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct OutputSection {
+pub(super) struct OutputSection {
     formats: Option<Vec<Spanned<String>>>,
     interval: Option<Spanned<usize>>,
     directory: Option<PathBuf>,
@@ -273,13 +273,7 @@ pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup,
         }
     })?;
 
-    let mesh_spec = case.mesh.source.get_ref();
-    let mesh = if mesh_spec.starts_with("box:") {
-        MeshSource::parse(mesh_spec)
-    } else {
-        MeshSource::parse(&case_dir.join(mesh_spec).to_string_lossy())
-    }
-    .map_err(|e| src.error(case.mesh.source.span(), format!("mesh.source: {e}")))?;
+    let mesh = src.mesh_source(&case.mesh, case_dir)?;
 
     let physics = &case.physics;
     if let Some(kind) = &physics.kind {
@@ -388,9 +382,9 @@ fn is_field_name(name: &str) -> bool {
 }
 
 /// The case file's text and name, to turn byte spans into `file:line:col` errors.
-struct Source<'a> {
-    text: &'a str,
-    file: &'a Path,
+pub(super) struct Source<'a> {
+    pub(super) text: &'a str,
+    pub(super) file: &'a Path,
 }
 
 impl Source<'_> {
@@ -402,7 +396,7 @@ impl Source<'_> {
         (line, before[line_start..].chars().count() + 1)
     }
 
-    fn position(&self, span: Range<usize>) -> String {
+    pub(super) fn position(&self, span: Range<usize>) -> String {
         let (line, column) = self.line_column(span.start);
         format!("{}:{line}:{column}", self.file.display())
     }
@@ -428,7 +422,22 @@ impl Source<'_> {
         })
     }
 
-    fn error(&self, span: Range<usize>, msg: impl Into<String>) -> CaseError {
+    /// `mesh.source`: a generator spec, or a path relative to `case_dir`.
+    pub(super) fn mesh_source(
+        &self,
+        section: &MeshSection,
+        case_dir: &Path,
+    ) -> Result<MeshSource, CaseError> {
+        let spec = section.source.get_ref();
+        if spec.starts_with("box:") {
+            MeshSource::parse(spec)
+        } else {
+            MeshSource::parse(&case_dir.join(spec).to_string_lossy())
+        }
+        .map_err(|e| self.error(section.source.span(), format!("mesh.source: {e}")))
+    }
+
+    pub(super) fn error(&self, span: Range<usize>, msg: impl Into<String>) -> CaseError {
         let (line, column) = self.line_column(span.start);
         CaseError::Parse {
             file: self.file.to_path_buf(),
@@ -708,7 +717,7 @@ impl Source<'_> {
     }
 
     /// One solver entry; unset keys keep their value in `base`.
-    fn solver(
+    pub(super) fn solver(
         &self,
         entry: &SolverEntry,
         name: &str,
@@ -1009,7 +1018,7 @@ impl Source<'_> {
         Ok(())
     }
 
-    fn output(&self, section: &OutputSection) -> Result<OutputSettings, CaseError> {
+    pub(super) fn output(&self, section: &OutputSection) -> Result<OutputSettings, CaseError> {
         let mut output = OutputSettings::default();
         if let Some(formats) = &section.formats {
             output.formats.clear();

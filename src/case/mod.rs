@@ -4,6 +4,7 @@
 
 pub mod case_toml;
 pub mod expr;
+pub mod flow_case;
 pub mod openfoam;
 pub mod run;
 pub mod setup;

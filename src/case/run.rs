@@ -20,9 +20,9 @@ use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::solve::amg::solve_amg;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
-    SolverPerformance,
+    SolveError, SolverPerformance,
 };
-use crate::sparse::{Permutation, RowOrdering};
+use crate::sparse::{Csr, Permutation, RowOrdering};
 use cudarc::driver::CudaSlice;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -574,41 +574,15 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
-                let solver = self.device.adapt(solver);
-                let (equilibration, controls) = (&solver.equilibration, &solver.controls);
-                let field = &setup.field;
-                let options = GpuSolveOptions {
-                    ordering: solver.ordering,
-                    ..GpuSolveOptions::default()
-                };
-                let result = match (&mut self.gpu_solver, &solver.smoother) {
-                    (Some(gpu), Some(smoother)) => {
-                        gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
-                    }
-                    (Some(gpu), None) => gpu.solve_with(
-                        matrix,
-                        &solver.preconditioner,
-                        equilibration,
-                        b,
-                        x,
-                        controls,
-                        field,
-                        &options,
-                    ),
-                    (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
-                    (None, None) => match &solver.gamg {
-                        Some(settings) => solve_amg(matrix, settings, b, x, controls, field),
-                        None => solve_pcg_scaled(
-                            matrix,
-                            solver.preconditioner,
-                            equilibration,
-                            b,
-                            x,
-                            controls,
-                            field,
-                        ),
-                    },
-                };
+                let result = solve_linear(
+                    self.device,
+                    self.gpu_solver.as_mut(),
+                    solver,
+                    matrix,
+                    b,
+                    x,
+                    &setup.field,
+                );
                 match result {
                     Ok(perf) => performances.push(perf),
                     Err(e) => failure = Some(e),
@@ -803,6 +777,54 @@ impl<'a> Run<'a> {
             vtk_series: self.vtk.as_ref().map(VtkSeries::pvd_path),
             foam_fields: self.foam_fields,
         })
+    }
+}
+
+/// Solves one linear system with `solver` as `device` runs it
+/// ([`Device::adapt`]): PCG or smoothSolver, on the CPU or, with a GPU
+/// solver, on the GPU (the matrix uploaded, x the initial guess).
+pub(crate) fn solve_linear(
+    device: Device<'_>,
+    gpu_solver: Option<&mut GpuSolver<'_>>,
+    solver: &LinearSolver,
+    matrix: &Csr,
+    b: &[f64],
+    x: &mut [f64],
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let solver = device.adapt(solver);
+    let (equilibration, controls) = (&solver.equilibration, &solver.controls);
+    let options = GpuSolveOptions {
+        ordering: solver.ordering,
+        ..GpuSolveOptions::default()
+    };
+    match (gpu_solver, &solver.smoother) {
+        (Some(gpu), Some(smoother)) => {
+            gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
+        }
+        (Some(gpu), None) => gpu.solve_with(
+            matrix,
+            &solver.preconditioner,
+            equilibration,
+            b,
+            x,
+            controls,
+            field,
+            &options,
+        ),
+        (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
+        (None, None) => match &solver.gamg {
+            Some(settings) => solve_amg(matrix, settings, b, x, controls, field),
+            None => solve_pcg_scaled(
+                matrix,
+                solver.preconditioner,
+                equilibration,
+                b,
+                x,
+                controls,
+                field,
+            ),
+        },
     }
 }
 

@@ -259,6 +259,18 @@ pub fn check_system(
     x: &[f64],
     controls: &SolverControls,
 ) -> Result<(), SolveError> {
+    check_inputs(a, b, x, controls)?;
+    check_symmetric(a)
+}
+
+/// [`check_system`] without the symmetry check: what a solver of
+/// nonsymmetric systems (smoothSolver with a point smoother) needs.
+pub fn check_inputs(
+    a: &Csr,
+    b: &[f64],
+    x: &[f64],
+    controls: &SolverControls,
+) -> Result<(), SolveError> {
     let n = a.n_rows();
     if a.n_cols() != n {
         return Err(SolveError::NotSquare {
@@ -287,9 +299,7 @@ pub fn check_system(
     }
     check_finite("right-hand side b", b)?;
     check_finite("initial guess x", x)?;
-    controls.validate()?;
-    check_symmetric(a)?;
-    Ok(())
+    controls.validate()
 }
 
 /// Solves A x = b on the CPU with PCG and the given preconditioner, from the

@@ -4,7 +4,7 @@
 //! `(iterations += nSweeps) < maxIter && !converged || iterations < minIter`.
 //! Residuals are OpenFOAM-normalised with the normFactor of the initial x.
 
-use super::cpu::{check_system, CpuBackend};
+use super::cpu::{check_inputs, check_symmetric, CpuBackend};
 use super::pcg::{check_residual, InitialNorms, DIVERGENCE_FACTOR};
 use super::precond::Identity;
 use super::smoother::{Smoother, SmootherSettings};
@@ -139,8 +139,11 @@ pub fn in_ordering<T>(
 }
 
 /// Solves A x = b on the CPU with OpenFOAM's smoothSolver and the given
-/// smoother, from the x given, after PCG's input checks. Block Jacobi runs on
-/// its block ordering ([`SmootherSettings::ordering`]).
+/// smoother, from the x given, after PCG's input checks (symmetry only where
+/// the smoother needs it: [`SmootherSettings::needs_symmetric_matrix`], so
+/// that Jacobi and Gauss–Seidel solve nonsymmetric systems, as OpenFOAM's
+/// smoothSolver does for momentum). Block Jacobi runs on its block ordering
+/// ([`SmootherSettings::ordering`]).
 pub fn solve_smooth(
     a: &Csr,
     settings: &SmootherSettings,
@@ -149,7 +152,10 @@ pub fn solve_smooth(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    check_system(a, b, x, controls)?;
+    check_inputs(a, b, x, controls)?;
+    if settings.needs_symmetric_matrix() {
+        check_symmetric(a)?;
+    }
     settings.validate().map_err(SolveError::InvalidControls)?;
     in_ordering(a, settings.ordering(a), b, x, |a, b, x| {
         let smoother = settings.build(a)?;
@@ -206,6 +212,52 @@ mod tests {
         assert_eq!(perf.iterations, 6);
         let perf = solve_smooth(&a, &s, &b, &mut x, &controls(0.0, 0, 0), "p").unwrap();
         assert_eq!(perf.iterations, 0);
+    }
+
+    /// Upwind convection–diffusion in 1-D: diagonally dominant, nonsymmetric.
+    fn convection_diffusion(n: usize) -> Csr {
+        let (mut row_ptr, mut cols, mut values) = (vec![0], Vec::new(), Vec::new());
+        for i in 0..n {
+            for (j, v) in [(i.wrapping_sub(1), -2.0), (i, 3.0), (i + 1, -0.5)] {
+                if j < n {
+                    cols.push(j as u32);
+                    values.push(v);
+                }
+            }
+            row_ptr.push(cols.len());
+        }
+        Csr::new(n, row_ptr, cols, values).unwrap()
+    }
+
+    #[test]
+    fn gauss_seidel_solves_nonsymmetric_systems_and_dic_refuses_them() {
+        let a = convection_diffusion(200);
+        let x_exact: Vec<f64> = (0..200).map(|i| (i as f64 * 0.1).sin()).collect();
+        let mut b = vec![0.0; 200];
+        a.spmv(&x_exact, &mut b);
+        for sweep in [Sweep::Forward, Sweep::Symmetric] {
+            let s = SmootherSettings::new(SmootherKind::GaussSeidel(sweep));
+            let mut x = vec![0.0; 200];
+            let perf = solve_smooth(&a, &s, &b, &mut x, &controls(1e-12, 5000, 0), "U").unwrap();
+            assert!(perf.converged, "{sweep:?}: {perf:?}");
+            let err = x
+                .iter()
+                .zip(&x_exact)
+                .map(|(x, e)| (x - e).abs())
+                .fold(0.0, f64::max);
+            assert!(err < 1e-9, "{sweep:?}: max error {err:e}");
+        }
+        let dic = SmootherSettings::new(SmootherKind::Dic);
+        let err = solve_smooth(
+            &a,
+            &dic,
+            &b,
+            &mut vec![0.0; 200],
+            &controls(1e-8, 10, 0),
+            "U",
+        )
+        .unwrap_err();
+        assert!(matches!(err, SolveError::NotSymmetric { .. }), "{err}");
     }
 
     #[test]

@@ -373,6 +373,18 @@ impl SmootherSettings {
             || (self.block.inner != InnerSolver::Cg && self.block.inner_tolerance == 0.0)
     }
 
+    /// Whether the smoother needs a symmetric matrix: the incomplete
+    /// Cholesky ones, and block Jacobi with an inner CG. Point Jacobi and
+    /// Gauss–Seidel need only a positive diagonal (and converge on
+    /// diagonally dominant matrices, such as relaxed momentum equations).
+    pub fn needs_symmetric_matrix(&self) -> bool {
+        match self.kind {
+            SmootherKind::Dic | SmootherKind::DicGaussSeidel => true,
+            SmootherKind::BlockJacobi => self.block.inner == InnerSolver::Cg,
+            _ => false,
+        }
+    }
+
     /// Whether the smoother can precondition PCG: symmetric, and the same
     /// operator at every application (up to the inner tolerance).
     pub fn check_preconditioner(&self) -> Result<(), String> {

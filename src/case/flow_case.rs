@@ -1,0 +1,572 @@
+//! Steady laminar flow cases: `case.toml` with `[physics] kind = "simple"`,
+//! run by SIMPLE/SIMPLEC ([`crate::flow::simple`]) with simpleFoam's log.
+//! Errors name the file, line, column and key, as for Laplacian cases.
+//!
+//! ```toml
+//! [mesh]
+//! source = "box:64x64x1:2d"
+//!
+//! [physics]
+//! kind = "simple"
+//! nu = 0.01                       # kinematic viscosity (transportProperties nu)
+//!
+//! [boundary.ymax]                 # one table per patch; [boundary.default] for the rest
+//! U = { type = "fixedValue", value = [1.0, 0.0, 0.0] }
+//! #   fixedValue / movingWallVelocity (value), noSlip, zeroGradient, symmetry, empty
+//! p = { type = "zeroGradient" }  # zeroGradient, fixedValue (value), symmetry, empty
+//!
+//! [schemes]
+//! div = "bounded Gauss linearUpwind grad(U)"   # or upwind, limitedLinear K
+//! laplacian = "Gauss linear corrected"
+//! grad = "Gauss linear"
+//!
+//! [SIMPLE]
+//! nNonOrthogonalCorrectors = 0
+//! consistent = true               # SIMPLEC (default false)
+//! pRefCell = 0                    # where no patch fixes p
+//! pRefValue = 0.0
+//! maxIterations = 2000            # default 1000
+//! residualControl = { U = 1e-6, p = 1e-6 }   # default: off
+//!
+//! [relaxationFactors]
+//! U = 0.9                         # default 0.7
+//! p = 1.0                         # default 0.3
+//!
+//! [solver.p]                      # the keys of a Laplacian case's [solver.T]
+//! solver = "PCG"
+//! preconditioner = "DIC"
+//! tolerance = 1e-8
+//! relTol = 0.01
+//! [solver.U]                      # smoothSolver with a point smoother
+//! solver = "smoothSolver"
+//! smoother = "symGaussSeidel"
+//! tolerance = 1e-8
+//! relTol = 0.1
+//!
+//! [output]
+//! directory = "results"           # NAME.vtu (U, p, div(phi)), NAME_residuals.png
+//!
+//! [validation]                    # optional: compare, print the table, fail past the tolerance
+//! case = "cavity"                 # cavity (Ghia et al., Re = 1/nu), poiseuille, poiseuille-half
+//! ```
+//!
+//! On `--device gpu` the pressure equation is solved on the GPU (assembled
+//! on the CPU, uploaded every outer iteration, warm-started from the
+//! current p); momentum is solved on the CPU.
+
+use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
+use super::run::{solve_linear, Device};
+use super::setup::LinearSolver;
+use super::CaseError;
+use crate::flow::simple::{MomentumSolver, PressureSolve, ResidualControl, Simple, SimpleSettings};
+use crate::flow::validation::{compare, FlowCase, Tables};
+use crate::flow::{Convection, FlowError, VectorValues, VelocityCondition};
+use crate::foam::write::format_g;
+use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
+use crate::gpu::pcg::GpuSolver;
+use crate::mesh::{MeshSource, PatchKind, Vec3};
+use crate::solve::{SmootherKind, SmootherSettings, Sweep};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use toml::Spanned;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowFile {
+    mesh: MeshSection,
+    physics: FlowPhysics,
+    #[serde(default)]
+    boundary: BTreeMap<String, Spanned<FlowBoundary>>,
+    #[serde(default)]
+    schemes: FlowSchemes,
+    #[serde(rename = "SIMPLE", default)]
+    simple: SimpleSection,
+    #[serde(rename = "relaxationFactors", default)]
+    relaxation: RelaxationSection,
+    #[serde(default)]
+    solver: BTreeMap<String, Spanned<SolverEntry>>,
+    #[serde(default)]
+    output: OutputSection,
+    validation: Option<ValidationSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowPhysics {
+    kind: Spanned<String>,
+    nu: Spanned<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowBoundary {
+    #[serde(rename = "U")]
+    u: Spanned<PatchEntry>,
+    p: Spanned<PatchEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchEntry {
+    #[serde(rename = "type")]
+    kind: Spanned<String>,
+    value: Option<Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FlowSchemes {
+    div: Option<Spanned<String>>,
+    laplacian: Option<Spanned<String>>,
+    grad: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SimpleSection {
+    #[serde(rename = "nNonOrthogonalCorrectors", default)]
+    n_non_orth_correctors: usize,
+    #[serde(default)]
+    consistent: bool,
+    #[serde(rename = "pRefCell", default)]
+    p_ref_cell: usize,
+    #[serde(rename = "pRefValue", default)]
+    p_ref_value: f64,
+    #[serde(rename = "maxIterations")]
+    max_iterations: Option<usize>,
+    #[serde(rename = "residualControl")]
+    residual_control: Option<ResidualSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResidualSection {
+    #[serde(rename = "U", default)]
+    u: f64,
+    #[serde(default)]
+    p: f64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RelaxationSection {
+    #[serde(rename = "U")]
+    u: Option<Spanned<f64>>,
+    p: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ValidationSection {
+    case: Spanned<String>,
+}
+
+/// Outer iterations when `SIMPLE.maxIterations` is not given.
+const DEFAULT_MAX_ITERATIONS: usize = 1000;
+
+/// A flow case, read and checked.
+#[derive(Clone, Debug)]
+pub struct FlowSetup {
+    pub origin: String,
+    pub case_dir: PathBuf,
+    pub mesh: MeshSource,
+    pub settings: SimpleSettings,
+    pub max_iterations: usize,
+    /// Per named patch: velocity and pressure conditions, and where they were given.
+    pub boundary: Vec<(String, VelocityCondition, BoundaryCondition, String)>,
+    pub default_boundary: Option<(VelocityCondition, BoundaryCondition)>,
+    /// The pressure solver (`solver.p`; PCG with DIC by default).
+    pub pressure_solver: LinearSolver,
+    pub output_dir: PathBuf,
+    /// The validation case named in `[validation]`.
+    pub validation: Option<String>,
+}
+
+/// Whether `case_dir` holds a `case.toml` whose `physics.kind` is "simple".
+pub fn is_flow_case(case_dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(case_dir.join(CASE_FILE)) else {
+        return false;
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return false;
+    };
+    table
+        .get("physics")
+        .and_then(|p| p.get("kind"))
+        .and_then(|k| k.as_str())
+        == Some("simple")
+}
+
+/// Reads `case_dir/case.toml` as a flow case.
+pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
+    let file = case_dir.join(CASE_FILE);
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| CaseError::invalid(format!("{}: {e}", file.display())))?;
+    let src = Source {
+        text: &text,
+        file: &file,
+    };
+    let case: FlowFile =
+        toml::from_str(&text).map_err(|e| src.error(e.span().unwrap_or(0..0), e.message()))?;
+    if case.physics.kind.get_ref() != "simple" {
+        return Err(src.error(
+            case.physics.kind.span(),
+            "physics.kind must be \"simple\" in a flow case",
+        ));
+    }
+    let nu = *case.physics.nu.get_ref();
+    if !(nu.is_finite() && nu > 0.0) {
+        return Err(src.error(
+            case.physics.nu.span(),
+            format!("physics.nu is {nu}; the viscosity must be positive"),
+        ));
+    }
+    let mut settings = SimpleSettings::new(nu);
+    let schemes = &case.schemes;
+    if let Some(div) = &schemes.div {
+        settings.convection = Convection::from_foam(div.get_ref())
+            .map_err(|e| src.error(div.span(), format!("schemes.div: {e}")))?;
+    }
+    let laplacian = schemes.laplacian.as_ref();
+    let grad = schemes.grad.as_ref();
+    settings.schemes = Schemes {
+        gamma_interpolation: settings.schemes.gamma_interpolation,
+        ..Schemes::from_foam(
+            laplacian.map_or("Gauss linear corrected", |s| s.get_ref()),
+            grad.map_or("Gauss linear", |s| s.get_ref()),
+        )
+        .map_err(|e| {
+            let at = laplacian.or(grad).map_or(0..0, |s| s.span());
+            src.error(at, format!("schemes: {e}"))
+        })?
+    };
+    let simple = &case.simple;
+    settings.n_non_orth_correctors = simple.n_non_orth_correctors;
+    settings.consistent = simple.consistent;
+    settings.p_ref_cell = simple.p_ref_cell;
+    settings.p_ref_value = simple.p_ref_value;
+    if let Some(r) = &simple.residual_control {
+        settings.residual_control = ResidualControl { u: r.u, p: r.p };
+    }
+    for (name, given, target) in [
+        ("U", &case.relaxation.u, &mut settings.relaxation_u),
+        ("p", &case.relaxation.p, &mut settings.relaxation_p),
+    ] {
+        if let Some(alpha) = given {
+            if !(*alpha.get_ref() > 0.0 && *alpha.get_ref() <= 1.0) {
+                return Err(src.error(
+                    alpha.span(),
+                    format!("relaxationFactors.{name} must be in (0, 1]"),
+                ));
+            }
+            *target = *alpha.get_ref();
+        }
+    }
+    let mut pressure_solver = LinearSolver::default();
+    for (name, entry) in &case.solver {
+        match name.as_str() {
+            "p" => pressure_solver = src.solver(entry.get_ref(), "p", pressure_solver)?,
+            "U" => {
+                let base = LinearSolver {
+                    smoother: Some(SmootherSettings::new(SmootherKind::GaussSeidel(
+                        Sweep::Symmetric,
+                    ))),
+                    ..LinearSolver::default()
+                };
+                let solver = src.solver(entry.get_ref(), "U", base)?;
+                let Some(smoother) = solver.smoother else {
+                    return Err(src.error(
+                        entry.span(),
+                        "solver.U: the momentum matrix is not symmetric, so PCG cannot solve \
+                         it; use solver = \"smoothSolver\" with a Jacobi or Gauss-Seidel smoother",
+                    ));
+                };
+                if smoother.needs_symmetric_matrix() {
+                    return Err(src.error(
+                        entry.span(),
+                        format!(
+                            "solver.U: the {smoother} smoother needs a symmetric matrix; the \
+                             momentum matrix is not (use Jacobi or Gauss-Seidel)"
+                        ),
+                    ));
+                }
+                settings.momentum = MomentumSolver {
+                    smoother,
+                    controls: solver.controls,
+                };
+            }
+            other => {
+                return Err(src.error(
+                    entry.span(),
+                    format!("solver.{other}: a flow case has solver.U and solver.p only"),
+                ))
+            }
+        }
+    }
+    let mut boundary = Vec::new();
+    let mut default_boundary = None;
+    for (patch, entry) in &case.boundary {
+        let u = velocity_condition(&src, patch, entry.get_ref().u.get_ref())?;
+        let p = pressure_condition(&src, patch, entry.get_ref().p.get_ref())?;
+        if patch == "default" {
+            default_boundary = Some((u, p));
+        } else {
+            boundary.push((patch.clone(), u, p, src.position(entry.span())));
+        }
+    }
+    let output = src.output(&case.output)?;
+    Ok(FlowSetup {
+        origin: file.display().to_string(),
+        case_dir: case_dir.to_path_buf(),
+        mesh: src.mesh_source(&case.mesh, case_dir)?,
+        settings,
+        max_iterations: simple.max_iterations.unwrap_or(DEFAULT_MAX_ITERATIONS),
+        boundary,
+        default_boundary,
+        pressure_solver,
+        output_dir: case_dir.join(output.directory),
+        validation: case.validation.map(|v| v.case.into_inner()),
+    })
+}
+
+/// A number or an array of three numbers, as a velocity.
+fn vector_value(src: &Source, value: &Spanned<toml::Value>, key: &str) -> Result<Vec3, CaseError> {
+    let number = |v: &toml::Value| match v {
+        toml::Value::Integer(i) => Some(*i as f64),
+        toml::Value::Float(f) if f.is_finite() => Some(*f),
+        _ => None,
+    };
+    match value.get_ref() {
+        toml::Value::Array(items) if items.len() == 3 => {
+            let v: Option<Vec<f64>> = items.iter().map(number).collect();
+            v.map(|v| Vec3::new(v[0], v[1], v[2]))
+        }
+        _ => None,
+    }
+    .ok_or_else(|| {
+        src.error(
+            value.span(),
+            format!("{key} must be three finite numbers [x, y, z]"),
+        )
+    })
+}
+
+fn velocity_condition(
+    src: &Source,
+    patch: &str,
+    entry: &PatchEntry,
+) -> Result<VelocityCondition, CaseError> {
+    let key = format!("boundary.{patch}.U");
+    let kind = entry.kind.get_ref().as_str();
+    let takes_value = matches!(kind, "fixedValue" | "movingWallVelocity");
+    match (&entry.value, takes_value) {
+        (Some(v), false) => {
+            return Err(src.error(
+                v.span(),
+                format!("{key}: a {kind} condition takes no value"),
+            ))
+        }
+        (None, true) => {
+            return Err(src.error(entry.kind.span(), format!("{key}: {kind} needs a value")))
+        }
+        _ => {}
+    }
+    Ok(match kind {
+        "fixedValue" | "movingWallVelocity" => {
+            let value = entry.value.as_ref().expect("checked above");
+            VelocityCondition::FixedValue(VectorValues::Uniform(vector_value(src, value, &key)?))
+        }
+        "noSlip" => VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros())),
+        "zeroGradient" => VelocityCondition::ZeroGradient,
+        "symmetry" | "symmetryPlane" => VelocityCondition::Symmetry,
+        "empty" => VelocityCondition::Empty,
+        other => {
+            return Err(src.error(
+                entry.kind.span(),
+                format!(
+                    "{key}: unknown velocity condition '{other}' (expected fixedValue, \
+                     movingWallVelocity, noSlip, zeroGradient, symmetry or empty)"
+                ),
+            ))
+        }
+    })
+}
+
+fn pressure_condition(
+    src: &Source,
+    patch: &str,
+    entry: &PatchEntry,
+) -> Result<BoundaryCondition, CaseError> {
+    let key = format!("boundary.{patch}.p");
+    let kind = entry.kind.get_ref().as_str();
+    match (&entry.value, kind) {
+        (Some(v), "fixedValue") => match v.get_ref() {
+            toml::Value::Integer(i) => Ok(BoundaryCondition::FixedValue(PatchValues::Uniform(
+                *i as f64,
+            ))),
+            toml::Value::Float(f) if f.is_finite() => {
+                Ok(BoundaryCondition::FixedValue(PatchValues::Uniform(*f)))
+            }
+            _ => Err(src.error(
+                v.span(),
+                format!("{key}: the value must be a finite number"),
+            )),
+        },
+        (None, "fixedValue") => Err(src.error(
+            entry.kind.span(),
+            format!("{key}: fixedValue needs a value"),
+        )),
+        (Some(v), _) => Err(src.error(
+            v.span(),
+            format!("{key}: a {kind} condition takes no value"),
+        )),
+        (None, "zeroGradient" | "symmetry" | "symmetryPlane") => {
+            Ok(BoundaryCondition::ZeroGradient)
+        }
+        (None, "empty") => Ok(BoundaryCondition::Empty),
+        (None, other) => Err(src.error(
+            entry.kind.span(),
+            format!(
+                "{key}: unknown pressure condition '{other}' (expected zeroGradient, \
+                 fixedValue, symmetry or empty)"
+            ),
+        )),
+    }
+}
+
+/// What a flow run ended with.
+#[derive(Debug)]
+pub struct FlowRunSummary {
+    pub iterations: usize,
+    pub converged: bool,
+    /// The validation table, and whether it passed, where the case asks for one.
+    pub validation: Option<(String, bool)>,
+}
+
+/// Runs a flow case on `device` (the pressure solves; see the module
+/// documentation), logging like simpleFoam; writes the fields and the
+/// residual plot.
+pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary, CaseError> {
+    let clock = Instant::now();
+    let mesh = setup.mesh.load()?;
+    let geometry = mesh.geometry()?;
+    let n = mesh.n_cells();
+    let mut velocity = Vec::new();
+    let mut pressure = Vec::new();
+    for (given, ..) in &setup.boundary {
+        if mesh.patch(given).is_none() {
+            return Err(CaseError::invalid(format!(
+                "{}: boundary condition for patch '{given}', but the mesh has no such patch",
+                setup.origin
+            )));
+        }
+    }
+    for patch in mesh.patches() {
+        let given = setup
+            .boundary
+            .iter()
+            .find(|(name, ..)| *name == patch.name)
+            .map(|(_, u, p, _)| (u.clone(), p.clone()))
+            .or_else(|| {
+                (patch.kind == PatchKind::Empty)
+                    .then_some((VelocityCondition::Empty, BoundaryCondition::Empty))
+            })
+            .or_else(|| setup.default_boundary.clone())
+            .ok_or_else(|| {
+                CaseError::invalid(format!(
+                    "{}: patch '{}' has no boundary condition; give one for it or a default",
+                    setup.origin, patch.name
+                ))
+            })?;
+        velocity.push(given.0);
+        pressure.push(given.1);
+    }
+    let flow_error = |e: FlowError| match e {
+        FlowError::Fvm(e) => CaseError::Fvm(e),
+        FlowError::Solve { field, source } => CaseError::Solve { field, source },
+        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
+    };
+    let mut simple = Simple::new(
+        &mesh,
+        &geometry,
+        setup.settings,
+        &velocity,
+        pressure,
+        vec![Vec3::zeros(); n],
+        vec![0.0; n],
+    )
+    .map_err(flow_error)?;
+    let mut gpu_solver = match device {
+        Device::Gpu(gpu) => {
+            log::info!("pressure solves on the GPU; momentum on the CPU");
+            Some(GpuSolver::new(gpu))
+        }
+        Device::Cpu => None,
+    };
+    let solver = setup.pressure_solver;
+    let solve_pressure: &mut PressureSolve<'_> =
+        &mut |a, b, x, _last| solve_linear(device, gpu_solver.as_mut(), &solver, a, b, x, "p");
+    let reports = simple
+        .run(setup.max_iterations, solve_pressure, |_, _| {
+            log::info!(
+                "ExecutionTime = {} s",
+                format_g(clock.elapsed().as_secs_f64())
+            );
+            Ok(())
+        })
+        .map_err(flow_error)?;
+    let converged = reports.last().is_some_and(|r| r.converged);
+    if !converged {
+        log::warn!(
+            "SIMPLE did not reach the residual control in {} iterations",
+            reports.len()
+        );
+    }
+    let name = setup
+        .case_dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "case".into());
+    crate::io::create_dir_all(&setup.output_dir)?;
+    let vtu = setup.output_dir.join(format!("{name}.vtu"));
+    crate::flow::output::write_fields(
+        &vtu,
+        &mesh,
+        &simple.u,
+        &simple.p,
+        &simple.flux_divergence(),
+    )?;
+    let png = setup.output_dir.join(format!("{name}_residuals.png"));
+    crate::flow::output::write_residual_plot(&reports, &name, &png)
+        .map_err(|e| CaseError::invalid(e.to_string()))?;
+    log::info!("wrote {} and {}", vtu.display(), png.display());
+    let validation = match &setup.validation {
+        None => None,
+        Some(kind) => {
+            let case = FlowCase::from_mesh(kind, n, setup.settings.nu).map_err(flow_error)?;
+            let tables = compare(case, &simple).map_err(flow_error)?;
+            let deviation = tables
+                .iter()
+                .map(|(_, rows)| crate::flow::reference::max_deviation(rows))
+                .fold(0.0, f64::max);
+            let passed = converged && deviation <= case.tolerance();
+            let mut text = Tables(&tables).to_string();
+            text += &format!(
+                "{}: max deviation {:.3e}, tolerance {:.3e}: {}\n",
+                case.name(),
+                deviation,
+                case.tolerance(),
+                if passed { "PASS" } else { "FAIL" }
+            );
+            Some((text, passed))
+        }
+    };
+    Ok(FlowRunSummary {
+        iterations: reports.len(),
+        converged,
+        validation,
+    })
+}

@@ -1,0 +1,128 @@
+//! Results of a flow computation: the residual history as a PNG (simpleFoam's
+//! `foamMonitor` view: initial residual of every field and the local
+//! continuity error per outer iteration, log scale) and the fields U, p and
+//! ∇·φ as a VTK file.
+
+use super::simple::IterationReport;
+use crate::io::vtk::{write_vtu, Field};
+use crate::io::OutputError;
+use crate::mesh::{Mesh, Vec3};
+use crate::validate::{write_png, DrawResult, PlotText, ValidateError};
+use std::path::Path;
+
+const RESIDUAL_PLOT_SIZE: (u32, u32) = (1200, 700);
+
+/// Writes the residual history of `reports` to `path` (PNG), titled `title`.
+pub fn write_residual_plot(
+    reports: &[IterationReport],
+    title: &str,
+    path: &Path,
+) -> Result<PlotText, ValidateError> {
+    write_png(path, RESIDUAL_PLOT_SIZE, |pixels, labels| {
+        draw_residuals(reports, title, pixels, labels)
+    })
+}
+
+/// The curves of the plot: name and (iteration, value) points.
+fn residual_series(reports: &[IterationReport]) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut push = |name: &str, x: f64, y: f64| {
+        if y > 0.0 && y.is_finite() {
+            match series.iter_mut().find(|(n, _)| n == name) {
+                Some((_, points)) => points.push((x, y)),
+                None => series.push((name.to_string(), vec![(x, y)])),
+            }
+        }
+    };
+    for r in reports {
+        let x = r.iteration as f64;
+        for (name, residual) in &r.u_initial {
+            push(name, x, *residual);
+        }
+        push("p", x, r.p_initial);
+        push("continuity (sum local)", x, r.continuity[0]);
+    }
+    series
+}
+
+fn draw_residuals(
+    reports: &[IterationReport],
+    title: &str,
+    pixels: &mut [u8],
+    labels: bool,
+) -> DrawResult {
+    use plotters::prelude::*;
+    let root = BitMapBackend::with_buffer(pixels, RESIDUAL_PLOT_SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let series = residual_series(reports);
+    let values = series.iter().flat_map(|(_, p)| p.iter().map(|&(_, y)| y));
+    let (lo, hi) = values.fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    if series.is_empty() {
+        return Ok(());
+    }
+    let last = reports.last().map_or(1, |r| r.iteration).max(2) as f64;
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin(20);
+    if labels {
+        builder
+            .caption(title, ("sans-serif", 24))
+            .x_label_area_size(50)
+            .y_label_area_size(80);
+    }
+    let mut chart = builder.build_cartesian_2d(1.0..last, ((lo / 2.0)..(hi * 2.0)).log_scale())?;
+    let mut mesh = chart.configure_mesh();
+    if labels {
+        mesh.x_desc("outer iteration")
+            .y_desc("initial residual")
+            .label_style(("sans-serif", 17))
+            .axis_desc_style(("sans-serif", 19))
+            .y_label_formatter(&|v| format!("{v:.0e}"));
+    } else {
+        mesh.x_labels(0).y_labels(0);
+    }
+    mesh.draw()?;
+    let colours = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(0, 0, 0),
+        RGBColor(255, 127, 14),
+    ];
+    for (k, (name, points)) in series.into_iter().enumerate() {
+        let style = ShapeStyle::from(&colours[k % colours.len()]).stroke_width(2);
+        let drawn = chart.draw_series(LineSeries::new(points, style))?;
+        if labels {
+            drawn
+                .label(name)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
+        }
+    }
+    if labels {
+        chart
+            .configure_series_labels()
+            .label_font(("sans-serif", 17))
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// Writes U, p and ∇·φ (per volume) as cell fields of one `.vtu` file.
+pub fn write_fields(
+    path: &Path,
+    mesh: &Mesh,
+    u: &[Vec3],
+    p: &[f64],
+    flux_divergence: &[f64],
+) -> Result<(), OutputError> {
+    write_vtu(
+        path,
+        mesh,
+        &[
+            Field::vector("U", u),
+            Field::scalar("p", p),
+            Field::scalar("div(phi)", flux_divergence),
+        ],
+    )
+}

@@ -1,0 +1,858 @@
+//! The SIMPLE loop of OpenFOAM v1912's simpleFoam (`UEqn.H`, `pEqn.H`) for
+//! steady incompressible laminar flow, ν constant, kinematic pressure.
+//!
+//! One outer iteration ([`Simple::iterate`]):
+//! 1. **Momentum predictor**: per solved component, the viscous
+//!    [`LaplacianSystem`] (ν, that component's boundary conditions, explicit
+//!    non-orthogonal correction) plus `bounded Gauss` convection with the
+//!    fluxes φ of the last iteration (upwind implicit; linearUpwind or
+//!    limitedLinear as a deferred correction on the right-hand side), relaxed
+//!    the way `fvMatrix::relax(α_U)` does (Patankar's implicit
+//!    under-relaxation: D ← max(|D|, Σ|a_off|)/α, b += (D_new − D_old) U_old),
+//!    solved with −∇p (Gauss linear, p's conditions) on the right-hand side.
+//! 2. **Rhie–Chow**: rAU = V/a_P (a_P the diagonal averaged over the
+//!    components, as `fvVectorMatrix::A()`), HbyA = H/a_P with the new U,
+//!    φ_HbyA = (linear HbyA)_f·S_f, with the velocity's boundary values on
+//!    fixed-value patches (`constrainHbyA`). SIMPLEC (`consistent`,
+//!    Van Doormaal & Raithby 1984): rAtU = V/(a_P − Σ_nb |a_nb|),
+//!    φ_HbyA += (rAtU − rAU)_f |S_f| snGrad p, HbyA −= (rAU − rAtU)∇p, rAU ← rAtU.
+//! 3. **Pressure**: −∇·(rAU∇p) = −∇·φ_HbyA, a [`LaplacianSystem`] with
+//!    Γ = rAU per cell (linear to the faces), `nNonOrthogonalCorrectors + 1`
+//!    solves; all-Neumann pressure takes OpenFOAM's `setReference(pRefCell,
+//!    pRefValue)`.
+//! 4. **Corrections**: φ = φ_HbyA − the pressure equation's face flux (the
+//!    non-orthogonal part from the p the last corrector assembled with, as
+//!    `fvMatrix::flux`), continuity errors as `continuityErrs.H`, p relaxed
+//!    by α_p, U = HbyA − rAU ∇p.
+
+use super::{component_conditions, solved_components, FlowError, VelocityCondition};
+use crate::foam::write::format_g;
+use crate::fvm::{
+    BoundaryCondition, CellField, GammaInterpolation, LaplacianProblem, LaplacianSystem, Reference,
+    Schemes, SingularPolicy,
+};
+use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::solve::{solve_smooth, SmootherSettings, SolveError, SolverControls, SolverPerformance};
+use crate::sparse::Csr;
+
+/// Convection scheme of `div(phi,U)`, always in OpenFOAM's `bounded` form
+/// (the term −(∇·φ) U is subtracted, as steady solvers are told to).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Convection {
+    /// `bounded Gauss upwind`.
+    Upwind,
+    /// `bounded Gauss linearUpwind grad(U)`: the upwind cell's value
+    /// extrapolated to the face with its gradient.
+    LinearUpwind,
+    /// `bounded Gauss limitedLinear k` (0 ≤ k ≤ 1): linear interpolation
+    /// limited towards upwind by ψ(r) = max(min(2r/k, 1), 0),
+    /// r = 2 d·∇φ_C/(φ_D − φ_C) − 1 (OpenFOAM's `NVDTVD::r`), per component.
+    LimitedLinear(f64),
+}
+
+impl Convection {
+    /// Parses an OpenFOAM `div(phi,U)` entry such as `bounded Gauss
+    /// linearUpwind grad(U)` (`bounded` optional: it is always applied).
+    pub fn from_foam(text: &str) -> Result<Self, FlowError> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let words = match words.as_slice() {
+            ["bounded", rest @ ..] => rest,
+            all => all,
+        };
+        match words {
+            ["Gauss", "upwind", ..] => Ok(Self::Upwind),
+            ["Gauss", "linearUpwind", ..] => Ok(Self::LinearUpwind),
+            ["Gauss", "limitedLinear" | "limitedLinearV", k] => {
+                let k: f64 = k.parse().map_err(|_| {
+                    FlowError::invalid(format!(
+                        "convection scheme '{text}': limitedLinear coefficient '{k}' is not a number"
+                    ))
+                })?;
+                if !(0.0..=1.0).contains(&k) {
+                    return Err(FlowError::invalid(format!(
+                        "convection scheme '{text}': the limitedLinear coefficient must be \
+                         between 0 and 1"
+                    )));
+                }
+                Ok(Self::LimitedLinear(k))
+            }
+            _ => Err(FlowError::invalid(format!(
+                "convection scheme '{text}' is not supported (expected 'bounded Gauss upwind', \
+                 'bounded Gauss linearUpwind grad(U)' or 'bounded Gauss limitedLinear K')"
+            ))),
+        }
+    }
+
+    /// φ_f − φ_upwind on an internal face (the deferred correction), from the
+    /// owner and neighbour values and gradients; `flux` ≥ 0 means the owner is upwind.
+    #[allow(clippy::too_many_arguments)]
+    fn correction(
+        self,
+        flux: f64,
+        weight: f64,
+        (value_o, value_n): (f64, f64),
+        (grad_o, grad_n): (&Vec3, &Vec3),
+        (to_face_o, to_face_n): (&Vec3, &Vec3),
+        delta: &Vec3,
+    ) -> f64 {
+        let upwind_owner = flux >= 0.0;
+        match self {
+            Self::Upwind => 0.0,
+            Self::LinearUpwind => {
+                if upwind_owner {
+                    grad_o.dot(to_face_o)
+                } else {
+                    grad_n.dot(to_face_n)
+                }
+            }
+            Self::LimitedLinear(k) => {
+                let jump = value_n - value_o;
+                let along = if upwind_owner {
+                    delta.dot(grad_o)
+                } else {
+                    delta.dot(grad_n)
+                };
+                // OpenFOAM's NVDTVD::r, its guard against a vanishing jump included.
+                let r = if along.abs() >= 1000.0 * jump.abs() {
+                    2.0 * 1000.0 * along.signum() * jump.signum() - 1.0
+                } else {
+                    2.0 * along / jump - 1.0
+                };
+                let limiter = (2.0 / k.max(f64::EPSILON) * r).clamp(0.0, 1.0);
+                let linear = weight * value_o + (1.0 - weight) * value_n;
+                let upwind = if upwind_owner { value_o } else { value_n };
+                limiter * (linear - upwind)
+            }
+        }
+    }
+}
+
+/// simpleFoam's `residualControl`: converged when the first initial residual
+/// of the iteration is below these for every field (0: not checked).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct ResidualControl {
+    /// Largest over the velocity components.
+    pub u: f64,
+    pub p: f64,
+}
+
+/// The momentum predictor's solver: OpenFOAM's smoothSolver (the momentum
+/// matrix is not symmetric; Gauss–Seidel needs only its diagonal dominance).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MomentumSolver {
+    pub smoother: SmootherSettings,
+    pub controls: SolverControls,
+}
+
+impl Default for MomentumSolver {
+    /// The cavity tutorial's `smoothSolver; smoother symGaussSeidel;
+    /// tolerance 1e-5; relTol 0.1;`.
+    fn default() -> Self {
+        Self {
+            smoother: SmootherSettings::new(crate::solve::SmootherKind::GaussSeidel(
+                crate::solve::Sweep::Symmetric,
+            )),
+            controls: SolverControls {
+                tolerance: 1e-5,
+                rel_tol: 0.1,
+                max_iter: 1000,
+                min_iter: 0,
+            },
+        }
+    }
+}
+
+/// Everything the SIMPLE loop needs besides mesh, boundary conditions and
+/// the pressure solver.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimpleSettings {
+    /// Kinematic viscosity ν (`transportProperties`).
+    pub nu: f64,
+    pub convection: Convection,
+    /// snGrad and gradient schemes of the viscous and pressure Laplacians
+    /// (their Γ is interpolated linearly, as `Gauss linear corrected`).
+    pub schemes: Schemes,
+    pub n_non_orth_correctors: usize,
+    /// SIMPLEC.
+    pub consistent: bool,
+    /// α_U (`relaxationFactors { equations { U } }`), 0 < α_U ≤ 1.
+    pub relaxation_u: f64,
+    /// α_p (`relaxationFactors { fields { p } }`), 0 < α_p ≤ 1.
+    pub relaxation_p: f64,
+    pub residual_control: ResidualControl,
+    /// `pRefCell`, `pRefValue`: the pressure level where no patch fixes it.
+    pub p_ref_cell: usize,
+    pub p_ref_value: f64,
+    pub momentum: MomentumSolver,
+}
+
+impl SimpleSettings {
+    /// simpleFoam's defaults for a fluid of viscosity `nu`: linearUpwind,
+    /// α_U = 0.7, α_p = 0.3, SIMPLE, no residual control.
+    pub fn new(nu: f64) -> Self {
+        Self {
+            nu,
+            convection: Convection::LinearUpwind,
+            schemes: Schemes {
+                gamma_interpolation: GammaInterpolation::Linear,
+                ..Schemes::default()
+            },
+            n_non_orth_correctors: 0,
+            consistent: false,
+            relaxation_u: 0.7,
+            relaxation_p: 0.3,
+            residual_control: ResidualControl::default(),
+            p_ref_cell: 0,
+            p_ref_value: 0.0,
+            momentum: MomentumSolver::default(),
+        }
+    }
+
+    fn validate(&self, n_cells: usize) -> Result<(), FlowError> {
+        if !(self.nu.is_finite() && self.nu > 0.0) {
+            return Err(FlowError::invalid(format!(
+                "viscosity nu is {}; it must be finite and positive",
+                self.nu
+            )));
+        }
+        for (name, alpha) in [("U", self.relaxation_u), ("p", self.relaxation_p)] {
+            if !(alpha > 0.0 && alpha <= 1.0) {
+                return Err(FlowError::invalid(format!(
+                    "relaxation factor of {name} is {alpha}; it must be in (0, 1]"
+                )));
+            }
+        }
+        if self.consistent && self.relaxation_u >= 1.0 {
+            return Err(FlowError::invalid(
+                "SIMPLEC (consistent) needs a velocity relaxation factor below 1: \
+                 rAtU = V/(a_P − Σ|a_nb|) is infinite without relaxation",
+            ));
+        }
+        if self.p_ref_cell >= n_cells || !self.p_ref_value.is_finite() {
+            return Err(FlowError::invalid(format!(
+                "pRefCell {} with pRefValue {}: the cell must be below {n_cells} and the value finite",
+                self.p_ref_cell, self.p_ref_value
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What one outer iteration did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IterationReport {
+    pub iteration: usize,
+    /// Initial residual of each solved velocity component (`Ux`, ...).
+    pub u_initial: Vec<(String, f64)>,
+    /// Initial residual of the first pressure solve.
+    pub p_initial: f64,
+    /// Every pressure solve of the iteration (one per corrector).
+    pub p_solves: Vec<SolverPerformance>,
+    /// `time step continuity errors`: sum local, global, cumulative.
+    pub continuity: [f64; 3],
+    /// Whether the residual control is met.
+    pub converged: bool,
+}
+
+impl IterationReport {
+    /// The largest initial residual of the velocity components.
+    pub fn u_max(&self) -> f64 {
+        self.u_initial.iter().map(|(_, r)| *r).fold(0.0, f64::max)
+    }
+}
+
+/// A pressure solve: matrix, right-hand side, the current p (the initial
+/// guess, overwritten with the solution), whether this is the iteration's
+/// last corrector (OpenFOAM's `pFinal` solver).
+pub type PressureSolve<'s> =
+    dyn FnMut(&Csr, &[f64], &mut [f64], bool) -> Result<SolverPerformance, SolveError> + 's;
+
+/// The state of a SIMPLE computation on one mesh.
+pub struct Simple<'m> {
+    mesh: &'m Mesh,
+    geometry: &'m Geometry,
+    settings: SimpleSettings,
+    /// The velocity components solved for (the one normal to a 2-D mesh's
+    /// empty patches stays zero).
+    components: Vec<usize>,
+    /// The viscous system of each solved component.
+    viscous: Vec<LaplacianSystem<'m>>,
+    pressure: LaplacianSystem<'m>,
+    pressure_problem: LaplacianProblem,
+    /// Face centre minus owner centre, and minus neighbour centre, of every
+    /// internal face (linearUpwind).
+    to_face: Vec<(Vec3, Vec3)>,
+    /// Cell velocities.
+    pub u: Vec<Vec3>,
+    /// Cell pressures (kinematic).
+    pub p: Vec<f64>,
+    /// Face fluxes φ of every face (0 on empty faces), owner to neighbour
+    /// on internal faces, outward on boundary faces.
+    pub phi: Vec<f64>,
+    cumulative_continuity: f64,
+    iteration: usize,
+}
+
+impl<'m> Simple<'m> {
+    /// Sets up the systems; U and p start from `u` and `p` (per cell), φ from
+    /// the linear interpolate of `u` and the boundary velocities.
+    pub fn new(
+        mesh: &'m Mesh,
+        geometry: &'m Geometry,
+        settings: SimpleSettings,
+        velocity: &[VelocityCondition],
+        pressure: Vec<BoundaryCondition>,
+        u: Vec<Vec3>,
+        p: Vec<f64>,
+    ) -> Result<Self, FlowError> {
+        let n = mesh.n_cells();
+        settings.validate(n)?;
+        if u.len() != n || p.len() != n {
+            return Err(FlowError::invalid(format!(
+                "initial fields have {} velocities and {} pressures for {n} cells",
+                u.len(),
+                p.len()
+            )));
+        }
+        let components = solved_components(mesh, geometry)?;
+        // The momentum matrix is never singular (convection and relaxation add
+        // to its diagonal), so the Laplacian's all-Neumann check must not fire.
+        let never_singular = SingularPolicy {
+            tolerance: f64::INFINITY,
+            ..SingularPolicy::default()
+        };
+        let viscous = components
+            .iter()
+            .map(|&c| {
+                let mut problem = LaplacianProblem::steady(
+                    CellField::Uniform(settings.nu),
+                    CellField::Uniform(0.0),
+                    component_conditions(velocity, mesh, geometry, c)?,
+                );
+                problem.singular = never_singular;
+                Ok(LaplacianSystem::new(
+                    mesh,
+                    geometry,
+                    settings.schemes,
+                    &problem,
+                )?)
+            })
+            .collect::<Result<Vec<_>, FlowError>>()?;
+        let pressure_problem = LaplacianProblem {
+            singular: SingularPolicy {
+                reference: Reference::Cell {
+                    cell: settings.p_ref_cell,
+                    value: settings.p_ref_value,
+                },
+                ..SingularPolicy::default()
+            },
+            ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), pressure)
+        };
+        let pressure = LaplacianSystem::new(mesh, geometry, settings.schemes, &pressure_problem)?;
+        let to_face = (0..mesh.n_internal_faces())
+            .map(|f| {
+                let centre = geometry.face_centre(mesh, f);
+                let cells = &geometry.cell_centres;
+                (
+                    centre - cells[mesh.owner()[f] as usize],
+                    centre - cells[mesh.neighbour()[f] as usize],
+                )
+            })
+            .collect();
+        let mut simple = Self {
+            mesh,
+            geometry,
+            settings,
+            components,
+            viscous,
+            pressure,
+            pressure_problem,
+            to_face,
+            u,
+            p,
+            phi: Vec::new(),
+            cumulative_continuity: 0.0,
+            iteration: 0,
+        };
+        simple.phi = simple.face_flux(&simple.u);
+        Ok(simple)
+    }
+
+    pub fn settings(&self) -> &SimpleSettings {
+        &self.settings
+    }
+    pub fn mesh(&self) -> &'m Mesh {
+        self.mesh
+    }
+    pub fn geometry(&self) -> &'m Geometry {
+        self.geometry
+    }
+    /// Outer iterations done.
+    pub fn iteration(&self) -> usize {
+        self.iteration
+    }
+    /// The velocity components solved for (0 = x).
+    pub fn components(&self) -> &[usize] {
+        &self.components
+    }
+
+    /// Velocity on every boundary face (index `face − n_internal_faces`; 0
+    /// on empty faces): the conditions' face values.
+    pub fn boundary_velocity(&self) -> Vec<Vec3> {
+        self.boundary_values(&self.u)
+    }
+
+    /// Pressure on every boundary face (0 on empty faces).
+    pub fn boundary_pressure(&self) -> Vec<f64> {
+        self.pressure
+            .boundary_coeffs()
+            .face_values(self.mesh, &self.p)
+    }
+
+    /// ∇·φ per cell (the flux divergence per volume, `fvc::div(phi)`).
+    pub fn flux_divergence(&self) -> Vec<f64> {
+        self.divergence(&self.phi)
+            .iter()
+            .zip(&self.geometry.cell_volumes)
+            .map(|(d, v)| d / v)
+            .collect()
+    }
+
+    /// Face values of a cell vector field on the boundary faces by the
+    /// velocity conditions (value = valueInternal·x_P + valueBoundary per component).
+    fn boundary_values(&self, x: &[Vec3]) -> Vec<Vec3> {
+        let mesh = self.mesh;
+        let first = mesh.n_internal_faces();
+        let mut out = vec![Vec3::zeros(); mesh.n_faces() - first];
+        for (system, &c) in self.viscous.iter().zip(&self.components) {
+            let bc = system.boundary_coeffs();
+            for (b, v) in out.iter_mut().enumerate() {
+                if bc.active[b] {
+                    let o = mesh.owner()[first + b] as usize;
+                    v[c] = bc.value_internal[b] * x[o][c] + bc.value_boundary[b];
+                }
+            }
+        }
+        out
+    }
+
+    /// (x_f)·S_f on every face: x linearly interpolated inside, the
+    /// velocity conditions' face values on the boundary.
+    fn face_flux(&self, x: &[Vec3]) -> Vec<f64> {
+        let mesh = self.mesh;
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let sf = &self.geometry.face_area_vectors;
+        let first = mesh.n_internal_faces();
+        let mut flux: Vec<f64> = (0..first)
+            .map(|f| {
+                let w = self.geometry.weights[f];
+                let face = w * x[owner[f] as usize] + (1.0 - w) * x[neighbour[f] as usize];
+                face.dot(&sf[f])
+            })
+            .collect();
+        flux.extend(
+            self.boundary_values(x)
+                .iter()
+                .zip(&sf[first..])
+                .map(|(v, s)| v.dot(s)),
+        );
+        flux
+    }
+
+    /// Σ_f φ_f out of every cell.
+    fn divergence(&self, phi: &[f64]) -> Vec<f64> {
+        let mesh = self.mesh;
+        let mut div = vec![0.0; mesh.n_cells()];
+        for (f, &flux) in phi.iter().enumerate() {
+            div[mesh.owner()[f] as usize] += flux;
+            if f < mesh.n_internal_faces() {
+                div[mesh.neighbour()[f] as usize] -= flux;
+            }
+        }
+        div
+    }
+
+    /// The relaxed momentum equation of solved component `k` (without the
+    /// pressure gradient): matrix and right-hand side.
+    fn momentum_equation(&mut self, k: usize, u_c: &[f64]) -> Result<(Csr, Vec<f64>), FlowError> {
+        let mesh = self.mesh;
+        let system = &mut self.viscous[k];
+        system.update_rhs(u_c, None)?;
+        let system = &self.viscous[k];
+        let mut matrix = system.matrix.clone();
+        let mut source = system.rhs.clone();
+        let slots = system.slots();
+        let bc = system.boundary_coeffs();
+        let gradient = match self.settings.convection {
+            Convection::Upwind => None,
+            _ => Some(system.gradient(u_c)),
+        };
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let first = mesh.n_internal_faces();
+        let values = matrix.values_mut();
+        for f in 0..first {
+            let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+            let flux = self.phi[f];
+            // Upwind, and the bounded form's −(∇·φ) U_P: the owner's diagonal
+            // gets max(F, 0) − F, the neighbour's max(−F, 0) + F.
+            values[slots.diagonal[o]] += flux.max(0.0) - flux;
+            values[slots.upper[f]] += flux.min(0.0);
+            values[slots.diagonal[n]] += (-flux).max(0.0) + flux;
+            values[slots.lower[f]] += (-flux).min(0.0);
+            if let Some(grad) = &gradient {
+                let delta = self.geometry.cell_centres[n] - self.geometry.cell_centres[o];
+                let (to_o, to_n) = &self.to_face[f];
+                let correction = self.settings.convection.correction(
+                    flux,
+                    self.geometry.weights[f],
+                    (u_c[o], u_c[n]),
+                    (&grad[o], &grad[n]),
+                    (to_o, to_n),
+                    &delta,
+                );
+                source[o] -= flux * correction;
+                source[n] += flux * correction;
+            }
+        }
+        for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
+            let o = owner[first + b] as usize;
+            let flux = self.phi[first + b];
+            // F_b (valueInternal U_P + valueBoundary) − F_b U_P.
+            values[slots.diagonal[o]] += flux * (bc.value_internal[b] - 1.0);
+            source[o] -= flux * bc.value_boundary[b];
+        }
+        relax(
+            &mut matrix,
+            &mut source,
+            u_c,
+            &slots.diagonal,
+            self.settings.relaxation_u,
+        );
+        Ok((matrix, source))
+    }
+
+    /// One SIMPLE outer iteration (see the module documentation).
+    pub fn iterate(
+        &mut self,
+        solve_pressure: &mut PressureSolve<'_>,
+    ) -> Result<IterationReport, FlowError> {
+        self.iteration += 1;
+        let mesh = self.mesh;
+        let geometry = self.geometry;
+        let n = mesh.n_cells();
+        let first = mesh.n_internal_faces();
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let volumes = &geometry.cell_volumes;
+        let components = self.components.clone();
+
+        // 1. Momentum predictor.
+        let grad_p = self.pressure.gradient(&self.p);
+        let mut equations = Vec::with_capacity(components.len());
+        let mut u_initial = Vec::with_capacity(components.len());
+        for (k, &c) in components.iter().enumerate() {
+            let mut u_c: Vec<f64> = self.u.iter().map(|u| u[c]).collect();
+            let (matrix, source) = self.momentum_equation(k, &u_c)?;
+            let b: Vec<f64> = (0..n)
+                .map(|i| source[i] - volumes[i] * grad_p[i][c])
+                .collect();
+            let field = format!("U{}", ["x", "y", "z"][c]);
+            let momentum = &self.settings.momentum;
+            let perf = solve_smooth(
+                &matrix,
+                &momentum.smoother,
+                &b,
+                &mut u_c,
+                &momentum.controls,
+                &field,
+            )
+            .map_err(|source| FlowError::Solve {
+                field: field.clone(),
+                source,
+            })?;
+            u_initial.push((field, perf.initial_residual));
+            for (u, x) in self.u.iter_mut().zip(&u_c) {
+                u[c] = *x;
+            }
+            equations.push((matrix, source));
+        }
+
+        // 2. rAU, HbyA and the Rhie–Chow flux φ_HbyA.
+        let diagonal = self.viscous[0].slots().diagonal.clone();
+        let a_p: Vec<f64> = (0..n)
+            .map(|i| {
+                equations
+                    .iter()
+                    .map(|(m, _)| m.values()[diagonal[i]])
+                    .sum::<f64>()
+                    / equations.len() as f64
+            })
+            .collect();
+        let mut hbya = vec![Vec3::zeros(); n];
+        for ((matrix, source), &c) in equations.iter().zip(&components) {
+            for (i, h) in hbya.iter_mut().enumerate() {
+                let (cols, values) = matrix.row(i);
+                let mut sum = source[i];
+                for (&j, &a) in cols.iter().zip(values) {
+                    let j = j as usize;
+                    // The component's own diagonal beyond the average a_P
+                    // moves to H, so that a_P U_P = H − V∇p holds per component.
+                    let a = if j == i { a - a_p[i] } else { a };
+                    sum -= a * self.u[j][c];
+                }
+                h[c] = sum / a_p[i];
+            }
+        }
+        let mut r_au: Vec<f64> = volumes.iter().zip(&a_p).map(|(v, a)| v / a).collect();
+        let mut phi_hbya = self.face_flux(&hbya);
+        if self.settings.consistent {
+            let (matrix, _) = &equations[0];
+            let r_atu: Vec<f64> = (0..n)
+                .map(|i| {
+                    let (cols, values) = matrix.row(i);
+                    let off: f64 = cols
+                        .iter()
+                        .zip(values)
+                        .filter(|(&j, _)| j as usize != i)
+                        .map(|(_, a)| a)
+                        .sum();
+                    // Off-diagonals are −a_nb: a_P − Σ a_nb = a_P + Σ off.
+                    volumes[i] / (a_p[i] + off)
+                })
+                .collect();
+            let faces = self.pressure.face_geometry();
+            let mag_sf = &faces.mag_sf;
+            let grad_p = self.pressure.gradient(&self.p);
+            for f in 0..first {
+                let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
+                let w = geometry.weights[f];
+                let diff = w * (r_atu[o] - r_au[o]) + (1.0 - w) * (r_atu[nb] - r_au[nb]);
+                phi_hbya[f] += diff * mag_sf[f] * faces.delta_coeffs[f] * (self.p[nb] - self.p[o]);
+            }
+            let bc = self.pressure.boundary_coeffs();
+            for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
+                let o = owner[first + b] as usize;
+                let sn_grad = bc.gradient_internal[b] * self.p[o] + bc.gradient_boundary[b];
+                phi_hbya[first + b] += (r_atu[o] - r_au[o]) * mag_sf[first + b] * sn_grad;
+            }
+            for i in 0..n {
+                hbya[i] -= (r_au[i] - r_atu[i]) * grad_p[i];
+            }
+            r_au = r_atu;
+        }
+
+        // 3. The pressure equation; 4. flux, continuity errors, pressure
+        // relaxation, velocity.
+        let p_old = self.p.clone();
+        let p_solves = self.pressure_equation(&r_au, &phi_hbya, solve_pressure)?;
+        let continuity = self.continuity_errors();
+        let alpha_p = self.settings.relaxation_p;
+        for (p, old) in self.p.iter_mut().zip(&p_old) {
+            *p = old + alpha_p * (*p - old);
+        }
+        let grad_p = self.pressure.gradient(&self.p);
+        for i in 0..n {
+            for &c in &components {
+                self.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
+            }
+        }
+
+        let control = self.settings.residual_control;
+        let p_initial = p_solves[0].initial_residual;
+        let mut report = IterationReport {
+            iteration: self.iteration,
+            u_initial,
+            p_initial,
+            p_solves,
+            continuity,
+            converged: false,
+        };
+        report.converged = (control.u > 0.0 || control.p > 0.0)
+            && (control.u <= 0.0 || report.u_max() < control.u)
+            && (control.p <= 0.0 || p_initial < control.p);
+        Ok(report)
+    }
+
+    /// −∇·(Γ∇p) = −∇·φ_pre with Γ per cell (linear to the faces),
+    /// `nNonOrthogonalCorrectors + 1` solves into p from the p given, then
+    /// φ = φ_pre − the equation's face flux Γ_f|S_f|(snGrad p) (its
+    /// non-orthogonal part from the p of the last assembly, as `fvMatrix::flux`).
+    fn pressure_equation(
+        &mut self,
+        gamma: &[f64],
+        phi_pre: &[f64],
+        solve_pressure: &mut PressureSolve<'_>,
+    ) -> Result<Vec<SolverPerformance>, FlowError> {
+        let mesh = self.mesh;
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let first = mesh.n_internal_faces();
+        let volumes = &self.geometry.cell_volumes;
+        let div = self.divergence(phi_pre);
+        self.pressure_problem.gamma = CellField::PerCell(gamma.to_vec());
+        self.pressure_problem.source =
+            CellField::PerCell(div.iter().zip(volumes).map(|(d, v)| -d / v).collect());
+        self.pressure.reassemble(&self.pressure_problem)?;
+        let n_correctors = self.settings.n_non_orth_correctors;
+        let mut solves = Vec::with_capacity(n_correctors + 1);
+        let mut correction = Vec::new();
+        for corrector in 0..=n_correctors {
+            self.pressure.update_rhs(&self.p, None)?;
+            let last = corrector == n_correctors;
+            if last {
+                correction = self.pressure.non_orth_correction(&self.p);
+            }
+            let perf = solve_pressure(&self.pressure.matrix, &self.pressure.rhs, &mut self.p, last)
+                .map_err(|source| FlowError::Solve {
+                    field: "p".into(),
+                    source,
+                })?;
+            solves.push(perf);
+        }
+        let faces = self.pressure.face_geometry();
+        let gamma_mag_sf = self.pressure.gamma_mag_sf();
+        for f in 0..first {
+            let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
+            let implicit = gamma_mag_sf[f] * faces.delta_coeffs[f] * (self.p[nb] - self.p[o]);
+            self.phi[f] = phi_pre[f] - implicit - correction.get(f).copied().unwrap_or(0.0);
+        }
+        let bc = self.pressure.boundary_coeffs();
+        for b in 0..bc.active.len() {
+            let o = owner[first + b] as usize;
+            self.phi[first + b] = if bc.active[b] {
+                let sn_grad = bc.gradient_internal[b] * self.p[o] + bc.gradient_boundary[b];
+                phi_pre[first + b] - gamma[o] * faces.mag_sf[first + b] * sn_grad
+            } else {
+                0.0
+            };
+        }
+        Ok(solves)
+    }
+
+    /// potentialFoam: φ = flux of the initial U (with its boundary values),
+    /// then ∇²Φ = ∇·φ for the potential Φ (held in p, with p's boundary
+    /// conditions: fixed where p is fixed, else zero-gradient, reference cell
+    /// where no patch fixes it), φ −= ∇Φ·S, U = `fvc::reconstruct(φ)`.
+    /// Reported as one iteration with the Φ solves as its p solves.
+    pub fn potential_flow(
+        &mut self,
+        solve_potential: &mut PressureSolve<'_>,
+    ) -> Result<IterationReport, FlowError> {
+        self.iteration += 1;
+        let phi = self.face_flux(&self.u);
+        let unit = vec![1.0; self.mesh.n_cells()];
+        let p_solves = self.pressure_equation(&unit, &phi, solve_potential)?;
+        let continuity = self.continuity_errors();
+        self.u = self.reconstruct(&self.phi);
+        Ok(IterationReport {
+            iteration: self.iteration,
+            u_initial: Vec::new(),
+            p_initial: p_solves[0].initial_residual,
+            p_solves,
+            continuity,
+            converged: true,
+        })
+    }
+
+    /// `fvc::reconstruct(φ)`: per cell the velocity whose face fluxes fit φ
+    /// in least squares, (Σ_f S_f S_f/|S_f|)⁻¹ Σ_f S_f φ_f/|S_f| over its non-empty faces
+    /// (the component normal to a 2-D mesh stays 0).
+    fn reconstruct(&self, phi: &[f64]) -> Vec<Vec3> {
+        let mesh = self.mesh;
+        let n = mesh.n_cells();
+        let first = mesh.n_internal_faces();
+        let active = &self.pressure.boundary_coeffs().active;
+        let mut tensor = vec![nalgebra::Matrix3::<f64>::zeros(); n];
+        let mut sum = vec![Vec3::zeros(); n];
+        for (f, &flux) in phi.iter().enumerate() {
+            if f >= first && !active[f - first] {
+                continue;
+            }
+            let s = self.geometry.face_area_vectors[f];
+            let mag = s.norm();
+            // S φ and S Sᵀ are the same seen from either side of the face.
+            let (t, v) = (s * s.transpose() / mag, s * flux / mag);
+            let o = mesh.owner()[f] as usize;
+            tensor[o] += t;
+            sum[o] += v;
+            if f < first {
+                let nb = mesh.neighbour()[f] as usize;
+                tensor[nb] += t;
+                sum[nb] += v;
+            }
+        }
+        tensor
+            .into_iter()
+            .zip(sum)
+            .map(|(mut t, v)| {
+                for c in (0..3).filter(|c| !self.components.contains(c)) {
+                    t[(c, c)] = 1.0;
+                }
+                t.lu().solve(&v).unwrap_or_else(Vec3::zeros)
+            })
+            .collect()
+    }
+
+    /// `continuityErrs.H`: Σ|∇·φ|V/ΣV, Σ(∇·φ)V/ΣV and the running sum of the
+    /// latter (the time step is 1 in a steady run); logged.
+    fn continuity_errors(&mut self) -> [f64; 3] {
+        let div = self.divergence(&self.phi);
+        let total: f64 = self.geometry.cell_volumes.iter().sum();
+        let local = div.iter().map(|d| d.abs()).sum::<f64>() / total;
+        let global = div.iter().sum::<f64>() / total;
+        self.cumulative_continuity += global;
+        log::info!(
+            "time step continuity errors : sum local = {}, global = {}, cumulative = {}",
+            format_g(local),
+            format_g(global),
+            format_g(self.cumulative_continuity)
+        );
+        [local, global, self.cumulative_continuity]
+    }
+
+    /// Outer iterations (each logged as simpleFoam's `Time = N`) until the
+    /// residual control is met or `max_iterations` are done; the reports of
+    /// all of them.
+    pub fn run(
+        &mut self,
+        max_iterations: usize,
+        solve_pressure: &mut PressureSolve<'_>,
+        mut after_each: impl FnMut(&Self, &IterationReport) -> Result<(), FlowError>,
+    ) -> Result<Vec<IterationReport>, FlowError> {
+        let mut reports = Vec::new();
+        for _ in 0..max_iterations {
+            log::info!("Time = {}", self.iteration + 1);
+            let report = self.iterate(solve_pressure)?;
+            after_each(self, &report)?;
+            let converged = report.converged;
+            reports.push(report);
+            if converged {
+                log::info!("SIMPLE solution converged in {} iterations", self.iteration);
+                break;
+            }
+        }
+        Ok(reports)
+    }
+}
+
+/// `fvMatrix::relax(α)`: the diagonal made at least the sum of the
+/// off-diagonal magnitudes, divided by α, and the change times the current
+/// x added to the right-hand side (Patankar's implicit under-relaxation).
+fn relax(matrix: &mut Csr, source: &mut [f64], x: &[f64], diagonal: &[usize], alpha: f64) {
+    let relaxed: Vec<f64> = (0..matrix.n_rows())
+        .map(|i| {
+            let (cols, values) = matrix.row(i);
+            let off: f64 = cols
+                .iter()
+                .zip(values)
+                .filter(|(&j, _)| j as usize != i)
+                .map(|(_, a)| a.abs())
+                .sum();
+            let d = matrix.values()[diagonal[i]];
+            d.abs().max(off) / alpha
+        })
+        .collect();
+    let values = matrix.values_mut();
+    for (i, d) in relaxed.into_iter().enumerate() {
+        source[i] += (d - values[diagonal[i]]) * x[i];
+        values[diagonal[i]] = d;
+    }
+}
