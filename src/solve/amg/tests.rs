@@ -515,6 +515,36 @@ fn settings_are_checked_and_named() {
         ..s
     }
     .is_linear());
+    // The command line's form.
+    let parsed: AmgSettings = "amg:cycle=V:passes=2:smoother=Chebyshev:sweeps=3:overCorrection=1.2"
+        .parse()
+        .unwrap();
+    assert_eq!(
+        (
+            parsed.cycle,
+            parsed.passes,
+            parsed.smoother,
+            parsed.sweeps,
+            parsed.over_correction
+        ),
+        (CycleKind::V, 2, AmgSmootherKind::Chebyshev, 3, 1.2)
+    );
+    assert_eq!("AMG".parse(), Ok(s));
+    assert!("amg:levels=3"
+        .parse::<AmgSettings>()
+        .unwrap_err()
+        .contains("unknown AMG parameter"));
+    assert!("amg:sweeps=0"
+        .parse::<AmgSettings>()
+        .unwrap_err()
+        .contains("sweeps"));
+    assert_eq!(
+        "amg:cycle=W".parse::<crate::solve::Preconditioner>(),
+        Ok(crate::solve::Preconditioner::Amg(AmgSettings {
+            cycle: CycleKind::W,
+            ..s
+        }))
+    );
     // A matrix with a non-positive diagonal is refused with its row.
     let a = Csr::new(2, vec![0, 1, 2], vec![0, 1], vec![1.0, -2.0]).unwrap();
     let err = Hierarchy::setup(&a, &s).err().unwrap();
