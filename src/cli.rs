@@ -708,6 +708,10 @@ struct BenchArgs {
     /// Jacobi-PCG (RCM order, random right-hand side).
     #[arg(long)]
     amg: bool,
+    /// AMG settings the --amg rows measure, as amg:key=value:... (repeat the
+    /// flag for several; default: the V-, W- and K-cycle with the defaults).
+    #[arg(long, value_name = "SETTINGS")]
+    amg_variant: Vec<crate::solve::amg::AmgSettings>,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -740,6 +744,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         deflation_subdomains: args.deflation_subdomains,
         deflation_cases: args.deflation_case,
         amg: args.amg,
+        amg_variants: args.amg_variant,
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

@@ -129,7 +129,10 @@ fn coarse_matrix_and_projections_match_the_cpu() {
         let mut x_dev = GpuVector::from(gpu.upload(&x).unwrap());
         dev.prolong_add(-0.7, &mut x_dev);
         let x_diff = max_rel_diff(&gpu.download(x_dev.dev().unwrap()).unwrap(), &x_cpu);
-        let dot_diff = (dev.dot(&v_dev, &x_dev) / cpu.dot(&v_cpu, &x_cpu) - 1.0).abs();
+        // Relative to |v| |x| (Cauchy–Schwarz): v · x cancels after the
+        // projection, so its own relative difference can be ~1e-9.
+        let norms = (cpu.dot(&v_cpu, &v_cpu) * cpu.dot(&x_cpu, &x_cpu)).sqrt();
+        let dot_diff = (dev.dot(&v_dev, &x_dev) - cpu.dot(&v_cpu, &x_cpu)).abs() / norms;
         let abs_diff = (dev.sum_abs(&v_dev) / cpu.sum_abs(&v_cpu) - 1.0).abs();
         dev.status().unwrap();
         println!(
@@ -164,10 +167,16 @@ fn coarse_matrix_and_projections_match_the_cpu() {
 /// the same number of iterations (round-off changes CG's path on these
 /// ill-conditioned systems, so the solutions only agree to the accuracy the
 /// tolerance gives).
+/// The fixed-step comparison's iterations.
+const FIXED_STEPS: usize = 10;
+
 #[test]
 fn deflated_iterates_and_solves_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
-    let fixed = SolverControls::absolute(0.0, 30);
+    // Few enough steps that no system reaches rounding level first (a
+    // Neu1-deflated solve with cond 2.5 breaks down at step 25 with
+    // p · Ap = −3e-17 on either executor).
+    let fixed = SolverControls::absolute(0.0, FIXED_STEPS);
     let converge = SolverControls::absolute(1e-6, 5000);
     let options = GpuSolveOptions::default();
     for (name, a, subdomains) in systems() {
@@ -194,7 +203,7 @@ fn deflated_iterates_and_solves_match_the_cpu() {
                 let ((cpu, cpu_spectrum), (dev, dev_spectrum), diff) = solve_both(&fixed);
                 assert_eq!(
                     (cpu.iterations, dev.iterations),
-                    (30, 30),
+                    (FIXED_STEPS, FIXED_STEPS),
                     "{name} {kind} {label}"
                 );
                 let (c_cpu, c_dev) = (
@@ -204,11 +213,11 @@ fn deflated_iterates_and_solves_match_the_cpu() {
                 let history = max_rel_diff(&dev.history, &cpu.history);
                 let ((cpu_full, _), (dev_full, _), full_diff) = solve_both(&converge);
                 println!(
-                    "{name} {kind} {label}: 30 iterations: x {diff:.1e}, residuals {history:.1e},                      cond cpu {c_cpu:.6e} gpu {c_dev:.6e}; to 1e-6: iterations cpu {} gpu {},                      x {full_diff:.1e}",
+                    "{name} {kind} {label}: {FIXED_STEPS} iterations: x {diff:.1e}, residuals {history:.1e},                      cond cpu {c_cpu:.6e} gpu {c_dev:.6e}; to 1e-6: iterations cpu {} gpu {},                      x {full_diff:.1e}",
                     cpu_full.iterations, dev_full.iterations
                 );
                 // Measured on the H100: up to 1.5e-7 in x and 1.1e-8 in the
-                // residuals after 30 plain CG steps on the random matrix, and
+                // residuals after 30 plain CG steps (before FIXED_STEPS was 10) on the random matrix, and
                 // the condition estimates 3e-4 apart: more than the reduction
                 // order alone explains (noted for investigation); bounded here
                 // so that a real error still fails.

@@ -3,7 +3,8 @@
 //! the same run, to a relative residual of 1e-8 (OpenFOAM-normalised, from
 //! x = 0; the true ‖b − A x‖₂ / ‖b‖₂ reached is printed too).
 //!
-//! Per cycle (V, W, K with the default settings): the set-up (device events
+//! Per cycle (V, W, K with the default settings, or the settings given by
+//! `--amg-variant`): the set-up (device events
 //! around `DeviceAmg::new`, which includes its few host reads and the
 //! coarsest factor on the host; the first set-up is given in the note, the
 //! row reports the second, warm), the value-only re-set-up
@@ -120,12 +121,21 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         ),
     );
 
-    for cycle in CycleKind::ALL {
-        let s = AmgSettings {
-            cycle,
-            ..AmgSettings::default()
+    let variants = match settings.amg_variants.is_empty() {
+        true => CycleKind::ALL
+            .iter()
+            .map(|&cycle| AmgSettings {
+                cycle,
+                ..AmgSettings::default()
+            })
+            .collect(),
+        false => settings.amg_variants.clone(),
+    };
+    for s in variants {
+        let name = match settings.amg_variants.is_empty() {
+            true => s.cycle.name().to_string(),
+            false => s.to_string(),
         };
-        let name = cycle.name();
         let mut backend = GpuCgBackend::new(gpu, &a, false, None, &options)?;
         let (_, cold_ms) = timed(gpu, || DeviceAmg::new(gpu, backend.shared_matrix(), &s))?;
         let (mut amg, setup_ms) = timed(gpu, || DeviceAmg::new(gpu, backend.shared_matrix(), &s))?;

@@ -269,6 +269,9 @@ pub struct BenchSettings {
     /// Also the AMG rows (`amg_bench`): set-up, value re-set-up, cycle and
     /// PCG with AMG against Jacobi-PCG.
     pub amg: bool,
+    /// The AMG settings measured (empty: the V-, W- and K-cycle with the
+    /// default settings).
+    pub amg_variants: Vec<crate::solve::amg::AmgSettings>,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
