@@ -42,10 +42,11 @@ const MESHES: [&str; 10] = [
 /// depend on the layout).
 const SLICE_HEIGHTS: [usize; 2] = [32, 512];
 
-/// A few levels even on the small meshes.
+/// A V-cycle with a few levels even on the small meshes.
 fn test_settings() -> AmgSettings {
     AmgSettings {
         coarsest_rows: 40,
+        cycle: CycleKind::V,
         ..AmgSettings::default()
     }
 }
