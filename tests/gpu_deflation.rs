@@ -213,7 +213,9 @@ fn deflated_iterates_and_solves_match_the_cpu() {
                 let history = max_rel_diff(&dev.history, &cpu.history);
                 let ((cpu_full, _), (dev_full, _), full_diff) = solve_both(&converge);
                 println!(
-                    "{name} {kind} {label}: {FIXED_STEPS} iterations: x {diff:.1e}, residuals {history:.1e},                      cond cpu {c_cpu:.6e} gpu {c_dev:.6e}; to 1e-6: iterations cpu {} gpu {},                      x {full_diff:.1e}",
+                    "{name} {kind} {label}: {FIXED_STEPS} iterations: x {diff:.1e}, residuals \
+                     {history:.1e}, cond cpu {c_cpu:.6e} gpu {c_dev:.6e}; to 1e-6: iterations \
+                     cpu {} gpu {}, x {full_diff:.1e}",
                     cpu_full.iterations, dev_full.iterations
                 );
                 // Measured on the H100: up to 1.5e-7 in x and 1.1e-8 in the
