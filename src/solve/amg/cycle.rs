@@ -385,7 +385,8 @@ impl<'a> Amg<'a> {
         self.cycle(l, b, c, rest);
         a.spmv(c, v);
         let (rho1, alpha1) = (dot(c, v), dot(c, b));
-        if !(rho1 > 0.0) {
+        // c·Ac = 0 (b = 0) or not a number: nothing to correct.
+        if rho1.is_nan() || rho1 <= 0.0 {
             x.fill(0.0);
             return;
         }

@@ -10,7 +10,8 @@
 //! previous round's state; i and j are matched when they propose to each
 //! other. This is the parallel handshake matching of AmgX's size-2
 //! aggregation with Notay's strong-coupling test (ETNA 37 (2010) §3) and a
-//! random priority (the hash) among the strong couplings: proposing to the
+//! random priority (the hash) among the strong couplings. Rows left single
+//! join the pair of their strongest matched neighbour. Proposing to the
 //! strongest coupling instead stalls on smoothly varying coefficients, where
 //! the strongest couplings form chains that match one pair per round at
 //! their ends. No arithmetic but one product per test enters the choice, so
@@ -127,7 +128,8 @@ pub fn pairwise_matching(a: &Csr, rounds: usize) -> Matching {
             break;
         }
     }
-    let (aggregate, n_coarse) = number_by_leader(&partner);
+    let host = join_singletons(a, &partner);
+    let (aggregate, n_coarse) = number_by_leader(&partner, &host);
     Matching {
         aggregate,
         n_coarse,
@@ -135,11 +137,46 @@ pub fn pairwise_matching(a: &Csr, rounds: usize) -> Matching {
     }
 }
 
-/// Aggregate numbers from partners: a pair's leader is its smaller row, a
-/// singleton leads itself; aggregates are numbered by ascending leader (the
-/// exclusive prefix sum of the leader flags).
-fn number_by_leader(partner: &[u32]) -> (Vec<u32>, usize) {
-    let is_leader = |i: usize| partner[i] == UNMATCHED || (i as u32) < partner[i];
+/// The pair each row left unmatched joins: its strongest matched neighbour's
+/// (largest (s_ij, pair_hash(i, j)), the smaller j on equal keys), or
+/// `UNMATCHED` (a true singleton: no negative coupling to a matched row).
+/// Without this, single rows (often near boundaries) stay single pass after
+/// pass while their neighbours pair up, and the coarse levels end up made
+/// of them (a 128³ box stalled near 4000 rows).
+fn join_singletons(a: &Csr, partner: &[u32]) -> Vec<u32> {
+    (0..partner.len())
+        .into_par_iter()
+        .with_min_len(1024)
+        .map(|i| {
+            if partner[i] != UNMATCHED {
+                return UNMATCHED;
+            }
+            let (cols, vals) = a.row(i);
+            let mut best = (0.0, 0u32, NONE);
+            for (&j, &v) in cols.iter().zip(vals) {
+                let s = -v;
+                if j as usize == i || s <= 0.0 || partner[j as usize] == UNMATCHED {
+                    continue;
+                }
+                let h = pair_hash(i as u32, j);
+                if best.2 == NONE || s > best.0 || (s == best.0 && h > best.1) {
+                    best = (s, h, j);
+                }
+            }
+            best.2
+        })
+        .collect()
+}
+
+/// Aggregate numbers: a pair's leader is its smaller row, a true singleton
+/// leads itself; aggregates are numbered by ascending leader (the exclusive
+/// prefix sum of the leader flags). A joining row takes the number of the
+/// pair of the row it joined (`host`).
+fn number_by_leader(partner: &[u32], host: &[u32]) -> (Vec<u32>, usize) {
+    let is_leader = |i: usize| match partner[i] {
+        UNMATCHED => host[i] == UNMATCHED,
+        p => (i as u32) < p,
+    };
     let mut number = vec![0u32; partner.len()];
     let mut next = 0u32;
     for (i, num) in number.iter_mut().enumerate() {
@@ -148,13 +185,20 @@ fn number_by_leader(partner: &[u32]) -> (Vec<u32>, usize) {
             next += 1;
         }
     }
+    let leader = |i: usize| {
+        if partner[i] != UNMATCHED {
+            i.min(partner[i] as usize)
+        } else if host[i] != UNMATCHED {
+            let h = host[i] as usize;
+            h.min(partner[h] as usize)
+        } else {
+            i
+        }
+    };
     let aggregate = (0..partner.len())
         .into_par_iter()
         .with_min_len(4096)
-        .map(|i| {
-            let leader = if is_leader(i) { i } else { partner[i] as usize };
-            number[leader]
-        })
+        .map(|i| number[leader(i)])
         .collect();
     (aggregate, next as usize)
 }

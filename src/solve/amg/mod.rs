@@ -3,8 +3,9 @@
 //! (repository root of the work trees) so that both give the same hierarchy.
 //!
 //! Setup ([`Hierarchy::setup`]): each level is coarsened by `passes` passes of
-//! pairwise matching by the strongest negative coupling ([`pairwise_matching`];
-//! two passes make aggregates of about 4 rows, three of about 8: Notay's
+//! pairwise matching of strongly (negatively) coupled rows, single rows
+//! joining a neighbouring pair ([`pairwise_matching`]; two passes make
+//! aggregates of about 4.5 rows, three of about 9: Notay's
 //! double pairwise aggregation, ETNA 37 (2010) §3, and OpenFOAM GAMG's
 //! `faceAreaPair` agglomeration), each followed by the Galerkin product
 //! Pᵀ A P with the piecewise-constant P of the pass ([`galerkin`]). The
