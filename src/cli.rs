@@ -7,7 +7,8 @@
 use crate::case;
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
-use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
+use crate::gpu::amg::gpu_amg_settings;
+use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuSolver};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::{
     solve_pcg_scaled, EquilibrationKind, Preconditioner, PreconditionerKind, SolverControls,
@@ -291,10 +292,22 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
                 ..GpuSolveOptions::default()
             };
             let eq = &args.equilibration;
-            let Preconditioner::Kind(kind) = precond else {
-                anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)");
-            };
-            solve_pcg_gpu(gpu, &a, kind, eq, &b, &mut x, &controls, "x", &options)
+            match precond {
+                Preconditioner::Kind(kind) => {
+                    solve_pcg_gpu(gpu, &a, kind, eq, &b, &mut x, &controls, "x", &options)
+                }
+                Preconditioner::Amg(s) => GpuSolver::new(gpu).solve_amg(
+                    &a,
+                    &gpu_amg_settings(&s),
+                    eq,
+                    &b,
+                    &mut x,
+                    &controls,
+                    "x",
+                    &options,
+                ),
+                _ => anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)"),
+            }
         }
         None => solve_pcg_scaled(&a, precond, &args.equilibration, &b, &mut x, &controls, "x"),
     }
