@@ -36,12 +36,12 @@ use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{pcg_scaled_reordered, GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS};
 use crate::solve::cpu::check_system;
-use crate::solve::{pcg, EquilibrationKind, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::testing::dense;
 use crate::sparse::Csr;
 use crate::sparse::Reordered;
@@ -1243,14 +1243,7 @@ impl GpuSolver<'_> {
         let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
         log::info!("GPU {settings}: {}", amg.describe());
         backend.set_preconditioner(Box::new(amg));
-        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
-        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-        let x_new = backend.download(&x_dev).map_err(device)?;
-        let mut y = vec![0.0; x.len()];
-        ordered.to_old_into(&x_new, &mut y);
-        scaled.unscale_into(&y, x);
-        Ok(perf)
+        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
 }
 

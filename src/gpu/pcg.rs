@@ -938,6 +938,29 @@ impl ScaledSystem {
     }
 }
 
+/// Runs [`pcg`] with `backend` (its preconditioner set) on the scaled
+/// system in the device's row order, from the scaled initial guess, and
+/// writes the solution of the original system into `x`: the shared end of
+/// the GPU solve wrappers.
+pub(crate) fn pcg_scaled_reordered(
+    backend: &GpuCgBackend<'_>,
+    ordered: &Reordered<'_>,
+    scaled: &ScaledSystem,
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
+    let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
+    let perf = pcg(backend, &b_dev, &mut x_dev, controls, field)?;
+    let x_new = backend.download(&x_dev).map_err(device)?;
+    let mut y = vec![0.0; x.len()];
+    ordered.to_old_into(&x_new, &mut y);
+    scaled.unscale_into(&y, x);
+    Ok(perf)
+}
+
 /// GPU solves of a sequence of systems of one size (a run's linear solves):
 /// the permutation of each row ordering is computed at its first use and
 /// reused, so that an expensive ordering (METIS) is paid once per run.
@@ -1042,13 +1065,6 @@ impl<'g> GpuSolver<'g> {
             );
             backend.set_preconditioner(Box::new(m));
         }
-        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
-        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-        let x_new = backend.download(&x_dev).map_err(device)?;
-        let mut y = vec![0.0; x.len()];
-        ordered.to_old_into(&x_new, &mut y);
-        scaled.unscale_into(&y, x);
-        Ok(perf)
+        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
 }

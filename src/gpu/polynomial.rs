@@ -22,13 +22,13 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::{DeviceModSell, DeviceModSellF32};
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{pcg_scaled_reordered, GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
 use crate::solve::polynomial::{PolynomialSettings, Precision, Recurrence};
 use crate::solve::{
-    pcg, EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
+    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
 };
 use crate::sparse::{Csr, Reordered};
 
@@ -332,13 +332,6 @@ impl GpuSolver<'_> {
             DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
                 .map_err(device)?;
         backend.set_preconditioner(Box::new(polynomial));
-        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
-        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-        let x_new = backend.download(&x_dev).map_err(device)?;
-        let mut y = vec![0.0; x.len()];
-        ordered.to_old_into(&x_new, &mut y);
-        scaled.unscale_into(&y, x);
-        Ok(perf)
+        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
 }
