@@ -92,18 +92,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
     let mut rows = Vec::new();
     let mut push = |what: String, ms: f64, note: String| {
         eprintln!("{spec}: {what}: {ms:.2} ms, {note}");
-        rows.push(Row {
-            case: spec.to_string(),
-            ordering: "rcm".into(),
-            what,
-            n,
-            nnz,
-            bytes: 0.0,
-            ms,
-            gb_s: 0.0,
-            of_copy: 0.0,
-            note,
-        })
+        rows.push(Row::timing(spec, "rcm", what, (n, nnz), ms, note))
     };
 
     let jacobi = GpuCgBackend::new(gpu, &a, true, None, &options)?;
