@@ -924,14 +924,9 @@ impl<'g> DeviceAmg<'g> {
                 m.slice_height as u32,
                 m.shared_bytes(),
                 |a| {
-                    a.arg(&n32)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag)
-                        .arg(b)
-                        .arg(x)
-                        .arg(&self.residual);
+                    a.arg(&n32);
+                    m.push_args(a);
+                    a.arg(b).arg(x).arg(&self.residual);
                     arg_or_null(a, done);
                 },
             )?;
@@ -1146,13 +1141,9 @@ impl<'g> DeviceAmg<'g> {
             let h = m.slice_height as u32;
             self.gpu
                 .launch("smooth_jacobi", m.n_slices() as u32, h, h * 8, |a| {
-                    a.arg(&n32)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag)
-                        .arg(&level.scale)
-                        .arg(b);
+                    a.arg(&n32);
+                    m.push_args(a);
+                    a.arg(&level.scale).arg(b);
                     arg_or_null(a, from);
                     a.arg(to);
                     arg_or_null(a, done);

@@ -477,11 +477,8 @@ impl<'g> GpuCgBackend<'g> {
         let grid = m.n_slices() as u32;
         self.gpu
             .launch("cg_operator", grid, h, m.shared_bytes(), |a| {
-                a.arg(&n)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(&m.values)
-                    .arg(&m.diag);
+                a.arg(&n);
+                m.push_args(a);
                 a.arg(p).arg(q).arg(&s.slice_partials);
                 arg_or_null(a, in_loop.map(|_| &s.state));
                 a.arg(&s.records).arg(&j);
@@ -761,11 +758,8 @@ impl CgBackend for GpuCgBackend<'_> {
                 h,
                 m.shared_bytes(),
                 |a| {
-                    a.arg(&n)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag);
+                    a.arg(&n);
+                    m.push_args(a);
                     a.arg(&self.row_sums).arg(&s.state);
                     arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
                     a.arg(x).arg(b).arg(r).arg(&s.slice_partials);

@@ -83,13 +83,7 @@ impl<'g> DevicePolynomial<'g> {
         settings: &PolynomialSettings,
     ) -> Result<Self, GpuError> {
         settings.validate().map_err(GpuError::Invalid)?;
-        if a.n_rows() != matrix.n {
-            return Err(GpuError::Invalid(format!(
-                "the polynomial's matrix has {} rows, the device matrix {}",
-                a.n_rows(),
-                matrix.n
-            )));
-        }
+        matrix.check_rows("polynomial", a)?;
         let upper = settings
             .upper_bound(a)
             .map_err(|e| GpuError::Invalid(e.to_string()))?;
@@ -169,11 +163,8 @@ impl<'g> DevicePolynomial<'g> {
                 h,
                 m.shared_bytes(),
                 |a| {
-                    a.arg(&n)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag);
+                    a.arg(&n);
+                    m.push_args(a);
                     a.arg(x).arg(b).arg(&work.inv_diag).arg(&work.t[0]);
                 },
             )?,
