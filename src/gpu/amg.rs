@@ -36,7 +36,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{pcg_scaled_reordered, GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS};
@@ -44,7 +44,6 @@ use crate::solve::cpu::check_system;
 use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::testing::dense;
 use crate::sparse::Csr;
-use crate::sparse::Reordered;
 
 /// Threads and elements per thread of the scan kernels (kernels/amg.cu).
 const SCAN_BLOCK: u32 = 256;
@@ -1225,12 +1224,7 @@ impl GpuSolver<'_> {
         let scaled = ScaledSystem::new(a, equilibration, b, x)?;
         let system = scaled.matrix(a);
         let gpu = self.gpu();
-        let perm = self.permutation(system, options)?;
-        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
-        let eq_ordered = scaled.permuted_equilibration(perm);
-        let mut backend =
-            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
-                .map_err(device)?;
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
         let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
         log::info!("GPU {settings}: {}", amg.describe());
         backend.set_preconditioner(Box::new(amg));

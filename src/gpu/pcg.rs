@@ -1002,6 +1002,32 @@ impl<'g> GpuSolver<'g> {
         Ok(self.permutations[&key].as_ref())
     }
 
+    /// The scaled system (`system`, from `scaled`) in the row order of
+    /// `options` and a backend for it (fused Jacobi where `jacobi`), with
+    /// the scaling in that order: the shared start of the GPU solve
+    /// wrappers.
+    pub(crate) fn reordered_backend<'s>(
+        &'s mut self,
+        system: &'s Csr,
+        scaled: &ScaledSystem,
+        jacobi: bool,
+        options: &GpuSolveOptions,
+    ) -> Result<(Reordered<'s>, GpuCgBackend<'g>), SolveError> {
+        let gpu = self.gpu;
+        let perm = self.permutation(system, options)?;
+        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
+        let eq_ordered = scaled.permuted_equilibration(perm);
+        let backend = GpuCgBackend::new(
+            gpu,
+            ordered.matrix(),
+            jacobi,
+            eq_ordered.as_deref(),
+            options,
+        )
+        .map_err(|e| SolveError::Device(e.to_string()))?;
+        Ok((ordered, backend))
+    }
+
     /// [`solve_pcg_gpu`] with the permutation from this solver's cache.
     #[allow(clippy::too_many_arguments)]
     pub fn solve(
@@ -1036,21 +1062,10 @@ impl<'g> GpuSolver<'g> {
             kind.build(system)?;
         }
         let gpu = self.gpu;
-        let perm = self.permutation(system, options)?;
-        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
-        let eq_ordered = scaled.permuted_equilibration(perm);
-        let device = |e: GpuError| SolveError::Device(e.to_string());
-        let mut backend = GpuCgBackend::new(
-            gpu,
-            ordered.matrix(),
-            jacobi,
-            eq_ordered.as_deref(),
-            options,
-        )
-        .map_err(device)?;
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, jacobi, options)?;
         if let Some(ic) = incomplete_cholesky {
             let m = DeviceIncompleteCholesky::new(gpu, ordered.matrix(), ic)
-                .map_err(|e| in_original_rows(e, perm))?;
+                .map_err(|e| in_original_rows(e, ordered.permutation()))?;
             let (forward, backward) = m.levels();
             log::info!(
                 "GPU {kind}: level-scheduled sweeps, {forward} forward and {backward} backward \

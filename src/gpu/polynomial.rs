@@ -22,7 +22,7 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::{DeviceModSell, DeviceModSellF32};
-use super::pcg::{pcg_scaled_reordered, GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
@@ -30,7 +30,7 @@ use crate::solve::polynomial::{PolynomialSettings, Precision, Recurrence};
 use crate::solve::{
     EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
 };
-use crate::sparse::{Csr, Reordered};
+use crate::sparse::Csr;
 
 /// The vectors of one precision: 1/a_ii, the two recurrence vectors and the
 /// running sum of z.
@@ -313,12 +313,7 @@ impl GpuSolver<'_> {
         // The CPU's checks (positive diagonal) and bound, on the unpermuted system.
         let upper = settings.upper_bound(system)?;
         let gpu = self.gpu();
-        let perm = self.permutation(system, options)?;
-        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
-        let eq_ordered = scaled.permuted_equilibration(perm);
-        let mut backend =
-            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
-                .map_err(device)?;
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
         let polynomial =
             DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
                 .map_err(device)?;
