@@ -32,7 +32,7 @@
 
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg};
 use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
@@ -98,6 +98,12 @@ pub struct DeviceCsr {
 }
 
 impl DeviceCsr {
+    /// Pushes the matrix as the CSR kernels take it: row pointers, columns,
+    /// values.
+    fn push_args<'a>(&'a self, a: &mut LaunchArgs<'a>) {
+        a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
+    }
+
     /// The matrix read back.
     pub fn download(&self, gpu: &Gpu) -> Result<Csr, GpuError> {
         let row_ptr: Vec<usize> = gpu.download(&self.row_ptr)?[..=self.n]
@@ -292,11 +298,9 @@ impl Pass {
         let matched = gpu.zeros::<i32>(rounds.max(1))?;
         let strongest = gpu.zeros::<f64>(n)?;
         gpu.launch("amg_strongest_couplings", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32)
-                .arg(&a.row_ptr)
-                .arg(&a.cols)
-                .arg(&a.vals)
-                .arg(&strongest);
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&strongest);
         })?;
         gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32).arg(&partner);
@@ -305,13 +309,9 @@ impl Pass {
             let this = matched.slice(round..round + 1);
             let before = (round > 0).then(|| matched.slice(round - 1..round));
             gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
-                args.arg(&n32)
-                    .arg(&a.row_ptr)
-                    .arg(&a.cols)
-                    .arg(&a.vals)
-                    .arg(&strongest)
-                    .arg(&partner)
-                    .arg(&cand);
+                args.arg(&n32);
+                a.push_args(args);
+                args.arg(&strongest).arg(&partner).arg(&cand);
                 match &before {
                     Some(b) => args.arg(b),
                     None => args.arg(&NULL),
@@ -328,12 +328,9 @@ impl Pass {
         // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45).
         let host = gpu.zeros::<i32>(n)?;
         gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32)
-                .arg(&a.row_ptr)
-                .arg(&a.cols)
-                .arg(&a.vals)
-                .arg(&partner)
-                .arg(&host);
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&partner).arg(&host);
         })?;
         let leader = gpu.zeros::<u32>(n)?;
         gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
@@ -724,11 +721,9 @@ impl<'g> DeviceAmg<'g> {
                 VECTOR_BLOCK,
                 0,
                 |args| {
-                    args.arg(&n32)
-                        .arg(&a.row_ptr)
-                        .arg(&a.cols)
-                        .arg(&a.vals)
-                        .arg(&self.cycle.scale_kind)
+                    args.arg(&n32);
+                    a.push_args(args);
+                    args.arg(&self.cycle.scale_kind)
                         .arg(&self.cycle.omega)
                         .arg(&level.scale)
                         .arg(&bad_l);
@@ -940,15 +935,9 @@ impl<'g> DeviceAmg<'g> {
         } else {
             let m = &level.a;
             gpu.launch("amg_residual_restrict_csr", cgrid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&nc32)
-                    .arg(&t.member_ptr)
-                    .arg(&t.members)
-                    .arg(&m.row_ptr)
-                    .arg(&m.cols)
-                    .arg(&m.vals)
-                    .arg(b)
-                    .arg(x)
-                    .arg(&next.b);
+                a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
+                m.push_args(a);
+                a.arg(b).arg(x).arg(&next.b);
                 arg_or_null(a, done);
             })?;
         }
@@ -1038,12 +1027,9 @@ impl<'g> DeviceAmg<'g> {
         let n32 = m.n32();
         self.gpu
             .launch("amg_spmv_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n32)
-                    .arg(&m.row_ptr)
-                    .arg(&m.cols)
-                    .arg(&m.vals)
-                    .arg(x)
-                    .arg(y);
+                a.arg(&n32);
+                m.push_args(a);
+                a.arg(x).arg(y);
                 arg_or_null(a, done);
             })
     }
@@ -1152,12 +1138,9 @@ impl<'g> DeviceAmg<'g> {
             let n32 = m.n32();
             self.gpu
                 .launch("amg_jacobi_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n32)
-                        .arg(&m.row_ptr)
-                        .arg(&m.cols)
-                        .arg(&m.vals)
-                        .arg(&level.scale)
-                        .arg(b);
+                    a.arg(&n32);
+                    m.push_args(a);
+                    a.arg(&level.scale).arg(b);
                     arg_or_null(a, from);
                     a.arg(to);
                     arg_or_null(a, done);
