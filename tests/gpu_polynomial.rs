@@ -23,21 +23,14 @@ use fvpoisson::solve::{
     PolynomialSettings, Precision, Preconditioner, SmootherKind, SmootherSettings, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::testing::{random_systems, SplitMix};
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Real FVM systems (perturbed and renumbered tets, a 2-D box, a polyhedral
 /// OpenFOAM mesh, a Gmsh prism mesh, a hex box) in RCM order, and random SPD
 /// matrices; mesh files relative to the repository root.
 fn systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let mut all: Vec<(String, Csr, Vec<f64>)> = [(1usize, 1u64), (1000, 2), (30_011, 3)]
-        .into_iter()
-        .map(|(n, seed)| {
-            let mut rng = SplitMix(seed);
-            let b = (0..n).map(|_| rng.next_f64() - 0.5).collect();
-            (format!("random n = {n}"), random_symmetric(n, 8, seed), b)
-        })
-        .collect();
+    let mut all = random_systems();
     for spec in [
         "box:14x14x14:tet:perturb=0.2:renumber",
         "box:80x80x1:2d",

@@ -20,7 +20,7 @@ use super::{Gpu, GpuError};
 use crate::solve::amg::{AmgSettings, CycleKind};
 use crate::solve::{pcg, SolverControls, SolverPerformance};
 use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::testing::SplitMix;
+use crate::sparse::testing::random_vector;
 use crate::sparse::Csr;
 
 /// The target: relative residual 1e-8 (tolerance 0).
@@ -82,8 +82,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
     let p = reverse_cuthill_mckee(a);
     let a = p.apply_symmetric(a);
     let (n, nnz) = (a.n_rows(), a.nnz());
-    let mut rng = SplitMix(1);
-    let b_host: Vec<f64> = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+    let b_host = random_vector(n, 1);
     let options = GpuSolveOptions {
         slice_height: settings.slice_height,
         check_interval: settings.check_interval,
