@@ -13,7 +13,7 @@
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
 
 use super::amg::DeviceAmg;
-use super::bench::{time_median, BenchSettings, Row};
+use super::bench::{relative_residual, time_median, BenchSettings, Row};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
 use super::{Gpu, GpuError};
@@ -31,15 +31,6 @@ fn controls() -> SolverControls {
         max_iter: 5000,
         min_iter: 0,
     }
-}
-
-/// ‖b − A x‖₂ / ‖b‖₂.
-fn true_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
-    let mut ax = vec![0.0; b.len()];
-    a.spmv(x, &mut ax);
-    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y) * (b - y)).sum();
-    let nb: f64 = b.iter().map(|b| b * b).sum();
-    (r / nb).sqrt()
 }
 
 /// A timed solve from x = 0 after a warm-up solve (which captures the CUDA
@@ -62,7 +53,7 @@ fn timed_solve(
         Ok(())
     })?;
     let perf = result.expect("the solve ran")?;
-    let residual = true_residual(a, b_host, &backend.download(&x)?);
+    let residual = relative_residual(a, b_host, &backend.download(&x)?);
     Ok((perf, ms, residual))
 }
 

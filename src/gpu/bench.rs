@@ -142,6 +142,15 @@ pub fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// ‖b − A x‖₂ / ‖b‖₂.
+pub fn relative_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
+    let mut ax = vec![0.0; b.len()];
+    a.spmv(x, &mut ax);
+    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y) * (b - y)).sum();
+    let nb: f64 = b.iter().map(|b| b * b).sum();
+    (r / nb).sqrt()
+}
+
 /// One row of the results.
 #[derive(Clone, Debug)]
 pub struct Row {
