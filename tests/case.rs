@@ -70,6 +70,16 @@ fn parse_err(text: &str, tag: &str) -> String {
     }
 }
 
+/// Each `[solver.T]` entry (in a case on a small box) is refused with an
+/// error containing its expected text.
+fn assert_solver_entries_refused(tag: &str, cases: &[(&str, &str)]) {
+    let head = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\n";
+    for (entry, expected) in cases {
+        let err = parse_err(&format!("{head}{entry}"), tag);
+        assert!(err.contains(expected), "{entry}: {err}");
+    }
+}
+
 const MMS: &str = r#"
 [mesh]
 source = "box:8x8x8"
@@ -764,62 +774,60 @@ fn polynomial_preconditioners_from_case_toml_solve_like_pcg() {
         .zip(&reference)
         .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     assert!(diff < 1e-7, "{diff}");
-    let head = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\n";
-    for (entry, expected) in [
-        (
-            "degree = 4\n",
-            "case.toml:4:10: solver.T.degree: only a polynomial preconditioner or smoother uses it",
-        ),
-        (
-            "preconditioner = \"Neumann\"\ndegree = 0\n",
-            "solver.T: invalid solver controls: degree must be between 1 and 32",
-        ),
-        (
-            "preconditioner = \"leastSquares\"\nprecision = \"half\"\n",
-            "case.toml:5:13: solver.T.precision: unknown precision 'half'",
-        ),
-    ] {
-        let err = parse_err(&format!("{head}{entry}"), "polynomial_keys");
-        assert!(err.contains(expected), "{entry}: {err}");
-    }
+    assert_solver_entries_refused(
+        "polynomial_keys",
+        &[
+            (
+                "degree = 4\n",
+                "case.toml:4:10: solver.T.degree: only a polynomial preconditioner or smoother uses it",
+            ),
+            (
+                "preconditioner = \"Neumann\"\ndegree = 0\n",
+                "solver.T: invalid solver controls: degree must be between 1 and 32",
+            ),
+            (
+                "preconditioner = \"leastSquares\"\nprecision = \"half\"\n",
+                "case.toml:5:13: solver.T.precision: unknown precision 'half'",
+            ),
+        ],
+    );
 }
 
 #[test]
 fn smoother_keys_are_checked() {
-    let head = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\n";
-    for (entry, expected) in [
-        (
-            "omega = 0.5\n",
-            "case.toml:4:9: solver.T.omega: only a smoother uses it",
-        ),
-        (
-            "solver = \"smoothSolver\"\n",
-            "case.toml:4:10: solver.T: smoothSolver needs a smoother",
-        ),
-        (
-            "smoother = \"GaussSeidel\"\n",
-            "case.toml:4:12: solver.T.smoother: only smoothSolver has a smoother",
-        ),
-        (
-            "solver = \"smoothSolver\"\nsmoother = \"blockJacobi\"\ninner = \"ILU\"\n",
-            "case.toml:6:9: solver.T.inner: unknown inner solver 'ILU'",
-        ),
-        (
-            "preconditioner = \"GaussSeidel\"\n",
-            "solver.T: invalid solver controls: the GaussSeidel smoother is not symmetric",
-        ),
-        (
-            "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nomega = 3\n",
-            "solver.T: omega (Jacobi damping) must be in (0, 2]",
-        ),
-        (
-            "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nequilibration = \"jacobi\"\n",
-            "case.toml:6:17: solver.T.equilibration: only PCG equilibrates its system",
-        ),
-    ] {
-        let err = parse_err(&format!("{head}{entry}"), "smoother_keys");
-        assert!(err.contains(expected), "{entry}: {err}");
-    }
+    assert_solver_entries_refused(
+        "smoother_keys",
+        &[
+            (
+                "omega = 0.5\n",
+                "case.toml:4:9: solver.T.omega: only a smoother uses it",
+            ),
+            (
+                "solver = \"smoothSolver\"\n",
+                "case.toml:4:10: solver.T: smoothSolver needs a smoother",
+            ),
+            (
+                "smoother = \"GaussSeidel\"\n",
+                "case.toml:4:12: solver.T.smoother: only smoothSolver has a smoother",
+            ),
+            (
+                "solver = \"smoothSolver\"\nsmoother = \"blockJacobi\"\ninner = \"ILU\"\n",
+                "case.toml:6:9: solver.T.inner: unknown inner solver 'ILU'",
+            ),
+            (
+                "preconditioner = \"GaussSeidel\"\n",
+                "solver.T: invalid solver controls: the GaussSeidel smoother is not symmetric",
+            ),
+            (
+                "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nomega = 3\n",
+                "solver.T: omega (Jacobi damping) must be in (0, 2]",
+            ),
+            (
+                "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nequilibration = \"jacobi\"\n",
+                "case.toml:6:17: solver.T.equilibration: only PCG equilibrates its system",
+            ),
+        ],
+    );
 }
 
 #[test]

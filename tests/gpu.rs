@@ -12,7 +12,7 @@ use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
     pcg, solve_pcg, CgBackend, EquilibrationKind, InitialNorms, PreconditionerKind, SolverControls,
 };
-use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
 use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 
 fn check_formats(gpu: &Gpu, name: &str, a: &Csr, seed: u64) {
@@ -397,8 +397,7 @@ fn launch_modes_give_the_same_bits() {
     }
     let n = 300_003;
     let a = random_symmetric(n, 6, 21);
-    let mut rng = SplitMix(22);
-    let b: Vec<f64> = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+    let b = random_vector(n, 22);
     let fixed = SolverControls {
         tolerance: 0.0,
         max_iter: 20,

@@ -8,7 +8,7 @@
 use std::rc::Rc;
 
 use fvpoisson::gpu::amg::DeviceAmg;
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
@@ -19,7 +19,7 @@ use fvpoisson::solve::{
     Preconditioner, PreconditionerKind, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Mesh sources (files relative to the repository root, the working directory
@@ -86,11 +86,6 @@ struct System {
     b: Vec<f64>,
 }
 
-fn random_rhs(n: usize, seed: u64) -> Vec<f64> {
-    let mut rng = SplitMix(seed);
-    (0..n).map(|_| rng.next_f64() - 0.5).collect()
-}
-
 /// The graph Laplacian of `a` (diagonal = −Σ off-diagonals): singular, rows
 /// summing to zero, as an all-Neumann problem.
 fn neumann(a: &Csr) -> Csr {
@@ -134,11 +129,11 @@ fn systems() -> Vec<System> {
         all.push(System {
             name: format!("random n = {n}"),
             a: random_symmetric(n, 8, seed),
-            b: random_rhs(n, seed),
+            b: random_vector(n, seed),
         });
     }
     let (a, _) = poisson_system("box:12x12x12").unwrap();
-    let mut b = random_rhs(a.n_rows(), 9);
+    let mut b = random_vector(a.n_rows(), 9);
     let mean = b.iter().sum::<f64>() / b.len() as f64;
     b.iter_mut().for_each(|v| *v -= mean);
     all.push(System {
@@ -230,7 +225,7 @@ fn one_cycle_matches_the_cpu_cycle() {
     println!("{:<44} {:<50} {:>9}", "system", "settings", "max diff");
     for s in systems() {
         let (m, csr) = fine(&gpu, &s.a, 512);
-        let r = random_rhs(csr.n_rows(), 5);
+        let r = random_vector(csr.n_rows(), 5);
         let r_dev = gpu.upload(&r).unwrap();
         let z_dev = gpu.zeros::<f64>(csr.n_rows()).unwrap();
         for settings in cycle_settings() {
@@ -270,15 +265,6 @@ fn one_cycle_matches_the_cpu_cycle() {
             assert!(d <= 1e-11, "{}: coarsest solve differs by {d:.1e}", s.name);
         }
     }
-}
-
-/// ‖b − A x‖₂ / ‖b‖₂.
-fn true_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
-    let mut ax = vec![0.0; b.len()];
-    a.spmv(x, &mut ax);
-    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y) * (b - y)).sum();
-    let nb: f64 = b.iter().map(|b| b * b).sum();
-    (r / nb).sqrt()
 }
 
 #[test]
@@ -332,7 +318,7 @@ fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
             let mut x_dev = backend.new_vector();
             let perf = pcg(&backend, &b_dev, &mut x_dev, &controls, "p").unwrap();
             let x_gpu = backend.download(&x_dev).unwrap();
-            let res = true_residual(&csr, &s.b, &x_gpu);
+            let res = relative_residual(&csr, &s.b, &x_gpu);
             let d = max_rel_diff(&x_gpu, &x_cpu);
             println!(
                 "{:<44} {:<36} {:>7} {:>7} {:>7} {res:>10.1e} {d:>10.1e}",
@@ -409,7 +395,7 @@ fn value_update_equals_a_fresh_setup() {
             fresh.level_rows().len()
         );
         // The updated and the fresh hierarchy apply the same bits.
-        let r = gpu.upload(&random_rhs(csr.n_rows(), 7)).unwrap();
+        let r = gpu.upload(&random_vector(csr.n_rows(), 7)).unwrap();
         let (z1, z2) = (
             gpu.zeros(csr.n_rows()).unwrap(),
             gpu.zeros(csr.n_rows()).unwrap(),
@@ -441,7 +427,7 @@ fn a_cuda_graph_captures_the_cycle() {
     let (m, csr) = fine(&gpu, &a, 512);
     for settings in cycle_settings() {
         let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
-        let r = gpu.upload(&random_rhs(csr.n_rows(), 3)).unwrap();
+        let r = gpu.upload(&random_vector(csr.n_rows(), 3)).unwrap();
         let (direct, replayed) = (
             gpu.zeros(csr.n_rows()).unwrap(),
             gpu.zeros(csr.n_rows()).unwrap(),

@@ -14,16 +14,13 @@ use fvpoisson::solve::{
     solve_pcg, EquilibrationKind, LinearOperator, PreconditionerKind, SolveError, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::testing::{random_symmetric, random_vector};
 use fvpoisson::sparse::{Csr, RowOrdering};
 
 /// Random SPD matrices and real FVM systems (natural and RCM order) with a
 /// random vector.
 fn systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let random = |n: usize, seed: u64| {
-        let mut rng = SplitMix(seed ^ 0x5eed);
-        (0..n).map(|_| rng.next_f64() - 0.5).collect::<Vec<f64>>()
-    };
+    let random = |n: usize, seed: u64| random_vector(n, seed ^ 0x5eed);
     let mut all: Vec<(String, Csr, Vec<f64>)> = [(1usize, 1u64), (1000, 2), (30_011, 3)]
         .into_iter()
         .map(|(n, seed)| {

@@ -9,7 +9,7 @@
 
 use std::rc::Rc;
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
@@ -23,21 +23,14 @@ use fvpoisson::solve::{
     PolynomialSettings, Precision, Preconditioner, SmootherKind, SmootherSettings, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::testing::{random_systems, SplitMix};
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Real FVM systems (perturbed and renumbered tets, a 2-D box, a polyhedral
 /// OpenFOAM mesh, a Gmsh prism mesh, a hex box) in RCM order, and random SPD
 /// matrices; mesh files relative to the repository root.
 fn systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let mut all: Vec<(String, Csr, Vec<f64>)> = [(1usize, 1u64), (1000, 2), (30_011, 3)]
-        .into_iter()
-        .map(|(n, seed)| {
-            let mut rng = SplitMix(seed);
-            let b = (0..n).map(|_| rng.next_f64() - 0.5).collect();
-            (format!("random n = {n}"), random_symmetric(n, 8, seed), b)
-        })
-        .collect();
+    let mut all = random_systems();
     for spec in [
         "box:14x14x14:tet:perturb=0.2:renumber",
         "box:80x80x1:2d",
@@ -162,14 +155,6 @@ fn apply_replays_from_a_cuda_graph() {
     }
 }
 
-/// ‖b − A x‖₂ / ‖b‖₂.
-fn true_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
-    let mut ax = vec![0.0; b.len()];
-    a.spmv(x, &mut ax);
-    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y).powi(2)).sum();
-    (r / b.iter().map(|b| b * b).sum::<f64>()).sqrt()
-}
-
 #[test]
 fn pcg_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
@@ -213,7 +198,7 @@ fn pcg_matches_the_cpu() {
                 solve_pcg_gpu_with(&gpu, &a, &p, &eq, &b, &mut x_gpu, &controls, "p", &options)
                     .unwrap();
             let d = max_rel_diff(&x_gpu, &x_cpu);
-            let residual = true_residual(&a, &b, &x_gpu);
+            let residual = relative_residual(&a, &b, &x_gpu);
             println!(
                 "{spec} | {p} | {eq} | {} | {} | {d:.1e} | {residual:.2e}",
                 cpu.iterations, dev.iterations

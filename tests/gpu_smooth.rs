@@ -20,7 +20,7 @@ use fvpoisson::solve::{
     Preconditioner, SmootherKind, SmootherSettings, SolverControls, Sweep,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::testing::{random_symmetric, random_systems};
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Real FVM systems: a perturbed tet box (renumbered), a 2-D box, a polyhedral
@@ -45,14 +45,7 @@ fn fvm_systems() -> Vec<(String, Csr, Vec<f64>)> {
 /// Random SPD matrices (uneven rows, far columns) and the FVM systems in RCM
 /// order, with a random right-hand side.
 fn systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let mut all: Vec<(String, Csr, Vec<f64>)> = [(1usize, 1u64), (1000, 2), (30_011, 3)]
-        .into_iter()
-        .map(|(n, seed)| {
-            let mut rng = SplitMix(seed);
-            let b = (0..n).map(|_| rng.next_f64() - 0.5).collect();
-            (format!("random n = {n}"), random_symmetric(n, 8, seed), b)
-        })
-        .collect();
+    let mut all = random_systems();
     for (name, a, b) in fvm_systems() {
         let p = reverse_cuthill_mckee(&a);
         all.push((format!("{name} RCM"), p.apply_symmetric(&a), p.to_new(&b)));

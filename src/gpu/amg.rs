@@ -32,19 +32,18 @@
 
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg};
 use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, MAX_DENSE_ROWS};
 use crate::solve::cpu::check_system;
-use crate::solve::{pcg, EquilibrationKind, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::testing::dense;
 use crate::sparse::Csr;
-use crate::sparse::Reordered;
 
 /// Threads and elements per thread of the scan kernels (kernels/amg.cu).
 const SCAN_BLOCK: u32 = 256;
@@ -99,6 +98,12 @@ pub struct DeviceCsr {
 }
 
 impl DeviceCsr {
+    /// Pushes the matrix as the CSR kernels take it: row pointers, columns,
+    /// values.
+    fn push_args<'a>(&'a self, a: &mut LaunchArgs<'a>) {
+        a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
+    }
+
     /// The matrix read back.
     pub fn download(&self, gpu: &Gpu) -> Result<Csr, GpuError> {
         let row_ptr: Vec<usize> = gpu.download(&self.row_ptr)?[..=self.n]
@@ -293,11 +298,9 @@ impl Pass {
         let matched = gpu.zeros::<i32>(rounds.max(1))?;
         let strongest = gpu.zeros::<f64>(n)?;
         gpu.launch("amg_strongest_couplings", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32)
-                .arg(&a.row_ptr)
-                .arg(&a.cols)
-                .arg(&a.vals)
-                .arg(&strongest);
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&strongest);
         })?;
         gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32).arg(&partner);
@@ -306,13 +309,9 @@ impl Pass {
             let this = matched.slice(round..round + 1);
             let before = (round > 0).then(|| matched.slice(round - 1..round));
             gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
-                args.arg(&n32)
-                    .arg(&a.row_ptr)
-                    .arg(&a.cols)
-                    .arg(&a.vals)
-                    .arg(&strongest)
-                    .arg(&partner)
-                    .arg(&cand);
+                args.arg(&n32);
+                a.push_args(args);
+                args.arg(&strongest).arg(&partner).arg(&cand);
                 match &before {
                     Some(b) => args.arg(b),
                     None => args.arg(&NULL),
@@ -329,12 +328,9 @@ impl Pass {
         // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45).
         let host = gpu.zeros::<i32>(n)?;
         gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32)
-                .arg(&a.row_ptr)
-                .arg(&a.cols)
-                .arg(&a.vals)
-                .arg(&partner)
-                .arg(&host);
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&partner).arg(&host);
         })?;
         let leader = gpu.zeros::<u32>(n)?;
         gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
@@ -725,11 +721,9 @@ impl<'g> DeviceAmg<'g> {
                 VECTOR_BLOCK,
                 0,
                 |args| {
-                    args.arg(&n32)
-                        .arg(&a.row_ptr)
-                        .arg(&a.cols)
-                        .arg(&a.vals)
-                        .arg(&self.cycle.scale_kind)
+                    args.arg(&n32);
+                    a.push_args(args);
+                    args.arg(&self.cycle.scale_kind)
                         .arg(&self.cycle.omega)
                         .arg(&level.scale)
                         .arg(&bad_l);
@@ -924,14 +918,9 @@ impl<'g> DeviceAmg<'g> {
                 m.slice_height as u32,
                 m.shared_bytes(),
                 |a| {
-                    a.arg(&n32)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag)
-                        .arg(b)
-                        .arg(x)
-                        .arg(&self.residual);
+                    a.arg(&n32);
+                    m.push_args(a);
+                    a.arg(b).arg(x).arg(&self.residual);
                     arg_or_null(a, done);
                 },
             )?;
@@ -946,15 +935,9 @@ impl<'g> DeviceAmg<'g> {
         } else {
             let m = &level.a;
             gpu.launch("amg_residual_restrict_csr", cgrid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&nc32)
-                    .arg(&t.member_ptr)
-                    .arg(&t.members)
-                    .arg(&m.row_ptr)
-                    .arg(&m.cols)
-                    .arg(&m.vals)
-                    .arg(b)
-                    .arg(x)
-                    .arg(&next.b);
+                a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
+                m.push_args(a);
+                a.arg(b).arg(x).arg(&next.b);
                 arg_or_null(a, done);
             })?;
         }
@@ -1044,12 +1027,9 @@ impl<'g> DeviceAmg<'g> {
         let n32 = m.n32();
         self.gpu
             .launch("amg_spmv_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n32)
-                    .arg(&m.row_ptr)
-                    .arg(&m.cols)
-                    .arg(&m.vals)
-                    .arg(x)
-                    .arg(y);
+                a.arg(&n32);
+                m.push_args(a);
+                a.arg(x).arg(y);
                 arg_or_null(a, done);
             })
     }
@@ -1146,13 +1126,9 @@ impl<'g> DeviceAmg<'g> {
             let h = m.slice_height as u32;
             self.gpu
                 .launch("smooth_jacobi", m.n_slices() as u32, h, h * 8, |a| {
-                    a.arg(&n32)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag)
-                        .arg(&level.scale)
-                        .arg(b);
+                    a.arg(&n32);
+                    m.push_args(a);
+                    a.arg(&level.scale).arg(b);
                     arg_or_null(a, from);
                     a.arg(to);
                     arg_or_null(a, done);
@@ -1162,12 +1138,9 @@ impl<'g> DeviceAmg<'g> {
             let n32 = m.n32();
             self.gpu
                 .launch("amg_jacobi_csr", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n32)
-                        .arg(&m.row_ptr)
-                        .arg(&m.cols)
-                        .arg(&m.vals)
-                        .arg(&level.scale)
-                        .arg(b);
+                    a.arg(&n32);
+                    m.push_args(a);
+                    a.arg(&level.scale).arg(b);
                     arg_or_null(a, from);
                     a.arg(to);
                     arg_or_null(a, done);
@@ -1234,23 +1207,11 @@ impl GpuSolver<'_> {
         let scaled = ScaledSystem::new(a, equilibration, b, x)?;
         let system = scaled.matrix(a);
         let gpu = self.gpu();
-        let perm = self.permutation(system, options)?;
-        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
-        let eq_ordered = scaled.permuted_equilibration(perm);
-        let mut backend =
-            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
-                .map_err(device)?;
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
         let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
         log::info!("GPU {settings}: {}", amg.describe());
         backend.set_preconditioner(Box::new(amg));
-        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
-        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-        let x_new = backend.download(&x_dev).map_err(device)?;
-        let mut y = vec![0.0; x.len()];
-        ordered.to_old_into(&x_new, &mut y);
-        scaled.unscale_into(&y, x);
-        Ok(perf)
+        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
 }
 

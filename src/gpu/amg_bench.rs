@@ -13,14 +13,14 @@
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
 
 use super::amg::DeviceAmg;
-use super::bench::{time_median, BenchSettings, Row};
+use super::bench::{relative_residual, time_median, BenchSettings, Row};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
 use super::{Gpu, GpuError};
 use crate::solve::amg::{AmgSettings, CycleKind};
 use crate::solve::{pcg, SolverControls, SolverPerformance};
 use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::testing::SplitMix;
+use crate::sparse::testing::random_vector;
 use crate::sparse::Csr;
 
 /// The target: relative residual 1e-8 (tolerance 0).
@@ -31,15 +31,6 @@ fn controls() -> SolverControls {
         max_iter: 5000,
         min_iter: 0,
     }
-}
-
-/// ‖b − A x‖₂ / ‖b‖₂.
-fn true_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
-    let mut ax = vec![0.0; b.len()];
-    a.spmv(x, &mut ax);
-    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y) * (b - y)).sum();
-    let nb: f64 = b.iter().map(|b| b * b).sum();
-    (r / nb).sqrt()
 }
 
 /// A timed solve from x = 0 after a warm-up solve (which captures the CUDA
@@ -62,7 +53,7 @@ fn timed_solve(
         Ok(())
     })?;
     let perf = result.expect("the solve ran")?;
-    let residual = true_residual(a, b_host, &backend.download(&x)?);
+    let residual = relative_residual(a, b_host, &backend.download(&x)?);
     Ok((perf, ms, residual))
 }
 
@@ -82,8 +73,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
     let p = reverse_cuthill_mckee(a);
     let a = p.apply_symmetric(a);
     let (n, nnz) = (a.n_rows(), a.nnz());
-    let mut rng = SplitMix(1);
-    let b_host: Vec<f64> = (0..n).map(|_| rng.next_f64() - 0.5).collect();
+    let b_host = random_vector(n, 1);
     let options = GpuSolveOptions {
         slice_height: settings.slice_height,
         check_interval: settings.check_interval,
@@ -92,18 +82,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
     let mut rows = Vec::new();
     let mut push = |what: String, ms: f64, note: String| {
         eprintln!("{spec}: {what}: {ms:.2} ms, {note}");
-        rows.push(Row {
-            case: spec.to_string(),
-            ordering: "rcm".into(),
-            what,
-            n,
-            nnz,
-            bytes: 0.0,
-            ms,
-            gb_s: 0.0,
-            of_copy: 0.0,
-            note,
-        })
+        rows.push(Row::timing(spec, "rcm", what, (n, nnz), ms, note))
     };
 
     let jacobi = GpuCgBackend::new(gpu, &a, true, None, &options)?;

@@ -49,7 +49,7 @@ use crate::fvm::{
 use crate::mesh::{Geometry, Mesh, PatchKind};
 use crate::solve::{
     pcg, solve_pcg, CgBackend, EquilibrationKind, PreconditionerKind, RuizNorm, RuizSettings,
-    SolverControls,
+    SolverControls, SolverPerformance,
 };
 use crate::sparse::ordering::bandwidth;
 use crate::sparse::{mtx, Csr, ModSell, Reordered, RowOrdering};
@@ -142,6 +142,15 @@ pub fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// ‖b − A x‖₂ / ‖b‖₂.
+pub fn relative_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
+    let mut ax = vec![0.0; b.len()];
+    a.spmv(x, &mut ax);
+    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y) * (b - y)).sum();
+    let nb: f64 = b.iter().map(|b| b * b).sum();
+    (r / nb).sqrt()
+}
+
 /// One row of the results.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -159,6 +168,30 @@ pub struct Row {
 }
 
 impl Row {
+    /// A row of a time-to-solution table (no bytes counted, so no bandwidth
+    /// columns).
+    pub(super) fn timing(
+        case: &str,
+        ordering: &str,
+        what: String,
+        (n, nnz): (usize, usize),
+        ms: f64,
+        note: String,
+    ) -> Row {
+        Row {
+            case: case.to_string(),
+            ordering: ordering.into(),
+            what,
+            n,
+            nnz,
+            bytes: 0.0,
+            ms,
+            gb_s: 0.0,
+            of_copy: 0.0,
+            note,
+        }
+    }
+
     fn json(&self) -> String {
         format!(
             "{{\"case\":\"{}\",\"ordering\":\"{}\",\"what\":\"{}\",\"n\":{},\"nnz\":{},\"bytes\":{},\"ms\":{},\"gb_s\":{},\"of_copy\":{},\"note\":\"{}\"}}",
@@ -1010,6 +1043,52 @@ fn assembly_rows(
 /// The bench's solver controls: OpenFOAM residual 1e-6 from x = 0.
 pub(super) fn controls() -> SolverControls {
     SolverControls::absolute(1e-6, 5000)
+}
+
+/// Jacobi-PCG on its fused device loop, the baseline of the preconditioner
+/// tables: the solve of `a` x = `b` from x = 0 with [`controls`], timed on
+/// the host after a warm-up solve (which captures the CUDA graph where the
+/// backend uses one).
+pub(super) struct JacobiBaseline {
+    perf: SolverPerformance,
+    pub ms: f64,
+    launches: &'static str,
+}
+
+impl JacobiBaseline {
+    pub fn measure(
+        gpu: &Gpu,
+        a: &Csr,
+        b: &GpuVector,
+        options: &GpuSolveOptions,
+    ) -> anyhow::Result<Self> {
+        let controls = controls();
+        let jacobi = GpuCgBackend::new(gpu, a, true, None, options)?;
+        let zeros = vec![0.0; a.n_rows()];
+        let mut x = jacobi.upload(&zeros)?;
+        pcg(&jacobi, b, &mut x, &controls, "p")?;
+        jacobi.write(&mut x, &zeros)?;
+        let t = Instant::now();
+        let perf = pcg(&jacobi, b, &mut x, &controls, "p")?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        Ok(Self {
+            perf,
+            ms,
+            launches: jacobi.launch_mode().name(),
+        })
+    }
+
+    /// The note of the baseline's row, ending in `tail`.
+    pub fn note(&self, tail: &str) -> String {
+        format!(
+            "{} iterations, {:.4} ms/iteration, final residual {:.3e} (fused loop, {} launches, \
+             after a warm-up solve{tail})",
+            self.perf.iterations,
+            self.ms / self.perf.iterations.max(1) as f64,
+            self.perf.final_residual,
+            self.launches
+        )
+    }
 }
 
 /// The table printed last, then the notes.

@@ -63,13 +63,7 @@ impl<'g> DeviceNeumann<'g> {
         matrix: Rc<DeviceModSell>,
         order: usize,
     ) -> Result<Self, GpuError> {
-        if a.n_rows() != matrix.n {
-            return Err(GpuError::Invalid(format!(
-                "the Neumann preconditioner's matrix has {} rows, the device matrix {}",
-                a.n_rows(),
-                matrix.n
-            )));
-        }
+        matrix.check_rows("Neumann preconditioner", a)?;
         let host = TruncatedNeumann::new(a, order).map_err(|e| GpuError::Invalid(e.to_string()))?;
         let n = matrix.n;
         Ok(Self {
@@ -98,16 +92,9 @@ impl<'g> DeviceNeumann<'g> {
             m.slice_height as u32,
             m.shared_bytes(),
             |a| {
-                a.arg(&n)
-                    .arg(&upper)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(&m.values)
-                    .arg(&m.diag)
-                    .arg(&self.inv_diag)
-                    .arg(g)
-                    .arg(base)
-                    .arg(out);
+                a.arg(&n).arg(&upper);
+                m.push_args(a);
+                a.arg(&self.inv_diag).arg(g).arg(base).arg(out);
             },
         )
     }
@@ -197,15 +184,9 @@ impl<'g> DeviceDeflation<'g> {
          -> Result<(), GpuError> {
             let w32 = w as i32;
             gpu.launch("defl_az", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n32)
-                    .arg(&h)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(&m.values)
-                    .arg(&m.diag)
-                    .arg(&part)
-                    .arg(&w32)
-                    .arg(width);
+                a.arg(&n32).arg(&h);
+                m.push_args(a);
+                a.arg(&part).arg(&w32).arg(width);
                 match ell {
                     Some((parts, values)) => a.arg(parts).arg(values),
                     None => a.arg(&super::NULL).arg(&super::NULL),

@@ -1,6 +1,6 @@
 //! Sparse matrices in device memory and their SpMV launches.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::sparse::{Csr, ModSell, Sell};
@@ -99,6 +99,28 @@ impl DeviceModSell {
         })
     }
 
+    /// Pushes the matrix as the mod-SELL kernels take it: slice pointers,
+    /// column codes, values, diagonal.
+    pub fn push_args<'a>(&'a self, a: &mut LaunchArgs<'a>) {
+        a.arg(&self.slice_ptr)
+            .arg(&self.codes)
+            .arg(&self.values)
+            .arg(&self.diag);
+    }
+
+    /// Checks that the host matrix `a` a preconditioner is built from has
+    /// this matrix's rows (`what`: the preconditioner, named in the error).
+    pub fn check_rows(&self, what: &str, a: &Csr) -> Result<(), GpuError> {
+        if a.n_rows() != self.n {
+            return Err(GpuError::Invalid(format!(
+                "the {what}'s matrix has {} rows, the device matrix {}",
+                a.n_rows(),
+                self.n
+            )));
+        }
+        Ok(())
+    }
+
     pub fn n_slices(&self) -> usize {
         self.n.div_ceil(self.slice_height)
     }
@@ -134,13 +156,9 @@ impl DeviceModSell {
         let h = self.slice_height as u32;
         let n = self.n as i32;
         gpu.launch("modsell_row_sums", self.n_slices() as u32, h, 0, |a| {
-            a.arg(&n)
-                .arg(&self.slice_ptr)
-                .arg(&self.codes)
-                .arg(&self.values)
-                .arg(&self.diag)
-                .arg(&row_sums)
-                .arg(&inv_diag);
+            a.arg(&n);
+            self.push_args(a);
+            a.arg(&row_sums).arg(&inv_diag);
         })?;
         Ok((row_sums, inv_diag))
     }
@@ -151,11 +169,9 @@ impl DeviceModSell {
         let n = self.n as i32;
         let grid = self.n_slices() as u32;
         gpu.launch("spmv_modsell", grid, h, self.shared_bytes(), |a| {
-            a.arg(&n)
-                .arg(&self.slice_ptr)
-                .arg(&self.codes)
-                .arg(&self.values);
-            a.arg(&self.diag).arg(x).arg(y);
+            a.arg(&n);
+            self.push_args(a);
+            a.arg(x).arg(y);
         })
     }
 }

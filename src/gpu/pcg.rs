@@ -477,11 +477,8 @@ impl<'g> GpuCgBackend<'g> {
         let grid = m.n_slices() as u32;
         self.gpu
             .launch("cg_operator", grid, h, m.shared_bytes(), |a| {
-                a.arg(&n)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(&m.values)
-                    .arg(&m.diag);
+                a.arg(&n);
+                m.push_args(a);
                 a.arg(p).arg(q).arg(&s.slice_partials);
                 arg_or_null(a, in_loop.map(|_| &s.state));
                 a.arg(&s.records).arg(&j);
@@ -761,11 +758,8 @@ impl CgBackend for GpuCgBackend<'_> {
                 h,
                 m.shared_bytes(),
                 |a| {
-                    a.arg(&n)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag);
+                    a.arg(&n);
+                    m.push_args(a);
                     a.arg(&self.row_sums).arg(&s.state);
                     arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
                     a.arg(x).arg(b).arg(r).arg(&s.slice_partials);
@@ -938,6 +932,29 @@ impl ScaledSystem {
     }
 }
 
+/// Runs [`pcg`] with `backend` (its preconditioner set) on the scaled
+/// system in the device's row order, from the scaled initial guess, and
+/// writes the solution of the original system into `x`: the shared end of
+/// the GPU solve wrappers.
+pub(crate) fn pcg_scaled_reordered(
+    backend: &GpuCgBackend<'_>,
+    ordered: &Reordered<'_>,
+    scaled: &ScaledSystem,
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
+    let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
+    let perf = pcg(backend, &b_dev, &mut x_dev, controls, field)?;
+    let x_new = backend.download(&x_dev).map_err(device)?;
+    let mut y = vec![0.0; x.len()];
+    ordered.to_old_into(&x_new, &mut y);
+    scaled.unscale_into(&y, x);
+    Ok(perf)
+}
+
 /// GPU solves of a sequence of systems of one size (a run's linear solves):
 /// the permutation of each row ordering is computed at its first use and
 /// reused, so that an expensive ordering (METIS) is paid once per run.
@@ -985,6 +1002,32 @@ impl<'g> GpuSolver<'g> {
         Ok(self.permutations[&key].as_ref())
     }
 
+    /// The scaled system (`system`, from `scaled`) in the row order of
+    /// `options` and a backend for it (fused Jacobi where `jacobi`), with
+    /// the scaling in that order: the shared start of the GPU solve
+    /// wrappers.
+    pub(crate) fn reordered_backend<'s>(
+        &'s mut self,
+        system: &'s Csr,
+        scaled: &ScaledSystem,
+        jacobi: bool,
+        options: &GpuSolveOptions,
+    ) -> Result<(Reordered<'s>, GpuCgBackend<'g>), SolveError> {
+        let gpu = self.gpu;
+        let perm = self.permutation(system, options)?;
+        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
+        let eq_ordered = scaled.permuted_equilibration(perm);
+        let backend = GpuCgBackend::new(
+            gpu,
+            ordered.matrix(),
+            jacobi,
+            eq_ordered.as_deref(),
+            options,
+        )
+        .map_err(|e| SolveError::Device(e.to_string()))?;
+        Ok((ordered, backend))
+    }
+
     /// [`solve_pcg_gpu`] with the permutation from this solver's cache.
     #[allow(clippy::too_many_arguments)]
     pub fn solve(
@@ -1019,21 +1062,10 @@ impl<'g> GpuSolver<'g> {
             kind.build(system)?;
         }
         let gpu = self.gpu;
-        let perm = self.permutation(system, options)?;
-        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
-        let eq_ordered = scaled.permuted_equilibration(perm);
-        let device = |e: GpuError| SolveError::Device(e.to_string());
-        let mut backend = GpuCgBackend::new(
-            gpu,
-            ordered.matrix(),
-            jacobi,
-            eq_ordered.as_deref(),
-            options,
-        )
-        .map_err(device)?;
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, jacobi, options)?;
         if let Some(ic) = incomplete_cholesky {
             let m = DeviceIncompleteCholesky::new(gpu, ordered.matrix(), ic)
-                .map_err(|e| in_original_rows(e, perm))?;
+                .map_err(|e| in_original_rows(e, ordered.permutation()))?;
             let (forward, backward) = m.levels();
             log::info!(
                 "GPU {kind}: level-scheduled sweeps, {forward} forward and {backward} backward \
@@ -1042,13 +1074,6 @@ impl<'g> GpuSolver<'g> {
             );
             backend.set_preconditioner(Box::new(m));
         }
-        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
-        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-        let x_new = backend.download(&x_dev).map_err(device)?;
-        let mut y = vec![0.0; x.len()];
-        ordered.to_old_into(&x_new, &mut y);
-        scaled.unscale_into(&y, x);
-        Ok(perf)
+        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
 }

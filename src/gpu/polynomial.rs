@@ -22,15 +22,15 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::{DeviceModSell, DeviceModSellF32};
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
 use crate::solve::polynomial::{PolynomialSettings, Precision, Recurrence};
 use crate::solve::{
-    pcg, EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
+    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
 };
-use crate::sparse::{Csr, Reordered};
+use crate::sparse::Csr;
 
 /// The vectors of one precision: 1/a_ii, the two recurrence vectors and the
 /// running sum of z.
@@ -83,13 +83,7 @@ impl<'g> DevicePolynomial<'g> {
         settings: &PolynomialSettings,
     ) -> Result<Self, GpuError> {
         settings.validate().map_err(GpuError::Invalid)?;
-        if a.n_rows() != matrix.n {
-            return Err(GpuError::Invalid(format!(
-                "the polynomial's matrix has {} rows, the device matrix {}",
-                a.n_rows(),
-                matrix.n
-            )));
-        }
+        matrix.check_rows("polynomial", a)?;
         let upper = settings
             .upper_bound(a)
             .map_err(|e| GpuError::Invalid(e.to_string()))?;
@@ -169,11 +163,8 @@ impl<'g> DevicePolynomial<'g> {
                 h,
                 m.shared_bytes(),
                 |a| {
-                    a.arg(&n)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(&m.values)
-                        .arg(&m.diag);
+                    a.arg(&n);
+                    m.push_args(a);
                     a.arg(x).arg(b).arg(&work.inv_diag).arg(&work.t[0]);
                 },
             )?,
@@ -322,23 +313,11 @@ impl GpuSolver<'_> {
         // The CPU's checks (positive diagonal) and bound, on the unpermuted system.
         let upper = settings.upper_bound(system)?;
         let gpu = self.gpu();
-        let perm = self.permutation(system, options)?;
-        let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
-        let eq_ordered = scaled.permuted_equilibration(perm);
-        let mut backend =
-            GpuCgBackend::new(gpu, ordered.matrix(), false, eq_ordered.as_deref(), options)
-                .map_err(device)?;
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
         let polynomial =
             DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
                 .map_err(device)?;
         backend.set_preconditioner(Box::new(polynomial));
-        let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-        let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
-        let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
-        let x_new = backend.download(&x_dev).map_err(device)?;
-        let mut y = vec![0.0; x.len()];
-        ordered.to_old_into(&x_new, &mut y);
-        scaled.unscale_into(&y, x);
-        Ok(perf)
+        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
 }

@@ -21,7 +21,7 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, BenchSettings, Row};
+use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
 use super::pcg::{GpuCgBackend, GpuSolveOptions};
 use super::polynomial::DevicePolynomial;
 use super::smooth::DevicePreconditioner;
@@ -50,18 +50,7 @@ pub fn rows(
     let mut rows = Vec::new();
     let mut push = |what: String, ordering: &str, ms: f64, note: String| {
         eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
-        rows.push(Row {
-            case: spec.to_string(),
-            ordering: ordering.into(),
-            what,
-            n,
-            nnz,
-            bytes: 0.0,
-            ms,
-            gb_s: 0.0,
-            of_copy: 0.0,
-            note,
-        })
+        rows.push(Row::timing(spec, ordering, what, (n, nnz), ms, note))
     };
     let controls = controls();
     let options = GpuSolveOptions {
@@ -74,32 +63,17 @@ pub fn rows(
     let b_rcm = rcm.to_new(b);
     let zeros = vec![0.0; n];
 
-    // Jacobi-PCG on its fused device loop: the baseline.
-    let jacobi = GpuCgBackend::new(gpu, &a_rcm, true, None, &options)?;
-    let b_dev = jacobi.upload(&b_rcm)?;
-    let mut x = jacobi.upload(&zeros)?;
-    pcg(&jacobi, &b_dev, &mut x, &controls, "p")?;
-    jacobi.write(&mut x, &zeros)?;
-    let t = Instant::now();
-    let base = pcg(&jacobi, &b_dev, &mut x, &controls, "p")?;
-    let base_ms = t.elapsed().as_secs_f64() * 1e3;
-    let launches = jacobi.launch_mode().name();
-    drop((jacobi, x, b_dev));
+    let mut backend = GpuCgBackend::new(gpu, &a_rcm, false, None, &options)?;
+    let b_dev = backend.upload(&b_rcm)?;
+
+    let baseline = JacobiBaseline::measure(gpu, &a_rcm, &b_dev, &options)?;
+    let base_ms = baseline.ms;
     push(
         "PCG Jacobi".into(),
         "rcm",
         base_ms,
-        format!(
-            "{} iterations, {:.4} ms/iteration, final residual {:.3e} (fused loop, {launches} \
-             launches, after a warm-up solve; the baseline of the speed-ups)",
-            base.iterations,
-            base_ms / base.iterations.max(1) as f64,
-            base.final_residual
-        ),
+        baseline.note("; the baseline of the speed-ups"),
     );
-
-    let mut backend = GpuCgBackend::new(gpu, &a_rcm, false, None, &options)?;
-    let b_dev = backend.upload(&b_rcm)?;
     let mut cases: Vec<PolynomialSettings> = Vec::new();
     for degree in DEGREES {
         for kind in PolynomialKind::ALL {

@@ -283,13 +283,7 @@ impl<'g> DeviceSmoother<'g> {
         colouring: Option<Colouring>,
     ) -> Result<Self, GpuError> {
         settings.validate().map_err(GpuError::Invalid)?;
-        if a.n_rows() != matrix.n {
-            return Err(GpuError::Invalid(format!(
-                "the smoother's matrix has {} rows, the device matrix {}",
-                a.n_rows(),
-                matrix.n
-            )));
-        }
+        matrix.check_rows("smoother", a)?;
         let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
         let method = match settings.kind {
             SmootherKind::Jacobi => Method::Jacobi {
@@ -485,11 +479,8 @@ impl<'g> DeviceSmoother<'g> {
                 Method::Jacobi { scale } => {
                     let (from, to) = buffers(i);
                     gpu.launch("smooth_jacobi", slices, h, h * 8, |a| {
-                        a.arg(&n)
-                            .arg(&m.slice_ptr)
-                            .arg(&m.codes)
-                            .arg(&m.values)
-                            .arg(&m.diag);
+                        a.arg(&n);
+                        m.push_args(a);
                         a.arg(scale).arg(b);
                         // The kernel reads a null x as zero.
                         match from {
@@ -512,12 +503,8 @@ impl<'g> DeviceSmoother<'g> {
                             0,
                             |a| {
                                 a.arg(&count).arg(&first).arg(&h32).arg(&colouring.rows);
-                                a.arg(&m.slice_ptr)
-                                    .arg(&m.codes)
-                                    .arg(&m.values)
-                                    .arg(&m.diag)
-                                    .arg(b)
-                                    .arg(x);
+                                m.push_args(a);
+                                a.arg(b).arg(x);
                                 arg_or_null(a, done);
                             },
                         )?;
@@ -529,11 +516,8 @@ impl<'g> DeviceSmoother<'g> {
                         false => buffers(i),
                     };
                     gpu.launch("smooth_block", slices, h, k.shared_bytes, |a| {
-                        a.arg(&n)
-                            .arg(&m.slice_ptr)
-                            .arg(&m.codes)
-                            .arg(&m.values)
-                            .arg(&m.diag);
+                        a.arg(&n);
+                        m.push_args(a);
                         a.arg(&k.slice_mnz).arg(b);
                         match from {
                             Some(from) => a.arg(from),

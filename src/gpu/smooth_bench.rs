@@ -31,7 +31,7 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, BenchSettings, Row};
+use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
 use super::ic::{DeviceIncompleteCholesky, IcKind};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::{
@@ -214,18 +214,7 @@ pub fn rows(
     let mut rows = Vec::new();
     let mut push = |what: String, ordering: &str, ms: f64, note: String| {
         eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
-        rows.push(Row {
-            case: spec.to_string(),
-            ordering: ordering.into(),
-            what,
-            n,
-            nnz,
-            bytes: 0.0,
-            ms,
-            gb_s: 0.0,
-            of_copy: 0.0,
-            note,
-        })
+        rows.push(Row::timing(spec, ordering, what, (n, nnz), ms, note))
     };
     let sweep_note = |s: &Sweeps, count: usize, extra: &str| {
         format!(
@@ -378,30 +367,10 @@ pub fn rows(
         return Ok(rows);
     }
     let controls = controls();
-    // Jacobi-PCG on its fused device loop: the baseline.
-    let jacobi = GpuCgBackend::new(gpu, &by_rcm.a, true, None, &options)?;
-    let zeros = vec![0.0; n];
-    let mut x = jacobi.upload(&zeros)?;
-    // A warm-up solve captures the CUDA graph (set-up, like the smoothers').
-    pcg(&jacobi, &by_rcm.b, &mut x, &controls, "p")?;
-    jacobi.write(&mut x, &zeros)?;
-    let t = Instant::now();
-    let base = pcg(&jacobi, &by_rcm.b, &mut x, &controls, "p")?;
-    let base_ms = t.elapsed().as_secs_f64() * 1e3;
-    let launches = jacobi.launch_mode().name();
-    drop(jacobi);
-    push(
-        "PCG Jacobi".into(),
-        "rcm",
-        base_ms,
-        format!(
-            "{} iterations, {:.4} ms/iteration, final residual {:.3e} (fused loop, {launches} \
-             launches, after a warm-up solve)",
-            base.iterations,
-            base_ms / base.iterations.max(1) as f64,
-            base.final_residual
-        ),
-    );
+    // The warm-up solve captures the CUDA graph (set-up, like the smoothers').
+    let baseline = JacobiBaseline::measure(gpu, &by_rcm.a, &by_rcm.b, &options)?;
+    let base_ms = baseline.ms;
+    push("PCG Jacobi".into(), "rcm", base_ms, baseline.note(""));
     let mut jacobi2 = SmootherSettings::new(SmootherKind::Jacobi);
     jacobi2.sweeps = 2;
     jacobi2.omega = 0.8;

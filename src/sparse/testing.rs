@@ -68,6 +68,26 @@ pub fn random_symmetric(n: usize, per_row: usize, seed: u64) -> Csr {
     Csr::new(n, row_ptr, cols, values).expect("generated rows are sorted and in range")
 }
 
+/// `n` values uniform in [−½, ½) drawn from `seed` (right-hand sides and
+/// vectors to apply operators to).
+pub fn random_vector(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| rng.next_f64() - 0.5).collect()
+}
+
+/// Random SPD systems of 1, 1000 and 30 011 rows ([`random_symmetric`] with
+/// up to 8 neighbours a row, seeds 1, 2, 3) with a [`random_vector`] of the
+/// same seed as right-hand side, named by their size.
+pub fn random_systems() -> Vec<(String, Csr, Vec<f64>)> {
+    [(1usize, 1u64), (1000, 2), (30_011, 3)]
+        .into_iter()
+        .map(|(n, seed)| {
+            let b = random_vector(n, seed);
+            (format!("random n = {n}"), random_symmetric(n, 8, seed), b)
+        })
+        .collect()
+}
+
 /// `a` as a dense matrix (for exact inverses and products in tests).
 pub fn dense(a: &Csr) -> DMatrix<f64> {
     let mut m = DMatrix::zeros(a.n_rows(), a.n_cols());
