@@ -698,16 +698,18 @@ fn command_line_runs_a_case_directory() {
     );
 }
 
+/// The MMS case with `entry` (TOML lines) added to its `[solver.T]` table.
+fn mms_with_solver_entry(entry: &str) -> String {
+    MMS.replace(
+        "tolerance = 1e-10\n",
+        &format!("tolerance = 1e-10\n{entry}"),
+    )
+}
+
 #[test]
 fn smoothers_from_case_toml_solve_like_pcg() {
     use fvpoisson::solve::{InnerSolver, Preconditioner, SmootherKind, Sweep};
-    let with = |entry: &str| {
-        MMS.replace(
-            "tolerance = 1e-10\n",
-            &format!("tolerance = 1e-10\n{entry}"),
-        )
-    };
-    let smooth = with(
+    let smooth = mms_with_solver_entry(
         "solver = \"smoothSolver\"\nsmoother = \"symGaussSeidel\"\nnSweeps = 2\nmaxIter = 5000\n",
     );
     let setup = parse(&smooth).unwrap();
@@ -716,7 +718,7 @@ fn smoothers_from_case_toml_solve_like_pcg() {
         (s.kind, s.sweeps),
         (SmootherKind::GaussSeidel(Sweep::Symmetric), 2)
     );
-    let block = with(
+    let block = mms_with_solver_entry(
         "preconditioner = \"blockJacobi\"\ninner = \"symGaussSeidel\"\ninnerTolerance = 0\n\
          innerMaxIter = 2\nblockSize = 64\n",
     );
@@ -746,13 +748,7 @@ fn polynomial_preconditioners_from_case_toml_solve_like_pcg() {
     use fvpoisson::solve::{
         EigenBound, PolynomialKind, PolynomialSettings, Precision, Preconditioner,
     };
-    let with = |entry: &str| {
-        MMS.replace(
-            "tolerance = 1e-10\n",
-            &format!("tolerance = 1e-10\n{entry}"),
-        )
-    };
-    let text = with(
+    let text = mms_with_solver_entry(
         "preconditioner = \"Chebyshev\"\ndegree = 3\neigenBound = \"Lanczos\"\n\
          eigenRatio = 20.0\nprecision = \"mixed\"\n",
     );
@@ -834,13 +830,7 @@ fn smoother_keys_are_checked() {
 fn amg_from_case_toml_solves_like_pcg() {
     use fvpoisson::solve::amg::{AmgSmootherKind, CycleKind};
     use fvpoisson::solve::Preconditioner;
-    let with = |entry: &str| {
-        MMS.replace(
-            "tolerance = 1e-10\n",
-            &format!("tolerance = 1e-10\n{entry}"),
-        )
-    };
-    let pcg_amg = with(
+    let pcg_amg = mms_with_solver_entry(
         "preconditioner = \"AMG\"\namg = { cycle = \"K\", smoother = \"Chebyshev\", sweeps = 2, \
          coarsestRows = 20 }\n",
     );
@@ -852,7 +842,8 @@ fn amg_from_case_toml_solves_like_pcg() {
         (s.cycle, s.smoother, s.sweeps, s.coarsest_rows),
         (CycleKind::K, AmgSmootherKind::Chebyshev, 2, 20)
     );
-    let gamg = with("solver = \"GAMG\"\namg = { coarsestRows = 20 }\nmaxIter = 200\n");
+    let gamg =
+        mms_with_solver_entry("solver = \"GAMG\"\namg = { coarsestRows = 20 }\nmaxIter = 200\n");
     let setup = parse(&gamg).unwrap();
     assert_eq!(setup.solver.regular.gamg.map(|s| s.coarsest_rows), Some(20));
     let reference = run_text(MMS, "amg_ref").field;
