@@ -339,6 +339,15 @@ pub fn in_original_rows(e: SolveError, perm: Option<&Permutation>) -> SolveError
             row: original(row),
             value,
         },
+        SolveError::ZeroPivot {
+            precond,
+            row,
+            value,
+        } => SolveError::ZeroPivot {
+            precond,
+            row: original(row),
+            value,
+        },
         other => other,
     }
 }

@@ -80,6 +80,17 @@ pub enum SolveError {
     /// Subdomain deflation cannot be set up (`solve::deflation`).
     #[error("deflation: {0}")]
     Deflation(String),
+    /// An incomplete LU met a zero or tiny pivot (`solve::ilu`).
+    #[error(
+        "{precond} factorization: pivot {value} in row {row} is zero or tiny against the row's \
+         largest entry (ILU does not pivot: reorder the rows, raise the fill level, or use a \
+         matrix with a stronger diagonal)"
+    )]
+    ZeroPivot {
+        precond: &'static str,
+        row: usize,
+        value: f64,
+    },
 }
 
 /// The first non-finite entry of `values`, as an error naming `what` and the row.

@@ -16,12 +16,14 @@ pub mod cpu;
 pub mod deflation;
 pub mod equilibrate;
 pub mod error;
+pub mod ilu;
 pub mod lanczos;
 pub mod neumann;
 pub mod pcg;
 pub mod polynomial;
 pub mod precond;
 pub mod reduce;
+pub mod schwarz;
 pub mod smooth_solver;
 pub mod smoother;
 

@@ -6,6 +6,7 @@
 //! matrix is the same as OpenFOAM's face-ordered loops over lower/upper
 //! coefficients.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -203,7 +204,7 @@ impl Preconditioner {
 /// Where each row's diagonal sits: row r's strictly lower entries are
 /// `row_ptr[r]..diag_slot[r]`, its strictly upper ones `diag_slot[r]+1..row_ptr[r+1]`.
 pub(super) struct Triangles<'a> {
-    a: &'a Csr,
+    a: Cow<'a, Csr>,
     diag_slot: Vec<usize>,
 }
 
@@ -211,6 +212,15 @@ impl<'a> Triangles<'a> {
     /// Fails when a diagonal entry is missing or not positive: every
     /// preconditioner here divides by it and needs it positive for SPD.
     pub(super) fn new(a: &'a Csr, precond: &'static str) -> Result<Self, SolveError> {
+        Self::of(Cow::Borrowed(a), precond)
+    }
+
+    /// [`Triangles::new`] on a matrix it keeps (Schwarz's block matrices).
+    pub(super) fn owned(a: Csr, precond: &'static str) -> Result<Triangles<'static>, SolveError> {
+        Triangles::of(Cow::Owned(a), precond)
+    }
+
+    fn of(a: Cow<'a, Csr>, precond: &'static str) -> Result<Self, SolveError> {
         let diag_slot = (0..a.n_rows())
             .map(|r| match a.slot(r, r) {
                 Some(s) if a.values()[s] > 0.0 => Ok(s),
@@ -226,6 +236,9 @@ impl<'a> Triangles<'a> {
 
     pub(super) fn n(&self) -> usize {
         self.diag_slot.len()
+    }
+    pub(super) fn matrix(&self) -> &Csr {
+        &self.a
     }
     pub(super) fn diag(&self, r: usize) -> f64 {
         self.a.values()[self.diag_slot[r]]
@@ -319,6 +332,12 @@ impl<'a> Dic<'a> {
         Ok(Self { t, reciprocal_d })
     }
 
+    /// The DIC sweeps with a diagonal d* computed elsewhere (DILU, `solve::ilu`).
+    pub(super) fn from_diagonal(t: Triangles<'a>, d: &[f64]) -> Self {
+        let reciprocal_d = d.iter().map(|d| 1.0 / d).collect();
+        Self { t, reciprocal_d }
+    }
+
     /// 1 / d*, per row.
     pub fn reciprocal_diagonal(&self) -> &[f64] {
         &self.reciprocal_d
@@ -358,8 +377,16 @@ pub struct Ic0<'a> {
 
 impl<'a> Ic0<'a> {
     pub fn new(a: &'a Csr) -> Result<Self, SolveError> {
-        let t = Triangles::new(a, "IC(0)")?;
-        let mut l = vec![0.0; a.nnz()];
+        Self::factorise(Triangles::new(a, "IC(0)")?)
+    }
+
+    /// IC(0) of a matrix it keeps (the block matrix of `solve::schwarz`).
+    pub fn owned(a: Csr) -> Result<Ic0<'static>, SolveError> {
+        Ic0::factorise(Triangles::owned(a, "IC(0)")?)
+    }
+
+    fn factorise(t: Triangles<'a>) -> Result<Self, SolveError> {
+        let mut l = vec![0.0; t.matrix().nnz()];
         let mut l_diag = vec![0.0; t.n()];
         for i in 0..t.n() {
             for s in t.lower(i) {

@@ -87,6 +87,38 @@ pub fn slice_partition_order(a: &Csr, slice_height: usize) -> Result<Permutation
         .map_err(|e| format!("partition ordering: not a permutation ({e})"))
 }
 
+/// METIS k-way partition of `graph` into `n_parts` parts (`METIS_PartGraphKway`,
+/// one call; the sub-domains of `solve::schwarz`): the part of each vertex.
+/// Parts may come out empty on tiny graphs; one part needs no METIS.
+pub fn graph_parts(graph: &Graph, n_parts: usize) -> Result<Vec<u32>, String> {
+    let m = graph.n();
+    if n_parts == 0 {
+        return Err("a partition needs at least one part".into());
+    }
+    if n_parts == 1 || m <= 1 {
+        return Ok(vec![0; m]);
+    }
+    if n_parts >= m {
+        return Ok((0..m as u32).collect());
+    }
+    if m >= Idx::MAX as usize || graph.n_targets() >= Idx::MAX as usize {
+        return Err(format!(
+            "the graph ({m} vertices, {} adjacency entries) is too large for METIS's 32-bit \
+             indices",
+            graph.n_targets()
+        ));
+    }
+    let xadj: Vec<Idx> = graph.offsets().iter().map(|&o| o as Idx).collect();
+    let adjncy: Vec<Idx> = graph.targets().iter().map(|&t| t as Idx).collect();
+    let mut part: Vec<Idx> = vec![0; m];
+    let _one_at_a_time = METIS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    metis::Graph::new(1, n_parts as Idx, &xadj, &adjncy)
+        .map_err(|e| format!("METIS refused a graph of {m} vertices: {e}"))?
+        .part_kway(&mut part)
+        .map_err(|e| format!("METIS could not cut a graph of {m} vertices in {n_parts}: {e}"))?;
+    Ok(part.iter().map(|&p| p as u32).collect())
+}
+
 /// Global vertex → index in a vertex set, for many disjoint sets at once
 /// (the parts are ordered in parallel). Each set gets a
 /// fresh tag; an entry counts only under its set's tag, so entries written
