@@ -29,6 +29,28 @@ extern "C" __global__ void ic_dic_factor(int count, int first, const int* __rest
     if (!(dj > 0.0)) atomicMin(failed, j + 1);
 }
 
+// DILU factor, one level (OpenFOAM DILUPreconditioner::calcReciprocalD):
+// d_j = a_jj - sum over lower slots s = (j, i) ascending of a_ij a_ji / d_i,
+// a_ij read at the transposed slot; src/solve/ilu.rs dilu. A pivot failing
+// |d_j| > tiny_j (or not finite) lowers `failed` as in ic_dic_factor.
+extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __restrict__ rows,
+                                          const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols,
+                                          const double* __restrict__ vals,
+                                          const u64* __restrict__ diag_slot,
+                                          const u64* __restrict__ transposed,
+                                          const double* __restrict__ tiny, double* d,
+                                          int* failed) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const int j = rows[first + t];
+    double dj = vals[diag_slot[j]];
+    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
+        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(vals[transposed[s]], vals[s]), d[cols[s]]));
+    d[j] = dj;
+    if (!(fabs(dj) > tiny[j]) || !isfinite(dj)) atomicMin(failed, j + 1);
+}
+
 // IC(0) factor, one level: for each lower slot s = (i, k) ascending,
 // l_s = (a_ik - sum_{m<k} l_im l_km) / l_kk over the common lower pattern of
 // rows i and k (a merge of two sorted column lists); then

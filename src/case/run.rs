@@ -141,6 +141,9 @@ impl Device<'_> {
                 "PCG with the {s} preconditioner runs on a host-assembled matrix"
             )),
             (None, Preconditioner::Kind(_)) => None,
+            (None, p @ (Preconditioner::Ilu(_) | Preconditioner::Schwarz(_))) => Some(format!(
+                "PCG with the {p} preconditioner runs on a host-assembled matrix"
+            )),
         }
     }
 }

@@ -15,6 +15,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::ilu::{pivot_thresholds, transposed_slots};
 use crate::solve::{PreconditionerKind, SolveError};
 use crate::sparse::levels::LevelSchedule;
 use crate::sparse::{Csr, Permutation};
@@ -26,6 +27,9 @@ pub enum IcKind {
     Dic,
     /// IC(0): L on the lower pattern of A.
     Ic0,
+    /// OpenFOAM's DILU: DIC's sweeps with d*_j = a_jj − Σ a_ij a_ji / d*_i
+    /// (`solve::ilu::dilu`; equal to DIC on a symmetric matrix).
+    Dilu,
 }
 
 impl IcKind {
@@ -34,6 +38,7 @@ impl IcKind {
         match kind {
             PreconditionerKind::Dic => Some(Self::Dic),
             PreconditionerKind::Ic0 => Some(Self::Ic0),
+            PreconditionerKind::Dilu => Some(Self::Dilu),
             _ => None,
         }
     }
@@ -41,19 +46,20 @@ impl IcKind {
         match self {
             Self::Dic => "DIC",
             Self::Ic0 => "IC(0)",
+            Self::Dilu => "DILU",
         }
     }
 }
 
 /// A level schedule on the device: the rows level by level, and the level
 /// bounds on the host (one launch per level).
-struct DeviceLevels {
+pub(super) struct DeviceLevels {
     level_ptr: Vec<usize>,
     rows: CudaSlice<i32>,
 }
 
 impl DeviceLevels {
-    fn upload(gpu: &Gpu, s: &LevelSchedule) -> Result<Self, GpuError> {
+    pub(super) fn upload(gpu: &Gpu, s: &LevelSchedule) -> Result<Self, GpuError> {
         let rows: Vec<i32> = s.rows().iter().map(|&r| r as i32).collect();
         Ok(Self {
             level_ptr: s.level_ptr().to_vec(),
@@ -61,12 +67,15 @@ impl DeviceLevels {
         })
     }
 
-    fn n_levels(&self) -> usize {
+    pub(super) fn n_levels(&self) -> usize {
         self.level_ptr.len() - 1
+    }
+    pub(super) fn rows(&self) -> &CudaSlice<i32> {
+        &self.rows
     }
 
     /// Runs `launch(count, first, grid)` for each level in turn.
-    fn each(
+    pub(super) fn each(
         &self,
         mut launch: impl FnMut(i32, i32, u32) -> Result<(), GpuError>,
     ) -> Result<(), GpuError> {
@@ -91,8 +100,11 @@ pub struct DeviceIncompleteCholesky<'g> {
     factor: CudaSlice<f64>,
     /// IC(0): L's diagonal.
     l_diag: Option<CudaSlice<f64>>,
-    /// IC(0): for each slot (k, i) the slot (i, k) (backward sweep by rows).
+    /// IC(0): for each slot (k, i) the slot (i, k) (backward sweep by
+    /// rows); DILU: the same, for a_ij in the factor.
     transposed: Option<CudaSlice<u64>>,
+    /// DILU: the pivot thresholds (`solve::ilu::pivot_thresholds`).
+    tiny: Option<CudaSlice<f64>>,
     forward: DeviceLevels,
     backward: DeviceLevels,
 }
@@ -120,8 +132,14 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         }
         let transposed = match kind {
             IcKind::Dic => None,
-            IcKind::Ic0 => Some(transposed_slots(a)?),
+            IcKind::Ic0 | IcKind::Dilu => Some(
+                transposed_slots(a, kind.name())?
+                    .into_iter()
+                    .map(|s| s as u64)
+                    .collect::<Vec<_>>(),
+            ),
         };
+        let tiny = (kind == IcKind::Dilu).then(|| pivot_thresholds(a));
         let cols: Vec<i32> = a.cols().iter().map(|&c| c as i32).collect();
         let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
         let upload = || -> Result<Self, GpuError> {
@@ -134,14 +152,15 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 vals: gpu.upload(a.values())?,
                 diag_slot: gpu.upload(&diag_slot)?,
                 factor: gpu.zeros(match kind {
-                    IcKind::Dic => n,
+                    IcKind::Dic | IcKind::Dilu => n,
                     IcKind::Ic0 => a.nnz(),
                 })?,
                 l_diag: match kind {
-                    IcKind::Dic => None,
+                    IcKind::Dic | IcKind::Dilu => None,
                     IcKind::Ic0 => Some(gpu.zeros(n)?),
                 },
                 transposed: transposed.as_deref().map(|t| gpu.upload(t)).transpose()?,
+                tiny: tiny.as_deref().map(|t| gpu.upload(t)).transpose()?,
                 forward: DeviceLevels::upload(gpu, &LevelSchedule::lower(a))?,
                 backward: DeviceLevels::upload(gpu, &LevelSchedule::upper(a))?,
             })
@@ -180,6 +199,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                         .arg(&self.diag_slot);
                     a.arg(&self.factor).arg(&failed);
                 }),
+                IcKind::Dilu => gpu.launch("ic_dilu_factor", grid, VECTOR_BLOCK, 0, |a| {
+                    a.arg(&count).arg(&first).arg(&self.forward.rows);
+                    a.arg(&self.row_ptr)
+                        .arg(&self.cols)
+                        .arg(&self.vals)
+                        .arg(&self.diag_slot);
+                    a.arg(self.transposed.as_ref().expect("DILU"))
+                        .arg(self.tiny.as_ref().expect("DILU"));
+                    a.arg(&self.factor).arg(&failed);
+                }),
                 IcKind::Ic0 => gpu.launch("ic_ic0_factor", grid, VECTOR_BLOCK, 0, |a| {
                     a.arg(&count).arg(&first).arg(&self.forward.rows);
                     a.arg(&self.row_ptr)
@@ -197,7 +226,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             // Breakdown at row failed_row − 1: read its pivot for the message.
             let row = failed_row - 1;
             let value = match self.kind {
-                IcKind::Dic => gpu.download(&self.factor).map_err(device)?[row],
+                IcKind::Dic | IcKind::Dilu => gpu.download(&self.factor).map_err(device)?[row],
                 IcKind::Ic0 => {
                     let d = gpu.download(self.l_diag.as_ref().expect("IC(0)"));
                     let l = d.map_err(device)?[row];
@@ -208,13 +237,20 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                     }
                 }
             };
+            if self.kind == IcKind::Dilu {
+                return Err(SolveError::ZeroPivot {
+                    precond: "DILU",
+                    row,
+                    value,
+                });
+            }
             return Err(SolveError::FactorizationBreakdown {
                 precond: self.kind.name(),
                 row,
                 value,
             });
         }
-        if self.kind == IcKind::Dic {
+        if matches!(self.kind, IcKind::Dic | IcKind::Dilu) {
             let n = self.n as i32;
             gpu.launch("ic_reciprocal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(&self.factor);
@@ -233,7 +269,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let gpu = self.gpu;
         let (fw, bw) = (&self.forward, &self.backward);
         match self.kind {
-            IcKind::Dic => {
+            IcKind::Dic | IcKind::Dilu => {
                 fw.each(|count, first, grid| {
                     gpu.launch("ic_dic_forward", grid, VECTOR_BLOCK, 0, |a| {
                         a.arg(&count).arg(&first).arg(&fw.rows);
@@ -297,23 +333,6 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
     fn is_linear(&self) -> bool {
         true
     }
-}
-
-/// For each slot (k, i) of `a` the slot (i, k); an error when the pattern is
-/// not symmetric.
-fn transposed_slots(a: &Csr) -> Result<Vec<u64>, SolveError> {
-    let mut t = vec![0u64; a.nnz()];
-    for k in 0..a.n_rows() {
-        let (cols, _) = a.row(k);
-        for (s, &i) in (a.row_ptr()[k]..).zip(cols) {
-            t[s] = a.slot(i as usize, k).ok_or_else(|| {
-                SolveError::InvalidControls(format!(
-                    "IC(0) needs a symmetric pattern: entry ({k}, {i}) has no ({i}, {k})"
-                ))
-            })? as u64;
-        }
-    }
-    Ok(t)
 }
 
 /// `e` with the row a factorisation error names (a row of the matrix as

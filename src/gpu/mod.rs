@@ -27,6 +27,7 @@ pub mod cusparse;
 pub mod deflation;
 pub mod deflation_bench;
 pub mod ic;
+pub mod ilu;
 pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
@@ -54,6 +55,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
     ("deflation.cu", include_str!("../../kernels/deflation.cu")),
     ("amg.cu", include_str!("../../kernels/amg.cu")),
+    ("ilu.cu", include_str!("../../kernels/ilu.cu")),
 ];
 
 /// The kernels the sources define, in source order.

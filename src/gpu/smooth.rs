@@ -617,8 +617,8 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 /// What the GPU runs for a PCG preconditioner: Jacobi, none and the
 /// polynomials (`gpu::polynomial`) as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
-/// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; DIC and IC(0)
-/// (triangular solves, not on the GPU) as Jacobi.
+/// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; ILU(k) and Schwarz
+/// as given (`gpu::ilu`); the other kinds without a device form as Jacobi.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
     match p {
         Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
@@ -631,6 +631,7 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
         Preconditioner::Kind(_) => PreconditionerKind::Jacobi.into(),
         Preconditioner::Smoother(s) => Preconditioner::Smoother(gpu_smoother(s)),
         Preconditioner::Polynomial(_) => *p,
+        Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => *p,
     }
 }
 
@@ -787,6 +788,18 @@ impl GpuSolver<'_> {
             }
             Preconditioner::Amg(s) => {
                 return self.solve_amg(a, s, equilibration, b, x, controls, field, options)
+            }
+            Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => {
+                return self.solve_ilu(
+                    a,
+                    preconditioner,
+                    equilibration,
+                    b,
+                    x,
+                    controls,
+                    field,
+                    options,
+                )
             }
         };
         check_system(a, b, x, controls)?;

@@ -168,7 +168,8 @@ pub fn diagonal_slots(p: &Csr) -> Vec<usize> {
         .collect()
 }
 
-fn zero_pivot(k: u32, row: usize, value: f64) -> SolveError {
+/// The zero-pivot error of ILU(k) at `row`.
+pub fn zero_pivot(k: u32, row: usize, value: f64) -> SolveError {
     SolveError::ZeroPivot {
         precond: match k {
             0 => "ILU(0)",

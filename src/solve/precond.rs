@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use super::amg::{Amg, AmgSettings};
 use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
+use super::schwarz::SchwarzSettings;
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
@@ -35,10 +36,13 @@ pub enum PreconditionerKind {
     Neumann1,
     /// Truncated Neumann series, second order.
     Neumann2,
+    /// OpenFOAM's diagonal incomplete LU (`solve::ilu::dilu`): DIC on a
+    /// symmetric matrix, the cheap preconditioner of PBiCGStab.
+    Dilu,
 }
 
 impl PreconditionerKind {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::None,
         Self::Jacobi,
         Self::Dic,
@@ -46,6 +50,7 @@ impl PreconditionerKind {
         Self::SymGaussSeidel,
         Self::Neumann1,
         Self::Neumann2,
+        Self::Dilu,
     ];
 
     /// Name used on the command line.
@@ -58,6 +63,7 @@ impl PreconditionerKind {
             Self::SymGaussSeidel => "sgs",
             Self::Neumann1 => "neu1",
             Self::Neumann2 => "neu2",
+            Self::Dilu => "dilu",
         }
     }
 
@@ -74,6 +80,7 @@ impl PreconditionerKind {
             )),
             Self::Neumann1 => Box::new(TruncatedNeumann::new(a, 1)?),
             Self::Neumann2 => Box::new(TruncatedNeumann::new(a, 2)?),
+            Self::Dilu => Box::new(super::ilu::dilu(a)?),
         })
     }
 }
@@ -112,6 +119,10 @@ pub enum Preconditioner {
     Smoother(SmootherSettings),
     Polynomial(PolynomialSettings),
     Amg(AmgSettings),
+    /// ILU(k) with this fill level (`solve::ilu`).
+    Ilu(u32),
+    /// Restricted (RAS) or symmetric additive (AS) Schwarz (`solve::schwarz`).
+    Schwarz(SchwarzSettings),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -133,23 +144,34 @@ impl fmt::Display for Preconditioner {
             Self::Smoother(s) => s.fmt(f),
             Self::Polynomial(p) => p.fmt(f),
             Self::Amg(s) => s.fmt(f),
+            Self::Ilu(k) => write!(f, "ilu{k}"),
+            Self::Schwarz(s) => s.fmt(f),
         }
     }
 }
 
 impl FromStr for Preconditioner {
     type Err = String;
-    /// A [`PreconditionerKind`] name, or `amg[:key=value]...` ([`AmgSettings`]).
+    /// A [`PreconditionerKind`] name, `amg[:key=value]...` ([`AmgSettings`]),
+    /// `ilu0`, `ilu1`, `iluk:K` (ILU(K)), or `ras[:key=value]...` /
+    /// `as[:key=value]...` ([`SchwarzSettings`]).
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.split(':')
-            .next()
-            .is_some_and(|h| h.eq_ignore_ascii_case("amg"))
-        {
-            return s.parse().map(Self::Amg);
+        let head = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
+        match head.as_str() {
+            "amg" => return s.parse().map(Self::Amg),
+            "ras" | "as" => return s.parse().map(Self::Schwarz),
+            "iluk" => {
+                let k = s.split_once(':').map(|(_, k)| k).unwrap_or_default();
+                return parse_fill_level(k).map(Self::Ilu);
+            }
+            _ => {}
         }
-        s.parse::<PreconditionerKind>()
-            .map(Self::Kind)
-            .map_err(|e| format!("{e}, or amg[:key=value]..."))
+        if let Some(k) = head.strip_prefix("ilu").filter(|k| !k.is_empty()) {
+            return parse_fill_level(k).map(Self::Ilu);
+        }
+        s.parse::<PreconditionerKind>().map(Self::Kind).map_err(|e| {
+            format!("{e}, or amg[:key=value]..., ilu0, ilu1, iluk:K, ras[:key=value]..., as[:key=value]...")
+        })
     }
 }
 
@@ -160,6 +182,7 @@ impl Preconditioner {
             Self::Kind(_) | Self::Polynomial(_) => false,
             Self::Smoother(s) => !s.is_linear(),
             Self::Amg(s) => !s.is_linear(),
+            Self::Ilu(_) | Self::Schwarz(_) => false,
         }
     }
 
@@ -174,6 +197,22 @@ impl Preconditioner {
                 .map_err(SolveError::InvalidControls),
             Self::Polynomial(p) => p.validate().map_err(SolveError::InvalidControls),
             Self::Amg(s) => s.validate().map_err(SolveError::InvalidControls),
+            Self::Ilu(k) => check_fill_level(*k).map_err(SolveError::InvalidControls),
+            Self::Schwarz(s) => s
+                .validate()
+                .map_err(SolveError::InvalidControls)
+                .and_then(|()| {
+                    if s.is_symmetric() || s.overlap == 0 {
+                        Ok(())
+                    } else {
+                        Err(SolveError::InvalidControls(format!(
+                            "{s} is not symmetric (restricted prolongation with overlap {}): PCG \
+                         needs AS (preconditioner AS, IC(0) blocks) or RAS with overlap 0; \
+                         use RAS with GMRES or BiCGStab",
+                            s.overlap
+                        )))
+                    }
+                }),
         }
     }
 
@@ -181,6 +220,7 @@ impl Preconditioner {
     pub fn ordering(&self, a: &Csr) -> Option<Permutation> {
         match self {
             Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) => None,
+            Self::Ilu(_) | Self::Schwarz(_) => None,
             Self::Smoother(s) => s.ordering(a),
         }
     }
@@ -197,8 +237,44 @@ impl Preconditioner {
                 log::info!("{s}: {}", amg.hierarchy().describe());
                 Ok(Box::new(amg))
             }
+            Self::Ilu(k) => {
+                let ilu = super::ilu::Ilu::new(a, *k)?;
+                let (fw, bw) = ilu.levels();
+                log::info!(
+                    "ILU({k}): {} fill entries, {fw} forward / {bw} backward levels",
+                    ilu.n_fill()
+                );
+                Ok(Box::new(ilu))
+            }
+            Self::Schwarz(s) => {
+                let m = super::schwarz::Schwarz::new(a, s)?;
+                log::info!("{}", m.describe());
+                Ok(Box::new(m))
+            }
         }
     }
+}
+
+/// The highest ILU fill level accepted (the thesis uses 0 to 3).
+pub const MAX_FILL_LEVEL: u32 = 8;
+
+/// An ILU fill level that is too high for the pattern to stay sparse.
+pub fn check_fill_level(k: u32) -> Result<(), String> {
+    if k > MAX_FILL_LEVEL {
+        return Err(format!(
+            "ILU fill level {k} is too high (at most {MAX_FILL_LEVEL}; the thesis uses 0 to 3)"
+        ));
+    }
+    Ok(())
+}
+
+/// An ILU fill level from text (`ilu1`'s `1`, `iluk:2`'s `2`).
+pub fn parse_fill_level(k: &str) -> Result<u32, String> {
+    let k: u32 = k.trim().parse().map_err(|_| {
+        format!("ILU fill level must be a whole number (ilu0, ilu1, iluk:K), not '{k}'")
+    })?;
+    check_fill_level(k)?;
+    Ok(k)
 }
 
 /// Where each row's diagonal sits: row r's strictly lower entries are

@@ -119,12 +119,7 @@ impl SchwarzSettings {
         if self.nested == 0 {
             return Err("Schwarz nested is the number of inner blocks, at least 1".into());
         }
-        if self.fill_level > 8 {
-            return Err(format!(
-                "ILU fill level {} is too high (at most 8; the thesis uses 0 to 3)",
-                self.fill_level
-            ));
-        }
+        super::precond::check_fill_level(self.fill_level)?;
         if self.kind == SchwarzKind::Additive && self.fill_level != 0 {
             return Err("AS uses IC(0) blocks: fillLevel must be 0 (use RAS for ILU(k))".into());
         }
@@ -337,25 +332,40 @@ impl Decomposition {
         self.gather.par_iter().map(|&g| r[g as usize]).collect()
     }
 
-    /// z from the block solutions y_B: the owners' values (restricted) or
-    /// the sum over the blocks holding each row (additive).
-    pub fn scatter(&self, kind: SchwarzKind, y: &[f64], z: &mut [f64]) {
-        match kind {
-            SchwarzKind::Restricted => {
-                for ((&g, &own), &v) in self.gather.iter().zip(&self.owned).zip(y) {
-                    if own {
-                        z[g as usize] = v;
-                    }
-                }
-            }
-            SchwarzKind::Additive => {
-                z.fill(0.0);
-                for (&g, &v) in self.gather.iter().zip(y) {
-                    z[g as usize] += v;
-                }
+    /// For each row g of A the concatenated rows whose block values make
+    /// z_g, as `(ptr, list)` (row g: `list[ptr[g]..ptr[g + 1]]`): its owner
+    /// (restricted) or every block row holding it, ascending (additive).
+    pub fn scatter_lists(&self, kind: SchwarzKind, n: usize) -> (Vec<usize>, Vec<u32>) {
+        let mut ptr = vec![0usize; n + 1];
+        let counted = |c: usize| kind == SchwarzKind::Additive || self.owned[c];
+        for (c, &g) in self.gather.iter().enumerate() {
+            if counted(c) {
+                ptr[g as usize + 1] += 1;
             }
         }
+        for g in 0..n {
+            ptr[g + 1] += ptr[g];
+        }
+        let mut next = ptr.clone();
+        let mut list = vec![0u32; ptr[n]];
+        for (c, &g) in self.gather.iter().enumerate() {
+            if counted(c) {
+                list[next[g as usize]] = c as u32;
+                next[g as usize] += 1;
+            }
+        }
+        (ptr, list)
     }
+}
+
+/// z_g = the first listed block value, plus the others in list order
+/// ([`Decomposition::scatter_lists`]; the GPU's `schwarz_scatter`).
+fn scatter(ptr: &[usize], list: &[u32], y: &[f64], z: &mut [f64]) {
+    z.par_iter_mut().enumerate().for_each(|(g, z)| {
+        let mut held = list[ptr[g]..ptr[g + 1]].iter().map(|&c| y[c as usize]);
+        let first = held.next().expect("every row is in a block");
+        *z = held.fold(first, |acc, v| acc + v);
+    });
 }
 
 /// The vertices of each part, ascending; empty parts dropped.
@@ -417,6 +427,8 @@ pub struct Schwarz {
     n: usize,
     settings: SchwarzSettings,
     decomposition: Decomposition,
+    scatter_ptr: Vec<usize>,
+    scatter_list: Vec<u32>,
     factor: BlockFactor,
 }
 
@@ -429,10 +441,13 @@ impl Schwarz {
             }
             SchwarzKind::Additive => BlockFactor::Ic0(Ic0::owned(decomposition.matrix.clone())?),
         };
+        let (scatter_ptr, scatter_list) = decomposition.scatter_lists(settings.kind, a.n_rows());
         Ok(Self {
             n: a.n_rows(),
             settings: *settings,
             decomposition,
+            scatter_ptr,
+            scatter_list,
             factor,
         })
     }
@@ -483,7 +498,7 @@ impl LinearOperator for Schwarz {
             BlockFactor::Ilu(f) => f.apply(&rb, &mut yb),
             BlockFactor::Ic0(f) => f.apply(&rb, &mut yb),
         }
-        self.decomposition.scatter(self.settings.kind, &yb, z);
+        scatter(&self.scatter_ptr, &self.scatter_list, &yb, z);
     }
 }
 

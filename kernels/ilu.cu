@@ -1,0 +1,106 @@
+// Incomplete LU on the GPU by level scheduling (src/gpu/ilu.rs; seed 004
+// §2.9-2.11): the numeric ILU factorisation on the padded ILU(k) pattern and
+// the forward/backward sweeps, one launch per level, one thread per row, and
+// the gather/scatter of the Schwarz preconditioner (src/solve/schwarz.rs).
+//
+// The factor and the sweeps repeat src/solve/ilu.rs operation for operation
+// with the _rn intrinsics (no FMA contraction), so factors and applications
+// equal the CPU's bit for bit. L is unit lower (strictly lower slots), U the
+// diagonal and upper slots, in place in `lu` (u64 from spmv.cu). The sweeps
+// take the trailing `done` gate (gated_off, kernels/smooth.cu).
+
+// ILU factor, one level (IKJ): for each lower slot s = (i, k) ascending,
+// l = lu_ik / u_kk, then lu_ij -= l * u_kj for the upper slots (k, j) of row k
+// whose column is in row i (a merge of two sorted column lists; row k is
+// final: an earlier level). A pivot failing |u_ii| > tiny_i (or not finite)
+// lowers `failed` to row + 1 (atomicMin from n + 1).
+extern "C" __global__ void ilu_factor(int count, int first, const int* __restrict__ rows,
+                                      const u64* __restrict__ row_ptr,
+                                      const int* __restrict__ cols,
+                                      const u64* __restrict__ diag_slot,
+                                      const double* __restrict__ tiny, double* lu, int* failed) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const int i = rows[first + t];
+    const u64 end = row_ptr[i + 1], di = diag_slot[i];
+    for (u64 s = row_ptr[i]; s < di; ++s) {
+        const int k = cols[s];
+        const double l = __ddiv_rn(lu[s], lu[diag_slot[k]]);
+        lu[s] = l;
+        u64 p = s + 1, q = diag_slot[k] + 1;
+        const u64 q_end = row_ptr[k + 1];
+        while (p < end && q < q_end) {
+            const int cp = cols[p], cq = cols[q];
+            if (cp < cq) {
+                ++p;
+            } else if (cp > cq) {
+                ++q;
+            } else {
+                lu[p] = __dsub_rn(lu[p], __dmul_rn(l, lu[q]));
+                ++p;
+                ++q;
+            }
+        }
+    }
+    const double u = lu[di];
+    if (!(fabs(u) > tiny[i]) || !isfinite(u)) atomicMin(failed, i + 1);
+}
+
+// Forward sweep L y = r, one level: y_i = r_i - sum l_ik y_k (k ascending).
+extern "C" __global__ void ilu_forward(int count, int first, const int* __restrict__ rows,
+                                       const u64* __restrict__ row_ptr,
+                                       const int* __restrict__ cols,
+                                       const u64* __restrict__ diag_slot,
+                                       const double* __restrict__ lu,
+                                       const double* __restrict__ r, double* z,
+                                       const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || gated_off(done)) return;
+    const int i = rows[first + t];
+    double acc = r[i];
+    for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s)
+        acc = __dsub_rn(acc, __dmul_rn(lu[s], z[cols[s]]));
+    z[i] = acc;
+}
+
+// Backward sweep U x = y in place, one level: x_i = (y_i - sum u_ij x_j) / u_ii
+// (j ascending; x_j final: an earlier backward level).
+extern "C" __global__ void ilu_backward(int count, int first, const int* __restrict__ rows,
+                                        const u64* __restrict__ row_ptr,
+                                        const int* __restrict__ cols,
+                                        const u64* __restrict__ diag_slot,
+                                        const double* __restrict__ lu, double* z,
+                                        const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || gated_off(done)) return;
+    const int i = rows[first + t];
+    const u64 di = diag_slot[i];
+    double acc = z[i];
+    for (u64 s = di + 1; s < row_ptr[i + 1]; ++s)
+        acc = __dsub_rn(acc, __dmul_rn(lu[s], z[cols[s]]));
+    z[i] = __ddiv_rn(acc, lu[di]);
+}
+
+// Schwarz gather: r_B[c] = r[gather[c]] over the concatenated block rows.
+extern "C" __global__ void schwarz_gather(int n_blocks_rows, const int* __restrict__ gather,
+                                          const double* __restrict__ r, double* rb,
+                                          const double* done) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_blocks_rows || gated_off(done)) return;
+    rb[c] = r[gather[c]];
+}
+
+// Schwarz scatter, one thread per row g of A: z_g = the first listed block
+// value plus the others in list order (RAS lists the owner only; AS every
+// block row holding g, ascending, as the CPU sums them).
+extern "C" __global__ void schwarz_scatter(int n, const u64* __restrict__ ptr,
+                                           const int* __restrict__ list,
+                                           const double* __restrict__ yb, double* z,
+                                           const double* done) {
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n || gated_off(done)) return;
+    u64 p = ptr[g];
+    double acc = yb[list[p]];
+    for (++p; p < ptr[g + 1]; ++p) acc = __dadd_rn(acc, yb[list[p]]);
+    z[g] = acc;
+}

@@ -1,0 +1,336 @@
+//! Incomplete LU and Schwarz preconditioners on the GPU (`kernels/ilu.cu`),
+//! equal bit for bit to `solve::ilu::Ilu` and `solve::schwarz::Schwarz` on
+//! the same matrix and row order.
+//!
+//! The symbolic ILU(k) pattern and the Schwarz decomposition (METIS, overlap,
+//! the block matrix) are built on the host, as the thesis does (seed 004
+//! §2.10); the numeric factorisation runs on the device level by level (row
+//! i's factor needs the rows of its L part: the forward schedule of the
+//! padded pattern), and each sweep is one launch per level, one thread per
+//! row (as `gpu::ic`). Schwarz concatenates every block into one
+//! block-diagonal matrix, so the blocks' levels merge: one launch per level
+//! of the deepest block, all blocks' rows of that level in it.
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
+use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::smooth::DevicePreconditioner;
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::cpu::check_system;
+use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
+use crate::solve::schwarz::{Decomposition, SchwarzKind, SchwarzSettings};
+use crate::solve::{
+    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
+};
+use crate::sparse::fill::FillPattern;
+use crate::sparse::levels::LevelSchedule;
+use crate::sparse::Csr;
+
+fn device(e: GpuError) -> SolveError {
+    SolveError::Device(e.to_string())
+}
+
+/// ILU(k) factors on the device, factorised there.
+pub struct DeviceIlu<'g> {
+    gpu: &'g Gpu,
+    n: usize,
+    fill_level: u32,
+    row_ptr: CudaSlice<u64>,
+    cols: CudaSlice<i32>,
+    diag_slot: CudaSlice<u64>,
+    /// L and U in the padded pattern's slots.
+    lu: CudaSlice<f64>,
+    forward: DeviceLevels,
+    backward: DeviceLevels,
+}
+
+impl<'g> DeviceIlu<'g> {
+    /// ILU(k) of `a` (square, rows in the solve's order): the pattern on the
+    /// host, the factors on the device. A zero or tiny pivot is the CPU's
+    /// error for the same row.
+    pub fn new(gpu: &'g Gpu, a: &Csr, k: u32) -> Result<Self, SolveError> {
+        Self::from_pattern(gpu, &symbolic(a, k)?)
+    }
+
+    /// The numeric factorisation of a padded ILU(k) pattern on the device.
+    pub fn from_pattern(gpu: &'g Gpu, pattern: &FillPattern) -> Result<Self, SolveError> {
+        let p = &pattern.matrix;
+        let n = p.n_rows();
+        let diag: Vec<u64> = diagonal_slots(p).iter().map(|&s| s as u64).collect();
+        let cols: Vec<i32> = p.cols().iter().map(|&c| c as i32).collect();
+        let row_ptr: Vec<u64> = p.row_ptr().iter().map(|&s| s as u64).collect();
+        let upload = || -> Result<Self, GpuError> {
+            Ok(Self {
+                gpu,
+                n,
+                fill_level: pattern.fill_level,
+                row_ptr: gpu.upload(&row_ptr)?,
+                cols: gpu.upload(&cols)?,
+                diag_slot: gpu.upload(&diag)?,
+                lu: gpu.upload(p.values())?,
+                forward: DeviceLevels::upload(gpu, &LevelSchedule::lower(p))?,
+                backward: DeviceLevels::upload(gpu, &LevelSchedule::upper(p))?,
+            })
+        };
+        let ilu = upload().map_err(device)?;
+        ilu.factorise(&pivot_thresholds(p), &diag)?;
+        Ok(ilu)
+    }
+
+    fn factorise(&self, tiny: &[f64], diag: &[u64]) -> Result<(), SolveError> {
+        let gpu = self.gpu;
+        let tiny = gpu.upload(tiny).map_err(device)?;
+        let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
+        let fw = &self.forward;
+        fw.each(|count, first, grid| {
+            gpu.launch("ilu_factor", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&count).arg(&first).arg(fw.rows());
+                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+                a.arg(&tiny).arg(&self.lu).arg(&failed);
+            })
+        })
+        .map_err(device)?;
+        let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
+        if failed_row <= self.n {
+            let row = failed_row - 1;
+            let value = gpu.download(&self.lu).map_err(device)?[diag[row] as usize];
+            return Err(zero_pivot(self.fill_level, row, value));
+        }
+        Ok(())
+    }
+
+    /// Levels of the forward and the backward sweep.
+    pub fn levels(&self) -> (usize, usize) {
+        (self.forward.n_levels(), self.backward.n_levels())
+    }
+
+    /// L and U as the CPU stores them (`Ilu::factors` values).
+    pub fn download_factors(&self) -> Result<Vec<f64>, GpuError> {
+        self.gpu.download(&self.lu)
+    }
+
+    fn sweeps(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let (fw, bw) = (&self.forward, &self.backward);
+        fw.each(|count, first, grid| {
+            gpu.launch("ilu_forward", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&count).arg(&first).arg(fw.rows());
+                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+                a.arg(&self.lu).arg(r).arg(z);
+                arg_or_null(a, done);
+            })
+        })?;
+        bw.each(|count, first, grid| {
+            gpu.launch("ilu_backward", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&count).arg(&first).arg(bw.rows());
+                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+                a.arg(&self.lu).arg(z);
+                arg_or_null(a, done);
+            })
+        })
+    }
+}
+
+impl DevicePreconditioner for DeviceIlu<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.sweeps(r, z, None)
+    }
+    fn apply_gated(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.sweeps(r, z, Some(done))
+    }
+    fn is_linear(&self) -> bool {
+        true
+    }
+}
+
+/// The blocks' factor on the device.
+enum DeviceBlockFactor<'g> {
+    Ilu(DeviceIlu<'g>),
+    Ic0(DeviceIncompleteCholesky<'g>),
+}
+
+/// RAS / AS on the device: gather, the block factor's sweeps over all blocks
+/// at once, scatter.
+pub struct DeviceSchwarz<'g> {
+    gpu: &'g Gpu,
+    n: usize,
+    n_block_rows: usize,
+    gather: CudaSlice<i32>,
+    scatter_ptr: CudaSlice<u64>,
+    scatter_list: CudaSlice<i32>,
+    rb: CudaSlice<f64>,
+    yb: CudaSlice<f64>,
+    factor: DeviceBlockFactor<'g>,
+}
+
+impl<'g> DeviceSchwarz<'g> {
+    /// The decomposition on the host, the block factor on the device.
+    pub fn new(gpu: &'g Gpu, a: &Csr, settings: &SchwarzSettings) -> Result<Self, SolveError> {
+        let d = Decomposition::new(a, settings)?;
+        let factor = match settings.kind {
+            SchwarzKind::Restricted => {
+                DeviceBlockFactor::Ilu(DeviceIlu::new(gpu, &d.matrix, settings.fill_level)?)
+            }
+            SchwarzKind::Additive => {
+                DeviceBlockFactor::Ic0(DeviceIncompleteCholesky::new(gpu, &d.matrix, IcKind::Ic0)?)
+            }
+        };
+        let (ptr, list) = d.scatter_lists(settings.kind, a.n_rows());
+        let to_i32 = |v: &[u32]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
+        let nb = d.gather.len();
+        let upload = || -> Result<Self, GpuError> {
+            Ok(Self {
+                gpu,
+                n: a.n_rows(),
+                n_block_rows: nb,
+                gather: gpu.upload(&to_i32(&d.gather))?,
+                scatter_ptr: gpu.upload(&ptr.iter().map(|&p| p as u64).collect::<Vec<_>>())?,
+                scatter_list: gpu.upload(&to_i32(&list))?,
+                rb: gpu.zeros(nb)?,
+                yb: gpu.zeros(nb)?,
+                factor,
+            })
+        };
+        upload().map_err(device)
+    }
+
+    /// Forward and backward levels of the blocks' factor.
+    pub fn levels(&self) -> (usize, usize) {
+        match &self.factor {
+            DeviceBlockFactor::Ilu(f) => f.levels(),
+            DeviceBlockFactor::Ic0(f) => f.levels(),
+        }
+    }
+
+    /// The blocks' factor values (`Ilu::factors` / `Ic0::factor` of the CPU).
+    pub fn download_factors(&self) -> Result<Vec<f64>, GpuError> {
+        match &self.factor {
+            DeviceBlockFactor::Ilu(f) => f.download_factors(),
+            DeviceBlockFactor::Ic0(f) => f.download_factor(),
+        }
+    }
+
+    fn run(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let (n, nb) = (self.n as i32, self.n_block_rows as i32);
+        gpu.launch(
+            "schwarz_gather",
+            vector_grid(self.n_block_rows),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&nb).arg(&self.gather).arg(r).arg(&self.rb);
+                arg_or_null(a, done);
+            },
+        )?;
+        match (&self.factor, done) {
+            (DeviceBlockFactor::Ilu(f), Some(d)) => f.apply_gated(&self.rb, &self.yb, d)?,
+            (DeviceBlockFactor::Ilu(f), None) => f.apply(&self.rb, &self.yb)?,
+            (DeviceBlockFactor::Ic0(f), Some(d)) => f.apply_gated(&self.rb, &self.yb, d)?,
+            (DeviceBlockFactor::Ic0(f), None) => f.apply(&self.rb, &self.yb)?,
+        }
+        gpu.launch(
+            "schwarz_scatter",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&self.scatter_ptr)
+                    .arg(&self.scatter_list)
+                    .arg(&self.yb)
+                    .arg(z);
+                arg_or_null(a, done);
+            },
+        )
+    }
+}
+
+impl DevicePreconditioner for DeviceSchwarz<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.run(r, z, None)
+    }
+    fn apply_gated(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.run(r, z, Some(done))
+    }
+    fn is_linear(&self) -> bool {
+        true
+    }
+}
+
+/// The device preconditioner of an ILU(k) or Schwarz [`Preconditioner`] for
+/// `a` (rows in the solve's order), with a log line of its levels; `None`
+/// for the other preconditioners.
+pub fn device_preconditioner<'g>(
+    gpu: &'g Gpu,
+    a: &Csr,
+    preconditioner: &Preconditioner,
+) -> Result<Option<Box<dyn DevicePreconditioner + 'g>>, SolveError> {
+    Ok(match preconditioner {
+        Preconditioner::Ilu(k) => {
+            let m = DeviceIlu::new(gpu, a, *k)?;
+            let (fw, bw) = m.levels();
+            log::info!("GPU ILU({k}): {fw} forward and {bw} backward levels");
+            Some(Box::new(m))
+        }
+        Preconditioner::Schwarz(s) => {
+            let m = DeviceSchwarz::new(gpu, a, s)?;
+            let (fw, bw) = m.levels();
+            log::info!("GPU {s}: {fw} forward and {bw} backward levels");
+            Some(Box::new(m))
+        }
+        _ => None,
+    })
+}
+
+impl GpuSolver<'_> {
+    /// PCG with ILU(k) or a symmetric Schwarz preconditioner (AS) on the
+    /// device, in the solve's row order (`options.ordering`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_ilu(
+        &mut self,
+        a: &Csr,
+        preconditioner: &Preconditioner,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        preconditioner.check()?;
+        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
+        let system = scaled.matrix(a);
+        let gpu = self.gpu();
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
+        let m = device_preconditioner(gpu, ordered.matrix(), preconditioner)
+            .map_err(|e| super::ic::in_original_rows(e, ordered.permutation()))?
+            .ok_or_else(|| {
+                SolveError::InvalidControls(format!("{preconditioner} is not ILU or Schwarz"))
+            })?;
+        backend.set_preconditioner(m);
+        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+    }
+}
