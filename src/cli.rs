@@ -162,8 +162,12 @@ struct SolveMatrixArgs {
     /// Matrix Market file of the right-hand side b (array); default b = A * ones.
     #[arg(long)]
     rhs: Option<PathBuf>,
-    /// Preconditioner: none, jacobi, dic, ic0, sgs, or aggregation AMG as
-    /// amg[:key=value]... (e.g. amg:cycle=K:passes=3; keys in the README);
+    /// Preconditioner: none, jacobi, dic, dilu, ic0, sgs, aggregation AMG as
+    /// amg[:key=value]... (e.g. amg:cycle=K:passes=3; keys in the README),
+    /// ILU(k) as ilu0, ilu1, iluk:K, or Schwarz as
+    /// ras[:subdomains=64][:overlap=1][:fill=0][:nested=1][:inner-overlap=1]
+    /// (restricted, ILU(k) blocks: GMRES/BiCGStab) or as[:...] (additive,
+    /// IC(0) blocks, symmetric: PCG);
     /// default dic on the CPU, jacobi on the GPU (where dic and ic0 are
     /// level-scheduled).
     #[arg(long)]
@@ -306,6 +310,8 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
                     "x",
                     &options,
                 ),
+                Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => GpuSolver::new(gpu)
+                    .solve_with(&a, &precond, eq, &b, &mut x, &controls, "x", &options),
                 _ => anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)"),
             }
         }

@@ -696,3 +696,76 @@ fn corrupted_case_files_never_panic() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn ilu_dilu_and_schwarz_preconditioners_from_fv_solution() {
+    use fvpoisson::solve::schwarz::{SchwarzKind, SchwarzSettings};
+    let additive = SchwarzSettings {
+        subdomains: 16,
+        overlap: 1,
+        nested: 4,
+        ..SchwarzSettings::new(SchwarzKind::Additive)
+    };
+    let restricted = SchwarzSettings {
+        subdomains: 64,
+        overlap: 2,
+        fill_level: 1,
+        nested: 8,
+        inner_overlap: 0,
+        ..SchwarzSettings::new(SchwarzKind::Restricted)
+    };
+    for (tag, text, expected) in [
+        (
+            "dilu",
+            "preconditioner  DILU;",
+            Preconditioner::Kind(PreconditionerKind::Dilu),
+        ),
+        (
+            "ilu1",
+            "preconditioner { preconditioner ILU; fillLevel 1; }",
+            Preconditioner::Ilu(1),
+        ),
+        (
+            "as",
+            "preconditioner { preconditioner AS; subdomains 16; overlap 1; nested 4; }",
+            Preconditioner::Schwarz(additive),
+        ),
+        (
+            "ras",
+            "preconditioner { preconditioner RAS; subdomains 64; overlap 2; fillLevel 1; \
+             nested 8; innerOverlap 0; }",
+            Preconditioner::Schwarz(restricted),
+        ),
+    ] {
+        let (dir, case) = read_edited(
+            "laplacian_foam_skew",
+            "system/fvSolution",
+            |t| t.replace("preconditioner  DIC;", text),
+            tag,
+        );
+        let case = case.unwrap();
+        assert_eq!(case.setup.solver.regular.preconditioner, expected, "{tag}");
+        assert!(case.warnings.is_empty(), "{tag}: {:?}", case.warnings);
+        let _ = fs::remove_dir_all(&dir);
+    }
+    for (tag, text, word) in [
+        (
+            "ras_bad",
+            "preconditioner { preconditioner RAS; subdomains 0; }",
+            "sub-domain",
+        ),
+        (
+            "ilu_bad",
+            "preconditioner { preconditioner ILU; fillLevel 20; }",
+            "too high",
+        ),
+    ] {
+        let err = edited_error(
+            "laplacian_foam_skew",
+            "system/fvSolution",
+            |t| t.replace("preconditioner  DIC;", text),
+            tag,
+        );
+        assert!(err.contains(word), "{tag}: {err}");
+    }
+}

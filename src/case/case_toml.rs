@@ -770,6 +770,11 @@ impl Source<'_> {
                         PolynomialSettings::named(p.get_ref()).expect("checked"),
                     )
                 }
+                Err(_) if Preconditioner::names_ilu_or_schwarz(p.get_ref()) => {
+                    p.get_ref().parse().map_err(|e| {
+                        self.error(p.span(), format!("solver.{name}.preconditioner: {e}"))
+                    })?
+                }
                 Err(e) => Preconditioner::Smoother(SmootherSettings::named(p.get_ref()).map_err(
                     |_| {
                         self.error(
@@ -778,7 +783,8 @@ impl Source<'_> {
                                 "solver.{name}.preconditioner: {e}; or AMG, or a symmetric smoother \
                                  (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
                                  blockJacobi), or a polynomial (Neumann, Chebyshev, \
-                                 leastSquares)"
+                                 leastSquares), or ILU (ilu1, iluk:K), or Schwarz \
+                                 (ras:subdomains=64:overlap=1:fill=0:nested=8, as:...)"
                             ),
                         )
                     },

@@ -34,6 +34,8 @@ use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
 use crate::solve::amg::AmgSettings;
+use crate::solve::precond::check_fill_level;
+use crate::solve::schwarz::{SchwarzKind, SchwarzSettings};
 use crate::solve::{
     EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, SolverControls,
@@ -788,13 +790,20 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
             Preconditioner::Polynomial(p)
         }
         "GAMG" => Preconditioner::Amg(gamg_settings(holder)?),
+        "DILU" => PreconditionerKind::Dilu.into(),
+        "ILU" => {
+            let k = holder.get_or("fillLevel", 0usize)?.min(u32::MAX as usize) as u32;
+            check_fill_level(k).map_err(|e| at(entry, format!("preconditioner ILU: {e}")))?;
+            Preconditioner::Ilu(k)
+        }
+        "RAS" | "AS" => Preconditioner::Schwarz(schwarz_settings(holder, &name)?),
         other => {
             let mut smoother = SmootherSettings::named(other).map_err(|_| {
                 at(
                     entry,
                     format!(
-                        "preconditioner '{other}' is not supported (DIC, FDIC, diagonal, none, \
-                         GAMG, a polynomial: Neumann, Chebyshev, leastSquares, or a symmetric \
+                        "preconditioner '{other}' is not supported (DIC, FDIC, DILU, ILU, RAS, \
+                         AS, diagonal, none, GAMG, a polynomial: Neumann, Chebyshev, leastSquares, or a symmetric \
                          smoother: symGaussSeidel, \
                          multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi)"
                     ),
@@ -807,6 +816,27 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
             Preconditioner::Smoother(smoother)
         }
     })
+}
+
+/// The Schwarz preconditioner keys of `dict` (`subdomains`, `overlap`,
+/// `fillLevel` (RAS), `nested`, `innerOverlap`; see `solve::schwarz`).
+fn schwarz_settings(dict: &FoamDict, name: &str) -> Result<SchwarzSettings, CaseError> {
+    let kind = if name == "RAS" {
+        SchwarzKind::Restricted
+    } else {
+        SchwarzKind::Additive
+    };
+    let mut s = SchwarzSettings::new(kind);
+    s.subdomains = dict.get_or("subdomains", s.subdomains)?;
+    s.overlap = dict.get_or("overlap", s.overlap)?;
+    s.fill_level = dict
+        .get_or("fillLevel", s.fill_level as usize)?
+        .min(u32::MAX as usize) as u32;
+    s.nested = dict.get_or("nested", s.nested)?;
+    s.inner_overlap = dict.get_or("innerOverlap", s.inner_overlap)?;
+    s.validate()
+        .map_err(|e| at_key(dict, "preconditioner", format!("preconditioner {name}: {e}")))?;
+    Ok(s)
 }
 
 /// The polynomial preconditioner keys of `dict` (`degree`, `eigenBound

@@ -166,8 +166,11 @@ impl FromStr for Preconditioner {
             }
             _ => {}
         }
-        if let Some(k) = head.strip_prefix("ilu").filter(|k| !k.is_empty()) {
-            return parse_fill_level(k).map(Self::Ilu);
+        if let Some(k) = head.strip_prefix("ilu") {
+            return match k {
+                "" => Ok(Self::Ilu(0)),
+                k => parse_fill_level(k).map(Self::Ilu),
+            };
         }
         s.parse::<PreconditionerKind>().map(Self::Kind).map_err(|e| {
             format!("{e}, or amg[:key=value]..., ilu0, ilu1, iluk:K, ras[:key=value]..., as[:key=value]...")
@@ -176,6 +179,14 @@ impl FromStr for Preconditioner {
 }
 
 impl Preconditioner {
+    /// Whether `s` names ILU or Schwarz (`ilu`, `ilu1`, `iluk:K`, `ras…`,
+    /// `as…`, any case): the specifications [`Preconditioner::from_str`]
+    /// reads for them.
+    pub fn names_ilu_or_schwarz(s: &str) -> bool {
+        let head = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
+        head.starts_with("ilu") || head == "ras" || head == "as"
+    }
+
     /// Whether PCG must be flexible (the preconditioner is not a fixed linear map).
     pub fn is_flexible(&self) -> bool {
         match self {
