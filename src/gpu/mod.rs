@@ -16,7 +16,8 @@
 //! [`bench`] the `fvpoisson bench` measurements
 //! ([`smooth_bench`] those of the smoothers, [`polynomial_bench`] those of the
 //! polynomials, [`amg_bench`] of AMG), [`cusparse`] the cuSPARSE
-//! baseline they are compared with (loaded only by the bench).
+//! baseline they are compared with (loaded only by the bench), [`krylov`]
+//! GMRES and BiCGStab for nonsymmetric systems.
 
 pub mod amg;
 pub mod amg_bench;
@@ -27,6 +28,7 @@ pub mod cusparse;
 pub mod deflation;
 pub mod deflation_bench;
 pub mod ic;
+pub mod krylov;
 pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
@@ -54,6 +56,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
     ("deflation.cu", include_str!("../../kernels/deflation.cu")),
     ("amg.cu", include_str!("../../kernels/amg.cu")),
+    ("krylov.cu", include_str!("../../kernels/krylov.cu")),
 ];
 
 /// The kernels the sources define, in source order.
