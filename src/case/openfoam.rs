@@ -834,8 +834,13 @@ fn schwarz_settings(dict: &FoamDict, name: &str) -> Result<SchwarzSettings, Case
         .min(u32::MAX as usize) as u32;
     s.nested = dict.get_or("nested", s.nested)?;
     s.inner_overlap = dict.get_or("innerOverlap", s.inner_overlap)?;
-    s.validate()
-        .map_err(|e| at_key(dict, "preconditioner", format!("preconditioner {name}: {e}")))?;
+    s.validate().map_err(|e| {
+        at_key(
+            dict,
+            "preconditioner",
+            format!("preconditioner {name}: {e}"),
+        )
+    })?;
     Ok(s)
 }
 

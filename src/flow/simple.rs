@@ -27,6 +27,7 @@
 
 use super::{component_conditions, solved_components, FlowError, VelocityCondition};
 use crate::foam::write::format_g;
+use crate::fvm::convection::{add_upwind_boundary, add_upwind_internal};
 use crate::fvm::{
     BoundaryCondition, CellField, GammaInterpolation, LaplacianProblem, LaplacianSystem, Reference,
     Schemes, SingularPolicy,
@@ -490,15 +491,11 @@ impl<'m> Simple<'m> {
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let first = mesh.n_internal_faces();
         let values = matrix.values_mut();
+        // Upwind, and the bounded form's −(∇·φ) U_P (`fvm::convection`).
+        add_upwind_internal(mesh, slots, &self.phi, values);
         for f in 0..first {
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
             let flux = self.phi[f];
-            // Upwind, and the bounded form's −(∇·φ) U_P: the owner's diagonal
-            // gets max(F, 0) − F, the neighbour's max(−F, 0) + F.
-            values[slots.diagonal[o]] += flux.max(0.0) - flux;
-            values[slots.upper[f]] += flux.min(0.0);
-            values[slots.diagonal[n]] += (-flux).max(0.0) + flux;
-            values[slots.lower[f]] += (-flux).min(0.0);
             if let Some(grad) = &gradient {
                 let delta = self.geometry.cell_centres[n] - self.geometry.cell_centres[o];
                 let (to_o, to_n) = &self.to_face[f];
@@ -514,13 +511,8 @@ impl<'m> Simple<'m> {
                 source[n] += flux * correction;
             }
         }
-        for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
-            let o = owner[first + b] as usize;
-            let flux = self.phi[first + b];
-            // F_b (valueInternal U_P + valueBoundary) − F_b U_P.
-            values[slots.diagonal[o]] += flux * (bc.value_internal[b] - 1.0);
-            source[o] -= flux * bc.value_boundary[b];
-        }
+        // F_b (valueInternal U_P + valueBoundary) − F_b U_P.
+        add_upwind_boundary(mesh, slots, bc, &self.phi, values, &mut source);
         relax(
             &mut matrix,
             &mut source,

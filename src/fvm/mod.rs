@@ -19,6 +19,7 @@
 //!   the non-orthogonal corrector loop of laplacianFoam.
 
 pub mod boundary;
+pub mod convection;
 pub mod gradient;
 pub mod schemes;
 pub mod system;

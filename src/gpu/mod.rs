@@ -16,7 +16,8 @@
 //! [`bench`] the `fvpoisson bench` measurements
 //! ([`smooth_bench`] those of the smoothers, [`polynomial_bench`] those of the
 //! polynomials, [`amg_bench`] of AMG), [`cusparse`] the cuSPARSE
-//! baseline they are compared with (loaded only by the bench).
+//! baseline they are compared with (loaded only by the bench), [`krylov`]
+//! GMRES and BiCGStab for nonsymmetric systems.
 
 pub mod amg;
 pub mod amg_bench;
@@ -28,6 +29,7 @@ pub mod deflation;
 pub mod deflation_bench;
 pub mod ic;
 pub mod ilu;
+pub mod krylov;
 pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
@@ -56,6 +58,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("deflation.cu", include_str!("../../kernels/deflation.cu")),
     ("amg.cu", include_str!("../../kernels/amg.cu")),
     ("ilu.cu", include_str!("../../kernels/ilu.cu")),
+    ("krylov.cu", include_str!("../../kernels/krylov.cu")),
 ];
 
 /// The kernels the sources define, in source order.

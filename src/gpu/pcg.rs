@@ -129,6 +129,11 @@ impl From<CudaSlice<f64>> for GpuVector {
 }
 
 impl GpuVector {
+    /// The vector of a failed allocation (the backend reports the error).
+    pub(crate) fn missing() -> Self {
+        Self(None)
+    }
+
     /// The device buffer (an error after a failed allocation).
     pub fn dev(&self) -> Result<&CudaSlice<f64>, GpuError> {
         self.0.as_deref().ok_or_else(|| {

@@ -115,7 +115,8 @@ impl<'a> CpuBackend<'a> {
         self
     }
 
-    fn row_times(&self, r: usize, x: &[f64]) -> f64 {
+    /// (A x)_r in OpenFOAM's row order.
+    pub(crate) fn row_times(&self, r: usize, x: &[f64]) -> f64 {
         row_sum_by(self.a, r, self.diag_slot[r], |c, v| v * x[c])
     }
 }

@@ -80,6 +80,19 @@ pub enum SolveError {
     /// Subdomain deflation cannot be set up (`solve::deflation`).
     #[error("deflation: {0}")]
     Deflation(String),
+    /// A nonsymmetric Krylov method cannot continue (`solve::gmres`, `solve::bicgstab`).
+    #[error(
+        "{method} broke down at iteration {iteration}: {quantity} = {} (the method cannot \
+         continue; the matrix or the preconditioner may be singular, or try another solver \
+         or preconditioner)",
+        format_g(*value)
+    )]
+    KrylovBreakdown {
+        method: &'static str,
+        quantity: &'static str,
+        iteration: usize,
+        value: f64,
+    },
     /// An incomplete LU met a zero or tiny pivot (`solve::ilu`).
     #[error(
         "{precond} factorization: pivot {value} in row {row} is zero or tiny against the row's \

@@ -10,13 +10,16 @@
 //! Jacobi, DIC).
 
 pub mod amg;
+pub mod bicgstab;
 pub mod block_jacobi;
 pub mod colouring;
 pub mod cpu;
 pub mod deflation;
 pub mod equilibrate;
 pub mod error;
+pub mod gmres;
 pub mod ilu;
+pub mod krylov;
 pub mod lanczos;
 pub mod neumann;
 pub mod pcg;
@@ -30,6 +33,10 @@ pub mod smoother;
 pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::SolveError;
+pub use krylov::{
+    solve_krylov, solve_krylov_with, CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod,
+    Orthogonalization, PreconditioningSide,
+};
 pub use pcg::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
     SolverControls, SolverPerformance, StopReason, StopRule,

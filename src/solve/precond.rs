@@ -374,6 +374,11 @@ impl Jacobi {
             reciprocal_diag: (0..t.n()).map(|r| 1.0 / t.diag(r)).collect(),
         })
     }
+
+    /// 1 / a_ii per row.
+    pub fn reciprocal_diagonal(&self) -> &[f64] {
+        &self.reciprocal_diag
+    }
 }
 
 impl LinearOperator for Jacobi {

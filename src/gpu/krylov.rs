@@ -1,0 +1,600 @@
+//! GMRES(m) and BiCGStab on the GPU: [`GpuKrylovBackend`] implements the
+//! fused steps of `solve::krylov::KrylovBackend` with `kernels/krylov.cu` on
+//! a mod-SELL matrix, so that `solve::gmres::gmres` and
+//! `solve::bicgstab::bicgstab` run on the device exactly as on the CPU
+//! reference (`CpuKrylovBackend`). Each step is one kernel (an SpMV with two
+//! dot products, an axpy with the next MGS dot, a block of CGS2 dots, the
+//! BiCGStab update with Σ|r| and r0 · r) whose per-block partials are added in
+//! one fixed order (`reduce_partials`), then read back: GMRES's Givens
+//! rotations and BiCGStab's scalars live on the host.
+//!
+//! Preconditioners are [`DevicePreconditioner`]s (re-exported here: the same
+//! trait PCG's device loop takes; nothing in it assumes symmetry, and
+//! `is_linear` false asks for flexible GMRES). [`DeviceDiagonal`] is Jacobi
+//! or no preconditioner; [`GpuSolver::solve_krylov_with`] takes any other one
+//! built on the matrix in the device's row order.
+
+use std::cell::RefCell;
+
+use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
+
+pub use super::smooth::DevicePreconditioner;
+
+use super::matrix::DeviceModSell;
+use super::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::bicgstab::bicgstab;
+use crate::solve::cpu::{check_inputs, openfoam_row_sums};
+use crate::solve::gmres::gmres;
+use crate::solve::krylov::{KrylovBackend, KrylovMethod};
+use crate::solve::precond::Jacobi;
+use crate::solve::{
+    InitialNorms, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+};
+use crate::sparse::{Csr, ModSell, Reordered};
+
+/// Vectors per launch of the block kernels (kernels/krylov.cu KR_BATCH).
+pub const KR_BATCH: usize = 32;
+/// Threads of the one-block reduction kernel.
+const REDUCE_BLOCK: u32 = 1024;
+
+/// z = D⁻¹ r (Jacobi) or z = r (no preconditioner) on the device.
+pub struct DeviceDiagonal<'g> {
+    gpu: &'g Gpu,
+    n: usize,
+    inv_diag: Option<CudaSlice<f64>>,
+}
+
+impl<'g> DeviceDiagonal<'g> {
+    /// Jacobi for `a` (rows in the device's order); the CPU's checks and
+    /// errors (a missing or non-positive diagonal entry names its row).
+    pub fn jacobi(gpu: &'g Gpu, a: &Csr) -> Result<Self, SolveError> {
+        let j = Jacobi::new(a)?;
+        let inv_diag = gpu.upload(j.reciprocal_diagonal()).map_err(device)?;
+        Ok(Self {
+            gpu,
+            n: a.n_rows(),
+            inv_diag: Some(inv_diag),
+        })
+    }
+
+    /// M = I.
+    pub fn identity(gpu: &'g Gpu, n: usize) -> Self {
+        Self {
+            gpu,
+            n,
+            inv_diag: None,
+        }
+    }
+
+    /// The preconditioner of `kind` for `a`: Jacobi or none.
+    pub fn of_kind(gpu: &'g Gpu, a: &Csr, kind: PreconditionerKind) -> Result<Self, SolveError> {
+        match kind {
+            PreconditionerKind::None => Ok(Self::identity(gpu, a.n_rows())),
+            PreconditionerKind::Jacobi => Self::jacobi(gpu, a),
+            other => Err(SolveError::Device(format!(
+                "the {other} preconditioner is not available for GMRES/BiCGStab on the GPU; use \
+                 jacobi or none"
+            ))),
+        }
+    }
+}
+
+impl DevicePreconditioner for DeviceDiagonal<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        let n = self.n as i32;
+        self.gpu
+            .launch("kr_diagonal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n);
+                arg_or_null(a, self.inv_diag.as_ref());
+                a.arg(r).arg(z);
+            })
+    }
+    fn is_linear(&self) -> bool {
+        true
+    }
+}
+
+struct Scratch {
+    /// Per-block partial sums (KR_BATCH sums of the vector grid, or two of
+    /// the slice grid).
+    partials: CudaSlice<f64>,
+    /// Reduced sums, read back.
+    scalars: CudaSlice<f64>,
+    /// Σx for the normFactor.
+    x_sum: CudaSlice<f64>,
+    /// Device addresses of a block of vectors.
+    table: CudaSlice<u64>,
+    /// Coefficients of a block axpy.
+    coeffs: CudaSlice<f64>,
+}
+
+/// `KrylovBackend` on one GPU: a mod-SELL matrix and any device
+/// preconditioner.
+pub struct GpuKrylovBackend<'g> {
+    gpu: &'g Gpu,
+    matrix: DeviceModSell,
+    row_sums: CudaSlice<f64>,
+    precond: Box<dyn DevicePreconditioner + 'g>,
+    scratch: RefCell<Scratch>,
+    failure: RefCell<Option<GpuError>>,
+}
+
+fn device(e: GpuError) -> SolveError {
+    SolveError::Device(e.to_string())
+}
+
+impl<'g> GpuKrylovBackend<'g> {
+    /// Uploads `a` (square, rows in the order to use) as mod-SELL with
+    /// `slice_height` rows per slice; preconditions with `precond`.
+    pub fn new(
+        gpu: &'g Gpu,
+        a: &Csr,
+        precond: Box<dyn DevicePreconditioner + 'g>,
+        slice_height: usize,
+    ) -> Result<Self, GpuError> {
+        let n = a.n_rows();
+        if n >= i32::MAX as usize || a.n_cols() != n {
+            return Err(GpuError::Invalid(format!(
+                "the GPU Krylov solvers need a square matrix of fewer than 2^31 rows, this one is \
+                 {n} x {}",
+                a.n_cols()
+            )));
+        }
+        let m = ModSell::from_csr(a, slice_height).map_err(GpuError::Invalid)?;
+        let matrix = DeviceModSell::upload(gpu, &m)?;
+        let grid = vector_grid(n) as usize;
+        let scratch = Scratch {
+            partials: gpu.zeros((KR_BATCH * grid).max(2 * matrix.n_slices()))?,
+            scalars: gpu.zeros(KR_BATCH)?,
+            x_sum: gpu.zeros(1)?,
+            table: gpu.zeros(KR_BATCH)?,
+            coeffs: gpu.zeros(KR_BATCH)?,
+        };
+        Ok(Self {
+            gpu,
+            row_sums: gpu.upload(&openfoam_row_sums(a))?,
+            matrix,
+            precond,
+            scratch: RefCell::new(scratch),
+            failure: RefCell::new(None),
+        })
+    }
+
+    /// Preconditions with `p` from now on.
+    pub fn set_preconditioner(&mut self, p: Box<dyn DevicePreconditioner + 'g>) {
+        self.precond = p;
+    }
+
+    /// The matrix it solves with.
+    pub fn matrix(&self) -> &DeviceModSell {
+        &self.matrix
+    }
+
+    pub fn upload(&self, v: &[f64]) -> Result<GpuVector, GpuError> {
+        Ok(GpuVector::from(self.gpu.upload(v)?))
+    }
+    pub fn download(&self, v: &GpuVector) -> Result<Vec<f64>, GpuError> {
+        self.gpu.download(v.dev()?)
+    }
+
+    /// Runs `work` unless an earlier call failed; records its error.
+    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
+        if self.failure.borrow().is_some() {
+            return fallback;
+        }
+        work().unwrap_or_else(|e| {
+            *self.failure.borrow_mut() = Some(e);
+            fallback
+        })
+    }
+
+    fn n32(&self) -> i32 {
+        self.matrix.n as i32
+    }
+
+    fn grid(&self) -> u32 {
+        vector_grid(self.matrix.n)
+    }
+
+    /// Sums of the first `count` groups of `m` partials, read back.
+    fn reduce(&self, s: &Scratch, m: usize, count: usize) -> Result<Vec<f64>, GpuError> {
+        let (m32, c32) = (m as i32, count as i32);
+        self.gpu
+            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&m32).arg(&c32).arg(&s.partials).arg(&s.scalars);
+            })?;
+        let mut all = self.gpu.download(&s.scalars)?;
+        all.truncate(count);
+        Ok(all)
+    }
+
+    /// Launches a mod-SELL kernel (one block per slice) with `push` adding
+    /// the arguments after n and the matrix.
+    fn launch_rows<'a>(
+        &'a self,
+        kernel: &'static str,
+        n: &'a i32,
+        push: impl FnOnce(&mut cudarc::driver::LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        let m = &self.matrix;
+        self.gpu.launch(
+            kernel,
+            m.n_slices() as u32,
+            m.slice_height as u32,
+            m.shared_bytes(),
+            |a| {
+                a.arg(n);
+                m.push_args(a);
+                push(a);
+            },
+        )
+    }
+
+    /// Writes the device addresses of `vs` (at most KR_BATCH) into the table.
+    fn write_table(&self, s: &mut Scratch, vs: &[&GpuVector]) -> Result<(), GpuError> {
+        let stream = self.gpu.stream();
+        let mut addresses = vec![0u64; KR_BATCH];
+        for (address, v) in addresses.iter_mut().zip(vs) {
+            *address = v.dev()?.device_ptr(stream).0;
+        }
+        self.gpu.write(&addresses, &mut s.table)
+    }
+}
+
+impl KrylovBackend for GpuKrylovBackend<'_> {
+    type Vector = GpuVector;
+
+    fn n(&self) -> usize {
+        self.matrix.n
+    }
+
+    fn new_vector(&self) -> GpuVector {
+        let fresh = self.guarded(None, || self.gpu.zeros(self.matrix.n).map(Some));
+        fresh.map_or_else(GpuVector::missing, GpuVector::from)
+    }
+
+    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
+        let nan = InitialNorms {
+            residual_sum: f64::NAN,
+            norm_factor: f64::NAN,
+        };
+        self.guarded(nan, || {
+            let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
+            let s = self.scratch.borrow();
+            let (n, grid) = (self.n32(), self.grid());
+            self.gpu
+                .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(x);
+                    arg_or_null::<f64>(a, None);
+                    a.arg(&s.partials);
+                })?;
+            let (vm, one) = (grid as i32, 1i32);
+            self.gpu
+                .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                    a.arg(&vm).arg(&one).arg(&s.partials).arg(&s.x_sum);
+                })?;
+            self.launch_rows("cg_initial_residual", &n, |a| {
+                a.arg(&self.row_sums).arg(&s.x_sum);
+                arg_or_null::<f64>(a, None);
+                a.arg(x).arg(b).arg(r).arg(&s.partials);
+            })?;
+            let sums = self.reduce(&s, self.matrix.n_slices(), 2)?;
+            Ok(InitialNorms {
+                residual_sum: sums[0],
+                norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
+            })
+        })
+    }
+
+    fn residual(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> (f64, f64) {
+        self.guarded((f64::NAN, f64::NAN), || {
+            let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
+            let s = self.scratch.borrow();
+            let n = self.n32();
+            self.launch_rows("kr_residual", &n, |a| {
+                a.arg(x).arg(b).arg(r).arg(&s.partials);
+            })?;
+            let sums = self.reduce(&s, self.matrix.n_slices(), 2)?;
+            Ok((sums[0], sums[1]))
+        })
+    }
+
+    fn precondition(&self, v: &GpuVector, z: &mut GpuVector) {
+        self.guarded((), || self.precond.apply(v.dev()?, z.dev()?))
+    }
+
+    fn apply_operator(
+        &self,
+        v: &GpuVector,
+        y: &mut GpuVector,
+        w: Option<&GpuVector>,
+    ) -> (f64, f64) {
+        self.guarded((f64::NAN, f64::NAN), || {
+            let (v, y) = (v.dev()?, y.dev()?);
+            let w = w.map(GpuVector::dev).transpose()?;
+            let s = self.scratch.borrow();
+            let n = self.n32();
+            self.launch_rows("kr_operator", &n, |a| {
+                a.arg(v).arg(y);
+                arg_or_null(a, w);
+                a.arg(&s.partials);
+            })?;
+            let sums = self.reduce(&s, self.matrix.n_slices(), 2)?;
+            Ok((sums[0], sums[1]))
+        })
+    }
+
+    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
+        self.guarded(f64::NAN, || {
+            let (a, b) = (a.dev()?, b.dev()?);
+            let s = self.scratch.borrow();
+            let n = self.n32();
+            self.gpu
+                .launch("dot_partials", self.grid(), VECTOR_BLOCK, 0, |k| {
+                    k.arg(&n).arg(a).arg(b).arg(&s.partials);
+                })?;
+            Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
+        })
+    }
+
+    fn scale(&self, alpha: f64, x: &GpuVector, y: &mut GpuVector) {
+        self.guarded((), || {
+            let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
+            self.gpu
+                .launch("kr_scale", self.grid(), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&alpha).arg(x).arg(y);
+                })
+        })
+    }
+
+    fn axpy_dot(&self, alpha: f64, x: &GpuVector, y: &mut GpuVector, w: Option<&GpuVector>) -> f64 {
+        self.guarded(f64::NAN, || {
+            let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
+            let w = w.map(GpuVector::dev).transpose()?;
+            let s = self.scratch.borrow();
+            self.gpu
+                .launch("kr_axpy_dot", self.grid(), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&alpha).arg(x).arg(y);
+                    arg_or_null(a, w);
+                    a.arg(&s.partials);
+                })?;
+            Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
+        })
+    }
+
+    fn multi_dot(&self, vs: &[&GpuVector], w: &GpuVector) -> Vec<f64> {
+        self.guarded(vec![f64::NAN; vs.len()], || {
+            let (w, n, grid) = (w.dev()?, self.n32(), self.grid());
+            let mut out = Vec::with_capacity(vs.len());
+            for batch in vs.chunks(KR_BATCH) {
+                self.write_table(&mut self.scratch.borrow_mut(), batch)?;
+                let s = self.scratch.borrow();
+                let k = batch.len() as i32;
+                self.gpu
+                    .launch("kr_multi_dot", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(&k).arg(&s.table).arg(w).arg(&s.partials);
+                    })?;
+                out.extend(self.reduce(&s, grid as usize, batch.len())?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn multi_axpy(&self, c: &[f64], vs: &[&GpuVector], y: &mut GpuVector) -> f64 {
+        assert_eq!(c.len(), vs.len(), "multi_axpy: coefficients");
+        self.guarded(f64::NAN, || {
+            let (y, n, grid) = (y.dev()?, self.n32(), self.grid());
+            let mut yy = f64::NAN;
+            if vs.is_empty() {
+                return self.dot_dev(y, y);
+            }
+            for (batch, coeffs) in vs.chunks(KR_BATCH).zip(c.chunks(KR_BATCH)) {
+                {
+                    let mut s = self.scratch.borrow_mut();
+                    self.write_table(&mut s, batch)?;
+                    let mut padded = [0.0; KR_BATCH];
+                    padded[..coeffs.len()].copy_from_slice(coeffs);
+                    self.gpu.write(&padded, &mut s.coeffs)?;
+                }
+                let s = self.scratch.borrow();
+                let k = batch.len() as i32;
+                self.gpu
+                    .launch("kr_multi_axpy", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n)
+                            .arg(&k)
+                            .arg(&s.table)
+                            .arg(&s.coeffs)
+                            .arg(y)
+                            .arg(&s.partials);
+                    })?;
+                yy = self.reduce(&s, grid as usize, 1)?[0];
+            }
+            Ok(yy)
+        })
+    }
+
+    fn bicg_direction(
+        &self,
+        beta: f64,
+        omega: f64,
+        r: &GpuVector,
+        v: &GpuVector,
+        p: &mut GpuVector,
+    ) {
+        self.guarded((), || {
+            let (r, v, p, n) = (r.dev()?, v.dev()?, p.dev()?, self.n32());
+            self.gpu
+                .launch("kr_bicg_direction", self.grid(), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&beta).arg(&omega).arg(r).arg(v).arg(p);
+                })
+        })
+    }
+
+    fn bicg_half(&self, alpha: f64, r: &GpuVector, v: &GpuVector, s_out: &mut GpuVector) -> f64 {
+        self.guarded(f64::NAN, || {
+            let (r, v, so, n) = (r.dev()?, v.dev()?, s_out.dev()?, self.n32());
+            let s = self.scratch.borrow();
+            self.gpu
+                .launch("kr_bicg_half", self.grid(), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&alpha).arg(r).arg(v).arg(so).arg(&s.partials);
+                })?;
+            Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
+        })
+    }
+
+    fn bicg_update(
+        &self,
+        alpha: f64,
+        omega: f64,
+        y: &GpuVector,
+        z: &GpuVector,
+        s_vec: &GpuVector,
+        t: &GpuVector,
+        r0: &GpuVector,
+        x: &mut GpuVector,
+        r: &mut GpuVector,
+    ) -> (f64, f64) {
+        self.guarded((f64::NAN, f64::NAN), || {
+            let (y, z, sv, t, r0) = (y.dev()?, z.dev()?, s_vec.dev()?, t.dev()?, r0.dev()?);
+            let (x, r, n) = (x.dev()?, r.dev()?, self.n32());
+            let s = self.scratch.borrow();
+            self.gpu
+                .launch("kr_bicg_update", self.grid(), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n)
+                        .arg(&alpha)
+                        .arg(&omega)
+                        .arg(y)
+                        .arg(z)
+                        .arg(sv)
+                        .arg(t)
+                        .arg(r0)
+                        .arg(x)
+                        .arg(r)
+                        .arg(&s.partials);
+                })?;
+            let sums = self.reduce(&s, self.grid() as usize, 2)?;
+            Ok((sums[0], sums[1]))
+        })
+    }
+
+    fn device_status(&self) -> Result<(), SolveError> {
+        match &*self.failure.borrow() {
+            Some(e) => Err(SolveError::Device(e.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl GpuKrylovBackend<'_> {
+    fn dot_dev(&self, a: &CudaSlice<f64>, b: &CudaSlice<f64>) -> Result<f64, GpuError> {
+        let s = self.scratch.borrow();
+        let n = self.n32();
+        self.gpu
+            .launch("dot_partials", self.grid(), VECTOR_BLOCK, 0, |k| {
+                k.arg(&n).arg(a).arg(b).arg(&s.partials);
+            })?;
+        Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
+    }
+}
+
+/// Runs `method` with `backend` from the initial guess `x0` (in the
+/// backend's row order); returns the performance and the solution.
+pub fn run_krylov(
+    backend: &GpuKrylovBackend<'_>,
+    method: &KrylovMethod,
+    b: &[f64],
+    x0: &[f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<(SolverPerformance, Vec<f64>), SolveError> {
+    let b_dev = backend.upload(b).map_err(device)?;
+    let mut x_dev = backend.upload(x0).map_err(device)?;
+    let perf = match method {
+        KrylovMethod::Gmres(s) => gmres(backend, &b_dev, &mut x_dev, controls, s, field)?,
+        KrylovMethod::BiCgStab => bicgstab(backend, &b_dev, &mut x_dev, controls, field)?,
+    };
+    Ok((perf, backend.download(&x_dev).map_err(device)?))
+}
+
+/// Builds a device preconditioner for the matrix in the device's row order
+/// (the argument), e.g. an ILU factorisation.
+pub type BuildDevicePreconditioner<'b, 'g> =
+    dyn FnOnce(&'g Gpu, &Csr) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError> + 'b;
+
+impl<'g> GpuSolver<'g> {
+    /// Solves A x = b (A square, not necessarily symmetric) on the GPU with
+    /// `method` and Jacobi or no preconditioner (`kind`), after the CPU
+    /// path's input checks; rows reordered by `options.ordering` (invisible
+    /// to the caller).
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_krylov(
+        &mut self,
+        a: &Csr,
+        method: &KrylovMethod,
+        kind: PreconditionerKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        let build = move |gpu: &'g Gpu, ordered: &Csr| {
+            DeviceDiagonal::of_kind(gpu, ordered, kind)
+                .map(|p| Box::new(p) as Box<dyn DevicePreconditioner + 'g>)
+        };
+        self.solve_krylov_with(a, method, Box::new(build), b, x, controls, field, options)
+    }
+
+    /// [`Self::solve_krylov`] with the preconditioner `build` makes from the
+    /// matrix in the device's row order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_krylov_with(
+        &mut self,
+        a: &Csr,
+        method: &KrylovMethod,
+        build: Box<BuildDevicePreconditioner<'_, 'g>>,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_inputs(a, b, x, controls)?;
+        if let KrylovMethod::Gmres(s) = method {
+            s.validate().map_err(SolveError::InvalidControls)?;
+        }
+        let gpu = self.gpu();
+        let perm = self.permutation(a, options)?;
+        let ordered = Reordered::with_permutation(a, perm).map_err(SolveError::Device)?;
+        let precond = build(gpu, ordered.matrix())?;
+        let backend = GpuKrylovBackend::new(gpu, ordered.matrix(), precond, options.slice_height)
+            .map_err(device)?;
+        let (perf, x_new) = run_krylov(
+            &backend,
+            method,
+            &ordered.to_new(b),
+            &ordered.to_new(x),
+            controls,
+            field,
+        )?;
+        ordered.to_old_into(&x_new, x);
+        Ok(perf)
+    }
+}
+
+/// [`GpuSolver::solve_krylov`] on a fresh solver.
+#[allow(clippy::too_many_arguments)]
+pub fn solve_krylov_gpu(
+    gpu: &Gpu,
+    a: &Csr,
+    method: &KrylovMethod,
+    kind: PreconditionerKind,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+    options: &GpuSolveOptions,
+) -> Result<SolverPerformance, SolveError> {
+    GpuSolver::new(gpu).solve_krylov(a, method, kind, b, x, controls, field, options)
+}

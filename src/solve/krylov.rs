@@ -1,0 +1,476 @@
+//! Krylov solvers for nonsymmetric systems (seed 004): the fused steps both
+//! GMRES(m) (`gmres`) and BiCGStab (`bicgstab`) are written over, the CPU
+//! (rayon) reference backend, and their settings.
+//!
+//! As for PCG (`pcg::CgBackend`), each algorithm is written once over a small
+//! set of fused steps ([`KrylovBackend`]) that an executor implements on its
+//! own vector type: [`CpuKrylovBackend`] here is the reference,
+//! `gpu::krylov::GpuKrylovBackend` runs the same steps on the device. A step
+//! that returns a number returns the reduction of the vector it wrote (an
+//! SpMV with a dot product, an axpy with the next dot product of modified
+//! Gram–Schmidt, ...), so that a device backend reads back one scalar per step.
+//!
+//! Preconditioners are any `LinearOperator` on the CPU (z = M⁻¹ v, no symmetry
+//! assumed; `Preconditioner::build` gives the named ones) and any
+//! `gpu::smooth::DevicePreconditioner` on the GPU.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rayon::prelude::*;
+
+use super::cpu::{check_inputs, CpuBackend};
+use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
+use super::{CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError};
+use crate::sparse::Csr;
+
+/// The fused steps of GMRES and BiCGStab on an executor's vectors. Reductions
+/// must be deterministic (same bits run to run).
+pub trait KrylovBackend {
+    type Vector;
+    fn n(&self) -> usize;
+    /// A zero vector of length n.
+    fn new_vector(&self) -> Self::Vector;
+    /// r = b − A x; returns Σ|r| and OpenFOAM's normFactor (as PCG's
+    /// `CgBackend::initialize`).
+    fn initialize(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> InitialNorms;
+    /// r = b − A x; returns (Σ|r|, r · r).
+    fn residual(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> (f64, f64);
+    /// z = M⁻¹ v (z fully overwritten).
+    fn precondition(&self, v: &Self::Vector, z: &mut Self::Vector);
+    /// y = A v; returns (y · w, y · y) (`w` = None: y · y twice).
+    fn apply_operator(
+        &self,
+        v: &Self::Vector,
+        y: &mut Self::Vector,
+        w: Option<&Self::Vector>,
+    ) -> (f64, f64);
+    /// a · b.
+    fn dot(&self, a: &Self::Vector, b: &Self::Vector) -> f64;
+    /// y = α x.
+    fn scale(&self, alpha: f64, x: &Self::Vector, y: &mut Self::Vector);
+    /// y += α x; returns y · w after the update (`w` = None: y · y).
+    fn axpy_dot(
+        &self,
+        alpha: f64,
+        x: &Self::Vector,
+        y: &mut Self::Vector,
+        w: Option<&Self::Vector>,
+    ) -> f64;
+    /// (v_i · w) for every v_i.
+    fn multi_dot(&self, vs: &[&Self::Vector], w: &Self::Vector) -> Vec<f64>;
+    /// y += Σ_i c_i v_i (i ascending, per element); returns y · y after.
+    fn multi_axpy(&self, c: &[f64], vs: &[&Self::Vector], y: &mut Self::Vector) -> f64;
+    /// BiCGStab direction p = r + β (p − ω v); β = 0 copies r.
+    fn bicg_direction(
+        &self,
+        beta: f64,
+        omega: f64,
+        r: &Self::Vector,
+        v: &Self::Vector,
+        p: &mut Self::Vector,
+    );
+    /// s = r − α v; returns Σ|s|.
+    fn bicg_half(
+        &self,
+        alpha: f64,
+        r: &Self::Vector,
+        v: &Self::Vector,
+        s: &mut Self::Vector,
+    ) -> f64;
+    /// x += α y + ω z, r = s − ω t; returns (Σ|r|, r0 · r).
+    #[allow(clippy::too_many_arguments)]
+    fn bicg_update(
+        &self,
+        alpha: f64,
+        omega: f64,
+        y: &Self::Vector,
+        z: &Self::Vector,
+        s: &Self::Vector,
+        t: &Self::Vector,
+        r0: &Self::Vector,
+        x: &mut Self::Vector,
+        r: &mut Self::Vector,
+    ) -> (f64, f64);
+    /// A failure of the executor itself (a device error) since the last call;
+    /// the CPU never fails.
+    fn device_status(&self) -> Result<(), SolveError> {
+        Ok(())
+    }
+}
+
+/// Gram–Schmidt variant of GMRES's Arnoldi process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Orthogonalization {
+    /// Modified Gram–Schmidt (the thesis's, Saad Alg. 6.2): j dependent dots.
+    #[default]
+    Mgs,
+    /// Classical Gram–Schmidt run twice ("twice is enough"): two block
+    /// reductions per step instead of j dependent ones.
+    Cgs2,
+}
+
+/// Which side of A the preconditioner multiplies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PreconditioningSide {
+    /// M⁻¹ A x = M⁻¹ b: GMRES minimises ‖M⁻¹ r‖₂ (the thesis's setting).
+    Left,
+    /// A M⁻¹ u = b, x = M⁻¹ u: GMRES minimises the true ‖r‖₂.
+    #[default]
+    Right,
+}
+
+impl Orthogonalization {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mgs => "MGS",
+            Self::Cgs2 => "CGS2",
+        }
+    }
+}
+
+impl PreconditioningSide {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Left => "left",
+            Self::Right => "right",
+        }
+    }
+}
+
+impl FromStr for Orthogonalization {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "mgs" | "modifiedgramschmidt" => Ok(Self::Mgs),
+            "cgs2" | "classicalgramschmidt2" => Ok(Self::Cgs2),
+            _ => Err(format!(
+                "unknown orthogonalisation '{s}' (choose MGS or CGS2)"
+            )),
+        }
+    }
+}
+
+impl FromStr for PreconditioningSide {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "left" => Ok(Self::Left),
+            "right" => Ok(Self::Right),
+            _ => Err(format!(
+                "unknown preconditioning side '{s}' (choose left or right)"
+            )),
+        }
+    }
+}
+
+/// GMRES(m) options (fvSolution `nKrylov`, `orthogonalisation`,
+/// `preconditioningSide`, `flexible`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GmresSettings {
+    /// Restart length m (Arnoldi steps per cycle), 1–1000.
+    pub restart: usize,
+    pub orthogonalization: Orthogonalization,
+    pub side: PreconditioningSide,
+    /// Flexible GMRES (Saad 1993): stores z_j = M⁻¹ v_j, so the
+    /// preconditioner may change between applications (right side only).
+    pub flexible: bool,
+}
+
+impl Default for GmresSettings {
+    /// GMRES(20), MGS, right preconditioning, not flexible.
+    fn default() -> Self {
+        Self {
+            restart: 20,
+            orthogonalization: Orthogonalization::Mgs,
+            side: PreconditioningSide::Right,
+            flexible: false,
+        }
+    }
+}
+
+impl GmresSettings {
+    pub const MAX_RESTART: usize = 1000;
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=Self::MAX_RESTART).contains(&self.restart) {
+            return Err(format!(
+                "GMRES restart length (nKrylov) is {}; it must be between 1 and {}",
+                self.restart,
+                Self::MAX_RESTART
+            ));
+        }
+        if self.flexible && self.side == PreconditioningSide::Left {
+            return Err(
+                "flexible GMRES preconditions on the right: drop 'flexible' or use side right"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for GmresSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}GMRES({}) {} {}-preconditioned",
+            if self.flexible { "F" } else { "" },
+            self.restart,
+            self.orthogonalization.name(),
+            self.side.name()
+        )
+    }
+}
+
+/// Which Krylov method solves a nonsymmetric system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KrylovMethod {
+    Gmres(GmresSettings),
+    /// OpenFOAM's PBiCGStab.
+    BiCgStab,
+}
+
+impl fmt::Display for KrylovMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gmres(s) => s.fmt(f),
+            Self::BiCgStab => f.write_str("PBiCGStab"),
+        }
+    }
+}
+
+/// Krylov steps on host vectors: a CSR matrix (OpenFOAM's row-product order,
+/// as PCG's `CpuBackend`) and any preconditioner.
+pub struct CpuKrylovBackend<'a> {
+    cg: CpuBackend<'a>,
+    a: &'a Csr,
+    precond: &'a dyn LinearOperator,
+}
+
+impl<'a> CpuKrylovBackend<'a> {
+    /// `a` square; `precond` z = M⁻¹ v of the same size (not necessarily
+    /// symmetric or linear).
+    pub fn new(a: &'a Csr, precond: &'a dyn LinearOperator) -> Self {
+        Self {
+            cg: CpuBackend::new(a, precond),
+            a,
+            precond,
+        }
+    }
+
+    fn chunked<F>(&self, y: &mut [f64], f: F) -> (f64, f64)
+    where
+        F: Fn(usize, &mut f64) -> (f64, f64) + Sync,
+    {
+        let partials: Vec<(f64, f64)> = y
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .map(|(c, y)| {
+                let (mut s0, mut s1) = (0.0, 0.0);
+                for (k, y) in y.iter_mut().enumerate() {
+                    let (a, b) = f(c * CHUNK + k, y);
+                    s0 += a;
+                    s1 += b;
+                }
+                (s0, s1)
+            })
+            .collect();
+        (
+            partials.iter().map(|p| p.0).sum(),
+            partials.iter().map(|p| p.1).sum(),
+        )
+    }
+}
+
+impl KrylovBackend for CpuKrylovBackend<'_> {
+    type Vector = Vec<f64>;
+
+    fn n(&self) -> usize {
+        self.a.n_rows()
+    }
+
+    fn new_vector(&self) -> Vec<f64> {
+        vec![0.0; self.n()]
+    }
+
+    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
+        self.cg.initialize(b, x, r)
+    }
+
+    fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
+        self.chunked(r, |i, r| {
+            *r = b[i] - self.cg.row_times(i, x);
+            (r.abs(), *r * *r)
+        })
+    }
+
+    fn precondition(&self, v: &Vec<f64>, z: &mut Vec<f64>) {
+        self.precond.apply(v, z);
+    }
+
+    fn apply_operator(&self, v: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> (f64, f64) {
+        self.chunked(y, |i, y| {
+            *y = self.cg.row_times(i, v);
+            let yy = *y * *y;
+            (w.map_or(yy, |w| *y * w[i]), yy)
+        })
+    }
+
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        dot(a, b)
+    }
+
+    fn scale(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>) {
+        y.par_iter_mut()
+            .zip(x.par_iter())
+            .for_each(|(y, x)| *y = alpha * x);
+    }
+
+    fn axpy_dot(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> f64 {
+        self.chunked(y, |i, y| {
+            *y += alpha * x[i];
+            (w.map_or(*y * *y, |w| *y * w[i]), 0.0)
+        })
+        .0
+    }
+
+    fn multi_dot(&self, vs: &[&Vec<f64>], w: &Vec<f64>) -> Vec<f64> {
+        vs.iter().map(|v| dot(v, w)).collect()
+    }
+
+    fn multi_axpy(&self, c: &[f64], vs: &[&Vec<f64>], y: &mut Vec<f64>) -> f64 {
+        assert_eq!(c.len(), vs.len(), "multi_axpy: coefficients");
+        self.chunked(y, |i, y| {
+            for (c, v) in c.iter().zip(vs) {
+                *y += c * v[i];
+            }
+            (*y * *y, 0.0)
+        })
+        .0
+    }
+
+    fn bicg_direction(&self, beta: f64, omega: f64, r: &Vec<f64>, v: &Vec<f64>, p: &mut Vec<f64>) {
+        if beta == 0.0 {
+            p.copy_from_slice(r);
+        } else {
+            p.par_iter_mut()
+                .enumerate()
+                .for_each(|(i, p)| *p = r[i] + beta * (*p - omega * v[i]));
+        }
+    }
+
+    fn bicg_half(&self, alpha: f64, r: &Vec<f64>, v: &Vec<f64>, s: &mut Vec<f64>) -> f64 {
+        self.chunked(s, |i, s| {
+            *s = r[i] - alpha * v[i];
+            (s.abs(), 0.0)
+        })
+        .0
+    }
+
+    fn bicg_update(
+        &self,
+        alpha: f64,
+        omega: f64,
+        y: &Vec<f64>,
+        z: &Vec<f64>,
+        s: &Vec<f64>,
+        t: &Vec<f64>,
+        r0: &Vec<f64>,
+        x: &mut Vec<f64>,
+        r: &mut Vec<f64>,
+    ) -> (f64, f64) {
+        let sums: Vec<(f64, f64)> = x
+            .par_chunks_mut(CHUNK)
+            .zip(r.par_chunks_mut(CHUNK))
+            .enumerate()
+            .map(|(c, (x, r))| {
+                let (mut res, mut rho) = (0.0, 0.0);
+                for k in 0..x.len() {
+                    let i = c * CHUNK + k;
+                    x[k] += alpha * y[i] + omega * z[i];
+                    r[k] = s[i] - omega * t[i];
+                    res += r[k].abs();
+                    rho += r0[i] * r[k];
+                }
+                (res, rho)
+            })
+            .collect();
+        (
+            ordered_sum(sums.par_iter().map(|s| s.0)),
+            ordered_sum(sums.par_iter().map(|s| s.1)),
+        )
+    }
+}
+
+/// Records the residual after `iterations` iterations.
+pub(crate) fn record(
+    perf: &mut super::SolverPerformance,
+    controls: &super::SolverControls,
+    initial: f64,
+    iterations: usize,
+    residual: f64,
+) {
+    perf.iterations = iterations;
+    perf.final_residual = residual;
+    perf.history.push(residual);
+    perf.converged = controls.converged(initial, residual);
+}
+
+/// Σ|v|, in the fixed chunk order.
+pub fn sum_abs(v: &[f64]) -> f64 {
+    sum_by(v.len(), |i| v[i].abs())
+}
+
+/// Solves A x = b (A square, not necessarily symmetric) on the CPU with
+/// `method` and the given preconditioner, from the initial guess in `x`,
+/// after checking the inputs (square, sizes, finite values, controls).
+pub fn solve_krylov(
+    a: &Csr,
+    method: &KrylovMethod,
+    preconditioner: impl Into<Preconditioner>,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &super::SolverControls,
+    field: &str,
+) -> Result<super::SolverPerformance, SolveError> {
+    let preconditioner = preconditioner.into();
+    check_inputs(a, b, x, controls)?;
+    preconditioner.check()?;
+    let precond = preconditioner.build(a)?;
+    solve_krylov_with(a, method, precond.as_ref(), b, x, controls, field)
+}
+
+/// [`solve_krylov`] with a preconditioner built by the caller (any z = M⁻¹ v,
+/// e.g. an ILU factorisation).
+pub fn solve_krylov_with(
+    a: &Csr,
+    method: &KrylovMethod,
+    precond: &dyn LinearOperator,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &super::SolverControls,
+    field: &str,
+) -> Result<super::SolverPerformance, SolveError> {
+    check_inputs(a, b, x, controls)?;
+    if precond.n() != a.n_rows() {
+        return Err(SolveError::SizeMismatch {
+            what: "preconditioner",
+            expected: a.n_rows(),
+            found: precond.n(),
+        });
+    }
+    let backend = CpuKrylovBackend::new(a, precond);
+    let mut x_work = x.to_vec();
+    let b = b.to_vec();
+    let perf = match method {
+        KrylovMethod::Gmres(s) => {
+            super::gmres::gmres(&backend, &b, &mut x_work, controls, s, field)?
+        }
+        KrylovMethod::BiCgStab => {
+            super::bicgstab::bicgstab(&backend, &b, &mut x_work, controls, field)?
+        }
+    };
+    x.copy_from_slice(&x_work);
+    Ok(perf)
+}
