@@ -5,6 +5,7 @@
 //! and the solves must take the CPU's iterations. Prints
 //! `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
+use fvpoisson::fvm::convection::{convection_diffusion, swirl};
 use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::ilu::{DeviceIlu, DeviceSchwarz};
@@ -64,6 +65,18 @@ fn systems() -> Vec<(String, Csr, Vec<f64>)> {
     ] {
         let (a, _) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
         let a = skewed(a, 11);
+        let (cd, _) = convection_diffusion_system(spec);
+        all.push((
+            format!("{spec} convection-diffusion"),
+            cd.clone(),
+            random(cd.n_rows(), 9),
+        ));
+        let p = reverse_cuthill_mckee(&cd);
+        all.push((
+            format!("{spec} convection-diffusion RCM"),
+            p.apply_symmetric(&cd),
+            p.to_new(&random(cd.n_rows(), 9)),
+        ));
         let name = spec.rsplit('/').next().unwrap();
         let r = random(a.n_rows(), 7);
         let p = reverse_cuthill_mckee(&a);
@@ -71,6 +84,14 @@ fn systems() -> Vec<(String, Csr, Vec<f64>)> {
         all.push((name.to_string(), a, r));
     }
     all
+}
+
+/// Convection–diffusion on a mesh (swirling upwind flow, cell Péclet
+/// number above 2) and its right-hand side.
+fn convection_diffusion_system(spec: &str) -> (Csr, Vec<f64>) {
+    let mesh = fvpoisson::mesh::source::load(spec).unwrap();
+    let geometry = mesh.geometry().unwrap();
+    convection_diffusion(&mesh, &geometry, 0.002, swirl(1.0)).unwrap()
 }
 
 /// z = M r on the device.
@@ -254,6 +275,67 @@ fn pcg_with_device_ilu_and_as_takes_the_cpu_iterations() {
             );
             assert!(perf.converged, "{spec} {p}");
             assert!(cpu.iterations.abs_diff(perf.iterations) <= 1, "{spec} {p}");
+        }
+    }
+}
+
+#[test]
+fn gmres_and_bicgstab_with_device_ilu_converge_like_the_cpu() {
+    use fvpoisson::solve::krylov::{solve_krylov, GmresSettings, KrylovMethod};
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls {
+        tolerance: 1e-10,
+        rel_tol: 0.0,
+        max_iter: 3000,
+        ..SolverControls::default()
+    };
+    let mut solver = GpuSolver::new(&gpu);
+    for spec in ["box:14x14x14:tet:perturb=0.2:renumber", "box:24x20x16"] {
+        let (a, b) = convection_diffusion_system(spec);
+        for method in [
+            KrylovMethod::Gmres(GmresSettings::default()),
+            KrylovMethod::BiCgStab,
+        ] {
+            for p in [
+                "ilu0",
+                "ilu1",
+                "dilu",
+                "ras:subdomains=8:overlap=1",
+                "ras:subdomains=4:overlap=1:nested=8",
+            ] {
+                let p: Preconditioner = p.parse().unwrap();
+                let mut x_cpu = vec![0.0; a.n_rows()];
+                let cpu = solve_krylov(&a, &method, p, &b, &mut x_cpu, &controls, "U").unwrap();
+                let mut x_gpu = vec![0.0; a.n_rows()];
+                let options = GpuSolveOptions {
+                    ordering: RowOrdering::Natural,
+                    ..GpuSolveOptions::default()
+                };
+                let perf = solver
+                    .solve_krylov_preconditioned(
+                        &a, &method, &p, &b, &mut x_gpu, &controls, "U", &options,
+                    )
+                    .unwrap();
+                let diff = x_cpu
+                    .iter()
+                    .zip(&x_gpu)
+                    .map(|(c, g)| (c - g).abs())
+                    .fold(0.0, f64::max);
+                let scale = x_cpu.iter().map(|v| v.abs()).fold(0.0, f64::max);
+                println!(
+                    "{spec}: {method} {p}: CPU {} iterations, GPU {}; max |x_cpu - x_gpu| = \
+                     {diff:.2e} (max |x| {scale:.2e})",
+                    cpu.iterations, perf.iterations
+                );
+                assert!(perf.converged, "{spec} {method} {p}");
+                assert!(
+                    cpu.iterations.abs_diff(perf.iterations) <= 2,
+                    "{spec} {method} {p}: CPU {} GPU {}",
+                    cpu.iterations,
+                    perf.iterations
+                );
+                assert!(diff <= 1e-6 * scale, "{spec} {method} {p}");
+            }
         }
     }
 }

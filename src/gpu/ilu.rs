@@ -14,11 +14,13 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
+use super::krylov::DeviceDiagonal;
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
+use crate::solve::krylov::KrylovMethod;
 use crate::solve::schwarz::{Decomposition, SchwarzKind, SchwarzSettings};
 use crate::solve::{
     EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
@@ -279,15 +281,24 @@ impl DevicePreconditioner for DeviceSchwarz<'_> {
     }
 }
 
-/// The device preconditioner of an ILU(k) or Schwarz [`Preconditioner`] for
-/// `a` (rows in the solve's order), with a log line of its levels; `None`
-/// for the other preconditioners.
+/// The device preconditioner of an ILU(k), Schwarz, DIC, DILU or IC(0)
+/// [`Preconditioner`] for `a` (rows in the solve's order), with a log line of
+/// its levels; `None` for the other preconditioners.
 pub fn device_preconditioner<'g>(
     gpu: &'g Gpu,
     a: &Csr,
     preconditioner: &Preconditioner,
 ) -> Result<Option<Box<dyn DevicePreconditioner + 'g>>, SolveError> {
     Ok(match preconditioner {
+        Preconditioner::Kind(kind) => match IcKind::of(*kind) {
+            Some(ic) => {
+                let m = DeviceIncompleteCholesky::new(gpu, a, ic)?;
+                let (fw, bw) = m.levels();
+                log::info!("GPU {kind}: {fw} forward and {bw} backward levels");
+                Some(Box::new(m))
+            }
+            None => None,
+        },
         Preconditioner::Ilu(k) => {
             let m = DeviceIlu::new(gpu, a, *k)?;
             let (fw, bw) = m.levels();
@@ -304,7 +315,44 @@ pub fn device_preconditioner<'g>(
     })
 }
 
-impl GpuSolver<'_> {
+impl<'g> GpuSolver<'g> {
+    /// GMRES or BiCGStab (`gpu::krylov`) with any preconditioner
+    /// [`device_preconditioner`] builds (ILU(k), RAS/AS, DILU, DIC, IC(0)),
+    /// or Jacobi/none; factorised on the matrix in the device's row order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_krylov_preconditioned(
+        &mut self,
+        a: &Csr,
+        method: &KrylovMethod,
+        preconditioner: &Preconditioner,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        preconditioner.validate()?;
+        let p = *preconditioner;
+        let build = move |gpu: &'g Gpu, ordered: &Csr| {
+            if let Some(m) = device_preconditioner(gpu, ordered, &p)? {
+                return Ok(m);
+            }
+            match p {
+                Preconditioner::Kind(kind) => DeviceDiagonal::of_kind(gpu, ordered, kind)
+                    .map(|m| Box::new(m) as Box<dyn DevicePreconditioner + 'g>),
+                other => Err(SolveError::InvalidControls(format!(
+                    "the {other} preconditioner is not available to GMRES/BiCGStab on the GPU \
+                     (use ilu0, ilu1, iluk:K, ras:..., as:..., dilu, dic, ic0, jacobi or none)"
+                ))),
+            }
+        };
+        // Errors name the device row order's rows, as the other GPU paths'
+        // factorisations do before `in_original_rows`.
+        let perm = self.permutation(a, options)?.cloned();
+        self.solve_krylov_with(a, method, Box::new(build), b, x, controls, field, options)
+            .map_err(|e| super::ic::in_original_rows(e, perm.as_ref()))
+    }
+
     /// PCG with ILU(k) or a symmetric Schwarz preconditioner (AS) on the
     /// device, in the solve's row order (`options.ordering`).
     #[allow(clippy::too_many_arguments)]

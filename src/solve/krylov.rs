@@ -436,7 +436,7 @@ pub fn solve_krylov(
 ) -> Result<super::SolverPerformance, SolveError> {
     let preconditioner = preconditioner.into();
     check_inputs(a, b, x, controls)?;
-    preconditioner.check()?;
+    preconditioner.validate()?;
     let precond = preconditioner.build(a)?;
     solve_krylov_with(a, method, precond.as_ref(), b, x, controls, field)
 }

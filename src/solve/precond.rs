@@ -197,6 +197,15 @@ impl Preconditioner {
         }
     }
 
+    /// Checks the parameters only, for the nonsymmetric Krylov methods
+    /// (GMRES, BiCGStab take RAS, which [`Preconditioner::check`] refuses).
+    pub fn validate(&self) -> Result<(), SolveError> {
+        match self {
+            Self::Schwarz(s) => s.validate().map_err(SolveError::InvalidControls),
+            _ => self.check(),
+        }
+    }
+
     /// Checks that the preconditioner can precondition PCG (a symmetric
     /// smoother with valid parameters).
     pub fn check(&self) -> Result<(), SolveError> {
@@ -236,9 +245,11 @@ impl Preconditioner {
         }
     }
 
-    /// The CPU preconditioner for `a` (square, symmetric).
+    /// The CPU preconditioner for `a` (square; symmetric unless it is ILU,
+    /// DILU or Schwarz). Parameters checked by [`Preconditioner::validate`]:
+    /// PCG's callers [`Preconditioner::check`] first.
     pub fn build<'a>(&self, a: &'a Csr) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
-        self.check()?;
+        self.validate()?;
         match self {
             Self::Kind(k) => k.build(a),
             Self::Smoother(s) => Ok(Box::new(SmootherPreconditioner::new(s.build(a)?, s.sweeps))),
