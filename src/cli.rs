@@ -731,6 +731,15 @@ struct BenchArgs {
     /// flag for several; default: the V-, W- and K-cycle with the defaults).
     #[arg(long, value_name = "SETTINGS")]
     amg_variant: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the ILU rows: GMRES(20) with ILU(0), ILU(1), DILU and (nested)
+    /// RAS against GMRES-Jacobi, on the thesis' 3-D Poisson grid (seed 004,
+    /// its numbers in the row labels) and on a convection-diffusion matrix of
+    /// each mesh case; level counts by ordering.
+    #[arg(long)]
+    ilu: bool,
+    /// Cells per side of the --ilu Poisson grid (the thesis: 120).
+    #[arg(long, default_value_t = 120)]
+    ilu_grid: usize,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -764,6 +773,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         deflation_cases: args.deflation_case,
         amg: args.amg,
         amg_variants: args.amg_variant,
+        ilu_grid: args.ilu.then_some(args.ilu_grid),
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

@@ -305,6 +305,11 @@ pub struct BenchSettings {
     /// The AMG settings measured (empty: the V-, W- and K-cycle with the
     /// default settings).
     pub amg_variants: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the ILU rows (`ilu_bench`): GMRES(20) with ILU(k), DILU and
+    /// (nested) RAS against GMRES-Jacobi on the thesis' 3-D Poisson grid of
+    /// this size (cells per side; 0: not run) and on a convection–diffusion
+    /// matrix of each mesh case.
+    pub ilu_grid: Option<usize>,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
@@ -459,6 +464,16 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
                 .rows
                 .extend(super::amg_bench::rows(gpu, spec, &a, settings)?);
         }
+        if let (Some(_), Some((mesh, geometry))) = (settings.ilu_grid, &mesh) {
+            report.rows.extend(super::ilu_bench::convection_rows(
+                gpu, spec, mesh, geometry, settings,
+            )?);
+        }
+    }
+    if let Some(g) = settings.ilu_grid.filter(|&g| g > 0) {
+        report
+            .rows
+            .extend(super::ilu_bench::thesis_rows(gpu, g, settings)?);
     }
     for dir in settings
         .deflation

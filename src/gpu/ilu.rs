@@ -158,8 +158,8 @@ impl DevicePreconditioner for DeviceIlu<'_> {
 
 /// The blocks' factor on the device.
 enum DeviceBlockFactor<'g> {
-    Ilu(DeviceIlu<'g>),
-    Ic0(DeviceIncompleteCholesky<'g>),
+    Ilu(Box<DeviceIlu<'g>>),
+    Ic0(Box<DeviceIncompleteCholesky<'g>>),
 }
 
 /// RAS / AS on the device: gather, the block factor's sweeps over all blocks
@@ -181,12 +181,14 @@ impl<'g> DeviceSchwarz<'g> {
     pub fn new(gpu: &'g Gpu, a: &Csr, settings: &SchwarzSettings) -> Result<Self, SolveError> {
         let d = Decomposition::new(a, settings)?;
         let factor = match settings.kind {
-            SchwarzKind::Restricted => {
-                DeviceBlockFactor::Ilu(DeviceIlu::new(gpu, &d.matrix, settings.fill_level)?)
-            }
-            SchwarzKind::Additive => {
-                DeviceBlockFactor::Ic0(DeviceIncompleteCholesky::new(gpu, &d.matrix, IcKind::Ic0)?)
-            }
+            SchwarzKind::Restricted => DeviceBlockFactor::Ilu(Box::new(DeviceIlu::new(
+                gpu,
+                &d.matrix,
+                settings.fill_level,
+            )?)),
+            SchwarzKind::Additive => DeviceBlockFactor::Ic0(Box::new(
+                DeviceIncompleteCholesky::new(gpu, &d.matrix, IcKind::Ic0)?,
+            )),
         };
         let (ptr, list) = d.scatter_lists(settings.kind, a.n_rows());
         let to_i32 = |v: &[u32]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();

@@ -29,6 +29,7 @@ pub mod deflation;
 pub mod deflation_bench;
 pub mod ic;
 pub mod ilu;
+pub mod ilu_bench;
 pub mod krylov;
 pub mod matrix;
 pub mod pcg;

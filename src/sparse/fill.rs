@@ -88,9 +88,9 @@ pub fn ilu_pattern(a: &Csr, k: u32) -> Result<FillPattern, String> {
         row_ptr.push(cols.len());
     }
     let mut values = vec![0.0; cols.len()];
-    for i in 0..n {
+    for (i, &start) in row_ptr[..n].iter().enumerate() {
         let (acols, avals) = a.row(i);
-        let mut s = row_ptr[i];
+        let mut s = start;
         for (&c, &v) in acols.iter().zip(avals) {
             while cols[s] != c {
                 s += 1;
