@@ -34,6 +34,7 @@ use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
 use crate::solve::amg::AmgSettings;
+use crate::solve::krylov::{GmresSettings, KrylovMethod, DILU_UNAVAILABLE};
 use crate::solve::{
     EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, SolverControls,
@@ -428,9 +429,23 @@ impl Reader {
         let solver_entry = dict.entry("solver").expect("read above");
         let where_ = format!("{}:{}", solver_entry.file().display(), solver_entry.line());
         let mut gamg = None;
+        let mut krylov = KrylovMethod::named(&name);
+        if let Some(KrylovMethod::Gmres(settings)) = &mut krylov {
+            for key in GmresSettings::KEYS {
+                let text = match key {
+                    "nKrylov" => dict.get_opt::<usize>(key)?.map(|v| v.to_string()),
+                    "flexible" => dict.get_opt::<bool>(key)?.map(|v| v.to_string()),
+                    _ => dict.get_opt::<String>(key)?,
+                };
+                if let Some(text) = text {
+                    settings.set(key, &text).map_err(|e| at_key(dict, key, e))?;
+                }
+            }
+        }
         let (preconditioner, smoother) = match name.as_str() {
             "PCG" => (preconditioner(dict)?, None),
-            "PBiCG" | "PBiCGStab" => {
+            "PBiCGStab" | "GMRES" => (krylov_preconditioner(dict)?, None),
+            "PBiCG" => {
                 self.warn(format!(
                     "{where_}: solver {name} replaced by PCG (the matrix is symmetric)"
                 ));
@@ -452,7 +467,7 @@ impl Reader {
                     solver_entry,
                     format!(
                         "solver '{other}' is not supported (PCG, GAMG, smoothSolver, PBiCG, \
-                         PBiCGStab)"
+                         PBiCGStab, GMRES)"
                     ),
                 ))
             }
@@ -473,6 +488,7 @@ impl Reader {
                 smoother,
                 gamg,
                 controls,
+                krylov,
                 ..LinearSolver::default()
             },
             // laplacianFoam's simpleControl never selects a `TFinal` solver.
@@ -769,6 +785,23 @@ fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
 
 /// The PCG preconditioner: `preconditioner DIC;` or `preconditioner { preconditioner GAMG; ... }`;
 /// a symmetric smoother takes its keys (`nSweeps`, …) from the same dictionary.
+/// The preconditioner of PBiCGStab / GMRES: `diagonal`, `none` or anything
+/// PCG takes (M⁻¹ need not be symmetric there); `DILU` is refused until the ILU
+/// preconditioners exist; none given is `none`, as in OpenFOAM.
+fn krylov_preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
+    let word = match dict.get_dict_opt("preconditioner") {
+        Ok(Some(inner)) => inner.get_word("preconditioner")?,
+        _ => match dict.get_opt::<String>("preconditioner")? {
+            Some(w) => w,
+            None => return Ok(PreconditionerKind::None.into()),
+        },
+    };
+    if word == "DILU" {
+        return Err(at_key(dict, "preconditioner", DILU_UNAVAILABLE.to_string()));
+    }
+    preconditioner(dict)
+}
+
 fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
     let (holder, name) = match dict.get_dict_opt("preconditioner") {
         Ok(Some(inner)) => (inner, inner.get_word("preconditioner")?),

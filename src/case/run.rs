@@ -18,6 +18,7 @@ use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::solve::amg::solve_amg;
+use crate::solve::solve_krylov;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
     SolveError, SolverPerformance,
@@ -107,6 +108,17 @@ impl Device<'_> {
         {
             preconditioner = PreconditionerKind::None.into();
         }
+        if solver.krylov.is_some() {
+            // GMRES / PBiCGStab on the device: Jacobi or none.
+            let preconditioner = match solver.preconditioner {
+                Preconditioner::Kind(PreconditionerKind::None) => PreconditionerKind::None,
+                _ => PreconditionerKind::Jacobi,
+            };
+            return LinearSolver {
+                preconditioner: preconditioner.into(),
+                ..*solver
+            };
+        }
         LinearSolver {
             preconditioner,
             smoother: solver.smoother.as_ref().map(gpu_smoother),
@@ -121,6 +133,9 @@ impl Device<'_> {
     /// has PCG with Jacobi or no preconditioner on the unscaled system only.
     fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
         let used = self.adapt(solver);
+        if let Some(method) = &used.krylov {
+            return Some(format!("{method} runs on a host-assembled matrix"));
+        }
         if used.equilibration != EquilibrationKind::None {
             return Some(format!(
                 "equilibration {} is applied to a host-assembled matrix",
@@ -798,6 +813,19 @@ pub(crate) fn solve_linear(
         ordering: solver.ordering,
         ..GpuSolveOptions::default()
     };
+    if let Some(method) = &solver.krylov {
+        return match (gpu_solver, solver.preconditioner) {
+            (Some(gpu), Preconditioner::Kind(kind)) => {
+                gpu.solve_krylov(matrix, method, kind, b, x, controls, field, &options)
+            }
+            (Some(_), other) => Err(SolveError::Device(format!(
+                "the {other} preconditioner is not available for {method} on the GPU"
+            ))),
+            (None, preconditioner) => {
+                solve_krylov(matrix, method, preconditioner, b, x, controls, field)
+            }
+        };
+    }
     match (gpu_solver, &solver.smoother) {
         (Some(gpu), Some(smoother)) => {
             gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
