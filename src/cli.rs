@@ -11,7 +11,8 @@ use crate::gpu::amg::gpu_amg_settings;
 use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuSolver};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::{
-    solve_pcg_scaled, EquilibrationKind, Preconditioner, PreconditionerKind, SolverControls,
+    solve_krylov, solve_pcg_scaled, EquilibrationKind, GmresSettings, KrylovMethod,
+    Orthogonalization, Preconditioner, PreconditionerKind, PreconditioningSide, SolverControls,
 };
 use crate::sparse::{mtx, RowOrdering};
 use anyhow::Context;
@@ -195,6 +196,31 @@ struct SolveMatrixArgs {
     /// Write the solution x to this Matrix Market (array) file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The Krylov method: pcg (symmetric matrices), gmres or bicgstab
+    /// (OpenFOAM's PBiCGStab); the last two take any square matrix, with
+    /// --precond jacobi (the default) or none on the GPU.
+    #[arg(long, value_enum, default_value_t = SolverChoice::Pcg)]
+    solver: SolverChoice,
+    /// GMRES restart length m.
+    #[arg(long, default_value_t = 20)]
+    restart: usize,
+    /// GMRES orthogonalisation: mgs or cgs2.
+    #[arg(long, default_value = "mgs")]
+    ortho: Orthogonalization,
+    /// GMRES preconditioning side: left or right.
+    #[arg(long, default_value = "right")]
+    side: PreconditioningSide,
+    /// Flexible GMRES (stores M⁻¹ v_j; for variable preconditioners).
+    #[arg(long)]
+    flexible: bool,
+}
+
+/// `solve-matrix --solver`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SolverChoice {
+    Pcg,
+    Gmres,
+    Bicgstab,
 }
 
 /// `run`: reads the case directory and runs it on the chosen device.
@@ -255,10 +281,26 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         }
     };
     let gpu = args.device.select()?;
+    let krylov = match args.solver {
+        SolverChoice::Pcg => None,
+        SolverChoice::Bicgstab => Some(KrylovMethod::BiCgStab),
+        SolverChoice::Gmres => {
+            let settings = GmresSettings {
+                restart: args.restart,
+                orthogonalization: args.ortho,
+                side: args.side,
+                flexible: args.flexible,
+            };
+            settings
+                .validate()
+                .map_err(|e| anyhow::anyhow!("--restart/--side/--flexible: {e}"))?;
+            Some(KrylovMethod::Gmres(settings))
+        }
+    };
     let precond = args.precond.unwrap_or(
-        match gpu {
-            Some(_) => PreconditionerKind::Jacobi,
-            None => PreconditionerKind::Dic,
+        match (&gpu, krylov) {
+            (Some(_), _) | (None, Some(_)) => PreconditionerKind::Jacobi,
+            (None, None) => PreconditionerKind::Dic,
         }
         .into(),
     );
@@ -289,12 +331,24 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         ..SolverControls::default()
     };
     let mut x = vec![0.0; a.n_rows()];
-    let perf = match &gpu {
-        Some(gpu) => {
-            let options = GpuSolveOptions {
-                ordering,
-                ..GpuSolveOptions::default()
-            };
+    let options = GpuSolveOptions {
+        ordering,
+        ..GpuSolveOptions::default()
+    };
+    if let Some(method) = &krylov {
+        if args.equilibration != EquilibrationKind::None {
+            anyhow::bail!("--equilibration applies to --solver pcg only");
+        }
+        println!("solver {method}");
+    }
+    let perf = match (&gpu, &krylov) {
+        (Some(gpu), Some(method)) => match precond {
+            Preconditioner::Kind(kind) => GpuSolver::new(gpu)
+                .solve_krylov(&a, method, kind, &b, &mut x, &controls, "x", &options),
+            _ => anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)"),
+        },
+        (None, Some(method)) => solve_krylov(&a, method, precond, &b, &mut x, &controls, "x"),
+        (Some(gpu), None) => {
             let eq = &args.equilibration;
             match precond {
                 Preconditioner::Kind(kind) => {
@@ -315,7 +369,9 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
                 _ => anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)"),
             }
         }
-        None => solve_pcg_scaled(&a, precond, &args.equilibration, &b, &mut x, &controls, "x"),
+        (None, None) => {
+            solve_pcg_scaled(&a, precond, &args.equilibration, &b, &mut x, &controls, "x")
+        }
     }
     .with_context(|| format!("solving {}", args.matrix.display()))?;
     println!(

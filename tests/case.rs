@@ -856,3 +856,77 @@ fn amg_from_case_toml_solves_like_pcg() {
         assert!(diff < 1e-7, "{tag}: {diff}");
     }
 }
+
+#[test]
+fn gmres_and_bicgstab_from_case_toml_solve_like_pcg() {
+    use fvpoisson::solve::{
+        GmresSettings, KrylovMethod, Orthogonalization, PreconditionerKind, PreconditioningSide,
+    };
+    let gmres = mms_with_solver_entry(
+        "solver = \"GMRES\"\npreconditioner = \"diagonal\"\nnKrylov = 12\n\
+         orthogonalisation = \"CGS2\"\npreconditioningSide = \"left\"\n",
+    );
+    let setup = parse(&gmres).unwrap();
+    let regular = setup.solver.regular;
+    assert_eq!(
+        regular.krylov,
+        Some(KrylovMethod::Gmres(GmresSettings {
+            restart: 12,
+            orthogonalization: Orthogonalization::Cgs2,
+            side: PreconditioningSide::Left,
+            flexible: false,
+        }))
+    );
+    assert_eq!(regular.preconditioner, PreconditionerKind::Jacobi);
+    let bicg = mms_with_solver_entry("solver = \"PBiCGStab\"\npreconditioner = \"none\"\n");
+    assert_eq!(
+        parse(&bicg).unwrap().solver.regular.krylov,
+        Some(KrylovMethod::BiCgStab)
+    );
+    let flexible = mms_with_solver_entry("solver = \"GMRES\"\nflexible = true\n");
+    let Some(KrylovMethod::Gmres(s)) = parse(&flexible).unwrap().solver.regular.krylov else {
+        panic!("GMRES")
+    };
+    assert!(s.flexible && s.restart == 20);
+    let reference = run_text(MMS, "krylov_ref").field;
+    for (text, tag) in [
+        (gmres, "krylov_gmres"),
+        (bicg, "krylov_bicg"),
+        (flexible, "krylov_fgmres"),
+    ] {
+        let field = run_text(&text, tag).field;
+        let diff = field
+            .iter()
+            .zip(&reference)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff < 1e-7, "{tag}: {diff}");
+    }
+    assert_solver_entries_refused(
+        "krylov_bad",
+        &[
+            ("solver = \"PCG\"\nnKrylov = 10\n", "only GMRES uses it"),
+            (
+                "solver = \"PBiCGStab\"\nflexible = true\n",
+                "only GMRES uses it",
+            ),
+            ("solver = \"GMRES\"\nnKrylov = 0\n", "between 1 and"),
+            (
+                "solver = \"GMRES\"\northogonalisation = \"QR\"\n",
+                "MGS or CGS2",
+            ),
+            (
+                "solver = \"GMRES\"\npreconditioningSide = \"both\"\n",
+                "left or right",
+            ),
+            (
+                "solver = \"GMRES\"\npreconditioningSide = \"left\"\nflexible = true\n",
+                "flexible",
+            ),
+            (
+                "solver = \"PBiCGStab\"\nequilibration = \"jacobi\"\n",
+                "only PCG",
+            ),
+            ("solver = \"BiCG\"\n", "PBiCGStab or GMRES"),
+        ],
+    );
+}

@@ -226,3 +226,35 @@ fn shipped_flow_cases_read_and_the_poiseuille_case_passes() {
     assert!(passed, "{table}");
     std::fs::remove_dir_all(&poiseuille.output_dir).unwrap();
 }
+
+#[test]
+fn momentum_solved_by_pbicgstab_or_gmres_gives_the_smooth_solver_cavity() {
+    use fvpoisson::solve::{GmresSettings, KrylovMethod, PreconditionerKind};
+    let case = FlowCase::Cavity {
+        reynolds: 100,
+        n: 24,
+    };
+    let reference = cpu_validation(case, simplec);
+    for method in [
+        KrylovMethod::BiCgStab,
+        KrylovMethod::Gmres(GmresSettings::default()),
+    ] {
+        let v = cpu_validation(case, |s| {
+            simplec(s);
+            s.momentum.krylov = Some(method);
+            s.momentum.preconditioner = PreconditionerKind::Jacobi.into();
+        });
+        assert!(v.converged, "{method}: {v}");
+        let diff =
+            v.u.iter()
+                .zip(&reference.u)
+                .map(|(a, b)| (a - b).norm())
+                .fold(0.0, f64::max);
+        println!(
+            "{method}: {} outer iterations (smoothSolver {}), max |ΔU| {diff:.3e}",
+            v.reports.len(),
+            reference.reports.len()
+        );
+        assert!(diff < 1e-5, "{method}: {diff:e}");
+    }
+}

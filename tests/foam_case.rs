@@ -769,3 +769,81 @@ fn ilu_dilu_and_schwarz_preconditioners_from_fv_solution() {
         assert!(err.contains(word), "{tag}: {err}");
     }
 }
+
+#[test]
+fn pbicgstab_and_gmres_are_read_from_fv_solution() {
+    use fvpoisson::solve::{GmresSettings, KrylovMethod, Orthogonalization, PreconditioningSide};
+    let pcg = "solver          PCG;\n        preconditioner  DIC;";
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                pcg,
+                "solver          PBiCGStab;\n        preconditioner  diagonal;",
+            )
+        },
+        "pbicgstab",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.krylov,
+        Some(KrylovMethod::BiCgStab)
+    );
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        PreconditionerKind::Jacobi
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let summary = run_case(&case.setup, Device::Cpu).unwrap();
+    assert!(summary.converged);
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                pcg,
+                "solver          GMRES;\n        preconditioner  none;\n        nKrylov 30;\n        \
+                 orthogonalisation CGS2;\n        preconditioningSide right;\n        flexible yes;",
+            )
+        },
+        "gmres",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.krylov,
+        Some(KrylovMethod::Gmres(GmresSettings {
+            restart: 30,
+            orthogonalization: Orthogonalization::Cgs2,
+            side: PreconditioningSide::Right,
+            flexible: true,
+        }))
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                pcg,
+                "solver          PBiCGStab;\n        preconditioner  DILU;",
+            )
+        },
+        "dilu",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        Preconditioner::Kind(PreconditionerKind::Dilu)
+    );
+    let _ = fs::remove_dir_all(&dir);
+    let e = edited_error(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| t.replace(pcg, "solver          GMRES;\n        nKrylov 0;"),
+        "gmres_zero",
+    );
+    assert!(e.contains("nKrylov") && e.contains("between 1 and"), "{e}");
+}

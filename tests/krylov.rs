@@ -7,36 +7,17 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use fvpoisson::fvm::convection::{convection_diffusion, swirl};
+use fvpoisson::fvm::testing::convection_diffusion_systems;
 use fvpoisson::solve::precond::{Identity, Jacobi};
 use fvpoisson::solve::{
     solve_krylov, solve_krylov_with, GmresSettings, KrylovMethod, LinearOperator,
     Orthogonalization, PreconditionerKind, PreconditioningSide, SolveError, SolverControls,
     SolverPerformance,
 };
-use fvpoisson::sparse::testing::random_vector;
 use fvpoisson::sparse::Csr;
 
-/// (name, A, x*, b = A x*) for the meshes, Γ small enough for cell Péclet
-/// numbers above 2 (strongly nonsymmetric).
 fn systems() -> Vec<(String, Csr, Vec<f64>, Vec<f64>)> {
-    [
-        ("box:12x12x12", 0.005),
-        ("box:7x6x5:tet:perturb=0.2:renumber", 0.01),
-        ("meshes/foam/polydual", 0.01),
-        ("meshes/gmsh/prism_wedge.v22.msh", 0.01),
-    ]
-    .into_iter()
-    .map(|(spec, gamma)| {
-        let mesh = fvpoisson::mesh::source::load(spec).unwrap();
-        let geometry = mesh.geometry().unwrap();
-        let (a, _) = convection_diffusion(&mesh, &geometry, gamma, swirl(1.0)).unwrap();
-        let x_true = random_vector(a.n_rows(), 11);
-        let mut b = vec![0.0; a.n_rows()];
-        a.spmv(&x_true, &mut b);
-        (spec.to_string(), a, x_true, b)
-    })
-    .collect()
+    convection_diffusion_systems()
 }
 
 fn max_rel_error(x: &[f64], x_true: &[f64]) -> f64 {
@@ -189,7 +170,7 @@ impl LinearOperator for Alternating<'_> {
         self.n
     }
     fn apply(&self, x: &[f64], y: &mut [f64]) {
-        if self.calls.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+        if self.calls.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
             self.jacobi.apply(x, y);
         } else {
             y.copy_from_slice(x);
@@ -490,5 +471,47 @@ fn openfoam_controls_max_min_iterations_and_exact_initial_guesses() {
         )
         .unwrap();
         assert_eq!(perf.iterations, 4, "{method}");
+    }
+}
+
+#[test]
+fn a_symmetric_row_permutation_changes_nothing_but_rounding() {
+    use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+    let controls = SolverControls::absolute(1e-10, 3000);
+    for (name, a, _, b) in systems() {
+        let p = reverse_cuthill_mckee(&a);
+        let (ap, bp) = (p.apply_symmetric(&a), p.to_new(&b));
+        for method in [
+            gmres(
+                20,
+                Orthogonalization::Mgs,
+                PreconditioningSide::Right,
+                false,
+            ),
+            gmres(
+                20,
+                Orthogonalization::Cgs2,
+                PreconditioningSide::Left,
+                false,
+            ),
+            KrylovMethod::BiCgStab,
+        ] {
+            for kind in [PreconditionerKind::Jacobi, PreconditionerKind::None] {
+                let mut x = vec![0.0; a.n_rows()];
+                let natural = solve_krylov(&a, &method, kind, &b, &mut x, &controls, "u").unwrap();
+                let mut xp = vec![0.0; a.n_rows()];
+                let rcm = solve_krylov(&ap, &method, kind, &bp, &mut xp, &controls, "u").unwrap();
+                println!(
+                    "{name} {method} {kind}: natural {} RCM {} iterations",
+                    natural.iterations, rcm.iterations
+                );
+                assert!(
+                    natural.iterations.abs_diff(rcm.iterations) <= 1,
+                    "{name} {method} {kind}"
+                );
+                let err = max_rel_error(&p.to_old(&xp), &x);
+                assert!(err < 1e-7, "{name} {method} {kind}: {err:e}");
+            }
+        }
     }
 }

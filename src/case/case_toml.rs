@@ -96,8 +96,8 @@ use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
 use crate::solve::{
-    EigenBound, EquilibrationKind, PolynomialSettings, Preconditioner, PreconditionerKind,
-    SmootherKind, SmootherSettings, SolverControls,
+    EigenBound, EquilibrationKind, KrylovMethod, PolynomialSettings, Preconditioner,
+    PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -232,6 +232,12 @@ pub(super) struct SolverEntry {
     #[serde(rename = "minIter")]
     min_iter: Option<usize>,
     ordering: Option<Spanned<String>>,
+    #[serde(rename = "nKrylov")]
+    n_krylov: Option<Spanned<usize>>,
+    orthogonalisation: Option<Spanned<String>>,
+    #[serde(rename = "preconditioningSide")]
+    preconditioning_side: Option<Spanned<String>>,
+    flexible: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -723,23 +729,27 @@ impl Source<'_> {
         name: &str,
         base: LinearSolver,
     ) -> Result<LinearSolver, CaseError> {
-        let (smooth_solver, gamg_solver) = match &entry.solver {
-            None => (base.smoother.is_some(), base.gamg.is_some()),
+        let (smooth_solver, gamg_solver, mut krylov) = match &entry.solver {
+            None => (base.smoother.is_some(), base.gamg.is_some(), base.krylov),
             Some(solver) => match solver.get_ref().as_str() {
-                "PCG" => (false, false),
-                "smoothSolver" => (true, false),
-                "GAMG" => (false, true),
-                other => {
-                    return Err(self.error(
-                        solver.span(),
-                        format!(
-                            "solver.{name}.solver '{other}' is not available (PCG, smoothSolver \
-                             or GAMG)"
-                        ),
-                    ))
-                }
+                "PCG" => (false, false, None),
+                "smoothSolver" => (true, false, None),
+                "GAMG" => (false, true, None),
+                other => match KrylovMethod::named(other) {
+                    Some(method) => (false, false, Some(method)),
+                    None => {
+                        return Err(self.error(
+                            solver.span(),
+                            format!(
+                                "solver.{name}.solver '{other}' is not available (PCG, \
+                                 smoothSolver, GAMG, PBiCGStab or GMRES)"
+                            ),
+                        ))
+                    }
+                },
             },
         };
+        self.krylov_parameters(entry, name, &mut krylov)?;
         let mut amg = base
             .gamg
             .or(match base.preconditioner {
@@ -843,11 +853,20 @@ impl Source<'_> {
                     ),
                 ))
             }
+            Some(e) if krylov.is_some() => {
+                return Err(self.error(
+                    e.span(),
+                    format!(
+                        "solver.{name}.equilibration: only PCG equilibrates its system; remove \
+                         the key or set solver = \"PCG\""
+                    ),
+                ))
+            }
             Some(e) => e.get_ref().parse::<EquilibrationKind>().map_err(|err| {
                 self.error(e.span(), format!("solver.{name}.equilibration: {err}"))
             })?,
             // A TFinal smoothSolver does not inherit the PCG entry's scaling.
-            None if smooth_solver => EquilibrationKind::None,
+            None if smooth_solver || krylov.is_some() => EquilibrationKind::None,
             None => base.equilibration,
         };
         let controls = SolverControls {
@@ -896,7 +915,62 @@ impl Source<'_> {
             },
             controls,
             ordering,
+            krylov,
         })
+    }
+
+    /// The GMRES keys of a solver entry (`nKrylov`, `orthogonalisation`,
+    /// `preconditioningSide`, `flexible`) into `krylov`; an error naming the
+    /// key when the solver is not GMRES.
+    fn krylov_parameters(
+        &self,
+        entry: &SolverEntry,
+        name: &str,
+        krylov: &mut Option<KrylovMethod>,
+    ) -> Result<(), CaseError> {
+        let keys: [(&str, Option<(Range<usize>, String)>); 4] = [
+            (
+                "nKrylov",
+                entry
+                    .n_krylov
+                    .as_ref()
+                    .map(|v| (v.span(), v.get_ref().to_string())),
+            ),
+            (
+                "orthogonalisation",
+                entry
+                    .orthogonalisation
+                    .as_ref()
+                    .map(|v| (v.span(), v.get_ref().clone())),
+            ),
+            (
+                "preconditioningSide",
+                entry
+                    .preconditioning_side
+                    .as_ref()
+                    .map(|v| (v.span(), v.get_ref().clone())),
+            ),
+            (
+                "flexible",
+                entry
+                    .flexible
+                    .as_ref()
+                    .map(|v| (v.span(), v.get_ref().to_string())),
+            ),
+        ];
+        for (key, value) in keys {
+            let Some((span, text)) = value else { continue };
+            let Some(KrylovMethod::Gmres(settings)) = krylov else {
+                return Err(self.error(
+                    span,
+                    format!("solver.{name}.{key}: only GMRES uses it (solver = \"GMRES\")"),
+                ));
+            };
+            settings
+                .set(key, &text)
+                .map_err(|e| self.error(span, format!("solver.{name}.{key}: {e}")))?;
+        }
+        Ok(())
     }
 
     /// The smoother keys of a solver entry, set on `target` (smoothSolver's

@@ -63,7 +63,8 @@ use crate::flow::validation::{compare, FlowCase, Tables};
 use crate::flow::{Convection, FlowError, VectorValues, VelocityCondition};
 use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
-use crate::gpu::pcg::GpuSolver;
+use crate::gpu::ilu::gpu_krylov_preconditioner;
+use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use crate::mesh::{MeshSource, PatchKind, Vec3};
 use crate::solve::{SmootherKind, SmootherSettings, Sweep};
 use serde::Deserialize;
@@ -276,11 +277,21 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
                     ..LinearSolver::default()
                 };
                 let solver = src.solver(entry.get_ref(), "U", base)?;
+                if let Some(method) = solver.krylov {
+                    settings.momentum = MomentumSolver {
+                        controls: solver.controls,
+                        krylov: Some(method),
+                        preconditioner: solver.preconditioner,
+                        ..MomentumSolver::default()
+                    };
+                    continue;
+                }
                 let Some(smoother) = solver.smoother else {
                     return Err(src.error(
                         entry.span(),
                         "solver.U: the momentum matrix is not symmetric, so PCG cannot solve \
-                         it; use solver = \"smoothSolver\" with a Jacobi or Gauss-Seidel smoother",
+                         it; use solver = \"PBiCGStab\" or \"GMRES\", or \"smoothSolver\" with a \
+                         Jacobi or Gauss-Seidel smoother",
                     ));
                 };
                 if smoother.needs_symmetric_matrix() {
@@ -295,6 +306,7 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
                 settings.momentum = MomentumSolver {
                     smoother,
                     controls: solver.controls,
+                    ..MomentumSolver::default()
                 };
             }
             other => {
@@ -498,12 +510,25 @@ pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary
         vec![0.0; n],
     )
     .map_err(flow_error)?;
-    let mut gpu_solver = match device {
-        Device::Gpu(gpu) => {
-            log::info!("pressure solves on the GPU; momentum on the CPU");
+    let momentum = setup.settings.momentum;
+    let mut gpu_solver = match (device, momentum.krylov) {
+        (Device::Gpu(gpu), Some(method)) => {
+            let p = gpu_krylov_preconditioner(&momentum.preconditioner);
+            log::info!("pressure and momentum ({method}, {p}) solves on the GPU");
+            let mut momentum_solver = GpuSolver::new(gpu);
+            let controls = momentum.controls;
+            simple.set_momentum_solve(Box::new(move |a, b, x, field| {
+                let options = GpuSolveOptions::default();
+                momentum_solver
+                    .solve_krylov_preconditioned(a, &method, &p, b, x, &controls, field, &options)
+            }));
             Some(GpuSolver::new(gpu))
         }
-        Device::Cpu => None,
+        (Device::Gpu(gpu), None) => {
+            log::info!("pressure solves on the GPU; momentum (smoothSolver) on the CPU");
+            Some(GpuSolver::new(gpu))
+        }
+        (Device::Cpu, _) => None,
     };
     let solver = setup.pressure_solver;
     let solve_pressure: &mut PressureSolve<'_> =

@@ -34,6 +34,7 @@ use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
 use crate::solve::amg::AmgSettings;
+use crate::solve::krylov::{GmresSettings, KrylovMethod};
 use crate::solve::precond::check_fill_level;
 use crate::solve::schwarz::{SchwarzKind, SchwarzSettings};
 use crate::solve::{
@@ -430,9 +431,23 @@ impl Reader {
         let solver_entry = dict.entry("solver").expect("read above");
         let where_ = format!("{}:{}", solver_entry.file().display(), solver_entry.line());
         let mut gamg = None;
+        let mut krylov = KrylovMethod::named(&name);
+        if let Some(KrylovMethod::Gmres(settings)) = &mut krylov {
+            for key in GmresSettings::KEYS {
+                let text = match key {
+                    "nKrylov" => dict.get_opt::<usize>(key)?.map(|v| v.to_string()),
+                    "flexible" => dict.get_opt::<bool>(key)?.map(|v| v.to_string()),
+                    _ => dict.get_opt::<String>(key)?,
+                };
+                if let Some(text) = text {
+                    settings.set(key, &text).map_err(|e| at_key(dict, key, e))?;
+                }
+            }
+        }
         let (preconditioner, smoother) = match name.as_str() {
             "PCG" => (preconditioner(dict)?, None),
-            "PBiCG" | "PBiCGStab" => {
+            "PBiCGStab" | "GMRES" => (krylov_preconditioner(dict)?, None),
+            "PBiCG" => {
                 self.warn(format!(
                     "{where_}: solver {name} replaced by PCG (the matrix is symmetric)"
                 ));
@@ -454,7 +469,7 @@ impl Reader {
                     solver_entry,
                     format!(
                         "solver '{other}' is not supported (PCG, GAMG, smoothSolver, PBiCG, \
-                         PBiCGStab)"
+                         PBiCGStab, GMRES)"
                     ),
                 ))
             }
@@ -475,6 +490,7 @@ impl Reader {
                 smoother,
                 gamg,
                 controls,
+                krylov,
                 ..LinearSolver::default()
             },
             // laplacianFoam's simpleControl never selects a `TFinal` solver.
@@ -771,6 +787,18 @@ fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
 
 /// The PCG preconditioner: `preconditioner DIC;` or `preconditioner { preconditioner GAMG; ... }`;
 /// a symmetric smoother takes its keys (`nSweeps`, …) from the same dictionary.
+/// The preconditioner of PBiCGStab / GMRES: `diagonal`, `none` or anything
+/// PCG takes (M⁻¹ need not be symmetric there: DILU, ILU, RAS); none given
+/// is `none`, as in OpenFOAM.
+fn krylov_preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
+    if !matches!(dict.get_dict_opt("preconditioner"), Ok(Some(_)))
+        && dict.get_opt::<String>("preconditioner")?.is_none()
+    {
+        return Ok(PreconditionerKind::None.into());
+    }
+    preconditioner(dict)
+}
+
 fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
     let (holder, name) = match dict.get_dict_opt("preconditioner") {
         Ok(Some(inner)) => (inner, inner.get_word("preconditioner")?),

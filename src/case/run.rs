@@ -11,6 +11,7 @@ use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, TimeScheme};
 use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
 use crate::gpu::Gpu;
@@ -18,6 +19,7 @@ use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::solve::amg::solve_amg;
+use crate::solve::solve_krylov;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
     SolveError, SolverPerformance,
@@ -100,12 +102,27 @@ impl Device<'_> {
             Some(s) => Preconditioner::Amg(s),
             None => solver.preconditioner,
         };
-        let mut preconditioner = gpu_preconditioner(&given);
+        // GMRES/BiCGStab take the nonsymmetric ILU family on the device.
+        let mut preconditioner = match solver.krylov {
+            Some(_) => gpu_krylov_preconditioner(&given),
+            None => gpu_preconditioner(&given),
+        };
         if preconditioner != solver.preconditioner
             && preconditioner == PreconditionerKind::Jacobi
             && solver.equilibration != EquilibrationKind::None
         {
             preconditioner = PreconditionerKind::None.into();
+        }
+        if solver.krylov.is_some() {
+            // GMRES / PBiCGStab on the device: Jacobi or none.
+            let preconditioner = match solver.preconditioner {
+                Preconditioner::Kind(PreconditionerKind::None) => PreconditionerKind::None,
+                _ => PreconditionerKind::Jacobi,
+            };
+            return LinearSolver {
+                preconditioner: preconditioner.into(),
+                ..*solver
+            };
         }
         LinearSolver {
             preconditioner,
@@ -121,6 +138,9 @@ impl Device<'_> {
     /// has PCG with Jacobi or no preconditioner on the unscaled system only.
     fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
         let used = self.adapt(solver);
+        if let Some(method) = &used.krylov {
+            return Some(format!("{method} runs on a host-assembled matrix"));
+        }
         if used.equilibration != EquilibrationKind::None {
             return Some(format!(
                 "equilibration {} is applied to a host-assembled matrix",
@@ -801,6 +821,16 @@ pub(crate) fn solve_linear(
         ordering: solver.ordering,
         ..GpuSolveOptions::default()
     };
+    if let Some(method) = &solver.krylov {
+        return match (gpu_solver, solver.preconditioner) {
+            (Some(gpu), p) => {
+                gpu.solve_krylov_preconditioned(matrix, method, &p, b, x, controls, field, &options)
+            }
+            (None, preconditioner) => {
+                solve_krylov(matrix, method, preconditioner, b, x, controls, field)
+            }
+        };
+    }
     match (gpu_solver, &solver.smoother) {
         (Some(gpu), Some(smoother)) => {
             gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)

@@ -12,7 +12,8 @@ use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
 use crate::solve::amg::AmgSettings;
 use crate::solve::{
-    EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolverControls,
+    EquilibrationKind, KrylovMethod, Preconditioner, PreconditionerKind, SmootherSettings,
+    SolverControls,
 };
 use crate::sparse::RowOrdering;
 use std::fmt;
@@ -225,6 +226,9 @@ pub struct LinearSolver {
     /// mesh's cell order, as OpenFOAM does). Multicolour Gauss–Seidel then
     /// groups the rows by colour; block Jacobi uses its own block ordering.
     pub ordering: RowOrdering,
+    /// `Some`: GMRES or PBiCGStab (`solve::krylov`) with `preconditioner`
+    /// instead of PCG.
+    pub krylov: Option<KrylovMethod>,
 }
 
 impl Default for LinearSolver {
@@ -236,6 +240,7 @@ impl Default for LinearSolver {
             equilibration: EquilibrationKind::None,
             controls: SolverControls::default(),
             ordering: RowOrdering::default(),
+            krylov: None,
         }
     }
 }

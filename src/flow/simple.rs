@@ -33,7 +33,10 @@ use crate::fvm::{
     Schemes, SingularPolicy,
 };
 use crate::mesh::{Geometry, Mesh, Vec3};
-use crate::solve::{solve_smooth, SmootherSettings, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{
+    solve_krylov, solve_smooth, KrylovMethod, Preconditioner, SmootherSettings, SolveError,
+    SolverControls, SolverPerformance,
+};
 use crate::sparse::Csr;
 
 /// Convection scheme of `div(phi,U)`, always in OpenFOAM's `bounded` form
@@ -138,12 +141,22 @@ pub struct ResidualControl {
 }
 
 /// The momentum predictor's solver: OpenFOAM's smoothSolver (the momentum
-/// matrix is not symmetric; Gauss–Seidel needs only its diagonal dominance).
+/// matrix is not symmetric; Gauss–Seidel needs only its diagonal dominance),
+/// or GMRES / PBiCGStab (`solve::krylov`) with `preconditioner`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MomentumSolver {
     pub smoother: SmootherSettings,
     pub controls: SolverControls,
+    /// `Some`: this Krylov method instead of smoothSolver.
+    pub krylov: Option<KrylovMethod>,
+    /// The Krylov method's preconditioner.
+    pub preconditioner: Preconditioner,
 }
+
+/// A momentum solve run outside the loop (on the GPU): matrix, right-hand
+/// side, the current component (overwritten with the solution), field name.
+pub type MomentumSolve<'s> =
+    dyn FnMut(&Csr, &[f64], &mut [f64], &str) -> Result<SolverPerformance, SolveError> + 's;
 
 impl Default for MomentumSolver {
     /// The cavity tutorial's `smoothSolver; smoother symGaussSeidel;
@@ -159,6 +172,8 @@ impl Default for MomentumSolver {
                 max_iter: 1000,
                 min_iter: 0,
             },
+            krylov: None,
+            preconditioner: crate::solve::PreconditionerKind::Jacobi.into(),
         }
     }
 }
@@ -292,6 +307,8 @@ pub struct Simple<'m> {
     pub phi: Vec<f64>,
     cumulative_continuity: f64,
     iteration: usize,
+    /// Replaces the momentum solver of the settings (`set_momentum_solve`).
+    momentum_solve: Option<Box<MomentumSolve<'m>>>,
 }
 
 impl<'m> Simple<'m> {
@@ -374,9 +391,16 @@ impl<'m> Simple<'m> {
             phi: Vec::new(),
             cumulative_continuity: 0.0,
             iteration: 0,
+            momentum_solve: None,
         };
         simple.phi = simple.face_flux(&simple.u);
         Ok(simple)
+    }
+
+    /// Solves the momentum equations with `solve` (e.g. on the GPU) instead
+    /// of the settings' CPU solver.
+    pub fn set_momentum_solve(&mut self, solve: Box<MomentumSolve<'m>>) {
+        self.momentum_solve = Some(solve);
     }
 
     pub fn settings(&self) -> &SimpleSettings {
@@ -549,14 +573,26 @@ impl<'m> Simple<'m> {
                 .collect();
             let field = format!("U{}", ["x", "y", "z"][c]);
             let momentum = &self.settings.momentum;
-            let perf = solve_smooth(
-                &matrix,
-                &momentum.smoother,
-                &b,
-                &mut u_c,
-                &momentum.controls,
-                &field,
-            )
+            let perf = match (&mut self.momentum_solve, &momentum.krylov) {
+                (Some(solve), _) => solve(&matrix, &b, &mut u_c, &field),
+                (None, Some(method)) => solve_krylov(
+                    &matrix,
+                    method,
+                    momentum.preconditioner,
+                    &b,
+                    &mut u_c,
+                    &momentum.controls,
+                    &field,
+                ),
+                (None, None) => solve_smooth(
+                    &matrix,
+                    &momentum.smoother,
+                    &b,
+                    &mut u_c,
+                    &momentum.controls,
+                    &field,
+                ),
+            }
             .map_err(|source| FlowError::Solve {
                 field: field.clone(),
                 source,

@@ -7,6 +7,7 @@ use super::{
 };
 use crate::mesh::{Mesh, PatchKind};
 use crate::sparse::testing::SplitMix;
+use crate::sparse::Csr;
 
 /// One condition per patch: over the non-empty patches in turn fixedValue,
 /// zeroGradient, fixedGradient and mixed (starting at kind `seed % 4`), with
@@ -109,4 +110,38 @@ pub fn varying_and_uniform_gamma(
         }
         (what, problem)
     })
+}
+
+/// Nonsymmetric test systems (name, A, x*, b = A x*): steady convection–
+/// diffusion (`convection::convection_diffusion`, swirling flow, cell Péclet
+/// numbers above 2) on a hex box, a perturbed renumbered tet box, the
+/// polyhedral OpenFOAM mesh and a Gmsh prism mesh (paths relative to the
+/// repository root), with a random manufactured solution x*.
+pub fn convection_diffusion_systems() -> Vec<(String, Csr, Vec<f64>, Vec<f64>)> {
+    [
+        ("box:12x12x12", 0.005),
+        ("box:7x6x5:tet:perturb=0.2:renumber", 0.01),
+        ("meshes/foam/polydual", 0.01),
+        ("meshes/gmsh/prism_wedge.v22.msh", 0.01),
+    ]
+    .into_iter()
+    .map(|(spec, gamma)| convection_diffusion_system(spec, gamma))
+    .collect()
+}
+
+/// One system of [`convection_diffusion_systems`]: the mesh `spec`, Γ = `gamma`.
+pub fn convection_diffusion_system(spec: &str, gamma: f64) -> (String, Csr, Vec<f64>, Vec<f64>) {
+    let mesh = crate::mesh::source::load(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    let geometry = mesh.geometry().unwrap();
+    let (a, _) = super::convection::convection_diffusion(
+        &mesh,
+        &geometry,
+        gamma,
+        super::convection::swirl(1.0),
+    )
+    .unwrap();
+    let x_true = crate::sparse::testing::random_vector(a.n_rows(), 11);
+    let mut b = vec![0.0; a.n_rows()];
+    a.spmv(&x_true, &mut b);
+    (spec.to_string(), a, x_true, b)
 }

@@ -23,7 +23,8 @@ use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::schwarz::{Decomposition, SchwarzKind, SchwarzSettings};
 use crate::solve::{
-    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
+    EquilibrationKind, Preconditioner, PreconditionerKind, SolveError, SolverControls,
+    SolverPerformance,
 };
 use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
@@ -315,6 +316,23 @@ pub fn device_preconditioner<'g>(
         }
         _ => None,
     })
+}
+
+/// What GMRES/BiCGStab run on the GPU for `p`: ILU(k), Schwarz, DILU, DIC,
+/// IC(0), Jacobi and none as given ([`GpuSolver::solve_krylov_preconditioned`]),
+/// the others (smoothers, polynomials, AMG) as Jacobi.
+pub fn gpu_krylov_preconditioner(p: &Preconditioner) -> Preconditioner {
+    match p {
+        Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => *p,
+        Preconditioner::Kind(
+            PreconditionerKind::None
+            | PreconditionerKind::Jacobi
+            | PreconditionerKind::Dic
+            | PreconditionerKind::Ic0
+            | PreconditionerKind::Dilu,
+        ) => *p,
+        _ => PreconditionerKind::Jacobi.into(),
+    }
 }
 
 impl<'g> GpuSolver<'g> {

@@ -53,7 +53,7 @@ pub fn bicgstab<B: KrylovBackend>(
         loop {
             let it = iterations + 1;
             backend.device_status()?;
-            if !(rho.abs() >= VSMALL) {
+            if rho.is_nan() || rho.abs() < VSMALL {
                 if last == 0.0 {
                     break;
                 }
@@ -62,7 +62,7 @@ pub fn bicgstab<B: KrylovBackend>(
             if iterations == 0 {
                 backend.bicg_direction(0.0, 0.0, &r, &v, &mut p);
             } else {
-                if !(omega.abs() >= VSMALL) {
+                if omega.is_nan() || omega.abs() < VSMALL {
                     return Err(breakdown("omega", it, omega));
                 }
                 let beta = (rho / rho_old) * (alpha / omega);

@@ -210,6 +210,65 @@ impl GmresSettings {
     }
 }
 
+impl GmresSettings {
+    /// The keys [`Self::set`] takes (fvSolution and case.toml spellings).
+    pub const KEYS: [&'static str; 4] = [
+        "nKrylov",
+        "orthogonalisation",
+        "preconditioningSide",
+        "flexible",
+    ];
+
+    /// Sets one key from its text: `nKrylov` (restart length), `orthogonalisation`
+    /// (`MGS`|`CGS2`), `preconditioningSide` (`left`|`right`), `flexible`
+    /// (`yes`|`no`|`true`|`false`|`on`|`off`).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "nKrylov" => {
+                self.restart = value.parse().map_err(|_| {
+                    format!("nKrylov '{value}' is not a whole number (the restart length)")
+                })?
+            }
+            "orthogonalisation" | "orthogonalization" => self.orthogonalization = value.parse()?,
+            "preconditioningSide" => self.side = value.parse()?,
+            "flexible" => {
+                self.flexible = match value.to_ascii_lowercase().as_str() {
+                    "yes" | "true" | "on" | "1" => true,
+                    "no" | "false" | "off" | "0" => false,
+                    _ => return Err(format!("flexible '{value}': expected yes or no")),
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown GMRES key '{other}' (keys: {})",
+                    Self::KEYS.join(", ")
+                ))
+            }
+        }
+        self.validate()
+    }
+}
+
+impl KrylovMethod {
+    /// The method of an OpenFOAM solver name: `GMRES` (default settings) or
+    /// `PBiCGStab`.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "GMRES" | "gmres" => Some(Self::Gmres(GmresSettings::default())),
+            "PBiCGStab" | "BiCGStab" | "bicgstab" => Some(Self::BiCgStab),
+            _ => None,
+        }
+    }
+
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Self::Gmres(s) => s.validate(),
+            Self::BiCgStab => Ok(()),
+        }
+    }
+}
+
 impl fmt::Display for GmresSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
