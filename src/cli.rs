@@ -781,6 +781,14 @@ struct BenchArgs {
     /// flag for several; default: the V-, W- and K-cycle with the defaults).
     #[arg(long, value_name = "SETTINGS")]
     amg_variant: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the GMRES(20) and PBiCGStab rows (Jacobi; GPU and CPU; per
+    /// iteration against the bandwidth floor) on each case and on the
+    /// convection–diffusion system of each --krylov-cd mesh.
+    #[arg(long)]
+    krylov: bool,
+    /// Meshes whose convection–diffusion system --krylov solves as well.
+    #[arg(long, default_value = "box:48x48x48:tet:perturb=0.2")]
+    krylov_cd: Vec<String>,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -814,6 +822,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         deflation_cases: args.deflation_case,
         amg: args.amg,
         amg_variants: args.amg_variant,
+        krylov: args.krylov,
+        krylov_cd: args.krylov_cd,
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;
     print!("{}", crate::gpu::bench::table(&report));

@@ -929,7 +929,8 @@ impl Source<'_> {
         name: &str,
         krylov: &mut Option<KrylovMethod>,
     ) -> Result<(), CaseError> {
-        let keys: [(&str, Option<(Range<usize>, String)>); 4] = [
+        type KeyText = Option<(Range<usize>, String)>;
+        let keys: [(&str, KeyText); 4] = [
             (
                 "nKrylov",
                 entry

@@ -305,6 +305,11 @@ pub struct BenchSettings {
     /// The AMG settings measured (empty: the V-, W- and K-cycle with the
     /// default settings).
     pub amg_variants: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the GMRES / PBiCGStab rows (`krylov_bench`) on every case and on
+    /// the convection–diffusion systems of `krylov_cd`.
+    pub krylov: bool,
+    /// Meshes whose convection–diffusion system the Krylov rows solve too.
+    pub krylov_cd: Vec<String>,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
@@ -459,6 +464,18 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
                 .rows
                 .extend(super::amg_bench::rows(gpu, spec, &a, settings)?);
         }
+        if settings.krylov {
+            report.rows.extend(super::krylov_bench::rows(
+                gpu, spec, &a, &rhs, settings, copy,
+            )?);
+        }
+    }
+    for spec in settings.krylov_cd.iter().filter(|_| settings.krylov) {
+        let (case, a, rhs) = super::krylov_bench::convection_diffusion_case(spec)?;
+        eprintln!("{case}: n = {}, nnz = {}", a.n_rows(), a.nnz());
+        report.rows.extend(super::krylov_bench::rows(
+            gpu, &case, &a, &rhs, settings, copy,
+        )?);
     }
     for dir in settings
         .deflation

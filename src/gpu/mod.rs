@@ -29,6 +29,7 @@ pub mod deflation;
 pub mod deflation_bench;
 pub mod ic;
 pub mod krylov;
+pub mod krylov_bench;
 pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
