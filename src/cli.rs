@@ -787,10 +787,19 @@ struct BenchArgs {
     /// flag for several; default: the V-, W- and K-cycle with the defaults).
     #[arg(long, value_name = "SETTINGS")]
     amg_variant: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the GMRES(20) and PBiCGStab rows (Jacobi; GPU and CPU; per
+    /// iteration against the bandwidth floor) on each case and on the
+    /// convection–diffusion system of each --krylov-cd mesh.
+    #[arg(long)]
+    krylov: bool,
+    /// Meshes whose convection–diffusion system --krylov solves as well.
+    #[arg(long, default_value = "box:48x48x48:tet:perturb=0.2")]
+    krylov_cd: Vec<String>,
     /// Also the ILU rows: GMRES(20) with ILU(0), ILU(1), DILU and (nested)
-    /// RAS against GMRES-Jacobi, on the thesis' 3-D Poisson grid (seed 004,
-    /// its numbers in the row labels) and on a convection-diffusion matrix of
-    /// each mesh case; level counts by ordering.
+    /// RAS against GMRES-Jacobi (set-up, levels, iterations, solve, total),
+    /// on the thesis' 3-D Poisson grid (seed 004, its numbers in the row
+    /// labels) and on the convection-diffusion system of each --krylov-cd
+    /// mesh; level counts by ordering.
     #[arg(long)]
     ilu: bool,
     /// Cells per side of the --ilu Poisson grid (the thesis: 120).
@@ -829,6 +838,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         deflation_cases: args.deflation_case,
         amg: args.amg,
         amg_variants: args.amg_variant,
+        krylov: args.krylov,
+        krylov_cd: args.krylov_cd,
         ilu_grid: args.ilu.then_some(args.ilu_grid),
     };
     let report = crate::gpu::bench::run(&gpu, &settings)?;

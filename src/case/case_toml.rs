@@ -35,7 +35,13 @@
 //!
 //! [solver.T]                  # and [solver.TFinal] for the last non-orthogonal corrector
 //! solver = "PCG"              # or "smoothSolver" (OpenFOAM's: residual checked every
-//!                             # nSweeps), or "GAMG" (AMG cycles alone, OpenFOAM's GAMG)
+//!                             # nSweeps), or "GAMG" (AMG cycles alone, OpenFOAM's GAMG),
+//!                             # or "PBiCGStab" / "GMRES" (nonsymmetric matrices;
+//!                             # README "Nonsymmetric solvers"; no equilibration)
+//! nKrylov = 20                # GMRES: restart length
+//! orthogonalisation = "MGS"   # GMRES: MGS or CGS2
+//! preconditioningSide = "right" # GMRES: left or right
+//! flexible = false            # GMRES: flexible GMRES (right side only)
 //! preconditioner = "DIC"      # DIC, FDIC, diagonal, none, or ic0, sgs (default DIC), AMG
 //!                             # (or GAMG: one aggregation-AMG cycle), or a
 //!                             # symmetric smoother run from 0: symGaussSeidel,
@@ -928,7 +934,8 @@ impl Source<'_> {
         name: &str,
         krylov: &mut Option<KrylovMethod>,
     ) -> Result<(), CaseError> {
-        let keys: [(&str, Option<(Range<usize>, String)>); 4] = [
+        type KeyText = Option<(Range<usize>, String)>;
+        let keys: [(&str, KeyText); 4] = [
             (
                 "nKrylov",
                 entry

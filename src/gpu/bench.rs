@@ -305,10 +305,15 @@ pub struct BenchSettings {
     /// The AMG settings measured (empty: the V-, W- and K-cycle with the
     /// default settings).
     pub amg_variants: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the GMRES / PBiCGStab rows (`krylov_bench`) on every case and on
+    /// the convection–diffusion systems of `krylov_cd`.
+    pub krylov: bool,
+    /// Meshes whose convection–diffusion system the Krylov rows solve too.
+    pub krylov_cd: Vec<String>,
     /// Also the ILU rows (`ilu_bench`): GMRES(20) with ILU(k), DILU and
     /// (nested) RAS against GMRES-Jacobi on the thesis' 3-D Poisson grid of
-    /// this size (cells per side; 0: not run) and on a convection–diffusion
-    /// matrix of each mesh case.
+    /// this size (cells per side) and on the convection–diffusion systems of
+    /// `krylov_cd`.
     pub ilu_grid: Option<usize>,
 }
 
@@ -464,16 +469,29 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
                 .rows
                 .extend(super::amg_bench::rows(gpu, spec, &a, settings)?);
         }
-        if let (Some(_), Some((mesh, geometry))) = (settings.ilu_grid, &mesh) {
-            report.rows.extend(super::ilu_bench::convection_rows(
-                gpu, spec, mesh, geometry, settings,
+        if settings.krylov {
+            report.rows.extend(super::krylov_bench::rows(
+                gpu, spec, &a, &rhs, settings, copy,
             )?);
         }
+    }
+    for spec in settings.krylov_cd.iter().filter(|_| settings.krylov) {
+        let (case, a, rhs) = super::krylov_bench::convection_diffusion_case(spec)?;
+        eprintln!("{case}: n = {}, nnz = {}", a.n_rows(), a.nnz());
+        report.rows.extend(super::krylov_bench::rows(
+            gpu, &case, &a, &rhs, settings, copy,
+        )?);
     }
     if let Some(g) = settings.ilu_grid.filter(|&g| g > 0) {
         report
             .rows
             .extend(super::ilu_bench::thesis_rows(gpu, g, settings)?);
+        for spec in &settings.krylov_cd {
+            let (case, a, rhs) = super::krylov_bench::convection_diffusion_case(spec)?;
+            report.rows.extend(super::ilu_bench::convection_rows(
+                gpu, &case, &a, &rhs, settings,
+            )?);
+        }
     }
     for dir in settings
         .deflation

@@ -2,8 +2,10 @@
 //! (nested) restricted additive Schwarz on the GPU (`gpu::ilu`) against
 //! GMRES(20) with Jacobi measured in the same run, in the thesis' setting
 //! (seed 004 §3.4–3.5: 3-D Poisson 120³, 7-point, Dirichlet; GMRES(20), left
-//! preconditioning, MGS) and on a convection–diffusion matrix of each bench
-//! mesh (swirling upwind flow, `fvm::convection`).
+//! preconditioning, MGS) and on the convection–diffusion system of each
+//! `--krylov-cd` mesh (swirling upwind flow, `fvm::convection`). The
+//! `--krylov` rows (`krylov_bench`) list DILU, ILU(0) and RAS too, next to
+//! Jacobi, per method and with the bandwidth floor.
 //!
 //! Per row: set-up (host: ILU(k) pattern, METIS decomposition; device:
 //! numeric factorisation), forward/backward levels (each a kernel launch per
@@ -28,8 +30,6 @@ use super::ilu::{DeviceIlu, DeviceSchwarz};
 use super::krylov::{run_krylov, DeviceDiagonal, GpuKrylovBackend};
 use super::smooth::DevicePreconditioner;
 use super::Gpu;
-use crate::fvm::convection::{convection_diffusion, swirl};
-use crate::mesh::{Geometry, Mesh};
 use crate::solve::colouring::Colouring;
 use crate::solve::krylov::{
     solve_krylov, GmresSettings, KrylovMethod, Orthogonalization, PreconditioningSide,
@@ -108,23 +108,22 @@ pub fn thesis_rows(gpu: &Gpu, g: usize, settings: &BenchSettings) -> anyhow::Res
     case_rows(gpu, &case, &a, &b, &specs, &cpu, settings)
 }
 
-/// A convection–diffusion system on `mesh` (Γ = 0.002, swirl 1: cell Péclet
-/// number above 2 on the bench meshes).
+/// The convection–diffusion system `a`, `b` (`krylov_bench::convection_diffusion_case`
+/// of a `--krylov-cd` mesh).
 pub fn convection_rows(
     gpu: &Gpu,
-    spec: &str,
-    mesh: &Mesh,
-    geometry: &Geometry,
+    case: &str,
+    a: &Csr,
+    b: &[f64],
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
-    let (a, b) = convection_diffusion(mesh, geometry, 0.002, swirl(1.0))?;
-    let case = format!("{spec} convection-diffusion");
+    eprintln!("{case}: n = {}, nnz = {}", a.n_rows(), a.nnz());
     let mut specs: Vec<(String, String)> = vec![(
         "ras:subdomains=4:overlap=1:fill=0:nested=16:inner-overlap=1".into(),
         String::new(),
     )];
     specs.extend(OWN.iter().map(|p| (p.to_string(), String::new())));
-    case_rows(gpu, &case, &a, &b, &specs, &["ilu0"], settings)
+    case_rows(gpu, case, a, b, &specs, &["ilu0"], settings)
 }
 
 /// Level counts, then the GPU solves, then the CPU solves of `cpu`.

@@ -31,6 +31,7 @@ pub mod ic;
 pub mod ilu;
 pub mod ilu_bench;
 pub mod krylov;
+pub mod krylov_bench;
 pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
