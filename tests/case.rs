@@ -194,10 +194,16 @@ fn errors_name_file_line_and_key() {
         "{err}"
     );
 
-    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"ILU\"\n";
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"SPAI\"\n";
     let err = parse_err(text, "precond");
     assert!(
-        err.contains("case.toml:4:18: solver.T.preconditioner: unknown preconditioner 'ILU'"),
+        err.contains("case.toml:4:18: solver.T.preconditioner: unknown preconditioner 'SPAI'"),
+        "{err}"
+    );
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"iluk:x\"\n";
+    let err = parse_err(text, "precond_ilu");
+    assert!(
+        err.contains("case.toml:4:18: solver.T.preconditioner: ILU fill level must be"),
         "{err}"
     );
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\namg = { cycle = \"K\" }\n";
