@@ -8,6 +8,7 @@ use crate::case;
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
 use crate::gpu::amg::gpu_amg_settings;
+use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuSolver};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::{
@@ -342,11 +343,14 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         println!("solver {method}");
     }
     let perf = match (&gpu, &krylov) {
-        (Some(gpu), Some(method)) => match precond {
-            Preconditioner::Kind(kind) => GpuSolver::new(gpu)
-                .solve_krylov(&a, method, kind, &b, &mut x, &controls, "x", &options),
-            _ => anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)"),
-        },
+        (Some(gpu), Some(method)) => {
+            if gpu_krylov_preconditioner(&precond) != precond {
+                anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)");
+            }
+            GpuSolver::new(gpu).solve_krylov_preconditioned(
+                &a, method, &precond, &b, &mut x, &controls, "x", &options,
+            )
+        }
         (None, Some(method)) => solve_krylov(&a, method, precond, &b, &mut x, &controls, "x"),
         (Some(gpu), None) => {
             let eq = &args.equilibration;

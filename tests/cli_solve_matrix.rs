@@ -207,3 +207,59 @@ fn gpu_options_choose_the_device_and_the_row_ordering() {
         assert!(error < 1e-10, "{ordering}: {error}");
     }
 }
+
+#[test]
+fn ilu_dilu_and_schwarz_preconditioners_solve_with_each_method() {
+    for (solver, precond) in [
+        ("gmres", "ilu0"),
+        ("gmres", "iluk:2"),
+        ("bicgstab", "dilu"),
+        ("bicgstab", "ras:subdomains=2:overlap=1:fill=1"),
+        ("gmres", "ras:subdomains=2:nested=2"),
+        ("pcg", "as:subdomains=2:overlap=1"),
+        ("pcg", "ilu1"),
+    ] {
+        let out = fvpoisson(&[
+            "solve-matrix",
+            MATRIX,
+            "--solver",
+            solver,
+            "--precond",
+            precond,
+            "--tol",
+            "1e-12",
+        ]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{solver} {precond}: {stdout}\n{stderr}"
+        );
+        let error: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("max |x - 1| = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        assert!(error < 1e-9, "{solver} {precond}: {error}");
+    }
+    // PCG refuses the nonsymmetric RAS, and a bad fill level is a usage error.
+    let out = fvpoisson(&[
+        "solve-matrix",
+        MATRIX,
+        "--precond",
+        "ras:subdomains=2:overlap=1",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not symmetric"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--precond", "iluk:x"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("fill level"),
+        "{}",
+        text(&out.stderr)
+    );
+}
