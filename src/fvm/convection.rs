@@ -146,10 +146,17 @@ mod tests {
             assert!(diag > 0.0, "row {r}");
             if !on_boundary[r] {
                 interior += 1;
-                assert!(sum.abs() < 1e-12 * diag, "row {r}: sum {sum:e}, diagonal {diag}");
+                assert!(
+                    sum.abs() < 1e-12 * diag,
+                    "row {r}: sum {sum:e}, diagonal {diag}"
+                );
             }
         }
         assert!(interior > 0);
-        assert!(asymmetric > (a.nnz() - a.n_rows()) / 2, "{asymmetric} of {}", a.nnz());
+        assert!(
+            asymmetric > (a.nnz() - a.n_rows()) / 2,
+            "{asymmetric} of {}",
+            a.nnz()
+        );
     }
 }
