@@ -62,3 +62,36 @@ fn gpu_pressure_solve_gives_the_cpu_cavity() {
         "CPU and GPU differ: U {du:e}, p {dp:e}"
     );
 }
+
+/// The shipped Poiseuille case with the momentum equations solved by
+/// PBiCGStab (Jacobi) on the GPU (`Simple::set_momentum_solve`) against the
+/// same run on the CPU: both pass the validation and take the same number of outer
+/// iterations (±5).
+#[test]
+fn gpu_momentum_pbicgstab_gives_the_cpu_poiseuille_flow() {
+    use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
+    use fvpoisson::case::Device;
+    use fvpoisson::solve::{KrylovMethod, PreconditionerKind};
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/poiseuille");
+    let mut setup = read_flow_case(&dir).unwrap();
+    setup.settings.momentum.krylov = Some(KrylovMethod::BiCgStab);
+    setup.settings.momentum.preconditioner = PreconditionerKind::Jacobi.into();
+    let mut runs = Vec::new();
+    for (tag, device) in [("cpu", Device::Cpu), ("gpu", Device::Gpu(&gpu))] {
+        setup.output_dir =
+            std::env::temp_dir().join(format!("fvpoisson_pbicg_{tag}_{}", std::process::id()));
+        let summary = run_flow_case(&setup, device).unwrap();
+        let (table, passed) = summary.validation.clone().unwrap();
+        println!("{tag}: {table}");
+        assert!(passed, "{tag}: {table}");
+        std::fs::remove_dir_all(&setup.output_dir).unwrap();
+        runs.push(summary.iterations);
+    }
+    assert!(
+        runs[0].abs_diff(runs[1]) <= 5,
+        "outer iterations CPU/GPU {runs:?}"
+    );
+}

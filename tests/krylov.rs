@@ -515,3 +515,29 @@ fn a_symmetric_row_permutation_changes_nothing_but_rounding() {
         }
     }
 }
+
+#[test]
+fn a_variable_preconditioner_runs_flexible_gmres_and_is_refused_by_bicgstab() {
+    use fvpoisson::solve::{InnerSolver, Preconditioner, SmootherKind, SmootherSettings};
+    let (name, a, x_true, b) = systems().swap_remove(0);
+    let mut block = SmootherSettings::new(SmootherKind::BlockJacobi);
+    block.block.inner = InnerSolver::SymGaussSeidel;
+    block.block.inner_tolerance = 1e-2;
+    block.block.block_size = 64;
+    let p = Preconditioner::Smoother(block);
+    assert!(p.is_flexible());
+    let mut x = vec![0.0; a.n_rows()];
+    let method = gmres(20, Orthogonalization::Mgs, PreconditioningSide::Left, false);
+    let perf = solve_krylov(&a, &method, p, &b, &mut x, &tight(), "u").unwrap();
+    let err = max_rel_error(&x, &x_true);
+    println!(
+        "{name} GMRES + block Jacobi with an inner tolerance: {} iterations, error {err:e}",
+        perf.iterations
+    );
+    assert!(perf.converged && err < 1e-7, "{err:e}");
+    let err = solve_krylov(&a, &KrylovMethod::BiCgStab, p, &b, &mut x, &tight(), "u").unwrap_err();
+    assert!(
+        matches!(&err, SolveError::InvalidControls(m) if m.contains("fixed")),
+        "{err}"
+    );
+}

@@ -483,7 +483,9 @@ pub fn sum_abs(v: &[f64]) -> f64 {
 
 /// Solves A x = b (A square, not necessarily symmetric) on the CPU with
 /// `method` and the given preconditioner, from the initial guess in `x`,
-/// after checking the inputs (square, sizes, finite values, controls).
+/// after checking the inputs (square, sizes, finite values, controls). A
+/// preconditioner that is not a fixed linear map (`Preconditioner::is_flexible`)
+/// runs flexible GMRES, and is refused by PBiCGStab.
 pub fn solve_krylov(
     a: &Csr,
     method: &KrylovMethod,
@@ -495,9 +497,28 @@ pub fn solve_krylov(
 ) -> Result<super::SolverPerformance, SolveError> {
     let preconditioner = preconditioner.into();
     check_inputs(a, b, x, controls)?;
+    // validate, not check: RAS (not symmetric) is fine here, PCG's check refuses it.
     preconditioner.validate()?;
+    // A preconditioner that is not a fixed linear map needs flexible GMRES.
+    let method = match (*method, preconditioner.is_flexible()) {
+        (KrylovMethod::Gmres(s), true) if !s.flexible => {
+            log::info!("{preconditioner} is not a fixed linear map: flexible GMRES");
+            KrylovMethod::Gmres(GmresSettings {
+                flexible: true,
+                side: PreconditioningSide::Right,
+                ..s
+            })
+        }
+        (KrylovMethod::BiCgStab, true) => {
+            return Err(SolveError::InvalidControls(format!(
+                "PBiCGStab needs a fixed preconditioner and {preconditioner} is not a fixed \
+                 linear map; use GMRES (it runs flexible) or a fixed preconditioner"
+            )))
+        }
+        (m, _) => m,
+    };
     let precond = preconditioner.build(a)?;
-    solve_krylov_with(a, method, precond.as_ref(), b, x, controls, field)
+    solve_krylov_with(a, &method, precond.as_ref(), b, x, controls, field)
 }
 
 /// [`solve_krylov`] with a preconditioner built by the caller (any z = M⁻¹ v,
