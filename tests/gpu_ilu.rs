@@ -22,8 +22,9 @@ use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{grid_laplacian, random_nonsymmetric, random_vector, SplitMix};
 use fvpoisson::sparse::{Csr, RowOrdering};
 
-/// `a` with every off-diagonal scaled by its own factor in [0.5, 1.5): a
-/// nonsymmetric matrix on a mesh's pattern.
+/// `a` with every off-diagonal scaled by its own factor in [0.5, 1): a
+/// nonsymmetric matrix on a mesh's pattern, strictly diagonally dominant (so
+/// no pivot vanishes, and its symmetric part is positive definite for AS).
 fn skewed(mut a: Csr, seed: u64) -> Csr {
     let mut rng = SplitMix(seed);
     let (row_ptr, cols) = (a.row_ptr().to_vec(), a.cols().to_vec());
@@ -31,7 +32,7 @@ fn skewed(mut a: Csr, seed: u64) -> Csr {
     for r in 0..row_ptr.len() - 1 {
         for s in row_ptr[r]..row_ptr[r + 1] {
             if cols[s] as usize != r {
-                values[s] *= 0.5 + rng.next_f64();
+                values[s] *= 0.5 + 0.5 * rng.next_f64();
             }
         }
     }
@@ -168,7 +169,12 @@ fn schwarz_equals_the_cpu_bit_for_bit() {
     for (name, a, r) in systems().into_iter().filter(|(_, a, _)| a.n_rows() > 100) {
         for spec in specs {
             let s: SchwarzSettings = spec.parse().unwrap();
-            // AS needs SPD blocks: its symmetric part of the skewed matrices.
+            // AS needs SPD blocks: the symmetric part of the diagonally
+            // dominant skewed matrices (convection–diffusion's need not be
+            // positive definite at outflow boundaries).
+            if s.kind == SchwarzKind::Additive && name.contains("convection") {
+                continue;
+            }
             let a = if s.kind == SchwarzKind::Additive {
                 symmetrised(&a)
             } else {

@@ -145,8 +145,8 @@ pub fn grid_laplacian(nx: usize, ny: usize, nz: usize) -> Csr {
 }
 
 /// [`random_symmetric`] made nonsymmetric: every off-diagonal scaled by its
-/// own factor in [0.5, 1.5) (the pattern stays symmetric, the rows stay
-/// diagonally dominant).
+/// own factor in [0.5, 1) (the pattern stays symmetric, the rows and the
+/// symmetric part stay strictly diagonally dominant).
 pub fn random_nonsymmetric(n: usize, per_row: usize, seed: u64) -> Csr {
     let mut a = random_symmetric(n, per_row, seed);
     let mut rng = SplitMix(seed ^ 0x00a5_a5a5);
@@ -156,7 +156,7 @@ pub fn random_nonsymmetric(n: usize, per_row: usize, seed: u64) -> Csr {
     for r in 0..n {
         for s in row_ptr[r]..row_ptr[r + 1] {
             if cols[s] as usize != r {
-                values[s] *= 0.5 + rng.next_f64();
+                values[s] *= 0.5 + 0.5 * rng.next_f64();
             }
         }
     }
