@@ -209,6 +209,80 @@ fn gpu_options_choose_the_device_and_the_row_ordering() {
 }
 
 #[test]
+fn gmres_and_bicgstab_solve_a_nonsymmetric_matrix() {
+    // Upwind convection–diffusion in 1-D: tridiagonal (-2.5, 4, -1), written here.
+    let n = 50;
+    let mut body = format!(
+        "%%MatrixMarket matrix coordinate real general\n{n} {n} {}\n",
+        3 * n - 2
+    );
+    for i in 1..=n {
+        if i > 1 {
+            body += &format!("{i} {} -2.5\n", i - 1);
+        }
+        body += &format!("{i} {i} 4\n");
+        if i < n {
+            body += &format!("{i} {} -1\n", i + 1);
+        }
+    }
+    let path = std::env::temp_dir().join(format!("fvpoisson_nonsym_{}.mtx", std::process::id()));
+    std::fs::write(&path, body).unwrap();
+    let file = path.to_str().unwrap();
+    for (args, log) in [
+        (vec!["--solver", "gmres"], "GMRES:  Solving for x"),
+        (
+            vec![
+                "--solver",
+                "gmres",
+                "--restart",
+                "5",
+                "--ortho",
+                "cgs2",
+                "--side",
+                "left",
+            ],
+            "GMRES:  Solving for x",
+        ),
+        (
+            vec!["--solver", "gmres", "--flexible"],
+            "GMRES:  Solving for x",
+        ),
+        (
+            vec!["--solver", "bicgstab", "--precond", "none"],
+            "PBiCGStab:  Solving for x",
+        ),
+    ] {
+        let mut all = vec!["solve-matrix", file, "--tol", "1e-12"];
+        all.extend(&args);
+        let out = fvpoisson(&all);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{args:?}: {stdout}\n{stderr}");
+        assert!(stderr.contains(log), "{args:?}: {stderr}");
+        let error: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("max |x - 1| = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        assert!(error < 1e-9, "{args:?}: {error}");
+    }
+    // PCG refuses it; GMRES refuses a flexible left side.
+    let out = fvpoisson(&["solve-matrix", file]);
+    assert!(!out.status.success() && text(&out.stderr).contains("not symmetric"));
+    let out = fvpoisson(&[
+        "solve-matrix",
+        file,
+        "--solver",
+        "gmres",
+        "--side",
+        "left",
+        "--flexible",
+    ]);
+    assert!(!out.status.success() && text(&out.stderr).contains("flexible"));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
 fn ilu_dilu_and_schwarz_preconditioners_solve_with_each_method() {
     for (solver, precond) in [
         ("gmres", "ilu0"),
