@@ -306,7 +306,8 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
                     "x",
                     &options,
                 ),
-                _ => anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)"),
+                other => GpuSolver::new(gpu)
+                    .solve_with(&a, &other, eq, &b, &mut x, &controls, "x", &options),
             }
         }
         None => solve_pcg_scaled(&a, precond, &args.equilibration, &b, &mut x, &controls, "x"),

@@ -54,6 +54,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
     ("deflation.cu", include_str!("../../kernels/deflation.cu")),
     ("amg.cu", include_str!("../../kernels/amg.cu")),
+    ("block_ic.cu", include_str!("../../kernels/block_ic.cu")),
 ];
 
 /// The kernels the sources define, in source order.

@@ -26,6 +26,7 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
+use super::ic::{DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
@@ -199,7 +200,25 @@ pub fn block_layout(
     a: &Csr,
     wanted: usize,
 ) -> Result<(usize, Permutation, Csr), GpuError> {
-    let limits = gpu.kernel_limits("smooth_block")?;
+    block_layout_for(gpu, a, wanted, &["smooth_block"], "block Jacobi")
+}
+
+/// [`block_layout`] for the block kernels `kernels` (`what` names them in
+/// the messages): block-IC's ([`super::ic::BLOCK_IC_KERNELS`]) or block
+/// Jacobi's.
+pub fn block_layout_for(
+    gpu: &Gpu,
+    a: &Csr,
+    wanted: usize,
+    kernels: &[&'static str],
+    what: &str,
+) -> Result<(usize, Permutation, Csr), GpuError> {
+    let mut limits = gpu.kernel_limits(kernels[0])?;
+    for &k in &kernels[1..] {
+        let l = gpu.kernel_limits(k)?;
+        limits.threads_per_block = limits.threads_per_block.min(l.threads_per_block);
+        limits.dynamic_shared_bytes = limits.dynamic_shared_bytes.min(l.dynamic_shared_bytes);
+    }
     let rcm = reverse_cuthill_mckee(a);
     let mut h = wanted;
     loop {
@@ -217,11 +236,11 @@ pub fn block_layout(
         );
         if h <= 32 {
             return Err(GpuError::Invalid(format!(
-                "block Jacobi does not fit on this GPU: {why}"
+                "{what} does not fit on this GPU: {why}"
             )));
         }
         h = (h / 64).max(1) * 32;
-        log::warn!("block Jacobi: {why}; using {h}-row blocks instead");
+        log::warn!("{what}: {why}; using {h}-row blocks instead");
     }
 }
 
@@ -248,6 +267,8 @@ enum Method<'g> {
     Block(BlockKernel),
     /// x += M⁻¹ (b − A x), a polynomial M⁻¹ (`gpu::polynomial`), in place.
     Polynomial(Box<DevicePolynomial<'g>>),
+    /// Block-IC (block Jacobi with inner DIC or IC0, `gpu::ic`), double-buffered.
+    BlockIc(Box<DeviceBlockIc>),
 }
 
 /// A smoother on the device for a mod-SELL matrix.
@@ -313,6 +334,18 @@ impl<'g> DeviceSmoother<'g> {
                 };
                 Method::GaussSeidel { colouring, sweep }
             }
+            SmootherKind::BlockJacobi if settings.block.inner.is_factorisation() => {
+                Method::BlockIc(Box::new(
+                    DeviceBlockIc::new(
+                        gpu,
+                        a,
+                        &matrix,
+                        settings.block.inner,
+                        settings.polynomial.precision,
+                    )
+                    .map_err(invalid)?,
+                ))
+            }
             SmootherKind::BlockJacobi => {
                 check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
                 Method::Block(Self::block_kernel(gpu, a, &matrix, settings)?)
@@ -376,6 +409,11 @@ impl<'g> DeviceSmoother<'g> {
                 InnerSolver::GaussSeidel => 1,
                 InnerSolver::SymGaussSeidel => 2,
                 InnerSolver::Cg => 3,
+                InnerSolver::Dic | InnerSolver::Ic0 => {
+                    return Err(GpuError::Invalid(
+                        "block-IC runs its own kernels (Method::BlockIc)".into(),
+                    ))
+                }
             },
             max_iter: i32::try_from(b.inner_max_iter).unwrap_or(i32::MAX),
             tol2: b.inner_tolerance * b.inner_tolerance,
@@ -438,6 +476,7 @@ impl<'g> DeviceSmoother<'g> {
         match &self.method {
             Method::Jacobi { .. } => true,
             Method::Block(k) => !k.asynchronous,
+            Method::BlockIc(_) => true,
             Method::GaussSeidel { .. } | Method::Polynomial(_) => false,
         }
     }
@@ -529,6 +568,10 @@ impl<'g> DeviceSmoother<'g> {
                     })?;
                 }
                 Method::Polynomial(p) => p.sweep(b, x)?,
+                Method::BlockIc(ic) => {
+                    let (from, to) = buffers(i);
+                    ic.sweep(gpu, m, b, from, to, done)?;
+                }
             }
         }
         Ok(())
@@ -660,8 +703,17 @@ impl Layout {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let h = options.slice_height;
         if smoother.kind == SmootherKind::BlockJacobi {
-            let (slice_height, p, ordered) =
-                block_layout(gpu, a, smoother.block.block_size).map_err(device)?;
+            let (slice_height, p, ordered) = match smoother.block.inner.is_factorisation() {
+                true => block_layout_for(
+                    gpu,
+                    a,
+                    smoother.block.block_size,
+                    &BLOCK_IC_KERNELS,
+                    "block-IC",
+                ),
+                false => block_layout(gpu, a, smoother.block.block_size),
+            }
+            .map_err(device)?;
             return Ok(Self {
                 a: ordered,
                 ordering: Some(p),

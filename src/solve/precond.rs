@@ -6,6 +6,7 @@
 //! matrix is the same as OpenFOAM's face-ordered loops over lower/upper
 //! coefficients.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -138,18 +139,56 @@ impl fmt::Display for Preconditioner {
 
 impl FromStr for Preconditioner {
     type Err = String;
-    /// A [`PreconditionerKind`] name, or `amg[:key=value]...` ([`AmgSettings`]).
+    /// A [`PreconditionerKind`] name, `amg[:key=value]...` ([`AmgSettings`]),
+    /// or block-IC: `block-ic` / `block-dic` with `:blockSize=N`,
+    /// `:precision=double|mixed`.
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.split(':')
-            .next()
-            .is_some_and(|h| h.eq_ignore_ascii_case("amg"))
-        {
+        let head = s.split(':').next().unwrap_or_default();
+        if head.eq_ignore_ascii_case("amg") {
             return s.parse().map(Self::Amg);
+        }
+        if let Some(block_ic) = parse_block_ic(s)? {
+            return Ok(Self::Smoother(block_ic));
         }
         s.parse::<PreconditionerKind>()
             .map(Self::Kind)
-            .map_err(|e| format!("{e}, or amg[:key=value]..."))
+            .map_err(|e| {
+                format!("{e}, or amg[:key=value]..., or block-ic / block-dic[:key=value]...")
+            })
     }
+}
+
+/// `block-ic[:blockSize=N][:precision=double|mixed]` (also `block-dic`,
+/// `blockIC`, `blockDIC`): block-IC's smoother settings; None for other names.
+fn parse_block_ic(s: &str) -> Result<Option<SmootherSettings>, String> {
+    let mut parts = s.split(':');
+    let head = parts.next().unwrap_or_default().replace('-', "");
+    let Ok(mut settings) = SmootherSettings::named(&head) else {
+        return Ok(None);
+    };
+    if settings.block_ic_name().is_none() {
+        return Ok(None);
+    }
+    for kv in parts {
+        let (key, value) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("block-IC option '{kv}' must be key=value"))?;
+        match key {
+            "blockSize" | "blocksize" => {
+                settings.block.block_size = value
+                    .parse()
+                    .map_err(|_| format!("blockSize '{value}' is not a whole number"))?
+            }
+            "precision" => settings.polynomial.precision = value.parse()?,
+            other => {
+                return Err(format!(
+                    "unknown block-IC option '{other}' (blockSize, precision)"
+                ))
+            }
+        }
+    }
+    settings.validate()?;
+    Ok(Some(settings))
 }
 
 impl Preconditioner {
@@ -203,7 +242,7 @@ impl Preconditioner {
 /// Where each row's diagonal sits: row r's strictly lower entries are
 /// `row_ptr[r]..diag_slot[r]`, its strictly upper ones `diag_slot[r]+1..row_ptr[r+1]`.
 pub(super) struct Triangles<'a> {
-    a: &'a Csr,
+    a: Cow<'a, Csr>,
     diag_slot: Vec<usize>,
 }
 
@@ -211,6 +250,15 @@ impl<'a> Triangles<'a> {
     /// Fails when a diagonal entry is missing or not positive: every
     /// preconditioner here divides by it and needs it positive for SPD.
     pub(super) fn new(a: &'a Csr, precond: &'static str) -> Result<Self, SolveError> {
+        Self::of(Cow::Borrowed(a), precond)
+    }
+
+    /// [`Self::new`] on a matrix it keeps (block-IC's block diagonal).
+    pub(super) fn owned(a: Csr, precond: &'static str) -> Result<Triangles<'static>, SolveError> {
+        Triangles::of(Cow::Owned(a), precond)
+    }
+
+    fn of(a: Cow<'a, Csr>, precond: &'static str) -> Result<Self, SolveError> {
         let diag_slot = (0..a.n_rows())
             .map(|r| match a.slot(r, r) {
                 Some(s) if a.values()[s] > 0.0 => Ok(s),
@@ -298,7 +346,15 @@ pub struct Dic<'a> {
 
 impl<'a> Dic<'a> {
     pub fn new(a: &'a Csr) -> Result<Self, SolveError> {
-        let t = Triangles::new(a, "DIC")?;
+        Self::factorise(Triangles::new(a, "DIC")?)
+    }
+
+    /// DIC of a matrix it keeps.
+    pub fn owned(a: Csr, precond: &'static str) -> Result<Dic<'static>, SolveError> {
+        Dic::factorise(Triangles::owned(a, precond)?)
+    }
+
+    fn factorise(t: Triangles<'a>) -> Result<Self, SolveError> {
         let mut d: Vec<f64> = (0..t.n()).map(|r| t.diag(r)).collect();
         // OpenFOAM loops over faces (owner i < neighbour j, owner-major) doing
         // d_j -= a_ij² / d_i; per j that is i ascending, the lower row of j here.
@@ -358,8 +414,16 @@ pub struct Ic0<'a> {
 
 impl<'a> Ic0<'a> {
     pub fn new(a: &'a Csr) -> Result<Self, SolveError> {
-        let t = Triangles::new(a, "IC(0)")?;
-        let mut l = vec![0.0; a.nnz()];
+        Self::factorise(Triangles::new(a, "IC(0)")?)
+    }
+
+    /// IC(0) of a matrix it keeps.
+    pub fn owned(a: Csr, precond: &'static str) -> Result<Ic0<'static>, SolveError> {
+        Ic0::factorise(Triangles::owned(a, precond)?)
+    }
+
+    fn factorise(t: Triangles<'a>) -> Result<Self, SolveError> {
+        let mut l = vec![0.0; t.a.nnz()];
         let mut l_diag = vec![0.0; t.n()];
         for i in 0..t.n() {
             for s in t.lower(i) {
