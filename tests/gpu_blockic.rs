@@ -1,0 +1,298 @@
+//! Block-IC on the GPU (`gpu::ic::DeviceBlockIc`, `kernels/block_ic.cu`)
+//! against the CPU reference (`solve::block_jacobi::BlockIc`): the same
+//! matrix in block Jacobi's grown-block order and the same block size, so the
+//! factors, the applications and the smoother sweeps must agree bit for bit in
+//! f64, the mixed-precision application must equal a CPU f32 evaluation of the
+//! same operations, and PCG must take the same iterations (mixed precision:
+//! the same tolerance). Also the device Gershgorin bound against the host's.
+//! Prints `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
+
+use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::gpu::ic::DeviceBlockIc;
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};
+use fvpoisson::gpu::polynomial::device_gershgorin;
+use fvpoisson::gpu::test_device;
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::block_jacobi::{BlockIc, BlockJacobi};
+use fvpoisson::solve::polynomial::gershgorin_bound;
+use fvpoisson::solve::Smoother;
+use fvpoisson::solve::{
+    solve_pcg_scaled, EquilibrationKind, InnerSolver, LinearOperator, Precision, Preconditioner,
+    SmootherSettings, SolveError, SolverControls,
+};
+use fvpoisson::sparse::blocks::block_diagonal;
+use fvpoisson::sparse::testing::random_vector;
+use fvpoisson::sparse::{Csr, ModSell};
+
+const MESHES: [&str; 3] = [
+    "box:16x16x16",
+    "box:14x14x14:tet:perturb=0.2:renumber",
+    "meshes/foam/polydual",
+];
+
+fn block_ic(name: &str, h: usize) -> SmootherSettings {
+    let mut s = SmootherSettings::named(name).unwrap();
+    s.block.block_size = h;
+    s
+}
+
+/// Each mesh's Poisson matrix in block-IC's grown-block order for `h`.
+fn systems(h: usize) -> Vec<(String, Csr)> {
+    MESHES
+        .iter()
+        .map(|spec| {
+            let (a, _) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            let p = block_ic("blockIC", h).ordering(&a).expect("block order");
+            (spec.to_string(), p.apply_symmetric(&a))
+        })
+        .collect()
+}
+
+fn upload(gpu: &Gpu, a: &Csr, h: usize) -> DeviceModSell {
+    DeviceModSell::upload(gpu, &ModSell::from_csr(a, h).unwrap()).unwrap()
+}
+
+fn differing(a: &[f64], b: &[f64]) -> usize {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).filter(|(x, y)| x != y).count()
+}
+
+#[test]
+fn factors_applications_and_sweeps_equal_the_cpu_bit_for_bit() {
+    let Some(gpu) = test_device() else { return };
+    for h in [64, 256] {
+        for (name, a) in systems(h) {
+            let n = a.n_rows();
+            let m = upload(&gpu, &a, h);
+            let r = random_vector(n, 3);
+            let x0 = random_vector(n, 4);
+            for inner in [InnerSolver::Dic, InnerSolver::Ic0] {
+                let cpu = BlockIc::new(&a, inner, h).unwrap();
+                let dev = DeviceBlockIc::new(&gpu, &a, &m, inner, Precision::Double).unwrap();
+                let factor = dev.download_factor(&gpu, &a, &m).unwrap();
+                let factor_diffs = differing(&factor, &cpu.factor());
+                // Application z = M⁻¹ r.
+                let r_dev = gpu.upload(&r).unwrap();
+                let z_dev = gpu.zeros::<f64>(n).unwrap();
+                dev.sweep(&gpu, &m, &r_dev, None, &z_dev, None).unwrap();
+                let mut z_cpu = vec![0.0; n];
+                cpu.apply(&r, &mut z_cpu);
+                let z_diffs = differing(&gpu.download(&z_dev).unwrap(), &z_cpu);
+                // Smoother sweep x + M⁻¹ (b − A x) from a nonzero x.
+                let settings = {
+                    let mut s = block_ic("blockIC", h);
+                    s.block.inner = inner;
+                    s.block
+                };
+                let mut x_cpu = x0.clone();
+                BlockJacobi::new(&a, settings, 1.0)
+                    .unwrap()
+                    .smooth(&r, &mut x_cpu, 1);
+                let x_dev = gpu.upload(&x0).unwrap();
+                let out = gpu.zeros::<f64>(n).unwrap();
+                dev.sweep(&gpu, &m, &r_dev, Some(&x_dev), &out, None)
+                    .unwrap();
+                let sweep_diffs = differing(&gpu.download(&out).unwrap(), &x_cpu);
+                let (fw, bw) = dev.levels();
+                println!(
+                    "{name}, {h}-row blocks, {inner:?}: {fw}/{bw} levels per block; differing: \
+                     factor {factor_diffs}, application {z_diffs}, sweep {sweep_diffs} (n = {n})"
+                );
+                assert_eq!(factor_diffs, 0, "{name} {inner:?} factor");
+                assert_eq!(z_diffs, 0, "{name} {inner:?} application");
+                assert_eq!(sweep_diffs, 0, "{name} {inner:?} sweep");
+            }
+        }
+    }
+}
+
+/// The mixed-precision application on the host: the CPU's f64 factor and
+/// A's values rounded to f32, the sweeps in f32 in the kernel's order.
+fn f32_application(a: &Csr, inner: InnerSolver, h: usize, r: &[f64]) -> Vec<f64> {
+    let n = a.n_rows();
+    let blocks = block_diagonal(a, h);
+    let factor = BlockIc::new(a, inner, h).unwrap().factor();
+    let (rp, cols) = (blocks.row_ptr(), blocks.cols());
+    let mut w = vec![0f32; n];
+    let ic0 = inner == InnerSolver::Ic0;
+    // DIC: d = 1/d*, off = A; IC(0): d = l_tt, off = L (lower slots).
+    let d: Vec<f32> = match ic0 {
+        true => factor[blocks.nnz()..].iter().map(|&v| v as f32).collect(),
+        false => factor.iter().map(|&v| v as f32).collect(),
+    };
+    let off: Vec<f32> = match ic0 {
+        true => factor[..blocks.nnz()].iter().map(|&v| v as f32).collect(),
+        false => blocks.values().iter().map(|&v| v as f32).collect(),
+    };
+    for i in 0..n {
+        let ri = r[i] as f32;
+        let lower = (rp[i]..rp[i + 1]).filter(|&s| (cols[s] as usize) < i);
+        w[i] = if ic0 {
+            let sum = lower.fold(0f32, |acc, s| acc + off[s] * w[cols[s] as usize]);
+            (ri - sum) / d[i]
+        } else {
+            lower.fold(d[i] * ri, |acc, s| {
+                acc - (d[i] * off[s]) * w[cols[s] as usize]
+            })
+        };
+    }
+    for k in (0..n).rev() {
+        let upper = (rp[k]..rp[k + 1]).rev().filter(|&s| cols[s] as usize > k);
+        w[k] = if ic0 {
+            // l_ik at the transposed slot (i, k) of the block diagonal.
+            let acc = upper.fold(w[k], |acc, s| {
+                let i = cols[s] as usize;
+                acc - off[blocks.slot(i, k).unwrap()] * w[i]
+            });
+            acc / d[k]
+        } else {
+            upper.fold(w[k], |acc, s| acc - (d[k] * off[s]) * w[cols[s] as usize])
+        };
+    }
+    w.iter().map(|&v| v as f64).collect()
+}
+
+#[test]
+fn mixed_precision_application_equals_an_f32_evaluation() {
+    let Some(gpu) = test_device() else { return };
+    let h = 256;
+    for (name, a) in systems(h) {
+        let n = a.n_rows();
+        let m = upload(&gpu, &a, h);
+        let r = random_vector(n, 5);
+        for inner in [InnerSolver::Dic, InnerSolver::Ic0] {
+            let dev = DeviceBlockIc::new(&gpu, &a, &m, inner, Precision::Mixed).unwrap();
+            let r_dev = gpu.upload(&r).unwrap();
+            let z_dev = gpu.zeros::<f64>(n).unwrap();
+            dev.sweep(&gpu, &m, &r_dev, None, &z_dev, None).unwrap();
+            let z = gpu.download(&z_dev).unwrap();
+            let expected = f32_application(&a, inner, h, &r);
+            let scale = expected.iter().fold(0.0f64, |s, v| s.max(v.abs()));
+            let worst = z
+                .iter()
+                .zip(&expected)
+                .fold(0.0f64, |s, (g, c)| s.max((g - c).abs()));
+            println!(
+                "{name} {inner:?} mixed: max |GPU - f32 host| / max |z| = {:.2e}, {} entries \
+                 differ",
+                worst / scale,
+                differing(&z, &expected)
+            );
+            assert!(
+                worst <= 1e-6 * scale,
+                "{name} {inner:?}: {worst} vs {scale}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pcg_with_block_ic_takes_the_cpu_iterations_and_mixed_reaches_the_tolerance() {
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-9, 2000);
+    let none = EquilibrationKind::None;
+    for spec in MESHES {
+        let (a, b) = poisson_system(spec).unwrap();
+        let n = a.n_rows();
+        for name in ["blockDIC", "blockIC"] {
+            let settings = block_ic(name, 256);
+            let p = Preconditioner::Smoother(settings);
+            let mut x_cpu = vec![0.0; n];
+            let cpu = solve_pcg_scaled(&a, p, &none, &b, &mut x_cpu, &controls, "p").unwrap();
+            let mut solver = GpuSolver::new(&gpu);
+            let options = GpuSolveOptions::default();
+            let mut x_gpu = vec![0.0; n];
+            let dev = solver
+                .solve_with(&a, &p, &none, &b, &mut x_gpu, &controls, "p", &options)
+                .unwrap();
+            let mut mixed_settings = settings;
+            mixed_settings.polynomial.precision = Precision::Mixed;
+            let mixed = Preconditioner::Smoother(mixed_settings);
+            let mut x_mixed = vec![0.0; n];
+            let mixed_perf = solver
+                .solve_with(
+                    &a,
+                    &mixed,
+                    &none,
+                    &b,
+                    &mut x_mixed,
+                    &controls,
+                    "p",
+                    &options,
+                )
+                .unwrap();
+            println!(
+                "{spec} {name}: CPU {} iterations ({:.3e}), GPU {} ({:.3e}), GPU mixed {} \
+                 ({:.3e})",
+                cpu.iterations,
+                cpu.final_residual,
+                dev.iterations,
+                dev.final_residual,
+                mixed_perf.iterations,
+                mixed_perf.final_residual
+            );
+            assert!(
+                cpu.converged && dev.converged && mixed_perf.converged,
+                "{spec} {name}"
+            );
+            assert!(
+                cpu.iterations.abs_diff(dev.iterations) <= 1,
+                "{spec} {name}: CPU {} GPU {}",
+                cpu.iterations,
+                dev.iterations
+            );
+            assert!(
+                mixed_perf.final_residual <= controls.tolerance,
+                "{spec} {name}"
+            );
+            assert!(
+                mixed_perf.iterations <= dev.iterations + dev.iterations / 10 + 2,
+                "{spec} {name}: mixed {} f64 {}",
+                mixed_perf.iterations,
+                dev.iterations
+            );
+        }
+    }
+}
+
+#[test]
+fn device_gershgorin_equals_the_host_bound() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a) in systems(256) {
+        let m = upload(&gpu, &a, 256);
+        let host = gershgorin_bound(&a).unwrap();
+        let device = device_gershgorin(&gpu, &m).unwrap();
+        println!("{name}: Gershgorin host {host}, device {device}");
+        assert_eq!(host.to_bits(), device.to_bits(), "{name}");
+    }
+    // A non-positive diagonal is the CPU's error, same row.
+    let a = Csr::new(2, vec![0, 1, 3], vec![0, 0, 1], vec![1.0, 0.5, -3.0]).unwrap();
+    let err = device_gershgorin(&gpu, &upload(&gpu, &a, 32)).unwrap_err();
+    assert_eq!(err, gershgorin_bound(&a).unwrap_err());
+}
+
+#[test]
+fn block_ic_breakdown_is_the_cpu_error() {
+    let Some(gpu) = test_device() else { return };
+    // [2 -3; -3 2]: positive diagonal, indefinite; one block.
+    let a = Csr::new(
+        2,
+        vec![0, 2, 4],
+        vec![0, 1, 0, 1],
+        vec![2.0, -3.0, -3.0, 2.0],
+    )
+    .unwrap();
+    let m = upload(&gpu, &a, 32);
+    for inner in [InnerSolver::Dic, InnerSolver::Ic0] {
+        let err = DeviceBlockIc::new(&gpu, &a, &m, inner, Precision::Double)
+            .err()
+            .expect("indefinite");
+        println!("{inner:?}: {err}");
+        assert!(
+            matches!(err, SolveError::FactorizationBreakdown { row: 1, .. }),
+            "{err}"
+        );
+        assert_eq!(Some(err), BlockIc::new(&a, inner, 32).err());
+    }
+}
