@@ -31,6 +31,7 @@ pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
 pub mod polynomial_bench;
+pub mod precond_bench;
 pub mod smooth;
 pub mod smooth_bench;
 
