@@ -21,14 +21,7 @@
 // The dynamic shared memory of both block kernels.
 extern __shared__ double block_ic_smem[];
 
-__device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
-__device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
+// rn_mul etc.: kernels/ic.cu.
 
 // Factorisation, once per matrix: one block per slice. DIC (ic0 = 0):
 // d_t = a_tt - sum over lower in-block slots (ascending) of a^2 / d_col,

@@ -296,3 +296,60 @@ fn block_ic_breakdown_is_the_cpu_error() {
         assert_eq!(Some(err), BlockIc::new(&a, inner, 32).err());
     }
 }
+
+#[test]
+fn mixed_level_scheduled_ic_equals_an_f32_evaluation_and_converges() {
+    use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
+    use fvpoisson::gpu::pcg::GpuCgBackend;
+    use fvpoisson::gpu::smooth::DevicePreconditioner;
+    use fvpoisson::solve::pcg;
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-9, 2000);
+    for (name, a) in systems(256) {
+        let n = a.n_rows();
+        // One block holding every row: block-IC's factor is DIC's / IC(0)'s.
+        let whole = n.next_multiple_of(32);
+        let r = random_vector(n, 6);
+        for (kind, inner) in [
+            (IcKind::Dic, InnerSolver::Dic),
+            (IcKind::Ic0, InnerSolver::Ic0),
+        ] {
+            let ic =
+                DeviceIncompleteCholesky::with_precision(&gpu, &a, kind, Precision::Mixed).unwrap();
+            let r_dev = gpu.upload(&r).unwrap();
+            let z_dev = gpu.zeros::<f64>(n).unwrap();
+            ic.apply(&r_dev, &z_dev).unwrap();
+            let z = gpu.download(&z_dev).unwrap();
+            let expected = f32_application(&a, inner, whole, &r);
+            let scale = expected.iter().fold(0.0f64, |s, v| s.max(v.abs()));
+            let worst = z
+                .iter()
+                .zip(&expected)
+                .fold(0.0f64, |s, (g, c)| s.max((g - c).abs()));
+            // PCG (f64) with the f32 sweeps against the f64 ones.
+            let b = random_vector(n, 8);
+            let solve = |precision| {
+                let mut backend =
+                    GpuCgBackend::new(&gpu, &a, false, None, &GpuSolveOptions::default()).unwrap();
+                let p =
+                    DeviceIncompleteCholesky::with_precision(&gpu, &a, kind, precision).unwrap();
+                backend.set_preconditioner(Box::new(p));
+                let b_dev = backend.upload(&b).unwrap();
+                let mut x = backend.upload(&vec![0.0; n]).unwrap();
+                pcg(&backend, &b_dev, &mut x, &controls, "p").unwrap()
+            };
+            let (double, mixed) = (solve(Precision::Double), solve(Precision::Mixed));
+            println!(
+                "{name} {kind:?} mixed: max |GPU - f32 host| / max |z| = {:.2e}; PCG f64 {} \
+                 iterations, mixed {} ({:.3e})",
+                worst / scale,
+                double.iterations,
+                mixed.iterations,
+                mixed.final_residual
+            );
+            assert!(worst <= 1e-6 * scale, "{name} {kind:?}: {worst} vs {scale}");
+            assert!(mixed.converged && mixed.final_residual <= controls.tolerance);
+            assert!(mixed.iterations <= double.iterations + double.iterations / 10 + 2);
+        }
+    }
+}

@@ -99,9 +99,52 @@ pub struct DeviceIncompleteCholesky<'g> {
     transposed: Option<CudaSlice<u64>>,
     forward: DeviceLevels,
     backward: DeviceLevels,
+    /// Mixed precision: the f32 sweeps' data.
+    mixed: Option<MixedIc>,
+}
+
+/// f32 copies of the values (read by DIC), the factor and L's diagonal, and
+/// the f32 work vector of the sweeps (seed 003 Algorithm 6: PCG stays f64).
+struct MixedIc {
+    vals: CudaSlice<f32>,
+    factor: CudaSlice<f32>,
+    l_diag: Option<CudaSlice<f32>>,
+    w: CudaSlice<f32>,
 }
 
 impl<'g> DeviceIncompleteCholesky<'g> {
+    /// [`Self::new`] with the sweeps in `precision`: mixed runs them in f32
+    /// on f32 copies of the values and the (f64-computed) factor, reading r
+    /// and writing z in f64.
+    pub fn with_precision(
+        gpu: &'g Gpu,
+        a: &Csr,
+        kind: IcKind,
+        precision: Precision,
+    ) -> Result<Self, SolveError> {
+        let mut ic = Self::new(gpu, a, kind)?;
+        if precision == Precision::Mixed {
+            let build = || -> Result<MixedIc, GpuError> {
+                Ok(MixedIc {
+                    vals: f32_copy(gpu, &ic.vals)?,
+                    factor: f32_copy(gpu, &ic.factor)?,
+                    l_diag: ic.l_diag.as_ref().map(|d| f32_copy(gpu, d)).transpose()?,
+                    w: gpu.zeros(ic.n)?,
+                })
+            };
+            ic.mixed = Some(build().map_err(|e| SolveError::Device(e.to_string()))?);
+        }
+        Ok(ic)
+    }
+
+    /// The precision of the sweeps.
+    pub fn precision(&self) -> Precision {
+        match self.mixed {
+            Some(_) => Precision::Mixed,
+            None => Precision::Double,
+        }
+    }
+
     /// Uploads `a` (square, symmetric pattern, rows in the solve's order),
     /// schedules its sweeps and factorises it on the device. A missing or
     /// non-positive diagonal, or a pivot that is not positive, is the CPU's
@@ -148,6 +191,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 transposed: transposed.as_deref().map(|t| gpu.upload(t)).transpose()?,
                 forward: DeviceLevels::upload(gpu, &LevelSchedule::lower(a))?,
                 backward: DeviceLevels::upload(gpu, &LevelSchedule::upper(a))?,
+                mixed: None,
             })
         };
         let ic = upload().map_err(device)?;
@@ -236,6 +280,14 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (fw, bw) = (&self.forward, &self.backward);
+        if let Some(mx) = &self.mixed {
+            self.sweeps_f32(mx, r, done)?;
+            let n = self.n as i32;
+            return gpu.launch("ic_widen", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&mx.w).arg(z);
+                arg_or_null(a, done);
+            });
+        }
         match self.kind {
             IcKind::Dic => {
                 fw.each(|count, first, grid| {
@@ -278,6 +330,65 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                             .arg(&self.factor)
                             .arg(l_diag);
                         a.arg(z);
+                        arg_or_null(a, done);
+                    })
+                })
+            }
+        }
+    }
+}
+
+impl DeviceIncompleteCholesky<'_> {
+    /// The sweeps of [`Self::sweeps`] in f32 into `mx.w`.
+    fn sweeps_f32(
+        &self,
+        mx: &MixedIc,
+        r: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let (fw, bw) = (&self.forward, &self.backward);
+        match &mx.l_diag {
+            None => {
+                fw.each(|count, first, grid| {
+                    gpu.launch("ic_dic_forward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&fw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&mx.vals).arg(&self.diag_slot).arg(&mx.factor);
+                        a.arg(r).arg(&mx.w);
+                        arg_or_null(a, done);
+                    })
+                })?;
+                bw.each(|count, first, grid| {
+                    gpu.launch("ic_dic_backward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&bw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&mx.vals).arg(&self.diag_slot).arg(&mx.factor);
+                        a.arg(&mx.w);
+                        arg_or_null(a, done);
+                    })
+                })
+            }
+            Some(l_diag) => {
+                let transposed = self.transposed.as_ref().expect("IC(0)");
+                fw.each(|count, first, grid| {
+                    gpu.launch("ic_ic0_forward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&fw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&self.diag_slot).arg(&mx.factor).arg(l_diag);
+                        a.arg(r).arg(&mx.w);
+                        arg_or_null(a, done);
+                    })
+                })?;
+                bw.each(|count, first, grid| {
+                    gpu.launch("ic_ic0_backward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&bw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&self.diag_slot)
+                            .arg(transposed)
+                            .arg(&mx.factor)
+                            .arg(l_diag);
+                        a.arg(&mx.w);
                         arg_or_null(a, done);
                     })
                 })

@@ -238,10 +238,11 @@ fn case_entries(
             )
         })
     };
-    let ic = |kind: IcKind| -> Build<'_> {
+    let ic = |kind: IcKind, precision: Precision| -> Build<'_> {
         Box::new(move |o: &Ordered<'_>| {
-            Ok(Box::new(DeviceIncompleteCholesky::new(gpu, &o.a, kind)?)
-                as Box<dyn DevicePreconditioner>)
+            Ok(Box::new(DeviceIncompleteCholesky::with_precision(
+                gpu, &o.a, kind, precision,
+            )?) as Box<dyn DevicePreconditioner>)
         })
     };
     let polynomial = |kind: PolynomialKind, precision: Precision| -> Build<'_> {
@@ -286,32 +287,18 @@ fn case_entries(
         Colour,
         Blocks,
     }
-    let mut list: Vec<(String, Layout, Build<'_>, String)> = vec![
-        (
-            "DIC".into(),
-            Layout::Rcm,
-            ic(IcKind::Dic),
-            mixed_note.into(),
-        ),
-        (
-            "DIC".into(),
-            Layout::Colour,
-            ic(IcKind::Dic),
-            mixed_note.into(),
-        ),
-        (
-            "IC(0)".into(),
-            Layout::Rcm,
-            ic(IcKind::Ic0),
-            mixed_note.into(),
-        ),
-        (
-            "IC(0)".into(),
-            Layout::Colour,
-            ic(IcKind::Ic0),
-            mixed_note.into(),
-        ),
-    ];
+    let mut list: Vec<(String, Layout, Build<'_>, String)> = Vec::new();
+    for (kind, name) in [(IcKind::Dic, "DIC"), (IcKind::Ic0, "IC(0)")] {
+        for layout in [Layout::Rcm, Layout::Colour] {
+            for precision in [Precision::Double, Precision::Mixed] {
+                let label = match precision {
+                    Precision::Double => name.to_string(),
+                    Precision::Mixed => format!("{name} mixed"),
+                };
+                list.push((label, layout, ic(kind, precision), String::new()));
+            }
+        }
+    }
     for name in ["blockDIC", "blockIC"] {
         for precision in [Precision::Double, Precision::Mixed] {
             let label = match precision {
