@@ -353,3 +353,38 @@ fn mixed_level_scheduled_ic_equals_an_f32_evaluation_and_converges() {
         }
     }
 }
+
+/// CPU only: block-IC preconditions PCG on real meshes (fewer iterations
+/// than Jacobi, more than the full DIC/IC(0) it approximates block by block).
+#[test]
+fn cpu_block_ic_pcg_lies_between_jacobi_and_full_incomplete_cholesky() {
+    use fvpoisson::solve::PreconditionerKind;
+    let controls = SolverControls::absolute(1e-9, 5000);
+    let none = EquilibrationKind::None;
+    for spec in MESHES {
+        let (a, b) = poisson_system(spec).unwrap();
+        let iterations = |p: Preconditioner| {
+            let mut x = vec![0.0; a.n_rows()];
+            let perf = solve_pcg_scaled(&a, p, &none, &b, &mut x, &controls, "p").unwrap();
+            assert!(perf.converged, "{spec} {p}");
+            perf.iterations
+        };
+        let jacobi = iterations(PreconditionerKind::Jacobi.into());
+        for (name, full) in [
+            ("blockDIC", PreconditionerKind::Dic),
+            ("blockIC", PreconditionerKind::Ic0),
+        ] {
+            let blocks = iterations(Preconditioner::Smoother(block_ic(name, 256)));
+            let whole = iterations(full.into());
+            println!("{spec}: Jacobi {jacobi}, {name} (256-row blocks) {blocks}, {full} {whole}");
+            assert!(
+                blocks < jacobi,
+                "{spec} {name}: {blocks} vs Jacobi {jacobi}"
+            );
+            assert!(
+                whole <= blocks + 2,
+                "{spec} {name}: {blocks} vs {full} {whole}"
+            );
+        }
+    }
+}

@@ -582,6 +582,36 @@ mod tests {
     }
 
     #[test]
+    fn block_ic_names_parse_with_their_options() {
+        use crate::solve::{InnerSolver, Precision};
+        let p: Preconditioner = "block-ic:blockSize=256:precision=mixed".parse().unwrap();
+        let Preconditioner::Smoother(s) = p else {
+            panic!("{p}")
+        };
+        assert_eq!(
+            (s.block.inner, s.block.block_size, s.polynomial.precision),
+            (InnerSolver::Ic0, 256, Precision::Mixed)
+        );
+        assert!(!p.is_flexible());
+        let Ok(Preconditioner::Smoother(s)) = "blockDIC".parse::<Preconditioner>() else {
+            panic!("blockDIC")
+        };
+        assert_eq!((s.block.inner, s.block.block_size), (InnerSolver::Dic, 512));
+        for (bad, expected) in [
+            (
+                "block-ic:blockSize=100",
+                "blockSize must be a multiple of 32",
+            ),
+            ("block-dic:precision=half", "unknown precision 'half'"),
+            ("block-ic:degree=4", "unknown block-IC option 'degree'"),
+            ("block-ic:256", "must be key=value"),
+        ] {
+            let err = bad.parse::<Preconditioner>().unwrap_err();
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn bad_diagonals_are_reported_with_the_row() {
         let a = Csr::new(2, vec![0, 1, 3], vec![0, 0, 1], vec![1., 0.5, -3.]).unwrap();
         for kind in [PreconditionerKind::Jacobi, PreconditionerKind::Dic] {
