@@ -261,3 +261,40 @@ extern "C" __global__ void gershgorin_rows(int n, int h, const u64* __restrict__
     }
     if ((threadIdx.x & 31) == 0 && bits != 0) atomicMax(&out[0], bits);
 }
+
+// Mixed-precision weighted / L1 Jacobi as a PCG preconditioner
+// (gpu::smooth, Method::JacobiF32): sweeps from x = 0 in f32 on the f32 twin
+// of A, x_new = x + scale (r - A x) with r read in f64 and rounded, (r - A x)_i
+// = r_i - a_ii x_i then the off-diagonals in slot order (smooth_jacobi's
+// order, _rn: equal to a host f32 evaluation). x null: x_new = scale r. One
+// block per slice, H floats of x of the slice's own rows in shared memory.
+// ic_widen writes z in f64 after the last sweep.
+extern "C" __global__ void smooth_jacobi_f32(int n, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const float* __restrict__ vals,
+                                             const float* __restrict__ diag,
+                                             const float* __restrict__ scale,
+                                             const double* __restrict__ b,
+                                             const float* __restrict__ x,
+                                             float* __restrict__ x_new, const double* done) {
+    if (gated_off(done)) return;
+    float* x_own = (float*)block_ic_smem;
+    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const bool in = row < n;
+    const float br = in ? (float)b[row] : 0.0f;
+    if (x == nullptr) {
+        if (in) x_new[row] = __fmul_rn(scale[row], br);
+        return;
+    }
+    const float xr = in ? x[row] : 0.0f;
+    x_own[t] = xr;
+    __syncthreads();
+    float res = in ? __fsub_rn(br, __fmul_rn(diag[row], xr)) : 0.0f;
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) res = __fsub_rn(res, __fmul_rn(vals[k], x[c - 1]));
+        else if (c < 0) res = __fsub_rn(res, __fmul_rn(vals[k], x_own[-(c + 1)]));
+    }
+    if (in) x_new[row] = __fadd_rn(xr, __fmul_rn(scale[row], res));
+}

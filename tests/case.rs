@@ -825,7 +825,7 @@ fn block_ic_from_case_toml_solves_like_pcg() {
             (
                 "preconditioner = \"blockIC\"\ndegree = 4\n",
                 "case.toml:5:10: solver.T.degree: only a polynomial preconditioner or smoother uses \
-                 it (block-IC takes precision only)",
+                 it (block-IC and Jacobi take precision only)",
             ),
             (
                 "preconditioner = \"blockDIC\"\nprecision = \"half\"\n",

@@ -388,3 +388,88 @@ fn cpu_block_ic_pcg_lies_between_jacobi_and_full_incomplete_cholesky() {
         }
     }
 }
+
+/// Mixed-precision weighted and L1 Jacobi as PCG preconditioners: the f32
+/// sweeps equal a host f32 evaluation, PCG reaches the same tolerance.
+#[test]
+fn mixed_jacobi_preconditioners_equal_an_f32_evaluation_and_converge() {
+    use fvpoisson::gpu::smooth::{
+        DevicePreconditioner, DeviceSmoother, DeviceSmootherPreconditioner,
+    };
+    use fvpoisson::solve::smoother::{l1_jacobi_scale, PointJacobi};
+    use fvpoisson::solve::SmootherKind;
+    use std::rc::Rc;
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-9, 5000);
+    let none = EquilibrationKind::None;
+    for spec in MESHES {
+        let (a, b) = poisson_system(spec).unwrap();
+        let n = a.n_rows();
+        for kind in [SmootherKind::Jacobi, SmootherKind::L1Jacobi] {
+            let mut s = SmootherSettings::new(kind);
+            s.sweeps = 2;
+            s.omega = 0.8;
+            s.polynomial.precision = Precision::Mixed;
+            // Two sweeps from zero on the host in f32, the kernel's order.
+            let scale: Vec<f32> = match kind {
+                SmootherKind::Jacobi => PointJacobi::weighted(&a, 0.8).unwrap().scale().to_vec(),
+                _ => l1_jacobi_scale(&a).unwrap(),
+            }
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+            let r = random_vector(n, 9);
+            let r32: Vec<f32> = r.iter().map(|&v| v as f32).collect();
+            let x1: Vec<f32> = (0..n).map(|i| scale[i] * r32[i]).collect();
+            let x2: Vec<f64> = (0..n)
+                .map(|i| {
+                    let (cols, vals) = a.row(i);
+                    let d = a.slot(i, i).map_or(0.0, |s| a.values()[s]) as f32;
+                    let mut res = r32[i] - d * x1[i];
+                    for (&c, &v) in cols.iter().zip(vals) {
+                        if c as usize != i {
+                            res -= (v as f32) * x1[c as usize];
+                        }
+                    }
+                    (x1[i] + scale[i] * res) as f64
+                })
+                .collect();
+            let m = Rc::new(upload(&gpu, &a, 256));
+            let smoother = DeviceSmoother::new(&gpu, &a, Rc::clone(&m), &s).unwrap();
+            let p = DeviceSmootherPreconditioner::new(smoother, &s);
+            let r_dev = gpu.upload(&r).unwrap();
+            let z_dev = gpu.zeros::<f64>(n).unwrap();
+            p.apply(&r_dev, &z_dev).unwrap();
+            let z = gpu.download(&z_dev).unwrap();
+            let scale_z = x2.iter().fold(0.0f64, |s, v| s.max(v.abs()));
+            let worst = z
+                .iter()
+                .zip(&x2)
+                .fold(0.0f64, |s, (g, c)| s.max((g - c).abs()));
+            // PCG, f64 and mixed.
+            let mut solver = GpuSolver::new(&gpu);
+            let options = GpuSolveOptions::default();
+            let mut double_settings = s;
+            double_settings.polynomial.precision = Precision::Double;
+            let mut solve = |s: SmootherSettings| {
+                let mut x = vec![0.0; n];
+                let p = Preconditioner::Smoother(s);
+                solver
+                    .solve_with(&a, &p, &none, &b, &mut x, &controls, "p", &options)
+                    .unwrap()
+            };
+            let (double, mixed) = (solve(double_settings), solve(s));
+            println!(
+                "{spec} {kind:?} mixed: max |GPU - f32 host| / max |z| = {:.2e}; PCG f64 {} \
+                 iterations, mixed {} ({:.3e})",
+                worst / scale_z,
+                double.iterations,
+                mixed.iterations,
+                mixed.final_residual
+            );
+            assert!(worst <= 1e-6 * scale_z, "{spec} {kind:?}: {worst}");
+            assert!(mixed.converged && mixed.final_residual <= controls.tolerance);
+            assert!(mixed.iterations <= double.iterations + double.iterations / 10 + 2);
+        }
+    }
+}

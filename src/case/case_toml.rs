@@ -819,7 +819,9 @@ impl Source<'_> {
         };
         self.smoother_parameters(entry, name, target)?;
         let block_ic = match (&smoother, &preconditioner) {
-            (Some(s), _) | (None, Preconditioner::Smoother(s)) => s.block_ic_name().is_some(),
+            (Some(s), _) | (None, Preconditioner::Smoother(s)) => {
+                !matches!(s.kind, SmootherKind::Polynomial(_)) && s.has_mixed_precision()
+            }
             _ => false,
         };
         let polynomial = match (&mut smoother, &mut preconditioner) {
@@ -827,8 +829,8 @@ impl Source<'_> {
                 Some(&mut s.polynomial)
             }
             (None, Preconditioner::Polynomial(p)) => Some(p),
-            (Some(s), _) | (None, Preconditioner::Smoother(s)) if s.block_ic_name().is_some() => {
-                // Block-IC takes `precision` only.
+            (Some(s), _) | (None, Preconditioner::Smoother(s)) if block_ic => {
+                // Block-IC and the Jacobi smoothers take `precision` only.
                 self.block_ic_precision(entry, name, &mut s.polynomial)?;
                 None
             }
@@ -990,7 +992,7 @@ impl Source<'_> {
                 span,
                 format!(
                     "solver.{name}.{key}: only a polynomial preconditioner or smoother uses it \
-                     (block-IC takes precision only)"
+                     (block-IC and Jacobi take precision only)"
                 ),
             )),
             None => Ok(()),

@@ -309,6 +309,19 @@ fn case_entries(
             list.push((label, Layout::Blocks, smoother(s), String::new()));
         }
     }
+    for kind in [SmootherKind::Jacobi, SmootherKind::L1Jacobi] {
+        for precision in [Precision::Double, Precision::Mixed] {
+            let mut s = SmootherSettings::new(kind);
+            s.sweeps = 2;
+            s.omega = 0.8;
+            s.polynomial.precision = precision;
+            let label = match precision {
+                Precision::Double => format!("2x{}(0.8)", kind.name()),
+                Precision::Mixed => format!("2x{}(0.8) mixed", kind.name()),
+            };
+            list.push((label, Layout::Rcm, smoother(s), String::new()));
+        }
+    }
     list.push((
         "blockJacobi (inner symGS x1)".into(),
         Layout::Blocks,

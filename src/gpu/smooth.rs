@@ -27,7 +27,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
 use super::ic::{DeviceBlockIc, BLOCK_IC_KERNELS};
-use super::matrix::DeviceModSell;
+use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
@@ -37,8 +37,8 @@ use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
 use crate::solve::smoother::{check_diagonal, l1_jacobi_scale, sweep_order, PointJacobi};
 use crate::solve::{
     pcg, CgBackend, ColouringKind, Equilibration, EquilibrationKind, InitialNorms, InnerSolver,
-    PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings,
-    SolveError, SolverControls, SolverPerformance, Sweep,
+    PolynomialSettings, Precision, Preconditioner, PreconditionerKind, SmootherKind,
+    SmootherSettings, SolveError, SolverControls, SolverPerformance, Sweep,
 };
 use crate::sparse::blocks::{grown_blocks, in_slice_counts};
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -269,6 +269,13 @@ enum Method<'g> {
     Polynomial(Box<DevicePolynomial<'g>>),
     /// Block-IC (block Jacobi with inner DIC or IC0, `gpu::ic`), double-buffered.
     BlockIc(Box<DeviceBlockIc>),
+    /// Weighted or L1 Jacobi in mixed precision (PCG preconditioner only):
+    /// the f32 twin of the matrix, f32 scales and two f32 iterates.
+    JacobiF32 {
+        twin: DeviceModSellF32,
+        scale: CudaSlice<f32>,
+        x: [CudaSlice<f32>; 2],
+    },
 }
 
 /// A smoother on the device for a mod-SELL matrix.
@@ -306,7 +313,23 @@ impl<'g> DeviceSmoother<'g> {
         settings.validate().map_err(GpuError::Invalid)?;
         matrix.check_rows("smoother", a)?;
         let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
+        let mixed = settings.polynomial.precision == Precision::Mixed;
         let method = match settings.kind {
+            SmootherKind::Jacobi | SmootherKind::L1Jacobi if mixed => {
+                let scale = match settings.kind {
+                    SmootherKind::Jacobi => PointJacobi::weighted(a, settings.omega)
+                        .map_err(invalid)?
+                        .scale()
+                        .to_vec(),
+                    _ => l1_jacobi_scale(a).map_err(invalid)?,
+                };
+                let scale: Vec<f32> = scale.iter().map(|&s| s as f32).collect();
+                Method::JacobiF32 {
+                    twin: matrix.f32_twin(gpu)?,
+                    scale: gpu.upload(&scale)?,
+                    x: [gpu.zeros(matrix.n)?, gpu.zeros(matrix.n)?],
+                }
+            }
             SmootherKind::Jacobi => Method::Jacobi {
                 scale: gpu.upload(
                     PointJacobi::weighted(a, settings.omega)
@@ -454,6 +477,9 @@ impl<'g> DeviceSmoother<'g> {
         sweeps: usize,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
+        if let Method::JacobiF32 { twin, scale, x: xs } = &self.method {
+            return self.jacobi_f32(twin, scale, xs, b, x, sweeps, done);
+        }
         if !self.double_buffered() || sweeps == 0 {
             let n = self.matrix.n as i32;
             self.gpu.launch(
@@ -477,7 +503,7 @@ impl<'g> DeviceSmoother<'g> {
             Method::Jacobi { .. } => true,
             Method::Block(k) => !k.asynchronous,
             Method::BlockIc(_) => true,
-            Method::GaussSeidel { .. } | Method::Polynomial(_) => false,
+            Method::GaussSeidel { .. } | Method::Polynomial(_) | Method::JacobiF32 { .. } => false,
         }
     }
 
@@ -572,9 +598,60 @@ impl<'g> DeviceSmoother<'g> {
                     let (from, to) = buffers(i);
                     ic.sweep(gpu, m, b, from, to, done)?;
                 }
+                Method::JacobiF32 { .. } => {
+                    return Err(GpuError::Invalid(
+                        "mixed-precision Jacobi runs as a PCG preconditioner only (sweeps from \
+                         zero); use precision double in smoothSolver"
+                            .into(),
+                    ))
+                }
             }
         }
         Ok(())
+    }
+}
+
+impl DeviceSmoother<'_> {
+    /// Mixed-precision Jacobi from zero (`smooth_jacobi_f32`): `sweeps`
+    /// sweeps alternating between the two f32 iterates, then x = the last
+    /// widened to f64 (`ic_widen`).
+    #[allow(clippy::too_many_arguments)]
+    fn jacobi_f32(
+        &self,
+        twin: &DeviceModSellF32,
+        scale: &CudaSlice<f32>,
+        xs: &[CudaSlice<f32>; 2],
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        sweeps: usize,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let (gpu, m) = (self.gpu, &*self.matrix);
+        let (n, h) = (m.n as i32, m.slice_height as u32);
+        let slices = m.n_slices() as u32;
+        for i in 0..sweeps.max(1) {
+            let to = &xs[i % 2];
+            gpu.launch("smooth_jacobi_f32", slices, h, h * 4, |a| {
+                a.arg(&n)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(&twin.values)
+                    .arg(&twin.diag)
+                    .arg(scale)
+                    .arg(b);
+                match i {
+                    0 => a.arg(&NULL),
+                    _ => a.arg(&xs[(i + 1) % 2]),
+                };
+                a.arg(to);
+                arg_or_null(a, done);
+            })?;
+        }
+        let last = &xs[(sweeps.max(1) - 1) % 2];
+        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(last).arg(x);
+            arg_or_null(a, done);
+        })
     }
 }
 

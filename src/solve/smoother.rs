@@ -403,8 +403,9 @@ impl SmootherSettings {
             .validate(),
             _ if self.polynomial.precision == Precision::Mixed && !self.has_mixed_precision() => {
                 Err(format!(
-                    "precision mixed is available for the polynomial smoothers and block-IC \
-                     (blockIC, blockDIC), not for {}",
+                    "precision mixed is available for the polynomial smoothers, block-IC \
+                     (blockIC, blockDIC) and (as PCG preconditioners) Jacobi and L1Jacobi, not \
+                     for {}",
                     self.kind.name()
                 ))
             }
@@ -416,7 +417,7 @@ impl SmootherSettings {
     /// polynomials and block-IC run an f32 copy on the GPU.
     pub fn has_mixed_precision(&self) -> bool {
         match self.kind {
-            SmootherKind::Polynomial(_) => true,
+            SmootherKind::Polynomial(_) | SmootherKind::Jacobi | SmootherKind::L1Jacobi => true,
             SmootherKind::BlockJacobi => self.block.inner.is_factorisation(),
             _ => false,
         }
