@@ -298,3 +298,36 @@ extern "C" __global__ void smooth_jacobi_f32(int n, const u64* __restrict__ slic
     }
     if (in) x_new[row] = __fadd_rn(xr, __fmul_rn(scale[row], res));
 }
+
+// Mixed-precision multicolour Gauss-Seidel as a PCG preconditioner
+// (gpu::smooth): smooth_colour on the f32 twin of A and an f32 iterate, b
+// read in f64 and rounded, x_i = (b_i - sum_j a_ij x_j) / a_ii in slot order
+// with _rn operations (equal to a host f32 evaluation). From zero: x zeroed
+// by zero_vector_f32, widened into z by ic_widen.
+extern "C" __global__ void smooth_colour_f32(int count, int first, int h,
+                                             const int* __restrict__ rows,
+                                             const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const float* __restrict__ vals,
+                                             const float* __restrict__ diag,
+                                             const double* __restrict__ b, float* x,
+                                             const double* done) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count || gated_off(done)) return;
+    const int row = rows[first + i];
+    const int s = row / h, base = s * h;
+    float acc = (float)b[row];
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c > 0) acc = __fsub_rn(acc, __fmul_rn(vals[k], x[c - 1]));
+        else if (c < 0) acc = __fsub_rn(acc, __fmul_rn(vals[k], x[base - c - 1]));
+    }
+    x[row] = __fdiv_rn(acc, diag[row]);
+}
+
+// x = 0 in f32, gated.
+extern "C" __global__ void zero_vector_f32(int n, float* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = 0.0f;
+}

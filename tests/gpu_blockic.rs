@@ -473,3 +473,82 @@ fn mixed_jacobi_preconditioners_equal_an_f32_evaluation_and_converge() {
         }
     }
 }
+
+/// Mixed-precision multicolour symmetric Gauss–Seidel as a PCG
+/// preconditioner: equal to a host f32 evaluation with the same colouring,
+/// PCG reaches the same tolerance.
+#[test]
+fn mixed_multicolour_gauss_seidel_equals_an_f32_evaluation_and_converges() {
+    use fvpoisson::gpu::smooth::{
+        DevicePreconditioner, DeviceSmoother, DeviceSmootherPreconditioner,
+    };
+    use fvpoisson::solve::smoother::sweep_order;
+    use fvpoisson::solve::{ColouringKind, SmootherKind, Sweep};
+    use std::rc::Rc;
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-9, 5000);
+    let none = EquilibrationKind::None;
+    for spec in MESHES {
+        let (a, b) = poisson_system(spec).unwrap();
+        let n = a.n_rows();
+        let mut s = SmootherSettings::new(SmootherKind::GaussSeidel(Sweep::Symmetric));
+        s.colouring = ColouringKind::JonesPlassmann;
+        s.polynomial.precision = Precision::Mixed;
+        let m = Rc::new(upload(&gpu, &a, 256));
+        let smoother = DeviceSmoother::new(&gpu, &a, Rc::clone(&m), &s).unwrap();
+        let colouring = smoother.colouring().unwrap().clone();
+        let p = DeviceSmootherPreconditioner::new(smoother, &s);
+        let r = random_vector(n, 10);
+        let r_dev = gpu.upload(&r).unwrap();
+        let z_dev = gpu.zeros::<f64>(n).unwrap();
+        p.apply(&r_dev, &z_dev).unwrap();
+        let z = gpu.download(&z_dev).unwrap();
+        let mut x = vec![0f32; n];
+        for k in sweep_order(Sweep::Symmetric, colouring.n_colours()) {
+            for &row in colouring.rows_of(k) {
+                let i = row as usize;
+                let (cols, vals) = a.row(i);
+                let mut acc = r[i] as f32;
+                let mut d = 0f32;
+                for (&c, &v) in cols.iter().zip(vals) {
+                    if c as usize == i {
+                        d = v as f32;
+                    } else {
+                        acc -= (v as f32) * x[c as usize];
+                    }
+                }
+                x[i] = acc / d;
+            }
+        }
+        let expected: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let scale = expected.iter().fold(0.0f64, |s, v| s.max(v.abs()));
+        let worst = z
+            .iter()
+            .zip(&expected)
+            .fold(0.0f64, |s, (g, c)| s.max((g - c).abs()));
+        let mut solver = GpuSolver::new(&gpu);
+        let options = GpuSolveOptions::default();
+        let mut double_settings = s;
+        double_settings.polynomial.precision = Precision::Double;
+        let mut solve = |s: SmootherSettings| {
+            let mut x = vec![0.0; n];
+            let p = Preconditioner::Smoother(s);
+            solver
+                .solve_with(&a, &p, &none, &b, &mut x, &controls, "p", &options)
+                .unwrap()
+        };
+        let (double, mixed) = (solve(double_settings), solve(s));
+        println!(
+            "{spec} MC-SGS mixed ({} colours): max |GPU - f32 host| / max |z| = {:.2e}; PCG f64 \
+             {} iterations, mixed {} ({:.3e})",
+            colouring.n_colours(),
+            worst / scale,
+            double.iterations,
+            mixed.iterations,
+            mixed.final_residual
+        );
+        assert!(worst <= 1e-6 * scale, "{spec}: {worst}");
+        assert!(mixed.converged && mixed.final_residual <= controls.tolerance);
+        assert!(mixed.iterations <= double.iterations + double.iterations / 10 + 2);
+    }
+}

@@ -328,11 +328,19 @@ fn case_entries(
         smoother(bj_sgs),
         mixed_note.into(),
     ));
+    let mut sgs_mixed = sgs;
+    sgs_mixed.polynomial.precision = Precision::Mixed;
     list.push((
         "multicolour symGS".into(),
         Layout::Colour,
         smoother(sgs),
-        mixed_note.into(),
+        String::new(),
+    ));
+    list.push((
+        "multicolour symGS mixed".into(),
+        Layout::Colour,
+        smoother(sgs_mixed),
+        String::new(),
     ));
     for kind in PolynomialKind::ALL {
         for precision in [Precision::Double, Precision::Mixed] {

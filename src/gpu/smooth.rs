@@ -263,6 +263,9 @@ enum Method<'g> {
     GaussSeidel {
         colouring: DeviceColouring,
         sweep: Sweep,
+        /// Mixed precision (PCG preconditioner only): the f32 twin of the
+        /// matrix and the f32 iterate.
+        mixed: Option<(DeviceModSellF32, CudaSlice<f32>)>,
     },
     Block(BlockKernel),
     /// x += M⁻¹ (b − A x), a polynomial M⁻¹ (`gpu::polynomial`), in place.
@@ -355,7 +358,15 @@ impl<'g> DeviceSmoother<'g> {
                     }
                     None => DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
                 };
-                Method::GaussSeidel { colouring, sweep }
+                let mixed = match mixed {
+                    true => Some((matrix.f32_twin(gpu)?, gpu.zeros(matrix.n)?)),
+                    false => None,
+                };
+                Method::GaussSeidel {
+                    colouring,
+                    sweep,
+                    mixed,
+                }
             }
             SmootherKind::BlockJacobi if settings.block.inner.is_factorisation() => {
                 Method::BlockIc(Box::new(
@@ -480,6 +491,14 @@ impl<'g> DeviceSmoother<'g> {
         if let Method::JacobiF32 { twin, scale, x: xs } = &self.method {
             return self.jacobi_f32(twin, scale, xs, b, x, sweeps, done);
         }
+        if let Method::GaussSeidel {
+            colouring,
+            sweep,
+            mixed: Some((twin, w)),
+        } = &self.method
+        {
+            return self.gauss_seidel_f32(colouring, *sweep, twin, w, b, x, sweeps, done);
+        }
         if !self.double_buffered() || sweeps == 0 {
             let n = self.matrix.n as i32;
             self.gpu.launch(
@@ -556,7 +575,16 @@ impl<'g> DeviceSmoother<'g> {
                         arg_or_null(a, done);
                     })?;
                 }
-                Method::GaussSeidel { colouring, sweep } => {
+                Method::GaussSeidel { mixed: Some(_), .. } => {
+                    return Err(GpuError::Invalid(
+                        "mixed-precision Gauss-Seidel runs as a PCG preconditioner only (sweeps \
+                         from zero); use precision double in smoothSolver"
+                            .into(),
+                    ))
+                }
+                Method::GaussSeidel {
+                    colouring, sweep, ..
+                } => {
                     let c = colouring.colouring();
                     let ptr = c.colour_ptr();
                     for k in sweep_order(*sweep, c.n_colours()) {
@@ -650,6 +678,52 @@ impl DeviceSmoother<'_> {
         let last = &xs[(sweeps.max(1) - 1) % 2];
         gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n).arg(last).arg(x);
+            arg_or_null(a, done);
+        })
+    }
+
+    /// Mixed-precision multicolour Gauss–Seidel from zero
+    /// (`smooth_colour_f32` on the f32 iterate `w`), then x = w in f64.
+    #[allow(clippy::too_many_arguments)]
+    fn gauss_seidel_f32(
+        &self,
+        colouring: &DeviceColouring,
+        sweep: Sweep,
+        twin: &DeviceModSellF32,
+        w: &CudaSlice<f32>,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        sweeps: usize,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let (gpu, m) = (self.gpu, &*self.matrix);
+        let (n, h) = (m.n as i32, m.slice_height as i32);
+        gpu.launch("zero_vector_f32", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(w);
+            arg_or_null(a, done);
+        })?;
+        let c = colouring.colouring();
+        let ptr = c.colour_ptr();
+        for _ in 0..sweeps {
+            for k in sweep_order(sweep, c.n_colours()) {
+                let (first, count) = (ptr[k] as i32, (ptr[k + 1] - ptr[k]) as i32);
+                gpu.launch(
+                    "smooth_colour_f32",
+                    vector_grid(count as usize),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&count).arg(&first).arg(&h).arg(&colouring.rows);
+                        a.arg(&m.slice_ptr).arg(&m.codes);
+                        a.arg(&twin.values).arg(&twin.diag);
+                        a.arg(b).arg(w);
+                        arg_or_null(a, done);
+                    },
+                )?;
+            }
+        }
+        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(w).arg(x);
             arg_or_null(a, done);
         })
     }

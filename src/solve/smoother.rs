@@ -404,8 +404,8 @@ impl SmootherSettings {
             _ if self.polynomial.precision == Precision::Mixed && !self.has_mixed_precision() => {
                 Err(format!(
                     "precision mixed is available for the polynomial smoothers, block-IC \
-                     (blockIC, blockDIC) and (as PCG preconditioners) Jacobi and L1Jacobi, not \
-                     for {}",
+                     (blockIC, blockDIC) and (as PCG preconditioners on the GPU) Jacobi, L1Jacobi \
+                     and multicolour Gauss-Seidel, not for {}",
                     self.kind.name()
                 ))
             }
@@ -418,6 +418,8 @@ impl SmootherSettings {
     pub fn has_mixed_precision(&self) -> bool {
         match self.kind {
             SmootherKind::Polynomial(_) | SmootherKind::Jacobi | SmootherKind::L1Jacobi => true,
+            // Multicolour on the GPU (natural order runs multicolour there too).
+            SmootherKind::GaussSeidel(_) => true,
             SmootherKind::BlockJacobi => self.block.inner.is_factorisation(),
             _ => false,
         }
