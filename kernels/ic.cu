@@ -8,6 +8,16 @@
 // fused multiply-adds, so the factors and the sweeps equal the CPU's bit for
 // bit. The sweeps take a trailing `done` gate (kernels/smooth.cu gated_off).
 
+// Round-to-nearest arithmetic in either precision (no FMA contraction).
+__device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
+
 // DIC factor, one level: d_j = a_jj - sum over lower slots (ascending) of
 // a_ji^2 / d_i (OpenFOAM calcReciprocalD); breakdown (d_j <= 0 or NaN) raises
 // `failed` to the smallest such row + 1 (atomicMin on row + 1 from n + 1).
@@ -97,8 +107,81 @@ extern "C" __global__ void ic_reciprocal(int n, double* x) {
     if (i < n) x[i] = __drcp_rn(x[i]);
 }
 
+// The sweeps in precision T: T = double writes z directly (the bit-exact
+// path); T = float (mixed precision) runs on f32 copies of the values and the
+// factor and an f32 work vector w, read from r (f64) by the forward sweep and
+// widened into z by ic_widen after the backward one.
+
 // DIC forward sweep, one level: w_j = rd_j r_j, then w_j -= (rd_j a_ji) w_i
 // over the lower slots in order (w_i final: an earlier level).
+template <typename T>
+__device__ void ic_dic_forward_t(int count, int first, const int* __restrict__ rows,
+                                 const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                                 const T* __restrict__ vals, const u64* __restrict__ diag_slot,
+                                 const T* __restrict__ rd, const double* __restrict__ r, T* w,
+                                 const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || gated_off(done)) return;
+    const int j = rows[first + t];
+    const T rdj = rd[j];
+    T acc = rn_mul(rdj, (T)r[j]);
+    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
+        acc = rn_sub(acc, rn_mul(rn_mul(rdj, vals[s]), w[cols[s]]));
+    w[j] = acc;
+}
+
+// DIC backward sweep, one level: w_i -= (rd_i a_ik) w_k over the upper slots
+// in descending order (w_k final: an earlier backward level).
+template <typename T>
+__device__ void ic_dic_backward_t(int count, int first, const int* __restrict__ rows,
+                                  const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                                  const T* __restrict__ vals, const u64* __restrict__ diag_slot,
+                                  const T* __restrict__ rd, T* w, const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || gated_off(done)) return;
+    const int i = rows[first + t];
+    const T rdi = rd[i];
+    T acc = w[i];
+    for (u64 s = row_ptr[i + 1]; s > diag_slot[i] + 1; --s)
+        acc = rn_sub(acc, rn_mul(rn_mul(rdi, vals[s - 1]), w[cols[s - 1]]));
+    w[i] = acc;
+}
+
+// IC(0) forward sweep L y = r, one level: y_i = (r_i - sum l_s y_k) / l_ii.
+template <typename T>
+__device__ void ic_ic0_forward_t(int count, int first, const int* __restrict__ rows,
+                                 const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                                 const u64* __restrict__ diag_slot, const T* __restrict__ l,
+                                 const T* __restrict__ l_diag, const double* __restrict__ r,
+                                 T* z, const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || gated_off(done)) return;
+    const int i = rows[first + t];
+    T sum = T(0);
+    for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s) sum = rn_add(sum, rn_mul(l[s], z[cols[s]]));
+    z[i] = rn_div(rn_sub((T)r[i], sum), l_diag[i]);
+}
+
+// IC(0) backward sweep L^T z = y, one level, row-oriented: the CPU subtracts
+// l_ik z_i from z_k for i descending, then divides by l_kk; here row k walks
+// its upper slots (k, i) descending and reads l_ik at the transposed slot.
+template <typename T>
+__device__ void ic_ic0_backward_t(int count, int first, const int* __restrict__ rows,
+                                  const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                                  const u64* __restrict__ diag_slot,
+                                  const u64* __restrict__ transposed, const T* __restrict__ l,
+                                  const T* __restrict__ l_diag, T* z, const double* done) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || gated_off(done)) return;
+    const int k = rows[first + t];
+    T acc = z[k];
+    for (u64 s = row_ptr[k + 1]; s > diag_slot[k] + 1; --s)
+        acc = rn_sub(acc, rn_mul(l[transposed[s - 1]], z[cols[s - 1]]));
+    z[k] = rn_div(acc, l_diag[k]);
+}
+
+// The kernels of each precision, written out (the host finds kernels by their
+// declarations' text, which a macro would hide).
 extern "C" __global__ void ic_dic_forward(int count, int first, const int* __restrict__ rows,
                                           const u64* __restrict__ row_ptr,
                                           const int* __restrict__ cols,
@@ -107,18 +190,9 @@ extern "C" __global__ void ic_dic_forward(int count, int first, const int* __res
                                           const double* __restrict__ rd,
                                           const double* __restrict__ r, double* w,
                                           const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int j = rows[first + t];
-    const double rdj = rd[j];
-    double acc = __dmul_rn(rdj, r[j]);
-    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
-        acc = __dsub_rn(acc, __dmul_rn(__dmul_rn(rdj, vals[s]), w[cols[s]]));
-    w[j] = acc;
+    ic_dic_forward_t<double>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, r, w, done);
 }
 
-// DIC backward sweep, one level: w_i -= (rd_i a_ik) w_k over the upper slots
-// in descending order (w_k final: an earlier backward level).
 extern "C" __global__ void ic_dic_backward(int count, int first, const int* __restrict__ rows,
                                            const u64* __restrict__ row_ptr,
                                            const int* __restrict__ cols,
@@ -126,17 +200,9 @@ extern "C" __global__ void ic_dic_backward(int count, int first, const int* __re
                                            const u64* __restrict__ diag_slot,
                                            const double* __restrict__ rd, double* w,
                                            const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int i = rows[first + t];
-    const double rdi = rd[i];
-    double acc = w[i];
-    for (u64 s = row_ptr[i + 1]; s > diag_slot[i] + 1; --s)
-        acc = __dsub_rn(acc, __dmul_rn(__dmul_rn(rdi, vals[s - 1]), w[cols[s - 1]]));
-    w[i] = acc;
+    ic_dic_backward_t<double>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, w, done);
 }
 
-// IC(0) forward sweep L y = r, one level: y_i = (r_i - sum l_s y_k) / l_ii.
 extern "C" __global__ void ic_ic0_forward(int count, int first, const int* __restrict__ rows,
                                           const u64* __restrict__ row_ptr,
                                           const int* __restrict__ cols,
@@ -145,18 +211,9 @@ extern "C" __global__ void ic_ic0_forward(int count, int first, const int* __res
                                           const double* __restrict__ l_diag,
                                           const double* __restrict__ r, double* z,
                                           const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int i = rows[first + t];
-    double sum = 0.0;
-    for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s)
-        sum = __dadd_rn(sum, __dmul_rn(l[s], z[cols[s]]));
-    z[i] = __ddiv_rn(__dsub_rn(r[i], sum), l_diag[i]);
+    ic_ic0_forward_t<double>(count, first, rows, row_ptr, cols, diag_slot, l, l_diag, r, z, done);
 }
 
-// IC(0) backward sweep L^T z = y, one level, row-oriented: the CPU subtracts
-// l_ik z_i from z_k for i descending, then divides by l_kk; here row k walks
-// its upper slots (k, i) descending and reads l_ik at the transposed slot.
 extern "C" __global__ void ic_ic0_backward(int count, int first, const int* __restrict__ rows,
                                            const u64* __restrict__ row_ptr,
                                            const int* __restrict__ cols,
@@ -165,11 +222,58 @@ extern "C" __global__ void ic_ic0_backward(int count, int first, const int* __re
                                            const double* __restrict__ l,
                                            const double* __restrict__ l_diag, double* z,
                                            const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int k = rows[first + t];
-    double acc = z[k];
-    for (u64 s = row_ptr[k + 1]; s > diag_slot[k] + 1; --s)
-        acc = __dsub_rn(acc, __dmul_rn(l[transposed[s - 1]], z[cols[s - 1]]));
-    z[k] = __ddiv_rn(acc, l_diag[k]);
+    ic_ic0_backward_t<double>(count, first, rows, row_ptr, cols, diag_slot, transposed, l, l_diag, z,
+                         done);
+}
+
+extern "C" __global__ void ic_dic_forward_f32(int count, int first, const int* __restrict__ rows,
+                                          const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols,
+                                          const float* __restrict__ vals,
+                                          const u64* __restrict__ diag_slot,
+                                          const float* __restrict__ rd,
+                                          const double* __restrict__ r, float* w,
+                                          const double* done) {
+    ic_dic_forward_t<float>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, r, w, done);
+}
+
+extern "C" __global__ void ic_dic_backward_f32(int count, int first, const int* __restrict__ rows,
+                                           const u64* __restrict__ row_ptr,
+                                           const int* __restrict__ cols,
+                                           const float* __restrict__ vals,
+                                           const u64* __restrict__ diag_slot,
+                                           const float* __restrict__ rd, float* w,
+                                           const double* done) {
+    ic_dic_backward_t<float>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, w, done);
+}
+
+extern "C" __global__ void ic_ic0_forward_f32(int count, int first, const int* __restrict__ rows,
+                                          const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols,
+                                          const u64* __restrict__ diag_slot,
+                                          const float* __restrict__ l,
+                                          const float* __restrict__ l_diag,
+                                          const double* __restrict__ r, float* z,
+                                          const double* done) {
+    ic_ic0_forward_t<float>(count, first, rows, row_ptr, cols, diag_slot, l, l_diag, r, z, done);
+}
+
+extern "C" __global__ void ic_ic0_backward_f32(int count, int first, const int* __restrict__ rows,
+                                           const u64* __restrict__ row_ptr,
+                                           const int* __restrict__ cols,
+                                           const u64* __restrict__ diag_slot,
+                                           const u64* __restrict__ transposed,
+                                           const float* __restrict__ l,
+                                           const float* __restrict__ l_diag, float* z,
+                                           const double* done) {
+    ic_ic0_backward_t<float>(count, first, rows, row_ptr, cols, diag_slot, transposed, l, l_diag, z,
+                         done);
+}
+
+// z = (double)w after the f32 sweeps (mixed precision), gated.
+extern "C" __global__ void ic_widen(int n, const float* __restrict__ w, double* __restrict__ z,
+                                    const double* done) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || gated_off(done)) return;
+    z[i] = (double)w[i];
 }

@@ -796,6 +796,61 @@ fn polynomial_preconditioners_from_case_toml_solve_like_pcg() {
 }
 
 #[test]
+fn block_ic_from_case_toml_solves_like_pcg() {
+    use fvpoisson::solve::{InnerSolver, Precision, Preconditioner};
+    let text = mms_with_solver_entry(
+        "preconditioner = \"blockIC\"\nblockSize = 64\nprecision = \"mixed\"\n",
+    );
+    let setup = parse(&text).unwrap();
+    let Preconditioner::Smoother(s) = setup.solver.regular.preconditioner else {
+        panic!("block-IC is a smoother preconditioner")
+    };
+    assert_eq!(
+        (s.block.inner, s.block.block_size, s.polynomial.precision),
+        (InnerSolver::Ic0, 64, Precision::Mixed)
+    );
+    assert_eq!(s.block_ic_name(), Some("blockIC"));
+    let reference = run_text(MMS, "block_ic_ref").field;
+    for (text, tag) in [
+        (text, "block_ic"),
+        (
+            mms_with_solver_entry("preconditioner = \"blockDIC\"\nblockSize = 128\n"),
+            "block_dic",
+        ),
+    ] {
+        let field = run_text(&text, tag).field;
+        let diff = field
+            .iter()
+            .zip(&reference)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff < 1e-7, "{tag}: {diff}");
+    }
+    assert_solver_entries_refused(
+        "block_ic_keys",
+        &[
+            (
+                "preconditioner = \"blockIC\"\ndegree = 4\n",
+                "case.toml:5:10: solver.T.degree: only a polynomial preconditioner or smoother uses \
+                 it (block-IC and Jacobi take precision only)",
+            ),
+            (
+                "preconditioner = \"blockDIC\"\nprecision = \"half\"\n",
+                "case.toml:5:13: solver.T.precision: unknown precision 'half'",
+            ),
+            (
+                "solver = \"smoothSolver\"\nsmoother = \"blockIC\"\nasynchronous = true\n",
+                "block-IC (inner IC0) is synchronous only",
+            ),
+            (
+                "preconditioner = \"blockJacobi\"\nprecision = \"mixed\"\n",
+                "case.toml:5:13: solver.T.precision: only a polynomial preconditioner or smoother \
+                 uses it",
+            ),
+        ],
+    );
+}
+
+#[test]
 fn smoother_keys_are_checked() {
     assert_solver_entries_refused(
         "smoother_keys",

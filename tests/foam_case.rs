@@ -516,6 +516,38 @@ fn solvers_are_mapped_and_unused_entries_warned() {
     );
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let _ = fs::remove_dir_all(&dir);
+    // Block-IC with its keys.
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner blockDIC; blockSize 256; precision mixed; }",
+            )
+        },
+        "block_ic_precond",
+    );
+    let mut expected = SmootherSettings::named("blockDIC").unwrap();
+    expected.block.block_size = 256;
+    expected.polynomial.precision = Precision::Mixed;
+    assert_eq!(
+        case.unwrap().setup.solver.regular.preconditioner,
+        Preconditioner::Smoother(expected)
+    );
+    let _ = fs::remove_dir_all(&dir);
+    let err = edited_error(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner blockJacobi; precision mixed; }",
+            )
+        },
+        "block_jacobi_mixed",
+    );
+    assert!(err.contains("precision mixed is available for"), "{err}");
     // Refused at the line of fvSolution (`edited_error` checks the file).
     let err = edited_error(
         "laplacian_foam_skew",

@@ -798,8 +798,8 @@ impl Source<'_> {
                             format!(
                                 "solver.{name}.preconditioner: {e}; or AMG, or a symmetric smoother \
                                  (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
-                                 blockJacobi), or a polynomial (Neumann, Chebyshev, \
-                                 leastSquares), or ILU (ilu1, iluk:K), or Schwarz \
+                                 blockJacobi, blockIC, blockDIC), or a polynomial (Neumann, \
+                                 Chebyshev, leastSquares), or ILU (ilu1, iluk:K), or Schwarz \
                                  (ras:subdomains=64:overlap=1:fill=0:nested=8, as:...)"
                             ),
                         )
@@ -840,14 +840,27 @@ impl Source<'_> {
             _ => None,
         };
         self.smoother_parameters(entry, name, target)?;
+        let block_ic = match (&smoother, &preconditioner) {
+            (Some(s), _) | (None, Preconditioner::Smoother(s)) => {
+                !matches!(s.kind, SmootherKind::Polynomial(_)) && s.has_mixed_precision()
+            }
+            _ => false,
+        };
         let polynomial = match (&mut smoother, &mut preconditioner) {
             (Some(s), _) if matches!(s.kind, SmootherKind::Polynomial(_)) => {
                 Some(&mut s.polynomial)
             }
             (None, Preconditioner::Polynomial(p)) => Some(p),
+            (Some(s), _) | (None, Preconditioner::Smoother(s)) if block_ic => {
+                // Block-IC and the Jacobi smoothers take `precision` only.
+                self.block_ic_precision(entry, name, &mut s.polynomial)?;
+                None
+            }
             _ => None,
         };
-        self.polynomial_parameters(entry, name, polynomial)?;
+        if polynomial.is_some() || !block_ic {
+            self.polynomial_parameters(entry, name, polynomial)?;
+        }
         let equilibration = match &entry.equilibration {
             Some(e) if smooth_solver => {
                 return Err(self.error(
@@ -1034,6 +1047,43 @@ impl Source<'_> {
             })?;
         }
         Ok(())
+    }
+
+    /// Block-IC's `precision` into `p` (taken out of `entry` for
+    /// [`Self::polynomial_parameters`]); the other polynomial keys are errors.
+    fn block_ic_precision(
+        &self,
+        entry: &SolverEntry,
+        name: &str,
+        p: &mut PolynomialSettings,
+    ) -> Result<(), CaseError> {
+        if let Some(v) = &entry.precision {
+            p.precision = v.get_ref().parse().map_err(|e: String| {
+                self.error(v.span(), format!("solver.{name}.precision: {e}"))
+            })?;
+        }
+        let polynomial_only = [
+            ("degree", entry.degree.as_ref().map(Spanned::span)),
+            ("eigenBound", entry.eigen_bound.as_ref().map(Spanned::span)),
+            (
+                "lanczosSteps",
+                entry.lanczos_steps.as_ref().map(Spanned::span),
+            ),
+            ("eigenRatio", entry.eigen_ratio.as_ref().map(Spanned::span)),
+        ];
+        match polynomial_only
+            .into_iter()
+            .find_map(|(k, s)| s.map(|s| (k, s)))
+        {
+            Some((key, span)) => Err(self.error(
+                span,
+                format!(
+                    "solver.{name}.{key}: only a polynomial preconditioner or smoother uses it \
+                     (block-IC and Jacobi take precision only)"
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     fn smoother_parameters(

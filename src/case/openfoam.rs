@@ -833,7 +833,8 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
                         "preconditioner '{other}' is not supported (DIC, FDIC, DILU, ILU, RAS, \
                          AS, diagonal, none, GAMG, a polynomial: Neumann, Chebyshev, leastSquares, or a symmetric \
                          smoother: symGaussSeidel, \
-                         multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi)"
+                         multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi, blockIC, \
+                         blockDIC)"
                     ),
                 )
             })?;
@@ -909,6 +910,9 @@ fn smoother_parameters(dict: &FoamDict, s: &mut SmootherSettings) -> Result<(), 
     s.block.asynchronous = dict.get_or("asynchronous", s.block.asynchronous)?;
     if matches!(s.kind, SmootherKind::Polynomial(_)) {
         polynomial_parameters(dict, &mut s.polynomial)?;
+    } else if let Some(v) = dict.get_opt::<String>("precision")? {
+        // Block-IC's (validate refuses mixed for the other smoothers).
+        s.polynomial.precision = v.parse().map_err(|e| at_key(dict, "precision", e))?;
     }
     s.validate().map_err(|e| CaseError::Mesh(dict.error(e)))
 }

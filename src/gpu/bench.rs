@@ -1111,6 +1111,10 @@ impl JacobiBaseline {
         })
     }
 
+    pub fn iterations(&self) -> usize {
+        self.perf.iterations
+    }
+
     /// The note of the baseline's row, ending in `tail`.
     pub fn note(&self, tail: &str) -> String {
         format!(

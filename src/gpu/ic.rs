@@ -13,10 +13,14 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
-use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::matrix::{f32_copy, DeviceModSell};
+use super::smooth::{block_shared_bytes, DevicePreconditioner};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::solve::block_jacobi::BlockIc;
 use crate::solve::ilu::{pivot_thresholds, transposed_slots};
-use crate::solve::{PreconditionerKind, SolveError};
+use crate::solve::smoother::check_diagonal;
+use crate::solve::{InnerSolver, Precision, PreconditionerKind, SolveError};
+use crate::sparse::blocks::{block_diagonal, in_slice_counts};
 use crate::sparse::levels::LevelSchedule;
 use crate::sparse::{Csr, Permutation};
 
@@ -107,9 +111,52 @@ pub struct DeviceIncompleteCholesky<'g> {
     tiny: Option<CudaSlice<f64>>,
     forward: DeviceLevels,
     backward: DeviceLevels,
+    /// Mixed precision: the f32 sweeps' data.
+    mixed: Option<MixedIc>,
+}
+
+/// f32 copies of the values (read by DIC), the factor and L's diagonal, and
+/// the f32 work vector of the sweeps (seed 003 Algorithm 6: PCG stays f64).
+struct MixedIc {
+    vals: CudaSlice<f32>,
+    factor: CudaSlice<f32>,
+    l_diag: Option<CudaSlice<f32>>,
+    w: CudaSlice<f32>,
 }
 
 impl<'g> DeviceIncompleteCholesky<'g> {
+    /// [`Self::new`] with the sweeps in `precision`: mixed runs them in f32
+    /// on f32 copies of the values and the (f64-computed) factor, reading r
+    /// and writing z in f64.
+    pub fn with_precision(
+        gpu: &'g Gpu,
+        a: &Csr,
+        kind: IcKind,
+        precision: Precision,
+    ) -> Result<Self, SolveError> {
+        let mut ic = Self::new(gpu, a, kind)?;
+        if precision == Precision::Mixed {
+            let build = || -> Result<MixedIc, GpuError> {
+                Ok(MixedIc {
+                    vals: f32_copy(gpu, &ic.vals)?,
+                    factor: f32_copy(gpu, &ic.factor)?,
+                    l_diag: ic.l_diag.as_ref().map(|d| f32_copy(gpu, d)).transpose()?,
+                    w: gpu.zeros(ic.n)?,
+                })
+            };
+            ic.mixed = Some(build().map_err(|e| SolveError::Device(e.to_string()))?);
+        }
+        Ok(ic)
+    }
+
+    /// The precision of the sweeps.
+    pub fn precision(&self) -> Precision {
+        match self.mixed {
+            Some(_) => Precision::Mixed,
+            None => Precision::Double,
+        }
+    }
+
     /// Uploads `a` (square, symmetric pattern, rows in the solve's order),
     /// schedules its sweeps and factorises it on the device. A missing or
     /// non-positive diagonal, or a pivot that is not positive, is the CPU's
@@ -163,6 +210,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 tiny: tiny.as_deref().map(|t| gpu.upload(t)).transpose()?,
                 forward: DeviceLevels::upload(gpu, &LevelSchedule::lower(a))?,
                 backward: DeviceLevels::upload(gpu, &LevelSchedule::upper(a))?,
+                mixed: None,
             })
         };
         let ic = upload().map_err(device)?;
@@ -268,6 +316,14 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (fw, bw) = (&self.forward, &self.backward);
+        if let Some(mx) = &self.mixed {
+            self.sweeps_f32(mx, r, done)?;
+            let n = self.n as i32;
+            return gpu.launch("ic_widen", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&mx.w).arg(z);
+                arg_or_null(a, done);
+            });
+        }
         match self.kind {
             IcKind::Dic | IcKind::Dilu => {
                 fw.each(|count, first, grid| {
@@ -310,6 +366,65 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                             .arg(&self.factor)
                             .arg(l_diag);
                         a.arg(z);
+                        arg_or_null(a, done);
+                    })
+                })
+            }
+        }
+    }
+}
+
+impl DeviceIncompleteCholesky<'_> {
+    /// The sweeps of [`Self::sweeps`] in f32 into `mx.w`.
+    fn sweeps_f32(
+        &self,
+        mx: &MixedIc,
+        r: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let (fw, bw) = (&self.forward, &self.backward);
+        match &mx.l_diag {
+            None => {
+                fw.each(|count, first, grid| {
+                    gpu.launch("ic_dic_forward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&fw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&mx.vals).arg(&self.diag_slot).arg(&mx.factor);
+                        a.arg(r).arg(&mx.w);
+                        arg_or_null(a, done);
+                    })
+                })?;
+                bw.each(|count, first, grid| {
+                    gpu.launch("ic_dic_backward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&bw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&mx.vals).arg(&self.diag_slot).arg(&mx.factor);
+                        a.arg(&mx.w);
+                        arg_or_null(a, done);
+                    })
+                })
+            }
+            Some(l_diag) => {
+                let transposed = self.transposed.as_ref().expect("IC(0)");
+                fw.each(|count, first, grid| {
+                    gpu.launch("ic_ic0_forward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&fw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&self.diag_slot).arg(&mx.factor).arg(l_diag);
+                        a.arg(r).arg(&mx.w);
+                        arg_or_null(a, done);
+                    })
+                })?;
+                bw.each(|count, first, grid| {
+                    gpu.launch("ic_ic0_backward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&count).arg(&first).arg(&bw.rows);
+                        a.arg(&self.row_ptr).arg(&self.cols);
+                        a.arg(&self.diag_slot)
+                            .arg(transposed)
+                            .arg(&mx.factor)
+                            .arg(l_diag);
+                        a.arg(&mx.w);
                         arg_or_null(a, done);
                     })
                 })
@@ -368,5 +483,237 @@ pub fn in_original_rows(e: SolveError, perm: Option<&Permutation>) -> SolveError
             value,
         },
         other => other,
+    }
+}
+
+/// Block-IC on the device (`kernels/block_ic.cu`): DIC or IC(0) of each
+/// mod-SELL slice's diagonal block, factorised once and swept inside one
+/// thread block per slice (in-slice entries in shared memory, the triangular
+/// sweeps level-scheduled inside the block, one `__syncthreads` per level).
+/// Equal bit for bit to `solve::block_jacobi::BlockIc` on the same matrix,
+/// row order and block size (= slice height) in f64; in mixed precision the
+/// factors are rounded to f32 and the sweeps run in f32 (the residual and
+/// the update of x stay f64).
+pub struct DeviceBlockIc {
+    inner: InnerSolver,
+    precision: Precision,
+    slice_mnz: CudaSlice<i32>,
+    shared_bytes: u32,
+    /// Forward and backward level of each row inside its block.
+    levels: CudaSlice<i32>,
+    /// Forward and backward level counts of each slice.
+    slice_levels: CudaSlice<i32>,
+    /// DIC: 1/d*; IC(0): L's diagonal.
+    diag: CudaSlice<f64>,
+    /// IC(0): the factor at the in-slice mod-SELL slots (lower: L; upper:
+    /// the transposed entry). DIC reads A's values.
+    off: Option<CudaSlice<f64>>,
+    /// Mixed precision: f32 copies of `diag` and of `off` (DIC: of A's values).
+    f32_factors: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    max_levels: (usize, usize),
+}
+
+/// The kernels block-IC launches (their limits decide the slice height).
+pub const BLOCK_IC_KERNELS: [&str; 3] = [
+    "block_ic_factor",
+    "block_ic_sweep_f64",
+    "block_ic_sweep_f32",
+];
+
+impl DeviceBlockIc {
+    /// Factorises the slices of `m`, the device copy of `a` (same row order),
+    /// with `inner` (DIC or IC0). A missing or non-positive diagonal or a
+    /// breakdown is the CPU's error for the same row.
+    pub fn new(
+        gpu: &Gpu,
+        a: &Csr,
+        m: &DeviceModSell,
+        inner: InnerSolver,
+        precision: Precision,
+    ) -> Result<Self, SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        m.check_rows("block-IC", a).map_err(device)?;
+        let (n, h) = (m.n, m.slice_height);
+        let name = match inner {
+            InnerSolver::Dic => "block-DIC",
+            InnerSolver::Ic0 => "block-IC",
+            other => {
+                return Err(SolveError::InvalidControls(format!(
+                    "block-IC factorises with DIC or IC0, not {}",
+                    other.name()
+                )))
+            }
+        };
+        check_diagonal(a, name)?;
+        let blocks = block_diagonal(a, h);
+        let (fw, bw) = (LevelSchedule::lower(&blocks), LevelSchedule::upper(&blocks));
+        let (fw_rows, bw_rows) = (fw.row_levels(), bw.row_levels());
+        let levels: Vec<i32> = (0..n)
+            .flat_map(|r| [fw_rows[r] as i32, bw_rows[r] as i32])
+            .collect();
+        let slice_levels: Vec<i32> = (0..m.n_slices())
+            .flat_map(|s| {
+                let rows = s * h..((s + 1) * h).min(n);
+                let most = |l: &[u32]| rows.clone().map(|r| l[r] as i32 + 1).max().unwrap_or(0);
+                [most(&fw_rows), most(&bw_rows)]
+            })
+            .collect();
+        let counts: Vec<i32> = in_slice_counts(a, h).iter().map(|&c| c as i32).collect();
+        let mnz = counts.iter().copied().max().unwrap_or(0) as usize;
+        let bytes = block_shared_bytes(h, mnz);
+        for kernel in BLOCK_IC_KERNELS {
+            let limits = gpu.kernel_limits(kernel).map_err(device)?;
+            if h > limits.threads_per_block || bytes > limits.dynamic_shared_bytes {
+                return Err(SolveError::Device(format!(
+                    "block-IC: {h}-row slices need {h} threads (limit {}) and {bytes} bytes of \
+                     shared memory (limit {}) in {kernel}; choose the slice height with \
+                     block_layout",
+                    limits.threads_per_block, limits.dynamic_shared_bytes
+                )));
+            }
+            // Above the default 48 KB a kernel must opt in.
+            if bytes > 48 * 1024 {
+                gpu.allow_dynamic_shared(kernel, bytes).map_err(device)?;
+            }
+        }
+        let ic0 = inner == InnerSolver::Ic0;
+        let upload = || -> Result<Self, GpuError> {
+            Ok(Self {
+                inner,
+                precision,
+                slice_mnz: gpu.upload(&counts)?,
+                shared_bytes: bytes as u32,
+                levels: gpu.upload(&levels)?,
+                slice_levels: gpu.upload(&slice_levels)?,
+                diag: gpu.zeros(n)?,
+                off: match ic0 {
+                    true => Some(gpu.zeros(m.values.len())?),
+                    false => None,
+                },
+                f32_factors: None,
+                max_levels: (fw.n_levels(), bw.n_levels()),
+            })
+        };
+        let mut ic = upload().map_err(device)?;
+        let failed = gpu.upload(&[n as i32 + 1]).map_err(device)?;
+        let ic0_flag = i32::from(ic0);
+        let n32 = n as i32;
+        gpu.launch(
+            "block_ic_factor",
+            m.n_slices() as u32,
+            h as u32,
+            ic.shared_bytes,
+            |args| {
+                args.arg(&n32);
+                m.push_args(args);
+                args.arg(&ic.slice_mnz)
+                    .arg(&ic.levels)
+                    .arg(&ic.slice_levels)
+                    .arg(&ic0_flag)
+                    .arg(&ic.diag);
+                arg_or_null(args, ic.off.as_ref());
+                args.arg(&failed);
+            },
+        )
+        .map_err(device)?;
+        let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
+        if failed_row <= n {
+            // The CPU factorisation names the row and its pivot.
+            return Err(BlockIc::new(a, inner, h).err().unwrap_or(
+                SolveError::FactorizationBreakdown {
+                    precond: name,
+                    row: failed_row - 1,
+                    value: f64::NAN,
+                },
+            ));
+        }
+        if precision == Precision::Mixed {
+            let off = ic.off.as_ref().unwrap_or(&m.values);
+            ic.f32_factors = Some((
+                f32_copy(gpu, &ic.diag).map_err(device)?,
+                f32_copy(gpu, off).map_err(device)?,
+            ));
+        }
+        Ok(ic)
+    }
+
+    /// The most levels of a block's forward and backward sweep (one
+    /// `__syncthreads` each).
+    pub fn levels(&self) -> (usize, usize) {
+        self.max_levels
+    }
+
+    pub fn inner(&self) -> InnerSolver {
+        self.inner
+    }
+
+    /// The factor as the CPU's `BlockIc::factor` stores it: DIC 1/d* per
+    /// row; IC(0) L's strictly lower values per CSR slot of `a`'s block
+    /// diagonal (`sparse::blocks::block_diagonal`), then L's diagonal.
+    pub fn download_factor(
+        &self,
+        gpu: &Gpu,
+        a: &Csr,
+        m: &DeviceModSell,
+    ) -> Result<Vec<f64>, GpuError> {
+        let diag = gpu.download(&self.diag)?;
+        let Some(off) = &self.off else {
+            return Ok(diag);
+        };
+        let off = gpu.download(off)?;
+        let (h, slice_ptr) = (m.slice_height, gpu.download(&m.slice_ptr)?);
+        let blocks = block_diagonal(a, h);
+        let mut f = vec![0.0; blocks.nnz()];
+        for r in 0..a.n_rows() {
+            let (s, t) = (r / h, r % h);
+            let mut slot = slice_ptr[s] as usize + t;
+            let (cols, _) = a.row(r);
+            for &c in cols.iter().filter(|&&c| c as usize != r) {
+                if (c as usize) < r && c as usize / h == s {
+                    f[blocks.slot(r, c as usize).expect("in the block")] = off[slot];
+                }
+                slot += h;
+            }
+        }
+        f.extend(diag);
+        Ok(f)
+    }
+
+    /// One sweep x_out = x_in + M⁻¹ (b − A x_in) on `m` (x_in None: x = 0,
+    /// x_out = M⁻¹ b); `done`: the fused loop's gate.
+    pub fn sweep(
+        &self,
+        gpu: &Gpu,
+        m: &DeviceModSell,
+        b: &CudaSlice<f64>,
+        x_in: Option<&CudaSlice<f64>>,
+        x_out: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let n = m.n as i32;
+        let ic0 = i32::from(self.inner == InnerSolver::Ic0);
+        let kernel = match self.precision {
+            Precision::Double => "block_ic_sweep_f64",
+            Precision::Mixed => "block_ic_sweep_f32",
+        };
+        let (slices, h) = (m.n_slices() as u32, m.slice_height as u32);
+        gpu.launch(kernel, slices, h, self.shared_bytes, |a| {
+            a.arg(&n);
+            m.push_args(a);
+            a.arg(&self.slice_mnz).arg(b);
+            match x_in {
+                Some(x) => a.arg(x),
+                None => a.arg(&NULL),
+            };
+            a.arg(x_out);
+            match &self.f32_factors {
+                Some((diag, off)) => a.arg(diag).arg(off),
+                None => a
+                    .arg(&self.diag)
+                    .arg(self.off.as_ref().unwrap_or(&m.values)),
+            };
+            a.arg(&ic0).arg(&self.levels).arg(&self.slice_levels);
+            arg_or_null(a, done);
+        })
     }
 }

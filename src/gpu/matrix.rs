@@ -42,6 +42,27 @@ pub enum DeviceMatrix {
     ModSell(DeviceModSell),
 }
 
+/// An f64 array rounded to f32 on the device (`cast_f64_to_f32`, as `as f32`).
+pub fn f32_copy(gpu: &Gpu, from: &CudaSlice<f64>) -> Result<CudaSlice<f32>, GpuError> {
+    let to = gpu.zeros::<f32>(from.len())?;
+    let len = i32::try_from(from.len()).map_err(|_| {
+        GpuError::Invalid(format!(
+            "{} values are too many for an f32 copy (at most 2^31)",
+            from.len()
+        ))
+    })?;
+    gpu.launch(
+        "cast_f64_to_f32",
+        vector_grid(from.len()),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(&len).arg(from).arg(&to);
+        },
+    )?;
+    Ok(to)
+}
+
 /// Modified SELL on the device (see `sparse::modsell`).
 pub struct DeviceModSell {
     pub n: usize,
@@ -63,28 +84,9 @@ pub struct DeviceModSellF32 {
 impl DeviceModSell {
     /// The values and the diagonal rounded to f32 on the device.
     pub fn f32_twin(&self, gpu: &Gpu) -> Result<DeviceModSellF32, GpuError> {
-        let cast = |from: &CudaSlice<f64>| -> Result<CudaSlice<f32>, GpuError> {
-            let to = gpu.zeros::<f32>(from.len())?;
-            let len = i32::try_from(from.len()).map_err(|_| {
-                GpuError::Invalid(format!(
-                    "{} matrix values are too many for the f32 copy (at most 2^31)",
-                    from.len()
-                ))
-            })?;
-            gpu.launch(
-                "cast_f64_to_f32",
-                vector_grid(from.len()),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&len).arg(from).arg(&to);
-                },
-            )?;
-            Ok(to)
-        };
         Ok(DeviceModSellF32 {
-            values: cast(&self.values)?,
-            diag: cast(&self.diag)?,
+            values: f32_copy(gpu, &self.values)?,
+            diag: f32_copy(gpu, &self.diag)?,
         })
     }
 

@@ -36,6 +36,7 @@ pub mod matrix;
 pub mod pcg;
 pub mod polynomial;
 pub mod polynomial_bench;
+pub mod precond_bench;
 pub mod smooth;
 pub mod smooth_bench;
 
@@ -61,6 +62,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("amg.cu", include_str!("../../kernels/amg.cu")),
     ("ilu.cu", include_str!("../../kernels/ilu.cu")),
     ("krylov.cu", include_str!("../../kernels/krylov.cu")),
+    ("block_ic.cu", include_str!("../../kernels/block_ic.cu")),
 ];
 
 /// The kernels the sources define, in source order.

@@ -21,12 +21,14 @@ use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
+use super::ic::in_original_rows;
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
-use crate::solve::polynomial::{PolynomialSettings, Precision, Recurrence};
+use crate::solve::polynomial::{EigenBound, PolynomialSettings, Precision, Recurrence};
+use crate::solve::smoother::check_diagonal;
 use crate::solve::{
     EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
 };
@@ -84,9 +86,11 @@ impl<'g> DevicePolynomial<'g> {
     ) -> Result<Self, GpuError> {
         settings.validate().map_err(GpuError::Invalid)?;
         matrix.check_rows("polynomial", a)?;
-        let upper = settings
-            .upper_bound(a)
-            .map_err(|e| GpuError::Invalid(e.to_string()))?;
+        let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
+        let upper = match settings.bound {
+            EigenBound::Gershgorin => device_gershgorin(gpu, &matrix).map_err(invalid)?,
+            EigenBound::Lanczos { .. } => settings.upper_bound(a).map_err(invalid)?,
+        };
         Self::with_upper_bound(gpu, matrix, settings, upper)
     }
 
@@ -239,6 +243,40 @@ impl<'g> DevicePolynomial<'g> {
     }
 }
 
+/// The Gershgorin bound max_i Σ_j |a_ij| / a_ii ≥ λ_max(D⁻¹A) of `m`,
+/// computed on the device (`gershgorin_rows`: the CPU's row sums in its
+/// order, the maximum by integer atomics on the bits), equal to
+/// `solve::polynomial::gershgorin_bound` of the same matrix. A diagonal that
+/// is not positive is the CPU's error (the row in `m`'s order).
+pub fn device_gershgorin(gpu: &Gpu, m: &DeviceModSell) -> Result<f64, SolveError> {
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let n = m.n;
+    let out = gpu.upload(&[0u64, n as u64 + 1]).map_err(device)?;
+    let (n32, h) = (n as i32, m.slice_height as i32);
+    gpu.launch("gershgorin_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32)
+            .arg(&h)
+            .arg(&m.slice_ptr)
+            .arg(&m.codes)
+            .arg(&m.values)
+            .arg(&m.diag)
+            .arg(&out);
+    })
+    .map_err(device)?;
+    let out = gpu.download(&out).map_err(device)?;
+    if out[1] <= n as u64 {
+        let row = out[1] as usize - 1;
+        let diag = gpu.download(&m.diag).map_err(device)?;
+        return Err(SolveError::NonPositiveDiagonal {
+            precond: "polynomial",
+            row,
+            value: diag[row],
+        });
+    }
+    // The CPU's reduction starts at 0 (no rows: 0).
+    Ok(f64::from_bits(out[0]))
+}
+
 /// Where an application starts: from r, or from the residual of x.
 enum Start<'a> {
     Precondition(&'a CudaSlice<f64>),
@@ -310,10 +348,22 @@ impl GpuSolver<'_> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let scaled = ScaledSystem::new(a, equilibration, b, x)?;
         let system = scaled.matrix(a);
-        // The CPU's checks (positive diagonal) and bound, on the unpermuted system.
-        let upper = settings.upper_bound(system)?;
+        // The CPU's checks (positive diagonal) and Lanczos bound, on the
+        // unpermuted system; Gershgorin's on the device.
+        let host_bound = match settings.bound {
+            EigenBound::Gershgorin => {
+                check_diagonal(system, "polynomial")?;
+                None
+            }
+            EigenBound::Lanczos { .. } => Some(settings.upper_bound(system)?),
+        };
         let gpu = self.gpu();
         let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
+        let upper = match host_bound {
+            Some(b) => b,
+            None => device_gershgorin(gpu, backend.matrix())
+                .map_err(|e| in_original_rows(e, ordered.permutation()))?,
+        };
         let polynomial =
             DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
                 .map_err(device)?;

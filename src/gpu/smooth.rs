@@ -26,7 +26,8 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
-use super::matrix::DeviceModSell;
+use super::ic::{DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
@@ -36,8 +37,8 @@ use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
 use crate::solve::smoother::{check_diagonal, l1_jacobi_scale, sweep_order, PointJacobi};
 use crate::solve::{
     pcg, CgBackend, ColouringKind, Equilibration, EquilibrationKind, InitialNorms, InnerSolver,
-    PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings,
-    SolveError, SolverControls, SolverPerformance, Sweep,
+    PolynomialSettings, Precision, Preconditioner, PreconditionerKind, SmootherKind,
+    SmootherSettings, SolveError, SolverControls, SolverPerformance, Sweep,
 };
 use crate::sparse::blocks::{grown_blocks, in_slice_counts};
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -199,7 +200,25 @@ pub fn block_layout(
     a: &Csr,
     wanted: usize,
 ) -> Result<(usize, Permutation, Csr), GpuError> {
-    let limits = gpu.kernel_limits("smooth_block")?;
+    block_layout_for(gpu, a, wanted, &["smooth_block"], "block Jacobi")
+}
+
+/// [`block_layout`] for the block kernels `kernels` (`what` names them in
+/// the messages): block-IC's ([`super::ic::BLOCK_IC_KERNELS`]) or block
+/// Jacobi's.
+pub fn block_layout_for(
+    gpu: &Gpu,
+    a: &Csr,
+    wanted: usize,
+    kernels: &[&'static str],
+    what: &str,
+) -> Result<(usize, Permutation, Csr), GpuError> {
+    let mut limits = gpu.kernel_limits(kernels[0])?;
+    for &k in &kernels[1..] {
+        let l = gpu.kernel_limits(k)?;
+        limits.threads_per_block = limits.threads_per_block.min(l.threads_per_block);
+        limits.dynamic_shared_bytes = limits.dynamic_shared_bytes.min(l.dynamic_shared_bytes);
+    }
     let rcm = reverse_cuthill_mckee(a);
     let mut h = wanted;
     loop {
@@ -217,11 +236,11 @@ pub fn block_layout(
         );
         if h <= 32 {
             return Err(GpuError::Invalid(format!(
-                "block Jacobi does not fit on this GPU: {why}"
+                "{what} does not fit on this GPU: {why}"
             )));
         }
         h = (h / 64).max(1) * 32;
-        log::warn!("block Jacobi: {why}; using {h}-row blocks instead");
+        log::warn!("{what}: {why}; using {h}-row blocks instead");
     }
 }
 
@@ -244,10 +263,22 @@ enum Method<'g> {
     GaussSeidel {
         colouring: DeviceColouring,
         sweep: Sweep,
+        /// Mixed precision (PCG preconditioner only): the f32 twin of the
+        /// matrix and the f32 iterate.
+        mixed: Option<(DeviceModSellF32, CudaSlice<f32>)>,
     },
     Block(BlockKernel),
     /// x += M⁻¹ (b − A x), a polynomial M⁻¹ (`gpu::polynomial`), in place.
     Polynomial(Box<DevicePolynomial<'g>>),
+    /// Block-IC (block Jacobi with inner DIC or IC0, `gpu::ic`), double-buffered.
+    BlockIc(Box<DeviceBlockIc>),
+    /// Weighted or L1 Jacobi in mixed precision (PCG preconditioner only):
+    /// the f32 twin of the matrix, f32 scales and two f32 iterates.
+    JacobiF32 {
+        twin: DeviceModSellF32,
+        scale: CudaSlice<f32>,
+        x: [CudaSlice<f32>; 2],
+    },
 }
 
 /// A smoother on the device for a mod-SELL matrix.
@@ -285,7 +316,23 @@ impl<'g> DeviceSmoother<'g> {
         settings.validate().map_err(GpuError::Invalid)?;
         matrix.check_rows("smoother", a)?;
         let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
+        let mixed = settings.polynomial.precision == Precision::Mixed;
         let method = match settings.kind {
+            SmootherKind::Jacobi | SmootherKind::L1Jacobi if mixed => {
+                let scale = match settings.kind {
+                    SmootherKind::Jacobi => PointJacobi::weighted(a, settings.omega)
+                        .map_err(invalid)?
+                        .scale()
+                        .to_vec(),
+                    _ => l1_jacobi_scale(a).map_err(invalid)?,
+                };
+                let scale: Vec<f32> = scale.iter().map(|&s| s as f32).collect();
+                Method::JacobiF32 {
+                    twin: matrix.f32_twin(gpu)?,
+                    scale: gpu.upload(&scale)?,
+                    x: [gpu.zeros(matrix.n)?, gpu.zeros(matrix.n)?],
+                }
+            }
             SmootherKind::Jacobi => Method::Jacobi {
                 scale: gpu.upload(
                     PointJacobi::weighted(a, settings.omega)
@@ -311,7 +358,27 @@ impl<'g> DeviceSmoother<'g> {
                     }
                     None => DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
                 };
-                Method::GaussSeidel { colouring, sweep }
+                let mixed = match mixed {
+                    true => Some((matrix.f32_twin(gpu)?, gpu.zeros(matrix.n)?)),
+                    false => None,
+                };
+                Method::GaussSeidel {
+                    colouring,
+                    sweep,
+                    mixed,
+                }
+            }
+            SmootherKind::BlockJacobi if settings.block.inner.is_factorisation() => {
+                Method::BlockIc(Box::new(
+                    DeviceBlockIc::new(
+                        gpu,
+                        a,
+                        &matrix,
+                        settings.block.inner,
+                        settings.polynomial.precision,
+                    )
+                    .map_err(invalid)?,
+                ))
             }
             SmootherKind::BlockJacobi => {
                 check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
@@ -376,6 +443,11 @@ impl<'g> DeviceSmoother<'g> {
                 InnerSolver::GaussSeidel => 1,
                 InnerSolver::SymGaussSeidel => 2,
                 InnerSolver::Cg => 3,
+                InnerSolver::Dic | InnerSolver::Ic0 => {
+                    return Err(GpuError::Invalid(
+                        "block-IC runs its own kernels (Method::BlockIc)".into(),
+                    ))
+                }
             },
             max_iter: i32::try_from(b.inner_max_iter).unwrap_or(i32::MAX),
             tol2: b.inner_tolerance * b.inner_tolerance,
@@ -416,6 +488,17 @@ impl<'g> DeviceSmoother<'g> {
         sweeps: usize,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
+        if let Method::JacobiF32 { twin, scale, x: xs } = &self.method {
+            return self.jacobi_f32(twin, scale, xs, b, x, sweeps, done);
+        }
+        if let Method::GaussSeidel {
+            colouring,
+            sweep,
+            mixed: Some((twin, w)),
+        } = &self.method
+        {
+            return self.gauss_seidel_f32(colouring, *sweep, twin, w, b, x, sweeps, done);
+        }
         if !self.double_buffered() || sweeps == 0 {
             let n = self.matrix.n as i32;
             self.gpu.launch(
@@ -438,7 +521,8 @@ impl<'g> DeviceSmoother<'g> {
         match &self.method {
             Method::Jacobi { .. } => true,
             Method::Block(k) => !k.asynchronous,
-            Method::GaussSeidel { .. } | Method::Polynomial(_) => false,
+            Method::BlockIc(_) => true,
+            Method::GaussSeidel { .. } | Method::Polynomial(_) | Method::JacobiF32 { .. } => false,
         }
     }
 
@@ -491,7 +575,16 @@ impl<'g> DeviceSmoother<'g> {
                         arg_or_null(a, done);
                     })?;
                 }
-                Method::GaussSeidel { colouring, sweep } => {
+                Method::GaussSeidel { mixed: Some(_), .. } => {
+                    return Err(GpuError::Invalid(
+                        "mixed-precision Gauss-Seidel runs as a PCG preconditioner only (sweeps \
+                         from zero); use precision double in smoothSolver"
+                            .into(),
+                    ))
+                }
+                Method::GaussSeidel {
+                    colouring, sweep, ..
+                } => {
                     let c = colouring.colouring();
                     let ptr = c.colour_ptr();
                     for k in sweep_order(*sweep, c.n_colours()) {
@@ -529,9 +622,110 @@ impl<'g> DeviceSmoother<'g> {
                     })?;
                 }
                 Method::Polynomial(p) => p.sweep(b, x)?,
+                Method::BlockIc(ic) => {
+                    let (from, to) = buffers(i);
+                    ic.sweep(gpu, m, b, from, to, done)?;
+                }
+                Method::JacobiF32 { .. } => {
+                    return Err(GpuError::Invalid(
+                        "mixed-precision Jacobi runs as a PCG preconditioner only (sweeps from \
+                         zero); use precision double in smoothSolver"
+                            .into(),
+                    ))
+                }
             }
         }
         Ok(())
+    }
+}
+
+impl DeviceSmoother<'_> {
+    /// Mixed-precision Jacobi from zero (`smooth_jacobi_f32`): `sweeps`
+    /// sweeps alternating between the two f32 iterates, then x = the last
+    /// widened to f64 (`ic_widen`).
+    #[allow(clippy::too_many_arguments)]
+    fn jacobi_f32(
+        &self,
+        twin: &DeviceModSellF32,
+        scale: &CudaSlice<f32>,
+        xs: &[CudaSlice<f32>; 2],
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        sweeps: usize,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let (gpu, m) = (self.gpu, &*self.matrix);
+        let (n, h) = (m.n as i32, m.slice_height as u32);
+        let slices = m.n_slices() as u32;
+        for i in 0..sweeps.max(1) {
+            let to = &xs[i % 2];
+            gpu.launch("smooth_jacobi_f32", slices, h, h * 4, |a| {
+                a.arg(&n)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(&twin.values)
+                    .arg(&twin.diag)
+                    .arg(scale)
+                    .arg(b);
+                match i {
+                    0 => a.arg(&NULL),
+                    _ => a.arg(&xs[(i + 1) % 2]),
+                };
+                a.arg(to);
+                arg_or_null(a, done);
+            })?;
+        }
+        let last = &xs[(sweeps.max(1) - 1) % 2];
+        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(last).arg(x);
+            arg_or_null(a, done);
+        })
+    }
+
+    /// Mixed-precision multicolour Gauss–Seidel from zero
+    /// (`smooth_colour_f32` on the f32 iterate `w`), then x = w in f64.
+    #[allow(clippy::too_many_arguments)]
+    fn gauss_seidel_f32(
+        &self,
+        colouring: &DeviceColouring,
+        sweep: Sweep,
+        twin: &DeviceModSellF32,
+        w: &CudaSlice<f32>,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        sweeps: usize,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let (gpu, m) = (self.gpu, &*self.matrix);
+        let (n, h) = (m.n as i32, m.slice_height as i32);
+        gpu.launch("zero_vector_f32", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(w);
+            arg_or_null(a, done);
+        })?;
+        let c = colouring.colouring();
+        let ptr = c.colour_ptr();
+        for _ in 0..sweeps {
+            for k in sweep_order(sweep, c.n_colours()) {
+                let (first, count) = (ptr[k] as i32, (ptr[k + 1] - ptr[k]) as i32);
+                gpu.launch(
+                    "smooth_colour_f32",
+                    vector_grid(count as usize),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&count).arg(&first).arg(&h).arg(&colouring.rows);
+                        a.arg(&m.slice_ptr).arg(&m.codes);
+                        a.arg(&twin.values).arg(&twin.diag);
+                        a.arg(b).arg(w);
+                        arg_or_null(a, done);
+                    },
+                )?;
+            }
+        }
+        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(w).arg(x);
+            arg_or_null(a, done);
+        })
     }
 }
 
@@ -661,8 +855,17 @@ impl Layout {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let h = options.slice_height;
         if smoother.kind == SmootherKind::BlockJacobi {
-            let (slice_height, p, ordered) =
-                block_layout(gpu, a, smoother.block.block_size).map_err(device)?;
+            let (slice_height, p, ordered) = match smoother.block.inner.is_factorisation() {
+                true => block_layout_for(
+                    gpu,
+                    a,
+                    smoother.block.block_size,
+                    &BLOCK_IC_KERNELS,
+                    "block-IC",
+                ),
+                false => block_layout(gpu, a, smoother.block.block_size),
+            }
+            .map_err(device)?;
             return Ok(Self {
                 a: ordered,
                 ordering: Some(p),

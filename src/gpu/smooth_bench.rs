@@ -43,8 +43,8 @@ use crate::solve::colouring::Colouring;
 use crate::solve::precond::Identity;
 use crate::solve::smooth_solver::CpuSmoothing;
 use crate::solve::{
-    pcg, ColouringKind, InnerSolver, SmoothBackend, SmootherKind, SmootherSettings, SolverControls,
-    Sweep,
+    pcg, ColouringKind, InnerSolver, SmoothBackend, SmootherKind, SmootherSettings, SolveError,
+    SolverControls, SolverPerformance, Sweep,
 };
 use crate::sparse::blocks::in_block_fraction;
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -118,20 +118,20 @@ fn gauss_seidel(sweep: Sweep, colouring: ColouringKind) -> SmootherSettings {
 
 /// A system on the device in one row order: the backend (matrix, residuals,
 /// PCG steps) and b.
-struct Ordered<'g> {
+pub(super) struct Ordered<'g> {
     /// The table's ordering column.
-    ordering: &'static str,
+    pub ordering: &'static str,
     /// The order in words, for the notes.
-    name: String,
-    a: Csr,
-    backend: GpuCgBackend<'g>,
-    b: GpuVector,
+    pub name: String,
+    pub a: Csr,
+    pub backend: GpuCgBackend<'g>,
+    pub b: GpuVector,
     /// Gauss–Seidel's colouring, where the order was made for one.
-    colouring: Option<Colouring>,
+    pub colouring: Option<Colouring>,
 }
 
 impl<'g> Ordered<'g> {
-    fn new(
+    pub fn new(
         gpu: &'g Gpu,
         (ordering, name): (&'static str, String),
         a: Csr,
@@ -150,7 +150,7 @@ impl<'g> Ordered<'g> {
         })
     }
 
-    fn smoother(
+    pub fn smoother(
         &self,
         gpu: &'g Gpu,
         s: &SmootherSettings,
@@ -168,16 +168,14 @@ impl<'g> Ordered<'g> {
     }
 }
 
-/// PCG with `preconditioner` on `ordered` from x = 0, run twice and timed the
-/// second time (the first captures the CUDA graph on small systems, as for
-/// the Jacobi baseline); the time and the row's note.
-fn timed_pcg<'g>(
+/// PCG with `preconditioner` on `ordered` from x = 0, run twice and timed
+/// the second time (the first captures the CUDA graph on small systems, as
+/// for the Jacobi baseline): the time and the result.
+pub(super) fn solve_warm<'g>(
     ordered: &mut Ordered<'g>,
     preconditioner: Box<dyn DevicePreconditioner + 'g>,
     controls: &SolverControls,
-    base_ms: f64,
-    detail: &str,
-) -> anyhow::Result<(f64, String)> {
+) -> anyhow::Result<(f64, Result<SolverPerformance, SolveError>)> {
     ordered.backend.set_preconditioner(preconditioner);
     let zeros = vec![0.0; ordered.a.n_rows()];
     let mut x = ordered.backend.upload(&zeros)?;
@@ -185,7 +183,18 @@ fn timed_pcg<'g>(
     ordered.backend.write(&mut x, &zeros)?;
     let t = Instant::now();
     let result = pcg(&ordered.backend, &ordered.b, &mut x, controls, "p");
-    let ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok((t.elapsed().as_secs_f64() * 1e3, result))
+}
+
+/// [`solve_warm`], the time and the row's note.
+fn timed_pcg<'g>(
+    ordered: &mut Ordered<'g>,
+    preconditioner: Box<dyn DevicePreconditioner + 'g>,
+    controls: &SolverControls,
+    base_ms: f64,
+    detail: &str,
+) -> anyhow::Result<(f64, String)> {
+    let (ms, result) = solve_warm(ordered, preconditioner, controls)?;
     let note = match result {
         Ok(perf) => format!(
             "{} iterations, {:.4} ms/iteration, speed-up over Jacobi-PCG {:.2}x, final residual \

@@ -12,6 +12,13 @@
 //!   skipped (y = 0);
 //! - x_l ← x_l + y (4.9).
 //!
+//! Block-IC (inner `DIC` or `IC0`, `blockDIC`/`blockIC`): the blocks are
+//! solved by OpenFOAM's DIC or by IC(0) of the block-diagonal part of A
+//! (`sparse::blocks::block_diagonal`), factorised once; as `solve::precond`'s
+//! `Dic`/`Ic0` on that matrix, so M⁻¹ = (L D Lᵀ)⁻¹ block by block, symmetric.
+//! The GPU factorises and sweeps each block inside one thread block
+//! (`smooth_block`, `block_ic_factor`) in the same operation order, bit for bit.
+//!
 //! Synchronous: every block reads the x of the sweep's start (double buffer).
 //! Asynchronous: the blocks update x in place; here in block order (block
 //! Gauss–Seidel), on the GPU in whatever order the thread blocks run, so the
@@ -24,9 +31,10 @@
 
 use rayon::prelude::*;
 
-use super::precond::Triangles;
+use super::precond::{Dic, Ic0, Triangles};
 use super::smoother::{BlockJacobiSettings, InnerSolver, Smoother};
-use super::SolveError;
+use super::{LinearOperator, SolveError};
+use crate::sparse::blocks::block_diagonal;
 use crate::sparse::Csr;
 
 /// Rows of a warp: the unit the inner Gauss–Seidel serialises.
@@ -38,6 +46,54 @@ pub struct BlockJacobi<'a> {
     settings: BlockJacobiSettings,
     /// Damping of the inner Jacobi steps.
     omega: f64,
+    /// Block-IC: the factorisation of the block diagonal.
+    factor: Option<BlockIc>,
+}
+
+/// DIC or IC(0) of the block-diagonal part of a matrix: block-IC's M.
+pub enum BlockIc {
+    Dic(Dic<'static>),
+    Ic0(Ic0<'static>),
+}
+
+impl BlockIc {
+    /// Factorises the blocks of `block_size` rows of `a` (square, symmetric)
+    /// with `inner` (DIC or IC(0)). A breakdown names the row of `a`.
+    pub fn new(a: &Csr, inner: InnerSolver, block_size: usize) -> Result<Self, SolveError> {
+        let blocks = block_diagonal(a, block_size);
+        match inner {
+            InnerSolver::Dic => Ok(Self::Dic(Dic::owned(blocks, "block-DIC")?)),
+            InnerSolver::Ic0 => Ok(Self::Ic0(Ic0::owned(blocks, "block-IC")?)),
+            other => Err(SolveError::InvalidControls(format!(
+                "block-IC factorises with DIC or IC0, not {}",
+                other.name()
+            ))),
+        }
+    }
+
+    /// The factor as the GPU downloads it: DIC 1/d* per row; IC(0) L's
+    /// strictly lower values in the block diagonal's slots, then its diagonal.
+    pub fn factor(&self) -> Vec<f64> {
+        match self {
+            Self::Dic(d) => d.reciprocal_diagonal().to_vec(),
+            Self::Ic0(l) => l.factor(),
+        }
+    }
+}
+
+impl LinearOperator for BlockIc {
+    fn n(&self) -> usize {
+        match self {
+            Self::Dic(d) => d.n(),
+            Self::Ic0(l) => l.n(),
+        }
+    }
+    fn apply(&self, r: &[f64], z: &mut [f64]) {
+        match self {
+            Self::Dic(d) => d.apply(r, z),
+            Self::Ic0(l) => l.apply(r, z),
+        }
+    }
 }
 
 /// One block's local system: right-hand side (the block residual), diagonal,
@@ -73,10 +129,30 @@ fn sum_squares(v: &[f64]) -> f64 {
 impl<'a> BlockJacobi<'a> {
     /// `omega` damps the inner Jacobi steps (the seed's are undamped, ω = 1).
     pub fn new(a: &'a Csr, settings: BlockJacobiSettings, omega: f64) -> Result<Self, SolveError> {
+        let t = Triangles::new(a, "block-Jacobi smoother")?;
+        let factor = match settings.inner.is_factorisation() {
+            true => Some(BlockIc::new(a, settings.inner, settings.block_size)?),
+            false => None,
+        };
         Ok(Self {
-            t: Triangles::new(a, "block-Jacobi smoother")?,
+            t,
             settings,
             omega,
+            factor,
+        })
+    }
+
+    /// Block-IC's factorisation (inner DIC or IC0).
+    pub fn block_ic(&self) -> Option<&BlockIc> {
+        self.factor.as_ref()
+    }
+
+    /// (b − A x)_r in the kernel's order: b_r − a_rr x_r, then the
+    /// off-diagonals by column.
+    fn residual(&self, r: usize, b: &[f64], x: &[f64]) -> f64 {
+        let t = &self.t;
+        t.off_diagonal(r).fold(b[r] - t.diag(r) * x[r], |res, s| {
+            res - t.value(s) * x[t.col(s)]
         })
     }
 
@@ -160,6 +236,9 @@ impl<'a> BlockJacobi<'a> {
                 }
                 y
             }
+            InnerSolver::Dic | InnerSolver::Ic0 => {
+                unreachable!("block-IC applies its factorisation in smooth")
+            }
             InnerSolver::Cg => {
                 let mut y = vec![0.0; h];
                 let (mut r, mut p) = (local.b.clone(), local.b.clone());
@@ -205,6 +284,19 @@ impl Smoother for BlockJacobi<'_> {
 
     fn smooth(&self, b: &[f64], x: &mut [f64], sweeps: usize) {
         let h = self.settings.block_size;
+        if let Some(factor) = &self.factor {
+            // Synchronous only (validated): x += M⁻¹ (b − A x), M block-IC.
+            let mut y = vec![0.0; x.len()];
+            for _ in 0..sweeps {
+                let res: Vec<f64> = (0..x.len())
+                    .into_par_iter()
+                    .map(|r| self.residual(r, b, x))
+                    .collect();
+                factor.apply(&res, &mut y);
+                x.par_iter_mut().zip(&y).for_each(|(x, y)| *x += y);
+            }
+            return;
+        }
         for _ in 0..sweeps {
             if self.settings.asynchronous {
                 for l in 0..self.n_blocks() {
@@ -276,7 +368,10 @@ mod tests {
         let b: Vec<f64> = (0..n).map(|i| (i % 9) as f64 - 4.0).collect();
         let x: Vec<f64> = (0..n).map(|i| (i % 5) as f64 * 0.3).collect();
         let expected = exact_block_jacobi(&a, &b, &x, 64);
-        for inner in InnerSolver::ALL {
+        for inner in InnerSolver::ALL
+            .into_iter()
+            .filter(|i| !i.is_factorisation())
+        {
             let bj = BlockJacobi::new(&a, settings(inner, 1e-13, 500), 1.0).unwrap();
             let mut y = x.clone();
             bj.smooth(&b, &mut y, 1);
@@ -325,6 +420,70 @@ mod tests {
             .solve(&(&bv - &(&m - &d - &upper_warps) * &fwd))
             .unwrap();
         assert!((run(InnerSolver::SymGaussSeidel, 1) - &sym).amax() < 1e-12);
+    }
+
+    /// Rows `rows` of `a` restricted to those columns, renumbered from 0.
+    fn sub_matrix(a: &Csr, rows: std::ops::Range<usize>) -> Csr {
+        let first = rows.start;
+        let mut row_ptr = vec![0];
+        let (mut cols, mut vals) = (vec![], vec![]);
+        for r in rows.clone() {
+            let (c, v) = a.row(r);
+            for (&c, &v) in c.iter().zip(v) {
+                if rows.contains(&(c as usize)) {
+                    cols.push(c - first as u32);
+                    vals.push(v);
+                }
+            }
+            row_ptr.push(cols.len());
+        }
+        Csr::new(rows.len(), row_ptr, cols, vals).unwrap()
+    }
+
+    #[test]
+    fn block_ic_is_the_incomplete_cholesky_of_each_block() {
+        use crate::solve::precond::{Dic, Ic0};
+        let n = 300; // the last block is partial
+        let a = random_symmetric(n, 6, 11);
+        let r: Vec<f64> = (0..n).map(|i| (i % 7) as f64 - 2.5).collect();
+        for inner in [InnerSolver::Dic, InnerSolver::Ic0] {
+            let bj = BlockJacobi::new(&a, settings(inner, 1e-8, 100), 1.0).unwrap();
+            let mut z = vec![0.0; n];
+            bj.smooth(&r, &mut z, 1);
+            let factor = bj.block_ic().unwrap().factor();
+            for first in (0..n).step_by(64) {
+                let rows = first..(first + 64).min(n);
+                let block = sub_matrix(&a, rows.clone());
+                let (op, f): (Box<dyn LinearOperator>, Vec<f64>) = match inner {
+                    InnerSolver::Dic => {
+                        let d = Dic::new(&block).unwrap();
+                        let f = d.reciprocal_diagonal().to_vec();
+                        (Box::new(Dic::owned(block.clone(), "DIC").unwrap()), f)
+                    }
+                    _ => (
+                        Box::new(Ic0::owned(block.clone(), "IC(0)").unwrap()),
+                        vec![],
+                    ),
+                };
+                let mut zb = vec![0.0; rows.len()];
+                op.apply(&r[rows.clone()], &mut zb);
+                // The same operations in the same order: equal bits.
+                assert_eq!(&z[rows.clone()], &zb[..], "{inner:?} block at {first}");
+                if inner == InnerSolver::Dic {
+                    assert_eq!(&factor[rows.clone()], &f[..]);
+                }
+            }
+            // Symmetric: r1 · M⁻¹ r2 = r2 · M⁻¹ r1.
+            let r2: Vec<f64> = (0..n).map(|i| ((i * 7) % 11) as f64 - 5.0).collect();
+            let mut z2 = vec![0.0; n];
+            bj.smooth(&r2, &mut z2, 1);
+            let dot = |u: &[f64], v: &[f64]| u.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+            let (d12, d21) = (dot(&r, &z2), dot(&r2, &z));
+            assert!(
+                (d12 - d21).abs() < 1e-12 * d12.abs().max(1.0),
+                "{d12} vs {d21}"
+            );
+        }
     }
 
     #[test]

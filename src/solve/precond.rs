@@ -153,8 +153,9 @@ impl fmt::Display for Preconditioner {
 impl FromStr for Preconditioner {
     type Err = String;
     /// A [`PreconditionerKind`] name, `amg[:key=value]...` ([`AmgSettings`]),
-    /// `ilu0`, `ilu1`, `iluk:K` (ILU(K)), or `ras[:key=value]...` /
-    /// `as[:key=value]...` ([`SchwarzSettings`]).
+    /// `ilu0`, `ilu1`, `iluk:K` (ILU(K)), `ras[:key=value]...` /
+    /// `as[:key=value]...` ([`SchwarzSettings`]), or block-IC: `block-ic` /
+    /// `block-dic` with `:blockSize=N`, `:precision=double|mixed`.
     fn from_str(s: &str) -> Result<Self, String> {
         let head = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
         match head.as_str() {
@@ -172,10 +173,51 @@ impl FromStr for Preconditioner {
                 k => parse_fill_level(k).map(Self::Ilu),
             };
         }
-        s.parse::<PreconditionerKind>().map(Self::Kind).map_err(|e| {
-            format!("{e}, or amg[:key=value]..., ilu0, ilu1, iluk:K, ras[:key=value]..., as[:key=value]...")
-        })
+        if let Some(block_ic) = parse_block_ic(s)? {
+            return Ok(Self::Smoother(block_ic));
+        }
+        s.parse::<PreconditionerKind>()
+            .map(Self::Kind)
+            .map_err(|e| {
+                format!(
+                    "{e}, or amg[:key=value]..., ilu0, ilu1, iluk:K, ras[:key=value]..., \
+                 as[:key=value]..., block-ic / block-dic[:key=value]..."
+                )
+            })
     }
+}
+
+/// `block-ic[:blockSize=N][:precision=double|mixed]` (also `block-dic`,
+/// `blockIC`, `blockDIC`): block-IC's smoother settings; None for other names.
+fn parse_block_ic(s: &str) -> Result<Option<SmootherSettings>, String> {
+    let mut parts = s.split(':');
+    let head = parts.next().unwrap_or_default().replace('-', "");
+    let Ok(mut settings) = SmootherSettings::named(&head) else {
+        return Ok(None);
+    };
+    if settings.block_ic_name().is_none() {
+        return Ok(None);
+    }
+    for kv in parts {
+        let (key, value) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("block-IC option '{kv}' must be key=value"))?;
+        match key {
+            "blockSize" | "blocksize" => {
+                settings.block.block_size = value
+                    .parse()
+                    .map_err(|_| format!("blockSize '{value}' is not a whole number"))?
+            }
+            "precision" => settings.polynomial.precision = value.parse()?,
+            other => {
+                return Err(format!(
+                    "unknown block-IC option '{other}' (blockSize, precision)"
+                ))
+            }
+        }
+    }
+    settings.validate()?;
+    Ok(Some(settings))
 }
 
 impl Preconditioner {
@@ -313,7 +355,8 @@ impl<'a> Triangles<'a> {
         Self::of(Cow::Borrowed(a), precond)
     }
 
-    /// [`Triangles::new`] on a matrix it keeps (Schwarz's block matrices).
+    /// [`Self::new`] on a matrix it keeps (Schwarz's block matrices, block-IC's
+    /// block diagonal).
     pub(super) fn owned(a: Csr, precond: &'static str) -> Result<Triangles<'static>, SolveError> {
         Triangles::of(Cow::Owned(a), precond)
     }
@@ -414,7 +457,15 @@ pub struct Dic<'a> {
 
 impl<'a> Dic<'a> {
     pub fn new(a: &'a Csr) -> Result<Self, SolveError> {
-        let t = Triangles::new(a, "DIC")?;
+        Self::factorise(Triangles::new(a, "DIC")?)
+    }
+
+    /// DIC of a matrix it keeps.
+    pub fn owned(a: Csr, precond: &'static str) -> Result<Dic<'static>, SolveError> {
+        Dic::factorise(Triangles::owned(a, precond)?)
+    }
+
+    fn factorise(t: Triangles<'a>) -> Result<Self, SolveError> {
         let mut d: Vec<f64> = (0..t.n()).map(|r| t.diag(r)).collect();
         // OpenFOAM loops over faces (owner i < neighbour j, owner-major) doing
         // d_j -= a_ij² / d_i; per j that is i ascending, the lower row of j here.
@@ -483,9 +534,10 @@ impl<'a> Ic0<'a> {
         Self::factorise(Triangles::new(a, "IC(0)")?)
     }
 
-    /// IC(0) of a matrix it keeps (the block matrix of `solve::schwarz`).
-    pub fn owned(a: Csr) -> Result<Ic0<'static>, SolveError> {
-        Ic0::factorise(Triangles::owned(a, "IC(0)")?)
+    /// IC(0) of a matrix it keeps (`solve::schwarz`'s blocks, block-IC's block
+    /// diagonal); `precond` names it in errors.
+    pub fn owned(a: Csr, precond: &'static str) -> Result<Ic0<'static>, SolveError> {
+        Ic0::factorise(Triangles::owned(a, precond)?)
     }
 
     fn factorise(t: Triangles<'a>) -> Result<Self, SolveError> {
@@ -645,6 +697,36 @@ mod tests {
             }
         }
         assert_inverts(&ic, &llt);
+    }
+
+    #[test]
+    fn block_ic_names_parse_with_their_options() {
+        use crate::solve::{InnerSolver, Precision};
+        let p: Preconditioner = "block-ic:blockSize=256:precision=mixed".parse().unwrap();
+        let Preconditioner::Smoother(s) = p else {
+            panic!("{p}")
+        };
+        assert_eq!(
+            (s.block.inner, s.block.block_size, s.polynomial.precision),
+            (InnerSolver::Ic0, 256, Precision::Mixed)
+        );
+        assert!(!p.is_flexible());
+        let Ok(Preconditioner::Smoother(s)) = "blockDIC".parse::<Preconditioner>() else {
+            panic!("blockDIC")
+        };
+        assert_eq!((s.block.inner, s.block.block_size), (InnerSolver::Dic, 512));
+        for (bad, expected) in [
+            (
+                "block-ic:blockSize=100",
+                "blockSize must be a multiple of 32",
+            ),
+            ("block-dic:precision=half", "unknown precision 'half'"),
+            ("block-ic:degree=4", "unknown block-IC option 'degree'"),
+            ("block-ic:256", "must be key=value"),
+        ] {
+            let err = bad.parse::<Preconditioner>().unwrap_err();
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
     }
 
     #[test]

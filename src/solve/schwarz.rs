@@ -439,7 +439,9 @@ impl Schwarz {
             SchwarzKind::Restricted => {
                 BlockFactor::Ilu(Ilu::new(&decomposition.matrix, settings.fill_level)?)
             }
-            SchwarzKind::Additive => BlockFactor::Ic0(Ic0::owned(decomposition.matrix.clone())?),
+            SchwarzKind::Additive => {
+                BlockFactor::Ic0(Ic0::owned(decomposition.matrix.clone(), "IC(0)")?)
+            }
         };
         let (scatter_ptr, scatter_list) = decomposition.scatter_lists(settings.kind, a.n_rows());
         Ok(Self {

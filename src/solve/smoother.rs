@@ -24,7 +24,7 @@ use rayon::prelude::*;
 
 use super::block_jacobi::BlockJacobi;
 use super::colouring::Colouring;
-use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSettings};
+use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSettings, Precision};
 use super::precond::{Dic, Triangles};
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
@@ -108,14 +108,20 @@ pub enum InnerSolver {
     SymGaussSeidel,
     /// Conjugate gradients from 0.
     Cg,
+    /// OpenFOAM's DIC of the block, factorised once (block-IC, `blockDIC`).
+    Dic,
+    /// IC(0) of the block, factorised once (block-IC, `blockIC`).
+    Ic0,
 }
 
 impl InnerSolver {
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 6] = [
         Self::Jacobi,
         Self::GaussSeidel,
         Self::SymGaussSeidel,
         Self::Cg,
+        Self::Dic,
+        Self::Ic0,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -123,7 +129,15 @@ impl InnerSolver {
             Self::GaussSeidel => "GaussSeidel",
             Self::SymGaussSeidel => "symGaussSeidel",
             Self::Cg => "CG",
+            Self::Dic => "DIC",
+            Self::Ic0 => "IC0",
         }
+    }
+
+    /// Whether the block is solved by an incomplete factorisation (one
+    /// application, no inner steps or tolerance: block-IC).
+    pub fn is_factorisation(self) -> bool {
+        matches!(self, Self::Dic | Self::Ic0)
     }
 }
 
@@ -191,7 +205,8 @@ pub struct SmootherSettings {
     pub colouring: ColouringKind,
     pub block: BlockJacobiSettings,
     /// The polynomial smoothers' degree, bound and precision (its kind is
-    /// the one of `SmootherKind::Polynomial`).
+    /// the one of `SmootherKind::Polynomial`); its `precision` is also
+    /// block-IC's (the one `precision` key).
     pub polynomial: PolynomialSettings,
 }
 
@@ -256,6 +271,13 @@ const NAMES: [(&str, SmootherKind, Option<ColouringKind>); 17] = [
     ),
 ];
 
+/// Block-IC (block Jacobi whose blocks are solved by an incomplete
+/// Cholesky factorisation): `blockIC` is IC(0), `blockDIC` OpenFOAM's DIC.
+pub const BLOCK_IC_NAMES: [(&str, InnerSolver); 2] = [
+    ("blockIC", InnerSolver::Ic0),
+    ("blockDIC", InnerSolver::Dic),
+];
+
 impl SmootherKind {
     pub fn name(self) -> &'static str {
         NAMES
@@ -312,11 +334,22 @@ impl SmootherSettings {
     /// their `multicolour…` forms (Jones–Plassmann colours), `blockJacobi`,
     /// `DIC`, `DICGaussSeidel` (and OpenFOAM's `FDIC…`, `nonBlockingGaussSeidel`).
     pub fn named(name: &str) -> Result<Self, String> {
+        for (alias, inner) in BLOCK_IC_NAMES {
+            if alias.eq_ignore_ascii_case(name) {
+                let mut s = Self::new(SmootherKind::BlockJacobi);
+                s.block.inner = inner;
+                return Ok(s);
+            }
+        }
         let (_, kind, colouring) = NAMES
             .iter()
             .find(|e| e.0.eq_ignore_ascii_case(name))
             .ok_or_else(|| {
-                let names: Vec<_> = NAMES.iter().map(|e| e.0).collect();
+                let names: Vec<_> = NAMES
+                    .iter()
+                    .map(|e| e.0)
+                    .chain(BLOCK_IC_NAMES.iter().map(|e| e.0))
+                    .collect();
                 format!(
                     "unknown smoother '{name}' (choose one of {})",
                     names.join(", ")
@@ -356,20 +389,56 @@ impl SmootherSettings {
                 b.inner_tolerance
             ));
         }
+        if b.asynchronous && b.inner.is_factorisation() {
+            return Err(format!(
+                "block-IC (inner {}) is synchronous only; set asynchronous false",
+                b.inner.name()
+            ));
+        }
         match self.kind {
             SmootherKind::Polynomial(kind) => PolynomialSettings {
                 kind,
                 ..self.polynomial
             }
             .validate(),
+            _ if self.polynomial.precision == Precision::Mixed && !self.has_mixed_precision() => {
+                Err(format!(
+                    "precision mixed is available for the polynomial smoothers, block-IC \
+                     (blockIC, blockDIC) and (as PCG preconditioners on the GPU) Jacobi, L1Jacobi \
+                     and multicolour Gauss-Seidel, not for {}",
+                    self.kind.name()
+                ))
+            }
             _ => Ok(()),
         }
+    }
+
+    /// Whether `precision mixed` (`polynomial.precision`) applies: the
+    /// polynomials and block-IC run an f32 copy on the GPU.
+    pub fn has_mixed_precision(&self) -> bool {
+        match self.kind {
+            SmootherKind::Polynomial(_) | SmootherKind::Jacobi | SmootherKind::L1Jacobi => true,
+            // Multicolour on the GPU (natural order runs multicolour there too).
+            SmootherKind::GaussSeidel(_) => true,
+            SmootherKind::BlockJacobi => self.block.inner.is_factorisation(),
+            _ => false,
+        }
+    }
+
+    /// The block-IC name (`blockIC`, `blockDIC`) of block Jacobi with an
+    /// incomplete-Cholesky inner solve.
+    pub fn block_ic_name(&self) -> Option<&'static str> {
+        (self.kind == SmootherKind::BlockJacobi)
+            .then(|| BLOCK_IC_NAMES.iter().find(|e| e.1 == self.block.inner))
+            .flatten()
+            .map(|e| e.0)
     }
 
     /// Whether sweeps from x = 0 are a fixed linear map of b. Block Jacobi
     /// with an inner CG, or with an inner tolerance, is not (flexible PCG).
     pub fn is_linear(&self) -> bool {
         self.kind != SmootherKind::BlockJacobi
+            || self.block.inner.is_factorisation()
             || (self.block.inner != InnerSolver::Cg && self.block.inner_tolerance == 0.0)
     }
 
@@ -413,6 +482,17 @@ impl SmootherSettings {
     /// at most 100 steps, 512-row blocks, synchronous)`.
     pub fn describe(&self) -> String {
         let mut s = self.kind.name().to_string();
+        if let Some(name) = self.block_ic_name() {
+            s = format!("{name} ({}-row blocks", self.block.block_size);
+            if self.polynomial.precision == Precision::Mixed {
+                s += ", mixed precision";
+            }
+            s += ")";
+            if self.sweeps != 1 {
+                s += &format!(", {} sweeps", self.sweeps);
+            }
+            return s;
+        }
         match self.kind {
             SmootherKind::Jacobi if self.omega != 1.0 => {
                 s += &format!(" (omega {})", format_g(self.omega))
@@ -840,6 +920,9 @@ mod tests {
             .collect();
         for inner in InnerSolver::ALL {
             for asynchronous in [false, true] {
+                if asynchronous && inner.is_factorisation() {
+                    continue; // block-IC is synchronous only
+                }
                 let mut s = SmootherSettings::new(SmootherKind::BlockJacobi);
                 s.block = BlockJacobiSettings {
                     block_size: 64,

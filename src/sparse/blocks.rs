@@ -96,6 +96,27 @@ pub fn in_block_fraction(a: &Csr, block: usize) -> f64 {
     }
 }
 
+/// The block-diagonal part of `a` (square): the entries whose row and column
+/// lie in the same block of `block` rows, in `a`'s order (the in-slice
+/// entries of mod-SELL with slice height `block`, and the diagonal).
+pub fn block_diagonal(a: &Csr, block: usize) -> Csr {
+    assert!(block > 0, "block_diagonal: empty blocks");
+    let mut row_ptr = Vec::with_capacity(a.n_rows() + 1);
+    row_ptr.push(0);
+    let (mut cols, mut values) = (Vec::new(), Vec::new());
+    for r in 0..a.n_rows() {
+        let (c, v) = a.row(r);
+        for (&c, &v) in c.iter().zip(v) {
+            if c as usize / block == r / block {
+                cols.push(c);
+                values.push(v);
+            }
+        }
+        row_ptr.push(cols.len());
+    }
+    Csr::new(a.n_cols(), row_ptr, cols, values).expect("a subset of a valid matrix")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +196,22 @@ mod tests {
                 assert_eq!(count, max, "slice {s}");
             }
             assert!((in_block_fraction(&a, h) - m.lambda()).abs() < 1e-15);
+        }
+    }
+
+    #[test]
+    fn block_diagonal_keeps_the_in_slice_entries() {
+        let a = random_symmetric(300, 8, 9);
+        let d = block_diagonal(&a, 64);
+        let m = ModSell::from_csr(&a, 64).unwrap();
+        let in_slice = m.codes().iter().filter(|&&c| c < 0).count();
+        assert_eq!(d.nnz(), in_slice + a.n_rows());
+        for r in 0..a.n_rows() {
+            let (c, v) = d.row(r);
+            for (&c, &v) in c.iter().zip(v) {
+                assert_eq!(c as usize / 64, r / 64);
+                assert_eq!(a.slot(r, c as usize).map(|s| a.values()[s]), Some(v));
+            }
         }
     }
 }

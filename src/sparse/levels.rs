@@ -70,6 +70,17 @@ impl LevelSchedule {
         Self { level_ptr, rows }
     }
 
+    /// The level of each row.
+    pub fn row_levels(&self) -> Vec<u32> {
+        let mut level = vec![0u32; self.rows.len()];
+        for k in 0..self.n_levels() {
+            for &r in self.level(k) {
+                level[r as usize] = k as u32;
+            }
+        }
+        level
+    }
+
     pub fn n_levels(&self) -> usize {
         self.level_ptr.len() - 1
     }

@@ -1,0 +1,333 @@
+// Block-IC (src/gpu/ic.rs DeviceBlockIc; CPU reference src/solve/block_jacobi.rs
+// BlockIc = solve::precond Dic/Ic0 of the block-diagonal part of A) and the
+// device Gershgorin bound of the polynomials. Appended after smooth.cu in one
+// module (u64 and gated_off from there).
+//
+// A block is a mod-SELL slice of H rows, one thread block of H threads, one
+// thread per row. Its in-slice entries (codes < 0, column order, as the CPU's
+// block diagonal keeps them) are staged in dynamic shared memory, laid out as
+// smooth_block's: [x or w: H doubles][coef: H*mnz][nbr: H*mnz ints], entry m
+// of local row t at m*H + t; mnz = slice_mnz[slice] (the offsets) and the
+// bytes are those of the largest slice (block_shared_bytes).
+//
+// Triangular sweeps inside the block are level-scheduled: levels[2*row] and
+// levels[2*row+1] are the row's forward and backward level inside its block
+// (src/sparse/levels.rs on the block diagonal), slice_levels[2*s], [2*s+1]
+// the slice's level counts; each level is one pass with a __syncthreads, the
+// rows of a level in parallel. Every operation is the CPU's, in its order,
+// with the _rn intrinsics (no FMA contraction): factors and sweeps equal the
+// CPU's bit for bit in f64.
+
+// The dynamic shared memory of both block kernels.
+extern __shared__ double block_ic_smem[];
+
+// rn_mul etc.: kernels/ic.cu.
+
+// Factorisation, once per matrix: one block per slice. DIC (ic0 = 0):
+// d_t = a_tt - sum over lower in-block slots (ascending) of a^2 / d_col,
+// ic_diag = 1/d (OpenFOAM calcReciprocalD). IC(0) (ic0 = 1): for each lower
+// slot m of row t, l = (a - sum_{common lower columns < col} l_tp l_kq) / l_kk,
+// then l_tt = sqrt(a_tt - sum l^2); ic_diag = l_tt, ic_off at each in-slice
+// mod-SELL slot: L's value for lower slots, l_it (the transposed entry) for
+// upper slots (t, i), which the backward sweep reads. A pivot <= 0 or NaN
+// lowers `failed` to row + 1 (atomicMin from n + 1).
+extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_ptr,
+                                           const int* __restrict__ codes,
+                                           const double* __restrict__ vals,
+                                           const double* __restrict__ diag,
+                                           const int* __restrict__ slice_mnz,
+                                           const int* __restrict__ levels,
+                                           const int* __restrict__ slice_levels, int ic0,
+                                           double* __restrict__ ic_diag,
+                                           double* __restrict__ ic_off, int* failed) {
+    const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
+    const bool in = row < n;
+    const int mnz = slice_mnz[l];
+    double* piv = block_ic_smem;
+    double* coef = block_ic_smem + h;
+    int* nbr = (int*)(coef + (size_t)h * mnz);
+    const u64 start = slice_ptr[l], end = slice_ptr[l + 1];
+    int cnt = 0;
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c < 0) {
+            coef[cnt * h + t] = vals[k];
+            nbr[cnt * h + t] = -(c + 1);
+            ++cnt;
+        }
+    }
+    // Unused entries past a row's count: column h (after every local column),
+    // so that the merges of IC(0) stop there.
+    for (int m = cnt; m < mnz; ++m) nbr[m * h + t] = h;
+    const int level = in ? levels[2 * row] : 0;
+    const int n_levels = slice_levels[2 * l];
+    const double a_tt = in ? diag[row] : 1.0;
+    __syncthreads();
+    for (int lev = 0; lev < n_levels; ++lev) {
+        if (lev == level) {
+            double pivot;
+            if (!ic0) {
+                pivot = a_tt;
+                for (int m = 0; m < cnt && nbr[m * h + t] < t; ++m) {
+                    const double a = coef[m * h + t];
+                    pivot = __dsub_rn(pivot, __ddiv_rn(__dmul_rn(a, a), piv[nbr[m * h + t]]));
+                }
+                piv[t] = pivot;
+            } else {
+                for (int m = 0; m < cnt && nbr[m * h + t] < t; ++m) {
+                    const int k = nbr[m * h + t];
+                    double sum = 0.0;
+                    int p = 0, q = 0;
+                    while (p < m && q < mnz && nbr[q * h + k] < k) {
+                        const int cp = nbr[p * h + t], cq = nbr[q * h + k];
+                        if (cp < cq) {
+                            ++p;
+                        } else if (cp > cq) {
+                            ++q;
+                        } else {
+                            sum = __dadd_rn(sum, __dmul_rn(coef[p * h + t], coef[q * h + k]));
+                            ++p;
+                            ++q;
+                        }
+                    }
+                    coef[m * h + t] = __ddiv_rn(__dsub_rn(coef[m * h + t], sum), piv[k]);
+                }
+                double squares = 0.0;
+                for (int m = 0; m < cnt && nbr[m * h + t] < t; ++m)
+                    squares = __dadd_rn(squares, __dmul_rn(coef[m * h + t], coef[m * h + t]));
+                pivot = __dsub_rn(a_tt, squares);
+                piv[t] = __dsqrt_rn(pivot);
+            }
+            if (in && !(pivot > 0.0)) atomicMin(failed, row + 1);
+        }
+        __syncthreads();
+    }
+    if (!in) return;
+    if (!ic0) {
+        ic_diag[row] = __drcp_rn(piv[t]);
+        return;
+    }
+    ic_diag[row] = piv[t];
+    int m = 0;
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c >= 0) continue;
+        const int i = -(c + 1);
+        if (i < t) {
+            ic_off[k] = coef[m * h + t];
+        } else {
+            // Row i's lower entry (i, t): its value l_it.
+            double lit = 0.0;
+            for (int q = 0; q < mnz && nbr[q * h + i] < i; ++q)
+                if (nbr[q * h + i] == t) lit = coef[q * h + i];
+            ic_off[k] = lit;
+        }
+        ++m;
+    }
+}
+
+// One block-IC sweep x_out = x + M^-1 (b - A x), M the block's DIC or IC(0)
+// (as a preconditioner: x_in null means x = 0, and x_out = M^-1 b). The
+// residual in f64 with the f64 matrix, b - a_tt x_t then the off-diagonals
+// in slot (column) order, as block_jacobi.rs; the sweeps in T: DIC's ic_off
+// is A's values (the f32 twin for T = float), IC(0)'s the factor's slots.
+// DIC: w = rd r, w -= (rd a) w_col over lower slots ascending, then over
+// upper slots descending. IC(0): y = (r - sum l y_col) / l_tt forward,
+// z = (y - sum l_it z_i, upper slots descending) / l_tt backward.
+template <typename T>
+__device__ void block_ic_sweep(int n, const u64* __restrict__ slice_ptr,
+                               const int* __restrict__ codes, const double* __restrict__ vals,
+                               const double* __restrict__ diag,
+                               const int* __restrict__ slice_mnz, const double* __restrict__ b,
+                               const double* __restrict__ x_in, double* __restrict__ x_out,
+                               const T* __restrict__ ic_diag, const T* __restrict__ ic_off,
+                               int ic0, const int* __restrict__ levels,
+                               const int* __restrict__ slice_levels) {
+    const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
+    const bool in = row < n;
+    const int mnz = slice_mnz[l];
+    double* lv = block_ic_smem;
+    T* coef = (T*)(block_ic_smem + h);
+    int* nbr = (int*)(coef + (size_t)h * mnz);
+    const bool from_zero = x_in == nullptr;
+    const double xi = in && !from_zero ? x_in[row] : 0.0;
+    double res = in ? __dsub_rn(b[row], __dmul_rn(diag[row], xi)) : 0.0;
+    lv[t] = xi;
+    __syncthreads();
+    const u64 start = slice_ptr[l], end = slice_ptr[l + 1];
+    int cnt = 0;
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) {
+            if (!from_zero) res = __dsub_rn(res, __dmul_rn(vals[k], x_in[c - 1]));
+        } else if (c < 0) {
+            const int j = -(c + 1);
+            res = __dsub_rn(res, __dmul_rn(vals[k], lv[j]));
+            coef[cnt * h + t] = ic_off[k];
+            nbr[cnt * h + t] = j;
+            ++cnt;
+        }
+    }
+    __syncthreads();  // lv (x) is read; it holds w (T) from here
+    T* w = (T*)lv;
+    const T d = in ? ic_diag[row] : T(1);
+    const int fw = in ? levels[2 * row] : 0, bw = in ? levels[2 * row + 1] : 0;
+    const T r = (T)res;
+    T y = ic0 ? T(0) : rn_mul(d, r);
+    for (int lev = 0; lev < slice_levels[2 * l]; ++lev) {
+        if (lev == fw) {
+            if (ic0) {
+                T sum = T(0);
+                for (int m = 0; m < cnt && nbr[m * h + t] < t; ++m)
+                    sum = rn_add(sum, rn_mul(coef[m * h + t], w[nbr[m * h + t]]));
+                y = rn_div(rn_sub(r, sum), d);
+            } else {
+                for (int m = 0; m < cnt && nbr[m * h + t] < t; ++m)
+                    y = rn_sub(y, rn_mul(rn_mul(d, coef[m * h + t]), w[nbr[m * h + t]]));
+            }
+            w[t] = y;
+        }
+        __syncthreads();
+    }
+    for (int lev = 0; lev < slice_levels[2 * l + 1]; ++lev) {
+        if (lev == bw) {
+            if (ic0) {
+                for (int m = cnt - 1; m >= 0 && nbr[m * h + t] > t; --m)
+                    y = rn_sub(y, rn_mul(coef[m * h + t], w[nbr[m * h + t]]));
+                y = rn_div(y, d);
+            } else {
+                for (int m = cnt - 1; m >= 0 && nbr[m * h + t] > t; --m)
+                    y = rn_sub(y, rn_mul(rn_mul(d, coef[m * h + t]), w[nbr[m * h + t]]));
+            }
+            w[t] = y;
+        }
+        __syncthreads();
+    }
+    if (in) x_out[row] = __dadd_rn(xi, (double)y);
+}
+
+// Both take the trailing `done` gate of PCG's fused loop.
+extern "C" __global__ void block_ic_sweep_f64(
+    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+    const double* __restrict__ vals, const double* __restrict__ diag,
+    const int* __restrict__ slice_mnz, const double* __restrict__ b,
+    const double* __restrict__ x_in, double* __restrict__ x_out,
+    const double* __restrict__ ic_diag, const double* __restrict__ ic_off, int ic0,
+    const int* __restrict__ levels, const int* __restrict__ slice_levels, const double* done) {
+    if (gated_off(done)) return;
+    block_ic_sweep<double>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, ic_diag,
+                           ic_off, ic0, levels, slice_levels);
+}
+
+extern "C" __global__ void block_ic_sweep_f32(
+    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+    const double* __restrict__ vals, const double* __restrict__ diag,
+    const int* __restrict__ slice_mnz, const double* __restrict__ b,
+    const double* __restrict__ x_in, double* __restrict__ x_out,
+    const float* __restrict__ ic_diag, const float* __restrict__ ic_off, int ic0,
+    const int* __restrict__ levels, const int* __restrict__ slice_levels, const double* done) {
+    if (gated_off(done)) return;
+    block_ic_sweep<float>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, ic_diag,
+                          ic_off, ic0, levels, slice_levels);
+}
+
+// Gershgorin bound of D^-1 A on the device (solve/polynomial.rs
+// gershgorin_bound): per row (a_tt + sum |a_tj| over the off-diagonals in
+// column order) / a_tt, the CPU's operations; the maximum over rows as the
+// bits of positive doubles (ordered as u64) by warp shuffles and one
+// atomicMax per warp into out[0]. A diagonal <= 0 or NaN lowers out[1] to
+// row + 1 (both set by the host: 0 and n + 1). One thread per row.
+extern "C" __global__ void gershgorin_rows(int n, int h, const u64* __restrict__ slice_ptr,
+                                           const int* __restrict__ codes,
+                                           const double* __restrict__ vals,
+                                           const double* __restrict__ diag, u64* out) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    u64 bits = 0;
+    if (row < n) {
+        const int s = row / h;
+        const double d = diag[row];
+        if (!(d > 0.0)) {
+            atomicMin(&out[1], (u64)row + 1);
+        } else {
+            double sum = d;
+            for (u64 k = slice_ptr[s] + (row - s * h); k < slice_ptr[s + 1]; k += h)
+                if (codes[k] != 0) sum = __dadd_rn(sum, fabs(vals[k]));
+            bits = (u64)__double_as_longlong(__ddiv_rn(sum, d));
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const u64 other = __shfl_down_sync(0xffffffffu, bits, o);
+        bits = other > bits ? other : bits;
+    }
+    if ((threadIdx.x & 31) == 0 && bits != 0) atomicMax(&out[0], bits);
+}
+
+// Mixed-precision weighted / L1 Jacobi as a PCG preconditioner
+// (gpu::smooth, Method::JacobiF32): sweeps from x = 0 in f32 on the f32 twin
+// of A, x_new = x + scale (r - A x) with r read in f64 and rounded, (r - A x)_i
+// = r_i - a_ii x_i then the off-diagonals in slot order (smooth_jacobi's
+// order, _rn: equal to a host f32 evaluation). x null: x_new = scale r. One
+// block per slice, H floats of x of the slice's own rows in shared memory.
+// ic_widen writes z in f64 after the last sweep.
+extern "C" __global__ void smooth_jacobi_f32(int n, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const float* __restrict__ vals,
+                                             const float* __restrict__ diag,
+                                             const float* __restrict__ scale,
+                                             const double* __restrict__ b,
+                                             const float* __restrict__ x,
+                                             float* __restrict__ x_new, const double* done) {
+    if (gated_off(done)) return;
+    float* x_own = (float*)block_ic_smem;
+    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const bool in = row < n;
+    const float br = in ? (float)b[row] : 0.0f;
+    if (x == nullptr) {
+        if (in) x_new[row] = __fmul_rn(scale[row], br);
+        return;
+    }
+    const float xr = in ? x[row] : 0.0f;
+    x_own[t] = xr;
+    __syncthreads();
+    float res = in ? __fsub_rn(br, __fmul_rn(diag[row], xr)) : 0.0f;
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) res = __fsub_rn(res, __fmul_rn(vals[k], x[c - 1]));
+        else if (c < 0) res = __fsub_rn(res, __fmul_rn(vals[k], x_own[-(c + 1)]));
+    }
+    if (in) x_new[row] = __fadd_rn(xr, __fmul_rn(scale[row], res));
+}
+
+// Mixed-precision multicolour Gauss-Seidel as a PCG preconditioner
+// (gpu::smooth): smooth_colour on the f32 twin of A and an f32 iterate, b
+// read in f64 and rounded, x_i = (b_i - sum_j a_ij x_j) / a_ii in slot order
+// with _rn operations (equal to a host f32 evaluation). From zero: x zeroed
+// by zero_vector_f32, widened into z by ic_widen.
+extern "C" __global__ void smooth_colour_f32(int count, int first, int h,
+                                             const int* __restrict__ rows,
+                                             const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const float* __restrict__ vals,
+                                             const float* __restrict__ diag,
+                                             const double* __restrict__ b, float* x,
+                                             const double* done) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count || gated_off(done)) return;
+    const int row = rows[first + i];
+    const int s = row / h, base = s * h;
+    float acc = (float)b[row];
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c > 0) acc = __fsub_rn(acc, __fmul_rn(vals[k], x[c - 1]));
+        else if (c < 0) acc = __fsub_rn(acc, __fmul_rn(vals[k], x[base - c - 1]));
+    }
+    x[row] = __fdiv_rn(acc, diag[row]);
+}
+
+// x = 0 in f32, gated.
+extern "C" __global__ void zero_vector_f32(int n, float* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = 0.0f;
+}

@@ -1,0 +1,527 @@
+//! `fvpoisson bench --preconditioners`: time to solution of PCG on the device
+//! with every device preconditioner, in f64 and, where it has one, mixed
+//! precision, against Jacobi-PCG on the device and the CPU's DIC-PCG in the
+//! same run (issue 6's table).
+//!
+//! Per case the system is ordered once per layout the preconditioners need
+//! (RCM; RCM renumbered colour by colour; grown blocks for block Jacobi and
+//! block-IC, `smooth::block_layout_for`) and uploaded; those orderings and
+//! uploads are common and not counted. Per row: set-up (building the
+//! preconditioner on the uploaded matrix: factorisation, colouring,
+//! polynomial bound and f32 copies, AMG hierarchy), iterations, solve (PCG
+//! from x = 0 to the bench tolerance, OpenFOAM-normalised 1e-6, timed after
+//! a warm-up solve: warm), total = set-up + solve, and the total's ratio to
+//! Jacobi-PCG's solve and to the CPU's DIC-PCG (set-up + solve). Deflation
+//! rows are one call of `solve_pcg_deflated_gpu` (its set-up included; the
+//! set-up column says so). The CPU DIC-PCG runs in natural order (rayon where
+//! it parallelises); above `polynomial_bench::CPU_DIC_MAX_ROWS` rows its
+//! time is extrapolated from a timed fraction (set-up + 20 iterations) times
+//! the iterations of the device DIC-PCG in RCM order, and labelled so.
+
+use std::time::Instant;
+
+use super::amg::{gpu_amg_settings, DeviceAmg};
+use super::bench::{controls, poisson_system, JacobiBaseline, Row};
+use super::deflation::{solve_pcg_deflated_gpu, DeviceNeumann};
+use super::deflation_bench::default_subdomains;
+use super::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
+use super::pcg::{GpuSolveOptions, LaunchMode};
+use super::polynomial::DevicePolynomial;
+use super::polynomial_bench::CPU_DIC_MAX_ROWS;
+use super::smooth::{block_layout_for, colour_layout, DevicePreconditioner};
+use super::smooth_bench::{solve_warm, Ordered};
+use super::Gpu;
+use crate::solve::amg::AmgSettings;
+use crate::solve::deflation::Subdomains;
+use crate::solve::precond::Dic;
+use crate::solve::{
+    pcg, solve_pcg, ColouringKind, CpuBackend, InnerSolver, PolynomialKind, PolynomialSettings,
+    Precision, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, Sweep,
+};
+use crate::sparse::blocks::in_block_fraction;
+use crate::sparse::ordering::reverse_cuthill_mckee;
+use crate::sparse::{Csr, RowOrdering};
+
+/// The cases of the table: the 8M-cell hex box, the perturbed tet box and
+/// the density-contrast case (`--quick`: small ones).
+pub fn default_cases(quick: bool) -> Vec<String> {
+    let cases: [&str; 3] = match quick {
+        false => [
+            "box:200x200x200",
+            "box:94x94x94:tet:perturb=0.2:renumber",
+            "benches/bubble_hex_3d_8m",
+        ],
+        true => [
+            "box:40x40x40",
+            "box:20x20x20:tet:perturb=0.2:renumber",
+            "cases/bubble_tet_3d",
+        ],
+    };
+    cases.map(String::from).to_vec()
+}
+
+/// The system of a case: a case directory (density contrast: its first
+/// system, b = A x* for a random x*), else a bench mesh source.
+fn case_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
+    let dir = std::path::Path::new(case);
+    if dir.is_dir() && (dir.join("case.toml").exists() || dir.join("system").exists()) {
+        let a = crate::precond_study::case_matrix(dir)?;
+        let mut b = vec![0.0; a.n_rows()];
+        a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut b);
+        return Ok((a, b));
+    }
+    poisson_system(case)
+}
+
+/// One measured row before the ratios.
+struct Entry {
+    what: String,
+    ordering: &'static str,
+    /// None: included in `solve_ms` (one call).
+    setup_ms: Option<f64>,
+    iterations: Option<usize>,
+    solve_ms: f64,
+    note: String,
+}
+
+impl Entry {
+    fn total(&self) -> f64 {
+        self.setup_ms.unwrap_or(0.0) + self.solve_ms
+    }
+}
+
+/// The table of `cases` (`slice_height`: RCM and colour layouts; blocks of
+/// up to `block_size` rows), its rows and a markdown table for the README.
+pub fn run(
+    gpu: &Gpu,
+    cases: &[String],
+    slice_height: usize,
+    block_size: usize,
+    cpu: bool,
+) -> anyhow::Result<(Vec<Row>, String)> {
+    let mut rows = Vec::new();
+    let mut markdown = String::from(
+        "| case | preconditioner | order | setup ms | iterations | solve ms | total ms | vs \
+         Jacobi-PCG | vs CPU DIC-PCG |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for case in cases {
+        let t = Instant::now();
+        let (a, b) = case_system(case)?;
+        eprintln!(
+            "{case}: n = {}, nnz = {}, system in {:.1} s",
+            a.n_rows(),
+            a.nnz(),
+            t.elapsed().as_secs_f64()
+        );
+        let entries = case_entries(gpu, case, &a, &b, slice_height, block_size, cpu)?;
+        let base = entries
+            .iter()
+            .find(|e| e.what == "Jacobi")
+            .map_or(f64::NAN, Entry::total);
+        let cpu_ms = entries
+            .iter()
+            .find(|e| e.what.starts_with("CPU DIC"))
+            .map_or(f64::NAN, Entry::total);
+        for e in &entries {
+            let total = e.total();
+            let setup = e.setup_ms.map_or("incl.".into(), |s| format!("{s:.1}"));
+            let iterations = e.iterations.map_or("-".into(), |i| i.to_string());
+            let (vs_jacobi, vs_cpu) = (total / base, total / cpu_ms);
+            markdown += &format!(
+                "| {case} | {} | {} | {setup} | {iterations} | {:.1} | {total:.1} | {vs_jacobi:.2} \
+                 | {vs_cpu:.3} |\n",
+                e.what, e.ordering, e.solve_ms
+            );
+            rows.push(Row::timing(
+                case,
+                e.ordering,
+                e.what.clone(),
+                (a.n_rows(), a.nnz()),
+                total,
+                format!(
+                    "setup {setup} ms, {iterations} iterations, solve {:.1} ms, total {total:.1} \
+                     ms, x{vs_jacobi:.2} of Jacobi-PCG, x{vs_cpu:.3} of CPU DIC-PCG; {}",
+                    e.solve_ms, e.note
+                ),
+            ));
+        }
+    }
+    Ok((rows, markdown))
+}
+
+fn block_ic(name: &str, block_size: usize, precision: Precision) -> SmootherSettings {
+    let mut s = SmootherSettings::named(name).expect("a block-IC name");
+    s.block.block_size = block_size;
+    s.polynomial.precision = precision;
+    s
+}
+
+/// The entries of one case.
+fn case_entries(
+    gpu: &Gpu,
+    case: &str,
+    a: &Csr,
+    b: &[f64],
+    h: usize,
+    block_size: usize,
+    cpu: bool,
+) -> anyhow::Result<Vec<Entry>> {
+    let n = a.n_rows();
+    let controls = controls();
+    let options = GpuSolveOptions {
+        slice_height: h,
+        ..GpuSolveOptions::default()
+    };
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut push = |e: Entry| {
+        eprintln!(
+            "{case}: {} ({}): setup {:?} ms, {:?} iterations, solve {:.1} ms; {}",
+            e.what, e.ordering, e.setup_ms, e.iterations, e.solve_ms, e.note
+        );
+        entries.push(e);
+    };
+    // The layouts.
+    let rcm = reverse_cuthill_mckee(a);
+    let a_rcm = rcm.apply_symmetric(a);
+    let b_rcm = rcm.to_new(b);
+    let mut by_rcm = Ordered::new(gpu, ("rcm", "RCM".into()), a_rcm, &b_rcm, &options)?;
+    let (by_colour_p, a_colour, colouring) = colour_layout(gpu, &by_rcm.a, h)?;
+    let mut by_colour = Ordered::new(
+        gpu,
+        ("rcm+col", "RCM, colour-contiguous".into()),
+        a_colour,
+        &by_colour_p.to_new(&b_rcm),
+        &options,
+    )?;
+    by_colour.colouring = Some(colouring);
+    let mut kernels = vec!["smooth_block"];
+    kernels.extend(BLOCK_IC_KERNELS);
+    let (block_h, blocks, a_blocks) =
+        block_layout_for(gpu, a, block_size, &kernels, "block preconditioners")?;
+    let lambda = in_block_fraction(&a_blocks, block_h);
+    let mut by_blocks = Ordered::new(
+        gpu,
+        (
+            "blocks",
+            format!("grown {block_h}-row blocks, lambda {lambda:.3}"),
+        ),
+        a_blocks,
+        &blocks.to_new(b),
+        &GpuSolveOptions {
+            slice_height: block_h,
+            ..options
+        },
+    )?;
+
+    // Jacobi-PCG, the baseline (the fused loop: set-up is the inverse
+    // diagonal inside the backend).
+    let baseline = JacobiBaseline::measure(gpu, &by_rcm.a, &by_rcm.b, &options)?;
+    push(Entry {
+        what: "Jacobi".into(),
+        ordering: "rcm",
+        setup_ms: Some(0.0),
+        iterations: Some(baseline.iterations()),
+        solve_ms: baseline.ms,
+        note: baseline.note(""),
+    });
+    let mixed_note = "mixed precision not implemented for this preconditioner";
+
+    // Every other device preconditioner: (name, layout, builder).
+    type Build<'g> =
+        Box<dyn Fn(&Ordered<'g>) -> anyhow::Result<Box<dyn DevicePreconditioner + 'g>> + 'g>;
+    let smoother = |s: SmootherSettings| -> Build<'_> {
+        Box::new(move |o: &Ordered<'_>| {
+            let (sm, _) = o.smoother(gpu, &s)?;
+            Ok(
+                Box::new(super::smooth::DeviceSmootherPreconditioner::new(sm, &s))
+                    as Box<dyn DevicePreconditioner>,
+            )
+        })
+    };
+    let ic = |kind: IcKind, precision: Precision| -> Build<'_> {
+        Box::new(move |o: &Ordered<'_>| {
+            Ok(Box::new(DeviceIncompleteCholesky::with_precision(
+                gpu, &o.a, kind, precision,
+            )?) as Box<dyn DevicePreconditioner>)
+        })
+    };
+    let polynomial = |kind: PolynomialKind, precision: Precision| -> Build<'_> {
+        Box::new(move |o: &Ordered<'_>| {
+            let s = PolynomialSettings {
+                precision,
+                ..PolynomialSettings::new(kind, 4)
+            };
+            Ok(Box::new(DevicePolynomial::new(
+                gpu,
+                &o.a,
+                o.backend.shared_matrix(),
+                &s,
+            )?) as Box<dyn DevicePreconditioner>)
+        })
+    };
+    let neumann = |order: usize| -> Build<'_> {
+        Box::new(move |o: &Ordered<'_>| {
+            Ok(Box::new(DeviceNeumann::new(
+                gpu,
+                &o.a,
+                o.backend.shared_matrix(),
+                order,
+            )?) as Box<dyn DevicePreconditioner>)
+        })
+    };
+    let amg = || -> Build<'_> {
+        Box::new(move |o: &Ordered<'_>| {
+            let s = gpu_amg_settings(&AmgSettings::default());
+            Ok(
+                Box::new(DeviceAmg::new(gpu, o.backend.shared_matrix(), &s)?)
+                    as Box<dyn DevicePreconditioner>,
+            )
+        })
+    };
+    let mut sgs = SmootherSettings::new(SmootherKind::GaussSeidel(Sweep::Symmetric));
+    sgs.colouring = ColouringKind::JonesPlassmann;
+    let bj_sgs = SmootherSettings::block_jacobi(InnerSolver::SymGaussSeidel, 0.0, 1, block_h);
+    #[derive(Clone, Copy)]
+    enum Layout {
+        Rcm,
+        Colour,
+        Blocks,
+    }
+    let mut list: Vec<(String, Layout, Build<'_>, String)> = Vec::new();
+    for (kind, name) in [(IcKind::Dic, "DIC"), (IcKind::Ic0, "IC(0)")] {
+        for layout in [Layout::Rcm, Layout::Colour] {
+            for precision in [Precision::Double, Precision::Mixed] {
+                let label = match precision {
+                    Precision::Double => name.to_string(),
+                    Precision::Mixed => format!("{name} mixed"),
+                };
+                list.push((label, layout, ic(kind, precision), String::new()));
+            }
+        }
+    }
+    for name in ["blockDIC", "blockIC"] {
+        for precision in [Precision::Double, Precision::Mixed] {
+            let label = match precision {
+                Precision::Double => name.to_string(),
+                Precision::Mixed => format!("{name} mixed"),
+            };
+            let s = block_ic(name, block_h, precision);
+            list.push((label, Layout::Blocks, smoother(s), String::new()));
+        }
+    }
+    for kind in [SmootherKind::Jacobi, SmootherKind::L1Jacobi] {
+        for precision in [Precision::Double, Precision::Mixed] {
+            let mut s = SmootherSettings::new(kind);
+            s.sweeps = 2;
+            s.omega = 0.8;
+            s.polynomial.precision = precision;
+            let label = match precision {
+                Precision::Double => format!("2x{}(0.8)", kind.name()),
+                Precision::Mixed => format!("2x{}(0.8) mixed", kind.name()),
+            };
+            list.push((label, Layout::Rcm, smoother(s), String::new()));
+        }
+    }
+    list.push((
+        "blockJacobi (inner symGS x1)".into(),
+        Layout::Blocks,
+        smoother(bj_sgs),
+        mixed_note.into(),
+    ));
+    let mut sgs_mixed = sgs;
+    sgs_mixed.polynomial.precision = Precision::Mixed;
+    list.push((
+        "multicolour symGS".into(),
+        Layout::Colour,
+        smoother(sgs),
+        String::new(),
+    ));
+    list.push((
+        "multicolour symGS mixed".into(),
+        Layout::Colour,
+        smoother(sgs_mixed),
+        String::new(),
+    ));
+    for kind in PolynomialKind::ALL {
+        for precision in [Precision::Double, Precision::Mixed] {
+            let label = match precision {
+                Precision::Double => format!("{}(4)", kind.name()),
+                Precision::Mixed => format!("{}(4) mixed", kind.name()),
+            };
+            list.push((
+                label,
+                Layout::Rcm,
+                polynomial(kind, precision),
+                String::new(),
+            ));
+        }
+    }
+    list.push(("neu1".into(), Layout::Rcm, neumann(1), mixed_note.into()));
+    list.push(("neu2".into(), Layout::Rcm, neumann(2), mixed_note.into()));
+    list.push((
+        "AMG (V-cycle)".into(),
+        Layout::Rcm,
+        amg(),
+        mixed_note.into(),
+    ));
+    let mut dic_rcm_iterations = None;
+    for (what, layout, build, extra) in list {
+        let ordered = match layout {
+            Layout::Rcm => &mut by_rcm,
+            Layout::Colour => &mut by_colour,
+            Layout::Blocks => &mut by_blocks,
+        };
+        let t = Instant::now();
+        let built = build(ordered);
+        gpu.synchronize()?;
+        let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+        let entry = match built {
+            Err(e) => Entry {
+                what,
+                ordering: ordered.ordering,
+                setup_ms: None,
+                iterations: None,
+                solve_ms: f64::NAN,
+                note: format!("set-up failed: {e}"),
+            },
+            Ok(p) => {
+                let (solve_ms, result) = solve_warm(ordered, p, &controls)?;
+                let (iterations, note) = match result {
+                    Ok(perf) => (
+                        Some(perf.iterations),
+                        format!(
+                            "final residual {:.3e}{} ({}{})",
+                            perf.final_residual,
+                            if perf.converged { "" } else { " NOT CONVERGED" },
+                            ordered.name,
+                            if extra.is_empty() {
+                                String::new()
+                            } else {
+                                format!("; {extra}")
+                            }
+                        ),
+                    ),
+                    Err(e) => (None, format!("failed: {e}")),
+                };
+                if what == "DIC" && matches!(layout, Layout::Rcm) {
+                    dic_rcm_iterations = iterations;
+                }
+                Entry {
+                    what,
+                    ordering: ordered.ordering,
+                    setup_ms: Some(setup_ms),
+                    iterations,
+                    solve_ms,
+                    note,
+                }
+            }
+        };
+        push(entry);
+    }
+
+    // Deflation (+Jacobi), stripes of RCM rows; one call, set-up included.
+    let k = default_subdomains(n);
+    let stripes = Subdomains::stripes(n, k)?;
+    let fused = GpuSolveOptions {
+        ordering: RowOrdering::Natural,
+        launches: LaunchMode::Auto,
+        ..options
+    };
+    for kind in [PreconditionerKind::Jacobi, PreconditionerKind::Neumann1] {
+        let run = || {
+            let mut x = vec![0.0; n];
+            let t = Instant::now();
+            let r = solve_pcg_deflated_gpu(
+                gpu,
+                &by_rcm.a,
+                kind,
+                Some(&stripes),
+                &b_rcm,
+                &mut x,
+                &controls,
+                &fused,
+            );
+            (t.elapsed().as_secs_f64() * 1e3, r)
+        };
+        let _ = run();
+        let (ms, result) = run();
+        let (iterations, note) = match result {
+            Ok((perf, _)) => (
+                Some(perf.iterations),
+                format!(
+                    "{k} stripes of RCM rows, final residual {:.3e}{}",
+                    perf.final_residual,
+                    if perf.converged { "" } else { " NOT CONVERGED" }
+                ),
+            ),
+            Err(e) => (None, format!("failed: {e}")),
+        };
+        push(Entry {
+            what: format!("deflation + {kind}"),
+            ordering: "rcm",
+            setup_ms: None,
+            iterations,
+            solve_ms: ms,
+            note,
+        });
+    }
+
+    if cpu {
+        push(cpu_dic(a, b, &controls, dic_rcm_iterations)?);
+    }
+    Ok(entries)
+}
+
+/// The CPU's DIC-PCG in natural order: measured, or above
+/// [`CPU_DIC_MAX_ROWS`] extrapolated from set-up + 20 timed iterations and
+/// `iterations` (the device DIC-PCG's, RCM order).
+fn cpu_dic(
+    a: &Csr,
+    b: &[f64],
+    controls: &SolverControls,
+    iterations: Option<usize>,
+) -> anyhow::Result<Entry> {
+    let n = a.n_rows();
+    let mut x = vec![0.0; n];
+    if n <= CPU_DIC_MAX_ROWS {
+        let t = Instant::now();
+        let perf = solve_pcg(a, PreconditionerKind::Dic, b, &mut x, controls, "p")?;
+        return Ok(Entry {
+            what: "CPU DIC".into(),
+            ordering: "natural",
+            setup_ms: None,
+            iterations: Some(perf.iterations),
+            solve_ms: t.elapsed().as_secs_f64() * 1e3,
+            note: format!(
+                "set-up + solve, measured, final residual {:.3e}",
+                perf.final_residual
+            ),
+        });
+    }
+    let t = Instant::now();
+    let dic = Dic::new(a)?;
+    let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+    let steps = 20;
+    let backend = CpuBackend::new(a, &dic);
+    let t = Instant::now();
+    pcg(
+        &backend,
+        &b.to_vec(),
+        &mut x,
+        &SolverControls::absolute(0.0, steps),
+        "p",
+    )?;
+    let per_iteration = t.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let iterations = iterations.unwrap_or(0);
+    Ok(Entry {
+        what: "CPU DIC (extrapolated)".into(),
+        ordering: "natural",
+        setup_ms: Some(setup_ms),
+        iterations: Some(iterations),
+        solve_ms: per_iteration * iterations as f64,
+        note: format!(
+            "EXTRAPOLATED: {per_iteration:.1} ms/iteration over {steps} timed iterations x \
+             {iterations} iterations (the device DIC-PCG's, RCM order)"
+        ),
+    })
+}
