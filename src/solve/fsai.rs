@@ -181,6 +181,14 @@ impl FsaiSettings {
     pub fn from_keys<'k>(
         pairs: impl IntoIterator<Item = (&'k str, &'k str)>,
     ) -> Result<Self, String> {
+        Self::default().with_keys(pairs)
+    }
+
+    /// [`Self::from_keys`] starting from these settings instead of the defaults.
+    pub fn with_keys<'k>(
+        &self,
+        pairs: impl IntoIterator<Item = (&'k str, &'k str)>,
+    ) -> Result<Self, String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
             value
                 .parse()
@@ -191,18 +199,27 @@ impl FsaiSettings {
                 .parse()
                 .map_err(|_| format!("FSAI {key} must be a number, got '{value}'"))
         }
-        let mut adaptive = true;
-        let (mut steps, mut step_size, mut epsilon, mut stop) = match FsaiPattern::ADAPTIVE {
+        let adaptive_of = |p: FsaiPattern| match p {
             FsaiPattern::Adaptive {
                 steps,
                 step_size,
                 epsilon,
                 stop,
-            } => (steps, step_size, epsilon, stop),
-            FsaiPattern::Static { .. } => unreachable!("ADAPTIVE is adaptive"),
+            } => Some((steps, step_size, epsilon, stop)),
+            FsaiPattern::Static { .. } => None,
         };
-        let (mut power, mut prefilter) = (1, 0.0);
-        let mut settings = Self::default();
+        let static_of = |p: FsaiPattern| match p {
+            FsaiPattern::Static { power, prefilter } => Some((power, prefilter)),
+            FsaiPattern::Adaptive { .. } => None,
+        };
+        let mut adaptive = adaptive_of(self.pattern).is_some();
+        let (mut steps, mut step_size, mut epsilon, mut stop) = adaptive_of(self.pattern)
+            .or(adaptive_of(FsaiPattern::ADAPTIVE))
+            .expect("ADAPTIVE is adaptive");
+        let (mut power, mut prefilter) = static_of(self.pattern)
+            .or(static_of(FsaiPattern::STATIC))
+            .expect("STATIC is static");
+        let mut settings = *self;
         let (mut adaptive_key, mut static_key) = (None, None);
         for (key, value) in pairs {
             let lower = key.to_ascii_lowercase();
