@@ -166,10 +166,11 @@ struct SolveMatrixArgs {
     rhs: Option<PathBuf>,
     /// Preconditioner: none, jacobi, dic, dilu, ic0, sgs, aggregation AMG as
     /// amg[:key=value]... (e.g. amg:cycle=K:passes=3; keys in the README),
-    /// ILU(k) as ilu0, ilu1, iluk:K, or Schwarz as
+    /// ILU(k) as ilu0, ilu1, iluk:K, Schwarz as
     /// ras[:subdomains=64][:overlap=1][:fill=0][:nested=1][:inner-overlap=1]
     /// (restricted, ILU(k) blocks: GMRES/BiCGStab) or as[:...] (additive,
-    /// IC(0) blocks, symmetric: PCG);
+    /// IC(0) blocks, symmetric: PCG), or FSAI as fsai[:key=value,...] (e.g.
+    /// fsai:steps=20,epsilon=0.001);
     /// default dic on the CPU, jacobi on the GPU (where dic and ic0 are
     /// level-scheduled).
     #[arg(long)]
@@ -808,6 +809,16 @@ struct BenchArgs {
     /// Cells per side of the --ilu Poisson grid (the thesis: 120).
     #[arg(long, default_value_t = 120)]
     ilu_grid: usize,
+    /// Also the FSAI rows: static FSAI (power 1, 2) and aFSAI (steps 5, 10,
+    /// 20, 30 x epsilon 1e-3, 5e-3, 5e-2) against Jacobi-PCG: setup, density,
+    /// iterations, solve and total time, on each case and on
+    /// --deflation-case. With --device cpu: the CPU rows only.
+    #[arg(long)]
+    fsai: bool,
+    /// FSAI settings the --fsai rows measure, as fsai:key=value,... (repeat
+    /// the flag for several; default: the sweep above).
+    #[arg(long, value_name = "SETTINGS")]
+    fsai_variant: Vec<crate::solve::fsai::FsaiSettings>,
     /// Instead of the tables above: PCG time to solution (setup + solve,
     /// warm) with every device preconditioner, f64 and mixed precision,
     /// against Jacobi-PCG and the CPU's DIC-PCG, on the 8M-cell hex box, the
@@ -815,7 +826,9 @@ struct BenchArgs {
     /// benches/bubble_hex_3d_8m).
     #[arg(long)]
     preconditioners: bool,
-    /// With --preconditioners: small meshes (a quick check of the table).
+    /// Small cases instead of the default meshes (box:40x40x40 and
+    /// box:24x24x24:tet:perturb=0.2:renumber; the --deflation-case too); with
+    /// --preconditioners, small meshes (a quick check of the table).
     #[arg(long)]
     quick: bool,
     /// Print the rows as JSON after the table.
@@ -828,11 +841,10 @@ struct BenchArgs {
 
 /// `bench`: see `gpu::bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let gpu = args
-        .device
-        .select()?
-        .ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+    let gpu = args.device.select()?;
     if args.preconditioners {
+        let gpu =
+            gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
         let cases = crate::gpu::precond_bench::default_cases(args.quick);
         let (rows, markdown) =
             crate::gpu::precond_bench::run(&gpu, &cases, args.slice_height, 512, !args.no_cpu)?;
@@ -847,8 +859,14 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let meshes = match args.quick {
+        true => crate::gpu::fsai_bench::QUICK_MESHES
+            .map(String::from)
+            .to_vec(),
+        false => args.meshes,
+    };
     let settings = crate::gpu::bench::BenchSettings {
-        meshes: args.meshes,
+        meshes,
         orderings: args.ordering,
         slice_height: args.slice_height,
         reps: args.reps,
@@ -869,8 +887,18 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         krylov: args.krylov,
         krylov_cd: args.krylov_cd,
         ilu_grid: args.ilu.then_some(args.ilu_grid),
+        fsai: args.fsai,
+        fsai_variants: args.fsai_variant,
     };
-    let report = crate::gpu::bench::run(&gpu, &settings)?;
+    let report = match (&gpu, args.fsai) {
+        (Some(gpu), _) => crate::gpu::bench::run(gpu, &settings)?,
+        (None, true) => crate::gpu::bench::run_fsai_cpu(&settings)?,
+        (None, false) => {
+            anyhow::bail!(
+                "bench measures the GPU and there is none to use (only --fsai has CPU rows)"
+            )
+        }
+    };
     print!("{}", crate::gpu::bench::table(&report));
     if args.json {
         println!("{}", crate::gpu::bench::json(&report));

@@ -38,7 +38,7 @@ use crate::solve::krylov::{GmresSettings, KrylovMethod};
 use crate::solve::precond::check_fill_level;
 use crate::solve::schwarz::{SchwarzKind, SchwarzSettings};
 use crate::solve::{
-    EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
+    EigenBound, FsaiSettings, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, SolverControls,
 };
 use std::path::{Path, PathBuf};
@@ -825,13 +825,15 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
             Preconditioner::Ilu(k)
         }
         "RAS" | "AS" => Preconditioner::Schwarz(schwarz_settings(holder, &name)?),
+        "FSAI" => Preconditioner::Fsai(fsai_settings(holder, entry)?),
         other => {
             let mut smoother = SmootherSettings::named(other).map_err(|_| {
                 at(
                     entry,
                     format!(
                         "preconditioner '{other}' is not supported (DIC, FDIC, DILU, ILU, RAS, \
-                         AS, diagonal, none, GAMG, a polynomial: Neumann, Chebyshev, leastSquares, or a symmetric \
+                         AS, diagonal, none, GAMG, FSAI, a polynomial: Neumann, Chebyshev, \
+                         leastSquares, or a symmetric \
                          smoother: symGaussSeidel, \
                          multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi, blockIC, \
                          blockDIC)"
@@ -871,6 +873,37 @@ fn schwarz_settings(dict: &FoamDict, name: &str) -> Result<SchwarzSettings, Case
         )
     })?;
     Ok(s)
+}
+
+/// The FSAI keys of the preconditioner dictionary (`pattern`, `steps`,
+/// `stepSize`, `epsilon`, `stop`, `power`, `prefilter`, `postfilter`,
+/// `precision`; `solve::fsai::FsaiSettings::from_keys`); errors at the
+/// preconditioner entry, naming the key.
+fn fsai_settings(dict: &FoamDict, entry: &FoamEntry) -> Result<FsaiSettings, CaseError> {
+    const KEYS: [&str; 9] = [
+        "pattern",
+        "steps",
+        "stepSize",
+        "epsilon",
+        "stop",
+        "power",
+        "prefilter",
+        "postfilter",
+        "precision",
+    ];
+    let mut pairs = Vec::new();
+    for key in KEYS {
+        let text = match dict.get_opt::<String>(key) {
+            Ok(Some(word)) => Some(word),
+            Ok(None) => None,
+            Err(_) => dict.get_opt::<f64>(key)?.map(|v| v.to_string()),
+        };
+        if let Some(text) = text {
+            pairs.push((key, text));
+        }
+    }
+    FsaiSettings::from_keys(pairs.iter().map(|(k, v)| (*k, v.as_str())))
+        .map_err(|e| at(entry, format!("preconditioner FSAI: {e}")))
 }
 
 /// The polynomial preconditioner keys of `dict` (`degree`, `eigenBound

@@ -164,6 +164,9 @@ impl Device<'_> {
             (None, p @ (Preconditioner::Ilu(_) | Preconditioner::Schwarz(_))) => Some(format!(
                 "PCG with the {p} preconditioner runs on a host-assembled matrix"
             )),
+            (None, Preconditioner::Fsai(s)) => Some(format!(
+                "PCG with the {s} preconditioner runs on a host-assembled matrix"
+            )),
         }
     }
 }

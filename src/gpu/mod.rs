@@ -27,6 +27,8 @@ pub mod cache;
 pub mod cusparse;
 pub mod deflation;
 pub mod deflation_bench;
+pub mod fsai;
+pub mod fsai_bench;
 pub mod ic;
 pub mod ilu;
 pub mod ilu_bench;
@@ -63,6 +65,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ilu.cu", include_str!("../../kernels/ilu.cu")),
     ("krylov.cu", include_str!("../../kernels/krylov.cu")),
     ("block_ic.cu", include_str!("../../kernels/block_ic.cu")),
+    ("fsai_apply.cu", include_str!("../../kernels/fsai_apply.cu")),
 ];
 
 /// The kernels the sources define, in source order.

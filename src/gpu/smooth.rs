@@ -809,7 +809,7 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 }
 
 /// What the GPU runs for a PCG preconditioner: Jacobi, none and the
-/// polynomials (`gpu::polynomial`) as given;
+/// polynomials (`gpu::polynomial`) and FSAI (`gpu::fsai`) as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
 /// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; ILU(k) and Schwarz
 /// as given (`gpu::ilu`); the other kinds without a device form as Jacobi.
@@ -826,6 +826,7 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
         Preconditioner::Smoother(s) => Preconditioner::Smoother(gpu_smoother(s)),
         Preconditioner::Polynomial(_) => *p,
         Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => *p,
+        Preconditioner::Fsai(_) => *p,
     }
 }
 
@@ -1003,6 +1004,9 @@ impl GpuSolver<'_> {
                     field,
                     options,
                 )
+            }
+            Preconditioner::Fsai(s) => {
+                return self.solve_fsai(a, s, equilibration, b, x, controls, field, options)
             }
         };
         check_system(a, b, x, controls)?;

@@ -17,6 +17,7 @@ pub mod cpu;
 pub mod deflation;
 pub mod equilibrate;
 pub mod error;
+pub mod fsai;
 pub mod gmres;
 pub mod ilu;
 pub mod krylov;
@@ -33,6 +34,7 @@ pub mod smoother;
 pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::SolveError;
+pub use fsai::{FsaiPattern, FsaiSettings, FsaiStop};
 pub use krylov::{
     solve_krylov, solve_krylov_with, CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod,
     Orthogonalization, PreconditioningSide,

@@ -13,6 +13,7 @@ use std::str::FromStr;
 use rayon::prelude::*;
 
 use super::amg::{Amg, AmgSettings};
+use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::schwarz::SchwarzSettings;
@@ -123,6 +124,8 @@ pub enum Preconditioner {
     Ilu(u32),
     /// Restricted (RAS) or symmetric additive (AS) Schwarz (`solve::schwarz`).
     Schwarz(SchwarzSettings),
+    /// Factored sparse approximate inverse, z = Gᵀ G r (`solve::fsai`).
+    Fsai(FsaiSettings),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -146,6 +149,7 @@ impl fmt::Display for Preconditioner {
             Self::Amg(s) => s.fmt(f),
             Self::Ilu(k) => write!(f, "ilu{k}"),
             Self::Schwarz(s) => s.fmt(f),
+            Self::Fsai(s) => s.fmt(f),
         }
     }
 }
@@ -154,12 +158,14 @@ impl FromStr for Preconditioner {
     type Err = String;
     /// A [`PreconditionerKind`] name, `amg[:key=value]...` ([`AmgSettings`]),
     /// `ilu0`, `ilu1`, `iluk:K` (ILU(K)), `ras[:key=value]...` /
-    /// `as[:key=value]...` ([`SchwarzSettings`]), or block-IC: `block-ic` /
-    /// `block-dic` with `:blockSize=N`, `:precision=double|mixed`.
+    /// `as[:key=value]...` ([`SchwarzSettings`]), `fsai[:key=value,...]`
+    /// ([`FsaiSettings`]), or block-IC: `block-ic` / `block-dic` with
+    /// `:blockSize=N`, `:precision=double|mixed`.
     fn from_str(s: &str) -> Result<Self, String> {
         let head = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
         match head.as_str() {
             "amg" => return s.parse().map(Self::Amg),
+            "fsai" => return s.parse().map(Self::Fsai),
             "ras" | "as" => return s.parse().map(Self::Schwarz),
             "iluk" => {
                 let k = s.split_once(':').map(|(_, k)| k).unwrap_or_default();
@@ -181,7 +187,7 @@ impl FromStr for Preconditioner {
             .map_err(|e| {
                 format!(
                     "{e}, or amg[:key=value]..., ilu0, ilu1, iluk:K, ras[:key=value]..., \
-                 as[:key=value]..., block-ic / block-dic[:key=value]..."
+                 as[:key=value]..., fsai[:key=value,...], block-ic / block-dic[:key=value]..."
                 )
             })
     }
@@ -232,7 +238,7 @@ impl Preconditioner {
     /// Whether PCG must be flexible (the preconditioner is not a fixed linear map).
     pub fn is_flexible(&self) -> bool {
         match self {
-            Self::Kind(_) | Self::Polynomial(_) => false,
+            Self::Kind(_) | Self::Polynomial(_) | Self::Fsai(_) => false,
             Self::Smoother(s) => !s.is_linear(),
             Self::Amg(s) => !s.is_linear(),
             Self::Ilu(_) | Self::Schwarz(_) => false,
@@ -275,13 +281,14 @@ impl Preconditioner {
                         )))
                     }
                 }),
+            Self::Fsai(s) => s.validate().map_err(SolveError::InvalidControls),
         }
     }
 
     /// The row order the preconditioner wants (block Jacobi's blocks).
     pub fn ordering(&self, a: &Csr) -> Option<Permutation> {
         match self {
-            Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) => None,
+            Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) | Self::Fsai(_) => None,
             Self::Ilu(_) | Self::Schwarz(_) => None,
             Self::Smoother(s) => s.ordering(a),
         }
@@ -314,6 +321,17 @@ impl Preconditioner {
                 let m = super::schwarz::Schwarz::new(a, s)?;
                 log::info!("{}", m.describe());
                 Ok(Box::new(m))
+            }
+            Self::Fsai(s) => {
+                let p = FsaiPreconditioner::new(a, s)?;
+                let st = &p.factor.stats;
+                log::info!(
+                    "{s}: density {:.3} (before postfilter {:.3}), {} fallback rows",
+                    st.density,
+                    st.density_before_postfilter,
+                    st.fallback_rows
+                );
+                Ok(Box::new(p))
             }
         }
     }
