@@ -183,3 +183,57 @@ fn pcg_matches_the_cpu() {
         }
     }
 }
+
+/// Replacing the preconditioner of a backend whose PCG loop was captured into
+/// a CUDA graph must drop that graph (it holds the old preconditioner's
+/// kernels and buffers): the second solve takes the iterations of a fresh
+/// backend with the new preconditioner, not the old one's.
+#[test]
+fn a_new_preconditioner_replaces_the_captured_graph() {
+    use fvpoisson::gpu::pcg::{GpuCgBackend, LaunchMode};
+    use fvpoisson::solve::pcg;
+    let Some(gpu) = test_device() else { return };
+    let (a, b) = poisson_system("box:16x16x16").unwrap();
+    let options = GpuSolveOptions {
+        launches: LaunchMode::Graph,
+        ..GpuSolveOptions::default()
+    };
+    let controls = SolverControls::absolute(1e-10, 5_000);
+    let weak = FsaiSettings {
+        pattern: FsaiPattern::Static {
+            power: 1,
+            prefilter: 0.0,
+        },
+        ..FsaiSettings::default()
+    };
+    let strong = FsaiSettings {
+        pattern: FsaiPattern::Static {
+            power: 3,
+            prefilter: 0.0,
+        },
+        ..FsaiSettings::default()
+    };
+    let device_fsai =
+        |s: &FsaiSettings| DeviceFsai::from_host(&gpu, &fsai_setup(&a, s).unwrap()).unwrap();
+    let solve = |backend: &GpuCgBackend| {
+        let rhs = backend.upload(&b).unwrap();
+        let mut x = backend.upload(&vec![0.0; a.n_rows()]).unwrap();
+        pcg(backend, &rhs, &mut x, &controls, "p")
+            .unwrap()
+            .iterations
+    };
+    let mut reused = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
+    reused.set_preconditioner(Box::new(device_fsai(&weak)));
+    let weak_its = solve(&reused);
+    reused.set_preconditioner(Box::new(device_fsai(&strong)));
+    let reused_its = solve(&reused);
+    let mut fresh = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
+    fresh.set_preconditioner(Box::new(device_fsai(&strong)));
+    let fresh_its = solve(&fresh);
+    println!("power 1: {weak_its}, power 3 reused backend: {reused_its}, fresh: {fresh_its}");
+    assert_ne!(
+        weak_its, fresh_its,
+        "the two preconditioners must differ to test anything"
+    );
+    assert_eq!(reused_its, fresh_its);
+}

@@ -359,6 +359,8 @@ impl<'g> GpuCgBackend<'g> {
     /// Preconditions with `p` instead of Jacobi (build the backend with
     /// `jacobi` false).
     pub fn set_preconditioner(&mut self, p: Box<dyn DevicePreconditioner + 'g>) {
+        // A captured graph holds the old preconditioner's kernels and buffers.
+        *self.graph.get_mut() = None;
         self.preconditioner = Some(p);
     }
 
