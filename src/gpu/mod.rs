@@ -26,6 +26,7 @@ pub mod cache;
 pub mod cusparse;
 pub mod deflation;
 pub mod deflation_bench;
+pub mod fsai_setup;
 pub mod ic;
 pub mod matrix;
 pub mod pcg;
@@ -54,6 +55,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
     ("deflation.cu", include_str!("../../kernels/deflation.cu")),
     ("amg.cu", include_str!("../../kernels/amg.cu")),
+    ("fsai.cu", include_str!("../../kernels/fsai.cu")),
 ];
 
 /// The kernels the sources define, in source order.
