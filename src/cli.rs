@@ -163,7 +163,8 @@ struct SolveMatrixArgs {
     #[arg(long)]
     rhs: Option<PathBuf>,
     /// Preconditioner: none, jacobi, dic, ic0, sgs, or aggregation AMG as
-    /// amg[:key=value]... (e.g. amg:cycle=K:passes=3; keys in the README);
+    /// amg[:key=value]... (e.g. amg:cycle=K:passes=3; keys in the README),
+    /// or FSAI as fsai[:key=value,...] (e.g. fsai:steps=20,epsilon=0.001);
     /// default dic on the CPU, jacobi on the GPU (where dic and ic0 are
     /// level-scheduled).
     #[arg(long)]
@@ -306,6 +307,9 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
                     "x",
                     &options,
                 ),
+                Preconditioner::Fsai(s) => {
+                    GpuSolver::new(gpu).solve_fsai(&a, &s, eq, &b, &mut x, &controls, "x", &options)
+                }
                 _ => anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)"),
             }
         }
@@ -725,6 +729,20 @@ struct BenchArgs {
     /// flag for several; default: the V-, W- and K-cycle with the defaults).
     #[arg(long, value_name = "SETTINGS")]
     amg_variant: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the FSAI rows: static FSAI (power 1, 2) and aFSAI (steps 5, 10,
+    /// 20, 30 x epsilon 1e-3, 5e-3, 5e-2) against Jacobi-PCG: setup, density,
+    /// iterations, solve and total time, on each case and on
+    /// --deflation-case. With --device cpu: the CPU rows only.
+    #[arg(long)]
+    fsai: bool,
+    /// FSAI settings the --fsai rows measure, as fsai:key=value,... (repeat
+    /// the flag for several; default: the sweep above).
+    #[arg(long, value_name = "SETTINGS")]
+    fsai_variant: Vec<crate::solve::fsai::FsaiSettings>,
+    /// Small cases instead of the default meshes (box:40x40x40 and
+    /// box:24x24x24:tet:perturb=0.2:renumber; the --deflation-case too).
+    #[arg(long)]
+    quick: bool,
     /// Print the rows as JSON after the table.
     #[arg(long)]
     json: bool,
@@ -735,12 +753,15 @@ struct BenchArgs {
 
 /// `bench`: see `gpu::bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let gpu = args
-        .device
-        .select()?
-        .ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+    let gpu = args.device.select()?;
+    let meshes = match args.quick {
+        true => crate::gpu::fsai_bench::QUICK_MESHES
+            .map(String::from)
+            .to_vec(),
+        false => args.meshes,
+    };
     let settings = crate::gpu::bench::BenchSettings {
-        meshes: args.meshes,
+        meshes,
         orderings: args.ordering,
         slice_height: args.slice_height,
         reps: args.reps,
@@ -758,8 +779,18 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         deflation_cases: args.deflation_case,
         amg: args.amg,
         amg_variants: args.amg_variant,
+        fsai: args.fsai,
+        fsai_variants: args.fsai_variant,
     };
-    let report = crate::gpu::bench::run(&gpu, &settings)?;
+    let report = match (&gpu, args.fsai) {
+        (Some(gpu), _) => crate::gpu::bench::run(gpu, &settings)?,
+        (None, true) => crate::gpu::bench::run_fsai_cpu(&settings)?,
+        (None, false) => {
+            anyhow::bail!(
+                "bench measures the GPU and there is none to use (only --fsai has CPU rows)"
+            )
+        }
+    };
     print!("{}", crate::gpu::bench::table(&report));
     if args.json {
         println!("{}", crate::gpu::bench::json(&report));

@@ -856,3 +856,69 @@ fn amg_from_case_toml_solves_like_pcg() {
         assert!(diff < 1e-7, "{tag}: {diff}");
     }
 }
+
+#[test]
+fn fsai_from_case_toml_solves_like_pcg() {
+    use fvpoisson::solve::{FsaiPattern, FsaiSettings, FsaiStop, Precision, Preconditioner};
+    let text = mms_with_solver_entry(
+        "preconditioner = \"FSAI\"\nfsai = { steps = 20, epsilon = 0.001, stop = \"reduction\", \
+         precision = \"mixed\" }\n",
+    );
+    let setup = parse(&text).unwrap();
+    assert_eq!(
+        setup.solver.regular.preconditioner,
+        Preconditioner::Fsai(FsaiSettings {
+            pattern: FsaiPattern::Adaptive {
+                steps: 20,
+                step_size: 1,
+                epsilon: 0.001,
+                stop: FsaiStop::Reduction
+            },
+            postfilter: 0.0,
+            precision: Precision::Mixed,
+        })
+    );
+    let reference = run_text(MMS, "fsai_ref").field;
+    let field = run_text(&text, "fsai_run").field;
+    let diff = field
+        .iter()
+        .zip(&reference)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(diff < 1e-7, "{diff}");
+    let static_text = mms_with_solver_entry(
+        "preconditioner = \"FSAI\"\nfsai = { pattern = \"static\", power = 2, prefilter = 0.05, \
+         postfilter = 0.01 }\n",
+    );
+    assert_eq!(
+        parse(&static_text).unwrap().solver.regular.preconditioner,
+        Preconditioner::Fsai(FsaiSettings {
+            pattern: FsaiPattern::Static {
+                power: 2,
+                prefilter: 0.05
+            },
+            postfilter: 0.01,
+            precision: Precision::Double,
+        })
+    );
+    assert_solver_entries_refused(
+        "fsai_keys",
+        &[
+            (
+                "fsai = { steps = 5 }\n",
+                "solver.T.fsai: only the FSAI preconditioner uses it",
+            ),
+            (
+                "preconditioner = \"FSAI\"\nfsai = { steps = 16, stepSize = 2 }\n",
+                "case.toml:5:8: solver.T.fsai: FSAI steps * stepSize must be at most 31",
+            ),
+            (
+                "preconditioner = \"FSAI\"\nfsai = { power = 2 }\n",
+                "FSAI power applies to pattern static, but the pattern is adaptive",
+            ),
+            (
+                "preconditioner = \"FSAI\"\nfsai = { colour = 2 }\n",
+                "unknown FSAI parameter 'colour'",
+            ),
+        ],
+    );
+}

@@ -696,3 +696,48 @@ fn corrupted_case_files_never_panic() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[test]
+fn fsai_preconditioner_from_fv_solution() {
+    use fvpoisson::solve::{FsaiPattern, FsaiSettings, FsaiStop};
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner FSAI; pattern adaptive; steps 12; stepSize 2; \
+                 epsilon 0.01; stop stagnation; postfilter 0.02; precision mixed; }",
+            )
+        },
+        "fsai_precond",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        Preconditioner::Fsai(FsaiSettings {
+            pattern: FsaiPattern::Adaptive {
+                steps: 12,
+                step_size: 2,
+                epsilon: 0.01,
+                stop: FsaiStop::Stagnation
+            },
+            postfilter: 0.02,
+            precision: Precision::Mixed,
+        })
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    let err = edited_error(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner FSAI; pattern static; power 0; }",
+            )
+        },
+        "fsai_bad",
+    );
+    assert!(err.contains("FSAI power must be between 1 and 8"), "{err}");
+}

@@ -40,13 +40,18 @@
 //!                             # (or GAMG: one aggregation-AMG cycle), or a
 //!                             # symmetric smoother run from 0: symGaussSeidel,
 //!                             # multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi,
-//!                             # or a polynomial: Neumann, Chebyshev, leastSquares
+//!                             # or a polynomial: Neumann, Chebyshev, leastSquares,
+//!                             # or FSAI (factored sparse approximate inverse)
 //! degree = 4                  # polynomial (preconditioner or smoother): products by A
 //!                             # per application (1..32)
 //! eigenBound = "Gershgorin"   # polynomial: upper eigenvalue bound, Gershgorin or Lanczos
 //! lanczosSteps = 10           # polynomial: Lanczos steps (implies eigenBound = "Lanczos")
 //! eigenRatio = 30.0           # Chebyshev: interval [b/eigenRatio, b]
 //! precision = "double"        # polynomial: double, or mixed (polynomial in f32, PCG in f64)
+//! fsai = { steps = 10 }       # FSAI preconditioner parameters (README "FSAI"): pattern
+//!                             # (adaptive, static), steps, stepSize, epsilon, stop
+//!                             # (stagnation, reduction), power, prefilter, postfilter,
+//!                             # precision (double, mixed: f32 setup)
 //! amg = { cycle = "V" }       # AMG / GAMG parameters (README "Aggregation AMG"): cycle
 //!                             # (V, W, K), smoother (Jacobi, L1Jacobi, Chebyshev,
 //!                             # multicolourGaussSeidel), sweeps, omega, overCorrection,
@@ -96,8 +101,8 @@ use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
 use crate::solve::{
-    EigenBound, EquilibrationKind, PolynomialSettings, Preconditioner, PreconditionerKind,
-    SmootherKind, SmootherSettings, SolverControls,
+    EigenBound, EquilibrationKind, FsaiSettings, PolynomialSettings, Preconditioner,
+    PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -203,6 +208,7 @@ pub(super) struct SolverEntry {
     preconditioner: Option<Spanned<String>>,
     smoother: Option<Spanned<String>>,
     amg: Option<Spanned<BTreeMap<String, Value>>>,
+    fsai: Option<Spanned<BTreeMap<String, Value>>>,
     #[serde(rename = "nSweeps")]
     n_sweeps: Option<Spanned<usize>>,
     omega: Option<Spanned<f64>>,
@@ -760,10 +766,31 @@ impl Source<'_> {
             amg.validate()
                 .map_err(|e| self.error(table.span(), format!("solver.{name}.amg: {e}")))?;
         }
+        let mut fsai = match base.preconditioner {
+            Preconditioner::Fsai(s) => s,
+            _ => FsaiSettings::default(),
+        };
+        if let Some(table) = &entry.fsai {
+            let pairs: Vec<(String, String)> = table
+                .get_ref()
+                .iter()
+                .map(|(key, value)| {
+                    let text = match value {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (key.clone(), text)
+                })
+                .collect();
+            fsai = fsai
+                .with_keys(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .map_err(|e| self.error(table.span(), format!("solver.{name}.fsai: {e}")))?;
+        }
         let mut preconditioner = base.preconditioner;
         if let Some(p) = &entry.preconditioner {
             preconditioner = match foam_preconditioner(p.get_ref()) {
                 _ if ["AMG", "GAMG"].contains(&p.get_ref().as_str()) => Preconditioner::Amg(amg),
+                _ if p.get_ref() == "FSAI" => Preconditioner::Fsai(fsai),
                 Ok(kind) => kind.into(),
                 Err(_) if PolynomialSettings::named(p.get_ref()).is_some() => {
                     Preconditioner::Polynomial(
@@ -775,8 +802,8 @@ impl Source<'_> {
                         self.error(
                             p.span(),
                             format!(
-                                "solver.{name}.preconditioner: {e}; or AMG, or a symmetric smoother \
-                                 (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
+                                "solver.{name}.preconditioner: {e}; or AMG, or FSAI, or a symmetric \
+                                 smoother (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
                                  blockJacobi), or a polynomial (Neumann, Chebyshev, \
                                  leastSquares)"
                             ),
@@ -867,6 +894,21 @@ impl Source<'_> {
         };
         if let Preconditioner::Amg(s) = &mut preconditioner {
             *s = amg;
+        }
+        if let Preconditioner::Fsai(s) = &mut preconditioner {
+            *s = fsai;
+        }
+        if let (Some(table), false) = (
+            &entry.fsai,
+            matches!(preconditioner, Preconditioner::Fsai(_)),
+        ) {
+            return Err(self.error(
+                table.span(),
+                format!(
+                    "solver.{name}.fsai: only the FSAI preconditioner uses it (preconditioner = \
+                     \"FSAI\")"
+                ),
+            ));
         }
         let uses_amg = gamg_solver || matches!(preconditioner, Preconditioner::Amg(_));
         if let (Some(table), false) = (&entry.amg, uses_amg) {

@@ -35,7 +35,7 @@ use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFiel
 use crate::mesh::{Mesh, MeshError, MeshSource};
 use crate::solve::amg::AmgSettings;
 use crate::solve::{
-    EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
+    EigenBound, FsaiSettings, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, SolverControls,
 };
 use std::path::{Path, PathBuf};
@@ -788,13 +788,14 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
             Preconditioner::Polynomial(p)
         }
         "GAMG" => Preconditioner::Amg(gamg_settings(holder)?),
+        "FSAI" => Preconditioner::Fsai(fsai_settings(holder, entry)?),
         other => {
             let mut smoother = SmootherSettings::named(other).map_err(|_| {
                 at(
                     entry,
                     format!(
                         "preconditioner '{other}' is not supported (DIC, FDIC, diagonal, none, \
-                         GAMG, a polynomial: Neumann, Chebyshev, leastSquares, or a symmetric \
+                         GAMG, FSAI, a polynomial: Neumann, Chebyshev, leastSquares, or a symmetric \
                          smoother: symGaussSeidel, \
                          multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi)"
                     ),
@@ -807,6 +808,37 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
             Preconditioner::Smoother(smoother)
         }
     })
+}
+
+/// The FSAI keys of the preconditioner dictionary (`pattern`, `steps`,
+/// `stepSize`, `epsilon`, `stop`, `power`, `prefilter`, `postfilter`,
+/// `precision`; `solve::fsai::FsaiSettings::from_keys`); errors at the
+/// preconditioner entry, naming the key.
+fn fsai_settings(dict: &FoamDict, entry: &FoamEntry) -> Result<FsaiSettings, CaseError> {
+    const KEYS: [&str; 9] = [
+        "pattern",
+        "steps",
+        "stepSize",
+        "epsilon",
+        "stop",
+        "power",
+        "prefilter",
+        "postfilter",
+        "precision",
+    ];
+    let mut pairs = Vec::new();
+    for key in KEYS {
+        let text = match dict.get_opt::<String>(key) {
+            Ok(Some(word)) => Some(word),
+            Ok(None) => None,
+            Err(_) => dict.get_opt::<f64>(key)?.map(|v| v.to_string()),
+        };
+        if let Some(text) = text {
+            pairs.push((key, text));
+        }
+    }
+    FsaiSettings::from_keys(pairs.iter().map(|(k, v)| (*k, v.as_str())))
+        .map_err(|e| at(entry, format!("preconditioner FSAI: {e}")))
 }
 
 /// The polynomial preconditioner keys of `dict` (`degree`, `eigenBound

@@ -141,6 +141,9 @@ impl Device<'_> {
                 "PCG with the {s} preconditioner runs on a host-assembled matrix"
             )),
             (None, Preconditioner::Kind(_)) => None,
+            (None, Preconditioner::Fsai(s)) => Some(format!(
+                "PCG with the {s} preconditioner runs on a host-assembled matrix"
+            )),
         }
     }
 }

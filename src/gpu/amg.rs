@@ -104,6 +104,18 @@ impl DeviceCsr {
         a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
     }
 
+    /// `a` copied to the device.
+    pub fn upload(gpu: &Gpu, a: &Csr) -> Result<Self, GpuError> {
+        let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
+        Ok(Self {
+            n: a.n_rows(),
+            nnz: a.nnz(),
+            row_ptr: gpu.upload(&row_ptr)?,
+            cols: gpu.upload(a.cols())?,
+            vals: gpu.upload(a.values())?,
+        })
+    }
+
     /// The matrix read back.
     pub fn download(&self, gpu: &Gpu) -> Result<Csr, GpuError> {
         let row_ptr: Vec<usize> = gpu.download(&self.row_ptr)?[..=self.n]

@@ -305,6 +305,11 @@ pub struct BenchSettings {
     /// The AMG settings measured (empty: the V-, W- and K-cycle with the
     /// default settings).
     pub amg_variants: Vec<crate::solve::amg::AmgSettings>,
+    /// Also the FSAI rows (`fsai_bench`): static FSAI and aFSAI against
+    /// Jacobi-PCG, on each case and on `deflation_cases` (density contrast).
+    pub fsai: bool,
+    /// The FSAI settings measured (empty: `fsai_bench::default_variants`).
+    pub fsai_variants: Vec<crate::solve::fsai::FsaiSettings>,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
@@ -459,6 +464,27 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
                 .rows
                 .extend(super::amg_bench::rows(gpu, spec, &a, settings)?);
         }
+        if settings.fsai {
+            report.rows.extend(super::fsai_bench::rows(
+                Some(gpu),
+                spec,
+                &a,
+                &rhs,
+                settings,
+            )?);
+        }
+    }
+    if settings.fsai {
+        for dir in &settings.deflation_cases {
+            let (spec, a, rhs) = contrast_case(dir)?;
+            report.rows.extend(super::fsai_bench::rows(
+                Some(gpu),
+                &spec,
+                &a,
+                &rhs,
+                settings,
+            )?);
+        }
     }
     for dir in settings
         .deflation
@@ -466,13 +492,39 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
         .into_iter()
         .flatten()
     {
-        let a = crate::precond_study::case_matrix(dir)?;
-        let mut rhs = vec![0.0; a.n_rows()];
-        a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut rhs);
-        let spec = dir.display().to_string();
+        let (spec, a, rhs) = contrast_case(dir)?;
         report
             .rows
             .extend(deflation_rows(gpu, &spec, &a, &rhs, settings)?);
+    }
+    Ok(report)
+}
+
+/// The first system of a density-contrast case directory, with b = A x*
+/// for a random x* (the deflation and FSAI rows).
+pub fn contrast_case(dir: &std::path::Path) -> anyhow::Result<(String, Csr, Vec<f64>)> {
+    let a = crate::precond_study::case_matrix(dir)?;
+    let mut rhs = vec![0.0; a.n_rows()];
+    a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut rhs);
+    Ok((dir.display().to_string(), a, rhs))
+}
+
+/// The CPU rows of `bench --fsai` (no GPU needed): the cases of `settings`
+/// and its density-contrast cases.
+pub fn run_fsai_cpu(settings: &BenchSettings) -> anyhow::Result<Report> {
+    let mut report = Report::default();
+    for spec in &settings.meshes {
+        let (_, a, rhs) = load_case(spec)?;
+        eprintln!("{spec}: n = {}, nnz = {}", a.n_rows(), a.nnz());
+        report
+            .rows
+            .extend(super::fsai_bench::rows(None, spec, &a, &rhs, settings)?);
+    }
+    for dir in &settings.deflation_cases {
+        let (spec, a, rhs) = contrast_case(dir)?;
+        report
+            .rows
+            .extend(super::fsai_bench::rows(None, &spec, &a, &rhs, settings)?);
     }
     Ok(report)
 }
@@ -1076,6 +1128,10 @@ impl JacobiBaseline {
             ms,
             launches: jacobi.launch_mode().name(),
         })
+    }
+
+    pub fn iterations(&self) -> usize {
+        self.perf.iterations
     }
 
     /// The note of the baseline's row, ending in `tail`.

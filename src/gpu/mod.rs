@@ -26,6 +26,8 @@ pub mod cache;
 pub mod cusparse;
 pub mod deflation;
 pub mod deflation_bench;
+pub mod fsai;
+pub mod fsai_bench;
 pub mod fsai_setup;
 pub mod ic;
 pub mod matrix;
@@ -55,6 +57,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
     ("deflation.cu", include_str!("../../kernels/deflation.cu")),
     ("amg.cu", include_str!("../../kernels/amg.cu")),
+    ("fsai_apply.cu", include_str!("../../kernels/fsai_apply.cu")),
     ("fsai.cu", include_str!("../../kernels/fsai.cu")),
 ];
 

@@ -615,7 +615,7 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 }
 
 /// What the GPU runs for a PCG preconditioner: Jacobi, none and the
-/// polynomials (`gpu::polynomial`) as given;
+/// polynomials (`gpu::polynomial`) and FSAI (`gpu::fsai`) as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
 /// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; DIC and IC(0)
 /// (triangular solves, not on the GPU) as Jacobi.
@@ -631,6 +631,7 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
         Preconditioner::Kind(_) => PreconditionerKind::Jacobi.into(),
         Preconditioner::Smoother(s) => Preconditioner::Smoother(gpu_smoother(s)),
         Preconditioner::Polynomial(_) => *p,
+        Preconditioner::Fsai(_) => *p,
     }
 }
 
@@ -787,6 +788,9 @@ impl GpuSolver<'_> {
             }
             Preconditioner::Amg(s) => {
                 return self.solve_amg(a, s, equilibration, b, x, controls, field, options)
+            }
+            Preconditioner::Fsai(s) => {
+                return self.solve_fsai(a, s, equilibration, b, x, controls, field, options)
             }
         };
         check_system(a, b, x, controls)?;

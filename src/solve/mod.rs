@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod deflation;
 pub mod equilibrate;
 pub mod error;
+pub mod fsai;
 pub mod lanczos;
 pub mod neumann;
 pub mod pcg;
@@ -28,6 +29,7 @@ pub mod smoother;
 pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::SolveError;
+pub use fsai::{FsaiPattern, FsaiSettings, FsaiStop};
 pub use pcg::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
     SolverControls, SolverPerformance, StopReason, StopRule,

@@ -12,6 +12,7 @@ use std::str::FromStr;
 use rayon::prelude::*;
 
 use super::amg::{Amg, AmgSettings};
+use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
@@ -111,6 +112,8 @@ pub enum Preconditioner {
     Smoother(SmootherSettings),
     Polynomial(PolynomialSettings),
     Amg(AmgSettings),
+    /// Factored sparse approximate inverse, z = Gᵀ G r (`solve::fsai`).
+    Fsai(FsaiSettings),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -132,23 +135,26 @@ impl fmt::Display for Preconditioner {
             Self::Smoother(s) => s.fmt(f),
             Self::Polynomial(p) => p.fmt(f),
             Self::Amg(s) => s.fmt(f),
+            Self::Fsai(s) => s.fmt(f),
         }
     }
 }
 
 impl FromStr for Preconditioner {
     type Err = String;
-    /// A [`PreconditionerKind`] name, or `amg[:key=value]...` ([`AmgSettings`]).
+    /// A [`PreconditionerKind`] name, or `amg[:key=value]...` ([`AmgSettings`]),
+    /// or `fsai[:key=value,...]` ([`FsaiSettings`]).
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.split(':')
-            .next()
-            .is_some_and(|h| h.eq_ignore_ascii_case("amg"))
-        {
+        let head = s.split(':').next().unwrap_or_default();
+        if head.eq_ignore_ascii_case("amg") {
             return s.parse().map(Self::Amg);
+        }
+        if head.eq_ignore_ascii_case("fsai") {
+            return s.parse().map(Self::Fsai);
         }
         s.parse::<PreconditionerKind>()
             .map(Self::Kind)
-            .map_err(|e| format!("{e}, or amg[:key=value]..."))
+            .map_err(|e| format!("{e}, or amg[:key=value]..., or fsai[:key=value,...]"))
     }
 }
 
@@ -156,7 +162,7 @@ impl Preconditioner {
     /// Whether PCG must be flexible (the preconditioner is not a fixed linear map).
     pub fn is_flexible(&self) -> bool {
         match self {
-            Self::Kind(_) | Self::Polynomial(_) => false,
+            Self::Kind(_) | Self::Polynomial(_) | Self::Fsai(_) => false,
             Self::Smoother(s) => !s.is_linear(),
             Self::Amg(s) => !s.is_linear(),
         }
@@ -173,13 +179,14 @@ impl Preconditioner {
                 .map_err(SolveError::InvalidControls),
             Self::Polynomial(p) => p.validate().map_err(SolveError::InvalidControls),
             Self::Amg(s) => s.validate().map_err(SolveError::InvalidControls),
+            Self::Fsai(s) => s.validate().map_err(SolveError::InvalidControls),
         }
     }
 
     /// The row order the preconditioner wants (block Jacobi's blocks).
     pub fn ordering(&self, a: &Csr) -> Option<Permutation> {
         match self {
-            Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) => None,
+            Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) | Self::Fsai(_) => None,
             Self::Smoother(s) => s.ordering(a),
         }
     }
@@ -195,6 +202,17 @@ impl Preconditioner {
                 let amg = Amg::new(a, s)?;
                 log::info!("{s}: {}", amg.hierarchy().describe());
                 Ok(Box::new(amg))
+            }
+            Self::Fsai(s) => {
+                let p = FsaiPreconditioner::new(a, s)?;
+                let st = &p.factor.stats;
+                log::info!(
+                    "{s}: density {:.3} (before postfilter {:.3}), {} fallback rows",
+                    st.density,
+                    st.density_before_postfilter,
+                    st.fallback_rows
+                );
+                Ok(Box::new(p))
             }
         }
     }

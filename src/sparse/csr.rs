@@ -102,6 +102,33 @@ impl Csr {
     }
 }
 
+impl Csr {
+    /// Aᵀ, columns sorted in each row (entries of a column in row order).
+    pub fn transpose(&self) -> Csr {
+        let mut count = vec![0usize; self.n_cols + 1];
+        for &c in &self.cols {
+            count[c as usize + 1] += 1;
+        }
+        for c in 0..self.n_cols {
+            count[c + 1] += count[c];
+        }
+        let row_ptr = count.clone();
+        let mut next = count;
+        let mut cols = vec![0u32; self.nnz()];
+        let mut values = vec![0.0; self.nnz()];
+        for r in 0..self.n_rows() {
+            let (rc, rv) = self.row(r);
+            for (&c, &v) in rc.iter().zip(rv) {
+                let at = next[c as usize];
+                cols[at] = r as u32;
+                values[at] = v;
+                next[c as usize] += 1;
+            }
+        }
+        Csr::new(self.n_rows(), row_ptr, cols, values).expect("a transpose has sorted rows")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

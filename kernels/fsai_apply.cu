@@ -1,0 +1,21 @@
+// FSAI application z = G^T (G r) (CPU reference: solve::fsai::FsaiPreconditioner,
+// two Csr::spmv). G and G^T are both stored as CSR (gpu::amg::DeviceCsr), so each
+// product is a gather, one thread per row, the row's products summed in stored
+// column order with __dmul_rn/__dadd_rn (no FMA contraction): the device result
+// equals the CPU's bit for bit. Uses u64 (spmv.cu) and gated_off (smooth.cu):
+// `done` is PCG's fused-loop gate.
+
+// y = M x for a CSR matrix M (G, then G^T).
+extern "C" __global__ void fsai_csr_product(int n, const u64* __restrict__ row_ptr,
+                                            const unsigned* __restrict__ cols,
+                                            const double* __restrict__ vals,
+                                            const double* __restrict__ x, double* __restrict__ y,
+                                            const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double acc = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
+        acc = __dadd_rn(acc, __dmul_rn(vals[k], __ldg(&x[cols[k]])));
+    y[i] = acc;
+}

@@ -1,0 +1,261 @@
+//! `fvpoisson bench --fsai`: PCG with FSAI (`solve::fsai`, `gpu::fsai`)
+//! against Jacobi-PCG measured in the same run (seed 002 §6.10: the paper
+//! claims aFSAI cuts Jacobi's iterations 5–9× on Poisson-like matrices; the
+//! question here is whether the total time wins as well).
+//!
+//! Rows per case, in RCM order (G is lower triangular in the order it is set
+//! up in), b as the bench assembles it, the bench's tolerance (OpenFOAM
+//! normalised 1e-6 from x = 0):
+//! - GPU: Jacobi-PCG (fused loop, after a warm-up solve), then per FSAI
+//!   variant the setup at [`SETUP_PLACE`] (G and Gᵀ on the device, wall
+//!   time), μ = nnz(G)/nnz(A), μ₀ (before the postfilter), iterations, solve
+//!   (after a warm-up solve), total, and total / Jacobi-PCG's solve;
+//! - CPU (`settings.cpu_solve`, up to [`CPU_MAX_ROWS`] rows; the only rows
+//!   without a GPU): Jacobi-PCG and FSAI-PCG (setup + solve, rayon), the same
+//!   columns.
+//!
+//! Variants: static FSAI (power 1 and 2) and aFSAI over steps {5, 10, 20, 30}
+//! × epsilon {1e-3, 5e-3, 5e-2} (stagnation), or those given by
+//! `--fsai-variant`.
+
+use std::time::Instant;
+
+use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
+use super::fsai::{DeviceFsai, SETUP_PLACE};
+use super::pcg::{GpuCgBackend, GpuSolveOptions};
+use super::smooth::DevicePreconditioner;
+use super::Gpu;
+use crate::solve::cpu::CpuBackend;
+use crate::solve::fsai::{FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop};
+use crate::solve::{pcg, solve_pcg, PreconditionerKind};
+use crate::sparse::ordering::reverse_cuthill_mckee;
+use crate::sparse::Csr;
+
+/// Rows up to which the CPU rows run.
+pub const CPU_MAX_ROWS: usize = 2 << 20;
+
+/// The meshes of `bench --fsai --quick`: small versions of the hex box and
+/// the perturbed tet box (the density-contrast case is added from
+/// `--deflation-case` as in the full run).
+pub const QUICK_MESHES: [&str; 2] = ["box:40x40x40", "box:24x24x24:tet:perturb=0.2:renumber"];
+
+/// The default sweep: static power 1 and 2, aFSAI steps × epsilon.
+pub fn default_variants() -> Vec<FsaiSettings> {
+    let mut v: Vec<FsaiSettings> = [1, 2]
+        .into_iter()
+        .map(|power| FsaiSettings {
+            pattern: FsaiPattern::Static {
+                power,
+                prefilter: 0.0,
+            },
+            ..FsaiSettings::default()
+        })
+        .collect();
+    for steps in [5, 10, 20, 30] {
+        for epsilon in [1e-3, 5e-3, 5e-2] {
+            v.push(FsaiSettings {
+                pattern: FsaiPattern::Adaptive {
+                    steps,
+                    step_size: 1,
+                    epsilon,
+                    stop: FsaiStop::Stagnation,
+                },
+                ..FsaiSettings::default()
+            });
+        }
+    }
+    v
+}
+
+/// Short row label: `sFSAI(p2)`, `aFSAI(10, 0.005)`, with `+post δ`, `mixed`.
+fn label(s: &FsaiSettings) -> String {
+    let mut l = match s.pattern {
+        FsaiPattern::Static { power, prefilter } if prefilter > 0.0 => {
+            format!("sFSAI(p{power}, pre {prefilter})")
+        }
+        FsaiPattern::Static { power, .. } => format!("sFSAI(p{power})"),
+        FsaiPattern::Adaptive {
+            steps,
+            step_size,
+            epsilon,
+            stop,
+        } => {
+            let mut l = format!("aFSAI({steps}, {epsilon}");
+            if step_size != 1 {
+                l += &format!(", s{step_size}");
+            }
+            if stop == FsaiStop::Reduction {
+                l += ", S1";
+            }
+            l + ")"
+        }
+    };
+    if s.postfilter > 0.0 {
+        l += &format!(" post {}", s.postfilter);
+    }
+    if s.precision == crate::solve::Precision::Mixed {
+        l += " mixed";
+    }
+    l
+}
+
+/// The rows of one case (`a`, `b` as assembled); `gpu` None: CPU rows only.
+pub fn rows(
+    gpu: Option<&Gpu>,
+    spec: &str,
+    a: &Csr,
+    b: &[f64],
+    settings: &BenchSettings,
+) -> anyhow::Result<Vec<Row>> {
+    let (n, nnz) = (a.n_rows(), a.nnz());
+    let mut rows = Vec::new();
+    let mut push = |what: String, ordering: &str, ms: f64, note: String| {
+        eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
+        rows.push(Row::timing(spec, ordering, what, (n, nnz), ms, note))
+    };
+    let variants = if settings.fsai_variants.is_empty() {
+        default_variants()
+    } else {
+        settings.fsai_variants.clone()
+    };
+    let controls = controls();
+    let rcm = reverse_cuthill_mckee(a);
+    let a_rcm = rcm.apply_symmetric(a);
+    let b_rcm = rcm.to_new(b);
+    let zeros = vec![0.0; n];
+
+    if let Some(gpu) = gpu {
+        let options = GpuSolveOptions {
+            slice_height: settings.slice_height,
+            check_interval: settings.check_interval,
+            ..GpuSolveOptions::default()
+        };
+        let mut backend = GpuCgBackend::new(gpu, &a_rcm, false, None, &options)?;
+        let b_dev = backend.upload(&b_rcm)?;
+        let baseline = JacobiBaseline::measure(gpu, &a_rcm, &b_dev, &options)?;
+        let base_ms = baseline.ms;
+        push(
+            "PCG Jacobi".into(),
+            "rcm",
+            base_ms,
+            baseline.note("; the baseline of the ratios"),
+        );
+        for s in &variants {
+            let (fsai, report) = match DeviceFsai::setup(gpu, &a_rcm, s, SETUP_PLACE) {
+                Ok(r) => r,
+                Err(e) => {
+                    push(
+                        format!("PCG {}", label(s)),
+                        "rcm",
+                        0.0,
+                        format!("failed: {e}"),
+                    );
+                    continue;
+                }
+            };
+            let setup_ms = report.seconds * 1e3;
+            // One application outside the timing loads the kernel.
+            let mut x = backend.upload(&zeros)?;
+            fsai.apply(b_dev.dev()?, x.dev()?)?;
+            backend.set_preconditioner(Box::new(fsai));
+            backend.write(&mut x, &zeros)?;
+            let warm = pcg(&backend, &b_dev, &mut x, &controls, "p");
+            backend.write(&mut x, &zeros)?;
+            let t = Instant::now();
+            let result = warm.and_then(|_| pcg(&backend, &b_dev, &mut x, &controls, "p"));
+            let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+            let total = setup_ms + solve_ms;
+            let note = match result {
+                Ok(perf) => format!(
+                    "setup ({}) {setup_ms:.1} ms + solve {solve_ms:.1} ms: mu {:.3} (mu0 {:.3}), \
+                     {} iterations ({:.2}x fewer than Jacobi), {:.4} ms/iteration, total / \
+                     Jacobi-PCG {:.2}, final residual {:.3e}{}",
+                    report.place.name(),
+                    report.density,
+                    report.density_before_postfilter,
+                    perf.iterations,
+                    baseline.iterations() as f64 / perf.iterations.max(1) as f64,
+                    solve_ms / perf.iterations.max(1) as f64,
+                    total / base_ms,
+                    perf.final_residual,
+                    if perf.converged { "" } else { " NOT CONVERGED" }
+                ),
+                Err(e) => format!("failed: {e}"),
+            };
+            push(format!("PCG {}", label(s)), "rcm", total, note);
+        }
+    }
+
+    if !(settings.cpu_solve || gpu.is_none()) {
+        return Ok(rows);
+    }
+    if n > CPU_MAX_ROWS {
+        push(
+            "PCG Jacobi CPU".into(),
+            "rcm",
+            0.0,
+            format!("CPU FSAI rows not run: {n} rows > {CPU_MAX_ROWS}; see a smaller case"),
+        );
+        return Ok(rows);
+    }
+    let mut x = zeros.clone();
+    let t = Instant::now();
+    let jacobi = solve_pcg(
+        &a_rcm,
+        PreconditionerKind::Jacobi,
+        &b_rcm,
+        &mut x,
+        &controls,
+        "p",
+    )?;
+    let base_ms = t.elapsed().as_secs_f64() * 1e3;
+    push(
+        "PCG Jacobi CPU".into(),
+        "rcm",
+        base_ms,
+        format!(
+            "{} iterations, final residual {:.3e}; the baseline of the CPU ratios",
+            jacobi.iterations, jacobi.final_residual
+        ),
+    );
+    for s in &variants {
+        let t = Instant::now();
+        let p = match FsaiPreconditioner::new(&a_rcm, s) {
+            Ok(p) => p,
+            Err(e) => {
+                push(
+                    format!("PCG {} CPU", label(s)),
+                    "rcm",
+                    0.0,
+                    format!("failed: {e}"),
+                );
+                continue;
+            }
+        };
+        let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+        let backend = CpuBackend::new(&a_rcm, &p);
+        let mut x = zeros.clone();
+        let t = Instant::now();
+        let result = pcg(&backend, &b_rcm, &mut x, &controls, "p");
+        let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+        let total = setup_ms + solve_ms;
+        let st = &p.factor.stats;
+        let note = match result {
+            Ok(perf) => format!(
+                "setup {setup_ms:.1} ms + solve {solve_ms:.1} ms: mu {:.3} (mu0 {:.3}), {} \
+                 iterations ({:.2}x fewer than Jacobi), total / Jacobi-PCG {:.2}, final \
+                 residual {:.3e}{}",
+                st.density,
+                st.density_before_postfilter,
+                perf.iterations,
+                jacobi.iterations as f64 / perf.iterations.max(1) as f64,
+                total / base_ms,
+                perf.final_residual,
+                if perf.converged { "" } else { " NOT CONVERGED" }
+            ),
+            Err(e) => format!("failed: {e}"),
+        };
+        push(format!("PCG {} CPU", label(s)), "rcm", total, note);
+    }
+    Ok(rows)
+}
