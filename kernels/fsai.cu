@@ -271,11 +271,15 @@ extern "C" __global__ void fsai_gather_f32(int count, const int* __restrict__ li
 //   L[q][p] = (L[q][p] - sum_{t<p} L[q][t] L[p][t]) / L[p][p]   (p < q)
 //   L[q][q] = sqrt(a_cc - sum_{t<q} L[q][t]^2)   (breakdown if not > 0 or infinite)
 //   y[q]    = (-a_{c,i} - sum_{t<q} L[q][t] y[t]) / L[q][q];  psi -= y[q]^2
-// then gnew = L^-T y over all hi rows. psi starts at psi[l] (the committed
-// one; full = 1 passes psi0 = a_ii). Out: psi_new, bad (factor breakdown).
+// then gnew = L^-T y over the rows factored. psi starts at psi[l] (the
+// committed one; full = 1 passes psi0 = a_ii). Out: psi_new, bad.
+// A breakdown at row q: a step (full = 0) is abandoned (K4 keeps the state
+// before it); a from-scratch solve (full = 1) keeps rows 0 .. q - 1, also
+// when psi would not stay > 0 after row q (the CPU's factor_all), and m
+// becomes q.
 template <typename T>
 __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, int full,
-                              const int* __restrict__ m, const int* __restrict__ npick,
+                              int* __restrict__ m, const int* __restrict__ npick,
                               const T* __restrict__ psi, T* __restrict__ L, T* __restrict__ y,
                               T* __restrict__ gnew, T* __restrict__ psi_new,
                               int* __restrict__ bad) {
@@ -285,6 +289,7 @@ __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, i
     int lo, hi;
     fsai_span(full, l, m, npick, &lo, &hi);
     T ps = psi[l];
+    int broke = 0;
     for (int q = lo; q < hi; ++q) {
         for (int p = 0; p < q; ++p) {
             T s = L[fsai_tri(q, p) * nb + l];
@@ -298,9 +303,9 @@ __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, i
             s = Rn<T>::sub(s, Rn<T>::mul(lq, lq));
         }
         if (!(s > T(0)) || !Rn<T>::finite(s)) {
-            bad[l] = 1;
-            psi_new[l] = ps;
-            return;
+            broke = 1;
+            hi = q;
+            break;
         }
         const T d = Rn<T>::sqrt(s);
         L[fsai_tri(q, q) * nb + l] = d;
@@ -309,19 +314,27 @@ __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, i
             rr = Rn<T>::sub(rr, Rn<T>::mul(L[fsai_tri(q, t) * nb + l], y[(u64)t * nb + l]));
         const T yq = Rn<T>::div(rr, d);
         y[(u64)q * nb + l] = yq;
-        ps = Rn<T>::sub(ps, Rn<T>::mul(yq, yq));
+        const T next = Rn<T>::sub(ps, Rn<T>::mul(yq, yq));
+        if (full && (!(next > T(0)) || !Rn<T>::finite(next))) {
+            broke = 1;
+            hi = q;
+            break;
+        }
+        ps = next;
     }
+    bad[l] = broke;
+    psi_new[l] = ps;
+    if (broke && !full) return;
     for (int q = hi - 1; q >= 0; --q) {
         T s = y[(u64)q * nb + l];
         for (int t = q + 1; t < hi; ++t)
             s = Rn<T>::sub(s, Rn<T>::mul(L[fsai_tri(t, q) * nb + l], gnew[(u64)t * nb + l]));
         gnew[(u64)q * nb + l] = Rn<T>::div(s, L[fsai_tri(q, q) * nb + l]);
     }
-    bad[l] = 0;
-    psi_new[l] = ps;
+    if (full) m[l] = hi;
 }
 extern "C" __global__ void fsai_cholesky_f64(int count, const int* __restrict__ list, int nb,
-                                             int full, const int* __restrict__ m,
+                                             int full, int* __restrict__ m,
                                              const int* __restrict__ npick,
                                              const double* __restrict__ psi,
                                              double* __restrict__ L, double* __restrict__ y,
@@ -331,7 +344,7 @@ extern "C" __global__ void fsai_cholesky_f64(int count, const int* __restrict__ 
     fsai_cholesky<double>(count, list, nb, full, m, npick, psi, L, y, gnew, psi_new, bad);
 }
 extern "C" __global__ void fsai_cholesky_f32(int count, const int* __restrict__ list, int nb,
-                                             int full, const int* __restrict__ m,
+                                             int full, int* __restrict__ m,
                                              const int* __restrict__ npick,
                                              const float* __restrict__ psi,
                                              float* __restrict__ L, float* __restrict__ y,
@@ -403,45 +416,37 @@ extern "C" __global__ void fsai_stop_f32(int count, const int* __restrict__ list
 }
 
 // ---- Commit of a from-scratch solve (static rows, postfilter re-solves):
-// g = gnew, psi = psi_new; a breakdown keeps the row's previous g and psi
-// (status 1, `fallback` true: see src/gpu/fsai_setup.rs) or, with nothing to
-// keep (static), leaves the diagonal alone (m = 0, psi = psi0).
+// g = gnew over the rows factored (m, cut at a breakdown by (K3)),
+// psi = psi_new; a breakdown marks the row (status 1).
 template <typename T>
 __device__ void fsai_commit(int count, const int* __restrict__ list, int nb,
-                            int* __restrict__ m, const T* __restrict__ psi0,
-                            T* __restrict__ psi, const T* __restrict__ psi_new,
-                            const int* __restrict__ bad, T* __restrict__ g,
-                            const T* __restrict__ gnew, int* __restrict__ status) {
+                            const int* __restrict__ m, const T* __restrict__ psi_new,
+                            const int* __restrict__ bad, T* __restrict__ psi,
+                            T* __restrict__ g, const T* __restrict__ gnew,
+                            int* __restrict__ status) {
     const int t0 = blockIdx.x * blockDim.x + threadIdx.x;
     if (t0 >= count) return;
     const int l = fsai_local(list, t0);
-    const T pn = psi_new[l];
-    if (bad[l] || !(pn > T(0)) || !Rn<T>::finite(pn)) {
-        status[l] = 1;
-        m[l] = 0;
-        psi[l] = psi0[l];
-        return;
-    }
+    if (bad[l]) status[l] = 1;
     for (int q = 0; q < m[l]; ++q) g[(u64)q * nb + l] = gnew[(u64)q * nb + l];
-    psi[l] = pn;
+    psi[l] = psi_new[l];
 }
 extern "C" __global__ void fsai_commit_f64(int count, const int* __restrict__ list, int nb,
-                                           int* __restrict__ m, const double* __restrict__ psi0,
-                                           double* __restrict__ psi,
+                                           const int* __restrict__ m,
                                            const double* __restrict__ psi_new,
-                                           const int* __restrict__ bad, double* __restrict__ g,
+                                           const int* __restrict__ bad, double* __restrict__ psi,
+                                           double* __restrict__ g,
                                            const double* __restrict__ gnew,
                                            int* __restrict__ status) {
-    fsai_commit<double>(count, list, nb, m, psi0, psi, psi_new, bad, g, gnew, status);
+    fsai_commit<double>(count, list, nb, m, psi_new, bad, psi, g, gnew, status);
 }
 extern "C" __global__ void fsai_commit_f32(int count, const int* __restrict__ list, int nb,
-                                           int* __restrict__ m, const float* __restrict__ psi0,
-                                           float* __restrict__ psi,
+                                           const int* __restrict__ m,
                                            const float* __restrict__ psi_new,
-                                           const int* __restrict__ bad, float* __restrict__ g,
-                                           const float* __restrict__ gnew,
+                                           const int* __restrict__ bad, float* __restrict__ psi,
+                                           float* __restrict__ g, const float* __restrict__ gnew,
                                            int* __restrict__ status) {
-    fsai_commit<float>(count, list, nb, m, psi0, psi, psi_new, bad, g, gnew, status);
+    fsai_commit<float>(count, list, nb, m, psi_new, bad, psi, g, gnew, status);
 }
 
 // ---- Postfilter, one thread per row: drop columns with |g_q| < delta (on

@@ -27,9 +27,14 @@
 //! by counting, slotting and sorting its rows.
 
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::fsai::{
+    fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
+};
+use crate::solve::polynomial::Precision;
 use crate::solve::SolveError;
 use crate::sparse::Csr;
 
@@ -40,8 +45,6 @@ const STOP_REDUCTION: i32 = 1;
 const GRADIENT_BLOCK: u32 = 256;
 /// Rows of the gradient kernel per block.
 const GRADIENT_ROWS_PER_BLOCK: usize = GRADIENT_BLOCK as usize / 32;
-/// The largest pattern the warp-per-row gradient holds (row i and 31 rows).
-pub const MAX_ADAPTIVE_PATTERN: usize = 31;
 /// Default work-memory budget of the set-up's per-row state.
 pub const DEFAULT_WORK_BYTES: usize = 4 << 30;
 
@@ -119,31 +122,113 @@ impl FsaiSetupStats {
     }
 }
 
-/// How the rows' patterns are found.
+/// The pattern the device set-up grows or factors.
 #[derive(Clone, Debug, PartialEq)]
-pub enum SetupPattern {
-    /// Greedy Kaporin-gradient growth (FSAI_SPEC adaptive); `rule` STOP_*.
+enum SetupPattern {
+    /// Greedy Kaporin-gradient growth (FSAI_SPEC adaptive).
     Adaptive {
         steps: usize,
         step_size: usize,
         epsilon: f64,
-        reduction: bool,
+        stop: FsaiStop,
     },
-    /// A given strictly-lower pattern, ascending columns per row (as CSR
-    /// row pointers and columns).
+    /// A strictly-lower pattern built on the host, ascending columns per
+    /// row (CSR row pointers and columns).
     Static { row_ptr: Vec<usize>, cols: Vec<u32> },
 }
 
-/// What the device set-up runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SetupPlan {
-    pub pattern: SetupPattern,
-    /// δ: drop |g| < δ (0: off).
-    pub postfilter: f64,
-    /// f64 (true) or f32 (false) arithmetic.
-    pub double: bool,
-    /// Budget of the per-batch work memory, bytes.
-    pub work_bytes: usize,
+/// The FSAI set-up of `a` (square, symmetric, sorted columns, positive
+/// diagonal) on the device with the default work budget: G and Gᵀ as device
+/// CSR (ascending columns, so G's diagonal is last in each row and Gᵀ's
+/// first) and the set-up's statistics. G equals `solve::fsai::fsai_setup`'s
+/// (bit for bit in f64). Settings the CPU reference refuses are refused
+/// (e.g. steps * stepSize > 31).
+pub fn fsai_setup_gpu(
+    gpu: &Gpu,
+    a: &Csr,
+    s: &FsaiSettings,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
+    fsai_setup_gpu_budget(gpu, a, s, DEFAULT_WORK_BYTES)
+}
+
+/// [`fsai_setup_gpu`] with a work-memory budget (bytes) for the per-row
+/// state: the rows are processed in batches that fit it (one row at least).
+pub fn fsai_setup_gpu_budget(
+    gpu: &Gpu,
+    a: &Csr,
+    s: &FsaiSettings,
+    work_bytes: usize,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
+    s.validate().map_err(SolveError::InvalidControls)?;
+    let n = a.n_rows();
+    if a.n_cols() != n {
+        return Err(SolveError::NotSquare {
+            rows: n,
+            cols: a.n_cols(),
+        });
+    }
+    if n == 0 {
+        return Err(SolveError::Empty);
+    }
+    if n >= i32::MAX as usize || a.nnz() >= u32::MAX as usize {
+        return Err(SolveError::Device(format!(
+            "the FSAI set-up on the GPU takes fewer than 2^31 rows and 2^32 entries, this \
+             matrix has {n} rows and {} entries",
+            a.nnz()
+        )));
+    }
+    let diag = fsai_diagonal(a)?;
+    let start = std::time::Instant::now();
+    let pattern = match s.pattern {
+        FsaiPattern::Adaptive {
+            steps,
+            step_size,
+            epsilon,
+            stop,
+        } => {
+            debug_assert!(steps * step_size <= MAX_ADAPTIVE_PATTERN);
+            SetupPattern::Adaptive {
+                steps,
+                step_size,
+                epsilon,
+                stop,
+            }
+        }
+        FsaiPattern::Static { power, prefilter } => {
+            let rows: Vec<Vec<u32>> = (0..n)
+                .into_par_iter()
+                .map(|i| static_pattern(a, &diag, i, power, prefilter))
+                .collect();
+            let mut row_ptr = Vec::with_capacity(n + 1);
+            row_ptr.push(0);
+            for r in &rows {
+                row_ptr.push(row_ptr.last().copied().unwrap_or(0) + r.len());
+            }
+            SetupPattern::Static {
+                row_ptr,
+                cols: rows.concat(),
+            }
+        }
+    };
+    let plan = Plan {
+        pattern,
+        postfilter: s.postfilter,
+        work_bytes: work_bytes.max(1),
+    };
+    let (g, gt, mut stats) = match s.precision {
+        Precision::Double => run::<f64>(gpu, a, &plan),
+        Precision::Mixed => run::<f32>(gpu, a, &plan),
+    }
+    .map_err(|e| SolveError::Device(e.to_string()))?;
+    stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
+    Ok((g, gt, stats))
+}
+
+/// What [`run`] does.
+struct Plan {
+    pattern: SetupPattern,
+    postfilter: f64,
+    work_bytes: usize,
 }
 
 /// The precision of a set-up: its kernels and the conversion of A's values.
@@ -276,95 +361,14 @@ struct Setup<'g, T> {
     nnz_before: usize,
 }
 
-fn device(e: GpuError) -> SolveError {
-    SolveError::Device(e.to_string())
-}
-
-/// Checks a plan against the device path's limits (the same as the CPU
-/// reference's: a pattern of at most 31 columns for the adaptive one).
-pub fn check_plan(plan: &SetupPlan) -> Result<(), SolveError> {
-    if let SetupPattern::Adaptive {
-        steps, step_size, ..
-    } = plan.pattern
-    {
-        if step_size == 0 {
-            return Err(SolveError::InvalidControls(
-                "FSAI step_size must be at least 1".into(),
-            ));
-        }
-        if steps.saturating_mul(step_size) > MAX_ADAPTIVE_PATTERN {
-            return Err(SolveError::InvalidControls(format!(
-                "adaptive FSAI with steps = {steps} and step_size = {step_size} can add {} \
-                 columns per row, more than the {MAX_ADAPTIVE_PATTERN} the set-up holds (one \
-                 warp lane per contributing row): make steps * step_size at most \
-                 {MAX_ADAPTIVE_PATTERN}",
-                steps.saturating_mul(step_size)
-            )));
-        }
-    }
-    if !(plan.postfilter >= 0.0 && plan.postfilter.is_finite()) {
-        return Err(SolveError::InvalidControls(format!(
-            "FSAI postfilter must be a finite number >= 0, not {}",
-            plan.postfilter
-        )));
-    }
-    Ok(())
-}
-
-/// Runs the set-up of `plan` on `a` (square, symmetric, sorted columns,
-/// positive diagonal): G and Gᵀ on the device, and the statistics.
-pub fn setup_plan(
-    gpu: &Gpu,
-    a: &Csr,
-    plan: &SetupPlan,
-) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
-    check_plan(plan)?;
-    let n = a.n_rows();
-    if a.n_cols() != n {
-        return Err(SolveError::NotSquare {
-            rows: n,
-            cols: a.n_cols(),
-        });
-    }
-    if n == 0 {
-        return Err(SolveError::Empty);
-    }
-    if n >= i32::MAX as usize || a.nnz() >= u32::MAX as usize {
-        return Err(SolveError::Device(format!(
-            "the FSAI set-up on the GPU takes fewer than 2^31 rows and 2^32 entries, this \
-             matrix has {n} rows and {} entries",
-            a.nnz()
-        )));
-    }
-    for r in 0..n {
-        let d = a.slot(r, r).map_or(0.0, |s| a.values()[s]);
-        if !(d > 0.0 && d.is_finite()) {
-            return Err(SolveError::NonPositiveDiagonal {
-                precond: "FSAI",
-                row: r,
-                value: d,
-            });
-        }
-    }
-    let start = std::time::Instant::now();
-    let (g, gt, mut stats) = if plan.double {
-        run::<f64>(gpu, a, plan, |v| v).map_err(device)?
-    } else {
-        run::<f32>(gpu, a, plan, |v| v as f32).map_err(device)?
-    };
-    stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
-    Ok((g, gt, stats))
-}
-
 fn run<T: Real>(
     gpu: &Gpu,
     a: &Csr,
-    plan: &SetupPlan,
-    convert: impl Fn(f64) -> T,
+    plan: &Plan,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), GpuError> {
     let n = a.n_rows();
     let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
-    let vals: Vec<T> = a.values().iter().map(|&v| convert(v)).collect();
+    let vals: Vec<T> = a.values().iter().map(|&v| T::of(v)).collect();
     let da = DeviceA {
         row_ptr: gpu.upload(&row_ptr)?,
         cols: gpu.upload(a.cols())?,
@@ -387,17 +391,16 @@ fn run<T: Real>(
             steps,
             step_size,
             epsilon,
-            reduction,
+            stop,
         } => {
             let size = steps * step_size;
             let rows = (plan.work_bytes / row_bytes(size, real)).clamp(1, n);
             let work = Work::<T>::new(gpu, rows, size)?;
             setup.stats.peak_work_bytes = rows * row_bytes(size, real);
             setup.stats.rows_by_steps = vec![0; steps + 1];
-            let rule = if reduction {
-                STOP_REDUCTION
-            } else {
-                STOP_STAGNATION
+            let rule = match stop {
+                FsaiStop::Stagnation => STOP_STAGNATION,
+                FsaiStop::Reduction => STOP_REDUCTION,
             };
             let mut r0 = 0;
             while r0 < n {
@@ -408,7 +411,7 @@ fn run<T: Real>(
             }
         }
         SetupPattern::Static { row_ptr, cols } => {
-            setup.stats.rows_by_steps = vec![n];
+            setup.stats.rows_by_steps = vec![0, n];
             let mut r0 = 0;
             while r0 < n {
                 // Rows while their largest system fits the budget (one at least).
@@ -543,10 +546,9 @@ impl<T: Real> Setup<'_, T> {
                 arg_or_null(a, list);
                 a.arg(&nb32)
                     .arg(&work.m)
-                    .arg(&work.psi0)
-                    .arg(&work.psi)
                     .arg(&work.psi_new)
                     .arg(&work.bad)
+                    .arg(&work.psi)
                     .arg(&work.g)
                     .arg(&work.gnew)
                     .arg(&work.status);
