@@ -9,7 +9,7 @@
 // consecutive addresses:
 //   cols[q]   pattern column q (insertion order), q < M
 //   L[tri(q,t)] lower Cholesky factor of A[cols,cols], packed by rows
-//   y[q]      first a_{cols[q],i} (gathered), then L^-1(-r)
+//   y[q]      first -a_{cols[q],i} (gathered), then L^-1(-r)
 //   g[q]      the committed solution; gnew[q] the step's solution
 // and per row m (committed size), npick (columns picked this step), psi.
 //
@@ -56,6 +56,20 @@ __device__ T fsai_find(const unsigned* __restrict__ acols, const T* __restrict__
         const u64 mid = b + (e - b) / 2;
         const unsigned x = acols[mid];
         if (x == c) return avals[mid];
+        if (x < c) b = mid + 1;
+        else e = mid;
+    }
+    return T(0);
+}
+
+// -a_{row, c}, or +0.0 (not -0.0) when absent: the forward solve's start.
+template <typename T>
+__device__ T fsai_find_negated(const unsigned* __restrict__ acols, const T* __restrict__ avals,
+                               u64 b, u64 e, unsigned c) {
+    while (b < e) {
+        const u64 mid = b + (e - b) / 2;
+        const unsigned x = acols[mid];
+        if (x == c) return -avals[mid];
         if (x < c) b = mid + 1;
         else e = mid;
     }
@@ -222,7 +236,8 @@ __device__ __forceinline__ void fsai_span(int full, int l, const int* __restrict
 
 // ---- (K2) Gather, one thread per row: for each system row q in [lo, hi)
 // with column c = cols[q]: L[q][t] = a_{c,cols[t]} (t < q), L[q][q] = a_cc,
-// y[q] = a_{c,i} (0 when absent), overwritten in place by (K3).
+// y[q] = -a_{c,i} (+0.0 when absent: the CPU's start of the forward solve),
+// overwritten in place by (K3).
 template <typename T>
 __device__ void fsai_gather(int count, const int* __restrict__ list, int nb, int r0, int full,
                             const u64* __restrict__ row_ptr, const unsigned* __restrict__ acols,
@@ -242,7 +257,7 @@ __device__ void fsai_gather(int count, const int* __restrict__ list, int nb, int
             L[fsai_tri(q, t) * nb + l] =
                 fsai_find(acols, avals, b, e, (unsigned)cols[(u64)t * nb + l]);
         L[fsai_tri(q, q) * nb + l] = fsai_find(acols, avals, b, e, c);
-        y[(u64)q * nb + l] = fsai_find(acols, avals, b, e, i);
+        y[(u64)q * nb + l] = fsai_find_negated(acols, avals, b, e, i);
     }
 }
 extern "C" __global__ void fsai_gather_f64(int count, const int* __restrict__ list, int nb,
@@ -271,6 +286,7 @@ extern "C" __global__ void fsai_gather_f32(int count, const int* __restrict__ li
 //   L[q][p] = (L[q][p] - sum_{t<p} L[q][t] L[p][t]) / L[p][p]   (p < q)
 //   L[q][q] = sqrt(a_cc - sum_{t<q} L[q][t]^2)   (breakdown if not > 0 or infinite)
 //   y[q]    = (-a_{c,i} - sum_{t<q} L[q][t] y[t]) / L[q][q];  psi -= y[q]^2
+//             (-a_{c,i} as gathered: +0.0 when a_{c,i} is not stored)
 // then gnew = L^-T y over the rows factored. psi starts at psi[l] (the
 // committed one; full = 1 passes psi0 = a_ii). Out: psi_new, bad.
 // A breakdown at row q: a step (full = 0) is abandoned (K4 keeps the state
@@ -309,7 +325,7 @@ __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, i
         }
         const T d = Rn<T>::sqrt(s);
         L[fsai_tri(q, q) * nb + l] = d;
-        T rr = -y[(u64)q * nb + l];
+        T rr = y[(u64)q * nb + l];
         for (int t = 0; t < q; ++t)
             rr = Rn<T>::sub(rr, Rn<T>::mul(L[fsai_tri(q, t) * nb + l], y[(u64)t * nb + l]));
         const T yq = Rn<T>::div(rr, d);
@@ -449,8 +465,8 @@ extern "C" __global__ void fsai_commit_f32(int count, const int* __restrict__ li
     fsai_commit<float>(count, list, nb, m, psi_new, bad, psi, g, gnew, status);
 }
 
-// ---- Postfilter, one thread per row: drop columns with |g_q| < delta (on
-// the unscaled g), keeping the others in insertion order; flags[l] = 1 when
+// ---- Postfilter, one thread per row: keep the columns with |g_q| >= delta (on
+// the unscaled g) in insertion order; flags[l] = 1 when
 // something was dropped (the row is solved again on the kept columns).
 template <typename T>
 __device__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __restrict__ cols,
@@ -461,7 +477,7 @@ __device__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __res
     int kept = 0;
     for (int q = 0; q < mm; ++q) {
         const T v = g[(u64)q * nb + l];
-        if (Rn<T>::abs(v) < delta) continue;
+        if (!(Rn<T>::abs(v) >= delta)) continue;  // the CPU keeps |g| >= delta
         cols[(u64)kept * nb + l] = cols[(u64)q * nb + l];
         g[(u64)kept * nb + l] = v;
         ++kept;
