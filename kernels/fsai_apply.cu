@@ -19,3 +19,27 @@ extern "C" __global__ void fsai_csr_product(int n, const u64* __restrict__ row_p
         acc = __dadd_rn(acc, __dmul_rn(vals[k], __ldg(&x[cols[k]])));
     y[i] = acc;
 }
+
+// y = M x with M in 32-row slices (SELL-32, rows in their own order, no
+// sorting): entry k of row i at slice_ptr[i / 32] + 32 k + i % 32, so the 32
+// threads of a warp read consecutive words at each k. Same sum, same order as
+// fsai_csr_product (bit-equal results); the slots past a row's length are
+// padding and never read.
+extern "C" __global__ void fsai_sell_product(int n, const u64* __restrict__ slice_ptr,
+                                             const unsigned* __restrict__ row_len,
+                                             const unsigned* __restrict__ cols,
+                                             const double* __restrict__ vals,
+                                             const double* __restrict__ x, double* __restrict__ y,
+                                             const double* done) {
+    if (gated_off(done)) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const u64 base = slice_ptr[i >> 5] + (u64)(i & 31);
+    const unsigned len = row_len[i];
+    double acc = 0.0;
+    for (unsigned k = 0; k < len; ++k) {
+        const u64 at = base + 32ull * k;
+        acc = __dadd_rn(acc, __dmul_rn(vals[at], __ldg(&x[cols[at]])));
+    }
+    y[i] = acc;
+}

@@ -8,7 +8,7 @@
 
 use fvpoisson::gpu::amg::DeviceCsr;
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
-use fvpoisson::gpu::fsai::DeviceFsai;
+use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage};
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
@@ -66,7 +66,7 @@ fn variants() -> Vec<FsaiSettings> {
 #[test]
 fn apply_equals_the_cpu_reference() {
     let Some(gpu) = test_device() else { return };
-    println!("system | settings | mu | GPU vs CPU | gated off leaves z");
+    println!("system | settings | mu | GPU vs CPU | SELL vs CPU | gated off leaves z");
     for (name, a, _) in systems() {
         let r = random_vector(a.n_rows(), 7);
         for s in variants() {
@@ -83,6 +83,16 @@ fn apply_equals_the_cpu_reference() {
             device.apply(&r_dev, &z_dev).unwrap();
             let z_gpu = gpu.download(&z_dev).unwrap();
             let d = max_rel_diff(&z_gpu, &z_cpu);
+            // SELL-32 storage: the same sums in the same order.
+            let sell = DeviceFsai::from_host(&gpu, &factor)
+                .unwrap()
+                .with_storage(FsaiStorage::Sell)
+                .unwrap();
+            assert_eq!(sell.storage(), FsaiStorage::Sell);
+            assert!(sell.stored_slots() >= 2 * factor.g.nnz());
+            let z_sell = gpu.zeros::<f64>(r.len()).unwrap();
+            sell.apply(&r_dev, &z_sell).unwrap();
+            let d_sell = max_rel_diff(&gpu.download(&z_sell).unwrap(), &z_cpu);
             // Gated: done = 0 runs, done = 1 leaves z as it was.
             let open = gpu.upload(&[0.0]).unwrap();
             let shut = gpu.upload(&[1.0]).unwrap();
@@ -93,10 +103,11 @@ fn apply_equals_the_cpu_reference() {
             device.apply_gated(&r_dev, &z3, &shut).unwrap();
             let untouched = gpu.download(&z3).unwrap().iter().all(|&v| v == 5.0);
             println!(
-                "{name} | {s} | {:.3} | {d:.1e} | {untouched}",
+                "{name} | {s} | {:.3} | {d:.1e} | {d_sell:.1e} | {untouched}",
                 factor.stats.density
             );
             assert!(d <= 1e-14, "{name} {s}: {d:e}");
+            assert!(d_sell <= 1e-14, "{name} {s}: SELL {d_sell:e}");
             assert!(untouched, "{name} {s}");
         }
     }

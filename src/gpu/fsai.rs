@@ -7,7 +7,8 @@
 //!
 //! Each product is one thread per row summing in stored column order with
 //! `__dmul_rn`/`__dadd_rn`, the order of `Csr::spmv`, so the device
-//! application equals the CPU's bit for bit for the same G.
+//! application equals the CPU's bit for bit for the same G, from CSR or from
+//! 32-row slices ([`FsaiStorage`]; `bench --fsai` measures both).
 
 use std::time::Instant;
 
@@ -47,6 +48,79 @@ impl FsaiSetupPlace {
 /// Where GPU solves compute G.
 pub const SETUP_PLACE: FsaiSetupPlace = FsaiSetupPlace::Device;
 
+/// How G and Gᵀ are stored for the application (both give the same bits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FsaiStorage {
+    /// CSR, one thread per row (`fsai_csr_product`).
+    #[default]
+    Csr,
+    /// 32-row slices, entries interleaved (`fsai_sell_product`): coalesced
+    /// loads, padding to the longest row of each slice.
+    Sell,
+}
+
+impl FsaiStorage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Csr => "CSR",
+            Self::Sell => "SELL-32",
+        }
+    }
+}
+
+/// The storage GPU solves use (`bench --fsai` measures both).
+pub const STORAGE: FsaiStorage = FsaiStorage::Csr;
+
+/// Rows per slice of [`DeviceSell`] (a warp).
+const SLICE: usize = 32;
+
+/// A matrix in 32-row slices on the device: entry k of row i at
+/// `slice_ptr[i / 32] + 32 k + i % 32`.
+pub struct DeviceSell {
+    pub n: usize,
+    /// Stored slots, padding included.
+    pub slots: usize,
+    pub slice_ptr: CudaSlice<u64>,
+    pub row_len: CudaSlice<u32>,
+    pub cols: CudaSlice<u32>,
+    pub vals: CudaSlice<f64>,
+}
+
+impl DeviceSell {
+    /// `m` in slices, copied to the device (padding: column 0, value 0, never read).
+    pub fn upload(gpu: &Gpu, m: &Csr) -> Result<Self, GpuError> {
+        let n = m.n_rows();
+        let len = |r: usize| m.row_ptr()[r + 1] - m.row_ptr()[r];
+        let mut slice_ptr = vec![0u64];
+        for s in 0..n.div_ceil(SLICE) {
+            let width = (s * SLICE..((s + 1) * SLICE).min(n))
+                .map(len)
+                .max()
+                .unwrap_or(0);
+            slice_ptr.push(slice_ptr[s] + (width * SLICE) as u64);
+        }
+        let slots = *slice_ptr.last().expect("starts at 0") as usize;
+        let (mut cols, mut vals) = (vec![0u32; slots.max(1)], vec![0.0; slots.max(1)]);
+        for r in 0..n {
+            let base = slice_ptr[r / SLICE] as usize + r % SLICE;
+            let (rc, rv) = m.row(r);
+            for (k, (&c, &v)) in rc.iter().zip(rv).enumerate() {
+                cols[base + SLICE * k] = c;
+                vals[base + SLICE * k] = v;
+            }
+        }
+        let row_len: Vec<u32> = (0..n).map(|r| len(r) as u32).collect();
+        Ok(Self {
+            n,
+            slots,
+            slice_ptr: gpu.upload(&slice_ptr)?,
+            row_len: gpu.upload(&row_len)?,
+            cols: gpu.upload(&cols)?,
+            vals: gpu.upload(&vals)?,
+        })
+    }
+}
+
 /// What the setup did.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FsaiSetupReport {
@@ -68,6 +142,8 @@ pub struct DeviceFsai<'g> {
     gt: DeviceCsr,
     /// G r.
     t: CudaSlice<f64>,
+    /// G and Gᵀ in slices when the storage is [`FsaiStorage::Sell`].
+    sell: Option<(DeviceSell, DeviceSell)>,
 }
 
 impl<'g> DeviceFsai<'g> {
@@ -87,7 +163,42 @@ impl<'g> DeviceFsai<'g> {
             )));
         }
         let t = gpu.zeros(g.n)?;
-        Ok(Self { gpu, g, gt, t })
+        Ok(Self {
+            gpu,
+            g,
+            gt,
+            t,
+            sell: None,
+        })
+    }
+
+    /// The application from `storage` (SELL: slices built on the host from
+    /// G and Gᵀ read back; CSR: the slices dropped).
+    pub fn with_storage(mut self, storage: FsaiStorage) -> Result<Self, GpuError> {
+        self.sell = match storage {
+            FsaiStorage::Csr => None,
+            FsaiStorage::Sell => {
+                let g = DeviceSell::upload(self.gpu, &self.g.download(self.gpu)?)?;
+                let gt = DeviceSell::upload(self.gpu, &self.gt.download(self.gpu)?)?;
+                Some((g, gt))
+            }
+        };
+        Ok(self)
+    }
+
+    pub fn storage(&self) -> FsaiStorage {
+        match self.sell {
+            Some(_) => FsaiStorage::Sell,
+            None => FsaiStorage::Csr,
+        }
+    }
+
+    /// Stored slots of the application's G and Gᵀ (padding included).
+    pub fn stored_slots(&self) -> usize {
+        match &self.sell {
+            Some((g, gt)) => g.slots + gt.slots,
+            None => self.g.nnz + self.gt.nnz,
+        }
     }
 
     /// Sets up G for `a` at `place` and puts it on the device.
@@ -105,7 +216,10 @@ impl<'g> DeviceFsai<'g> {
                 let factor = fsai_setup(a, settings)?;
                 let s = &factor.stats;
                 let (d, d0) = (s.density, s.density_before_postfilter);
-                (Self::from_host(gpu, &factor).map_err(device)?, d, d0)
+                let fsai = Self::from_host(gpu, &factor)
+                    .and_then(|f| f.with_storage(STORAGE))
+                    .map_err(device)?;
+                (fsai, d, d0)
             }
             FsaiSetupPlace::Device => {
                 // Every setting the CPU reference accepts runs on the device.
@@ -157,14 +271,49 @@ impl<'g> DeviceFsai<'g> {
             })
     }
 
+    /// y = M x for M in slices.
+    fn sell_product(
+        &self,
+        m: &DeviceSell,
+        x: &CudaSlice<f64>,
+        y: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let n = m.n as i32;
+        self.gpu.launch(
+            "fsai_sell_product",
+            vector_grid(m.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.row_len)
+                    .arg(&m.cols)
+                    .arg(&m.vals)
+                    .arg(x)
+                    .arg(y);
+                arg_or_null(a, done);
+            },
+        )
+    }
+
     fn run(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.product(&self.g, r, &self.t, done)?;
-        self.product(&self.gt, &self.t, z, done)
+        match &self.sell {
+            Some((g, gt)) => {
+                self.sell_product(g, r, &self.t, done)?;
+                self.sell_product(gt, &self.t, z, done)
+            }
+            None => {
+                self.product(&self.g, r, &self.t, done)?;
+                self.product(&self.gt, &self.t, z, done)
+            }
+        }
     }
 }
 

@@ -16,19 +16,21 @@
 //!
 //! Variants: static FSAI (power 1 and 2) and aFSAI over steps {5, 10, 20, 30}
 //! × epsilon {1e-3, 5e-3, 5e-2} (stagnation), or those given by
-//! `--fsai-variant`.
+//! `--fsai-variant`; on the GPU each with G and Gᵀ in CSR, and the default
+//! settings again in 32-row slices (SELL-32: the storage comparison; the
+//! setup then includes reading G back and slicing it on the host).
 
 use std::time::Instant;
 
 use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
-use super::fsai::{DeviceFsai, SETUP_PLACE};
+use super::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
 use super::fsai_setup::FsaiSetupStats;
 use super::pcg::{GpuCgBackend, GpuSolveOptions};
 use super::smooth::DevicePreconditioner;
 use super::Gpu;
 use crate::solve::cpu::CpuBackend;
 use crate::solve::fsai::{FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop};
-use crate::solve::{pcg, solve_pcg, PreconditionerKind};
+use crate::solve::{pcg, solve_pcg, PreconditionerKind, SolveError};
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::Csr;
 
@@ -169,20 +171,29 @@ pub fn rows(
             base_ms,
             baseline.note("; the baseline of the ratios"),
         );
-        for s in &variants {
-            let (fsai, report) = match DeviceFsai::setup(gpu, &a_rcm, s, SETUP_PLACE) {
+        // Every variant with CSR storage; the default one with SELL-32 too.
+        let mut runs: Vec<(FsaiSettings, FsaiStorage)> =
+            variants.iter().map(|s| (*s, FsaiStorage::Csr)).collect();
+        if variants.contains(&FsaiSettings::default()) {
+            runs.push((FsaiSettings::default(), FsaiStorage::Sell));
+        }
+        for (s, storage) in runs {
+            let what = format!("PCG {} {}", label(&s), storage.name());
+            let t = Instant::now();
+            let setup = DeviceFsai::setup(gpu, &a_rcm, &s, SETUP_PLACE).and_then(|(f, r)| {
+                f.with_storage(storage)
+                    .map(|f| (f, r))
+                    .map_err(|e| SolveError::Device(e.to_string()))
+            });
+            let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+            let (fsai, report) = match setup {
                 Ok(r) => r,
                 Err(e) => {
-                    push(
-                        format!("PCG {}", label(s)),
-                        "rcm",
-                        0.0,
-                        format!("failed: {e}"),
-                    );
+                    push(what, "rcm", 0.0, format!("failed: {e}"));
                     continue;
                 }
             };
-            let setup_ms = report.seconds * 1e3;
+            let slots = fsai.stored_slots();
             // One application outside the timing loads the kernel.
             let mut x = backend.upload(&zeros)?;
             fsai.apply(b_dev.dev()?, x.dev()?)?;
@@ -198,7 +209,8 @@ pub fn rows(
                 Ok(perf) => format!(
                     "setup ({}) {setup_ms:.1} ms + solve {solve_ms:.1} ms: mu {:.3} (mu0 {:.3}), \
                      {} iterations ({:.2}x fewer than Jacobi), {:.4} ms/iteration, total / \
-                     Jacobi-PCG {:.2}, final residual {:.3e}{}",
+                     Jacobi-PCG {:.2}, final residual {:.3e}, G and G^T {:.2}x nnz(A) slots \
+                     stored{}",
                     report.place.name(),
                     report.density,
                     report.density_before_postfilter,
@@ -207,17 +219,18 @@ pub fn rows(
                     solve_ms / perf.iterations.max(1) as f64,
                     total / base_ms,
                     perf.final_residual,
+                    slots as f64 / nnz as f64,
                     if perf.converged { "" } else { " NOT CONVERGED" }
                 ),
                 Err(e) => format!("failed: {e}"),
             };
-            push(format!("PCG {}", label(s)), "rcm", total, note);
-            if let Some(stats) = &report.device {
+            push(what, "rcm", total, note);
+            if let (Some(stats), FsaiStorage::Csr) = (&report.device, storage) {
                 push(
-                    format!("setup {}", label(s)),
+                    format!("setup {}", label(&s)),
                     "rcm",
                     stats.total_ms,
-                    setup_note(&a_rcm, s, stats),
+                    setup_note(&a_rcm, &s, stats),
                 );
             }
         }

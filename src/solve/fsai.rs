@@ -22,6 +22,9 @@
 //!   stop test compares ψ before the step with ψ after all its columns;
 //! - a breakdown while re-solving after the postfilter (or while factoring a
 //!   static row) keeps the columns factored before it;
+//! - the right-hand side of the forward step starts at −a_ci, or at +0.0 (not
+//!   −0.0) when a_ci is not stored; w_q and the gradient's products are +0.0
+//!   for entries not stored;
 //! - the final row is g_q / √ψ (a division by s = √ψ) and 1 / s on the diagonal.
 
 use std::fmt;
@@ -426,9 +429,15 @@ impl Real for f32 {
 
 /// a_{r,c} in precision T, 0 when (r, c) is not stored.
 fn entry<T: Real>(a: &Csr, r: usize, c: usize) -> T {
+    stored(a, r, c).unwrap_or(T::ZERO)
+}
+
+/// a_{r,c} in precision T, if (r, c) is stored.
+fn stored<T: Real>(a: &Csr, r: usize, c: usize) -> Option<T> {
     let (cols, vals) = a.row(r);
     cols.binary_search(&(c as u32))
-        .map_or(T::ZERO, |k| T::from_f64(vals[k]))
+        .ok()
+        .map(|k| T::from_f64(vals[k]))
 }
 
 /// One row's growing system: its pattern in insertion order, the packed
@@ -488,7 +497,8 @@ impl<T: Real> RowSystem<T> {
         }
         let d = s.sqrt();
         self.l.push(d);
-        let mut rr: T = -entry::<T>(a, c, self.row);
+        // −a_ci, or +0.0 when not stored (not −0.0).
+        let mut rr: T = stored::<T>(a, c, self.row).map_or(T::ZERO, |v| -v);
         for t in 0..m {
             rr = rr - self.l[base + t] * self.y[t];
         }
@@ -656,7 +666,7 @@ impl<T: Real> RowSystem<T> {
             .cols
             .iter()
             .zip(&self.g)
-            .filter(|(_, g)| !(g.abs() < d))
+            .filter(|(_, g)| g.abs() >= d)
             .map(|(&c, _)| c)
             .collect();
         if kept.len() == self.cols.len() {
