@@ -137,8 +137,17 @@ enum SetupPattern {
     Static { row_ptr: Vec<usize>, cols: Vec<u32> },
 }
 
+/// The work budget of [`fsai_setup_gpu`]: env `FVPOISSON_FSAI_WORK_MB`
+/// (MiB, e.g. to force batches on a small mesh), else [`DEFAULT_WORK_BYTES`].
+pub fn work_budget() -> usize {
+    std::env::var("FVPOISSON_FSAI_WORK_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(DEFAULT_WORK_BYTES, |mb| mb.max(1) << 20)
+}
+
 /// The FSAI set-up of `a` (square, symmetric, sorted columns, positive
-/// diagonal) on the device with the default work budget: G and Gᵀ as device
+/// diagonal) on the device with the work budget [`work_budget`]: G and Gᵀ as device
 /// CSR (ascending columns, so G's diagonal is last in each row and Gᵀ's
 /// first) and the set-up's statistics. G equals `solve::fsai::fsai_setup`'s
 /// (bit for bit in f64). Settings the CPU reference refuses are refused
@@ -148,7 +157,7 @@ pub fn fsai_setup_gpu(
     a: &Csr,
     s: &FsaiSettings,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
-    fsai_setup_gpu_budget(gpu, a, s, DEFAULT_WORK_BYTES)
+    fsai_setup_gpu_budget(gpu, a, s, work_budget())
 }
 
 /// [`fsai_setup_gpu`] with a work-memory budget (bytes) for the per-row
