@@ -69,7 +69,7 @@ pub struct FsaiSetupStats {
     pub peak_work_bytes: usize,
     /// Batches of rows.
     pub batches: usize,
-    /// rows_by_steps[k]: rows that took k steps (adaptive; static: all 0).
+    /// rows_by_steps[k]: rows that took k adaptive steps (static: every row 1).
     pub rows_by_steps: Vec<usize>,
     /// Rows that broke down and kept their last good state.
     pub fallback_rows: usize,
