@@ -207,3 +207,38 @@ fn gpu_options_choose_the_device_and_the_row_ordering() {
         assert!(error < 1e-10, "{ordering}: {error}");
     }
 }
+
+#[test]
+fn fsai_from_the_command_line() {
+    for precond in [
+        "fsai",
+        "fsai:steps=5,epsilon=0.001",
+        "fsai:pattern=static:power=2",
+    ] {
+        let out = fvpoisson(&[
+            "solve-matrix",
+            MATRIX,
+            "--precond",
+            precond,
+            "--tol",
+            "1e-12",
+        ]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        assert!(stdout.contains("preconditioner FSAI ("), "{stdout}");
+        let error: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("max |x - 1| = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        assert!(error < 1e-10, "{precond}: {error}");
+    }
+    let out = fvpoisson(&["solve-matrix", MATRIX, "--precond", "fsai:steps=40"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("steps * stepSize must be at most 31"),
+        "{stderr}"
+    );
+}

@@ -86,9 +86,18 @@ pub struct DeviceSell {
     pub vals: CudaSlice<f64>,
 }
 
-impl DeviceSell {
-    /// `m` in slices, copied to the device (padding: column 0, value 0, never read).
-    pub fn upload(gpu: &Gpu, m: &Csr) -> Result<Self, GpuError> {
+/// The host arrays of [`DeviceSell`]: slice pointers, row lengths, columns
+/// and values (padding: column 0, value 0, never read).
+#[derive(Debug, PartialEq)]
+pub struct SellLayout {
+    pub slice_ptr: Vec<u64>,
+    pub row_len: Vec<u32>,
+    pub cols: Vec<u32>,
+    pub vals: Vec<f64>,
+}
+
+impl SellLayout {
+    pub fn new(m: &Csr) -> Self {
         let n = m.n_rows();
         let len = |r: usize| m.row_ptr()[r + 1] - m.row_ptr()[r];
         let mut slice_ptr = vec![0u64];
@@ -100,7 +109,7 @@ impl DeviceSell {
             slice_ptr.push(slice_ptr[s] + (width * SLICE) as u64);
         }
         let slots = *slice_ptr.last().expect("starts at 0") as usize;
-        let (mut cols, mut vals) = (vec![0u32; slots.max(1)], vec![0.0; slots.max(1)]);
+        let (mut cols, mut vals) = (vec![0u32; slots], vec![0.0; slots]);
         for r in 0..n {
             let base = slice_ptr[r / SLICE] as usize + r % SLICE;
             let (rc, rv) = m.row(r);
@@ -109,14 +118,34 @@ impl DeviceSell {
                 vals[base + SLICE * k] = v;
             }
         }
-        let row_len: Vec<u32> = (0..n).map(|r| len(r) as u32).collect();
+        Self {
+            slice_ptr,
+            row_len: (0..n).map(|r| len(r) as u32).collect(),
+            cols,
+            vals,
+        }
+    }
+
+    /// (column, value) of entry k of row i.
+    pub fn entry(&self, i: usize, k: usize) -> (u32, f64) {
+        let at = self.slice_ptr[i / SLICE] as usize + i % SLICE + SLICE * k;
+        (self.cols[at], self.vals[at])
+    }
+}
+
+impl DeviceSell {
+    /// `m` in slices, copied to the device.
+    pub fn upload(gpu: &Gpu, m: &Csr) -> Result<Self, GpuError> {
+        let l = SellLayout::new(m);
+        // A zero-length upload is not an allocation: keep one slot.
+        let pad = |v: Vec<u32>| if v.is_empty() { vec![0] } else { v };
         Ok(Self {
-            n,
-            slots,
-            slice_ptr: gpu.upload(&slice_ptr)?,
-            row_len: gpu.upload(&row_len)?,
-            cols: gpu.upload(&cols)?,
-            vals: gpu.upload(&vals)?,
+            n: m.n_rows(),
+            slots: l.cols.len(),
+            slice_ptr: gpu.upload(&l.slice_ptr)?,
+            row_len: gpu.upload(&l.row_len)?,
+            vals: gpu.upload(if l.vals.is_empty() { &[0.0] } else { &l.vals })?,
+            cols: gpu.upload(&pad(l.cols))?,
         })
     }
 }
@@ -367,5 +396,35 @@ impl GpuSolver<'_> {
         );
         backend.set_preconditioner(Box::new(fsai));
         pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::random_symmetric;
+
+    #[test]
+    fn sell_layout_holds_every_row_in_order() {
+        for n in [1, 31, 32, 33, 200] {
+            let m = random_symmetric(n, 6, n as u64);
+            let l = SellLayout::new(&m);
+            assert_eq!(l.slice_ptr.len(), n.div_ceil(SLICE) + 1);
+            for i in 0..n {
+                let (cols, vals) = m.row(i);
+                assert_eq!(l.row_len[i] as usize, cols.len());
+                for k in 0..cols.len() {
+                    assert_eq!(l.entry(i, k), (cols[k], vals[k]), "n {n} row {i} entry {k}");
+                }
+            }
+            // Each slice is as wide as its longest row.
+            for s in 0..n.div_ceil(SLICE) {
+                let width = (s * SLICE..((s + 1) * SLICE).min(n))
+                    .map(|r| l.row_len[r] as u64)
+                    .max()
+                    .unwrap();
+                assert_eq!(l.slice_ptr[s + 1] - l.slice_ptr[s], width * SLICE as u64);
+            }
+        }
     }
 }

@@ -555,55 +555,80 @@ impl<T: Real> RowSystem<T> {
     /// and the `step_size` columns with the largest |v_j| not in the pattern
     /// (ties: smaller j), largest first.
     pub fn candidates(&self, a: &Csr, step_size: usize) -> Vec<u32> {
-        let i = self.row;
-        let n_slots = self.cols.len() + 1;
-        let width = n_slots.next_power_of_two();
-        let (mut pos, mut end, mut coef) = ([0usize; 32], [0usize; 32], [T::ZERO; 32]);
-        for t in 0..n_slots {
-            let (r, c) = if t == 0 {
-                (i, T::ONE)
-            } else {
-                (self.cols[t - 1] as usize, self.g[t - 1])
-            };
-            let (cols, _) = a.row(r);
-            pos[t] = a.row_ptr()[r];
-            end[t] = pos[t] + cols.partition_point(|&j| (j as usize) < i);
-            coef[t] = c;
-        }
-        let (acols, avals) = (a.cols(), a.values());
-        let mut best: Vec<(T, u32)> = Vec::new();
-        loop {
-            let j = (0..n_slots)
-                .filter(|&t| pos[t] < end[t])
-                .map(|t| acols[pos[t]])
-                .min();
-            let Some(j) = j else { break };
-            let mut p = [T::ZERO; 32];
-            for t in 0..n_slots {
-                if pos[t] < end[t] && acols[pos[t]] == j {
-                    p[t] = coef[t] * T::from_f64(avals[pos[t]]);
-                    pos[t] += 1;
-                }
-            }
-            let mut w = width;
-            while w > 1 {
-                w /= 2;
-                for l in 0..w {
-                    p[l] = p[l] + p[l + w];
-                }
-            }
-            let v = p[0];
-            if v != T::ZERO && !self.cols.contains(&j) {
-                best.push((v.abs(), j));
-            }
-        }
-        best.sort_by(|x, y| {
+        let mut best = self.gradient(a);
+        best.sort_unstable_by(|x, y| {
             y.0.partial_cmp(&x.0)
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then(x.1.cmp(&y.1))
         });
         best.into_iter().take(step_size).map(|(_, j)| j).collect()
     }
+
+    /// The slot rows of the gradient: (row, coefficient), slot 0 = row i with 1.
+    fn slots(&self) -> impl Iterator<Item = (usize, T)> + '_ {
+        std::iter::once((self.row, T::ONE)).chain(
+            self.cols
+                .iter()
+                .zip(&self.g)
+                .map(|(&c, &g)| (c as usize, g)),
+        )
+    }
+
+    /// (|v_j|, j) for the candidates j (< i, not in the pattern, v_j ≠ 0),
+    /// ascending j. The products of all slot rows are sorted by (j, slot);
+    /// a column reached by one slot is that product (the tree adds only
+    /// zeros to it), others go through the butterfly over the slots.
+    fn gradient(&self, a: &Csr) -> Vec<(T, u32)> {
+        let i = self.row;
+        let width = (self.cols.len() + 1).next_power_of_two();
+        let mut items: Vec<(u32, u8, T)> = Vec::with_capacity(8 * width);
+        for (t, (r, coef)) in self.slots().enumerate() {
+            let (cols, vals) = a.row(r);
+            for (&j, &v) in cols.iter().zip(vals) {
+                if j as usize >= i {
+                    break;
+                }
+                items.push((j, t as u8, coef * T::from_f64(v)));
+            }
+        }
+        items.sort_unstable_by_key(|e| (e.0, e.1));
+        let mut pattern = self.cols.clone();
+        pattern.sort_unstable();
+        let mut out = Vec::new();
+        let mut k = 0;
+        while k < items.len() {
+            let j = items[k].0;
+            let e = k + items[k..].partition_point(|it| it.0 == j);
+            let v = if e - k == 1 {
+                items[k].2
+            } else {
+                let mut p = [T::ZERO; 32];
+                for it in &items[k..e] {
+                    p[it.1 as usize] = it.2;
+                }
+                tree_sum(&mut p, width)
+            };
+            if v != T::ZERO && pattern.binary_search(&j).is_err() {
+                out.push((v.abs(), j));
+            }
+            k = e;
+        }
+        out
+    }
+}
+
+/// The xor butterfly over the first `width` (a power of two ≤ 32) slots:
+/// p[l] += p[l + w] for w = width/2, …, 1; the result is p[0]. With the other
+/// slots +0.0 this is the 32-slot sum of the spec up to the sign of a zero.
+fn tree_sum<T: Real>(p: &mut [T; 32], width: usize) -> T {
+    let mut w = width;
+    while w > 1 {
+        w /= 2;
+        for l in 0..w {
+            p[l] = p[l] + p[l + w];
+        }
+    }
+    p[0]
 }
 
 /// The outcome of one adaptive step.
@@ -1058,6 +1083,70 @@ mod tests {
             }
         }
         assert!(steps > 1000, "{steps}");
+    }
+
+    /// The gradient as the spec writes it: a merge over the 32 slots, every
+    /// column through the full 32-slot butterfly.
+    fn gradient_reference<T: Real>(row: &RowSystem<T>, a: &Csr) -> Vec<(T, u32)> {
+        let i = row.row;
+        let slots: Vec<(usize, T)> = row.slots().collect();
+        let mut pos: Vec<usize> = slots.iter().map(|s| a.row_ptr()[s.0]).collect();
+        let end: Vec<usize> = slots
+            .iter()
+            .map(|s| a.row_ptr()[s.0] + a.row(s.0).0.partition_point(|&j| (j as usize) < i))
+            .collect();
+        let mut out = Vec::new();
+        while let Some(j) = (0..slots.len())
+            .filter(|&t| pos[t] < end[t])
+            .map(|t| a.cols()[pos[t]])
+            .min()
+        {
+            let mut p = [T::ZERO; 32];
+            for t in 0..slots.len() {
+                if pos[t] < end[t] && a.cols()[pos[t]] == j {
+                    p[t] = slots[t].1 * T::from_f64(a.values()[pos[t]]);
+                    pos[t] += 1;
+                }
+            }
+            let v = tree_sum(&mut p, 32);
+            if v != T::ZERO && !row.cols.contains(&j) {
+                out.push((v.abs(), j));
+            }
+        }
+        out
+    }
+
+    fn check_gradient<T: Real>(a: &Csr) -> usize {
+        let mut checked = 0;
+        for i in 0..a.n_rows() {
+            let mut row = RowSystem::<T>::new(a, i);
+            let psi0 = row.psi;
+            for _ in 0..31 {
+                let bits = |v: Vec<(T, u32)>| -> Vec<(u64, u32)> {
+                    v.into_iter()
+                        .map(|(x, j)| (x.to_f64().to_bits(), j))
+                        .collect()
+                };
+                assert_eq!(
+                    bits(row.gradient(a)),
+                    bits(gradient_reference(&row, a)),
+                    "row {i}, {} columns",
+                    row.cols.len()
+                );
+                checked += 1;
+                if row.adaptive_step(a, 1, 0.0, FsaiStop::Stagnation, psi0) != StepOutcome::Grown {
+                    break;
+                }
+            }
+        }
+        checked
+    }
+
+    #[test]
+    fn gradient_equals_the_32_slot_butterfly() {
+        let a = random_symmetric(400, 10, 13);
+        assert!(check_gradient::<f64>(&a) > 2000);
+        assert!(check_gradient::<f32>(&a) > 2000);
     }
 
     #[test]
