@@ -135,7 +135,7 @@ impl DeviceCsr {
 }
 
 /// Element `index` of a device buffer (a synchronising read: set-up only).
-fn read_at<T: DeviceRepr + Default + Copy>(
+pub(super) fn read_at<T: DeviceRepr + Default + Copy>(
     gpu: &Gpu,
     buffer: &CudaSlice<T>,
     index: usize,
@@ -150,13 +150,13 @@ fn read_at<T: DeviceRepr + Default + Copy>(
 /// Exclusive prefix sums of unsigned counts on the device (`amg_scan_*`):
 /// per tile sums, one block scanning them, then each tile's offsets.
 /// Integer sums, so the result does not depend on the launch shape.
-struct Scan {
+pub(super) struct Scan {
     tile_sums: CudaSlice<u64>,
 }
 
 impl Scan {
     /// Room for scans of up to `n` counts.
-    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+    pub(super) fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
         Ok(Self {
             tile_sums: gpu.zeros(n.div_ceil(SCAN_TILE))?,
         })
@@ -164,7 +164,7 @@ impl Scan {
 
     /// offsets[0..=n] = exclusive prefix sums of counts[0..n]; returns the
     /// total offsets[n] (read back).
-    fn run(
+    pub(super) fn run(
         &self,
         gpu: &Gpu,
         counts: &CudaSlice<u32>,

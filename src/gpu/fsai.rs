@@ -15,6 +15,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::amg::DeviceCsr;
+use super::fsai_setup::{fsai_setup_gpu, FsaiSetupStats};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
@@ -44,8 +45,8 @@ impl FsaiSetupPlace {
     }
 }
 
-/// Where GPU solves compute G until the device setup is merged.
-pub const SETUP_PLACE: FsaiSetupPlace = FsaiSetupPlace::Host;
+/// Where GPU solves compute G.
+pub const SETUP_PLACE: FsaiSetupPlace = FsaiSetupPlace::Device;
 
 /// How G and Gᵀ are stored for the application (both give the same bits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -159,6 +160,8 @@ pub struct FsaiSetupReport {
     pub density: f64,
     /// μ₀, before the postfilter.
     pub density_before_postfilter: f64,
+    /// The device setup's kernel times and statistics (`FsaiSetupPlace::Device`).
+    pub device: Option<FsaiSetupStats>,
 }
 
 /// z = Gᵀ (G r) on the device (`solve::fsai::FsaiPreconditioner`).
@@ -236,6 +239,7 @@ impl<'g> DeviceFsai<'g> {
     ) -> Result<(Self, FsaiSetupReport), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let start = Instant::now();
+        let mut device_stats = None;
         let (fsai, density, density_before_postfilter) = match place {
             FsaiSetupPlace::Host => {
                 let factor = fsai_setup(a, settings)?;
@@ -247,11 +251,11 @@ impl<'g> DeviceFsai<'g> {
                 (fsai, d, d0)
             }
             FsaiSetupPlace::Device => {
-                return Err(SolveError::Device(
-                    "the GPU FSAI setup (gpu::fsai_setup) is not part of this build; use the \
-                     host setup"
-                        .into(),
-                ))
+                // Every setting the CPU reference accepts runs on the device.
+                let (g, gt, stats) = fsai_setup_gpu(gpu, a, settings)?;
+                let (d, d0) = (stats.density, stats.density_before_postfilter);
+                device_stats = Some(stats);
+                (Self::from_device(gpu, g, gt).map_err(device)?, d, d0)
             }
         };
         gpu.synchronize().map_err(device)?;
@@ -260,6 +264,7 @@ impl<'g> DeviceFsai<'g> {
             seconds: start.elapsed().as_secs_f64(),
             density,
             density_before_postfilter,
+            device: device_stats,
         };
         Ok((fsai, report))
     }

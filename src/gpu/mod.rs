@@ -29,6 +29,7 @@ pub mod deflation;
 pub mod deflation_bench;
 pub mod fsai;
 pub mod fsai_bench;
+pub mod fsai_setup;
 pub mod ic;
 pub mod ilu;
 pub mod ilu_bench;
@@ -66,6 +67,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("krylov.cu", include_str!("../../kernels/krylov.cu")),
     ("block_ic.cu", include_str!("../../kernels/block_ic.cu")),
     ("fsai_apply.cu", include_str!("../../kernels/fsai_apply.cu")),
+    ("fsai.cu", include_str!("../../kernels/fsai.cu")),
 ];
 
 /// The kernels the sources define, in source order.

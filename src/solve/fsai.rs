@@ -718,7 +718,7 @@ impl<T: Real> RowSystem<T> {
 
 /// The static pattern of row i: columns j < i within `power` steps of i in
 /// the graph of Ã (ascending).
-fn static_pattern(a: &Csr, diag: &[f64], i: usize, power: usize, prefilter: f64) -> Vec<u32> {
+pub fn static_pattern(a: &Csr, diag: &[f64], i: usize, power: usize, prefilter: f64) -> Vec<u32> {
     let keep =
         |r: usize, c: usize, v: f64| c != r && v.abs() >= prefilter * (diag[r] * diag[c]).sqrt();
     let mut seen = std::collections::HashSet::new();
@@ -861,7 +861,7 @@ pub fn fsai_setup(a: &Csr, s: &FsaiSettings) -> Result<FsaiFactor, SolveError> {
 }
 
 /// a_ii for every row, checked positive and every value finite.
-fn fsai_diagonal(a: &Csr) -> Result<Vec<f64>, SolveError> {
+pub fn fsai_diagonal(a: &Csr) -> Result<Vec<f64>, SolveError> {
     if let Some(k) = a.values().iter().position(|v| !v.is_finite()) {
         let row = a.row_ptr().partition_point(|&p| p <= k) - 1;
         return Err(SolveError::NonFinite {

@@ -1,0 +1,850 @@
+//! FSAI set-up on the device (`kernels/fsai.cu`), the paper's structure
+//! (seed 002 §2.4–2.7) with the CPU reference's arithmetic
+//! (`solve::fsai::fsai_setup`, FSAI_SPEC.md), so that G is the same bits in
+//! f64.
+//!
+//! Adaptive pattern: rows in batches sized to a work-memory budget; per batch
+//! a host loop over the steps k with the active rows compacted on the device
+//! (flags → deterministic exclusive scan → list, one count read back per
+//! step), and per step
+//! - (K1) `fsai_gradient`: the Kaporin gradient, one warp per row, lane t
+//!   holding contributing row t, a warp-minimum merge of their sorted
+//!   columns below i, products summed by the xor butterfly, pattern columns
+//!   excluded, the best `step_size` kept in lanes sorted by |v| (ties: the
+//!   smaller column);
+//! - (K2) `fsai_gather`: the new rows of the dense system (and a_{c,i}) into
+//!   the interleaved per-row factor storage, one thread per row;
+//! - (K3) `fsai_cholesky`: the incremental Cholesky extension, forward
+//!   solve, ψ update and back solve, one thread per system;
+//! - (K4) `fsai_stop`: breakdown check, commit and the stop rule.
+//!
+//! The postfilter drops |g| < δ and solves the kept columns again from
+//! scratch (the same gather/Cholesky kernels over all the rows of the
+//! system). Static patterns are built on the host (the CPU reference's
+//! pattern), gathered and factored the same way. (K5) `fsai_assemble` writes
+//! each batch's rows (sorted, diagonal last, scaled by 1/√ψ) into a chunk;
+//! the chunks are placed by a prefix sum of the row counts, and Gᵀ is built
+//! by counting, slotting and sorting its rows.
+
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use rayon::prelude::*;
+
+use super::amg::{DeviceCsr, Scan};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::fsai::{
+    fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
+};
+use crate::solve::polynomial::Precision;
+use crate::solve::SolveError;
+use crate::sparse::Csr;
+
+/// kernels/fsai.cu FSAI_STOP_*.
+const STOP_STAGNATION: i32 = 0;
+const STOP_REDUCTION: i32 = 1;
+/// Threads per block of the gradient kernel (a warp per row).
+const GRADIENT_BLOCK: u32 = 256;
+/// Rows of the gradient kernel per block.
+const GRADIENT_ROWS_PER_BLOCK: usize = GRADIENT_BLOCK as usize / 32;
+/// Default work-memory budget of the set-up's per-row state.
+pub const DEFAULT_WORK_BYTES: usize = 4 << 30;
+
+/// What the device set-up measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FsaiSetupStats {
+    /// (K1) Kaporin gradient and choice of the new columns, ms.
+    pub gradient_ms: f64,
+    /// (K2) gather of the dense systems' new rows, ms.
+    pub gather_ms: f64,
+    /// (K3) Cholesky extension and solves, ms.
+    pub cholesky_ms: f64,
+    /// (K4) stop test and commit, with the active-row compaction, ms.
+    pub stop_ms: f64,
+    /// Postfilter and the re-solves it causes, ms.
+    pub postfilter_ms: f64,
+    /// (K5) G's rows, their placement and Gᵀ, ms.
+    pub assemble_ms: f64,
+    /// The whole set-up on the host clock (uploads and read-backs included), ms.
+    pub total_ms: f64,
+    /// The largest per-batch work memory (per-row state, lists), bytes.
+    pub peak_work_bytes: usize,
+    /// Batches of rows.
+    pub batches: usize,
+    /// rows_by_steps[k]: rows that took k adaptive steps (static: every row 1).
+    pub rows_by_steps: Vec<usize>,
+    /// Rows that broke down and kept their last good state.
+    pub fallback_rows: usize,
+    /// nnz(G)/nnz(A) before the postfilter (μ0).
+    pub density_before_postfilter: f64,
+    /// nnz(G)/nnz(A) (μ).
+    pub density: f64,
+}
+
+impl FsaiSetupStats {
+    /// The per-kernel breakdown, one line (seed 002 §2.7's shares).
+    pub fn describe(&self) -> String {
+        let kernels = self.gradient_ms
+            + self.gather_ms
+            + self.cholesky_ms
+            + self.stop_ms
+            + self.postfilter_ms
+            + self.assemble_ms;
+        let share = |t: f64| {
+            if kernels > 0.0 {
+                100.0 * t / kernels
+            } else {
+                0.0
+            }
+        };
+        format!(
+            "set-up {:.2} ms: gradient {:.2} ms ({:.0}%), gather {:.2} ms ({:.0}%), \
+             Cholesky {:.2} ms ({:.0}%), stop {:.2} ms ({:.0}%), postfilter {:.2} ms ({:.0}%), \
+             assemble {:.2} ms ({:.0}%); work {:.1} MB in {} batch(es); mu0 {:.3}, mu {:.3}; \
+             fallback rows {}",
+            self.total_ms,
+            self.gradient_ms,
+            share(self.gradient_ms),
+            self.gather_ms,
+            share(self.gather_ms),
+            self.cholesky_ms,
+            share(self.cholesky_ms),
+            self.stop_ms,
+            share(self.stop_ms),
+            self.postfilter_ms,
+            share(self.postfilter_ms),
+            self.assemble_ms,
+            share(self.assemble_ms),
+            self.peak_work_bytes as f64 / 1e6,
+            self.batches,
+            self.density_before_postfilter,
+            self.density,
+            self.fallback_rows
+        )
+    }
+}
+
+/// The pattern the device set-up grows or factors.
+#[derive(Clone, Debug, PartialEq)]
+enum SetupPattern {
+    /// Greedy Kaporin-gradient growth (FSAI_SPEC adaptive).
+    Adaptive {
+        steps: usize,
+        step_size: usize,
+        epsilon: f64,
+        stop: FsaiStop,
+    },
+    /// A strictly-lower pattern built on the host, ascending columns per
+    /// row (CSR row pointers and columns).
+    Static { row_ptr: Vec<usize>, cols: Vec<u32> },
+}
+
+/// The work budget of [`fsai_setup_gpu`]: env `FVPOISSON_FSAI_WORK_MB`
+/// (MiB, e.g. to force batches on a small mesh), else [`DEFAULT_WORK_BYTES`].
+pub fn work_budget() -> usize {
+    std::env::var("FVPOISSON_FSAI_WORK_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(DEFAULT_WORK_BYTES, |mb| mb.max(1) << 20)
+}
+
+/// The FSAI set-up of `a` (square, symmetric, sorted columns, positive
+/// diagonal) on the device with the work budget [`work_budget`]: G and Gᵀ as device
+/// CSR (ascending columns, so G's diagonal is last in each row and Gᵀ's
+/// first) and the set-up's statistics. G equals `solve::fsai::fsai_setup`'s
+/// (bit for bit in f64). Settings the CPU reference refuses are refused
+/// (e.g. steps * stepSize > 31).
+pub fn fsai_setup_gpu(
+    gpu: &Gpu,
+    a: &Csr,
+    s: &FsaiSettings,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
+    fsai_setup_gpu_budget(gpu, a, s, work_budget())
+}
+
+/// [`fsai_setup_gpu`] with a work-memory budget (bytes) for the per-row
+/// state: the rows are processed in batches that fit it (one row at least).
+pub fn fsai_setup_gpu_budget(
+    gpu: &Gpu,
+    a: &Csr,
+    s: &FsaiSettings,
+    work_bytes: usize,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
+    s.validate().map_err(SolveError::InvalidControls)?;
+    let n = a.n_rows();
+    if a.n_cols() != n {
+        return Err(SolveError::NotSquare {
+            rows: n,
+            cols: a.n_cols(),
+        });
+    }
+    if n == 0 {
+        return Err(SolveError::Empty);
+    }
+    if n >= i32::MAX as usize || a.nnz() >= u32::MAX as usize {
+        return Err(SolveError::Device(format!(
+            "the FSAI set-up on the GPU takes fewer than 2^31 rows and 2^32 entries, this \
+             matrix has {n} rows and {} entries",
+            a.nnz()
+        )));
+    }
+    let diag = fsai_diagonal(a)?;
+    let start = std::time::Instant::now();
+    let pattern = match s.pattern {
+        FsaiPattern::Adaptive {
+            steps,
+            step_size,
+            epsilon,
+            stop,
+        } => {
+            debug_assert!(steps * step_size <= MAX_ADAPTIVE_PATTERN);
+            SetupPattern::Adaptive {
+                steps,
+                step_size,
+                epsilon,
+                stop,
+            }
+        }
+        FsaiPattern::Static { power, prefilter } => {
+            let rows: Vec<Vec<u32>> = (0..n)
+                .into_par_iter()
+                .map(|i| static_pattern(a, &diag, i, power, prefilter))
+                .collect();
+            let mut row_ptr = Vec::with_capacity(n + 1);
+            row_ptr.push(0);
+            for r in &rows {
+                row_ptr.push(row_ptr.last().copied().unwrap_or(0) + r.len());
+            }
+            SetupPattern::Static {
+                row_ptr,
+                cols: rows.concat(),
+            }
+        }
+    };
+    let plan = Plan {
+        pattern,
+        postfilter: s.postfilter,
+        work_bytes: work_bytes.max(1),
+    };
+    let (g, gt, mut stats) = match s.precision {
+        Precision::Double => run::<f64>(gpu, a, &plan),
+        Precision::Mixed => run::<f32>(gpu, a, &plan),
+    }
+    .map_err(|e| SolveError::Device(e.to_string()))?;
+    stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
+    Ok((g, gt, stats))
+}
+
+/// What [`run`] does.
+struct Plan {
+    pattern: SetupPattern,
+    postfilter: f64,
+    work_bytes: usize,
+}
+
+/// The precision of a set-up: its kernels and the conversion of A's values.
+trait Real: DeviceRepr + ValidAsZeroBits + Copy + Unpin + 'static {
+    const INIT: &'static str;
+    const GRADIENT: &'static str;
+    const GATHER: &'static str;
+    const CHOLESKY: &'static str;
+    const STOP: &'static str;
+    const COMMIT: &'static str;
+    const POSTFILTER: &'static str;
+    const ASSEMBLE: &'static str;
+    fn of(x: f64) -> Self;
+}
+
+impl Real for f64 {
+    const INIT: &'static str = "fsai_init_f64";
+    const GRADIENT: &'static str = "fsai_gradient_f64";
+    const GATHER: &'static str = "fsai_gather_f64";
+    const CHOLESKY: &'static str = "fsai_cholesky_f64";
+    const STOP: &'static str = "fsai_stop_f64";
+    const COMMIT: &'static str = "fsai_commit_f64";
+    const POSTFILTER: &'static str = "fsai_postfilter_f64";
+    const ASSEMBLE: &'static str = "fsai_assemble_f64";
+    fn of(x: f64) -> Self {
+        x
+    }
+}
+
+impl Real for f32 {
+    const INIT: &'static str = "fsai_init_f32";
+    const GRADIENT: &'static str = "fsai_gradient_f32";
+    const GATHER: &'static str = "fsai_gather_f32";
+    const CHOLESKY: &'static str = "fsai_cholesky_f32";
+    const STOP: &'static str = "fsai_stop_f32";
+    const COMMIT: &'static str = "fsai_commit_f32";
+    const POSTFILTER: &'static str = "fsai_postfilter_f32";
+    const ASSEMBLE: &'static str = "fsai_assemble_f32";
+    fn of(x: f64) -> Self {
+        x as f32
+    }
+}
+
+/// A on the device in the set-up's precision.
+struct DeviceA<T> {
+    row_ptr: CudaSlice<u64>,
+    cols: CudaSlice<u32>,
+    vals: CudaSlice<T>,
+}
+
+/// The per-row state of a batch of up to `rows` rows with systems of up to
+/// `size` rows, interleaved (kernels/fsai.cu).
+struct Work<T> {
+    rows: usize,
+    m: CudaSlice<i32>,
+    npick: CudaSlice<i32>,
+    flags: CudaSlice<u32>,
+    steps: CudaSlice<i32>,
+    status: CudaSlice<i32>,
+    bad: CudaSlice<i32>,
+    psi0: CudaSlice<T>,
+    psi: CudaSlice<T>,
+    psi_new: CudaSlice<T>,
+    cols: CudaSlice<i32>,
+    l: CudaSlice<T>,
+    y: CudaSlice<T>,
+    g: CudaSlice<T>,
+    gnew: CudaSlice<T>,
+    list: CudaSlice<i32>,
+    offsets: CudaSlice<u64>,
+    counts: CudaSlice<u32>,
+}
+
+/// Entries of a packed lower triangle of `size` rows.
+fn triangle(size: usize) -> usize {
+    size * (size + 1) / 2
+}
+
+/// Work bytes per row for systems of up to `size` rows.
+fn row_bytes(size: usize, real: usize) -> usize {
+    // L; y, g, gnew; cols; psi0, psi, psi_new; m, npick, flags, steps,
+    // status, bad, list, counts (4 B each); offsets (8 B).
+    (triangle(size) + 3 * size + 3) * real + 4 * size + 8 * 4 + 8
+}
+
+impl<T: Real> Work<T> {
+    fn new(gpu: &Gpu, rows: usize, size: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            rows,
+            m: gpu.zeros(rows)?,
+            npick: gpu.zeros(rows)?,
+            flags: gpu.zeros(rows)?,
+            steps: gpu.zeros(rows)?,
+            status: gpu.zeros(rows)?,
+            bad: gpu.zeros(rows)?,
+            psi0: gpu.zeros(rows)?,
+            psi: gpu.zeros(rows)?,
+            psi_new: gpu.zeros(rows)?,
+            cols: gpu.zeros(rows * size)?,
+            l: gpu.zeros(rows * triangle(size))?,
+            y: gpu.zeros(rows * size)?,
+            g: gpu.zeros(rows * size)?,
+            gnew: gpu.zeros(rows * size)?,
+            list: gpu.zeros(rows)?,
+            offsets: gpu.zeros(rows + 1)?,
+            counts: gpu.zeros(rows)?,
+        })
+    }
+}
+
+/// A batch's rows of G, to be placed once all row counts are known.
+struct Chunk {
+    first: usize,
+    len: usize,
+    cols: CudaSlice<u32>,
+    vals: CudaSlice<f64>,
+}
+
+/// The set-up's device state and accumulated statistics.
+struct Setup<'g, T> {
+    gpu: &'g Gpu,
+    a: DeviceA<T>,
+    n: usize,
+    nnz_a: usize,
+    scan: Scan,
+    /// Row counts of G (all rows).
+    counts: CudaSlice<u32>,
+    chunks: Vec<Chunk>,
+    stats: FsaiSetupStats,
+    nnz_before: usize,
+}
+
+fn run<T: Real>(
+    gpu: &Gpu,
+    a: &Csr,
+    plan: &Plan,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), GpuError> {
+    let n = a.n_rows();
+    let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
+    let vals: Vec<T> = a.values().iter().map(|&v| T::of(v)).collect();
+    let da = DeviceA {
+        row_ptr: gpu.upload(&row_ptr)?,
+        cols: gpu.upload(a.cols())?,
+        vals: gpu.upload(&vals)?,
+    };
+    let mut setup = Setup {
+        gpu,
+        a: da,
+        n,
+        nnz_a: a.nnz(),
+        scan: Scan::new(gpu, n)?,
+        counts: gpu.zeros(n)?,
+        chunks: Vec::new(),
+        stats: FsaiSetupStats::default(),
+        nnz_before: 0,
+    };
+    let real = size_of::<T>();
+    match &plan.pattern {
+        &SetupPattern::Adaptive {
+            steps,
+            step_size,
+            epsilon,
+            stop,
+        } => {
+            let size = steps * step_size;
+            let rows = (plan.work_bytes / row_bytes(size, real)).clamp(1, n);
+            let work = Work::<T>::new(gpu, rows, size)?;
+            setup.stats.peak_work_bytes = rows * row_bytes(size, real);
+            setup.stats.rows_by_steps = vec![0; steps + 1];
+            let rule = match stop {
+                FsaiStop::Stagnation => STOP_STAGNATION,
+                FsaiStop::Reduction => STOP_REDUCTION,
+            };
+            let mut r0 = 0;
+            while r0 < n {
+                let nb = rows.min(n - r0);
+                setup.adaptive_batch(&work, r0, nb, steps, step_size, T::of(epsilon), rule)?;
+                setup.finish_batch(&work, r0, nb, plan.postfilter)?;
+                r0 += nb;
+            }
+        }
+        SetupPattern::Static { row_ptr, cols } => {
+            setup.stats.rows_by_steps = vec![0, n];
+            let mut r0 = 0;
+            while r0 < n {
+                // Rows while their largest system fits the budget (one at least).
+                let (mut r1, mut size) = (r0, 0);
+                while r1 < n {
+                    let s = size.max(row_ptr[r1 + 1] - row_ptr[r1]);
+                    if r1 > r0 && (r1 + 1 - r0) * row_bytes(s, real) > plan.work_bytes {
+                        break;
+                    }
+                    size = s;
+                    r1 += 1;
+                }
+                let nb = r1 - r0;
+                let work = Work::<T>::new(gpu, nb, size.max(1))?;
+                setup.stats.peak_work_bytes = setup
+                    .stats
+                    .peak_work_bytes
+                    .max(nb * row_bytes(size.max(1), real));
+                let local: Vec<u64> = row_ptr[r0..=r1]
+                    .iter()
+                    .map(|&p| (p - row_ptr[r0]) as u64)
+                    .collect();
+                let pat_ptr = gpu.upload(&local)?;
+                let pat_cols = gpu.upload(&cols[row_ptr[r0]..row_ptr[r1]])?;
+                setup.static_batch(&work, r0, nb, &pat_ptr, &pat_cols)?;
+                setup.finish_batch(&work, r0, nb, plan.postfilter)?;
+                r0 = r1;
+            }
+        }
+    }
+    setup.assemble()
+}
+
+impl<T: Real> Setup<'_, T> {
+    /// The rows flagged in work.flags[..nb] into work.list; their count.
+    fn compact(&self, work: &Work<T>, nb: usize) -> Result<usize, GpuError> {
+        let count = self.scan.run(self.gpu, &work.flags, nb, &work.offsets)? as usize;
+        let nb32 = nb as i32;
+        self.gpu
+            .launch("fsai_compact", vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+                a.arg(&nb32)
+                    .arg(&work.flags)
+                    .arg(&work.offsets)
+                    .arg(&work.list);
+            })?;
+        Ok(count)
+    }
+
+    fn init(&self, work: &Work<T>, r0: usize, nb: usize) -> Result<(), GpuError> {
+        let (nb32, r032) = (nb as i32, r0 as i32);
+        self.gpu
+            .launch(T::INIT, vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+                a.arg(&nb32)
+                    .arg(&r032)
+                    .arg(&self.a.row_ptr)
+                    .arg(&self.a.cols)
+                    .arg(&self.a.vals)
+                    .arg(&work.m)
+                    .arg(&work.npick)
+                    .arg(&work.flags)
+                    .arg(&work.steps)
+                    .arg(&work.status)
+                    .arg(&work.psi0)
+                    .arg(&work.psi);
+            })
+    }
+
+    /// (K2) and (K3) over `count` rows (`list`, or the first `count`):
+    /// full = 1 the whole system from scratch with ψ from a_ii, full = 0 the
+    /// step's new rows with the committed ψ.
+    fn gather_and_factor(
+        &mut self,
+        work: &Work<T>,
+        r0: usize,
+        nb: usize,
+        count: usize,
+        list: Option<&CudaSlice<i32>>,
+        full: bool,
+    ) -> Result<(f64, f64), GpuError> {
+        let gpu = self.gpu;
+        let (count32, nb32, r032, full32) = (count as i32, nb as i32, r0 as i32, full as i32);
+        let grid = vector_grid(count);
+        let gather = gpu.time_ms(|| {
+            gpu.launch(T::GATHER, grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&count32);
+                arg_or_null(a, list);
+                a.arg(&nb32)
+                    .arg(&r032)
+                    .arg(&full32)
+                    .arg(&self.a.row_ptr)
+                    .arg(&self.a.cols)
+                    .arg(&self.a.vals)
+                    .arg(&work.m)
+                    .arg(&work.npick)
+                    .arg(&work.cols)
+                    .arg(&work.l)
+                    .arg(&work.y);
+            })
+        })?;
+        let psi = if full { &work.psi0 } else { &work.psi };
+        let cholesky = gpu.time_ms(|| {
+            gpu.launch(T::CHOLESKY, grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&count32);
+                arg_or_null(a, list);
+                a.arg(&nb32)
+                    .arg(&full32)
+                    .arg(&work.m)
+                    .arg(&work.npick)
+                    .arg(psi)
+                    .arg(&work.l)
+                    .arg(&work.y)
+                    .arg(&work.gnew)
+                    .arg(&work.psi_new)
+                    .arg(&work.bad);
+            })
+        })?;
+        Ok((gather, cholesky))
+    }
+
+    /// Commit of from-scratch solves (static rows, postfilter re-solves).
+    fn commit(
+        &self,
+        work: &Work<T>,
+        nb: usize,
+        count: usize,
+        list: Option<&CudaSlice<i32>>,
+    ) -> Result<(), GpuError> {
+        let (count32, nb32) = (count as i32, nb as i32);
+        self.gpu
+            .launch(T::COMMIT, vector_grid(count), VECTOR_BLOCK, 0, |a| {
+                a.arg(&count32);
+                arg_or_null(a, list);
+                a.arg(&nb32)
+                    .arg(&work.m)
+                    .arg(&work.psi_new)
+                    .arg(&work.bad)
+                    .arg(&work.psi)
+                    .arg(&work.g)
+                    .arg(&work.gnew)
+                    .arg(&work.status);
+            })
+    }
+
+    /// The adaptive steps of rows r0 .. r0 + nb.
+    #[allow(clippy::too_many_arguments)]
+    fn adaptive_batch(
+        &mut self,
+        work: &Work<T>,
+        r0: usize,
+        nb: usize,
+        steps: usize,
+        step_size: usize,
+        epsilon: T,
+        rule: i32,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        self.init(work, r0, nb)?;
+        let (nb32, r032, s32) = (nb as i32, r0 as i32, step_size as i32);
+        for _ in 0..steps {
+            let mut count = 0;
+            self.stats.stop_ms += gpu.time_ms(|| {
+                count = self.compact(work, nb)?;
+                Ok(())
+            })?;
+            if count == 0 {
+                break;
+            }
+            let count32 = count as i32;
+            self.stats.gradient_ms += gpu.time_ms(|| {
+                gpu.launch(
+                    T::GRADIENT,
+                    count.div_ceil(GRADIENT_ROWS_PER_BLOCK) as u32,
+                    GRADIENT_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&count32)
+                            .arg(&work.list)
+                            .arg(&nb32)
+                            .arg(&r032)
+                            .arg(&s32)
+                            .arg(&self.a.row_ptr)
+                            .arg(&self.a.cols)
+                            .arg(&self.a.vals)
+                            .arg(&work.m)
+                            .arg(&work.cols)
+                            .arg(&work.g)
+                            .arg(&work.npick)
+                            .arg(&work.flags);
+                    },
+                )
+            })?;
+            let (gather, cholesky) =
+                self.gather_and_factor(work, r0, nb, count, Some(&work.list), false)?;
+            self.stats.gather_ms += gather;
+            self.stats.cholesky_ms += cholesky;
+            self.stats.stop_ms += gpu.time_ms(|| {
+                gpu.launch(T::STOP, vector_grid(count), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&count32)
+                        .arg(&work.list)
+                        .arg(&nb32)
+                        .arg(&rule)
+                        .arg(&epsilon)
+                        .arg(&work.m)
+                        .arg(&work.npick)
+                        .arg(&work.psi0)
+                        .arg(&work.psi)
+                        .arg(&work.psi_new)
+                        .arg(&work.bad)
+                        .arg(&work.g)
+                        .arg(&work.gnew)
+                        .arg(&work.flags)
+                        .arg(&work.steps)
+                        .arg(&work.status);
+                })
+            })?;
+        }
+        let steps_taken = gpu.download(&work.steps)?;
+        for &k in &steps_taken[..nb] {
+            self.stats.rows_by_steps[k as usize] += 1;
+        }
+        Ok(())
+    }
+
+    /// The static rows r0 .. r0 + nb with their pattern (batch-local CSR).
+    fn static_batch(
+        &mut self,
+        work: &Work<T>,
+        r0: usize,
+        nb: usize,
+        pat_ptr: &CudaSlice<u64>,
+        pat_cols: &CudaSlice<u32>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        self.init(work, r0, nb)?;
+        let nb32 = nb as i32;
+        self.stats.gather_ms += gpu.time_ms(|| {
+            gpu.launch(
+                "fsai_static_pattern",
+                vector_grid(nb),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&nb32)
+                        .arg(pat_ptr)
+                        .arg(pat_cols)
+                        .arg(&work.m)
+                        .arg(&work.cols);
+                },
+            )
+        })?;
+        let (gather, cholesky) = self.gather_and_factor(work, r0, nb, nb, None, true)?;
+        self.stats.gather_ms += gather;
+        self.stats.cholesky_ms += cholesky;
+        self.stats.stop_ms += gpu.time_ms(|| self.commit(work, nb, nb, None))?;
+        Ok(())
+    }
+
+    /// Postfilter, statistics and the batch's chunk of G.
+    fn finish_batch(
+        &mut self,
+        work: &Work<T>,
+        r0: usize,
+        nb: usize,
+        postfilter: f64,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let nb32 = nb as i32;
+        let m = gpu.download(&work.m)?;
+        self.nnz_before += m[..nb].iter().map(|&k| k as usize + 1).sum::<usize>();
+        if postfilter > 0.0 {
+            let delta = T::of(postfilter);
+            let mut count = 0;
+            let filter = gpu.time_ms(|| {
+                gpu.launch(T::POSTFILTER, vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&nb32)
+                        .arg(&delta)
+                        .arg(&work.m)
+                        .arg(&work.cols)
+                        .arg(&work.g)
+                        .arg(&work.flags);
+                })?;
+                count = self.compact(work, nb)?;
+                Ok(())
+            })?;
+            self.stats.postfilter_ms += filter;
+            if count > 0 {
+                let (gather, cholesky) =
+                    self.gather_and_factor(work, r0, nb, count, Some(&work.list), true)?;
+                let commit = gpu.time_ms(|| self.commit(work, nb, count, Some(&work.list)))?;
+                self.stats.postfilter_ms += gather + cholesky + commit;
+            }
+        }
+        let status = gpu.download(&work.status)?;
+        self.stats.fallback_rows += status[..nb].iter().filter(|&&s| s != 0).count();
+        let mut len = 0;
+        self.stats.assemble_ms += gpu.time_ms(|| {
+            gpu.launch("fsai_row_counts", vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+                a.arg(&nb32).arg(&work.m).arg(&work.counts);
+            })?;
+            len = self.scan.run(gpu, &work.counts, nb, &work.offsets)? as usize;
+            Ok(())
+        })?;
+        let chunk = Chunk {
+            first: r0,
+            len,
+            cols: gpu.zeros(len)?,
+            vals: gpu.zeros(len)?,
+        };
+        let r032 = r0 as i32;
+        self.stats.assemble_ms += gpu.time_ms(|| {
+            gpu.launch(T::ASSEMBLE, vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+                a.arg(&nb32)
+                    .arg(&r032)
+                    .arg(&work.offsets)
+                    .arg(&work.m)
+                    .arg(&work.cols)
+                    .arg(&work.g)
+                    .arg(&work.psi)
+                    .arg(&chunk.cols)
+                    .arg(&chunk.vals);
+            })?;
+            gpu.launch("fsai_place_counts", vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+                a.arg(&nb32).arg(&r032).arg(&work.counts).arg(&self.counts);
+            })
+        })?;
+        self.chunks.push(chunk);
+        self.stats.batches += 1;
+        debug_assert!(nb <= work.rows);
+        Ok(())
+    }
+
+    /// G from the chunks, and Gᵀ.
+    fn assemble(mut self) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), GpuError> {
+        let gpu = self.gpu;
+        let n = self.n;
+        let n32 = n as i32;
+        let row_ptr = gpu.zeros::<u64>(n + 1)?;
+        let mut nnz = 0;
+        let mut t_nnz = 0;
+        let mut out = None;
+        let chunks = std::mem::take(&mut self.chunks);
+        self.stats.assemble_ms += gpu.time_ms(|| {
+            nnz = self.scan.run(gpu, &self.counts, n, &row_ptr)? as usize;
+            let cols = gpu.zeros::<u32>(nnz)?;
+            let vals = gpu.zeros::<f64>(nnz)?;
+            for c in &chunks {
+                let (len, first) = (c.len as i64, c.first as i32);
+                gpu.launch(
+                    "fsai_place_chunk",
+                    vector_grid(c.len),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&len)
+                            .arg(&first)
+                            .arg(&row_ptr)
+                            .arg(&c.cols)
+                            .arg(&c.vals)
+                            .arg(&cols)
+                            .arg(&vals);
+                    },
+                )?;
+            }
+            let t_counts = gpu.zeros::<u32>(n)?;
+            gpu.launch(
+                "fsai_transpose_count",
+                vector_grid(n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n32).arg(&row_ptr).arg(&cols).arg(&t_counts);
+                },
+            )?;
+            let t_row_ptr = gpu.zeros::<u64>(n + 1)?;
+            t_nnz = self.scan.run(gpu, &t_counts, n, &t_row_ptr)? as usize;
+            let fill = gpu.zeros::<u32>(n)?;
+            let t_cols = gpu.zeros::<u32>(nnz)?;
+            let t_vals = gpu.zeros::<f64>(nnz)?;
+            gpu.launch(
+                "fsai_transpose_fill",
+                vector_grid(n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n32)
+                        .arg(&row_ptr)
+                        .arg(&cols)
+                        .arg(&vals)
+                        .arg(&t_row_ptr)
+                        .arg(&fill)
+                        .arg(&t_cols)
+                        .arg(&t_vals);
+                },
+            )?;
+            gpu.launch("fsai_sort_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(&t_row_ptr).arg(&t_cols).arg(&t_vals);
+            })?;
+            out = Some((cols, vals, t_row_ptr, t_cols, t_vals));
+            Ok(())
+        })?;
+        drop(chunks);
+        let (cols, vals, t_row_ptr, t_cols, t_vals) =
+            out.ok_or_else(|| GpuError::Invalid("FSAI assembly produced nothing".into()))?;
+        if t_nnz != nnz {
+            return Err(GpuError::Invalid(format!(
+                "FSAI: G has {nnz} entries but its transpose {t_nnz}"
+            )));
+        }
+        let g = DeviceCsr {
+            n,
+            nnz,
+            row_ptr,
+            cols,
+            vals,
+        };
+        let gt = DeviceCsr {
+            n,
+            nnz,
+            row_ptr: t_row_ptr,
+            cols: t_cols,
+            vals: t_vals,
+        };
+        self.stats.density_before_postfilter = self.nnz_before as f64 / self.nnz_a as f64;
+        self.stats.density = nnz as f64 / self.nnz_a as f64;
+        Ok((g, gt, self.stats))
+    }
+}
