@@ -1162,16 +1162,13 @@ impl<'g> DeviceAmg<'g> {
 }
 
 impl DevicePreconditioner for DeviceAmg<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.cycle_level(0, r, z, true, None)
-    }
-    fn apply_gated(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        done: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.cycle_level(0, r, z, true, Some(done))
+        self.cycle_level(0, r, z, true, done)
     }
     /// V- and W-cycles with Jacobi smoothers are fixed symmetric linear maps;
     /// the K-cycle's step lengths depend on r (PCG runs flexible).

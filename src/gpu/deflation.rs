@@ -101,7 +101,13 @@ impl<'g> DeviceNeumann<'g> {
 }
 
 impl DevicePreconditioner for DeviceNeumann<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+    /// Not gated: `done` is ignored (the kernels run to the end).
+    fn apply_with(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        _done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
         let n = self.matrix.n as i32;
         self.gpu.launch(
             "neumann_scale",

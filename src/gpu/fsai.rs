@@ -347,16 +347,13 @@ impl<'g> DeviceFsai<'g> {
 }
 
 impl DevicePreconditioner for DeviceFsai<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.run(r, z, None)
-    }
-    fn apply_gated(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        done: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.run(r, z, Some(done))
+        self.run(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true

@@ -434,16 +434,13 @@ impl DeviceIncompleteCholesky<'_> {
 }
 
 impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.sweeps(r, z, None)
-    }
-    fn apply_gated(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        done: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.sweeps(r, z, Some(done))
+        self.sweeps(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true

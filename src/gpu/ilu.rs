@@ -141,16 +141,13 @@ impl<'g> DeviceIlu<'g> {
 }
 
 impl DevicePreconditioner for DeviceIlu<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.sweeps(r, z, None)
-    }
-    fn apply_gated(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        done: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.sweeps(r, z, Some(done))
+        self.sweeps(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true
@@ -268,16 +265,13 @@ impl<'g> DeviceSchwarz<'g> {
 }
 
 impl DevicePreconditioner for DeviceSchwarz<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.run(r, z, None)
-    }
-    fn apply_gated(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        done: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.run(r, z, Some(done))
+        self.run(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true

@@ -81,7 +81,13 @@ impl<'g> DeviceDiagonal<'g> {
 }
 
 impl DevicePreconditioner for DeviceDiagonal<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+    /// Not gated: `done` is ignored (the kernels run to the end).
+    fn apply_with(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        _done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
         let n = self.n as i32;
         self.gpu
             .launch("kr_diagonal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {

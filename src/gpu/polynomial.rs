@@ -306,16 +306,13 @@ const F32_KERNELS: Kernels = Kernels {
 };
 
 impl DevicePreconditioner for DevicePolynomial<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.run(Start::Precondition(r), z, None)
-    }
-    fn apply_gated(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        done: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.run(Start::Precondition(r), z, Some(done))
+        self.run(Start::Precondition(r), z, done)
     }
 
     /// A fixed polynomial: linear (in mixed precision up to f32 rounding,

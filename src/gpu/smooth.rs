@@ -47,21 +47,30 @@ use crate::sparse::{Csr, ModSell, Permutation};
 /// A preconditioner applied on the device.
 pub trait DevicePreconditioner {
     /// z = M⁻¹ r; z is fully overwritten (through kernels: PCG's work
-    /// vectors are shared with the backend's pool).
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError>;
-    /// [`Self::apply`] inside PCG's fused device loop, which may run on past
-    /// the end of the solve: `done[0] != 0` on the device means the result is
-    /// not needed, and kernels that read `done` first can return at once.
-    /// Only kernel launches and memsets on the Gpu's stream (no downloads,
-    /// allocations or host synchronisation): the loop is captured into a
-    /// CUDA graph.
+    /// vectors are shared with the backend's pool). With `done` (PCG's fused
+    /// device loop, which may run on past the end of the solve): `done[0] != 0`
+    /// on the device means the result is not needed, and kernels that read
+    /// `done` first can return at once; then only kernel launches and memsets
+    /// on the Gpu's stream are allowed (no downloads, allocations or host
+    /// synchronisation): the loop is captured into a CUDA graph.
+    fn apply_with(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError>;
+    /// z = M⁻¹ r.
+    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.apply_with(r, z, None)
+    }
+    /// z = M⁻¹ r inside PCG's fused device loop (see [`Self::apply_with`]).
     fn apply_gated(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        _done: &CudaSlice<f64>,
+        done: &CudaSlice<f64>,
     ) -> Result<(), GpuError> {
-        self.apply(r, z)
+        self.apply_with(r, z, Some(done))
     }
     /// Whether M⁻¹ is the same linear map at every application; if not, PCG
     /// runs flexible (`CgBackend::flexible_term`).
@@ -748,17 +757,13 @@ impl<'g> DeviceSmootherPreconditioner<'g> {
 }
 
 impl DevicePreconditioner for DeviceSmootherPreconditioner<'_> {
-    fn apply(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
-        self.smoother.smooth_from_zero(r, z, self.sweeps, None)
-    }
-    fn apply_gated(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
-        done: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.smoother
-            .smooth_from_zero(r, z, self.sweeps, Some(done))
+        self.smoother.smooth_from_zero(r, z, self.sweeps, done)
     }
     fn is_linear(&self) -> bool {
         self.linear
