@@ -11,7 +11,7 @@
 //! few hundred levels, a multicolour order as many as colours), which is why
 //! the bench reports the levels with the times.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 
 use super::matrix::{f32_copy, DeviceModSell};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
@@ -308,99 +308,88 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         Ok(())
     }
 
+    /// z = M⁻¹ r: the level-scheduled sweeps in f64, or (mixed) in f32 on
+    /// the f32 copies into `mx.w`, widened into z.
     fn sweeps(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        let gpu = self.gpu;
-        let (fw, bw) = (&self.forward, &self.backward);
-        if let Some(mx) = &self.mixed {
-            self.sweeps_f32(mx, r, done)?;
-            let n = self.n as i32;
-            return gpu.launch("ic_widen", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+        let Some(mx) = &self.mixed else {
+            const F64: [&str; 4] = [
+                "ic_dic_forward",
+                "ic_dic_backward",
+                "ic_ic0_forward",
+                "ic_ic0_backward",
+            ];
+            return self.level_sweeps(
+                F64,
+                &self.vals,
+                &self.factor,
+                self.l_diag.as_ref(),
+                r,
+                z,
+                done,
+            );
+        };
+        const F32: [&str; 4] = [
+            "ic_dic_forward_f32",
+            "ic_dic_backward_f32",
+            "ic_ic0_forward_f32",
+            "ic_ic0_backward_f32",
+        ];
+        self.level_sweeps(
+            F32,
+            &mx.vals,
+            &mx.factor,
+            mx.l_diag.as_ref(),
+            r,
+            &mx.w,
+            done,
+        )?;
+        let n = self.n as i32;
+        self.gpu
+            .launch("ic_widen", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(&mx.w).arg(z);
                 arg_or_null(a, done);
-            });
-        }
-        match self.kind {
-            IcKind::Dic | IcKind::Dilu => {
-                fw.each(|count, first, grid| {
-                    gpu.launch("ic_dic_forward", grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&fw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&self.vals).arg(&self.diag_slot).arg(&self.factor);
-                        a.arg(r).arg(z);
-                        arg_or_null(a, done);
-                    })
-                })?;
-                bw.each(|count, first, grid| {
-                    gpu.launch("ic_dic_backward", grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&bw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&self.vals).arg(&self.diag_slot).arg(&self.factor);
-                        a.arg(z);
-                        arg_or_null(a, done);
-                    })
-                })
-            }
-            IcKind::Ic0 => {
-                let l_diag = self.l_diag.as_ref().expect("IC(0)");
-                let transposed = self.transposed.as_ref().expect("IC(0)");
-                fw.each(|count, first, grid| {
-                    gpu.launch("ic_ic0_forward", grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&fw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&self.diag_slot).arg(&self.factor).arg(l_diag);
-                        a.arg(r).arg(z);
-                        arg_or_null(a, done);
-                    })
-                })?;
-                bw.each(|count, first, grid| {
-                    gpu.launch("ic_ic0_backward", grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&bw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&self.diag_slot)
-                            .arg(transposed)
-                            .arg(&self.factor)
-                            .arg(l_diag);
-                        a.arg(z);
-                        arg_or_null(a, done);
-                    })
-                })
-            }
-        }
+            })
     }
-}
 
-impl DeviceIncompleteCholesky<'_> {
-    /// The sweeps of [`Self::sweeps`] in f32 into `mx.w`.
-    fn sweeps_f32(
+    /// The forward then backward sweep, one launch per level, with the
+    /// kernels `names` (DIC forward, backward, IC(0) forward, backward) of
+    /// one precision: DIC and DILU (no `l_diag`) read the values and the
+    /// reciprocal pivots, IC(0) its factor and L's diagonal.
+    #[allow(clippy::too_many_arguments)]
+    fn level_sweeps<T: DeviceRepr>(
         &self,
-        mx: &MixedIc,
+        names: [&'static str; 4],
+        vals: &CudaSlice<T>,
+        factor: &CudaSlice<T>,
+        l_diag: Option<&CudaSlice<T>>,
         r: &CudaSlice<f64>,
+        out: &CudaSlice<T>,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (fw, bw) = (&self.forward, &self.backward);
-        match &mx.l_diag {
+        match l_diag {
             None => {
                 fw.each(|count, first, grid| {
-                    gpu.launch("ic_dic_forward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                    gpu.launch(names[0], grid, VECTOR_BLOCK, 0, |a| {
                         a.arg(&count).arg(&first).arg(&fw.rows);
                         a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&mx.vals).arg(&self.diag_slot).arg(&mx.factor);
-                        a.arg(r).arg(&mx.w);
+                        a.arg(vals).arg(&self.diag_slot).arg(factor);
+                        a.arg(r).arg(out);
                         arg_or_null(a, done);
                     })
                 })?;
                 bw.each(|count, first, grid| {
-                    gpu.launch("ic_dic_backward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                    gpu.launch(names[1], grid, VECTOR_BLOCK, 0, |a| {
                         a.arg(&count).arg(&first).arg(&bw.rows);
                         a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&mx.vals).arg(&self.diag_slot).arg(&mx.factor);
-                        a.arg(&mx.w);
+                        a.arg(vals).arg(&self.diag_slot).arg(factor);
+                        a.arg(out);
                         arg_or_null(a, done);
                     })
                 })
@@ -408,23 +397,23 @@ impl DeviceIncompleteCholesky<'_> {
             Some(l_diag) => {
                 let transposed = self.transposed.as_ref().expect("IC(0)");
                 fw.each(|count, first, grid| {
-                    gpu.launch("ic_ic0_forward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                    gpu.launch(names[2], grid, VECTOR_BLOCK, 0, |a| {
                         a.arg(&count).arg(&first).arg(&fw.rows);
                         a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&self.diag_slot).arg(&mx.factor).arg(l_diag);
-                        a.arg(r).arg(&mx.w);
+                        a.arg(&self.diag_slot).arg(factor).arg(l_diag);
+                        a.arg(r).arg(out);
                         arg_or_null(a, done);
                     })
                 })?;
                 bw.each(|count, first, grid| {
-                    gpu.launch("ic_ic0_backward_f32", grid, VECTOR_BLOCK, 0, |a| {
+                    gpu.launch(names[3], grid, VECTOR_BLOCK, 0, |a| {
                         a.arg(&count).arg(&first).arg(&bw.rows);
                         a.arg(&self.row_ptr).arg(&self.cols);
                         a.arg(&self.diag_slot)
                             .arg(transposed)
-                            .arg(&mx.factor)
+                            .arg(factor)
                             .arg(l_diag);
-                        a.arg(&mx.w);
+                        a.arg(out);
                         arg_or_null(a, done);
                     })
                 })
