@@ -3,6 +3,7 @@
 pub mod blocks;
 mod coo;
 pub mod csr;
+pub mod distribute;
 pub mod fill;
 pub mod levels;
 pub mod modsell;

@@ -1,0 +1,350 @@
+//! A square matrix distributed over ranks (issue 10): each rank owns the rows
+//! of one part (METIS k-way by default) and sees the rows it couples to on
+//! other ranks as a halo.
+//!
+//! Local numbering is `[interior | boundary | halo]`:
+//! - interior: owned rows coupled to owned rows only, so their part of A x can
+//!   run while the halo is in flight;
+//! - boundary: owned rows with at least one halo coupling;
+//! - halo: the other ranks' rows this rank reads, grouped by neighbour rank
+//!   (ascending) and within a neighbour by global row (ascending).
+//!
+//! The owned rows keep their global order inside each group, so a global RCM
+//! ordering survives locally. A rank sends a neighbour its rows in the order
+//! the neighbour stores them (ascending global row), so both sides derive the
+//! exchange lists from the partition alone, with no handshake.
+
+use std::ops::Range;
+
+use super::ordering::Graph;
+use super::partition::graph_parts;
+use super::Csr;
+
+/// The rank owning each global row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decomposition {
+    n_ranks: usize,
+    owner: Vec<u32>,
+}
+
+impl Decomposition {
+    /// METIS k-way over the graph of `a` (`sparse::partition::graph_parts`).
+    pub fn metis(a: &Csr, n_ranks: usize) -> Result<Self, String> {
+        let owner = graph_parts(&Graph::of_matrix(a), n_ranks)?;
+        Self::from_owners(owner, n_ranks)
+    }
+
+    /// An explicit owner per row (a `decompose` file, a test's stripes).
+    /// Every rank must own at least one row.
+    pub fn from_owners(owner: Vec<u32>, n_ranks: usize) -> Result<Self, String> {
+        if n_ranks == 0 {
+            return Err("a decomposition needs at least one rank".into());
+        }
+        let mut count = vec![0usize; n_ranks];
+        for (row, &r) in owner.iter().enumerate() {
+            let r = r as usize;
+            if r >= n_ranks {
+                return Err(format!(
+                    "row {row} is given to rank {r}, but there are only {n_ranks} ranks"
+                ));
+            }
+            count[r] += 1;
+        }
+        if let Some(empty) = count.iter().position(|&c| c == 0) {
+            return Err(format!(
+                "rank {empty} of {n_ranks} owns no row ({} rows in all); use fewer ranks",
+                owner.len()
+            ));
+        }
+        Ok(Self { n_ranks, owner })
+    }
+
+    pub fn n_ranks(&self) -> usize {
+        self.n_ranks
+    }
+
+    /// Rank of each global row.
+    pub fn owners(&self) -> &[u32] {
+        &self.owner
+    }
+
+    /// Rows owned by each rank.
+    pub fn counts(&self) -> Vec<usize> {
+        let mut count = vec![0; self.n_ranks];
+        for &r in &self.owner {
+            count[r as usize] += 1;
+        }
+        count
+    }
+
+    /// The local system of `rank` (see the module docs for its numbering).
+    pub fn local(&self, a: &Csr, rank: usize) -> Result<LocalMatrix, String> {
+        if a.n_rows() != self.owner.len() || a.n_cols() != a.n_rows() {
+            return Err(format!(
+                "a decomposition of {} rows cannot distribute a {} x {} matrix",
+                self.owner.len(),
+                a.n_rows(),
+                a.n_cols()
+            ));
+        }
+        if rank >= self.n_ranks {
+            return Err(format!("rank {rank} out of range ({} ranks)", self.n_ranks));
+        }
+        let me = rank as u32;
+        let (mut interior, mut boundary) = (Vec::new(), Vec::new());
+        let mut halo: Vec<(u32, u32)> = Vec::new(); // (owner, global row)
+        for (row, _) in self.owner.iter().enumerate().filter(|(_, &o)| o == me) {
+            let (cols, _) = a.row(row);
+            let mut coupled = false;
+            for &c in cols {
+                let o = self.owner[c as usize];
+                if o != me {
+                    coupled = true;
+                    halo.push((o, c));
+                }
+            }
+            if coupled {
+                boundary.push(row as u32);
+            } else {
+                interior.push(row as u32);
+            }
+        }
+        halo.sort_unstable();
+        halo.dedup();
+
+        let n_interior = interior.len();
+        let n_owned = n_interior + boundary.len();
+        let mut global = interior;
+        global.append(&mut boundary);
+        global.extend(halo.iter().map(|&(_, g)| g));
+
+        let mut neighbours: Vec<Neighbour> = Vec::new();
+        for (slot, &(o, _)) in halo.iter().enumerate() {
+            let slot = n_owned + slot;
+            match neighbours.last_mut() {
+                Some(nb) if nb.rank == o as usize => nb.recv.end = slot + 1,
+                _ => neighbours.push(Neighbour {
+                    rank: o as usize,
+                    send: Vec::new(),
+                    recv: slot..slot + 1,
+                }),
+            }
+        }
+        // What each neighbour reads of ours: our boundary rows coupled to it,
+        // in ascending global order (the order of its halo).
+        let mut sends: Vec<(u32, u32)> = Vec::new(); // (reader, global row)
+        for &g in &global[n_interior..n_owned] {
+            for &c in a.row(g as usize).0 {
+                let o = self.owner[c as usize];
+                if o != me {
+                    sends.push((o, g));
+                }
+            }
+        }
+        sends.sort_unstable();
+        sends.dedup();
+        // Owned rows are sorted within the interior and the boundary groups,
+        // not across them; look boundary rows up in their group.
+        let boundary_rows = &global[n_interior..n_owned];
+        for (reader, g) in sends {
+            let local = n_interior
+                + boundary_rows
+                    .binary_search(&g)
+                    .map_err(|_| format!("internal: row {g} not on rank {rank}'s boundary"))?;
+            match neighbours.iter_mut().find(|nb| nb.rank == reader as usize) {
+                Some(nb) => nb.send.push(local as u32),
+                // A one-sided coupling (nonsymmetric pattern): we send, and
+                // read nothing back.
+                None => neighbours.push(Neighbour {
+                    rank: reader as usize,
+                    send: vec![local as u32],
+                    recv: 0..0,
+                }),
+            }
+        }
+        neighbours.sort_by_key(|nb| nb.rank);
+
+        // Global column → local column, through a sorted map of the halo.
+        let halo_index = |g: u32| -> Option<usize> {
+            halo.binary_search_by(|&(o, h)| (o, h).cmp(&(self.owner[g as usize], g)))
+                .ok()
+                .map(|i| n_owned + i)
+        };
+        let owned_index = |g: u32| -> Option<usize> {
+            global[..n_interior]
+                .binary_search(&g)
+                .ok()
+                .or_else(|| boundary_rows.binary_search(&g).ok().map(|i| n_interior + i))
+        };
+        let mut row_ptr = Vec::with_capacity(n_owned + 1);
+        row_ptr.push(0);
+        let (mut cols, mut values) = (Vec::new(), Vec::new());
+        let mut entries: Vec<(u32, f64)> = Vec::new();
+        for &g in &global[..n_owned] {
+            let (gc, gv) = a.row(g as usize);
+            entries.clear();
+            for (&c, &v) in gc.iter().zip(gv) {
+                let local = if self.owner[c as usize] == me {
+                    owned_index(c)
+                } else {
+                    halo_index(c)
+                }
+                .ok_or_else(|| format!("internal: column {c} of row {g} has no local index"))?;
+                entries.push((local as u32, v));
+            }
+            entries.sort_unstable_by_key(|e| e.0);
+            cols.extend(entries.iter().map(|e| e.0));
+            values.extend(entries.iter().map(|e| e.1));
+            row_ptr.push(cols.len());
+        }
+        let matrix = Csr::new(global.len(), row_ptr, cols, values)?;
+        Ok(LocalMatrix {
+            rank,
+            n_ranks: self.n_ranks,
+            n_global: self.owner.len(),
+            n_interior,
+            n_owned,
+            global,
+            matrix,
+            neighbours,
+        })
+    }
+}
+
+/// One rank's rows of a distributed matrix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalMatrix {
+    pub rank: usize,
+    pub n_ranks: usize,
+    /// Rows of the whole matrix.
+    pub n_global: usize,
+    /// Owned rows with no halo coupling: local rows `0..n_interior`.
+    pub n_interior: usize,
+    /// Owned rows: local rows `0..n_owned`; halo slots follow.
+    pub n_owned: usize,
+    /// Global row of each local index (owned, then halo).
+    pub global: Vec<u32>,
+    /// The owned rows, `n_owned` × (`n_owned` + halo), local columns.
+    pub matrix: Csr,
+    /// Ranks this one exchanges with, ascending.
+    pub neighbours: Vec<Neighbour>,
+}
+
+/// The exchange with one neighbouring rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Neighbour {
+    pub rank: usize,
+    /// Local owned rows whose values the neighbour reads, in the order of its
+    /// halo slots for this rank.
+    pub send: Vec<u32>,
+    /// Local halo slots filled from the neighbour.
+    pub recv: Range<usize>,
+}
+
+impl LocalMatrix {
+    /// Owned rows followed by halo slots.
+    pub fn n_local(&self) -> usize {
+        self.global.len()
+    }
+
+    pub fn n_halo(&self) -> usize {
+        self.global.len() - self.n_owned
+    }
+
+    /// The owned part of a global vector, in local order.
+    pub fn scatter(&self, global: &[f64]) -> Vec<f64> {
+        self.global[..self.n_owned]
+            .iter()
+            .map(|&g| global[g as usize])
+            .collect()
+    }
+
+    /// Writes the owned values `local` into their global places.
+    pub fn gather_into(&self, local: &[f64], global: &mut [f64]) {
+        for (&g, &v) in self.global[..self.n_owned].iter().zip(local) {
+            global[g as usize] = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::{grid_laplacian, random_symmetric};
+
+    /// y = A x computed rank by rank with halos filled from the global x
+    /// equals the global product, for every owner layout tried.
+    fn check_products(a: &Csr, d: &Decomposition) {
+        let n = a.n_rows();
+        let x: Vec<f64> = (0..n).map(|i| ((i * 7919) % 113) as f64 - 50.0).collect();
+        let mut expected = vec![0.0; n];
+        a.spmv(&x, &mut expected);
+        let mut y = vec![f64::NAN; n];
+        let mut owned = 0;
+        for rank in 0..d.n_ranks() {
+            let local = d.local(a, rank).unwrap();
+            owned += local.n_owned;
+            // Halo values as the neighbours would send them.
+            let mut xl = local.scatter(&x);
+            xl.resize(local.n_local(), f64::NAN);
+            for nb in &local.neighbours {
+                let theirs = d.local(a, nb.rank).unwrap();
+                let back = theirs.neighbours.iter().find(|m| m.rank == rank).unwrap();
+                assert_eq!(back.send.len(), nb.recv.len());
+                for (slot, &src) in nb.recv.clone().zip(&back.send) {
+                    xl[slot] = x[theirs.global[src as usize] as usize];
+                }
+            }
+            assert!(xl.iter().all(|v| v.is_finite()), "halo slot left unfilled");
+            let mut yl = vec![0.0; local.n_owned];
+            local.matrix.spmv(&xl, &mut yl);
+            local.gather_into(&yl, &mut y);
+            // Interior rows read no halo slot.
+            for r in 0..local.n_interior {
+                assert!(local
+                    .matrix
+                    .row(r)
+                    .0
+                    .iter()
+                    .all(|&c| (c as usize) < local.n_owned));
+            }
+        }
+        assert_eq!(owned, n);
+        // Local column order differs from the global one, so the sums differ
+        // in rounding only.
+        for (i, (&yi, &ei)) in y.iter().zip(&expected).enumerate() {
+            assert!(
+                (yi - ei).abs() <= 1e-12 * ei.abs().max(1.0),
+                "row {i}: {yi} vs {ei}"
+            );
+        }
+    }
+
+    #[test]
+    fn local_products_equal_the_global_product() {
+        let a = grid_laplacian(23, 17, 1);
+        for ranks in [1, 2, 3, 5] {
+            check_products(&a, &Decomposition::metis(&a, ranks).unwrap());
+        }
+        // Stripes of rows, and a scattered (round-robin) layout with many
+        // neighbours per rank.
+        let n = a.n_rows();
+        let stripes = (0..n).map(|i| (i * 4 / n) as u32).collect();
+        check_products(&a, &Decomposition::from_owners(stripes, 4).unwrap());
+        let scattered = (0..n).map(|i| (i % 3) as u32).collect();
+        check_products(&a, &Decomposition::from_owners(scattered, 3).unwrap());
+        let r = random_symmetric(300, 6, 11);
+        check_products(&r, &Decomposition::metis(&r, 4).unwrap());
+    }
+
+    #[test]
+    fn bad_layouts_are_refused_with_the_reason() {
+        let e = Decomposition::from_owners(vec![0, 0, 2], 3).unwrap_err();
+        assert!(e.contains("rank 1 of 3 owns no row"), "{e}");
+        let e = Decomposition::from_owners(vec![0, 4], 2).unwrap_err();
+        assert!(e.contains("row 1 is given to rank 4"), "{e}");
+        let a = grid_laplacian(3, 3, 1);
+        let d = Decomposition::from_owners(vec![0; 4], 1).unwrap();
+        assert!(d.local(&a, 0).unwrap_err().contains("cannot distribute"));
+    }
+}
