@@ -17,7 +17,7 @@ use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::schwarz::SchwarzSettings;
-use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
+use super::smoother::{GaussSeidel, SmootherKind, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
@@ -160,7 +160,9 @@ impl FromStr for Preconditioner {
     /// `ilu0`, `ilu1`, `iluk:K` (ILU(K)), `ras[:key=value]...` /
     /// `as[:key=value]...` ([`SchwarzSettings`]), `fsai[:key=value,...]`
     /// ([`FsaiSettings`]), or block-IC: `block-ic` / `block-dic` with
-    /// `:blockSize=N`, `:precision=double|mixed`.
+    /// `:blockSize=N`, `:precision=double|mixed`, or block Jacobi:
+    /// `block-jacobi` with those and `:inner=Jacobi|symGaussSeidel|CG`,
+    /// `:innerTolerance=X`, `:innerMaxIter=N`, `:sweeps=N`, `:omega=X`.
     fn from_str(s: &str) -> Result<Self, String> {
         let head = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
         match head.as_str() {
@@ -194,35 +196,57 @@ impl FromStr for Preconditioner {
 }
 
 /// `block-ic[:blockSize=N][:precision=double|mixed]` (also `block-dic`,
-/// `blockIC`, `blockDIC`): block-IC's smoother settings; None for other names.
+/// `blockIC`, `blockDIC`): block-IC's smoother settings; `block-jacobi`
+/// (`blockJacobi`) takes these keys and `inner`, `innerTolerance`,
+/// `innerMaxIter`, `sweeps`, `omega`. None for other names.
 fn parse_block_ic(s: &str) -> Result<Option<SmootherSettings>, String> {
     let mut parts = s.split(':');
     let head = parts.next().unwrap_or_default().replace('-', "");
     let Ok(mut settings) = SmootherSettings::named(&head) else {
         return Ok(None);
     };
-    if settings.block_ic_name().is_none() {
-        return Ok(None);
-    }
+    let what = match settings.block_ic_name() {
+        Some(_) => "block-IC",
+        None if settings.kind == SmootherKind::BlockJacobi => "block-Jacobi",
+        None => return Ok(None),
+    };
+    let keys = match what {
+        "block-IC" => "blockSize, precision",
+        _ => "blockSize, precision, inner, innerTolerance, innerMaxIter, sweeps, omega",
+    };
+    let number = |key: &str, value: &str| format!("{key} '{value}' is not a number");
     for kv in parts {
         let (key, value) = kv
             .split_once('=')
-            .ok_or_else(|| format!("block-IC option '{kv}' must be key=value"))?;
-        match key {
-            "blockSize" | "blocksize" => {
+            .ok_or_else(|| format!("{what} option '{kv}' must be key=value"))?;
+        let block_jacobi = what == "block-Jacobi";
+        match key.to_ascii_lowercase().as_str() {
+            "blocksize" => {
                 settings.block.block_size = value
                     .parse()
                     .map_err(|_| format!("blockSize '{value}' is not a whole number"))?
             }
             "precision" => settings.polynomial.precision = value.parse()?,
-            other => {
-                return Err(format!(
-                    "unknown block-IC option '{other}' (blockSize, precision)"
-                ))
+            "inner" if block_jacobi => settings.block.inner = value.parse()?,
+            "innertolerance" if block_jacobi => {
+                settings.block.inner_tolerance = value.parse().map_err(|_| number(key, value))?
             }
+            "innermaxiter" if block_jacobi => {
+                settings.block.inner_max_iter = value.parse().map_err(|_| number(key, value))?
+            }
+            "sweeps" | "nsweeps" if block_jacobi => {
+                settings.sweeps = value.parse().map_err(|_| number(key, value))?
+            }
+            "omega" if block_jacobi => {
+                settings.omega = value.parse().map_err(|_| number(key, value))?
+            }
+            _ => return Err(format!("unknown {what} option '{key}' ({keys})")),
         }
     }
     settings.validate()?;
+    if what == "block-Jacobi" {
+        settings.check_preconditioner()?;
+    }
     Ok(Some(settings))
 }
 
@@ -741,6 +765,50 @@ mod tests {
             ("block-dic:precision=half", "unknown precision 'half'"),
             ("block-ic:degree=4", "unknown block-IC option 'degree'"),
             ("block-ic:256", "must be key=value"),
+        ] {
+            let err = bad.parse::<Preconditioner>().unwrap_err();
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn block_jacobi_parses_with_its_inner_solver_and_precision() {
+        use crate::solve::{InnerSolver, Precision};
+        let spec = "block-jacobi:inner=CG:innerTolerance=0.01:innerMaxIter=20:blockSize=256:\
+                    precision=mixed:sweeps=2";
+        let p: Preconditioner = spec.parse().unwrap();
+        let Preconditioner::Smoother(s) = p else {
+            panic!("{p}")
+        };
+        assert_eq!(s.kind, SmootherKind::BlockJacobi);
+        assert_eq!(
+            (
+                s.block.inner,
+                s.block.inner_tolerance,
+                s.block.inner_max_iter,
+                s.block.block_size,
+                s.sweeps,
+                s.polynomial.precision
+            ),
+            (InnerSolver::Cg, 0.01, 20, 256, 2, Precision::Mixed)
+        );
+        assert!(p.is_flexible(), "inner CG is not a fixed linear map");
+        assert!(p.to_string().contains("mixed precision"), "{p}");
+        let Ok(Preconditioner::Smoother(s)) = "blockJacobi".parse::<Preconditioner>() else {
+            panic!("blockJacobi")
+        };
+        assert_eq!(s.polynomial.precision, Precision::Double);
+        for (bad, expected) in [
+            ("block-jacobi:inner=GaussSeidel", "not symmetric"),
+            (
+                "block-jacobi:innerMaxIter=x",
+                "innerMaxIter 'x' is not a number",
+            ),
+            (
+                "block-jacobi:degree=4",
+                "unknown block-Jacobi option 'degree'",
+            ),
+            ("block-ic:inner=CG", "unknown block-IC option 'inner'"),
         ] {
             let err = bad.parse::<Preconditioner>().unwrap_err();
             assert!(err.contains(expected), "{bad}: {err}");
