@@ -898,7 +898,9 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 /// polynomials (`gpu::polynomial`) and FSAI (`gpu::fsai`) as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
 /// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; ILU(k) and Schwarz
-/// as given (`gpu::ilu`); the other kinds without a device form as Jacobi.
+/// as given (`gpu::ilu`); DIC / IC(0) in mixed precision as given (their
+/// f32 level-scheduled sweeps, `gpu::ic`); the other kinds without a device
+/// form as Jacobi.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
     match p {
         Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
@@ -913,6 +915,7 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
         Preconditioner::Polynomial(_) => *p,
         Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => *p,
         Preconditioner::Fsai(_) => *p,
+        Preconditioner::MixedIc(_) => *p,
     }
 }
 
@@ -1093,6 +1096,20 @@ impl GpuSolver<'_> {
             }
             Preconditioner::Fsai(s) => {
                 return self.solve_fsai(a, s, equilibration, b, x, controls, field, options)
+            }
+            Preconditioner::MixedIc(kind) => {
+                preconditioner.check()?;
+                return self.solve_in_precision(
+                    a,
+                    *kind,
+                    Precision::Mixed,
+                    equilibration,
+                    b,
+                    x,
+                    controls,
+                    field,
+                    options,
+                );
             }
         };
         check_system(a, b, x, controls)?;
