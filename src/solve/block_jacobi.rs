@@ -543,6 +543,7 @@ mod tests {
                 .iter()
                 .zip(&x64)
                 .fold(0.0f64, |m, (&s, &d)| m.max((s as f64 - d).abs()));
+            println!("{inner:?}: max |f32 - f64| / max |x| = {:.2e}", err / scale);
             assert!(err <= 1e-5 * scale, "{inner:?}: {err} vs scale {scale}");
             // Not computed in f64 after all.
             assert!(err > 0.0, "{inner:?}: f32 sweeps equal the f64 ones");
