@@ -554,6 +554,10 @@ formats = []
         // Equilibrated: host assembly, then the smoother on S A S.
         "preconditioner = \"blockJacobi\"\ninner = \"symGaussSeidel\"\ninnerMaxIter = 2\n\
          innerTolerance = 0\nequilibration = \"ruiz\"\n",
+        // Mixed precision: f32 sweeps on the GPU (host assembly), f64 on the CPU.
+        "preconditioner = \"blockJacobi\"\ninner = \"symGaussSeidel\"\ninnerMaxIter = 2\n\
+         innerTolerance = 0\nprecision = \"mixed\"\n",
+        "preconditioner = \"DIC\"\nprecision = \"mixed\"\n",
     ] {
         let text = base.replace("maxIter = 20000\n", &format!("maxIter = 20000\n{entry}"));
         let setup = parse_case(&text, &dir.join("case.toml"), &dir).unwrap();
