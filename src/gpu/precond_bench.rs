@@ -322,12 +322,18 @@ fn case_entries(
             list.push((label, Layout::Rcm, smoother(s), String::new()));
         }
     }
-    list.push((
-        "blockJacobi (inner symGS x1)".into(),
-        Layout::Blocks,
-        smoother(bj_sgs),
-        mixed_note.into(),
-    ));
+    let bj_cg = SmootherSettings::block_jacobi(InnerSolver::Cg, 0.0, 4, block_h);
+    for (settings, name) in [(bj_sgs, "inner symGS x1"), (bj_cg, "inner CG x4")] {
+        for precision in [Precision::Double, Precision::Mixed] {
+            let mut s = settings;
+            s.polynomial.precision = precision;
+            let label = match precision {
+                Precision::Double => format!("blockJacobi ({name})"),
+                Precision::Mixed => format!("blockJacobi ({name}) mixed"),
+            };
+            list.push((label, Layout::Blocks, smoother(s), String::new()));
+        }
+    }
     let mut sgs_mixed = sgs;
     sgs_mixed.polynomial.precision = Precision::Mixed;
     list.push((
