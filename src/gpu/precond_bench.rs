@@ -174,9 +174,13 @@ fn case_entries(
     };
     let mut entries: Vec<Entry> = Vec::new();
     let mut push = |e: Entry| {
+        let setup = e
+            .setup_ms
+            .map_or("in the solve".into(), |ms| format!("{ms:.1} ms"));
+        let iterations = e.iterations.map_or("-".into(), |i| i.to_string());
         eprintln!(
-            "{case}: {} ({}): setup {:?} ms, {:?} iterations, solve {:.1} ms; {}",
-            e.what, e.ordering, e.setup_ms, e.iterations, e.solve_ms, e.note
+            "{case}: {} ({}): setup {setup}, {iterations} iterations, solve {:.1} ms; {}",
+            e.what, e.ordering, e.solve_ms, e.note
         );
         entries.push(e);
     };
