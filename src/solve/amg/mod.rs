@@ -33,6 +33,7 @@ pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
 use super::cpu::check_system;
+pub use super::polynomial::Precision;
 use super::precond::Identity;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
@@ -160,6 +161,9 @@ pub struct AmgSettings {
     /// (unsmoothed aggregation underestimates it; the K-cycle's Krylov step
     /// scales it optimally and ignores this).
     pub over_correction: f64,
+    /// Arithmetic of the cycle: `Double`, or `Mixed` (every level's matrix
+    /// values and the cycle's vectors in f32, the outer Krylov method in f64).
+    pub precision: Precision,
 }
 
 /// Largest coarsest matrix factored densely (n² doubles, n³/3 flops).
@@ -178,6 +182,7 @@ impl Default for AmgSettings {
             sweeps: 1,
             omega: 0.8,
             over_correction: 1.5,
+            precision: Precision::Double,
         }
     }
 }
@@ -230,7 +235,7 @@ impl AmgSettings {
     /// `coarsestRows` (OpenFOAM `nCellsInCoarsestLevel`), `cycle` (V, W, K),
     /// `smoother`, `sweeps` (`nSweeps`; OpenFOAM's `nPreSweeps` and
     /// `nPostSweeps` too: the cycle is symmetric, so both set the same
-    /// count), `omega`, `overCorrection`.
+    /// count), `omega`, `overCorrection`, `precision` (double, mixed).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
             value
@@ -252,10 +257,11 @@ impl AmgSettings {
             "sweeps" | "nsweeps" | "npresweeps" | "npostsweeps" => self.sweeps = count(key, value)?,
             "omega" => self.omega = number(key, value)?,
             "overcorrection" => self.over_correction = number(key, value)?,
+            "precision" => self.precision = value.parse()?,
             _ => {
                 return Err(format!(
                     "unknown AMG parameter '{key}' (passes, matchingRounds, maxLevels, \
-                     coarsestRows, cycle, smoother, sweeps, omega, overCorrection)"
+                     coarsestRows, cycle, smoother, sweeps, omega, overCorrection, precision)"
                 ))
             }
         }
@@ -281,6 +287,9 @@ impl AmgSettings {
         );
         if self.over_correction != 1.0 && self.cycle != CycleKind::K {
             s += &format!(", over-correction {}", format_g(self.over_correction));
+        }
+        if self.precision == Precision::Mixed {
+            s += ", mixed precision";
         }
         s + ")"
     }
