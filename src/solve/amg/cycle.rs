@@ -568,6 +568,11 @@ impl LinearOperator for Amg<'_> {
     }
     fn apply(&self, r: &[f64], z: &mut [f64]) {
         let (fine, h) = (self.fine, &self.hierarchy);
+        if h.levels.is_empty() {
+            // One level: the coarsest solve alone, in f64 in either precision.
+            h.coarsest.solve(r, z);
+            return;
+        }
         match &self.cycle {
             Arithmetic::Double(c) => Run { fine, h, c }.apply_f64(r, z),
             Arithmetic::Mixed(c) => Run { fine, h, c }.apply_rounded(r, z),
