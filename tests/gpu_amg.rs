@@ -13,7 +13,9 @@ use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::{test_device, Gpu};
-use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy};
+use fvpoisson::solve::amg::{
+    Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy, Precision,
+};
 use fvpoisson::solve::{
     pcg, solve_pcg_scaled, CgBackend, CpuBackend, EquilibrationKind, LinearOperator,
     Preconditioner, PreconditionerKind, SolverControls,
@@ -77,6 +79,17 @@ fn cycle_settings() -> Vec<AmgSettings> {
             ..base
         },
     ]
+}
+
+/// [`cycle_settings`] in mixed precision.
+fn mixed_settings() -> Vec<AmgSettings> {
+    cycle_settings()
+        .into_iter()
+        .map(|s| AmgSettings {
+            precision: Precision::Mixed,
+            ..s
+        })
+        .collect()
 }
 
 /// A system in the solve's row order with a right-hand side.
@@ -268,6 +281,48 @@ fn one_cycle_matches_the_cpu_cycle() {
 }
 
 #[test]
+fn the_mixed_precision_cycle_matches_the_cpu_mixed_cycle() {
+    let Some(gpu) = test_device() else { return };
+    println!(
+        "{:<44} {:<60} {:>9} {:>9}",
+        "system", "settings", "vs CPU", "vs f64"
+    );
+    for s in systems() {
+        let (m, csr) = fine(&gpu, &s.a, 512);
+        let r = random_vector(csr.n_rows(), 5);
+        let r_dev = gpu.upload(&r).unwrap();
+        let z_dev = gpu.zeros::<f64>(csr.n_rows()).unwrap();
+        for (mixed, double) in mixed_settings().into_iter().zip(cycle_settings()) {
+            let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &mixed).unwrap();
+            amg.apply(&r_dev, &z_dev).unwrap();
+            let z_gpu = gpu.download(&z_dev).unwrap();
+            let mut z_cpu = vec![0.0; csr.n_rows()];
+            Amg::new(&csr, &mixed).unwrap().apply(&r, &mut z_cpu);
+            let d = max_rel_diff(&z_gpu, &z_cpu);
+            let amg64 = DeviceAmg::new(&gpu, Rc::clone(&m), &double).unwrap();
+            amg64.apply(&r_dev, &z_dev).unwrap();
+            let d64 = max_rel_diff(&z_gpu, &gpu.download(&z_dev).unwrap());
+            println!(
+                "{:<44} {:<60} {d:>9.1e} {d64:>9.1e}",
+                s.name,
+                mixed.describe()
+            );
+            // f32 round-off in another summation order (mod-SELL on the
+            // fine level), amplified a little by the levels.
+            assert!(d <= 1e-4, "{}: {mixed}: cycle differs by {d:.1e}", s.name);
+            if amg.level_rows().len() > 1 {
+                assert!(
+                    z_gpu.iter().all(|&z| z == z as f32 as f64),
+                    "{}: {mixed}: z is not the widened f32 iterate",
+                    s.name
+                );
+                assert!(d64 > 1e-12, "{}: {mixed}: the f64 cycle's bits", s.name);
+            }
+        }
+    }
+}
+
+#[test]
 fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls {
@@ -299,7 +354,17 @@ fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
             cycle: CycleKind::K,
             ..test_settings()
         };
-        for settings in [test_settings(), cycle_settings()[3], k_cycle] {
+        let mixed = |s: AmgSettings| AmgSettings {
+            precision: Precision::Mixed,
+            ..s
+        };
+        for settings in [
+            test_settings(),
+            cycle_settings()[3],
+            k_cycle,
+            mixed(test_settings()),
+            mixed(k_cycle),
+        ] {
             let cpu_amg = Amg::new(&csr, &settings).unwrap();
             let mut x_cpu = vec![0.0; csr.n_rows()];
             let cpu = pcg(
@@ -425,7 +490,7 @@ fn a_cuda_graph_captures_the_cycle() {
     }
     let (a, _) = poisson_system("box:16x16x16:tet:perturb=0.2:renumber").unwrap();
     let (m, csr) = fine(&gpu, &a, 512);
-    for settings in cycle_settings() {
+    for settings in cycle_settings().into_iter().chain(mixed_settings()) {
         let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
         let r = gpu.upload(&random_vector(csr.n_rows(), 3)).unwrap();
         let (direct, replayed) = (
