@@ -323,6 +323,32 @@ fn the_mixed_precision_cycle_matches_the_cpu_mixed_cycle() {
 }
 
 #[test]
+fn the_mixed_cycle_moves_fewer_bytes() {
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:32x32x32").unwrap();
+    let (m, _) = fine(&gpu, &a, 512);
+    for double in cycle_settings() {
+        let mixed = AmgSettings {
+            precision: Precision::Mixed,
+            ..double
+        };
+        let bytes = |s: &AmgSettings| -> f64 {
+            let amg = DeviceAmg::new(&gpu, Rc::clone(&m), s).unwrap();
+            assert_eq!(amg.precision(), s.precision);
+            let per_level = amg.cycle_bytes();
+            assert_eq!(per_level.len(), amg.level_rows().len());
+            assert!(per_level.iter().all(|&b| b > 0.0), "{s}: {per_level:?}");
+            per_level.iter().sum()
+        };
+        let (b64, b32) = (bytes(&double), bytes(&mixed));
+        println!("{double}: {:.2} MB, mixed {:.2} MB", b64 / 1e6, b32 / 1e6);
+        // Values and vectors halve; indices, the fine b and the dense
+        // coarsest operator do not.
+        assert!(b32 < 0.75 * b64 && b32 > 0.45 * b64, "{b64} vs {b32}");
+    }
+}
+
+#[test]
 fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls {

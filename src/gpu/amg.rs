@@ -1019,6 +1019,89 @@ impl<'g> DeviceAmg<'g> {
         self.levels.iter().map(|l| l.a.nnz).collect()
     }
 
+    /// The precision the cycle runs in.
+    pub fn precision(&self) -> Precision {
+        self.cycle.precision
+    }
+
+    /// Bytes one application of the cycle moves per level, fine first (the
+    /// byte floor of the cycle, `bench --amg`): every launch counted as
+    /// reading each array it reads and writing each it writes once (matrix
+    /// values and indices, vectors, aggregates and members; the fine level's
+    /// mod-SELL slots including padding), summed over the level's visits (W:
+    /// two per coarse visit, K: two cycles, two products, five dot products
+    /// and two updates per visit of a coarse level above the coarsest).
+    pub fn cycle_bytes(&self) -> Vec<f64> {
+        let mut bytes = vec![0.0; self.levels.len()];
+        self.visit_bytes(0, 1.0, true, &mut bytes);
+        bytes
+    }
+
+    /// Adds the bytes of `visits` visits of level l (one cycle each; `from_zero`
+    /// false: a W-cycle's second visit) and of what they call below.
+    fn visit_bytes(&self, l: usize, visits: f64, from_zero: bool, bytes: &mut [f64]) {
+        let vs = match self.cycle.precision {
+            Precision::Double => 8.0,
+            Precision::Mixed => 4.0,
+        };
+        let level = &self.levels[l];
+        let n = level.a.n as f64;
+        // The right-hand side: PCG's f64 residual on the fine level.
+        let bs = if l == 0 { 8.0 } else { vs };
+        if level.transfer.is_none() {
+            // Dense f64 operator, b read, x written.
+            bytes[l] += visits * (8.0 * n * n + 2.0 * vs * n);
+            return;
+        }
+        let matrix = if l == 0 {
+            let m = &*self.fine;
+            let slots = m.codes.len() as f64;
+            slots * (4.0 + vs) + n * vs + 8.0 * (m.n_slices() as f64 + 1.0)
+        } else {
+            level.a.nnz as f64 * (4.0 + vs) + 8.0 * (n + 1.0)
+        };
+        let next = &self.levels[l + 1];
+        let nc = next.a.n as f64;
+        let sweeps = self.cycle.sweeps as f64;
+        // A sweep from an iterate: matrix, x, b, scale read, x_new written.
+        let sweep = matrix + n * (3.0 * vs + bs);
+        // From zero: scale, b read, x written.
+        let first = n * (2.0 * vs + bs);
+        let mut b = if from_zero {
+            first + (sweeps - 1.0) * sweep
+        } else {
+            sweeps * sweep + if sweeps as usize % 2 == 1 { 2.0 * vs * n } else { 0.0 }
+        };
+        // Residual and restriction (fine: r stored and read back; coarse: fused).
+        let members = 4.0 * n + 8.0 * (nc + 1.0) + vs * nc;
+        b += if l == 0 {
+            matrix + n * (2.0 * vs + bs) + vs * n + members
+        } else {
+            matrix + 2.0 * vs * n + members
+        };
+        // Prolongation: x, aggregate, x_c read, x written; the post-sweeps.
+        b += n * (2.0 * vs + 4.0) + vs * nc + sweeps * sweep;
+        if l == 0 && self.cycle.precision == Precision::Mixed {
+            b += 4.0 * n; // the last sweep writes z in f64
+        }
+        bytes[l] += visits * b;
+        let coarse_visits = match self.cycle.kind {
+            CycleKind::W if next.transfer.is_some() => {
+                self.visit_bytes(l + 1, visits, true, bytes);
+                self.visit_bytes(l + 1, visits, false, bytes);
+                return;
+            }
+            CycleKind::K if next.transfer.is_some() => {
+                // Two products, five dot products, r and x updates.
+                let nm = next.a.nnz as f64 * (4.0 + vs) + 8.0 * (nc + 1.0);
+                bytes[l + 1] += visits * (2.0 * (nm + 2.0 * vs * nc) + 10.0 * vs * nc + 6.0 * vs * nc);
+                2.0 * visits
+            }
+            _ => visits,
+        };
+        self.visit_bytes(l + 1, coarse_visits, true, bytes);
+    }
+
     /// Σ nnz(A_l) / nnz(A_0).
     pub fn operator_complexity(&self) -> f64 {
         let e = self.level_entries();

@@ -8,12 +8,14 @@
 //! around `DeviceAmg::new`, which includes its few host reads and the
 //! coarsest factor on the host; the first set-up is given in the note, the
 //! row reports the second, warm), the value-only re-set-up
-//! (`update_values`), one cycle (median of `reps` after warm-up), and PCG
+//! (`update_values`), one cycle (median of `reps` after warm-up, with the
+//! bytes it moves per level, `DeviceAmg::cycle_bytes`, and their floor at
+//! the copy bandwidth measured in the same run), and PCG
 //! with the cycle as preconditioner (the fused device loop, after a warm-up
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
 
 use super::amg::DeviceAmg;
-use super::bench::{relative_residual, time_median, BenchSettings, Row};
+use super::bench::{copy_bandwidth, relative_residual, time_median, BenchSettings, Row};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
 use super::{Gpu, GpuError};
@@ -85,6 +87,8 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         rows.push(Row::timing(spec, "rcm", what, (n, nnz), ms, note))
     };
 
+    // The copy bandwidth of this run: the cycle's byte floor.
+    let copy = copy_bandwidth(gpu, 1 << 30)?;
     let jacobi = GpuCgBackend::new(gpu, &a, true, None, &options)?;
     let b = jacobi.upload(&b_host)?;
     let (base, base_ms, base_res) = timed_solve(gpu, &jacobi, &a, &b_host, &b)?;
@@ -123,6 +127,14 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         let b = backend.upload(&b_host)?;
         let z = gpu.zeros::<f64>(n)?;
         let cycle_ms = time_median(gpu, 3, settings.reps.max(1), |_| amg.apply(b.dev()?, &z))?;
+        let level_bytes = amg.cycle_bytes();
+        let total_bytes: f64 = level_bytes.iter().sum();
+        let floor_ms = |bytes: f64| bytes / (copy * 1e9) * 1e3;
+        let per_level: Vec<String> = level_bytes
+            .iter()
+            .enumerate()
+            .map(|(l, &b)| format!("L{l} {:.1} MB {:.3} ms", b / 1e6, floor_ms(b)))
+            .collect();
         let hierarchy = format!(
             "{} levels {:?} rows, operator complexity {:.3} ({})",
             amg.level_rows().len(),
@@ -146,7 +158,15 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         push(
             format!("AMG {name} cycle"),
             cycle_ms,
-            format!("one application, median of {}", settings.reps.max(1)),
+            format!(
+                "one application, median of {}; {:.1} MB moved, floor {:.3} ms at copy bandwidth \
+                 {copy:.0} GB/s = {:.2} of measured; per level (bytes, floor): {}",
+                settings.reps.max(1),
+                total_bytes / 1e6,
+                floor_ms(total_bytes),
+                floor_ms(total_bytes) / cycle_ms,
+                per_level.join(", ")
+            ),
         );
         backend.set_preconditioner(Box::new(amg));
         let (perf, ms, res) = timed_solve(gpu, &backend, &a, &b_host, &b)?;
