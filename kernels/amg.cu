@@ -981,3 +981,211 @@ extern "C" __global__ void amg_k_combine_f32(int n, const float* __restrict__ c,
     if (gated_off(done)) return;
     amg_k_combine_t<float>(n, c, d, k, x);
 }
+
+// ---- Fused cycle (setting `fused`, one sweep before and after the coarse
+// correction, a visit from x = 0): the pre-smoothed iterate s∘b (one Jacobi
+// sweep from zero) and the corrected iterate s∘b + θ P x_c are never stored;
+// the kernels that read them compute them per entry. Per level this removes
+// the pre-sweep and the prolongation launches and their vector traffic: a
+// visit is residual (+ restriction) and one post-sweep, each one pass over
+// the matrix. The same arithmetic as the unfused cycle (solve::amg::cycle)
+// up to the order of contraction.
+
+// The iterate a fused kernel reads at row j: s_j b_j, plus θ x_c[agg_j]
+// once the coarse correction is made (xc non-null).
+template <typename T, typename B>
+struct FusedIterate {
+    const T* __restrict__ s;
+    const B* __restrict__ b;
+    const unsigned* __restrict__ aggregate;
+    const T* __restrict__ xc;
+    T theta;
+    __device__ __forceinline__ T operator()(unsigned j) const {
+        const T x = s[j] * (T)b[j];
+        return xc == nullptr ? x : x + theta * xc[aggregate[j]];
+    }
+};
+
+// (A x)_row on a mod-SELL level with x_j = f(j) (modsell_row_t's order: the
+// diagonal, then the slots); *x_row = f(row). One block per slice,
+// blockDim = H, H values of T in dynamic shared memory.
+template <typename T, typename F>
+__device__ T modsell_row_fused(int n, const u64* __restrict__ slice_ptr,
+                               const int* __restrict__ codes, const T* __restrict__ vals,
+                               const T* __restrict__ diag, const F& f, T* x_row) {
+    T* x_slice = reinterpret_cast<T*>(modsell_shared);
+    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const bool in = row < n;
+    const T xr = in ? f(row) : T(0);
+    x_slice[t] = xr;
+    T acc = in ? diag[row] * xr : T(0);
+    __syncthreads();
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) acc += vals[k] * f(c - 1);
+        else if (c < 0) acc += vals[k] * x_slice[-(c + 1)];
+    }
+    *x_row = xr;
+    return acc;
+}
+
+// Fine level (mod-SELL), fused pre-smoothing and residual: r = b - A (s∘b).
+template <typename T>
+__device__ void amg_fine_residual_zero_t(int n, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const T* __restrict__ vals, const T* __restrict__ diag,
+                                         const T* __restrict__ scale,
+                                         const double* __restrict__ b, T* __restrict__ r) {
+    const FusedIterate<T, double> f{scale, b, nullptr, nullptr, T(0)};
+    T xr;
+    const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) r[row] = (T)b[row] - ax;
+}
+
+extern "C" __global__ void amg_fine_residual_zero(int n, const u64* __restrict__ slice_ptr,
+                                                  const int* __restrict__ codes,
+                                                  const double* __restrict__ vals,
+                                                  const double* __restrict__ diag,
+                                                  const double* __restrict__ scale,
+                                                  const double* __restrict__ b,
+                                                  double* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_residual_zero_t<double>(n, slice_ptr, codes, vals, diag, scale, b, r);
+}
+
+extern "C" __global__ void amg_fine_residual_zero_f32(int n, const u64* __restrict__ slice_ptr,
+                                                      const int* __restrict__ codes,
+                                                      const float* __restrict__ vals,
+                                                      const float* __restrict__ diag,
+                                                      const float* __restrict__ scale,
+                                                      const double* __restrict__ b,
+                                                      float* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_residual_zero_t<float>(n, slice_ptr, codes, vals, diag, scale, b, r);
+}
+
+// Fine level (mod-SELL), fused prolongation, correction and post-sweep:
+// with x = s∘b + θ P x_c, z = x + s (b - A x), written in f64.
+template <typename T>
+__device__ void amg_fine_post_t(int n, const u64* __restrict__ slice_ptr,
+                                const int* __restrict__ codes, const T* __restrict__ vals,
+                                const T* __restrict__ diag, const T* __restrict__ scale,
+                                const double* __restrict__ b,
+                                const unsigned* __restrict__ aggregate,
+                                const T* __restrict__ xc, double theta,
+                                double* __restrict__ z) {
+    const FusedIterate<T, double> f{scale, b, aggregate, xc, (T)theta};
+    T xr;
+    const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) z[row] = (double)(xr + scale[row] * ((T)b[row] - ax));
+}
+
+extern "C" __global__ void amg_fine_post(int n, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const double* __restrict__ vals,
+                                         const double* __restrict__ diag,
+                                         const double* __restrict__ scale,
+                                         const double* __restrict__ b,
+                                         const unsigned* __restrict__ aggregate,
+                                         const double* __restrict__ xc, double theta,
+                                         double* __restrict__ z, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_post_t<double>(n, slice_ptr, codes, vals, diag, scale, b, aggregate, xc, theta, z);
+}
+
+extern "C" __global__ void amg_fine_post_f32(int n, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const float* __restrict__ vals,
+                                             const float* __restrict__ diag,
+                                             const float* __restrict__ scale,
+                                             const double* __restrict__ b,
+                                             const unsigned* __restrict__ aggregate,
+                                             const float* __restrict__ xc, double theta,
+                                             double* __restrict__ z, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_post_t<float>(n, slice_ptr, codes, vals, diag, scale, b, aggregate, xc, theta, z);
+}
+
+// Coarse level (CSR), fused pre-smoothing, residual and restriction:
+// b_c[I] = sum over I's members i, ascending, of (b_i - sum_j a_ij s_j b_j).
+template <typename T>
+__device__ void amg_residual_restrict_zero_csr_t(
+    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
+    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
+    const T* __restrict__ vals, const T* __restrict__ scale, const T* __restrict__ b,
+    T* __restrict__ bc) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    const FusedIterate<T, T> f{scale, b, nullptr, nullptr, T(0)};
+    T sum = T(0);
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned i = members[m];
+        T ax = T(0);
+        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * f(cols[k]);
+        sum += b[i] - ax;
+    }
+    bc[I] = sum;
+}
+
+extern "C" __global__ void amg_residual_restrict_zero_csr(
+    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
+    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
+    const double* __restrict__ vals, const double* __restrict__ scale,
+    const double* __restrict__ b, double* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
+    amg_residual_restrict_zero_csr_t<double>(nc, member_ptr, members, row_ptr, cols, vals, scale,
+                                             b, bc);
+}
+
+extern "C" __global__ void amg_residual_restrict_zero_csr_f32(
+    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
+    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
+    const float* __restrict__ vals, const float* __restrict__ scale, const float* __restrict__ b,
+    float* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
+    amg_residual_restrict_zero_csr_t<float>(nc, member_ptr, members, row_ptr, cols, vals, scale, b,
+                                            bc);
+}
+
+// Coarse level (CSR), fused prolongation, correction and post-sweep: with
+// x = s∘b + θ P x_c, x_out = x + s (b - A x).
+template <typename T>
+__device__ void amg_post_csr_t(int n, const u64* __restrict__ row_ptr,
+                               const unsigned* __restrict__ cols, const T* __restrict__ vals,
+                               const T* __restrict__ scale, const T* __restrict__ b,
+                               const unsigned* __restrict__ aggregate, const T* __restrict__ xc,
+                               double theta, T* __restrict__ x_out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const FusedIterate<T, T> f{scale, b, aggregate, xc, (T)theta};
+    T ax = T(0);
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * f(cols[k]);
+    x_out[i] = f(i) + scale[i] * (b[i] - ax);
+}
+
+extern "C" __global__ void amg_post_csr(int n, const u64* __restrict__ row_ptr,
+                                        const unsigned* __restrict__ cols,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ scale,
+                                        const double* __restrict__ b,
+                                        const unsigned* __restrict__ aggregate,
+                                        const double* __restrict__ xc, double theta,
+                                        double* __restrict__ x_out, const double* done) {
+    if (gated_off(done)) return;
+    amg_post_csr_t<double>(n, row_ptr, cols, vals, scale, b, aggregate, xc, theta, x_out);
+}
+
+extern "C" __global__ void amg_post_csr_f32(int n, const u64* __restrict__ row_ptr,
+                                            const unsigned* __restrict__ cols,
+                                            const float* __restrict__ vals,
+                                            const float* __restrict__ scale,
+                                            const float* __restrict__ b,
+                                            const unsigned* __restrict__ aggregate,
+                                            const float* __restrict__ xc, double theta,
+                                            float* __restrict__ x_out, const double* done) {
+    if (gated_off(done)) return;
+    amg_post_csr_t<float>(n, row_ptr, cols, vals, scale, b, aggregate, xc, theta, x_out);
+}

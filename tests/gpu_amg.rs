@@ -78,6 +78,24 @@ fn cycle_settings() -> Vec<AmgSettings> {
             matching_rounds: 2,
             ..base
         },
+        // The fused kernels (one sweep each side; W's second visits and
+        // two sweeps run unfused).
+        AmgSettings {
+            fused: true,
+            ..base
+        },
+        AmgSettings {
+            fused: true,
+            ..with(CycleKind::W, AmgSmootherKind::L1Jacobi, 1, 0.8, 1.0)
+        },
+        AmgSettings {
+            fused: true,
+            ..with(CycleKind::K, AmgSmootherKind::Jacobi, 1, 0.8, 1.0)
+        },
+        AmgSettings {
+            fused: true,
+            ..with(CycleKind::V, AmgSmootherKind::Jacobi, 2, 0.8, 1.0)
+        },
     ]
 }
 
@@ -345,6 +363,14 @@ fn the_mixed_cycle_moves_fewer_bytes() {
         // Values and vectors halve; indices, the fine b and the dense
         // coarsest operator do not.
         assert!(b32 < 0.75 * b64 && b32 > 0.45 * b64, "{b64} vs {b32}");
+        if double.sweeps == 1 && !double.fused {
+            let fused = bytes(&AmgSettings {
+                fused: true,
+                ..double
+            });
+            println!("{double}: fused {:.2} MB", fused / 1e6);
+            assert!(fused < 0.9 * b64, "fused {fused} vs {b64}");
+        }
     }
 }
 
@@ -390,6 +416,10 @@ fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
             k_cycle,
             mixed(test_settings()),
             mixed(k_cycle),
+            AmgSettings {
+                fused: true,
+                ..mixed(test_settings())
+            },
         ] {
             let cpu_amg = Amg::new(&csr, &settings).unwrap();
             let mut x_cpu = vec![0.0; csr.n_rows()];

@@ -535,6 +535,11 @@ struct CycleKernels {
     dot_partials: &'static str,
     k_residual: &'static str,
     k_combine: &'static str,
+    /// The fused cycle's kernels (`AmgSettings::fused`).
+    fine_residual_zero: &'static str,
+    fine_post: &'static str,
+    residual_restrict_zero_csr: &'static str,
+    post_csr: &'static str,
 }
 
 /// The arithmetic of the device cycle: f64 (`precision double`) or f32
@@ -566,6 +571,10 @@ impl Arith for f64 {
         dot_partials: "amg_dot_partials",
         k_residual: "amg_k_residual",
         k_combine: "amg_k_combine",
+        fine_residual_zero: "amg_fine_residual_zero",
+        fine_post: "amg_fine_post",
+        residual_restrict_zero_csr: "amg_residual_restrict_zero_csr",
+        post_csr: "amg_post_csr",
     };
     const WIDENS: bool = false;
     fn rounded(_: &Gpu, _: &CudaSlice<f64>) -> Result<Option<CudaSlice<Self>>, GpuError> {
@@ -590,6 +599,10 @@ impl Arith for f32 {
         dot_partials: "amg_dot_partials_f32",
         k_residual: "amg_k_residual_f32",
         k_combine: "amg_k_combine_f32",
+        fine_residual_zero: "amg_fine_residual_zero_f32",
+        fine_post: "amg_fine_post_f32",
+        residual_restrict_zero_csr: "amg_residual_restrict_zero_csr_f32",
+        post_csr: "amg_post_csr_f32",
     };
     const WIDENS: bool = true;
     fn rounded(gpu: &Gpu, f64s: &CudaSlice<f64>) -> Result<Option<CudaSlice<Self>>, GpuError> {
@@ -714,6 +727,8 @@ struct CycleParams {
     omega: f64,
     correction: f64,
     precision: Precision,
+    /// One sweep each side and `AmgSettings::fused`: the fused kernels.
+    fused: bool,
 }
 
 /// The AMG hierarchy on the device and its cycle as a preconditioner.
@@ -755,6 +770,7 @@ impl<'g> DeviceAmg<'g> {
             },
             omega: settings.omega,
             precision: settings.precision,
+            fused: settings.fused && settings.sweeps == 1,
             // The K-cycle's Krylov steps scale the correction themselves.
             correction: match settings.cycle {
                 CycleKind::K => 1.0,
@@ -1067,23 +1083,31 @@ impl<'g> DeviceAmg<'g> {
         let sweep = matrix + n * (3.0 * vs + bs);
         // From zero: scale, b read, x written.
         let first = n * (2.0 * vs + bs);
-        let mut b = if from_zero {
-            first + (sweeps - 1.0) * sweep
-        } else {
-            sweeps * sweep + if sweeps as usize % 2 == 1 { 2.0 * vs * n } else { 0.0 }
-        };
-        // Residual and restriction (fine: r stored and read back; coarse: fused).
+        // Restriction's members, pointers and coarse b.
         let members = 4.0 * n + 8.0 * (nc + 1.0) + vs * nc;
-        b += if l == 0 {
-            matrix + n * (2.0 * vs + bs) + vs * n + members
+        // The written iterate: z in f64 on the fine level.
+        let out = if l == 0 { 8.0 } else { vs };
+        let b = if self.cycle.fused && from_zero {
+            // Residual from s∘b (+ restriction); the post-sweep from
+            // s∘b + θ P x_c: scale, b, aggregate, x_c read, x written.
+            let residual = matrix + n * (vs + bs) + members;
+            let stored_r = if l == 0 { 2.0 * vs * n } else { 0.0 };
+            residual + stored_r + matrix + n * (vs + bs + 4.0 + out) + vs * nc
         } else {
-            matrix + 2.0 * vs * n + members
+            let mut b = if from_zero {
+                first + (sweeps - 1.0) * sweep
+            } else {
+                sweeps * sweep + if sweeps as usize % 2 == 1 { 2.0 * vs * n } else { 0.0 }
+            };
+            // Residual and restriction (fine: r stored and read back; coarse: fused).
+            b += if l == 0 {
+                matrix + n * (2.0 * vs + bs) + vs * n + members
+            } else {
+                matrix + 2.0 * vs * n + members
+            };
+            // Prolongation: x, aggregate, x_c read, x written; the post-sweeps.
+            b + n * (2.0 * vs + 4.0) + vs * nc + sweeps * sweep + n * (out - vs)
         };
-        // Prolongation: x, aggregate, x_c read, x written; the post-sweeps.
-        b += n * (2.0 * vs + 4.0) + vs * nc + sweeps * sweep;
-        if l == 0 && self.cycle.precision == Precision::Mixed {
-            b += 4.0 * n; // the last sweep writes z in f64
-        }
         bytes[l] += visits * b;
         let coarse_visits = match self.cycle.kind {
             CycleKind::W if next.transfer.is_some() => {
@@ -1211,6 +1235,49 @@ impl<T: Arith> Run<'_, '_, T> {
                 arg_or_null(a, done);
             })
         };
+        let next = &self.c.levels[1];
+        let nc32 = amg.levels[1].a.n32();
+        let restrict = || {
+            gpu.launch(k.restrict, vector_grid(amg.levels[1].a.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&nc32)
+                    .arg(&t.member_ptr)
+                    .arg(&t.members)
+                    .arg(&self.c.residual)
+                    .arg(&next.b);
+                arg_or_null(a, done);
+            })
+        };
+        if amg.cycle.fused {
+            // r = b − A (s∘b), restricted; z = x + s (b − A x), x = s∘b + θ P x_c.
+            gpu.launch(k.fine_residual_zero, m.n_slices() as u32, h, m.shared_bytes(), |a| {
+                a.arg(&n32)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(fine_values)
+                    .arg(fine_diag)
+                    .arg(scale)
+                    .arg(r)
+                    .arg(&self.c.residual);
+                arg_or_null(a, done);
+            })?;
+            restrict()?;
+            self.coarse_solve(1)?;
+            let correction = amg.cycle.correction;
+            return gpu.launch(k.fine_post, m.n_slices() as u32, h, m.shared_bytes(), |a| {
+                a.arg(&n32)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(fine_values)
+                    .arg(fine_diag)
+                    .arg(scale)
+                    .arg(r)
+                    .arg(&t.aggregate)
+                    .arg(&next.x)
+                    .arg(&correction)
+                    .arg(z);
+                arg_or_null(a, done);
+            });
+        }
         let sweeps = amg.cycle.sweeps;
         self.smooth(0, x, sweeps, Start::Zero, |from, to, _| sweep(from, to, None))?;
         gpu.launch(k.fine_residual, m.n_slices() as u32, h, m.shared_bytes(), |a| {
@@ -1224,16 +1291,7 @@ impl<T: Arith> Run<'_, '_, T> {
                 .arg(&self.c.residual);
             arg_or_null(a, done);
         })?;
-        let next = &self.c.levels[1];
-        let nc32 = amg.levels[1].a.n32();
-        gpu.launch(k.restrict, vector_grid(amg.levels[1].a.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&nc32)
-                .arg(&t.member_ptr)
-                .arg(&t.members)
-                .arg(&self.c.residual)
-                .arg(&next.b);
-            arg_or_null(a, done);
-        })?;
+        restrict()?;
         self.coarse_solve(1)?;
         let post = self.prolong(0, x)?;
         // The last post-sweep writes z (f32: widened from its result).
@@ -1276,11 +1334,34 @@ impl<T: Arith> Run<'_, '_, T> {
                 arg_or_null(a, done);
             })
         };
+        let next = &amg.levels[l + 1];
+        let nc32 = next.a.n32();
+        if amg.cycle.fused && from_zero {
+            // b_c = R (b − A (s∘b)); x = y + s (b − A y), y = s∘b + θ P x_c.
+            gpu.launch(
+                k.residual_restrict_zero_csr,
+                vector_grid(next.a.n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
+                    a.arg(&m.row_ptr).arg(&m.cols).arg(values);
+                    a.arg(scale).arg(b).arg(&self.c.levels[l + 1].b);
+                    arg_or_null(a, done);
+                },
+            )?;
+            self.coarse_solve(l + 1)?;
+            let correction = amg.cycle.correction;
+            return gpu.launch(k.post_csr, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
+                a.arg(scale).arg(b).arg(&t.aggregate);
+                a.arg(&self.c.levels[l + 1].x).arg(&correction).arg(x);
+                arg_or_null(a, done);
+            });
+        }
         let start = if from_zero { Start::Zero } else { Start::X };
         let sweeps = amg.cycle.sweeps;
         self.smooth(l, x, sweeps, start, sweep)?;
-        let next = &amg.levels[l + 1];
-        let nc32 = next.a.n32();
         gpu.launch(
             k.residual_restrict_csr,
             vector_grid(next.a.n),

@@ -164,6 +164,11 @@ pub struct AmgSettings {
     /// Arithmetic of the cycle: `Double`, or `Mixed` (every level's matrix
     /// values and the cycle's vectors in f32, the outer Krylov method in f64).
     pub precision: Precision,
+    /// GPU: fuse the cycle's kernels where one sweep is made before and
+    /// after the coarse correction (pre-sweep from zero + residual +
+    /// restriction; prolongation + correction + post-sweep): the same
+    /// arithmetic with fewer passes over the vectors. The CPU ignores it.
+    pub fused: bool,
 }
 
 /// Largest coarsest matrix factored densely (n² doubles, n³/3 flops).
@@ -183,6 +188,7 @@ impl Default for AmgSettings {
             omega: 0.8,
             over_correction: 1.5,
             precision: Precision::Double,
+            fused: false,
         }
     }
 }
@@ -235,7 +241,8 @@ impl AmgSettings {
     /// `coarsestRows` (OpenFOAM `nCellsInCoarsestLevel`), `cycle` (V, W, K),
     /// `smoother`, `sweeps` (`nSweeps`; OpenFOAM's `nPreSweeps` and
     /// `nPostSweeps` too: the cycle is symmetric, so both set the same
-    /// count), `omega`, `overCorrection`, `precision` (double, mixed).
+    /// count), `omega`, `overCorrection`, `precision` (double, mixed),
+    /// `fused` (true, false).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
             value
@@ -258,10 +265,18 @@ impl AmgSettings {
             "omega" => self.omega = number(key, value)?,
             "overcorrection" => self.over_correction = number(key, value)?,
             "precision" => self.precision = value.parse()?,
+            "fused" => {
+                self.fused = match value.to_ascii_lowercase().as_str() {
+                    "true" | "yes" | "on" | "1" => true,
+                    "false" | "no" | "off" | "0" => false,
+                    _ => return Err(format!("AMG fused must be true or false, got '{value}'")),
+                }
+            }
             _ => {
                 return Err(format!(
                     "unknown AMG parameter '{key}' (passes, matchingRounds, maxLevels, \
-                     coarsestRows, cycle, smoother, sweeps, omega, overCorrection, precision)"
+                     coarsestRows, cycle, smoother, sweeps, omega, overCorrection, precision, \
+                     fused)"
                 ))
             }
         }
@@ -290,6 +305,9 @@ impl AmgSettings {
         }
         if self.precision == Precision::Mixed {
             s += ", mixed precision";
+        }
+        if self.fused {
+            s += ", fused";
         }
         s + ")"
     }

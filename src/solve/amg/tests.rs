@@ -621,6 +621,12 @@ fn precision_is_a_setting() {
     assert_eq!(s.precision, Precision::Mixed);
     assert!(s.describe().contains("mixed precision"), "{}", s.describe());
     assert_eq!(AmgSettings::default().precision, Precision::Double);
+    let f: AmgSettings = "amg:fused=true".parse().unwrap();
+    assert!(f.fused && f.describe().contains("fused"));
+    assert!("amg:fused=maybe"
+        .parse::<AmgSettings>()
+        .unwrap_err()
+        .contains("true or false"));
     assert!("amg:precision=half"
         .parse::<AmgSettings>()
         .unwrap_err()
