@@ -761,6 +761,52 @@ extern "C" __global__ void amg_dense_apply_f32(int n, const double* __restrict__
 // is staged in shared memory.
 #define DENSE_MAX_ROWS 4096
 
+// The coarsest CSR matrix scattered into the zeroed row-major n x n `dense`
+// (one thread per row).
+extern "C" __global__ void amg_dense_scatter(int n, const u64* __restrict__ row_ptr,
+                                             const unsigned* __restrict__ cols,
+                                             const double* __restrict__ vals,
+                                             double* __restrict__ dense) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) dense[(u64)i * n + cols[k]] = vals[k];
+}
+
+// Per row of the coarsest CSR matrix: the sum of its entries in column order
+// (the dense row's sum: its zeros add nothing) and its diagonal; the host
+// adds them in row order for CoarsestSolver's singularity test.
+extern "C" __global__ void amg_dense_row_sums(int n, const u64* __restrict__ row_ptr,
+                                              const unsigned* __restrict__ cols,
+                                              const double* __restrict__ vals,
+                                              double* __restrict__ sums,
+                                              double* __restrict__ diag) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double s = 0.0, d = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) {
+        s = __dadd_rn(s, vals[k]);
+        if ((int)cols[k] == i) d = vals[k];
+    }
+    sums[i] = s;
+    diag[i] = d;
+}
+
+// The matrix CoarsestSolver factors, as the host formed it: m = dense (+ the
+// shift everywhere when singular), then (m + m^T) / 2; one thread per entry.
+extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict__ dense,
+                                                int singular, double shift,
+                                                double* __restrict__ out) {
+    const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (e >= (u64)n * n) return;
+    const u64 i = e / n, j = e % n;
+    double a = dense[i * n + j], b = dense[j * n + i];
+    if (singular) {
+        a = __dadd_rn(a, shift);
+        b = __dadd_rn(b, shift);
+    }
+    out[e] = __dmul_rn(__dadd_rn(a, b), 0.5);
+}
+
 // In-place Cholesky A = L L^T of the row-major n x n matrix a (its lower
 // triangle, diagonal included, becomes L; the upper triangle is not read).
 // One block (blockDim a multiple of 32), right-looking: per column k the

@@ -3,7 +3,8 @@
 //! the PCG's mod-SELL matrix, giving the same aggregates and the same coarse
 //! matrices (bit for bit), and its cycle a [`DevicePreconditioner`].
 //!
-//! Set-up (host reads only sizes, once per scan, and the coarsest matrix):
+//! Set-up (host reads only sizes, once per scan, and the coarsest matrix's
+//! row sums and diagonal):
 //!
 //! - the fine mod-SELL matrix to CSR with ascending columns (as
 //!   `ModSell::to_csr`, which the CPU reference gets), keeping each entry's
@@ -20,8 +21,8 @@
 //!   for the restriction R = Pᵀ;
 //! - smoother scales per level (weighted or L1 Jacobi) and the coarsest
 //!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
-//!   the matrix built on the host, factored (one-block Cholesky) and inverted
-//!   column by column (a warp per column) on the device.
+//!   the matrix formed, factored (one-block Cholesky) and inverted column by
+//!   column (a warp per column) on the device.
 //!
 //! The cycle (`apply`) only launches kernels on the Gpu's stream, with every
 //! buffer allocated at set-up, so PCG may capture it into a CUDA graph. The
@@ -29,11 +30,19 @@
 //! `modsell_row`), the coarse levels CSR kernels (residual and restriction
 //! fused), the coarsest one dense matrix-vector kernel; the K-cycle's
 //! flexible-CG steps keep their dot products and step lengths on the device.
+//!
+//! Precision ([`Arith`]): f64, or (`precision mixed`) f32 copies of every
+//! level's values, the smoother scales and the fine mod-SELL matrix, with f32
+//! cycle vectors; PCG's r is read in f64 and z written in f64 (`solve::amg::
+//! cycle` is the reference of both). `fused` (one sweep each side) runs each
+//! visit as a residual from s∘b (+ restriction) and one post-sweep from
+//! s∘b + θ P x_c: no pre-sweep or prolongation launches, and the iterates
+//! between them are never stored. [`DeviceAmg::cycle_bytes`] counts what a
+//! cycle moves per level (`bench --amg`).
 
 use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
-use nalgebra::DMatrix;
 
 use super::matrix::{f32_copy, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
@@ -42,7 +51,6 @@ use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK}
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, Precision, MAX_DENSE_ROWS};
 use crate::solve::cpu::check_system;
 use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
-use crate::sparse::testing::dense;
 use crate::sparse::Csr;
 
 /// Threads and elements per thread of the scan kernels (kernels/amg.cu).
@@ -68,20 +76,6 @@ const DOT_FINISH_BLOCK: u32 = 1024;
 const DENSE_FACTOR_BLOCK: u32 = 1024;
 /// A_L is singular when Σ_i |Σ_j a_ij| ≤ SINGULAR · Σ_i a_ii (`solve::amg::coarsest`).
 const SINGULAR: f64 = 1e-10;
-
-/// The dense matrix `CoarsestSolver::new` factors (A_L, plus (Σ a_ii / n²)
-/// e eᵀ when A_L is singular, symmetrised) and whether A_L is singular.
-fn factored_matrix(a: &Csr) -> (DMatrix<f64>, bool) {
-    let n = a.n_rows();
-    let mut m = dense(a);
-    let diag_sum: f64 = m.diagonal().iter().sum();
-    let row_sum_abs: f64 = m.row_iter().map(|r| r.sum().abs()).sum();
-    let singular = row_sum_abs <= SINGULAR * diag_sum;
-    if singular {
-        m.add_scalar_mut(diag_sum / (n as f64 * n as f64));
-    }
-    ((&m + m.transpose()) * 0.5, singular)
-}
 
 /// A level shrinking by less than this factor is not kept: the CPU's rule
 /// (`solve::amg` MIN_COARSENING, private there; see AMG_SPEC.md Changes).
@@ -943,18 +937,50 @@ impl<'g> DeviceAmg<'g> {
 
     /// The coarsest level's dense operator A_L⁻¹ (or A_L⁺), as
     /// `CoarsestSolver::inverse` defines it, formed on the device: the matrix
-    /// that `CoarsestSolver` factors is built on the host (O(n²)), factored
-    /// by `amg_dense_cholesky` and inverted column by column by
-    /// `amg_dense_inverse` (the host's O(n³) inverse takes ~1 s at 1000 rows).
+    /// that `CoarsestSolver` factors (scattered, shifted when singular,
+    /// symmetrised: only the row sums and diagonal are read back, for the
+    /// singularity test), factored by `amg_dense_cholesky` and inverted
+    /// column by column by `amg_dense_inverse` (the host's O(n³) inverse
+    /// takes ~1 s at 1000 rows).
     fn coarsest_operator(&mut self) -> Result<(), GpuError> {
         let gpu = self.gpu;
-        let coarsest = self.levels.last().expect("one level").a.download(gpu)?;
-        let n = coarsest.n_rows();
-        let (matrix, singular) = factored_matrix(&coarsest);
-        // Symmetric: its column-major storage is also row-major.
-        let factor = gpu.upload(matrix.as_slice())?;
+        // The matrix CoarsestSolver::new factors, formed on the device: A_L
+        // dense, shifted by (Σ a_ii / n²) e eᵀ when singular (Σ_i |Σ_j a_ij| ≤
+        // SINGULAR Σ_i a_ii, summed on the host in its order), symmetrised.
+        let a = &self.levels.last().expect("one level").a;
+        let n = a.n;
+        let n32 = a.n32();
+        let (sums, diag) = (gpu.zeros::<f64>(n)?, gpu.zeros::<f64>(n)?);
+        gpu.launch("amg_dense_row_sums", vector_grid(n), VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&sums).arg(&diag);
+        })?;
+        let dense = gpu.zeros::<f64>(n * n)?;
+        gpu.launch("amg_dense_scatter", vector_grid(n), VECTOR_BLOCK, 0, |args| {
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&dense);
+        })?;
+        let (sums, diag) = (gpu.download(&sums)?, gpu.download(&diag)?);
+        let diag_sum: f64 = diag[..n].iter().sum();
+        let row_sum_abs: f64 = sums[..n].iter().map(|s| s.abs()).sum();
+        let singular = row_sum_abs <= SINGULAR * diag_sum;
+        let shift = diag_sum / (n as f64 * n as f64);
+        let factor = gpu.zeros::<f64>(n * n)?;
+        let flag = i32::from(singular);
+        gpu.launch(
+            "amg_dense_symmetrise",
+            vector_grid(n * n),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&dense).arg(&flag).arg(&shift).arg(&factor);
+            },
+        )?;
+        drop(dense);
         let failed = gpu.zeros::<i32>(1)?;
-        let (n32, project) = (n as i32, i32::from(singular));
+        let project = i32::from(singular);
         gpu.launch("amg_dense_cholesky", 1, DENSE_FACTOR_BLOCK, 0, |a| {
             a.arg(&n32).arg(&factor).arg(&failed);
         })?;
@@ -1649,32 +1675,5 @@ mod tests {
             );
             assert_eq!(g.sweeps, s.sweeps);
         }
-    }
-
-    #[test]
-    fn the_factored_matrix_is_shifted_only_when_the_rows_sum_to_zero() {
-        let a = crate::sparse::testing::random_symmetric(30, 4, 1);
-        let (m, singular) = factored_matrix(&a);
-        assert!(!singular);
-        assert_eq!(m, dense(&a));
-        // A graph Laplacian: rows sum to zero.
-        let mut l = a.clone();
-        for r in 0..a.n_rows() {
-            let (cols, vals) = a.row(r);
-            let off: f64 = cols
-                .iter()
-                .zip(vals)
-                .filter(|(&c, _)| c as usize != r)
-                .map(|(_, v)| -v.abs())
-                .sum();
-            for k in a.row_ptr()[r]..a.row_ptr()[r + 1] {
-                let c = a.cols()[k] as usize;
-                l.values_mut()[k] = if c == r { -off } else { -a.values()[k].abs() };
-            }
-        }
-        let (m, singular) = factored_matrix(&l);
-        assert!(singular);
-        let shift = m[(0, 0)] - dense(&l)[(0, 0)];
-        assert!(shift > 0.0);
     }
 }
