@@ -911,7 +911,10 @@ fn amg_from_case_toml_solves_like_pcg() {
     };
     assert_eq!(m.precision, fvpoisson::solve::amg::Precision::Mixed);
     let bad = mms_with_solver_entry("preconditioner = \"AMG\"\namg = { precision = \"half\" }\n");
-    assert!(parse(&bad).unwrap_err().to_string().contains("double, mixed"));
+    assert!(parse(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("double, mixed"));
     let gamg =
         mms_with_solver_entry("solver = \"GAMG\"\namg = { coarsestRows = 20 }\nmaxIter = 200\n");
     let setup = parse(&gamg).unwrap();

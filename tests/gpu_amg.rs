@@ -13,9 +13,7 @@ use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::{test_device, Gpu};
-use fvpoisson::solve::amg::{
-    Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy, Precision,
-};
+use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy, Precision};
 use fvpoisson::solve::{
     pcg, solve_pcg_scaled, CgBackend, CpuBackend, EquilibrationKind, LinearOperator,
     Preconditioner, PreconditionerKind, SolverControls,

@@ -951,17 +951,29 @@ impl<'g> DeviceAmg<'g> {
         let n = a.n;
         let n32 = a.n32();
         let (sums, diag) = (gpu.zeros::<f64>(n)?, gpu.zeros::<f64>(n)?);
-        gpu.launch("amg_dense_row_sums", vector_grid(n), VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32);
-            a.push_args(args);
-            args.arg(&sums).arg(&diag);
-        })?;
+        gpu.launch(
+            "amg_dense_row_sums",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32);
+                a.push_args(args);
+                args.arg(&sums).arg(&diag);
+            },
+        )?;
         let dense = gpu.zeros::<f64>(n * n)?;
-        gpu.launch("amg_dense_scatter", vector_grid(n), VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32);
-            a.push_args(args);
-            args.arg(&dense);
-        })?;
+        gpu.launch(
+            "amg_dense_scatter",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32);
+                a.push_args(args);
+                args.arg(&dense);
+            },
+        )?;
         let (sums, diag) = (gpu.download(&sums)?, gpu.download(&diag)?);
         let diag_sum: f64 = diag[..n].iter().sum();
         let row_sum_abs: f64 = sums[..n].iter().map(|s| s.abs()).sum();
@@ -975,7 +987,11 @@ impl<'g> DeviceAmg<'g> {
             VECTOR_BLOCK,
             0,
             |args| {
-                args.arg(&n32).arg(&dense).arg(&flag).arg(&shift).arg(&factor);
+                args.arg(&n32)
+                    .arg(&dense)
+                    .arg(&flag)
+                    .arg(&shift)
+                    .arg(&factor);
             },
         )?;
         drop(dense);
@@ -1123,7 +1139,12 @@ impl<'g> DeviceAmg<'g> {
             let mut b = if from_zero {
                 first + (sweeps - 1.0) * sweep
             } else {
-                sweeps * sweep + if sweeps as usize % 2 == 1 { 2.0 * vs * n } else { 0.0 }
+                sweeps * sweep
+                    + if sweeps as usize % 2 == 1 {
+                        2.0 * vs * n
+                    } else {
+                        0.0
+                    }
             };
             // Residual and restriction (fine: r stored and read back; coarse: fused).
             b += if l == 0 {
@@ -1144,7 +1165,8 @@ impl<'g> DeviceAmg<'g> {
             CycleKind::K if next.transfer.is_some() => {
                 // Two products, five dot products, r and x updates.
                 let nm = next.a.nnz as f64 * (4.0 + vs) + 8.0 * (nc + 1.0);
-                bytes[l + 1] += visits * (2.0 * (nm + 2.0 * vs * nc) + 10.0 * vs * nc + 6.0 * vs * nc);
+                bytes[l + 1] +=
+                    visits * (2.0 * (nm + 2.0 * vs * nc) + 10.0 * vs * nc + 6.0 * vs * nc);
                 2.0 * visits
             }
             _ => visits,
@@ -1200,7 +1222,6 @@ impl<'g> DeviceAmg<'g> {
             ))
         })
     }
-
 }
 
 /// One application of the cycle in precision T: the hierarchy, the cycle's
@@ -1244,48 +1265,67 @@ impl<T: Arith> Run<'_, '_, T> {
         let fine_diag = T::pick(self.c.fine_diag.as_ref(), &m.diag);
         let scale = self.scale(0);
         let x = T::pick(self.c.fine_x.as_ref(), z);
-        let sweep = |from: Option<&CudaSlice<T>>, to: &CudaSlice<T>, widen: Option<&CudaSlice<f64>>| {
-            gpu.launch(k.fine_jacobi, m.n_slices() as u32, h, m.shared_bytes(), |a| {
-                a.arg(&n32)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(fine_values)
-                    .arg(fine_diag)
-                    .arg(scale)
-                    .arg(r);
-                arg_or_null(a, from);
-                a.arg(to);
-                if T::WIDENS {
-                    arg_or_null(a, widen);
-                }
-                arg_or_null(a, done);
-            })
-        };
+        let sweep =
+            |from: Option<&CudaSlice<T>>, to: &CudaSlice<T>, widen: Option<&CudaSlice<f64>>| {
+                gpu.launch(
+                    k.fine_jacobi,
+                    m.n_slices() as u32,
+                    h,
+                    m.shared_bytes(),
+                    |a| {
+                        a.arg(&n32)
+                            .arg(&m.slice_ptr)
+                            .arg(&m.codes)
+                            .arg(fine_values)
+                            .arg(fine_diag)
+                            .arg(scale)
+                            .arg(r);
+                        arg_or_null(a, from);
+                        a.arg(to);
+                        if T::WIDENS {
+                            arg_or_null(a, widen);
+                        }
+                        arg_or_null(a, done);
+                    },
+                )
+            };
         let next = &self.c.levels[1];
         let nc32 = amg.levels[1].a.n32();
         let restrict = || {
-            gpu.launch(k.restrict, vector_grid(amg.levels[1].a.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&nc32)
-                    .arg(&t.member_ptr)
-                    .arg(&t.members)
-                    .arg(&self.c.residual)
-                    .arg(&next.b);
-                arg_or_null(a, done);
-            })
+            gpu.launch(
+                k.restrict,
+                vector_grid(amg.levels[1].a.n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&nc32)
+                        .arg(&t.member_ptr)
+                        .arg(&t.members)
+                        .arg(&self.c.residual)
+                        .arg(&next.b);
+                    arg_or_null(a, done);
+                },
+            )
         };
         if amg.cycle.fused {
             // r = b − A (s∘b), restricted; z = x + s (b − A x), x = s∘b + θ P x_c.
-            gpu.launch(k.fine_residual_zero, m.n_slices() as u32, h, m.shared_bytes(), |a| {
-                a.arg(&n32)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(fine_values)
-                    .arg(fine_diag)
-                    .arg(scale)
-                    .arg(r)
-                    .arg(&self.c.residual);
-                arg_or_null(a, done);
-            })?;
+            gpu.launch(
+                k.fine_residual_zero,
+                m.n_slices() as u32,
+                h,
+                m.shared_bytes(),
+                |a| {
+                    a.arg(&n32)
+                        .arg(&m.slice_ptr)
+                        .arg(&m.codes)
+                        .arg(fine_values)
+                        .arg(fine_diag)
+                        .arg(scale)
+                        .arg(r)
+                        .arg(&self.c.residual);
+                    arg_or_null(a, done);
+                },
+            )?;
             restrict()?;
             self.coarse_solve(1)?;
             let correction = amg.cycle.correction;
@@ -1305,18 +1345,26 @@ impl<T: Arith> Run<'_, '_, T> {
             });
         }
         let sweeps = amg.cycle.sweeps;
-        self.smooth(0, x, sweeps, Start::Zero, |from, to, _| sweep(from, to, None))?;
-        gpu.launch(k.fine_residual, m.n_slices() as u32, h, m.shared_bytes(), |a| {
-            a.arg(&n32)
-                .arg(&m.slice_ptr)
-                .arg(&m.codes)
-                .arg(fine_values)
-                .arg(fine_diag)
-                .arg(r)
-                .arg(x)
-                .arg(&self.c.residual);
-            arg_or_null(a, done);
+        self.smooth(0, x, sweeps, Start::Zero, |from, to, _| {
+            sweep(from, to, None)
         })?;
+        gpu.launch(
+            k.fine_residual,
+            m.n_slices() as u32,
+            h,
+            m.shared_bytes(),
+            |a| {
+                a.arg(&n32)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(fine_values)
+                    .arg(fine_diag)
+                    .arg(r)
+                    .arg(x)
+                    .arg(&self.c.residual);
+                arg_or_null(a, done);
+            },
+        )?;
         restrict()?;
         self.coarse_solve(1)?;
         let post = self.prolong(0, x)?;
@@ -1426,7 +1474,10 @@ impl<T: Arith> Run<'_, '_, T> {
     fn prolong(&self, l: usize, x: &CudaSlice<T>) -> Result<Start, GpuError> {
         let amg = self.amg;
         let level = &amg.levels[l];
-        let t = level.transfer.as_ref().expect("a transfer below the coarsest");
+        let t = level
+            .transfer
+            .as_ref()
+            .expect("a transfer below the coarsest");
         let post = if amg.cycle.sweeps % 2 == 1 {
             Start::Spare
         } else {
@@ -1495,13 +1546,17 @@ impl<T: Arith> Run<'_, '_, T> {
         let m = &self.amg.levels[l].a;
         let n32 = m.n32();
         let values = self.values(l);
-        self.amg
-            .gpu
-            .launch(T::KERNELS.spmv_csr, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+        self.amg.gpu.launch(
+            T::KERNELS.spmv_csr,
+            vector_grid(m.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
                 a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
                 a.arg(x).arg(y);
                 arg_or_null(a, self.done);
-            })
+            },
+        )
     }
 
     /// k.scalars[slot] = u · v on level l in f64 (per-block partials, then

@@ -312,8 +312,12 @@ struct Work<T> {
 struct Cycle<T> {
     values: Vec<Vec<T>>,
     smoothers: Vec<LevelSmoother<T>>,
-    work: Mutex<(Vec<Work<T>>, [Vec<T>; 2])>,
+    work: Mutex<Scratch<T>>,
 }
+
+/// The per-level scratch vectors and the fine level's b and x in T (empty
+/// for f64, which runs on r and z).
+type Scratch<T> = (Vec<Work<T>>, [Vec<T>; 2]);
 
 /// The AMG preconditioner of a fine matrix: the hierarchy and its cycle in
 /// the precision of the settings.

@@ -581,7 +581,10 @@ fn the_mixed_precision_cycle_is_the_double_cycle_to_f32_round_off() {
             let d = relative_difference(&z32, &z64);
             // f32 arithmetic (unit round-off 6e-8), not f64's.
             assert!(d < 2e-5 && d > 1e-12, "{mixed}: mixed differs by {d:.1e}");
-            assert!(z32.iter().all(|&z| z == z as f32 as f64), "{mixed}: z is not f32");
+            assert!(
+                z32.iter().all(|&z| z == z as f32 as f64),
+                "{mixed}: z is not f32"
+            );
         }
     }
 }
