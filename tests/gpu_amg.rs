@@ -339,6 +339,23 @@ fn the_mixed_precision_cycle_matches_the_cpu_mixed_cycle() {
 }
 
 #[test]
+fn the_profiled_set_up_names_its_phases() {
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:24x24x24").unwrap();
+    let (m, _) = fine(&gpu, &a, 512);
+    let (amg, phases) = DeviceAmg::new_profiled(&gpu, Rc::clone(&m), &test_settings()).unwrap();
+    let plain = DeviceAmg::new(&gpu, m, &test_settings()).unwrap();
+    assert_eq!(amg.level_rows(), plain.level_rows());
+    println!("{phases:?}");
+    let names: Vec<&str> = phases.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names.first(), Some(&"fine CSR"));
+    assert_eq!(names.last(), Some(&"cycle buffers"));
+    let passes = names.iter().filter(|p| p.ends_with("passes")).count();
+    assert_eq!(passes + 1, amg.level_rows().len());
+    assert!(phases.iter().all(|(_, ms)| *ms >= 0.0));
+}
+
+#[test]
 fn the_mixed_cycle_moves_fewer_bytes() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:32x32x32").unwrap();

@@ -740,6 +740,28 @@ pub struct DeviceAmg<'g> {
     stop_reason: String,
 }
 
+/// Host wall-clock time per set-up phase, the stream synchronised at each
+/// mark (`DeviceAmg::new_profiled`; nothing when off).
+struct Phases<'a> {
+    gpu: &'a Gpu,
+    on: bool,
+    last: std::time::Instant,
+    times: Vec<(String, f64)>,
+}
+
+impl Phases<'_> {
+    fn mark(&mut self, phase: impl FnOnce() -> String) -> Result<(), GpuError> {
+        if self.on {
+            self.gpu.synchronize()?;
+            let now = std::time::Instant::now();
+            let ms = now.duration_since(self.last).as_secs_f64() * 1e3;
+            self.times.push((phase(), ms));
+            self.last = now;
+        }
+        Ok(())
+    }
+}
+
 impl<'g> DeviceAmg<'g> {
     /// The hierarchy of `settings` for `fine` (the PCG's matrix, rows in the
     /// solve's order), set up on the device.
@@ -748,6 +770,34 @@ impl<'g> DeviceAmg<'g> {
         fine: Rc<DeviceModSell>,
         settings: &AmgSettings,
     ) -> Result<Self, GpuError> {
+        Self::build(gpu, fine, settings, false).map(|(amg, _)| amg)
+    }
+
+    /// [`Self::new`] with the host time of each set-up phase (fine CSR, each
+    /// level's passes, smoothers and coarsest operator, cycle buffers), the
+    /// stream synchronised between phases (`bench --amg`).
+    pub fn new_profiled(
+        gpu: &'g Gpu,
+        fine: Rc<DeviceModSell>,
+        settings: &AmgSettings,
+    ) -> Result<(Self, Vec<(String, f64)>), GpuError> {
+        Self::build(gpu, fine, settings, true)
+    }
+
+    fn build(
+        gpu: &'g Gpu,
+        fine: Rc<DeviceModSell>,
+        settings: &AmgSettings,
+        profile: bool,
+    ) -> Result<(Self, Vec<(String, f64)>), GpuError> {
+        let mut phases = Phases {
+            gpu,
+            on: profile,
+            last: std::time::Instant::now(),
+            times: Vec::new(),
+        };
+        phases.mark(|| "start".into())?;
+        phases.times.clear();
         settings.validate().map_err(GpuError::Invalid)?;
         let cycle = CycleParams {
             kind: settings.cycle,
@@ -779,6 +829,7 @@ impl<'g> DeviceAmg<'g> {
         }
         let scan = Scan::new(gpu, n)?;
         let (csr, source) = fine_csr(gpu, &fine, &scan)?;
+        phases.mark(|| "fine CSR".into())?;
         let mut matrices = vec![csr];
         let mut transfers = Vec::new();
         let stop_reason = loop {
@@ -790,6 +841,8 @@ impl<'g> DeviceAmg<'g> {
                 break format!("maxLevels {} reached", settings.max_levels);
             }
             let (transfer, coarse) = Self::coarsen(gpu, a, settings, &scan)?;
+            let (level, rows) = (matrices.len() - 1, a.n);
+            phases.mark(|| format!("level {level} ({rows} rows) passes"))?;
             // The CPU's rule (`Hierarchy::setup`): a level shrinking by less
             // than MIN_COARSENING is not kept.
             if (a.n as f64) < MIN_COARSENING * coarse.n as f64 {
@@ -842,6 +895,7 @@ impl<'g> DeviceAmg<'g> {
             stop_reason,
         };
         amg.smoothers_and_coarsest()?;
+        phases.mark(|| "smoothers + coarsest operator".into())?;
         amg.arithmetic = match cycle.precision {
             Precision::Double => {
                 Arithmetic::Double(Cycle::new(gpu, &amg.levels, &amg.fine, cycle.kind)?)
@@ -850,8 +904,9 @@ impl<'g> DeviceAmg<'g> {
                 Arithmetic::Mixed(Cycle::new(gpu, &amg.levels, &amg.fine, cycle.kind)?)
             }
         };
+        phases.mark(|| "cycle buffers".into())?;
         log::debug!("GPU AMG set up: {}", amg.describe());
-        Ok(amg)
+        Ok((amg, phases.times))
     }
 
     /// One level's passes: their products (the last is the coarse matrix),

@@ -122,6 +122,11 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         let mut backend = GpuCgBackend::new(gpu, &a, false, None, &options)?;
         let (_, cold_ms) = timed(gpu, || DeviceAmg::new(gpu, backend.shared_matrix(), &s))?;
         let (mut amg, setup_ms) = timed(gpu, || DeviceAmg::new(gpu, backend.shared_matrix(), &s))?;
+        let (_, phases) = DeviceAmg::new_profiled(gpu, backend.shared_matrix(), &s)?;
+        let phases: Vec<String> = phases
+            .iter()
+            .map(|(phase, ms)| format!("{phase} {ms:.2}"))
+            .collect();
         let fine = backend.shared_matrix();
         let (_, resetup_ms) = timed(gpu, || amg.update_values(fine))?;
         let b = backend.upload(&b_host)?;
@@ -145,7 +150,11 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         push(
             format!("AMG {name} set-up"),
             setup_ms,
-            format!("warm (first: {cold_ms:.2} ms); {hierarchy}; {s}"),
+            format!(
+                "warm (first: {cold_ms:.2} ms); {hierarchy}; {s}; phases (host ms, synchronised): \
+                 {}",
+                phases.join(", ")
+            ),
         );
         push(
             format!("AMG {name} value re-set-up"),
