@@ -324,8 +324,9 @@ fn the_mixed_precision_cycle_matches_the_cpu_mixed_cycle() {
                 mixed.describe()
             );
             // f32 round-off in another summation order (mod-SELL on the
-            // fine level), amplified a little by the levels.
-            assert!(d <= 1e-4, "{}: {mixed}: cycle differs by {d:.1e}", s.name);
+            // fine level): the CPU's mixed cycle is within 3e-7 of its f64
+            // cycle on these systems.
+            assert!(d <= 1e-5, "{}: {mixed}: cycle differs by {d:.1e}", s.name);
             if amg.level_rows().len() > 1 {
                 assert!(
                     z_gpu.iter().all(|&z| z == z as f32 as f64),
