@@ -609,7 +609,8 @@ impl Arith for f32 {
 
 /// One level's cycle data in precision T.
 struct LevelVectors<T> {
-    /// The level matrix's values and smoother scales rounded to T (f32).
+    /// The level matrix's values (coarse levels) and smoother scales rounded
+    /// to T (f32).
     values: Option<CudaSlice<T>>,
     scale: Option<CudaSlice<T>>,
     /// Right-hand side and solution of this level's cycle (coarse levels;
@@ -684,8 +685,11 @@ impl<T: Arith> Cycle<T> {
         levels: &[Level],
         fine: &DeviceModSell,
     ) -> Result<(), GpuError> {
-        for (v, level) in self.levels.iter_mut().zip(levels) {
-            v.values = T::rounded(gpu, &level.a.vals)?;
+        for (l, (v, level)) in self.levels.iter_mut().zip(levels).enumerate() {
+            // The fine level's cycle reads the mod-SELL matrix, not its CSR.
+            if l > 0 {
+                v.values = T::rounded(gpu, &level.a.vals)?;
+            }
             v.scale = T::rounded(gpu, &level.scale)?;
         }
         self.fine_values = T::rounded(gpu, &fine.values)?;
