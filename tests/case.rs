@@ -903,6 +903,18 @@ fn amg_from_case_toml_solves_like_pcg() {
         (s.cycle, s.smoother, s.sweeps, s.coarsest_rows),
         (CycleKind::K, AmgSmootherKind::Chebyshev, 2, 20)
     );
+    let mixed = mms_with_solver_entry(
+        "preconditioner = \"AMG\"\namg = { cycle = \"V\", precision = \"mixed\" }\n",
+    );
+    let Preconditioner::Amg(m) = parse(&mixed).unwrap().solver.regular.preconditioner else {
+        panic!("an AMG preconditioner")
+    };
+    assert_eq!(m.precision, fvpoisson::solve::amg::Precision::Mixed);
+    let bad = mms_with_solver_entry("preconditioner = \"AMG\"\namg = { precision = \"half\" }\n");
+    assert!(parse(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("double, mixed"));
     let gamg =
         mms_with_solver_entry("solver = \"GAMG\"\namg = { coarsestRows = 20 }\nmaxIter = 200\n");
     let setup = parse(&gamg).unwrap();

@@ -697,7 +697,8 @@ fn other_dictionary_forms_map_too() {
             t.replace(
                 "preconditioner  DIC;",
                 "preconditioner { preconditioner GAMG; smoother Jacobi; nPreSweeps 2; \
-                 nPostSweeps 2; cycle K; agglomerator faceAreaPair; mergeLevels 1; }",
+                 nPostSweeps 2; cycle K; precision mixed; agglomerator faceAreaPair; \
+                 mergeLevels 1; }",
             )
         },
         "gamg_preconditioner",
@@ -708,6 +709,7 @@ fn other_dictionary_forms_map_too() {
     };
     assert_eq!(amg.smoother, AmgSmootherKind::Jacobi);
     assert_eq!((amg.cycle, amg.sweeps), (CycleKind::K, 2));
+    assert_eq!(amg.precision, fvpoisson::solve::amg::Precision::Mixed);
     assert!(case.setup.solver.regular.gamg.is_none());
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let _ = fs::remove_dir_all(&dir);

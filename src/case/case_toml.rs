@@ -61,7 +61,8 @@
 //! amg = { cycle = "V" }       # AMG / GAMG parameters (README "Aggregation AMG"): cycle
 //!                             # (V, W, K), smoother (Jacobi, L1Jacobi, Chebyshev,
 //!                             # multicolourGaussSeidel), sweeps, omega, overCorrection,
-//!                             # passes, matchingRounds, maxLevels, coarsestRows
+//!                             # passes, matchingRounds, maxLevels, coarsestRows,
+//!                             # precision (double, mixed: f32 hierarchy and cycle)
 //! equilibration = "none"      # PCG: none, jacobi, ruiz[:norm=inf|2][:tol=X][:sweeps=N]:
 //!                             # PCG on S A S (the preconditioner acts on it); residuals
 //!                             # and tolerances stay those of the original system

@@ -724,9 +724,9 @@ fn read_cell_zone(case_dir: &Path, name: &str, n_cells: usize) -> Result<Vec<usi
 /// and `nPostSweeps` (the cycle is symmetric: ν = max(1, (pre + post) / 2)
 /// sweeps on each side, the same smoothing work), `nCellsInCoarsestLevel`,
 /// and our `cycle`, `passes`, `matchingRounds`, `maxLevels`, `omega`,
-/// `overCorrection`. OpenFOAM's agglomeration (`agglomerator faceAreaPair`,
-/// `mergeLevels`: pairs by face weight, merged) is what the pairwise
-/// matching does, so those keys are accepted; the rest of GAMG's keys have
+/// `overCorrection`, `precision` (double, mixed). OpenFOAM's agglomeration
+/// (`agglomerator faceAreaPair`, `mergeLevels`: pairs by face weight,
+/// merged) is what the pairwise matching does, so those keys are accepted; the rest of GAMG's keys have
 /// no counterpart and are ignored.
 fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
     let mut s = AmgSettings::default();
@@ -750,6 +750,9 @@ fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
     }
     if let Some(c) = dict.get_opt::<String>("cycle")? {
         s.cycle = c.parse().map_err(|e| bad("cycle", e))?;
+    }
+    if let Some(p) = dict.get_opt::<String>("precision")? {
+        s.precision = p.parse().map_err(|e| bad("precision", e))?;
     }
     for key in ["omega", "overCorrection"] {
         if let Some(v) = dict.get_opt::<f64>(key)? {
