@@ -856,4 +856,109 @@ mod tests {
         assert!(e.ends_with("0/T:4: boundaryField has no entry for patch 'xmax' (type patch); add 'xmax { type ...; }'"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn vector_and_surface_fields_read_back() {
+        let mesh = load("box:3x2x1:2d").unwrap();
+        let dir = temp_case("vector");
+        let n_boundary = mesh.n_faces() - mesh.n_internal_faces();
+        let cells: Vec<Vec3> = (0..mesh.n_cells())
+            .map(|c| Vec3::new(c as f64 / 3.0, -(c as f64).sqrt(), 0.0))
+            .collect();
+        let faces: Vec<Vec3> = (0..n_boundary)
+            .map(|b| Vec3::new(1.0 / (b as f64 + 7.0), 0.25, 0.0))
+            .collect();
+        let fluxes: Vec<f64> = (0..mesh.n_faces()).map(|f| (f as f64).sin()).collect();
+        let types = [
+            "fixedValue",
+            "zeroGradient",
+            "noSlip",
+            "calculated",
+            "empty",
+        ];
+        for (format, precision) in [
+            (FoamFormat::Ascii, 17),
+            (FoamFormat::Binary, 17),
+            (FoamFormat::Ascii, 5),
+        ] {
+            let options = FoamWriteOptions {
+                format,
+                precision,
+                ..FoamWriteOptions::default()
+            };
+            let u = FieldOutput {
+                name: "U",
+                internal: &cells,
+                patch_types: &types,
+                boundary_values: &faces,
+            };
+            write_time_field_of(&dir, 7.0, &mesh, &u, false, &options).unwrap();
+            let n_internal = mesh.n_internal_faces();
+            let phi = FieldOutput {
+                name: "phi",
+                internal: &fluxes[..n_internal],
+                patch_types: &types,
+                boundary_values: &fluxes[n_internal..],
+            };
+            write_time_field_of(&dir, 7.0, &mesh, &phi, true, &options).unwrap();
+            let round = |v: &Vec3| v.rounded(precision);
+            let read = VectorFieldFile::read(&dir.join("7/U"), mesh.n_cells()).unwrap();
+            assert_eq!(
+                read.internal,
+                Values::NonUniform(cells.iter().map(round).collect())
+            );
+            let read_phi =
+                ScalarFieldFile::read_class(&dir.join("7/phi"), "surfaceScalarField", n_internal)
+                    .unwrap();
+            assert_eq!(
+                read_phi.internal,
+                Values::NonUniform(
+                    fluxes[..n_internal]
+                        .iter()
+                        .map(|x| x.rounded(precision))
+                        .collect()
+                )
+            );
+            let first = mesh.n_internal_faces();
+            for (patch, kind) in mesh.patches().iter().zip(types) {
+                let range = patch.start - first..patch.start - first + patch.size;
+                let entry = read.patch(patch).unwrap();
+                assert_eq!(entry.get_word("type").unwrap(), kind);
+                let phi_entry = read_phi.patch(patch).unwrap();
+                if kind == "empty" {
+                    assert!(!entry.contains("value") && !phi_entry.contains("value"));
+                    continue;
+                }
+                let want: Vec<Vec3> = faces[range.clone()].iter().map(round).collect();
+                assert_eq!(
+                    VectorFieldValues::read(entry, "value", patch.size)
+                        .unwrap()
+                        .expand(patch.size),
+                    want
+                );
+                let want: Vec<f64> = fluxes[first..][range]
+                    .iter()
+                    .map(|x| x.rounded(precision))
+                    .collect();
+                assert_eq!(
+                    FieldValues::read(phi_entry, "value", patch.size)
+                        .unwrap()
+                        .expand(patch.size),
+                    want
+                );
+            }
+            // A vector field is not a scalar one, and surface fields have one
+            // value per internal face.
+            let e = ScalarFieldFile::read(&dir.join("7/U"), mesh.n_cells()).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("expected a volScalarField, found class volVectorField"),
+                "{e}"
+            );
+            let e = write_time_field_of(&dir, 8.0, &mesh, &phi, false, &options).unwrap_err();
+            assert!(e.to_string().contains("internal values"), "{e}");
+            std::fs::remove_dir_all(dir.join("7")).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
