@@ -45,6 +45,8 @@
 //!
 //! [output]
 //! directory = "results"           # NAME.vtu (U, p, div(phi)), NAME_residuals.png
+//! formats = ["vtk", "foam"]       # "foam": OpenFOAM time directories <iteration>/U, p, phi
+//! interval = 100                  #   in the case directory, every 100 iterations and at the end
 //!
 //! [validation]                    # optional: compare, print the table, fail past the tolerance
 //! case = "cavity"                 # cavity (Ghia et al., Re = 1/nu), poiseuille, poiseuille-half
