@@ -351,3 +351,86 @@ fn simple_foam_variants_are_read_and_bad_entries_named() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The cell fields of the last time directory of a run.
+fn last_fields(dir: &Path, iterations: usize, n: usize) -> (Vec<Vec3>, Vec<f64>) {
+    let at = dir.join(iterations.to_string());
+    (
+        VectorFieldFile::read(&at.join("U"), n)
+            .unwrap()
+            .internal
+            .expand(n),
+        ScalarFieldFile::read(&at.join("p"), n)
+            .unwrap()
+            .internal
+            .expand(n),
+    )
+}
+
+#[test]
+fn command_line_runs_the_shipped_case() {
+    let dir = case_copy("cli");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .arg("run")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("SIMPLE solution converged in 89 iterations"),
+        "{log}"
+    );
+    assert!(!log.contains("WARN"), "{log}");
+    let (u, p) = last_fields(&dir, 89, 400);
+    assert!(u.iter().any(|v| v.x < -0.15) && p.iter().all(|x| x.is_finite()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The pressure solves on the GPU (`fvpoisson run cases/cavity_foam --device
+/// gpu`) reach the CPU's fields; skips without a CUDA device
+/// (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
+#[test]
+fn cavity_foam_on_the_gpu_gives_the_cpu_fields() {
+    let Some(gpu) = fvpoisson::gpu::test_device() else {
+        return;
+    };
+    let tight = |name: &str| {
+        let dir = case_copy(name);
+        let solution = dir.join("system/fvSolution");
+        edit(&solution, "p               1e-6;", "p               1e-10;");
+        edit(&solution, "U               1e-6;", "U               1e-10;");
+        edit(
+            &solution,
+            "tolerance       1e-10;\n        relTol          0.01;",
+            "tolerance       1e-13;\n        relTol          0;",
+        );
+        dir
+    };
+    let mut fields = Vec::new();
+    for (name, device) in [("cpu", Device::Cpu), ("gpu", Device::Gpu(&gpu))] {
+        let dir = tight(name);
+        let setup = read_flow_case(&dir).unwrap();
+        let summary = run_flow_case(&setup, device).unwrap();
+        assert!(summary.converged, "{name}: {summary:?}");
+        fields.push(last_fields(&dir, summary.iterations, 400));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    let ((u_cpu, p_cpu), (u_gpu, p_gpu)) = (&fields[0], &fields[1]);
+    let du = u_cpu
+        .iter()
+        .zip(u_gpu)
+        .map(|(a, b)| (a - b).norm())
+        .fold(0.0, f64::max);
+    let dp = p_cpu
+        .iter()
+        .zip(p_gpu)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    println!("max |U_cpu - U_gpu| = {du:.3e}, max |p_cpu - p_gpu| = {dp:.3e}");
+    assert!(
+        du < 1e-7 && dp < 1e-7,
+        "U differs by {du:.3e}, p by {dp:.3e}"
+    );
+}
