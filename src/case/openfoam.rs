@@ -143,8 +143,9 @@ impl Reader {
                 return Err(at(
                     entry,
                     format!(
-                        "application {app}: only laplacianFoam cases can be run; set \
-                         'application laplacianFoam;' to run this one as such"
+                        "application {app}: only laplacianFoam cases can be run here (simpleFoam \
+                         cases by `fvpoisson run`); set 'application laplacianFoam;' to run this \
+                         one as such"
                     ),
                 ));
             }
