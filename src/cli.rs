@@ -170,9 +170,10 @@ struct SolveMatrixArgs {
     /// ras[:subdomains=64][:overlap=1][:fill=0][:nested=1][:inner-overlap=1]
     /// (restricted, ILU(k) blocks: GMRES/BiCGStab) or as[:...] (additive,
     /// IC(0) blocks, symmetric: PCG), or FSAI as fsai[:key=value,...] (e.g.
-    /// fsai:steps=20,epsilon=0.001);
+    /// fsai:steps=20,epsilon=0.001), block Jacobi as
+    /// block-jacobi[:inner=CG][:innerTolerance=X][:innerMaxIter=N][:blockSize=N][:sweeps=N][:precision=mixed];
     /// default dic on the CPU, jacobi on the GPU (where dic and ic0 are
-    /// level-scheduled).
+    /// level-scheduled; dic:precision=mixed runs their sweeps in f32).
     #[arg(long)]
     precond: Option<Preconditioner>,
     /// Where to solve: cpu, gpu or auto (the GPU when there is one).

@@ -837,7 +837,14 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
     let entry = holder.entry("preconditioner").expect("read above");
     Ok(match name.as_str() {
         // FDIC is DIC with precomputed reciprocals: the same preconditioner.
-        "DIC" | "FDIC" => PreconditionerKind::Dic.into(),
+        // `precision mixed`: f32 triangular sweeps on the GPU.
+        "DIC" | "FDIC" => match holder.get_opt::<String>("precision")? {
+            Some(v) => Preconditioner::with_ic_precision(
+                PreconditionerKind::Dic,
+                v.parse().map_err(|e| at_key(holder, "precision", e))?,
+            ),
+            _ => PreconditionerKind::Dic.into(),
+        },
         "diagonal" => PreconditionerKind::Jacobi.into(),
         "none" => PreconditionerKind::None.into(),
         other if PolynomialSettings::named(other).is_some() => {
