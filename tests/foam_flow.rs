@@ -114,13 +114,18 @@ tolerance = 1e-9
 relTol = 0.1
 [output]
 formats = ["foam"]
-interval = 1000000
 "#;
     std::fs::write(reference.join("case.toml"), toml).unwrap();
     let ref_setup = read_flow_case(&reference).unwrap();
     assert!(!ref_setup.vtk && ref_setup.foam_output.is_some());
     let ref_summary = run_flow_case(&ref_setup, Device::Cpu).unwrap();
     assert_eq!(ref_summary.iterations, last);
+    // Without `interval`, only the last iteration is written.
+    let written: Vec<_> = std::fs::read_dir(&reference)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.parse::<usize>().ok())
+        .collect();
+    assert_eq!(written, [last]);
 
     let mesh = MeshSource::PolyMesh(dir.clone()).load().unwrap();
     let n = mesh.n_cells();

@@ -46,7 +46,8 @@
 //! [output]
 //! directory = "results"           # NAME.vtu (U, p, div(phi)), NAME_residuals.png
 //! formats = ["vtk", "foam"]       # "foam": OpenFOAM time directories <iteration>/U, p, phi
-//! interval = 100                  #   in the case directory, every 100 iterations and at the end
+//! interval = 100                  #   in the case directory, every 100 iterations and at the
+//!                                 #   end (default: at the end only)
 //!
 //! [validation]                    # optional: compare, print the table, fail past the tolerance
 //! case = "cavity"                 # cavity (Ghia et al., Re = 1/nu), poiseuille, poiseuille-half
@@ -344,7 +345,11 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
             .formats
             .contains(&OutputFormat::Foam)
             .then_some(FoamOutput {
-                interval: output.interval,
+                // Not every outer iteration unless asked: only the last.
+                interval: match case.output.interval {
+                    Some(_) => output.interval,
+                    None => usize::MAX,
+                },
                 options: output.foam,
             }),
     })
