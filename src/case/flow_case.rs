@@ -69,7 +69,7 @@ use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use crate::io::foam_field::FoamWriteOptions;
-use crate::mesh::{MeshSource, PatchKind, Vec3};
+use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
 use crate::solve::{SmootherKind, SmootherSettings, Sweep};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -507,6 +507,17 @@ pub struct FlowRunSummary {
 pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary, CaseError> {
     let clock = Instant::now();
     let mesh = setup.mesh.load()?;
+    run_flow_case_with_mesh(setup, &mesh, device, clock)
+}
+
+/// [`run_flow_case`] on `mesh`, the mesh of `setup.mesh` already loaded
+/// (as reading an OpenFOAM case does); `clock` started with the run.
+pub fn run_flow_case_with_mesh(
+    setup: &FlowSetup,
+    mesh: &Mesh,
+    device: Device,
+    clock: Instant,
+) -> Result<FlowRunSummary, CaseError> {
     let geometry = mesh.geometry()?;
     let n = mesh.n_cells();
     let mut velocity = Vec::new();
@@ -557,7 +568,7 @@ pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary
         None => (vec![Vec3::zeros(); n], vec![0.0; n]),
     };
     let mut simple = Simple::new(
-        &mesh,
+        mesh,
         &geometry,
         setup.settings,
         &velocity,
@@ -648,7 +659,7 @@ pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary
         let vtu = setup.output_dir.join(format!("{name}.vtu"));
         crate::flow::output::write_fields(
             &vtu,
-            &mesh,
+            mesh,
             &simple.u,
             &simple.p,
             &simple.flux_divergence(),

@@ -38,6 +38,9 @@ const APPLICATION: &str = "simpleFoam";
 #[derive(Debug)]
 pub struct SimpleFoamCase {
     pub setup: FlowSetup,
+    /// The mesh of `setup.mesh`, read to read the fields: pass it on to
+    /// [`run_flow_case_with_mesh`](super::flow_case::run_flow_case_with_mesh).
+    pub mesh: Mesh,
     /// One line per entry nobody read or setting mapped to another; each was also logged.
     pub warnings: Vec<String>,
 }
@@ -59,14 +62,15 @@ pub fn is_simple_foam_case(case_dir: &Path) -> bool {
 /// Reads the simpleFoam case in `case_dir` (see the module documentation).
 pub fn read_simple_foam_case(case_dir: &Path) -> Result<SimpleFoamCase, CaseError> {
     let mut reader = Reader::new(case_dir, APPLICATION);
-    let setup = read(&mut reader)?;
+    let (setup, mesh) = read(&mut reader)?;
     Ok(SimpleFoamCase {
         setup,
+        mesh,
         warnings: reader.warnings,
     })
 }
 
-fn read(r: &mut Reader) -> Result<FlowSetup, CaseError> {
+fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
     let control = r.dict("system/controlDict")?;
     let schemes_dict = r.dict("system/fvSchemes")?;
     let solution = r.dict("system/fvSolution")?;
@@ -138,7 +142,7 @@ fn read(r: &mut Reader) -> Result<FlowSetup, CaseError> {
     ] {
         r.warn_unread(dict);
     }
-    Ok(FlowSetup {
+    let setup = FlowSetup {
         origin: r.dir.join("system/controlDict").display().to_string(),
         case_dir: r.dir.clone(),
         mesh: mesh_source,
@@ -155,7 +159,8 @@ fn read(r: &mut Reader) -> Result<FlowSetup, CaseError> {
             interval: timing.write_every,
             options: foam,
         }),
-    })
+    };
+    Ok((setup, mesh))
 }
 
 /// `nu` from `constant/physicalProperties` (OpenFOAM ≥ v10, `viscosityModel
