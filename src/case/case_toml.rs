@@ -257,7 +257,7 @@ pub(super) struct SolverEntry {
 #[serde(deny_unknown_fields)]
 pub(super) struct OutputSection {
     formats: Option<Vec<Spanned<String>>>,
-    interval: Option<Spanned<usize>>,
+    pub(super) interval: Option<Spanned<usize>>,
     directory: Option<PathBuf>,
     precision: Option<Spanned<usize>>,
     #[serde(rename = "writeFormat")]
