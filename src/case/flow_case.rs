@@ -492,6 +492,31 @@ fn pressure_condition(
     }
 }
 
+/// The mean wall time of an outer iteration and of its parts, where the
+/// pressure equation's share is the point of the GPU (issue 9's table).
+fn log_phase_times(simple: &Simple, pressure_solve_seconds: f64) {
+    let iterations = simple.iteration().max(1) as f64;
+    let t = simple.phase_seconds();
+    let ms = |s: f64| format!("{:.2} ms", 1e3 * s / iterations);
+    let total = t.total();
+    log::info!(
+        "Time per outer iteration (mean of {}): {} = momentum {} + Rhie-Chow fluxes {} + \
+         pressure equation {} (solves {}, {:.0} % of the iteration) + corrections {}",
+        simple.iteration(),
+        ms(total),
+        ms(t.momentum),
+        ms(t.fluxes),
+        ms(t.pressure),
+        ms(pressure_solve_seconds),
+        if total > 0.0 {
+            100.0 * pressure_solve_seconds / total
+        } else {
+            0.0
+        },
+        ms(t.corrections)
+    );
+}
+
 /// What a flow run ended with.
 #[derive(Debug)]
 pub struct FlowRunSummary {
@@ -612,8 +637,13 @@ pub fn run_flow_case_with_mesh(
         (Device::Cpu, _) => None,
     };
     let solver = setup.pressure_solver;
-    let solve_pressure: &mut PressureSolve<'_> =
-        &mut |a, b, x, _last| solve_linear(device, gpu_solver.as_mut(), &solver, a, b, x, "p");
+    let mut pressure_solve_seconds = 0.0;
+    let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
+        let start = Instant::now();
+        let perf = solve_linear(device, gpu_solver.as_mut(), &solver, a, b, x, "p");
+        pressure_solve_seconds += start.elapsed().as_secs_f64();
+        perf
+    };
     let mut last_written = 0;
     let run = simple.run(setup.max_iterations, solve_pressure, |simple, report| {
         log::info!(
@@ -636,6 +666,7 @@ pub fn run_flow_case_with_mesh(
         return Err(e);
     }
     let reports = run.map_err(flow_error)?;
+    log_phase_times(&simple, pressure_solve_seconds);
     if let Some(out) = &setup.foam_output {
         if last_written != simple.iteration() {
             write_foam(&simple, &out.options)?;

@@ -38,6 +38,7 @@ use crate::solve::{
     SolverControls, SolverPerformance,
 };
 use crate::sparse::Csr;
+use std::time::Instant;
 
 /// Convection scheme of `div(phi,U)`, always in OpenFOAM's `bounded` form
 /// (the term −(∇·φ) U is subtracted, as steady solvers are told to).
@@ -277,6 +278,25 @@ impl IterationReport {
     }
 }
 
+/// Wall time of the outer iterations so far, by part (seconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseSeconds {
+    /// Momentum assembly and solves.
+    pub momentum: f64,
+    /// rAU, HbyA and the Rhie–Chow face flux.
+    pub fluxes: f64,
+    /// Pressure assembly and solves (all correctors), flux correction.
+    pub pressure: f64,
+    /// Continuity errors, pressure relaxation, velocity correction.
+    pub corrections: f64,
+}
+
+impl PhaseSeconds {
+    pub fn total(&self) -> f64 {
+        self.momentum + self.fluxes + self.pressure + self.corrections
+    }
+}
+
 /// A pressure solve: matrix, right-hand side, the current p (the initial
 /// guess, overwritten with the solution), whether this is the iteration's
 /// last corrector (OpenFOAM's `pFinal` solver).
@@ -307,6 +327,7 @@ pub struct Simple<'m> {
     pub phi: Vec<f64>,
     cumulative_continuity: f64,
     iteration: usize,
+    seconds: PhaseSeconds,
     /// Replaces the momentum solver of the settings (`set_momentum_solve`).
     momentum_solve: Option<Box<MomentumSolve<'m>>>,
 }
@@ -391,6 +412,7 @@ impl<'m> Simple<'m> {
             phi: Vec::new(),
             cumulative_continuity: 0.0,
             iteration: 0,
+            seconds: PhaseSeconds::default(),
             momentum_solve: None,
         };
         simple.phi = simple.face_flux(&simple.u);
@@ -415,6 +437,10 @@ impl<'m> Simple<'m> {
     /// Outer iterations done.
     pub fn iteration(&self) -> usize {
         self.iteration
+    }
+    /// Wall time of the outer iterations done, by part.
+    pub fn phase_seconds(&self) -> PhaseSeconds {
+        self.seconds
     }
     /// The velocity components solved for (0 = x).
     pub fn components(&self) -> &[usize] {
@@ -560,6 +586,11 @@ impl<'m> Simple<'m> {
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let volumes = &geometry.cell_volumes;
         let components = self.components.clone();
+        let mut clock = Instant::now();
+        let mut lap = |part: &mut f64| {
+            *part += clock.elapsed().as_secs_f64();
+            clock = Instant::now();
+        };
 
         // 1. Momentum predictor.
         let grad_p = self.pressure.gradient(&self.p);
@@ -603,6 +634,7 @@ impl<'m> Simple<'m> {
             }
             equations.push((matrix, source));
         }
+        lap(&mut self.seconds.momentum);
 
         // 2. rAU, HbyA and the Rhie–Chow flux φ_HbyA.
         let diagonal = self.viscous[0].slots().diagonal.clone();
@@ -667,11 +699,13 @@ impl<'m> Simple<'m> {
             }
             r_au = r_atu;
         }
+        lap(&mut self.seconds.fluxes);
 
         // 3. The pressure equation; 4. flux, continuity errors, pressure
         // relaxation, velocity.
         let p_old = self.p.clone();
         let p_solves = self.pressure_equation(&r_au, &phi_hbya, solve_pressure)?;
+        lap(&mut self.seconds.pressure);
         let continuity = self.continuity_errors();
         let alpha_p = self.settings.relaxation_p;
         for (p, old) in self.p.iter_mut().zip(&p_old) {
@@ -683,6 +717,7 @@ impl<'m> Simple<'m> {
                 self.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
             }
         }
+        lap(&mut self.seconds.corrections);
 
         let control = self.settings.residual_control;
         let p_initial = p_solves[0].initial_residual;
