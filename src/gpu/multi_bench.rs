@@ -1,0 +1,1 @@
+//! `fvpoisson bench --multi-gpu` (placeholder, filled below).
