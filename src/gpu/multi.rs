@@ -40,9 +40,9 @@ use super::matrix::DeviceModSell;
 use super::pcg::GpuVector;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
-use crate::solve::cpu::openfoam_row_sums;
+use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::pcg::NORM_FACTOR_SMALL;
-use crate::solve::{CgBackend, InitialNorms, SolveError};
+use crate::solve::{pcg, CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::distribute::{Decomposition, LocalMatrix};
 use crate::sparse::{Csr, ModSell};
 
@@ -336,22 +336,25 @@ impl<'g> MultiGpuBackend<'g> {
         self.ranks.iter().map(|r| r.send_idx.len()).sum()
     }
 
-    /// Block Jacobi over the ranks: `build(rank, gpu, a_oo)` makes rank's
+    /// Block Jacobi over the ranks: `build(gpu, a_oo)` makes a rank's
     /// preconditioner on its owned block (host CSR, local order). Replaces
     /// Jacobi; it must be linear (fixed-β PCG).
     pub fn set_preconditioners(
         &mut self,
         a: &Csr,
         d: &Decomposition,
-        mut build: impl FnMut(usize, &'g Gpu, &Csr) -> Result<Box<dyn DevicePreconditioner + 'g>, GpuError>,
-    ) -> Result<(), GpuError> {
+        mut build: impl FnMut(
+            &'g Gpu,
+            &Csr,
+        ) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError>,
+    ) -> Result<(), SolveError> {
         for (rank, r) in self.ranks.iter_mut().enumerate() {
-            let local = d.local(a, rank).map_err(GpuError::Invalid)?;
-            let (a_oo, _) = split_local(&local)?;
-            let p = build(rank, r.gpu, &a_oo)?;
+            let local = d.local(a, rank).map_err(SolveError::Device)?;
+            let (a_oo, _) = split_local(&local).map_err(|e| SolveError::Device(e.to_string()))?;
+            let p = build(r.gpu, &a_oo)?;
             if !p.is_linear() {
-                return Err(GpuError::Invalid(
-                    "multi-GPU PCG takes linear preconditioners only".into(),
+                return Err(SolveError::Device(
+                    "multi-GPU PCG takes linear preconditioners only (no flexible PCG)".into(),
                 ));
             }
             r.preconditioner = Some(p);
@@ -530,6 +533,41 @@ impl<'g> MultiGpuBackend<'g> {
             fallback
         })
     }
+}
+
+/// Solves A x = b by PCG split over `gpus` by `d` (rank r on
+/// `gpus[r % gpus.len()]`), after the CPU path's input checks; `x` holds the
+/// initial guess and receives the solution.
+#[allow(clippy::too_many_arguments)]
+pub fn solve_pcg_multi(
+    gpus: &[Gpu],
+    a: &Csr,
+    d: &Decomposition,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+    options: &MultiGpuOptions,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let backend = MultiGpuBackend::new(gpus, a, d, options).map_err(device)?;
+    let b_dev = backend.upload(b).map_err(device)?;
+    let mut x_dev = backend.upload(x).map_err(device)?;
+    let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+    x.copy_from_slice(&backend.download(&x_dev).map_err(device)?);
+    Ok(perf)
+}
+
+/// Slabs of an nx × ny × nz box in natural order (x fastest): rank r owns
+/// the z-layers `r·nz/ranks .. (r+1)·nz/ranks` (a 1-D decomposition, two
+/// neighbours per inner rank).
+pub fn box_slabs(nx: usize, ny: usize, nz: usize, ranks: usize) -> Result<Decomposition, String> {
+    let layer = nx * ny;
+    let owner = (0..nx * ny * nz)
+        .map(|i| ((i / layer) * ranks / nz.max(1)) as u32)
+        .collect();
+    Decomposition::from_owners(owner, ranks)
 }
 
 fn driver<T>(call: &'static str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
