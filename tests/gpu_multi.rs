@@ -28,8 +28,11 @@ fn random_vector(n: usize, seed: u64) -> Vec<f64> {
     (0..n).map(|_| g.next_f64() - 0.5).collect()
 }
 
+/// Named decompositions of one matrix.
+type Splits = Vec<(String, Decomposition)>;
+
 /// (name, matrix, decompositions to try).
-fn cases() -> Vec<(String, Csr, Vec<(String, Decomposition)>)> {
+fn cases() -> Vec<(String, Csr, Splits)> {
     let mut all = Vec::new();
     for spec in [
         "box:16x12x10",
@@ -160,8 +163,8 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
                     perf.iterations,
                     single.iterations
                 );
-                let rel = (perf.initial_residual - cpu.initial_residual).abs()
-                    / cpu.initial_residual;
+                let rel =
+                    (perf.initial_residual - cpu.initial_residual).abs() / cpu.initial_residual;
                 assert!(rel < 1e-12, "{name} {split}: initial residual {rel:e}");
                 assert!(d_cpu < 1e-6 && d_gpu < 1e-6, "{name} {split}");
             }

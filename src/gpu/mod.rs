@@ -36,14 +36,14 @@ pub mod ilu_bench;
 pub mod krylov;
 pub mod krylov_bench;
 pub mod matrix;
+pub mod multi;
+pub mod multi_bench;
 pub mod pcg;
 pub mod polynomial;
 pub mod polynomial_bench;
 pub mod precond_bench;
 pub mod smooth;
 pub mod smooth_bench;
-pub mod multi;
-pub mod multi_bench;
 
 use std::collections::HashMap;
 use std::sync::Arc;

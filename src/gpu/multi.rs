@@ -198,7 +198,9 @@ impl<'g> MultiGpuBackend<'g> {
         options: &MultiGpuOptions,
     ) -> Result<Self, GpuError> {
         if gpus.is_empty() {
-            return Err(GpuError::Invalid("a multi-GPU solve needs at least one GPU".into()));
+            return Err(GpuError::Invalid(
+                "a multi-GPU solve needs at least one GPU".into(),
+            ));
         }
         let n_ranks = d.n_ranks();
         let row_sums = openfoam_row_sums(a);
@@ -297,7 +299,11 @@ impl<'g> MultiGpuBackend<'g> {
             }
             let streams = ranks
                 .iter()
-                .map(|r| r.comm_stream.clone().expect("NCCL transport has comm streams"))
+                .map(|r| {
+                    r.comm_stream
+                        .clone()
+                        .expect("NCCL transport has comm streams")
+                })
                 .collect();
             Some(Comm::from_devices(streams).map_err(|e| GpuError::Driver {
                 call: "ncclCommInitAll",
@@ -343,10 +349,7 @@ impl<'g> MultiGpuBackend<'g> {
         &mut self,
         a: &Csr,
         d: &Decomposition,
-        mut build: impl FnMut(
-            &'g Gpu,
-            &Csr,
-        ) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError>,
+        mut build: impl FnMut(&'g Gpu, &Csr) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError>,
     ) -> Result<(), SolveError> {
         for (rank, r) in self.ranks.iter_mut().enumerate() {
             let local = d.local(a, rank).map_err(SolveError::Device)?;
@@ -441,7 +444,10 @@ impl<'g> MultiGpuBackend<'g> {
     /// pack on its compute stream.
     fn start_nccl(&self, comms: &[Comm]) -> Result<(), GpuError> {
         for r in &self.ranks {
-            let s = r.comm_stream.as_ref().expect("NCCL transport has comm streams");
+            let s = r
+                .comm_stream
+                .as_ref()
+                .expect("NCCL transport has comm streams");
             driver("cuStreamWaitEvent", s.join(r.gpu.stream()))?;
         }
         let nccl = |call: &'static str, e: cudarc::nccl::result::NcclError| GpuError::Driver {
@@ -602,9 +608,10 @@ impl CgBackend for MultiGpuBackend<'_> {
         self.guarded(failed, || {
             for (k, rk) in self.ranks.iter().enumerate() {
                 let (n, xv) = (rk.n32(), x.part(k)?);
-                rk.gpu.launch("sum_partials", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(xv).arg(&NULL).arg(&rk.partials);
-                })?;
+                rk.gpu
+                    .launch("sum_partials", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(xv).arg(&NULL).arg(&rk.partials);
+                    })?;
             }
             let mean = self.reduce(1)?[0] / self.n_global.max(1) as f64;
             self.product(x, r)?;
@@ -637,12 +644,13 @@ impl CgBackend for MultiGpuBackend<'_> {
                 };
                 let n = rk.n32();
                 let j = 0i32;
-                rk.gpu.launch("cg_precondition", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(rv);
-                    arg_or_null(a, rk.inv_diag.as_ref());
-                    a.arg(&ready).arg(zv).arg(&NULL).arg(&rk.partials);
-                    a.arg(&NULL).arg(&NULL).arg(&j).arg(&NULL);
-                })?;
+                rk.gpu
+                    .launch("cg_precondition", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(rv);
+                        arg_or_null(a, rk.inv_diag.as_ref());
+                        a.arg(&ready).arg(zv).arg(&NULL).arg(&rk.partials);
+                        a.arg(&NULL).arg(&NULL).arg(&j).arg(&NULL);
+                    })?;
             }
             Ok(self.reduce(1)?[0])
         })
@@ -652,9 +660,10 @@ impl CgBackend for MultiGpuBackend<'_> {
         self.guarded((), || {
             for (k, rk) in self.ranks.iter().enumerate() {
                 let (n, zv, pv) = (rk.n32(), z.part(k)?, p.part(k)?);
-                rk.gpu.launch("cg_direction", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&NULL).arg(&beta).arg(zv).arg(pv);
-                })?;
+                rk.gpu
+                    .launch("cg_direction", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(&NULL).arg(&beta).arg(zv).arg(pv);
+                    })?;
             }
             Ok(())
         })
@@ -665,9 +674,10 @@ impl CgBackend for MultiGpuBackend<'_> {
             self.product(p, q)?;
             for (k, rk) in self.ranks.iter().enumerate() {
                 let (n, pv, qv) = (rk.n32(), p.part(k)?, q.part(k)?);
-                rk.gpu.launch("dot_partials", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(pv).arg(qv).arg(&rk.partials);
-                })?;
+                rk.gpu
+                    .launch("dot_partials", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(pv).arg(qv).arg(&rk.partials);
+                    })?;
             }
             Ok(self.reduce(1)?[0])
         })
@@ -687,12 +697,13 @@ impl CgBackend for MultiGpuBackend<'_> {
                 let (n, with_rz, j) = (rk.n32(), 0i32, 0i32);
                 let (pv, qv, xv, rv) = (p.part(k)?, q.part(k)?, x.part(k)?, r.part(k)?);
                 let scalars = rk.scalars.borrow();
-                rk.gpu.launch("cg_update", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&NULL).arg(&*scalars);
-                    a.arg(pv).arg(qv).arg(xv).arg(rv);
-                    a.arg(&NULL).arg(&with_rz).arg(&NULL).arg(&NULL);
-                    a.arg(&rk.partials).arg(&NULL).arg(&j).arg(&NULL);
-                })?;
+                rk.gpu
+                    .launch("cg_update", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(&NULL).arg(&*scalars);
+                        a.arg(pv).arg(qv).arg(xv).arg(rv);
+                        a.arg(&NULL).arg(&with_rz).arg(&NULL).arg(&NULL);
+                        a.arg(&rk.partials).arg(&NULL).arg(&j).arg(&NULL);
+                    })?;
             }
             Ok(self.reduce(1)?[0])
         })
