@@ -151,6 +151,8 @@ struct Rank<'g> {
     inv_diag: Option<CudaSlice<f64>>,
     /// rowSum of the global matrix for the owned rows (normFactor).
     row_sums: CudaSlice<f64>,
+    /// Values sent per exchange (`send_idx` holds one unused slot when 0).
+    n_send: usize,
     send_idx: CudaSlice<u32>,
     send_buf: RefCell<CudaSlice<f64>>,
     /// (peer, slots of `send_buf` it reads).
@@ -281,8 +283,12 @@ impl<'g> MultiGpuBackend<'g> {
                 a_oh,
                 inv_diag,
                 row_sums: gpu.upload(&owned_sums)?,
+                n_send: idx.len(),
                 send_buf: RefCell::new(gpu.zeros(idx.len())?),
-                send_idx: gpu.upload(&idx)?,
+                send_idx: match idx.is_empty() {
+                    true => gpu.zeros(1)?,
+                    false => gpu.upload(&idx)?,
+                },
                 sends,
                 recvs,
                 halo: RefCell::new(gpu.zeros(local.n_halo())?),
@@ -339,7 +345,7 @@ impl<'g> MultiGpuBackend<'g> {
 
     /// Halo values sent per exchange, summed over ranks.
     pub fn halo_values(&self) -> usize {
-        self.ranks.iter().map(|r| r.send_idx.len()).sum()
+        self.ranks.iter().map(|r| r.n_send).sum()
     }
 
     /// Block Jacobi over the ranks: `build(gpu, a_oo)` makes a rank's
@@ -406,7 +412,7 @@ impl<'g> MultiGpuBackend<'g> {
     /// A_oo x runs, add A_oh x_halo).
     pub fn product(&self, x: &MultiVector, y: &MultiVector) -> Result<(), GpuError> {
         for (rank, r) in self.ranks.iter().enumerate() {
-            let (n, xv) = (r.send_idx.len() as i32, x.part(rank)?);
+            let (n, xv) = (r.n_send as i32, x.part(rank)?);
             let buf = r.send_buf.borrow();
             r.gpu
                 .launch("halo_pack", vector_grid(n as usize), VECTOR_BLOCK, 0, |a| {
