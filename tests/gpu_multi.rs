@@ -10,7 +10,7 @@
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::multi::{
-    box_slabs, solve_pcg_multi, MultiGpuBackend, MultiGpuOptions, Transport,
+    box_slabs, solve_pcg_multi, MultiGpuBackend, MultiGpuOptions, Reduction, Transport,
 };
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -235,4 +235,37 @@ fn nccl_needs_a_device_per_rank() {
     };
     let e = MultiGpuBackend::new(&one, &a, &d, &options).err().unwrap();
     assert!(e.to_string().contains("one GPU per rank"), "{e}");
+}
+
+/// With two or more devices: PCG with the reductions by NCCL all-reduce
+/// stops at the iteration of the host-read reductions with the same solution
+/// to rounding.
+#[test]
+fn nccl_all_reduce_reductions_match_host_reads() {
+    let Some(_gpu) = test_device() else { return };
+    let many = all_devices();
+    if many.is_empty() {
+        return;
+    }
+    let (a, _) = poisson_system("box:14x14x14:tet:perturb=0.2:renumber").unwrap();
+    let b = random_vector(a.n_rows(), 21);
+    let d = Decomposition::metis(&a, 2).unwrap();
+    let options = MultiGpuOptions {
+        transport: Transport::Nccl,
+        ..Default::default()
+    };
+    let backend = MultiGpuBackend::new(&many, &a, &d, &options).unwrap();
+    let bd = backend.upload(&b).unwrap();
+    let mut runs = Vec::new();
+    for reduction in [Reduction::HostRead, Reduction::NcclAllReduce] {
+        backend.set_reduction(reduction);
+        let mut xd = backend.upload(&vec![0.0; a.n_rows()]).unwrap();
+        let perf = pcg(&backend, &bd, &mut xd, &controls(), "p").unwrap();
+        println!("{reduction:?}: {} iterations", perf.iterations);
+        runs.push((perf, backend.download(&xd).unwrap()));
+    }
+    let (host, nccl) = (&runs[0], &runs[1]);
+    assert!(host.0.converged && nccl.0.converged);
+    assert!(host.0.iterations.abs_diff(nccl.0.iterations) <= 1);
+    assert!(max_rel_diff(&nccl.1, &host.1) < 1e-8);
 }

@@ -33,7 +33,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
-use cudarc::nccl::safe::{group_end, group_start, Comm};
+use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
 
 use super::amg::DeviceCsr;
 use super::matrix::DeviceModSell;
@@ -59,6 +59,17 @@ pub enum Transport {
     Host,
     /// NCCL send/recv (one rank per device; libnccl.so must load).
     Nccl,
+}
+
+/// How the per-rank sums of a reduction become one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduction {
+    /// The host reads each rank's sum and adds them in rank order.
+    HostRead,
+    /// `ncclAllReduce` of the per-rank sums (NCCL's order, the same on every
+    /// rank and run for a fixed set of GPUs), then one host read; the host
+    /// read where the transport is not NCCL.
+    NcclAllReduce,
 }
 
 /// Settings of a multi-GPU solve.
@@ -238,6 +249,7 @@ pub struct MultiGpuBackend<'g> {
     /// False: the halo transfer is skipped (stale halos; the bench's
     /// measure of the communication share only).
     exchange: Cell<bool>,
+    reduction: Cell<Reduction>,
     failure: RefCell<Option<GpuError>>,
 }
 
@@ -363,6 +375,7 @@ impl<'g> MultiGpuBackend<'g> {
             transport,
             comms,
             exchange: Cell::new(true),
+            reduction: Cell::new(Reduction::HostRead),
             failure: RefCell::new(None),
         })
     }
@@ -380,6 +393,11 @@ impl<'g> MultiGpuBackend<'g> {
     /// communication share only).
     pub fn set_exchange(&self, on: bool) {
         self.exchange.set(on);
+    }
+
+    /// How reductions combine the ranks (default [`Reduction::HostRead`]).
+    pub fn set_reduction(&self, reduction: Reduction) {
+        self.reduction.set(reduction);
     }
 
     /// Halo values sent per exchange, summed over ranks.
@@ -555,6 +573,11 @@ impl<'g> MultiGpuBackend<'g> {
                 a.arg(&m).arg(&c).arg(&r.partials).arg(&*scalars);
             })?;
         }
+        if let (Some(comms), Reduction::NcclAllReduce, true) =
+            (&self.comms, self.reduction.get(), self.ranks.len() > 1)
+        {
+            return self.nccl_all_reduce(comms, count);
+        }
         let mut total = vec![0.0; count];
         for r in &self.ranks {
             let s = r.gpu.download(&r.scalars.borrow())?;
@@ -562,6 +585,44 @@ impl<'g> MultiGpuBackend<'g> {
                 *t += v;
             }
         }
+        Ok(total)
+    }
+
+    /// The first `count` scalars all-reduced by NCCL on the comm streams,
+    /// read back from rank 0.
+    fn nccl_all_reduce(&self, comms: &[Comm], count: usize) -> Result<Vec<f64>, GpuError> {
+        let comm_stream = |r: &Rank| -> Arc<CudaStream> {
+            Arc::clone(
+                r.comm_stream
+                    .as_ref()
+                    .expect("NCCL transport has comm streams"),
+            )
+        };
+        for r in &self.ranks {
+            driver("cuStreamWaitEvent", comm_stream(r).join(r.gpu.stream()))?;
+        }
+        let nccl = |e: cudarc::nccl::result::NcclError| GpuError::Driver {
+            call: "ncclAllReduce",
+            error: format!("{e:?}"),
+        };
+        group_start().map_err(nccl)?;
+        let mut result = Ok(());
+        for (r, comm) in self.ranks.iter().zip(comms) {
+            let mut scalars = r.scalars.borrow_mut();
+            let mut sums = scalars.slice_mut(0..count);
+            if let Err(e) = comm.all_reduce_in_place(&mut sums, &ReduceOp::Sum) {
+                result = Err(nccl(e));
+                break;
+            }
+        }
+        group_end().map_err(nccl)?;
+        result?;
+        for r in &self.ranks {
+            driver("cuStreamWaitEvent", r.gpu.stream().join(&comm_stream(r)))?;
+        }
+        let first = &self.ranks[0];
+        let mut total = first.gpu.download(&first.scalars.borrow())?;
+        total.truncate(count);
         Ok(total)
     }
 

@@ -21,7 +21,9 @@
 use std::time::Instant;
 
 use super::bench::{controls, JacobiBaseline, Report, Row};
-use super::multi::{box_slabs, MultiGpuBackend, MultiGpuOptions, MultiVector, Transport};
+use super::multi::{
+    box_slabs, MultiGpuBackend, MultiGpuOptions, MultiVector, Reduction, Transport,
+};
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::Gpu;
 use crate::solve::{pcg, CgBackend};
@@ -49,6 +51,8 @@ struct Point {
     gpus: usize,
     ms_per_iteration: f64,
     ms_no_exchange: f64,
+    /// With the reductions by NCCL all-reduce (NCCL transport, 2+ GPUs).
+    ms_nccl_reduce: Option<f64>,
     solve_ms: f64,
     iterations: usize,
     setup_ms: f64,
@@ -114,6 +118,15 @@ fn measure(
     backend.set_exchange(false);
     let ms_no_exchange = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
     backend.set_exchange(true);
+    let ms_nccl_reduce = match (backend.transport(), g > 1) {
+        (Transport::Nccl, true) => {
+            backend.set_reduction(Reduction::NcclAllReduce);
+            let ms = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
+            backend.set_reduction(Reduction::HostRead);
+            Some(ms)
+        }
+        _ => None,
+    };
     let mut x = backend.upload(&vec![0.0; a.n_rows()])?;
     let t = Instant::now();
     let perf = pcg(&backend, &b_dev, &mut x, &controls(), "p")?;
@@ -122,6 +135,7 @@ fn measure(
         gpus: g,
         ms_per_iteration,
         ms_no_exchange,
+        ms_nccl_reduce,
         solve_ms,
         iterations: perf.iterations,
         setup_ms,
@@ -150,8 +164,8 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
     let devices: Vec<Gpu> = (0..most).map(Gpu::on_device).collect::<Result<_, _>>()?;
     let mut rows = Vec::new();
     let mut table = String::from(
-        "| scaling | cells | GPUs | ms/iteration | efficiency | comm. share | iterations | \
-         solve ms | transport |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| scaling | cells | GPUs | ms/iteration | efficiency | comm. share | ms/it. NCCL \
+         all-reduce | iterations | solve ms | transport |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     // (scaling, cells per side): strong N³ whatever the GPUs, weak N×N×(N·g).
     let mut cases: Vec<(&str, usize)> = settings.strong.iter().map(|&n| ("strong", n)).collect();
@@ -203,10 +217,15 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 _ => t1 / p.ms_per_iteration,
             };
             let share = 1.0 - p.ms_no_exchange / p.ms_per_iteration;
+            let all_reduce = match p.ms_nccl_reduce {
+                Some(ms) => format!(", {ms:.4} ms/iteration with NCCL all-reduce reductions"),
+                None => String::new(),
+            };
             let note = format!(
                 "{scaling} scaling: {:.4} ms/iteration ({:.4} without the halo transfer: \
-                 communication share {:.0}%), efficiency {:.0}%, {} iterations to 1e-6 in \
-                 {:.1} ms, host+upload set-up {:.1} s, {} halo values per exchange, {:?}",
+                 communication share {:.0}%{all_reduce}), efficiency {:.0}%, {} iterations to \
+                 1e-6 in {:.1} ms, host+upload set-up {:.1} s, {} halo values per exchange, \
+                 {:?}",
                 p.ms_per_iteration,
                 p.ms_no_exchange,
                 100.0 * share,
@@ -227,12 +246,14 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 note,
             ));
             table.push_str(&format!(
-                "| {scaling} | {nx}x{ny}x{nz} ({:.1} M) | {g} | {:.3} | {:.0}% | {:.0}% | {} | \
-                 {:.0} | {:?} |\n",
+                "| {scaling} | {nx}x{ny}x{nz} ({:.1} M) | {g} | {:.3} | {:.0}% | {:.0}% | {} | {} \
+                 | {:.0} | {:?} |\n",
                 n as f64 / 1e6,
                 p.ms_per_iteration,
                 100.0 * efficiency,
                 100.0 * share,
+                p.ms_nccl_reduce
+                    .map_or("-".to_string(), |ms| format!("{ms:.3}")),
                 p.iterations,
                 p.solve_ms,
                 p.transport
