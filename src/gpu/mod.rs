@@ -199,7 +199,7 @@ impl Gpu {
                 "CUDA device {ordinal} asked for, but the driver sees {count} (0..{count})"
             )));
         }
-        // SAFETY: as above, for NVRTC.
+        // SAFETY: only probes whether the NVRTC library can be loaded.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(GpuError::NoDevice(
                 "NVRTC (libnvrtc) is not installed, so the kernels cannot be compiled".into(),
@@ -208,7 +208,8 @@ impl Gpu {
         let ctx = driver("cuCtxCreate", CudaContext::new(ordinal))?;
         // SAFETY: everything runs on the one stream below, in order, so
         // cudarc's per-buffer event tracking (an event per argument per launch)
-        // is not needed.
+        // is not needed (gpu::multi's transfer stream orders itself against it
+        // with explicit events).
         unsafe { ctx.disable_event_tracking() };
         // A stream of our own rather than the legacy default stream: only
         // such a stream can be captured into a CUDA graph.
