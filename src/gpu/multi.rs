@@ -289,7 +289,7 @@ impl<'g> MultiGpuBackend<'g> {
                 .collect()
         });
         let distinct = n_ranks <= gpus.len();
-        let transport = match options.transport {
+        let mut transport = match options.transport {
             Transport::Auto if distinct && n_ranks > 1 && nccl_available().is_ok() => {
                 Transport::Nccl
             }
@@ -362,10 +362,21 @@ impl<'g> MultiGpuBackend<'g> {
                         .expect("NCCL transport has comm streams")
                 })
                 .collect();
-            Some(Comm::from_devices(streams).map_err(|e| GpuError::Driver {
-                call: "ncclCommInitAll",
-                error: format!("{e:?}"),
-            })?)
+            match Comm::from_devices(streams) {
+                Ok(comms) => Some(comms),
+                // auto falls back to host staging (the comm streams stay idle).
+                Err(e) if options.transport == Transport::Auto => {
+                    log::warn!("NCCL failed to start ({e:?}); halos go through the host");
+                    transport = Transport::Host;
+                    None
+                }
+                Err(e) => {
+                    return Err(GpuError::Driver {
+                        call: "ncclCommInitAll",
+                        error: format!("{e:?}"),
+                    })
+                }
+            }
         } else {
             None
         };
