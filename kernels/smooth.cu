@@ -182,17 +182,26 @@ extern "C" __global__ void jp_assign(int n, int h, const u64* __restrict__ slice
 #define INNER_SYM_GS 2
 #define INNER_CG 3
 
+// The block kernel is a template over the value type T of the matrix, the
+// iterate and the shared local block: T = double (smooth_block) or float
+// (smooth_block_f32, mixed precision: the f32 twin of A and an f32 iterate,
+// b read in f64 and rounded). The reductions (block residual norms, p.Ap) are
+// summed in double in both; the scalars they give (alpha, beta) are rounded
+// to T before they multiply vectors.
+
 // Per thread: its row's in-slice off-diagonals, m-th at coef[m*H + t], local
 // column nbr[m*H + t], m < cnt (no padding is read).
+template <typename T>
 struct LocalRow {
-    const double* coef;
+    const T* coef;
     const int* nbr;
     int cnt;
-    double b, d;
+    T b, d;
 };
 
 // start - sum_m coef_m * lv[nbr_m], in stored order.
-__device__ double minus_off(const LocalRow& a, double start, const double* lv) {
+template <typename T>
+__device__ T minus_off(const LocalRow<T>& a, T start, const T* lv) {
     const int h = blockDim.x, t = threadIdx.x;
     for (int m = 0; m < a.cnt; ++m) start -= a.coef[m * h + t] * lv[a.nbr[m * h + t]];
     return start;
@@ -200,16 +209,18 @@ __device__ double minus_off(const LocalRow& a, double start, const double* lv) {
 
 // Jacobi steps damped by omega from 0 (the first is y = omega b/d); stops
 // when the block's squared residual <= stop (stop > 0) or after max_iter steps.
-__device__ double inner_jacobi(const LocalRow& a, double* lv, int max_iter, double stop,
-                               double omega) {
+template <typename T>
+__device__ T inner_jacobi(const LocalRow<T>& a, T* lv, int max_iter, double stop,
+                          double omega_) {
     const int t = threadIdx.x;
-    double y = omega * a.b / a.d;
+    const T omega = (T)omega_;
+    T y = omega * a.b / a.d;
     for (int it = 1; it < max_iter; ++it) {
         __syncthreads();  // earlier readers of lv are done
         lv[t] = y;
         __syncthreads();
-        const double res = minus_off(a, a.b - a.d * y, lv);
-        if (stop > 0.0 && block_sum_all(res * res) <= stop) break;
+        const T res = minus_off(a, a.b - a.d * y, lv);
+        if (stop > 0.0 && block_sum_all((double)(res * res)) <= stop) break;
         y += omega * res / a.d;
     }
     return y;
@@ -219,12 +230,12 @@ __device__ double inner_jacobi(const LocalRow& a, double* lv, int max_iter, doub
 // (then in reverse when symmetric), each computing its rows from lv (earlier
 // warps new, its own and later ones old: Jacobi inside a warp) and writing
 // them after the whole warp has read. One barrier per warp.
-__device__ double inner_gs(const LocalRow& a, double* lv, int max_iter, double stop,
-                           bool symmetric) {
+template <typename T>
+__device__ T inner_gs(const LocalRow<T>& a, T* lv, int max_iter, double stop, bool symmetric) {
     const int t = threadIdx.x, warp = t >> 5, n_warps = blockDim.x >> 5;
-    double y = 0.0;
+    T y = 0;
     __syncthreads();
-    lv[t] = 0.0;
+    lv[t] = 0;
     __syncthreads();
     for (int it = 0; it < max_iter; ++it) {
         const int steps = symmetric ? 2 * n_warps : n_warps;
@@ -238,32 +249,33 @@ __device__ double inner_gs(const LocalRow& a, double* lv, int max_iter, double s
             __syncthreads();
         }
         if (stop > 0.0) {
-            const double res = minus_off(a, a.b - a.d * y, lv);
-            if (block_sum_all(res * res) <= stop) break;
+            const T res = minus_off(a, a.b - a.d * y, lv);
+            if (block_sum_all((double)(res * res)) <= stop) break;
         }
     }
     return y;
 }
 
 // Conjugate gradients from 0 on the block (seed §4.3.1 CG_device); r0 = |b|^2.
-__device__ double inner_cg(const LocalRow& a, double* lv, int max_iter, double stop,
-                           double r0) {
+template <typename T>
+__device__ T inner_cg(const LocalRow<T>& a, T* lv, int max_iter, double stop, double r0) {
     const int h = blockDim.x, t = threadIdx.x;
-    double y = 0.0, r = a.b, p = a.b, rr = r0;
+    T y = 0, r = a.b, p = a.b;
+    double rr = r0;
     for (int it = 0; it < max_iter; ++it) {
         __syncthreads();
         lv[t] = p;
         __syncthreads();
-        double ap = a.d * p;
+        T ap = a.d * p;
         for (int m = 0; m < a.cnt; ++m) ap += a.coef[m * h + t] * lv[a.nbr[m * h + t]];
-        const double p_ap = block_sum_all(p * ap);
+        const double p_ap = block_sum_all((double)(p * ap));
         if (!(p_ap > 0.0)) break;
-        const double alpha = rr / p_ap;
+        const T alpha = (T)(rr / p_ap);
         y += alpha * p;
         r -= alpha * ap;
-        const double rr_new = block_sum_all(r * r);
+        const double rr_new = block_sum_all((double)(r * r));
         if (rr_new <= stop) break;
-        p = r + (rr_new / rr) * p;
+        p = r + (T)(rr_new / rr) * p;
         rr = rr_new;
     }
     return y;
@@ -271,40 +283,36 @@ __device__ double inner_cg(const LocalRow& a, double* lv, int max_iter, double s
 
 // One block-Jacobi sweep: one thread block per slice, blockDim = H. x_in null
 // (synchronous only) means x = 0: neither x nor the out-of-slice columns are
-// read, with the same result bits. Dynamic
-// shared memory: [lv: H doubles][coef: H*mnz doubles][nbr: H*mnz ints], mnz =
-// the largest slice_mnz (the offsets use this slice's slice_mnz[l]). The block
-// stages x of its rows in lv, forms the block residual b - A x (rows past n:
-// a_ii = 1, b = 0, x = 0) while collecting its in-slice entries, solves
-// A_ll y = residual with the inner solver (skipped when the residual is 0),
-// and writes x + y. Synchronous: x_out != x_in. Asynchronous: x_out == x_in,
-// read and written in place (so no __restrict__ and no __ldg on x).
-// `tol2` = innerTolerance^2 (0: a fixed max_iter steps); `omega` damps the
-// inner Jacobi steps.
-extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr,
-                                        const int* __restrict__ codes,
-                                        const double* __restrict__ vals,
-                                        const double* __restrict__ diag,
-                                        const int* __restrict__ slice_mnz,
-                                        const double* __restrict__ b, const double* x_in,
-                                        double* x_out, int inner, int max_iter,
-                                        double tol2, double omega, const double* done) {
-    if (gated_off(done)) return;
+// read, with the same result bits. Dynamic shared memory: [lv: H T][coef:
+// H*mnz T][nbr: H*mnz ints], mnz = the largest slice_mnz (the offsets use this
+// slice's slice_mnz[l]). The block stages x of its rows in lv, forms the block
+// residual b - A x (rows past n: a_ii = 1, b = 0, x = 0) while collecting its
+// in-slice entries, solves A_ll y = residual with the inner solver (skipped
+// when the residual is 0), and writes x + y. Synchronous: x_out != x_in.
+// Asynchronous: x_out == x_in, read and written in place (so no __restrict__
+// and no __ldg on x). `tol2` = innerTolerance^2 (0: a fixed max_iter steps);
+// `omega` damps the inner Jacobi steps.
+template <typename T>
+__device__ void smooth_block_t(int n, const u64* __restrict__ slice_ptr,
+                               const int* __restrict__ codes, const T* __restrict__ vals,
+                               const T* __restrict__ diag, const int* __restrict__ slice_mnz,
+                               const double* __restrict__ b, const T* x_in, T* x_out,
+                               int inner, int max_iter, double tol2, double omega) {
     extern __shared__ double smem[];
     const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
     const bool in = row < n;
     const int mnz = slice_mnz[l];
-    double* lv = smem;
-    double* coef = smem + h;
+    T* lv = (T*)smem;
+    T* coef = lv + h;
     int* nbr = (int*)(coef + (size_t)h * mnz);
     const bool from_zero = x_in == nullptr;
-    const double xi = in && !from_zero ? x_in[row] : 0.0;
-    LocalRow a;
+    const T xi = in && !from_zero ? x_in[row] : (T)0;
+    LocalRow<T> a;
     a.coef = coef;
     a.nbr = nbr;
     a.cnt = 0;
-    a.d = in ? diag[row] : 1.0;
-    a.b = in ? b[row] - a.d * xi : 0.0;
+    a.d = in ? diag[row] : (T)1;
+    a.b = in ? (T)b[row] - a.d * xi : (T)0;
     lv[t] = xi;
     __syncthreads();
     const u64 start = slice_ptr[l], end = slice_ptr[l + 1];
@@ -314,7 +322,7 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
             if (!from_zero) a.b -= vals[k] * x_in[c - 1];
         } else if (c < 0) {
             const int j = -(c + 1);
-            const double v = vals[k];
+            const T v = vals[k];
             a.b -= v * lv[j];
             coef[a.cnt * h + t] = v;
             nbr[a.cnt * h + t] = j;
@@ -322,8 +330,8 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
         }
     }
     // block_sum_all's barriers also order the coef/nbr writes before any read.
-    const double r0 = block_sum_all(a.b * a.b);
-    double y = 0.0;
+    const double r0 = block_sum_all((double)(a.b * a.b));
+    T y = 0;
     if (r0 > 0.0) {
         const double stop = tol2 * r0;
         switch (inner) {
@@ -335,4 +343,33 @@ extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr
     }
     if (in) x_out[row] = xi + y;
     if (x_out == x_in) __threadfence();  // asynchronous: publish to blocks still running
+}
+
+extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr,
+                                        const int* __restrict__ codes,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ diag,
+                                        const int* __restrict__ slice_mnz,
+                                        const double* __restrict__ b, const double* x_in,
+                                        double* x_out, int inner, int max_iter,
+                                        double tol2, double omega, const double* done) {
+    if (gated_off(done)) return;
+    smooth_block_t<double>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, inner,
+                           max_iter, tol2, omega);
+}
+
+// Mixed precision (PCG preconditioner, sweeps from zero): the f32 twin of A,
+// f32 iterates (widened into z by ic_widen after the last sweep); shared
+// memory [lv: H floats][coef: H*mnz floats][nbr: H*mnz ints].
+extern "C" __global__ void smooth_block_f32(int n, const u64* __restrict__ slice_ptr,
+                                            const int* __restrict__ codes,
+                                            const float* __restrict__ vals,
+                                            const float* __restrict__ diag,
+                                            const int* __restrict__ slice_mnz,
+                                            const double* __restrict__ b, const float* x_in,
+                                            float* x_out, int inner, int max_iter,
+                                            double tol2, double omega, const double* done) {
+    if (gated_off(done)) return;
+    smooth_block_t<float>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, inner,
+                          max_iter, tol2, omega);
 }

@@ -170,9 +170,10 @@ struct SolveMatrixArgs {
     /// ras[:subdomains=64][:overlap=1][:fill=0][:nested=1][:inner-overlap=1]
     /// (restricted, ILU(k) blocks: GMRES/BiCGStab) or as[:...] (additive,
     /// IC(0) blocks, symmetric: PCG), or FSAI as fsai[:key=value,...] (e.g.
-    /// fsai:steps=20,epsilon=0.001);
+    /// fsai:steps=20,epsilon=0.001), block Jacobi as
+    /// block-jacobi[:inner=CG][:innerTolerance=X][:innerMaxIter=N][:blockSize=N][:sweeps=N][:precision=mixed];
     /// default dic on the CPU, jacobi on the GPU (where dic and ic0 are
-    /// level-scheduled).
+    /// level-scheduled; dic:precision=mixed runs their sweeps in f32).
     #[arg(long)]
     precond: Option<Preconditioner>,
     /// Where to solve: cpu, gpu or auto (the GPU when there is one).
@@ -253,13 +254,21 @@ fn run(
 /// `run` of a flow case (`physics.kind = "simple"`): exit code 1 when its
 /// validation fails.
 fn run_flow(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
-    let setup = case::flow_case::read_flow_case(case_dir)?;
+    let clock = std::time::Instant::now();
+    let (setup, mesh) = if case_dir.join(case::case_toml::CASE_FILE).exists() {
+        let setup = case::flow_case::read_flow_case(case_dir)?;
+        let mesh = setup.mesh.load()?;
+        (setup, mesh)
+    } else {
+        let case = case::simple_foam::read_simple_foam_case(case_dir)?;
+        (case.setup, case.mesh)
+    };
     let gpu = device.select()?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
         None => case::Device::Cpu,
     };
-    let summary = case::flow_case::run_flow_case(&setup, device)?;
+    let summary = case::flow_case::run_flow_case_with_mesh(&setup, &mesh, device, clock)?;
     match summary.validation {
         Some((table, passed)) => {
             print!("{table}");

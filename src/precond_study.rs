@@ -77,10 +77,13 @@ pub const GPU_KINDS: [PreconditionerKind; 4] = [
 
 /// Seed 001 Table 1 (n = 64, contrast 10³): the condition number of A
 /// (`none`) and of the preconditioned matrix, for the preconditioners it
-/// lists that fvpoisson has.
+/// lists that fvpoisson has. The seed's cond(A) is also shown next to
+/// `jacobi` (κ(D⁻¹A) = κ(Ã), Ã = D^-1/2 A D^-1/2): with a 10³ jump no set-up
+/// gives κ(A) ≈ 10⁴, and the seed's κ(A)/κ(Neu) ratios are those of a
+/// matrix without a jump, as Ã nearly is (README, seed 001).
 pub fn seed_table1(kind: PreconditionerKind) -> Option<f64> {
     match kind {
-        PreconditionerKind::None => Some(9.68e3),
+        PreconditionerKind::None | PreconditionerKind::Jacobi => Some(9.68e3),
         PreconditionerKind::Neumann1 => Some(2.66e3),
         PreconditionerKind::Neumann2 => Some(1.74e3),
         _ => None,
@@ -365,6 +368,7 @@ mod tests {
             }
             let table = study.to_string();
             assert!(table.contains("neu2       1.74e3"), "{table}");
+            assert!(table.contains("jacobi     9.68e3"), "{table}");
             assert!(table.contains("300 unknowns"), "{table}");
         }
     }

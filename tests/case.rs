@@ -831,7 +831,7 @@ fn block_ic_from_case_toml_solves_like_pcg() {
             (
                 "preconditioner = \"blockIC\"\ndegree = 4\n",
                 "case.toml:5:10: solver.T.degree: only a polynomial preconditioner or smoother uses \
-                 it (block-IC and Jacobi take precision only)",
+                 it (DIC, IC0, block Jacobi, block-IC and Jacobi take precision only)",
             ),
             (
                 "preconditioner = \"blockDIC\"\nprecision = \"half\"\n",
@@ -842,8 +842,8 @@ fn block_ic_from_case_toml_solves_like_pcg() {
                 "block-IC (inner IC0) is synchronous only",
             ),
             (
-                "preconditioner = \"blockJacobi\"\nprecision = \"mixed\"\n",
-                "case.toml:5:13: solver.T.precision: only a polynomial preconditioner or smoother \
+                "solver = \"smoothSolver\"\nsmoother = \"DIC\"\nprecision = \"mixed\"\n",
+                "case.toml:6:13: solver.T.precision: only a polynomial preconditioner or smoother \
                  uses it",
             ),
         ],
@@ -903,6 +903,18 @@ fn amg_from_case_toml_solves_like_pcg() {
         (s.cycle, s.smoother, s.sweeps, s.coarsest_rows),
         (CycleKind::K, AmgSmootherKind::Chebyshev, 2, 20)
     );
+    let mixed = mms_with_solver_entry(
+        "preconditioner = \"AMG\"\namg = { cycle = \"V\", precision = \"mixed\" }\n",
+    );
+    let Preconditioner::Amg(m) = parse(&mixed).unwrap().solver.regular.preconditioner else {
+        panic!("an AMG preconditioner")
+    };
+    assert_eq!(m.precision, fvpoisson::solve::amg::Precision::Mixed);
+    let bad = mms_with_solver_entry("preconditioner = \"AMG\"\namg = { precision = \"half\" }\n");
+    assert!(parse(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("double, mixed"));
     let gamg =
         mms_with_solver_entry("solver = \"GAMG\"\namg = { coarsestRows = 20 }\nmaxIter = 200\n");
     let setup = parse(&gamg).unwrap();
@@ -1053,6 +1065,72 @@ fn fsai_from_case_toml_solves_like_pcg() {
             (
                 "preconditioner = \"FSAI\"\nfsai = { colour = 2 }\n",
                 "unknown FSAI parameter 'colour'",
+            ),
+        ],
+    );
+}
+
+/// `precision` reaches DIC / IC(0) (`Preconditioner::MixedIc`, the GPU's
+/// f32 level-scheduled sweeps) and block Jacobi (`smooth_block_f32`); on the
+/// CPU both solve as in f64.
+#[test]
+fn precision_reaches_dic_ic0_and_block_jacobi_from_case_toml() {
+    use fvpoisson::solve::{InnerSolver, Precision, Preconditioner, PreconditionerKind};
+    let preconditioner = |entry: &str| {
+        parse(&mms_with_solver_entry(entry))
+            .unwrap()
+            .solver
+            .regular
+            .preconditioner
+    };
+    assert_eq!(
+        preconditioner("preconditioner = \"DIC\"\nprecision = \"mixed\"\n"),
+        Preconditioner::MixedIc(PreconditionerKind::Dic)
+    );
+    assert_eq!(
+        preconditioner("preconditioner = \"ic0\"\nprecision = \"mixed\"\n"),
+        Preconditioner::MixedIc(PreconditionerKind::Ic0)
+    );
+    assert_eq!(
+        preconditioner("preconditioner = \"DIC\"\nprecision = \"double\"\n"),
+        Preconditioner::Kind(PreconditionerKind::Dic)
+    );
+    let Preconditioner::Smoother(s) = preconditioner(
+        "preconditioner = \"blockJacobi\"\ninner = \"CG\"\ninnerTolerance = 1e-3\nprecision = \"mixed\"\n",
+    ) else {
+        panic!("block Jacobi is a smoother preconditioner")
+    };
+    assert_eq!(
+        (s.block.inner, s.polynomial.precision),
+        (InnerSolver::Cg, Precision::Mixed)
+    );
+    let reference = run_text(MMS, "mixed_dic_ref").field;
+    let field = run_text(
+        &mms_with_solver_entry("preconditioner = \"DIC\"\nprecision = \"mixed\"\n"),
+        "mixed_dic",
+    )
+    .field;
+    let diff = field
+        .iter()
+        .zip(&reference)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(diff < 1e-7, "{diff}");
+    assert_solver_entries_refused(
+        "mixed_dic_keys",
+        &[
+            (
+                "preconditioner = \"DIC\"\ndegree = 4\n",
+                "case.toml:5:10: solver.T.degree: only a polynomial preconditioner or smoother uses \
+                 it",
+            ),
+            (
+                "preconditioner = \"DIC\"\nprecision = \"half\"\n",
+                "case.toml:5:13: solver.T.precision: unknown precision 'half'",
+            ),
+            (
+                "preconditioner = \"diagonal\"\nprecision = \"mixed\"\n",
+                "case.toml:5:13: solver.T.precision: only a polynomial preconditioner or smoother \
+                 uses it",
             ),
         ],
     );

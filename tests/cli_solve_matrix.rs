@@ -372,3 +372,51 @@ fn fsai_from_the_command_line() {
         "{stderr}"
     );
 }
+
+#[test]
+fn precision_and_block_jacobi_from_the_command_line() {
+    // On the CPU mixed precision runs in f64 (the f32 sweeps are the GPU's).
+    for (precond, shown) in [
+        ("dic:precision=mixed", "preconditioner dic:precision=mixed,"),
+        ("ic0:precision=mixed", "preconditioner ic0:precision=mixed,"),
+        ("dic:precision=double", "preconditioner dic,"),
+        (
+            "block-jacobi:inner=CG:innerMaxIter=20:blockSize=32:precision=mixed",
+            "blockJacobi (inner CG, tolerance 1e-08, at most 20 steps, 32-row blocks, \
+             synchronous, mixed precision)",
+        ),
+        (
+            "block-jacobi:inner=symGaussSeidel:innerMaxIter=2:innerTolerance=0:blockSize=32",
+            "blockJacobi (inner symGaussSeidel, tolerance 0, at most 2 steps, 32-row blocks, \
+             synchronous)",
+        ),
+    ] {
+        let out = fvpoisson(&[
+            "solve-matrix",
+            MATRIX,
+            "--precond",
+            precond,
+            "--tol",
+            "1e-12",
+        ]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        assert!(stdout.contains(shown), "{precond}: {stdout}");
+        let error: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("max |x - 1| = "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        assert!(error < 1e-10, "{precond}: {error}");
+    }
+    for (precond, expected) in [
+        ("dic:precision=half", "unknown precision 'half'"),
+        ("block-jacobi:inner=GaussSeidel", "not symmetric"),
+    ] {
+        let out = fvpoisson(&["solve-matrix", MATRIX, "--precond", precond]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{precond}");
+        assert!(stderr.contains(expected), "{precond}: {stderr}");
+    }
+}

@@ -536,16 +536,66 @@ fn solvers_are_mapped_and_unused_entries_warned() {
         Preconditioner::Smoother(expected)
     );
     let _ = fs::remove_dir_all(&dir);
+    // Block Jacobi and DIC take precision mixed (f32 sweeps on the GPU).
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner blockJacobi; inner CG; precision mixed; }",
+            )
+        },
+        "block_jacobi_mixed",
+    );
+    let mut expected = SmootherSettings::named("blockJacobi").unwrap();
+    expected.block.inner = InnerSolver::Cg;
+    expected.polynomial.precision = Precision::Mixed;
+    assert_eq!(
+        case.unwrap().setup.solver.regular.preconditioner,
+        Preconditioner::Smoother(expected)
+    );
+    let _ = fs::remove_dir_all(&dir);
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner DIC; precision mixed; }",
+            )
+        },
+        "dic_mixed",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        Preconditioner::MixedIc(PreconditionerKind::Dic)
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
     let err = edited_error(
         "laplacian_foam_skew",
         "system/fvSolution",
         |t| {
             t.replace(
                 "preconditioner  DIC;",
-                "preconditioner { preconditioner blockJacobi; precision mixed; }",
+                "preconditioner { preconditioner DIC; precision half; }",
             )
         },
-        "block_jacobi_mixed",
+        "dic_half",
+    );
+    assert!(err.contains("unknown precision 'half'"), "{err}");
+    let err = edited_error(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| {
+            t.replace(
+                "preconditioner  DIC;",
+                "preconditioner { preconditioner DICGaussSeidel; precision mixed; }",
+            )
+        },
+        "sgs_mixed",
     );
     assert!(err.contains("precision mixed is available for"), "{err}");
     // Refused at the line of fvSolution (`edited_error` checks the file).
@@ -647,7 +697,8 @@ fn other_dictionary_forms_map_too() {
             t.replace(
                 "preconditioner  DIC;",
                 "preconditioner { preconditioner GAMG; smoother Jacobi; nPreSweeps 2; \
-                 nPostSweeps 2; cycle K; agglomerator faceAreaPair; mergeLevels 1; }",
+                 nPostSweeps 2; cycle K; precision mixed; agglomerator faceAreaPair; \
+                 mergeLevels 1; }",
             )
         },
         "gamg_preconditioner",
@@ -658,6 +709,7 @@ fn other_dictionary_forms_map_too() {
     };
     assert_eq!(amg.smoother, AmgSmootherKind::Jacobi);
     assert_eq!((amg.cycle, amg.sweeps), (CycleKind::K, 2));
+    assert_eq!(amg.precision, fvpoisson::solve::amg::Precision::Mixed);
     assert!(case.setup.solver.regular.gamg.is_none());
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let _ = fs::remove_dir_all(&dir);

@@ -13,7 +13,7 @@ use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::{test_device, Gpu};
-use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy};
+use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy, Precision};
 use fvpoisson::solve::{
     pcg, solve_pcg_scaled, CgBackend, CpuBackend, EquilibrationKind, LinearOperator,
     Preconditioner, PreconditionerKind, SolverControls,
@@ -76,7 +76,36 @@ fn cycle_settings() -> Vec<AmgSettings> {
             matching_rounds: 2,
             ..base
         },
+        // The fused kernels (one sweep each side; W's second visits and
+        // two sweeps run unfused).
+        AmgSettings {
+            fused: true,
+            ..base
+        },
+        AmgSettings {
+            fused: true,
+            ..with(CycleKind::W, AmgSmootherKind::L1Jacobi, 1, 0.8, 1.0)
+        },
+        AmgSettings {
+            fused: true,
+            ..with(CycleKind::K, AmgSmootherKind::Jacobi, 1, 0.8, 1.0)
+        },
+        AmgSettings {
+            fused: true,
+            ..with(CycleKind::V, AmgSmootherKind::Jacobi, 2, 0.8, 1.0)
+        },
     ]
+}
+
+/// [`cycle_settings`] in mixed precision.
+fn mixed_settings() -> Vec<AmgSettings> {
+    cycle_settings()
+        .into_iter()
+        .map(|s| AmgSettings {
+            precision: Precision::Mixed,
+            ..s
+        })
+        .collect()
 }
 
 /// A system in the solve's row order with a right-hand side.
@@ -268,6 +297,100 @@ fn one_cycle_matches_the_cpu_cycle() {
 }
 
 #[test]
+fn the_mixed_precision_cycle_matches_the_cpu_mixed_cycle() {
+    let Some(gpu) = test_device() else { return };
+    println!(
+        "{:<44} {:<60} {:>9} {:>9}",
+        "system", "settings", "vs CPU", "vs f64"
+    );
+    for s in systems() {
+        let (m, csr) = fine(&gpu, &s.a, 512);
+        let r = random_vector(csr.n_rows(), 5);
+        let r_dev = gpu.upload(&r).unwrap();
+        let z_dev = gpu.zeros::<f64>(csr.n_rows()).unwrap();
+        for (mixed, double) in mixed_settings().into_iter().zip(cycle_settings()) {
+            let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &mixed).unwrap();
+            amg.apply(&r_dev, &z_dev).unwrap();
+            let z_gpu = gpu.download(&z_dev).unwrap();
+            let mut z_cpu = vec![0.0; csr.n_rows()];
+            Amg::new(&csr, &mixed).unwrap().apply(&r, &mut z_cpu);
+            let d = max_rel_diff(&z_gpu, &z_cpu);
+            let amg64 = DeviceAmg::new(&gpu, Rc::clone(&m), &double).unwrap();
+            amg64.apply(&r_dev, &z_dev).unwrap();
+            let d64 = max_rel_diff(&z_gpu, &gpu.download(&z_dev).unwrap());
+            println!(
+                "{:<44} {:<60} {d:>9.1e} {d64:>9.1e}",
+                s.name,
+                mixed.describe()
+            );
+            // f32 round-off in another summation order (mod-SELL on the
+            // fine level): the CPU's mixed cycle is within 3e-7 of its f64
+            // cycle on these systems.
+            assert!(d <= 1e-5, "{}: {mixed}: cycle differs by {d:.1e}", s.name);
+            if amg.level_rows().len() > 1 {
+                assert!(
+                    z_gpu.iter().all(|&z| z == z as f32 as f64),
+                    "{}: {mixed}: z is not the widened f32 iterate",
+                    s.name
+                );
+                assert!(d64 > 1e-12, "{}: {mixed}: the f64 cycle's bits", s.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_profiled_set_up_names_its_phases() {
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:24x24x24").unwrap();
+    let (m, _) = fine(&gpu, &a, 512);
+    let (amg, phases) = DeviceAmg::new_profiled(&gpu, Rc::clone(&m), &test_settings()).unwrap();
+    let plain = DeviceAmg::new(&gpu, m, &test_settings()).unwrap();
+    assert_eq!(amg.level_rows(), plain.level_rows());
+    println!("{phases:?}");
+    let names: Vec<&str> = phases.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names.first(), Some(&"fine CSR"));
+    assert_eq!(names.last(), Some(&"cycle buffers"));
+    let passes = names.iter().filter(|p| p.ends_with("passes")).count();
+    assert_eq!(passes + 1, amg.level_rows().len());
+    assert!(phases.iter().all(|(_, ms)| *ms >= 0.0));
+}
+
+#[test]
+fn the_mixed_cycle_moves_fewer_bytes() {
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:32x32x32").unwrap();
+    let (m, _) = fine(&gpu, &a, 512);
+    for double in cycle_settings() {
+        let mixed = AmgSettings {
+            precision: Precision::Mixed,
+            ..double
+        };
+        let bytes = |s: &AmgSettings| -> f64 {
+            let amg = DeviceAmg::new(&gpu, Rc::clone(&m), s).unwrap();
+            assert_eq!(amg.precision(), s.precision);
+            let per_level = amg.cycle_bytes();
+            assert_eq!(per_level.len(), amg.level_rows().len());
+            assert!(per_level.iter().all(|&b| b > 0.0), "{s}: {per_level:?}");
+            per_level.iter().sum()
+        };
+        let (b64, b32) = (bytes(&double), bytes(&mixed));
+        println!("{double}: {:.2} MB, mixed {:.2} MB", b64 / 1e6, b32 / 1e6);
+        // Values and vectors halve; indices, the fine b and the dense
+        // coarsest operator do not.
+        assert!(b32 < 0.75 * b64 && b32 > 0.45 * b64, "{b64} vs {b32}");
+        if double.sweeps == 1 && !double.fused {
+            let fused = bytes(&AmgSettings {
+                fused: true,
+                ..double
+            });
+            println!("{double}: fused {:.2} MB", fused / 1e6);
+            assert!(fused < 0.9 * b64, "fused {fused} vs {b64}");
+        }
+    }
+}
+
+#[test]
 fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls {
@@ -299,7 +422,21 @@ fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
             cycle: CycleKind::K,
             ..test_settings()
         };
-        for settings in [test_settings(), cycle_settings()[3], k_cycle] {
+        let mixed = |s: AmgSettings| AmgSettings {
+            precision: Precision::Mixed,
+            ..s
+        };
+        for settings in [
+            test_settings(),
+            cycle_settings()[3],
+            k_cycle,
+            mixed(test_settings()),
+            mixed(k_cycle),
+            AmgSettings {
+                fused: true,
+                ..mixed(test_settings())
+            },
+        ] {
             let cpu_amg = Amg::new(&csr, &settings).unwrap();
             let mut x_cpu = vec![0.0; csr.n_rows()];
             let cpu = pcg(
@@ -425,7 +562,7 @@ fn a_cuda_graph_captures_the_cycle() {
     }
     let (a, _) = poisson_system("box:16x16x16:tet:perturb=0.2:renumber").unwrap();
     let (m, csr) = fine(&gpu, &a, 512);
-    for settings in cycle_settings() {
+    for settings in cycle_settings().into_iter().chain(mixed_settings()) {
         let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
         let r = gpu.upload(&random_vector(csr.n_rows(), 3)).unwrap();
         let (direct, replayed) = (

@@ -161,3 +161,59 @@ fn breakdown_names_the_row_in_the_callers_order() {
         "{err}"
     );
 }
+
+/// `precision mixed` on DIC / IC(0) (`Preconditioner::MixedIc`, parsed from
+/// `dic:precision=mixed` as `solve-matrix --precond` takes it) reaches the
+/// device's f32 sweeps through `GpuSolver::solve_with` (the case and CLI
+/// route): PCG reaches the f64 tolerance in about the f64 iterations, with
+/// iterates that are not the f64 path's bits.
+#[test]
+fn mixed_precision_dic_and_ic0_settings_reach_the_f32_sweeps() {
+    use fvpoisson::gpu::smooth::solve_pcg_gpu_with;
+    use fvpoisson::solve::Preconditioner;
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-9, 2000);
+    for spec in [
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "meshes/foam/polydual",
+    ] {
+        let (a, b) = poisson_system(spec).unwrap();
+        for name in ["dic", "ic0"] {
+            let double: Preconditioner = name.parse().unwrap();
+            let mixed: Preconditioner = format!("{name}:precision=mixed").parse().unwrap();
+            assert!(matches!(mixed, Preconditioner::MixedIc(_)), "{mixed}");
+            let solve = |p: &Preconditioner| {
+                let mut x = vec![0.0; a.n_rows()];
+                let perf = solve_pcg_gpu_with(
+                    &gpu,
+                    &a,
+                    p,
+                    &EquilibrationKind::None,
+                    &b,
+                    &mut x,
+                    &controls,
+                    "p",
+                    &GpuSolveOptions::default(),
+                )
+                .unwrap();
+                (perf, x)
+            };
+            let ((f64_perf, x64), (mixed_perf, x32)) = (solve(&double), solve(&mixed));
+            let differing = x64.iter().zip(&x32).filter(|(u, v)| u != v).count();
+            println!(
+                "{spec} {mixed}: PCG f64 {} iterations, mixed {} ({:.3e}); {differing} of {} \
+                 entries differ from the f64 solve",
+                f64_perf.iterations,
+                mixed_perf.iterations,
+                mixed_perf.final_residual,
+                x64.len()
+            );
+            assert!(mixed_perf.converged && mixed_perf.final_residual <= controls.tolerance);
+            assert!(
+                mixed_perf.iterations <= f64_perf.iterations + f64_perf.iterations / 10 + 2,
+                "{spec} {mixed}"
+            );
+            assert!(differing > 0, "{spec} {mixed}: the f64 path ran");
+        }
+    }
+}

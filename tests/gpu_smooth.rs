@@ -554,6 +554,10 @@ formats = []
         // Equilibrated: host assembly, then the smoother on S A S.
         "preconditioner = \"blockJacobi\"\ninner = \"symGaussSeidel\"\ninnerMaxIter = 2\n\
          innerTolerance = 0\nequilibration = \"ruiz\"\n",
+        // Mixed precision: f32 sweeps on the GPU (host assembly), f64 on the CPU.
+        "preconditioner = \"blockJacobi\"\ninner = \"symGaussSeidel\"\ninnerMaxIter = 2\n\
+         innerTolerance = 0\nprecision = \"mixed\"\n",
+        "preconditioner = \"DIC\"\nprecision = \"mixed\"\n",
     ] {
         let text = base.replace("maxIter = 20000\n", &format!("maxIter = 20000\n{entry}"));
         let setup = parse_case(&text, &dir.join("case.toml"), &dir).unwrap();
@@ -566,4 +570,113 @@ formats = []
         );
         assert!(on_gpu.converged && d < 1e-6, "{entry}: {d}");
     }
+}
+
+/// Mixed-precision block Jacobi as a PCG preconditioner (`smooth_block_f32`):
+/// the application equals the CPU's f32 sweeps from zero
+/// (`BlockJacobi::sweeps_from_zero::<f32>`) to f32 round-off, PCG reaches the
+/// f64 tolerance in about the f64 iterations, and smoothSolver (sweeps from a
+/// nonzero x) refuses it with a clear error.
+#[test]
+fn mixed_block_jacobi_equals_the_cpu_f32_sweeps_and_converges() {
+    use fvpoisson::gpu::smooth::{DevicePreconditioner, DeviceSmootherPreconditioner};
+    use fvpoisson::solve::block_jacobi::BlockJacobi;
+    use fvpoisson::solve::Precision;
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-9, 3000);
+    for (name, a, b) in fvm_systems() {
+        let n = a.n_rows();
+        for (inner, tolerance, steps) in [
+            (InnerSolver::Jacobi, 0.0, 4),
+            (InnerSolver::SymGaussSeidel, 0.0, 2),
+            (InnerSolver::Cg, 0.0, 5),
+            (InnerSolver::Cg, 1e-3, 50),
+        ] {
+            let mut s = SmootherSettings::block_jacobi(inner, tolerance, steps, 256);
+            s.sweeps = 2;
+            if inner == InnerSolver::Jacobi {
+                s.omega = 0.7;
+            }
+            s.polynomial.precision = Precision::Mixed;
+            let p = s.ordering(&a).unwrap();
+            let (ap, r) = (p.apply_symmetric(&a), p.to_new(&b));
+            let m = device_matrix(&gpu, &ap, 256);
+            let smoother = DeviceSmoother::new(&gpu, &ap, m, &s).unwrap();
+            let precond = DeviceSmootherPreconditioner::new(smoother, &s);
+            // z starts as NaN: the application must not read it.
+            let z_dev = gpu.upload(&vec![f64::NAN; n]).unwrap();
+            precond.apply(&gpu.upload(&r).unwrap(), &z_dev).unwrap();
+            let z = gpu.download(&z_dev).unwrap();
+            let cpu = BlockJacobi::new(&ap, s.block, s.omega).unwrap();
+            let z32: Vec<f64> = cpu
+                .sweeps_from_zero::<f32>(&r, 2)
+                .unwrap()
+                .into_iter()
+                .map(f64::from)
+                .collect();
+            let z64 = cpu.sweeps_from_zero::<f64>(&r, 2).unwrap();
+            let scale = z64.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let worst = |u: &[f64], v: &[f64]| {
+                u.iter()
+                    .zip(v)
+                    .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+                    / scale
+            };
+            let (d32, d64) = (worst(&z, &z32), worst(&z, &z64));
+            // PCG, f64 and mixed.
+            let mut double = s;
+            double.polynomial.precision = Precision::Double;
+            let solve = |s: SmootherSettings| {
+                let mut x = vec![0.0; n];
+                let perf = solve_pcg_gpu_with(
+                    &gpu,
+                    &a,
+                    &Preconditioner::Smoother(s),
+                    &EquilibrationKind::None,
+                    &b,
+                    &mut x,
+                    &controls,
+                    "p",
+                    &GpuSolveOptions::default(),
+                )
+                .unwrap();
+                (perf, residual_norm(&a, &b, &x))
+            };
+            let ((f64_perf, _), (mixed, mixed_res)) = (solve(double), solve(s));
+            println!(
+                "{name}: {s}: max |GPU - CPU f32| / max |z| = {d32:.2e} (vs CPU f64 \
+                 {d64:.2e}); PCG f64 {} iterations, mixed {} ({:.3e}, |b - Ax| {mixed_res:.3e})",
+                f64_perf.iterations, mixed.iterations, mixed.final_residual
+            );
+            // A tolerance-stopped inner CG may stop a step apart.
+            let bound = if tolerance > 0.0 { 1e-2 } else { 1e-4 };
+            assert!(d32 <= bound, "{name} {s}: {d32}");
+            assert!(mixed.converged && mixed.final_residual <= controls.tolerance);
+            let slack = f64_perf.iterations / 10 + 2;
+            assert!(
+                mixed.iterations <= f64_perf.iterations + slack,
+                "{name} {s}: mixed {} f64 {}",
+                mixed.iterations,
+                f64_perf.iterations
+            );
+        }
+    }
+    // smoothSolver sweeps from the current x: mixed precision is refused.
+    let (a, b) = poisson_system("box:12x12x12").unwrap();
+    let mut s = SmootherSettings::block_jacobi(InnerSolver::Jacobi, 0.0, 2, 256);
+    s.polynomial.precision = fvpoisson::solve::Precision::Mixed;
+    let mut x = vec![0.0; a.n_rows()];
+    let err = solve_smooth_gpu(
+        &gpu,
+        &a,
+        &s,
+        &b,
+        &mut x,
+        &SolverControls::absolute(1e-8, 100),
+        "p",
+        &GpuSolveOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("PCG preconditioner only"), "{err}");
 }

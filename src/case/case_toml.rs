@@ -61,7 +61,8 @@
 //! amg = { cycle = "V" }       # AMG / GAMG parameters (README "Aggregation AMG"): cycle
 //!                             # (V, W, K), smoother (Jacobi, L1Jacobi, Chebyshev,
 //!                             # multicolourGaussSeidel), sweeps, omega, overCorrection,
-//!                             # passes, matchingRounds, maxLevels, coarsestRows
+//!                             # passes, matchingRounds, maxLevels, coarsestRows,
+//!                             # precision (double, mixed: f32 hierarchy and cycle)
 //! equilibration = "none"      # PCG: none, jacobi, ruiz[:norm=inf|2][:tol=X][:sweeps=N]:
 //!                             # PCG on S A S (the preconditioner acts on it); residuals
 //!                             # and tolerances stay those of the original system
@@ -107,8 +108,8 @@ use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
 use crate::solve::{
-    EigenBound, EquilibrationKind, FsaiSettings, KrylovMethod, PolynomialSettings, Preconditioner,
-    PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
+    EigenBound, EquilibrationKind, FsaiSettings, KrylovMethod, PolynomialKind, PolynomialSettings,
+    Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -256,7 +257,7 @@ pub(super) struct SolverEntry {
 #[serde(deny_unknown_fields)]
 pub(super) struct OutputSection {
     formats: Option<Vec<Spanned<String>>>,
-    interval: Option<Spanned<usize>>,
+    pub(super) interval: Option<Spanned<usize>>,
     directory: Option<PathBuf>,
     precision: Option<Spanned<usize>>,
     #[serde(rename = "writeFormat")]
@@ -873,6 +874,25 @@ impl Source<'_> {
             }
             _ => false,
         };
+        // DIC / IC(0) as PCG's preconditioner take `precision` (mixed: f32
+        // triangular sweeps on the GPU) and no other polynomial key.
+        let ic_kind = match (&smoother, preconditioner) {
+            (None, Preconditioner::MixedIc(k)) => Some(k),
+            (
+                None,
+                Preconditioner::Kind(k @ (PreconditionerKind::Dic | PreconditionerKind::Ic0)),
+            ) => Some(k),
+            _ => None,
+        };
+        if let Some(kind) = ic_kind {
+            let mut p = PolynomialSettings::new(PolynomialKind::LeastSquares, 4);
+            p.precision = match preconditioner {
+                Preconditioner::MixedIc(_) => Precision::Mixed,
+                _ => Precision::Double,
+            };
+            self.block_ic_precision(entry, name, &mut p)?;
+            preconditioner = Preconditioner::with_ic_precision(kind, p.precision);
+        }
         let polynomial = match (&mut smoother, &mut preconditioner) {
             (Some(s), _) if matches!(s.kind, SmootherKind::Polynomial(_)) => {
                 Some(&mut s.polynomial)
@@ -885,7 +905,7 @@ impl Source<'_> {
             }
             _ => None,
         };
-        if polynomial.is_some() || !block_ic {
+        if polynomial.is_some() || !(block_ic || ic_kind.is_some()) {
             self.polynomial_parameters(entry, name, polynomial)?;
         }
         let equilibration = match &entry.equilibration {
@@ -1121,7 +1141,7 @@ impl Source<'_> {
                 span,
                 format!(
                     "solver.{name}.{key}: only a polynomial preconditioner or smoother uses it \
-                     (block-IC and Jacobi take precision only)"
+                     (DIC, IC0, block Jacobi, block-IC and Jacobi take precision only)"
                 ),
             )),
             None => Ok(()),

@@ -45,6 +45,9 @@
 //!
 //! [output]
 //! directory = "results"           # NAME.vtu (U, p, div(phi)), NAME_residuals.png
+//! formats = ["vtk", "foam"]       # "foam": OpenFOAM time directories <iteration>/U, p, phi
+//! interval = 100                  #   in the case directory, every 100 iterations and at the
+//!                                 #   end (default: at the end only)
 //!
 //! [validation]                    # optional: compare, print the table, fail past the tolerance
 //! case = "cavity"                 # cavity (Ghia et al., Re = 1/nu), poiseuille, poiseuille-half
@@ -56,7 +59,7 @@
 
 use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
 use super::run::{solve_linear, Device};
-use super::setup::LinearSolver;
+use super::setup::{LinearSolver, OutputFormat};
 use super::CaseError;
 use crate::flow::simple::{MomentumSolver, PressureSolve, ResidualControl, Simple, SimpleSettings};
 use crate::flow::validation::{compare, FlowCase, Tables};
@@ -65,7 +68,8 @@ use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
-use crate::mesh::{MeshSource, PatchKind, Vec3};
+use crate::io::foam_field::FoamWriteOptions;
+use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
 use crate::solve::{SmootherKind, SmootherSettings, Sweep};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -183,10 +187,30 @@ pub struct FlowSetup {
     pub output_dir: PathBuf,
     /// The validation case named in `[validation]`.
     pub validation: Option<String>,
+    /// Initial cell velocities and pressures (OpenFOAM's `0/U`, `0/p`); zero when `None`.
+    pub initial: Option<(Vec<Vec3>, Vec<f64>)>,
+    /// Write `output_dir/NAME.vtu` (the residual plot is always written).
+    pub vtk: bool,
+    /// OpenFOAM time directories `<iteration>/U`, `p`, `phi` in the case
+    /// directory (`[output] formats = ["vtk", "foam"]`; always for OpenFOAM cases).
+    pub foam_output: Option<FoamOutput>,
 }
 
-/// Whether `case_dir` holds a `case.toml` whose `physics.kind` is "simple".
+/// When and how a flow case writes OpenFOAM time directories.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FoamOutput {
+    /// Every this many outer iterations (`writeInterval`); the last is always written.
+    pub interval: usize,
+    /// Format and precision (the dimensions are set per field).
+    pub options: FoamWriteOptions,
+}
+
+/// Whether `case_dir` holds a `case.toml` whose `physics.kind` is "simple",
+/// or is an OpenFOAM simpleFoam case ([`super::simple_foam::is_simple_foam_case`]).
 pub fn is_flow_case(case_dir: &Path) -> bool {
+    if !case_dir.join(CASE_FILE).exists() {
+        return super::simple_foam::is_simple_foam_case(case_dir);
+    }
     let Ok(text) = std::fs::read_to_string(case_dir.join(CASE_FILE)) else {
         return false;
     };
@@ -200,8 +224,12 @@ pub fn is_flow_case(case_dir: &Path) -> bool {
         == Some("simple")
 }
 
-/// Reads `case_dir/case.toml` as a flow case.
+/// Reads `case_dir/case.toml` as a flow case, or else the OpenFOAM simpleFoam
+/// case in `case_dir` ([`super::simple_foam::read_simple_foam_case`]).
 pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
+    if !case_dir.join(CASE_FILE).exists() && case_dir.join("system/controlDict").exists() {
+        return super::simple_foam::read_simple_foam_case(case_dir).map(|case| case.setup);
+    }
     let file = case_dir.join(CASE_FILE);
     let text = std::fs::read_to_string(&file)
         .map_err(|e| CaseError::invalid(format!("{}: {e}", file.display())))?;
@@ -277,37 +305,8 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
                     ..LinearSolver::default()
                 };
                 let solver = src.solver(entry.get_ref(), "U", base)?;
-                if let Some(method) = solver.krylov {
-                    settings.momentum = MomentumSolver {
-                        controls: solver.controls,
-                        krylov: Some(method),
-                        preconditioner: solver.preconditioner,
-                        ..MomentumSolver::default()
-                    };
-                    continue;
-                }
-                let Some(smoother) = solver.smoother else {
-                    return Err(src.error(
-                        entry.span(),
-                        "solver.U: the momentum matrix is not symmetric, so PCG cannot solve \
-                         it; use solver = \"PBiCGStab\" or \"GMRES\", or \"smoothSolver\" with a \
-                         Jacobi or Gauss-Seidel smoother",
-                    ));
-                };
-                if smoother.needs_symmetric_matrix() {
-                    return Err(src.error(
-                        entry.span(),
-                        format!(
-                            "solver.U: the {smoother} smoother needs a symmetric matrix; the \
-                             momentum matrix is not (use Jacobi or Gauss-Seidel)"
-                        ),
-                    ));
-                }
-                settings.momentum = MomentumSolver {
-                    smoother,
-                    controls: solver.controls,
-                    ..MomentumSolver::default()
-                };
+                settings.momentum = momentum_solver(solver)
+                    .map_err(|e| src.error(entry.span(), format!("solver.U: {e}")))?;
             }
             other => {
                 return Err(src.error(
@@ -338,8 +337,53 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
         boundary,
         default_boundary,
         pressure_solver,
-        output_dir: case_dir.join(output.directory),
+        output_dir: case_dir.join(&output.directory),
         validation: case.validation.map(|v| v.case.into_inner()),
+        initial: None,
+        vtk: output.formats.contains(&OutputFormat::Vtk),
+        foam_output: output
+            .formats
+            .contains(&OutputFormat::Foam)
+            .then_some(FoamOutput {
+                // Not every outer iteration unless asked: only the last.
+                interval: match case.output.interval {
+                    Some(_) => output.interval,
+                    None => usize::MAX,
+                },
+                options: output.foam,
+            }),
+    })
+}
+
+/// The momentum solver from the linear solver settings of U: a Krylov
+/// method (PBiCGStab, GMRES) or a smoother that works on a nonsymmetric
+/// matrix; the message says what to use instead.
+pub(super) fn momentum_solver(solver: LinearSolver) -> Result<MomentumSolver, String> {
+    if let Some(method) = solver.krylov {
+        return Ok(MomentumSolver {
+            controls: solver.controls,
+            krylov: Some(method),
+            preconditioner: solver.preconditioner,
+            ..MomentumSolver::default()
+        });
+    }
+    let Some(smoother) = solver.smoother else {
+        return Err(
+            "the momentum matrix is not symmetric, so PCG cannot solve it; use \
+                    PBiCGStab or GMRES, or smoothSolver with a Jacobi or Gauss-Seidel smoother"
+                .into(),
+        );
+    };
+    if smoother.needs_symmetric_matrix() {
+        return Err(format!(
+            "the {smoother} smoother needs a symmetric matrix; the momentum matrix is not (use \
+             Jacobi or Gauss-Seidel)"
+        ));
+    }
+    Ok(MomentumSolver {
+        smoother,
+        controls: solver.controls,
+        ..MomentumSolver::default()
     })
 }
 
@@ -463,6 +507,17 @@ pub struct FlowRunSummary {
 pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary, CaseError> {
     let clock = Instant::now();
     let mesh = setup.mesh.load()?;
+    run_flow_case_with_mesh(setup, &mesh, device, clock)
+}
+
+/// [`run_flow_case`] on `mesh`, the mesh of `setup.mesh` already loaded
+/// (as reading an OpenFOAM case does); `clock` started with the run.
+pub fn run_flow_case_with_mesh(
+    setup: &FlowSetup,
+    mesh: &Mesh,
+    device: Device,
+    clock: Instant,
+) -> Result<FlowRunSummary, CaseError> {
     let geometry = mesh.geometry()?;
     let n = mesh.n_cells();
     let mut velocity = Vec::new();
@@ -500,16 +555,42 @@ pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary
         FlowError::Solve { field, source } => CaseError::Solve { field, source },
         FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
     };
+    let (u0, p0) = match &setup.initial {
+        Some((u, p)) if u.len() == n && p.len() == n => (u.clone(), p.clone()),
+        Some((u, p)) => {
+            return Err(CaseError::invalid(format!(
+                "{}: {} initial velocities and {} pressures for a mesh of {n} cells",
+                setup.origin,
+                u.len(),
+                p.len()
+            )))
+        }
+        None => (vec![Vec3::zeros(); n], vec![0.0; n]),
+    };
     let mut simple = Simple::new(
-        &mesh,
+        mesh,
         &geometry,
         setup.settings,
         &velocity,
-        pressure,
-        vec![Vec3::zeros(); n],
-        vec![0.0; n],
+        pressure.clone(),
+        u0,
+        p0,
     )
     .map_err(flow_error)?;
+    let write_foam = |simple: &Simple, options: &FoamWriteOptions| -> Result<(), CaseError> {
+        let paths = crate::flow::output::write_time_directory(
+            &setup.case_dir,
+            simple,
+            &velocity,
+            &pressure,
+            options,
+        )?;
+        for path in paths {
+            log::info!("Writing {}", path.display());
+        }
+        Ok(())
+    };
+    let mut write_error = None;
     let momentum = setup.settings.momentum;
     let mut gpu_solver = match (device, momentum.krylov) {
         (Device::Gpu(gpu), Some(method)) => {
@@ -533,15 +614,33 @@ pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary
     let solver = setup.pressure_solver;
     let solve_pressure: &mut PressureSolve<'_> =
         &mut |a, b, x, _last| solve_linear(device, gpu_solver.as_mut(), &solver, a, b, x, "p");
-    let reports = simple
-        .run(setup.max_iterations, solve_pressure, |_, _| {
-            log::info!(
-                "ExecutionTime = {} s",
-                format_g(clock.elapsed().as_secs_f64())
-            );
-            Ok(())
-        })
-        .map_err(flow_error)?;
+    let mut last_written = 0;
+    let run = simple.run(setup.max_iterations, solve_pressure, |simple, report| {
+        log::info!(
+            "ExecutionTime = {} s",
+            format_g(clock.elapsed().as_secs_f64())
+        );
+        match &setup.foam_output {
+            Some(out) if report.iteration % out.interval == 0 => {
+                last_written = report.iteration;
+                write_foam(simple, &out.options).map_err(|e| {
+                    let msg = e.to_string();
+                    write_error = Some(e);
+                    FlowError::Invalid(msg)
+                })
+            }
+            _ => Ok(()),
+        }
+    });
+    if let Some(e) = write_error {
+        return Err(e);
+    }
+    let reports = run.map_err(flow_error)?;
+    if let Some(out) = &setup.foam_output {
+        if last_written != simple.iteration() {
+            write_foam(&simple, &out.options)?;
+        }
+    }
     let converged = reports.last().is_some_and(|r| r.converged);
     if !converged {
         log::warn!(
@@ -556,18 +655,21 @@ pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary
         .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "case".into());
     crate::io::create_dir_all(&setup.output_dir)?;
-    let vtu = setup.output_dir.join(format!("{name}.vtu"));
-    crate::flow::output::write_fields(
-        &vtu,
-        &mesh,
-        &simple.u,
-        &simple.p,
-        &simple.flux_divergence(),
-    )?;
+    if setup.vtk {
+        let vtu = setup.output_dir.join(format!("{name}.vtu"));
+        crate::flow::output::write_fields(
+            &vtu,
+            mesh,
+            &simple.u,
+            &simple.p,
+            &simple.flux_divergence(),
+        )?;
+        log::info!("wrote {}", vtu.display());
+    }
     let png = setup.output_dir.join(format!("{name}_residuals.png"));
     crate::flow::output::write_residual_plot(&reports, &name, &png)
         .map_err(|e| CaseError::invalid(e.to_string()))?;
-    log::info!("wrote {} and {}", vtu.display(), png.display());
+    log::info!("wrote {}", png.display());
     let validation = match &setup.validation {
         None => None,
         Some(kind) => {

@@ -8,6 +8,7 @@ pub mod flow_case;
 pub mod openfoam;
 pub mod run;
 pub mod setup;
+pub mod simple_foam;
 
 pub use run::{run_case, run_case_with_mesh, Device, ErrorNorms, RunSummary};
 pub use setup::{

@@ -61,10 +61,7 @@ pub struct OpenFoamCase {
 /// Reads the laplacianFoam case in `case_dir` (see the module documentation).
 /// Warnings go to the log and into [`OpenFoamCase::warnings`].
 pub fn read_case(case_dir: &Path) -> Result<OpenFoamCase, CaseError> {
-    let mut reader = Reader {
-        dir: case_dir.to_path_buf(),
-        warnings: Vec::new(),
-    };
+    let mut reader = Reader::new(case_dir, "laplacianFoam");
     let (setup, mesh) = reader.read()?;
     Ok(OpenFoamCase {
         setup,
@@ -74,13 +71,13 @@ pub fn read_case(case_dir: &Path) -> Result<OpenFoamCase, CaseError> {
 }
 
 /// `file:line: msg` at an entry.
-fn at(entry: &FoamEntry, msg: impl Into<String>) -> CaseError {
+pub(super) fn at(entry: &FoamEntry, msg: impl Into<String>) -> CaseError {
     CaseError::Mesh(entry.error(msg))
 }
 
 /// `file:line: msg` at the entry `key` of `dict`, read before; at the
 /// dictionary when the key is absent (its default was used).
-fn at_key(dict: &FoamDict, key: &str, msg: impl Into<String>) -> CaseError {
+pub(super) fn at_key(dict: &FoamDict, key: &str, msg: impl Into<String>) -> CaseError {
     match dict.entry(key) {
         Some(entry) => at(entry, msg),
         None => CaseError::Mesh(dict.error(msg)),
@@ -88,34 +85,47 @@ fn at_key(dict: &FoamDict, key: &str, msg: impl Into<String>) -> CaseError {
 }
 
 /// The time settings of `controlDict`.
-struct Timing {
-    start: f64,
-    end: f64,
-    delta_t: f64,
+pub(super) struct Timing {
+    pub(super) start: f64,
+    pub(super) end: f64,
+    pub(super) delta_t: f64,
     /// Write every this many steps (`writeInterval` in steps or in time / deltaT).
-    write_every: usize,
+    pub(super) write_every: usize,
 }
 
-struct Reader {
-    dir: PathBuf,
-    warnings: Vec<String>,
+/// Reads the files of an OpenFOAM case directory and collects the warnings;
+/// shared by the laplacianFoam and the simpleFoam ([`super::simple_foam`]) readers.
+pub(super) struct Reader {
+    pub(super) dir: PathBuf,
+    pub(super) warnings: Vec<String>,
+    /// The solver the case is read as (`laplacianFoam`), named in warnings.
+    application: &'static str,
 }
 
 impl Reader {
-    fn dict(&self, rel: &str) -> Result<FoamDict, CaseError> {
+    pub(super) fn new(dir: &Path, application: &'static str) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            warnings: Vec::new(),
+            application,
+        }
+    }
+
+    pub(super) fn dict(&self, rel: &str) -> Result<FoamDict, CaseError> {
         Ok(FoamDict::read(&self.dir.join(rel))?)
     }
 
-    fn warn(&mut self, msg: String) {
+    pub(super) fn warn(&mut self, msg: String) {
         log::warn!("{msg}");
         self.warnings.push(msg);
     }
 
     /// Warns about every entry of `dict` nobody read.
-    fn warn_unread(&mut self, dict: &FoamDict) {
+    pub(super) fn warn_unread(&mut self, dict: &FoamDict) {
         for e in dict.unread() {
             self.warn(format!(
-                "{e}: not used by fvpoisson's laplacianFoam, ignored"
+                "{e}: not used by fvpoisson's {}, ignored",
+                self.application
             ));
         }
     }
@@ -133,8 +143,9 @@ impl Reader {
                 return Err(at(
                     entry,
                     format!(
-                        "application {app}: only laplacianFoam cases can be run; set \
-                         'application laplacianFoam;' to run this one as such"
+                        "application {app}: only laplacianFoam cases can be run here (simpleFoam \
+                         cases by `fvpoisson run`); set 'application laplacianFoam;' to run this \
+                         one as such"
                     ),
                 ));
             }
@@ -206,7 +217,7 @@ impl Reader {
     }
 
     /// `startFrom`/`startTime`, `stopAt`, `endTime`, `deltaT`, `writeControl`, `writeInterval`.
-    fn timing(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
+    pub(super) fn timing(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
         let start_from = control.get_or("startFrom", "startTime".to_string())?;
         let start = match start_from.as_str() {
             "startTime" => control.get_scalar("startTime")?,
@@ -314,7 +325,10 @@ impl Reader {
     }
 
     /// `writeFormat`, `writePrecision`, `writeCompression`, `timeFormat`, `timePrecision`.
-    fn write_options(&mut self, control: &FoamDict) -> Result<FoamWriteOptions, CaseError> {
+    pub(super) fn write_options(
+        &mut self,
+        control: &FoamDict,
+    ) -> Result<FoamWriteOptions, CaseError> {
         let format = match control.get_or("writeFormat", "ascii".to_string())?.as_str() {
             "ascii" => FoamFormat::Ascii,
             "binary" => FoamFormat::Binary,
@@ -369,7 +383,7 @@ impl Reader {
     /// Euler steps or steady iterations, as many as laplacianFoam takes: OpenFOAM's
     /// `Time::run` steps while t < endTime − deltaT/2, so an endTime that is not
     /// a whole number of steps is rounded to the nearest one (never shortened).
-    fn time_control(
+    pub(super) fn time_control(
         &mut self,
         timing: &Timing,
         steady: bool,
@@ -425,8 +439,23 @@ impl Reader {
 
     /// The linear solver of `T` from `solvers`.
     fn solver(&mut self, solution: &FoamDict) -> Result<SolverSettings, CaseError> {
+        Ok(SolverSettings {
+            regular: self.solver_for(solution, FIELD, true)?,
+            // laplacianFoam's simpleControl never selects a `TFinal` solver.
+            final_corrector: None,
+        })
+    }
+
+    /// The linear solver of `field` from `solvers` (exact key or pattern);
+    /// `PBiCG` becomes PCG for a `symmetric` matrix, else PBiCGStab.
+    pub(super) fn solver_for(
+        &mut self,
+        solution: &FoamDict,
+        field: &str,
+        symmetric: bool,
+    ) -> Result<LinearSolver, CaseError> {
         let solvers = solution.get_dict("solvers")?;
-        let dict = solvers.get_dict(FIELD)?;
+        let dict = solvers.get_dict(field)?;
         let name = dict.get_word("solver")?;
         let solver_entry = dict.entry("solver").expect("read above");
         let where_ = format!("{}:{}", solver_entry.file().display(), solver_entry.line());
@@ -447,11 +476,16 @@ impl Reader {
         let (preconditioner, smoother) = match name.as_str() {
             "PCG" => (preconditioner(dict)?, None),
             "PBiCGStab" | "GMRES" => (krylov_preconditioner(dict)?, None),
-            "PBiCG" => {
+            "PBiCG" if symmetric => {
                 self.warn(format!(
                     "{where_}: solver {name} replaced by PCG (the matrix is symmetric)"
                 ));
                 (preconditioner(dict)?, None)
+            }
+            "PBiCG" => {
+                self.warn(format!("{where_}: solver {name} replaced by PBiCGStab"));
+                krylov = Some(KrylovMethod::BiCgStab);
+                (krylov_preconditioner(dict)?, None)
             }
             "GAMG" => {
                 gamg = Some(gamg_settings(dict)?);
@@ -483,18 +517,14 @@ impl Reader {
         };
         controls
             .validate()
-            .map_err(|e| CaseError::Mesh(dict.error(format!("solvers/{FIELD}: {e}"))))?;
-        Ok(SolverSettings {
-            regular: LinearSolver {
-                preconditioner,
-                smoother,
-                gamg,
-                controls,
-                krylov,
-                ..LinearSolver::default()
-            },
-            // laplacianFoam's simpleControl never selects a `TFinal` solver.
-            final_corrector: None,
+            .map_err(|e| CaseError::Mesh(dict.error(format!("solvers/{field}: {e}"))))?;
+        Ok(LinearSolver {
+            preconditioner,
+            smoother,
+            gamg,
+            controls,
+            krylov,
+            ..LinearSolver::default()
         })
     }
 
@@ -724,9 +754,9 @@ fn read_cell_zone(case_dir: &Path, name: &str, n_cells: usize) -> Result<Vec<usi
 /// and `nPostSweeps` (the cycle is symmetric: ν = max(1, (pre + post) / 2)
 /// sweeps on each side, the same smoothing work), `nCellsInCoarsestLevel`,
 /// and our `cycle`, `passes`, `matchingRounds`, `maxLevels`, `omega`,
-/// `overCorrection`. OpenFOAM's agglomeration (`agglomerator faceAreaPair`,
-/// `mergeLevels`: pairs by face weight, merged) is what the pairwise
-/// matching does, so those keys are accepted; the rest of GAMG's keys have
+/// `overCorrection`, `precision` (double, mixed). OpenFOAM's agglomeration
+/// (`agglomerator faceAreaPair`, `mergeLevels`: pairs by face weight,
+/// merged) is what the pairwise matching does, so those keys are accepted; the rest of GAMG's keys have
 /// no counterpart and are ignored.
 fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
     let mut s = AmgSettings::default();
@@ -750,6 +780,9 @@ fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
     }
     if let Some(c) = dict.get_opt::<String>("cycle")? {
         s.cycle = c.parse().map_err(|e| bad("cycle", e))?;
+    }
+    if let Some(p) = dict.get_opt::<String>("precision")? {
+        s.precision = p.parse().map_err(|e| bad("precision", e))?;
     }
     for key in ["omega", "overCorrection"] {
         if let Some(v) = dict.get_opt::<f64>(key)? {
@@ -807,7 +840,14 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
     let entry = holder.entry("preconditioner").expect("read above");
     Ok(match name.as_str() {
         // FDIC is DIC with precomputed reciprocals: the same preconditioner.
-        "DIC" | "FDIC" => PreconditionerKind::Dic.into(),
+        // `precision mixed`: f32 triangular sweeps on the GPU.
+        "DIC" | "FDIC" => match holder.get_opt::<String>("precision")? {
+            Some(v) => Preconditioner::with_ic_precision(
+                PreconditionerKind::Dic,
+                v.parse().map_err(|e| at_key(holder, "precision", e))?,
+            ),
+            _ => PreconditionerKind::Dic.into(),
+        },
         "diagonal" => PreconditionerKind::Jacobi.into(),
         "none" => PreconditionerKind::None.into(),
         other if PolynomialSettings::named(other).is_some() => {
@@ -951,7 +991,7 @@ fn smoother_parameters(dict: &FoamDict, s: &mut SmootherSettings) -> Result<(), 
 }
 
 /// The scheme entry for `key` in `section` (falling back to `default`) and its text.
-fn scheme<'a>(
+pub(super) fn scheme<'a>(
     schemes: &'a FoamDict,
     section: &str,
     key: &str,
@@ -1031,9 +1071,15 @@ fn read_schemes(dict: &FoamDict) -> Result<Schemes, CaseError> {
 
 /// `DT` as a plain or dimensioned scalar; it must be positive.
 fn read_diffusivity(transport: &FoamDict) -> Result<f64, CaseError> {
-    let Some((entry, values)) = transport.stream_entry("DT")? else {
+    read_positive(transport, "DT", "the diffusivity")
+}
+
+/// The entry `key` (`what`, for messages) as a plain or dimensioned scalar
+/// (`key v;`, `key [dims] v;`, `key key [dims] v;`); it must be positive.
+pub(super) fn read_positive(dict: &FoamDict, key: &str, what: &str) -> Result<f64, CaseError> {
+    let Some((entry, values)) = dict.stream_entry(key)? else {
         return Err(CaseError::Mesh(
-            transport.error("missing entry 'DT' (the diffusivity)"),
+            dict.error(format!("missing entry '{key}' ({what})")),
         ));
     };
     let number = match values {
@@ -1048,11 +1094,14 @@ fn read_diffusivity(transport: &FoamDict) -> Result<f64, CaseError> {
         _ => None,
     };
     match number {
-        Some(dt) if dt.is_finite() && dt > 0.0 => Ok(dt),
-        Some(dt) => Err(at(entry, format!("DT is {dt}; it must be positive"))),
+        Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Some(v) => Err(at(entry, format!("{key} is {v}; it must be positive"))),
         None => Err(at(
             entry,
-            "DT: expected a number, 'DT [0 2 -1 0 0 0 0] value' or 'DT DT [0 2 -1 0 0 0 0] value'",
+            format!(
+                "{key}: expected a number, '{key} [0 2 -1 0 0 0 0] value' or '{key} {key} \
+                 [0 2 -1 0 0 0 0] value'"
+            ),
         )),
     }
 }

@@ -167,6 +167,9 @@ impl Device<'_> {
             (None, Preconditioner::Fsai(s)) => Some(format!(
                 "PCG with the {s} preconditioner runs on a host-assembled matrix"
             )),
+            (None, p @ Preconditioner::MixedIc(_)) => Some(format!(
+                "PCG with the {p} preconditioner runs on a host-assembled matrix"
+            )),
         }
     }
 }

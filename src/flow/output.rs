@@ -1,14 +1,20 @@
 //! Results of a flow computation: the residual history as a PNG (simpleFoam's
 //! `foamMonitor` view: initial residual of every field and the local
 //! continuity error per outer iteration, log scale) and the fields U, p and
-//! ∇·φ as a VTK file.
+//! ∇·φ as a VTK file, or U, p and φ as an OpenFOAM time directory.
 
-use super::simple::IterationReport;
+use super::simple::{IterationReport, Simple};
+use super::VelocityCondition;
+use crate::fvm::BoundaryCondition;
+use crate::io::foam_field::{
+    write_time_field, write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions,
+    ScalarFieldOutput,
+};
 use crate::io::vtk::{write_vtu, Field};
 use crate::io::OutputError;
-use crate::mesh::{Mesh, Vec3};
+use crate::mesh::{Mesh, PatchKind, Vec3};
 use crate::validate::{write_png, DrawResult, PlotText, ValidateError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const RESIDUAL_PLOT_SIZE: (u32, u32) = (1200, 700);
 
@@ -125,4 +131,83 @@ pub fn write_fields(
             Field::scalar("div(phi)", flux_divergence),
         ],
     )
+}
+
+/// Kinematic dimensions `[kg m s K mol A cd]` of U, p and φ.
+const U_DIMENSIONS: Dimensions = Dimensions([0.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
+const P_DIMENSIONS: Dimensions = Dimensions([0.0, 2.0, -2.0, 0.0, 0.0, 0.0, 0.0]);
+const PHI_DIMENSIONS: Dimensions = Dimensions([0.0, 3.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
+
+/// Writes the OpenFOAM time directory `<case_dir>/<iteration>/` of `simple`:
+/// `U` (volVectorField, the `velocity` condition types with the boundary
+/// face values), `p` (volScalarField, the `pressure` conditions) and `phi`
+/// (surfaceScalarField: internal faces, `calculated` patches), each
+/// atomically; returns the paths written.
+pub fn write_time_directory(
+    case_dir: &Path,
+    simple: &Simple,
+    velocity: &[VelocityCondition],
+    pressure: &[BoundaryCondition],
+    options: &FoamWriteOptions,
+) -> Result<Vec<PathBuf>, OutputError> {
+    let mesh = simple.mesh();
+    let time = simple.iteration() as f64;
+    let first = mesh.n_internal_faces();
+    let u_types: Vec<&str> = velocity.iter().map(VelocityCondition::foam_name).collect();
+    let u = write_time_field_of(
+        case_dir,
+        time,
+        mesh,
+        &FieldOutput {
+            name: "U",
+            internal: &simple.u,
+            patch_types: &u_types,
+            boundary_values: &simple.boundary_velocity(),
+        },
+        false,
+        &FoamWriteOptions {
+            dimensions: U_DIMENSIONS,
+            ..*options
+        },
+    )?;
+    let p = write_time_field(
+        case_dir,
+        time,
+        mesh,
+        &ScalarFieldOutput {
+            name: "p",
+            cells: &simple.p,
+            boundary: pressure,
+            boundary_values: &simple.boundary_pressure(),
+        },
+        &FoamWriteOptions {
+            dimensions: P_DIMENSIONS,
+            ..*options
+        },
+    )?;
+    let phi_types: Vec<&str> = mesh
+        .patches()
+        .iter()
+        .map(|patch| match patch.kind {
+            PatchKind::Patch | PatchKind::Wall => "calculated",
+            constraint => constraint.foam_name(),
+        })
+        .collect();
+    let phi = write_time_field_of(
+        case_dir,
+        time,
+        mesh,
+        &FieldOutput {
+            name: "phi",
+            internal: &simple.phi[..first],
+            patch_types: &phi_types,
+            boundary_values: &simple.phi[first..],
+        },
+        true,
+        &FoamWriteOptions {
+            dimensions: PHI_DIMENSIONS,
+            ..*options
+        },
+    )?;
+    Ok(vec![u, p, phi])
 }

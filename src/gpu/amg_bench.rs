@@ -8,12 +8,14 @@
 //! around `DeviceAmg::new`, which includes its few host reads and the
 //! coarsest factor on the host; the first set-up is given in the note, the
 //! row reports the second, warm), the value-only re-set-up
-//! (`update_values`), one cycle (median of `reps` after warm-up), and PCG
+//! (`update_values`), one cycle (median of `reps` after warm-up, with the
+//! bytes it moves per level, `DeviceAmg::cycle_bytes`, and their floor at
+//! the copy bandwidth measured in the same run), and PCG
 //! with the cycle as preconditioner (the fused device loop, after a warm-up
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
 
 use super::amg::DeviceAmg;
-use super::bench::{relative_residual, time_median, BenchSettings, Row};
+use super::bench::{copy_bandwidth, relative_residual, time_median, BenchSettings, Row};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
 use super::{Gpu, GpuError};
@@ -85,6 +87,8 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         rows.push(Row::timing(spec, "rcm", what, (n, nnz), ms, note))
     };
 
+    // The copy bandwidth of this run: the cycle's byte floor.
+    let copy = copy_bandwidth(gpu, 1 << 30)?;
     let jacobi = GpuCgBackend::new(gpu, &a, true, None, &options)?;
     let b = jacobi.upload(&b_host)?;
     let (base, base_ms, base_res) = timed_solve(gpu, &jacobi, &a, &b_host, &b)?;
@@ -118,11 +122,24 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         let mut backend = GpuCgBackend::new(gpu, &a, false, None, &options)?;
         let (_, cold_ms) = timed(gpu, || DeviceAmg::new(gpu, backend.shared_matrix(), &s))?;
         let (mut amg, setup_ms) = timed(gpu, || DeviceAmg::new(gpu, backend.shared_matrix(), &s))?;
+        let (_, phases) = DeviceAmg::new_profiled(gpu, backend.shared_matrix(), &s)?;
+        let phases: Vec<String> = phases
+            .iter()
+            .map(|(phase, ms)| format!("{phase} {ms:.2}"))
+            .collect();
         let fine = backend.shared_matrix();
         let (_, resetup_ms) = timed(gpu, || amg.update_values(fine))?;
         let b = backend.upload(&b_host)?;
         let z = gpu.zeros::<f64>(n)?;
         let cycle_ms = time_median(gpu, 3, settings.reps.max(1), |_| amg.apply(b.dev()?, &z))?;
+        let level_bytes = amg.cycle_bytes();
+        let total_bytes: f64 = level_bytes.iter().sum();
+        let floor_ms = |bytes: f64| bytes / (copy * 1e9) * 1e3;
+        let per_level: Vec<String> = level_bytes
+            .iter()
+            .enumerate()
+            .map(|(l, &b)| format!("L{l} {:.1} MB {:.3} ms", b / 1e6, floor_ms(b)))
+            .collect();
         let hierarchy = format!(
             "{} levels {:?} rows, operator complexity {:.3} ({})",
             amg.level_rows().len(),
@@ -133,7 +150,11 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         push(
             format!("AMG {name} set-up"),
             setup_ms,
-            format!("warm (first: {cold_ms:.2} ms); {hierarchy}; {s}"),
+            format!(
+                "warm (first: {cold_ms:.2} ms); {hierarchy}; {s}; phases (host ms, synchronised): \
+                 {}",
+                phases.join(", ")
+            ),
         );
         push(
             format!("AMG {name} value re-set-up"),
@@ -146,7 +167,15 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
         push(
             format!("AMG {name} cycle"),
             cycle_ms,
-            format!("one application, median of {}", settings.reps.max(1)),
+            format!(
+                "one application, median of {}; {:.1} MB moved, floor {:.3} ms at copy bandwidth \
+                 {copy:.0} GB/s = {:.2} of measured; per level (bytes, floor): {}",
+                settings.reps.max(1),
+                total_bytes / 1e6,
+                floor_ms(total_bytes),
+                floor_ms(total_bytes) / cycle_ms,
+                per_level.join(", ")
+            ),
         );
         backend.set_preconditioner(Box::new(amg));
         let (perf, ms, res) = timed_solve(gpu, &backend, &a, &b_host, &b)?;

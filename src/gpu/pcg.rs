@@ -43,7 +43,8 @@ use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
     pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, InitialNorms, IterationRecord,
-    LoopState, PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
+    LoopState, Precision, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+    StopRule,
 };
 use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 
@@ -1048,8 +1049,42 @@ impl<'g> GpuSolver<'g> {
         field: &str,
         options: &GpuSolveOptions,
     ) -> Result<SolverPerformance, SolveError> {
+        self.solve_in_precision(
+            a,
+            kind,
+            Precision::Double,
+            equilibration,
+            b,
+            x,
+            controls,
+            field,
+            options,
+        )
+    }
+
+    /// [`Self::solve`] with DIC / IC(0)'s triangular sweeps in `precision`
+    /// (mixed: f32 sweeps, `DeviceIncompleteCholesky::with_precision`;
+    /// `Preconditioner::MixedIc`). The other kinds take double only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_in_precision(
+        &mut self,
+        a: &Csr,
+        kind: PreconditionerKind,
+        precision: Precision,
+        equilibration: &EquilibrationKind,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
         check_system(a, b, x, controls)?;
         let incomplete_cholesky = IcKind::of(kind);
+        if precision == Precision::Mixed && incomplete_cholesky.is_none() {
+            return Err(SolveError::InvalidControls(format!(
+                "precision mixed is available for the dic and ic0 preconditioners, not for {kind}"
+            )));
+        }
         let jacobi = match kind {
             PreconditionerKind::None => false,
             PreconditionerKind::Jacobi => true,
@@ -1071,12 +1106,16 @@ impl<'g> GpuSolver<'g> {
         let gpu = self.gpu;
         let (ordered, mut backend) = self.reordered_backend(system, &scaled, jacobi, options)?;
         if let Some(ic) = incomplete_cholesky {
-            let m = DeviceIncompleteCholesky::new(gpu, ordered.matrix(), ic)
+            let m = DeviceIncompleteCholesky::with_precision(gpu, ordered.matrix(), ic, precision)
                 .map_err(|e| in_original_rows(e, ordered.permutation()))?;
             let (forward, backward) = m.levels();
             log::info!(
-                "GPU {kind}: level-scheduled sweeps, {forward} forward and {backward} backward \
-                 levels ({} launches per application)",
+                "GPU {kind}: level-scheduled sweeps in {}, {forward} forward and {backward} \
+                 backward levels ({} launches per application)",
+                match m.precision() {
+                    Precision::Double => "f64",
+                    Precision::Mixed => "f32 (mixed precision)",
+                },
                 forward + backward
             );
             backend.set_preconditioner(Box::new(m));

@@ -174,9 +174,13 @@ fn case_entries(
     };
     let mut entries: Vec<Entry> = Vec::new();
     let mut push = |e: Entry| {
+        let setup = e
+            .setup_ms
+            .map_or("in the solve".into(), |ms| format!("{ms:.1} ms"));
+        let iterations = e.iterations.map_or("-".into(), |i| i.to_string());
         eprintln!(
-            "{case}: {} ({}): setup {:?} ms, {:?} iterations, solve {:.1} ms; {}",
-            e.what, e.ordering, e.setup_ms, e.iterations, e.solve_ms, e.note
+            "{case}: {} ({}): setup {setup}, {iterations} iterations, solve {:.1} ms; {}",
+            e.what, e.ordering, e.solve_ms, e.note
         );
         entries.push(e);
     };
@@ -322,12 +326,18 @@ fn case_entries(
             list.push((label, Layout::Rcm, smoother(s), String::new()));
         }
     }
-    list.push((
-        "blockJacobi (inner symGS x1)".into(),
-        Layout::Blocks,
-        smoother(bj_sgs),
-        mixed_note.into(),
-    ));
+    let bj_cg = SmootherSettings::block_jacobi(InnerSolver::Cg, 0.0, 4, block_h);
+    for (settings, name) in [(bj_sgs, "inner symGS x1"), (bj_cg, "inner CG x4")] {
+        for precision in [Precision::Double, Precision::Mixed] {
+            let mut s = settings;
+            s.polynomial.precision = precision;
+            let label = match precision {
+                Precision::Double => format!("blockJacobi ({name})"),
+                Precision::Mixed => format!("blockJacobi ({name}) mixed"),
+            };
+            list.push((label, Layout::Blocks, smoother(s), String::new()));
+        }
+    }
     let mut sgs_mixed = sgs;
     sgs_mixed.polynomial.precision = Precision::Mixed;
     list.push((

@@ -253,6 +253,13 @@ pub fn block_layout_for(
     }
 }
 
+/// Bytes of dynamic shared memory of one mixed-precision block-Jacobi block
+/// (`smooth_block_f32`): [`block_shared_bytes`] with f32 values (x 4 B, entry
+/// 4 B + column 4 B).
+pub fn block_shared_bytes_f32(h: usize, mnz: usize) -> usize {
+    h * (4 + 8 * mnz)
+}
+
 /// The block kernel's arguments.
 struct BlockKernel {
     slice_mnz: CudaSlice<i32>,
@@ -262,6 +269,9 @@ struct BlockKernel {
     tol2: f64,
     omega: f64,
     asynchronous: bool,
+    /// Mixed precision (PCG preconditioner only, `smooth_block_f32`): the
+    /// f32 twin of the matrix and two f32 iterates.
+    mixed: Option<(DeviceModSellF32, [CudaSlice<f32>; 2])>,
 }
 
 enum Method<'g> {
@@ -430,8 +440,12 @@ impl<'g> DeviceSmoother<'g> {
         let h = m.slice_height;
         let counts: Vec<i32> = in_slice_counts(a, h).iter().map(|&c| c as i32).collect();
         let mnz = counts.iter().copied().max().unwrap_or(0) as usize;
-        let bytes = block_shared_bytes(h, mnz);
-        let limits = gpu.kernel_limits("smooth_block")?;
+        let mixed = settings.polynomial.precision == Precision::Mixed;
+        let (kernel, bytes) = match mixed {
+            false => ("smooth_block", block_shared_bytes(h, mnz)),
+            true => ("smooth_block_f32", block_shared_bytes_f32(h, mnz)),
+        };
+        let limits = gpu.kernel_limits(kernel)?;
         if h > limits.threads_per_block || bytes > limits.dynamic_shared_bytes {
             return Err(GpuError::Invalid(format!(
                 "block Jacobi: {h}-row slices need {h} threads (limit {}) and {bytes} bytes of \
@@ -441,9 +455,13 @@ impl<'g> DeviceSmoother<'g> {
         }
         // Above the default 48 KB a kernel must opt in.
         if bytes > 48 * 1024 {
-            gpu.allow_dynamic_shared("smooth_block", bytes)?;
+            gpu.allow_dynamic_shared(kernel, bytes)?;
         }
         let b = &settings.block;
+        let mixed = match mixed {
+            true => Some((m.f32_twin(gpu)?, [gpu.zeros(m.n)?, gpu.zeros(m.n)?])),
+            false => None,
+        };
         Ok(BlockKernel {
             slice_mnz: gpu.upload(&counts)?,
             shared_bytes: bytes as u32,
@@ -462,6 +480,7 @@ impl<'g> DeviceSmoother<'g> {
             tol2: b.inner_tolerance * b.inner_tolerance,
             omega: settings.omega,
             asynchronous: b.asynchronous,
+            mixed,
         })
     }
 
@@ -508,6 +527,9 @@ impl<'g> DeviceSmoother<'g> {
         {
             return self.gauss_seidel_f32(colouring, *sweep, twin, w, b, x, sweeps, done);
         }
+        if let Method::Block(k @ BlockKernel { mixed: Some(_), .. }) = &self.method {
+            return self.block_f32(k, b, x, sweeps, done);
+        }
         if !self.double_buffered() || sweeps == 0 {
             let n = self.matrix.n as i32;
             self.gpu.launch(
@@ -529,7 +551,7 @@ impl<'g> DeviceSmoother<'g> {
     fn double_buffered(&self) -> bool {
         match &self.method {
             Method::Jacobi { .. } => true,
-            Method::Block(k) => !k.asynchronous,
+            Method::Block(k) => !k.asynchronous && k.mixed.is_none(),
             Method::BlockIc(_) => true,
             Method::GaussSeidel { .. } | Method::Polynomial(_) | Method::JacobiF32 { .. } => false,
         }
@@ -612,6 +634,13 @@ impl<'g> DeviceSmoother<'g> {
                         )?;
                     }
                 }
+                Method::Block(BlockKernel { mixed: Some(_), .. }) => {
+                    return Err(GpuError::Invalid(
+                        "mixed-precision block Jacobi runs as a PCG preconditioner only (sweeps \
+                         from zero); use precision double in smoothSolver"
+                            .into(),
+                    ))
+                }
                 Method::Block(k) => {
                     let (from, to) = match k.asynchronous {
                         true => (Some(x), x),
@@ -685,6 +714,58 @@ impl DeviceSmoother<'_> {
             })?;
         }
         let last = &xs[(sweeps.max(1) - 1) % 2];
+        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n).arg(last).arg(x);
+            arg_or_null(a, done);
+        })
+    }
+
+    /// Mixed-precision block Jacobi from zero (`smooth_block_f32`):
+    /// synchronous sweeps alternate between the two f32 iterates (the first
+    /// reads x = 0), asynchronous ones update the first in place after
+    /// zeroing it; then x = the last iterate widened to f64 (`ic_widen`).
+    fn block_f32(
+        &self,
+        k: &BlockKernel,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        sweeps: usize,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let (gpu, m) = (self.gpu, &*self.matrix);
+        let (twin, xs) = k.mixed.as_ref().expect("a mixed-precision block kernel");
+        let (n, h) = (m.n as i32, m.slice_height as u32);
+        let slices = m.n_slices() as u32;
+        let sweeps = sweeps.max(1);
+        if k.asynchronous {
+            gpu.launch("zero_vector_f32", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&xs[0]);
+                arg_or_null(a, done);
+            })?;
+        }
+        for i in 0..sweeps {
+            let (from, to) = match (k.asynchronous, i) {
+                (true, _) => (Some(&xs[0]), &xs[0]),
+                (false, 0) => (None, &xs[0]),
+                (false, _) => (Some(&xs[(i + 1) % 2]), &xs[i % 2]),
+            };
+            gpu.launch("smooth_block_f32", slices, h, k.shared_bytes, |a| {
+                a.arg(&n).arg(&m.slice_ptr).arg(&m.codes);
+                a.arg(&twin.values).arg(&twin.diag);
+                a.arg(&k.slice_mnz).arg(b);
+                match from {
+                    Some(from) => a.arg(from),
+                    None => a.arg(&NULL),
+                };
+                a.arg(to);
+                a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
+                arg_or_null(a, done);
+            })?;
+        }
+        let last = match k.asynchronous {
+            true => &xs[0],
+            false => &xs[(sweeps - 1) % 2],
+        };
         gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n).arg(last).arg(x);
             arg_or_null(a, done);
@@ -817,7 +898,9 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 /// polynomials (`gpu::polynomial`) and FSAI (`gpu::fsai`) as given;
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
 /// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; ILU(k) and Schwarz
-/// as given (`gpu::ilu`); the other kinds without a device form as Jacobi.
+/// as given (`gpu::ilu`); DIC / IC(0) in mixed precision as given (their
+/// f32 level-scheduled sweeps, `gpu::ic`); the other kinds without a device
+/// form as Jacobi.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
     match p {
         Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
@@ -832,6 +915,7 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
         Preconditioner::Polynomial(_) => *p,
         Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => *p,
         Preconditioner::Fsai(_) => *p,
+        Preconditioner::MixedIc(_) => *p,
     }
 }
 
@@ -1012,6 +1096,20 @@ impl GpuSolver<'_> {
             }
             Preconditioner::Fsai(s) => {
                 return self.solve_fsai(a, s, equilibration, b, x, controls, field, options)
+            }
+            Preconditioner::MixedIc(kind) => {
+                preconditioner.check()?;
+                return self.solve_in_precision(
+                    a,
+                    *kind,
+                    Precision::Mixed,
+                    equilibration,
+                    b,
+                    x,
+                    controls,
+                    field,
+                    options,
+                );
             }
         };
         check_system(a, b, x, controls)?;

@@ -1,4 +1,5 @@
-//! OpenFOAM `volScalarField` files: reading `0/T` (and any written time) and
+//! OpenFOAM field files (`volScalarField`, `volVectorField`, `surfaceScalarField`):
+//! reading `0/T`, `0/U` (and any written time) and
 //! writing `<case>/<time>/<field>` so that OpenFOAM utilities and ParaView's
 //! OpenFOAM reader open it.
 //!
@@ -14,25 +15,87 @@ use super::{create_dir_all, OutputError};
 use crate::foam::dict::{Value, ValueKind};
 use crate::foam::foam_dict::{describe_values, FoamDict, FoamEntry};
 use crate::foam::write::{
-    format_general, format_scalar, write_atomic, write_footer, write_header, write_list, HeaderSpec,
+    format_general, format_scalar, write_atomic, write_footer, write_header, write_list,
+    HeaderSpec, WriteItem,
 };
 use crate::foam::{FoamFile, FoamFormat};
 use crate::fvm::{BoundaryCondition, PatchValues};
-use crate::mesh::{Mesh, MeshError, Patch};
+use crate::mesh::{Mesh, MeshError, Patch, Vec3};
 use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// Values of a field over cells or over one patch's faces.
+/// Values of a field over cells or over one patch's faces: one for all, or
+/// one each.
 #[derive(Clone, Debug, PartialEq)]
-pub enum FieldValues {
-    Uniform(f64),
-    NonUniform(Vec<f64>),
+pub enum Values<T> {
+    Uniform(T),
+    NonUniform(Vec<T>),
 }
 
-impl FieldValues {
-    /// The entry `key` of `dict` (`uniform v`, `nonuniform List<scalar> N(...)`,
-    /// or a bare number as OpenFOAM 2.0 files have it), which must hold
+/// Scalar values (`volScalarField`, `surfaceScalarField`).
+pub type FieldValues = Values<f64>;
+/// Vector values (`volVectorField`).
+pub type VectorFieldValues = Values<Vec3>;
+
+/// The value types of field files: `scalar` and `vector`.
+pub trait FieldItem: Sized + Clone + PartialEq + WriteItem {
+    /// OpenFOAM's name of the type (`List<scalar>`).
+    const NAME: &'static str;
+    /// The `vol*Field` class of a cell field of this type.
+    const VOL_CLASS: &'static str;
+    /// One value (`1.5`, `(1 0 0)`).
+    fn from_value(value: &Value) -> Option<Self>;
+    /// The items of a list value.
+    fn list(value: &Value, file: &Path) -> Result<Vec<Self>, MeshError>;
+    /// Rounded to `digits` significant digits (each component).
+    fn rounded(&self, digits: usize) -> Self;
+    fn is_finite_item(&self) -> bool;
+}
+
+impl FieldItem for f64 {
+    const NAME: &'static str = "scalar";
+    const VOL_CLASS: &'static str = "volScalarField";
+    fn from_value(value: &Value) -> Option<Self> {
+        value.number()
+    }
+    fn list(value: &Value, file: &Path) -> Result<Vec<Self>, MeshError> {
+        value.to_scalars(file)
+    }
+    fn rounded(&self, digits: usize) -> Self {
+        round_to_digits(*self, digits)
+    }
+    fn is_finite_item(&self) -> bool {
+        self.is_finite()
+    }
+}
+
+impl FieldItem for Vec3 {
+    const NAME: &'static str = "vector";
+    const VOL_CLASS: &'static str = "volVectorField";
+    fn from_value(value: &Value) -> Option<Self> {
+        match &value.kind {
+            ValueKind::List(items) if items.len() == 3 => {
+                let v: Option<Vec<f64>> = items.iter().map(Value::number).collect();
+                v.map(|v| Vec3::new(v[0], v[1], v[2]))
+            }
+            _ => None,
+        }
+    }
+    fn list(value: &Value, file: &Path) -> Result<Vec<Self>, MeshError> {
+        value.to_vectors(file)
+    }
+    fn rounded(&self, digits: usize) -> Self {
+        self.map(|x| round_to_digits(x, digits))
+    }
+    fn is_finite_item(&self) -> bool {
+        self.iter().all(|x| x.is_finite())
+    }
+}
+
+impl<T: FieldItem> Values<T> {
+    /// The entry `key` of `dict` (`uniform v`, `nonuniform List<T> N(...)`,
+    /// or a bare value as OpenFOAM 2.0 files have it), which must hold
     /// `size` values; `None` when missing.
     pub fn read_opt(dict: &FoamDict, key: &str, size: usize) -> Result<Option<Self>, MeshError> {
         let Some((entry, values)) = dict.stream_entry(key)? else {
@@ -41,16 +104,26 @@ impl FieldValues {
         Self::parse(entry, values, size).map(Some)
     }
 
-    /// As [`FieldValues::read_opt`], an error naming the dictionary when missing.
+    /// As [`Values::read_opt`], an error naming the dictionary when missing.
     pub fn read(dict: &FoamDict, key: &str, size: usize) -> Result<Self, MeshError> {
         Self::read_opt(dict, key, size)?.ok_or_else(|| dict.missing(key))
     }
 
+    /// One value per item: the uniform value repeated `size` times.
+    pub fn expand(self, size: usize) -> Vec<T> {
+        match self {
+            Self::Uniform(v) => vec![v; size],
+            Self::NonUniform(v) => v,
+        }
+    }
+
     fn parse(entry: &FoamEntry, values: &[Value], size: usize) -> Result<Self, MeshError> {
         let key = entry.key();
+        let name = T::NAME;
+        let list_type = format!("List<{name}>");
         let list = match values {
-            [v] if v.number().is_some() => {
-                return Ok(Self::Uniform(v.number().unwrap_or_default()))
+            [v] if T::from_value(v).is_some() => {
+                return Ok(Self::Uniform(T::from_value(v).expect("checked")))
             }
             [Value {
                 kind: ValueKind::Word(w),
@@ -58,9 +131,9 @@ impl FieldValues {
             }, v]
                 if w == "uniform" =>
             {
-                return v.number().map(Self::Uniform).ok_or_else(|| {
+                return T::from_value(v).map(Self::Uniform).ok_or_else(|| {
                     entry.error(format!(
-                        "'{key}': expected a number after 'uniform', found {}",
+                        "'{key}': expected a {name} after 'uniform', found {}",
                         v.kind.describe()
                     ))
                 })
@@ -76,14 +149,14 @@ impl FieldValues {
                         kind: ValueKind::Word(t),
                         ..
                     }, list]
-                        if t == "List<scalar>" =>
+                        if *t == list_type =>
                     {
                         list
                     }
                     [list] => list,
                     _ => {
                         return Err(entry.error(format!(
-                            "'{key}': expected 'nonuniform List<scalar> N (...)', found \
+                            "'{key}': expected 'nonuniform {list_type} N (...)', found \
                              nonuniform followed by {}",
                             describe_values(rest)
                         )))
@@ -92,13 +165,13 @@ impl FieldValues {
             }
             _ => {
                 return Err(entry.error(format!(
-                    "'{key}': expected 'uniform <number>' or 'nonuniform List<scalar> N (...)', \
+                    "'{key}': expected 'uniform <{name}>' or 'nonuniform {list_type} N (...)', \
                      found {}",
                     describe_values(values)
                 )))
             }
         };
-        let values = list.to_scalars(entry.file())?;
+        let values = T::list(list, entry.file())?;
         if values.len() != size {
             return Err(entry.error(format!(
                 "'{key}' has {} values but {size} are needed",
@@ -158,27 +231,40 @@ impl fmt::Display for Dimensions {
     }
 }
 
-/// A `volScalarField` file, read and expanded, with the internal field checked
-/// against the mesh. Patch entries are looked up with [`ScalarFieldFile::patch`].
+/// A field file (`volScalarField`, `volVectorField`, `surfaceScalarField`),
+/// read and expanded, with the internal field checked against the mesh.
+/// Patch entries are looked up with [`FieldFile::patch`].
 #[derive(Debug)]
-pub struct ScalarFieldFile {
+pub struct FieldFile<T> {
     pub path: PathBuf,
     pub dimensions: Dimensions,
-    pub internal: FieldValues,
+    pub internal: Values<T>,
     /// The whole file, to find entries nobody read ([`FoamDict::unread`]).
     pub dict: FoamDict,
 }
 
-impl ScalarFieldFile {
-    /// Reads `path` (or `path.gz`) for a mesh of `n_cells` cells.
+/// A `volScalarField` file.
+pub type ScalarFieldFile = FieldFile<f64>;
+/// A `volVectorField` file.
+pub type VectorFieldFile = FieldFile<Vec3>;
+
+impl<T: FieldItem> FieldFile<T> {
+    /// Reads the cell field `path` (or `path.gz`) for a mesh of `n_cells` cells.
     pub fn read(path: &Path, n_cells: usize) -> Result<Self, MeshError> {
+        Self::read_class(path, T::VOL_CLASS, n_cells)
+    }
+
+    /// Reads `path` (or `path.gz`), a field of class `class` (when the header
+    /// names one) with `size` internal values.
+    pub fn read_class(path: &Path, class: &str, size: usize) -> Result<Self, MeshError> {
         let file = FoamFile::read(path)?;
-        if !file.header.class.is_empty() && file.header.class != "volScalarField" {
+        if !file.header.class.is_empty() && file.header.class != class {
             return Err(MeshError::InFile {
                 file: file.path.clone(),
                 msg: format!(
-                    "expected a volScalarField, found class {} (only scalar fields are solved)",
-                    file.header.class
+                    "expected a {class}, found class {} (give the {} field here)",
+                    file.header.class,
+                    T::NAME
                 ),
             });
         }
@@ -187,7 +273,7 @@ impl ScalarFieldFile {
             .stream_entry("dimensions")?
             .ok_or_else(|| dict.error("missing entry 'dimensions'"))?;
         let dimensions = Dimensions::parse(entry, values)?;
-        let internal = FieldValues::read(&dict, "internalField", n_cells)?;
+        let internal = Values::read(&dict, "internalField", size)?;
         dict.get_dict("boundaryField")?;
         Ok(Self {
             path: file.path,
@@ -278,53 +364,157 @@ pub fn write_time_field(
     field: &ScalarFieldOutput,
     options: &FoamWriteOptions,
 ) -> Result<PathBuf, OutputError> {
+    check_sizes(
+        field.name,
+        mesh,
+        (field.cells.len(), mesh.n_cells()),
+        field.boundary.len(),
+        field.boundary_values.len(),
+    )?;
+    let first = mesh.n_internal_faces();
+    write_field_file(
+        case_dir,
+        time,
+        options,
+        f64::VOL_CLASS,
+        field.name,
+        field.cells,
+        &|w, writer| {
+            for (patch, bc) in mesh.patches().iter().zip(field.boundary) {
+                let range = patch.start - first..patch.start - first + patch.size;
+                writer.patch(w, &patch.name, bc, &field.boundary_values[range])?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// A field to write whose patches each have a type name and, but for `empty`
+/// ones, the face values (`value`): a `volVectorField` (cells) or a
+/// `surfaceScalarField` (internal faces).
+#[derive(Clone, Copy, Debug)]
+pub struct FieldOutput<'a, T> {
+    pub name: &'a str,
+    /// Cell values, or internal face values of a surface field.
+    pub internal: &'a [T],
+    /// The type of each patch, in patch order (`fixedValue`, `calculated`, `empty`, ...).
+    pub patch_types: &'a [&'a str],
+    /// The value on every boundary face (index face − nInternalFaces).
+    pub boundary_values: &'a [T],
+}
+
+/// Writes `<case_dir>/<time name>/<name>` as a `volVectorField` (`surface =
+/// false`; one value per cell) or a `surfaceScalarField`/`surfaceVectorField`
+/// (`surface`; one per internal face), atomically; returns the path written.
+pub fn write_time_field_of<T: FieldItem>(
+    case_dir: &Path,
+    time: f64,
+    mesh: &Mesh,
+    field: &FieldOutput<T>,
+    surface: bool,
+    options: &FoamWriteOptions,
+) -> Result<PathBuf, OutputError> {
+    let (class, internal_size) = if surface {
+        let class = T::VOL_CLASS.replacen("vol", "surface", 1);
+        (class, mesh.n_internal_faces())
+    } else {
+        (T::VOL_CLASS.to_string(), mesh.n_cells())
+    };
+    check_sizes(
+        &format!("{} ({class})", field.name),
+        mesh,
+        (field.internal.len(), internal_size),
+        field.patch_types.len(),
+        field.boundary_values.len(),
+    )?;
+    let first = mesh.n_internal_faces();
+    write_field_file(
+        case_dir,
+        time,
+        options,
+        &class,
+        field.name,
+        field.internal,
+        &|w, writer| {
+            for (patch, kind) in mesh.patches().iter().zip(field.patch_types) {
+                let range = patch.start - first..patch.start - first + patch.size;
+                writeln!(
+                    w,
+                    "    {}\n    {{\n{PATCH_INDENT}{:<15} {kind};",
+                    patch.name, "type"
+                )?;
+                if *kind != "empty" {
+                    writer.entry(w, PATCH_INDENT, "value", &field.boundary_values[range])?;
+                }
+                writeln!(w, "    }}")?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// An error unless there are as many internal values as needed (`internal`:
+/// given, needed), one patch entry per patch and one boundary value per
+/// boundary face.
+fn check_sizes(
+    name: &str,
+    mesh: &Mesh,
+    internal: (usize, usize),
+    patches: usize,
+    boundary_values: usize,
+) -> Result<(), OutputError> {
     let n_boundary = mesh.n_faces() - mesh.n_internal_faces();
-    if field.cells.len() != mesh.n_cells()
-        || field.boundary.len() != mesh.patches().len()
-        || field.boundary_values.len() != n_boundary
-    {
+    let (given, needed) = internal;
+    if given != needed || patches != mesh.patches().len() || boundary_values != n_boundary {
         return Err(OutputError::invalid(format!(
-            "field {}: {} cell values, {} patch conditions and {} boundary values given for a \
-             mesh of {} cells, {} patches and {} boundary faces",
-            field.name,
-            field.cells.len(),
-            field.boundary.len(),
-            field.boundary_values.len(),
-            mesh.n_cells(),
+            "field {name}: {given} internal values, {patches} patch entries and \
+             {boundary_values} boundary values given for {needed} internal values (cells or \
+             internal faces), {} patches and {n_boundary} boundary faces",
             mesh.patches().len(),
-            n_boundary
         )));
     }
-    if let Some(i) = field.cells.iter().position(|v| !v.is_finite()) {
+    Ok(())
+}
+
+/// Writes the patches of `boundaryField` (inside its braces).
+type PatchWriter<'f> = dyn Fn(&mut dyn Write, &ValueWriter) -> io::Result<()> + 'f;
+
+/// The one writer of field files: header, dimensions, `internalField`,
+/// `boundaryField` (from `patches`), atomically into `<case_dir>/<time name>/`.
+fn write_field_file<T: FieldItem>(
+    case_dir: &Path,
+    time: f64,
+    options: &FoamWriteOptions,
+    class: &str,
+    name: &str,
+    internal: &[T],
+    patches: &PatchWriter,
+) -> Result<PathBuf, OutputError> {
+    if let Some(i) = internal.iter().position(|v| !v.is_finite_item()) {
         return Err(OutputError::invalid(format!(
-            "field {}: cell {i} has value {}; refusing to write a non-finite field",
-            field.name, field.cells[i]
+            "field {name}: internal value {i} is not finite; refusing to write a non-finite field"
         )));
     }
     let time_dir_name = time_name(time, options.time_precision);
     let dir = case_dir.join(&time_dir_name);
     create_dir_all(&dir)?;
-    let path = dir.join(field.name);
+    let path = dir.join(name);
     let content = |w: &mut dyn Write| -> io::Result<()> {
         write_header(
             w,
             &HeaderSpec {
                 format: options.format,
-                class: "volScalarField",
+                class,
                 note: None,
                 location: &time_dir_name,
-                object: field.name,
+                object: name,
             },
         )?;
         writeln!(w, "{:<15} {};\n", "dimensions", options.dimensions)?;
         let writer = ValueWriter { options };
-        writer.entry(w, "", "internalField", field.cells)?;
+        writer.entry(w, "", "internalField", internal)?;
         writeln!(w, "\nboundaryField\n{{")?;
-        let first = mesh.n_internal_faces();
-        for (patch, bc) in mesh.patches().iter().zip(field.boundary) {
-            let range = patch.start - first..patch.start - first + patch.size;
-            writer.patch(w, &patch.name, bc, &field.boundary_values[range])?;
-        }
+        patches(w, &writer)?;
         writeln!(w, "}}")?;
         write_footer(w)
     };
@@ -342,29 +532,38 @@ fn patch_slice(values: &PatchValues) -> &[f64] {
     }
 }
 
+const PATCH_INDENT: &str = "        ";
+
 struct ValueWriter<'a> {
     options: &'a FoamWriteOptions,
 }
 
 impl ValueWriter<'_> {
     /// `key uniform v;` when all values are equal (as OpenFOAM writes), else
-    /// `key nonuniform List<scalar> N (...);`, indented.
-    fn entry(&self, w: &mut dyn Write, indent: &str, key: &str, values: &[f64]) -> io::Result<()> {
+    /// `key nonuniform List<T> N (...);`, indented.
+    fn entry<T: FieldItem>(
+        &self,
+        w: &mut dyn Write,
+        indent: &str,
+        key: &str,
+        values: &[T],
+    ) -> io::Result<()> {
         let digits = self.options.precision;
         write!(w, "{indent}{key:<15} ")?;
-        if let Some(&first) = values.first().filter(|&&f| values.iter().all(|&v| v == f)) {
+        if let Some(first) = values.first().filter(|&f| values.iter().all(|v| v == f)) {
             let mut buf = String::new();
-            format_scalar(round_to_digits(first, digits), &mut buf);
-            return writeln!(w, "uniform {buf};");
+            write!(w, "uniform ")?;
+            first.rounded(digits).write_ascii(w, &mut buf)?;
+            return writeln!(w, ";");
         }
-        let rounded: Vec<f64>;
+        let rounded: Vec<T>;
         let items = if digits >= 17 || self.options.format == FoamFormat::Binary {
             values
         } else {
-            rounded = values.iter().map(|&x| round_to_digits(x, digits)).collect();
+            rounded = values.iter().map(|x| x.rounded(digits)).collect();
             &rounded
         };
-        write!(w, "nonuniform List<scalar> ")?;
+        write!(w, "nonuniform List<{}> ", T::NAME)?;
         write_list(w, items, self.options.format)?;
         writeln!(w, ";")
     }
@@ -376,30 +575,36 @@ impl ValueWriter<'_> {
         bc: &BoundaryCondition,
         face_values: &[f64],
     ) -> io::Result<()> {
-        const INDENT: &str = "        ";
         writeln!(
             w,
-            "    {name}\n    {{\n{INDENT}{:<15} {};",
+            "    {name}\n    {{\n{PATCH_INDENT}{:<15} {};",
             "type",
             bc.foam_name()
         )?;
         match bc {
             BoundaryCondition::Empty => {}
-            BoundaryCondition::FixedValue(v) => self.entry(w, INDENT, "value", patch_slice(v))?,
-            BoundaryCondition::ZeroGradient => self.entry(w, INDENT, "value", face_values)?,
+            BoundaryCondition::FixedValue(v) => {
+                self.entry(w, PATCH_INDENT, "value", patch_slice(v))?
+            }
+            BoundaryCondition::ZeroGradient => self.entry(w, PATCH_INDENT, "value", face_values)?,
             BoundaryCondition::FixedGradient(g) => {
-                self.entry(w, INDENT, "gradient", patch_slice(g))?;
-                self.entry(w, INDENT, "value", face_values)?;
+                self.entry(w, PATCH_INDENT, "gradient", patch_slice(g))?;
+                self.entry(w, PATCH_INDENT, "value", face_values)?;
             }
             BoundaryCondition::Mixed {
                 ref_value,
                 ref_gradient,
                 value_fraction,
             } => {
-                self.entry(w, INDENT, "refValue", patch_slice(ref_value))?;
-                self.entry(w, INDENT, "refGradient", patch_slice(ref_gradient))?;
-                self.entry(w, INDENT, "valueFraction", patch_slice(value_fraction))?;
-                self.entry(w, INDENT, "value", face_values)?;
+                self.entry(w, PATCH_INDENT, "refValue", patch_slice(ref_value))?;
+                self.entry(w, PATCH_INDENT, "refGradient", patch_slice(ref_gradient))?;
+                self.entry(
+                    w,
+                    PATCH_INDENT,
+                    "valueFraction",
+                    patch_slice(value_fraction),
+                )?;
+                self.entry(w, PATCH_INDENT, "value", face_values)?;
             }
         }
         writeln!(w, "    }}")
@@ -580,7 +785,7 @@ mod tests {
         };
         let e =
             write_time_field(&dir, 3.0, &mesh, &short, &FoamWriteOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("7 cell values"), "{e}");
+        assert!(e.to_string().contains("7 internal values"), "{e}");
         assert!(!dir.join("3").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -613,7 +818,7 @@ mod tests {
             ),
             3,
         );
-        assert!(e.ends_with("0/T:3: 'internalField': expected 'uniform <number>' or 'nonuniform List<scalar> N (...)', found word 'uniform'"), "{e}");
+        assert!(e.ends_with("0/T:3: 'internalField': expected 'uniform <scalar>' or 'nonuniform List<scalar> N (...)', found word 'uniform'"), "{e}");
         let e = check(
             &format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform 1;\n"),
             3,
@@ -649,6 +854,111 @@ mod tests {
         let field = ScalarFieldFile::read(&path, mesh.n_cells()).unwrap();
         let e = field.patch(&mesh.patches()[1]).unwrap_err().to_string();
         assert!(e.ends_with("0/T:4: boundaryField has no entry for patch 'xmax' (type patch); add 'xmax { type ...; }'"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn vector_and_surface_fields_read_back() {
+        let mesh = load("box:3x2x1:2d").unwrap();
+        let dir = temp_case("vector");
+        let n_boundary = mesh.n_faces() - mesh.n_internal_faces();
+        let cells: Vec<Vec3> = (0..mesh.n_cells())
+            .map(|c| Vec3::new(c as f64 / 3.0, -(c as f64).sqrt(), 0.0))
+            .collect();
+        let faces: Vec<Vec3> = (0..n_boundary)
+            .map(|b| Vec3::new(1.0 / (b as f64 + 7.0), 0.25, 0.0))
+            .collect();
+        let fluxes: Vec<f64> = (0..mesh.n_faces()).map(|f| (f as f64).sin()).collect();
+        let types = [
+            "fixedValue",
+            "zeroGradient",
+            "noSlip",
+            "calculated",
+            "empty",
+        ];
+        for (format, precision) in [
+            (FoamFormat::Ascii, 17),
+            (FoamFormat::Binary, 17),
+            (FoamFormat::Ascii, 5),
+        ] {
+            let options = FoamWriteOptions {
+                format,
+                precision,
+                ..FoamWriteOptions::default()
+            };
+            let u = FieldOutput {
+                name: "U",
+                internal: &cells,
+                patch_types: &types,
+                boundary_values: &faces,
+            };
+            write_time_field_of(&dir, 7.0, &mesh, &u, false, &options).unwrap();
+            let n_internal = mesh.n_internal_faces();
+            let phi = FieldOutput {
+                name: "phi",
+                internal: &fluxes[..n_internal],
+                patch_types: &types,
+                boundary_values: &fluxes[n_internal..],
+            };
+            write_time_field_of(&dir, 7.0, &mesh, &phi, true, &options).unwrap();
+            let round = |v: &Vec3| v.rounded(precision);
+            let read = VectorFieldFile::read(&dir.join("7/U"), mesh.n_cells()).unwrap();
+            assert_eq!(
+                read.internal,
+                Values::NonUniform(cells.iter().map(round).collect())
+            );
+            let read_phi =
+                ScalarFieldFile::read_class(&dir.join("7/phi"), "surfaceScalarField", n_internal)
+                    .unwrap();
+            assert_eq!(
+                read_phi.internal,
+                Values::NonUniform(
+                    fluxes[..n_internal]
+                        .iter()
+                        .map(|x| x.rounded(precision))
+                        .collect()
+                )
+            );
+            let first = mesh.n_internal_faces();
+            for (patch, kind) in mesh.patches().iter().zip(types) {
+                let range = patch.start - first..patch.start - first + patch.size;
+                let entry = read.patch(patch).unwrap();
+                assert_eq!(entry.get_word("type").unwrap(), kind);
+                let phi_entry = read_phi.patch(patch).unwrap();
+                if kind == "empty" {
+                    assert!(!entry.contains("value") && !phi_entry.contains("value"));
+                    continue;
+                }
+                let want: Vec<Vec3> = faces[range.clone()].iter().map(round).collect();
+                assert_eq!(
+                    VectorFieldValues::read(entry, "value", patch.size)
+                        .unwrap()
+                        .expand(patch.size),
+                    want
+                );
+                let want: Vec<f64> = fluxes[first..][range]
+                    .iter()
+                    .map(|x| x.rounded(precision))
+                    .collect();
+                assert_eq!(
+                    FieldValues::read(phi_entry, "value", patch.size)
+                        .unwrap()
+                        .expand(patch.size),
+                    want
+                );
+            }
+            // A vector field is not a scalar one, and surface fields have one
+            // value per internal face.
+            let e = ScalarFieldFile::read(&dir.join("7/U"), mesh.n_cells()).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("expected a volScalarField, found class volVectorField"),
+                "{e}"
+            );
+            let e = write_time_field_of(&dir, 8.0, &mesh, &phi, false, &options).unwrap_err();
+            assert!(e.to_string().contains("internal values"), "{e}");
+            std::fs::remove_dir_all(dir.join("7")).unwrap();
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -28,9 +28,16 @@
 //! The reductions (‖r_l‖², p·Ap, …) are summed left to right here and by a
 //! shuffle tree on the GPU: iterates agree to round-off, and a tolerance test
 //! sitting on the threshold could go either way.
+//!
+//! Mixed precision ([`BlockJacobi::sweeps_from_zero`] in f32, the GPU's
+//! `smooth_block_f32`): the same sweeps with the matrix rounded to f32, the
+//! iterate, the block residual and the inner iterates in f32, b rounded to
+//! f32; the reductions are still summed in f64 and the scalars they give
+//! (CG's α, β) rounded to f32. In f64 these are exactly the sweeps above.
 
 use rayon::prelude::*;
 
+use super::fsai::Real;
 use super::precond::{Dic, Ic0, Triangles};
 use super::smoother::{BlockJacobiSettings, InnerSolver, Smoother};
 use super::{LinearOperator, SolveError};
@@ -96,34 +103,35 @@ impl LinearOperator for BlockIc {
     }
 }
 
-/// One block's local system: right-hand side (the block residual), diagonal,
-/// and the in-block off-diagonals of each local row (local column, value) in
-/// column order. Padded to the full block size.
-struct Local {
-    b: Vec<f64>,
-    d: Vec<f64>,
-    neighbours: Vec<Vec<(usize, f64)>>,
+/// One block's local system in precision T: right-hand side (the block
+/// residual), diagonal, and the in-block off-diagonals of each local row
+/// (local column, value) in column order. Padded to the full block size.
+struct Local<T> {
+    b: Vec<T>,
+    d: Vec<T>,
+    neighbours: Vec<Vec<(usize, T)>>,
 }
 
-impl Local {
+impl<T: Real> Local<T> {
     /// Σ a_tj v_j over the in-block off-diagonals of row t, subtracted from
     /// `start` in column order.
-    fn minus_off(&self, t: usize, start: f64, v: &[f64]) -> f64 {
+    fn minus_off(&self, t: usize, start: T, v: &[T]) -> T {
         self.neighbours[t]
             .iter()
             .fold(start, |acc, &(j, a)| acc - a * v[j])
     }
 
     /// r = b − A_ll v: b_t − d_t v_t first, then the off-diagonals.
-    fn residual(&self, v: &[f64]) -> Vec<f64> {
+    fn residual(&self, v: &[T]) -> Vec<T> {
         (0..self.b.len())
             .map(|t| self.minus_off(t, self.b[t] - self.d[t] * v[t], v))
             .collect()
     }
 }
 
-fn sum_squares(v: &[f64]) -> f64 {
-    v.iter().map(|v| v * v).sum()
+/// Σ v², each square in T, summed in f64 (as the GPU's block reductions).
+fn sum_squares<T: Real>(v: &[T]) -> f64 {
+    v.iter().map(|&v| (v * v).to_f64()).sum()
 }
 
 impl<'a> BlockJacobi<'a> {
@@ -161,24 +169,25 @@ impl<'a> BlockJacobi<'a> {
     }
 
     /// New x of block l's rows, reading x (the rows of other blocks and, at
-    /// the block's start, its own).
-    fn block_update(&self, l: usize, b: &[f64], x: &[f64]) -> Vec<f64> {
+    /// the block's start, its own), in precision T (the matrix and b
+    /// rounded to T).
+    fn block_update<T: Real>(&self, l: usize, b: &[f64], x: &[T]) -> Vec<T> {
         let t = &self.t;
         let h = self.settings.block_size;
         let first = l * h;
         let rows = first..(first + h).min(t.n());
         let mut local = Local {
-            b: vec![0.0; h],
-            d: vec![1.0; h],
+            b: vec![T::ZERO; h],
+            d: vec![T::ONE; h],
             neighbours: vec![Vec::new(); h],
         };
         for r in rows.clone() {
             let k = r - first;
-            local.d[k] = t.diag(r);
-            let mut res = b[r] - local.d[k] * x[r];
+            local.d[k] = T::from_f64(t.diag(r));
+            let mut res = T::from_f64(b[r]) - local.d[k] * x[r];
             for s in t.off_diagonal(r) {
-                let (c, v) = (t.col(s), t.value(s));
-                res -= v * x[c];
+                let (c, v) = (t.col(s), T::from_f64(t.value(s)));
+                res = res - v * x[c];
                 if rows.contains(&c) {
                     local.neighbours[k].push((c - first, v));
                 }
@@ -189,12 +198,41 @@ impl<'a> BlockJacobi<'a> {
         let y = if r0 > 0.0 {
             self.inner_solve(&local, r0)
         } else {
-            vec![0.0; h]
+            vec![T::ZERO; h]
         };
         rows.map(|r| x[r] + y[r - first]).collect()
     }
 
-    fn inner_solve(&self, local: &Local, r0: f64) -> Vec<f64> {
+    /// `sweeps` synchronous sweeps from x = 0 in precision T (f32: the
+    /// mixed-precision preconditioner, `smooth_block_f32`). Block-IC and
+    /// asynchronous sweeps are refused.
+    pub fn sweeps_from_zero<T: Real>(
+        &self,
+        b: &[f64],
+        sweeps: usize,
+    ) -> Result<Vec<T>, SolveError> {
+        if self.factor.is_some() || self.settings.asynchronous {
+            return Err(SolveError::InvalidControls(
+                "sweeps_from_zero runs synchronous block Jacobi with an iterative inner solver"
+                    .into(),
+            ));
+        }
+        let mut x = vec![T::ZERO; self.t.n()];
+        for _ in 0..sweeps.max(1) {
+            self.synchronous_sweep(b, &mut x);
+        }
+        Ok(x)
+    }
+
+    /// One synchronous sweep: every block reads the x of the sweep's start.
+    fn synchronous_sweep<T: Real>(&self, b: &[f64], x: &mut [T]) {
+        let old = x.to_vec();
+        x.par_chunks_mut(self.settings.block_size)
+            .enumerate()
+            .for_each(|(l, xl)| xl.copy_from_slice(&self.block_update(l, b, &old)));
+    }
+
+    fn inner_solve<T: Real>(&self, local: &Local<T>, r0: f64) -> Vec<T> {
         let s = &self.settings;
         // Stop at ‖r‖² ≤ tol² ‖r⁰‖²; tolerance 0: no test (a fixed step count).
         let stop = s.inner_tolerance * s.inner_tolerance * r0;
@@ -202,15 +240,15 @@ impl<'a> BlockJacobi<'a> {
         let h = local.b.len();
         match s.inner {
             InnerSolver::Jacobi => {
-                let omega = self.omega;
-                let mut y: Vec<f64> = (0..h).map(|t| omega * local.b[t] / local.d[t]).collect();
+                let omega = T::from_f64(self.omega);
+                let mut y: Vec<T> = (0..h).map(|t| omega * local.b[t] / local.d[t]).collect();
                 for _ in 1..s.inner_max_iter {
                     let res = local.residual(&y);
                     if stop > 0.0 && converged(sum_squares(&res)) {
                         break;
                     }
                     for t in 0..h {
-                        y[t] += omega * res[t] / local.d[t];
+                        y[t] = y[t] + omega * res[t] / local.d[t];
                     }
                 }
                 y
@@ -221,11 +259,11 @@ impl<'a> BlockJacobi<'a> {
                 if s.inner == InnerSolver::SymGaussSeidel {
                     order.extend((0..warps).rev());
                 }
-                let mut y = vec![0.0; h];
+                let mut y = vec![T::ZERO; h];
                 for _ in 0..s.inner_max_iter {
                     for &w in &order {
                         // The warp reads y (its own rows' old values), then writes.
-                        let new: Vec<f64> = (w * WARP..(w + 1) * WARP)
+                        let new: Vec<T> = (w * WARP..(w + 1) * WARP)
                             .map(|t| local.minus_off(t, local.b[t], &y) / local.d[t])
                             .collect();
                         y[w * WARP..(w + 1) * WARP].copy_from_slice(&new);
@@ -240,32 +278,32 @@ impl<'a> BlockJacobi<'a> {
                 unreachable!("block-IC applies its factorisation in smooth")
             }
             InnerSolver::Cg => {
-                let mut y = vec![0.0; h];
+                let mut y = vec![T::ZERO; h];
                 let (mut r, mut p) = (local.b.clone(), local.b.clone());
                 let mut rr = r0;
                 for _ in 0..s.inner_max_iter {
                     // A p: d_t p_t first, then the off-diagonals.
-                    let ap: Vec<f64> = (0..h)
+                    let ap: Vec<T> = (0..h)
                         .map(|t| {
                             local.neighbours[t]
                                 .iter()
                                 .fold(local.d[t] * p[t], |acc, &(j, a)| acc + a * p[j])
                         })
                         .collect();
-                    let p_ap: f64 = p.iter().zip(&ap).map(|(p, q)| p * q).sum();
+                    let p_ap: f64 = p.iter().zip(&ap).map(|(&p, &q)| (p * q).to_f64()).sum();
                     if p_ap.is_nan() || p_ap <= 0.0 {
                         break;
                     }
-                    let alpha = rr / p_ap;
+                    let alpha = T::from_f64(rr / p_ap);
                     for t in 0..h {
-                        y[t] += alpha * p[t];
-                        r[t] -= alpha * ap[t];
+                        y[t] = y[t] + alpha * p[t];
+                        r[t] = r[t] - alpha * ap[t];
                     }
                     let rr_new = sum_squares(&r);
                     if rr_new <= stop {
                         break;
                     }
-                    let beta = rr_new / rr;
+                    let beta = T::from_f64(rr_new / rr);
                     for t in 0..h {
                         p[t] = r[t] + beta * p[t];
                     }
@@ -300,14 +338,11 @@ impl Smoother for BlockJacobi<'_> {
         for _ in 0..sweeps {
             if self.settings.asynchronous {
                 for l in 0..self.n_blocks() {
-                    let new = self.block_update(l, b, x);
+                    let new = self.block_update::<f64>(l, b, x);
                     x[l * h..l * h + new.len()].copy_from_slice(&new);
                 }
             } else {
-                let old = x.to_vec();
-                x.par_chunks_mut(h)
-                    .enumerate()
-                    .for_each(|(l, xl)| xl.copy_from_slice(&self.block_update(l, b, &old)));
+                self.synchronous_sweep(b, x);
             }
         }
     }
@@ -484,6 +519,37 @@ mod tests {
                 "{d12} vs {d21}"
             );
         }
+    }
+
+    #[test]
+    fn f32_sweeps_from_zero_follow_the_f64_ones_to_single_precision() {
+        let n = 300; // the last block is partial
+        let a = random_symmetric(n, 6, 5);
+        let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 17) as f64 - 8.0).collect();
+        for inner in [
+            InnerSolver::Jacobi,
+            InnerSolver::SymGaussSeidel,
+            InnerSolver::Cg,
+        ] {
+            let bj = BlockJacobi::new(&a, settings(inner, 0.0, 4), 0.8).unwrap();
+            // In f64 the same sweeps as the smoother's, bit for bit.
+            let x64 = bj.sweeps_from_zero::<f64>(&b, 2).unwrap();
+            let mut x = vec![0.0; n];
+            bj.smooth(&b, &mut x, 2);
+            assert_eq!(x64, x, "{inner:?}");
+            let x32 = bj.sweeps_from_zero::<f32>(&b, 2).unwrap();
+            let scale = x64.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let err = x32
+                .iter()
+                .zip(&x64)
+                .fold(0.0f64, |m, (&s, &d)| m.max((s as f64 - d).abs()));
+            println!("{inner:?}: max |f32 - f64| / max |x| = {:.2e}", err / scale);
+            assert!(err <= 1e-5 * scale, "{inner:?}: {err} vs scale {scale}");
+            // Not computed in f64 after all.
+            assert!(err > 0.0, "{inner:?}: f32 sweeps equal the f64 ones");
+        }
+        let bic = BlockJacobi::new(&a, settings(InnerSolver::Dic, 0.0, 1), 1.0).unwrap();
+        assert!(bic.sweeps_from_zero::<f32>(&b, 1).is_err());
     }
 
     #[test]

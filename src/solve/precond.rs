@@ -15,9 +15,9 @@ use rayon::prelude::*;
 use super::amg::{Amg, AmgSettings};
 use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::neumann::TruncatedNeumann;
-use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
+use super::polynomial::{PolynomialPreconditioner, PolynomialSettings, Precision};
 use super::schwarz::SchwarzSettings;
-use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
+use super::smoother::{GaussSeidel, SmootherKind, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
@@ -126,6 +126,11 @@ pub enum Preconditioner {
     Schwarz(SchwarzSettings),
     /// Factored sparse approximate inverse, z = Gᵀ G r (`solve::fsai`).
     Fsai(FsaiSettings),
+    /// DIC or IC(0) (the kind) in mixed precision (`precision mixed`): on
+    /// the GPU the level-scheduled triangular sweeps run in f32 on an f32
+    /// copy of the factor (`gpu::ic`), PCG stays f64; the CPU runs the f64
+    /// factorisation. `dic:precision=mixed` on the command line.
+    MixedIc(PreconditionerKind),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -150,6 +155,7 @@ impl fmt::Display for Preconditioner {
             Self::Ilu(k) => write!(f, "ilu{k}"),
             Self::Schwarz(s) => s.fmt(f),
             Self::Fsai(s) => s.fmt(f),
+            Self::MixedIc(k) => write!(f, "{k}:precision=mixed"),
         }
     }
 }
@@ -160,7 +166,9 @@ impl FromStr for Preconditioner {
     /// `ilu0`, `ilu1`, `iluk:K` (ILU(K)), `ras[:key=value]...` /
     /// `as[:key=value]...` ([`SchwarzSettings`]), `fsai[:key=value,...]`
     /// ([`FsaiSettings`]), or block-IC: `block-ic` / `block-dic` with
-    /// `:blockSize=N`, `:precision=double|mixed`.
+    /// `:blockSize=N`, `:precision=double|mixed`, or block Jacobi:
+    /// `block-jacobi` with those and `:inner=Jacobi|symGaussSeidel|CG`,
+    /// `:innerTolerance=X`, `:innerMaxIter=N`, `:sweeps=N`, `:omega=X`.
     fn from_str(s: &str) -> Result<Self, String> {
         let head = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
         match head.as_str() {
@@ -182,6 +190,9 @@ impl FromStr for Preconditioner {
         if let Some(block_ic) = parse_block_ic(s)? {
             return Ok(Self::Smoother(block_ic));
         }
+        if let Some(ic) = parse_ic_precision(s)? {
+            return Ok(ic);
+        }
         s.parse::<PreconditionerKind>()
             .map(Self::Kind)
             .map_err(|e| {
@@ -193,40 +204,98 @@ impl FromStr for Preconditioner {
     }
 }
 
+/// `dic:precision=double|mixed` or `ic0:precision=...`: DIC / IC(0) in the
+/// precision (mixed: [`Preconditioner::MixedIc`]); None for other names or
+/// a name without options.
+fn parse_ic_precision(s: &str) -> Result<Option<Preconditioner>, String> {
+    let Some((head, options)) = s.split_once(':') else {
+        return Ok(None);
+    };
+    let Ok(kind) = head.parse::<PreconditionerKind>() else {
+        return Ok(None);
+    };
+    if !matches!(kind, PreconditionerKind::Dic | PreconditionerKind::Ic0) {
+        return Ok(None);
+    }
+    let mut precision = Precision::Double;
+    for kv in options.split(':') {
+        match kv.split_once('=') {
+            Some(("precision", value)) => precision = value.parse()?,
+            _ => {
+                return Err(format!(
+                    "unknown {kind} option '{kv}' (precision=double|mixed)"
+                ))
+            }
+        }
+    }
+    Ok(Some(Preconditioner::with_ic_precision(kind, precision)))
+}
+
 /// `block-ic[:blockSize=N][:precision=double|mixed]` (also `block-dic`,
-/// `blockIC`, `blockDIC`): block-IC's smoother settings; None for other names.
+/// `blockIC`, `blockDIC`): block-IC's smoother settings; `block-jacobi`
+/// (`blockJacobi`) takes these keys and `inner`, `innerTolerance`,
+/// `innerMaxIter`, `sweeps`, `omega`. None for other names.
 fn parse_block_ic(s: &str) -> Result<Option<SmootherSettings>, String> {
     let mut parts = s.split(':');
     let head = parts.next().unwrap_or_default().replace('-', "");
     let Ok(mut settings) = SmootherSettings::named(&head) else {
         return Ok(None);
     };
-    if settings.block_ic_name().is_none() {
-        return Ok(None);
-    }
+    let what = match settings.block_ic_name() {
+        Some(_) => "block-IC",
+        None if settings.kind == SmootherKind::BlockJacobi => "block-Jacobi",
+        None => return Ok(None),
+    };
+    let keys = match what {
+        "block-IC" => "blockSize, precision",
+        _ => "blockSize, precision, inner, innerTolerance, innerMaxIter, sweeps, omega",
+    };
+    let number = |key: &str, value: &str| format!("{key} '{value}' is not a number");
     for kv in parts {
         let (key, value) = kv
             .split_once('=')
-            .ok_or_else(|| format!("block-IC option '{kv}' must be key=value"))?;
-        match key {
-            "blockSize" | "blocksize" => {
+            .ok_or_else(|| format!("{what} option '{kv}' must be key=value"))?;
+        let block_jacobi = what == "block-Jacobi";
+        match key.to_ascii_lowercase().as_str() {
+            "blocksize" => {
                 settings.block.block_size = value
                     .parse()
                     .map_err(|_| format!("blockSize '{value}' is not a whole number"))?
             }
             "precision" => settings.polynomial.precision = value.parse()?,
-            other => {
-                return Err(format!(
-                    "unknown block-IC option '{other}' (blockSize, precision)"
-                ))
+            "inner" if block_jacobi => settings.block.inner = value.parse()?,
+            "innertolerance" if block_jacobi => {
+                settings.block.inner_tolerance = value.parse().map_err(|_| number(key, value))?
             }
+            "innermaxiter" if block_jacobi => {
+                settings.block.inner_max_iter = value.parse().map_err(|_| number(key, value))?
+            }
+            "sweeps" | "nsweeps" if block_jacobi => {
+                settings.sweeps = value.parse().map_err(|_| number(key, value))?
+            }
+            "omega" if block_jacobi => {
+                settings.omega = value.parse().map_err(|_| number(key, value))?
+            }
+            _ => return Err(format!("unknown {what} option '{key}' ({keys})")),
         }
     }
     settings.validate()?;
+    if what == "block-Jacobi" {
+        settings.check_preconditioner()?;
+    }
     Ok(Some(settings))
 }
 
 impl Preconditioner {
+    /// DIC or IC(0) (`kind`) in `precision`: the named kind in f64,
+    /// [`Preconditioner::MixedIc`] in mixed precision.
+    pub fn with_ic_precision(kind: PreconditionerKind, precision: Precision) -> Self {
+        match precision {
+            Precision::Double => Self::Kind(kind),
+            Precision::Mixed => Self::MixedIc(kind),
+        }
+    }
+
     /// Whether `s` names ILU or Schwarz (`ilu`, `ilu1`, `iluk:K`, `ras…`,
     /// `as…`, any case): the specifications [`Preconditioner::from_str`]
     /// reads for them.
@@ -242,6 +311,7 @@ impl Preconditioner {
             Self::Smoother(s) => !s.is_linear(),
             Self::Amg(s) => !s.is_linear(),
             Self::Ilu(_) | Self::Schwarz(_) => false,
+            Self::MixedIc(_) => false,
         }
     }
 
@@ -282,6 +352,11 @@ impl Preconditioner {
                     }
                 }),
             Self::Fsai(s) => s.validate().map_err(SolveError::InvalidControls),
+            Self::MixedIc(PreconditionerKind::Dic | PreconditionerKind::Ic0) => Ok(()),
+            Self::MixedIc(k) => Err(SolveError::InvalidControls(format!(
+                "precision mixed is available for the dic and ic0 preconditioners (and the \
+                 polynomials, smoothers and FSAI), not for {k}"
+            ))),
         }
     }
 
@@ -291,6 +366,7 @@ impl Preconditioner {
             Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) | Self::Fsai(_) => None,
             Self::Ilu(_) | Self::Schwarz(_) => None,
             Self::Smoother(s) => s.ordering(a),
+            Self::MixedIc(_) => None,
         }
     }
 
@@ -332,6 +408,10 @@ impl Preconditioner {
                     st.fallback_rows
                 );
                 Ok(Box::new(p))
+            }
+            Self::MixedIc(k) => {
+                log::info!("{k} in mixed precision runs its f32 sweeps on the GPU; the CPU runs {k} in f64");
+                k.build(a)
             }
         }
     }
@@ -745,6 +825,84 @@ mod tests {
             let err = bad.parse::<Preconditioner>().unwrap_err();
             assert!(err.contains(expected), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn block_jacobi_parses_with_its_inner_solver_and_precision() {
+        use crate::solve::{InnerSolver, Precision};
+        let spec = "block-jacobi:inner=CG:innerTolerance=0.01:innerMaxIter=20:blockSize=256:\
+                    precision=mixed:sweeps=2";
+        let p: Preconditioner = spec.parse().unwrap();
+        let Preconditioner::Smoother(s) = p else {
+            panic!("{p}")
+        };
+        assert_eq!(s.kind, SmootherKind::BlockJacobi);
+        assert_eq!(
+            (
+                s.block.inner,
+                s.block.inner_tolerance,
+                s.block.inner_max_iter,
+                s.block.block_size,
+                s.sweeps,
+                s.polynomial.precision
+            ),
+            (InnerSolver::Cg, 0.01, 20, 256, 2, Precision::Mixed)
+        );
+        assert!(p.is_flexible(), "inner CG is not a fixed linear map");
+        assert!(p.to_string().contains("mixed precision"), "{p}");
+        let Ok(Preconditioner::Smoother(s)) = "blockJacobi".parse::<Preconditioner>() else {
+            panic!("blockJacobi")
+        };
+        assert_eq!(s.polynomial.precision, Precision::Double);
+        for (bad, expected) in [
+            ("block-jacobi:inner=GaussSeidel", "not symmetric"),
+            (
+                "block-jacobi:innerMaxIter=x",
+                "innerMaxIter 'x' is not a number",
+            ),
+            (
+                "block-jacobi:degree=4",
+                "unknown block-Jacobi option 'degree'",
+            ),
+            ("block-ic:inner=CG", "unknown block-IC option 'inner'"),
+        ] {
+            let err = bad.parse::<Preconditioner>().unwrap_err();
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn dic_and_ic0_take_a_precision() {
+        for name in ["dic", "ic0"] {
+            let kind: PreconditionerKind = name.parse().unwrap();
+            let mixed: Preconditioner = format!("{name}:precision=mixed").parse().unwrap();
+            assert_eq!(mixed, Preconditioner::MixedIc(kind));
+            assert_eq!(mixed.to_string(), format!("{name}:precision=mixed"));
+            assert_eq!(mixed.to_string().parse::<Preconditioner>(), Ok(mixed));
+            assert!(!mixed.is_flexible() && mixed.check().is_ok());
+            let double: Preconditioner = format!("{name}:precision=double").parse().unwrap();
+            assert_eq!(double, Preconditioner::Kind(kind));
+        }
+        assert!(Preconditioner::MixedIc(PreconditionerKind::Jacobi)
+            .check()
+            .is_err());
+        for (bad, expected) in [
+            ("dic:precision=half", "unknown precision 'half'"),
+            ("ic0:degree=2", "unknown ic0 option 'degree=2'"),
+        ] {
+            let err = bad.parse::<Preconditioner>().unwrap_err();
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
+        // The CPU runs the f64 factorisation.
+        let a = crate::sparse::testing::random_symmetric(50, 4, 1);
+        let r: Vec<f64> = (0..50).map(|i| i as f64 - 20.0).collect();
+        let (mut z1, mut z2) = (vec![0.0; 50], vec![0.0; 50]);
+        Preconditioner::MixedIc(PreconditionerKind::Dic)
+            .build(&a)
+            .unwrap()
+            .apply(&r, &mut z1);
+        Dic::new(&a).unwrap().apply(&r, &mut z2);
+        assert_eq!(z1, z2);
     }
 
     #[test]

@@ -404,8 +404,8 @@ impl SmootherSettings {
             _ if self.polynomial.precision == Precision::Mixed && !self.has_mixed_precision() => {
                 Err(format!(
                     "precision mixed is available for the polynomial smoothers, block-IC \
-                     (blockIC, blockDIC) and (as PCG preconditioners on the GPU) Jacobi, L1Jacobi \
-                     and multicolour Gauss-Seidel, not for {}",
+                     (blockIC, blockDIC) and (as PCG preconditioners on the GPU) Jacobi, L1Jacobi, \
+                     multicolour Gauss-Seidel and blockJacobi, not for {}",
                     self.kind.name()
                 ))
             }
@@ -414,13 +414,15 @@ impl SmootherSettings {
     }
 
     /// Whether `precision mixed` (`polynomial.precision`) applies: the
-    /// polynomials and block-IC run an f32 copy on the GPU.
+    /// polynomials and block-IC run an f32 copy on the GPU; Jacobi, L1
+    /// Jacobi, multicolour Gauss–Seidel and block Jacobi as PCG
+    /// preconditioners (sweeps from zero) on the GPU.
     pub fn has_mixed_precision(&self) -> bool {
         match self.kind {
             SmootherKind::Polynomial(_) | SmootherKind::Jacobi | SmootherKind::L1Jacobi => true,
             // Multicolour on the GPU (natural order runs multicolour there too).
             SmootherKind::GaussSeidel(_) => true,
-            SmootherKind::BlockJacobi => self.block.inner.is_factorisation(),
+            SmootherKind::BlockJacobi => true,
             _ => false,
         }
     }
@@ -507,8 +509,12 @@ impl SmootherSettings {
                 } else {
                     String::new()
                 };
+                let mixed = match self.polynomial.precision {
+                    Precision::Mixed => ", mixed precision",
+                    Precision::Double => "",
+                };
                 s += &format!(
-                    " (inner {}{omega}, tolerance {}, at most {} steps, {}-row blocks, {})",
+                    " (inner {}{omega}, tolerance {}, at most {} steps, {}-row blocks, {}{mixed})",
                     b.inner.name(),
                     format_g(b.inner_tolerance),
                     b.inner_max_iter,

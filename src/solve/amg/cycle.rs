@@ -15,16 +15,23 @@
 //! Methods 2nd ed. Alg. 12.1) and multicolour Gauss–Seidel (forward before,
 //! backward after the correction: the two are adjoint, so the cycle is
 //! symmetric).
+//!
+//! The cycle is generic over its arithmetic ([`CycleReal`]): f64, or f32 for
+//! `precision mixed` (every level's matrix values rounded to f32, vectors and
+//! smoother coefficients in f32, scalars of the K-cycle and the coarsest
+//! solve in f64; r rounded to f32 on entry and z widened on exit), the CPU
+//! reference of the GPU's mixed-precision cycle.
 
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
 use super::super::colouring::Colouring;
-use super::super::reduce::dot;
+use super::super::fsai::Real;
+use super::super::reduce::sum_by;
 use super::super::smoother::l1_jacobi_scale;
 use super::super::{LinearOperator, SolveError};
-use super::{AmgSettings, AmgSmootherKind, CycleKind, Hierarchy};
+use super::{AmgSettings, AmgSmootherKind, CycleKind, Hierarchy, Precision};
 use crate::sparse::Csr;
 
 /// Rows per rayon task in the vector loops (coarse levels are small).
@@ -34,17 +41,84 @@ const MIN_LEN: usize = 1024;
 /// smoother damps (the usual ratio of AmgX, hypre and MueLu).
 const CHEBYSHEV_RATIO: f64 = 30.0;
 
-/// A level's smoother, with what it precomputes from the level's matrix.
-enum LevelSmoother {
+/// The arithmetic of a cycle: f64 (`precision double`) or f32 (`mixed`).
+pub trait CycleReal: Real + 'static {
+    /// `v` itself when it already has this type (f64: the hierarchy's own
+    /// values are read, not copied).
+    fn borrow(v: &[f64]) -> Option<&[Self]>;
+}
+
+impl CycleReal for f64 {
+    fn borrow(v: &[f64]) -> Option<&[Self]> {
+        Some(v)
+    }
+}
+
+impl CycleReal for f32 {
+    fn borrow(_: &[f64]) -> Option<&[Self]> {
+        None
+    }
+}
+
+/// Level matrix in the cycle's arithmetic: the pattern of the level's CSR
+/// with its values in T.
+#[derive(Clone, Copy)]
+struct LevelMatrix<'m, T> {
+    a: &'m Csr,
+    values: &'m [T],
+}
+
+impl<'m, T: CycleReal> LevelMatrix<'m, T> {
+    fn row(&self, i: usize) -> (&'m [u32], &'m [T]) {
+        let (s, e) = (self.a.row_ptr()[i], self.a.row_ptr()[i + 1]);
+        (&self.a.cols()[s..e], &self.values[s..e])
+    }
+
+    /// (A x)_i, the row in stored order, summed from zero.
+    fn row_product(&self, i: usize, x: &[T]) -> T {
+        let (cols, vals) = self.row(i);
+        cols.iter()
+            .zip(vals)
+            .fold(T::ZERO, |acc, (&c, &v)| acc + v * x[c as usize])
+    }
+
+    /// (b − A x)_i.
+    fn row_residual(&self, i: usize, b: &[T], x: &[T]) -> T {
+        b[i] - self.row_product(i, x)
+    }
+
+    /// r = b − A x.
+    fn residual(&self, b: &[T], x: &[T], r: &mut [T]) {
+        r.par_iter_mut()
+            .enumerate()
+            .with_min_len(MIN_LEN)
+            .for_each(|(i, r)| *r = self.row_residual(i, b, x));
+    }
+
+    /// y = A x.
+    fn spmv(&self, x: &[T], y: &mut [T]) {
+        y.par_iter_mut()
+            .enumerate()
+            .with_min_len(MIN_LEN)
+            .for_each(|(i, y)| *y = self.row_product(i, x));
+    }
+}
+
+/// a · b in f64 (fixed chunked order, `solve::reduce`).
+fn dot<T: CycleReal>(a: &[T], b: &[T]) -> f64 {
+    assert_eq!(a.len(), b.len(), "dot: lengths differ");
+    sum_by(a.len(), |i| a[i].to_f64() * b[i].to_f64())
+}
+
+/// A level's smoother, with what it precomputes from the level's matrix
+/// (computed in f64, then rounded to T).
+enum LevelSmoother<T> {
     /// x_i ← x_i + s_i (b − A x)_i (weighted or L1-Jacobi), double-buffered.
-    Jacobi { scale: Vec<f64> },
+    Jacobi { scale: Vec<T> },
     /// Chebyshev polynomial in D⁻¹A on [λmax/30, λmax].
-    Chebyshev { inv_diag: Vec<f64>, lambda_max: f64 },
+    Chebyshev { inv_diag: Vec<T>, lambda_max: f64 },
     /// Multicolour Gauss–Seidel.
-    GaussSeidel {
-        diag: Vec<f64>,
-        colouring: Colouring,
-    },
+    GaussSeidel { diag: Vec<T>, colouring: Colouring },
 }
 
 /// The diagonal of `a`, positive in every row (else the error names the row).
@@ -61,34 +135,19 @@ fn diagonal(a: &Csr, level: usize) -> Result<Vec<f64>, SolveError> {
         .collect()
 }
 
-/// (b − A x)_i, the row in stored order.
-fn row_residual(a: &Csr, i: usize, b: &[f64], x: &[f64]) -> f64 {
-    let (cols, vals) = a.row(i);
-    let ax: f64 = cols
-        .iter()
-        .zip(vals)
-        .map(|(&c, &v)| v * x[c as usize])
-        .sum();
-    b[i] - ax
+fn rounded<T: CycleReal>(v: impl IntoIterator<Item = f64>) -> Vec<T> {
+    v.into_iter().map(T::from_f64).collect()
 }
 
-/// r = b − A x.
-fn residual(a: &Csr, b: &[f64], x: &[f64], r: &mut [f64]) {
-    r.par_iter_mut()
-        .enumerate()
-        .with_min_len(MIN_LEN)
-        .for_each(|(i, r)| *r = row_residual(a, i, b, x));
-}
-
-impl LevelSmoother {
+impl<T: CycleReal> LevelSmoother<T> {
     fn new(a: &Csr, level: usize, settings: &AmgSettings) -> Result<Self, SolveError> {
         let diag = diagonal(a, level)?;
         Ok(match settings.smoother {
             AmgSmootherKind::Jacobi => Self::Jacobi {
-                scale: diag.iter().map(|d| settings.omega / d).collect(),
+                scale: rounded(diag.iter().map(|d| settings.omega / d)),
             },
             AmgSmootherKind::L1Jacobi => Self::Jacobi {
-                scale: l1_jacobi_scale(a)?,
+                scale: rounded(l1_jacobi_scale(a)?),
             },
             AmgSmootherKind::Chebyshev => {
                 // Gershgorin: every eigenvalue of D⁻¹A is at most max_i Σ_j |a_ij| / a_ii.
@@ -97,13 +156,13 @@ impl LevelSmoother {
                     .map(|i| a.row(i).1.iter().map(|v| v.abs()).sum::<f64>() / diag[i])
                     .reduce(|| 0.0, f64::max);
                 Self::Chebyshev {
-                    inv_diag: diag.iter().map(|d| 1.0 / d).collect(),
+                    inv_diag: rounded(diag.iter().map(|d| 1.0 / d)),
                     lambda_max,
                 }
             }
             AmgSmootherKind::MulticolourGaussSeidel => Self::GaussSeidel {
                 colouring: Colouring::jones_plassmann(a),
-                diag,
+                diag: rounded(diag),
             },
         })
     }
@@ -114,13 +173,13 @@ impl LevelSmoother {
     #[allow(clippy::too_many_arguments)]
     fn smooth(
         &self,
-        a: &Csr,
-        b: &[f64],
-        x: &mut [f64],
+        a: LevelMatrix<'_, T>,
+        b: &[T],
+        x: &mut [T],
         sweeps: usize,
         from_zero: bool,
         forward: bool,
-        t: &mut [Vec<f64>; 2],
+        t: &mut [Vec<T>; 2],
     ) {
         match self {
             Self::Jacobi { scale } => {
@@ -138,7 +197,7 @@ impl LevelSmoother {
                     x.par_iter_mut()
                         .enumerate()
                         .with_min_len(MIN_LEN)
-                        .for_each(|(i, x)| *x = old[i] + scale[i] * row_residual(a, i, b, old));
+                        .for_each(|(i, x)| *x = old[i] + scale[i] * a.row_residual(i, b, old));
                 }
             }
             Self::Chebyshev {
@@ -147,7 +206,7 @@ impl LevelSmoother {
             } => chebyshev(a, inv_diag, *lambda_max, b, x, sweeps, from_zero, t),
             Self::GaussSeidel { diag, colouring } => {
                 if from_zero {
-                    x.fill(0.0);
+                    x.fill(T::ZERO);
                 }
                 let n_colours = colouring.n_colours();
                 let new = &mut t[0];
@@ -162,7 +221,7 @@ impl LevelSmoother {
                             .with_min_len(MIN_LEN)
                             .for_each(|(v, &r)| {
                                 let r = r as usize;
-                                *v = x[r] + row_residual(a, r, b, x) / diag[r];
+                                *v = x[r] + a.row_residual(r, b, x) / diag[r];
                             });
                         for (&r, &v) in rows.iter().zip(new.iter()) {
                             x[r as usize] = v;
@@ -178,17 +237,18 @@ impl LevelSmoother {
 /// (Saad Alg. 12.1 on the D⁻¹-preconditioned system): with θ, δ the centre
 /// and half-width of the interval, σ = θ/δ, ρ₀ = 1/σ, d₀ = D⁻¹r₀/θ and
 /// ρ_k = 1/(2σ − ρ_{k−1}), d_k = ρ_k ρ_{k−1} d_{k−1} + (2ρ_k/δ) D⁻¹ r_k;
-/// x += d_k. One matrix product per degree (none for r₀ from x = 0).
+/// x += d_k. One matrix product per degree (none for r₀ from x = 0). The
+/// coefficients are computed in f64 and rounded to T.
 #[allow(clippy::too_many_arguments)]
-fn chebyshev(
-    a: &Csr,
-    inv_diag: &[f64],
+fn chebyshev<T: CycleReal>(
+    a: LevelMatrix<'_, T>,
+    inv_diag: &[T],
     lambda_max: f64,
-    b: &[f64],
-    x: &mut [f64],
+    b: &[T],
+    x: &mut [T],
     degree: usize,
     from_zero: bool,
-    t: &mut [Vec<f64>; 2],
+    t: &mut [Vec<T>; 2],
 ) {
     let lambda_min = lambda_max / CHEBYSHEV_RATIO;
     let theta = 0.5 * (lambda_max + lambda_min);
@@ -197,83 +257,96 @@ fn chebyshev(
     let [r, d] = t;
     if from_zero {
         r.copy_from_slice(b);
-        x.fill(0.0);
+        x.fill(T::ZERO);
     } else {
-        residual(a, b, x, r);
+        a.residual(b, x, r);
     }
     let mut rho = 1.0 / sigma;
+    let theta_t = T::from_f64(theta);
     d.par_iter_mut()
         .zip(x.par_iter_mut())
         .enumerate()
         .with_min_len(MIN_LEN)
         .for_each(|(i, (d, x))| {
-            *d = inv_diag[i] * r[i] / theta;
-            *x += *d;
+            *d = inv_diag[i] * r[i] / theta_t;
+            *x = *x + *d;
         });
     for _ in 1..degree {
         // r ← r − A d keeps r = b − A x.
         r.par_iter_mut()
             .enumerate()
             .with_min_len(MIN_LEN)
-            .for_each(|(i, r)| {
-                let (cols, vals) = a.row(i);
-                let ad: f64 = cols
-                    .iter()
-                    .zip(vals)
-                    .map(|(&c, &v)| v * d[c as usize])
-                    .sum();
-                *r -= ad;
-            });
+            .for_each(|(i, r)| *r = *r - a.row_product(i, d));
         let rho_next = 1.0 / (2.0 * sigma - rho);
-        let (keep, push) = (rho_next * rho, 2.0 * rho_next / delta);
+        let (keep, push) = (
+            T::from_f64(rho_next * rho),
+            T::from_f64(2.0 * rho_next / delta),
+        );
         d.par_iter_mut()
             .zip(x.par_iter_mut())
             .enumerate()
             .with_min_len(MIN_LEN)
             .for_each(|(i, (d, x))| {
                 *d = keep * *d + push * inv_diag[i] * r[i];
-                *x += *d;
+                *x = *x + *d;
             });
         rho = rho_next;
     }
 }
 
 /// Scratch vectors of one level l < L (the coarse ones of size n_{l+1}).
-struct Work {
+struct Work<T> {
     /// Residual and smoother scratch, size n_l.
-    r: Vec<f64>,
-    t: [Vec<f64>; 2],
+    r: Vec<T>,
+    t: [Vec<T>; 2],
     /// Coarse right-hand side and correction.
-    b_coarse: Vec<f64>,
-    x_coarse: Vec<f64>,
+    b_coarse: Vec<T>,
+    x_coarse: Vec<T>,
     /// W- and K-cycle vectors on level l + 1 (empty for V).
-    krylov: [Vec<f64>; 5],
+    krylov: [Vec<T>; 5],
 }
 
-/// The AMG preconditioner of a fine matrix: the hierarchy, the smoothers and
-/// the cycle's scratch vectors (one application at a time).
+/// The cycle in the arithmetic T: the level values (f32 copies; none for
+/// f64, which reads the hierarchy's), the smoothers, the scratch vectors
+/// (one application at a time) and, for f32, the fine level's b and x.
+struct Cycle<T> {
+    values: Vec<Vec<T>>,
+    smoothers: Vec<LevelSmoother<T>>,
+    work: Mutex<Scratch<T>>,
+}
+
+/// The per-level scratch vectors and the fine level's b and x in T (empty
+/// for f64, which runs on r and z).
+type Scratch<T> = (Vec<Work<T>>, [Vec<T>; 2]);
+
+/// The AMG preconditioner of a fine matrix: the hierarchy and its cycle in
+/// the precision of the settings.
 pub struct Amg<'a> {
     fine: &'a Csr,
     hierarchy: Hierarchy,
-    smoothers: Vec<LevelSmoother>,
-    work: Mutex<Vec<Work>>,
+    cycle: Arithmetic,
 }
 
-impl<'a> Amg<'a> {
-    /// Sets the hierarchy of `a` up ([`Hierarchy::setup`]).
-    pub fn new(a: &'a Csr, settings: &AmgSettings) -> Result<Self, SolveError> {
-        Self::with_hierarchy(a, Hierarchy::setup(a, settings)?)
-    }
+enum Arithmetic {
+    Double(Cycle<f64>),
+    Mixed(Cycle<f32>),
+}
 
-    /// The cycle over a hierarchy of `a` (set up, or updated, for `a`).
-    pub fn with_hierarchy(a: &'a Csr, hierarchy: Hierarchy) -> Result<Self, SolveError> {
-        assert_eq!(a.n_rows(), hierarchy.n, "Amg: hierarchy size");
+impl<T: CycleReal> Cycle<T> {
+    fn new(a: &Csr, hierarchy: &Hierarchy) -> Result<Self, SolveError> {
         let settings = hierarchy.settings;
         let n_transfers = hierarchy.levels.len();
+        let values = match T::borrow(a.values()) {
+            Some(_) => Vec::new(),
+            None => (0..=n_transfers)
+                .map(|l| rounded(hierarchy.matrix(a, l).values().iter().copied()))
+                .collect(),
+        };
         let smoothers = (0..n_transfers)
             .map(|l| LevelSmoother::new(hierarchy.matrix(a, l), l, &settings))
             .collect::<Result<_, _>>()?;
         let size = |l: usize| hierarchy.matrix(a, l).n_rows();
+        let zero = |n: usize| vec![T::ZERO; n];
         let work = (0..n_transfers)
             .map(|l| {
                 let (n, nc) = (size(l), size(l + 1));
@@ -283,56 +356,110 @@ impl<'a> Amg<'a> {
                     nc
                 };
                 Work {
-                    r: vec![0.0; n],
-                    t: [vec![0.0; n], vec![0.0; n]],
-                    b_coarse: vec![0.0; nc],
-                    x_coarse: vec![0.0; nc],
-                    krylov: std::array::from_fn(|_| vec![0.0; krylov_size]),
+                    r: zero(n),
+                    t: [zero(n), zero(n)],
+                    b_coarse: zero(nc),
+                    x_coarse: zero(nc),
+                    krylov: std::array::from_fn(|_| zero(krylov_size)),
                 }
             })
             .collect();
+        let fine = if values.is_empty() { 0 } else { a.n_rows() };
+        Ok(Self {
+            values,
+            smoothers,
+            work: Mutex::new((work, [zero(fine), zero(fine)])),
+        })
+    }
+}
+
+/// One cycle's context: the fine matrix, the hierarchy and the cycle in T.
+struct Run<'r, T> {
+    fine: &'r Csr,
+    h: &'r Hierarchy,
+    c: &'r Cycle<T>,
+}
+
+impl<'a> Amg<'a> {
+    /// Sets the hierarchy of `a` up ([`Hierarchy::setup`]).
+    pub fn new(a: &'a Csr, settings: &AmgSettings) -> Result<Self, SolveError> {
+        Self::with_hierarchy(a, Hierarchy::setup(a, settings)?)
+    }
+
+    /// The cycle over a hierarchy of `a` (set up, or updated, for `a`), in
+    /// the hierarchy's settings' precision.
+    pub fn with_hierarchy(a: &'a Csr, hierarchy: Hierarchy) -> Result<Self, SolveError> {
+        assert_eq!(a.n_rows(), hierarchy.n, "Amg: hierarchy size");
+        let cycle = match hierarchy.settings.precision {
+            Precision::Double => Arithmetic::Double(Cycle::new(a, &hierarchy)?),
+            Precision::Mixed => Arithmetic::Mixed(Cycle::new(a, &hierarchy)?),
+        };
         Ok(Self {
             fine: a,
             hierarchy,
-            smoothers,
-            work: Mutex::new(work),
+            cycle,
         })
     }
 
     pub fn hierarchy(&self) -> &Hierarchy {
         &self.hierarchy
     }
+}
+
+impl<T: CycleReal> Run<'_, T> {
+    /// Level l's matrix with its values in T.
+    fn matrix(&self, l: usize) -> LevelMatrix<'_, T> {
+        let a = self.h.matrix(self.fine, l);
+        let values = T::borrow(a.values()).unwrap_or_else(|| &self.c.values[l]);
+        LevelMatrix { a, values }
+    }
+
+    /// The coarsest level's solve in f64 (`CoarsestSolver`), b widened and
+    /// x rounded to T.
+    fn coarsest(&self, b: &[T], x: &mut [T]) {
+        let b64: Vec<f64> = b.iter().map(|v| v.to_f64()).collect();
+        let mut x64 = vec![0.0; x.len()];
+        self.h.coarsest.solve(&b64, &mut x64);
+        for (x, v) in x.iter_mut().zip(x64) {
+            *x = T::from_f64(v);
+        }
+    }
 
     /// One cycle on level l: x ≈ A_l⁻¹ b from x = 0.
-    fn cycle(&self, l: usize, b: &[f64], x: &mut [f64], work: &mut [Work]) {
-        let h = &self.hierarchy;
+    fn cycle(&self, l: usize, b: &[T], x: &mut [T], work: &mut [Work<T>]) {
+        let h = self.h;
         if l == h.levels.len() {
-            h.coarsest.solve(b, x);
+            self.coarsest(b, x);
             return;
         }
         let s = &h.settings;
-        let a = h.matrix(self.fine, l);
+        let a = self.matrix(l);
         let level = &h.levels[l];
         let (w, rest) = work.split_first_mut().expect("a work entry per level");
-        let smoother = &self.smoothers[l];
+        let smoother = &self.c.smoothers[l];
         smoother.smooth(a, b, x, s.sweeps, true, true, &mut w.t);
-        residual(a, b, x, &mut w.r);
+        a.residual(b, x, &mut w.r);
         let members = &level.members;
         w.b_coarse
             .par_iter_mut()
             .enumerate()
             .with_min_len(MIN_LEN)
-            .for_each(|(c, bc)| *bc = members.of(c).iter().map(|&i| w.r[i as usize]).sum());
+            .for_each(|(c, bc)| {
+                *bc = members
+                    .of(c)
+                    .iter()
+                    .fold(T::ZERO, |s, &i| s + w.r[i as usize])
+            });
         self.coarse_solve(l + 1, &w.b_coarse, &mut w.x_coarse, &mut w.krylov, rest);
-        let theta = match s.cycle {
+        let theta = T::from_f64(match s.cycle {
             CycleKind::K => 1.0,
             CycleKind::V | CycleKind::W => s.over_correction,
-        };
+        });
         let xc = &w.x_coarse;
         x.par_iter_mut()
             .zip(level.aggregate.par_iter())
             .with_min_len(MIN_LEN)
-            .for_each(|(x, &c)| *x += theta * xc[c as usize]);
+            .for_each(|(x, &c)| *x = *x + theta * xc[c as usize]);
         smoother.smooth(a, b, x, s.sweeps, false, false, &mut w.t);
     }
 
@@ -340,28 +467,28 @@ impl<'a> Amg<'a> {
     fn coarse_solve(
         &self,
         l: usize,
-        b: &[f64],
-        x: &mut [f64],
-        krylov: &mut [Vec<f64>; 5],
-        rest: &mut [Work],
+        b: &[T],
+        x: &mut [T],
+        krylov: &mut [Vec<T>; 5],
+        rest: &mut [Work<T>],
     ) {
-        let h = &self.hierarchy;
+        let h = self.h;
         if l == h.levels.len() {
-            h.coarsest.solve(b, x);
+            self.coarsest(b, x);
             return;
         }
-        let a = h.matrix(self.fine, l);
+        let a = self.matrix(l);
         match h.settings.cycle {
             CycleKind::V => self.cycle(l, b, x, rest),
             CycleKind::W => {
                 let [r, e, ..] = krylov;
                 self.cycle(l, b, x, rest);
-                residual(a, b, x, r);
+                a.residual(b, x, r);
                 self.cycle(l, r, e, rest);
                 x.par_iter_mut()
                     .zip(e.par_iter())
                     .with_min_len(MIN_LEN)
-                    .for_each(|(x, e)| *x += e);
+                    .for_each(|(x, &e)| *x = *x + e);
             }
             CycleKind::K => self.k_step(l, a, b, x, krylov, rest),
         }
@@ -371,15 +498,17 @@ impl<'a> Amg<'a> {
     /// preconditioner: c = B b, v = A c, ρ₁ = c·v, α₁ = c·b; r = b − (α₁/ρ₁) v,
     /// d = B r, w = A d, γ = d·v, β = d·w, α₂ = d·r, ρ₂ = β − γ²/ρ₁;
     /// x = (α₁/ρ₁ − γα₂/(ρ₁ρ₂)) c + (α₂/ρ₂) d (Notay & Vassilevski 2008,
-    /// Algorithm 3.2 without its residual test, so the work is fixed).
+    /// Algorithm 3.2 without its residual test, so the work is fixed). The
+    /// dot products and step lengths are f64, rounded to T where they scale
+    /// a vector.
     fn k_step(
         &self,
         l: usize,
-        a: &Csr,
-        b: &[f64],
-        x: &mut [f64],
-        krylov: &mut [Vec<f64>; 5],
-        rest: &mut [Work],
+        a: LevelMatrix<'_, T>,
+        b: &[T],
+        x: &mut [T],
+        krylov: &mut [Vec<T>; 5],
+        rest: &mut [Work<T>],
     ) {
         let [c, v, r, d, w] = krylov;
         self.cycle(l, b, c, rest);
@@ -387,14 +516,15 @@ impl<'a> Amg<'a> {
         let (rho1, alpha1) = (dot(c, v), dot(c, b));
         // c·Ac = 0 (b = 0) or not a number: nothing to correct.
         if rho1.is_nan() || rho1 <= 0.0 {
-            x.fill(0.0);
+            x.fill(T::ZERO);
             return;
         }
         let step1 = alpha1 / rho1;
+        let step1_t = T::from_f64(step1);
         r.par_iter_mut()
             .enumerate()
             .with_min_len(MIN_LEN)
-            .for_each(|(i, r)| *r = b[i] - step1 * v[i]);
+            .for_each(|(i, r)| *r = b[i] - step1_t * v[i]);
         self.cycle(l, r, d, rest);
         a.spmv(d, w);
         let (gamma, beta, alpha2) = (dot(d, v), dot(d, w), dot(d, r));
@@ -405,10 +535,34 @@ impl<'a> Amg<'a> {
         } else {
             (step1, 0.0)
         };
+        let (cc, cd) = (T::from_f64(cc), T::from_f64(cd));
         x.par_iter_mut()
             .enumerate()
             .with_min_len(MIN_LEN)
             .for_each(|(i, x)| *x = cc * c[i] + cd * d[i]);
+    }
+
+    /// z = cycle(r) with r rounded to T on entry and z widened on exit
+    /// (mixed precision; [`Run::apply_f64`] runs the f64 cycle in place).
+    fn apply_rounded(&self, r: &[f64], z: &mut [f64]) {
+        let mut guard = self.c.work.lock().expect("AMG work vectors");
+        let (work, [b, x]) = &mut *guard;
+        b.par_iter_mut()
+            .zip(r.par_iter())
+            .with_min_len(MIN_LEN)
+            .for_each(|(b, &r)| *b = T::from_f64(r));
+        self.cycle(0, b, x, work);
+        z.par_iter_mut()
+            .zip(x.par_iter())
+            .with_min_len(MIN_LEN)
+            .for_each(|(z, x)| *z = x.to_f64());
+    }
+}
+
+impl Run<'_, f64> {
+    fn apply_f64(&self, r: &[f64], z: &mut [f64]) {
+        let mut guard = self.c.work.lock().expect("AMG work vectors");
+        self.cycle(0, r, z, &mut guard.0);
     }
 }
 
@@ -417,7 +571,15 @@ impl LinearOperator for Amg<'_> {
         self.hierarchy.n
     }
     fn apply(&self, r: &[f64], z: &mut [f64]) {
-        let mut work = self.work.lock().expect("AMG work vectors");
-        self.cycle(0, r, z, &mut work);
+        let (fine, h) = (self.fine, &self.hierarchy);
+        if h.levels.is_empty() {
+            // One level: the coarsest solve alone, in f64 in either precision.
+            h.coarsest.solve(r, z);
+            return;
+        }
+        match &self.cycle {
+            Arithmetic::Double(c) => Run { fine, h, c }.apply_f64(r, z),
+            Arithmetic::Mixed(c) => Run { fine, h, c }.apply_rounded(r, z),
+        }
     }
 }

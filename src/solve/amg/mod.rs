@@ -33,6 +33,7 @@ pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
 use super::cpu::check_system;
+pub use super::polynomial::Precision;
 use super::precond::Identity;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
@@ -160,6 +161,14 @@ pub struct AmgSettings {
     /// (unsmoothed aggregation underestimates it; the K-cycle's Krylov step
     /// scales it optimally and ignores this).
     pub over_correction: f64,
+    /// Arithmetic of the cycle: `Double`, or `Mixed` (every level's matrix
+    /// values and the cycle's vectors in f32, the outer Krylov method in f64).
+    pub precision: Precision,
+    /// GPU: fuse the cycle's kernels where one sweep is made before and
+    /// after the coarse correction (pre-sweep from zero + residual +
+    /// restriction; prolongation + correction + post-sweep): the same
+    /// arithmetic with fewer passes over the vectors. The CPU ignores it.
+    pub fused: bool,
 }
 
 /// Largest coarsest matrix factored densely (n² doubles, n³/3 flops).
@@ -178,6 +187,8 @@ impl Default for AmgSettings {
             sweeps: 1,
             omega: 0.8,
             over_correction: 1.5,
+            precision: Precision::Double,
+            fused: false,
         }
     }
 }
@@ -230,7 +241,8 @@ impl AmgSettings {
     /// `coarsestRows` (OpenFOAM `nCellsInCoarsestLevel`), `cycle` (V, W, K),
     /// `smoother`, `sweeps` (`nSweeps`; OpenFOAM's `nPreSweeps` and
     /// `nPostSweeps` too: the cycle is symmetric, so both set the same
-    /// count), `omega`, `overCorrection`.
+    /// count), `omega`, `overCorrection`, `precision` (double, mixed),
+    /// `fused` (true, false).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
             value
@@ -252,10 +264,19 @@ impl AmgSettings {
             "sweeps" | "nsweeps" | "npresweeps" | "npostsweeps" => self.sweeps = count(key, value)?,
             "omega" => self.omega = number(key, value)?,
             "overcorrection" => self.over_correction = number(key, value)?,
+            "precision" => self.precision = value.parse()?,
+            "fused" => {
+                self.fused = match value.to_ascii_lowercase().as_str() {
+                    "true" | "yes" | "on" | "1" => true,
+                    "false" | "no" | "off" | "0" => false,
+                    _ => return Err(format!("AMG fused must be true or false, got '{value}'")),
+                }
+            }
             _ => {
                 return Err(format!(
                     "unknown AMG parameter '{key}' (passes, matchingRounds, maxLevels, \
-                     coarsestRows, cycle, smoother, sweeps, omega, overCorrection)"
+                     coarsestRows, cycle, smoother, sweeps, omega, overCorrection, precision, \
+                     fused)"
                 ))
             }
         }
@@ -281,6 +302,12 @@ impl AmgSettings {
         );
         if self.over_correction != 1.0 && self.cycle != CycleKind::K {
             s += &format!(", over-correction {}", format_g(self.over_correction));
+        }
+        if self.precision == Precision::Mixed {
+            s += ", mixed precision";
+        }
+        if self.fused {
+            s += ", fused";
         }
         s + ")"
     }

@@ -550,3 +550,88 @@ fn settings_are_checked_and_named() {
     let err = Hierarchy::setup(&a, &s).err().unwrap();
     assert!(err.to_string().contains("row 1"), "{err}");
 }
+
+/// ‖u − v‖∞ / ‖v‖∞.
+fn relative_difference(u: &[f64], v: &[f64]) -> f64 {
+    let max = |w: &mut dyn Iterator<Item = f64>| w.fold(0.0, f64::max);
+    max(&mut u.iter().zip(v).map(|(a, b)| (a - b).abs())) / max(&mut v.iter().map(|b| b.abs()))
+}
+
+#[test]
+fn the_mixed_precision_cycle_is_the_double_cycle_to_f32_round_off() {
+    let (a, _) = poisson_system("box:12x12x12:tet:perturb=0.2:renumber").unwrap();
+    let n = a.n_rows();
+    let r = random_vector(n, 4);
+    for smoother in AmgSmootherKind::ALL {
+        for cycle in CycleKind::ALL {
+            let double = AmgSettings {
+                smoother,
+                cycle,
+                sweeps: 2,
+                coarsest_rows: 30,
+                ..AmgSettings::default()
+            };
+            let mixed = AmgSettings {
+                precision: Precision::Mixed,
+                ..double
+            };
+            let (mut z64, mut z32) = (vec![0.0; n], vec![0.0; n]);
+            Amg::new(&a, &double).unwrap().apply(&r, &mut z64);
+            Amg::new(&a, &mixed).unwrap().apply(&r, &mut z32);
+            let d = relative_difference(&z32, &z64);
+            // f32 arithmetic (unit round-off 6e-8), not f64's.
+            assert!(d < 2e-5 && d > 1e-12, "{mixed}: mixed differs by {d:.1e}");
+            assert!(
+                z32.iter().all(|&z| z == z as f32 as f64),
+                "{mixed}: z is not f32"
+            );
+        }
+    }
+}
+
+#[test]
+fn pcg_with_the_mixed_cycle_takes_the_double_iterations() {
+    use crate::solve::{solve_pcg, Preconditioner, SolverControls};
+    let (a, _) = poisson_system("box:24x24x24").unwrap();
+    let b = random_vector(a.n_rows(), 9);
+    let controls = SolverControls {
+        tolerance: 0.0,
+        rel_tol: 1e-8,
+        max_iter: 200,
+        min_iter: 0,
+    };
+    let mut iterations = Vec::new();
+    for precision in [Precision::Double, Precision::Mixed] {
+        let s = AmgSettings {
+            cycle: CycleKind::V,
+            precision,
+            ..AmgSettings::default()
+        };
+        let mut x = vec![0.0; a.n_rows()];
+        let perf = solve_pcg(&a, Preconditioner::Amg(s), &b, &mut x, &controls, "p").unwrap();
+        assert!(perf.converged, "{s}: {perf:?}");
+        iterations.push(perf.iterations);
+    }
+    assert!(
+        iterations[1] <= iterations[0] + 1,
+        "double, mixed iterations: {iterations:?}"
+    );
+}
+
+#[test]
+fn precision_is_a_setting() {
+    let s: AmgSettings = "amg:precision=mixed:cycle=V".parse().unwrap();
+    assert_eq!(s.precision, Precision::Mixed);
+    assert!(s.describe().contains("mixed precision"), "{}", s.describe());
+    assert_eq!(AmgSettings::default().precision, Precision::Double);
+    let f: AmgSettings = "amg:fused=true".parse().unwrap();
+    assert!(f.fused && f.describe().contains("fused"));
+    assert!("amg:fused=maybe"
+        .parse::<AmgSettings>()
+        .unwrap_err()
+        .contains("true or false"));
+    assert!("amg:precision=half"
+        .parse::<AmgSettings>()
+        .unwrap_err()
+        .contains("double, mixed"));
+}

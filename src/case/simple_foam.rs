@@ -1,0 +1,480 @@
+//! OpenFOAM simpleFoam case directories (steady, incompressible, laminar),
+//! read as they are, → [`FlowSetup`] and run by the same SIMPLE driver as a
+//! `case.toml` flow case ([`super::flow_case::run_flow_case`]).
+//!
+//! | file | entries | becomes |
+//! |---|---|---|
+//! | `system/controlDict` | `application simpleFoam` (optional), `startTime 0`, `endTime`/`deltaT` (steady: iterations), `writeControl`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression` | maximum outer iterations; write every N iterations |
+//! | `system/fvSchemes` | `ddtSchemes` `steadyState`; `divSchemes` `div(phi,U)` `bounded Gauss upwind\|linearUpwind grad(U)\|limitedLinear K`; `laplacianSchemes`, `gradSchemes` (keys `laplacian(nuEff,U)`, `laplacian((1\|A(U)),p)`, `grad(U)`, `grad(p)` or `default`) | convection, [`Schemes`] |
+//! | `system/fvSolution` | `solvers { p {...} U {...} }` (pattern keys such as `"(U\|k\|epsilon)"`; the laplacianFoam reader's solver keys); `SIMPLE { nNonOrthogonalCorrectors; consistent; pRefCell; pRefValue; residualControl { p; U; } }`; `relaxationFactors { fields { p; } equations { U; } }` or the flat `relaxationFactors { p; U; }` | [`SimpleSettings`], pressure solver |
+//! | `constant/transportProperties` (`transportModel Newtonian`) or `constant/physicalProperties` (`viscosityModel constant`) | `nu` (plain or dimensioned) | ν |
+//! | `constant/momentumTransport` or `constant/turbulenceProperties` | `simulationType laminar` (laminar model `Stokes`) | — |
+//! | `0/U` | internal field; `fixedValue`, `movingWallVelocity` (value), `noSlip`, `zeroGradient`, `symmetry`, `symmetryPlane`, `empty`; `slip` as `symmetry` (warned) | initial U, [`VelocityCondition`]s |
+//! | `0/p` | internal field; `zeroGradient`, `fixedValue`, `symmetry`, `symmetryPlane`, `empty` | initial p, pressure conditions |
+//!
+//! A missing relaxation factor means none (1), as in OpenFOAM. Results go to
+//! time directories `<iteration>/U`, `p`, `phi` every `writeInterval`
+//! iterations and at the end, plus `results/NAME.vtu` and the residual plot.
+//! Entries nobody read are named in warnings.
+
+use super::flow_case::{momentum_solver, FlowSetup, FoamOutput};
+use super::openfoam::{at, at_key, read_positive, scheme, Reader};
+use super::setup::TimeControl;
+use super::CaseError;
+use crate::flow::simple::{Convection, ResidualControl, SimpleSettings};
+use crate::flow::{VectorValues, VelocityCondition};
+use crate::foam::{FoamDict, FoamEntry};
+use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
+use crate::io::foam_field::{
+    time_name, FieldValues, ScalarFieldFile, VectorFieldFile, VectorFieldValues,
+};
+use crate::mesh::{Mesh, MeshSource, Vec3};
+use std::path::Path;
+
+/// The application these cases are read as.
+const APPLICATION: &str = "simpleFoam";
+
+/// A simpleFoam case read, and the warnings about what it holds that is not used.
+#[derive(Debug)]
+pub struct SimpleFoamCase {
+    pub setup: FlowSetup,
+    /// The mesh of `setup.mesh`, read to read the fields: pass it on to
+    /// [`run_flow_case_with_mesh`](super::flow_case::run_flow_case_with_mesh).
+    pub mesh: Mesh,
+    /// One line per entry nobody read or setting mapped to another; each was also logged.
+    pub warnings: Vec<String>,
+}
+
+/// Whether `case_dir` is an OpenFOAM case to run as simpleFoam: its
+/// `controlDict` names `application simpleFoam`, or names no application and
+/// the case has `0/U`.
+pub fn is_simple_foam_case(case_dir: &Path) -> bool {
+    let Ok(control) = FoamDict::read(&case_dir.join("system/controlDict")) else {
+        return false;
+    };
+    match control.get_opt::<String>("application") {
+        Ok(Some(app)) => app == APPLICATION,
+        Ok(None) => case_dir.join("0/U").is_file() || case_dir.join("0/U.gz").is_file(),
+        Err(_) => false,
+    }
+}
+
+/// Reads the simpleFoam case in `case_dir` (see the module documentation).
+pub fn read_simple_foam_case(case_dir: &Path) -> Result<SimpleFoamCase, CaseError> {
+    let mut reader = Reader::new(case_dir, APPLICATION);
+    let (setup, mesh) = read(&mut reader)?;
+    Ok(SimpleFoamCase {
+        setup,
+        mesh,
+        warnings: reader.warnings,
+    })
+}
+
+fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
+    let control = r.dict("system/controlDict")?;
+    let schemes_dict = r.dict("system/fvSchemes")?;
+    let solution = r.dict("system/fvSolution")?;
+    if let Some((entry, _)) = control.stream_entry("application")? {
+        let app: String = control.get("application")?;
+        if app != APPLICATION {
+            return Err(at(
+                entry,
+                format!(
+                    "application {app}: this case is read as a simpleFoam case; set \
+                     'application simpleFoam;' (laplacianFoam cases have no 0/U)"
+                ),
+            ));
+        }
+    }
+    control.ignore("runTimeModifiable");
+    let timing = r.timing(&control)?;
+    let foam = r.write_options(&control)?;
+    let max_iterations = match r.time_control(&timing, true, None, &control)? {
+        TimeControl::Steady { max_iterations, .. } => max_iterations,
+        TimeControl::Euler { .. } => {
+            return Err(CaseError::Mesh(control.error(
+                "a simpleFoam case is steady; expected a steady time control",
+            )))
+        }
+    };
+
+    let mesh_source = MeshSource::PolyMesh(r.dir.clone());
+    let mesh = mesh_source.load()?;
+    let n = mesh.n_cells();
+
+    let nu = read_viscosity(r)?;
+    check_laminar(r)?;
+    let mut settings = SimpleSettings::new(nu);
+    let (convection, schemes) = read_schemes(&schemes_dict)?;
+    settings.convection = convection;
+    settings.schemes = Schemes {
+        gamma_interpolation: settings.schemes.gamma_interpolation,
+        ..schemes
+    };
+
+    let pressure_solver = r.solver_for(&solution, "p", true)?;
+    let u_solver = r.solver_for(&solution, "U", false)?;
+    settings.momentum = momentum_solver(u_solver).map_err(|e| {
+        let solvers = solution.get_dict("solvers").ok();
+        match solvers.and_then(|s| s.get_dict("U").ok()) {
+            Some(dict) => at_key(dict, "solver", format!("solvers/U: {e}")),
+            None => CaseError::Mesh(solution.error(format!("solvers/U: {e}"))),
+        }
+    })?;
+    read_simple_dict(r, &solution, &mut settings)?;
+    read_relaxation(r, &solution, &mut settings)?;
+
+    let start_dir = r.dir.join(time_name(timing.start, foam.time_precision));
+    let u_file = VectorFieldFile::read(&start_dir.join("U"), n)?;
+    let p_file = ScalarFieldFile::read(&start_dir.join("p"), n)?;
+    let boundary = read_boundary(r, &mesh, &u_file, &p_file)?;
+    let initial = Some((
+        u_file.internal.clone().expand(n),
+        p_file.internal.clone().expand(n),
+    ));
+
+    for dict in [
+        &control,
+        &schemes_dict,
+        &solution,
+        &u_file.dict,
+        &p_file.dict,
+    ] {
+        r.warn_unread(dict);
+    }
+    let setup = FlowSetup {
+        origin: r.dir.join("system/controlDict").display().to_string(),
+        case_dir: r.dir.clone(),
+        mesh: mesh_source,
+        settings,
+        max_iterations,
+        boundary,
+        default_boundary: None,
+        pressure_solver,
+        output_dir: r.dir.join("results"),
+        validation: None,
+        initial,
+        vtk: true,
+        foam_output: Some(FoamOutput {
+            interval: timing.write_every,
+            options: foam,
+        }),
+    };
+    Ok((setup, mesh))
+}
+
+/// `nu` from `constant/physicalProperties` (OpenFOAM ≥ v10, `viscosityModel
+/// constant`) or else `constant/transportProperties` (`transportModel Newtonian`).
+fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
+    let physical = "constant/physicalProperties";
+    let (dict, model_key, model) = if r.dir.join(physical).is_file()
+        || crate::foam::gz_path(&r.dir.join(physical)).is_file()
+    {
+        (r.dict(physical)?, "viscosityModel", "constant")
+    } else {
+        (
+            r.dict("constant/transportProperties")?,
+            "transportModel",
+            "Newtonian",
+        )
+    };
+    if let Some(given) = dict.get_opt::<String>(model_key)? {
+        if given != model {
+            return Err(at_key(
+                &dict,
+                model_key,
+                format!(
+                    "{model_key} {given}: only a constant viscosity is supported \
+                     ({model_key} {model};)"
+                ),
+            ));
+        }
+    }
+    let nu = read_positive(&dict, "nu", "the kinematic viscosity")?;
+    r.warn_unread(&dict);
+    Ok(nu)
+}
+
+/// `simulationType laminar` (with the `Stokes` laminar model, if one is named)
+/// in `constant/momentumTransport` or `constant/turbulenceProperties`.
+fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
+    let names = [
+        "constant/momentumTransport",
+        "constant/turbulenceProperties",
+    ];
+    let Some(rel) = names.iter().find(|rel| {
+        let path = r.dir.join(rel);
+        path.is_file() || crate::foam::gz_path(&path).is_file()
+    }) else {
+        return Err(CaseError::invalid(format!(
+            "{}: neither constant/momentumTransport nor constant/turbulenceProperties; add one \
+             with 'simulationType laminar;' (only laminar flow is supported)",
+            r.dir.display()
+        )));
+    };
+    let dict = r.dict(rel)?;
+    let kind = dict.get_word("simulationType")?;
+    if kind != "laminar" {
+        return Err(at_key(
+            &dict,
+            "simulationType",
+            format!(
+                "simulationType {kind}: only laminar flow is supported (simulationType laminar;)"
+            ),
+        ));
+    }
+    if let Some(laminar) = dict.get_dict_opt("laminar")? {
+        for key in ["model", "laminarModel"] {
+            if let Some(model) = laminar.get_opt::<String>(key)? {
+                if model != "Stokes" {
+                    return Err(at_key(
+                        laminar,
+                        key,
+                        format!("laminar {key} {model}: only Stokes (Newtonian) is supported"),
+                    ));
+                }
+            }
+        }
+        laminar.ignore("printCoeffs");
+    }
+    dict.ignore("printCoeffs");
+    r.warn_unread(&dict);
+    Ok(())
+}
+
+/// The scheme of `key` in `section`, which must be the same as that of `other`
+/// (fvpoisson discretises U and p with one Laplacian and gradient scheme).
+fn same_scheme<'a>(
+    dict: &'a FoamDict,
+    section: &str,
+    key: &str,
+    other: &str,
+) -> Result<(String, &'a FoamEntry), CaseError> {
+    let (entry, text) = scheme(dict, section, key)?;
+    let (other_entry, other_text) = scheme(dict, section, other)?;
+    if other_text != text {
+        return Err(at(
+            other_entry,
+            format!(
+                "{section}: {other} is '{other_text}' but {key} is '{text}'; fvpoisson uses one \
+                 scheme for both: make them equal"
+            ),
+        ));
+    }
+    Ok((text, entry))
+}
+
+/// `ddtSchemes` (steadyState), `div(phi,U)`, the Laplacian and gradient schemes.
+fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
+    let (ddt_entry, ddt) = scheme(dict, "ddtSchemes", "ddt(U)")?;
+    if ddt != "steadyState" {
+        return Err(at(
+            ddt_entry,
+            format!("ddt scheme '{ddt}': simpleFoam is steady; use steadyState"),
+        ));
+    }
+    let (div_entry, div) = scheme(dict, "divSchemes", "div(phi,U)")?;
+    let convection = Convection::from_foam(&div).map_err(|e| at(div_entry, e.to_string()))?;
+    // ∇·(ν dev2((∇U)ᵀ)) vanishes for constant ν and ∇·U = 0.
+    let divs = dict.get_dict("divSchemes")?;
+    for e in divs.entries() {
+        if e.key().contains("dev2(T(grad(U)))") || e.key().contains("dev(T(grad(U)))") {
+            divs.ignore(e.key());
+        }
+    }
+    let (laplacian, lap_entry) = same_scheme(
+        dict,
+        "laplacianSchemes",
+        "laplacian(nuEff,U)",
+        "laplacian((1|A(U)),p)",
+    )?;
+    let (grad, grad_entry) = same_scheme(dict, "gradSchemes", "grad(U)", "grad(p)")?;
+    for unused in [
+        "interpolationSchemes",
+        "snGradSchemes",
+        "fluxRequired",
+        "wallDist",
+    ] {
+        dict.ignore(unused);
+    }
+    let schemes = Schemes::from_foam(&laplacian, &grad).map_err(|e| {
+        let entry = if e.to_string().contains("gradient scheme") {
+            grad_entry
+        } else {
+            lap_entry
+        };
+        at(entry, e.to_string())
+    })?;
+    Ok((convection, schemes))
+}
+
+/// fvSolution's `SIMPLE` dictionary.
+fn read_simple_dict(
+    r: &mut Reader,
+    solution: &FoamDict,
+    settings: &mut SimpleSettings,
+) -> Result<(), CaseError> {
+    let simple = solution.get_dict("SIMPLE")?;
+    settings.n_non_orth_correctors = simple.get_or("nNonOrthogonalCorrectors", 0usize)?;
+    settings.consistent = simple.get_or("consistent", false)?;
+    if simple.contains("pRefPoint") {
+        return Err(at_key(
+            simple,
+            "pRefPoint",
+            "pRefPoint is not supported: give the reference cell as pRefCell",
+        ));
+    }
+    settings.p_ref_cell = simple.get_or("pRefCell", 0usize)?;
+    settings.p_ref_value = simple.get_or("pRefValue", 0.0)?;
+    if !simple.get_or("momentumPredictor", true)? {
+        r.warn(format!(
+            "{}: momentumPredictor off is not supported: the momentum equation is always solved",
+            simple.entry("momentumPredictor").map_or_else(
+                || simple.file().display().to_string(),
+                |e| format!("{}:{}", e.file().display(), e.line())
+            )
+        ));
+    }
+    if let Some(rc) = simple.get_dict_opt("residualControl")? {
+        let mut control = ResidualControl::default();
+        for (key, target) in [("U", &mut control.u), ("p", &mut control.p)] {
+            if let Some(tol) = rc.get_opt::<f64>(key)? {
+                if !(tol.is_finite() && tol >= 0.0) {
+                    return Err(at_key(
+                        rc,
+                        key,
+                        format!("residualControl {key} {tol}: expected a tolerance ≥ 0"),
+                    ));
+                }
+                *target = tol;
+            }
+        }
+        settings.residual_control = control;
+    }
+    Ok(())
+}
+
+/// `relaxationFactors`: `fields { p α; } equations { U α; }` or the flat
+/// `{ p α; U α; }`; a factor not given is 1 (no relaxation), as in OpenFOAM.
+fn read_relaxation(
+    r: &mut Reader,
+    solution: &FoamDict,
+    settings: &mut SimpleSettings,
+) -> Result<(), CaseError> {
+    let factors = solution.get_dict_opt("relaxationFactors")?;
+    let read = |holder: Option<&FoamDict>, key: &str| -> Result<Option<f64>, CaseError> {
+        let Some(dict) = holder else { return Ok(None) };
+        let Some(alpha) = dict.get_opt::<f64>(key)? else {
+            return Ok(None);
+        };
+        if !(alpha > 0.0 && alpha <= 1.0) {
+            return Err(at_key(
+                dict,
+                key,
+                format!("relaxation factor {key} {alpha}: it must be in (0, 1]"),
+            ));
+        }
+        Ok(Some(alpha))
+    };
+    let (alpha_p, alpha_u) = match factors {
+        None => (None, None),
+        Some(f) => {
+            let fields = f.get_dict_opt("fields")?;
+            let equations = f.get_dict_opt("equations")?;
+            if fields.is_none() && equations.is_none() {
+                (read(Some(f), "p")?, read(Some(f), "U")?)
+            } else {
+                (read(fields, "p")?, read(equations, "U")?)
+            }
+        }
+    };
+    for (name, alpha, target) in [
+        ("field p", alpha_p, &mut settings.relaxation_p),
+        ("equation U", alpha_u, &mut settings.relaxation_u),
+    ] {
+        *target = alpha.unwrap_or_else(|| {
+            r.warn(format!(
+                "{}: no relaxation factor for {name}: none (1), as in OpenFOAM; SIMPLE usually \
+                 needs one (p 0.3, U 0.7)",
+                solution.file().display()
+            ));
+            1.0
+        });
+    }
+    Ok(())
+}
+
+/// Velocity and pressure conditions of every patch, from `0/U` and `0/p`.
+fn read_boundary(
+    r: &mut Reader,
+    mesh: &Mesh,
+    u_file: &VectorFieldFile,
+    p_file: &ScalarFieldFile,
+) -> Result<Vec<(String, VelocityCondition, BoundaryCondition, String)>, CaseError> {
+    let mut boundary = Vec::new();
+    for patch in mesh.patches() {
+        let dict = u_file.patch(patch)?;
+        let kind = dict.get_word("type")?;
+        let type_entry = dict.entry("type").expect("read above");
+        let origin = format!("{}:{}", type_entry.file().display(), type_entry.line());
+        let velocity = match kind.as_str() {
+            "fixedValue" | "movingWallVelocity" => VelocityCondition::FixedValue(
+                match VectorFieldValues::read(dict, "value", patch.size)? {
+                    VectorFieldValues::Uniform(v) => VectorValues::Uniform(v),
+                    VectorFieldValues::NonUniform(v) => VectorValues::PerFace(v),
+                },
+            ),
+            "noSlip" => VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros())),
+            "zeroGradient" => VelocityCondition::ZeroGradient,
+            "symmetry" | "symmetryPlane" => VelocityCondition::Symmetry,
+            "empty" => VelocityCondition::Empty,
+            "slip" => {
+                r.warn(format!(
+                    "{origin}: U patch '{}': slip is run as symmetry (zero normal velocity, \
+                     zero normal gradient of the tangential one; planes normal to an axis)",
+                    patch.name
+                ));
+                VelocityCondition::Symmetry
+            }
+            other => {
+                return Err(at(
+                    type_entry,
+                    format!(
+                        "U patch '{}': condition type '{other}' is not supported (fixedValue, \
+                         movingWallVelocity, noSlip, zeroGradient, symmetry, symmetryPlane, \
+                         empty, slip)",
+                        patch.name
+                    ),
+                ))
+            }
+        };
+        // The current face values: recomputed.
+        dict.ignore("value");
+        let dict = p_file.patch(patch)?;
+        let kind = dict.get_word("type")?;
+        let type_entry = dict.entry("type").expect("read above");
+        let pressure = match kind.as_str() {
+            "fixedValue" => {
+                BoundaryCondition::FixedValue(match FieldValues::read(dict, "value", patch.size)? {
+                    FieldValues::Uniform(v) => PatchValues::Uniform(v),
+                    FieldValues::NonUniform(v) => PatchValues::PerFace(v),
+                })
+            }
+            "zeroGradient" | "symmetry" | "symmetryPlane" => BoundaryCondition::ZeroGradient,
+            "empty" => BoundaryCondition::Empty,
+            other => {
+                return Err(at(
+                    type_entry,
+                    format!(
+                        "p patch '{}': condition type '{other}' is not supported (zeroGradient, \
+                         fixedValue, symmetry, symmetryPlane, empty)",
+                        patch.name
+                    ),
+                ))
+            }
+        };
+        dict.ignore("value");
+        boundary.push((patch.name.clone(), velocity, pressure, origin));
+    }
+    Ok(boundary)
+}
