@@ -846,10 +846,53 @@ struct BenchArgs {
     /// Where to run (the bench needs a GPU: cpu and auto without one exit with an error).
     #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Auto)]
     device: crate::gpu::DeviceChoice,
+    /// Instead of the tables above: multi-GPU Jacobi-PCG (gpu::multi) strong
+    /// and weak scaling on z-slab split boxes: time per iteration, parallel
+    /// efficiency, communication share, time to solution.
+    #[arg(long)]
+    multi_gpu: bool,
+    /// GPU counts of --multi-gpu (counts above the devices present are skipped).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    gpus: Vec<usize>,
+    /// Cells per side of the --multi-gpu strong-scaling boxes (256: 16.8 M
+    /// cells, 320: 32.8 M).
+    #[arg(long, value_delimiter = ',', default_value = "256,320")]
+    multi_strong: Vec<usize>,
+    /// Cells per side per GPU of the --multi-gpu weak-scaling box (200: 8 M
+    /// cells per GPU; 0: no weak scaling).
+    #[arg(long, default_value_t = 200)]
+    multi_weak: usize,
+    /// Timed PCG iterations per --multi-gpu measurement.
+    #[arg(long, default_value_t = 100)]
+    multi_iterations: usize,
+    /// How --multi-gpu moves halos between GPUs.
+    #[arg(long, value_enum, default_value_t = crate::gpu::multi::Transport::Auto)]
+    transport: crate::gpu::multi::Transport,
 }
 
 /// `bench`: see `gpu::bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    if args.multi_gpu {
+        let (strong, weak) = match args.quick {
+            true => (vec![64], 48),
+            false => (args.multi_strong, args.multi_weak),
+        };
+        let settings = crate::gpu::multi_bench::MultiBenchSettings {
+            gpus: args.gpus,
+            strong,
+            weak,
+            iterations: args.multi_iterations,
+            transport: args.transport,
+            slice_height: args.slice_height,
+        };
+        let (report, markdown) = crate::gpu::multi_bench::run(&settings)?;
+        print!("{}", crate::gpu::bench::table(&report));
+        println!("\n{markdown}");
+        if args.json {
+            println!("{}", crate::gpu::bench::json(&report));
+        }
+        return Ok(());
+    }
     let gpu = args.device.select()?;
     if args.preconditioners {
         let gpu =

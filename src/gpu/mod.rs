@@ -36,6 +36,8 @@ pub mod ilu_bench;
 pub mod krylov;
 pub mod krylov_bench;
 pub mod matrix;
+pub mod multi;
+pub mod multi_bench;
 pub mod pcg;
 pub mod polynomial;
 pub mod polynomial_bench;
@@ -68,6 +70,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("block_ic.cu", include_str!("../../kernels/block_ic.cu")),
     ("fsai_apply.cu", include_str!("../../kernels/fsai_apply.cu")),
     ("fsai.cu", include_str!("../../kernels/fsai.cu")),
+    ("multi.cu", include_str!("../../kernels/multi.cu")),
 ];
 
 /// The kernels the sources define, in source order.
@@ -166,6 +169,12 @@ impl Gpu {
     /// The first CUDA device; `GpuError::NoDevice` when the driver library or a
     /// device is missing.
     pub fn new() -> Result<Self, GpuError> {
+        Self::on_device(0)
+    }
+
+    /// CUDA devices the driver sees; `GpuError::NoDevice` when the driver
+    /// library is missing or sees none.
+    pub fn device_count() -> Result<usize, GpuError> {
         // SAFETY: only probes whether the shared library can be loaded.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(GpuError::NoDevice(
@@ -177,16 +186,30 @@ impl Gpu {
         if count < 1 {
             return Err(GpuError::NoDevice("the CUDA driver sees no device".into()));
         }
-        // SAFETY: as above, for NVRTC.
+        Ok(count as usize)
+    }
+
+    /// CUDA device `ordinal` (0-based; see [`Gpu::device_count`]), its own
+    /// context, stream and loaded module (the compiled kernels come from the
+    /// disk cache after the first device).
+    pub fn on_device(ordinal: usize) -> Result<Self, GpuError> {
+        let count = Self::device_count()?;
+        if ordinal >= count {
+            return Err(GpuError::Invalid(format!(
+                "CUDA device {ordinal} asked for, but the driver sees {count} (0..{count})"
+            )));
+        }
+        // SAFETY: only probes whether the NVRTC library can be loaded.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(GpuError::NoDevice(
                 "NVRTC (libnvrtc) is not installed, so the kernels cannot be compiled".into(),
             ));
         }
-        let ctx = driver("cuCtxCreate", CudaContext::new(0))?;
+        let ctx = driver("cuCtxCreate", CudaContext::new(ordinal))?;
         // SAFETY: everything runs on the one stream below, in order, so
         // cudarc's per-buffer event tracking (an event per argument per launch)
-        // is not needed.
+        // is not needed (gpu::multi's transfer stream orders itself against it
+        // with explicit events).
         unsafe { ctx.disable_event_tracking() };
         // A stream of our own rather than the legacy default stream: only
         // such a stream can be captured into a CUDA graph.
@@ -230,6 +253,14 @@ impl Gpu {
     }
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+    /// The device's ordinal (`Gpu::on_device`).
+    pub fn ordinal(&self) -> usize {
+        self.ctx.ordinal()
+    }
+    /// A second stream on this device (e.g. for transfers overlapping kernels).
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
+        driver("cuStreamCreate", self.ctx.new_stream())
     }
     /// (free, total) device memory in bytes.
     pub fn memory(&self) -> Result<(usize, usize), GpuError> {

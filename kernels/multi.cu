@@ -1,0 +1,52 @@
+// Multi-GPU PCG (src/gpu/multi.rs): the halo exchange of one rank's local
+// system (src/sparse/distribute.rs numbering [interior | boundary | halo]) and
+// the parts of A x that read the halo. Appended to spmv.cu and pcg.cu in one
+// module (block_sum). No FMA contraction, so a row's sum is the CPU's
+// left-to-right sum of products.
+
+// buf[i] = x[idx[i]]: the owned values the neighbours read, packed in the
+// order of their halo slots.
+extern "C" __global__ void halo_pack(int n, const unsigned* __restrict__ idx,
+                                     const double* __restrict__ x, double* __restrict__ buf) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) buf[i] = x[idx[i]];
+}
+
+// y[row0 + i] += (A_oh x_halo)_i for the n boundary rows: A_oh in CSR, its
+// columns indexing the halo buffer.
+extern "C" __global__ void halo_add(int n, int row0, const u64* __restrict__ row_ptr,
+                                    const unsigned* __restrict__ cols,
+                                    const double* __restrict__ vals,
+                                    const double* __restrict__ x_halo, double* __restrict__ y) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double acc = 0.0;
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
+        acc = __dadd_rn(acc, __dmul_rn(vals[k], x_halo[cols[k]]));
+    y[row0 + i] = __dadd_rn(y[row0 + i], acc);
+}
+
+// r = b - ax for the n owned rows (ax = A x with the halo added), with
+// partials of sum |r| and of OpenFOAM's normFactor sum(|Ax - A xbar| +
+// |b - A xbar|), A xbar = rowSum * mean (mean of x over every rank, from the
+// host); ax may be r itself. Partials: [|r| per block][norm per block], as cg_initial_residual.
+extern "C" __global__ void halo_initial_residual(int n, double mean, const double* ax,
+                                                 const double* __restrict__ b,
+                                                 const double* __restrict__ row_sums,
+                                                 double* r, double* __restrict__ partials) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double res = 0.0, norm = 0.0;
+    if (i < n) {
+        const double a_xbar = row_sums[i] * mean;
+        const double ri = b[i] - ax[i];
+        r[i] = ri;
+        res = fabs(ri);
+        norm = fabs(ax[i] - a_xbar) + fabs(b[i] - a_xbar);
+    }
+    const double s_res = block_sum(res);
+    const double s_norm = block_sum(norm);
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = s_res;
+        partials[gridDim.x + blockIdx.x] = s_norm;
+    }
+}

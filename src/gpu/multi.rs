@@ -1,0 +1,912 @@
+//! PCG over several GPUs in one process (issue 10): the rows are split by a
+//! [`Decomposition`] (METIS or explicit owners, e.g. slabs of a box), each
+//! rank's local system ([`LocalMatrix`]) lives on one GPU, and
+//! [`MultiGpuBackend`] is a [`CgBackend`], so `solve::pcg` runs unchanged.
+//!
+//! Each rank holds the owned square block A_oo (interior and boundary rows ×
+//! owned columns) in mod-SELL (the single-GPU SpMV, [`DeviceModSell`]) and
+//! the coupling A_oh (boundary rows × halo slots) in CSR ([`DeviceCsr`]).
+//! y = A x is: pack the values the neighbours read (`halo_pack`), start the
+//! transfer, y = A_oo x on the compute stream while it runs, then
+//! y_boundary += A_oh x_halo (`halo_add`) once the halo has arrived.
+//!
+//! Transport ([`Transport`]): NCCL (grouped `ncclSend`/`ncclRecv` on a second
+//! stream per GPU, so the exchange overlaps A_oo x; one rank per device), or
+//! host staging (download the packed sends, upload each halo: no overlap),
+//! used when NCCL is not installed or when ranks share a device (tests of 2
+//! and 3 ranks on one GPU). NVLink multicast (NVLS) is never used:
+//! `NCCL_NVLS_ENABLE=0` is set unless the environment sets it.
+//!
+//! Reductions (r · z, p · Ap, Σ|r|, the normFactor) are deterministic: each
+//! rank reduces its block partials in the fixed order of `reduce_partials`,
+//! the host reads the per-rank sums and adds them in rank order. The steps
+//! are driven from the host (`solve::pcg::iterate_steps`): three host reads
+//! per iteration, a few µs each against ~0.5 ms of work per iteration at 8 M
+//! rows per GPU.
+//!
+//! Preconditioners: Jacobi (or none), or block Jacobi over the ranks with
+//! any linear [`DevicePreconditioner`] built on a rank's A_oo
+//! ([`MultiGpuBackend::set_preconditioners`], e.g. level-scheduled DIC).
+
+use std::cell::{Cell, RefCell};
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
+
+use super::amg::DeviceCsr;
+use super::matrix::DeviceModSell;
+use super::pcg::GpuVector;
+use super::smooth::DevicePreconditioner;
+use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::solve::cpu::{check_system, openfoam_row_sums};
+use crate::solve::pcg::NORM_FACTOR_SMALL;
+use crate::solve::{pcg, CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
+use crate::sparse::distribute::{Decomposition, LocalMatrix};
+use crate::sparse::{Csr, ModSell};
+
+/// Threads of the one-block reduction kernel (as `gpu::pcg`).
+const REDUCE_BLOCK: u32 = 1024;
+
+/// How halos travel between GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// NCCL when every rank has a device of its own and libnccl loads, else
+    /// host staging.
+    Auto,
+    /// Through host memory (works with any number of ranks per device).
+    Host,
+    /// NCCL send/recv (one rank per device; libnccl.so must load).
+    Nccl,
+}
+
+/// How the per-rank sums of a reduction become one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduction {
+    /// The host reads each rank's sum and adds them in rank order.
+    HostRead,
+    /// `ncclAllReduce` of the per-rank sums (NCCL's order, the same on every
+    /// rank and run for a fixed set of GPUs), then one host read; the host
+    /// read where the transport is not NCCL.
+    NcclAllReduce,
+}
+
+/// Settings of a multi-GPU solve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MultiGpuOptions {
+    /// mod-SELL slice height of A_oo.
+    pub slice_height: usize,
+    pub transport: Transport,
+    /// z = D⁻¹ r; else no preconditioner (unless set with
+    /// [`MultiGpuBackend::set_preconditioners`]).
+    pub jacobi: bool,
+}
+
+impl Default for MultiGpuOptions {
+    fn default() -> Self {
+        Self {
+            slice_height: 512,
+            transport: Transport::Auto,
+            jacobi: true,
+        }
+    }
+}
+
+/// Whether libnccl can be loaded, and the error to show when it cannot.
+pub fn nccl_available() -> Result<(), GpuError> {
+    // SAFETY: only probes whether the shared library can be loaded.
+    if unsafe { cudarc::nccl::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(GpuError::Invalid(
+            "NCCL was not found: the loader looks for libnccl.so (not libnccl.so.2). Put a \
+             directory holding libnccl.so on LD_LIBRARY_PATH (pip's nvidia-nccl-cu12 installs \
+             nvidia/nccl/lib/libnccl.so.2 under site-packages: `ln -s .../libnccl.so.2 \
+             DIR/libnccl.so`), or use --transport host"
+                .into(),
+        ))
+    }
+}
+
+/// A rank's owned block A_oo (`n_owned` square) and coupling A_oh (the
+/// boundary rows × the halo slots) of its local system.
+pub fn split_local(l: &LocalMatrix) -> Result<(Csr, Csr), GpuError> {
+    let m = &l.matrix;
+    let (mut oo_ptr, mut oh_ptr) = (vec![0usize], vec![0usize]);
+    let (mut oo_cols, mut oo_vals) = (Vec::with_capacity(m.nnz()), Vec::with_capacity(m.nnz()));
+    let (mut oh_cols, mut oh_vals) = (Vec::new(), Vec::new());
+    for row in 0..l.n_owned {
+        let (cols, vals) = m.row(row);
+        for (&c, &v) in cols.iter().zip(vals) {
+            if (c as usize) < l.n_owned {
+                oo_cols.push(c);
+                oo_vals.push(v);
+            } else {
+                oh_cols.push(c - l.n_owned as u32);
+                oh_vals.push(v);
+            }
+        }
+        oo_ptr.push(oo_cols.len());
+        if row >= l.n_interior {
+            oh_ptr.push(oh_cols.len());
+        }
+    }
+    let a_oo = Csr::new(l.n_owned, oo_ptr, oo_cols, oo_vals).map_err(GpuError::Invalid)?;
+    let a_oh = Csr::new(l.n_halo(), oh_ptr, oh_cols, oh_vals).map_err(GpuError::Invalid)?;
+    Ok((a_oo, a_oh))
+}
+
+/// Who sends what to whom, from one rank's local system: `idx` the owned
+/// rows packed for sending, `sends` (peer, slots of the packed buffer it
+/// reads), `recvs` (peer, halo slots it fills; halo slot 0 is local index
+/// `n_owned`). Both sides derive it from the partition alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExchangePlan {
+    pub idx: Vec<u32>,
+    pub sends: Vec<(usize, Range<usize>)>,
+    pub recvs: Vec<(usize, Range<usize>)>,
+}
+
+impl ExchangePlan {
+    pub fn of(local: &LocalMatrix) -> Self {
+        let (mut idx, mut sends, mut recvs) = (Vec::new(), Vec::new(), Vec::new());
+        for nb in &local.neighbours {
+            if !nb.send.is_empty() {
+                sends.push((nb.rank, idx.len()..idx.len() + nb.send.len()));
+                idx.extend_from_slice(&nb.send);
+            }
+            if !nb.recv.is_empty() {
+                let start = nb.recv.start - local.n_owned;
+                recvs.push((nb.rank, start..start + nb.recv.len()));
+            }
+        }
+        Self { idx, sends, recvs }
+    }
+
+    /// Rank `me`'s halo from every rank's packed sends (`sent[rank]`, in the
+    /// order of that rank's `idx`): the host-staged transfer.
+    pub fn receive(
+        plans: &[ExchangePlan],
+        sent: &[Vec<f64>],
+        me: usize,
+        halo: &mut [f64],
+    ) -> Result<(), String> {
+        for (peer, range) in &plans[me].recvs {
+            let (_, from) = plans[*peer]
+                .sends
+                .iter()
+                .find(|(reader, _)| *reader == me)
+                .ok_or_else(|| format!("internal: rank {peer} sends nothing to rank {me}"))?;
+            if from.len() != range.len() {
+                return Err(format!(
+                    "internal: rank {peer} sends {} values, rank {me} expects {}",
+                    from.len(),
+                    range.len()
+                ));
+            }
+            halo[range.clone()].copy_from_slice(&sent[*peer][from.clone()]);
+        }
+        Ok(())
+    }
+}
+
+/// A vector split over the ranks: each part the rank's owned rows in local
+/// order, on the rank's device.
+pub struct MultiVector {
+    parts: Vec<GpuVector>,
+}
+
+impl MultiVector {
+    fn part(&self, rank: usize) -> Result<&CudaSlice<f64>, GpuError> {
+        self.parts[rank].dev()
+    }
+}
+
+/// One rank's share of the system on its GPU.
+struct Rank<'g> {
+    gpu: &'g Gpu,
+    n_owned: usize,
+    n_interior: usize,
+    /// Global row of each owned row.
+    global: Vec<u32>,
+    a_oo: DeviceModSell,
+    /// None when the rank has no halo.
+    a_oh: Option<DeviceCsr>,
+    inv_diag: Option<CudaSlice<f64>>,
+    /// rowSum of the global matrix for the owned rows (normFactor).
+    row_sums: CudaSlice<f64>,
+    /// The exchange; `plan.idx` on the device in `send_idx` (one unused
+    /// slot when empty).
+    plan: ExchangePlan,
+    send_idx: CudaSlice<u32>,
+    send_buf: RefCell<CudaSlice<f64>>,
+    halo: RefCell<CudaSlice<f64>>,
+    /// Two sums of block partials (vector_grid(n_owned) each).
+    partials: CudaSlice<f64>,
+    /// Reduced sums read back; scalars[0] also carries α to `cg_update`.
+    scalars: RefCell<CudaSlice<f64>>,
+    /// Stream of the NCCL transfers (NCCL transport only).
+    comm_stream: Option<Arc<CudaStream>>,
+    preconditioner: Option<Box<dyn DevicePreconditioner + 'g>>,
+}
+
+impl Rank<'_> {
+    fn n32(&self) -> i32 {
+        self.n_owned as i32
+    }
+    fn grid(&self) -> u32 {
+        vector_grid(self.n_owned)
+    }
+}
+
+/// [`CgBackend`] over several GPUs (module documentation).
+pub struct MultiGpuBackend<'g> {
+    ranks: Vec<Rank<'g>>,
+    n_global: usize,
+    transport: Transport,
+    comms: Option<Vec<Comm>>,
+    /// False: the halo transfer is skipped (stale halos; the bench's
+    /// measure of the communication share only).
+    exchange: Cell<bool>,
+    reduction: Cell<Reduction>,
+    failure: RefCell<Option<GpuError>>,
+}
+
+impl<'g> MultiGpuBackend<'g> {
+    /// The system `a` split by `d`; rank r runs on `gpus[r % gpus.len()]`.
+    /// The local systems are built on the host in parallel, one thread per rank.
+    pub fn new(
+        gpus: &'g [Gpu],
+        a: &Csr,
+        d: &Decomposition,
+        options: &MultiGpuOptions,
+    ) -> Result<Self, GpuError> {
+        if gpus.is_empty() {
+            return Err(GpuError::Invalid(
+                "a multi-GPU solve needs at least one GPU".into(),
+            ));
+        }
+        let n_ranks = d.n_ranks();
+        let row_sums = openfoam_row_sums(a);
+        // Host set-up: local system, split, mod-SELL, per rank in parallel.
+        type Host = (LocalMatrix, Csr, ModSell);
+        let hosts: Vec<Result<Host, GpuError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n_ranks)
+                .map(|rank| {
+                    s.spawn(move || -> Result<Host, GpuError> {
+                        let local = d.local(a, rank).map_err(GpuError::Invalid)?;
+                        let (a_oo, a_oh) = split_local(&local)?;
+                        let m = ModSell::from_csr(&a_oo, options.slice_height)
+                            .map_err(GpuError::Invalid)?;
+                        Ok((local, a_oh, m))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("local system thread panicked"))
+                .collect()
+        });
+        let distinct = n_ranks <= gpus.len();
+        let mut transport = match options.transport {
+            Transport::Auto if distinct && n_ranks > 1 && nccl_available().is_ok() => {
+                Transport::Nccl
+            }
+            Transport::Auto => Transport::Host,
+            Transport::Nccl if !distinct => {
+                return Err(GpuError::Invalid(format!(
+                    "NCCL needs one GPU per rank: {n_ranks} ranks on {} GPUs; use --transport \
+                     host or fewer ranks",
+                    gpus.len()
+                )))
+            }
+            Transport::Nccl => {
+                nccl_available()?;
+                Transport::Nccl
+            }
+            Transport::Host => Transport::Host,
+        };
+        let mut ranks = Vec::with_capacity(n_ranks);
+        for (rank, host) in hosts.into_iter().enumerate() {
+            let (local, a_oh, m) = host?;
+            let gpu = &gpus[rank % gpus.len()];
+            let a_oo = DeviceModSell::upload(gpu, &m)?;
+            let a_oh = (a_oh.nnz() > 0)
+                .then(|| DeviceCsr::upload(gpu, &a_oh))
+                .transpose()?;
+            let inv_diag = options
+                .jacobi
+                .then(|| gpu.upload(&m.diag().iter().map(|d| 1.0 / d).collect::<Vec<_>>()))
+                .transpose()?;
+            let owned_sums: Vec<f64> = local.global[..local.n_owned]
+                .iter()
+                .map(|&g| row_sums[g as usize])
+                .collect();
+            let plan = ExchangePlan::of(&local);
+            let comm_stream = (transport == Transport::Nccl)
+                .then(|| gpu.new_stream())
+                .transpose()?;
+            ranks.push(Rank {
+                gpu,
+                n_owned: local.n_owned,
+                n_interior: local.n_interior,
+                global: local.global[..local.n_owned].to_vec(),
+                a_oo,
+                a_oh,
+                inv_diag,
+                row_sums: gpu.upload(&owned_sums)?,
+                send_buf: RefCell::new(gpu.zeros(plan.idx.len())?),
+                send_idx: match plan.idx.is_empty() {
+                    true => gpu.zeros(1)?,
+                    false => gpu.upload(&plan.idx)?,
+                },
+                plan,
+                halo: RefCell::new(gpu.zeros(local.n_halo())?),
+                partials: gpu.zeros(2 * vector_grid(local.n_owned) as usize)?,
+                scalars: RefCell::new(gpu.zeros(2)?),
+                comm_stream,
+                preconditioner: None,
+            });
+        }
+        let comms = if transport == Transport::Nccl {
+            if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+                // NVLink multicast stays off (set before NCCL reads it).
+                std::env::set_var("NCCL_NVLS_ENABLE", "0");
+            }
+            let streams = ranks
+                .iter()
+                .map(|r| {
+                    r.comm_stream
+                        .clone()
+                        .expect("NCCL transport has comm streams")
+                })
+                .collect();
+            match Comm::from_devices(streams) {
+                Ok(comms) => Some(comms),
+                // auto falls back to host staging (the comm streams stay idle).
+                Err(e) if options.transport == Transport::Auto => {
+                    log::warn!("NCCL failed to start ({e:?}); halos go through the host");
+                    transport = Transport::Host;
+                    None
+                }
+                Err(e) => {
+                    return Err(GpuError::Driver {
+                        call: "ncclCommInitAll",
+                        error: format!("{e:?}"),
+                    })
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Self {
+            ranks,
+            n_global: a.n_rows(),
+            transport,
+            comms,
+            exchange: Cell::new(true),
+            reduction: Cell::new(Reduction::HostRead),
+            failure: RefCell::new(None),
+        })
+    }
+
+    /// The transport in use (`Auto` resolved).
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    pub fn n_ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Skips the halo transfer when false (wrong results: for the bench's
+    /// communication share only).
+    pub fn set_exchange(&self, on: bool) {
+        self.exchange.set(on);
+    }
+
+    /// How reductions combine the ranks (default [`Reduction::HostRead`]).
+    pub fn set_reduction(&self, reduction: Reduction) {
+        self.reduction.set(reduction);
+    }
+
+    /// Halo values sent per exchange, summed over ranks.
+    pub fn halo_values(&self) -> usize {
+        self.ranks.iter().map(|r| r.plan.idx.len()).sum()
+    }
+
+    /// Block Jacobi over the ranks: `build(gpu, a_oo)` makes a rank's
+    /// preconditioner on its owned block (host CSR, local order). Replaces
+    /// Jacobi; it must be linear (fixed-β PCG).
+    pub fn set_preconditioners(
+        &mut self,
+        a: &Csr,
+        d: &Decomposition,
+        mut build: impl FnMut(&'g Gpu, &Csr) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError>,
+    ) -> Result<(), SolveError> {
+        for (rank, r) in self.ranks.iter_mut().enumerate() {
+            let local = d.local(a, rank).map_err(SolveError::Device)?;
+            let (a_oo, _) = split_local(&local).map_err(|e| SolveError::Device(e.to_string()))?;
+            let p = build(r.gpu, &a_oo)?;
+            if !p.is_linear() {
+                return Err(SolveError::Device(
+                    "multi-GPU PCG takes linear preconditioners only (no flexible PCG)".into(),
+                ));
+            }
+            r.preconditioner = Some(p);
+        }
+        Ok(())
+    }
+
+    /// A global vector split over the ranks.
+    pub fn upload(&self, global: &[f64]) -> Result<MultiVector, GpuError> {
+        if global.len() != self.n_global {
+            return Err(GpuError::Invalid(format!(
+                "a vector of {} values for a system of {} rows",
+                global.len(),
+                self.n_global
+            )));
+        }
+        let parts = self
+            .ranks
+            .iter()
+            .map(|r| {
+                let local: Vec<f64> = r.global.iter().map(|&g| global[g as usize]).collect();
+                r.gpu.upload(&local).map(GpuVector::from)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(MultiVector { parts })
+    }
+
+    /// The global vector back.
+    pub fn download(&self, v: &MultiVector) -> Result<Vec<f64>, GpuError> {
+        let mut global = vec![0.0; self.n_global];
+        for (rank, r) in self.ranks.iter().enumerate() {
+            let local = r.gpu.download(v.part(rank)?)?;
+            for (&g, &x) in r.global.iter().zip(&local) {
+                global[g as usize] = x;
+            }
+        }
+        Ok(global)
+    }
+
+    /// Waits for every GPU.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.ranks.iter().try_for_each(|r| r.gpu.synchronize())
+    }
+
+    /// y = A x over all ranks (module documentation: pack, transfer while
+    /// A_oo x runs, add A_oh x_halo).
+    pub fn product(&self, x: &MultiVector, y: &MultiVector) -> Result<(), GpuError> {
+        for (rank, r) in self.ranks.iter().enumerate() {
+            let (n, xv) = (r.plan.idx.len() as i32, x.part(rank)?);
+            let buf = r.send_buf.borrow();
+            r.gpu
+                .launch("halo_pack", vector_grid(n as usize), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&r.send_idx).arg(xv).arg(&*buf);
+                })?;
+        }
+        let exchange = self.exchange.get() && self.ranks.len() > 1;
+        match (&self.comms, exchange) {
+            (Some(comms), true) => self.start_nccl(comms)?,
+            (None, true) => self.host_staged()?,
+            (_, false) => {}
+        }
+        for (rank, r) in self.ranks.iter().enumerate() {
+            r.a_oo.spmv(r.gpu, x.part(rank)?, y.part(rank)?)?;
+        }
+        for (rank, r) in self.ranks.iter().enumerate() {
+            if let (Some(s), true) = (&r.comm_stream, exchange) {
+                driver("cuStreamWaitEvent", r.gpu.stream().join(s))?;
+            }
+            let Some(a_oh) = &r.a_oh else { continue };
+            let (n, row0) = (a_oh.n as i32, r.n_interior as i32);
+            let halo = r.halo.borrow();
+            let y = y.part(rank)?;
+            r.gpu
+                .launch("halo_add", vector_grid(a_oh.n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&row0);
+                    a.arg(&a_oh.row_ptr).arg(&a_oh.cols).arg(&a_oh.vals);
+                    a.arg(&*halo).arg(y);
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Grouped NCCL sends and receives on each rank's comm stream, after the
+    /// pack on its compute stream.
+    fn start_nccl(&self, comms: &[Comm]) -> Result<(), GpuError> {
+        for r in &self.ranks {
+            let s = r
+                .comm_stream
+                .as_ref()
+                .expect("NCCL transport has comm streams");
+            driver("cuStreamWaitEvent", s.join(r.gpu.stream()))?;
+        }
+        let nccl = |call: &'static str, e: cudarc::nccl::result::NcclError| GpuError::Driver {
+            call,
+            error: format!("{e:?}"),
+        };
+        group_start().map_err(|e| nccl("ncclGroupStart", e))?;
+        let mut result = Ok(());
+        'ranks: for (r, comm) in self.ranks.iter().zip(comms) {
+            let buf = r.send_buf.borrow();
+            let mut halo = r.halo.borrow_mut();
+            for (peer, range) in &r.plan.sends {
+                if let Err(e) = comm.send(&buf.slice(range.clone()), *peer as i32) {
+                    result = Err(nccl("ncclSend", e));
+                    break 'ranks;
+                }
+            }
+            for (peer, range) in &r.plan.recvs {
+                if let Err(e) = comm.recv(&mut halo.slice_mut(range.clone()), *peer as i32) {
+                    result = Err(nccl("ncclRecv", e));
+                    break 'ranks;
+                }
+            }
+        }
+        group_end().map_err(|e| nccl("ncclGroupEnd", e))?;
+        result
+    }
+
+    /// The exchange through host memory: every rank's packed sends read
+    /// back, each halo written from them.
+    fn host_staged(&self) -> Result<(), GpuError> {
+        let sent: Vec<Vec<f64>> = self
+            .ranks
+            .iter()
+            .map(|r| match r.plan.idx.is_empty() {
+                true => Ok(Vec::new()),
+                false => r.gpu.download(&r.send_buf.borrow()),
+            })
+            .collect::<Result<_, _>>()?;
+        let plans: Vec<ExchangePlan> = self.ranks.iter().map(|r| r.plan.clone()).collect();
+        for (me, r) in self.ranks.iter().enumerate() {
+            if r.plan.recvs.is_empty() {
+                continue;
+            }
+            let mut halo = r.halo.borrow_mut();
+            let mut host = vec![0.0; halo.len()];
+            ExchangePlan::receive(&plans, &sent, me, &mut host).map_err(GpuError::Invalid)?;
+            r.gpu.write(&host, &mut halo)?;
+        }
+        Ok(())
+    }
+
+    /// Sums of the first `count` groups of each rank's partials, added over
+    /// the ranks in rank order.
+    fn reduce(&self, count: usize) -> Result<Vec<f64>, GpuError> {
+        for r in &self.ranks {
+            let (m, c) = (r.grid() as i32, count as i32);
+            let scalars = r.scalars.borrow();
+            r.gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&m).arg(&c).arg(&r.partials).arg(&*scalars);
+            })?;
+        }
+        if let (Some(comms), Reduction::NcclAllReduce, true) =
+            (&self.comms, self.reduction.get(), self.ranks.len() > 1)
+        {
+            return self.nccl_all_reduce(comms, count);
+        }
+        let mut total = vec![0.0; count];
+        for r in &self.ranks {
+            let s = r.gpu.download(&r.scalars.borrow())?;
+            for (t, v) in total.iter_mut().zip(s) {
+                *t += v;
+            }
+        }
+        Ok(total)
+    }
+
+    /// The first `count` scalars all-reduced by NCCL on the comm streams,
+    /// read back from rank 0.
+    fn nccl_all_reduce(&self, comms: &[Comm], count: usize) -> Result<Vec<f64>, GpuError> {
+        let comm_stream = |r: &Rank| -> Arc<CudaStream> {
+            Arc::clone(
+                r.comm_stream
+                    .as_ref()
+                    .expect("NCCL transport has comm streams"),
+            )
+        };
+        for r in &self.ranks {
+            driver("cuStreamWaitEvent", comm_stream(r).join(r.gpu.stream()))?;
+        }
+        let nccl = |e: cudarc::nccl::result::NcclError| GpuError::Driver {
+            call: "ncclAllReduce",
+            error: format!("{e:?}"),
+        };
+        group_start().map_err(nccl)?;
+        let mut result = Ok(());
+        for (r, comm) in self.ranks.iter().zip(comms) {
+            let mut scalars = r.scalars.borrow_mut();
+            let mut sums = scalars.slice_mut(0..count);
+            if let Err(e) = comm.all_reduce_in_place(&mut sums, &ReduceOp::Sum) {
+                result = Err(nccl(e));
+                break;
+            }
+        }
+        group_end().map_err(nccl)?;
+        result?;
+        for r in &self.ranks {
+            driver("cuStreamWaitEvent", r.gpu.stream().join(&comm_stream(r)))?;
+        }
+        let first = &self.ranks[0];
+        let mut total = first.gpu.download(&first.scalars.borrow())?;
+        total.truncate(count);
+        Ok(total)
+    }
+
+    /// Runs `work` unless an earlier call failed; records its error.
+    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
+        if self.failure.borrow().is_some() {
+            return fallback;
+        }
+        work().unwrap_or_else(|e| {
+            *self.failure.borrow_mut() = Some(e);
+            fallback
+        })
+    }
+}
+
+/// Solves A x = b by PCG split over `gpus` by `d` (rank r on
+/// `gpus[r % gpus.len()]`), after the CPU path's input checks; `x` holds the
+/// initial guess and receives the solution.
+#[allow(clippy::too_many_arguments)]
+pub fn solve_pcg_multi(
+    gpus: &[Gpu],
+    a: &Csr,
+    d: &Decomposition,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+    options: &MultiGpuOptions,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let backend = MultiGpuBackend::new(gpus, a, d, options).map_err(device)?;
+    let b_dev = backend.upload(b).map_err(device)?;
+    let mut x_dev = backend.upload(x).map_err(device)?;
+    let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+    x.copy_from_slice(&backend.download(&x_dev).map_err(device)?);
+    Ok(perf)
+}
+
+/// Slabs of an nx × ny × nz box in natural order (x fastest): rank r owns
+/// the z-layers `r·nz/ranks .. (r+1)·nz/ranks` (a 1-D decomposition, two
+/// neighbours per inner rank).
+pub fn box_slabs(nx: usize, ny: usize, nz: usize, ranks: usize) -> Result<Decomposition, String> {
+    let layer = nx * ny;
+    let owner = (0..nx * ny * nz)
+        .map(|i| ((i / layer) * ranks / nz.max(1)) as u32)
+        .collect();
+    Decomposition::from_owners(owner, ranks)
+}
+
+fn driver<T>(call: &'static str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
+    super::driver(call, r)
+}
+
+impl CgBackend for MultiGpuBackend<'_> {
+    type Vector = MultiVector;
+
+    fn n(&self) -> usize {
+        self.n_global
+    }
+
+    fn new_vector(&self) -> MultiVector {
+        let parts = self
+            .ranks
+            .iter()
+            .map(|r| {
+                self.guarded(GpuVector::missing(), || {
+                    r.gpu.zeros(r.n_owned).map(GpuVector::from)
+                })
+            })
+            .collect();
+        MultiVector { parts }
+    }
+
+    fn initialize(&self, b: &MultiVector, x: &MultiVector, r: &mut MultiVector) -> InitialNorms {
+        let failed = InitialNorms {
+            residual_sum: f64::NAN,
+            norm_factor: 1.0,
+        };
+        self.guarded(failed, || {
+            for (k, rk) in self.ranks.iter().enumerate() {
+                let (n, xv) = (rk.n32(), x.part(k)?);
+                rk.gpu
+                    .launch("sum_partials", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(xv).arg(&NULL).arg(&rk.partials);
+                    })?;
+            }
+            let mean = self.reduce(1)?[0] / self.n_global.max(1) as f64;
+            self.product(x, r)?;
+            for (k, rk) in self.ranks.iter().enumerate() {
+                let (n, rv, bv) = (rk.n32(), r.part(k)?, b.part(k)?);
+                rk.gpu
+                    .launch("halo_initial_residual", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(&mean).arg(rv).arg(bv).arg(&rk.row_sums);
+                        a.arg(rv).arg(&rk.partials);
+                    })?;
+            }
+            let sums = self.reduce(2)?;
+            Ok(InitialNorms {
+                residual_sum: sums[0],
+                norm_factor: sums[1] + NORM_FACTOR_SMALL,
+            })
+        })
+    }
+
+    fn precondition(&self, r: &MultiVector, z: &mut MultiVector) -> f64 {
+        self.guarded(f64::NAN, || {
+            for (k, rk) in self.ranks.iter().enumerate() {
+                let (rv, zv) = (r.part(k)?, z.part(k)?);
+                let ready = match &rk.preconditioner {
+                    Some(p) => {
+                        p.apply(rv, zv)?;
+                        1i32
+                    }
+                    None => 0,
+                };
+                let n = rk.n32();
+                let j = 0i32;
+                rk.gpu
+                    .launch("cg_precondition", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(rv);
+                        arg_or_null(a, rk.inv_diag.as_ref());
+                        a.arg(&ready).arg(zv).arg(&NULL).arg(&rk.partials);
+                        a.arg(&NULL).arg(&NULL).arg(&j).arg(&NULL);
+                    })?;
+            }
+            Ok(self.reduce(1)?[0])
+        })
+    }
+
+    fn update_direction(&self, beta: f64, z: &MultiVector, p: &mut MultiVector) {
+        self.guarded((), || {
+            for (k, rk) in self.ranks.iter().enumerate() {
+                let (n, zv, pv) = (rk.n32(), z.part(k)?, p.part(k)?);
+                rk.gpu
+                    .launch("cg_direction", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(&NULL).arg(&beta).arg(zv).arg(pv);
+                    })?;
+            }
+            Ok(())
+        })
+    }
+
+    fn apply_operator(&self, p: &MultiVector, q: &mut MultiVector) -> f64 {
+        self.guarded(f64::NAN, || {
+            self.product(p, q)?;
+            for (k, rk) in self.ranks.iter().enumerate() {
+                let (n, pv, qv) = (rk.n32(), p.part(k)?, q.part(k)?);
+                rk.gpu
+                    .launch("dot_partials", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(pv).arg(qv).arg(&rk.partials);
+                    })?;
+            }
+            Ok(self.reduce(1)?[0])
+        })
+    }
+
+    fn update_solution(
+        &self,
+        alpha: f64,
+        p: &MultiVector,
+        q: &MultiVector,
+        x: &mut MultiVector,
+        r: &mut MultiVector,
+    ) -> f64 {
+        self.guarded(f64::NAN, || {
+            for (k, rk) in self.ranks.iter().enumerate() {
+                rk.gpu.write(&[alpha, 0.0], &mut rk.scalars.borrow_mut())?;
+                let (n, with_rz, j) = (rk.n32(), 0i32, 0i32);
+                let (pv, qv, xv, rv) = (p.part(k)?, q.part(k)?, x.part(k)?, r.part(k)?);
+                let scalars = rk.scalars.borrow();
+                rk.gpu
+                    .launch("cg_update", rk.grid(), VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(&NULL).arg(&*scalars);
+                        a.arg(pv).arg(qv).arg(xv).arg(rv);
+                        a.arg(&NULL).arg(&with_rz).arg(&NULL).arg(&NULL);
+                        a.arg(&rk.partials).arg(&NULL).arg(&j).arg(&NULL);
+                    })?;
+            }
+            Ok(self.reduce(1)?[0])
+        })
+    }
+
+    fn device_status(&self) -> Result<(), SolveError> {
+        match self.failure.borrow().as_ref() {
+            Some(e) => Err(SolveError::Device(e.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::grid_laplacian;
+
+    /// Packing by the plans, routing through `receive` and A_oo x + A_oh
+    /// x_halo per rank give the global product (slabs, METIS, a scattered
+    /// layout with many neighbours), as the host-staged transfer does.
+    #[test]
+    fn plans_route_every_halo_value() {
+        let a = grid_laplacian(11, 9, 8);
+        let n = a.n_rows();
+        let x: Vec<f64> = (0..n).map(|i| ((i * 7919) % 113) as f64 - 50.0).collect();
+        let mut expected = vec![0.0; n];
+        a.spmv(&x, &mut expected);
+        let layouts = [
+            box_slabs(11, 9, 8, 3).unwrap(),
+            box_slabs(11, 9, 8, 8).unwrap(),
+            Decomposition::metis(&a, 4).unwrap(),
+            Decomposition::from_owners((0..n).map(|i| (i % 3) as u32).collect(), 3).unwrap(),
+        ];
+        for d in layouts {
+            let locals: Vec<LocalMatrix> =
+                (0..d.n_ranks()).map(|r| d.local(&a, r).unwrap()).collect();
+            let plans: Vec<ExchangePlan> = locals.iter().map(ExchangePlan::of).collect();
+            let owned: Vec<Vec<f64>> = locals.iter().map(|l| l.scatter(&x)).collect();
+            let sent: Vec<Vec<f64>> = plans
+                .iter()
+                .zip(&owned)
+                .map(|(p, xo)| p.idx.iter().map(|&i| xo[i as usize]).collect())
+                .collect();
+            let mut y = vec![f64::NAN; n];
+            for (me, l) in locals.iter().enumerate() {
+                let mut halo = vec![f64::NAN; l.n_halo()];
+                ExchangePlan::receive(&plans, &sent, me, &mut halo).unwrap();
+                assert!(
+                    halo.iter().all(|v| v.is_finite()),
+                    "halo slot left unfilled"
+                );
+                let (oo, oh) = split_local(l).unwrap();
+                let mut yl = vec![0.0; l.n_owned];
+                oo.spmv(&owned[me], &mut yl);
+                let mut yb = vec![0.0; oh.n_rows()];
+                oh.spmv(&halo, &mut yb);
+                for (i, v) in yb.iter().enumerate() {
+                    yl[l.n_interior + i] += v;
+                }
+                l.gather_into(&yl, &mut y);
+            }
+            for (u, v) in y.iter().zip(&expected) {
+                assert!((u - v).abs() <= 1e-13 * v.abs().max(1.0), "{u} vs {v}");
+            }
+        }
+    }
+
+    /// A_oo and A_oh together are the local system's owned rows.
+    #[test]
+    fn split_keeps_every_entry() {
+        let a = grid_laplacian(9, 7, 5);
+        let n = a.n_rows();
+        let slabs = (0..n).map(|i| (i * 3 / n) as u32).collect();
+        let d = Decomposition::from_owners(slabs, 3).unwrap();
+        for rank in 0..3 {
+            let l = d.local(&a, rank).unwrap();
+            let (oo, oh) = split_local(&l).unwrap();
+            assert_eq!(oo.n_rows(), l.n_owned);
+            assert_eq!(oh.n_rows(), l.n_owned - l.n_interior);
+            assert_eq!(oo.nnz() + oh.nnz(), l.matrix.nnz());
+            assert!(oh.nnz() > 0);
+            let x: Vec<f64> = (0..l.n_local()).map(|i| (i % 13) as f64 - 6.0).collect();
+            let mut full = vec![0.0; l.n_owned];
+            l.matrix.spmv(&x, &mut full);
+            let mut y = vec![0.0; l.n_owned];
+            oo.spmv(&x[..l.n_owned], &mut y);
+            let mut yh = vec![0.0; oh.n_rows()];
+            oh.spmv(&x[l.n_owned..], &mut yh);
+            for (i, v) in yh.iter().enumerate() {
+                y[l.n_interior + i] += v;
+            }
+            for (u, v) in y.iter().zip(&full) {
+                assert!((u - v).abs() <= 1e-13 * v.abs().max(1.0), "{u} vs {v}");
+            }
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! `fvpoisson bench --multi-gpu`: strong and weak scaling of Jacobi-PCG over
+//! 1, 2, 4 … GPUs ([`super::multi`]) on 7-point boxes split in z-slabs.
+//!
+//! Cases: strong scaling on each `--multi-strong` box (N³ cells; default 256³
+//! = 16.8 M and 320³ = 32.8 M) and weak scaling with `--multi-weak`³ cells
+//! per GPU (default 200³ = 8 M: 200×200×200 on one GPU, 200×200×400 on two,
+//! 200×200×800 on four). The matrix is the 7-point Laplacian with Dirichlet
+//! boundaries (`sparse::testing::grid_laplacian`, the FVM matrix of a uniform
+//! hex box up to the factor h), assembled once per box and split by rows on
+//! one host thread per rank; b = 1.
+//!
+//! Per case and GPU count: time per PCG iteration (median-free: the mean over
+//! `--multi-iterations` iterations after a warm-up, host-timed: the reductions
+//! read back each iteration), the same without the halo transfer (the
+//! communication share is 1 − that / the full time; the reductions are in
+//! both), time to solution (OpenFOAM residual 1e-6 from x = 0) and parallel
+//! efficiency (strong: t₁ / (g·t_g) per iteration; weak: t₁ / t_g). The
+//! single-GPU fused Jacobi-PCG (`gpu::pcg`, CUDA graph or separate launches)
+//! on the same box is the baseline measured in the same run.
+
+use std::time::Instant;
+
+use super::bench::{controls, JacobiBaseline, Report, Row};
+use super::multi::{
+    box_slabs, MultiGpuBackend, MultiGpuOptions, MultiVector, Reduction, Transport,
+};
+use super::pcg::{GpuSolveOptions, GpuVector};
+use super::Gpu;
+use crate::solve::{pcg, CgBackend};
+use crate::sparse::testing::grid_laplacian;
+use crate::sparse::{Csr, RowOrdering};
+
+/// What `--multi-gpu` measures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MultiBenchSettings {
+    /// GPU counts (each at most the devices present; larger ones are skipped
+    /// with a note).
+    pub gpus: Vec<usize>,
+    /// Cells per side of the strong-scaling boxes.
+    pub strong: Vec<usize>,
+    /// Cells per side per GPU of the weak-scaling box (0: none).
+    pub weak: usize,
+    /// Timed PCG iterations per measurement.
+    pub iterations: usize,
+    pub transport: Transport,
+    pub slice_height: usize,
+}
+
+/// One case at one GPU count.
+struct Point {
+    gpus: usize,
+    ms_per_iteration: f64,
+    ms_no_exchange: f64,
+    /// With the reductions by NCCL all-reduce (NCCL transport, 2+ GPUs).
+    ms_nccl_reduce: Option<f64>,
+    solve_ms: f64,
+    iterations: usize,
+    setup_ms: f64,
+    transport: Transport,
+    halo: usize,
+}
+
+/// Mean wall time (ms) of one PCG iteration over `count` iterations (the
+/// backend's steps in PCG's order, no stopping test) after `warmup`.
+fn time_iterations(
+    backend: &MultiGpuBackend<'_>,
+    b: &MultiVector,
+    warmup: usize,
+    count: usize,
+) -> anyhow::Result<f64> {
+    let mut x = backend.upload(&vec![0.0; backend.n()])?;
+    let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
+    backend.initialize(b, &x, &mut r);
+    let mut step = |first: bool, rz_old: f64| -> f64 {
+        let rz = backend.precondition(&r, &mut z);
+        let beta = if first { 0.0 } else { rz / rz_old };
+        backend.update_direction(beta, &z, &mut p);
+        let pq = backend.apply_operator(&p, &mut q);
+        backend.update_solution(rz / pq, &p, &q, &mut x, &mut r);
+        rz
+    };
+    let mut rz = step(true, 0.0);
+    for _ in 1..warmup {
+        rz = step(false, rz);
+    }
+    backend.synchronize()?;
+    let t = Instant::now();
+    for _ in 0..count {
+        rz = step(false, rz);
+    }
+    backend.synchronize()?;
+    backend.device_status()?;
+    Ok(t.elapsed().as_secs_f64() * 1e3 / count.max(1) as f64)
+}
+
+/// The measurements of `a` (an nx × ny × nz box) on the first `g` GPUs.
+fn measure(
+    gpus: &[Gpu],
+    a: &Csr,
+    b: &[f64],
+    (nx, ny, nz): (usize, usize, usize),
+    settings: &MultiBenchSettings,
+) -> anyhow::Result<Point> {
+    let g = gpus.len();
+    let t = Instant::now();
+    let d = box_slabs(nx, ny, nz, g).map_err(anyhow::Error::msg)?;
+    let options = MultiGpuOptions {
+        slice_height: settings.slice_height,
+        transport: settings.transport,
+        jacobi: true,
+    };
+    let backend = MultiGpuBackend::new(gpus, a, &d, &options)?;
+    let b_dev = backend.upload(b)?;
+    backend.synchronize()?;
+    let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+    let warmup = 10;
+    let ms_per_iteration = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
+    backend.set_exchange(false);
+    let ms_no_exchange = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
+    backend.set_exchange(true);
+    let ms_nccl_reduce = match (backend.transport(), g > 1) {
+        (Transport::Nccl, true) => {
+            backend.set_reduction(Reduction::NcclAllReduce);
+            let ms = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
+            backend.set_reduction(Reduction::HostRead);
+            Some(ms)
+        }
+        _ => None,
+    };
+    let mut x = backend.upload(&vec![0.0; a.n_rows()])?;
+    let t = Instant::now();
+    let perf = pcg(&backend, &b_dev, &mut x, &controls(), "p")?;
+    let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok(Point {
+        gpus: g,
+        ms_per_iteration,
+        ms_no_exchange,
+        ms_nccl_reduce,
+        solve_ms,
+        iterations: perf.iterations,
+        setup_ms,
+        transport: backend.transport(),
+        halo: backend.halo_values(),
+    })
+}
+
+/// The `--multi-gpu` rows, and the summary table printed last (markdown).
+pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
+    let available = Gpu::device_count()?;
+    let mut notes = Vec::new();
+    let counts: Vec<usize> = settings
+        .gpus
+        .iter()
+        .copied()
+        .filter(|&g| {
+            let ok = g >= 1 && g <= available;
+            if !ok {
+                notes.push(format!("{g} GPUs skipped: {available} present"));
+            }
+            ok
+        })
+        .collect();
+    let most = counts.iter().copied().max().unwrap_or(0);
+    let devices: Vec<Gpu> = (0..most).map(Gpu::on_device).collect::<Result<_, _>>()?;
+    let mut rows = Vec::new();
+    let mut table = String::from(
+        "| scaling | cells | GPUs | ms/iteration | efficiency | comm. share | ms/it. NCCL \
+         all-reduce | iterations | solve ms | transport |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    // (scaling, cells per side): strong N³ whatever the GPUs, weak N×N×(N·g).
+    let mut cases: Vec<(&str, usize)> = settings.strong.iter().map(|&n| ("strong", n)).collect();
+    if settings.weak > 0 {
+        cases.push(("weak", settings.weak));
+    }
+    for &(scaling, side) in &cases {
+        let dims = |g: usize| match scaling {
+            "strong" => (side, side, side),
+            _ => (side, side, side * g),
+        };
+        // (GPUs, ms per iteration) of the smallest count: the efficiencies' base.
+        let mut first: Option<(usize, f64)> = None;
+        let mut built: Option<((usize, usize, usize), Csr)> = None;
+        for &g in &counts {
+            let (nx, ny, nz) = dims(g);
+            let spec = format!("box:{nx}x{ny}x{nz}");
+            if built.as_ref().map(|b| b.0) != Some((nx, ny, nz)) {
+                drop(built.take()); // free the last box first
+                let t = Instant::now();
+                let a = grid_laplacian(nx, ny, nz);
+                eprintln!("{spec}: assembled in {:.1} s", t.elapsed().as_secs_f64());
+                built = Some(((nx, ny, nz), a));
+                let (_, a) = built.as_ref().expect("just built");
+                rows.push(baseline_row(&devices[0], &spec, a, settings)?);
+            }
+            let (_, a) = built.as_ref().expect("built above");
+            let (n, nnz) = (a.n_rows(), a.nnz());
+            let b = vec![1.0; n];
+            let p = match measure(&devices[..g], a, &b, (nx, ny, nz), settings) {
+                Ok(p) => p,
+                Err(e) => {
+                    let note = format!("failed: {e:#}");
+                    eprintln!("{spec} on {g} GPUs: {note}");
+                    rows.push(Row::timing(
+                        &spec,
+                        "slabs",
+                        format!("multi-GPU PCG Jacobi, {g} GPUs"),
+                        (n, nnz),
+                        0.0,
+                        note,
+                    ));
+                    continue;
+                }
+            };
+            let (g1, t1) = *first.get_or_insert((p.gpus, p.ms_per_iteration));
+            let efficiency = match scaling {
+                "strong" => (g1 as f64 * t1) / (g as f64 * p.ms_per_iteration),
+                _ => t1 / p.ms_per_iteration,
+            };
+            let share = 1.0 - p.ms_no_exchange / p.ms_per_iteration;
+            let all_reduce = match p.ms_nccl_reduce {
+                Some(ms) => format!(", {ms:.4} ms/iteration with NCCL all-reduce reductions"),
+                None => String::new(),
+            };
+            let note = format!(
+                "{scaling} scaling: {:.4} ms/iteration ({:.4} without the halo transfer: \
+                 communication share {:.0}%{all_reduce}), efficiency {:.0}%, {} iterations to \
+                 1e-6 in {:.1} ms, host+upload set-up {:.1} s, {} halo values per exchange, \
+                 {:?}",
+                p.ms_per_iteration,
+                p.ms_no_exchange,
+                100.0 * share,
+                100.0 * efficiency,
+                p.iterations,
+                p.solve_ms,
+                p.setup_ms / 1e3,
+                p.halo,
+                p.transport
+            );
+            eprintln!("{spec} on {g} GPUs: {note}");
+            rows.push(Row::timing(
+                &spec,
+                "slabs",
+                format!("multi-GPU PCG Jacobi, {g} GPUs"),
+                (n, nnz),
+                p.ms_per_iteration,
+                note,
+            ));
+            table.push_str(&format!(
+                "| {scaling} | {nx}x{ny}x{nz} ({:.1} M) | {g} | {:.3} | {:.0}% | {:.0}% | {} | {} \
+                 | {:.0} | {:?} |\n",
+                n as f64 / 1e6,
+                p.ms_per_iteration,
+                100.0 * efficiency,
+                100.0 * share,
+                p.ms_nccl_reduce
+                    .map_or("-".to_string(), |ms| format!("{ms:.3}")),
+                p.iterations,
+                p.solve_ms,
+                p.transport
+            ));
+        }
+    }
+    Ok((Report { rows, notes }, table))
+}
+
+/// The single-GPU fused Jacobi-PCG on the same box (natural order).
+fn baseline_row(
+    gpu: &Gpu,
+    spec: &str,
+    a: &Csr,
+    settings: &MultiBenchSettings,
+) -> anyhow::Result<Row> {
+    let options = GpuSolveOptions {
+        slice_height: settings.slice_height,
+        ordering: RowOrdering::Natural,
+        ..GpuSolveOptions::default()
+    };
+    let b = GpuVector::from(gpu.upload(&vec![1.0; a.n_rows()])?);
+    let base = JacobiBaseline::measure(gpu, a, &b, &options)?;
+    let note = base.note("; the single-GPU baseline");
+    eprintln!("{spec}: 1 GPU fused: {note}");
+    Ok(Row::timing(
+        spec,
+        "natural",
+        "PCG Jacobi, 1 GPU fused loop".into(),
+        (a.n_rows(), a.nnz()),
+        base.ms / base.iterations().max(1) as f64,
+        note,
+    ))
+}
