@@ -528,7 +528,7 @@ pub fn run_flow_case(setup: &FlowSetup, device: Device) -> Result<FlowRunSummary
             log::info!("pressure solves on the GPU; momentum (smoothSolver) on the CPU");
             Some(GpuSolver::new(gpu))
         }
-        (Device::Cpu, _) => None,
+        (Device::Cpu | Device::Distributed(_), _) => None,
     };
     let solver = setup.pressure_solver;
     let solve_pressure: &mut PressureSolve<'_> =

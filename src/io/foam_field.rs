@@ -295,16 +295,56 @@ pub fn write_time_field(
             n_boundary
         )));
     }
-    if let Some(i) = field.cells.iter().position(|v| !v.is_finite()) {
+    write_scalar_file(
+        case_dir,
+        time,
+        field.name,
+        field.cells,
+        options,
+        &|writer, w| {
+            let first = mesh.n_internal_faces();
+            for (patch, bc) in mesh.patches().iter().zip(field.boundary) {
+                let range = patch.start - first..patch.start - first + patch.size;
+                writer.patch(w, &patch.name, bc, &field.boundary_values[range])?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Writes `<case_dir>/<time name>/<name>` with the cell values `cells` and an
+/// empty `boundaryField`: one rank's part of a field in a `processorK`
+/// directory (`case::decompose`), which `reconstruct` reads back.
+pub fn write_internal_field(
+    case_dir: &Path,
+    time: f64,
+    name: &str,
+    cells: &[f64],
+    options: &FoamWriteOptions,
+) -> Result<PathBuf, OutputError> {
+    write_scalar_file(case_dir, time, name, cells, options, &|_, _| Ok(()))
+}
+
+/// The file of [`write_time_field`]: header, dimensions, internalField and a
+/// boundaryField whose entries `patches` writes.
+fn write_scalar_file(
+    case_dir: &Path,
+    time: f64,
+    name: &str,
+    cells: &[f64],
+    options: &FoamWriteOptions,
+    patches: &dyn Fn(&ValueWriter, &mut dyn Write) -> io::Result<()>,
+) -> Result<PathBuf, OutputError> {
+    if let Some(i) = cells.iter().position(|v| !v.is_finite()) {
         return Err(OutputError::invalid(format!(
-            "field {}: cell {i} has value {}; refusing to write a non-finite field",
-            field.name, field.cells[i]
+            "field {name}: cell {i} has value {}; refusing to write a non-finite field",
+            cells[i]
         )));
     }
     let time_dir_name = time_name(time, options.time_precision);
     let dir = case_dir.join(&time_dir_name);
     create_dir_all(&dir)?;
-    let path = dir.join(field.name);
+    let path = dir.join(name);
     let content = |w: &mut dyn Write| -> io::Result<()> {
         write_header(
             w,
@@ -313,18 +353,14 @@ pub fn write_time_field(
                 class: "volScalarField",
                 note: None,
                 location: &time_dir_name,
-                object: field.name,
+                object: name,
             },
         )?;
         writeln!(w, "{:<15} {};\n", "dimensions", options.dimensions)?;
         let writer = ValueWriter { options };
-        writer.entry(w, "", "internalField", field.cells)?;
+        writer.entry(w, "", "internalField", cells)?;
         writeln!(w, "\nboundaryField\n{{")?;
-        let first = mesh.n_internal_faces();
-        for (patch, bc) in mesh.patches().iter().zip(field.boundary) {
-            let range = patch.start - first..patch.start - first + patch.size;
-            writer.patch(w, &patch.name, bc, &field.boundary_values[range])?;
-        }
+        patches(&writer, w)?;
         writeln!(w, "}}")?;
         write_footer(w)
     };
