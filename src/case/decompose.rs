@@ -260,8 +260,41 @@ pub fn decomposition_for_run(
             comm.size()
         ))),
         None => {
-            log::info!("Decomposition: METIS k-way in memory (no processor0 in the case)");
-            decompose_mesh(mesh, comm.size(), DecomposeMethod::Metis)
+            // Rank 0 partitions and writes the partition down for
+            // `reconstruct`; the others receive it (−1 everywhere: it failed).
+            let mut owner = vec![0.0; mesh.n_cells()];
+            let mut failure = None;
+            if comm.rank() == 0 {
+                let d = decompose_mesh(mesh, comm.size(), DecomposeMethod::Metis)
+                    .and_then(|d| write_decomposition(case_dir, &d).map(|_| d));
+                match d {
+                    Ok(d) => {
+                        for (o, &r) in owner.iter_mut().zip(d.owners()) {
+                            *o = f64::from(r);
+                        }
+                    }
+                    Err(e) => {
+                        owner.fill(-1.0);
+                        failure = Some(e);
+                    }
+                }
+            }
+            comm.merge(&mut owner);
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            if owner.first().is_some_and(|&o| o < 0.0) {
+                return Err(CaseError::invalid(
+                    "rank 0 could not decompose the case (its log says why)",
+                ));
+            }
+            log::info!(
+                "Decomposition: METIS k-way in memory (no processor0 in the case), written to \
+                 {}/processorK for reconstruct",
+                case_dir.display()
+            );
+            Decomposition::from_owners(owner.iter().map(|&o| o as u32).collect(), comm.size())
+                .map_err(CaseError::Invalid)
         }
     }
 }
