@@ -5,7 +5,9 @@
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::*;
+use mpi::traits::{
+    Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _,
+};
 
 use super::{halo_range, send_buffer, Communicator};
 use crate::sparse::distribute::Neighbour;
@@ -59,10 +61,11 @@ impl Communicator for MpiRank {
         }
         let mut all = vec![0.0; values.len() * n];
         self.world.all_gather_into(&values[..], &mut all[..]);
+        let len = values.len();
         for (i, v) in values.iter_mut().enumerate() {
             *v = all[i];
             for r in 1..n {
-                *v += all[r * values.len() + i];
+                *v += all[r * len + i];
             }
         }
     }
