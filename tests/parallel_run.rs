@@ -174,13 +174,33 @@ fn mismatched_or_missing_decompositions_are_errors_saying_what_to_do() {
 #[test]
 fn mpirun_with_two_ranks_gives_the_serial_answer() {
     let dir = case_copy("parallel_mpi");
-    let o = Command::new("mpirun")
+    // Output to a file and a deadline: a hung rank fails the test instead of CI.
+    let log_path = dir.join("mpirun.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Command::new("mpirun")
         .args(["-np", "2", env!("CARGO_BIN_EXE_fvpoisson"), "run"])
         .arg(&dir)
         .env_remove("RUST_LOG")
-        .output()
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
         .expect("mpirun is on PATH (Debian: apt-get install mpich)");
-    let t = ok(o);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "mpirun did not finish in 120 s:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let t = std::fs::read_to_string(&log_path).unwrap();
+    assert!(status.success(), "{t}");
     assert!(t.contains("2 MPI ranks"), "{t}");
     assert_eq!(t.matches("SIMPLE solution converged").count(), 1, "{t}");
     assert_serial_answer(&dir);

@@ -234,69 +234,75 @@ pub fn write_rank_field(
 }
 
 /// The decomposition a distributed run uses: the case's (`decompose`), which
-/// must be for `comm.size()` ranks, else METIS in memory.
+/// must be for `comm.size()` ranks, else METIS in memory, written down for
+/// `reconstruct`. Rank 0 alone reads or makes it and sends it to the others,
+/// so that no rank reads files rank 0 is writing.
 pub fn decomposition_for_run(
     case_dir: &Path,
     mesh: &Mesh,
     comm: &dyn Communicator,
 ) -> Result<Decomposition, CaseError> {
-    match read_decomposition(case_dir, mesh.n_cells())? {
-        Some(d) if d.n_ranks() == comm.size() => {
-            log::info!(
-                "Decomposition: {} (processor0..{})",
-                case_dir.display(),
-                d.n_ranks() - 1
-            );
-            Ok(d)
-        }
-        Some(d) => Err(CaseError::invalid(format!(
-            "{} is decomposed for {} ranks but the run has {}; run with {} ranks or \
-             `fvpoisson decompose {} -n {}`",
-            case_dir.display(),
-            d.n_ranks(),
-            comm.size(),
-            d.n_ranks(),
-            case_dir.display(),
-            comm.size()
-        ))),
-        None => {
-            // Rank 0 partitions and writes the partition down for
-            // `reconstruct`; the others receive it (−1 everywhere: it failed).
-            let mut owner = vec![0.0; mesh.n_cells()];
-            let mut failure = None;
-            if comm.rank() == 0 {
-                let d = decompose_mesh(mesh, comm.size(), DecomposeMethod::Metis)
-                    .and_then(|d| write_decomposition(case_dir, &d).map(|_| d));
-                match d {
-                    Ok(d) => {
-                        for (o, &r) in owner.iter_mut().zip(d.owners()) {
-                            *o = f64::from(r);
-                        }
-                    }
-                    Err(e) => {
-                        owner.fill(-1.0);
-                        failure = Some(e);
-                    }
+    let n = mesh.n_cells();
+    // The owner of each cell, then the decomposition's rank count; −1
+    // everywhere: rank 0 failed.
+    let mut message = vec![0.0; n + 1];
+    let mut failure = None;
+    if comm.rank() == 0 {
+        let decided = match read_decomposition(case_dir, n) {
+            Ok(Some(d)) => {
+                log::info!(
+                    "Decomposition: {} (processor0..{})",
+                    case_dir.display(),
+                    d.n_ranks() - 1
+                );
+                Ok(d)
+            }
+            Ok(None) => {
+                log::info!(
+                    "Decomposition: METIS k-way in memory (no processor0 in the case), written \
+                     to {}/processorK for reconstruct",
+                    case_dir.display()
+                );
+                decompose_mesh(mesh, comm.size(), DecomposeMethod::Metis)
+                    .and_then(|d| write_decomposition(case_dir, &d).map(|_| d))
+            }
+            Err(e) => Err(e),
+        };
+        match decided {
+            Ok(d) => {
+                for (m, &r) in message.iter_mut().zip(d.owners()) {
+                    *m = f64::from(r);
                 }
+                message[n] = d.n_ranks() as f64;
             }
-            comm.merge(&mut owner);
-            if let Some(e) = failure {
-                return Err(e);
+            Err(e) => {
+                message.fill(-1.0);
+                failure = Some(e);
             }
-            if owner.first().is_some_and(|&o| o < 0.0) {
-                return Err(CaseError::invalid(
-                    "rank 0 could not decompose the case (its log says why)",
-                ));
-            }
-            log::info!(
-                "Decomposition: METIS k-way in memory (no processor0 in the case), written to \
-                 {}/processorK for reconstruct",
-                case_dir.display()
-            );
-            Decomposition::from_owners(owner.iter().map(|&o| o as u32).collect(), comm.size())
-                .map_err(CaseError::Invalid)
         }
     }
+    comm.merge(&mut message);
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if message[n] < 0.0 {
+        return Err(CaseError::invalid(
+            "rank 0 could not read or make the decomposition (its log says why)",
+        ));
+    }
+    let n_ranks = message[n] as usize;
+    if n_ranks != comm.size() {
+        return Err(CaseError::invalid(format!(
+            "{} is decomposed for {n_ranks} ranks but the run has {}; run with {n_ranks} ranks \
+             or `fvpoisson decompose {} -n {}`",
+            case_dir.display(),
+            comm.size(),
+            case_dir.display(),
+            comm.size()
+        )));
+    }
+    Decomposition::from_owners(message[..n].iter().map(|&o| o as u32).collect(), n_ranks)
+        .map_err(CaseError::Invalid)
 }
 
 /// Runs the case on this rank of `comm` (every rank calls it) and returns

@@ -5,9 +5,7 @@
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{
-    Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _,
-};
+use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _};
 
 use super::{halo_range, send_buffer, Communicator};
 use crate::sparse::distribute::Neighbour;

@@ -163,7 +163,7 @@ mod tests {
         });
         let expected = ((1.0 + 1e-16) + -1.0) + 3.0;
         for v in &results {
-            assert_eq!(v[0].to_bits(), (expected as f64).to_bits());
+            assert_eq!(v[0].to_bits(), expected.to_bits());
             assert_eq!(v[1], 6.0);
         }
         assert_eq!(run_threads(1, |c| c.size()), vec![1]);
