@@ -161,7 +161,7 @@ mod tests {
             c.sum(&mut v);
             v
         });
-        let expected = ((1.0 + 1e-16) + -1.0) + 3.0;
+        let expected: f64 = ((1.0 + 1e-16) + -1.0) + 3.0;
         for v in &results {
             assert_eq!(v[0].to_bits(), expected.to_bits());
             assert_eq!(v[1], 6.0);
