@@ -93,6 +93,32 @@ enum Command {
         /// case's `ordering`; default rcm).
         #[arg(long)]
         ordering: Option<RowOrdering>,
+        /// Distributed run on N ranks as threads of this process (also `-np N`);
+        /// under `mpirun -np N` (cargo feature `mpi`) the ranks are MPI's. Uses
+        /// CASE/processorK from `decompose` when present, else METIS in memory;
+        /// each rank writes processorK/<time>/<field> (`reconstruct` joins them).
+        #[arg(long, value_name = "N")]
+        ranks: Option<usize>,
+    },
+    /// Splits a case's cells over N ranks: writes
+    /// CASE/processorK/constant/polyMesh/cellProcAddressing (local to global
+    /// cell) for a distributed `run`.
+    Decompose {
+        /// Case directory.
+        case: PathBuf,
+        /// Number of ranks.
+        #[arg(short = 'n', long = "ranks", value_name = "N")]
+        n: usize,
+        /// metis (k-way over the cell graph) or simple (equal slabs along the
+        /// longest axis).
+        #[arg(long, default_value = "metis")]
+        method: case::decompose::DecomposeMethod,
+    },
+    /// Joins the ranks' CASE/processorK/<time>/<field> of a distributed run
+    /// into CASE/<time>/<field>.
+    Reconstruct {
+        /// Case directory.
+        case: PathBuf,
     },
 }
 
@@ -119,7 +145,9 @@ const EXIT_ERROR: i32 = 2;
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    // `-np N` as mpirun spells it.
+    let args = std::env::args().map(|a| if a == "-np" { "--ranks".into() } else { a });
+    let cli = Cli::parse_from(args);
     // validate runs thousands of solves: their log lines would bury the table.
     let filter = match cli.command {
         Command::Validate(_) => format!("{},fvpoisson::solve=warn", cli.log),
@@ -128,6 +156,12 @@ pub fn main() -> i32 {
     // Info lines read like an OpenFOAM solver log; other levels say what they are.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(&filter))
         .format(|buf, record| match record.level() {
+            // Ranks other than 0 of a distributed run print warnings and errors only.
+            log::Level::Info | log::Level::Debug | log::Level::Trace
+                if crate::parallel::is_quiet() =>
+            {
+                Ok(())
+            }
             log::Level::Info => writeln!(buf, "{}", record.args()),
             level => writeln!(buf, "{}: {}", level.as_str().to_lowercase(), record.args()),
         })
@@ -146,7 +180,14 @@ pub fn main() -> i32 {
             case,
             device,
             ordering,
-        } => run(&case, device, ordering),
+            ranks,
+        } => match launched_by_mpi() {
+            true => run_mpi(&case, ranks),
+            false if ranks.is_some_and(|n| n > 1) => run_threads(&case, device, ranks.unwrap_or(1)),
+            false => run(&case, device, ordering),
+        },
+        Command::Decompose { case, n, method } => decompose(&case, n, method).map(|()| 0),
+        Command::Reconstruct { case } => reconstruct(&case).map(|()| 0),
         Command::Validate(args) => validate(args),
         Command::Preconditioners(args) => preconditioners(args).map(|()| 0),
         Command::ValidateFlow(args) => validate_flow(args),
@@ -249,6 +290,110 @@ fn run(
     };
     case::run_case_with_mesh(&setup, mesh, device)?;
     Ok(0)
+}
+
+/// Whether an MPI launcher started this process with several ranks (always
+/// false without the `mpi` feature).
+fn launched_by_mpi() -> bool {
+    #[cfg(feature = "mpi")]
+    {
+        crate::parallel::mpi::MpiRank::launched()
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        false
+    }
+}
+
+/// The case and its mesh, for a distributed run (flow cases do not run
+/// distributed).
+fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mesh)> {
+    if case::flow_case::is_flow_case(case_dir) {
+        anyhow::bail!(
+            "{}: flow cases (physics.kind = \"simple\") do not run distributed; run without \
+             --ranks / mpirun",
+            case_dir.display()
+        );
+    }
+    let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
+    let mesh = match mesh {
+        Some(mesh) => mesh,
+        None => setup.mesh.load()?,
+    };
+    Ok((setup, mesh))
+}
+
+/// `run --ranks N`: N ranks as threads, on the CPU.
+fn run_threads(case_dir: &Path, device: crate::gpu::DeviceChoice, n: usize) -> anyhow::Result<i32> {
+    if device == crate::gpu::DeviceChoice::Gpu {
+        anyhow::bail!("--ranks runs on the CPU; give --device cpu or auto");
+    }
+    let (setup, mesh) = read_for_ranks(case_dir)?;
+    log::info!("{n} ranks as threads");
+    let results = crate::parallel::threads::run_threads(n, |comm| {
+        case::decompose::run_distributed(&setup, mesh.clone(), comm).map(|_| ())
+    });
+    // Every rank fails alike; report rank 0's error.
+    results.into_iter().collect::<Result<Vec<()>, _>>()?;
+    Ok(0)
+}
+
+/// `mpirun -np N fvpoisson run CASE`: this process is one rank.
+#[cfg(feature = "mpi")]
+fn run_mpi(case_dir: &Path, ranks: Option<usize>) -> anyhow::Result<i32> {
+    use crate::parallel::Communicator;
+    let comm = crate::parallel::mpi::MpiRank::initialize()
+        .ok_or_else(|| anyhow::anyhow!("MPI was initialized twice"))?;
+    if let Some(n) = ranks.filter(|&n| n != comm.size()) {
+        anyhow::bail!(
+            "--ranks {n} but mpirun started {} ranks; give one of them",
+            comm.size()
+        );
+    }
+    if comm.rank() != 0 {
+        crate::parallel::set_quiet(true);
+    }
+    let (setup, mesh) = read_for_ranks(case_dir)?;
+    log::info!("{} MPI ranks", comm.size());
+    case::decompose::run_distributed(&setup, mesh, &comm)?;
+    Ok(0)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_: &Path, _: Option<usize>) -> anyhow::Result<i32> {
+    unreachable!("launched_by_mpi is false without the mpi feature")
+}
+
+/// `decompose CASE -n N`.
+fn decompose(
+    case_dir: &Path,
+    n: usize,
+    method: case::decompose::DecomposeMethod,
+) -> anyhow::Result<()> {
+    let (_, mesh) = read_for_ranks(case_dir)?;
+    let clock = Instant::now();
+    let d = case::decompose::decompose_mesh(&mesh, n, method)?;
+    let files = case::decompose::write_decomposition(case_dir, &d)?;
+    let counts = d.counts();
+    log::info!(
+        "{} cells over {n} ranks ({method}) in {:.3} s: {}..{} cells per rank",
+        mesh.n_cells(),
+        clock.elapsed().as_secs_f64(),
+        counts.iter().min().unwrap_or(&0),
+        counts.iter().max().unwrap_or(&0)
+    );
+    for f in files {
+        log::info!("Writing {}", f.display());
+    }
+    Ok(())
+}
+
+/// `reconstruct CASE`.
+fn reconstruct(case_dir: &Path) -> anyhow::Result<()> {
+    // write_reconstructed logs each file it writes.
+    let files = case::decompose::reconstruct(case_dir)?;
+    log::info!("Reconstructed {} time(s)", files.len());
+    Ok(())
 }
 
 /// `run` of a flow case (`physics.kind = "simple"`): exit code 1 when its

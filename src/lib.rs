@@ -11,6 +11,7 @@ pub mod fvm;
 pub mod gpu;
 pub mod io;
 pub mod mesh;
+pub mod parallel;
 pub mod precond_study;
 pub mod solve;
 pub mod sparse;

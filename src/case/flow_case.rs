@@ -634,7 +634,7 @@ pub fn run_flow_case_with_mesh(
             log::info!("pressure solves on the GPU; momentum (smoothSolver) on the CPU");
             Some(GpuSolver::new(gpu))
         }
-        (Device::Cpu, _) => None,
+        (Device::Cpu | Device::Distributed(_), _) => None,
     };
     let solver = setup.pressure_solver;
     let mut pressure_solve_seconds = 0.0;

@@ -3,6 +3,7 @@
 //! CPU ([`run`]).
 
 pub mod case_toml;
+pub mod decompose;
 pub mod expr;
 pub mod flow_case;
 pub mod openfoam;

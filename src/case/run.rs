@@ -18,12 +18,15 @@ use crate::gpu::Gpu;
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::solve_amg;
+use crate::solve::distributed::solve_pcg_distributed;
 use crate::solve::solve_krylov;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
     SolveError, SolverPerformance,
 };
+use crate::sparse::distribute::Decomposition;
 use crate::sparse::{Csr, Permutation, RowOrdering};
 use cudarc::driver::CudaSlice;
 use std::path::PathBuf;
@@ -86,6 +89,17 @@ pub struct RunSummary {
 pub enum Device<'g> {
     Cpu,
     Gpu(&'g Gpu),
+    /// This rank of a distributed run (`case::decompose`): every rank
+    /// assembles the whole system, PCG runs over the ranks' rows
+    /// (`solve::distributed`) and each rank then holds the whole solution.
+    Distributed(Ranks<'g>),
+}
+
+/// A rank of a distributed run: its transport and the cells' owners.
+#[derive(Clone, Copy)]
+pub struct Ranks<'g> {
+    pub comm: &'g dyn Communicator,
+    pub decomposition: &'g Decomposition,
 }
 
 impl Device<'_> {
@@ -430,7 +444,12 @@ impl<'a> Run<'a> {
         let field = setup
             .initial
             .values_at(&geometry.cell_centres, 0.0, "initial field")?;
-        let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) {
+        // A distributed run's ranks all hold the whole field: rank 0 writes the VTK.
+        let vtk_rank = match device {
+            Device::Distributed(ranks) => ranks.comm.rank() == 0,
+            _ => true,
+        };
+        let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) && vtk_rank {
             let dir = setup.case_dir.join(&setup.output.directory);
             Some(VtkSeries::new(mesh, dir, &series_name(setup))?)
         } else {
@@ -452,7 +471,7 @@ impl<'a> Run<'a> {
                 &field,
                 setup.solver.regular.ordering,
             )?,
-            (Device::Cpu, _) => None,
+            (Device::Cpu | Device::Distributed(_), _) => None,
         };
         let mut run = Self {
             setup,
@@ -468,7 +487,7 @@ impl<'a> Run<'a> {
             device,
             gpu_solver: match device {
                 Device::Gpu(gpu) => Some(GpuSolver::new(gpu)),
-                Device::Cpu => None,
+                Device::Cpu | Device::Distributed(_) => None,
             },
             clock,
         };
@@ -759,6 +778,12 @@ impl<'a> Run<'a> {
     /// Writes `<case>/<time>/<field>` with the conditions in force and the
     /// boundary face values (OpenFOAM time directory layout).
     fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
+        if let Device::Distributed(ranks) = self.device {
+            let path = super::decompose::write_rank_field(self.setup, &ranks, time, &self.field)?;
+            log::info!("Writing {} (and the other ranks theirs)", path.display());
+            self.foam_fields.push(path);
+            return Ok(());
+        }
         let boundary_values = self.boundary_coeffs().face_values(self.mesh, &self.field);
         let path = write_time_field(
             &self.setup.case_dir,
@@ -821,6 +846,9 @@ pub(crate) fn solve_linear(
     x: &mut [f64],
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    if let Device::Distributed(ranks) = device {
+        return solve_distributed(&ranks, solver, matrix, b, x, field);
+    }
     let solver = device.adapt(solver);
     let (equilibration, controls) = (&solver.equilibration, &solver.controls);
     let options = GpuSolveOptions {
@@ -865,6 +893,71 @@ pub(crate) fn solve_linear(
             ),
         },
     }
+}
+
+/// One linear solve of a distributed run: PCG over the ranks with `solver`'s
+/// preconditioner as block Jacobi; x, the whole field, is gathered back on
+/// every rank.
+fn solve_distributed(
+    ranks: &Ranks,
+    solver: &LinearSolver,
+    matrix: &Csr,
+    b: &[f64],
+    x: &mut [f64],
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let unsupported = if let Some(method) = &solver.krylov {
+        Some(format!("{method}"))
+    } else if let Some(smoother) = &solver.smoother {
+        Some(format!("smoothSolver ({smoother})"))
+    } else if solver.gamg.is_some() {
+        Some("GAMG".to_string())
+    } else if solver.equilibration != EquilibrationKind::None {
+        Some(format!("equilibration {}", solver.equilibration))
+    } else {
+        None
+    };
+    if let Some(what) = unsupported {
+        return Err(SolveError::InvalidControls(format!(
+            "{what} does not run distributed; use solver PCG with a preconditioner such as \
+             DIC, FDIC or diagonal (block Jacobi over the ranks), or run on one rank"
+        )));
+    }
+    let local = ranks
+        .decomposition
+        .local(matrix, ranks.comm.rank())
+        .map_err(SolveError::InvalidControls)?;
+    let b_local = local.scatter(b);
+    let mut x_local = local.scatter(x);
+    let perf = solve_pcg_distributed(
+        &local,
+        ranks.comm,
+        solver.preconditioner,
+        &b_local,
+        &mut x_local,
+        &solver.controls,
+        field,
+    )?;
+    x.copy_from_slice(&gather_global(ranks.comm, &local, &x_local));
+    Ok(perf)
+}
+
+/// Writes `<case>/<time>/<field>` of `field` (the whole field, e.g.
+/// reconstructed from the ranks' parts) with the case's boundary conditions,
+/// as the serial run writes it.
+pub(crate) fn write_reconstructed(
+    setup: &CaseSetup,
+    mesh: &Mesh,
+    time: f64,
+    field: Vec<f64>,
+) -> Result<PathBuf, CaseError> {
+    let geometry = mesh.geometry()?;
+    let mut setup = setup.clone();
+    setup.output.formats.retain(|f| *f != OutputFormat::Vtk);
+    let mut run = Run::new(&setup, mesh, &geometry, Device::Cpu, Instant::now())?;
+    run.field = field;
+    run.write_foam(time)?;
+    Ok(run.foam_fields.pop().expect("write_foam records its file"))
 }
 
 /// The VTK series is named after the case directory (as foamToVTK does),

@@ -389,6 +389,27 @@ pub fn write_time_field(
     )
 }
 
+/// Writes `<case_dir>/<time name>/<name>` with the cell values `cells` and an
+/// empty `boundaryField`: one rank's part of a field in a `processorK`
+/// directory (`case::decompose`), which `reconstruct` reads back.
+pub fn write_internal_field(
+    case_dir: &Path,
+    time: f64,
+    name: &str,
+    cells: &[f64],
+    options: &FoamWriteOptions,
+) -> Result<PathBuf, OutputError> {
+    write_field_file(
+        case_dir,
+        time,
+        options,
+        f64::VOL_CLASS,
+        name,
+        cells,
+        &|_, _| Ok(()),
+    )
+}
+
 /// A field to write whose patches each have a type name and, but for `empty`
 /// ones, the face values (`value`): a `volVectorField` (cells) or a
 /// `surfaceScalarField` (internal faces).

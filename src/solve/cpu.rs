@@ -37,7 +37,7 @@ pub struct CpuBackend<'a> {
 /// off-diagonals by increasing column (faces where r is the neighbour precede
 /// those where it is the owner). The same order gives the same rounding as
 /// OpenFOAM.
-fn row_sum_by(a: &Csr, r: usize, diag: usize, term: impl Fn(usize, f64) -> f64) -> f64 {
+pub(crate) fn row_sum_by(a: &Csr, r: usize, diag: usize, term: impl Fn(usize, f64) -> f64) -> f64 {
     let range = a.row_ptr()[r]..a.row_ptr()[r + 1];
     let (cols, vals) = (a.cols(), a.values());
     let mut sum = if diag == usize::MAX {
@@ -51,7 +51,7 @@ fn row_sum_by(a: &Csr, r: usize, diag: usize, term: impl Fn(usize, f64) -> f64) 
     sum
 }
 
-fn diagonal_slots(a: &Csr) -> Vec<usize> {
+pub(crate) fn diagonal_slots(a: &Csr) -> Vec<usize> {
     (0..a.n_rows())
         .map(|r| a.slot(r, r).unwrap_or(usize::MAX))
         .collect()

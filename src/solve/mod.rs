@@ -15,6 +15,7 @@ pub mod block_jacobi;
 pub mod colouring;
 pub mod cpu;
 pub mod deflation;
+pub mod distributed;
 pub mod equilibrate;
 pub mod error;
 pub mod fsai;

@@ -1,0 +1,113 @@
+//! Communication between the ranks of a distributed solve (issue 10): who am
+//! I, how many are we, a deterministic all-reduce and the halo exchange of a
+//! [`LocalMatrix`]. Three transports implement [`Communicator`]:
+//! - [`SingleProcess`]: one rank, nothing to exchange;
+//! - [`threads::ThreadRank`]: N ranks as threads of one process, messages over
+//!   channels (`--ranks N`, and the tests);
+//! - `mpi::MpiRank` (cargo feature `mpi`): one rank per MPI process, through
+//!   the `mpi` crate (rsmpi), for `mpirun -np N fvpoisson run CASE`.
+//!
+//! Reductions add the ranks' contributions in rank order on every rank, so
+//! every rank gets the same bits and a run is reproducible for a given rank
+//! count.
+
+pub mod threads;
+
+#[cfg(feature = "mpi")]
+pub mod mpi;
+
+use std::cell::Cell;
+
+use crate::sparse::distribute::{LocalMatrix, Neighbour};
+
+/// The operations a distributed solve needs from its transport. All ranks
+/// must call the collective methods (`sum`, `merge`, `exchange`) in the same
+/// order.
+pub trait Communicator {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+
+    /// Element-wise Σ over ranks of `values` (the same length on every rank),
+    /// added in rank order: every rank gets the same bits.
+    fn sum(&self, values: &mut [f64]);
+
+    /// Combines a vector of which each entry is nonzero on at most one rank
+    /// (a distributed vector scattered into a zeroed global one): every rank
+    /// gets the whole vector. The result does not depend on the order of the
+    /// additions, so a transport may use its native reduction.
+    fn merge(&self, values: &mut [f64]) {
+        self.sum(values)
+    }
+
+    /// The halo exchange of one vector: sends `owned[nb.send]` to each
+    /// neighbour and fills `halo[nb.recv − n_owned]` from it; `overlap` runs
+    /// between the start of the sends and the receives (the interior rows'
+    /// work).
+    fn exchange(
+        &self,
+        neighbours: &[Neighbour],
+        owned: &[f64],
+        halo: &mut [f64],
+        overlap: &mut dyn FnMut(),
+    );
+}
+
+/// The values a neighbour reads of `owned`, in the order of its halo.
+pub(crate) fn send_buffer(nb: &Neighbour, owned: &[f64]) -> Vec<f64> {
+    nb.send.iter().map(|&i| owned[i as usize]).collect()
+}
+
+/// Where neighbour `nb`'s values land in the halo part (`recv` counts from
+/// the first local row; the halo starts after `n_owned`).
+pub(crate) fn halo_range(nb: &Neighbour, n_owned: usize) -> std::ops::Range<usize> {
+    nb.recv.start - n_owned..nb.recv.end - n_owned
+}
+
+/// One rank: the serial run through the distributed code.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SingleProcess;
+
+impl Communicator for SingleProcess {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn size(&self) -> usize {
+        1
+    }
+    fn sum(&self, _: &mut [f64]) {}
+    fn exchange(
+        &self,
+        neighbours: &[Neighbour],
+        _: &[f64],
+        _: &mut [f64],
+        overlap: &mut dyn FnMut(),
+    ) {
+        assert!(neighbours.is_empty(), "one rank has no neighbour");
+        overlap();
+    }
+}
+
+/// The global vector of which each rank holds its owned rows `local` (in
+/// local order): every rank gets all of it.
+pub fn gather_global(comm: &dyn Communicator, matrix: &LocalMatrix, local: &[f64]) -> Vec<f64> {
+    let mut global = vec![0.0; matrix.n_global];
+    matrix.gather_into(local, &mut global);
+    comm.merge(&mut global);
+    global
+}
+
+thread_local! {
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the current thread as a rank other than 0: the command line's
+/// logger drops its info and debug lines, so that the log shows one rank's
+/// residual lines, as a serial run does.
+pub fn set_quiet(quiet: bool) {
+    QUIET.with(|q| q.set(quiet));
+}
+
+/// Whether this thread's info lines are dropped (see [`set_quiet`]).
+pub fn is_quiet() -> bool {
+    QUIET.with(Cell::get)
+}

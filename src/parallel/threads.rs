@@ -1,0 +1,171 @@
+//! N ranks as threads of one process, exchanging messages over channels:
+//! the transport of `--ranks N` without MPI and of the tests. Channels are
+//! unbounded, so a send never blocks, and messages between two ranks arrive
+//! in the order they were sent, which matches the collectives up as long as
+//! every rank calls them in the same order.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+
+use super::{halo_range, send_buffer, Communicator};
+use crate::sparse::distribute::Neighbour;
+
+/// One rank of a group of threads.
+pub struct ThreadRank {
+    rank: usize,
+    /// To each rank (own slot unused).
+    to: Vec<Sender<Vec<f64>>>,
+    /// From each rank (own slot unused).
+    from: Vec<Receiver<Vec<f64>>>,
+}
+
+impl ThreadRank {
+    /// The `n` ranks of one group, to be moved into one thread each.
+    pub fn group(n: usize) -> Vec<ThreadRank> {
+        let mut receivers: Vec<Vec<Option<Receiver<Vec<f64>>>>> =
+            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        // senders[i][j] sends from rank i to rank j, received by receivers[j][i].
+        let senders: Vec<Vec<Sender<Vec<f64>>>> = (0..n)
+            .map(|i| {
+                (0..n)
+                    .map(|j| {
+                        let (s, r) = channel();
+                        receivers[j][i] = Some(r);
+                        s
+                    })
+                    .collect()
+            })
+            .collect();
+        senders
+            .into_iter()
+            .zip(receivers)
+            .enumerate()
+            .map(|(rank, (to, from))| ThreadRank {
+                rank,
+                to,
+                from: from.into_iter().map(|r| r.expect("every pair")).collect(),
+            })
+            .collect()
+    }
+
+    fn send(&self, to: usize, data: Vec<f64>) {
+        // The receiver lives as long as its thread; a rank that panicked
+        // shows up as a failed receive on the other side.
+        let _ = self.to[to].send(data);
+    }
+
+    fn recv(&self, from: usize) -> Vec<f64> {
+        self.from[from].recv().unwrap_or_else(|_| {
+            panic!(
+                "rank {from} stopped before rank {} heard from it",
+                self.rank
+            )
+        })
+    }
+}
+
+/// Runs `body` on `n` ranks, one thread each, and returns their results in
+/// rank order. Ranks other than 0 log quietly ([`super::set_quiet`]).
+pub fn run_threads<T: Send>(n: usize, body: impl Fn(&ThreadRank) -> T + Sync) -> Vec<T> {
+    let ranks = ThreadRank::group(n);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = ranks
+            .into_iter()
+            .map(|rank| {
+                let body = &body;
+                std::thread::Builder::new()
+                    .name(format!("rank {}", rank.rank))
+                    .spawn_scoped(scope, move || {
+                        super::set_quiet(rank.rank != 0);
+                        body(&rank)
+                    })
+                    .expect("spawning a rank thread")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+impl Communicator for ThreadRank {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.to.len()
+    }
+
+    fn sum(&self, values: &mut [f64]) {
+        let n = self.size();
+        if n == 1 {
+            return;
+        }
+        for other in (0..n).filter(|&r| r != self.rank) {
+            self.send(other, values.to_vec());
+        }
+        let mine = values.to_vec();
+        values.fill(0.0);
+        for r in 0..n {
+            let part = if r == self.rank {
+                mine.clone()
+            } else {
+                self.recv(r)
+            };
+            assert_eq!(
+                part.len(),
+                values.len(),
+                "sum: ranks disagree on the length"
+            );
+            if r == 0 {
+                values.copy_from_slice(&part);
+            } else {
+                for (v, p) in values.iter_mut().zip(&part) {
+                    *v += p;
+                }
+            }
+        }
+    }
+
+    fn exchange(
+        &self,
+        neighbours: &[Neighbour],
+        owned: &[f64],
+        halo: &mut [f64],
+        overlap: &mut dyn FnMut(),
+    ) {
+        for nb in neighbours {
+            self.send(nb.rank, send_buffer(nb, owned));
+        }
+        overlap();
+        let n_owned = owned.len();
+        for nb in neighbours {
+            let data = self.recv(nb.rank);
+            let slots = halo_range(nb, n_owned);
+            assert_eq!(data.len(), slots.len(), "halo of rank {}: size", nb.rank);
+            halo[slots].copy_from_slice(&data);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_are_identical_on_every_rank_and_added_in_rank_order() {
+        // 1 + 1e-16 + ... depends on the order: every rank must agree.
+        let results = run_threads(4, |c| {
+            let mut v = [[1.0, 1e-16, -1.0, 3.0][c.rank()], c.rank() as f64];
+            c.sum(&mut v);
+            v
+        });
+        let expected: f64 = ((1.0 + 1e-16) + -1.0) + 3.0;
+        for v in &results {
+            assert_eq!(v[0].to_bits(), expected.to_bits());
+            assert_eq!(v[1], 6.0);
+        }
+        assert_eq!(run_threads(1, |c| c.size()), vec![1]);
+    }
+}

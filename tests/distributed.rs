@@ -1,0 +1,162 @@
+//! Distributed PCG (`solve::distributed`) over in-process thread ranks
+//! (`parallel::threads`) against the serial solve (`solve_pcg`) on real
+//! meshes and a random SPD matrix: the same solution to solver tolerance for
+//! 1 to 4 ranks, and with Jacobi (the same preconditioner on any rank count)
+//! the same iterations up to round-off.
+
+use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::parallel::threads::run_threads;
+use fvpoisson::parallel::{gather_global, Communicator, SingleProcess};
+use fvpoisson::solve::distributed::solve_pcg_distributed;
+use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls};
+use fvpoisson::sparse::distribute::Decomposition;
+use fvpoisson::sparse::testing::{random_symmetric, random_vector};
+use fvpoisson::sparse::Csr;
+
+/// Solves on `ranks` thread ranks (METIS) and returns (global x, iterations)
+/// as every rank sees it (all ranks must agree bit for bit).
+fn distributed(
+    a: &Csr,
+    b: &[f64],
+    ranks: usize,
+    precond: PreconditionerKind,
+    controls: &SolverControls,
+) -> (Vec<f64>, usize) {
+    let d = Decomposition::metis(a, ranks).unwrap();
+    let results = run_threads(ranks, |comm| {
+        let local = d.local(a, comm.rank()).unwrap();
+        let bl = local.scatter(b);
+        let mut xl = vec![0.0; local.n_owned];
+        let perf =
+            solve_pcg_distributed(&local, comm, precond, &bl, &mut xl, controls, "p").unwrap();
+        assert!(perf.converged, "{ranks} ranks, {precond}: {perf:?}");
+        (gather_global(comm, &local, &xl), perf.iterations)
+    });
+    for r in &results[1..] {
+        assert_eq!(r.1, results[0].1, "ranks disagree on the iterations");
+        assert!(
+            r.0.iter()
+                .zip(&results[0].0)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "ranks disagree on x"
+        );
+    }
+    results.into_iter().next().unwrap()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn distributed_pcg_matches_the_serial_solve_on_meshes_and_a_random_matrix() {
+    let controls = SolverControls::absolute(1e-10, 5000);
+    let mut systems: Vec<(String, Csr, Vec<f64>)> = ["box:12x10x8", "box:10x10x10:tet:perturb=0.2"]
+        .iter()
+        .map(|spec| {
+            let (a, b) = poisson_system(spec).unwrap();
+            (spec.to_string(), a, b)
+        })
+        .collect();
+    let r = random_symmetric(800, 7, 3);
+    let b = random_vector(800, 4);
+    systems.push(("random SPD".into(), r, b));
+    for (name, a, b) in &systems {
+        for precond in [
+            PreconditionerKind::Jacobi,
+            PreconditionerKind::Dic,
+            PreconditionerKind::Ic0,
+        ] {
+            let mut serial = vec![0.0; a.n_rows()];
+            let perf = solve_pcg(a, precond, b, &mut serial, &controls, "p").unwrap();
+            let scale = serial.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            for ranks in 1..=4 {
+                let (x, iterations) = distributed(a, b, ranks, precond, &controls);
+                let diff = max_diff(&x, &serial);
+                println!(
+                    "{name} | {precond} | {ranks} ranks | {iterations} iterations (serial {}) | \
+                     max |x - x_serial| / max |x| = {:.1e}",
+                    perf.iterations,
+                    diff / scale
+                );
+                assert!(
+                    diff <= 1e-6 * scale,
+                    "{name}, {precond}, {ranks} ranks: {diff}"
+                );
+                if precond == PreconditionerKind::Jacobi || ranks == 1 {
+                    // The same preconditioner: the same iterations up to
+                    // round-off in the last one.
+                    assert!(
+                        iterations.abs_diff(perf.iterations) <= 1,
+                        "{name}, {precond}, {ranks} ranks: {iterations} vs {}",
+                        perf.iterations
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn one_rank_through_the_single_process_communicator_is_the_serial_solve() {
+    let (a, b) = poisson_system("box:9x7x5").unwrap();
+    let controls = SolverControls::absolute(1e-9, 1000);
+    let mut serial = vec![0.0; a.n_rows()];
+    let perf = solve_pcg(&a, PreconditionerKind::Dic, &b, &mut serial, &controls, "p").unwrap();
+    let d = Decomposition::metis(&a, 1).unwrap();
+    let local = d.local(&a, 0).unwrap();
+    let mut x = vec![0.0; a.n_rows()];
+    let bl = local.scatter(&b);
+    let p = solve_pcg_distributed(
+        &local,
+        &SingleProcess,
+        PreconditionerKind::Dic,
+        &bl,
+        &mut x,
+        &controls,
+        "p",
+    )
+    .unwrap();
+    assert_eq!(p.iterations, perf.iterations);
+    let x = gather_global(&SingleProcess, &local, &x);
+    assert!(max_diff(&x, &serial) <= 1e-12 * serial.iter().fold(1.0f64, |m, v| m.max(v.abs())));
+}
+
+#[test]
+fn a_failure_on_one_rank_is_an_error_on_every_rank() {
+    // Rank 1's block gets a NaN right-hand side: every rank returns an error
+    // instead of waiting for it in a reduction.
+    let a = random_symmetric(200, 5, 9);
+    let b = random_vector(200, 1);
+    let d = Decomposition::metis(&a, 3).unwrap();
+    let controls = SolverControls::default();
+    let errors = run_threads(3, |comm| {
+        let local = d.local(&a, comm.rank()).unwrap();
+        let mut bl = local.scatter(&b);
+        if comm.rank() == 1 {
+            bl[0] = f64::NAN;
+        }
+        let mut xl = vec![0.0; local.n_owned];
+        solve_pcg_distributed(
+            &local,
+            comm,
+            PreconditionerKind::Jacobi,
+            &bl,
+            &mut xl,
+            &controls,
+            "p",
+        )
+        .unwrap_err()
+    });
+    assert!(
+        matches!(errors[1], SolveError::NonFinite { .. }),
+        "{:?}",
+        errors[1]
+    );
+    for e in [&errors[0], &errors[2]] {
+        assert!(e.to_string().contains("rank 1 could not set up"), "{e}");
+    }
+}
