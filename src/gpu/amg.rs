@@ -42,6 +42,7 @@
 
 use std::rc::Rc;
 
+use cudarc::driver::sys as driver_sys;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, DeviceModSell};
@@ -139,6 +140,163 @@ pub(super) fn read_at<T: DeviceRepr + Default + Copy>(
         gpu.stream().clone_dtoh(&buffer.slice(index..index + 1)),
     )?;
     Ok(v.first().copied().unwrap_or_default())
+}
+
+/// Keeps the memory the set-up frees in the device's stream-ordered pool
+/// (`cuMemAllocAsync`, which `Gpu::zeros` uses where the device has pools):
+/// by default (release threshold 0) the pool hands freed memory back to the
+/// driver at every synchronisation, the set-up's read-backs included, so
+/// each pass and level mapped fresh memory. While this lives the threshold
+/// is unlimited; when dropped, the old threshold is restored and the pool
+/// trimmed to it (the stream synchronised first, so the frees have landed).
+struct PoolRetention<'a> {
+    gpu: &'a Gpu,
+    pool: driver_sys::CUmemoryPool,
+    previous: u64,
+}
+
+impl<'a> PoolRetention<'a> {
+    /// None where the device has no memory pools (allocations are then
+    /// synchronous and nothing is retained anyway).
+    fn new(gpu: &'a Gpu) -> Result<Option<Self>, GpuError> {
+        use driver_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        let ctx = gpu.stream().context();
+        if !ctx.has_async_alloc() {
+            return Ok(None);
+        }
+        let mut pool: driver_sys::CUmemoryPool = std::ptr::null_mut();
+        let mut previous: u64 = 0;
+        let mut unlimited: u64 = u64::MAX;
+        // SAFETY: out-pointers to locals of the attribute's type (cuuint64_t)
+        // and the pool of the device the context was created on.
+        unsafe {
+            driver(
+                "cuDeviceGetMemPool",
+                driver_sys::cuDeviceGetMemPool(&mut pool, ctx.cu_device()).result(),
+            )?;
+            driver(
+                "cuMemPoolGetAttribute",
+                driver_sys::cuMemPoolGetAttribute(
+                    pool,
+                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut previous as *mut u64).cast(),
+                )
+                .result(),
+            )?;
+            driver(
+                "cuMemPoolSetAttribute",
+                driver_sys::cuMemPoolSetAttribute(
+                    pool,
+                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut unlimited as *mut u64).cast(),
+                )
+                .result(),
+            )?;
+        }
+        Ok(Some(Self {
+            gpu,
+            pool,
+            previous,
+        }))
+    }
+}
+
+impl Drop for PoolRetention<'_> {
+    fn drop(&mut self) {
+        use driver_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        let mut previous = self.previous;
+        let synced = self.gpu.synchronize();
+        // SAFETY: the pool from `new` (a device's pool lives as long as the
+        // device) and a local of the attribute's type. Failures only leave
+        // memory cached in the pool, so they are logged, not raised.
+        let restored = unsafe {
+            driver_sys::cuMemPoolSetAttribute(
+                self.pool,
+                CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut previous as *mut u64).cast(),
+            )
+            .result()
+            .and_then(|()| {
+                driver_sys::cuMemPoolTrimTo(self.pool, previous.min(usize::MAX as u64) as usize)
+                    .result()
+            })
+        };
+        if let Err(e) = synced {
+            log::warn!("GPU AMG set-up: synchronising before trimming the memory pool: {e}");
+        }
+        if let Err(e) = restored {
+            log::warn!("GPU AMG set-up: restoring the memory pool's release threshold: {e}");
+        }
+    }
+}
+
+/// Scratch of the set-up's passes, sized for the fine level (n rows, nnz
+/// entries: a pass's product has at most as many rows and entries as its
+/// matrix) and reused by every pass of every level instead of allocated per
+/// pass. Only the atomic counters need zeroing (their first rows, per use);
+/// the kernels write every other element they later read.
+struct Workspace {
+    partner: CudaSlice<i32>,
+    cand: CudaSlice<i32>,
+    /// Rows matched per round (atomic: zeroed per pass).
+    matched: CudaSlice<i32>,
+    strongest: CudaSlice<f64>,
+    host: CudaSlice<i32>,
+    leader: CudaSlice<u32>,
+    leader_offsets: CudaSlice<u64>,
+    bound: CudaSlice<u32>,
+    bound_ptr: CudaSlice<u64>,
+    /// Each coarse row's distinct columns (room: the members' entries).
+    scratch: CudaSlice<u32>,
+    count: CudaSlice<u32>,
+    /// Aggregate sizes, then placement cursors: [0, nc) and [nc, 2 nc)
+    /// (atomic: zeroed per use).
+    counters: CudaSlice<u32>,
+}
+
+impl Workspace {
+    fn new(gpu: &Gpu, n: usize, nnz: usize, rounds: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            partner: gpu.zeros(n)?,
+            cand: gpu.zeros(n)?,
+            matched: gpu.zeros(rounds.max(1))?,
+            strongest: gpu.zeros(n)?,
+            host: gpu.zeros(n)?,
+            leader: gpu.zeros(n)?,
+            leader_offsets: gpu.zeros(n + 1)?,
+            bound: gpu.zeros(n)?,
+            bound_ptr: gpu.zeros(n + 1)?,
+            scratch: gpu.zeros(nnz)?,
+            count: gpu.zeros(n)?,
+            counters: gpu.zeros(2 * n)?,
+        })
+    }
+
+    /// Checks that a pass over `n` rows and `nnz` entries fits.
+    fn check(&self, n: usize, nnz: usize) -> Result<(), GpuError> {
+        if n > self.partner.len() || nnz > self.scratch.len() {
+            return Err(GpuError::Invalid(format!(
+                "AMG set-up workspace of {} rows and {} entries is too small for a pass over \
+                 {n} rows and {nnz} entries",
+                self.partner.len(),
+                self.scratch.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Zeroes `buffer[0..len)` (set-up counters).
+fn zero_prefix<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &Gpu,
+    buffer: &mut CudaSlice<T>,
+    len: usize,
+) -> Result<(), GpuError> {
+    let len = len.min(buffer.len());
+    driver(
+        "cuMemsetD8",
+        gpu.stream().memset_zeros(&mut buffer.slice_mut(0..len)),
+    )
 }
 
 /// Exclusive prefix sums of unsigned counts on the device (`amg_scan_*`):
@@ -296,35 +454,35 @@ impl Pass {
         a: &DeviceCsr,
         rounds: usize,
         scan: &Scan,
+        work: &mut Workspace,
     ) -> Result<(Self, DeviceCsr, CudaSlice<u32>), GpuError> {
         let (n, n32) = (a.n, a.n32());
+        work.check(n, a.nnz)?;
         let grid = vector_grid(n);
-        let partner = gpu.zeros::<i32>(n)?;
-        let cand = gpu.zeros::<i32>(n)?;
-        let matched = gpu.zeros::<i32>(rounds.max(1))?;
-        let strongest = gpu.zeros::<f64>(n)?;
+        zero_prefix(gpu, &mut work.matched, rounds.max(1))?;
+        let w = &*work;
         gpu.launch("amg_strongest_couplings", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32);
             a.push_args(args);
-            args.arg(&strongest);
+            args.arg(&w.strongest);
         })?;
         gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&partner);
+            args.arg(&n32).arg(&w.partner);
         })?;
-        for round in 0..rounds {
-            let this = matched.slice(round..round + 1);
-            let before = (round > 0).then(|| matched.slice(round - 1..round));
+        for round in 0..rounds.min(w.matched.len()) {
+            let this = w.matched.slice(round..round + 1);
+            let before = (round > 0).then(|| w.matched.slice(round - 1..round));
             gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
                 args.arg(&n32);
                 a.push_args(args);
-                args.arg(&strongest).arg(&partner).arg(&cand);
+                args.arg(&w.strongest).arg(&w.partner).arg(&w.cand);
                 match &before {
                     Some(b) => args.arg(b),
                     None => args.arg(&NULL),
                 };
             })?;
             gpu.launch("amg_match_handshake", grid, VECTOR_BLOCK, 0, |args| {
-                args.arg(&n32).arg(&partner).arg(&cand).arg(&this);
+                args.arg(&n32).arg(&w.partner).arg(&w.cand).arg(&this);
                 match &before {
                     Some(b) => args.arg(b),
                     None => args.arg(&NULL),
@@ -332,42 +490,36 @@ impl Pass {
             })?;
         }
         // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45).
-        let host = gpu.zeros::<i32>(n)?;
         gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32);
             a.push_args(args);
-            args.arg(&partner).arg(&host);
+            args.arg(&w.partner).arg(&w.host);
         })?;
-        let leader = gpu.zeros::<u32>(n)?;
         gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&partner).arg(&host).arg(&leader);
+            args.arg(&n32).arg(&w.partner).arg(&w.host).arg(&w.leader);
         })?;
-        let leader_offsets = gpu.zeros::<u64>(n + 1)?;
-        let nc = scan.run(gpu, &leader, n, &leader_offsets)? as usize;
+        let nc = scan.run(gpu, &w.leader, n, &w.leader_offsets)? as usize;
         let (nc32, cgrid) = (nc as i32, vector_grid(nc));
         let aggregate = gpu.zeros::<u32>(n)?;
         gpu.launch("amg_pass_aggregates", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32)
-                .arg(&partner)
-                .arg(&host)
-                .arg(&leader_offsets)
+                .arg(&w.partner)
+                .arg(&w.host)
+                .arg(&w.leader_offsets)
                 .arg(&aggregate);
         })?;
-        let (member_ptr, members) = aggregate_members(gpu, &aggregate, n, nc, scan)?;
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, n, nc, scan, work)?;
+        let w = &*work;
         // Symbolic product: room per coarse row (the members' entries: nnz in
         // all), its distinct columns sorted, their count, then the pattern.
-        let bound = gpu.zeros::<u32>(nc)?;
         gpu.launch("amg_galerkin_bounds", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
                 .arg(&members)
                 .arg(&a.row_ptr)
-                .arg(&bound);
+                .arg(&w.bound);
         })?;
-        let bound_ptr = gpu.zeros::<u64>(nc + 1)?;
-        scan.launch(gpu, &bound, nc, &bound_ptr)?;
-        let scratch = gpu.zeros::<u32>(a.nnz)?;
-        let count = gpu.zeros::<u32>(nc)?;
+        scan.launch(gpu, &w.bound, nc, &w.bound_ptr)?;
         gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
@@ -375,12 +527,12 @@ impl Pass {
                 .arg(&a.row_ptr)
                 .arg(&a.cols)
                 .arg(&aggregate)
-                .arg(&bound_ptr)
-                .arg(&scratch)
-                .arg(&count);
+                .arg(&w.bound_ptr)
+                .arg(&w.scratch)
+                .arg(&w.count);
         })?;
         let row_ptr = gpu.zeros::<u64>(nc + 1)?;
-        let nnz = scan.run(gpu, &count, nc, &row_ptr)? as usize;
+        let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
         let cols = gpu.zeros::<u32>(nnz)?;
         let dest = gpu.zeros::<u64>(a.nnz)?;
         gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
@@ -390,8 +542,8 @@ impl Pass {
                 .arg(&a.row_ptr)
                 .arg(&a.cols)
                 .arg(&aggregate)
-                .arg(&bound_ptr)
-                .arg(&scratch)
+                .arg(&w.bound_ptr)
+                .arg(&w.scratch)
                 .arg(&row_ptr)
                 .arg(&cols)
                 .arg(&dest);
@@ -454,15 +606,19 @@ fn aggregate_members(
     n: usize,
     nc: usize,
     scan: &Scan,
+    work: &mut Workspace,
 ) -> Result<(CudaSlice<u64>, CudaSlice<u32>), GpuError> {
     let (n32, nc32) = (n as i32, nc as i32);
-    let size = gpu.zeros::<u32>(nc)?;
+    work.check(n, 0)?;
+    // Sizes at [0, nc), cursors at [nc, 2 nc), zeroed in one memset.
+    zero_prefix(gpu, &mut work.counters, 2 * nc)?;
+    let size = &work.counters;
+    let cursor = work.counters.slice(nc..2 * nc);
     gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n32).arg(aggregate).arg(&size);
+        a.arg(&n32).arg(aggregate).arg(size);
     })?;
     let member_ptr = gpu.zeros::<u64>(nc + 1)?;
-    scan.launch(gpu, &size, nc, &member_ptr)?;
-    let cursor = gpu.zeros::<u32>(nc)?;
+    scan.launch(gpu, size, nc, &member_ptr)?;
     let members = gpu.zeros::<u32>(n)?;
     gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
         a.arg(&n32)
@@ -831,8 +987,11 @@ impl<'g> DeviceAmg<'g> {
                 "AMG on the GPU needs between 1 and 2^31 - 1 rows, this matrix has {n}"
             )));
         }
+        // Dropped (threshold restored, pool trimmed) when the set-up returns.
+        let _retention = PoolRetention::new(gpu)?;
         let scan = Scan::new(gpu, n)?;
         let (csr, source) = fine_csr(gpu, &fine, &scan)?;
+        let mut work = Workspace::new(gpu, n, csr.nnz, settings.matching_rounds)?;
         phases.mark(|| "fine CSR".into())?;
         let mut matrices = vec![csr];
         let mut transfers = Vec::new();
@@ -844,7 +1003,7 @@ impl<'g> DeviceAmg<'g> {
             if matrices.len() >= settings.max_levels {
                 break format!("maxLevels {} reached", settings.max_levels);
             }
-            let (transfer, coarse) = Self::coarsen(gpu, a, settings, &scan)?;
+            let (transfer, coarse) = Self::coarsen(gpu, a, settings, &scan, &mut work)?;
             let (level, rows) = (matrices.len() - 1, a.n);
             phases.mark(|| format!("level {level} ({rows} rows) passes"))?;
             // The CPU's rule (`Hierarchy::setup`): a level shrinking by less
@@ -920,6 +1079,7 @@ impl<'g> DeviceAmg<'g> {
         a: &DeviceCsr,
         settings: &AmgSettings,
         scan: &Scan,
+        work: &mut Workspace,
     ) -> Result<(Transfer, DeviceCsr), GpuError> {
         let mut passes: Vec<Pass> = Vec::with_capacity(settings.passes);
         let mut aggregate: Option<CudaSlice<u32>> = None;
@@ -927,7 +1087,7 @@ impl<'g> DeviceAmg<'g> {
         for _ in 0..settings.passes.max(1) {
             let input = product.as_ref().unwrap_or(a);
             let (pass, next, pass_aggregate) =
-                Pass::new(gpu, input, settings.matching_rounds, scan)?;
+                Pass::new(gpu, input, settings.matching_rounds, scan, work)?;
             aggregate = Some(match aggregate {
                 None => pass_aggregate,
                 Some(level_aggregate) => {
@@ -946,7 +1106,7 @@ impl<'g> DeviceAmg<'g> {
         }
         let coarse = product.expect("at least one pass");
         let aggregate = aggregate.expect("at least one pass");
-        let (member_ptr, members) = aggregate_members(gpu, &aggregate, a.n, coarse.n, scan)?;
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, a.n, coarse.n, scan, work)?;
         Ok((
             Transfer {
                 passes,
