@@ -19,6 +19,10 @@
 //!   kernel as the value-only re-set-up ([`DeviceAmg::update_values`]);
 //! - the level's aggregates (passes composed) and their members, ascending,
 //!   for the restriction R = Pᵀ;
+//! - one scratch `Workspace` for every pass (sized for the fine level),
+//!   arrays written in full allocated without a memset, and the memory pool
+//!   keeping freed memory for the set-up's duration (`PoolRetention`), so
+//!   a pass costs its kernels and two size read-backs, not ~20 allocations;
 //! - smoother scales per level (weighted or L1 Jacobi) and the coarsest
 //!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
 //!   the matrix formed, factored (one-block Cholesky) and inverted column by
@@ -257,18 +261,18 @@ struct Workspace {
 impl Workspace {
     fn new(gpu: &Gpu, n: usize, nnz: usize, rounds: usize) -> Result<Self, GpuError> {
         Ok(Self {
-            partner: gpu.zeros(n)?,
-            cand: gpu.zeros(n)?,
-            matched: gpu.zeros(rounds.max(1))?,
-            strongest: gpu.zeros(n)?,
-            host: gpu.zeros(n)?,
-            leader: gpu.zeros(n)?,
-            leader_offsets: gpu.zeros(n + 1)?,
-            bound: gpu.zeros(n)?,
-            bound_ptr: gpu.zeros(n + 1)?,
-            scratch: gpu.zeros(nnz)?,
-            count: gpu.zeros(n)?,
-            counters: gpu.zeros(2 * n)?,
+            partner: unzeroed(gpu, n)?,
+            cand: unzeroed(gpu, n)?,
+            matched: unzeroed(gpu, rounds.max(1))?,
+            strongest: unzeroed(gpu, n)?,
+            host: unzeroed(gpu, n)?,
+            leader: unzeroed(gpu, n)?,
+            leader_offsets: unzeroed(gpu, n + 1)?,
+            bound: unzeroed(gpu, n)?,
+            bound_ptr: unzeroed(gpu, n + 1)?,
+            scratch: unzeroed(gpu, nnz)?,
+            count: unzeroed(gpu, n)?,
+            counters: unzeroed(gpu, 2 * n)?,
         })
     }
 
@@ -284,6 +288,21 @@ impl Workspace {
         }
         Ok(())
     }
+}
+
+/// A buffer of `n` elements as the memory pool hands it out, not zeroed
+/// (`Gpu::zeros` adds a memset): for set-up arrays whose kernels write every
+/// element before anything reads one (plain integers and floats, for which
+/// any bits are a value).
+fn unzeroed<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &Gpu,
+    n: usize,
+) -> Result<CudaSlice<T>, GpuError> {
+    // SAFETY: device memory, never read on the host before a kernel has
+    // written it (each caller's kernels write all of it, see their comments);
+    // `T: ValidAsZeroBits` limits it to the plain types of the set-up.
+    let r = unsafe { gpu.stream().alloc::<T>(n.max(1)) };
+    gpu.allocation("cuMemAllocAsync", n.max(1) * size_of::<T>(), r)
 }
 
 /// Zeroes `buffer[0..len)` (set-up counters).
@@ -366,7 +385,7 @@ fn fine_csr(
 ) -> Result<(DeviceCsr, CudaSlice<i64>), GpuError> {
     let n = m.n;
     let (n32, h32) = (n as i32, m.slice_height as i32);
-    let lengths = gpu.zeros::<u32>(n)?;
+    let lengths = unzeroed::<u32>(gpu, n)?;
     gpu.launch(
         "amg_modsell_row_lengths",
         vector_grid(n),
@@ -380,15 +399,15 @@ fn fine_csr(
                 .arg(&lengths);
         },
     )?;
-    let row_ptr = gpu.zeros::<u64>(n + 1)?;
+    let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
     let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
     if nnz >= u32::MAX as usize {
         return Err(GpuError::Invalid(format!(
             "AMG on the GPU takes matrices of fewer than 2^32 entries, this one has {nnz}"
         )));
     }
-    let cols = gpu.zeros::<u32>(nnz)?;
-    let source = gpu.zeros::<i64>(nnz)?;
+    let cols = unzeroed::<u32>(gpu, nnz)?;
+    let source = unzeroed::<i64>(gpu, nnz)?;
     gpu.launch("amg_modsell_to_csr", vector_grid(n), VECTOR_BLOCK, 0, |a| {
         a.arg(&n32)
             .arg(&h32)
@@ -403,7 +422,7 @@ fn fine_csr(
         nnz,
         row_ptr,
         cols,
-        vals: gpu.zeros(nnz)?,
+        vals: unzeroed(gpu, nnz)?,
     };
     fine_values(gpu, &csr, &source, m)?;
     Ok((csr, source))
@@ -500,7 +519,8 @@ impl Pass {
         })?;
         let nc = scan.run(gpu, &w.leader, n, &w.leader_offsets)? as usize;
         let (nc32, cgrid) = (nc as i32, vector_grid(nc));
-        let aggregate = gpu.zeros::<u32>(n)?;
+        // Every array below is written in full by its kernels.
+        let aggregate = unzeroed::<u32>(gpu, n)?;
         gpu.launch("amg_pass_aggregates", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32)
                 .arg(&w.partner)
@@ -531,10 +551,10 @@ impl Pass {
                 .arg(&w.scratch)
                 .arg(&w.count);
         })?;
-        let row_ptr = gpu.zeros::<u64>(nc + 1)?;
+        let row_ptr = unzeroed::<u64>(gpu, nc + 1)?;
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
-        let cols = gpu.zeros::<u32>(nnz)?;
-        let dest = gpu.zeros::<u64>(a.nnz)?;
+        let cols = unzeroed::<u32>(gpu, nnz)?;
+        let dest = unzeroed::<u64>(gpu, a.nnz)?;
         gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
@@ -553,7 +573,7 @@ impl Pass {
             nnz,
             row_ptr,
             cols,
-            vals: gpu.zeros(nnz)?,
+            vals: unzeroed(gpu, nnz)?,
         };
         let pass = Self {
             n_coarse: nc,
@@ -617,9 +637,9 @@ fn aggregate_members(
     gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
         a.arg(&n32).arg(aggregate).arg(size);
     })?;
-    let member_ptr = gpu.zeros::<u64>(nc + 1)?;
+    let member_ptr = unzeroed::<u64>(gpu, nc + 1)?;
     scan.launch(gpu, size, nc, &member_ptr)?;
-    let members = gpu.zeros::<u32>(n)?;
+    let members = unzeroed::<u32>(gpu, n)?;
     gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
         a.arg(&n32)
             .arg(aggregate)
