@@ -102,6 +102,21 @@ extern "C" __global__ void amg_scan_apply(int n, const unsigned* __restrict__ co
     }
 }
 
+// Parts 1-3 in one block when n <= SCAN_TILE (one tile: the small levels'
+// scans take one launch instead of three; the same integer sums).
+extern "C" __global__ void amg_scan_single(int n, const unsigned* __restrict__ counts,
+                                           u64* __restrict__ offsets) {
+    unsigned items[SCAN_ITEMS];
+    u64 total;
+    u64 running = block_exclusive_scan(scan_thread_items(n, counts, items), &total);
+    const int first = threadIdx.x * SCAN_ITEMS;
+    for (int k = 0; k < SCAN_ITEMS; ++k) {
+        if (first + k < n) offsets[first + k] = running;
+        running += items[k];
+    }
+    if (threadIdx.x == 0) offsets[n] = total;
+}
+
 // ---- mod-SELL -> CSR of the same matrix (ModSell::to_csr: the diagonal and
 // the stored off-diagonals, ascending columns). Column codes as in smooth.cu.
 

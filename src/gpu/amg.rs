@@ -364,6 +364,11 @@ impl Scan {
             )));
         }
         let (n32, tiles32) = (n as i32, tiles as i32);
+        if tiles <= 1 {
+            return gpu.launch("amg_scan_single", 1, SCAN_BLOCK, 0, |a| {
+                a.arg(&n32).arg(counts).arg(offsets);
+            });
+        }
         gpu.launch("amg_scan_tiles", tiles as u32, SCAN_BLOCK, 0, |a| {
             a.arg(&n32).arg(counts).arg(&self.tile_sums);
         })?;
