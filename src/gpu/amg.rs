@@ -242,7 +242,7 @@ impl Drop for PoolRetention<'_> {
 struct Workspace {
     partner: CudaSlice<i32>,
     cand: CudaSlice<i32>,
-    /// Rows matched per round (atomic: zeroed per pass).
+    /// Rows matched per round (atomic: zeroed per pass by `amg_match_start`).
     matched: CudaSlice<i32>,
     strongest: CudaSlice<f64>,
     host: CudaSlice<i32>,
@@ -483,17 +483,19 @@ impl Pass {
         let (n, n32) = (a.n, a.n32());
         work.check(n, a.nnz)?;
         let grid = vector_grid(n);
-        zero_prefix(gpu, &mut work.matched, rounds.max(1))?;
         let w = &*work;
-        gpu.launch("amg_strongest_couplings", grid, VECTOR_BLOCK, 0, |args| {
+        let rounds = rounds.min(w.matched.len());
+        let rounds32 = rounds as i32;
+        // s_i, every row unmatched, the round counters zeroed.
+        gpu.launch("amg_match_start", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32);
             a.push_args(args);
-            args.arg(&w.strongest);
+            args.arg(&w.strongest)
+                .arg(&w.partner)
+                .arg(&rounds32)
+                .arg(&w.matched);
         })?;
-        gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&w.partner);
-        })?;
-        for round in 0..rounds.min(w.matched.len()) {
+        for round in 0..rounds {
             let this = w.matched.slice(round..round + 1);
             let before = (round > 0).then(|| w.matched.slice(round - 1..round));
             gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
@@ -513,14 +515,12 @@ impl Pass {
                 };
             })?;
         }
-        // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45).
+        // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45); the
+        // leader flags in the same launch.
         gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32);
             a.push_args(args);
-            args.arg(&w.partner).arg(&w.host);
-        })?;
-        gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&w.partner).arg(&w.host).arg(&w.leader);
+            args.arg(&w.partner).arg(&w.host).arg(&w.leader);
         })?;
         let nc = scan.run(gpu, &w.leader, n, &w.leader_offsets)? as usize;
         let (nc32, cgrid) = (nc as i32, vector_grid(nc));
