@@ -102,6 +102,21 @@ extern "C" __global__ void amg_scan_apply(int n, const unsigned* __restrict__ co
     }
 }
 
+// Parts 1-3 in one block when n <= SCAN_TILE (one tile: the small levels'
+// scans take one launch instead of three; the same integer sums).
+extern "C" __global__ void amg_scan_single(int n, const unsigned* __restrict__ counts,
+                                           u64* __restrict__ offsets) {
+    unsigned items[SCAN_ITEMS];
+    u64 total;
+    u64 running = block_exclusive_scan(scan_thread_items(n, counts, items), &total);
+    const int first = threadIdx.x * SCAN_ITEMS;
+    for (int k = 0; k < SCAN_ITEMS; ++k) {
+        if (first + k < n) offsets[first + k] = running;
+        running += items[k];
+    }
+    if (threadIdx.x == 0) offsets[n] = total;
+}
+
 // ---- mod-SELL -> CSR of the same matrix (ModSell::to_csr: the diagonal and
 // the stored off-diagonals, ascending columns). Column codes as in smooth.cu.
 
@@ -191,24 +206,25 @@ __device__ __forceinline__ unsigned amg_pair_hash(unsigned lo, unsigned hi) {
 // (matching.rs STRONG_FRACTION).
 #define STRONG_FRACTION 0.5
 
-// strongest[i] = s_i = max over the off-diagonals of -a_ij (0 when none is
-// negative), in column order as matching.rs strongest_couplings.
-extern "C" __global__ void amg_strongest_couplings(int n, const u64* __restrict__ row_ptr,
-                                                   const unsigned* __restrict__ cols,
-                                                   const double* __restrict__ vals,
-                                                   double* __restrict__ strongest) {
+// The matching's start (one launch): strongest[i] = s_i = max over the
+// off-diagonals of -a_ij (0 when none is negative), in column order as
+// matching.rs strongest_couplings; every row unmatched; the rounds' counters
+// matched[0 .. rounds) zeroed.
+extern "C" __global__ void amg_match_start(int n, const u64* __restrict__ row_ptr,
+                                           const unsigned* __restrict__ cols,
+                                           const double* __restrict__ vals,
+                                           double* __restrict__ strongest,
+                                           int* __restrict__ partner, int rounds,
+                                           int* __restrict__ matched) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0)
+        for (int r = 0; r < rounds; ++r) matched[r] = 0;
     if (i >= n) return;
     double m = 0.0;
     for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
         if ((int)cols[k] != i && -vals[k] > m) m = -vals[k];
     strongest[i] = m;
-}
-
-// Every row unmatched (before round 0).
-extern "C" __global__ void amg_unmatch(int n, int* __restrict__ partner) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) partner[i] = -1;
+    partner[i] = -1;
 }
 
 // Round part 1: cand[i] = the unmatched neighbour j of unmatched i with
@@ -267,12 +283,15 @@ extern "C" __global__ void amg_match_handshake(int n, int* __restrict__ partner,
 // host[i] = for an unmatched row, the neighbour j != i in a pair with s_ij =
 // -a_ij > 0 and the largest (s_ij, pair hash), the smaller j on equal keys
 // (columns ascend; replaced only on a strictly greater key); -1 for none and
-// for paired rows. Reads the final partners only.
+// for paired rows. Reads the final partners only. Also leader[i] = 1 when i
+// leads its aggregate: the smaller row of a pair, or a row neither paired nor
+// joined to a pair (joiners never lead).
 extern "C" __global__ void amg_join_singletons(int n, const u64* __restrict__ row_ptr,
                                                const unsigned* __restrict__ cols,
                                                const double* __restrict__ vals,
                                                const int* __restrict__ partner,
-                                               int* __restrict__ host) {
+                                               int* __restrict__ host,
+                                               unsigned* __restrict__ leader) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     int best = -1;
@@ -293,17 +312,8 @@ extern "C" __global__ void amg_join_singletons(int n, const u64* __restrict__ ro
         }
     }
     host[i] = best;
-}
-
-// leader[i] = 1 when i leads its aggregate: the smaller row of a pair, or a
-// row neither paired nor joined to a pair (joiners never lead).
-extern "C" __global__ void amg_leader_flags(int n, const int* __restrict__ partner,
-                                            const int* __restrict__ host,
-                                            unsigned* __restrict__ leader) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
     const int p = partner[i];
-    leader[i] = (p < 0 ? host[i] < 0 : i < p) ? 1u : 0u;
+    leader[i] = (p < 0 ? best < 0 : i < p) ? 1u : 0u;
 }
 
 // The pass's map i -> number of its leader (leader_offsets: exclusive scan

@@ -19,6 +19,10 @@
 //!   kernel as the value-only re-set-up ([`DeviceAmg::update_values`]);
 //! - the level's aggregates (passes composed) and their members, ascending,
 //!   for the restriction R = Pᵀ;
+//! - one scratch `Workspace` for every pass (sized for the fine level),
+//!   arrays written in full allocated without a memset, and the memory pool
+//!   keeping freed memory for the set-up's duration (`PoolRetention`), so
+//!   a pass costs its kernels and two size read-backs, not ~20 allocations;
 //! - smoother scales per level (weighted or L1 Jacobi) and the coarsest
 //!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
 //!   the matrix formed, factored (one-block Cholesky) and inverted column by
@@ -42,6 +46,7 @@
 
 use std::rc::Rc;
 
+use cudarc::driver::sys as driver_sys;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, DeviceModSell};
@@ -141,6 +146,178 @@ pub(super) fn read_at<T: DeviceRepr + Default + Copy>(
     Ok(v.first().copied().unwrap_or_default())
 }
 
+/// Keeps the memory the set-up frees in the device's stream-ordered pool
+/// (`cuMemAllocAsync`, which `Gpu::zeros` uses where the device has pools):
+/// by default (release threshold 0) the pool hands freed memory back to the
+/// driver at every synchronisation, the set-up's read-backs included, so
+/// each pass and level mapped fresh memory. While this lives the threshold
+/// is unlimited; when dropped, the old threshold is restored and the pool
+/// trimmed to it (the stream synchronised first, so the frees have landed).
+struct PoolRetention<'a> {
+    gpu: &'a Gpu,
+    pool: driver_sys::CUmemoryPool,
+    previous: u64,
+}
+
+impl<'a> PoolRetention<'a> {
+    /// None where the device has no memory pools (allocations are then
+    /// synchronous and nothing is retained anyway).
+    fn new(gpu: &'a Gpu) -> Result<Option<Self>, GpuError> {
+        use driver_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        let ctx = gpu.stream().context();
+        if !ctx.has_async_alloc() {
+            return Ok(None);
+        }
+        let mut pool: driver_sys::CUmemoryPool = std::ptr::null_mut();
+        let mut previous: u64 = 0;
+        let mut unlimited: u64 = u64::MAX;
+        // SAFETY: out-pointers to locals of the attribute's type (cuuint64_t)
+        // and the pool of the device the context was created on.
+        unsafe {
+            driver(
+                "cuDeviceGetMemPool",
+                driver_sys::cuDeviceGetMemPool(&mut pool, ctx.cu_device()).result(),
+            )?;
+            driver(
+                "cuMemPoolGetAttribute",
+                driver_sys::cuMemPoolGetAttribute(
+                    pool,
+                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut previous as *mut u64).cast(),
+                )
+                .result(),
+            )?;
+            driver(
+                "cuMemPoolSetAttribute",
+                driver_sys::cuMemPoolSetAttribute(
+                    pool,
+                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut unlimited as *mut u64).cast(),
+                )
+                .result(),
+            )?;
+        }
+        Ok(Some(Self {
+            gpu,
+            pool,
+            previous,
+        }))
+    }
+}
+
+impl Drop for PoolRetention<'_> {
+    fn drop(&mut self) {
+        use driver_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        let mut previous = self.previous;
+        let synced = self.gpu.synchronize();
+        // SAFETY: the pool from `new` (a device's pool lives as long as the
+        // device) and a local of the attribute's type. Failures only leave
+        // memory cached in the pool, so they are logged, not raised.
+        let restored = unsafe {
+            driver_sys::cuMemPoolSetAttribute(
+                self.pool,
+                CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut previous as *mut u64).cast(),
+            )
+            .result()
+            .and_then(|()| {
+                driver_sys::cuMemPoolTrimTo(self.pool, previous.min(usize::MAX as u64) as usize)
+                    .result()
+            })
+        };
+        if let Err(e) = synced {
+            log::warn!("GPU AMG set-up: synchronising before trimming the memory pool: {e}");
+        }
+        if let Err(e) = restored {
+            log::warn!("GPU AMG set-up: restoring the memory pool's release threshold: {e}");
+        }
+    }
+}
+
+/// Scratch of the set-up's passes, sized for the fine level (n rows, nnz
+/// entries: a pass's product has at most as many rows and entries as its
+/// matrix) and reused by every pass of every level instead of allocated per
+/// pass. Only the atomic counters need zeroing (their first rows, per use);
+/// the kernels write every other element they later read.
+struct Workspace {
+    partner: CudaSlice<i32>,
+    cand: CudaSlice<i32>,
+    /// Rows matched per round (atomic: zeroed per pass by `amg_match_start`).
+    matched: CudaSlice<i32>,
+    strongest: CudaSlice<f64>,
+    host: CudaSlice<i32>,
+    leader: CudaSlice<u32>,
+    leader_offsets: CudaSlice<u64>,
+    bound: CudaSlice<u32>,
+    bound_ptr: CudaSlice<u64>,
+    /// Each coarse row's distinct columns (room: the members' entries).
+    scratch: CudaSlice<u32>,
+    count: CudaSlice<u32>,
+    /// Aggregate sizes, then placement cursors: [0, nc) and [nc, 2 nc)
+    /// (atomic: zeroed per use).
+    counters: CudaSlice<u32>,
+}
+
+impl Workspace {
+    fn new(gpu: &Gpu, n: usize, nnz: usize, rounds: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            partner: unzeroed(gpu, n)?,
+            cand: unzeroed(gpu, n)?,
+            matched: unzeroed(gpu, rounds.max(1))?,
+            strongest: unzeroed(gpu, n)?,
+            host: unzeroed(gpu, n)?,
+            leader: unzeroed(gpu, n)?,
+            leader_offsets: unzeroed(gpu, n + 1)?,
+            bound: unzeroed(gpu, n)?,
+            bound_ptr: unzeroed(gpu, n + 1)?,
+            scratch: unzeroed(gpu, nnz)?,
+            count: unzeroed(gpu, n)?,
+            counters: unzeroed(gpu, 2 * n)?,
+        })
+    }
+
+    /// Checks that a pass over `n` rows and `nnz` entries fits.
+    fn check(&self, n: usize, nnz: usize) -> Result<(), GpuError> {
+        if n > self.partner.len() || nnz > self.scratch.len() {
+            return Err(GpuError::Invalid(format!(
+                "AMG set-up workspace of {} rows and {} entries is too small for a pass over \
+                 {n} rows and {nnz} entries",
+                self.partner.len(),
+                self.scratch.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A buffer of `n` elements as the memory pool hands it out, not zeroed
+/// (`Gpu::zeros` adds a memset): for set-up arrays whose kernels write every
+/// element before anything reads one (plain integers and floats, for which
+/// any bits are a value).
+fn unzeroed<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &Gpu,
+    n: usize,
+) -> Result<CudaSlice<T>, GpuError> {
+    // SAFETY: device memory, never read on the host before a kernel has
+    // written it (each caller's kernels write all of it, see their comments);
+    // `T: ValidAsZeroBits` limits it to the plain types of the set-up.
+    let r = unsafe { gpu.stream().alloc::<T>(n.max(1)) };
+    gpu.allocation("cuMemAllocAsync", n.max(1) * size_of::<T>(), r)
+}
+
+/// Zeroes `buffer[0..len)` (set-up counters).
+fn zero_prefix<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &Gpu,
+    buffer: &mut CudaSlice<T>,
+    len: usize,
+) -> Result<(), GpuError> {
+    let len = len.min(buffer.len());
+    driver(
+        "cuMemsetD8",
+        gpu.stream().memset_zeros(&mut buffer.slice_mut(0..len)),
+    )
+}
+
 /// Exclusive prefix sums of unsigned counts on the device (`amg_scan_*`):
 /// per tile sums, one block scanning them, then each tile's offsets.
 /// Integer sums, so the result does not depend on the launch shape.
@@ -187,6 +364,11 @@ impl Scan {
             )));
         }
         let (n32, tiles32) = (n as i32, tiles as i32);
+        if tiles <= 1 {
+            return gpu.launch("amg_scan_single", 1, SCAN_BLOCK, 0, |a| {
+                a.arg(&n32).arg(counts).arg(offsets);
+            });
+        }
         gpu.launch("amg_scan_tiles", tiles as u32, SCAN_BLOCK, 0, |a| {
             a.arg(&n32).arg(counts).arg(&self.tile_sums);
         })?;
@@ -208,7 +390,7 @@ fn fine_csr(
 ) -> Result<(DeviceCsr, CudaSlice<i64>), GpuError> {
     let n = m.n;
     let (n32, h32) = (n as i32, m.slice_height as i32);
-    let lengths = gpu.zeros::<u32>(n)?;
+    let lengths = unzeroed::<u32>(gpu, n)?;
     gpu.launch(
         "amg_modsell_row_lengths",
         vector_grid(n),
@@ -222,15 +404,15 @@ fn fine_csr(
                 .arg(&lengths);
         },
     )?;
-    let row_ptr = gpu.zeros::<u64>(n + 1)?;
+    let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
     let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
     if nnz >= u32::MAX as usize {
         return Err(GpuError::Invalid(format!(
             "AMG on the GPU takes matrices of fewer than 2^32 entries, this one has {nnz}"
         )));
     }
-    let cols = gpu.zeros::<u32>(nnz)?;
-    let source = gpu.zeros::<i64>(nnz)?;
+    let cols = unzeroed::<u32>(gpu, nnz)?;
+    let source = unzeroed::<i64>(gpu, nnz)?;
     gpu.launch("amg_modsell_to_csr", vector_grid(n), VECTOR_BLOCK, 0, |a| {
         a.arg(&n32)
             .arg(&h32)
@@ -245,7 +427,7 @@ fn fine_csr(
         nnz,
         row_ptr,
         cols,
-        vals: gpu.zeros(nnz)?,
+        vals: unzeroed(gpu, nnz)?,
     };
     fine_values(gpu, &csr, &source, m)?;
     Ok((csr, source))
@@ -296,78 +478,73 @@ impl Pass {
         a: &DeviceCsr,
         rounds: usize,
         scan: &Scan,
+        work: &mut Workspace,
     ) -> Result<(Self, DeviceCsr, CudaSlice<u32>), GpuError> {
         let (n, n32) = (a.n, a.n32());
+        work.check(n, a.nnz)?;
         let grid = vector_grid(n);
-        let partner = gpu.zeros::<i32>(n)?;
-        let cand = gpu.zeros::<i32>(n)?;
-        let matched = gpu.zeros::<i32>(rounds.max(1))?;
-        let strongest = gpu.zeros::<f64>(n)?;
-        gpu.launch("amg_strongest_couplings", grid, VECTOR_BLOCK, 0, |args| {
+        let w = &*work;
+        let rounds = rounds.min(w.matched.len());
+        let rounds32 = rounds as i32;
+        // s_i, every row unmatched, the round counters zeroed.
+        gpu.launch("amg_match_start", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32);
             a.push_args(args);
-            args.arg(&strongest);
-        })?;
-        gpu.launch("amg_unmatch", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&partner);
+            args.arg(&w.strongest)
+                .arg(&w.partner)
+                .arg(&rounds32)
+                .arg(&w.matched);
         })?;
         for round in 0..rounds {
-            let this = matched.slice(round..round + 1);
-            let before = (round > 0).then(|| matched.slice(round - 1..round));
+            let this = w.matched.slice(round..round + 1);
+            let before = (round > 0).then(|| w.matched.slice(round - 1..round));
             gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
                 args.arg(&n32);
                 a.push_args(args);
-                args.arg(&strongest).arg(&partner).arg(&cand);
+                args.arg(&w.strongest).arg(&w.partner).arg(&w.cand);
                 match &before {
                     Some(b) => args.arg(b),
                     None => args.arg(&NULL),
                 };
             })?;
             gpu.launch("amg_match_handshake", grid, VECTOR_BLOCK, 0, |args| {
-                args.arg(&n32).arg(&partner).arg(&cand).arg(&this);
+                args.arg(&n32).arg(&w.partner).arg(&w.cand).arg(&this);
                 match &before {
                     Some(b) => args.arg(b),
                     None => args.arg(&NULL),
                 };
             })?;
         }
-        // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45).
-        let host = gpu.zeros::<i32>(n)?;
+        // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45); the
+        // leader flags in the same launch.
         gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32);
             a.push_args(args);
-            args.arg(&partner).arg(&host);
+            args.arg(&w.partner).arg(&w.host).arg(&w.leader);
         })?;
-        let leader = gpu.zeros::<u32>(n)?;
-        gpu.launch("amg_leader_flags", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&partner).arg(&host).arg(&leader);
-        })?;
-        let leader_offsets = gpu.zeros::<u64>(n + 1)?;
-        let nc = scan.run(gpu, &leader, n, &leader_offsets)? as usize;
+        let nc = scan.run(gpu, &w.leader, n, &w.leader_offsets)? as usize;
         let (nc32, cgrid) = (nc as i32, vector_grid(nc));
-        let aggregate = gpu.zeros::<u32>(n)?;
+        // Every array below is written in full by its kernels.
+        let aggregate = unzeroed::<u32>(gpu, n)?;
         gpu.launch("amg_pass_aggregates", grid, VECTOR_BLOCK, 0, |args| {
             args.arg(&n32)
-                .arg(&partner)
-                .arg(&host)
-                .arg(&leader_offsets)
+                .arg(&w.partner)
+                .arg(&w.host)
+                .arg(&w.leader_offsets)
                 .arg(&aggregate);
         })?;
-        let (member_ptr, members) = aggregate_members(gpu, &aggregate, n, nc, scan)?;
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, n, nc, scan, work)?;
+        let w = &*work;
         // Symbolic product: room per coarse row (the members' entries: nnz in
         // all), its distinct columns sorted, their count, then the pattern.
-        let bound = gpu.zeros::<u32>(nc)?;
         gpu.launch("amg_galerkin_bounds", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
                 .arg(&members)
                 .arg(&a.row_ptr)
-                .arg(&bound);
+                .arg(&w.bound);
         })?;
-        let bound_ptr = gpu.zeros::<u64>(nc + 1)?;
-        scan.launch(gpu, &bound, nc, &bound_ptr)?;
-        let scratch = gpu.zeros::<u32>(a.nnz)?;
-        let count = gpu.zeros::<u32>(nc)?;
+        scan.launch(gpu, &w.bound, nc, &w.bound_ptr)?;
         gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
@@ -375,14 +552,14 @@ impl Pass {
                 .arg(&a.row_ptr)
                 .arg(&a.cols)
                 .arg(&aggregate)
-                .arg(&bound_ptr)
-                .arg(&scratch)
-                .arg(&count);
+                .arg(&w.bound_ptr)
+                .arg(&w.scratch)
+                .arg(&w.count);
         })?;
-        let row_ptr = gpu.zeros::<u64>(nc + 1)?;
-        let nnz = scan.run(gpu, &count, nc, &row_ptr)? as usize;
-        let cols = gpu.zeros::<u32>(nnz)?;
-        let dest = gpu.zeros::<u64>(a.nnz)?;
+        let row_ptr = unzeroed::<u64>(gpu, nc + 1)?;
+        let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
+        let cols = unzeroed::<u32>(gpu, nnz)?;
+        let dest = unzeroed::<u64>(gpu, a.nnz)?;
         gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
@@ -390,8 +567,8 @@ impl Pass {
                 .arg(&a.row_ptr)
                 .arg(&a.cols)
                 .arg(&aggregate)
-                .arg(&bound_ptr)
-                .arg(&scratch)
+                .arg(&w.bound_ptr)
+                .arg(&w.scratch)
                 .arg(&row_ptr)
                 .arg(&cols)
                 .arg(&dest);
@@ -401,7 +578,7 @@ impl Pass {
             nnz,
             row_ptr,
             cols,
-            vals: gpu.zeros(nnz)?,
+            vals: unzeroed(gpu, nnz)?,
         };
         let pass = Self {
             n_coarse: nc,
@@ -454,16 +631,20 @@ fn aggregate_members(
     n: usize,
     nc: usize,
     scan: &Scan,
+    work: &mut Workspace,
 ) -> Result<(CudaSlice<u64>, CudaSlice<u32>), GpuError> {
     let (n32, nc32) = (n as i32, nc as i32);
-    let size = gpu.zeros::<u32>(nc)?;
+    work.check(n, 0)?;
+    // Sizes at [0, nc), cursors at [nc, 2 nc), zeroed in one memset.
+    zero_prefix(gpu, &mut work.counters, 2 * nc)?;
+    let size = &work.counters;
+    let cursor = work.counters.slice(nc..2 * nc);
     gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n32).arg(aggregate).arg(&size);
+        a.arg(&n32).arg(aggregate).arg(size);
     })?;
-    let member_ptr = gpu.zeros::<u64>(nc + 1)?;
-    scan.launch(gpu, &size, nc, &member_ptr)?;
-    let cursor = gpu.zeros::<u32>(nc)?;
-    let members = gpu.zeros::<u32>(n)?;
+    let member_ptr = unzeroed::<u64>(gpu, nc + 1)?;
+    scan.launch(gpu, size, nc, &member_ptr)?;
+    let members = unzeroed::<u32>(gpu, n)?;
     gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
         a.arg(&n32)
             .arg(aggregate)
@@ -831,8 +1012,11 @@ impl<'g> DeviceAmg<'g> {
                 "AMG on the GPU needs between 1 and 2^31 - 1 rows, this matrix has {n}"
             )));
         }
+        // Dropped (threshold restored, pool trimmed) when the set-up returns.
+        let _retention = PoolRetention::new(gpu)?;
         let scan = Scan::new(gpu, n)?;
         let (csr, source) = fine_csr(gpu, &fine, &scan)?;
+        let mut work = Workspace::new(gpu, n, csr.nnz, settings.matching_rounds)?;
         phases.mark(|| "fine CSR".into())?;
         let mut matrices = vec![csr];
         let mut transfers = Vec::new();
@@ -844,7 +1028,7 @@ impl<'g> DeviceAmg<'g> {
             if matrices.len() >= settings.max_levels {
                 break format!("maxLevels {} reached", settings.max_levels);
             }
-            let (transfer, coarse) = Self::coarsen(gpu, a, settings, &scan)?;
+            let (transfer, coarse) = Self::coarsen(gpu, a, settings, &scan, &mut work)?;
             let (level, rows) = (matrices.len() - 1, a.n);
             phases.mark(|| format!("level {level} ({rows} rows) passes"))?;
             // The CPU's rule (`Hierarchy::setup`): a level shrinking by less
@@ -920,6 +1104,7 @@ impl<'g> DeviceAmg<'g> {
         a: &DeviceCsr,
         settings: &AmgSettings,
         scan: &Scan,
+        work: &mut Workspace,
     ) -> Result<(Transfer, DeviceCsr), GpuError> {
         let mut passes: Vec<Pass> = Vec::with_capacity(settings.passes);
         let mut aggregate: Option<CudaSlice<u32>> = None;
@@ -927,7 +1112,7 @@ impl<'g> DeviceAmg<'g> {
         for _ in 0..settings.passes.max(1) {
             let input = product.as_ref().unwrap_or(a);
             let (pass, next, pass_aggregate) =
-                Pass::new(gpu, input, settings.matching_rounds, scan)?;
+                Pass::new(gpu, input, settings.matching_rounds, scan, work)?;
             aggregate = Some(match aggregate {
                 None => pass_aggregate,
                 Some(level_aggregate) => {
@@ -946,7 +1131,7 @@ impl<'g> DeviceAmg<'g> {
         }
         let coarse = product.expect("at least one pass");
         let aggregate = aggregate.expect("at least one pass");
-        let (member_ptr, members) = aggregate_members(gpu, &aggregate, a.n, coarse.n, scan)?;
+        let (member_ptr, members) = aggregate_members(gpu, &aggregate, a.n, coarse.n, scan, work)?;
         Ok((
             Transfer {
                 passes,
