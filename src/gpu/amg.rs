@@ -52,7 +52,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZe
 use super::matrix::{f32_copy, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, Precision, MAX_DENSE_ROWS};
 use crate::solve::cpu::check_system;
 use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
@@ -502,17 +502,11 @@ impl Pass {
                 args.arg(&n32);
                 a.push_args(args);
                 args.arg(&w.strongest).arg(&w.partner).arg(&w.cand);
-                match &before {
-                    Some(b) => args.arg(b),
-                    None => args.arg(&NULL),
-                };
+                arg_or_null(args, before.as_ref());
             })?;
             gpu.launch("amg_match_handshake", grid, VECTOR_BLOCK, 0, |args| {
                 args.arg(&n32).arg(&w.partner).arg(&w.cand).arg(&this);
-                match &before {
-                    Some(b) => args.arg(b),
-                    None => args.arg(&NULL),
-                };
+                arg_or_null(args, before.as_ref());
             })?;
         }
         // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45); the

@@ -35,11 +35,11 @@
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
-use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::fvm::{
     BoundaryCoeffs, CellField, CellGradient, FvmError, GammaInterpolation, GradScheme,
     LaplacianProblem, LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy,
@@ -386,14 +386,6 @@ fn upload_nonempty(gpu: &Gpu, v: &[f64]) -> Result<Option<CudaSlice<f64>>, GpuEr
     (!v.is_empty()).then(|| gpu.upload(v)).transpose()
 }
 
-/// Pushes a device buffer, or a null pointer for `None`.
-fn push_opt<'a, T>(a: &mut LaunchArgs<'a>, v: Option<&'a CudaSlice<T>>) {
-    match v {
-        Some(v) => a.arg(v),
-        None => a.arg(&NULL),
-    };
-}
-
 /// The assembly map on the device.
 struct DeviceMap {
     face_codes: CudaSlice<u32>,
@@ -701,14 +693,14 @@ impl<'g> DeviceLaplacian<'g> {
             0,
             |a| {
                 a.arg(&n_faces).arg(&harmonic).arg(&v.gamma_uniform);
-                push_opt(a, v.gamma.as_ref());
+                arg_or_null(a, v.gamma.as_ref());
                 a.arg(&g.face_owner)
                     .arg(&g.face_neighbour)
                     .arg(&g.weights)
                     .arg(&g.mag_sf)
                     .arg(&g.delta_coeffs)
                     .arg(&w.coeffs);
-                push_opt(a, w.gamma_mag_sf.as_ref());
+                arg_or_null(a, w.gamma_mag_sf.as_ref());
             },
         )?;
         let m = self.matrix()?;
@@ -732,7 +724,7 @@ impl<'g> DeviceLaplacian<'g> {
                 .arg(&g.b_mag_sf)
                 .arg(&v.b_gradient_internal)
                 .arg(&v.b_gradient_boundary);
-            push_opt(a, w.b_gamma_mag_sf.as_ref());
+            arg_or_null(a, w.b_gamma_mag_sf.as_ref());
             a.arg(&g.volumes).arg(&v.source).arg(&dt);
             a.arg(&reference_row).arg(&w.reference_diag);
             a.arg(&m.values).arg(&m.diag).arg(&w.explicit_rhs).arg(rhs);
@@ -761,9 +753,9 @@ impl<'g> DeviceLaplacian<'g> {
                     .arg(&dm.face_slots)
                     .arg(&gauss)
                     .arg(&g.weights);
-                push_opt(a, g.sf.as_ref());
-                push_opt(a, g.ls_owner.as_ref());
-                push_opt(a, g.ls_neighbour.as_ref());
+                arg_or_null(a, g.sf.as_ref());
+                arg_or_null(a, g.ls_owner.as_ref());
+                arg_or_null(a, g.ls_neighbour.as_ref());
                 a.arg(&dm.boundary_ptr)
                     .arg(&v.b_value_internal)
                     .arg(&v.b_value_boundary)
@@ -813,10 +805,10 @@ impl<'g> DeviceLaplacian<'g> {
                         .arg(&g.face_owner)
                         .arg(&g.face_neighbour)
                         .arg(&g.weights);
-                    push_opt(a, g.k.as_ref());
-                    push_opt(a, w.gamma_mag_sf.as_ref());
+                    arg_or_null(a, g.k.as_ref());
+                    arg_or_null(a, w.gamma_mag_sf.as_ref());
                     a.arg(&w.grad).arg(&psi).arg(&g.delta_coeffs).arg(p);
-                    push_opt(a, w.flux.as_ref());
+                    arg_or_null(a, w.flux.as_ref());
                 },
             )?;
         }
@@ -830,13 +822,13 @@ impl<'g> DeviceLaplacian<'g> {
                 .arg(&m.slice_ptr)
                 .arg(&dm.face_codes)
                 .arg(&dm.face_slots);
-            push_opt(a, if corrected { w.flux.as_ref() } else { None });
+            arg_or_null(a, if corrected { w.flux.as_ref() } else { None });
             a.arg(&dm.boundary_ptr).arg(&v.b_gradient_internal);
-            push_opt(a, g.b_delta_coeffs.as_ref());
-            push_opt(a, w.b_gamma_mag_sf.as_ref());
-            push_opt(a, g.b_k.as_ref());
+            arg_or_null(a, g.b_delta_coeffs.as_ref());
+            arg_or_null(a, w.b_gamma_mag_sf.as_ref());
+            arg_or_null(a, g.b_k.as_ref());
             a.arg(&w.grad).arg(&g.volumes).arg(&dt);
-            push_opt(a, old);
+            arg_or_null(a, old);
             a.arg(&w.explicit_rhs).arg(rhs);
         })?;
         if let Some(policy) = self.singular {
@@ -859,7 +851,7 @@ impl<'g> DeviceLaplacian<'g> {
         self.gpu
             .launch("asm_sum_partials", grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(x);
-                push_opt(a, y);
+                arg_or_null(a, y);
                 a.arg(&w.partials);
             })?;
         let (m, count) = (grid as i32, 2i32);
@@ -882,7 +874,7 @@ impl<'g> DeviceLaplacian<'g> {
         self.gpu
             .launch("asm_subtract", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n);
-                push_opt(a, weights);
+                arg_or_null(a, weights);
                 a.arg(&s).arg(x);
             })
     }

@@ -15,7 +15,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 
 use super::matrix::{f32_copy, DeviceModSell};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::block_jacobi::BlockIc;
 use crate::solve::ilu::{pivot_thresholds, transposed_slots};
 use crate::solve::smoother::check_diagonal;
@@ -687,10 +687,7 @@ impl DeviceBlockIc {
             a.arg(&n);
             m.push_args(a);
             a.arg(&self.slice_mnz).arg(b);
-            match x_in {
-                Some(x) => a.arg(x),
-                None => a.arg(&NULL),
-            };
+            arg_or_null(a, x_in);
             a.arg(x_out);
             match &self.f32_factors {
                 Some((diag, off)) => a.arg(diag).arg(off),

@@ -22,7 +22,7 @@ pub use super::smooth::DevicePreconditioner;
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::cpu::{check_inputs, openfoam_row_sums};
 use crate::solve::gmres::gmres;
@@ -272,7 +272,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
             self.gpu
                 .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
                     a.arg(&n).arg(x);
-                    arg_or_null::<f64>(a, None);
+                    a.arg(&NULL); // scale: none
                     a.arg(&s.partials);
                 })?;
             let (vm, one) = (grid as i32, 1i32);
@@ -282,7 +282,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
                 })?;
             self.launch_rows("cg_initial_residual", &n, |a| {
                 a.arg(&self.row_sums).arg(&s.x_sum);
-                arg_or_null::<f64>(a, None);
+                a.arg(&NULL); // unscale: not equilibrated
                 a.arg(x).arg(b).arg(r).arg(&s.partials);
             })?;
             let sums = self.reduce(&s, self.matrix.n_slices(), 2)?;

@@ -479,11 +479,15 @@ pub fn vector_grid(n: usize) -> u32 {
 /// A null device pointer for optional kernel arguments.
 pub const NULL: u64 = 0;
 
-/// Pushes `buffer`, or a null pointer when there is none (optional kernel arguments).
-pub fn arg_or_null<'a, T>(args: &mut LaunchArgs<'a>, buffer: Option<&'a CudaSlice<T>>) {
+/// Pushes `buffer` (a device slice or a view of one), or a null pointer when
+/// there is none (optional kernel arguments).
+pub fn arg_or_null<'a, B>(args: &mut LaunchArgs<'a>, buffer: Option<B>)
+where
+    LaunchArgs<'a>: PushKernelArg<B>,
+{
     match buffer {
         Some(b) => args.arg(b),
-        None => args.arg(&NULL),
+        None => PushKernelArg::<&u64>::arg(args, &NULL),
     };
 }
 

@@ -598,10 +598,7 @@ impl<'g> DeviceSmoother<'g> {
                         m.push_args(a);
                         a.arg(scale).arg(b);
                         // The kernel reads a null x as zero.
-                        match from {
-                            Some(from) => a.arg(from),
-                            None => a.arg(&NULL),
-                        };
+                        arg_or_null(a, from);
                         a.arg(to);
                         arg_or_null(a, done);
                     })?;
@@ -650,10 +647,7 @@ impl<'g> DeviceSmoother<'g> {
                         a.arg(&n);
                         m.push_args(a);
                         a.arg(&k.slice_mnz).arg(b);
-                        match from {
-                            Some(from) => a.arg(from),
-                            None => a.arg(&NULL),
-                        };
+                        arg_or_null(a, from);
                         a.arg(to);
                         a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
                         arg_or_null(a, done);
@@ -753,10 +747,7 @@ impl DeviceSmoother<'_> {
                 a.arg(&n).arg(&m.slice_ptr).arg(&m.codes);
                 a.arg(&twin.values).arg(&twin.diag);
                 a.arg(&k.slice_mnz).arg(b);
-                match from {
-                    Some(from) => a.arg(from),
-                    None => a.arg(&NULL),
-                };
+                arg_or_null(a, from);
                 a.arg(to);
                 a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
                 arg_or_null(a, done);
