@@ -148,7 +148,7 @@ impl<'m> LaplacianSystem<'m> {
         let first = mesh.n_internal_faces();
         let mut active = vec![true; mesh.n_faces() - first];
         for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
-            active[patch.start - first..patch.start - first + patch.size].fill(false);
+            active[patch.boundary_faces(first)].fill(false);
         }
         let gradient =
             CellGradient::new(schemes.grad, mesh, geometry, &faces.patch_deltas, &active)?;

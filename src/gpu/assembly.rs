@@ -123,7 +123,7 @@ impl AssemblyMap {
         let pattern = ModSell::from_csr(&permuted, slice_height).map_err(GpuError::Invalid)?;
         let mut active = vec![true; mesh.n_faces() - n_internal];
         for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
-            active[patch.start - n_internal..patch.start - n_internal + patch.size].fill(false);
+            active[patch.boundary_faces(n_internal)].fill(false);
         }
         let (offsets, cell_faces) = mesh.cell_faces();
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());

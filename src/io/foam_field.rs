@@ -381,7 +381,7 @@ pub fn write_time_field(
         field.cells,
         &|w, writer| {
             for (patch, bc) in mesh.patches().iter().zip(field.boundary) {
-                let range = patch.start - first..patch.start - first + patch.size;
+                let range = patch.boundary_faces(first);
                 writer.patch(w, &patch.name, bc, &field.boundary_values[range])?;
             }
             Ok(())
@@ -458,7 +458,7 @@ pub fn write_time_field_of<T: FieldItem>(
         field.internal,
         &|w, writer| {
             for (patch, kind) in mesh.patches().iter().zip(field.patch_types) {
-                let range = patch.start - first..patch.start - first + patch.size;
+                let range = patch.boundary_faces(first);
                 writeln!(
                     w,
                     "    {}\n    {{\n{PATCH_INDENT}{:<15} {kind};",
@@ -942,7 +942,7 @@ mod tests {
             );
             let first = mesh.n_internal_faces();
             for (patch, kind) in mesh.patches().iter().zip(types) {
-                let range = patch.start - first..patch.start - first + patch.size;
+                let range = patch.boundary_faces(first);
                 let entry = read.patch(patch).unwrap();
                 assert_eq!(entry.get_word("type").unwrap(), kind);
                 let phi_entry = read_phi.patch(patch).unwrap();

@@ -215,7 +215,7 @@ impl<'m> VtkSeries<'m> {
         for (i, ((file_stem, polygons), patch)) in
             self.patches.iter().zip(mesh.patches()).enumerate()
         {
-            let faces = patch.start - n_internal..patch.start - n_internal + patch.size;
+            let faces = patch.boundary_faces(n_internal);
             let fields: Vec<Field> = boundary_fields
                 .iter()
                 .map(|f| f.slice(faces.clone()))

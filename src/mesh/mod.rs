@@ -191,6 +191,12 @@ impl Patch {
     pub fn faces(&self) -> std::ops::Range<usize> {
         self.start..self.start + self.size
     }
+
+    /// The patch's faces as indices into per-boundary-face arrays (face −
+    /// nInternalFaces), the layout of boundary values and coefficients.
+    pub fn boundary_faces(&self, n_internal_faces: usize) -> std::ops::Range<usize> {
+        self.start - n_internal_faces..self.start - n_internal_faces + self.size
+    }
 }
 
 /// Cell shapes, recognised from the number and sizes of a cell's faces.
