@@ -271,12 +271,7 @@ extern "C" __global__ void asm_sum_partials(int n, const double* __restrict__ x,
         s = y != nullptr ? asm_mul(x[i], y[i]) : x[i];
         a = fabs(x[i]);
     }
-    const double block_s = block_sum(s);
-    const double block_a = block_sum(a);
-    if (threadIdx.x == 0) {
-        partials[blockIdx.x] = block_s;
-        partials[gridDim.x + blockIdx.x] = block_a;
-    }
+    block_partials2(s, a, partials);
 }
 
 // x_i -= w_i s (w null: x_i -= s): the singular projection and the zero-mean shift.

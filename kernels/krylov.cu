@@ -36,12 +36,7 @@ extern "C" __global__ void kr_residual(int n, const u64* __restrict__ slice_ptr,
         ri = b[row] - ax;
         r[row] = ri;
     }
-    const double s_abs = block_sum(fabs(ri));
-    const double s_sq = block_sum(ri * ri);
-    if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s_abs;
-        partials[gridDim.x + blockIdx.x] = s_sq;
-    }
+    block_partials2(fabs(ri), ri * ri, partials);
 }
 
 // y = A v (mod-SELL) with partials of y . w (y . y when w is null) and y . y.
@@ -61,12 +56,7 @@ extern "C" __global__ void kr_operator(int n, const u64* __restrict__ slice_ptr,
         yy = yr * yr;
         yw = w != nullptr ? yr * w[row] : yy;
     }
-    const double s_yw = block_sum(yw);
-    const double s_yy = block_sum(yy);
-    if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s_yw;
-        partials[gridDim.x + blockIdx.x] = s_yy;
-    }
+    block_partials2(yw, yy, partials);
 }
 
 // y = alpha x.
@@ -167,10 +157,5 @@ extern "C" __global__ void kr_bicg_update(int n, double alpha, double omega,
         a = fabs(ri);
         rho = r0[i] * ri;
     }
-    const double s_abs = block_sum(a);
-    const double s_rho = block_sum(rho);
-    if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s_abs;
-        partials[gridDim.x + blockIdx.x] = s_rho;
-    }
+    block_partials2(a, rho, partials);
 }

@@ -44,10 +44,5 @@ extern "C" __global__ void halo_initial_residual(int n, double mean, const doubl
         res = fabs(ri);
         norm = fabs(axi - a_xbar) + fabs(bi - a_xbar);
     }
-    const double s_res = block_sum(res);
-    const double s_norm = block_sum(norm);
-    if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s_res;
-        partials[gridDim.x + blockIdx.x] = s_norm;
-    }
+    block_partials2(res, norm, partials);
 }

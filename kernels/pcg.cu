@@ -210,12 +210,7 @@ extern "C" __global__ void cg_initial_residual(int n, const u64* __restrict__ sl
         res = fabs(r_original);
         norm = fabs(ax - a_xbar) + fabs(bi - a_xbar);
     }
-    const double s_res = block_sum(res);
-    const double s_norm = block_sum(norm);
-    if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s_res;
-        partials[gridDim.x + blockIdx.x] = s_norm;
-    }
+    block_partials2(res, norm, partials);
 }
 
 // z = M^-1 r (Jacobi: r * inv_diag; identity when inv_diag is null), stored
@@ -332,12 +327,7 @@ extern "C" __global__ void cg_update(int n, double* st, const double* __restrict
             rz = ri * zi;
         }
     }
-    const double s_res = block_sum(res);
-    const double s_rz = block_sum(rz);
-    if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s_res;
-        partials[gridDim.x + blockIdx.x] = s_rz;
-    }
+    block_partials2(res, rz, partials);
     if (ticket != nullptr && last_block(ticket))
         finish_update(gridDim.x, partials, with_rz, st, rec, j);
 }

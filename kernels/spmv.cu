@@ -21,6 +21,18 @@ __device__ double block_sum(double v) {
     return t;
 }
 
+// This block's partials of two grid-wide sums, stored as [a per block][b per
+// block] (the layout reduce_partials reads with count 2): block_sum of a, then
+// of b, written by thread 0. Every thread of the block must call it.
+__device__ void block_partials2(double a, double b, double* partials) {
+    const double s_a = block_sum(a);
+    const double s_b = block_sum(b);
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = s_a;
+        partials[gridDim.x + blockIdx.x] = s_b;
+    }
+}
+
 // Scalar CSR: one thread per row.
 extern "C" __global__ void spmv_csr(int n, const u64* __restrict__ row_ptr,
                                     const unsigned* __restrict__ cols,
