@@ -13,7 +13,7 @@ use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
 use super::smooth_solver::in_ordering;
 use super::{
     pcg, CgBackend, Equilibration, EquilibrationKind, InitialNorms, LinearOperator, Preconditioner,
-    SolveError, SolverControls, SolverPerformance,
+    PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
 use crate::sparse::Csr;
 
@@ -343,6 +343,13 @@ pub fn solve_pcg_scaled(
     let preconditioner = preconditioner.into();
     check_system(a, b, x, controls)?;
     preconditioner.check()?;
+    if preconditioner == PreconditionerKind::EisenstatSgs
+        && *equilibration == EquilibrationKind::None
+    {
+        // Its own symmetric scaling; with an equilibration the SGS
+        // preconditioner runs in the PCG loop below (the same iterates).
+        return super::eisenstat::solve_eisenstat(a, b, x, controls, field);
+    }
     let flexible = preconditioner.is_flexible();
     in_ordering(a, preconditioner.ordering(a), b, x, |a, b, x| {
         let Some(eq) = equilibration.build(a)? else {

@@ -16,6 +16,7 @@ pub mod colouring;
 pub mod cpu;
 pub mod deflation;
 pub mod distributed;
+pub mod eisenstat;
 pub mod equilibrate;
 pub mod error;
 pub mod fsai;

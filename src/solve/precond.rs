@@ -40,10 +40,15 @@ pub enum PreconditionerKind {
     /// OpenFOAM's diagonal incomplete LU (`solve::ilu::dilu`): DIC on a
     /// symmetric matrix, the cheap preconditioner of PBiCGStab.
     Dilu,
+    /// Symmetric Gauss-Seidel (SSOR, ω = 1) run by Eisenstat's trick
+    /// (`solve::eisenstat`): SGS-PCG's iterates at about one matrix read per
+    /// iteration. PCG only (elsewhere it is the plain SGS preconditioner);
+    /// multicolour on the GPU.
+    EisenstatSgs,
 }
 
 impl PreconditionerKind {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::None,
         Self::Jacobi,
         Self::Dic,
@@ -52,6 +57,7 @@ impl PreconditionerKind {
         Self::Neumann1,
         Self::Neumann2,
         Self::Dilu,
+        Self::EisenstatSgs,
     ];
 
     /// Name used on the command line.
@@ -65,6 +71,7 @@ impl PreconditionerKind {
             Self::Neumann1 => "neu1",
             Self::Neumann2 => "neu2",
             Self::Dilu => "dilu",
+            Self::EisenstatSgs => "eisenstatSGS",
         }
     }
 
@@ -82,6 +89,11 @@ impl PreconditionerKind {
             Self::Neumann1 => Box::new(TruncatedNeumann::new(a, 1)?),
             Self::Neumann2 => Box::new(TruncatedNeumann::new(a, 2)?),
             Self::Dilu => Box::new(super::ilu::dilu(a)?),
+            // The same M; PCG runs it by Eisenstat's trick (`solve_pcg_scaled`).
+            Self::EisenstatSgs => Box::new(SmootherPreconditioner::new(
+                Box::new(GaussSeidel::new(a, Sweep::Symmetric, None)?),
+                1,
+            )),
         })
     }
 }

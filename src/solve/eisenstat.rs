@@ -1,0 +1,468 @@
+//! Symmetric Gauss–Seidel PCG by Eisenstat's trick (S. C. Eisenstat,
+//! "Efficient implementation of a class of preconditioned conjugate gradient
+//! methods", SIAM J. Sci. Stat. Comput. 2 (1981) 1–4): the iterates of
+//! SGS-PCG (SSOR, ω = 1, [`super::PreconditionerKind::SymGaussSeidel`]) at the
+//! cost of about one matrix read per iteration instead of an SpMV and two
+//! sweeps.
+//!
+//! With Â = D^-1/2 A D^-1/2 = I + L + Lᵀ (L strictly lower in the row order;
+//! in a colour-contiguous order: the columns of earlier colours) and C = I + L,
+//! SGS is M = D^1/2 C Cᵀ D^1/2, and PCG with M is plain CG on
+//! C⁻¹ Â C⁻ᵀ. Since Â = C + Cᵀ − I, that operator applied to p is
+//! t + s with t = (I + Lᵀ)⁻¹ p (a backward sweep over the upper part) and
+//! s = (I + L)⁻¹ (p − t) (a forward sweep over the lower part).
+//!
+//! The CG runs on ρ = C⁻¹ D^-1/2 r (ρ · ρ is SGS-PCG's r · z, p · (t + s) its
+//! p · A p), but x and the residual r = b − A x of the original system are
+//! carried along every iteration, so the stopping test is OpenFOAM's on the
+//! original system, iteration for iteration, as in [`super::pcg`]:
+//! x += α D^-1/2 t (the step of the original x is D^-1/2 C⁻ᵀ p = D^-1/2 t) and
+//! r −= α D^1/2 g with g = Â t = p + L t, which the forward sweep sums beside s
+//! from the same matrix entries (one more gather, no more matrix reads). That
+//! costs two vector reads and a write more than a CG on ρ alone, and no
+//! recomputation of the residual at the end.
+//!
+//! [`eisenstat_cg`] is the loop, written once over [`EisenstatBackend`]; the
+//! CPU backend here (sequential sweeps in row order) is the reference of the
+//! GPU one (`gpu::eisenstat`, multicolour sweeps on the colour-contiguous
+//! order: the same sweeps, rows of one colour being uncoupled).
+
+use rayon::prelude::*;
+
+use super::cpu::{check_system, CpuBackend};
+use super::pcg::{check_residual, StopReason, DIVERGENCE_FACTOR};
+use super::precond::{Identity, Triangles};
+use super::reduce::{ordered_sum, CHUNK};
+use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance, StopRule};
+use crate::sparse::Csr;
+
+/// The symmetrically scaled triangles of A: L and Lᵀ of Â = I + L + Lᵀ as
+/// separate matrices (unit diagonal not stored), and D^∓1/2.
+#[derive(Clone, Debug)]
+pub struct ScaledTriangles {
+    /// Strictly lower part of Â, columns ascending per row.
+    pub lower: Csr,
+    /// Strictly upper part of Â, columns ascending per row.
+    pub upper: Csr,
+    /// 1 / √a_ii.
+    pub inv_sqrt_diag: Vec<f64>,
+    /// √a_ii.
+    pub sqrt_diag: Vec<f64>,
+}
+
+impl ScaledTriangles {
+    /// Splits `a` (square, symmetric, positive diagonal: an error names the
+    /// first row whose diagonal is missing or not positive).
+    pub fn new(a: &Csr) -> Result<Self, SolveError> {
+        let t = Triangles::new(a, "Eisenstat SGS")?;
+        let n = t.n();
+        let sqrt_diag: Vec<f64> = (0..n).map(|r| t.diag(r).sqrt()).collect();
+        let inv_sqrt_diag: Vec<f64> = sqrt_diag.iter().map(|d| 1.0 / d).collect();
+        let part = |slots: &dyn Fn(usize) -> std::ops::Range<usize>| {
+            let mut row_ptr = vec![0usize];
+            let (mut cols, mut vals) = (Vec::new(), Vec::new());
+            for r in 0..n {
+                for s in slots(r) {
+                    let c = t.col(s);
+                    cols.push(c as u32);
+                    vals.push(t.value(s) * inv_sqrt_diag[r] * inv_sqrt_diag[c]);
+                }
+                row_ptr.push(cols.len());
+            }
+            Csr::new(n, row_ptr, cols, vals).expect("a part of a valid matrix")
+        };
+        Ok(Self {
+            lower: part(&|r| t.lower(r)),
+            upper: part(&|r| t.upper(r)),
+            inv_sqrt_diag,
+            sqrt_diag,
+        })
+    }
+
+    pub fn n(&self) -> usize {
+        self.sqrt_diag.len()
+    }
+
+    /// Row i of the backward sweep: t_i = p_i − Σ_j U_ij t_j (columns ascending).
+    pub fn backward_row(&self, i: usize, p_i: f64, t: &[f64]) -> f64 {
+        let (cols, vals) = self.upper.row(i);
+        let mut acc = 0.0;
+        for (&c, &v) in cols.iter().zip(vals) {
+            acc += v * t[c as usize];
+        }
+        p_i - acc
+    }
+
+    /// Row i of the forward sweep: (s_i, g_i) with s_i = (p_i − t_i) − Σ_j L_ij s_j
+    /// and g_i = p_i + Σ_j L_ij t_j (columns ascending).
+    pub fn forward_row(&self, i: usize, p_i: f64, t: &[f64], s: &[f64]) -> (f64, f64) {
+        let (cols, vals) = self.lower.row(i);
+        let (mut acc_s, mut acc_t) = (0.0, 0.0);
+        for (&c, &v) in cols.iter().zip(vals) {
+            acc_s += v * s[c as usize];
+            acc_t += v * t[c as usize];
+        }
+        ((p_i - t[i]) - acc_s, p_i + acc_t)
+    }
+
+    /// Row i of ρ = C⁻¹ D^-1/2 r: ρ_i = r_i / √a_ii − Σ_j L_ij ρ_j.
+    pub fn initial_row(&self, i: usize, r_i: f64, rho: &[f64]) -> f64 {
+        let (cols, vals) = self.lower.row(i);
+        let mut acc = 0.0;
+        for (&c, &v) in cols.iter().zip(vals) {
+            acc += v * rho[c as usize];
+        }
+        self.inv_sqrt_diag[i] * r_i - acc
+    }
+}
+
+/// The work vectors of one solve: x and r of the original system, ρ, p and
+/// the sweeps' t, s, g.
+pub struct EisenstatVectors<'a, V> {
+    pub x: &'a mut V,
+    pub r: &'a mut V,
+    pub rho: &'a mut V,
+    pub p: &'a mut V,
+    pub t: &'a mut V,
+    pub s: &'a mut V,
+    pub g: &'a mut V,
+}
+
+/// The fused steps of [`eisenstat_cg`] on vectors an executor owns.
+pub trait EisenstatBackend {
+    type Vector;
+    /// A zero vector.
+    fn new_vector(&self) -> Result<Self::Vector, SolveError>;
+    /// r = b − A x, ρ = C⁻¹ D^-1/2 r; returns the norms of r and ρ · ρ.
+    fn initialize(
+        &self,
+        b: &Self::Vector,
+        v: &mut EisenstatVectors<'_, Self::Vector>,
+    ) -> Result<(InitialNorms, f64), SolveError>;
+    /// p = ρ + β p (β = 0: p = ρ), t = (I + Lᵀ)⁻¹ p, then s = (I + L)⁻¹ (p − t)
+    /// and g = p + L t; returns p · (t + s).
+    fn sweeps(
+        &self,
+        beta: f64,
+        v: &mut EisenstatVectors<'_, Self::Vector>,
+    ) -> Result<f64, SolveError>;
+    /// x += α (t / √d), ρ −= α (t + s), r −= α (√d g); returns Σ|r| and ρ · ρ.
+    fn update(
+        &self,
+        alpha: f64,
+        v: &mut EisenstatVectors<'_, Self::Vector>,
+    ) -> Result<(f64, f64), SolveError>;
+}
+
+/// SGS-PCG by Eisenstat's trick from the x in `x` (module documentation),
+/// with [`super::pcg`]'s stopping rules, errors and log line.
+pub fn eisenstat_cg<B: EisenstatBackend>(
+    backend: &B,
+    b: &B::Vector,
+    x: &mut B::Vector,
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    controls.validate()?;
+    let (mut r, mut rho, mut p) = (
+        backend.new_vector()?,
+        backend.new_vector()?,
+        backend.new_vector()?,
+    );
+    let (mut t, mut s, mut g) = (
+        backend.new_vector()?,
+        backend.new_vector()?,
+        backend.new_vector()?,
+    );
+    let mut v = EisenstatVectors {
+        x,
+        r: &mut r,
+        rho: &mut rho,
+        p: &mut p,
+        t: &mut t,
+        s: &mut s,
+        g: &mut g,
+    };
+    let (norms, mut r_z) = backend.initialize(b, &mut v)?;
+    let norm_factor = norms.norm_factor;
+    let initial = norms.residual_sum / norm_factor;
+    check_residual(initial, 0)?;
+    let mut perf = SolverPerformance::starting_at(initial, controls);
+    let wanted = controls.min_iter > 0 || !perf.converged;
+    let limit = controls.max_iter.max(controls.min_iter);
+    if wanted && limit > 0 {
+        let rule = StopRule {
+            controls: *controls,
+            initial,
+            norm_factor,
+        };
+        let (mut r_z_old, mut last, mut best) = (0.0, initial, initial);
+        for iteration in 1..=limit {
+            match rule.after_precondition(r_z, last) {
+                Some(StopReason::ExactSolution) => break,
+                Some(_) => return Err(SolveError::PreconditionerNotPositive { r_z, iteration }),
+                None => {}
+            }
+            let beta = if iteration == 1 { 0.0 } else { r_z / r_z_old };
+            let p_q = backend.sweeps(beta, &mut v)?;
+            if rule.after_operator(p_q).is_some() {
+                return Err(SolveError::Breakdown {
+                    p_ap: p_q,
+                    iteration,
+                });
+            }
+            let (residual_sum, rho_rho) = backend.update(r_z / p_q, &mut v)?;
+            let residual = residual_sum / norm_factor;
+            let stop = rule.after_update(iteration, residual, best);
+            check_residual(residual, iteration)?;
+            log::debug!(
+                "PCG (Eisenstat SGS): {field} iteration {iteration}, residual = {residual:e}"
+            );
+            perf.iterations = iteration;
+            perf.final_residual = residual;
+            perf.history.push(residual);
+            best = best.min(residual);
+            if stop == Some(StopReason::Diverged) {
+                return Err(SolveError::Diverged {
+                    iteration,
+                    residual,
+                    best,
+                    factor: DIVERGENCE_FACTOR,
+                });
+            }
+            perf.converged = controls.converged(initial, residual);
+            if stop.is_some() {
+                break;
+            }
+            (r_z_old, r_z, last) = (r_z, rho_rho, residual);
+        }
+    }
+    perf.log("PCG (Eisenstat SGS)", "iterations", field, controls);
+    Ok(perf)
+}
+
+/// The CPU reference: sequential sweeps in row order; the vector steps in
+/// `reduce`'s fixed chunks.
+pub struct CpuEisenstat<'a> {
+    a: &'a Csr,
+    split: ScaledTriangles,
+}
+
+impl<'a> CpuEisenstat<'a> {
+    /// Eisenstat SGS on `a` in its row order (square, positive diagonal).
+    pub fn new(a: &'a Csr) -> Result<Self, SolveError> {
+        Ok(Self {
+            a,
+            split: ScaledTriangles::new(a)?,
+        })
+    }
+
+    pub fn split(&self) -> &ScaledTriangles {
+        &self.split
+    }
+}
+
+impl EisenstatBackend for CpuEisenstat<'_> {
+    type Vector = Vec<f64>;
+
+    fn new_vector(&self) -> Result<Vec<f64>, SolveError> {
+        Ok(vec![0.0; self.split.n()])
+    }
+
+    fn initialize(
+        &self,
+        b: &Vec<f64>,
+        v: &mut EisenstatVectors<'_, Vec<f64>>,
+    ) -> Result<(InitialNorms, f64), SolveError> {
+        let identity = Identity(self.split.n());
+        let norms = CpuBackend::new(self.a, &identity).initialize(b, v.x, v.r);
+        for i in 0..self.split.n() {
+            v.rho[i] = self.split.initial_row(i, v.r[i], v.rho);
+        }
+        Ok((norms, super::reduce::dot(v.rho, v.rho)))
+    }
+
+    fn sweeps(&self, beta: f64, v: &mut EisenstatVectors<'_, Vec<f64>>) -> Result<f64, SolveError> {
+        let sp = &self.split;
+        let n = sp.n();
+        for i in (0..n).rev() {
+            let p_i = if beta == 0.0 {
+                v.rho[i]
+            } else {
+                v.rho[i] + beta * v.p[i]
+            };
+            v.p[i] = p_i;
+            v.t[i] = sp.backward_row(i, p_i, v.t);
+        }
+        for i in 0..n {
+            let (s_i, g_i) = sp.forward_row(i, v.p[i], v.t, v.s);
+            v.s[i] = s_i;
+            v.g[i] = g_i;
+        }
+        let (p, t, s) = (&*v.p, &*v.t, &*v.s);
+        Ok(super::reduce::sum_by(n, |i| p[i] * (t[i] + s[i])))
+    }
+
+    fn update(
+        &self,
+        alpha: f64,
+        v: &mut EisenstatVectors<'_, Vec<f64>>,
+    ) -> Result<(f64, f64), SolveError> {
+        let sp = &self.split;
+        let (t, s, g) = (&*v.t, &*v.s, &*v.g);
+        let sums: Vec<(f64, f64)> =
+            v.x.par_chunks_mut(CHUNK)
+                .zip(v.r.par_chunks_mut(CHUNK))
+                .zip(v.rho.par_chunks_mut(CHUNK))
+                .enumerate()
+                .map(|(c, ((x, r), rho))| {
+                    let (mut residual, mut rho_rho) = (0.0, 0.0);
+                    for k in 0..x.len() {
+                        let i = c * CHUNK + k;
+                        x[k] += alpha * (sp.inv_sqrt_diag[i] * t[i]);
+                        rho[k] -= alpha * (t[i] + s[i]);
+                        r[k] -= alpha * (sp.sqrt_diag[i] * g[i]);
+                        residual += r[k].abs();
+                        rho_rho += rho[k] * rho[k];
+                    }
+                    (residual, rho_rho)
+                })
+                .collect();
+        Ok((
+            ordered_sum(sums.par_iter().map(|s| s.0)),
+            ordered_sum(sums.par_iter().map(|s| s.1)),
+        ))
+    }
+}
+
+/// Solves A x = b on the CPU with SGS-PCG by Eisenstat's trick in row order,
+/// from the x given, after PCG's input checks (square, symmetric, sizes,
+/// finite values).
+pub fn solve_eisenstat(
+    a: &Csr,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
+    let backend = CpuEisenstat::new(a)?;
+    let mut x_work = x.to_vec();
+    let perf = eisenstat_cg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
+    x.copy_from_slice(&x_work);
+    Ok(perf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::solve::{solve_pcg, PreconditionerKind};
+    use crate::sparse::testing::{dense, random_symmetric};
+    use nalgebra::DVector;
+
+    fn rhs(n: usize) -> Vec<f64> {
+        (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).collect()
+    }
+
+    #[test]
+    fn same_iterates_as_sgs_pcg() {
+        let a = random_symmetric(400, 6, 3);
+        let b = rhs(400);
+        let controls = SolverControls::absolute(1e-10, 200);
+        let x0: Vec<f64> = (0..400).map(|i| (i % 5) as f64 * 0.1).collect();
+        let (mut x_sgs, mut x_eis) = (x0.clone(), x0);
+        let sgs = solve_pcg(
+            &a,
+            PreconditionerKind::SymGaussSeidel,
+            &b,
+            &mut x_sgs,
+            &controls,
+            "p",
+        )
+        .unwrap();
+        let eis = solve_eisenstat(&a, &b, &mut x_eis, &controls, "p").unwrap();
+        assert!(eis.converged && sgs.converged);
+        assert_eq!(eis.iterations, sgs.iterations);
+        for (k, (e, s)) in eis.history.iter().zip(&sgs.history).enumerate() {
+            assert!(
+                (e - s).abs() <= 1e-8 * s.abs() + 1e-15,
+                "iteration {k}: {e} vs {s}"
+            );
+        }
+        for (e, s) in x_eis.iter().zip(&x_sgs) {
+            assert!((e - s).abs() < 1e-9 * (1.0 + s.abs()), "{e} vs {s}");
+        }
+        // The carried residual is the true one.
+        let m = dense(&a);
+        let r = DVector::from_column_slice(&b) - &m * DVector::from_column_slice(&x_eis);
+        let true_sum: f64 = r.iter().map(|v| v.abs()).sum();
+        let mut r0 = vec![0.0; 400];
+        let norms = CpuBackend::new(&a, &Identity(400)).initialize(&b, &x_eis, &mut r0);
+        assert!((true_sum - norms.residual_sum).abs() < 1e-9 * norms.norm_factor);
+    }
+
+    #[test]
+    fn operator_is_the_split_preconditioned_matrix() {
+        // t + s = C⁻¹ Â C⁻ᵀ p, and g = Â t, checked densely.
+        let a = random_symmetric(60, 5, 9);
+        let backend = CpuEisenstat::new(&a).unwrap();
+        let sp = backend.split();
+        let n = 60;
+        let d = DVector::from_column_slice(&sp.inv_sqrt_diag);
+        let m = dense(&a);
+        let hat = nalgebra::DMatrix::from_fn(n, n, |i, j| m[(i, j)] * d[i] * d[j]);
+        let c = nalgebra::DMatrix::from_fn(n, n, |i, j| match i.cmp(&j) {
+            std::cmp::Ordering::Greater => hat[(i, j)],
+            std::cmp::Ordering::Equal => 1.0,
+            std::cmp::Ordering::Less => 0.0,
+        });
+        let c_inv = c.clone().try_inverse().unwrap();
+        let op = &c_inv * &hat * c_inv.transpose();
+        let mut vecs: Vec<Vec<f64>> = (0..7).map(|_| vec![0.0; n]).collect();
+        let [x, r, rho, p, t, s, g] = vecs.get_disjoint_mut([0, 1, 2, 3, 4, 5, 6]).unwrap();
+        *rho = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+        let mut v = EisenstatVectors {
+            x,
+            r,
+            rho,
+            p,
+            t,
+            s,
+            g,
+        };
+        let p_q = backend.sweeps(0.0, &mut v).unwrap();
+        let pv = DVector::from_column_slice(v.rho);
+        let expected = &op * &pv;
+        for i in 0..n {
+            let w = v.t[i] + v.s[i];
+            assert!(
+                (w - expected[i]).abs() < 1e-12 * (1.0 + expected[i].abs()),
+                "row {i}"
+            );
+        }
+        assert!((p_q - pv.dot(&expected)).abs() < 1e-10 * p_q.abs());
+        let ghat = &hat * DVector::from_column_slice(v.t);
+        for i in 0..n {
+            assert!(
+                (v.g[i] - ghat[i]).abs() < 1e-12 * (1.0 + ghat[i].abs()),
+                "g row {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_diagonal_and_asymmetry_are_errors() {
+        let a = Csr::new(2, vec![0, 1, 3], vec![0, 0, 1], vec![1., 0.5, -3.]).unwrap();
+        let err = CpuEisenstat::new(&a).err().unwrap();
+        assert!(
+            matches!(err, SolveError::NonPositiveDiagonal { row: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("row 1"), "{err}");
+        let a = Csr::new(2, vec![0, 2, 3], vec![0, 1, 1], vec![2., -1., 2.]).unwrap();
+        let mut x = vec![0.0; 2];
+        let err =
+            solve_eisenstat(&a, &[1.0, 1.0], &mut x, &SolverControls::default(), "p").unwrap_err();
+        assert!(matches!(err, SolveError::NotSymmetric { .. }), "{err}");
+    }
+}
