@@ -27,6 +27,7 @@ pub mod cache;
 pub mod cusparse;
 pub mod deflation;
 pub mod deflation_bench;
+pub mod eisenstat;
 pub mod fsai;
 pub mod fsai_bench;
 pub mod fsai_setup;
@@ -71,6 +72,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("fsai_apply.cu", include_str!("../../kernels/fsai_apply.cu")),
     ("fsai.cu", include_str!("../../kernels/fsai.cu")),
     ("multi.cu", include_str!("../../kernels/multi.cu")),
+    ("eisenstat.cu", include_str!("../../kernels/eisenstat.cu")),
 ];
 
 /// The kernels the sources define, in source order.

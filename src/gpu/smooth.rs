@@ -890,8 +890,8 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 /// symmetric Gauss–Seidel as multicolour symGaussSeidel; smoothers through
 /// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; ILU(k) and Schwarz
 /// as given (`gpu::ilu`); DIC / IC(0) in mixed precision as given (their
-/// f32 level-scheduled sweeps, `gpu::ic`); the other kinds without a device
-/// form as Jacobi.
+/// f32 level-scheduled sweeps, `gpu::ic`); Eisenstat SGS as given
+/// (`gpu::eisenstat`); the other kinds without a device form as Jacobi.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
     match p {
         Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
@@ -901,6 +901,7 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
                 SmootherKind::GaussSeidel(Sweep::Symmetric),
             )))
         }
+        Preconditioner::Kind(PreconditionerKind::EisenstatSgs) => *p,
         Preconditioner::Kind(_) => PreconditionerKind::Jacobi.into(),
         Preconditioner::Smoother(s) => Preconditioner::Smoother(gpu_smoother(s)),
         Preconditioner::Polynomial(_) => *p,
@@ -911,14 +912,14 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
 }
 
 /// How the GPU lays out the system for a smoother.
-struct Layout {
+pub(super) struct Layout {
     /// The matrix in the solve's row order.
-    a: Csr,
+    pub(super) a: Csr,
     /// That order (None: as given).
     ordering: Option<Permutation>,
     slice_height: usize,
     /// Multicolour Gauss–Seidel's colouring of the ordered rows.
-    colouring: Option<Colouring>,
+    pub(super) colouring: Option<Colouring>,
 }
 
 impl Layout {
@@ -926,7 +927,7 @@ impl Layout {
     /// Jacobi's [`block_layout`] (its own ordering, whatever `options.ordering`
     /// says); else `options.ordering` (from `solver`'s cache) followed, for
     /// Jones–Plassmann Gauss–Seidel, by [`colour_layout`].
-    fn new(
+    pub(super) fn new(
         solver: &mut GpuSolver<'_>,
         a: &Csr,
         smoother: &SmootherSettings,
@@ -1017,7 +1018,7 @@ impl Layout {
 
     /// Uploads b and x in this layout's order, runs `solve` on the device
     /// vectors and copies x back in the original order.
-    fn solve(
+    pub(super) fn solve(
         &self,
         backend: &GpuCgBackend<'_>,
         b: &[f64],
@@ -1062,7 +1063,16 @@ impl GpuSolver<'_> {
         field: &str,
         options: &GpuSolveOptions,
     ) -> Result<SolverPerformance, SolveError> {
+        let eisenstat_layout;
         let settings = match preconditioner {
+            // Its own scaling; equilibrated, multicolour symGS (the same M).
+            Preconditioner::Kind(PreconditionerKind::EisenstatSgs) => {
+                if *equilibration == EquilibrationKind::None {
+                    return self.solve_eisenstat(a, b, x, controls, field, options);
+                }
+                eisenstat_layout = super::eisenstat::layout_settings();
+                &eisenstat_layout
+            }
             Preconditioner::Kind(kind) => {
                 return self.solve(a, *kind, equilibration, b, x, controls, field, options)
             }

@@ -1,0 +1,325 @@
+//! SGS-PCG by Eisenstat's trick on the GPU (`kernels/eisenstat.cu`; the loop
+//! and the CPU reference are `solve::eisenstat`): multicolour symmetric
+//! Gauss–Seidel's iterates at about one matrix read per iteration.
+//!
+//! Layout: the rows renumbered colour by colour (`smooth::colour_layout`,
+//! Jones–Plassmann colours of the RCM order, as multicolour symGS), so that
+//! the strictly lower part of the scaled matrix couples a row to earlier
+//! colours only and the strictly upper part to later ones. The two parts are
+//! stored apart as plain SELL of [`SLICE_HEIGHT`]-row slices (one thread per
+//! row, no shared-memory staging: a colour's rows read x of other colours
+//! only), values scaled by D^-1/2 on both sides. An iteration is one launch
+//! per colour of the backward sweep (with the direction update fused in),
+//! one per colour of the forward sweep (with p · A p's partials), one update
+//! of x, ρ and r (Σ|r| and ρ · ρ partials) and two one-block reductions read
+//! back by the host, which runs the loop (`solve::eisenstat::eisenstat_cg`).
+//! The initial residual and OpenFOAM's normFactor are the PCG backend's
+//! (`GpuCgBackend::initialize`) on the full matrix.
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::matrix::{DeviceMatrix, Format};
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
+use super::smooth::Layout;
+use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::colouring::Colouring;
+use crate::solve::cpu::check_system;
+use crate::solve::eisenstat::{eisenstat_cg, EisenstatBackend, EisenstatVectors, ScaledTriangles};
+use crate::solve::smoother::check_diagonal;
+use crate::solve::{
+    CgBackend, ColouringKind, InitialNorms, SmootherKind, SmootherSettings, SolveError,
+    SolverControls, SolverPerformance, Sweep,
+};
+use crate::sparse::Csr;
+
+/// Rows per SELL slice of the two triangles (one warp: the least padding).
+pub const SLICE_HEIGHT: usize = 32;
+
+/// Threads of the one-block reductions (as `gpu::pcg`).
+const REDUCE_BLOCK: u32 = 1024;
+
+/// A triangle in plain SELL on the device.
+struct DeviceTriangle {
+    slice_ptr: CudaSlice<u64>,
+    cols: CudaSlice<i32>,
+    values: CudaSlice<f64>,
+}
+
+impl DeviceTriangle {
+    fn upload(gpu: &Gpu, part: &Csr) -> Result<Self, GpuError> {
+        match DeviceMatrix::upload(gpu, part, Format::Sell, SLICE_HEIGHT)? {
+            DeviceMatrix::Sell {
+                slice_ptr,
+                cols,
+                values,
+                ..
+            } => Ok(Self {
+                slice_ptr,
+                cols,
+                values,
+            }),
+            _ => unreachable!("uploaded as SELL"),
+        }
+    }
+}
+
+/// The device steps of Eisenstat SGS-PCG on a colour-contiguous matrix; the
+/// PCG backend `cg` (same matrix, same row order) gives the initial residual
+/// and the work vectors.
+pub struct DeviceEisenstat<'a, 'g> {
+    gpu: &'g Gpu,
+    cg: &'a GpuCgBackend<'g>,
+    n: usize,
+    /// Start of each colour's rows (n_colours + 1 entries).
+    colour_ptr: Vec<usize>,
+    lower: DeviceTriangle,
+    upper: DeviceTriangle,
+    inv_sqrt_diag: CudaSlice<f64>,
+    sqrt_diag: CudaSlice<f64>,
+    /// Per-block partials: the forward sweep's (all colours), or the update's two sums.
+    partials: CudaSlice<f64>,
+    scalars: CudaSlice<f64>,
+}
+
+impl<'a, 'g> DeviceEisenstat<'a, 'g> {
+    /// Eisenstat SGS for `a` (the matrix of `cg`, rows colour-contiguous as
+    /// `colouring` says: every colour a run of rows). Errors: a diagonal
+    /// entry missing or not positive (the row is named), a colouring of
+    /// another size, of rows that are not contiguous, or with coupled rows in
+    /// one colour.
+    pub fn new(
+        gpu: &'g Gpu,
+        cg: &'a GpuCgBackend<'g>,
+        a: &Csr,
+        colouring: &Colouring,
+    ) -> Result<Self, SolveError> {
+        let n = a.n_rows();
+        let invalid = |m: String| SolveError::Device(format!("Eisenstat SGS: {m}"));
+        if colouring.colours().len() != n || cg.n() != n {
+            return Err(invalid(format!(
+                "the colouring ({} rows) or the PCG backend ({} rows) does not fit the {n}-row \
+                 matrix",
+                colouring.colours().len(),
+                cg.n()
+            )));
+        }
+        if colouring
+            .rows()
+            .iter()
+            .enumerate()
+            .any(|(k, &r)| r as usize != k)
+        {
+            return Err(invalid(
+                "the rows are not colour-contiguous (renumber them with smooth::colour_layout)"
+                    .into(),
+            ));
+        }
+        if let Some((r, c)) = colouring.conflict(a) {
+            return Err(invalid(format!(
+                "rows {r} and {c} are coupled but have the same colour"
+            )));
+        }
+        let split = ScaledTriangles::new(a)?;
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let colour_ptr = colouring.colour_ptr().to_vec();
+        let forward_blocks: usize = colour_ptr
+            .windows(2)
+            .map(|w| vector_grid(w[1] - w[0]) as usize)
+            .sum();
+        let partial_len = forward_blocks.max(2 * vector_grid(n) as usize);
+        Ok(Self {
+            gpu,
+            cg,
+            n,
+            colour_ptr,
+            lower: DeviceTriangle::upload(gpu, &split.lower).map_err(device)?,
+            upper: DeviceTriangle::upload(gpu, &split.upper).map_err(device)?,
+            inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
+            sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
+            partials: gpu.zeros(partial_len).map_err(device)?,
+            scalars: gpu.zeros(2).map_err(device)?,
+        })
+    }
+
+    pub fn n_colours(&self) -> usize {
+        self.colour_ptr.len() - 1
+    }
+
+    /// The sums of the first `count` groups of `m` partials.
+    fn reduce(&self, m: usize, count: usize) -> Result<Vec<f64>, GpuError> {
+        let (m32, c32) = (m as i32, count as i32);
+        self.gpu
+            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&m32).arg(&c32).arg(&self.partials).arg(&self.scalars);
+            })?;
+        let mut all = self.gpu.download(&self.scalars)?;
+        all.truncate(count);
+        Ok(all)
+    }
+
+    /// Colour k's first row and row count.
+    fn colour(&self, k: usize) -> (i32, i32) {
+        let (first, end) = (self.colour_ptr[k], self.colour_ptr[k + 1]);
+        (first as i32, (end - first) as i32)
+    }
+}
+
+fn dev(v: &GpuVector) -> Result<&CudaSlice<f64>, GpuError> {
+    v.dev()
+}
+
+impl EisenstatBackend for DeviceEisenstat<'_, '_> {
+    type Vector = GpuVector;
+
+    fn new_vector(&self) -> Result<GpuVector, SolveError> {
+        let v = self.cg.new_vector();
+        self.cg.device_status()?;
+        Ok(v)
+    }
+
+    fn initialize(
+        &self,
+        b: &GpuVector,
+        v: &mut EisenstatVectors<'_, GpuVector>,
+    ) -> Result<(InitialNorms, f64), SolveError> {
+        let norms = self.cg.initialize(b, v.x, v.r);
+        self.cg.device_status()?;
+        let run = || -> Result<f64, GpuError> {
+            let h = SLICE_HEIGHT as i32;
+            let (r, rho) = (dev(v.r)?, dev(v.rho)?);
+            let l = &self.lower;
+            for k in 0..self.n_colours() {
+                let (first, count) = self.colour(k);
+                self.gpu.launch(
+                    "eis_initial",
+                    vector_grid(count as usize),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&first).arg(&count).arg(&h);
+                        a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
+                        a.arg(&self.inv_sqrt_diag).arg(r).arg(rho);
+                    },
+                )?;
+            }
+            let n = self.n as i32;
+            self.gpu
+                .launch("dot_partials", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(rho).arg(rho).arg(&self.partials);
+                })?;
+            Ok(self.reduce(vector_grid(self.n) as usize, 1)?[0])
+        };
+        let rho_rho = run().map_err(|e| SolveError::Device(e.to_string()))?;
+        Ok((norms, rho_rho))
+    }
+
+    fn sweeps(
+        &self,
+        beta: f64,
+        v: &mut EisenstatVectors<'_, GpuVector>,
+    ) -> Result<f64, SolveError> {
+        let run = || -> Result<f64, GpuError> {
+            let h = SLICE_HEIGHT as i32;
+            let (rho, p, t, s, g) = (dev(v.rho)?, dev(v.p)?, dev(v.t)?, dev(v.s)?, dev(v.g)?);
+            let u = &self.upper;
+            for k in (0..self.n_colours()).rev() {
+                let (first, count) = self.colour(k);
+                self.gpu.launch(
+                    "eis_backward",
+                    vector_grid(count as usize),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&first).arg(&count).arg(&h);
+                        a.arg(&u.slice_ptr).arg(&u.cols).arg(&u.values);
+                        a.arg(rho).arg(&beta).arg(p).arg(t);
+                    },
+                )?;
+            }
+            let l = &self.lower;
+            let mut offset = 0i32;
+            for k in 0..self.n_colours() {
+                let (first, count) = self.colour(k);
+                let grid = vector_grid(count as usize);
+                self.gpu.launch("eis_forward", grid, VECTOR_BLOCK, 0, |a| {
+                    a.arg(&first).arg(&count).arg(&h);
+                    a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
+                    a.arg(p)
+                        .arg(t)
+                        .arg(s)
+                        .arg(g)
+                        .arg(&self.partials)
+                        .arg(&offset);
+                })?;
+                offset += grid as i32;
+            }
+            Ok(self.reduce(offset as usize, 1)?[0])
+        };
+        run().map_err(|e| SolveError::Device(e.to_string()))
+    }
+
+    fn update(
+        &self,
+        alpha: f64,
+        v: &mut EisenstatVectors<'_, GpuVector>,
+    ) -> Result<(f64, f64), SolveError> {
+        let run = || -> Result<(f64, f64), GpuError> {
+            let n = self.n as i32;
+            let (t, s, g) = (dev(v.t)?, dev(v.s)?, dev(v.g)?);
+            let (x, rho, r) = (dev(v.x)?, dev(v.rho)?, dev(v.r)?);
+            self.gpu
+                .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&alpha);
+                    a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
+                    a.arg(t).arg(s).arg(g).arg(x).arg(rho).arg(r);
+                    a.arg(&self.partials);
+                })?;
+            let sums = self.reduce(vector_grid(self.n) as usize, 2)?;
+            Ok((sums[0], sums[1]))
+        };
+        run().map_err(|e| SolveError::Device(e.to_string()))
+    }
+}
+
+/// The multicolour symmetric Gauss–Seidel settings whose layout Eisenstat
+/// SGS uses (Jones–Plassmann colours, colour-contiguous rows).
+pub fn layout_settings() -> SmootherSettings {
+    let mut s = SmootherSettings::new(SmootherKind::GaussSeidel(Sweep::Symmetric));
+    s.colouring = ColouringKind::JonesPlassmann;
+    s
+}
+
+impl GpuSolver<'_> {
+    /// SGS-PCG by Eisenstat's trick (`PreconditionerKind::EisenstatSgs`) in
+    /// multicolour symGS's row order (`options.ordering`, then colour by
+    /// colour): the iterates of multicolour symGS-PCG on the same layout.
+    pub fn solve_eisenstat(
+        &mut self,
+        a: &Csr,
+        b: &[f64],
+        x: &mut [f64],
+        controls: &SolverControls,
+        field: &str,
+        options: &GpuSolveOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        check_system(a, b, x, controls)?;
+        // In the given numbering, before the layout renumbers the rows.
+        check_diagonal(a, "Eisenstat SGS")?;
+        let layout = Layout::new(self, a, &layout_settings(), options)?;
+        let colouring = layout
+            .colouring
+            .as_ref()
+            .ok_or_else(|| SolveError::Device("Eisenstat SGS: no colouring".into()))?;
+        let gpu = self.gpu();
+        let cg = GpuCgBackend::new(gpu, &layout.a, false, None, options)
+            .map_err(|e| SolveError::Device(e.to_string()))?;
+        let eisenstat = DeviceEisenstat::new(gpu, &cg, &layout.a, colouring)?;
+        log::debug!(
+            "Eisenstat SGS on the GPU: {} colours",
+            eisenstat.n_colours()
+        );
+        layout.solve(&cg, b, x, |b, x| {
+            eisenstat_cg(&eisenstat, b, x, controls, field)
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! SGS-PCG by Eisenstat's trick on the GPU (`gpu::eisenstat`) against its
+//! CPU reference (`solve::eisenstat`) on the same colour-contiguous order, and
+//! against multicolour symGS-PCG through `solve_with`. Each test prints its
+//! measured differences and `skipped: no CUDA device` without a GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1).
+
+use fvpoisson::fvm::testing::random_field;
+use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::gpu::eisenstat::DeviceEisenstat;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::smooth::solve_pcg_gpu_with;
+use fvpoisson::gpu::test_device;
+use fvpoisson::solve::colouring::Colouring;
+use fvpoisson::solve::cpu::CpuBackend;
+use fvpoisson::solve::eisenstat::{eisenstat_cg, CpuEisenstat};
+use fvpoisson::solve::precond::Identity;
+use fvpoisson::solve::{
+    CgBackend, EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolveError,
+    SolverControls,
+};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::random_symmetric;
+use fvpoisson::sparse::Csr;
+
+/// Real FVM systems (perturbed tets, a hex box, a 2-D box, a polyhedral
+/// OpenFOAM mesh, a Gmsh prism mesh) and a random SPD matrix, each with a
+/// random right-hand side.
+fn systems() -> Vec<(String, Csr, Vec<f64>)> {
+    let mut all: Vec<(String, Csr, Vec<f64>)> = [
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "box:20x20x20",
+        "box:80x80x1:2d",
+        "meshes/foam/polydual",
+        "meshes/gmsh/prism_wedge.v22.msh",
+    ]
+    .into_iter()
+    .map(|spec| {
+        let (a, _) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let b = random_field(a.n_rows(), 5);
+        (spec.to_string(), a, b)
+    })
+    .collect();
+    let a = random_symmetric(3000, 6, 8);
+    let b = random_field(3000, 6);
+    all.push(("random 3000".into(), a, b));
+    all
+}
+
+/// `a` in RCM order renumbered colour by colour (Jones–Plassmann, computed
+/// on the host: the GPU computes the same colours), its colouring and b.
+fn colour_contiguous(a: &Csr, b: &[f64]) -> (Csr, Colouring, Vec<f64>) {
+    let rcm = reverse_cuthill_mckee(a);
+    let a_rcm = rcm.apply_symmetric(a);
+    let (p, colouring) = Colouring::jones_plassmann(&a_rcm).contiguous();
+    (
+        p.apply_symmetric(&a_rcm),
+        colouring,
+        p.to_new(&rcm.to_new(b)),
+    )
+}
+
+#[test]
+fn eisenstat_sgs_matches_the_cpu_on_the_same_colouring() {
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-8, 2000);
+    for (name, a, b) in systems() {
+        let (a, colouring, b) = colour_contiguous(&a, &b);
+        let n = a.n_rows();
+        let x0: Vec<f64> = (0..n).map(|i| ((i * 7) % 13) as f64 * 0.01).collect();
+        let mut x_cpu = x0.clone();
+        let cpu = eisenstat_cg(
+            &CpuEisenstat::new(&a).unwrap(),
+            &b,
+            &mut x_cpu,
+            &controls,
+            "p",
+        )
+        .unwrap();
+        let options = GpuSolveOptions::default();
+        let cg = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
+        let eis = DeviceEisenstat::new(&gpu, &cg, &a, &colouring).unwrap();
+        let b_dev = cg.upload(&b).unwrap();
+        let mut x_dev = cg.upload(&x0).unwrap();
+        let dev = eisenstat_cg(&eis, &b_dev, &mut x_dev, &controls, "p").unwrap();
+        let x_gpu = cg.download(&x_dev).unwrap();
+        let history = max_rel_diff(&dev.history, &cpu.history);
+        let dx = max_rel_diff(&x_gpu, &x_cpu);
+        println!(
+            "{name}: {} colours, {} iterations (CPU {}), residual history max rel diff {history:.2e}, \
+             x {dx:.2e}",
+            colouring.n_colours(),
+            dev.iterations,
+            cpu.iterations
+        );
+        assert!(cpu.converged && dev.converged, "{name}");
+        assert!(dev.iterations.abs_diff(cpu.iterations) <= 1, "{name}");
+        let k = dev.history.len().min(cpu.history.len());
+        for i in 0..k {
+            let (g, c) = (dev.history[i], cpu.history[i]);
+            // Round-off grows with the iterations; relative to the start.
+            assert!(
+                (g - c).abs() <= 1e-9 * cpu.history[0],
+                "{name} iteration {i}: {g} vs {c}"
+            );
+        }
+        assert!(dx < 1e-7, "{name}: x {dx}");
+        // The carried residual is the true residual of the returned x.
+        let mut r = vec![0.0; n];
+        let norms = CpuBackend::new(&a, &Identity(n)).initialize(&b, &x_gpu, &mut r);
+        let true_residual = norms.residual_sum / norms.norm_factor;
+        println!(
+            "{name}: final residual {:.3e}, true {true_residual:.3e}",
+            dev.final_residual
+        );
+        assert!(
+            (true_residual - dev.final_residual).abs() <= 1e-3 * dev.final_residual + 1e-14,
+            "{name}: {true_residual} vs {}",
+            dev.final_residual
+        );
+    }
+}
+
+#[test]
+fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls::absolute(1e-8, 2000);
+    let options = GpuSolveOptions::default();
+    let eisenstat: Preconditioner = "eisenstatSGS".parse().unwrap();
+    assert_eq!(eisenstat, PreconditionerKind::EisenstatSgs);
+    let symgs =
+        Preconditioner::Smoother(SmootherSettings::named("multicolourSymGaussSeidel").unwrap());
+    for (name, a, b) in systems() {
+        let n = a.n_rows();
+        let none = EquilibrationKind::None;
+        let mut x_eis = vec![0.0; n];
+        let eis = solve_pcg_gpu_with(
+            &gpu, &a, &eisenstat, &none, &b, &mut x_eis, &controls, "p", &options,
+        )
+        .unwrap();
+        let mut x_sgs = vec![0.0; n];
+        let sgs = solve_pcg_gpu_with(
+            &gpu, &a, &symgs, &none, &b, &mut x_sgs, &controls, "p", &options,
+        )
+        .unwrap();
+        let dx = max_rel_diff(&x_eis, &x_sgs);
+        println!(
+            "{name}: Eisenstat {} iterations, multicolour symGS {} iterations, x max rel diff {dx:.2e}",
+            eis.iterations, sgs.iterations
+        );
+        assert!(eis.converged, "{name}");
+        assert!(eis.iterations.abs_diff(sgs.iterations) <= 1, "{name}");
+        assert!(dx < 1e-6, "{name}: {dx}");
+        // Equilibrated: the multicolour symGS preconditioner (the same M) runs.
+        let mut x_eq = vec![0.0; n];
+        let eq = solve_pcg_gpu_with(
+            &gpu,
+            &a,
+            &eisenstat,
+            &EquilibrationKind::Jacobi,
+            &b,
+            &mut x_eq,
+            &controls,
+            "p",
+            &options,
+        )
+        .unwrap();
+        assert!(eq.converged, "{name} equilibrated");
+    }
+}
+
+#[test]
+fn bad_diagonals_are_errors_on_the_gpu() {
+    let Some(gpu) = test_device() else { return };
+    // Symmetric, row 1's diagonal negative.
+    let a = Csr::new(2, vec![0, 2, 4], vec![0, 1, 0, 1], vec![2., -1., -1., -3.]).unwrap();
+    let mut x = vec![0.0; 2];
+    let err = solve_pcg_gpu_with(
+        &gpu,
+        &a,
+        &PreconditionerKind::EisenstatSgs.into(),
+        &EquilibrationKind::None,
+        &[1.0, 1.0],
+        &mut x,
+        &SolverControls::default(),
+        "p",
+        &GpuSolveOptions::default(),
+    )
+    .unwrap_err();
+    println!("{err}");
+    assert!(
+        matches!(err, SolveError::NonPositiveDiagonal { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("row"), "{err}");
+}
