@@ -205,7 +205,9 @@ struct SolveMatrixArgs {
     /// Matrix Market file of the right-hand side b (array); default b = A * ones.
     #[arg(long)]
     rhs: Option<PathBuf>,
-    /// Preconditioner: none, jacobi, dic, dilu, ic0, sgs, aggregation AMG as
+    /// Preconditioner: none, jacobi, dic, dilu, ic0, sgs, eisenstatSGS (sgs
+    /// by Eisenstat's trick: the same iterates at about one matrix read per
+    /// iteration; PCG; multicolour on the GPU), aggregation AMG as
     /// amg[:key=value]... (e.g. amg:cycle=K:passes=3; keys in the README),
     /// ILU(k) as ilu0, ilu1, iluk:K, Schwarz as
     /// ras[:subdomains=64][:overlap=1][:fill=0][:nested=1][:inner-overlap=1]
@@ -1013,6 +1015,12 @@ struct BenchArgs {
     /// How --multi-gpu moves halos between GPUs.
     #[arg(long, value_enum, default_value_t = crate::gpu::multi::Transport::Auto)]
     transport: crate::gpu::multi::Transport,
+    /// Instead of the tables above: PCG time to solution with Jacobi,
+    /// multicolour symGS and symGS by Eisenstat's trick (eisenstatSGS) on
+    /// MESHES given here (default: the 8M-cell perturbed tet box,
+    /// gpu::eisenstat_bench::DEFAULT_CASE), ratios to Jacobi-PCG.
+    #[arg(long, num_args = 0.., value_name = "MESH")]
+    eisenstat: Option<Vec<String>>,
 }
 
 /// `bench`: see `gpu::bench`.
@@ -1039,6 +1047,25 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let gpu = args.device.select()?;
+    if let Some(cases) = &args.eisenstat {
+        let gpu =
+            gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+        let cases = match cases.is_empty() {
+            true => vec![crate::gpu::eisenstat_bench::DEFAULT_CASE.to_string()],
+            false => cases.clone(),
+        };
+        let (rows, markdown) = crate::gpu::eisenstat_bench::run(&gpu, &cases, args.slice_height)?;
+        let report = crate::gpu::bench::Report {
+            rows,
+            notes: Vec::new(),
+        };
+        print!("{}", crate::gpu::bench::table(&report));
+        println!("\n{markdown}");
+        if args.json {
+            println!("{}", crate::gpu::bench::json(&report));
+        }
+        return Ok(());
+    }
     if args.preconditioners {
         let gpu =
             gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;

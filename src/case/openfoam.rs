@@ -866,6 +866,8 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
         }
         "RAS" | "AS" => Preconditioner::Schwarz(schwarz_settings(holder, &name)?),
         "FSAI" => Preconditioner::Fsai(fsai_settings(holder, entry)?),
+        // Symmetric Gauss-Seidel PCG by Eisenstat's trick (solve::eisenstat).
+        "eisenstatSGS" => PreconditionerKind::EisenstatSgs.into(),
         other => {
             let mut smoother = SmootherSettings::named(other).map_err(|_| {
                 at(

@@ -1167,6 +1167,10 @@ impl JacobiBaseline {
         self.perf.iterations
     }
 
+    pub fn performance(&self) -> &SolverPerformance {
+        &self.perf
+    }
+
     /// The note of the baseline's row, ending in `tail`.
     pub fn note(&self, tail: &str) -> String {
         format!(

@@ -28,6 +28,7 @@ pub mod cusparse;
 pub mod deflation;
 pub mod deflation_bench;
 pub mod eisenstat;
+pub mod eisenstat_bench;
 pub mod fsai;
 pub mod fsai_bench;
 pub mod fsai_setup;

@@ -429,6 +429,39 @@ fn case_entries(
         push(entry);
     }
 
+    // Eisenstat SGS-PCG (gpu::eisenstat): multicolour symGS's iterates on the
+    // colour layout, in its own loop (not a DevicePreconditioner).
+    let colouring = by_colour.colouring.as_ref().expect("the colour layout");
+    let (setup_ms, solve_ms, result) = super::eisenstat::bench_solve(
+        gpu,
+        &by_colour.backend,
+        &by_colour.a,
+        colouring,
+        &by_colour.b,
+        &controls,
+    )?;
+    let (iterations, note) = match result {
+        Ok(perf) => (
+            Some(perf.iterations),
+            format!(
+                "final residual {:.3e}{} ({}, {} colours; {mixed_note})",
+                perf.final_residual,
+                if perf.converged { "" } else { " NOT CONVERGED" },
+                by_colour.name,
+                colouring.n_colours()
+            ),
+        ),
+        Err(e) => (None, format!("failed: {e}")),
+    };
+    push(Entry {
+        what: "Eisenstat SGS".into(),
+        ordering: by_colour.ordering,
+        setup_ms: Some(setup_ms),
+        iterations,
+        solve_ms,
+        note,
+    });
+
     // Deflation (+Jacobi), stripes of RCM rows; one call, set-up included.
     let k = default_subdomains(n);
     let stripes = Subdomains::stripes(n, k)?;

@@ -195,7 +195,18 @@ fn timed_pcg<'g>(
     detail: &str,
 ) -> anyhow::Result<(f64, String)> {
     let (ms, result) = solve_warm(ordered, preconditioner, controls)?;
-    let note = match result {
+    Ok((ms, pcg_note(ms, result, base_ms, detail)))
+}
+
+/// The note of a timed PCG row: iterations, ms per iteration, speed-up over
+/// Jacobi-PCG's `base_ms`, final residual; or the error.
+pub(super) fn pcg_note(
+    ms: f64,
+    result: Result<SolverPerformance, SolveError>,
+    base_ms: f64,
+    detail: &str,
+) -> String {
+    match result {
         Ok(perf) => format!(
             "{} iterations, {:.4} ms/iteration, speed-up over Jacobi-PCG {:.2}x, final residual \
              {:.3e}{} ({detail})",
@@ -206,8 +217,7 @@ fn timed_pcg<'g>(
             if perf.converged { "" } else { " NOT CONVERGED" }
         ),
         Err(e) => format!("failed: {e} ({detail})"),
-    };
-    Ok((ms, note))
+    }
 }
 
 /// The rows of one case: `a`, `b` as assembled.
@@ -452,5 +462,22 @@ pub fn rows(
             push(name.into(), ordered.ordering, ms, note);
         }
     }
+    // Eisenstat SGS-PCG (gpu::eisenstat): MC-SGS's layout and iterates, its own loop.
+    let colouring = by_colour.colouring.as_ref().expect("the colour layout");
+    let (setup_ms, ms, result) = super::eisenstat::bench_solve(
+        gpu,
+        &by_colour.backend,
+        &by_colour.a,
+        colouring,
+        &by_colour.b,
+        &controls,
+    )?;
+    let detail = format!(
+        "{}, {} colours, set-up {setup_ms:.0} ms",
+        by_colour.name,
+        colouring.n_colours()
+    );
+    let note = pcg_note(ms, result, base_ms, &detail);
+    push("PCG Eisenstat SGS".into(), by_colour.ordering, ms, note);
     Ok(rows)
 }
