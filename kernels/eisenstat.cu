@@ -34,9 +34,9 @@ extern "C" __global__ void eis_backward(int first, int count, int h,
     t[row] = __dsub_rn(p_i, acc);
 }
 
-// Forward sweep over one colour: s = (p - t) - sum_j L_ij s_j and
-// g = p + sum_j L_ij t_j (the same entries), with this block's partial of
-// p . (t + s) at partials[offset + blockIdx.x].
+// Forward sweep over one colour: s = (p - t) - sum_j L_ij s_j and, when g is
+// set, g = p + sum_j L_ij t_j (the same entries), with this block's partial
+// of p . (t + s) at partials[offset + blockIdx.x].
 extern "C" __global__ void eis_forward(int first, int count, int h,
                                        const u64* __restrict__ slice_ptr,
                                        const int* __restrict__ cols,
@@ -56,12 +56,12 @@ extern "C" __global__ void eis_forward(int first, int count, int h,
             if (c < 0) break;
             const double v = vals[slot];
             acc_s = __dadd_rn(acc_s, __dmul_rn(v, s[c]));
-            acc_t = __dadd_rn(acc_t, __dmul_rn(v, t[c]));
+            if (g != nullptr) acc_t = __dadd_rn(acc_t, __dmul_rn(v, t[c]));
         }
         const double p_i = p[row], t_i = t[row];
         const double s_i = __dsub_rn(__dsub_rn(p_i, t_i), acc_s);
         s[row] = s_i;
-        g[row] = __dadd_rn(p_i, acc_t);
+        if (g != nullptr) g[row] = __dadd_rn(p_i, acc_t);
         pw = __dmul_rn(p_i, __dadd_rn(t_i, s_i));
     }
     const double sum = block_sum(pw);
@@ -88,8 +88,9 @@ extern "C" __global__ void eis_initial(int first, int count, int h,
     rho[row] = __dsub_rn(__dmul_rn(inv_sqrt_diag[row], r[row]), acc);
 }
 
-// x += alpha (t / sqrt(d)), rho -= alpha (t + s), r -= alpha (sqrt(d) g), with
-// partials of sum |r| and rho . rho (block_partials2's layout).
+// x += alpha (t / sqrt(d)), rho -= alpha (t + s) and, when r is set,
+// r -= alpha (sqrt(d) g), with partials of sum |r| (0 without r) and
+// rho . rho (block_partials2's layout).
 extern "C" __global__ void eis_update(int n, double alpha,
                                       const double* __restrict__ inv_sqrt_diag,
                                       const double* __restrict__ sqrt_diag,
@@ -104,10 +105,12 @@ extern "C" __global__ void eis_update(int n, double alpha,
         const double t_i = t[i];
         x[i] = __dadd_rn(x[i], __dmul_rn(alpha, __dmul_rn(inv_sqrt_diag[i], t_i)));
         const double rho_i = __dsub_rn(rho[i], __dmul_rn(alpha, __dadd_rn(t_i, s[i])));
-        const double r_i = __dsub_rn(r[i], __dmul_rn(alpha, __dmul_rn(sqrt_diag[i], g[i])));
         rho[i] = rho_i;
-        r[i] = r_i;
-        r_abs = fabs(r_i);
+        if (r != nullptr) {
+            const double r_i = __dsub_rn(r[i], __dmul_rn(alpha, __dmul_rn(sqrt_diag[i], g[i])));
+            r[i] = r_i;
+            r_abs = fabs(r_i);
+        }
         rho_rho = __dmul_rn(rho_i, rho_i);
     }
     block_partials2(r_abs, rho_rho, partials);

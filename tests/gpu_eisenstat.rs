@@ -12,7 +12,7 @@ use fvpoisson::gpu::smooth::solve_pcg_gpu_with;
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::colouring::Colouring;
 use fvpoisson::solve::cpu::CpuBackend;
-use fvpoisson::solve::eisenstat::{eisenstat_cg, CpuEisenstat};
+use fvpoisson::solve::eisenstat::{eisenstat_cg, CpuEisenstat, ResidualCheck};
 use fvpoisson::solve::precond::Identity;
 use fvpoisson::solve::{
     CgBackend, EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolveError,
@@ -67,27 +67,22 @@ fn eisenstat_sgs_matches_the_cpu_on_the_same_colouring() {
         let (a, colouring, b) = colour_contiguous(&a, &b);
         let n = a.n_rows();
         let x0: Vec<f64> = (0..n).map(|i| ((i * 7) % 13) as f64 * 0.01).collect();
+        let every = ResidualCheck::EveryIteration;
+        let cpu_backend = CpuEisenstat::new(&a).unwrap();
         let mut x_cpu = x0.clone();
-        let cpu = eisenstat_cg(
-            &CpuEisenstat::new(&a).unwrap(),
-            &b,
-            &mut x_cpu,
-            &controls,
-            "p",
-        )
-        .unwrap();
+        let cpu = eisenstat_cg(&cpu_backend, &b, &mut x_cpu, &controls, every, "p").unwrap();
         let options = GpuSolveOptions::default();
         let cg = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
         let eis = DeviceEisenstat::new(&gpu, &cg, &a, &colouring).unwrap();
         let b_dev = cg.upload(&b).unwrap();
         let mut x_dev = cg.upload(&x0).unwrap();
-        let dev = eisenstat_cg(&eis, &b_dev, &mut x_dev, &controls, "p").unwrap();
+        let dev = eisenstat_cg(&eis, &b_dev, &mut x_dev, &controls, every, "p").unwrap();
         let x_gpu = cg.download(&x_dev).unwrap();
         let history = max_rel_diff(&dev.history, &cpu.history);
         let dx = max_rel_diff(&x_gpu, &x_cpu);
         println!(
-            "{name}: {} colours, {} iterations (CPU {}), residual history max rel diff {history:.2e}, \
-             x {dx:.2e}",
+            "{name}: {} colours, {} iterations (CPU {}), residual history max rel diff \
+             {history:.2e}, x {dx:.2e}",
             colouring.n_colours(),
             dev.iterations,
             cpu.iterations
@@ -104,19 +99,44 @@ fn eisenstat_sgs_matches_the_cpu_on_the_same_colouring() {
             );
         }
         assert!(dx < 1e-7, "{name}: x {dx}");
-        // The carried residual is the true residual of the returned x.
+        // The carried residual is the true residual of the returned x (with
+        // OpenFOAM's normFactor of the initial x).
+        let identity = Identity(n);
+        let cpu_cg = CpuBackend::new(&a, &identity);
         let mut r = vec![0.0; n];
-        let norms = CpuBackend::new(&a, &Identity(n)).initialize(&b, &x_gpu, &mut r);
-        let true_residual = norms.residual_sum / norms.norm_factor;
+        let norm_factor = cpu_cg.initialize(&b, &x0, &mut r).norm_factor;
+        let true_residual =
+            |x: &Vec<f64>, r: &mut Vec<f64>| cpu_cg.initialize(&b, x, r).residual_sum / norm_factor;
+        let t = true_residual(&x_gpu, &mut r);
         println!(
-            "{name}: final residual {:.3e}, true {true_residual:.3e}",
+            "{name}: final residual {:.3e}, true {t:.3e}",
             dev.final_residual
         );
         assert!(
-            (true_residual - dev.final_residual).abs() <= 1e-3 * dev.final_residual + 1e-14,
-            "{name}: {true_residual} vs {}",
+            (t - dev.final_residual).abs() <= 1e-3 * dev.final_residual + 1e-10 * dev.history[0],
+            "{name}: {t} vs {}",
             dev.final_residual
         );
+        // Predicted checks: converged on the true residual, a few iterations more at most.
+        let predicted = ResidualCheck::Predicted { max_interval: 10 };
+        let mut x_dev = cg.upload(&x0).unwrap();
+        let dev_p = eisenstat_cg(&eis, &b_dev, &mut x_dev, &controls, predicted, "p").unwrap();
+        let mut x_cpu = x0.clone();
+        let cpu_p = eisenstat_cg(&cpu_backend, &b, &mut x_cpu, &controls, predicted, "p").unwrap();
+        println!(
+            "{name}: predicted checks: {} iterations, {} checks (CPU {} iterations)",
+            dev_p.iterations,
+            dev_p.history.len() - 1,
+            cpu_p.iterations
+        );
+        assert!(dev_p.converged, "{name}");
+        assert!(
+            dev_p.iterations >= dev.iterations && dev_p.iterations <= dev.iterations + 10,
+            "{name}"
+        );
+        let x_gpu = cg.download(&x_dev).unwrap();
+        let t = true_residual(&x_gpu, &mut r);
+        assert!(t < controls.tolerance, "{name}: true residual {t}");
     }
 }
 

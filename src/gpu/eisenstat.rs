@@ -21,10 +21,13 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 use super::matrix::{DeviceMatrix, Format};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
 use super::smooth::Layout;
-use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
-use crate::solve::eisenstat::{eisenstat_cg, EisenstatBackend, EisenstatVectors, ScaledTriangles};
+use crate::solve::eisenstat::{
+    eisenstat_cg, EisenstatBackend, EisenstatVectors, ResidualCheck, ScaledTriangles,
+    DEFAULT_RESIDUAL_CHECK,
+};
 use crate::solve::smoother::check_diagonal;
 use crate::solve::{
     CgBackend, ColouringKind, InitialNorms, SmootherKind, SmootherSettings, SolveError,
@@ -216,6 +219,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
     fn sweeps(
         &self,
         beta: f64,
+        carried: bool,
         v: &mut EisenstatVectors<'_, GpuVector>,
     ) -> Result<f64, SolveError> {
         let run = || -> Result<f64, GpuError> {
@@ -244,12 +248,9 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
                 self.gpu.launch("eis_forward", grid, VECTOR_BLOCK, 0, |a| {
                     a.arg(&first).arg(&count).arg(&h);
                     a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
-                    a.arg(p)
-                        .arg(t)
-                        .arg(s)
-                        .arg(g)
-                        .arg(&self.partials)
-                        .arg(&offset);
+                    a.arg(p).arg(t).arg(s);
+                    arg_or_null(a, carried.then_some(g));
+                    a.arg(&self.partials).arg(&offset);
                 })?;
                 offset += grid as i32;
             }
@@ -261,6 +262,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
     fn update(
         &self,
         alpha: f64,
+        carried: bool,
         v: &mut EisenstatVectors<'_, GpuVector>,
     ) -> Result<(f64, f64), SolveError> {
         let run = || -> Result<(f64, f64), GpuError> {
@@ -271,13 +273,24 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
                 .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
                     a.arg(&n).arg(&alpha);
                     a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
-                    a.arg(t).arg(s).arg(g).arg(x).arg(rho).arg(r);
+                    a.arg(t).arg(s).arg(g).arg(x).arg(rho);
+                    arg_or_null(a, carried.then_some(r));
                     a.arg(&self.partials);
                 })?;
             let sums = self.reduce(vector_grid(self.n) as usize, 2)?;
             Ok((sums[0], sums[1]))
         };
         run().map_err(|e| SolveError::Device(e.to_string()))
+    }
+
+    fn true_residual(
+        &self,
+        b: &GpuVector,
+        v: &mut EisenstatVectors<'_, GpuVector>,
+    ) -> Result<f64, SolveError> {
+        let norms = self.cg.initialize(b, v.x, v.r);
+        self.cg.device_status()?;
+        Ok(norms.residual_sum)
     }
 }
 
@@ -319,7 +332,7 @@ impl GpuSolver<'_> {
             eisenstat.n_colours()
         );
         layout.solve(&cg, b, x, |b, x| {
-            eisenstat_cg(&eisenstat, b, x, controls, field)
+            eisenstat_cg(&eisenstat, b, x, controls, DEFAULT_RESIDUAL_CHECK, field)
         })
     }
 }
@@ -327,7 +340,7 @@ impl GpuSolver<'_> {
 /// What `bench --preconditioners` and `bench --smoothers` measure: the set-up
 /// on `cg`'s matrix `a` (colour-contiguous by `colouring`; the split, the
 /// scaling and the uploads) in ms, then a warm-up solve from x = 0 and the
-/// timed one (ms and its result).
+/// timed one (ms and its result), residuals checked as `check` says.
 pub fn bench_solve(
     gpu: &Gpu,
     cg: &GpuCgBackend<'_>,
@@ -335,6 +348,7 @@ pub fn bench_solve(
     colouring: &Colouring,
     b: &GpuVector,
     controls: &SolverControls,
+    check: ResidualCheck,
 ) -> anyhow::Result<(f64, f64, Result<SolverPerformance, SolveError>)> {
     let t = std::time::Instant::now();
     let eisenstat = DeviceEisenstat::new(gpu, cg, a, colouring)?;
@@ -342,10 +356,10 @@ pub fn bench_solve(
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;
     let zeros = vec![0.0; a.n_rows()];
     let mut x = cg.upload(&zeros)?;
-    let _ = eisenstat_cg(&eisenstat, b, &mut x, controls, "p");
+    let _ = eisenstat_cg(&eisenstat, b, &mut x, controls, check, "p");
     cg.write(&mut x, &zeros)?;
     let t = std::time::Instant::now();
-    let result = eisenstat_cg(&eisenstat, b, &mut x, controls, "p");
+    let result = eisenstat_cg(&eisenstat, b, &mut x, controls, check, "p");
     gpu.synchronize()?;
     Ok((setup_ms, t.elapsed().as_secs_f64() * 1e3, result))
 }

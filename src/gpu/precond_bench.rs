@@ -439,6 +439,7 @@ fn case_entries(
         colouring,
         &by_colour.b,
         &controls,
+        crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
     )?;
     let (iterations, note) = match result {
         Ok(perf) => (

@@ -471,6 +471,7 @@ pub fn rows(
         colouring,
         &by_colour.b,
         &controls,
+        crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
     )?;
     let detail = format!(
         "{}, {} colours, set-up {setup_ms:.0} ms",
