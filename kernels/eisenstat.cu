@@ -90,8 +90,9 @@ extern "C" __global__ void eis_initial(int first, int count, int h,
 
 // x += alpha (t / sqrt(d)), rho -= alpha (t + s) and, when r is set,
 // r -= alpha (sqrt(d) g), with partials of sum |r| (0 without r) and
-// rho . rho (block_partials2's layout).
-extern "C" __global__ void eis_update(int n, double alpha,
+// rho . rho (block_partials2's layout). alpha = sc[2] / sc[0]: the last
+// rho . rho over this iteration's p . q (src/gpu/eisenstat.rs SCALARS).
+extern "C" __global__ void eis_update(int n, const double* __restrict__ sc,
                                       const double* __restrict__ inv_sqrt_diag,
                                       const double* __restrict__ sqrt_diag,
                                       const double* __restrict__ t,
@@ -100,6 +101,7 @@ extern "C" __global__ void eis_update(int n, double alpha,
                                       double* __restrict__ rho, double* __restrict__ r,
                                       double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double alpha = __ddiv_rn(sc[2], sc[0]);
     double r_abs = 0.0, rho_rho = 0.0;
     if (i < n) {
         const double t_i = t[i];

@@ -38,6 +38,9 @@ use crate::sparse::Csr;
 /// Rows per SELL slice of the two triangles (one warp: the least padding).
 pub const SLICE_HEIGHT: usize = 32;
 
+/// Length of `DeviceEisenstat::scalars` (kernels/eisenstat.cu `eis_update`).
+const SCALARS: usize = 3;
+
 /// Threads of the one-block reductions (as `gpu::pcg`).
 const REDUCE_BLOCK: u32 = 1024;
 
@@ -81,6 +84,8 @@ pub struct DeviceEisenstat<'a, 'g> {
     sqrt_diag: CudaSlice<f64>,
     /// Per-block partials: the forward sweep's (all colours), or the update's two sums.
     partials: CudaSlice<f64>,
+    /// [p · q, Σ|r|, ρ · ρ] of the last iteration ([`SCALARS`]); ρ · ρ is
+    /// the next iteration's r · z, read by the update on the device.
     scalars: CudaSlice<f64>,
 }
 
@@ -140,7 +145,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
             sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
             partials: gpu.zeros(partial_len).map_err(device)?,
-            scalars: gpu.zeros(2).map_err(device)?,
+            scalars: gpu.zeros(SCALARS).map_err(device)?,
         })
     }
 
@@ -148,16 +153,14 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         self.colour_ptr.len() - 1
     }
 
-    /// The sums of the first `count` groups of `m` partials.
-    fn reduce(&self, m: usize, count: usize) -> Result<Vec<f64>, GpuError> {
+    /// The sums of the first `count` groups of `m` partials into
+    /// `scalars[at..at + count]` (on the device).
+    fn reduce(&self, m: usize, count: usize, at: usize) -> Result<(), GpuError> {
         let (m32, c32) = (m as i32, count as i32);
-        self.gpu
-            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m32).arg(&c32).arg(&self.partials).arg(&self.scalars);
-            })?;
-        let mut all = self.gpu.download(&self.scalars)?;
-        all.truncate(count);
-        Ok(all)
+        let out = self.scalars.slice(at..at + count);
+        self.gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+            a.arg(&m32).arg(&c32).arg(&self.partials).arg(&out);
+        })
     }
 
     /// Colour k's first row and row count.
@@ -210,19 +213,23 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
                 .launch("dot_partials", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
                     a.arg(&n).arg(rho).arg(rho).arg(&self.partials);
                 })?;
-            Ok(self.reduce(vector_grid(self.n) as usize, 1)?[0])
+            self.reduce(vector_grid(self.n) as usize, 1, 2)?;
+            Ok(self.gpu.download(&self.scalars)?[2])
         };
         let rho_rho = run().map_err(|e| SolveError::Device(e.to_string()))?;
         Ok((norms, rho_rho))
     }
 
-    fn sweeps(
+    /// The iteration with one read-back: α = ρ · ρ / p · q on the device
+    /// (`eis_update` reads both from `scalars`), β from the host.
+    fn iteration(
         &self,
         beta: f64,
+        _r_z: f64,
         carried: bool,
         v: &mut EisenstatVectors<'_, GpuVector>,
-    ) -> Result<f64, SolveError> {
-        let run = || -> Result<f64, GpuError> {
+    ) -> Result<(f64, f64, f64), SolveError> {
+        let run = || -> Result<(f64, f64, f64), GpuError> {
             let h = SLICE_HEIGHT as i32;
             let (rho, p, t, s, g) = (dev(v.rho)?, dev(v.p)?, dev(v.t)?, dev(v.s)?, dev(v.g)?);
             let u = &self.upper;
@@ -254,31 +261,20 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
                 })?;
                 offset += grid as i32;
             }
-            Ok(self.reduce(offset as usize, 1)?[0])
-        };
-        run().map_err(|e| SolveError::Device(e.to_string()))
-    }
-
-    fn update(
-        &self,
-        alpha: f64,
-        carried: bool,
-        v: &mut EisenstatVectors<'_, GpuVector>,
-    ) -> Result<(f64, f64), SolveError> {
-        let run = || -> Result<(f64, f64), GpuError> {
+            self.reduce(offset as usize, 1, 0)?;
             let n = self.n as i32;
-            let (t, s, g) = (dev(v.t)?, dev(v.s)?, dev(v.g)?);
-            let (x, rho, r) = (dev(v.x)?, dev(v.rho)?, dev(v.r)?);
+            let (x, r) = (dev(v.x)?, dev(v.r)?);
             self.gpu
                 .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&alpha);
+                    a.arg(&n).arg(&self.scalars);
                     a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
                     a.arg(t).arg(s).arg(g).arg(x).arg(rho);
                     arg_or_null(a, carried.then_some(r));
                     a.arg(&self.partials);
                 })?;
-            let sums = self.reduce(vector_grid(self.n) as usize, 2)?;
-            Ok((sums[0], sums[1]))
+            self.reduce(vector_grid(self.n) as usize, 2, 1)?;
+            let sums = self.gpu.download(&self.scalars)?;
+            Ok((sums[0], sums[1], sums[2]))
         };
         run().map_err(|e| SolveError::Device(e.to_string()))
     }

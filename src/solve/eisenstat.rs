@@ -170,22 +170,19 @@ pub trait EisenstatBackend {
         b: &Self::Vector,
         v: &mut EisenstatVectors<'_, Self::Vector>,
     ) -> Result<(InitialNorms, f64), SolveError>;
-    /// p = ρ + β p (β = 0: p = ρ), t = (I + Lᵀ)⁻¹ p, then s = (I + L)⁻¹ (p − t)
-    /// and, when `carried`, g = p + L t; returns p · (t + s).
-    fn sweeps(
+    /// One iteration: p = ρ + β p (β = 0: p = ρ), t = (I + Lᵀ)⁻¹ p, then
+    /// s = (I + L)⁻¹ (p − t) and, when `carried`, g = p + L t, and p · q =
+    /// p · (t + s); then, with α = `r_z` / p · q, x += α (t / √d),
+    /// ρ −= α (t + s) and, when `carried`, r −= α (√d g). Returns p · q, Σ|r|
+    /// (0 unless `carried`) and ρ · ρ. Where p · q is not positive the update
+    /// may have run (the loop then stops with an error).
+    fn iteration(
         &self,
         beta: f64,
+        r_z: f64,
         carried: bool,
         v: &mut EisenstatVectors<'_, Self::Vector>,
-    ) -> Result<f64, SolveError>;
-    /// x += α (t / √d), ρ −= α (t + s) and, when `carried`, r −= α (√d g);
-    /// returns Σ|r| (0 unless `carried`) and ρ · ρ.
-    fn update(
-        &self,
-        alpha: f64,
-        carried: bool,
-        v: &mut EisenstatVectors<'_, Self::Vector>,
-    ) -> Result<(f64, f64), SolveError>;
+    ) -> Result<(f64, f64, f64), SolveError>;
     /// r = b − A x; returns Σ|r|.
     fn true_residual(
         &self,
@@ -249,14 +246,13 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
                 None => {}
             }
             let beta = if iteration == 1 { 0.0 } else { r_z / r_z_old };
-            let p_q = backend.sweeps(beta, carried, &mut v)?;
+            let (p_q, mut residual_sum, rho_rho) = backend.iteration(beta, r_z, carried, &mut v)?;
             if rule.after_operator(p_q).is_some() {
                 return Err(SolveError::Breakdown {
                     p_ap: p_q,
                     iteration,
                 });
             }
-            let (mut residual_sum, rho_rho) = backend.update(r_z / p_q, carried, &mut v)?;
             if let ResidualCheck::Predicted { max_interval } = check {
                 let estimate = last * (rho_rho / r_z_checked).sqrt();
                 let due = iteration - checked_at >= max_interval.max(1)
@@ -339,12 +335,35 @@ impl EisenstatBackend for CpuEisenstat<'_> {
         Ok((norms, super::reduce::dot(v.rho, v.rho)))
     }
 
-    fn sweeps(
+    fn iteration(
         &self,
         beta: f64,
+        r_z: f64,
         carried: bool,
         v: &mut EisenstatVectors<'_, Vec<f64>>,
+    ) -> Result<(f64, f64, f64), SolveError> {
+        let p_q = self.sweeps(beta, carried, v);
+        if p_q.is_nan() || p_q <= 0.0 {
+            return Ok((p_q, f64::NAN, f64::NAN));
+        }
+        let (residual, rho_rho) = self.update(r_z / p_q, carried, v);
+        Ok((p_q, residual, rho_rho))
+    }
+
+    fn true_residual(
+        &self,
+        b: &Vec<f64>,
+        v: &mut EisenstatVectors<'_, Vec<f64>>,
     ) -> Result<f64, SolveError> {
+        let identity = Identity(self.split.n());
+        let norms = CpuBackend::new(self.a, &identity).initialize(b, v.x, v.r);
+        Ok(norms.residual_sum)
+    }
+}
+
+impl CpuEisenstat<'_> {
+    /// The sweeps of [`EisenstatBackend::iteration`]; returns p · (t + s).
+    fn sweeps(&self, beta: f64, carried: bool, v: &mut EisenstatVectors<'_, Vec<f64>>) -> f64 {
         let sp = &self.split;
         let n = sp.n();
         for i in (0..n).rev() {
@@ -362,15 +381,16 @@ impl EisenstatBackend for CpuEisenstat<'_> {
             v.g[i] = g_i;
         }
         let (p, t, s) = (&*v.p, &*v.t, &*v.s);
-        Ok(super::reduce::sum_by(n, |i| p[i] * (t[i] + s[i])))
+        super::reduce::sum_by(n, |i| p[i] * (t[i] + s[i]))
     }
 
+    /// The update of [`EisenstatBackend::iteration`]; returns Σ|r| and ρ · ρ.
     fn update(
         &self,
         alpha: f64,
         carried: bool,
         v: &mut EisenstatVectors<'_, Vec<f64>>,
-    ) -> Result<(f64, f64), SolveError> {
+    ) -> (f64, f64) {
         let sp = &self.split;
         let (t, s, g) = (&*v.t, &*v.s, &*v.g);
         let sums: Vec<(f64, f64)> =
@@ -393,20 +413,10 @@ impl EisenstatBackend for CpuEisenstat<'_> {
                     (residual, rho_rho)
                 })
                 .collect();
-        Ok((
+        (
             ordered_sum(sums.par_iter().map(|s| s.0)),
             ordered_sum(sums.par_iter().map(|s| s.1)),
-        ))
-    }
-
-    fn true_residual(
-        &self,
-        b: &Vec<f64>,
-        v: &mut EisenstatVectors<'_, Vec<f64>>,
-    ) -> Result<f64, SolveError> {
-        let identity = Identity(self.split.n());
-        let norms = CpuBackend::new(self.a, &identity).initialize(b, v.x, v.r);
-        Ok(norms.residual_sum)
+        )
     }
 }
 
@@ -593,7 +603,7 @@ mod tests {
             s,
             g,
         };
-        let p_q = backend.sweeps(0.0, true, &mut v).unwrap();
+        let p_q = backend.sweeps(0.0, true, &mut v);
         let pv = DVector::from_column_slice(v.rho);
         let expected = &op * &pv;
         for i in 0..n {
