@@ -976,3 +976,23 @@ fn fsai_preconditioner_from_fv_solution() {
     );
     assert!(err.contains("FSAI power must be between 1 and 8"), "{err}");
 }
+
+#[test]
+fn eisenstat_sgs_preconditioner_from_fv_solution() {
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| t.replace("preconditioner  DIC;", "preconditioner eisenstatSGS;"),
+        "eisenstat_precond",
+    );
+    let case = case.unwrap();
+    assert_eq!(
+        case.setup.solver.regular.preconditioner,
+        PreconditionerKind::EisenstatSgs
+    );
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    // The same solution as OpenFOAM's DIC-PCG run, to the solver tolerance.
+    let rel = max_difference_to_openfoam(&case.setup, "tests/data/laplacian_foam_skew/0.05/T");
+    assert!(rel < 1e-9, "relative difference {rel:e}");
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -174,6 +174,10 @@ impl Device<'_> {
             (None, Preconditioner::Amg(s)) => Some(format!(
                 "PCG with the {s} preconditioner runs on a host-assembled matrix"
             )),
+            (None, Preconditioner::Kind(PreconditionerKind::EisenstatSgs)) => Some(
+                "PCG with eisenstatSGS (its own sweeps and loop) runs on a host-assembled matrix"
+                    .into(),
+            ),
             (None, Preconditioner::Kind(_)) => None,
             (None, p @ (Preconditioner::Ilu(_) | Preconditioner::Schwarz(_))) => Some(format!(
                 "PCG with the {p} preconditioner runs on a host-assembled matrix"
