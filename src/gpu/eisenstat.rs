@@ -163,6 +163,113 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         })
     }
 
+    /// p = ρ + β p and the backward sweep t = (I + Lᵀ)⁻¹ p: one launch per
+    /// colour, the last colour first.
+    fn launch_backward(
+        &self,
+        beta: f64,
+        v: &EisenstatVectors<'_, GpuVector>,
+    ) -> Result<(), GpuError> {
+        let h = SLICE_HEIGHT as i32;
+        let (rho, p, t) = (dev(v.rho)?, dev(v.p)?, dev(v.t)?);
+        let u = &self.upper;
+        for k in (0..self.n_colours()).rev() {
+            let (first, count) = self.colour(k);
+            let grid = vector_grid(count as usize);
+            self.gpu
+                .launch("eis_backward", grid, VECTOR_BLOCK, 0, |a| {
+                    a.arg(&first).arg(&count).arg(&h);
+                    a.arg(&u.slice_ptr).arg(&u.cols).arg(&u.values);
+                    a.arg(rho).arg(&beta).arg(p).arg(t);
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The forward sweep (s, and g when `carried`), one launch per colour,
+    /// and p · q reduced into `scalars[0]`.
+    fn launch_forward(
+        &self,
+        carried: bool,
+        v: &EisenstatVectors<'_, GpuVector>,
+    ) -> Result<(), GpuError> {
+        let h = SLICE_HEIGHT as i32;
+        let (p, t, s, g) = (dev(v.p)?, dev(v.t)?, dev(v.s)?, dev(v.g)?);
+        let l = &self.lower;
+        let mut offset = 0i32;
+        for k in 0..self.n_colours() {
+            let (first, count) = self.colour(k);
+            let grid = vector_grid(count as usize);
+            self.gpu.launch("eis_forward", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&first).arg(&count).arg(&h);
+                a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
+                a.arg(p).arg(t).arg(s);
+                arg_or_null(a, carried.then_some(g));
+                a.arg(&self.partials).arg(&offset);
+            })?;
+            offset += grid as i32;
+        }
+        self.reduce(offset as usize, 1, 0)
+    }
+
+    /// The update of x, ρ (and r when `carried`), Σ|r| and ρ · ρ reduced
+    /// into `scalars[1..3]`.
+    fn launch_update(
+        &self,
+        carried: bool,
+        v: &EisenstatVectors<'_, GpuVector>,
+    ) -> Result<(), GpuError> {
+        let n = self.n as i32;
+        let (t, s, g) = (dev(v.t)?, dev(v.s)?, dev(v.g)?);
+        let (x, rho, r) = (dev(v.x)?, dev(v.rho)?, dev(v.r)?);
+        self.gpu
+            .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&self.scalars);
+                a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
+                a.arg(t).arg(s).arg(g).arg(x).arg(rho);
+                arg_or_null(a, carried.then_some(r));
+                a.arg(&self.partials);
+            })?;
+        self.reduce(vector_grid(self.n) as usize, 2, 1)
+    }
+
+    /// Bench: ms of the backward sweep, the forward sweep (with its
+    /// reduction) and the update (with its reductions), each run `reps`
+    /// times back to back on scratch vectors and averaged; `carried` as in
+    /// the solve.
+    pub fn phase_ms(&self, carried: bool, reps: usize) -> Result<[f64; 3], SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let mut work: Vec<GpuVector> = (0..7)
+            .map(|_| self.new_vector())
+            .collect::<Result<_, _>>()?;
+        let [x, r, rho, p, t, s, g] = work.get_disjoint_mut([0, 1, 2, 3, 4, 5, 6]).unwrap();
+        let v = EisenstatVectors {
+            x,
+            r,
+            rho,
+            p,
+            t,
+            s,
+            g,
+        };
+        let mut ms = [0.0; 3];
+        for (phase, ms) in ms.iter_mut().enumerate() {
+            self.gpu.synchronize().map_err(device)?;
+            let start = std::time::Instant::now();
+            for _ in 0..reps.max(1) {
+                match phase {
+                    0 => self.launch_backward(0.5, &v),
+                    1 => self.launch_forward(carried, &v),
+                    _ => self.launch_update(carried, &v),
+                }
+                .map_err(device)?;
+            }
+            self.gpu.synchronize().map_err(device)?;
+            *ms = start.elapsed().as_secs_f64() * 1e3 / reps.max(1) as f64;
+        }
+        Ok(ms)
+    }
+
     /// Colour k's first row and row count.
     fn colour(&self, k: usize) -> (i32, i32) {
         let (first, end) = (self.colour_ptr[k], self.colour_ptr[k + 1]);
@@ -230,49 +337,9 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
         v: &mut EisenstatVectors<'_, GpuVector>,
     ) -> Result<(f64, f64, f64), SolveError> {
         let run = || -> Result<(f64, f64, f64), GpuError> {
-            let h = SLICE_HEIGHT as i32;
-            let (rho, p, t, s, g) = (dev(v.rho)?, dev(v.p)?, dev(v.t)?, dev(v.s)?, dev(v.g)?);
-            let u = &self.upper;
-            for k in (0..self.n_colours()).rev() {
-                let (first, count) = self.colour(k);
-                self.gpu.launch(
-                    "eis_backward",
-                    vector_grid(count as usize),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&first).arg(&count).arg(&h);
-                        a.arg(&u.slice_ptr).arg(&u.cols).arg(&u.values);
-                        a.arg(rho).arg(&beta).arg(p).arg(t);
-                    },
-                )?;
-            }
-            let l = &self.lower;
-            let mut offset = 0i32;
-            for k in 0..self.n_colours() {
-                let (first, count) = self.colour(k);
-                let grid = vector_grid(count as usize);
-                self.gpu.launch("eis_forward", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&first).arg(&count).arg(&h);
-                    a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
-                    a.arg(p).arg(t).arg(s);
-                    arg_or_null(a, carried.then_some(g));
-                    a.arg(&self.partials).arg(&offset);
-                })?;
-                offset += grid as i32;
-            }
-            self.reduce(offset as usize, 1, 0)?;
-            let n = self.n as i32;
-            let (x, r) = (dev(v.x)?, dev(v.r)?);
-            self.gpu
-                .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&self.scalars);
-                    a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
-                    a.arg(t).arg(s).arg(g).arg(x).arg(rho);
-                    arg_or_null(a, carried.then_some(r));
-                    a.arg(&self.partials);
-                })?;
-            self.reduce(vector_grid(self.n) as usize, 2, 1)?;
+            self.launch_backward(beta, v)?;
+            self.launch_forward(carried, v)?;
+            self.launch_update(carried, v)?;
             let sums = self.gpu.download(&self.scalars)?;
             Ok((sums[0], sums[1], sums[2]))
         };
@@ -333,10 +400,29 @@ impl GpuSolver<'_> {
     }
 }
 
-/// What `bench --preconditioners` and `bench --smoothers` measure: the set-up
-/// on `cg`'s matrix `a` (colour-contiguous by `colouring`; the split, the
-/// scaling and the uploads) in ms, then a warm-up solve from x = 0 and the
-/// timed one (ms and its result), residuals checked as `check` says.
+/// One Eisenstat row of the benches.
+pub struct EisenstatBench {
+    /// The split, the scaling and the uploads.
+    pub setup_ms: f64,
+    /// The timed solve (after a warm-up solve).
+    pub solve_ms: f64,
+    pub result: Result<SolverPerformance, SolveError>,
+    /// Backward sweep, forward sweep, update ([`DeviceEisenstat::phase_ms`]).
+    pub phases_ms: [f64; 3],
+}
+
+impl EisenstatBench {
+    /// The phase times in words, for the notes.
+    pub fn phases(&self) -> String {
+        let [b, f, u] = self.phases_ms;
+        format!("backward sweep {b:.3} ms, forward sweep {f:.3} ms, update {u:.3} ms")
+    }
+}
+
+/// What `bench --preconditioners`, `--smoothers` and `--eisenstat` measure:
+/// the set-up on `cg`'s matrix `a` (colour-contiguous by `colouring`), then a
+/// warm-up solve from x = 0 and the timed one, residuals checked as `check`
+/// says, and the phases' times.
 pub fn bench_solve(
     gpu: &Gpu,
     cg: &GpuCgBackend<'_>,
@@ -345,7 +431,7 @@ pub fn bench_solve(
     b: &GpuVector,
     controls: &SolverControls,
     check: ResidualCheck,
-) -> anyhow::Result<(f64, f64, Result<SolverPerformance, SolveError>)> {
+) -> anyhow::Result<EisenstatBench> {
     let t = std::time::Instant::now();
     let eisenstat = DeviceEisenstat::new(gpu, cg, a, colouring)?;
     gpu.synchronize()?;
@@ -357,5 +443,13 @@ pub fn bench_solve(
     let t = std::time::Instant::now();
     let result = eisenstat_cg(&eisenstat, b, &mut x, controls, check, "p");
     gpu.synchronize()?;
-    Ok((setup_ms, t.elapsed().as_secs_f64() * 1e3, result))
+    let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+    let carried = check == ResidualCheck::EveryIteration;
+    let phases_ms = eisenstat.phase_ms(carried, 20)?;
+    Ok(EisenstatBench {
+        setup_ms,
+        solve_ms,
+        result,
+        phases_ms,
+    })
 }

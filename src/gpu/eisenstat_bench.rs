@@ -121,7 +121,7 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
             ),
         );
         for (what, check) in CHECKS {
-            let (setup_ms, ms, result) = bench_solve(
+            let bench = bench_solve(
                 gpu,
                 &by_colour.backend,
                 &by_colour.a,
@@ -130,13 +130,12 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
                 &controls,
                 check,
             )?;
-            add(
-                what,
-                "rcm+col",
-                ms,
-                result,
-                format!("{n_colours} colours, set-up {setup_ms:.0} ms, host-driven loop"),
+            let detail = format!(
+                "{n_colours} colours, set-up {:.0} ms, host-driven loop; {}",
+                bench.setup_ms,
+                bench.phases()
             );
+            add(what, "rcm+col", bench.solve_ms, bench.result, detail);
         }
     }
     Ok((rows, markdown))

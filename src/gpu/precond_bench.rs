@@ -432,7 +432,7 @@ fn case_entries(
     // Eisenstat SGS-PCG (gpu::eisenstat): multicolour symGS's iterates on the
     // colour layout, in its own loop (not a DevicePreconditioner).
     let colouring = by_colour.colouring.as_ref().expect("the colour layout");
-    let (setup_ms, solve_ms, result) = super::eisenstat::bench_solve(
+    let bench = super::eisenstat::bench_solve(
         gpu,
         &by_colour.backend,
         &by_colour.a,
@@ -441,15 +441,16 @@ fn case_entries(
         &controls,
         crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
     )?;
-    let (iterations, note) = match result {
+    let (iterations, note) = match &bench.result {
         Ok(perf) => (
             Some(perf.iterations),
             format!(
-                "final residual {:.3e}{} ({}, {} colours; {mixed_note})",
+                "final residual {:.3e}{} ({}, {} colours, {}; {mixed_note})",
                 perf.final_residual,
                 if perf.converged { "" } else { " NOT CONVERGED" },
                 by_colour.name,
-                colouring.n_colours()
+                colouring.n_colours(),
+                bench.phases()
             ),
         ),
         Err(e) => (None, format!("failed: {e}")),
@@ -457,9 +458,9 @@ fn case_entries(
     push(Entry {
         what: "Eisenstat SGS".into(),
         ordering: by_colour.ordering,
-        setup_ms: Some(setup_ms),
+        setup_ms: Some(bench.setup_ms),
         iterations,
-        solve_ms,
+        solve_ms: bench.solve_ms,
         note,
     });
 

@@ -464,7 +464,7 @@ pub fn rows(
     }
     // Eisenstat SGS-PCG (gpu::eisenstat): MC-SGS's layout and iterates, its own loop.
     let colouring = by_colour.colouring.as_ref().expect("the colour layout");
-    let (setup_ms, ms, result) = super::eisenstat::bench_solve(
+    let bench = super::eisenstat::bench_solve(
         gpu,
         &by_colour.backend,
         &by_colour.a,
@@ -474,11 +474,14 @@ pub fn rows(
         crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
     )?;
     let detail = format!(
-        "{}, {} colours, set-up {setup_ms:.0} ms",
+        "{}, {} colours, set-up {:.0} ms, {}",
         by_colour.name,
-        colouring.n_colours()
+        colouring.n_colours(),
+        bench.setup_ms,
+        bench.phases()
     );
-    let note = pcg_note(ms, result, base_ms, &detail);
+    let ms = bench.solve_ms;
+    let note = pcg_note(ms, bench.result, base_ms, &detail);
     push("PCG Eisenstat SGS".into(), by_colour.ordering, ms, note);
     Ok(rows)
 }
