@@ -420,3 +420,30 @@ fn precision_and_block_jacobi_from_the_command_line() {
         assert!(stderr.contains(expected), "{precond}: {stderr}");
     }
 }
+
+#[test]
+fn eisenstat_sgs_from_the_command_line() {
+    // The same iterations and solution as sgs (SGS-PCG by Eisenstat's trick).
+    let run = |precond: &str| {
+        let out = fvpoisson(&[
+            "solve-matrix",
+            MATRIX,
+            "--precond",
+            precond,
+            "--tol",
+            "1e-12",
+        ]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        let iterations = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("iterations "))
+            .and_then(|l| l.split(',').next())
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no iteration line in {stdout}"));
+        (iterations, stderr)
+    };
+    let (eisenstat, log) = run("eisenstatSGS");
+    assert!(log.contains("PCG (Eisenstat SGS):  Solving for x"), "{log}");
+    assert_eq!(eisenstat, run("sgs").0);
+}
