@@ -167,9 +167,23 @@ fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
             "{name}: Eisenstat {} iterations, multicolour symGS {} iterations, x max rel diff {dx:.2e}",
             eis.iterations, sgs.iterations
         );
+        // The default checks the true residual when predicted converged: the
+        // same iteration as the carried residual up to round-off (one less)
+        // or a few more where the prediction is late.
         assert!(eis.converged, "{name}");
-        assert!(eis.iterations.abs_diff(sgs.iterations) <= 1, "{name}");
-        assert!(dx < 1e-6, "{name}: {dx}");
+        assert!(
+            eis.iterations + 1 >= sgs.iterations && eis.iterations <= sgs.iterations + 5,
+            "{name}"
+        );
+        if eis.iterations == sgs.iterations {
+            assert!(dx < 1e-6, "{name}: {dx}");
+        }
+        let mut r = vec![0.0; n];
+        let identity = Identity(n);
+        let cpu_cg = CpuBackend::new(&a, &identity);
+        let norm_factor = cpu_cg.initialize(&b, &vec![0.0; n], &mut r).norm_factor;
+        let t = cpu_cg.initialize(&b, &x_eis, &mut r).residual_sum / norm_factor;
+        assert!(t < controls.tolerance, "{name}: true residual {t}");
         // Equilibrated: the multicolour symGS preconditioner (the same M) runs.
         let mut x_eq = vec![0.0; n];
         let eq = solve_pcg_gpu_with(

@@ -49,6 +49,8 @@ struct DeviceTriangle {
     slice_ptr: CudaSlice<u64>,
     cols: CudaSlice<i32>,
     values: CudaSlice<f64>,
+    /// Stored entries (the bench's byte count).
+    nnz: usize,
 }
 
 impl DeviceTriangle {
@@ -63,6 +65,7 @@ impl DeviceTriangle {
                 slice_ptr,
                 cols,
                 values,
+                nnz: part.nnz(),
             }),
             _ => unreachable!("uploaded as SELL"),
         }
@@ -231,6 +234,20 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 a.arg(&self.partials);
             })?;
         self.reduce(vector_grid(self.n) as usize, 2, 1)
+    }
+
+    /// Bench: bytes of the backward sweep, the forward sweep and the update,
+    /// each array once (12 per stored entry, 8 per vector element read or
+    /// written; gathers of t and s and the SELL padding not counted, as in
+    /// kernels/NOTES.md).
+    pub fn phase_bytes(&self, carried: bool) -> [f64; 3] {
+        let n = self.n as f64;
+        let extra = if carried { 1.0 } else { 0.0 };
+        [
+            12.0 * self.upper.nnz as f64 + 32.0 * n,
+            12.0 * self.lower.nnz as f64 + (24.0 + 8.0 * extra) * n,
+            (56.0 + 32.0 * extra) * n,
+        ]
     }
 
     /// Bench: ms of the backward sweep, the forward sweep (with its
@@ -409,13 +426,38 @@ pub struct EisenstatBench {
     pub result: Result<SolverPerformance, SolveError>,
     /// Backward sweep, forward sweep, update ([`DeviceEisenstat::phase_ms`]).
     pub phases_ms: [f64; 3],
+    /// Their bytes ([`DeviceEisenstat::phase_bytes`]).
+    pub phase_bytes: [f64; 3],
 }
 
 impl EisenstatBench {
-    /// The phase times in words, for the notes.
-    pub fn phases(&self) -> String {
-        let [b, f, u] = self.phases_ms;
-        format!("backward sweep {b:.3} ms, forward sweep {f:.3} ms, update {u:.3} ms")
+    /// The phase times in words, for the notes; with the device's copy
+    /// bandwidth (GB/s), each phase's time over its floor (bytes / bandwidth).
+    pub fn phases(&self, copy_gb_s: Option<f64>) -> String {
+        let names = ["backward sweep", "forward sweep", "update"];
+        let floor = |bytes: f64| copy_gb_s.map(|bw| bytes / (bw * 1e9) * 1e3);
+        let mut parts: Vec<String> = (0..3)
+            .map(|k| {
+                let (ms, bytes) = (self.phases_ms[k], self.phase_bytes[k]);
+                match floor(bytes) {
+                    Some(f) => format!(
+                        "{} {ms:.3} ms ({:.0} MB, x{:.2} of its floor)",
+                        names[k],
+                        bytes / 1e6,
+                        ms / f
+                    ),
+                    None => format!("{} {ms:.3} ms ({:.0} MB)", names[k], bytes / 1e6),
+                }
+            })
+            .collect();
+        let (ms, bytes): (f64, f64) = (self.phases_ms.iter().sum(), self.phase_bytes.iter().sum());
+        if let Some(f) = floor(bytes) {
+            parts.push(format!(
+                "phases together {ms:.3} ms per iteration, floor {f:.3} ms (x{:.2})",
+                ms / f
+            ));
+        }
+        parts.join(", ")
     }
 }
 
@@ -451,5 +493,6 @@ pub fn bench_solve(
         solve_ms,
         result,
         phases_ms,
+        phase_bytes: eisenstat.phase_bytes(carried),
     })
 }

@@ -450,7 +450,7 @@ fn case_entries(
                 if perf.converged { "" } else { " NOT CONVERGED" },
                 by_colour.name,
                 colouring.n_colours(),
-                bench.phases()
+                bench.phases(None)
             ),
         ),
         Err(e) => (None, format!("failed: {e}")),

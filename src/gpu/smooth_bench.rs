@@ -478,7 +478,7 @@ pub fn rows(
         by_colour.name,
         colouring.n_colours(),
         bench.setup_ms,
-        bench.phases()
+        bench.phases(None)
     );
     let ms = bench.solve_ms;
     let note = pcg_note(ms, bench.result, base_ms, &detail);
