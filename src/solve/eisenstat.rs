@@ -186,6 +186,37 @@ pub trait EisenstatBackend {
         carried: bool,
         v: &mut EisenstatVectors<'_, Self::Vector>,
     ) -> Result<(f64, f64, f64), SolveError>;
+    /// `count` (≥ 1) iterations without a read-back in between (the GPU
+    /// keeps α and β on the device): the first with `beta`, the next ones
+    /// with β = ρ · ρ / the previous ρ · ρ; returns each iteration's
+    /// [`Self::iteration`] triple, stopping after one whose p · q is not
+    /// positive. Predicted checks ask for more than one at a time up to
+    /// [`Self::max_chunk`].
+    fn iterations(
+        &self,
+        beta: f64,
+        r_z: f64,
+        count: usize,
+        carried: bool,
+        v: &mut EisenstatVectors<'_, Self::Vector>,
+    ) -> Result<Vec<(f64, f64, f64)>, SolveError> {
+        let (mut beta, mut r_z) = (beta, r_z);
+        let mut records = Vec::with_capacity(count);
+        for _ in 0..count.max(1) {
+            let record = self.iteration(beta, r_z, carried, v)?;
+            records.push(record);
+            if record.0.is_nan() || record.0 <= 0.0 {
+                break;
+            }
+            (beta, r_z) = (record.2 / r_z, record.2);
+        }
+        Ok(records)
+    }
+    /// The most iterations [`eisenstat_cg`] runs between read-backs with
+    /// predicted checks (1: every iteration is read back).
+    fn max_chunk(&self) -> usize {
+        1
+    }
     /// r = b − A x; returns Σ|r|.
     fn true_residual(
         &self,
@@ -240,57 +271,99 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
         };
         let (mut r_z_old, mut last, mut best) = (0.0, initial, initial);
         let carried = check == ResidualCheck::EveryIteration;
-        // Predicted checks: the last check's iteration and its ρ · ρ.
+        // Predicted checks: the last check's iteration and its ρ · ρ, the
+        // last two estimates (for the chunk length) and a check that fell
+        // due inside a chunk (made at the chunk's end, where x is).
         let (mut checked_at, mut r_z_checked) = (0, r_z);
-        for iteration in 1..=limit {
-            match rule.after_precondition(r_z, last) {
-                Some(StopReason::ExactSolution) => break,
-                Some(_) => return Err(SolveError::PreconditionerNotPositive { r_z, iteration }),
-                None => {}
-            }
-            let beta = if iteration == 1 { 0.0 } else { r_z / r_z_old };
-            let (p_q, mut residual_sum, rho_rho) = backend.iteration(beta, r_z, carried, &mut v)?;
-            if rule.after_operator(p_q).is_some() {
-                return Err(SolveError::Breakdown {
-                    p_ap: p_q,
-                    iteration,
-                });
-            }
-            if let ResidualCheck::Predicted { max_interval } = check {
-                let estimate = last * (rho_rho / r_z_checked).sqrt();
-                let due = iteration - checked_at >= max_interval.max(1)
-                    || iteration == limit
-                    || (controls.converged(initial, estimate) && iteration >= controls.min_iter);
-                if !due {
-                    (r_z_old, r_z) = (r_z, rho_rho);
-                    continue;
+        let (mut estimate, mut previous_estimate) = (initial, f64::NAN);
+        let mut pending = false;
+        let target = controls.tolerance.max(if controls.rel_tol > 0.0 {
+            controls.rel_tol * initial
+        } else {
+            0.0
+        });
+        let mut iteration = 0;
+        'solve: while iteration < limit {
+            let count = match check {
+                ResidualCheck::EveryIteration => 1,
+                ResidualCheck::Predicted { max_interval } => {
+                    // Iterations left at the last iteration's rate of decrease.
+                    let rate = estimate / previous_estimate;
+                    let left = if rate > 0.0 && rate < 1.0 && estimate > target {
+                        ((target / estimate).ln() / rate.ln()).floor()
+                    } else {
+                        1.0
+                    };
+                    let to_check =
+                        max_interval.max(1) - (iteration - checked_at).min(max_interval.max(1) - 1);
+                    (left.clamp(1.0, backend.max_chunk().max(1) as f64) as usize)
+                        .min(to_check)
+                        .min(limit - iteration)
                 }
-                residual_sum = backend.true_residual(b, &mut v)?;
-                (checked_at, r_z_checked) = (iteration, rho_rho);
+            };
+            let beta = if iteration == 0 { 0.0 } else { r_z / r_z_old };
+            let records = backend.iterations(beta, r_z, count, carried, &mut v)?;
+            if records.is_empty() {
+                return Err(SolveError::Device(format!(
+                    "the backend ran no iteration after iteration {iteration}"
+                )));
             }
-            let residual = residual_sum / norm_factor;
-            let stop = rule.after_update(iteration, residual, best);
-            check_residual(residual, iteration)?;
-            log::debug!(
-                "PCG (Eisenstat SGS): {field} iteration {iteration}, residual = {residual:e}"
-            );
-            perf.iterations = iteration;
-            perf.final_residual = residual;
-            perf.history.push(residual);
-            best = best.min(residual);
-            if stop == Some(StopReason::Diverged) {
-                return Err(SolveError::Diverged {
-                    iteration,
-                    residual,
-                    best,
-                    factor: DIVERGENCE_FACTOR,
-                });
+            let n_records = records.len();
+            for (k, &(p_q, mut residual_sum, rho_rho)) in records.iter().enumerate() {
+                iteration += 1;
+                match rule.after_precondition(r_z, last) {
+                    Some(StopReason::ExactSolution) => break 'solve,
+                    Some(_) => {
+                        return Err(SolveError::PreconditionerNotPositive { r_z, iteration })
+                    }
+                    None => {}
+                }
+                if rule.after_operator(p_q).is_some() {
+                    return Err(SolveError::Breakdown {
+                        p_ap: p_q,
+                        iteration,
+                    });
+                }
+                if let ResidualCheck::Predicted { max_interval } = check {
+                    (previous_estimate, estimate) =
+                        (estimate, last * (rho_rho / r_z_checked).sqrt());
+                    pending |= iteration - checked_at >= max_interval.max(1)
+                        || iteration == limit
+                        || (controls.converged(initial, estimate)
+                            && iteration >= controls.min_iter);
+                    if !pending || k + 1 < n_records {
+                        (r_z_old, r_z) = (r_z, rho_rho);
+                        continue;
+                    }
+                    pending = false;
+                    residual_sum = backend.true_residual(b, &mut v)?;
+                    (checked_at, r_z_checked) = (iteration, rho_rho);
+                    (previous_estimate, estimate) = (f64::NAN, residual_sum / norm_factor);
+                }
+                let residual = residual_sum / norm_factor;
+                let stop = rule.after_update(iteration, residual, best);
+                check_residual(residual, iteration)?;
+                log::debug!(
+                    "PCG (Eisenstat SGS): {field} iteration {iteration}, residual = {residual:e}"
+                );
+                perf.iterations = iteration;
+                perf.final_residual = residual;
+                perf.history.push(residual);
+                best = best.min(residual);
+                if stop == Some(StopReason::Diverged) {
+                    return Err(SolveError::Diverged {
+                        iteration,
+                        residual,
+                        best,
+                        factor: DIVERGENCE_FACTOR,
+                    });
+                }
+                perf.converged = controls.converged(initial, residual);
+                if stop.is_some() {
+                    break 'solve;
+                }
+                (r_z_old, r_z, last) = (r_z, rho_rho, residual);
             }
-            perf.converged = controls.converged(initial, residual);
-            if stop.is_some() {
-                break;
-            }
-            (r_z_old, r_z, last) = (r_z, rho_rho, residual);
         }
     }
     perf.log("PCG (Eisenstat SGS)", "iterations", field, controls);
@@ -302,6 +375,8 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
 pub struct CpuEisenstat<'a> {
     a: &'a Csr,
     split: ScaledTriangles,
+    /// [`EisenstatBackend::max_chunk`] (1; more to test the chunked loop).
+    max_chunk: usize,
 }
 
 impl<'a> CpuEisenstat<'a> {
@@ -310,7 +385,15 @@ impl<'a> CpuEisenstat<'a> {
         Ok(Self {
             a,
             split: ScaledTriangles::new(a)?,
+            max_chunk: 1,
         })
+    }
+
+    /// Runs up to `max_chunk` iterations between read-backs with predicted
+    /// checks, as the GPU may (the loop's chunking, tested on the CPU).
+    pub fn with_max_chunk(mut self, max_chunk: usize) -> Self {
+        self.max_chunk = max_chunk.max(1);
+        self
     }
 
     pub fn split(&self) -> &ScaledTriangles {
@@ -351,6 +434,10 @@ impl EisenstatBackend for CpuEisenstat<'_> {
         }
         let (residual, rho_rho) = self.update(r_z / p_q, carried, v);
         Ok((p_q, residual, rho_rho))
+    }
+
+    fn max_chunk(&self) -> usize {
+        self.max_chunk
     }
 
     fn true_residual(
@@ -516,6 +603,19 @@ mod tests {
             (perf, x)
         };
         let (every, _) = run(ResidualCheck::EveryIteration);
+        // Chunks of up to 8 iterations between read-backs: the same solve,
+        // checked at a chunk's end.
+        let chunked = CpuEisenstat::new(&a).unwrap().with_max_chunk(8);
+        let mut x = vec![0.0; n];
+        let check = ResidualCheck::Predicted { max_interval: 10 };
+        let c = eisenstat_cg(&chunked, &b, &mut x, &controls, check, "p").unwrap();
+        println!(
+            "chunks of up to 8: {} iterations, {} checks",
+            c.iterations,
+            c.history.len() - 1
+        );
+        assert!(c.converged && c.iterations >= every.iterations);
+        assert!(c.iterations <= every.iterations + 8, "{}", c.iterations);
         let (predicted, x) = run(ResidualCheck::Predicted { max_interval: 10 });
         assert!(every.converged && predicted.converged);
         assert!(
