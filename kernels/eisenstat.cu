@@ -12,16 +12,19 @@
 // (lower part) or later ones (upper part) only.
 
 // Backward sweep over one colour: p = rho + beta p (beta == 0: p = rho),
-// t = p - sum_j U_ij t_j.
+// t = p - sum_j U_ij t_j. With sc set (iterations chained on the device),
+// beta = sc[2] / sc[3]: this rho . rho over the previous one.
 extern "C" __global__ void eis_backward(int first, int count, int h,
                                         const u64* __restrict__ slice_ptr,
                                         const int* __restrict__ cols,
                                         const double* __restrict__ vals,
                                         const double* __restrict__ rho, double beta,
+                                        const double* __restrict__ sc,
                                         double* __restrict__ p, double* t) {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= count) return;
     const int row = first + k;
+    if (sc != nullptr) beta = __ddiv_rn(sc[2], sc[3]);
     const double p_i = beta == 0.0 ? rho[row] : __dadd_rn(rho[row], __dmul_rn(beta, p[row]));
     const u64 end = slice_ptr[row / h + 1];
     double acc = 0.0;
@@ -92,7 +95,7 @@ extern "C" __global__ void eis_initial(int first, int count, int h,
 // r -= alpha (sqrt(d) g), with partials of sum |r| (0 without r) and
 // rho . rho (block_partials2's layout). alpha = sc[2] / sc[0]: the last
 // rho . rho over this iteration's p . q (src/gpu/eisenstat.rs SCALARS).
-extern "C" __global__ void eis_update(int n, const double* __restrict__ sc,
+extern "C" __global__ void eis_update(int n, double* sc,
                                       const double* __restrict__ inv_sqrt_diag,
                                       const double* __restrict__ sqrt_diag,
                                       const double* __restrict__ t,
@@ -101,7 +104,12 @@ extern "C" __global__ void eis_update(int n, const double* __restrict__ sc,
                                       double* __restrict__ rho, double* __restrict__ r,
                                       double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const double alpha = __ddiv_rn(sc[2], sc[0]);
+    // p . q not positive (breakdown, or p = 0 at the exact solution): x
+    // stays; the host stops with the recorded p . q.
+    const double alpha = sc[0] > 0.0 ? __ddiv_rn(sc[2], sc[0]) : 0.0;
+    // The previous rho . rho for the next beta, before the reduction
+    // overwrites sc[2] (every block has read it above).
+    if (i == 0) sc[3] = sc[2];
     double r_abs = 0.0, rho_rho = 0.0;
     if (i < n) {
         const double t_i = t[i];
@@ -116,4 +124,12 @@ extern "C" __global__ void eis_update(int n, const double* __restrict__ sc,
         rho_rho = __dmul_rn(rho_i, rho_i);
     }
     block_partials2(r_abs, rho_rho, partials);
+}
+
+// Iteration j of a chain: records[3j..3j+3] = p . q, sum |r|, rho . rho (sc[0..3]).
+extern "C" __global__ void eis_record(const double* __restrict__ sc, double* __restrict__ records,
+                                      int j) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        for (int c = 0; c < 3; ++c) records[3 * j + c] = sc[c];
+    }
 }

@@ -137,6 +137,33 @@ fn eisenstat_sgs_matches_the_cpu_on_the_same_colouring() {
         let x_gpu = cg.download(&x_dev).unwrap();
         let t = true_residual(&x_gpu, &mut r);
         assert!(t < controls.tolerance, "{name}: true residual {t}");
+        // Chains of up to 8 iterations on the device (β there too) against
+        // the CPU's chunked loop.
+        let mut chained = DeviceEisenstat::new(&gpu, &cg, &a, &colouring).unwrap();
+        chained.set_max_chunk(8);
+        let mut x_dev = cg.upload(&x0).unwrap();
+        let dev_c = eisenstat_cg(&chained, &b_dev, &mut x_dev, &controls, predicted, "p").unwrap();
+        let cpu_chunked = CpuEisenstat::new(&a).unwrap().with_max_chunk(8);
+        let mut x_cpu = x0.clone();
+        let cpu_c = eisenstat_cg(&cpu_chunked, &b, &mut x_cpu, &controls, predicted, "p").unwrap();
+        let x_gpu = cg.download(&x_dev).unwrap();
+        let dx = max_rel_diff(&x_gpu, &x_cpu);
+        println!(
+            "{name}: chains of up to 8: {} iterations, {} checks (CPU {} iterations), x {dx:.2e}",
+            dev_c.iterations,
+            dev_c.history.len() - 1,
+            cpu_c.iterations
+        );
+        assert!(dev_c.converged, "{name}");
+        assert!(
+            dev_c.iterations >= dev.iterations && dev_c.iterations <= dev.iterations + 8,
+            "{name}"
+        );
+        if dev_c.iterations == cpu_c.iterations {
+            assert!(dx < 1e-7, "{name}: x {dx}");
+        }
+        let t = true_residual(&x_gpu, &mut r);
+        assert!(t < controls.tolerance, "{name}: true residual {t}");
     }
 }
 

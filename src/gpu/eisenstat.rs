@@ -39,7 +39,15 @@ use crate::sparse::Csr;
 pub const SLICE_HEIGHT: usize = 32;
 
 /// Length of `DeviceEisenstat::scalars` (kernels/eisenstat.cu `eis_update`).
-const SCALARS: usize = 3;
+const SCALARS: usize = 4;
+
+/// The most iterations chained on the device between read-backs
+/// ([`DeviceEisenstat::set_max_chunk`]).
+pub const MAX_CHUNK: usize = 64;
+
+/// The solvers' chain length (`GpuSolver::solve_eisenstat`): 1, every
+/// iteration read back; `bench --eisenstat` measures chains of up to 8.
+pub const DEFAULT_MAX_CHUNK: usize = 1;
 
 /// Threads of the one-block reductions (as `gpu::pcg`).
 const REDUCE_BLOCK: u32 = 1024;
@@ -87,9 +95,14 @@ pub struct DeviceEisenstat<'a, 'g> {
     sqrt_diag: CudaSlice<f64>,
     /// Per-block partials: the forward sweep's (all colours), or the update's two sums.
     partials: CudaSlice<f64>,
-    /// [p · q, Σ|r|, ρ · ρ] of the last iteration ([`SCALARS`]); ρ · ρ is
-    /// the next iteration's r · z, read by the update on the device.
+    /// [p · q, Σ|r|, ρ · ρ, previous ρ · ρ] of the last iteration
+    /// ([`SCALARS`]); ρ · ρ is the next iteration's r · z, read by the
+    /// update on the device (and by the backward sweep for β when chained).
     scalars: CudaSlice<f64>,
+    /// The chained iterations' [p · q, Σ|r|, ρ · ρ] (`eis_record`).
+    records: CudaSlice<f64>,
+    /// [`EisenstatBackend::max_chunk`].
+    max_chunk: usize,
 }
 
 impl<'a, 'g> DeviceEisenstat<'a, 'g> {
@@ -149,11 +162,20 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
             partials: gpu.zeros(partial_len).map_err(device)?,
             scalars: gpu.zeros(SCALARS).map_err(device)?,
+            records: gpu.zeros(3 * MAX_CHUNK).map_err(device)?,
+            max_chunk: 1,
         })
     }
 
     pub fn n_colours(&self) -> usize {
         self.colour_ptr.len() - 1
+    }
+
+    /// With predicted checks, chain up to `max_chunk` (≤ [`MAX_CHUNK`])
+    /// iterations on the device between read-backs (β on the device too);
+    /// 1 (the default) reads every iteration back.
+    pub fn set_max_chunk(&mut self, max_chunk: usize) {
+        self.max_chunk = max_chunk.clamp(1, MAX_CHUNK);
     }
 
     /// The sums of the first `count` groups of `m` partials into
@@ -171,6 +193,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     fn launch_backward(
         &self,
         beta: f64,
+        device_beta: bool,
         v: &EisenstatVectors<'_, GpuVector>,
     ) -> Result<(), GpuError> {
         let h = SLICE_HEIGHT as i32;
@@ -183,7 +206,9 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 .launch("eis_backward", grid, VECTOR_BLOCK, 0, |a| {
                     a.arg(&first).arg(&count).arg(&h);
                     a.arg(&u.slice_ptr).arg(&u.cols).arg(&u.values);
-                    a.arg(rho).arg(&beta).arg(p).arg(t);
+                    a.arg(rho).arg(&beta);
+                    arg_or_null(a, device_beta.then_some(&self.scalars));
+                    a.arg(p).arg(t);
                 })?;
         }
         Ok(())
@@ -275,7 +300,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             let start = std::time::Instant::now();
             for _ in 0..reps.max(1) {
                 match phase {
-                    0 => self.launch_backward(0.5, &v),
+                    0 => self.launch_backward(0.5, false, &v),
                     1 => self.launch_forward(carried, &v),
                     _ => self.launch_update(carried, &v),
                 }
@@ -354,13 +379,57 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
         v: &mut EisenstatVectors<'_, GpuVector>,
     ) -> Result<(f64, f64, f64), SolveError> {
         let run = || -> Result<(f64, f64, f64), GpuError> {
-            self.launch_backward(beta, v)?;
+            self.launch_backward(beta, false, v)?;
             self.launch_forward(carried, v)?;
             self.launch_update(carried, v)?;
             let sums = self.gpu.download(&self.scalars)?;
             Ok((sums[0], sums[1], sums[2]))
         };
         run().map_err(|e| SolveError::Device(e.to_string()))
+    }
+
+    /// Chained on the device: β of the first from the host, of the next
+    /// ones from `scalars`; each iteration's sums copied to `records`, read
+    /// back once.
+    fn iterations(
+        &self,
+        beta: f64,
+        r_z: f64,
+        count: usize,
+        carried: bool,
+        v: &mut EisenstatVectors<'_, GpuVector>,
+    ) -> Result<Vec<(f64, f64, f64)>, SolveError> {
+        if count <= 1 {
+            return Ok(vec![self.iteration(beta, r_z, carried, v)?]);
+        }
+        let count = count.min(MAX_CHUNK);
+        let run = || -> Result<Vec<(f64, f64, f64)>, GpuError> {
+            for j in 0..count {
+                self.launch_backward(beta, j > 0, v)?;
+                self.launch_forward(carried, v)?;
+                self.launch_update(carried, v)?;
+                let j32 = j as i32;
+                self.gpu.launch("eis_record", 1, 32, 0, |a| {
+                    a.arg(&self.scalars).arg(&self.records).arg(&j32);
+                })?;
+            }
+            let all = self.gpu.download(&self.records)?;
+            let mut records = Vec::with_capacity(count);
+            for j in 0..count {
+                let record = (all[3 * j], all[3 * j + 1], all[3 * j + 2]);
+                records.push(record);
+                // After a breakdown the rest are meaningless.
+                if record.0.is_nan() || record.0 <= 0.0 {
+                    break;
+                }
+            }
+            Ok(records)
+        };
+        run().map_err(|e| SolveError::Device(e.to_string()))
+    }
+
+    fn max_chunk(&self) -> usize {
+        self.max_chunk
     }
 
     fn true_residual(
@@ -406,7 +475,8 @@ impl GpuSolver<'_> {
         let gpu = self.gpu();
         let cg = GpuCgBackend::new(gpu, &layout.a, false, None, options)
             .map_err(|e| SolveError::Device(e.to_string()))?;
-        let eisenstat = DeviceEisenstat::new(gpu, &cg, &layout.a, colouring)?;
+        let mut eisenstat = DeviceEisenstat::new(gpu, &cg, &layout.a, colouring)?;
+        eisenstat.set_max_chunk(DEFAULT_MAX_CHUNK);
         log::debug!(
             "Eisenstat SGS on the GPU: {} colours",
             eisenstat.n_colours()
@@ -464,7 +534,9 @@ impl EisenstatBench {
 /// What `bench --preconditioners`, `--smoothers` and `--eisenstat` measure:
 /// the set-up on `cg`'s matrix `a` (colour-contiguous by `colouring`), then a
 /// warm-up solve from x = 0 and the timed one, residuals checked as `check`
-/// says, and the phases' times.
+/// says, up to `max_chunk` iterations between read-backs, and the phases'
+/// times.
+#[allow(clippy::too_many_arguments)]
 pub fn bench_solve(
     gpu: &Gpu,
     cg: &GpuCgBackend<'_>,
@@ -473,9 +545,11 @@ pub fn bench_solve(
     b: &GpuVector,
     controls: &SolverControls,
     check: ResidualCheck,
+    max_chunk: usize,
 ) -> anyhow::Result<EisenstatBench> {
     let t = std::time::Instant::now();
-    let eisenstat = DeviceEisenstat::new(gpu, cg, a, colouring)?;
+    let mut eisenstat = DeviceEisenstat::new(gpu, cg, a, colouring)?;
+    eisenstat.set_max_chunk(max_chunk);
     gpu.synchronize()?;
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;
     let zeros = vec![0.0; a.n_rows()];

@@ -9,7 +9,7 @@
 //! Eisenstat row is in `--preconditioners` and in `--smoothers`' PCG table.
 
 use super::bench::{controls, copy_bandwidth, poisson_system, JacobiBaseline, Row};
-use super::eisenstat::{bench_solve, layout_settings};
+use super::eisenstat::{bench_solve, layout_settings, DEFAULT_MAX_CHUNK};
 use super::pcg::GpuSolveOptions;
 use super::smooth::{colour_layout, DeviceSmootherPreconditioner};
 use super::smooth_bench::{solve_warm, Ordered};
@@ -20,15 +20,23 @@ use crate::sparse::ordering::reverse_cuthill_mckee;
 
 /// The Eisenstat rows: the residual carried every iteration, or checked
 /// when predicted converged (at least every 50 iterations: on the CPU the
-/// prediction alone stops at the right iteration, `solve::eisenstat` docs).
-const CHECKS: [(&str, ResidualCheck); 2] = [
+/// prediction alone stops at the right iteration, `solve::eisenstat` docs),
+/// each iteration read back or up to 8 chained on the device.
+const CHECKS: [(&str, ResidualCheck, usize); 3] = [
     (
         "Eisenstat SGS, residual every iteration",
         ResidualCheck::EveryIteration,
+        1,
     ),
     (
         "Eisenstat SGS (predicted checks, the default)",
         ResidualCheck::Predicted { max_interval: 50 },
+        DEFAULT_MAX_CHUNK,
+    ),
+    (
+        "Eisenstat SGS, predicted checks, chains of up to 8",
+        ResidualCheck::Predicted { max_interval: 50 },
+        8,
     ),
 ];
 
@@ -126,7 +134,7 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
                  loop"
             ),
         );
-        for (what, check) in CHECKS {
+        for (what, check, max_chunk) in CHECKS {
             let bench = bench_solve(
                 gpu,
                 &by_colour.backend,
@@ -135,6 +143,7 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
                 &by_colour.b,
                 &controls,
                 check,
+                max_chunk,
             )?;
             let detail = format!(
                 "{n_colours} colours, set-up {:.0} ms, host-driven loop; {}",

@@ -440,6 +440,7 @@ fn case_entries(
         &by_colour.b,
         &controls,
         crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
+        super::eisenstat::DEFAULT_MAX_CHUNK,
     )?;
     let (iterations, note) = match &bench.result {
         Ok(perf) => (

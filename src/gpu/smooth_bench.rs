@@ -472,6 +472,7 @@ pub fn rows(
         &by_colour.b,
         &controls,
         crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
+        super::eisenstat::DEFAULT_MAX_CHUNK,
     )?;
     let detail = format!(
         "{}, {} colours, set-up {:.0} ms, {}",
