@@ -72,11 +72,14 @@ extern "C" __global__ void eis_forward(int first, int count, int h,
 }
 
 // rho = C^-1 D^-1/2 r over one colour: rho_i = r_i / sqrt(d_i) - sum_j L_ij rho_j.
+// With perm set, the sweeps' rows are a renumbering of x's and r's (row i of
+// the triangles is row perm[i] of r; src/gpu/eisenstat.rs, sorted rows).
 extern "C" __global__ void eis_initial(int first, int count, int h,
                                        const u64* __restrict__ slice_ptr,
                                        const int* __restrict__ cols,
                                        const double* __restrict__ vals,
                                        const double* __restrict__ inv_sqrt_diag,
+                                       const int* __restrict__ perm,
                                        const double* __restrict__ r, double* rho) {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= count) return;
@@ -88,7 +91,8 @@ extern "C" __global__ void eis_initial(int first, int count, int h,
         if (c < 0) break;
         acc = __dadd_rn(acc, __dmul_rn(vals[slot], rho[c]));
     }
-    rho[row] = __dsub_rn(__dmul_rn(inv_sqrt_diag[row], r[row]), acc);
+    const double r_i = r[perm != nullptr ? perm[row] : row];
+    rho[row] = __dsub_rn(__dmul_rn(inv_sqrt_diag[row], r_i), acc);
 }
 
 // x += alpha (t / sqrt(d)), rho -= alpha (t + s) and, when r is set,
@@ -100,7 +104,8 @@ extern "C" __global__ void eis_update(int n, double* sc,
                                       const double* __restrict__ sqrt_diag,
                                       const double* __restrict__ t,
                                       const double* __restrict__ s,
-                                      const double* __restrict__ g, double* __restrict__ x,
+                                      const double* __restrict__ g,
+                                      const int* __restrict__ perm, double* __restrict__ x,
                                       double* __restrict__ rho, double* __restrict__ r,
                                       double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -113,12 +118,13 @@ extern "C" __global__ void eis_update(int n, double* sc,
     double r_abs = 0.0, rho_rho = 0.0;
     if (i < n) {
         const double t_i = t[i];
-        x[i] = __dadd_rn(x[i], __dmul_rn(alpha, __dmul_rn(inv_sqrt_diag[i], t_i)));
+        const int j = perm != nullptr ? perm[i] : i;  // x's and r's row
+        x[j] = __dadd_rn(x[j], __dmul_rn(alpha, __dmul_rn(inv_sqrt_diag[i], t_i)));
         const double rho_i = __dsub_rn(rho[i], __dmul_rn(alpha, __dadd_rn(t_i, s[i])));
         rho[i] = rho_i;
         if (r != nullptr) {
-            const double r_i = __dsub_rn(r[i], __dmul_rn(alpha, __dmul_rn(sqrt_diag[i], g[i])));
-            r[i] = r_i;
+            const double r_i = __dsub_rn(r[j], __dmul_rn(alpha, __dmul_rn(sqrt_diag[i], g[i])));
+            r[j] = r_i;
             r_abs = fabs(r_i);
         }
         rho_rho = __dmul_rn(rho_i, rho_i);

@@ -25,15 +25,15 @@ use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::eisenstat::{
-    eisenstat_cg, EisenstatBackend, EisenstatVectors, ResidualCheck, ScaledTriangles,
-    DEFAULT_RESIDUAL_CHECK,
+    eisenstat_cg, length_sorted_order, EisenstatBackend, EisenstatVectors, ResidualCheck,
+    ScaledTriangles, DEFAULT_RESIDUAL_CHECK,
 };
 use crate::solve::smoother::check_diagonal;
 use crate::solve::{
     CgBackend, ColouringKind, InitialNorms, SmootherKind, SmootherSettings, SolveError,
     SolverControls, SolverPerformance, Sweep,
 };
-use crate::sparse::Csr;
+use crate::sparse::{Csr, Permutation};
 
 /// Rows per SELL slice of the two triangles (one warp: the least padding).
 pub const SLICE_HEIGHT: usize = 32;
@@ -45,9 +45,24 @@ const SCALARS: usize = 4;
 /// ([`DeviceEisenstat::set_max_chunk`]).
 pub const MAX_CHUNK: usize = 64;
 
-/// The solvers' chain length (`GpuSolver::solve_eisenstat`): 1, every
-/// iteration read back; `bench --eisenstat` measures chains of up to 8.
-pub const DEFAULT_MAX_CHUNK: usize = 1;
+/// How the GPU runs Eisenstat SGS-PCG.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EisenstatOptions {
+    pub check: ResidualCheck,
+    /// [`DeviceEisenstat::set_max_chunk`].
+    pub max_chunk: usize,
+    /// [`DeviceEisenstat::with_sorted_rows`]'s window (0: colour order).
+    pub sort_window: usize,
+}
+
+/// The solvers' options (`GpuSolver::solve_eisenstat`): predicted checks,
+/// every iteration read back, colour order; `bench --eisenstat` measures
+/// chains of up to 8 and sorted rows beside them.
+pub const DEFAULT_OPTIONS: EisenstatOptions = EisenstatOptions {
+    check: DEFAULT_RESIDUAL_CHECK,
+    max_chunk: 1,
+    sort_window: 0,
+};
 
 /// Threads of the one-block reductions (as `gpu::pcg`).
 const REDUCE_BLOCK: u32 = 1024;
@@ -93,6 +108,8 @@ pub struct DeviceEisenstat<'a, 'g> {
     upper: DeviceTriangle,
     inv_sqrt_diag: CudaSlice<f64>,
     sqrt_diag: CudaSlice<f64>,
+    /// With sorted rows: the sweeps' row i is row perm[i] of x and r.
+    perm: Option<CudaSlice<i32>>,
     /// Per-block partials: the forward sweep's (all colours), or the update's two sums.
     partials: CudaSlice<f64>,
     /// [p · q, Σ|r|, ρ · ρ, previous ρ · ρ] of the last iteration
@@ -116,6 +133,21 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         cg: &'a GpuCgBackend<'g>,
         a: &Csr,
         colouring: &Colouring,
+    ) -> Result<Self, SolveError> {
+        Self::with_sorted_rows(gpu, cg, a, colouring, 0)
+    }
+
+    /// [`Self::new`] with the sweeps' rows sorted by their triangle lengths
+    /// in runs of `window` rows inside each colour
+    /// ([`crate::solve::eisenstat::length_sorted_order`]: less SELL padding)
+    /// when `window` > 0; x and r keep `a`'s order (the update and the
+    /// initial sweep index them through the permutation).
+    pub fn with_sorted_rows(
+        gpu: &'g Gpu,
+        cg: &'a GpuCgBackend<'g>,
+        a: &Csr,
+        colouring: &Colouring,
+        window: usize,
     ) -> Result<Self, SolveError> {
         let n = a.n_rows();
         let invalid = |m: String| SolveError::Device(format!("Eisenstat SGS: {m}"));
@@ -143,8 +175,20 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 "rows {r} and {c} are coupled but have the same colour"
             )));
         }
-        let split = ScaledTriangles::new(a)?;
         let device = |e: GpuError| SolveError::Device(e.to_string());
+        let (split, perm) = match window {
+            0 => (ScaledTriangles::new(a)?, None),
+            w => {
+                let order = length_sorted_order(a, colouring.colour_ptr(), w);
+                let p = Permutation::from_new_to_old(order).map_err(invalid)?;
+                let order: Vec<i32> = p.new_to_old().iter().map(|&r| r as i32).collect();
+                let sorted = p.apply_symmetric(a);
+                (
+                    ScaledTriangles::new(&sorted)?,
+                    Some(gpu.upload(&order).map_err(device)?),
+                )
+            }
+        };
         let colour_ptr = colouring.colour_ptr().to_vec();
         let forward_blocks: usize = colour_ptr
             .windows(2)
@@ -160,6 +204,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             upper: DeviceTriangle::upload(gpu, &split.upper).map_err(device)?,
             inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
             sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
+            perm,
             partials: gpu.zeros(partial_len).map_err(device)?,
             scalars: gpu.zeros(SCALARS).map_err(device)?,
             records: gpu.zeros(3 * MAX_CHUNK).map_err(device)?,
@@ -254,7 +299,9 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(&self.scalars);
                 a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
-                a.arg(t).arg(s).arg(g).arg(x).arg(rho);
+                a.arg(t).arg(s).arg(g);
+                arg_or_null(a, self.perm.as_ref());
+                a.arg(x).arg(rho);
                 arg_or_null(a, carried.then_some(r));
                 a.arg(&self.partials);
             })?;
@@ -268,10 +315,11 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     pub fn phase_bytes(&self, carried: bool) -> [f64; 3] {
         let n = self.n as f64;
         let extra = if carried { 1.0 } else { 0.0 };
+        let perm = if self.perm.is_some() { 4.0 } else { 0.0 };
         [
             12.0 * self.upper.nnz as f64 + 32.0 * n,
             12.0 * self.lower.nnz as f64 + (24.0 + 8.0 * extra) * n,
-            (56.0 + 32.0 * extra) * n,
+            (56.0 + 32.0 * extra + perm) * n,
         ]
     }
 
@@ -353,7 +401,9 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
                     |a| {
                         a.arg(&first).arg(&count).arg(&h);
                         a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
-                        a.arg(&self.inv_sqrt_diag).arg(r).arg(rho);
+                        a.arg(&self.inv_sqrt_diag);
+                        arg_or_null(a, self.perm.as_ref());
+                        a.arg(r).arg(rho);
                     },
                 )?;
             }
@@ -475,14 +525,16 @@ impl GpuSolver<'_> {
         let gpu = self.gpu();
         let cg = GpuCgBackend::new(gpu, &layout.a, false, None, options)
             .map_err(|e| SolveError::Device(e.to_string()))?;
-        let mut eisenstat = DeviceEisenstat::new(gpu, &cg, &layout.a, colouring)?;
-        eisenstat.set_max_chunk(DEFAULT_MAX_CHUNK);
+        let o = DEFAULT_OPTIONS;
+        let mut eisenstat =
+            DeviceEisenstat::with_sorted_rows(gpu, &cg, &layout.a, colouring, o.sort_window)?;
+        eisenstat.set_max_chunk(o.max_chunk);
         log::debug!(
             "Eisenstat SGS on the GPU: {} colours",
             eisenstat.n_colours()
         );
         layout.solve(&cg, b, x, |b, x| {
-            eisenstat_cg(&eisenstat, b, x, controls, DEFAULT_RESIDUAL_CHECK, field)
+            eisenstat_cg(&eisenstat, b, x, controls, o.check, field)
         })
     }
 }
@@ -534,9 +586,8 @@ impl EisenstatBench {
 /// What `bench --preconditioners`, `--smoothers` and `--eisenstat` measure:
 /// the set-up on `cg`'s matrix `a` (colour-contiguous by `colouring`), then a
 /// warm-up solve from x = 0 and the timed one, residuals checked as `check`
-/// says, up to `max_chunk` iterations between read-backs, and the phases'
-/// times.
-#[allow(clippy::too_many_arguments)]
+/// says, up to `max_chunk` iterations between read-backs, rows sorted in
+/// `sort_window`s, and the phases' times.
 pub fn bench_solve(
     gpu: &Gpu,
     cg: &GpuCgBackend<'_>,
@@ -544,11 +595,15 @@ pub fn bench_solve(
     colouring: &Colouring,
     b: &GpuVector,
     controls: &SolverControls,
-    check: ResidualCheck,
-    max_chunk: usize,
+    options: EisenstatOptions,
 ) -> anyhow::Result<EisenstatBench> {
+    let EisenstatOptions {
+        check,
+        max_chunk,
+        sort_window,
+    } = options;
     let t = std::time::Instant::now();
-    let mut eisenstat = DeviceEisenstat::new(gpu, cg, a, colouring)?;
+    let mut eisenstat = DeviceEisenstat::with_sorted_rows(gpu, cg, a, colouring, sort_window)?;
     eisenstat.set_max_chunk(max_chunk);
     gpu.synchronize()?;
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;

@@ -9,7 +9,7 @@
 //! Eisenstat row is in `--preconditioners` and in `--smoothers`' PCG table.
 
 use super::bench::{controls, copy_bandwidth, poisson_system, JacobiBaseline, Row};
-use super::eisenstat::{bench_solve, layout_settings, DEFAULT_MAX_CHUNK};
+use super::eisenstat::{bench_solve, layout_settings, EisenstatOptions, DEFAULT_OPTIONS};
 use super::pcg::GpuSolveOptions;
 use super::smooth::{colour_layout, DeviceSmootherPreconditioner};
 use super::smooth_bench::{solve_warm, Ordered};
@@ -21,22 +21,38 @@ use crate::sparse::ordering::reverse_cuthill_mckee;
 /// The Eisenstat rows: the residual carried every iteration, or checked
 /// when predicted converged (at least every 50 iterations: on the CPU the
 /// prediction alone stops at the right iteration, `solve::eisenstat` docs),
-/// each iteration read back or up to 8 chained on the device.
-const CHECKS: [(&str, ResidualCheck, usize); 3] = [
+/// each iteration read back or up to 8 chained on the device, rows in colour
+/// order or sorted by length in 256-row windows.
+const ROWS: [(&str, EisenstatOptions); 5] = [
     (
         "Eisenstat SGS, residual every iteration",
-        ResidualCheck::EveryIteration,
-        1,
+        EisenstatOptions {
+            check: ResidualCheck::EveryIteration,
+            ..DEFAULT_OPTIONS
+        },
+    ),
+    ("Eisenstat SGS (the default)", DEFAULT_OPTIONS),
+    (
+        "Eisenstat SGS, chains of up to 8",
+        EisenstatOptions {
+            max_chunk: 8,
+            ..DEFAULT_OPTIONS
+        },
     ),
     (
-        "Eisenstat SGS (predicted checks, the default)",
-        ResidualCheck::Predicted { max_interval: 50 },
-        DEFAULT_MAX_CHUNK,
+        "Eisenstat SGS, sorted rows",
+        EisenstatOptions {
+            sort_window: 256,
+            ..DEFAULT_OPTIONS
+        },
     ),
     (
-        "Eisenstat SGS, predicted checks, chains of up to 8",
-        ResidualCheck::Predicted { max_interval: 50 },
-        8,
+        "Eisenstat SGS, chains of up to 8, sorted rows",
+        EisenstatOptions {
+            max_chunk: 8,
+            sort_window: 256,
+            ..DEFAULT_OPTIONS
+        },
     ),
 ];
 
@@ -134,7 +150,7 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
                  loop"
             ),
         );
-        for (what, check, max_chunk) in CHECKS {
+        for (what, eisenstat) in ROWS {
             let bench = bench_solve(
                 gpu,
                 &by_colour.backend,
@@ -142,8 +158,7 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
                 &colouring,
                 &by_colour.b,
                 &controls,
-                check,
-                max_chunk,
+                eisenstat,
             )?;
             let detail = format!(
                 "{n_colours} colours, set-up {:.0} ms, host-driven loop; {}",

@@ -439,8 +439,7 @@ fn case_entries(
         colouring,
         &by_colour.b,
         &controls,
-        crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
-        super::eisenstat::DEFAULT_MAX_CHUNK,
+        super::eisenstat::DEFAULT_OPTIONS,
     )?;
     let (iterations, note) = match &bench.result {
         Ok(perf) => (

@@ -471,8 +471,7 @@ pub fn rows(
         colouring,
         &by_colour.b,
         &controls,
-        crate::solve::eisenstat::DEFAULT_RESIDUAL_CHECK,
-        super::eisenstat::DEFAULT_MAX_CHUNK,
+        super::eisenstat::DEFAULT_OPTIONS,
     )?;
     let detail = format!(
         "{}, {} colours, set-up {:.0} ms, {}",
