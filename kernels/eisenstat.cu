@@ -139,3 +139,32 @@ extern "C" __global__ void eis_record(const double* __restrict__ sc, double* __r
         for (int c = 0; c < 3; ++c) records[3 * j + c] = sc[c];
     }
 }
+
+// r = D^1/2 C rho over all rows (it reads rho only): r_i = sqrt(d_i) (rho_i +
+// sum_j L_ij rho_j), stored at row perm[i] when perm is set, with this block's
+// partial of sum |r| at partials[blockIdx.x]. The residual the recursion
+// carries (predicted checks, src/solve/eisenstat.rs residual_row).
+extern "C" __global__ void eis_residual(int n, int h, const u64* __restrict__ slice_ptr,
+                                        const int* __restrict__ cols,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ sqrt_diag,
+                                        const int* __restrict__ perm,
+                                        const double* __restrict__ rho, double* __restrict__ r,
+                                        double* __restrict__ partials) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    double r_abs = 0.0;
+    if (row < n) {
+        const u64 end = slice_ptr[row / h + 1];
+        double acc = 0.0;
+        for (u64 slot = slice_ptr[row / h] + row % h; slot < end; slot += h) {
+            const int c = cols[slot];
+            if (c < 0) break;
+            acc = __dadd_rn(acc, __dmul_rn(vals[slot], rho[c]));
+        }
+        const double r_i = __dmul_rn(sqrt_diag[row], __dadd_rn(rho[row], acc));
+        r[perm != nullptr ? perm[row] : row] = r_i;
+        r_abs = fabs(r_i);
+    }
+    const double sum = block_sum(r_abs);
+    if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}

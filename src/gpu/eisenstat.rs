@@ -482,14 +482,26 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
         self.max_chunk
     }
 
-    fn true_residual(
-        &self,
-        b: &GpuVector,
-        v: &mut EisenstatVectors<'_, GpuVector>,
-    ) -> Result<f64, SolveError> {
-        let norms = self.cg.initialize(b, v.x, v.r);
-        self.cg.device_status()?;
-        Ok(norms.residual_sum)
+    /// `eis_residual` over all rows (no colour order: it reads ρ only),
+    /// Σ|r| reduced into `scalars[1]` and read back.
+    fn residual_of_rho(&self, v: &mut EisenstatVectors<'_, GpuVector>) -> Result<f64, SolveError> {
+        let run = || -> Result<f64, GpuError> {
+            let (n, h) = (self.n as i32, SLICE_HEIGHT as i32);
+            let (rho, r) = (dev(v.rho)?, dev(v.r)?);
+            let l = &self.lower;
+            let grid = vector_grid(self.n);
+            self.gpu
+                .launch("eis_residual", grid, VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n).arg(&h);
+                    a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
+                    a.arg(&self.sqrt_diag);
+                    arg_or_null(a, self.perm.as_ref());
+                    a.arg(rho).arg(r).arg(&self.partials);
+                })?;
+            self.reduce(grid as usize, 1, 1)?;
+            Ok(self.gpu.download(&self.scalars)?[1])
+        };
+        run().map_err(|e| SolveError::Device(e.to_string()))
     }
 }
 

@@ -23,11 +23,12 @@
 //! recomputation of the residual at the end.
 //!
 //! [`ResidualCheck::Predicted`] drops that: the forward sweep skips g, the
-//! update skips r, and the true residual b − A x is computed only when
-//! ‖ρ‖₂, scaled by the ratio Σ|r| / ‖ρ‖₂ of the last check, predicts
-//! convergence, or `max_interval` iterations after the last check. The
-//! reported history then holds the checked residuals only; the solve may
-//! run a few iterations past the first converged one.
+//! update skips r, and the residual is computed as r = D^1/2 C ρ (a product
+//! with the lower triangle: the residual the recursion carries, as PCG's r)
+//! only when ‖ρ‖₂, scaled by the ratio Σ|r| / ‖ρ‖₂ of the last check,
+//! predicts convergence, or `max_interval` iterations after the last check.
+//! The reported history then holds the checked residuals only; the solve
+//! may run a few iterations past the first converged one.
 //!
 //! [`eisenstat_cg`] is the loop, written once over [`EisenstatBackend`]; the
 //! CPU backend here (sequential sweeps in row order) is the reference of the
@@ -122,6 +123,16 @@ impl ScaledTriangles {
         ((p_i - t[i]) - acc_s, g_i)
     }
 
+    /// Row i of r = D^1/2 C ρ: r_i = √a_ii (ρ_i + Σ_j L_ij ρ_j).
+    pub fn residual_row(&self, i: usize, rho: &[f64]) -> f64 {
+        let (cols, vals) = self.lower.row(i);
+        let mut acc = 0.0;
+        for (&c, &v) in cols.iter().zip(vals) {
+            acc += v * rho[c as usize];
+        }
+        self.sqrt_diag[i] * (rho[i] + acc)
+    }
+
     /// Row i of ρ = C⁻¹ D^-1/2 r: ρ_i = r_i / √a_ii − Σ_j L_ij ρ_j.
     pub fn initial_row(&self, i: usize, r_i: f64, rho: &[f64]) -> f64 {
         let (cols, vals) = self.lower.row(i);
@@ -172,10 +183,10 @@ pub enum ResidualCheck {
     Predicted { max_interval: usize },
 }
 
-/// The default of the solvers (`eisenstatSGS`): predicted checks, at least
-/// every 50 iterations. On the 8M-cell perturbed tet box the carried
-/// residual costs ~25 % of an iteration (README, Smoothers); the prediction
-/// stopped at the carried residual's iteration on every mesh measured.
+/// The GPU solver's default (`eisenstatSGS` on the device): predicted
+/// checks, at least every 50 iterations. The carried residual costs ~32 %
+/// more bytes per iteration (README, Smoothers); the prediction stopped at
+/// the carried residual's iteration on every mesh measured.
 pub const DEFAULT_RESIDUAL_CHECK: ResidualCheck = ResidualCheck::Predicted { max_interval: 50 };
 
 /// The work vectors of one solve: x and r of the original system, ρ, p and
@@ -245,10 +256,11 @@ pub trait EisenstatBackend {
     fn max_chunk(&self) -> usize {
         1
     }
-    /// r = b − A x; returns Σ|r|.
-    fn true_residual(
+    /// r = D^1/2 C ρ, the residual of the original system that the CG's
+    /// recursion carries (PCG's r: b − A x up to the recursion's round-off);
+    /// returns Σ|r|.
+    fn residual_of_rho(
         &self,
-        b: &Self::Vector,
         v: &mut EisenstatVectors<'_, Self::Vector>,
     ) -> Result<f64, SolveError>;
 }
@@ -364,7 +376,7 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
                         continue;
                     }
                     pending = false;
-                    residual_sum = backend.true_residual(b, &mut v)?;
+                    residual_sum = backend.residual_of_rho(&mut v)?;
                     (checked_at, r_z_checked) = (iteration, rho_rho);
                     (previous_estimate, estimate) = (f64::NAN, residual_sum / norm_factor);
                 }
@@ -468,14 +480,13 @@ impl EisenstatBackend for CpuEisenstat<'_> {
         self.max_chunk
     }
 
-    fn true_residual(
-        &self,
-        b: &Vec<f64>,
-        v: &mut EisenstatVectors<'_, Vec<f64>>,
-    ) -> Result<f64, SolveError> {
-        let identity = Identity(self.split.n());
-        let norms = CpuBackend::new(self.a, &identity).initialize(b, v.x, v.r);
-        Ok(norms.residual_sum)
+    fn residual_of_rho(&self, v: &mut EisenstatVectors<'_, Vec<f64>>) -> Result<f64, SolveError> {
+        let sp = &self.split;
+        let rho = &*v.rho;
+        v.r.par_iter_mut().enumerate().for_each(|(i, r)| {
+            *r = sp.residual_row(i, rho);
+        });
+        Ok(super::reduce::sum_abs(v.r))
     }
 }
 
@@ -540,7 +551,9 @@ impl CpuEisenstat<'_> {
 
 /// Solves A x = b on the CPU with SGS-PCG by Eisenstat's trick in row order,
 /// from the x given, after PCG's input checks (square, symmetric, sizes,
-/// finite values), the residual checked as [`DEFAULT_RESIDUAL_CHECK`] says.
+/// finite values), the residual carried every iteration: PCG's semantics,
+/// history included (the reference; the GPU defaults to
+/// [`DEFAULT_RESIDUAL_CHECK`]).
 pub fn solve_eisenstat(
     a: &Csr,
     b: &[f64],
@@ -548,7 +561,7 @@ pub fn solve_eisenstat(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    solve_eisenstat_with(a, b, x, controls, DEFAULT_RESIDUAL_CHECK, field)
+    solve_eisenstat_with(a, b, x, controls, ResidualCheck::EveryIteration, field)
 }
 
 /// [`solve_eisenstat`] with the residual checked as `check` says.
@@ -618,7 +631,7 @@ mod tests {
     }
 
     #[test]
-    fn predicted_checks_stop_converged_on_the_true_residual() {
+    fn predicted_checks_stop_converged_on_the_recursion_residual() {
         // A perturbed tet box: a real FVM matrix, ~60 iterations.
         let (a, _) = crate::gpu::bench::poisson_system("box:10x10x10:tet:perturb=0.2").unwrap();
         let n = a.n_rows();
@@ -660,9 +673,14 @@ mod tests {
         let cpu = CpuBackend::new(&a, &identity);
         // OpenFOAM's normFactor is the initial x's (x = 0).
         let norm_factor = cpu.initialize(&b, &vec![0.0; n], &mut r).norm_factor;
+        // The checked residual is the recursion's: b − A x to round-off.
         let true_residual = cpu.initialize(&b, &x, &mut r).residual_sum / norm_factor;
-        assert!(true_residual < controls.tolerance);
-        assert!((true_residual - predicted.final_residual).abs() < 1e-6 * true_residual);
+        let d = (true_residual - predicted.final_residual).abs();
+        assert!(
+            d < 1e-3 * true_residual + 1e-10 * predicted.history[0],
+            "{d}"
+        );
+        assert!(predicted.final_residual < controls.tolerance);
         println!(
             "every iteration: {} iterations; predicted: {} iterations, {} checks",
             every.iterations,
