@@ -11,10 +11,15 @@
 //! only), values scaled by D^-1/2 on both sides. An iteration is one launch
 //! per colour of the backward sweep (with the direction update fused in),
 //! one per colour of the forward sweep (with p · A p's partials), one update
-//! of x, ρ and r (Σ|r| and ρ · ρ partials) and two one-block reductions read
-//! back by the host, which runs the loop (`solve::eisenstat::eisenstat_cg`).
-//! The initial residual and OpenFOAM's normFactor are the PCG backend's
-//! (`GpuCgBackend::initialize`) on the full matrix.
+//! of x, ρ (and r when carried; α = ρ · ρ / p · q read from the device
+//! scalars) and two one-block reductions, read back once by the host, which
+//! runs the loop (`solve::eisenstat::eisenstat_cg`). With predicted checks
+//! (the default, [`DEFAULT_OPTIONS`]) up to `max_chunk` iterations may be
+//! chained on the device between read-backs, and the residual is
+//! `eis_residual`'s D^1/2 C ρ; optionally the sweeps' rows are sorted by
+//! length inside the colours (less SELL padding). The initial residual and
+//! OpenFOAM's normFactor are the PCG backend's (`GpuCgBackend::initialize`)
+//! on the full matrix.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
