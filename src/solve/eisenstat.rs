@@ -15,7 +15,7 @@
 //! The CG runs on ρ = C⁻¹ D^-1/2 r (ρ · ρ is SGS-PCG's r · z, p · (t + s) its
 //! p · A p), but x and the residual r = b − A x of the original system are
 //! carried along every iteration, so the stopping test is OpenFOAM's on the
-//! original system, iteration for iteration, as in [`super::pcg`]:
+//! original system, iteration for iteration, as in [`super::pcg()`]:
 //! x += α D^-1/2 t (the step of the original x is D^-1/2 C⁻ᵀ p = D^-1/2 t) and
 //! r −= α D^1/2 g with g = Â t = p + L t, which the forward sweep sums beside s
 //! from the same matrix entries (one more gather, no more matrix reads). That
@@ -266,7 +266,7 @@ pub trait EisenstatBackend {
 }
 
 /// SGS-PCG by Eisenstat's trick from the x in `x` (module documentation),
-/// with [`super::pcg`]'s stopping rules, errors and log line, the residual
+/// with [`super::pcg()`]'s stopping rules, errors and log line, the residual
 /// measured as `check` says.
 pub fn eisenstat_cg<B: EisenstatBackend>(
     backend: &B,
