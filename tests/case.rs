@@ -1135,3 +1135,14 @@ fn precision_reaches_dic_ic0_and_block_jacobi_from_case_toml() {
         ],
     );
 }
+
+#[test]
+fn eisenstat_sgs_from_case_toml() {
+    use fvpoisson::solve::PreconditionerKind;
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"eisenstatSGS\"\n";
+    let setup = parse(text).unwrap();
+    assert_eq!(
+        setup.solver.regular.preconditioner,
+        PreconditionerKind::EisenstatSgs
+    );
+}
