@@ -169,6 +169,57 @@ fn mismatched_or_missing_decompositions_are_errors_saying_what_to_do() {
     assert!(!dir.join("processor2").exists());
 }
 
+/// `run -np N --device gpu`: each thread rank solves its rows on a GPU (rank
+/// r on device r % count, or of `--gpus`), block DIC (the case's FDIC) over
+/// the ranks; 2 ranks on the devices present and 3 ranks sharing device 0
+/// give the serial answer. `skipped: no CUDA device` without a GPU.
+#[test]
+fn thread_ranks_on_gpus_give_the_serial_answer() {
+    let Some(_gpu) = fvpoisson::gpu::test_device() else {
+        return;
+    };
+    for (ranks, gpus) in [("2", None), ("3", Some("0"))] {
+        let dir = case_copy(&format!("parallel_gpu_{ranks}"));
+        let d = dir.to_str().unwrap();
+        ok(fvpoisson(&["decompose", d, "-n", ranks]));
+        let mut args = vec!["run", d, "-np", ranks, "--device", "gpu"];
+        if let Some(list) = gpus {
+            args.extend(["--gpus", list]);
+        }
+        let t = ok(fvpoisson(&args));
+        assert!(
+            t.contains(&format!("distributed over {ranks} ranks (GPUs")),
+            "{t}"
+        );
+        assert!(t.contains("PCG:  Solving for T, Initial residual"), "{t}");
+        assert_serial_answer(&dir);
+    }
+}
+
+/// `--gpus` without `--device gpu`, a device that does not exist and
+/// `--device gpu` with no GPU are errors (never a silent CPU run).
+#[test]
+fn gpu_ranks_without_usable_gpus_are_errors() {
+    let dir = case_copy("parallel_gpu_errors");
+    let d = dir.to_str().unwrap();
+    let o = fvpoisson(&["run", d, "-np", "2", "--device", "cpu", "--gpus", "0"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("add --device gpu"), "{}", text(&o));
+    let o = fvpoisson(&["run", d, "-np", "2", "--device", "gpu", "--gpus", "99,0"]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("no CUDA device") || t.contains("CUDA device 99 asked for"),
+        "{t}"
+    );
+    assert!(!dir.join("processor0").join(RESULT).exists(), "{t}");
+    if fvpoisson::gpu::Gpu::device_count().is_err() {
+        let o = fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]);
+        assert!(!o.status.success());
+        assert!(text(&o).contains("no CUDA device"), "{}", text(&o));
+    }
+}
+
 /// The CI check of issue 10: two MPI processes give the serial answer.
 #[cfg(feature = "mpi")]
 #[test]

@@ -11,10 +11,13 @@ use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, TimeScheme};
 use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
+use crate::gpu::multi::{MultiGpuBackend, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
+use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, GpuError};
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
@@ -95,11 +98,14 @@ pub enum Device<'g> {
     Distributed(Ranks<'g>),
 }
 
-/// A rank of a distributed run: its transport and the cells' owners.
+/// A rank of a distributed run: its transport, the cells' owners and, for
+/// `--device gpu`, its GPU (the rank's rows are solved there,
+/// `gpu::multi::MultiGpuBackend::for_rank`).
 #[derive(Clone, Copy)]
 pub struct Ranks<'g> {
     pub comm: &'g dyn Communicator,
     pub decomposition: &'g Decomposition,
+    pub gpu: Option<&'g Gpu>,
 }
 
 impl Device<'_> {
@@ -923,6 +929,9 @@ fn solve_distributed(
              DIC, FDIC or diagonal (block Jacobi over the ranks), or run on one rank"
         )));
     }
+    if let Some(gpu) = ranks.gpu {
+        return solve_distributed_gpu(gpu, ranks, solver, matrix, b, x, field);
+    }
     let local = ranks
         .decomposition
         .local(matrix, ranks.comm.rank())
@@ -939,6 +948,57 @@ fn solve_distributed(
         field,
     )?;
     x.copy_from_slice(&gather_global(ranks.comm, &local, &x_local));
+    Ok(perf)
+}
+
+/// [`solve_distributed`] on the rank's GPU: PCG over the ranks' GPUs with
+/// Jacobi, none or block DIC/IC0/DILU, halos and sums through the
+/// communicator; x is gathered back on every rank.
+fn solve_distributed_gpu(
+    gpu: &Gpu,
+    ranks: &Ranks,
+    solver: &LinearSolver,
+    matrix: &Csr,
+    b: &[f64],
+    x: &mut [f64],
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    // Jacobi, none, or block Jacobi over the ranks with an incomplete
+    // factorisation of the rank's owned block (as on the CPU).
+    let (jacobi, blocks) = match solver.preconditioner {
+        Preconditioner::Kind(PreconditionerKind::Jacobi) => (true, None),
+        Preconditioner::Kind(PreconditionerKind::None) => (false, None),
+        Preconditioner::Kind(PreconditionerKind::Dic) => (false, Some(IcKind::Dic)),
+        Preconditioner::Kind(PreconditionerKind::Ic0) => (false, Some(IcKind::Ic0)),
+        Preconditioner::Kind(PreconditionerKind::Dilu) => (false, Some(IcKind::Dilu)),
+        other => {
+            return Err(SolveError::InvalidControls(format!(
+                "preconditioner {other:?} does not run distributed on GPUs; use diagonal, \
+                 none, DIC/FDIC, IC0 or DILU there, or run with --device cpu"
+            )))
+        }
+    };
+    crate::solve::cpu::check_system(matrix, b, x, &solver.controls)?;
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let options = MultiGpuOptions {
+        jacobi,
+        ..MultiGpuOptions::default()
+    };
+    let d = ranks.decomposition;
+    let mut backend =
+        MultiGpuBackend::for_rank(gpu, matrix, d, ranks.comm, &options).map_err(device)?;
+    if let Some(kind) = blocks {
+        backend.set_preconditioners(matrix, d, |gpu, a_oo| {
+            let p = DeviceIncompleteCholesky::new(gpu, a_oo, kind)?;
+            Ok(Box::new(p) as Box<dyn DevicePreconditioner>)
+        })?;
+    }
+    let b_dev = backend.upload(b).map_err(device)?;
+    let mut x_dev = backend.upload(x).map_err(device)?;
+    let perf = pcg(&backend, &b_dev, &mut x_dev, &solver.controls, field)?;
+    let mut whole = backend.download(&x_dev).map_err(device)?;
+    ranks.comm.merge(&mut whole);
+    x.copy_from_slice(&whole);
     Ok(perf)
 }
 

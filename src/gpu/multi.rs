@@ -63,13 +63,14 @@ use super::matrix::DeviceModSell;
 use super::pcg::{chunk_records, chunk_state, GpuVector, STATE_LEN};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use crate::parallel::Communicator;
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::pcg::NORM_FACTOR_SMALL;
 use crate::solve::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolveError,
     SolverControls, SolverPerformance, StopRule,
 };
-use crate::sparse::distribute::{Decomposition, LocalMatrix};
+use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
 
 /// Threads of the one-block reduction kernel (as `gpu::pcg`).
@@ -239,6 +240,8 @@ impl MultiVector {
 /// One rank's share of the system on its GPU.
 struct Rank<'g> {
     gpu: &'g Gpu,
+    /// The rank in the decomposition.
+    index: usize,
     n_owned: usize,
     n_interior: usize,
     /// Global row of each owned row.
@@ -278,13 +281,104 @@ struct LoopBuffers {
     pq_partials: CudaSlice<f64>,
 }
 
-impl Rank<'_> {
+impl<'g> Rank<'g> {
+    /// The rank's share on `gpu`: `local` split into A_oo (`m`, mod-SELL) and
+    /// `a_oh`; `row_sums` the global matrix's.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        gpu: &'g Gpu,
+        index: usize,
+        local: &LocalMatrix,
+        a_oh: &Csr,
+        m: &ModSell,
+        row_sums: &[f64],
+        options: &MultiGpuOptions,
+        comm_stream: Option<Arc<CudaStream>>,
+    ) -> Result<Self, GpuError> {
+        let a_oo = DeviceModSell::upload(gpu, m)?;
+        let a_oh = (a_oh.nnz() > 0)
+            .then(|| DeviceCsr::upload(gpu, a_oh))
+            .transpose()?;
+        let a_oo_slices = a_oo.n_slices();
+        let a_oh_blocks = a_oh.as_ref().map_or(0, |c| vector_grid(c.n) as usize);
+        let inv_diag = options
+            .jacobi
+            .then(|| gpu.upload(&m.diag().iter().map(|d| 1.0 / d).collect::<Vec<_>>()))
+            .transpose()?;
+        let owned_sums: Vec<f64> = local.global[..local.n_owned]
+            .iter()
+            .map(|&g| row_sums[g as usize])
+            .collect();
+        let plan = ExchangePlan::of(local);
+        let check_interval = options.check_interval.max(1);
+        Ok(Self {
+            gpu,
+            index,
+            n_owned: local.n_owned,
+            n_interior: local.n_interior,
+            global: local.global[..local.n_owned].to_vec(),
+            a_oo,
+            a_oh,
+            inv_diag,
+            row_sums: gpu.upload(&owned_sums)?,
+            send_buf: RefCell::new(gpu.zeros(plan.idx.len())?),
+            send_idx: match plan.idx.is_empty() {
+                true => gpu.zeros(1)?,
+                false => gpu.upload(&plan.idx)?,
+            },
+            plan,
+            halo: RefCell::new(gpu.zeros(local.n_halo())?),
+            partials: gpu.zeros(2 * vector_grid(local.n_owned) as usize)?,
+            scalars: RefCell::new(gpu.zeros(2)?),
+            comm_stream,
+            preconditioner: None,
+            device: RefCell::new(LoopBuffers {
+                state: gpu.zeros(STATE_LEN)?,
+                records: gpu.zeros(3 * (check_interval + 1))?,
+                sums: gpu.zeros(2)?,
+                pq_partials: gpu.zeros(a_oo_slices + a_oh_blocks.max(1))?,
+            }),
+        })
+    }
+
     fn n32(&self) -> i32 {
         self.n_owned as i32
     }
     fn grid(&self) -> u32 {
         vector_grid(self.n_owned)
     }
+}
+
+/// `local`'s neighbours for a [`Communicator::exchange`] of the packed send
+/// buffer of `plan` (see [`Peers::packed`]).
+pub fn packed_neighbours(local: &LocalMatrix, plan: &ExchangePlan) -> Vec<Neighbour> {
+    let (n_packed, n_owned) = (plan.idx.len(), local.n_owned);
+    local
+        .neighbours
+        .iter()
+        .map(|nb| {
+            let slots = plan
+                .sends
+                .iter()
+                .find(|(peer, _)| *peer == nb.rank)
+                .map_or(0..0, |(_, range)| range.clone());
+            Neighbour {
+                rank: nb.rank,
+                send: slots.map(|i| i as u32).collect(),
+                recv: nb.recv.start - n_owned + n_packed..nb.recv.end - n_owned + n_packed,
+            }
+        })
+        .collect()
+}
+
+/// The other ranks of a distributed run, reached through a [`Communicator`].
+struct Peers<'g> {
+    comm: &'g dyn Communicator,
+    /// The neighbours with their sends renumbered as slots of the packed
+    /// send buffer (what is downloaded, passed as the "owned" values) and
+    /// their receives shifted to follow it (a communicator's halo slots
+    /// count from the end of the owned values).
+    packed: Vec<Neighbour>,
 }
 
 /// [`CgBackend`] over several GPUs (module documentation).
@@ -297,6 +391,10 @@ pub struct MultiGpuBackend<'g> {
     reduce_comms: Option<Vec<Comm>>,
     device_loop: Cell<bool>,
     check_interval: usize,
+    /// This process's or thread's one rank of a distributed run
+    /// ([`MultiGpuBackend::for_rank`]): halos and sums through the
+    /// communicator.
+    peers: Option<Peers<'g>>,
     /// False: the halo transfer is skipped (stale halos; the bench's
     /// measure of the communication share only).
     exchange: Cell<bool>,
@@ -363,51 +461,20 @@ impl<'g> MultiGpuBackend<'g> {
         for (rank, host) in hosts.into_iter().enumerate() {
             let (local, a_oh, m) = host?;
             let gpu = &gpus[rank % gpus.len()];
-            let a_oo = DeviceModSell::upload(gpu, &m)?;
-            let a_oh = (a_oh.nnz() > 0)
-                .then(|| DeviceCsr::upload(gpu, &a_oh))
-                .transpose()?;
-            let a_oo_slices = a_oo.n_slices();
-            let a_oh_blocks = a_oh.as_ref().map_or(0, |c| vector_grid(c.n) as usize);
-            let inv_diag = options
-                .jacobi
-                .then(|| gpu.upload(&m.diag().iter().map(|d| 1.0 / d).collect::<Vec<_>>()))
-                .transpose()?;
-            let owned_sums: Vec<f64> = local.global[..local.n_owned]
-                .iter()
-                .map(|&g| row_sums[g as usize])
-                .collect();
-            let plan = ExchangePlan::of(&local);
             let comm_stream = (transport == Transport::Nccl)
                 .then(|| gpu.new_stream())
                 .transpose()?;
-            ranks.push(Rank {
+            let rank = Rank::new(
                 gpu,
-                n_owned: local.n_owned,
-                n_interior: local.n_interior,
-                global: local.global[..local.n_owned].to_vec(),
-                a_oo,
-                a_oh,
-                inv_diag,
-                row_sums: gpu.upload(&owned_sums)?,
-                send_buf: RefCell::new(gpu.zeros(plan.idx.len())?),
-                send_idx: match plan.idx.is_empty() {
-                    true => gpu.zeros(1)?,
-                    false => gpu.upload(&plan.idx)?,
-                },
-                plan,
-                halo: RefCell::new(gpu.zeros(local.n_halo())?),
-                partials: gpu.zeros(2 * vector_grid(local.n_owned) as usize)?,
-                scalars: RefCell::new(gpu.zeros(2)?),
+                rank,
+                &local,
+                &a_oh,
+                &m,
+                &row_sums,
+                options,
                 comm_stream,
-                preconditioner: None,
-                device: RefCell::new(LoopBuffers {
-                    state: gpu.zeros(STATE_LEN)?,
-                    records: gpu.zeros(3 * (check_interval + 1))?,
-                    sums: gpu.zeros(2)?,
-                    pq_partials: gpu.zeros(a_oo_slices + a_oh_blocks.max(1))?,
-                }),
-            });
+            )?;
+            ranks.push(rank);
         }
         let comms = if transport == Transport::Nccl {
             if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
@@ -468,6 +535,58 @@ impl<'g> MultiGpuBackend<'g> {
             reduce_comms,
             device_loop: Cell::new(options.device_loop),
             check_interval,
+            peers: None,
+            exchange: Cell::new(true),
+            reduction: Cell::new(Reduction::HostRead),
+            failure: RefCell::new(None),
+        })
+    }
+
+    /// Rank `comm.rank()` of a distributed run (`run -np N --device gpu`,
+    /// `mpirun`) on `gpu`: the rank's rows of `a` split by `d`; the halo
+    /// travels through `comm` (the packed sends downloaded, the halo
+    /// uploaded) and the sums are `comm.sum`s of the host-read rank sums.
+    /// Vectors are uploaded from and downloaded into global vectors (only
+    /// the rank's rows are read and written). Host-driven steps, Jacobi or
+    /// no preconditioner.
+    pub fn for_rank(
+        gpu: &'g Gpu,
+        a: &Csr,
+        d: &Decomposition,
+        comm: &'g dyn Communicator,
+        options: &MultiGpuOptions,
+    ) -> Result<Self, GpuError> {
+        if d.n_ranks() != comm.size() {
+            return Err(GpuError::Invalid(format!(
+                "a decomposition of {} ranks for a run of {}",
+                d.n_ranks(),
+                comm.size()
+            )));
+        }
+        let local = d.local(a, comm.rank()).map_err(GpuError::Invalid)?;
+        let (a_oo, a_oh) = split_local(&local)?;
+        let m = ModSell::from_csr(&a_oo, options.slice_height).map_err(GpuError::Invalid)?;
+        let row_sums = openfoam_row_sums(a);
+        let rank = Rank::new(
+            gpu,
+            comm.rank(),
+            &local,
+            &a_oh,
+            &m,
+            &row_sums,
+            options,
+            None,
+        )?;
+        let packed = packed_neighbours(&local, &rank.plan);
+        Ok(Self {
+            ranks: vec![rank],
+            n_global: a.n_rows(),
+            transport: Transport::Host,
+            comms: None,
+            reduce_comms: None,
+            device_loop: Cell::new(false),
+            check_interval: options.check_interval.max(1),
+            peers: Some(Peers { comm, packed }),
             exchange: Cell::new(true),
             reduction: Cell::new(Reduction::HostRead),
             failure: RefCell::new(None),
@@ -494,6 +613,7 @@ impl<'g> MultiGpuBackend<'g> {
     /// communicators for the all-reduces.
     pub fn device_loop(&self) -> bool {
         self.device_loop.get()
+            && self.peers.is_none()
             && self.ranks.iter().all(|r| r.preconditioner.is_none())
             && (self.ranks.len() == 1 || self.reduce_comms.is_some())
     }
@@ -604,8 +724,8 @@ impl<'g> MultiGpuBackend<'g> {
         d: &Decomposition,
         mut build: impl FnMut(&'g Gpu, &Csr) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError>,
     ) -> Result<(), SolveError> {
-        for (rank, r) in self.ranks.iter_mut().enumerate() {
-            let local = d.local(a, rank).map_err(SolveError::Device)?;
+        for r in self.ranks.iter_mut() {
+            let local = d.local(a, r.index).map_err(SolveError::Device)?;
             let (a_oo, _) = split_local(&local).map_err(|e| SolveError::Device(e.to_string()))?;
             let p = build(r.gpu, &a_oo)?;
             if !p.is_linear() {
@@ -673,6 +793,9 @@ impl<'g> MultiGpuBackend<'g> {
             (None, true) => self.host_staged()?,
             (_, false) => {}
         }
+        if let (Some(peers), true) = (&self.peers, self.exchange.get()) {
+            self.exchange_with_peers(peers)?;
+        }
         for (rank, r) in self.ranks.iter().enumerate() {
             r.a_oo.spmv(r.gpu, x.part(rank)?, y.part(rank)?)?;
         }
@@ -713,6 +836,25 @@ impl<'g> MultiGpuBackend<'g> {
         }
         group_end().map_err(|e| nccl("ncclGroupEnd", e))?;
         result
+    }
+
+    /// The halo exchange of a distributed run's rank: the packed sends read
+    /// back, exchanged through the communicator, the halo written.
+    fn exchange_with_peers(&self, peers: &Peers) -> Result<(), GpuError> {
+        let r = &self.ranks[0];
+        let sent = match r.plan.idx.is_empty() {
+            true => Vec::new(),
+            false => r.gpu.download(&r.send_buf.borrow())?,
+        };
+        let mut halo = r.halo.borrow_mut();
+        let mut host = vec![0.0; halo.len()];
+        peers
+            .comm
+            .exchange(&peers.packed, &sent, &mut host, &mut || {});
+        if !host.is_empty() {
+            r.gpu.write(&host, &mut halo)?;
+        }
+        Ok(())
     }
 
     /// The exchange through host memory: every rank's packed sends read
@@ -760,6 +902,9 @@ impl<'g> MultiGpuBackend<'g> {
             for (t, v) in total.iter_mut().zip(s) {
                 *t += v;
             }
+        }
+        if let Some(peers) = &self.peers {
+            peers.comm.sum(&mut total);
         }
         Ok(total)
     }
@@ -1310,6 +1455,38 @@ mod tests {
             }
             for (u, v) in y.iter().zip(&expected) {
                 assert!((u - v).abs() <= 1e-13 * v.abs().max(1.0), "{u} vs {v}");
+            }
+        }
+    }
+
+    /// The packed exchange of a distributed run's GPU rank (only the packed
+    /// sends on the host) fills the halo as the exchange of the whole owned
+    /// vector does (threads transport, METIS in 4 and slabs in 3).
+    #[test]
+    fn packed_exchange_fills_the_halo_of_the_owned_exchange() {
+        use crate::parallel::threads::run_threads;
+        let a = grid_laplacian(9, 8, 7);
+        let n = a.n_rows();
+        let x: Vec<f64> = (0..n).map(|i| (i * 31 % 17) as f64 - 8.0).collect();
+        for d in [
+            Decomposition::metis(&a, 4).unwrap(),
+            box_slabs(9, 8, 7, 3).unwrap(),
+        ] {
+            let results = run_threads(d.n_ranks(), |comm| {
+                let local = d.local(&a, comm.rank()).unwrap();
+                let owned = local.scatter(&x);
+                let mut expected = vec![f64::NAN; local.n_halo()];
+                comm.exchange(&local.neighbours, &owned, &mut expected, &mut || {});
+                let plan = ExchangePlan::of(&local);
+                let sent: Vec<f64> = plan.idx.iter().map(|&i| owned[i as usize]).collect();
+                let mut halo = vec![f64::NAN; local.n_halo()];
+                let packed = packed_neighbours(&local, &plan);
+                comm.exchange(&packed, &sent, &mut halo, &mut || {});
+                (expected, halo)
+            });
+            for (expected, halo) in results {
+                assert!(!halo.is_empty());
+                assert_eq!(halo, expected);
             }
         }
     }
