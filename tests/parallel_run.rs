@@ -48,9 +48,14 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// A fresh copy of the shipped case.
 fn case_copy(name: &str) -> PathBuf {
+    shipped_copy(CASE, name)
+}
+
+/// A fresh copy of the shipped case `case` named `name`.
+fn shipped_copy(case: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(CASE), &dir);
+    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
     dir
 }
 
@@ -167,6 +172,59 @@ fn mismatched_or_missing_decompositions_are_errors_saying_what_to_do() {
     // A smaller decomposition replaces the larger one.
     ok(fvpoisson(&["decompose", d, "-n", "2"]));
     assert!(!dir.join("processor2").exists());
+}
+
+/// The value of `key="..."` in the first `<tag ...>` of a VTK file's XML
+/// (before its appended binary data).
+fn vtk_attribute(path: &Path, tag: &str, key: &str) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let end = bytes
+        .windows(13)
+        .position(|w| w == b"<AppendedData")
+        .unwrap_or(bytes.len());
+    let xml = String::from_utf8_lossy(&bytes[..end]);
+    let at = xml.find(&format!("<{tag} ")).expect("tag");
+    let rest = &xml[at..];
+    let value = &rest[rest.find(&format!(" {key}=\"")).expect("key") + key.len() + 3..];
+    value[..value.find('"').unwrap()].to_string()
+}
+
+/// `run -np 2` of a case with VTK output: each thread rank writes its cells
+/// as `processorK.vtu` of every step, rank 0 the `.pvtu` listing both
+/// pieces; the pieces' cells add up to the mesh (24³).
+#[test]
+fn thread_ranks_write_vtk_pieces_and_a_pvtu() {
+    let dir = shipped_copy("cases/mms_cube", "parallel_vtk");
+    let _ = std::fs::remove_dir_all(dir.join("results"));
+    ok(fvpoisson(&[
+        "run",
+        dir.to_str().unwrap(),
+        "-np",
+        "2",
+        "--device",
+        "cpu",
+    ]));
+    let step = dir.join("results/parallel_vtk_000001");
+    let pvtu = std::fs::read_to_string(step.join("internal.pvtu")).unwrap();
+    assert_eq!(pvtu.matches("<Piece Source=").count(), 2, "{pvtu}");
+    let mut cells = 0;
+    for rank in 0..2 {
+        let piece = format!("processor{rank}.vtu");
+        assert!(
+            pvtu.contains(&format!("<Piece Source=\"{piece}\"/>")),
+            "{pvtu}"
+        );
+        let n: usize = vtk_attribute(&step.join(&piece), "Piece", "NumberOfCells")
+            .parse()
+            .unwrap();
+        assert!(n > 0);
+        cells += n;
+    }
+    assert_eq!(cells, 24 * 24 * 24);
+    assert!(!step.join("internal.vtu").exists());
+    let vtm = std::fs::read_to_string(dir.join("results/parallel_vtk_000001.vtm")).unwrap();
+    assert!(vtm.contains("parallel_vtk_000001/internal.pvtu"), "{vtm}");
+    assert!(dir.join("results/parallel_vtk.pvd").exists());
 }
 
 /// `run -np N --device gpu`: each thread rank solves its rows on a GPU (rank

@@ -6,6 +6,7 @@
 //! loop and solved with the matrix and the field kept on the device; the host
 //! reads the field back only to write results.
 
+use super::decompose::cells_of;
 use super::setup::{CaseSetup, LinearSolver, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
@@ -450,14 +451,19 @@ impl<'a> Run<'a> {
         let field = setup
             .initial
             .values_at(&geometry.cell_centres, 0.0, "initial field")?;
-        // A distributed run's ranks all hold the whole field: rank 0 writes the VTK.
-        let vtk_rank = match device {
-            Device::Distributed(ranks) => ranks.comm.rank() == 0,
-            _ => true,
-        };
-        let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) && vtk_rank {
+        // A distributed run's ranks write their cells as pieces of the VTK
+        // series (rank 0 the .pvtu, the boundary and the series files).
+        let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) {
             let dir = setup.case_dir.join(&setup.output.directory);
-            Some(VtkSeries::new(mesh, dir, &series_name(setup))?)
+            let name = series_name(setup);
+            Some(match device {
+                Device::Distributed(ranks) => {
+                    let (rank, size) = (ranks.comm.rank(), ranks.comm.size());
+                    let cells = cells_of(ranks.decomposition, rank);
+                    VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
+                }
+                _ => VtkSeries::new(mesh, dir, &name)?,
+            })
         } else {
             None
         };
