@@ -340,7 +340,7 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
                 assert!(dev.iterations.abs_diff(host.iterations) <= 2);
                 assert!(dev.iterations.abs_diff(cpu.iterations) <= 2);
                 assert!(dev.final_residual < c.tolerance);
-                assert!(d_host < 1e-8 && d_cpu < 1e-8, "{spec} {split} {ranks}");
+                assert!(d_host < 1e-6 && d_cpu < 1e-6, "{spec} {split} {ranks}");
                 if ranks == 1 {
                     let mut x1 = vec![0.0; a.n_rows()];
                     let options = GpuSolveOptions {
@@ -360,7 +360,7 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
                     )
                     .unwrap();
                     assert!(dev.iterations.abs_diff(fused.iterations) <= 1);
-                    assert!(max_rel_diff(&x_dev, &x1) < 1e-8);
+                    assert!(max_rel_diff(&x_dev, &x1) < 1e-6);
                 }
             }
         }
@@ -403,6 +403,6 @@ fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
             dev.iterations.abs_diff(host.iterations) <= 1,
             "jacobi {jacobi}"
         );
-        assert!(max_rel_diff(&x_dev, &x_host) < 1e-8);
+        assert!(max_rel_diff(&x_dev, &x_host) < 1e-6);
     }
 }
