@@ -116,9 +116,9 @@ fn measure_device_loop(
         return Ok(None);
     }
     let ms_per_iteration = time_device_loop(backend, b, warmup, count)?;
-    backend.set_exchange(false);
+    backend.set_exchange(false)?;
     let ms_no_exchange = time_device_loop(backend, b, warmup, count);
-    backend.set_exchange(true);
+    backend.set_exchange(true)?;
     let ms_no_exchange = ms_no_exchange?;
     let mut x = backend.upload(&vec![0.0; backend.n()])?;
     let t = Instant::now();
@@ -187,9 +187,9 @@ fn measure(
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;
     let warmup = 10;
     let ms_per_iteration = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
-    backend.set_exchange(false);
+    backend.set_exchange(false)?;
     let ms_no_exchange = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
-    backend.set_exchange(true);
+    backend.set_exchange(true)?;
     let ms_nccl_reduce = match (backend.transport(), g > 1) {
         (Transport::Nccl, true) => {
             backend.set_reduction(Reduction::NcclAllReduce);
