@@ -256,9 +256,10 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
         };
         // (GPUs, ms per iteration) of the smallest count: the efficiencies' base.
         let mut first: Option<(usize, f64)> = None;
-        // The same for the device loop, and the single-GPU fused loop's.
+        // The same for the device loop, and the single-GPU fused loop's on
+        // the first box (weak scaling: one GPU's share).
         let mut first_device: Option<(usize, f64)> = None;
-        let mut fused_ms = f64::NAN;
+        let mut fused_ms: Option<f64> = None;
         let mut built: Option<((usize, usize, usize), Csr)> = None;
         for &g in &counts {
             let (nx, ny, nz) = dims(g);
@@ -272,7 +273,7 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 let (_, a) = built.as_ref().expect("just built");
                 let (row, ms) = baseline_row(&devices[0], &spec, a, settings)?;
                 rows.push(row);
-                fused_ms = ms;
+                fused_ms.get_or_insert(ms);
             }
             let (_, a) = built.as_ref().expect("built above");
             let (n, nnz) = (a.n_rows(), a.nnz());
@@ -335,7 +336,7 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 let base = *first_device.get_or_insert((g, d.ms_per_iteration));
                 let (vs_multi, vs_fused) = (
                     scale(base, d.ms_per_iteration),
-                    scale((1, fused_ms), d.ms_per_iteration),
+                    scale((1, fused_ms.unwrap_or(f64::NAN)), d.ms_per_iteration),
                 );
                 let share = 1.0 - d.ms_no_exchange / d.ms_per_iteration;
                 let note = format!(
