@@ -49,6 +49,15 @@
 //! Preconditioners: Jacobi (or none), or block Jacobi over the ranks with
 //! any linear [`DevicePreconditioner`] built on a rank's A_oo
 //! ([`MultiGpuBackend::set_preconditioners`], e.g. level-scheduled DIC).
+//!
+//! A distributed run (`run -np N --device gpu`, `mpirun`) holds one rank per
+//! process or thread ([`MultiGpuBackend::for_rank`]): its halo and sums go
+//! through the run's [`Communicator`] (host-driven steps).
+//!
+//! A failure on one rank's thread in the middle of the device loop (a launch
+//! or NCCL error) leaves the other ranks waiting in their collectives: NCCL
+//! has no time-out by default, so such a run hangs rather than fails
+//! (`NCCL_DEBUG=WARN` shows the error).
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
