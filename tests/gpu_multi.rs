@@ -286,7 +286,7 @@ fn solve_on(
 }
 
 /// The device loop (a host thread per GPU, scalars on the device, NCCL
-/// all-reduces) on 1, 2 and 4 GPUs (counts above the devices present are
+/// all-reduces) on 1, 2, 3 and 4 GPUs (counts above the devices present are
 /// skipped) against the host-driven steps on the same split and the serial
 /// CPU solve: same initial residual, iterations within 2 (the sums are
 /// split differently), solutions equal to the solver tolerance. On one rank
@@ -310,7 +310,7 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
         let mut x_cpu = vec![0.0; a.n_rows()];
         let jacobi = Preconditioner::from(PreconditionerKind::Jacobi);
         let cpu = solve_pcg(&a, jacobi, &b, &mut x_cpu, &c, "p").unwrap();
-        for ranks in [1, 2, 4] {
+        for ranks in [1, 2, 3, 4] {
             if ranks > count || (ranks > 1 && nccl.is_err()) {
                 println!("{spec}: {ranks} GPUs skipped ({count} present)");
                 continue;
@@ -335,11 +335,12 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
                      {} it; x vs host steps {d_host:.1e}, vs CPU {d_cpu:.1e}",
                     dev.iterations, host.iterations, cpu.iterations
                 );
-                assert!(dev.converged && host.converged);
-                assert_eq!(dev.initial_residual, host.initial_residual);
-                assert!(dev.iterations.abs_diff(host.iterations) <= 2);
-                assert!(dev.iterations.abs_diff(cpu.iterations) <= 2);
-                assert!(dev.final_residual < c.tolerance);
+                let what = format!("{spec} {split} {ranks} GPUs");
+                assert!(dev.converged && host.converged, "{what}");
+                assert_eq!(dev.initial_residual, host.initial_residual, "{what}");
+                assert!(dev.iterations.abs_diff(host.iterations) <= 2, "{what}");
+                assert!(dev.iterations.abs_diff(cpu.iterations) <= 2, "{what}");
+                assert!(dev.final_residual < c.tolerance, "{what}");
                 assert!(d_host < 1e-6 && d_cpu < 1e-6, "{spec} {split} {ranks}");
                 if ranks == 1 {
                     let mut x1 = vec![0.0; a.n_rows()];
@@ -386,22 +387,27 @@ fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
         assert!(backend.device_loop());
         let capped = SolverControls::absolute(1e-12, 13);
         let (perf, _) = solve_on(&backend, &b, &capped);
-        assert_eq!(perf.iterations, 13);
+        assert_eq!(perf.iterations, 13, "jacobi {jacobi}: {perf:?}");
         assert!(!perf.converged);
+        // Converged from the start (the L1 residual may grow above the initial
+        // 1 in early iterations, so the tolerance is far above it): minIter
+        // alone sets the count.
         let loose = SolverControls {
-            tolerance: 100.0,
+            tolerance: 1e30,
             min_iter: 9,
             ..SolverControls::default()
         };
         let (perf, _) = solve_on(&backend, &b, &loose);
-        assert_eq!(perf.iterations, 9, "jacobi {jacobi}");
+        assert_eq!(perf.iterations, 9, "jacobi {jacobi}: {perf:?}");
         let (dev, x_dev) = solve_on(&backend, &b, &controls());
         backend.set_device_loop(false);
         let (host, x_host) = solve_on(&backend, &b, &controls());
         assert_eq!(dev.history.len(), dev.iterations);
         assert!(
             dev.iterations.abs_diff(host.iterations) <= 1,
-            "jacobi {jacobi}"
+            "jacobi {jacobi}: {} vs {}",
+            dev.iterations,
+            host.iterations
         );
         assert!(max_rel_diff(&x_dev, &x_host) < 1e-6);
     }
