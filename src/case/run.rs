@@ -11,9 +11,11 @@ use super::setup::{CaseSetup, LinearSolver, OutputFormat, Scalar, SourceSplit, T
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, TimeScheme};
+use crate::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
+use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::multi::{MultiGpuBackend, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::smooth::DevicePreconditioner;
@@ -23,7 +25,7 @@ use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::{gather_global, Communicator};
-use crate::solve::amg::solve_amg;
+use crate::solve::amg::{solve_amg, AmgSettings};
 use crate::solve::distributed::solve_pcg_distributed;
 use crate::solve::solve_krylov;
 use crate::solve::{
@@ -31,9 +33,10 @@ use crate::solve::{
     SolveError, SolverPerformance,
 };
 use crate::sparse::distribute::Decomposition;
-use crate::sparse::{Csr, Permutation, RowOrdering};
+use crate::sparse::{Csr, ModSell, Permutation, RowOrdering};
 use cudarc::driver::CudaSlice;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Instant;
 
 /// Volume-weighted norms of the error T − T_exact over the cells.
@@ -922,8 +925,6 @@ fn solve_distributed(
         Some(format!("{method}"))
     } else if let Some(smoother) = &solver.smoother {
         Some(format!("smoothSolver ({smoother})"))
-    } else if solver.gamg.is_some() {
-        Some("GAMG".to_string())
     } else if solver.equilibration != EquilibrationKind::None {
         Some(format!("equilibration {}", solver.equilibration))
     } else {
@@ -932,11 +933,21 @@ fn solve_distributed(
     if let Some(what) = unsupported {
         return Err(SolveError::InvalidControls(format!(
             "{what} does not run distributed; use solver PCG with a preconditioner such as \
-             DIC, FDIC or diagonal (block Jacobi over the ranks), or run on one rank"
+             DIC, FDIC or diagonal (block Jacobi over the ranks), GAMG, or run on one rank"
         )));
     }
+    // GAMG runs as PCG with block-Jacobi AMG: each rank's hierarchy of its
+    // owned block, one cycle as its block preconditioner.
+    let block_preconditioner = match solver.gamg {
+        Some(settings) => Preconditioner::Amg(settings),
+        None => solver.preconditioner,
+    };
     if let Some(gpu) = ranks.gpu {
-        return solve_distributed_gpu(gpu, ranks, solver, matrix, b, x, field);
+        let solver = LinearSolver {
+            preconditioner: block_preconditioner,
+            ..*solver
+        };
+        return solve_distributed_gpu(gpu, ranks, &solver, matrix, b, x, field);
     }
     let local = ranks
         .decomposition
@@ -947,7 +958,7 @@ fn solve_distributed(
     let perf = solve_pcg_distributed(
         &local,
         ranks.comm,
-        solver.preconditioner,
+        block_preconditioner,
         &b_local,
         &mut x_local,
         &solver.controls,
@@ -958,8 +969,9 @@ fn solve_distributed(
 }
 
 /// [`solve_distributed`] on the rank's GPU: PCG over the ranks' GPUs with
-/// Jacobi, none or block DIC/IC0/DILU, halos and sums through the
-/// communicator; x is gathered back on every rank.
+/// Jacobi, none, block DIC/IC0/DILU or block AMG (the GPU AMG of
+/// `gpu_amg_settings`), halos and sums through the communicator; x is
+/// gathered back on every rank.
 fn solve_distributed_gpu(
     gpu: &Gpu,
     ranks: &Ranks,
@@ -974,13 +986,20 @@ fn solve_distributed_gpu(
     let (jacobi, blocks) = match solver.preconditioner {
         Preconditioner::Kind(PreconditionerKind::Jacobi) => (true, None),
         Preconditioner::Kind(PreconditionerKind::None) => (false, None),
-        Preconditioner::Kind(PreconditionerKind::Dic) => (false, Some(IcKind::Dic)),
-        Preconditioner::Kind(PreconditionerKind::Ic0) => (false, Some(IcKind::Ic0)),
-        Preconditioner::Kind(PreconditionerKind::Dilu) => (false, Some(IcKind::Dilu)),
+        Preconditioner::Kind(PreconditionerKind::Dic) => (false, Some(RankBlock::Ic(IcKind::Dic))),
+        Preconditioner::Kind(PreconditionerKind::Ic0) => (false, Some(RankBlock::Ic(IcKind::Ic0))),
+        Preconditioner::Kind(PreconditionerKind::Dilu) => {
+            (false, Some(RankBlock::Ic(IcKind::Dilu)))
+        }
+        Preconditioner::Amg(s) => {
+            let s = gpu_amg_settings(&s);
+            s.validate().map_err(SolveError::InvalidControls)?;
+            (false, Some(RankBlock::Amg(s)))
+        }
         other => {
             return Err(SolveError::InvalidControls(format!(
                 "preconditioner {other:?} does not run distributed on GPUs; use diagonal, \
-                 none, DIC/FDIC, IC0 or DILU there, or run with --device cpu"
+                 none, DIC/FDIC, IC0, DILU or GAMG there, or run with --device cpu"
             )))
         }
     };
@@ -993,10 +1012,20 @@ fn solve_distributed_gpu(
     let d = ranks.decomposition;
     let mut backend =
         MultiGpuBackend::for_rank(gpu, matrix, d, ranks.comm, &options).map_err(device)?;
-    if let Some(kind) = blocks {
+    if let Some(block) = blocks {
         backend.set_preconditioners(matrix, d, |gpu, a_oo| {
-            let p = DeviceIncompleteCholesky::new(gpu, a_oo, kind)?;
-            Ok(Box::new(p) as Box<dyn DevicePreconditioner>)
+            Ok(match block {
+                RankBlock::Ic(kind) => Box::new(DeviceIncompleteCholesky::new(gpu, a_oo, kind)?)
+                    as Box<dyn DevicePreconditioner>,
+                RankBlock::Amg(settings) => {
+                    let m = ModSell::from_csr(a_oo, options.slice_height)
+                        .map_err(SolveError::Device)?;
+                    let fine = DeviceModSell::upload(gpu, &m).map_err(device)?;
+                    let amg = DeviceAmg::new(gpu, Rc::new(fine), &settings).map_err(device)?;
+                    log::debug!("rank block GPU {settings}: {}", amg.describe());
+                    Box::new(amg)
+                }
+            })
         })?;
     }
     let b_dev = backend.upload(b).map_err(device)?;
@@ -1006,6 +1035,13 @@ fn solve_distributed_gpu(
     ranks.comm.merge(&mut whole);
     x.copy_from_slice(&whole);
     Ok(perf)
+}
+
+/// A GPU rank's block preconditioner on its owned block.
+#[derive(Clone, Copy)]
+enum RankBlock {
+    Ic(IcKind),
+    Amg(AmgSettings),
 }
 
 /// Writes `<case>/<time>/<field>` of `field` (the whole field, e.g.
