@@ -174,6 +174,96 @@ fn mismatched_or_missing_decompositions_are_errors_saying_what_to_do() {
     assert!(!dir.join("processor2").exists());
 }
 
+/// Replaces the T solver's `solver PCG; preconditioner FDIC;` lines of the
+/// case copy's fvSolution by `entries`.
+fn set_t_solver(dir: &Path, entries: &str) {
+    let path = dir.join("system/fvSolution");
+    let s = std::fs::read_to_string(&path).unwrap();
+    let old = "solver          PCG;\n        preconditioner  FDIC;";
+    assert!(s.contains(old), "the shipped fvSolution changed");
+    std::fs::write(&path, s.replace(old, entries)).unwrap();
+}
+
+/// The iterations of the first `Solving for T` line of a run's log.
+fn first_iterations(log: &str) -> usize {
+    let line = log
+        .lines()
+        .find(|l| l.contains("Solving for T"))
+        .expect("a residual line");
+    line.rsplit("No Iterations ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no iteration count in {line}"))
+}
+
+/// GAMG on thread ranks runs as PCG with block-Jacobi AMG, and
+/// `deflation subdomains;` adds one deflation vector per rank (to PCG with
+/// FDIC and to GAMG): each gives the serial answer; the iterations of the
+/// last solve are printed.
+#[test]
+fn gamg_and_subdomain_deflation_on_thread_ranks_give_the_serial_answer() {
+    for (name, entries) in [
+        ("gamg", "solver          GAMG;\n        smoother        GaussSeidel;"),
+        (
+            "fdic_deflated",
+            "solver          PCG;\n        preconditioner  FDIC;\n        deflation       subdomains;",
+        ),
+        (
+            "gamg_deflated",
+            "solver          GAMG;\n        smoother        GaussSeidel;\n        deflation       subdomains;",
+        ),
+    ] {
+        for ranks in ["2", "4"] {
+            let dir = case_copy(&format!("parallel_{name}_{ranks}"));
+            set_t_solver(&dir, entries);
+            let t = ok(fvpoisson(&["run", dir.to_str().unwrap(), "--ranks", ranks]));
+            println!(
+                "{name} on {ranks} ranks: {} iterations in the first solve",
+                first_iterations(&t)
+            );
+            assert_serial_answer(&dir);
+        }
+    }
+}
+
+/// A bad `deflation` value names the file, line and the choices; deflation
+/// on a smoothSolver is refused.
+#[test]
+fn bad_deflation_settings_are_errors_saying_what_to_do() {
+    let dir = case_copy("parallel_bad_deflation");
+    set_t_solver(
+        &dir,
+        "solver          PCG;\n        preconditioner  FDIC;\n        deflation       ranks;",
+    );
+    let o = fvpoisson(&["run", dir.to_str().unwrap(), "--ranks", "2"]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("fvSolution"), "{t}");
+    assert!(
+        t.contains("unknown deflation 'ranks' (one of: none, subdomains)"),
+        "{t}"
+    );
+    set_t_solver_from(
+        &dir,
+        "deflation       ranks;",
+        "deflation       subdomains;\n        solver          smoothSolver;\n        smoother        GaussSeidel;",
+    );
+    let o = fvpoisson(&["run", dir.to_str().unwrap(), "--ranks", "2"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("deflation applies to PCG and GAMG"),
+        "{}",
+        text(&o)
+    );
+}
+
+fn set_t_solver_from(dir: &Path, old: &str, new: &str) {
+    let path = dir.join("system/fvSolution");
+    let s = std::fs::read_to_string(&path).unwrap();
+    assert!(s.contains(old));
+    std::fs::write(&path, s.replace(old, new)).unwrap();
+}
+
 /// The value of `key="..."` in the first `<tag ...>` of a VTK file's XML
 /// (before its appended binary data).
 fn vtk_attribute(path: &Path, tag: &str, key: &str) -> String {
@@ -252,6 +342,34 @@ fn thread_ranks_on_gpus_give_the_serial_answer() {
         assert!(t.contains("PCG:  Solving for T, Initial residual"), "{t}");
         assert_serial_answer(&dir);
     }
+}
+
+/// `run -np 2 --device gpu` of a GAMG case: PCG with the GPU AMG of each
+/// rank's owned block gives the serial answer; `deflation subdomains` on GPU
+/// ranks is an error. `skipped: no CUDA device` without a GPU.
+#[test]
+fn gamg_on_gpu_ranks_gives_the_serial_answer() {
+    let Some(_gpu) = fvpoisson::gpu::test_device() else {
+        return;
+    };
+    let dir = case_copy("parallel_gpu_gamg");
+    let d = dir.to_str().unwrap();
+    set_t_solver(
+        &dir,
+        "solver          GAMG;\n        smoother        GaussSeidel;",
+    );
+    let t = ok(fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]));
+    assert!(t.contains("distributed over 2 ranks (GPUs"), "{t}");
+    println!("GAMG on 2 GPU ranks: {} iterations", first_iterations(&t));
+    assert_serial_answer(&dir);
+    set_t_solver_from(
+        &dir,
+        "smoother        GaussSeidel;",
+        "smoother        GaussSeidel;\n        deflation       subdomains;",
+    );
+    let o = fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("runs on CPU ranks only"), "{}", text(&o));
 }
 
 /// `--gpus` without `--device gpu`, a device that does not exist and

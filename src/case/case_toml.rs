@@ -107,6 +107,7 @@ use super::CaseError;
 use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
+use crate::solve::distributed::Deflation;
 use crate::solve::{
     EigenBound, EquilibrationKind, FsaiSettings, KrylovMethod, PolynomialKind, PolynomialSettings,
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
@@ -251,6 +252,7 @@ pub(super) struct SolverEntry {
     #[serde(rename = "preconditioningSide")]
     preconditioning_side: Option<Spanned<String>>,
     flexible: Option<Spanned<bool>>,
+    deflation: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -974,6 +976,22 @@ impl Source<'_> {
                 ),
             ));
         }
+        let deflation = match &entry.deflation {
+            None => base.deflation,
+            Some(d) if smooth_solver || krylov.is_some() => {
+                return Err(self.error(
+                    d.span(),
+                    format!(
+                        "solver.{name}.deflation: applies to PCG and GAMG in distributed runs; \
+                         remove the key or set solver = \"PCG\""
+                    ),
+                ))
+            }
+            Some(d) => d
+                .get_ref()
+                .parse::<Deflation>()
+                .map_err(|e| self.error(d.span(), format!("solver.{name}.deflation: {e}")))?,
+        };
         let uses_amg = gamg_solver || matches!(preconditioner, Preconditioner::Amg(_));
         if let (Some(table), false) = (&entry.amg, uses_amg) {
             return Err(self.error(
@@ -997,6 +1015,7 @@ impl Source<'_> {
             controls,
             ordering,
             krylov,
+            deflation,
         })
     }
 

@@ -26,7 +26,7 @@ use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{solve_amg, AmgSettings};
-use crate::solve::distributed::solve_pcg_distributed;
+use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
 use crate::solve::solve_krylov;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
@@ -864,6 +864,16 @@ pub(crate) fn solve_linear(
     if let Device::Distributed(ranks) = device {
         return solve_distributed(&ranks, solver, matrix, b, x, field);
     }
+    if solver.deflation != Deflation::None {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            log::warn!(
+                "deflation {}: a serial run is one subdomain, nothing to deflate; the key acts \
+                 on distributed runs (run -np N)",
+                solver.deflation
+            )
+        });
+    }
     let solver = device.adapt(solver);
     let (equilibration, controls) = (&solver.equilibration, &solver.controls);
     let options = GpuSolveOptions {
@@ -943,6 +953,12 @@ fn solve_distributed(
         None => solver.preconditioner,
     };
     if let Some(gpu) = ranks.gpu {
+        if solver.deflation != Deflation::None {
+            return Err(SolveError::InvalidControls(format!(
+                "deflation {} runs on CPU ranks only; remove the key or run with --device cpu",
+                solver.deflation
+            )));
+        }
         let solver = LinearSolver {
             preconditioner: block_preconditioner,
             ..*solver
@@ -955,10 +971,11 @@ fn solve_distributed(
         .map_err(SolveError::InvalidControls)?;
     let b_local = local.scatter(b);
     let mut x_local = local.scatter(x);
-    let perf = solve_pcg_distributed(
+    let perf = solve_pcg_distributed_deflated(
         &local,
         ranks.comm,
         block_preconditioner,
+        solver.deflation,
         &b_local,
         &mut x_local,
         &solver.controls,
