@@ -84,6 +84,8 @@
 //! maxIter = 1000              # default 1000
 //! minIter = 0                 # default 0
 //! ordering = "rcm"            # row ordering of GPU solves: natural, cm, rcm (default), metis
+//! deflation = "none"          # PCG and GAMG in distributed runs: none, subdomains (one
+//!                             # deflation vector per rank; CPU ranks)
 //!
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]
