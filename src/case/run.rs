@@ -25,7 +25,7 @@ use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::{gather_global, Communicator};
-use crate::solve::amg::{solve_amg, AmgSettings};
+use crate::solve::amg::{solve_amg, AmgSettings, CycleKind};
 use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
 use crate::solve::solve_krylov;
 use crate::solve::{
@@ -1009,7 +1009,13 @@ fn solve_distributed_gpu(
             (false, Some(RankBlock::Ic(IcKind::Dilu)))
         }
         Preconditioner::Amg(s) => {
-            let s = gpu_amg_settings(&s);
+            let mut s = gpu_amg_settings(&s);
+            if s.cycle == CycleKind::K {
+                // The K-cycle's step lengths depend on r; the multi-GPU PCG
+                // takes fixed linear preconditioners only.
+                log::info!("GAMG on GPU ranks: V-cycles instead of the K-cycle (linear)");
+                s.cycle = CycleKind::V;
+            }
             s.validate().map_err(SolveError::InvalidControls)?;
             (false, Some(RankBlock::Amg(s)))
         }
