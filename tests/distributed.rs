@@ -11,7 +11,7 @@ use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator, SingleProcess};
 use fvpoisson::solve::amg::{solve_amg, AmgSettings};
 use fvpoisson::solve::distributed::{
-    solve_pcg_distributed, solve_pcg_distributed_deflated, Deflation,
+    solve_pcg_distributed, solve_pcg_distributed_deflated, Deflation, RankDeflation,
 };
 use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::distribute::Decomposition;
@@ -206,6 +206,42 @@ fn subdomain_deflation_gives_the_serial_answer_in_fewer_iterations() {
                     );
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn the_ranks_coarse_matrix_is_z_transpose_a_z_of_the_whole_matrix() {
+    // E summed over the ranks against ZᵀAZ of the global matrix (every entry
+    // a_ij added to E[owner(i)][owner(j)]), on meshes and a random matrix.
+    let mut systems: Vec<Csr> = meshes().into_iter().map(|(_, a, _)| a).collect();
+    systems.push(random_symmetric(500, 6, 11));
+    for a in &systems {
+        for ranks in [1, 3, 4] {
+            let d = Decomposition::metis(a, ranks).unwrap();
+            let owner = d.owners();
+            let mut expected = vec![0.0; ranks * ranks];
+            for i in 0..a.n_rows() {
+                let (cols, vals) = a.row(i);
+                for (&j, &v) in cols.iter().zip(vals) {
+                    expected[owner[i] as usize * ranks + owner[j as usize] as usize] += v;
+                }
+            }
+            let scale = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let found = run_threads(ranks, |comm| {
+                let local = d.local(a, comm.rank()).unwrap();
+                let e = RankDeflation::new(&local, comm).unwrap();
+                e.coarse_matrix()
+                    .transpose()
+                    .iter()
+                    .copied()
+                    .collect::<Vec<f64>>()
+            });
+            for e in &found {
+                assert_eq!(e, &found[0], "ranks disagree on E");
+            }
+            let diff = max_diff(&found[0], &expected);
+            assert!(diff <= 1e-12 * scale, "{ranks} ranks: E differs by {diff}");
         }
     }
 }

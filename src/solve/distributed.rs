@@ -243,6 +243,7 @@ pub struct RankDeflation<'a> {
     /// (rank, Σ over that rank's columns of a_ij).
     az_ptr: Vec<usize>,
     az: Vec<(usize, f64)>,
+    e: DMatrix<f64>,
     e_inverse: DMatrix<f64>,
     /// a = E⁻¹ Zᵀ v of the last `project`.
     correction: RefCell<Vec<f64>>,
@@ -276,15 +277,22 @@ impl<'a> RankDeflation<'a> {
             az_ptr.push(az.len());
         }
         comm.sum(&mut e);
-        let e_inverse = coarse_inverse(&DMatrix::from_row_slice(k, k, &e))?;
+        let e = DMatrix::from_row_slice(k, k, &e);
+        let e_inverse = coarse_inverse(&e)?;
         Ok(Self {
             comm,
             rank,
             az_ptr,
             az,
+            e,
             e_inverse,
             correction: RefCell::new(vec![0.0; k]),
         })
+    }
+
+    /// E = ZᵀAZ as summed over the ranks (the same on every rank).
+    pub fn coarse_matrix(&self) -> &DMatrix<f64> {
+        &self.e
     }
 }
 
