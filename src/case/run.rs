@@ -921,7 +921,8 @@ pub(crate) fn solve_linear(
 }
 
 /// One linear solve of a distributed run: PCG over the ranks with `solver`'s
-/// preconditioner as block Jacobi; x, the whole field, is gathered back on
+/// preconditioner (GAMG: its AMG) as block Jacobi, deflated by one vector per
+/// rank with `deflation subdomains`; x, the whole field, is gathered back on
 /// every rank.
 fn solve_distributed(
     ranks: &Ranks,

@@ -9,7 +9,8 @@
 //! The preconditioner is block Jacobi over ranks: any CPU preconditioner of
 //! `solve::precond` built on the rank's owned block (halo couplings dropped).
 //! Jacobi is the global Jacobi; DIC, IC(0), symmetric Gauss–Seidel... become
-//! their block versions, weaker as the rank count grows.
+//! their block versions, weaker as the rank count grows; AMG (a distributed
+//! GAMG) builds each rank's hierarchy on its owned block.
 //!
 //! Subdomain deflation ([`Deflation::Subdomains`], Nicolaides; Frank & Vuik)
 //! adds a coarse space of one vector per rank, the indicator of its owned
