@@ -763,13 +763,10 @@ extern "C" __global__ void amg_dense_apply_f32(int n, const double* __restrict__
 }
 
 // ---- The coarsest level's operator, formed on the device (set-up): a dense
-// Cholesky factor and the inverse column by column (the host's nalgebra
-// inverse takes ~1 s at 1000 rows). The matrix is the one the CPU's
+// Cholesky factor (blocked, many blocks per panel) and the inverse column by
+// column (the host's nalgebra inverse takes ~1 s at 1000 rows). Nothing is
+// read back: the singularity test and the pivot check stay on the device. The matrix is the one the CPU's
 // CoarsestSolver factors (symmetrised, shifted when singular), row-major.
-
-// Largest coarsest matrix (solve::amg MAX_DENSE_ROWS): column k of the factor
-// is staged in shared memory.
-#define DENSE_MAX_ROWS 4096
 
 // The coarsest CSR matrix scattered into the zeroed row-major n x n `dense`
 // (one thread per row).
@@ -782,9 +779,18 @@ extern "C" __global__ void amg_dense_scatter(int n, const u64* __restrict__ row_
     for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) dense[(u64)i * n + cols[k]] = vals[k];
 }
 
+// The set-up's status words (read back once, after the coarsest operator):
+// status[l] = INT_MAX for l < levels (amg_smoother_scale's smallest bad row
+// of level l), status[levels] = 0 (amg_dense_panel's failed pivot).
+extern "C" __global__ void amg_status_reset(int levels, int* __restrict__ status) {
+    const int l = blockIdx.x * blockDim.x + threadIdx.x;
+    if (l < levels) status[l] = 0x7fffffff;
+    if (l == levels) status[l] = 0;
+}
+
 // Per row of the coarsest CSR matrix: the sum of its entries in column order
-// (the dense row's sum: its zeros add nothing) and its diagonal; the host
-// adds them in row order for CoarsestSolver's singularity test.
+// (the dense row's sum: its zeros add nothing) and its diagonal, for
+// amg_dense_singular.
 extern "C" __global__ void amg_dense_row_sums(int n, const u64* __restrict__ row_ptr,
                                               const unsigned* __restrict__ cols,
                                               const double* __restrict__ vals,
@@ -801,54 +807,160 @@ extern "C" __global__ void amg_dense_row_sums(int n, const u64* __restrict__ row
     diag[i] = d;
 }
 
-// The matrix CoarsestSolver factors, as the host formed it: m = dense (+ the
-// shift everywhere when singular), then (m + m^T) / 2; one thread per entry.
+// CoarsestSolver's singularity test on the device (one thread, the host's
+// order: row by row): A_L is singular when sum_i |sums_i| <= tol * sum_i
+// a_ii. out[0] = 1 (singular) or 0, out[1] = the shift sum_i a_ii / (n n).
+// No read-back: amg_dense_symmetrise and amg_dense_inverse read out.
+extern "C" __global__ void amg_dense_singular(int n, const double* __restrict__ sums,
+                                              const double* __restrict__ diag, double tol,
+                                              double* __restrict__ out) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double d = 0.0, r = 0.0;
+    for (int i = 0; i < n; ++i) d = __dadd_rn(d, diag[i]);
+    for (int i = 0; i < n; ++i) r = __dadd_rn(r, fabs(sums[i]));
+    out[0] = r <= __dmul_rn(tol, d) ? 1.0 : 0.0;
+    out[1] = __ddiv_rn(d, __dmul_rn((double)n, (double)n));
+}
+
+// The matrix CoarsestSolver factors, as the host forms it: m = dense (+ the
+// shift everywhere when singular[0] != 0; singular as amg_dense_singular
+// writes it), then (m + m^T) / 2; one thread per entry.
 extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict__ dense,
-                                                int singular, double shift,
+                                                const double* __restrict__ singular,
                                                 double* __restrict__ out) {
     const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     if (e >= (u64)n * n) return;
     const u64 i = e / n, j = e % n;
     double a = dense[i * n + j], b = dense[j * n + i];
-    if (singular) {
-        a = __dadd_rn(a, shift);
-        b = __dadd_rn(b, shift);
+    if (singular[0] != 0.0) {
+        a = __dadd_rn(a, singular[1]);
+        b = __dadd_rn(b, singular[1]);
     }
     out[e] = __dmul_rn(__dadd_rn(a, b), 0.5);
 }
 
-// In-place Cholesky A = L L^T of the row-major n x n matrix a (its lower
-// triangle, diagonal included, becomes L; the upper triangle is not read).
-// One block (blockDim a multiple of 32), right-looking: per column k the
-// pivot, the column below it scaled, then the trailing lower triangle
-// updated, a warp per row, lanes along the row. *failed = k + 1 for the
-// first pivot that is not positive (0 when the factor exists).
-extern "C" __global__ void amg_dense_cholesky(int n, double* a, int* failed) {
-    __shared__ double col[DENSE_MAX_ROWS];
-    __shared__ double pivot;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (int k = 0; k < n; ++k) {
-        if (threadIdx.x == 0) {
-            const double d = a[(u64)k * n + k];
-            pivot = d > 0.0 ? sqrt(d) : 0.0;
-            if (pivot == 0.0) *failed = k + 1;
-            a[(u64)k * n + k] = pivot;
-        }
-        __syncthreads();
-        if (pivot == 0.0) return;  // shared: the whole block leaves
-        for (int i = k + 1 + threadIdx.x; i < n; i += blockDim.x) {
-            const double l = a[(u64)i * n + k] / pivot;
-            a[(u64)i * n + k] = l;
-            col[i] = l;
-        }
-        __syncthreads();
-        for (int i = k + 1 + warp; i < n; i += warps) {
-            const double li = col[i];
-            double* row = a + (u64)i * n;
-            for (int j = k + 1 + lane; j <= i; j += 32) row[j] -= li * col[j];
-        }
-        __syncthreads();  // the next pivot and column read the updated rows
+// In-place blocked Cholesky A = L L^T of the row-major n x n matrix a (its
+// lower triangle, diagonal included, becomes L; the upper triangle is not
+// read), right-looking in panels of DENSE_PANEL columns:
+// - amg_dense_diag (once, one block): the first panel's diagonal block L11;
+// - per panel p (its first column): amg_dense_panel solves L21 L11^T = A21,
+//   a warp per row; then, if rows remain, amg_dense_update subtracts L21 L21^T
+//   from the trailing lower triangle in 32 x 32 tiles (a block each), and the
+//   block of the first tile (the next panel's diagonal block, which no other
+//   block of that launch reads) factors it.
+// Diagonal blocks are factored in shared memory by dense_factor_diag. *failed
+// = k + 1 for the first pivot k that is not positive (NaN included); 0 while
+// the factor exists. Once set, every later launch returns at once.
+#define DENSE_PANEL 32
+
+// The diagonal block at (p, p) (pb = min(DENSE_PANEL, n - p) rows) factored
+// in place by the whole block (unblocked right-looking Cholesky in shared
+// memory); false (and *failed set) at a pivot that is not positive.
+__device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    __shared__ int bad;
+    const int pb = min(DENSE_PANEL, n - p);
+    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+        const int i = e / pb, j = e % pb;
+        if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
     }
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    for (int k = 0; k < pb; ++k) {
+        if (threadIdx.x == 0) {
+            const double d = s[k][k];
+            const double pivot = d > 0.0 ? __dsqrt_rn(d) : 0.0;
+            s[k][k] = pivot;
+            if (pivot == 0.0) {
+                bad = p + k + 1;
+                *failed = bad;
+            }
+        }
+        __syncthreads();
+        if (bad != 0) return false;  // shared: the whole block leaves
+        for (int i = k + 1 + threadIdx.x; i < pb; i += blockDim.x)
+            s[i][k] = __ddiv_rn(s[i][k], s[k][k]);
+        __syncthreads();
+        for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+            const int i = e / pb, j = e % pb;
+            if (j > k && j <= i) s[i][j] = __dsub_rn(s[i][j], __dmul_rn(s[i][k], s[j][k]));
+        }
+        __syncthreads();
+    }
+    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+        const int i = e / pb, j = e % pb;
+        if (j <= i) a[(u64)(p + i) * n + p + j] = s[i][j];
+    }
+    return true;
+}
+
+extern "C" __global__ void amg_dense_diag(int n, int p, double* a, int* failed) {
+    if (*failed != 0) return;
+    dense_factor_diag(n, p, a, failed);
+}
+
+// Rows p + DENSE_PANEL.. of panel p: forward substitution with the factored
+// L11, lane k owning column k; blockDim.x / 32 rows per block.
+extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    if (*failed != 0) return;  // uniform: an earlier panel failed
+    const int pb = min(DENSE_PANEL, n - p);
+    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+        const int i = e / pb, j = e % pb;
+        if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int i = p + pb + blockIdx.x * (blockDim.x >> 5) + warp;
+    if (i >= n) return;  // whole warps leave together
+    double* row = a + (u64)i * n + p;
+    double v = lane < pb ? row[lane] : 0.0;
+    for (int k = 0; k < pb; ++k) {
+        const double x = __ddiv_rn(__shfl_sync(0xffffffffu, v, k), s[k][k]);
+        if (lane == k) v = x;
+        else if (lane > k && lane < pb) v = __dsub_rn(v, __dmul_rn(x, s[lane][k]));
+    }
+    if (lane < pb) row[lane] = v;
+}
+
+// The trailing update of panel p: a[i][j] -= sum_k L[i][p+k] L[j][p+k] for
+// q = p + DENSE_PANEL <= j <= i < n, one 32 x 32 tile of the lower triangle
+// per block (tiles numbered row by row: tile b is (ti, tj), tj <= ti),
+// blockDim.x a multiple of 32 (each thread a column of the tile, every
+// blockDim/32-th row). The block of tile 0 then factors the diagonal block
+// at (q, q).
+extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed) {
+    __shared__ double li[32][33];
+    __shared__ double lj[32][33];
+    if (*failed != 0) return;
+    const int q = p + DENSE_PANEL;
+    // Tile b → (ti, tj): ti(ti+1)/2 <= b < (ti+1)(ti+2)/2.
+    const long long b = blockIdx.x;
+    int ti = (int)((sqrt(8.0 * (double)b + 1.0) - 1.0) / 2.0);
+    while ((long long)ti * (ti + 1) / 2 > b) --ti;
+    while ((long long)(ti + 1) * (ti + 2) / 2 <= b) ++ti;
+    const int tj = (int)(b - (long long)ti * (ti + 1) / 2);
+    const int i0 = q + 32 * ti, j0 = q + 32 * tj;
+    for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
+        const int r = e >> 5, c = e & 31;
+        li[r][c] = i0 + r < n ? a[(u64)(i0 + r) * n + p + c] : 0.0;
+        lj[r][c] = j0 + r < n ? a[(u64)(j0 + r) * n + p + c] : 0.0;
+    }
+    __syncthreads();
+    const int tx = threadIdx.x & 31;
+    const int j = j0 + tx;
+    for (int r = threadIdx.x >> 5; r < 32; r += blockDim.x >> 5) {
+        const int i = i0 + r;
+        if (i >= n || j > i) continue;
+        double sum = 0.0;
+        for (int c = 0; c < DENSE_PANEL; ++c)
+            sum = __dadd_rn(sum, __dmul_rn(li[r][c], lj[tx][c]));
+        double* e = a + (u64)i * n + j;
+        *e = __dsub_rn(*e, sum);
+    }
+    if (b != 0) return;
+    __syncthreads();  // the tile's updated entries, written above, are read next
+    dense_factor_diag(n, q, a, failed);
 }
 
 // Sum over the warp, valid in every lane (fixed butterfly order).
@@ -858,10 +970,11 @@ __device__ double warp_sum_all(double v) {
 }
 
 // Column j of A^-1 (one warp per column) from the factor l: L y = e_j, then
-// L^T x = y, in scratch[j*n ..); with `project` (singular A_L) minus its
-// mean (as CoarsestSolver::inverse), written to inv[i*n + j] (row-major).
+// L^T x = y, in scratch[j*n ..); when singular[0] != 0 (amg_dense_singular)
+// minus its mean (as CoarsestSolver::inverse), written to inv[i*n + j] (row-major).
 extern "C" __global__ void amg_dense_inverse(int n, const double* __restrict__ l,
-                                             double* __restrict__ scratch, int project,
+                                             double* __restrict__ scratch,
+                                             const double* __restrict__ singular,
                                              double* __restrict__ inv) {
     const int lane = threadIdx.x & 31;
     const int j = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
@@ -884,7 +997,7 @@ extern "C" __global__ void amg_dense_inverse(int n, const double* __restrict__ l
         __syncwarp();
     }
     double mean = 0.0;
-    if (project) {
+    if (singular[0] != 0.0) {
         double s = 0.0;
         for (int i = lane; i < n; i += 32) s += y[i];
         mean = warp_sum_all(s) / n;
