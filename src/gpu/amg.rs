@@ -27,7 +27,7 @@
 //!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
 //!   the matrix formed (the singularity test on the device), factored by a
 //!   blocked Cholesky (panels of 32 columns, many blocks per launch) and
-//!   inverted column by column (a warp per column) on the device.
+//!   inverted as Wᵀ W, W = L⁻¹ (blocked too), on the device.
 //!
 //! The value-only re-set-up ([`DeviceAmg::update_values`]) is device passes
 //! only, into the set-up's arrays (no allocation): fine CSR values, Galerkin
@@ -1272,8 +1272,9 @@ impl<'g> DeviceAmg<'g> {
     /// host's test in its order — and symmetrised), factored by the blocked
     /// Cholesky (`amg_dense_diag`, then per panel of [`DENSE_PANEL`] columns
     /// `amg_dense_panel` and `amg_dense_update`: many blocks each), and
-    /// inverted column by column by `amg_dense_inverse` (the host's O(n³)
-    /// inverse takes ~1 s at 1000 rows).
+    /// inverted as Wᵀ W with W = L⁻¹ (blocked forward substitution on the
+    /// identity, then a tiled product; the host's O(n³) inverse takes ~1 s at
+    /// 1000 rows). About 4 n_L / 32 launches, each of many blocks.
     fn coarsest_operator(&mut self) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let last = self.levels.len() - 1;
@@ -1357,13 +1358,59 @@ impl<'g> DeviceAmg<'g> {
                 },
             )?;
         }
-        let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
-        gpu.launch("amg_dense_inverse", grid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&n32)
-                .arg(&w.factor)
-                .arg(&w.scratch)
-                .arg(&w.singular)
-                .arg(&self.coarsest_inverse);
+        // W = L⁻¹ in `scratch`, then A_L⁻¹ = Wᵀ W, projected when singular.
+        gpu.launch(
+            "amg_dense_identity",
+            vector_grid(n * n),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&w.scratch);
+            },
+        )?;
+        for p in (0..n).step_by(DENSE_PANEL) {
+            let p32 = p as i32;
+            let columns = (p + DENSE_PANEL).min(n);
+            gpu.launch(
+                "amg_dense_trinv_panel",
+                columns.div_ceil(DENSE_BLOCK as usize) as u32,
+                DENSE_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n32).arg(&p32).arg(&w.factor).arg(&w.scratch);
+                },
+            )?;
+            let below = n.saturating_sub(p + DENSE_PANEL);
+            if below > 0 {
+                let col_tiles = columns.div_ceil(32);
+                let col_tiles32 = col_tiles as i32;
+                gpu.launch(
+                    "amg_dense_trinv_update",
+                    (col_tiles * below.div_ceil(32)) as u32,
+                    DENSE_BLOCK,
+                    0,
+                    |args| {
+                        args.arg(&n32)
+                            .arg(&p32)
+                            .arg(&col_tiles32)
+                            .arg(&w.factor)
+                            .arg(&w.scratch);
+                    },
+                )?;
+            }
+        }
+        let tiles = n.div_ceil(32);
+        gpu.launch(
+            "amg_dense_wtw",
+            (tiles * tiles) as u32,
+            DENSE_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&w.scratch).arg(&self.coarsest_inverse);
+            },
+        )?;
+        gpu.launch("amg_dense_project", tiles as u32, DENSE_BLOCK, 0, |args| {
+            args.arg(&n32).arg(&w.singular).arg(&self.coarsest_inverse);
         })
     }
 
