@@ -354,6 +354,27 @@ fn the_profiled_set_up_names_its_phases() {
     let passes = names.iter().filter(|p| p.ends_with("passes")).count();
     assert_eq!(passes + 1, amg.level_rows().len());
     assert!(phases.iter().all(|(_, ms)| *ms >= 0.0));
+    // The profiled value update: its phases, and the plain update's bits.
+    let (m2, csr2) = fine(&gpu, &new_values(&a, 3), 512);
+    let (mut profiled, mut plain) = (amg, plain);
+    let update = profiled.update_values_profiled(Rc::clone(&m2)).unwrap();
+    plain.update_values(m2).unwrap();
+    println!("{update:?}");
+    let names: Vec<&str> = update.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "fine CSR values",
+            "Galerkin values",
+            "smoothers + coarsest operator",
+            "f32 copies + status"
+        ]
+    );
+    let r = gpu.upload(&random_vector(csr2.n_rows(), 1)).unwrap();
+    let z = [0, 1].map(|_| gpu.zeros::<f64>(csr2.n_rows()).unwrap());
+    profiled.apply(&r, &z[0]).unwrap();
+    plain.apply(&r, &z[1]).unwrap();
+    assert_eq!(gpu.download(&z[0]).unwrap(), gpu.download(&z[1]).unwrap());
 }
 
 #[test]

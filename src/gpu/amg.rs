@@ -1421,6 +1421,34 @@ impl<'g> DeviceAmg<'g> {
     /// aggregates), the smoother scales and the coarsest operator. Aggregates
     /// and patterns are kept.
     pub fn update_values(&mut self, fine: Rc<DeviceModSell>) -> Result<(), GpuError> {
+        self.update(fine, false).map(|_| ())
+    }
+
+    /// [`Self::update_values`] with the host time of each phase (fine CSR
+    /// values, Galerkin values, smoothers and coarsest operator, f32 copies
+    /// and the status read-back), the stream synchronised between phases
+    /// (`bench --amg`).
+    pub fn update_values_profiled(
+        &mut self,
+        fine: Rc<DeviceModSell>,
+    ) -> Result<Vec<(String, f64)>, GpuError> {
+        self.update(fine, true)
+    }
+
+    fn update(
+        &mut self,
+        fine: Rc<DeviceModSell>,
+        profile: bool,
+    ) -> Result<Vec<(String, f64)>, GpuError> {
+        let gpu = self.gpu;
+        let mut phases = Phases {
+            gpu,
+            on: profile,
+            last: std::time::Instant::now(),
+            times: Vec::new(),
+        };
+        phases.mark(|| "start".into())?;
+        phases.times.clear();
         let old = &self.fine;
         if fine.n != old.n
             || fine.slice_height != old.slice_height
@@ -1439,8 +1467,8 @@ impl<'g> DeviceAmg<'g> {
             )));
         }
         self.fine = fine;
-        let gpu = self.gpu;
         fine_values(gpu, &self.levels[0].a, &self.fine_source, &self.fine)?;
+        phases.mark(|| "fine CSR values".into())?;
         for l in 0..self.levels.len() - 1 {
             let (head, tail) = self.levels.split_at(l + 1);
             let (level, next) = (&head[l], &tail[0]);
@@ -1455,12 +1483,16 @@ impl<'g> DeviceAmg<'g> {
                 input = output;
             }
         }
+        phases.mark(|| "Galerkin values".into())?;
         self.smoothers_and_coarsest()?;
+        phases.mark(|| "smoothers + coarsest operator".into())?;
         match &mut self.arithmetic {
             Arithmetic::Double(c) => c.round_values(gpu, &self.levels, &self.fine)?,
             Arithmetic::Mixed(c) => c.round_values(gpu, &self.levels, &self.fine)?,
         }
-        self.check_status()
+        self.check_status()?;
+        phases.mark(|| "f32 copies + status".into())?;
+        Ok(phases.times)
     }
 
     /// Rows per level, fine first.

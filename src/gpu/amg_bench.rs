@@ -4,12 +4,12 @@
 //! x = 0; the true ‖b − A x‖₂ / ‖b‖₂ reached is printed too).
 //!
 //! Per cycle (V, W, K with the default settings, or the settings given by
-//! `--amg-variant`): the set-up (device events
-//! around `DeviceAmg::new`, which includes its few host reads and the
-//! coarsest factor on the host; the first set-up is given in the note, the
-//! row reports the second, warm), the value-only re-set-up
-//! (`update_values`), one cycle (median of `reps` after warm-up, with the
-//! bytes it moves per level, `DeviceAmg::cycle_bytes`, and their floor at
+//! `--amg-variant`): the set-up (device events around `DeviceAmg::new`,
+//! which includes its few host reads; the first set-up is given in the note,
+//! the row reports the second, warm, and the phases of a profiled one), the
+//! value-only re-set-up (`update_values`, and the phases of
+//! `update_values_profiled`), one cycle (median of `reps` after warm-up, with
+//! the bytes it moves per level, `DeviceAmg::cycle_bytes`, and their floor at
 //! the copy bandwidth measured in the same run), and PCG
 //! with the cycle as preconditioner (the fused device loop, after a warm-up
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
@@ -129,6 +129,11 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
             .collect();
         let fine = backend.shared_matrix();
         let (_, resetup_ms) = timed(gpu, || amg.update_values(fine))?;
+        let update_phases: Vec<String> = amg
+            .update_values_profiled(backend.shared_matrix())?
+            .iter()
+            .map(|(phase, ms)| format!("{phase} {ms:.2}"))
+            .collect();
         let b = backend.upload(&b_host)?;
         let z = gpu.zeros::<f64>(n)?;
         let cycle_ms = time_median(gpu, 3, settings.reps.max(1), |_| amg.apply(b.dev()?, &z))?;
@@ -160,8 +165,9 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
             format!("AMG {name} value re-set-up"),
             resetup_ms,
             format!(
-                "{:.0}% of the set-up (target <= 40%)",
-                100.0 * resetup_ms / setup_ms
+                "{:.0}% of the set-up (target <= 40%); phases (host ms, synchronised): {}",
+                100.0 * resetup_ms / setup_ms,
+                update_phases.join(", ")
             ),
         );
         push(
