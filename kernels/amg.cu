@@ -765,9 +765,9 @@ extern "C" __global__ void amg_dense_apply_f32(int n, const double* __restrict__
 // ---- The coarsest level's operator, formed on the device (set-up): a dense
 // Cholesky factor and the inverse W^T W, W = L^-1, both blocked in panels of
 // 32 with many blocks per launch (the host's nalgebra inverse takes ~1 s at
-// 1000 rows). Nothing is
-// read back: the singularity test and the pivot check stay on the device. The matrix is the one the CPU's
-// CoarsestSolver factors (symmetrised, shifted when singular), row-major.
+// 1000 rows). Nothing is read back: the singularity test and the pivot check
+// stay on the device. The matrix is the one the CPU's CoarsestSolver factors
+// (symmetrised, shifted when singular), row-major.
 
 // The coarsest CSR matrix scattered into the zeroed row-major n x n `dense`
 // (one thread per row).
@@ -811,7 +811,7 @@ extern "C" __global__ void amg_dense_row_sums(int n, const u64* __restrict__ row
 // CoarsestSolver's singularity test on the device (one thread, the host's
 // order: row by row): A_L is singular when sum_i |sums_i| <= tol * sum_i
 // a_ii. out[0] = 1 (singular) or 0, out[1] = the shift sum_i a_ii / (n n).
-// No read-back: amg_dense_symmetrise and amg_dense_inverse read out.
+// No read-back: amg_dense_symmetrise and amg_dense_project read out.
 extern "C" __global__ void amg_dense_singular(int n, const double* __restrict__ sums,
                                               const double* __restrict__ diag, double tol,
                                               double* __restrict__ out) {
