@@ -72,8 +72,11 @@ const SCAN_OFFSETS_BLOCK: u32 = 1024;
 /// kernels/amg.cu SCALE_JACOBI, SCALE_L1.
 const SCALE_JACOBI: i32 = 0;
 const SCALE_L1: i32 = 1;
-/// Rows of `amg_dense_apply` per block of [`VECTOR_BLOCK`] threads (a warp each).
-const DENSE_ROWS_PER_BLOCK: usize = VECTOR_BLOCK as usize / 32;
+/// Grid of a warp-per-row kernel over `rows` rows (`amg_dense_apply`, the
+/// Galerkin columns and values) in blocks of [`VECTOR_BLOCK`] threads.
+fn warp_grid(rows: usize) -> u32 {
+    rows.div_ceil(VECTOR_BLOCK as usize / 32) as u32
+}
 /// kernels/amg.cu K_*: the K-cycle's scalars on the device.
 const K_RHO1: i32 = 0;
 const K_ALPHA1: i32 = 1;
@@ -547,17 +550,23 @@ impl Pass {
                 .arg(&w.bound);
         })?;
         scan.launch(gpu, &w.bound, nc, &w.bound_ptr)?;
-        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&nc32)
-                .arg(&member_ptr)
-                .arg(&members)
-                .arg(&a.row_ptr)
-                .arg(&a.cols)
-                .arg(&aggregate)
-                .arg(&w.bound_ptr)
-                .arg(&w.scratch)
-                .arg(&w.count);
-        })?;
+        gpu.launch(
+            "amg_galerkin_columns",
+            warp_grid(nc),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&nc32)
+                    .arg(&member_ptr)
+                    .arg(&members)
+                    .arg(&a.row_ptr)
+                    .arg(&a.cols)
+                    .arg(&aggregate)
+                    .arg(&w.bound_ptr)
+                    .arg(&w.scratch)
+                    .arg(&w.count);
+            },
+        )?;
         let row_ptr = unzeroed::<u64>(gpu, nc + 1)?;
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
         let cols = unzeroed::<u32>(gpu, nnz)?;
@@ -598,7 +607,7 @@ impl Pass {
         let nc32 = self.n_coarse as i32;
         gpu.launch(
             "amg_galerkin_values",
-            vector_grid(self.n_coarse),
+            warp_grid(self.n_coarse),
             VECTOR_BLOCK,
             0,
             |args| {
@@ -1680,7 +1689,7 @@ impl<T: Arith> Run<'_, '_, T> {
             // One level: the coarsest solve alone, in f64.
             let n = amg.levels[0].a.n;
             let n32 = n as i32;
-            let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+            let grid = warp_grid(n);
             return gpu.launch("amg_dense_apply", grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n32).arg(&amg.coarsest_inverse).arg(r).arg(z);
                 arg_or_null(a, done);
@@ -1819,7 +1828,7 @@ impl<T: Arith> Run<'_, '_, T> {
             // The coarsest level (visited from zero only).
             let n = level.a.n;
             let n32 = n as i32;
-            let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+            let grid = warp_grid(n);
             return gpu.launch(k.dense_apply, grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n32).arg(&amg.coarsest_inverse).arg(b).arg(x);
                 arg_or_null(a, done);
