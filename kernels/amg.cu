@@ -138,8 +138,8 @@ extern "C" __global__ void amg_modsell_row_lengths(int n, int h, const u64* __re
 }
 
 // The CSR pattern: columns ascending (insertion sort of the row, whose columns
-// are distinct) and, per entry, its mod-SELL slot (-1: the diagonal), from
-// which amg_csr_values_from_modsell takes the values.
+// are distinct) and, per entry, its mod-SELL slot (-(row + 1): the diagonal
+// of row), from which amg_csr_values_from_modsell takes the values.
 extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restrict__ slice_ptr,
                                               const int* __restrict__ codes,
                                               const u64* __restrict__ row_ptr,
@@ -151,7 +151,7 @@ extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restric
     const u64 start = row_ptr[row];
     u64 end = start;
     cols[end] = (unsigned)row;
-    source[end] = -1;
+    source[end] = -1 - (long long)row;
     ++end;
     for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
         const int c = codes[k];
@@ -171,18 +171,15 @@ extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restric
 }
 
 // CSR values from the mod-SELL arrays through the slot map (also the
-// value-only update of the fine level).
-extern "C" __global__ void amg_csr_values_from_modsell(int n, const u64* __restrict__ row_ptr,
-                                                       const long long* __restrict__ source,
+// value-only update of the fine level), one thread per entry.
+extern "C" __global__ void amg_csr_values_from_modsell(u64 nnz, const long long* __restrict__ source,
                                                        const double* __restrict__ modsell_vals,
                                                        const double* __restrict__ diag,
                                                        double* __restrict__ vals) {
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n) return;
-    for (u64 k = row_ptr[row]; k < row_ptr[row + 1]; ++k) {
-        const long long s = source[k];
-        vals[k] = s < 0 ? diag[row] : modsell_vals[s];
-    }
+    const u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (k >= nnz) return;
+    const long long s = source[k];
+    vals[k] = s < 0 ? diag[-1 - s] : modsell_vals[s];
 }
 
 // ---- Pairwise matching (spec "Pairwise matching", solve::amg::matching):
@@ -404,7 +401,9 @@ __device__ __forceinline__ u64 find_column(const unsigned* cols, u64 lo, u64 hi,
     return lo;
 }
 
-// The coarse columns copied to their place and the slot of every fine entry.
+// The coarse columns copied to their place and the slot of every fine entry
+// (a binary search in the row's distinct columns). A warp per coarse row
+// (blockDim.x a multiple of 32), lanes along the entries.
 extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ member_ptr,
                                              const unsigned* __restrict__ members,
                                              const u64* __restrict__ row_ptr,
@@ -415,15 +414,17 @@ extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ mem
                                              const u64* __restrict__ coarse_row_ptr,
                                              unsigned* __restrict__ coarse_cols,
                                              u64* __restrict__ dest) {
-    const int I = blockIdx.x * blockDim.x + threadIdx.x;
-    if (I >= nc) return;
-    const u64 start = coarse_row_ptr[I], end = coarse_row_ptr[I + 1];
+    const int lane = threadIdx.x & 31;
+    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    if (I >= nc) return;  // whole warps leave together
+    const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
     const unsigned* list = scratch + bound_ptr[I];
-    for (u64 k = start; k < end; ++k) coarse_cols[k] = list[k - start];
+    for (u64 c = lane; c < len; c += 32) coarse_cols[start + c] = list[c];
     for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
         const unsigned r = members[m];
-        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k)
-            dest[k] = find_column(coarse_cols, start, end, aggregate[cols[k]]);
+        const u64 k1 = row_ptr[r + 1];
+        for (u64 k = row_ptr[r] + lane; k < k1; k += 32)
+            dest[k] = start + find_column(list, 0, len, aggregate[cols[k]]);
     }
 }
 

@@ -393,7 +393,7 @@ impl Scan {
 }
 
 /// The fine mod-SELL matrix as CSR (`ModSell::to_csr` on the device) and
-/// each CSR entry's mod-SELL slot (-1: the diagonal), for value-only updates.
+/// each CSR entry's mod-SELL slot (-(row + 1): the diagonal of row), for value-only updates.
 fn fine_csr(
     gpu: &Gpu,
     m: &DeviceModSell,
@@ -444,22 +444,22 @@ fn fine_csr(
     Ok((csr, source))
 }
 
-/// The fine CSR's values from the mod-SELL matrix's current values.
+/// The fine CSR's values from the mod-SELL matrix's current values (a thread
+/// per entry through the slot map `source`).
 fn fine_values(
     gpu: &Gpu,
     csr: &DeviceCsr,
     source: &CudaSlice<i64>,
     m: &DeviceModSell,
 ) -> Result<(), GpuError> {
-    let n32 = csr.n32();
+    let nnz = csr.nnz as u64;
     gpu.launch(
         "amg_csr_values_from_modsell",
-        vector_grid(csr.n),
+        vector_grid(csr.nnz),
         VECTOR_BLOCK,
         0,
         |a| {
-            a.arg(&n32)
-                .arg(&csr.row_ptr)
+            a.arg(&nnz)
                 .arg(source)
                 .arg(&m.values)
                 .arg(&m.diag)
@@ -571,19 +571,25 @@ impl Pass {
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
         let cols = unzeroed::<u32>(gpu, nnz)?;
         let dest = unzeroed::<u64>(gpu, a.nnz)?;
-        gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&nc32)
-                .arg(&member_ptr)
-                .arg(&members)
-                .arg(&a.row_ptr)
-                .arg(&a.cols)
-                .arg(&aggregate)
-                .arg(&w.bound_ptr)
-                .arg(&w.scratch)
-                .arg(&row_ptr)
-                .arg(&cols)
-                .arg(&dest);
-        })?;
+        gpu.launch(
+            "amg_galerkin_fill",
+            warp_grid(nc),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&nc32)
+                    .arg(&member_ptr)
+                    .arg(&members)
+                    .arg(&a.row_ptr)
+                    .arg(&a.cols)
+                    .arg(&aggregate)
+                    .arg(&w.bound_ptr)
+                    .arg(&w.scratch)
+                    .arg(&row_ptr)
+                    .arg(&cols)
+                    .arg(&dest);
+            },
+        )?;
         let product = DeviceCsr {
             n: nc,
             nnz,
