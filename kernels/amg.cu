@@ -328,7 +328,7 @@ extern "C" __global__ void amg_pass_aggregates(int n, const int* __restrict__ pa
 }
 
 // ---- Galerkin product of one pass (spec "Galerkin product for one pass"),
-// one thread per coarse row I with members members[member_ptr[I] ..
+// per coarse row I (bounds: a thread; columns, fill, values: a warp) with members members[member_ptr[I] ..
 // member_ptr[I+1]) ascending (amg_count_members .. amg_sort_members below).
 // Symbolic: the distinct coarse columns, sorted, and for every fine entry k
 // of the members' rows the slot dest[k] of its coarse entry. Numeric: the

@@ -12,11 +12,11 @@
 //! - per pass, pairwise matching in Jacobi-style rounds (candidate and
 //!   handshake kernels; a round after one that matched nothing is a no-op on
 //!   the device, so no round count is read back), leaders numbered by a
-//!   deterministic multi-block exclusive scan, and the Galerkin product one
-//!   thread per coarse row: a symbolic phase (the coarse columns, and for each
-//!   fine entry the slot it adds to) and a numeric phase that zeroes the row
-//!   and adds the members' entries in the CPU's encounter order — the same
-//!   kernel as the value-only re-set-up ([`DeviceAmg::update_values`]);
+//!   deterministic multi-block exclusive scan, and the Galerkin product a
+//!   warp per coarse row: a symbolic phase (the coarse columns, and for each
+//!   fine entry the slot it adds to) and a numeric phase that sums each
+//!   coarse entry from zero in the CPU's encounter order — the same kernel as
+//!   the value-only re-set-up ([`DeviceAmg::update_values`]);
 //! - the level's aggregates (passes composed) and their members, ascending,
 //!   for the restriction R = Pᵀ;
 //! - one scratch `Workspace` for every pass (sized for the fine level),
