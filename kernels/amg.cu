@@ -352,9 +352,7 @@ extern "C" __global__ void amg_galerkin_bounds(int nc, const u64* __restrict__ m
 }
 
 // The distinct coarse columns of I, ascending, at scratch[bound_ptr[I] ..);
-// count[I] = how many. A warp per coarse row (blockDim.x a multiple of 32):
-// each round the warp finds the smallest J = aggregate[col] above the last
-// one found among the members' entries (read 32 at a time), a warp minimum.
+// count[I] = how many.
 extern "C" __global__ void amg_galerkin_columns(int nc, const u64* __restrict__ member_ptr,
                                                 const unsigned* __restrict__ members,
                                                 const u64* __restrict__ row_ptr,
@@ -363,32 +361,24 @@ extern "C" __global__ void amg_galerkin_columns(int nc, const u64* __restrict__ 
                                                 const u64* __restrict__ bound_ptr,
                                                 unsigned* __restrict__ scratch,
                                                 unsigned* __restrict__ count) {
-    const int lane = threadIdx.x & 31;
-    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
-    if (I >= nc) return;  // whole warps leave together
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
     unsigned* list = scratch + bound_ptr[I];
-    const u64 m0 = member_ptr[I], m1 = member_ptr[I + 1];
     unsigned len = 0;
-    // Columns are < 2^32 - 1 (coarse rows of a matrix of fewer rows), so
-    // 0xffffffff means "none"; `above` is the last column found plus one.
-    unsigned long long above = 0;
-    while (true) {
-        unsigned best = 0xffffffffu;
-        for (u64 m = m0; m < m1; ++m) {
-            const unsigned r = members[m];
-            const u64 k1 = row_ptr[r + 1];
-            for (u64 k = row_ptr[r] + lane; k < k1; k += 32) {
-                const unsigned J = aggregate[cols[k]];
-                if ((unsigned long long)J >= above && J < best) best = J;
-            }
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) {
+            const unsigned J = aggregate[cols[k]];
+            // Insert J into the ascending list unless present.
+            unsigned p = len;
+            while (p > 0 && list[p - 1] > J) --p;
+            if (p > 0 && list[p - 1] == J) continue;
+            for (unsigned t = len; t > p; --t) list[t] = list[t - 1];
+            list[p] = J;
+            ++len;
         }
-        for (int o = 16; o > 0; o >>= 1) best = min(best, __shfl_xor_sync(0xffffffffu, best, o));
-        if (best == 0xffffffffu) break;  // uniform: the warp minimum
-        if (lane == 0) list[len] = best;
-        ++len;
-        above = (unsigned long long)best + 1;
     }
-    if (lane == 0) count[I] = len;
+    count[I] = len;
 }
 
 // Position of J in the ascending cols[lo .. hi) (present).

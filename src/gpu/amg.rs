@@ -73,7 +73,7 @@ const SCAN_OFFSETS_BLOCK: u32 = 1024;
 const SCALE_JACOBI: i32 = 0;
 const SCALE_L1: i32 = 1;
 /// Grid of a warp-per-row kernel over `rows` rows (`amg_dense_apply`, the
-/// Galerkin columns and values) in blocks of [`VECTOR_BLOCK`] threads.
+/// Galerkin values) in blocks of [`VECTOR_BLOCK`] threads.
 fn warp_grid(rows: usize) -> u32 {
     rows.div_ceil(VECTOR_BLOCK as usize / 32) as u32
 }
@@ -550,23 +550,17 @@ impl Pass {
                 .arg(&w.bound);
         })?;
         scan.launch(gpu, &w.bound, nc, &w.bound_ptr)?;
-        gpu.launch(
-            "amg_galerkin_columns",
-            warp_grid(nc),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&nc32)
-                    .arg(&member_ptr)
-                    .arg(&members)
-                    .arg(&a.row_ptr)
-                    .arg(&a.cols)
-                    .arg(&aggregate)
-                    .arg(&w.bound_ptr)
-                    .arg(&w.scratch)
-                    .arg(&w.count);
-            },
-        )?;
+        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+            args.arg(&nc32)
+                .arg(&member_ptr)
+                .arg(&members)
+                .arg(&a.row_ptr)
+                .arg(&a.cols)
+                .arg(&aggregate)
+                .arg(&w.bound_ptr)
+                .arg(&w.scratch)
+                .arg(&w.count);
+        })?;
         let row_ptr = unzeroed::<u64>(gpu, nc + 1)?;
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
         let cols = unzeroed::<u32>(gpu, nnz)?;
