@@ -965,7 +965,9 @@ fn write_case_skeleton(case: &Path) -> anyhow::Result<()> {
 #[derive(Args)]
 struct BenchArgs {
     /// Cases to measure: mesh sources (box specs, OpenFOAM cases, Gmsh files;
-    /// the FVM Poisson system on them) or Matrix Market `.mtx` matrices.
+    /// the FVM Poisson system on them), Matrix Market `.mtx` matrices, or
+    /// `bubble:MESH` (the density-contrast problem of cases/bubble_tet_3d,
+    /// density ratio 1000, on the mesh source MESH).
     #[arg(default_values_t = [
         "box:64x64x64".to_string(),
         "box:200x200x200".to_string(),
