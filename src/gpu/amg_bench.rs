@@ -184,30 +184,20 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
             ),
         );
         backend.set_preconditioner(Box::new(amg));
-        let (perf, ms, res) = timed_solve(gpu, &backend, &a, &b_host, &b)?;
-        push(
-            format!("PCG AMG {name} to 1e-8"),
-            ms,
-            format!(
-                "{} iterations, {:.4} ms/iteration, |b-Ax|/|b| {res:.2e}{}; set-up + solve \
-                 {:.2} ms = {:.2}x Jacobi-PCG's solve ({} launches)",
-                perf.iterations,
-                ms / perf.iterations.max(1) as f64,
-                if perf.converged { "" } else { " NOT CONVERGED" },
-                setup_ms + ms,
-                (setup_ms + ms) / base_ms,
-                backend.launch_mode().name()
-            ),
-        );
         // Above GRAPH_MAX_ROWS the solve launches separately (Jacobi-PCG's
         // best there); the cycle adds ~5 short launches per coarse level, so
         // the CUDA graph is measured too.
-        if backend.launch_mode() != LaunchMode::Graph {
-            let auto = backend.launch_mode();
-            backend.set_launch_mode(LaunchMode::Graph);
+        let auto = backend.launch_mode();
+        let modes: &[(LaunchMode, &str)] = if auto == LaunchMode::Graph {
+            &[(auto, "")]
+        } else {
+            &[(auto, ""), (LaunchMode::Graph, ", CUDA graph")]
+        };
+        for &(mode, label) in modes {
+            backend.set_launch_mode(mode);
             let (perf, ms, res) = timed_solve(gpu, &backend, &a, &b_host, &b)?;
             push(
-                format!("PCG AMG {name} to 1e-8, CUDA graph"),
+                format!("PCG AMG {name} to 1e-8{label}"),
                 ms,
                 format!(
                     "{} iterations, {:.4} ms/iteration, |b-Ax|/|b| {res:.2e}{}; set-up + solve \
@@ -220,8 +210,8 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
                     backend.launch_mode().name()
                 ),
             );
-            backend.set_launch_mode(auto);
         }
+        backend.set_launch_mode(auto);
     }
     Ok(rows)
 }
