@@ -1,9 +1,10 @@
-//! The SIMPLE loop with its pressure half on the device (`gpu::simple::
-//! DeviceSimple`) against the CPU `Simple` on the same state: the same
-//! iterates (U, p, φ) to the pressure solver's round-off on a 2-D cavity and a
-//! perturbed tetrahedral 3-D box (non-orthogonal correctors), and the same
-//! converged cavity, which passes the Ghia validation. Skips without a CUDA
-//! device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
+//! The SIMPLE loop on the device (`gpu::simple::DeviceSimple`) against the CPU
+//! `Simple` on the same state, with the momentum predictor on the host
+//! (smoothSolver: the pressure half alone on the device) and on the device
+//! (PBiCGStab): the same iterates (U, p, φ) to the solvers' round-off on a 2-D
+//! cavity and a perturbed tetrahedral 3-D box (non-orthogonal correctors), and
+//! the same converged cavity, which passes the Ghia validation. Skips without
+//! a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 
 use fvpoisson::flow::simple::PressureSolve;
 use fvpoisson::flow::{
@@ -13,7 +14,7 @@ use fvpoisson::fvm::BoundaryCondition;
 use fvpoisson::gpu::simple::{DevicePressureSolver, DeviceSimple};
 use fvpoisson::gpu::test_device;
 use fvpoisson::mesh::{source::load, Geometry, Mesh, Vec3};
-use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolverControls};
+use fvpoisson::solve::{solve_pcg, KrylovMethod, PreconditionerKind, SolverControls};
 
 /// Tight enough that CPU and GPU PCG agree to ~1e-13 relative.
 fn tight() -> SolverControls {
@@ -83,12 +84,20 @@ fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) 
         controls: tight(),
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+    assert_eq!(
+        device.has_device_momentum(),
+        settings.momentum.krylov.is_some()
+    );
     let solve: &mut PressureSolve<'_> =
         &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &tight(), "p");
     let mut out = Vec::new();
     for _ in 0..iterations {
         let a = cpu.iterate(solve).unwrap();
         let b = device.iterate(&mut on_gpu).unwrap();
+        device.download_fields(&mut on_gpu).unwrap();
+        for ((name, x), (_, y)) in a.u_initial.iter().zip(&b.u_initial) {
+            println!("{name} initial residual CPU {x:.6e} GPU {y:.6e}");
+        }
         assert_eq!(a.iteration, b.iteration);
         assert_eq!(a.p_solves.len(), b.p_solves.len());
         let d = [
@@ -121,6 +130,14 @@ fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) 
     }
     println!("device phases: {:?}", device.phase_seconds());
     out
+}
+
+/// PBiCGStab (Jacobi) for the momentum equations, converged tightly.
+fn krylov_momentum(s: &mut SimpleSettings) {
+    s.momentum.krylov = Some(KrylovMethod::BiCgStab);
+    s.momentum.preconditioner = PreconditionerKind::Jacobi.into();
+    s.momentum.controls.tolerance = 1e-13;
+    s.momentum.controls.rel_tol = 0.0;
 }
 
 #[test]
@@ -159,8 +176,42 @@ fn device_pressure_half_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
 }
 
-/// Run to convergence, CPU and device: the converged fields agree to the
-/// solver tolerance, and the device run passes Ghia et al.
+#[test]
+fn device_momentum_gives_the_cpu_iterates_on_a_2d_cavity() {
+    if test_device().is_none() {
+        return;
+    }
+    let d = compare("box:24x24x1:2d", 4, |s| {
+        s.consistent = true;
+        s.relaxation_u = 0.9;
+        s.relaxation_p = 1.0;
+        krylov_momentum(s);
+    });
+    assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
+}
+
+#[test]
+fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
+    if test_device().is_none() {
+        return;
+    }
+    for convection in [Convection::Upwind, Convection::LinearUpwind] {
+        let d = compare("box:6x6x6:tet:perturb=0.2", 3, |s| {
+            s.n_non_orth_correctors = 2;
+            s.relaxation_p = 0.3;
+            s.convection = convection;
+            krylov_momentum(s);
+        });
+        assert!(
+            d.iter().flatten().all(|&x| x < 1e-9),
+            "{convection:?}: {d:?}"
+        );
+    }
+}
+
+/// Run to convergence, CPU and device (momentum on the device): the
+/// converged fields agree to the solver tolerance, and the device run passes
+/// Ghia et al.
 #[test]
 fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     use fvpoisson::flow::reference::max_deviation;
@@ -177,6 +228,9 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     settings.relaxation_u = 0.9;
     settings.relaxation_p = 1.0;
     settings.residual_control = ResidualControl { u: 1e-8, p: 1e-8 };
+    settings.momentum.krylov = Some(KrylovMethod::BiCgStab);
+    settings.momentum.preconditioner = PreconditionerKind::Jacobi.into();
+    settings.momentum.controls.rel_tol = 0.0;
     let controls = SolverControls {
         tolerance: 1e-12,
         rel_tol: 0.0,
@@ -194,8 +248,11 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
         controls,
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+    assert!(device.has_device_momentum());
     let start = std::time::Instant::now();
-    let gpu_reports = device.run(&mut on_gpu, 5000, |_, _| Ok(())).unwrap();
+    let gpu_reports = device
+        .run(&mut on_gpu, 5000, |_| false, |_, _| Ok(()))
+        .unwrap();
     let gpu_seconds = start.elapsed().as_secs_f64();
     let du = relative(
         &velocity_components(&cpu.u),

@@ -573,15 +573,29 @@ fn log_device_phase_times(simple: &Simple, device_loop: &DeviceSimple) {
     let iterations = simple.iteration().max(1) as f64;
     let t = device_loop.phase_seconds();
     let ms = |s: f64| format!("{:.2} ms", 1e3 * s / iterations);
-    log::info!(
-        "GPU pressure half per outer iteration: upload {} + assembly {} + PCG {} + \
-         corrections {} + download {}",
-        ms(t.upload),
-        ms(t.assembly),
-        ms(t.solve),
-        ms(t.corrections),
-        ms(t.download)
-    );
+    if device_loop.has_device_momentum() {
+        log::info!(
+            "GPU per outer iteration: momentum assembly {} + momentum solves {} + Rhie-Chow {} + \
+             pressure assembly {} + pressure solves {} + corrections {} (fields read back: {})",
+            ms(t.momentum_assembly),
+            ms(t.momentum_solve),
+            ms(t.fluxes),
+            ms(t.assembly),
+            ms(t.solve),
+            ms(t.corrections),
+            ms(t.download)
+        );
+    } else {
+        log::info!(
+            "GPU pressure half per outer iteration: uploads {} + pressure \
+             assembly {} + pressure solves {} + corrections {} + download {}",
+            ms(t.upload),
+            ms(t.assembly),
+            ms(t.solve),
+            ms(t.corrections),
+            ms(t.download)
+        );
+    }
 }
 
 /// What a flow run ended with.
@@ -735,7 +749,17 @@ pub fn run_flow_case_with_mesh(
     };
     let run = match &mut device_loop {
         Some(device_loop) => device_loop
-            .run(&mut simple, setup.max_iterations, after_each)
+            .run(
+                &mut simple,
+                setup.max_iterations,
+                |iteration| {
+                    setup
+                        .foam_output
+                        .as_ref()
+                        .is_some_and(|out| iteration % out.interval == 0)
+                },
+                after_each,
+            )
             .map_err(|e| match e {
                 DeviceFlowError::Flow(e) => flow_error(e),
                 DeviceFlowError::Assembly(e) => e.into(),

@@ -327,6 +327,8 @@ pub struct Simple<'m> {
     components: Vec<usize>,
     /// The viscous system of each solved component.
     viscous: Vec<LaplacianSystem<'m>>,
+    /// Their problems (ν, the component's conditions).
+    viscous_problems: Vec<LaplacianProblem>,
     pressure: LaplacianSystem<'m>,
     pressure_problem: LaplacianProblem,
     /// Face centre minus owner centre, and minus neighbour centre, of every
@@ -383,14 +385,11 @@ impl<'m> Simple<'m> {
                     component_conditions(velocity, mesh, geometry, c)?,
                 );
                 problem.singular = never_singular;
-                Ok(LaplacianSystem::new(
-                    mesh,
-                    geometry,
-                    settings.schemes,
-                    &problem,
-                )?)
+                let system = LaplacianSystem::new(mesh, geometry, settings.schemes, &problem)?;
+                Ok((system, problem))
             })
             .collect::<Result<Vec<_>, FlowError>>()?;
+        let (viscous, viscous_problems) = viscous.into_iter().unzip();
         let pressure_problem = LaplacianProblem {
             singular: SingularPolicy {
                 reference: Reference::Cell {
@@ -418,6 +417,7 @@ impl<'m> Simple<'m> {
             settings,
             components,
             viscous,
+            viscous_problems,
             pressure,
             pressure_problem,
             to_face,
@@ -467,11 +467,30 @@ impl<'m> Simple<'m> {
         (&self.pressure, &self.pressure_problem)
     }
 
-    /// Adds time spent outside [`Self::iterate`] on an iteration's pressure
-    /// and correction parts (the device loop).
-    pub(crate) fn add_seconds(&mut self, pressure: f64, corrections: f64) {
-        self.seconds.pressure += pressure;
-        self.seconds.corrections += corrections;
+    /// The viscous system and problem of solved component `k` (of
+    /// [`Self::components`]).
+    pub fn viscous_system(&self, k: usize) -> (&LaplacianSystem<'m>, &LaplacianProblem) {
+        (&self.viscous[k], &self.viscous_problems[k])
+    }
+
+    /// Face centre minus owner centre and minus neighbour centre of every
+    /// internal face (linearUpwind).
+    pub fn face_offsets(&self) -> &[(Vec3, Vec3)] {
+        &self.to_face
+    }
+
+    /// Adds time spent outside [`Self::iterate`] (the device loop).
+    pub(crate) fn add_seconds(&mut self, seconds: PhaseSeconds) {
+        self.seconds.momentum += seconds.momentum;
+        self.seconds.fluxes += seconds.fluxes;
+        self.seconds.pressure += seconds.pressure;
+        self.seconds.corrections += seconds.corrections;
+    }
+
+    /// Counts a new outer iteration done outside [`Self::iterate`] (the
+    /// device loop, momentum included).
+    pub(crate) fn begin_iteration(&mut self) {
+        self.iteration += 1;
     }
 
     /// Velocity on every boundary face (index `face − n_internal_faces`; 0

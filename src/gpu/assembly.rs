@@ -443,6 +443,29 @@ struct DeviceWork {
     sums: CudaSlice<f64>,
 }
 
+/// The device arrays of a [`DeviceLaplacian`] ([`DeviceLaplacian::arrays`]):
+/// the matrix, the assembly map (rows, faces in device order, boundary faces
+/// in device boundary order), geometry, the boundary coefficients of the last
+/// evaluation and the right-hand side of the last update.
+pub struct LaplacianArrays<'a> {
+    pub matrix: &'a DeviceModSell,
+    pub face_codes: &'a CudaSlice<u32>,
+    pub face_slots: &'a CudaSlice<u8>,
+    pub boundary_ptr: &'a CudaSlice<u32>,
+    pub face_owner: &'a CudaSlice<u32>,
+    pub face_neighbour: &'a CudaSlice<u32>,
+    pub weights: &'a CudaSlice<f64>,
+    pub mag_sf: &'a CudaSlice<f64>,
+    pub delta_coeffs: &'a CudaSlice<f64>,
+    pub b_mag_sf: &'a CudaSlice<f64>,
+    pub b_value_internal: &'a CudaSlice<f64>,
+    pub b_value_boundary: &'a CudaSlice<f64>,
+    pub b_gradient_internal: &'a CudaSlice<f64>,
+    pub b_gradient_boundary: &'a CudaSlice<f64>,
+    pub volumes: &'a CudaSlice<f64>,
+    pub rhs: &'a CudaSlice<f64>,
+}
+
 /// The matrix alone, or inside the PCG backend that solves with it (which
 /// holds its row sums and inverse diagonal: a re-assembly takes it back).
 /// One per device system, so the variants' sizes do not matter.
@@ -1070,6 +1093,93 @@ impl<'g> DeviceLaplacian<'g> {
                     .arg(gamma)
                     .arg(p)
                     .arg(phi_pre)
+                    .arg(phi);
+            },
+        )
+    }
+
+    /// The device arrays of the assembly (read-only), for kernels that walk
+    /// the same rows and faces (`gpu::simple`).
+    pub fn arrays(&self) -> Result<LaplacianArrays<'_>, GpuError> {
+        let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
+        Ok(LaplacianArrays {
+            matrix: self.matrix()?,
+            face_codes: &dm.face_codes,
+            face_slots: &dm.face_slots,
+            boundary_ptr: &dm.boundary_ptr,
+            face_owner: &g.face_owner,
+            face_neighbour: &g.face_neighbour,
+            weights: &g.weights,
+            mag_sf: &g.mag_sf,
+            delta_coeffs: &g.delta_coeffs,
+            b_mag_sf: &g.b_mag_sf,
+            b_value_internal: &v.b_value_internal,
+            b_value_boundary: &v.b_value_boundary,
+            b_gradient_internal: &v.b_gradient_internal,
+            b_gradient_boundary: &v.b_gradient_boundary,
+            volumes: &g.volumes,
+            rhs: self.work.rhs.dev()?,
+        })
+    }
+
+    /// Device face d is internal face `device_faces()[d]`.
+    pub fn device_faces(&self) -> &[u32] {
+        &self.device_faces
+    }
+
+    /// Device boundary face i is boundary face `device_boundary()[i]` (index
+    /// `face − n_internal_faces`).
+    pub fn device_boundary(&self) -> &[u32] {
+        &self.device_boundary
+    }
+
+    /// φ += the face flux of c_P|S_f| snGrad p with c linear to internal faces
+    /// (SIMPLEC's (rAtU − rAU)_f|S_f| snGrad p): w c_o + (1 − w) c_n times
+    /// |S_f| Δ_f (p_N − p_P) inside, c_P |S_b| (gradientInternal p_P +
+    /// gradientBoundary) on boundary faces. Face values in the device face
+    /// layout, cells in row order.
+    pub fn add_gradient_flux(
+        &self,
+        p: &CudaSlice<f64>,
+        c: &CudaSlice<f64>,
+        phi: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.check_vector(p, "field")?;
+        self.check_vector(c, "coefficient")?;
+        self.check_faces(phi)?;
+        let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
+        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
+        self.gpu.launch(
+            "asm_add_gradient_flux",
+            vector_grid(self.n_faces),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_faces)
+                    .arg(&g.face_owner)
+                    .arg(&g.face_neighbour)
+                    .arg(&g.weights)
+                    .arg(&g.mag_sf)
+                    .arg(&g.delta_coeffs)
+                    .arg(c)
+                    .arg(p)
+                    .arg(phi);
+            },
+        )?;
+        self.gpu.launch(
+            "asm_add_boundary_gradient_flux",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&dm.boundary_ptr)
+                    .arg(&n_faces)
+                    .arg(&g.b_mag_sf)
+                    .arg(&v.b_gradient_internal)
+                    .arg(&v.b_gradient_boundary)
+                    .arg(c)
+                    .arg(p)
                     .arg(phi);
             },
         )

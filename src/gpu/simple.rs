@@ -1,42 +1,59 @@
-//! The SIMPLE outer iteration of [`crate::flow::simple`] with its pressure
-//! half on the device (issue 9; kernels in `kernels/assembly.cu` and
-//! `kernels/simple.cu`).
+//! The SIMPLE outer iteration of [`crate::flow::simple`] on the device
+//! (issue 9; kernels in `kernels/assembly.cu` and `kernels/simple.cu`).
 //!
 //! [`DeviceSimple`] keeps a [`DeviceLaplacian`] of the pressure equation
 //! (pattern, assembly map and geometry uploaded once per run, rows in reverse
-//! Cuthill–McKee order) and the fields it works on, in its row order: p, the
-//! previous iteration's p, rAU, HbyA, U, and φ_HbyA and φ in the device face
-//! layout ([`DeviceLaplacian::n_face_values`]). Per outer iteration:
+//! Cuthill–McKee order) and the fields, in its row order: U per component, p,
+//! the previous p, rAU, HbyA per component, and φ_HbyA and φ in the device face
+//! layout ([`DeviceLaplacian::n_face_values`]). One outer iteration:
 //!
-//! 1. momentum predictor and Rhie–Chow on the host ([`Simple::predict`]);
-//!    rAU, HbyA and φ_HbyA are uploaded;
-//! 2. on the device: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
+//! 1. **Momentum predictor and Rhie–Chow**, on the device where the momentum
+//!    solver is GMRES or PBiCGStab (Jacobi or none) and the convection upwind
+//!    or linearUpwind ([`DeviceSimple::momentum_on_device`]): per component a
+//!    [`DeviceLaplacian`] of the viscous term (ν, the component's conditions; its
+//!    matrix assembled once, its right-hand side with the non-orthogonal
+//!    correction updated each iteration), bounded upwind convection of the
+//!    resident φ and the linearUpwind correction gathered per row, Patankar
+//!    relaxation and −V∇p (`simple_momentum_rows`), solved by the Krylov
+//!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
+//!    φ_HbyA and SIMPLEC's terms. Otherwise on the host ([`Simple::predict`]),
+//!    with rAU, HbyA and φ_HbyA uploaded (and U, p, φ read back at the end of
+//!    the iteration).
+//! 2. **Pressure**: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
 //!    pressure matrix from the resident Γ = rAU and source
 //!    ([`DeviceLaplacian::reassemble_from_device`]), `nNonOrthogonalCorrectors
 //!    + 1` right-hand side updates and PCG solves warm-started from the
-//!    resident p, φ = φ_HbyA − the equation's face flux, the continuity errors
-//!    (two device sums read back), p relaxation, ∇p and U = HbyA − rAU ∇p;
-//! 3. U, p and φ are read back for the next host momentum predictor.
+//!    resident p, φ = φ_HbyA − the equation's face flux.
+//! 3. **Corrections**: continuity errors (two device sums read back), p
+//!    relaxation, ∇p and U = HbyA − rAU ∇p.
+//!
+//! With the momentum on the device, only residual scalars move per iteration;
+//! the fields reach the host `Simple` at [`DeviceSimple::download_fields`]
+//! (the run's writes and its end).
 //!
 //! Every device step keeps the CPU's order of operations (gathers, no
-//! atomics, round-to-nearest arithmetic), so the matrix, the fluxes and U
-//! equal the CPU's bit for bit for the same p; the PCG iterates agree to
-//! round-off (its reductions are tree sums), the continuity sums likewise.
-//!
-//! What remains on the host is the momentum predictor (matrix, convection,
-//! deferred correction, relaxation, solves) and Rhie–Chow (issue 9 stage 2).
+//! atomics, round-to-nearest arithmetic): the pressure matrix, the fluxes and
+//! the velocity correction equal the CPU's bit for bit for the same inputs.
+//! Exceptions, all round-off: the Krylov and PCG reductions are tree sums,
+//! the relaxation's Σ|a_nb| and HbyA's row sums run in the device's column
+//! order.
 
 use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::assembly::{AssemblyError, DeviceLaplacian};
+use super::krylov::GpuKrylovBackend;
+use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
-use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::flow::simple::Predicted;
-use crate::flow::{FlowError, IterationReport, Simple};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::flow::simple::{PhaseSeconds, Predicted};
+use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
-use crate::solve::{pcg, SolverControls};
+use crate::solve::bicgstab::bicgstab;
+use crate::solve::gmres::gmres;
+use crate::solve::krylov::KrylovMethod;
+use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls};
 
 /// Why the device loop stopped.
 #[derive(Debug, thiserror::Error)]
@@ -61,44 +78,78 @@ pub struct DevicePressureSolver {
     pub controls: SolverControls,
 }
 
-/// Device time of one outer iteration's parts so far (seconds, each part
-/// synchronised at its end).
+/// Time of the device loop's parts so far (seconds, each part synchronised
+/// at its end).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DevicePhaseSeconds {
-    /// Uploads of rAU, HbyA and φ_HbyA.
+    /// Uploads of the host predictor's rAU, HbyA and φ_HbyA (0 with the
+    /// momentum on the device).
     pub upload: f64,
-    /// Divergence, assembly of the pressure matrix and the right-hand sides.
+    /// Momentum matrices on the device (viscous right-hand sides, gradients,
+    /// convection, relaxation).
+    pub momentum_assembly: f64,
+    /// Momentum solves on the device.
+    pub momentum_solve: f64,
+    /// a_P, HbyA, rAU, φ_HbyA, SIMPLEC's terms on the device.
+    pub fluxes: f64,
+    /// Divergence, assembly of the pressure matrix and its right-hand sides.
     pub assembly: f64,
     /// PCG solves.
     pub solve: f64,
     /// Flux correction, continuity errors, relaxation, velocity correction.
     pub corrections: f64,
-    /// U, p and φ read back.
+    /// Fields read back.
     pub download: f64,
 }
 
-/// The SIMPLE loop's pressure half on one GPU (see the module documentation).
+/// The momentum predictor on the device.
+struct DeviceMomentum<'g> {
+    method: KrylovMethod,
+    jacobi: bool,
+    controls: SolverControls,
+    /// Per solved component: the viscous system (rows in the pressure
+    /// system's order), the momentum matrix (`None` while a solve holds
+    /// it), the relaxed right-hand side without −V∇p.
+    viscous: Vec<DeviceLaplacian<'g>>,
+    matrices: Vec<Option<DeviceModSell>>,
+    sources: Vec<CudaSlice<f64>>,
+    /// The right-hand side of a solve.
+    b: GpuVector,
+    /// linearUpwind: F·correction per face, x_f − x_P and x_f − x_N per face.
+    linear_upwind: Option<[CudaSlice<f64>; 3]>,
+    /// S_f per device face, S_b per device boundary face (3 doubles each).
+    sf: CudaSlice<f64>,
+    b_sf: CudaSlice<f64>,
+    a_p: CudaSlice<f64>,
+    /// SIMPLEC: Σ a_nb of the first component, rAtU, rAtU − rAU.
+    consistent: Option<[CudaSlice<f64>; 3]>,
+}
+
+/// The SIMPLE loop on one GPU (see the module documentation).
 pub struct DeviceSimple<'g> {
     gpu: &'g Gpu,
     laplacian: DeviceLaplacian<'g>,
     solver: DevicePressureSolver,
-    /// Bit c set: velocity component c is solved.
-    components: i32,
+    /// The solved velocity components (0 = x).
+    components: Vec<usize>,
+    momentum: Option<DeviceMomentum<'g>>,
     p: GpuVector,
     p_old: CudaSlice<f64>,
     r_au: CudaSlice<f64>,
-    /// 3 doubles per row.
-    hbya: CudaSlice<f64>,
-    u: CudaSlice<f64>,
+    /// Per component (3; unsolved ones stay zero).
+    hbya: Vec<CudaSlice<f64>>,
+    u: Vec<GpuVector>,
     phi_hbya: CudaSlice<f64>,
     phi: CudaSlice<f64>,
     div: CudaSlice<f64>,
     source: CudaSlice<f64>,
     seconds: DevicePhaseSeconds,
+    /// Whether the host `Simple` holds the device's U, p and φ.
+    host_current: bool,
 }
 
-/// Lap timer: the seconds since the last lap into `part`, after the device
-/// finished its queued work.
+/// Lap timer: the seconds since the last lap, after the device finished
+/// its queued work.
 struct Lap<'g> {
     gpu: &'g Gpu,
     clock: Instant,
@@ -114,10 +165,22 @@ impl Lap<'_> {
     }
 }
 
+/// Vectors as 3 doubles each, in the order `index` gives.
+fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
+    index
+        .iter()
+        .flat_map(|&i| {
+            let v = vectors[offset + i as usize];
+            [v.x, v.y, v.z]
+        })
+        .collect()
+}
+
 impl<'g> DeviceSimple<'g> {
-    /// The pressure system of `simple` on `gpu`, its p uploaded.
-    /// [`AssemblyError::Unsupported`]: the device assembly does not handle the
-    /// mesh (run the host loop instead).
+    /// The systems of `simple` on `gpu`, its U, p and φ uploaded; the
+    /// momentum predictor on the device where [`Self::momentum_on_device`]
+    /// allows it. [`AssemblyError::Unsupported`]: the device assembly does
+    /// not handle the mesh (run the host loop instead).
     pub fn new(
         gpu: &'g Gpu,
         simple: &Simple,
@@ -130,26 +193,63 @@ impl<'g> DeviceSimple<'g> {
         let faces = laplacian.n_face_values();
         let p = GpuVector::from(laplacian.to_device_order(&simple.p)?);
         let phi = gpu.upload(&laplacian.to_device_faces(&simple.phi)?)?;
-        let components = simple
-            .components()
-            .iter()
-            .fold(0i32, |mask, &c| mask | (1 << c));
+        let components = simple.components().to_vec();
+        let u = (0..3)
+            .map(|c| {
+                let values: Vec<f64> = simple.u.iter().map(|u| u[c]).collect();
+                Ok(GpuVector::from(laplacian.to_device_order(&values)?))
+            })
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let hbya = (0..3)
+            .map(|_| gpu.zeros(n))
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let momentum = match Self::momentum_on_device(simple) {
+            Ok(()) => Some(DeviceMomentum::new(gpu, simple, &laplacian)?),
+            Err(why) => {
+                log::info!("momentum predictor on the CPU: {why}");
+                None
+            }
+        };
         Ok(Self {
             gpu,
             solver,
             components,
+            momentum,
             p,
             p_old: gpu.zeros(n)?,
             r_au: gpu.zeros(n)?,
-            hbya: gpu.zeros(3 * n)?,
-            u: gpu.zeros(3 * n)?,
+            hbya,
+            u,
             phi_hbya: gpu.zeros(faces)?,
             phi,
             div: gpu.zeros(n)?,
             source: gpu.zeros(n)?,
             laplacian,
             seconds: DevicePhaseSeconds::default(),
+            host_current: true,
         })
+    }
+
+    /// Whether the device runs the momentum predictor of `simple`'s
+    /// settings; `Err`: why not (it then runs on the host).
+    pub fn momentum_on_device(simple: &Simple) -> Result<(), String> {
+        let settings = simple.settings();
+        if settings.momentum.krylov.is_none() {
+            return Err(
+                "the momentum solver is smoothSolver (the device runs GMRES and \
+                        PBiCGStab on the momentum matrix it assembles)"
+                    .into(),
+            );
+        }
+        if let Convection::LimitedLinear(_) = settings.convection {
+            return Err("limitedLinear convection is assembled on the host".into());
+        }
+        Ok(())
+    }
+
+    /// Whether the momentum predictor runs on the device.
+    pub fn has_device_momentum(&self) -> bool {
+        self.momentum.is_some()
     }
 
     /// The device pressure system.
@@ -157,46 +257,41 @@ impl<'g> DeviceSimple<'g> {
         &self.laplacian
     }
 
-    /// Device time by part of the iterations so far.
+    /// Time by part of the iterations so far.
     pub fn phase_seconds(&self) -> DevicePhaseSeconds {
         self.seconds
     }
 
     /// One outer iteration of `simple` (the state this loop was built from,
-    /// or its continuation): [`Simple::iterate`] with the pressure half on the
-    /// device; U, p and φ of `simple` are updated.
+    /// or its continuation): [`Simple::iterate`] on the device. With the
+    /// momentum on the host, U, p and φ of `simple` are updated; else
+    /// [`Self::download_fields`] brings them.
     pub fn iterate(&mut self, simple: &mut Simple) -> Result<IterationReport, DeviceFlowError> {
-        let Predicted {
-            u_initial,
-            hbya,
-            r_au,
-            phi_hbya,
-        } = simple.predict()?;
         let gpu = self.gpu;
         let mut timer = Lap {
             gpu,
             clock: Instant::now(),
         };
         let mut seconds = self.seconds;
-        let n = self.laplacian.n();
-        let ordering = self.laplacian.ordering();
-        gpu.write(&ordering.to_new(&r_au), &mut self.r_au)?;
-        let hbya: Vec<f64> = ordering
-            .to_new(&hbya)
-            .iter()
-            .flat_map(|v| [v.x, v.y, v.z])
-            .collect();
-        gpu.write(&hbya, &mut self.hbya)?;
-        gpu.write(
-            &self.laplacian.to_device_faces(&phi_hbya)?,
-            &mut self.phi_hbya,
-        )?;
-        let mut pressure = timer.lap(&mut seconds.upload)?;
+        let mut host = PhaseSeconds::default();
+        let u_initial = if self.momentum.is_some() {
+            simple.begin_iteration();
+            let u_initial = self.device_predict(simple, &mut timer, &mut seconds, &mut host)?;
+            self.host_current = false;
+            u_initial
+        } else {
+            let predicted = simple.predict()?;
+            timer.clock = Instant::now();
+            let u_initial = self.upload_predicted(predicted)?;
+            host.pressure += timer.lap(&mut seconds.upload)?;
+            u_initial
+        };
 
         // The pressure equation −∇·(rAU∇p) = −∇·φ_HbyA.
+        let n = self.laplacian.n();
+        let n_i = n as i32;
         gpu.copy(self.p.dev()?, &mut self.p_old)?;
         self.laplacian.divergence(&self.phi_hbya, &self.div)?;
-        let n_i = n as i32;
         gpu.launch("simple_source", vector_grid(n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n_i)
                 .arg(&self.div)
@@ -210,7 +305,7 @@ impl<'g> DeviceSimple<'g> {
         let mut p_solves = Vec::with_capacity(settings.n_non_orth_correctors + 1);
         for _ in 0..=settings.n_non_orth_correctors {
             self.laplacian.update_rhs(self.p.dev()?, None)?;
-            pressure += timer.lap(&mut seconds.assembly)?;
+            host.pressure += timer.lap(&mut seconds.assembly)?;
             let (backend, b) = self.laplacian.solver(self.solver.jacobi, &options)?;
             let perf =
                 pcg(backend, b, &mut self.p, &self.solver.controls, "p").map_err(|source| {
@@ -220,12 +315,12 @@ impl<'g> DeviceSimple<'g> {
                     }
                 })?;
             p_solves.push(perf);
-            pressure += timer.lap(&mut seconds.solve)?;
+            host.pressure += timer.lap(&mut seconds.solve)?;
         }
         let p = self.p.dev()?;
         self.laplacian
             .subtract_flux(p, &self.r_au, &self.phi_hbya, &self.phi)?;
-        pressure += timer.lap(&mut seconds.corrections)?;
+        host.pressure += timer.lap(&mut seconds.corrections)?;
 
         // Continuity errors, p relaxation, U = HbyA − rAU ∇p.
         self.laplacian.divergence(&self.phi, &self.div)?;
@@ -237,62 +332,304 @@ impl<'g> DeviceSimple<'g> {
             a.arg(&n_i).arg(&alpha_p).arg(&self.p_old).arg(p);
         })?;
         self.laplacian.gradient(p)?;
-        let components = self.components;
+        for &c in &self.components {
+            let c_i = c as i32;
+            let u_c = self.u[c].dev()?;
+            gpu.launch(
+                "simple_correct_velocity",
+                vector_grid(n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n_i)
+                        .arg(&c_i)
+                        .arg(&self.hbya[c])
+                        .arg(&self.r_au)
+                        .arg(self.laplacian.gradient_buffer())
+                        .arg(u_c);
+                },
+            )?;
+        }
+        host.corrections += timer.lap(&mut seconds.corrections)?;
+        if self.momentum.is_none() {
+            // The host momentum predictor of the next iteration needs them.
+            self.download_fields(simple)?;
+            host.corrections += timer.lap(&mut seconds.download)?;
+        }
+        self.seconds = seconds;
+        simple.add_seconds(host);
+        Ok(simple.report(u_initial, p_solves, continuity))
+    }
+
+    /// Uploads the host predictor's rAU, HbyA and φ_HbyA; its residuals.
+    fn upload_predicted(&mut self, predicted: Predicted) -> Result<Vec<(String, f64)>, GpuError> {
+        let gpu = self.gpu;
+        let ordering = self.laplacian.ordering();
+        gpu.write(&ordering.to_new(&predicted.r_au), &mut self.r_au)?;
+        for (c, h) in self.hbya.iter_mut().enumerate() {
+            let values: Vec<f64> = predicted.hbya.iter().map(|v| v[c]).collect();
+            gpu.write(&ordering.to_new(&values), h)?;
+        }
+        gpu.write(
+            &self.laplacian.to_device_faces(&predicted.phi_hbya)?,
+            &mut self.phi_hbya,
+        )?;
+        Ok(predicted.u_initial)
+    }
+
+    /// Steps 1 and 2 on the device: momentum matrices and solves, a_P, HbyA,
+    /// rAU, φ_HbyA (and SIMPLEC's terms) into the resident fields.
+    fn device_predict(
+        &mut self,
+        simple: &Simple,
+        timer: &mut Lap<'g>,
+        seconds: &mut DevicePhaseSeconds,
+        host: &mut PhaseSeconds,
+    ) -> Result<Vec<(String, f64)>, DeviceFlowError> {
+        let gpu = self.gpu;
+        let m = self.momentum.as_mut().expect("checked by the caller");
+        let settings = simple.settings();
+        let pressure = &self.laplacian;
+        let n = pressure.n();
+        let n_i = n as i32;
+        let p = self.p.dev()?;
+        pressure.gradient(p)?;
+        let arrays = pressure.arrays()?;
+        let n_faces = pressure.device_faces().len() as i32;
+        let alpha = settings.relaxation_u;
+        let mut u_initial = Vec::with_capacity(self.components.len());
+        for (k, &c) in self.components.iter().enumerate() {
+            let viscous = &mut m.viscous[k];
+            let u_c = self.u[c].dev()?;
+            viscous.update_rhs(u_c, None)?;
+            if let Some([fc, to_owner, to_neighbour]) = &m.linear_upwind {
+                if !simple.settings().schemes.sn_grad.is_corrected() {
+                    viscous.gradient(u_c)?;
+                }
+                gpu.launch(
+                    "simple_linear_upwind",
+                    vector_grid(n_faces as usize),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&n_faces)
+                            .arg(arrays.face_owner)
+                            .arg(arrays.face_neighbour)
+                            .arg(&self.phi)
+                            .arg(viscous.gradient_buffer())
+                            .arg(to_owner)
+                            .arg(to_neighbour)
+                            .arg(fc);
+                    },
+                )?;
+            }
+            let matrix = m.matrices[k].take().ok_or_else(lost)?;
+            let v = viscous.arrays()?;
+            let c_i = c as i32;
+            let h = matrix.slice_height as u32;
+            let b = m.b.dev()?;
+            let launched = gpu.launch(
+                "simple_momentum_rows",
+                matrix.n_slices() as u32,
+                h,
+                0,
+                |a| {
+                    a.arg(&n_i)
+                        .arg(&matrix.slice_ptr)
+                        .arg(v.face_codes)
+                        .arg(v.face_slots)
+                        .arg(v.boundary_ptr)
+                        .arg(&n_faces)
+                        .arg(&self.phi);
+                    arg_or_null(a, m.linear_upwind.as_ref().map(|[fc, ..]| fc));
+                    a.arg(&v.matrix.values)
+                        .arg(&v.matrix.diag)
+                        .arg(v.rhs)
+                        .arg(v.b_value_internal)
+                        .arg(v.b_value_boundary)
+                        .arg(u_c)
+                        .arg(&alpha)
+                        .arg(v.volumes)
+                        .arg(pressure.gradient_buffer())
+                        .arg(&c_i)
+                        .arg(&matrix.values)
+                        .arg(&matrix.diag)
+                        .arg(&m.sources[k])
+                        .arg(b);
+                },
+            );
+            if let Err(e) = launched {
+                m.matrices[k] = Some(matrix);
+                return Err(e.into());
+            }
+            host.momentum += timer.lap(&mut seconds.momentum_assembly)?;
+            let backend = GpuKrylovBackend::from_resident(gpu, matrix, m.jacobi)?;
+            let field = format!("U{}", ["x", "y", "z"][c]);
+            let perf = match &m.method {
+                KrylovMethod::Gmres(s) => {
+                    gmres(&backend, &m.b, &mut self.u[c], &m.controls, s, &field)
+                }
+                KrylovMethod::BiCgStab => {
+                    bicgstab(&backend, &m.b, &mut self.u[c], &m.controls, &field)
+                }
+            };
+            m.matrices[k] = Some(backend.into_matrix());
+            let perf = perf.map_err(|source| FlowError::Solve {
+                field: field.clone(),
+                source,
+            })?;
+            u_initial.push((field, perf.initial_residual));
+            host.momentum += timer.lap(&mut seconds.momentum_solve)?;
+        }
+
+        // a_P, HbyA, rAU and the face flux φ_HbyA.
+        let diag = |k: usize| m.matrices.get(k).and_then(|m| m.as_ref()).map(|m| &m.diag);
+        let d0 = diag(0).ok_or_else(lost)?;
         gpu.launch(
-            "simple_correct_velocity",
+            "simple_average_diagonal",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_i).arg(d0);
+                arg_or_null(a, diag(1));
+                arg_or_null(a, diag(2));
+                a.arg(&m.a_p);
+            },
+        )?;
+        for (k, &c) in self.components.iter().enumerate() {
+            let matrix = m.matrices[k].as_ref().ok_or_else(lost)?;
+            let off = m
+                .consistent
+                .as_ref()
+                .filter(|_| k == 0)
+                .map(|[off, ..]| off);
+            let h = matrix.slice_height as u32;
+            let u_c = self.u[c].dev()?;
+            gpu.launch("simple_hbya", matrix.n_slices() as u32, h, 0, |a| {
+                a.arg(&n_i)
+                    .arg(&matrix.slice_ptr)
+                    .arg(&matrix.codes)
+                    .arg(&matrix.values)
+                    .arg(&matrix.diag)
+                    .arg(&m.sources[k])
+                    .arg(&m.a_p)
+                    .arg(u_c)
+                    .arg(&self.hbya[c]);
+                arg_or_null(a, off);
+            })?;
+        }
+        gpu.launch("simple_r_au", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n_i).arg(arrays.volumes).arg(&m.a_p);
+            arg_or_null(a, m.consistent.as_ref().map(|[off, ..]| off));
+            a.arg(&self.r_au);
+            arg_or_null(a, m.consistent.as_ref().map(|[_, r_atu, _]| r_atu));
+        })?;
+        let solved = |c: usize| self.components.contains(&c).then(|| &self.hbya[c]);
+        gpu.launch(
+            "simple_face_flux",
+            vector_grid(n_faces as usize),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_faces)
+                    .arg(arrays.face_owner)
+                    .arg(arrays.face_neighbour)
+                    .arg(arrays.weights)
+                    .arg(&m.sf);
+                for c in 0..3 {
+                    arg_or_null(a, solved(c));
+                }
+                a.arg(&self.phi_hbya);
+            },
+        )?;
+        let viscous_of = |c: usize| {
+            self.components
+                .iter()
+                .position(|&s| s == c)
+                .map(|k| m.viscous[k].arrays())
+                .transpose()
+        };
+        let b_values = [viscous_of(0)?, viscous_of(1)?, viscous_of(2)?];
+        gpu.launch(
+            "simple_boundary_face_flux",
             vector_grid(n),
             VECTOR_BLOCK,
             0,
             |a| {
                 a.arg(&n_i)
-                    .arg(&components)
-                    .arg(&self.hbya)
-                    .arg(&self.r_au)
-                    .arg(self.laplacian.gradient_buffer())
-                    .arg(&self.u);
+                    .arg(arrays.boundary_ptr)
+                    .arg(&n_faces)
+                    .arg(&m.b_sf);
+                for (c, values) in b_values.iter().enumerate() {
+                    arg_or_null(a, solved(c));
+                    arg_or_null(a, values.as_ref().map(|v| v.b_value_internal));
+                    arg_or_null(a, values.as_ref().map(|v| v.b_value_boundary));
+                }
+                a.arg(&self.phi_hbya);
             },
         )?;
-        let mut corrections = timer.lap(&mut seconds.corrections)?;
-
-        // Back to the host for the next momentum predictor.
-        simple.p = self.laplacian.to_mesh_order(p)?;
-        simple.phi = self.laplacian.to_mesh_faces(&self.phi)?;
-        let u = self.download_velocity()?;
-        let solved = simple.components().to_vec();
-        for (to, from) in simple.u.iter_mut().zip(&u) {
-            for &c in &solved {
-                to[c] = from[c];
+        if let Some([_, r_atu, diff]) = &m.consistent {
+            gpu.launch("simple_difference", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n_i).arg(r_atu).arg(&self.r_au).arg(diff);
+            })?;
+            pressure.add_gradient_flux(p, diff, &self.phi_hbya)?;
+            for &c in &self.components {
+                let c_i = c as i32;
+                gpu.launch(
+                    "simple_simplec_hbya",
+                    vector_grid(n),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&n_i)
+                            .arg(&c_i)
+                            .arg(&self.r_au)
+                            .arg(r_atu)
+                            .arg(pressure.gradient_buffer())
+                            .arg(&self.hbya[c]);
+                    },
+                )?;
             }
+            gpu.copy(r_atu, &mut self.r_au)?;
         }
-        corrections += timer.lap(&mut seconds.download)?;
-        self.seconds = seconds;
-        simple.add_seconds(pressure, corrections);
-        Ok(simple.report(u_initial, p_solves, continuity))
+        host.fluxes += timer.lap(&mut seconds.fluxes)?;
+        Ok(u_initial)
     }
 
-    /// The device U in mesh order.
-    fn download_velocity(&self) -> Result<Vec<Vec3>, GpuError> {
-        let u = self.gpu.download(&self.u)?;
-        let by_row: Vec<Vec3> = u[..3 * self.laplacian.n()]
-            .chunks_exact(3)
-            .map(|c| Vec3::new(c[0], c[1], c[2]))
-            .collect();
-        Ok(self.laplacian.ordering().to_old(&by_row))
+    /// U, p and φ of the device into `simple` (mesh order; U's unsolved
+    /// components stay).
+    pub fn download_fields(&mut self, simple: &mut Simple) -> Result<(), GpuError> {
+        simple.p = self.laplacian.to_mesh_order(self.p.dev()?)?;
+        simple.phi = self.laplacian.to_mesh_faces(&self.phi)?;
+        for &c in &self.components {
+            let values = self.laplacian.to_mesh_order(self.u[c].dev()?)?;
+            for (u, x) in simple.u.iter_mut().zip(values) {
+                u[c] = x;
+            }
+        }
+        self.host_current = true;
+        Ok(())
     }
 
     /// [`Simple::run`] with [`Self::iterate`]: outer iterations (logged as
     /// `Time = N`) until the residual control is met or `max_iterations` are
-    /// done.
+    /// done. `simple` gets the device fields before `after_each` where
+    /// `wants_fields(iteration)` says so, and at the end.
     pub fn run(
         &mut self,
         simple: &mut Simple,
         max_iterations: usize,
+        wants_fields: impl Fn(usize) -> bool,
         mut after_each: impl FnMut(&Simple, &IterationReport) -> Result<(), FlowError>,
     ) -> Result<Vec<IterationReport>, DeviceFlowError> {
         let mut reports = Vec::new();
         for _ in 0..max_iterations {
             log::info!("Time = {}", simple.iteration() + 1);
             let report = self.iterate(simple)?;
+            if !self.host_current && wants_fields(report.iteration) {
+                self.timed_download(simple)?;
+            }
             after_each(simple, &report)?;
             let converged = report.converged;
             reports.push(report);
@@ -304,6 +641,107 @@ impl<'g> DeviceSimple<'g> {
                 break;
             }
         }
+        if !self.host_current {
+            self.timed_download(simple)?;
+        }
         Ok(reports)
+    }
+
+    fn timed_download(&mut self, simple: &mut Simple) -> Result<(), GpuError> {
+        let clock = Instant::now();
+        self.download_fields(simple)?;
+        self.seconds.download += clock.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
+fn lost() -> GpuError {
+    GpuError::Invalid("a momentum matrix was lost in an earlier device failure".into())
+}
+
+impl<'g> DeviceMomentum<'g> {
+    fn new(
+        gpu: &'g Gpu,
+        simple: &Simple,
+        pressure: &DeviceLaplacian<'g>,
+    ) -> Result<Self, AssemblyError> {
+        let settings = simple.settings();
+        let momentum = settings.momentum;
+        let method = momentum.krylov.ok_or_else(|| {
+            GpuError::Invalid("the device momentum predictor needs a Krylov method".into())
+        })?;
+        let jacobi = momentum.preconditioner != Preconditioner::Kind(PreconditionerKind::None);
+        let slice_height = pressure.arrays()?.matrix.slice_height;
+        let n = pressure.n();
+        let mut viscous = Vec::new();
+        let mut matrices = Vec::new();
+        let mut sources = Vec::new();
+        for k in 0..simple.components().len() {
+            let (system, problem) = simple.viscous_system(k);
+            let ordering = pressure.ordering().clone();
+            let lap = DeviceLaplacian::with_ordering(gpu, system, problem, ordering, slice_height)?;
+            if lap.device_faces() != pressure.device_faces()
+                || lap.device_boundary() != pressure.device_boundary()
+            {
+                return Err(GpuError::Invalid(
+                    "the viscous and pressure systems number their faces differently".into(),
+                )
+                .into());
+            }
+            let m = lap.arrays()?.matrix;
+            let copy = DeviceModSell {
+                n: m.n,
+                slice_height: m.slice_height,
+                slice_ptr: gpu.zeros(m.slice_ptr.len())?,
+                codes: gpu.zeros(m.codes.len())?,
+                values: gpu.zeros(m.values.len())?,
+                diag: gpu.zeros(m.diag.len())?,
+            };
+            let mut copy = copy;
+            gpu.copy(&m.slice_ptr, &mut copy.slice_ptr)?;
+            gpu.copy(&m.codes, &mut copy.codes)?;
+            gpu.copy(&m.values, &mut copy.values)?;
+            gpu.copy(&m.diag, &mut copy.diag)?;
+            matrices.push(Some(copy));
+            sources.push(gpu.zeros(n)?);
+            viscous.push(lap);
+        }
+        let mesh = simple.mesh();
+        let geometry = simple.geometry();
+        let first = mesh.n_internal_faces();
+        let (faces, boundary) = (pressure.device_faces(), pressure.device_boundary());
+        let sf = &geometry.face_area_vectors;
+        let linear_upwind = match settings.convection {
+            Convection::LinearUpwind => {
+                let offsets = simple.face_offsets();
+                let to_owner: Vec<Vec3> = offsets.iter().map(|(o, _)| *o).collect();
+                let to_neighbour: Vec<Vec3> = offsets.iter().map(|(_, n)| *n).collect();
+                Some([
+                    gpu.zeros(faces.len())?,
+                    gpu.upload(&flatten(&to_owner, faces, 0))?,
+                    gpu.upload(&flatten(&to_neighbour, faces, 0))?,
+                ])
+            }
+            _ => None,
+        };
+        let consistent = if settings.consistent {
+            Some([gpu.zeros(n)?, gpu.zeros(n)?, gpu.zeros(n)?])
+        } else {
+            None
+        };
+        Ok(Self {
+            method,
+            jacobi,
+            controls: momentum.controls,
+            viscous,
+            matrices,
+            sources,
+            b: GpuVector::from(gpu.zeros(n)?),
+            linear_upwind,
+            sf: gpu.upload(&flatten(sf, faces, 0))?,
+            b_sf: gpu.upload(&flatten(sf, boundary, first))?,
+            a_p: gpu.zeros(n)?,
+            consistent,
+        })
     }
 }
