@@ -736,7 +736,7 @@ pub fn run_flow_case_with_mesh(
             format_g(clock.elapsed().as_secs_f64())
         );
         match &setup.foam_output {
-            Some(out) if report.iteration % out.interval == 0 => {
+            Some(out) if report.iteration.is_multiple_of(out.interval) => {
                 last_written = report.iteration;
                 write_foam(simple, &out.options).map_err(|e| {
                     let msg = e.to_string();
@@ -756,7 +756,7 @@ pub fn run_flow_case_with_mesh(
                     setup
                         .foam_output
                         .as_ref()
-                        .is_some_and(|out| iteration % out.interval == 0)
+                        .is_some_and(|out| iteration.is_multiple_of(out.interval))
                 },
                 after_each,
             )

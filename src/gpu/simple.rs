@@ -21,9 +21,10 @@
 //!    the iteration).
 //! 2. **Pressure**: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
 //!    pressure matrix from the resident Γ = rAU and source
-//!    ([`DeviceLaplacian::reassemble_from_device`]), `nNonOrthogonalCorrectors
-//!    + 1` right-hand side updates and PCG solves warm-started from the
-//!    resident p, φ = φ_HbyA − the equation's face flux.
+//!    ([`DeviceLaplacian::reassemble_from_device`]), one right-hand side
+//!    update and PCG solve (warm-started from the resident p) per
+//!    non-orthogonal corrector and one more, φ = φ_HbyA − the equation's
+//!    face flux.
 //! 3. **Corrections**: continuity errors (two device sums read back), p
 //!    relaxation, ∇p and U = HbyA − rAU ∇p.
 //!
