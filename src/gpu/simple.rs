@@ -672,6 +672,21 @@ impl<'g> DeviceMomentum<'g> {
             GpuError::Invalid("the device momentum predictor needs a Krylov method".into())
         })?;
         let jacobi = momentum.preconditioner != Preconditioner::Kind(PreconditionerKind::None);
+        let used = if jacobi {
+            "Jacobi"
+        } else {
+            "no preconditioner"
+        };
+        if jacobi && momentum.preconditioner != Preconditioner::Kind(PreconditionerKind::Jacobi) {
+            log::info!(
+                "U: the {} preconditioner runs as Jacobi on the device momentum matrix",
+                momentum.preconditioner
+            );
+        }
+        log::info!(
+            "momentum predictor and Rhie-Chow on the GPU ({method}, {used}), matrices assembled \
+             there"
+        );
         let slice_height = pressure.arrays()?.matrix.slice_height;
         let n = pressure.n();
         let mut viscous = Vec::new();
