@@ -27,24 +27,46 @@ extern "C" __global__ void simple_correct_velocity(int n, int c, const double* _
     if (i < n) u[i] = asm_sub(hbya[i], asm_mul(r_au[i], grad[3 * (unsigned long long)i + c]));
 }
 
-// linearUpwind's deferred correction times the flux, per internal face
-// (device order): F (grad_P . (x_f - x_P)) with P the upwind cell (the owner
-// when F >= 0), as Convection::correction and the source terms of
-// Simple::momentum_equation. to_owner / to_neighbour: x_f - x_P per face.
-extern "C" __global__ void simple_linear_upwind(int n_faces, const unsigned* __restrict__ owner,
-                                                const unsigned* __restrict__ neighbour,
-                                                const double* __restrict__ phi,
-                                                const double* __restrict__ grad,
-                                                const double* __restrict__ to_owner,
-                                                const double* __restrict__ to_neighbour,
-                                                double* __restrict__ fc) {
+// The deferred correction times the flux, per internal face (device order),
+// as Convection::correction and the source terms of Simple::momentum_equation:
+// k < 0: linearUpwind, F (grad_P . (x_f - x_P)) with P the upwind cell (the
+// owner when F >= 0); k >= 0: limitedLinear k, F psi(r) (linear - upwind) with
+// OpenFOAM's r (NVDTVD) from delta = x_N - x_P. to_owner / to_neighbour:
+// x_f - x_P and x_f - x_N per face (linearUpwind); delta per face (limitedLinear).
+extern "C" __global__ void simple_deferred_correction(
+    int n_faces, double k, const unsigned* __restrict__ owner,
+    const unsigned* __restrict__ neighbour, const double* __restrict__ weights,
+    const double* __restrict__ phi, const double* __restrict__ u, const double* __restrict__ grad,
+    const double* __restrict__ to_owner, const double* __restrict__ to_neighbour,
+    const double* __restrict__ delta, double* __restrict__ fc) {
     const int d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= n_faces) return;
     const double f = phi[d];
+    const bool upwind_owner = f >= 0.0;
     const unsigned long long at = 3ull * (unsigned long long)d;
-    const double* g = grad + 3ull * (unsigned long long)(f >= 0.0 ? owner[d] : neighbour[d]);
-    const double* t = f >= 0.0 ? to_owner + at : to_neighbour + at;
-    fc[d] = asm_mul(f, asm_dot(g, t[0], t[1], t[2]));
+    const unsigned o = owner[d], nb = neighbour[d];
+    const double* g = grad + 3ull * (unsigned long long)(upwind_owner ? o : nb);
+    double correction;
+    if (k < 0.0) {
+        const double* t = upwind_owner ? to_owner + at : to_neighbour + at;
+        correction = asm_dot(g, t[0], t[1], t[2]);
+    } else {
+        const double uo = u[o], un = u[nb];
+        const double jump = asm_sub(un, uo);
+        const double* dl = delta + at;
+        const double along = asm_dot(dl, g[0], g[1], g[2]);
+        double r;
+        if (fabs(along) >= asm_mul(1000.0, fabs(jump)))
+            r = asm_sub(asm_mul(asm_mul(2000.0, copysign(1.0, along)), copysign(1.0, jump)), 1.0);
+        else
+            r = asm_sub(asm_div(asm_mul(2.0, along), jump), 1.0);
+        const double limiter =
+            fmin(fmax(asm_mul(asm_div(2.0, fmax(k, 2.220446049250313e-16)), r), 0.0), 1.0);
+        const double w = weights[d];
+        const double linear = asm_add(asm_mul(w, uo), asm_mul(asm_sub(1.0, w), un));
+        correction = asm_mul(limiter, asm_sub(linear, upwind_owner ? uo : un));
+    }
+    fc[d] = asm_mul(f, correction);
 }
 
 // The relaxed momentum matrix of one component, one thread per row, one block

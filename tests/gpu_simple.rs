@@ -195,7 +195,11 @@ fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     if test_device().is_none() {
         return;
     }
-    for convection in [Convection::Upwind, Convection::LinearUpwind] {
+    for convection in [
+        Convection::Upwind,
+        Convection::LinearUpwind,
+        Convection::LimitedLinear(1.0),
+    ] {
         let d = compare("box:6x6x6:tet:perturb=0.2", 3, |s| {
             s.n_non_orth_correctors = 2;
             s.relaxation_p = 0.3;

@@ -55,10 +55,11 @@
 //!
 //! On `--device gpu` the pressure half of each outer iteration runs on the GPU
 //! ([`crate::gpu::simple::DeviceSimple`]: the pressure matrix re-assembled
-//! there from the uploaded rAU and φ_HbyA, PCG warm-started from the
+//! there from the resident rAU and φ_HbyA, PCG warm-started from the
 //! resident p, flux correction, continuity errors, p relaxation and the
-//! velocity correction); the momentum predictor and Rhie–Chow run on the CPU
-//! (momentum solves on the GPU when `[solver.U]` is a Krylov method). Where
+//! velocity correction). Where `[solver.U]` is a Krylov method the momentum
+//! predictor and Rhie–Chow run there too (the whole loop on the device);
+//! with smoothSolver they run on the CPU. Where
 //! the p solver needs a host-assembled matrix (smoothSolver, GAMG, ILU, ...)
 //! or the device assembly does not handle the mesh, the pressure equation is
 //! assembled on the CPU and solved on the GPU instead (logged once).

@@ -8,12 +8,12 @@
 //! layout ([`DeviceLaplacian::n_face_values`]). One outer iteration:
 //!
 //! 1. **Momentum predictor and Rhie–Chow**, on the device where the momentum
-//!    solver is GMRES or PBiCGStab (Jacobi or none) and the convection upwind
-//!    or linearUpwind ([`DeviceSimple::momentum_on_device`]): per component a
+//!    solver is GMRES or PBiCGStab (Jacobi or none;
+//!    [`DeviceSimple::momentum_on_device`]): per component a
 //!    [`DeviceLaplacian`] of the viscous term (ν, the component's conditions; its
 //!    matrix assembled once, its right-hand side with the non-orthogonal
 //!    correction updated each iteration), bounded upwind convection of the
-//!    resident φ and the linearUpwind correction gathered per row, Patankar
+//!    resident φ and the linearUpwind / limitedLinear correction gathered per row, Patankar
 //!    relaxation and −V∇p (`simple_momentum_rows`), solved by the Krylov
 //!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
 //!    φ_HbyA and SIMPLEC's terms. Otherwise on the host ([`Simple::predict`]),
@@ -116,14 +116,27 @@ struct DeviceMomentum<'g> {
     sources: Vec<CudaSlice<f64>>,
     /// The right-hand side of a solve.
     b: GpuVector,
-    /// linearUpwind: F·correction per face, x_f − x_P and x_f − x_N per face.
-    linear_upwind: Option<[CudaSlice<f64>; 3]>,
+    /// linearUpwind / limitedLinear's deferred correction.
+    deferred: Option<Deferred>,
     /// S_f per device face, S_b per device boundary face (3 doubles each).
     sf: CudaSlice<f64>,
     b_sf: CudaSlice<f64>,
     a_p: CudaSlice<f64>,
     /// SIMPLEC: Σ a_nb of the first component, rAtU, rAtU − rAU.
     consistent: Option<[CudaSlice<f64>; 3]>,
+}
+
+/// The deferred correction of the convection scheme on the device.
+struct Deferred {
+    /// limitedLinear's k; −1: linearUpwind.
+    k: f64,
+    /// F·correction per device face.
+    fc: CudaSlice<f64>,
+    /// linearUpwind: x_f − x_P and x_f − x_N per device face (3 doubles).
+    to_owner: Option<CudaSlice<f64>>,
+    to_neighbour: Option<CudaSlice<f64>>,
+    /// limitedLinear: x_N − x_P per device face.
+    delta: Option<CudaSlice<f64>>,
 }
 
 /// The SIMPLE loop on one GPU (see the module documentation).
@@ -241,9 +254,6 @@ impl<'g> DeviceSimple<'g> {
                         PBiCGStab on the momentum matrix it assembles)"
                     .into(),
             );
-        }
-        if let Convection::LimitedLinear(_) = settings.convection {
-            return Err("limitedLinear convection is assembled on the host".into());
         }
         Ok(())
     }
@@ -403,24 +413,28 @@ impl<'g> DeviceSimple<'g> {
             let viscous = &mut m.viscous[k];
             let u_c = self.u[c].dev()?;
             viscous.update_rhs(u_c, None)?;
-            if let Some([fc, to_owner, to_neighbour]) = &m.linear_upwind {
+            if let Some(deferred) = &m.deferred {
                 if !simple.settings().schemes.sn_grad.is_corrected() {
                     viscous.gradient(u_c)?;
                 }
                 gpu.launch(
-                    "simple_linear_upwind",
+                    "simple_deferred_correction",
                     vector_grid(n_faces as usize),
                     VECTOR_BLOCK,
                     0,
                     |a| {
                         a.arg(&n_faces)
+                            .arg(&deferred.k)
                             .arg(arrays.face_owner)
                             .arg(arrays.face_neighbour)
+                            .arg(arrays.weights)
                             .arg(&self.phi)
-                            .arg(viscous.gradient_buffer())
-                            .arg(to_owner)
-                            .arg(to_neighbour)
-                            .arg(fc);
+                            .arg(u_c)
+                            .arg(viscous.gradient_buffer());
+                        arg_or_null(a, deferred.to_owner.as_ref());
+                        arg_or_null(a, deferred.to_neighbour.as_ref());
+                        arg_or_null(a, deferred.delta.as_ref());
+                        a.arg(&deferred.fc);
                     },
                 )?;
             }
@@ -442,7 +456,7 @@ impl<'g> DeviceSimple<'g> {
                         .arg(v.boundary_ptr)
                         .arg(&n_faces)
                         .arg(&self.phi);
-                    arg_or_null(a, m.linear_upwind.as_ref().map(|[fc, ..]| fc));
+                    arg_or_null(a, m.deferred.as_ref().map(|d| &d.fc));
                     a.arg(&v.matrix.values)
                         .arg(&v.matrix.diag)
                         .arg(v.rhs)
@@ -727,18 +741,34 @@ impl<'g> DeviceMomentum<'g> {
         let first = mesh.n_internal_faces();
         let (faces, boundary) = (pressure.device_faces(), pressure.device_boundary());
         let sf = &geometry.face_area_vectors;
-        let linear_upwind = match settings.convection {
+        let deferred = match settings.convection {
+            Convection::Upwind => None,
             Convection::LinearUpwind => {
                 let offsets = simple.face_offsets();
                 let to_owner: Vec<Vec3> = offsets.iter().map(|(o, _)| *o).collect();
                 let to_neighbour: Vec<Vec3> = offsets.iter().map(|(_, n)| *n).collect();
-                Some([
-                    gpu.zeros(faces.len())?,
-                    gpu.upload(&flatten(&to_owner, faces, 0))?,
-                    gpu.upload(&flatten(&to_neighbour, faces, 0))?,
-                ])
+                Some(Deferred {
+                    k: -1.0,
+                    fc: gpu.zeros(faces.len())?,
+                    to_owner: Some(gpu.upload(&flatten(&to_owner, faces, 0))?),
+                    to_neighbour: Some(gpu.upload(&flatten(&to_neighbour, faces, 0))?),
+                    delta: None,
+                })
             }
-            _ => None,
+            Convection::LimitedLinear(k) => {
+                let centres = &geometry.cell_centres;
+                let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+                let delta: Vec<Vec3> = (0..first)
+                    .map(|f| centres[neighbour[f] as usize] - centres[owner[f] as usize])
+                    .collect();
+                Some(Deferred {
+                    k,
+                    fc: gpu.zeros(faces.len())?,
+                    to_owner: None,
+                    to_neighbour: None,
+                    delta: Some(gpu.upload(&flatten(&delta, faces, 0))?),
+                })
+            }
         };
         let consistent = if settings.consistent {
             Some([gpu.zeros(n)?, gpu.zeros(n)?, gpu.zeros(n)?])
@@ -753,7 +783,7 @@ impl<'g> DeviceMomentum<'g> {
             matrices,
             sources,
             b: GpuVector::from(gpu.zeros(n)?),
-            linear_upwind,
+            deferred,
             sf: gpu.upload(&flatten(sf, faces, 0))?,
             b_sf: gpu.upload(&flatten(sf, boundary, first))?,
             a_p: gpu.zeros(n)?,
