@@ -223,7 +223,8 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     let Some(gpu) = test_device() else {
         return;
     };
-    let n = 64;
+    // 197 outer iterations on the CPU (about 1 s).
+    let n = 32;
     let mesh = load(&format!("box:{n}x{n}x1:2d")).unwrap();
     let geometry = Geometry::compute(&mesh);
     let mut settings = SimpleSettings::new(0.01);
@@ -231,12 +232,12 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     settings.consistent = true;
     settings.relaxation_u = 0.9;
     settings.relaxation_p = 1.0;
-    settings.residual_control = ResidualControl { u: 1e-8, p: 1e-8 };
+    settings.residual_control = ResidualControl { u: 1e-9, p: 1e-9 };
     settings.momentum.krylov = Some(KrylovMethod::BiCgStab);
     settings.momentum.preconditioner = PreconditionerKind::Jacobi.into();
     settings.momentum.controls.rel_tol = 0.0;
     let controls = SolverControls {
-        tolerance: 1e-12,
+        tolerance: 1e-11,
         rel_tol: 0.0,
         ..SolverControls::default()
     };
@@ -244,7 +245,7 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     let solve: &mut PressureSolve<'_> =
         &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &controls, "p");
     let start = std::time::Instant::now();
-    let cpu_reports = cpu.run(5000, solve, |_, _| Ok(())).unwrap();
+    let cpu_reports = cpu.run(1000, solve, |_, _| Ok(())).unwrap();
     let cpu_seconds = start.elapsed().as_secs_f64();
     let mut on_gpu = cavity(&mesh, &geometry, settings);
     let solver = DevicePressureSolver {
@@ -255,7 +256,7 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     assert!(device.has_device_momentum());
     let start = std::time::Instant::now();
     let gpu_reports = device
-        .run(&mut on_gpu, 5000, |_| false, |_, _| Ok(()))
+        .run(&mut on_gpu, 1000, |_| false, |_, _| Ok(()))
         .unwrap();
     let gpu_seconds = start.elapsed().as_secs_f64();
     let du = relative(
@@ -281,7 +282,7 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
         cpu_reports.len(),
         gpu_reports.len()
     );
-    assert!(du < 1e-7 && dp < 1e-7, "U {du:e} p {dp:e}");
+    assert!(du < 1e-6 && dp < 1e-6, "U {du:e} p {dp:e}");
     let case = FlowCase::Cavity { reynolds: 100, n };
     let tables = ghia(case, &on_gpu).unwrap();
     let deviation = tables
