@@ -118,7 +118,7 @@ impl Device<'_> {
     /// `gpu_smoother`: natural-order Gauss–Seidel becomes multicolour, DIC and
     /// IC(0) preconditioners Jacobi, or none on an equilibrated system, where
     /// the scaling takes Jacobi's place).
-    fn adapt(self, solver: &LinearSolver) -> LinearSolver {
+    pub(crate) fn adapt(self, solver: &LinearSolver) -> LinearSolver {
         let Self::Gpu(_) = self else {
             return *solver;
         };
@@ -160,7 +160,7 @@ impl Device<'_> {
     /// Why the GPU cannot run `solver` (as adapted) on the device-assembled
     /// system with the resident fused Jacobi-PCG, if it cannot: that path
     /// has PCG with Jacobi or no preconditioner on the unscaled system only.
-    fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
+    pub(crate) fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
         let used = self.adapt(solver);
         if let Some(method) = &used.krylov {
             return Some(format!("{method} runs on a host-assembled matrix"));

@@ -42,6 +42,7 @@ pub mod pcg;
 pub mod polynomial;
 pub mod polynomial_bench;
 pub mod precond_bench;
+pub mod simple;
 pub mod smooth;
 pub mod smooth_bench;
 
@@ -71,6 +72,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("fsai_apply.cu", include_str!("../../kernels/fsai_apply.cu")),
     ("fsai.cu", include_str!("../../kernels/fsai.cu")),
     ("multi.cu", include_str!("../../kernels/multi.cu")),
+    ("simple.cu", include_str!("../../kernels/simple.cu")),
 ];
 
 /// The kernels the sources define, in source order.
