@@ -138,8 +138,8 @@ extern "C" __global__ void amg_modsell_row_lengths(int n, int h, const u64* __re
 }
 
 // The CSR pattern: columns ascending (insertion sort of the row, whose columns
-// are distinct) and, per entry, its mod-SELL slot (-1: the diagonal), from
-// which amg_csr_values_from_modsell takes the values.
+// are distinct) and, per entry, its mod-SELL slot (-(row + 1): the diagonal
+// of row), from which amg_csr_values_from_modsell takes the values.
 extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restrict__ slice_ptr,
                                               const int* __restrict__ codes,
                                               const u64* __restrict__ row_ptr,
@@ -151,7 +151,7 @@ extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restric
     const u64 start = row_ptr[row];
     u64 end = start;
     cols[end] = (unsigned)row;
-    source[end] = -1;
+    source[end] = -1 - (long long)row;
     ++end;
     for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
         const int c = codes[k];
@@ -171,18 +171,15 @@ extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restric
 }
 
 // CSR values from the mod-SELL arrays through the slot map (also the
-// value-only update of the fine level).
-extern "C" __global__ void amg_csr_values_from_modsell(int n, const u64* __restrict__ row_ptr,
-                                                       const long long* __restrict__ source,
+// value-only update of the fine level), one thread per entry.
+extern "C" __global__ void amg_csr_values_from_modsell(u64 nnz, const long long* __restrict__ source,
                                                        const double* __restrict__ modsell_vals,
                                                        const double* __restrict__ diag,
                                                        double* __restrict__ vals) {
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n) return;
-    for (u64 k = row_ptr[row]; k < row_ptr[row + 1]; ++k) {
-        const long long s = source[k];
-        vals[k] = s < 0 ? diag[row] : modsell_vals[s];
-    }
+    const u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (k >= nnz) return;
+    const long long s = source[k];
+    vals[k] = s < 0 ? diag[-1 - s] : modsell_vals[s];
 }
 
 // ---- Pairwise matching (spec "Pairwise matching", solve::amg::matching):
@@ -331,7 +328,7 @@ extern "C" __global__ void amg_pass_aggregates(int n, const int* __restrict__ pa
 }
 
 // ---- Galerkin product of one pass (spec "Galerkin product for one pass"),
-// one thread per coarse row I with members members[member_ptr[I] ..
+// per coarse row I (bounds: a thread; columns, fill, values: a warp) with members members[member_ptr[I] ..
 // member_ptr[I+1]) ascending (amg_count_members .. amg_sort_members below).
 // Symbolic: the distinct coarse columns, sorted, and for every fine entry k
 // of the members' rows the slot dest[k] of its coarse entry. Numeric: the
@@ -394,7 +391,9 @@ __device__ __forceinline__ u64 find_column(const unsigned* cols, u64 lo, u64 hi,
     return lo;
 }
 
-// The coarse columns copied to their place and the slot of every fine entry.
+// The coarse columns copied to their place and the slot of every fine entry
+// (a binary search in the row's distinct columns). A warp per coarse row
+// (blockDim.x a multiple of 32), lanes along the entries.
 extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ member_ptr,
                                              const unsigned* __restrict__ members,
                                              const u64* __restrict__ row_ptr,
@@ -405,20 +404,25 @@ extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ mem
                                              const u64* __restrict__ coarse_row_ptr,
                                              unsigned* __restrict__ coarse_cols,
                                              u64* __restrict__ dest) {
-    const int I = blockIdx.x * blockDim.x + threadIdx.x;
-    if (I >= nc) return;
-    const u64 start = coarse_row_ptr[I], end = coarse_row_ptr[I + 1];
+    const int lane = threadIdx.x & 31;
+    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    if (I >= nc) return;  // whole warps leave together
+    const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
     const unsigned* list = scratch + bound_ptr[I];
-    for (u64 k = start; k < end; ++k) coarse_cols[k] = list[k - start];
+    for (u64 c = lane; c < len; c += 32) coarse_cols[start + c] = list[c];
     for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
         const unsigned r = members[m];
-        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k)
-            dest[k] = find_column(coarse_cols, start, end, aggregate[cols[k]]);
+        const u64 k1 = row_ptr[r + 1];
+        for (u64 k = row_ptr[r] + lane; k < k1; k += 32)
+            dest[k] = start + find_column(list, 0, len, aggregate[cols[k]]);
     }
 }
 
 // Numeric: the coarse values of I from the members' values (set-up and
-// value-only re-set-up alike).
+// value-only re-set-up alike), each coarse entry zeroed then summed in the
+// members' entry order (the CPU's). A warp per coarse row (blockDim.x a
+// multiple of 32): lane j accumulates coarse entry c0 + j in a register
+// while the members' entries (read 32 at a time) are broadcast one by one.
 extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ member_ptr,
                                                const unsigned* __restrict__ members,
                                                const u64* __restrict__ row_ptr,
@@ -426,12 +430,34 @@ extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ m
                                                const u64* __restrict__ dest,
                                                const u64* __restrict__ coarse_row_ptr,
                                                double* __restrict__ coarse_vals) {
-    const int I = blockIdx.x * blockDim.x + threadIdx.x;
-    if (I >= nc) return;
-    for (u64 k = coarse_row_ptr[I]; k < coarse_row_ptr[I + 1]; ++k) coarse_vals[k] = 0.0;
-    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
-        const unsigned r = members[m];
-        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) coarse_vals[dest[k]] += vals[k];
+    const int lane = threadIdx.x & 31;
+    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    if (I >= nc) return;  // whole warps leave together
+    const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
+    const u64 m0 = member_ptr[I], m1 = member_ptr[I + 1];
+    for (u64 c0 = 0; c0 < len; c0 += 32) {
+        const u64 mine = start + c0 + lane;
+        double acc = 0.0;
+        for (u64 m = m0; m < m1; ++m) {
+            const unsigned r = members[m];
+            const u64 k1 = row_ptr[r + 1];
+            for (u64 kb = row_ptr[r]; kb < k1; kb += 32) {
+                const u64 k = kb + lane;
+                u64 d = 0;
+                double v = 0.0;
+                if (k < k1) {
+                    d = dest[k];
+                    v = vals[k];
+                }
+                const int cnt = (int)(k1 - kb < 32 ? k1 - kb : 32);
+                for (int t = 0; t < cnt; ++t) {
+                    const u64 dt = __shfl_sync(0xffffffffu, d, t);
+                    const double vt = __shfl_sync(0xffffffffu, v, t);
+                    if (dt == mine) acc = __dadd_rn(acc, vt);
+                }
+            }
+        }
+        if (c0 + lane < len) coarse_vals[mine] = acc;
     }
 }
 
@@ -763,13 +789,11 @@ extern "C" __global__ void amg_dense_apply_f32(int n, const double* __restrict__
 }
 
 // ---- The coarsest level's operator, formed on the device (set-up): a dense
-// Cholesky factor and the inverse column by column (the host's nalgebra
-// inverse takes ~1 s at 1000 rows). The matrix is the one the CPU's
-// CoarsestSolver factors (symmetrised, shifted when singular), row-major.
-
-// Largest coarsest matrix (solve::amg MAX_DENSE_ROWS): column k of the factor
-// is staged in shared memory.
-#define DENSE_MAX_ROWS 4096
+// Cholesky factor and the inverse W^T W, W = L^-1, both blocked in panels of
+// 32 with many blocks per launch (the host's nalgebra inverse takes ~1 s at
+// 1000 rows). Nothing is read back: the singularity test and the pivot check
+// stay on the device. The matrix is the one the CPU's CoarsestSolver factors
+// (symmetrised, shifted when singular), row-major.
 
 // The coarsest CSR matrix scattered into the zeroed row-major n x n `dense`
 // (one thread per row).
@@ -782,9 +806,18 @@ extern "C" __global__ void amg_dense_scatter(int n, const u64* __restrict__ row_
     for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) dense[(u64)i * n + cols[k]] = vals[k];
 }
 
+// The set-up's status words (read back once, after the coarsest operator):
+// status[l] = INT_MAX for l < levels (amg_smoother_scale's smallest bad row
+// of level l), status[levels] = 0 (amg_dense_panel's failed pivot).
+extern "C" __global__ void amg_status_reset(int levels, int* __restrict__ status) {
+    const int l = blockIdx.x * blockDim.x + threadIdx.x;
+    if (l < levels) status[l] = 0x7fffffff;
+    if (l == levels) status[l] = 0;
+}
+
 // Per row of the coarsest CSR matrix: the sum of its entries in column order
-// (the dense row's sum: its zeros add nothing) and its diagonal; the host
-// adds them in row order for CoarsestSolver's singularity test.
+// (the dense row's sum: its zeros add nothing) and its diagonal, for
+// amg_dense_singular.
 extern "C" __global__ void amg_dense_row_sums(int n, const u64* __restrict__ row_ptr,
                                               const unsigned* __restrict__ cols,
                                               const double* __restrict__ vals,
@@ -801,95 +834,291 @@ extern "C" __global__ void amg_dense_row_sums(int n, const u64* __restrict__ row
     diag[i] = d;
 }
 
-// The matrix CoarsestSolver factors, as the host formed it: m = dense (+ the
-// shift everywhere when singular), then (m + m^T) / 2; one thread per entry.
+// CoarsestSolver's singularity test on the device (one thread, the host's
+// order: row by row): A_L is singular when sum_i |sums_i| <= tol * sum_i
+// a_ii. out[0] = 1 (singular) or 0, out[1] = the shift sum_i a_ii / (n n).
+// No read-back: amg_dense_symmetrise and amg_dense_project read out.
+extern "C" __global__ void amg_dense_singular(int n, const double* __restrict__ sums,
+                                              const double* __restrict__ diag, double tol,
+                                              double* __restrict__ out) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double d = 0.0, r = 0.0;
+    for (int i = 0; i < n; ++i) d = __dadd_rn(d, diag[i]);
+    for (int i = 0; i < n; ++i) r = __dadd_rn(r, fabs(sums[i]));
+    out[0] = r <= __dmul_rn(tol, d) ? 1.0 : 0.0;
+    out[1] = __ddiv_rn(d, __dmul_rn((double)n, (double)n));
+}
+
+// The matrix CoarsestSolver factors, as the host forms it: m = dense (+ the
+// shift everywhere when singular[0] != 0; singular as amg_dense_singular
+// writes it), then (m + m^T) / 2; one thread per entry.
 extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict__ dense,
-                                                int singular, double shift,
+                                                const double* __restrict__ singular,
                                                 double* __restrict__ out) {
     const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     if (e >= (u64)n * n) return;
     const u64 i = e / n, j = e % n;
     double a = dense[i * n + j], b = dense[j * n + i];
-    if (singular) {
-        a = __dadd_rn(a, shift);
-        b = __dadd_rn(b, shift);
+    if (singular[0] != 0.0) {
+        a = __dadd_rn(a, singular[1]);
+        b = __dadd_rn(b, singular[1]);
     }
     out[e] = __dmul_rn(__dadd_rn(a, b), 0.5);
 }
 
-// In-place Cholesky A = L L^T of the row-major n x n matrix a (its lower
-// triangle, diagonal included, becomes L; the upper triangle is not read).
-// One block (blockDim a multiple of 32), right-looking: per column k the
-// pivot, the column below it scaled, then the trailing lower triangle
-// updated, a warp per row, lanes along the row. *failed = k + 1 for the
-// first pivot that is not positive (0 when the factor exists).
-extern "C" __global__ void amg_dense_cholesky(int n, double* a, int* failed) {
-    __shared__ double col[DENSE_MAX_ROWS];
-    __shared__ double pivot;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    for (int k = 0; k < n; ++k) {
+// In-place blocked Cholesky A = L L^T of the row-major n x n matrix a (its
+// lower triangle, diagonal included, becomes L; the upper triangle is not
+// read), right-looking in panels of DENSE_PANEL columns:
+// - amg_dense_diag (once, one block): the first panel's diagonal block L11;
+// - per panel p (its first column): amg_dense_panel solves L21 L11^T = A21,
+//   a warp per row; then, if rows remain, amg_dense_update subtracts L21 L21^T
+//   from the trailing lower triangle in 32 x 32 tiles (a block each), and the
+//   block of the first tile (the next panel's diagonal block, which no other
+//   block of that launch reads) factors it.
+// Diagonal blocks are factored in shared memory by dense_factor_diag. *failed
+// = k + 1 for the first pivot k that is not positive (NaN included); 0 while
+// the factor exists. Once set, every later launch returns at once.
+#define DENSE_PANEL 32
+
+// The diagonal block at (p, p) (pb = min(DENSE_PANEL, n - p) rows) factored
+// in place by the whole block (unblocked right-looking Cholesky in shared
+// memory); false (and *failed set) at a pivot that is not positive.
+__device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    __shared__ int bad;
+    const int pb = min(DENSE_PANEL, n - p);
+    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+        const int i = e / pb, j = e % pb;
+        if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
+    }
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    for (int k = 0; k < pb; ++k) {
         if (threadIdx.x == 0) {
-            const double d = a[(u64)k * n + k];
-            pivot = d > 0.0 ? sqrt(d) : 0.0;
-            if (pivot == 0.0) *failed = k + 1;
-            a[(u64)k * n + k] = pivot;
+            const double d = s[k][k];
+            const double pivot = d > 0.0 ? __dsqrt_rn(d) : 0.0;
+            s[k][k] = pivot;
+            if (pivot == 0.0) {
+                bad = p + k + 1;
+                *failed = bad;
+            }
         }
         __syncthreads();
-        if (pivot == 0.0) return;  // shared: the whole block leaves
-        for (int i = k + 1 + threadIdx.x; i < n; i += blockDim.x) {
-            const double l = a[(u64)i * n + k] / pivot;
-            a[(u64)i * n + k] = l;
-            col[i] = l;
+        if (bad != 0) return false;  // shared: the whole block leaves
+        for (int i = k + 1 + threadIdx.x; i < pb; i += blockDim.x)
+            s[i][k] = __ddiv_rn(s[i][k], s[k][k]);
+        __syncthreads();
+        for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+            const int i = e / pb, j = e % pb;
+            if (j > k && j <= i) s[i][j] = __dsub_rn(s[i][j], __dmul_rn(s[i][k], s[j][k]));
         }
         __syncthreads();
-        for (int i = k + 1 + warp; i < n; i += warps) {
-            const double li = col[i];
-            double* row = a + (u64)i * n;
-            for (int j = k + 1 + lane; j <= i; j += 32) row[j] -= li * col[j];
+    }
+    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+        const int i = e / pb, j = e % pb;
+        if (j <= i) a[(u64)(p + i) * n + p + j] = s[i][j];
+    }
+    return true;
+}
+
+extern "C" __global__ void amg_dense_diag(int n, int p, double* a, int* failed) {
+    if (*failed != 0) return;
+    dense_factor_diag(n, p, a, failed);
+}
+
+// Rows p + DENSE_PANEL.. of panel p: forward substitution with the factored
+// L11, lane k owning column k; blockDim.x / 32 rows per block.
+extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    if (*failed != 0) return;  // uniform: an earlier panel failed
+    const int pb = min(DENSE_PANEL, n - p);
+    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+        const int i = e / pb, j = e % pb;
+        if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int i = p + pb + blockIdx.x * (blockDim.x >> 5) + warp;
+    if (i >= n) return;  // whole warps leave together
+    double* row = a + (u64)i * n + p;
+    double v = lane < pb ? row[lane] : 0.0;
+    for (int k = 0; k < pb; ++k) {
+        const double x = __ddiv_rn(__shfl_sync(0xffffffffu, v, k), s[k][k]);
+        if (lane == k) v = x;
+        else if (lane > k && lane < pb) v = __dsub_rn(v, __dmul_rn(x, s[lane][k]));
+    }
+    if (lane < pb) row[lane] = v;
+}
+
+// The trailing update of panel p: a[i][j] -= sum_k L[i][p+k] L[j][p+k] for
+// q = p + DENSE_PANEL <= j <= i < n, one 32 x 32 tile of the lower triangle
+// per block (tiles numbered row by row: tile b is (ti, tj), tj <= ti),
+// blockDim.x a multiple of 32 (each thread a column of the tile, every
+// blockDim/32-th row). The block of tile 0 then factors the diagonal block
+// at (q, q).
+extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed) {
+    __shared__ double li[32][33];
+    __shared__ double lj[32][33];
+    if (*failed != 0) return;
+    const int q = p + DENSE_PANEL;
+    // Tile b → (ti, tj): ti(ti+1)/2 <= b < (ti+1)(ti+2)/2.
+    const long long b = blockIdx.x;
+    int ti = (int)((sqrt(8.0 * (double)b + 1.0) - 1.0) / 2.0);
+    while ((long long)ti * (ti + 1) / 2 > b) --ti;
+    while ((long long)(ti + 1) * (ti + 2) / 2 <= b) ++ti;
+    const int tj = (int)(b - (long long)ti * (ti + 1) / 2);
+    const int i0 = q + 32 * ti, j0 = q + 32 * tj;
+    for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
+        const int r = e >> 5, c = e & 31;
+        li[r][c] = i0 + r < n ? a[(u64)(i0 + r) * n + p + c] : 0.0;
+        lj[r][c] = j0 + r < n ? a[(u64)(j0 + r) * n + p + c] : 0.0;
+    }
+    __syncthreads();
+    const int tx = threadIdx.x & 31;
+    const int j = j0 + tx;
+    for (int r = threadIdx.x >> 5; r < 32; r += blockDim.x >> 5) {
+        const int i = i0 + r;
+        if (i >= n || j > i) continue;
+        double sum = 0.0;
+        for (int c = 0; c < DENSE_PANEL; ++c)
+            sum = __dadd_rn(sum, __dmul_rn(li[r][c], lj[tx][c]));
+        double* e = a + (u64)i * n + j;
+        *e = __dsub_rn(*e, sum);
+    }
+    if (b != 0) return;
+    __syncthreads();  // the tile's updated entries, written above, are read next
+    dense_factor_diag(n, q, a, failed);
+}
+
+// The inverse from the factor l: W = L^-1 by a blocked forward substitution
+// on the identity (amg_dense_identity, then per panel of DENSE_PANEL rows
+// amg_dense_trinv_panel and amg_dense_trinv_update), then A^-1 = W^T W
+// (amg_dense_wtw, exactly symmetric), then, when singular, each column minus
+// its mean (amg_dense_project, as CoarsestSolver::inverse). W lives in the
+// row-major n x n `w`; its upper triangle stays zero.
+
+// w = I, one thread per entry.
+extern "C" __global__ void amg_dense_identity(int n, double* __restrict__ w) {
+    const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (e >= (u64)n * n) return;
+    w[e] = e / n == e % n ? 1.0 : 0.0;
+}
+
+// Rows p..p+pb of W for every column j < p + pb (a thread per column):
+// L_PP W[P, j] = w[P, j] (w[P, j] holds e_j minus the earlier panels'
+// updates), the panel's column in registers.
+extern "C" __global__ void amg_dense_trinv_panel(int n, int p, const double* __restrict__ l,
+                                                 double* __restrict__ w) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    const int pb = min(DENSE_PANEL, n - p);
+    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
+        const int i = e / pb, k = e % pb;
+        if (k <= i) s[i][k] = l[(u64)(p + i) * n + p + k];
+    }
+    __syncthreads();
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= p + pb) return;
+    double v[DENSE_PANEL];
+#pragma unroll
+    for (int k = 0; k < DENSE_PANEL; ++k) v[k] = k < pb ? w[(u64)(p + k) * n + j] : 0.0;
+#pragma unroll
+    for (int k = 0; k < DENSE_PANEL; ++k) {
+        if (k < pb) {
+            v[k] = v[k] / s[k][k];
+#pragma unroll
+            for (int m = k + 1; m < DENSE_PANEL; ++m)
+                if (m < pb) v[m] -= v[k] * s[m][k];
         }
-        __syncthreads();  // the next pivot and column read the updated rows
+    }
+#pragma unroll
+    for (int k = 0; k < DENSE_PANEL; ++k)
+        if (k < pb) w[(u64)(p + k) * n + j] = v[k];
+}
+
+// w[i][j] -= sum_c L[i][p+c] W[p+c][j] for i >= q = p + DENSE_PANEL and
+// j < q: 32 x 32 tiles, block b the column tile b % col_tiles of the row
+// tile b / col_tiles (below q); blockDim.x a multiple of 32.
+extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
+                                                  const double* __restrict__ l,
+                                                  double* __restrict__ w) {
+    __shared__ double li[32][33];
+    __shared__ double wp[32][33];
+    const int q = p + DENSE_PANEL;
+    const int i0 = q + 32 * (blockIdx.x / col_tiles), j0 = 32 * (blockIdx.x % col_tiles);
+    for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
+        const int r = e >> 5, c = e & 31;
+        li[r][c] = i0 + r < n ? l[(u64)(i0 + r) * n + p + c] : 0.0;
+        // wp[c][jj] = W[p + r][j0 + c] (r the row of the panel)
+        wp[r][c] = j0 + c < q ? w[(u64)(p + r) * n + j0 + c] : 0.0;
+    }
+    __syncthreads();
+    const int tx = threadIdx.x & 31;
+    const int j = j0 + tx;
+    if (j >= q) return;
+    for (int r = threadIdx.x >> 5; r < 32; r += blockDim.x >> 5) {
+        const int i = i0 + r;
+        if (i >= n) break;
+        double sum = 0.0;
+        for (int c = 0; c < DENSE_PANEL; ++c) sum += li[r][c] * wp[c][tx];
+        w[(u64)i * n + j] -= sum;
     }
 }
 
-// Sum over the warp, valid in every lane (fixed butterfly order).
-__device__ double warp_sum_all(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+// inv[i][j] = sum_{k >= max(i, j)} W[k][i] W[k][j] (= (W^T W)_ij = A^-1),
+// 32 x 32 output tiles (block b: column tile b % t, row tile b / t, t =
+// ceil(n / 32)), k in chunks of 32 staged in shared memory; blockDim.x = 256
+// (each thread a column, every 8th row).
+extern "C" __global__ void amg_dense_wtw(int n, const double* __restrict__ w,
+                                         double* __restrict__ inv) {
+    __shared__ double wi[32][33];
+    __shared__ double wj[32][33];
+    const int t = (n + 31) / 32;
+    const int i0 = 32 * (blockIdx.x / t), j0 = 32 * (blockIdx.x % t);
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int k0 = max(i0, j0); k0 < n; k0 += 32) {
+        for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
+            const int kk = e >> 5, c = e & 31;
+            const bool in = k0 + kk < n;
+            wi[kk][c] = in && i0 + c < n ? w[(u64)(k0 + kk) * n + i0 + c] : 0.0;
+            wj[kk][c] = in && j0 + c < n ? w[(u64)(k0 + kk) * n + j0 + c] : 0.0;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < 32; ++kk) {
+            const double b = wj[kk][tx];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) acc[m] += wi[kk][ty + 8 * m] * b;
+        }
+        __syncthreads();
+    }
+    const int j = j0 + tx;
+    if (j >= n) return;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int i = i0 + ty + 8 * m;
+        if (i < n) inv[(u64)i * n + j] = acc[m];
+    }
 }
 
-// Column j of A^-1 (one warp per column) from the factor l: L y = e_j, then
-// L^T x = y, in scratch[j*n ..); with `project` (singular A_L) minus its
-// mean (as CoarsestSolver::inverse), written to inv[i*n + j] (row-major).
-extern "C" __global__ void amg_dense_inverse(int n, const double* __restrict__ l,
-                                             double* __restrict__ scratch, int project,
+// When singular[0] != 0: inv[i][j] -= mean_i inv[i][j] (each column minus its
+// mean). Blocks of 256 threads: 32 columns, 8 row groups summed in a fixed
+// order.
+extern "C" __global__ void amg_dense_project(int n, const double* __restrict__ singular,
                                              double* __restrict__ inv) {
-    const int lane = threadIdx.x & 31;
-    const int j = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
-    if (j >= n) return;  // whole warps leave together
-    double* y = scratch + (u64)j * n;
-    for (int i = lane; i < j; i += 32) y[i] = 0.0;
-    for (int i = j; i < n; ++i) {
-        const double* li = l + (u64)i * n;
-        double s = 0.0;
-        for (int k = j + lane; k < i; k += 32) s += li[k] * y[k];
-        s = warp_sum_all(s);
-        if (lane == 0) y[i] = ((i == j ? 1.0 : 0.0) - s) / li[i];
-        __syncwarp();
-    }
-    for (int i = n - 1; i >= 0; --i) {
-        double s = 0.0;
-        for (int k = i + 1 + lane; k < n; k += 32) s += l[(u64)k * n + i] * y[k];
-        s = warp_sum_all(s);
-        if (lane == 0) y[i] = (y[i] - s) / l[(u64)i * n + i];
-        __syncwarp();
-    }
-    double mean = 0.0;
-    if (project) {
-        double s = 0.0;
-        for (int i = lane; i < n; i += 32) s += y[i];
-        mean = warp_sum_all(s) / n;
-    }
-    for (int i = lane; i < n; i += 32) inv[(u64)i * n + j] = y[i] - mean;
+    __shared__ double part[8][33];
+    if (singular[0] == 0.0) return;
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const int j = 32 * blockIdx.x + tx;
+    double s = 0.0;
+    if (j < n)
+        for (int i = ty; i < n; i += 8) s += inv[(u64)i * n + j];
+    part[ty][tx] = s;
+    __syncthreads();
+    double total = 0.0;
+    for (int g = 0; g < 8; ++g) total += part[g][tx];
+    const double mean = total / n;
+    if (j < n)
+        for (int i = ty; i < n; i += 8) inv[(u64)i * n + j] -= mean;
 }
 
 // ---- K-cycle (Notay & Vassilevski 2008; solve::amg::cycle k_step): two

@@ -304,6 +304,109 @@ extern "C" __global__ void asm_add_product(int n, const double* __restrict__ s,
     if (i < n) y[i] = asm_add(y[i], asm_mul(s[i], x[i]));
 }
 
+// Gamma on each boundary face = its cell's (a per-cell Gamma from the device;
+// fvm::LaplacianSystem::boundary_gamma), one thread per row.
+extern "C" __global__ void asm_boundary_gamma(int n, const unsigned* __restrict__ boundary_ptr,
+                                              const double* __restrict__ gamma,
+                                              double* __restrict__ b_gamma) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const double g = gamma[row];
+    for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) b_gamma[i] = g;
+}
+
+// Sum of the face values phi out of each row's cell (flow::Simple::divergence):
+// + on the owner, - on the neighbour over the row's internal faces in face
+// order, then + over its boundary faces. phi: internal faces in device order,
+// then boundary faces in device boundary order (from n_faces on).
+extern "C" __global__ void asm_divergence(int n, const u64* __restrict__ slice_ptr,
+                                          const unsigned* __restrict__ face_codes,
+                                          const unsigned char* __restrict__ face_slots,
+                                          const unsigned* __restrict__ boundary_ptr,
+                                          int n_faces, const double* __restrict__ phi,
+                                          double* __restrict__ div) {
+    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
+    if (row >= n) return;
+    double s = 0.0;
+    const u64 first = slice_ptr[blockIdx.x] + threadIdx.x, end = slice_ptr[blockIdx.x + 1];
+    for (u64 k = first; k < end; k += h) {
+        if (face_slots[k] == ASM_NO_SLOT) break;
+        const unsigned code = face_codes[k];
+        const double f = phi[code >> 1];
+        s = (code & 1u) != 0 ? asm_sub(s, f) : asm_add(s, f);
+    }
+    const double* b_phi = phi + n_faces;
+    for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) s = asm_add(s, b_phi[i]);
+    div[row] = s;
+}
+
+// phi = phi_pre - coeff (p_n - p_o) - correction on internal faces (device
+// order; fvMatrix::flux as flow::Simple::pressure_equation writes it);
+// `correction` null: none.
+extern "C" __global__ void asm_subtract_flux(int n_faces, const unsigned* __restrict__ owner,
+                                             const unsigned* __restrict__ neighbour,
+                                             const double* __restrict__ coeffs,
+                                             const double* __restrict__ correction,
+                                             const double* __restrict__ p,
+                                             const double* __restrict__ phi_pre,
+                                             double* __restrict__ phi) {
+    const int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= n_faces) return;
+    const double implicit = asm_mul(coeffs[d], asm_sub(p[neighbour[d]], p[owner[d]]));
+    const double c = correction != nullptr ? correction[d] : 0.0;
+    phi[d] = asm_sub(asm_sub(phi_pre[d], implicit), c);
+}
+
+// The boundary faces' part of asm_subtract_flux, one thread per row:
+// phi_b = phi_pre_b - (Gamma_P |S_b|)(gradientInternal p_P + gradientBoundary).
+extern "C" __global__ void asm_subtract_boundary_flux(
+    int n, const unsigned* __restrict__ boundary_ptr, int n_faces,
+    const double* __restrict__ b_mag_sf, const double* __restrict__ b_gradient_internal,
+    const double* __restrict__ b_gradient_boundary, const double* __restrict__ gamma,
+    const double* __restrict__ p, const double* __restrict__ phi_pre, double* __restrict__ phi) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const double g = gamma[row], pr = p[row];
+    for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) {
+        const double sn_grad = asm_add(asm_mul(b_gradient_internal[i], pr), b_gradient_boundary[i]);
+        const u64 at = (u64)n_faces + i;
+        phi[at] = asm_sub(phi_pre[at], asm_mul(asm_mul(g, b_mag_sf[i]), sn_grad));
+    }
+}
+
+// phi += (w c_o + (1 - w) c_n) |S_f| deltaCoeff_f (p_n - p_o) on internal faces
+// (device order): SIMPLEC's flux term (flow::Simple::predict, consistent).
+extern "C" __global__ void asm_add_gradient_flux(
+    int n_faces, const unsigned* __restrict__ owner, const unsigned* __restrict__ neighbour,
+    const double* __restrict__ weights, const double* __restrict__ mag_sf,
+    const double* __restrict__ delta_coeffs, const double* __restrict__ c,
+    const double* __restrict__ p, double* __restrict__ phi) {
+    const int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= n_faces) return;
+    const u64 o = owner[d], nb = neighbour[d];
+    const double w = weights[d];
+    const double cf = asm_add(asm_mul(w, c[o]), asm_mul(asm_sub(1.0, w), c[nb]));
+    const double t = asm_mul(asm_mul(asm_mul(cf, mag_sf[d]), delta_coeffs[d]), asm_sub(p[nb], p[o]));
+    phi[d] = asm_add(phi[d], t);
+}
+
+// The boundary faces' part of asm_add_gradient_flux, one thread per row:
+// phi_b += (c_P |S_b|)(gradientInternal p_P + gradientBoundary).
+extern "C" __global__ void asm_add_boundary_gradient_flux(
+    int n, const unsigned* __restrict__ boundary_ptr, int n_faces,
+    const double* __restrict__ b_mag_sf, const double* __restrict__ b_gradient_internal,
+    const double* __restrict__ b_gradient_boundary, const double* __restrict__ c,
+    const double* __restrict__ p, double* __restrict__ phi) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const double cr = c[row], pr = p[row];
+    for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) {
+        const double sn_grad = asm_add(asm_mul(b_gradient_internal[i], pr), b_gradient_boundary[i]);
+        const u64 at = (u64)n_faces + i;
+        phi[at] = asm_add(phi[at], asm_mul(asm_mul(cr, b_mag_sf[i]), sn_grad));
+    }
+}
+
 // rowSum(A) (diagonal first, then the off-diagonals in slot order, as
 // GpuCgBackend::new sums them on the host) and 1/diagonal of a mod-SELL
 // matrix; one thread per row, one block per slice.

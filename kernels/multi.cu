@@ -13,17 +13,29 @@ extern "C" __global__ void halo_pack(int n, const unsigned* __restrict__ idx,
 }
 
 // y[row0 + i] += (A_oh x_halo)_i for the n boundary rows: A_oh in CSR, its
-// columns indexing the halo buffer.
+// columns indexing the halo buffer. With `partials` set (the device-driven
+// loop, y = A p): the block's partial of sum_i p[row0 + i] (A_oh x_halo)_i, the
+// halo's share of p . Ap (cg_operator's slice partials hold p . A_oo p); a
+// no-op once `st` says done (st may be null).
 extern "C" __global__ void halo_add(int n, int row0, const u64* __restrict__ row_ptr,
                                     const unsigned* __restrict__ cols,
                                     const double* __restrict__ vals,
-                                    const double* __restrict__ x_halo, double* __restrict__ y) {
+                                    const double* __restrict__ x_halo, double* __restrict__ y,
+                                    const double* __restrict__ p, double* __restrict__ partials,
+                                    const double* __restrict__ st) {
+    if (st != nullptr && st[ST_DONE] != 0.0) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    double acc = 0.0;
-    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
-        acc = __dadd_rn(acc, __dmul_rn(vals[k], x_halo[cols[k]]));
-    y[row0 + i] = __dadd_rn(y[row0 + i], acc);
+    double dot = 0.0;
+    if (i < n) {
+        double acc = 0.0;
+        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
+            acc = __dadd_rn(acc, __dmul_rn(vals[k], x_halo[cols[k]]));
+        y[row0 + i] = __dadd_rn(y[row0 + i], acc);
+        if (partials != nullptr) dot = __dmul_rn(p[row0 + i], acc);
+    }
+    if (partials == nullptr) return;
+    const double s = block_sum(dot);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
 // r = b - ax for the n owned rows (ax = A x with the halo added), with

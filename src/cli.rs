@@ -99,6 +99,11 @@ enum Command {
         /// each rank writes processorK/<time>/<field> (`reconstruct` joins them).
         #[arg(long, value_name = "N")]
         ranks: Option<usize>,
+        /// GPUs (device ordinals) of --device gpu: rank r of a distributed run
+        /// uses entry r % count (under mpirun the node-local rank), a serial
+        /// run the first; default every device.
+        #[arg(long, value_delimiter = ',', value_name = "LIST")]
+        gpus: Option<Vec<usize>>,
     },
     /// Splits a case's cells over N ranks: writes
     /// CASE/processorK/constant/polyMesh/cellProcAddressing (local to global
@@ -181,10 +186,13 @@ pub fn main() -> i32 {
             device,
             ordering,
             ranks,
+            gpus,
         } => match launched_by_mpi() {
-            true => run_mpi(&case, ranks),
-            false if ranks.is_some_and(|n| n > 1) => run_threads(&case, device, ranks.unwrap_or(1)),
-            false => run(&case, device, ordering),
+            true => run_mpi(&case, ranks, device, gpus.as_deref()),
+            false if ranks.is_some_and(|n| n > 1) => {
+                run_threads(&case, device, ranks.unwrap_or(1), gpus.as_deref())
+            }
+            false => run(&case, device, ordering, gpus.as_deref()),
         },
         Command::Decompose { case, n, method } => decompose(&case, n, method).map(|()| 0),
         Command::Reconstruct { case } => reconstruct(&case).map(|()| 0),
@@ -274,15 +282,22 @@ fn run(
     case_dir: &Path,
     device: crate::gpu::DeviceChoice,
     ordering: Option<RowOrdering>,
+    gpus: Option<&[usize]>,
 ) -> anyhow::Result<i32> {
     if case::flow_case::is_flow_case(case_dir) {
+        if gpus.is_some() {
+            anyhow::bail!("--gpus is for Poisson cases; flow cases run on the first GPU");
+        }
         return run_flow(case_dir, device);
     }
     let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
     if let Some(ordering) = ordering {
         setup.solver.set_ordering(ordering);
     }
-    let gpu = device.select()?;
+    let gpu = match gpus {
+        Some(_) => rank_gpu(device, gpus, 0)?,
+        None => device.select()?,
+    };
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
         None => {
@@ -325,15 +340,66 @@ fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mes
     Ok((setup, mesh))
 }
 
-/// `run --ranks N`: N ranks as threads, on the CPU.
-fn run_threads(case_dir: &Path, device: crate::gpu::DeviceChoice, n: usize) -> anyhow::Result<i32> {
-    if device == crate::gpu::DeviceChoice::Gpu {
-        anyhow::bail!("--ranks runs on the CPU; give --device cpu or auto");
+/// The GPU of rank `index` (a thread rank, or the node-local rank under
+/// mpirun) with `--device gpu`: entry `index % count` of `gpus`, else of
+/// every device; `None` on the CPU (`auto` runs distributed on the CPU).
+fn rank_gpu(
+    device: crate::gpu::DeviceChoice,
+    gpus: Option<&[usize]>,
+    index: usize,
+) -> anyhow::Result<Option<crate::gpu::Gpu>> {
+    use crate::gpu::{DeviceChoice, Gpu};
+    match (device, gpus) {
+        (DeviceChoice::Gpu, _) => {
+            let all: Vec<usize>;
+            let list = match gpus {
+                Some(list) if !list.is_empty() => list,
+                Some(_) => anyhow::bail!("--gpus: give device ordinals, e.g. --gpus 0,1"),
+                None => {
+                    all = (0..Gpu::device_count()?).collect();
+                    &all
+                }
+            };
+            Ok(Some(Gpu::on_device(list[index % list.len()])?))
+        }
+        (_, Some(_)) => anyhow::bail!("--gpus selects the GPUs of --device gpu; add --device gpu"),
+        (_, None) => Ok(None),
     }
+}
+
+/// [`rank_gpu`] on every rank of `comm`, failing on every rank when one
+/// rank's GPU cannot be opened (the others would wait for it forever).
+fn open_rank_gpu(
+    comm: &dyn crate::parallel::Communicator,
+    device: crate::gpu::DeviceChoice,
+    gpus: Option<&[usize]>,
+    index: usize,
+) -> anyhow::Result<Option<crate::gpu::Gpu>> {
+    let gpu = rank_gpu(device, gpus, index);
+    let mut failed = [f64::from(u8::from(gpu.is_err()))];
+    comm.sum(&mut failed);
+    match gpu {
+        Err(e) => Err(e.context(format!("rank {}", comm.rank()))),
+        Ok(_) if failed[0] > 0.0 => anyhow::bail!("another rank could not open its GPU"),
+        Ok(gpu) => Ok(gpu),
+    }
+}
+
+/// `run --ranks N`: N ranks as threads, on the CPU, or with `--device gpu`
+/// rank r on GPU r % count (of `--gpus`).
+fn run_threads(
+    case_dir: &Path,
+    device: crate::gpu::DeviceChoice,
+    n: usize,
+    gpus: Option<&[usize]>,
+) -> anyhow::Result<i32> {
+    use crate::parallel::Communicator;
     let (setup, mesh) = read_for_ranks(case_dir)?;
     log::info!("{n} ranks as threads");
-    let results = crate::parallel::threads::run_threads(n, |comm| {
-        case::decompose::run_distributed(&setup, mesh.clone(), comm).map(|_| ())
+    let results = crate::parallel::threads::run_threads(n, |comm| -> anyhow::Result<()> {
+        let gpu = open_rank_gpu(comm, device, gpus, Communicator::rank(comm))?;
+        case::decompose::run_distributed(&setup, mesh.clone(), comm, gpu.as_ref())?;
+        Ok(())
     });
     // Every rank fails alike; report rank 0's error.
     results.into_iter().collect::<Result<Vec<()>, _>>()?;
@@ -342,7 +408,12 @@ fn run_threads(case_dir: &Path, device: crate::gpu::DeviceChoice, n: usize) -> a
 
 /// `mpirun -np N fvpoisson run CASE`: this process is one rank.
 #[cfg(feature = "mpi")]
-fn run_mpi(case_dir: &Path, ranks: Option<usize>) -> anyhow::Result<i32> {
+fn run_mpi(
+    case_dir: &Path,
+    ranks: Option<usize>,
+    device: crate::gpu::DeviceChoice,
+    gpus: Option<&[usize]>,
+) -> anyhow::Result<i32> {
     use crate::parallel::Communicator;
     let comm = crate::parallel::mpi::MpiRank::initialize()
         .ok_or_else(|| anyhow::anyhow!("MPI was initialized twice"))?;
@@ -357,12 +428,32 @@ fn run_mpi(case_dir: &Path, ranks: Option<usize>) -> anyhow::Result<i32> {
     }
     let (setup, mesh) = read_for_ranks(case_dir)?;
     log::info!("{} MPI ranks", comm.size());
-    case::decompose::run_distributed(&setup, mesh, &comm)?;
+    let gpu = open_rank_gpu(&comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
+    case::decompose::run_distributed(&setup, mesh, &comm, gpu.as_ref())?;
     Ok(0)
 }
 
+/// This process's rank on its node, as MPI launchers export it (Open MPI,
+/// MPICH/Intel MPI, MVAPICH, Slurm).
+#[cfg(feature = "mpi")]
+fn local_rank() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "SLURM_LOCALID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+}
+
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_: &Path, _: Option<usize>) -> anyhow::Result<i32> {
+fn run_mpi(
+    _: &Path,
+    _: Option<usize>,
+    _: crate::gpu::DeviceChoice,
+    _: Option<&[usize]>,
+) -> anyhow::Result<i32> {
     unreachable!("launched_by_mpi is false without the mpi feature")
 }
 
@@ -876,7 +967,9 @@ fn write_case_skeleton(case: &Path) -> anyhow::Result<()> {
 #[derive(Args)]
 struct BenchArgs {
     /// Cases to measure: mesh sources (box specs, OpenFOAM cases, Gmsh files;
-    /// the FVM Poisson system on them) or Matrix Market `.mtx` matrices.
+    /// the FVM Poisson system on them), Matrix Market `.mtx` matrices, or
+    /// `bubble:MESH` (the density-contrast problem of cases/bubble_tet_3d,
+    /// density ratio 1000, on the mesh source MESH).
     #[arg(default_values_t = [
         "box:64x64x64".to_string(),
         "box:200x200x200".to_string(),

@@ -146,8 +146,15 @@ impl Study {
 /// The first linear system of the case in `case_dir` (its matrix at t = 0,
 /// with the case's Γ, boundary conditions and time scheme).
 pub fn case_matrix(case_dir: &Path) -> Result<Csr, CaseError> {
-    let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
-    let mesh = match mesh {
+    case_matrix_on(case_dir, None)
+}
+
+/// [`case_matrix`] on `mesh` in place of the case's own mesh (its Γ,
+/// boundary conditions by patch name and time scheme): a case's problem at
+/// other sizes (`bench` cases `bubble:MESH`).
+pub fn case_matrix_on(case_dir: &Path, mesh: Option<crate::mesh::Mesh>) -> Result<Csr, CaseError> {
+    let (setup, own) = case::read_case_dir_with_mesh(case_dir)?;
+    let mesh = match mesh.or(own) {
         Some(mesh) => mesh,
         None => setup.mesh.load()?,
     };

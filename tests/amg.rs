@@ -176,3 +176,41 @@ fn amg_cycles_alone_solve_like_openfoam_gamg() {
         assert!(perf.iterations < 150, "{s}: {} cycles", perf.iterations);
     }
 }
+
+#[test]
+fn the_bubble_bench_case_is_the_density_contrast_case_on_the_mesh_given() {
+    // cases/bubble_tet_3d's own mesh: the same matrix as the case.
+    let case = std::path::Path::new(fvpoisson::gpu::bench::BUBBLE_CASE);
+    let own = fvpoisson::precond_study::case_matrix(case).unwrap();
+    let (a, b) = system("bubble:box:16x16x16:tet:perturb=0.2");
+    assert_eq!(a, own);
+    assert_eq!(b.len(), a.n_rows());
+    // On a hex box: Γ jumps by 1000 across the bubble, unlike the Poisson case.
+    let (hex, _) = system("bubble:box:20x20x20");
+    let (poisson, _) = system("box:20x20x20");
+    assert_eq!(hex.n_rows(), 8000);
+    let ratio = |m: &Csr| {
+        let d: Vec<f64> = (0..m.n_rows())
+            .map(|r| m.values()[m.slot(r, r).unwrap()])
+            .collect();
+        d.iter().cloned().fold(0.0, f64::max) / d.iter().cloned().fold(f64::INFINITY, f64::min)
+    };
+    println!(
+        "diagonal ratio: bubble {:.0}, Poisson {:.1}",
+        ratio(&hex),
+        ratio(&poisson)
+    );
+    assert!(ratio(&hex) > 100.0 && ratio(&poisson) < 10.0);
+    // AMG-PCG converges on it.
+    let s = AmgSettings {
+        coarsest_rows: 50,
+        ..AmgSettings::default()
+    };
+    let (iterations, _) = pcg(
+        &hex,
+        &random_field(8000, 2),
+        Preconditioner::Amg(s),
+        &relative(1e-8),
+    );
+    println!("bubble 20^3: {iterations} AMG-PCG iterations");
+}

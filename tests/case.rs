@@ -4,6 +4,7 @@
 
 use fvpoisson::case::case_toml::parse_case;
 use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, Device, RunSummary};
+use fvpoisson::solve::distributed::Deflation;
 use fvpoisson::solve::EquilibrationKind;
 use fvpoisson::sparse::RowOrdering;
 use std::fs;
@@ -469,6 +470,35 @@ fn equilibrated_solves_give_the_unscaled_solution() {
             "{setting}: L2 {l2} vs {l2_ref}"
         );
     }
+}
+
+#[test]
+fn deflation_key_parses_and_bad_values_are_named() {
+    let text = MMS.replace(
+        "tolerance = 1e-10",
+        "tolerance = 1e-10\ndeflation = \"subdomains\"",
+    );
+    let setup = parse(&text).unwrap();
+    assert_eq!(setup.solver.regular.deflation, Deflation::Subdomains);
+    assert_eq!(
+        parse(MMS).unwrap().solver.regular.deflation,
+        Deflation::None
+    );
+    let err = parse_err(
+        &MMS.replace(
+            "tolerance = 1e-10",
+            "tolerance = 1e-10\ndeflation = \"ranks\"",
+        ),
+        "deflation_bad",
+    );
+    assert!(
+        err.contains("solver.T.deflation: unknown deflation 'ranks' (one of: none, subdomains)"),
+        "{err}"
+    );
+    // A serial run ignores it (one subdomain) and gives the same answer.
+    let plain = run_text(MMS, "deflation_none");
+    let deflated = run_text(&text, "deflation_serial");
+    assert_eq!(plain.field, deflated.field);
 }
 
 #[test]

@@ -2,13 +2,18 @@
 //! (`parallel::threads`) against the serial solve (`solve_pcg`) on real
 //! meshes and a random SPD matrix: the same solution to solver tolerance for
 //! 1 to 4 ranks, and with Jacobi (the same preconditioner on any rank count)
-//! the same iterations up to round-off.
+//! the same iterations up to round-off. Block-Jacobi AMG (GAMG in a
+//! distributed run) and subdomain deflation (one vector per rank) against
+//! the serial answer, with their iteration counts printed.
 
 use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator, SingleProcess};
-use fvpoisson::solve::distributed::solve_pcg_distributed;
-use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls};
+use fvpoisson::solve::amg::{solve_amg, AmgSettings};
+use fvpoisson::solve::distributed::{
+    solve_pcg_distributed, solve_pcg_distributed_deflated, Deflation, RankDeflation,
+};
+use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector};
 use fvpoisson::sparse::Csr;
@@ -22,14 +27,31 @@ fn distributed(
     precond: PreconditionerKind,
     controls: &SolverControls,
 ) -> (Vec<f64>, usize) {
+    distributed_with(a, b, ranks, precond.into(), Deflation::None, controls)
+}
+
+/// [`distributed`] with any block preconditioner and a coarse space.
+fn distributed_with(
+    a: &Csr,
+    b: &[f64],
+    ranks: usize,
+    precond: Preconditioner,
+    deflation: Deflation,
+    controls: &SolverControls,
+) -> (Vec<f64>, usize) {
     let d = Decomposition::metis(a, ranks).unwrap();
     let results = run_threads(ranks, |comm| {
         let local = d.local(a, comm.rank()).unwrap();
         let bl = local.scatter(b);
         let mut xl = vec![0.0; local.n_owned];
-        let perf =
-            solve_pcg_distributed(&local, comm, precond, &bl, &mut xl, controls, "p").unwrap();
-        assert!(perf.converged, "{ranks} ranks, {precond}: {perf:?}");
+        let perf = solve_pcg_distributed_deflated(
+            &local, comm, precond, deflation, &bl, &mut xl, controls, "p",
+        )
+        .unwrap();
+        assert!(
+            perf.converged,
+            "{ranks} ranks, {precond}, deflation {deflation}: {perf:?}"
+        );
         (gather_global(comm, &local, &xl), perf.iterations)
     });
     for r in &results[1..] {
@@ -96,6 +118,130 @@ fn distributed_pcg_matches_the_serial_solve_on_meshes_and_a_random_matrix() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The test systems: a hex box, a perturbed tet box.
+fn meshes() -> Vec<(&'static str, Csr, Vec<f64>)> {
+    ["box:12x10x8", "box:10x10x10:tet:perturb=0.2"]
+        .into_iter()
+        .map(|spec| {
+            let (a, b) = poisson_system(spec).unwrap();
+            (spec, a, b)
+        })
+        .collect()
+}
+
+fn max_abs(x: &[f64]) -> f64 {
+    x.iter().fold(0.0f64, |m, v| m.max(v.abs()))
+}
+
+#[test]
+fn block_jacobi_amg_on_ranks_gives_the_serial_gamg_answer() {
+    // GAMG in a distributed run: PCG with one AMG cycle of each rank's owned
+    // block (the CPU AMG) as block-Jacobi preconditioner.
+    let controls = SolverControls::absolute(1e-10, 2000);
+    let amg = Preconditioner::Amg(AmgSettings::default());
+    for (name, a, b) in meshes() {
+        let mut serial = vec![0.0; a.n_rows()];
+        let gamg = solve_amg(&a, &AmgSettings::default(), &b, &mut serial, &controls, "p").unwrap();
+        assert!(gamg.converged, "{name}: serial GAMG {gamg:?}");
+        let mut pcg_amg = vec![0.0; a.n_rows()];
+        let serial_pcg = solve_pcg(&a, amg, &b, &mut pcg_amg, &controls, "p").unwrap();
+        let scale = max_abs(&serial);
+        let mut counts = Vec::new();
+        for ranks in 1..=4 {
+            let (x, iterations) = distributed_with(&a, &b, ranks, amg, Deflation::None, &controls);
+            let diff = max_diff(&x, &serial);
+            println!(
+                "{name} | block AMG | {ranks} ranks | {iterations} PCG iterations (serial GAMG \
+                 {} cycles, serial PCG+AMG {}) | max |x - x_serial| / max |x| = {:.1e}",
+                gamg.iterations,
+                serial_pcg.iterations,
+                diff / scale
+            );
+            assert!(diff <= 1e-6 * scale, "{name}, {ranks} ranks: {diff}");
+            counts.push(iterations);
+        }
+        // One rank is the serial PCG with AMG.
+        assert!(
+            counts[0].abs_diff(serial_pcg.iterations) <= 1,
+            "{name}: {counts:?} vs {}",
+            serial_pcg.iterations
+        );
+    }
+}
+
+#[test]
+fn subdomain_deflation_gives_the_serial_answer_in_fewer_iterations() {
+    let controls = SolverControls::absolute(1e-10, 5000);
+    for (name, a, b) in meshes() {
+        let mut serial = vec![0.0; a.n_rows()];
+        solve_pcg(&a, PreconditionerKind::Dic, &b, &mut serial, &controls, "p").unwrap();
+        let scale = max_abs(&serial);
+        for precond in [
+            Preconditioner::from(PreconditionerKind::Dic),
+            Preconditioner::from(PreconditionerKind::Jacobi),
+            Preconditioner::Amg(AmgSettings::default()),
+        ] {
+            for ranks in [1, 2, 4] {
+                let (x0, plain) =
+                    distributed_with(&a, &b, ranks, precond, Deflation::None, &controls);
+                let (x1, deflated) =
+                    distributed_with(&a, &b, ranks, precond, Deflation::Subdomains, &controls);
+                let (d0, d1) = (max_diff(&x0, &serial), max_diff(&x1, &serial));
+                println!(
+                    "{name} | {precond} | {ranks} ranks | block Jacobi {plain} iterations, \
+                     + subdomain deflation {deflated} | max |x - x_serial| / max |x| = \
+                     {:.1e}, {:.1e}",
+                    d0 / scale,
+                    d1 / scale
+                );
+                assert!(d1 <= 1e-6 * scale, "{name}, {precond}, {ranks} ranks: {d1}");
+                if ranks == 4 {
+                    assert!(
+                        deflated < plain,
+                        "{name}, {precond}, 4 ranks: deflated {deflated} vs {plain}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_ranks_coarse_matrix_is_z_transpose_a_z_of_the_whole_matrix() {
+    // E summed over the ranks against ZᵀAZ of the global matrix (every entry
+    // a_ij added to E[owner(i)][owner(j)]), on meshes and a random matrix.
+    let mut systems: Vec<Csr> = meshes().into_iter().map(|(_, a, _)| a).collect();
+    systems.push(random_symmetric(500, 6, 11));
+    for a in &systems {
+        for ranks in [1, 3, 4] {
+            let d = Decomposition::metis(a, ranks).unwrap();
+            let owner = d.owners();
+            let mut expected = vec![0.0; ranks * ranks];
+            for i in 0..a.n_rows() {
+                let (cols, vals) = a.row(i);
+                for (&j, &v) in cols.iter().zip(vals) {
+                    expected[owner[i] as usize * ranks + owner[j as usize] as usize] += v;
+                }
+            }
+            let scale = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let found = run_threads(ranks, |comm| {
+                let local = d.local(a, comm.rank()).unwrap();
+                let e = RankDeflation::new(&local, comm).unwrap();
+                e.coarse_matrix()
+                    .transpose()
+                    .iter()
+                    .copied()
+                    .collect::<Vec<f64>>()
+            });
+            for e in &found {
+                assert_eq!(e, &found[0], "ranks disagree on E");
+            }
+            let diff = max_diff(&found[0], &expected);
+            assert!(diff <= 1e-12 * scale, "{ranks} ranks: E differs by {diff}");
         }
     }
 }

@@ -354,6 +354,27 @@ fn the_profiled_set_up_names_its_phases() {
     let passes = names.iter().filter(|p| p.ends_with("passes")).count();
     assert_eq!(passes + 1, amg.level_rows().len());
     assert!(phases.iter().all(|(_, ms)| *ms >= 0.0));
+    // The profiled value update: its phases, and the plain update's bits.
+    let (m2, csr2) = fine(&gpu, &new_values(&a, 3), 512);
+    let (mut profiled, mut plain) = (amg, plain);
+    let update = profiled.update_values_profiled(Rc::clone(&m2)).unwrap();
+    plain.update_values(m2).unwrap();
+    println!("{update:?}");
+    let names: Vec<&str> = update.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "fine CSR values",
+            "Galerkin values",
+            "smoothers + coarsest operator",
+            "f32 copies + status"
+        ]
+    );
+    let r = gpu.upload(&random_vector(csr2.n_rows(), 1)).unwrap();
+    let z = [0, 1].map(|_| gpu.zeros::<f64>(csr2.n_rows()).unwrap());
+    profiled.apply(&r, &z[0]).unwrap();
+    plain.apply(&r, &z[1]).unwrap();
+    assert_eq!(gpu.download(&z[0]).unwrap(), gpu.download(&z[1]).unwrap());
 }
 
 #[test]
@@ -583,6 +604,101 @@ fn a_cuda_graph_captures_the_cycle() {
         );
         assert_eq!(x, y, "{settings}: the replayed cycle differs");
     }
+}
+
+/// One level (the coarsest solve alone) on matrices of 1 to 1728 rows: the
+/// blocked Cholesky's panel edges (31, 32, 33 rows, one to 55 panels of 32
+/// columns), hex and tet meshes, an all-Neumann (singular) one.
+fn coarsest_systems() -> Vec<System> {
+    let mut all: Vec<System> = [1usize, 31, 32, 33, 95, 257, 700]
+        .into_iter()
+        .map(|n| System {
+            name: format!("random n = {n}"),
+            a: random_symmetric(n, 8, n as u64),
+            b: random_vector(n, 2),
+        })
+        .collect();
+    for spec in ["box:10x10x10", "box:6x6x6:tet:perturb=0.2:renumber"] {
+        let (a, b) = poisson_system(spec).unwrap();
+        all.push(System {
+            name: spec.into(),
+            a,
+            b,
+        });
+    }
+    let (a, _) = poisson_system("box:12x12x12").unwrap();
+    all.push(System {
+        name: "box:12x12x12 all-Neumann".into(),
+        a: neumann(&a),
+        b: random_vector(a.n_rows(), 4),
+    });
+    all
+}
+
+#[test]
+fn the_coarsest_operator_matches_the_cpu_solve_at_every_panel_count() {
+    let Some(gpu) = test_device() else { return };
+    println!(
+        "{:<40} {:>6} {:>12} {:>14}",
+        "system", "rows", "vs CPU solve", "after update"
+    );
+    for s in coarsest_systems() {
+        let n = s.a.n_rows();
+        let settings = AmgSettings {
+            coarsest_rows: n,
+            ..test_settings()
+        };
+        let (m, csr) = fine(&gpu, &s.a, 32);
+        let mut amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
+        assert_eq!(amg.level_rows(), vec![n], "{}: one level", s.name);
+        let run = |amg: &DeviceAmg, csr: &Csr| {
+            let (r, z) = (gpu.upload(&s.b).unwrap(), gpu.zeros::<f64>(n).unwrap());
+            amg.apply(&r, &z).unwrap();
+            let mut z_cpu = vec![0.0; n];
+            Amg::new(csr, &settings).unwrap().apply(&s.b, &mut z_cpu);
+            max_rel_diff(&gpu.download(&z).unwrap(), &z_cpu)
+        };
+        let d = run(&amg, &csr);
+        // New values of the same pattern: the operator is formed again.
+        let (m2, csr2) = fine(&gpu, &new_values(&s.a, 13), 32);
+        amg.update_values(m2).unwrap();
+        let d2 = run(&amg, &csr2);
+        println!("{:<40} {n:>6} {d:>12.1e} {d2:>14.1e}", s.name);
+        assert!(d <= 1e-10, "{}: coarsest solve differs by {d:.1e}", s.name);
+        assert!(d2 <= 1e-10, "{}: after the update by {d2:.1e}", s.name);
+    }
+}
+
+#[test]
+fn an_indefinite_coarsest_matrix_is_a_clear_error_at_set_up_and_update() {
+    let Some(gpu) = test_device() else { return };
+    // Off-diagonals tripled: positive diagonal, no longer positive definite.
+    let (a, _) = poisson_system("box:10x10x10").unwrap();
+    let mut bad = a.clone();
+    for r in 0..a.n_rows() {
+        let (cols, _) = a.row(r);
+        for &c in cols.iter().filter(|&&c| c as usize != r) {
+            let slot = a.slot(r, c as usize).unwrap();
+            bad.values_mut()[slot] *= 3.0;
+        }
+    }
+    let settings = AmgSettings {
+        coarsest_rows: a.n_rows(),
+        ..test_settings()
+    };
+    let (m, _) = fine(&gpu, &bad, 32);
+    let e = DeviceAmg::new(&gpu, m, &settings).err().expect("an error");
+    println!("set-up: {e}");
+    assert!(e.to_string().contains("not positive definite"), "{e}");
+    // A good hierarchy updated with the bad values fails the same way, and
+    // good values after that set it right again.
+    let (good, _) = fine(&gpu, &a, 32);
+    let mut amg = DeviceAmg::new(&gpu, Rc::clone(&good), &settings).unwrap();
+    let (m, _) = fine(&gpu, &bad, 32);
+    let e = amg.update_values(m).expect_err("an error");
+    println!("update: {e}");
+    assert!(e.to_string().contains("not positive definite"), "{e}");
+    amg.update_values(good).unwrap();
 }
 
 #[test]

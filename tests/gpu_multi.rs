@@ -10,7 +10,8 @@
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::multi::{
-    box_slabs, solve_pcg_multi, MultiGpuBackend, MultiGpuOptions, Reduction, Transport,
+    box_slabs, nccl_available, solve_pcg_multi, MultiGpuBackend, MultiGpuOptions, Reduction,
+    Transport,
 };
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -252,9 +253,11 @@ fn nccl_all_reduce_reductions_match_host_reads() {
     let d = Decomposition::metis(&a, 2).unwrap();
     let options = MultiGpuOptions {
         transport: Transport::Nccl,
+        device_loop: false,
         ..Default::default()
     };
     let backend = MultiGpuBackend::new(&many, &a, &d, &options).unwrap();
+    assert!(!backend.device_loop());
     let bd = backend.upload(&b).unwrap();
     let mut runs = Vec::new();
     for reduction in [Reduction::HostRead, Reduction::NcclAllReduce] {
@@ -268,4 +271,146 @@ fn nccl_all_reduce_reductions_match_host_reads() {
     assert!(host.0.converged && nccl.0.converged);
     assert!(host.0.iterations.abs_diff(nccl.0.iterations) <= 1);
     assert!(max_rel_diff(&nccl.1, &host.1) < 1e-8);
+}
+
+/// PCG through `backend` from x = 0: the performance and the solution.
+fn solve_on(
+    backend: &MultiGpuBackend<'_>,
+    b: &[f64],
+    c: &SolverControls,
+) -> (fvpoisson::solve::SolverPerformance, Vec<f64>) {
+    let bd = backend.upload(b).unwrap();
+    let mut xd = backend.upload(&vec![0.0; b.len()]).unwrap();
+    let perf = pcg(backend, &bd, &mut xd, c, "p").unwrap();
+    (perf, backend.download(&xd).unwrap())
+}
+
+/// The device loop (a host thread per GPU, scalars on the device, NCCL
+/// all-reduces) on 1, 2, 3 and 4 GPUs (counts above the devices present are
+/// skipped) against the host-driven steps on the same split and the serial
+/// CPU solve: same initial residual, iterations within 2 (the sums are
+/// split differently), solutions equal to the solver tolerance. On one rank
+/// it is also checked against the single-GPU fused loop. With a check
+/// interval of 7 the chunks end mid-solve.
+#[test]
+fn device_loop_matches_host_steps_and_the_serial_solve() {
+    let Some(gpu) = test_device() else { return };
+    let count = Gpu::device_count().unwrap();
+    let nccl = nccl_available();
+    if let Err(e) = &nccl {
+        println!("skipped on 2+ GPUs: {e}");
+    }
+    let devices: Vec<Gpu> = std::iter::once(gpu)
+        .chain((1..count).map(|i| Gpu::on_device(i).unwrap()))
+        .collect();
+    let c = controls();
+    for spec in ["box:20x16x12", "box:14x14x14:tet:perturb=0.2:renumber"] {
+        let (a, _) = poisson_system(spec).unwrap();
+        let b = random_vector(a.n_rows(), 5);
+        let mut x_cpu = vec![0.0; a.n_rows()];
+        let jacobi = Preconditioner::from(PreconditionerKind::Jacobi);
+        let cpu = solve_pcg(&a, jacobi, &b, &mut x_cpu, &c, "p").unwrap();
+        for ranks in [1, 2, 3, 4] {
+            if ranks > count || (ranks > 1 && nccl.is_err()) {
+                println!("{spec}: {ranks} GPUs skipped ({count} present)");
+                continue;
+            }
+            let mut splits = vec![("metis", Decomposition::metis(&a, ranks).unwrap())];
+            if spec == "box:20x16x12" {
+                splits.push(("slabs", box_slabs(20, 16, 12, ranks).unwrap()));
+            }
+            for (split, d) in &splits {
+                let options = MultiGpuOptions {
+                    check_interval: 7,
+                    ..Default::default()
+                };
+                let backend = MultiGpuBackend::new(&devices[..ranks], &a, d, &options).unwrap();
+                assert!(backend.device_loop(), "{spec} {split} {ranks}");
+                let (dev, x_dev) = solve_on(&backend, &b, &c);
+                backend.set_device_loop(false);
+                let (host, x_host) = solve_on(&backend, &b, &c);
+                let (d_host, d_cpu) = (max_rel_diff(&x_dev, &x_host), max_rel_diff(&x_dev, &x_cpu));
+                println!(
+                    "{spec:<40} {split} {ranks} GPUs: device loop {} it, host steps {} it, CPU \
+                     {} it; x vs host steps {d_host:.1e}, vs CPU {d_cpu:.1e}",
+                    dev.iterations, host.iterations, cpu.iterations
+                );
+                let what = format!("{spec} {split} {ranks} GPUs");
+                assert!(dev.converged && host.converged, "{what}");
+                assert_eq!(dev.initial_residual, host.initial_residual, "{what}");
+                assert!(dev.iterations.abs_diff(host.iterations) <= 2, "{what}");
+                assert!(dev.iterations.abs_diff(cpu.iterations) <= 2, "{what}");
+                assert!(dev.final_residual < c.tolerance, "{what}");
+                assert!(d_host < 1e-6 && d_cpu < 1e-6, "{spec} {split} {ranks}");
+                if ranks == 1 {
+                    let mut x1 = vec![0.0; a.n_rows()];
+                    let options = GpuSolveOptions {
+                        ordering: RowOrdering::Natural,
+                        ..Default::default()
+                    };
+                    let fused = solve_pcg_gpu(
+                        &devices[0],
+                        &a,
+                        PreconditionerKind::Jacobi,
+                        &EquilibrationKind::None,
+                        &b,
+                        &mut x1,
+                        &c,
+                        "p",
+                        &options,
+                    )
+                    .unwrap();
+                    assert!(dev.iterations.abs_diff(fused.iterations) <= 1);
+                    assert!(max_rel_diff(&x_dev, &x1) < 1e-6);
+                }
+            }
+        }
+    }
+}
+
+/// The device loop runs the chunk's iterations at most, stops where the
+/// host steps stop with minIter and maxIter, and with no preconditioner.
+#[test]
+fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
+    let Some(gpu) = test_device() else { return };
+    let one = [gpu];
+    let (a, _) = poisson_system("box:12x10x9").unwrap();
+    let b = random_vector(a.n_rows(), 8);
+    let d = Decomposition::metis(&a, 1).unwrap();
+    for jacobi in [true, false] {
+        let options = MultiGpuOptions {
+            jacobi,
+            check_interval: 5,
+            ..Default::default()
+        };
+        let backend = MultiGpuBackend::new(&one, &a, &d, &options).unwrap();
+        assert!(backend.device_loop());
+        let capped = SolverControls::absolute(1e-12, 13);
+        let (perf, _) = solve_on(&backend, &b, &capped);
+        assert_eq!(perf.iterations, 13, "jacobi {jacobi}: {perf:?}");
+        assert!(!perf.converged);
+        // Converged from the start (the L1 residual may grow above the initial
+        // 1 in early iterations, so the tolerance is far above it): minIter
+        // alone sets the count.
+        let loose = SolverControls {
+            tolerance: 1e30,
+            min_iter: 9,
+            ..SolverControls::default()
+        };
+        let (perf, _) = solve_on(&backend, &b, &loose);
+        assert_eq!(perf.iterations, 9, "jacobi {jacobi}: {perf:?}");
+        let (dev, x_dev) = solve_on(&backend, &b, &controls());
+        backend.set_device_loop(false);
+        let (host, x_host) = solve_on(&backend, &b, &controls());
+        // The history holds the initial residual, then one per iteration.
+        assert_eq!(dev.history.len(), dev.iterations + 1);
+        assert_eq!(host.history.len(), host.iterations + 1);
+        assert!(
+            dev.iterations.abs_diff(host.iterations) <= 1,
+            "jacobi {jacobi}: {} vs {}",
+            dev.iterations,
+            host.iterations
+        );
+        assert!(max_rel_diff(&x_dev, &x_host) < 1e-6);
+    }
 }

@@ -48,9 +48,14 @@ fn copy_dir(from: &Path, to: &Path) {
 
 /// A fresh copy of the shipped case.
 fn case_copy(name: &str) -> PathBuf {
+    shipped_copy(CASE, name)
+}
+
+/// A fresh copy of the shipped case `case` named `name`.
+fn shipped_copy(case: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(CASE), &dir);
+    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
     dir
 }
 
@@ -167,6 +172,228 @@ fn mismatched_or_missing_decompositions_are_errors_saying_what_to_do() {
     // A smaller decomposition replaces the larger one.
     ok(fvpoisson(&["decompose", d, "-n", "2"]));
     assert!(!dir.join("processor2").exists());
+}
+
+/// Replaces the T solver's `solver PCG; preconditioner FDIC;` lines of the
+/// case copy's fvSolution by `entries`.
+fn set_t_solver(dir: &Path, entries: &str) {
+    let path = dir.join("system/fvSolution");
+    let s = std::fs::read_to_string(&path).unwrap();
+    let old = "solver          PCG;\n        preconditioner  FDIC;";
+    assert!(s.contains(old), "the shipped fvSolution changed");
+    std::fs::write(&path, s.replace(old, entries)).unwrap();
+}
+
+/// The iterations of the first `Solving for T` line of a run's log.
+fn first_iterations(log: &str) -> usize {
+    let line = log
+        .lines()
+        .find(|l| l.contains("Solving for T"))
+        .expect("a residual line");
+    line.rsplit("No Iterations ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no iteration count in {line}"))
+}
+
+/// GAMG on thread ranks runs as PCG with block-Jacobi AMG, and
+/// `deflation subdomains;` adds one deflation vector per rank (to PCG with
+/// FDIC and to GAMG): each gives the serial answer; the iterations of the
+/// last solve are printed.
+#[test]
+fn gamg_and_subdomain_deflation_on_thread_ranks_give_the_serial_answer() {
+    for (name, entries) in [
+        ("gamg", "solver          GAMG;\n        smoother        GaussSeidel;"),
+        (
+            "fdic_deflated",
+            "solver          PCG;\n        preconditioner  FDIC;\n        deflation       subdomains;",
+        ),
+        (
+            "gamg_deflated",
+            "solver          GAMG;\n        smoother        GaussSeidel;\n        deflation       subdomains;",
+        ),
+    ] {
+        for ranks in ["2", "4"] {
+            let dir = case_copy(&format!("parallel_{name}_{ranks}"));
+            set_t_solver(&dir, entries);
+            let t = ok(fvpoisson(&["run", dir.to_str().unwrap(), "--ranks", ranks]));
+            println!(
+                "{name} on {ranks} ranks: {} iterations in the first solve",
+                first_iterations(&t)
+            );
+            assert_serial_answer(&dir);
+        }
+    }
+}
+
+/// A bad `deflation` value names the file, line and the choices; deflation
+/// on a smoothSolver is refused.
+#[test]
+fn bad_deflation_settings_are_errors_saying_what_to_do() {
+    let dir = case_copy("parallel_bad_deflation");
+    set_t_solver(
+        &dir,
+        "solver          PCG;\n        preconditioner  FDIC;\n        deflation       ranks;",
+    );
+    let o = fvpoisson(&["run", dir.to_str().unwrap(), "--ranks", "2"]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("fvSolution"), "{t}");
+    assert!(
+        t.contains("unknown deflation 'ranks' (one of: none, subdomains)"),
+        "{t}"
+    );
+    set_t_solver_from(
+        &dir,
+        "deflation       ranks;",
+        "deflation       subdomains;\n        solver          smoothSolver;\n        smoother        GaussSeidel;",
+    );
+    let o = fvpoisson(&["run", dir.to_str().unwrap(), "--ranks", "2"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("deflation applies to PCG and GAMG"),
+        "{}",
+        text(&o)
+    );
+}
+
+fn set_t_solver_from(dir: &Path, old: &str, new: &str) {
+    let path = dir.join("system/fvSolution");
+    let s = std::fs::read_to_string(&path).unwrap();
+    assert!(s.contains(old));
+    std::fs::write(&path, s.replace(old, new)).unwrap();
+}
+
+/// The value of `key="..."` in the first `<tag ...>` of a VTK file's XML
+/// (before its appended binary data).
+fn vtk_attribute(path: &Path, tag: &str, key: &str) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let end = bytes
+        .windows(13)
+        .position(|w| w == b"<AppendedData")
+        .unwrap_or(bytes.len());
+    let xml = String::from_utf8_lossy(&bytes[..end]);
+    let at = xml.find(&format!("<{tag} ")).expect("tag");
+    let rest = &xml[at..];
+    let value = &rest[rest.find(&format!(" {key}=\"")).expect("key") + key.len() + 3..];
+    value[..value.find('"').unwrap()].to_string()
+}
+
+/// `run -np 2` of a case with VTK output: each thread rank writes its cells
+/// as `processorK.vtu` of every step, rank 0 the `.pvtu` listing both
+/// pieces; the pieces' cells add up to the mesh (24³).
+#[test]
+fn thread_ranks_write_vtk_pieces_and_a_pvtu() {
+    let dir = shipped_copy("cases/mms_cube", "parallel_vtk");
+    let _ = std::fs::remove_dir_all(dir.join("results"));
+    ok(fvpoisson(&[
+        "run",
+        dir.to_str().unwrap(),
+        "-np",
+        "2",
+        "--device",
+        "cpu",
+    ]));
+    let step = dir.join("results/parallel_vtk_000001");
+    let pvtu = std::fs::read_to_string(step.join("internal.pvtu")).unwrap();
+    assert_eq!(pvtu.matches("<Piece Source=").count(), 2, "{pvtu}");
+    let mut cells = 0;
+    for rank in 0..2 {
+        let piece = format!("processor{rank}.vtu");
+        assert!(
+            pvtu.contains(&format!("<Piece Source=\"{piece}\"/>")),
+            "{pvtu}"
+        );
+        let n: usize = vtk_attribute(&step.join(&piece), "Piece", "NumberOfCells")
+            .parse()
+            .unwrap();
+        assert!(n > 0);
+        cells += n;
+    }
+    assert_eq!(cells, 24 * 24 * 24);
+    assert!(!step.join("internal.vtu").exists());
+    let vtm = std::fs::read_to_string(dir.join("results/parallel_vtk_000001.vtm")).unwrap();
+    assert!(vtm.contains("parallel_vtk_000001/internal.pvtu"), "{vtm}");
+    assert!(dir.join("results/parallel_vtk.pvd").exists());
+}
+
+/// `run -np N --device gpu`: each thread rank solves its rows on a GPU (rank
+/// r on device r % count, or of `--gpus`), block DIC (the case's FDIC) over
+/// the ranks; 2 ranks on the devices present and 3 ranks sharing device 0
+/// give the serial answer. `skipped: no CUDA device` without a GPU.
+#[test]
+fn thread_ranks_on_gpus_give_the_serial_answer() {
+    let Some(_gpu) = fvpoisson::gpu::test_device() else {
+        return;
+    };
+    for (ranks, gpus) in [("2", None), ("3", Some("0"))] {
+        let dir = case_copy(&format!("parallel_gpu_{ranks}"));
+        let d = dir.to_str().unwrap();
+        ok(fvpoisson(&["decompose", d, "-n", ranks]));
+        let mut args = vec!["run", d, "-np", ranks, "--device", "gpu"];
+        if let Some(list) = gpus {
+            args.extend(["--gpus", list]);
+        }
+        let t = ok(fvpoisson(&args));
+        assert!(
+            t.contains(&format!("distributed over {ranks} ranks (GPUs")),
+            "{t}"
+        );
+        assert!(t.contains("PCG:  Solving for T, Initial residual"), "{t}");
+        assert_serial_answer(&dir);
+    }
+}
+
+/// `run -np 2 --device gpu` of a GAMG case: PCG with the GPU AMG of each
+/// rank's owned block gives the serial answer; `deflation subdomains` on GPU
+/// ranks is an error. `skipped: no CUDA device` without a GPU.
+#[test]
+fn gamg_on_gpu_ranks_gives_the_serial_answer() {
+    let Some(_gpu) = fvpoisson::gpu::test_device() else {
+        return;
+    };
+    let dir = case_copy("parallel_gpu_gamg");
+    let d = dir.to_str().unwrap();
+    set_t_solver(
+        &dir,
+        "solver          GAMG;\n        smoother        GaussSeidel;",
+    );
+    let t = ok(fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]));
+    assert!(t.contains("distributed over 2 ranks (GPUs"), "{t}");
+    println!("GAMG on 2 GPU ranks: {} iterations", first_iterations(&t));
+    assert_serial_answer(&dir);
+    set_t_solver_from(
+        &dir,
+        "smoother        GaussSeidel;",
+        "smoother        GaussSeidel;\n        deflation       subdomains;",
+    );
+    let o = fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("runs on CPU ranks only"), "{}", text(&o));
+}
+
+/// `--gpus` without `--device gpu`, a device that does not exist and
+/// `--device gpu` with no GPU are errors (never a silent CPU run).
+#[test]
+fn gpu_ranks_without_usable_gpus_are_errors() {
+    let dir = case_copy("parallel_gpu_errors");
+    let d = dir.to_str().unwrap();
+    let o = fvpoisson(&["run", d, "-np", "2", "--device", "cpu", "--gpus", "0"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("add --device gpu"), "{}", text(&o));
+    let o = fvpoisson(&["run", d, "-np", "2", "--device", "gpu", "--gpus", "99,0"]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("no CUDA device") || t.contains("CUDA device 99 asked for"),
+        "{t}"
+    );
+    assert!(!dir.join("processor0").join(RESULT).exists(), "{t}");
+    if fvpoisson::gpu::Gpu::device_count().is_err() {
+        let o = fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]);
+        assert!(!o.status.success());
+        assert!(text(&o).contains("no CUDA device"), "{}", text(&o));
+    }
 }
 
 /// The CI check of issue 10: two MPI processes give the serial answer.

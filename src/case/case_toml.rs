@@ -84,6 +84,8 @@
 //! maxIter = 1000              # default 1000
 //! minIter = 0                 # default 0
 //! ordering = "rcm"            # row ordering of GPU solves: natural, cm, rcm (default), metis
+//! deflation = "none"          # PCG and GAMG in distributed runs: none, subdomains (one
+//!                             # deflation vector per rank; CPU ranks)
 //!
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]
@@ -107,6 +109,7 @@ use super::CaseError;
 use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
+use crate::solve::distributed::Deflation;
 use crate::solve::{
     EigenBound, EquilibrationKind, FsaiSettings, KrylovMethod, PolynomialKind, PolynomialSettings,
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
@@ -251,6 +254,7 @@ pub(super) struct SolverEntry {
     #[serde(rename = "preconditioningSide")]
     preconditioning_side: Option<Spanned<String>>,
     flexible: Option<Spanned<bool>>,
+    deflation: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -974,6 +978,22 @@ impl Source<'_> {
                 ),
             ));
         }
+        let deflation = match &entry.deflation {
+            None => base.deflation,
+            Some(d) if smooth_solver || krylov.is_some() => {
+                return Err(self.error(
+                    d.span(),
+                    format!(
+                        "solver.{name}.deflation: applies to PCG and GAMG in distributed runs; \
+                         remove the key or set solver = \"PCG\""
+                    ),
+                ))
+            }
+            Some(d) => d
+                .get_ref()
+                .parse::<Deflation>()
+                .map_err(|e| self.error(d.span(), format!("solver.{name}.deflation: {e}")))?,
+        };
         let uses_amg = gamg_solver || matches!(preconditioner, Preconditioner::Amg(_));
         if let (Some(table), false) = (&entry.amg, uses_amg) {
             return Err(self.error(
@@ -997,6 +1017,7 @@ impl Source<'_> {
             controls,
             ordering,
             krylov,
+            deflation,
         })
     }
 

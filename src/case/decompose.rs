@@ -20,6 +20,7 @@ use super::run::{write_reconstructed, Device, Ranks};
 use super::{CaseError, CaseSetup};
 use crate::foam::write::{write_atomic, write_header, write_list, HeaderSpec};
 use crate::foam::FoamFile;
+use crate::gpu::Gpu;
 use crate::io::foam_field::{write_internal_field, FieldValues, ScalarFieldFile};
 use crate::mesh::{Label, Mesh};
 use crate::parallel::Communicator;
@@ -307,15 +308,21 @@ pub fn decomposition_for_run(
 
 /// Runs the case on this rank of `comm` (every rank calls it) and returns
 /// the run's summary (the field is the whole, gathered field on every rank).
+/// With `gpu` this rank's linear solves run on that GPU.
 pub fn run_distributed(
     setup: &CaseSetup,
     mesh: Mesh,
     comm: &dyn Communicator,
+    gpu: Option<&Gpu>,
 ) -> Result<super::RunSummary, CaseError> {
     let decomposition = decomposition_for_run(&setup.case_dir, &mesh, comm)?;
     let counts = decomposition.counts();
+    let on = match gpu {
+        Some(g) => format!("GPUs; rank 0 on device {} {}", g.ordinal(), g.name()),
+        None => "CPU".to_string(),
+    };
     log::info!(
-        "Linear solves distributed over {} ranks (CPU), {}..{} cells per rank",
+        "Linear solves distributed over {} ranks ({on}), {}..{} cells per rank",
         comm.size(),
         counts.iter().min().unwrap_or(&0),
         counts.iter().max().unwrap_or(&0)
@@ -323,6 +330,7 @@ pub fn run_distributed(
     let ranks = Ranks {
         comm,
         decomposition: &decomposition,
+        gpu,
     };
     super::run_case_with_mesh(setup, Some(mesh), Device::Distributed(ranks))
 }

@@ -53,24 +53,36 @@
 //! case = "cavity"                 # cavity (Ghia et al., Re = 1/nu), poiseuille, poiseuille-half
 //! ```
 //!
-//! On `--device gpu` the pressure equation is solved on the GPU (assembled
-//! on the CPU, uploaded every outer iteration, warm-started from the
-//! current p); momentum is solved on the CPU.
+//! On `--device gpu` the pressure half of each outer iteration runs on the GPU
+//! ([`crate::gpu::simple::DeviceSimple`]: the pressure matrix re-assembled
+//! there from the resident rAU and φ_HbyA, PCG warm-started from the
+//! resident p, flux correction, continuity errors, p relaxation and the
+//! velocity correction). Where `[solver.U]` is a Krylov method the momentum
+//! predictor and Rhie–Chow run there too (the whole loop on the device);
+//! with smoothSolver they run on the CPU. Where
+//! the p solver needs a host-assembled matrix (smoothSolver, GAMG, ILU, ...)
+//! or the device assembly does not handle the mesh, the pressure equation is
+//! assembled on the CPU and solved on the GPU instead (logged once).
 
 use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
 use super::run::{solve_linear, Device};
 use super::setup::{LinearSolver, OutputFormat};
 use super::CaseError;
-use crate::flow::simple::{MomentumSolver, PressureSolve, ResidualControl, Simple, SimpleSettings};
+use crate::flow::simple::{
+    IterationReport, MomentumSolver, PressureSolve, ResidualControl, Simple, SimpleSettings,
+};
 use crate::flow::validation::{compare, FlowCase, Tables};
 use crate::flow::{Convection, FlowError, VectorValues, VelocityCondition};
 use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
+use crate::gpu::assembly::AssemblyError;
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
+use crate::gpu::simple::{DeviceFlowError, DevicePressureSolver, DeviceSimple};
+use crate::gpu::Gpu;
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
-use crate::solve::{SmootherKind, SmootherSettings, Sweep};
+use crate::solve::{PreconditionerKind, SmootherKind, SmootherSettings, Sweep};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -517,6 +529,76 @@ fn log_phase_times(simple: &Simple, pressure_solve_seconds: f64) {
     );
 }
 
+/// The device loop for the pressure half when the GPU can run the p solver
+/// on the device-assembled matrix (PCG, Jacobi or none after the device's
+/// mapping) and the mesh; else `None`, logged: the pressure matrix is then
+/// assembled on the host and solved on the GPU.
+fn device_simple<'g>(
+    gpu: &'g Gpu,
+    simple: &Simple,
+    solver: &LinearSolver,
+    device: Device,
+) -> Result<Option<DeviceSimple<'g>>, CaseError> {
+    if let Some(why) = device.needs_host_assembly(solver) {
+        log::warn!("p: {why}; the pressure equation is assembled on the CPU each iteration");
+        return Ok(None);
+    }
+    let used = device.adapt(solver);
+    let pressure = DevicePressureSolver {
+        jacobi: used.preconditioner == PreconditionerKind::Jacobi,
+        controls: used.controls,
+    };
+    match DeviceSimple::new(gpu, simple, pressure) {
+        Ok(device_loop) => {
+            log::info!(
+                "pressure equation assembled and solved on the GPU (PCG, {}), with the flux \
+                 and velocity corrections",
+                if pressure.jacobi {
+                    "Jacobi"
+                } else {
+                    "no preconditioner"
+                }
+            );
+            Ok(Some(device_loop))
+        }
+        Err(AssemblyError::Unsupported(msg)) => {
+            log::warn!("{msg}: the pressure equation is assembled on the CPU each iteration");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The device loop's time per outer iteration by part (each synchronised).
+fn log_device_phase_times(simple: &Simple, device_loop: &DeviceSimple) {
+    let iterations = simple.iteration().max(1) as f64;
+    let t = device_loop.phase_seconds();
+    let ms = |s: f64| format!("{:.2} ms", 1e3 * s / iterations);
+    if device_loop.has_device_momentum() {
+        log::info!(
+            "GPU per outer iteration: momentum assembly {} + momentum solves {} + Rhie-Chow {} + \
+             pressure assembly {} + pressure solves {} + corrections {} (fields read back: {})",
+            ms(t.momentum_assembly),
+            ms(t.momentum_solve),
+            ms(t.fluxes),
+            ms(t.assembly),
+            ms(t.solve),
+            ms(t.corrections),
+            ms(t.download)
+        );
+    } else {
+        log::info!(
+            "GPU pressure half per outer iteration: uploads {} + pressure \
+             assembly {} + pressure solves {} + corrections {} + download {}",
+            ms(t.upload),
+            ms(t.assembly),
+            ms(t.solve),
+            ms(t.corrections),
+            ms(t.download)
+        );
+    }
+}
+
 /// What a flow run ended with.
 #[derive(Debug)]
 pub struct FlowRunSummary {
@@ -631,7 +713,7 @@ pub fn run_flow_case_with_mesh(
             Some(GpuSolver::new(gpu))
         }
         (Device::Gpu(gpu), None) => {
-            log::info!("pressure solves on the GPU; momentum (smoothSolver) on the CPU");
+            log::info!("pressure on the GPU; momentum (smoothSolver) on the CPU");
             Some(GpuSolver::new(gpu))
         }
         (Device::Cpu | Device::Distributed(_), _) => None,
@@ -644,14 +726,18 @@ pub fn run_flow_case_with_mesh(
         pressure_solve_seconds += start.elapsed().as_secs_f64();
         perf
     };
+    let mut device_loop = match device {
+        Device::Gpu(gpu) => device_simple(gpu, &simple, &solver, device)?,
+        Device::Cpu | Device::Distributed(_) => None,
+    };
     let mut last_written = 0;
-    let run = simple.run(setup.max_iterations, solve_pressure, |simple, report| {
+    let after_each = |simple: &Simple, report: &IterationReport| {
         log::info!(
             "ExecutionTime = {} s",
             format_g(clock.elapsed().as_secs_f64())
         );
         match &setup.foam_output {
-            Some(out) if report.iteration % out.interval == 0 => {
+            Some(out) if report.iteration.is_multiple_of(out.interval) => {
                 last_written = report.iteration;
                 write_foam(simple, &out.options).map_err(|e| {
                     let msg = e.to_string();
@@ -661,12 +747,39 @@ pub fn run_flow_case_with_mesh(
             }
             _ => Ok(()),
         }
-    });
+    };
+    let run = match &mut device_loop {
+        Some(device_loop) => device_loop
+            .run(
+                &mut simple,
+                setup.max_iterations,
+                |iteration| {
+                    setup
+                        .foam_output
+                        .as_ref()
+                        .is_some_and(|out| iteration.is_multiple_of(out.interval))
+                },
+                after_each,
+            )
+            .map_err(|e| match e {
+                DeviceFlowError::Flow(e) => flow_error(e),
+                DeviceFlowError::Assembly(e) => e.into(),
+            }),
+        None => simple
+            .run(setup.max_iterations, solve_pressure, after_each)
+            .map_err(flow_error),
+    };
     if let Some(e) = write_error {
         return Err(e);
     }
-    let reports = run.map_err(flow_error)?;
-    log_phase_times(&simple, pressure_solve_seconds);
+    let reports = run?;
+    let solve_seconds = device_loop
+        .as_ref()
+        .map_or(pressure_solve_seconds, |d| d.phase_seconds().solve);
+    log_phase_times(&simple, solve_seconds);
+    if let Some(device_loop) = &device_loop {
+        log_device_phase_times(&simple, device_loop);
+    }
     if let Some(out) = &setup.foam_output {
         if last_written != simple.iteration() {
             write_foam(&simple, &out.options)?;

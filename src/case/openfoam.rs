@@ -34,6 +34,7 @@ use crate::fvm::{Schemes, SingularPolicy};
 use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFieldFile};
 use crate::mesh::{Mesh, MeshError, MeshSource};
 use crate::solve::amg::AmgSettings;
+use crate::solve::distributed::Deflation;
 use crate::solve::krylov::{GmresSettings, KrylovMethod};
 use crate::solve::precond::check_fill_level;
 use crate::solve::schwarz::{SchwarzKind, SchwarzSettings};
@@ -508,6 +509,22 @@ impl Reader {
                 ))
             }
         };
+        let deflation = match dict.get_opt::<String>("deflation")? {
+            None => Deflation::None,
+            Some(_) if smoother.is_some() || krylov.is_some() => {
+                return Err(at_key(
+                    dict,
+                    "deflation",
+                    format!(
+                        "deflation applies to PCG and GAMG in distributed runs, not to {name}; \
+                         remove the key"
+                    ),
+                ))
+            }
+            Some(text) => text
+                .parse()
+                .map_err(|e: String| at_key(dict, "deflation", e))?,
+        };
         let defaults = SolverControls::default();
         let controls = SolverControls {
             tolerance: dict.get_or("tolerance", defaults.tolerance)?,
@@ -524,6 +541,7 @@ impl Reader {
             gamg,
             controls,
             krylov,
+            deflation,
             ..LinearSolver::default()
         })
     }

@@ -6,30 +6,37 @@
 //! loop and solved with the matrix and the field kept on the device; the host
 //! reads the field back only to write results.
 
+use super::decompose::cells_of;
 use super::setup::{CaseSetup, LinearSolver, OutputFormat, Scalar, SourceSplit, TimeControl};
 use super::CaseError;
 use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, TimeScheme};
+use crate::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
+use crate::gpu::matrix::DeviceModSell;
+use crate::gpu::multi::{MultiGpuBackend, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
+use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, GpuError};
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::{gather_global, Communicator};
-use crate::solve::amg::solve_amg;
-use crate::solve::distributed::solve_pcg_distributed;
+use crate::solve::amg::{solve_amg, AmgSettings, CycleKind};
+use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
 use crate::solve::solve_krylov;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
     SolveError, SolverPerformance,
 };
 use crate::sparse::distribute::Decomposition;
-use crate::sparse::{Csr, Permutation, RowOrdering};
+use crate::sparse::{Csr, ModSell, Permutation, RowOrdering};
 use cudarc::driver::CudaSlice;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Instant;
 
 /// Volume-weighted norms of the error T − T_exact over the cells.
@@ -95,11 +102,14 @@ pub enum Device<'g> {
     Distributed(Ranks<'g>),
 }
 
-/// A rank of a distributed run: its transport and the cells' owners.
+/// A rank of a distributed run: its transport, the cells' owners and, for
+/// `--device gpu`, its GPU (the rank's rows are solved there,
+/// `gpu::multi::MultiGpuBackend::for_rank`).
 #[derive(Clone, Copy)]
 pub struct Ranks<'g> {
     pub comm: &'g dyn Communicator,
     pub decomposition: &'g Decomposition,
+    pub gpu: Option<&'g Gpu>,
 }
 
 impl Device<'_> {
@@ -108,7 +118,7 @@ impl Device<'_> {
     /// `gpu_smoother`: natural-order Gauss–Seidel becomes multicolour, DIC and
     /// IC(0) preconditioners Jacobi, or none on an equilibrated system, where
     /// the scaling takes Jacobi's place).
-    fn adapt(self, solver: &LinearSolver) -> LinearSolver {
+    pub(crate) fn adapt(self, solver: &LinearSolver) -> LinearSolver {
         let Self::Gpu(_) = self else {
             return *solver;
         };
@@ -150,7 +160,7 @@ impl Device<'_> {
     /// Why the GPU cannot run `solver` (as adapted) on the device-assembled
     /// system with the resident fused Jacobi-PCG, if it cannot: that path
     /// has PCG with Jacobi or no preconditioner on the unscaled system only.
-    fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
+    pub(crate) fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
         let used = self.adapt(solver);
         if let Some(method) = &used.krylov {
             return Some(format!("{method} runs on a host-assembled matrix"));
@@ -448,14 +458,19 @@ impl<'a> Run<'a> {
         let field = setup
             .initial
             .values_at(&geometry.cell_centres, 0.0, "initial field")?;
-        // A distributed run's ranks all hold the whole field: rank 0 writes the VTK.
-        let vtk_rank = match device {
-            Device::Distributed(ranks) => ranks.comm.rank() == 0,
-            _ => true,
-        };
-        let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) && vtk_rank {
+        // A distributed run's ranks write their cells as pieces of the VTK
+        // series (rank 0 the .pvtu, the boundary and the series files).
+        let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) {
             let dir = setup.case_dir.join(&setup.output.directory);
-            Some(VtkSeries::new(mesh, dir, &series_name(setup))?)
+            let name = series_name(setup);
+            Some(match device {
+                Device::Distributed(ranks) => {
+                    let (rank, size) = (ranks.comm.rank(), ranks.comm.size());
+                    let cells = cells_of(ranks.decomposition, rank);
+                    VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
+                }
+                _ => VtkSeries::new(mesh, dir, &name)?,
+            })
         } else {
             None
         };
@@ -853,6 +868,16 @@ pub(crate) fn solve_linear(
     if let Device::Distributed(ranks) = device {
         return solve_distributed(&ranks, solver, matrix, b, x, field);
     }
+    if solver.deflation != Deflation::None {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            log::warn!(
+                "deflation {}: a serial run is one subdomain, nothing to deflate; the key acts \
+                 on distributed runs (run -np N)",
+                solver.deflation
+            )
+        });
+    }
     let solver = device.adapt(solver);
     let (equilibration, controls) = (&solver.equilibration, &solver.controls);
     let options = GpuSolveOptions {
@@ -900,7 +925,8 @@ pub(crate) fn solve_linear(
 }
 
 /// One linear solve of a distributed run: PCG over the ranks with `solver`'s
-/// preconditioner as block Jacobi; x, the whole field, is gathered back on
+/// preconditioner (GAMG: its AMG) as block Jacobi, deflated by one vector per
+/// rank with `deflation subdomains`; x, the whole field, is gathered back on
 /// every rank.
 fn solve_distributed(
     ranks: &Ranks,
@@ -914,8 +940,6 @@ fn solve_distributed(
         Some(format!("{method}"))
     } else if let Some(smoother) = &solver.smoother {
         Some(format!("smoothSolver ({smoother})"))
-    } else if solver.gamg.is_some() {
-        Some("GAMG".to_string())
     } else if solver.equilibration != EquilibrationKind::None {
         Some(format!("equilibration {}", solver.equilibration))
     } else {
@@ -924,8 +948,27 @@ fn solve_distributed(
     if let Some(what) = unsupported {
         return Err(SolveError::InvalidControls(format!(
             "{what} does not run distributed; use solver PCG with a preconditioner such as \
-             DIC, FDIC or diagonal (block Jacobi over the ranks), or run on one rank"
+             DIC, FDIC or diagonal (block Jacobi over the ranks), GAMG, or run on one rank"
         )));
+    }
+    // GAMG runs as PCG with block-Jacobi AMG: each rank's hierarchy of its
+    // owned block, one cycle as its block preconditioner.
+    let block_preconditioner = match solver.gamg {
+        Some(settings) => Preconditioner::Amg(settings),
+        None => solver.preconditioner,
+    };
+    if let Some(gpu) = ranks.gpu {
+        if solver.deflation != Deflation::None {
+            return Err(SolveError::InvalidControls(format!(
+                "deflation {} runs on CPU ranks only; remove the key or run with --device cpu",
+                solver.deflation
+            )));
+        }
+        let solver = LinearSolver {
+            preconditioner: block_preconditioner,
+            ..*solver
+        };
+        return solve_distributed_gpu(gpu, ranks, &solver, matrix, b, x, field);
     }
     let local = ranks
         .decomposition
@@ -933,10 +976,11 @@ fn solve_distributed(
         .map_err(SolveError::InvalidControls)?;
     let b_local = local.scatter(b);
     let mut x_local = local.scatter(x);
-    let perf = solve_pcg_distributed(
+    let perf = solve_pcg_distributed_deflated(
         &local,
         ranks.comm,
-        solver.preconditioner,
+        block_preconditioner,
+        solver.deflation,
         &b_local,
         &mut x_local,
         &solver.controls,
@@ -944,6 +988,88 @@ fn solve_distributed(
     )?;
     x.copy_from_slice(&gather_global(ranks.comm, &local, &x_local));
     Ok(perf)
+}
+
+/// [`solve_distributed`] on the rank's GPU: PCG over the ranks' GPUs with
+/// Jacobi, none, block DIC/IC0/DILU or block AMG (the GPU AMG of
+/// `gpu_amg_settings`), halos and sums through the communicator; x is
+/// gathered back on every rank.
+fn solve_distributed_gpu(
+    gpu: &Gpu,
+    ranks: &Ranks,
+    solver: &LinearSolver,
+    matrix: &Csr,
+    b: &[f64],
+    x: &mut [f64],
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    // Jacobi, none, or block Jacobi over the ranks with an incomplete
+    // factorisation of the rank's owned block (as on the CPU).
+    let (jacobi, blocks) = match solver.preconditioner {
+        Preconditioner::Kind(PreconditionerKind::Jacobi) => (true, None),
+        Preconditioner::Kind(PreconditionerKind::None) => (false, None),
+        Preconditioner::Kind(PreconditionerKind::Dic) => (false, Some(RankBlock::Ic(IcKind::Dic))),
+        Preconditioner::Kind(PreconditionerKind::Ic0) => (false, Some(RankBlock::Ic(IcKind::Ic0))),
+        Preconditioner::Kind(PreconditionerKind::Dilu) => {
+            (false, Some(RankBlock::Ic(IcKind::Dilu)))
+        }
+        Preconditioner::Amg(s) => {
+            let mut s = gpu_amg_settings(&s);
+            if s.cycle == CycleKind::K {
+                // The K-cycle's step lengths depend on r; the multi-GPU PCG
+                // takes fixed linear preconditioners only.
+                log::info!("GAMG on GPU ranks: V-cycles instead of the K-cycle (linear)");
+                s.cycle = CycleKind::V;
+            }
+            s.validate().map_err(SolveError::InvalidControls)?;
+            (false, Some(RankBlock::Amg(s)))
+        }
+        other => {
+            return Err(SolveError::InvalidControls(format!(
+                "preconditioner {other:?} does not run distributed on GPUs; use diagonal, \
+                 none, DIC/FDIC, IC0, DILU or GAMG there, or run with --device cpu"
+            )))
+        }
+    };
+    crate::solve::cpu::check_system(matrix, b, x, &solver.controls)?;
+    let device = |e: GpuError| SolveError::Device(e.to_string());
+    let options = MultiGpuOptions {
+        jacobi,
+        ..MultiGpuOptions::default()
+    };
+    let d = ranks.decomposition;
+    let mut backend =
+        MultiGpuBackend::for_rank(gpu, matrix, d, ranks.comm, &options).map_err(device)?;
+    if let Some(block) = blocks {
+        backend.set_preconditioners(matrix, d, |gpu, a_oo| {
+            Ok(match block {
+                RankBlock::Ic(kind) => Box::new(DeviceIncompleteCholesky::new(gpu, a_oo, kind)?)
+                    as Box<dyn DevicePreconditioner>,
+                RankBlock::Amg(settings) => {
+                    let m = ModSell::from_csr(a_oo, options.slice_height)
+                        .map_err(SolveError::Device)?;
+                    let fine = DeviceModSell::upload(gpu, &m).map_err(device)?;
+                    let amg = DeviceAmg::new(gpu, Rc::new(fine), &settings).map_err(device)?;
+                    log::debug!("rank block GPU {settings}: {}", amg.describe());
+                    Box::new(amg)
+                }
+            })
+        })?;
+    }
+    let b_dev = backend.upload(b).map_err(device)?;
+    let mut x_dev = backend.upload(x).map_err(device)?;
+    let perf = pcg(&backend, &b_dev, &mut x_dev, &solver.controls, field)?;
+    let mut whole = backend.download(&x_dev).map_err(device)?;
+    ranks.comm.merge(&mut whole);
+    x.copy_from_slice(&whole);
+    Ok(perf)
+}
+
+/// A GPU rank's block preconditioner on its owned block.
+#[derive(Clone, Copy)]
+enum RankBlock {
+    Ic(IcKind),
+    Amg(AmgSettings),
 }
 
 /// Writes `<case>/<time>/<field>` of `field` (the whole field, e.g.

@@ -11,6 +11,7 @@ use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPol
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
 use crate::solve::amg::AmgSettings;
+use crate::solve::distributed::Deflation;
 use crate::solve::{
     EquilibrationKind, KrylovMethod, Preconditioner, PreconditionerKind, SmootherSettings,
     SolverControls,
@@ -229,6 +230,9 @@ pub struct LinearSolver {
     /// `Some`: GMRES or PBiCGStab (`solve::krylov`) with `preconditioner`
     /// instead of PCG.
     pub krylov: Option<KrylovMethod>,
+    /// Distributed runs' coarse space over the ranks (PCG and GAMG; a serial
+    /// run has one subdomain and ignores it).
+    pub deflation: Deflation,
 }
 
 impl Default for LinearSolver {
@@ -241,6 +245,7 @@ impl Default for LinearSolver {
             controls: SolverControls::default(),
             ordering: RowOrdering::default(),
             krylov: None,
+            deflation: Deflation::None,
         }
     }
 }

@@ -19,7 +19,7 @@ pub mod simple;
 pub mod validation;
 
 pub use simple::{
-    Convection, IterationReport, MomentumSolver, ResidualControl, Simple, SimpleSettings,
+    Convection, IterationReport, MomentumSolver, Predicted, ResidualControl, Simple, SimpleSettings,
 };
 
 use crate::fvm::{BoundaryCondition, FvmError, PatchValues};

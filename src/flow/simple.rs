@@ -278,6 +278,20 @@ impl IterationReport {
     }
 }
 
+/// The momentum predictor's and Rhie–Chow's results ([`Simple::predict`]),
+/// what the pressure equation starts from.
+#[derive(Clone, Debug)]
+pub struct Predicted {
+    /// Initial residual of each solved velocity component.
+    pub u_initial: Vec<(String, f64)>,
+    /// HbyA per cell.
+    pub hbya: Vec<Vec3>,
+    /// rAU (SIMPLEC: rAtU) per cell, the pressure equation's Γ.
+    pub r_au: Vec<f64>,
+    /// φ_HbyA on every face (0 on empty faces).
+    pub phi_hbya: Vec<f64>,
+}
+
 /// Wall time of the outer iterations so far, by part (seconds).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PhaseSeconds {
@@ -313,6 +327,8 @@ pub struct Simple<'m> {
     components: Vec<usize>,
     /// The viscous system of each solved component.
     viscous: Vec<LaplacianSystem<'m>>,
+    /// Their problems (ν, the component's conditions).
+    viscous_problems: Vec<LaplacianProblem>,
     pressure: LaplacianSystem<'m>,
     pressure_problem: LaplacianProblem,
     /// Face centre minus owner centre, and minus neighbour centre, of every
@@ -369,14 +385,11 @@ impl<'m> Simple<'m> {
                     component_conditions(velocity, mesh, geometry, c)?,
                 );
                 problem.singular = never_singular;
-                Ok(LaplacianSystem::new(
-                    mesh,
-                    geometry,
-                    settings.schemes,
-                    &problem,
-                )?)
+                let system = LaplacianSystem::new(mesh, geometry, settings.schemes, &problem)?;
+                Ok((system, problem))
             })
             .collect::<Result<Vec<_>, FlowError>>()?;
+        let (viscous, viscous_problems) = viscous.into_iter().unzip();
         let pressure_problem = LaplacianProblem {
             singular: SingularPolicy {
                 reference: Reference::Cell {
@@ -404,6 +417,7 @@ impl<'m> Simple<'m> {
             settings,
             components,
             viscous,
+            viscous_problems,
             pressure,
             pressure_problem,
             to_face,
@@ -445,6 +459,38 @@ impl<'m> Simple<'m> {
     /// The velocity components solved for (0 = x).
     pub fn components(&self) -> &[usize] {
         &self.components
+    }
+
+    /// The pressure equation's system and problem (Γ and source of the last
+    /// assembly): the device SIMPLE loop builds its system from them.
+    pub fn pressure_system(&self) -> (&LaplacianSystem<'m>, &LaplacianProblem) {
+        (&self.pressure, &self.pressure_problem)
+    }
+
+    /// The viscous system and problem of solved component `k` (of
+    /// [`Self::components`]).
+    pub fn viscous_system(&self, k: usize) -> (&LaplacianSystem<'m>, &LaplacianProblem) {
+        (&self.viscous[k], &self.viscous_problems[k])
+    }
+
+    /// Face centre minus owner centre and minus neighbour centre of every
+    /// internal face (linearUpwind).
+    pub fn face_offsets(&self) -> &[(Vec3, Vec3)] {
+        &self.to_face
+    }
+
+    /// Adds time spent outside [`Self::iterate`] (the device loop).
+    pub(crate) fn add_seconds(&mut self, seconds: PhaseSeconds) {
+        self.seconds.momentum += seconds.momentum;
+        self.seconds.fluxes += seconds.fluxes;
+        self.seconds.pressure += seconds.pressure;
+        self.seconds.corrections += seconds.corrections;
+    }
+
+    /// Counts a new outer iteration done outside [`Self::iterate`] (the
+    /// device loop, momentum included).
+    pub(crate) fn begin_iteration(&mut self) {
+        self.iteration += 1;
     }
 
     /// Velocity on every boundary face (index `face − n_internal_faces`; 0
@@ -578,6 +624,66 @@ impl<'m> Simple<'m> {
         &mut self,
         solve_pressure: &mut PressureSolve<'_>,
     ) -> Result<IterationReport, FlowError> {
+        let Predicted {
+            u_initial,
+            hbya,
+            r_au,
+            phi_hbya,
+        } = self.predict()?;
+        let n = self.mesh.n_cells();
+        let components = self.components.clone();
+        let mut clock = Instant::now();
+        let mut lap = |part: &mut f64| {
+            *part += clock.elapsed().as_secs_f64();
+            clock = Instant::now();
+        };
+
+        // 3. The pressure equation; 4. flux, continuity errors, pressure
+        // relaxation, velocity.
+        let p_old = self.p.clone();
+        let p_solves = self.pressure_equation(&r_au, &phi_hbya, solve_pressure)?;
+        lap(&mut self.seconds.pressure);
+        let continuity = self.continuity_errors();
+        let alpha_p = self.settings.relaxation_p;
+        for (p, old) in self.p.iter_mut().zip(&p_old) {
+            *p = old + alpha_p * (*p - old);
+        }
+        let grad_p = self.pressure.gradient(&self.p);
+        for i in 0..n {
+            for &c in &components {
+                self.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
+            }
+        }
+        lap(&mut self.seconds.corrections);
+        Ok(self.report(u_initial, p_solves, continuity))
+    }
+
+    /// The report of the iteration just done, with the residual control checked.
+    pub(crate) fn report(
+        &self,
+        u_initial: Vec<(String, f64)>,
+        p_solves: Vec<SolverPerformance>,
+        continuity: [f64; 3],
+    ) -> IterationReport {
+        let control = self.settings.residual_control;
+        let p_initial = p_solves[0].initial_residual;
+        let mut report = IterationReport {
+            iteration: self.iteration,
+            u_initial,
+            p_initial,
+            p_solves,
+            continuity,
+            converged: false,
+        };
+        report.converged = (control.u > 0.0 || control.p > 0.0)
+            && (control.u <= 0.0 || report.u_max() < control.u)
+            && (control.p <= 0.0 || p_initial < control.p);
+        report
+    }
+
+    /// Steps 1 and 2 of a new outer iteration (counted): the momentum
+    /// predictor (U updated) and rAU, HbyA, φ_HbyA, timed as momentum and fluxes.
+    pub fn predict(&mut self) -> Result<Predicted, FlowError> {
         self.iteration += 1;
         let mesh = self.mesh;
         let geometry = self.geometry;
@@ -700,39 +806,12 @@ impl<'m> Simple<'m> {
             r_au = r_atu;
         }
         lap(&mut self.seconds.fluxes);
-
-        // 3. The pressure equation; 4. flux, continuity errors, pressure
-        // relaxation, velocity.
-        let p_old = self.p.clone();
-        let p_solves = self.pressure_equation(&r_au, &phi_hbya, solve_pressure)?;
-        lap(&mut self.seconds.pressure);
-        let continuity = self.continuity_errors();
-        let alpha_p = self.settings.relaxation_p;
-        for (p, old) in self.p.iter_mut().zip(&p_old) {
-            *p = old + alpha_p * (*p - old);
-        }
-        let grad_p = self.pressure.gradient(&self.p);
-        for i in 0..n {
-            for &c in &components {
-                self.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
-            }
-        }
-        lap(&mut self.seconds.corrections);
-
-        let control = self.settings.residual_control;
-        let p_initial = p_solves[0].initial_residual;
-        let mut report = IterationReport {
-            iteration: self.iteration,
+        Ok(Predicted {
             u_initial,
-            p_initial,
-            p_solves,
-            continuity,
-            converged: false,
-        };
-        report.converged = (control.u > 0.0 || control.p > 0.0)
-            && (control.u <= 0.0 || report.u_max() < control.u)
-            && (control.p <= 0.0 || p_initial < control.p);
-        Ok(report)
+            hbya,
+            r_au,
+            phi_hbya,
+        })
     }
 
     /// −∇·(Γ∇p) = −∇·φ_pre with Γ per cell (linear to the faces),
@@ -861,6 +940,12 @@ impl<'m> Simple<'m> {
         let total: f64 = self.geometry.cell_volumes.iter().sum();
         let local = div.iter().map(|d| d.abs()).sum::<f64>() / total;
         let global = div.iter().sum::<f64>() / total;
+        self.record_continuity(local, global)
+    }
+
+    /// Adds `global` to the cumulative continuity error and logs the three
+    /// as `continuityErrs.H` does.
+    pub(crate) fn record_continuity(&mut self, local: f64, global: f64) -> [f64; 3] {
         self.cumulative_continuity += global;
         log::info!(
             "time step continuity errors : sum local = {}, global = {}, cumulative = {}",

@@ -3,8 +3,8 @@
 //! the PCG's mod-SELL matrix, giving the same aggregates and the same coarse
 //! matrices (bit for bit), and its cycle a [`DevicePreconditioner`].
 //!
-//! Set-up (host reads only sizes, once per scan, and the coarsest matrix's
-//! row sums and diagonal):
+//! Set-up (host reads only sizes, once per scan, and at the end one status
+//! array: bad diagonals, a failed coarsest pivot):
 //!
 //! - the fine mod-SELL matrix to CSR with ascending columns (as
 //!   `ModSell::to_csr`, which the CPU reference gets), keeping each entry's
@@ -12,11 +12,11 @@
 //! - per pass, pairwise matching in Jacobi-style rounds (candidate and
 //!   handshake kernels; a round after one that matched nothing is a no-op on
 //!   the device, so no round count is read back), leaders numbered by a
-//!   deterministic multi-block exclusive scan, and the Galerkin product one
-//!   thread per coarse row: a symbolic phase (the coarse columns, and for each
-//!   fine entry the slot it adds to) and a numeric phase that zeroes the row
-//!   and adds the members' entries in the CPU's encounter order — the same
-//!   kernel as the value-only re-set-up ([`DeviceAmg::update_values`]);
+//!   deterministic multi-block exclusive scan, and the Galerkin product a
+//!   warp per coarse row: a symbolic phase (the coarse columns, and for each
+//!   fine entry the slot it adds to) and a numeric phase that sums each
+//!   coarse entry from zero in the CPU's encounter order — the same kernel as
+//!   the value-only re-set-up ([`DeviceAmg::update_values`]);
 //! - the level's aggregates (passes composed) and their members, ascending,
 //!   for the restriction R = Pᵀ;
 //! - one scratch `Workspace` for every pass (sized for the fine level),
@@ -25,8 +25,14 @@
 //!   a pass costs its kernels and two size read-backs, not ~20 allocations;
 //! - smoother scales per level (weighted or L1 Jacobi) and the coarsest
 //!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
-//!   the matrix formed, factored (one-block Cholesky) and inverted column by
-//!   column (a warp per column) on the device.
+//!   the matrix formed (the singularity test on the device), factored by a
+//!   blocked Cholesky (panels of 32 columns, many blocks per launch) and
+//!   inverted as Wᵀ W, W = L⁻¹ (blocked too), on the device.
+//!
+//! The value-only re-set-up ([`DeviceAmg::update_values`]) is device passes
+//! only, into the set-up's arrays (no allocation): fine CSR values, Galerkin
+//! values, smoother scales, the coarsest operator, the f32 copies; it reads
+//! the status array back once.
 //!
 //! The cycle (`apply`) only launches kernels on the Gpu's stream, with every
 //! buffer allocated at set-up, so PCG may capture it into a CUDA graph. The
@@ -49,7 +55,7 @@ use std::rc::Rc;
 use cudarc::driver::sys as driver_sys;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
 
-use super::matrix::{f32_copy, DeviceModSell};
+use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
@@ -66,8 +72,11 @@ const SCAN_OFFSETS_BLOCK: u32 = 1024;
 /// kernels/amg.cu SCALE_JACOBI, SCALE_L1.
 const SCALE_JACOBI: i32 = 0;
 const SCALE_L1: i32 = 1;
-/// Rows of `amg_dense_apply` per block of [`VECTOR_BLOCK`] threads (a warp each).
-const DENSE_ROWS_PER_BLOCK: usize = VECTOR_BLOCK as usize / 32;
+/// Grid of a warp-per-row kernel over `rows` rows (`amg_dense_apply`, the
+/// Galerkin values) in blocks of [`VECTOR_BLOCK`] threads.
+fn warp_grid(rows: usize) -> u32 {
+    rows.div_ceil(VECTOR_BLOCK as usize / 32) as u32
+}
 /// kernels/amg.cu K_*: the K-cycle's scalars on the device.
 const K_RHO1: i32 = 0;
 const K_ALPHA1: i32 = 1;
@@ -77,8 +86,10 @@ const K_ALPHA2: i32 = 4;
 const K_SLOTS: usize = 5;
 /// Threads of `amg_dot_finish` (reduce_fixed: a multiple of 32, at most 1024).
 const DOT_FINISH_BLOCK: u32 = 1024;
-/// Threads of the one-block dense Cholesky.
-const DENSE_FACTOR_BLOCK: u32 = 1024;
+/// Threads of the blocked dense Cholesky's kernels (a multiple of 32).
+const DENSE_BLOCK: u32 = 256;
+/// kernels/amg.cu DENSE_PANEL: columns per panel of the blocked Cholesky.
+const DENSE_PANEL: usize = 32;
 /// A_L is singular when Σ_i |Σ_j a_ij| ≤ SINGULAR · Σ_i a_ii (`solve::amg::coarsest`).
 const SINGULAR: f64 = 1e-10;
 
@@ -382,7 +393,7 @@ impl Scan {
 }
 
 /// The fine mod-SELL matrix as CSR (`ModSell::to_csr` on the device) and
-/// each CSR entry's mod-SELL slot (-1: the diagonal), for value-only updates.
+/// each CSR entry's mod-SELL slot (-(row + 1): the diagonal of row), for value-only updates.
 fn fine_csr(
     gpu: &Gpu,
     m: &DeviceModSell,
@@ -433,22 +444,22 @@ fn fine_csr(
     Ok((csr, source))
 }
 
-/// The fine CSR's values from the mod-SELL matrix's current values.
+/// The fine CSR's values from the mod-SELL matrix's current values (a thread
+/// per entry through the slot map `source`).
 fn fine_values(
     gpu: &Gpu,
     csr: &DeviceCsr,
     source: &CudaSlice<i64>,
     m: &DeviceModSell,
 ) -> Result<(), GpuError> {
-    let n32 = csr.n32();
+    let nnz = csr.nnz as u64;
     gpu.launch(
         "amg_csr_values_from_modsell",
-        vector_grid(csr.n),
+        vector_grid(csr.nnz),
         VECTOR_BLOCK,
         0,
         |a| {
-            a.arg(&n32)
-                .arg(&csr.row_ptr)
+            a.arg(&nnz)
                 .arg(source)
                 .arg(&m.values)
                 .arg(&m.diag)
@@ -554,19 +565,25 @@ impl Pass {
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
         let cols = unzeroed::<u32>(gpu, nnz)?;
         let dest = unzeroed::<u64>(gpu, a.nnz)?;
-        gpu.launch("amg_galerkin_fill", cgrid, VECTOR_BLOCK, 0, |args| {
-            args.arg(&nc32)
-                .arg(&member_ptr)
-                .arg(&members)
-                .arg(&a.row_ptr)
-                .arg(&a.cols)
-                .arg(&aggregate)
-                .arg(&w.bound_ptr)
-                .arg(&w.scratch)
-                .arg(&row_ptr)
-                .arg(&cols)
-                .arg(&dest);
-        })?;
+        gpu.launch(
+            "amg_galerkin_fill",
+            warp_grid(nc),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&nc32)
+                    .arg(&member_ptr)
+                    .arg(&members)
+                    .arg(&a.row_ptr)
+                    .arg(&a.cols)
+                    .arg(&aggregate)
+                    .arg(&w.bound_ptr)
+                    .arg(&w.scratch)
+                    .arg(&row_ptr)
+                    .arg(&cols)
+                    .arg(&dest);
+            },
+        )?;
         let product = DeviceCsr {
             n: nc,
             nnz,
@@ -590,7 +607,7 @@ impl Pass {
         let nc32 = self.n_coarse as i32;
         gpu.launch(
             "amg_galerkin_values",
-            vector_grid(self.n_coarse),
+            warp_grid(self.n_coarse),
             VECTOR_BLOCK,
             0,
             |args| {
@@ -719,9 +736,14 @@ trait Arith: DeviceRepr + ValidAsZeroBits + Copy + Unpin + 'static {
     /// Whether the fine sweep widens its last result into z (f32) rather
     /// than writing z as its iterate (f64).
     const WIDENS: bool;
-    /// `f64s` rounded to this precision (None for f64: the cycle reads
-    /// `f64s` itself).
-    fn rounded(gpu: &Gpu, f64s: &CudaSlice<f64>) -> Result<Option<CudaSlice<Self>>, GpuError>;
+    /// `f64s` rounded to this precision into `own` (f32; allocated the first
+    /// time, rewritten in place by value updates), nothing for f64 (the
+    /// cycle reads `f64s` itself).
+    fn round_into(
+        gpu: &Gpu,
+        f64s: &CudaSlice<f64>,
+        own: &mut Option<CudaSlice<Self>>,
+    ) -> Result<(), GpuError>;
     /// The buffer in this precision: `own` (f32) or `f64s` (f64).
     fn pick<'a>(own: Option<&'a CudaSlice<Self>>, f64s: &'a CudaSlice<f64>) -> &'a CudaSlice<Self>;
 }
@@ -746,8 +768,12 @@ impl Arith for f64 {
         post_csr: "amg_post_csr",
     };
     const WIDENS: bool = false;
-    fn rounded(_: &Gpu, _: &CudaSlice<f64>) -> Result<Option<CudaSlice<Self>>, GpuError> {
-        Ok(None)
+    fn round_into(
+        _: &Gpu,
+        _: &CudaSlice<f64>,
+        _: &mut Option<CudaSlice<Self>>,
+    ) -> Result<(), GpuError> {
+        Ok(())
     }
     fn pick<'a>(_: Option<&'a CudaSlice<Self>>, f64s: &'a CudaSlice<f64>) -> &'a CudaSlice<Self> {
         f64s
@@ -774,8 +800,18 @@ impl Arith for f32 {
         post_csr: "amg_post_csr_f32",
     };
     const WIDENS: bool = true;
-    fn rounded(gpu: &Gpu, f64s: &CudaSlice<f64>) -> Result<Option<CudaSlice<Self>>, GpuError> {
-        f32_copy(gpu, f64s).map(Some)
+    fn round_into(
+        gpu: &Gpu,
+        f64s: &CudaSlice<f64>,
+        own: &mut Option<CudaSlice<Self>>,
+    ) -> Result<(), GpuError> {
+        match own {
+            Some(to) if to.len() == f64s.len() => f32_copy_into(gpu, f64s, to),
+            _ => {
+                *own = Some(f32_copy(gpu, f64s)?);
+                Ok(())
+            }
+        }
     }
     fn pick<'a>(own: Option<&'a CudaSlice<Self>>, _: &'a CudaSlice<f64>) -> &'a CudaSlice<Self> {
         own.expect("the f32 copy of a mixed-precision cycle")
@@ -853,7 +889,7 @@ impl<T: Arith> Cycle<T> {
     }
 
     /// The level values, smoother scales and fine matrix rounded to T (set-up
-    /// and value updates; nothing for f64).
+    /// and value updates, in place: device passes only; nothing for f64).
     fn round_values(
         &mut self,
         gpu: &Gpu,
@@ -863,13 +899,38 @@ impl<T: Arith> Cycle<T> {
         for (l, (v, level)) in self.levels.iter_mut().zip(levels).enumerate() {
             // The fine level's cycle reads the mod-SELL matrix, not its CSR.
             if l > 0 {
-                v.values = T::rounded(gpu, &level.a.vals)?;
+                T::round_into(gpu, &level.a.vals, &mut v.values)?;
             }
-            v.scale = T::rounded(gpu, &level.scale)?;
+            T::round_into(gpu, &level.scale, &mut v.scale)?;
         }
-        self.fine_values = T::rounded(gpu, &fine.values)?;
-        self.fine_diag = T::rounded(gpu, &fine.diag)?;
+        T::round_into(gpu, &fine.values, &mut self.fine_values)?;
+        T::round_into(gpu, &fine.diag, &mut self.fine_diag)?;
         Ok(())
+    }
+}
+
+/// The arrays that form the coarsest operator (set-up and value updates).
+struct CoarsestWork {
+    /// Row sums and diagonal of A_L (`amg_dense_row_sums`).
+    sums: CudaSlice<f64>,
+    diag: CudaSlice<f64>,
+    /// [singular (1) or not (0), shift] (`amg_dense_singular`).
+    singular: CudaSlice<f64>,
+    /// The dense matrix, then its Cholesky factor (n_L² each).
+    factor: CudaSlice<f64>,
+    /// A_L dense, then the inverse's columns.
+    scratch: CudaSlice<f64>,
+}
+
+impl CoarsestWork {
+    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            sums: gpu.zeros(n)?,
+            diag: gpu.zeros(n)?,
+            singular: gpu.zeros(2)?,
+            factor: gpu.zeros(n * n)?,
+            scratch: gpu.zeros(n * n)?,
+        })
     }
 }
 
@@ -912,6 +973,13 @@ pub struct DeviceAmg<'g> {
     levels: Vec<Level>,
     /// The coarsest level's operator (A_L⁻¹ or A_L⁺), row-major.
     coarsest_inverse: CudaSlice<f64>,
+    /// The arrays that form it, kept for value updates.
+    coarsest_work: CoarsestWork,
+    /// Set-up status words (kernels/amg.cu `amg_status_reset`): per level
+    /// but the coarsest, its smallest row without a positive diagonal
+    /// (i32::MAX: none); last, the coarsest factor's failed pivot + 1 (0:
+    /// none). Read back once per set-up or value update.
+    status: CudaSlice<i32>,
     cycle: CycleParams,
     /// The cycle's vectors (and rounded values) in its precision.
     arithmetic: Arithmetic,
@@ -1062,6 +1130,8 @@ impl<'g> DeviceAmg<'g> {
         let mut amg = Self {
             gpu,
             coarsest_inverse: gpu.zeros(n_last * n_last)?,
+            coarsest_work: CoarsestWork::new(gpu, n_last)?,
+            status: gpu.zeros(levels.len())?,
             fine,
             fine_source: source,
             levels,
@@ -1077,6 +1147,7 @@ impl<'g> DeviceAmg<'g> {
             stop_reason,
         };
         amg.smoothers_and_coarsest()?;
+        amg.check_status()?;
         phases.mark(|| "smoothers + coarsest operator".into())?;
         amg.arithmetic = match cycle.precision {
             Precision::Double => {
@@ -1138,16 +1209,25 @@ impl<'g> DeviceAmg<'g> {
     }
 
     /// Smoother scales on every level but the coarsest, and the coarsest
-    /// level's dense operator (from the host's Cholesky factor).
+    /// level's dense operator: launches only, their failures recorded in
+    /// `status` ([`Self::check_status`] reads them).
     fn smoothers_and_coarsest(&mut self) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let last = self.levels.len() - 1;
-        // Per level: the smallest row with a diagonal that is not positive.
-        let bad = gpu.upload(&vec![i32::MAX; last.max(1)])?;
+        let last32 = last as i32;
+        gpu.launch(
+            "amg_status_reset",
+            vector_grid(last + 1),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&last32).arg(&self.status);
+            },
+        )?;
         for (l, level) in self.levels[..last].iter().enumerate() {
             let a = &level.a;
             let n32 = a.n32();
-            let bad_l = bad.slice(l..l + 1);
+            let bad_l = self.status.slice(l..l + 1);
             gpu.launch(
                 "amg_smoother_scale",
                 vector_grid(a.n),
@@ -1163,32 +1243,54 @@ impl<'g> DeviceAmg<'g> {
                 },
             )?;
         }
-        let bad = gpu.download(&bad)?;
-        if let Some((l, row)) = bad.iter().enumerate().find(|(_, &r)| r != i32::MAX) {
+        self.coarsest_operator()
+    }
+
+    /// Reads the status words back (the one synchronising read of a value
+    /// update): a level's diagonal that is not positive, or a coarsest
+    /// matrix that is not positive definite, is an error.
+    fn check_status(&self) -> Result<(), GpuError> {
+        let status = self.gpu.download(&self.status)?;
+        let last = self.levels.len() - 1;
+        if let Some((l, row)) = status[..last]
+            .iter()
+            .enumerate()
+            .find(|(_, &r)| r != i32::MAX)
+        {
             return Err(GpuError::Invalid(format!(
                 "AMG: row {row} of level {l} has a diagonal entry that is not positive and \
                  finite; the Jacobi smoothers need a positive diagonal (is the matrix SPD?)"
             )));
         }
-        self.coarsest_operator()
+        let pivot = status[last];
+        if pivot != 0 {
+            let n = self.levels[last].a.n;
+            return Err(GpuError::Invalid(format!(
+                "AMG: the coarsest matrix ({n} rows) is not positive definite (pivot {pivot} of \
+                 its Cholesky factor), so it cannot be inverted; is the matrix symmetric positive \
+                 definite, or singular only through constants as in an all-Neumann problem?"
+            )));
+        }
+        Ok(())
     }
 
     /// The coarsest level's dense operator A_L⁻¹ (or A_L⁺), as
-    /// `CoarsestSolver::inverse` defines it, formed on the device: the matrix
-    /// that `CoarsestSolver` factors (scattered, shifted when singular,
-    /// symmetrised: only the row sums and diagonal are read back, for the
-    /// singularity test), factored by `amg_dense_cholesky` and inverted
-    /// column by column by `amg_dense_inverse` (the host's O(n³) inverse
-    /// takes ~1 s at 1000 rows).
+    /// `CoarsestSolver::inverse` defines it, formed on the device with
+    /// nothing read back: the matrix that `CoarsestSolver` factors
+    /// (scattered, shifted when singular — `amg_dense_singular` makes the
+    /// host's test in its order — and symmetrised), factored by the blocked
+    /// Cholesky (`amg_dense_diag`, then per panel of [`DENSE_PANEL`] columns
+    /// `amg_dense_panel` and `amg_dense_update`: many blocks each), and
+    /// inverted as Wᵀ W with W = L⁻¹ (blocked forward substitution on the
+    /// identity, then a tiled product; the host's O(n³) inverse takes ~1 s at
+    /// 1000 rows). About 4 n_L / 32 launches, each of many blocks.
     fn coarsest_operator(&mut self) -> Result<(), GpuError> {
         let gpu = self.gpu;
-        // The matrix CoarsestSolver::new factors, formed on the device: A_L
-        // dense, shifted by (Σ a_ii / n²) e eᵀ when singular (Σ_i |Σ_j a_ij| ≤
-        // SINGULAR Σ_i a_ii, summed on the host in its order), symmetrised.
-        let a = &self.levels.last().expect("one level").a;
+        let last = self.levels.len() - 1;
+        let a = &self.levels[last].a;
+        let w = &mut self.coarsest_work;
         let n = a.n;
         let n32 = a.n32();
-        let (sums, diag) = (gpu.zeros::<f64>(n)?, gpu.zeros::<f64>(n)?);
         gpu.launch(
             "amg_dense_row_sums",
             vector_grid(n),
@@ -1197,10 +1299,19 @@ impl<'g> DeviceAmg<'g> {
             |args| {
                 args.arg(&n32);
                 a.push_args(args);
-                args.arg(&sums).arg(&diag);
+                args.arg(&w.sums).arg(&w.diag);
             },
         )?;
-        let dense = gpu.zeros::<f64>(n * n)?;
+        gpu.launch("amg_dense_singular", 1, 32, 0, |args| {
+            args.arg(&n32)
+                .arg(&w.sums)
+                .arg(&w.diag)
+                .arg(&SINGULAR)
+                .arg(&w.singular);
+        })?;
+        // A_L dense in `scratch` (zeroed, then scattered), symmetrised
+        // (shifted when singular) into `factor`.
+        gpu.zero(&mut w.scratch)?;
         gpu.launch(
             "amg_dense_scatter",
             vector_grid(n),
@@ -1209,16 +1320,9 @@ impl<'g> DeviceAmg<'g> {
             |args| {
                 args.arg(&n32);
                 a.push_args(args);
-                args.arg(&dense);
+                args.arg(&w.scratch);
             },
         )?;
-        let (sums, diag) = (gpu.download(&sums)?, gpu.download(&diag)?);
-        let diag_sum: f64 = diag[..n].iter().sum();
-        let row_sum_abs: f64 = sums[..n].iter().map(|s| s.abs()).sum();
-        let singular = row_sum_abs <= SINGULAR * diag_sum;
-        let shift = diag_sum / (n as f64 * n as f64);
-        let factor = gpu.zeros::<f64>(n * n)?;
-        let flag = i32::from(singular);
         gpu.launch(
             "amg_dense_symmetrise",
             vector_grid(n * n),
@@ -1226,34 +1330,96 @@ impl<'g> DeviceAmg<'g> {
             0,
             |args| {
                 args.arg(&n32)
-                    .arg(&dense)
-                    .arg(&flag)
-                    .arg(&shift)
-                    .arg(&factor);
+                    .arg(&w.scratch)
+                    .arg(&w.singular)
+                    .arg(&w.factor);
             },
         )?;
-        drop(dense);
-        let failed = gpu.zeros::<i32>(1)?;
-        let project = i32::from(singular);
-        gpu.launch("amg_dense_cholesky", 1, DENSE_FACTOR_BLOCK, 0, |a| {
-            a.arg(&n32).arg(&factor).arg(&failed);
+        let failed = self.status.slice(last..last + 1);
+        let first = 0i32;
+        gpu.launch("amg_dense_diag", 1, DENSE_BLOCK, 0, |args| {
+            args.arg(&n32).arg(&first).arg(&w.factor).arg(&failed);
         })?;
-        let pivot = read_at(gpu, &failed, 0)?;
-        if pivot != 0 {
-            return Err(GpuError::Invalid(format!(
-                "AMG: the coarsest matrix ({n} rows) is not positive definite (pivot {pivot} of \
-                 its Cholesky factor), so it cannot be inverted; is the matrix symmetric positive \
-                 definite, or singular only through constants as in an all-Neumann problem?"
-            )));
+        let rows_per_block = DENSE_BLOCK as usize / 32;
+        for p in (0..n).step_by(DENSE_PANEL) {
+            let below = n.saturating_sub(p + DENSE_PANEL);
+            if below == 0 {
+                break;
+            }
+            let p32 = p as i32;
+            gpu.launch(
+                "amg_dense_panel",
+                below.div_ceil(rows_per_block) as u32,
+                DENSE_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n32).arg(&p32).arg(&w.factor).arg(&failed);
+                },
+            )?;
+            let tiles = below.div_ceil(32);
+            gpu.launch(
+                "amg_dense_update",
+                (tiles * (tiles + 1) / 2) as u32,
+                DENSE_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n32).arg(&p32).arg(&w.factor).arg(&failed);
+                },
+            )?;
         }
-        let scratch = gpu.zeros::<f64>(n * n)?;
-        let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
-        gpu.launch("amg_dense_inverse", grid, VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32)
-                .arg(&factor)
-                .arg(&scratch)
-                .arg(&project)
-                .arg(&self.coarsest_inverse);
+        // W = L⁻¹ in `scratch`, then A_L⁻¹ = Wᵀ W, projected when singular.
+        gpu.launch(
+            "amg_dense_identity",
+            vector_grid(n * n),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&w.scratch);
+            },
+        )?;
+        for p in (0..n).step_by(DENSE_PANEL) {
+            let p32 = p as i32;
+            let columns = (p + DENSE_PANEL).min(n);
+            gpu.launch(
+                "amg_dense_trinv_panel",
+                columns.div_ceil(DENSE_BLOCK as usize) as u32,
+                DENSE_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n32).arg(&p32).arg(&w.factor).arg(&w.scratch);
+                },
+            )?;
+            let below = n.saturating_sub(p + DENSE_PANEL);
+            if below > 0 {
+                let col_tiles = columns.div_ceil(32);
+                let col_tiles32 = col_tiles as i32;
+                gpu.launch(
+                    "amg_dense_trinv_update",
+                    (col_tiles * below.div_ceil(32)) as u32,
+                    DENSE_BLOCK,
+                    0,
+                    |args| {
+                        args.arg(&n32)
+                            .arg(&p32)
+                            .arg(&col_tiles32)
+                            .arg(&w.factor)
+                            .arg(&w.scratch);
+                    },
+                )?;
+            }
+        }
+        let tiles = n.div_ceil(32);
+        gpu.launch(
+            "amg_dense_wtw",
+            (tiles * tiles) as u32,
+            DENSE_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&w.scratch).arg(&self.coarsest_inverse);
+            },
+        )?;
+        gpu.launch("amg_dense_project", tiles as u32, DENSE_BLOCK, 0, |args| {
+            args.arg(&n32).arg(&w.singular).arg(&self.coarsest_inverse);
         })
     }
 
@@ -1264,6 +1430,34 @@ impl<'g> DeviceAmg<'g> {
     /// aggregates), the smoother scales and the coarsest operator. Aggregates
     /// and patterns are kept.
     pub fn update_values(&mut self, fine: Rc<DeviceModSell>) -> Result<(), GpuError> {
+        self.update(fine, false).map(|_| ())
+    }
+
+    /// [`Self::update_values`] with the host time of each phase (fine CSR
+    /// values, Galerkin values, smoothers and coarsest operator, f32 copies
+    /// and the status read-back), the stream synchronised between phases
+    /// (`bench --amg`).
+    pub fn update_values_profiled(
+        &mut self,
+        fine: Rc<DeviceModSell>,
+    ) -> Result<Vec<(String, f64)>, GpuError> {
+        self.update(fine, true)
+    }
+
+    fn update(
+        &mut self,
+        fine: Rc<DeviceModSell>,
+        profile: bool,
+    ) -> Result<Vec<(String, f64)>, GpuError> {
+        let gpu = self.gpu;
+        let mut phases = Phases {
+            gpu,
+            on: profile,
+            last: std::time::Instant::now(),
+            times: Vec::new(),
+        };
+        phases.mark(|| "start".into())?;
+        phases.times.clear();
         let old = &self.fine;
         if fine.n != old.n
             || fine.slice_height != old.slice_height
@@ -1282,8 +1476,8 @@ impl<'g> DeviceAmg<'g> {
             )));
         }
         self.fine = fine;
-        let gpu = self.gpu;
         fine_values(gpu, &self.levels[0].a, &self.fine_source, &self.fine)?;
+        phases.mark(|| "fine CSR values".into())?;
         for l in 0..self.levels.len() - 1 {
             let (head, tail) = self.levels.split_at(l + 1);
             let (level, next) = (&head[l], &tail[0]);
@@ -1298,11 +1492,16 @@ impl<'g> DeviceAmg<'g> {
                 input = output;
             }
         }
+        phases.mark(|| "Galerkin values".into())?;
         self.smoothers_and_coarsest()?;
+        phases.mark(|| "smoothers + coarsest operator".into())?;
         match &mut self.arithmetic {
-            Arithmetic::Double(c) => c.round_values(gpu, &self.levels, &self.fine),
-            Arithmetic::Mixed(c) => c.round_values(gpu, &self.levels, &self.fine),
+            Arithmetic::Double(c) => c.round_values(gpu, &self.levels, &self.fine)?,
+            Arithmetic::Mixed(c) => c.round_values(gpu, &self.levels, &self.fine)?,
         }
+        self.check_status()?;
+        phases.mark(|| "f32 copies + status".into())?;
+        Ok(phases.times)
     }
 
     /// Rows per level, fine first.
@@ -1490,7 +1689,7 @@ impl<T: Arith> Run<'_, '_, T> {
             // One level: the coarsest solve alone, in f64.
             let n = amg.levels[0].a.n;
             let n32 = n as i32;
-            let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+            let grid = warp_grid(n);
             return gpu.launch("amg_dense_apply", grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n32).arg(&amg.coarsest_inverse).arg(r).arg(z);
                 arg_or_null(a, done);
@@ -1629,7 +1828,7 @@ impl<T: Arith> Run<'_, '_, T> {
             // The coarsest level (visited from zero only).
             let n = level.a.n;
             let n32 = n as i32;
-            let grid = n.div_ceil(DENSE_ROWS_PER_BLOCK) as u32;
+            let grid = warp_grid(n);
             return gpu.launch(k.dense_apply, grid, VECTOR_BLOCK, 0, |a| {
                 a.arg(&n32).arg(&amg.coarsest_inverse).arg(b).arg(x);
                 arg_or_null(a, done);

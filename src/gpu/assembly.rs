@@ -443,6 +443,29 @@ struct DeviceWork {
     sums: CudaSlice<f64>,
 }
 
+/// The device arrays of a [`DeviceLaplacian`] ([`DeviceLaplacian::arrays`]):
+/// the matrix, the assembly map (rows, faces in device order, boundary faces
+/// in device boundary order), geometry, the boundary coefficients of the last
+/// evaluation and the right-hand side of the last update.
+pub struct LaplacianArrays<'a> {
+    pub matrix: &'a DeviceModSell,
+    pub face_codes: &'a CudaSlice<u32>,
+    pub face_slots: &'a CudaSlice<u8>,
+    pub boundary_ptr: &'a CudaSlice<u32>,
+    pub face_owner: &'a CudaSlice<u32>,
+    pub face_neighbour: &'a CudaSlice<u32>,
+    pub weights: &'a CudaSlice<f64>,
+    pub mag_sf: &'a CudaSlice<f64>,
+    pub delta_coeffs: &'a CudaSlice<f64>,
+    pub b_mag_sf: &'a CudaSlice<f64>,
+    pub b_value_internal: &'a CudaSlice<f64>,
+    pub b_value_boundary: &'a CudaSlice<f64>,
+    pub b_gradient_internal: &'a CudaSlice<f64>,
+    pub b_gradient_boundary: &'a CudaSlice<f64>,
+    pub volumes: &'a CudaSlice<f64>,
+    pub rhs: &'a CudaSlice<f64>,
+}
+
 /// The matrix alone, or inside the PCG backend that solves with it (which
 /// holds its row sums and inverse diagonal: a re-assembly takes it back).
 /// One per device system, so the variants' sizes do not matter.
@@ -469,6 +492,8 @@ pub struct DeviceLaplacian<'g> {
     /// `device_faces[d]`, device boundary face i boundary face `device_boundary[i]`.
     device_faces: Vec<u32>,
     device_boundary: Vec<u32>,
+    /// Boundary faces of the mesh, empty ones included.
+    n_mesh_boundary: usize,
     /// `None` only after a device failure lost the matrix.
     held: Option<Held<'g>>,
     device_map: DeviceMap,
@@ -581,6 +606,7 @@ impl<'g> DeviceLaplacian<'g> {
             n_faces,
             device_faces: map.device_faces,
             device_boundary: map.device_boundary,
+            n_mesh_boundary: mesh.n_faces() - mesh.n_internal_faces(),
             held: Some(Held::Matrix(matrix)),
             device_map,
             geometry,
@@ -843,8 +869,13 @@ impl<'g> DeviceLaplacian<'g> {
         Ok(())
     }
 
-    /// Σ x_i·y_i (y `None`: Σ x_i) and Σ|x_i| on the device, read back.
-    fn sums(&self, x: &CudaSlice<f64>, y: Option<&CudaSlice<f64>>) -> Result<[f64; 2], GpuError> {
+    /// Σ x_i·y_i (y `None`: Σ x_i) and Σ|x_i| on the device (a fixed-order
+    /// tree sum), read back.
+    pub fn sums(
+        &self,
+        x: &CudaSlice<f64>,
+        y: Option<&CudaSlice<f64>>,
+    ) -> Result<[f64; 2], GpuError> {
         let w = &self.work;
         let n = self.n as i32;
         let grid = vector_grid(self.n);
@@ -903,6 +934,275 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_vector(x, "field")?;
         let [weighted, _] = self.sums(x, Some(&self.geometry.volumes))?;
         self.subtract(None, weighted / self.total_volume, x)
+    }
+
+    /// Re-assembles with Γ and q per cell from the device (row order; Γ
+    /// positive), as a host re-assembly with `CellField::PerCell` values
+    /// would: Γ on a boundary face is its cell's, the boundary conditions,
+    /// time scheme and singular policy of the last host evaluation stay.
+    /// Nothing moves between host and device.
+    pub fn reassemble_from_device(
+        &mut self,
+        gamma: &CudaSlice<f64>,
+        source: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.check_vector(gamma, "gamma")?;
+        self.check_vector(source, "source")?;
+        let gpu = self.gpu;
+        let v = &mut self.values;
+        if v.gamma.is_none() {
+            v.gamma = Some(gpu.zeros(self.n)?);
+        }
+        if let Some(dev) = v.gamma.as_mut() {
+            gpu.copy(gamma, dev)?;
+        }
+        v.gamma_uniform = f64::NAN;
+        gpu.copy(source, &mut v.source)?;
+        let n = self.n as i32;
+        let dm = &self.device_map;
+        gpu.launch(
+            "asm_boundary_gamma",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n).arg(&dm.boundary_ptr).arg(gamma).arg(&v.b_gamma);
+            },
+        )?;
+        self.assemble()
+    }
+
+    /// Values on the faces in the device's face layout: the internal faces
+    /// in device order, then the non-empty boundary faces in device boundary
+    /// order ([`AssemblyMap`]); this many.
+    pub fn n_face_values(&self) -> usize {
+        self.n_faces + self.device_boundary.len()
+    }
+
+    /// `phi` (one per mesh face) in the device face layout.
+    pub fn to_device_faces(&self, phi: &[f64]) -> Result<Vec<f64>, GpuError> {
+        let n_mesh = self.n_faces + self.n_mesh_boundary;
+        if phi.len() != n_mesh {
+            return Err(GpuError::Invalid(format!(
+                "{} face values given for {n_mesh} faces",
+                phi.len()
+            )));
+        }
+        let boundary = &phi[self.n_faces..];
+        Ok(gather(phi, &self.device_faces)
+            .into_iter()
+            .chain(gather(boundary, &self.device_boundary))
+            .collect())
+    }
+
+    /// Device face values ([`Self::n_face_values`]) read back per mesh face
+    /// (0 on empty faces).
+    pub fn to_mesh_faces(&self, dev: &CudaSlice<f64>) -> Result<Vec<f64>, GpuError> {
+        self.check_faces(dev)?;
+        let values = self.gpu.download(dev)?;
+        let mut phi = vec![0.0; self.n_faces + self.n_mesh_boundary];
+        for (&f, &v) in self.device_faces.iter().zip(&values) {
+            phi[f as usize] = v;
+        }
+        let boundary = &values[self.n_faces..];
+        for (&b, &v) in self.device_boundary.iter().zip(boundary) {
+            phi[self.n_faces + b as usize] = v;
+        }
+        Ok(phi)
+    }
+
+    fn check_faces(&self, v: &CudaSlice<f64>) -> Result<(), GpuError> {
+        if v.len() != self.n_face_values() {
+            return Err(GpuError::Invalid(format!(
+                "{} face values on the device, the device face layout has {}",
+                v.len(),
+                self.n_face_values()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Σ_f φ_f out of every cell (row order) from face values in the device
+    /// face layout: the row's internal faces in face order, then its
+    /// boundary faces, as the CPU sums them.
+    pub fn divergence(&self, phi: &CudaSlice<f64>, div: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.check_faces(phi)?;
+        self.check_vector(div, "divergence")?;
+        let m = self.matrix()?;
+        let dm = &self.device_map;
+        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
+        let h = m.slice_height as u32;
+        self.gpu
+            .launch("asm_divergence", m.n_slices() as u32, h, 0, |a| {
+                a.arg(&n)
+                    .arg(&m.slice_ptr)
+                    .arg(&dm.face_codes)
+                    .arg(&dm.face_slots)
+                    .arg(&dm.boundary_ptr)
+                    .arg(&n_faces)
+                    .arg(phi)
+                    .arg(div);
+            })
+    }
+
+    /// φ = φ_pre − the equation's face flux for `p` (`fvMatrix::flux`): on
+    /// internal faces Γ_f|S_f|Δ_f (p_N − p_P) and the non-orthogonal
+    /// correction of the last [`Self::update_rhs`]; on boundary faces
+    /// Γ_P|S_b| snGrad p with the cell's Γ (`gamma`, as assembled). Face
+    /// values in the device face layout, cells in row order.
+    pub fn subtract_flux(
+        &self,
+        p: &CudaSlice<f64>,
+        gamma: &CudaSlice<f64>,
+        phi_pre: &CudaSlice<f64>,
+        phi: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.check_vector(p, "field")?;
+        self.check_vector(gamma, "gamma")?;
+        self.check_faces(phi_pre)?;
+        self.check_faces(phi)?;
+        let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
+        let corrected = self.schemes.sn_grad.is_corrected();
+        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
+        self.gpu.launch(
+            "asm_subtract_flux",
+            vector_grid(self.n_faces),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_faces)
+                    .arg(&g.face_owner)
+                    .arg(&g.face_neighbour)
+                    .arg(&w.coeffs);
+                arg_or_null(a, if corrected { w.flux.as_ref() } else { None });
+                a.arg(p).arg(phi_pre).arg(phi);
+            },
+        )?;
+        self.gpu.launch(
+            "asm_subtract_boundary_flux",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&dm.boundary_ptr)
+                    .arg(&n_faces)
+                    .arg(&g.b_mag_sf)
+                    .arg(&v.b_gradient_internal)
+                    .arg(&v.b_gradient_boundary)
+                    .arg(gamma)
+                    .arg(p)
+                    .arg(phi_pre)
+                    .arg(phi);
+            },
+        )
+    }
+
+    /// The device arrays of the assembly (read-only), for kernels that walk
+    /// the same rows and faces (`gpu::simple`).
+    pub fn arrays(&self) -> Result<LaplacianArrays<'_>, GpuError> {
+        let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
+        Ok(LaplacianArrays {
+            matrix: self.matrix()?,
+            face_codes: &dm.face_codes,
+            face_slots: &dm.face_slots,
+            boundary_ptr: &dm.boundary_ptr,
+            face_owner: &g.face_owner,
+            face_neighbour: &g.face_neighbour,
+            weights: &g.weights,
+            mag_sf: &g.mag_sf,
+            delta_coeffs: &g.delta_coeffs,
+            b_mag_sf: &g.b_mag_sf,
+            b_value_internal: &v.b_value_internal,
+            b_value_boundary: &v.b_value_boundary,
+            b_gradient_internal: &v.b_gradient_internal,
+            b_gradient_boundary: &v.b_gradient_boundary,
+            volumes: &g.volumes,
+            rhs: self.work.rhs.dev()?,
+        })
+    }
+
+    /// Device face d is internal face `device_faces()[d]`.
+    pub fn device_faces(&self) -> &[u32] {
+        &self.device_faces
+    }
+
+    /// Device boundary face i is boundary face `device_boundary()[i]` (index
+    /// `face − n_internal_faces`).
+    pub fn device_boundary(&self) -> &[u32] {
+        &self.device_boundary
+    }
+
+    /// φ += the face flux of c_P|S_f| snGrad p with c linear to internal faces
+    /// (SIMPLEC's (rAtU − rAU)_f|S_f| snGrad p): w c_o + (1 − w) c_n times
+    /// |S_f| Δ_f (p_N − p_P) inside, c_P |S_b| (gradientInternal p_P +
+    /// gradientBoundary) on boundary faces. Face values in the device face
+    /// layout, cells in row order.
+    pub fn add_gradient_flux(
+        &self,
+        p: &CudaSlice<f64>,
+        c: &CudaSlice<f64>,
+        phi: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.check_vector(p, "field")?;
+        self.check_vector(c, "coefficient")?;
+        self.check_faces(phi)?;
+        let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
+        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
+        self.gpu.launch(
+            "asm_add_gradient_flux",
+            vector_grid(self.n_faces),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_faces)
+                    .arg(&g.face_owner)
+                    .arg(&g.face_neighbour)
+                    .arg(&g.weights)
+                    .arg(&g.mag_sf)
+                    .arg(&g.delta_coeffs)
+                    .arg(c)
+                    .arg(p)
+                    .arg(phi);
+            },
+        )?;
+        self.gpu.launch(
+            "asm_add_boundary_gradient_flux",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&dm.boundary_ptr)
+                    .arg(&n_faces)
+                    .arg(&g.b_mag_sf)
+                    .arg(&v.b_gradient_internal)
+                    .arg(&v.b_gradient_boundary)
+                    .arg(c)
+                    .arg(p)
+                    .arg(phi);
+            },
+        )
+    }
+
+    /// Cell volumes in row order.
+    pub fn volumes(&self) -> &CudaSlice<f64> {
+        &self.geometry.volumes
+    }
+
+    /// The gradient buffer ([`Self::gradient`]): 3 doubles per row.
+    pub fn gradient_buffer(&self) -> &CudaSlice<f64> {
+        &self.work.grad
+    }
+
+    /// ΣV in the CPU's order.
+    pub fn total_volume(&self) -> f64 {
+        self.total_volume
+    }
+
+    /// The row ordering (row r is cell `ordering().new_to_old()[r]`).
+    pub fn ordering(&self) -> &Permutation {
+        &self.ordering
     }
 
     /// Adds `values` (one per cell, mesh order) to the diagonal, as

@@ -67,13 +67,31 @@ fn poisson_problem(mesh: &Mesh, gamma: CellField) -> LaplacianProblem {
     LaplacianProblem::steady(gamma, CellField::function(|c| 1.0 + c.x * c.y), boundary)
 }
 
+/// Bench cases `bubble:MESH`: the density-contrast problem of [`BUBBLE_CASE`]
+/// (seed 001's 3-D bubble, density ratio 1000, harmonic Γ; p fixed at ymax,
+/// walls zeroGradient) on the mesh source MESH, e.g.
+/// `bubble:box:110x110x110:tet:perturb=0.2:renumber`; b = A x* for a random x*.
+pub const BUBBLE_PREFIX: &str = "bubble:";
+/// The case whose Γ and boundary conditions `bubble:` cases take (relative to
+/// the repository root, the working directory of the benches).
+pub const BUBBLE_CASE: &str = "cases/bubble_tet_3d";
+
 /// A bench case: a mesh source (`box:` spec, OpenFOAM case, Gmsh file; see
 /// `mesh::source`) gives its mesh and geometry and the FVM Poisson system of
 /// [`poisson_problem`] with Γ = 1; a Matrix Market file (`.mtx`) gives no
-/// mesh, its matrix and the right-hand side A·1 (the solution is all ones).
+/// mesh, its matrix and the right-hand side A·1 (the solution is all ones);
+/// `bubble:MESH` ([`BUBBLE_PREFIX`]) no mesh, the density-contrast matrix.
 type BenchCase = (Option<(Mesh, Geometry)>, Csr, Vec<f64>);
 
 fn load_case(case: &str) -> anyhow::Result<BenchCase> {
+    if let Some(mesh) = case.strip_prefix(BUBBLE_PREFIX) {
+        let mesh = crate::mesh::source::load(mesh)?;
+        let a =
+            crate::precond_study::case_matrix_on(std::path::Path::new(BUBBLE_CASE), Some(mesh))?;
+        let mut b = vec![0.0; a.n_rows()];
+        a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut b);
+        return Ok((None, a, b));
+    }
     if case.ends_with(".mtx") {
         let a = crate::sparse::mtx::read_matrix(std::path::Path::new(case))?;
         let mut b = vec![0.0; a.n_rows()];

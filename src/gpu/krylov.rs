@@ -149,6 +149,44 @@ impl<'g> GpuKrylovBackend<'g> {
         }
         let m = ModSell::from_csr(a, slice_height).map_err(GpuError::Invalid)?;
         let matrix = DeviceModSell::upload(gpu, &m)?;
+        let row_sums = gpu.upload(&openfoam_row_sums(a))?;
+        Self::with_device_matrix(gpu, matrix, row_sums, precond)
+    }
+
+    /// The backend on a matrix assembled on the device (e.g. the SIMPLE
+    /// momentum matrix, `gpu::simple`), with Jacobi (`jacobi`) or no
+    /// preconditioner; its row sums and inverse diagonal computed there.
+    pub fn from_resident(
+        gpu: &'g Gpu,
+        matrix: DeviceModSell,
+        jacobi: bool,
+    ) -> Result<Self, GpuError> {
+        let (row_sums, inv_diag) = matrix.row_sums_and_inverse_diagonal(gpu)?;
+        let precond = DeviceDiagonal {
+            gpu,
+            n: matrix.n,
+            inv_diag: jacobi.then_some(inv_diag),
+        };
+        Self::with_device_matrix(gpu, matrix, row_sums, Box::new(precond))
+    }
+
+    /// Gives the matrix back (to re-assemble it).
+    pub fn into_matrix(self) -> DeviceModSell {
+        self.matrix
+    }
+
+    fn with_device_matrix(
+        gpu: &'g Gpu,
+        matrix: DeviceModSell,
+        row_sums: CudaSlice<f64>,
+        precond: Box<dyn DevicePreconditioner + 'g>,
+    ) -> Result<Self, GpuError> {
+        let n = matrix.n;
+        if n >= i32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "the GPU Krylov solvers need fewer than 2^31 rows, this matrix has {n}"
+            )));
+        }
         let grid = vector_grid(n) as usize;
         let scratch = Scratch {
             partials: gpu.zeros((KR_BATCH * grid).max(2 * matrix.n_slices()))?,
@@ -159,7 +197,7 @@ impl<'g> GpuKrylovBackend<'g> {
         };
         Ok(Self {
             gpu,
-            row_sums: gpu.upload(&openfoam_row_sums(a))?,
+            row_sums,
             matrix,
             precond,
             scratch: RefCell::new(scratch),

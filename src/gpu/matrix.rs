@@ -45,6 +45,24 @@ pub enum DeviceMatrix {
 /// An f64 array rounded to f32 on the device (`cast_f64_to_f32`, as `as f32`).
 pub fn f32_copy(gpu: &Gpu, from: &CudaSlice<f64>) -> Result<CudaSlice<f32>, GpuError> {
     let to = gpu.zeros::<f32>(from.len())?;
+    f32_copy_into(gpu, from, &to)?;
+    Ok(to)
+}
+
+/// [`f32_copy`] into an existing array of the same length (value updates:
+/// no allocation).
+pub fn f32_copy_into(
+    gpu: &Gpu,
+    from: &CudaSlice<f64>,
+    to: &CudaSlice<f32>,
+) -> Result<(), GpuError> {
+    if to.len() != from.len() {
+        return Err(GpuError::Invalid(format!(
+            "f32 copy of {} values into an array of {}",
+            from.len(),
+            to.len()
+        )));
+    }
     let len = i32::try_from(from.len()).map_err(|_| {
         GpuError::Invalid(format!(
             "{} values are too many for an f32 copy (at most 2^31)",
@@ -57,10 +75,9 @@ pub fn f32_copy(gpu: &Gpu, from: &CudaSlice<f64>) -> Result<CudaSlice<f32>, GpuE
         VECTOR_BLOCK,
         0,
         |a| {
-            a.arg(&len).arg(from).arg(&to);
+            a.arg(&len).arg(from).arg(to);
         },
-    )?;
-    Ok(to)
+    )
 }
 
 /// Modified SELL on the device (see `sparse::modsell`).

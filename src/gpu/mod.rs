@@ -44,6 +44,7 @@ pub mod pcg;
 pub mod polynomial;
 pub mod polynomial_bench;
 pub mod precond_bench;
+pub mod simple;
 pub mod smooth;
 pub mod smooth_bench;
 
@@ -74,6 +75,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("fsai.cu", include_str!("../../kernels/fsai.cu")),
     ("multi.cu", include_str!("../../kernels/multi.cu")),
     ("eisenstat.cu", include_str!("../../kernels/eisenstat.cu")),
+    ("simple.cu", include_str!("../../kernels/simple.cu")),
 ];
 
 /// The kernels the sources define, in source order.

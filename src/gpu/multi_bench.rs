@@ -17,6 +17,16 @@
 //! efficiency (strong: t₁ / (g·t_g) per iteration; weak: t₁ / t_g). The
 //! single-GPU fused Jacobi-PCG (`gpu::pcg`, CUDA graph or separate launches)
 //! on the same box is the baseline measured in the same run.
+//!
+//! The host-driven steps above ("host loop") and the device loop (one host
+//! thread per GPU, scalars on the device, NCCL all-reduces; module
+//! documentation of [`super::multi`]) are both measured: the device loop's
+//! ms/iteration is the difference of two solves run to a fixed iteration
+//! count (tolerance 0), so set-up and the initial residual cancel, with and
+//! without the halo transfer. Its efficiency is given against the device
+//! loop on the smallest GPU count ("vs multi 1 GPU") and against the
+//! single-GPU fused loop ("vs fused 1 GPU": t_fused / (g·t_g) strong,
+//! t_fused / t_g weak).
 
 use std::time::Instant;
 
@@ -26,7 +36,7 @@ use super::multi::{
 };
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::Gpu;
-use crate::solve::{pcg, CgBackend};
+use crate::solve::{pcg, CgBackend, SolverControls};
 use crate::sparse::testing::grid_laplacian;
 use crate::sparse::{Csr, RowOrdering};
 
@@ -58,6 +68,86 @@ struct Point {
     setup_ms: f64,
     transport: Transport,
     halo: usize,
+    /// The device loop (where it applies: 1 GPU or NCCL).
+    device: Option<DevicePoint>,
+}
+
+/// The device loop's measurements.
+struct DevicePoint {
+    ms_per_iteration: f64,
+    ms_no_exchange: f64,
+    solve_ms: f64,
+    iterations: usize,
+}
+
+/// Mean wall time (ms) of one iteration of the device loop: solves of
+/// `warmup` and `warmup + count` iterations (tolerance 0) from x = 0, the
+/// difference over `count`. Their "not converged" warnings are not logged
+/// (fixed-count timings).
+fn time_device_loop(
+    backend: &MultiGpuBackend<'_>,
+    b: &MultiVector,
+    warmup: usize,
+    count: usize,
+) -> anyhow::Result<f64> {
+    let level = log::max_level();
+    log::set_max_level(log::LevelFilter::Error);
+    let ms = time_fixed_counts(backend, b, warmup, count);
+    log::set_max_level(level);
+    ms
+}
+
+fn time_fixed_counts(
+    backend: &MultiGpuBackend<'_>,
+    b: &MultiVector,
+    warmup: usize,
+    count: usize,
+) -> anyhow::Result<f64> {
+    let solve = |iterations: usize| -> anyhow::Result<f64> {
+        let mut x = backend.upload(&vec![0.0; backend.n()])?;
+        let controls = SolverControls::absolute(0.0, iterations);
+        backend.synchronize()?;
+        let t = Instant::now();
+        pcg(backend, b, &mut x, &controls, "p")?;
+        backend.synchronize()?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    solve(warmup)?;
+    let short = solve(warmup)?;
+    let long = solve(warmup + count)?;
+    Ok((long - short).max(0.0) / count.max(1) as f64)
+}
+
+/// The device loop's measurements on `backend` (None where it does not apply).
+fn measure_device_loop(
+    backend: &MultiGpuBackend<'_>,
+    b: &MultiVector,
+    warmup: usize,
+    count: usize,
+) -> anyhow::Result<Option<DevicePoint>> {
+    backend.set_device_loop(true);
+    if !backend.device_loop() {
+        return Ok(None);
+    }
+    let ms_per_iteration = time_device_loop(backend, b, warmup, count)?;
+    backend.set_exchange(false)?;
+    let ms_no_exchange = time_device_loop(backend, b, warmup, count);
+    backend.set_exchange(true)?;
+    // Only the communication share is lost when this timing fails.
+    let ms_no_exchange = ms_no_exchange.unwrap_or_else(|e| {
+        eprintln!("device loop without the halo transfer: {e:#}");
+        f64::NAN
+    });
+    let mut x = backend.upload(&vec![0.0; backend.n()])?;
+    let t = Instant::now();
+    let perf = pcg(backend, b, &mut x, &controls(), "p")?;
+    let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok(Some(DevicePoint {
+        ms_per_iteration,
+        ms_no_exchange,
+        solve_ms,
+        iterations: perf.iterations,
+    }))
 }
 
 /// Mean wall time (ms) of one PCG iteration over `count` iterations (the
@@ -107,7 +197,7 @@ fn measure(
     let options = MultiGpuOptions {
         slice_height: settings.slice_height,
         transport: settings.transport,
-        jacobi: true,
+        ..MultiGpuOptions::default()
     };
     let backend = MultiGpuBackend::new(gpus, a, &d, &options)?;
     let b_dev = backend.upload(b)?;
@@ -115,9 +205,9 @@ fn measure(
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;
     let warmup = 10;
     let ms_per_iteration = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
-    backend.set_exchange(false);
+    backend.set_exchange(false)?;
     let ms_no_exchange = time_iterations(&backend, &b_dev, warmup, settings.iterations)?;
-    backend.set_exchange(true);
+    backend.set_exchange(true)?;
     let ms_nccl_reduce = match (backend.transport(), g > 1) {
         (Transport::Nccl, true) => {
             backend.set_reduction(Reduction::NcclAllReduce);
@@ -127,10 +217,12 @@ fn measure(
         }
         _ => None,
     };
+    backend.set_device_loop(false);
     let mut x = backend.upload(&vec![0.0; a.n_rows()])?;
     let t = Instant::now();
     let perf = pcg(&backend, &b_dev, &mut x, &controls(), "p")?;
     let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+    let device = measure_device_loop(&backend, &b_dev, warmup, settings.iterations)?;
     Ok(Point {
         gpus: g,
         ms_per_iteration,
@@ -141,6 +233,7 @@ fn measure(
         setup_ms,
         transport: backend.transport(),
         halo: backend.halo_values(),
+        device,
     })
 }
 
@@ -164,8 +257,10 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
     let devices: Vec<Gpu> = (0..most).map(Gpu::on_device).collect::<Result<_, _>>()?;
     let mut rows = Vec::new();
     let mut table = String::from(
-        "| scaling | cells | GPUs | ms/iteration | efficiency | comm. share | ms/it. NCCL \
-         all-reduce | iterations | solve ms | transport |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scaling | cells | GPUs | host loop ms/it. | efficiency | comm. share | ms/it. NCCL \
+         all-reduce | device loop ms/it. | eff. vs multi 1 GPU | eff. vs fused 1 GPU | comm. \
+         share | iterations | solve ms host / device | transport |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     // (scaling, cells per side): strong N³ whatever the GPUs, weak N×N×(N·g).
     let mut cases: Vec<(&str, usize)> = settings.strong.iter().map(|&n| ("strong", n)).collect();
@@ -179,6 +274,10 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
         };
         // (GPUs, ms per iteration) of the smallest count: the efficiencies' base.
         let mut first: Option<(usize, f64)> = None;
+        // The same for the device loop, and the single-GPU fused loop's on
+        // the first box (weak scaling: one GPU's share).
+        let mut first_device: Option<(usize, f64)> = None;
+        let mut fused_ms: Option<f64> = None;
         let mut built: Option<((usize, usize, usize), Csr)> = None;
         for &g in &counts {
             let (nx, ny, nz) = dims(g);
@@ -190,7 +289,9 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 eprintln!("{spec}: assembled in {:.1} s", t.elapsed().as_secs_f64());
                 built = Some(((nx, ny, nz), a));
                 let (_, a) = built.as_ref().expect("just built");
-                rows.push(baseline_row(&devices[0], &spec, a, settings)?);
+                let (row, ms) = baseline_row(&devices[0], &spec, a, settings)?;
+                rows.push(row);
+                fused_ms.get_or_insert(ms);
             }
             let (_, a) = built.as_ref().expect("built above");
             let (n, nnz) = (a.n_rows(), a.nnz());
@@ -212,10 +313,11 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 }
             };
             let (g1, t1) = *first.get_or_insert((p.gpus, p.ms_per_iteration));
-            let efficiency = match scaling {
-                "strong" => (g1 as f64 * t1) / (g as f64 * p.ms_per_iteration),
-                _ => t1 / p.ms_per_iteration,
+            let scale = |(g1, t1): (usize, f64), t: f64| match scaling {
+                "strong" => (g1 as f64 * t1) / (g as f64 * t),
+                _ => t1 / t,
             };
+            let efficiency = scale((g1, t1), p.ms_per_iteration);
             let share = 1.0 - p.ms_no_exchange / p.ms_per_iteration;
             let all_reduce = match p.ms_nccl_reduce {
                 Some(ms) => format!(", {ms:.4} ms/iteration with NCCL all-reduce reductions"),
@@ -245,16 +347,58 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 p.ms_per_iteration,
                 note,
             ));
+            let mut device_cells = "- | - | - | -".to_string();
+            let mut iterations = p.iterations.to_string();
+            let mut device_solve = "-".to_string();
+            if let Some(d) = &p.device {
+                let base = *first_device.get_or_insert((g, d.ms_per_iteration));
+                let (vs_multi, vs_fused) = (
+                    scale(base, d.ms_per_iteration),
+                    scale((1, fused_ms.unwrap_or(f64::NAN)), d.ms_per_iteration),
+                );
+                let share = 1.0 - d.ms_no_exchange / d.ms_per_iteration;
+                let note = format!(
+                    "{scaling} scaling, device loop: {:.4} ms/iteration ({:.4} without the halo \
+                     transfer: communication share {:.0}%), efficiency {:.0}% vs the device loop \
+                     on {} GPU(s), {:.0}% vs the single-GPU fused loop, {} iterations to 1e-6 in \
+                     {:.1} ms",
+                    d.ms_per_iteration,
+                    d.ms_no_exchange,
+                    100.0 * share,
+                    100.0 * vs_multi,
+                    base.0,
+                    100.0 * vs_fused,
+                    d.iterations,
+                    d.solve_ms
+                );
+                eprintln!("{spec} on {g} GPUs: {note}");
+                rows.push(Row::timing(
+                    &spec,
+                    "slabs",
+                    format!("multi-GPU PCG Jacobi device loop, {g} GPUs"),
+                    (n, nnz),
+                    d.ms_per_iteration,
+                    note,
+                ));
+                device_cells = format!(
+                    "{:.3} | {:.0}% | {:.0}% | {:.0}%",
+                    d.ms_per_iteration,
+                    100.0 * vs_multi,
+                    100.0 * vs_fused,
+                    100.0 * share
+                );
+                iterations = format!("{} / {}", p.iterations, d.iterations);
+                device_solve = format!("{:.0}", d.solve_ms);
+            }
             table.push_str(&format!(
-                "| {scaling} | {nx}x{ny}x{nz} ({:.1} M) | {g} | {:.3} | {:.0}% | {:.0}% | {} | {} \
-                 | {:.0} | {:?} |\n",
+                "| {scaling} | {nx}x{ny}x{nz} ({:.1} M) | {g} | {:.3} | {:.0}% | {:.0}% | {} | \
+                 {device_cells} | {iterations} | {:.0} / {device_solve} | {:?} |\n",
                 n as f64 / 1e6,
                 p.ms_per_iteration,
                 100.0 * efficiency,
                 100.0 * share,
                 p.ms_nccl_reduce
                     .map_or("-".to_string(), |ms| format!("{ms:.3}")),
-                p.iterations,
                 p.solve_ms,
                 p.transport
             ));
@@ -263,13 +407,14 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
     Ok((Report { rows, notes }, table))
 }
 
-/// The single-GPU fused Jacobi-PCG on the same box (natural order).
+/// The single-GPU fused Jacobi-PCG on the same box (natural order): its row
+/// and ms per iteration.
 fn baseline_row(
     gpu: &Gpu,
     spec: &str,
     a: &Csr,
     settings: &MultiBenchSettings,
-) -> anyhow::Result<Row> {
+) -> anyhow::Result<(Row, f64)> {
     let options = GpuSolveOptions {
         slice_height: settings.slice_height,
         ordering: RowOrdering::Natural,
@@ -279,12 +424,14 @@ fn baseline_row(
     let base = JacobiBaseline::measure(gpu, a, &b, &options)?;
     let note = base.note("; the single-GPU baseline");
     eprintln!("{spec}: 1 GPU fused: {note}");
-    Ok(Row::timing(
+    let ms = base.ms / base.iterations().max(1) as f64;
+    let row = Row::timing(
         spec,
         "natural",
         "PCG Jacobi, 1 GPU fused loop".into(),
         (a.n_rows(), a.nnz()),
-        base.ms / base.iterations().max(1) as f64,
+        ms,
         note,
-    ))
+    );
+    Ok((row, ms))
 }

@@ -51,7 +51,7 @@ use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 /// Threads of the one-block reduction kernels.
 const REDUCE_BLOCK: u32 = 1024;
 /// Length of the device state `st` (kernels/pcg.cu ST_*).
-const STATE_LEN: usize = 16;
+pub(crate) const STATE_LEN: usize = 16;
 /// [`LaunchMode::Auto`] uses CUDA graphs up to this many rows and `Separate`
 /// above. An iteration moves ~190 bytes per row: ~6 µs at 10⁵ rows on an
 /// H100, less than the host takes to launch its kernels, so small systems are
@@ -657,25 +657,7 @@ impl<'g> GpuCgBackend<'g> {
         v: &CgVectors<'_, GpuVector>,
     ) -> Result<Vec<IterationRecord>, GpuError> {
         let gpu = self.gpu;
-        let c = &rule.controls;
-        let host_state: [f64; STATE_LEN] = [
-            0.0,
-            state.iterations as f64,
-            f64::NAN,
-            state.r_z_old,
-            f64::NAN,
-            state.last_residual,
-            state.best,
-            (state.iterations + count) as f64,
-            c.tolerance,
-            c.rel_tol,
-            rule.initial,
-            rule.norm_factor,
-            c.max_iter as f64,
-            c.min_iter as f64,
-            state.p_q_old,
-            f64::NAN,
-        ];
+        let host_state = chunk_state(rule, state, count);
         {
             let mut s = self.scratch.borrow_mut();
             gpu.write(&host_state, &mut s.state)?;
@@ -696,20 +678,55 @@ impl<'g> GpuCgBackend<'g> {
         }
         let records = gpu.download(&s.records)?;
         let st = gpu.download(&s.state)?;
-        let completed = (st[1] - state.iterations as f64) as usize;
-        let started = if st[0] != 0.0 {
-            (completed + 1).min(count)
-        } else {
-            count
-        };
-        Ok((0..started)
-            .map(|j| IterationRecord {
-                r_z: records[3 * j],
-                p_q: records[3 * j + 1],
-                residual: records[3 * j + 2],
-            })
-            .collect())
+        Ok(chunk_records(&records, &st, state, count))
     }
+}
+
+/// The device state `st` (kernels/pcg.cu ST_*) at the start of a chunk of at
+/// most `count` iterations from `state` (also `gpu::multi`'s device loop).
+pub(crate) fn chunk_state(rule: &StopRule, state: &LoopState, count: usize) -> [f64; STATE_LEN] {
+    let c = &rule.controls;
+    [
+        0.0,
+        state.iterations as f64,
+        f64::NAN,
+        state.r_z_old,
+        f64::NAN,
+        state.last_residual,
+        state.best,
+        (state.iterations + count) as f64,
+        c.tolerance,
+        c.rel_tol,
+        rule.initial,
+        rule.norm_factor,
+        c.max_iter as f64,
+        c.min_iter as f64,
+        state.p_q_old,
+        f64::NAN,
+    ]
+}
+
+/// One record per iteration a chunk started, from the device's records (3
+/// per iteration) and final state `st`.
+pub(crate) fn chunk_records(
+    records: &[f64],
+    st: &[f64],
+    state: &LoopState,
+    count: usize,
+) -> Vec<IterationRecord> {
+    let completed = (st[1] - state.iterations as f64) as usize;
+    let started = if st[0] != 0.0 {
+        (completed + 1).min(count)
+    } else {
+        count
+    };
+    (0..started)
+        .map(|j| IterationRecord {
+            r_z: records[3 * j],
+            p_q: records[3 * j + 1],
+            residual: records[3 * j + 2],
+        })
+        .collect()
 }
 
 impl CgBackend for GpuCgBackend<'_> {

@@ -14,6 +14,12 @@
 //! This is the layout of OpenFOAM's `foamToVTK`: ParaView shows the steps on
 //! its time slider and one block per patch (Multiblock Inspector to toggle).
 //!
+//! A distributed run's series ([`VtkSeries::distributed`]) writes the cells
+//! as pieces: rank K writes its cells (and the points they use) to
+//! `DIR/NAME_00000k/processorK.vtu`, and rank 0 writes
+//! `DIR/NAME_00000k/internal.pvtu` listing every piece (the `.vtm`'s
+//! "internal" block), the boundary `.vtp` files, the `.vtm` and the `.pvd`.
+//!
 //! Data are raw binary appended (`header_type="UInt64"`, little endian), points
 //! and fields as Float64 so that error norms computed from the files are exact.
 //! The XML is written here rather than with the `vtkio` crate because vtkio
@@ -110,7 +116,41 @@ impl<'a> Field<'a> {
 /// Writes `mesh` with cell fields (one value per cell each) as one `.vtu` file.
 pub fn write_vtu(path: &Path, mesh: &Mesh, cell_fields: &[Field]) -> Result<(), OutputError> {
     check_fields(cell_fields, mesh.n_cells(), "cells", path)?;
-    write_unstructured(path, mesh, &VtkCells::new(mesh), cell_fields)
+    write_unstructured(path, mesh, &VtkCells::new(mesh), None, cell_fields)
+}
+
+/// One rank's cells of a distributed run's series.
+#[derive(Debug)]
+struct Piece {
+    rank: usize,
+    n_ranks: usize,
+    /// The rank's cells (global, ascending).
+    cells: Vec<Label>,
+    vtk: VtkCells,
+    /// The mesh points the cells use; `vtk` numbers them 0..len.
+    points: Vec<Label>,
+}
+
+/// A cell field's values at some cells.
+enum Restricted {
+    Scalar(Vec<f64>),
+    Vector(Vec<Vec3>),
+}
+
+impl Restricted {
+    fn of(field: &Field, cells: &[Label]) -> Self {
+        match field.values {
+            FieldValues::Scalar(v) => Self::Scalar(cells.iter().map(|&c| v[c as usize]).collect()),
+            FieldValues::Vector(v) => Self::Vector(cells.iter().map(|&c| v[c as usize]).collect()),
+        }
+    }
+
+    fn field<'a>(&'a self, name: &'a str) -> Field<'a> {
+        match self {
+            Self::Scalar(v) => Field::scalar(name, v),
+            Self::Vector(v) => Field::vector(name, v),
+        }
+    }
 }
 
 /// A time series of a mesh's cell and boundary fields: one `.vtm` per step,
@@ -125,6 +165,8 @@ pub struct VtkSeries<'m> {
     name: String,
     /// Time and `.vtm` file (relative to `dir`) of every step written.
     steps: Vec<(f64, String)>,
+    /// A rank's part of a distributed run (`None`: the whole mesh).
+    piece: Option<Piece>,
 }
 
 impl<'m> VtkSeries<'m> {
@@ -160,7 +202,38 @@ impl<'m> VtkSeries<'m> {
             dir,
             name: name.to_string(),
             steps: Vec::new(),
+            piece: None,
         })
+    }
+
+    /// Rank `rank` of `n_ranks`' part of the series of a distributed run
+    /// (module documentation): the rank writes `cells` (its global cells,
+    /// ascending) as `processor{rank}.vtu`; rank 0 also the `.pvtu` of all
+    /// pieces, the boundary, the `.vtm` and the `.pvd`. Every rank passes the
+    /// whole mesh's fields to [`VtkSeries::write_step`].
+    pub fn distributed(
+        mesh: &'m Mesh,
+        dir: impl Into<PathBuf>,
+        name: &str,
+        rank: usize,
+        n_ranks: usize,
+        cells: Vec<Label>,
+    ) -> Result<Self, OutputError> {
+        if rank >= n_ranks || cells.iter().any(|&c| c as usize >= mesh.n_cells()) {
+            return Err(OutputError::invalid(format!(
+                "VTK piece of rank {rank} of {n_ranks}: a rank or cell out of range"
+            )));
+        }
+        let mut series = Self::new(mesh, dir, name)?;
+        let (vtk, points) = series.cells.subset(&cells);
+        series.piece = Some(Piece {
+            rank,
+            n_ranks,
+            cells,
+            vtk,
+            points,
+        });
+        Ok(series)
     }
 
     /// The collection file listing the steps.
@@ -204,10 +277,39 @@ impl<'m> VtkSeries<'m> {
             &vtm,
         )?;
 
+        let internal = match &self.piece {
+            None => {
+                let internal = format!("{stem}/internal.vtu");
+                let path = self.dir.join(&internal);
+                create_dir_all(&self.dir.join(&stem))?;
+                write_unstructured(&path, mesh, &self.cells, None, cell_fields)?;
+                internal
+            }
+            Some(piece) => {
+                create_dir_all(&self.dir.join(&stem))?;
+                let restricted: Vec<Restricted> = cell_fields
+                    .iter()
+                    .map(|f| Restricted::of(f, &piece.cells))
+                    .collect();
+                let fields: Vec<Field> = cell_fields
+                    .iter()
+                    .zip(&restricted)
+                    .map(|(f, r)| r.field(f.name))
+                    .collect();
+                let path = self.dir.join(format!("{stem}/processor{}.vtu", piece.rank));
+                write_unstructured(&path, mesh, &piece.vtk, Some(&piece.points), &fields)?;
+                if piece.rank != 0 {
+                    // Rank 0 writes the rest.
+                    self.steps.push((time, format!("{stem}.vtm")));
+                    return Ok(vtm);
+                }
+                let internal = format!("{stem}/internal.pvtu");
+                write_text(&self.dir.join(&internal), &pvtu(piece.n_ranks, cell_fields))?;
+                internal
+            }
+        };
         let boundary_dir = self.dir.join(&stem).join("boundary");
         create_dir_all(&boundary_dir)?;
-        let internal = format!("{stem}/internal.vtu");
-        write_unstructured(&self.dir.join(&internal), mesh, &self.cells, cell_fields)?;
         let mut blocks = format!(
             "<vtkMultiBlockDataSet>\n<DataSet index=\"0\" name=\"internal\" file=\"{internal}\"/>\n\
              <Block index=\"1\" name=\"boundary\">\n"
@@ -300,6 +402,69 @@ impl VtkCells {
             cells.face_offsets.clear();
         }
         cells
+    }
+}
+
+impl VtkCells {
+    /// The cells `cells` (ascending) with their points numbered as in the
+    /// returned list of the mesh points they use (ascending).
+    fn subset(&self, cells: &[Label]) -> (Self, Vec<Label>) {
+        let range = |c: usize| self.offsets[c] as usize..self.offsets[c + 1] as usize;
+        let mut points: Vec<Label> = cells
+            .iter()
+            .flat_map(|&c| self.connectivity[range(c as usize)].iter().copied())
+            .collect();
+        points.sort_unstable();
+        points.dedup();
+        let local = |p: Label| match points.binary_search(&p) {
+            Ok(i) => i as Label,
+            Err(_) => unreachable!("every point of the cells is in the list"),
+        };
+        // Where each polyhedron's face stream starts.
+        let mut stream_start = vec![0usize; self.face_offsets.len()];
+        let mut end = 0usize;
+        for (start, &offset) in stream_start.iter_mut().zip(&self.face_offsets) {
+            *start = end;
+            if offset >= 0 {
+                end = offset as usize;
+            }
+        }
+        let mut sub = Self {
+            types: Vec::with_capacity(cells.len()),
+            connectivity: Vec::new(),
+            offsets: vec![0],
+            faces: Vec::new(),
+            face_offsets: Vec::new(),
+        };
+        for &c in cells {
+            let c = c as usize;
+            sub.types.push(self.types[c]);
+            sub.connectivity
+                .extend(self.connectivity[range(c)].iter().map(|&p| local(p)));
+            sub.offsets.push(sub.connectivity.len() as i64);
+            match self.face_offsets.get(c) {
+                None => {}
+                Some(&offset) if offset < 0 => sub.face_offsets.push(-1),
+                Some(&offset) => {
+                    // n_faces, then (n_points, points...) per face.
+                    let stream = &self.faces[stream_start[c]..offset as usize];
+                    sub.faces.push(stream[0]);
+                    let mut at = 1;
+                    while at < stream.len() {
+                        let n = stream[at] as usize;
+                        sub.faces.push(stream[at]);
+                        sub.faces
+                            .extend(stream[at + 1..at + 1 + n].iter().map(|&p| local(p)));
+                        at += 1 + n;
+                    }
+                    sub.face_offsets.push(sub.faces.len() as i64);
+                }
+            }
+        }
+        if sub.faces.is_empty() {
+            sub.face_offsets.clear();
+        }
+        (sub, points)
     }
 }
 
@@ -451,19 +616,22 @@ impl PatchPolygons {
     }
 }
 
+/// The cells `cells` of `mesh` (all of them, or a piece using only the
+/// mesh points `points`) with their fields.
 fn write_unstructured<'a>(
     path: &Path,
     mesh: &'a Mesh,
     cells: &'a VtkCells,
+    points: Option<&'a [Label]>,
     cell_fields: &[Field<'a>],
 ) -> Result<(), OutputError> {
     let mut file = AppendedFile::new("UnstructuredGrid");
     file.xml += &format!(
         "<UnstructuredGrid>\n<Piece NumberOfPoints=\"{}\" NumberOfCells=\"{}\">\n",
-        mesh.n_points(),
-        mesh.n_cells()
+        points.map_or(mesh.n_points(), <[_]>::len),
+        cells.types.len()
     );
-    file.points(mesh.points(), None);
+    file.points(mesh.points(), points);
     file.xml += "<Cells>\n";
     file.array("connectivity", 1, as_i64(&cells.connectivity));
     file.array("offsets", 1, cells.offsets[1..].iter().copied());
@@ -476,6 +644,30 @@ fn write_unstructured<'a>(
     file.cell_data(cell_fields);
     file.xml += "</Piece>\n</UnstructuredGrid>\n";
     file.write(path)
+}
+
+/// The `.pvtu` of `n_ranks` pieces `processorK.vtu` (in its directory) with
+/// the cell fields `fields`.
+fn pvtu(n_ranks: usize, fields: &[Field]) -> String {
+    let mut xml = vtk_file_header("PUnstructuredGrid")
+        + "<PUnstructuredGrid GhostLevel=\"0\">\n<PPoints>\n\
+           <PDataArray type=\"Float64\" Name=\"Points\" NumberOfComponents=\"3\"/>\n\
+           </PPoints>\n<PCellData>\n";
+    for f in fields {
+        let components = match f.values {
+            FieldValues::Scalar(_) => 1,
+            FieldValues::Vector(_) => 3,
+        };
+        xml += &format!(
+            "<PDataArray type=\"Float64\" Name=\"{}\" NumberOfComponents=\"{components}\"/>\n",
+            escape(f.name)
+        );
+    }
+    xml += "</PCellData>\n";
+    for rank in 0..n_ranks {
+        xml += &format!("<Piece Source=\"processor{rank}.vtu\"/>\n");
+    }
+    xml + "</PUnstructuredGrid>\n</VTKFile>\n"
 }
 
 fn write_polygons<'a>(
@@ -1057,6 +1249,125 @@ mod tests {
                 let _ = fs::remove_dir_all(&dir);
                 (dir, false)
             }
+        }
+    }
+
+    /// The cells of `cells` (a subset) with their points mapped back to the
+    /// mesh's: the types, connectivity and face streams of the whole mesh.
+    fn assert_subset_maps_back(all: &VtkCells, cells: &[Label], sub: &VtkCells, points: &[Label]) {
+        let back = |labels: &[Label]| -> Vec<Label> {
+            labels.iter().map(|&p| points[p as usize]).collect()
+        };
+        let stream = |c: &VtkCells, k: usize| -> Vec<Label> {
+            let end = c.face_offsets[k];
+            if end < 0 {
+                return Vec::new();
+            }
+            let start = c.face_offsets[..k].iter().rev().find(|&&o| o >= 0).copied();
+            c.faces[start.unwrap_or(0) as usize..end as usize].to_vec()
+        };
+        for (k, &c) in cells.iter().enumerate() {
+            let c = c as usize;
+            assert_eq!(sub.types[k], all.types[c]);
+            let own = &sub.connectivity[sub.offsets[k] as usize..sub.offsets[k + 1] as usize];
+            let whole = &all.connectivity[all.offsets[c] as usize..all.offsets[c + 1] as usize];
+            assert_eq!(back(own), whole);
+            if all.types[c] == VTK_POLYHEDRON {
+                let (mine, theirs) = (stream(sub, k), stream(all, c));
+                assert_eq!(mine.len(), theirs.len());
+                // Counts stay, point labels map back (n_faces, then per face n, points).
+                let mut at = 1;
+                assert_eq!(mine[0], theirs[0]);
+                while at < mine.len() {
+                    let n = mine[at] as usize;
+                    assert_eq!(mine[at], theirs[at]);
+                    assert_eq!(back(&mine[at + 1..at + 1 + n]), &theirs[at + 1..at + 1 + n]);
+                    at += 1 + n;
+                }
+            }
+        }
+    }
+
+    /// Subsets of the mixed mesh and of a polyhedral mesh (every cell a
+    /// polyhedron) keep each cell's shape, points and faces.
+    #[test]
+    fn cell_subsets_keep_shapes_points_and_faces() {
+        let polydual = crate::mesh::load("meshes/foam/polydual").unwrap();
+        for mesh in [mixed_mesh(), polydual] {
+            let all = VtkCells::new(&mesh);
+            let n = mesh.n_cells() as Label;
+            for ranks in [2, 3] {
+                for rank in 0..ranks {
+                    let cells: Vec<Label> =
+                        (0..n).filter(|c| (c * 7 + 3) % ranks == rank).collect();
+                    let (sub, points) = all.subset(&cells);
+                    assert!(points.windows(2).all(|w| w[0] < w[1]));
+                    assert_eq!(sub.offsets.len(), cells.len() + 1);
+                    assert_subset_maps_back(&all, &cells, &sub, &points);
+                }
+            }
+        }
+    }
+
+    /// A distributed series of 3 ranks: each rank's `processorK.vtu` holds
+    /// its cells (shapes, points, field values), the cell counts add up to
+    /// the mesh, rank 0's `.pvtu` lists every piece with the fields, and the
+    /// `.vtm` reads the `.pvtu`.
+    #[test]
+    fn distributed_series_writes_a_piece_per_rank_and_a_pvtu() {
+        let mesh = mixed_mesh();
+        let (dir, keep) = test_dir("vtk_pieces");
+        let n = mesh.n_cells() as Label;
+        let all = VtkCells::new(&mesh);
+        let p: Vec<f64> = (0..n).map(|c| f64::from(c) * 0.5 - 1.0).collect();
+        let grad: Vec<Vec3> = (0..n).map(|c| Vec3::new(f64::from(c), 1.0, -2.0)).collect();
+        let p_b = vec![3.0; mesh.n_faces() - mesh.n_internal_faces()];
+        let mut total = 0;
+        for rank in [2, 1, 0] {
+            let cells: Vec<Label> = (0..n).filter(|c| (c * 7 + 3) % 3 == rank).collect();
+            let mut series =
+                VtkSeries::distributed(&mesh, &dir, "case", rank as usize, 3, cells.clone())
+                    .unwrap();
+            let fields = [Field::scalar("p", &p), Field::vector("grad(p)", &grad)];
+            series
+                .write_step(0.5, &fields, &[Field::scalar("p", &p_b)])
+                .unwrap();
+            let vtu = read_back(&dir.join(format!("case_000000/processor{rank}.vtu")));
+            assert_eq!(vtu.piece("NumberOfCells"), cells.len());
+            total += cells.len();
+            let (sub, points) = all.subset(&cells);
+            assert_eq!(vtu.piece("NumberOfPoints"), points.len());
+            let xyz: Vec<Vec3> = points.iter().map(|&q| mesh.points()[q as usize]).collect();
+            assert_eq!(vtu.f64s("Points", 3), flat(&xyz));
+            assert_eq!(vtu.labels("connectivity"), sub.connectivity);
+            let expected: Vec<f64> = cells.iter().map(|&c| p[c as usize]).collect();
+            assert_eq!(vtu.f64s("p", 1), expected);
+            let g: Vec<Vec3> = cells.iter().map(|&c| grad[c as usize]).collect();
+            assert_eq!(vtu.f64s("grad(p)", 3), flat(&g));
+            let rank0_files = dir.join("case_000000.vtm").exists();
+            assert_eq!(rank0_files, rank == 0, "only rank 0 writes the .vtm");
+        }
+        assert_eq!(total, mesh.n_cells());
+        let pvtu = fs::read_to_string(dir.join("case_000000/internal.pvtu")).unwrap();
+        let sources: Vec<&str> = tags(&pvtu, "Piece")
+            .iter()
+            .map(|t| attr(t, "Source"))
+            .collect();
+        assert_eq!(
+            sources,
+            ["processor0.vtu", "processor1.vtu", "processor2.vtu"]
+        );
+        let arrays: Vec<&str> = tags(&pvtu, "PDataArray")
+            .iter()
+            .map(|t| attr(t, "Name"))
+            .collect();
+        assert_eq!(arrays, ["Points", "p", "grad(p)"]);
+        let vtm = fs::read_to_string(dir.join("case_000000.vtm")).unwrap();
+        assert!(vtm.contains("file=\"case_000000/internal.pvtu\""), "{vtm}");
+        assert!(!dir.join("case_000000/internal.vtu").exists());
+        assert!(dir.join("case.pvd").exists());
+        if !keep {
+            fs::remove_dir_all(&dir).unwrap();
         }
     }
 

@@ -9,11 +9,25 @@
 //! The preconditioner is block Jacobi over ranks: any CPU preconditioner of
 //! `solve::precond` built on the rank's owned block (halo couplings dropped).
 //! Jacobi is the global Jacobi; DIC, IC(0), symmetric Gauss–Seidel... become
-//! their block versions, weaker as the rank count grows.
+//! their block versions, weaker as the rank count grows; AMG (a distributed
+//! GAMG) builds each rank's hierarchy on its owned block.
+//!
+//! Subdomain deflation ([`Deflation::Subdomains`], Nicolaides; Frank & Vuik)
+//! adds a coarse space of one vector per rank, the indicator of its owned
+//! rows, and so takes out the smallest eigenvalues that block Jacobi leaves
+//! as the rank count grows: [`RankDeflation`] is `solve::deflation`'s
+//! [`DeflationOps`] over the ranks (E = ZᵀAZ summed over the ranks and
+//! inverted on each), run through the same [`Deflated`] adapter as the
+//! serial deflated PCG.
 
 use std::cell::RefCell;
+use std::fmt;
+use std::str::FromStr;
+
+use nalgebra::DMatrix;
 
 use super::cpu::{diagonal_slots, openfoam_row_sums, row_sum_by};
+use super::deflation::{coarse_inverse, Deflated, DeflationOps};
 use super::error::check_finite;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
@@ -179,6 +193,146 @@ impl CgBackend for DistributedBackend<'_> {
     }
 }
 
+/// The coarse space of a distributed PCG (fvSolution `deflation` in the
+/// solver dictionary, case.toml `deflation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Deflation {
+    /// Block Jacobi alone.
+    #[default]
+    None,
+    /// One deflation vector per rank: the indicator of its owned rows.
+    Subdomains,
+}
+
+impl Deflation {
+    pub const NAMES: &'static str = "none, subdomains";
+}
+
+impl FromStr for Deflation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Self::None),
+            "subdomains" => Ok(Self::Subdomains),
+            other => Err(format!(
+                "unknown deflation '{other}' (one of: {})",
+                Self::NAMES
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Deflation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Subdomains => "subdomains",
+        })
+    }
+}
+
+/// Subdomain deflation over the ranks, on this rank's owned rows: Z's column
+/// q is 1 on rank q's rows, so Zᵀv is each rank's sum of v (a global sum of
+/// one value per rank), AZ has a nonzero in column q for a row coupled to a
+/// row of rank q (the rank itself and its neighbours), and E = ZᵀAZ is the
+/// ranks' sum of their rows of it, inverted on every rank
+/// (`deflation::coarse_inverse`, the same bits everywhere).
+pub struct RankDeflation<'a> {
+    comm: &'a dyn Communicator,
+    rank: usize,
+    /// AZ of the owned rows: `az_ptr[i]..az_ptr[i + 1]` into `az` of
+    /// (rank, Σ over that rank's columns of a_ij).
+    az_ptr: Vec<usize>,
+    az: Vec<(usize, f64)>,
+    e: DMatrix<f64>,
+    e_inverse: DMatrix<f64>,
+    /// a = E⁻¹ Zᵀ v of the last `project`.
+    correction: RefCell<Vec<f64>>,
+}
+
+impl<'a> RankDeflation<'a> {
+    /// Collective: every rank calls it with its part of the matrix. An error
+    /// (E not positive definite: A singular) is the same on every rank.
+    pub fn new(local: &LocalMatrix, comm: &'a dyn Communicator) -> Result<Self, SolveError> {
+        let (k, rank, n) = (comm.size(), comm.rank(), local.n_owned);
+        // The rank of each local column (`recv` ranges are local slots).
+        let mut owner = vec![rank; local.n_local()];
+        for nb in &local.neighbours {
+            owner[nb.recv.clone()].fill(nb.rank);
+        }
+        let (mut az_ptr, mut az) = (vec![0], Vec::new());
+        let mut e = vec![0.0; k * k];
+        for i in 0..n {
+            let start = az.len();
+            let (cols, vals) = local.matrix.row(i);
+            for (&c, &v) in cols.iter().zip(vals) {
+                let q = owner[c as usize];
+                match az[start..].iter_mut().find(|(r, _)| *r == q) {
+                    Some((_, sum)) => *sum += v,
+                    None => az.push((q, v)),
+                }
+            }
+            for &(q, v) in &az[start..] {
+                e[rank * k + q] += v;
+            }
+            az_ptr.push(az.len());
+        }
+        comm.sum(&mut e);
+        let e = DMatrix::from_row_slice(k, k, &e);
+        let e_inverse = coarse_inverse(&e)?;
+        Ok(Self {
+            comm,
+            rank,
+            az_ptr,
+            az,
+            e,
+            e_inverse,
+            correction: RefCell::new(vec![0.0; k]),
+        })
+    }
+
+    /// E = ZᵀAZ as summed over the ranks (the same on every rank).
+    pub fn coarse_matrix(&self) -> &DMatrix<f64> {
+        &self.e
+    }
+}
+
+impl DeflationOps for RankDeflation<'_> {
+    type Vector = Vec<f64>;
+
+    fn project(&self, v: &mut Vec<f64>) {
+        let k = self.comm.size();
+        let mut c = vec![0.0; k];
+        c[self.rank] = v.iter().sum();
+        self.comm.sum(&mut c);
+        let a: Vec<f64> = (0..k)
+            .map(|p| (0..k).map(|q| self.e_inverse[(p, q)] * c[q]).sum())
+            .collect();
+        for (i, vi) in v.iter_mut().enumerate() {
+            let row = &self.az[self.az_ptr[i]..self.az_ptr[i + 1]];
+            *vi -= row.iter().map(|&(q, w)| w * a[q]).sum::<f64>();
+        }
+        *self.correction.borrow_mut() = a;
+    }
+
+    fn prolong_add(&self, s: f64, x: &mut Vec<f64>) {
+        let shift = s * self.correction.borrow()[self.rank];
+        x.iter_mut().for_each(|xi| *xi += shift);
+    }
+
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        let mut s = [dot(a, b)];
+        self.comm.sum(&mut s);
+        s[0]
+    }
+
+    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
+        let mut s = [v.iter().map(|x| x.abs()).sum()];
+        self.comm.sum(&mut s);
+        s[0]
+    }
+}
+
 /// Solves the distributed system A x = b on this rank's rows with PCG and
 /// block-Jacobi `preconditioner` (built on the owned block); `b` and `x` hold
 /// the owned rows in local order. Every rank must call it; an error on one
@@ -188,6 +342,31 @@ pub fn solve_pcg_distributed(
     local: &LocalMatrix,
     comm: &dyn Communicator,
     preconditioner: impl Into<Preconditioner>,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    solve_pcg_distributed_deflated(
+        local,
+        comm,
+        preconditioner,
+        Deflation::None,
+        b,
+        x,
+        controls,
+        field,
+    )
+}
+
+/// [`solve_pcg_distributed`] with the coarse space `deflation`
+/// ([`RankDeflation`] for [`Deflation::Subdomains`]).
+#[allow(clippy::too_many_arguments)]
+pub fn solve_pcg_distributed_deflated(
+    local: &LocalMatrix,
+    comm: &dyn Communicator,
+    preconditioner: impl Into<Preconditioner>,
+    deflation: Deflation,
     b: &[f64],
     x: &mut [f64],
     controls: &SolverControls,
@@ -239,8 +418,16 @@ pub fn solve_pcg_distributed(
     };
     let backend = DistributedBackend::new(local, comm, precond.as_ref())
         .flexible(preconditioner.is_flexible());
-    let mut x_work = x.to_vec();
-    let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
+    let (b, mut x_work) = (b.to_vec(), x.to_vec());
+    let perf = match deflation {
+        Deflation::None => pcg(&backend, &b, &mut x_work, controls, field)?,
+        Deflation::Subdomains => {
+            let ops = RankDeflation::new(local, comm)?;
+            let deflated = Deflated::new(&backend, &ops);
+            deflated.correct_initial_guess(&b, &mut x_work)?;
+            pcg(&deflated, &b, &mut x_work, controls, field)?
+        }
+    };
     x.copy_from_slice(&x_work);
     Ok(perf)
 }

@@ -185,7 +185,7 @@ impl Default for AmgSettings {
             cycle: CycleKind::K,
             smoother: AmgSmootherKind::Jacobi,
             sweeps: 1,
-            omega: 0.8,
+            omega: 0.9,
             over_correction: 1.5,
             precision: Precision::Double,
             fused: false,

@@ -1,0 +1,793 @@
+//! The SIMPLE outer iteration of [`crate::flow::simple`] on the device
+//! (issue 9; kernels in `kernels/assembly.cu` and `kernels/simple.cu`).
+//!
+//! [`DeviceSimple`] keeps a [`DeviceLaplacian`] of the pressure equation
+//! (pattern, assembly map and geometry uploaded once per run, rows in reverse
+//! Cuthill–McKee order) and the fields, in its row order: U per component, p,
+//! the previous p, rAU, HbyA per component, and φ_HbyA and φ in the device face
+//! layout ([`DeviceLaplacian::n_face_values`]). One outer iteration:
+//!
+//! 1. **Momentum predictor and Rhie–Chow**, on the device where the momentum
+//!    solver is GMRES or PBiCGStab (Jacobi or none;
+//!    [`DeviceSimple::momentum_on_device`]): per component a
+//!    [`DeviceLaplacian`] of the viscous term (ν, the component's conditions; its
+//!    matrix assembled once, its right-hand side with the non-orthogonal
+//!    correction updated each iteration), bounded upwind convection of the
+//!    resident φ and the linearUpwind / limitedLinear correction gathered per row, Patankar
+//!    relaxation and −V∇p (`simple_momentum_rows`), solved by the Krylov
+//!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
+//!    φ_HbyA and SIMPLEC's terms. Otherwise on the host ([`Simple::predict`]),
+//!    with rAU, HbyA and φ_HbyA uploaded (and U, p, φ read back at the end of
+//!    the iteration).
+//! 2. **Pressure**: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
+//!    pressure matrix from the resident Γ = rAU and source
+//!    ([`DeviceLaplacian::reassemble_from_device`]), one right-hand side
+//!    update and PCG solve (warm-started from the resident p) per
+//!    non-orthogonal corrector and one more, φ = φ_HbyA − the equation's
+//!    face flux.
+//! 3. **Corrections**: continuity errors (two device sums read back), p
+//!    relaxation, ∇p and U = HbyA − rAU ∇p.
+//!
+//! With the momentum on the device, only residual scalars move per iteration;
+//! the fields reach the host `Simple` at [`DeviceSimple::download_fields`]
+//! (the run's writes and its end).
+//!
+//! Every device step keeps the CPU's order of operations (gathers, no
+//! atomics, round-to-nearest arithmetic): the pressure matrix, the fluxes and
+//! the velocity correction equal the CPU's bit for bit for the same inputs.
+//! Exceptions, all round-off: the Krylov and PCG reductions are tree sums,
+//! the relaxation's Σ|a_nb| and HbyA's row sums run in the device's column
+//! order.
+
+use std::time::Instant;
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use super::assembly::{AssemblyError, DeviceLaplacian};
+use super::krylov::GpuKrylovBackend;
+use super::matrix::DeviceModSell;
+use super::pcg::{GpuSolveOptions, GpuVector};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::flow::simple::{PhaseSeconds, Predicted};
+use crate::flow::{Convection, FlowError, IterationReport, Simple};
+use crate::mesh::Vec3;
+use crate::solve::bicgstab::bicgstab;
+use crate::solve::gmres::gmres;
+use crate::solve::krylov::KrylovMethod;
+use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls};
+
+/// Why the device loop stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceFlowError {
+    #[error(transparent)]
+    Flow(#[from] FlowError),
+    #[error(transparent)]
+    Assembly(#[from] AssemblyError),
+}
+
+impl From<GpuError> for DeviceFlowError {
+    fn from(e: GpuError) -> Self {
+        Self::Assembly(e.into())
+    }
+}
+
+/// The pressure solver of the device loop: PCG on the resident matrix.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DevicePressureSolver {
+    /// Jacobi preconditioner (else none).
+    pub jacobi: bool,
+    pub controls: SolverControls,
+}
+
+/// Time of the device loop's parts so far (seconds, each part synchronised
+/// at its end).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DevicePhaseSeconds {
+    /// Uploads of the host predictor's rAU, HbyA and φ_HbyA (0 with the
+    /// momentum on the device).
+    pub upload: f64,
+    /// Momentum matrices on the device (viscous right-hand sides, gradients,
+    /// convection, relaxation).
+    pub momentum_assembly: f64,
+    /// Momentum solves on the device.
+    pub momentum_solve: f64,
+    /// a_P, HbyA, rAU, φ_HbyA, SIMPLEC's terms on the device.
+    pub fluxes: f64,
+    /// Divergence, assembly of the pressure matrix and its right-hand sides.
+    pub assembly: f64,
+    /// PCG solves.
+    pub solve: f64,
+    /// Flux correction, continuity errors, relaxation, velocity correction.
+    pub corrections: f64,
+    /// Fields read back.
+    pub download: f64,
+}
+
+/// The momentum predictor on the device.
+struct DeviceMomentum<'g> {
+    method: KrylovMethod,
+    jacobi: bool,
+    controls: SolverControls,
+    /// Per solved component: the viscous system (rows in the pressure
+    /// system's order), the momentum matrix (`None` while a solve holds
+    /// it), the relaxed right-hand side without −V∇p.
+    viscous: Vec<DeviceLaplacian<'g>>,
+    matrices: Vec<Option<DeviceModSell>>,
+    sources: Vec<CudaSlice<f64>>,
+    /// The right-hand side of a solve.
+    b: GpuVector,
+    /// linearUpwind / limitedLinear's deferred correction.
+    deferred: Option<Deferred>,
+    /// S_f per device face, S_b per device boundary face (3 doubles each).
+    sf: CudaSlice<f64>,
+    b_sf: CudaSlice<f64>,
+    a_p: CudaSlice<f64>,
+    /// SIMPLEC: Σ a_nb of the first component, rAtU, rAtU − rAU.
+    consistent: Option<[CudaSlice<f64>; 3]>,
+}
+
+/// The deferred correction of the convection scheme on the device.
+struct Deferred {
+    /// limitedLinear's k; −1: linearUpwind.
+    k: f64,
+    /// F·correction per device face.
+    fc: CudaSlice<f64>,
+    /// linearUpwind: x_f − x_P and x_f − x_N per device face (3 doubles).
+    to_owner: Option<CudaSlice<f64>>,
+    to_neighbour: Option<CudaSlice<f64>>,
+    /// limitedLinear: x_N − x_P per device face.
+    delta: Option<CudaSlice<f64>>,
+}
+
+/// The SIMPLE loop on one GPU (see the module documentation).
+pub struct DeviceSimple<'g> {
+    gpu: &'g Gpu,
+    laplacian: DeviceLaplacian<'g>,
+    solver: DevicePressureSolver,
+    /// The solved velocity components (0 = x).
+    components: Vec<usize>,
+    momentum: Option<DeviceMomentum<'g>>,
+    p: GpuVector,
+    p_old: CudaSlice<f64>,
+    r_au: CudaSlice<f64>,
+    /// Per component (3; unsolved ones stay zero).
+    hbya: Vec<CudaSlice<f64>>,
+    u: Vec<GpuVector>,
+    phi_hbya: CudaSlice<f64>,
+    phi: CudaSlice<f64>,
+    div: CudaSlice<f64>,
+    source: CudaSlice<f64>,
+    seconds: DevicePhaseSeconds,
+    /// Whether the host `Simple` holds the device's U, p and φ.
+    host_current: bool,
+}
+
+/// Lap timer: the seconds since the last lap, after the device finished
+/// its queued work.
+struct Lap<'g> {
+    gpu: &'g Gpu,
+    clock: Instant,
+}
+
+impl Lap<'_> {
+    fn lap(&mut self, part: &mut f64) -> Result<f64, GpuError> {
+        self.gpu.synchronize()?;
+        let s = self.clock.elapsed().as_secs_f64();
+        *part += s;
+        self.clock = Instant::now();
+        Ok(s)
+    }
+}
+
+/// Vectors as 3 doubles each, in the order `index` gives.
+fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
+    index
+        .iter()
+        .flat_map(|&i| {
+            let v = vectors[offset + i as usize];
+            [v.x, v.y, v.z]
+        })
+        .collect()
+}
+
+impl<'g> DeviceSimple<'g> {
+    /// The systems of `simple` on `gpu`, its U, p and φ uploaded; the
+    /// momentum predictor on the device where [`Self::momentum_on_device`]
+    /// allows it. [`AssemblyError::Unsupported`]: the device assembly does
+    /// not handle the mesh (run the host loop instead).
+    pub fn new(
+        gpu: &'g Gpu,
+        simple: &Simple,
+        solver: DevicePressureSolver,
+    ) -> Result<Self, AssemblyError> {
+        let (system, problem) = simple.pressure_system();
+        let slice_height = GpuSolveOptions::default().slice_height;
+        let laplacian = DeviceLaplacian::new(gpu, system, problem, slice_height)?;
+        let n = laplacian.n();
+        let faces = laplacian.n_face_values();
+        let p = GpuVector::from(laplacian.to_device_order(&simple.p)?);
+        let phi = gpu.upload(&laplacian.to_device_faces(&simple.phi)?)?;
+        let components = simple.components().to_vec();
+        let u = (0..3)
+            .map(|c| {
+                let values: Vec<f64> = simple.u.iter().map(|u| u[c]).collect();
+                Ok(GpuVector::from(laplacian.to_device_order(&values)?))
+            })
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let hbya = (0..3)
+            .map(|_| gpu.zeros(n))
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let momentum = match Self::momentum_on_device(simple) {
+            Ok(()) => Some(DeviceMomentum::new(gpu, simple, &laplacian)?),
+            Err(why) => {
+                log::info!("momentum predictor on the CPU: {why}");
+                None
+            }
+        };
+        Ok(Self {
+            gpu,
+            solver,
+            components,
+            momentum,
+            p,
+            p_old: gpu.zeros(n)?,
+            r_au: gpu.zeros(n)?,
+            hbya,
+            u,
+            phi_hbya: gpu.zeros(faces)?,
+            phi,
+            div: gpu.zeros(n)?,
+            source: gpu.zeros(n)?,
+            laplacian,
+            seconds: DevicePhaseSeconds::default(),
+            host_current: true,
+        })
+    }
+
+    /// Whether the device runs the momentum predictor of `simple`'s
+    /// settings; `Err`: why not (it then runs on the host).
+    pub fn momentum_on_device(simple: &Simple) -> Result<(), String> {
+        let settings = simple.settings();
+        if settings.momentum.krylov.is_none() {
+            return Err(
+                "the momentum solver is smoothSolver (the device runs GMRES and \
+                        PBiCGStab on the momentum matrix it assembles)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the momentum predictor runs on the device.
+    pub fn has_device_momentum(&self) -> bool {
+        self.momentum.is_some()
+    }
+
+    /// The device pressure system.
+    pub fn laplacian(&self) -> &DeviceLaplacian<'g> {
+        &self.laplacian
+    }
+
+    /// Time by part of the iterations so far.
+    pub fn phase_seconds(&self) -> DevicePhaseSeconds {
+        self.seconds
+    }
+
+    /// One outer iteration of `simple` (the state this loop was built from,
+    /// or its continuation): [`Simple::iterate`] on the device. With the
+    /// momentum on the host, U, p and φ of `simple` are updated; else
+    /// [`Self::download_fields`] brings them.
+    pub fn iterate(&mut self, simple: &mut Simple) -> Result<IterationReport, DeviceFlowError> {
+        let gpu = self.gpu;
+        let mut timer = Lap {
+            gpu,
+            clock: Instant::now(),
+        };
+        let mut seconds = self.seconds;
+        let mut host = PhaseSeconds::default();
+        let u_initial = if self.momentum.is_some() {
+            simple.begin_iteration();
+            let u_initial = self.device_predict(simple, &mut timer, &mut seconds, &mut host)?;
+            self.host_current = false;
+            u_initial
+        } else {
+            let predicted = simple.predict()?;
+            timer.clock = Instant::now();
+            let u_initial = self.upload_predicted(predicted)?;
+            host.pressure += timer.lap(&mut seconds.upload)?;
+            u_initial
+        };
+
+        // The pressure equation −∇·(rAU∇p) = −∇·φ_HbyA.
+        let n = self.laplacian.n();
+        let n_i = n as i32;
+        gpu.copy(self.p.dev()?, &mut self.p_old)?;
+        self.laplacian.divergence(&self.phi_hbya, &self.div)?;
+        gpu.launch("simple_source", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n_i)
+                .arg(&self.div)
+                .arg(self.laplacian.volumes())
+                .arg(&self.source);
+        })?;
+        self.laplacian
+            .reassemble_from_device(&self.r_au, &self.source)?;
+        let settings = *simple.settings();
+        let options = GpuSolveOptions::default();
+        let mut p_solves = Vec::with_capacity(settings.n_non_orth_correctors + 1);
+        for _ in 0..=settings.n_non_orth_correctors {
+            self.laplacian.update_rhs(self.p.dev()?, None)?;
+            host.pressure += timer.lap(&mut seconds.assembly)?;
+            let (backend, b) = self.laplacian.solver(self.solver.jacobi, &options)?;
+            let perf =
+                pcg(backend, b, &mut self.p, &self.solver.controls, "p").map_err(|source| {
+                    FlowError::Solve {
+                        field: "p".into(),
+                        source,
+                    }
+                })?;
+            p_solves.push(perf);
+            host.pressure += timer.lap(&mut seconds.solve)?;
+        }
+        let p = self.p.dev()?;
+        self.laplacian
+            .subtract_flux(p, &self.r_au, &self.phi_hbya, &self.phi)?;
+        host.pressure += timer.lap(&mut seconds.corrections)?;
+
+        // Continuity errors, p relaxation, U = HbyA − rAU ∇p.
+        self.laplacian.divergence(&self.phi, &self.div)?;
+        let [sum, abs_sum] = self.laplacian.sums(&self.div, None)?;
+        let total = self.laplacian.total_volume();
+        let continuity = simple.record_continuity(abs_sum / total, sum / total);
+        let alpha_p = settings.relaxation_p;
+        gpu.launch("simple_relax", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n_i).arg(&alpha_p).arg(&self.p_old).arg(p);
+        })?;
+        self.laplacian.gradient(p)?;
+        for &c in &self.components {
+            let c_i = c as i32;
+            let u_c = self.u[c].dev()?;
+            gpu.launch(
+                "simple_correct_velocity",
+                vector_grid(n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n_i)
+                        .arg(&c_i)
+                        .arg(&self.hbya[c])
+                        .arg(&self.r_au)
+                        .arg(self.laplacian.gradient_buffer())
+                        .arg(u_c);
+                },
+            )?;
+        }
+        host.corrections += timer.lap(&mut seconds.corrections)?;
+        if self.momentum.is_none() {
+            // The host momentum predictor of the next iteration needs them.
+            self.download_fields(simple)?;
+            host.corrections += timer.lap(&mut seconds.download)?;
+        }
+        self.seconds = seconds;
+        simple.add_seconds(host);
+        Ok(simple.report(u_initial, p_solves, continuity))
+    }
+
+    /// Uploads the host predictor's rAU, HbyA and φ_HbyA; its residuals.
+    fn upload_predicted(&mut self, predicted: Predicted) -> Result<Vec<(String, f64)>, GpuError> {
+        let gpu = self.gpu;
+        let ordering = self.laplacian.ordering();
+        gpu.write(&ordering.to_new(&predicted.r_au), &mut self.r_au)?;
+        for (c, h) in self.hbya.iter_mut().enumerate() {
+            let values: Vec<f64> = predicted.hbya.iter().map(|v| v[c]).collect();
+            gpu.write(&ordering.to_new(&values), h)?;
+        }
+        gpu.write(
+            &self.laplacian.to_device_faces(&predicted.phi_hbya)?,
+            &mut self.phi_hbya,
+        )?;
+        Ok(predicted.u_initial)
+    }
+
+    /// Steps 1 and 2 on the device: momentum matrices and solves, a_P, HbyA,
+    /// rAU, φ_HbyA (and SIMPLEC's terms) into the resident fields.
+    fn device_predict(
+        &mut self,
+        simple: &Simple,
+        timer: &mut Lap<'g>,
+        seconds: &mut DevicePhaseSeconds,
+        host: &mut PhaseSeconds,
+    ) -> Result<Vec<(String, f64)>, DeviceFlowError> {
+        let gpu = self.gpu;
+        let m = self.momentum.as_mut().expect("checked by the caller");
+        let settings = simple.settings();
+        let pressure = &self.laplacian;
+        let n = pressure.n();
+        let n_i = n as i32;
+        let p = self.p.dev()?;
+        pressure.gradient(p)?;
+        let arrays = pressure.arrays()?;
+        let n_faces = pressure.device_faces().len() as i32;
+        let alpha = settings.relaxation_u;
+        let mut u_initial = Vec::with_capacity(self.components.len());
+        for (k, &c) in self.components.iter().enumerate() {
+            let viscous = &mut m.viscous[k];
+            let u_c = self.u[c].dev()?;
+            viscous.update_rhs(u_c, None)?;
+            if let Some(deferred) = &m.deferred {
+                if !simple.settings().schemes.sn_grad.is_corrected() {
+                    viscous.gradient(u_c)?;
+                }
+                gpu.launch(
+                    "simple_deferred_correction",
+                    vector_grid(n_faces as usize),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&n_faces)
+                            .arg(&deferred.k)
+                            .arg(arrays.face_owner)
+                            .arg(arrays.face_neighbour)
+                            .arg(arrays.weights)
+                            .arg(&self.phi)
+                            .arg(u_c)
+                            .arg(viscous.gradient_buffer());
+                        arg_or_null(a, deferred.to_owner.as_ref());
+                        arg_or_null(a, deferred.to_neighbour.as_ref());
+                        arg_or_null(a, deferred.delta.as_ref());
+                        a.arg(&deferred.fc);
+                    },
+                )?;
+            }
+            let matrix = m.matrices[k].take().ok_or_else(lost)?;
+            let v = viscous.arrays()?;
+            let c_i = c as i32;
+            let h = matrix.slice_height as u32;
+            let b = m.b.dev()?;
+            let launched = gpu.launch(
+                "simple_momentum_rows",
+                matrix.n_slices() as u32,
+                h,
+                0,
+                |a| {
+                    a.arg(&n_i)
+                        .arg(&matrix.slice_ptr)
+                        .arg(v.face_codes)
+                        .arg(v.face_slots)
+                        .arg(v.boundary_ptr)
+                        .arg(&n_faces)
+                        .arg(&self.phi);
+                    arg_or_null(a, m.deferred.as_ref().map(|d| &d.fc));
+                    a.arg(&v.matrix.values)
+                        .arg(&v.matrix.diag)
+                        .arg(v.rhs)
+                        .arg(v.b_value_internal)
+                        .arg(v.b_value_boundary)
+                        .arg(u_c)
+                        .arg(&alpha)
+                        .arg(v.volumes)
+                        .arg(pressure.gradient_buffer())
+                        .arg(&c_i)
+                        .arg(&matrix.values)
+                        .arg(&matrix.diag)
+                        .arg(&m.sources[k])
+                        .arg(b);
+                },
+            );
+            if let Err(e) = launched {
+                m.matrices[k] = Some(matrix);
+                return Err(e.into());
+            }
+            host.momentum += timer.lap(&mut seconds.momentum_assembly)?;
+            let backend = GpuKrylovBackend::from_resident(gpu, matrix, m.jacobi)?;
+            let field = format!("U{}", ["x", "y", "z"][c]);
+            let perf = match &m.method {
+                KrylovMethod::Gmres(s) => {
+                    gmres(&backend, &m.b, &mut self.u[c], &m.controls, s, &field)
+                }
+                KrylovMethod::BiCgStab => {
+                    bicgstab(&backend, &m.b, &mut self.u[c], &m.controls, &field)
+                }
+            };
+            m.matrices[k] = Some(backend.into_matrix());
+            let perf = perf.map_err(|source| FlowError::Solve {
+                field: field.clone(),
+                source,
+            })?;
+            u_initial.push((field, perf.initial_residual));
+            host.momentum += timer.lap(&mut seconds.momentum_solve)?;
+        }
+
+        // a_P, HbyA, rAU and the face flux φ_HbyA.
+        let diag = |k: usize| m.matrices.get(k).and_then(|m| m.as_ref()).map(|m| &m.diag);
+        let d0 = diag(0).ok_or_else(lost)?;
+        gpu.launch(
+            "simple_average_diagonal",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_i).arg(d0);
+                arg_or_null(a, diag(1));
+                arg_or_null(a, diag(2));
+                a.arg(&m.a_p);
+            },
+        )?;
+        for (k, &c) in self.components.iter().enumerate() {
+            let matrix = m.matrices[k].as_ref().ok_or_else(lost)?;
+            let off = m
+                .consistent
+                .as_ref()
+                .filter(|_| k == 0)
+                .map(|[off, ..]| off);
+            let h = matrix.slice_height as u32;
+            let u_c = self.u[c].dev()?;
+            gpu.launch("simple_hbya", matrix.n_slices() as u32, h, 0, |a| {
+                a.arg(&n_i)
+                    .arg(&matrix.slice_ptr)
+                    .arg(&matrix.codes)
+                    .arg(&matrix.values)
+                    .arg(&matrix.diag)
+                    .arg(&m.sources[k])
+                    .arg(&m.a_p)
+                    .arg(u_c)
+                    .arg(&self.hbya[c]);
+                arg_or_null(a, off);
+            })?;
+        }
+        gpu.launch("simple_r_au", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n_i).arg(arrays.volumes).arg(&m.a_p);
+            arg_or_null(a, m.consistent.as_ref().map(|[off, ..]| off));
+            a.arg(&self.r_au);
+            arg_or_null(a, m.consistent.as_ref().map(|[_, r_atu, _]| r_atu));
+        })?;
+        let solved = |c: usize| self.components.contains(&c).then(|| &self.hbya[c]);
+        gpu.launch(
+            "simple_face_flux",
+            vector_grid(n_faces as usize),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_faces)
+                    .arg(arrays.face_owner)
+                    .arg(arrays.face_neighbour)
+                    .arg(arrays.weights)
+                    .arg(&m.sf);
+                for c in 0..3 {
+                    arg_or_null(a, solved(c));
+                }
+                a.arg(&self.phi_hbya);
+            },
+        )?;
+        let viscous_of = |c: usize| {
+            self.components
+                .iter()
+                .position(|&s| s == c)
+                .map(|k| m.viscous[k].arrays())
+                .transpose()
+        };
+        let b_values = [viscous_of(0)?, viscous_of(1)?, viscous_of(2)?];
+        gpu.launch(
+            "simple_boundary_face_flux",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_i)
+                    .arg(arrays.boundary_ptr)
+                    .arg(&n_faces)
+                    .arg(&m.b_sf);
+                for (c, values) in b_values.iter().enumerate() {
+                    arg_or_null(a, solved(c));
+                    arg_or_null(a, values.as_ref().map(|v| v.b_value_internal));
+                    arg_or_null(a, values.as_ref().map(|v| v.b_value_boundary));
+                }
+                a.arg(&self.phi_hbya);
+            },
+        )?;
+        if let Some([_, r_atu, diff]) = &m.consistent {
+            gpu.launch("simple_difference", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n_i).arg(r_atu).arg(&self.r_au).arg(diff);
+            })?;
+            pressure.add_gradient_flux(p, diff, &self.phi_hbya)?;
+            for &c in &self.components {
+                let c_i = c as i32;
+                gpu.launch(
+                    "simple_simplec_hbya",
+                    vector_grid(n),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&n_i)
+                            .arg(&c_i)
+                            .arg(&self.r_au)
+                            .arg(r_atu)
+                            .arg(pressure.gradient_buffer())
+                            .arg(&self.hbya[c]);
+                    },
+                )?;
+            }
+            gpu.copy(r_atu, &mut self.r_au)?;
+        }
+        host.fluxes += timer.lap(&mut seconds.fluxes)?;
+        Ok(u_initial)
+    }
+
+    /// U, p and φ of the device into `simple` (mesh order; U's unsolved
+    /// components stay).
+    pub fn download_fields(&mut self, simple: &mut Simple) -> Result<(), GpuError> {
+        simple.p = self.laplacian.to_mesh_order(self.p.dev()?)?;
+        simple.phi = self.laplacian.to_mesh_faces(&self.phi)?;
+        for &c in &self.components {
+            let values = self.laplacian.to_mesh_order(self.u[c].dev()?)?;
+            for (u, x) in simple.u.iter_mut().zip(values) {
+                u[c] = x;
+            }
+        }
+        self.host_current = true;
+        Ok(())
+    }
+
+    /// [`Simple::run`] with [`Self::iterate`]: outer iterations (logged as
+    /// `Time = N`) until the residual control is met or `max_iterations` are
+    /// done. `simple` gets the device fields before `after_each` where
+    /// `wants_fields(iteration)` says so, and at the end.
+    pub fn run(
+        &mut self,
+        simple: &mut Simple,
+        max_iterations: usize,
+        wants_fields: impl Fn(usize) -> bool,
+        mut after_each: impl FnMut(&Simple, &IterationReport) -> Result<(), FlowError>,
+    ) -> Result<Vec<IterationReport>, DeviceFlowError> {
+        let mut reports = Vec::new();
+        for _ in 0..max_iterations {
+            log::info!("Time = {}", simple.iteration() + 1);
+            let report = self.iterate(simple)?;
+            if !self.host_current && wants_fields(report.iteration) {
+                self.timed_download(simple)?;
+            }
+            after_each(simple, &report)?;
+            let converged = report.converged;
+            reports.push(report);
+            if converged {
+                log::info!(
+                    "SIMPLE solution converged in {} iterations",
+                    simple.iteration()
+                );
+                break;
+            }
+        }
+        if !self.host_current {
+            self.timed_download(simple)?;
+        }
+        Ok(reports)
+    }
+
+    fn timed_download(&mut self, simple: &mut Simple) -> Result<(), GpuError> {
+        let clock = Instant::now();
+        self.download_fields(simple)?;
+        self.seconds.download += clock.elapsed().as_secs_f64();
+        Ok(())
+    }
+}
+
+fn lost() -> GpuError {
+    GpuError::Invalid("a momentum matrix was lost in an earlier device failure".into())
+}
+
+impl<'g> DeviceMomentum<'g> {
+    fn new(
+        gpu: &'g Gpu,
+        simple: &Simple,
+        pressure: &DeviceLaplacian<'g>,
+    ) -> Result<Self, AssemblyError> {
+        let settings = simple.settings();
+        let momentum = settings.momentum;
+        let method = momentum.krylov.ok_or_else(|| {
+            GpuError::Invalid("the device momentum predictor needs a Krylov method".into())
+        })?;
+        let jacobi = momentum.preconditioner != Preconditioner::Kind(PreconditionerKind::None);
+        let used = if jacobi {
+            "Jacobi"
+        } else {
+            "no preconditioner"
+        };
+        if jacobi && momentum.preconditioner != Preconditioner::Kind(PreconditionerKind::Jacobi) {
+            log::info!(
+                "U: the {} preconditioner runs as Jacobi on the device momentum matrix",
+                momentum.preconditioner
+            );
+        }
+        log::info!(
+            "momentum predictor and Rhie-Chow on the GPU ({method}, {used}), matrices assembled \
+             there"
+        );
+        let slice_height = pressure.arrays()?.matrix.slice_height;
+        let n = pressure.n();
+        let mut viscous = Vec::new();
+        let mut matrices = Vec::new();
+        let mut sources = Vec::new();
+        for k in 0..simple.components().len() {
+            let (system, problem) = simple.viscous_system(k);
+            let ordering = pressure.ordering().clone();
+            let lap = DeviceLaplacian::with_ordering(gpu, system, problem, ordering, slice_height)?;
+            if lap.device_faces() != pressure.device_faces()
+                || lap.device_boundary() != pressure.device_boundary()
+            {
+                return Err(GpuError::Invalid(
+                    "the viscous and pressure systems number their faces differently".into(),
+                )
+                .into());
+            }
+            let m = lap.arrays()?.matrix;
+            let copy = DeviceModSell {
+                n: m.n,
+                slice_height: m.slice_height,
+                slice_ptr: gpu.zeros(m.slice_ptr.len())?,
+                codes: gpu.zeros(m.codes.len())?,
+                values: gpu.zeros(m.values.len())?,
+                diag: gpu.zeros(m.diag.len())?,
+            };
+            let mut copy = copy;
+            gpu.copy(&m.slice_ptr, &mut copy.slice_ptr)?;
+            gpu.copy(&m.codes, &mut copy.codes)?;
+            gpu.copy(&m.values, &mut copy.values)?;
+            gpu.copy(&m.diag, &mut copy.diag)?;
+            matrices.push(Some(copy));
+            sources.push(gpu.zeros(n)?);
+            viscous.push(lap);
+        }
+        let mesh = simple.mesh();
+        let geometry = simple.geometry();
+        let first = mesh.n_internal_faces();
+        let (faces, boundary) = (pressure.device_faces(), pressure.device_boundary());
+        let sf = &geometry.face_area_vectors;
+        let deferred = match settings.convection {
+            Convection::Upwind => None,
+            Convection::LinearUpwind => {
+                let offsets = simple.face_offsets();
+                let to_owner: Vec<Vec3> = offsets.iter().map(|(o, _)| *o).collect();
+                let to_neighbour: Vec<Vec3> = offsets.iter().map(|(_, n)| *n).collect();
+                Some(Deferred {
+                    k: -1.0,
+                    fc: gpu.zeros(faces.len())?,
+                    to_owner: Some(gpu.upload(&flatten(&to_owner, faces, 0))?),
+                    to_neighbour: Some(gpu.upload(&flatten(&to_neighbour, faces, 0))?),
+                    delta: None,
+                })
+            }
+            Convection::LimitedLinear(k) => {
+                let centres = &geometry.cell_centres;
+                let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+                let delta: Vec<Vec3> = (0..first)
+                    .map(|f| centres[neighbour[f] as usize] - centres[owner[f] as usize])
+                    .collect();
+                Some(Deferred {
+                    k,
+                    fc: gpu.zeros(faces.len())?,
+                    to_owner: None,
+                    to_neighbour: None,
+                    delta: Some(gpu.upload(&flatten(&delta, faces, 0))?),
+                })
+            }
+        };
+        let consistent = if settings.consistent {
+            Some([gpu.zeros(n)?, gpu.zeros(n)?, gpu.zeros(n)?])
+        } else {
+            None
+        };
+        Ok(Self {
+            method,
+            jacobi,
+            controls: momentum.controls,
+            viscous,
+            matrices,
+            sources,
+            b: GpuVector::from(gpu.zeros(n)?),
+            deferred,
+            sf: gpu.upload(&flatten(sf, faces, 0))?,
+            b_sf: gpu.upload(&flatten(sf, boundary, first))?,
+            a_p: gpu.zeros(n)?,
+            consistent,
+        })
+    }
+}

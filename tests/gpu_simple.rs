@@ -1,0 +1,297 @@
+//! The SIMPLE loop on the device (`gpu::simple::DeviceSimple`) against the CPU
+//! `Simple` on the same state, with the momentum predictor on the host
+//! (smoothSolver: the pressure half alone on the device) and on the device
+//! (PBiCGStab): the same iterates (U, p, φ) to the solvers' round-off on a 2-D
+//! cavity and a perturbed tetrahedral 3-D box (non-orthogonal correctors), and
+//! the same converged cavity, which passes the Ghia validation. Skips without
+//! a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
+
+use fvpoisson::flow::simple::PressureSolve;
+use fvpoisson::flow::{
+    Convection, ResidualControl, Simple, SimpleSettings, VectorValues, VelocityCondition,
+};
+use fvpoisson::fvm::BoundaryCondition;
+use fvpoisson::gpu::simple::{DevicePressureSolver, DeviceSimple};
+use fvpoisson::gpu::test_device;
+use fvpoisson::mesh::{source::load, Geometry, Mesh, Vec3};
+use fvpoisson::solve::{solve_pcg, KrylovMethod, PreconditionerKind, SolverControls};
+
+/// Tight enough that CPU and GPU PCG agree to ~1e-13 relative.
+fn tight() -> SolverControls {
+    SolverControls {
+        tolerance: 1e-14,
+        rel_tol: 0.0,
+        max_iter: 5000,
+        min_iter: 0,
+    }
+}
+
+/// A lid-driven cavity on `mesh` (lid `ymax` moving in x, walls elsewhere,
+/// zero-gradient pressure, reference cell 0) with `settings`, from rest.
+fn cavity<'m>(mesh: &'m Mesh, geometry: &'m Geometry, settings: SimpleSettings) -> Simple<'m> {
+    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
+    let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
+    let (velocity, pressure): (Vec<_>, Vec<_>) = mesh
+        .patches()
+        .iter()
+        .map(|p| match p.name.as_str() {
+            "ymax" => (lid.clone(), BoundaryCondition::ZeroGradient),
+            "frontAndBack" => (VelocityCondition::Empty, BoundaryCondition::Empty),
+            _ => (wall.clone(), BoundaryCondition::ZeroGradient),
+        })
+        .unzip();
+    let n = mesh.n_cells();
+    Simple::new(
+        mesh,
+        geometry,
+        settings,
+        &velocity,
+        pressure,
+        vec![Vec3::zeros(); n],
+        vec![0.0; n],
+    )
+    .unwrap()
+}
+
+/// max |a − b| / max |a|.
+fn relative(a: &[f64], b: &[f64]) -> f64 {
+    let scale = a.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-300);
+    a.iter()
+        .zip(b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+        / scale
+}
+
+fn velocity_components(u: &[Vec3]) -> Vec<f64> {
+    u.iter().flat_map(|v| [v.x, v.y, v.z]).collect()
+}
+
+/// `iterations` outer iterations on the CPU (Jacobi-PCG) and with the
+/// device pressure half, both from rest; the largest relative differences
+/// of U, p, φ after each iteration.
+fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) -> Vec<[f64; 3]> {
+    let gpu = test_device().expect("checked by the caller");
+    let mesh = load(spec).unwrap();
+    let geometry = Geometry::compute(&mesh);
+    let mut settings = SimpleSettings::new(0.01);
+    settings.momentum.controls.tolerance = 1e-12;
+    settings.momentum.controls.rel_tol = 0.0;
+    adjust(&mut settings);
+    let mut cpu = cavity(&mesh, &geometry, settings);
+    let mut on_gpu = cavity(&mesh, &geometry, settings);
+    let solver = DevicePressureSolver {
+        jacobi: true,
+        controls: tight(),
+    };
+    let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+    assert_eq!(
+        device.has_device_momentum(),
+        settings.momentum.krylov.is_some()
+    );
+    let solve: &mut PressureSolve<'_> =
+        &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &tight(), "p");
+    let mut out = Vec::new();
+    for _ in 0..iterations {
+        let a = cpu.iterate(solve).unwrap();
+        let b = device.iterate(&mut on_gpu).unwrap();
+        device.download_fields(&mut on_gpu).unwrap();
+        for ((name, x), (_, y)) in a.u_initial.iter().zip(&b.u_initial) {
+            println!("{name} initial residual CPU {x:.6e} GPU {y:.6e}");
+        }
+        assert_eq!(a.iteration, b.iteration);
+        assert_eq!(a.p_solves.len(), b.p_solves.len());
+        let d = [
+            relative(
+                &velocity_components(&cpu.u),
+                &velocity_components(&on_gpu.u),
+            ),
+            relative(&cpu.p, &on_gpu.p),
+            relative(&cpu.phi, &on_gpu.phi),
+        ];
+        println!(
+            "{spec} iteration {}: relative differences U {:.2e} p {:.2e} phi {:.2e}; \
+             p initial residual CPU {:.6e} GPU {:.6e}; continuity local CPU {:.6e} GPU {:.6e}",
+            a.iteration,
+            d[0],
+            d[1],
+            d[2],
+            a.p_initial,
+            b.p_initial,
+            a.continuity[0],
+            b.continuity[0]
+        );
+        assert!(
+            (a.p_initial - b.p_initial).abs() <= 1e-9 * a.p_initial.abs().max(1e-300),
+            "initial p residuals differ: CPU {} GPU {}",
+            a.p_initial,
+            b.p_initial
+        );
+        out.push(d);
+    }
+    println!("device phases: {:?}", device.phase_seconds());
+    out
+}
+
+/// PBiCGStab (Jacobi) for the momentum equations, converged tightly.
+fn krylov_momentum(s: &mut SimpleSettings) {
+    s.momentum.krylov = Some(KrylovMethod::BiCgStab);
+    s.momentum.preconditioner = PreconditionerKind::Jacobi.into();
+    s.momentum.controls.tolerance = 1e-13;
+    s.momentum.controls.rel_tol = 0.0;
+}
+
+#[test]
+fn device_pressure_half_gives_the_cpu_iterates_on_a_2d_cavity() {
+    if test_device().is_none() {
+        return;
+    }
+    let d = compare("box:24x24x1:2d", 4, |s| {
+        s.consistent = true;
+        s.relaxation_u = 0.9;
+        s.relaxation_p = 1.0;
+    });
+    assert!(
+        d[0].iter().all(|&x| x < 1e-11),
+        "first iteration: {:?}",
+        d[0]
+    );
+    assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
+}
+
+#[test]
+fn device_pressure_half_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
+    if test_device().is_none() {
+        return;
+    }
+    let d = compare("box:6x6x6:tet:perturb=0.2", 3, |s| {
+        s.n_non_orth_correctors = 2;
+        s.relaxation_p = 0.3;
+        s.convection = Convection::LimitedLinear(1.0);
+    });
+    assert!(
+        d[0].iter().all(|&x| x < 1e-11),
+        "first iteration: {:?}",
+        d[0]
+    );
+    assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
+}
+
+#[test]
+fn device_momentum_gives_the_cpu_iterates_on_a_2d_cavity() {
+    if test_device().is_none() {
+        return;
+    }
+    let d = compare("box:24x24x1:2d", 4, |s| {
+        s.consistent = true;
+        s.relaxation_u = 0.9;
+        s.relaxation_p = 1.0;
+        krylov_momentum(s);
+    });
+    assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
+}
+
+#[test]
+fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
+    if test_device().is_none() {
+        return;
+    }
+    for convection in [
+        Convection::Upwind,
+        Convection::LinearUpwind,
+        Convection::LimitedLinear(1.0),
+    ] {
+        let d = compare("box:6x6x6:tet:perturb=0.2", 3, |s| {
+            s.n_non_orth_correctors = 2;
+            s.relaxation_p = 0.3;
+            s.convection = convection;
+            krylov_momentum(s);
+        });
+        assert!(
+            d.iter().flatten().all(|&x| x < 1e-9),
+            "{convection:?}: {d:?}"
+        );
+    }
+}
+
+/// Run to convergence, CPU and device (momentum on the device): the
+/// converged fields agree to the solver tolerance, and the device run passes
+/// Ghia et al.
+#[test]
+fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
+    use fvpoisson::flow::reference::max_deviation;
+    use fvpoisson::flow::validation::{compare as ghia, FlowCase};
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    // 197 outer iterations on the CPU (about 1 s).
+    let n = 32;
+    let mesh = load(&format!("box:{n}x{n}x1:2d")).unwrap();
+    let geometry = Geometry::compute(&mesh);
+    let mut settings = SimpleSettings::new(0.01);
+    settings.momentum.controls.tolerance = 1e-9;
+    settings.consistent = true;
+    settings.relaxation_u = 0.9;
+    settings.relaxation_p = 1.0;
+    settings.residual_control = ResidualControl { u: 1e-9, p: 1e-9 };
+    settings.momentum.krylov = Some(KrylovMethod::BiCgStab);
+    settings.momentum.preconditioner = PreconditionerKind::Jacobi.into();
+    settings.momentum.controls.rel_tol = 0.0;
+    let controls = SolverControls {
+        tolerance: 1e-11,
+        rel_tol: 0.0,
+        ..SolverControls::default()
+    };
+    let mut cpu = cavity(&mesh, &geometry, settings);
+    let solve: &mut PressureSolve<'_> =
+        &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &controls, "p");
+    let start = std::time::Instant::now();
+    let cpu_reports = cpu.run(1000, solve, |_, _| Ok(())).unwrap();
+    let cpu_seconds = start.elapsed().as_secs_f64();
+    let mut on_gpu = cavity(&mesh, &geometry, settings);
+    let solver = DevicePressureSolver {
+        jacobi: true,
+        controls,
+    };
+    let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+    assert!(device.has_device_momentum());
+    let start = std::time::Instant::now();
+    let gpu_reports = device
+        .run(&mut on_gpu, 1000, |_| false, |_, _| Ok(()))
+        .unwrap();
+    let gpu_seconds = start.elapsed().as_secs_f64();
+    let du = relative(
+        &velocity_components(&cpu.u),
+        &velocity_components(&on_gpu.u),
+    );
+    let dp = relative(&cpu.p, &on_gpu.p);
+    println!(
+        "cavity {n}x{n}: iterations CPU {} GPU {}; relative differences U {du:.2e} p {dp:.2e}; \
+         ms per iteration CPU {:.3} GPU {:.3}; host phases GPU run {:?}; device phases {:?}",
+        cpu_reports.len(),
+        gpu_reports.len(),
+        1e3 * cpu_seconds / cpu_reports.len() as f64,
+        1e3 * gpu_seconds / gpu_reports.len() as f64,
+        on_gpu.phase_seconds(),
+        device.phase_seconds()
+    );
+    assert!(cpu_reports.last().unwrap().converged);
+    assert!(gpu_reports.last().unwrap().converged);
+    assert!(
+        cpu_reports.len().abs_diff(gpu_reports.len()) <= 2,
+        "outer iterations CPU {} GPU {}",
+        cpu_reports.len(),
+        gpu_reports.len()
+    );
+    assert!(du < 1e-6 && dp < 1e-6, "U {du:e} p {dp:e}");
+    let case = FlowCase::Cavity { reynolds: 100, n };
+    let tables = ghia(case, &on_gpu).unwrap();
+    let deviation = tables
+        .iter()
+        .map(|(_, rows)| max_deviation(rows))
+        .fold(0.0, f64::max);
+    println!(
+        "Ghia deviation on the device path: {deviation:.3e} (tolerance {:.3e})",
+        case.tolerance()
+    );
+    assert!(deviation <= case.tolerance());
+}
