@@ -328,7 +328,7 @@ extern "C" __global__ void amg_pass_aggregates(int n, const int* __restrict__ pa
 }
 
 // ---- Galerkin product of one pass (spec "Galerkin product for one pass"),
-// per coarse row I (bounds: a thread; columns, fill, values: a warp) with members members[member_ptr[I] ..
+// per coarse row I (bounds, columns: a thread; fill, values: a warp) with members members[member_ptr[I] ..
 // member_ptr[I+1]) ascending (amg_count_members .. amg_sort_members below).
 // Symbolic: the distinct coarse columns, sorted, and for every fine entry k
 // of the members' rows the slot dest[k] of its coarse entry. Numeric: the
@@ -1048,7 +1048,7 @@ extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
     for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
         const int r = e >> 5, c = e & 31;
         li[r][c] = i0 + r < n ? l[(u64)(i0 + r) * n + p + c] : 0.0;
-        // wp[c][jj] = W[p + r][j0 + c] (r the row of the panel)
+        // wp[r][c] = W[p + r][j0 + c] (r the row of the panel)
         wp[r][c] = j0 + c < q ? w[(u64)(p + r) * n + j0 + c] : 0.0;
     }
     __syncthreads();

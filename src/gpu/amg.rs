@@ -12,9 +12,10 @@
 //! - per pass, pairwise matching in Jacobi-style rounds (candidate and
 //!   handshake kernels; a round after one that matched nothing is a no-op on
 //!   the device, so no round count is read back), leaders numbered by a
-//!   deterministic multi-block exclusive scan, and the Galerkin product a
-//!   warp per coarse row: a symbolic phase (the coarse columns, and for each
-//!   fine entry the slot it adds to) and a numeric phase that sums each
+//!   deterministic multi-block exclusive scan, and the Galerkin product: a
+//!   symbolic phase (the coarse columns a thread per coarse row, and for each
+//!   fine entry the slot it adds to) and a numeric phase, a warp per coarse
+//!   row, that sums each
 //!   coarse entry from zero in the CPU's encounter order — the same kernel as
 //!   the value-only re-set-up ([`DeviceAmg::update_values`]);
 //! - the level's aggregates (passes composed) and their members, ascending,

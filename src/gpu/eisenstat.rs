@@ -62,8 +62,8 @@ pub struct EisenstatOptions {
 
 /// The solvers' options (`GpuSolver::solve_eisenstat`): predicted checks,
 /// up to 8 iterations chained between read-backs, rows sorted by length in
-/// 256-row windows (H100, 8 M perturbed tets: 0.644 ms per iteration against
-/// 0.664 with neither; `bench --eisenstat` measures each alone).
+/// 256-row windows (H100, 8 M perturbed tets: 0.643 ms per iteration against
+/// 0.661 with neither; `bench --eisenstat` measures each alone).
 pub const DEFAULT_OPTIONS: EisenstatOptions = EisenstatOptions {
     check: DEFAULT_RESIDUAL_CHECK,
     max_chunk: 8,

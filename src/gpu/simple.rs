@@ -218,7 +218,14 @@ impl<'g> DeviceSimple<'g> {
             .map(|_| gpu.zeros(n))
             .collect::<Result<Vec<_>, GpuError>>()?;
         let momentum = match Self::momentum_on_device(simple) {
-            Ok(()) => Some(DeviceMomentum::new(gpu, simple, &laplacian)?),
+            Ok(()) => match DeviceMomentum::new(gpu, simple, &laplacian) {
+                Ok(momentum) => Some(momentum),
+                Err(AssemblyError::Unsupported(why)) => {
+                    log::info!("momentum predictor on the CPU: {why}");
+                    None
+                }
+                Err(e) => return Err(e),
+            },
             Err(why) => {
                 log::info!("momentum predictor on the CPU: {why}");
                 None
@@ -263,11 +270,6 @@ impl<'g> DeviceSimple<'g> {
         self.momentum.is_some()
     }
 
-    /// The device pressure system.
-    pub fn laplacian(&self) -> &DeviceLaplacian<'g> {
-        &self.laplacian
-    }
-
     /// Time by part of the iterations so far.
     pub fn phase_seconds(&self) -> DevicePhaseSeconds {
         self.seconds
@@ -294,7 +296,8 @@ impl<'g> DeviceSimple<'g> {
             let predicted = simple.predict()?;
             timer.clock = Instant::now();
             let u_initial = self.upload_predicted(predicted)?;
-            host.pressure += timer.lap(&mut seconds.upload)?;
+            // The host predictor's uploads belong to its fluxes phase.
+            host.fluxes += timer.lap(&mut seconds.upload)?;
             u_initial
         };
 
@@ -713,13 +716,12 @@ impl<'g> DeviceMomentum<'g> {
             if lap.device_faces() != pressure.device_faces()
                 || lap.device_boundary() != pressure.device_boundary()
             {
-                return Err(GpuError::Invalid(
+                return Err(AssemblyError::Unsupported(
                     "the viscous and pressure systems number their faces differently".into(),
-                )
-                .into());
+                ));
             }
             let m = lap.arrays()?.matrix;
-            let copy = DeviceModSell {
+            let mut copy = DeviceModSell {
                 n: m.n,
                 slice_height: m.slice_height,
                 slice_ptr: gpu.zeros(m.slice_ptr.len())?,
@@ -727,7 +729,6 @@ impl<'g> DeviceMomentum<'g> {
                 values: gpu.zeros(m.values.len())?,
                 diag: gpu.zeros(m.diag.len())?,
             };
-            let mut copy = copy;
             gpu.copy(&m.slice_ptr, &mut copy.slice_ptr)?;
             gpu.copy(&m.codes, &mut copy.codes)?;
             gpu.copy(&m.values, &mut copy.values)?;

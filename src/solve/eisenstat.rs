@@ -351,7 +351,10 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
             let n_records = records.len();
             for (k, &(p_q, mut residual_sum, rho_rho)) in records.iter().enumerate() {
                 iteration += 1;
-                match rule.after_precondition(r_z, last) {
+                // rho . rho = 0 means r = D^1/2 C rho = 0: the exact solution,
+                // whether or not the last residual check saw it.
+                let seen = if r_z == 0.0 { 0.0 } else { last };
+                match rule.after_precondition(r_z, seen) {
                     Some(StopReason::ExactSolution) => break 'solve,
                     Some(_) => {
                         return Err(SolveError::PreconditionerNotPositive { r_z, iteration })
