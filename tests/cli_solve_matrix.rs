@@ -18,6 +18,32 @@ fn text(bytes: &[u8]) -> String {
 
 const MATRIX: &str = "tests/data/poisson2d_4x4.mtx";
 
+/// `solve-matrix MATRIX --precond PRECOND --tol 1e-12`, which must succeed:
+/// its stdout and stderr.
+fn solve_to_1e12(precond: &str) -> (String, String) {
+    let out = fvpoisson(&[
+        "solve-matrix",
+        MATRIX,
+        "--precond",
+        precond,
+        "--tol",
+        "1e-12",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// The `max |x - 1| = E` that `solve-matrix` prints.
+fn max_error(stdout: &str) -> f64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("max |x - 1| = "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no error line in {stdout}"))
+}
+
 #[test]
 fn solves_with_ones_as_exact_solution() {
     let plain = ["none", "jacobi", "dic", "ic0", "sgs"].map(|p| (p, "none"));
@@ -50,12 +76,7 @@ fn solves_with_ones_as_exact_solution() {
             stderr.contains("PCG:  Solving for x, Initial residual = 1, Final residual = "),
             "{stderr}"
         );
-        let error: f64 = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("max |x - 1| = "))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        let error = max_error(&stdout);
         assert!(error < 1e-10, "{precond} {equilibration}: {error}");
     }
 }
@@ -198,12 +219,7 @@ fn gpu_options_choose_the_device_and_the_row_ordering() {
                 && stdout.contains(&format!("{ordering} ordering")),
             "{stdout}"
         );
-        let error: f64 = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("max |x - 1| = "))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        let error = max_error(&stdout);
         assert!(error < 1e-10, "{ordering}: {error}");
     }
 }
@@ -258,12 +274,7 @@ fn gmres_and_bicgstab_solve_a_nonsymmetric_matrix() {
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert!(out.status.success(), "{args:?}: {stdout}\n{stderr}");
         assert!(stderr.contains(log), "{args:?}: {stderr}");
-        let error: f64 = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("max |x - 1| = "))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        let error = max_error(&stdout);
         assert!(error < 1e-9, "{args:?}: {error}");
     }
     // PCG refuses it; GMRES refuses a flexible left side.
@@ -308,12 +319,7 @@ fn ilu_dilu_and_schwarz_preconditioners_solve_with_each_method() {
             out.status.success(),
             "{solver} {precond}: {stdout}\n{stderr}"
         );
-        let error: f64 = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("max |x - 1| = "))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        let error = max_error(&stdout);
         assert!(error < 1e-9, "{solver} {precond}: {error}");
     }
     // PCG refuses the nonsymmetric RAS, and a bad fill level is a usage error.
@@ -345,23 +351,9 @@ fn fsai_from_the_command_line() {
         "fsai:steps=5,epsilon=0.001",
         "fsai:pattern=static:power=2",
     ] {
-        let out = fvpoisson(&[
-            "solve-matrix",
-            MATRIX,
-            "--precond",
-            precond,
-            "--tol",
-            "1e-12",
-        ]);
-        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        let (stdout, _) = solve_to_1e12(precond);
         assert!(stdout.contains("preconditioner FSAI ("), "{stdout}");
-        let error: f64 = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("max |x - 1| = "))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        let error = max_error(&stdout);
         assert!(error < 1e-10, "{precond}: {error}");
     }
     let out = fvpoisson(&["solve-matrix", MATRIX, "--precond", "fsai:steps=40"]);
@@ -391,23 +383,9 @@ fn precision_and_block_jacobi_from_the_command_line() {
              synchronous)",
         ),
     ] {
-        let out = fvpoisson(&[
-            "solve-matrix",
-            MATRIX,
-            "--precond",
-            precond,
-            "--tol",
-            "1e-12",
-        ]);
-        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        let (stdout, _) = solve_to_1e12(precond);
         assert!(stdout.contains(shown), "{precond}: {stdout}");
-        let error: f64 = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("max |x - 1| = "))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no error line in {stdout}"));
+        let error = max_error(&stdout);
         assert!(error < 1e-10, "{precond}: {error}");
     }
     for (precond, expected) in [
@@ -425,16 +403,7 @@ fn precision_and_block_jacobi_from_the_command_line() {
 fn eisenstat_sgs_from_the_command_line() {
     // The same iterations and solution as sgs (SGS-PCG by Eisenstat's trick).
     let run = |precond: &str| {
-        let out = fvpoisson(&[
-            "solve-matrix",
-            MATRIX,
-            "--precond",
-            precond,
-            "--tol",
-            "1e-12",
-        ]);
-        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{precond}: {stdout}\n{stderr}");
+        let (stdout, stderr) = solve_to_1e12(precond);
         let iterations = stdout
             .lines()
             .find_map(|l| l.strip_prefix("iterations "))
