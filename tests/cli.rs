@@ -1,16 +1,10 @@
 //! The `fvpoisson` binary run as a user runs it: exit codes, messages, reports.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn fvpoisson(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the fvpoisson binary runs")
-}
+mod common;
+use common::fvpoisson;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -4,20 +4,14 @@
 //! solver tolerance.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::fvpoisson;
 
 const CASE: &str = "cases/laplacian_foam_steady";
 /// Its last written time and field.
 const RESULT: &str = "10/T";
-
-fn fvpoisson(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the fvpoisson binary runs")
-}
 
 fn text(o: &Output) -> String {
     format!(
@@ -404,7 +398,7 @@ fn mpirun_with_two_ranks_gives_the_serial_answer() {
     // Output to a file and a deadline: a hung rank fails the test instead of CI.
     let log_path = dir.join("mpirun.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new("mpirun")
+    let mut child = std::process::Command::new("mpirun")
         .args(["-np", "2", env!("CARGO_BIN_EXE_fvpoisson"), "run"])
         .arg(&dir)
         .env_remove("RUST_LOG")

@@ -1,8 +1,23 @@
 //! Helpers shared by the integration tests.
 
+use std::process::{Command, Output};
+
+/// Runs the `fvpoisson` binary as a user would, from the crate root, without
+/// the caller's `RUST_LOG` (the tests read its default output).
+#[allow(dead_code)] // not every test that shares this module runs the binary
+pub fn fvpoisson(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the fvpoisson binary runs")
+}
+
 /// Deterministic corruptions of a file's bytes for no-panic tests: truncations at
 /// many lengths, and single-byte replacements by characters that break tokens
 /// and numbers. `count` bounds how many of each kind are produced.
+#[allow(dead_code)] // not every test that shares this module reads corrupted files
 pub fn corruptions(bytes: &[u8], count: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let n = bytes.len();
