@@ -376,12 +376,11 @@ fn open_rank_gpu(
     index: usize,
 ) -> anyhow::Result<Option<crate::gpu::Gpu>> {
     let gpu = rank_gpu(device, gpus, index);
-    let mut failed = [f64::from(u8::from(gpu.is_err()))];
-    comm.sum(&mut failed);
-    match gpu {
-        Err(e) => Err(e.context(format!("rank {}", comm.rank()))),
-        Ok(_) if failed[0] > 0.0 => anyhow::bail!("another rank could not open its GPU"),
-        Ok(gpu) => Ok(gpu),
+    let outcome = gpu.as_ref().map(|_| ()).map_err(|e| format!("{e:#}"));
+    match (gpu, crate::parallel::collective::agree(comm, outcome)) {
+        (Err(e), _) => Err(e.context(format!("rank {}", comm.rank()))),
+        (Ok(_), Err(failure)) => anyhow::bail!("could not open the GPUs: {failure}"),
+        (Ok(gpu), Ok(())) => Ok(gpu),
     }
 }
 

@@ -304,5 +304,7 @@ fn a_failure_on_one_rank_is_an_error_on_every_rank() {
     );
     for e in [&errors[0], &errors[2]] {
         assert!(e.to_string().contains("rank 1 could not set up"), "{e}");
+        // Rank 1's own message reaches the others.
+        assert!(e.to_string().contains(&errors[1].to_string()), "{e}");
     }
 }

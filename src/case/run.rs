@@ -1035,32 +1035,42 @@ fn solve_distributed_gpu(
     let device = |e: GpuError| SolveError::Device(e.to_string());
     let options = MultiGpuOptions {
         jacobi,
+        // Block preconditioners run the host-driven steps.
+        device_loop: blocks.is_none(),
         ..MultiGpuOptions::default()
     };
     let d = ranks.decomposition;
+    // All ranks set up or all fail (for_rank, then `agree`): none waits in a
+    // collective for a rank that gave up.
     let mut backend =
         MultiGpuBackend::for_rank(gpu, matrix, d, ranks.comm, &options).map_err(device)?;
-    if let Some(block) = blocks {
-        backend.set_preconditioners(matrix, d, |gpu, a_oo| {
-            Ok(match block {
-                RankBlock::Ic(kind) => Box::new(DeviceIncompleteCholesky::new(gpu, a_oo, kind)?)
-                    as Box<dyn DevicePreconditioner>,
-                RankBlock::Amg(settings) => {
-                    let m = ModSell::from_csr(a_oo, options.slice_height)
-                        .map_err(SolveError::Device)?;
-                    let fine = DeviceModSell::upload(gpu, &m).map_err(device)?;
-                    let amg = DeviceAmg::new(gpu, Rc::new(fine), &settings).map_err(device)?;
-                    log::debug!("rank block GPU {settings}: {}", amg.describe());
-                    Box::new(amg)
-                }
-            })
-        })?;
-    }
-    let b_dev = backend.upload(b).map_err(device)?;
-    let mut x_dev = backend.upload(x).map_err(device)?;
-    let perf = pcg(&backend, &b_dev, &mut x_dev, &solver.controls, field)?;
-    let mut whole = backend.download(&x_dev).map_err(device)?;
-    ranks.comm.merge(&mut whole);
+    let mut prepare = || -> Result<_, SolveError> {
+        if let Some(block) = blocks {
+            backend.set_preconditioners(matrix, d, |gpu, a_oo| {
+                Ok(match block {
+                    RankBlock::Ic(kind) => {
+                        Box::new(DeviceIncompleteCholesky::new(gpu, a_oo, kind)?)
+                            as Box<dyn DevicePreconditioner>
+                    }
+                    RankBlock::Amg(settings) => {
+                        let m = ModSell::from_csr(a_oo, options.slice_height)
+                            .map_err(SolveError::Device)?;
+                        let fine = DeviceModSell::upload(gpu, &m).map_err(device)?;
+                        let amg = DeviceAmg::new(gpu, Rc::new(fine), &settings).map_err(device)?;
+                        log::debug!("rank block GPU {settings}: {}", amg.describe());
+                        Box::new(amg)
+                    }
+                })
+            })?;
+        }
+        Ok((
+            backend.upload(b).map_err(device)?,
+            backend.upload(x).map_err(device)?,
+        ))
+    };
+    let prepared = prepare();
+    let (b_dev, mut x_dev) = backend.agree(prepared)?;
+    let (perf, whole) = backend.solve_agreed(&b_dev, &mut x_dev, &solver.controls, field)?;
     x.copy_from_slice(&whole);
     Ok(perf)
 }

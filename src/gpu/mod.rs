@@ -263,6 +263,12 @@ impl Gpu {
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()
     }
+    /// The device's UUID: tells devices apart across processes and nodes,
+    /// whatever CUDA_VISIBLE_DEVICES makes of the ordinals.
+    pub fn uuid(&self) -> Result<[u8; 16], GpuError> {
+        let id = driver("cuDeviceGetUuid", self.ctx.uuid())?;
+        Ok(id.bytes.map(|b| b as u8))
+    }
     /// A second stream on this device (e.g. for transfers overlapping kernels).
     pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
         driver("cuStreamCreate", self.ctx.new_stream())

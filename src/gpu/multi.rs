@@ -51,8 +51,12 @@
 //! ([`MultiGpuBackend::set_preconditioners`], e.g. level-scheduled DIC).
 //!
 //! A distributed run (`run -np N --device gpu`, `mpirun`) holds one rank per
-//! process or thread ([`MultiGpuBackend::for_rank`]): its halo and sums go
-//! through the run's [`Communicator`] (host-driven steps).
+//! process or thread ([`MultiGpuBackend::for_rank`], `rank_loop`): the NCCL
+//! device loop on the calling thread where every rank has a GPU of its own
+//! (the communicators bootstrapped through the run's [`Communicator`]), else
+//! the host-driven steps with halos and sums through the [`Communicator`];
+//! a rank that fails makes every rank return an error rather than hang,
+//! except inside an NCCL call (`rank_loop` says where).
 //!
 //! A failure on one rank's thread in the middle of the device loop (a launch
 //! or NCCL error) leaves the other ranks waiting in their collectives: NCCL
@@ -81,6 +85,9 @@ use crate::solve::{
 };
 use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
+
+mod rank_loop;
+use rank_loop::{nccl_environment, Step};
 
 /// Threads of the one-block reduction kernel (as `gpu::pcg`).
 const REDUCE_BLOCK: u32 = 1024;
@@ -388,6 +395,12 @@ struct Peers<'g> {
     /// their receives shifted to follow it (a communicator's halo slots
     /// count from the end of the owned values).
     packed: Vec<Neighbour>,
+    /// Collective calls made in the current step (`rank_loop`: what a
+    /// failed step still owes the other ranks).
+    calls: Cell<usize>,
+    /// Steps (and device-loop chunks) left before an injected failure
+    /// ([`MultiGpuBackend::fail_after`], tests only).
+    fail_at: Cell<Option<usize>>,
 }
 
 /// [`CgBackend`] over several GPUs (module documentation).
@@ -486,10 +499,7 @@ impl<'g> MultiGpuBackend<'g> {
             ranks.push(rank);
         }
         let comms = if transport == Transport::Nccl {
-            if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-                // NVLink multicast stays off (set before NCCL reads it).
-                std::env::set_var("NCCL_NVLS_ENABLE", "0");
-            }
+            nccl_environment();
             let streams = ranks
                 .iter()
                 .map(|r| {
@@ -552,12 +562,18 @@ impl<'g> MultiGpuBackend<'g> {
     }
 
     /// Rank `comm.rank()` of a distributed run (`run -np N --device gpu`,
-    /// `mpirun`) on `gpu`: the rank's rows of `a` split by `d`; the halo
-    /// travels through `comm` (the packed sends downloaded, the halo
-    /// uploaded) and the sums are `comm.sum`s of the host-read rank sums.
-    /// Vectors are uploaded from and downloaded into global vectors (only
-    /// the rank's rows are read and written). Host-driven steps, Jacobi or
-    /// no preconditioner.
+    /// `mpirun`) on `gpu`: the rank's rows of `a` split by `d`. Vectors are
+    /// uploaded from and downloaded into global vectors (only the rank's
+    /// rows are read and written). Jacobi or no preconditioner, or block
+    /// Jacobi ([`MultiGpuBackend::set_preconditioners`]). Every rank must
+    /// call it; all succeed or all return an error (`rank_loop`).
+    ///
+    /// PCG runs the NCCL device loop where every rank has a device of its
+    /// own and libnccl loads (`options.device_loop`, transport not `Host`;
+    /// the communicators are bootstrapped through `comm`), else the
+    /// host-driven steps: the halo travels through `comm` (the packed sends
+    /// downloaded, the halo uploaded) and the sums are `comm.sum`s of the
+    /// host-read rank sums.
     pub fn for_rank(
         gpu: &'g Gpu,
         a: &Csr,
@@ -572,34 +588,46 @@ impl<'g> MultiGpuBackend<'g> {
                 comm.size()
             )));
         }
-        let local = d.local(a, comm.rank()).map_err(GpuError::Invalid)?;
-        let (a_oo, a_oh) = split_local(&local)?;
-        let m = ModSell::from_csr(&a_oo, options.slice_height).map_err(GpuError::Invalid)?;
-        let row_sums = openfoam_row_sums(a);
-        let rank = Rank::new(
-            gpu,
-            comm.rank(),
-            &local,
-            &a_oh,
-            &m,
-            &row_sums,
-            options,
-            None,
-        )?;
-        let packed = packed_neighbours(&local, &rank.plan);
-        Ok(Self {
-            ranks: vec![rank],
-            n_global: a.n_rows(),
-            transport: Transport::Host,
-            comms: None,
-            reduce_comms: None,
-            device_loop: Cell::new(false),
-            check_interval: options.check_interval.max(1),
-            peers: Some(Peers { comm, packed }),
-            exchange: Cell::new(true),
-            reduction: Cell::new(Reduction::HostRead),
-            failure: RefCell::new(None),
-        })
+        let set_up = || -> Result<Self, GpuError> {
+            let local = d.local(a, comm.rank()).map_err(GpuError::Invalid)?;
+            let (a_oo, a_oh) = split_local(&local)?;
+            let m = ModSell::from_csr(&a_oo, options.slice_height).map_err(GpuError::Invalid)?;
+            let row_sums = openfoam_row_sums(a);
+            let rank = Rank::new(
+                gpu,
+                comm.rank(),
+                &local,
+                &a_oh,
+                &m,
+                &row_sums,
+                options,
+                None,
+            )?;
+            let packed = packed_neighbours(&local, &rank.plan);
+            Ok(Self {
+                ranks: vec![rank],
+                n_global: a.n_rows(),
+                transport: Transport::Host,
+                comms: None,
+                reduce_comms: None,
+                device_loop: Cell::new(false),
+                check_interval: options.check_interval.max(1),
+                peers: Some(Peers {
+                    comm,
+                    packed,
+                    calls: Cell::new(0),
+                    fail_at: Cell::new(None),
+                }),
+                exchange: Cell::new(true),
+                reduction: Cell::new(Reduction::HostRead),
+                failure: RefCell::new(None),
+            })
+        };
+        // Every rank set up, or every rank returns an error: none waits in
+        // the collectives below for a rank that gave up.
+        let mut backend = rank_loop::agreed_gpu(comm, set_up())?;
+        backend.start_rank_loop(comm, options)?;
+        Ok(backend)
     }
 
     /// The transport in use (`Auto` resolved).
@@ -632,10 +660,13 @@ impl<'g> MultiGpuBackend<'g> {
     /// for, Jacobi or no preconditioner, and one rank or NCCL with
     /// communicators for the all-reduces.
     pub fn device_loop(&self) -> bool {
+        let ranks = match &self.peers {
+            Some(peers) => peers.comm.size(),
+            None => self.ranks.len(),
+        };
         self.device_loop.get()
-            && self.peers.is_none()
             && self.ranks.iter().all(|r| r.preconditioner.is_none())
-            && (self.ranks.len() == 1 || self.reduce_comms.is_some())
+            && (ranks == 1 || self.reduce_comms.is_some())
     }
 
     /// Asks for the device loop (where it applies) or the host-driven steps.
@@ -657,40 +688,8 @@ impl<'g> MultiGpuBackend<'g> {
         let mut buffers: Vec<_> = self.ranks.iter().map(|r| r.device.borrow_mut()).collect();
         let send_bufs: Vec<_> = self.ranks.iter().map(|r| r.send_buf.borrow()).collect();
         let mut chunks = Vec::with_capacity(self.ranks.len());
-        for (k, ((r, halo), buffers)) in self
-            .ranks
-            .iter()
-            .zip(&mut halos)
-            .zip(&mut buffers)
-            .enumerate()
-        {
-            let exchange = match (&self.comms, &r.comm_stream, exchange) {
-                (Some(comms), Some(stream), true) => Some((stream, RankComm(&comms[k]))),
-                _ => None,
-            };
-            chunks.push(RankChunk {
-                gpu: r.gpu,
-                n_owned: r.n_owned,
-                n_interior: r.n_interior,
-                a_oo: &r.a_oo,
-                a_oh: r.a_oh.as_ref(),
-                inv_diag: r.inv_diag.as_ref(),
-                plan: &r.plan,
-                send_idx: &r.send_idx,
-                send_buf: &send_bufs[k],
-                halo,
-                partials: &r.partials,
-                buffers,
-                exchange,
-                reduce: self.reduce_comms.as_ref().map(|c| RankComm(&c[k])),
-                vectors: [
-                    v.x.part(k)?,
-                    v.r.part(k)?,
-                    v.z.part(k)?,
-                    v.p.part(k)?,
-                    v.q.part(k)?,
-                ],
-            });
+        for (k, (halo, buffers)) in halos.iter_mut().zip(&mut buffers).enumerate() {
+            chunks.push(self.rank_chunk(k, exchange, halo, buffers, &send_bufs[k], v)?);
         }
         let host_state = &host_state;
         let results: Vec<_> = std::thread::scope(|s| {
@@ -723,6 +722,48 @@ impl<'g> MultiGpuBackend<'g> {
             }
         }
         Ok(chunk_records(&records, &st, state, count))
+    }
+
+    /// Rank `k`'s part of a chunk of the device loop, on the buffers the
+    /// caller borrowed from it; `exchange`: the halo goes through NCCL
+    /// (where the rank has a communicator and a comm stream).
+    fn rank_chunk<'a>(
+        &'a self,
+        k: usize,
+        exchange: bool,
+        halo: &'a mut CudaSlice<f64>,
+        buffers: &'a mut LoopBuffers,
+        send_buf: &'a CudaSlice<f64>,
+        v: &'a CgVectors<'_, MultiVector>,
+    ) -> Result<RankChunk<'a>, GpuError> {
+        let r = &self.ranks[k];
+        let exchange = match (&self.comms, &r.comm_stream, exchange) {
+            (Some(comms), Some(stream), true) => Some((stream, RankComm(&comms[k]))),
+            _ => None,
+        };
+        Ok(RankChunk {
+            gpu: r.gpu,
+            n_owned: r.n_owned,
+            n_interior: r.n_interior,
+            a_oo: &r.a_oo,
+            a_oh: r.a_oh.as_ref(),
+            inv_diag: r.inv_diag.as_ref(),
+            plan: &r.plan,
+            send_idx: &r.send_idx,
+            send_buf,
+            halo,
+            partials: &r.partials,
+            buffers,
+            exchange,
+            reduce: self.reduce_comms.as_ref().map(|c| RankComm(&c[k])),
+            vectors: [
+                v.x.part(k)?,
+                v.r.part(k)?,
+                v.z.part(k)?,
+                v.p.part(k)?,
+                v.q.part(k)?,
+            ],
+        })
     }
 
     /// How reductions combine the ranks (default [`Reduction::HostRead`]).
@@ -871,6 +912,7 @@ impl<'g> MultiGpuBackend<'g> {
         peers
             .comm
             .exchange(&peers.packed, &sent, &mut host, &mut || {});
+        peers.calls.set(peers.calls.get() + 1);
         if !host.is_empty() {
             r.gpu.write(&host, &mut halo)?;
         }
@@ -925,6 +967,7 @@ impl<'g> MultiGpuBackend<'g> {
         }
         if let Some(peers) = &self.peers {
             peers.comm.sum(&mut total);
+            peers.calls.set(peers.calls.get() + 1);
         }
         Ok(total)
     }
@@ -1298,7 +1341,7 @@ impl CgBackend for MultiGpuBackend<'_> {
             residual_sum: f64::NAN,
             norm_factor: 1.0,
         };
-        self.guarded(failed, || {
+        self.step(Step::Initialize, failed, || {
             for (k, rk) in self.ranks.iter().enumerate() {
                 let (n, xv) = (rk.n32(), x.part(k)?);
                 rk.gpu
@@ -1325,7 +1368,7 @@ impl CgBackend for MultiGpuBackend<'_> {
     }
 
     fn precondition(&self, r: &MultiVector, z: &mut MultiVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.step(Step::Precondition, f64::NAN, || {
             for (k, rk) in self.ranks.iter().enumerate() {
                 let (rv, zv) = (r.part(k)?, z.part(k)?);
                 let ready = match &rk.preconditioner {
@@ -1350,7 +1393,7 @@ impl CgBackend for MultiGpuBackend<'_> {
     }
 
     fn update_direction(&self, beta: f64, z: &MultiVector, p: &mut MultiVector) {
-        self.guarded((), || {
+        self.step(Step::Direction, (), || {
             for (k, rk) in self.ranks.iter().enumerate() {
                 let (n, zv, pv) = (rk.n32(), z.part(k)?, p.part(k)?);
                 rk.gpu
@@ -1363,7 +1406,7 @@ impl CgBackend for MultiGpuBackend<'_> {
     }
 
     fn apply_operator(&self, p: &MultiVector, q: &mut MultiVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.step(Step::Operator, f64::NAN, || {
             self.product(p, q)?;
             for (k, rk) in self.ranks.iter().enumerate() {
                 let (n, pv, qv) = (rk.n32(), p.part(k)?, q.part(k)?);
@@ -1384,7 +1427,7 @@ impl CgBackend for MultiGpuBackend<'_> {
         x: &mut MultiVector,
         r: &mut MultiVector,
     ) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.step(Step::Update, f64::NAN, || {
             for (k, rk) in self.ranks.iter().enumerate() {
                 rk.gpu.write(&[alpha, 0.0], &mut rk.scalars.borrow_mut())?;
                 let (n, with_rz, j) = (rk.n32(), 0i32, 0i32);
@@ -1413,6 +1456,9 @@ impl CgBackend for MultiGpuBackend<'_> {
             return iterate_steps(self, rule, state, count, v);
         }
         let count = count.min(self.check_interval);
+        if let Some(peers) = &self.peers {
+            return self.rank_device_chunk(peers, rule, state, count, &v);
+        }
         self.guarded(Vec::new(), || self.device_chunk(rule, state, count, &v))
     }
 

@@ -7,6 +7,9 @@
 //! - `mpi::MpiRank` (cargo feature `mpi`): one rank per MPI process, through
 //!   the `mpi` crate (rsmpi), for `mpirun -np N fvpoisson run CASE`.
 //!
+//! [`collective`] builds on them what keeps the ranks in step when one
+//! fails (the agreement on a phase's outcome, bytes from one rank to all).
+//!
 //! Reductions add the ranks' contributions in rank order on every rank, so
 //! every rank gets the same bits and a run is reproducible for a given rank
 //! count.
@@ -15,6 +18,8 @@ pub mod threads;
 
 #[cfg(feature = "mpi")]
 pub mod mpi;
+
+pub mod collective;
 
 use std::cell::Cell;
 

@@ -35,6 +35,7 @@ use super::{
     pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError, SolverControls,
     SolverPerformance,
 };
+use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
 use crate::sparse::distribute::LocalMatrix;
 
@@ -399,23 +400,19 @@ pub fn solve_pcg_distributed_deflated(
         }
         preconditioner.build(&block)
     };
-    let built = setup();
     // Every rank learns whether one failed, so that none waits in PCG's
     // reductions for a rank that gave up.
-    let mut failed = vec![0.0; comm.size()];
-    failed[comm.rank()] = f64::from(u8::from(built.is_err()));
-    comm.merge(&mut failed);
-    let precond = match built {
-        Err(e) => return Err(e),
-        Ok(_) if failed.iter().any(|&f| f != 0.0) => {
-            let rank = failed.iter().position(|&f| f != 0.0).unwrap_or_default();
-            return Err(SolveError::InvalidControls(format!(
-                "rank {rank} could not set up its part of the distributed solve (its log \
-                 says why)"
-            )));
-        }
-        Ok(p) => p,
-    };
+    let precond = agreed(
+        comm,
+        setup(),
+        |_| 1,
+        |failure| {
+            SolveError::InvalidControls(format!(
+                "rank {} could not set up its part of the distributed solve: {}",
+                failure.rank, failure.message
+            ))
+        },
+    )?;
     let backend = DistributedBackend::new(local, comm, precond.as_ref())
         .flexible(preconditioner.is_flexible());
     let (b, mut x_work) = (b.to_vec(), x.to_vec());
