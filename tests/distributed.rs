@@ -271,40 +271,69 @@ fn one_rank_through_the_single_process_communicator_is_the_serial_solve() {
     assert!(max_diff(&x, &serial) <= 1e-12 * serial.iter().fold(1.0f64, |m, v| m.max(v.abs())));
 }
 
+/// `body` on `n` thread ranks; a rank that waits forever for another fails
+/// the test after 20 s instead of hanging it.
+fn within_seconds<T: Send + 'static>(
+    n: usize,
+    body: impl Fn(&fvpoisson::parallel::threads::ThreadRank) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let (done, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(run_threads(n, body));
+    });
+    wait.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the ranks hung: no result within 20 s")
+}
+
 #[test]
 fn a_failure_on_one_rank_is_an_error_on_every_rank() {
-    // Rank 1's block gets a NaN right-hand side: every rank returns an error
-    // instead of waiting for it in a reduction.
-    let a = random_symmetric(200, 5, 9);
-    let b = random_vector(200, 1);
-    let d = Decomposition::metis(&a, 3).unwrap();
-    let controls = SolverControls::default();
-    let errors = run_threads(3, |comm| {
-        let local = d.local(&a, comm.rank()).unwrap();
-        let mut bl = local.scatter(&b);
-        if comm.rank() == 1 {
-            bl[0] = f64::NAN;
+    // Rank 1's block gets a NaN right-hand side, or a negative diagonal entry
+    // (its DIC factorization breaks down): every rank returns an error naming
+    // rank 1 and its message instead of waiting for it in a reduction.
+    let a = std::sync::Arc::new(random_symmetric(200, 5, 9));
+    let b = std::sync::Arc::new(random_vector(200, 1));
+    let d = std::sync::Arc::new(Decomposition::metis(&a, 3).unwrap());
+    for (nan_b, precond) in [
+        (true, PreconditionerKind::Jacobi),
+        (false, PreconditionerKind::Dic),
+    ] {
+        let (a, b, d) = (a.clone(), b.clone(), d.clone());
+        let errors = within_seconds(3, move |comm| {
+            let mut local = d.local(&a, comm.rank()).unwrap();
+            let mut bl = local.scatter(&b);
+            if comm.rank() == 1 {
+                if nan_b {
+                    bl[0] = f64::NAN;
+                } else {
+                    let (cols, _) = local.matrix.row(0);
+                    let slot = cols.iter().position(|&c| c == 0).unwrap();
+                    let start = local.matrix.row_ptr()[0];
+                    local.matrix.values_mut()[start + slot] = -1.0;
+                }
+            }
+            let mut xl = vec![0.0; local.n_owned];
+            solve_pcg_distributed(
+                &local,
+                comm,
+                precond,
+                &bl,
+                &mut xl,
+                &SolverControls::default(),
+                "p",
+            )
+            .unwrap_err()
+        });
+        if nan_b {
+            assert!(
+                matches!(errors[1], SolveError::NonFinite { .. }),
+                "{:?}",
+                errors[1]
+            );
         }
-        let mut xl = vec![0.0; local.n_owned];
-        solve_pcg_distributed(
-            &local,
-            comm,
-            PreconditionerKind::Jacobi,
-            &bl,
-            &mut xl,
-            &controls,
-            "p",
-        )
-        .unwrap_err()
-    });
-    assert!(
-        matches!(errors[1], SolveError::NonFinite { .. }),
-        "{:?}",
-        errors[1]
-    );
-    for e in [&errors[0], &errors[2]] {
-        assert!(e.to_string().contains("rank 1 could not set up"), "{e}");
-        // Rank 1's own message reaches the others.
-        assert!(e.to_string().contains(&errors[1].to_string()), "{e}");
+        for e in [&errors[0], &errors[2]] {
+            assert!(e.to_string().contains("rank 1 could not set up"), "{e}");
+            // Rank 1's own message reaches the others.
+            assert!(e.to_string().contains(&errors[1].to_string()), "{e}");
+        }
     }
 }

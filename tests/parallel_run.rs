@@ -338,6 +338,43 @@ fn thread_ranks_on_gpus_give_the_serial_answer() {
     }
 }
 
+/// `run -np N --device gpu` with Jacobi (`preconditioner diagonal`): the
+/// thread ranks run PCG's NCCL device loop where each has a GPU of its own
+/// and NCCL loads (2 ranks on 2+ devices, 4 on 4+), else the host-driven
+/// steps, and the log says which; both give the serial answer. `skipped: no
+/// CUDA device` without a GPU.
+#[test]
+fn thread_ranks_on_gpus_run_the_nccl_device_loop_with_jacobi() {
+    let Some(_gpu) = fvpoisson::gpu::test_device() else {
+        return;
+    };
+    let count = fvpoisson::gpu::Gpu::device_count().unwrap();
+    let nccl = fvpoisson::gpu::multi::nccl_available().is_ok();
+    for ranks in [2usize, 4] {
+        let dir = case_copy(&format!("parallel_gpu_jacobi_{ranks}"));
+        let (d, n) = (dir.to_str().unwrap(), ranks.to_string());
+        set_t_solver(
+            &dir,
+            "solver          PCG;\n        preconditioner  diagonal;",
+        );
+        ok(fvpoisson(&["decompose", d, "-n", &n]));
+        let t = ok(fvpoisson(&["run", d, "-np", &n, "--device", "gpu"]));
+        let want = if ranks > count {
+            "PCG runs host-driven steps (ranks share a device"
+        } else if !nccl {
+            "PCG runs host-driven steps (NCCL (libnccl.so) does not load"
+        } else {
+            "PCG runs the NCCL device loop"
+        };
+        assert!(t.contains(want), "{ranks} ranks on {count} GPUs: {t}");
+        println!(
+            "{ranks} ranks on {count} GPUs: {want}, {} iterations",
+            first_iterations(&t)
+        );
+        assert_serial_answer(&dir);
+    }
+}
+
 /// `run -np 2 --device gpu` of a GAMG case: PCG with the GPU AMG of each
 /// rank's owned block gives the serial answer; `deflation subdomains` on GPU
 /// ranks is an error. `skipped: no CUDA device` without a GPU.
