@@ -13,7 +13,10 @@
 //!   (`ncclGetUniqueId`), [`broadcast_bytes`] hands them to every rank, and
 //!   each rank joins two communicators with `ncclCommInitRank` (one on a
 //!   comm stream for the halo send/recv, one on the compute stream for the
-//!   all-reduces, as [`MultiGpuBackend::new`] has). Each chunk of
+//!   all-reduces, as [`MultiGpuBackend::new`] has); a rank keeps them on
+//!   its thread for the next solve when every rank kept its own (one more
+//!   `comm.sum`), since `ncclCommInitRank` takes a good part of a second.
+//!   Each chunk of
 //!   `check_interval` iterations is the rank's `RankChunk::run` on the
 //!   calling thread: no host round trip inside a chunk, records read once
 //!   per chunk.
@@ -42,9 +45,11 @@
 //! has no time-out by default, so such a run hangs rather than fails
 //! (`NCCL_DEBUG=WARN` shows the error).
 
+use std::cell::RefCell;
 use std::ffi::c_char;
 use std::sync::{Arc, Mutex, Once, PoisonError};
 
+use cudarc::driver::CudaStream;
 use cudarc::nccl::safe::{Comm, Id};
 
 use super::{
@@ -91,6 +96,20 @@ pub(super) fn agreed_gpu<T>(
         |_| 1,
         |f: RankFailure| GpuError::Invalid(f.to_string()),
     )
+}
+
+/// A rank's NCCL communicators kept from one solve for the next on the same
+/// thread (`ncclCommInitRank` takes a good part of a second): for the rank
+/// and size in `key` and the compute stream its all-reduces are bound to.
+struct KeptComms {
+    key: (usize, usize, usize),
+    stream: Arc<CudaStream>,
+    halo: Comm,
+    reduce: Comm,
+}
+
+thread_local! {
+    static KEPT: RefCell<Option<KeptComms>> = const { RefCell::new(None) };
 }
 
 /// Logs on rank 0 which loop the GPU ranks run, when it changes.
@@ -224,8 +243,21 @@ impl<'g> MultiGpuBackend<'g> {
     }
 
     /// The two NCCL communicators of this rank (module documentation),
-    /// agreed by every rank.
+    /// agreed by every rank: those of the last solve where every rank kept
+    /// its own (one `comm.sum`), else new ones.
     fn bootstrap_nccl(&mut self, comm: &dyn Communicator) -> Result<(), GpuError> {
+        let gpu = self.ranks[0].gpu;
+        let (rank, size) = (comm.rank(), comm.size());
+        let key = (rank, size, Arc::as_ptr(gpu.stream()) as usize);
+        let kept = KEPT
+            .with(|k| k.borrow_mut().take())
+            .filter(|k| k.key == key);
+        let mut everywhere = [f64::from(u8::from(kept.is_some()))];
+        comm.sum(&mut everywhere);
+        if let (Some(k), true) = (kept, everywhere[0] == size as f64) {
+            self.install(k.stream, k.halo, k.reduce);
+            return Ok(());
+        }
         nccl_environment();
         let mine: Vec<u8> = match (comm.rank(), Id::new(), Id::new()) {
             (0, Ok(a), Ok(b)) => a
@@ -249,10 +281,8 @@ impl<'g> MultiGpuBackend<'g> {
             }
             Id::uninit(internal)
         };
-        let gpu = self.ranks[0].gpu;
         // NCCL takes the device of the thread's current context.
         let stream = agreed_gpu(comm, gpu.bind_to_thread().and_then(|()| gpu.new_stream()))?;
-        let (rank, size) = (comm.rank(), comm.size());
         let comms = Comm::from_rank(Arc::clone(&stream), rank, size, id(0))
             .and_then(|halo| {
                 Comm::from_rank(Arc::clone(gpu.stream()), rank, size, id(1))
@@ -260,10 +290,15 @@ impl<'g> MultiGpuBackend<'g> {
             })
             .map_err(|e| nccl("ncclCommInitRank", e));
         let (halo, reduce) = agreed_gpu(comm, comms)?;
+        self.install(stream, halo, reduce);
+        Ok(())
+    }
+
+    /// This rank's comm stream and communicators.
+    fn install(&mut self, stream: Arc<CudaStream>, halo: Comm, reduce: Comm) {
         self.ranks[0].comm_stream = Some(stream);
         self.comms = Some(vec![halo]);
         self.reduce_comms = Some(vec![reduce]);
-        Ok(())
     }
 
     /// Which loop PCG's iterations run: "NCCL device loop", "device loop"
@@ -429,5 +464,37 @@ impl<'g> MultiGpuBackend<'g> {
         })?;
         peers.comm.merge(&mut whole);
         Ok((perf, whole))
+    }
+}
+
+/// A distributed run's rank keeps its NCCL communicators for the next solve
+/// on this thread, unless the solve failed.
+impl Drop for MultiGpuBackend<'_> {
+    fn drop(&mut self) {
+        let Some(peers) = &self.peers else { return };
+        if self.failure.borrow().is_some() {
+            return;
+        }
+        let comms = (
+            self.ranks.first_mut().and_then(|r| r.comm_stream.take()),
+            self.comms.as_mut().and_then(Vec::pop),
+            self.reduce_comms.as_mut().and_then(Vec::pop),
+        );
+        if let (Some(stream), Some(halo), Some(reduce)) = comms {
+            let gpu = self.ranks[0].gpu;
+            let key = (
+                peers.comm.rank(),
+                peers.comm.size(),
+                Arc::as_ptr(gpu.stream()) as usize,
+            );
+            KEPT.with(|k| {
+                *k.borrow_mut() = Some(KeptComms {
+                    key,
+                    stream,
+                    halo,
+                    reduce,
+                })
+            });
+        }
     }
 }
