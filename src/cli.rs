@@ -397,7 +397,9 @@ fn run_threads(
     log::info!("{n} ranks as threads");
     let results = crate::parallel::threads::run_threads(n, |comm| -> anyhow::Result<()> {
         let gpu = open_rank_gpu(comm, device, gpus, Communicator::rank(comm))?;
-        case::decompose::run_distributed(&setup, mesh.clone(), comm, gpu.as_ref())?;
+        let run = case::decompose::run_distributed(&setup, mesh.clone(), comm, gpu.as_ref());
+        crate::gpu::multi::release_kept_comms();
+        run?;
         Ok(())
     });
     // Every rank fails alike; report rank 0's error.
@@ -428,7 +430,9 @@ fn run_mpi(
     let (setup, mesh) = read_for_ranks(case_dir)?;
     log::info!("{} MPI ranks", comm.size());
     let gpu = open_rank_gpu(&comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
-    case::decompose::run_distributed(&setup, mesh, &comm, gpu.as_ref())?;
+    let run = case::decompose::run_distributed(&setup, mesh, &comm, gpu.as_ref());
+    crate::gpu::multi::release_kept_comms();
+    run?;
     Ok(0)
 }
 

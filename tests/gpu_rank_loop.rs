@@ -2,16 +2,18 @@
 //! thread as `run -np N --device gpu` runs them): the NCCL device loop where
 //! every rank has a device of its own and NCCL loads, else the host-driven
 //! steps, both against the CPU's serial PCG on real meshes with random
-//! right-hand sides; and a rank that fails (an injected failure at each step
+//! right-hand sides, twice per run (the second solve reusing the NCCL
+//! communicators, bit for bit the first); and a rank that fails (an injected failure at each step
 //! of PCG) makes every rank return an error instead of hanging.
 //! `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1);
 //! the NCCL runs need two or more devices.
 
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
-use fvpoisson::gpu::multi::{nccl_available, MultiGpuBackend, MultiGpuOptions};
+use fvpoisson::gpu::multi::{nccl_available, release_kept_comms, MultiGpuBackend, MultiGpuOptions};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::parallel::threads::{run_threads, ThreadRank};
 use fvpoisson::parallel::Communicator;
@@ -39,8 +41,11 @@ fn within<T: Send + 'static>(
     std::thread::spawn(move || {
         let _ = done.send(run_threads(n, body));
     });
-    wait.recv_timeout(limit)
-        .unwrap_or_else(|_| panic!("{n} ranks hung: no result within {limit:?}"))
+    match wait.recv_timeout(limit) {
+        Ok(results) => results,
+        Err(RecvTimeoutError::Timeout) => panic!("{n} ranks hung: no result within {limit:?}"),
+        Err(RecvTimeoutError::Disconnected) => panic!("a rank panicked (its message is above)"),
+    }
 }
 
 /// What one rank saw: the loop its PCG ran and the solve's outcome (the
@@ -49,7 +54,9 @@ type RankResult = (String, Result<(usize, Vec<f64>), SolveError>);
 
 /// PCG with Jacobi of `a x = b` on `ranks` thread ranks split by `d`, rank r
 /// on device `devices[r % len]`; `fail`: (rank, steps) of an injected
-/// failure.
+/// failure. Without one, each rank solves twice (a backend per solve, as a
+/// run's solves do; the second reuses the NCCL communicators) and the
+/// second solve must repeat the first bit for bit.
 fn solve_on_ranks(
     a: &Arc<Csr>,
     d: &Arc<Decomposition>,
@@ -61,18 +68,36 @@ fn solve_on_ranks(
     let (a, d, b) = (Arc::clone(a), Arc::clone(d), Arc::clone(b));
     within(Duration::from_secs(120), d.n_ranks(), move |comm| {
         let gpu = Gpu::on_device(devices[comm.rank() % devices.len()]).unwrap();
-        let backend = MultiGpuBackend::for_rank(&gpu, &a, &d, comm, &options).unwrap();
-        if let Some((rank, steps)) = fail {
-            if rank == comm.rank() {
-                backend.fail_after(steps);
+        let solve = || -> RankResult {
+            let backend = MultiGpuBackend::for_rank(&gpu, &a, &d, comm, &options).unwrap();
+            if let Some((rank, steps)) = fail {
+                if rank == comm.rank() {
+                    backend.fail_after(steps);
+                }
             }
+            let b_dev = backend.upload(&b).unwrap();
+            let mut x_dev = backend.upload(&vec![0.0; b.len()]).unwrap();
+            let solved = backend
+                .solve_agreed(&b_dev, &mut x_dev, &controls(), "x")
+                .map(|(perf, x)| (perf.iterations, x));
+            (backend.pcg_loop().to_string(), solved)
+        };
+        let first = solve();
+        if fail.is_none() {
+            let (pcg_loop, again) = solve();
+            assert_eq!(
+                pcg_loop,
+                first.0,
+                "rank {}: the second solve's loop",
+                comm.rank()
+            );
+            let (Ok(one), Ok(two)) = (&first.1, &again) else {
+                panic!("rank {}: {:?} then {:?}", comm.rank(), first.1, again);
+            };
+            assert!(one == two, "rank {}: the second solve differs", comm.rank());
         }
-        let b_dev = backend.upload(&b).unwrap();
-        let mut x_dev = backend.upload(&vec![0.0; b.len()]).unwrap();
-        let solved = backend
-            .solve_agreed(&b_dev, &mut x_dev, &controls(), "x")
-            .map(|(perf, x)| (perf.iterations, x));
-        (backend.pcg_loop().to_string(), solved)
+        release_kept_comms();
+        first
     })
 }
 

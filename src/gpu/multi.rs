@@ -87,6 +87,7 @@ use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
 
 mod rank_loop;
+pub use rank_loop::release_kept_comms;
 use rank_loop::{nccl_environment, Step};
 
 /// Threads of the one-block reduction kernel (as `gpu::pcg`).

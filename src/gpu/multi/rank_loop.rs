@@ -259,12 +259,12 @@ impl<'g> MultiGpuBackend<'g> {
             return Ok(());
         }
         nccl_environment();
-        let mine: Vec<u8> = match (comm.rank(), Id::new(), Id::new()) {
-            (0, Ok(a), Ok(b)) => a
-                .internal()
+        // ncclGetUniqueId starts the bootstrap root: rank 0 only.
+        let ids = (comm.rank() == 0).then(|| Id::new().and_then(|a| Id::new().map(|b| [a, b])));
+        let mine: Vec<u8> = match ids {
+            Some(Ok(ids)) => ids
                 .iter()
-                .chain(b.internal())
-                .map(|&c| c as u8)
+                .flat_map(|id| id.internal().iter().map(|&c| c as u8))
                 .collect(),
             _ => Vec::new(),
         };
@@ -465,6 +465,14 @@ impl<'g> MultiGpuBackend<'g> {
         peers.comm.merge(&mut whole);
         Ok((perf, whole))
     }
+}
+
+/// Drops the NCCL communicators this thread kept from its last distributed
+/// GPU solve: a rank calls it at the end of its run, while its device is
+/// still open (a thread's kept communicators are dropped at its exit
+/// otherwise).
+pub fn release_kept_comms() {
+    KEPT.with(|k| k.borrow_mut().take());
 }
 
 /// A distributed run's rank keeps its NCCL communicators for the next solve
