@@ -1117,6 +1117,12 @@ struct BenchArgs {
     /// gpu::eisenstat_bench::DEFAULT_CASE), ratios to Jacobi-PCG.
     #[arg(long, num_args = 0.., value_name = "MESH")]
     eisenstat: Option<Vec<String>>,
+    /// Instead of the tables above: Jacobi-PCG of a distributed run's GPU
+    /// ranks (one thread rank per GPU) on the NCCL device loop and on the
+    /// host-driven steps, against the one-process multi-GPU device loop, on
+    /// the --multi-strong boxes for the --gpus counts of 2 or more.
+    #[arg(long)]
+    rank_loop: bool,
 }
 
 /// `bench`: see `gpu::bench`.
@@ -1135,6 +1141,26 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             slice_height: args.slice_height,
         };
         let (report, markdown) = crate::gpu::multi_bench::run(&settings)?;
+        print!("{}", crate::gpu::bench::table(&report));
+        println!("\n{markdown}");
+        if args.json {
+            println!("{}", crate::gpu::bench::json(&report));
+        }
+        return Ok(());
+    }
+    if args.rank_loop {
+        let settings = crate::gpu::multi_bench::MultiBenchSettings {
+            gpus: args.gpus,
+            strong: match args.quick {
+                true => vec![64],
+                false => args.multi_strong,
+            },
+            weak: 0,
+            iterations: args.multi_iterations,
+            transport: args.transport,
+            slice_height: args.slice_height,
+        };
+        let (report, markdown) = crate::gpu::rank_loop_bench::run(&settings)?;
         print!("{}", crate::gpu::bench::table(&report));
         println!("\n{markdown}");
         if args.json {

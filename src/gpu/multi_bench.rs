@@ -97,7 +97,9 @@ fn time_device_loop(
     ms
 }
 
-fn time_fixed_counts(
+/// Mean ms per iteration: solves of `warmup` and `warmup + count`
+/// iterations (tolerance 0) from x = 0, the difference over `count`.
+pub(super) fn time_fixed_counts(
     backend: &MultiGpuBackend<'_>,
     b: &MultiVector,
     warmup: usize,
