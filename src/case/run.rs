@@ -1044,31 +1044,27 @@ fn solve_distributed_gpu(
     // collective for a rank that gave up.
     let mut backend =
         MultiGpuBackend::for_rank(gpu, matrix, d, ranks.comm, &options).map_err(device)?;
-    let mut prepare = || -> Result<_, SolveError> {
-        if let Some(block) = blocks {
-            backend.set_preconditioners(matrix, d, |gpu, a_oo| {
-                Ok(match block {
-                    RankBlock::Ic(kind) => {
-                        Box::new(DeviceIncompleteCholesky::new(gpu, a_oo, kind)?)
-                            as Box<dyn DevicePreconditioner>
-                    }
-                    RankBlock::Amg(settings) => {
-                        let m = ModSell::from_csr(a_oo, options.slice_height)
-                            .map_err(SolveError::Device)?;
-                        let fine = DeviceModSell::upload(gpu, &m).map_err(device)?;
-                        let amg = DeviceAmg::new(gpu, Rc::new(fine), &settings).map_err(device)?;
-                        log::debug!("rank block GPU {settings}: {}", amg.describe());
-                        Box::new(amg)
-                    }
-                })
-            })?;
-        }
-        Ok((
-            backend.upload(b).map_err(device)?,
-            backend.upload(x).map_err(device)?,
-        ))
-    };
-    let prepared = prepare();
+    let mut built = Ok(());
+    if let Some(block) = blocks {
+        built = backend.set_preconditioners(matrix, d, |gpu, a_oo| {
+            Ok(match block {
+                RankBlock::Ic(kind) => Box::new(DeviceIncompleteCholesky::new(gpu, a_oo, kind)?)
+                    as Box<dyn DevicePreconditioner>,
+                RankBlock::Amg(settings) => {
+                    let m = ModSell::from_csr(a_oo, options.slice_height)
+                        .map_err(SolveError::Device)?;
+                    let fine = DeviceModSell::upload(gpu, &m).map_err(device)?;
+                    let amg = DeviceAmg::new(gpu, Rc::new(fine), &settings).map_err(device)?;
+                    log::debug!("rank block GPU {settings}: {}", amg.describe());
+                    Box::new(amg)
+                }
+            })
+        });
+    }
+    let prepared = built.and_then(|()| {
+        let b_dev = backend.upload(b).map_err(device)?;
+        Ok((b_dev, backend.upload(x).map_err(device)?))
+    });
     let (b_dev, mut x_dev) = backend.agree(prepared)?;
     let (perf, whole) = backend.solve_agreed(&b_dev, &mut x_dev, &solver.controls, field)?;
     x.copy_from_slice(&whole);
