@@ -160,7 +160,7 @@ fn gpu_ranks_run_the_nccl_device_loop_and_match_the_serial_solve() {
                  {diff:.1e}",
                 cpu.iterations
             );
-            assert!(diff < 1e-8, "{spec} {ranks} ranks: {diff}");
+            assert!(diff < 1e-6, "{spec} {ranks} ranks: {diff}");
             assert!(
                 iterations.abs_diff(cpu.iterations) <= 2,
                 "{spec}: {iterations} vs {}",
