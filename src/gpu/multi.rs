@@ -47,6 +47,15 @@
 //!   A_oo's slice partials plus the boundary rows' p · A_oh p_halo partials
 //!   (`halo_add`; with peers the last block of `peer_halo_add` publishes
 //!   the rank's sum at once).
+//!
+//!   By default ([`MultiGpuOptions::single_reduction`]) the device loop runs
+//!   PCG in its single-reduction form (Chronopoulos & Gear 1989; kernels/
+//!   pcg.cu): u = M r, w = A u and s = A p carried by s = w + β s, so each
+//!   iteration is one vector step, one product and one reduction of Σ|r|,
+//!   r · u and w · u (p · Ap = w · u − β² p · Ap_old), where the
+//!   two-reduction form of `solve::pcg` needs two synchronisations of all
+//!   GPUs. Same bytes per iteration, same `StopRule`, same iterates up to
+//!   rounding; the tests hold it to the CPU solve.
 //! - the host-driven steps (`solve::pcg::iterate_steps`; host staging,
 //!   ranks sharing a device, block-Jacobi device preconditioners, or
 //!   `device_loop: false`): each rank reduces its block partials in the fixed
