@@ -100,8 +100,10 @@ enum Command {
         #[arg(long, value_name = "N")]
         ranks: Option<usize>,
         /// GPUs (device ordinals) of --device gpu: rank r of a distributed run
-        /// uses entry r % count (under mpirun the node-local rank), a serial
-        /// run the first; default every device.
+        /// uses entry r % count (under mpirun the node-local rank); a serial
+        /// run with two or more splits its PCG (Jacobi or none) over them in
+        /// this process (the multi-GPU device loop), other solvers on the
+        /// first; default every device for ranks, the first for a serial run.
         #[arg(long, value_delimiter = ',', value_name = "LIST")]
         gpus: Option<Vec<usize>>,
     },
@@ -293,6 +295,18 @@ fn run(
     let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
     if let Some(ordering) = ordering {
         setup.solver.set_ordering(ordering);
+    }
+    if let Some(list @ [_, _, ..]) = gpus {
+        if device != crate::gpu::DeviceChoice::Gpu {
+            anyhow::bail!("--gpus selects the GPUs of --device gpu; add --device gpu");
+        }
+        let set = case::GpuSet::new(
+            list.iter()
+                .map(|&i| crate::gpu::Gpu::on_device(i))
+                .collect::<Result<_, _>>()?,
+        );
+        case::run_case_with_mesh(&setup, mesh, case::Device::Gpus(&set))?;
+        return Ok(0);
     }
     let gpu = match gpus {
         Some(_) => rank_gpu(device, gpus, 0)?,
@@ -1111,6 +1125,10 @@ struct BenchArgs {
     /// How --multi-gpu moves halos between GPUs.
     #[arg(long, value_enum, default_value_t = crate::gpu::multi::Transport::Auto)]
     transport: crate::gpu::multi::Transport,
+    /// --multi-gpu's device loop runs PCG in its two-reduction form (that
+    /// of the host loop) instead of the single-reduction form.
+    #[arg(long)]
+    multi_two_reductions: bool,
     /// Instead of the tables above: PCG time to solution with Jacobi,
     /// multicolour symGS and symGS by Eisenstat's trick (eisenstatSGS) on
     /// MESHES given here (default: the 8M-cell perturbed tet box,
@@ -1139,6 +1157,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             iterations: args.multi_iterations,
             transport: args.transport,
             slice_height: args.slice_height,
+            single_reduction: !args.multi_two_reductions,
         };
         let (report, markdown) = crate::gpu::multi_bench::run(&settings)?;
         print!("{}", crate::gpu::bench::table(&report));
@@ -1159,6 +1178,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             iterations: args.multi_iterations,
             transport: args.transport,
             slice_height: args.slice_height,
+            single_reduction: !args.multi_two_reductions,
         };
         let (report, markdown) = crate::gpu::rank_loop_bench::run(&settings)?;
         print!("{}", crate::gpu::bench::table(&report));

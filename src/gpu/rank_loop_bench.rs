@@ -141,6 +141,7 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
             let options = MultiGpuOptions {
                 slice_height: settings.slice_height,
                 transport: settings.transport,
+                single_reduction: settings.single_reduction,
                 ..MultiGpuOptions::default()
             };
             let host_options = MultiGpuOptions {

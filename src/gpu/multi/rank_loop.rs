@@ -16,9 +16,9 @@
 //!   all-reduces, as [`MultiGpuBackend::new`] has); a rank keeps them on
 //!   its thread for the next solve when every rank kept its own (one more
 //!   `comm.sum`), since `ncclCommInitRank` takes a good part of a second.
-//!   Each chunk of
-//!   `check_interval` iterations is the rank's `RankChunk::run` on the
-//!   calling thread: no host round trip inside a chunk, records read once
+//!   Each chunk of `check_interval` iterations is the rank's
+//!   `RankChunk::run` (or `run_single`, the default single-reduction form)
+//!   on the calling thread: no host round trip inside a chunk, records read once
 //!   per chunk.
 //! - the host-driven steps otherwise (ranks sharing a device, no NCCL, block
 //!   preconditioners, `--transport host`): the packed halo goes through
@@ -167,6 +167,8 @@ impl<'g> MultiGpuBackend<'g> {
             );
             return Ok(());
         }
+        // Peer stores need the ranks in one process (`MultiGpuBackend::new`):
+        // `Peer` takes NCCL here, as `Auto` does.
         if options.transport == Transport::Host {
             log_loop(comm, host("transport host"));
             return Ok(());
@@ -195,7 +197,7 @@ impl<'g> MultiGpuBackend<'g> {
                 );
                 Ok(())
             }
-            Err(e) if options.transport == Transport::Auto => {
+            Err(e) if options.transport != Transport::Nccl => {
                 log::warn!("NCCL between the GPU ranks failed to start ({e}); halos and sums go through the host");
                 log_loop(comm, host("NCCL failed to start"));
                 Ok(())
@@ -399,7 +401,7 @@ impl<'g> MultiGpuBackend<'g> {
         }
     }
 
-    /// This rank's `RankChunk::run` on the calling thread.
+    /// This rank's `RankChunk::run` (or `run_single`) on the calling thread.
     fn run_rank_chunk(
         &self,
         peers: &Peers,
@@ -415,7 +417,10 @@ impl<'g> MultiGpuBackend<'g> {
         let mut buffers = r.device.borrow_mut();
         let send_buf = r.send_buf.borrow();
         let chunk = self.rank_chunk(0, exchange, &mut halo, &mut buffers, &send_buf, v)?;
-        chunk.run(&host_state, count)
+        match chunk.single {
+            true => chunk.run_single(&host_state, count),
+            false => chunk.run(&host_state, count),
+        }
     }
 
     /// `outcome` (of the set-up between `for_rank` and the solve, e.g. block
