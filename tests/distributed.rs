@@ -7,7 +7,7 @@
 //! the serial answer, with their iteration counts printed.
 
 use fvpoisson::gpu::bench::poisson_system;
-use fvpoisson::parallel::threads::run_threads;
+use fvpoisson::parallel::threads::{run_threads, run_threads_within};
 use fvpoisson::parallel::{gather_global, Communicator, SingleProcess};
 use fvpoisson::solve::amg::{solve_amg, AmgSettings};
 use fvpoisson::solve::distributed::{
@@ -17,6 +17,7 @@ use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolveError
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector};
 use fvpoisson::sparse::Csr;
+use std::time::Duration;
 
 /// Solves on `ranks` thread ranks (METIS) and returns (global x, iterations)
 /// as every rank sees it (all ranks must agree bit for bit).
@@ -271,20 +272,6 @@ fn one_rank_through_the_single_process_communicator_is_the_serial_solve() {
     assert!(max_diff(&x, &serial) <= 1e-12 * serial.iter().fold(1.0f64, |m, v| m.max(v.abs())));
 }
 
-/// `body` on `n` thread ranks; a rank that waits forever for another fails
-/// the test after 20 s instead of hanging it.
-fn within_seconds<T: Send + 'static>(
-    n: usize,
-    body: impl Fn(&fvpoisson::parallel::threads::ThreadRank) -> T + Send + Sync + 'static,
-) -> Vec<T> {
-    let (done, wait) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(run_threads(n, body));
-    });
-    wait.recv_timeout(std::time::Duration::from_secs(20))
-        .expect("the ranks hung: no result within 20 s")
-}
-
 #[test]
 fn a_failure_on_one_rank_is_an_error_on_every_rank() {
     // Rank 1's block gets a NaN right-hand side, or a negative diagonal entry
@@ -298,7 +285,7 @@ fn a_failure_on_one_rank_is_an_error_on_every_rank() {
         (false, PreconditionerKind::Dic),
     ] {
         let (a, b, d) = (a.clone(), b.clone(), d.clone());
-        let errors = within_seconds(3, move |comm| {
+        let errors = run_threads_within(3, Duration::from_secs(20), move |comm| {
             let mut local = d.local(&a, comm.rank()).unwrap();
             let mut bl = local.scatter(&b);
             if comm.rank() == 1 {
@@ -322,7 +309,8 @@ fn a_failure_on_one_rank_is_an_error_on_every_rank() {
                 "p",
             )
             .unwrap_err()
-        });
+        })
+        .unwrap();
         if nan_b {
             assert!(
                 matches!(errors[1], SolveError::NonFinite { .. }),

@@ -8,14 +8,13 @@
 //! `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1);
 //! the NCCL runs need two or more devices.
 
-use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::multi::{nccl_available, release_kept_comms, MultiGpuBackend, MultiGpuOptions};
 use fvpoisson::gpu::{test_device, Gpu};
-use fvpoisson::parallel::threads::{run_threads, ThreadRank};
+use fvpoisson::parallel::threads::run_threads_within;
 use fvpoisson::parallel::Communicator;
 use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::distribute::Decomposition;
@@ -29,23 +28,6 @@ fn random_vector(n: usize, seed: u64) -> Vec<f64> {
 
 fn controls() -> SolverControls {
     SolverControls::absolute(1e-10, 2000)
-}
-
-/// `body` on `n` thread ranks; a hang fails the test after `limit`.
-fn within<T: Send + 'static>(
-    limit: Duration,
-    n: usize,
-    body: impl Fn(&ThreadRank) -> T + Send + Sync + 'static,
-) -> Vec<T> {
-    let (done, wait) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(run_threads(n, body));
-    });
-    match wait.recv_timeout(limit) {
-        Ok(results) => results,
-        Err(RecvTimeoutError::Timeout) => panic!("{n} ranks hung: no result within {limit:?}"),
-        Err(RecvTimeoutError::Disconnected) => panic!("a rank panicked (its message is above)"),
-    }
 }
 
 /// What one rank saw: the loop its PCG ran and the solve's outcome (the
@@ -66,7 +48,7 @@ fn solve_on_ranks(
     fail: Option<(usize, usize)>,
 ) -> Vec<RankResult> {
     let (a, d, b) = (Arc::clone(a), Arc::clone(d), Arc::clone(b));
-    within(Duration::from_secs(120), d.n_ranks(), move |comm| {
+    run_threads_within(d.n_ranks(), Duration::from_secs(120), move |comm| {
         let gpu = Gpu::on_device(devices[comm.rank() % devices.len()]).unwrap();
         let solve = || -> RankResult {
             let backend = MultiGpuBackend::for_rank(&gpu, &a, &d, comm, &options).unwrap();
@@ -99,6 +81,7 @@ fn solve_on_ranks(
         release_kept_comms();
         first
     })
+    .unwrap()
 }
 
 /// The loop `ranks` thread ranks on `devices` (ordinals, rank r on entry

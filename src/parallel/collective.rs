@@ -174,22 +174,16 @@ pub fn join_failed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parallel::threads::run_threads;
+    use crate::parallel::threads::run_threads_within;
     use crate::sparse::distribute::Decomposition;
     use crate::sparse::testing::grid_laplacian;
 
-    /// Runs `body` on `n` thread ranks, failing the test (instead of hanging
-    /// it) when they do not all return within 20 s.
-    pub(crate) fn within_seconds<T: Send + 'static>(
+    /// `body` on `n` thread ranks; a hang fails the test after 20 s.
+    fn within_seconds<T: Send + 'static>(
         n: usize,
         body: impl Fn(&crate::parallel::threads::ThreadRank) -> T + Send + Sync + 'static,
     ) -> Vec<T> {
-        let (done, wait) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = done.send(run_threads(n, body));
-        });
-        wait.recv_timeout(std::time::Duration::from_secs(20))
-            .expect("the ranks hung (no result within 20 s)")
+        run_threads_within(n, std::time::Duration::from_secs(20), body).unwrap()
     }
 
     #[test]

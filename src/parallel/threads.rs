@@ -88,6 +88,26 @@ pub fn run_threads<T: Send>(n: usize, body: impl Fn(&ThreadRank) -> T + Sync) ->
     })
 }
 
+/// [`run_threads`] on a thread of its own, waited for at most `limit`: a
+/// hang (a rank waiting forever for another) or a panic becomes an error
+/// instead of blocking the caller (the tests of failing ranks); ranks left
+/// hanging are abandoned.
+pub fn run_threads_within<T: Send + 'static>(
+    n: usize,
+    limit: std::time::Duration,
+    body: impl Fn(&ThreadRank) -> T + Send + Sync + 'static,
+) -> Result<Vec<T>, String> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let (done, wait) = channel();
+    std::thread::spawn(move || {
+        let _ = done.send(run_threads(n, body));
+    });
+    wait.recv_timeout(limit).map_err(|e| match e {
+        RecvTimeoutError::Timeout => format!("{n} ranks hung: no result within {limit:?}"),
+        RecvTimeoutError::Disconnected => "a rank panicked (its message is above)".into(),
+    })
+}
+
 impl Communicator for ThreadRank {
     fn rank(&self) -> usize {
         self.rank
@@ -167,5 +187,21 @@ mod tests {
             assert_eq!(v[1], 6.0);
         }
         assert_eq!(run_threads(1, |c| c.size()), vec![1]);
+    }
+
+    #[test]
+    fn hung_or_panicking_ranks_become_errors_in_time() {
+        use std::time::Duration;
+        let slow = run_threads_within(2, Duration::from_millis(50), |_| {
+            std::thread::sleep(Duration::from_secs(2))
+        });
+        assert!(slow.unwrap_err().contains("2 ranks hung"));
+        // Rank 1 returns without joining rank 0's sum: rank 0's receive fails.
+        let gone = run_threads_within(2, Duration::from_secs(20), |c| {
+            if c.rank() == 0 {
+                c.sum(&mut [1.0]);
+            }
+        });
+        assert!(gone.unwrap_err().contains("panicked"));
     }
 }
