@@ -303,13 +303,14 @@ impl<'g> MultiGpuBackend<'g> {
         self.reduce_comms = Some(vec![reduce]);
     }
 
-    /// Which loop PCG's iterations run: "NCCL device loop", "device loop"
-    /// (one GPU, or one rank) or "host-driven steps".
+    /// Which loop PCG's iterations run: "NCCL device loop", "peer device
+    /// loop", "device loop" (one rank) or "host-driven steps".
     pub fn pcg_loop(&self) -> &'static str {
-        match (self.device_loop(), self.reduce_comms.is_some()) {
-            (true, true) => "NCCL device loop",
-            (true, false) => "device loop",
+        match (self.device_loop(), self.transport) {
             (false, _) => "host-driven steps",
+            (true, _) if self.reduce_comms.is_some() => "NCCL device loop",
+            (true, Transport::Peer) => "peer device loop",
+            (true, _) => "device loop",
         }
     }
 
