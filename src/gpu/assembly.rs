@@ -1056,9 +1056,9 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_vector(gamma, "gamma")?;
         self.check_faces(phi_pre)?;
         self.check_faces(phi)?;
-        let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
+        let (g, w) = (&self.geometry, &self.work);
         let corrected = self.schemes.sn_grad.is_corrected();
-        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
+        let n_faces = self.n_faces as i32;
         self.gpu.launch(
             "asm_subtract_flux",
             vector_grid(self.n_faces),
@@ -1073,24 +1073,7 @@ impl<'g> DeviceLaplacian<'g> {
                 a.arg(p).arg(phi_pre).arg(phi);
             },
         )?;
-        self.gpu.launch(
-            "asm_subtract_boundary_flux",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&dm.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(&g.b_mag_sf)
-                    .arg(&v.b_gradient_internal)
-                    .arg(&v.b_gradient_boundary)
-                    .arg(gamma)
-                    .arg(p)
-                    .arg(phi_pre)
-                    .arg(phi);
-            },
-        )
+        self.boundary_flux(gamma, p, phi_pre, phi, true)
     }
 
     /// The device arrays of the assembly (read-only), for kernels that walk
@@ -1137,8 +1120,8 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_vector(p, "field")?;
         self.check_vector(c, "coefficient")?;
         self.check_faces(phi)?;
-        let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
-        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
+        let g = &self.geometry;
+        let n_faces = self.n_faces as i32;
         self.gpu.launch(
             "asm_add_gradient_flux",
             vector_grid(self.n_faces),
@@ -1156,8 +1139,24 @@ impl<'g> DeviceLaplacian<'g> {
                     .arg(phi);
             },
         )?;
+        self.boundary_flux(c, p, phi, phi, false)
+    }
+
+    /// The boundary faces' part of [`Self::subtract_flux`] (`subtract`:
+    /// φ_b = base_b − c_P|S_b| snGrad p) and [`Self::add_gradient_flux`]
+    /// (φ_b = base_b + c_P|S_b| snGrad p, base = φ).
+    fn boundary_flux(
+        &self,
+        c: &CudaSlice<f64>,
+        p: &CudaSlice<f64>,
+        base: &CudaSlice<f64>,
+        phi: &CudaSlice<f64>,
+        subtract: bool,
+    ) -> Result<(), GpuError> {
+        let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
+        let (n, n_faces, subtract) = (self.n as i32, self.n_faces as i32, subtract as i32);
         self.gpu.launch(
-            "asm_add_boundary_gradient_flux",
+            "asm_boundary_flux",
             vector_grid(self.n),
             VECTOR_BLOCK,
             0,
@@ -1170,7 +1169,9 @@ impl<'g> DeviceLaplacian<'g> {
                     .arg(&v.b_gradient_boundary)
                     .arg(c)
                     .arg(p)
-                    .arg(phi);
+                    .arg(base)
+                    .arg(phi)
+                    .arg(&subtract);
             },
         )
     }
