@@ -85,15 +85,12 @@ impl<'g> DeviceIlu<'g> {
         let gpu = self.gpu;
         let tiny = gpu.upload(tiny).map_err(device)?;
         let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
-        let fw = &self.forward;
-        fw.each(|count, first, grid| {
-            gpu.launch("ilu_factor", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&count).arg(&first).arg(fw.rows());
+        self.forward
+            .launch_each(gpu, "ilu_factor", |a| {
                 a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
                 a.arg(&tiny).arg(&self.lu).arg(&failed);
             })
-        })
-        .map_err(device)?;
+            .map_err(device)?;
         let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
         if failed_row <= self.n {
             let row = failed_row - 1;
@@ -120,22 +117,15 @@ impl<'g> DeviceIlu<'g> {
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
-        let (fw, bw) = (&self.forward, &self.backward);
-        fw.each(|count, first, grid| {
-            gpu.launch("ilu_forward", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&count).arg(&first).arg(fw.rows());
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
-                a.arg(&self.lu).arg(r).arg(z);
-                arg_or_null(a, done);
-            })
+        self.forward.launch_each(gpu, "ilu_forward", |a| {
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&self.lu).arg(r).arg(z);
+            arg_or_null(a, done);
         })?;
-        bw.each(|count, first, grid| {
-            gpu.launch("ilu_backward", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&count).arg(&first).arg(bw.rows());
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
-                a.arg(&self.lu).arg(z);
-                arg_or_null(a, done);
-            })
+        self.backward.launch_each(gpu, "ilu_backward", |a| {
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&self.lu).arg(z);
+            arg_or_null(a, done);
         })
     }
 }
