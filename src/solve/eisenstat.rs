@@ -297,13 +297,9 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
         g: &mut g,
     };
     let (norms, mut r_z) = backend.initialize(b, &mut v)?;
-    let norm_factor = norms.norm_factor;
-    let initial = norms.residual_sum / norm_factor;
-    check_residual(initial, 0)?;
-    let mut perf = SolverPerformance::starting_at(initial, controls);
-    let wanted = controls.min_iter > 0 || !perf.converged;
-    let limit = controls.max_iter.max(controls.min_iter);
-    if wanted && limit > 0 {
+    let (mut perf, limit) = norms.start(controls)?;
+    let (initial, norm_factor) = (perf.initial_residual, norms.norm_factor);
+    if let Some(limit) = limit {
         let rule = StopRule {
             controls: *controls,
             initial,

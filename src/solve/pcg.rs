@@ -128,6 +128,24 @@ pub struct InitialNorms {
     pub norm_factor: f64,
 }
 
+impl InitialNorms {
+    /// The start of a solver loop: the performance before the first
+    /// iteration (its initial residual Σ|r| / normFactor, an error if not
+    /// finite), and the iteration limit max(maxIter, minIter) when the loop
+    /// runs at all (minIter > 0 or not converged, and a limit above 0).
+    pub(crate) fn start(
+        &self,
+        controls: &SolverControls,
+    ) -> Result<(SolverPerformance, Option<usize>), SolveError> {
+        let initial = self.residual_sum / self.norm_factor;
+        check_residual(initial, 0)?;
+        let perf = SolverPerformance::starting_at(initial, controls);
+        let limit = controls.max_iter.max(controls.min_iter);
+        let runs = (controls.min_iter > 0 || !perf.converged) && limit > 0;
+        Ok((perf, runs.then_some(limit)))
+    }
+}
+
 /// The fused steps of PCG, implemented by each executor on vectors it owns
 /// (host memory for the CPU, device memory for a GPU). Reductions must be
 /// deterministic: same bits run to run.
@@ -348,13 +366,9 @@ pub fn pcg<B: CgBackend>(
     let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let norm_factor = norms.norm_factor;
-    let initial = norms.residual_sum / norm_factor;
-    check_residual(initial, 0)?;
-    let mut perf = SolverPerformance::starting_at(initial, controls);
-    let wanted = controls.min_iter > 0 || !perf.converged;
-    let limit = controls.max_iter.max(controls.min_iter);
-    if wanted && limit > 0 {
+    let (mut perf, limit) = norms.start(controls)?;
+    let (initial, norm_factor) = (perf.initial_residual, norms.norm_factor);
+    if let Some(limit) = limit {
         let rule = StopRule {
             controls: *controls,
             initial,
