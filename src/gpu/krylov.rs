@@ -21,7 +21,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
 pub use super::smooth::DevicePreconditioner;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
+use super::pcg::{FirstFailure, GpuSolveOptions, GpuSolver, GpuVector};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::cpu::{check_inputs, openfoam_row_sums};
@@ -123,7 +123,7 @@ pub struct GpuKrylovBackend<'g> {
     row_sums: CudaSlice<f64>,
     precond: Box<dyn DevicePreconditioner + 'g>,
     scratch: RefCell<Scratch>,
-    failure: RefCell<Option<GpuError>>,
+    failure: FirstFailure,
 }
 
 fn device(e: GpuError) -> SolveError {
@@ -201,7 +201,7 @@ impl<'g> GpuKrylovBackend<'g> {
             matrix,
             precond,
             scratch: RefCell::new(scratch),
-            failure: RefCell::new(None),
+            failure: FirstFailure::default(),
         })
     }
 
@@ -220,17 +220,6 @@ impl<'g> GpuKrylovBackend<'g> {
     }
     pub fn download(&self, v: &GpuVector) -> Result<Vec<f64>, GpuError> {
         self.gpu.download(v.dev()?)
-    }
-
-    /// Runs `work` unless an earlier call failed; records its error.
-    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
-        if self.failure.borrow().is_some() {
-            return fallback;
-        }
-        work().unwrap_or_else(|e| {
-            *self.failure.borrow_mut() = Some(e);
-            fallback
-        })
     }
 
     fn n32(&self) -> i32 {
@@ -294,7 +283,9 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn new_vector(&self) -> GpuVector {
-        let fresh = self.guarded(None, || self.gpu.zeros(self.matrix.n).map(Some));
+        let fresh = self
+            .failure
+            .guarded(None, || self.gpu.zeros(self.matrix.n).map(Some));
         fresh.map_or_else(GpuVector::missing, GpuVector::from)
     }
 
@@ -303,7 +294,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
             residual_sum: f64::NAN,
             norm_factor: f64::NAN,
         };
-        self.guarded(nan, || {
+        self.failure.guarded(nan, || {
             let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
             let s = self.scratch.borrow();
             let (n, grid) = (self.n32(), self.grid());
@@ -332,7 +323,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn residual(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> (f64, f64) {
-        self.guarded((f64::NAN, f64::NAN), || {
+        self.failure.guarded((f64::NAN, f64::NAN), || {
             let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
             let s = self.scratch.borrow();
             let n = self.n32();
@@ -345,7 +336,8 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn precondition(&self, v: &GpuVector, z: &mut GpuVector) {
-        self.guarded((), || self.precond.apply(v.dev()?, z.dev()?))
+        self.failure
+            .guarded((), || self.precond.apply(v.dev()?, z.dev()?))
     }
 
     fn apply_operator(
@@ -354,7 +346,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         y: &mut GpuVector,
         w: Option<&GpuVector>,
     ) -> (f64, f64) {
-        self.guarded((f64::NAN, f64::NAN), || {
+        self.failure.guarded((f64::NAN, f64::NAN), || {
             let (v, y) = (v.dev()?, y.dev()?);
             let w = w.map(GpuVector::dev).transpose()?;
             let s = self.scratch.borrow();
@@ -370,7 +362,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (a, b) = (a.dev()?, b.dev()?);
             let s = self.scratch.borrow();
             let n = self.n32();
@@ -383,7 +375,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn scale(&self, alpha: f64, x: &GpuVector, y: &mut GpuVector) {
-        self.guarded((), || {
+        self.failure.guarded((), || {
             let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
             self.gpu
                 .launch("kr_scale", self.grid(), VECTOR_BLOCK, 0, |a| {
@@ -393,7 +385,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn axpy_dot(&self, alpha: f64, x: &GpuVector, y: &mut GpuVector, w: Option<&GpuVector>) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
             let w = w.map(GpuVector::dev).transpose()?;
             let s = self.scratch.borrow();
@@ -408,7 +400,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn multi_dot(&self, vs: &[&GpuVector], w: &GpuVector) -> Vec<f64> {
-        self.guarded(vec![f64::NAN; vs.len()], || {
+        self.failure.guarded(vec![f64::NAN; vs.len()], || {
             let (w, n, grid) = (w.dev()?, self.n32(), self.grid());
             let mut out = Vec::with_capacity(vs.len());
             for batch in vs.chunks(KR_BATCH) {
@@ -427,7 +419,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
 
     fn multi_axpy(&self, c: &[f64], vs: &[&GpuVector], y: &mut GpuVector) -> f64 {
         assert_eq!(c.len(), vs.len(), "multi_axpy: coefficients");
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (y, n, grid) = (y.dev()?, self.n32(), self.grid());
             let mut yy = f64::NAN;
             if vs.is_empty() {
@@ -466,7 +458,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         v: &GpuVector,
         p: &mut GpuVector,
     ) {
-        self.guarded((), || {
+        self.failure.guarded((), || {
             let (r, v, p, n) = (r.dev()?, v.dev()?, p.dev()?, self.n32());
             self.gpu
                 .launch("kr_bicg_direction", self.grid(), VECTOR_BLOCK, 0, |a| {
@@ -476,7 +468,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn bicg_half(&self, alpha: f64, r: &GpuVector, v: &GpuVector, s_out: &mut GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (r, v, so, n) = (r.dev()?, v.dev()?, s_out.dev()?, self.n32());
             let s = self.scratch.borrow();
             self.gpu
@@ -499,7 +491,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         x: &mut GpuVector,
         r: &mut GpuVector,
     ) -> (f64, f64) {
-        self.guarded((f64::NAN, f64::NAN), || {
+        self.failure.guarded((f64::NAN, f64::NAN), || {
             let (y, z, sv, t, r0) = (y.dev()?, z.dev()?, s_vec.dev()?, t.dev()?, r0.dev()?);
             let (x, r, n) = (x.dev()?, r.dev()?, self.n32());
             let s = self.scratch.borrow();
@@ -523,10 +515,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
-        match &*self.failure.borrow() {
-            Some(e) => Err(SolveError::Device(e.to_string())),
-            None => Ok(()),
-        }
+        self.failure.status()
     }
 }
 

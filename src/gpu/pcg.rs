@@ -200,7 +200,7 @@ pub struct GpuCgBackend<'g> {
     pool: RefCell<Vec<Rc<CudaSlice<f64>>>>,
     graph: RefCell<Option<ChunkGraph>>,
     graph_captures: Cell<usize>,
-    failure: RefCell<Option<GpuError>>,
+    failure: FirstFailure,
 }
 
 impl<'g> GpuCgBackend<'g> {
@@ -304,7 +304,7 @@ impl<'g> GpuCgBackend<'g> {
             pool: RefCell::new(Vec::new()),
             graph: RefCell::new(None),
             graph_captures: Cell::new(0),
-            failure: RefCell::new(None),
+            failure: FirstFailure::default(),
         };
         backend.set_launch_mode(options.launches);
         Ok(backend)
@@ -405,17 +405,6 @@ impl<'g> GpuCgBackend<'g> {
             )));
         }
         self.gpu.write(host, dev)
-    }
-
-    /// Runs `work` unless an earlier call failed; records its error.
-    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
-        if self.failure.borrow().is_some() {
-            return fallback;
-        }
-        work().unwrap_or_else(|e| {
-            *self.failure.borrow_mut() = Some(e);
-            fallback
-        })
     }
 
     fn n32(&self) -> i32 {
@@ -739,7 +728,7 @@ impl CgBackend for GpuCgBackend<'_> {
     /// A zero vector, a freed one of the pool when there is one (none after a
     /// device failure, reported by `device_status`).
     fn new_vector(&self) -> GpuVector {
-        GpuVector(self.guarded(None, || {
+        GpuVector(self.failure.guarded(None, || {
             let mut pool = self.pool.borrow_mut();
             for slot in pool.iter_mut() {
                 if let Some(free) = Rc::get_mut(slot) {
@@ -758,7 +747,7 @@ impl CgBackend for GpuCgBackend<'_> {
             residual_sum: f64::NAN,
             norm_factor: f64::NAN,
         };
-        self.guarded(nan, || {
+        self.failure.guarded(nan, || {
             let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
             let s = self.scratch.borrow();
             let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
@@ -800,12 +789,12 @@ impl CgBackend for GpuCgBackend<'_> {
 
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         if let Some(p) = &self.preconditioner {
-            return self.guarded(f64::NAN, || {
+            return self.failure.guarded(f64::NAN, || {
                 p.apply(r.dev()?, z.dev()?)?;
                 self.dot(r.dev()?, z.dev()?)
             });
         }
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
             self.launch_precondition(r.dev()?, Some(z.dev()?), false, None, &s, None)?;
             let m = vector_grid(self.matrix.n) as usize;
@@ -815,11 +804,14 @@ impl CgBackend for GpuCgBackend<'_> {
 
     fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {
         let p = self.preconditioner.as_ref()?;
-        (!p.is_linear()).then(|| self.guarded(f64::NAN, || self.dot(z.dev()?, q.dev()?)))
+        (!p.is_linear()).then(|| {
+            self.failure
+                .guarded(f64::NAN, || self.dot(z.dev()?, q.dev()?))
+        })
     }
 
     fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
-        self.guarded((), || {
+        self.failure.guarded((), || {
             let (n, z, p) = (self.n32(), z.dev()?, p.dev()?);
             self.gpu.launch(
                 "cg_direction",
@@ -834,7 +826,7 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 
     fn apply_operator(&self, p: &GpuVector, q: &mut GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
             self.launch_operator(p.dev()?, q.dev()?, &s, None)?;
             Ok(self.reduce(&s, &s.slice_partials, self.matrix.n_slices(), 1)?[0])
@@ -849,7 +841,7 @@ impl CgBackend for GpuCgBackend<'_> {
         x: &mut GpuVector,
         r: &mut GpuVector,
     ) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             self.gpu
                 .write(&[alpha, 0.0], &mut self.scratch.borrow_mut().scalars)?;
             let s = self.scratch.borrow();
@@ -867,14 +859,12 @@ impl CgBackend for GpuCgBackend<'_> {
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
         let count = count.min(self.check_interval);
-        self.guarded(Vec::new(), || self.run_chunk(rule, state, count, &v))
+        self.failure
+            .guarded(Vec::new(), || self.run_chunk(rule, state, count, &v))
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
-        match &*self.failure.borrow() {
-            Some(e) => Err(SolveError::Device(e.to_string())),
-            None => Ok(()),
-        }
+        self.failure.status()
     }
 }
 
@@ -953,6 +943,33 @@ impl ScaledSystem {
             (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
             (Some(e), None) => Some(Cow::Borrowed(e)),
             (None, _) => None,
+        }
+    }
+}
+
+/// The first device error of a backend whose trait methods return none
+/// (`CgBackend`, `KrylovBackend`): later work is skipped, and
+/// `device_status` reports it.
+#[derive(Default)]
+pub(crate) struct FirstFailure(RefCell<Option<GpuError>>);
+
+impl FirstFailure {
+    /// Runs `work` unless an earlier call failed; records its error.
+    pub(crate) fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
+        if self.0.borrow().is_some() {
+            return fallback;
+        }
+        work().unwrap_or_else(|e| {
+            *self.0.borrow_mut() = Some(e);
+            fallback
+        })
+    }
+
+    /// The recorded error, if any, as a solve error.
+    pub(crate) fn status(&self) -> Result<(), SolveError> {
+        match &*self.0.borrow() {
+            Some(e) => Err(SolveError::Device(e.to_string())),
+            None => Ok(()),
         }
     }
 }
