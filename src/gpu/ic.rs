@@ -98,6 +98,22 @@ impl DeviceLevels {
     }
 }
 
+/// z = w widened to f64 over the n rows (`ic_widen`, gated): the end of the
+/// mixed-precision sweeps, which run on an f32 iterate w.
+pub(super) fn widen(
+    gpu: &Gpu,
+    n: usize,
+    w: &CudaSlice<f32>,
+    z: &CudaSlice<f64>,
+    done: Option<&CudaSlice<f64>>,
+) -> Result<(), GpuError> {
+    let n32 = n as i32;
+    gpu.launch("ic_widen", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(w).arg(z);
+        arg_or_null(a, done);
+    })
+}
+
 /// DIC or IC(0) of a matrix on the device, factorised there.
 pub struct DeviceIncompleteCholesky<'g> {
     gpu: &'g Gpu,
@@ -347,12 +363,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             &mx.w,
             done,
         )?;
-        let n = self.n as i32;
-        self.gpu
-            .launch("ic_widen", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&mx.w).arg(z);
-                arg_or_null(a, done);
-            })
+        widen(self.gpu, self.n, &mx.w, z, done)
     }
 
     /// The forward then backward sweep, one launch per level, with the

@@ -26,7 +26,7 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
-use super::ic::{DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::ic::{widen, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
@@ -708,10 +708,7 @@ impl DeviceSmoother<'_> {
             })?;
         }
         let last = &xs[(sweeps.max(1) - 1) % 2];
-        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(last).arg(x);
-            arg_or_null(a, done);
-        })
+        widen(gpu, m.n, last, x, done)
     }
 
     /// Mixed-precision block Jacobi from zero (`smooth_block_f32`):
@@ -757,10 +754,7 @@ impl DeviceSmoother<'_> {
             true => &xs[0],
             false => &xs[(sweeps - 1) % 2],
         };
-        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(last).arg(x);
-            arg_or_null(a, done);
-        })
+        widen(gpu, m.n, last, x, done)
     }
 
     /// Mixed-precision multicolour Gauss–Seidel from zero
@@ -803,10 +797,7 @@ impl DeviceSmoother<'_> {
                 )?;
             }
         }
-        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(w).arg(x);
-            arg_or_null(a, done);
-        })
+        widen(gpu, m.n, w, x, done)
     }
 }
 
