@@ -38,7 +38,7 @@
 use rayon::prelude::*;
 
 use super::cpu::{check_system, CpuBackend};
-use super::pcg::{check_residual, StopReason, DIVERGENCE_FACTOR};
+use super::pcg::StopReason;
 use super::precond::{Identity, Triangles};
 use super::reduce::{ordered_sum, CHUNK};
 use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance, StopRule};
@@ -276,6 +276,7 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
     check: ResidualCheck,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    const NAME: &str = "PCG (Eisenstat SGS)";
     controls.validate()?;
     let (mut r, mut rho, mut p) = (
         backend.new_vector()?,
@@ -380,32 +381,16 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
                     (previous_estimate, estimate) = (f64::NAN, residual_sum / norm_factor);
                 }
                 let residual = residual_sum / norm_factor;
-                let stop = rule.after_update(iteration, residual, best);
-                check_residual(residual, iteration)?;
-                log::debug!(
-                    "PCG (Eisenstat SGS): {field} iteration {iteration}, residual = {residual:e}"
-                );
-                perf.iterations = iteration;
-                perf.final_residual = residual;
-                perf.history.push(residual);
-                best = best.min(residual);
-                if stop == Some(StopReason::Diverged) {
-                    return Err(SolveError::Diverged {
-                        iteration,
-                        residual,
-                        best,
-                        factor: DIVERGENCE_FACTOR,
-                    });
-                }
-                perf.converged = controls.converged(initial, residual);
-                if stop.is_some() {
+                let stop;
+                (stop, best) = rule.record(&mut perf, iteration, residual, best, NAME, field)?;
+                if stop {
                     break 'solve;
                 }
                 (r_z_old, r_z, last) = (r_z, rho_rho, residual);
             }
         }
     }
-    perf.log("PCG (Eisenstat SGS)", "iterations", field, controls);
+    perf.log(NAME, "iterations", field, controls);
     Ok(perf)
 }
 

@@ -9,6 +9,7 @@
 //! Polak–Ribière form, replaces OpenFOAM's Fletcher–Reeves β = (r·z)_{k+1}/(r·z)_k.
 //! For a symmetric linear preconditioner both are equal in exact arithmetic.
 
+use super::krylov::record;
 use super::SolveError;
 use crate::foam::write::format_g;
 
@@ -350,6 +351,35 @@ impl StopRule {
             None
         }
     }
+
+    /// The end of iteration `iteration` of `solver`'s loop (`best`: the best
+    /// residual before it): the residual checked finite, logged and
+    /// recorded in `perf`, an error if it diverged. Returns whether the loop
+    /// stops, and the best residual now.
+    pub(crate) fn record(
+        &self,
+        perf: &mut SolverPerformance,
+        iteration: usize,
+        residual: f64,
+        best: f64,
+        solver: &str,
+        field: &str,
+    ) -> Result<(bool, f64), SolveError> {
+        let stop = self.after_update(iteration, residual, best);
+        check_residual(residual, iteration)?;
+        log::debug!("{solver}: {field} iteration {iteration}, residual = {residual:e}");
+        record(perf, &self.controls, self.initial, iteration, residual);
+        let best = best.min(residual);
+        if stop == Some(StopReason::Diverged) {
+            return Err(SolveError::Diverged {
+                iteration,
+                residual,
+                best,
+                factor: DIVERGENCE_FACTOR,
+            });
+        }
+        Ok((stop.is_some(), best))
+    }
 }
 
 /// Solves A x = b by PCG from the initial guess in `x`, OpenFOAM's `PCG::solve`
@@ -414,23 +444,9 @@ pub fn pcg<B: CgBackend>(
                     });
                 }
                 let residual = record.residual;
-                let stop = rule.after_update(iteration, residual, state.best);
-                check_residual(residual, iteration)?;
-                log::debug!("PCG: {field} iteration {iteration}, residual = {residual:e}");
-                perf.iterations = iteration;
-                perf.final_residual = residual;
-                perf.history.push(residual);
-                let best = state.best.min(residual);
-                if stop == Some(StopReason::Diverged) {
-                    return Err(SolveError::Diverged {
-                        iteration,
-                        residual,
-                        best,
-                        factor: DIVERGENCE_FACTOR,
-                    });
-                }
-                perf.converged = controls.converged(initial, residual);
-                if stop.is_some() {
+                let (stop, best) =
+                    rule.record(&mut perf, iteration, residual, state.best, "PCG", field)?;
+                if stop {
                     break 'solve;
                 }
                 state = LoopState {
