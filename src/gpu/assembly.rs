@@ -35,7 +35,7 @@
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
@@ -816,22 +816,13 @@ impl<'g> DeviceLaplacian<'g> {
                 _ => -1.0,
             };
             let n_faces = self.n_faces as i32;
-            gpu.launch(
-                "asm_correction_flux",
-                vector_grid(self.n_faces),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n_faces)
-                        .arg(&g.face_owner)
-                        .arg(&g.face_neighbour)
-                        .arg(&g.weights);
-                    arg_or_null(a, g.k.as_ref());
-                    arg_or_null(a, w.gamma_mag_sf.as_ref());
-                    a.arg(&w.grad).arg(&psi).arg(&g.delta_coeffs).arg(p);
-                    arg_or_null(a, w.flux.as_ref());
-                },
-            )?;
+            self.launch_faces("asm_correction_flux", &n_faces, |a| {
+                a.arg(&g.weights);
+                arg_or_null(a, g.k.as_ref());
+                arg_or_null(a, w.gamma_mag_sf.as_ref());
+                a.arg(&w.grad).arg(&psi).arg(&g.delta_coeffs).arg(p);
+                arg_or_null(a, w.flux.as_ref());
+            })?;
         }
         let m = self.matrix()?;
         let (v, dm) = (&self.values, &self.device_map);
@@ -1056,23 +1047,14 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_vector(gamma, "gamma")?;
         self.check_faces(phi_pre)?;
         self.check_faces(phi)?;
-        let (g, w) = (&self.geometry, &self.work);
+        let w = &self.work;
         let corrected = self.schemes.sn_grad.is_corrected();
         let n_faces = self.n_faces as i32;
-        self.gpu.launch(
-            "asm_subtract_flux",
-            vector_grid(self.n_faces),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_faces)
-                    .arg(&g.face_owner)
-                    .arg(&g.face_neighbour)
-                    .arg(&w.coeffs);
-                arg_or_null(a, if corrected { w.flux.as_ref() } else { None });
-                a.arg(p).arg(phi_pre).arg(phi);
-            },
-        )?;
+        self.launch_faces("asm_subtract_flux", &n_faces, |a| {
+            a.arg(&w.coeffs);
+            arg_or_null(a, if corrected { w.flux.as_ref() } else { None });
+            a.arg(p).arg(phi_pre).arg(phi);
+        })?;
         self.boundary_flux(gamma, p, phi_pre, phi, true)
     }
 
@@ -1122,24 +1104,28 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_faces(phi)?;
         let g = &self.geometry;
         let n_faces = self.n_faces as i32;
-        self.gpu.launch(
-            "asm_add_gradient_flux",
-            vector_grid(self.n_faces),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_faces)
-                    .arg(&g.face_owner)
-                    .arg(&g.face_neighbour)
-                    .arg(&g.weights)
-                    .arg(&g.mag_sf)
-                    .arg(&g.delta_coeffs)
-                    .arg(c)
-                    .arg(p)
-                    .arg(phi);
-            },
-        )?;
+        self.launch_faces("asm_add_gradient_flux", &n_faces, |a| {
+            a.arg(&g.weights).arg(&g.mag_sf).arg(&g.delta_coeffs);
+            a.arg(c).arg(p).arg(phi);
+        })?;
         self.boundary_flux(c, p, phi, phi, false)
+    }
+
+    /// Launches `kernel` with a thread per internal face (device order):
+    /// the face count, the owners and neighbours, then the arguments `push`
+    /// adds.
+    fn launch_faces<'a>(
+        &'a self,
+        kernel: &'static str,
+        n_faces: &'a i32,
+        push: impl FnOnce(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        let g = &self.geometry;
+        let grid = vector_grid(self.n_faces);
+        self.gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+            a.arg(n_faces).arg(&g.face_owner).arg(&g.face_neighbour);
+            push(a);
+        })
     }
 
     /// The boundary faces' part of [`Self::subtract_flux`] (`subtract`:
