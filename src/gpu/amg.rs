@@ -400,22 +400,11 @@ fn fine_csr(
     m: &DeviceModSell,
     scan: &Scan,
 ) -> Result<(DeviceCsr, CudaSlice<i64>), GpuError> {
-    let n = m.n;
-    let (n32, h32) = (n as i32, m.slice_height as i32);
+    let (n, dims) = (m.n, m.dims());
     let lengths = unzeroed::<u32>(gpu, n)?;
-    gpu.launch(
-        "amg_modsell_row_lengths",
-        vector_grid(n),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n32)
-                .arg(&h32)
-                .arg(&m.slice_ptr)
-                .arg(&m.codes)
-                .arg(&lengths);
-        },
-    )?;
+    m.launch_pattern(gpu, "amg_modsell_row_lengths", &dims, |a| {
+        a.arg(&lengths);
+    })?;
     let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
     let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
     if nnz >= u32::MAX as usize {
@@ -425,14 +414,8 @@ fn fine_csr(
     }
     let cols = unzeroed::<u32>(gpu, nnz)?;
     let source = unzeroed::<i64>(gpu, nnz)?;
-    gpu.launch("amg_modsell_to_csr", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n32)
-            .arg(&h32)
-            .arg(&m.slice_ptr)
-            .arg(&m.codes)
-            .arg(&row_ptr)
-            .arg(&cols)
-            .arg(&source);
+    m.launch_pattern(gpu, "amg_modsell_to_csr", &dims, |a| {
+        a.arg(&row_ptr).arg(&cols).arg(&source);
     })?;
     let csr = DeviceCsr {
         n,

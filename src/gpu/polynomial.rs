@@ -252,15 +252,9 @@ pub fn device_gershgorin(gpu: &Gpu, m: &DeviceModSell) -> Result<f64, SolveError
     let device = |e: GpuError| SolveError::Device(e.to_string());
     let n = m.n;
     let out = gpu.upload(&[0u64, n as u64 + 1]).map_err(device)?;
-    let (n32, h) = (n as i32, m.slice_height as i32);
-    gpu.launch("gershgorin_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n32)
-            .arg(&h)
-            .arg(&m.slice_ptr)
-            .arg(&m.codes)
-            .arg(&m.values)
-            .arg(&m.diag)
-            .arg(&out);
+    let dims = m.dims();
+    m.launch_pattern(gpu, "gershgorin_rows", &dims, |a| {
+        a.arg(&m.values).arg(&m.diag).arg(&out);
     })
     .map_err(device)?;
     let out = gpu.download(&out).map_err(device)?;

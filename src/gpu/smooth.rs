@@ -81,30 +81,18 @@ pub trait DevicePreconditioner {
 /// colours the uncoloured rows that outrank their uncoloured neighbours, first
 /// fit. Returns the colours and the number of rounds.
 pub fn jones_plassmann(gpu: &Gpu, m: &DeviceModSell) -> Result<(Vec<u32>, usize), GpuError> {
-    let n = m.n;
-    let (n32, h) = (n as i32, m.slice_height as i32);
+    let (n, dims) = (m.n, m.dims());
     let colour = gpu.upload(&vec![-1i32; n])?;
     let candidate = gpu.zeros::<i32>(n)?;
     let mut uncoloured = gpu.zeros::<i32>(1)?;
     let mut rounds = 0;
     loop {
-        gpu.launch("jp_select", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32)
-                .arg(&h)
-                .arg(&m.slice_ptr)
-                .arg(&m.codes)
-                .arg(&colour)
-                .arg(&candidate);
+        m.launch_pattern(gpu, "jp_select", &dims, |a| {
+            a.arg(&colour).arg(&candidate);
         })?;
         gpu.zero(&mut uncoloured)?;
-        gpu.launch("jp_assign", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32)
-                .arg(&h)
-                .arg(&m.slice_ptr)
-                .arg(&m.codes)
-                .arg(&colour)
-                .arg(&candidate)
-                .arg(&uncoloured);
+        m.launch_pattern(gpu, "jp_assign", &dims, |a| {
+            a.arg(&colour).arg(&candidate).arg(&uncoloured);
         })?;
         rounds += 1;
         // Each round colours at least the top-ranked uncoloured row.
