@@ -21,8 +21,10 @@ use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
 pub use super::smooth::DevicePreconditioner;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{FirstFailure, GpuSolveOptions, GpuSolver, GpuVector};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::pcg::{
+    initial_norms, read_sums, FirstFailure, GpuSolveOptions, GpuSolver, GpuVector, NormBuffers,
+};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::cpu::{check_inputs, openfoam_row_sums};
 use crate::solve::gmres::gmres;
@@ -35,8 +37,6 @@ use crate::sparse::{Csr, ModSell, Reordered};
 
 /// Vectors per launch of the block kernels (kernels/krylov.cu KR_BATCH).
 pub const KR_BATCH: usize = 32;
-/// Threads of the one-block reduction kernel.
-const REDUCE_BLOCK: u32 = 1024;
 
 /// z = D⁻¹ r (Jacobi) or z = r (no preconditioner) on the device.
 pub struct DeviceDiagonal<'g> {
@@ -232,14 +232,7 @@ impl<'g> GpuKrylovBackend<'g> {
 
     /// Sums of the first `count` groups of `m` partials, read back.
     fn reduce(&self, s: &Scratch, m: usize, count: usize) -> Result<Vec<f64>, GpuError> {
-        let (m32, c32) = (m as i32, count as i32);
-        self.gpu
-            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m32).arg(&c32).arg(&s.partials).arg(&s.scalars);
-            })?;
-        let mut all = self.gpu.download(&s.scalars)?;
-        all.truncate(count);
-        Ok(all)
+        read_sums(self.gpu, &s.partials, &s.scalars, m, count)
     }
 
     /// Launches a mod-SELL kernel (one block per slice) with `push` adding
@@ -295,30 +288,22 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
             norm_factor: f64::NAN,
         };
         self.failure.guarded(nan, || {
-            let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
             let s = self.scratch.borrow();
-            let (n, grid) = (self.n32(), self.grid());
-            self.gpu
-                .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(x);
-                    a.arg(&NULL); // scale: none
-                    a.arg(&s.partials);
-                })?;
-            let (vm, one) = (grid as i32, 1i32);
-            self.gpu
-                .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                    a.arg(&vm).arg(&one).arg(&s.partials).arg(&s.x_sum);
-                })?;
-            self.launch_rows("cg_initial_residual", &n, |a| {
-                a.arg(&self.row_sums).arg(&s.x_sum);
-                a.arg(&NULL); // unscale: not equilibrated
-                a.arg(x).arg(b).arg(r).arg(&s.partials);
-            })?;
-            let sums = self.reduce(&s, self.matrix.n_slices(), 2)?;
-            Ok(InitialNorms {
-                residual_sum: sums[0],
-                norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
-            })
+            let buffers = NormBuffers {
+                vector_partials: &s.partials,
+                slice_partials: &s.partials,
+                x_sum: &s.x_sum,
+                scalars: &s.scalars,
+            };
+            // Not equilibrated: no scaling.
+            initial_norms(
+                self.gpu,
+                &self.matrix,
+                &self.row_sums,
+                None,
+                (b.dev()?, x.dev()?, r.dev()?),
+                &buffers,
+            )
         })
     }
 

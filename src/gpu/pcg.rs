@@ -419,14 +419,7 @@ impl<'g> GpuCgBackend<'g> {
         m: usize,
         count: usize,
     ) -> Result<Vec<f64>, GpuError> {
-        let (m32, c32) = (m as i32, count as i32);
-        self.gpu
-            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m32).arg(&c32).arg(partials).arg(&s.scalars);
-            })?;
-        let mut all = self.gpu.download(&s.scalars)?;
-        all.truncate(count);
-        Ok(all)
+        read_sums(self.gpu, partials, &s.scalars, m, count)
     }
 
     /// z = M⁻¹ r (stored when `z` is set) with partials of r · z, or, with
@@ -748,42 +741,22 @@ impl CgBackend for GpuCgBackend<'_> {
             norm_factor: f64::NAN,
         };
         self.failure.guarded(nan, || {
-            let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
             let s = self.scratch.borrow();
-            let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
-            self.gpu
-                .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(x);
-                    arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.scale));
-                    a.arg(&s.vector_partials);
-                })?;
-            let vm = grid as i32;
-            let one = 1i32;
             // Σx goes to st[0]; the state is rewritten before each chunk.
-            self.gpu
-                .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                    a.arg(&vm).arg(&one).arg(&s.vector_partials).arg(&s.state);
-                })?;
-            let m = &self.matrix;
-            let h = m.slice_height as u32;
-            self.gpu.launch(
-                "cg_initial_residual",
-                m.n_slices() as u32,
-                h,
-                m.shared_bytes(),
-                |a| {
-                    a.arg(&n);
-                    m.push_args(a);
-                    a.arg(&self.row_sums).arg(&s.state);
-                    arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
-                    a.arg(x).arg(b).arg(r).arg(&s.slice_partials);
-                },
-            )?;
-            let sums = self.reduce(&s, &s.slice_partials, m.n_slices(), 2)?;
-            Ok(InitialNorms {
-                residual_sum: sums[0],
-                norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
-            })
+            let buffers = NormBuffers {
+                vector_partials: &s.vector_partials,
+                slice_partials: &s.slice_partials,
+                x_sum: &s.state,
+                scalars: &s.scalars,
+            };
+            initial_norms(
+                self.gpu,
+                &self.matrix,
+                &self.row_sums,
+                self.scaling.as_ref(),
+                (b.dev()?, x.dev()?, r.dev()?),
+                &buffers,
+            )
         })
     }
 
@@ -945,6 +918,86 @@ impl ScaledSystem {
             (None, _) => None,
         }
     }
+}
+
+/// The sums of the first `count` groups of `m` partials (`reduce_partials`
+/// into `scalars`), read back.
+pub(crate) fn read_sums(
+    gpu: &Gpu,
+    partials: &CudaSlice<f64>,
+    scalars: &CudaSlice<f64>,
+    m: usize,
+    count: usize,
+) -> Result<Vec<f64>, GpuError> {
+    let (m32, c32) = (m as i32, count as i32);
+    gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+        a.arg(&m32).arg(&c32).arg(partials).arg(scalars);
+    })?;
+    let mut all = gpu.download(scalars)?;
+    all.truncate(count);
+    Ok(all)
+}
+
+/// The device buffers [`initial_norms`] works in: per-block partials of
+/// the vector grid and of the slice grid (may be one buffer), Σx, and the
+/// reduced sums.
+pub(crate) struct NormBuffers<'a> {
+    pub vector_partials: &'a CudaSlice<f64>,
+    pub slice_partials: &'a CudaSlice<f64>,
+    pub x_sum: &'a CudaSlice<f64>,
+    pub scalars: &'a CudaSlice<f64>,
+}
+
+/// r = b − A x on the device and its [`InitialNorms`] (Σ|r|, normFactor from
+/// `row_sums` and Σx): the start of [`GpuCgBackend`]'s and
+/// `GpuKrylovBackend`'s solves. With `scaling` (an equilibrated system) Σx
+/// and the residual are those of the original unknowns.
+pub(crate) fn initial_norms(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    row_sums: &CudaSlice<f64>,
+    scaling: Option<&DeviceScaling>,
+    (b, x, r): (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>),
+    buffers: &NormBuffers<'_>,
+) -> Result<InitialNorms, GpuError> {
+    let (n, grid) = (m.n as i32, vector_grid(m.n));
+    gpu.launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
+        a.arg(&n).arg(x);
+        arg_or_null(a, scaling.map(|sc| &sc.scale));
+        a.arg(buffers.vector_partials);
+    })?;
+    let (vm, one) = (grid as i32, 1i32);
+    gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+        a.arg(&vm)
+            .arg(&one)
+            .arg(buffers.vector_partials)
+            .arg(buffers.x_sum);
+    })?;
+    let h = m.slice_height as u32;
+    gpu.launch(
+        "cg_initial_residual",
+        m.n_slices() as u32,
+        h,
+        m.shared_bytes(),
+        |a| {
+            a.arg(&n);
+            m.push_args(a);
+            a.arg(row_sums).arg(buffers.x_sum);
+            arg_or_null(a, scaling.map(|sc| &sc.unscale));
+            a.arg(x).arg(b).arg(r).arg(buffers.slice_partials);
+        },
+    )?;
+    let sums = read_sums(
+        gpu,
+        buffers.slice_partials,
+        buffers.scalars,
+        m.n_slices(),
+        2,
+    )?;
+    Ok(InitialNorms {
+        residual_sum: sums[0],
+        norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
+    })
 }
 
 /// The first device error of a backend whose trait methods return none
