@@ -283,11 +283,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        let nan = InitialNorms {
-            residual_sum: f64::NAN,
-            norm_factor: f64::NAN,
-        };
-        self.failure.guarded(nan, || {
+        self.failure.guarded(InitialNorms::NAN, || {
             let s = self.scratch.borrow();
             let buffers = NormBuffers {
                 vector_partials: &s.partials,

@@ -736,11 +736,7 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 
     fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        let nan = InitialNorms {
-            residual_sum: f64::NAN,
-            norm_factor: f64::NAN,
-        };
-        self.failure.guarded(nan, || {
+        self.failure.guarded(InitialNorms::NAN, || {
             let s = self.scratch.borrow();
             // Σx goes to st[0]; the state is rewritten before each chunk.
             let buffers = NormBuffers {

@@ -130,6 +130,12 @@ pub struct InitialNorms {
 }
 
 impl InitialNorms {
+    /// What a backend whose device failed reports (`device_status` says why).
+    pub const NAN: Self = Self {
+        residual_sum: f64::NAN,
+        norm_factor: f64::NAN,
+    };
+
     /// The start of a solver loop: the performance before the first
     /// iteration (its initial residual Σ|r| / normFactor, an error if not
     /// finite), and the iteration limit max(maxIter, minIter) when the loop
