@@ -32,6 +32,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::cpu::square_size;
 use super::polynomial::Precision;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
@@ -802,16 +803,7 @@ const CHUNK: usize = 2048;
 /// on the number of threads.
 pub fn fsai_setup(a: &Csr, s: &FsaiSettings) -> Result<FsaiFactor, SolveError> {
     s.validate().map_err(SolveError::InvalidControls)?;
-    let n = a.n_rows();
-    if a.n_cols() != n {
-        return Err(SolveError::NotSquare {
-            rows: n,
-            cols: a.n_cols(),
-        });
-    }
-    if n == 0 {
-        return Err(SolveError::Empty);
-    }
+    let n = square_size(a)?;
     let diag = fsai_diagonal(a)?;
     let chunks: Vec<Vec<RowResult>> = (0..n.div_ceil(CHUNK))
         .into_par_iter()
