@@ -101,13 +101,9 @@ impl<'g> DevicePolynomial<'g> {
         settings: &PolynomialSettings,
         upper: f64,
     ) -> Result<Self, GpuError> {
-        settings.validate().map_err(GpuError::Invalid)?;
-        if !(upper.is_finite() && upper > 0.0) {
-            return Err(GpuError::Invalid(format!(
-                "the polynomial preconditioner needs a positive finite upper eigenvalue bound, \
-                 got {upper}"
-            )));
-        }
+        settings
+            .validate_with_upper_bound(upper)
+            .map_err(GpuError::Invalid)?;
         let evaluation = match settings.precision {
             Precision::Double => {
                 Evaluation::Double(Work::new(gpu, &matrix, "poly_inverse_diagonal_f64")?)
