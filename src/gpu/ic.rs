@@ -323,49 +323,6 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         Ok(())
     }
 
-    /// z = M⁻¹ r: the level-scheduled sweeps in f64, or (mixed) in f32 on
-    /// the f32 copies into `mx.w`, widened into z.
-    fn sweeps(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        let Some(mx) = &self.mixed else {
-            const F64: [&str; 4] = [
-                "ic_dic_forward",
-                "ic_dic_backward",
-                "ic_ic0_forward",
-                "ic_ic0_backward",
-            ];
-            return self.level_sweeps(
-                F64,
-                &self.vals,
-                &self.factor,
-                self.l_diag.as_ref(),
-                r,
-                z,
-                done,
-            );
-        };
-        const F32: [&str; 4] = [
-            "ic_dic_forward_f32",
-            "ic_dic_backward_f32",
-            "ic_ic0_forward_f32",
-            "ic_ic0_backward_f32",
-        ];
-        self.level_sweeps(
-            F32,
-            &mx.vals,
-            &mx.factor,
-            mx.l_diag.as_ref(),
-            r,
-            &mx.w,
-            done,
-        )?;
-        widen(self.gpu, self.n, &mx.w, z, done)
-    }
-
     /// The forward then backward sweep, one launch per level, with the
     /// kernels `names` (DIC forward, backward, IC(0) forward, backward) of
     /// one precision: DIC and DILU (no `l_diag`) read the values and the
@@ -421,13 +378,47 @@ impl<'g> DeviceIncompleteCholesky<'g> {
 }
 
 impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
+    /// z = M⁻¹ r: the level-scheduled sweeps in f64, or (mixed) in f32 on
+    /// the f32 copies into `mx.w`, widened into z.
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.sweeps(r, z, done)
+        let Some(mx) = &self.mixed else {
+            const F64: [&str; 4] = [
+                "ic_dic_forward",
+                "ic_dic_backward",
+                "ic_ic0_forward",
+                "ic_ic0_backward",
+            ];
+            return self.level_sweeps(
+                F64,
+                &self.vals,
+                &self.factor,
+                self.l_diag.as_ref(),
+                r,
+                z,
+                done,
+            );
+        };
+        const F32: [&str; 4] = [
+            "ic_dic_forward_f32",
+            "ic_dic_backward_f32",
+            "ic_ic0_forward_f32",
+            "ic_ic0_backward_f32",
+        ];
+        self.level_sweeps(
+            F32,
+            &mx.vals,
+            &mx.factor,
+            mx.l_diag.as_ref(),
+            r,
+            &mx.w,
+            done,
+        )?;
+        widen(self.gpu, self.n, &mx.w, z, done)
     }
     fn is_linear(&self) -> bool {
         true

@@ -109,8 +109,10 @@ impl<'g> DeviceIlu<'g> {
     pub fn download_factors(&self) -> Result<Vec<f64>, GpuError> {
         self.gpu.download(&self.lu)
     }
+}
 
-    fn sweeps(
+impl DevicePreconditioner for DeviceIlu<'_> {
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
@@ -127,17 +129,6 @@ impl<'g> DeviceIlu<'g> {
             a.arg(&self.lu).arg(z);
             arg_or_null(a, done);
         })
-    }
-}
-
-impl DevicePreconditioner for DeviceIlu<'_> {
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        self.sweeps(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true
@@ -212,8 +203,10 @@ impl<'g> DeviceSchwarz<'g> {
             DeviceBlockFactor::Ic0(f) => f.download_factor(),
         }
     }
+}
 
-    fn run(
+impl DevicePreconditioner for DeviceSchwarz<'_> {
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
@@ -231,12 +224,11 @@ impl<'g> DeviceSchwarz<'g> {
                 arg_or_null(a, done);
             },
         )?;
-        match (&self.factor, done) {
-            (DeviceBlockFactor::Ilu(f), Some(d)) => f.apply_gated(&self.rb, &self.yb, d)?,
-            (DeviceBlockFactor::Ilu(f), None) => f.apply(&self.rb, &self.yb)?,
-            (DeviceBlockFactor::Ic0(f), Some(d)) => f.apply_gated(&self.rb, &self.yb, d)?,
-            (DeviceBlockFactor::Ic0(f), None) => f.apply(&self.rb, &self.yb)?,
-        }
+        let factor: &dyn DevicePreconditioner = match &self.factor {
+            DeviceBlockFactor::Ilu(f) => f.as_ref(),
+            DeviceBlockFactor::Ic0(f) => f.as_ref(),
+        };
+        factor.apply_with(&self.rb, &self.yb, done)?;
         gpu.launch(
             "schwarz_scatter",
             vector_grid(self.n),
@@ -251,17 +243,6 @@ impl<'g> DeviceSchwarz<'g> {
                 arg_or_null(a, done);
             },
         )
-    }
-}
-
-impl DevicePreconditioner for DeviceSchwarz<'_> {
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        self.run(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true
