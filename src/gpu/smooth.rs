@@ -592,11 +592,7 @@ impl<'g> DeviceSmoother<'g> {
                     })?;
                 }
                 Method::GaussSeidel { mixed: Some(_), .. } => {
-                    return Err(GpuError::Invalid(
-                        "mixed-precision Gauss-Seidel runs as a PCG preconditioner only (sweeps \
-                         from zero); use precision double in smoothSolver"
-                            .into(),
-                    ))
+                    return Err(preconditioner_only("Gauss-Seidel"))
                 }
                 Method::GaussSeidel {
                     colouring, sweep, ..
@@ -620,11 +616,7 @@ impl<'g> DeviceSmoother<'g> {
                     }
                 }
                 Method::Block(BlockKernel { mixed: Some(_), .. }) => {
-                    return Err(GpuError::Invalid(
-                        "mixed-precision block Jacobi runs as a PCG preconditioner only (sweeps \
-                         from zero); use precision double in smoothSolver"
-                            .into(),
-                    ))
+                    return Err(preconditioner_only("block Jacobi"))
                 }
                 Method::Block(k) => {
                     let (from, to) = match k.asynchronous {
@@ -646,17 +638,20 @@ impl<'g> DeviceSmoother<'g> {
                     let (from, to) = buffers(i);
                     ic.sweep(gpu, m, b, from, to, done)?;
                 }
-                Method::JacobiF32 { .. } => {
-                    return Err(GpuError::Invalid(
-                        "mixed-precision Jacobi runs as a PCG preconditioner only (sweeps from \
-                         zero); use precision double in smoothSolver"
-                            .into(),
-                    ))
-                }
+                Method::JacobiF32 { .. } => return Err(preconditioner_only("Jacobi")),
             }
         }
         Ok(())
     }
+}
+
+/// The error of a smoothSolver sweep with a mixed-precision `method`, which
+/// runs as a PCG preconditioner only (sweeps from zero).
+fn preconditioner_only(method: &str) -> GpuError {
+    GpuError::Invalid(format!(
+        "mixed-precision {method} runs as a PCG preconditioner only (sweeps from zero); use \
+         precision double in smoothSolver"
+    ))
 }
 
 impl DeviceSmoother<'_> {
