@@ -23,7 +23,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
 use super::ic::{widen, DeviceBlockIc, BLOCK_IC_KERNELS};
@@ -112,6 +112,8 @@ pub fn jones_plassmann(gpu: &Gpu, m: &DeviceModSell) -> Result<(Vec<u32>, usize)
 /// A colouring on the device: the rows grouped by colour.
 pub struct DeviceColouring {
     colouring: Colouring,
+    /// Each colour's first row and row count, as the kernels take them.
+    bounds: Vec<(i32, i32)>,
     rows: CudaSlice<i32>,
 }
 
@@ -141,24 +143,48 @@ impl DeviceColouring {
                         .into(),
                 )),
             };
-        let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
-        Ok(Self {
-            rows: gpu.upload(&rows)?,
-            colouring,
-        })
+        Self::from_colouring(gpu, colouring)
     }
 
     /// A colouring computed before (e.g. by [`colour_layout`]).
     pub fn from_colouring(gpu: &Gpu, colouring: Colouring) -> Result<Self, GpuError> {
         let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+        let bounds = colouring
+            .colour_ptr()
+            .windows(2)
+            .map(|w| (w[0] as i32, (w[1] - w[0]) as i32))
+            .collect();
         Ok(Self {
             rows: gpu.upload(&rows)?,
+            bounds,
             colouring,
         })
     }
 
     pub fn colouring(&self) -> &Colouring {
         &self.colouring
+    }
+
+    /// Launches `kernel` for each colour in `sweep`'s order, one thread per
+    /// row of the colour: the colour's row count and first row, the slice
+    /// height `h` and the rows, then the arguments `push` adds.
+    fn launch_colours<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'static str,
+        sweep: Sweep,
+        h: &'a i32,
+        push: impl Fn(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        for k in sweep_order(sweep, self.bounds.len()) {
+            let (first, count) = &self.bounds[k];
+            let grid = vector_grid(*count as usize);
+            gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(count).arg(first).arg(h).arg(&self.rows);
+                push(a);
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -597,23 +623,11 @@ impl<'g> DeviceSmoother<'g> {
                 Method::GaussSeidel {
                     colouring, sweep, ..
                 } => {
-                    let c = colouring.colouring();
-                    let ptr = c.colour_ptr();
-                    for k in sweep_order(*sweep, c.n_colours()) {
-                        let (first, count) = (ptr[k] as i32, (ptr[k + 1] - ptr[k]) as i32);
-                        gpu.launch(
-                            "smooth_colour",
-                            vector_grid(count as usize),
-                            VECTOR_BLOCK,
-                            0,
-                            |a| {
-                                a.arg(&count).arg(&first).arg(&h32).arg(&colouring.rows);
-                                m.push_args(a);
-                                a.arg(b).arg(x);
-                                arg_or_null(a, done);
-                            },
-                        )?;
-                    }
+                    colouring.launch_colours(gpu, "smooth_colour", *sweep, &h32, |a| {
+                        m.push_args(a);
+                        a.arg(b).arg(x);
+                        arg_or_null(a, done);
+                    })?;
                 }
                 Method::Block(BlockKernel { mixed: Some(_), .. }) => {
                     return Err(preconditioner_only("block Jacobi"))
@@ -760,25 +774,13 @@ impl DeviceSmoother<'_> {
             a.arg(&n).arg(w);
             arg_or_null(a, done);
         })?;
-        let c = colouring.colouring();
-        let ptr = c.colour_ptr();
         for _ in 0..sweeps {
-            for k in sweep_order(sweep, c.n_colours()) {
-                let (first, count) = (ptr[k] as i32, (ptr[k + 1] - ptr[k]) as i32);
-                gpu.launch(
-                    "smooth_colour_f32",
-                    vector_grid(count as usize),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&count).arg(&first).arg(&h).arg(&colouring.rows);
-                        a.arg(&m.slice_ptr).arg(&m.codes);
-                        a.arg(&twin.values).arg(&twin.diag);
-                        a.arg(b).arg(w);
-                        arg_or_null(a, done);
-                    },
-                )?;
-            }
+            colouring.launch_colours(gpu, "smooth_colour_f32", sweep, &h, |a| {
+                a.arg(&m.slice_ptr).arg(&m.codes);
+                a.arg(&twin.values).arg(&twin.diag);
+                a.arg(b).arg(w);
+                arg_or_null(a, done);
+            })?;
         }
         widen(gpu, m.n, w, x, done)
     }
