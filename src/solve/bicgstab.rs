@@ -29,9 +29,9 @@ pub fn bicgstab<B: KrylovBackend>(
     let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let (mut perf, limit) = norms.start(controls)?;
-    let (initial, nf) = (perf.initial_residual, norms.norm_factor);
-    if limit.is_some() {
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((_, rule)) = run {
+        let (initial, nf) = (rule.initial, rule.norm_factor);
         let [mut r0, mut p, mut v, mut y, mut s, mut z, mut t] =
             std::array::from_fn(|_| backend.new_vector());
         backend.scale(1.0, &r, &mut r0);

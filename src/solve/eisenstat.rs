@@ -41,7 +41,7 @@ use super::cpu::{check_system, CpuBackend};
 use super::pcg::StopReason;
 use super::precond::{Identity, Triangles};
 use super::reduce::{ordered_sum, CHUNK};
-use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance, StopRule};
+use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
 
 /// The symmetrically scaled triangles of A: L and Lᵀ of Â = I + L + Lᵀ as
@@ -298,14 +298,9 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
         g: &mut g,
     };
     let (norms, mut r_z) = backend.initialize(b, &mut v)?;
-    let (mut perf, limit) = norms.start(controls)?;
-    let (initial, norm_factor) = (perf.initial_residual, norms.norm_factor);
-    if let Some(limit) = limit {
-        let rule = StopRule {
-            controls: *controls,
-            initial,
-            norm_factor,
-        };
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((limit, rule)) = run {
+        let (initial, norm_factor) = (rule.initial, rule.norm_factor);
         let (mut r_z_old, mut last, mut best) = (0.0, initial, initial);
         let carried = check == ResidualCheck::EveryIteration;
         // Predicted checks: the last check's iteration and its ρ · ρ, the

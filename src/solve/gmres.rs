@@ -39,12 +39,12 @@ pub fn gmres<B: KrylovBackend>(
     let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let (mut perf, limit) = norms.start(controls)?;
-    let initial = perf.initial_residual;
-    let Some(limit) = limit.filter(|_| initial != 0.0) else {
+    let (mut perf, run) = norms.start(controls)?;
+    let Some((limit, rule)) = run.filter(|(_, rule)| rule.initial != 0.0) else {
         perf.log("GMRES", "iterations", field, controls);
         return Ok(perf);
     };
+    let initial = rule.initial;
     let mut basis: Vec<B::Vector> = (0..=m).map(|_| backend.new_vector()).collect();
     let mut zs: Vec<B::Vector> = if settings.flexible {
         (0..m).map(|_| backend.new_vector()).collect()

@@ -138,18 +138,24 @@ impl InitialNorms {
 
     /// The start of a solver loop: the performance before the first
     /// iteration (its initial residual Σ|r| / normFactor, an error if not
-    /// finite), and the iteration limit max(maxIter, minIter) when the loop
-    /// runs at all (minIter > 0 or not converged, and a limit above 0).
+    /// finite) and, when the loop runs at all (minIter > 0 or not converged,
+    /// and a limit above 0), the iteration limit max(maxIter, minIter) and
+    /// the stop rule (with the initial residual and normFactor).
     pub(crate) fn start(
         &self,
         controls: &SolverControls,
-    ) -> Result<(SolverPerformance, Option<usize>), SolveError> {
+    ) -> Result<(SolverPerformance, Option<(usize, StopRule)>), SolveError> {
         let initial = self.residual_sum / self.norm_factor;
         check_residual(initial, 0)?;
         let perf = SolverPerformance::starting_at(initial, controls);
         let limit = controls.max_iter.max(controls.min_iter);
         let runs = (controls.min_iter > 0 || !perf.converged) && limit > 0;
-        Ok((perf, runs.then_some(limit)))
+        let rule = StopRule {
+            controls: *controls,
+            initial,
+            norm_factor: self.norm_factor,
+        };
+        Ok((perf, runs.then_some((limit, rule))))
     }
 }
 
@@ -402,20 +408,14 @@ pub fn pcg<B: CgBackend>(
     let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let (mut perf, limit) = norms.start(controls)?;
-    let (initial, norm_factor) = (perf.initial_residual, norms.norm_factor);
-    if let Some(limit) = limit {
-        let rule = StopRule {
-            controls: *controls,
-            initial,
-            norm_factor,
-        };
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((limit, rule)) = run {
         let mut state = LoopState {
             iterations: 0,
             r_z_old: 0.0,
             p_q_old: 0.0,
-            last_residual: initial,
-            best: initial,
+            last_residual: rule.initial,
+            best: rule.initial,
         };
         'solve: loop {
             let vectors = CgVectors {

@@ -48,9 +48,9 @@ pub fn smooth_solve<B: SmoothBackend>(
     let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let (mut perf, limit) = norms.start(controls)?;
-    let (initial, norm_factor) = (perf.initial_residual, norms.norm_factor);
-    if limit.is_some() {
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((_, rule)) = run {
+        let (initial, norm_factor) = (rule.initial, rule.norm_factor);
         let mut best = initial;
         loop {
             backend.smooth(b, x, n_sweeps)?;
