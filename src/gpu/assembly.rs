@@ -35,7 +35,7 @@
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
@@ -1118,7 +1118,7 @@ impl<'g> DeviceLaplacian<'g> {
         &'a self,
         kernel: &'static str,
         n_faces: &'a i32,
-        push: impl FnOnce(&mut LaunchArgs<'a>),
+        push: impl FnOnce(&mut cudarc::driver::LaunchArgs<'a>),
     ) -> Result<(), GpuError> {
         let g = &self.geometry;
         let grid = vector_grid(self.n_faces);
