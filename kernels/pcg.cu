@@ -298,22 +298,13 @@ extern "C" __global__ void cg_finish_operator(int m, const double* partials, dou
 // `unscale` is set: the original system's residual of an equilibrated one)
 // and, when `with_rz`, of r . z for z = r * inv_diag (Jacobi; stored in z when
 // z is set) or z = r (inv_diag null; not stored: the direction update reads r).
-// Partials: [|r| per block][r.z per block]. alpha from st[ST_ALPHA], or
-// *alpha_ptr when st is null. A no-op once `st` says done; with a ticket the
-// last block finishes iteration j.
-extern "C" __global__ void cg_update(int n, double* st, const double* __restrict__ alpha_ptr,
-                                     const double* __restrict__ p, const double* __restrict__ q,
-                                     double* __restrict__ x, double* __restrict__ r,
-                                     const double* __restrict__ unscale, int with_rz,
-                                     const double* __restrict__ inv_diag, double* __restrict__ z,
-                                     double* partials, double* rec, int j, unsigned* ticket) {
-    double alpha;
-    if (st != nullptr) {
-        if (st[ST_DONE] != 0.0) return;
-        alpha = st[ST_ALPHA];
-    } else {
-        alpha = *alpha_ptr;
-    }
+// Partials: [|r| per block][r.z per block]. Every thread of the block must
+// call it.
+__device__ void update_rows(int n, double alpha, const double* __restrict__ p,
+                            const double* __restrict__ q, double* __restrict__ x,
+                            double* __restrict__ r, const double* __restrict__ unscale,
+                            int with_rz, const double* __restrict__ inv_diag,
+                            double* __restrict__ z, double* partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double res = 0.0, rz = 0.0;
     if (i < n) {
@@ -328,6 +319,25 @@ extern "C" __global__ void cg_update(int n, double* st, const double* __restrict
         }
     }
     block_partials2(res, rz, partials);
+}
+
+// update_rows with alpha from st[ST_ALPHA], or *alpha_ptr when st is null. A
+// no-op once `st` says done; with a ticket the last block finishes iteration
+// j.
+extern "C" __global__ void cg_update(int n, double* st, const double* __restrict__ alpha_ptr,
+                                     const double* __restrict__ p, const double* __restrict__ q,
+                                     double* __restrict__ x, double* __restrict__ r,
+                                     const double* __restrict__ unscale, int with_rz,
+                                     const double* __restrict__ inv_diag, double* __restrict__ z,
+                                     double* partials, double* rec, int j, unsigned* ticket) {
+    double alpha;
+    if (st != nullptr) {
+        if (st[ST_DONE] != 0.0) return;
+        alpha = st[ST_ALPHA];
+    } else {
+        alpha = *alpha_ptr;
+    }
+    update_rows(n, alpha, p, q, x, r, unscale, with_rz, inv_diag, z, partials);
     if (ticket != nullptr && last_block(ticket))
         finish_update(gridDim.x, partials, with_rz, st, rec, j);
 }
@@ -337,4 +347,79 @@ extern "C" __global__ void cg_finish_update(int m, const double* partials, int w
                                             double* st, double* rec, int j) {
     if (st[ST_DONE] != 0.0) return;
     finish_update(m, partials, with_rz, st, rec, j);
+}
+
+// ---- PCG in Chronopoulos-Gear form (one reduction per iteration; A. T.
+// Chronopoulos and C. W. Gear, J. Comput. Appl. Math. 25 (1989) 153-168),
+// the multi-GPU device loop's default (src/gpu/multi.rs): with u = M r and
+// w = A u, s = A p is carried by the recurrence s = w + beta s, so sum|r|,
+// r.u and w.u of one iteration are reduced together and
+// p.Ap = w.u - beta^2 p.Ap_old (exact-arithmetic CG; the same iterates as
+// the two-reduction form up to rounding). The state and records are the
+// two-reduction form's (ST_*, 3 records per iteration), so the host reads
+// them alike.
+
+// p.Ap and alpha of iteration j from the recurrence (thread 0 only):
+// p.Ap = w.u - beta^2 p.Ap_old (= w.u when beta = 0: the first iteration).
+__device__ void operator_from_recurrence(double wu, double* st, double* rec, int j) {
+    const double beta = st[ST_BETA];
+    const double pq = beta == 0.0 ? wu : wu - beta * beta * st[ST_PQ];
+    if (rec != nullptr) rec[3 * j + 1] = pq;
+    st[ST_PQ] = pq;
+    if (!(pq > 0.0)) st[ST_DONE] = 1.0;  // StopRule::after_operator
+    else st[ST_ALPHA] = st[ST_RZ] / pq;
+}
+
+// Finish of a single reduction (every thread of the block calls it).
+// `prologue` (the chunk's start, sums = [r.u, w.u] of the current r): r.u,
+// beta and its test as finish_precondition, then p.Ap and alpha of
+// iteration 0. Else (sums = [sum|r|, r.u, w.u] after iteration j's update):
+// finish_update's residual tests, r.u and beta, then p.Ap and alpha of
+// iteration j + 1.
+__device__ void finish_single(int prologue, const double* sums, double* st, double* rec, int j) {
+    if (prologue) finish_precondition(1, sums, 0, st, rec, 0);
+    else finish_update(1, sums, 1, st, rec, j);
+    __syncthreads();
+    if (threadIdx.x == 0 && st[ST_DONE] == 0.0)
+        operator_from_recurrence(sums[prologue ? 1 : 2], st, rec, prologue ? 0 : j + 1);
+}
+
+// One block: finish_single on sums already added over the ranks.
+extern "C" __global__ void cg_finish_single(int prologue, const double* sums, double* st,
+                                            double* rec, int j) {
+    if (st[ST_DONE] != 0.0) return;
+    finish_single(prologue, sums, st, rec, j);
+}
+
+// The vector step of a single-reduction iteration: u = M r (Jacobi: r *
+// inv_diag; none: r) of the current r, p = u + beta p, s = w + beta s,
+// x += alpha p, r -= alpha s, then u = M r of the new r (stored when u is
+// set) with partials [sum|r| per block][r.u per block]. A no-op once done.
+extern "C" __global__ void cg_single_update(int n, const double* st,
+                                            const double* __restrict__ inv_diag,
+                                            double* __restrict__ p, double* __restrict__ s,
+                                            const double* __restrict__ w, double* __restrict__ x,
+                                            double* __restrict__ r, double* __restrict__ u,
+                                            double* partials) {
+    if (st[ST_DONE] != 0.0) return;
+    const double alpha = st[ST_ALPHA], beta = st[ST_BETA];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double res = 0.0, ru = 0.0;
+    if (i < n) {
+        const double ri = r[i];
+        const double di = inv_diag != nullptr ? inv_diag[i] : 1.0;
+        const double ui = inv_diag != nullptr ? ri * di : ri;
+        const double pi = beta == 0.0 ? ui : ui + beta * p[i];
+        const double si = beta == 0.0 ? w[i] : w[i] + beta * s[i];
+        p[i] = pi;
+        s[i] = si;
+        x[i] += alpha * pi;
+        const double rn = ri - alpha * si;
+        r[i] = rn;
+        const double un = inv_diag != nullptr ? rn * di : rn;
+        if (u != nullptr) u[i] = un;
+        res = fabs(rn);
+        ru = rn * un;
+    }
+    block_partials2(res, ru, partials);
 }

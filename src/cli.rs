@@ -1108,6 +1108,10 @@ struct BenchArgs {
     /// How --multi-gpu moves halos between GPUs.
     #[arg(long, value_enum, default_value_t = crate::gpu::multi::Transport::Auto)]
     transport: crate::gpu::multi::Transport,
+    /// --multi-gpu's device loop runs PCG in its two-reduction form (that
+    /// of the host loop) instead of the single-reduction form.
+    #[arg(long)]
+    multi_two_reductions: bool,
     /// Instead of the tables above: PCG time to solution with Jacobi,
     /// multicolour symGS and symGS by Eisenstat's trick (eisenstatSGS) on
     /// MESHES given here (default: the 8M-cell perturbed tet box,
@@ -1130,6 +1134,7 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             iterations: args.multi_iterations,
             transport: args.transport,
             slice_height: args.slice_height,
+            single_reduction: !args.multi_two_reductions,
         };
         let (report, markdown) = crate::gpu::multi_bench::run(&settings)?;
         print!("{}", crate::gpu::bench::table(&report));

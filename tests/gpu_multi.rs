@@ -4,8 +4,9 @@
 //! tet boxes, a polyhedral OpenFOAM mesh) and a random SPD matrix with random
 //! right-hand sides, split in 1, 2 and 3 ranks (METIS and slabs). On one
 //! device the ranks share it (host-staged halos); with two or more devices
-//! the same runs go through NCCL, one rank per device. `skipped: no CUDA
-//! device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
+//! the same runs go through NCCL and through peer stores (`gpu::peer`), one
+//! rank per device. `skipped: no CUDA device` without a GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
@@ -14,6 +15,7 @@ use fvpoisson::gpu::multi::{
     Transport,
 };
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
+use fvpoisson::gpu::peer::{self, all_peers};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
@@ -59,14 +61,27 @@ fn cases() -> Vec<(String, Csr, Splits)> {
     all
 }
 
-/// Every device when there are two or more (the NCCL runs), else none.
+/// Every device when there are two or more (the NCCL and peer runs), else
+/// none.
 fn all_devices() -> Vec<Gpu> {
     let count = Gpu::device_count().unwrap_or(0);
     if count < 2 {
-        println!("one device: the NCCL runs are skipped");
+        println!("one device: the NCCL and peer runs are skipped");
         return Vec::new();
     }
     (0..count).map(|i| Gpu::on_device(i).unwrap()).collect()
+}
+
+/// The transports of one rank per device on `devices`: NCCL, and peer
+/// stores where every pair has peer access.
+fn device_transports(devices: &[Gpu]) -> Vec<Transport> {
+    let refs: Vec<&Gpu> = devices.iter().collect();
+    let mut transports = vec![Transport::Nccl];
+    match all_peers(&refs).unwrap() {
+        true => transports.push(Transport::Peer),
+        false => println!("no peer access between the devices: the peer runs are skipped"),
+    }
+    transports
 }
 
 fn controls() -> SolverControls {
@@ -85,7 +100,7 @@ fn distributed_product_equals_the_cpu_product() {
         for (split, d) in &splits {
             let mut runs: Vec<(&[Gpu], Transport)> = vec![(&one, Transport::Host)];
             if many.len() >= d.n_ranks() && d.n_ranks() > 1 {
-                runs.push((&many, Transport::Nccl));
+                runs.extend(device_transports(&many).into_iter().map(|t| (&many[..], t)));
             }
             for (gpus, transport) in runs {
                 let options = MultiGpuOptions {
@@ -138,7 +153,7 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
         for (split, d) in &splits {
             let mut runs: Vec<(&[Gpu], Transport)> = vec![(&one, Transport::Host)];
             if many.len() >= d.n_ranks() && d.n_ranks() > 1 {
-                runs.push((&many, Transport::Nccl));
+                runs.extend(device_transports(&many).into_iter().map(|t| (&many[..], t)));
             }
             for (gpus, transport) in runs {
                 let options = MultiGpuOptions {
@@ -286,12 +301,13 @@ fn solve_on(
 }
 
 /// The device loop (a host thread per GPU, scalars on the device, NCCL
-/// all-reduces) on 1, 2, 3 and 4 GPUs (counts above the devices present are
-/// skipped) against the host-driven steps on the same split and the serial
-/// CPU solve: same initial residual, iterations within 2 (the sums are
-/// split differently), solutions equal to the solver tolerance. On one rank
-/// it is also checked against the single-GPU fused loop. With a check
-/// interval of 7 the chunks end mid-solve.
+/// all-reduces or peer stores) on 1, 2, 3 and 4 GPUs (counts above the
+/// devices present are skipped) against the host-driven steps on the same
+/// split and transport and the serial CPU solve: same initial residual,
+/// iterations within 2 (the sums are split differently), solutions equal to
+/// the solver tolerance. On one rank it is also checked against the
+/// single-GPU fused loop. With a check interval of 7 the chunks end
+/// mid-solve.
 #[test]
 fn device_loop_matches_host_steps_and_the_serial_solve() {
     let Some(gpu) = test_device() else { return };
@@ -311,7 +327,7 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
         let jacobi = Preconditioner::from(PreconditionerKind::Jacobi);
         let cpu = solve_pcg(&a, jacobi, &b, &mut x_cpu, &c, "p").unwrap();
         for ranks in [1, 2, 3, 4] {
-            if ranks > count || (ranks > 1 && nccl.is_err()) {
+            if ranks > count {
                 println!("{spec}: {ranks} GPUs skipped ({count} present)");
                 continue;
             }
@@ -319,9 +335,23 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
             if spec == "box:20x16x12" {
                 splits.push(("slabs", box_slabs(20, 16, 12, ranks).unwrap()));
             }
-            for (split, d) in &splits {
+            let transports = match ranks {
+                1 => vec![Transport::Host],
+                _ => device_transports(&devices[..ranks])
+                    .into_iter()
+                    .filter(|t| *t != Transport::Nccl || nccl.is_ok())
+                    .collect(),
+            };
+            let runs = splits.iter().flat_map(|s| {
+                transports
+                    .iter()
+                    .flat_map(move |t| [true, false].map(move |single| (s, *t, single)))
+            });
+            for ((split, d), transport, single_reduction) in runs {
                 let options = MultiGpuOptions {
                     check_interval: 7,
+                    transport,
+                    single_reduction,
                     ..Default::default()
                 };
                 let backend = MultiGpuBackend::new(&devices[..ranks], &a, d, &options).unwrap();
@@ -331,11 +361,12 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
                 let (host, x_host) = solve_on(&backend, &b, &c);
                 let (d_host, d_cpu) = (max_rel_diff(&x_dev, &x_host), max_rel_diff(&x_dev, &x_cpu));
                 println!(
-                    "{spec:<40} {split} {ranks} GPUs: device loop {} it, host steps {} it, CPU \
-                     {} it; x vs host steps {d_host:.1e}, vs CPU {d_cpu:.1e}",
+                    "{spec:<40} {split} {ranks} GPUs {transport:?} single reduction \
+                     {single_reduction}: device loop {} it, host steps {} it, CPU {} it; x vs \
+                     host steps {d_host:.1e}, vs CPU {d_cpu:.1e}",
                     dev.iterations, host.iterations, cpu.iterations
                 );
-                let what = format!("{spec} {split} {ranks} GPUs");
+                let what = format!("{spec} {split} {ranks} GPUs {transport:?} {single_reduction}");
                 assert!(dev.converged && host.converged, "{what}");
                 assert_eq!(dev.initial_residual, host.initial_residual, "{what}");
                 assert!(dev.iterations.abs_diff(host.iterations) <= 2, "{what}");
@@ -368,8 +399,9 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
     }
 }
 
-/// The device loop runs the chunk's iterations at most, stops where the
-/// host steps stop with minIter and maxIter, and with no preconditioner.
+/// The device loop (both forms) runs the chunk's iterations at most, stops
+/// where the host steps stop with minIter and maxIter, and with no
+/// preconditioner.
 #[test]
 fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
     let Some(gpu) = test_device() else { return };
@@ -377,17 +409,21 @@ fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
     let (a, _) = poisson_system("box:12x10x9").unwrap();
     let b = random_vector(a.n_rows(), 8);
     let d = Decomposition::metis(&a, 1).unwrap();
-    for jacobi in [true, false] {
+    for (jacobi, single_reduction) in [(true, true), (false, true), (true, false), (false, false)] {
         let options = MultiGpuOptions {
             jacobi,
             check_interval: 5,
+            single_reduction,
             ..Default::default()
         };
         let backend = MultiGpuBackend::new(&one, &a, &d, &options).unwrap();
         assert!(backend.device_loop());
         let capped = SolverControls::absolute(1e-12, 13);
         let (perf, _) = solve_on(&backend, &b, &capped);
-        assert_eq!(perf.iterations, 13, "jacobi {jacobi}: {perf:?}");
+        assert_eq!(
+            perf.iterations, 13,
+            "jacobi {jacobi}, single reduction {single_reduction}: {perf:?}"
+        );
         assert!(!perf.converged);
         // Converged from the start (the L1 residual may grow above the initial
         // 1 in early iterations, so the tolerance is far above it): minIter
@@ -398,7 +434,10 @@ fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
             ..SolverControls::default()
         };
         let (perf, _) = solve_on(&backend, &b, &loose);
-        assert_eq!(perf.iterations, 9, "jacobi {jacobi}: {perf:?}");
+        assert_eq!(
+            perf.iterations, 9,
+            "jacobi {jacobi}, single reduction {single_reduction}: {perf:?}"
+        );
         let (dev, x_dev) = solve_on(&backend, &b, &controls());
         backend.set_device_loop(false);
         let (host, x_host) = solve_on(&backend, &b, &controls());
@@ -407,10 +446,78 @@ fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
         assert_eq!(host.history.len(), host.iterations + 1);
         assert!(
             dev.iterations.abs_diff(host.iterations) <= 1,
-            "jacobi {jacobi}: {} vs {}",
+            "jacobi {jacobi}, single reduction {single_reduction}: {} vs {}",
             dev.iterations,
             host.iterations
         );
         assert!(max_rel_diff(&x_dev, &x_host) < 1e-6);
     }
+}
+
+/// The peer transport's all-reduce on two devices: every rank gets the sum of
+/// the ranks' partial sums in rank order; a rank whose peer never publishes
+/// gives up after the time-out, names that rank and marks its chunk done
+/// (no hang).
+#[test]
+fn peer_reduction_sums_in_rank_order_and_gives_up_on_a_silent_rank() {
+    let Some(_gpu) = test_device() else { return };
+    let many = all_devices();
+    if many.len() < 2 {
+        return;
+    }
+    let pair = [&many[0], &many[1]];
+    if !all_peers(&pair).unwrap() {
+        println!("no peer access between devices 0 and 1: skipped");
+        return;
+    }
+    let empty = fvpoisson::gpu::multi::ExchangePlan {
+        idx: Vec::new(),
+        sends: Vec::new(),
+        recvs: Vec::new(),
+    };
+    let plans = [empty.clone(), empty];
+    let partials = [[0.25, 1.5, -3.0], [1e-3, 2.0, 7.0]];
+    let expected: f64 = partials.iter().map(|p| p.iter().sum::<f64>()).sum();
+    // Both ranks publish, then finish: the same sum on both.
+    let links = peer::link(&pair, &plans, &[0, 0]).unwrap();
+    let mut finished = Vec::new();
+    for (k, (gpu, link)) in pair.iter().zip(&links).enumerate() {
+        let p = gpu.upload(&partials[k]).unwrap();
+        let st = gpu.zeros::<f64>(16).unwrap();
+        link.publish(gpu, None, Some((&p, 3)), &st).unwrap();
+        finished.push((p, st));
+    }
+    for ((gpu, link), (_, st)) in pair.iter().zip(&links).zip(&finished) {
+        let sums = gpu.zeros::<f64>(2).unwrap();
+        let records = gpu.zeros::<f64>(3).unwrap();
+        link.finish(gpu, "peer_finish_operator", &sums, st, &records, 0, None)
+            .unwrap();
+        let got = gpu.download(&sums).unwrap()[0];
+        assert_eq!(link.failure(gpu).unwrap(), None);
+        assert!(
+            (got - expected).abs() <= 1e-15 * expected.abs(),
+            "{got} vs {expected}"
+        );
+        assert_eq!(gpu.download(&records).unwrap()[1], got);
+    }
+    // Rank 1 stays silent: rank 0 gives up on it.
+    let mut links = peer::link(&pair, &plans, &[0, 0]).unwrap();
+    links[0].set_timeout(std::time::Duration::from_millis(200));
+    let gpu = pair[0];
+    let p = gpu.upload(&partials[0]).unwrap();
+    let st = gpu.zeros::<f64>(16).unwrap();
+    let (sums, records) = (gpu.zeros::<f64>(2).unwrap(), gpu.zeros::<f64>(3).unwrap());
+    let t = std::time::Instant::now();
+    links[0].publish(gpu, None, Some((&p, 3)), &st).unwrap();
+    links[0]
+        .finish(gpu, "peer_finish_operator", &sums, &st, &records, 0, None)
+        .unwrap();
+    assert_eq!(links[0].failure(gpu).unwrap(), Some(1));
+    assert_eq!(
+        gpu.download(&st).unwrap()[0],
+        1.0,
+        "the chunk is marked done"
+    );
+    println!("gave up after {:.2} s", t.elapsed().as_secs_f64());
+    assert!(t.elapsed().as_secs_f64() < 10.0);
 }

@@ -41,6 +41,7 @@ pub mod matrix;
 pub mod multi;
 pub mod multi_bench;
 pub mod pcg;
+pub mod peer;
 pub mod polynomial;
 pub mod polynomial_bench;
 pub mod precond_bench;
@@ -51,9 +52,9 @@ pub mod smooth_bench;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DeviceRepr, LaunchArgs,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchArgs,
     LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
@@ -76,6 +77,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("multi.cu", include_str!("../../kernels/multi.cu")),
     ("eisenstat.cu", include_str!("../../kernels/eisenstat.cu")),
     ("simple.cu", include_str!("../../kernels/simple.cu")),
+    ("peer.cu", include_str!("../../kernels/peer.cu")),
 ];
 
 /// The kernels the sources define, in source order.
@@ -281,11 +283,25 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut LaunchArgs<'a>),
     ) -> Result<(), GpuError> {
+        self.launch_on(&self.stream, kernel, grid, block, shared_bytes, push)
+    }
+
+    /// [`Gpu::launch`] on `stream`, a stream of this device (e.g. a
+    /// transfer overlapping the main stream's kernels).
+    pub fn launch_on<'a>(
+        &'a self,
+        stream: &'a Arc<CudaStream>,
+        kernel: &'static str,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        push: impl FnOnce(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
         let f = self.function(kernel)?;
         if grid == 0 {
             return Ok(());
         }
-        let mut args = self.stream.launch_builder(f);
+        let mut args = stream.launch_builder(f);
         push(&mut args);
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
@@ -300,7 +316,7 @@ impl Gpu {
             error: format!("launch: {e}"),
         })?;
         if self.sync_each_launch {
-            self.stream.synchronize().map_err(|e| GpuError::Kernel {
+            stream.synchronize().map_err(|e| GpuError::Kernel {
                 kernel,
                 error: format!("execution: {e}"),
             })?;
@@ -348,6 +364,55 @@ impl Gpu {
             self.synchronize()?;
         }
         Ok(())
+    }
+
+    /// Whether kernels on this device can read and write `peer`'s memory
+    /// (NVLink or PCIe peer access).
+    pub fn can_access_peer(&self, peer: &Gpu) -> Result<bool, GpuError> {
+        let mut can = 0;
+        // SAFETY: both handles are live devices of this process.
+        let r = unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), peer.ctx.cu_device())
+        };
+        driver("cuDeviceCanAccessPeer", r.result())?;
+        Ok(can != 0)
+    }
+
+    /// Lets `peer`'s kernels read and write this device's memory: the
+    /// allocations of its context and of its stream-ordered pool (where
+    /// cudarc allocates). Needs [`Gpu::can_access_peer`] from `peer`.
+    pub fn share_memory_with(&self, peer: &Gpu) -> Result<(), GpuError> {
+        peer.bind_to_thread()?;
+        // SAFETY: the peer's context is current; ours is live.
+        let r = unsafe { sys::cuCtxEnablePeerAccess(self.ctx.cu_ctx(), 0) };
+        if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            driver("cuCtxEnablePeerAccess", r.result())?;
+        }
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: plain queries and settings of this device's default pool.
+        unsafe {
+            let r = sys::cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device());
+            driver("cuDeviceGetDefaultMemPool", r.result())?;
+            let access = sys::CUmemAccessDesc {
+                location: sys::CUmemLocation {
+                    type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: peer.ctx.cu_device(),
+                },
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            driver(
+                "cuMemPoolSetAccess",
+                sys::cuMemPoolSetAccess(pool, &access, 1).result(),
+            )?;
+        }
+        self.bind_to_thread()
+    }
+
+    /// The device address of `buffer`, for kernels that follow pointers
+    /// (e.g. into a peer's memory).
+    pub fn address<T>(&self, buffer: &CudaSlice<T>) -> u64 {
+        let (ptr, _sync) = buffer.device_ptr(&self.stream);
+        ptr
     }
 
     /// Makes the device's context current on the calling thread (libraries

@@ -10,29 +10,52 @@
 //! transfer, y = A_oo x on the compute stream while it runs, then
 //! y_boundary += A_oh x_halo (`halo_add`) once the halo has arrived.
 //!
-//! Transport ([`Transport`]): NCCL (grouped `ncclSend`/`ncclRecv` on a second
-//! stream per GPU, so the exchange overlaps A_oo x; one rank per device), or
-//! host staging (download the packed sends, upload each halo: no overlap),
-//! used when NCCL is not installed or when ranks share a device (tests of 2
-//! and 3 ranks on one GPU). NVLink multicast (NVLS) is never used:
-//! `NCCL_NVLS_ENABLE=0` is set unless the environment sets it.
+//! Transport ([`Transport`]):
+//! - peer stores (default where every pair of GPUs has peer access, one rank
+//!   per device; [`super::peer`]): the pack kernel stores the values into the
+//!   neighbours' halos over NVLink and raises a flag there; the receiver's
+//!   `peer_halo_add` waits on the flag after its A_oo x. The device loop's
+//!   reductions go the same way (each rank stores its sums into every rank's
+//!   memory; a one-block kernel adds them in rank order), so an iteration
+//!   makes no library call and no host round trip;
+//! - NCCL (grouped `ncclSend`/`ncclRecv` on a second stream per GPU, so the
+//!   exchange overlaps A_oo x; one rank per device);
+//! - host staging (download the packed sends, upload each halo: no
+//!   overlap), used when NCCL is not installed or when ranks share a device
+//!   (tests of 2 and 3 ranks on one GPU).
+//!
+//! NVLink multicast (NVLS) is never used: `NCCL_NVLS_ENABLE=0` is set unless
+//! the environment sets it.
 //!
 //! Two loops run the PCG iterations (`CgBackend::iterate`):
 //!
-//! - the device loop (default, [`MultiGpuOptions::device_loop`]; one rank, or
-//!   NCCL with one rank per device, Jacobi or no preconditioner): one host
-//!   thread per rank (`std::thread::scope`) launches its rank's kernels and
-//!   NCCL calls for `check_interval` iterations with no host round trip, as
-//!   the single-GPU fused loop (`gpu::pcg`, `kernels/pcg.cu`) does. The
-//!   scalars stay in the device state `st`: each rank reduces its partials
-//!   (`reduce_partials`), one `ncclAllReduce` per reduction point (p · Ap;
-//!   Σ|r| with r · z) adds the ranks' sums in device memory on a second set
-//!   of communicators bound to the compute streams, and the one-block
-//!   `cg_finish_*` kernels compute α and β and apply `StopRule` on every rank
-//!   alike (every rank gets the same all-reduced bits, so all stop at the
-//!   same iteration and keep issuing the same collectives). The host reads
-//!   rank 0's records once per chunk. p · Ap is A_oo's slice partials plus
-//!   the boundary rows' p · A_oh p_halo partials (`halo_add`).
+//! - the device loop (default, [`MultiGpuOptions::device_loop`]; one rank,
+//!   the peer transport, or NCCL with one rank per device; Jacobi or no
+//!   preconditioner): one host thread per rank (`std::thread::scope`)
+//!   launches its rank's kernels (and NCCL calls) for `check_interval`
+//!   iterations with no host round trip, as the single-GPU fused loop
+//!   (`gpu::pcg`, `kernels/pcg.cu`) does. The scalars stay in the device
+//!   state `st`: at each reduction point (r · z; p · Ap; Σ|r| with the next
+//!   r · z) each rank reduces its partials and the ranks' sums are added in
+//!   device memory (peer stores, summed in rank order by
+//!   `peer_finish_*`; or `reduce_partials` and an `ncclAllReduce` on a
+//!   second set of communicators bound to the compute streams, then
+//!   `cg_finish_*`), and the one-block finish kernels compute α and β and
+//!   apply `StopRule` on every rank alike (every rank gets the same summed
+//!   bits, so all stop at the same iteration and keep issuing the same
+//!   exchanges). The host reads rank 0's records once per chunk. p · Ap is
+//!   A_oo's slice partials plus the boundary rows' p · A_oh p_halo partials
+//!   (`halo_add`; with peers the last block of `peer_halo_add` publishes
+//!   the rank's sum at once).
+//!
+//!   By default ([`MultiGpuOptions::single_reduction`]) the device loop runs
+//!   PCG in its single-reduction form (Chronopoulos & Gear 1989; kernels/
+//!   pcg.cu): u = M r, w = A u and s = A p carried by s = w + β s, so each
+//!   iteration is one vector step, one product and one reduction of Σ|r|,
+//!   r · u and w · u (p · Ap = w · u − β² p · Ap_old), where the
+//!   two-reduction form of `solve::pcg` needs two synchronisations of all
+//!   GPUs. Same bytes per iteration, same `StopRule`, same iterates up to
+//!   rounding; the tests hold it to the CPU solve.
 //! - the host-driven steps (`solve::pcg::iterate_steps`; host staging,
 //!   ranks sharing a device, block-Jacobi device preconditioners, or
 //!   `device_loop: false`): each rank reduces its block partials in the fixed
@@ -55,9 +78,10 @@
 //! through the run's [`Communicator`] (host-driven steps).
 //!
 //! A failure on one rank's thread in the middle of the device loop (a launch
-//! or NCCL error) leaves the other ranks waiting in their collectives: NCCL
-//! has no time-out by default, so such a run hangs rather than fails
-//! (`NCCL_DEBUG=WARN` shows the error).
+//! error) ends the others' chunks after [`PEER_TIMEOUT`] with the peer
+//! transport (an error names the rank they waited for). With NCCL the other
+//! ranks wait in their collectives: NCCL has no time-out by default, so such
+//! a run hangs rather than fails (`NCCL_DEBUG=WARN` shows the error).
 
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
@@ -70,6 +94,7 @@ use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
 use super::amg::DeviceCsr;
 use super::matrix::DeviceModSell;
 use super::pcg::{chunk_records, chunk_state, GpuVector, STATE_LEN};
+use super::peer::{self, PeerLinks, VectorSums, PEER_TIMEOUT};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::parallel::Communicator;
@@ -83,18 +108,21 @@ use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
 
 /// Threads of the one-block reduction kernel (as `gpu::pcg`).
-const REDUCE_BLOCK: u32 = 1024;
+pub(super) const REDUCE_BLOCK: u32 = 1024;
 
 /// How halos travel between GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Transport {
-    /// NCCL when every rank has a device of its own and libnccl loads, else
-    /// host staging.
+    /// Peer stores when every rank has a device of its own and every pair
+    /// has peer access, else NCCL when libnccl loads, else host staging.
     Auto,
     /// Through host memory (works with any number of ranks per device).
     Host,
     /// NCCL send/recv (one rank per device; libnccl.so must load).
     Nccl,
+    /// Stores straight into the peers' memory, with flags (`gpu::peer`):
+    /// one rank per device, every pair of devices with peer access.
+    Peer,
 }
 
 /// How the per-rank sums of a reduction become one value.
@@ -122,6 +150,10 @@ pub struct MultiGpuOptions {
     pub device_loop: bool,
     /// Iterations of the device loop between host reads of the records.
     pub check_interval: usize,
+    /// The device loop runs PCG in its single-reduction form (one
+    /// reduction per iteration, kernels/pcg.cu); false: the two-reduction
+    /// form of `solve::pcg`.
+    pub single_reduction: bool,
 }
 
 impl Default for MultiGpuOptions {
@@ -132,6 +164,7 @@ impl Default for MultiGpuOptions {
             jacobi: true,
             device_loop: true,
             check_interval: 50,
+            single_reduction: true,
         }
     }
 }
@@ -271,11 +304,18 @@ struct Rank<'g> {
     partials: CudaSlice<f64>,
     /// Reduced sums read back; scalars[0] also carries α to `cg_update`.
     scalars: RefCell<CudaSlice<f64>>,
-    /// Stream of the NCCL transfers (NCCL transport only).
+    /// Stream of the NCCL transfers or the peer stores (NCCL and peer
+    /// transports).
     comm_stream: Option<Arc<CudaStream>>,
+    /// The links to the other ranks (peer transport only).
+    peer: Option<PeerLinks>,
     preconditioner: Option<Box<dyn DevicePreconditioner + 'g>>,
     /// The device loop's state, records and sums.
     device: RefCell<LoopBuffers>,
+    /// w = A u of the device loop's single-reduction form.
+    w: CudaSlice<f64>,
+    /// Which form of PCG the device loop runs.
+    single_reduction: bool,
 }
 
 /// One rank's buffers of the device loop.
@@ -286,7 +326,8 @@ struct LoopBuffers {
     records: CudaSlice<f64>,
     /// The rank's sums, all-reduced in place: [p · Ap] or [Σ|r|, r · z].
     sums: CudaSlice<f64>,
-    /// Partials of p · Ap: A_oo's slices, then the boundary rows' blocks.
+    /// Partials of p · Ap (w · u): A_oo's slices, then the boundary rows'
+    /// blocks.
     pq_partials: CudaSlice<f64>,
 }
 
@@ -340,13 +381,16 @@ impl<'g> Rank<'g> {
             partials: gpu.zeros(2 * vector_grid(local.n_owned) as usize)?,
             scalars: RefCell::new(gpu.zeros(2)?),
             comm_stream,
+            peer: None,
             preconditioner: None,
             device: RefCell::new(LoopBuffers {
                 state: gpu.zeros(STATE_LEN)?,
                 records: gpu.zeros(3 * (check_interval + 1))?,
-                sums: gpu.zeros(2)?,
+                sums: gpu.zeros(4)?,
                 pq_partials: gpu.zeros(a_oo_slices + a_oh_blocks.max(1))?,
             }),
+            w: gpu.zeros(local.n_owned.max(1))?,
+            single_reduction: options.single_reduction,
         })
     }
 
@@ -448,11 +492,25 @@ impl<'g> MultiGpuBackend<'g> {
                 .collect()
         });
         let distinct = n_ranks <= gpus.len();
+        let rank_gpus: Vec<&Gpu> = (0..n_ranks).map(|r| &gpus[r % gpus.len()]).collect();
+        let peers = distinct && n_ranks > 1 && peer::all_peers(&rank_gpus)?;
         let mut transport = match options.transport {
+            // One rank: nothing travels.
+            _ if n_ranks == 1 => Transport::Host,
+            Transport::Auto if peers => Transport::Peer,
             Transport::Auto if distinct && n_ranks > 1 && nccl_available().is_ok() => {
                 Transport::Nccl
             }
             Transport::Auto => Transport::Host,
+            Transport::Peer if !peers => {
+                return Err(GpuError::Invalid(format!(
+                    "--transport peer needs one GPU per rank and peer access between every \
+                     pair: {n_ranks} ranks on {} GPUs{}; use --transport nccl or host",
+                    gpus.len(),
+                    if distinct { " without peer access" } else { "" }
+                )))
+            }
+            Transport::Peer => Transport::Peer,
             Transport::Nccl if !distinct => {
                 return Err(GpuError::Invalid(format!(
                     "NCCL needs one GPU per rank: {n_ranks} ranks on {} GPUs; use --transport \
@@ -470,7 +528,7 @@ impl<'g> MultiGpuBackend<'g> {
         for (rank, host) in hosts.into_iter().enumerate() {
             let (local, a_oh, m) = host?;
             let gpu = &gpus[rank % gpus.len()];
-            let comm_stream = (transport == Transport::Nccl)
+            let comm_stream = matches!(transport, Transport::Nccl | Transport::Peer)
                 .then(|| gpu.new_stream())
                 .transpose()?;
             let rank = Rank::new(
@@ -516,6 +574,17 @@ impl<'g> MultiGpuBackend<'g> {
         } else {
             None
         };
+        if transport == Transport::Peer {
+            let plans: Vec<ExchangePlan> = ranks.iter().map(|r| r.plan.clone()).collect();
+            let halos: Vec<u64> = ranks
+                .iter()
+                .map(|r| r.gpu.address(&r.halo.borrow()))
+                .collect();
+            let links = peer::link(&rank_gpus, &plans, &halos)?;
+            for (r, l) in ranks.iter_mut().zip(links) {
+                r.peer = Some(l);
+            }
+        }
         // The device loop's all-reduces go on the compute streams, through
         // communicators of their own.
         let reduce_comms = match (&comms, options.device_loop) {
@@ -629,13 +698,15 @@ impl<'g> MultiGpuBackend<'g> {
     }
 
     /// Whether `iterate` runs the device loop (module documentation): asked
-    /// for, Jacobi or no preconditioner, and one rank or NCCL with
-    /// communicators for the all-reduces.
+    /// for, Jacobi or no preconditioner, and one rank, the peer transport or
+    /// NCCL with communicators for the all-reduces.
     pub fn device_loop(&self) -> bool {
         self.device_loop.get()
             && self.peers.is_none()
             && self.ranks.iter().all(|r| r.preconditioner.is_none())
-            && (self.ranks.len() == 1 || self.reduce_comms.is_some())
+            && (self.ranks.len() == 1
+                || self.transport == Transport::Peer
+                || self.reduce_comms.is_some())
     }
 
     /// Asks for the device loop (where it applies) or the host-driven steps.
@@ -664,9 +735,18 @@ impl<'g> MultiGpuBackend<'g> {
             .zip(&mut buffers)
             .enumerate()
         {
-            let exchange = match (&self.comms, &r.comm_stream, exchange) {
-                (Some(comms), Some(stream), true) => Some((stream, RankComm(&comms[k]))),
+            let exchange = match (&self.comms, &r.comm_stream, &r.peer, exchange) {
+                (_, _, _, false) => None,
+                (_, Some(stream), Some(peer), true) => Some(ChunkExchange::Peer(peer, stream)),
+                (Some(comms), Some(stream), None, true) => {
+                    Some(ChunkExchange::Nccl(stream, RankComm(&comms[k])))
+                }
                 _ => None,
+            };
+            let reduce = match (&r.peer, &self.reduce_comms) {
+                (Some(peer), _) => Some(ChunkReduce::Peer(peer)),
+                (None, Some(comms)) => Some(ChunkReduce::Nccl(RankComm(&comms[k]))),
+                (None, None) => None,
             };
             chunks.push(RankChunk {
                 gpu: r.gpu,
@@ -682,7 +762,7 @@ impl<'g> MultiGpuBackend<'g> {
                 partials: &r.partials,
                 buffers,
                 exchange,
-                reduce: self.reduce_comms.as_ref().map(|c| RankComm(&c[k])),
+                reduce,
                 vectors: [
                     v.x.part(k)?,
                     v.r.part(k)?,
@@ -690,13 +770,20 @@ impl<'g> MultiGpuBackend<'g> {
                     v.p.part(k)?,
                     v.q.part(k)?,
                 ],
+                w: &r.w,
+                single: r.single_reduction,
             });
         }
         let host_state = &host_state;
         let results: Vec<_> = std::thread::scope(|s| {
             let handles: Vec<_> = chunks
                 .into_iter()
-                .map(|c| s.spawn(move || c.run(host_state, count)))
+                .map(|c| {
+                    s.spawn(move || match c.single {
+                        true => c.run_single(host_state, count),
+                        false => c.run(host_state, count),
+                    })
+                })
                 .collect();
             handles
                 .into_iter()
@@ -707,22 +794,39 @@ impl<'g> MultiGpuBackend<'g> {
                 })
                 .collect()
         });
-        let mut ranks = results.into_iter();
-        let (records, st) = ranks
-            .next()
-            .ok_or_else(|| GpuError::Invalid("no rank".into()))??;
-        for (k, other) in ranks.enumerate() {
-            let (_, st_k) = other?;
+        // A rank's own error first: the others' peer waits then gave up on it.
+        let results: Vec<(Vec<f64>, Vec<f64>)> = results.into_iter().collect::<Result<_, _>>()?;
+        self.peer_failure()?;
+        let (records, st) = &results[0];
+        for (k, (_, st_k)) in results.iter().enumerate().skip(1) {
             if st_k[..2] != st[..2] {
                 return Err(GpuError::Invalid(format!(
-                    "internal: rank {} stopped at iteration {} and rank 0 at {}",
-                    k + 1,
-                    st_k[1],
-                    st[1]
+                    "internal: rank {k} stopped at iteration {} and rank 0 at {}",
+                    st_k[1], st[1]
                 )));
             }
         }
-        Ok(chunk_records(&records, &st, state, count))
+        Ok(chunk_records(records, st, state, count))
+    }
+
+    /// A peer-transport wait that gave up (a rank failed or stalled for
+    /// [`PEER_TIMEOUT`]), as an error naming the ranks.
+    fn peer_failure(&self) -> Result<(), GpuError> {
+        for r in &self.ranks {
+            if let Some(peer) = &r.peer {
+                if let Some(waited_for) = peer.failure(r.gpu)? {
+                    return Err(GpuError::Invalid(format!(
+                        "rank {} (GPU {}) waited {} s for rank {waited_for}, which failed or \
+                         stalled; the solve was abandoned (rerun with --transport nccl or host \
+                         to compare)",
+                        r.index,
+                        r.gpu.ordinal(),
+                        PEER_TIMEOUT.as_secs()
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// How reductions combine the ranks (default [`Reduction::HostRead`]).
@@ -798,17 +902,24 @@ impl<'g> MultiGpuBackend<'g> {
     /// y = A x over all ranks (module documentation: pack, transfer while
     /// A_oo x runs, add A_oh x_halo).
     pub fn product(&self, x: &MultiVector, y: &MultiVector) -> Result<(), GpuError> {
-        for (rank, r) in self.ranks.iter().enumerate() {
-            launch_pack(
-                r.gpu,
-                &r.plan,
-                &r.send_idx,
-                x.part(rank)?,
-                &r.send_buf.borrow(),
-            )?;
-        }
         let exchange = self.exchange.get() && self.ranks.len() > 1;
+        let by_peers = exchange && self.transport == Transport::Peer;
+        for (rank, r) in self.ranks.iter().enumerate() {
+            match &r.peer {
+                Some(peer) if by_peers => {
+                    peer.pack(r.gpu, r.gpu.stream(), &r.send_idx, x.part(rank)?, None)?
+                }
+                _ => launch_pack(
+                    r.gpu,
+                    &r.plan,
+                    &r.send_idx,
+                    x.part(rank)?,
+                    &r.send_buf.borrow(),
+                )?,
+            }
+        }
         match (&self.comms, exchange) {
+            (_, true) if by_peers => {}
             (Some(comms), true) => self.start_nccl(comms)?,
             (None, true) => self.host_staged()?,
             (_, false) => {}
@@ -824,8 +935,13 @@ impl<'g> MultiGpuBackend<'g> {
                 driver("cuStreamWaitEvent", r.gpu.stream().join(s))?;
             }
             if let Some(a_oh) = &r.a_oh {
-                let halo = r.halo.borrow();
-                launch_halo_add(r.gpu, a_oh, r.n_interior, &halo, y.part(rank)?, None, None)?;
+                let (halo, yv) = (r.halo.borrow(), y.part(rank)?);
+                match &r.peer {
+                    Some(peer) if by_peers => {
+                        peer.halo_add(r.gpu, a_oh, r.n_interior, &halo, yv, None, None, None, None)?
+                    }
+                    _ => launch_halo_add(r.gpu, a_oh, r.n_interior, &halo, yv, None, None)?,
+                }
             }
         }
         Ok(())
@@ -1107,12 +1223,69 @@ struct RankChunk<'a> {
     /// Two sums of vector-block partials.
     partials: &'a CudaSlice<f64>,
     buffers: &'a mut LoopBuffers,
-    /// The halo transfer's stream and communicator (None: no transfer).
-    exchange: Option<(&'a Arc<CudaStream>, RankComm<'a>)>,
-    /// The all-reduce communicator on the compute stream (None: one rank).
-    reduce: Option<RankComm<'a>>,
+    /// How halos travel (None: no transfer).
+    exchange: Option<ChunkExchange<'a>>,
+    /// How the ranks' sums are added (None: one rank).
+    reduce: Option<ChunkReduce<'a>>,
     /// x, r, z, p, q.
     vectors: [&'a CudaSlice<f64>; 5],
+    /// w = A u of the single-reduction form.
+    w: &'a CudaSlice<f64>,
+    /// Run the single-reduction form.
+    single: bool,
+}
+
+/// The device loop's halo transfer.
+enum ChunkExchange<'a> {
+    /// NCCL send/recv on the comm stream.
+    Nccl(&'a Arc<CudaStream>, RankComm<'a>),
+    /// Stores into the peers' halos (`gpu::peer`) on the comm stream.
+    Peer(&'a PeerLinks, &'a Arc<CudaStream>),
+}
+
+/// The device loop's all-reduce.
+enum ChunkReduce<'a> {
+    /// `ncclAllReduce` on the compute stream.
+    Nccl(RankComm<'a>),
+    /// Sums stored into every peer's area (`gpu::peer`).
+    Peer(&'a PeerLinks),
+}
+
+/// The reduction points of an iteration (kernels/pcg.cu `finish_*`).
+#[derive(Clone, Copy)]
+enum Finish {
+    /// r · z.
+    Precondition,
+    /// p · Ap.
+    Operator,
+    /// Σ|r| and the next r · z (Jacobi or none: z comes with the update).
+    Update,
+}
+
+impl Finish {
+    /// Sums reduced.
+    fn count(self) -> usize {
+        match self {
+            Finish::Update => 2,
+            _ => 1,
+        }
+    }
+    /// (the one-block kernel, its peer-transport twin).
+    fn kernels(self) -> (&'static str, &'static str) {
+        match self {
+            Finish::Precondition => ("cg_finish_precondition", "peer_finish_precondition"),
+            Finish::Operator => ("cg_finish_operator", "peer_finish_operator"),
+            Finish::Update => ("cg_finish_update", "peer_finish_update"),
+        }
+    }
+    /// The one-block kernel's flag argument: not flexible; with r · z.
+    fn flag(self) -> Option<i32> {
+        match self {
+            Finish::Precondition => Some(0),
+            Finish::Operator => None,
+            Finish::Update => Some(1),
+        }
+    }
 }
 
 /// sums[..count] = the first `count` sums of `m` partials each over every
@@ -1139,32 +1312,131 @@ fn all_sum(
 }
 
 impl RankChunk<'_> {
-    /// `all_sum` of the first `count` sums of the vector partials.
-    fn vector_sum(&mut self, count: usize) -> Result<(), GpuError> {
-        let m = vector_grid(self.n_owned) as usize;
-        let sums = &mut self.buffers.sums;
-        all_sum(
-            self.gpu,
-            self.reduce.as_ref(),
+    /// Finishes reduction point `step` of iteration `j`: the sums over
+    /// every rank of `m` partials per sum (the vector partials, or with
+    /// `Finish::Operator` p · Ap's), then its one-block kernel. `published`:
+    /// the peer transport's kernels have already published them.
+    fn finish(&mut self, step: Finish, m: usize, j: i32, published: bool) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let LoopBuffers {
+            state,
+            records,
             sums,
-            self.partials,
-            m,
-            count,
-        )
+            pq_partials,
+            ..
+        } = &mut *self.buffers;
+        let (partials, vector) = match step {
+            Finish::Operator => (&*pq_partials, None),
+            _ => (self.partials, Some((self.partials, m, step.count()))),
+        };
+        let (kernel, peer_kernel) = step.kernels();
+        let comm = match &self.reduce {
+            Some(ChunkReduce::Peer(peer)) => {
+                if !published {
+                    let operator = vector.is_none().then_some((partials, m));
+                    peer.publish(gpu, vector.map(vector_sums), operator, state)?;
+                }
+                return peer.finish(gpu, peer_kernel, sums, state, records, j, None);
+            }
+            Some(ChunkReduce::Nccl(comm)) => Some(comm),
+            None => None,
+        };
+        all_sum(gpu, comm, sums, partials, m, step.count())?;
+        let flag = step.flag();
+        gpu.launch(kernel, 1, 32, 0, |a| {
+            a.arg(&1i32).arg(&*sums);
+            if let Some(f) = &flag {
+                a.arg(f);
+            }
+            a.arg(&*state).arg(&*records).arg(&j);
+        })
     }
 
-    /// q = A p with p · q all-reduced into `sums[0]`: the pack, the transfer
-    /// on the comm stream while A_oo p runs, then the boundary rows.
-    fn operator(&mut self, j: i32) -> Result<(), GpuError> {
+    /// Finishes a single reduction (`cg_finish_single`): the `groups` sums of
+    /// the vector partials (r · u, with Σ|r| first when `groups` is 2) and
+    /// w · u from the operator's `m` partials, over every rank.
+    fn finish_single(
+        &mut self,
+        groups: usize,
+        m: usize,
+        j: i32,
+        published: bool,
+    ) -> Result<(), GpuError> {
         let gpu = self.gpu;
-        let [_, _, _, p, q] = self.vectors;
-        if let Some((stream, comm)) = &self.exchange {
-            launch_pack(gpu, self.plan, self.send_idx, p, self.send_buf)?;
-            driver("cuStreamWaitEvent", stream.join(gpu.stream()))?;
-            group_start().map_err(|e| nccl("ncclGroupStart", e))?;
-            let pushed = push_exchange(comm.0, self.plan, self.send_buf, self.halo);
-            group_end().map_err(|e| nccl("ncclGroupEnd", e))?;
-            pushed?;
+        let vm = vector_grid(self.n_owned) as usize;
+        let prologue = groups == 1;
+        let LoopBuffers {
+            state,
+            records,
+            sums,
+            pq_partials,
+            ..
+        } = &mut *self.buffers;
+        let comm = match &self.reduce {
+            Some(ChunkReduce::Peer(peer)) => {
+                if !published {
+                    let vector = vector_sums((self.partials, vm, groups));
+                    peer.publish(gpu, Some(vector), Some((pq_partials, m)), state)?;
+                }
+                let step = "peer_finish_single";
+                return peer.finish(gpu, step, sums, state, records, j, Some(prologue));
+            }
+            Some(ChunkReduce::Nccl(comm)) => Some(comm),
+            None => None,
+        };
+        let (vm32, g32, m32) = (vm as i32, groups as i32, m as i32);
+        gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+            a.arg(&vm32).arg(&g32).arg(self.partials).arg(&*sums);
+        })?;
+        let tail = sums.slice(groups..);
+        gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+            a.arg(&m32).arg(&1i32).arg(&*pq_partials).arg(&tail);
+        })?;
+        if let Some(comm) = comm {
+            comm.0
+                .all_reduce_in_place(&mut sums.slice_mut(0..groups + 1), &ReduceOp::Sum)
+                .map_err(|e| nccl("ncclAllReduce", e))?;
+        }
+        let prologue = i32::from(prologue);
+        gpu.launch("cg_finish_single", 1, 32, 0, |a| {
+            a.arg(&prologue)
+                .arg(&*sums)
+                .arg(&*state)
+                .arg(&*records)
+                .arg(&j);
+        })
+    }
+
+    /// output = A input with the partials of input · output in
+    /// `pq_partials` (iteration j): the transfer of input's packed values
+    /// while A_oo input runs, then the boundary rows. With peers the halo
+    /// step publishes the reduction: `vector`'s sums (the single-reduction
+    /// form's), then input · output. Returns the number of partials and
+    /// whether they were published.
+    fn product(
+        &mut self,
+        j: i32,
+        input: &CudaSlice<f64>,
+        output: &CudaSlice<f64>,
+        vector: Option<VectorSums<'_>>,
+    ) -> Result<(usize, bool), GpuError> {
+        let gpu = self.gpu;
+        let state = &self.buffers.state;
+        match &self.exchange {
+            Some(ChunkExchange::Nccl(stream, comm)) => {
+                launch_pack(gpu, self.plan, self.send_idx, input, self.send_buf)?;
+                driver("cuStreamWaitEvent", stream.join(gpu.stream()))?;
+                group_start().map_err(|e| nccl("ncclGroupStart", e))?;
+                let pushed = push_exchange(comm.0, self.plan, self.send_buf, self.halo);
+                group_end().map_err(|e| nccl("ncclGroupEnd", e))?;
+                pushed?;
+            }
+            // The stores run beside A_oo input; the receivers wait on their flags.
+            Some(ChunkExchange::Peer(peer, stream)) => {
+                driver("cuStreamWaitEvent", stream.join(gpu.stream()))?;
+                peer.pack(gpu, stream, self.send_idx, input, Some(state))?;
+            }
+            None => {}
         }
         let b = &*self.buffers;
         let (m, n, h) = (
@@ -1180,42 +1452,72 @@ impl RankChunk<'_> {
             |a| {
                 a.arg(&n);
                 m.push_args(a);
-                a.arg(p).arg(q).arg(&b.pq_partials).arg(&b.state);
+                a.arg(input).arg(output).arg(&b.pq_partials).arg(&b.state);
                 a.arg(&b.records).arg(&j).arg(&NULL);
             },
         )?;
-        if let Some((stream, _)) = &self.exchange {
+        if let Some(ChunkExchange::Nccl(stream, _)) = &self.exchange {
             driver("cuStreamWaitEvent", gpu.stream().join(stream))?;
         }
         let mut blocks = m.n_slices();
+        let mut published = false;
         if let Some(a_oh) = self.a_oh {
             let tail = b.pq_partials.slice(blocks..);
-            let dot = Some((p, &tail));
-            launch_halo_add(
-                gpu,
-                a_oh,
-                self.n_interior,
-                self.halo,
-                q,
-                dot,
-                Some(&b.state),
-            )?;
-            blocks += vector_grid(a_oh.n) as usize;
+            let dot = Some((input, &tail));
+            match &self.exchange {
+                Some(ChunkExchange::Peer(peer, _)) => {
+                    let publish = Some((&b.pq_partials, blocks));
+                    let st = Some(&b.state);
+                    let halo = &*self.halo;
+                    peer.halo_add(
+                        gpu,
+                        a_oh,
+                        self.n_interior,
+                        halo,
+                        output,
+                        dot,
+                        st,
+                        publish,
+                        vector,
+                    )?;
+                    blocks += peer.halo_blocks(a_oh);
+                    published = true;
+                }
+                _ => {
+                    let st = Some(&b.state);
+                    launch_halo_add(gpu, a_oh, self.n_interior, self.halo, output, dot, st)?;
+                    blocks += vector_grid(a_oh.n) as usize;
+                }
+            }
         }
-        let LoopBuffers {
-            sums, pq_partials, ..
-        } = &mut *self.buffers;
-        all_sum(gpu, self.reduce.as_ref(), sums, pq_partials, blocks, 1)
+        // The next vector step rewrites input: the peer stores must be done.
+        if let Some(ChunkExchange::Peer(_, stream)) = &self.exchange {
+            driver("cuStreamWaitEvent", gpu.stream().join(stream))?;
+        }
+        Ok((blocks, published))
     }
 
-    /// Runs up to `count` iterations from the state `host_state`; returns
-    /// the records and the final state.
-    fn run(mut self, host_state: &[f64], count: usize) -> Result<(Vec<f64>, Vec<f64>), GpuError> {
+    /// Writes the chunk's state and clears its records.
+    fn start(&mut self, host_state: &[f64]) -> Result<(), GpuError> {
         let gpu = self.gpu;
         gpu.bind_to_thread()?;
         gpu.write(host_state, &mut self.buffers.state)?;
         let nan = vec![f64::NAN; self.buffers.records.len()];
-        gpu.write(&nan, &mut self.buffers.records)?;
+        gpu.write(&nan, &mut self.buffers.records)
+    }
+
+    /// The records and the final state.
+    fn end(self) -> Result<(Vec<f64>, Vec<f64>), GpuError> {
+        let records = self.gpu.download(&self.buffers.records)?;
+        let st = self.gpu.download(&self.buffers.state)?;
+        Ok((records, st))
+    }
+
+    /// Runs up to `count` iterations of the two-reduction form from the
+    /// state `host_state`; returns the records and the final state.
+    fn run(mut self, host_state: &[f64], count: usize) -> Result<(Vec<f64>, Vec<f64>), GpuError> {
+        self.start(host_state)?;
+        let gpu = self.gpu;
         let [x, r, z, p, q] = self.vectors;
         let (n, vm) = (self.n_owned as i32, vector_grid(self.n_owned) as usize);
         let grid = vm as u32;
@@ -1223,15 +1525,6 @@ impl RankChunk<'_> {
         let z_out = self.inv_diag.map(|_| z);
         let direction_from = z_out.unwrap_or(r);
         let partials = self.partials;
-        let finish = |kernel: &'static str, b: &LoopBuffers, j: i32, flag: Option<i32>| {
-            gpu.launch(kernel, 1, 32, 0, |a| {
-                a.arg(&1i32).arg(&b.sums);
-                if let Some(f) = &flag {
-                    a.arg(f);
-                }
-                a.arg(&b.state).arg(&b.records).arg(&j);
-            })
-        };
         {
             let b = &*self.buffers;
             gpu.launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
@@ -1243,8 +1536,7 @@ impl RankChunk<'_> {
                 a.arg(&0i32).arg(&NULL);
             })?;
         }
-        self.vector_sum(1)?;
-        finish("cg_finish_precondition", self.buffers, 0, Some(0))?;
+        self.finish(Finish::Precondition, vm, 0, false)?;
         for j in 0..count as i32 {
             let b = &*self.buffers;
             gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
@@ -1254,23 +1546,86 @@ impl RankChunk<'_> {
                     .arg(direction_from)
                     .arg(p);
             })?;
-            self.operator(j)?;
-            finish("cg_finish_operator", self.buffers, j, None)?;
+            let (blocks, published) = self.product(j, p, q, None)?;
+            self.finish(Finish::Operator, blocks, j, published)?;
             let b = &*self.buffers;
-            gpu.launch("cg_update", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&b.state).arg(&NULL);
-                a.arg(p).arg(q).arg(x).arg(r).arg(&NULL).arg(&1i32);
-                arg_or_null(a, self.inv_diag);
-                arg_or_null(a, z_out);
-                a.arg(partials).arg(&b.records).arg(&j).arg(&NULL);
-            })?;
-            self.vector_sum(2)?;
-            finish("cg_finish_update", self.buffers, j, Some(1))?;
+            // With peers the update's last block publishes its sums.
+            let published = match &self.reduce {
+                Some(ChunkReduce::Peer(peer)) => {
+                    let vectors = [p, q, x, r];
+                    let n = self.n_owned;
+                    peer.update(gpu, &b.state, vectors, self.inv_diag, z_out, partials, n)?;
+                    true
+                }
+                _ => {
+                    gpu.launch("cg_update", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n).arg(&b.state).arg(&NULL);
+                        a.arg(p).arg(q).arg(x).arg(r).arg(&NULL).arg(&1i32);
+                        arg_or_null(a, self.inv_diag);
+                        arg_or_null(a, z_out);
+                        a.arg(partials).arg(&b.records).arg(&j).arg(&NULL);
+                    })?;
+                    false
+                }
+            };
+            self.finish(Finish::Update, vm, j, published)?;
         }
-        let records = gpu.download(&self.buffers.records)?;
-        let st = gpu.download(&self.buffers.state)?;
-        Ok((records, st))
+        self.end()
     }
+
+    /// Runs up to `count` iterations of the single-reduction form
+    /// (kernels/pcg.cu, Chronopoulos–Gear): u = M r (z; r itself with no
+    /// preconditioner), w = A u, s = A p in q. The prologue computes u, w,
+    /// r · u and w · u of the current r; each iteration is one vector step,
+    /// one product and one reduction of Σ|r|, r · u and w · u.
+    fn run_single(
+        mut self,
+        host_state: &[f64],
+        count: usize,
+    ) -> Result<(Vec<f64>, Vec<f64>), GpuError> {
+        self.start(host_state)?;
+        let gpu = self.gpu;
+        let [x, r, z, p, s] = self.vectors;
+        let w = self.w;
+        let (n, vm) = (self.n_owned as i32, vector_grid(self.n_owned) as usize);
+        let grid = vm as u32;
+        let u_out = self.inv_diag.map(|_| z);
+        let u = u_out.unwrap_or(r);
+        let partials = self.partials;
+        {
+            let b = &*self.buffers;
+            gpu.launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(r);
+                arg_or_null(a, self.inv_diag);
+                a.arg(&0i32);
+                arg_or_null(a, u_out);
+                a.arg(&NULL).arg(partials).arg(&b.state).arg(&b.records);
+                a.arg(&0i32).arg(&NULL);
+            })?;
+        }
+        let ru = vector_sums((partials, vm, 1));
+        let (blocks, published) = self.product(0, u, w, Some(ru))?;
+        self.finish_single(1, blocks, 0, published)?;
+        for j in 0..count as i32 {
+            let b = &*self.buffers;
+            gpu.launch("cg_single_update", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&b.state);
+                arg_or_null(a, self.inv_diag);
+                a.arg(p).arg(s).arg(w).arg(x).arg(r);
+                arg_or_null(a, u_out);
+                a.arg(partials);
+            })?;
+            let residual_ru = vector_sums((partials, vm, 2));
+            let (blocks, published) = self.product(j, u, w, Some(residual_ru))?;
+            self.finish_single(2, blocks, j, published)?;
+        }
+        self.end()
+    }
+}
+
+/// `VectorSums` of (partials, m, count).
+fn vector_sums((partials, m, count): (&CudaSlice<f64>, usize, usize)) -> VectorSums<'_> {
+    VectorSums { partials, m, count }
 }
 
 impl CgBackend for MultiGpuBackend<'_> {

@@ -19,7 +19,8 @@
 //! on the same box is the baseline measured in the same run.
 //!
 //! The host-driven steps above ("host loop") and the device loop (one host
-//! thread per GPU, scalars on the device, NCCL all-reduces; module
+//! thread per GPU, scalars on the device, peer stores or NCCL all-reduces,
+//! PCG in its single-reduction form unless `--multi-two-reductions`; module
 //! documentation of [`super::multi`]) are both measured: the device loop's
 //! ms/iteration is the difference of two solves run to a fixed iteration
 //! count (tolerance 0), so set-up and the initial residual cancel, with and
@@ -54,6 +55,8 @@ pub struct MultiBenchSettings {
     pub iterations: usize,
     pub transport: Transport,
     pub slice_height: usize,
+    /// The device loop's PCG form (`MultiGpuOptions::single_reduction`).
+    pub single_reduction: bool,
 }
 
 /// One case at one GPU count.
@@ -197,6 +200,7 @@ fn measure(
     let options = MultiGpuOptions {
         slice_height: settings.slice_height,
         transport: settings.transport,
+        single_reduction: settings.single_reduction,
         ..MultiGpuOptions::default()
     };
     let backend = MultiGpuBackend::new(gpus, a, &d, &options)?;
@@ -357,8 +361,12 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                     scale((1, fused_ms.unwrap_or(f64::NAN)), d.ms_per_iteration),
                 );
                 let share = 1.0 - d.ms_no_exchange / d.ms_per_iteration;
+                let form = match settings.single_reduction {
+                    true => "single-reduction PCG",
+                    false => "two-reduction PCG",
+                };
                 let note = format!(
-                    "{scaling} scaling, device loop: {:.4} ms/iteration ({:.4} without the halo \
+                    "{scaling} scaling, device loop ({form}): {:.4} ms/iteration ({:.4} without the halo \
                      transfer: communication share {:.0}%), efficiency {:.0}% vs the device loop \
                      on {} GPU(s), {:.0}% vs the single-GPU fused loop, {} iterations to 1e-6 in \
                      {:.1} ms",
