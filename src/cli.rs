@@ -100,8 +100,10 @@ enum Command {
         #[arg(long, value_name = "N")]
         ranks: Option<usize>,
         /// GPUs (device ordinals) of --device gpu: rank r of a distributed run
-        /// uses entry r % count (under mpirun the node-local rank), a serial
-        /// run the first; default every device.
+        /// uses entry r % count (under mpirun the node-local rank); a serial
+        /// run with two or more splits its PCG (Jacobi or none) over them in
+        /// this process (the multi-GPU device loop), other solvers on the
+        /// first; default every device for ranks, the first for a serial run.
         #[arg(long, value_delimiter = ',', value_name = "LIST")]
         gpus: Option<Vec<usize>>,
     },
@@ -293,6 +295,18 @@ fn run(
     let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
     if let Some(ordering) = ordering {
         setup.solver.set_ordering(ordering);
+    }
+    if let Some(list @ [_, _, ..]) = gpus {
+        if device != crate::gpu::DeviceChoice::Gpu {
+            anyhow::bail!("--gpus selects the GPUs of --device gpu; add --device gpu");
+        }
+        let set = case::GpuSet::new(
+            list.iter()
+                .map(|&i| crate::gpu::Gpu::on_device(i))
+                .collect::<Result<_, _>>()?,
+        );
+        case::run_case_with_mesh(&setup, mesh, case::Device::Gpus(&set))?;
+        return Ok(0);
     }
     let gpu = match gpus {
         Some(_) => rank_gpu(device, gpus, 0)?,

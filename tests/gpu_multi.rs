@@ -18,6 +18,7 @@ use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::peer::{self, all_peers};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::{test_device, Gpu};
+use fvpoisson::solve::single_reduction::solve_pcg_single_reduction;
 use fvpoisson::solve::{
     pcg, solve_pcg, EquilibrationKind, Preconditioner, PreconditionerKind, SolverControls,
 };
@@ -326,6 +327,9 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
         let mut x_cpu = vec![0.0; a.n_rows()];
         let jacobi = Preconditioner::from(PreconditionerKind::Jacobi);
         let cpu = solve_pcg(&a, jacobi, &b, &mut x_cpu, &c, "p").unwrap();
+        // The single-reduction form's CPU reference (`solve::single_reduction`).
+        let mut x_single = vec![0.0; a.n_rows()];
+        let cpu_single = solve_pcg_single_reduction(&a, true, &b, &mut x_single, &c, "p").unwrap();
         for ranks in [1, 2, 3, 4] {
             if ranks > count {
                 println!("{spec}: {ranks} GPUs skipped ({count} present)");
@@ -373,6 +377,19 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
                 assert!(dev.iterations.abs_diff(cpu.iterations) <= 2, "{what}");
                 assert!(dev.final_residual < c.tolerance, "{what}");
                 assert!(d_host < 1e-6 && d_cpu < 1e-6, "{spec} {split} {ranks}");
+                if single_reduction {
+                    // The same recurrence as the CPU reference: its iterations
+                    // and residual history (while far above rounding).
+                    assert!(
+                        dev.iterations.abs_diff(cpu_single.iterations) <= 1,
+                        "{what}"
+                    );
+                    for (h, r) in dev.history.iter().zip(&cpu_single.history) {
+                        if *r > 1e-8 {
+                            assert!((h - r).abs() <= 1e-6 * r, "{what}: {h} vs {r}");
+                        }
+                    }
+                }
                 if ranks == 1 {
                     let mut x1 = vec![0.0; a.n_rows()];
                     let options = GpuSolveOptions {

@@ -716,6 +716,13 @@ pub fn run_flow_case_with_mesh(
             log::info!("pressure on the GPU; momentum (smoothSolver) on the CPU");
             Some(GpuSolver::new(gpu))
         }
+        (Device::Gpus(set), _) => {
+            log::info!(
+                "pressure split over {} GPUs; momentum on the CPU",
+                set.gpus.len()
+            );
+            set.gpus.first().map(GpuSolver::new)
+        }
         (Device::Cpu | Device::Distributed(_), _) => None,
     };
     let solver = setup.pressure_solver;
@@ -728,7 +735,7 @@ pub fn run_flow_case_with_mesh(
     };
     let mut device_loop = match device {
         Device::Gpu(gpu) => device_simple(gpu, &simple, &solver, device)?,
-        Device::Cpu | Device::Distributed(_) => None,
+        Device::Cpu | Device::Distributed(_) | Device::Gpus(_) => None,
     };
     let mut last_written = 0;
     let after_each = |simple: &Simple, report: &IterationReport| {

@@ -100,6 +100,77 @@ pub enum Device<'g> {
     /// assembles the whole system, PCG runs over the ranks' rows
     /// (`solve::distributed`) and each rank then holds the whole solution.
     Distributed(Ranks<'g>),
+    /// Several GPUs of this process (`run --device gpu --gpus LIST`): see
+    /// [`GpuSet`].
+    Gpus(&'g GpuSet),
+}
+
+/// The GPUs of a one-process run on several of them: the system is
+/// assembled on the host and PCG with Jacobi or no preconditioner runs split
+/// over the GPUs (`gpu::multi`: METIS rows, one rank per GPU, the device
+/// loop over peer stores or NCCL); other solvers run on the first GPU.
+pub struct GpuSet {
+    pub gpus: Vec<Gpu>,
+    /// METIS rows of the first system solved (reused while the size holds).
+    decomposition: std::cell::RefCell<Option<Decomposition>>,
+}
+
+impl GpuSet {
+    pub fn new(gpus: Vec<Gpu>) -> Self {
+        Self {
+            gpus,
+            decomposition: std::cell::RefCell::new(None),
+        }
+    }
+
+    /// PCG over the GPUs when `solver` (as the GPU runs it) is PCG with
+    /// Jacobi or no preconditioner and no equilibration; None otherwise.
+    fn solve(
+        &self,
+        solver: &LinearSolver,
+        matrix: &Csr,
+        b: &[f64],
+        x: &mut [f64],
+        field: &str,
+    ) -> Option<Result<SolverPerformance, SolveError>> {
+        let jacobi = match solver.preconditioner {
+            Preconditioner::Kind(PreconditionerKind::Jacobi) => true,
+            Preconditioner::Kind(PreconditionerKind::None) => false,
+            _ => return None,
+        };
+        let plain = solver.krylov.is_none()
+            && solver.smoother.is_none()
+            && solver.gamg.is_none()
+            && solver.equilibration == EquilibrationKind::None;
+        if !plain {
+            return None;
+        }
+        let n_gpus = self.gpus.len();
+        let mut cached = self.decomposition.borrow_mut();
+        if cached
+            .as_ref()
+            .is_none_or(|d| d.owners().len() != matrix.n_rows())
+        {
+            let t = Instant::now();
+            match Decomposition::metis(matrix, n_gpus) {
+                Ok(d) => *cached = Some(d),
+                Err(e) => return Some(Err(SolveError::InvalidControls(e))),
+            }
+            log::info!(
+                "Rows split over {n_gpus} GPUs by METIS in {:.2} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        let d = cached.as_ref().expect("decomposed above");
+        let options = MultiGpuOptions {
+            jacobi,
+            ..MultiGpuOptions::default()
+        };
+        let controls = &solver.controls;
+        Some(crate::gpu::multi::solve_pcg_multi(
+            &self.gpus, matrix, d, b, x, controls, field, &options,
+        ))
+    }
 }
 
 /// A rank of a distributed run: its transport, the cells' owners and, for
@@ -119,7 +190,7 @@ impl Device<'_> {
     /// IC(0) preconditioners Jacobi, or none on an equilibrated system, where
     /// the scaling takes Jacobi's place).
     pub(crate) fn adapt(self, solver: &LinearSolver) -> LinearSolver {
-        let Self::Gpu(_) = self else {
+        let (Self::Gpu(_) | Self::Gpus(_)) = self else {
             return *solver;
         };
         let given = match solver.gamg {
@@ -230,7 +301,25 @@ pub fn run_case_with_mesh(
         mesh.patches().len(),
         clock.elapsed().as_secs_f64()
     );
-    if let Device::Gpu(gpu) = device {
+    if let Device::Gpus(set) = device {
+        let names: Vec<String> = set
+            .gpus
+            .iter()
+            .map(|g| format!("{} {}", g.ordinal(), g.name()))
+            .collect();
+        log::info!(
+            "Linear solves on {} GPUs ({}): PCG with Jacobi or none split over them, other \
+             solvers on the first",
+            set.gpus.len(),
+            names.join(", ")
+        );
+    }
+    let first_gpu = match device {
+        Device::Gpu(gpu) => Some(gpu),
+        Device::Gpus(set) => set.gpus.first(),
+        Device::Cpu | Device::Distributed(_) => None,
+    };
+    if let Some(gpu) = first_gpu {
         log::info!(
             "Linear solves on the GPU: {}, {} row ordering",
             gpu.name(),
@@ -491,6 +580,10 @@ impl<'a> Run<'a> {
                 setup.solver.regular.ordering,
             )?,
             (Device::Cpu | Device::Distributed(_), _) => None,
+            (Device::Gpus(_), _) => {
+                log::info!("several GPUs: assembling on the CPU, solving split over the GPUs");
+                None
+            }
         };
         let mut run = Self {
             setup,
@@ -506,6 +599,7 @@ impl<'a> Run<'a> {
             device,
             gpu_solver: match device {
                 Device::Gpu(gpu) => Some(GpuSolver::new(gpu)),
+                Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
                 Device::Cpu | Device::Distributed(_) => None,
             },
             clock,
@@ -879,6 +973,11 @@ pub(crate) fn solve_linear(
         });
     }
     let solver = device.adapt(solver);
+    if let Device::Gpus(set) = device {
+        if let Some(result) = set.solve(&solver, matrix, b, x, field) {
+            return result;
+        }
+    }
     let (equilibration, controls) = (&solver.equilibration, &solver.controls);
     let options = GpuSolveOptions {
         ordering: solver.ordering,

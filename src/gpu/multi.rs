@@ -55,7 +55,7 @@
 //!   r · u and w · u (p · Ap = w · u − β² p · Ap_old), where the
 //!   two-reduction form of `solve::pcg` needs two synchronisations of all
 //!   GPUs. Same bytes per iteration, same `StopRule`, same iterates up to
-//!   rounding; the tests hold it to the CPU solve.
+//!   rounding; `solve::single_reduction` is its CPU reference.
 //! - the host-driven steps (`solve::pcg::iterate_steps`; host staging,
 //!   ranks sharing a device, block-Jacobi device preconditioners, or
 //!   `device_loop: false`): each rank reduces its block partials in the fixed

@@ -30,6 +30,7 @@ pub mod polynomial;
 pub mod precond;
 pub mod reduce;
 pub mod schwarz;
+pub mod single_reduction;
 pub mod smooth_solver;
 pub mod smoother;
 
