@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::fvpoisson;
+use common::{fvpoisson, internal_field, max_diff_over_max};
 use fvpoisson::gpu::Gpu;
 
 const CASE: &str = "cases/laplacian_foam_steady";
@@ -36,15 +36,6 @@ fn jacobi_case(name: &str) -> PathBuf {
     assert!(s.contains(old), "the shipped fvSolution changed");
     std::fs::write(&path, s.replace(old, "preconditioner  diagonal;")).unwrap();
     dir
-}
-
-fn internal_field(path: &Path) -> Vec<f64> {
-    let s = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let rest = &s[s.find("internalField").expect("internalField")..];
-    let list = &rest[rest.find('(').unwrap() + 1..rest.find(')').unwrap()];
-    list.split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect()
 }
 
 fn run(dir: &Path, extra: &[&str]) -> String {
@@ -82,18 +73,9 @@ fn one_process_on_several_gpus_gives_the_cpu_answer() {
         internal_field(&gpus.join(RESULT)),
         internal_field(&cpu.join(RESULT)),
     );
-    assert_eq!(x.len(), expected.len());
-    let scale = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let diff = x
-        .iter()
-        .zip(&expected)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-    println!(
-        "--gpus {list}: max |T - T_cpu| / max |T| = {:.1e}",
-        diff / scale
-    );
-    assert!(diff <= 1e-9 * scale, "{diff}");
+    let rel = max_diff_over_max(&x, &expected);
+    println!("--gpus {list}: max |T - T_cpu| / max |T| = {rel:.1e}");
+    assert!(rel <= 1e-9, "{rel}");
 }
 
 /// `--gpus` with several devices needs `--device gpu`.

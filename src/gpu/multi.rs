@@ -87,7 +87,7 @@ use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, LaunchArgs, PushKernelArg};
 use cudarc::nccl::result::NcclError;
 use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
 
@@ -935,12 +935,18 @@ impl<'g> MultiGpuBackend<'g> {
                 driver("cuStreamWaitEvent", r.gpu.stream().join(s))?;
             }
             if let Some(a_oh) = &r.a_oh {
-                let (halo, yv) = (r.halo.borrow(), y.part(rank)?);
+                let halo = r.halo.borrow();
+                let step = HaloAdd {
+                    a_oh,
+                    n_interior: r.n_interior,
+                    halo: &halo,
+                    y: y.part(rank)?,
+                    dot: None,
+                    st: None,
+                };
                 match &r.peer {
-                    Some(peer) if by_peers => {
-                        peer.halo_add(r.gpu, a_oh, r.n_interior, &halo, yv, None, None, None, None)?
-                    }
-                    _ => launch_halo_add(r.gpu, a_oh, r.n_interior, &halo, yv, None, None)?,
+                    Some(peer) if by_peers => peer.halo_add(r.gpu, &step, None, None)?,
+                    _ => step.launch(r.gpu)?,
                 }
             }
         }
@@ -1176,27 +1182,39 @@ fn push_exchange(
     Ok(())
 }
 
-/// y[boundary rows] += A_oh x_halo (`halo_add`); with `dot` = (p, partials)
-/// also the blocks' partials of p · (A_oh x_halo); a no-op once `st` says
-/// done.
-fn launch_halo_add(
-    gpu: &Gpu,
-    a_oh: &DeviceCsr,
-    n_interior: usize,
-    halo: &CudaSlice<f64>,
-    y: &CudaSlice<f64>,
-    dot: Option<(&CudaSlice<f64>, &CudaView<'_, f64>)>,
-    st: Option<&CudaSlice<f64>>,
-) -> Result<(), GpuError> {
-    let (n, row0) = (a_oh.n as i32, n_interior as i32);
-    gpu.launch("halo_add", vector_grid(a_oh.n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n).arg(&row0);
-        a.arg(&a_oh.row_ptr).arg(&a_oh.cols).arg(&a_oh.vals);
-        a.arg(halo).arg(y);
-        arg_or_null(a, dot.map(|d| d.0));
-        arg_or_null(a, dot.map(|d| d.1));
-        arg_or_null(a, st);
-    })
+/// y[boundary rows] += A_oh x_halo, the boundary rows' step of y = A x;
+/// with `dot` = (p, partials) also the blocks' partials of p · (A_oh
+/// x_halo); a no-op once `st` says done.
+#[derive(Clone, Copy)]
+pub struct HaloAdd<'a> {
+    pub a_oh: &'a DeviceCsr,
+    pub n_interior: usize,
+    pub halo: &'a CudaSlice<f64>,
+    pub y: &'a CudaSlice<f64>,
+    pub dot: Option<(&'a CudaSlice<f64>, &'a CudaView<'a, f64>)>,
+    pub st: Option<&'a CudaSlice<f64>>,
+}
+
+impl<'a> HaloAdd<'a> {
+    /// The leading arguments of `halo_add` and `peer_halo_add`.
+    pub(super) fn push_args(&self, a: &mut LaunchArgs<'a>, n: &'a i32, row0: &'a i32) {
+        a.arg(n).arg(row0);
+        a.arg(&self.a_oh.row_ptr)
+            .arg(&self.a_oh.cols)
+            .arg(&self.a_oh.vals);
+        a.arg(self.halo).arg(self.y);
+        arg_or_null(a, self.dot.map(|d| d.0));
+        arg_or_null(a, self.dot.map(|d| d.1));
+        arg_or_null(a, self.st);
+    }
+
+    /// `halo_add` (no waiting: the halo is in place).
+    fn launch(&self, gpu: &Gpu) -> Result<(), GpuError> {
+        let (n, row0) = (self.a_oh.n as i32, self.n_interior as i32);
+        gpu.launch("halo_add", vector_grid(self.a_oh.n), VECTOR_BLOCK, 0, |a| {
+            self.push_args(a, &n, &row0)
+        })
+    }
 }
 
 /// A communicator handed to one rank's thread.
@@ -1463,29 +1481,23 @@ impl RankChunk<'_> {
         let mut published = false;
         if let Some(a_oh) = self.a_oh {
             let tail = b.pq_partials.slice(blocks..);
-            let dot = Some((input, &tail));
+            let step = HaloAdd {
+                a_oh,
+                n_interior: self.n_interior,
+                halo: self.halo,
+                y: output,
+                dot: Some((input, &tail)),
+                st: Some(&b.state),
+            };
             match &self.exchange {
                 Some(ChunkExchange::Peer(peer, _)) => {
                     let publish = Some((&b.pq_partials, blocks));
-                    let st = Some(&b.state);
-                    let halo = &*self.halo;
-                    peer.halo_add(
-                        gpu,
-                        a_oh,
-                        self.n_interior,
-                        halo,
-                        output,
-                        dot,
-                        st,
-                        publish,
-                        vector,
-                    )?;
+                    peer.halo_add(gpu, &step, publish, vector)?;
                     blocks += peer.halo_blocks(a_oh);
                     published = true;
                 }
                 _ => {
-                    let st = Some(&b.state);
-                    launch_halo_add(gpu, a_oh, self.n_interior, self.halo, output, dot, st)?;
+                    step.launch(gpu)?;
                     blocks += vector_grid(a_oh.n) as usize;
                 }
             }
@@ -1495,6 +1507,25 @@ impl RankChunk<'_> {
             driver("cuStreamWaitEvent", gpu.stream().join(stream))?;
         }
         Ok((blocks, published))
+    }
+
+    /// z = M r (stored when `z` is given; Jacobi) with the partials of
+    /// r · z, the chunk's first step.
+    fn precondition(&self, r: &CudaSlice<f64>, z: Option<&CudaSlice<f64>>) -> Result<(), GpuError> {
+        let (n, grid) = (self.n_owned as i32, vector_grid(self.n_owned));
+        let b = &*self.buffers;
+        self.gpu
+            .launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(r);
+                arg_or_null(a, self.inv_diag);
+                a.arg(&0i32);
+                arg_or_null(a, z);
+                a.arg(&NULL)
+                    .arg(self.partials)
+                    .arg(&b.state)
+                    .arg(&b.records);
+                a.arg(&0i32).arg(&NULL);
+            })
     }
 
     /// Writes the chunk's state and clears its records.
@@ -1525,17 +1556,7 @@ impl RankChunk<'_> {
         let z_out = self.inv_diag.map(|_| z);
         let direction_from = z_out.unwrap_or(r);
         let partials = self.partials;
-        {
-            let b = &*self.buffers;
-            gpu.launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(r);
-                arg_or_null(a, self.inv_diag);
-                a.arg(&0i32);
-                arg_or_null(a, z_out);
-                a.arg(&NULL).arg(partials).arg(&b.state).arg(&b.records);
-                a.arg(&0i32).arg(&NULL);
-            })?;
-        }
+        self.precondition(r, z_out)?;
         self.finish(Finish::Precondition, vm, 0, false)?;
         for j in 0..count as i32 {
             let b = &*self.buffers;
@@ -1592,17 +1613,7 @@ impl RankChunk<'_> {
         let u_out = self.inv_diag.map(|_| z);
         let u = u_out.unwrap_or(r);
         let partials = self.partials;
-        {
-            let b = &*self.buffers;
-            gpu.launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(r);
-                arg_or_null(a, self.inv_diag);
-                a.arg(&0i32);
-                arg_or_null(a, u_out);
-                a.arg(&NULL).arg(partials).arg(&b.state).arg(&b.records);
-                a.arg(&0i32).arg(&NULL);
-            })?;
-        }
+        self.precondition(r, u_out)?;
         let ru = vector_sums((partials, vm, 1));
         let (blocks, published) = self.product(0, u, w, Some(ru))?;
         self.finish_single(1, blocks, 0, published)?;

@@ -15,10 +15,10 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
 
 use super::amg::DeviceCsr;
-use super::multi::ExchangePlan;
+use super::multi::{ExchangePlan, HaloAdd};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 
 /// How long a rank waits for a peer's halo or sums before it gives up.
@@ -194,36 +194,25 @@ impl PeerLinks {
         })
     }
 
-    /// y[boundary rows] += A_oh halo once the exchange has arrived (as
-    /// `multi::launch_halo_add`, with `dot` = (p, partials) the halo's
-    /// partials of p · Ap); with `publish` = (all, first), `dot`'s partials
-    /// at `all[first..]`, the sum of all of `all`'s partials up to this
-    /// kernel's last is then published as the next reduction.
-    #[allow(clippy::too_many_arguments)]
-    pub fn halo_add(
-        &self,
-        gpu: &Gpu,
-        a_oh: &DeviceCsr,
-        n_interior: usize,
-        halo: &CudaSlice<f64>,
-        y: &CudaSlice<f64>,
-        dot: Option<(&CudaSlice<f64>, &CudaView<'_, f64>)>,
-        st: Option<&CudaSlice<f64>>,
-        publish: Option<(&CudaSlice<f64>, usize)>,
-        vector: Option<VectorSums<'_>>,
+    /// `step` (`multi::HaloAdd`: y[boundary rows] += A_oh halo, with the
+    /// partials of p · Ap) once the exchange has arrived; with `publish` =
+    /// (all, first), `step`'s partials at `all[first..]`, the sums of
+    /// `vector` and of all of `all`'s partials up to this kernel's last are
+    /// then published as the next reduction.
+    pub fn halo_add<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        step: &HaloAdd<'a>,
+        publish: Option<(&'a CudaSlice<f64>, usize)>,
+        vector: Option<VectorSums<'a>>,
     ) -> Result<(), GpuError> {
-        let (n, row0) = (a_oh.n as i32, n_interior as i32);
+        let (n, row0) = (step.a_oh.n as i32, step.n_interior as i32);
         let first = publish.map_or(-1, |(_, first)| first as i32);
         let (vec_m, vec_count) = vector.map_or((0, 0), |v| (v.m as i32, v.count as i32));
         let tickets = self.tickets.slice(1..);
-        let grid = self.halo_blocks(a_oh) as u32;
+        let grid = self.halo_blocks(step.a_oh) as u32;
         gpu.launch("peer_halo_add", grid, PUBLISH_BLOCK, 0, |a| {
-            a.arg(&n).arg(&row0);
-            a.arg(&a_oh.row_ptr).arg(&a_oh.cols).arg(&a_oh.vals);
-            a.arg(halo).arg(y);
-            arg_or_null(a, dot.map(|d| d.0));
-            arg_or_null(a, dot.map(|d| d.1));
-            arg_or_null(a, st);
+            step.push_args(a, &n, &row0);
             a.arg(&self.area)
                 .arg(&self.peers)
                 .arg(&self.me)

@@ -263,13 +263,7 @@ pub fn iterate_steps<B: CgBackend + ?Sized>(
         {
             break;
         }
-        s = LoopState {
-            iterations: iteration,
-            r_z_old: r_z,
-            p_q_old: record.p_q,
-            last_residual: record.residual,
-            best: s.best.min(record.residual),
-        };
+        s = s.after(&record);
     }
     records
 }
@@ -296,6 +290,19 @@ pub struct LoopState {
     pub last_residual: f64,
     /// Smallest normalised residual so far, the initial one included.
     pub best: f64,
+}
+
+impl LoopState {
+    /// The state after a completed iteration with `record`.
+    pub fn after(&self, record: &IterationRecord) -> LoopState {
+        LoopState {
+            iterations: self.iterations + 1,
+            r_z_old: record.r_z,
+            p_q_old: record.p_q,
+            last_residual: record.residual,
+            best: self.best.min(record.residual),
+        }
+    }
 }
 
 /// The scalars of one PCG iteration; fields after the step that stopped the
@@ -450,18 +457,12 @@ pub fn pcg<B: CgBackend>(
                     });
                 }
                 let residual = record.residual;
-                let (stop, best) =
+                let (stop, _) =
                     rule.record(&mut perf, iteration, residual, state.best, "PCG", field)?;
                 if stop {
                     break 'solve;
                 }
-                state = LoopState {
-                    iterations: iteration,
-                    r_z_old: r_z,
-                    p_q_old: record.p_q,
-                    last_residual: residual,
-                    best,
-                };
+                state = state.after(&record);
             }
         }
     }

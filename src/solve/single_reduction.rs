@@ -167,13 +167,7 @@ impl CgBackend for SingleReduction<'_> {
             {
                 break;
             }
-            st = LoopState {
-                iterations: iteration,
-                r_z_old: r_u,
-                p_q_old: record.p_q,
-                last_residual: record.residual,
-                best: st.best.min(record.residual),
-            };
+            st = st.after(&record);
             if j + 1 < count {
                 r_u = next_r_u;
                 w_u = self.product(u, &mut w);

@@ -19,6 +19,30 @@ pub fn fvpoisson(args: &[&str]) -> Output {
         .expect("the fvpoisson binary runs")
 }
 
+/// The internalField values of an ascii OpenFOAM field file.
+#[allow(dead_code)] // not every test that shares this module reads fields
+pub fn internal_field(path: &std::path::Path) -> Vec<f64> {
+    let s = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let rest = &s[s.find("internalField").expect("internalField")..];
+    let list = &rest[rest.find('(').unwrap() + 1..rest.find(')').unwrap()];
+    list.split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+/// max |x − expected| / max |expected| (the same length asserted).
+#[allow(dead_code)] // not every test that shares this module compares fields
+pub fn max_diff_over_max(x: &[f64], expected: &[f64]) -> f64 {
+    assert_eq!(x.len(), expected.len());
+    let scale = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let diff = x
+        .iter()
+        .zip(expected)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    diff / scale
+}
+
 /// Deterministic corruptions of a file's bytes for no-panic tests: truncations at
 /// many lengths, and single-byte replacements by characters that break tokens
 /// and numbers. `count` bounds how many of each kind are produced.
