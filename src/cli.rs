@@ -1114,6 +1114,13 @@ struct BenchArgs {
     /// gpu::eisenstat_bench::DEFAULT_CASE), ratios to Jacobi-PCG.
     #[arg(long, num_args = 0.., value_name = "MESH")]
     eisenstat: Option<Vec<String>>,
+    /// Instead of the tables above: the SIMPLE loop on the device of the
+    /// flow CASES given here (default: cases/cavity_3d, 4.1 M cells), p
+    /// solved by Jacobi-PCG (the baseline) and by AMG-PCG with each
+    /// --amg-variant (default: the K- and V-cycle); time per outer iteration
+    /// by part, ratios to the Jacobi-PCG run.
+    #[arg(long, num_args = 0.., value_name = "CASE")]
+    device_simple: Option<Vec<String>>,
 }
 
 /// `bench`: see `gpu::bench`.
@@ -1165,6 +1172,29 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         let cases = crate::gpu::precond_bench::default_cases(args.quick);
         let (rows, markdown) =
             crate::gpu::precond_bench::run(&gpu, &cases, args.slice_height, 512, !args.no_cpu)?;
+        let report = crate::gpu::bench::Report {
+            rows,
+            notes: Vec::new(),
+        };
+        print!("{}", crate::gpu::bench::table(&report));
+        println!("\n{markdown}");
+        if args.json {
+            println!("{}", crate::gpu::bench::json(&report));
+        }
+        return Ok(());
+    }
+    if let Some(cases) = &args.device_simple {
+        let gpu =
+            gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+        let cases = match cases.is_empty() {
+            true => vec![crate::case::flow_bench::DEFAULT_CASE.to_string()],
+            false => cases.clone(),
+        };
+        let amg = match args.amg_variant.is_empty() {
+            true => crate::case::flow_bench::default_amg(),
+            false => args.amg_variant.clone(),
+        };
+        let (rows, markdown) = crate::case::flow_bench::run(&gpu, &cases, &amg)?;
         let report = crate::gpu::bench::Report {
             rows,
             notes: Vec::new(),

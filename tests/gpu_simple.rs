@@ -3,7 +3,10 @@
 //! (smoothSolver: the pressure half alone on the device) and on the device
 //! (PBiCGStab): the same iterates (U, p, φ) to the solvers' round-off on a 2-D
 //! cavity and a perturbed tetrahedral 3-D box (non-orthogonal correctors), and
-//! the same converged cavity, which passes the Ghia validation. Skips without
+//! the same converged cavity, which passes the Ghia validation. The same with
+//! the pressure solved by AMG-PCG on the device (the hierarchy set up on the
+//! resident matrix, its values re-set-up after each re-assembly) against the
+//! CPU's AMG-PCG, V- and K-cycle, f64 and mixed precision. Skips without
 //! a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 
 use fvpoisson::flow::simple::PressureSolve;
@@ -11,10 +14,14 @@ use fvpoisson::flow::{
     Convection, ResidualControl, Simple, SimpleSettings, VectorValues, VelocityCondition,
 };
 use fvpoisson::fvm::BoundaryCondition;
+use fvpoisson::gpu::amg::gpu_amg_settings;
 use fvpoisson::gpu::simple::{DevicePressureSolver, DeviceSimple};
 use fvpoisson::gpu::test_device;
 use fvpoisson::mesh::{source::load, Geometry, Mesh, Vec3};
-use fvpoisson::solve::{solve_pcg, KrylovMethod, PreconditionerKind, SolverControls};
+use fvpoisson::solve::amg::{AmgSettings, CycleKind, Precision};
+use fvpoisson::solve::{
+    solve_pcg, KrylovMethod, Preconditioner, PreconditionerKind, SolverControls,
+};
 
 /// Tight enough that CPU and GPU PCG agree to ~1e-13 relative.
 fn tight() -> SolverControls {
@@ -70,6 +77,27 @@ fn velocity_components(u: &[Vec3]) -> Vec<f64> {
 /// device pressure half, both from rest; the largest relative differences
 /// of U, p, φ after each iteration.
 fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) -> Vec<[f64; 3]> {
+    compare_with(spec, iterations, adjust, None)
+}
+
+/// The AMG of the GPU with a small coarsest level (several levels on the
+/// test meshes, so that the value re-set-up has Galerkin products to redo).
+fn test_amg(cycle: CycleKind, precision: Precision) -> AmgSettings {
+    gpu_amg_settings(&AmgSettings {
+        cycle,
+        precision,
+        coarsest_rows: 20,
+        ..AmgSettings::default()
+    })
+}
+
+/// [`compare`] with p solved by PCG with `amg` (`None`: Jacobi) on both.
+fn compare_with(
+    spec: &str,
+    iterations: usize,
+    adjust: impl Fn(&mut SimpleSettings),
+    amg: Option<AmgSettings>,
+) -> Vec<[f64; 3]> {
     let gpu = test_device().expect("checked by the caller");
     let mesh = load(spec).unwrap();
     let geometry = Geometry::compute(&mesh);
@@ -80,16 +108,21 @@ fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) 
     let mut cpu = cavity(&mesh, &geometry, settings);
     let mut on_gpu = cavity(&mesh, &geometry, settings);
     let solver = DevicePressureSolver {
-        jacobi: true,
+        jacobi: amg.is_none(),
         controls: tight(),
+        amg,
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
     assert_eq!(
         device.has_device_momentum(),
         settings.momentum.krylov.is_some()
     );
+    let cpu_preconditioner = match amg {
+        Some(s) => Preconditioner::Amg(s),
+        None => PreconditionerKind::Jacobi.into(),
+    };
     let solve: &mut PressureSolve<'_> =
-        &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &tight(), "p");
+        &mut |a, b, x, _| solve_pcg(a, cpu_preconditioner, b, x, &tight(), "p");
     let mut out = Vec::new();
     for _ in 0..iterations {
         let a = cpu.iterate(solve).unwrap();
@@ -128,7 +161,11 @@ fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) 
         );
         out.push(d);
     }
-    println!("device phases: {:?}", device.phase_seconds());
+    let phases = device.phase_seconds();
+    println!("device phases: {phases:?}");
+    // AMG: set up once, its values re-set-up in the later iterations.
+    assert_eq!(phases.amg_setup > 0.0, amg.is_some());
+    assert_eq!(phases.amg_update > 0.0, amg.is_some() && iterations > 1);
     out
 }
 
@@ -218,6 +255,19 @@ fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
 /// Ghia et al.
 #[test]
 fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
+    converged_cavity(None);
+}
+
+/// [`device_cavity_converges_to_the_cpu_cavity_and_passes_ghia`] with p
+/// solved by AMG-PCG (K-cycle) on the device and on the CPU.
+#[test]
+fn device_gamg_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
+    converged_cavity(Some(test_amg(CycleKind::K, Precision::Double)));
+}
+
+/// The converged 32² cavity, CPU and device, p solved by PCG with `amg`
+/// (`None`: Jacobi).
+fn converged_cavity(amg: Option<AmgSettings>) {
     use fvpoisson::flow::reference::max_deviation;
     use fvpoisson::flow::validation::{compare as ghia, FlowCase};
     let Some(gpu) = test_device() else {
@@ -242,15 +292,20 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
         ..SolverControls::default()
     };
     let mut cpu = cavity(&mesh, &geometry, settings);
+    let cpu_preconditioner = match amg {
+        Some(s) => Preconditioner::Amg(s),
+        None => PreconditionerKind::Jacobi.into(),
+    };
     let solve: &mut PressureSolve<'_> =
-        &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &controls, "p");
+        &mut |a, b, x, _| solve_pcg(a, cpu_preconditioner, b, x, &controls, "p");
     let start = std::time::Instant::now();
     let cpu_reports = cpu.run(1000, solve, |_, _| Ok(())).unwrap();
     let cpu_seconds = start.elapsed().as_secs_f64();
     let mut on_gpu = cavity(&mesh, &geometry, settings);
     let solver = DevicePressureSolver {
-        jacobi: true,
+        jacobi: amg.is_none(),
         controls,
+        amg,
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
     assert!(device.has_device_momentum());
@@ -294,4 +349,53 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
         case.tolerance()
     );
     assert!(deviation <= case.tolerance());
+}
+
+#[test]
+fn device_gamg_pressure_gives_the_cpu_iterates_on_a_2d_cavity() {
+    if test_device().is_none() {
+        return;
+    }
+    for amg in [
+        test_amg(CycleKind::V, Precision::Double),
+        test_amg(CycleKind::K, Precision::Double),
+        test_amg(CycleKind::K, Precision::Mixed),
+    ] {
+        let d = compare_with(
+            "box:24x24x1:2d",
+            4,
+            |s| {
+                s.consistent = true;
+                s.relaxation_u = 0.9;
+                s.relaxation_p = 1.0;
+                krylov_momentum(s);
+            },
+            Some(amg),
+        );
+        assert!(d.iter().flatten().all(|&x| x < 1e-9), "{amg}: {d:?}");
+    }
+}
+
+#[test]
+fn device_gamg_pressure_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
+    if test_device().is_none() {
+        return;
+    }
+    // The host momentum predictor (smoothSolver) and the device one.
+    for krylov in [false, true] {
+        let d = compare_with(
+            "box:6x6x6:tet:perturb=0.2",
+            3,
+            |s| {
+                s.n_non_orth_correctors = 2;
+                s.relaxation_p = 0.3;
+                s.convection = Convection::LinearUpwind;
+                if krylov {
+                    krylov_momentum(s);
+                }
+            },
+            Some(test_amg(CycleKind::V, Precision::Double)),
+        );
+        assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
+    }
 }
