@@ -332,13 +332,15 @@ impl<'g> DeviceSimple<'g> {
         self.laplacian
             .reassemble_from_device(&self.r_au, &self.source)?;
         host.pressure += timer.lap(&mut seconds.assembly)?;
-        let amg_part = if self.amg.is_some() {
-            &mut seconds.amg_update
-        } else {
-            &mut seconds.amg_setup
-        };
-        self.update_amg()?;
-        host.pressure += timer.lap(amg_part)?;
+        if self.solver.amg.is_some() {
+            let part = if self.amg.is_some() {
+                &mut seconds.amg_update
+            } else {
+                &mut seconds.amg_setup
+            };
+            self.update_amg()?;
+            host.pressure += timer.lap(part)?;
+        }
         let settings = *simple.settings();
         let options = GpuSolveOptions::default();
         let mut p_solves = Vec::with_capacity(settings.n_non_orth_correctors + 1);
