@@ -1,6 +1,7 @@
 //! The SIMPLE cavity with the pressure equation solved on the GPU (fused
-//! Jacobi-PCG, warm-started from the current p) against the same run with the
-//! CPU's PCG: the converged fields agree to the solver tolerance. Skips
+//! Jacobi-PCG, warm-started from the current p; `validation::run` runs it
+//! through the device loop, `gpu::simple::DeviceSimple`) against the same run
+//! with the CPU's PCG: the converged fields agree to the solver tolerance. Skips
 //! without a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 
 use fvpoisson::flow::validation::{run, FlowCase, PressureDevice, PressureSolver};

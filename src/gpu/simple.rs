@@ -22,9 +22,11 @@
 //! 2. **Pressure**: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
 //!    pressure matrix from the resident Γ = rAU and source
 //!    ([`DeviceLaplacian::reassemble_from_device`]), one right-hand side
-//!    update and PCG solve (warm-started from the resident p) per
-//!    non-orthogonal corrector and one more, φ = φ_HbyA − the equation's
-//!    face flux.
+//!    update and PCG solve (warm-started from the resident p; Jacobi, none,
+//!    or AMG: [`DevicePressureSolver::amg`], the hierarchy set up on the
+//!    resident matrix once and its values re-set-up in place after each
+//!    re-assembly) per non-orthogonal corrector and one more, φ = φ_HbyA −
+//!    the equation's face flux.
 //! 3. **Corrections**: continuity errors (two device sums read back), p
 //!    relaxation, ∇p and U = HbyA − rAU ∇p.
 //!
