@@ -543,3 +543,93 @@ fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// The hierarchy inside the device loop follows the re-assembled matrix: set
+/// up on the first iteration's pressure matrix, its values re-set-up after
+/// each later re-assembly, it equals the CPU hierarchy set up on the first
+/// matrix and updated with each later one (same aggregates, coarse matrices
+/// to round-off), while the matrix itself changes from iteration to
+/// iteration.
+#[test]
+fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
+    use fvpoisson::solve::amg::Hierarchy;
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let mesh = load("box:6x6x6:tet:perturb=0.2").unwrap();
+    let geometry = Geometry::compute(&mesh);
+    let mut settings = SimpleSettings::new(0.01);
+    settings.relaxation_p = 0.3;
+    krylov_momentum(&mut settings);
+    let mut simple = cavity(&mesh, &geometry, settings);
+    let amg = test_amg(CycleKind::V, Precision::Double);
+    let solver = DevicePressureSolver {
+        jacobi: false,
+        controls: tight(),
+        amg: Some(amg),
+    };
+    let mut device = DeviceSimple::new(&gpu, &simple, solver).unwrap();
+    assert!(device.pressure_amg().is_none());
+    let mut cpu: Option<(Hierarchy, fvpoisson::sparse::Csr)> = None;
+    for iteration in 1..=4 {
+        device.iterate(&mut simple).unwrap();
+        let a = device.pressure_matrix().unwrap();
+        let on_gpu = device.pressure_amg().expect("set up by the first solve");
+        match &mut cpu {
+            None => cpu = Some((Hierarchy::setup(&a, &amg).unwrap(), a.clone())),
+            Some((h, _)) => h.update_values(&a).unwrap(),
+        }
+        let (hierarchy, first) = cpu.as_ref().expect("set above");
+        let changed = first
+            .values()
+            .iter()
+            .zip(a.values())
+            .filter(|(x, y)| x != y)
+            .count();
+        assert_eq!(
+            on_gpu.matrix(0).unwrap(),
+            a,
+            "iteration {iteration}: fine level"
+        );
+        let rows: Vec<usize> = (0..hierarchy.n_levels())
+            .map(|l| hierarchy.matrix(&a, l).n_rows())
+            .collect();
+        assert_eq!(on_gpu.level_rows(), rows, "iteration {iteration}: levels");
+        assert!(rows.len() >= 2, "{rows:?}: no coarse level to test");
+        let mut worst = 0.0f64;
+        for (l, level) in hierarchy.levels.iter().enumerate() {
+            assert_eq!(
+                on_gpu.aggregate(l).unwrap(),
+                level.aggregate,
+                "iteration {iteration}: aggregates of level {l}"
+            );
+            let coarse = on_gpu.matrix(l + 1).unwrap();
+            assert_eq!(coarse.row_ptr(), level.coarse.row_ptr());
+            assert_eq!(coarse.cols(), level.coarse.cols());
+            let scale = level
+                .coarse
+                .values()
+                .iter()
+                .fold(0.0f64, |m, v| m.max(v.abs()));
+            let d = coarse
+                .values()
+                .iter()
+                .zip(level.coarse.values())
+                .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+                / scale;
+            worst = worst.max(d);
+        }
+        println!(
+            "iteration {iteration}: levels {rows:?}, {changed} of {} fine values changed since \
+             the set-up, coarse levels vs the CPU's update {worst:.1e}",
+            a.nnz()
+        );
+        assert!(worst <= 1e-14, "iteration {iteration}: {worst:e}");
+        if iteration > 1 {
+            assert!(
+                changed > 0,
+                "iteration {iteration}: the matrix did not change"
+            );
+        }
+    }
+}

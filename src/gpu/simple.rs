@@ -60,6 +60,7 @@ use crate::solve::bicgstab::bicgstab;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls};
+use crate::sparse::Csr;
 
 /// Why the device loop stopped.
 #[derive(Debug, thiserror::Error)]
@@ -292,6 +293,17 @@ impl<'g> DeviceSimple<'g> {
     /// Time by part of the iterations so far.
     pub fn phase_seconds(&self) -> DevicePhaseSeconds {
         self.seconds
+    }
+
+    /// The pressure matrix as last assembled, rows in the device order
+    /// (the order of [`Self::pressure_amg`]'s fine level; for checks).
+    pub fn pressure_matrix(&self) -> Result<Csr, GpuError> {
+        Ok(self.laplacian.matrix()?.download(self.gpu)?.to_csr())
+    }
+
+    /// The pressure's AMG hierarchy, once set up (AMG-PCG only).
+    pub fn pressure_amg(&self) -> Option<&DeviceAmg<'g>> {
+        self.amg.as_deref()
     }
 
     /// One outer iteration of `simple` (the state this loop was built from,
