@@ -6,7 +6,10 @@
 //! the same converged cavity, which passes the Ghia validation. The same with
 //! the pressure solved by AMG-PCG on the device (the hierarchy set up on the
 //! resident matrix, its values re-set-up after each re-assembly) against the
-//! CPU's AMG-PCG, V- and K-cycle, f64 and mixed precision. Skips without
+//! CPU's AMG-PCG, V- and K-cycle, f64 and mixed precision; the loop's
+//! hierarchy against the CPU's set up on the first pressure matrix and
+//! updated with each later one; GAMG settings of case.toml and fvSolution
+//! reaching the device loop. Skips without
 //! a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 
 use fvpoisson::flow::simple::PressureSolve;
