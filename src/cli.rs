@@ -751,6 +751,11 @@ struct ValidateFlowArgs {
     /// Cavity cells per side.
     #[arg(long, default_value_t = 129)]
     cells: usize,
+    /// Solve p by PCG with the AMG preconditioner (GAMG; default settings,
+    /// or amg:key=value:...) instead of DIC (CPU) / Jacobi (GPU); on the GPU
+    /// AMG-PCG in the device loop.
+    #[arg(long, value_name = "SETTINGS", num_args = 0..=1, default_missing_value = "amg")]
+    gamg: Option<crate::solve::amg::AmgSettings>,
     /// Poiseuille cells across the channel (6x as many along it).
     #[arg(long, default_value_t = 20)]
     channel_cells: usize,
@@ -824,6 +829,9 @@ fn validate_flow(args: ValidateFlowArgs) -> anyhow::Result<i32> {
     let mut failed = 0;
     for case in cases {
         let mut pressure = PressureSolver::new(device, controls);
+        if let Some(settings) = args.gamg {
+            pressure = pressure.with_amg(settings);
+        }
         let result = run(
             case,
             args.max_iterations,

@@ -19,13 +19,16 @@ use super::reference::{
 use super::simple::{IterationReport, PressureSolve, ResidualControl, Simple, SimpleSettings};
 use super::{FlowError, VectorValues, VelocityCondition};
 use crate::fvm::{BoundaryCondition, PatchValues};
+use crate::gpu::amg::gpu_amg_settings;
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use crate::gpu::simple::{DeviceFlowError, DevicePressureSolver, DeviceSimple};
 use crate::gpu::Gpu;
 use crate::mesh::{self, Geometry, Mesh, Vec3};
+use crate::solve::amg::AmgSettings;
 use crate::solve::{
-    solve_pcg, EquilibrationKind, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+    solve_pcg, EquilibrationKind, Preconditioner, PreconditionerKind, SolveError, SolverControls,
+    SolverPerformance,
 };
 use crate::sparse::Csr;
 use std::fmt;
@@ -33,7 +36,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Where the pressure equation is solved: PCG with DIC on the CPU, or the
-/// GPU's fused Jacobi-PCG. On the GPU the SIMPLE loop runs there
+/// GPU's fused Jacobi-PCG (either with AMG instead:
+/// [`PressureSolver::with_amg`]). On the GPU the SIMPLE loop runs there
 /// ([`crate::gpu::simple::DeviceSimple`]: the pressure matrix assembled on
 /// the device, p resident) where the device assembly handles the mesh; else
 /// (and for the potential flow) the matrix is assembled on the CPU and
@@ -49,6 +53,9 @@ pub enum PressureDevice<'g> {
 pub struct PressureSolver<'g> {
     gpu: Option<GpuSolver<'g>>,
     controls: SolverControls,
+    /// `Some`: PCG with this AMG as preconditioner instead of DIC (CPU) /
+    /// Jacobi (GPU; the GPU's AMG of these settings, `gpu_amg_settings`).
+    amg: Option<AmgSettings>,
     /// Wall time spent in solves.
     pub elapsed: Duration,
 }
@@ -61,7 +68,16 @@ impl<'g> PressureSolver<'g> {
                 PressureDevice::Cpu => None,
             },
             controls,
+            amg: None,
             elapsed: Duration::ZERO,
+        }
+    }
+
+    /// PCG with the AMG of `settings` as preconditioner (GAMG).
+    pub fn with_amg(self, settings: AmgSettings) -> Self {
+        Self {
+            amg: Some(settings),
+            ..self
         }
     }
 
@@ -73,18 +89,24 @@ impl<'g> PressureSolver<'g> {
         p: &mut [f64],
     ) -> Result<SolverPerformance, SolveError> {
         let start = Instant::now();
-        let result = match &mut self.gpu {
-            Some(gpu) => gpu.solve(
+        let (controls, options) = (&self.controls, &GpuSolveOptions::default());
+        let none = &EquilibrationKind::None;
+        let result = match (&mut self.gpu, &self.amg) {
+            (Some(gpu), None) => gpu.solve(
                 a,
                 PreconditionerKind::Jacobi,
-                &EquilibrationKind::None,
+                none,
                 b,
                 p,
-                &self.controls,
+                controls,
                 "p",
-                &GpuSolveOptions::default(),
+                options,
             ),
-            None => solve_pcg(a, PreconditionerKind::Dic, b, p, &self.controls, "p"),
+            (Some(gpu), Some(s)) => {
+                gpu.solve_amg(a, &gpu_amg_settings(s), none, b, p, controls, "p", options)
+            }
+            (None, None) => solve_pcg(a, PreconditionerKind::Dic, b, p, controls, "p"),
+            (None, Some(s)) => solve_pcg(a, Preconditioner::Amg(*s), b, p, controls, "p"),
         };
         self.elapsed += start.elapsed();
         result
@@ -421,10 +443,11 @@ pub fn run(
     let on_device = match (case, &pressure_solver.gpu) {
         (FlowCase::Cylinder { .. }, _) | (_, None) => None,
         (_, Some(gpu)) => {
+            let amg = pressure_solver.amg.as_ref().map(gpu_amg_settings);
             let solver = DevicePressureSolver {
-                jacobi: true,
+                jacobi: amg.is_none(),
                 controls: pressure_solver.controls,
-                amg: None,
+                amg,
             };
             let device = |e: AssemblyError| FlowError::Solve {
                 field: "p".into(),
