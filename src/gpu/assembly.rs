@@ -35,10 +35,13 @@
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
 
+use std::rc::Rc;
+
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::fvm::{
     BoundaryCoeffs, CellField, CellGradient, FvmError, GammaInterpolation, GradScheme,
@@ -462,16 +465,27 @@ pub struct LaplacianArrays<'a> {
 }
 
 /// The matrix alone, or inside the PCG backend that solves with it (which
-/// holds its row sums and inverse diagonal: a re-assembly takes it back).
-/// One per device system, so the variants' sizes do not matter.
+/// holds its row sums and inverse diagonal: a re-assembly drops it). The
+/// matrix may be shared ([`DeviceLaplacian::shared_matrix`]): a re-assembly
+/// writes its values in place. One per device system, so the variants'
+/// sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 enum Held<'g> {
-    Matrix(DeviceModSell),
+    Matrix(Rc<DeviceModSell>),
     Backend {
         backend: GpuCgBackend<'g>,
-        jacobi: bool,
+        preconditioner: BackendPreconditioner,
         check_interval: usize,
     },
+}
+
+/// The preconditioner a held PCG backend was built with.
+#[derive(Clone, Copy, PartialEq)]
+enum BackendPreconditioner {
+    /// Jacobi (`true`) or none.
+    Jacobi(bool),
+    /// A lent one ([`DeviceLaplacian::preconditioned_solver`]), by address.
+    Lent(*const ()),
 }
 
 /// The Laplacian system assembled and kept on one GPU: the mod-SELL matrix
@@ -602,7 +616,7 @@ impl<'g> DeviceLaplacian<'g> {
             device_faces: map.device_faces,
             device_boundary: map.device_boundary,
             n_mesh_boundary: mesh.n_faces() - mesh.n_internal_faces(),
-            held: Some(Held::Matrix(matrix)),
+            held: Some(Held::Matrix(Rc::new(matrix))),
             device_map,
             geometry,
             values,
@@ -1244,11 +1258,22 @@ impl<'g> DeviceLaplacian<'g> {
         }
     }
 
-    /// Takes the matrix back from a PCG backend (before it changes).
+    /// The assembled matrix, shared: each re-assembly overwrites its values
+    /// in place (e.g. an AMG hierarchy built on it then updates its values,
+    /// `DeviceAmg::update_values`).
+    pub fn shared_matrix(&self) -> Result<Rc<DeviceModSell>, GpuError> {
+        match &self.held {
+            Some(Held::Matrix(m)) => Ok(Rc::clone(m)),
+            Some(Held::Backend { backend, .. }) => Ok(backend.shared_matrix()),
+            None => Err(lost()),
+        }
+    }
+
+    /// Drops the PCG backend, keeping its matrix (before the matrix changes).
     fn release_backend(&mut self) -> Result<(), GpuError> {
         match self.held.take() {
             Some(Held::Backend { backend, .. }) => {
-                self.held = Some(Held::Matrix(backend.into_matrix()?));
+                self.held = Some(Held::Matrix(backend.shared_matrix()));
                 Ok(())
             }
             Some(held) => {
@@ -1267,30 +1292,65 @@ impl<'g> DeviceLaplacian<'g> {
         jacobi: bool,
         options: &GpuSolveOptions,
     ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
+        self.held_or_new_solver(BackendPreconditioner::Jacobi(jacobi), None, options)
+    }
+
+    /// [`Self::solver`] preconditioned by `preconditioner` (built on this
+    /// system's matrix, e.g. on [`Self::shared_matrix`], and brought up to
+    /// date by its owner after each re-assembly): the backend lends it until
+    /// the matrix changes or another preconditioner is asked for.
+    pub fn preconditioned_solver<P: DevicePreconditioner + ?Sized + 'g>(
+        &mut self,
+        preconditioner: &Rc<P>,
+        options: &GpuSolveOptions,
+    ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
+        let lent = BackendPreconditioner::Lent(Rc::as_ptr(preconditioner) as *const ());
+        let boxed: Box<dyn DevicePreconditioner + 'g> = Box::new(Rc::clone(preconditioner));
+        self.held_or_new_solver(lent, Some(boxed), options)
+    }
+
+    fn held_or_new_solver(
+        &mut self,
+        preconditioner: BackendPreconditioner,
+        lent: Option<Box<dyn DevicePreconditioner + 'g>>,
+        options: &GpuSolveOptions,
+    ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
         let check_interval = options.check_interval;
         let matrix = match self.held.take() {
             Some(Held::Matrix(m)) => m,
             Some(Held::Backend {
                 backend,
-                jacobi: j,
+                preconditioner: p,
                 check_interval: c,
             }) => {
-                if (j, c) == (jacobi, check_interval) {
+                if (p, c) == (preconditioner, check_interval) {
                     self.held = Some(Held::Backend {
                         backend,
-                        jacobi,
+                        preconditioner,
                         check_interval,
                     });
                     return self.held_solver();
                 }
-                backend.into_matrix()?
+                backend.shared_matrix()
             }
             None => return Err(lost()),
         };
-        let backend = GpuCgBackend::from_resident(self.gpu, matrix, jacobi, options)?;
+        let jacobi = preconditioner == BackendPreconditioner::Jacobi(true);
+        let built =
+            GpuCgBackend::from_shared_resident(self.gpu, Rc::clone(&matrix), jacobi, options);
+        let mut backend = match built {
+            Ok(backend) => backend,
+            Err(e) => {
+                self.held = Some(Held::Matrix(matrix));
+                return Err(e);
+            }
+        };
+        if let Some(p) = lent {
+            backend.set_preconditioner(p);
+        }
         self.held = Some(Held::Backend {
             backend,
-            jacobi,
+            preconditioner,
             check_interval,
         });
         self.held_solver()

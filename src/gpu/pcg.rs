@@ -248,9 +248,20 @@ impl<'g> GpuCgBackend<'g> {
         jacobi: bool,
         options: &GpuSolveOptions,
     ) -> Result<Self, GpuError> {
+        Self::from_shared_resident(gpu, Rc::new(matrix), jacobi, options)
+    }
+
+    /// [`Self::from_resident`] on a matrix shared with its owner (a device
+    /// system that re-assembles it in place, an AMG hierarchy built on it).
+    pub fn from_shared_resident(
+        gpu: &'g Gpu,
+        matrix: Rc<DeviceModSell>,
+        jacobi: bool,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
         let (row_sums, inv_diag) = matrix.row_sums_and_inverse_diagonal(gpu)?;
         let inv_diag = jacobi.then_some(inv_diag);
-        Self::from_device_matrix(gpu, matrix, row_sums, inv_diag, None, options)
+        Self::from_shared_matrix(gpu, matrix, row_sums, inv_diag, None, options)
     }
 
     /// The backend on a matrix already in device memory: `row_sums` is
@@ -261,6 +272,17 @@ impl<'g> GpuCgBackend<'g> {
     pub fn from_device_matrix(
         gpu: &'g Gpu,
         matrix: DeviceModSell,
+        row_sums: CudaSlice<f64>,
+        inv_diag: Option<CudaSlice<f64>>,
+        scaling: Option<DeviceScaling>,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
+        Self::from_shared_matrix(gpu, Rc::new(matrix), row_sums, inv_diag, scaling, options)
+    }
+
+    fn from_shared_matrix(
+        gpu: &'g Gpu,
+        matrix: Rc<DeviceModSell>,
         row_sums: CudaSlice<f64>,
         inv_diag: Option<CudaSlice<f64>>,
         scaling: Option<DeviceScaling>,
@@ -293,7 +315,7 @@ impl<'g> GpuCgBackend<'g> {
         };
         let backend = Self {
             gpu,
-            matrix: Rc::new(matrix),
+            matrix,
             inv_diag,
             preconditioner: None,
             row_sums,

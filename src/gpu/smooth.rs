@@ -77,6 +77,23 @@ pub trait DevicePreconditioner {
     fn is_linear(&self) -> bool;
 }
 
+/// A preconditioner kept by its owner between solves (e.g. an AMG hierarchy
+/// re-set-up in place for each new matrix) and lent to one PCG backend at a
+/// time.
+impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
+    fn apply_with(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        (**self).apply_with(r, z, done)
+    }
+    fn is_linear(&self) -> bool {
+        (**self).is_linear()
+    }
+}
+
 /// Jones–Plassmann colouring on the GPU (`jp_select`, `jp_assign`): each round
 /// colours the uncoloured rows that outrank their uncoloured neighbours, first
 /// fit. Returns the colours and the number of rounds.
