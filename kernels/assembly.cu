@@ -357,23 +357,6 @@ extern "C" __global__ void asm_subtract_flux(int n_faces, const unsigned* __rest
     phi[d] = asm_sub(asm_sub(phi_pre[d], implicit), c);
 }
 
-// The boundary faces' part of asm_subtract_flux, one thread per row:
-// phi_b = phi_pre_b - (Gamma_P |S_b|)(gradientInternal p_P + gradientBoundary).
-extern "C" __global__ void asm_subtract_boundary_flux(
-    int n, const unsigned* __restrict__ boundary_ptr, int n_faces,
-    const double* __restrict__ b_mag_sf, const double* __restrict__ b_gradient_internal,
-    const double* __restrict__ b_gradient_boundary, const double* __restrict__ gamma,
-    const double* __restrict__ p, const double* __restrict__ phi_pre, double* __restrict__ phi) {
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n) return;
-    const double g = gamma[row], pr = p[row];
-    for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) {
-        const double sn_grad = asm_add(asm_mul(b_gradient_internal[i], pr), b_gradient_boundary[i]);
-        const u64 at = (u64)n_faces + i;
-        phi[at] = asm_sub(phi_pre[at], asm_mul(asm_mul(g, b_mag_sf[i]), sn_grad));
-    }
-}
-
 // phi += (w c_o + (1 - w) c_n) |S_f| deltaCoeff_f (p_n - p_o) on internal faces
 // (device order): SIMPLEC's flux term (flow::Simple::predict, consistent).
 extern "C" __global__ void asm_add_gradient_flux(
@@ -390,20 +373,23 @@ extern "C" __global__ void asm_add_gradient_flux(
     phi[d] = asm_add(phi[d], t);
 }
 
-// The boundary faces' part of asm_add_gradient_flux, one thread per row:
-// phi_b += (c_P |S_b|)(gradientInternal p_P + gradientBoundary).
-extern "C" __global__ void asm_add_boundary_gradient_flux(
+// The boundary faces' part of asm_subtract_flux and asm_add_gradient_flux, one
+// thread per row: phi_b = base_b -/+ (c_P |S_b|)(gradientInternal p_P +
+// gradientBoundary), minus when `subtract` is nonzero (fvMatrix::flux, c = Gamma,
+// base = phi_pre), plus otherwise (SIMPLEC, c = rAtU - rAU, base = phi).
+extern "C" __global__ void asm_boundary_flux(
     int n, const unsigned* __restrict__ boundary_ptr, int n_faces,
     const double* __restrict__ b_mag_sf, const double* __restrict__ b_gradient_internal,
     const double* __restrict__ b_gradient_boundary, const double* __restrict__ c,
-    const double* __restrict__ p, double* __restrict__ phi) {
+    const double* __restrict__ p, const double* base, double* phi, int subtract) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= n) return;
     const double cr = c[row], pr = p[row];
     for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) {
         const double sn_grad = asm_add(asm_mul(b_gradient_internal[i], pr), b_gradient_boundary[i]);
         const u64 at = (u64)n_faces + i;
-        phi[at] = asm_add(phi[at], asm_mul(asm_mul(cr, b_mag_sf[i]), sn_grad));
+        const double t = asm_mul(asm_mul(cr, b_mag_sf[i]), sn_grad);
+        phi[at] = subtract != 0 ? asm_sub(base[at], t) : asm_add(base[at], t);
     }
 }
 

@@ -11,6 +11,20 @@
 // over rows first .. first + count, whose entries reach earlier colours
 // (lower part) or later ones (upper part) only.
 
+// sum_j A_ij v_j over row `row` of a SELL triangle, in slot order.
+__device__ double eis_row_dot(int h, const u64* __restrict__ slice_ptr,
+                              const int* __restrict__ cols, const double* __restrict__ vals,
+                              int row, const double* v) {
+    const u64 end = slice_ptr[row / h + 1];
+    double acc = 0.0;
+    for (u64 slot = slice_ptr[row / h] + row % h; slot < end; slot += h) {
+        const int c = cols[slot];
+        if (c < 0) break;
+        acc = __dadd_rn(acc, __dmul_rn(vals[slot], v[c]));
+    }
+    return acc;
+}
+
 // Backward sweep over one colour: p = rho + beta p (beta == 0: p = rho),
 // t = p - sum_j U_ij t_j. With sc set (iterations chained on the device),
 // beta = sc[2] / sc[3]: this rho . rho over the previous one.
@@ -28,13 +42,7 @@ extern "C" __global__ void eis_backward(int first, int count, int h,
     // from here, alpha = 0 and x stays (0/0 would make x NaN).
     if (sc != nullptr) beta = sc[3] > 0.0 ? __ddiv_rn(sc[2], sc[3]) : 0.0;
     const double p_i = beta == 0.0 ? rho[row] : __dadd_rn(rho[row], __dmul_rn(beta, p[row]));
-    const u64 end = slice_ptr[row / h + 1];
-    double acc = 0.0;
-    for (u64 slot = slice_ptr[row / h] + row % h; slot < end; slot += h) {
-        const int c = cols[slot];
-        if (c < 0) break;
-        acc = __dadd_rn(acc, __dmul_rn(vals[slot], t[c]));
-    }
+    const double acc = eis_row_dot(h, slice_ptr, cols, vals, row, t);
     p[row] = p_i;
     t[row] = __dsub_rn(p_i, acc);
 }
@@ -86,13 +94,7 @@ extern "C" __global__ void eis_initial(int first, int count, int h,
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= count) return;
     const int row = first + k;
-    const u64 end = slice_ptr[row / h + 1];
-    double acc = 0.0;
-    for (u64 slot = slice_ptr[row / h] + row % h; slot < end; slot += h) {
-        const int c = cols[slot];
-        if (c < 0) break;
-        acc = __dadd_rn(acc, __dmul_rn(vals[slot], rho[c]));
-    }
+    const double acc = eis_row_dot(h, slice_ptr, cols, vals, row, rho);
     const double r_i = r[perm != nullptr ? perm[row] : row];
     rho[row] = __dsub_rn(__dmul_rn(inv_sqrt_diag[row], r_i), acc);
 }
@@ -156,13 +158,7 @@ extern "C" __global__ void eis_residual(int n, int h, const u64* __restrict__ sl
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     double r_abs = 0.0;
     if (row < n) {
-        const u64 end = slice_ptr[row / h + 1];
-        double acc = 0.0;
-        for (u64 slot = slice_ptr[row / h] + row % h; slot < end; slot += h) {
-            const int c = cols[slot];
-            if (c < 0) break;
-            acc = __dadd_rn(acc, __dmul_rn(vals[slot], rho[c]));
-        }
+        const double acc = eis_row_dot(h, slice_ptr, cols, vals, row, rho);
         const double r_i = __dmul_rn(sqrt_diag[row], __dadd_rn(rho[row], acc));
         r[perm != nullptr ? perm[row] : row] = r_i;
         r_abs = fabs(r_i);

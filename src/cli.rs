@@ -768,6 +768,11 @@ struct ValidateFlowArgs {
     /// Cavity cells per side.
     #[arg(long, default_value_t = 129)]
     cells: usize,
+    /// Solve p by PCG with the AMG preconditioner (GAMG; default settings,
+    /// or amg:key=value:...) instead of DIC (CPU) / Jacobi (GPU); on the GPU
+    /// AMG-PCG in the device loop.
+    #[arg(long, value_name = "SETTINGS", num_args = 0..=1, default_missing_value = "amg")]
+    gamg: Option<crate::solve::amg::AmgSettings>,
     /// Poiseuille cells across the channel (6x as many along it).
     #[arg(long, default_value_t = 20)]
     channel_cells: usize,
@@ -841,6 +846,9 @@ fn validate_flow(args: ValidateFlowArgs) -> anyhow::Result<i32> {
     let mut failed = 0;
     for case in cases {
         let mut pressure = PressureSolver::new(device, controls);
+        if let Some(settings) = args.gamg {
+            pressure = pressure.with_amg(settings);
+        }
         let result = run(
             case,
             args.max_iterations,
@@ -1135,6 +1143,13 @@ struct BenchArgs {
     /// gpu::eisenstat_bench::DEFAULT_CASE), ratios to Jacobi-PCG.
     #[arg(long, num_args = 0.., value_name = "MESH")]
     eisenstat: Option<Vec<String>>,
+    /// Instead of the tables above: the SIMPLE loop on the device of the
+    /// flow CASES given here (default: cases/cavity_3d, 4.1 M cells), p
+    /// solved by Jacobi-PCG (the baseline) and by AMG-PCG with each
+    /// --amg-variant (default: the K- and V-cycle); time per outer iteration
+    /// by part, ratios to the Jacobi-PCG run.
+    #[arg(long, num_args = 0.., value_name = "CASE")]
+    device_simple: Option<Vec<String>>,
     /// Instead of the tables above: Jacobi-PCG of a distributed run's GPU
     /// ranks (one thread rank per GPU) on the NCCL device loop and on the
     /// host-driven steps, against the one-process multi-GPU device loop, on
@@ -1214,6 +1229,29 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
         let cases = crate::gpu::precond_bench::default_cases(args.quick);
         let (rows, markdown) =
             crate::gpu::precond_bench::run(&gpu, &cases, args.slice_height, 512, !args.no_cpu)?;
+        let report = crate::gpu::bench::Report {
+            rows,
+            notes: Vec::new(),
+        };
+        print!("{}", crate::gpu::bench::table(&report));
+        println!("\n{markdown}");
+        if args.json {
+            println!("{}", crate::gpu::bench::json(&report));
+        }
+        return Ok(());
+    }
+    if let Some(cases) = &args.device_simple {
+        let gpu =
+            gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+        let cases = match cases.is_empty() {
+            true => vec![crate::case::flow_bench::DEFAULT_CASE.to_string()],
+            false => cases.clone(),
+        };
+        let amg = match args.amg_variant.is_empty() {
+            true => crate::case::flow_bench::default_amg(),
+            false => args.amg_variant.clone(),
+        };
+        let (rows, markdown) = crate::case::flow_bench::run(&gpu, &cases, &amg)?;
         let report = crate::gpu::bench::Report {
             rows,
             notes: Vec::new(),

@@ -8,18 +8,6 @@ use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::solve::fsai::{fsai_setup, FsaiPattern, FsaiSettings, FsaiStop};
 use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolverControls};
 
-fn adaptive(steps: usize, epsilon: f64, stop: FsaiStop) -> FsaiSettings {
-    FsaiSettings {
-        pattern: FsaiPattern::Adaptive {
-            steps,
-            step_size: 1,
-            epsilon,
-            stop,
-        },
-        ..FsaiSettings::default()
-    }
-}
-
 #[test]
 fn fsai_pcg_beats_jacobi_iterations_on_meshes() {
     let controls = SolverControls::absolute(1e-10, 20_000);
@@ -35,7 +23,7 @@ fn fsai_pcg_beats_jacobi_iterations_on_meshes() {
             solve_pcg(&a, PreconditionerKind::Jacobi, &b, &mut xj, &controls, "p").unwrap();
         for s in [
             FsaiSettings::default(),
-            adaptive(20, 1e-3, FsaiStop::Stagnation),
+            FsaiSettings::adaptive(20, 1e-3, FsaiStop::Stagnation),
             FsaiSettings {
                 pattern: FsaiPattern::Static {
                     power: 1,
@@ -75,8 +63,8 @@ fn stop_rules_and_density_on_a_tet_mesh() {
     // Stagnation stops most rows before 30 steps; eq. 17 as printed
     // (ψ ≤ 1e-3 ψ₀) never fires on an M-matrix row, so rows run until
     // exhausted or 30 steps.
-    let s2 = fsai_setup(&a, &adaptive(30, 1e-2, FsaiStop::Stagnation)).unwrap();
-    let s1 = fsai_setup(&a, &adaptive(30, 1e-3, FsaiStop::Reduction)).unwrap();
+    let s2 = fsai_setup(&a, &FsaiSettings::adaptive(30, 1e-2, FsaiStop::Stagnation)).unwrap();
+    let s1 = fsai_setup(&a, &FsaiSettings::adaptive(30, 1e-3, FsaiStop::Reduction)).unwrap();
     let full = s1.stats.rows_by_steps[30];
     let early = s2.stats.rows_by_steps[..30].iter().sum::<usize>();
     println!(
@@ -89,8 +77,8 @@ fn stop_rules_and_density_on_a_tet_mesh() {
     // More steps, denser G; larger epsilon, sparser.
     let d = |s: FsaiSettings| fsai_setup(&a, &s).unwrap().stats.density;
     let stag = FsaiStop::Stagnation;
-    assert!(d(adaptive(5, 1e-3, stag)) < d(adaptive(20, 1e-3, stag)));
-    assert!(d(adaptive(20, 5e-2, stag)) < d(adaptive(20, 1e-3, stag)));
+    assert!(d(FsaiSettings::adaptive(5, 1e-3, stag)) < d(FsaiSettings::adaptive(20, 1e-3, stag)));
+    assert!(d(FsaiSettings::adaptive(20, 5e-2, stag)) < d(FsaiSettings::adaptive(20, 1e-3, stag)));
 }
 
 #[test]
@@ -98,7 +86,7 @@ fn setup_does_not_depend_on_the_thread_count() {
     let (a, _) = poisson_system("box:14x14x14:tet:perturb=0.2:renumber").unwrap();
     let s = FsaiSettings {
         postfilter: 0.05,
-        ..adaptive(12, 1e-3, FsaiStop::Stagnation)
+        ..FsaiSettings::adaptive(12, 1e-3, FsaiStop::Stagnation)
     };
     let many = fsai_setup(&a, &s).unwrap();
     let pool = rayon::ThreadPoolBuilder::new()

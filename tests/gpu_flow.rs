@@ -1,9 +1,10 @@
 //! The SIMPLE cavity with the pressure equation solved on the GPU (fused
-//! Jacobi-PCG, warm-started from the current p) against the same run with the
-//! CPU's PCG: the converged fields agree to the solver tolerance. Skips
+//! Jacobi-PCG, warm-started from the current p; `validation::run` runs it
+//! through the device loop, `gpu::simple::DeviceSimple`) against the same run
+//! with the CPU's PCG: the converged fields agree to the solver tolerance. Skips
 //! without a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 
-use fvpoisson::flow::validation::{run, FlowCase, PressureDevice, PressureSolver};
+use fvpoisson::flow::validation::{run, FlowCase, FlowValidation, PressureDevice, PressureSolver};
 use fvpoisson::flow::{ResidualControl, SimpleSettings};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::SolverControls;
@@ -94,4 +95,68 @@ fn gpu_momentum_pbicgstab_gives_the_cpu_poiseuille_flow() {
         runs[0].abs_diff(runs[1]) <= 5,
         "outer iterations CPU/GPU {runs:?}"
     );
+}
+
+/// `validate-flow --gamg`: p by PCG with the AMG preconditioner, on the CPU
+/// and in the device loop (AMG-PCG on the resident matrix, re-set-up each
+/// outer iteration): both pass Ghia, reach the DIC-PCG run's converged
+/// cavity, and the two runs agree to the solver tolerance. The CPU half runs
+/// without a device too.
+#[test]
+fn gamg_pressure_solve_gives_the_dic_cavity_on_the_cpu_and_the_device_loop() {
+    use fvpoisson::solve::amg::AmgSettings;
+    let controls = SolverControls {
+        tolerance: 1e-12,
+        rel_tol: 0.0,
+        ..SolverControls::default()
+    };
+    let adjust = |s: &mut SimpleSettings| {
+        s.consistent = true;
+        s.relaxation_u = 0.9;
+        s.relaxation_p = 1.0;
+        s.residual_control = ResidualControl { u: 1e-9, p: 1e-9 };
+    };
+    let case = FlowCase::Cavity {
+        reynolds: 100,
+        n: 32,
+    };
+    let amg = AmgSettings {
+        coarsest_rows: 50,
+        ..AmgSettings::default()
+    };
+    let max_difference = |a: &FlowValidation, b: &FlowValidation| {
+        let du =
+            a.u.iter()
+                .zip(&b.u)
+                .map(|(x, y)| (x - y).norm())
+                .fold(0.0, f64::max);
+        let dp =
+            a.p.iter()
+                .zip(&b.p)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f64::max);
+        (du, dp)
+    };
+    let mut dic = PressureSolver::new(PressureDevice::Cpu, controls);
+    let with_dic = run(case, 5000, adjust, &mut dic, None).unwrap();
+    let mut cpu = PressureSolver::new(PressureDevice::Cpu, controls).with_amg(amg);
+    let on_cpu = run(case, 5000, adjust, &mut cpu, None).unwrap();
+    let (du, dp) = max_difference(&with_dic, &on_cpu);
+    println!("CPU GAMG-PCG: {on_cpu}\nagainst DIC-PCG: U {du:.3e}, p {dp:.3e}");
+    assert!(on_cpu.passed(), "{on_cpu}");
+    assert!(du < 1e-7 && dp < 1e-7, "U {du:e}, p {dp:e}");
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let mut device = PressureSolver::new(PressureDevice::Gpu(&gpu), controls).with_amg(amg);
+    let on_gpu = run(case, 5000, adjust, &mut device, None).unwrap();
+    let (du, dp) = max_difference(&on_cpu, &on_gpu);
+    println!(
+        "device loop GAMG-PCG: {on_gpu}\nagainst the CPU: U {du:.3e}, p {dp:.3e}; ms per outer \
+         iteration CPU {:.3} GPU {:.3}",
+        1e3 * on_cpu.seconds_per_iteration,
+        1e3 * on_gpu.seconds_per_iteration
+    );
+    assert!(on_gpu.passed(), "{on_gpu}");
+    assert!(du < 1e-7 && dp < 1e-7, "U {du:e}, p {dp:e}");
 }

@@ -6,6 +6,8 @@
 //! test prints a compact table, and `skipped: no CUDA device` without a GPU
 //! (unless FVPOISSON_REQUIRE_GPU=1).
 
+mod common;
+
 use fvpoisson::gpu::amg::DeviceCsr;
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage};
@@ -16,28 +18,20 @@ use fvpoisson::solve::fsai::{fsai_setup, FsaiPattern, FsaiPreconditioner, FsaiSe
 use fvpoisson::solve::{
     solve_pcg_scaled, EquilibrationKind, LinearOperator, Precision, Preconditioner, SolverControls,
 };
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_systems, random_vector};
+use fvpoisson::sparse::testing::random_vector;
 use fvpoisson::sparse::{Csr, RowOrdering};
 
 /// Real FVM systems (perturbed renumbered tets, a hex box, a 2-D box, a
 /// polyhedral OpenFOAM mesh, a Gmsh prism mesh) in RCM order, and random SPD
 /// matrices.
 fn systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let mut all = random_systems();
-    for spec in [
+    common::random_and_rcm_systems(&[
         "box:14x14x14:tet:perturb=0.2:renumber",
         "box:20x20x20",
         "box:80x80x1:2d",
         "meshes/foam/polydual",
         "meshes/gmsh/prism_wedge.v22.msh",
-    ] {
-        let (a, b) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        let p = reverse_cuthill_mckee(&a);
-        let name = spec.rsplit('/').next().unwrap();
-        all.push((format!("{name} RCM"), p.apply_symmetric(&a), p.to_new(&b)));
-    }
-    all
+    ])
 }
 
 fn variants() -> Vec<FsaiSettings> {

@@ -7,6 +7,8 @@
 //! table, and `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
+mod common;
+
 use std::rc::Rc;
 
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
@@ -22,28 +24,20 @@ use fvpoisson::solve::{
     solve_pcg_scaled, solve_smooth, EigenBound, EquilibrationKind, LinearOperator, PolynomialKind,
     PolynomialSettings, Precision, Preconditioner, SmootherKind, SmootherSettings, SolverControls,
 };
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_systems, SplitMix};
+use fvpoisson::sparse::testing::SplitMix;
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Real FVM systems (perturbed and renumbered tets, a 2-D box, a polyhedral
 /// OpenFOAM mesh, a Gmsh prism mesh, a hex box) in RCM order, and random SPD
 /// matrices; mesh files relative to the repository root.
 fn systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let mut all = random_systems();
-    for spec in [
+    common::random_and_rcm_systems(&[
         "box:14x14x14:tet:perturb=0.2:renumber",
         "box:80x80x1:2d",
         "box:24x24x24:perturb=0.2",
         "meshes/foam/polydual",
         "meshes/gmsh/prism_wedge.v22.msh",
-    ] {
-        let (a, b) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        let p = reverse_cuthill_mckee(&a);
-        let name = spec.rsplit('/').next().unwrap();
-        all.push((format!("{name} RCM"), p.apply_symmetric(&a), p.to_new(&b)));
-    }
-    all
+    ])
 }
 
 fn device_matrix(gpu: &Gpu, a: &Csr, h: usize) -> Rc<DeviceModSell> {

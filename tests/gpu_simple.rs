@@ -3,7 +3,13 @@
 //! (smoothSolver: the pressure half alone on the device) and on the device
 //! (PBiCGStab): the same iterates (U, p, φ) to the solvers' round-off on a 2-D
 //! cavity and a perturbed tetrahedral 3-D box (non-orthogonal correctors), and
-//! the same converged cavity, which passes the Ghia validation. Skips without
+//! the same converged cavity, which passes the Ghia validation. The same with
+//! the pressure solved by AMG-PCG on the device (the hierarchy set up on the
+//! resident matrix, its values re-set-up after each re-assembly) against the
+//! CPU's AMG-PCG, V- and K-cycle, f64 and mixed precision; the loop's
+//! hierarchy against the CPU's set up on the first pressure matrix and
+//! updated with each later one; GAMG settings of case.toml and fvSolution
+//! reaching the device loop. Skips without
 //! a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 
 use fvpoisson::flow::simple::PressureSolve;
@@ -11,10 +17,14 @@ use fvpoisson::flow::{
     Convection, ResidualControl, Simple, SimpleSettings, VectorValues, VelocityCondition,
 };
 use fvpoisson::fvm::BoundaryCondition;
+use fvpoisson::gpu::amg::gpu_amg_settings;
 use fvpoisson::gpu::simple::{DevicePressureSolver, DeviceSimple};
 use fvpoisson::gpu::test_device;
 use fvpoisson::mesh::{source::load, Geometry, Mesh, Vec3};
-use fvpoisson::solve::{solve_pcg, KrylovMethod, PreconditionerKind, SolverControls};
+use fvpoisson::solve::amg::{AmgSettings, CycleKind, Precision};
+use fvpoisson::solve::{
+    solve_pcg, KrylovMethod, Preconditioner, PreconditionerKind, SolverControls,
+};
 
 /// Tight enough that CPU and GPU PCG agree to ~1e-13 relative.
 fn tight() -> SolverControls {
@@ -70,6 +80,27 @@ fn velocity_components(u: &[Vec3]) -> Vec<f64> {
 /// device pressure half, both from rest; the largest relative differences
 /// of U, p, φ after each iteration.
 fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) -> Vec<[f64; 3]> {
+    compare_with(spec, iterations, adjust, None)
+}
+
+/// The AMG of the GPU with a small coarsest level (several levels on the
+/// test meshes, so that the value re-set-up has Galerkin products to redo).
+fn test_amg(cycle: CycleKind, precision: Precision) -> AmgSettings {
+    gpu_amg_settings(&AmgSettings {
+        cycle,
+        precision,
+        coarsest_rows: 20,
+        ..AmgSettings::default()
+    })
+}
+
+/// [`compare`] with p solved by PCG with `amg` (`None`: Jacobi) on both.
+fn compare_with(
+    spec: &str,
+    iterations: usize,
+    adjust: impl Fn(&mut SimpleSettings),
+    amg: Option<AmgSettings>,
+) -> Vec<[f64; 3]> {
     let gpu = test_device().expect("checked by the caller");
     let mesh = load(spec).unwrap();
     let geometry = Geometry::compute(&mesh);
@@ -80,16 +111,21 @@ fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) 
     let mut cpu = cavity(&mesh, &geometry, settings);
     let mut on_gpu = cavity(&mesh, &geometry, settings);
     let solver = DevicePressureSolver {
-        jacobi: true,
+        jacobi: amg.is_none(),
         controls: tight(),
+        amg,
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
     assert_eq!(
         device.has_device_momentum(),
         settings.momentum.krylov.is_some()
     );
+    let cpu_preconditioner = match amg {
+        Some(s) => Preconditioner::Amg(s),
+        None => PreconditionerKind::Jacobi.into(),
+    };
     let solve: &mut PressureSolve<'_> =
-        &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &tight(), "p");
+        &mut |a, b, x, _| solve_pcg(a, cpu_preconditioner, b, x, &tight(), "p");
     let mut out = Vec::new();
     for _ in 0..iterations {
         let a = cpu.iterate(solve).unwrap();
@@ -128,7 +164,11 @@ fn compare(spec: &str, iterations: usize, adjust: impl Fn(&mut SimpleSettings)) 
         );
         out.push(d);
     }
-    println!("device phases: {:?}", device.phase_seconds());
+    let phases = device.phase_seconds();
+    println!("device phases: {phases:?}");
+    // AMG: set up once, its values re-set-up in the later iterations.
+    assert_eq!(phases.amg_setup > 0.0, amg.is_some());
+    assert_eq!(phases.amg_update > 0.0, amg.is_some() && iterations > 1);
     out
 }
 
@@ -218,6 +258,19 @@ fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
 /// Ghia et al.
 #[test]
 fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
+    converged_cavity(None);
+}
+
+/// [`device_cavity_converges_to_the_cpu_cavity_and_passes_ghia`] with p
+/// solved by AMG-PCG (K-cycle) on the device and on the CPU.
+#[test]
+fn device_gamg_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
+    converged_cavity(Some(test_amg(CycleKind::K, Precision::Double)));
+}
+
+/// The converged 32² cavity, CPU and device, p solved by PCG with `amg`
+/// (`None`: Jacobi).
+fn converged_cavity(amg: Option<AmgSettings>) {
     use fvpoisson::flow::reference::max_deviation;
     use fvpoisson::flow::validation::{compare as ghia, FlowCase};
     let Some(gpu) = test_device() else {
@@ -242,15 +295,20 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
         ..SolverControls::default()
     };
     let mut cpu = cavity(&mesh, &geometry, settings);
+    let cpu_preconditioner = match amg {
+        Some(s) => Preconditioner::Amg(s),
+        None => PreconditionerKind::Jacobi.into(),
+    };
     let solve: &mut PressureSolve<'_> =
-        &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Jacobi, b, x, &controls, "p");
+        &mut |a, b, x, _| solve_pcg(a, cpu_preconditioner, b, x, &controls, "p");
     let start = std::time::Instant::now();
     let cpu_reports = cpu.run(1000, solve, |_, _| Ok(())).unwrap();
     let cpu_seconds = start.elapsed().as_secs_f64();
     let mut on_gpu = cavity(&mesh, &geometry, settings);
     let solver = DevicePressureSolver {
-        jacobi: true,
+        jacobi: amg.is_none(),
         controls,
+        amg,
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
     assert!(device.has_device_momentum());
@@ -294,4 +352,287 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
         case.tolerance()
     );
     assert!(deviation <= case.tolerance());
+}
+
+#[test]
+fn device_gamg_pressure_gives_the_cpu_iterates_on_a_2d_cavity() {
+    if test_device().is_none() {
+        return;
+    }
+    for amg in [
+        test_amg(CycleKind::V, Precision::Double),
+        test_amg(CycleKind::K, Precision::Double),
+        test_amg(CycleKind::K, Precision::Mixed),
+    ] {
+        let d = compare_with(
+            "box:24x24x1:2d",
+            4,
+            |s| {
+                s.consistent = true;
+                s.relaxation_u = 0.9;
+                s.relaxation_p = 1.0;
+                krylov_momentum(s);
+            },
+            Some(amg),
+        );
+        assert!(d.iter().flatten().all(|&x| x < 1e-9), "{amg}: {d:?}");
+    }
+}
+
+#[test]
+fn device_gamg_pressure_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
+    if test_device().is_none() {
+        return;
+    }
+    // The host momentum predictor (smoothSolver) and the device one.
+    for krylov in [false, true] {
+        let d = compare_with(
+            "box:6x6x6:tet:perturb=0.2",
+            3,
+            |s| {
+                s.n_non_orth_correctors = 2;
+                s.relaxation_p = 0.3;
+                s.convection = Convection::LinearUpwind;
+                if krylov {
+                    krylov_momentum(s);
+                }
+            },
+            Some(test_amg(CycleKind::V, Precision::Double)),
+        );
+        assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
+    }
+}
+
+/// A copy of `from` (a case directory) in a fresh temporary directory.
+fn copy_case(from: &std::path::Path, tag: &str) -> std::path::PathBuf {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            let target = to.join(path.file_name().unwrap());
+            if path.is_dir() {
+                copy(&path, &target);
+            } else {
+                std::fs::copy(&path, &target).unwrap();
+            }
+        }
+    }
+    let to =
+        std::env::temp_dir().join(format!("fvpoisson_simplegamg_{tag}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&to);
+    copy(from, &to);
+    to
+}
+
+/// GAMG for p in a case.toml (`solver = "GAMG"` with an `amg` table, and
+/// PCG with `preconditioner = "GAMG"`) and in an OpenFOAM fvSolution
+/// (`solver GAMG;`): `run --device gpu` solves p by AMG-PCG in the device
+/// loop (set up once, values re-set-up in the later iterations), in fewer
+/// PCG iterations than the same run with Jacobi-PCG.
+#[test]
+fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
+    use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
+    use fvpoisson::case::Device;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let toml_case = |tag: &str, p: &str| {
+        let dir = copy_case(&root.join("cases/cavity"), tag);
+        let file = dir.join("case.toml");
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("box:129x129x1:2d", "box:48x48x1:2d")
+            .replace(
+                "[solver.p]\nsolver = \"PCG\"\npreconditioner = \"DIC\"\n",
+                &format!("[solver.p]\n{p}\n"),
+            );
+        assert!(text.contains(p), "cases/cavity/case.toml changed");
+        std::fs::write(&file, text).unwrap();
+        dir
+    };
+    let foam_case = |tag: &str, p: &str| {
+        let dir = copy_case(&root.join("cases/cavity_foam"), tag);
+        let file = dir.join("system/fvSolution");
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("solver          PCG;\n        preconditioner  DIC;", p);
+        assert!(
+            text.contains(p),
+            "cases/cavity_foam/system/fvSolution changed"
+        );
+        std::fs::write(&file, text).unwrap();
+        dir
+    };
+    let cases = [
+        (
+            "toml_jacobi",
+            toml_case("toml_jacobi", "solver = \"PCG\"\npreconditioner = \"DIC\""),
+            false,
+        ),
+        (
+            "toml_gamg",
+            toml_case(
+                "toml_gamg",
+                "solver = \"GAMG\"\namg = { cycle = \"V\", coarsestRows = 50 }",
+            ),
+            true,
+        ),
+        (
+            "toml_pcg_gamg",
+            toml_case(
+                "toml_pcg_gamg",
+                "solver = \"PCG\"\npreconditioner = \"GAMG\"",
+            ),
+            true,
+        ),
+        (
+            "foam_jacobi",
+            foam_case(
+                "foam_jacobi",
+                "solver          PCG;\n        preconditioner  DIC;",
+            ),
+            false,
+        ),
+        (
+            "foam_gamg",
+            foam_case(
+                "foam_gamg",
+                "solver          GAMG;\n        smoother        GaussSeidel;\n        \
+                 nCellsInCoarsestLevel 10;",
+            ),
+            true,
+        ),
+    ];
+    // The settings as read (on the CPU too): GAMG, or PCG with AMG.
+    let setups: Vec<_> = cases
+        .into_iter()
+        .map(|(tag, dir, amg)| {
+            let mut setup = read_flow_case(&dir).unwrap();
+            let p = setup.pressure_solver;
+            assert_eq!(
+                p.gamg.is_some() || matches!(p.preconditioner, Preconditioner::Amg(_)),
+                amg,
+                "{tag}: {p:?}"
+            );
+            setup.max_iterations = 4;
+            setup.output_dir = dir.join("out");
+            (tag, dir, amg, setup)
+        })
+        .collect();
+    let Some(gpu) = test_device() else {
+        for (_, dir, ..) in setups {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        return;
+    };
+    let mut jacobi_iterations = 0;
+    for (tag, dir, amg, setup) in setups {
+        let summary = run_flow_case(&setup, Device::Gpu(&gpu)).unwrap();
+        let phases = summary.device_phases.expect("the device loop ran");
+        println!(
+            "{tag}: {} outer iterations, {} p iterations, device phases {phases:?}",
+            summary.iterations, summary.p_iterations
+        );
+        assert_eq!(summary.iterations, 4, "{tag}");
+        assert_eq!(phases.amg_setup > 0.0, amg, "{tag}");
+        assert_eq!(phases.amg_update > 0.0, amg, "{tag}");
+        if amg {
+            assert!(
+                summary.p_iterations < jacobi_iterations,
+                "{tag}: {} AMG-PCG iterations, Jacobi-PCG {jacobi_iterations}",
+                summary.p_iterations
+            );
+        } else {
+            jacobi_iterations = summary.p_iterations;
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The hierarchy inside the device loop follows the re-assembled matrix: set
+/// up on the first iteration's pressure matrix, its values re-set-up after
+/// each later re-assembly, it equals the CPU hierarchy set up on the first
+/// matrix and updated with each later one (same aggregates, coarse matrices
+/// to round-off), while the matrix itself changes from iteration to
+/// iteration.
+#[test]
+fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
+    use fvpoisson::solve::amg::Hierarchy;
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let mesh = load("box:6x6x6:tet:perturb=0.2").unwrap();
+    let geometry = Geometry::compute(&mesh);
+    let mut settings = SimpleSettings::new(0.01);
+    settings.relaxation_p = 0.3;
+    krylov_momentum(&mut settings);
+    let mut simple = cavity(&mesh, &geometry, settings);
+    let amg = test_amg(CycleKind::V, Precision::Double);
+    let solver = DevicePressureSolver {
+        jacobi: false,
+        controls: tight(),
+        amg: Some(amg),
+    };
+    let mut device = DeviceSimple::new(&gpu, &simple, solver).unwrap();
+    assert!(device.pressure_amg().is_none());
+    let mut cpu: Option<(Hierarchy, fvpoisson::sparse::Csr)> = None;
+    for iteration in 1..=4 {
+        device.iterate(&mut simple).unwrap();
+        let a = device.pressure_matrix().unwrap();
+        let on_gpu = device.pressure_amg().expect("set up by the first solve");
+        match &mut cpu {
+            None => cpu = Some((Hierarchy::setup(&a, &amg).unwrap(), a.clone())),
+            Some((h, _)) => h.update_values(&a).unwrap(),
+        }
+        let (hierarchy, first) = cpu.as_ref().expect("set above");
+        let changed = first
+            .values()
+            .iter()
+            .zip(a.values())
+            .filter(|(x, y)| x != y)
+            .count();
+        assert_eq!(
+            on_gpu.matrix(0).unwrap(),
+            a,
+            "iteration {iteration}: fine level"
+        );
+        let rows: Vec<usize> = (0..hierarchy.n_levels())
+            .map(|l| hierarchy.matrix(&a, l).n_rows())
+            .collect();
+        assert_eq!(on_gpu.level_rows(), rows, "iteration {iteration}: levels");
+        assert!(rows.len() >= 2, "{rows:?}: no coarse level to test");
+        let mut worst = 0.0f64;
+        for (l, level) in hierarchy.levels.iter().enumerate() {
+            assert_eq!(
+                on_gpu.aggregate(l).unwrap(),
+                level.aggregate,
+                "iteration {iteration}: aggregates of level {l}"
+            );
+            let coarse = on_gpu.matrix(l + 1).unwrap();
+            assert_eq!(coarse.row_ptr(), level.coarse.row_ptr());
+            assert_eq!(coarse.cols(), level.coarse.cols());
+            let scale = level
+                .coarse
+                .values()
+                .iter()
+                .fold(0.0f64, |m, v| m.max(v.abs()));
+            let d = coarse
+                .values()
+                .iter()
+                .zip(level.coarse.values())
+                .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+                / scale;
+            worst = worst.max(d);
+        }
+        println!(
+            "iteration {iteration}: levels {rows:?}, {changed} of {} fine values changed since \
+             the set-up, coarse levels vs the CPU's update {worst:.1e}",
+            a.nnz()
+        );
+        assert!(worst <= 1e-14, "iteration {iteration}: {worst:e}");
+        if iteration > 1 {
+            assert!(
+                changed > 0,
+                "iteration {iteration}: the matrix did not change"
+            );
+        }
+    }
 }

@@ -4,6 +4,8 @@
 //! measured differences and `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
+mod common;
+
 use std::rc::Rc;
 
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
@@ -19,38 +21,27 @@ use fvpoisson::solve::{
     solve_pcg, solve_pcg_scaled, solve_smooth, ColouringKind, EquilibrationKind, InnerSolver,
     Preconditioner, SmootherKind, SmootherSettings, SolverControls, Sweep,
 };
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::{random_symmetric, random_systems};
+use fvpoisson::sparse::testing::random_symmetric;
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Real FVM systems: a perturbed tet box (renumbered), a 2-D box, a polyhedral
 /// OpenFOAM mesh and a Gmsh prism mesh. Mesh files relative to the repository
 /// root, the working directory of `cargo test` and of the device runs.
+const FVM_SPECS: [&str; 4] = [
+    "box:14x14x14:tet:perturb=0.2:renumber",
+    "box:80x80x1:2d",
+    "meshes/foam/polydual",
+    "meshes/gmsh/prism_wedge.v22.msh",
+];
+
 fn fvm_systems() -> Vec<(String, Csr, Vec<f64>)> {
-    [
-        "box:14x14x14:tet:perturb=0.2:renumber",
-        "box:80x80x1:2d",
-        "meshes/foam/polydual",
-        "meshes/gmsh/prism_wedge.v22.msh",
-    ]
-    .into_iter()
-    .map(|spec| {
-        let (a, b) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        let name = spec.rsplit('/').next().unwrap().to_string();
-        (name, a, b)
-    })
-    .collect()
+    common::poisson_systems(&FVM_SPECS)
 }
 
 /// Random SPD matrices (uneven rows, far columns) and the FVM systems in RCM
 /// order, with a random right-hand side.
 fn systems() -> Vec<(String, Csr, Vec<f64>)> {
-    let mut all = random_systems();
-    for (name, a, b) in fvm_systems() {
-        let p = reverse_cuthill_mckee(&a);
-        all.push((format!("{name} RCM"), p.apply_symmetric(&a), p.to_new(&b)));
-    }
-    all
+    common::random_and_rcm_systems(&FVM_SPECS)
 }
 
 fn device_matrix(gpu: &Gpu, a: &Csr, h: usize) -> Rc<DeviceModSell> {

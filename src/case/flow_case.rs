@@ -59,8 +59,11 @@
 //! resident p, flux correction, continuity errors, p relaxation and the
 //! velocity correction). Where `[solver.U]` is a Krylov method the momentum
 //! predictor and Rhie–Chow run there too (the whole loop on the device);
-//! with smoothSolver they run on the CPU. Where
-//! the p solver needs a host-assembled matrix (smoothSolver, GAMG, ILU, ...)
+//! with smoothSolver they run on the CPU. GAMG for p (`solver = "GAMG"` or
+//! `preconditioner = "GAMG"`) runs as AMG-PCG there, the hierarchy set up
+//! once on the resident pressure matrix and its values re-set-up in place
+//! after each re-assembly. Where
+//! the p solver needs a host-assembled matrix (smoothSolver, ILU, FSAI, ...)
 //! or the device assembly does not handle the mesh, the pressure equation is
 //! assembled on the CPU and solved on the GPU instead (logged once).
 
@@ -78,11 +81,13 @@ use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
-use crate::gpu::simple::{DeviceFlowError, DevicePressureSolver, DeviceSimple};
+use crate::gpu::simple::{DeviceFlowError, DevicePhaseSeconds, DevicePressureSolver, DeviceSimple};
 use crate::gpu::Gpu;
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
-use crate::solve::{PreconditionerKind, SmootherKind, SmootherSettings, Sweep};
+use crate::solve::{
+    EquilibrationKind, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, Sweep,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -530,8 +535,9 @@ fn log_phase_times(simple: &Simple, pressure_solve_seconds: f64) {
 }
 
 /// The device loop for the pressure half when the GPU can run the p solver
-/// on the device-assembled matrix (PCG, Jacobi or none after the device's
-/// mapping) and the mesh; else `None`, logged: the pressure matrix is then
+/// on the device-assembled matrix (PCG, Jacobi, none or AMG after the
+/// device's mapping: GAMG and PCG with GAMG run AMG-PCG, as on host-assembled
+/// systems) and the mesh; else `None`, logged: the pressure matrix is then
 /// assembled on the host and solved on the GPU.
 fn device_simple<'g>(
     gpu: &'g Gpu,
@@ -539,24 +545,37 @@ fn device_simple<'g>(
     solver: &LinearSolver,
     device: Device,
 ) -> Result<Option<DeviceSimple<'g>>, CaseError> {
-    if let Some(why) = device.needs_host_assembly(solver) {
-        log::warn!("p: {why}; the pressure equation is assembled on the CPU each iteration");
-        return Ok(None);
-    }
     let used = device.adapt(solver);
+    let amg = match used.preconditioner {
+        Preconditioner::Amg(settings)
+            if used.krylov.is_none()
+                && used.smoother.is_none()
+                && used.equilibration == EquilibrationKind::None =>
+        {
+            Some(settings)
+        }
+        _ => None,
+    };
+    if amg.is_none() {
+        if let Some(why) = device.needs_host_assembly(solver) {
+            log::warn!("p: {why}; the pressure equation is assembled on the CPU each iteration");
+            return Ok(None);
+        }
+    }
     let pressure = DevicePressureSolver {
         jacobi: used.preconditioner == PreconditionerKind::Jacobi,
         controls: used.controls,
+        amg,
     };
     match DeviceSimple::new(gpu, simple, pressure) {
         Ok(device_loop) => {
             log::info!(
                 "pressure equation assembled and solved on the GPU (PCG, {}), with the flux \
                  and velocity corrections",
-                if pressure.jacobi {
-                    "Jacobi"
-                } else {
-                    "no preconditioner"
+                match (&pressure.amg, pressure.jacobi) {
+                    (Some(s), _) => format!("{s}, values re-set-up after each re-assembly"),
+                    (None, true) => "Jacobi".into(),
+                    (None, false) => "no preconditioner".into(),
                 }
             );
             Ok(Some(device_loop))
@@ -574,10 +593,22 @@ fn log_device_phase_times(simple: &Simple, device_loop: &DeviceSimple) {
     let iterations = simple.iteration().max(1) as f64;
     let t = device_loop.phase_seconds();
     let ms = |s: f64| format!("{:.2} ms", 1e3 * s / iterations);
+    // AMG-PCG: the value re-set-ups per outer iteration after the first,
+    // the one set-up apart.
+    let amg = if t.amg_setup > 0.0 {
+        format!(
+            " + AMG re-set-up {:.2} ms (set-up once {:.2} ms)",
+            1e3 * t.amg_update / (iterations - 1.0).max(1.0),
+            1e3 * t.amg_setup
+        )
+    } else {
+        String::new()
+    };
     if device_loop.has_device_momentum() {
         log::info!(
             "GPU per outer iteration: momentum assembly {} + momentum solves {} + Rhie-Chow {} + \
-             pressure assembly {} + pressure solves {} + corrections {} (fields read back: {})",
+             pressure assembly {}{amg} + pressure solves {} + corrections {} (fields read back: \
+             {})",
             ms(t.momentum_assembly),
             ms(t.momentum_solve),
             ms(t.fluxes),
@@ -589,7 +620,7 @@ fn log_device_phase_times(simple: &Simple, device_loop: &DeviceSimple) {
     } else {
         log::info!(
             "GPU pressure half per outer iteration: uploads {} + pressure \
-             assembly {} + pressure solves {} + corrections {} + download {}",
+             assembly {}{amg} + pressure solves {} + corrections {} + download {}",
             ms(t.upload),
             ms(t.assembly),
             ms(t.solve),
@@ -606,6 +637,10 @@ pub struct FlowRunSummary {
     pub converged: bool,
     /// The validation table, and whether it passed, where the case asks for one.
     pub validation: Option<(String, bool)>,
+    /// The device loop's time by part, where it ran (`--device gpu`).
+    pub device_phases: Option<DevicePhaseSeconds>,
+    /// Linear-solver iterations of the pressure solves, summed over the run.
+    pub p_iterations: usize,
 }
 
 /// Runs a flow case on `device` (the pressure solves; see the module
@@ -846,5 +881,11 @@ pub fn run_flow_case_with_mesh(
         iterations: reports.len(),
         converged,
         validation,
+        device_phases: device_loop.as_ref().map(DeviceSimple::phase_seconds),
+        p_iterations: reports
+            .iter()
+            .flat_map(|r| &r.p_solves)
+            .map(|p| p.iterations)
+            .sum(),
     })
 }

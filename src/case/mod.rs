@@ -5,6 +5,7 @@
 pub mod case_toml;
 pub mod decompose;
 pub mod expr;
+pub mod flow_bench;
 pub mod flow_case;
 pub mod openfoam;
 pub mod run;

@@ -19,11 +19,16 @@ use super::reference::{
 use super::simple::{IterationReport, PressureSolve, ResidualControl, Simple, SimpleSettings};
 use super::{FlowError, VectorValues, VelocityCondition};
 use crate::fvm::{BoundaryCondition, PatchValues};
+use crate::gpu::amg::gpu_amg_settings;
+use crate::gpu::assembly::AssemblyError;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
+use crate::gpu::simple::{DeviceFlowError, DevicePressureSolver, DeviceSimple};
 use crate::gpu::Gpu;
 use crate::mesh::{self, Geometry, Mesh, Vec3};
+use crate::solve::amg::AmgSettings;
 use crate::solve::{
-    solve_pcg, EquilibrationKind, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+    solve_pcg, EquilibrationKind, Preconditioner, PreconditionerKind, SolveError, SolverControls,
+    SolverPerformance,
 };
 use crate::sparse::Csr;
 use std::fmt;
@@ -31,8 +36,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Where the pressure equation is solved: PCG with DIC on the CPU, or the
-/// GPU's fused Jacobi-PCG (the matrix assembled on the CPU and uploaded each
-/// outer iteration, p uploaded as the warm start and read back).
+/// GPU's fused Jacobi-PCG (either with AMG instead:
+/// [`PressureSolver::with_amg`]). On the GPU the SIMPLE loop runs there
+/// ([`crate::gpu::simple::DeviceSimple`]: the pressure matrix assembled on
+/// the device, p resident) where the device assembly handles the mesh; else
+/// (and for the potential flow) the matrix is assembled on the CPU and
+/// uploaded each outer iteration, p uploaded as the warm start and read
+/// back.
 #[derive(Clone, Copy)]
 pub enum PressureDevice<'g> {
     Cpu,
@@ -43,6 +53,9 @@ pub enum PressureDevice<'g> {
 pub struct PressureSolver<'g> {
     gpu: Option<GpuSolver<'g>>,
     controls: SolverControls,
+    /// `Some`: PCG with this AMG as preconditioner instead of DIC (CPU) /
+    /// Jacobi (GPU; the GPU's AMG of these settings, `gpu_amg_settings`).
+    amg: Option<AmgSettings>,
     /// Wall time spent in solves.
     pub elapsed: Duration,
 }
@@ -55,7 +68,16 @@ impl<'g> PressureSolver<'g> {
                 PressureDevice::Cpu => None,
             },
             controls,
+            amg: None,
             elapsed: Duration::ZERO,
+        }
+    }
+
+    /// PCG with the AMG of `settings` as preconditioner (GAMG).
+    pub fn with_amg(self, settings: AmgSettings) -> Self {
+        Self {
+            amg: Some(settings),
+            ..self
         }
     }
 
@@ -67,18 +89,24 @@ impl<'g> PressureSolver<'g> {
         p: &mut [f64],
     ) -> Result<SolverPerformance, SolveError> {
         let start = Instant::now();
-        let result = match &mut self.gpu {
-            Some(gpu) => gpu.solve(
+        let (controls, options) = (&self.controls, &GpuSolveOptions::default());
+        let none = &EquilibrationKind::None;
+        let result = match (&mut self.gpu, &self.amg) {
+            (Some(gpu), None) => gpu.solve(
                 a,
                 PreconditionerKind::Jacobi,
-                &EquilibrationKind::None,
+                none,
                 b,
                 p,
-                &self.controls,
+                controls,
                 "p",
-                &GpuSolveOptions::default(),
+                options,
             ),
-            None => solve_pcg(a, PreconditionerKind::Dic, b, p, &self.controls, "p"),
+            (Some(gpu), Some(s)) => {
+                gpu.solve_amg(a, &gpu_amg_settings(s), none, b, p, controls, "p", options)
+            }
+            (None, None) => solve_pcg(a, PreconditionerKind::Dic, b, p, controls, "p"),
+            (None, Some(s)) => solve_pcg(a, Preconditioner::Amg(*s), b, p, controls, "p"),
         };
         self.elapsed += start.elapsed();
         result
@@ -412,11 +440,49 @@ pub fn run(
         vec![0.0; n_cells],
     )?;
     let start = Instant::now();
-    let solve_pressure: &mut PressureSolve<'_> =
-        &mut |a, b, p, _last| pressure_solver.solve(a, b, p);
-    let reports = match case {
-        FlowCase::Cylinder { .. } => vec![simple.potential_flow(solve_pressure)?],
-        _ => simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?,
+    let on_device = match (case, &pressure_solver.gpu) {
+        (FlowCase::Cylinder { .. }, _) | (_, None) => None,
+        (_, Some(gpu)) => {
+            let amg = pressure_solver.amg.as_ref().map(gpu_amg_settings);
+            let solver = DevicePressureSolver {
+                jacobi: amg.is_none(),
+                controls: pressure_solver.controls,
+                amg,
+            };
+            let device = |e: AssemblyError| FlowError::Solve {
+                field: "p".into(),
+                source: SolveError::Device(e.to_string()),
+            };
+            match DeviceSimple::new(gpu.gpu(), &simple, solver) {
+                Ok(mut device_loop) => {
+                    let reports = device_loop
+                        .run(&mut simple, max_iterations, |_| false, |_, _| Ok(()))
+                        .map_err(|e| match e {
+                            DeviceFlowError::Flow(e) => e,
+                            DeviceFlowError::Assembly(e) => device(e),
+                        })?;
+                    pressure_solver.elapsed +=
+                        Duration::from_secs_f64(device_loop.phase_seconds().solve);
+                    Some(reports)
+                }
+                Err(AssemblyError::Unsupported(why)) => {
+                    log::info!("{why}: the pressure equation is assembled on the CPU");
+                    None
+                }
+                Err(e) => return Err(device(e)),
+            }
+        }
+    };
+    let reports = match on_device {
+        Some(reports) => reports,
+        None => {
+            let solve_pressure: &mut PressureSolve<'_> =
+                &mut |a, b, p, _last| pressure_solver.solve(a, b, p);
+            match case {
+                FlowCase::Cylinder { .. } => vec![simple.potential_flow(solve_pressure)?],
+                _ => simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?,
+            }
+        }
     };
     let iterations = reports.len().max(1) as f64;
     let seconds_per_iteration = start.elapsed().as_secs_f64() / iterations;

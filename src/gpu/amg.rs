@@ -400,22 +400,11 @@ fn fine_csr(
     m: &DeviceModSell,
     scan: &Scan,
 ) -> Result<(DeviceCsr, CudaSlice<i64>), GpuError> {
-    let n = m.n;
-    let (n32, h32) = (n as i32, m.slice_height as i32);
+    let (n, dims) = (m.n, m.dims());
     let lengths = unzeroed::<u32>(gpu, n)?;
-    gpu.launch(
-        "amg_modsell_row_lengths",
-        vector_grid(n),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n32)
-                .arg(&h32)
-                .arg(&m.slice_ptr)
-                .arg(&m.codes)
-                .arg(&lengths);
-        },
-    )?;
+    m.launch_pattern(gpu, "amg_modsell_row_lengths", &dims, |a| {
+        a.arg(&lengths);
+    })?;
     let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
     let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
     if nnz >= u32::MAX as usize {
@@ -425,14 +414,8 @@ fn fine_csr(
     }
     let cols = unzeroed::<u32>(gpu, nnz)?;
     let source = unzeroed::<i64>(gpu, nnz)?;
-    gpu.launch("amg_modsell_to_csr", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n32)
-            .arg(&h32)
-            .arg(&m.slice_ptr)
-            .arg(&m.codes)
-            .arg(&row_ptr)
-            .arg(&cols)
-            .arg(&source);
+    m.launch_pattern(gpu, "amg_modsell_to_csr", &dims, |a| {
+        a.arg(&row_ptr).arg(&cols).arg(&source);
     })?;
     let csr = DeviceCsr {
         n,
@@ -1697,35 +1680,19 @@ impl<T: Arith> Run<'_, '_, T> {
             });
         };
         let k = &T::KERNELS;
-        let m = &*amg.fine;
-        let (n32, h) = (m.n as i32, m.slice_height as u32);
-        let fine_values = T::pick(self.c.fine_values.as_ref(), &m.values);
-        let fine_diag = T::pick(self.c.fine_diag.as_ref(), &m.diag);
+        let n32 = amg.fine.n as i32;
         let scale = self.scale(0);
         let x = T::pick(self.c.fine_x.as_ref(), z);
         let sweep =
             |from: Option<&CudaSlice<T>>, to: &CudaSlice<T>, widen: Option<&CudaSlice<f64>>| {
-                gpu.launch(
-                    k.fine_jacobi,
-                    m.n_slices() as u32,
-                    h,
-                    m.shared_bytes(),
-                    |a| {
-                        a.arg(&n32)
-                            .arg(&m.slice_ptr)
-                            .arg(&m.codes)
-                            .arg(fine_values)
-                            .arg(fine_diag)
-                            .arg(scale)
-                            .arg(r);
-                        arg_or_null(a, from);
-                        a.arg(to);
-                        if T::WIDENS {
-                            arg_or_null(a, widen);
-                        }
-                        arg_or_null(a, done);
-                    },
-                )
+                self.launch_fine(k.fine_jacobi, &n32, |a| {
+                    a.arg(scale).arg(r);
+                    arg_or_null(a, from);
+                    a.arg(to);
+                    if T::WIDENS {
+                        arg_or_null(a, widen);
+                    }
+                })
             };
         let next = &self.c.levels[1];
         let nc32 = amg.levels[1].a.n32();
@@ -1747,62 +1714,28 @@ impl<T: Arith> Run<'_, '_, T> {
         };
         if amg.cycle.fused {
             // r = b − A (s∘b), restricted; z = x + s (b − A x), x = s∘b + θ P x_c.
-            gpu.launch(
-                k.fine_residual_zero,
-                m.n_slices() as u32,
-                h,
-                m.shared_bytes(),
-                |a| {
-                    a.arg(&n32)
-                        .arg(&m.slice_ptr)
-                        .arg(&m.codes)
-                        .arg(fine_values)
-                        .arg(fine_diag)
-                        .arg(scale)
-                        .arg(r)
-                        .arg(&self.c.residual);
-                    arg_or_null(a, done);
-                },
-            )?;
+            self.launch_fine(k.fine_residual_zero, &n32, |a| {
+                a.arg(scale).arg(r).arg(&self.c.residual);
+            })?;
             restrict()?;
             self.coarse_solve(1)?;
             let correction = amg.cycle.correction;
-            return gpu.launch(k.fine_post, m.n_slices() as u32, h, m.shared_bytes(), |a| {
-                a.arg(&n32)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(fine_values)
-                    .arg(fine_diag)
-                    .arg(scale)
+            return self.launch_fine(k.fine_post, &n32, |a| {
+                a.arg(scale)
                     .arg(r)
                     .arg(&t.aggregate)
                     .arg(&next.x)
                     .arg(&correction)
                     .arg(z);
-                arg_or_null(a, done);
             });
         }
         let sweeps = amg.cycle.sweeps;
         self.smooth(0, x, sweeps, Start::Zero, |from, to, _| {
             sweep(from, to, None)
         })?;
-        gpu.launch(
-            k.fine_residual,
-            m.n_slices() as u32,
-            h,
-            m.shared_bytes(),
-            |a| {
-                a.arg(&n32)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.codes)
-                    .arg(fine_values)
-                    .arg(fine_diag)
-                    .arg(r)
-                    .arg(x)
-                    .arg(&self.c.residual);
-                arg_or_null(a, done);
-            },
-        )?;
+        self.launch_fine(k.fine_residual, &n32, |a| {
+            a.arg(r).arg(x).arg(&self.c.residual);
+        })?;
         restrict()?;
         self.coarse_solve(1)?;
         let post = self.prolong(0, x)?;
@@ -1811,6 +1744,32 @@ impl<T: Arith> Run<'_, '_, T> {
         self.smooth(0, x, sweeps, post, |from, to, last| {
             sweep(from, to, if last { widen } else { None })
         })
+    }
+
+    /// Launches a fine-level mod-SELL kernel (one block per slice): n, the
+    /// matrix with its values and diagonal in T, the arguments `push` adds,
+    /// then the stop flag.
+    fn launch_fine<'a>(
+        &'a self,
+        kernel: &'static str,
+        n: &'a i32,
+        push: impl FnOnce(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        let m = &*self.amg.fine;
+        let values = T::pick(self.c.fine_values.as_ref(), &m.values);
+        let diag = T::pick(self.c.fine_diag.as_ref(), &m.diag);
+        let grid = m.n_slices() as u32;
+        self.amg
+            .gpu
+            .launch(kernel, grid, m.slice_height as u32, m.shared_bytes(), |a| {
+                a.arg(n)
+                    .arg(&m.slice_ptr)
+                    .arg(&m.codes)
+                    .arg(values)
+                    .arg(diag);
+                push(a);
+                arg_or_null(a, self.done);
+            })
     }
 
     /// x = cycle(b) on coarse level l, from x = 0 or (`from_zero` false: a
@@ -1848,20 +1807,19 @@ impl<T: Arith> Run<'_, '_, T> {
         };
         let next = &amg.levels[l + 1];
         let nc32 = next.a.n32();
+        // b_c = R (residual): `kernel` takes the level's two vectors u, v
+        // (fused from zero: s and b; else b and x).
+        let residual_restrict = |kernel: &'static str, u: &CudaSlice<T>, v: &CudaSlice<T>| {
+            gpu.launch(kernel, vector_grid(next.a.n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
+                a.arg(&m.row_ptr).arg(&m.cols).arg(values);
+                a.arg(u).arg(v).arg(&self.c.levels[l + 1].b);
+                arg_or_null(a, done);
+            })
+        };
         if amg.cycle.fused && from_zero {
             // b_c = R (b − A (s∘b)); x = y + s (b − A y), y = s∘b + θ P x_c.
-            gpu.launch(
-                k.residual_restrict_zero_csr,
-                vector_grid(next.a.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
-                    a.arg(&m.row_ptr).arg(&m.cols).arg(values);
-                    a.arg(scale).arg(b).arg(&self.c.levels[l + 1].b);
-                    arg_or_null(a, done);
-                },
-            )?;
+            residual_restrict(k.residual_restrict_zero_csr, scale, b)?;
             self.coarse_solve(l + 1)?;
             let correction = amg.cycle.correction;
             return gpu.launch(k.post_csr, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
@@ -1874,18 +1832,7 @@ impl<T: Arith> Run<'_, '_, T> {
         let start = if from_zero { Start::Zero } else { Start::X };
         let sweeps = amg.cycle.sweeps;
         self.smooth(l, x, sweeps, start, sweep)?;
-        gpu.launch(
-            k.residual_restrict_csr,
-            vector_grid(next.a.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
-                a.arg(&m.row_ptr).arg(&m.cols).arg(values);
-                a.arg(b).arg(x).arg(&self.c.levels[l + 1].b);
-                arg_or_null(a, done);
-            },
-        )?;
+        residual_restrict(k.residual_restrict_csr, b, x)?;
         self.coarse_solve(l + 1)?;
         let post = self.prolong(l, x)?;
         self.smooth(l, x, sweeps, post, sweep)

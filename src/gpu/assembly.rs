@@ -35,10 +35,13 @@
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
 
+use std::rc::Rc;
+
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::fvm::{
     BoundaryCoeffs, CellField, CellGradient, FvmError, GammaInterpolation, GradScheme,
@@ -462,16 +465,27 @@ pub struct LaplacianArrays<'a> {
 }
 
 /// The matrix alone, or inside the PCG backend that solves with it (which
-/// holds its row sums and inverse diagonal: a re-assembly takes it back).
-/// One per device system, so the variants' sizes do not matter.
+/// holds its row sums and inverse diagonal: a re-assembly drops it). The
+/// matrix may be shared ([`DeviceLaplacian::shared_matrix`]): a re-assembly
+/// writes its values in place. One per device system, so the variants'
+/// sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 enum Held<'g> {
-    Matrix(DeviceModSell),
+    Matrix(Rc<DeviceModSell>),
     Backend {
         backend: GpuCgBackend<'g>,
-        jacobi: bool,
+        preconditioner: BackendPreconditioner,
         check_interval: usize,
     },
+}
+
+/// The preconditioner a held PCG backend was built with.
+#[derive(Clone, Copy, PartialEq)]
+enum BackendPreconditioner {
+    /// Jacobi (`true`) or none.
+    Jacobi(bool),
+    /// A lent one ([`DeviceLaplacian::preconditioned_solver`]), by address.
+    Lent(*const ()),
 }
 
 /// The Laplacian system assembled and kept on one GPU: the mod-SELL matrix
@@ -602,7 +616,7 @@ impl<'g> DeviceLaplacian<'g> {
             device_faces: map.device_faces,
             device_boundary: map.device_boundary,
             n_mesh_boundary: mesh.n_faces() - mesh.n_internal_faces(),
-            held: Some(Held::Matrix(matrix)),
+            held: Some(Held::Matrix(Rc::new(matrix))),
             device_map,
             geometry,
             values,
@@ -816,22 +830,13 @@ impl<'g> DeviceLaplacian<'g> {
                 _ => -1.0,
             };
             let n_faces = self.n_faces as i32;
-            gpu.launch(
-                "asm_correction_flux",
-                vector_grid(self.n_faces),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n_faces)
-                        .arg(&g.face_owner)
-                        .arg(&g.face_neighbour)
-                        .arg(&g.weights);
-                    arg_or_null(a, g.k.as_ref());
-                    arg_or_null(a, w.gamma_mag_sf.as_ref());
-                    a.arg(&w.grad).arg(&psi).arg(&g.delta_coeffs).arg(p);
-                    arg_or_null(a, w.flux.as_ref());
-                },
-            )?;
+            self.launch_faces("asm_correction_flux", &n_faces, |a| {
+                a.arg(&g.weights);
+                arg_or_null(a, g.k.as_ref());
+                arg_or_null(a, w.gamma_mag_sf.as_ref());
+                a.arg(&w.grad).arg(&psi).arg(&g.delta_coeffs).arg(p);
+                arg_or_null(a, w.flux.as_ref());
+            })?;
         }
         let m = self.matrix()?;
         let (v, dm) = (&self.values, &self.device_map);
@@ -1056,41 +1061,15 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_vector(gamma, "gamma")?;
         self.check_faces(phi_pre)?;
         self.check_faces(phi)?;
-        let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
+        let w = &self.work;
         let corrected = self.schemes.sn_grad.is_corrected();
-        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
-        self.gpu.launch(
-            "asm_subtract_flux",
-            vector_grid(self.n_faces),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_faces)
-                    .arg(&g.face_owner)
-                    .arg(&g.face_neighbour)
-                    .arg(&w.coeffs);
-                arg_or_null(a, if corrected { w.flux.as_ref() } else { None });
-                a.arg(p).arg(phi_pre).arg(phi);
-            },
-        )?;
-        self.gpu.launch(
-            "asm_subtract_boundary_flux",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&dm.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(&g.b_mag_sf)
-                    .arg(&v.b_gradient_internal)
-                    .arg(&v.b_gradient_boundary)
-                    .arg(gamma)
-                    .arg(p)
-                    .arg(phi_pre)
-                    .arg(phi);
-            },
-        )
+        let n_faces = self.n_faces as i32;
+        self.launch_faces("asm_subtract_flux", &n_faces, |a| {
+            a.arg(&w.coeffs);
+            arg_or_null(a, if corrected { w.flux.as_ref() } else { None });
+            a.arg(p).arg(phi_pre).arg(phi);
+        })?;
+        self.boundary_flux(gamma, p, phi_pre, phi, true)
     }
 
     /// The device arrays of the assembly (read-only), for kernels that walk
@@ -1137,27 +1116,47 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_vector(p, "field")?;
         self.check_vector(c, "coefficient")?;
         self.check_faces(phi)?;
+        let g = &self.geometry;
+        let n_faces = self.n_faces as i32;
+        self.launch_faces("asm_add_gradient_flux", &n_faces, |a| {
+            a.arg(&g.weights).arg(&g.mag_sf).arg(&g.delta_coeffs);
+            a.arg(c).arg(p).arg(phi);
+        })?;
+        self.boundary_flux(c, p, phi, phi, false)
+    }
+
+    /// Launches `kernel` with a thread per internal face (device order):
+    /// the face count, the owners and neighbours, then the arguments `push`
+    /// adds.
+    fn launch_faces<'a>(
+        &'a self,
+        kernel: &'static str,
+        n_faces: &'a i32,
+        push: impl FnOnce(&mut cudarc::driver::LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        let g = &self.geometry;
+        let grid = vector_grid(self.n_faces);
+        self.gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+            a.arg(n_faces).arg(&g.face_owner).arg(&g.face_neighbour);
+            push(a);
+        })
+    }
+
+    /// The boundary faces' part of [`Self::subtract_flux`] (`subtract`:
+    /// φ_b = base_b − c_P|S_b| snGrad p) and [`Self::add_gradient_flux`]
+    /// (φ_b = base_b + c_P|S_b| snGrad p, base = φ).
+    fn boundary_flux(
+        &self,
+        c: &CudaSlice<f64>,
+        p: &CudaSlice<f64>,
+        base: &CudaSlice<f64>,
+        phi: &CudaSlice<f64>,
+        subtract: bool,
+    ) -> Result<(), GpuError> {
         let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
-        let (n, n_faces) = (self.n as i32, self.n_faces as i32);
+        let (n, n_faces, subtract) = (self.n as i32, self.n_faces as i32, subtract as i32);
         self.gpu.launch(
-            "asm_add_gradient_flux",
-            vector_grid(self.n_faces),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_faces)
-                    .arg(&g.face_owner)
-                    .arg(&g.face_neighbour)
-                    .arg(&g.weights)
-                    .arg(&g.mag_sf)
-                    .arg(&g.delta_coeffs)
-                    .arg(c)
-                    .arg(p)
-                    .arg(phi);
-            },
-        )?;
-        self.gpu.launch(
-            "asm_add_boundary_gradient_flux",
+            "asm_boundary_flux",
             vector_grid(self.n),
             VECTOR_BLOCK,
             0,
@@ -1170,7 +1169,9 @@ impl<'g> DeviceLaplacian<'g> {
                     .arg(&v.b_gradient_boundary)
                     .arg(c)
                     .arg(p)
-                    .arg(phi);
+                    .arg(base)
+                    .arg(phi)
+                    .arg(&subtract);
             },
         )
     }
@@ -1257,11 +1258,22 @@ impl<'g> DeviceLaplacian<'g> {
         }
     }
 
-    /// Takes the matrix back from a PCG backend (before it changes).
+    /// The assembled matrix, shared: each re-assembly overwrites its values
+    /// in place (e.g. an AMG hierarchy built on it then updates its values,
+    /// `DeviceAmg::update_values`).
+    pub fn shared_matrix(&self) -> Result<Rc<DeviceModSell>, GpuError> {
+        match &self.held {
+            Some(Held::Matrix(m)) => Ok(Rc::clone(m)),
+            Some(Held::Backend { backend, .. }) => Ok(backend.shared_matrix()),
+            None => Err(lost()),
+        }
+    }
+
+    /// Drops the PCG backend, keeping its matrix (before the matrix changes).
     fn release_backend(&mut self) -> Result<(), GpuError> {
         match self.held.take() {
             Some(Held::Backend { backend, .. }) => {
-                self.held = Some(Held::Matrix(backend.into_matrix()?));
+                self.held = Some(Held::Matrix(backend.shared_matrix()));
                 Ok(())
             }
             Some(held) => {
@@ -1280,30 +1292,65 @@ impl<'g> DeviceLaplacian<'g> {
         jacobi: bool,
         options: &GpuSolveOptions,
     ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
+        self.held_or_new_solver(BackendPreconditioner::Jacobi(jacobi), None, options)
+    }
+
+    /// [`Self::solver`] preconditioned by `preconditioner` (built on this
+    /// system's matrix, e.g. on [`Self::shared_matrix`], and brought up to
+    /// date by its owner after each re-assembly): the backend lends it until
+    /// the matrix changes or another preconditioner is asked for.
+    pub fn preconditioned_solver<P: DevicePreconditioner + ?Sized + 'g>(
+        &mut self,
+        preconditioner: &Rc<P>,
+        options: &GpuSolveOptions,
+    ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
+        let lent = BackendPreconditioner::Lent(Rc::as_ptr(preconditioner) as *const ());
+        let boxed: Box<dyn DevicePreconditioner + 'g> = Box::new(Rc::clone(preconditioner));
+        self.held_or_new_solver(lent, Some(boxed), options)
+    }
+
+    fn held_or_new_solver(
+        &mut self,
+        preconditioner: BackendPreconditioner,
+        lent: Option<Box<dyn DevicePreconditioner + 'g>>,
+        options: &GpuSolveOptions,
+    ) -> Result<(&GpuCgBackend<'g>, &GpuVector), GpuError> {
         let check_interval = options.check_interval;
         let matrix = match self.held.take() {
             Some(Held::Matrix(m)) => m,
             Some(Held::Backend {
                 backend,
-                jacobi: j,
+                preconditioner: p,
                 check_interval: c,
             }) => {
-                if (j, c) == (jacobi, check_interval) {
+                if (p, c) == (preconditioner, check_interval) {
                     self.held = Some(Held::Backend {
                         backend,
-                        jacobi,
+                        preconditioner,
                         check_interval,
                     });
                     return self.held_solver();
                 }
-                backend.into_matrix()?
+                backend.shared_matrix()
             }
             None => return Err(lost()),
         };
-        let backend = GpuCgBackend::from_resident(self.gpu, matrix, jacobi, options)?;
+        let jacobi = preconditioner == BackendPreconditioner::Jacobi(true);
+        let built =
+            GpuCgBackend::from_shared_resident(self.gpu, Rc::clone(&matrix), jacobi, options);
+        let mut backend = match built {
+            Ok(backend) => backend,
+            Err(e) => {
+                self.held = Some(Held::Matrix(matrix));
+                return Err(e);
+            }
+        };
+        if let Some(p) = lent {
+            backend.set_preconditioner(p);
+        }
         self.held = Some(Held::Backend {
             backend,
-            jacobi,
+            preconditioner,
             check_interval,
         });
         self.held_solver()

@@ -264,6 +264,20 @@ pub struct CusparseSpmv<'a> {
     _matrix: PhantomData<&'a DeviceMatrix>,
 }
 
+/// cusparseSpMV and cusparseSpMV_preprocess (the same arguments).
+type SpmvCall = unsafe fn(
+    cs::cusparseHandle_t,
+    cs::cusparseOperation_t,
+    *const c_void,
+    cs::cusparseConstSpMatDescr_t,
+    cs::cusparseConstDnVecDescr_t,
+    *const c_void,
+    cs::cusparseDnVecDescr_t,
+    cs::cudaDataType,
+    cs::cusparseSpMVAlg_t,
+    *mut c_void,
+) -> cs::cusparseStatus_t;
+
 /// Scalars of y = alpha A x + beta y.
 const ALPHA: f64 = 1.0;
 const BETA: f64 = 0.0;
@@ -434,22 +448,7 @@ impl<'a> CusparseSpmv<'a> {
         // Optional: where cuSPARSE refuses it, the SpMV runs unprepared (said in the note).
         let mut preprocessed = "preprocessed".to_string();
         if lib.preprocess {
-            // SAFETY: as above, with the workspace of the size asked for.
-            let status = unsafe {
-                cs::cusparseSpMV_preprocess(
-                    lib.handle,
-                    cs::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
-                    &ALPHA as *const f64 as *const c_void,
-                    this.descr,
-                    x.descr,
-                    &BETA as *const f64 as *const c_void,
-                    y.descr,
-                    f64_type,
-                    algorithm,
-                    ptr(gpu, &this.workspace),
-                )
-            };
-            if let Err(e) = check("cusparseSpMV_preprocess", status) {
+            if let Err(e) = this.call(PREPROCESS, cs::cusparseSpMV_preprocess, x, y) {
                 preprocessed = format!("not preprocessed ({e})");
             }
         } else {
@@ -463,9 +462,22 @@ impl<'a> CusparseSpmv<'a> {
 
     /// y = A x on the GPU's stream (asynchronous).
     pub fn spmv(&self, x: &DenseVector, y: &DenseVector) -> Result<(), String> {
-        // SAFETY: live handle, descriptors, workspace and host scalars.
-        check("cusparseSpMV", unsafe {
-            cs::cusparseSpMV(
+        self.call(SPMV, cs::cusparseSpMV, x, y)
+    }
+
+    /// `f` (`name`: cusparseSpMV or its preprocessing step, which take the
+    /// same arguments) for y = A x with this SpMV's workspace.
+    fn call(
+        &self,
+        name: &str,
+        f: SpmvCall,
+        x: &DenseVector,
+        y: &DenseVector,
+    ) -> Result<(), String> {
+        // SAFETY: live handle, descriptors, workspace (of the size
+        // cusparseSpMV_bufferSize asked for) and host scalars.
+        check(name, unsafe {
+            f(
                 self.lib.handle,
                 cs::cusparseOperation_t::CUSPARSE_OPERATION_NON_TRANSPOSE,
                 &ALPHA as *const f64 as *const c_void,

@@ -21,7 +21,7 @@
 //! OpenFOAM's normFactor are the PCG backend's (`GpuCgBackend::initialize`)
 //! on the full matrix.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::matrix::{DeviceMatrix, Format};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
@@ -108,8 +108,8 @@ pub struct DeviceEisenstat<'a, 'g> {
     gpu: &'g Gpu,
     cg: &'a GpuCgBackend<'g>,
     n: usize,
-    /// Start of each colour's rows (n_colours + 1 entries).
-    colour_ptr: Vec<usize>,
+    /// Each colour's first row and row count.
+    colours: Vec<(i32, i32)>,
     lower: DeviceTriangle,
     upper: DeviceTriangle,
     inv_sqrt_diag: CudaSlice<f64>,
@@ -195,17 +195,21 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 )
             }
         };
-        let colour_ptr = colouring.colour_ptr().to_vec();
-        let forward_blocks: usize = colour_ptr
+        let colours: Vec<(i32, i32)> = colouring
+            .colour_ptr()
             .windows(2)
-            .map(|w| vector_grid(w[1] - w[0]) as usize)
+            .map(|w| (w[0] as i32, (w[1] - w[0]) as i32))
+            .collect();
+        let forward_blocks: usize = colours
+            .iter()
+            .map(|&(_, count)| vector_grid(count as usize) as usize)
             .sum();
         let partial_len = forward_blocks.max(2 * vector_grid(n) as usize);
         Ok(Self {
             gpu,
             cg,
             n,
-            colour_ptr,
+            colours,
             lower: DeviceTriangle::upload(gpu, &split.lower).map_err(device)?,
             upper: DeviceTriangle::upload(gpu, &split.upper).map_err(device)?,
             inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
@@ -219,7 +223,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     }
 
     pub fn n_colours(&self) -> usize {
-        self.colour_ptr.len() - 1
+        self.colours.len()
     }
 
     /// With predicted checks, chain up to `max_chunk` (≤ [`MAX_CHUNK`])
@@ -247,20 +251,13 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         device_beta: bool,
         v: &EisenstatVectors<'_, GpuVector>,
     ) -> Result<(), GpuError> {
-        let h = SLICE_HEIGHT as i32;
         let (rho, p, t) = (dev(v.rho)?, dev(v.p)?, dev(v.t)?);
-        let u = &self.upper;
         for k in (0..self.n_colours()).rev() {
-            let (first, count) = self.colour(k);
-            let grid = vector_grid(count as usize);
-            self.gpu
-                .launch("eis_backward", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&first).arg(&count).arg(&h);
-                    a.arg(&u.slice_ptr).arg(&u.cols).arg(&u.values);
-                    a.arg(rho).arg(&beta);
-                    arg_or_null(a, device_beta.then_some(&self.scalars));
-                    a.arg(p).arg(t);
-                })?;
+            self.launch_colour("eis_backward", k, &self.upper, |a| {
+                a.arg(rho).arg(&beta);
+                arg_or_null(a, device_beta.then_some(&self.scalars));
+                a.arg(p).arg(t);
+            })?;
         }
         Ok(())
     }
@@ -272,16 +269,10 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         carried: bool,
         v: &EisenstatVectors<'_, GpuVector>,
     ) -> Result<(), GpuError> {
-        let h = SLICE_HEIGHT as i32;
         let (p, t, s, g) = (dev(v.p)?, dev(v.t)?, dev(v.s)?, dev(v.g)?);
-        let l = &self.lower;
         let mut offset = 0i32;
         for k in 0..self.n_colours() {
-            let (first, count) = self.colour(k);
-            let grid = vector_grid(count as usize);
-            self.gpu.launch("eis_forward", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&first).arg(&count).arg(&h);
-                a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
+            let grid = self.launch_colour("eis_forward", k, &self.lower, |a| {
                 a.arg(p).arg(t).arg(s);
                 arg_or_null(a, carried.then_some(g));
                 a.arg(&self.partials).arg(&offset);
@@ -366,10 +357,27 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         Ok(ms)
     }
 
-    /// Colour k's first row and row count.
-    fn colour(&self, k: usize) -> (i32, i32) {
-        let (first, end) = (self.colour_ptr[k], self.colour_ptr[k + 1]);
-        (first as i32, (end - first) as i32)
+    /// Launches `kernel` over colour k's rows, one thread per row: the
+    /// colour's first row and row count, the slice height and `triangle`,
+    /// then the arguments `push` adds. Returns the grid.
+    fn launch_colour<'s>(
+        &'s self,
+        kernel: &'static str,
+        k: usize,
+        triangle: &'s DeviceTriangle,
+        push: impl FnOnce(&mut LaunchArgs<'s>),
+    ) -> Result<u32, GpuError> {
+        const H: i32 = SLICE_HEIGHT as i32;
+        let (first, count) = &self.colours[k];
+        let grid = vector_grid(*count as usize);
+        self.gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+            a.arg(first).arg(count).arg(&H);
+            a.arg(&triangle.slice_ptr)
+                .arg(&triangle.cols)
+                .arg(&triangle.values);
+            push(a);
+        })?;
+        Ok(grid)
     }
 }
 
@@ -394,24 +402,13 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
         let norms = self.cg.initialize(b, v.x, v.r);
         self.cg.device_status()?;
         let run = || -> Result<f64, GpuError> {
-            let h = SLICE_HEIGHT as i32;
             let (r, rho) = (dev(v.r)?, dev(v.rho)?);
-            let l = &self.lower;
             for k in 0..self.n_colours() {
-                let (first, count) = self.colour(k);
-                self.gpu.launch(
-                    "eis_initial",
-                    vector_grid(count as usize),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&first).arg(&count).arg(&h);
-                        a.arg(&l.slice_ptr).arg(&l.cols).arg(&l.values);
-                        a.arg(&self.inv_sqrt_diag);
-                        arg_or_null(a, self.perm.as_ref());
-                        a.arg(r).arg(rho);
-                    },
-                )?;
+                self.launch_colour("eis_initial", k, &self.lower, |a| {
+                    a.arg(&self.inv_sqrt_diag);
+                    arg_or_null(a, self.perm.as_ref());
+                    a.arg(r).arg(rho);
+                })?;
             }
             let n = self.n as i32;
             self.gpu

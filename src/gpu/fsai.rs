@@ -326,8 +326,10 @@ impl<'g> DeviceFsai<'g> {
             },
         )
     }
+}
 
-    fn run(
+impl DevicePreconditioner for DeviceFsai<'_> {
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
@@ -343,17 +345,6 @@ impl<'g> DeviceFsai<'g> {
                 self.product(&self.gt, &self.t, z, done)
             }
         }
-    }
-}
-
-impl DevicePreconditioner for DeviceFsai<'_> {
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        self.run(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true

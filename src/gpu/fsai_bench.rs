@@ -56,15 +56,7 @@ pub fn default_variants() -> Vec<FsaiSettings> {
         .collect();
     for steps in [5, 10, 20, 30] {
         for epsilon in [1e-3, 5e-3, 5e-2] {
-            v.push(FsaiSettings {
-                pattern: FsaiPattern::Adaptive {
-                    steps,
-                    step_size: 1,
-                    epsilon,
-                    stop: FsaiStop::Stagnation,
-                },
-                ..FsaiSettings::default()
-            });
+            v.push(FsaiSettings::adaptive(steps, epsilon, FsaiStop::Stagnation));
         }
     }
     v

@@ -31,6 +31,7 @@ use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
     fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
 };
@@ -169,16 +170,7 @@ pub fn fsai_setup_gpu_budget(
     work_bytes: usize,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
     s.validate().map_err(SolveError::InvalidControls)?;
-    let n = a.n_rows();
-    if a.n_cols() != n {
-        return Err(SolveError::NotSquare {
-            rows: n,
-            cols: a.n_cols(),
-        });
-    }
-    if n == 0 {
-        return Err(SolveError::Empty);
-    }
+    let n = square_size(a)?;
     if n >= i32::MAX as usize || a.nnz() >= u32::MAX as usize {
         return Err(SolveError::Device(format!(
             "the FSAI set-up on the GPU takes fewer than 2^31 rows and 2^32 entries, this \

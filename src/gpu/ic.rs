@@ -11,7 +11,7 @@
 //! few hundred levels, a multicolour order as many as colours), which is why
 //! the bench reports the levels with the times.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg};
 
 use super::matrix::{f32_copy, DeviceModSell};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
@@ -55,40 +55,63 @@ impl IcKind {
     }
 }
 
-/// A level schedule on the device: the rows level by level, and the level
-/// bounds on the host (one launch per level).
+/// A level schedule on the device: the rows level by level, and each
+/// level's row count and first row on the host (one launch per level).
 pub(super) struct DeviceLevels {
-    level_ptr: Vec<usize>,
+    counts: Vec<i32>,
+    firsts: Vec<i32>,
     rows: CudaSlice<i32>,
 }
 
 impl DeviceLevels {
     pub(super) fn upload(gpu: &Gpu, s: &LevelSchedule) -> Result<Self, GpuError> {
         let rows: Vec<i32> = s.rows().iter().map(|&r| r as i32).collect();
+        let bounds = s.level_ptr().windows(2);
         Ok(Self {
-            level_ptr: s.level_ptr().to_vec(),
+            counts: bounds.clone().map(|w| (w[1] - w[0]) as i32).collect(),
+            firsts: bounds.map(|w| w[0] as i32).collect(),
             rows: gpu.upload(&rows)?,
         })
     }
 
     pub(super) fn n_levels(&self) -> usize {
-        self.level_ptr.len() - 1
-    }
-    pub(super) fn rows(&self) -> &CudaSlice<i32> {
-        &self.rows
+        self.counts.len()
     }
 
-    /// Runs `launch(count, first, grid)` for each level in turn.
-    pub(super) fn each(
-        &self,
-        mut launch: impl FnMut(i32, i32, u32) -> Result<(), GpuError>,
+    /// Launches `kernel` for each level in turn, one thread per row, with
+    /// the level's row count, its first row and the rows, then the
+    /// arguments `push` adds.
+    pub(super) fn launch_each<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'static str,
+        push: impl Fn(&mut LaunchArgs<'a>),
     ) -> Result<(), GpuError> {
-        for w in self.level_ptr.windows(2) {
-            let count = w[1] - w[0];
-            launch(count as i32, w[0] as i32, vector_grid(count))?;
+        for (count, first) in self.counts.iter().zip(&self.firsts) {
+            let grid = vector_grid(*count as usize);
+            gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(count).arg(first).arg(&self.rows);
+                push(a);
+            })?;
         }
         Ok(())
     }
+}
+
+/// z = w widened to f64 over the n rows (`ic_widen`, gated): the end of the
+/// mixed-precision sweeps, which run on an f32 iterate w.
+pub(super) fn widen(
+    gpu: &Gpu,
+    n: usize,
+    w: &CudaSlice<f32>,
+    z: &CudaSlice<f64>,
+    done: Option<&CudaSlice<f64>>,
+) -> Result<(), GpuError> {
+    let n32 = n as i32;
+    gpu.launch("ic_widen", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(w).arg(z);
+        arg_or_null(a, done);
+    })
 }
 
 /// DIC or IC(0) of a matrix on the device, factorised there.
@@ -237,36 +260,28 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let gpu = self.gpu;
         let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
+        let kernel = match self.kind {
+            IcKind::Dic => "ic_dic_factor",
+            IcKind::Dilu => "ic_dilu_factor",
+            IcKind::Ic0 => "ic_ic0_factor",
+        };
         self.forward
-            .each(|count, first, grid| match self.kind {
-                IcKind::Dic => gpu.launch("ic_dic_factor", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&count).arg(&first).arg(&self.forward.rows);
-                    a.arg(&self.row_ptr)
-                        .arg(&self.cols)
-                        .arg(&self.vals)
-                        .arg(&self.diag_slot);
-                    a.arg(&self.factor).arg(&failed);
-                }),
-                IcKind::Dilu => gpu.launch("ic_dilu_factor", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&count).arg(&first).arg(&self.forward.rows);
-                    a.arg(&self.row_ptr)
-                        .arg(&self.cols)
-                        .arg(&self.vals)
-                        .arg(&self.diag_slot);
-                    a.arg(self.transposed.as_ref().expect("DILU"))
-                        .arg(self.tiny.as_ref().expect("DILU"));
-                    a.arg(&self.factor).arg(&failed);
-                }),
-                IcKind::Ic0 => gpu.launch("ic_ic0_factor", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&count).arg(&first).arg(&self.forward.rows);
-                    a.arg(&self.row_ptr)
-                        .arg(&self.cols)
-                        .arg(&self.vals)
-                        .arg(&self.diag_slot);
-                    a.arg(&self.factor)
-                        .arg(self.l_diag.as_ref().expect("IC(0)"));
-                    a.arg(&failed);
-                }),
+            .launch_each(gpu, kernel, |a| {
+                a.arg(&self.row_ptr)
+                    .arg(&self.cols)
+                    .arg(&self.vals)
+                    .arg(&self.diag_slot);
+                match self.kind {
+                    IcKind::Dic => a.arg(&self.factor),
+                    IcKind::Dilu => a
+                        .arg(self.transposed.as_ref().expect("DILU"))
+                        .arg(self.tiny.as_ref().expect("DILU"))
+                        .arg(&self.factor),
+                    IcKind::Ic0 => a
+                        .arg(&self.factor)
+                        .arg(self.l_diag.as_ref().expect("IC(0)")),
+                };
+                a.arg(&failed);
             })
             .map_err(device)?;
         let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
@@ -308,9 +323,64 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         Ok(())
     }
 
+    /// The forward then backward sweep, one launch per level, with the
+    /// kernels `names` (DIC forward, backward, IC(0) forward, backward) of
+    /// one precision: DIC and DILU (no `l_diag`) read the values and the
+    /// reciprocal pivots, IC(0) its factor and L's diagonal.
+    #[allow(clippy::too_many_arguments)]
+    fn level_sweeps<T: DeviceRepr>(
+        &self,
+        names: [&'static str; 4],
+        vals: &CudaSlice<T>,
+        factor: &CudaSlice<T>,
+        l_diag: Option<&CudaSlice<T>>,
+        r: &CudaSlice<f64>,
+        out: &CudaSlice<T>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let (fw, bw) = (&self.forward, &self.backward);
+        match l_diag {
+            None => {
+                fw.launch_each(gpu, names[0], |a| {
+                    a.arg(&self.row_ptr).arg(&self.cols);
+                    a.arg(vals).arg(&self.diag_slot).arg(factor);
+                    a.arg(r).arg(out);
+                    arg_or_null(a, done);
+                })?;
+                bw.launch_each(gpu, names[1], |a| {
+                    a.arg(&self.row_ptr).arg(&self.cols);
+                    a.arg(vals).arg(&self.diag_slot).arg(factor);
+                    a.arg(out);
+                    arg_or_null(a, done);
+                })
+            }
+            Some(l_diag) => {
+                let transposed = self.transposed.as_ref().expect("IC(0)");
+                fw.launch_each(gpu, names[2], |a| {
+                    a.arg(&self.row_ptr).arg(&self.cols);
+                    a.arg(&self.diag_slot).arg(factor).arg(l_diag);
+                    a.arg(r).arg(out);
+                    arg_or_null(a, done);
+                })?;
+                bw.launch_each(gpu, names[3], |a| {
+                    a.arg(&self.row_ptr).arg(&self.cols);
+                    a.arg(&self.diag_slot)
+                        .arg(transposed)
+                        .arg(factor)
+                        .arg(l_diag);
+                    a.arg(out);
+                    arg_or_null(a, done);
+                })
+            }
+        }
+    }
+}
+
+impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
     /// z = M⁻¹ r: the level-scheduled sweeps in f64, or (mixed) in f32 on
     /// the f32 copies into `mx.w`, widened into z.
-    fn sweeps(
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
@@ -348,88 +418,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             &mx.w,
             done,
         )?;
-        let n = self.n as i32;
-        self.gpu
-            .launch("ic_widen", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&mx.w).arg(z);
-                arg_or_null(a, done);
-            })
-    }
-
-    /// The forward then backward sweep, one launch per level, with the
-    /// kernels `names` (DIC forward, backward, IC(0) forward, backward) of
-    /// one precision: DIC and DILU (no `l_diag`) read the values and the
-    /// reciprocal pivots, IC(0) its factor and L's diagonal.
-    #[allow(clippy::too_many_arguments)]
-    fn level_sweeps<T: DeviceRepr>(
-        &self,
-        names: [&'static str; 4],
-        vals: &CudaSlice<T>,
-        factor: &CudaSlice<T>,
-        l_diag: Option<&CudaSlice<T>>,
-        r: &CudaSlice<f64>,
-        out: &CudaSlice<T>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        let gpu = self.gpu;
-        let (fw, bw) = (&self.forward, &self.backward);
-        match l_diag {
-            None => {
-                fw.each(|count, first, grid| {
-                    gpu.launch(names[0], grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&fw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(vals).arg(&self.diag_slot).arg(factor);
-                        a.arg(r).arg(out);
-                        arg_or_null(a, done);
-                    })
-                })?;
-                bw.each(|count, first, grid| {
-                    gpu.launch(names[1], grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&bw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(vals).arg(&self.diag_slot).arg(factor);
-                        a.arg(out);
-                        arg_or_null(a, done);
-                    })
-                })
-            }
-            Some(l_diag) => {
-                let transposed = self.transposed.as_ref().expect("IC(0)");
-                fw.each(|count, first, grid| {
-                    gpu.launch(names[2], grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&fw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&self.diag_slot).arg(factor).arg(l_diag);
-                        a.arg(r).arg(out);
-                        arg_or_null(a, done);
-                    })
-                })?;
-                bw.each(|count, first, grid| {
-                    gpu.launch(names[3], grid, VECTOR_BLOCK, 0, |a| {
-                        a.arg(&count).arg(&first).arg(&bw.rows);
-                        a.arg(&self.row_ptr).arg(&self.cols);
-                        a.arg(&self.diag_slot)
-                            .arg(transposed)
-                            .arg(factor)
-                            .arg(l_diag);
-                        a.arg(out);
-                        arg_or_null(a, done);
-                    })
-                })
-            }
-        }
-    }
-}
-
-impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        self.sweeps(r, z, done)
+        widen(self.gpu, self.n, &mx.w, z, done)
     }
     fn is_linear(&self) -> bool {
         true

@@ -85,15 +85,12 @@ impl<'g> DeviceIlu<'g> {
         let gpu = self.gpu;
         let tiny = gpu.upload(tiny).map_err(device)?;
         let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
-        let fw = &self.forward;
-        fw.each(|count, first, grid| {
-            gpu.launch("ilu_factor", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&count).arg(&first).arg(fw.rows());
+        self.forward
+            .launch_each(gpu, "ilu_factor", |a| {
                 a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
                 a.arg(&tiny).arg(&self.lu).arg(&failed);
             })
-        })
-        .map_err(device)?;
+            .map_err(device)?;
         let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
         if failed_row <= self.n {
             let row = failed_row - 1;
@@ -112,32 +109,6 @@ impl<'g> DeviceIlu<'g> {
     pub fn download_factors(&self) -> Result<Vec<f64>, GpuError> {
         self.gpu.download(&self.lu)
     }
-
-    fn sweeps(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        let gpu = self.gpu;
-        let (fw, bw) = (&self.forward, &self.backward);
-        fw.each(|count, first, grid| {
-            gpu.launch("ilu_forward", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&count).arg(&first).arg(fw.rows());
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
-                a.arg(&self.lu).arg(r).arg(z);
-                arg_or_null(a, done);
-            })
-        })?;
-        bw.each(|count, first, grid| {
-            gpu.launch("ilu_backward", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&count).arg(&first).arg(bw.rows());
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
-                a.arg(&self.lu).arg(z);
-                arg_or_null(a, done);
-            })
-        })
-    }
 }
 
 impl DevicePreconditioner for DeviceIlu<'_> {
@@ -147,7 +118,17 @@ impl DevicePreconditioner for DeviceIlu<'_> {
         z: &CudaSlice<f64>,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        self.sweeps(r, z, done)
+        let gpu = self.gpu;
+        self.forward.launch_each(gpu, "ilu_forward", |a| {
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&self.lu).arg(r).arg(z);
+            arg_or_null(a, done);
+        })?;
+        self.backward.launch_each(gpu, "ilu_backward", |a| {
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&self.lu).arg(z);
+            arg_or_null(a, done);
+        })
     }
     fn is_linear(&self) -> bool {
         true
@@ -222,8 +203,10 @@ impl<'g> DeviceSchwarz<'g> {
             DeviceBlockFactor::Ic0(f) => f.download_factor(),
         }
     }
+}
 
-    fn run(
+impl DevicePreconditioner for DeviceSchwarz<'_> {
+    fn apply_with(
         &self,
         r: &CudaSlice<f64>,
         z: &CudaSlice<f64>,
@@ -241,12 +224,11 @@ impl<'g> DeviceSchwarz<'g> {
                 arg_or_null(a, done);
             },
         )?;
-        match (&self.factor, done) {
-            (DeviceBlockFactor::Ilu(f), Some(d)) => f.apply_gated(&self.rb, &self.yb, d)?,
-            (DeviceBlockFactor::Ilu(f), None) => f.apply(&self.rb, &self.yb)?,
-            (DeviceBlockFactor::Ic0(f), Some(d)) => f.apply_gated(&self.rb, &self.yb, d)?,
-            (DeviceBlockFactor::Ic0(f), None) => f.apply(&self.rb, &self.yb)?,
-        }
+        let factor: &dyn DevicePreconditioner = match &self.factor {
+            DeviceBlockFactor::Ilu(f) => f.as_ref(),
+            DeviceBlockFactor::Ic0(f) => f.as_ref(),
+        };
+        factor.apply_with(&self.rb, &self.yb, done)?;
         gpu.launch(
             "schwarz_scatter",
             vector_grid(self.n),
@@ -261,17 +243,6 @@ impl<'g> DeviceSchwarz<'g> {
                 arg_or_null(a, done);
             },
         )
-    }
-}
-
-impl DevicePreconditioner for DeviceSchwarz<'_> {
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        self.run(r, z, done)
     }
     fn is_linear(&self) -> bool {
         true

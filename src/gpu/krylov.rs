@@ -21,8 +21,10 @@ use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
 pub use super::smooth::DevicePreconditioner;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::pcg::{
+    initial_norms, read_sums, FirstFailure, GpuSolveOptions, GpuSolver, GpuVector, NormBuffers,
+};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::cpu::{check_inputs, openfoam_row_sums};
 use crate::solve::gmres::gmres;
@@ -35,8 +37,6 @@ use crate::sparse::{Csr, ModSell, Reordered};
 
 /// Vectors per launch of the block kernels (kernels/krylov.cu KR_BATCH).
 pub const KR_BATCH: usize = 32;
-/// Threads of the one-block reduction kernel.
-const REDUCE_BLOCK: u32 = 1024;
 
 /// z = D⁻¹ r (Jacobi) or z = r (no preconditioner) on the device.
 pub struct DeviceDiagonal<'g> {
@@ -123,7 +123,7 @@ pub struct GpuKrylovBackend<'g> {
     row_sums: CudaSlice<f64>,
     precond: Box<dyn DevicePreconditioner + 'g>,
     scratch: RefCell<Scratch>,
-    failure: RefCell<Option<GpuError>>,
+    failure: FirstFailure,
 }
 
 fn device(e: GpuError) -> SolveError {
@@ -201,7 +201,7 @@ impl<'g> GpuKrylovBackend<'g> {
             matrix,
             precond,
             scratch: RefCell::new(scratch),
-            failure: RefCell::new(None),
+            failure: FirstFailure::default(),
         })
     }
 
@@ -222,17 +222,6 @@ impl<'g> GpuKrylovBackend<'g> {
         self.gpu.download(v.dev()?)
     }
 
-    /// Runs `work` unless an earlier call failed; records its error.
-    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
-        if self.failure.borrow().is_some() {
-            return fallback;
-        }
-        work().unwrap_or_else(|e| {
-            *self.failure.borrow_mut() = Some(e);
-            fallback
-        })
-    }
-
     fn n32(&self) -> i32 {
         self.matrix.n as i32
     }
@@ -243,14 +232,7 @@ impl<'g> GpuKrylovBackend<'g> {
 
     /// Sums of the first `count` groups of `m` partials, read back.
     fn reduce(&self, s: &Scratch, m: usize, count: usize) -> Result<Vec<f64>, GpuError> {
-        let (m32, c32) = (m as i32, count as i32);
-        self.gpu
-            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m32).arg(&c32).arg(&s.partials).arg(&s.scalars);
-            })?;
-        let mut all = self.gpu.download(&s.scalars)?;
-        all.truncate(count);
-        Ok(all)
+        read_sums(self.gpu, &s.partials, &s.scalars, m, count)
     }
 
     /// Launches a mod-SELL kernel (one block per slice) with `push` adding
@@ -294,45 +276,35 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn new_vector(&self) -> GpuVector {
-        let fresh = self.guarded(None, || self.gpu.zeros(self.matrix.n).map(Some));
+        let fresh = self
+            .failure
+            .guarded(None, || self.gpu.zeros(self.matrix.n).map(Some));
         fresh.map_or_else(GpuVector::missing, GpuVector::from)
     }
 
     fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        let nan = InitialNorms {
-            residual_sum: f64::NAN,
-            norm_factor: f64::NAN,
-        };
-        self.guarded(nan, || {
-            let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
+        self.failure.guarded(InitialNorms::NAN, || {
             let s = self.scratch.borrow();
-            let (n, grid) = (self.n32(), self.grid());
-            self.gpu
-                .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(x);
-                    a.arg(&NULL); // scale: none
-                    a.arg(&s.partials);
-                })?;
-            let (vm, one) = (grid as i32, 1i32);
-            self.gpu
-                .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                    a.arg(&vm).arg(&one).arg(&s.partials).arg(&s.x_sum);
-                })?;
-            self.launch_rows("cg_initial_residual", &n, |a| {
-                a.arg(&self.row_sums).arg(&s.x_sum);
-                a.arg(&NULL); // unscale: not equilibrated
-                a.arg(x).arg(b).arg(r).arg(&s.partials);
-            })?;
-            let sums = self.reduce(&s, self.matrix.n_slices(), 2)?;
-            Ok(InitialNorms {
-                residual_sum: sums[0],
-                norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
-            })
+            let buffers = NormBuffers {
+                vector_partials: &s.partials,
+                slice_partials: &s.partials,
+                x_sum: &s.x_sum,
+                scalars: &s.scalars,
+            };
+            // Not equilibrated: no scaling.
+            initial_norms(
+                self.gpu,
+                &self.matrix,
+                &self.row_sums,
+                None,
+                (b.dev()?, x.dev()?, r.dev()?),
+                &buffers,
+            )
         })
     }
 
     fn residual(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> (f64, f64) {
-        self.guarded((f64::NAN, f64::NAN), || {
+        self.failure.guarded((f64::NAN, f64::NAN), || {
             let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
             let s = self.scratch.borrow();
             let n = self.n32();
@@ -345,7 +317,8 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn precondition(&self, v: &GpuVector, z: &mut GpuVector) {
-        self.guarded((), || self.precond.apply(v.dev()?, z.dev()?))
+        self.failure
+            .guarded((), || self.precond.apply(v.dev()?, z.dev()?))
     }
 
     fn apply_operator(
@@ -354,7 +327,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         y: &mut GpuVector,
         w: Option<&GpuVector>,
     ) -> (f64, f64) {
-        self.guarded((f64::NAN, f64::NAN), || {
+        self.failure.guarded((f64::NAN, f64::NAN), || {
             let (v, y) = (v.dev()?, y.dev()?);
             let w = w.map(GpuVector::dev).transpose()?;
             let s = self.scratch.borrow();
@@ -370,7 +343,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (a, b) = (a.dev()?, b.dev()?);
             let s = self.scratch.borrow();
             let n = self.n32();
@@ -383,7 +356,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn scale(&self, alpha: f64, x: &GpuVector, y: &mut GpuVector) {
-        self.guarded((), || {
+        self.failure.guarded((), || {
             let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
             self.gpu
                 .launch("kr_scale", self.grid(), VECTOR_BLOCK, 0, |a| {
@@ -393,7 +366,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn axpy_dot(&self, alpha: f64, x: &GpuVector, y: &mut GpuVector, w: Option<&GpuVector>) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
             let w = w.map(GpuVector::dev).transpose()?;
             let s = self.scratch.borrow();
@@ -408,7 +381,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn multi_dot(&self, vs: &[&GpuVector], w: &GpuVector) -> Vec<f64> {
-        self.guarded(vec![f64::NAN; vs.len()], || {
+        self.failure.guarded(vec![f64::NAN; vs.len()], || {
             let (w, n, grid) = (w.dev()?, self.n32(), self.grid());
             let mut out = Vec::with_capacity(vs.len());
             for batch in vs.chunks(KR_BATCH) {
@@ -427,7 +400,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
 
     fn multi_axpy(&self, c: &[f64], vs: &[&GpuVector], y: &mut GpuVector) -> f64 {
         assert_eq!(c.len(), vs.len(), "multi_axpy: coefficients");
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (y, n, grid) = (y.dev()?, self.n32(), self.grid());
             let mut yy = f64::NAN;
             if vs.is_empty() {
@@ -466,7 +439,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         v: &GpuVector,
         p: &mut GpuVector,
     ) {
-        self.guarded((), || {
+        self.failure.guarded((), || {
             let (r, v, p, n) = (r.dev()?, v.dev()?, p.dev()?, self.n32());
             self.gpu
                 .launch("kr_bicg_direction", self.grid(), VECTOR_BLOCK, 0, |a| {
@@ -476,7 +449,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn bicg_half(&self, alpha: f64, r: &GpuVector, v: &GpuVector, s_out: &mut GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let (r, v, so, n) = (r.dev()?, v.dev()?, s_out.dev()?, self.n32());
             let s = self.scratch.borrow();
             self.gpu
@@ -499,7 +472,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         x: &mut GpuVector,
         r: &mut GpuVector,
     ) -> (f64, f64) {
-        self.guarded((f64::NAN, f64::NAN), || {
+        self.failure.guarded((f64::NAN, f64::NAN), || {
             let (y, z, sv, t, r0) = (y.dev()?, z.dev()?, s_vec.dev()?, t.dev()?, r0.dev()?);
             let (x, r, n) = (x.dev()?, r.dev()?, self.n32());
             let s = self.scratch.borrow();
@@ -523,10 +496,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
-        match &*self.failure.borrow() {
-            Some(e) => Err(SolveError::Device(e.to_string())),
-            None => Ok(()),
-        }
+        self.failure.status()
     }
 }
 

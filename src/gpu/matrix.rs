@@ -129,6 +129,31 @@ impl DeviceModSell {
             .arg(&self.diag);
     }
 
+    /// n and the slice height as the kernels take them, for
+    /// [`Self::launch_pattern`].
+    pub fn dims(&self) -> [i32; 2] {
+        [self.n as i32, self.slice_height as i32]
+    }
+
+    /// Launches `kernel` with a thread per row over the pattern: n and the
+    /// slice height (`dims`, from [`Self::dims`]), the slice pointers and
+    /// column codes, then the arguments `push` adds.
+    pub fn launch_pattern<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'static str,
+        dims: &'a [i32; 2],
+        push: impl FnOnce(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        gpu.launch(kernel, vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&dims[0])
+                .arg(&dims[1])
+                .arg(&self.slice_ptr)
+                .arg(&self.codes);
+            push(a);
+        })
+    }
+
     /// Checks that the host matrix `a` a preconditioner is built from has
     /// this matrix's rows (`what`: the preconditioner, named in the error).
     pub fn check_rows(&self, what: &str, a: &Csr) -> Result<(), GpuError> {

@@ -200,7 +200,7 @@ pub struct GpuCgBackend<'g> {
     pool: RefCell<Vec<Rc<CudaSlice<f64>>>>,
     graph: RefCell<Option<ChunkGraph>>,
     graph_captures: Cell<usize>,
-    failure: RefCell<Option<GpuError>>,
+    failure: FirstFailure,
 }
 
 impl<'g> GpuCgBackend<'g> {
@@ -248,9 +248,20 @@ impl<'g> GpuCgBackend<'g> {
         jacobi: bool,
         options: &GpuSolveOptions,
     ) -> Result<Self, GpuError> {
+        Self::from_shared_resident(gpu, Rc::new(matrix), jacobi, options)
+    }
+
+    /// [`Self::from_resident`] on a matrix shared with its owner (a device
+    /// system that re-assembles it in place, an AMG hierarchy built on it).
+    pub fn from_shared_resident(
+        gpu: &'g Gpu,
+        matrix: Rc<DeviceModSell>,
+        jacobi: bool,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
         let (row_sums, inv_diag) = matrix.row_sums_and_inverse_diagonal(gpu)?;
         let inv_diag = jacobi.then_some(inv_diag);
-        Self::from_device_matrix(gpu, matrix, row_sums, inv_diag, None, options)
+        Self::from_shared_matrix(gpu, matrix, row_sums, inv_diag, None, options)
     }
 
     /// The backend on a matrix already in device memory: `row_sums` is
@@ -261,6 +272,17 @@ impl<'g> GpuCgBackend<'g> {
     pub fn from_device_matrix(
         gpu: &'g Gpu,
         matrix: DeviceModSell,
+        row_sums: CudaSlice<f64>,
+        inv_diag: Option<CudaSlice<f64>>,
+        scaling: Option<DeviceScaling>,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
+        Self::from_shared_matrix(gpu, Rc::new(matrix), row_sums, inv_diag, scaling, options)
+    }
+
+    fn from_shared_matrix(
+        gpu: &'g Gpu,
+        matrix: Rc<DeviceModSell>,
         row_sums: CudaSlice<f64>,
         inv_diag: Option<CudaSlice<f64>>,
         scaling: Option<DeviceScaling>,
@@ -293,7 +315,7 @@ impl<'g> GpuCgBackend<'g> {
         };
         let backend = Self {
             gpu,
-            matrix: Rc::new(matrix),
+            matrix,
             inv_diag,
             preconditioner: None,
             row_sums,
@@ -304,7 +326,7 @@ impl<'g> GpuCgBackend<'g> {
             pool: RefCell::new(Vec::new()),
             graph: RefCell::new(None),
             graph_captures: Cell::new(0),
-            failure: RefCell::new(None),
+            failure: FirstFailure::default(),
         };
         backend.set_launch_mode(options.launches);
         Ok(backend)
@@ -407,17 +429,6 @@ impl<'g> GpuCgBackend<'g> {
         self.gpu.write(host, dev)
     }
 
-    /// Runs `work` unless an earlier call failed; records its error.
-    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
-        if self.failure.borrow().is_some() {
-            return fallback;
-        }
-        work().unwrap_or_else(|e| {
-            *self.failure.borrow_mut() = Some(e);
-            fallback
-        })
-    }
-
     fn n32(&self) -> i32 {
         self.matrix.n as i32
     }
@@ -430,14 +441,7 @@ impl<'g> GpuCgBackend<'g> {
         m: usize,
         count: usize,
     ) -> Result<Vec<f64>, GpuError> {
-        let (m32, c32) = (m as i32, count as i32);
-        self.gpu
-            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m32).arg(&c32).arg(partials).arg(&s.scalars);
-            })?;
-        let mut all = self.gpu.download(&s.scalars)?;
-        all.truncate(count);
-        Ok(all)
+        read_sums(self.gpu, partials, &s.scalars, m, count)
     }
 
     /// z = M⁻¹ r (stored when `z` is set) with partials of r · z, or, with
@@ -739,7 +743,7 @@ impl CgBackend for GpuCgBackend<'_> {
     /// A zero vector, a freed one of the pool when there is one (none after a
     /// device failure, reported by `device_status`).
     fn new_vector(&self) -> GpuVector {
-        GpuVector(self.guarded(None, || {
+        GpuVector(self.failure.guarded(None, || {
             let mut pool = self.pool.borrow_mut();
             for slot in pool.iter_mut() {
                 if let Some(free) = Rc::get_mut(slot) {
@@ -754,58 +758,34 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 
     fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        let nan = InitialNorms {
-            residual_sum: f64::NAN,
-            norm_factor: f64::NAN,
-        };
-        self.guarded(nan, || {
-            let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
+        self.failure.guarded(InitialNorms::NAN, || {
             let s = self.scratch.borrow();
-            let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
-            self.gpu
-                .launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(x);
-                    arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.scale));
-                    a.arg(&s.vector_partials);
-                })?;
-            let vm = grid as i32;
-            let one = 1i32;
             // Σx goes to st[0]; the state is rewritten before each chunk.
-            self.gpu
-                .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                    a.arg(&vm).arg(&one).arg(&s.vector_partials).arg(&s.state);
-                })?;
-            let m = &self.matrix;
-            let h = m.slice_height as u32;
-            self.gpu.launch(
-                "cg_initial_residual",
-                m.n_slices() as u32,
-                h,
-                m.shared_bytes(),
-                |a| {
-                    a.arg(&n);
-                    m.push_args(a);
-                    a.arg(&self.row_sums).arg(&s.state);
-                    arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
-                    a.arg(x).arg(b).arg(r).arg(&s.slice_partials);
-                },
-            )?;
-            let sums = self.reduce(&s, &s.slice_partials, m.n_slices(), 2)?;
-            Ok(InitialNorms {
-                residual_sum: sums[0],
-                norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
-            })
+            let buffers = NormBuffers {
+                vector_partials: &s.vector_partials,
+                slice_partials: &s.slice_partials,
+                x_sum: &s.state,
+                scalars: &s.scalars,
+            };
+            initial_norms(
+                self.gpu,
+                &self.matrix,
+                &self.row_sums,
+                self.scaling.as_ref(),
+                (b.dev()?, x.dev()?, r.dev()?),
+                &buffers,
+            )
         })
     }
 
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         if let Some(p) = &self.preconditioner {
-            return self.guarded(f64::NAN, || {
+            return self.failure.guarded(f64::NAN, || {
                 p.apply(r.dev()?, z.dev()?)?;
                 self.dot(r.dev()?, z.dev()?)
             });
         }
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
             self.launch_precondition(r.dev()?, Some(z.dev()?), false, None, &s, None)?;
             let m = vector_grid(self.matrix.n) as usize;
@@ -815,11 +795,14 @@ impl CgBackend for GpuCgBackend<'_> {
 
     fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {
         let p = self.preconditioner.as_ref()?;
-        (!p.is_linear()).then(|| self.guarded(f64::NAN, || self.dot(z.dev()?, q.dev()?)))
+        (!p.is_linear()).then(|| {
+            self.failure
+                .guarded(f64::NAN, || self.dot(z.dev()?, q.dev()?))
+        })
     }
 
     fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
-        self.guarded((), || {
+        self.failure.guarded((), || {
             let (n, z, p) = (self.n32(), z.dev()?, p.dev()?);
             self.gpu.launch(
                 "cg_direction",
@@ -834,7 +817,7 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 
     fn apply_operator(&self, p: &GpuVector, q: &mut GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             let s = self.scratch.borrow();
             self.launch_operator(p.dev()?, q.dev()?, &s, None)?;
             Ok(self.reduce(&s, &s.slice_partials, self.matrix.n_slices(), 1)?[0])
@@ -849,7 +832,7 @@ impl CgBackend for GpuCgBackend<'_> {
         x: &mut GpuVector,
         r: &mut GpuVector,
     ) -> f64 {
-        self.guarded(f64::NAN, || {
+        self.failure.guarded(f64::NAN, || {
             self.gpu
                 .write(&[alpha, 0.0], &mut self.scratch.borrow_mut().scalars)?;
             let s = self.scratch.borrow();
@@ -867,14 +850,12 @@ impl CgBackend for GpuCgBackend<'_> {
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
         let count = count.min(self.check_interval);
-        self.guarded(Vec::new(), || self.run_chunk(rule, state, count, &v))
+        self.failure
+            .guarded(Vec::new(), || self.run_chunk(rule, state, count, &v))
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
-        match &*self.failure.borrow() {
-            Some(e) => Err(SolveError::Device(e.to_string())),
-            None => Ok(()),
-        }
+        self.failure.status()
     }
 }
 
@@ -953,6 +934,113 @@ impl ScaledSystem {
             (Some(e), Some(p)) => Some(Cow::Owned(e.permuted(p))),
             (Some(e), None) => Some(Cow::Borrowed(e)),
             (None, _) => None,
+        }
+    }
+}
+
+/// The sums of the first `count` groups of `m` partials (`reduce_partials`
+/// into `scalars`), read back.
+pub(crate) fn read_sums(
+    gpu: &Gpu,
+    partials: &CudaSlice<f64>,
+    scalars: &CudaSlice<f64>,
+    m: usize,
+    count: usize,
+) -> Result<Vec<f64>, GpuError> {
+    let (m32, c32) = (m as i32, count as i32);
+    gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+        a.arg(&m32).arg(&c32).arg(partials).arg(scalars);
+    })?;
+    let mut all = gpu.download(scalars)?;
+    all.truncate(count);
+    Ok(all)
+}
+
+/// The device buffers [`initial_norms`] works in: per-block partials of
+/// the vector grid and of the slice grid (may be one buffer), Σx, and the
+/// reduced sums.
+pub(crate) struct NormBuffers<'a> {
+    pub vector_partials: &'a CudaSlice<f64>,
+    pub slice_partials: &'a CudaSlice<f64>,
+    pub x_sum: &'a CudaSlice<f64>,
+    pub scalars: &'a CudaSlice<f64>,
+}
+
+/// r = b − A x on the device and its [`InitialNorms`] (Σ|r|, normFactor from
+/// `row_sums` and Σx): the start of [`GpuCgBackend`]'s and
+/// `GpuKrylovBackend`'s solves. With `scaling` (an equilibrated system) Σx
+/// and the residual are those of the original unknowns.
+pub(crate) fn initial_norms(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    row_sums: &CudaSlice<f64>,
+    scaling: Option<&DeviceScaling>,
+    (b, x, r): (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>),
+    buffers: &NormBuffers<'_>,
+) -> Result<InitialNorms, GpuError> {
+    let (n, grid) = (m.n as i32, vector_grid(m.n));
+    gpu.launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
+        a.arg(&n).arg(x);
+        arg_or_null(a, scaling.map(|sc| &sc.scale));
+        a.arg(buffers.vector_partials);
+    })?;
+    let (vm, one) = (grid as i32, 1i32);
+    gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+        a.arg(&vm)
+            .arg(&one)
+            .arg(buffers.vector_partials)
+            .arg(buffers.x_sum);
+    })?;
+    let h = m.slice_height as u32;
+    gpu.launch(
+        "cg_initial_residual",
+        m.n_slices() as u32,
+        h,
+        m.shared_bytes(),
+        |a| {
+            a.arg(&n);
+            m.push_args(a);
+            a.arg(row_sums).arg(buffers.x_sum);
+            arg_or_null(a, scaling.map(|sc| &sc.unscale));
+            a.arg(x).arg(b).arg(r).arg(buffers.slice_partials);
+        },
+    )?;
+    let sums = read_sums(
+        gpu,
+        buffers.slice_partials,
+        buffers.scalars,
+        m.n_slices(),
+        2,
+    )?;
+    Ok(InitialNorms {
+        residual_sum: sums[0],
+        norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
+    })
+}
+
+/// The first device error of a backend whose trait methods return none
+/// (`CgBackend`, `KrylovBackend`): later work is skipped, and
+/// `device_status` reports it.
+#[derive(Default)]
+pub(crate) struct FirstFailure(RefCell<Option<GpuError>>);
+
+impl FirstFailure {
+    /// Runs `work` unless an earlier call failed; records its error.
+    pub(crate) fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
+        if self.0.borrow().is_some() {
+            return fallback;
+        }
+        work().unwrap_or_else(|e| {
+            *self.0.borrow_mut() = Some(e);
+            fallback
+        })
+    }
+
+    /// The recorded error, if any, as a solve error.
+    pub(crate) fn status(&self) -> Result<(), SolveError> {
+        match &*self.0.borrow() {
+            Some(e) => Err(SolveError::Device(e.to_string())),
+            None => Ok(()),
         }
     }
 }

@@ -101,13 +101,9 @@ impl<'g> DevicePolynomial<'g> {
         settings: &PolynomialSettings,
         upper: f64,
     ) -> Result<Self, GpuError> {
-        settings.validate().map_err(GpuError::Invalid)?;
-        if !(upper.is_finite() && upper > 0.0) {
-            return Err(GpuError::Invalid(format!(
-                "the polynomial preconditioner needs a positive finite upper eigenvalue bound, \
-                 got {upper}"
-            )));
-        }
+        settings
+            .validate_with_upper_bound(upper)
+            .map_err(GpuError::Invalid)?;
         let evaluation = match settings.precision {
             Precision::Double => {
                 Evaluation::Double(Work::new(gpu, &matrix, "poly_inverse_diagonal_f64")?)
@@ -252,15 +248,9 @@ pub fn device_gershgorin(gpu: &Gpu, m: &DeviceModSell) -> Result<f64, SolveError
     let device = |e: GpuError| SolveError::Device(e.to_string());
     let n = m.n;
     let out = gpu.upload(&[0u64, n as u64 + 1]).map_err(device)?;
-    let (n32, h) = (n as i32, m.slice_height as i32);
-    gpu.launch("gershgorin_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n32)
-            .arg(&h)
-            .arg(&m.slice_ptr)
-            .arg(&m.codes)
-            .arg(&m.values)
-            .arg(&m.diag)
-            .arg(&out);
+    let dims = m.dims();
+    m.launch_pattern(gpu, "gershgorin_rows", &dims, |a| {
+        a.arg(&m.values).arg(&m.diag).arg(&out);
     })
     .map_err(device)?;
     let out = gpu.download(&out).map_err(device)?;

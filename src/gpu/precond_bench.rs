@@ -429,18 +429,7 @@ fn case_entries(
         push(entry);
     }
 
-    // Eisenstat SGS-PCG (gpu::eisenstat): multicolour symGS's iterates on the
-    // colour layout, in its own loop (not a DevicePreconditioner).
-    let colouring = by_colour.colouring.as_ref().expect("the colour layout");
-    let bench = super::eisenstat::bench_solve(
-        gpu,
-        &by_colour.backend,
-        &by_colour.a,
-        colouring,
-        &by_colour.b,
-        &controls,
-        super::eisenstat::DEFAULT_OPTIONS,
-    )?;
+    let (bench, colouring) = by_colour.eisenstat(gpu, &controls)?;
     let (iterations, note) = match &bench.result {
         Ok(perf) => (
             Some(perf.iterations),

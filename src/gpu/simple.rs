@@ -22,9 +22,11 @@
 //! 2. **Pressure**: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
 //!    pressure matrix from the resident Γ = rAU and source
 //!    ([`DeviceLaplacian::reassemble_from_device`]), one right-hand side
-//!    update and PCG solve (warm-started from the resident p) per
-//!    non-orthogonal corrector and one more, φ = φ_HbyA − the equation's
-//!    face flux.
+//!    update and PCG solve (warm-started from the resident p; Jacobi, none,
+//!    or AMG: [`DevicePressureSolver::amg`], the hierarchy set up on the
+//!    resident matrix once and its values re-set-up in place after each
+//!    re-assembly) per non-orthogonal corrector and one more, φ = φ_HbyA −
+//!    the equation's face flux.
 //! 3. **Corrections**: continuity errors (two device sums read back), p
 //!    relaxation, ∇p and U = HbyA − rAU ∇p.
 //!
@@ -39,10 +41,12 @@
 //! the relaxation's Σ|a_nb| and HbyA's row sums run in the device's column
 //! order.
 
+use std::rc::Rc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
+use super::amg::DeviceAmg;
 use super::assembly::{AssemblyError, DeviceLaplacian};
 use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
@@ -51,10 +55,12 @@ use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::flow::simple::{PhaseSeconds, Predicted};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
+use crate::solve::amg::AmgSettings;
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls};
+use crate::sparse::Csr;
 
 /// Why the device loop stopped.
 #[derive(Debug, thiserror::Error)]
@@ -74,9 +80,14 @@ impl From<GpuError> for DeviceFlowError {
 /// The pressure solver of the device loop: PCG on the resident matrix.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DevicePressureSolver {
-    /// Jacobi preconditioner (else none).
+    /// Jacobi preconditioner (else none; `amg` replaces both).
     pub jacobi: bool,
     pub controls: SolverControls,
+    /// `Some`: AMG-PCG with the GPU AMG of these settings (as the GPU runs
+    /// them, `gpu::amg::gpu_amg_settings`): the hierarchy set up on the
+    /// resident matrix at the first pressure solve, its values re-set-up in
+    /// place after each re-assembly (aggregates kept).
+    pub amg: Option<AmgSettings>,
 }
 
 /// Time of the device loop's parts so far (seconds, each part synchronised
@@ -95,6 +106,11 @@ pub struct DevicePhaseSeconds {
     pub fluxes: f64,
     /// Divergence, assembly of the pressure matrix and its right-hand sides.
     pub assembly: f64,
+    /// AMG-PCG: the hierarchy's set-up (first iteration; 0 with
+    /// Jacobi-PCG).
+    pub amg_setup: f64,
+    /// AMG-PCG: its value-only re-set-ups (the later iterations).
+    pub amg_update: f64,
     /// PCG solves.
     pub solve: f64,
     /// Flux correction, continuity errors, relaxation, velocity correction.
@@ -144,6 +160,9 @@ pub struct DeviceSimple<'g> {
     gpu: &'g Gpu,
     laplacian: DeviceLaplacian<'g>,
     solver: DevicePressureSolver,
+    /// The pressure's AMG hierarchy (`solver.amg`), once set up; lent to
+    /// the PCG backend during the solves.
+    amg: Option<Rc<DeviceAmg<'g>>>,
     /// The solved velocity components (0 = x).
     components: Vec<usize>,
     momentum: Option<DeviceMomentum<'g>>,
@@ -234,6 +253,7 @@ impl<'g> DeviceSimple<'g> {
         Ok(Self {
             gpu,
             solver,
+            amg: None,
             components,
             momentum,
             p,
@@ -275,6 +295,17 @@ impl<'g> DeviceSimple<'g> {
         self.seconds
     }
 
+    /// The pressure matrix as last assembled, rows in the device order
+    /// (the order of [`Self::pressure_amg`]'s fine level; for checks).
+    pub fn pressure_matrix(&self) -> Result<Csr, GpuError> {
+        Ok(self.laplacian.matrix()?.download(self.gpu)?.to_csr())
+    }
+
+    /// The pressure's AMG hierarchy, once set up (AMG-PCG only).
+    pub fn pressure_amg(&self) -> Option<&DeviceAmg<'g>> {
+        self.amg.as_deref()
+    }
+
     /// One outer iteration of `simple` (the state this loop was built from,
     /// or its continuation): [`Simple::iterate`] on the device. With the
     /// momentum on the host, U, p and φ of `simple` are updated; else
@@ -314,13 +345,26 @@ impl<'g> DeviceSimple<'g> {
         })?;
         self.laplacian
             .reassemble_from_device(&self.r_au, &self.source)?;
+        host.pressure += timer.lap(&mut seconds.assembly)?;
+        if self.solver.amg.is_some() {
+            let part = if self.amg.is_some() {
+                &mut seconds.amg_update
+            } else {
+                &mut seconds.amg_setup
+            };
+            self.update_amg()?;
+            host.pressure += timer.lap(part)?;
+        }
         let settings = *simple.settings();
         let options = GpuSolveOptions::default();
         let mut p_solves = Vec::with_capacity(settings.n_non_orth_correctors + 1);
         for _ in 0..=settings.n_non_orth_correctors {
             self.laplacian.update_rhs(self.p.dev()?, None)?;
             host.pressure += timer.lap(&mut seconds.assembly)?;
-            let (backend, b) = self.laplacian.solver(self.solver.jacobi, &options)?;
+            let (backend, b) = match &self.amg {
+                Some(amg) => self.laplacian.preconditioned_solver(amg, &options)?,
+                None => self.laplacian.solver(self.solver.jacobi, &options)?,
+            };
             let perf =
                 pcg(backend, b, &mut self.p, &self.solver.controls, "p").map_err(|source| {
                     FlowError::Solve {
@@ -373,6 +417,29 @@ impl<'g> DeviceSimple<'g> {
         self.seconds = seconds;
         simple.add_seconds(host);
         Ok(simple.report(u_initial, p_solves, continuity))
+    }
+
+    /// AMG-PCG: sets the hierarchy up on the pressure matrix just
+    /// assembled, or re-sets its values up in place (the re-assembly dropped
+    /// the PCG backend that had it on loan).
+    fn update_amg(&mut self) -> Result<(), GpuError> {
+        let Some(settings) = &self.solver.amg else {
+            return Ok(());
+        };
+        let fine = self.laplacian.shared_matrix()?;
+        match &mut self.amg {
+            Some(amg) => Rc::get_mut(amg)
+                .ok_or_else(|| {
+                    GpuError::Invalid("the pressure AMG is still lent to a PCG backend".into())
+                })?
+                .update_values(fine),
+            None => {
+                let amg = DeviceAmg::new(self.gpu, fine, settings)?;
+                log::info!("p: GPU {settings}: {}", amg.describe());
+                self.amg = Some(Rc::new(amg));
+                Ok(())
+            }
+        }
     }
 
     /// Uploads the host predictor's rAU, HbyA and φ_HbyA; its residuals.

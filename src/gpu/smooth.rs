@@ -23,10 +23,10 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
-use super::ic::{DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::ic::{widen, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
@@ -77,34 +77,39 @@ pub trait DevicePreconditioner {
     fn is_linear(&self) -> bool;
 }
 
+/// A preconditioner kept by its owner between solves (e.g. an AMG hierarchy
+/// re-set-up in place for each new matrix) and lent to one PCG backend at a
+/// time.
+impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
+    fn apply_with(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        (**self).apply_with(r, z, done)
+    }
+    fn is_linear(&self) -> bool {
+        (**self).is_linear()
+    }
+}
+
 /// Jones–Plassmann colouring on the GPU (`jp_select`, `jp_assign`): each round
 /// colours the uncoloured rows that outrank their uncoloured neighbours, first
 /// fit. Returns the colours and the number of rounds.
 pub fn jones_plassmann(gpu: &Gpu, m: &DeviceModSell) -> Result<(Vec<u32>, usize), GpuError> {
-    let n = m.n;
-    let (n32, h) = (n as i32, m.slice_height as i32);
+    let (n, dims) = (m.n, m.dims());
     let colour = gpu.upload(&vec![-1i32; n])?;
     let candidate = gpu.zeros::<i32>(n)?;
     let mut uncoloured = gpu.zeros::<i32>(1)?;
     let mut rounds = 0;
     loop {
-        gpu.launch("jp_select", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32)
-                .arg(&h)
-                .arg(&m.slice_ptr)
-                .arg(&m.codes)
-                .arg(&colour)
-                .arg(&candidate);
+        m.launch_pattern(gpu, "jp_select", &dims, |a| {
+            a.arg(&colour).arg(&candidate);
         })?;
         gpu.zero(&mut uncoloured)?;
-        gpu.launch("jp_assign", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32)
-                .arg(&h)
-                .arg(&m.slice_ptr)
-                .arg(&m.codes)
-                .arg(&colour)
-                .arg(&candidate)
-                .arg(&uncoloured);
+        m.launch_pattern(gpu, "jp_assign", &dims, |a| {
+            a.arg(&colour).arg(&candidate).arg(&uncoloured);
         })?;
         rounds += 1;
         // Each round colours at least the top-ranked uncoloured row.
@@ -124,6 +129,8 @@ pub fn jones_plassmann(gpu: &Gpu, m: &DeviceModSell) -> Result<(Vec<u32>, usize)
 /// A colouring on the device: the rows grouped by colour.
 pub struct DeviceColouring {
     colouring: Colouring,
+    /// Each colour's first row and row count, as the kernels take them.
+    bounds: Vec<(i32, i32)>,
     rows: CudaSlice<i32>,
 }
 
@@ -153,24 +160,48 @@ impl DeviceColouring {
                         .into(),
                 )),
             };
-        let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
-        Ok(Self {
-            rows: gpu.upload(&rows)?,
-            colouring,
-        })
+        Self::from_colouring(gpu, colouring)
     }
 
     /// A colouring computed before (e.g. by [`colour_layout`]).
     pub fn from_colouring(gpu: &Gpu, colouring: Colouring) -> Result<Self, GpuError> {
         let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+        let bounds = colouring
+            .colour_ptr()
+            .windows(2)
+            .map(|w| (w[0] as i32, (w[1] - w[0]) as i32))
+            .collect();
         Ok(Self {
             rows: gpu.upload(&rows)?,
+            bounds,
             colouring,
         })
     }
 
     pub fn colouring(&self) -> &Colouring {
         &self.colouring
+    }
+
+    /// Launches `kernel` for each colour in `sweep`'s order, one thread per
+    /// row of the colour: the colour's row count and first row, the slice
+    /// height `h` and the rows, then the arguments `push` adds.
+    fn launch_colours<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'static str,
+        sweep: Sweep,
+        h: &'a i32,
+        push: impl Fn(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        for k in sweep_order(sweep, self.bounds.len()) {
+            let (first, count) = &self.bounds[k];
+            let grid = vector_grid(*count as usize);
+            gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(count).arg(first).arg(h).arg(&self.rows);
+                push(a);
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -604,39 +635,19 @@ impl<'g> DeviceSmoother<'g> {
                     })?;
                 }
                 Method::GaussSeidel { mixed: Some(_), .. } => {
-                    return Err(GpuError::Invalid(
-                        "mixed-precision Gauss-Seidel runs as a PCG preconditioner only (sweeps \
-                         from zero); use precision double in smoothSolver"
-                            .into(),
-                    ))
+                    return Err(preconditioner_only("Gauss-Seidel"))
                 }
                 Method::GaussSeidel {
                     colouring, sweep, ..
                 } => {
-                    let c = colouring.colouring();
-                    let ptr = c.colour_ptr();
-                    for k in sweep_order(*sweep, c.n_colours()) {
-                        let (first, count) = (ptr[k] as i32, (ptr[k + 1] - ptr[k]) as i32);
-                        gpu.launch(
-                            "smooth_colour",
-                            vector_grid(count as usize),
-                            VECTOR_BLOCK,
-                            0,
-                            |a| {
-                                a.arg(&count).arg(&first).arg(&h32).arg(&colouring.rows);
-                                m.push_args(a);
-                                a.arg(b).arg(x);
-                                arg_or_null(a, done);
-                            },
-                        )?;
-                    }
+                    colouring.launch_colours(gpu, "smooth_colour", *sweep, &h32, |a| {
+                        m.push_args(a);
+                        a.arg(b).arg(x);
+                        arg_or_null(a, done);
+                    })?;
                 }
                 Method::Block(BlockKernel { mixed: Some(_), .. }) => {
-                    return Err(GpuError::Invalid(
-                        "mixed-precision block Jacobi runs as a PCG preconditioner only (sweeps \
-                         from zero); use precision double in smoothSolver"
-                            .into(),
-                    ))
+                    return Err(preconditioner_only("block Jacobi"))
                 }
                 Method::Block(k) => {
                     let (from, to) = match k.asynchronous {
@@ -658,17 +669,20 @@ impl<'g> DeviceSmoother<'g> {
                     let (from, to) = buffers(i);
                     ic.sweep(gpu, m, b, from, to, done)?;
                 }
-                Method::JacobiF32 { .. } => {
-                    return Err(GpuError::Invalid(
-                        "mixed-precision Jacobi runs as a PCG preconditioner only (sweeps from \
-                         zero); use precision double in smoothSolver"
-                            .into(),
-                    ))
-                }
+                Method::JacobiF32 { .. } => return Err(preconditioner_only("Jacobi")),
             }
         }
         Ok(())
     }
+}
+
+/// The error of a smoothSolver sweep with a mixed-precision `method`, which
+/// runs as a PCG preconditioner only (sweeps from zero).
+fn preconditioner_only(method: &str) -> GpuError {
+    GpuError::Invalid(format!(
+        "mixed-precision {method} runs as a PCG preconditioner only (sweeps from zero); use \
+         precision double in smoothSolver"
+    ))
 }
 
 impl DeviceSmoother<'_> {
@@ -708,10 +722,7 @@ impl DeviceSmoother<'_> {
             })?;
         }
         let last = &xs[(sweeps.max(1) - 1) % 2];
-        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(last).arg(x);
-            arg_or_null(a, done);
-        })
+        widen(gpu, m.n, last, x, done)
     }
 
     /// Mixed-precision block Jacobi from zero (`smooth_block_f32`):
@@ -757,10 +768,7 @@ impl DeviceSmoother<'_> {
             true => &xs[0],
             false => &xs[(sweeps - 1) % 2],
         };
-        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(last).arg(x);
-            arg_or_null(a, done);
-        })
+        widen(gpu, m.n, last, x, done)
     }
 
     /// Mixed-precision multicolour Gauss–Seidel from zero
@@ -783,30 +791,15 @@ impl DeviceSmoother<'_> {
             a.arg(&n).arg(w);
             arg_or_null(a, done);
         })?;
-        let c = colouring.colouring();
-        let ptr = c.colour_ptr();
         for _ in 0..sweeps {
-            for k in sweep_order(sweep, c.n_colours()) {
-                let (first, count) = (ptr[k] as i32, (ptr[k + 1] - ptr[k]) as i32);
-                gpu.launch(
-                    "smooth_colour_f32",
-                    vector_grid(count as usize),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&count).arg(&first).arg(&h).arg(&colouring.rows);
-                        a.arg(&m.slice_ptr).arg(&m.codes);
-                        a.arg(&twin.values).arg(&twin.diag);
-                        a.arg(b).arg(w);
-                        arg_or_null(a, done);
-                    },
-                )?;
-            }
+            colouring.launch_colours(gpu, "smooth_colour_f32", sweep, &h, |a| {
+                a.arg(&m.slice_ptr).arg(&m.codes);
+                a.arg(&twin.values).arg(&twin.diag);
+                a.arg(b).arg(w);
+                arg_or_null(a, done);
+            })?;
         }
-        gpu.launch("ic_widen", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(w).arg(x);
-            arg_or_null(a, done);
-        })
+        widen(gpu, m.n, w, x, done)
     }
 }
 

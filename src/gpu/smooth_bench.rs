@@ -32,6 +32,7 @@
 use std::time::Instant;
 
 use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
+use super::eisenstat::EisenstatBench;
 use super::ic::{DeviceIncompleteCholesky, IcKind};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::{
@@ -165,6 +166,27 @@ impl<'g> Ordered<'g> {
         )?;
         gpu.synchronize()?;
         Ok((smoother, t.elapsed().as_secs_f64() * 1e3))
+    }
+
+    /// Eisenstat SGS-PCG (`gpu::eisenstat`, default options) on this colour
+    /// layout: MC-SGS's layout and iterates in its own loop (not a
+    /// `DevicePreconditioner`); the run and the colouring.
+    pub fn eisenstat(
+        &self,
+        gpu: &Gpu,
+        controls: &SolverControls,
+    ) -> anyhow::Result<(EisenstatBench, &Colouring)> {
+        let colouring = self.colouring.as_ref().expect("the colour layout");
+        let bench = super::eisenstat::bench_solve(
+            gpu,
+            &self.backend,
+            &self.a,
+            colouring,
+            &self.b,
+            controls,
+            super::eisenstat::DEFAULT_OPTIONS,
+        )?;
+        Ok((bench, colouring))
     }
 }
 
@@ -462,17 +484,7 @@ pub fn rows(
             push(name.into(), ordered.ordering, ms, note);
         }
     }
-    // Eisenstat SGS-PCG (gpu::eisenstat): MC-SGS's layout and iterates, its own loop.
-    let colouring = by_colour.colouring.as_ref().expect("the colour layout");
-    let bench = super::eisenstat::bench_solve(
-        gpu,
-        &by_colour.backend,
-        &by_colour.a,
-        colouring,
-        &by_colour.b,
-        &controls,
-        super::eisenstat::DEFAULT_OPTIONS,
-    )?;
+    let (bench, colouring) = by_colour.eisenstat(gpu, &controls)?;
     let detail = format!(
         "{}, {} colours, set-up {:.0} ms, {}",
         by_colour.name,

@@ -29,13 +29,9 @@ pub fn bicgstab<B: KrylovBackend>(
     let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let nf = norms.norm_factor;
-    let initial = norms.residual_sum / nf;
-    check_residual(initial, 0)?;
-    let mut perf = SolverPerformance::starting_at(initial, controls);
-    let limit = controls.max_iter.max(controls.min_iter);
-    let wanted = controls.min_iter > 0 || !perf.converged;
-    if wanted && limit > 0 {
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((_, rule)) = run {
+        let (initial, nf) = (rule.initial, rule.norm_factor);
         let [mut r0, mut p, mut v, mut y, mut s, mut z, mut t] =
             std::array::from_fn(|_| backend.new_vector());
         backend.scale(1.0, &r, &mut r0);

@@ -264,6 +264,26 @@ pub fn check_system(
     check_symmetric(a)
 }
 
+/// An error unless `a` is square.
+pub(crate) fn check_square(a: &Csr) -> Result<(), SolveError> {
+    if a.n_rows() != a.n_cols() {
+        return Err(SolveError::NotSquare {
+            rows: a.n_rows(),
+            cols: a.n_cols(),
+        });
+    }
+    Ok(())
+}
+
+/// The size n of `a`: square with at least one row, else an error.
+pub(crate) fn square_size(a: &Csr) -> Result<usize, SolveError> {
+    check_square(a)?;
+    match a.n_rows() {
+        0 => Err(SolveError::Empty),
+        n => Ok(n),
+    }
+}
+
 /// [`check_system`] without the symmetry check: what a solver of
 /// nonsymmetric systems (smoothSolver with a point smoother) needs.
 pub fn check_inputs(
@@ -272,16 +292,7 @@ pub fn check_inputs(
     x: &[f64],
     controls: &SolverControls,
 ) -> Result<(), SolveError> {
-    let n = a.n_rows();
-    if a.n_cols() != n {
-        return Err(SolveError::NotSquare {
-            rows: n,
-            cols: a.n_cols(),
-        });
-    }
-    if n == 0 {
-        return Err(SolveError::Empty);
-    }
+    let n = square_size(a)?;
     for (what, v) in [("right-hand side b", b.len()), ("initial guess x", x.len())] {
         if v != n {
             return Err(SolveError::SizeMismatch {

@@ -38,10 +38,10 @@
 use rayon::prelude::*;
 
 use super::cpu::{check_system, CpuBackend};
-use super::pcg::{check_residual, StopReason, DIVERGENCE_FACTOR};
+use super::pcg::StopReason;
 use super::precond::{Identity, Triangles};
 use super::reduce::{ordered_sum, CHUNK};
-use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance, StopRule};
+use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
 
 /// The symmetrically scaled triangles of A: L and Lᵀ of Â = I + L + Lᵀ as
@@ -276,6 +276,7 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
     check: ResidualCheck,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    const NAME: &str = "PCG (Eisenstat SGS)";
     controls.validate()?;
     let (mut r, mut rho, mut p) = (
         backend.new_vector()?,
@@ -297,18 +298,9 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
         g: &mut g,
     };
     let (norms, mut r_z) = backend.initialize(b, &mut v)?;
-    let norm_factor = norms.norm_factor;
-    let initial = norms.residual_sum / norm_factor;
-    check_residual(initial, 0)?;
-    let mut perf = SolverPerformance::starting_at(initial, controls);
-    let wanted = controls.min_iter > 0 || !perf.converged;
-    let limit = controls.max_iter.max(controls.min_iter);
-    if wanted && limit > 0 {
-        let rule = StopRule {
-            controls: *controls,
-            initial,
-            norm_factor,
-        };
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((limit, rule)) = run {
+        let (initial, norm_factor) = (rule.initial, rule.norm_factor);
         let (mut r_z_old, mut last, mut best) = (0.0, initial, initial);
         let carried = check == ResidualCheck::EveryIteration;
         // Predicted checks: the last check's iteration and its ρ · ρ, the
@@ -384,32 +376,16 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
                     (previous_estimate, estimate) = (f64::NAN, residual_sum / norm_factor);
                 }
                 let residual = residual_sum / norm_factor;
-                let stop = rule.after_update(iteration, residual, best);
-                check_residual(residual, iteration)?;
-                log::debug!(
-                    "PCG (Eisenstat SGS): {field} iteration {iteration}, residual = {residual:e}"
-                );
-                perf.iterations = iteration;
-                perf.final_residual = residual;
-                perf.history.push(residual);
-                best = best.min(residual);
-                if stop == Some(StopReason::Diverged) {
-                    return Err(SolveError::Diverged {
-                        iteration,
-                        residual,
-                        best,
-                        factor: DIVERGENCE_FACTOR,
-                    });
-                }
-                perf.converged = controls.converged(initial, residual);
-                if stop.is_some() {
+                let stop;
+                (stop, best) = rule.record(&mut perf, iteration, residual, best, NAME, field)?;
+                if stop {
                     break 'solve;
                 }
                 (r_z_old, r_z, last) = (r_z, rho_rho, residual);
             }
         }
     }
-    perf.log("PCG (Eisenstat SGS)", "iterations", field, controls);
+    perf.log(NAME, "iterations", field, controls);
     Ok(perf)
 }
 

@@ -32,6 +32,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::cpu::square_size;
 use super::polynomial::Precision;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
@@ -131,6 +132,20 @@ const KEYS: &str =
     "pattern, steps, stepSize, epsilon, stop, power, prefilter, postfilter, precision";
 
 impl FsaiSettings {
+    /// aFSAI of at most `steps` one-column steps with tolerance `epsilon`
+    /// and rule `stop`, the rest at the defaults.
+    pub fn adaptive(steps: usize, epsilon: f64, stop: FsaiStop) -> Self {
+        Self {
+            pattern: FsaiPattern::Adaptive {
+                steps,
+                step_size: 1,
+                epsilon,
+                stop,
+            },
+            ..Self::default()
+        }
+    }
+
     /// Checks the parameters; the message names the bad one.
     pub fn validate(&self) -> Result<(), String> {
         let nonnegative = |name: &str, v: f64| {
@@ -802,16 +817,7 @@ const CHUNK: usize = 2048;
 /// on the number of threads.
 pub fn fsai_setup(a: &Csr, s: &FsaiSettings) -> Result<FsaiFactor, SolveError> {
     s.validate().map_err(SolveError::InvalidControls)?;
-    let n = a.n_rows();
-    if a.n_cols() != n {
-        return Err(SolveError::NotSquare {
-            rows: n,
-            cols: a.n_cols(),
-        });
-    }
-    if n == 0 {
-        return Err(SolveError::Empty);
-    }
+    let n = square_size(a)?;
     let diag = fsai_diagonal(a)?;
     let chunks: Vec<Vec<RowResult>> = (0..n.div_ceil(CHUNK))
         .into_par_iter()
@@ -931,18 +937,6 @@ mod tests {
         Csr::from_triplets(n, n, t).unwrap()
     }
 
-    fn adaptive(steps: usize, epsilon: f64, stop: FsaiStop) -> FsaiSettings {
-        FsaiSettings {
-            pattern: FsaiPattern::Adaptive {
-                steps,
-                step_size: 1,
-                epsilon,
-                stop,
-            },
-            ..FsaiSettings::default()
-        }
-    }
-
     #[test]
     fn full_pattern_gives_the_inverse_cholesky_factor() {
         let n = 9;
@@ -956,7 +950,10 @@ mod tests {
             },
             ..FsaiSettings::default()
         };
-        for s in [adaptive(n - 1, 0.0, FsaiStop::Stagnation), full_static] {
+        for s in [
+            FsaiSettings::adaptive(n - 1, 0.0, FsaiStop::Stagnation),
+            full_static,
+        ] {
             let f = fsai_setup(&a, &s).unwrap();
             let g = dense(&f.g);
             for r in 0..n {
@@ -998,7 +995,7 @@ mod tests {
     fn variants() -> Vec<FsaiSettings> {
         let mut v = vec![
             FsaiSettings::default(),
-            adaptive(20, 1e-3, FsaiStop::Reduction),
+            FsaiSettings::adaptive(20, 1e-3, FsaiStop::Reduction),
             FsaiSettings {
                 pattern: FsaiPattern::Adaptive {
                     steps: 5,
@@ -1177,7 +1174,8 @@ mod tests {
     #[test]
     fn bad_settings_and_matrices_are_errors() {
         let a = laplacian_1d(5);
-        let err = fsai_setup(&a, &adaptive(32, 0.01, FsaiStop::Stagnation)).unwrap_err();
+        let err =
+            fsai_setup(&a, &FsaiSettings::adaptive(32, 0.01, FsaiStop::Stagnation)).unwrap_err();
         assert!(err.to_string().contains("at most 31"), "{err}");
         let s: Result<FsaiSettings, _> = "fsai:steps=16,stepSize=2".parse();
         assert!(s.unwrap_err().contains("16 * 2 = 32"));

@@ -39,15 +39,12 @@ pub fn gmres<B: KrylovBackend>(
     let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let initial = norms.residual_sum / norms.norm_factor;
-    check_residual(initial, 0)?;
-    let mut perf = SolverPerformance::starting_at(initial, controls);
-    let limit = controls.max_iter.max(controls.min_iter);
-    let wanted = controls.min_iter > 0 || !perf.converged;
-    if !wanted || limit == 0 || initial == 0.0 {
+    let (mut perf, run) = norms.start(controls)?;
+    let Some((limit, rule)) = run.filter(|(_, rule)| rule.initial != 0.0) else {
         perf.log("GMRES", "iterations", field, controls);
         return Ok(perf);
-    }
+    };
+    let initial = rule.initial;
     let mut basis: Vec<B::Vector> = (0..=m).map(|_| backend.new_vector()).collect();
     let mut zs: Vec<B::Vector> = if settings.flexible {
         (0..m).map(|_| backend.new_vector()).collect()

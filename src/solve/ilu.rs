@@ -18,6 +18,7 @@
 //! order on a 3-D grid: the wavefronts nx + ny + nz − 2; RCM about the same;
 //! a multicolour order few levels but a weaker factor).
 
+use super::cpu::check_square;
 use super::precond::{Dic, Triangles};
 use super::{LinearOperator, SolveError};
 use crate::sparse::fill::{ilu_pattern, FillPattern};
@@ -152,12 +153,7 @@ impl LinearOperator for Ilu {
 
 /// The ILU(k) pattern of `a` as a solve error when `a` is not square.
 pub fn symbolic(a: &Csr, k: u32) -> Result<FillPattern, SolveError> {
-    if a.n_rows() != a.n_cols() {
-        return Err(SolveError::NotSquare {
-            rows: a.n_rows(),
-            cols: a.n_cols(),
-        });
-    }
+    check_square(a)?;
     ilu_pattern(a, k).map_err(SolveError::InvalidControls)
 }
 

@@ -9,6 +9,7 @@
 //! Polak–Ribière form, replaces OpenFOAM's Fletcher–Reeves β = (r·z)_{k+1}/(r·z)_k.
 //! For a symmetric linear preconditioner both are equal in exact arithmetic.
 
+use super::krylov::record;
 use super::SolveError;
 use crate::foam::write::format_g;
 
@@ -126,6 +127,36 @@ pub struct InitialNorms {
     /// OpenFOAM's normFactor: Σ(|A x − A x̄| + |b − A x̄|) + 1e-20 with
     /// A x̄ = rowSum(A) · mean(x).
     pub norm_factor: f64,
+}
+
+impl InitialNorms {
+    /// What a backend whose device failed reports (`device_status` says why).
+    pub const NAN: Self = Self {
+        residual_sum: f64::NAN,
+        norm_factor: f64::NAN,
+    };
+
+    /// The start of a solver loop: the performance before the first
+    /// iteration (its initial residual Σ|r| / normFactor, an error if not
+    /// finite) and, when the loop runs at all (minIter > 0 or not converged,
+    /// and a limit above 0), the iteration limit max(maxIter, minIter) and
+    /// the stop rule (with the initial residual and normFactor).
+    pub(crate) fn start(
+        &self,
+        controls: &SolverControls,
+    ) -> Result<(SolverPerformance, Option<(usize, StopRule)>), SolveError> {
+        let initial = self.residual_sum / self.norm_factor;
+        check_residual(initial, 0)?;
+        let perf = SolverPerformance::starting_at(initial, controls);
+        let limit = controls.max_iter.max(controls.min_iter);
+        let runs = (controls.min_iter > 0 || !perf.converged) && limit > 0;
+        let rule = StopRule {
+            controls: *controls,
+            initial,
+            norm_factor: self.norm_factor,
+        };
+        Ok((perf, runs.then_some((limit, rule))))
+    }
 }
 
 /// The fused steps of PCG, implemented by each executor on vectors it owns
@@ -339,6 +370,35 @@ impl StopRule {
             None
         }
     }
+
+    /// The end of iteration `iteration` of `solver`'s loop (`best`: the best
+    /// residual before it): the residual checked finite, logged and
+    /// recorded in `perf`, an error if it diverged. Returns whether the loop
+    /// stops, and the best residual now.
+    pub(crate) fn record(
+        &self,
+        perf: &mut SolverPerformance,
+        iteration: usize,
+        residual: f64,
+        best: f64,
+        solver: &str,
+        field: &str,
+    ) -> Result<(bool, f64), SolveError> {
+        let stop = self.after_update(iteration, residual, best);
+        check_residual(residual, iteration)?;
+        log::debug!("{solver}: {field} iteration {iteration}, residual = {residual:e}");
+        record(perf, &self.controls, self.initial, iteration, residual);
+        let best = best.min(residual);
+        if stop == Some(StopReason::Diverged) {
+            return Err(SolveError::Diverged {
+                iteration,
+                residual,
+                best,
+                factor: DIVERGENCE_FACTOR,
+            });
+        }
+        Ok((stop.is_some(), best))
+    }
 }
 
 /// Solves A x = b by PCG from the initial guess in `x`, OpenFOAM's `PCG::solve`
@@ -355,24 +415,14 @@ pub fn pcg<B: CgBackend>(
     let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let norm_factor = norms.norm_factor;
-    let initial = norms.residual_sum / norm_factor;
-    check_residual(initial, 0)?;
-    let mut perf = SolverPerformance::starting_at(initial, controls);
-    let wanted = controls.min_iter > 0 || !perf.converged;
-    let limit = controls.max_iter.max(controls.min_iter);
-    if wanted && limit > 0 {
-        let rule = StopRule {
-            controls: *controls,
-            initial,
-            norm_factor,
-        };
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((limit, rule)) = run {
         let mut state = LoopState {
             iterations: 0,
             r_z_old: 0.0,
             p_q_old: 0.0,
-            last_residual: initial,
-            best: initial,
+            last_residual: rule.initial,
+            best: rule.initial,
         };
         'solve: loop {
             let vectors = CgVectors {
@@ -407,23 +457,9 @@ pub fn pcg<B: CgBackend>(
                     });
                 }
                 let residual = record.residual;
-                let stop = rule.after_update(iteration, residual, state.best);
-                check_residual(residual, iteration)?;
-                log::debug!("PCG: {field} iteration {iteration}, residual = {residual:e}");
-                perf.iterations = iteration;
-                perf.final_residual = residual;
-                perf.history.push(residual);
-                let best = state.best.min(residual);
-                if stop == Some(StopReason::Diverged) {
-                    return Err(SolveError::Diverged {
-                        iteration,
-                        residual,
-                        best,
-                        factor: DIVERGENCE_FACTOR,
-                    });
-                }
-                perf.converged = controls.converged(initial, residual);
-                if stop.is_some() {
+                let (stop, _) =
+                    rule.record(&mut perf, iteration, residual, state.best, "PCG", field)?;
+                if stop {
                     break 'solve;
                 }
                 state = state.after(&record);

@@ -160,6 +160,19 @@ impl PolynomialSettings {
         PolynomialKind::named(name).map(|k| Self::new(k, 4))
     }
 
+    /// [`Self::validate`], and `upper` a usable upper eigenvalue bound of
+    /// D⁻¹A (positive, finite).
+    pub fn validate_with_upper_bound(&self, upper: f64) -> Result<(), String> {
+        self.validate()?;
+        if !(upper.is_finite() && upper > 0.0) {
+            return Err(format!(
+                "the polynomial preconditioner needs a positive finite upper eigenvalue bound, \
+                 got {upper}"
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the parameters; the message names the bad one.
     pub fn validate(&self) -> Result<(), String> {
         if !(1..=MAX_DEGREE).contains(&self.degree) {
@@ -603,13 +616,9 @@ impl PolynomialPreconditioner {
         settings: &PolynomialSettings,
         upper: f64,
     ) -> Result<Self, SolveError> {
-        settings.validate().map_err(SolveError::InvalidControls)?;
-        if !(upper.is_finite() && upper > 0.0) {
-            return Err(SolveError::InvalidControls(format!(
-                "the polynomial preconditioner needs a positive finite upper eigenvalue bound, \
-                 got {upper}"
-            )));
-        }
+        settings
+            .validate_with_upper_bound(upper)
+            .map_err(SolveError::InvalidControls)?;
         let recurrence = settings.recurrence(upper);
         let evaluation = match settings.precision {
             Precision::Double => Evaluation::Double(Evaluator::new(a, &recurrence)?),

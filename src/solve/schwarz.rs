@@ -30,6 +30,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::cpu::check_square;
 use super::ilu::Ilu;
 use super::precond::Ic0;
 use super::{LinearOperator, SolveError};
@@ -200,12 +201,7 @@ impl Decomposition {
     /// The decomposition of `a` (square) by `settings`.
     pub fn new(a: &Csr, settings: &SchwarzSettings) -> Result<Self, SolveError> {
         settings.validate().map_err(SolveError::InvalidControls)?;
-        if a.n_rows() != a.n_cols() {
-            return Err(SolveError::NotSquare {
-                rows: a.n_rows(),
-                cols: a.n_cols(),
-            });
-        }
+        check_square(a)?;
         let n = a.n_rows();
         let graph = Graph::of_matrix(a);
         let parts =

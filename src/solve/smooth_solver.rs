@@ -48,12 +48,9 @@ pub fn smooth_solve<B: SmoothBackend>(
     let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let norm_factor = norms.norm_factor;
-    let initial = norms.residual_sum / norm_factor;
-    check_residual(initial, 0)?;
-    let mut perf = SolverPerformance::starting_at(initial, controls);
-    let limit = controls.max_iter.max(controls.min_iter);
-    if (controls.min_iter > 0 || !perf.converged) && limit > 0 {
+    let (mut perf, run) = norms.start(controls)?;
+    if let Some((_, rule)) = run {
+        let (initial, norm_factor) = (rule.initial, rule.norm_factor);
         let mut best = initial;
         loop {
             backend.smooth(b, x, n_sweeps)?;

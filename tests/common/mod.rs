@@ -2,6 +2,11 @@
 
 use std::process::{Command, Output};
 
+use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::random_systems;
+use fvpoisson::sparse::Csr;
+
 /// Runs the `fvpoisson` binary as a user would, from the crate root, without
 /// the caller's `RUST_LOG` (the tests read its default output).
 #[allow(dead_code)] // not every test that shares this module runs the binary
@@ -68,4 +73,31 @@ pub fn corruptions(bytes: &[u8], count: usize) -> Vec<Vec<u8>> {
         out.push(m);
     }
     out
+}
+
+/// The Poisson systems (`gpu::bench::poisson_system`) of the mesh specs,
+/// each named by the last part of its path. Mesh files are relative to the
+/// repository root, the working directory of `cargo test` and of the device
+/// runs.
+#[allow(dead_code)] // not every test that shares this module solves mesh systems
+pub fn poisson_systems(specs: &[&str]) -> Vec<(String, Csr, Vec<f64>)> {
+    specs
+        .iter()
+        .map(|spec| {
+            let (a, b) = poisson_system(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            (spec.rsplit('/').next().unwrap().to_string(), a, b)
+        })
+        .collect()
+}
+
+/// Random SPD matrices (`sparse::testing::random_systems`) and the Poisson
+/// systems of `specs` in RCM order (named "NAME RCM").
+#[allow(dead_code)] // not every test that shares this module solves mesh systems
+pub fn random_and_rcm_systems(specs: &[&str]) -> Vec<(String, Csr, Vec<f64>)> {
+    let mut all = random_systems();
+    for (name, a, b) in poisson_systems(specs) {
+        let p = reverse_cuthill_mckee(&a);
+        all.push((format!("{name} RCM"), p.apply_symmetric(&a), p.to_new(&b)));
+    }
+    all
 }

@@ -32,7 +32,7 @@ pub use cycle::Amg;
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
-use super::cpu::check_system;
+use super::cpu::{check_system, square_size};
 pub use super::polynomial::Precision;
 use super::precond::Identity;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
@@ -417,15 +417,7 @@ fn coarsen(a: &Csr, settings: &AmgSettings) -> (Vec<Matching>, Csr) {
 /// Checks what every AMG entry point needs of the fine matrix: square,
 /// non-empty, finite, positive diagonal.
 fn check_matrix(a: &Csr) -> Result<(), SolveError> {
-    if a.n_cols() != a.n_rows() {
-        return Err(SolveError::NotSquare {
-            rows: a.n_rows(),
-            cols: a.n_cols(),
-        });
-    }
-    if a.n_rows() == 0 {
-        return Err(SolveError::Empty);
-    }
+    square_size(a)?;
     if let Some(slot) = a.values().iter().position(|v| !v.is_finite()) {
         return Err(SolveError::NonFinite {
             what: "matrix",
