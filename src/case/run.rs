@@ -16,7 +16,7 @@ use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
-use crate::gpu::multi::{MultiGpuBackend, MultiGpuOptions};
+use crate::gpu::multi::{MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
@@ -26,6 +26,7 @@ use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{solve_amg, AmgSettings, CycleKind};
+use crate::solve::deflation::deflated_pcg;
 use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
 use crate::solve::solve_krylov;
 use crate::solve::{
@@ -958,12 +959,6 @@ fn solve_distributed(
         None => solver.preconditioner,
     };
     if let Some(gpu) = ranks.gpu {
-        if solver.deflation != Deflation::None {
-            return Err(SolveError::InvalidControls(format!(
-                "deflation {} runs on CPU ranks only; remove the key or run with --device cpu",
-                solver.deflation
-            )));
-        }
         let solver = LinearSolver {
             preconditioner: block_preconditioner,
             ..*solver
@@ -992,8 +987,10 @@ fn solve_distributed(
 
 /// [`solve_distributed`] on the rank's GPU: PCG over the ranks' GPUs with
 /// Jacobi, none, block DIC/IC0/DILU or block AMG (the GPU AMG of
-/// `gpu_amg_settings`), halos and sums through the communicator; x is
-/// gathered back on every rank.
+/// `gpu_amg_settings`), deflated by one vector per rank with `deflation
+/// subdomains` (`gpu::multi::MultiGpuDeflation`, the CPU ranks' steps),
+/// halos and sums through the communicator; x is gathered back on every
+/// rank.
 fn solve_distributed_gpu(
     gpu: &Gpu,
     ranks: &Ranks,
@@ -1058,7 +1055,13 @@ fn solve_distributed_gpu(
     }
     let b_dev = backend.upload(b).map_err(device)?;
     let mut x_dev = backend.upload(x).map_err(device)?;
-    let perf = pcg(&backend, &b_dev, &mut x_dev, &solver.controls, field)?;
+    let perf = match solver.deflation {
+        Deflation::None => pcg(&backend, &b_dev, &mut x_dev, &solver.controls, field)?,
+        Deflation::Subdomains => {
+            let ops = MultiGpuDeflation::new(&backend, matrix, d)?;
+            deflated_pcg(&backend, &ops, &b_dev, &mut x_dev, &solver.controls, field)?.0
+        }
+    };
     let mut whole = backend.download(&x_dev).map_err(device)?;
     ranks.comm.merge(&mut whole);
     x.copy_from_slice(&whole);

@@ -82,6 +82,9 @@ use crate::solve::{
 use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
 
+mod deflation;
+pub use deflation::MultiGpuDeflation;
+
 /// Threads of the one-block reduction kernel (as `gpu::pcg`).
 const REDUCE_BLOCK: u32 = 1024;
 
