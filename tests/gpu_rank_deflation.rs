@@ -11,13 +11,12 @@
 //! device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::gpu::bench::poisson_system;
-use fvpoisson::gpu::multi::{MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions, Transport};
+use fvpoisson::gpu::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuOptions, Transport};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator};
-use fvpoisson::solve::deflation::deflated_pcg;
 use fvpoisson::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
-use fvpoisson::solve::{pcg, PreconditionerKind, SolveError, SolverControls, SolverPerformance};
+use fvpoisson::solve::{PreconditionerKind, SolveError, SolverControls, SolverPerformance};
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::random_vector;
 use fvpoisson::sparse::Csr;
@@ -48,13 +47,16 @@ fn solve_on(
     let device = |e: fvpoisson::gpu::GpuError| SolveError::Device(e.to_string());
     let b_dev = backend.upload(b).map_err(device)?;
     let mut x_dev = backend.upload(&vec![0.0; b.len()]).map_err(device)?;
-    let perf = match deflation {
-        Deflation::None => pcg(backend, &b_dev, &mut x_dev, &controls(), "p")?,
-        Deflation::Subdomains => {
-            let ops = MultiGpuDeflation::new(backend, a, d)?;
-            deflated_pcg(backend, &ops, &b_dev, &mut x_dev, &controls(), "p")?.0
-        }
-    };
+    let perf = pcg_over_ranks(
+        backend,
+        a,
+        d,
+        deflation,
+        &b_dev,
+        &mut x_dev,
+        &controls(),
+        "p",
+    )?;
     Ok((backend.download(&x_dev).map_err(device)?, perf))
 }
 

@@ -16,7 +16,7 @@ use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
-use crate::gpu::multi::{MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
+use crate::gpu::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
@@ -26,7 +26,6 @@ use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{solve_amg, AmgSettings, CycleKind};
-use crate::solve::deflation::deflated_pcg;
 use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
 use crate::solve::solve_krylov;
 use crate::solve::{
@@ -988,7 +987,7 @@ fn solve_distributed(
 /// [`solve_distributed`] on the rank's GPU: PCG over the ranks' GPUs with
 /// Jacobi, none, block DIC/IC0/DILU or block AMG (the GPU AMG of
 /// `gpu_amg_settings`), deflated by one vector per rank with `deflation
-/// subdomains` (`gpu::multi::MultiGpuDeflation`, the CPU ranks' steps),
+/// subdomains` (`gpu::multi::pcg_over_ranks`, the CPU ranks' steps),
 /// halos and sums through the communicator; x is gathered back on every
 /// rank.
 fn solve_distributed_gpu(
@@ -1055,13 +1054,16 @@ fn solve_distributed_gpu(
     }
     let b_dev = backend.upload(b).map_err(device)?;
     let mut x_dev = backend.upload(x).map_err(device)?;
-    let perf = match solver.deflation {
-        Deflation::None => pcg(&backend, &b_dev, &mut x_dev, &solver.controls, field)?,
-        Deflation::Subdomains => {
-            let ops = MultiGpuDeflation::new(&backend, matrix, d)?;
-            deflated_pcg(&backend, &ops, &b_dev, &mut x_dev, &solver.controls, field)?.0
-        }
-    };
+    let perf = pcg_over_ranks(
+        &backend,
+        matrix,
+        d,
+        solver.deflation,
+        &b_dev,
+        &mut x_dev,
+        &solver.controls,
+        field,
+    )?;
     let mut whole = backend.download(&x_dev).map_err(device)?;
     ranks.comm.merge(&mut whole);
     x.copy_from_slice(&whole);

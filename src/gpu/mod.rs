@@ -44,6 +44,7 @@ pub mod pcg;
 pub mod polynomial;
 pub mod polynomial_bench;
 pub mod precond_bench;
+pub mod rank_deflation_bench;
 pub mod simple;
 pub mod smooth;
 pub mod smooth_bench;

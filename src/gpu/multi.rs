@@ -83,7 +83,7 @@ use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
 
 mod deflation;
-pub use deflation::MultiGpuDeflation;
+pub use deflation::{pcg_over_ranks, MultiGpuDeflation};
 
 /// Threads of the one-block reduction kernel (as `gpu::pcg`).
 const REDUCE_BLOCK: u32 = 1024;

@@ -28,9 +28,9 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 use super::{MultiGpuBackend, MultiVector, REDUCE_BLOCK};
 use crate::gpu::{GpuError, NULL, VECTOR_BLOCK};
 use crate::parallel::{Communicator, SingleProcess};
-use crate::solve::deflation::DeflationOps;
-use crate::solve::distributed::{agree, RankCoarse, RankColumns};
-use crate::solve::SolveError;
+use crate::solve::deflation::{deflated_pcg, DeflationOps};
+use crate::solve::distributed::{agree, Deflation, RankCoarse, RankColumns};
+use crate::solve::{pcg, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::distribute::Decomposition;
 use crate::sparse::Csr;
 
@@ -205,5 +205,28 @@ impl DeflationOps for MultiGpuDeflation<'_, '_> {
 
     fn sum_abs(&self, v: &MultiVector) -> f64 {
         self.reduce_with("abs_sum_partials", &[v])
+    }
+}
+
+/// PCG over `backend`'s ranks (of `a` split by `d`) from the initial guess in
+/// `x`, deflated by one vector per rank for [`Deflation::Subdomains`] (the
+/// initial guess corrected first, as on the CPU ranks). Collective.
+#[allow(clippy::too_many_arguments)]
+pub fn pcg_over_ranks(
+    backend: &MultiGpuBackend<'_>,
+    a: &Csr,
+    d: &Decomposition,
+    deflation: Deflation,
+    b: &MultiVector,
+    x: &mut MultiVector,
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    match deflation {
+        Deflation::None => pcg(backend, b, x, controls, field),
+        Deflation::Subdomains => {
+            let ops = MultiGpuDeflation::new(backend, a, d)?;
+            deflated_pcg(backend, &ops, b, x, controls, field).map(|(perf, _)| perf)
+        }
     }
 }
