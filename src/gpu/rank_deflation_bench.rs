@@ -154,6 +154,9 @@ pub fn run(
     slice_height: usize,
     cpu: bool,
 ) -> anyhow::Result<(Vec<Row>, String)> {
+    // The kernels compiled (or loaded) once, before the ranks' threads load
+    // them from the disk cache.
+    drop(Gpu::new()?);
     let devices = Gpu::device_count()?;
     let mut rows = Vec::new();
     let mut markdown = String::from(
