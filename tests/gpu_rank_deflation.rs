@@ -11,7 +11,9 @@
 //! device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::gpu::bench::poisson_system;
-use fvpoisson::gpu::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuOptions, Transport};
+use fvpoisson::gpu::multi::{
+    pcg_over_ranks, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions, Transport,
+};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator};
@@ -47,16 +49,8 @@ fn solve_on(
     let device = |e: fvpoisson::gpu::GpuError| SolveError::Device(e.to_string());
     let b_dev = backend.upload(b).map_err(device)?;
     let mut x_dev = backend.upload(&vec![0.0; b.len()]).map_err(device)?;
-    let perf = pcg_over_ranks(
-        backend,
-        a,
-        d,
-        deflation,
-        &b_dev,
-        &mut x_dev,
-        &controls(),
-        "p",
-    )?;
+    let ops = MultiGpuDeflation::of_setting(backend, a, d, deflation)?;
+    let perf = pcg_over_ranks(backend, ops.as_ref(), &b_dev, &mut x_dev, &controls(), "p")?;
     Ok((backend.download(&x_dev).map_err(device)?, perf))
 }
 

@@ -16,7 +16,7 @@ use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
-use crate::gpu::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuOptions};
+use crate::gpu::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
@@ -1054,11 +1054,10 @@ fn solve_distributed_gpu(
     }
     let b_dev = backend.upload(b).map_err(device)?;
     let mut x_dev = backend.upload(x).map_err(device)?;
+    let deflation = MultiGpuDeflation::of_setting(&backend, matrix, d, solver.deflation)?;
     let perf = pcg_over_ranks(
         &backend,
-        matrix,
-        d,
-        solver.deflation,
+        deflation.as_ref(),
         &b_dev,
         &mut x_dev,
         &solver.controls,

@@ -92,62 +92,93 @@ impl<'b, 'g> MultiGpuDeflation<'b, 'g> {
         })
     }
 
+    /// The deflation of a case's `deflation` setting: [`Self::new`] for
+    /// [`Deflation::Subdomains`], none for [`Deflation::None`].
+    pub fn of_setting(
+        backend: &'b MultiGpuBackend<'g>,
+        a: &Csr,
+        d: &Decomposition,
+        deflation: Deflation,
+    ) -> Result<Option<Self>, SolveError> {
+        match deflation {
+            Deflation::None => Ok(None),
+            Deflation::Subdomains => Self::new(backend, a, d).map(Some),
+        }
+    }
+
     /// E = ZᵀAZ as summed over the ranks.
     pub fn coarse(&self) -> &RankCoarse {
         &self.coarse
     }
 
-    /// a = E⁻¹ Zᵀ v (every rank's Σ v read back, summed over the
-    /// processes), uploaded to each rank, then v −= (AZ) a.
-    fn launch_project(&self, v: &MultiVector) -> Result<(), GpuError> {
-        let mut c = vec![0.0; self.coarse.size()];
+    /// Each of this process's ranks' sum of `what` (block partials, then
+    /// `reduce_partials`, read back), in the backend's rank order.
+    fn rank_sums(&self, what: Partials) -> Result<Vec<f64>, GpuError> {
+        let mut sums = Vec::with_capacity(self.ranks.len());
         for (k, r) in self.backend.ranks.iter().enumerate() {
-            let (n, m, one, x) = (r.n32(), r.grid() as i32, 1i32, v.part(k)?);
-            r.gpu
-                .launch("sum_partials", r.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(x).arg(&NULL).arg(&r.partials);
-                })?;
+            let (n, m, one) = (r.n32(), r.grid() as i32, 1i32);
+            let (kernel, vectors) = match what {
+                Partials::Sum(v) => ("sum_partials", [Some(v.part(k)?), None]),
+                Partials::Dot(a, b) => ("dot_partials", [Some(a.part(k)?), Some(b.part(k)?)]),
+                Partials::AbsSum(v) => ("abs_sum_partials", [Some(v.part(k)?), None]),
+            };
+            r.gpu.launch(kernel, r.grid(), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n);
+                vectors.iter().flatten().for_each(|v| {
+                    a.arg(*v);
+                });
+                if let Partials::Sum(_) = what {
+                    a.arg(&NULL); // no scale
+                }
+                a.arg(&r.partials);
+            })?;
             let scalars = r.scalars.borrow();
             r.gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
                 a.arg(&m).arg(&one).arg(&r.partials).arg(&*scalars);
             })?;
-            c[r.index] = r.gpu.download(&scalars)?[0];
+            sums.push(r.gpu.download(&scalars)?[0]);
         }
-        let correction = self.coarse.correction(comm_of(self.backend), c);
+        Ok(sums)
+    }
+
+    /// Σ of `what` over every rank: this process's ranks in rank order, then
+    /// over the processes. The sum over the processes is made even when this
+    /// rank's device failed (a NaN contribution), so that no rank waits for
+    /// it.
+    fn global_sum(&self, what: Partials) -> f64 {
+        let local = self
+            .backend
+            .guarded(f64::NAN, || Ok(self.rank_sums(what)?.iter().sum()));
+        let mut total = [local];
+        comm_of(self.backend).sum(&mut total);
+        total[0]
+    }
+
+    /// v −= (AZ) a on every rank, a uploaded first.
+    fn subtract(&self, a: &[f64], v: &MultiVector) -> Result<(), GpuError> {
         for (k, (r, az)) in self.backend.ranks.iter().zip(&self.ranks).enumerate() {
             let mut a_dev = az.correction.borrow_mut();
-            r.gpu.write(&correction, &mut a_dev)?;
+            r.gpu.write(a, &mut a_dev)?;
             let (n, w, x) = (r.n32(), az.width as i32, v.part(k)?);
             r.gpu
-                .launch("defl_subtract", r.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&w).arg(&az.parts).arg(&az.values);
-                    a.arg(&*a_dev).arg(x);
+                .launch("defl_subtract", r.grid(), VECTOR_BLOCK, 0, |args| {
+                    args.arg(&n).arg(&w).arg(&az.parts).arg(&az.values);
+                    args.arg(&*a_dev).arg(x);
                 })?;
         }
         Ok(())
     }
+}
 
-    /// Per-rank block partials of `kernel` (n, vectors…, partials), summed
-    /// over the ranks by the backend.
-    fn reduce_with(&self, kernel: &'static str, vectors: &[&MultiVector]) -> f64 {
-        self.backend.guarded(f64::NAN, || {
-            for (k, r) in self.backend.ranks.iter().enumerate() {
-                let parts = vectors
-                    .iter()
-                    .map(|v| v.part(k))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let n = r.n32();
-                r.gpu.launch(kernel, r.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n);
-                    for p in &parts {
-                        a.arg(*p);
-                    }
-                    a.arg(&r.partials);
-                })?;
-            }
-            Ok(self.backend.reduce(1)?[0])
-        })
-    }
+/// The per-rank sums the deflation steps need.
+#[derive(Clone, Copy)]
+enum Partials<'v> {
+    /// Σ v (a rank's entry of Zᵀ v).
+    Sum(&'v MultiVector),
+    /// a · b.
+    Dot(&'v MultiVector, &'v MultiVector),
+    /// Σ |v|.
+    AbsSum(&'v MultiVector),
 }
 
 /// The communicator across processes: the run's for a rank of a distributed
@@ -181,8 +212,19 @@ fn upload(gpu: &crate::gpu::Gpu, c: &RankColumns, k: usize) -> Result<RankAz, Gp
 impl DeflationOps for MultiGpuDeflation<'_, '_> {
     type Vector = MultiVector;
 
+    /// Zᵀ v is every rank's Σ v read back and summed over the processes
+    /// (made, with NaN, even by a rank whose device failed), a = E⁻¹ Zᵀ v on
+    /// the host, then v −= (AZ) a on the device.
     fn project(&self, v: &mut MultiVector) {
-        self.backend.guarded((), || self.launch_project(v))
+        let mut c = vec![0.0; self.coarse.size()];
+        let sums = self
+            .backend
+            .guarded(None, || self.rank_sums(Partials::Sum(v)).map(Some));
+        for (j, r) in self.backend.ranks.iter().enumerate() {
+            c[r.index] = sums.as_ref().map_or(f64::NAN, |s| s[j]);
+        }
+        let a = self.coarse.correction(comm_of(self.backend), c);
+        self.backend.guarded((), || self.subtract(&a, v))
     }
 
     fn prolong_add(&self, s: f64, x: &mut MultiVector) {
@@ -200,33 +242,27 @@ impl DeflationOps for MultiGpuDeflation<'_, '_> {
     }
 
     fn dot(&self, a: &MultiVector, b: &MultiVector) -> f64 {
-        self.reduce_with("dot_partials", &[a, b])
+        self.global_sum(Partials::Dot(a, b))
     }
 
     fn sum_abs(&self, v: &MultiVector) -> f64 {
-        self.reduce_with("abs_sum_partials", &[v])
+        self.global_sum(Partials::AbsSum(v))
     }
 }
 
-/// PCG over `backend`'s ranks (of `a` split by `d`) from the initial guess in
-/// `x`, deflated by one vector per rank for [`Deflation::Subdomains`] (the
-/// initial guess corrected first, as on the CPU ranks). Collective.
-#[allow(clippy::too_many_arguments)]
+/// PCG over `backend`'s ranks from the initial guess in `x`, deflated by
+/// `deflation` when given (the initial guess corrected first, as on the CPU
+/// ranks: `solve::deflation::deflated_pcg`). Collective.
 pub fn pcg_over_ranks(
     backend: &MultiGpuBackend<'_>,
-    a: &Csr,
-    d: &Decomposition,
-    deflation: Deflation,
+    deflation: Option<&MultiGpuDeflation>,
     b: &MultiVector,
     x: &mut MultiVector,
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
     match deflation {
-        Deflation::None => pcg(backend, b, x, controls, field),
-        Deflation::Subdomains => {
-            let ops = MultiGpuDeflation::new(backend, a, d)?;
-            deflated_pcg(backend, &ops, b, x, controls, field).map(|(perf, _)| perf)
-        }
+        None => pcg(backend, b, x, controls, field),
+        Some(ops) => deflated_pcg(backend, ops, b, x, controls, field).map(|(perf, _)| perf),
     }
 }
