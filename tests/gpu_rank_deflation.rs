@@ -6,7 +6,8 @@
 //! host-driven steps), and all ranks in one process (`MultiGpuBackend::new`,
 //! host-staged halos). Jacobi and no preconditioner are the same on both:
 //! the same iterations ±1 and the same solution to the solver tolerance, and
-//! fewer iterations than without deflation on 4 ranks. A singular matrix
+//! fewer iterations than without deflation on 4 ranks; the deflation steps
+//! alone (P v, x + s Z a, sums) match to round-off. A singular matrix
 //! (E not positive definite) is an error on every rank. `skipped: no CUDA
 //! device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
@@ -17,8 +18,11 @@ use fvpoisson::gpu::multi::{
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator};
-use fvpoisson::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
-use fvpoisson::solve::{PreconditionerKind, SolveError, SolverControls, SolverPerformance};
+use fvpoisson::solve::deflation::DeflationOps;
+use fvpoisson::solve::distributed::{solve_pcg_distributed_deflated, Deflation, RankDeflation};
+use fvpoisson::solve::{
+    CgBackend, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+};
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::random_vector;
 use fvpoisson::sparse::Csr;
@@ -127,6 +131,75 @@ fn meshes() -> Vec<(&'static str, Csr, Vec<f64>)> {
             (spec, a, b)
         })
         .collect()
+}
+
+/// One projection P v, the prolongation x += s Z a, a dot product and Σ|v|
+/// on GPU ranks against the CPU ranks' `RankDeflation` on the same random
+/// vectors: equal to round-off (the sums are added in another order).
+#[test]
+fn deflation_steps_on_gpu_ranks_match_the_cpu_ranks() {
+    let Some(_gpu) = test_device() else { return };
+    for (name, a, _) in meshes() {
+        for ranks in [2, 3, 4] {
+            let d = Decomposition::metis(&a, ranks).unwrap();
+            let n = a.n_rows();
+            let (v, x) = (random_vector(n, 5), random_vector(n, 6));
+            let results = run_threads(ranks, |comm| {
+                let local = d.local(&a, comm.rank()).unwrap();
+                let cpu = RankDeflation::new(&local, comm).unwrap();
+                let (mut v_cpu, mut x_cpu) = (local.scatter(&v), local.scatter(&x));
+                cpu.project(&mut v_cpu);
+                cpu.prolong_add(0.5, &mut x_cpu);
+                let cpu_sums = [cpu.dot(&v_cpu, &x_cpu), cpu.sum_abs(&v_cpu)];
+                let gpu = Gpu::on_device(0).unwrap();
+                let options = MultiGpuOptions::default();
+                let backend = MultiGpuBackend::for_rank(&gpu, &a, &d, comm, &options).unwrap();
+                let ops = MultiGpuDeflation::new(&backend, &a, &d).unwrap();
+                let (mut v_dev, mut x_dev) =
+                    (backend.upload(&v).unwrap(), backend.upload(&x).unwrap());
+                ops.project(&mut v_dev);
+                ops.prolong_add(0.5, &mut x_dev);
+                let gpu_sums = [ops.dot(&v_dev, &x_dev), ops.sum_abs(&v_dev)];
+                backend.device_status().unwrap();
+                let mut v_gpu = backend.download(&v_dev).unwrap();
+                let mut x_gpu = backend.download(&x_dev).unwrap();
+                comm.merge(&mut v_gpu);
+                comm.merge(&mut x_gpu);
+                (
+                    gather_global(comm, &local, &v_cpu),
+                    gather_global(comm, &local, &x_cpu),
+                    cpu_sums,
+                    v_gpu,
+                    x_gpu,
+                    gpu_sums,
+                )
+            });
+            let (v_cpu, x_cpu, cpu_sums, v_gpu, x_gpu, gpu_sums) = &results[0];
+            let dv = max_diff(v_gpu, v_cpu) / max_abs(&v);
+            let dx = max_diff(x_gpu, x_cpu) / max_abs(x_cpu);
+            let ds = (0..2).map(|i| (gpu_sums[i] / cpu_sums[i] - 1.0).abs());
+            let ds = ds.fold(0.0, f64::max);
+            println!(
+                "{name} | {ranks} ranks | P v {dv:.1e}, x + s Z a {dx:.1e}, dot and sum |v| \
+                 {ds:.1e} (relative to the CPU ranks)"
+            );
+            assert!(
+                dv < 1e-12 && dx < 1e-12 && ds < 1e-12,
+                "{name}, {ranks} ranks"
+            );
+            // P v is orthogonal to Z: each rank's sum of P v is ~0.
+            let owner = d.owners();
+            let mut sums = vec![0.0; ranks];
+            for (i, value) in v_gpu.iter().enumerate() {
+                sums[owner[i] as usize] += value;
+            }
+            let scale: f64 = v.iter().map(|x| x.abs()).sum();
+            assert!(
+                sums.iter().all(|s| s.abs() < 1e-10 * scale),
+                "{name}: {sums:?}"
+            );
+        }
+    }
 }
 
 #[test]
