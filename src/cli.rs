@@ -1156,6 +1156,16 @@ struct BenchArgs {
     /// the --multi-strong boxes for the --gpus counts of 2 or more.
     #[arg(long)]
     rank_loop: bool,
+    /// Instead of the tables above: subdomain deflation on GPU ranks (one
+    /// deflation vector per rank; thread ranks, METIS) on MESHES given here
+    /// (default: gpu::rank_deflation_bench::DEFAULT_MESHES): PCG iterations
+    /// and time with Jacobi and block DIC, without and with deflation, and
+    /// the CPU ranks' block DIC (unless --no-cpu).
+    #[arg(long, num_args = 0.., value_name = "MESH")]
+    rank_deflation: Option<Vec<String>>,
+    /// Rank counts of --rank-deflation.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    deflation_ranks: Vec<usize>,
 }
 
 /// `bench`: see `gpu::bench`.
@@ -1196,6 +1206,31 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             single_reduction: !args.multi_two_reductions,
         };
         let (report, markdown) = crate::gpu::rank_loop_bench::run(&settings)?;
+        print!("{}", crate::gpu::bench::table(&report));
+        println!("\n{markdown}");
+        if args.json {
+            println!("{}", crate::gpu::bench::json(&report));
+        }
+        return Ok(());
+    }
+    if let Some(meshes) = &args.rank_deflation {
+        let meshes = match (meshes.is_empty(), args.quick) {
+            (false, _) => meshes.clone(),
+            (true, true) => vec!["box:40x40x40".into(), "box:20x20x20:tet:perturb=0.2".into()],
+            (true, false) => crate::gpu::rank_deflation_bench::DEFAULT_MESHES
+                .map(String::from)
+                .to_vec(),
+        };
+        let (rows, markdown) = crate::gpu::rank_deflation_bench::run(
+            &meshes,
+            &args.deflation_ranks,
+            args.slice_height,
+            !args.no_cpu,
+        )?;
+        let report = crate::gpu::bench::Report {
+            rows,
+            notes: Vec::new(),
+        };
         print!("{}", crate::gpu::bench::table(&report));
         println!("\n{markdown}");
         if args.json {

@@ -11,7 +11,7 @@ use fvpoisson::parallel::threads::{run_threads, run_threads_within};
 use fvpoisson::parallel::{gather_global, Communicator, SingleProcess};
 use fvpoisson::solve::amg::{solve_amg, AmgSettings};
 use fvpoisson::solve::distributed::{
-    solve_pcg_distributed, solve_pcg_distributed_deflated, Deflation, RankDeflation,
+    solve_pcg_distributed, solve_pcg_distributed_deflated, Deflation, RankColumns, RankDeflation,
 };
 use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::distribute::Decomposition;
@@ -243,6 +243,55 @@ fn the_ranks_coarse_matrix_is_z_transpose_a_z_of_the_whole_matrix() {
             }
             let diff = max_diff(&found[0], &expected);
             assert!(diff <= 1e-12 * scale, "{ranks} ranks: E differs by {diff}");
+        }
+    }
+}
+
+/// AZ of a rank's rows (`RankColumns`, what the CPU and the GPU ranks both
+/// deflate with): the rank's own column first, each coupled rank once (the
+/// rank or a neighbour), and the row's entries summed per owner: Σ_q (AZ)_iq
+/// is row i's sum and (AZ)_iq the sum over q's columns, on meshes split in 3
+/// and 4.
+#[test]
+fn rank_columns_sum_each_row_by_the_owners_of_its_columns() {
+    for (name, a, _) in meshes() {
+        for ranks in [3, 4] {
+            let d = Decomposition::metis(&a, ranks).unwrap();
+            let owner = d.owners();
+            for rank in 0..ranks {
+                let local = d.local(&a, rank).unwrap();
+                let columns = RankColumns::of(&local);
+                assert_eq!(columns.rank(), rank);
+                assert_eq!(columns.n_rows(), local.n_owned);
+                let mut widest = 0;
+                for i in 0..local.n_owned {
+                    let row = columns.row(i);
+                    widest = widest.max(row.len());
+                    assert_eq!(row[0].0, rank, "{name}: own column first");
+                    let (cols, vals) = a.row(local.global[i] as usize);
+                    let mut expected = vec![0.0; ranks];
+                    for (&j, &v) in cols.iter().zip(vals) {
+                        expected[owner[j as usize] as usize] += v;
+                    }
+                    for (q, &sum) in expected.iter().enumerate() {
+                        let found: Vec<f64> =
+                            row.iter().filter(|e| e.0 == q).map(|e| e.1).collect();
+                        assert!(found.len() <= 1, "{name}: rank {q} twice in row {i}");
+                        let value = found.first().copied().unwrap_or(0.0);
+                        let scale = vals.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                        assert!(
+                            (value - sum).abs() <= 1e-14 * scale,
+                            "{name}, {ranks} ranks, rank {rank}, row {i}, column {q}: \
+                             {value} vs {sum}"
+                        );
+                        if q != rank && !found.is_empty() {
+                            assert!(local.neighbours.iter().any(|nb| nb.rank == q));
+                        }
+                    }
+                }
+                assert_eq!(columns.width(), widest);
+                assert!(widest <= 1 + local.neighbours.len());
+            }
         }
     }
 }

@@ -60,7 +60,7 @@ fn solve_on_ranks(
             let b_dev = backend.upload(&b).unwrap();
             let mut x_dev = backend.upload(&vec![0.0; b.len()]).unwrap();
             let solved = backend
-                .solve_agreed(&b_dev, &mut x_dev, &controls(), "x")
+                .solve_agreed(None, &b_dev, &mut x_dev, &controls(), "x")
                 .map(|(perf, x)| (perf.iterations, x));
             (backend.pcg_loop().to_string(), solved)
         };

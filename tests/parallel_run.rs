@@ -359,8 +359,9 @@ fn thread_ranks_on_gpus_run_the_nccl_device_loop_with_jacobi() {
 }
 
 /// `run -np 2 --device gpu` of a GAMG case: PCG with the GPU AMG of each
-/// rank's owned block gives the serial answer; `deflation subdomains` on GPU
-/// ranks is an error. `skipped: no CUDA device` without a GPU.
+/// rank's owned block gives the serial answer, and so does it with
+/// `deflation subdomains` (one deflation vector per GPU rank). `skipped: no
+/// CUDA device` without a GPU.
 #[test]
 fn gamg_on_gpu_ranks_gives_the_serial_answer() {
     let Some(_gpu) = fvpoisson::gpu::test_device() else {
@@ -381,9 +382,46 @@ fn gamg_on_gpu_ranks_gives_the_serial_answer() {
         "smoother        GaussSeidel;",
         "smoother        GaussSeidel;\n        deflation       subdomains;",
     );
-    let o = fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]);
-    assert!(!o.status.success());
-    assert!(text(&o).contains("runs on CPU ranks only"), "{}", text(&o));
+    let t = ok(fvpoisson(&["run", d, "-np", "2", "--device", "gpu"]));
+    println!(
+        "GAMG + subdomain deflation on 2 GPU ranks: {} iterations",
+        first_iterations(&t)
+    );
+    assert_serial_answer(&dir);
+}
+
+/// `run -np 4 --device gpu --gpus 0` with `deflation subdomains;` (block DIC
+/// over four GPU ranks sharing device 0, one deflation vector per rank)
+/// gives the serial answer in fewer iterations than without deflation.
+/// `skipped: no CUDA device` without a GPU.
+#[test]
+fn subdomain_deflation_on_gpu_ranks_gives_the_serial_answer_in_fewer_iterations() {
+    let Some(_gpu) = fvpoisson::gpu::test_device() else {
+        return;
+    };
+    let mut iterations = Vec::new();
+    for (name, entries) in [
+        ("fdic", "solver          PCG;\n        preconditioner  FDIC;"),
+        (
+            "fdic_deflated",
+            "solver          PCG;\n        preconditioner  FDIC;\n        deflation       subdomains;",
+        ),
+    ] {
+        let dir = case_copy(&format!("parallel_gpu_{name}_4"));
+        let d = dir.to_str().unwrap();
+        set_t_solver(&dir, entries);
+        let t = ok(fvpoisson(&[
+            "run", d, "-np", "4", "--device", "gpu", "--gpus", "0",
+        ]));
+        assert!(t.contains("distributed over 4 ranks (GPUs"), "{t}");
+        println!(
+            "{name} on 4 GPU ranks: {} iterations in the first solve",
+            first_iterations(&t)
+        );
+        iterations.push(first_iterations(&t));
+        assert_serial_answer(&dir);
+    }
+    assert!(iterations[1] < iterations[0], "{iterations:?}");
 }
 
 /// `--gpus` without `--device gpu`, a device that does not exist and

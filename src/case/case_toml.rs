@@ -85,7 +85,7 @@
 //! minIter = 0                 # default 0
 //! ordering = "rcm"            # row ordering of GPU solves: natural, cm, rcm (default), metis
 //! deflation = "none"          # PCG and GAMG in distributed runs: none, subdomains (one
-//!                             # deflation vector per rank; CPU ranks)
+//!                             # deflation vector per rank; CPU and GPU ranks)
 //!
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]

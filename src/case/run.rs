@@ -16,7 +16,7 @@ use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
-use crate::gpu::multi::{MultiGpuBackend, MultiGpuOptions};
+use crate::gpu::multi::{MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
@@ -1057,12 +1057,6 @@ fn solve_distributed(
         None => solver.preconditioner,
     };
     if let Some(gpu) = ranks.gpu {
-        if solver.deflation != Deflation::None {
-            return Err(SolveError::InvalidControls(format!(
-                "deflation {} runs on CPU ranks only; remove the key or run with --device cpu",
-                solver.deflation
-            )));
-        }
         let solver = LinearSolver {
             preconditioner: block_preconditioner,
             ..*solver
@@ -1091,8 +1085,10 @@ fn solve_distributed(
 
 /// [`solve_distributed`] on the rank's GPU: PCG over the ranks' GPUs with
 /// Jacobi, none, block DIC/IC0/DILU or block AMG (the GPU AMG of
-/// `gpu_amg_settings`), halos and sums through the communicator; x is
-/// gathered back on every rank.
+/// `gpu_amg_settings`), deflated by one vector per rank with `deflation
+/// subdomains` (`gpu::multi::pcg_over_ranks`, the CPU ranks' steps),
+/// halos and sums through the communicator; x is gathered back on every
+/// rank.
 fn solve_distributed_gpu(
     gpu: &Gpu,
     ranks: &Ranks,
@@ -1165,7 +1161,10 @@ fn solve_distributed_gpu(
         Ok((b_dev, backend.upload(x).map_err(device)?))
     });
     let (b_dev, mut x_dev) = backend.agree(prepared)?;
-    let (perf, whole) = backend.solve_agreed(&b_dev, &mut x_dev, &solver.controls, field)?;
+    let deflation = MultiGpuDeflation::of_setting(&backend, matrix, d, solver.deflation)?;
+    let controls = &solver.controls;
+    let (perf, whole) =
+        backend.solve_agreed(deflation.as_ref(), &b_dev, &mut x_dev, controls, field)?;
     x.copy_from_slice(&whole);
     Ok(perf)
 }

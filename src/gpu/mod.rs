@@ -45,6 +45,7 @@ pub mod peer;
 pub mod polynomial;
 pub mod polynomial_bench;
 pub mod precond_bench;
+pub mod rank_deflation_bench;
 pub mod rank_loop_bench;
 pub mod simple;
 pub mod smooth;

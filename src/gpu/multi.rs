@@ -114,6 +114,8 @@ use crate::sparse::{Csr, ModSell};
 mod rank_loop;
 pub use rank_loop::release_kept_comms;
 use rank_loop::{nccl_environment, Step};
+mod deflation;
+pub use deflation::{pcg_over_ranks, MultiGpuDeflation};
 
 /// Threads of the one-block reduction kernel (as `gpu::pcg`).
 pub(super) const REDUCE_BLOCK: u32 = 1024;

@@ -80,7 +80,7 @@ fn on_ranks(
             let mut x = backend.upload(&vec![0.0; a.n_rows()])?;
             backend.synchronize()?;
             let t = Instant::now();
-            let (perf, _) = backend.solve_agreed(&b_dev, &mut x, &controls(), "p")?;
+            let (perf, _) = backend.solve_agreed(None, &b_dev, &mut x, &controls(), "p")?;
             Ok(Timing {
                 pcg_loop: backend.pcg_loop(),
                 ms_per_iteration,

@@ -16,9 +16,12 @@
 //! adds a coarse space of one vector per rank, the indicator of its owned
 //! rows, and so takes out the smallest eigenvalues that block Jacobi leaves
 //! as the rank count grows: [`RankDeflation`] is `solve::deflation`'s
-//! [`DeflationOps`] over the ranks (E = ZᵀAZ summed over the ranks and
-//! inverted on each), run through the same [`Deflated`] adapter as the
-//! serial deflated PCG.
+//! [`DeflationOps`] over the ranks (AZ of the rank's rows, [`RankColumns`];
+//! E = ZᵀAZ summed over the ranks and inverted on each, [`RankCoarse`]), run
+//! through the same `Deflated` adapter (`deflation::deflated_pcg`) as the
+//! serial deflated PCG. GPU ranks run the same steps on the device
+//! (`gpu::multi::MultiGpuDeflation`, from the same [`RankColumns`] and
+//! [`RankCoarse`]).
 
 use std::cell::RefCell;
 use std::fmt;
@@ -27,7 +30,7 @@ use std::str::FromStr;
 use nalgebra::DMatrix;
 
 use super::cpu::{diagonal_slots, openfoam_row_sums, row_sum_by};
-use super::deflation::{coarse_inverse, Deflated, DeflationOps};
+use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
 use super::error::check_finite;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
@@ -232,21 +235,134 @@ impl fmt::Display for Deflation {
     }
 }
 
-/// Subdomain deflation over the ranks, on this rank's owned rows: Z's column
-/// q is 1 on rank q's rows, so Zᵀv is each rank's sum of v (a global sum of
-/// one value per rank), AZ has a nonzero in column q for a row coupled to a
-/// row of rank q (the rank itself and its neighbours), and E = ZᵀAZ is the
-/// ranks' sum of their rows of it, inverted on every rank
-/// (`deflation::coarse_inverse`, the same bits everywhere).
-pub struct RankDeflation<'a> {
-    comm: &'a dyn Communicator,
+/// AZ of one rank's owned rows for subdomain deflation over the ranks: Z's
+/// column q is 1 on rank q's rows, so row i of AZ has a nonzero in column q
+/// for each rank q whose rows row i couples to (the rank itself and its
+/// neighbours): the sum of a_ij over q's columns j, in the row's column
+/// order. The rank's own column comes first in every row (a zero where the
+/// row has no owned column), then the others in order of first appearance.
+/// The CPU ranks ([`RankDeflation`]) and the GPU ranks
+/// (`gpu::multi::MultiGpuDeflation`, which keeps it on the device) use it
+/// as built here.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankColumns {
     rank: usize,
-    /// AZ of the owned rows: `az_ptr[i]..az_ptr[i + 1]` into `az` of
-    /// (rank, Σ over that rank's columns of a_ij).
-    az_ptr: Vec<usize>,
-    az: Vec<(usize, f64)>,
+    /// Row i is `entries[ptr[i]..ptr[i + 1]]`: (rank q, Σ over q's columns).
+    ptr: Vec<usize>,
+    entries: Vec<(usize, f64)>,
+}
+
+impl RankColumns {
+    /// AZ of `local`'s owned rows.
+    pub fn of(local: &LocalMatrix) -> Self {
+        let rank = local.rank;
+        // The rank of each local column (`recv` ranges are local slots).
+        let mut owner = vec![rank; local.n_local()];
+        for nb in &local.neighbours {
+            owner[nb.recv.clone()].fill(nb.rank);
+        }
+        let (mut ptr, mut entries) = (vec![0], Vec::new());
+        for i in 0..local.n_owned {
+            let start = entries.len();
+            entries.push((rank, 0.0));
+            let (cols, vals) = local.matrix.row(i);
+            for (&c, &v) in cols.iter().zip(vals) {
+                let q = owner[c as usize];
+                match entries[start..].iter_mut().find(|(r, _)| *r == q) {
+                    Some((_, sum)) => *sum += v,
+                    None => entries.push((q, v)),
+                }
+            }
+            ptr.push(entries.len());
+        }
+        Self { rank, ptr, entries }
+    }
+
+    /// The rank whose rows these are.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    /// Owned rows.
+    pub fn n_rows(&self) -> usize {
+        self.ptr.len() - 1
+    }
+    /// Row i: (rank q, (AZ)_iq), the rank's own first.
+    pub fn row(&self, i: usize) -> &[(usize, f64)] {
+        &self.entries[self.ptr[i]..self.ptr[i + 1]]
+    }
+    /// The most ranks one row couples to (at least 1).
+    pub fn width(&self) -> usize {
+        self.ptr.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1)
+    }
+    /// (P v)_i = v_i − (AZ a)_i for a = E⁻¹ Zᵀ v.
+    fn subtract(&self, a: &[f64], v: &mut [f64]) {
+        for (i, vi) in v.iter_mut().enumerate() {
+            *vi -= self.row(i).iter().map(|&(q, w)| w * a[q]).sum::<f64>();
+        }
+    }
+}
+
+/// The coarse matrix E = ZᵀAZ of subdomain deflation over `k` ranks, the
+/// sum of every rank's rows of it, and its inverse
+/// (`deflation::coarse_inverse`): the same bits on every rank.
+#[derive(Clone, Debug)]
+pub struct RankCoarse {
     e: DMatrix<f64>,
     e_inverse: DMatrix<f64>,
+}
+
+impl RankCoarse {
+    /// Collective: E's rows of the ranks in `columns` (a rank of a
+    /// distributed run: its own; one process holding all `k` ranks: all of
+    /// them) summed over the processes by `comm`. An error (E not positive
+    /// definite: A singular) is the same on every rank.
+    pub fn new(
+        columns: &[&RankColumns],
+        k: usize,
+        comm: &dyn Communicator,
+    ) -> Result<Self, SolveError> {
+        let mut e = vec![0.0; k * k];
+        for c in columns {
+            for i in 0..c.n_rows() {
+                for &(q, v) in c.row(i) {
+                    e[c.rank * k + q] += v;
+                }
+            }
+        }
+        comm.sum(&mut e);
+        let e = DMatrix::from_row_slice(k, k, &e);
+        let e_inverse = coarse_inverse(&e)?;
+        Ok(Self { e, e_inverse })
+    }
+
+    /// k, the number of ranks.
+    pub fn size(&self) -> usize {
+        self.e.nrows()
+    }
+
+    /// E = ZᵀAZ as summed over the ranks (before symmetrisation).
+    pub fn matrix(&self) -> &DMatrix<f64> {
+        &self.e
+    }
+
+    /// a = E⁻¹ Zᵀ v from `c`, this process's ranks' sums of v at their
+    /// ranks (zero elsewhere), summed over the processes first (collective).
+    pub fn correction(&self, comm: &dyn Communicator, mut c: Vec<f64>) -> Vec<f64> {
+        comm.sum(&mut c);
+        let k = self.size();
+        (0..k)
+            .map(|p| (0..k).map(|q| self.e_inverse[(p, q)] * c[q]).sum())
+            .collect()
+    }
+}
+
+/// Subdomain deflation over the ranks on this rank's owned rows (CPU):
+/// Zᵀv is each rank's sum of v (a global sum of one value per rank), AZ by
+/// rows ([`RankColumns`]), E⁻¹ on every rank ([`RankCoarse`]).
+pub struct RankDeflation<'a> {
+    comm: &'a dyn Communicator,
+    columns: RankColumns,
+    coarse: RankCoarse,
     /// a = E⁻¹ Zᵀ v of the last `project`.
     correction: RefCell<Vec<f64>>,
 }
@@ -255,46 +371,19 @@ impl<'a> RankDeflation<'a> {
     /// Collective: every rank calls it with its part of the matrix. An error
     /// (E not positive definite: A singular) is the same on every rank.
     pub fn new(local: &LocalMatrix, comm: &'a dyn Communicator) -> Result<Self, SolveError> {
-        let (k, rank, n) = (comm.size(), comm.rank(), local.n_owned);
-        // The rank of each local column (`recv` ranges are local slots).
-        let mut owner = vec![rank; local.n_local()];
-        for nb in &local.neighbours {
-            owner[nb.recv.clone()].fill(nb.rank);
-        }
-        let (mut az_ptr, mut az) = (vec![0], Vec::new());
-        let mut e = vec![0.0; k * k];
-        for i in 0..n {
-            let start = az.len();
-            let (cols, vals) = local.matrix.row(i);
-            for (&c, &v) in cols.iter().zip(vals) {
-                let q = owner[c as usize];
-                match az[start..].iter_mut().find(|(r, _)| *r == q) {
-                    Some((_, sum)) => *sum += v,
-                    None => az.push((q, v)),
-                }
-            }
-            for &(q, v) in &az[start..] {
-                e[rank * k + q] += v;
-            }
-            az_ptr.push(az.len());
-        }
-        comm.sum(&mut e);
-        let e = DMatrix::from_row_slice(k, k, &e);
-        let e_inverse = coarse_inverse(&e)?;
+        let columns = RankColumns::of(local);
+        let coarse = RankCoarse::new(&[&columns], comm.size(), comm)?;
         Ok(Self {
             comm,
-            rank,
-            az_ptr,
-            az,
-            e,
-            e_inverse,
-            correction: RefCell::new(vec![0.0; k]),
+            correction: RefCell::new(vec![0.0; coarse.size()]),
+            columns,
+            coarse,
         })
     }
 
     /// E = ZᵀAZ as summed over the ranks (the same on every rank).
     pub fn coarse_matrix(&self) -> &DMatrix<f64> {
-        &self.e
+        self.coarse.matrix()
     }
 }
 
@@ -302,22 +391,15 @@ impl DeflationOps for RankDeflation<'_> {
     type Vector = Vec<f64>;
 
     fn project(&self, v: &mut Vec<f64>) {
-        let k = self.comm.size();
-        let mut c = vec![0.0; k];
-        c[self.rank] = v.iter().sum();
-        self.comm.sum(&mut c);
-        let a: Vec<f64> = (0..k)
-            .map(|p| (0..k).map(|q| self.e_inverse[(p, q)] * c[q]).sum())
-            .collect();
-        for (i, vi) in v.iter_mut().enumerate() {
-            let row = &self.az[self.az_ptr[i]..self.az_ptr[i + 1]];
-            *vi -= row.iter().map(|&(q, w)| w * a[q]).sum::<f64>();
-        }
+        let mut c = vec![0.0; self.coarse.size()];
+        c[self.columns.rank] = v.iter().sum();
+        let a = self.coarse.correction(self.comm, c);
+        self.columns.subtract(&a, v);
         *self.correction.borrow_mut() = a;
     }
 
     fn prolong_add(&self, s: f64, x: &mut Vec<f64>) {
-        let shift = s * self.correction.borrow()[self.rank];
+        let shift = s * self.correction.borrow()[self.columns.rank];
         x.iter_mut().for_each(|xi| *xi += shift);
     }
 
@@ -331,6 +413,26 @@ impl DeflationOps for RankDeflation<'_> {
         let mut s = [v.iter().map(|x| x.abs()).sum()];
         self.comm.sum(&mut s);
         s[0]
+    }
+}
+
+/// Collective: every rank learns whether one failed its part of a set-up,
+/// so that none waits in a later reduction for a rank that gave up. Returns
+/// this rank's result, or an error naming the first rank that failed.
+pub fn agree<T>(comm: &dyn Communicator, built: Result<T, SolveError>) -> Result<T, SolveError> {
+    let mut failed = vec![0.0; comm.size()];
+    failed[comm.rank()] = f64::from(u8::from(built.is_err()));
+    comm.merge(&mut failed);
+    match built {
+        Err(e) => Err(e),
+        Ok(_) if failed.iter().any(|&f| f != 0.0) => {
+            let rank = failed.iter().position(|&f| f != 0.0).unwrap_or_default();
+            Err(SolveError::InvalidControls(format!(
+                "rank {rank} could not set up its part of the distributed solve (its log \
+                 says why)"
+            )))
+        }
+        Ok(built) => Ok(built),
     }
 }
 
@@ -420,9 +522,7 @@ pub fn solve_pcg_distributed_deflated(
         Deflation::None => pcg(&backend, &b, &mut x_work, controls, field)?,
         Deflation::Subdomains => {
             let ops = RankDeflation::new(local, comm)?;
-            let deflated = Deflated::new(&backend, &ops);
-            deflated.correct_initial_guess(&b, &mut x_work)?;
-            pcg(&deflated, &b, &mut x_work, controls, field)?
+            deflated_pcg(&backend, &ops, &b, &mut x_work, controls, field)?.0
         }
     };
     x.copy_from_slice(&x_work);

@@ -58,7 +58,7 @@ use super::{
 };
 use crate::parallel::collective::{agreed, broadcast_bytes, join_failed, Collective, RankFailure};
 use crate::parallel::Communicator;
-use crate::solve::{pcg, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{SolveError, SolverControls, SolverPerformance};
 
 /// Bytes of an NCCL unique id.
 const ID_BYTES: usize = 128;
@@ -439,24 +439,27 @@ impl<'g> MultiGpuBackend<'g> {
         }
     }
 
-    /// PCG from `x` (uploaded initial guess) for `b`, then the whole solution
+    /// PCG (deflated by `deflation` where given) from `x` (uploaded initial
+    /// guess) for `b`, then the whole solution
     /// (every rank's rows, on every rank of a distributed run). On a rank of
     /// a distributed run the ranks agree on the outcome: a rank whose device
     /// failed makes every rank return its error ("rank K failed: ...")
     /// rather than the NaN sums the others saw.
     pub fn solve_agreed(
         &self,
+        deflation: Option<&super::MultiGpuDeflation>,
         b: &MultiVector,
         x: &mut MultiVector,
         controls: &SolverControls,
         field: &str,
     ) -> Result<(SolverPerformance, Vec<f64>), SolveError> {
-        let solved = pcg(self, b, x, controls, field).and_then(|perf| {
-            let whole = self
-                .download(x)
-                .map_err(|e| SolveError::Device(e.to_string()))?;
-            Ok((perf, whole))
-        });
+        let solved =
+            super::pcg_over_ranks(self, deflation, b, x, controls, field).and_then(|perf| {
+                let whole = self
+                    .download(x)
+                    .map_err(|e| SolveError::Device(e.to_string()))?;
+                Ok((perf, whole))
+            });
         let Some(peers) = &self.peers else {
             return solved;
         };
