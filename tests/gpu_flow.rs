@@ -103,7 +103,7 @@ fn gpu_momentum_pbicgstab_gives_the_cpu_poiseuille_flow() {
 /// cavity, and the two runs agree to the solver tolerance. The CPU half runs
 /// without a device too.
 #[test]
-fn gamg_pressure_solve_gives_the_dic_cavity_on_the_cpu_and_the_device_loop() {
+fn gamg_pressure_solve_gives_the_dic_cavity_on_the_cpu_and_the_gpu() {
     use fvpoisson::solve::amg::AmgSettings;
     let controls = SolverControls {
         tolerance: 1e-12,
@@ -152,7 +152,7 @@ fn gamg_pressure_solve_gives_the_dic_cavity_on_the_cpu_and_the_device_loop() {
     let on_gpu = run(case, 5000, adjust, &mut device, None).unwrap();
     let (du, dp) = max_difference(&on_cpu, &on_gpu);
     println!(
-        "device loop GAMG-PCG: {on_gpu}\nagainst the CPU: U {du:.3e}, p {dp:.3e}; ms per outer \
+        "GPU GAMG-PCG: {on_gpu}\nagainst the CPU: U {du:.3e}, p {dp:.3e}; ms per outer \
          iteration CPU {:.3} GPU {:.3}",
         1e3 * on_cpu.seconds_per_iteration,
         1e3 * on_gpu.seconds_per_iteration

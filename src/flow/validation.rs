@@ -20,9 +20,7 @@ use super::simple::{IterationReport, PressureSolve, ResidualControl, Simple, Sim
 use super::{FlowError, VectorValues, VelocityCondition};
 use crate::fvm::{BoundaryCondition, PatchValues};
 use crate::gpu::amg::gpu_amg_settings;
-use crate::gpu::assembly::AssemblyError;
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
-use crate::gpu::simple::{DeviceFlowError, DevicePressureSolver, DeviceSimple};
 use crate::gpu::Gpu;
 use crate::mesh::{self, Geometry, Mesh, Vec3};
 use crate::solve::amg::AmgSettings;
@@ -37,12 +35,10 @@ use std::time::{Duration, Instant};
 
 /// Where the pressure equation is solved: PCG with DIC on the CPU, or the
 /// GPU's fused Jacobi-PCG (either with AMG instead:
-/// [`PressureSolver::with_amg`]). On the GPU the SIMPLE loop runs there
-/// ([`crate::gpu::simple::DeviceSimple`]: the pressure matrix assembled on
-/// the device, p resident) where the device assembly handles the mesh; else
-/// (and for the potential flow) the matrix is assembled on the CPU and
-/// uploaded each outer iteration, p uploaded as the warm start and read
-/// back.
+/// [`PressureSolver::with_amg`]); on the GPU the matrix is assembled on the
+/// CPU and uploaded each outer iteration, p uploaded as the warm start and
+/// read back. (`run --device gpu` of a flow case runs the whole loop on the
+/// device: [`crate::gpu::simple::DeviceSimple`].)
 #[derive(Clone, Copy)]
 pub enum PressureDevice<'g> {
     Cpu,
@@ -440,49 +436,11 @@ pub fn run(
         vec![0.0; n_cells],
     )?;
     let start = Instant::now();
-    let on_device = match (case, &pressure_solver.gpu) {
-        (FlowCase::Cylinder { .. }, _) | (_, None) => None,
-        (_, Some(gpu)) => {
-            let amg = pressure_solver.amg.as_ref().map(gpu_amg_settings);
-            let solver = DevicePressureSolver {
-                jacobi: amg.is_none(),
-                controls: pressure_solver.controls,
-                amg,
-            };
-            let device = |e: AssemblyError| FlowError::Solve {
-                field: "p".into(),
-                source: SolveError::Device(e.to_string()),
-            };
-            match DeviceSimple::new(gpu.gpu(), &simple, solver) {
-                Ok(mut device_loop) => {
-                    let reports = device_loop
-                        .run(&mut simple, max_iterations, |_| false, |_, _| Ok(()))
-                        .map_err(|e| match e {
-                            DeviceFlowError::Flow(e) => e,
-                            DeviceFlowError::Assembly(e) => device(e),
-                        })?;
-                    pressure_solver.elapsed +=
-                        Duration::from_secs_f64(device_loop.phase_seconds().solve);
-                    Some(reports)
-                }
-                Err(AssemblyError::Unsupported(why)) => {
-                    log::info!("{why}: the pressure equation is assembled on the CPU");
-                    None
-                }
-                Err(e) => return Err(device(e)),
-            }
-        }
-    };
-    let reports = match on_device {
-        Some(reports) => reports,
-        None => {
-            let solve_pressure: &mut PressureSolve<'_> =
-                &mut |a, b, p, _last| pressure_solver.solve(a, b, p);
-            match case {
-                FlowCase::Cylinder { .. } => vec![simple.potential_flow(solve_pressure)?],
-                _ => simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?,
-            }
-        }
+    let solve_pressure: &mut PressureSolve<'_> =
+        &mut |a, b, p, _last| pressure_solver.solve(a, b, p);
+    let reports = match case {
+        FlowCase::Cylinder { .. } => vec![simple.potential_flow(solve_pressure)?],
+        _ => simple.run(max_iterations, solve_pressure, |_, _| Ok(()))?,
     };
     let iterations = reports.len().max(1) as f64;
     let seconds_per_iteration = start.elapsed().as_secs_f64() / iterations;
