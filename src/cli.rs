@@ -1170,10 +1170,13 @@ struct BenchArgs {
 
 /// `bench`: see `gpu::bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    if args.multi_gpu {
-        let (strong, weak) = match args.quick {
-            true => (vec![64], 48),
-            false => (args.multi_strong, args.multi_weak),
+    if args.multi_gpu || args.rank_loop {
+        // --rank-loop measures strong scaling only.
+        let (strong, weak) = match (args.quick, args.multi_gpu) {
+            (true, true) => (vec![64], 48),
+            (true, false) => (vec![64], 0),
+            (false, true) => (args.multi_strong, args.multi_weak),
+            (false, false) => (args.multi_strong, 0),
         };
         let settings = crate::gpu::multi_bench::MultiBenchSettings {
             gpus: args.gpus,
@@ -1184,33 +1187,11 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             slice_height: args.slice_height,
             single_reduction: !args.multi_two_reductions,
         };
-        let (report, markdown) = crate::gpu::multi_bench::run(&settings)?;
-        print!("{}", crate::gpu::bench::table(&report));
-        println!("\n{markdown}");
-        if args.json {
-            println!("{}", crate::gpu::bench::json(&report));
-        }
-        return Ok(());
-    }
-    if args.rank_loop {
-        let settings = crate::gpu::multi_bench::MultiBenchSettings {
-            gpus: args.gpus,
-            strong: match args.quick {
-                true => vec![64],
-                false => args.multi_strong,
-            },
-            weak: 0,
-            iterations: args.multi_iterations,
-            transport: args.transport,
-            slice_height: args.slice_height,
-            single_reduction: !args.multi_two_reductions,
+        let (report, markdown) = match args.multi_gpu {
+            true => crate::gpu::multi_bench::run(&settings)?,
+            false => crate::gpu::rank_loop_bench::run(&settings)?,
         };
-        let (report, markdown) = crate::gpu::rank_loop_bench::run(&settings)?;
-        print!("{}", crate::gpu::bench::table(&report));
-        println!("\n{markdown}");
-        if args.json {
-            println!("{}", crate::gpu::bench::json(&report));
-        }
+        print_bench(&report, Some(&markdown), args.json);
         return Ok(());
     }
     if let Some(meshes) = &args.rank_deflation {
@@ -1227,57 +1208,34 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             args.slice_height,
             !args.no_cpu,
         )?;
-        let report = crate::gpu::bench::Report {
-            rows,
-            notes: Vec::new(),
-        };
-        print!("{}", crate::gpu::bench::table(&report));
-        println!("\n{markdown}");
-        if args.json {
-            println!("{}", crate::gpu::bench::json(&report));
-        }
+        let report = crate::gpu::bench::Report::of_rows(rows);
+        print_bench(&report, Some(&markdown), args.json);
         return Ok(());
     }
     let gpu = args.device.select()?;
+    let no_gpu = || anyhow::anyhow!("bench measures the GPU and there is none to use");
     if let Some(cases) = &args.eisenstat {
-        let gpu =
-            gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+        let gpu = gpu.ok_or_else(no_gpu)?;
         let cases = match cases.is_empty() {
             true => vec![crate::gpu::eisenstat_bench::DEFAULT_CASE.to_string()],
             false => cases.clone(),
         };
         let (rows, markdown) = crate::gpu::eisenstat_bench::run(&gpu, &cases, args.slice_height)?;
-        let report = crate::gpu::bench::Report {
-            rows,
-            notes: Vec::new(),
-        };
-        print!("{}", crate::gpu::bench::table(&report));
-        println!("\n{markdown}");
-        if args.json {
-            println!("{}", crate::gpu::bench::json(&report));
-        }
+        let report = crate::gpu::bench::Report::of_rows(rows);
+        print_bench(&report, Some(&markdown), args.json);
         return Ok(());
     }
     if args.preconditioners {
-        let gpu =
-            gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+        let gpu = gpu.ok_or_else(no_gpu)?;
         let cases = crate::gpu::precond_bench::default_cases(args.quick);
         let (rows, markdown) =
             crate::gpu::precond_bench::run(&gpu, &cases, args.slice_height, 512, !args.no_cpu)?;
-        let report = crate::gpu::bench::Report {
-            rows,
-            notes: Vec::new(),
-        };
-        print!("{}", crate::gpu::bench::table(&report));
-        println!("\n{markdown}");
-        if args.json {
-            println!("{}", crate::gpu::bench::json(&report));
-        }
+        let report = crate::gpu::bench::Report::of_rows(rows);
+        print_bench(&report, Some(&markdown), args.json);
         return Ok(());
     }
     if let Some(cases) = &args.device_simple {
-        let gpu =
-            gpu.ok_or_else(|| anyhow::anyhow!("bench measures the GPU and there is none to use"))?;
+        let gpu = gpu.ok_or_else(no_gpu)?;
         let cases = match cases.is_empty() {
             true => vec![crate::case::flow_bench::DEFAULT_CASE.to_string()],
             false => cases.clone(),
@@ -1287,15 +1245,8 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             false => args.amg_variant.clone(),
         };
         let (rows, markdown) = crate::case::flow_bench::run(&gpu, &cases, &amg)?;
-        let report = crate::gpu::bench::Report {
-            rows,
-            notes: Vec::new(),
-        };
-        print!("{}", crate::gpu::bench::table(&report));
-        println!("\n{markdown}");
-        if args.json {
-            println!("{}", crate::gpu::bench::json(&report));
-        }
+        let report = crate::gpu::bench::Report::of_rows(rows);
+        print_bench(&report, Some(&markdown), args.json);
         return Ok(());
     }
     let meshes = match args.quick {
@@ -1338,9 +1289,18 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
             )
         }
     };
-    print!("{}", crate::gpu::bench::table(&report));
-    if args.json {
-        println!("{}", crate::gpu::bench::json(&report));
-    }
+    print_bench(&report, None, args.json);
     Ok(())
+}
+
+/// A bench's table, then its markdown summary where it has one, then the
+/// rows as JSON with `--json`.
+fn print_bench(report: &crate::gpu::bench::Report, markdown: Option<&str>, json: bool) {
+    print!("{}", crate::gpu::bench::table(report));
+    if let Some(markdown) = markdown {
+        println!("\n{markdown}");
+    }
+    if json {
+        println!("{}", crate::gpu::bench::json(report));
+    }
 }

@@ -347,6 +347,16 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+impl Report {
+    /// A report of `rows` with no notes.
+    pub fn of_rows(rows: Vec<Row>) -> Self {
+        Self {
+            rows,
+            notes: Vec::new(),
+        }
+    }
+}
+
 /// A file name for a case spec (`box:64x64x64:tet` → `box_64x64x64_tet`).
 pub fn case_file_stem(spec: &str) -> String {
     spec.chars()
