@@ -243,24 +243,35 @@ fn measure(
     })
 }
 
-/// The `--multi-gpu` rows, and the summary table printed last (markdown).
-pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
+/// The GPU counts of `requested` from `least` up to the devices present, the
+/// devices the largest needs (opened), and a note for each count skipped
+/// (`why` says what a count below `least` lacks).
+pub(super) fn gpu_counts(
+    requested: &[usize],
+    least: usize,
+    why: &str,
+) -> anyhow::Result<(Vec<usize>, Vec<Gpu>, Vec<String>)> {
     let available = Gpu::device_count()?;
     let mut notes = Vec::new();
-    let counts: Vec<usize> = settings
-        .gpus
+    let counts: Vec<usize> = requested
         .iter()
         .copied()
         .filter(|&g| {
-            let ok = g >= 1 && g <= available;
+            let ok = (least.max(1)..=available).contains(&g);
             if !ok {
-                notes.push(format!("{g} GPUs skipped: {available} present"));
+                notes.push(format!("{g} GPUs skipped: {why}{available} present"));
             }
             ok
         })
         .collect();
     let most = counts.iter().copied().max().unwrap_or(0);
-    let devices: Vec<Gpu> = (0..most).map(Gpu::on_device).collect::<Result<_, _>>()?;
+    let devices = (0..most).map(Gpu::on_device).collect::<Result<_, _>>()?;
+    Ok((counts, devices, notes))
+}
+
+/// The `--multi-gpu` rows, and the summary table printed last (markdown).
+pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
+    let (counts, devices, notes) = gpu_counts(&settings.gpus, 1, "")?;
     let mut rows = Vec::new();
     let mut table = String::from(
         "| scaling | cells | GPUs | host loop ms/it. | efficiency | comm. share | ms/it. NCCL \

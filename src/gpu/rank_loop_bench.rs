@@ -15,12 +15,12 @@
 use std::time::Instant;
 
 use super::bench::{controls, Report, Row};
-use super::multi::{box_slabs, MultiGpuBackend, MultiGpuOptions};
+use super::multi::{box_slabs, MultiGpuBackend, MultiGpuOptions, MultiVector};
 use super::multi_bench::{time_fixed_counts, MultiBenchSettings};
 use super::Gpu;
 use crate::parallel::threads::run_threads;
 use crate::parallel::Communicator;
-use crate::solve::pcg;
+use crate::solve::{pcg, SolveError, SolverPerformance};
 use crate::sparse::distribute::Decomposition;
 use crate::sparse::testing::grid_laplacian;
 use crate::sparse::Csr;
@@ -47,12 +47,25 @@ fn one_process(
     count: usize,
 ) -> anyhow::Result<Timing> {
     let backend = MultiGpuBackend::new(gpus, a, d, options)?;
+    timed(&backend, b, count, |b, x| {
+        pcg(&backend, b, x, &controls(), "p")
+    })
+}
+
+/// `count` iterations after a warm-up timed on `backend` for `b`, then one
+/// timed `solve` from x = 0.
+fn timed(
+    backend: &MultiGpuBackend<'_>,
+    b: &[f64],
+    count: usize,
+    solve: impl FnOnce(&MultiVector, &mut MultiVector) -> Result<SolverPerformance, SolveError>,
+) -> anyhow::Result<Timing> {
     let b_dev = backend.upload(b)?;
-    let ms_per_iteration = time_fixed_counts(&backend, &b_dev, WARMUP, count)?;
-    let mut x = backend.upload(&vec![0.0; a.n_rows()])?;
+    let ms_per_iteration = time_fixed_counts(backend, &b_dev, WARMUP, count)?;
+    let mut x = backend.upload(&vec![0.0; b.len()])?;
     backend.synchronize()?;
     let t = Instant::now();
-    let perf = pcg(&backend, &b_dev, &mut x, &controls(), "p")?;
+    let perf = solve(&b_dev, &mut x)?;
     Ok(Timing {
         pcg_loop: backend.pcg_loop(),
         ms_per_iteration,
@@ -75,17 +88,9 @@ fn on_ranks(
         let gpu = &gpus[comm.rank()];
         let run = || -> anyhow::Result<Timing> {
             let backend = MultiGpuBackend::for_rank(gpu, a, d, comm, options)?;
-            let b_dev = backend.upload(b)?;
-            let ms_per_iteration = time_fixed_counts(&backend, &b_dev, WARMUP, count)?;
-            let mut x = backend.upload(&vec![0.0; a.n_rows()])?;
-            backend.synchronize()?;
-            let t = Instant::now();
-            let (perf, _) = backend.solve_agreed(None, &b_dev, &mut x, &controls(), "p")?;
-            Ok(Timing {
-                pcg_loop: backend.pcg_loop(),
-                ms_per_iteration,
-                solve_ms: t.elapsed().as_secs_f64() * 1e3,
-                iterations: perf.iterations,
+            timed(&backend, b, count, |b, x| {
+                let (perf, _) = backend.solve_agreed(None, b, x, &controls(), "p")?;
+                Ok(perf)
             })
         };
         let timing = run().map_err(|e| format!("{e:#}"));
@@ -101,24 +106,8 @@ fn on_ranks(
 
 /// The `--rank-loop` rows, and the summary table printed last (markdown).
 pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
-    let available = Gpu::device_count()?;
-    let mut notes = Vec::new();
-    let counts: Vec<usize> = settings
-        .gpus
-        .iter()
-        .copied()
-        .filter(|&g| {
-            let ok = (2..=available).contains(&g);
-            if !ok {
-                notes.push(format!(
-                    "{g} GPUs skipped: ranks need 2 or more, {available} present"
-                ));
-            }
-            ok
-        })
-        .collect();
-    let most = counts.iter().copied().max().unwrap_or(0);
-    let devices: Vec<Gpu> = (0..most).map(Gpu::on_device).collect::<Result<_, _>>()?;
+    let (counts, devices, notes) =
+        super::multi_bench::gpu_counts(&settings.gpus, 2, "ranks need 2 or more, ")?;
     let mut rows = Vec::new();
     let mut table = String::from(
         "| cells | GPUs | one process ms/it. | ranks NCCL loop ms/it. | vs one process | ranks \
