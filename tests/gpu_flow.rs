@@ -1,30 +1,52 @@
 //! The SIMPLE cavity with the pressure equation solved on the GPU (fused
-//! Jacobi-PCG, warm-started from the current p; `validation::run` runs it
-//! through the device loop, `gpu::simple::DeviceSimple`) against the same run
-//! with the CPU's PCG: the converged fields agree to the solver tolerance. Skips
-//! without a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
+//! Jacobi-PCG on the host-assembled matrix, warm-started from the current p)
+//! against the same run with the CPU's PCG: the converged fields agree to the
+//! solver tolerance. Skips without a CUDA device (`FVPOISSON_REQUIRE_GPU=1`
+//! makes that a failure).
 
 use fvpoisson::flow::validation::{run, FlowCase, FlowValidation, PressureDevice, PressureSolver};
 use fvpoisson::flow::{ResidualControl, SimpleSettings};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::SolverControls;
 
+/// PCG to 1e-12 (absolute) for p.
+fn pressure_controls() -> SolverControls {
+    SolverControls {
+        tolerance: 1e-12,
+        rel_tol: 0.0,
+        ..SolverControls::default()
+    }
+}
+
+/// SIMPLEC, U relaxed by 0.9, p not, residual control 1e-9.
+fn tight_simplec(s: &mut SimpleSettings) {
+    s.consistent = true;
+    s.relaxation_u = 0.9;
+    s.relaxation_p = 1.0;
+    s.residual_control = ResidualControl { u: 1e-9, p: 1e-9 };
+}
+
+/// max |U_a − U_b| and max |p_a − p_b|.
+fn max_difference(a: &FlowValidation, b: &FlowValidation) -> (f64, f64) {
+    let du =
+        a.u.iter()
+            .zip(&b.u)
+            .map(|(x, y)| (x - y).norm())
+            .fold(0.0, f64::max);
+    let dp =
+        a.p.iter()
+            .zip(&b.p)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+    (du, dp)
+}
+
 #[test]
 fn gpu_pressure_solve_gives_the_cpu_cavity() {
     let Some(gpu) = test_device() else {
         return;
     };
-    let controls = SolverControls {
-        tolerance: 1e-12,
-        rel_tol: 0.0,
-        ..SolverControls::default()
-    };
-    let adjust = |s: &mut SimpleSettings| {
-        s.consistent = true;
-        s.relaxation_u = 0.9;
-        s.relaxation_p = 1.0;
-        s.residual_control = ResidualControl { u: 1e-9, p: 1e-9 };
-    };
+    let (controls, adjust) = (pressure_controls(), tight_simplec);
     let case = FlowCase::Cavity {
         reynolds: 100,
         n: 64,
@@ -35,18 +57,7 @@ fn gpu_pressure_solve_gives_the_cpu_cavity() {
     let on_gpu = run(case, 5000, adjust, &mut gpu_solver, None).unwrap();
     println!("CPU: {on_cpu}");
     println!("GPU: {on_gpu}");
-    let du = on_cpu
-        .u
-        .iter()
-        .zip(&on_gpu.u)
-        .map(|(a, b)| (a - b).norm())
-        .fold(0.0, f64::max);
-    let dp = on_cpu
-        .p
-        .iter()
-        .zip(&on_gpu.p)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+    let (du, dp) = max_difference(&on_cpu, &on_gpu);
     println!(
         "max |U_cpu - U_gpu| = {du:.3e}, max |p_cpu - p_gpu| = {dp:.3e}; iterations CPU {} GPU {}; \
          ms per outer iteration CPU {:.3} (pressure {:.3}) GPU {:.3} (pressure {:.3})",
@@ -98,24 +109,14 @@ fn gpu_momentum_pbicgstab_gives_the_cpu_poiseuille_flow() {
 }
 
 /// `validate-flow --gamg`: p by PCG with the AMG preconditioner, on the CPU
-/// and in the device loop (AMG-PCG on the resident matrix, re-set-up each
-/// outer iteration): both pass Ghia, reach the DIC-PCG run's converged
+/// and on the GPU (the GPU's AMG-PCG on the host-assembled matrix): both pass
+/// Ghia, reach the DIC-PCG run's converged
 /// cavity, and the two runs agree to the solver tolerance. The CPU half runs
 /// without a device too.
 #[test]
 fn gamg_pressure_solve_gives_the_dic_cavity_on_the_cpu_and_the_gpu() {
     use fvpoisson::solve::amg::AmgSettings;
-    let controls = SolverControls {
-        tolerance: 1e-12,
-        rel_tol: 0.0,
-        ..SolverControls::default()
-    };
-    let adjust = |s: &mut SimpleSettings| {
-        s.consistent = true;
-        s.relaxation_u = 0.9;
-        s.relaxation_p = 1.0;
-        s.residual_control = ResidualControl { u: 1e-9, p: 1e-9 };
-    };
+    let (controls, adjust) = (pressure_controls(), tight_simplec);
     let case = FlowCase::Cavity {
         reynolds: 100,
         n: 32,
@@ -123,19 +124,6 @@ fn gamg_pressure_solve_gives_the_dic_cavity_on_the_cpu_and_the_gpu() {
     let amg = AmgSettings {
         coarsest_rows: 50,
         ..AmgSettings::default()
-    };
-    let max_difference = |a: &FlowValidation, b: &FlowValidation| {
-        let du =
-            a.u.iter()
-                .zip(&b.u)
-                .map(|(x, y)| (x - y).norm())
-                .fold(0.0, f64::max);
-        let dp =
-            a.p.iter()
-                .zip(&b.p)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0, f64::max);
-        (du, dp)
     };
     let mut dic = PressureSolver::new(PressureDevice::Cpu, controls);
     let with_dic = run(case, 5000, adjust, &mut dic, None).unwrap();
