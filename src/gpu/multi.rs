@@ -1350,67 +1350,84 @@ impl Finish {
     }
 }
 
-/// sums[..count] = the first `count` sums of `m` partials each over every
-/// rank: the rank's sums (`reduce_partials`), all-reduced in place by
-/// `reduce` (none: one rank).
-fn all_sum(
-    gpu: &Gpu,
-    reduce: Option<&RankComm>,
-    sums: &mut CudaSlice<f64>,
-    partials: &CudaSlice<f64>,
-    m: usize,
-    count: usize,
-) -> Result<(), GpuError> {
-    let (m, c) = (m as i32, count as i32);
-    gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-        a.arg(&m).arg(&c).arg(partials).arg(&*sums);
-    })?;
-    if let Some(comm) = reduce {
-        comm.0
-            .all_reduce_in_place(&mut sums.slice_mut(0..count), &ReduceOp::Sum)
-            .map_err(|e| nccl("ncclAllReduce", e))?;
-    }
-    Ok(())
-}
-
-impl RankChunk<'_> {
-    /// Finishes reduction point `step` of iteration `j`: the sums over
-    /// every rank of `m` partials per sum (the vector partials, or with
-    /// `Finish::Operator` p · Ap's), then its one-block kernel. `published`:
-    /// the peer transport's kernels have already published them.
-    fn finish(&mut self, step: Finish, m: usize, j: i32, published: bool) -> Result<(), GpuError> {
+impl<'a> RankChunk<'a> {
+    /// A reduction's sums over every rank: `groups` sums of the vector
+    /// partials (`vector_grid(n_owned)` each), then with `operator` = Some(m)
+    /// the sum of the operator's first m partials. With peers they are
+    /// published (unless the halo or update kernel `published` them) and the
+    /// returned links' finish kernel gathers them; else `reduce_partials`
+    /// writes the rank's sums into `sums` and NCCL all-reduces them there.
+    fn sum_over_ranks(
+        &mut self,
+        groups: usize,
+        operator: Option<usize>,
+        published: bool,
+    ) -> Result<Option<&'a PeerLinks>, GpuError> {
         let gpu = self.gpu;
-        let LoopBuffers {
-            state,
-            records,
-            sums,
-            pq_partials,
-            ..
-        } = &mut *self.buffers;
-        let (partials, vector) = match step {
-            Finish::Operator => (&*pq_partials, None),
-            _ => (self.partials, Some((self.partials, m, step.count()))),
-        };
-        let (kernel, peer_kernel) = step.kernels();
+        let vm = vector_grid(self.n_owned) as usize;
+        let b = &mut *self.buffers;
         let comm = match &self.reduce {
             Some(ChunkReduce::Peer(peer)) => {
                 if !published {
-                    let operator = vector.is_none().then_some((partials, m));
-                    peer.publish(gpu, vector.map(vector_sums), operator, state)?;
+                    let vector = (groups > 0).then(|| vector_sums((self.partials, vm, groups)));
+                    let operator = operator.map(|m| (&b.pq_partials, m));
+                    peer.publish(gpu, vector, operator, &b.state)?;
                 }
-                return peer.finish(gpu, peer_kernel, sums, state, records, j, None);
+                return Ok(Some(*peer));
             }
             Some(ChunkReduce::Nccl(comm)) => Some(comm),
             None => None,
         };
-        all_sum(gpu, comm, sums, partials, m, step.count())?;
+        if groups > 0 {
+            let (vm, g) = (vm as i32, groups as i32);
+            gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&vm).arg(&g).arg(self.partials).arg(&b.sums);
+            })?;
+        }
+        if let Some(m) = operator {
+            let (m, tail) = (m as i32, b.sums.slice(groups..));
+            gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&m).arg(&1i32).arg(&b.pq_partials).arg(&tail);
+            })?;
+        }
+        if let Some(comm) = comm {
+            let count = groups + usize::from(operator.is_some());
+            comm.0
+                .all_reduce_in_place(&mut b.sums.slice_mut(0..count), &ReduceOp::Sum)
+                .map_err(|e| nccl("ncclAllReduce", e))?;
+        }
+        Ok(None)
+    }
+
+    /// Finishes reduction point `step` of iteration `j` (the two-reduction
+    /// form): the sums over every rank (`sum_over_ranks`; `m` partials of
+    /// p · Ap with `Finish::Operator`), then its one-block kernel.
+    fn finish(&mut self, step: Finish, m: usize, j: i32, published: bool) -> Result<(), GpuError> {
+        let (groups, operator) = match step {
+            Finish::Operator => (0, Some(m)),
+            _ => (step.count(), None),
+        };
+        let peer = self.sum_over_ranks(groups, operator, published)?;
+        let (kernel, peer_kernel) = step.kernels();
+        let b = &*self.buffers;
+        if let Some(peer) = peer {
+            return peer.finish(
+                self.gpu,
+                peer_kernel,
+                &b.sums,
+                &b.state,
+                &b.records,
+                j,
+                None,
+            );
+        }
         let flag = step.flag();
-        gpu.launch(kernel, 1, 32, 0, |a| {
-            a.arg(&1i32).arg(&*sums);
+        self.gpu.launch(kernel, 1, 32, 0, |a| {
+            a.arg(&1i32).arg(&b.sums);
             if let Some(f) = &flag {
                 a.arg(f);
             }
-            a.arg(&*state).arg(&*records).arg(&j);
+            a.arg(&b.state).arg(&b.records).arg(&j);
         })
     }
 
@@ -1424,47 +1441,27 @@ impl RankChunk<'_> {
         j: i32,
         published: bool,
     ) -> Result<(), GpuError> {
-        let gpu = self.gpu;
-        let vm = vector_grid(self.n_owned) as usize;
         let prologue = groups == 1;
-        let LoopBuffers {
-            state,
-            records,
-            sums,
-            pq_partials,
-            ..
-        } = &mut *self.buffers;
-        let comm = match &self.reduce {
-            Some(ChunkReduce::Peer(peer)) => {
-                if !published {
-                    let vector = vector_sums((self.partials, vm, groups));
-                    peer.publish(gpu, Some(vector), Some((pq_partials, m)), state)?;
-                }
-                let step = "peer_finish_single";
-                return peer.finish(gpu, step, sums, state, records, j, Some(prologue));
-            }
-            Some(ChunkReduce::Nccl(comm)) => Some(comm),
-            None => None,
-        };
-        let (vm32, g32, m32) = (vm as i32, groups as i32, m as i32);
-        gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-            a.arg(&vm32).arg(&g32).arg(self.partials).arg(&*sums);
-        })?;
-        let tail = sums.slice(groups..);
-        gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-            a.arg(&m32).arg(&1i32).arg(&*pq_partials).arg(&tail);
-        })?;
-        if let Some(comm) = comm {
-            comm.0
-                .all_reduce_in_place(&mut sums.slice_mut(0..groups + 1), &ReduceOp::Sum)
-                .map_err(|e| nccl("ncclAllReduce", e))?;
+        let peer = self.sum_over_ranks(groups, Some(m), published)?;
+        let b = &*self.buffers;
+        if let Some(peer) = peer {
+            let step = "peer_finish_single";
+            return peer.finish(
+                self.gpu,
+                step,
+                &b.sums,
+                &b.state,
+                &b.records,
+                j,
+                Some(prologue),
+            );
         }
         let prologue = i32::from(prologue);
-        gpu.launch("cg_finish_single", 1, 32, 0, |a| {
+        self.gpu.launch("cg_finish_single", 1, 32, 0, |a| {
             a.arg(&prologue)
-                .arg(&*sums)
-                .arg(&*state)
-                .arg(&*records)
+                .arg(&b.sums)
+                .arg(&b.state)
+                .arg(&b.records)
                 .arg(&j);
         })
     }
