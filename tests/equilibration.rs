@@ -185,6 +185,7 @@ fn equilibration_cuts_iterations_on_a_badly_scaled_matrix() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_equilibrated_solves_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let plain = (PreconditionerKind::Jacobi, EquilibrationKind::None);

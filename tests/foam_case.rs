@@ -23,25 +23,10 @@ fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-/// A scratch copy of shipped case `name` (runs write into the case directory).
+/// A scratch copy of shipped case `name`'s inputs (runs write into the case
+/// directory, and a user's runs may have written there already).
 fn copy_case(name: &str, tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fvpoisson_foamcase_{}_{tag}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    copy_dir(&repo(&format!("cases/{name}")), &dir);
-    dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
+    common::case_inputs_copy(&format!("cases/{name}"), tag)
 }
 
 fn read(dir: &Path) -> OpenFoamCase {
@@ -73,7 +58,7 @@ fn max_difference_to_openfoam(setup: &CaseSetup, reference: &str) -> f64 {
 
 #[test]
 fn skew_case_maps_and_matches_openfoam() {
-    let dir = repo("cases/laplacian_foam_skew");
+    let dir = copy_case("laplacian_foam_skew", "read_skew");
     let case = read(&dir);
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let s = &case.setup;
@@ -117,7 +102,7 @@ fn skew_case_maps_and_matches_openfoam() {
 
 #[test]
 fn source_case_maps_and_matches_openfoam() {
-    let dir = repo("cases/laplacian_foam_source");
+    let dir = copy_case("laplacian_foam_source", "read_source");
     let case = read(&dir);
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let s = &case.setup;
@@ -164,7 +149,7 @@ fn source_case_maps_and_matches_openfoam() {
 
 #[test]
 fn steady_case_maps_and_matches_openfoam() {
-    let dir = repo("cases/laplacian_foam_steady");
+    let dir = copy_case("laplacian_foam_steady", "read_steady");
     let case = read(&dir);
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let s = &case.setup;

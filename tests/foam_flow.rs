@@ -3,6 +3,8 @@
 //! directories (U, p, phi) read back and conserve mass, and bad entries are
 //! named with file and line.
 
+mod common;
+
 use fvpoisson::case::flow_case::{
     is_flow_case, read_flow_case, run_flow_case, run_flow_case_with_mesh,
 };
@@ -18,25 +20,12 @@ fn shipped() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/cavity_foam")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// A copy of the shipped case in a fresh temporary directory.
 fn case_copy(name: &str) -> PathBuf {
     let dir =
         std::env::temp_dir().join(format!("fvpoisson_foam_flow_{name}_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(&shipped(), &dir);
+    common::copy_case_inputs(&shipped(), &dir);
     dir
 }
 
@@ -401,6 +390,7 @@ fn command_line_runs_the_shipped_case() {
 /// gpu`) reach the CPU's fields; skips without a CUDA device
 /// (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn cavity_foam_on_the_gpu_gives_the_cpu_fields() {
     let Some(gpu) = fvpoisson::gpu::test_device() else {
         return;

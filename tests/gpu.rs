@@ -42,6 +42,7 @@ fn check_formats(gpu: &Gpu, name: &str, a: &Csr, seed: u64) {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn spmv_formats_match_csr_on_random_matrices() {
     let Some(gpu) = test_device() else { return };
     for (n, seed) in [(1, 1), (1000, 2), (100_003, 3)] {
@@ -55,6 +56,7 @@ fn spmv_formats_match_csr_on_random_matrices() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn spmv_formats_match_csr_on_fvm_matrices() {
     let Some(gpu) = test_device() else { return };
     for spec in ["box:20x20x20", "box:12x12x12:tet:perturb=0.2:renumber"] {
@@ -72,6 +74,7 @@ fn controls() -> SolverControls {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_pcg_matches_cpu_pcg() {
     let Some(gpu) = test_device() else { return };
     for spec in ["box:16x16x16", "box:10x10x10:tet:perturb=0.2:renumber"] {
@@ -121,6 +124,7 @@ fn gpu_pcg_matches_cpu_pcg() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
     let Some(gpu) = test_device() else { return };
     for spec in ["box:24x24x24", "box:12x12x12:tet:perturb=0.2:renumber"] {
@@ -174,6 +178,7 @@ fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn cusparse_spmv_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let lib = match Cusparse::load(&gpu) {
@@ -268,6 +273,7 @@ impl CgBackend for StepByStep<'_, '_> {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_steps_one_at_a_time_match_the_fused_loop() {
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:8x9x10:tet:perturb=0.1").unwrap();
@@ -372,6 +378,7 @@ fn check_launch_modes(
 /// more than 1024 partials per reduction (the last block of a 256- or
 /// 32-thread grid adds several per lane, the one-block kernel's order).
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn launch_modes_give_the_same_bits() {
     let Some(gpu) = test_device() else { return };
     let stopping = [
@@ -416,6 +423,7 @@ fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn out_of_memory_is_a_clear_error_and_the_device_still_works() {
     let Some(gpu) = test_device() else { return };
     let (_, total) = gpu.memory().unwrap();

@@ -215,6 +215,7 @@ fn compare_hierarchies(what: &str, amg: &DeviceAmg, cpu: &Hierarchy, csr: &Csr) 
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn setup_gives_the_cpu_aggregates_and_coarse_matrices() {
     let Some(gpu) = test_device() else { return };
     let settings = test_settings();
@@ -249,6 +250,7 @@ fn setup_gives_the_cpu_aggregates_and_coarse_matrices() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn one_cycle_matches_the_cpu_cycle() {
     let Some(gpu) = test_device() else { return };
     println!("{:<44} {:<50} {:>9}", "system", "settings", "max diff");
@@ -297,6 +299,7 @@ fn one_cycle_matches_the_cpu_cycle() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn the_mixed_precision_cycle_matches_the_cpu_mixed_cycle() {
     let Some(gpu) = test_device() else { return };
     println!(
@@ -340,6 +343,7 @@ fn the_mixed_precision_cycle_matches_the_cpu_mixed_cycle() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn the_profiled_set_up_names_its_phases() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:24x24x24").unwrap();
@@ -378,6 +382,7 @@ fn the_profiled_set_up_names_its_phases() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn the_mixed_cycle_moves_fewer_bytes() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:32x32x32").unwrap();
@@ -412,6 +417,7 @@ fn the_mixed_cycle_moves_fewer_bytes() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls {
@@ -524,6 +530,7 @@ fn new_values(a: &Csr, seed: u64) -> Csr {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn value_update_equals_a_fresh_setup() {
     let Some(gpu) = test_device() else { return };
     let settings = test_settings();
@@ -575,6 +582,7 @@ fn value_update_equals_a_fresh_setup() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_cuda_graph_captures_the_cycle() {
     let Some(gpu) = test_device() else { return };
     if gpu.syncs_each_launch() {
@@ -636,6 +644,7 @@ fn coarsest_systems() -> Vec<System> {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn the_coarsest_operator_matches_the_cpu_solve_at_every_panel_count() {
     let Some(gpu) = test_device() else { return };
     println!(
@@ -670,6 +679,7 @@ fn the_coarsest_operator_matches_the_cpu_solve_at_every_panel_count() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn an_indefinite_coarsest_matrix_is_a_clear_error_at_set_up_and_update() {
     let Some(gpu) = test_device() else { return };
     // Off-diagonals tripled: positive diagonal, no longer positive definite.
@@ -702,6 +712,7 @@ fn an_indefinite_coarsest_matrix_is_a_clear_error_at_set_up_and_update() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn unsupported_settings_are_clear_errors() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:8x8x8").unwrap();
@@ -723,6 +734,7 @@ fn unsupported_settings_are_clear_errors() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn solve_with_runs_the_gpu_amg_like_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls {

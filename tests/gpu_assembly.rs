@@ -138,6 +138,7 @@ fn compare(
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_assembly_equals_cpu_assembly_on_real_meshes() {
     let Some(gpu) = test_device() else { return };
     use GradScheme::{GaussLinear as Gauss, LeastSquares as Ls};
@@ -272,6 +273,7 @@ fn gpu_assembly_equals_cpu_assembly_on_real_meshes() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:12x12x12:tet:perturb=0.2:renumber");
@@ -306,6 +308,7 @@ fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:10x9x8:perturb=0.25");
@@ -366,6 +369,7 @@ fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_implicit_source_and_explicit_product_match_the_cpu_arithmetic() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("meshes/foam/warped");
@@ -400,6 +404,7 @@ fn gpu_implicit_source_and_explicit_product_match_the_cpu_arithmetic() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:16x16x16:tet:perturb=0.2:renumber");
@@ -454,6 +459,7 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn backend_on_a_resident_matrix_equals_the_uploaded_backend() {
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:10x11x12:tet:perturb=0.2").unwrap();
@@ -504,6 +510,7 @@ fn run_shipped(name: &str, device: Device, tag: &str) -> RunSummary {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_runs_of_the_shipped_cases_match_the_cpu_runs() {
     let Some(gpu) = test_device() else { return };
     for name in [

@@ -59,6 +59,7 @@ fn differing(a: &[f64], b: &[f64]) -> usize {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn factors_applications_and_sweeps_equal_the_cpu_bit_for_bit() {
     let Some(gpu) = test_device() else { return };
     for h in [64, 256] {
@@ -154,6 +155,7 @@ fn f32_application(a: &Csr, inner: InnerSolver, h: usize, r: &[f64]) -> Vec<f64>
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn mixed_precision_application_equals_an_f32_evaluation() {
     let Some(gpu) = test_device() else { return };
     let h = 256;
@@ -188,6 +190,7 @@ fn mixed_precision_application_equals_an_f32_evaluation() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_with_block_ic_takes_the_cpu_iterations_and_mixed_reaches_the_tolerance() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls::absolute(1e-9, 2000);
@@ -257,6 +260,7 @@ fn pcg_with_block_ic_takes_the_cpu_iterations_and_mixed_reaches_the_tolerance() 
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_gershgorin_equals_the_host_bound() {
     let Some(gpu) = test_device() else { return };
     for (name, a) in systems(256) {
@@ -273,6 +277,7 @@ fn device_gershgorin_equals_the_host_bound() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn block_ic_breakdown_is_the_cpu_error() {
     let Some(gpu) = test_device() else { return };
     // [2 -3; -3 2]: positive diagonal, indefinite; one block.
@@ -298,6 +303,7 @@ fn block_ic_breakdown_is_the_cpu_error() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn mixed_level_scheduled_ic_equals_an_f32_evaluation_and_converges() {
     use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
     use fvpoisson::gpu::pcg::GpuCgBackend;
@@ -392,6 +398,7 @@ fn cpu_block_ic_pcg_lies_between_jacobi_and_full_incomplete_cholesky() {
 /// Mixed-precision weighted and L1 Jacobi as PCG preconditioners: the f32
 /// sweeps equal a host f32 evaluation, PCG reaches the same tolerance.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn mixed_jacobi_preconditioners_equal_an_f32_evaluation_and_converge() {
     use fvpoisson::gpu::smooth::{
         DevicePreconditioner, DeviceSmoother, DeviceSmootherPreconditioner,
@@ -478,6 +485,7 @@ fn mixed_jacobi_preconditioners_equal_an_f32_evaluation_and_converge() {
 /// preconditioner: equal to a host f32 evaluation with the same colouring,
 /// PCG reaches the same tolerance.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn mixed_multicolour_gauss_seidel_equals_an_f32_evaluation_and_converges() {
     use fvpoisson::gpu::smooth::{
         DevicePreconditioner, DeviceSmoother, DeviceSmootherPreconditioner,

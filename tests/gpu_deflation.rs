@@ -61,6 +61,7 @@ fn test_vector(n: usize, seed: u64) -> Vec<f64> {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn neumann_applications_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     for (name, a, _) in systems() {
@@ -88,6 +89,7 @@ fn neumann_applications_match_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn coarse_matrix_and_projections_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     for (name, a, subdomains) in systems() {
@@ -171,6 +173,7 @@ fn coarse_matrix_and_projections_match_the_cpu() {
 const FIXED_STEPS: usize = 10;
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn deflated_iterates_and_solves_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     // Few enough steps that no system reaches rounding level first (a

@@ -60,6 +60,7 @@ fn colour_contiguous(a: &Csr, b: &[f64]) -> (Csr, Colouring, Vec<f64>) {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn eisenstat_sgs_matches_the_cpu_on_the_same_colouring() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls::absolute(1e-8, 2000);
@@ -193,6 +194,7 @@ fn eisenstat_sgs_matches_the_cpu_on_the_same_colouring() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls::absolute(1e-8, 2000);
@@ -259,6 +261,7 @@ fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn bad_diagonals_are_errors_on_the_gpu() {
     let Some(gpu) = test_device() else { return };
     // Symmetric, row 1's diagonal negative.

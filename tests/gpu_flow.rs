@@ -42,6 +42,7 @@ fn max_difference(a: &FlowValidation, b: &FlowValidation) -> (f64, f64) {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_pressure_solve_gives_the_cpu_cavity() {
     let Some(gpu) = test_device() else {
         return;
@@ -80,6 +81,7 @@ fn gpu_pressure_solve_gives_the_cpu_cavity() {
 /// same run on the CPU: both pass the validation and take the same number of outer
 /// iterations (±5).
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_momentum_pbicgstab_gives_the_cpu_poiseuille_flow() {
     use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
     use fvpoisson::case::Device;
@@ -114,6 +116,7 @@ fn gpu_momentum_pbicgstab_gives_the_cpu_poiseuille_flow() {
 /// cavity, and the two runs agree to the solver tolerance. The CPU half runs
 /// without a device too.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gamg_pressure_solve_gives_the_dic_cavity_on_the_cpu_and_the_gpu() {
     use fvpoisson::solve::amg::AmgSettings;
     let (controls, adjust) = (pressure_controls(), tight_simplec);

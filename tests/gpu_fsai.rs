@@ -58,6 +58,7 @@ fn variants() -> Vec<FsaiSettings> {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn apply_equals_the_cpu_reference() {
     let Some(gpu) = test_device() else { return };
     println!("system | settings | mu | GPU vs CPU | SELL vs CPU | gated off leaves z");
@@ -108,6 +109,7 @@ fn apply_equals_the_cpu_reference() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn from_device_takes_g_and_its_transpose() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:14x14x14:tet:perturb=0.2:renumber").unwrap();
@@ -133,6 +135,7 @@ fn from_device_takes_g_and_its_transpose() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     // The CPU's row order: G depends on it.
@@ -183,6 +186,7 @@ fn pcg_matches_the_cpu() {
 /// kernels and buffers): the second solve takes the iterations of a fresh
 /// backend with the new preconditioner, not the old one's.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_new_preconditioner_replaces_the_captured_graph() {
     use fvpoisson::gpu::pcg::{GpuCgBackend, LaunchMode};
     use fvpoisson::solve::pcg;

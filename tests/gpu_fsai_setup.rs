@@ -121,6 +121,7 @@ fn check(gpu: &Gpu, name: &str, a: &Csr, s: &FsaiSettings, budget: Option<usize>
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn double_setup_equals_the_cpu_reference() {
     let Some(gpu) = test_device() else { return };
     for (name, a) in systems() {
@@ -133,6 +134,7 @@ fn double_setup_equals_the_cpu_reference() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn mixed_setup_matches_the_cpu_f32_reference() {
     let Some(gpu) = test_device() else { return };
     for (name, a) in systems() {
@@ -153,6 +155,7 @@ fn mixed_setup_matches_the_cpu_f32_reference() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn batches_give_the_same_g() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:12x12x12:tet:perturb=0.2:renumber").unwrap();
@@ -171,6 +174,7 @@ fn batches_give_the_same_g() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn bad_settings_and_matrices_are_errors() {
     let Some(gpu) = test_device() else { return };
     let (a, _) = poisson_system("box:6x6x6").unwrap();

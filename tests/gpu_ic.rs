@@ -48,6 +48,7 @@ fn systems() -> Vec<(String, Csr, Vec<f64>)> {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn factors_and_applications_equal_the_cpu_bit_for_bit() {
     let Some(gpu) = test_device() else { return };
     for (name, a, r) in systems() {
@@ -89,6 +90,7 @@ fn factors_and_applications_equal_the_cpu_bit_for_bit() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_with_gpu_incomplete_cholesky_takes_the_cpu_iterations() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls::absolute(1e-10, 2000);
@@ -122,6 +124,7 @@ fn pcg_with_gpu_incomplete_cholesky_takes_the_cpu_iterations() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn breakdown_names_the_row_in_the_callers_order() {
     let Some(gpu) = test_device() else { return };
     // [2 -3; -3 2] is symmetric with a positive diagonal but indefinite: the
@@ -168,6 +171,7 @@ fn breakdown_names_the_row_in_the_callers_order() {
 /// route): PCG reaches the f64 tolerance in about the f64 iterations, with
 /// iterates that are not the f64 path's bits.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn mixed_precision_dic_and_ic0_settings_reach_the_f32_sweeps() {
     use fvpoisson::gpu::smooth::solve_pcg_gpu_with;
     use fvpoisson::solve::Preconditioner;

@@ -118,6 +118,7 @@ fn differing(a: &[f64], b: &[f64]) -> usize {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn ilu_factors_and_sweeps_equal_the_cpu_bit_for_bit() {
     let Some(gpu) = test_device() else { return };
     for (name, a, r) in systems() {
@@ -143,6 +144,7 @@ fn ilu_factors_and_sweeps_equal_the_cpu_bit_for_bit() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn dilu_equals_the_cpu_bit_for_bit() {
     let Some(gpu) = test_device() else { return };
     for (name, a, r) in systems() {
@@ -157,6 +159,7 @@ fn dilu_equals_the_cpu_bit_for_bit() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn schwarz_equals_the_cpu_bit_for_bit() {
     let Some(gpu) = test_device() else { return };
     let specs = [
@@ -216,6 +219,7 @@ fn symmetrised(a: &Csr) -> Csr {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn zero_pivots_name_the_cpus_row() {
     let Some(gpu) = test_device() else { return };
     let a = Csr::new(
@@ -239,6 +243,7 @@ fn zero_pivots_name_the_cpus_row() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_with_device_ilu_and_as_takes_the_cpu_iterations() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls::absolute(1e-10, 2000);
@@ -286,6 +291,7 @@ fn pcg_with_device_ilu_and_as_takes_the_cpu_iterations() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gmres_and_bicgstab_with_device_ilu_converge_like_the_cpu() {
     use fvpoisson::solve::krylov::{solve_krylov, GmresSettings, KrylovMethod};
     let Some(gpu) = test_device() else { return };

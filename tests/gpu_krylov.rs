@@ -44,6 +44,7 @@ fn close_vec(what: &str, gpu: &[f64], cpu: &[f64]) {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn every_fused_step_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     for (name, a, _, b) in systems() {
@@ -144,6 +145,7 @@ fn every_fused_step_matches_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_gmres_and_bicgstab_converge_like_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let controls = SolverControls::absolute(1e-10, 3000);
@@ -206,6 +208,7 @@ fn gpu_gmres_and_bicgstab_converge_like_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_errors_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let (_, a, _, b) = systems().swap_remove(0);

@@ -90,6 +90,7 @@ fn controls() -> SolverControls {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn distributed_product_equals_the_cpu_product() {
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
@@ -123,6 +124,7 @@ fn distributed_product_equals_the_cpu_product() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
@@ -194,6 +196,7 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
 /// solution in fewer iterations than Jacobi (the blocks' orderings differ from
 /// the global one, so the count against one-rank DIC is printed, not tested).
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn block_dic_over_ranks_converges_between_dic_and_jacobi() {
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
@@ -241,6 +244,7 @@ fn block_dic_over_ranks_converges_between_dic_and_jacobi() {
 
 /// NCCL with two ranks on one device is refused with what to do.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn nccl_needs_a_device_per_rank() {
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
@@ -258,6 +262,7 @@ fn nccl_needs_a_device_per_rank() {
 /// stops at the iteration of the host-read reductions with the same solution
 /// to rounding.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn nccl_all_reduce_reductions_match_host_reads() {
     let Some(_gpu) = test_device() else { return };
     let many = all_devices();
@@ -310,6 +315,7 @@ fn solve_on(
 /// single-GPU fused loop. With a check interval of 7 the chunks end
 /// mid-solve.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_loop_matches_host_steps_and_the_serial_solve() {
     let Some(gpu) = test_device() else { return };
     let count = Gpu::device_count().unwrap();
@@ -420,6 +426,7 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
 /// where the host steps stop with minIter and maxIter, and with no
 /// preconditioner.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
@@ -476,6 +483,7 @@ fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
 /// gives up after the time-out, names that rank and marks its chunk done
 /// (no hang).
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn peer_reduction_sums_in_rank_order_and_gives_up_on_a_silent_rank() {
     let Some(_gpu) = test_device() else { return };
     let many = all_devices();

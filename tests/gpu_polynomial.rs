@@ -72,6 +72,7 @@ fn apply_both(
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn apply_equals_the_cpu_reference() {
     let Some(gpu) = test_device() else { return };
     println!("system | slice | kind | degree | f64 vs CPU | mixed vs CPU f32 | mixed vs f64");
@@ -120,6 +121,7 @@ fn apply_equals_the_cpu_reference() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn apply_replays_from_a_cuda_graph() {
     // apply() only launches kernels, so PCG can capture it into its graph.
     let Some(gpu) = test_device() else { return };
@@ -150,6 +152,7 @@ fn apply_replays_from_a_cuda_graph() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     // The CPU's row order, so that the f32 roundings of both are the same.
@@ -234,6 +237,7 @@ fn smoother(kind: PolynomialKind, precision: Precision) -> SmootherSettings {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn smoother_sweeps_and_smooth_solver_equal_the_cpu() {
     let Some(gpu) = test_device() else { return };
     println!("system | smoother | 3 sweeps, GPU vs CPU");

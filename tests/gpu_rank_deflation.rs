@@ -137,6 +137,7 @@ fn meshes() -> Vec<(&'static str, Csr, Vec<f64>)> {
 /// on GPU ranks against the CPU ranks' `RankDeflation` on the same random
 /// vectors: equal to round-off (the sums are added in another order).
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn deflation_steps_on_gpu_ranks_match_the_cpu_ranks() {
     let Some(_gpu) = test_device() else { return };
     for (name, a, _) in meshes() {
@@ -203,6 +204,7 @@ fn deflation_steps_on_gpu_ranks_match_the_cpu_ranks() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn deflation_on_gpu_ranks_matches_the_cpu_ranks() {
     let Some(_gpu) = test_device() else { return };
     for (name, a, b) in meshes() {
@@ -240,6 +242,7 @@ fn deflation_on_gpu_ranks_matches_the_cpu_ranks() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn deflation_over_ranks_in_one_process_matches_the_cpu_ranks() {
     let Some(gpu) = test_device() else { return };
     let gpus = [gpu];
@@ -277,6 +280,7 @@ fn deflation_over_ranks_in_one_process_matches_the_cpu_ranks() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_singular_coarse_matrix_is_an_error_on_every_gpu_rank() {
     let Some(_gpu) = test_device() else { return };
     // The 1-D Laplacian with Neumann ends: singular, and so is E.

@@ -95,6 +95,7 @@ fn expected_loop(ranks: usize, devices: &[usize]) -> &'static str {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_ranks_run_the_nccl_device_loop_and_match_the_serial_solve() {
     let Some(_gpu) = test_device() else { return };
     let count = Gpu::device_count().unwrap();
@@ -164,6 +165,7 @@ fn gpu_ranks_run_the_nccl_device_loop_and_match_the_serial_solve() {
 /// sharing device 0 (host-driven steps) and, with two or more devices, one
 /// device each (NCCL device loop where NCCL loads).
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_failing_gpu_rank_fails_every_rank_without_hanging() {
     let Some(_gpu) = test_device() else { return };
     let count = Gpu::device_count().unwrap();

@@ -52,6 +52,7 @@ fn run(dir: &Path, extra: &[&str]) -> String {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn one_process_on_several_gpus_gives_the_cpu_answer() {
     let Some(_gpu) = fvpoisson::gpu::test_device() else {
         return;

@@ -12,6 +12,8 @@
 //! reaching the device loop. Skips without
 //! a CUDA device (`FVPOISSON_REQUIRE_GPU=1` makes that a failure).
 
+mod common;
+
 use fvpoisson::flow::simple::PressureSolve;
 use fvpoisson::flow::{
     Convection, ResidualControl, Simple, SimpleSettings, VectorValues, VelocityCondition,
@@ -181,6 +183,7 @@ fn krylov_momentum(s: &mut SimpleSettings) {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_pressure_half_gives_the_cpu_iterates_on_a_2d_cavity() {
     if test_device().is_none() {
         return;
@@ -199,6 +202,7 @@ fn device_pressure_half_gives_the_cpu_iterates_on_a_2d_cavity() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_pressure_half_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     if test_device().is_none() {
         return;
@@ -217,6 +221,7 @@ fn device_pressure_half_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_momentum_gives_the_cpu_iterates_on_a_2d_cavity() {
     if test_device().is_none() {
         return;
@@ -231,6 +236,7 @@ fn device_momentum_gives_the_cpu_iterates_on_a_2d_cavity() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     if test_device().is_none() {
         return;
@@ -257,6 +263,7 @@ fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
 /// converged fields agree to the solver tolerance, and the device run passes
 /// Ghia et al.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     converged_cavity(None);
 }
@@ -264,6 +271,7 @@ fn device_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
 /// [`device_cavity_converges_to_the_cpu_cavity_and_passes_ghia`] with p
 /// solved by AMG-PCG (K-cycle) on the device and on the CPU.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_gamg_cavity_converges_to_the_cpu_cavity_and_passes_ghia() {
     converged_cavity(Some(test_amg(CycleKind::K, Precision::Double)));
 }
@@ -355,6 +363,7 @@ fn converged_cavity(amg: Option<AmgSettings>) {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_gamg_pressure_gives_the_cpu_iterates_on_a_2d_cavity() {
     if test_device().is_none() {
         return;
@@ -380,6 +389,7 @@ fn device_gamg_pressure_gives_the_cpu_iterates_on_a_2d_cavity() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_gamg_pressure_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     if test_device().is_none() {
         return;
@@ -405,22 +415,10 @@ fn device_gamg_pressure_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
 
 /// A copy of `from` (a case directory) in a fresh temporary directory.
 fn copy_case(from: &std::path::Path, tag: &str) -> std::path::PathBuf {
-    fn copy(from: &std::path::Path, to: &std::path::Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
-            let path = entry.unwrap().path();
-            let target = to.join(path.file_name().unwrap());
-            if path.is_dir() {
-                copy(&path, &target);
-            } else {
-                std::fs::copy(&path, &target).unwrap();
-            }
-        }
-    }
     let to =
         std::env::temp_dir().join(format!("fvpoisson_simplegamg_{tag}_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&to);
-    copy(from, &to);
+    common::copy_case_inputs(from, &to);
     to
 }
 
@@ -430,6 +428,7 @@ fn copy_case(from: &std::path::Path, tag: &str) -> std::path::PathBuf {
 /// loop (set up once, values re-set-up in the later iterations), in fewer
 /// PCG iterations than the same run with Jacobi-PCG.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
     use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
     use fvpoisson::case::Device;
@@ -554,6 +553,7 @@ fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
 /// to round-off), while the matrix itself changes from iteration to
 /// iteration.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
     use fvpoisson::solve::amg::Hierarchy;
     let Some(gpu) = test_device() else {

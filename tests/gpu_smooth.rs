@@ -73,6 +73,7 @@ fn both(
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn jones_plassmann_on_the_gpu_gives_the_cpu_colours() {
     let Some(gpu) = test_device() else { return };
     for (name, a, _) in systems() {
@@ -90,6 +91,7 @@ fn jones_plassmann_on_the_gpu_gives_the_cpu_colours() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn point_smoothers_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let mut jacobi = SmootherSettings::new(SmootherKind::Jacobi);
@@ -116,6 +118,7 @@ fn point_smoothers_match_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn preconditioner_applications_match_the_cpu() {
     use fvpoisson::gpu::smooth::{DevicePreconditioner, DeviceSmootherPreconditioner};
     let Some(gpu) = test_device() else { return };
@@ -147,6 +150,7 @@ fn preconditioner_applications_match_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn colour_contiguous_layout_sweeps_match_the_cpu() {
     let Some(gpu) = test_device() else { return };
     for (name, a, b) in systems() {
@@ -202,6 +206,7 @@ fn residual_norm(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn block_jacobi_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     for (name, a, b) in systems() {
@@ -266,6 +271,7 @@ fn block_jacobi_matches_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn block_layout_falls_back_to_smaller_blocks_when_one_does_not_fit() {
     let Some(gpu) = test_device() else { return };
     // Rows with ~80 near-diagonal neighbours: a 1024-row block needs ~1 MB.
@@ -319,6 +325,7 @@ fn gpu_preconditioners() -> Vec<SmootherSettings> {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let unpermuted = GpuSolveOptions {
@@ -396,6 +403,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_with_smoother_preconditioners_on_equilibrated_systems_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let unpermuted = GpuSolveOptions {
@@ -446,6 +454,7 @@ fn pcg_with_smoother_preconditioners_on_equilibrated_systems_matches_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn smooth_solver_on_the_gpu_matches_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let unpermuted = GpuSolveOptions {
@@ -516,6 +525,7 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
 }
 
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn cases_with_smoothers_run_on_the_gpu_like_on_the_cpu() {
     use fvpoisson::case::case_toml::parse_case;
     use fvpoisson::case::{run_case, Device};
@@ -569,6 +579,7 @@ formats = []
 /// f64 tolerance in about the f64 iterations, and smoothSolver (sweeps from a
 /// nonzero x) refuses it with a clear error.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn mixed_block_jacobi_equals_the_cpu_f32_sweeps_and_converges() {
     use fvpoisson::gpu::smooth::{DevicePreconditioner, DeviceSmootherPreconditioner};
     use fvpoisson::solve::block_jacobi::BlockJacobi;

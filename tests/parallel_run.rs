@@ -27,19 +27,6 @@ fn ok(o: Output) -> String {
     t
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 /// A fresh copy of the shipped case.
 fn case_copy(name: &str) -> PathBuf {
     shipped_copy(CASE, name)
@@ -49,7 +36,7 @@ fn case_copy(name: &str) -> PathBuf {
 fn shipped_copy(case: &str, name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
+    common::copy_case_inputs(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
     dir
 }
 
@@ -299,6 +286,7 @@ fn thread_ranks_write_vtk_pieces_and_a_pvtu() {
 /// the ranks; 2 ranks on the devices present and 3 ranks sharing device 0
 /// give the serial answer. `skipped: no CUDA device` without a GPU.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn thread_ranks_on_gpus_give_the_serial_answer() {
     let Some(_gpu) = fvpoisson::gpu::test_device() else {
         return;
@@ -327,6 +315,7 @@ fn thread_ranks_on_gpus_give_the_serial_answer() {
 /// steps, and the log says which; both give the serial answer. `skipped: no
 /// CUDA device` without a GPU.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn thread_ranks_on_gpus_run_the_nccl_device_loop_with_jacobi() {
     let Some(_gpu) = fvpoisson::gpu::test_device() else {
         return;
@@ -363,6 +352,7 @@ fn thread_ranks_on_gpus_run_the_nccl_device_loop_with_jacobi() {
 /// `deflation subdomains` (one deflation vector per GPU rank). `skipped: no
 /// CUDA device` without a GPU.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gamg_on_gpu_ranks_gives_the_serial_answer() {
     let Some(_gpu) = fvpoisson::gpu::test_device() else {
         return;
@@ -395,6 +385,7 @@ fn gamg_on_gpu_ranks_gives_the_serial_answer() {
 /// gives the serial answer in fewer iterations than without deflation.
 /// `skipped: no CUDA device` without a GPU.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn subdomain_deflation_on_gpu_ranks_gives_the_serial_answer_in_fewer_iterations() {
     let Some(_gpu) = fvpoisson::gpu::test_device() else {
         return;
@@ -448,7 +439,26 @@ fn gpu_ranks_without_usable_gpus_are_errors() {
     }
 }
 
-/// The CI check of issue 10: two MPI processes give the serial answer.
+/// The MPI launcher of the library the binary was built with: `FVPOISSON_MPIRUN`
+/// when set, else MPICH's own `mpiexec.mpich` where it is installed (a Debian
+/// machine with OpenFOAM also has Open MPI, whose `mpirun` would start N
+/// one-rank runs of an MPICH build), else `mpirun`.
+#[cfg(feature = "mpi")]
+fn mpi_launcher() -> String {
+    if let Ok(launcher) = std::env::var("FVPOISSON_MPIRUN") {
+        return launcher;
+    }
+    let on_path = |name: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(name).is_file()))
+    };
+    match on_path("mpiexec.mpich") {
+        true => "mpiexec.mpich".into(),
+        false => "mpirun".into(),
+    }
+}
+
+/// Two MPI processes give the serial answer.
 #[cfg(feature = "mpi")]
 #[test]
 fn mpirun_with_two_ranks_gives_the_serial_answer() {
@@ -456,14 +466,15 @@ fn mpirun_with_two_ranks_gives_the_serial_answer() {
     // Output to a file and a deadline: a hung rank fails the test instead of CI.
     let log_path = dir.join("mpirun.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = std::process::Command::new("mpirun")
+    let launcher = mpi_launcher();
+    let mut child = std::process::Command::new(&launcher)
         .args(["-np", "2", env!("CARGO_BIN_EXE_fvpoisson"), "run"])
         .arg(&dir)
         .env_remove("RUST_LOG")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
-        .expect("mpirun is on PATH (Debian: apt-get install mpich)");
+        .unwrap_or_else(|e| panic!("{launcher}: {e} (Debian: apt-get install mpich)"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -472,7 +483,7 @@ fn mpirun_with_two_ranks_gives_the_serial_answer() {
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             panic!(
-                "mpirun did not finish in 120 s:\n{}",
+                "{launcher} did not finish in 120 s:\n{}",
                 std::fs::read_to_string(&log_path).unwrap_or_default()
             );
         }
@@ -487,6 +498,5 @@ fn mpirun_with_two_ranks_gives_the_serial_answer() {
 
 #[cfg(not(feature = "mpi"))]
 #[test]
-fn mpirun_with_two_ranks_gives_the_serial_answer() {
-    println!("skipped: built without the mpi feature (cargo test --features mpi runs it)");
-}
+#[ignore = "needs the mpi feature: cargo test --features mpi"]
+fn mpirun_with_two_ranks_gives_the_serial_answer() {}

@@ -101,3 +101,57 @@ pub fn random_and_rcm_systems(specs: &[&str]) -> Vec<(String, Csr, Vec<f64>)> {
     }
     all
 }
+
+/// Whether `name`, an entry at the top of a case directory, is something a run
+/// writes (results, VTK, post-processing, processor directories, time
+/// directories other than `0`, logs) rather than an input of the case.
+fn is_generated_case_entry(name: &str) -> bool {
+    const GENERATED: [&str; 3] = ["results", "VTK", "postProcessing"];
+    GENERATED.contains(&name)
+        || name.starts_with("processor")
+        || name.starts_with("log.")
+        || name.ends_with(".lock")
+        || (name != "0" && name.parse::<f64>().is_ok())
+}
+
+/// A scratch copy of the shipped case `rel` (relative to the crate root) in a
+/// fresh directory named after `tag`: only the case's inputs are copied, so
+/// results a user wrote into `cases/` (by running them as the README shows)
+/// never reach a test.
+#[allow(dead_code)] // not every test that shares this module copies cases
+pub fn case_inputs_copy(rel: &str, tag: &str) -> std::path::PathBuf {
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let to = std::env::temp_dir().join(format!(
+        "fvpoisson_case_{}_{tag}_{}",
+        rel.replace('/', "_"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&to);
+    copy_case_inputs(&from, &to);
+    to
+}
+
+/// Copies the inputs of case directory `from` into `to` (see
+/// [`case_inputs_copy`]).
+#[allow(dead_code)] // not every test that shares this module copies cases
+pub fn copy_case_inputs(from: &std::path::Path, to: &std::path::Path) {
+    fn copy(from: &std::path::Path, to: &std::path::Path, top: bool) {
+        std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+        let entries = std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+        for entry in entries {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if top && is_generated_case_entry(&name.to_string_lossy()) {
+                continue;
+            }
+            let target = to.join(&name);
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target, false);
+            } else {
+                std::fs::copy(entry.path(), &target)
+                    .unwrap_or_else(|e| panic!("{}: {e}", entry.path().display()));
+            }
+        }
+    }
+    copy(from, to, true);
+}
