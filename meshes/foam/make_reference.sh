@@ -1,6 +1,6 @@
 #!/bin/bash
 # Regenerates the OpenFOAM reference meshes and geometry in this directory.
-# Needs OpenFOAM v1912 (Debian package `openfoam`) and gmsh 4.8; see README.md.
+# Needs OpenFOAM v1912 (Debian package `openfoam`) and gmsh 4.8; see docs/src/getting-started.md.
 set -euo pipefail
 export WM_PROJECT_DIR=${WM_PROJECT_DIR:-/usr/share/openfoam}
 cd "$(dirname "$0")"
