@@ -1,8 +1,10 @@
 //! Command-line interface: `fvpoisson <command>`.
 //!
-//! Exit codes: 0 success, 1 the mesh fails a quality check (or `validate` an
-//! expectation), 2 an error
-//! (unreadable input, bad arguments), printed as `error: ...` with its causes.
+//! Exit codes (docs/src/exit-codes.md): 0 success, 1 the mesh fails a quality
+//! check (or `validate` an expectation), or a run or `solve-matrix` did not
+//! converge (with a `not converged: ...` line), 2 an error (unreadable input,
+//! bad arguments, a limit exceeded, a failing rank, even a panic), printed as
+//! `error: ...` with its causes.
 
 use crate::case;
 use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
@@ -173,7 +175,46 @@ pub fn main() -> i32 {
             level => writeln!(buf, "{}: {}", level.as_str().to_lowercase(), record.args()),
         })
         .init();
-    let result = match cli.command {
+    // A panic is a bug; it still ends as an error (exit code 2) with one line
+    // naming where, not a backtrace hint and exit code 101.
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "error: internal error{at}: {}; this is a bug in fvpoisson, please report it with \
+             the input that caused it",
+            crate::limits::quote(msg)
+        );
+    }));
+    let command = cli.command;
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_command(command)));
+    let result = match outcome {
+        Ok(result) => result,
+        // A rank's PeerStopped is unwound without the hook: say it here.
+        Err(payload) => {
+            if let Some(stopped) = payload.downcast_ref::<crate::parallel::threads::PeerStopped>() {
+                eprintln!("error: {stopped}");
+            }
+            return EXIT_ERROR;
+        }
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {}", error_chain(&e));
+        EXIT_ERROR
+    })
+}
+
+/// Runs one command; `Ok` holds its exit code.
+fn run_command(command: Command) -> anyhow::Result<i32> {
+    match command {
         Command::CheckMesh { source } => check_mesh(&source),
         Command::ConvertMesh {
             source,
@@ -181,7 +222,7 @@ pub fn main() -> i32 {
             format,
             compress,
         } => convert_mesh(&source, &out_case, format.into(), compress).map(|()| 0),
-        Command::SolveMatrix(args) => solve_matrix(args).map(|()| 0),
+        Command::SolveMatrix(args) => solve_matrix(args),
         Command::Bench(args) => bench(args).map(|()| 0),
         Command::Run {
             case,
@@ -190,6 +231,9 @@ pub fn main() -> i32 {
             ranks,
             gpus,
         } => match launched_by_mpi() {
+            _ if ranks == Some(0) => Err(anyhow::anyhow!(
+                "-np 0 / --ranks 0: a run needs at least 1 rank"
+            )),
             true => run_mpi(&case, ranks, device, gpus.as_deref()),
             false if ranks.is_some_and(|n| n > 1) => {
                 run_threads(&case, device, ranks.unwrap_or(1), gpus.as_deref())
@@ -201,11 +245,7 @@ pub fn main() -> i32 {
         Command::Validate(args) => validate(args),
         Command::Preconditioners(args) => preconditioners(args).map(|()| 0),
         Command::ValidateFlow(args) => validate_flow(args),
-    };
-    result.unwrap_or_else(|e| {
-        eprintln!("error: {}", error_chain(&e));
-        EXIT_ERROR
-    })
+    }
 }
 
 #[derive(Args)]
@@ -305,8 +345,8 @@ fn run(
                 .map(|&i| crate::gpu::Gpu::on_device(i))
                 .collect::<Result<_, _>>()?,
         );
-        case::run_case_with_mesh(&setup, mesh, case::Device::Gpus(&set))?;
-        return Ok(0);
+        let summary = case::run_case_with_mesh(&setup, mesh, case::Device::Gpus(&set))?;
+        return Ok(run_exit_code(&summary));
     }
     let gpu = match gpus {
         Some(_) => rank_gpu(device, gpus, 0)?,
@@ -319,8 +359,20 @@ fn run(
             case::Device::Cpu
         }
     };
-    case::run_case_with_mesh(&setup, mesh, device)?;
-    Ok(0)
+    let summary = case::run_case_with_mesh(&setup, mesh, device)?;
+    Ok(run_exit_code(&summary))
+}
+
+/// Exit code of a finished run: 1, with a summary line, when it did not
+/// converge ([`case::RunSummary::not_converged`]), else 0.
+fn run_exit_code(summary: &case::RunSummary) -> i32 {
+    match &summary.not_converged {
+        Some(why) => {
+            eprintln!("not converged: {why}");
+            EXIT_CHECK_FAILED
+        }
+        None => 0,
+    }
 }
 
 /// Whether an MPI launcher started this process with several ranks (always
@@ -408,17 +460,35 @@ fn run_threads(
 ) -> anyhow::Result<i32> {
     use crate::parallel::Communicator;
     let (setup, mesh) = read_for_ranks(case_dir)?;
+    // Before the ranks' n² channels exist.
+    case::decompose::check_rank_count(mesh.n_cells(), n).with_context(|| format!("-np {n}"))?;
     log::info!("{n} ranks as threads");
-    let results = crate::parallel::threads::run_threads(n, |comm| -> anyhow::Result<()> {
+    crate::limits::check_memory(crate::parallel::threads::group_bytes(n), || {
+        format!("-np {n}: the channels between {n} ranks as threads")
+    })
+    .map_err(anyhow::Error::msg)?;
+    let outcomes = crate::parallel::threads::run_ranks(n, |comm| {
         let gpu = open_rank_gpu(comm, device, gpus, Communicator::rank(comm))?;
         let run = case::decompose::run_distributed(&setup, mesh.clone(), comm, gpu.as_ref());
         crate::gpu::multi::release_kept_comms();
-        run?;
-        Ok(())
+        run.with_context(|| format!("rank {}", Communicator::rank(comm)))
     });
-    // Every rank fails alike; report rank 0's error.
-    results.into_iter().collect::<Result<Vec<()>, _>>()?;
-    Ok(0)
+    // The first rank's own error: the ranks that stopped waiting for it
+    // (PeerStopped) only echo it.
+    let mut stopped = None;
+    let mut first = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok(Ok(summary)) => first = first.or(Some(summary)),
+            Ok(Err(e)) => return Err(e),
+            Err(peer_stopped) => stopped = stopped.or(Some(peer_stopped)),
+        }
+    }
+    match (stopped, first) {
+        (Some(peer_stopped), _) => anyhow::bail!("{peer_stopped}"),
+        (None, Some(summary)) => Ok(run_exit_code(&summary)),
+        (None, None) => Ok(0),
+    }
 }
 
 /// `mpirun -np N fvpoisson run CASE`: this process is one rank.
@@ -442,12 +512,16 @@ fn run_mpi(
         crate::parallel::set_quiet(true);
     }
     let (setup, mesh) = read_for_ranks(case_dir)?;
+    case::decompose::check_rank_count(mesh.n_cells(), comm.size())?;
     log::info!("{} MPI ranks", comm.size());
     let gpu = open_rank_gpu(&comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
     let run = case::decompose::run_distributed(&setup, mesh, &comm, gpu.as_ref());
     crate::gpu::multi::release_kept_comms();
-    run?;
-    Ok(0)
+    let summary = run?;
+    Ok(match comm.rank() {
+        0 => run_exit_code(&summary),
+        _ => i32::from(summary.not_converged.is_some()),
+    })
 }
 
 /// This process's rank on its node, as MPI launchers export it (Open MPI,
@@ -533,8 +607,18 @@ fn run_flow(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result
     }
 }
 
-/// `solve-matrix`: PCG from x = 0 on a Matrix Market system.
-fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
+/// `solve-matrix`: PCG from x = 0 on a Matrix Market system; exit code 1
+/// when the solve stops at --max-iter short of its tolerance.
+fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
+    let controls = SolverControls {
+        tolerance: args.tol,
+        rel_tol: args.rel_tol,
+        max_iter: args.max_iter,
+        ..SolverControls::default()
+    };
+    controls
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--tol/--rel-tol/--max-iter: {e}"))?;
     let a = mtx::read_matrix(&args.matrix)?;
     let b = match &args.rhs {
         Some(path) => mtx::read_vector(path)?,
@@ -590,12 +674,6 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         a.nnz(),
         args.equilibration
     );
-    let controls = SolverControls {
-        tolerance: args.tol,
-        rel_tol: args.rel_tol,
-        max_iter: args.max_iter,
-        ..SolverControls::default()
-    };
     let mut x = vec![0.0; a.n_rows()];
     let options = GpuSolveOptions {
         ordering,
@@ -654,7 +732,14 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<()> {
         mtx::write_file(out, |w| mtx::write_vector(w, &x))?;
         println!("solution written to {}", out.display());
     }
-    Ok(())
+    if perf.converged || controls.fixed_iterations() {
+        return Ok(0);
+    }
+    eprintln!(
+        "not converged: {} iterations (--max-iter) without reaching the tolerance",
+        perf.iterations
+    );
+    Ok(EXIT_CHECK_FAILED)
 }
 
 #[derive(Args)]

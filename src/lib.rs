@@ -10,6 +10,7 @@ pub mod foam;
 pub mod fvm;
 pub mod gpu;
 pub mod io;
+pub mod limits;
 pub mod mesh;
 pub mod parallel;
 pub mod precond_study;

@@ -102,8 +102,9 @@
 
 use super::expr;
 use super::setup::{
-    check_step_count, BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings,
-    PatchCondition, Physics, Scalar, SolverSettings, SourceSplit, TimeControl,
+    check_non_orth_correctors, check_step_count, BoundarySpec, CaseSetup, LinearSolver,
+    OutputFormat, OutputSettings, PatchCondition, Physics, Scalar, SolverSettings, SourceSplit,
+    TimeControl,
 };
 use super::CaseError;
 use crate::foam::FoamFormat;
@@ -181,8 +182,8 @@ struct BoundaryEntry {
 struct SchemesSection {
     laplacian: Option<Spanned<String>>,
     grad: Option<Spanned<String>>,
-    #[serde(rename = "nNonOrthogonalCorrectors", default)]
-    n_non_orth_correctors: usize,
+    #[serde(rename = "nNonOrthogonalCorrectors")]
+    n_non_orth_correctors: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -278,7 +279,7 @@ const DEFAULT_RESIDUAL_CONTROL: f64 = 1e-6;
 /// Reads `case_dir/case.toml`.
 pub fn read_case(case_dir: &Path) -> Result<CaseSetup, CaseError> {
     let file = case_dir.join(CASE_FILE);
-    let text = std::fs::read_to_string(&file)
+    let text = crate::limits::read_regular_text(&file)
         .map_err(|e| CaseError::invalid(format!("{}: {e}", file.display())))?;
     parse_case(&text, &file, case_dir)
 }
@@ -391,7 +392,7 @@ pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup,
         default_boundary,
         initial,
         schemes,
-        n_non_orth_correctors: case.schemes.n_non_orth_correctors,
+        n_non_orth_correctors: src.non_orth_correctors(&case.schemes)?,
         time,
         singular,
         solver,
@@ -548,7 +549,7 @@ impl Source<'_> {
                 return Err(self.error(
                     entry.kind.span(),
                     format!(
-                        "{}: unknown boundary condition '{other}' (expected fixedValue, \
+                        "{}: unknown boundary condition '{other:.80}' (expected fixedValue, \
                          zeroGradient, fixedGradient, mixed or empty)",
                         key("type")
                     ),
@@ -568,6 +569,15 @@ impl Source<'_> {
             }
         }
         Ok(spec)
+    }
+
+    /// `schemes.nNonOrthogonalCorrectors` (default 0), within its limit.
+    fn non_orth_correctors(&self, section: &SchemesSection) -> Result<usize, CaseError> {
+        let Some(n) = &section.n_non_orth_correctors else {
+            return Ok(0);
+        };
+        check_non_orth_correctors(*n.get_ref())
+            .map_err(|e| self.error(n.span(), format!("schemes.{e}")))
     }
 
     fn schemes(&self, section: &SchemesSection) -> Result<Schemes, CaseError> {
@@ -660,7 +670,7 @@ impl Source<'_> {
             }
             other => Err(self.error(
                 scheme.map_or(0..0, |s| s.span()),
-                format!("time.scheme '{other}' is not supported (steadyState or Euler)"),
+                format!("time.scheme '{other:.80}' is not supported (steadyState or Euler)"),
             )),
         }
     }
@@ -689,7 +699,7 @@ impl Source<'_> {
             other => {
                 return Err(self.error(
                     section.kind.span(),
-                    format!("reference.type '{other}' is not supported (zeroMean or cell)"),
+                    format!("reference.type '{other:.80}' is not supported (zeroMean or cell)"),
                 ))
             }
         };
@@ -758,7 +768,7 @@ impl Source<'_> {
                         return Err(self.error(
                             solver.span(),
                             format!(
-                                "solver.{name}.solver '{other}' is not available (PCG, \
+                                "solver.{name}.solver '{other:.80}' is not available (PCG, \
                                  smoothSolver, GAMG, PBiCGStab or GMRES)"
                             ),
                         ))
@@ -1249,7 +1259,7 @@ impl Source<'_> {
                     other => {
                         return Err(self.error(
                             format.span(),
-                            format!("output.formats: unknown format '{other}' (vtk or foam)"),
+                            format!("output.formats: unknown format '{other:.80}' (vtk or foam)"),
                         ))
                     }
                 };
@@ -1280,7 +1290,7 @@ impl Source<'_> {
                 other => {
                     return Err(self.error(
                         format.span(),
-                        format!("output.writeFormat '{other}' is not ascii or binary"),
+                        format!("output.writeFormat '{other:.80}' is not ascii or binary"),
                     ))
                 }
             };

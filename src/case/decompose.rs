@@ -71,18 +71,23 @@ pub fn cell_graph(mesh: &Mesh) -> Graph {
 }
 
 /// Splits the cells of `mesh` over `n_ranks` ranks.
+/// `Err` unless `n_ranks` is between 1 and `n_cells` (every rank owns a
+/// cell): checked before anything per rank, or per pair of ranks, is built.
+pub fn check_rank_count(n_cells: usize, n_ranks: usize) -> Result<(), CaseError> {
+    if n_ranks == 0 || n_ranks > n_cells {
+        return Err(CaseError::invalid(format!(
+            "cannot split {n_cells} cells over {n_ranks} ranks; give between 1 and {n_cells} ranks"
+        )));
+    }
+    Ok(())
+}
+
 pub fn decompose_mesh(
     mesh: &Mesh,
     n_ranks: usize,
     method: DecomposeMethod,
 ) -> Result<Decomposition, CaseError> {
-    if n_ranks == 0 || n_ranks > mesh.n_cells() {
-        return Err(CaseError::invalid(format!(
-            "cannot split {} cells over {n_ranks} ranks; give between 1 and {} ranks",
-            mesh.n_cells(),
-            mesh.n_cells()
-        )));
-    }
+    check_rank_count(mesh.n_cells(), n_ranks)?;
     let owner = match method {
         DecomposeMethod::Metis => {
             graph_parts(&cell_graph(mesh), n_ranks).map_err(CaseError::Invalid)?

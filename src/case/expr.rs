@@ -66,13 +66,42 @@ type CaseExpr = FlatEx<f64, CaseOps, NumberWithExponent>;
 /// The variables an expression may use, in the order `eval` takes them.
 const VARIABLES: [&str; 4] = ["x", "y", "z", "t"];
 
+/// Longest expression compiled, in bytes: exmex's parse time grows faster
+/// than the length (100 000 terms took 54 s), so the length is bounded; a
+/// field that needs more is data, to be given per cell.
+pub const MAX_EXPRESSION_BYTES: usize = 10_000;
+
+/// Deepest nesting of parentheses: exmex parses them recursively, so the
+/// depth bounds its stack.
+pub const MAX_EXPRESSION_DEPTH: usize = 64;
+
 /// Compiles `text`; the error message names the expression and what is wrong
 /// (the caller adds the file, line and key).
 pub fn compile(text: &str) -> Result<SpaceTimeFn, String> {
+    let quoted = crate::limits::quote(text);
+    if text.len() > MAX_EXPRESSION_BYTES {
+        return Err(format!(
+            "expression '{quoted}' is longer than the {MAX_EXPRESSION_BYTES} bytes allowed; \
+             give long data per cell instead"
+        ));
+    }
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_EXPRESSION_DEPTH {
+            return Err(format!(
+                "expression '{quoted}' nests parentheses deeper than {MAX_EXPRESSION_DEPTH} levels"
+            ));
+        }
+    }
     // Long expressions may span lines (TOML multi-line strings); exmex wants one.
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let expr = CaseExpr::parse(&one_line)
-        .map_err(|e| format!("cannot parse expression '{text}': {}", e.msg()))?;
+        .map_err(|e| format!("cannot parse expression '{quoted}': {}", e.msg()))?;
     // exmex takes variable values in the alphabetical order of the names used.
     let mut slots = Vec::new();
     for name in expr.var_names() {
@@ -80,8 +109,9 @@ pub fn compile(text: &str) -> Result<SpaceTimeFn, String> {
             Some(slot) => slots.push(slot),
             None => {
                 return Err(format!(
-                    "expression '{text}' uses unknown variable '{name}' \
-                     (known: x, y, z, t and the constants pi, E)"
+                    "expression '{quoted}' uses unknown variable '{}' \
+                     (known: x, y, z, t and the constants pi, E)",
+                    crate::limits::quote(name)
                 ))
             }
         }
@@ -91,7 +121,7 @@ pub fn compile(text: &str) -> Result<SpaceTimeFn, String> {
     let probe = [0.0; 4];
     let values: Vec<f64> = slots.iter().map(|&s| probe[s]).collect();
     expr.eval(&values)
-        .map_err(|e| format!("cannot evaluate expression '{text}': {}", e.msg()))?;
+        .map_err(|e| format!("cannot evaluate expression '{quoted}': {}", e.msg()))?;
     Ok(SpaceTimeFn::new(text_owned, move |p: Vec3, t: f64| {
         let all = [p.x, p.y, p.z, t];
         let mut values = [0.0; VARIABLES.len()];
@@ -141,5 +171,28 @@ mod tests {
         assert!(err.contains("unknown variable 'w'"), "{err}");
         assert!(compile("x +* y").is_err());
         assert!(compile("").is_err());
+    }
+
+    #[test]
+    fn long_and_deep_expressions_are_refused_quickly() {
+        // 100 000 terms took 54 s to parse; refused before parsing now.
+        let long = vec!["x"; 100_000].join("+");
+        let clock = std::time::Instant::now();
+        let err = compile(&long).unwrap_err();
+        assert!(clock.elapsed().as_secs_f64() < 1.0);
+        assert!(err.contains("longer than the 10000 bytes"), "{err}");
+        assert!(
+            err.len() < 300,
+            "the expression is not echoed whole: {}",
+            err.len()
+        );
+        let deep = format!("{}x{}", "(".repeat(10_000), ")".repeat(10_000));
+        let err = compile(&deep).unwrap_err();
+        assert!(err.contains("deeper than 64"), "{err}");
+        // The largest allowed expression parses in well under a second.
+        let most = vec!["x"; MAX_EXPRESSION_BYTES / 2].join("+");
+        let clock = std::time::Instant::now();
+        assert!(compile(&most).is_ok());
+        assert!(clock.elapsed().as_secs_f64() < 2.0, "{:?}", clock.elapsed());
     }
 }

@@ -69,7 +69,7 @@
 
 use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
 use super::run::{solve_linear, Device};
-use super::setup::{LinearSolver, OutputFormat};
+use super::setup::{check_non_orth_correctors, LinearSolver, OutputFormat, MAX_TIME_STEPS};
 use super::CaseError;
 use crate::flow::simple::{
     IterationReport, MomentumSolver, PressureSolve, ResidualControl, Simple, SimpleSettings,
@@ -148,8 +148,8 @@ struct FlowSchemes {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct SimpleSection {
-    #[serde(rename = "nNonOrthogonalCorrectors", default)]
-    n_non_orth_correctors: usize,
+    #[serde(rename = "nNonOrthogonalCorrectors")]
+    n_non_orth_correctors: Option<Spanned<usize>>,
     #[serde(default)]
     consistent: bool,
     #[serde(rename = "pRefCell", default)]
@@ -248,7 +248,7 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
         return super::simple_foam::read_simple_foam_case(case_dir).map(|case| case.setup);
     }
     let file = case_dir.join(CASE_FILE);
-    let text = std::fs::read_to_string(&file)
+    let text = crate::limits::read_regular_text(&file)
         .map_err(|e| CaseError::invalid(format!("{}: {e}", file.display())))?;
     let src = Source {
         text: &text,
@@ -289,7 +289,10 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
         })?
     };
     let simple = &case.simple;
-    settings.n_non_orth_correctors = simple.n_non_orth_correctors;
+    if let Some(n) = &simple.n_non_orth_correctors {
+        settings.n_non_orth_correctors = check_non_orth_correctors(*n.get_ref())
+            .map_err(|e| src.error(n.span(), format!("simple.{e}")))?;
+    }
     settings.consistent = simple.consistent;
     settings.p_ref_cell = simple.p_ref_cell;
     settings.p_ref_value = simple.p_ref_value;
@@ -345,12 +348,20 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
         }
     }
     let output = src.output(&case.output)?;
+    let max_iterations = simple.max_iterations.unwrap_or(DEFAULT_MAX_ITERATIONS);
+    if max_iterations as f64 > MAX_TIME_STEPS {
+        return Err(CaseError::invalid(format!(
+            "{}: simple.maxIterations {max_iterations} is more than the {} allowed",
+            file.display(),
+            format_g(MAX_TIME_STEPS)
+        )));
+    }
     Ok(FlowSetup {
         origin: file.display().to_string(),
         case_dir: case_dir.to_path_buf(),
         mesh: src.mesh_source(&case.mesh, case_dir)?,
         settings,
-        max_iterations: simple.max_iterations.unwrap_or(DEFAULT_MAX_ITERATIONS),
+        max_iterations,
         boundary,
         default_boundary,
         pressure_solver,
@@ -459,7 +470,7 @@ fn velocity_condition(
             return Err(src.error(
                 entry.kind.span(),
                 format!(
-                    "{key}: unknown velocity condition '{other}' (expected fixedValue, \
+                    "{key}: unknown velocity condition '{other:.80}' (expected fixedValue, \
                      movingWallVelocity, noSlip, zeroGradient, symmetry or empty)"
                 ),
             ))
@@ -502,7 +513,7 @@ fn pressure_condition(
         (None, other) => Err(src.error(
             entry.kind.span(),
             format!(
-                "{key}: unknown pressure condition '{other}' (expected zeroGradient, \
+                "{key}: unknown pressure condition '{other:.80}' (expected zeroGradient, \
                  fixedValue, symmetry or empty)"
             ),
         )),

@@ -24,8 +24,9 @@
 //! every other entry nobody read is named in a warning, never silently ignored.
 
 use super::setup::{
-    check_step_count, BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings,
-    PatchCondition, Physics, Scalar, SolverSettings, SourceSplit, TimeControl,
+    check_non_orth_correctors, check_step_count, BoundarySpec, CaseSetup, LinearSolver,
+    OutputFormat, OutputSettings, PatchCondition, Physics, Scalar, SolverSettings, SourceSplit,
+    TimeControl,
 };
 use super::CaseError;
 use crate::foam::dict::ValueKind;
@@ -163,7 +164,8 @@ impl Reader {
         let schemes = read_schemes(&schemes_dict)?;
         let simple = solution.get_dict_opt("SIMPLE")?;
         let n_non_orth = match simple {
-            Some(s) => s.get_or("nNonOrthogonalCorrectors", 0usize)?,
+            Some(s) => check_non_orth_correctors(s.get_or("nNonOrthogonalCorrectors", 0usize)?)
+                .map_err(|e| at_key(s, "nNonOrthogonalCorrectors", e))?,
             None => 0,
         };
         let residual_tolerance = match simple.map(|s| s.get_dict_opt("residualControl")) {
@@ -503,7 +505,7 @@ impl Reader {
                 return Err(at(
                     solver_entry,
                     format!(
-                        "solver '{other}' is not supported (PCG, GAMG, smoothSolver, PBiCG, \
+                        "solver '{other:.80}' is not supported (PCG, GAMG, smoothSolver, PBiCG, \
                          PBiCGStab, GMRES)"
                     ),
                 ))
@@ -665,7 +667,7 @@ fn is_steady(schemes: &FoamDict) -> Result<bool, CaseError> {
         "Euler" => Ok(false),
         other => Err(at(
             entry,
-            format!("ddt scheme '{other}' is not supported (Euler or steadyState)"),
+            format!("ddt scheme '{other:.80}' is not supported (Euler or steadyState)"),
         )),
     }
 }
@@ -891,7 +893,7 @@ fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
                 at(
                     entry,
                     format!(
-                        "preconditioner '{other}' is not supported (DIC, FDIC, DILU, ILU, RAS, \
+                        "preconditioner '{other:.80}' is not supported (DIC, FDIC, DILU, ILU, RAS, \
                          AS, diagonal, none, GAMG, FSAI, a polynomial: Neumann, Chebyshev, \
                          leastSquares, or a symmetric \
                          smoother: symGaussSeidel, \
@@ -1151,7 +1153,7 @@ fn read_boundary(field: &ScalarFieldFile, mesh: &Mesh) -> Result<Vec<PatchCondit
                     return Err(at(
                         type_entry,
                         format!(
-                            "patch '{}': boundary condition type '{other}' is not supported \
+                            "patch '{}': boundary condition type '{other:.80}' is not supported \
                              (fixedValue, zeroGradient, fixedGradient, mixed, empty)",
                             patch.name
                         ),

@@ -78,6 +78,12 @@ pub struct RunSummary {
     /// Steady: the residual control was met (always false without one).
     /// Euler: every linear solve converged.
     pub converged: bool,
+    /// Why the run counts as not converged (exit code 1): a steady run's
+    /// `residualControl` not met, or linear solves that stopped at `maxIter`
+    /// short of their tolerance (a solve with tolerance and relTol 0 runs
+    /// maxIter iterations by design). `None` for a steady run without
+    /// residualControl that ends at endTime, as OpenFOAM's does.
+    pub not_converged: Option<String>,
     /// The solution at the end, one value per cell.
     pub field: Vec<f64>,
     /// Against the exact solution, when the case gives one.
@@ -791,16 +797,19 @@ impl<'a> Run<'a> {
                 self.write(iteration as f64, 0.0)?;
             }
         }
+        let mut not_converged = None;
         if converged {
             log::info!("SIMPLE solution converged in {iteration} iterations");
         } else if residual_tolerance > 0.0 {
-            log::warn!(
+            let why = format!(
                 "{}: residualControl {} not reached in {max_iterations} iterations",
                 self.setup.field,
                 format_g(residual_tolerance)
             );
+            log::warn!("{why}");
+            not_converged = Some(why);
         }
-        self.finish(iteration, iteration as f64, 0.0, converged)
+        self.finish(iteration, iteration as f64, 0.0, converged, not_converged)
     }
 
     /// Implicit Euler steps from t = 0 to `end_time`.
@@ -811,6 +820,7 @@ impl<'a> Run<'a> {
         let interval = self.setup.output.interval.max(1);
         self.write_vtk(0.0, 0.0)?;
         let mut all_converged = true;
+        let (mut solves, mut short) = (0, 0);
         let mut time = 0.0;
         for step in 1..=n_steps {
             let new_time = if step == n_steps {
@@ -826,12 +836,29 @@ impl<'a> Run<'a> {
             }
             let performances = self.solve(true)?;
             all_converged &= performances.iter().all(|p| p.converged);
+            let n_correctors = self.setup.n_non_orth_correctors;
+            for (corrector, p) in performances.iter().enumerate() {
+                let controls = &self
+                    .setup
+                    .solver
+                    .for_corrector(corrector, n_correctors)
+                    .controls;
+                solves += 1;
+                short += usize::from(!p.converged && !controls.fixed_iterations());
+            }
             self.log_execution_time();
             if step == n_steps || step % interval == 0 {
                 self.write(time, time)?;
             }
         }
-        self.finish(n_steps, time, time, all_converged)
+        let not_converged = (short > 0).then(|| {
+            format!(
+                "{short} of {solves} linear solves of {} stopped at maxIter short of their \
+                 tolerance",
+                self.setup.field
+            )
+        });
+        self.finish(n_steps, time, time, all_converged, not_converged)
     }
 
     /// Error against the exact solution at `time`, when there is one.
@@ -921,6 +948,7 @@ impl<'a> Run<'a> {
         time: f64,
         physical_time: f64,
         converged: bool,
+        not_converged: Option<String>,
     ) -> Result<RunSummary, CaseError> {
         self.sync_field()?;
         let error = self.error(physical_time)?.map(|e| {
@@ -939,6 +967,7 @@ impl<'a> Run<'a> {
             steps,
             time,
             converged,
+            not_converged,
             field: self.field,
             error,
             vtk_series: self.vtk.as_ref().map(VtkSeries::pvd_path),

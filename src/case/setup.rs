@@ -207,6 +207,23 @@ pub fn check_step_count(steps: f64, delta_t: f64, span: f64) -> Result<(), Strin
     ))
 }
 
+/// More non-orthogonal correctors than any mesh needs (each is a full linear
+/// solve per time step; two or three settle the worst meshes): a larger count
+/// is a typo, refused before the run starts rather than run for days.
+pub const MAX_NON_ORTH_CORRECTORS: usize = 1000;
+
+/// `Err` naming `nNonOrthogonalCorrectors` when `n` exceeds
+/// [`MAX_NON_ORTH_CORRECTORS`].
+pub fn check_non_orth_correctors(n: usize) -> Result<usize, String> {
+    if n <= MAX_NON_ORTH_CORRECTORS {
+        return Ok(n);
+    }
+    Err(format!(
+        "nNonOrthogonalCorrectors {n} is more than the {MAX_NON_ORTH_CORRECTORS} allowed (each \
+         corrector is a full linear solve per time step; 0 to 3 is usual)"
+    ))
+}
+
 /// The linear solver of one field (OpenFOAM `fvSolution` `solvers { T {...} }`):
 /// PCG with its preconditioner and the equilibration of the system it is
 /// applied to (fvpoisson's own setting), or OpenFOAM's smoothSolver with a

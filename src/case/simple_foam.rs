@@ -19,7 +19,7 @@
 
 use super::flow_case::{momentum_solver, FlowSetup, FoamOutput};
 use super::openfoam::{at, at_key, read_positive, scheme, Reader};
-use super::setup::TimeControl;
+use super::setup::{check_non_orth_correctors, TimeControl};
 use super::CaseError;
 use crate::flow::simple::{Convection, ResidualControl, SimpleSettings};
 use crate::flow::{VectorValues, VelocityCondition};
@@ -315,7 +315,9 @@ fn read_simple_dict(
     settings: &mut SimpleSettings,
 ) -> Result<(), CaseError> {
     let simple = solution.get_dict("SIMPLE")?;
-    settings.n_non_orth_correctors = simple.get_or("nNonOrthogonalCorrectors", 0usize)?;
+    settings.n_non_orth_correctors =
+        check_non_orth_correctors(simple.get_or("nNonOrthogonalCorrectors", 0usize)?)
+            .map_err(|e| at_key(simple, "nNonOrthogonalCorrectors", e))?;
     settings.consistent = simple.get_or("consistent", false)?;
     if simple.contains("pRefPoint") {
         return Err(at_key(
@@ -440,7 +442,7 @@ fn read_boundary(
                 return Err(at(
                     type_entry,
                     format!(
-                        "U patch '{}': condition type '{other}' is not supported (fixedValue, \
+                        "U patch '{}': condition type '{other:.80}' is not supported (fixedValue, \
                          movingWallVelocity, noSlip, zeroGradient, symmetry, symmetryPlane, \
                          empty, slip)",
                         patch.name
@@ -466,10 +468,10 @@ fn read_boundary(
                 return Err(at(
                     type_entry,
                     format!(
-                        "p patch '{}': condition type '{other}' is not supported (zeroGradient, \
+                    "p patch '{}': condition type '{other:.80}' is not supported (zeroGradient, \
                          fixedValue, symmetry, symmetryPlane, empty)",
-                        patch.name
-                    ),
+                    patch.name
+                ),
                 ))
             }
         };

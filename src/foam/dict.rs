@@ -151,8 +151,8 @@ impl Entry {
 impl ValueKind {
     pub fn describe(&self) -> String {
         match self {
-            Self::Word(w) => format!("word '{w}'"),
-            Self::Str(s) => format!("string \"{s}\""),
+            Self::Word(w) => format!("word '{}'", crate::limits::quote(w)),
+            Self::Str(s) => format!("string \"{}\"", crate::limits::quote(s)),
             Self::Verbatim(_) => "a #{ ... #} code block".into(),
             Self::Int(i) => format!("number {i}"),
             Self::Float(x) => format!("number {x}"),

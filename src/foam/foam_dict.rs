@@ -299,10 +299,11 @@ impl FoamDict {
 
     /// `key 'name' in scope` for messages.
     fn describe_key(&self, key: &str) -> String {
+        let key = crate::limits::quote(key);
         if self.scope.is_empty() {
             format!("'{key}'")
         } else {
-            format!("'{key}' in {}", self.scope)
+            format!("'{key}' in {}", crate::limits::quote(&self.scope))
         }
     }
 
@@ -698,7 +699,7 @@ impl Expander {
                     "error" => InputMode::Error,
                     other => {
                         return Err(err(format!(
-                            "#inputMode '{other}': expected merge, overwrite, protect, warn, \
+                            "#inputMode '{other:.80}': expected merge, overwrite, protect, warn, \
                              error or default"
                         )))
                     }

@@ -4,6 +4,7 @@
 //! The list readers call the typed methods (`label`, `scalar`, `punct`) straight
 //! on the bytes, so reading millions of numbers allocates nothing per token.
 
+use crate::limits::quote;
 use crate::mesh::MeshError;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -31,9 +32,9 @@ impl Token<'_> {
     /// How the token reads in an error message.
     pub fn describe(&self) -> String {
         match self {
-            Token::Word(w) => format!("word '{w}'"),
-            Token::Number(n) => format!("number {n}"),
-            Token::Str(s) => format!("string \"{s}\""),
+            Token::Word(w) => format!("word '{}'", quote(w)),
+            Token::Number(n) => format!("number {}", quote(n)),
+            Token::Str(s) => format!("string \"{}\"", quote(s)),
             Token::Punct(c) => format!("'{}'", *c as char),
             Token::Verbatim(_) => "a #{ ... #} code block".into(),
             Token::Eof => "end of file".into(),
@@ -292,7 +293,7 @@ impl<'a> Lexer<'a> {
         if depth != 0 {
             return Err(self.error(format!(
                 "unbalanced '(' in word '{}'",
-                String::from_utf8_lossy(&self.bytes[start..self.pos])
+                quote(&String::from_utf8_lossy(&self.bytes[start..self.pos]))
             )));
         }
         Ok(Token::Word(self.utf8(start, self.pos)?))
@@ -322,7 +323,7 @@ impl<'a> Lexer<'a> {
                 }
                 return Err(self.error(format!(
                     "expected a number, found '{}'",
-                    String::from_utf8_lossy(&self.bytes[start..end])
+                    quote(&String::from_utf8_lossy(&self.bytes[start..end]))
                 )));
             }
         }

@@ -19,7 +19,6 @@ pub use lexer::{Lexer, Token};
 pub use list::ListItem;
 
 use crate::mesh::MeshError;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Encoding of a file's list contents (`format` in the header).
@@ -186,7 +185,7 @@ fn header_from_dict(lx: &Lexer, dict: &Dict) -> Result<Header, MeshError> {
             let line = dict.get("format").map_or(0, |e| e.line);
             return Err(lx.error_at(
                 line,
-                format!("FoamFile header: expected format ascii or binary, found '{other}'"),
+                format!("FoamFile header: expected format ascii or binary, found '{other:.80}'"),
             ));
         }
     };
@@ -207,16 +206,20 @@ fn header_from_dict(lx: &Lexer, dict: &Dict) -> Result<Header, MeshError> {
 }
 
 /// Reads `path`, falling back to `path.gz`; gzip content is inflated. Returns
-/// the path actually read.
+/// the path actually read. Only regular files are read
+/// ([`crate::limits::read_regular_file`]): a directory, FIFO or device in the
+/// way is named as what it is, a symbolic link loop as one.
 pub fn read_maybe_gz(path: &Path) -> Result<(PathBuf, Vec<u8>), MeshError> {
     let gz = gz_path(path);
-    // `exists`, not `is_file`: a directory in the way is named as one, not as missing.
-    let (actual, compressed) = if path.exists() {
+    let missing = |p: &Path| {
+        std::fs::symlink_metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    };
+    let (actual, compressed) = if !missing(path) {
         (
             path.to_path_buf(),
             path.extension().is_some_and(|e| e == "gz"),
         )
-    } else if gz.exists() {
+    } else if !missing(&gz) {
         (gz, true)
     } else {
         return Err(MeshError::io(
@@ -227,13 +230,12 @@ pub fn read_maybe_gz(path: &Path) -> Result<(PathBuf, Vec<u8>), MeshError> {
             ),
         ));
     };
-    let raw = std::fs::read(&actual).map_err(|e| MeshError::io(&actual, e))?;
+    let raw = crate::limits::read_regular_file(&actual).map_err(|e| MeshError::io(&actual, e))?;
     if !compressed {
         return Ok((actual, raw));
     }
-    let mut out = Vec::with_capacity(raw.len() * 4);
-    flate2::read::MultiGzDecoder::new(raw.as_slice())
-        .read_to_end(&mut out)
+    let limit = crate::limits::physical_memory().unwrap_or(u64::MAX);
+    let out = crate::limits::gunzip_bounded(&raw, limit)
         .map_err(|e| MeshError::parse(&actual, 0, format!("cannot decompress gzip data: {e}")))?;
     Ok((actual, out))
 }

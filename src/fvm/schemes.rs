@@ -150,7 +150,7 @@ impl Schemes {
                     "harmonic" => GammaInterpolation::Harmonic,
                     other => {
                         return Err(FvmError::invalid(format!(
-                            "laplacian scheme '{laplacian}': unsupported interpolation '{other}' \
+                            "laplacian scheme '{laplacian}': unsupported interpolation '{other:.80}' \
                              (expected linear or harmonic)"
                         )))
                     }

@@ -90,8 +90,11 @@ pub struct ProblemValues {
     pub bc: BoundaryCoeffs,
     pub time: TimeScheme,
     /// `Some` when the matrix (before any reference) is singular: steady, and
-    /// no boundary face puts a positive value on the diagonal.
+    /// in some region no boundary face puts a positive value on the diagonal.
     pub singular: Option<SingularPolicy>,
+    /// Per region of the mesh (cells connected through internal faces):
+    /// whether its block of the matrix is singular (a "floating" region).
+    pub floating: Vec<bool>,
     /// Gradient data that depends on the conditions (`boundaryCorrected` with
     /// least squares); `None`: the system's own stays.
     pub gradient: Option<CellGradient>,
@@ -132,8 +135,17 @@ pub struct LaplacianSystem<'m> {
     time: TimeScheme,
     /// `Some` when the matrix (before any reference) is singular.
     singular: Option<SingularPolicy>,
-    /// Diagonal of the reference cell before `setReference` doubled it.
-    reference_diag: f64,
+    /// Region of every cell ([`crate::mesh::check::cell_regions`]) and their
+    /// number: a mesh of disconnected parts has one singular block per part
+    /// without a fixed value, each with a level of its own to fix.
+    regions: Vec<usize>,
+    n_regions: usize,
+    /// Per region: singular (steady, no boundary face fixing the level).
+    floating: Vec<bool>,
+    /// Cells pinned by `Reference::Cell` (`setReference`): the given cell,
+    /// and the lowest cell of every other floating region, each with its
+    /// diagonal before doubling and the value.
+    references: Vec<(usize, f64, f64)>,
 }
 
 impl<'m> LaplacianSystem<'m> {
@@ -154,6 +166,7 @@ impl<'m> LaplacianSystem<'m> {
             CellGradient::new(schemes.grad, mesh, geometry, &faces.patch_deltas, &active)?;
         let (matrix, slots) = build_pattern(mesh)?;
         let n_cells = mesh.n_cells();
+        let (n_regions, regions) = crate::mesh::check::cell_regions(mesh);
         let mut system = Self {
             matrix,
             rhs: vec![0.0; n_cells],
@@ -169,9 +182,19 @@ impl<'m> LaplacianSystem<'m> {
             explicit_rhs: vec![0.0; n_cells],
             time: TimeScheme::SteadyState,
             singular: None,
-            reference_diag: 0.0,
+            regions,
+            n_regions,
+            floating: Vec::new(),
+            references: Vec::new(),
         };
         system.reassemble(problem)?;
+        let n_floating = system.floating.iter().filter(|&&f| f).count();
+        if n_regions > 1 && n_floating > 0 {
+            log::info!(
+                "The mesh has {n_regions} disconnected regions, {n_floating} of them without a \
+                 fixed value: the level of each is fixed on its own"
+            );
+        }
         Ok(system)
     }
 
@@ -250,13 +273,19 @@ impl<'m> LaplacianSystem<'m> {
         // A boundary face puts −Γ_b|S_b|·gradientInternal on the diagonal
         // (the expression `assemble` adds); without a positive one and without
         // a time term the matrix is singular.
+        // Per region: without a time term and without such a face, its block
+        // of the matrix is singular.
         let first = mesh.n_internal_faces();
-        let any_implicit_boundary = gamma_boundary.iter().enumerate().any(|(b, &gamma_b)| {
-            bc.active[b]
+        let mut fixed = vec![problem.time != TimeScheme::SteadyState; self.n_regions];
+        for (b, &gamma_b) in gamma_boundary.iter().enumerate() {
+            if bc.active[b]
                 && -(gamma_b * self.faces.mag_sf[first + b]) * bc.gradient_internal[b] > 0.0
-        });
-        let singular =
-            (!any_implicit_boundary && problem.time == TimeScheme::SteadyState).then_some(policy);
+            {
+                fixed[self.regions[mesh.owner()[first + b] as usize]] = true;
+            }
+        }
+        let floating: Vec<bool> = fixed.iter().map(|&f| !f).collect();
+        let singular = floating.iter().any(|&f| f).then_some(policy);
         Ok(ProblemValues {
             gamma,
             gamma_boundary,
@@ -264,6 +293,7 @@ impl<'m> LaplacianSystem<'m> {
             bc,
             time: problem.time,
             singular,
+            floating,
             gradient,
         })
     }
@@ -278,6 +308,7 @@ impl<'m> LaplacianSystem<'m> {
             bc,
             time,
             singular,
+            floating,
             gradient,
         } = problem;
         let mesh = self.mesh;
@@ -327,14 +358,30 @@ impl<'m> LaplacianSystem<'m> {
             }
         }
         self.singular = singular;
+        self.floating = floating;
+        self.references.clear();
         if let Some(SingularPolicy {
-            reference: Reference::Cell { cell, .. },
+            reference: Reference::Cell { cell, value },
             ..
         }) = self.singular
         {
-            let slot = self.slots.diagonal[cell];
-            self.reference_diag = values[slot];
-            values[slot] += self.reference_diag;
+            // The given cell fixes its region; every other floating region
+            // is pinned at its lowest cell to the same value.
+            let mut pinned = vec![false; self.n_regions];
+            let mut cells = Vec::new();
+            for c in std::iter::once(cell).chain(0..mesh.n_cells()) {
+                let r = self.regions[c];
+                if self.floating[r] && !pinned[r] {
+                    pinned[r] = true;
+                    cells.push(c);
+                }
+            }
+            for c in cells {
+                let slot = self.slots.diagonal[c];
+                let diag = values[slot];
+                values[slot] += diag;
+                self.references.push((c, diag, value));
+            }
         }
         self.rhs.copy_from_slice(&self.explicit_rhs);
     }
@@ -399,31 +446,72 @@ impl<'m> LaplacianSystem<'m> {
         }
         if let Some(policy) = self.singular {
             self.make_consistent(policy)?;
-            if let Reference::Cell { cell, value } = policy.reference {
-                self.rhs[cell] += self.reference_diag * value;
+            for &(cell, diag, value) in &self.references {
+                self.rhs[cell] += diag * value;
             }
         }
         Ok(())
     }
 
-    /// Checks Σb ≈ 0 for the singular matrix, or removes the sum as a uniform source.
+    /// Checks Σb ≈ 0 over each floating region, or removes its sum there as
+    /// a uniform source.
     fn make_consistent(&mut self, policy: SingularPolicy) -> Result<(), FvmError> {
-        let sum: f64 = self.rhs.iter().sum();
-        let scale: f64 = self.rhs.iter().map(|b| b.abs()).sum();
+        let (sum, scale) = self.region_sums(&self.rhs, |b, _| b, |b, _| b.abs());
         if policy.project {
             let volumes = &self.geometry.cell_volumes;
-            let per_volume = sum / volumes.iter().sum::<f64>();
-            for (b, v) in self.rhs.iter_mut().zip(volumes) {
-                *b -= v * per_volume;
+            let (region_volume, _) = self.region_sums(volumes, |v, _| v, |_, _| 0.0);
+            for (c, (b, v)) in self.rhs.iter_mut().zip(volumes).enumerate() {
+                let r = self.regions[c];
+                if self.floating[r] {
+                    *b -= v * (sum[r] / region_volume[r]);
+                }
             }
-        } else if sum.abs() > policy.tolerance * scale {
-            return Err(FvmError::InconsistentRhs {
-                sum,
-                scale,
-                tolerance: policy.tolerance,
-            });
+            return Ok(());
+        }
+        for r in (0..self.n_regions).filter(|&r| self.floating[r]) {
+            if sum[r].abs() > policy.tolerance * scale[r] {
+                return Err(FvmError::InconsistentRhs {
+                    sum: sum[r],
+                    scale: scale[r],
+                    tolerance: policy.tolerance,
+                });
+            }
         }
         Ok(())
+    }
+
+    /// Two sums per region of per-cell terms `first(x_c, V_c)` and
+    /// `second(x_c, V_c)`, in cell order (for one region: the plain sums).
+    fn region_sums(
+        &self,
+        x: &[f64],
+        first: impl Fn(f64, f64) -> f64,
+        second: impl Fn(f64, f64) -> f64,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let mut a = vec![0.0; self.n_regions];
+        let mut b = vec![0.0; self.n_regions];
+        for (c, (&x, &v)) in x.iter().zip(&self.geometry.cell_volumes).enumerate() {
+            let r = self.regions[c];
+            a[r] += first(x, v);
+            b[r] += second(x, v);
+        }
+        (a, b)
+    }
+
+    /// Shifts `p` to zero volume-weighted mean over each floating region.
+    fn shift_floating_to_zero_mean(&self, p: &mut [f64]) {
+        let (weighted, volume) = self.region_sums(p, |p, v| p * v, |_, v| v);
+        for (c, x) in p.iter_mut().enumerate() {
+            let r = self.regions[c];
+            if self.floating[r] {
+                *x -= weighted[r] / volume[r];
+            }
+        }
+    }
+
+    /// Number of regions of the mesh (cells connected through internal faces).
+    pub fn n_regions(&self) -> usize {
+        self.n_regions
     }
 
     /// Explicit non-orthogonal correction flux Γ_f|S_f|·λ_f·(k_f·∇p_f) of every
@@ -485,10 +573,7 @@ impl<'m> LaplacianSystem<'m> {
                 ..
             }) = self.singular
             {
-                let volumes = &self.geometry.cell_volumes;
-                let mean = p.iter().zip(volumes).map(|(p, v)| p * v).sum::<f64>()
-                    / volumes.iter().sum::<f64>();
-                p.iter_mut().for_each(|x| *x -= mean);
+                self.shift_floating_to_zero_mean(p);
             }
         }
         Ok(())

@@ -546,6 +546,14 @@ impl<'g> DeviceLaplacian<'g> {
                 "{n} cells; the device kernels index rows with 32-bit integers"
             )));
         }
+        if system.n_regions() > 1 {
+            // The device fixes one level for the whole matrix; the host fixes
+            // one per singular region (`LaplacianSystem`).
+            return Err(AssemblyError::Unsupported(format!(
+                "the mesh has {} disconnected regions",
+                system.n_regions()
+            )));
+        }
         let map = AssemblyMap::new(mesh, &system.matrix, &ordering, slice_height)?;
         let statics = StaticArrays::new(system, &map, &ordering);
         let gradient = GradientArrays::new(

@@ -41,6 +41,15 @@ pub struct MeshReport {
     pub n_cells: usize,
     /// Points used by no face (OpenFOAM `checkPoints`).
     pub n_unused_points: usize,
+    /// Sets of cells connected through internal faces (OpenFOAM `regionSplit`);
+    /// more than one is reported as checkMesh reports it, a warning.
+    pub n_regions: usize,
+    /// Points with a coordinate that is not a finite number, and faces and
+    /// cells whose area, centre or volume is not (a point at 1e300 overflows
+    /// them): any of them fails the check "finite geometry".
+    pub n_non_finite_points: usize,
+    pub n_non_finite_faces: usize,
+    pub n_non_finite_cells: usize,
     /// Number of cells of each shape, in [`CellShape::ALL`] order.
     pub shape_counts: Vec<(CellShape, usize)>,
     pub patches: Vec<PatchSummary>,
@@ -95,6 +104,24 @@ impl MeshReport {
             n_internal_faces: mesh.n_internal_faces(),
             n_cells: mesh.n_cells(),
             n_unused_points: count_unused_points(mesh),
+            n_regions: cell_regions(mesh).0,
+            n_non_finite_points: mesh
+                .points()
+                .iter()
+                .filter(|p| !p.iter().all(|x| x.is_finite()))
+                .count(),
+            n_non_finite_faces: (0..mesh.n_faces())
+                .filter(|&f| {
+                    let finite = |v: Vec3| v.iter().all(|x| x.is_finite());
+                    !finite(geom.face_area_vectors[f]) || !finite(geom.face_centre(mesh, f))
+                })
+                .count(),
+            n_non_finite_cells: (0..mesh.n_cells())
+                .filter(|&c| {
+                    !geom.cell_volumes[c].is_finite()
+                        || !geom.cell_centres[c].iter().all(|x| x.is_finite())
+                })
+                .count(),
             shape_counts: CellShape::ALL
                 .iter()
                 .zip(cells.shape_counts)
@@ -135,6 +162,7 @@ impl MeshReport {
     pub fn failed_checks(&self) -> Vec<&'static str> {
         let checks = [
             (self.n_unused_points > 0, "point usage"),
+            (self.has_non_finite_geometry(), "finite geometry"),
             (self.boundary_is_open(), "closed boundary"),
             (
                 self.n_open_cells > 0 || self.n_high_aspect_cells > 0,
@@ -151,6 +179,10 @@ impl MeshReport {
 
     pub fn is_ok(&self) -> bool {
         self.failed_checks().is_empty()
+    }
+
+    fn has_non_finite_geometry(&self) -> bool {
+        self.n_non_finite_points + self.n_non_finite_faces + self.n_non_finite_cells > 0
     }
 
     fn boundary_is_open(&self) -> bool {
@@ -192,6 +224,38 @@ fn bounding_box(points: &[Vec3]) -> (Vec3, Vec3) {
             || (Vec3::repeat(f64::INFINITY), Vec3::repeat(f64::NEG_INFINITY)),
             |a, b| (a.0.inf(&b.0), a.1.sup(&b.1)),
         )
+}
+
+/// The connected sets of cells (through internal faces): their number, and
+/// the region of each cell, numbered in the order of each region's first cell.
+pub fn cell_regions(mesh: &Mesh) -> (usize, Vec<usize>) {
+    // Union-find with path halving; the smaller root wins, so a region's
+    // root is its lowest cell.
+    let mut parent: Vec<usize> = (0..mesh.n_cells()).collect();
+    fn root(parent: &mut [usize], mut c: usize) -> usize {
+        while parent[c] != c {
+            parent[c] = parent[parent[c]];
+            c = parent[c];
+        }
+        c
+    }
+    for (&o, &n) in mesh.owner().iter().zip(mesh.neighbour()) {
+        let (a, b) = (root(&mut parent, o as usize), root(&mut parent, n as usize));
+        let (lo, hi) = (a.min(b), a.max(b));
+        parent[hi] = lo;
+    }
+    let mut region_of_root = vec![usize::MAX; mesh.n_cells()];
+    let mut n_regions = 0;
+    let mut regions = Vec::with_capacity(mesh.n_cells());
+    for c in 0..mesh.n_cells() {
+        let r = root(&mut parent, c);
+        if region_of_root[r] == usize::MAX {
+            region_of_root[r] = n_regions;
+            n_regions += 1;
+        }
+        regions.push(region_of_root[r]);
+    }
+    (n_regions, regions)
 }
 
 fn count_unused_points(mesh: &Mesh) -> usize {
@@ -481,6 +545,15 @@ impl fmt::Display for MeshReport {
         }
         // `Mesh::new` refuses meshes out of upper-triangular order, so a report exists only for ordered ones.
         writeln!(out, "    Upper triangular ordering OK.")?;
+        if self.n_regions <= 1 {
+            writeln!(out, "    Number of regions: {} (OK).", self.n_regions)?;
+        } else {
+            writeln!(out, "   *Number of regions: {}", self.n_regions)?;
+            writeln!(
+                out,
+                "    The mesh has multiple regions which are not connected by any face."
+            )?;
+        }
         writeln!(out)?;
 
         writeln!(out, "Checking patches...")?;
@@ -498,6 +571,15 @@ impl fmt::Display for MeshReport {
         writeln!(out)?;
 
         writeln!(out, "Checking geometry...")?;
+        if self.has_non_finite_geometry() {
+            writeln!(
+                out,
+                " ***Non-finite geometry: {} points with a coordinate that is not a finite \
+                 number, {} faces and {} cells whose area, centre or volume overflows (a point \
+                 far out, e.g. at 1e300, or a NaN)",
+                self.n_non_finite_points, self.n_non_finite_faces, self.n_non_finite_cells
+            )?;
+        }
         let (lo, hi) = &self.bounding_box;
         writeln!(
             out,

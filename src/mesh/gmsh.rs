@@ -28,7 +28,7 @@ use std::path::Path;
 
 /// Reads a volume mesh; physical surfaces become patches (see the module doc).
 pub fn read_msh(path: &Path) -> Result<Mesh, MeshError> {
-    let bytes = std::fs::read(path).map_err(|e| MeshError::io(path, e))?;
+    let bytes = crate::limits::read_regular_file(path).map_err(|e| MeshError::io(path, e))?;
     parse_msh(path, &bytes)
 }
 

@@ -323,7 +323,16 @@ impl Mesh {
             )));
         }
         let mut next = n_internal;
-        for p in &patches {
+        let mut seen = std::collections::HashMap::with_capacity(patches.len());
+        for (i, p) in patches.iter().enumerate() {
+            if let Some(first) = seen.insert(p.name.as_str(), i) {
+                // Boundary conditions are given by patch name: two patches of one
+                // name would silently share (or lose) a condition.
+                return Err(MeshError::invalid(format!(
+                    "patches {first} and {i} are both named '{}': patch names must be unique",
+                    crate::limits::quote(&p.name)
+                )));
+            }
             if p.start != next {
                 return Err(MeshError::invalid(format!(
                     "patch '{}' starts at face {} but the previous patch ends at face {next}",
@@ -460,11 +469,20 @@ fn check_face(f: usize, face: &[Label], n_points: usize) -> Result<(), MeshError
             "face {f} uses point {p} but the mesh has {n_points} points"
         )));
     }
-    for (i, &p) in face.iter().enumerate() {
-        if face[i + 1..].contains(&p) {
-            return Err(MeshError::invalid(format!(
-                "face {f} lists point {p} twice"
-            )));
+    let twice = |p: Label| MeshError::invalid(format!("face {f} lists point {p} twice"));
+    // Pairwise for the usual small faces; sorted for long ones (a corrupt
+    // size would otherwise take quadratic time).
+    if face.len() <= 32 {
+        for (i, &p) in face.iter().enumerate() {
+            if face[i + 1..].contains(&p) {
+                return Err(twice(p));
+            }
+        }
+    } else {
+        let mut sorted = face.to_vec();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(twice(w[0]));
         }
     }
     Ok(())

@@ -130,12 +130,42 @@ fn upper_triangular(
     if (1..n_internal).all(|f| key(f - 1) < key(f)) {
         return Ok((faces, owner, neighbour));
     }
+    // Faults are named by the file's face numbers, before renumbering hides them.
+    let in_file = |name: &str, msg: String| MeshError::InFile {
+        file: dir.join(name),
+        msg,
+    };
+    if let Some(f) = (0..n_internal).find(|&f| owner[f] >= neighbour[f]) {
+        return Err(in_file(
+            "owner",
+            format!(
+                "internal face {f}: owner {} must be less than neighbour {}",
+                owner[f], neighbour[f]
+            ),
+        ));
+    }
+    for f in 0..faces.len() {
+        // Point labels are checked against the points by Mesh::new (faces keep
+        // their numbers there only when no renumbering happens); the shape here.
+        super::check_face(f, faces.face(f), usize::MAX)
+            .map_err(|e| in_file("faces", e.to_string()))?;
+    }
     log::warn!(
         "{}: internal faces are not in upper-triangular order; renumbering them",
         dir.display()
     );
     let mut order: Vec<usize> = (0..faces.len()).collect();
     order[..n_internal].sort_by_key(|&f| key(f));
+    if let Some(i) = (1..n_internal).find(|&i| key(order[i - 1]) == key(order[i])) {
+        let (a, b) = (order[i - 1].min(order[i]), order[i - 1].max(order[i]));
+        return Err(in_file(
+            "neighbour",
+            format!(
+                "internal faces {a} and {b} both join cells {} and {}: a face is duplicated",
+                owner[a], neighbour[a]
+            ),
+        ));
+    }
     let faces = faces.permuted(&order).map_err(|e| e.in_file(dir))?;
     let owner = order.iter().map(|&f| owner[f]).collect();
     let neighbour = order[..n_internal].iter().map(|&f| neighbour[f]).collect();

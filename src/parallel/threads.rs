@@ -18,6 +18,16 @@ pub struct ThreadRank {
     from: Vec<Receiver<Vec<f64>>>,
 }
 
+/// Memory of one channel between two thread ranks as measured (8 GB for
+/// the 10⁶ channels of 1000 ranks): an estimate to refuse a rank count whose
+/// n² channels would not fit.
+const CHANNEL_BYTES: u128 = 8192;
+
+/// Memory [`ThreadRank::group`] takes for `n` ranks.
+pub fn group_bytes(n: usize) -> u128 {
+    (n as u128).pow(2) * CHANNEL_BYTES
+}
+
 impl ThreadRank {
     /// The `n` ranks of one group, to be moved into one thread each.
     pub fn group(n: usize) -> Vec<ThreadRank> {
@@ -55,19 +65,54 @@ impl ThreadRank {
 
     fn recv(&self, from: usize) -> Vec<f64> {
         self.from[from].recv().unwrap_or_else(|_| {
-            panic!(
-                "rank {from} stopped before rank {} heard from it",
-                self.rank
-            )
+            // Not a failure of this rank: the peer's own result says why it
+            // stopped. Unwound without the panic hook, so nothing is printed.
+            std::panic::resume_unwind(Box::new(PeerStopped {
+                rank: self.rank,
+                peer: from,
+            }))
         })
     }
 }
 
+/// Why a rank gave up: `peer` stopped (returned, typically with an error,
+/// or panicked) before `rank` heard from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerStopped {
+    pub rank: usize,
+    pub peer: usize,
+}
+
+impl std::fmt::Display for PeerStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rank {} stopped before rank {} heard from it",
+            self.peer, self.rank
+        )
+    }
+}
+
 /// Runs `body` on `n` ranks, one thread each, and returns their results in
-/// rank order. Ranks other than 0 log quietly ([`super::set_quiet`]).
+/// rank order. Ranks other than 0 log quietly ([`super::set_quiet`]). A rank
+/// whose peer stopped early panics with [`PeerStopped`]'s message; use
+/// [`run_ranks`] to get each rank's own outcome instead.
 pub fn run_threads<T: Send>(n: usize, body: impl Fn(&ThreadRank) -> T + Sync) -> Vec<T> {
+    run_ranks(n, body)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|stopped| panic!("{stopped}")))
+        .collect()
+}
+
+/// [`run_threads`], a rank that stopped because a peer stopped before it
+/// (an error returned, say) given as `Err`: the caller reports the peer's
+/// own error. A rank's panic is passed on (re-raised here).
+pub fn run_ranks<T: Send>(
+    n: usize,
+    body: impl Fn(&ThreadRank) -> T + Sync,
+) -> Vec<Result<T, PeerStopped>> {
     let ranks = ThreadRank::group(n);
-    std::thread::scope(|scope| {
+    let outcomes: Vec<std::thread::Result<T>> = std::thread::scope(|scope| {
         let handles: Vec<_> = ranks
             .into_iter()
             .map(|rank| {
@@ -81,11 +126,27 @@ pub fn run_threads<T: Send>(n: usize, body: impl Fn(&ThreadRank) -> T + Sync) ->
                     .expect("spawning a rank thread")
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
+        handles.into_iter().map(|h| h.join()).collect()
+    });
+    // A rank's own panic (not a peer's having stopped) is the one to pass on.
+    let own_panic = outcomes
+        .iter()
+        .position(|r| r.as_ref().is_err_and(|e| !e.is::<PeerStopped>()));
+    if let Some(i) = own_panic {
+        let Some(Err(payload)) = outcomes.into_iter().nth(i) else {
+            unreachable!("position found an Err")
+        };
+        std::panic::resume_unwind(payload);
+    }
+    outcomes
+        .into_iter()
+        .map(|r| {
+            r.map_err(|payload| match payload.downcast::<PeerStopped>() {
+                Ok(stopped) => *stopped,
+                Err(_) => unreachable!("own panics were passed on above"),
+            })
+        })
+        .collect()
 }
 
 /// [`run_threads`] on a thread of its own, waited for at most `limit`: a

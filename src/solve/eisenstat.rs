@@ -353,11 +353,15 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
                     }
                     None => {}
                 }
-                if rule.after_operator(p_q).is_some() {
-                    return Err(SolveError::Breakdown {
-                        p_ap: p_q,
-                        iteration,
-                    });
+                match rule.after_operator(p_q) {
+                    Some(StopReason::ExactSolution) => break 'solve,
+                    Some(_) => {
+                        return Err(SolveError::Breakdown {
+                            p_ap: p_q,
+                            iteration,
+                        })
+                    }
+                    None => {}
                 }
                 if let ResidualCheck::Predicted { max_interval } = check {
                     (previous_estimate, estimate) =

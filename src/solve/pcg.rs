@@ -44,6 +44,10 @@ impl Default for SolverControls {
     }
 }
 
+/// More iterations than any solve takes: a larger `maxIter` is a typo,
+/// refused before the solve rather than run for days.
+pub const MAX_ITERATIONS: usize = 10_000_000;
+
 impl SolverControls {
     /// Stop below the absolute `tolerance` or after `max_iter` iterations
     /// (relTol off, no minimum).
@@ -63,7 +67,22 @@ impl SolverControls {
                 )));
             }
         }
+        for (name, n) in [("maxIter", self.max_iter), ("minIter", self.min_iter)] {
+            if n > MAX_ITERATIONS {
+                return Err(SolveError::InvalidControls(format!(
+                    "{name} {n} is more than the {MAX_ITERATIONS} allowed (a solve that has not \
+                     converged by then will not; tolerance 0 with a smaller maxIter runs a fixed \
+                     number of iterations)"
+                )));
+            }
+        }
         Ok(())
+    }
+
+    /// Tolerance and relTol both 0: OpenFOAM's idiom for "run maxIter
+    /// iterations"; stopping there is the plan, not a failure to converge.
+    pub fn fixed_iterations(&self) -> bool {
+        self.tolerance == 0.0 && self.rel_tol == 0.0
     }
 
     /// OpenFOAM `checkConvergence`: below the absolute tolerance, or (relTol
@@ -106,7 +125,7 @@ impl SolverPerformance {
             format_g(self.final_residual),
             self.iterations
         );
-        if !self.converged {
+        if !self.converged && !controls.fixed_iterations() {
             log::warn!(
                 "{solver}: {field} not converged after {} {unit} (final residual {}, tolerance \
                  {}, relTol {})",
@@ -318,7 +337,9 @@ pub struct IterationRecord {
 /// Why the PCG loop stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
-    /// r · z = 0 with a zero residual: nothing left to reduce.
+    /// r · z = 0: the residual is zero, or so small that r · z underflows
+    /// (a long run with tolerance 0, OpenFOAM's fixed-iteration idiom,
+    /// gets there): nothing left to reduce.
     ExactSolution,
     PreconditionerNotPositive,
     Breakdown,
@@ -340,8 +361,11 @@ pub struct StopRule {
 
 impl StopRule {
     /// Test on r · z at the start of an iteration.
-    pub fn after_precondition(&self, r_z: f64, last_residual: f64) -> Option<StopReason> {
-        if r_z == 0.0 && last_residual == 0.0 {
+    pub fn after_precondition(&self, r_z: f64, _last_residual: f64) -> Option<StopReason> {
+        // A positive definite M gives r · Mr > 0 for every r ≠ 0, so an exact
+        // zero is r = 0 or underflow, never a breakdown; a negative or NaN
+        // value is one.
+        if r_z == 0.0 {
             Some(StopReason::ExactSolution)
         } else if r_z.is_nan() || r_z <= 0.0 {
             Some(StopReason::PreconditionerNotPositive)
@@ -350,9 +374,17 @@ impl StopRule {
         }
     }
 
-    /// Test on p · A p.
+    /// Test on p · A p: an exact zero is underflow (p · Ap > 0 for p ≠ 0
+    /// outside A's null space, which CG's directions avoid), a negative or
+    /// NaN value a breakdown.
     pub fn after_operator(&self, p_q: f64) -> Option<StopReason> {
-        (p_q.is_nan() || p_q <= 0.0).then_some(StopReason::Breakdown)
+        if p_q == 0.0 {
+            Some(StopReason::ExactSolution)
+        } else if p_q.is_nan() || p_q < 0.0 {
+            Some(StopReason::Breakdown)
+        } else {
+            None
+        }
     }
 
     /// Test on the residual after iteration `iteration`; `best` excludes it.
@@ -450,11 +482,15 @@ pub fn pcg<B: CgBackend>(
                     }
                     None => {}
                 }
-                if rule.after_operator(record.p_q).is_some() {
-                    return Err(SolveError::Breakdown {
-                        p_ap: record.p_q,
-                        iteration,
-                    });
+                match rule.after_operator(record.p_q) {
+                    Some(StopReason::ExactSolution) => break 'solve,
+                    Some(_) => {
+                        return Err(SolveError::Breakdown {
+                            p_ap: record.p_q,
+                            iteration,
+                        })
+                    }
+                    None => {}
                 }
                 let residual = record.residual;
                 let (stop, _) =

@@ -8,6 +8,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::Csr;
+use crate::limits::quote;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MtxError {
@@ -73,6 +74,11 @@ impl<'a> Lines<'a> {
         }
     }
 
+    /// Bytes not yet read.
+    fn bytes_left(&self) -> usize {
+        self.rest.map_or(0, <[u8]>::len)
+    }
+
     /// The next line, comments included.
     fn next_raw(&mut self) -> Result<Option<&'a str>, MtxError> {
         let Some(rest) = self.rest else {
@@ -113,17 +119,21 @@ impl<'a> Lines<'a> {
         let tokens: Vec<&str> = text.split_whitespace().collect();
         if tokens.len() != count {
             return Err(self.error(format!(
-                "expected {what} ({count} numbers), found {} item(s): '{text}'",
-                tokens.len()
+                "expected {what} ({count} numbers), found {} item(s): '{}'",
+                tokens.len(),
+                quote(text)
             )));
         }
         Ok(tokens)
     }
 
     fn size(&self, token: &str, what: &str) -> Result<usize, MtxError> {
-        token
-            .parse::<usize>()
-            .map_err(|_| self.error(format!("{what} '{token}' is not a non-negative integer")))
+        token.parse::<usize>().map_err(|_| {
+            self.error(format!(
+                "{what} '{}' is not a non-negative integer",
+                quote(token)
+            ))
+        })
     }
 
     /// A 1-based index in 1..=max, returned 0-based.
@@ -133,7 +143,7 @@ impl<'a> Lines<'a> {
             Ok(i) => Err(self.error(format!(
                 "{what} index {i} is out of range 1..={max} (indices are 1-based)"
             ))),
-            Err(_) => Err(self.error(format!("{what} index '{token}' is not an integer"))),
+            Err(_) => Err(self.error(format!("{what} index '{}' is not an integer", quote(token)))),
         }
     }
 
@@ -141,17 +151,18 @@ impl<'a> Lines<'a> {
         let v = match field {
             Field::Integer => token.parse::<i64>().map(|v| v as f64).map_err(|_| {
                 self.error(format!(
-                    "value '{token}' is not an integer (field is integer)"
+                    "value '{}' is not an integer (field is integer)",
+                    quote(token)
                 ))
             })?,
             _ => token
                 .parse::<f64>()
-                .map_err(|_| self.error(format!("value '{token}' is not a number")))?,
+                .map_err(|_| self.error(format!("value '{}' is not a number", quote(token))))?,
         };
         if v.is_finite() {
             Ok(v)
         } else {
-            Err(self.error(format!("value '{token}' is not a finite number")))
+            Err(self.error(format!("value '{}' is not a finite number", quote(token))))
         }
     }
 
@@ -159,7 +170,8 @@ impl<'a> Lines<'a> {
     fn expect_end(&mut self, expected: usize) -> Result<(), MtxError> {
         match self.next_data()? {
             Some(text) => Err(self.error(format!(
-                "extra data '{text}' after the {expected} entries announced in the size line"
+                "extra data '{}' after the {expected} entries announced in the size line",
+                quote(text)
             ))),
             None => Ok(()),
         }
@@ -184,13 +196,17 @@ fn parse_header(lines: &mut Lines<'_>) -> Result<Header, MtxError> {
     }
     if words.len() != 5 || words[1] != "matrix" {
         return Err(lines.error(format!(
-            "header must read '%%MatrixMarket matrix <format> <field> <symmetry>', found '{text}'"
+            "header must read '%%MatrixMarket matrix <format> <field> <symmetry>', found '{text:.80}'"
         )));
     }
     let format = match words[2].as_str() {
         "coordinate" => Format::Coordinate,
         "array" => Format::Array,
-        other => return Err(lines.error(format!("unknown format '{other}' (coordinate or array)"))),
+        other => {
+            return Err(lines.error(format!(
+                "unknown format '{other:.80}' (coordinate or array)"
+            )))
+        }
     };
     let field = match words[3].as_str() {
         "real" | "double" => Field::Real,
@@ -198,7 +214,7 @@ fn parse_header(lines: &mut Lines<'_>) -> Result<Header, MtxError> {
         "pattern" if format == Format::Coordinate => Field::Pattern,
         other => {
             return Err(lines.error(format!(
-                "field '{other}' is not supported (real, integer, or pattern for coordinate)"
+                "field '{other:.80}' is not supported (real, integer, or pattern for coordinate)"
             )))
         }
     };
@@ -218,8 +234,19 @@ fn parse_header(lines: &mut Lines<'_>) -> Result<Header, MtxError> {
     })
 }
 
-/// Reads the coordinate body after the header into a CSR matrix.
-fn parse_coordinate(lines: &mut Lines<'_>, header: &Header) -> Result<Csr, MtxError> {
+/// What the rows of a coordinate body must hold.
+#[derive(Clone, Copy, PartialEq)]
+enum Rows {
+    /// A matrix: every row has an entry (a row without one makes it singular).
+    Filled,
+    /// A vector: entries not given are 0.
+    Sparse,
+}
+
+/// Reads the coordinate body after the header into a CSR matrix. The size
+/// line is checked against the bytes left in the file (and `rows`) before
+/// anything is allocated.
+fn parse_coordinate(lines: &mut Lines<'_>, header: &Header, rows: Rows) -> Result<Csr, MtxError> {
     let size = lines.tokens(3, "the size line 'rows columns entries'")?;
     let n_rows = lines.size(size[0], "row count")?;
     let n_cols = lines.size(size[1], "column count")?;
@@ -227,13 +254,35 @@ fn parse_coordinate(lines: &mut Lines<'_>, header: &Header) -> Result<Csr, MtxEr
     if n_rows > u32::MAX as usize || n_cols > u32::MAX as usize {
         return Err(lines.error("matrix too large: at most 4294967295 rows and columns"));
     }
+    let per_line = if header.field == Field::Pattern { 2 } else { 3 };
+    // An entry line is at least one digit per number and a separator after each.
+    let room = (lines.bytes_left() + 1) / (2 * per_line);
+    if n_entries > room {
+        return Err(lines.error(format!(
+            "the size line announces {n_entries} entries, but the {} bytes left in the file \
+             hold at most {room}",
+            lines.bytes_left()
+        )));
+    }
     let symmetric = header.symmetry == Symmetry::Symmetric;
+    // A symmetric file's entry (i, j) fills rows i and j.
+    let filled = n_entries.saturating_mul(1 + symmetric as usize);
+    if rows == Rows::Filled && n_rows.max(n_cols) > filled {
+        return Err(lines.error(format!(
+            "the size line gives {n_rows} x {n_cols} but only {n_entries} entries: at least {} \
+             rows or columns would have no entry (a singular matrix); check the size line",
+            n_rows.max(n_cols) - filled
+        )));
+    }
+    crate::limits::check_memory(8 * (n_rows as u128 + 1), || {
+        format!("the row count {n_rows} of the size line")
+    })
+    .map_err(|e| lines.error(e))?;
     if symmetric && n_rows != n_cols {
         return Err(lines.error(format!(
             "a symmetric matrix must be square, the size line says {n_rows} x {n_cols}"
         )));
     }
-    let per_line = if header.field == Field::Pattern { 2 } else { 3 };
     let what = if per_line == 2 {
         "an entry 'row column'"
     } else {
@@ -275,7 +324,7 @@ pub fn parse_matrix(bytes: &[u8], file: &Path) -> Result<Csr, MtxError> {
             "dense 'array' format is read for vectors only; store the matrix as 'coordinate'",
         ));
     }
-    parse_coordinate(&mut lines, &header)
+    parse_coordinate(&mut lines, &header, Rows::Filled)
 }
 
 /// Parses a vector: an `array` with one column (or one row), or a `coordinate`
@@ -284,7 +333,7 @@ pub fn parse_vector(bytes: &[u8], file: &Path) -> Result<Vec<f64>, MtxError> {
     let mut lines = Lines::new(file, bytes);
     let header = parse_header(&mut lines)?;
     if header.format == Format::Coordinate {
-        let m = parse_coordinate(&mut lines, &header)?;
+        let m = parse_coordinate(&mut lines, &header, Rows::Sparse)?;
         if m.n_cols() != 1 {
             return Err(lines.error(format!(
                 "a vector needs one column, this matrix has {}",
@@ -305,7 +354,15 @@ pub fn parse_vector(bytes: &[u8], file: &Path) -> Result<Vec<f64>, MtxError> {
             "a vector needs one column (or one row), the size line says {n_rows} x {n_cols}"
         )));
     }
-    let n = n_rows * n_cols;
+    let n = n_rows.saturating_mul(n_cols);
+    let room = lines.bytes_left().div_ceil(2);
+    if n > room {
+        return Err(lines.error(format!(
+            "the size line announces {n} values, but the {} bytes left in the file hold at most \
+             {room}",
+            lines.bytes_left()
+        )));
+    }
     let mut values = Vec::with_capacity(n.min(1 << 20));
     for _ in 0..n {
         let t = lines.tokens(1, "a value")?;
@@ -316,7 +373,7 @@ pub fn parse_vector(bytes: &[u8], file: &Path) -> Result<Vec<f64>, MtxError> {
 }
 
 fn read_bytes(path: &Path) -> Result<Vec<u8>, MtxError> {
-    std::fs::read(path).map_err(|source| MtxError::Io {
+    crate::limits::read_regular_file(path).map_err(|source| MtxError::Io {
         path: path.to_path_buf(),
         source,
     })
