@@ -268,3 +268,43 @@ fn second_run_of_a_case_is_refused_while_the_first_lives() {
     assert!(log.contains("taking over the lock of process"), "{log}");
     assert!(!lock.exists());
 }
+
+/// A binary field written by OpenFOAM v1912's laplacianFoam
+/// (tests/data/foam_binary/T, `regenerate.sh`) read and written back with
+/// `writeFormat binary`: the internalField list (count, raw little-endian
+/// doubles) is byte for byte OpenFOAM's.
+#[test]
+fn binary_fields_are_laid_out_as_openfoams() {
+    use fvpoisson::foam::FoamFormat;
+    use fvpoisson::io::foam_field::{write_internal_field, FoamWriteOptions, ScalarFieldFile};
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foam_binary/T");
+    let mesh = fvpoisson::mesh::load(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/cases/laplacian_foam_steady"
+    ))
+    .unwrap();
+    let field = ScalarFieldFile::read(&data, mesh.n_cells()).unwrap();
+    let cells = field.internal.expand(mesh.n_cells());
+    let dir = scratch("foam_binary");
+    let options = FoamWriteOptions {
+        format: FoamFormat::Binary,
+        ..FoamWriteOptions::default()
+    };
+    let ours = write_internal_field(&dir, 10.0, "T", &cells, &options).unwrap();
+    let list = |bytes: &[u8]| -> Vec<u8> {
+        let start = bytes
+            .windows(13)
+            .position(|w| w == b"internalField")
+            .unwrap();
+        let rest = &bytes[start..];
+        let open = rest.iter().position(|&b| b == b'(').unwrap();
+        rest[..open + 1 + 8 * mesh.n_cells() + 1].to_vec()
+    };
+    let theirs = list(&std::fs::read(&data).unwrap());
+    assert_eq!(
+        theirs.last(),
+        Some(&b')'),
+        "the reference ends its list here"
+    );
+    assert!(list(&std::fs::read(ours).unwrap()) == theirs);
+}
