@@ -108,6 +108,31 @@ enum Command {
         /// first; default every device for ranks, the first for a serial run.
         #[arg(long, value_delimiter = ',', value_name = "LIST")]
         gpus: Option<Vec<usize>>,
+        /// VTK output: binary (raw appended, the default), zlib (compressed as
+        /// ParaView writes it), ascii, or none; overrides the case's setting
+        /// (OpenFOAM cases write VTK/NAME.pvd unless none).
+        #[arg(long, value_name = "FORMAT")]
+        vtk: Option<VtkChoice>,
+    },
+    /// Converts the time directories of an OpenFOAM case (constant/polyMesh and
+    /// every volScalarField and volVectorField) to the VTK series
+    /// CASE/VTK/NAME.pvd, as foamToVTK does.
+    FoamToVtk {
+        /// OpenFOAM case directory.
+        case: PathBuf,
+        /// Times to convert: a list of times and ranges, OpenFOAM's -time
+        /// syntax ('0,0.5:1,2:'); default every time directory.
+        #[arg(long, value_name = "LIST", conflicts_with = "latest_time")]
+        time: Option<case::foam_to_vtk::TimeSelection>,
+        /// Only the last time directory (also -latestTime).
+        #[arg(long)]
+        latest_time: bool,
+        /// Encoding: binary (default), zlib or ascii.
+        #[arg(long, value_name = "FORMAT", default_value = "binary")]
+        format: crate::io::vtk::VtkEncoding,
+        /// Directory of the series (default CASE/VTK).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Splits a case's cells over N ranks: writes
     /// CASE/processorK/constant/polyMesh/cellProcAddressing (local to global
@@ -129,6 +154,37 @@ enum Command {
         /// Case directory.
         case: PathBuf,
     },
+}
+
+/// `run --vtk` values: an encoding, or no VTK output.
+#[derive(Clone, Copy, Debug)]
+enum VtkChoice {
+    Encoding(crate::io::vtk::VtkEncoding),
+    None,
+}
+
+impl std::str::FromStr for VtkChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Self::None),
+            other => other
+                .parse()
+                .map(Self::Encoding)
+                .map_err(|e: String| e + " or none"),
+        }
+    }
+}
+
+impl VtkChoice {
+    /// Applies the choice to a Poisson case's output settings.
+    fn apply(self, output: &mut case::OutputSettings) {
+        output.formats.retain(|f| *f != case::OutputFormat::Vtk);
+        if let Self::Encoding(encoding) = self {
+            output.formats.push(case::OutputFormat::Vtk);
+            output.vtk_encoding = encoding;
+        }
+    }
 }
 
 /// `--format` values.
@@ -154,8 +210,13 @@ const EXIT_ERROR: i32 = 2;
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    // `-np N` as mpirun spells it.
-    let args = std::env::args().map(|a| if a == "-np" { "--ranks".into() } else { a });
+    // `-np N` as mpirun spells it, `-time`, `-latestTime` as OpenFOAM does.
+    let args = std::env::args().map(|a| match a.as_str() {
+        "-np" => "--ranks".into(),
+        "-time" => "--time".into(),
+        "-latestTime" => "--latest-time".into(),
+        _ => a,
+    });
     let cli = Cli::parse_from(args);
     // validate runs thousands of solves: their log lines would bury the table.
     let filter = match cli.command {
@@ -230,16 +291,24 @@ fn run_command(command: Command) -> anyhow::Result<i32> {
             ordering,
             ranks,
             gpus,
+            vtk,
         } => match launched_by_mpi() {
             _ if ranks == Some(0) => Err(anyhow::anyhow!(
                 "-np 0 / --ranks 0: a run needs at least 1 rank"
             )),
-            true => run_mpi(&case, ranks, device, gpus.as_deref()),
-            false if ranks.is_some_and(|n| n > 1) => {
-                run_threads(&case, device, ranks.unwrap_or(1), gpus.as_deref())
-            }
-            false => run(&case, device, ordering, gpus.as_deref()),
+            true => run_mpi(&case, ranks, device, gpus.as_deref(), vtk),
+            false => case_lock(&case).and_then(|_lock| match ranks {
+                Some(n) if n > 1 => run_threads(&case, device, n, gpus.as_deref(), vtk),
+                _ => run(&case, device, ordering, gpus.as_deref(), vtk),
+            }),
         },
+        Command::FoamToVtk {
+            case,
+            time,
+            latest_time,
+            format,
+            out,
+        } => foam_to_vtk(&case, time, latest_time, format, out.as_deref()).map(|()| 0),
         Command::Decompose { case, n, method } => decompose(&case, n, method).map(|()| 0),
         Command::Reconstruct { case } => reconstruct(&case).map(|()| 0),
         Command::Validate(args) => validate(args),
@@ -325,14 +394,18 @@ fn run(
     device: crate::gpu::DeviceChoice,
     ordering: Option<RowOrdering>,
     gpus: Option<&[usize]>,
+    vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
     if case::flow_case::is_flow_case(case_dir) {
         if gpus.is_some() {
             anyhow::bail!("--gpus is for Poisson cases; flow cases run on the first GPU");
         }
-        return run_flow(case_dir, device);
+        return run_flow(case_dir, device, vtk);
     }
     let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
+    if let Some(vtk) = vtk {
+        vtk.apply(&mut setup.output);
+    }
     if let Some(ordering) = ordering {
         setup.solver.set_ordering(ordering);
     }
@@ -457,11 +530,15 @@ fn run_threads(
     device: crate::gpu::DeviceChoice,
     n: usize,
     gpus: Option<&[usize]>,
+    vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
     use crate::parallel::Communicator;
-    let (setup, mesh) = read_for_ranks(case_dir)?;
+    let (mut setup, mesh) = read_for_ranks(case_dir)?;
     // Before the ranks' n² channels exist.
     case::decompose::check_rank_count(mesh.n_cells(), n).with_context(|| format!("-np {n}"))?;
+    if let Some(vtk) = vtk {
+        vtk.apply(&mut setup.output);
+    }
     log::info!("{n} ranks as threads");
     crate::limits::check_memory(crate::parallel::threads::group_bytes(n), || {
         format!("-np {n}: the channels between {n} ranks as threads")
@@ -498,10 +575,19 @@ fn run_mpi(
     ranks: Option<usize>,
     device: crate::gpu::DeviceChoice,
     gpus: Option<&[usize]>,
+    vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
     use crate::parallel::Communicator;
     let comm = crate::parallel::mpi::MpiRank::initialize()
         .ok_or_else(|| anyhow::anyhow!("MPI was initialized twice"))?;
+    // Rank 0 holds the case's lock; every rank stops if it could not.
+    let lock = (comm.rank() == 0).then(|| case_lock(case_dir));
+    let mut locked = [f64::from(u8::from(matches!(lock, None | Some(Ok(_)))))];
+    comm.sum(&mut locked);
+    let _lock = lock.transpose()?;
+    if locked[0] < comm.size() as f64 {
+        anyhow::bail!("rank 0 could not take the lock of {}", case_dir.display());
+    }
     if let Some(n) = ranks.filter(|&n| n != comm.size()) {
         anyhow::bail!(
             "--ranks {n} but mpirun started {} ranks; give one of them",
@@ -511,8 +597,11 @@ fn run_mpi(
     if comm.rank() != 0 {
         crate::parallel::set_quiet(true);
     }
-    let (setup, mesh) = read_for_ranks(case_dir)?;
+    let (mut setup, mesh) = read_for_ranks(case_dir)?;
     case::decompose::check_rank_count(mesh.n_cells(), comm.size())?;
+    if let Some(vtk) = vtk {
+        vtk.apply(&mut setup.output);
+    }
     log::info!("{} MPI ranks", comm.size());
     let gpu = open_rank_gpu(&comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
     let run = case::decompose::run_distributed(&setup, mesh, &comm, gpu.as_ref());
@@ -544,6 +633,7 @@ fn run_mpi(
     _: Option<usize>,
     _: crate::gpu::DeviceChoice,
     _: Option<&[usize]>,
+    _: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
     unreachable!("launched_by_mpi is false without the mpi feature")
 }
@@ -580,11 +670,51 @@ fn reconstruct(case_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The lock of `case_dir` for a run (`io::lock`): a second run of the case
+/// is refused while this one lives.
+fn case_lock(case_dir: &Path) -> anyhow::Result<Option<crate::io::lock::CaseLock>> {
+    if !case_dir.is_dir() {
+        // Nothing to lock: the case reader says what is wrong with it.
+        return Ok(None);
+    }
+    Ok(Some(crate::io::lock::CaseLock::acquire(case_dir)?))
+}
+
+/// `foam-to-vtk CASE`.
+fn foam_to_vtk(
+    case_dir: &Path,
+    time: Option<case::foam_to_vtk::TimeSelection>,
+    latest_time: bool,
+    format: crate::io::vtk::VtkEncoding,
+    out: Option<&Path>,
+) -> anyhow::Result<()> {
+    use case::foam_to_vtk::TimeSelection;
+    let times = match (time, latest_time) {
+        (_, true) => TimeSelection::Latest,
+        (Some(list), false) => list,
+        (None, false) => TimeSelection::All,
+    };
+    let clock = Instant::now();
+    let converted = case::foam_to_vtk::foam_to_vtk(case_dir, &times, out, format)?;
+    log::info!(
+        "Wrote {} VTK step(s), {:.1} MB ({format}) in {:.2} s: {}",
+        converted.times.len(),
+        converted.bytes as f64 / 1e6,
+        clock.elapsed().as_secs_f64(),
+        converted.pvd.display()
+    );
+    Ok(())
+}
+
 /// `run` of a flow case (`physics.kind = "simple"`): exit code 1 when its
 /// validation fails.
-fn run_flow(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
+fn run_flow(
+    case_dir: &Path,
+    device: crate::gpu::DeviceChoice,
+    vtk: Option<VtkChoice>,
+) -> anyhow::Result<i32> {
     let clock = std::time::Instant::now();
-    let (setup, mesh) = if case_dir.join(case::case_toml::CASE_FILE).exists() {
+    let (mut setup, mesh) = if case_dir.join(case::case_toml::CASE_FILE).exists() {
         let setup = case::flow_case::read_flow_case(case_dir)?;
         let mesh = setup.mesh.load()?;
         (setup, mesh)
@@ -592,6 +722,14 @@ fn run_flow(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result
         let case = case::simple_foam::read_simple_foam_case(case_dir)?;
         (case.setup, case.mesh)
     };
+    match vtk {
+        Some(VtkChoice::None) => setup.vtk = false,
+        Some(VtkChoice::Encoding(encoding)) => {
+            setup.vtk = true;
+            setup.vtk_encoding = encoding;
+        }
+        None => {}
+    }
     let gpu = device.select()?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),

@@ -349,9 +349,9 @@ fn run_shipped(name: &str) -> RunSummary {
     let pvd = summary.vtk_series.clone().expect("VTK output is on");
     assert_eq!(pvd, out.join(format!("{name}.pvd")));
     let pvd_text = fs::read_to_string(&pvd).unwrap();
-    // Steady cases with interval 1: one step per iteration.
-    assert_eq!(pvd_text.matches("<DataSet").count(), summary.steps);
-    let last = out.join(format!("{name}_{:06}", summary.steps - 1));
+    // Steady cases without an interval: the last iteration only.
+    assert_eq!(pvd_text.matches("<DataSet").count(), 1);
+    let last = out.join(format!("{name}_000000"));
     let vtu = fs::read(last.join("internal.vtu")).unwrap();
     let header = String::from_utf8_lossy(&vtu[..vtu.len().min(2000)]).into_owned();
     assert!(
@@ -579,15 +579,24 @@ formats = []
 
 #[test]
 fn foam_output_writes_time_directories() {
-    let text = MMS.replace("formats = []", "formats = [\"foam\"]\nprecision = 12");
-    let scratch = Scratch::new("foam_out");
-    let setup = parse_in(&text, &scratch).unwrap();
+    // Steady: the last iteration only, unless an interval is given (as
+    // OpenFOAM's writeInterval), then every interval-th and the last.
+    let every = MMS.replace("formats = []", "formats = [\"foam\"]\ninterval = 1");
+    let scratch = Scratch::new("foam_every");
+    let setup = parse_in(&every, &scratch).unwrap();
     let summary = run(&setup);
     let dir = &setup.case_dir;
     assert_eq!(
         summary.foam_fields,
         vec![dir.join("1").join("T"), dir.join("2").join("T")]
     );
+    let text = MMS.replace("formats = []", "formats = [\"foam\"]\nprecision = 12");
+    let scratch = Scratch::new("foam_out");
+    let setup = parse_in(&text, &scratch).unwrap();
+    let summary = run(&setup);
+    let dir = &setup.case_dir;
+    assert_eq!(summary.foam_fields, vec![dir.join("2").join("T")]);
+    assert!(!dir.join("1").exists(), "no time directory before the last");
     assert!(summary.vtk_series.is_none());
     let written = fs::read_to_string(dir.join("2").join("T")).unwrap();
     assert!(

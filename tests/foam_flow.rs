@@ -214,20 +214,20 @@ formats = ["foam"]
     assert!(phi[..mesh.n_internal_faces()]
         .iter()
         .any(|&f| f.abs() > 1e-3));
-    // NAME.vtu and NAME_residuals.png, as a case.toml flow case writes them.
+    // The VTK series NAME.pvd (one step: the last iteration) and
+    // NAME_residuals.png in VTK/, as foamToVTK would place them.
     let mut results: Vec<String> = dir
-        .join("results")
+        .join("VTK")
         .read_dir()
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     results.sort();
-    assert!(
-        results.len() == 2
-            && results[0].ends_with(".vtu")
-            && results[1].ends_with("_residuals.png"),
-        "{results:?}"
-    );
+    let name = fvpoisson::io::vtk::series_name_for(&dir);
+    let mut expected =
+        ["_000000", "_000000.vtm", ".pvd", "_residuals.png"].map(|s| name.clone() + s);
+    expected.sort();
+    assert_eq!(results, expected);
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&reference).unwrap();
 }

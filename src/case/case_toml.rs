@@ -89,9 +89,12 @@
 //!
 //! [output]
 //! formats = ["vtk", "foam"]   # default ["vtk"]
-//! interval = 1
+//! interval = 10               # write every 10th iteration / time step and the last;
+//!                             # default: steady the last only, Euler every step
 //! directory = "results"       # VTK directory, relative to the case directory;
 //!                             # foam time directories go in the case directory
+//! vtkFormat = "binary"        # VTK arrays: binary (raw appended, default), zlib
+//!                             # (compressed as ParaView does), ascii
 //! precision = 17              # OpenFOAM writePrecision (foam format)
 //! writeFormat = "ascii"       # or "binary" (foam format)
 //! writeCompression = false    # gzip the foam files
@@ -269,6 +272,8 @@ pub(super) struct OutputSection {
     write_format: Option<Spanned<String>>,
     #[serde(rename = "writeCompression", default)]
     write_compression: bool,
+    #[serde(rename = "vtkFormat")]
+    vtk_format: Option<Spanned<String>>,
 }
 
 /// Steady-state iterations when `maxIterations` is not given.
@@ -376,7 +381,15 @@ pub fn parse_case(text: &str, file: &Path, case_dir: &Path) -> Result<CaseSetup,
         .transpose()?
         .unwrap_or_default();
     let solver = src.solvers(&case.solver, &field)?;
-    let output = src.output(&case.output)?;
+    let mut output = src.output(&case.output)?;
+    if case.output.interval.is_none() {
+        // As OpenFOAM's steady solvers: results at the end, not every
+        // iteration, unless an interval is given; transient runs every step.
+        output.interval = match time {
+            TimeControl::Steady { .. } => usize::MAX,
+            TimeControl::Euler { .. } => 1,
+        };
+    }
 
     Ok(CaseSetup {
         origin: file.display().to_string(),
@@ -1296,6 +1309,12 @@ impl Source<'_> {
             };
         }
         output.foam.compress = section.write_compression;
+        if let Some(format) = &section.vtk_format {
+            output.vtk_encoding = format
+                .get_ref()
+                .parse()
+                .map_err(|e| self.error(format.span(), format!("output.vtkFormat: {e}")))?;
+        }
         Ok(output)
     }
 }

@@ -206,8 +206,10 @@ pub struct FlowSetup {
     pub validation: Option<String>,
     /// Initial cell velocities and pressures (OpenFOAM's `0/U`, `0/p`); zero when `None`.
     pub initial: Option<(Vec<Vec3>, Vec<f64>)>,
-    /// Write `output_dir/NAME.vtu` (the residual plot is always written).
+    /// Write the series `output_dir/NAME.pvd` (one step: the last
+    /// iteration) in `vtk_encoding` (the residual plot is always written).
     pub vtk: bool,
+    pub vtk_encoding: crate::io::vtk::VtkEncoding,
     /// OpenFOAM time directories `<iteration>/U`, `p`, `phi` in the case
     /// directory (`[output] formats = ["vtk", "foam"]`; always for OpenFOAM cases).
     pub foam_output: Option<FoamOutput>,
@@ -369,6 +371,7 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
         validation: case.validation.map(|v| v.case.into_inner()),
         initial: None,
         vtk: output.formats.contains(&OutputFormat::Vtk),
+        vtk_encoding: output.vtk_encoding,
         foam_output: output
             .formats
             .contains(&OutputFormat::Foam)
@@ -845,23 +848,21 @@ pub fn run_flow_case_with_mesh(
             reports.len()
         );
     }
-    let name = setup
-        .case_dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "case".into());
+    let name = crate::io::vtk::series_name_for(&setup.case_dir);
     crate::io::create_dir_all(&setup.output_dir)?;
     if setup.vtk {
-        let vtu = setup.output_dir.join(format!("{name}.vtu"));
-        crate::flow::output::write_fields(
-            &vtu,
-            mesh,
-            &simple.u,
-            &simple.p,
-            &simple.flux_divergence(),
+        let (pvd, bytes) = crate::flow::output::write_series(
+            &setup.output_dir,
+            &name,
+            &simple,
+            setup.vtk_encoding,
         )?;
-        log::info!("wrote {}", vtu.display());
+        log::info!(
+            "Wrote 1 VTK step, {:.1} MB ({}): {}",
+            bytes as f64 / 1e6,
+            setup.vtk_encoding,
+            pvd.display()
+        );
     }
     let png = setup.output_dir.join(format!("{name}_residuals.png"));
     crate::flow::output::write_residual_plot(&reports, &name, &png)

@@ -10,6 +10,7 @@
 //! | `system/controlDict` | `startFrom startTime\|latestTime\|firstTime`, `startTime` (0), `stopAt endTime`, `endTime`, `deltaT` | [`TimeControl`] |
 //! | | `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval` | `output.interval` (steps) |
 //! | | `writeFormat`, `writePrecision`, `writeCompression`, `timeFormat general`, `timePrecision` | `output.foam` |
+//! | | (every written time also as a VTK series `VTK/<case>.pvd`, as `foamToVTK` would write it; `run --vtk none` turns it off) | `output.formats`, `output.directory` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|steadyState`; `laplacianSchemes` `Gauss linear\|harmonic corrected\|uncorrected\|limited ψ\|orthogonal`; `gradSchemes` `Gauss linear\|leastSquares` (keys `ddt(T)`, `laplacian(DT,T)`, `grad(T)`, else `default`) | [`Schemes`] via `Schemes::from_foam` |
 //! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none` or a symmetric smoother (`symGaussSeidel`, `Jacobi`, `blockJacobi`, … with the smoother keys below; flat or `preconditioner { preconditioner …; }`); `GAMG` solver → AMG cycles alone, `preconditioner GAMG` → PCG + one AMG cycle (`solve::amg`; keys `smoother`, `nPreSweeps`, `nPostSweeps`, `nCellsInCoarsestLevel`, ours `cycle`, `passes`, `omega`, `overCorrection`, …; `agglomerator`, `mergeLevels` accepted); `smoothSolver` with `smoother GaussSeidel\|symGaussSeidel\|DIC\|DICGaussSeidel\|Jacobi\|L1Jacobi\|blockJacobi\|…`, `nSweeps`; ours: `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`, `blockSize`, `asynchronous` (see `case_toml`); `PBiCG` → PCG (warned); `PBiCGStab` and `GMRES` (`nKrylov`, `orthogonalisation`, `preconditioningSide`, `flexible`) with `diagonal|none` (or any PCG preconditioner; `DILU` refused until ILU exists), `solve::krylov`; `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
 //! | | `SIMPLE { nNonOrthogonalCorrectors; residualControl { T tol; } }` | correctors; steady stop criterion |
@@ -47,6 +48,8 @@ use std::path::{Path, PathBuf};
 
 /// The field laplacianFoam solves.
 const FIELD: &str = "T";
+/// Where OpenFOAM cases get their VTK series (`foamToVTK`'s directory).
+pub const VTK_DIRECTORY: &str = "VTK";
 
 /// A case read, and the warnings about what it holds that is not used.
 #[derive(Debug)]
@@ -205,9 +208,12 @@ impl Reader {
             time,
             singular: SingularPolicy::default(),
             solver,
+            // Time directories as laplacianFoam writes them, and the same
+            // times as a VTK series in VTK/ as foamToVTK would convert them.
             output: OutputSettings {
-                formats: vec![OutputFormat::Foam],
+                formats: vec![OutputFormat::Foam, OutputFormat::Vtk],
                 interval: timing.write_every,
+                directory: PathBuf::from(VTK_DIRECTORY),
                 foam: FoamWriteOptions {
                     dimensions: field.dimensions,
                     ..foam

@@ -557,15 +557,19 @@ impl<'a> Run<'a> {
         // series (rank 0 the .pvtu, the boundary and the series files).
         let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) {
             let dir = setup.case_dir.join(&setup.output.directory);
-            let name = series_name(setup);
-            Some(match device {
-                Device::Distributed(ranks) => {
-                    let (rank, size) = (ranks.comm.rank(), ranks.comm.size());
-                    let cells = cells_of(ranks.decomposition, rank);
-                    VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
+            // Named after the case directory, as foamToVTK does.
+            let name = crate::io::vtk::series_name_for(&setup.case_dir);
+            Some(
+                match device {
+                    Device::Distributed(ranks) => {
+                        let (rank, size) = (ranks.comm.rank(), ranks.comm.size());
+                        let cells = cells_of(ranks.decomposition, rank);
+                        VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
+                    }
+                    _ => VtkSeries::new(mesh, dir, &name)?,
                 }
-                _ => VtkSeries::new(mesh, dir, &name)?,
-            })
+                .with_encoding(setup.output.vtk_encoding),
+            )
         } else {
             None
         };
@@ -907,11 +911,29 @@ impl<'a> Run<'a> {
             cell_fields.push(Field::scalar("error", error));
         }
         let vtk = self.vtk.as_mut().expect("checked above");
-        vtk.write_step(
+        let written = vtk.write_step(
             time,
             &cell_fields,
             &[Field::scalar(field, &boundary_values)],
-        )?;
+        );
+        if let Device::Distributed(ranks) = self.device {
+            // The step is listed only once every rank's piece is on disk; a
+            // rank that failed still takes part, so that none waits forever.
+            let mut pieces_written = [f64::from(u8::from(written.is_ok()))];
+            ranks.comm.sum(&mut pieces_written);
+            written?;
+            if pieces_written[0] < ranks.comm.size() as f64 {
+                return Err(CaseError::invalid(format!(
+                    "VTK step at {}: another rank could not write its piece (its error \
+                     names it); the step is not listed in {}",
+                    format_g(time),
+                    vtk.pvd_path().display()
+                )));
+            }
+            vtk.publish_step()?;
+        } else {
+            written?;
+        }
         Ok(())
     }
 
@@ -942,6 +964,37 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// Names what the run wrote and where (the last lines of its log).
+    fn log_written(&self) {
+        if let Some(vtk) = &self.vtk {
+            log::info!(
+                "Wrote {} VTK step(s), {:.1} MB ({}{}): {}",
+                vtk.n_steps(),
+                vtk.bytes_written() as f64 / 1e6,
+                self.setup.output.vtk_encoding,
+                match self.device {
+                    Device::Distributed(_) => ", this rank",
+                    _ => "",
+                },
+                vtk.pvd_path().display()
+            );
+        }
+        if let (Some(first), Some(last)) = (self.foam_fields.first(), self.foam_fields.last()) {
+            let count = self.foam_fields.len();
+            match count {
+                1 => log::info!("Wrote the OpenFOAM field {}", first.display()),
+                _ => log::info!(
+                    "Wrote {count} OpenFOAM field files, {} to {}",
+                    first.display(),
+                    last.display()
+                ),
+            }
+        }
+        if self.vtk.is_none() && self.foam_fields.is_empty() {
+            log::info!("Wrote no result files (no output format is on)");
+        }
+    }
+
     fn finish(
         mut self,
         steps: usize,
@@ -961,6 +1014,7 @@ impl<'a> Run<'a> {
             );
             norms
         });
+        self.log_written();
         log::info!("End");
         Ok(RunSummary {
             n_cells: self.mesh.n_cells(),
@@ -1221,31 +1275,4 @@ pub(crate) fn write_reconstructed(
     run.field = field;
     run.write_foam(time)?;
     Ok(run.foam_fields.pop().expect("write_foam records its file"))
-}
-
-/// The VTK series is named after the case directory (as foamToVTK does),
-/// reduced to file-name characters.
-fn series_name(setup: &CaseSetup) -> String {
-    let dir = setup
-        .case_dir
-        .canonicalize()
-        .unwrap_or_else(|_| setup.case_dir.clone());
-    let name: String = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if name.is_empty() {
-        "case".into()
-    } else {
-        name
-    }
 }

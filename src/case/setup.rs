@@ -313,6 +313,8 @@ pub struct OutputSettings {
     /// How OpenFOAM time directories are written (format, `writePrecision`,
     /// compression, time names, the field's dimensions).
     pub foam: FoamWriteOptions,
+    /// How VTK data arrays are stored (raw binary, zlib, ascii).
+    pub vtk_encoding: crate::io::vtk::VtkEncoding,
 }
 
 impl Default for OutputSettings {
@@ -322,6 +324,7 @@ impl Default for OutputSettings {
             interval: 1,
             directory: PathBuf::from("results"),
             foam: FoamWriteOptions::default(),
+            vtk_encoding: crate::io::vtk::VtkEncoding::default(),
         }
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! A missing relaxation factor means none (1), as in OpenFOAM. Results go to
 //! time directories `<iteration>/U`, `p`, `phi` every `writeInterval`
-//! iterations and at the end, plus `results/NAME.vtu` and the residual plot.
+//! iterations and at the end, plus the VTK series `VTK/NAME.pvd` (the last iteration) and the residual plot `VTK/NAME_residuals.png`.
 //! Entries nobody read are named in warnings.
 
 use super::flow_case::{momentum_solver, FlowSetup, FoamOutput};
@@ -151,10 +151,11 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
         boundary,
         default_boundary: None,
         pressure_solver,
-        output_dir: r.dir.join("results"),
+        output_dir: r.dir.join(super::openfoam::VTK_DIRECTORY),
         validation: None,
         initial,
         vtk: true,
+        vtk_encoding: crate::io::vtk::VtkEncoding::default(),
         foam_output: Some(FoamOutput {
             interval: timing.write_every,
             options: foam,

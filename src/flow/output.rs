@@ -1,7 +1,8 @@
 //! Results of a flow computation: the residual history as a PNG (simpleFoam's
 //! `foamMonitor` view: initial residual of every field and the local
 //! continuity error per outer iteration, log scale) and the fields U, p and
-//! ∇·φ as a VTK file, or U, p and φ as an OpenFOAM time directory.
+//! ∇·φ as a VTK file or a VTK series (`.pvd`, with the boundary values of U
+//! and p per patch), or U, p and φ as an OpenFOAM time directory.
 
 use super::simple::{IterationReport, Simple};
 use super::VelocityCondition;
@@ -10,7 +11,7 @@ use crate::io::foam_field::{
     write_time_field, write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions,
     ScalarFieldOutput,
 };
-use crate::io::vtk::{write_vtu, Field};
+use crate::io::vtk::{write_vtu, Field, VtkEncoding, VtkSeries};
 use crate::io::OutputError;
 use crate::mesh::{Mesh, PatchKind, Vec3};
 use crate::validate::{write_png, DrawResult, PlotText, ValidateError};
@@ -130,7 +131,36 @@ pub fn write_fields(
             Field::scalar("p", p),
             Field::scalar("div(phi)", flux_divergence),
         ],
-    )
+        VtkEncoding::Binary,
+    )?;
+    Ok(())
+}
+
+/// Writes the state of `simple` as the series `dir/name.pvd` with one step
+/// at its iteration: cell fields U, p and ∇·φ, and U and p on every patch
+/// (as `foamToVTK` writes a case). Returns the `.pvd` and the bytes written.
+pub fn write_series(
+    dir: &Path,
+    name: &str,
+    simple: &Simple,
+    encoding: VtkEncoding,
+) -> Result<(PathBuf, u64), OutputError> {
+    let mut series = VtkSeries::new(simple.mesh(), dir, name)?.with_encoding(encoding);
+    let flux_divergence = simple.flux_divergence();
+    let (boundary_u, boundary_p) = (simple.boundary_velocity(), simple.boundary_pressure());
+    series.write_step(
+        simple.iteration() as f64,
+        &[
+            Field::vector("U", &simple.u),
+            Field::scalar("p", &simple.p),
+            Field::scalar("div(phi)", &flux_divergence),
+        ],
+        &[
+            Field::vector("U", &boundary_u),
+            Field::scalar("p", &boundary_p),
+        ],
+    )?;
+    Ok((series.pvd_path(), series.bytes_written()))
 }
 
 /// Kinematic dimensions `[kg m s K mol A cd]` of U, p and φ.

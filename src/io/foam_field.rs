@@ -257,7 +257,12 @@ impl<T: FieldItem> FieldFile<T> {
     /// Reads `path` (or `path.gz`), a field of class `class` (when the header
     /// names one) with `size` internal values.
     pub fn read_class(path: &Path, class: &str, size: usize) -> Result<Self, MeshError> {
-        let file = FoamFile::read(path)?;
+        Self::from_foam_file(FoamFile::read(path)?, class, size)
+    }
+
+    /// As [`FieldFile::read_class`], from a file already read (whose header
+    /// told its class).
+    pub fn from_foam_file(file: FoamFile, class: &str, size: usize) -> Result<Self, MeshError> {
         if !file.header.class.is_empty() && file.header.class != class {
             return Err(MeshError::InFile {
                 file: file.path.clone(),

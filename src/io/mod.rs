@@ -1,9 +1,11 @@
-//! Result files: VTK XML for ParaView ([`vtk`]), OpenFOAM fields ([`foam_field`]).
+//! Result files: VTK XML for ParaView ([`vtk`]), OpenFOAM fields
+//! ([`foam_field`]); one run per case directory at a time ([`lock`]).
 //!
 //! Every file is written atomically (see [`write_atomic`]): a reader such as
 //! ParaView reloading a series while the solver runs never sees half a file.
 
 pub mod foam_field;
+pub mod lock;
 pub mod vtk;
 
 use std::fs;
@@ -38,19 +40,18 @@ impl OutputError {
     }
 }
 
-/// Writes `path` atomically: `write` fills `path` + `.tmp` in the same directory
-/// (so the rename stays on one file system), which is then renamed over `path`.
-/// On failure the temporary file is removed and `path` is left as it was.
+/// Writes `path` atomically: `write` fills a temporary file in the same
+/// directory (so the rename stays on one file system), which is then renamed
+/// over `path`. On failure the temporary file is removed and `path` is left as
+/// it was. The temporary name, `NAME.PID.N.tmp`, is unique to this process and
+/// call, so that two processes writing the same file (two runs of one case)
+/// never write into or rename each other's temporary file: the last rename wins
+/// and each file is whole.
 pub fn write_atomic(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), OutputError> {
-    let mut tmp_name = path
-        .file_name()
-        .ok_or_else(|| OutputError::invalid(format!("{}: not a file name", path.display())))?
-        .to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
+    let tmp = temporary_path(path)?;
     let written = fs::File::create(&tmp).and_then(|file| {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         write(&mut out)?;
@@ -64,6 +65,19 @@ pub fn write_atomic(
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// `path` with `.PID.N.tmp` appended to its file name: N counts the calls
+/// in this process.
+fn temporary_path(path: &Path) -> Result<PathBuf, OutputError> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut tmp_name = path
+        .file_name()
+        .ok_or_else(|| OutputError::invalid(format!("{}: not a file name", path.display())))?
+        .to_os_string();
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tmp_name.push(format!(".{}.{n}.tmp", std::process::id()));
+    Ok(path.with_file_name(tmp_name))
 }
 
 /// Creates `dir` and its parents, naming `dir` on failure.
@@ -86,17 +100,58 @@ mod tests {
             Err(std::io::Error::other("disk full"))
         });
         let err = failed.unwrap_err().to_string();
+        let tmp_name = format!("a.txt.{}.", std::process::id());
         assert!(
-            err.contains("a.txt.tmp") && err.contains("disk full"),
+            err.contains(&tmp_name) && err.contains(".tmp") && err.contains("disk full"),
             "{err}"
         );
         assert_eq!(fs::read(&path).unwrap(), b"first");
-        assert!(!dir.join("a.txt.tmp").exists());
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            1,
+            "the temporary file is removed"
+        );
         let missing = dir.join("no_such_dir").join("b.txt");
         let err = write_atomic(&missing, |w| w.write_all(b"x"))
             .unwrap_err()
             .to_string();
         assert!(err.contains("no_such_dir"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Writers of one file in parallel each fill their own temporary file:
+    /// every rename publishes a whole file, none fails for want of its
+    /// temporary file (a shared `NAME.tmp` made them steal each other's).
+    #[test]
+    fn concurrent_writers_of_one_file_do_not_collide() {
+        let dir =
+            std::env::temp_dir().join(format!("fvpoisson_atomic_race_{}", std::process::id()));
+        create_dir_all(&dir).unwrap();
+        let path = dir.join("shared.txt");
+        let contents: Vec<Vec<u8>> = (0..8u8).map(|k| vec![b'a' + k; 200_000]).collect();
+        std::thread::scope(|s| {
+            for content in &contents {
+                let path = &path;
+                s.spawn(move || {
+                    for _ in 0..10 {
+                        write_atomic(path, |w| {
+                            for chunk in content.chunks(1000) {
+                                w.write_all(chunk)?;
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        let written = fs::read(&path).unwrap();
+        assert!(contents.contains(&written), "a mixed or partial file");
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 }
