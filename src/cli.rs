@@ -18,6 +18,7 @@ use crate::solve::{
     Orthogonalization, Preconditioner, PreconditionerKind, PreconditioningSide, SolverControls,
 };
 use crate::sparse::{mtx, RowOrdering};
+use crate::timings::{self, Phase, PhaseClock, Timings};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::io::Write;
@@ -113,6 +114,11 @@ enum Command {
         /// (OpenFOAM cases write VTK/NAME.pvd unless none).
         #[arg(long, value_name = "FORMAT")]
         vtk: Option<VtkChoice>,
+        /// The phase account (the table the log ends with) for scripts:
+        /// `json` prints it as one JSON object on stdout, a path ending in
+        /// `.json` writes it to that file.
+        #[arg(long, value_name = "json|FILE.json")]
+        timings: Option<TimingsOutput>,
     },
     /// Converts the time directories of an OpenFOAM case (constant/polyMesh and
     /// every volScalarField and volVectorField) to the VTK series
@@ -199,6 +205,28 @@ impl From<Format> for polymesh::FoamFormat {
         match f {
             Format::Ascii => Self::Ascii,
             Format::Binary => Self::Binary,
+        }
+    }
+}
+
+/// `run --timings`: where the JSON phase account goes.
+#[derive(Clone, Debug, PartialEq)]
+enum TimingsOutput {
+    Stdout,
+    File(PathBuf),
+}
+
+impl std::str::FromStr for TimingsOutput {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "json" => Ok(Self::Stdout),
+            path if path.to_ascii_lowercase().ends_with(".json") => {
+                Ok(Self::File(PathBuf::from(path)))
+            }
+            other => Err(format!(
+                "'{other}': give json (print to stdout) or a file name ending in .json"
+            )),
         }
     }
 }
@@ -292,16 +320,22 @@ fn run_command(command: Command) -> anyhow::Result<i32> {
             ranks,
             gpus,
             vtk,
-        } => match launched_by_mpi() {
-            _ if ranks == Some(0) => Err(anyhow::anyhow!(
-                "-np 0 / --ranks 0: a run needs at least 1 rank"
-            )),
-            true => run_mpi(&case, ranks, device, gpus.as_deref(), vtk),
-            false => case_lock(&case).and_then(|_lock| match ranks {
-                Some(n) if n > 1 => run_threads(&case, device, n, gpus.as_deref(), vtk),
-                _ => run(&case, device, ordering, gpus.as_deref(), vtk),
-            }),
-        },
+            timings,
+        } => {
+            let clock = PhaseClock::start();
+            let code = match launched_by_mpi() {
+                _ if ranks == Some(0) => Err(anyhow::anyhow!(
+                    "-np 0 / --ranks 0: a run needs at least 1 rank"
+                )),
+                true => run_mpi(&case, ranks, device, gpus.as_deref(), vtk),
+                false => case_lock(&case).and_then(|_lock| match ranks {
+                    Some(n) if n > 1 => run_threads(&case, device, n, gpus.as_deref(), vtk),
+                    _ => run(&case, device, ordering, gpus.as_deref(), vtk),
+                }),
+            };
+            let account = clock.finish();
+            code.and_then(|code| report_timings(&account, timings.as_ref()).map(|()| code))
+        }
         Command::FoamToVtk {
             case,
             time,
@@ -388,6 +422,26 @@ enum SolverChoice {
     Bicgstab,
 }
 
+/// The phase account at the end of `run`: the table in the log, and the
+/// JSON where `--timings` asks for it (rank 0 of a distributed run only).
+fn report_timings(account: &Timings, output: Option<&TimingsOutput>) -> anyhow::Result<()> {
+    log::info!("Wall time by phase:\n{}", account.table());
+    if crate::parallel::is_quiet() {
+        return Ok(());
+    }
+    match output {
+        None => {}
+        Some(TimingsOutput::Stdout) => println!("{}", account.to_json()),
+        Some(TimingsOutput::File(path)) => {
+            let json = account.to_json();
+            crate::io::write_atomic(path, |w| writeln!(w, "{json}"))
+                .with_context(|| format!("writing the phase account to {}", path.display()))?;
+            log::info!("Writing {}", path.display());
+        }
+    }
+    Ok(())
+}
+
 /// `run`: reads the case directory and runs it on the chosen device.
 fn run(
     case_dir: &Path,
@@ -402,7 +456,19 @@ fn run(
         }
         return run_flow(case_dir, device, vtk);
     }
-    let (mut setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
+    // One GPU opens, and starts compiling the kernels a run needs, on a
+    // thread of its own while the case is read and its mesh loaded.
+    let single_gpu = gpus.is_none();
+    let (read, opened) = while_opening_gpu(single_gpu.then_some(device), RUN_KERNELS, || {
+        let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
+        let mesh = match mesh {
+            Some(mesh) => mesh,
+            None => setup.mesh.load()?,
+        };
+        Ok((setup, mesh))
+    });
+    let (mut setup, mesh) = read?;
+    let mesh = Some(mesh);
     if let Some(vtk) = vtk {
         vtk.apply(&mut setup.output);
     }
@@ -423,10 +489,19 @@ fn run(
     }
     let gpu = match gpus {
         Some(_) => rank_gpu(device, gpus, 0)?,
-        None => device.select()?,
+        None => opened?,
     };
     let device = match &gpu {
-        Some(gpu) => case::Device::Gpu(gpu),
+        Some(gpu) => {
+            let uses_amg = [&setup.solver.regular]
+                .into_iter()
+                .chain(&setup.solver.final_corrector)
+                .any(|s| s.gamg.is_some() || matches!(s.preconditioner, Preconditioner::Amg(_)));
+            if uses_amg {
+                gpu.prefetch(&["amg.cu"]);
+            }
+            case::Device::Gpu(gpu)
+        }
         None => {
             log::info!("Linear solves on the CPU");
             case::Device::Cpu
@@ -446,6 +521,50 @@ fn run_exit_code(summary: &case::RunSummary) -> i32 {
         }
         None => 0,
     }
+}
+
+/// The kernel sources a Poisson run on one GPU compiles ahead: the device
+/// assembly with PCG (their module holds the SpMV and PCG kernels).
+const RUN_KERNELS: &[&str] = &["assembly.cu"];
+/// Those of a flow run: the device SIMPLE loop's module.
+const FLOW_KERNELS: &[&str] = &["simple.cu"];
+
+/// Runs `read` (the case and its mesh, timed as the mesh phase) while the
+/// GPU of `device` (None: none to open) opens on a thread of its own and
+/// starts compiling the kernel modules of `kernels`
+/// ([`crate::gpu::Gpu::prefetch`]); the time spent waiting for the GPU
+/// after `read` is device set-up.
+fn while_opening_gpu<T>(
+    device: Option<crate::gpu::DeviceChoice>,
+    kernels: &'static [&'static str],
+    read: impl FnOnce() -> anyhow::Result<T>,
+) -> (anyhow::Result<T>, anyhow::Result<Option<crate::gpu::Gpu>>) {
+    std::thread::scope(|scope| {
+        let opening = device.map(|device| {
+            scope.spawn(move || {
+                let gpu = device.select()?;
+                if let Some(gpu) = &gpu {
+                    gpu.prefetch(kernels);
+                }
+                Ok::<_, anyhow::Error>(gpu)
+            })
+        });
+        let read = timings::timed(Phase::Mesh, read);
+        let opened = match opening {
+            None => Ok(None),
+            Some(handle) => timings::timed(Phase::DeviceSetup, || {
+                let gpu = handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+                // The context was made current on the opening thread.
+                if let Some(gpu) = &gpu {
+                    gpu.bind_to_thread()?;
+                }
+                Ok(gpu)
+            }),
+        };
+        (read, opened)
+    })
 }
 
 /// Whether an MPI launcher started this process with several ranks (always
@@ -471,12 +590,14 @@ fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mes
             case_dir.display()
         );
     }
-    let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
-    let mesh = match mesh {
-        Some(mesh) => mesh,
-        None => setup.mesh.load()?,
-    };
-    Ok((setup, mesh))
+    timings::timed(Phase::Mesh, || {
+        let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
+        let mesh = match mesh {
+            Some(mesh) => mesh,
+            None => setup.mesh.load()?,
+        };
+        Ok((setup, mesh))
+    })
 }
 
 /// The GPU of rank `index` (a thread rank, or the node-local rank under
@@ -545,10 +666,13 @@ fn run_threads(
     })
     .map_err(anyhow::Error::msg)?;
     let outcomes = crate::parallel::threads::run_ranks(n, |comm| {
+        // Each rank's phases on its own thread; rank 0's join this thread's account.
+        let clock = PhaseClock::start();
         let gpu = open_rank_gpu(comm, device, gpus, Communicator::rank(comm))?;
         let run = case::decompose::run_distributed(&setup, mesh.clone(), comm, gpu.as_ref());
         crate::gpu::multi::release_kept_comms();
-        run.with_context(|| format!("rank {}", Communicator::rank(comm)))
+        run.map(|summary| (summary, clock.finish()))
+            .with_context(|| format!("rank {}", Communicator::rank(comm)))
     });
     // The first rank's own error: the ranks that stopped waiting for it
     // (PeerStopped) only echo it.
@@ -556,14 +680,17 @@ fn run_threads(
     let mut first = None;
     for outcome in outcomes {
         match outcome {
-            Ok(Ok(summary)) => first = first.or(Some(summary)),
+            Ok(Ok(ranked)) => first = first.or(Some(ranked)),
             Ok(Err(e)) => return Err(e),
             Err(peer_stopped) => stopped = stopped.or(Some(peer_stopped)),
         }
     }
     match (stopped, first) {
         (Some(peer_stopped), _) => anyhow::bail!("{peer_stopped}"),
-        (None, Some(summary)) => Ok(run_exit_code(&summary)),
+        (None, Some((summary, rank0))) => {
+            timings::absorb(&rank0);
+            Ok(run_exit_code(&summary))
+        }
         (None, None) => Ok(0),
     }
 }
@@ -714,14 +841,17 @@ fn run_flow(
     vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
     let clock = std::time::Instant::now();
-    let (mut setup, mesh) = if case_dir.join(case::case_toml::CASE_FILE).exists() {
-        let setup = case::flow_case::read_flow_case(case_dir)?;
-        let mesh = setup.mesh.load()?;
-        (setup, mesh)
-    } else {
-        let case = case::simple_foam::read_simple_foam_case(case_dir)?;
-        (case.setup, case.mesh)
-    };
+    let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, || {
+        Ok(if case_dir.join(case::case_toml::CASE_FILE).exists() {
+            let setup = case::flow_case::read_flow_case(case_dir)?;
+            let mesh = setup.mesh.load()?;
+            (setup, mesh)
+        } else {
+            let case = case::simple_foam::read_simple_foam_case(case_dir)?;
+            (case.setup, case.mesh)
+        })
+    });
+    let (mut setup, mesh) = read?;
     match vtk {
         Some(VtkChoice::None) => setup.vtk = false,
         Some(VtkChoice::Encoding(encoding)) => {
@@ -730,7 +860,7 @@ fn run_flow(
         }
         None => {}
     }
-    let gpu = device.select()?;
+    let gpu = gpu?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
         None => case::Device::Cpu,
@@ -1389,10 +1519,19 @@ struct BenchArgs {
     /// Rank counts of --rank-deflation.
     #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
     deflation_ranks: Vec<usize>,
+    /// Instead of the tables above: runs each case directory given here as
+    /// `run` does (on --device; the CPU where there is no GPU) and prints
+    /// its phase table, then one row per case: wall time, solve time, the
+    /// ratio wall / solve and the other phases (JSON with --json).
+    #[arg(long, num_args = 1.., value_name = "CASE")]
+    end_to_end: Option<Vec<PathBuf>>,
 }
 
 /// `bench`: see `gpu::bench`.
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(cases) = &args.end_to_end {
+        return bench_end_to_end(cases, args.device, args.json);
+    }
     if args.multi_gpu || args.rank_loop {
         // --rank-loop measures strong scaling only.
         let (strong, weak) = match (args.quick, args.multi_gpu) {
@@ -1514,6 +1653,76 @@ fn bench(args: BenchArgs) -> anyhow::Result<()> {
     };
     print_bench(&report, None, args.json);
     Ok(())
+}
+
+/// `bench --end-to-end`: each case run as `run` runs it, under its own
+/// phase clock; the phase tables, then the summary table.
+fn bench_end_to_end(
+    cases: &[PathBuf],
+    device: crate::gpu::DeviceChoice,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut rows = Vec::with_capacity(cases.len());
+    for case in cases {
+        let clock = PhaseClock::start();
+        run(case, device, None, None, None).with_context(|| format!("case {}", case.display()))?;
+        let account = clock.finish();
+        log::info!(
+            "{}: wall time by phase:\n{}",
+            case.display(),
+            account.table()
+        );
+        rows.push((case, account));
+    }
+    print!("{}", end_to_end_table(&rows));
+    if json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(case, t)| {
+                serde_json::json!({ "case": case.display().to_string(), "timings": t.to_json_value() })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+    }
+    Ok(())
+}
+
+/// The summary of `bench --end-to-end`: per case wall and solve seconds,
+/// their ratio, and every other phase in seconds.
+fn end_to_end_table(rows: &[(&PathBuf, Timings)]) -> String {
+    use std::fmt::Write as _;
+    let others: Vec<&str> = Timings::default()
+        .rows()
+        .map(|(_, key, _)| key)
+        .filter(|&key| key != Phase::Solve.key())
+        .collect();
+    let mut text = format!(
+        "{:<32} {:>9} {:>9} {:>11}",
+        "case", "wall s", "solve s", "wall/solve"
+    );
+    for key in &others {
+        let _ = write!(text, " {key:>12}");
+    }
+    text.push('\n');
+    for (case, t) in rows {
+        let ratio = t
+            .wall_over_solve()
+            .map_or("-".to_string(), |r| format!("{r:.2}"));
+        let _ = write!(
+            text,
+            "{:<32} {:>9.3} {:>9.3} {ratio:>11}",
+            case.display(),
+            t.total(),
+            t.seconds(Phase::Solve)
+        );
+        for (_, key, s) in t.rows() {
+            if key != Phase::Solve.key() {
+                let _ = write!(text, " {s:>12.3}");
+            }
+        }
+        text.push('\n');
+    }
+    text
 }
 
 /// A bench's table, then its markdown summary where it has one, then the

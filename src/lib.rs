@@ -16,4 +16,5 @@ pub mod parallel;
 pub mod precond_study;
 pub mod solve;
 pub mod sparse;
+pub mod timings;
 pub mod validate;

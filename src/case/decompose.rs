@@ -320,7 +320,10 @@ pub fn run_distributed(
     comm: &dyn Communicator,
     gpu: Option<&Gpu>,
 ) -> Result<super::RunSummary, CaseError> {
-    let decomposition = decomposition_for_run(&setup.case_dir, &mesh, comm)?;
+    // The split of the rows over the ranks is this run's row ordering.
+    let decomposition = crate::timings::timed(crate::timings::Phase::Ordering, || {
+        decomposition_for_run(&setup.case_dir, &mesh, comm)
+    })?;
     let counts = decomposition.counts();
     let on = match gpu {
         Some(g) => format!("GPUs; rank 0 on device {} {}", g.ordinal(), g.name()),

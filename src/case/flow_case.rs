@@ -88,6 +88,7 @@ use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
 use crate::solve::{
     EquilibrationKind, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, Sweep,
 };
+use crate::timings::{self, Phase};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -674,7 +675,7 @@ pub fn run_flow_case_with_mesh(
     device: Device,
     clock: Instant,
 ) -> Result<FlowRunSummary, CaseError> {
-    let geometry = mesh.geometry()?;
+    let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
     let n = mesh.n_cells();
     let mut velocity = Vec::new();
     let mut pressure = Vec::new();
@@ -723,6 +724,7 @@ pub fn run_flow_case_with_mesh(
         }
         None => (vec![Vec3::zeros(); n], vec![0.0; n]),
     };
+    let assembly = timings::enter(Phase::Assembly);
     let mut simple = Simple::new(
         mesh,
         &geometry,
@@ -733,7 +735,9 @@ pub fn run_flow_case_with_mesh(
         p0,
     )
     .map_err(flow_error)?;
+    drop(assembly);
     let write_foam = |simple: &Simple, options: &FoamWriteOptions| -> Result<(), CaseError> {
+        let _output = timings::enter(Phase::Output);
         let paths = crate::flow::output::write_time_directory(
             &setup.case_dir,
             simple,
@@ -777,13 +781,16 @@ pub fn run_flow_case_with_mesh(
     let solver = setup.pressure_solver;
     let mut pressure_solve_seconds = 0.0;
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
+        let _solve = device.phase(Phase::Solve);
         let start = Instant::now();
         let perf = solve_linear(device, gpu_solver.as_mut(), &solver, a, b, x, "p");
         pressure_solve_seconds += start.elapsed().as_secs_f64();
         perf
     };
     let mut device_loop = match device {
-        Device::Gpu(gpu) => device_simple(gpu, &simple, &solver, device)?,
+        Device::Gpu(gpu) => timings::timed(Phase::DeviceSetup, || {
+            device_simple(gpu, &simple, &solver, device)
+        })?,
         Device::Cpu | Device::Distributed(_) | Device::Gpus(_) => None,
     };
     let mut last_written = 0;
@@ -804,6 +811,7 @@ pub fn run_flow_case_with_mesh(
             _ => Ok(()),
         }
     };
+    let outer_iterations = device.phase(Phase::Assembly);
     let run = match &mut device_loop {
         Some(device_loop) => device_loop
             .run(
@@ -825,6 +833,16 @@ pub fn run_flow_case_with_mesh(
             .run(setup.max_iterations, solve_pressure, after_each)
             .map_err(flow_error),
     };
+    drop(outer_iterations);
+    if let Some(device_loop) = &device_loop {
+        // The device loop times its parts itself, synchronised: its solves,
+        // AMG set-ups and read-backs leave the assembly of the outer
+        // iterations.
+        let d = device_loop.phase_seconds();
+        timings::reassign(Phase::Assembly, Phase::Solve, d.solve + d.amg_update);
+        timings::reassign(Phase::Assembly, Phase::DeviceSetup, d.amg_setup);
+        timings::reassign(Phase::Assembly, Phase::Output, d.download);
+    }
     if let Some(e) = write_error {
         return Err(e);
     }
@@ -849,6 +867,7 @@ pub fn run_flow_case_with_mesh(
         );
     }
     let name = crate::io::vtk::series_name_for(&setup.case_dir);
+    let output = timings::enter(Phase::Output);
     crate::io::create_dir_all(&setup.output_dir)?;
     if setup.vtk {
         let (pvd, bytes) = crate::flow::output::write_series(
@@ -868,6 +887,7 @@ pub fn run_flow_case_with_mesh(
     crate::flow::output::write_residual_plot(&reports, &name, &png)
         .map_err(|e| CaseError::invalid(e.to_string()))?;
     log::info!("wrote {}", png.display());
+    drop(output);
     let validation = match &setup.validation {
         None => None,
         Some(kind) => {

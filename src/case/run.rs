@@ -34,6 +34,7 @@ use crate::solve::{
 };
 use crate::sparse::distribute::Decomposition;
 use crate::sparse::{Csr, ModSell, Permutation, RowOrdering};
+use crate::timings::{self, Phase, PhaseGuard};
 use cudarc::driver::CudaSlice;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -189,7 +190,21 @@ pub struct Ranks<'g> {
     pub gpu: Option<&'g Gpu>,
 }
 
-impl Device<'_> {
+impl<'g> Device<'g> {
+    /// Enters `phase` on this thread's clock, synchronising the device's
+    /// (first) GPU at the phase's ends where it has one.
+    pub(crate) fn phase(self, phase: Phase) -> PhaseGuard<'g> {
+        match self {
+            Device::Gpu(gpu) => timings::enter_synced(phase, gpu),
+            Device::Gpus(set) => match set.gpus.first() {
+                Some(gpu) => timings::enter_synced(phase, gpu),
+                None => timings::enter(phase),
+            },
+            Device::Distributed(Ranks { gpu: Some(gpu), .. }) => timings::enter_synced(phase, gpu),
+            Device::Cpu | Device::Distributed(_) => timings::enter(phase),
+        }
+    }
+
     /// The solver as this device runs it: the CPU runs every setting; the GPU
     /// maps what it does not have (`gpu::smooth::gpu_preconditioner`,
     /// `gpu_smoother`: natural-order Gauss–Seidel becomes multicolour, DIC and
@@ -295,9 +310,12 @@ pub fn run_case_with_mesh(
     log::info!("Case {}", setup.origin);
     let (mesh, timed) = match mesh {
         Some(mesh) => (mesh, "read with the case, geometry in"),
-        None => (setup.mesh.load()?, "loaded in"),
+        None => (
+            timings::timed(Phase::Mesh, || setup.mesh.load())?,
+            "loaded in",
+        ),
     };
-    let geometry = mesh.geometry()?;
+    let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
     log::info!(
         "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; {timed} {:.3} s",
         mesh.n_cells(),
@@ -432,15 +450,22 @@ impl<'a> OnDevice<'a> {
         ordering: RowOrdering,
     ) -> Result<Option<Self>, CaseError> {
         let slice_height = GpuSolveOptions::default().slice_height;
-        let permutation = ordering
-            .permutation(&system.matrix, slice_height)
-            .map_err(CaseError::Invalid)?
-            .unwrap_or_else(|| Permutation::identity(system.matrix.n_rows()));
+        let permutation = timings::timed(Phase::Ordering, || {
+            ordering.permutation_unless_banded(&system.matrix, slice_height)
+        })
+        .map_err(CaseError::Invalid)?;
+        let order = match &permutation {
+            Some(_) => format!("{ordering} order"),
+            None => "mesh order".to_string(),
+        };
+        let permutation =
+            permutation.unwrap_or_else(|| Permutation::identity(system.matrix.n_rows()));
+        let _setup = timings::enter_synced(Phase::DeviceSetup, gpu);
         match DeviceLaplacian::with_ordering(gpu, system, problem, permutation, slice_height) {
             Ok(laplacian) => {
                 log::info!(
                     "Assembly, non-orthogonal correction and linear solves on the GPU \
-                     (rows in {ordering} order, mod-SELL slices of {slice_height})"
+                     (rows in {order}, mod-SELL slices of {slice_height})"
                 );
                 let field = GpuVector::from(laplacian.to_device_order(field)?);
                 Ok(Some(Self {
@@ -477,10 +502,13 @@ impl<'a> OnDevice<'a> {
         let options = GpuSolveOptions::default();
         let mut performances = Vec::with_capacity(n_correctors + 1);
         for corrector in 0..=n_correctors {
+            let assembly = timings::enter_synced(Phase::Assembly, gpu);
             self.laplacian.update_rhs(self.field.dev()?, old.as_ref())?;
             if let Some(sp) = &self.sp_explicit {
                 self.laplacian.add_product_to_rhs(sp, self.field.dev()?)?;
             }
+            drop(assembly);
+            let _solve = timings::enter_synced(Phase::Solve, gpu);
             let solver = setup.solver.for_corrector(corrector, n_correctors);
             let jacobi = device.adapt(solver).preconditioner == PreconditionerKind::Jacobi;
             let (backend, b) = self.laplacian.solver(jacobi, &options)?;
@@ -542,6 +570,7 @@ impl<'a> Run<'a> {
                 TimeScheme::Euler { dt: delta_t }
             }
         };
+        let assembly = timings::enter(Phase::Assembly);
         let problem = LaplacianProblem {
             gamma: setup.gamma.cell_field(0.0),
             source: setup.source.cell_field(0.0),
@@ -550,11 +579,13 @@ impl<'a> Run<'a> {
             singular: setup.singular,
         };
         let system = LaplacianSystem::new(mesh, geometry, setup.schemes, &problem)?;
+        drop(assembly);
         let field = setup
             .initial
             .values_at(&geometry.cell_centres, 0.0, "initial field")?;
         // A distributed run's ranks write their cells as pieces of the VTK
         // series (rank 0 the .pvtu, the boundary and the series files).
+        let output = timings::enter(Phase::Output);
         let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) {
             let dir = setup.case_dir.join(&setup.output.directory);
             // Named after the case directory, as foamToVTK does.
@@ -573,6 +604,7 @@ impl<'a> Run<'a> {
         } else {
             None
         };
+        drop(output);
         let host_assembly = [&setup.solver.regular]
             .into_iter()
             .chain(&setup.solver.final_corrector)
@@ -614,7 +646,7 @@ impl<'a> Run<'a> {
             },
             clock,
         };
-        run.apply_implicit_source(0.0)?;
+        timings::timed(Phase::Assembly, || run.apply_implicit_source(0.0))?;
         Ok(run)
     }
 
@@ -692,6 +724,7 @@ impl<'a> Run<'a> {
 
     /// Re-evaluates time-dependent data at `time` with time step `dt` and re-assembles.
     fn reassemble(&mut self, time: f64, dt: f64) -> Result<(), CaseError> {
+        let _assembly = self.device.phase(Phase::Assembly);
         let setup = self.setup;
         self.problem.gamma = setup.gamma.cell_field(time);
         self.problem.source = setup.source.cell_field(time);
@@ -723,6 +756,7 @@ impl<'a> Run<'a> {
         if let Some(dev) = &mut self.on_device {
             return dev.solve(setup, self.device, transient);
         }
+        let _assembly = self.device.phase(Phase::Assembly);
         let old = transient.then(|| self.field.clone());
         let old = old.as_deref();
         let n_correctors = setup.n_non_orth_correctors;
@@ -745,6 +779,7 @@ impl<'a> Run<'a> {
                     }
                     _ => rhs,
                 };
+                let _solve = self.device.phase(Phase::Solve);
                 let result = solve_linear(
                     self.device,
                     self.gpu_solver.as_mut(),
@@ -792,6 +827,7 @@ impl<'a> Run<'a> {
         let mut iteration = 0;
         while iteration < max_iterations && !converged {
             iteration += 1;
+            let step = timings::step_start();
             log::info!("Time = {iteration}");
             let performances = self.solve(false)?;
             let initial = performances[0].initial_residual;
@@ -800,6 +836,7 @@ impl<'a> Run<'a> {
             if converged || iteration == max_iterations || iteration % interval == 0 {
                 self.write(iteration as f64, 0.0)?;
             }
+            timings::log_step(step, format_args!("iteration {iteration}"));
         }
         let mut not_converged = None;
         if converged {
@@ -822,7 +859,7 @@ impl<'a> Run<'a> {
         let n_steps = ((end_time / delta_t) * (1.0 - 1e-12)).ceil().max(1.0) as usize;
         let time_dependent = self.is_time_dependent();
         let interval = self.setup.output.interval.max(1);
-        self.write_vtk(0.0, 0.0)?;
+        timings::timed(Phase::Output, || self.write_vtk(0.0, 0.0))?;
         let mut all_converged = true;
         let (mut solves, mut short) = (0, 0);
         let mut time = 0.0;
@@ -834,6 +871,7 @@ impl<'a> Run<'a> {
             };
             let dt = new_time - time;
             time = new_time;
+            let step_timings = timings::step_start();
             log::info!("Time = {}", format_g(time));
             if time_dependent || dt != delta_t {
                 self.reassemble(time, dt)?;
@@ -854,6 +892,7 @@ impl<'a> Run<'a> {
             if step == n_steps || step % interval == 0 {
                 self.write(time, time)?;
             }
+            timings::log_step(step_timings, format_args!("time step {step}"));
         }
         let not_converged = (short > 0).then(|| {
             format!(
@@ -878,6 +917,7 @@ impl<'a> Run<'a> {
 
     /// Writes every output format at `time` (`physical_time` for time-dependent data).
     fn write(&mut self, time: f64, physical_time: f64) -> Result<(), CaseError> {
+        let _output = self.device.phase(Phase::Output);
         self.sync_field()?;
         self.write_vtk(time, physical_time)?;
         if self.setup.output.formats.contains(&OutputFormat::Foam) {

@@ -710,6 +710,7 @@ impl<'m> Simple<'m> {
                 .collect();
             let field = format!("U{}", ["x", "y", "z"][c]);
             let momentum = &self.settings.momentum;
+            let solving = crate::timings::enter(crate::timings::Phase::Solve);
             let perf = match (&mut self.momentum_solve, &momentum.krylov) {
                 (Some(solve), _) => solve(&matrix, &b, &mut u_c, &field),
                 (None, Some(method)) => solve_krylov(
@@ -734,6 +735,7 @@ impl<'m> Simple<'m> {
                 field: field.clone(),
                 source,
             })?;
+            drop(solving);
             u_initial.push((field, perf.initial_residual));
             for (u, x) in self.u.iter_mut().zip(&u_c) {
                 u[c] = *x;

@@ -647,6 +647,7 @@ impl<'g> DeviceLaplacian<'g> {
         system: &LaplacianSystem,
         problem: &LaplacianProblem,
     ) -> Result<(), AssemblyError> {
+        let _assembly = crate::timings::enter_synced(crate::timings::Phase::Assembly, self.gpu);
         let mesh = system.mesh();
         if mesh.n_cells() != self.n
             || mesh.n_internal_faces() != self.n_faces

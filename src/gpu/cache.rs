@@ -91,6 +91,76 @@ fn compile(source: &str, arch: &str) -> Result<String, GpuError> {
     Ok(ptx.to_src())
 }
 
+/// The on-disk PTX cache of one NVRTC version: where an entry of a source
+/// and an architecture lives, and the cached-or-compiled PTX of it. Apart
+/// from the driver so that its logic is tested without a device.
+#[derive(Clone, Debug)]
+pub struct PtxCache {
+    /// None: no cache directory (every load compiles).
+    dir: Option<PathBuf>,
+    /// "nvrtc MAJOR.MINOR", part of every key.
+    compiler: String,
+}
+
+impl PtxCache {
+    /// The cache of [`cache_dir`] for the NVRTC library loaded.
+    pub fn for_nvrtc() -> Result<Self, GpuError> {
+        let (major, minor) = nvrtc_version()?;
+        Ok(Self::new(cache_dir(), &format!("nvrtc {major}.{minor}")))
+    }
+
+    /// A cache in `dir` for the compiler named `compiler` (its version).
+    pub fn new(dir: Option<PathBuf>, compiler: &str) -> Self {
+        Self {
+            dir,
+            compiler: compiler.to_string(),
+        }
+    }
+
+    /// The entry of `source` compiled for `arch`.
+    pub fn path(&self, source: &str, arch: &str) -> Option<PathBuf> {
+        let key = fnv1a(&[source.as_bytes(), arch.as_bytes(), self.compiler.as_bytes()]);
+        self.dir
+            .as_ref()
+            .map(|d| d.join(format!("kernels-{arch}-{key:016x}.ptx")))
+    }
+
+    /// The PTX of `source` for `arch` and whether it came from the cache:
+    /// a valid entry, else `compile(source, arch)`, stored for next time.
+    pub fn ptx(
+        &self,
+        source: &str,
+        arch: &str,
+        compile: impl FnOnce(&str, &str) -> Result<String, GpuError>,
+    ) -> Result<(String, bool), GpuError> {
+        let path = self.path(source, arch);
+        if let Some(ptx) = path.as_ref().and_then(read_entry) {
+            return Ok((ptx, true));
+        }
+        Ok((self.compile_and_store(source, arch, compile)?, false))
+    }
+
+    /// Compiles and (over)writes the entry: for a miss, or an entry the
+    /// driver refused to load.
+    pub fn compile_and_store(
+        &self,
+        source: &str,
+        arch: &str,
+        compile: impl FnOnce(&str, &str) -> Result<String, GpuError>,
+    ) -> Result<String, GpuError> {
+        let ptx = compile(source, arch)?;
+        if let Some(path) = self.path(source, arch) {
+            write_entry(&path, &ptx);
+        }
+        Ok(ptx)
+    }
+}
+
+/// Compiles `source` for `arch` with NVRTC.
+pub fn nvrtc_compile(source: &str, arch: &str) -> Result<String, GpuError> {
+    compile(source, arch)
+}
+
 /// Loads the kernels for `arch` (e.g. `compute_90`) into `ctx`, from the cache
 /// when a valid entry exists; returns the module and whether it was cached.
 pub fn load_module(
@@ -98,30 +168,39 @@ pub fn load_module(
     source: &str,
     arch: &str,
 ) -> Result<(Arc<CudaModule>, bool), GpuError> {
-    let (major, minor) = nvrtc_version()?;
-    let key = fnv1a(&[
-        source.as_bytes(),
-        arch.as_bytes(),
-        format!("nvrtc {major}.{minor}").as_bytes(),
-    ]);
-    let path = cache_dir().map(|d| d.join(format!("kernels-{arch}-{key:016x}.ptx")));
-    if let Some(ptx) = path.as_ref().and_then(read_entry) {
-        match ctx.load_module(Ptx::from_src(ptx)) {
-            Ok(module) => return Ok((module, true)),
-            Err(e) => log::warn!("cached kernels failed to load ({e}); compiling again"),
+    let cache = PtxCache::for_nvrtc()?;
+    let (ptx, cached) = cache.ptx(source, arch, compile)?;
+    load_ptx(ctx, &cache, source, arch, ptx, cached)
+}
+
+/// Loads `ptx` (of `source`, from `cache` where `cached`) into `ctx`; a
+/// cached entry the driver refuses is compiled again and rewritten.
+pub fn load_ptx(
+    ctx: &Arc<CudaContext>,
+    cache: &PtxCache,
+    source: &str,
+    arch: &str,
+    ptx: String,
+    cached: bool,
+) -> Result<(Arc<CudaModule>, bool), GpuError> {
+    let load = |ptx: String| {
+        ctx.load_module(Ptx::from_src(ptx))
+            .map_err(|e| GpuError::Driver {
+                call: "cuModuleLoadData",
+                error: e.to_string(),
+            })
+    };
+    if !cached {
+        return Ok((load(ptx)?, false));
+    }
+    match load(ptx) {
+        Ok(module) => Ok((module, true)),
+        Err(e) => {
+            log::warn!("cached kernels failed to load ({e}); compiling again");
+            let ptx = cache.compile_and_store(source, arch, compile)?;
+            Ok((load(ptx)?, false))
         }
     }
-    let ptx = compile(source, arch)?;
-    let module = ctx
-        .load_module(Ptx::from_src(ptx.clone()))
-        .map_err(|e| GpuError::Driver {
-            call: "cuModuleLoadData",
-            error: e.to_string(),
-        })?;
-    if let Some(path) = &path {
-        write_entry(path, &ptx);
-    }
-    Ok((module, false))
 }
 
 #[cfg(test)]
@@ -141,5 +220,47 @@ mod tests {
         assert_eq!(read_entry(&path), None);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
+    }
+
+    #[test]
+    fn the_cache_compiles_once_per_source_arch_and_compiler() {
+        let dir = std::env::temp_dir().join(format!("fvpoisson-ptxcache-{}", std::process::id()));
+        let cache = PtxCache::new(Some(dir.clone()), "nvrtc 12.8");
+        let compiles = std::cell::Cell::new(0);
+        let compile = |source: &str, arch: &str| {
+            compiles.set(compiles.get() + 1);
+            Ok(format!("ptx of {source} for {arch}"))
+        };
+        let first = cache.ptx("kernel a", "compute_90", compile).unwrap();
+        assert_eq!(first, ("ptx of kernel a for compute_90".to_string(), false));
+        let again = cache.ptx("kernel a", "compute_90", compile).unwrap();
+        assert_eq!(again, ("ptx of kernel a for compute_90".to_string(), true));
+        assert_eq!(compiles.get(), 1);
+        // Another source, architecture or compiler version is another entry.
+        cache.ptx("kernel b", "compute_90", compile).unwrap();
+        cache.ptx("kernel a", "compute_80", compile).unwrap();
+        let newer = PtxCache::new(Some(dir.clone()), "nvrtc 13.0");
+        assert!(!newer.ptx("kernel a", "compute_90", compile).unwrap().1);
+        assert_eq!(compiles.get(), 4);
+        // A damaged entry is compiled again and rewritten.
+        let path = cache.path("kernel a", "compute_90").unwrap();
+        std::fs::write(&path, "damaged").unwrap();
+        assert!(!cache.ptx("kernel a", "compute_90", compile).unwrap().1);
+        assert!(cache.ptx("kernel a", "compute_90", compile).unwrap().1);
+        assert_eq!(compiles.get(), 5);
+        // A compile error is returned and leaves no entry.
+        let failing = |_: &str, arch: &str| {
+            Err(GpuError::Compile {
+                arch: arch.into(),
+                log: "error: expected a ';'".into(),
+            })
+        };
+        assert!(cache.ptx("kernel c", "compute_90", failing).is_err());
+        assert!(!cache.path("kernel c", "compute_90").unwrap().exists());
+        // Without a directory every request compiles.
+        let none = PtxCache::new(None, "nvrtc 12.8");
+        assert!(!none.ptx("kernel a", "compute_90", compile).unwrap().1);
+        assert_eq!(compiles.get(), 6);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -52,16 +52,25 @@ pub mod smooth;
 pub mod smooth_bench;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cache::PtxCache;
 
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchArgs,
-    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
-/// Kernel sources, compiled together as one module. Every
-/// `extern "C" __global__ void NAME(` in them is loaded ([`kernel_names`]).
+/// Kernel sources. Module k is sources 0..=k compiled together: a source
+/// uses only what the sources before it declare (C++ declares before use,
+/// and the whole list compiles as one), so every prefix compiles too. A
+/// kernel is loaded, at its first use, from the smallest module holding
+/// its source that this GPU has loaded or asked for ([`Gpu::prefetch`]),
+/// else from its own source's module: a run compiles the prefix it needs,
+/// not the whole list. Every `extern "C" __global__ void NAME(` is a kernel
+/// ([`kernel_sources`]).
 const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
@@ -82,18 +91,79 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("peer.cu", include_str!("../../kernels/peer.cu")),
 ];
 
-/// The kernels the sources define, in source order.
-fn kernel_names() -> Vec<&'static str> {
+/// The kernels the sources define with the index of their source, in
+/// source order.
+fn kernel_sources() -> Vec<(&'static str, usize)> {
     const MARK: &str = "extern \"C\" __global__ void ";
     KERNEL_SOURCES
         .iter()
-        .flat_map(|(_, text)| {
-            text.match_indices(MARK).filter_map(|(at, _)| {
+        .enumerate()
+        .flat_map(|(file, (_, text))| {
+            text.match_indices(MARK).filter_map(move |(at, _)| {
                 let rest = &text[at + MARK.len()..];
-                rest.find('(').map(|end| rest[..end].trim())
+                rest.find('(').map(|end| (rest[..end].trim(), file))
             })
         })
         .collect()
+}
+
+/// The text of kernel module `k` (sources 0..=k); the last module is the
+/// whole list, as it was compiled before the split (same cache entry).
+fn module_source(k: usize) -> String {
+    KERNEL_SOURCES[..=k]
+        .iter()
+        .map(|(file, text)| format!("// ---- kernels/{file}\n{text}\n"))
+        .collect()
+}
+
+/// The index of the kernel source `file` (e.g. `"assembly.cu"`).
+fn source_index(file: &str) -> Option<usize> {
+    KERNEL_SOURCES.iter().position(|(name, _)| *name == file)
+}
+
+/// A kernel module's PTX: compiled (or read from the cache) at most once
+/// per process and architecture, by whichever thread asks first: a
+/// [`Gpu::prefetch`] thread or the first launch. Shared by the GPUs of one
+/// architecture (a multi-GPU run compiles once).
+type PtxSlot = OnceLock<Result<(String, bool), String>>;
+
+/// The PTX slots of `arch`, one per module.
+fn ptx_slots(arch: &str) -> Arc<Vec<PtxSlot>> {
+    static SLOTS: Mutex<Vec<(String, Arc<Vec<PtxSlot>>)>> = Mutex::new(Vec::new());
+    let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, s)) = slots.iter().find(|(a, _)| a == arch) {
+        return s.clone();
+    }
+    let s: Arc<Vec<PtxSlot>> = Arc::new(KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect());
+    slots.push((arch.to_string(), s.clone()));
+    s
+}
+
+/// The PTX of module `k` for `arch`, from its slot (waiting for a thread
+/// compiling it) or compiled into it now.
+fn module_ptx(
+    slots: &[PtxSlot],
+    cache: &PtxCache,
+    arch: &str,
+    k: usize,
+) -> Result<(String, bool), GpuError> {
+    slots[k]
+        .get_or_init(|| {
+            cache
+                .ptx(&module_source(k), arch, cache::nvrtc_compile)
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|log| GpuError::Compile {
+            arch: arch.to_string(),
+            log,
+        })
+}
+
+/// A kernel: the source it is in, its function once loaded.
+struct Kernel {
+    source: usize,
+    function: OnceLock<CudaFunction>,
 }
 
 /// Threads per block of the vector kernels (a multiple of 32).
@@ -165,10 +235,22 @@ impl DeviceChoice {
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    kernels: HashMap<&'static str, CudaFunction>,
+    kernels: HashMap<&'static str, Kernel>,
+    /// `compute_XY` of the device.
+    arch: String,
+    cache: PtxCache,
+    /// The PTX of each kernel module (shared by the GPUs of this arch).
+    ptx: Arc<Vec<PtxSlot>>,
+    /// The modules loaded into this context, by index.
+    modules: Vec<OnceLock<Arc<CudaModule>>>,
+    /// Modules asked for by [`Gpu::prefetch`] (compiled or being compiled).
+    requested: Vec<AtomicBool>,
     name: String,
     compute_capability: (i32, i32),
-    module_cached: bool,
+    /// Whether every module loaded so far came from the disk cache.
+    module_cached: AtomicBool,
+    /// A [`Gpu::capture`] is recording.
+    capturing: AtomicBool,
     /// Synchronise after every launch so asynchronous faults name their kernel
     /// (env `FVPOISSON_GPU_SYNC=1`; slow).
     sync_each_launch: bool,
@@ -226,26 +308,29 @@ impl Gpu {
         let name = driver("cuDeviceGetName", ctx.name())?;
         let cc = driver("cuDeviceComputeCapability", ctx.compute_capability())?;
         let arch = format!("compute_{}{}", cc.0, cc.1);
-        let source: String = KERNEL_SOURCES
-            .iter()
-            .map(|(file, text)| format!("// ---- kernels/{file}\n{text}\n"))
+        let kernels = kernel_sources()
+            .into_iter()
+            .map(|(name, source)| {
+                let function = OnceLock::new();
+                (name, Kernel { source, function })
+            })
             .collect();
-        let (module, module_cached) = cache::load_module(&ctx, &source, &arch)?;
-        let mut kernels = HashMap::new();
-        for k in kernel_names() {
-            let f = module.load_function(k).map_err(|e| GpuError::Kernel {
-                kernel: k,
-                error: format!("not found in the compiled module: {e}"),
-            })?;
-            kernels.insert(k, f);
-        }
         Ok(Self {
             ctx,
             stream,
             kernels,
+            cache: PtxCache::for_nvrtc()?,
+            ptx: ptx_slots(&arch),
+            arch,
+            modules: KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect(),
+            requested: KERNEL_SOURCES
+                .iter()
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             name,
             compute_capability: cc,
-            module_cached,
+            module_cached: AtomicBool::new(true),
+            capturing: AtomicBool::new(false),
             sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1"),
         })
     }
@@ -256,9 +341,68 @@ impl Gpu {
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
     }
-    /// Whether the kernel module came from the disk cache.
+    /// Starts compiling, on threads of their own, the kernel modules that
+    /// hold the kernel sources `files` (e.g. `["assembly.cu", "amg.cu"]`:
+    /// the largest one asked for holds the others), so that the compile
+    /// overlaps the caller's work (reading the mesh); the first launch of a
+    /// kernel waits for its module. Unknown names are ignored (logged).
+    pub fn prefetch(&self, files: &[&str]) {
+        for file in files {
+            if source_index(file).is_none() {
+                log::warn!("no kernel source {file} to compile ahead");
+            }
+        }
+        let Some(k) = files.iter().filter_map(|f| source_index(f)).max() else {
+            return;
+        };
+        if self.requested[k].swap(true, Ordering::AcqRel) || self.ptx[k].get().is_some() {
+            return;
+        }
+        let (slots, cache, arch) = (self.ptx.clone(), self.cache.clone(), self.arch.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("nvrtc module {k}"))
+            .spawn(move || {
+                // An error stays in the slot and is reported by the launch
+                // that needs the module.
+                let _ = module_ptx(&slots, &cache, &arch, k);
+            });
+        if let Err(e) = spawned {
+            log::debug!("compiling module {k} at its first launch: {e}");
+        }
+    }
+
+    /// The loaded module that holds source `source`: the smallest one
+    /// loaded or asked for, else the source's own, compiled now (or waited
+    /// for) and loaded.
+    fn module_holding(&self, source: usize) -> Result<&Arc<CudaModule>, GpuError> {
+        if let Some(m) = self.modules[source..].iter().find_map(OnceLock::get) {
+            return Ok(m);
+        }
+        let k = (source..self.modules.len())
+            .find(|&k| self.requested[k].load(Ordering::Acquire))
+            .unwrap_or(source);
+        if let Some(m) = self.modules[k].get() {
+            return Ok(m);
+        }
+        let (ptx, cached) = module_ptx(&self.ptx, &self.cache, &self.arch, k)?;
+        let source_text = module_source(k);
+        let (module, cached) = cache::load_ptx(
+            &self.ctx,
+            &self.cache,
+            &source_text,
+            &self.arch,
+            ptx,
+            cached,
+        )?;
+        if !cached {
+            self.module_cached.store(false, Ordering::Release);
+        }
+        Ok(self.modules[k].get_or_init(|| module))
+    }
+
+    /// Whether every kernel module loaded so far came from the disk cache.
     pub fn module_cached(&self) -> bool {
-        self.module_cached
+        self.module_cached.load(Ordering::Acquire)
     }
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
@@ -355,7 +499,12 @@ impl Gpu {
             self.stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
         )?;
+        // A kernel whose module is not loaded yet fails the capture rather
+        // than loading a module inside it (the caller launches directly,
+        // which loads it, and captures next time).
+        self.capturing.store(true, Ordering::Release);
         let recorded = work();
+        self.capturing.store(false, Ordering::Release);
         // End the capture whatever happened, so the stream is usable again.
         let graph = driver(
             "cuStreamEndCapture",
@@ -468,10 +617,27 @@ impl Gpu {
     }
 
     fn function(&self, kernel: &'static str) -> Result<&CudaFunction, GpuError> {
-        self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
+        let k = self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
             kernel,
-            error: "no such kernel in the module".into(),
-        })
+            error: "no such kernel in the sources".into(),
+        })?;
+        if let Some(f) = k.function.get() {
+            return Ok(f);
+        }
+        if self.capturing.load(Ordering::Acquire) {
+            return Err(GpuError::Kernel {
+                kernel,
+                error: "first launched inside a CUDA graph capture; its module loads at a \
+                        direct launch"
+                    .into(),
+            });
+        }
+        let module = self.module_holding(k.source)?;
+        let f = module.load_function(kernel).map_err(|e| GpuError::Kernel {
+            kernel,
+            error: format!("not found in the compiled module: {e}"),
+        })?;
+        Ok(k.function.get_or_init(|| f))
     }
 
     /// Waits for all queued work.
@@ -596,7 +762,7 @@ mod tests {
     /// defined once in the kernel sources: a typo fails here, not on a device.
     #[test]
     fn launched_kernels_are_defined_once() {
-        let names = kernel_names();
+        let names: Vec<&str> = kernel_sources().into_iter().map(|(n, _)| n).collect();
         assert!(names.len() > 40, "{names:?}");
         for n in &names {
             assert!(
@@ -633,5 +799,34 @@ mod tests {
             }
         }
         assert!(checked > 40, "found only {checked} launches");
+    }
+
+    /// Module k is sources 0..=k: the last is the whole list as one text
+    /// (the module compiled before the split, its cache entry kept); each
+    /// kernel is in its source's module and in every later one, none
+    /// earlier; prefetch names resolve.
+    #[test]
+    fn modules_are_prefixes_of_the_sources() {
+        let last = KERNEL_SOURCES.len() - 1;
+        let whole: String = KERNEL_SOURCES
+            .iter()
+            .map(|(file, text)| format!("// ---- kernels/{file}\n{text}\n"))
+            .collect();
+        assert_eq!(module_source(last), whole);
+        for k in 0..last {
+            assert!(module_source(k + 1).starts_with(&module_source(k)));
+        }
+        let mark = |name: &str| format!("extern \"C\" __global__ void {name}(");
+        for (name, source) in kernel_sources() {
+            assert!(module_source(source).contains(&mark(name)), "{name}");
+            if source > 0 {
+                assert!(!module_source(source - 1).contains(&mark(name)), "{name}");
+            }
+        }
+        assert_eq!(source_index("spmv.cu"), Some(0));
+        for file in ["assembly.cu", "amg.cu", "simple.cu"] {
+            assert!(source_index(file).is_some(), "{file}");
+        }
+        assert_eq!(source_index("nothing.cu"), None);
     }
 }

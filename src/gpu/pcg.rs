@@ -1106,6 +1106,7 @@ impl<'g> GpuSolver<'g> {
             .get(&key)
             .is_some_and(|p| p.as_ref().is_none_or(|p| p.len() == system.n_rows()));
         if !cached {
+            let _ordering = crate::timings::enter(crate::timings::Phase::Ordering);
             let p = options
                 .ordering
                 .permutation(system, options.slice_height)
@@ -1128,6 +1129,7 @@ impl<'g> GpuSolver<'g> {
     ) -> Result<(Reordered<'s>, GpuCgBackend<'g>), SolveError> {
         let gpu = self.gpu;
         let perm = self.permutation(system, options)?;
+        let _setup = crate::timings::enter_synced(crate::timings::Phase::DeviceSetup, gpu);
         let ordered = Reordered::with_permutation(system, perm).map_err(SolveError::Device)?;
         let eq_ordered = scaled.permuted_equilibration(perm);
         let backend = GpuCgBackend::new(

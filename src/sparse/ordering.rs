@@ -266,35 +266,51 @@ impl Graph {
     /// visited, each from its unvisited vertex of smallest degree.
     pub fn cuthill_mckee(&self) -> Permutation {
         let n = self.n();
-        // Component start candidates by (degree, index).
-        let mut starts: Vec<u32> = (0..n as u32).collect();
-        starts.sort_by_key(|&v| (self.degree(v as usize), v));
+        let key = |v: u32| (self.degree(v as usize), v);
         let mut visited = vec![false; n];
         let mut order = Vec::with_capacity(n);
-        let mut queue = VecDeque::new();
-        let mut next: Vec<u32> = Vec::new();
-        for &start in &starts {
-            if visited[start as usize] {
-                continue;
-            }
-            visited[start as usize] = true;
-            queue.push_back(start);
-            while let Some(v) = queue.pop_front() {
-                order.push(v);
-                next.clear();
-                next.extend(
-                    self.neighbours(v as usize)
-                        .iter()
-                        .filter(|&&u| !visited[u as usize]),
-                );
-                next.sort_unstable_by_key(|&u| (self.degree(u as usize), u));
-                for &u in &next {
-                    visited[u as usize] = true;
-                    queue.push_back(u);
-                }
+        // Components start from their unvisited vertex of smallest (degree,
+        // index). The first is the smallest of all, found by a scan; the
+        // others (a mesh is mostly one component) from the unvisited
+        // vertices sorted, as the candidates in that order would give them.
+        if let Some(first) = (0..n as u32).into_par_iter().min_by_key(|&v| key(v)) {
+            self.visit_component(first, &mut visited, &mut order);
+        }
+        if order.len() < n {
+            let mut starts: Vec<u32> = (0..n as u32).filter(|&v| !visited[v as usize]).collect();
+            starts.sort_unstable_by_key(|&v| key(v));
+            for start in starts {
+                self.visit_component(start, &mut visited, &mut order);
             }
         }
         Permutation::from_new_to_old(order).expect("BFS visits each vertex once")
+    }
+
+    /// Appends the Cuthill–McKee order of `start`'s component (breadth
+    /// first, each vertex's unvisited neighbours by (degree, index)) to
+    /// `order`; nothing where `start` is visited already.
+    fn visit_component(&self, start: u32, visited: &mut [bool], order: &mut Vec<u32>) {
+        if visited[start as usize] {
+            return;
+        }
+        let mut queue = VecDeque::new();
+        let mut next: Vec<u32> = Vec::new();
+        visited[start as usize] = true;
+        queue.push_back(start);
+        while let Some(v) = queue.pop_front() {
+            order.push(v);
+            next.clear();
+            next.extend(
+                self.neighbours(v as usize)
+                    .iter()
+                    .filter(|&&u| !visited[u as usize]),
+            );
+            next.sort_unstable_by_key(|&u| (self.degree(u as usize), u));
+            for &u in &next {
+                visited[u as usize] = true;
+                queue.push_back(u);
+            }
+        }
     }
 }
 
@@ -337,6 +353,28 @@ impl RowOrdering {
             Self::Rcm => "rcm",
             Self::Metis => "metis",
         }
+    }
+
+    /// [`Self::permutation`], except that RCM keeps the rows of a matrix
+    /// whose own order is already banded ([`is_banded`]: a mesh numbered
+    /// along its axes, as blockMesh and the box generator do) instead of
+    /// spending seconds to reach about the same bandwidth.
+    pub fn permutation_unless_banded(
+        self,
+        a: &Csr,
+        slice_height: usize,
+    ) -> Result<Option<Permutation>, String> {
+        if self == Self::Rcm && a.n_rows() == a.n_cols() {
+            let relative = relative_bandwidth(a);
+            if relative <= BANDED {
+                log::info!(
+                    "rows kept in mesh order: bandwidth {relative:.2} n^(2/3), already banded \
+                     (RCM is for orders above {BANDED} n^(2/3))"
+                );
+                return Ok(None);
+            }
+        }
+        self.permutation(a, slice_height)
     }
 
     /// The permutation of `a`'s rows (`None` for the natural order); the
@@ -441,9 +479,29 @@ impl<'a> Reordered<'a> {
     }
 }
 
+/// The bandwidth up to which a matrix's own row order counts as banded, in
+/// units of n^(2/3) ([`relative_bandwidth`]). A cube of n cells numbered
+/// along its axes has 1, its RCM order about as much (docs/src/performance.md
+/// has the measurements); a renumbered (shuffled) mesh has about n^(1/3).
+pub const BANDED: f64 = 2.0;
+
+/// The bandwidth of `a` over n^(2/3), the bandwidth of a cube of n cells
+/// numbered along its axes (a 2-D mesh numbered so has n^(1/2), less).
+pub fn relative_bandwidth(a: &Csr) -> f64 {
+    let n = a.n_rows().max(1) as f64;
+    bandwidth(a) as f64 / n.powf(2.0 / 3.0)
+}
+
+/// Whether `a`'s own row order is banded: [`relative_bandwidth`] at most
+/// [`BANDED`].
+pub fn is_banded(a: &Csr) -> bool {
+    relative_bandwidth(a) <= BANDED
+}
+
 /// max |r − c| over the stored entries.
 pub fn bandwidth(a: &Csr) -> usize {
     (0..a.n_rows())
+        .into_par_iter()
         .map(|r| {
             let cols = a.row(r).0;
             match (cols.first(), cols.last()) {
@@ -458,7 +516,75 @@ pub fn bandwidth(a: &Csr) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::testing::random_symmetric;
+    use crate::sparse::testing::{random_symmetric, SplitMix};
+
+    /// Cuthill–McKee with every vertex a start candidate in (degree, index)
+    /// order: the definition the component scan must reproduce.
+    fn cuthill_mckee_by_sorted_starts(g: &Graph) -> Vec<u32> {
+        let n = g.n();
+        let mut starts: Vec<u32> = (0..n as u32).collect();
+        starts.sort_by_key(|&v| (g.degree(v as usize), v));
+        let mut visited = vec![false; n];
+        let mut order = Vec::new();
+        for start in starts {
+            g.visit_component(start, &mut visited, &mut order);
+        }
+        order
+    }
+
+    #[test]
+    fn an_axis_numbered_grid_is_banded_and_a_shuffled_one_is_not() {
+        use crate::sparse::testing::grid_laplacian;
+        let a = grid_laplacian(12, 12, 12);
+        assert_eq!(bandwidth(&a), 144);
+        assert!((relative_bandwidth(&a) - 1.0).abs() < 1e-12);
+        assert!(is_banded(&a));
+        assert!(is_banded(&grid_laplacian(40, 40, 1)));
+        assert!(RowOrdering::Rcm
+            .permutation_unless_banded(&a, 32)
+            .unwrap()
+            .is_none());
+        // Natural, CM and METIS are what they are asked to be.
+        assert!(RowOrdering::Cm
+            .permutation_unless_banded(&a, 32)
+            .unwrap()
+            .is_some());
+        let mut rng = SplitMix(3);
+        let mut order: Vec<u32> = (0..a.n_rows() as u32).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        let shuffled = Permutation::from_new_to_old(order)
+            .unwrap()
+            .apply_symmetric(&a);
+        assert!(!is_banded(&shuffled), "{}", relative_bandwidth(&shuffled));
+        let rcm = RowOrdering::Rcm
+            .permutation_unless_banded(&shuffled, 32)
+            .unwrap();
+        assert_eq!(rcm, Some(reverse_cuthill_mckee(&shuffled)));
+    }
+
+    #[test]
+    fn component_starts_are_those_of_the_sorted_candidates() {
+        let mut rng = SplitMix(7);
+        for (n, components) in [(1, 1), (40, 1), (300, 5), (500, 37)] {
+            let group: Vec<usize> = (0..n).map(|_| rng.below(components)).collect();
+            let mut lists = vec![Vec::new(); n];
+            for _ in 0..2 * n {
+                let (u, v) = (rng.below(n), rng.below(n));
+                if u != v && group[u] == group[v] {
+                    lists[u].push(v as u32);
+                    lists[v].push(u as u32);
+                }
+            }
+            let g = Graph::from_lists(lists).unwrap();
+            assert_eq!(
+                g.cuthill_mckee().new_to_old(),
+                cuthill_mckee_by_sorted_starts(&g),
+                "n {n}, {components} components"
+            );
+        }
+    }
 
     #[test]
     fn permutation_round_trips_and_rejects_non_permutations() {

@@ -1,0 +1,654 @@
+//! Where the wall time of a run goes: a [`PhaseClock`] started at launch
+//! accounts every second to one [`Phase`] (mesh read, geometry, ordering,
+//! device set-up, assembly, solves, output) or to "other", and
+//! [`Timings::table`] prints the account (`run`, `bench --end-to-end`).
+//!
+//! The code being timed marks its phases with [`enter`] (a guard) or
+//! [`timed`]; they are recorded on the clock of the current thread, and cost
+//! nothing where none is started (library use, tests, rayon workers, whose
+//! time the marking thread's phase already holds). Phases nest and the
+//! account is exclusive: time inside an inner phase is taken out of the
+//! outer one (the assembly of a corrector loop minus its linear solves), so
+//! the phases and "other" add up to the total wall time.
+//!
+//! Device work is asynchronous: a phase that launches it is marked with
+//! [`enter_synced`], which synchronises the GPU's stream when the phase
+//! starts and ends (only while a clock runs), so that kernels are charged to
+//! the phase that launched them rather than to the next one that waits.
+
+use crate::gpu::Gpu;
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::marker::PhantomData;
+use std::time::Instant;
+
+/// A part of a run, as the phase table lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Reading (polyMesh, Gmsh, the case's dictionaries) or generating the mesh.
+    Mesh,
+    /// Cell and face geometry (centres, volumes, areas, weights) and its checks.
+    Geometry,
+    /// The row ordering of a GPU solve (RCM, METIS, ...).
+    Ordering,
+    /// Device structures: sparsity pattern, assembly maps, mod-SELL build and
+    /// upload, preconditioner set-up.
+    DeviceSetup,
+    /// Discretisation: matrix and right-hand side, on the host or the device.
+    Assembly,
+    /// Linear solves.
+    Solve,
+    /// Result files (VTK, OpenFOAM fields) and what they are computed from.
+    Output,
+}
+
+const N_PHASES: usize = 7;
+
+impl Phase {
+    /// Every phase, in table order.
+    pub const ALL: [Phase; N_PHASES] = [
+        Phase::Mesh,
+        Phase::Geometry,
+        Phase::Ordering,
+        Phase::DeviceSetup,
+        Phase::Assembly,
+        Phase::Solve,
+        Phase::Output,
+    ];
+
+    /// The row label of the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Mesh => "mesh read/generate",
+            Phase::Geometry => "geometry",
+            Phase::Ordering => "ordering",
+            Phase::DeviceSetup => "device set-up",
+            Phase::Assembly => "assembly",
+            Phase::Solve => "solves",
+            Phase::Output => "output",
+        }
+    }
+
+    /// The key of the JSON account.
+    pub fn key(self) -> &'static str {
+        match self {
+            Phase::Mesh => "mesh",
+            Phase::Geometry => "geometry",
+            Phase::Ordering => "ordering",
+            Phase::DeviceSetup => "device_setup",
+            Phase::Assembly => "assembly",
+            Phase::Solve => "solve",
+            Phase::Output => "output",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Wall seconds by phase and in all, from a [`PhaseClock`], and the CPU
+/// seconds of the process (all its threads) in the same spans: their ratio
+/// shows a phase's parallelism (or its waiting for the device), and they
+/// stay meaningful on a machine other processes load.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Timings {
+    phases: [f64; N_PHASES],
+    total: f64,
+    cpu: [f64; N_PHASES],
+    cpu_total: f64,
+}
+
+/// CPU seconds the process has used so far, over all its threads.
+fn process_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec.
+    match unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } {
+        0 => ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9,
+        _ => 0.0,
+    }
+}
+
+impl Timings {
+    /// Seconds spent in `phase` (outside the phases nested in it).
+    pub fn seconds(&self, phase: Phase) -> f64 {
+        self.phases[phase.index()]
+    }
+
+    /// Wall seconds from the start of the clock.
+    pub fn total(&self) -> f64 {
+        self.total
+    }
+
+    /// Seconds in no phase: the total less every phase.
+    pub fn other(&self) -> f64 {
+        (self.total - self.phases.iter().sum::<f64>()).max(0.0)
+    }
+
+    /// CPU seconds of the process while in `phase`.
+    pub fn cpu_seconds(&self, phase: Phase) -> f64 {
+        self.cpu[phase.index()]
+    }
+
+    /// CPU seconds of the process from the start of the clock.
+    pub fn cpu_total(&self) -> f64 {
+        self.cpu_total
+    }
+
+    /// CPU seconds in no phase.
+    pub fn cpu_other(&self) -> f64 {
+        (self.cpu_total - self.cpu.iter().sum::<f64>()).max(0.0)
+    }
+
+    /// What happened between `earlier` (a snapshot of the same clock) and `self`.
+    pub fn since(&self, earlier: &Timings) -> Timings {
+        let minus = |now: &[f64; N_PHASES], then: &[f64; N_PHASES]| {
+            let mut d = *now;
+            for (p, e) in d.iter_mut().zip(then) {
+                *p = (*p - e).max(0.0);
+            }
+            d
+        };
+        Timings {
+            phases: minus(&self.phases, &earlier.phases),
+            total: (self.total - earlier.total).max(0.0),
+            cpu: minus(&self.cpu, &earlier.cpu),
+            cpu_total: (self.cpu_total - earlier.cpu_total).max(0.0),
+        }
+    }
+
+    /// The rows of the table: every phase, then "other", with wall seconds.
+    pub fn rows(&self) -> impl Iterator<Item = (&'static str, &'static str, f64)> + '_ {
+        self.rows_with_cpu()
+            .map(|(label, key, s, _)| (label, key, s))
+    }
+
+    /// [`Self::rows`] with the CPU seconds of each row.
+    pub fn rows_with_cpu(
+        &self,
+    ) -> impl Iterator<Item = (&'static str, &'static str, f64, f64)> + '_ {
+        Phase::ALL
+            .iter()
+            .map(|&p| (p.label(), p.key(), self.seconds(p), self.cpu_seconds(p)))
+            .chain(std::iter::once((
+                "other",
+                "other",
+                self.other(),
+                self.cpu_other(),
+            )))
+    }
+
+    /// The phase table: wall seconds and share of the total per phase.
+    pub fn table(&self) -> String {
+        let share = |s: f64| {
+            if self.total > 0.0 {
+                100.0 * s / self.total
+            } else {
+                0.0
+            }
+        };
+        let mut text = format!(
+            "{:<20} {:>10} {:>7} {:>10}\n",
+            "phase", "wall s", "share", "cpu s"
+        );
+        for (label, _, s, cpu) in self.rows_with_cpu() {
+            let _ = writeln!(text, "{label:<20} {s:>10.3} {:>6.1}% {cpu:>10.3}", share(s));
+        }
+        let _ = write!(
+            text,
+            "{:<20} {:>10.3} {:>6.1}% {:>10.3}",
+            "total", self.total, 100.0, self.cpu_total
+        );
+        text
+    }
+
+    /// Total wall time over the time of the linear solves (None without any).
+    pub fn wall_over_solve(&self) -> Option<f64> {
+        let solve = self.seconds(Phase::Solve);
+        (solve > 0.0).then(|| self.total / solve)
+    }
+
+    /// The account as a JSON object: `{"total_s": T, "phases_s": {"mesh":
+    /// s, ..., "other": s}, "wall_over_solve": r, "total_cpu_s": C,
+    /// "phases_cpu_s": {...}}` (r null without solves).
+    pub fn to_json_value(&self) -> serde_json::Value {
+        let (mut wall, mut cpu) = (serde_json::Map::new(), serde_json::Map::new());
+        for (_, key, s, c) in self.rows_with_cpu() {
+            wall.insert(key.to_string(), s.into());
+            cpu.insert(key.to_string(), c.into());
+        }
+        serde_json::json!({
+            "total_s": self.total,
+            "phases_s": wall,
+            "wall_over_solve": self.wall_over_solve(),
+            "total_cpu_s": self.cpu_total,
+            "phases_cpu_s": cpu,
+        })
+    }
+
+    /// [`Self::to_json_value`] as one line of text.
+    pub fn to_json(&self) -> String {
+        self.to_json_value().to_string()
+    }
+}
+
+/// The clock of a thread, while a [`PhaseClock`] is started there.
+struct Clock {
+    /// Tells this clock's guards from those of a clock it replaced.
+    id: u64,
+    start: Mark,
+    phases: [f64; N_PHASES],
+    cpu: [f64; N_PHASES],
+    /// The phases entered and not left, innermost last, with the time from
+    /// which the innermost is being charged.
+    open: Vec<(Phase, Mark)>,
+}
+
+/// A moment in wall and process CPU time.
+#[derive(Clone, Copy)]
+struct Mark {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl Mark {
+    fn now() -> Self {
+        Self {
+            wall: Instant::now(),
+            cpu: process_cpu_seconds(),
+        }
+    }
+
+    /// Wall and CPU seconds from `self` to `later`.
+    fn until(&self, later: &Mark) -> (f64, f64) {
+        (
+            later.wall.duration_since(self.wall).as_secs_f64(),
+            (later.cpu - self.cpu).max(0.0),
+        )
+    }
+}
+
+impl Clock {
+    fn charge_innermost(&mut self, now: Mark) {
+        if let Some((phase, since)) = self.open.last_mut() {
+            let (wall, cpu) = since.until(&now);
+            self.phases[phase.index()] += wall;
+            self.cpu[phase.index()] += cpu;
+            *since = now;
+        }
+    }
+
+    fn snapshot(&self, now: Mark) -> Timings {
+        let (mut phases, mut cpu) = (self.phases, self.cpu);
+        if let Some((phase, since)) = self.open.last() {
+            let (w, c) = since.until(&now);
+            phases[phase.index()] += w;
+            cpu[phase.index()] += c;
+        }
+        let (total, cpu_total) = self.start.until(&now);
+        Timings {
+            phases,
+            total,
+            cpu,
+            cpu_total,
+        }
+    }
+}
+
+thread_local! {
+    static CLOCK: RefCell<Option<Clock>> = const { RefCell::new(None) };
+    static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
+}
+
+/// The phase account of this thread from [`PhaseClock::start`] on; the
+/// clock it replaced, if any, runs on when this one finishes (so a run
+/// timed inside a timed bench keeps the bench's account apart).
+pub struct PhaseClock {
+    id: u64,
+    replaced: Option<Clock>,
+    /// Bound to its thread, as the thread-local clock is.
+    _thread: PhantomData<*const ()>,
+}
+
+impl PhaseClock {
+    /// Starts the account on this thread now.
+    pub fn start() -> PhaseClock {
+        let id = NEXT_ID.with(|n| {
+            let id = n.get();
+            n.set(id + 1);
+            id
+        });
+        let clock = Clock {
+            id,
+            start: Mark::now(),
+            phases: [0.0; N_PHASES],
+            cpu: [0.0; N_PHASES],
+            open: Vec::new(),
+        };
+        let replaced = CLOCK.with(|c| c.borrow_mut().replace(clock));
+        PhaseClock {
+            id,
+            replaced,
+            _thread: PhantomData,
+        }
+    }
+
+    /// The account so far (a phase in progress counted up to now).
+    pub fn now(&self) -> Timings {
+        snapshot().unwrap_or_default()
+    }
+
+    /// Stops the clock: the account from its start to now.
+    pub fn finish(mut self) -> Timings {
+        self.take().unwrap_or_default()
+    }
+
+    fn take(&mut self) -> Option<Timings> {
+        let now = Mark::now();
+        CLOCK.with(|c| {
+            let mut c = c.borrow_mut();
+            let timings = c
+                .as_ref()
+                .filter(|clock| clock.id == self.id)
+                .map(|clock| clock.snapshot(now));
+            if timings.is_some() {
+                *c = self.replaced.take();
+            }
+            timings
+        })
+    }
+}
+
+impl Drop for PhaseClock {
+    fn drop(&mut self) {
+        self.take();
+    }
+}
+
+/// The account of this thread's clock so far, if one runs.
+pub fn snapshot() -> Option<Timings> {
+    let now = Mark::now();
+    CLOCK.with(|c| c.borrow().as_ref().map(|clock| clock.snapshot(now)))
+}
+
+/// Adds `inner`, the account of work done on another thread while this one
+/// waited for it (a rank of a distributed run), to this thread's clock:
+/// the wait moves from "other" to those phases.
+pub fn absorb(inner: &Timings) {
+    CLOCK.with(|c| {
+        if let Some(clock) = c.borrow_mut().as_mut() {
+            for (p, i) in clock.phases.iter_mut().zip(&inner.phases) {
+                *p += i;
+            }
+            // The CPU time of the other thread is the process's already.
+            for (p, i) in clock.cpu.iter_mut().zip(&inner.cpu) {
+                *p += i;
+            }
+        }
+    });
+}
+
+/// Moves `seconds` of `from` to `to` on this thread's clock: for a part of
+/// a phase that the work timed itself (synchronised), such as the linear
+/// solves inside a device loop marked as assembly. Never moves more than
+/// `from` holds.
+pub fn reassign(from: Phase, to: Phase, seconds: f64) {
+    CLOCK.with(|c| {
+        if let Some(clock) = c.borrow_mut().as_mut() {
+            let moved = seconds.clamp(0.0, clock.phases[from.index()]);
+            clock.phases[from.index()] -= moved;
+            clock.phases[to.index()] += moved;
+            // The CPU time in the same proportion.
+            let (from_cpu, ratio) = (
+                clock.cpu[from.index()],
+                moved / (moved + clock.phases[from.index()]).max(f64::MIN_POSITIVE),
+            );
+            let moved_cpu = from_cpu * ratio;
+            clock.cpu[from.index()] -= moved_cpu;
+            clock.cpu[to.index()] += moved_cpu;
+        }
+    });
+}
+
+/// The start of a step's account at debug level (None otherwise): pass it
+/// to [`log_step`] when the step ends.
+pub fn step_start() -> Option<Timings> {
+    log::log_enabled!(log::Level::Debug)
+        .then(snapshot)
+        .flatten()
+}
+
+/// Logs (debug) the phase table of the step that began at `start`.
+pub fn log_step(start: Option<Timings>, step: impl std::fmt::Display) {
+    if let (Some(start), Some(now)) = (start, snapshot()) {
+        log::debug!("phases of {step}:\n{}", now.since(&start).table());
+    }
+}
+
+/// Whether a clock runs on this thread.
+pub fn is_running() -> bool {
+    CLOCK.with(|c| c.borrow().is_some())
+}
+
+/// Marks `phase` until the guard drops (see the module documentation).
+#[must_use = "the phase ends when the guard drops"]
+pub struct PhaseGuard<'g> {
+    /// The clock the phase was entered on; None where none ran.
+    clock: Option<u64>,
+    gpu: Option<&'g Gpu>,
+}
+
+/// Enters `phase` on this thread's clock (a no-op where none runs).
+pub fn enter(phase: Phase) -> PhaseGuard<'static> {
+    enter_with(phase, None)
+}
+
+/// [`enter`] for a phase that launches work on `gpu`: its stream is
+/// synchronised as the phase starts and ends, while a clock runs.
+pub fn enter_synced(phase: Phase, gpu: &Gpu) -> PhaseGuard<'_> {
+    enter_with(phase, Some(gpu))
+}
+
+fn enter_with(phase: Phase, gpu: Option<&Gpu>) -> PhaseGuard<'_> {
+    if !is_running() {
+        return PhaseGuard { clock: None, gpu };
+    }
+    sync(gpu);
+    let now = Mark::now();
+    let clock = CLOCK.with(|c| {
+        let mut c = c.borrow_mut();
+        let clock = c.as_mut()?;
+        clock.charge_innermost(now);
+        clock.open.push((phase, now));
+        Some(clock.id)
+    });
+    PhaseGuard { clock, gpu }
+}
+
+/// Runs `work` as `phase`.
+pub fn timed<T>(phase: Phase, work: impl FnOnce() -> T) -> T {
+    let _phase = enter(phase);
+    work()
+}
+
+/// Waits for the GPU's stream so that its work is charged to the phase that
+/// launched it; an error here is the work's own and surfaces again at the
+/// work's next synchronising call, so it is only logged.
+fn sync(gpu: Option<&Gpu>) {
+    if let Some(gpu) = gpu {
+        if let Err(e) = gpu.synchronize() {
+            log::debug!("timing synchronisation: {e}");
+        }
+    }
+}
+
+impl Drop for PhaseGuard<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.clock else {
+            return;
+        };
+        sync(self.gpu);
+        let now = Mark::now();
+        CLOCK.with(|c| {
+            let mut c = c.borrow_mut();
+            let Some(clock) = c.as_mut().filter(|clock| clock.id == id) else {
+                return;
+            };
+            clock.charge_innermost(now);
+            clock.open.pop();
+            if let Some((_, since)) = clock.open.last_mut() {
+                *since = now;
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn busy(ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+
+    #[test]
+    fn phases_are_exclusive_and_add_up_to_the_total() {
+        let clock = PhaseClock::start();
+        let block = Instant::now();
+        {
+            let _assembly = enter(Phase::Assembly);
+            busy(20);
+            timed(Phase::Solve, || busy(30));
+            busy(10);
+        }
+        let block = block.elapsed().as_secs_f64();
+        busy(15);
+        let t = clock.finish();
+        assert!(t.seconds(Phase::Solve) >= 0.030, "{t:?}");
+        // The solve is not charged to the assembly around it.
+        let assembly = t.seconds(Phase::Assembly);
+        assert!(assembly >= 0.030, "{t:?}");
+        assert!(
+            (assembly + t.seconds(Phase::Solve) - block).abs() < 1e-3,
+            "{t:?}"
+        );
+        assert!(t.other() >= 0.015, "{t:?}");
+        let sum: f64 = t.rows().map(|(_, _, s)| s).sum();
+        assert!((sum - t.total()).abs() < 1e-9, "{sum} vs {}", t.total());
+        assert_eq!(t.seconds(Phase::Mesh), 0.0);
+    }
+
+    #[test]
+    fn cpu_time_is_charged_to_the_phase_that_used_it() {
+        let clock = PhaseClock::start();
+        timed(Phase::Solve, || {
+            let start = process_cpu_seconds();
+            let mut x = 1.0f64;
+            while process_cpu_seconds() - start < 0.01 {
+                x = std::hint::black_box(x * 1.000001);
+            }
+        });
+        timed(Phase::Output, || busy(5));
+        let t = clock.finish();
+        assert!(t.cpu_seconds(Phase::Solve) >= 0.01, "{t:?}");
+        assert!(
+            t.cpu_seconds(Phase::Output) < t.cpu_seconds(Phase::Solve),
+            "{t:?}"
+        );
+        let sum: f64 = t.rows_with_cpu().map(|(.., cpu)| cpu).sum();
+        assert!((sum - t.cpu_total()).abs() < 1e-9, "{t:?}");
+    }
+
+    #[test]
+    fn without_a_clock_phases_cost_nothing_and_record_nothing() {
+        assert!(!is_running());
+        assert_eq!(timed(Phase::Mesh, || 7), 7);
+        assert!(snapshot().is_none());
+    }
+
+    #[test]
+    fn a_nested_clock_keeps_its_own_account_and_restores_the_outer() {
+        let outer = PhaseClock::start();
+        let guard = enter(Phase::Output);
+        let inner = PhaseClock::start();
+        timed(Phase::Mesh, || busy(5));
+        // The outer guard ends while the inner clock runs: ignored by it.
+        drop(guard);
+        let t = inner.finish();
+        assert!(t.seconds(Phase::Mesh) >= 0.005);
+        assert_eq!(t.seconds(Phase::Output), 0.0);
+        assert!(is_running());
+        let t = outer.finish();
+        assert_eq!(t.seconds(Phase::Mesh), 0.0);
+        assert!(!is_running());
+    }
+
+    #[test]
+    fn snapshots_difference_into_a_step_account() {
+        let clock = PhaseClock::start();
+        timed(Phase::Solve, || busy(5));
+        let before = clock.now();
+        timed(Phase::Solve, || busy(10));
+        let step = clock.now().since(&before);
+        assert!(step.seconds(Phase::Solve) >= 0.010);
+        assert!(step.seconds(Phase::Solve) < clock.now().seconds(Phase::Solve));
+        assert!(step.total() < clock.now().total());
+    }
+
+    #[test]
+    fn table_and_json_list_every_phase_and_other() {
+        let t = Timings {
+            phases: [0.5, 0.25, 0.0, 0.0, 0.125, 1.0, 0.0625],
+            total: 2.0,
+            cpu: [0.5, 0.5, 0.0, 0.0, 0.25, 1.0, 0.0625],
+            cpu_total: 2.5,
+        };
+        let table = t.table();
+        for p in Phase::ALL {
+            assert!(table.contains(p.label()), "{table}");
+        }
+        assert!(table.contains("solves"), "{table}");
+        assert!(table.contains("50.0%"), "{table}");
+        let json: serde_json::Value = serde_json::from_str(&t.to_json()).unwrap();
+        assert_eq!(json["total_s"], 2.0);
+        assert_eq!(json["phases_s"]["solve"], 1.0);
+        assert_eq!(json["phases_s"]["other"], 0.0625);
+        assert_eq!(json["wall_over_solve"], 2.0);
+        assert_eq!(json["phases_cpu_s"]["geometry"], 0.5);
+        assert_eq!(json["phases_cpu_s"]["other"], 0.125);
+        assert_eq!(json["total_cpu_s"], 2.5);
+        assert!(Timings::default().to_json_value()["wall_over_solve"].is_null());
+        let other = t.other();
+        let clock = PhaseClock::start();
+        busy(20);
+        // A rank thread's solve, done while this thread waited.
+        let rank = Timings {
+            phases: [0.0, 0.0, 0.0, 0.0, 0.0, 0.015, 0.0],
+            total: 0.015,
+            ..Timings::default()
+        };
+        absorb(&rank);
+        let t = clock.finish();
+        assert!(t.seconds(Phase::Solve) >= 0.015);
+        assert!(t.other() <= t.total() - 0.015, "{t:?}");
+        assert_eq!(other, 2.0 - 1.9375);
+    }
+
+    #[test]
+    fn reassigned_time_moves_between_phases_up_to_what_there_is() {
+        let clock = PhaseClock::start();
+        timed(Phase::Assembly, || busy(10));
+        let before = clock.now();
+        reassign(Phase::Assembly, Phase::Solve, 0.004);
+        reassign(Phase::Assembly, Phase::Output, 1.0);
+        let t = clock.finish();
+        assert_eq!(t.seconds(Phase::Solve), 0.004);
+        assert_eq!(t.seconds(Phase::Assembly), 0.0);
+        let moved = t.seconds(Phase::Solve) + t.seconds(Phase::Output);
+        assert!((moved - before.seconds(Phase::Assembly)).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,251 @@
+//! The phase account of `run` (the table the log ends with, `--timings`)
+//! and `bench --end-to-end`, on every kind of run: a case.toml Poisson case,
+//! an OpenFOAM laplacianFoam case, a flow (SIMPLE) case and a distributed run.
+
+mod common;
+
+use common::fvpoisson;
+use std::path::{Path, PathBuf};
+
+/// A scratch directory removed at the end of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("fvpoisson_timings_{name}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const POISSON: &str = r#"
+[mesh]
+source = "box:10x10x10"
+[physics]
+source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"
+exact = "sin(pi*x)*sin(pi*y)*sin(pi*z)"
+[boundary.default]
+type = "fixedValue"
+value = "exact"
+[solver.T]
+tolerance = 1e-10
+[output]
+formats = ["vtk"]
+"#;
+
+const FLOW: &str = r#"
+[mesh]
+source = "box:12x12x1:2d"
+[physics]
+kind = "simple"
+nu = 0.01
+[boundary.ymax]
+U = { type = "fixedValue", value = [1.0, 0.0, 0.0] }
+p = { type = "zeroGradient" }
+[boundary.default]
+U = { type = "noSlip" }
+p = { type = "zeroGradient" }
+[SIMPLE]
+consistent = true
+maxIterations = 5
+[relaxationFactors]
+U = 0.9
+p = 1.0
+"#;
+
+const PHASES: [&str; 8] = [
+    "mesh",
+    "geometry",
+    "ordering",
+    "device_setup",
+    "assembly",
+    "solve",
+    "output",
+    "other",
+];
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Checks a JSON account: every phase present, none negative, the phases
+/// adding up to the total; returns it.
+fn check_account(json: &serde_json::Value) -> &serde_json::Value {
+    let total = json["total_s"].as_f64().expect("total_s");
+    assert!(total > 0.0, "{json}");
+    let phases = &json["phases_s"];
+    let mut sum = 0.0;
+    for key in PHASES {
+        let s = phases[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} in {json}"));
+        assert!(s >= 0.0, "{key} in {json}");
+        sum += s;
+    }
+    assert!(
+        (sum - total).abs() <= 1e-6 * total.max(1.0),
+        "{sum} vs {total}: {json}"
+    );
+    json
+}
+
+/// Runs `fvpoisson run` with `args`: the log (stderr) and stdout; the run succeeded.
+fn run(args: &[&str]) -> (String, String) {
+    let out = fvpoisson(&[&["run", "--device", "cpu"], args].concat());
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    (log, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The log ends with the phase table: every row, the solves nonzero.
+fn check_table(log: &str) {
+    let table = log
+        .split("Wall time by phase:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no phase table in:\n{log}"));
+    for row in [
+        "mesh read/generate",
+        "geometry",
+        "ordering",
+        "device set-up",
+        "assembly",
+        "solves",
+        "output",
+        "other",
+        "total",
+    ] {
+        assert!(table.contains(row), "'{row}' missing from:\n{table}");
+    }
+    let solves = table.lines().find(|l| l.starts_with("solves")).unwrap();
+    let seconds: f64 = solves.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(seconds > 0.0, "{table}");
+}
+
+#[test]
+fn a_poisson_run_prints_the_table_and_its_json_adds_up() {
+    let dir = Scratch::new("poisson");
+    std::fs::write(dir.0.join("case.toml"), POISSON).unwrap();
+    let (log, stdout) = run(&[dir.0.to_str().unwrap(), "--timings", "json"]);
+    check_table(&log);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON on stdout");
+    let json = check_account(&json);
+    for phase in ["mesh", "geometry", "assembly", "solve", "output"] {
+        assert!(
+            json["phases_s"][phase].as_f64().unwrap() > 0.0,
+            "{phase}: {json}"
+        );
+    }
+    let ratio = json["wall_over_solve"].as_f64().unwrap();
+    assert!(ratio >= 1.0, "{json}");
+
+    // An unknown destination is refused before anything runs.
+    let out = fvpoisson(&["run", dir.0.to_str().unwrap(), "--timings", "yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ending in .json"), "{err}");
+}
+
+#[test]
+fn a_laplacian_foam_run_writes_its_account_to_a_file() {
+    let dir = Scratch::new("foam");
+    let case = dir.0.join("case");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/laplacian_foam_source"),
+        &case,
+    );
+    let file = dir.0.join("account.json");
+    let (log, stdout) = run(&[case.to_str().unwrap(), "--timings", file.to_str().unwrap()]);
+    check_table(&log);
+    assert!(!stdout.contains("total_s"), "{stdout}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    check_account(&json);
+    // The debug level adds one table per time step.
+    let out = fvpoisson(&[
+        "run",
+        "--device",
+        "cpu",
+        "--log",
+        "debug",
+        case.to_str().unwrap(),
+    ]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("phases of time step 1:"), "{log}");
+}
+
+#[test]
+fn flow_and_distributed_runs_print_the_table() {
+    let dir = Scratch::new("flow");
+    std::fs::write(dir.0.join("case.toml"), FLOW).unwrap();
+    let (log, _) = run(&[dir.0.to_str().unwrap()]);
+    check_table(&log);
+
+    let dir = Scratch::new("ranks");
+    std::fs::write(
+        dir.0.join("case.toml"),
+        POISSON.replace("formats = [\"vtk\"]", "formats = []"),
+    )
+    .unwrap();
+    let (log, stdout) = run(&[dir.0.to_str().unwrap(), "--ranks", "2", "--timings", "json"]);
+    check_table(&log);
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    // Rank 0's solves are in the account of the process.
+    let json = check_account(&json);
+    assert!(json["phases_s"]["solve"].as_f64().unwrap() > 0.0, "{json}");
+}
+
+#[test]
+fn bench_end_to_end_puts_the_solve_next_to_the_wall_time() {
+    let a = Scratch::new("bench_a");
+    let b = Scratch::new("bench_b");
+    std::fs::write(a.0.join("case.toml"), POISSON).unwrap();
+    std::fs::write(b.0.join("case.toml"), FLOW).unwrap();
+    let out = fvpoisson(&[
+        "bench",
+        "--device",
+        "cpu",
+        "--json",
+        "--end-to-end",
+        a.0.to_str().unwrap(),
+        b.0.to_str().unwrap(),
+    ]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(log.matches("wall time by phase:").count(), 2, "{log}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.contains("wall/solve") && header.contains("mesh"),
+        "{stdout}"
+    );
+    for dir in [&a, &b] {
+        let row = lines.next().unwrap();
+        assert!(row.starts_with(dir.0.to_str().unwrap()), "{stdout}");
+    }
+    let json: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let t = check_account(&row["timings"]);
+        assert!(t["wall_over_solve"].as_f64().unwrap() >= 1.0, "{row}");
+    }
+}
