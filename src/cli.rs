@@ -119,6 +119,10 @@ enum Command {
         /// `.json` writes it to that file.
         #[arg(long, value_name = "json|FILE.json")]
         timings: Option<TimingsOutput>,
+        /// Options of the case's OpenFOAM application, after `--`
+        /// (potentialFoam: -writephi, -writePhi).
+        #[arg(last = true, allow_hyphen_values = true, value_name = "OPTIONS")]
+        application_options: Vec<String>,
     },
     /// Converts the time directories of an OpenFOAM case (constant/polyMesh and
     /// every volScalarField and volVectorField) to the VTK series
@@ -321,11 +325,20 @@ fn run_command(command: Command) -> anyhow::Result<i32> {
             gpus,
             vtk,
             timings,
+            application_options,
         } => {
             let clock = PhaseClock::start();
             let code = match launched_by_mpi() {
                 _ if ranks == Some(0) => Err(anyhow::anyhow!(
                     "-np 0 / --ranks 0: a run needs at least 1 rank"
+                )),
+                _ if case::potential_foam::is_potential_foam_case(&case) => {
+                    run_potential(&case, device, ranks, &application_options)
+                }
+                _ if !application_options.is_empty() => Err(anyhow::anyhow!(
+                    "options after '--' ({}) are for potentialFoam cases; {} is not one",
+                    application_options.join(" "),
+                    case.display()
                 )),
                 true => run_mpi(&case, ranks, device, gpus.as_deref(), vtk),
                 false => case_lock(&case).and_then(|_lock| match ranks {
@@ -565,6 +578,29 @@ fn while_opening_gpu<T>(
         };
         (read, opened)
     })
+}
+
+/// `run` of a potentialFoam case: serial, the Φ solves on the chosen device.
+fn run_potential(
+    case_dir: &Path,
+    device: crate::gpu::DeviceChoice,
+    ranks: Option<usize>,
+    options: &[String],
+) -> anyhow::Result<i32> {
+    if ranks.is_some_and(|n| n > 1) || launched_by_mpi() {
+        anyhow::bail!(
+            "{}: potentialFoam cases run serially; run without --ranks / mpirun",
+            case_dir.display()
+        );
+    }
+    let options = case::potential_foam::PotentialOptions::parse(options)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => case::Device::Cpu,
+    };
+    case::potential_foam::run_potential_foam(case_dir, options, device)?;
+    Ok(0)
 }
 
 /// Whether an MPI launcher started this process with several ranks (always

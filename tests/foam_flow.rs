@@ -377,7 +377,7 @@ fn command_line_runs_the_shipped_case() {
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{log}");
     assert!(
-        log.contains("SIMPLE solution converged in 89 iterations"),
+        log.contains("SIMPLE solution converged in 90 iterations"),
         "{log}"
     );
     assert!(!log.contains("WARN"), "{log}");

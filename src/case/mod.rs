@@ -9,6 +9,7 @@ pub mod flow_bench;
 pub mod flow_case;
 pub mod foam_to_vtk;
 pub mod openfoam;
+pub mod potential_foam;
 pub mod run;
 pub mod setup;
 pub mod simple_foam;
