@@ -957,7 +957,23 @@ fn amg_from_case_toml_solves_like_pcg() {
     let gamg =
         mms_with_solver_entry("solver = \"GAMG\"\namg = { coarsestRows = 20 }\nmaxIter = 200\n");
     let setup = parse(&gamg).unwrap();
-    assert_eq!(setup.solver.regular.gamg.map(|s| s.coarsest_rows), Some(20));
+    assert_eq!(
+        setup.solver.regular.gamg.map(|s| s.amg.coarsest_rows),
+        Some(20)
+    );
+    let with_keys = mms_with_solver_entry(
+        "solver = \"GAMG\"\ngamg = { smoother = \"DICGaussSeidel\", nPostSweeps = 3 }\n",
+    );
+    let gamg_keys = parse(&with_keys).unwrap().solver.regular.gamg.unwrap();
+    assert_eq!(
+        (gamg_keys.smoother, gamg_keys.n_post_sweeps),
+        (fvpoisson::solve::gamg::GamgSmoother::DicGaussSeidel, 3)
+    );
+    let bad = mms_with_solver_entry("solver = \"GAMG\"\ngamg = { nPostSweeps = \"two\" }\n");
+    assert!(parse(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("solver.T.gamg.nPostSweeps: GAMG nPostSweeps must be a whole number"));
     let reference = run_text(MMS, "amg_ref").field;
     for (text, tag) in [(pcg_amg, "pcg_amg"), (gamg, "gamg")] {
         let field = run_text(&text, tag).field;

@@ -11,6 +11,7 @@ use fvpoisson::case::{
 use fvpoisson::fvm::{GradScheme, SnGradScheme};
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile};
 use fvpoisson::solve::amg::{AmgSmootherKind, CycleKind};
+use fvpoisson::solve::gamg::GamgSmoother;
 use fvpoisson::solve::{
     BlockJacobiSettings, EigenBound, InnerSolver, PolynomialKind, PolynomialSettings, Precision,
     Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, Sweep,
@@ -404,11 +405,17 @@ fn solvers_are_mapped_and_unused_entries_warned() {
         "gamg",
     );
     let case = case.unwrap();
-    // GAMG: AMG cycles alone, DICGaussSeidel as multicolour Gauss-Seidel,
-    // OpenFOAM's 0 pre- and 2 post-sweeps as 1 sweep on each side.
+    // GAMG: OpenFOAM's GAMG with its keys; its AMG for the GPU takes
+    // DICGaussSeidel as multicolour Gauss-Seidel, OpenFOAM's 0 pre- and 2
+    // post-sweeps as 1 sweep on each side.
     let gamg = case.setup.solver.regular.gamg.expect("GAMG solver");
-    assert_eq!(gamg.smoother, AmgSmootherKind::MulticolourGaussSeidel);
-    assert_eq!((gamg.coarsest_rows, gamg.sweeps), (10, 1));
+    assert_eq!(gamg.smoother, GamgSmoother::DicGaussSeidel);
+    assert_eq!(
+        (gamg.n_cells_in_coarsest_level, gamg.n_post_sweeps),
+        (10, 2)
+    );
+    assert_eq!(gamg.amg.smoother, AmgSmootherKind::MulticolourGaussSeidel);
+    assert_eq!((gamg.amg.coarsest_rows, gamg.amg.sweeps), (10, 1));
     assert!(case.warnings.is_empty(), "{:?}", case.warnings);
     let _ = fs::remove_dir_all(&dir);
     let (dir, case) = read_edited(

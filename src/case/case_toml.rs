@@ -35,7 +35,8 @@
 //!
 //! [solver.T]                  # and [solver.TFinal] for the last non-orthogonal corrector
 //! solver = "PCG"              # or "smoothSolver" (OpenFOAM's: residual checked every
-//!                             # nSweeps), or "GAMG" (AMG cycles alone, OpenFOAM's GAMG),
+//!                             # nSweeps), or "GAMG" (OpenFOAM's GAMG on the CPU,
+//!                             # PCG + AMG on the GPU; docs/src/solvers.md),
 //!                             # or "PBiCGStab" / "GMRES" (nonsymmetric matrices;
 //!                             # README "Nonsymmetric solvers"; no equilibration)
 //! nKrylov = 20                # GMRES: restart length
@@ -58,7 +59,10 @@
 //!                             # (adaptive, static), steps, stepSize, epsilon, stop
 //!                             # (stagnation, reduction), power, prefilter, postfilter,
 //!                             # precision (double, mixed: f32 setup)
-//! amg = { cycle = "V" }       # AMG / GAMG parameters (README "Aggregation AMG"): cycle
+//! gamg = { smoother = "GaussSeidel" } # solver GAMG: OpenFOAM's keys (smoother,
+//!                             # agglomerator, nCellsInCoarsestLevel, mergeLevels,
+//!                             # nPreSweeps, nPostSweeps, nFinestSweeps, scaleCorrection, ...)
+//! amg = { cycle = "V" }       # AMG parameters (README "Aggregation AMG"; GAMG's on the GPU): cycle
 //!                             # (V, W, K), smoother (Jacobi, L1Jacobi, Chebyshev,
 //!                             # multicolourGaussSeidel), sweeps, omega, overCorrection,
 //!                             # passes, matchingRounds, maxLevels, coarsestRows,
@@ -113,7 +117,9 @@ use super::CaseError;
 use crate::foam::FoamFormat;
 use crate::fvm::{Reference, Schemes, SingularPolicy};
 use crate::mesh::MeshSource;
+use crate::solve::amg::AmgSettings;
 use crate::solve::distributed::Deflation;
+use crate::solve::gamg::GamgSettings;
 use crate::solve::{
     EigenBound, EquilibrationKind, FsaiSettings, KrylovMethod, PolynomialKind, PolynomialSettings,
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
@@ -222,6 +228,7 @@ pub(super) struct SolverEntry {
     preconditioner: Option<Spanned<String>>,
     smoother: Option<Spanned<String>>,
     amg: Option<Spanned<BTreeMap<String, Value>>>,
+    gamg: Option<Spanned<BTreeMap<String, Value>>>,
     fsai: Option<Spanned<BTreeMap<String, Value>>>,
     #[serde(rename = "nSweeps")]
     n_sweeps: Option<Spanned<usize>>,
@@ -762,6 +769,35 @@ impl Source<'_> {
         Ok(settings)
     }
 
+    /// OpenFOAM's GAMG controls of `[solver.NAME.gamg]` (fvSolution's key
+    /// names) over those of `base`; `amg` is what the GPU runs instead.
+    fn gamg_parameters(
+        &self,
+        entry: &SolverEntry,
+        name: &str,
+        base: Option<GamgSettings>,
+        amg: AmgSettings,
+    ) -> Result<GamgSettings, CaseError> {
+        let mut gamg = GamgSettings {
+            amg,
+            ..base.unwrap_or_default()
+        };
+        if let Some(table) = &entry.gamg {
+            for (key, value) in table.get_ref() {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                gamg.set(key, &text).map_err(|e| {
+                    self.error(table.span(), format!("solver.{name}.gamg.{key}: {e}"))
+                })?;
+            }
+            gamg.validate()
+                .map_err(|e| self.error(table.span(), format!("solver.{name}.gamg: {e}")))?;
+        }
+        Ok(gamg)
+    }
+
     /// One solver entry; unset keys keep their value in `base`.
     pub(super) fn solver(
         &self,
@@ -792,6 +828,7 @@ impl Source<'_> {
         self.krylov_parameters(entry, name, &mut krylov)?;
         let mut amg = base
             .gamg
+            .map(|g| g.amg)
             .or(match base.preconditioner {
                 Preconditioner::Amg(s) => Some(s),
                 _ => None,
@@ -1017,6 +1054,12 @@ impl Source<'_> {
                 .parse::<Deflation>()
                 .map_err(|e| self.error(d.span(), format!("solver.{name}.deflation: {e}")))?,
         };
+        if let (Some(table), false) = (&entry.gamg, gamg_solver) {
+            return Err(self.error(
+                table.span(),
+                format!("solver.{name}.gamg: only solver = \"GAMG\" uses it"),
+            ));
+        }
         let uses_amg = gamg_solver || matches!(preconditioner, Preconditioner::Amg(_));
         if let (Some(table), false) = (&entry.amg, uses_amg) {
             return Err(self.error(
@@ -1030,7 +1073,11 @@ impl Source<'_> {
         Ok(LinearSolver {
             preconditioner,
             smoother,
-            gamg: gamg_solver.then_some(amg),
+            gamg: if gamg_solver {
+                Some(self.gamg_parameters(entry, name, base.gamg, amg)?)
+            } else {
+                None
+            },
             // GAMG cycles on the system as given.
             equilibration: if gamg_solver {
                 EquilibrationKind::None

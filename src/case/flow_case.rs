@@ -68,7 +68,7 @@
 //! assembled on the CPU and solved on the GPU instead (logged once).
 
 use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
-use super::run::{solve_linear, Device};
+use super::run::{gamg_cache, solve_linear, Device};
 use super::setup::{check_non_orth_correctors, LinearSolver, OutputFormat, MAX_TIME_STEPS};
 use super::CaseError;
 use crate::flow::simple::{
@@ -779,11 +779,21 @@ pub fn run_flow_case_with_mesh(
         (Device::Cpu | Device::Distributed(_), _) => None,
     };
     let solver = setup.pressure_solver;
+    let gamg_cache = gamg_cache(mesh, &geometry);
     let mut pressure_solve_seconds = 0.0;
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
         let _solve = device.phase(Phase::Solve);
         let start = Instant::now();
-        let perf = solve_linear(device, gpu_solver.as_mut(), &solver, a, b, x, "p");
+        let perf = solve_linear(
+            device,
+            gpu_solver.as_mut(),
+            &gamg_cache,
+            &solver,
+            a,
+            b,
+            x,
+            "p",
+        );
         pressure_solve_seconds += start.elapsed().as_secs_f64();
         perf
     };

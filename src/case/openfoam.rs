@@ -12,7 +12,7 @@
 //! | | `writeFormat`, `writePrecision`, `writeCompression`, `timeFormat general`, `timePrecision` | `output.foam` |
 //! | | (every written time also as a VTK series `VTK/<case>.pvd`, as `foamToVTK` would write it; `run --vtk none` turns it off) | `output.formats`, `output.directory` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|steadyState`; `laplacianSchemes` `Gauss linear\|harmonic corrected\|uncorrected\|limited ψ\|orthogonal`; `gradSchemes` `Gauss linear\|leastSquares` (keys `ddt(T)`, `laplacian(DT,T)`, `grad(T)`, else `default`) | [`Schemes`] via `Schemes::from_foam` |
-//! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none` or a symmetric smoother (`symGaussSeidel`, `Jacobi`, `blockJacobi`, … with the smoother keys below; flat or `preconditioner { preconditioner …; }`); `GAMG` solver → AMG cycles alone, `preconditioner GAMG` → PCG + one AMG cycle (`solve::amg`; keys `smoother`, `nPreSweeps`, `nPostSweeps`, `nCellsInCoarsestLevel`, ours `cycle`, `passes`, `omega`, `overCorrection`, …; `agglomerator`, `mergeLevels` accepted); `smoothSolver` with `smoother GaussSeidel\|symGaussSeidel\|DIC\|DICGaussSeidel\|Jacobi\|L1Jacobi\|blockJacobi\|…`, `nSweeps`; ours: `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`, `blockSize`, `asynchronous` (see `case_toml`); `PBiCG` → PCG (warned); `PBiCGStab` and `GMRES` (`nKrylov`, `orthogonalisation`, `preconditioningSide`, `flexible`) with `diagonal|none` (or any PCG preconditioner; `DILU` refused until ILU exists), `solve::krylov`; `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
+//! | `system/fvSolution` | `solvers { T {...} }`: `PCG` + `DIC\|FDIC\|diagonal\|none` or a symmetric smoother (`symGaussSeidel`, `Jacobi`, `blockJacobi`, … with the smoother keys below; flat or `preconditioner { preconditioner …; }`); `GAMG` solver → OpenFOAM's GAMG on the CPU (`solve::gamg`, its keys `smoother`, `agglomerator`, `nCellsInCoarsestLevel`, `mergeLevels`, `nPreSweeps`, `nPostSweeps`, `nFinestSweeps`, `scaleCorrection`, `interpolateCorrection`, `directSolveCoarsest`, `cacheAgglomeration`, …) and PCG + AMG on the GPU, `preconditioner GAMG` → PCG + one AMG cycle (`solve::amg`; keys `smoother`, `nPreSweeps`, `nPostSweeps`, `nCellsInCoarsestLevel`, ours `cycle`, `passes`, `omega`, `overCorrection`, …); `smoothSolver` with `smoother GaussSeidel\|symGaussSeidel\|DIC\|DICGaussSeidel\|Jacobi\|L1Jacobi\|blockJacobi\|…`, `nSweeps`; ours: `omega`, `colouring`, `inner`, `innerTolerance`, `innerMaxIter`, `blockSize`, `asynchronous` (see `case_toml`); `PBiCG` → PCG (warned); `PBiCGStab` and `GMRES` (`nKrylov`, `orthogonalisation`, `preconditioningSide`, `flexible`) with `diagonal|none` (or any PCG preconditioner; `DILU` refused until ILU exists), `solve::krylov`; `tolerance`, `relTol`, `maxIter`, `minIter` | [`SolverSettings`] |
 //! | | `SIMPLE { nNonOrthogonalCorrectors; residualControl { T tol; } }` | correctors; steady stop criterion |
 //! | `constant/transportProperties` | `DT` (`DT 1e-3;`, `DT [0 2 -1 0 0 0 0] 1e-3;` or `DT DT [...] 1e-3;`) | Γ |
 //! | `<startTime>/T` | internal field; `fixedValue`, `zeroGradient`, `fixedGradient`, `mixed`, `empty` patches | initial field, [`BoundarySpec`]s |
@@ -37,6 +37,7 @@ use crate::io::foam_field::{time_name, FieldValues, FoamWriteOptions, ScalarFiel
 use crate::mesh::{Mesh, MeshError, MeshSource};
 use crate::solve::amg::AmgSettings;
 use crate::solve::distributed::Deflation;
+use crate::solve::gamg::GamgSettings;
 use crate::solve::krylov::{GmresSettings, KrylovMethod};
 use crate::solve::precond::check_fill_level;
 use crate::solve::schwarz::{SchwarzKind, SchwarzSettings};
@@ -497,7 +498,7 @@ impl Reader {
                 (krylov_preconditioner(dict)?, None)
             }
             "GAMG" => {
-                gamg = Some(gamg_settings(dict)?);
+                gamg = Some(gamg_solver_settings(dict)?);
                 (LinearSolver::default().preconditioner, None)
             }
             "smoothSolver" => {
@@ -772,6 +773,31 @@ fn read_cell_zone(case_dir: &Path, name: &str, n_cells: usize) -> Result<Vec<usi
         path.display(),
         names.join(", ")
     ))
+}
+
+/// The `GAMG` solver's controls (`solve::gamg`, OpenFOAM's keys and
+/// defaults); its aggregation AMG for the GPU and distributed runs is
+/// [`gamg_settings`] of the same dictionary.
+fn gamg_solver_settings(dict: &FoamDict) -> Result<GamgSettings, CaseError> {
+    let mut s = GamgSettings {
+        amg: gamg_settings(dict)?,
+        ..GamgSettings::default()
+    };
+    for key in GamgSettings::KEYS {
+        let text = match key {
+            "smoother" | "agglomerator" => dict.get_opt::<String>(key)?,
+            "cacheAgglomeration"
+            | "directSolveCoarsest"
+            | "scaleCorrection"
+            | "interpolateCorrection" => dict.get_opt::<bool>(key)?.map(|v| v.to_string()),
+            _ => dict.get_opt::<usize>(key)?.map(|v| v.to_string()),
+        };
+        if let Some(text) = text {
+            s.set(key, &text).map_err(|e| at_key(dict, key, e))?;
+        }
+    }
+    s.validate().map_err(|e| CaseError::Mesh(dict.error(e)))?;
+    Ok(s)
 }
 
 /// The AMG settings of a `GAMG` solver or preconditioner dictionary

@@ -13,7 +13,7 @@
 //! and with `-writePhi` `<time>/Phi`, as potentialFoam does.
 
 use super::openfoam::{at_key, scheme, Reader};
-use super::run::{solve_linear, Device};
+use super::run::{gamg_cache, solve_linear, Device};
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
 use crate::flow::potential::{potential_flow, PotentialSettings};
@@ -230,8 +230,19 @@ pub fn run_potential_foam(
         Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
         Device::Cpu | Device::Distributed(_) => None,
     };
-    let solve: &mut PressureSolve<'_> =
-        &mut |a, b, x, _last| solve_linear(device, gpu_solver.as_mut(), &solver, a, b, x, "Phi");
+    let gamg_cache = gamg_cache(&mesh, &geometry);
+    let solve: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
+        solve_linear(
+            device,
+            gpu_solver.as_mut(),
+            &gamg_cache,
+            &solver,
+            a,
+            b,
+            x,
+            "Phi",
+        )
+    };
     log::info!("Calculating potential flow");
     let flow_result = potential_flow(
         &mesh,

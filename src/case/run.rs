@@ -25,8 +25,9 @@ use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::{gather_global, Communicator};
-use crate::solve::amg::{solve_amg, AmgSettings, CycleKind};
+use crate::solve::amg::{AmgSettings, CycleKind};
 use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
+use crate::solve::gamg::{solve_gamg, GamgCache, MeshFaces};
 use crate::solve::solve_krylov;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
@@ -215,7 +216,7 @@ impl<'g> Device<'g> {
             return *solver;
         };
         let given = match solver.gamg {
-            Some(s) => Preconditioner::Amg(s),
+            Some(s) => Preconditioner::Amg(s.amg),
             None => solver.preconditioner,
         };
         // GMRES/BiCGStab take the nonsymmetric ILU family on the device.
@@ -359,7 +360,7 @@ pub fn run_case_with_mesh(
                     log::info!("smoother {given} is not on the GPU: using {run} there")
                 }
                 (None, _) if solver.gamg.is_some() => log::info!(
-                    "GAMG (AMG cycles) is not on the GPU: PCG with {} there",
+                    "GAMG is not on the GPU: PCG with {} there",
                     used.preconditioner
                 ),
                 (None, _) if used.preconditioner != solver.preconditioner => log::info!(
@@ -547,6 +548,8 @@ struct Run<'a> {
     device: Device<'a>,
     /// The GPU's solves, which compute each row ordering once per run.
     gpu_solver: Option<GpuSolver<'a>>,
+    /// GAMG's face weights and cached agglomeration.
+    gamg_cache: GamgCache,
     clock: Instant,
 }
 
@@ -644,6 +647,7 @@ impl<'a> Run<'a> {
                 Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
                 Device::Cpu | Device::Distributed(_) => None,
             },
+            gamg_cache: gamg_cache(mesh, geometry),
             clock,
         };
         timings::timed(Phase::Assembly, || run.apply_implicit_source(0.0))?;
@@ -783,6 +787,7 @@ impl<'a> Run<'a> {
                 let result = solve_linear(
                     self.device,
                     self.gpu_solver.as_mut(),
+                    &self.gamg_cache,
                     solver,
                     matrix,
                     b,
@@ -1070,12 +1075,28 @@ impl<'a> Run<'a> {
     }
 }
 
+/// GAMG's cache for the systems of `mesh`: its internal faces, whose areas
+/// weight the `faceAreaPair` agglomeration.
+pub(crate) fn gamg_cache(mesh: &Mesh, geometry: &Geometry) -> GamgCache {
+    let n = mesh.n_internal_faces();
+    GamgCache::for_mesh(MeshFaces {
+        owner: mesh.owner()[..n].to_vec(),
+        neighbour: mesh.neighbour()[..n].to_vec(),
+        area: geometry.face_area_vectors[..n]
+            .iter()
+            .map(|s| [s.x, s.y, s.z])
+            .collect(),
+    })
+}
+
 /// Solves one linear system with `solver` as `device` runs it
 /// ([`Device::adapt`]): PCG or smoothSolver, on the CPU or, with a GPU
 /// solver, on the GPU (the matrix uploaded, x the initial guess).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn solve_linear(
     device: Device<'_>,
     gpu_solver: Option<&mut GpuSolver<'_>>,
+    gamg_cache: &GamgCache,
     solver: &LinearSolver,
     matrix: &Csr,
     b: &[f64],
@@ -1132,7 +1153,7 @@ pub(crate) fn solve_linear(
         ),
         (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
         (None, None) => match &solver.gamg {
-            Some(settings) => solve_amg(matrix, settings, b, x, controls, field),
+            Some(settings) => solve_gamg(matrix, settings, b, x, controls, field, gamg_cache),
             None => solve_pcg_scaled(
                 matrix,
                 solver.preconditioner,
@@ -1176,7 +1197,7 @@ fn solve_distributed(
     // GAMG runs as PCG with block-Jacobi AMG: each rank's hierarchy of its
     // owned block, one cycle as its block preconditioner.
     let block_preconditioner = match solver.gamg {
-        Some(settings) => Preconditioner::Amg(settings),
+        Some(settings) => Preconditioner::Amg(settings.amg),
         None => solver.preconditioner,
     };
     if let Some(gpu) = ranks.gpu {

@@ -10,8 +10,8 @@ use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, CellField, PatchValues, Schemes, SingularPolicy};
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Geometry, Mesh, MeshSource, Patch, PatchKind, Vec3};
-use crate::solve::amg::AmgSettings;
 use crate::solve::distributed::Deflation;
+use crate::solve::gamg::GamgSettings;
 use crate::solve::{
     EquilibrationKind, KrylovMethod, Preconditioner, PreconditionerKind, SmootherSettings,
     SolverControls,
@@ -234,9 +234,10 @@ pub struct LinearSolver {
     pub preconditioner: Preconditioner,
     /// `Some`: smoothSolver with this smoother (`nSweeps` in its `sweeps`) instead of PCG.
     pub smoother: Option<SmootherSettings>,
-    /// `Some`: OpenFOAM's GAMG solver, AMG cycles alone (`solve::amg::solve_amg`)
-    /// instead of PCG (PCG with AMG is `preconditioner` `Preconditioner::Amg`).
-    pub gamg: Option<AmgSettings>,
+    /// `Some`: OpenFOAM's GAMG solver (`solve::gamg::solve_gamg`) instead of
+    /// PCG on the CPU; the GPU and distributed runs take its `amg` as PCG's
+    /// preconditioner (PCG with AMG is `preconditioner` `Preconditioner::Amg`).
+    pub gamg: Option<GamgSettings>,
     /// PCG's equilibration (smoothSolver takes none).
     pub equilibration: EquilibrationKind,
     pub controls: SolverControls,

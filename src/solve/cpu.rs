@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use super::error::check_finite;
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
 use super::smooth_solver::in_ordering;
+use super::split::SplitMatrix;
 use super::{
     pcg, CgBackend, Equilibration, EquilibrationKind, InitialNorms, LinearOperator, Preconditioner,
     PreconditionerKind, SolveError, SolverControls, SolverPerformance,
@@ -21,8 +22,8 @@ use crate::sparse::Csr;
 pub struct CpuBackend<'a> {
     a: &'a Csr,
     precond: &'a dyn LinearOperator,
-    /// Slot of each row's diagonal entry, `usize::MAX` where there is none.
-    diag_slot: Vec<usize>,
+    /// `a` split as the row kernels read it (same products, same order).
+    split: SplitMatrix,
     /// rowSum of the original matrix (of `a` unless equilibrated).
     row_sums: Vec<f64>,
     /// The preconditioner is not a fixed linear operator: flexible PCG.
@@ -98,7 +99,7 @@ impl<'a> CpuBackend<'a> {
         Self {
             a,
             precond,
-            diag_slot: diagonal_slots(a),
+            split: SplitMatrix::new(a),
             row_sums: match equilibration {
                 Some(e) => e.row_sums().to_vec(),
                 None => openfoam_row_sums(a),
@@ -116,8 +117,14 @@ impl<'a> CpuBackend<'a> {
     }
 
     /// (A x)_r in OpenFOAM's row order.
+    /// The matrix as the row kernels read it.
+    pub(crate) fn split(&self) -> &SplitMatrix {
+        &self.split
+    }
+
+    #[inline]
     pub(crate) fn row_times(&self, r: usize, x: &[f64]) -> f64 {
-        row_sum_by(self.a, r, self.diag_slot[r], |c, v| v * x[c])
+        self.split.row_times(r, x)
     }
 }
 

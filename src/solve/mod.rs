@@ -20,6 +20,7 @@ pub mod eisenstat;
 pub mod equilibrate;
 pub mod error;
 pub mod fsai;
+pub mod gamg;
 pub mod gmres;
 pub mod ilu;
 pub mod krylov;
@@ -33,6 +34,7 @@ pub mod schwarz;
 pub mod single_reduction;
 pub mod smooth_solver;
 pub mod smoother;
+pub mod split;
 
 pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};

@@ -443,6 +443,19 @@ pub fn pcg<B: CgBackend>(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    let perf = pcg_unlogged(backend, b, x, controls, field)?;
+    perf.log("PCG", "iterations", field, controls);
+    Ok(perf)
+}
+
+/// [`pcg`] without the final log line (an inner solve: GAMG's coarsest level).
+pub(crate) fn pcg_unlogged<B: CgBackend>(
+    backend: &B,
+    b: &B::Vector,
+    x: &mut B::Vector,
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
     controls.validate()?;
     let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
     let norms = backend.initialize(b, x, &mut r);
@@ -502,7 +515,6 @@ pub fn pcg<B: CgBackend>(
             }
         }
     }
-    perf.log("PCG", "iterations", field, controls);
     Ok(perf)
 }
 

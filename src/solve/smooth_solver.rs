@@ -39,6 +39,22 @@ pub fn smooth_solve<B: SmoothBackend>(
     n_sweeps: usize,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    let perf = smooth_loop(backend, b, x, controls, n_sweeps, field, "smoothSolver")?;
+    perf.log("smoothSolver", "sweeps", field, controls);
+    Ok(perf)
+}
+
+/// [`smooth_solve`]'s loop without the final log line; `solver` names it
+/// in the debug lines (GAMG runs its cycles through it, one per "sweep").
+pub(crate) fn smooth_loop<B: SmoothBackend>(
+    backend: &B,
+    b: &B::Vector,
+    x: &mut B::Vector,
+    controls: &SolverControls,
+    n_sweeps: usize,
+    field: &str,
+    solver: &str,
+) -> Result<SolverPerformance, SolveError> {
     controls.validate()?;
     if n_sweeps == 0 {
         return Err(SolveError::InvalidControls(
@@ -68,7 +84,7 @@ pub fn smooth_solve<B: SmoothBackend>(
             }
             best = best.min(residual);
             log::debug!(
-                "smoothSolver: {field} sweep {}, residual = {residual:e}",
+                "{solver}: {field} sweep {}, residual = {residual:e}",
                 perf.iterations
             );
             perf.final_residual = residual;
@@ -81,7 +97,6 @@ pub fn smooth_solve<B: SmoothBackend>(
             }
         }
     }
-    perf.log("smoothSolver", "sweeps", field, controls);
     Ok(perf)
 }
 

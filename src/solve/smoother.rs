@@ -26,6 +26,7 @@ use super::block_jacobi::BlockJacobi;
 use super::colouring::Colouring;
 use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSettings, Precision};
 use super::precond::{Dic, Triangles};
+use super::split::SplitMatrix;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::blocks::grown_blocks;
@@ -655,6 +656,9 @@ pub struct GaussSeidel<'a> {
     t: Triangles<'a>,
     sweep: Sweep,
     colouring: Option<Colouring>,
+    /// The natural-order sweeps' copy of the matrix (rows contiguous, no
+    /// diagonal in them).
+    split: Option<SplitMatrix>,
 }
 
 impl<'a> GaussSeidel<'a> {
@@ -666,10 +670,13 @@ impl<'a> GaussSeidel<'a> {
                 "Gauss-Seidel: colouring size"
             );
         }
+        let t = Triangles::new(a, "Gauss-Seidel")?;
+        let split = colouring.is_none().then(|| SplitMatrix::new(t.matrix()));
         Ok(Self {
-            t: Triangles::new(a, "Gauss-Seidel")?,
+            t,
             sweep,
             colouring,
+            split,
         })
     }
 
@@ -712,6 +719,18 @@ impl Smoother for GaussSeidel<'_> {
         self.t.n()
     }
     fn smooth(&self, b: &[f64], x: &mut [f64], sweeps: usize) {
+        if let Some(split) = &self.split {
+            // The symmetric sweep's repeated turning row writes the same bits.
+            for _ in 0..sweeps {
+                if self.sweep != Sweep::Backward {
+                    split.gauss_seidel(b, x, true);
+                }
+                if self.sweep != Sweep::Forward {
+                    split.gauss_seidel(b, x, false);
+                }
+            }
+            return;
+        }
         let groups = sweep_order(
             self.sweep,
             self.colouring
