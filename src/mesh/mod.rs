@@ -7,6 +7,7 @@
 //! ordered so that its right-hand normal points from owner to neighbour, and
 //! out of the domain on the boundary.
 
+pub mod block_mesh;
 pub mod cells;
 pub mod check;
 mod error;

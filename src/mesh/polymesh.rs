@@ -172,6 +172,11 @@ fn upper_triangular(
     Ok((faces, owner, neighbour))
 }
 
+/// Whether `path` is (or holds) a polyMesh directory that [`read_polymesh`] reads.
+pub fn has_polymesh(path: &Path) -> bool {
+    polymesh_dir(path).is_ok()
+}
+
 /// The polyMesh directory for `path`: `path/constant/polyMesh`, `path/polyMesh`,
 /// or `path` itself when it holds the mesh files.
 fn polymesh_dir(path: &Path) -> Result<PathBuf, MeshError> {

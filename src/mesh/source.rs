@@ -1,12 +1,14 @@
 //! Where a mesh comes from: a case or polyMesh directory, a Gmsh file, or a generator spec.
 
-use super::{generate::BoxSpec, gmsh, polymesh, Mesh, MeshError};
+use super::{block_mesh, generate::BoxSpec, gmsh, polymesh, Mesh, MeshError};
 use std::path::{Path, PathBuf};
 
 /// A mesh source named on the command line or in a case file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MeshSource {
-    /// OpenFOAM case directory or `constant/polyMesh` directory.
+    /// OpenFOAM case directory or `constant/polyMesh` directory; a case
+    /// without `constant/polyMesh` but with `system/blockMeshDict` has its mesh
+    /// built from the dictionary ([`block_mesh`]).
     PolyMesh(PathBuf),
     /// Gmsh `.msh` file.
     Gmsh(PathBuf),
@@ -45,7 +47,17 @@ impl MeshSource {
 
     pub fn load(&self) -> Result<Mesh, MeshError> {
         match self {
-            Self::PolyMesh(dir) => polymesh::read_polymesh(dir),
+            Self::PolyMesh(dir) => match block_mesh::block_mesh_dict(dir) {
+                Some(dict) if !polymesh::has_polymesh(dir) => {
+                    log::info!(
+                        "{}: no constant/polyMesh; building the mesh from {}",
+                        dir.display(),
+                        dict.display()
+                    );
+                    block_mesh::read_block_mesh_dict(&dict)
+                }
+                _ => polymesh::read_polymesh(dir),
+            },
             Self::Gmsh(file) => gmsh::read_msh(file),
             Self::Box(spec) => spec.generate(),
         }
