@@ -388,11 +388,11 @@ fn command_line_runs_the_shipped_case() {
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{log}");
     assert!(
-        log.contains("SIMPLE solution converged in 89 iterations"),
+        log.contains("SIMPLE solution converged in 90 iterations"),
         "{log}"
     );
     assert!(!log.contains("WARN"), "{log}");
-    let (u, p) = last_fields(&dir, 89, 400);
+    let (u, p) = last_fields(&dir, 90, 400);
     assert!(u.iter().any(|v| v.x < -0.15) && p.iter().all(|x| x.is_finite()));
     std::fs::remove_dir_all(&dir).unwrap();
 }

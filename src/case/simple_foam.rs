@@ -5,7 +5,7 @@
 //! | file | entries | becomes |
 //! |---|---|---|
 //! | `system/controlDict` | `application simpleFoam` (optional), `startTime 0`, `endTime`/`deltaT` (steady: iterations), `writeControl`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression` | maximum outer iterations; write every N iterations |
-//! | `system/fvSchemes` | `ddtSchemes` `steadyState`; `divSchemes` `div(phi,U)` `bounded Gauss upwind\|linearUpwind grad(U)\|limitedLinear K`; `laplacianSchemes`, `gradSchemes` (keys `laplacian(nuEff,U)`, `laplacian((1\|A(U)),p)`, `grad(U)`, `grad(p)` or `default`) | convection, [`Schemes`] |
+//! | `system/fvSchemes` | `ddtSchemes` `steadyState`; `divSchemes` `div(phi,U)` `bounded Gauss upwind\|linearUpwind grad(U)\|limitedLinear K`, `div((nuEff*dev2(T(grad(U)))))` `Gauss linear`; `laplacianSchemes`, `gradSchemes` (keys `laplacian(nuEff,U)`, `laplacian((1\|A(U)),p)`, `grad(U)`, `grad(p)` or `default`) | convection, [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p {...} U {...} }` (pattern keys such as `"(U\|k\|epsilon)"`; the laplacianFoam reader's solver keys); `SIMPLE { nNonOrthogonalCorrectors; consistent; pRefCell; pRefValue; residualControl { p; U; } }`; `relaxationFactors { fields { p; } equations { U; } }` or the flat `relaxationFactors { p; U; }` | [`SimpleSettings`], pressure solver |
 //! | `constant/transportProperties` (`transportModel Newtonian`) or `constant/physicalProperties` (`viscosityModel constant`) | `nu` (plain or dimensioned) | ν |
 //! | `constant/momentumTransport` or `constant/turbulenceProperties` | `simulationType laminar` (laminar model `Stokes`) | — |
@@ -23,16 +23,19 @@ use super::setup::TimeControl;
 use super::CaseError;
 use crate::flow::simple::{Convection, ResidualControl, SimpleSettings};
 use crate::flow::{VectorValues, VelocityCondition};
-use crate::foam::{FoamDict, FoamEntry};
+use crate::foam::{FoamDict, FoamEntry, Value, ValueKind};
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
 use crate::io::foam_field::{
     time_name, FieldValues, ScalarFieldFile, VectorFieldFile, VectorFieldValues,
 };
-use crate::mesh::{Mesh, MeshSource, Vec3};
+use crate::mesh::{Mesh, MeshSource, Patch, Vec3};
 use std::path::Path;
 
 /// The application these cases are read as.
 const APPLICATION: &str = "simpleFoam";
+
+/// The `divSchemes` key of the explicit laminar stress (simpleFoam's `divDevReff`).
+const STRESS_DIV: &str = "div((nuEff*dev2(T(grad(U)))))";
 
 /// A simpleFoam case read, and the warnings about what it holds that is not used.
 #[derive(Debug)]
@@ -275,12 +278,16 @@ fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
     }
     let (div_entry, div) = scheme(dict, "divSchemes", "div(phi,U)")?;
     let convection = Convection::from_foam(&div).map_err(|e| at(div_entry, e.to_string()))?;
-    // ∇·(ν dev2((∇U)ᵀ)) vanishes for constant ν and ∇·U = 0.
-    let divs = dict.get_dict("divSchemes")?;
-    for e in divs.entries() {
-        if e.key().contains("dev2(T(grad(U)))") || e.key().contains("dev(T(grad(U)))") {
-            divs.ignore(e.key());
-        }
+    // The explicit laminar stress ∇·(ν dev2((∇U)ᵀ)) is computed as `Gauss linear`.
+    let (stress_entry, stress) = scheme(dict, "divSchemes", STRESS_DIV)?;
+    if stress != "Gauss linear" {
+        return Err(at(
+            stress_entry,
+            format!(
+                "divergence scheme '{stress}' for {STRESS_DIV} is not supported; \
+                 use 'Gauss linear'"
+            ),
+        ));
     }
     let (laplacian, lap_entry) = same_scheme(
         dict,
@@ -413,68 +420,131 @@ fn read_boundary(
 ) -> Result<Vec<(String, VelocityCondition, BoundaryCondition, String)>, CaseError> {
     let mut boundary = Vec::new();
     for patch in mesh.patches() {
-        let dict = u_file.patch(patch)?;
-        let kind = dict.get_word("type")?;
-        let type_entry = dict.entry("type").expect("read above");
-        let origin = format!("{}:{}", type_entry.file().display(), type_entry.line());
-        let velocity = match kind.as_str() {
-            "fixedValue" | "movingWallVelocity" => VelocityCondition::FixedValue(
-                match VectorFieldValues::read(dict, "value", patch.size)? {
-                    VectorFieldValues::Uniform(v) => VectorValues::Uniform(v),
-                    VectorFieldValues::NonUniform(v) => VectorValues::PerFace(v),
-                },
-            ),
-            "noSlip" => VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros())),
-            "zeroGradient" => VelocityCondition::ZeroGradient,
-            "symmetry" | "symmetryPlane" => VelocityCondition::Symmetry,
-            "empty" => VelocityCondition::Empty,
-            "slip" => {
-                r.warn(format!(
-                    "{origin}: U patch '{}': slip is run as symmetry (zero normal velocity, \
-                     zero normal gradient of the tangential one; planes normal to an axis)",
-                    patch.name
-                ));
-                VelocityCondition::Symmetry
-            }
-            other => {
-                return Err(at(
-                    type_entry,
-                    format!(
-                        "U patch '{}': condition type '{other}' is not supported (fixedValue, \
-                         movingWallVelocity, noSlip, zeroGradient, symmetry, symmetryPlane, \
-                         empty, slip)",
-                        patch.name
-                    ),
-                ))
-            }
-        };
-        // The current face values: recomputed.
-        dict.ignore("value");
-        let dict = p_file.patch(patch)?;
-        let kind = dict.get_word("type")?;
-        let type_entry = dict.entry("type").expect("read above");
-        let pressure = match kind.as_str() {
-            "fixedValue" => {
-                BoundaryCondition::FixedValue(match FieldValues::read(dict, "value", patch.size)? {
-                    FieldValues::Uniform(v) => PatchValues::Uniform(v),
-                    FieldValues::NonUniform(v) => PatchValues::PerFace(v),
-                })
-            }
-            "zeroGradient" | "symmetry" | "symmetryPlane" => BoundaryCondition::ZeroGradient,
-            "empty" => BoundaryCondition::Empty,
-            other => {
-                return Err(at(
-                    type_entry,
-                    format!(
-                        "p patch '{}': condition type '{other}' is not supported (zeroGradient, \
-                         fixedValue, symmetry, symmetryPlane, empty)",
-                        patch.name
-                    ),
-                ))
-            }
-        };
-        dict.ignore("value");
+        let (velocity, origin) = velocity_condition(r, patch, u_file)?;
+        let pressure = pressure_condition(patch, p_file)?;
         boundary.push((patch.name.clone(), velocity, pressure, origin));
     }
     Ok(boundary)
+}
+
+/// The velocity condition of `patch` in `u_file`, and where its type is given.
+pub(super) fn velocity_condition(
+    r: &mut Reader,
+    patch: &Patch,
+    u_file: &VectorFieldFile,
+) -> Result<(VelocityCondition, String), CaseError> {
+    let dict = u_file.patch(patch)?;
+    let kind = dict.get_word("type")?;
+    let type_entry = dict.entry("type").expect("read above");
+    let origin = format!("{}:{}", type_entry.file().display(), type_entry.line());
+    let velocity = match kind.as_str() {
+        "fixedValue" | "movingWallVelocity" => VelocityCondition::FixedValue(
+            match VectorFieldValues::read(dict, "value", patch.size)? {
+                VectorFieldValues::Uniform(v) => VectorValues::Uniform(v),
+                VectorFieldValues::NonUniform(v) => VectorValues::PerFace(v),
+            },
+        ),
+        "uniformFixedValue" => {
+            VelocityCondition::FixedValue(VectorValues::Uniform(uniform_value(dict)?))
+        }
+        "noSlip" => VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros())),
+        "zeroGradient" => VelocityCondition::ZeroGradient,
+        "symmetry" | "symmetryPlane" => VelocityCondition::Symmetry,
+        "empty" => VelocityCondition::Empty,
+        "slip" => {
+            r.warn(format!(
+                "{origin}: U patch '{}': slip is run as symmetry (zero normal velocity, \
+                 zero normal gradient of the tangential one)",
+                patch.name
+            ));
+            VelocityCondition::Symmetry
+        }
+        other => {
+            return Err(at(
+                type_entry,
+                format!(
+                    "U patch '{}': condition type '{other}' is not supported (fixedValue, \
+                     uniformFixedValue, movingWallVelocity, noSlip, zeroGradient, symmetry, \
+                     symmetryPlane, empty, slip)",
+                    patch.name
+                ),
+            ))
+        }
+    };
+    // The current face values: recomputed.
+    dict.ignore("value");
+    Ok((velocity, origin))
+}
+
+/// `uniformValue` of a `uniformFixedValue` velocity: `constant (x y z)` or
+/// `(x y z)` (a constant Function1; others are refused).
+fn uniform_value(dict: &FoamDict) -> Result<Vec3, CaseError> {
+    let (entry, values) = dict.stream_entry("uniformValue")?.ok_or_else(|| {
+        CaseError::Mesh(dict.error("uniformFixedValue needs 'uniformValue constant (x y z);'"))
+    })?;
+    let values = match values {
+        [Value {
+            kind: ValueKind::Word(w),
+            ..
+        }, rest @ ..]
+            if w == "constant" =>
+        {
+            rest
+        }
+        all => all,
+    };
+    let vector = match values {
+        [Value {
+            kind: ValueKind::List(items),
+            ..
+        }] => items
+            .iter()
+            .map(Value::number)
+            .collect::<Option<Vec<f64>>>()
+            .filter(|v| v.len() == 3)
+            .map(|v| Vec3::new(v[0], v[1], v[2])),
+        _ => None,
+    };
+    vector.ok_or_else(|| {
+        at(
+            entry,
+            "uniformValue: only a constant vector is supported ('uniformValue constant (x y z);')",
+        )
+    })
+}
+
+/// The pressure condition of `patch` in `p_file`.
+pub(super) fn pressure_condition(
+    patch: &Patch,
+    p_file: &ScalarFieldFile,
+) -> Result<BoundaryCondition, CaseError> {
+    let dict = p_file.patch(patch)?;
+    let kind = dict.get_word("type")?;
+    let type_entry = dict.entry("type").expect("read above");
+    let pressure = match kind.as_str() {
+        "fixedValue" => {
+            BoundaryCondition::FixedValue(match FieldValues::read(dict, "value", patch.size)? {
+                FieldValues::Uniform(v) => PatchValues::Uniform(v),
+                FieldValues::NonUniform(v) => PatchValues::PerFace(v),
+            })
+        }
+        "zeroGradient" | "symmetry" | "symmetryPlane" => BoundaryCondition::ZeroGradient,
+        "empty" => BoundaryCondition::Empty,
+        other => {
+            return Err(at(
+                type_entry,
+                format!(
+                    "{} patch '{}': condition type '{other}' is not supported (zeroGradient, \
+                     fixedValue, symmetry, symmetryPlane, empty)",
+                    p_file
+                        .path
+                        .file_name()
+                        .map_or("p".into(), |n| n.to_string_lossy()),
+                    patch.name
+                ),
+            ))
+        }
+    };
+    dict.ignore("value");
+    Ok(pressure)
 }

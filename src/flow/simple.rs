@@ -201,6 +201,11 @@ pub struct SimpleSettings {
     pub p_ref_cell: usize,
     pub p_ref_value: f64,
     pub momentum: MomentumSolver,
+    /// The explicit part of the laminar stress, −∇·(ν dev2((∇U)ᵀ)), in the
+    /// momentum equation (simpleFoam's `divDevReff`). It vanishes for
+    /// constant ν and ∇·U = 0 in the continuum but not discretely: without
+    /// it the lid-corner cells of a cavity differ from simpleFoam by ~5 %.
+    pub explicit_stress: bool,
 }
 
 impl SimpleSettings {
@@ -222,6 +227,7 @@ impl SimpleSettings {
             p_ref_cell: 0,
             p_ref_value: 0.0,
             momentum: MomentumSolver::default(),
+            explicit_stress: true,
         }
     }
 
@@ -556,17 +562,63 @@ impl<'m> Simple<'m> {
         flux
     }
 
-    /// Σ_f φ_f out of every cell.
+    /// Σ_f φ_f out of every cell ([`divergence`]).
     fn divergence(&self, phi: &[f64]) -> Vec<f64> {
+        divergence(self.mesh, phi)
+    }
+
+    /// ∫∇·(ν dev2((∇U)ᵀ)) dV of every cell, as OpenFOAM's `fvc::div` with
+    /// `Gauss linear` of the tensor field computes it: Σ_f S_f·X_f with
+    /// X = ν dev2((∇U)ᵀ), linearly interpolated on internal faces. ∇U is the
+    /// velocity's cell gradient (the `grad(U)` scheme, boundary face values
+    /// from the conditions); on a boundary face it is the owner's gradient
+    /// with its normal part replaced by the face's snGrad, n(snGrad U −
+    /// n·∇U_P) added (`gaussGrad::correctBoundaryConditions`). With ∇U_ij =
+    /// ∂_i U_j, S·X = ν (∇U S − ⅔ tr(∇U) S).
+    pub fn explicit_stress(&self) -> Vec<Vec3> {
+        use nalgebra::Matrix3;
         let mesh = self.mesh;
-        let mut div = vec![0.0; mesh.n_cells()];
-        for (f, &flux) in phi.iter().enumerate() {
-            div[mesh.owner()[f] as usize] += flux;
-            if f < mesh.n_internal_faces() {
-                div[mesh.neighbour()[f] as usize] -= flux;
+        let geometry = self.geometry;
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let first = mesh.n_internal_faces();
+        let n_boundary = mesh.n_faces() - first;
+        let nu = self.settings.nu;
+        // Column c of ∇U is the gradient of component c; unsolved components are 0.
+        let mut grad = vec![Matrix3::<f64>::zeros(); mesh.n_cells()];
+        // snGrad of every component on every boundary face.
+        let mut sn_grad = vec![Vec3::zeros(); n_boundary];
+        for (system, &c) in self.viscous.iter().zip(&self.components) {
+            let u_c: Vec<f64> = self.u.iter().map(|u| u[c]).collect();
+            for (g, gc) in grad.iter_mut().zip(system.gradient(&u_c)) {
+                g.set_column(c, &gc);
+            }
+            let bc = system.boundary_coeffs();
+            for (b, sn) in sn_grad.iter_mut().enumerate() {
+                let o = owner[first + b] as usize;
+                sn[c] = bc.gradient_internal[b] * u_c[o] + bc.gradient_boundary[b];
             }
         }
-        div
+        let face_stress =
+            |g: &Matrix3<f64>, s: &Vec3| -> Vec3 { nu * (g * s - (2.0 / 3.0) * g.trace() * s) };
+        let sf = &geometry.face_area_vectors;
+        let mut total = vec![Vec3::zeros(); mesh.n_cells()];
+        for f in 0..first {
+            let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
+            let w = geometry.weights[f];
+            let g = w * grad[o] + (1.0 - w) * grad[nb];
+            let flux = face_stress(&g, &sf[f]);
+            total[o] += flux;
+            total[nb] -= flux;
+        }
+        let active = &self.viscous[0].boundary_coeffs().active;
+        for (b, sn) in sn_grad.iter().enumerate().filter(|(b, _)| active[*b]) {
+            let s = &sf[first + b];
+            let normal = s / s.norm();
+            let o = owner[first + b] as usize;
+            let g = grad[o] + normal * (sn - grad[o].transpose() * normal).transpose();
+            total[o] += face_stress(&g, s);
+        }
+        total
     }
 
     /// The relaxed momentum equation of solved component `k` (without the
@@ -698,13 +750,22 @@ impl<'m> Simple<'m> {
             clock = Instant::now();
         };
 
-        // 1. Momentum predictor.
+        // 1. Momentum predictor, its explicit stress from the U of the last
+        // iteration (all components, before any is solved).
         let grad_p = self.pressure.gradient(&self.p);
+        let stress = if self.settings.explicit_stress {
+            self.explicit_stress()
+        } else {
+            Vec::new()
+        };
         let mut equations = Vec::with_capacity(components.len());
         let mut u_initial = Vec::with_capacity(components.len());
         for (k, &c) in components.iter().enumerate() {
             let mut u_c: Vec<f64> = self.u.iter().map(|u| u[c]).collect();
-            let (matrix, source) = self.momentum_equation(k, &u_c)?;
+            let (matrix, mut source) = self.momentum_equation(k, &u_c)?;
+            for (s, t) in source.iter_mut().zip(&stress) {
+                *s += t[c];
+            }
             let b: Vec<f64> = (0..n)
                 .map(|i| source[i] - volumes[i] * grad_p[i][c])
                 .collect();
@@ -787,12 +848,16 @@ impl<'m> Simple<'m> {
                 .collect();
             let faces = self.pressure.face_geometry();
             let mag_sf = &faces.mag_sf;
-            let grad_p = self.pressure.gradient(&self.p);
+            // fvc::snGrad(p): the orthogonal part and, for corrected
+            // schemes, the explicit non-orthogonal part.
+            let sn_grad_correction = self.pressure.sn_grad_correction(&self.p, &grad_p);
             for f in 0..first {
                 let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
                 let w = geometry.weights[f];
                 let diff = w * (r_atu[o] - r_au[o]) + (1.0 - w) * (r_atu[nb] - r_au[nb]);
-                phi_hbya[f] += diff * mag_sf[f] * faces.delta_coeffs[f] * (self.p[nb] - self.p[o]);
+                let sn_grad = faces.delta_coeffs[f] * (self.p[nb] - self.p[o])
+                    + sn_grad_correction.get(f).copied().unwrap_or(0.0);
+                phi_hbya[f] += diff * mag_sf[f] * sn_grad;
             }
             let bc = self.pressure.boundary_coeffs();
             for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
@@ -814,58 +879,26 @@ impl<'m> Simple<'m> {
         })
     }
 
-    /// −∇·(Γ∇p) = −∇·φ_pre with Γ per cell (linear to the faces),
-    /// `nNonOrthogonalCorrectors + 1` solves into p from the p given, then
-    /// φ = φ_pre − the equation's face flux Γ_f|S_f|(snGrad p) (its
-    /// non-orthogonal part from the p of the last assembly, as `fvMatrix::flux`).
+    /// −∇·(Γ∇p) = −∇·φ_pre into p and φ ([`flux_poisson`]).
     fn pressure_equation(
         &mut self,
         gamma: &[f64],
         phi_pre: &[f64],
         solve_pressure: &mut PressureSolve<'_>,
     ) -> Result<Vec<SolverPerformance>, FlowError> {
-        let mesh = self.mesh;
-        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
-        let first = mesh.n_internal_faces();
-        let volumes = &self.geometry.cell_volumes;
-        let div = self.divergence(phi_pre);
-        self.pressure_problem.gamma = CellField::PerCell(gamma.to_vec());
-        self.pressure_problem.source =
-            CellField::PerCell(div.iter().zip(volumes).map(|(d, v)| -d / v).collect());
-        self.pressure.reassemble(&self.pressure_problem)?;
-        let n_correctors = self.settings.n_non_orth_correctors;
-        let mut solves = Vec::with_capacity(n_correctors + 1);
-        let mut correction = Vec::new();
-        for corrector in 0..=n_correctors {
-            self.pressure.update_rhs(&self.p, None)?;
-            let last = corrector == n_correctors;
-            if last {
-                correction = self.pressure.non_orth_correction(&self.p);
-            }
-            let perf = solve_pressure(&self.pressure.matrix, &self.pressure.rhs, &mut self.p, last)
-                .map_err(|source| FlowError::Solve {
-                    field: "p".into(),
-                    source,
-                })?;
-            solves.push(perf);
-        }
-        let faces = self.pressure.face_geometry();
-        let gamma_mag_sf = self.pressure.gamma_mag_sf();
-        for f in 0..first {
-            let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
-            let implicit = gamma_mag_sf[f] * faces.delta_coeffs[f] * (self.p[nb] - self.p[o]);
-            self.phi[f] = phi_pre[f] - implicit - correction.get(f).copied().unwrap_or(0.0);
-        }
-        let bc = self.pressure.boundary_coeffs();
-        for b in 0..bc.active.len() {
-            let o = owner[first + b] as usize;
-            self.phi[first + b] = if bc.active[b] {
-                let sn_grad = bc.gradient_internal[b] * self.p[o] + bc.gradient_boundary[b];
-                phi_pre[first + b] - gamma[o] * faces.mag_sf[first + b] * sn_grad
-            } else {
-                0.0
-            };
-        }
+        let (solves, phi) = flux_poisson(
+            &mut self.pressure,
+            &mut self.pressure_problem,
+            FluxPoisson {
+                gamma,
+                phi_pre,
+                n_correctors: self.settings.n_non_orth_correctors,
+                field: "p",
+            },
+            &mut self.p,
+            solve_pressure,
+        )?;
+        self.phi = phi;
         Ok(solves)
     }
 
@@ -894,43 +927,10 @@ impl<'m> Simple<'m> {
         })
     }
 
-    /// `fvc::reconstruct(φ)`: per cell the velocity whose face fluxes fit φ
-    /// in least squares, (Σ_f S_f S_f/|S_f|)⁻¹ Σ_f S_f φ_f/|S_f| over its non-empty faces
-    /// (the component normal to a 2-D mesh stays 0).
+    /// `fvc::reconstruct(φ)` ([`reconstruct`]).
     fn reconstruct(&self, phi: &[f64]) -> Vec<Vec3> {
-        let mesh = self.mesh;
-        let n = mesh.n_cells();
-        let first = mesh.n_internal_faces();
         let active = &self.pressure.boundary_coeffs().active;
-        let mut tensor = vec![nalgebra::Matrix3::<f64>::zeros(); n];
-        let mut sum = vec![Vec3::zeros(); n];
-        for (f, &flux) in phi.iter().enumerate() {
-            if f >= first && !active[f - first] {
-                continue;
-            }
-            let s = self.geometry.face_area_vectors[f];
-            let mag = s.norm();
-            // S φ and S Sᵀ are the same seen from either side of the face.
-            let (t, v) = (s * s.transpose() / mag, s * flux / mag);
-            let o = mesh.owner()[f] as usize;
-            tensor[o] += t;
-            sum[o] += v;
-            if f < first {
-                let nb = mesh.neighbour()[f] as usize;
-                tensor[nb] += t;
-                sum[nb] += v;
-            }
-        }
-        tensor
-            .into_iter()
-            .zip(sum)
-            .map(|(mut t, v)| {
-                for c in (0..3).filter(|c| !self.components.contains(c)) {
-                    t[(c, c)] = 1.0;
-                }
-                t.lu().solve(&v).unwrap_or_else(Vec3::zeros)
-            })
-            .collect()
+        reconstruct(self.mesh, self.geometry, &self.components, active, phi)
     }
 
     /// `continuityErrs.H`: Σ|∇·φ|V/ΣV, Σ(∇·φ)V/ΣV and the running sum of the
@@ -1003,4 +1003,131 @@ fn relax(matrix: &mut Csr, source: &mut [f64], x: &[f64], diagonal: &[usize], al
         source[i] += (d - values[diagonal[i]]) * x[i];
         values[diagonal[i]] = d;
     }
+}
+
+/// Σ_f φ_f out of every cell (`fvc::div(φ)` times the volume).
+pub fn divergence(mesh: &Mesh, phi: &[f64]) -> Vec<f64> {
+    let mut div = vec![0.0; mesh.n_cells()];
+    for (f, &flux) in phi.iter().enumerate() {
+        div[mesh.owner()[f] as usize] += flux;
+        if f < mesh.n_internal_faces() {
+            div[mesh.neighbour()[f] as usize] -= flux;
+        }
+    }
+    div
+}
+
+/// `fvc::reconstruct(φ)`: per cell the velocity whose face fluxes fit φ in
+/// least squares, (Σ_f S_f S_fᵀ/|S_f|)⁻¹ Σ_f S_f φ_f/|S_f| over its internal
+/// faces and the boundary faces `active` marks (not empty ones); the
+/// components not in `components` (normal to a 2-D mesh) stay 0.
+pub fn reconstruct(
+    mesh: &Mesh,
+    geometry: &Geometry,
+    components: &[usize],
+    active: &[bool],
+    phi: &[f64],
+) -> Vec<Vec3> {
+    let n = mesh.n_cells();
+    let first = mesh.n_internal_faces();
+    let mut tensor = vec![nalgebra::Matrix3::<f64>::zeros(); n];
+    let mut sum = vec![Vec3::zeros(); n];
+    for (f, &flux) in phi.iter().enumerate() {
+        if f >= first && !active[f - first] {
+            continue;
+        }
+        let s = geometry.face_area_vectors[f];
+        let mag = s.norm();
+        // S φ and S Sᵀ are the same seen from either side of the face.
+        let (t, v) = (s * s.transpose() / mag, s * flux / mag);
+        let o = mesh.owner()[f] as usize;
+        tensor[o] += t;
+        sum[o] += v;
+        if f < first {
+            let nb = mesh.neighbour()[f] as usize;
+            tensor[nb] += t;
+            sum[nb] += v;
+        }
+    }
+    tensor
+        .into_iter()
+        .zip(sum)
+        .map(|(mut t, v)| {
+            for c in (0..3).filter(|c| !components.contains(c)) {
+                t[(c, c)] = 1.0;
+            }
+            t.lu().solve(&v).unwrap_or_else(Vec3::zeros)
+        })
+        .collect()
+}
+
+/// The data of one [`flux_poisson`] solve.
+pub(crate) struct FluxPoisson<'a> {
+    /// Γ per cell (linear to the faces).
+    pub gamma: &'a [f64],
+    /// The flux whose divergence is the source, on every face.
+    pub phi_pre: &'a [f64],
+    /// Non-orthogonal correctors (solves − 1).
+    pub n_correctors: usize,
+    /// The field's name in errors.
+    pub field: &'a str,
+}
+
+/// −∇·(Γ∇x) = −∇·φ_pre on `system` (re-assembled from `problem` with Γ and
+/// the source), `n_correctors + 1` solves into x from the x given, then the
+/// conservative flux φ = φ_pre − the equation's face flux Γ_f|S_f|(snGrad x)
+/// (its non-orthogonal part from the x of the last assembly, as
+/// `fvMatrix::flux`; 0 on empty faces). The pressure equation of SIMPLE and
+/// potentialFoam's `Phi` equation. Returns the solves and φ.
+pub(crate) fn flux_poisson(
+    system: &mut LaplacianSystem<'_>,
+    problem: &mut LaplacianProblem,
+    data: FluxPoisson<'_>,
+    x: &mut [f64],
+    solve: &mut PressureSolve<'_>,
+) -> Result<(Vec<SolverPerformance>, Vec<f64>), FlowError> {
+    let FluxPoisson {
+        gamma,
+        phi_pre,
+        n_correctors,
+        field,
+    } = data;
+    let mesh = system.mesh();
+    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+    let first = mesh.n_internal_faces();
+    let volumes = &system.geometry().cell_volumes;
+    let div = divergence(mesh, phi_pre);
+    problem.gamma = CellField::PerCell(gamma.to_vec());
+    problem.source = CellField::PerCell(div.iter().zip(volumes).map(|(d, v)| -d / v).collect());
+    system.reassemble(problem)?;
+    let mut solves = Vec::with_capacity(n_correctors + 1);
+    let mut correction = Vec::new();
+    for corrector in 0..=n_correctors {
+        system.update_rhs(x, None)?;
+        let last = corrector == n_correctors;
+        if last {
+            correction = system.non_orth_correction(x);
+        }
+        let perf =
+            solve(&system.matrix, &system.rhs, x, last).map_err(|source| FlowError::Solve {
+                field: field.into(),
+                source,
+            })?;
+        solves.push(perf);
+    }
+    let faces = system.face_geometry();
+    let gamma_mag_sf = system.gamma_mag_sf();
+    let mut phi = vec![0.0; phi_pre.len()];
+    for f in 0..first {
+        let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
+        let implicit = gamma_mag_sf[f] * faces.delta_coeffs[f] * (x[nb] - x[o]);
+        phi[f] = phi_pre[f] - implicit - correction.get(f).copied().unwrap_or(0.0);
+    }
+    let bc = system.boundary_coeffs();
+    for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
+        let o = owner[first + b] as usize;
+        let sn_grad = bc.gradient_internal[b] * x[o] + bc.gradient_boundary[b];
+        phi[first + b] = phi_pre[first + b] - gamma[o] * faces.mag_sf[first + b] * sn_grad;
+    }
+    Ok((solves, phi))
 }

@@ -439,6 +439,21 @@ impl<'m> LaplacianSystem<'m> {
 
     /// [`Self::non_orth_correction`] with the cell gradient of `p` given.
     fn internal_correction(&self, p: &[f64], grad: &[Vec3]) -> Vec<f64> {
+        self.sn_grad_correction(p, grad)
+            .into_iter()
+            .zip(&self.gamma_mag_sf)
+            .map(|(correction, g)| g * correction)
+            .collect()
+    }
+
+    /// The explicit part of the snGrad scheme on every internal face, λ_f
+    /// k_f·∇p_f (λ_f the `limited` limiter, else 1) from the cell gradient
+    /// `grad` of `p`: what `fvc::snGrad` adds to the orthogonal part
+    /// `delta_coeffs`·(p_N − p_P). Empty for schemes without correction.
+    pub fn sn_grad_correction(&self, p: &[f64], grad: &[Vec3]) -> Vec<f64> {
+        if !self.schemes.sn_grad.is_corrected() {
+            return Vec::new();
+        }
         let (owner, neighbour) = (self.mesh.owner(), self.mesh.neighbour());
         let weights = &self.geometry.weights;
         (0..self.mesh.n_internal_faces())
@@ -453,7 +468,7 @@ impl<'m> LaplacianSystem<'m> {
                         .min(1.0);
                     correction *= limiter;
                 }
-                self.gamma_mag_sf[f] * correction
+                correction
             })
             .collect()
     }

@@ -282,6 +282,27 @@ impl<'g> DeviceSimple<'g> {
                     .into(),
             );
         }
+        if settings.explicit_stress {
+            return Err(
+                "the explicit laminar stress −∇·(ν dev2((∇U)ᵀ)) of the momentum equation is \
+                 assembled on the host (the device assembly has no such term)"
+                    .into(),
+            );
+        }
+        let (pressure, _) = simple.pressure_system();
+        let non_orthogonal = pressure
+            .face_geometry()
+            .correction_vectors
+            .iter()
+            // k = n − d/(n·d) is dimensionless; round-off on orthogonal faces.
+            .any(|k| k.norm() > 1e-9);
+        if settings.consistent && non_orthogonal {
+            return Err(
+                "SIMPLEC's snGrad(p) on a non-orthogonal mesh has an explicit correction \
+                 the device assembly does not compute"
+                    .into(),
+            );
+        }
         Ok(())
     }
 

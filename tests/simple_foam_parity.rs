@@ -1,0 +1,114 @@
+//! simpleFoam parity: the cavity cases of `tests/data/simple_foam_parity`
+//! (20², 40², 80² and a trapezoidal, non-orthogonal 20² cavity) run here
+//! give OpenFOAM v1912's U and p after every SIMPLE iteration, to 1e-8 of
+//! the field's largest magnitude. The reference fields were written by
+//! simpleFoam itself (`make_reference.sh` in that folder regenerates them).
+
+use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
+use fvpoisson::case::Device;
+use fvpoisson::io::foam_field::{ScalarFieldFile, VectorFieldFile};
+use fvpoisson::mesh::Vec3;
+use std::path::{Path, PathBuf};
+
+/// Largest difference relative to the reference's largest magnitude.
+const PARITY: f64 = 1e-8;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/simple_foam_parity")
+        .join(name)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn fields(at: &Path, n: usize) -> (Vec<Vec3>, Vec<f64>) {
+    (
+        VectorFieldFile::read(&at.join("U"), n)
+            .unwrap()
+            .internal
+            .expand(n),
+        ScalarFieldFile::read(&at.join("p"), n)
+            .unwrap()
+            .internal
+            .expand(n),
+    )
+}
+
+fn relative_difference<T>(
+    ours: &[T],
+    reference: &[T],
+    norm: impl Fn(&T) -> f64,
+    diff: impl Fn(&T, &T) -> f64,
+) -> f64 {
+    let scale = reference.iter().map(&norm).fold(0.0, f64::max);
+    let largest = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| diff(a, b))
+        .fold(0.0, f64::max);
+    largest / scale
+}
+
+/// Runs the case (its controlDict writes every iteration) and compares each
+/// iteration's U and p with simpleFoam's; returns the rows (iteration, dU, dp).
+fn parity(name: &str, cells: usize) -> Vec<(usize, f64, f64)> {
+    let dir = std::env::temp_dir().join(format!("fvpoisson_parity_{name}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for part in ["0", "constant", "system"] {
+        copy_dir(&data(name).join(part), &dir.join(part));
+    }
+    let setup = read_flow_case(&dir).unwrap();
+    let summary = run_flow_case(&setup, Device::Cpu).unwrap();
+    let reference = data(name).join("reference");
+    let mut rows = Vec::new();
+    for iteration in 1..=summary.iterations {
+        let (u, p) = fields(&dir.join(iteration.to_string()), cells);
+        let (u_ref, p_ref) = fields(&reference.join(iteration.to_string()), cells);
+        let du = relative_difference(&u, &u_ref, |v| v.norm(), |a, b| (a - b).norm());
+        let dp = relative_difference(&p, &p_ref, |x| x.abs(), |a, b| (a - b).abs());
+        println!(
+            "{name} iteration {iteration}: max |dU|/max|U| = {du:.2e}, max |dp|/max|p| = {dp:.2e}"
+        );
+        rows.push((iteration, du, dp));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(reference.join(summary.iterations.to_string()).is_dir() && !rows.is_empty());
+    for &(iteration, du, dp) in &rows {
+        assert!(
+            du <= PARITY && dp <= PARITY,
+            "{name}, iteration {iteration}: U differs by {du:.3e}, p by {dp:.3e} (relative)"
+        );
+    }
+    rows
+}
+
+#[test]
+fn cavity_20_matches_simple_foam_at_every_iteration() {
+    assert_eq!(parity("cavity20", 400).len(), 12);
+}
+
+#[test]
+fn cavity_40_matches_simple_foam_at_every_iteration() {
+    assert_eq!(parity("cavity40", 1600).len(), 6);
+}
+
+#[test]
+fn cavity_80_matches_simple_foam_at_every_iteration() {
+    assert_eq!(parity("cavity80", 6400).len(), 4);
+}
+
+#[test]
+fn non_orthogonal_cavity_matches_simple_foam_at_every_iteration() {
+    assert_eq!(parity("skew20", 400).len(), 12);
+}
