@@ -106,6 +106,10 @@ enum Command {
         /// first; default every device for ranks, the first for a serial run.
         #[arg(long, value_delimiter = ',', value_name = "LIST")]
         gpus: Option<Vec<usize>>,
+        /// Options of the case's OpenFOAM application, after `--`
+        /// (potentialFoam: -writephi, -writePhi).
+        #[arg(last = true, allow_hyphen_values = true, value_name = "OPTIONS")]
+        application_options: Vec<String>,
     },
     /// Splits a case's cells over N ranks: writes
     /// CASE/processorK/constant/polyMesh/cellProcAddressing (local to global
@@ -189,7 +193,16 @@ pub fn main() -> i32 {
             ordering,
             ranks,
             gpus,
+            application_options,
         } => match launched_by_mpi() {
+            _ if case::potential_foam::is_potential_foam_case(&case) => {
+                run_potential(&case, device, ranks, &application_options)
+            }
+            _ if !application_options.is_empty() => Err(anyhow::anyhow!(
+                "options after '--' ({}) are for potentialFoam cases; {} is not one",
+                application_options.join(" "),
+                case.display()
+            )),
             true => run_mpi(&case, ranks, device, gpus.as_deref()),
             false if ranks.is_some_and(|n| n > 1) => {
                 run_threads(&case, device, ranks.unwrap_or(1), gpus.as_deref())
@@ -320,6 +333,29 @@ fn run(
         }
     };
     case::run_case_with_mesh(&setup, mesh, device)?;
+    Ok(0)
+}
+
+/// `run` of a potentialFoam case: serial, the Φ solves on the chosen device.
+fn run_potential(
+    case_dir: &Path,
+    device: crate::gpu::DeviceChoice,
+    ranks: Option<usize>,
+    options: &[String],
+) -> anyhow::Result<i32> {
+    if ranks.is_some_and(|n| n > 1) || launched_by_mpi() {
+        anyhow::bail!(
+            "{}: potentialFoam cases run serially; run without --ranks / mpirun",
+            case_dir.display()
+        );
+    }
+    let options = case::potential_foam::PotentialOptions::parse(options)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => case::Device::Cpu,
+    };
+    case::potential_foam::run_potential_foam(case_dir, options, device)?;
     Ok(0)
 }
 

@@ -8,6 +8,7 @@ pub mod expr;
 pub mod flow_bench;
 pub mod flow_case;
 pub mod openfoam;
+pub mod potential_foam;
 pub mod run;
 pub mod setup;
 pub mod simple_foam;

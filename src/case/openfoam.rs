@@ -313,7 +313,7 @@ impl Reader {
     }
 
     /// Numeric directory names of the case, sorted.
-    fn time_directories(&self) -> Result<Vec<f64>, CaseError> {
+    pub(super) fn time_directories(&self) -> Result<Vec<f64>, CaseError> {
         let entries = std::fs::read_dir(&self.dir).map_err(|e| MeshError::io(&self.dir, e))?;
         let mut times: Vec<f64> = entries
             .filter_map(Result::ok)
