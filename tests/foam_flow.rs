@@ -14,21 +14,11 @@ use fvpoisson::io::foam_field::{FieldFile, FieldValues, ScalarFieldFile, VectorF
 use fvpoisson::mesh::{MeshSource, Vec3};
 use std::path::{Path, PathBuf};
 
+mod common;
+use common::copy_dir;
+
 fn shipped() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/cavity_foam")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// A copy of the shipped case in a fresh temporary directory.
@@ -326,6 +316,16 @@ fn simple_foam_variants_are_read_and_bad_entries_named() {
     );
     let e = error(
         "system/fvSchemes",
+        "div((nuEff*dev2(T(grad(U))))) Gauss linear;",
+        "div((nuEff*dev2(T(grad(U))))) Gauss upwind;",
+    );
+    assert!(
+        e.contains("fvSchemes:32:")
+            && e.contains("'Gauss upwind' for div((nuEff*dev2(T(grad(U))))) is not supported"),
+        "{e}"
+    );
+    let e = error(
+        "system/fvSchemes",
         "default         steadyState;",
         "default         Euler;",
     );
@@ -363,17 +363,7 @@ fn simple_foam_variants_are_read_and_bad_entries_named() {
 
 /// The cell fields of the last time directory of a run.
 fn last_fields(dir: &Path, iterations: usize, n: usize) -> (Vec<Vec3>, Vec<f64>) {
-    let at = dir.join(iterations.to_string());
-    (
-        VectorFieldFile::read(&at.join("U"), n)
-            .unwrap()
-            .internal
-            .expand(n),
-        ScalarFieldFile::read(&at.join("p"), n)
-            .unwrap()
-            .internal
-            .expand(n),
-    )
+    common::flow_fields(&dir.join(iterations.to_string()), n)
 }
 
 #[test]
