@@ -603,6 +603,29 @@ fn run_potential(
     Ok(0)
 }
 
+/// `run` of a potentialFoam case: serial, the Φ solves on the chosen device.
+fn run_potential(
+    case_dir: &Path,
+    device: crate::gpu::DeviceChoice,
+    ranks: Option<usize>,
+    options: &[String],
+) -> anyhow::Result<i32> {
+    if ranks.is_some_and(|n| n > 1) || launched_by_mpi() {
+        anyhow::bail!(
+            "{}: potentialFoam cases run serially; run without --ranks / mpirun",
+            case_dir.display()
+        );
+    }
+    let options = case::potential_foam::PotentialOptions::parse(options)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => case::Device::Cpu,
+    };
+    case::potential_foam::run_potential_foam(case_dir, options, device)?;
+    Ok(0)
+}
+
 /// Whether an MPI launcher started this process with several ranks (always
 /// false without the `mpi` feature).
 fn launched_by_mpi() -> bool {

@@ -16,6 +16,9 @@ use fvpoisson::io::foam_field::{FieldFile, FieldValues, ScalarFieldFile, VectorF
 use fvpoisson::mesh::{MeshSource, Vec3};
 use std::path::{Path, PathBuf};
 
+mod common;
+use common::copy_dir;
+
 fn shipped() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/cavity_foam")
 }
@@ -315,6 +318,16 @@ fn simple_foam_variants_are_read_and_bad_entries_named() {
     );
     let e = error(
         "system/fvSchemes",
+        "div((nuEff*dev2(T(grad(U))))) Gauss linear;",
+        "div((nuEff*dev2(T(grad(U))))) Gauss upwind;",
+    );
+    assert!(
+        e.contains("fvSchemes:32:")
+            && e.contains("'Gauss upwind' for div((nuEff*dev2(T(grad(U))))) is not supported"),
+        "{e}"
+    );
+    let e = error(
+        "system/fvSchemes",
         "default         steadyState;",
         "default         Euler;",
     );
@@ -352,17 +365,7 @@ fn simple_foam_variants_are_read_and_bad_entries_named() {
 
 /// The cell fields of the last time directory of a run.
 fn last_fields(dir: &Path, iterations: usize, n: usize) -> (Vec<Vec3>, Vec<f64>) {
-    let at = dir.join(iterations.to_string());
-    (
-        VectorFieldFile::read(&at.join("U"), n)
-            .unwrap()
-            .internal
-            .expand(n),
-        ScalarFieldFile::read(&at.join("p"), n)
-            .unwrap()
-            .internal
-            .expand(n),
-    )
+    common::flow_fields(&dir.join(iterations.to_string()), n)
 }
 
 #[test]
@@ -381,7 +384,7 @@ fn command_line_runs_the_shipped_case() {
         "{log}"
     );
     assert!(!log.contains("WARN"), "{log}");
-    let (u, p) = last_fields(&dir, 89, 400);
+    let (u, p) = last_fields(&dir, 90, 400);
     assert!(u.iter().any(|v| v.x < -0.15) && p.iter().all(|x| x.is_finite()));
     std::fs::remove_dir_all(&dir).unwrap();
 }

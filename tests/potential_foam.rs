@@ -11,25 +11,15 @@ use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile, VectorFieldFile};
 use fvpoisson::mesh::{MeshSource, PatchKind, Vec3};
 use std::path::{Path, PathBuf};
 
+mod common;
+use common::{copy_dir, max_diff_over_max};
+
 const PARITY: f64 = 1e-8;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/potential_foam")
         .join(name)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// A copy of the case (mesh, settings, initial fields) in a fresh directory.
@@ -43,17 +33,6 @@ fn case_copy(name: &str, tag: &str) -> PathBuf {
         copy_dir(&data(name).join(part), &dir.join(part));
     }
     dir
-}
-
-/// Largest difference relative to the reference's largest magnitude.
-fn relative(ours: &[f64], reference: &[f64]) -> f64 {
-    assert_eq!(ours.len(), reference.len());
-    let scale = reference.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let largest = ours
-        .iter()
-        .zip(reference)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    largest / scale
 }
 
 /// φ on every face: internal values, then each patch's `value` (0 on empty patches).
@@ -115,8 +94,8 @@ fn parity(name: &str) -> [f64; 3] {
         .unwrap()
         .internal
         .expand(n);
-    let d_potential = relative(&potential, &potential_ref);
-    let d_flux = relative(
+    let d_potential = max_diff_over_max(&potential, &potential_ref);
+    let d_flux = max_diff_over_max(
         &flux(&dir.join("0/phi"), &mesh),
         &flux(&reference.join("phi"), &mesh),
     );
@@ -124,7 +103,7 @@ fn parity(name: &str) -> [f64; 3] {
         .unwrap()
         .internal
         .expand(n);
-    let d_u = relative(&components(&u), &components(&reconstructed_reference(name)));
+    let d_u = max_diff_over_max(&components(&u), &components(&reconstructed_reference(name)));
     println!(
         "{name}: {} Phi solves; max relative difference Phi {d_potential:.2e}, phi {d_flux:.2e}, \
          U {d_u:.2e}",

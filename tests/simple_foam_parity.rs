@@ -6,9 +6,11 @@
 
 use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
 use fvpoisson::case::Device;
-use fvpoisson::io::foam_field::{ScalarFieldFile, VectorFieldFile};
 use fvpoisson::mesh::Vec3;
 use std::path::{Path, PathBuf};
+
+mod common;
+use common::{copy_dir, flow_fields, max_diff_over_max};
 
 /// Largest difference relative to the reference's largest magnitude.
 const PARITY: f64 = 1e-8;
@@ -19,45 +21,10 @@ fn data(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-fn fields(at: &Path, n: usize) -> (Vec<Vec3>, Vec<f64>) {
-    (
-        VectorFieldFile::read(&at.join("U"), n)
-            .unwrap()
-            .internal
-            .expand(n),
-        ScalarFieldFile::read(&at.join("p"), n)
-            .unwrap()
-            .internal
-            .expand(n),
-    )
-}
-
-fn relative_difference<T>(
-    ours: &[T],
-    reference: &[T],
-    norm: impl Fn(&T) -> f64,
-    diff: impl Fn(&T, &T) -> f64,
-) -> f64 {
-    let scale = reference.iter().map(&norm).fold(0.0, f64::max);
-    let largest = ours
-        .iter()
-        .zip(reference)
-        .map(|(a, b)| diff(a, b))
-        .fold(0.0, f64::max);
-    largest / scale
+/// max |a − b| over max |b| of the components of two vector fields.
+fn vector_difference(ours: &[Vec3], reference: &[Vec3]) -> f64 {
+    let flat = |u: &[Vec3]| -> Vec<f64> { u.iter().flat_map(|v| [v.x, v.y, v.z]).collect() };
+    max_diff_over_max(&flat(ours), &flat(reference))
 }
 
 /// Runs the case (its controlDict writes every iteration) and compares each
@@ -73,12 +40,12 @@ fn parity(name: &str, cells: usize) -> Vec<(usize, f64, f64)> {
     let reference = data(name).join("reference");
     let mut rows = Vec::new();
     for iteration in 1..=summary.iterations {
-        let (u, p) = fields(&dir.join(iteration.to_string()), cells);
-        let (u_ref, p_ref) = fields(&reference.join(iteration.to_string()), cells);
-        let du = relative_difference(&u, &u_ref, |v| v.norm(), |a, b| (a - b).norm());
-        let dp = relative_difference(&p, &p_ref, |x| x.abs(), |a, b| (a - b).abs());
+        let (u, p) = flow_fields(&dir.join(iteration.to_string()), cells);
+        let (u_ref, p_ref) = flow_fields(&reference.join(iteration.to_string()), cells);
+        let du = vector_difference(&u, &u_ref);
+        let dp = max_diff_over_max(&p, &p_ref);
         println!(
-            "{name} iteration {iteration}: max |dU|/max|U| = {du:.2e}, max |dp|/max|p| = {dp:.2e}"
+            "{name} iteration {iteration}: max |dU_i|/max|U_i| = {du:.2e}, max |dp|/max|p| = {dp:.2e}"
         );
         rows.push((iteration, du, dp));
     }

@@ -16,6 +16,7 @@ use super::openfoam::{at_key, scheme, Reader};
 use super::run::{gamg_cache, solve_linear, Device};
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
+use crate::flow::output::{flux_patch_types, PHI_DIMENSIONS, U_DIMENSIONS};
 use crate::flow::potential::{potential_flow, PotentialSettings};
 use crate::flow::simple::PressureSolve;
 use crate::flow::{FlowError, VectorValues, VelocityCondition};
@@ -33,8 +34,6 @@ use std::path::{Path, PathBuf};
 /// The application these cases are read as.
 const APPLICATION: &str = "potentialFoam";
 
-const U_DIMENSIONS: Dimensions = Dimensions([0.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
-const PHI_DIMENSIONS: Dimensions = Dimensions([0.0, 3.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
 const POTENTIAL_DIMENSIONS: Dimensions = Dimensions([0.0, 2.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
 
 /// potentialFoam's command-line options.
@@ -296,14 +295,7 @@ pub fn run_potential_foam(
         },
     )?);
     if options.write_flux {
-        let phi_types: Vec<&str> = mesh
-            .patches()
-            .iter()
-            .map(|patch| match patch.kind {
-                PatchKind::Patch | PatchKind::Wall => "calculated",
-                constraint => constraint.foam_name(),
-            })
-            .collect();
+        let phi_types = flux_patch_types(&mesh);
         written.push(write_time_field_of(
             case_dir,
             start,

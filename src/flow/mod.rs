@@ -1,7 +1,8 @@
 //! Steady incompressible laminar flow on the cell-centred mesh, with the
 //! semantics of OpenFOAM v1912's simpleFoam ([`simple`]: SIMPLE and SIMPLEC
-//! with Rhie–Chow face fluxes), and the published reference data its
-//! validation cases compare with ([`reference`]).
+//! with Rhie–Chow face fluxes) and potentialFoam ([`potential`]), and the
+//! published reference data its validation cases compare with ([`reference`]).
+//! User documentation: `docs/src/flow.md`.
 //!
 //! The flow solver is written over the Laplacian pieces of [`crate::fvm`]: each
 //! velocity component's viscous term is a [`LaplacianSystem`] with Γ = ν and

@@ -164,9 +164,21 @@ pub fn write_series(
 }
 
 /// Kinematic dimensions `[kg m s K mol A cd]` of U, p and φ.
-const U_DIMENSIONS: Dimensions = Dimensions([0.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
+pub(crate) const U_DIMENSIONS: Dimensions = Dimensions([0.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
 const P_DIMENSIONS: Dimensions = Dimensions([0.0, 2.0, -2.0, 0.0, 0.0, 0.0, 0.0]);
-const PHI_DIMENSIONS: Dimensions = Dimensions([0.0, 3.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
+pub(crate) const PHI_DIMENSIONS: Dimensions = Dimensions([0.0, 3.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
+
+/// The patch types of a written flux φ: `calculated` on patches and walls,
+/// the constraint type (`empty`, `symmetry`, ...) elsewhere.
+pub(crate) fn flux_patch_types(mesh: &Mesh) -> Vec<&'static str> {
+    mesh.patches()
+        .iter()
+        .map(|patch| match patch.kind {
+            PatchKind::Patch | PatchKind::Wall => "calculated",
+            constraint => constraint.foam_name(),
+        })
+        .collect()
+}
 
 /// Writes the OpenFOAM time directory `<case_dir>/<iteration>/` of `simple`:
 /// `U` (volVectorField, the `velocity` condition types with the boundary
@@ -215,14 +227,7 @@ pub fn write_time_directory(
             ..*options
         },
     )?;
-    let phi_types: Vec<&str> = mesh
-        .patches()
-        .iter()
-        .map(|patch| match patch.kind {
-            PatchKind::Patch | PatchKind::Wall => "calculated",
-            constraint => constraint.foam_name(),
-        })
-        .collect();
+    let phi_types = flux_patch_types(mesh);
     let phi = write_time_field_of(
         case_dir,
         time,

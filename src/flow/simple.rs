@@ -6,7 +6,9 @@
 //!    [`LaplacianSystem`] (ν, that component's boundary conditions, explicit
 //!    non-orthogonal correction) plus `bounded Gauss` convection with the
 //!    fluxes φ of the last iteration (upwind implicit; linearUpwind or
-//!    limitedLinear as a deferred correction on the right-hand side), relaxed
+//!    limitedLinear as a deferred correction on the right-hand side), the
+//!    explicit laminar stress ∇·(ν dev2((∇U)ᵀ)) of the last iteration's U on
+//!    the right-hand side ([`Simple::explicit_stress`]), relaxed
 //!    the way `fvMatrix::relax(α_U)` does (Patankar's implicit
 //!    under-relaxation: D ← max(|D|, Σ|a_off|)/α, b += (D_new − D_old) U_old),
 //!    solved with −∇p (Gauss linear, p's conditions) on the right-hand side.
@@ -15,7 +17,8 @@
 //!    φ_HbyA = (linear HbyA)_f·S_f, with the velocity's boundary values on
 //!    fixed-value patches (`constrainHbyA`). SIMPLEC (`consistent`,
 //!    Van Doormaal & Raithby 1984): rAtU = V/(a_P − Σ_nb |a_nb|),
-//!    φ_HbyA += (rAtU − rAU)_f |S_f| snGrad p, HbyA −= (rAU − rAtU)∇p, rAU ← rAtU.
+//!    φ_HbyA += (rAtU − rAU)_f |S_f| snGrad p (with the snGrad scheme's
+//!    non-orthogonal correction), HbyA −= (rAU − rAtU)∇p, rAU ← rAtU.
 //! 3. **Pressure**: −∇·(rAU∇p) = −∇·φ_HbyA, a [`LaplacianSystem`] with
 //!    Γ = rAU per cell (linear to the faces), `nNonOrthogonalCorrectors + 1`
 //!    solves; all-Neumann pressure takes OpenFOAM's `setReference(pRefCell,

@@ -155,3 +155,35 @@ pub fn copy_case_inputs(from: &std::path::Path, to: &std::path::Path) {
     }
     copy(from, to, true);
 }
+
+/// Copies the directory tree `from` to `to` (created).
+#[allow(dead_code)] // not every test that shares this module copies cases
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The cell values of U and p in the time directory `at` (OpenFOAM files,
+/// plain or gzipped) of a mesh of `n` cells.
+#[allow(dead_code)] // not every test that shares this module reads flow fields
+pub fn flow_fields(at: &std::path::Path, n: usize) -> (Vec<fvpoisson::mesh::Vec3>, Vec<f64>) {
+    use fvpoisson::io::foam_field::{ScalarFieldFile, VectorFieldFile};
+    (
+        VectorFieldFile::read(&at.join("U"), n)
+            .unwrap()
+            .internal
+            .expand(n),
+        ScalarFieldFile::read(&at.join("p"), n)
+            .unwrap()
+            .internal
+            .expand(n),
+    )
+}
