@@ -286,6 +286,12 @@ fn run(
     ordering: Option<RowOrdering>,
     gpus: Option<&[usize]>,
 ) -> anyhow::Result<i32> {
+    if case::ico_foam::transient_application(case_dir).is_some() {
+        if gpus.is_some() {
+            anyhow::bail!("--gpus is for Poisson cases; transient cases run on the first GPU");
+        }
+        return run_transient(case_dir, device);
+    }
     if case::flow_case::is_flow_case(case_dir) {
         if gpus.is_some() {
             anyhow::bail!("--gpus is for Poisson cases; flow cases run on the first GPU");
@@ -531,6 +537,18 @@ fn run_flow(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result
         }
         None => Ok(0),
     }
+}
+
+/// `run` of an icoFoam or pimpleFoam case.
+fn run_transient(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
+    let case = case::ico_foam::read_transient_case(case_dir)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => case::Device::Cpu,
+    };
+    case::ico_foam::run_transient_case(&case.setup, &case.mesh, device)?;
+    Ok(0)
 }
 
 /// `solve-matrix`: PCG from x = 0 on a Matrix Market system.

@@ -7,6 +7,7 @@ pub mod decompose;
 pub mod expr;
 pub mod flow_bench;
 pub mod flow_case;
+pub mod ico_foam;
 pub mod openfoam;
 pub mod run;
 pub mod setup;

@@ -165,7 +165,7 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
 
 /// `nu` from `constant/physicalProperties` (OpenFOAM ≥ v10, `viscosityModel
 /// constant`) or else `constant/transportProperties` (`transportModel Newtonian`).
-fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
+pub(super) fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
     let physical = "constant/physicalProperties";
     let (dict, model_key, model) = if r.dir.join(physical).is_file()
         || crate::foam::gz_path(&r.dir.join(physical)).is_file()
@@ -197,7 +197,7 @@ fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
 
 /// `simulationType laminar` (with the `Stokes` laminar model, if one is named)
 /// in `constant/momentumTransport` or `constant/turbulenceProperties`.
-fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
+pub(super) fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
     let names = [
         "constant/momentumTransport",
         "constant/turbulenceProperties",
@@ -244,7 +244,7 @@ fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
 
 /// The scheme of `key` in `section`, which must be the same as that of `other`
 /// (fvpoisson discretises U and p with one Laplacian and gradient scheme).
-fn same_scheme<'a>(
+pub(super) fn same_scheme<'a>(
     dict: &'a FoamDict,
     section: &str,
     key: &str,
@@ -356,7 +356,7 @@ fn read_simple_dict(
 
 /// `relaxationFactors`: `fields { p α; } equations { U α; }` or the flat
 /// `{ p α; U α; }`; a factor not given is 1 (no relaxation), as in OpenFOAM.
-fn read_relaxation(
+pub(super) fn read_relaxation(
     r: &mut Reader,
     solution: &FoamDict,
     settings: &mut SimpleSettings,
@@ -405,7 +405,7 @@ fn read_relaxation(
 }
 
 /// Velocity and pressure conditions of every patch, from `0/U` and `0/p`.
-fn read_boundary(
+pub(super) fn read_boundary(
     r: &mut Reader,
     mesh: &Mesh,
     u_file: &VectorFieldFile,

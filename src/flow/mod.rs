@@ -14,6 +14,7 @@
 //! [`LaplacianSystem`]: crate::fvm::LaplacianSystem
 
 pub mod output;
+pub mod piso;
 pub mod reference;
 pub mod simple;
 pub mod validation;

@@ -91,7 +91,7 @@ impl Convection {
     /// φ_f − φ_upwind on an internal face (the deferred correction), from the
     /// owner and neighbour values and gradients; `flux` ≥ 0 means the owner is upwind.
     #[allow(clippy::too_many_arguments)]
-    fn correction(
+    pub(crate) fn correction(
         self,
         flux: f64,
         weight: f64,
@@ -473,6 +473,12 @@ impl<'m> Simple<'m> {
         (&self.viscous[k], &self.viscous_problems[k])
     }
 
+    /// The viscous system of solved component `k`, to update its right-hand
+    /// side (the transient loop assembles its own momentum equation on it).
+    pub(crate) fn viscous_system_mut(&mut self, k: usize) -> &mut LaplacianSystem<'m> {
+        &mut self.viscous[k]
+    }
+
     /// Face centre minus owner centre and minus neighbour centre of every
     /// internal face (linearUpwind).
     pub fn face_offsets(&self) -> &[(Vec3, Vec3)] {
@@ -535,7 +541,7 @@ impl<'m> Simple<'m> {
 
     /// (x_f)·S_f on every face: x linearly interpolated inside, the
     /// velocity conditions' face values on the boundary.
-    fn face_flux(&self, x: &[Vec3]) -> Vec<f64> {
+    pub(crate) fn face_flux(&self, x: &[Vec3]) -> Vec<f64> {
         let mesh = self.mesh;
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let sf = &self.geometry.face_area_vectors;
@@ -818,7 +824,7 @@ impl<'m> Simple<'m> {
     /// `nNonOrthogonalCorrectors + 1` solves into p from the p given, then
     /// φ = φ_pre − the equation's face flux Γ_f|S_f|(snGrad p) (its
     /// non-orthogonal part from the p of the last assembly, as `fvMatrix::flux`).
-    fn pressure_equation(
+    pub(crate) fn pressure_equation(
         &mut self,
         gamma: &[f64],
         phi_pre: &[f64],
@@ -984,7 +990,13 @@ impl<'m> Simple<'m> {
 /// `fvMatrix::relax(α)`: the diagonal made at least the sum of the
 /// off-diagonal magnitudes, divided by α, and the change times the current
 /// x added to the right-hand side (Patankar's implicit under-relaxation).
-fn relax(matrix: &mut Csr, source: &mut [f64], x: &[f64], diagonal: &[usize], alpha: f64) {
+pub(crate) fn relax(
+    matrix: &mut Csr,
+    source: &mut [f64],
+    x: &[f64],
+    diagonal: &[usize],
+    alpha: f64,
+) {
     let relaxed: Vec<f64> = (0..matrix.n_rows())
         .map(|i| {
             let (cols, values) = matrix.row(i);

@@ -219,7 +219,11 @@ impl Block {
     fn face_cells(&self, f: usize) -> Vec<usize> {
         let [nx, ny, nz] = self.cells;
         let d = f / 2;
-        let at = if f.is_multiple_of(2) { 0 } else { self.cells[d] - 1 };
+        let at = if f.is_multiple_of(2) {
+            0
+        } else {
+            self.cells[d] - 1
+        };
         let mut out = Vec::new();
         match d {
             0 => {
@@ -250,7 +254,11 @@ impl Block {
     /// The block's point indices on its face `f`.
     fn face_points(&self, f: usize) -> Vec<usize> {
         let d = f / 2;
-        let at = if f.is_multiple_of(2) { 0 } else { self.cells[d] };
+        let at = if f.is_multiple_of(2) {
+            0
+        } else {
+            self.cells[d]
+        };
         let mut out = Vec::new();
         for k in 0..=self.cells[2] {
             for j in 0..=self.cells[1] {
