@@ -165,3 +165,66 @@ fn residuals_function_object_writes_solver_info_as_openfoam() {
     assert_eq!(ours, foam);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The cavity as a laminar pimpleFoam case with `outer` outer correctors and
+/// the given relaxation factors.
+fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) -> PathBuf {
+    let dir = case_copy(
+        "cavity_ico",
+        tag,
+        &[("application", "pimpleFoam"), ("endTime", "0.05")],
+    );
+    let solution = format!(
+        "FoamFile {{ version 2.0; format ascii; class dictionary; object fvSolution; }}\n\
+         solvers\n{{\n    p {{ solver PCG; preconditioner DIC; tolerance 1e-06; relTol 0.05; }}\n    \
+         pFinal {{ $p; relTol 0; }}\n    \
+         \"(U|UFinal)\" {{ solver smoothSolver; smoother symGaussSeidel; tolerance 1e-05; relTol 0; }}\n}}\n\
+         PIMPLE\n{{\n    nOuterCorrectors {outer};\n    nCorrectors 2;\n    \
+         nNonOrthogonalCorrectors 0;\n    pRefCell 0;\n    pRefValue 0;\n}}\n{relaxation}\n"
+    );
+    std::fs::write(dir.join("system/fvSolution"), solution).unwrap();
+    let schemes = std::fs::read_to_string(dir.join("system/fvSchemes"))
+        .unwrap()
+        .replace(
+            "div(phi,U)      Gauss linear;",
+            "div(phi,U)      Gauss linear;\n    div((nuEff*dev2(T(grad(U))))) Gauss linear;",
+        );
+    std::fs::write(dir.join("system/fvSchemes"), schemes).unwrap();
+    std::fs::write(
+        dir.join("constant/turbulenceProperties"),
+        format!(
+            "FoamFile {{ version 2.0; format ascii; class dictionary; object \
+             turbulenceProperties; }}\nsimulationType {simulation};\n"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn pimple_with_one_outer_corrector_is_piso_and_more_correctors_relax() {
+    let ico = case_copy("cavity_ico", "ico-short", &[("endTime", "0.05")]);
+    let piso = run(&ico);
+    let pimple_dir = pimple_cavity("pimple-1", 1, "", "laminar");
+    let pimple = run(&pimple_dir);
+    assert_eq!(pimple.steps, 10);
+    let du = relative(&components(&pimple.u), &components(&piso.u));
+    assert!(du < 1e-14, "PIMPLE with 1 outer corrector vs PISO: {du:e}");
+
+    // Two outer correctors, relaxed: a different but close trajectory.
+    let relaxed = "relaxationFactors\n{\n    equations { U 0.9; UFinal 1; }\n    fields { p 0.7; pFinal 1; }\n}";
+    let outer_dir = pimple_cavity("pimple-2", 2, relaxed, "laminar");
+    let outer = run(&outer_dir);
+    let du = relative(&components(&outer.u), &components(&piso.u));
+    assert!(du > 1e-8 && du < 1e-2, "2 outer correctors vs PISO: {du:e}");
+
+    let ras_dir = pimple_cavity("pimple-ras", 1, "", "RAS");
+    let err = read_transient_case(&ras_dir).unwrap_err().to_string();
+    assert!(
+        err.contains("simulationType RAS") && err.contains("laminar"),
+        "{err}"
+    );
+    for dir in [&ico, &pimple_dir, &outer_dir, &ras_dir] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
