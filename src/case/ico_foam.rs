@@ -20,7 +20,7 @@ use super::flow_case::{momentum_solver, patch_conditions};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::solve_linear;
 use super::setup::LinearSolver;
-use super::simple_foam::{check_laminar, read_boundary, read_viscosity, same_scheme};
+use super::simple_foam::{check_laminar, read_boundary, read_viscosity, velocity_pressure_schemes};
 use super::{CaseError, Device};
 use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
@@ -260,25 +260,7 @@ fn read_schemes(
         Application::IcoFoam => "laplacian(nu,U)",
         Application::PimpleFoam => "laplacian(nuEff,U)",
     };
-    let (laplacian, lap_entry) =
-        same_scheme(dict, "laplacianSchemes", viscous, "laplacian((1|A(U)),p)")?;
-    let (grad, grad_entry) = same_scheme(dict, "gradSchemes", "grad(U)", "grad(p)")?;
-    for unused in [
-        "interpolationSchemes",
-        "snGradSchemes",
-        "fluxRequired",
-        "wallDist",
-    ] {
-        dict.ignore(unused);
-    }
-    let schemes = Schemes::from_foam(&laplacian, &grad).map_err(|e| {
-        let entry = if e.to_string().contains("gradient scheme") {
-            grad_entry
-        } else {
-            lap_entry
-        };
-        at(entry, e.to_string())
-    })?;
+    let schemes = velocity_pressure_schemes(dict, viscous)?;
     Ok((ddt, convection, schemes))
 }
 

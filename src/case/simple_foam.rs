@@ -244,7 +244,7 @@ pub(super) fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
 
 /// The scheme of `key` in `section`, which must be the same as that of `other`
 /// (fvpoisson discretises U and p with one Laplacian and gradient scheme).
-pub(super) fn same_scheme<'a>(
+fn same_scheme<'a>(
     dict: &'a FoamDict,
     section: &str,
     key: &str,
@@ -282,12 +282,19 @@ fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
             divs.ignore(e.key());
         }
     }
-    let (laplacian, lap_entry) = same_scheme(
-        dict,
-        "laplacianSchemes",
-        "laplacian(nuEff,U)",
-        "laplacian((1|A(U)),p)",
-    )?;
+    let schemes = velocity_pressure_schemes(dict, "laplacian(nuEff,U)")?;
+    Ok((convection, schemes))
+}
+
+/// The Laplacian scheme of `viscous` (`laplacian(nuEff,U)`) and of p, and the
+/// gradient schemes of U and p: one of each, as fvpoisson discretises U and p
+/// alike; the interpolation and snGrad sections are accepted quietly.
+pub(super) fn velocity_pressure_schemes(
+    dict: &FoamDict,
+    viscous: &str,
+) -> Result<Schemes, CaseError> {
+    let (laplacian, lap_entry) =
+        same_scheme(dict, "laplacianSchemes", viscous, "laplacian((1|A(U)),p)")?;
     let (grad, grad_entry) = same_scheme(dict, "gradSchemes", "grad(U)", "grad(p)")?;
     for unused in [
         "interpolationSchemes",
@@ -297,15 +304,14 @@ fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
     ] {
         dict.ignore(unused);
     }
-    let schemes = Schemes::from_foam(&laplacian, &grad).map_err(|e| {
+    Schemes::from_foam(&laplacian, &grad).map_err(|e| {
         let entry = if e.to_string().contains("gradient scheme") {
             grad_entry
         } else {
             lap_entry
         };
         at(entry, e.to_string())
-    })?;
-    Ok((convection, schemes))
+    })
 }
 
 /// fvSolution's `SIMPLE` dictionary.

@@ -549,35 +549,10 @@ impl<'m> Piso<'m> {
         })
     }
 
-    /// rAU = V/a_P (a_P the diagonal averaged over the components, as
-    /// `fvVectorMatrix::A()`) and HbyA = H/a_P with the current U.
+    /// rAU = V/a_P and HbyA = H/a_P with the current U ([`Simple::h_by_a`]).
     fn h_by_a(&self, equations: &[(Csr, Vec<f64>)]) -> (Vec<f64>, Vec<Vec3>) {
-        let diagonal = &self.simple.viscous_system(0).0.slots().diagonal;
+        let (a_p, hbya) = self.simple.h_by_a(equations);
         let volumes = &self.simple.geometry().cell_volumes;
-        let n = volumes.len();
-        let u = &self.simple.u;
-        let a_p: Vec<f64> = (0..n)
-            .map(|i| {
-                equations
-                    .iter()
-                    .map(|(m, _)| m.values()[diagonal[i]])
-                    .sum::<f64>()
-                    / equations.len() as f64
-            })
-            .collect();
-        let mut hbya = vec![Vec3::zeros(); n];
-        for ((matrix, source), &c) in equations.iter().zip(self.simple.components()) {
-            for (i, h) in hbya.iter_mut().enumerate() {
-                let (cols, values) = matrix.row(i);
-                let mut sum = source[i];
-                for (&j, &a) in cols.iter().zip(values) {
-                    let j = j as usize;
-                    let a = if j == i { a - a_p[i] } else { a };
-                    sum -= a * u[j][c];
-                }
-                h[c] = sum / a_p[i];
-            }
-        }
         let r_au = volumes.iter().zip(&a_p).map(|(v, a)| v / a).collect();
         (r_au, hbya)
     }

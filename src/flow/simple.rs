@@ -687,6 +687,40 @@ impl<'m> Simple<'m> {
         report
     }
 
+    /// a_P, the momentum diagonal averaged over the solved components (as
+    /// `fvVectorMatrix::A()` times V), and HbyA = H/a_P per cell with the
+    /// current U, from each component's equation (matrix and right-hand side
+    /// without the pressure gradient).
+    pub(crate) fn h_by_a(&self, equations: &[(Csr, Vec<f64>)]) -> (Vec<f64>, Vec<Vec3>) {
+        let n = self.mesh.n_cells();
+        let diagonal = &self.viscous[0].slots().diagonal;
+        let a_p: Vec<f64> = (0..n)
+            .map(|i| {
+                equations
+                    .iter()
+                    .map(|(m, _)| m.values()[diagonal[i]])
+                    .sum::<f64>()
+                    / equations.len() as f64
+            })
+            .collect();
+        let mut hbya = vec![Vec3::zeros(); n];
+        for ((matrix, source), &c) in equations.iter().zip(&self.components) {
+            for (i, h) in hbya.iter_mut().enumerate() {
+                let (cols, values) = matrix.row(i);
+                let mut sum = source[i];
+                for (&j, &a) in cols.iter().zip(values) {
+                    let j = j as usize;
+                    // The component's own diagonal beyond the average a_P
+                    // moves to H, so that a_P U_P = H − V∇p holds per component.
+                    let a = if j == i { a - a_p[i] } else { a };
+                    sum -= a * self.u[j][c];
+                }
+                h[c] = sum / a_p[i];
+            }
+        }
+        (a_p, hbya)
+    }
+
     /// Steps 1 and 2 of a new outer iteration (counted): the momentum
     /// predictor (U updated) and rAU, HbyA, φ_HbyA, timed as momentum and fluxes.
     pub fn predict(&mut self) -> Result<Predicted, FlowError> {
@@ -749,31 +783,7 @@ impl<'m> Simple<'m> {
         lap(&mut self.seconds.momentum);
 
         // 2. rAU, HbyA and the Rhie–Chow flux φ_HbyA.
-        let diagonal = self.viscous[0].slots().diagonal.clone();
-        let a_p: Vec<f64> = (0..n)
-            .map(|i| {
-                equations
-                    .iter()
-                    .map(|(m, _)| m.values()[diagonal[i]])
-                    .sum::<f64>()
-                    / equations.len() as f64
-            })
-            .collect();
-        let mut hbya = vec![Vec3::zeros(); n];
-        for ((matrix, source), &c) in equations.iter().zip(&components) {
-            for (i, h) in hbya.iter_mut().enumerate() {
-                let (cols, values) = matrix.row(i);
-                let mut sum = source[i];
-                for (&j, &a) in cols.iter().zip(values) {
-                    let j = j as usize;
-                    // The component's own diagonal beyond the average a_P
-                    // moves to H, so that a_P U_P = H − V∇p holds per component.
-                    let a = if j == i { a - a_p[i] } else { a };
-                    sum -= a * self.u[j][c];
-                }
-                h[c] = sum / a_p[i];
-            }
-        }
+        let (a_p, mut hbya) = self.h_by_a(&equations);
         let mut r_au: Vec<f64> = volumes.iter().zip(&a_p).map(|(v, a)| v / a).collect();
         let mut phi_hbya = self.face_flux(&hbya);
         if self.settings.consistent {
