@@ -20,7 +20,10 @@ use super::flow_case::{momentum_solver, patch_conditions};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::solve_linear;
 use super::setup::LinearSolver;
-use super::simple_foam::{check_laminar, read_boundary, read_viscosity, velocity_pressure_schemes};
+use super::simple_foam::{
+    check_laminar, read_boundary, read_correctors_and_reference, read_viscosity,
+    velocity_pressure_schemes,
+};
 use super::{CaseError, Device};
 use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
@@ -272,34 +275,17 @@ fn read_algorithm(
     transient: &mut TransientSettings,
 ) -> Result<(), CaseError> {
     let dict = solution.get_dict(application.algorithm())?;
-    settings.n_non_orth_correctors = dict.get_or("nNonOrthogonalCorrectors", 0usize)?;
-    if dict.contains("pRefPoint") {
-        return Err(at_key(
-            dict,
-            "pRefPoint",
-            "pRefPoint is not supported: give the reference cell as pRefCell",
-        ));
-    }
-    settings.p_ref_cell = dict.get_or("pRefCell", 0usize)?;
-    settings.p_ref_value = dict.get_or("pRefValue", 0.0)?;
+    read_correctors_and_reference(dict, settings)?;
     transient.momentum_predictor = dict.get_or("momentumPredictor", true)?;
-    transient.n_correctors = dict.get_or("nCorrectors", 1usize)?;
-    if transient.n_correctors == 0 {
-        return Err(at_key(
-            dict,
-            "nCorrectors",
-            "nCorrectors must be at least 1",
-        ));
-    }
-    if application == Application::PimpleFoam {
-        transient.n_outer_correctors = dict.get_or("nOuterCorrectors", 1usize)?;
-        if transient.n_outer_correctors == 0 {
-            return Err(at_key(
-                dict,
-                "nOuterCorrectors",
-                "nOuterCorrectors must be at least 1",
-            ));
+    let at_least_one = |key: &str| -> Result<usize, CaseError> {
+        match dict.get_or(key, 1usize)? {
+            0 => Err(at_key(dict, key, format!("{key} must be at least 1"))),
+            n => Ok(n),
         }
+    };
+    transient.n_correctors = at_least_one("nCorrectors")?;
+    if application == Application::PimpleFoam {
+        transient.n_outer_correctors = at_least_one("nOuterCorrectors")?;
         if dict.get_or("consistent", false)? {
             return Err(at_key(
                 dict,

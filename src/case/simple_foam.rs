@@ -314,6 +314,25 @@ pub(super) fn velocity_pressure_schemes(
     })
 }
 
+/// `nNonOrthogonalCorrectors`, `pRefCell` and `pRefValue` of a SIMPLE, PISO or
+/// PIMPLE dictionary (`pRefPoint` refused).
+pub(super) fn read_correctors_and_reference(
+    dict: &FoamDict,
+    settings: &mut SimpleSettings,
+) -> Result<(), CaseError> {
+    settings.n_non_orth_correctors = dict.get_or("nNonOrthogonalCorrectors", 0usize)?;
+    if dict.contains("pRefPoint") {
+        return Err(at_key(
+            dict,
+            "pRefPoint",
+            "pRefPoint is not supported: give the reference cell as pRefCell",
+        ));
+    }
+    settings.p_ref_cell = dict.get_or("pRefCell", 0usize)?;
+    settings.p_ref_value = dict.get_or("pRefValue", 0.0)?;
+    Ok(())
+}
+
 /// fvSolution's `SIMPLE` dictionary.
 fn read_simple_dict(
     r: &mut Reader,
@@ -321,17 +340,8 @@ fn read_simple_dict(
     settings: &mut SimpleSettings,
 ) -> Result<(), CaseError> {
     let simple = solution.get_dict("SIMPLE")?;
-    settings.n_non_orth_correctors = simple.get_or("nNonOrthogonalCorrectors", 0usize)?;
+    read_correctors_and_reference(simple, settings)?;
     settings.consistent = simple.get_or("consistent", false)?;
-    if simple.contains("pRefPoint") {
-        return Err(at_key(
-            simple,
-            "pRefPoint",
-            "pRefPoint is not supported: give the reference cell as pRefCell",
-        ));
-    }
-    settings.p_ref_cell = simple.get_or("pRefCell", 0usize)?;
-    settings.p_ref_value = simple.get_or("pRefValue", 0.0)?;
     if !simple.get_or("momentumPredictor", true)? {
         r.warn(format!(
             "{}: momentumPredictor off is not supported: the momentum equation is always solved",
