@@ -463,6 +463,12 @@ fn run(
     gpus: Option<&[usize]>,
     vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
+    if case::ico_foam::transient_application(case_dir).is_some() {
+        if gpus.is_some() {
+            anyhow::bail!("--gpus is for Poisson cases; transient cases run on the first GPU");
+        }
+        return run_transient(case_dir, device);
+    }
     if case::flow_case::is_flow_case(case_dir) {
         if gpus.is_some() {
             anyhow::bail!("--gpus is for Poisson cases; flow cases run on the first GPU");
@@ -578,29 +584,6 @@ fn while_opening_gpu<T>(
         };
         (read, opened)
     })
-}
-
-/// `run` of a potentialFoam case: serial, the Φ solves on the chosen device.
-fn run_potential(
-    case_dir: &Path,
-    device: crate::gpu::DeviceChoice,
-    ranks: Option<usize>,
-    options: &[String],
-) -> anyhow::Result<i32> {
-    if ranks.is_some_and(|n| n > 1) || launched_by_mpi() {
-        anyhow::bail!(
-            "{}: potentialFoam cases run serially; run without --ranks / mpirun",
-            case_dir.display()
-        );
-    }
-    let options = case::potential_foam::PotentialOptions::parse(options)?;
-    let gpu = device.select()?;
-    let device = match &gpu {
-        Some(gpu) => case::Device::Gpu(gpu),
-        None => case::Device::Cpu,
-    };
-    case::potential_foam::run_potential_foam(case_dir, options, device)?;
-    Ok(0)
 }
 
 /// `run` of a potentialFoam case: serial, the Φ solves on the chosen device.
@@ -932,6 +915,18 @@ fn run_flow(
         }
         None => Ok(0),
     }
+}
+
+/// `run` of an icoFoam or pimpleFoam case.
+fn run_transient(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
+    let case = case::ico_foam::read_transient_case(case_dir)?;
+    let gpu = device.select()?;
+    let device = match &gpu {
+        Some(gpu) => case::Device::Gpu(gpu),
+        None => case::Device::Cpu,
+    };
+    case::ico_foam::run_transient_case(&case.setup, &case.mesh, device)?;
+    Ok(0)
 }
 
 /// `solve-matrix`: PCG from x = 0 on a Matrix Market system; exit code 1

@@ -16,9 +16,6 @@ use fvpoisson::io::foam_field::{FieldFile, FieldValues, ScalarFieldFile, VectorF
 use fvpoisson::mesh::{MeshSource, Vec3};
 use std::path::{Path, PathBuf};
 
-mod common;
-use common::copy_dir;
-
 fn shipped() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/cavity_foam")
 }

@@ -658,6 +658,45 @@ pub struct FlowRunSummary {
     pub p_iterations: usize,
 }
 
+/// The velocity and pressure condition of every patch of `mesh`, in patch
+/// order: the one given by name, `empty` on empty patches, else `default`.
+pub(super) fn patch_conditions(
+    origin: &str,
+    boundary: &[(String, VelocityCondition, BoundaryCondition, String)],
+    default: Option<&(VelocityCondition, BoundaryCondition)>,
+    mesh: &Mesh,
+) -> Result<(Vec<VelocityCondition>, Vec<BoundaryCondition>), CaseError> {
+    let mut velocity = Vec::new();
+    let mut pressure = Vec::new();
+    for (given, ..) in boundary {
+        if mesh.patch(given).is_none() {
+            return Err(CaseError::invalid(format!(
+                "{origin}: boundary condition for patch '{given}', but the mesh has no such patch"
+            )));
+        }
+    }
+    for patch in mesh.patches() {
+        let given = boundary
+            .iter()
+            .find(|(name, ..)| *name == patch.name)
+            .map(|(_, u, p, _)| (u.clone(), p.clone()))
+            .or_else(|| {
+                (patch.kind == PatchKind::Empty)
+                    .then_some((VelocityCondition::Empty, BoundaryCondition::Empty))
+            })
+            .or_else(|| default.cloned())
+            .ok_or_else(|| {
+                CaseError::invalid(format!(
+                    "{origin}: patch '{}' has no boundary condition; give one for it or a default",
+                    patch.name
+                ))
+            })?;
+        velocity.push(given.0);
+        pressure.push(given.1);
+    }
+    Ok((velocity, pressure))
+}
+
 /// Runs a flow case on `device` (the pressure solves; see the module
 /// documentation), logging like simpleFoam; writes the fields and the
 /// residual plot.
@@ -677,36 +716,12 @@ pub fn run_flow_case_with_mesh(
 ) -> Result<FlowRunSummary, CaseError> {
     let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
     let n = mesh.n_cells();
-    let mut velocity = Vec::new();
-    let mut pressure = Vec::new();
-    for (given, ..) in &setup.boundary {
-        if mesh.patch(given).is_none() {
-            return Err(CaseError::invalid(format!(
-                "{}: boundary condition for patch '{given}', but the mesh has no such patch",
-                setup.origin
-            )));
-        }
-    }
-    for patch in mesh.patches() {
-        let given = setup
-            .boundary
-            .iter()
-            .find(|(name, ..)| *name == patch.name)
-            .map(|(_, u, p, _)| (u.clone(), p.clone()))
-            .or_else(|| {
-                (patch.kind == PatchKind::Empty)
-                    .then_some((VelocityCondition::Empty, BoundaryCondition::Empty))
-            })
-            .or_else(|| setup.default_boundary.clone())
-            .ok_or_else(|| {
-                CaseError::invalid(format!(
-                    "{}: patch '{}' has no boundary condition; give one for it or a default",
-                    setup.origin, patch.name
-                ))
-            })?;
-        velocity.push(given.0);
-        pressure.push(given.1);
-    }
+    let (velocity, pressure) = patch_conditions(
+        &setup.origin,
+        &setup.boundary,
+        setup.default_boundary.as_ref(),
+        mesh,
+    )?;
     let flow_error = |e: FlowError| match e {
         FlowError::Fvm(e) => CaseError::Fvm(e),
         FlowError::Solve { field, source } => CaseError::Solve { field, source },

@@ -228,6 +228,22 @@ impl Reader {
 
     /// `startFrom`/`startTime`, `stopAt`, `endTime`, `deltaT`, `writeControl`, `writeInterval`.
     pub(super) fn timing(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
+        let timing = self.timing_any_start(control)?;
+        if timing.start != 0.0 {
+            let start_from = control.get_or("startFrom", "startTime".to_string())?;
+            return Err(CaseError::invalid(format!(
+                "{}: the run would start at time {} (startFrom {start_from}); only runs \
+                 from time 0 are supported: remove later time directories or set startTime 0",
+                control.file().display(),
+                timing.start
+            )));
+        }
+        Ok(timing)
+    }
+
+    /// [`Self::timing`] for solvers that restart from a written time
+    /// (`startFrom latestTime`, `startTime` > 0).
+    pub(super) fn timing_any_start(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
         let start_from = control.get_or("startFrom", "startTime".to_string())?;
         let start = match start_from.as_str() {
             "startTime" => control.get_scalar("startTime")?,
@@ -254,13 +270,6 @@ impl Reader {
                 ))
             }
         };
-        if start != 0.0 {
-            return Err(CaseError::invalid(format!(
-                "{}: the run would start at time {start} (startFrom {start_from}); only runs \
-                 from time 0 are supported: remove later time directories or set startTime 0",
-                control.file().display()
-            )));
-        }
         let stop_at = control.get_or("stopAt", "endTime".to_string())?;
         if stop_at != "endTime" {
             return Err(at_key(

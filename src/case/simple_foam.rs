@@ -169,7 +169,7 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
 
 /// `nu` from `constant/physicalProperties` (OpenFOAM ≥ v10, `viscosityModel
 /// constant`) or else `constant/transportProperties` (`transportModel Newtonian`).
-fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
+pub(super) fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
     let physical = "constant/physicalProperties";
     let (dict, model_key, model) = if r.dir.join(physical).is_file()
         || crate::foam::gz_path(&r.dir.join(physical)).is_file()
@@ -201,7 +201,7 @@ fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
 
 /// `simulationType laminar` (with the `Stokes` laminar model, if one is named)
 /// in `constant/momentumTransport` or `constant/turbulenceProperties`.
-fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
+pub(super) fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
     let names = [
         "constant/momentumTransport",
         "constant/turbulenceProperties",
@@ -290,12 +290,19 @@ fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
             ),
         ));
     }
-    let (laplacian, lap_entry) = same_scheme(
-        dict,
-        "laplacianSchemes",
-        "laplacian(nuEff,U)",
-        "laplacian((1|A(U)),p)",
-    )?;
+    let schemes = velocity_pressure_schemes(dict, "laplacian(nuEff,U)")?;
+    Ok((convection, schemes))
+}
+
+/// The Laplacian scheme of `viscous` (`laplacian(nuEff,U)`) and of p, and the
+/// gradient schemes of U and p: one of each, as fvpoisson discretises U and p
+/// alike; the interpolation and snGrad sections are accepted quietly.
+pub(super) fn velocity_pressure_schemes(
+    dict: &FoamDict,
+    viscous: &str,
+) -> Result<Schemes, CaseError> {
+    let (laplacian, lap_entry) =
+        same_scheme(dict, "laplacianSchemes", viscous, "laplacian((1|A(U)),p)")?;
     let (grad, grad_entry) = same_scheme(dict, "gradSchemes", "grad(U)", "grad(p)")?;
     for unused in [
         "interpolationSchemes",
@@ -305,15 +312,35 @@ fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
     ] {
         dict.ignore(unused);
     }
-    let schemes = Schemes::from_foam(&laplacian, &grad).map_err(|e| {
+    Schemes::from_foam(&laplacian, &grad).map_err(|e| {
         let entry = if e.to_string().contains("gradient scheme") {
             grad_entry
         } else {
             lap_entry
         };
         at(entry, e.to_string())
-    })?;
-    Ok((convection, schemes))
+    })
+}
+
+/// `nNonOrthogonalCorrectors`, `pRefCell` and `pRefValue` of a SIMPLE, PISO or
+/// PIMPLE dictionary (`pRefPoint` refused).
+pub(super) fn read_correctors_and_reference(
+    dict: &FoamDict,
+    settings: &mut SimpleSettings,
+) -> Result<(), CaseError> {
+    settings.n_non_orth_correctors =
+        check_non_orth_correctors(dict.get_or("nNonOrthogonalCorrectors", 0usize)?)
+            .map_err(|e| at_key(dict, "nNonOrthogonalCorrectors", e))?;
+    if dict.contains("pRefPoint") {
+        return Err(at_key(
+            dict,
+            "pRefPoint",
+            "pRefPoint is not supported: give the reference cell as pRefCell",
+        ));
+    }
+    settings.p_ref_cell = dict.get_or("pRefCell", 0usize)?;
+    settings.p_ref_value = dict.get_or("pRefValue", 0.0)?;
+    Ok(())
 }
 
 /// fvSolution's `SIMPLE` dictionary.
@@ -323,19 +350,8 @@ fn read_simple_dict(
     settings: &mut SimpleSettings,
 ) -> Result<(), CaseError> {
     let simple = solution.get_dict("SIMPLE")?;
-    settings.n_non_orth_correctors =
-        check_non_orth_correctors(simple.get_or("nNonOrthogonalCorrectors", 0usize)?)
-            .map_err(|e| at_key(simple, "nNonOrthogonalCorrectors", e))?;
+    read_correctors_and_reference(simple, settings)?;
     settings.consistent = simple.get_or("consistent", false)?;
-    if simple.contains("pRefPoint") {
-        return Err(at_key(
-            simple,
-            "pRefPoint",
-            "pRefPoint is not supported: give the reference cell as pRefCell",
-        ));
-    }
-    settings.p_ref_cell = simple.get_or("pRefCell", 0usize)?;
-    settings.p_ref_value = simple.get_or("pRefValue", 0.0)?;
     if !simple.get_or("momentumPredictor", true)? {
         r.warn(format!(
             "{}: momentumPredictor off is not supported: the momentum equation is always solved",
@@ -366,7 +382,7 @@ fn read_simple_dict(
 
 /// `relaxationFactors`: `fields { p α; } equations { U α; }` or the flat
 /// `{ p α; U α; }`; a factor not given is 1 (no relaxation), as in OpenFOAM.
-fn read_relaxation(
+pub(super) fn read_relaxation(
     r: &mut Reader,
     solution: &FoamDict,
     settings: &mut SimpleSettings,
@@ -415,7 +431,7 @@ fn read_relaxation(
 }
 
 /// Velocity and pressure conditions of every patch, from `0/U` and `0/p`.
-fn read_boundary(
+pub(super) fn read_boundary(
     r: &mut Reader,
     mesh: &Mesh,
     u_file: &VectorFieldFile,

@@ -15,6 +15,7 @@
 //! [`LaplacianSystem`]: crate::fvm::LaplacianSystem
 
 pub mod output;
+pub mod piso;
 pub mod potential;
 pub mod reference;
 pub mod simple;

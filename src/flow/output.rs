@@ -192,8 +192,20 @@ pub fn write_time_directory(
     pressure: &[BoundaryCondition],
     options: &FoamWriteOptions,
 ) -> Result<Vec<PathBuf>, OutputError> {
-    let mesh = simple.mesh();
     let time = simple.iteration() as f64;
+    write_time_directory_at(case_dir, time, simple, velocity, pressure, options)
+}
+
+/// [`write_time_directory`] named by `time` (transient runs).
+pub fn write_time_directory_at(
+    case_dir: &Path,
+    time: f64,
+    simple: &Simple,
+    velocity: &[VelocityCondition],
+    pressure: &[BoundaryCondition],
+    options: &FoamWriteOptions,
+) -> Result<Vec<PathBuf>, OutputError> {
+    let mesh = simple.mesh();
     let first = mesh.n_internal_faces();
     let u_types: Vec<&str> = velocity.iter().map(VelocityCondition::foam_name).collect();
     let u = write_time_field_of(

@@ -94,7 +94,7 @@ impl Convection {
     /// φ_f − φ_upwind on an internal face (the deferred correction), from the
     /// owner and neighbour values and gradients; `flux` ≥ 0 means the owner is upwind.
     #[allow(clippy::too_many_arguments)]
-    fn correction(
+    pub(crate) fn correction(
         self,
         flux: f64,
         weight: f64,
@@ -482,6 +482,12 @@ impl<'m> Simple<'m> {
         (&self.viscous[k], &self.viscous_problems[k])
     }
 
+    /// The viscous system of solved component `k`, to update its right-hand
+    /// side (the transient loop assembles its own momentum equation on it).
+    pub(crate) fn viscous_system_mut(&mut self, k: usize) -> &mut LaplacianSystem<'m> {
+        &mut self.viscous[k]
+    }
+
     /// Face centre minus owner centre and minus neighbour centre of every
     /// internal face (linearUpwind).
     pub fn face_offsets(&self) -> &[(Vec3, Vec3)] {
@@ -544,7 +550,7 @@ impl<'m> Simple<'m> {
 
     /// (x_f)·S_f on every face: x linearly interpolated inside, the
     /// velocity conditions' face values on the boundary.
-    fn face_flux(&self, x: &[Vec3]) -> Vec<f64> {
+    pub(crate) fn face_flux(&self, x: &[Vec3]) -> Vec<f64> {
         let mesh = self.mesh;
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let sf = &self.geometry.face_area_vectors;
@@ -736,6 +742,40 @@ impl<'m> Simple<'m> {
         report
     }
 
+    /// a_P, the momentum diagonal averaged over the solved components (as
+    /// `fvVectorMatrix::A()` times V), and HbyA = H/a_P per cell with the
+    /// current U, from each component's equation (matrix and right-hand side
+    /// without the pressure gradient).
+    pub(crate) fn h_by_a(&self, equations: &[(Csr, Vec<f64>)]) -> (Vec<f64>, Vec<Vec3>) {
+        let n = self.mesh.n_cells();
+        let diagonal = &self.viscous[0].slots().diagonal;
+        let a_p: Vec<f64> = (0..n)
+            .map(|i| {
+                equations
+                    .iter()
+                    .map(|(m, _)| m.values()[diagonal[i]])
+                    .sum::<f64>()
+                    / equations.len() as f64
+            })
+            .collect();
+        let mut hbya = vec![Vec3::zeros(); n];
+        for ((matrix, source), &c) in equations.iter().zip(&self.components) {
+            for (i, h) in hbya.iter_mut().enumerate() {
+                let (cols, values) = matrix.row(i);
+                let mut sum = source[i];
+                for (&j, &a) in cols.iter().zip(values) {
+                    let j = j as usize;
+                    // The component's own diagonal beyond the average a_P
+                    // moves to H, so that a_P U_P = H − V∇p holds per component.
+                    let a = if j == i { a - a_p[i] } else { a };
+                    sum -= a * self.u[j][c];
+                }
+                h[c] = sum / a_p[i];
+            }
+        }
+        (a_p, hbya)
+    }
+
     /// Steps 1 and 2 of a new outer iteration (counted): the momentum
     /// predictor (U updated) and rAU, HbyA, φ_HbyA, timed as momentum and fluxes.
     pub fn predict(&mut self) -> Result<Predicted, FlowError> {
@@ -809,31 +849,7 @@ impl<'m> Simple<'m> {
         lap(&mut self.seconds.momentum);
 
         // 2. rAU, HbyA and the Rhie–Chow flux φ_HbyA.
-        let diagonal = self.viscous[0].slots().diagonal.clone();
-        let a_p: Vec<f64> = (0..n)
-            .map(|i| {
-                equations
-                    .iter()
-                    .map(|(m, _)| m.values()[diagonal[i]])
-                    .sum::<f64>()
-                    / equations.len() as f64
-            })
-            .collect();
-        let mut hbya = vec![Vec3::zeros(); n];
-        for ((matrix, source), &c) in equations.iter().zip(&components) {
-            for (i, h) in hbya.iter_mut().enumerate() {
-                let (cols, values) = matrix.row(i);
-                let mut sum = source[i];
-                for (&j, &a) in cols.iter().zip(values) {
-                    let j = j as usize;
-                    // The component's own diagonal beyond the average a_P
-                    // moves to H, so that a_P U_P = H − V∇p holds per component.
-                    let a = if j == i { a - a_p[i] } else { a };
-                    sum -= a * self.u[j][c];
-                }
-                h[c] = sum / a_p[i];
-            }
-        }
+        let (a_p, mut hbya) = self.h_by_a(&equations);
         let mut r_au: Vec<f64> = volumes.iter().zip(&a_p).map(|(v, a)| v / a).collect();
         let mut phi_hbya = self.face_flux(&hbya);
         if self.settings.consistent {
@@ -885,7 +901,7 @@ impl<'m> Simple<'m> {
     }
 
     /// −∇·(Γ∇p) = −∇·φ_pre into p and φ ([`flux_poisson`]).
-    fn pressure_equation(
+    pub(crate) fn pressure_equation(
         &mut self,
         gamma: &[f64],
         phi_pre: &[f64],
@@ -989,7 +1005,13 @@ impl<'m> Simple<'m> {
 /// `fvMatrix::relax(α)`: the diagonal made at least the sum of the
 /// off-diagonal magnitudes, divided by α, and the change times the current
 /// x added to the right-hand side (Patankar's implicit under-relaxation).
-fn relax(matrix: &mut Csr, source: &mut [f64], x: &[f64], diagonal: &[usize], alpha: f64) {
+pub(crate) fn relax(
+    matrix: &mut Csr,
+    source: &mut [f64],
+    x: &[f64],
+    diagonal: &[usize],
+    alpha: f64,
+) {
     let relaxed: Vec<f64> = (0..matrix.n_rows())
         .map(|i| {
             let (cols, values) = matrix.row(i);

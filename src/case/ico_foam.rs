@@ -1,0 +1,657 @@
+//! OpenFOAM icoFoam and laminar pimpleFoam case directories (transient,
+//! incompressible), read as they are and run by [`crate::flow::piso`].
+//!
+//! | file | entries | becomes |
+//! |---|---|---|
+//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
+//! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
+//! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
+//! | `constant/transportProperties` | `nu` | ν |
+//! | `constant/momentumTransport` or `turbulenceProperties` (pimpleFoam) | `simulationType laminar` (anything else refused by name) | — |
+//! | `<start>/U`, `<start>/p`, `<start>/phi` (optional) | the simpleFoam reader's conditions | initial fields |
+//!
+//! The final outer corrector relaxes with `UFinal`/`pFinal` factors, else
+//! with those of `U`/`p` (OpenFOAM v1912); the last pressure solve of a time
+//! step uses the `pFinal` solver. A restart at time T numbers its steps from
+//! round(T/Δt), so `writeControl timeStep` writes where an uninterrupted run
+//! writes. Entries nobody read are named in warnings.
+
+use super::flow_case::{momentum_solver, patch_conditions};
+use super::openfoam::{at, at_key, scheme, Reader};
+use super::run::{gamg_cache, solve_linear};
+use super::setup::LinearSolver;
+use super::simple_foam::{
+    check_laminar, read_boundary, read_correctors_and_reference, read_viscosity,
+    velocity_pressure_schemes,
+};
+use super::{CaseError, Device};
+use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
+use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
+use crate::flow::{FlowError, VelocityCondition};
+use crate::foam::write::{format_g, format_general};
+use crate::foam::FoamDict;
+use crate::fvm::{BoundaryCondition, Schemes};
+use crate::gpu::pcg::GpuSolver;
+use crate::io::foam_field::{
+    time_name, FieldValues, FoamWriteOptions, ScalarFieldFile, VectorFieldFile,
+};
+use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The transient solvers whose cases are read here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Application {
+    /// PISO, no relaxation, no turbulence model file.
+    IcoFoam,
+    /// PIMPLE, laminar.
+    PimpleFoam,
+}
+
+impl Application {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::IcoFoam => "icoFoam",
+            Self::PimpleFoam => "pimpleFoam",
+        }
+    }
+
+    /// The fvSolution dictionary of its algorithm.
+    fn algorithm(self) -> &'static str {
+        match self {
+            Self::IcoFoam => "PISO",
+            Self::PimpleFoam => "PIMPLE",
+        }
+    }
+}
+
+/// A transient case, read.
+#[derive(Clone, Debug)]
+pub struct TransientSetup {
+    pub case_dir: PathBuf,
+    /// `system/controlDict`, for messages.
+    pub origin: String,
+    pub application: Application,
+    pub mesh: MeshSource,
+    pub settings: SimpleSettings,
+    pub transient: TransientSettings,
+    pub boundary: Vec<(String, VelocityCondition, BoundaryCondition, String)>,
+    /// The `p` and `pFinal` solvers.
+    pub pressure_solver: LinearSolver,
+    pub pressure_final: LinearSolver,
+    pub start: f64,
+    pub end: f64,
+    pub delta_t: f64,
+    /// Write every this many steps (counted from time 0).
+    pub write_every: usize,
+    pub foam: FoamWriteOptions,
+    /// U, p (per cell) and φ (every face, when the start time has `phi`).
+    pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
+    /// `residuals` function object: write `postProcessing/residuals/<start>/solverInfo.dat`.
+    pub residuals: bool,
+    /// The U and p solvers as OpenFOAM names them (`smoothSolver`, `DICPCG`).
+    pub solver_names: [String; 2],
+}
+
+/// A case read, its mesh and the warnings about what it holds that is not used.
+#[derive(Debug)]
+pub struct TransientCase {
+    pub setup: TransientSetup,
+    pub mesh: Mesh,
+    pub warnings: Vec<String>,
+}
+
+/// The transient application `case_dir`'s controlDict names, if any.
+pub fn transient_application(case_dir: &Path) -> Option<Application> {
+    let control = FoamDict::read(&case_dir.join("system/controlDict")).ok()?;
+    match control.get_opt::<String>("application").ok()??.as_str() {
+        "icoFoam" => Some(Application::IcoFoam),
+        "pimpleFoam" => Some(Application::PimpleFoam),
+        _ => None,
+    }
+}
+
+/// Reads the icoFoam or pimpleFoam case in `case_dir` (see the module documentation).
+pub fn read_transient_case(case_dir: &Path) -> Result<TransientCase, CaseError> {
+    let application = transient_application(case_dir).ok_or_else(|| {
+        CaseError::invalid(format!(
+            "{}: not an icoFoam or pimpleFoam case (system/controlDict names no such \
+             application)",
+            case_dir.display()
+        ))
+    })?;
+    let mut reader = Reader::new(case_dir, application.name());
+    let (setup, mesh) = read(&mut reader, application)?;
+    Ok(TransientCase {
+        setup,
+        mesh,
+        warnings: reader.warnings,
+    })
+}
+
+fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mesh), CaseError> {
+    let control = r.dict("system/controlDict")?;
+    let schemes_dict = r.dict("system/fvSchemes")?;
+    let solution = r.dict("system/fvSolution")?;
+    control.ignore("application");
+    control.ignore("runTimeModifiable");
+    control.ignore("purgeWrite");
+    let timing = r.timing_any_start(&control)?;
+    let foam = r.write_options(&control)?;
+    if control.get_or("adjustTimeStep", false)? {
+        return Err(at_key(
+            &control,
+            "adjustTimeStep",
+            "adjustTimeStep yes is not supported yet: the time step is fixed (deltaT); set \
+             'adjustTimeStep no;'",
+        ));
+    }
+    control.ignore("maxCo");
+    control.ignore("maxDeltaT");
+    let residuals = read_functions(r, &control)?;
+
+    let mesh_source = MeshSource::PolyMesh(r.dir.clone());
+    let mesh = mesh_source.load()?;
+    let n = mesh.n_cells();
+
+    let nu = read_viscosity(r)?;
+    if application == Application::PimpleFoam {
+        check_laminar(r)?;
+    }
+    let mut settings = SimpleSettings::new(nu);
+    let (ddt, convection, schemes) = read_schemes(&schemes_dict, application)?;
+    settings.schemes = Schemes {
+        gamma_interpolation: settings.schemes.gamma_interpolation,
+        ..schemes
+    };
+    let pressure_solver = r.solver_for(&solution, "p", true)?;
+    let pressure_final = r.solver_for(&solution, "pFinal", true)?;
+    settings.momentum = momentum(r, &solution, "U")?;
+    let solver_names = [
+        solver_type_name(&solution, "U")?,
+        solver_type_name(&solution, "p")?,
+    ];
+    let momentum_final = match application {
+        Application::IcoFoam => settings.momentum,
+        Application::PimpleFoam => momentum(r, &solution, "UFinal")?,
+    };
+    let mut transient = TransientSettings::piso(1, convection, settings.momentum);
+    transient.ddt = ddt;
+    transient.momentum_final = momentum_final;
+    read_algorithm(&solution, application, &mut settings, &mut transient)?;
+    if application == Application::PimpleFoam {
+        read_pimple_relaxation(r, &solution, &mut transient)?;
+    }
+
+    let start_name = time_name(timing.start, foam.time_precision);
+    let start_dir = r.dir.join(&start_name);
+    let u_file = VectorFieldFile::read(&start_dir.join("U"), n)?;
+    let p_file = ScalarFieldFile::read(&start_dir.join("p"), n)?;
+    let boundary = read_boundary(r, &mesh, &u_file, &p_file)?;
+    let phi = read_phi(&start_dir.join("phi"), &mesh)?;
+    if timing.start > 0.0 {
+        log::info!(
+            "Restarting from time {start_name}: U, p{} read",
+            if phi.is_some() { ", phi" } else { "" }
+        );
+    }
+    let initial = (
+        u_file.internal.clone().expand(n),
+        p_file.internal.clone().expand(n),
+        phi,
+    );
+    for dict in [
+        &control,
+        &schemes_dict,
+        &solution,
+        &u_file.dict,
+        &p_file.dict,
+    ] {
+        r.warn_unread(dict);
+    }
+    let setup = TransientSetup {
+        case_dir: r.dir.clone(),
+        origin: r.dir.join("system/controlDict").display().to_string(),
+        application,
+        mesh: mesh_source,
+        settings,
+        transient,
+        boundary,
+        pressure_solver,
+        pressure_final,
+        start: timing.start,
+        end: timing.end,
+        delta_t: timing.delta_t,
+        write_every: timing.write_every,
+        foam,
+        initial,
+        residuals,
+        solver_names,
+    };
+    Ok((setup, mesh))
+}
+
+/// The momentum solver of `solvers/<field>`.
+fn momentum(r: &mut Reader, solution: &FoamDict, field: &str) -> Result<MomentumSolver, CaseError> {
+    let solver = r.solver_for(solution, field, false)?;
+    momentum_solver(solver).map_err(|e| {
+        let solvers = solution.get_dict("solvers").ok();
+        match solvers.and_then(|s| s.get_dict(field).ok()) {
+            Some(dict) => at_key(dict, "solver", format!("solvers/{field}: {e}")),
+            None => CaseError::Mesh(solution.error(format!("solvers/{field}: {e}"))),
+        }
+    })
+}
+
+/// `ddt(U)`, `div(phi,U)`, the Laplacian and gradient schemes.
+fn read_schemes(
+    dict: &FoamDict,
+    application: Application,
+) -> Result<(DdtScheme, TransientConvection, Schemes), CaseError> {
+    let (ddt_entry, ddt) = scheme(dict, "ddtSchemes", "ddt(U)")?;
+    let ddt = DdtScheme::from_foam(&ddt).map_err(|e| at(ddt_entry, e.to_string()))?;
+    let (div_entry, div) = scheme(dict, "divSchemes", "div(phi,U)")?;
+    let convection =
+        TransientConvection::from_foam(&div).map_err(|e| at(div_entry, e.to_string()))?;
+    let divs = dict.get_dict("divSchemes")?;
+    for e in divs.entries() {
+        if e.key().contains("dev2(T(grad(U)))") || e.key().contains("dev(T(grad(U)))") {
+            divs.ignore(e.key());
+        }
+    }
+    let viscous = match application {
+        Application::IcoFoam => "laplacian(nu,U)",
+        Application::PimpleFoam => "laplacian(nuEff,U)",
+    };
+    let schemes = velocity_pressure_schemes(dict, viscous)?;
+    Ok((ddt, convection, schemes))
+}
+
+/// fvSolution's `PISO` or `PIMPLE` dictionary.
+fn read_algorithm(
+    solution: &FoamDict,
+    application: Application,
+    settings: &mut SimpleSettings,
+    transient: &mut TransientSettings,
+) -> Result<(), CaseError> {
+    let dict = solution.get_dict(application.algorithm())?;
+    read_correctors_and_reference(dict, settings)?;
+    transient.momentum_predictor = dict.get_or("momentumPredictor", true)?;
+    let at_least_one = |key: &str| -> Result<usize, CaseError> {
+        match dict.get_or(key, 1usize)? {
+            0 => Err(at_key(dict, key, format!("{key} must be at least 1"))),
+            n => Ok(n),
+        }
+    };
+    transient.n_correctors = at_least_one("nCorrectors")?;
+    if application == Application::PimpleFoam {
+        transient.n_outer_correctors = at_least_one("nOuterCorrectors")?;
+        if dict.get_or("consistent", false)? {
+            return Err(at_key(
+                dict,
+                "consistent",
+                "consistent (SIMPLEC) is not supported in PIMPLE yet; set 'consistent no;'",
+            ));
+        }
+        if let Some(rc) = dict.get_dict_opt("outerCorrectorResidualControl")? {
+            let mut tolerances = [0.0; 2];
+            for (key, target) in ["U", "p"].into_iter().zip(tolerances.iter_mut()) {
+                if let Some(field) = rc.get_dict_opt(key)? {
+                    *target = field.get_or("tolerance", 0.0)?;
+                    field.ignore("relTol");
+                }
+            }
+            transient.outer_residual_control = Some(tolerances);
+        }
+        // The time loop's convergence control (steady-state ending) is not used.
+        if dict.contains("residualControl") {
+            log::warn!(
+                "{}: PIMPLE residualControl (ending the run once converged) is not supported; \
+                 the run goes on to endTime",
+                solution.file().display()
+            );
+            dict.ignore("residualControl");
+        }
+        dict.ignore("turbOnFinalIterOnly");
+    }
+    Ok(())
+}
+
+/// pimpleFoam's `relaxationFactors`: `U`, `UFinal` (equations), `p`,
+/// `pFinal` (fields); the final ones default to the others, and those to 1.
+fn read_pimple_relaxation(
+    r: &mut Reader,
+    solution: &FoamDict,
+    transient: &mut TransientSettings,
+) -> Result<(), CaseError> {
+    let Some(factors) = solution.get_dict_opt("relaxationFactors")? else {
+        return Ok(());
+    };
+    let fields = factors.get_dict_opt("fields")?;
+    let equations = factors.get_dict_opt("equations")?;
+    let read = |dict: Option<&FoamDict>, key: &str| -> Result<Option<f64>, CaseError> {
+        let Some(dict) = dict.or(Some(factors)) else {
+            return Ok(None);
+        };
+        match dict.get_opt::<f64>(key)? {
+            Some(alpha) if !(alpha > 0.0 && alpha <= 1.0) => Err(at_key(
+                dict,
+                key,
+                format!("relaxation factor {key} {alpha}: it must be in (0, 1]"),
+            )),
+            other => Ok(other),
+        }
+    };
+    let u = read(equations, "U")?.unwrap_or(1.0);
+    let p = read(fields, "p")?.unwrap_or(1.0);
+    transient.relaxation_u = u;
+    transient.relaxation_p = p;
+    transient.relaxation_u_final = read(equations, "UFinal")?.unwrap_or(u);
+    transient.relaxation_p_final = read(fields, "pFinal")?.unwrap_or(p);
+    r.warn_unread(factors);
+    Ok(())
+}
+
+/// `functions { name { type residuals; ... } }` or `#includeFunc residuals`:
+/// whether the residuals are to be written; other function objects are
+/// named in a warning.
+fn read_functions(r: &mut Reader, control: &FoamDict) -> Result<bool, CaseError> {
+    let Some(functions) = control.get_dict_opt("functions")? else {
+        return Ok(false);
+    };
+    let mut residuals = false;
+    for e in functions.entries() {
+        let kind = match e.as_dict() {
+            Some(d) => d.get_opt::<String>("type")?.unwrap_or_default(),
+            // `#includeFunc residuals` (or `residuals(p U)`) is kept as an
+            // entry of key `#includeFunc residuals`.
+            None => {
+                let name = e
+                    .key()
+                    .strip_prefix("#includeFunc")
+                    .unwrap_or(e.key())
+                    .trim();
+                name.split('(').next().unwrap_or(name).trim().to_string()
+            }
+        };
+        functions.ignore(e.key());
+        if kind == "residuals" || kind == "solverInfo" {
+            residuals = true;
+        } else {
+            r.warn(format!(
+                "{}:{}: function object '{}' (type {kind}) is not supported by fvpoisson, \
+                 ignored",
+                e.file().display(),
+                e.line(),
+                e.key()
+            ));
+        }
+    }
+    Ok(residuals)
+}
+
+/// `phi` of the start time, when written: internal faces, then every
+/// patch's `value` (0 on empty patches).
+fn read_phi(path: &Path, mesh: &Mesh) -> Result<Option<Vec<f64>>, CaseError> {
+    if !(path.is_file() || crate::foam::gz_path(path).is_file()) {
+        return Ok(None);
+    }
+    let file = ScalarFieldFile::read_class(path, "surfaceScalarField", mesh.n_internal_faces())?;
+    let mut phi = file.internal.clone().expand(mesh.n_internal_faces());
+    phi.resize(mesh.n_faces(), 0.0);
+    for patch in mesh.patches() {
+        if patch.kind == PatchKind::Empty {
+            continue;
+        }
+        let dict = file.patch(patch)?;
+        dict.ignore("type");
+        let values = FieldValues::read(dict, "value", patch.size)?.expand(patch.size);
+        phi[patch.faces()].copy_from_slice(&values);
+    }
+    Ok(Some(phi))
+}
+
+/// What a transient run did.
+#[derive(Clone, Debug)]
+pub struct TransientSummary {
+    pub steps: usize,
+    pub time: f64,
+    /// U, p per cell and φ per face at the end.
+    pub u: Vec<Vec3>,
+    pub p: Vec<f64>,
+    pub phi: Vec<f64>,
+    /// Pressure-solver iterations over the run.
+    pub p_iterations: usize,
+}
+
+/// Runs a transient case on `mesh` (the pressure solves on `device`),
+/// logging as icoFoam / pimpleFoam, writing the time directories.
+pub fn run_transient_case(
+    setup: &TransientSetup,
+    mesh: &Mesh,
+    device: Device,
+) -> Result<TransientSummary, CaseError> {
+    let clock = Instant::now();
+    let geometry = mesh.geometry()?;
+    let (velocity, pressure) = patch_conditions(&setup.origin, &setup.boundary, None, mesh)?;
+    let flow_error = |e: FlowError| match e {
+        FlowError::Fvm(e) => CaseError::Fvm(e),
+        FlowError::Solve { field, source } => CaseError::Solve { field, source },
+        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
+    };
+    let mut piso = Piso::new(
+        mesh,
+        &geometry,
+        setup.settings,
+        setup.transient,
+        &velocity,
+        pressure.clone(),
+        setup.initial.clone(),
+        setup.delta_t,
+    )
+    .map_err(flow_error)?;
+    piso.time = setup.start;
+    piso.step = (setup.start / setup.delta_t).round() as usize;
+    let mut gpu_solver = match device {
+        Device::Gpu(gpu) => {
+            log::info!(
+                "pressure solves on the GPU (host-assembled each corrector); momentum on the CPU"
+            );
+            Some(GpuSolver::new(gpu))
+        }
+        Device::Cpu => {
+            log::info!("Linear solves on the CPU");
+            None
+        }
+        Device::Gpus(_) | Device::Distributed(_) => {
+            return Err(CaseError::invalid(format!(
+                "{}: transient cases run on one device (--device cpu or gpu)",
+                setup.origin
+            )))
+        }
+    };
+    let (p_solver, p_final) = (setup.pressure_solver, setup.pressure_final);
+    let mut p_iterations = 0;
+    let gamg_cache = gamg_cache(mesh, &geometry);
+    let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, last| {
+        let solver = if last { &p_final } else { &p_solver };
+        let perf = solve_linear(
+            device,
+            gpu_solver.as_mut(),
+            &gamg_cache,
+            solver,
+            a,
+            b,
+            x,
+            "p",
+        )?;
+        p_iterations += perf.iterations;
+        Ok(perf)
+    };
+    let mut residual_log = match setup.residuals {
+        true => Some(ResidualLog::create(setup, &piso)?),
+        false => None,
+    };
+    let write = |piso: &Piso| -> Result<(), CaseError> {
+        let paths = crate::flow::output::write_time_directory_at(
+            &setup.case_dir,
+            piso.time,
+            &piso.simple,
+            &velocity,
+            &pressure,
+            &setup.foam,
+        )?;
+        for path in paths {
+            log::info!("Writing {}", path.display());
+        }
+        Ok(())
+    };
+    log::info!("Starting time loop");
+    let half = 0.5 * setup.delta_t;
+    let start_step = piso.step;
+    while piso.time < setup.end - half {
+        log::info!(
+            "Time = {}",
+            time_name(piso.time + setup.delta_t, setup.foam.time_precision)
+        );
+        let report = piso.step(solve_pressure).map_err(flow_error)?;
+        if let Some(log) = &mut residual_log {
+            log.append(&report)?;
+        }
+        if report.step.is_multiple_of(setup.write_every) {
+            write(&piso)?;
+        }
+        log::info!(
+            "ExecutionTime = {} s",
+            format_g(clock.elapsed().as_secs_f64())
+        );
+    }
+    log::info!("End");
+    Ok(TransientSummary {
+        steps: piso.step - start_step,
+        time: piso.time,
+        u: piso.simple.u.clone(),
+        p: piso.simple.p.clone(),
+        phi: piso.simple.phi.clone(),
+        p_iterations,
+    })
+}
+
+/// `postProcessing/residuals/<startTime>/solverInfo.dat` as OpenFOAM's
+/// `solverInfo` function object (`#includeFunc residuals`) writes it: per time
+/// step the time, then for U its solver, each solved component's initial and
+/// final residual and iterations, and whether all three components converged,
+/// then the same for p; the first solve of each field in the step.
+struct ResidualLog {
+    path: PathBuf,
+    text: String,
+    time_precision: usize,
+    /// `writePrecision`.
+    precision: usize,
+    /// Solver type names of U and p as OpenFOAM prints them (`smoothSolver`, `DICPCG`).
+    solvers: [String; 2],
+    /// Whether U is solved (momentum predictor).
+    with_u: bool,
+}
+
+/// Width OpenFOAM pads the time column and the header names to.
+const COLUMN: usize = 14;
+
+/// `x` as OpenFOAM's solverInfo writes it: rounded to the write precision's
+/// significant digits, then as C's `%e` (`8.905110e-06`).
+fn format_e(x: f64, precision: usize) -> String {
+    let rounded: f64 = format_general(x, precision).parse().unwrap_or(x);
+    let text = format!("{rounded:.6e}");
+    match text.split_once('e') {
+        Some((mantissa, exponent)) => {
+            let e: i32 = exponent.parse().unwrap_or(0);
+            let sign = if e < 0 { '-' } else { '+' };
+            format!("{mantissa}e{sign}{:02}", e.abs())
+        }
+        None => text,
+    }
+}
+
+impl ResidualLog {
+    fn create(setup: &TransientSetup, piso: &Piso) -> Result<Self, CaseError> {
+        let dir = setup
+            .case_dir
+            .join("postProcessing/residuals")
+            .join(time_name(setup.start, setup.foam.time_precision));
+        crate::io::create_dir_all(&dir)?;
+        let with_u = setup.transient.momentum_predictor;
+        let mut names = Vec::new();
+        if with_u {
+            names.push("U_solver".to_string());
+            for &c in piso.simple.components() {
+                let x = ["Ux", "Uy", "Uz"][c];
+                names.extend(["initial", "final", "iters"].map(|k| format!("{x}_{k}")));
+            }
+            names.push("U_converged".into());
+        }
+        names.extend(
+            ["p_solver", "p_initial", "p_final", "p_iters", "p_converged"].map(String::from),
+        );
+        let mut text = format!("# Solver information\n{:<COLUMN$}", "# Time");
+        for name in names {
+            text += &format!("\t{name:<COLUMN$}");
+        }
+        text.push('\n');
+        Ok(Self {
+            path: dir.join("solverInfo.dat"),
+            text,
+            time_precision: setup.foam.time_precision,
+            precision: setup.foam.precision,
+            solvers: setup.solver_names.clone(),
+            with_u,
+        })
+    }
+
+    fn append(&mut self, report: &StepReport) -> Result<(), CaseError> {
+        let mut line = format!("{:<COLUMN$}", time_name(report.time, self.time_precision));
+        if self.with_u {
+            line += &format!("\t{}", self.solvers[0]);
+            for (_, perf) in &report.u_solves {
+                line += &format!(
+                    "\t{}\t{}\t{}",
+                    format_e(perf.initial_residual, self.precision),
+                    format_e(perf.final_residual, self.precision),
+                    perf.iterations
+                );
+            }
+            let converged =
+                report.u_solves.len() == 3 && report.u_solves.iter().all(|(_, p)| p.converged);
+            line += &format!("\t{converged}");
+        }
+        if let Some(p) = report.p_solves.first() {
+            line += &format!(
+                "\t{}\t{}\t{}\t{}\t{}",
+                self.solvers[1],
+                format_e(p.initial_residual, self.precision),
+                format_e(p.final_residual, self.precision),
+                p.iterations,
+                p.converged
+            );
+        }
+        self.text += &line;
+        self.text.push('\n');
+        std::fs::write(&self.path, &self.text)
+            .map_err(|e| CaseError::Mesh(crate::mesh::MeshError::io(&self.path, e)))
+    }
+}
+
+/// The solver of `solvers/<field>` as OpenFOAM names it in its performance
+/// reports: `smoothSolver`, `GAMG`, or the preconditioner's name before
+/// `PCG`, `PBiCG`, `PBiCGStab` (`DICPCG`).
+fn solver_type_name(solution: &FoamDict, field: &str) -> Result<String, CaseError> {
+    let dict = solution.get_dict("solvers")?.get_dict(field)?;
+    let solver = dict.get_word("solver")?;
+    if !matches!(solver.as_str(), "PCG" | "PBiCG" | "PBiCGStab") {
+        return Ok(solver);
+    }
+    let preconditioner = match dict.get_dict_opt("preconditioner") {
+        Ok(Some(p)) => p.get_word("preconditioner")?,
+        _ => dict.get_or("preconditioner", "none".to_string())?,
+    };
+    Ok(format!("{preconditioner}{solver}"))
+}

@@ -1,0 +1,635 @@
+//! Transient incompressible laminar flow: the time step of OpenFOAM v1912's
+//! icoFoam (PISO; Issa 1986) and laminar pimpleFoam (PIMPLE: PISO inside outer
+//! correctors with under-relaxation), built on the SIMPLE pieces of
+//! [`super::simple`] (viscous systems, Rhie–Chow face flux, pressure equation).
+//!
+//! One time step ([`Piso::step`]), t → t + Δt, φ⁰ and U⁰ the old-time fields:
+//! 1. **Courant number** of the old fluxes, as `CourantNo.H`:
+//!    Co = ½ Δt max_P(Σ_f |φ_f| / V_P), mean ½ Δt Σ_P Σ_f |φ_f| / Σ V.
+//! 2. per outer corrector (1 for PISO): the **momentum equation**
+//!    `ddt(U) + div(φ, U) − laplacian(ν, U)` per solved component: the viscous
+//!    [`crate::fvm::LaplacianSystem`] plus the time term (Euler: V/Δt on the
+//!    diagonal and V/Δt U⁰ on the right; backward: 3/2, 2 and −1/2 with U⁰⁰,
+//!    Euler on the first step, as OpenFOAM does without an older time) and the
+//!    convection term (`Gauss linear`: central weights, implicit; upwind,
+//!    linearUpwind and limitedLinear as in SIMPLE; `bounded` subtracts
+//!    (∇·φ)U), relaxed by α_U (PIMPLE; `UFinal`'s factor on the last outer
+//!    corrector). With `momentumPredictor` it is solved with −∇p on the right.
+//! 3. per PISO corrector: rAU = V/a_P, HbyA = H/a_P with the current U,
+//!    φ_HbyA = (HbyA)_f·S_f + (rAU)_f ddtCorr, where ddtCorr is OpenFOAM's
+//!    `fvc::ddtCorr(U, φ)`: (1 − min(|φ⁰ − U⁰_f·S_f| / (|φ⁰| + 10⁻¹⁵), 1))
+//!    (φ⁰ − U⁰_f·S_f)/Δt (backward: the scheme's combination of the two old
+//!    levels), zero on fixed-value velocity patches; then the pressure equation
+//!    ∇·(rAU ∇p) = ∇·φ_HbyA (`nNonOrthogonalCorrectors + 1` solves; the last
+//!    solve of the last corrector of the last outer corrector with the `pFinal`
+//!    solver), φ = φ_HbyA − the equation's flux, the continuity errors of
+//!    `continuityErrs.H` (times Δt), p relaxed by α_p (PIMPLE), and
+//!    U = HbyA − rAU ∇p.
+//!
+//! Not done: adjustPhi (closed domains with flux-adjustable patches),
+//! `fixedFluxPressure`, the explicit ∇·(ν dev2((∇U)ᵀ)) of pimpleFoam's
+//! laminar stress (zero for constant ν in the continuous limit).
+
+use super::simple::{Convection, MomentumSolver, PressureSolve, Simple, SimpleSettings};
+use super::{FlowError, VelocityCondition};
+use crate::foam::write::format_g;
+use crate::fvm::convection::{add_upwind_boundary, add_upwind_internal};
+use crate::fvm::BoundaryCondition;
+use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::solve::{solve_krylov, solve_smooth, SolverPerformance};
+use crate::sparse::Csr;
+
+/// OpenFOAM's `SMALL` (double precision), the guard of ddtCorr's ratio.
+const SMALL: f64 = 1e-15;
+
+/// `ddtSchemes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DdtScheme {
+    /// First order, implicit.
+    Euler,
+    /// Second order, three time levels (Euler on the first step).
+    Backward,
+}
+
+impl DdtScheme {
+    pub fn from_foam(text: &str) -> Result<Self, FlowError> {
+        match text.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["Euler"] => Ok(Self::Euler),
+            ["backward"] => Ok(Self::Backward),
+            _ => Err(FlowError::invalid(format!(
+                "ddt scheme '{text}' is not supported for transient flow (Euler or backward)"
+            ))),
+        }
+    }
+}
+
+/// `div(phi,U)` of a transient solver: not bounded unless written so.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransientConvection {
+    /// `None`: `Gauss linear` (central differences).
+    pub scheme: Option<Convection>,
+    /// `bounded Gauss ...`: −(∇·φ) U subtracted.
+    pub bounded: bool,
+}
+
+impl TransientConvection {
+    /// Parses `Gauss linear`, `Gauss upwind`, `Gauss linearUpwind grad(U)`,
+    /// `Gauss limitedLinear(V) k`, each optionally `bounded`.
+    pub fn from_foam(text: &str) -> Result<Self, FlowError> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let (bounded, rest) = match words.as_slice() {
+            ["bounded", rest @ ..] => (true, rest),
+            all => (false, all),
+        };
+        if rest == ["Gauss", "linear"] {
+            return Ok(Self {
+                scheme: None,
+                bounded,
+            });
+        }
+        let scheme = Convection::from_foam(&rest.join(" ")).map_err(|_| {
+            FlowError::invalid(format!(
+                "convection scheme '{text}' is not supported (expected Gauss linear, Gauss \
+                 upwind, Gauss linearUpwind grad(U) or Gauss limitedLinear K, optionally bounded)"
+            ))
+        })?;
+        Ok(Self {
+            scheme: Some(scheme),
+            bounded,
+        })
+    }
+}
+
+/// What a time step does besides the SIMPLE settings (ν, schemes, pressure
+/// reference, `nNonOrthogonalCorrectors`, the momentum solver of the outer
+/// correctors before the last).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransientSettings {
+    pub ddt: DdtScheme,
+    pub convection: TransientConvection,
+    /// `nOuterCorrectors` (1: PISO).
+    pub n_outer_correctors: usize,
+    /// `nCorrectors`: pressure correctors per outer corrector.
+    pub n_correctors: usize,
+    pub momentum_predictor: bool,
+    /// The momentum solver of the last outer corrector (`UFinal`; icoFoam: `U`).
+    pub momentum_final: MomentumSolver,
+    /// Equation relaxation of U, and on the last outer corrector.
+    pub relaxation_u: f64,
+    pub relaxation_u_final: f64,
+    /// Field relaxation of p, and on the last outer corrector.
+    pub relaxation_p: f64,
+    pub relaxation_p_final: f64,
+    /// `outerCorrectorResidualControl`: the outer correctors stop once every
+    /// field's first initial residual of the corrector is below these (0: not
+    /// checked); `None`: all `nOuterCorrectors` run.
+    pub outer_residual_control: Option<[f64; 2]>,
+}
+
+impl TransientSettings {
+    /// icoFoam's PISO with `n_correctors` pressure correctors and Euler.
+    pub fn piso(
+        n_correctors: usize,
+        convection: TransientConvection,
+        momentum: MomentumSolver,
+    ) -> Self {
+        Self {
+            ddt: DdtScheme::Euler,
+            convection,
+            n_outer_correctors: 1,
+            n_correctors,
+            momentum_predictor: true,
+            momentum_final: momentum,
+            relaxation_u: 1.0,
+            relaxation_u_final: 1.0,
+            relaxation_p: 1.0,
+            relaxation_p_final: 1.0,
+            outer_residual_control: None,
+        }
+    }
+
+    fn validate(&self) -> Result<(), FlowError> {
+        if self.n_outer_correctors == 0 || self.n_correctors == 0 {
+            return Err(FlowError::invalid(format!(
+                "nOuterCorrectors {} and nCorrectors {}: both must be at least 1",
+                self.n_outer_correctors, self.n_correctors
+            )));
+        }
+        for (name, alpha) in [
+            ("U", self.relaxation_u),
+            ("UFinal", self.relaxation_u_final),
+            ("p", self.relaxation_p),
+            ("pFinal", self.relaxation_p_final),
+        ] {
+            if !(alpha > 0.0 && alpha <= 1.0) {
+                return Err(FlowError::invalid(format!(
+                    "relaxation factor of {name} is {alpha}; it must be in (0, 1]"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one time step did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepReport {
+    /// Time steps done.
+    pub step: usize,
+    /// The time reached.
+    pub time: f64,
+    /// Courant number of the old fluxes: mean, max.
+    pub courant: (f64, f64),
+    /// The solve of each solved velocity component (`Ux`, ...) in the first
+    /// outer corrector (none without momentum predictor).
+    pub u_solves: Vec<(String, SolverPerformance)>,
+    /// Every pressure solve of the step.
+    pub p_solves: Vec<SolverPerformance>,
+    /// Continuity errors of the last corrector: sum local, global, cumulative.
+    pub continuity: [f64; 3],
+    /// Outer correctors run.
+    pub outer_correctors: usize,
+}
+
+/// Old-time fields.
+#[derive(Clone, Debug)]
+pub struct OldTime {
+    pub u: Vec<Vec3>,
+    pub phi: Vec<f64>,
+    pub dt: f64,
+}
+
+/// A transient computation on one mesh.
+pub struct Piso<'m> {
+    /// Systems, the fields U, p, φ (see [`Simple`]).
+    pub simple: Simple<'m>,
+    settings: TransientSettings,
+    momentum: MomentumSolver,
+    /// Per boundary face: the velocity condition fixes the value (ddtCorr is
+    /// zero there).
+    fixes_value: Vec<bool>,
+    /// The time step size of the next step.
+    pub dt: f64,
+    pub time: f64,
+    /// Time steps done (restarts continue the count).
+    pub step: usize,
+    /// The fields of the time before the current one (backward's U⁰⁰, φ⁰⁰),
+    /// `None` until a step was made or read.
+    pub old: Option<OldTime>,
+}
+
+impl<'m> Piso<'m> {
+    /// U and p from `u`, `p` (per cell), φ from `phi` (every face) or else
+    /// the flux of `u`; at `time` after `step` steps.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mesh: &'m Mesh,
+        geometry: &'m Geometry,
+        settings: SimpleSettings,
+        transient: TransientSettings,
+        velocity: &[VelocityCondition],
+        pressure: Vec<BoundaryCondition>,
+        (u, p, phi): (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
+        dt: f64,
+    ) -> Result<Self, FlowError> {
+        transient.validate()?;
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(FlowError::invalid(format!(
+                "time step {dt}: it must be a positive number"
+            )));
+        }
+        let simple_settings = SimpleSettings {
+            relaxation_u: 1.0,
+            relaxation_p: 1.0,
+            consistent: false,
+            ..settings
+        };
+        let mut simple = Simple::new(mesh, geometry, simple_settings, velocity, pressure, u, p)?;
+        if let Some(phi) = phi {
+            if phi.len() != mesh.n_faces() {
+                return Err(FlowError::invalid(format!(
+                    "phi has {} values for {} faces",
+                    phi.len(),
+                    mesh.n_faces()
+                )));
+            }
+            simple.phi = phi;
+        }
+        let mut fixes_value = vec![false; mesh.n_faces() - mesh.n_internal_faces()];
+        let first = mesh.n_internal_faces();
+        for (patch, condition) in mesh.patches().iter().zip(velocity) {
+            if matches!(condition, VelocityCondition::FixedValue(_)) {
+                fixes_value[patch.start - first..patch.start - first + patch.size].fill(true);
+            }
+        }
+        Ok(Self {
+            simple,
+            settings: transient,
+            momentum: settings.momentum,
+            fixes_value,
+            dt,
+            time: 0.0,
+            step: 0,
+            old: None,
+        })
+    }
+
+    pub fn settings(&self) -> &TransientSettings {
+        &self.settings
+    }
+
+    /// `CourantNo.H`: (mean, max) for the current fluxes and Δt.
+    pub fn courant(&self) -> (f64, f64) {
+        let mesh = self.simple.mesh();
+        let volumes = &self.simple.geometry().cell_volumes;
+        let mut sum = vec![0.0; mesh.n_cells()];
+        for (f, flux) in self.simple.phi.iter().enumerate() {
+            sum[mesh.owner()[f] as usize] += flux.abs();
+            if f < mesh.n_internal_faces() {
+                sum[mesh.neighbour()[f] as usize] += flux.abs();
+            }
+        }
+        let max = sum
+            .iter()
+            .zip(volumes)
+            .map(|(s, v)| s / v)
+            .fold(0.0, f64::max);
+        let mean = sum.iter().sum::<f64>() / volumes.iter().sum::<f64>();
+        (0.5 * mean * self.dt, 0.5 * max * self.dt)
+    }
+
+    /// Backward's coefficients (c, c⁰, c⁰⁰) of φ, φ⁰, φ⁰⁰ in dφ/dt ≈ (c φ −
+    /// c⁰ φ⁰ + c⁰⁰ φ⁰⁰)/Δt; Euler's (1, 1, 0), also on a first backward step.
+    fn ddt_coefficients(&self) -> (f64, f64, f64) {
+        match (self.settings.ddt, &self.old) {
+            (DdtScheme::Backward, Some(old)) => {
+                let (dt, dt0) = (self.dt, old.dt);
+                let c = 1.0 + dt / (dt + dt0);
+                let c00 = dt * dt / (dt0 * (dt + dt0));
+                (c, c + c00, c00)
+            }
+            _ => (1.0, 1.0, 0.0),
+        }
+    }
+
+    /// The momentum equation of solved component `k` (without the pressure
+    /// gradient) around the current U, relaxed by `alpha`.
+    fn momentum_equation(
+        &mut self,
+        k: usize,
+        u_old: &[Vec3],
+        alpha: f64,
+    ) -> Result<(Csr, Vec<f64>), FlowError> {
+        let c = self.simple.components()[k];
+        let u_c: Vec<f64> = self.simple.u.iter().map(|u| u[c]).collect();
+        let (coeff, coeff0, coeff00) = self.ddt_coefficients();
+        let older = self.old.as_ref().map(|o| &o.u);
+        let mesh = self.simple.mesh();
+        let geometry = self.simple.geometry();
+        let offsets = self.simple.face_offsets().to_vec();
+        let phi = self.simple.phi.clone();
+        let convection = self.settings.convection;
+        let system = self.simple.viscous_system_mut(k);
+        system.update_rhs(&u_c, None)?;
+        let system = &*system;
+        let mut matrix = system.matrix.clone();
+        let mut source = system.rhs.clone();
+        let slots = system.slots();
+        let bc = system.boundary_coeffs();
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let first = mesh.n_internal_faces();
+        let r_dt = 1.0 / self.dt;
+        let values = matrix.values_mut();
+        for (i, v) in geometry.cell_volumes.iter().enumerate() {
+            values[slots.diagonal[i]] += coeff * r_dt * v;
+            let older = older.map_or(0.0, |o| coeff00 * o[i][c]);
+            source[i] += r_dt * v * (coeff0 * u_old[i][c] - older);
+        }
+        match convection.scheme {
+            None => {
+                for f in 0..first {
+                    let (o, n, w, flux) = (
+                        owner[f] as usize,
+                        neighbour[f] as usize,
+                        geometry.weights[f],
+                        phi[f],
+                    );
+                    values[slots.diagonal[o]] += w * flux;
+                    values[slots.upper[f]] += (1.0 - w) * flux;
+                    values[slots.diagonal[n]] -= (1.0 - w) * flux;
+                    values[slots.lower[f]] -= w * flux;
+                }
+                for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
+                    let o = owner[first + b] as usize;
+                    let flux = phi[first + b];
+                    values[slots.diagonal[o]] += flux * bc.value_internal[b];
+                    source[o] -= flux * bc.value_boundary[b];
+                }
+                if convection.bounded {
+                    add_flux_divergence(mesh, slots, &phi, values, -1.0);
+                }
+            }
+            Some(scheme) => {
+                // The bounded form, and the deferred correction of the
+                // higher-order schemes on the right-hand side.
+                add_upwind_internal(mesh, slots, &phi, values);
+                add_upwind_boundary(mesh, slots, bc, &phi, values, &mut source);
+                if scheme != Convection::Upwind {
+                    let grad = system.gradient(&u_c);
+                    let centres = &geometry.cell_centres;
+                    for f in 0..first {
+                        let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+                        let (to_o, to_n) = &offsets[f];
+                        let correction = scheme.correction(
+                            phi[f],
+                            geometry.weights[f],
+                            (u_c[o], u_c[n]),
+                            (&grad[o], &grad[n]),
+                            (to_o, to_n),
+                            &(centres[n] - centres[o]),
+                        );
+                        source[o] -= phi[f] * correction;
+                        source[n] += phi[f] * correction;
+                    }
+                }
+                if !convection.bounded {
+                    add_flux_divergence(mesh, slots, &phi, values, 1.0);
+                }
+            }
+        }
+        if alpha < 1.0 {
+            super::simple::relax(&mut matrix, &mut source, &u_c, &slots.diagonal, alpha);
+        }
+        Ok((matrix, source))
+    }
+
+    /// One time step (see the module documentation); `solve_pressure` is told
+    /// which solve is the final one (`pFinal`).
+    pub fn step(
+        &mut self,
+        solve_pressure: &mut PressureSolve<'_>,
+    ) -> Result<StepReport, FlowError> {
+        let courant = self.courant();
+        log::info!(
+            "Courant Number mean: {} max: {}",
+            format_g(courant.0),
+            format_g(courant.1)
+        );
+        let u_old = self.simple.u.clone();
+        let phi_old = self.simple.phi.clone();
+        let n = self.simple.mesh().n_cells();
+        let volumes = self.simple.geometry().cell_volumes.clone();
+        let components = self.simple.components().to_vec();
+        let n_outer = self.settings.n_outer_correctors;
+        let mut u_solves = Vec::new();
+        let mut p_solves = Vec::new();
+        let mut continuity = [0.0; 3];
+        let mut outer_done = 0;
+        for outer in 0..n_outer {
+            outer_done = outer + 1;
+            let final_outer = outer + 1 == n_outer;
+            if n_outer > 1 {
+                log::info!("PIMPLE: iteration {}", outer + 1);
+            }
+            let alpha_u = if final_outer {
+                self.settings.relaxation_u_final
+            } else {
+                self.settings.relaxation_u
+            };
+            let mut equations = Vec::with_capacity(components.len());
+            for k in 0..components.len() {
+                equations.push(self.momentum_equation(k, &u_old, alpha_u)?);
+            }
+            let mut residuals = Vec::new();
+            if self.settings.momentum_predictor {
+                let grad_p = self.simple.pressure_system().0.gradient(&self.simple.p);
+                let solver = if final_outer && n_outer > 1 {
+                    self.settings.momentum_final
+                } else {
+                    self.momentum
+                };
+                for ((matrix, source), &c) in equations.iter().zip(&components) {
+                    let mut u_c: Vec<f64> = self.simple.u.iter().map(|u| u[c]).collect();
+                    let b: Vec<f64> = (0..n)
+                        .map(|i| source[i] - volumes[i] * grad_p[i][c])
+                        .collect();
+                    let field = format!("U{}", ["x", "y", "z"][c]);
+                    let perf = match &solver.krylov {
+                        Some(method) => solve_krylov(
+                            matrix,
+                            method,
+                            solver.preconditioner,
+                            &b,
+                            &mut u_c,
+                            &solver.controls,
+                            &field,
+                        ),
+                        None => solve_smooth(
+                            matrix,
+                            &solver.smoother,
+                            &b,
+                            &mut u_c,
+                            &solver.controls,
+                            &field,
+                        ),
+                    }
+                    .map_err(|source| FlowError::Solve {
+                        field: field.clone(),
+                        source,
+                    })?;
+                    residuals.push((field, perf));
+                    for (u, x) in self.simple.u.iter_mut().zip(&u_c) {
+                        u[c] = *x;
+                    }
+                }
+            }
+            let p_before = self.simple.p.clone();
+            let first_p_solve = p_solves.len();
+            for corrector in 0..self.settings.n_correctors {
+                let final_corrector = final_outer && corrector + 1 == self.settings.n_correctors;
+                let (r_au, hbya) = self.h_by_a(&equations);
+                let mut phi_hbya = self.simple.face_flux(&hbya);
+                self.add_ddt_correction(&mut phi_hbya, &r_au, &u_old, &phi_old);
+                let mut solve = |a: &Csr, b: &[f64], x: &mut [f64], last: bool| {
+                    solve_pressure(a, b, x, last && final_corrector)
+                };
+                let solves = self
+                    .simple
+                    .pressure_equation(&r_au, &phi_hbya, &mut solve)?;
+                p_solves.extend(solves);
+                continuity = self.continuity_errors();
+                let grad_p = self.simple.pressure_system().0.gradient(&self.simple.p);
+                for i in 0..n {
+                    for &c in &components {
+                        self.simple.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
+                    }
+                }
+            }
+            let alpha_p = if final_outer {
+                self.settings.relaxation_p_final
+            } else {
+                self.settings.relaxation_p
+            };
+            if alpha_p < 1.0 {
+                for (p, old) in self.simple.p.iter_mut().zip(&p_before) {
+                    *p = old + alpha_p * (*p - old);
+                }
+            }
+            let p_initial = p_solves[first_p_solve].initial_residual;
+            let u_max = residuals
+                .iter()
+                .map(|(_, r)| r.initial_residual)
+                .fold(0.0, f64::max);
+            if outer == 0 {
+                u_solves = residuals;
+            }
+            if let Some([u_tol, p_tol]) = self.settings.outer_residual_control {
+                let met = (u_tol <= 0.0 || u_max < u_tol) && (p_tol <= 0.0 || p_initial < p_tol);
+                if met && !final_outer {
+                    log::info!("PIMPLE: converged in {} iterations", outer + 1);
+                    break;
+                }
+            }
+        }
+        self.old = Some(OldTime {
+            u: u_old,
+            phi: phi_old,
+            dt: self.dt,
+        });
+        self.time += self.dt;
+        self.step += 1;
+        Ok(StepReport {
+            step: self.step,
+            time: self.time,
+            courant,
+            u_solves,
+            p_solves,
+            continuity,
+            outer_correctors: outer_done,
+        })
+    }
+
+    /// rAU = V/a_P and HbyA = H/a_P with the current U ([`Simple::h_by_a`]).
+    fn h_by_a(&self, equations: &[(Csr, Vec<f64>)]) -> (Vec<f64>, Vec<Vec3>) {
+        let (a_p, hbya) = self.simple.h_by_a(equations);
+        let volumes = &self.simple.geometry().cell_volumes;
+        let r_au = volumes.iter().zip(&a_p).map(|(v, a)| v / a).collect();
+        (r_au, hbya)
+    }
+
+    /// φ_HbyA += (rAU)_f ddtCorr(U, φ) (see the module documentation).
+    fn add_ddt_correction(
+        &self,
+        phi_hbya: &mut [f64],
+        r_au: &[f64],
+        u_old: &[Vec3],
+        phi_old: &[f64],
+    ) {
+        let mesh = self.simple.mesh();
+        let first = mesh.n_internal_faces();
+        let weights = &self.simple.geometry().weights;
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let flux_old = self.simple.face_flux(u_old);
+        let (_, c0, c00) = self.ddt_coefficients();
+        // Backward: the correction of c⁰ φ⁰ − c⁰⁰ φ⁰⁰ against the flux of
+        // c⁰ U⁰ − c⁰⁰ U⁰⁰; its coupling coefficient is that of the old level alone.
+        let older = match (&self.old, c00 != 0.0) {
+            (Some(old), true) => Some((self.simple.face_flux(&old.u), &old.phi)),
+            _ => None,
+        };
+        let r_dt = 1.0 / self.dt;
+        for f in 0..phi_hbya.len() {
+            if f >= first && self.fixes_value[f - first] {
+                continue;
+            }
+            let corr = phi_old[f] - flux_old[f];
+            let coupling = 1.0 - (corr.abs() / (phi_old[f].abs() + SMALL)).min(1.0);
+            let combined = match &older {
+                Some((flux_older, phi_older)) => c0 * corr - c00 * (phi_older[f] - flux_older[f]),
+                None => corr,
+            };
+            let r_au_f = if f < first {
+                let w = weights[f];
+                w * r_au[owner[f] as usize] + (1.0 - w) * r_au[neighbour[f] as usize]
+            } else {
+                r_au[owner[f] as usize]
+            };
+            phi_hbya[f] += r_au_f * coupling * r_dt * combined;
+        }
+    }
+
+    /// `continuityErrs.H` of a transient solver: Δt Σ|∇·φ|V/ΣV, Δt Σ(∇·φ)V/ΣV,
+    /// and the running sum of the latter; logged.
+    fn continuity_errors(&mut self) -> [f64; 3] {
+        let volumes = &self.simple.geometry().cell_volumes;
+        let div = self.simple.flux_divergence();
+        let total: f64 = volumes.iter().sum();
+        let local = self.dt
+            * div
+                .iter()
+                .zip(volumes)
+                .map(|(d, v)| d.abs() * v)
+                .sum::<f64>()
+            / total;
+        let global = self.dt * div.iter().zip(volumes).map(|(d, v)| d * v).sum::<f64>() / total;
+        self.simple.record_continuity(local, global)
+    }
+}
+
+/// Adds `sign` × (∇·φ)_P to the diagonal (the term the `bounded` form
+/// subtracts, or adds back).
+fn add_flux_divergence(
+    mesh: &Mesh,
+    slots: &crate::fvm::SlotMap,
+    phi: &[f64],
+    values: &mut [f64],
+    sign: f64,
+) {
+    let first = mesh.n_internal_faces();
+    for (f, flux) in phi.iter().enumerate() {
+        values[slots.diagonal[mesh.owner()[f] as usize]] += sign * flux;
+        if f < first {
+            values[slots.diagonal[mesh.neighbour()[f] as usize]] -= sign * flux;
+        }
+    }
+}

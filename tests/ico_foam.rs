@@ -1,0 +1,230 @@
+//! icoFoam cases run as they are: the cavity tutorial against OpenFOAM v1912's
+//! result (`tests/data/ico_foam_cavity`, made by `scripts/ico_foam_reference.sh`),
+//! its mesh built from `system/blockMeshDict`, and restarts from a written time.
+
+use fvpoisson::case::ico_foam::{read_transient_case, run_transient_case, TransientSummary};
+use fvpoisson::case::Device;
+use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile, VectorFieldFile};
+use fvpoisson::mesh::Vec3;
+use std::path::{Path, PathBuf};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A copy of `cases/<case>` in a fresh temp dir, with `edits` applied to its
+/// controlDict (whole lines starting with the key replaced).
+fn case_copy(case: &str, tag: &str, edits: &[(&str, &str)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fvpoisson-ico-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_dir(&repo("cases").join(case), &dir);
+    edit_control(&dir, edits);
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+fn edit_control(dir: &Path, edits: &[(&str, &str)]) {
+    let path = dir.join("system/controlDict");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            match edits
+                .iter()
+                .find(|(key, _)| line.split_whitespace().next() == Some(key))
+            {
+                Some((key, value)) => format!("{key} {value};"),
+                None => line.to_string(),
+            }
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+}
+
+fn run(dir: &Path) -> TransientSummary {
+    let case = read_transient_case(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+    run_transient_case(&case.setup, &case.mesh, Device::Cpu).unwrap()
+}
+
+/// max |a − b| / max |b|.
+fn relative(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+        / scale
+}
+
+fn components(u: &[Vec3]) -> Vec<f64> {
+    u.iter().flat_map(|v| [v.x, v.y, v.z]).collect()
+}
+
+#[test]
+fn cavity_tutorial_matches_icofoam_at_end_time() {
+    let dir = case_copy("cavity_ico", "parity", &[]);
+    assert!(!dir.join("constant/polyMesh").exists());
+    let summary = run(&dir);
+    assert_eq!(summary.steps, 100);
+    let n = summary.p.len();
+    let reference = repo("tests/data/ico_foam_cavity/0.5");
+    let u = VectorFieldFile::read(&reference.join("U"), n).unwrap();
+    let p = ScalarFieldFile::read(&reference.join("p"), n).unwrap();
+    let FieldValues::NonUniform(p_ref) = p.internal else {
+        panic!("nonuniform p expected")
+    };
+    let u_ref = u.internal.expand(n);
+    let du = relative(&components(&summary.u), &components(&u_ref));
+    let dp = relative(&summary.p, &p_ref);
+    eprintln!("cavity at t = 0.5: max |ΔU|/max|U| = {du:e}, max |Δp|/max|p| = {dp:e}");
+    assert!(du <= 1e-6 && dp <= 1e-6, "U {du:e}, p {dp:e}");
+    // Written every 20 steps as OpenFOAM time directories.
+    for t in ["0.1", "0.2", "0.3", "0.4", "0.5"] {
+        for f in ["U", "p", "phi"] {
+            assert!(dir.join(t).join(f).is_file(), "{t}/{f}");
+        }
+    }
+    assert!(!dir.join("0.105").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn restart_from_latest_time_continues_the_same_trajectory() {
+    let precise = [("writePrecision", "17"), ("writeInterval", "10")];
+    let whole = case_copy(
+        "cavity_ico",
+        "whole",
+        &[precise[0], precise[1], ("endTime", "0.1")],
+    );
+    let reference = run(&whole);
+    assert_eq!(reference.steps, 20);
+
+    let halves = case_copy(
+        "cavity_ico",
+        "halves",
+        &[precise[0], precise[1], ("endTime", "0.05")],
+    );
+    assert_eq!(run(&halves).steps, 10);
+    edit_control(
+        &halves,
+        &[
+            precise[0],
+            precise[1],
+            ("endTime", "0.1"),
+            ("startFrom", "latestTime"),
+        ],
+    );
+    let restarted = run(&halves);
+    assert_eq!(restarted.steps, 10);
+    let du = relative(&components(&restarted.u), &components(&reference.u));
+    let dp = relative(&restarted.p, &reference.p);
+    let dphi = relative(&restarted.phi, &reference.phi);
+    eprintln!("restart at 0.05: ΔU {du:e}, Δp {dp:e}, Δphi {dphi:e}");
+    assert!(
+        du < 1e-12 && dp < 1e-12 && dphi < 1e-12,
+        "{du:e} {dp:e} {dphi:e}"
+    );
+    for dir in [&whole, &halves] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn residuals_function_object_writes_solver_info_as_openfoam() {
+    let dir = case_copy("cavity_ico", "residuals", &[("endTime", "0.015")]);
+    let control = dir.join("system/controlDict");
+    let mut text = std::fs::read_to_string(&control).unwrap();
+    text += "\nfunctions\n{\n    #includeFunc residuals\n    minMax { type fieldMinMax; }\n}\n";
+    std::fs::write(&control, text).unwrap();
+    let case = read_transient_case(&dir).unwrap();
+    assert!(
+        case.warnings
+            .iter()
+            .any(|w| w.contains("'minMax'") && w.contains("fieldMinMax")),
+        "{:?}",
+        case.warnings
+    );
+    run_transient_case(&case.setup, &case.mesh, Device::Cpu).unwrap();
+    let ours =
+        std::fs::read_to_string(dir.join("postProcessing/residuals/0/solverInfo.dat")).unwrap();
+    let foam = std::fs::read_to_string(repo("tests/data/ico_foam_cavity/solverInfo.dat")).unwrap();
+    assert_eq!(ours, foam);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The cavity as a laminar pimpleFoam case with `outer` outer correctors and
+/// the given relaxation factors.
+fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) -> PathBuf {
+    let dir = case_copy(
+        "cavity_ico",
+        tag,
+        &[("application", "pimpleFoam"), ("endTime", "0.05")],
+    );
+    let solution = format!(
+        "FoamFile {{ version 2.0; format ascii; class dictionary; object fvSolution; }}\n\
+         solvers\n{{\n    p {{ solver PCG; preconditioner DIC; tolerance 1e-06; relTol 0.05; }}\n    \
+         pFinal {{ $p; relTol 0; }}\n    \
+         \"(U|UFinal)\" {{ solver smoothSolver; smoother symGaussSeidel; tolerance 1e-05; relTol 0; }}\n}}\n\
+         PIMPLE\n{{\n    nOuterCorrectors {outer};\n    nCorrectors 2;\n    \
+         nNonOrthogonalCorrectors 0;\n    pRefCell 0;\n    pRefValue 0;\n}}\n{relaxation}\n"
+    );
+    std::fs::write(dir.join("system/fvSolution"), solution).unwrap();
+    let schemes = std::fs::read_to_string(dir.join("system/fvSchemes"))
+        .unwrap()
+        .replace(
+            "div(phi,U)      Gauss linear;",
+            "div(phi,U)      Gauss linear;\n    div((nuEff*dev2(T(grad(U))))) Gauss linear;",
+        );
+    std::fs::write(dir.join("system/fvSchemes"), schemes).unwrap();
+    std::fs::write(
+        dir.join("constant/turbulenceProperties"),
+        format!(
+            "FoamFile {{ version 2.0; format ascii; class dictionary; object \
+             turbulenceProperties; }}\nsimulationType {simulation};\n"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn pimple_with_one_outer_corrector_is_piso_and_more_correctors_relax() {
+    let ico = case_copy("cavity_ico", "ico-short", &[("endTime", "0.05")]);
+    let piso = run(&ico);
+    let pimple_dir = pimple_cavity("pimple-1", 1, "", "laminar");
+    let pimple = run(&pimple_dir);
+    assert_eq!(pimple.steps, 10);
+    let du = relative(&components(&pimple.u), &components(&piso.u));
+    assert!(du < 1e-14, "PIMPLE with 1 outer corrector vs PISO: {du:e}");
+
+    // Two outer correctors, relaxed: a different but close trajectory.
+    let relaxed = "relaxationFactors\n{\n    equations { U 0.9; UFinal 1; }\n    fields { p 0.7; pFinal 1; }\n}";
+    let outer_dir = pimple_cavity("pimple-2", 2, relaxed, "laminar");
+    let outer = run(&outer_dir);
+    let du = relative(&components(&outer.u), &components(&piso.u));
+    assert!(du > 1e-8 && du < 1e-2, "2 outer correctors vs PISO: {du:e}");
+
+    let ras_dir = pimple_cavity("pimple-ras", 1, "", "RAS");
+    let err = read_transient_case(&ras_dir).unwrap_err().to_string();
+    assert!(
+        err.contains("simulationType RAS") && err.contains("laminar"),
+        "{err}"
+    );
+    for dir in [&ico, &pimple_dir, &outer_dir, &ras_dir] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
