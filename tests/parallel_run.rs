@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 mod common;
-use common::{fvpoisson, internal_field, max_diff_over_max};
+use common::{copy_dir, fvpoisson, internal_field, max_diff_over_max};
 
 const CASE: &str = "cases/laplacian_foam_steady";
 /// Its last written time and field.
@@ -25,19 +25,6 @@ fn ok(o: Output) -> String {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     t
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 /// A fresh copy of the shipped case.
