@@ -2,6 +2,8 @@
 //! result (`tests/data/ico_foam_cavity`, made by `scripts/ico_foam_reference.sh`),
 //! its mesh built from `system/blockMeshDict`, and restarts from a written time.
 
+mod common;
+
 use fvpoisson::case::ico_foam::{read_transient_case, run_transient_case, TransientSummary};
 use fvpoisson::case::Device;
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile, VectorFieldFile};
@@ -17,22 +19,9 @@ fn repo(rel: &str) -> PathBuf {
 fn case_copy(case: &str, tag: &str, edits: &[(&str, &str)]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fvpoisson-ico-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    copy_dir(&repo("cases").join(case), &dir);
+    common::copy_case_inputs(&repo("cases").join(case), &dir);
     edit_control(&dir, edits);
     dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 fn edit_control(dir: &Path, edits: &[(&str, &str)]) {

@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("output_{name}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -14,22 +16,9 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 fn shipped_copy(case: &str, name: &str) -> PathBuf {
     let dir = scratch(name);
-    copy_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
+    common::copy_case_inputs(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
     dir
 }
 

@@ -72,19 +72,6 @@ const PHASES: [&str; 8] = [
     "other",
 ];
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// Checks a JSON account: every phase present, none negative, the phases
 /// adding up to the total; returns it.
 fn check_account(json: &serde_json::Value) -> &serde_json::Value {
@@ -166,7 +153,7 @@ fn a_poisson_run_prints_the_table_and_its_json_adds_up() {
 fn a_laplacian_foam_run_writes_its_account_to_a_file() {
     let dir = Scratch::new("foam");
     let case = dir.0.join("case");
-    copy_dir(
+    common::copy_case_inputs(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/laplacian_foam_source"),
         &case,
     );

@@ -120,20 +120,17 @@ pub fn foam_to_vtk(
     let mut converted = Vec::new();
     for (time, name) in selected {
         let fields = read_time_directory(&mesh, &case_dir.join(&name))?;
-        let cell: Vec<Field> = fields
+        let (cell, boundary): (Vec<Field>, Vec<Field>) = fields
             .iter()
             .map(|f| match f {
-                CellField::Scalar(n, cells, _) => Field::scalar(n, cells),
-                CellField::Vector(n, cells, _) => Field::vector(n, cells),
+                CellField::Scalar(n, cells, faces) => {
+                    (Field::scalar(n, cells), Field::scalar(n, faces))
+                }
+                CellField::Vector(n, cells, faces) => {
+                    (Field::vector(n, cells), Field::vector(n, faces))
+                }
             })
-            .collect();
-        let boundary: Vec<Field> = fields
-            .iter()
-            .map(|f| match f {
-                CellField::Scalar(n, _, faces) => Field::scalar(n, faces),
-                CellField::Vector(n, _, faces) => Field::vector(n, faces),
-            })
-            .collect();
+            .unzip();
         series.write_step(time, &cell, &boundary)?;
         let names = cell.iter().map(|f| f.name.to_string()).collect();
         log::info!(

@@ -591,22 +591,19 @@ impl<'a> Run<'a> {
         let output = timings::enter(Phase::Output);
         let vtk = if setup.output.formats.contains(&OutputFormat::Vtk) {
             let dir = setup.case_dir.join(&setup.output.directory);
-            // Named after the case directory, as foamToVTK does.
-            let name = crate::io::vtk::series_name_for(&setup.case_dir);
-            Some(
-                match device {
-                    Device::Distributed(ranks) => {
-                        let (rank, size) = (ranks.comm.rank(), ranks.comm.size());
-                        let cells = cells_of(ranks.decomposition, rank);
-                        VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
-                    }
-                    _ => VtkSeries::new(mesh, dir, &name)?,
+            let name = series_name(setup);
+            Some(match device {
+                Device::Distributed(ranks) => {
+                    let (rank, size) = (ranks.comm.rank(), ranks.comm.size());
+                    let cells = cells_of(ranks.decomposition, rank);
+                    VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
                 }
-                .with_encoding(setup.output.vtk_encoding),
-            )
+                _ => VtkSeries::new(mesh, dir, &name)?,
+            })
         } else {
             None
         };
+        let vtk = vtk.map(|series| series.with_encoding(setup.output.vtk_encoding));
         drop(output);
         let host_assembly = [&setup.solver.regular]
             .into_iter()
@@ -1013,10 +1010,11 @@ impl<'a> Run<'a> {
     fn log_written(&self) {
         if let Some(vtk) = &self.vtk {
             log::info!(
-                "Wrote {} VTK step(s), {:.1} MB ({}{}): {}",
+                "Wrote {} VTK step(s), {:.1} MB ({}) in {:.2} s{}: {}",
                 vtk.n_steps(),
                 vtk.bytes_written() as f64 / 1e6,
                 self.setup.output.vtk_encoding,
+                vtk.write_time().as_secs_f64(),
                 match self.device {
                     Device::Distributed(_) => ", this rank",
                     _ => "",
@@ -1336,4 +1334,10 @@ pub(crate) fn write_reconstructed(
     run.field = field;
     run.write_foam(time)?;
     Ok(run.foam_fields.pop().expect("write_foam records its file"))
+}
+
+/// The VTK series is named after the case directory (as foamToVTK does),
+/// reduced to file-name characters.
+fn series_name(setup: &CaseSetup) -> String {
+    crate::io::vtk::series_name_for(&setup.case_dir)
 }

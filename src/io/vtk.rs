@@ -248,6 +248,8 @@ pub struct VtkSeries<'m> {
     pending: Option<PendingStep>,
     /// Bytes of every file this series (this rank) wrote.
     bytes_written: u64,
+    /// Wall time spent writing them.
+    write_time: std::time::Duration,
 }
 
 impl<'m> VtkSeries<'m> {
@@ -288,6 +290,7 @@ impl<'m> VtkSeries<'m> {
             piece: None,
             pending: None,
             bytes_written: 0,
+            write_time: std::time::Duration::ZERO,
         })
     }
 
@@ -343,6 +346,11 @@ impl<'m> VtkSeries<'m> {
         self.bytes_written
     }
 
+    /// Wall time spent writing them (the steps' files and listings).
+    pub fn write_time(&self) -> std::time::Duration {
+        self.write_time
+    }
+
     /// Writes one step at `time` (a time or an outer iteration; it must increase
     /// from step to step). `cell_fields` have one value per cell;
     /// `boundary_fields` one per boundary face, indexed by
@@ -352,6 +360,18 @@ impl<'m> VtkSeries<'m> {
     /// (rank 0 also the boundary): the step is listed by
     /// [`VtkSeries::publish_step`] once every rank's piece is on disk.
     pub fn write_step(
+        &mut self,
+        time: f64,
+        cell_fields: &[Field],
+        boundary_fields: &[Field],
+    ) -> Result<PathBuf, OutputError> {
+        let start = std::time::Instant::now();
+        let written = self.write_step_files(time, cell_fields, boundary_fields);
+        self.write_time += start.elapsed();
+        written
+    }
+
+    fn write_step_files(
         &mut self,
         time: f64,
         cell_fields: &[Field],
@@ -469,6 +489,13 @@ impl<'m> VtkSeries<'m> {
     /// `.pvtu`, the `.vtm` and the `.pvd`; the other ranks only count the
     /// step. A whole-mesh series has nothing to publish.
     pub fn publish_step(&mut self) -> Result<(), OutputError> {
+        let start = std::time::Instant::now();
+        let published = self.publish_pending();
+        self.write_time += start.elapsed();
+        published
+    }
+
+    fn publish_pending(&mut self) -> Result<(), OutputError> {
         let Some(pending) = self.pending.take() else {
             return Ok(());
         };
@@ -895,55 +922,26 @@ trait VtkNumber: Copy + Send + Sync {
     fn text(self, out: &mut String);
 }
 
-impl VtkNumber for f64 {
-    const TYPE: &'static str = "Float64";
-    const SIZE: usize = 8;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn text(self, out: &mut String) {
-        // `{:?}`: the shortest text that reads back to the same f64 (with an
-        // exponent where that is shorter), which VTK's text reader parses.
-        use fmt::Write as _;
-        let _ = write!(out, "{self:?}");
-    }
+/// `VtkNumber` for a primitive number: VTK's type name, its little-endian
+/// bytes, and its text (`{:?}` for floats: the shortest text that reads back
+/// to the same value, with an exponent where shorter, which VTK parses).
+macro_rules! vtk_number {
+    ($($t:ty => $name:literal),*) => {$(
+        impl VtkNumber for $t {
+            const TYPE: &'static str = $name;
+            const SIZE: usize = std::mem::size_of::<$t>();
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn text(self, out: &mut String) {
+                use fmt::Write as _;
+                let _ = write!(out, "{self:?}");
+            }
+        }
+    )*};
 }
 
-impl VtkNumber for i64 {
-    const TYPE: &'static str = "Int64";
-    const SIZE: usize = 8;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn text(self, out: &mut String) {
-        use fmt::Write as _;
-        let _ = write!(out, "{self}");
-    }
-}
-
-impl VtkNumber for i32 {
-    const TYPE: &'static str = "Int32";
-    const SIZE: usize = 4;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-    fn text(self, out: &mut String) {
-        use fmt::Write as _;
-        let _ = write!(out, "{self}");
-    }
-}
-
-impl VtkNumber for u8 {
-    const TYPE: &'static str = "UInt8";
-    const SIZE: usize = 1;
-    fn put(self, out: &mut Vec<u8>) {
-        out.push(self);
-    }
-    fn text(self, out: &mut String) {
-        use fmt::Write as _;
-        let _ = write!(out, "{self}");
-    }
-}
+vtk_number!(f64 => "Float64", i64 => "Int64", i32 => "Int32", u8 => "UInt8");
 
 /// The values of one data array, read by index: encoded straight from the
 /// caller's slices, in any order of ranges (zlib blocks in parallel).

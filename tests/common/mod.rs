@@ -19,6 +19,21 @@ pub fn fvpoisson(args: &[&str]) -> Output {
         .expect("the fvpoisson binary runs")
 }
 
+/// Copies the directory tree `from` to `to` (created), e.g. a shipped case.
+#[allow(dead_code)] // not every test that shares this module copies cases
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
 /// The internalField values of an ascii OpenFOAM field file.
 #[allow(dead_code)] // not every test that shares this module reads fields
 pub fn internal_field(path: &std::path::Path) -> Vec<f64> {
@@ -154,21 +169,6 @@ pub fn copy_case_inputs(from: &std::path::Path, to: &std::path::Path) {
         }
     }
     copy(from, to, true);
-}
-
-/// Copies the directory tree `from` to `to` (created).
-#[allow(dead_code)] // not every test that shares this module copies cases
-pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// The cell values of U and p in the time directory `at` (OpenFOAM files,
