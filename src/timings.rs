@@ -619,7 +619,7 @@ mod tests {
         assert_eq!(json["phases_s"]["other"], 0.0625);
         assert_eq!(json["wall_over_solve"], 2.0);
         assert_eq!(json["phases_cpu_s"]["geometry"], 0.5);
-        assert_eq!(json["phases_cpu_s"]["other"], 0.125);
+        assert_eq!(json["phases_cpu_s"]["other"], 0.1875);
         assert_eq!(json["total_cpu_s"], 2.5);
         assert!(Timings::default().to_json_value()["wall_over_solve"].is_null());
         let other = t.other();

@@ -8,7 +8,6 @@ use super::schemes::{FaceGeometry, GradScheme, Schemes, SnGradScheme, TimeScheme
 use super::{check_values, CellField, FvmError};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::sparse::Csr;
-use rayon::prelude::*;
 
 /// OpenFOAM's `SMALL` (double precision), used by `limitedSnGrad`.
 const SMALL: f64 = 1e-15;
@@ -649,10 +648,10 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
     let (offsets, cell_faces) = mesh.cell_faces();
     let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
     let n_internal = mesh.n_internal_faces();
-    let n_cells = mesh.n_cells();
-    // Row c: the cell and its neighbours across internal faces, sorted, each
-    // once, appended to `cols`.
-    let push_row = |c: usize, cols: &mut Vec<u32>| {
+    let mut row_ptr = Vec::with_capacity(mesh.n_cells() + 1);
+    row_ptr.push(0);
+    let mut cols = Vec::with_capacity(mesh.n_cells() + 2 * n_internal);
+    for c in 0..mesh.n_cells() {
         let start = cols.len();
         cols.push(c as u32);
         for &f in &cell_faces[offsets[c] as usize..offsets[c + 1] as usize] {
@@ -666,56 +665,25 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
             }
         }
         cols[start..].sort_unstable();
-        let mut kept = start + 1;
-        for i in start + 1..cols.len() {
-            if cols[i] != cols[kept - 1] {
-                cols[kept] = cols[i];
-                kept += 1;
-            }
-        }
-        cols.truncate(kept);
-    };
-    // Blocks of rows in parallel, joined in row order.
-    const ROWS_PER_BLOCK: usize = 1 << 14;
-    let blocks: Vec<(Vec<usize>, Vec<u32>)> = (0..n_cells.div_ceil(ROWS_PER_BLOCK))
-        .into_par_iter()
-        .map(|b| {
-            let rows = b * ROWS_PER_BLOCK..((b + 1) * ROWS_PER_BLOCK).min(n_cells);
-            let mut ends = Vec::with_capacity(rows.len());
-            let mut cols = Vec::with_capacity(7 * rows.len());
-            for c in rows {
-                push_row(c, &mut cols);
-                ends.push(cols.len());
-            }
-            (ends, cols)
-        })
-        .collect();
-    let nnz = blocks.iter().map(|(_, cols)| cols.len()).sum();
-    let mut row_ptr = Vec::with_capacity(n_cells + 1);
-    row_ptr.push(0);
-    let mut cols = Vec::with_capacity(nnz);
-    for (ends, block) in blocks {
-        let base = cols.len();
-        row_ptr.extend(ends.iter().map(|end| base + end));
-        cols.extend_from_slice(&block);
+        let mut row = cols.split_off(start);
+        row.dedup();
+        cols.extend(row);
+        row_ptr.push(cols.len());
     }
-    let matrix = Csr::new(n_cells, row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
+    let nnz = cols.len();
+    let matrix =
+        Csr::new(mesh.n_cells(), row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
     let slot = |r: u32, c: u32| {
         matrix
             .slot(r as usize, c as usize)
             .expect("the pattern holds every face")
     };
     let slots = SlotMap {
-        diagonal: (0..n_cells as u32)
-            .into_par_iter()
-            .map(|c| slot(c, c))
-            .collect(),
+        diagonal: (0..mesh.n_cells() as u32).map(|c| slot(c, c)).collect(),
         upper: (0..n_internal)
-            .into_par_iter()
             .map(|f| slot(owner[f], neighbour[f]))
             .collect(),
         lower: (0..n_internal)
-            .into_par_iter()
             .map(|f| slot(neighbour[f], owner[f]))
             .collect(),
     };
