@@ -285,11 +285,17 @@ fn case_directories_that_are_not_are_named() {
     // A directory where a case file should be is named as one, not as missing.
     fs::create_dir(scratch.join("case.toml")).unwrap();
     let e = err(&scratch);
-    assert!(e.contains("case.toml: Is a directory"), "{e}");
+    assert!(
+        e.contains("case.toml: a directory, not a regular file"),
+        "{e}"
+    );
     fs::remove_dir(scratch.join("case.toml")).unwrap();
     fs::create_dir_all(scratch.join("system/controlDict")).unwrap();
     let e = err(&scratch);
-    assert!(e.contains("controlDict: Is a directory"), "{e}");
+    assert!(
+        e.contains("controlDict: a directory, not a regular file"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -143,7 +143,7 @@ fn bad_input_gives_clear_errors() {
         text(&out.stderr)
     );
 
-    // Not converged within --max-iter: a warning, not a failure.
+    // Not converged within --max-iter: a warning and exit code 1, with a summary line.
     let out = fvpoisson(&[
         "solve-matrix",
         MATRIX,
@@ -152,7 +152,8 @@ fn bad_input_gives_clear_errors() {
         "--max-iter",
         "2",
     ]);
-    assert!(out.status.success());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("not converged: 2 iterations (--max-iter)"));
     assert!(text(&out.stdout).contains("converged false"));
     assert!(
         text(&out.stderr).contains("not converged after 2 iterations"),

@@ -74,11 +74,6 @@ impl<'a> Lines<'a> {
         }
     }
 
-    /// Bytes not yet read.
-    fn bytes_left(&self) -> usize {
-        self.rest.map_or(0, <[u8]>::len)
-    }
-
     /// The next line, comments included.
     fn next_raw(&mut self) -> Result<Option<&'a str>, MtxError> {
         let Some(rest) = self.rest else {
@@ -244,36 +239,19 @@ enum Rows {
 }
 
 /// Reads the coordinate body after the header into a CSR matrix. The size
-/// line is checked against the bytes left in the file (and `rows`) before
-/// anything is allocated.
+/// line is checked against `rows` and the machine's memory before anything
+/// is allocated (the entries are reserved for no more than the file holds).
 fn parse_coordinate(lines: &mut Lines<'_>, header: &Header, rows: Rows) -> Result<Csr, MtxError> {
     let size = lines.tokens(3, "the size line 'rows columns entries'")?;
     let n_rows = lines.size(size[0], "row count")?;
     let n_cols = lines.size(size[1], "column count")?;
     let n_entries = lines.size(size[2], "entry count")?;
+    let size_line = lines.line;
     if n_rows > u32::MAX as usize || n_cols > u32::MAX as usize {
         return Err(lines.error("matrix too large: at most 4294967295 rows and columns"));
     }
     let per_line = if header.field == Field::Pattern { 2 } else { 3 };
-    // An entry line is at least one digit per number and a separator after each.
-    let room = (lines.bytes_left() + 1) / (2 * per_line);
-    if n_entries > room {
-        return Err(lines.error(format!(
-            "the size line announces {n_entries} entries, but the {} bytes left in the file \
-             hold at most {room}",
-            lines.bytes_left()
-        )));
-    }
     let symmetric = header.symmetry == Symmetry::Symmetric;
-    // A symmetric file's entry (i, j) fills rows i and j.
-    let filled = n_entries.saturating_mul(1 + symmetric as usize);
-    if rows == Rows::Filled && n_rows.max(n_cols) > filled {
-        return Err(lines.error(format!(
-            "the size line gives {n_rows} x {n_cols} but only {n_entries} entries: at least {} \
-             rows or columns would have no entry (a singular matrix); check the size line",
-            n_rows.max(n_cols) - filled
-        )));
-    }
     crate::limits::check_memory(8 * (n_rows as u128 + 1), || {
         format!("the row count {n_rows} of the size line")
     })
@@ -312,6 +290,19 @@ fn parse_coordinate(lines: &mut Lines<'_>, header: &Header, rows: Rows) -> Resul
         }
     }
     lines.expect_end(n_entries)?;
+    // A symmetric file's entry (i, j) fills rows i and j.
+    let filled = n_entries.saturating_mul(1 + symmetric as usize);
+    if rows == Rows::Filled && n_rows.max(n_cols) > filled {
+        return Err(MtxError::Parse {
+            file: lines.file.to_path_buf(),
+            line: size_line,
+            msg: format!(
+                "the size line gives {n_rows} x {n_cols} but only {n_entries} entries: at least \
+                 {} rows or columns would have no entry (a singular matrix); check the size line",
+                n_rows.max(n_cols) - filled
+            ),
+        });
+    }
     Csr::from_triplets(n_rows, n_cols, triplets).map_err(|msg| lines.error(msg))
 }
 
@@ -355,14 +346,6 @@ pub fn parse_vector(bytes: &[u8], file: &Path) -> Result<Vec<f64>, MtxError> {
         )));
     }
     let n = n_rows.saturating_mul(n_cols);
-    let room = lines.bytes_left().div_ceil(2);
-    if n > room {
-        return Err(lines.error(format!(
-            "the size line announces {n} values, but the {} bytes left in the file hold at most \
-             {room}",
-            lines.bytes_left()
-        )));
-    }
     let mut values = Vec::with_capacity(n.min(1 << 20));
     for _ in 0..n {
         let t = lines.tokens(1, "a value")?;
