@@ -243,12 +243,23 @@ const EXIT_ERROR: i32 = 2;
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     // `-np N` as mpirun spells it, `-time`, `-latestTime` as OpenFOAM does.
-    let args = std::env::args().map(|a| match a.as_str() {
-        "-np" => "--ranks".into(),
-        "-time" => "--time".into(),
-        "-latestTime" => "--latest-time".into(),
-        _ => a,
-    });
+    // OpenFOAM's `-parallel` only says that mpirun started the ranks.
+    let parallel = std::env::args().any(|a| a == "-parallel");
+    if parallel && !launched_by_mpi() {
+        eprintln!(
+            "error: -parallel: start the ranks with mpirun -np N (or run them as threads with \
+             -np N and without -parallel)"
+        );
+        return 2;
+    }
+    let args = std::env::args()
+        .filter(|a| a != "-parallel")
+        .map(|a| match a.as_str() {
+            "-np" => "--ranks".into(),
+            "-time" => "--time".into(),
+            "-latestTime" => "--latest-time".into(),
+            _ => a,
+        });
     let cli = Cli::parse_from(args);
     // validate runs thousands of solves: their log lines would bury the table.
     let filter = match cli.command {
@@ -609,17 +620,10 @@ fn run_potential(
     Ok(0)
 }
 
-/// Whether an MPI launcher started this process with several ranks (always
-/// false without the `mpi` feature).
+/// Whether an MPI launcher started this process with several ranks (also in
+/// a build without the `mpi` feature, whose `run_mpi` then refuses).
 fn launched_by_mpi() -> bool {
-    #[cfg(feature = "mpi")]
-    {
-        crate::parallel::mpi::MpiRank::launched()
-    }
-    #[cfg(not(feature = "mpi"))]
-    {
-        false
-    }
+    crate::parallel::launcher_ranks().is_some()
 }
 
 /// The case and its mesh, for a distributed run (flow cases do not run
@@ -749,6 +753,16 @@ fn run_mpi(
     use crate::parallel::Communicator;
     let comm = crate::parallel::mpi::MpiRank::initialize()
         .ok_or_else(|| anyhow::anyhow!("MPI was initialized twice"))?;
+    // An MPI library other than the launcher's (an MPICH build under Open
+    // MPI's mpirun) starts N runs of one rank each, racing on the same files.
+    if let Some((n, variable)) = crate::parallel::launcher_ranks().filter(|_| comm.size() == 1) {
+        anyhow::bail!(
+            "the launcher started {n} ranks ({variable}) but the MPI library this fvpoisson \
+             was built with sees one: launcher and library are of different MPI \
+             implementations; start it with the mpirun of the library it was built against \
+             (MPICH: mpiexec.mpich, Open MPI: mpirun.openmpi)"
+        );
+    }
     // Rank 0 holds the case's lock; every rank stops if it could not.
     let lock = (comm.rank() == 0).then(|| case_lock(case_dir));
     let mut locked = [f64::from(u8::from(matches!(lock, None | Some(Ok(_)))))];
@@ -798,13 +812,20 @@ fn local_rank() -> Option<usize> {
 
 #[cfg(not(feature = "mpi"))]
 fn run_mpi(
-    _: &Path,
+    case_dir: &Path,
     _: Option<usize>,
     _: crate::gpu::DeviceChoice,
     _: Option<&[usize]>,
     _: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
-    unreachable!("launched_by_mpi is false without the mpi feature")
+    let (n, variable) = crate::parallel::launcher_ranks().unwrap_or((2, "the environment"));
+    anyhow::bail!(
+        "an MPI launcher started this process as one of {n} ranks ({variable}), but this \
+         fvpoisson was built without MPI, so every rank would run the whole case on its own; \
+         build it with `cargo build --release --features mpi` (against the launcher's MPI \
+         library), or run the ranks as threads without mpirun: fvpoisson run {} -np {n}",
+        case_dir.display()
+    )
 }
 
 /// `decompose CASE -n N`.

@@ -23,6 +23,18 @@ pub mod collective;
 
 use std::cell::Cell;
 
+/// The rank count an MPI launcher gave this process, with the environment
+/// variable that says so: Open MPI's `mpirun` (`OMPI_COMM_WORLD_SIZE`),
+/// MPICH's Hydra (`PMI_SIZE`, `MPI_LOCALNRANKS`) and PMI launchers such as
+/// Slurm's `srun --mpi=pmi2` (`PMI_SIZE`). `None` unless two or more ranks
+/// were started.
+pub fn launcher_ranks() -> Option<(usize, &'static str)> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS"]
+        .into_iter()
+        .filter_map(|k| Some((std::env::var(k).ok()?.parse::<usize>().ok()?, k)))
+        .find(|&(n, _)| n > 1)
+}
+
 use crate::sparse::distribute::{LocalMatrix, Neighbour};
 
 /// The operations a distributed solve needs from its transport. All ranks

@@ -33,11 +33,7 @@ impl MpiRank {
     /// `mpiexec`) with more than one rank, judged by the environment the
     /// launchers set (MPICH/Hydra's PMI_SIZE, Open MPI's OMPI_COMM_WORLD_SIZE).
     pub fn launched() -> bool {
-        ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"]
-            .iter()
-            .filter_map(|k| std::env::var(k).ok())
-            .filter_map(|v| v.parse::<usize>().ok())
-            .any(|n| n > 1)
+        super::launcher_ranks().is_some()
     }
 }
 
