@@ -93,14 +93,27 @@ fn check_cell_labels(owner: &[Label], neighbour: &[Label], dir: &Path) -> Result
         return Ok(());
     };
     let n_cells = largest as usize + 1;
-    let mut has_face = vec![false; n_cells];
-    for (c, _, _) in entries() {
-        has_face[c as usize] = true;
-    }
-    let Some(first_empty) = has_face.iter().position(|&h| !h) else {
-        return Ok(());
+    let n_entries = owner.len() + neighbour.len();
+    let (first_empty, empty) = if n_cells <= n_entries {
+        let mut has_face = vec![false; n_cells];
+        for (c, _, _) in entries() {
+            has_face[c as usize] = true;
+        }
+        let Some(first_empty) = has_face.iter().position(|&h| !h) else {
+            return Ok(());
+        };
+        (first_empty, has_face.iter().filter(|&&h| !h).count())
+    } else {
+        // More cells than entries: some are in no face. Found from the
+        // entries alone, not a table as large as the corrupt label says.
+        let mut used: Vec<Label> = owner.iter().chain(neighbour).copied().collect();
+        used.sort_unstable();
+        used.dedup();
+        let first_empty = (0..used.len())
+            .find(|&i| used[i] as usize != i)
+            .unwrap_or(used.len());
+        (first_empty, n_cells - used.len())
     };
-    let empty = has_face.iter().filter(|&&h| !h).count();
     Err(MeshError::InFile {
         file: dir.join(file),
         msg: format!(
