@@ -61,9 +61,19 @@ fn edit(path: &Path, from: &str, to: &str) {
 /// Runs the binary with `args`, killed after `limit`: (exit code, stderr
 /// and stdout), the time it took. The pipes are drained while it runs.
 fn run_within(args: &[&str], limit: Duration) -> (Option<i32>, String, Duration) {
+    run_env_within(args, &[], limit)
+}
+
+/// [`run_within`] with the environment variables `env` set.
+fn run_env_within(
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (Option<i32>, String, Duration) {
     let clock = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
         .args(args)
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
@@ -420,4 +430,39 @@ fn disconnected_all_neumann_regions_get_a_level_each() {
     for (a, b) in first.iter().zip(&second) {
         assert!((a - b).abs() < 1e-8, "{first:?} vs {second:?}");
     }
+}
+
+/// A run that an MPI launcher started as one of N ranks, where this binary's
+/// MPI (none, or another implementation's) cannot join them, refuses instead
+/// of running the whole case N times over the same files; `-parallel`
+/// without a launcher is refused too.
+#[test]
+fn runs_started_by_a_foreign_mpi_launcher_are_refused() {
+    let dir = Scratch::new("launcher");
+    let case = steady_case(&dir);
+    // An MPI build (MPICH in CI) reads PMI_SIZE itself: only Open MPI's
+    // variable is foreign to it.
+    let variables: &[&str] = match cfg!(feature = "mpi") {
+        true => &["OMPI_COMM_WORLD_SIZE"],
+        false => &["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"],
+    };
+    for &variable in variables {
+        let (code, text, _) = run_env_within(
+            &["run", arg(&case)],
+            &[(variable, "2")],
+            Duration::from_secs(60),
+        );
+        let show = shown(&text);
+        assert_eq!(code, Some(2), "{variable}:\n{show}");
+        assert!(text.contains(&format!("2 ranks ({variable})")), "{show}");
+        assert!(!text.contains("panicked"), "{show}");
+        assert!(
+            !case.join("1").exists() && !case.join("VTK").exists(),
+            "{variable}: the refused run wrote results"
+        );
+    }
+    refused(
+        &["run", arg(&case), "-parallel"],
+        "-parallel: start the ranks with mpirun",
+    );
 }
