@@ -11,8 +11,10 @@
 //! | `<start>/U`, `<start>/p`, `<start>/phi` (optional) | the simpleFoam reader's conditions | initial fields |
 //!
 //! The final outer corrector relaxes with `UFinal`/`pFinal` factors, else
-//! with those of `U`/`p` (OpenFOAM v1912); the last pressure solve of a time
-//! step uses the `pFinal` solver. A restart at time T numbers its steps from
+//! with those of `U`/`p` (OpenFOAM v1912); the last pressure solve of every
+//! outer corrector uses the `pFinal` solver (v1912's `finalInnerIter`). The
+//! pimpleFoam momentum equation carries the laminar model's explicit stress
+//! (`div((nuEff*dev2(T(grad(U)))))`), icoFoam's does not. A restart at time T numbers its steps from
 //! round(T/Δt), so `writeControl timeStep` writes where an uninterrupted run
 //! writes. Entries nobody read are named in warnings.
 
@@ -159,6 +161,9 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         check_laminar(r)?;
     }
     let mut settings = SimpleSettings::new(nu);
+    // pimpleFoam's laminar model carries −∇·(ν dev2((∇U)ᵀ)) in UEqn; icoFoam's
+    // UEqn has the Laplacian alone.
+    settings.explicit_stress = application == Application::PimpleFoam;
     let (ddt, convection, schemes) = read_schemes(&schemes_dict, application)?;
     settings.schemes = Schemes {
         gamma_interpolation: settings.schemes.gamma_interpolation,
