@@ -247,13 +247,27 @@ fn pimple_cavity_matches_pimplefoam_with_one_and_two_outer_correctors() {
         "PIMPLE with 1 outer corrector vs PISO: {du:e}"
     );
 
+    // The stress term is computed as Gauss linear only; another scheme is refused.
+    let upwind_dir = pimple_cavity("pimple-upwind-stress", 1, "", "laminar");
+    let schemes = upwind_dir.join("system/fvSchemes");
+    let text = std::fs::read_to_string(&schemes).unwrap().replace(
+        "div((nuEff*dev2(T(grad(U))))) Gauss linear;",
+        "div((nuEff*dev2(T(grad(U))))) Gauss upwind;",
+    );
+    std::fs::write(&schemes, text).unwrap();
+    let err = read_transient_case(&upwind_dir).unwrap_err().to_string();
+    assert!(
+        err.contains("fvSchemes") && err.contains("'Gauss upwind'") && err.contains("Gauss linear"),
+        "{err}"
+    );
+
     let ras_dir = pimple_cavity("pimple-ras", 1, "", "RAS");
     let err = read_transient_case(&ras_dir).unwrap_err().to_string();
     assert!(
         err.contains("simulationType RAS") && err.contains("laminar"),
         "{err}"
     );
-    for dir in dirs.iter().chain([&ico, &ras_dir]) {
+    for dir in dirs.iter().chain([&ico, &upwind_dir, &ras_dir]) {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

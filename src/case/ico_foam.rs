@@ -4,7 +4,7 @@
 //! | file | entries | becomes |
 //! |---|---|---|
 //! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
-//! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
+//! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
 //! | `constant/momentumTransport` or `turbulenceProperties` (pimpleFoam) | `simulationType laminar` (anything else refused by name) | — |
@@ -23,8 +23,8 @@ use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, solve_linear};
 use super::setup::LinearSolver;
 use super::simple_foam::{
-    check_laminar, read_boundary, read_correctors_and_reference, read_viscosity,
-    velocity_pressure_schemes,
+    check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
+    read_viscosity, velocity_pressure_schemes,
 };
 use super::{CaseError, Device};
 use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
@@ -258,11 +258,17 @@ fn read_schemes(
     let (div_entry, div) = scheme(dict, "divSchemes", "div(phi,U)")?;
     let convection =
         TransientConvection::from_foam(&div).map_err(|e| at(div_entry, e.to_string()))?;
-    let divs = dict.get_dict("divSchemes")?;
-    for e in divs.entries() {
-        if e.key().contains("dev2(T(grad(U)))") || e.key().contains("dev(T(grad(U)))") {
-            divs.ignore(e.key());
+    match application {
+        // icoFoam has no stress term: an entry for it is not used.
+        Application::IcoFoam => {
+            let divs = dict.get_dict("divSchemes")?;
+            for e in divs.entries() {
+                if e.key().contains("dev2(T(grad(U)))") || e.key().contains("dev(T(grad(U)))") {
+                    divs.ignore(e.key());
+                }
+            }
         }
+        Application::PimpleFoam => check_stress_scheme(dict)?,
     }
     let viscous = match application {
         Application::IcoFoam => "laplacian(nu,U)",
