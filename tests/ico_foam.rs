@@ -156,13 +156,24 @@ fn residuals_function_object_writes_solver_info_as_openfoam() {
 }
 
 /// The cavity as a laminar pimpleFoam case with `outer` outer correctors and
-/// the given relaxation factors.
+/// the given relaxation factors, 10 steps written every 5 with 17 digits (as
+/// `scripts/pimple_foam_reference.sh` makes it).
 fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) -> PathBuf {
     let dir = case_copy(
         "cavity_ico",
         tag,
-        &[("application", "pimpleFoam"), ("endTime", "0.05")],
+        &[
+            ("application", "pimpleFoam"),
+            ("endTime", "0.05"),
+            ("writeInterval", "5"),
+            ("writePrecision", "17"),
+        ],
     );
+    let transport = dir.join("constant/transportProperties");
+    let text = std::fs::read_to_string(&transport)
+        .unwrap()
+        .replace("\nnu ", "\ntransportModel  Newtonian;\nnu ");
+    std::fs::write(&transport, text).unwrap();
     let solution = format!(
         "FoamFile {{ version 2.0; format ascii; class dictionary; object fvSolution; }}\n\
          solvers\n{{\n    p {{ solver PCG; preconditioner DIC; tolerance 1e-06; relTol 0.05; }}\n    \
@@ -190,22 +201,65 @@ fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) ->
     dir
 }
 
+/// max relative ΔU and Δp of the fields written in `dir` at `time` against
+/// `tests/data/pimple_foam_cavity/<reference>/<time>`.
+fn written_against_pimple_foam(dir: &Path, reference: &str, time: &str, n: usize) -> (f64, f64) {
+    let foam = repo("tests/data/pimple_foam_cavity")
+        .join(reference)
+        .join(time);
+    let read = |root: &Path| {
+        let u = VectorFieldFile::read(&root.join("U"), n).unwrap();
+        let p = ScalarFieldFile::read(&root.join("p"), n).unwrap();
+        (components(&u.internal.expand(n)), p.internal.expand(n))
+    };
+    let (u, p) = read(&dir.join(time));
+    let (u_ref, p_ref) = read(&foam);
+    (relative(&u, &u_ref), relative(&p, &p_ref))
+}
+
 #[test]
-fn pimple_with_one_outer_corrector_is_piso_and_more_correctors_relax() {
+fn pimple_cavity_matches_pimplefoam_with_one_and_two_outer_correctors() {
+    let relaxed = "relaxationFactors\n{\n    equations { U 0.9; UFinal 1; }\n    fields { p 0.7; pFinal 1; }\n}";
+    let mut dirs = Vec::new();
+    for (reference, outer, relaxation) in [("outer1", 1, ""), ("outer2", 2, relaxed)] {
+        let dir = pimple_cavity(reference, outer, relaxation, "laminar");
+        let summary = run(&dir);
+        assert_eq!(summary.steps, 10);
+        for time in ["0.025", "0.05"] {
+            let (du, dp) = written_against_pimple_foam(&dir, reference, time, summary.p.len());
+            eprintln!("pimpleFoam cavity, {outer} outer, t = {time}: ΔU {du:e}, Δp {dp:e}");
+            assert!(
+                du <= 1e-8 && dp <= 1e-8,
+                "{reference} {time}: U {du:e}, p {dp:e}"
+            );
+        }
+        dirs.push(dir);
+    }
+
+    // icoFoam's momentum equation lacks pimpleFoam's explicit laminar stress:
+    // with one outer corrector the two trajectories differ by that term only.
     let ico = case_copy("cavity_ico", "ico-short", &[("endTime", "0.05")]);
     let piso = run(&ico);
-    let pimple_dir = pimple_cavity("pimple-1", 1, "", "laminar");
-    let pimple = run(&pimple_dir);
-    assert_eq!(pimple.steps, 10);
+    let pimple = run(&dirs[0]);
     let du = relative(&components(&pimple.u), &components(&piso.u));
-    assert!(du < 1e-14, "PIMPLE with 1 outer corrector vs PISO: {du:e}");
+    assert!(
+        du > 1e-4 && du < 1e-1,
+        "PIMPLE with 1 outer corrector vs PISO: {du:e}"
+    );
 
-    // Two outer correctors, relaxed: a different but close trajectory.
-    let relaxed = "relaxationFactors\n{\n    equations { U 0.9; UFinal 1; }\n    fields { p 0.7; pFinal 1; }\n}";
-    let outer_dir = pimple_cavity("pimple-2", 2, relaxed, "laminar");
-    let outer = run(&outer_dir);
-    let du = relative(&components(&outer.u), &components(&piso.u));
-    assert!(du > 1e-8 && du < 1e-2, "2 outer correctors vs PISO: {du:e}");
+    // The stress term is computed as Gauss linear only; another scheme is refused.
+    let upwind_dir = pimple_cavity("pimple-upwind-stress", 1, "", "laminar");
+    let schemes = upwind_dir.join("system/fvSchemes");
+    let text = std::fs::read_to_string(&schemes).unwrap().replace(
+        "div((nuEff*dev2(T(grad(U))))) Gauss linear;",
+        "div((nuEff*dev2(T(grad(U))))) Gauss upwind;",
+    );
+    std::fs::write(&schemes, text).unwrap();
+    let err = read_transient_case(&upwind_dir).unwrap_err().to_string();
+    assert!(
+        err.contains("fvSchemes") && err.contains("'Gauss upwind'") && err.contains("Gauss linear"),
+        "{err}"
+    );
 
     let ras_dir = pimple_cavity("pimple-ras", 1, "", "RAS");
     let err = read_transient_case(&ras_dir).unwrap_err().to_string();
@@ -213,7 +267,7 @@ fn pimple_with_one_outer_corrector_is_piso_and_more_correctors_relax() {
         err.contains("simulationType RAS") && err.contains("laminar"),
         "{err}"
     );
-    for dir in [&ico, &pimple_dir, &outer_dir, &ras_dir] {
+    for dir in dirs.iter().chain([&ico, &upwind_dir, &ras_dir]) {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -4,15 +4,17 @@
 //! | file | entries | becomes |
 //! |---|---|---|
 //! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
-//! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
+//! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
 //! | `constant/momentumTransport` or `turbulenceProperties` (pimpleFoam) | `simulationType laminar` (anything else refused by name) | — |
 //! | `<start>/U`, `<start>/p`, `<start>/phi` (optional) | the simpleFoam reader's conditions | initial fields |
 //!
 //! The final outer corrector relaxes with `UFinal`/`pFinal` factors, else
-//! with those of `U`/`p` (OpenFOAM v1912); the last pressure solve of a time
-//! step uses the `pFinal` solver. A restart at time T numbers its steps from
+//! with those of `U`/`p` (OpenFOAM v1912); the last pressure solve of every
+//! outer corrector uses the `pFinal` solver (v1912's `finalInnerIter`). The
+//! pimpleFoam momentum equation carries the laminar model's explicit stress
+//! (`div((nuEff*dev2(T(grad(U)))))`), icoFoam's does not. A restart at time T numbers its steps from
 //! round(T/Δt), so `writeControl timeStep` writes where an uninterrupted run
 //! writes. Entries nobody read are named in warnings.
 
@@ -21,8 +23,8 @@ use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, solve_linear};
 use super::setup::LinearSolver;
 use super::simple_foam::{
-    check_laminar, read_boundary, read_correctors_and_reference, read_viscosity,
-    velocity_pressure_schemes,
+    check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
+    read_viscosity, velocity_pressure_schemes,
 };
 use super::{CaseError, Device};
 use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
@@ -159,6 +161,9 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         check_laminar(r)?;
     }
     let mut settings = SimpleSettings::new(nu);
+    // pimpleFoam's laminar model carries −∇·(ν dev2((∇U)ᵀ)) in UEqn; icoFoam's
+    // UEqn has the Laplacian alone.
+    settings.explicit_stress = application == Application::PimpleFoam;
     let (ddt, convection, schemes) = read_schemes(&schemes_dict, application)?;
     settings.schemes = Schemes {
         gamma_interpolation: settings.schemes.gamma_interpolation,
@@ -253,11 +258,17 @@ fn read_schemes(
     let (div_entry, div) = scheme(dict, "divSchemes", "div(phi,U)")?;
     let convection =
         TransientConvection::from_foam(&div).map_err(|e| at(div_entry, e.to_string()))?;
-    let divs = dict.get_dict("divSchemes")?;
-    for e in divs.entries() {
-        if e.key().contains("dev2(T(grad(U)))") || e.key().contains("dev(T(grad(U)))") {
-            divs.ignore(e.key());
+    match application {
+        // icoFoam has no stress term: an entry for it is not used.
+        Application::IcoFoam => {
+            let divs = dict.get_dict("divSchemes")?;
+            for e in divs.entries() {
+                if e.key().contains("dev2(T(grad(U)))") || e.key().contains("dev(T(grad(U)))") {
+                    divs.ignore(e.key());
+                }
+            }
         }
+        Application::PimpleFoam => check_stress_scheme(dict)?,
     }
     let viscous = match application {
         Application::IcoFoam => "laplacian(nu,U)",

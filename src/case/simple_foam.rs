@@ -279,7 +279,14 @@ fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
     }
     let (div_entry, div) = scheme(dict, "divSchemes", "div(phi,U)")?;
     let convection = Convection::from_foam(&div).map_err(|e| at(div_entry, e.to_string()))?;
-    // The explicit laminar stress ∇·(ν dev2((∇U)ᵀ)) is computed as `Gauss linear`.
+    check_stress_scheme(dict)?;
+    let schemes = velocity_pressure_schemes(dict, "laplacian(nuEff,U)")?;
+    Ok((convection, schemes))
+}
+
+/// The scheme of the laminar model's explicit stress ∇·(ν dev2((∇U)ᵀ)): it is
+/// computed as `Gauss linear`, so that (or a default of it) is required.
+pub(super) fn check_stress_scheme(dict: &FoamDict) -> Result<(), CaseError> {
     let (stress_entry, stress) = scheme(dict, "divSchemes", STRESS_DIV)?;
     if stress != "Gauss linear" {
         return Err(at(
@@ -290,8 +297,7 @@ fn read_schemes(dict: &FoamDict) -> Result<(Convection, Schemes), CaseError> {
             ),
         ));
     }
-    let schemes = velocity_pressure_schemes(dict, "laplacian(nuEff,U)")?;
-    Ok((convection, schemes))
+    Ok(())
 }
 
 /// The Laplacian scheme of `viscous` (`laplacian(nuEff,U)`) and of p, and the

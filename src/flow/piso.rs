@@ -14,21 +14,29 @@
 //!    convection term (`Gauss linear`: central weights, implicit; upwind,
 //!    linearUpwind and limitedLinear as in SIMPLE; `bounded` subtracts
 //!    (∇·φ)U), relaxed by α_U (PIMPLE; `UFinal`'s factor on the last outer
-//!    corrector). With `momentumPredictor` it is solved with −∇p on the right.
+//!    corrector). pimpleFoam's laminar model adds its explicit stress
+//!    −∇·(ν dev2((∇U)ᵀ)) ([`Simple::explicit_stress`], from the U the outer
+//!    corrector starts from; enabled by [`SimpleSettings::explicit_stress`]),
+//!    which vanishes for constant ν in the continuum but not discretely;
+//!    icoFoam has no such term. With `momentumPredictor` it is solved with −∇p
+//!    on the right.
 //! 3. per PISO corrector: rAU = V/a_P, HbyA = H/a_P with the current U,
 //!    φ_HbyA = (HbyA)_f·S_f + (rAU)_f ddtCorr, where ddtCorr is OpenFOAM's
 //!    `fvc::ddtCorr(U, φ)`: (1 − min(|φ⁰ − U⁰_f·S_f| / (|φ⁰| + 10⁻¹⁵), 1))
 //!    (φ⁰ − U⁰_f·S_f)/Δt (backward: the scheme's combination of the two old
 //!    levels), zero on fixed-value velocity patches; then the pressure equation
 //!    ∇·(rAU ∇p) = ∇·φ_HbyA (`nNonOrthogonalCorrectors + 1` solves; the last
-//!    solve of the last corrector of the last outer corrector with the `pFinal`
-//!    solver), φ = φ_HbyA − the equation's flux, the continuity errors of
-//!    `continuityErrs.H` (times Δt), p relaxed by α_p (PIMPLE), and
-//!    U = HbyA − rAU ∇p.
+//!    solve of the last corrector of every outer corrector with the `pFinal`
+//!    solver, as v1912's `finalInnerIter`), φ = φ_HbyA − the equation's flux,
+//!    the continuity errors of `continuityErrs.H` (times Δt), p relaxed by α_p
+//!    towards the p of the outer corrector's start (PIMPLE; `pFinal`'s factor
+//!    on the last outer corrector), and U = HbyA − rAU ∇p with the relaxed p.
+//!
+//! icoFoam and laminar pimpleFoam (1 and 2 outer correctors, relaxed) match
+//! OpenFOAM v1912 on the cavity to ~1e-14 (`tests/ico_foam.rs`).
 //!
 //! Not done: adjustPhi (closed domains with flux-adjustable patches),
-//! `fixedFluxPressure`, the explicit ∇·(ν dev2((∇U)ᵀ)) of pimpleFoam's
-//! laminar stress (zero for constant ν in the continuous limit).
+//! `fixedFluxPressure`.
 
 use super::simple::{Convection, MomentumSolver, PressureSolve, Simple, SimpleSettings};
 use super::{FlowError, VelocityCondition};
@@ -436,9 +444,20 @@ impl<'m> Piso<'m> {
             } else {
                 self.settings.relaxation_u
             };
+            // pimpleFoam's laminar stress, explicit from the U this outer
+            // corrector starts from (all components before any is solved).
+            let stress = if self.simple.settings().explicit_stress {
+                self.simple.explicit_stress()
+            } else {
+                Vec::new()
+            };
             let mut equations = Vec::with_capacity(components.len());
-            for k in 0..components.len() {
-                equations.push(self.momentum_equation(k, &u_old, alpha_u)?);
+            for (k, &c) in components.iter().enumerate() {
+                let (matrix, mut source) = self.momentum_equation(k, &u_old, alpha_u)?;
+                for (s, t) in source.iter_mut().zip(&stress) {
+                    *s += t[c];
+                }
+                equations.push((matrix, source));
             }
             let mut residuals = Vec::new();
             if self.settings.momentum_predictor {
@@ -483,10 +502,20 @@ impl<'m> Piso<'m> {
                     }
                 }
             }
+            // p of the outer corrector's start: every corrector relaxes
+            // towards it (OpenFOAM stores p's previous iteration per outer
+            // corrector and relaxes p before each momentum correction).
             let p_before = self.simple.p.clone();
+            let alpha_p = if final_outer {
+                self.settings.relaxation_p_final
+            } else {
+                self.settings.relaxation_p
+            };
             let first_p_solve = p_solves.len();
             for corrector in 0..self.settings.n_correctors {
-                let final_corrector = final_outer && corrector + 1 == self.settings.n_correctors;
+                // v1912's `finalInnerIter()`: the last solve of the last PISO
+                // corrector of every outer corrector, not only of the last.
+                let final_corrector = corrector + 1 == self.settings.n_correctors;
                 let (r_au, hbya) = self.h_by_a(&equations);
                 let mut phi_hbya = self.simple.face_flux(&hbya);
                 self.add_ddt_correction(&mut phi_hbya, &r_au, &u_old, &phi_old);
@@ -498,21 +527,16 @@ impl<'m> Piso<'m> {
                     .pressure_equation(&r_au, &phi_hbya, &mut solve)?;
                 p_solves.extend(solves);
                 continuity = self.continuity_errors();
+                if alpha_p < 1.0 {
+                    for (p, old) in self.simple.p.iter_mut().zip(&p_before) {
+                        *p = old + alpha_p * (*p - old);
+                    }
+                }
                 let grad_p = self.simple.pressure_system().0.gradient(&self.simple.p);
                 for i in 0..n {
                     for &c in &components {
                         self.simple.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
                     }
-                }
-            }
-            let alpha_p = if final_outer {
-                self.settings.relaxation_p_final
-            } else {
-                self.settings.relaxation_p
-            };
-            if alpha_p < 1.0 {
-                for (p, old) in self.simple.p.iter_mut().zip(&p_before) {
-                    *p = old + alpha_p * (*p - old);
                 }
             }
             let p_initial = p_solves[first_p_solve].initial_residual;
