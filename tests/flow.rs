@@ -173,7 +173,20 @@ case = "cavity"
     assert!(summary.converged && summary.iterations < 400, "{summary:?}");
     let (table, passed) = summary.validation.unwrap();
     assert!(table.contains("Ghia") && passed, "{table}");
-    assert!(dir.join("results").read_dir().unwrap().count() == 2);
+    // One VTK step of the converged fields, its series, and the residual plot.
+    let mut written: Vec<String> = dir
+        .join("results")
+        .read_dir()
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(written.len(), 4, "{written:?}");
+    assert!(written.iter().any(|f| f.ends_with(".pvd")), "{written:?}");
+    assert!(
+        written.iter().any(|f| f.ends_with("_residuals.png")),
+        "{written:?}"
+    );
 
     // A smoother that needs symmetry, and an unknown velocity condition, are
     // refused with file, line and key.

@@ -107,14 +107,21 @@ fn steady_runs_write_the_last_iteration_unless_an_interval_is_given() {
         );
         let pvd = case.join("results/output_steady_case.pvd");
         assert_eq!(pvd_times(&pvd).len(), steps, "{extra}");
-        let last_lines: Vec<&str> = log.lines().rev().take(3).collect();
-        assert!(
-            last_lines
-                .iter()
-                .any(|l| l.starts_with(&format!("Wrote {steps} VTK step(s)"))
-                    && l.ends_with(&pvd.display().to_string())),
-            "{log}"
-        );
+        // The run's log ends naming what it wrote: after that line come only
+        // `End` and the phase table.
+        let lines: Vec<&str> = log.lines().collect();
+        let wrote = lines
+            .iter()
+            .rposition(|l| {
+                l.starts_with(&format!("Wrote {steps} VTK step(s)"))
+                    && l.ends_with(&pvd.display().to_string())
+            })
+            .unwrap_or_else(|| panic!("no 'Wrote' line:\n{log}"));
+        let table = lines[wrote..]
+            .iter()
+            .position(|l| l.starts_with("Wall time by phase"))
+            .map_or(lines.len(), |at| wrote + at);
+        assert!(lines[wrote + 1..table].iter().all(|l| *l == "End"), "{log}");
         check_with_vtk(&pvd, 512, "T");
     }
     let cwd_entries: Vec<_> = std::fs::read_dir(&cwd).unwrap().collect();
