@@ -1,4 +1,4 @@
-// Assembly of the FVM Laplacian straight into mod-SELL (seed 000 §2.5 and §9.2,
+// Assembly of the FVM Laplacian straight into mod-SELL (Wikberg 2024, §2.5 and §9.2,
 // "GPU assembly directly into mod. SELL"; appended after spmv.cu and pcg.cu in
 // one module: u64 and block_sum come from spmv.cu). The host data and its
 // layout: src/gpu/assembly.rs (AssemblyMap).

@@ -1,4 +1,4 @@
-// Incomplete LU on the GPU by level scheduling (src/gpu/ilu.rs; seed 004
+// Incomplete LU on the GPU by level scheduling (src/gpu/ilu.rs; Yang 2015
 // §2.9-2.11): the numeric ILU factorisation on the padded ILU(k) pattern and
 // the forward/backward sweeps, one launch per level, one thread per row, and
 // the gather/scatter of the Schwarz preconditioner (src/solve/schwarz.rs).

@@ -1,4 +1,4 @@
-// Polynomial preconditioners (seed 003 §2.2–2.7; appended to spmv.cu, uses
+// Polynomial preconditioners (Zhang and Zhang 2013, §2.2–2.7; appended to spmv.cu, uses
 // modsell_row_t and u64 from there). CPU reference: src/solve/polynomial.rs
 // (`Evaluator::apply`), same steps, same operation order:
 //   t_0 = D^-1 r;  step j = 1..m:  y = D^-1 A t_in,

@@ -40,7 +40,7 @@ extern "C" __global__ void zero_vector(int n, double* __restrict__ x, const doub
     if (i < n) x[i] = 0.0;
 }
 
-// Weighted / L1 Jacobi sweep (seed 000 §4.1), one block per slice, blockDim =
+// Weighted / L1 Jacobi sweep (Wikberg 2024, §4.1), one block per slice, blockDim =
 // H, H doubles of dynamic shared memory (x_own: x of the slice's own rows; not
 // named modsell_shared, spmv.cu's untyped array of the mod-SELL row products):
 // x_new = x + scale * (b - A x), with

@@ -1,5 +1,5 @@
 // SpMV kernels (FP64) and the deterministic block reduction shared with pcg.cu.
-// Formats: src/sparse/csr.rs, src/sparse/modsell.rs (seed 000 §3).
+// Formats: src/sparse/csr.rs, src/sparse/modsell.rs (Wikberg 2024, §3).
 
 typedef unsigned long long u64;
 
@@ -94,7 +94,7 @@ __device__ __forceinline__ int modsell_part_code(int c, int row, int first) {
     }
 }
 
-// One row of y = A x in modified SELL (seed 000 §3.5 `ellpack_shared`,
+// One row of y = A x in modified SELL (Wikberg 2024, §3.5 `ellpack_shared`,
 // padding skipped explicitly), row blockIdx.x * H + threadIdx.x with
 // H = blockDim.x: the block stages x[s*H .. s*H+H) in shared memory; code > 0
 // reads x[code-1], code < 0 reads shared[-(code+1)], code 0 is padding.

@@ -1503,12 +1503,12 @@ struct BenchArgs {
     krylov_cd: Vec<String>,
     /// Also the ILU rows: GMRES(20) with ILU(0), ILU(1), DILU and (nested)
     /// RAS against GMRES-Jacobi (set-up, levels, iterations, solve, total),
-    /// on the thesis' 3-D Poisson grid (seed 004, its numbers in the row
+    /// on Yang 2015's 3-D Poisson grid (Yang 2015, its numbers in the row
     /// labels) and on the convection-diffusion system of each --krylov-cd
     /// mesh; level counts by ordering.
     #[arg(long)]
     ilu: bool,
-    /// Cells per side of the --ilu Poisson grid (the thesis: 120).
+    /// Cells per side of the --ilu Poisson grid (Yang 2015: 120).
     #[arg(long, default_value_t = 120)]
     ilu_grid: usize,
     /// Also the FSAI rows: static FSAI (power 1, 2) and aFSAI (steps 5, 10,

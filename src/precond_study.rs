@@ -1,4 +1,4 @@
-//! `fvpoisson preconditioners CASE`: seed 001's experiment on a case's
+//! `fvpoisson preconditioners CASE`: Gupta et al. 2011's experiment on a case's
 //! matrix (`/work/shared/notes/001_deflated_pcg.md`). For each PCG
 //! preconditioner (and on the GPU those it has), with and without subdomain
 //! deflation: iterations, the Lanczos estimate of the condition number of the
@@ -80,7 +80,7 @@ pub const GPU_KINDS: [PreconditionerKind; 4] = [
 /// lists that fvpoisson has. The seed's cond(A) is also shown next to
 /// `jacobi` (κ(D⁻¹A) = κ(Ã), Ã = D^-1/2 A D^-1/2): with a 10³ jump no set-up
 /// gives κ(A) ≈ 10⁴, and the seed's κ(A)/κ(Neu) ratios are those of a
-/// matrix without a jump, as Ã nearly is (README, seed 001).
+/// matrix without a jump, as Ã nearly is (README, Gupta et al. 2011).
 pub fn seed_table1(kind: PreconditionerKind) -> Option<f64> {
     match kind {
         PreconditionerKind::None | PreconditionerKind::Jacobi => Some(9.68e3),

@@ -1,4 +1,4 @@
-//! Equilibrated PCG (`solve::equilibrate`, seed 000 §6.5–6.6): the same
+//! Equilibrated PCG (`solve::equilibrate`, Wikberg 2024, §6.5–6.6): the same
 //! answers and the same convergence test as the unscaled solve on FVM systems
 //! (Dirichlet and all-Neumann) on the CPU, and on the GPU the same as the CPU.
 //! The GPU tests print `skipped: no CUDA device` and pass where there is no

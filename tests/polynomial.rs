@@ -113,7 +113,7 @@ fn polynomials_reduce_pcg_iterations_and_reach_the_dic_solution() {
                     assert!(d < 1e-8, "{spec} {p}: {d}");
                     assert!(perf.iterations < jacobi.iterations, "{spec} {p}");
                     if kind == PolynomialKind::LeastSquares && bound == EigenBound::Gershgorin {
-                        // L-S iterations fall with the degree (seed 003 Table 3).
+                        // L-S iterations fall with the degree (Zhang and Zhang 2013, Table 3).
                         assert!(perf.iterations < previous_ls, "{spec} {p}");
                         previous_ls = perf.iterations;
                     }
@@ -163,7 +163,7 @@ fn mixed_precision_reaches_the_accuracy_of_double() {
 
 #[test]
 fn mixed_precision_apply_stays_close_to_double() {
-    // The Chebyshev-basis recurrence in f32 (seed 003 §2.5: ~1e-6 in scalar tests).
+    // The Chebyshev-basis recurrence in f32 (Zhang and Zhang 2013, §2.5: ~1e-6 in scalar tests).
     use fvpoisson::solve::polynomial::{lanczos_start, PolynomialPreconditioner};
     use fvpoisson::solve::LinearOperator;
     println!("mesh | kind | degree | max |z_f32 − z_f64| / max |z_f64|");

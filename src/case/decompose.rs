@@ -1,4 +1,4 @@
-//! A case split over ranks (issue 10), in OpenFOAM's `processorK` layout:
+//! A case split over ranks, in OpenFOAM's `processorK` layout:
 //!
 //! ```text
 //! CASE/processorK/constant/polyMesh/cellProcAddressing   local → global cell (labelList)

@@ -525,7 +525,7 @@ fn pressure_condition(
 }
 
 /// The mean wall time of an outer iteration and of its parts, where the
-/// pressure equation's share is the point of the GPU (issue 9's table).
+/// pressure equation's share is the point of the GPU (the benchmark's table).
 fn log_phase_times(simple: &Simple, pressure_solve_seconds: f64) {
     let iterations = simple.iteration().max(1) as f64;
     let t = simple.phase_seconds();

@@ -1,4 +1,4 @@
-//! The Laplacian assembled on the GPU, straight into mod-SELL (seed 000 §2.5
+//! The Laplacian assembled on the GPU, straight into mod-SELL (Wikberg 2024, §2.5
 //! and §9.2 "GPU assembly directly into mod. SELL", the seed's future-work
 //! item; kernels in `kernels/assembly.cu`).
 //!

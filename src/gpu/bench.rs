@@ -68,7 +68,7 @@ fn poisson_problem(mesh: &Mesh, gamma: CellField) -> LaplacianProblem {
 }
 
 /// Bench cases `bubble:MESH`: the density-contrast problem of [`BUBBLE_CASE`]
-/// (seed 001's 3-D bubble, density ratio 1000, harmonic Γ; p fixed at ymax,
+/// (Gupta et al. 2011's 3-D bubble, density ratio 1000, harmonic Γ; p fixed at ymax,
 /// walls zeroGradient) on the mesh source MESH, e.g.
 /// `bubble:box:110x110x110:tet:perturb=0.2:renumber`; b = A x* for a random x*.
 pub const BUBBLE_PREFIX: &str = "bubble:";
@@ -300,7 +300,7 @@ pub struct BenchSettings {
     /// Write each case's matrix in each ordering as Matrix Market
     /// (`DIR/<case>.<ordering>.mtx`) for `benches/cusparse_cupy.py`.
     pub write_mtx: Option<PathBuf>,
-    /// Also the smoother rows (seed 000 Table 4.1's shape) and PCG with each
+    /// Also the smoother rows (Wikberg 2024, Table 4.1's shape) and PCG with each
     /// smoother as preconditioner (`smooth_bench`).
     pub smoothers: bool,
     /// Sweeps per smoother row (the seed: 1000).
@@ -329,7 +329,7 @@ pub struct BenchSettings {
     /// Meshes whose convection–diffusion system the Krylov rows solve too.
     pub krylov_cd: Vec<String>,
     /// Also the ILU rows (`ilu_bench`): GMRES(20) with ILU(k), DILU and
-    /// (nested) RAS against GMRES-Jacobi on the thesis' 3-D Poisson grid of
+    /// (nested) RAS against GMRES-Jacobi on Yang 2015's 3-D Poisson grid of
     /// this size (cells per side) and on the convection–diffusion systems of
     /// `krylov_cd`.
     pub ilu_grid: Option<usize>,
@@ -775,7 +775,7 @@ impl CaseBench<'_> {
     /// Jacobi-PCG on the device with the rows in `ordering`: the solve to
     /// tolerance (host clock; returned, in s), the iterations on the device
     /// clock against their bandwidth floor in each launch mode, and CG on the
-    /// equilibrated systems (seed 000 §6.5–6.6) against Jacobi-PCG.
+    /// equilibrated systems (Wikberg 2024, §6.5–6.6) against Jacobi-PCG.
     fn pcg_iterations(
         &self,
         ordering: RowOrdering,

@@ -1,6 +1,6 @@
 //! `fvpoisson bench --deflation`: time to solution (setup + solve) of PCG
 //! with Jacobi, Neu1 and Neu2 on the GPU, each with and without subdomain
-//! deflation (`gpu::deflation`), against the CPU's DIC-PCG (seed 001 §6).
+//! deflation (`gpu::deflation`), against the CPU's DIC-PCG (Gupta et al. 2011, §6).
 //!
 //! The rows are in RCM order (the GPU's default) and the subdomains are
 //! blocks of consecutive RCM rows (level-set slabs; `--deflation-subdomains`

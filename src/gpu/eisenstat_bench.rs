@@ -59,7 +59,7 @@ const ONE_BY_ONE: EisenstatOptions = EisenstatOptions {
     ..DEFAULT_OPTIONS
 };
 
-/// The default case: the 8M-cell perturbed tet box of issue 5's target.
+/// The default case: the 8M-cell perturbed tet box of the preconditioner benchmarks.
 pub const DEFAULT_CASE: &str = "box:110x110x110:tet:perturb=0.2:renumber";
 
 /// The rows of `cases` and a markdown table for the README.

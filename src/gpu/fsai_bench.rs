@@ -1,5 +1,5 @@
 //! `fvpoisson bench --fsai`: PCG with FSAI (`solve::fsai`, `gpu::fsai`)
-//! against Jacobi-PCG measured in the same run (seed 002 §6.10: the paper
+//! against Jacobi-PCG measured in the same run (Bernaschi et al. 2019, §6.10: the paper
 //! claims aFSAI cuts Jacobi's iterations 5–9× on Poisson-like matrices; the
 //! question here is whether the total time wins as well).
 //!
@@ -94,7 +94,7 @@ fn label(s: &FsaiSettings) -> String {
     l
 }
 
-/// The device setup's breakdown (seed 002 §2.7: gradient ≈ 48–50 %, gather ≈ 30 %,
+/// The device setup's breakdown (Bernaschi et al. 2019, §2.7: gradient ≈ 48–50 %, gather ≈ 30 %,
 /// Cholesky ≈ 13.5–15 %), rows per step count and, for the default settings,
 /// the CPU reference setup's time (rayon) with the device's speedup over it
 /// (the paper: 7.5× over 4 CPU cores).

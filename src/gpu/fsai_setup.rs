@@ -1,5 +1,5 @@
 //! FSAI set-up on the device (`kernels/fsai.cu`), the paper's structure
-//! (seed 002 §2.4–2.7) with the CPU reference's arithmetic
+//! (Bernaschi et al. 2019, §2.4–2.7) with the CPU reference's arithmetic
 //! (`solve::fsai::fsai_setup`, FSAI_SPEC.md), so that G is the same bits in
 //! f64.
 //!
@@ -81,7 +81,7 @@ pub struct FsaiSetupStats {
 }
 
 impl FsaiSetupStats {
-    /// The per-kernel breakdown, one line (seed 002 §2.7's shares).
+    /// The per-kernel breakdown, one line (Bernaschi et al. 2019, §2.7's shares).
     pub fn describe(&self) -> String {
         let kernels = self.gradient_ms
             + self.gather_ms

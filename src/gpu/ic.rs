@@ -139,7 +139,7 @@ pub struct DeviceIncompleteCholesky<'g> {
 }
 
 /// f32 copies of the values (read by DIC), the factor and L's diagonal, and
-/// the f32 work vector of the sweeps (seed 003 Algorithm 6: PCG stays f64).
+/// the f32 work vector of the sweeps (Zhang and Zhang 2013, Algorithm 6: PCG stays f64).
 struct MixedIc {
     vals: CudaSlice<f32>,
     factor: CudaSlice<f32>,

@@ -3,7 +3,7 @@
 //! the same matrix and row order.
 //!
 //! The symbolic ILU(k) pattern and the Schwarz decomposition (METIS, overlap,
-//! the block matrix) are built on the host, as the thesis does (seed 004
+//! the block matrix) are built on the host, as Yang 2015 does (Yang 2015
 //! §2.10); the numeric factorisation runs on the device level by level (row
 //! i's factor needs the rows of its L part: the forward schedule of the
 //! padded pattern), and each sweep is one launch per level, one thread per

@@ -1,7 +1,7 @@
 //! `fvpoisson bench --ilu`: GMRES(20) with level-scheduled ILU(k), DILU and
 //! (nested) restricted additive Schwarz on the GPU (`gpu::ilu`) against
-//! GMRES(20) with Jacobi measured in the same run, in the thesis' setting
-//! (seed 004 §3.4–3.5: 3-D Poisson 120³, 7-point, Dirichlet; GMRES(20), left
+//! GMRES(20) with Jacobi measured in the same run, in Yang 2015's setting
+//! (Yang 2015, §3.4–3.5: 3-D Poisson 120³, 7-point, Dirichlet; GMRES(20), left
 //! preconditioning, MGS) and on the convection–diffusion system of each
 //! `--krylov-cd` mesh (swirling upwind flow, `fvm::convection`). The
 //! `--krylov` rows (`krylov_bench`) list DILU, ILU(0) and RAS too, next to
@@ -9,9 +9,9 @@
 //!
 //! Per row: set-up (host: ILU(k) pattern, METIS decomposition; device:
 //! numeric factorisation), forward/backward levels (each a kernel launch per
-//! application), Arnoldi steps and restart cycles (the thesis' "Iteration"
+//! application), Arnoldi steps and restart cycles (Yang 2015's "Iteration"
 //! counts cycles, note §3.7), solve time, total and the speed-up of the total
-//! over GMRES-Jacobi. The thesis' numbers are quoted in the row labels of the
+//! over GMRES-Jacobi. Yang 2015's numbers are quoted in the row labels of the
 //! configurations it ran (nested RAS on 1 and 4 Tesla C2050/C2070 against one
 //! Xeon X5570 thread; tolerance, right-hand side and x0 unstated). Its
 //! "outer RAS" counts GPUs; here one GPU runs all outer sub-domains (the
@@ -20,7 +20,7 @@
 //!
 //! Tolerance: OpenFOAM's normalised residual 1e-6 from x = 0 (the bench's),
 //! right-hand side b = A·1. CPU rows (sequential sweeps, one thread for the
-//! triangular solves) for ILU(0) and the thesis' Seq 1 unless `--no-cpu`.
+//! triangular solves) for ILU(0) and Yang 2015's Seq 1 unless `--no-cpu`.
 
 use std::time::Instant;
 
@@ -41,7 +41,7 @@ use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::testing::grid_laplacian;
 use crate::sparse::Csr;
 
-/// The thesis' GMRES(20) + nested RAS ILU(k) rows for 3D_Poisson (Tables
+/// Yang 2015's GMRES(20) + nested RAS ILU(k) rows for 3D_Poisson (Tables
 /// 5.6/5.10), as (our preconditioner, its label): Seq (outer, inner,
 /// δo, δi), k, "Iteration" (restart cycles), GPU time (1 or 4 C2050s), one
 /// CPU thread.
@@ -82,7 +82,7 @@ const OWN: [&str; 5] = [
     "ras:subdomains=64:overlap=1:fill=0:nested=8:inner-overlap=1",
 ];
 
-/// The thesis' method: GMRES(20), MGS, left preconditioning.
+/// Yang 2015's method: GMRES(20), MGS, left preconditioning.
 fn thesis_gmres() -> KrylovMethod {
     KrylovMethod::Gmres(GmresSettings {
         restart: 20,
@@ -92,7 +92,7 @@ fn thesis_gmres() -> KrylovMethod {
     })
 }
 
-/// The thesis' matrix: the 7-point Dirichlet Laplacian of a `g`³ grid.
+/// Yang 2015's matrix: the 7-point Dirichlet Laplacian of a `g`³ grid.
 pub fn thesis_rows(gpu: &Gpu, g: usize, settings: &BenchSettings) -> anyhow::Result<Vec<Row>> {
     let a = grid_laplacian(g, g, g);
     let case = format!("3D_Poisson {g}^3");

@@ -1,7 +1,7 @@
 //! `fvpoisson bench --krylov`: GMRES(20) (MGS and CGS2, right; MGS left, the
 //! thesis's setting) and PBiCGStab with each preconditioner of
 //! [`preconditioners`] on the GPU (`gpu::krylov`) and on the CPU reference
-//! (`solve::krylov`), on each bench case (the FVM Poisson system; the thesis's
+//! (`solve::krylov`), on each bench case (the FVM Poisson system; Yang 2015's
 //! 3-D Poisson 120³ is `box:120x120x120`: 7-point, Dirichlet) and on the
 //! convection–diffusion systems of `--krylov-cd` meshes
 //! (`fvm::convection::convection_diffusion`, swirling flow, cell Péclet ≈ 7).
@@ -51,7 +51,7 @@ pub struct KrylovPreconditioner {
 }
 
 /// The preconditioners the `--krylov` rows measure (DILU, ILU(0) and RAS:
-/// `gpu::ilu`; `--ilu` has their set-up, levels and the thesis' table).
+/// `gpu::ilu`; `--ilu` has their set-up, levels and Yang 2015's table).
 pub fn preconditioners() -> Vec<KrylovPreconditioner> {
     vec![
         KrylovPreconditioner {

@@ -599,7 +599,7 @@ impl Gpu {
     }
 
     /// Lets `kernel` be launched with `bytes` of dynamic shared memory per
-    /// block (above 48 KB a kernel must opt in, seed 000 §4.3.1 (4.15)).
+    /// block (above 48 KB a kernel must opt in, Wikberg 2024, §4.3.1 (4.15)).
     pub fn allow_dynamic_shared(&self, kernel: &'static str, bytes: usize) -> Result<(), GpuError> {
         use cudarc::driver::sys::CUfunction_attribute;
         let bytes = i32::try_from(bytes).map_err(|_| {

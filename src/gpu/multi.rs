@@ -1,4 +1,4 @@
-//! PCG over several GPUs in one process (issue 10): the rows are split by a
+//! PCG over several GPUs in one process: the rows are split by a
 //! [`Decomposition`] (METIS or explicit owners, e.g. slabs of a box), each
 //! rank's local system ([`LocalMatrix`]) lives on one GPU, and
 //! [`MultiGpuBackend`] is a [`CgBackend`], so `solve::pcg` runs unchanged.

@@ -1,5 +1,5 @@
 //! Peer-to-peer links between the GPUs of one process, the multi-GPU PCG's
-//! fastest transport ([`super::multi::Transport::Peer`], issue 10): each
+//! fastest transport ([`super::multi::Transport::Peer`]): each
 //! rank stores its halo values and its reduction sums straight into its
 //! peers' memory (NVLink or PCIe peer access) and raises a flag there; the
 //! reader waits on the flag in its own memory (`kernels/peer.cu` states the

@@ -13,7 +13,7 @@
 //! As a smoother ([`DevicePolynomial::sweep`], `gpu::smooth`), the first
 //! kernel computes D⁻¹(b − A x) with the f64 matrix and the last adds z to x.
 //!
-//! Mixed precision (seed 003 §2.7): an f32 twin of the mod-SELL values and
+//! Mixed precision (Zhang and Zhang 2013, §2.7): an f32 twin of the mod-SELL values and
 //! diagonal ([`DeviceModSellF32`], indices shared), f32 work vectors; r is
 //! read and z written in f64 by the first and last kernels.
 

@@ -1,7 +1,7 @@
 //! `fvpoisson bench --polynomial`: time to solution of PCG with each
 //! polynomial preconditioner (`gpu::polynomial`; Neumann, Chebyshev and least
 //! squares of degree 2, 4 and 8, in f64 and mixed precision) against the fused
-//! Jacobi-PCG and the CPU's DIC-PCG in the same run (seed 003 §7.5: the
+//! Jacobi-PCG and the CPU's DIC-PCG in the same run (Zhang and Zhang 2013, §7.5: the
 //! comparison the paper never made).
 //!
 //! All GPU rows solve the RCM-ordered system on one backend built beforehand

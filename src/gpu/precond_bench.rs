@@ -1,7 +1,7 @@
 //! `fvpoisson bench --preconditioners`: time to solution of PCG on the device
 //! with every device preconditioner, in f64 and, where it has one, mixed
 //! precision, against Jacobi-PCG on the device and the CPU's DIC-PCG in the
-//! same run (issue 6's table).
+//! same run (the benchmark's table).
 //!
 //! Per case the system is ordered once per layout the preconditioners need
 //! (RCM; RCM renumbered colour by colour; grown blocks for block Jacobi and

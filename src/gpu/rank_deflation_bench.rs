@@ -1,5 +1,5 @@
 //! `fvpoisson bench --rank-deflation [MESH..]`: subdomain deflation on GPU
-//! ranks (issue 10; `gpu::multi::pcg_over_ranks`, one deflation vector per
+//! ranks (`gpu::multi::pcg_over_ranks`, one deflation vector per
 //! rank) against the same ranks without it, measured in the same run.
 //!
 //! Per mesh (default [`DEFAULT_MESHES`]) and rank count (`--deflation-ranks`,

@@ -1,5 +1,5 @@
 //! The SIMPLE outer iteration of [`crate::flow::simple`] on the device
-//! (issue 9; kernels in `kernels/assembly.cu` and `kernels/simple.cu`).
+//! (kernels in `kernels/assembly.cu` and `kernels/simple.cu`).
 //!
 //! [`DeviceSimple`] keeps a [`DeviceLaplacian`] of the pressure equation
 //! (pattern, assembly map and geometry uploaded once per run, rows in reverse

@@ -9,7 +9,7 @@
 //!   colour. The solves renumber the rows colour by colour first
 //!   ([`colour_layout`]), so that the list is the identity and each colour's
 //!   rows are contiguous in mod-SELL.
-//! - Block Jacobi (seed 000 §4.3, the seed's `smooth_kern`): one thread block
+//! - Block Jacobi (Wikberg 2024, §4.3, the seed's `smooth_kern`): one thread block
 //!   per mod-SELL slice; the slice's local matrix in shared memory. The rows
 //!   are ordered by [`crate::sparse::blocks::grown_blocks`] so that slices are
 //!   compact; [`block_layout`] picks the largest slice height ≤ `blockSize`

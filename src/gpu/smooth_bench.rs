@@ -1,4 +1,4 @@
-//! `fvpoisson bench --smoothers`: the smoother comparison of seed 000 Table 4.1,
+//! `fvpoisson bench --smoothers`: the smoother comparison of Wikberg 2024, Table 4.1,
 //! and PCG time to solution with each smoother as the preconditioner against
 //! Jacobi-PCG, on each bench mesh.
 //!

@@ -1,4 +1,4 @@
-//! Communication between the ranks of a distributed solve (issue 10): who am
+//! Communication between the ranks of a distributed solve: who am
 //! I, how many are we, a deterministic all-reduce and the halo exchange of a
 //! [`LocalMatrix`]. Three transports implement [`Communicator`]:
 //! - [`SingleProcess`]: one rank, nothing to exchange;

@@ -1,4 +1,4 @@
-//! Block Jacobi (seed 000 §4.3): the CPU reference of the GPU kernel
+//! Block Jacobi (Wikberg 2024, §4.3): the CPU reference of the GPU kernel
 //! `smooth_block` (`kernels/smooth.cu`, the seed's `smooth_kern`, note §5.6).
 //!
 //! Blocks are runs of `block_size` consecutive rows (on the GPU a mod-SELL

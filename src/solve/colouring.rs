@@ -1,4 +1,4 @@
-//! Colourings of a matrix graph for multicolour Gauss–Seidel (seed 000 §4.2.1:
+//! Colourings of a matrix graph for multicolour Gauss–Seidel (Wikberg 2024, §4.2.1:
 //! discussed there and rejected; AmgX and HPCG use it): no two coupled rows
 //! share a colour, so the rows of one colour update in parallel.
 //!

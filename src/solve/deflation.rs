@@ -1,4 +1,4 @@
-//! Subdomain deflation: two-level PCG (seed 001 §4–§6, Algorithm 1, as
+//! Subdomain deflation: two-level PCG (Gupta et al. 2011, §4–§6, Algorithm 1, as
 //! corrected in `/work/shared/notes/001_deflated_pcg.md`).
 //!
 //! Z holds one piecewise-constant vector per subdomain (1 on its rows, 0

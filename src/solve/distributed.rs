@@ -1,4 +1,4 @@
-//! PCG over ranks (issue 10): the [`CgBackend`] of one rank's rows of a
+//! PCG over ranks: the [`CgBackend`] of one rank's rows of a
 //! distributed matrix ([`LocalMatrix`]) with a [`Communicator`]. The PCG loop
 //! is `pcg::pcg`, unchanged: A p needs the halo of p (exchanged while the
 //! interior rows are multiplied), dot products and Σ|r| are summed over the

@@ -1,4 +1,4 @@
-//! Symmetric diagonal equilibration (seed 000 §6.5–6.6, with the errata of
+//! Symmetric diagonal equilibration (Wikberg 2024, §6.5–6.6, with the errata of
 //! §11.11 fixed): PCG solves the scaled system Â y = b̂ with Â = S A S,
 //! b̂ = S b and x = S y, for a positive diagonal S. Â is symmetric positive
 //! (semi-)definite when A is, so CG applies unchanged.

@@ -1,4 +1,4 @@
-//! Restarted GMRES(m) (Saad & Schultz 1986; seed 004 §2.3, Algorithm 6 with
+//! Restarted GMRES(m) (Saad & Schultz 1986; Yang 2015, §2.3, Algorithm 6 with
 //! the errata of §8), written once over the fused steps of
 //! [`KrylovBackend`]: Arnoldi with modified Gram–Schmidt or CGS2, Givens
 //! rotations on the host, left or right preconditioning, and flexible GMRES
@@ -15,7 +15,7 @@
 //! estimate. The history is monotone (non-increasing up to round-off): GMRES
 //! minimises over a growing space within a cycle and restarts from the
 //! minimiser. `tolerance`, `relTol`, `maxIter` and `minIter` act on these
-//! numbers; iterations are Arnoldi steps (the thesis counts restart cycles,
+//! numbers; iterations are Arnoldi steps (Yang 2015 counts restart cycles,
 //! logged at debug level).
 
 use super::krylov::{record, GmresSettings, KrylovBackend, Orthogonalization, PreconditioningSide};

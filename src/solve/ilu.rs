@@ -1,5 +1,5 @@
-//! Incomplete LU for nonsymmetric matrices (seed 004 §2.9–2.11): ILU(k) as
-//! the thesis decouples it — the symbolic level-of-fill pattern
+//! Incomplete LU for nonsymmetric matrices (Yang 2015, §2.9–2.11): ILU(k) as
+//! Yang 2015 decouples it — the symbolic level-of-fill pattern
 //! (`sparse::fill`), then ILU(0) in the IKJ order on A padded with zeros at
 //! the fill positions — and OpenFOAM's DILU, which modifies only the
 //! diagonal.

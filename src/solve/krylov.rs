@@ -1,4 +1,4 @@
-//! Krylov solvers for nonsymmetric systems (seed 004): the fused steps both
+//! Krylov solvers for nonsymmetric systems (Yang 2015): the fused steps both
 //! GMRES(m) (`gmres`) and BiCGStab (`bicgstab`) are written over, the CPU
 //! (rayon) reference backend, and their settings.
 //!
@@ -102,7 +102,7 @@ pub trait KrylovBackend {
 /// Gram–Schmidt variant of GMRES's Arnoldi process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Orthogonalization {
-    /// Modified Gram–Schmidt (the thesis's, Saad Alg. 6.2): j dependent dots.
+    /// Modified Gram–Schmidt (Yang 2015's, Saad Alg. 6.2): j dependent dots.
     #[default]
     Mgs,
     /// Classical Gram–Schmidt run twice ("twice is enough"): two block
@@ -113,7 +113,7 @@ pub enum Orthogonalization {
 /// Which side of A the preconditioner multiplies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum PreconditioningSide {
-    /// M⁻¹ A x = M⁻¹ b: GMRES minimises ‖M⁻¹ r‖₂ (the thesis's setting).
+    /// M⁻¹ A x = M⁻¹ b: GMRES minimises ‖M⁻¹ r‖₂ (Yang 2015's setting).
     Left,
     /// A M⁻¹ u = b, x = M⁻¹ u: GMRES minimises the true ‖r‖₂.
     #[default]

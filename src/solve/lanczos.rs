@@ -1,6 +1,6 @@
 //! Spectrum estimates of the preconditioned operator from the PCG
 //! coefficients (the Lanczos connection: Saad, "Iterative Methods for Sparse
-//! Linear Systems", §6.7.3), as seed 001 §3.4 reports condition numbers
+//! Linear Systems", §6.7.3), as Gupta et al. 2011, §3.4 reports condition numbers
 //! (Table 1).
 //!
 //! With α_j = (r·z)_j / (p·Ap)_j and β_j = (r·z)_{j+1} / (r·z)_j, the m × m

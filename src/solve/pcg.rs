@@ -4,7 +4,7 @@
 //!
 //! The same loop is flexible PCG (Notay 2000, FCG(1)) when the backend's
 //! preconditioner is not a fixed linear operator (a block smoother with an
-//! inner CG, seed 000 §9.2): the backend then returns z · q from
+//! inner CG, Wikberg 2024, §9.2): the backend then returns z · q from
 //! [`CgBackend::flexible_term`] and β = −(z_{k+1} · A p_k)/(p_k · A p_k), the
 //! Polak–Ribière form, replaces OpenFOAM's Fletcher–Reeves β = (r·z)_{k+1}/(r·z)_k.
 //! For a symmetric linear preconditioner both are equal in exact arithmetic.

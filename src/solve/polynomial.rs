@@ -1,4 +1,4 @@
-//! Polynomial preconditioners (seed 003 §2.2–2.7): M⁻¹ = s(D⁻¹A) D⁻¹, a
+//! Polynomial preconditioners (Zhang and Zhang 2013, §2.2–2.7): M⁻¹ = s(D⁻¹A) D⁻¹, a
 //! polynomial s of degree m in the Jacobi-scaled matrix, applied with m
 //! products by A. With Ã = D^-½ A D^-½ this is D^-½ s(Ã) D^-½: the seed's
 //! polynomial on the symmetrically scaled system, without storing Ã.
@@ -397,7 +397,7 @@ pub fn lanczos_start(n: usize) -> Vec<f64> {
 
 /// `steps` Lanczos steps on Ã = D^-½ A D^-½ (no reorthogonalisation) from
 /// [`lanczos_start`], and the Zhou–Saad upper bound θ_max(T_k) + ‖f_k‖
-/// (seed 003 §2.6). Stops early (exact invariant subspace) when ‖f‖ vanishes.
+/// (Zhang and Zhang 2013, §2.6). Stops early (exact invariant subspace) when ‖f‖ vanishes.
 /// Runs on the host (k CSR products) for the GPU solves too.
 pub fn lanczos_bound(a: &Csr, steps: usize) -> Result<f64, SolveError> {
     let t = Triangles::new(a, "polynomial")?;

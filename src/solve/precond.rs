@@ -35,7 +35,7 @@ pub enum PreconditionerKind {
     /// Symmetric Gauss-Seidel (SSOR with ω = 1) in natural row order: one
     /// symmetric sweep of the `symGaussSeidel` smoother from z = 0.
     SymGaussSeidel,
-    /// Truncated Neumann series, first order (seed 001 §3.3, `neumann`).
+    /// Truncated Neumann series, first order (Gupta et al. 2011, §3.3, `neumann`).
     Neumann1,
     /// Truncated Neumann series, second order.
     Neumann2,
@@ -431,14 +431,14 @@ impl Preconditioner {
     }
 }
 
-/// The highest ILU fill level accepted (the thesis uses 0 to 3).
+/// The highest ILU fill level accepted (Yang 2015 uses 0 to 3).
 pub const MAX_FILL_LEVEL: u32 = 8;
 
 /// An ILU fill level that is too high for the pattern to stay sparse.
 pub fn check_fill_level(k: u32) -> Result<(), String> {
     if k > MAX_FILL_LEVEL {
         return Err(format!(
-            "ILU fill level {k} is too high (at most {MAX_FILL_LEVEL}; the thesis uses 0 to 3)"
+            "ILU fill level {k} is too high (at most {MAX_FILL_LEVEL}; Yang 2015 uses 0 to 3)"
         ));
     }
     Ok(())

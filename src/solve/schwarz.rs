@@ -1,5 +1,5 @@
-//! Restricted additive Schwarz over METIS sub-domains (seed 004 §2.4–2.8,
-//! Cai & Sarkis), with the thesis' nested variant, and its symmetric
+//! Restricted additive Schwarz over METIS sub-domains (Yang 2015, §2.4–2.8,
+//! Cai & Sarkis), with Yang 2015's nested variant, and its symmetric
 //! counterpart for PCG.
 //!
 //! Sub-domains W_b⁰ come from a METIS k-way partition of the matrix graph
@@ -12,7 +12,7 @@
 //! by exactly one block.
 //!
 //! All blocks' principal submatrices A[W, W] are concatenated head to tail
-//! into one block-diagonal matrix B (the thesis' per-GPU L and U, §2.7). Its
+//! into one block-diagonal matrix B (Yang 2015's per-GPU L and U, §2.7). Its
 //! factors are the blocks' factors, and a level schedule of B merges the
 //! blocks' levels: as many levels as the deepest block, each as wide as all
 //! blocks together — the point of the inner blocks. One application:

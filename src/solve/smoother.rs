@@ -1,4 +1,4 @@
-//! Smoothers: stationary iterations x ← x + M⁻¹(b − A x) (seed 000 Ch. 4),
+//! Smoothers: stationary iterations x ← x + M⁻¹(b − A x) (Wikberg 2024 Ch. 4),
 //! used as solvers (OpenFOAM's `smoothSolver`, [`super::smooth_solver`]) and,
 //! run from x = 0, as PCG preconditioners ([`SmootherPreconditioner`]).
 //!
@@ -14,7 +14,7 @@
 //! - Block Jacobi (§4.3, [`super::block_jacobi`]).
 //! - OpenFOAM's `DIC` and `DICGaussSeidel` smoothers (CPU only).
 //! - Polynomial smoothers x ← x + s(D⁻¹A) D⁻¹ (b − A x) (`Neumann`,
-//!   `Chebyshev`, `leastSquares`, [`super::polynomial`]; seed 003 §7.7):
+//!   `Chebyshev`, `leastSquares`, [`super::polynomial`]; Zhang and Zhang 2013, §7.7):
 //!   |1 − t s(t)| ≤ 1 on [0, b], small on the upper part of the spectrum.
 
 use std::fmt;

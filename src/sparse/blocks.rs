@@ -1,5 +1,5 @@
 //! Row blocks for block smoothers: a block is a run of `block` consecutive rows
-//! (on the GPU a mod-SELL slice, seed 000 §4.3: one thread block per slice).
+//! (on the GPU a mod-SELL slice, Wikberg 2024, §4.3: one thread block per slice).
 //!
 //! A block-Jacobi smoother only helps where a block's rows are coupled to each
 //! other. Cuthill–McKee orders rows by BFS level sets, and on 3-D meshes a level
@@ -77,7 +77,7 @@ pub fn in_slice_counts(a: &Csr, slice_height: usize) -> Vec<u32> {
 }
 
 /// The fraction of off-diagonal entries whose column lies in the row's block
-/// (λ of seed 000 Table 3.1 for slices of `block` rows; 0 without off-diagonals).
+/// (λ of Wikberg 2024, Table 3.1 for slices of `block` rows; 0 without off-diagonals).
 pub fn in_block_fraction(a: &Csr, block: usize) -> f64 {
     let (mut inside, mut all) = (0usize, 0usize);
     for r in 0..a.n_rows() {

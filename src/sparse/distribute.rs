@@ -1,4 +1,4 @@
-//! A square matrix distributed over ranks (issue 10): each rank owns the rows
+//! A square matrix distributed over ranks: each rank owns the rows
 //! of one part (METIS k-way by default) and sees the rows it couples to on
 //! other ranks as a halo.
 //!

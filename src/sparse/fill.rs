@@ -1,5 +1,5 @@
 //! Symbolic ILU(k): the pattern of the incomplete LU factors with level of
-//! fill at most k (seed 004 §2.10, the decoupled ILU(k) of Algorithm 13 in the
+//! fill at most k (Yang 2015, §2.10, the decoupled ILU(k) of Algorithm 13 in the
 //! sparse form of Saad's Algorithm 10.5; note §8 erratum 6).
 //!
 //! Every entry of A has level 0; a fill entry (i, j) created when row p
@@ -9,7 +9,7 @@
 //! diagonal is always in the pattern (level 0 when A lacks it: the numeric
 //! phase then meets a zero pivot and says so). The numeric phase
 //! (`solve::ilu`) runs ILU(0) on A padded with explicit zeros at the fill
-//! positions, as the thesis does.
+//! positions, as Yang 2015 does.
 
 use std::collections::BTreeMap;
 

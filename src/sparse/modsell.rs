@@ -1,4 +1,4 @@
-//! Sliced ELLPACK (SELL, Monakov et al. 2010) and the modified SELL of seed 000
+//! Sliced ELLPACK (SELL, Monakov et al. 2010) and the modified SELL of Wikberg 2024
 //! §3.2 (Wikberg 2024): the diagonal stored apart and in-slice columns coded
 //! so that a GPU block reads their x from shared memory.
 //!
@@ -121,7 +121,7 @@ impl Sell {
     }
 }
 
-/// Modified SELL (seed 000 §3.2): `diag` apart; off-diagonals per slice with
+/// Modified SELL (Wikberg 2024, §3.2): `diag` apart; off-diagonals per slice with
 /// column codes `c + 1` (column outside the slice: x from global memory),
 /// `−(c − s·H) − 1` (inside: x from shared memory at offset c − s·H) and `0`
 /// (padding, value 0). Off-diagonals of a row are in ascending column order.
@@ -316,7 +316,7 @@ impl ModSell {
         self.off_diagonals
     }
 
-    /// λ of seed 000 Table 3.1: the fraction of off-diagonals whose x comes
+    /// λ of Wikberg 2024, Table 3.1: the fraction of off-diagonals whose x comes
     /// from shared memory (0 for a diagonal matrix).
     pub fn lambda(&self) -> f64 {
         if self.off_diagonals == 0 {
@@ -362,7 +362,7 @@ mod tests {
     use super::*;
     use crate::sparse::testing::random_symmetric;
 
-    /// The 9 × 9 example of seed 000 §3.1 (the seed slices it with H = 3; the
+    /// The 9 × 9 example of Wikberg 2024, §3.1 (the seed slices it with H = 3; the
     /// codes below are worked by hand for one slice of H = 32).
     fn seed_example() -> Csr {
         let rows: [&[(u32, f64)]; 9] = [

@@ -1,5 +1,5 @@
 //! Slice ordering by graph partitioning: the domain-decomposition ordering
-//! that seed 000 §3.3 suggests and leaves untested (Wikberg 2024, §3.2.1:
+//! that Wikberg 2024, §3.3 suggests and leaves untested (Wikberg 2024, §3.2.1:
 //! "it would be interesting to consider the effect of different domain
 //! decompositions").
 //!

@@ -102,8 +102,8 @@ pub fn dense(a: &Csr) -> DMatrix<f64> {
 
 /// The 7-point Laplacian of an nx × ny × nz grid with Dirichlet boundaries
 /// eliminated (5-point when nz = 1), natural order (x fastest): diagonal
-/// 2·(dimensions), −1 per neighbour. At 120³ it is the thesis' 3D_Poisson
-/// (seed 004 §3.2: 1,728,000 rows, 12,009,600 nonzeros).
+/// 2·(dimensions), −1 per neighbour. At 120³ it is Yang 2015's 3D_Poisson
+/// (Yang 2015, §3.2: 1,728,000 rows, 12,009,600 nonzeros).
 pub fn grid_laplacian(nx: usize, ny: usize, nz: usize) -> Csr {
     let n = nx * ny * nz;
     let diag = if nz > 1 { 6.0 } else { 4.0 };

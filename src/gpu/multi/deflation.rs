@@ -1,4 +1,4 @@
-//! Subdomain deflation over GPU ranks (issue 10): `solve::distributed`'s
+//! Subdomain deflation over GPU ranks: `solve::distributed`'s
 //! [`RankDeflation`](crate::solve::distributed::RankDeflation) on the
 //! device, for a [`MultiGpuBackend`] (a rank of a distributed run,
 //! `for_rank`, or all ranks in one process, `new`). One deflation vector per
