@@ -90,6 +90,7 @@ p = { type = "zeroGradient" }
 div = "bounded Gauss linearUpwind grad(U)"
 [SIMPLE]
 consistent = true
+explicitStress = true
 maxIterations = 2000
 residualControl = { U = 1e-6, p = 1e-6 }
 [relaxationFactors]

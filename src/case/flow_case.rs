@@ -23,6 +23,9 @@
 //! [SIMPLE]
 //! nNonOrthogonalCorrectors = 0
 //! consistent = true               # SIMPLEC (default false)
+//! explicitStress = false          # simpleFoam's explicit −∇·(ν dev2((∇U)ᵀ)) (default
+//!                                 # false: zero for constant ν in the continuum limit;
+//!                                 # OpenFOAM cases have it, and run U on the host on GPUs)
 //! pRefCell = 0                    # where no patch fixes p
 //! pRefValue = 0.0
 //! maxIterations = 2000            # default 1000
@@ -153,6 +156,8 @@ struct SimpleSection {
     n_non_orth_correctors: Option<Spanned<usize>>,
     #[serde(default)]
     consistent: bool,
+    #[serde(rename = "explicitStress", default)]
+    explicit_stress: bool,
     #[serde(rename = "pRefCell", default)]
     p_ref_cell: usize,
     #[serde(rename = "pRefValue", default)]
@@ -297,6 +302,9 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
             .map_err(|e| src.error(n.span(), format!("simple.{e}")))?;
     }
     settings.consistent = simple.consistent;
+    // Off unless asked: the device SIMPLE loop has no kernel for it, and
+    // native cases keep their momentum predictor on the GPU.
+    settings.explicit_stress = simple.explicit_stress;
     settings.p_ref_cell = simple.p_ref_cell;
     settings.p_ref_value = simple.p_ref_value;
     if let Some(r) = &simple.residual_control {
