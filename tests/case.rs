@@ -2,6 +2,9 @@
 //! cases against their exact solutions, transient and semi-implicit runs, the
 //! files a run writes, and `fvpoisson run` on the command line.
 
+mod common;
+use common::Scratch;
+
 use fvpoisson::case::case_toml::parse_case;
 use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, Device, RunSummary};
 use fvpoisson::solve::distributed::Deflation;
@@ -10,34 +13,6 @@ use fvpoisson::sparse::RowOrdering;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// An empty scratch directory unique to this test process and `tag`,
-/// removed when dropped (kept when the test panics, to look at).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("fvpoisson_case_{}_{tag}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-}
 
 fn shipped(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,38 +3,14 @@
 //! the entry, file or limit at fault (never a panic, an abort or a hang);
 //! a run that does not converge ends with exit code 1 and a summary line.
 
+mod common;
+use common::Scratch;
+
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A scratch directory removed afterwards (kept when a test fails).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("fvp_hard_{}_{tag}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-}
 
 /// The shipped laplacianFoam case (240 cells, residualControl 1e-7) copied to `dir/case`.
 fn steady_case(dir: &Path) -> PathBuf {

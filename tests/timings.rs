@@ -4,27 +4,8 @@
 
 mod common;
 
-use common::fvpoisson;
-use std::path::{Path, PathBuf};
-
-/// A scratch directory removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("fvpoisson_timings_{name}_{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::{fvpoisson, Scratch};
+use std::path::Path;
 
 const POISSON: &str = r#"
 [mesh]

@@ -187,3 +187,34 @@ pub fn flow_fields(at: &std::path::Path, n: usize) -> (Vec<fvpoisson::mesh::Vec3
             .expand(n),
     )
 }
+
+/// An empty scratch directory unique to this test process and `tag`, removed
+/// when dropped (kept when the test panics, to look at).
+#[allow(dead_code)] // not every test that shares this module needs one
+pub struct Scratch(pub std::path::PathBuf);
+
+#[allow(dead_code)]
+impl Scratch {
+    pub fn new(tag: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("fvpoisson_scratch_{}_{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        Self(dir)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
