@@ -802,7 +802,7 @@ pub fn run_flow_case_with_mesh(
         (Device::Cpu | Device::Distributed(_), _) => None,
     };
     let solver = setup.pressure_solver;
-    let gamg_cache = gamg_cache(mesh, &geometry);
+    let gamg_cache = gamg_cache(mesh, &geometry, &[&solver]);
     let mut pressure_solve_seconds = 0.0;
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
         let _solve = device.phase(Phase::Solve);

@@ -483,7 +483,7 @@ pub fn run_transient_case(
     };
     let (p_solver, p_final) = (setup.pressure_solver, setup.pressure_final);
     let mut p_iterations = 0;
-    let gamg_cache = gamg_cache(mesh, &geometry);
+    let gamg_cache = gamg_cache(mesh, &geometry, &[&p_solver, &p_final]);
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, last| {
         let solver = if last { &p_final } else { &p_solver };
         let perf = solve_linear(

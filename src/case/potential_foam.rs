@@ -229,7 +229,7 @@ pub fn run_potential_foam(
         Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
         Device::Cpu | Device::Distributed(_) => None,
     };
-    let gamg_cache = gamg_cache(&mesh, &geometry);
+    let gamg_cache = gamg_cache(&mesh, &geometry, &[&solver]);
     let solve: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
         solve_linear(
             device,

@@ -644,7 +644,14 @@ impl<'a> Run<'a> {
                 Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
                 Device::Cpu | Device::Distributed(_) => None,
             },
-            gamg_cache: gamg_cache(mesh, geometry),
+            gamg_cache: gamg_cache(
+                mesh,
+                geometry,
+                &[&setup.solver.regular]
+                    .into_iter()
+                    .chain(&setup.solver.final_corrector)
+                    .collect::<Vec<_>>(),
+            ),
             clock,
         };
         timings::timed(Phase::Assembly, || run.apply_implicit_source(0.0))?;
@@ -1075,7 +1082,13 @@ impl<'a> Run<'a> {
 
 /// GAMG's cache for the systems of `mesh`: its internal faces, whose areas
 /// weight the `faceAreaPair` agglomeration.
-pub(crate) fn gamg_cache(mesh: &Mesh, geometry: &Geometry) -> GamgCache {
+/// What OpenFOAM's GAMG keeps between the solves of `solvers`: the mesh's
+/// internal faces (`faceAreaPair` weights) where one of them is GAMG, nothing
+/// otherwise (the copy is 32 bytes a face).
+pub(crate) fn gamg_cache(mesh: &Mesh, geometry: &Geometry, solvers: &[&LinearSolver]) -> GamgCache {
+    if solvers.iter().all(|s| s.gamg.is_none()) {
+        return GamgCache::default();
+    }
     let n = mesh.n_internal_faces();
     GamgCache::for_mesh(MeshFaces {
         owner: mesh.owner()[..n].to_vec(),
