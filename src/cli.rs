@@ -684,7 +684,7 @@ fn open_rank_gpu(
     let gpu = rank_gpu(device, gpus, index);
     let outcome = gpu.as_ref().map(|_| ()).map_err(|e| format!("{e:#}"));
     match (gpu, crate::parallel::collective::agree(comm, outcome)) {
-        (Err(e), _) => Err(e.context(format!("rank {}", comm.rank()))),
+        (Err(e), _) => Err(e),
         (Ok(_), Err(failure)) => anyhow::bail!("could not open the GPUs: {failure}"),
         (Ok(gpu), Ok(())) => Ok(gpu),
     }
@@ -714,31 +714,52 @@ fn run_threads(
     let outcomes = crate::parallel::threads::run_ranks(n, |comm| {
         // Each rank's phases on its own thread; rank 0's join this thread's account.
         let clock = PhaseClock::start();
-        let gpu = open_rank_gpu(comm, device, gpus, Communicator::rank(comm))?;
-        let run = case::decompose::run_distributed(&setup, mesh.clone(), comm, gpu.as_ref());
-        crate::gpu::multi::release_kept_comms();
-        run.map(|summary| (summary, clock.finish()))
-            .with_context(|| format!("rank {}", Communicator::rank(comm)))
+        let run = open_rank_gpu(comm, device, gpus, Communicator::rank(comm)).and_then(|gpu| {
+            let run = case::decompose::run_distributed(&setup, mesh.clone(), comm, gpu.as_ref());
+            crate::gpu::multi::release_kept_comms();
+            Ok(run?)
+        });
+        run.map(|summary| (summary, clock.finish())).map_err(|e| {
+            let agreed = crate::parallel::collective::take_agreed_failure();
+            let own = agreed
+                .as_ref()
+                .is_none_or(|f| f.rank == Communicator::rank(comm));
+            let report = rank_report(Communicator::rank(comm), agreed.as_ref(), &e);
+            (own, report)
+        })
     });
-    // The first rank's own error: the ranks that stopped waiting for it
-    // (PeerStopped) only echo it.
+    // The failing rank's own error: the ranks that learnt of it (an echo
+    // naming it) or stopped waiting for it (PeerStopped) only repeat it.
     let mut stopped = None;
+    let mut echo = None;
     let mut first = None;
     for outcome in outcomes {
         match outcome {
             Ok(Ok(ranked)) => first = first.or(Some(ranked)),
-            Ok(Err(e)) => return Err(e),
+            Ok(Err((true, own))) => anyhow::bail!("{own}"),
+            Ok(Err((false, report))) => echo = echo.or(Some(report)),
             Err(peer_stopped) => stopped = stopped.or(Some(peer_stopped)),
         }
     }
-    match (stopped, first) {
-        (Some(peer_stopped), _) => anyhow::bail!("{peer_stopped}"),
-        (None, Some((summary, rank0))) => {
+    match (echo, stopped, first) {
+        (Some(report), ..) => anyhow::bail!("{report}"),
+        (None, Some(peer_stopped), _) => anyhow::bail!("{peer_stopped}"),
+        (None, None, Some((summary, rank0))) => {
             timings::absorb(&rank0);
             Ok(run_exit_code(&summary))
         }
-        (None, None) => Ok(0),
+        (None, None, None) => Ok(0),
     }
+}
+
+/// What rank `rank` reports of the error `e` its run ended with, given the
+/// failure the ranks agreed on ([`crate::parallel::collective::rank_report`]).
+fn rank_report(
+    rank: usize,
+    agreed: Option<&crate::parallel::collective::RankFailure>,
+    e: &anyhow::Error,
+) -> String {
+    crate::parallel::collective::rank_report(rank, agreed, error_chain(e))
 }
 
 /// `mpirun -np N fvpoisson run CASE`: this process is one rank.
@@ -763,31 +784,78 @@ fn run_mpi(
              (MPICH: mpiexec.mpich, Open MPI: mpirun.openmpi)"
         );
     }
-    // Rank 0 holds the case's lock; every rank stops if it could not.
-    let lock = (comm.rank() == 0).then(|| case_lock(case_dir));
-    let mut locked = [f64::from(u8::from(matches!(lock, None | Some(Ok(_)))))];
-    comm.sum(&mut locked);
-    let _lock = lock.transpose()?;
-    if locked[0] < comm.size() as f64 {
-        anyhow::bail!("rank 0 could not take the lock of {}", case_dir.display());
-    }
-    if let Some(n) = ranks.filter(|&n| n != comm.size()) {
-        anyhow::bail!(
-            "--ranks {n} but mpirun started {} ranks; give one of them",
-            comm.size()
-        );
-    }
     if comm.rank() != 0 {
         crate::parallel::set_quiet(true);
     }
-    let (mut setup, mesh) = read_for_ranks(case_dir)?;
-    case::decompose::check_rank_count(mesh.n_cells(), comm.size())?;
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_mpi_rank(&comm, case_dir, ranks, device, gpus, vtk)
+    }));
+    // A rank whose error the others know of (it was agreed) leaves with
+    // them; one that failed alone, or panicked, may leave the others waiting
+    // in a collective that never completes: MPI_Abort ends every rank.
+    let rank = comm.rank();
+    let has_peers = comm.size() > 1;
+    match outcome {
+        Ok(Ok(code)) => Ok(code),
+        Ok(Err(e)) => {
+            let agreed = crate::parallel::collective::take_agreed_failure();
+            let report = rank_report(rank, agreed.as_ref(), &e);
+            if agreed.is_none() && has_peers {
+                eprintln!("error: {report}");
+                eprintln!("error: rank {rank} failed alone: MPI_Abort stops every rank");
+                comm.abort(EXIT_ERROR);
+            }
+            anyhow::bail!("{report}")
+        }
+        Err(_) if has_peers => {
+            // The panic hook printed what and where.
+            eprintln!("error: rank {rank} failed alone: MPI_Abort stops every rank");
+            comm.abort(EXIT_ERROR)
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// [`run_mpi`] on this process's rank of `comm`: every failure a rank may
+/// meet alone (the lock, reading the case, opening its GPU, its part of the
+/// run, its output) is agreed by every rank, so that all stop with the
+/// failing rank's message.
+#[cfg(feature = "mpi")]
+fn run_mpi_rank(
+    comm: &crate::parallel::mpi::MpiRank,
+    case_dir: &Path,
+    ranks: Option<usize>,
+    device: crate::gpu::DeviceChoice,
+    gpus: Option<&[usize]>,
+    vtk: Option<VtkChoice>,
+) -> anyhow::Result<i32> {
+    use crate::parallel::Communicator;
+    // Rank 0 holds the case's lock; every rank reads the case and its mesh.
+    let prepared = (|| {
+        let lock = match comm.rank() {
+            0 => case_lock(case_dir)?,
+            _ => None,
+        };
+        if let Some(n) = ranks.filter(|&n| n != comm.size()) {
+            anyhow::bail!(
+                "--ranks {n} but mpirun started {} ranks; give one of them",
+                comm.size()
+            );
+        }
+        let (setup, mesh) = read_for_ranks(case_dir)?;
+        case::decompose::check_rank_count(mesh.n_cells(), comm.size())?;
+        Ok((lock, setup, mesh))
+    })()
+    .map_err(|e| error_chain(&e));
+    let (_lock, mut setup, mesh) =
+        crate::parallel::collective::agreed(comm, prepared, |_| 1, |f| f.to_string())
+            .map_err(anyhow::Error::msg)?;
     if let Some(vtk) = vtk {
         vtk.apply(&mut setup.output);
     }
     log::info!("{} MPI ranks", comm.size());
-    let gpu = open_rank_gpu(&comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
-    let run = case::decompose::run_distributed(&setup, mesh, &comm, gpu.as_ref());
+    let gpu = open_rank_gpu(comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
+    let run = case::decompose::run_distributed(&setup, mesh, comm, gpu.as_ref());
     crate::gpu::multi::release_kept_comms();
     let summary = run?;
     Ok(match comm.rank() {

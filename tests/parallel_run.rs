@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::{Duration, Instant};
 
 mod common;
 use common::{fvpoisson, internal_field, max_diff_over_max};
@@ -493,45 +494,234 @@ fn mpi_launcher() -> String {
     }
 }
 
+/// Runs `command` with its output to `log_path` and a deadline: a hung rank
+/// fails the test (after `limit`) instead of CI. Its exit status, output and
+/// wall time.
+fn run_logged(
+    mut command: std::process::Command,
+    log_path: &Path,
+    limit: Duration,
+) -> (std::process::ExitStatus, String, Duration) {
+    let log = std::fs::File::create(log_path).unwrap();
+    let name = command.get_program().to_string_lossy().into_owned();
+    let clock = Instant::now();
+    let mut child = command
+        .env_remove("RUST_LOG")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{name}: {e} (Debian: apt-get install mpich)"));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if clock.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{name} did not finish in {limit:?}:\n{}",
+                std::fs::read_to_string(log_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = clock.elapsed();
+    (status, std::fs::read_to_string(log_path).unwrap(), took)
+}
+
+/// `mpirun -np 2 fvpoisson run DIR`, killed after `limit`.
+#[cfg(feature = "mpi")]
+fn mpirun_two_ranks(dir: &Path, limit: Duration) -> (std::process::ExitStatus, String, Duration) {
+    let mut command = std::process::Command::new(mpi_launcher());
+    command
+        .args(["-np", "2", env!("CARGO_BIN_EXE_fvpoisson"), "run"])
+        .arg(dir);
+    run_logged(command, &dir.join("mpirun.log"), limit)
+}
+
 /// Two MPI processes give the serial answer.
 #[cfg(feature = "mpi")]
 #[test]
 fn mpirun_with_two_ranks_gives_the_serial_answer() {
     let dir = case_copy("parallel_mpi");
-    // Output to a file and a deadline: a hung rank fails the test instead of CI.
-    let log_path = dir.join("mpirun.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let launcher = mpi_launcher();
-    let mut child = std::process::Command::new(&launcher)
-        .args(["-np", "2", env!("CARGO_BIN_EXE_fvpoisson"), "run"])
-        .arg(&dir)
-        .env_remove("RUST_LOG")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("{launcher}: {e} (Debian: apt-get install mpich)"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!(
-                "{launcher} did not finish in 120 s:\n{}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let t = std::fs::read_to_string(&log_path).unwrap();
+    let (status, t, _) = mpirun_two_ranks(&dir, Duration::from_secs(120));
     assert!(status.success(), "{t}");
     assert!(t.contains("2 MPI ranks"), "{t}");
     assert_eq!(t.matches("SIMPLE solution converged").count(), 1, "{t}");
     assert_serial_answer(&dir);
 }
 
+/// A copy of the shipped case, decomposed for 2 ranks, that writes every
+/// iteration, where rank 1 cannot write its first time directory: a file is
+/// in the way of `processor1/1` (a directory without write permission
+/// fails the same way, but not for root).
+fn case_where_rank_1_cannot_write(name: &str) -> PathBuf {
+    let dir = case_copy(name);
+    ok(fvpoisson(&["decompose", dir.to_str().unwrap(), "-n", "2"]));
+    let control = dir.join("system/controlDict");
+    let text = std::fs::read_to_string(&control).unwrap();
+    assert!(text.contains("writeInterval   200;"));
+    std::fs::write(
+        &control,
+        text.replace("writeInterval   200;", "writeInterval   1;"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("processor1/1"), "in the way").unwrap();
+    dir
+}
+
+/// The lines of `log` that report an error.
+fn error_lines(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.starts_with("error: ")).collect()
+}
+
+/// A thread rank that cannot write its output stops every rank at that
+/// write: exit code 2 and one error naming the rank, the file and the OS's
+/// reason (the other rank neither goes on to the next iteration nor lists
+/// its own piece).
+#[test]
+fn thread_ranks_stop_with_the_error_of_a_rank_that_cannot_write() {
+    let dir = case_where_rank_1_cannot_write("parallel_threads_fail");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"));
+    command.args(["run", dir.to_str().unwrap(), "-np", "2"]);
+    let (status, t, took) = run_logged(command, &dir.join("run.log"), Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{t}");
+    let blocked = dir.join("processor1/1");
+    assert_eq!(
+        error_lines(&t),
+        [format!(
+            "error: rank 1: {}: File exists (os error 17)",
+            blocked.display()
+        )],
+        "{t}"
+    );
+    assert!(!t.lines().any(|l| l == "Time = 2"), "{t}");
+    assert!(!t.contains("Writing"), "{t}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// MPI ranks of which one fails stop together within seconds, each process
+/// with exit code 2 and an error naming the failing rank, the file and the
+/// OS's reason: rank 1 cannot write its output (it failed alone, in the
+/// middle of the run, where rank 0 would wait for it in the next
+/// iteration's sums), or a piece of the decomposition is corrupt (rank 0
+/// reads it; rank 1 would wait for the owners).
+#[cfg(feature = "mpi")]
+#[test]
+fn mpirun_ranks_stop_with_the_error_of_a_failing_rank() {
+    let limit = Duration::from_secs(20);
+    let dir = case_where_rank_1_cannot_write("parallel_mpi_fail_write");
+    let (status, t, took) = mpirun_two_ranks(&dir, Duration::from_secs(60));
+    let blocked = format!(
+        "{}: File exists (os error 17)",
+        dir.join("processor1/1").display()
+    );
+    assert_eq!(status.code(), Some(2), "{t}");
+    let mut errors = error_lines(&t);
+    errors.sort();
+    assert_eq!(
+        errors,
+        [
+            format!("error: rank 1 failed: {blocked}"),
+            format!("error: rank 1: {blocked}"),
+        ],
+        "{t}"
+    );
+    assert!(!t.lines().any(|l| l == "Time = 2"), "{t}");
+    assert!(!t.contains("MPI_Abort"), "{t}");
+    assert!(took < limit, "{took:?}");
+
+    let dir = case_copy("parallel_mpi_fail_piece");
+    ok(fvpoisson(&["decompose", dir.to_str().unwrap(), "-n", "2"]));
+    let piece = dir.join("processor1/constant/polyMesh/cellProcAddressing");
+    let text = std::fs::read_to_string(&piece).unwrap();
+    std::fs::write(&piece, text.replacen("120\n(", "120\n(\n99999", 1)).unwrap();
+    let (status, t, took) = mpirun_two_ranks(&dir, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{t}");
+    let errors = error_lines(&t);
+    assert_eq!(errors.len(), 2, "{t}");
+    for e in errors {
+        assert!(e.contains(&piece.display().to_string()), "{t}");
+        assert!(e.starts_with("error: rank 0"), "{t}");
+    }
+    assert!(took < limit, "{took:?}");
+}
+
 #[cfg(not(feature = "mpi"))]
 #[test]
 #[ignore = "needs the mpi feature: cargo test --features mpi"]
 fn mpirun_with_two_ranks_gives_the_serial_answer() {}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+#[ignore = "needs the mpi feature: cargo test --features mpi"]
+fn mpirun_ranks_stop_with_the_error_of_a_failing_rank() {}
+
+/// The field of the latest time directory of `dir` (`T`).
+fn latest_field(dir: &Path) -> Vec<f64> {
+    let latest = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            Some((name.parse::<f64>().ok()?, name))
+        })
+        .filter(|(time, _)| *time > 0.0)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap_or_else(|| panic!("{}: no time directory", dir.display()));
+    internal_field(&dir.join(latest.1).join("T"))
+}
+
+/// An all-Neumann problem on a mesh of two disconnected blocks (cells 0–3
+/// and 4–7), each block split over both thread ranks: every rank fixes the
+/// level of each region as the serial run does (zero mean per region, or
+/// the reference cell and the first cell of the other region), so the
+/// reconstructed field is the serial one.
+#[test]
+fn two_region_all_neumann_cases_on_thread_ranks_give_the_serial_answer() {
+    let mesh = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/two_regions");
+    for (tag, reference) in [
+        ("mean", "type = \"zeroMean\""),
+        ("cell", "type = \"cell\"\ncell = 5\nvalue = 0.25"),
+    ] {
+        let case = format!(
+            "[mesh]\nsource = \"{}\"\n[physics]\nsource = \"x - 1.5 + y\"\n\
+             [boundary.default]\ntype = \"zeroGradient\"\n\
+             [reference]\n{reference}\nproject = true\n\
+             [time]\nscheme = \"steadyState\"\n\
+             [solver.T]\nsolver = \"PCG\"\npreconditioner = \"DIC\"\ntolerance = 1e-12\n\
+             [output]\nformats = [\"foam\"]\n",
+            mesh.display()
+        );
+        let dirs = ["serial", "ranks"].map(|run| {
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("regions_{tag}_{run}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("case.toml"), &case).unwrap();
+            dir
+        });
+        let [serial_dir, ranks_dir] = &dirs;
+        ok(fvpoisson(&["run", serial_dir.to_str().unwrap()]));
+        let d = ranks_dir.to_str().unwrap();
+        ok(fvpoisson(&["decompose", d, "-n", "2"]));
+        // Even cells on rank 0, odd cells on rank 1: both regions on both ranks.
+        for rank in 0..2 {
+            let path = ranks_dir.join(format!(
+                "processor{rank}/constant/polyMesh/cellProcAddressing"
+            ));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (head, _) = text.split_once("\n4\n(").unwrap();
+            let cells: Vec<String> = (rank..8).step_by(2).map(|c| c.to_string()).collect();
+            std::fs::write(&path, format!("{head}\n4\n(\n{}\n)\n", cells.join("\n"))).unwrap();
+        }
+        let t = ok(fvpoisson(&["run", d, "-np", "2"]));
+        assert!(
+            t.contains("2 disconnected regions, 2 of them without a fixed value"),
+            "{t}"
+        );
+        ok(fvpoisson(&["reconstruct", d]));
+        let (x, expected) = (latest_field(ranks_dir), latest_field(serial_dir));
+        assert!(expected.iter().any(|v| v.abs() > 1e-3), "{expected:?}");
+        let rel = max_diff_over_max(&x, &expected);
+        assert!(rel <= 1e-9, "{tag}: {x:?} vs {expected:?}");
+    }
+}

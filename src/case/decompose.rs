@@ -23,6 +23,7 @@ use crate::foam::FoamFile;
 use crate::gpu::Gpu;
 use crate::io::foam_field::{write_internal_field, FieldValues, ScalarFieldFile};
 use crate::mesh::{Label, Mesh};
+use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
 use crate::sparse::distribute::Decomposition;
 use crate::sparse::ordering::Graph;
@@ -249,19 +250,15 @@ pub fn decomposition_for_run(
     comm: &dyn Communicator,
 ) -> Result<Decomposition, CaseError> {
     let n = mesh.n_cells();
-    // The owner of each cell, then the decomposition's rank count; −1
-    // everywhere: rank 0 failed.
-    let mut message = vec![0.0; n + 1];
-    let mut failure = None;
-    if comm.rank() == 0 {
-        let decided = match read_decomposition(case_dir, n) {
+    let decided = match comm.rank() {
+        0 => match read_decomposition(case_dir, n) {
             Ok(Some(d)) => {
                 log::info!(
                     "Decomposition: {} (processor0..{})",
                     case_dir.display(),
                     d.n_ranks() - 1
                 );
-                Ok(d)
+                Ok(Some(d))
             }
             Ok(None) => {
                 log::info!(
@@ -271,31 +268,24 @@ pub fn decomposition_for_run(
                 );
                 decompose_mesh(mesh, comm.size(), DecomposeMethod::Metis)
                     .and_then(|d| write_decomposition(case_dir, &d).map(|_| d))
+                    .map(Some)
             }
             Err(e) => Err(e),
-        };
-        match decided {
-            Ok(d) => {
-                for (m, &r) in message.iter_mut().zip(d.owners()) {
-                    *m = f64::from(r);
-                }
-                message[n] = d.n_ranks() as f64;
-            }
-            Err(e) => {
-                message.fill(-1.0);
-                failure = Some(e);
-            }
+        },
+        _ => Ok(None),
+    };
+    // Every rank stops with rank 0's error (a corrupt cellProcAddressing, a
+    // processorK it cannot write) rather than wait for the owners.
+    let decided = agreed(comm, decided, |_| 1, |f| CaseError::invalid(f.to_string()))?;
+    // The owner of each cell, then the decomposition's rank count.
+    let mut message = vec![0.0; n + 1];
+    if let Some(d) = decided {
+        for (m, &r) in message.iter_mut().zip(d.owners()) {
+            *m = f64::from(r);
         }
+        message[n] = d.n_ranks() as f64;
     }
     comm.merge(&mut message);
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    if message[n] < 0.0 {
-        return Err(CaseError::invalid(
-            "rank 0 could not read or make the decomposition (its log says why)",
-        ));
-    }
     let n_ranks = message[n] as usize;
     if n_ranks != comm.size() {
         return Err(CaseError::invalid(format!(

@@ -24,6 +24,7 @@ use crate::gpu::{Gpu, GpuError};
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
 use crate::io::vtk::{Field, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::parallel::collective::agreed;
 use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{AmgSettings, CycleKind};
 use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
@@ -372,20 +373,39 @@ pub fn run_case_with_mesh(
             }
         }
     }
-    let result =
-        Run::new(setup, &mesh, &geometry, device, clock).and_then(|run| match setup.time {
-            TimeControl::Steady {
-                max_iterations,
-                residual_tolerance,
-            } => run.steady(max_iterations, residual_tolerance),
-            TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
-        });
+    // A rank's set-up may fail alone (its output directories): every rank
+    // learns it before the first solve.
+    let run = agree_ranks(device, Run::new(setup, &mesh, &geometry, device, clock));
+    let result = run.and_then(|run| match setup.time {
+        TimeControl::Steady {
+            max_iterations,
+            residual_tolerance,
+        } => run.steady(max_iterations, residual_tolerance),
+        TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
+    });
     // Values evaluated during the run (Γ or a source given as an expression)
     // name the cell; the case file says where they came from.
     result.map_err(|e| match e {
         CaseError::Fvm(e) => CaseError::Invalid(format!("{}: {e}", setup.origin)),
         e => e,
     })
+}
+
+/// `outcome` of a part of a distributed run that one rank may fail alone
+/// (its files, its set-up), agreed by every rank: `Err` on every rank when
+/// one failed, this rank's own error or one naming the failing rank with its
+/// message (`rank 1 failed: ...`), so that no rank goes on to a collective
+/// the others never reach. Other devices: `outcome` itself.
+fn agree_ranks<T>(device: Device<'_>, outcome: Result<T, CaseError>) -> Result<T, CaseError> {
+    match device {
+        Device::Distributed(ranks) => agreed(
+            ranks.comm,
+            outcome,
+            |_| 1,
+            |failure| CaseError::invalid(failure.to_string()),
+        ),
+        _ => outcome,
+    }
 }
 
 /// The implicit source Sp·T split per [`SourceSplit`].
@@ -732,6 +752,12 @@ impl<'a> Run<'a> {
 
     /// Re-evaluates time-dependent data at `time` with time step `dt` and re-assembles.
     fn reassemble(&mut self, time: f64, dt: f64) -> Result<(), CaseError> {
+        let reassembled = self.reassemble_here(time, dt);
+        agree_ranks(self.device, reassembled)
+    }
+
+    /// [`Self::reassemble`] on this rank.
+    fn reassemble_here(&mut self, time: f64, dt: f64) -> Result<(), CaseError> {
         let _assembly = self.device.phase(Phase::Assembly);
         let setup = self.setup;
         self.problem.gamma = setup.gamma.cell_field(time);
@@ -760,6 +786,13 @@ impl<'a> Run<'a> {
     /// The non-orthogonal corrector loop: `nNonOrthogonalCorrectors + 1`
     /// solves; `transient`: the field before them is the old time level.
     fn solve(&mut self, transient: bool) -> Result<Vec<SolverPerformance>, CaseError> {
+        let solved = self.solve_here(transient);
+        agree_ranks(self.device, solved)
+    }
+
+    /// [`Self::solve`] on this rank (the ranks of a distributed run meet in
+    /// its linear solves).
+    fn solve_here(&mut self, transient: bool) -> Result<Vec<SolverPerformance>, CaseError> {
         let setup = self.setup;
         if let Some(dev) = &mut self.on_device {
             return dev.solve(setup, self.device, transient);
@@ -968,18 +1001,20 @@ impl<'a> Run<'a> {
         if let Device::Distributed(ranks) = self.device {
             // The step is listed only once every rank's piece is on disk; a
             // rank that failed still takes part, so that none waits forever.
-            let mut pieces_written = [f64::from(u8::from(written.is_ok()))];
-            ranks.comm.sum(&mut pieces_written);
-            written?;
-            if pieces_written[0] < ranks.comm.size() as f64 {
-                return Err(CaseError::invalid(format!(
-                    "VTK step at {}: another rank could not write its piece (its error \
-                     names it); the step is not listed in {}",
-                    format_g(time),
-                    vtk.pvd_path().display()
-                )));
-            }
-            vtk.publish_step()?;
+            let pvd = vtk.pvd_path();
+            agreed(
+                ranks.comm,
+                written.map_err(CaseError::from),
+                |_| 1,
+                |failure| {
+                    CaseError::invalid(format!(
+                        "{failure}; the VTK step at {} is not listed in {}",
+                        format_g(time),
+                        pvd.display()
+                    ))
+                },
+            )?;
+            agree_ranks(self.device, vtk.publish_step().map_err(CaseError::from))?;
         } else {
             written?;
         }
@@ -990,7 +1025,9 @@ impl<'a> Run<'a> {
     /// boundary face values (OpenFOAM time directory layout).
     fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
         if let Device::Distributed(ranks) = self.device {
-            let path = super::decompose::write_rank_field(self.setup, &ranks, time, &self.field)?;
+            let written = super::decompose::write_rank_field(self.setup, &ranks, time, &self.field);
+            // No rank lists its piece, or goes on, before every piece is on disk.
+            let path = agree_ranks(self.device, written)?;
             log::info!("Writing {} (and the other ranks theirs)", path.display());
             self.foam_fields.push(path);
             return Ok(());

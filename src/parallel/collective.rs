@@ -7,6 +7,7 @@
 //! others wait in a collective hangs the run (thread ranks, MPI and NCCL have
 //! no time-out); these make every rank take the same path instead.
 
+use std::cell::RefCell;
 use std::fmt;
 
 use super::Communicator;
@@ -108,12 +109,39 @@ pub fn agree_ranked<T>(
         Ok(_) => &[],
     };
     let bytes = broadcast_bytes(comm, rank, mine, MESSAGE_BYTES);
-    Err(RankFailure {
+    let failure = RankFailure {
         rank,
         severity: severity as u32,
         message: String::from_utf8_lossy(&bytes).into_owned(),
         failed,
-    })
+    };
+    AGREED_FAILURE.with(|f| *f.borrow_mut() = Some(failure.clone()));
+    Err(failure)
+}
+
+thread_local! {
+    /// The failure this thread's rank last agreed on with the others.
+    static AGREED_FAILURE: RefCell<Option<RankFailure>> = const { RefCell::new(None) };
+}
+
+/// The failure that the ranks last agreed on ([`agree_ranked`]) on this
+/// thread (a rank's thread, or an MPI process's main thread), taken. A rank
+/// whose run ended in an error tells by it whether every rank knows of the
+/// failure (all leave together) and whose it is: `None` after an error, and
+/// the other ranks may be waiting in a collective for this one.
+pub fn take_agreed_failure() -> Option<RankFailure> {
+    AGREED_FAILURE.with(|f| f.borrow_mut().take())
+}
+
+/// Rank `rank`'s report of the error its run ended with, given the failure
+/// the ranks agreed on: its own error names the rank (`rank 1: FILE: ...`);
+/// an error that only echoes another rank's failure (`rank 1 failed: ...`)
+/// already names that rank.
+pub fn rank_report(rank: usize, agreed: Option<&RankFailure>, error: String) -> String {
+    match agreed {
+        Some(failure) if failure.rank != rank => error,
+        _ => format!("rank {rank}: {error}"),
+    }
 }
 
 /// `outcome` agreed by every rank ([`agree_ranked`], `severity` ≥ 1 of an
@@ -244,6 +272,45 @@ mod tests {
             assert_eq!(e.rank, 1);
             assert!(e.message.starts_with("éé") && e.message.len() <= MESSAGE_BYTES + 3);
         }
+    }
+
+    /// Each rank keeps the failure it agreed on (once): the failing rank
+    /// reports its own error naming itself, the others the echo that names it.
+    #[test]
+    fn each_rank_keeps_the_agreed_failure_for_its_report() {
+        let results = within_seconds(3, |c| {
+            let outcome = match c.rank() {
+                2 => Err("disk full".to_string()),
+                _ => Ok(()),
+            };
+            let error = match agree(c, outcome) {
+                Err(e) if c.rank() == 2 => e.message,
+                Err(e) => e.to_string(),
+                Ok(()) => String::new(),
+            };
+            let agreed = take_agreed_failure();
+            (
+                take_agreed_failure(),
+                rank_report(c.rank(), agreed.as_ref(), error),
+            )
+        });
+        let reports: Vec<String> = results
+            .into_iter()
+            .map(|(again, report)| {
+                assert_eq!(again, None);
+                report
+            })
+            .collect();
+        assert_eq!(
+            reports,
+            [
+                "rank 2 failed: disk full",
+                "rank 2 failed: disk full",
+                "rank 2: disk full"
+            ]
+        );
+        // Without an agreed failure an error is the rank's own.
+        assert_eq!(rank_report(1, None, "x".into()), "rank 1: x");
     }
 
     /// A rank that fails after the first collective of a step and joins the

@@ -35,6 +35,13 @@ impl MpiRank {
     pub fn launched() -> bool {
         super::launcher_ranks().is_some()
     }
+
+    /// Ends every rank of the run with exit code `code` (`MPI_Abort` on
+    /// `MPI_COMM_WORLD`): the last resort of a rank that failed where the
+    /// others cannot learn of it, e.g. while they wait in a collective.
+    pub fn abort(&self, code: i32) -> ! {
+        self.world.abort(code)
+    }
 }
 
 impl Communicator for MpiRank {

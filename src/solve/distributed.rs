@@ -418,22 +418,20 @@ impl DeflationOps for RankDeflation<'_> {
 
 /// Collective: every rank learns whether one failed its part of a set-up,
 /// so that none waits in a later reduction for a rank that gave up. Returns
-/// this rank's result, or an error naming the first rank that failed.
+/// this rank's result, or (on the others) an error naming the first rank
+/// that failed with its message.
 pub fn agree<T>(comm: &dyn Communicator, built: Result<T, SolveError>) -> Result<T, SolveError> {
-    let mut failed = vec![0.0; comm.size()];
-    failed[comm.rank()] = f64::from(u8::from(built.is_err()));
-    comm.merge(&mut failed);
-    match built {
-        Err(e) => Err(e),
-        Ok(_) if failed.iter().any(|&f| f != 0.0) => {
-            let rank = failed.iter().position(|&f| f != 0.0).unwrap_or_default();
-            Err(SolveError::InvalidControls(format!(
-                "rank {rank} could not set up its part of the distributed solve (its log \
-                 says why)"
-            )))
-        }
-        Ok(built) => Ok(built),
-    }
+    agreed(
+        comm,
+        built,
+        |_| 1,
+        |failure| {
+            SolveError::InvalidControls(format!(
+                "rank {} could not set up its part of the distributed solve: {}",
+                failure.rank, failure.message
+            ))
+        },
+    )
 }
 
 /// Solves the distributed system A x = b on this rank's rows with PCG and
@@ -504,17 +502,7 @@ pub fn solve_pcg_distributed_deflated(
     };
     // Every rank learns whether one failed, so that none waits in PCG's
     // reductions for a rank that gave up.
-    let precond = agreed(
-        comm,
-        setup(),
-        |_| 1,
-        |failure| {
-            SolveError::InvalidControls(format!(
-                "rank {} could not set up its part of the distributed solve: {}",
-                failure.rank, failure.message
-            ))
-        },
-    )?;
+    let precond = agree(comm, setup())?;
     let backend = DistributedBackend::new(local, comm, precond.as_ref())
         .flexible(preconditioner.is_flexible());
     let (b, mut x_work) = (b.to_vec(), x.to_vec());
