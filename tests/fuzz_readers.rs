@@ -5,10 +5,12 @@
 //! the reader returns `Ok` or `Err` without a panic, within a time bound.
 //!
 //! Cases per reader: `FVPOISSON_FUZZ_CASES` (default 48, a few seconds per
-//! reader in CI); a longer search, e.g. `FVPOISSON_FUZZ_CASES=20000 cargo
+//! reader in CI; each reader prints `fuzz NAME: N inputs in T` to the log,
+//! also without `--nocapture`); a longer search, e.g. `FVPOISSON_FUZZ_CASES=20000 cargo
 //! test --test fuzz_readers`. A failing input is shrunk by proptest and
 //! printed with its seed.
 
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -114,7 +116,15 @@ fn fuzz(name: &str, original: &[u8], read: impl Fn(&[u8])) {
     if let Err(e) = result {
         panic!("{name}: {e}");
     }
-    eprintln!("{name}: {} cases in {:.2?}", cases(), clock.elapsed());
+    // Straight to the process's stderr, not through `eprintln!`, which the
+    // test harness captures for passing tests: the CI log shows how long each
+    // reader was fuzzed, with how many inputs.
+    let line = format!(
+        "fuzz {name}: {} inputs in {:.2?}\n",
+        cases(),
+        clock.elapsed()
+    );
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// A scratch polyMesh directory holding copies of `source`'s files.
