@@ -787,12 +787,56 @@ fn run_mpi(
     if comm.rank() != 0 {
         crate::parallel::set_quiet(true);
     }
+    // Every failure a rank may meet alone (the lock, reading the case,
+    // opening its GPU, its part of the run, its output) is agreed by every
+    // rank, so that all stop with the failing rank's message.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_mpi_rank(&comm, case_dir, ranks, device, gpus, vtk)
+        // Rank 0 holds the case's lock; every rank reads the case and its mesh.
+        let prepared = (|| {
+            let lock = match comm.rank() {
+                0 => case_lock(case_dir)?,
+                _ => None,
+            };
+            if let Some(n) = ranks.filter(|&n| n != comm.size()) {
+                anyhow::bail!(
+                    "--ranks {n} but mpirun started {} ranks; give one of them",
+                    comm.size()
+                );
+            }
+            let (setup, mesh) = read_for_ranks(case_dir)?;
+            case::decompose::check_rank_count(mesh.n_cells(), comm.size())?;
+            Ok((lock, setup, mesh))
+        })()
+        .map_err(|e| error_chain(&e));
+        let (_lock, mut setup, mesh) =
+            crate::parallel::collective::agreed(&comm, prepared, |_| 1, |f| f.to_string())
+                .map_err(anyhow::Error::msg)?;
+        if let Some(vtk) = vtk {
+            vtk.apply(&mut setup.output);
+        }
+        log::info!("{} MPI ranks", comm.size());
+        let gpu = open_rank_gpu(&comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
+        let run = case::decompose::run_distributed(&setup, mesh, &comm, gpu.as_ref());
+        crate::gpu::multi::release_kept_comms();
+        let summary = run?;
+        Ok(match comm.rank() {
+            0 => run_exit_code(&summary),
+            _ => i32::from(summary.not_converged.is_some()),
+        })
     }));
-    // A rank whose error the others know of (it was agreed) leaves with
-    // them; one that failed alone, or panicked, may leave the others waiting
-    // in a collective that never completes: MPI_Abort ends every rank.
+    end_mpi_rank(&comm, outcome)
+}
+
+/// The outcome of this MPI rank's run: a rank whose error the others know
+/// of (it was agreed) leaves with them; one that failed alone, or panicked,
+/// may leave the others waiting in a collective that never completes, so
+/// `MPI_Abort` ends every rank.
+#[cfg(feature = "mpi")]
+fn end_mpi_rank(
+    comm: &crate::parallel::mpi::MpiRank,
+    outcome: std::thread::Result<anyhow::Result<i32>>,
+) -> anyhow::Result<i32> {
+    use crate::parallel::Communicator;
     let rank = comm.rank();
     let has_peers = comm.size() > 1;
     match outcome {
@@ -814,54 +858,6 @@ fn run_mpi(
         }
         Err(panic) => std::panic::resume_unwind(panic),
     }
-}
-
-/// [`run_mpi`] on this process's rank of `comm`: every failure a rank may
-/// meet alone (the lock, reading the case, opening its GPU, its part of the
-/// run, its output) is agreed by every rank, so that all stop with the
-/// failing rank's message.
-#[cfg(feature = "mpi")]
-fn run_mpi_rank(
-    comm: &crate::parallel::mpi::MpiRank,
-    case_dir: &Path,
-    ranks: Option<usize>,
-    device: crate::gpu::DeviceChoice,
-    gpus: Option<&[usize]>,
-    vtk: Option<VtkChoice>,
-) -> anyhow::Result<i32> {
-    use crate::parallel::Communicator;
-    // Rank 0 holds the case's lock; every rank reads the case and its mesh.
-    let prepared = (|| {
-        let lock = match comm.rank() {
-            0 => case_lock(case_dir)?,
-            _ => None,
-        };
-        if let Some(n) = ranks.filter(|&n| n != comm.size()) {
-            anyhow::bail!(
-                "--ranks {n} but mpirun started {} ranks; give one of them",
-                comm.size()
-            );
-        }
-        let (setup, mesh) = read_for_ranks(case_dir)?;
-        case::decompose::check_rank_count(mesh.n_cells(), comm.size())?;
-        Ok((lock, setup, mesh))
-    })()
-    .map_err(|e| error_chain(&e));
-    let (_lock, mut setup, mesh) =
-        crate::parallel::collective::agreed(comm, prepared, |_| 1, |f| f.to_string())
-            .map_err(anyhow::Error::msg)?;
-    if let Some(vtk) = vtk {
-        vtk.apply(&mut setup.output);
-    }
-    log::info!("{} MPI ranks", comm.size());
-    let gpu = open_rank_gpu(comm, device, gpus, local_rank().unwrap_or(comm.rank()))?;
-    let run = case::decompose::run_distributed(&setup, mesh, comm, gpu.as_ref());
-    crate::gpu::multi::release_kept_comms();
-    let summary = run?;
-    Ok(match comm.rank() {
-        0 => run_exit_code(&summary),
-        _ => i32::from(summary.not_converged.is_some()),
-    })
 }
 
 /// This process's rank on its node, as MPI launchers export it (Open MPI,
