@@ -600,6 +600,34 @@ fn thread_ranks_stop_with_the_error_of_a_rank_that_cannot_write() {
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
 
+/// A thread rank that cannot write its VTK piece of a step stops every rank
+/// before the step is listed: the series lists the steps whose pieces are
+/// all on disk, never one with a piece missing.
+#[test]
+fn a_vtk_step_with_a_piece_missing_is_not_listed() {
+    let dir = case_copy("parallel_threads_vtk_fail");
+    let control = dir.join("system/controlDict");
+    let text = std::fs::read_to_string(&control).unwrap();
+    let text = text
+        .replace("writeInterval   200;", "writeInterval   1;")
+        .replace("endTime         200;", "endTime         2;");
+    std::fs::write(&control, text).unwrap();
+    // Rank 1's piece of the second step: a directory is in the way.
+    let blocked = dir.join("VTK/parallel_threads_vtk_fail_000001/processor1.vtu");
+    std::fs::create_dir_all(blocked.join("in_the_way")).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"));
+    command.args(["run", dir.to_str().unwrap(), "-np", "2"]);
+    let (status, t, _) = run_logged(command, &dir.join("run.log"), Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{t}");
+    let errors = error_lines(&t);
+    assert_eq!(errors.len(), 1, "{t}");
+    assert!(errors[0].starts_with("error: rank 1: "), "{t}");
+    assert!(errors[0].contains("processor1.vtu"), "{t}");
+    let pvd = std::fs::read_to_string(dir.join("VTK/parallel_threads_vtk_fail.pvd")).unwrap();
+    assert!(pvd.contains("timestep=\"1.0\""), "{pvd}");
+    assert!(!pvd.contains("timestep=\"2.0\""), "{pvd}");
+}
+
 /// MPI ranks of which one fails stop together within seconds, each process
 /// with exit code 2 and an error naming the failing rank, the file and the
 /// OS's reason: rank 1 cannot write its output (it failed alone, in the
