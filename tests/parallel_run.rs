@@ -552,10 +552,18 @@ fn mpirun_with_two_ranks_gives_the_serial_answer() {
 }
 
 /// A copy of the shipped case, decomposed for 2 ranks, that writes every
-/// iteration, where rank 1 cannot write its first time directory: a file is
-/// in the way of `processor1/1` (a directory without write permission
-/// fails the same way, but not for root).
-fn case_where_rank_1_cannot_write(name: &str) -> PathBuf {
+/// iteration, where rank 1 cannot write its first time directory
+/// `processor1/1`: `processor1` has no write permission, or (for root, who
+/// writes there all the same) a file is in the way. The path and the OS's
+/// reason, as the error must name them.
+fn case_where_rank_1_cannot_write(name: &str) -> (PathBuf, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let writable = std::fs::Permissions::from_mode(0o755);
+    // An earlier run's read-only processor1 would stop case_copy removing it.
+    let old = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(name)
+        .join("processor1");
+    let _ = std::fs::set_permissions(&old, writable.clone());
     let dir = case_copy(name);
     ok(fvpoisson(&["decompose", dir.to_str().unwrap(), "-n", "2"]));
     let control = dir.join("system/controlDict");
@@ -566,8 +574,19 @@ fn case_where_rank_1_cannot_write(name: &str) -> PathBuf {
         text.replace("writeInterval   200;", "writeInterval   1;"),
     )
     .unwrap();
-    std::fs::write(dir.join("processor1/1"), "in the way").unwrap();
-    dir
+    let rank_1 = dir.join("processor1");
+    std::fs::set_permissions(&rank_1, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let probe = rank_1.join("probe");
+    let reason = if std::fs::write(&probe, "").is_ok() {
+        std::fs::remove_file(&probe).unwrap();
+        std::fs::set_permissions(&rank_1, writable).unwrap();
+        std::fs::write(rank_1.join("1"), "in the way").unwrap();
+        "File exists (os error 17)"
+    } else {
+        "Permission denied (os error 13)"
+    };
+    let blocked = format!("{}: {reason}", rank_1.join("1").display());
+    (dir, blocked)
 }
 
 /// The lines of `log` that report an error.
@@ -581,18 +600,14 @@ fn error_lines(log: &str) -> Vec<&str> {
 /// its own piece).
 #[test]
 fn thread_ranks_stop_with_the_error_of_a_rank_that_cannot_write() {
-    let dir = case_where_rank_1_cannot_write("parallel_threads_fail");
+    let (dir, blocked) = case_where_rank_1_cannot_write("parallel_threads_fail");
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"));
     command.args(["run", dir.to_str().unwrap(), "-np", "2"]);
     let (status, t, took) = run_logged(command, &dir.join("run.log"), Duration::from_secs(60));
     assert_eq!(status.code(), Some(2), "{t}");
-    let blocked = dir.join("processor1/1");
     assert_eq!(
         error_lines(&t),
-        [format!(
-            "error: rank 1: {}: File exists (os error 17)",
-            blocked.display()
-        )],
+        [format!("error: rank 1: {blocked}")],
         "{t}"
     );
     assert!(!t.lines().any(|l| l == "Time = 2"), "{t}");
@@ -638,12 +653,8 @@ fn a_vtk_step_with_a_piece_missing_is_not_listed() {
 #[test]
 fn mpirun_ranks_stop_with_the_error_of_a_failing_rank() {
     let limit = Duration::from_secs(20);
-    let dir = case_where_rank_1_cannot_write("parallel_mpi_fail_write");
+    let (dir, blocked) = case_where_rank_1_cannot_write("parallel_mpi_fail_write");
     let (status, t, took) = mpirun_two_ranks(&dir, Duration::from_secs(60));
-    let blocked = format!(
-        "{}: File exists (os error 17)",
-        dir.join("processor1/1").display()
-    );
     assert_eq!(status.code(), Some(2), "{t}");
     let mut errors = error_lines(&t);
     errors.sort();
