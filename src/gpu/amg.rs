@@ -395,7 +395,7 @@ impl Scan {
 
 /// The fine mod-SELL matrix as CSR (`ModSell::to_csr` on the device) and
 /// each CSR entry's mod-SELL slot (-(row + 1): the diagonal of row), for value-only updates.
-fn fine_csr(
+pub(super) fn fine_csr(
     gpu: &Gpu,
     m: &DeviceModSell,
     scan: &Scan,

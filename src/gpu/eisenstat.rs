@@ -25,6 +25,7 @@ use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::matrix::{DeviceMatrix, Format};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
+use super::setup::SetupSpans;
 use super::smooth::Layout;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
@@ -156,6 +157,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         window: usize,
     ) -> Result<Self, SolveError> {
         let n = a.n_rows();
+        let mut spans = SetupSpans::new("Eisenstat SGS", Some(gpu));
         let invalid = |m: String| SolveError::Device(format!("Eisenstat SGS: {m}"));
         if colouring.colours().len() != n || cg.n() != n {
             return Err(invalid(format!(
@@ -181,6 +183,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 "rows {r} and {c} are coupled but have the same colour"
             )));
         }
+        spans.host("colouring checks (contiguous, no coupled rows in a colour)");
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let (split, perm) = match window {
             0 => (ScaledTriangles::new(a)?, None),
@@ -195,6 +198,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 )
             }
         };
+        spans.host("length-sorted order, permuted copy and the scaled split");
         let colours: Vec<(i32, i32)> = colouring
             .colour_ptr()
             .windows(2)
@@ -205,15 +209,21 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             .map(|&(_, count)| vector_grid(count as usize) as usize)
             .sum();
         let partial_len = forward_blocks.max(2 * vector_grid(n) as usize);
+        let lower = DeviceTriangle::upload(gpu, &split.lower).map_err(device)?;
+        let upper = DeviceTriangle::upload(gpu, &split.upper).map_err(device)?;
+        let inv_sqrt_diag = gpu.upload(&split.inv_sqrt_diag).map_err(device)?;
+        let sqrt_diag = gpu.upload(&split.sqrt_diag).map_err(device)?;
+        spans.host("SELL conversion and upload of the triangles and scales");
+        spans.finish();
         Ok(Self {
             gpu,
             cg,
             n,
             colours,
-            lower: DeviceTriangle::upload(gpu, &split.lower).map_err(device)?,
-            upper: DeviceTriangle::upload(gpu, &split.upper).map_err(device)?,
-            inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
-            sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
+            lower,
+            upper,
+            inv_sqrt_diag,
+            sqrt_diag,
             perm,
             partials: gpu.zeros(partial_len).map_err(device)?,
             scalars: gpu.zeros(SCALARS).map_err(device)?,

@@ -30,11 +30,12 @@ use super::ic::{widen, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
+use super::setup::{checked_diagonal, jacobi_scales, RowScale, SetupSpans};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
-use crate::solve::smoother::{check_diagonal, l1_jacobi_scale, sweep_order, PointJacobi};
+use crate::solve::smoother::{check_diagonal, sweep_order};
 use crate::solve::{
     pcg, CgBackend, ColouringKind, Equilibration, EquilibrationKind, InitialNorms, InnerSolver,
     PolynomialSettings, Precision, Preconditioner, PreconditionerKind, SmootherKind,
@@ -367,34 +368,30 @@ impl<'g> DeviceSmoother<'g> {
         matrix.check_rows("smoother", a)?;
         let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
         let mixed = settings.polynomial.precision == Precision::Mixed;
+        let mut spans = SetupSpans::new(settings.kind.name(), Some(gpu));
         let method = match settings.kind {
-            SmootherKind::Jacobi | SmootherKind::L1Jacobi if mixed => {
-                let scale = match settings.kind {
-                    SmootherKind::Jacobi => PointJacobi::weighted(a, settings.omega)
-                        .map_err(invalid)?
-                        .scale()
-                        .to_vec(),
-                    _ => l1_jacobi_scale(a).map_err(invalid)?,
+            SmootherKind::Jacobi | SmootherKind::L1Jacobi => {
+                // The row scales on the device from the resident matrix
+                // (`gpu::setup`; the CPU's `PointJacobi` scales bit for bit).
+                let (kind, what) = match settings.kind {
+                    SmootherKind::Jacobi => (RowScale::Weighted(settings.omega), "Jacobi smoother"),
+                    _ => (RowScale::L1, "L1-Jacobi smoother"),
                 };
-                let scale: Vec<f32> = scale.iter().map(|&s| s as f32).collect();
-                Method::JacobiF32 {
-                    twin: matrix.f32_twin(gpu)?,
-                    scale: gpu.upload(&scale)?,
-                    x: [gpu.zeros(matrix.n)?, gpu.zeros(matrix.n)?],
+                let (scale, rounded) =
+                    jacobi_scales(gpu, &matrix, kind, mixed, what).map_err(invalid)?;
+                spans.device("row scales");
+                match rounded {
+                    Some(scale) => Method::JacobiF32 {
+                        twin: matrix.f32_twin(gpu)?,
+                        scale,
+                        x: [gpu.zeros(matrix.n)?, gpu.zeros(matrix.n)?],
+                    },
+                    None => Method::Jacobi { scale },
                 }
             }
-            SmootherKind::Jacobi => Method::Jacobi {
-                scale: gpu.upload(
-                    PointJacobi::weighted(a, settings.omega)
-                        .map_err(invalid)?
-                        .scale(),
-                )?,
-            },
-            SmootherKind::L1Jacobi => Method::Jacobi {
-                scale: gpu.upload(&l1_jacobi_scale(a).map_err(invalid)?)?,
-            },
             SmootherKind::GaussSeidel(sweep) => {
-                check_diagonal(a, "Gauss-Seidel").map_err(invalid)?;
+                checked_diagonal(gpu, &matrix, "Gauss-Seidel").map_err(invalid)?;
+                spans.device("diagonal check");
                 let colouring = match colouring {
                     Some(c) if c.colours().len() == a.n_rows() => {
                         DeviceColouring::from_colouring(gpu, c)?
@@ -408,10 +405,12 @@ impl<'g> DeviceSmoother<'g> {
                     }
                     None => DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
                 };
+                spans.host("colouring (given: upload of its rows; else Jones-Plassmann)");
                 let mixed = match mixed {
                     true => Some((matrix.f32_twin(gpu)?, gpu.zeros(matrix.n)?)),
                     false => None,
                 };
+                spans.device("f32 twin");
                 Method::GaussSeidel {
                     colouring,
                     sweep,
@@ -431,8 +430,11 @@ impl<'g> DeviceSmoother<'g> {
                 ))
             }
             SmootherKind::BlockJacobi => {
-                check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
-                Method::Block(Self::block_kernel(gpu, a, &matrix, settings)?)
+                checked_diagonal(gpu, &matrix, "block-Jacobi smoother").map_err(invalid)?;
+                spans.device("diagonal check");
+                let block = Self::block_kernel(gpu, a, &matrix, settings)?;
+                spans.host("in-slice counts and their upload");
+                Method::Block(block)
             }
             SmootherKind::Polynomial(kind) => Method::Polynomial(Box::new(DevicePolynomial::new(
                 gpu,
@@ -459,6 +461,8 @@ impl<'g> DeviceSmoother<'g> {
         if smoother.double_buffered() {
             smoother.spare = RefCell::new(Some(gpu.zeros(smoother.matrix.n)?));
         }
+        spans.device("method and work buffers");
+        spans.finish();
         Ok(smoother)
     }
 
