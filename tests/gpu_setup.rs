@@ -14,15 +14,20 @@
 //!   (the same CSR and the same kernels as the host-built set-up, which the
 //!   CPU reference matches bit for bit), the mixed-precision application
 //!   equals the host-built one bit for bit, and the value-only re-set-up
-//!   equals a fresh CPU factorisation of the new values.
+//!   equals a fresh CPU factorisation of the new values;
+//! - Eisenstat SGS's scaled split set up on the device: the same SELL
+//!   triangles, scales and row order as the host set-up, bit for bit, and
+//!   the host's error for coupled rows of one colour.
 //!
 //! Prints `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
 mod common;
 
 use common::random_and_rcm_systems;
+use fvpoisson::gpu::eisenstat::DeviceEisenstat;
 use fvpoisson::gpu::ic::{BlockIcStructure, DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::setup::{checked_diagonal, jacobi_scales, RowScale};
 use fvpoisson::gpu::smooth::{colour_layout, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
@@ -330,4 +335,68 @@ fn a_colouring_with_coupled_rows_is_refused() {
     .err()
     .expect("one colour for coupled rows is refused");
     assert!(e.to_string().contains("own colour"), "{e}");
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn eisenstat_split_on_the_device_equals_the_host_set_up() {
+    let Some(gpu) = test_device() else { return };
+    let options = GpuSolveOptions {
+        slice_height: 64,
+        ..GpuSolveOptions::default()
+    };
+    for (name, a, _) in random_and_rcm_systems(&[MESH]) {
+        let (_, a, colouring) = colour_layout(&gpu, &a, 64).unwrap();
+        let cg = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
+        for window in [0, 7, 256] {
+            let dev = DeviceEisenstat::with_sorted_rows(&gpu, &cg, &a, &colouring, window)
+                .unwrap()
+                .download_setup()
+                .unwrap();
+            let host = DeviceEisenstat::with_sorted_rows_on_host(&gpu, &cg, &a, &colouring, window)
+                .unwrap()
+                .download_setup()
+                .unwrap();
+            assert_eq!(
+                dev.lower.0, host.lower.0,
+                "{name}, window {window}: lower slices"
+            );
+            assert_eq!(
+                dev.lower.1, host.lower.1,
+                "{name}, window {window}: lower columns"
+            );
+            assert_eq!(
+                bits(&dev.lower.2),
+                bits(&host.lower.2),
+                "{name}, window {window}: lower"
+            );
+            assert_eq!(
+                dev.upper.0, host.upper.0,
+                "{name}, window {window}: upper slices"
+            );
+            assert_eq!(
+                dev.upper.1, host.upper.1,
+                "{name}, window {window}: upper columns"
+            );
+            assert_eq!(
+                bits(&dev.upper.2),
+                bits(&host.upper.2),
+                "{name}, window {window}: upper"
+            );
+            assert_eq!(dev, host, "{name}, window {window}");
+        }
+    }
+    // Coupled rows in one colour: the host set-up's message.
+    let (_, a, _) = random_and_rcm_systems(&[])
+        .into_iter()
+        .find(|(_, a, _)| a.n_rows() == 1000)
+        .expect("the 1000-row random matrix");
+    let one_colour = fvpoisson::solve::colouring::Colouring::from_colours(vec![0; 1000]).unwrap();
+    let cg = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
+    let dev = DeviceEisenstat::with_sorted_rows(&gpu, &cg, &a, &one_colour, 256).err();
+    let host = DeviceEisenstat::with_sorted_rows_on_host(&gpu, &cg, &a, &one_colour, 256).err();
+    assert_eq!(
+        dev.expect("refused").to_string(),
+        host.expect("refused").to_string()
+    );
 }

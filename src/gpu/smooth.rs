@@ -26,7 +26,7 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
-use super::ic::{widen, DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::ic::{widen, BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
@@ -166,14 +166,34 @@ impl DeviceColouring {
 
     /// A colouring computed before (e.g. by [`colour_layout`]).
     pub fn from_colouring(gpu: &Gpu, colouring: Colouring) -> Result<Self, GpuError> {
-        let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+        let n = colouring.rows().len();
+        let contiguous = colouring
+            .rows()
+            .iter()
+            .enumerate()
+            .all(|(k, &r)| r as usize == k);
+        // A colour-contiguous order's list is 0..n: written on the device.
+        let rows = match contiguous {
+            true => {
+                let rows = gpu.zeros::<i32>(n)?;
+                let n32 = n as i32;
+                gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32).arg(&rows);
+                })?;
+                rows
+            }
+            false => {
+                let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+                gpu.upload(&rows)?
+            }
+        };
         let bounds = colouring
             .colour_ptr()
             .windows(2)
             .map(|w| (w[0] as i32, (w[1] - w[0]) as i32))
             .collect();
         Ok(Self {
-            rows: gpu.upload(&rows)?,
+            rows,
             bounds,
             colouring,
         })
@@ -433,7 +453,7 @@ impl<'g> DeviceSmoother<'g> {
                 checked_diagonal(gpu, &matrix, "block-Jacobi smoother").map_err(invalid)?;
                 spans.device("diagonal check");
                 let block = Self::block_kernel(gpu, a, &matrix, settings)?;
-                spans.host("in-slice counts and their upload");
+                spans.device("in-slice counts");
                 Method::Block(block)
             }
             SmootherKind::Polynomial(kind) => Method::Polynomial(Box::new(DevicePolynomial::new(
@@ -473,8 +493,11 @@ impl<'g> DeviceSmoother<'g> {
         settings: &SmootherSettings,
     ) -> Result<BlockKernel, GpuError> {
         let h = m.slice_height;
-        let counts: Vec<i32> = in_slice_counts(a, h).iter().map(|&c| c as i32).collect();
-        let mnz = counts.iter().copied().max().unwrap_or(0) as usize;
+        m.check_rows("block-Jacobi smoother", a)?;
+        // The in-slice counts on the device (with block-IC's levels, which
+        // block Jacobi does not use: one launch, no pass over `a`).
+        let structure = BlockIcStructure::on_device(gpu, m)?;
+        let mnz = structure.maxima[0] as usize;
         let mixed = settings.polynomial.precision == Precision::Mixed;
         let (kernel, bytes) = match mixed {
             false => ("smooth_block", block_shared_bytes(h, mnz)),
@@ -498,7 +521,7 @@ impl<'g> DeviceSmoother<'g> {
             false => None,
         };
         Ok(BlockKernel {
-            slice_mnz: gpu.upload(&counts)?,
+            slice_mnz: structure.slice_mnz,
             shared_bytes: bytes as u32,
             inner: match b.inner {
                 InnerSolver::Jacobi => 0,
