@@ -185,7 +185,8 @@ __device__ int eis_colour_of(int i, const int* __restrict__ colour_ptr, int n_co
 
 // Per row its strictly lower and upper entry counts; a row coupled to a row
 // of its own colour lowers failed[0] to row + 1 (atomicMin from n + 1);
-// totals[0], totals[1] (zeroed by the host) sum the counts. One thread per row.
+// totals[0], totals[1] (zeroed by the host) sum the counts (a warp sum, then
+// one atomic per warp). One thread per row; blockDim a multiple of 32.
 extern "C" __global__ void eis_setup_rows(int n, int h, const u64* __restrict__ slice_ptr,
                                           const int* __restrict__ codes,
                                           const int* __restrict__ colour_ptr, int n_colours,
@@ -193,23 +194,30 @@ extern "C" __global__ void eis_setup_rows(int n, int h, const u64* __restrict__ 
                                           unsigned* __restrict__ upper_len, int* failed,
                                           u64* totals) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n) return;
-    const int c = eis_colour_of(row, colour_ptr, n_colours);
-    const int first = colour_ptr[c], end = colour_ptr[c + 1];
-    const int s = row / h, base = s * h;
-    unsigned lower = 0, upper = 0;
-    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
-        const int code = codes[k];
-        if (code == 0) continue;
-        const int col = code > 0 ? code - 1 : base - code - 1;
-        if (col >= first && col < end) atomicMin(failed, row + 1);
-        if (col < row) ++lower;
-        else ++upper;
+    u64 lower = 0, upper = 0;
+    if (row < n) {
+        const int c = eis_colour_of(row, colour_ptr, n_colours);
+        const int first = colour_ptr[c], end = colour_ptr[c + 1];
+        const int s = row / h, base = s * h;
+        for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+            const int code = codes[k];
+            if (code == 0) continue;
+            const int col = code > 0 ? code - 1 : base - code - 1;
+            if (col >= first && col < end) atomicMin(failed, row + 1);
+            if (col < row) ++lower;
+            else ++upper;
+        }
+        lower_len[row] = (unsigned)lower;
+        upper_len[row] = (unsigned)upper;
     }
-    lower_len[row] = lower;
-    upper_len[row] = upper;
-    atomicAdd(&totals[0], (u64)lower);
-    atomicAdd(&totals[1], (u64)upper);
+    for (int o = 16; o > 0; o >>= 1) {
+        lower += __shfl_down_sync(0xffffffffu, lower, o);
+        upper += __shfl_down_sync(0xffffffffu, upper, o);
+    }
+    if ((threadIdx.x & 31) == 0 && (lower != 0 || upper != 0)) {
+        atomicAdd(&totals[0], lower);
+        atomicAdd(&totals[1], upper);
+    }
 }
 
 // The sweeps' row order (length_sorted_order): inside each colour, windows

@@ -357,32 +357,18 @@ fn eisenstat_split_on_the_device_equals_the_host_set_up() {
                 .unwrap()
                 .download_setup()
                 .unwrap();
-            assert_eq!(
-                dev.lower.0, host.lower.0,
-                "{name}, window {window}: lower slices"
-            );
-            assert_eq!(
-                dev.lower.1, host.lower.1,
-                "{name}, window {window}: lower columns"
-            );
-            assert_eq!(
-                bits(&dev.lower.2),
-                bits(&host.lower.2),
-                "{name}, window {window}: lower"
-            );
-            assert_eq!(
-                dev.upper.0, host.upper.0,
-                "{name}, window {window}: upper slices"
-            );
-            assert_eq!(
-                dev.upper.1, host.upper.1,
-                "{name}, window {window}: upper columns"
-            );
-            assert_eq!(
-                bits(&dev.upper.2),
-                bits(&host.upper.2),
-                "{name}, window {window}: upper"
-            );
+            for (part, d, h) in [
+                ("lower", &dev.lower, &host.lower),
+                ("upper", &dev.upper, &host.upper),
+            ] {
+                assert_eq!(d.0, h.0, "{name}, window {window}: {part} slice pointers");
+                assert_eq!(d.1, h.1, "{name}, window {window}: {part} columns");
+                assert_eq!(
+                    bits(&d.2),
+                    bits(&h.2),
+                    "{name}, window {window}: {part} values"
+                );
+            }
             assert_eq!(dev, host, "{name}, window {window}");
         }
     }

@@ -23,7 +23,7 @@
 
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg};
 
-use super::amg::{fine_csr, DeviceCsr, Scan};
+use super::amg::{csr_values_from_modsell, fine_csr, DeviceCsr, Scan};
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::setup::{checked_diagonal, SetupSpans};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
@@ -162,9 +162,10 @@ pub struct DeviceIncompleteCholesky<'g> {
     row_ptr: CudaSlice<u64>,
     cols: CudaSlice<u32>,
     vals: CudaSlice<f64>,
-    /// Built on the device ([`Self::on_device`]): each CSR entry's mod-SELL
-    /// slot (-(row + 1): the diagonal), for value-only re-set-ups.
-    source: Option<CudaSlice<i64>>,
+    /// Built on the device ([`Self::on_device`]): the entry count and each
+    /// CSR entry's mod-SELL slot (-(row + 1): the diagonal), for value-only
+    /// re-set-ups.
+    source: Option<(usize, CudaSlice<i64>)>,
     diag_slot: CudaSlice<u64>,
     /// DIC: 1/d*; IC(0): L's strictly lower values in A's slots.
     factor: CudaSlice<f64>,
@@ -391,7 +392,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             row_ptr: csr.row_ptr,
             cols: csr.cols,
             vals: csr.vals,
-            source: Some(source),
+            source: Some((csr.nnz, source)),
             diag_slot,
             transposed,
             tiny,
@@ -415,7 +416,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// allocated. A breakdown is the CPU's error, as at the set-up.
     pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let Some(source) = &self.source else {
+        let Some((nnz, source)) = &self.source else {
             return Err(SolveError::Device(format!(
                 "{}: the value-only re-set-up needs a preconditioner built on the device \
                  (DeviceIncompleteCholesky::on_device)",
@@ -430,23 +431,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 self.n
             )));
         }
-        let nnz = source.len() as u64;
-        let gpu = self.gpu;
-        gpu.launch(
-            "amg_csr_values_from_modsell",
-            vector_grid(source.len()),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&nnz)
-                    .arg(source)
-                    .arg(&m.values)
-                    .arg(&m.diag)
-                    .arg(&self.vals);
-            },
-        )
-        .map_err(device)?;
+        csr_values_from_modsell(self.gpu, *nnz, source, m, &self.vals).map_err(device)?;
         self.factorise()?;
+        let gpu = self.gpu;
         if let Some(mx) = &self.mixed {
             f32_copy_into(gpu, &self.vals, &mx.vals).map_err(device)?;
             f32_copy_into(gpu, &self.factor, &mx.factor).map_err(device)?;
