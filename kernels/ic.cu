@@ -353,3 +353,44 @@ extern "C" __global__ void ic_identity_rows(int n, int* __restrict__ rows) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) rows[i] = i;
 }
+
+// ---- The level schedule on the device (src/sparse/levels.rs LevelSchedule on
+// the device CSR; DeviceLevels::on_device). level[i] holds the row's level
+// + 1, 0 until assigned (so the host zeroes it).
+
+// One round: an unassigned row whose dependencies (lower: columns j < i;
+// upper != 0: columns j > i) all have levels below `round` takes level
+// `round` (1 + its deepest dependency's level, as LevelSchedule). A
+// dependency assigned in this same launch reads as unassigned or as level
+// `round`: not ready either way, so the result does not depend on the
+// threads' order.
+// unassigned[0] (zeroed by the host) counts the rows left after the round.
+extern "C" __global__ void ic_level_round(int n, const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols, int upper, int round,
+                                          int* level, int* unassigned) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || level[i] > 0) return;
+    bool ready = true;
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1] && ready; ++s) {
+        const int j = cols[s];
+        if (upper ? j <= i : j >= i) continue;
+        const int lj = level[j];  // its level + 1, 0: unassigned
+        if (lj == 0 || lj > round) ready = false;
+    }
+    if (ready) level[i] = round + 1;
+    else atomicAdd(unassigned, 1);
+}
+
+// counts[level] += 1 for each row's level (zeroed by the host).
+extern "C" __global__ void ic_level_counts(int n, const int* __restrict__ level, int* counts) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&counts[level[i] - 1], 1);
+}
+
+// rows[cursor[level]++] = i (cursor: each level's first position). The
+// order inside a level is the atomics' (a level's rows are independent).
+extern "C" __global__ void ic_level_scatter(int n, const int* __restrict__ level, int* cursor,
+                                            int* __restrict__ rows) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) rows[atomicAdd(&cursor[level[i] - 1], 1)] = i;
+}

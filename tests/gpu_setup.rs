@@ -9,8 +9,9 @@
 //! - block-IC's structure (in-slice counts, in-block levels, level counts):
 //!   equal integers;
 //! - DIC, IC(0) and DILU built on the device from the resident matrix
-//!   (`DeviceIncompleteCholesky::on_device`, levels from the host schedule or
-//!   from a colouring): factors and applications equal the CPU's bit for bit
+//!   (`DeviceIncompleteCholesky::on_device`, levels scheduled on the device,
+//!   each row at the host schedule's level, or a colouring's colours):
+//!   factors and applications equal the CPU's bit for bit
 //!   (the same CSR and the same kernels as the host-built set-up, which the
 //!   CPU reference matches bit for bit), the mixed-precision application
 //!   equals the host-built one bit for bit, and the value-only re-set-up
@@ -37,6 +38,7 @@ use fvpoisson::solve::neumann::TruncatedNeumann;
 use fvpoisson::solve::precond::{Dic, Ic0};
 use fvpoisson::solve::smoother::{check_diagonal, l1_jacobi_scale, PointJacobi};
 use fvpoisson::solve::{LinearOperator, Precision, SolveError};
+use fvpoisson::sparse::levels::LevelSchedule;
 use fvpoisson::sparse::testing::random_vector;
 use fvpoisson::sparse::{Csr, ModSell};
 
@@ -223,8 +225,22 @@ fn device_built_incomplete_cholesky_equals_the_cpu_bit_for_bit() {
                 bits(&cpu_z),
                 "{name} {kind:?}: application"
             );
-            if let Some(c) = colouring {
-                assert_eq!(dev.levels().0, c.n_colours(), "{name} {kind:?}: levels");
+            match colouring {
+                Some(c) => assert_eq!(dev.levels().0, c.n_colours(), "{name} {kind:?}: levels"),
+                None => {
+                    // The device level schedule: each row at the host's level.
+                    let (forward, backward) = dev.row_levels().unwrap();
+                    assert_eq!(
+                        forward,
+                        LevelSchedule::lower(a).row_levels(),
+                        "{name}: forward"
+                    );
+                    assert_eq!(
+                        backward,
+                        LevelSchedule::upper(a).row_levels(),
+                        "{name}: backward"
+                    );
+                }
             }
             if kind == IcKind::Dilu {
                 continue;

@@ -15,8 +15,9 @@
 //! from the CSR and uploads it (the reference path);
 //! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
 //! transposed slots and the factor from the resident mod-SELL matrix on the
-//! device, takes a colour-contiguous order's colours as the levels (else the
-//! host level schedule, once per pattern), and keeps what
+//! device, takes a colour-contiguous order's colours as the levels (else it
+//! schedules the levels on the device in rounds, the host's schedule only
+//! beyond [`MAX_DEVICE_LEVELS`] levels), and keeps what
 //! [`DeviceIncompleteCholesky::refactorise`] needs for value-only
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
 //! is computed on the device ([`BlockIcStructure`]).
@@ -114,6 +115,83 @@ impl DeviceLevels {
         })
     }
 
+    /// The level schedule of `csr`'s lower (`upper`: upper) triangle
+    /// computed on the device in rounds (`ic_level_round`, checked every
+    /// [`LEVEL_ROUND_BATCH`] rounds: the host reads one count per round),
+    /// then the rows grouped by level (`ic_level_counts`, a host scan of the
+    /// level counts, `ic_level_scatter`). None when the schedule needs more
+    /// than `max_rounds` rounds (each costs a pass over the rows): the caller
+    /// takes the host schedule then.
+    pub(super) fn on_device(
+        gpu: &Gpu,
+        csr: &DeviceCsr,
+        upper: bool,
+        max_rounds: usize,
+    ) -> Result<Option<Self>, GpuError> {
+        let n = csr.n;
+        // Each row's level + 1, 0: not yet assigned.
+        let level = gpu.zeros::<i32>(n)?;
+        let mut unassigned = gpu.zeros::<i32>(LEVEL_ROUND_BATCH)?;
+        let (n32, upper) = (n as i32, i32::from(upper));
+        let mut n_levels = 0;
+        let mut base = 0;
+        while n > 0 && n_levels == 0 {
+            if base >= max_rounds {
+                return Ok(None);
+            }
+            gpu.zero(&mut unassigned)?;
+            for k in 0..LEVEL_ROUND_BATCH {
+                let round = (base + k) as i32;
+                let count = unassigned.slice(k..k + 1);
+                gpu.launch("ic_level_round", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols);
+                    a.arg(&upper).arg(&round).arg(&level).arg(&count);
+                })?;
+            }
+            let left = gpu.download(&unassigned)?;
+            if let Some(k) = left.iter().position(|&c| c == 0) {
+                n_levels = base + k + 1;
+            }
+            base += LEVEL_ROUND_BATCH;
+        }
+        let counts_dev = gpu.zeros::<i32>(n_levels)?;
+        gpu.launch("ic_level_counts", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&level).arg(&counts_dev);
+        })?;
+        let mut counts = gpu.download(&counts_dev)?;
+        counts.truncate(n_levels);
+        let firsts: Vec<i32> = counts
+            .iter()
+            .scan(0i32, |next, &c| {
+                let first = *next;
+                *next += c;
+                Some(first)
+            })
+            .collect();
+        let cursor = gpu.upload(&firsts)?;
+        let rows = gpu.zeros::<i32>(n)?;
+        gpu.launch("ic_level_scatter", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&level).arg(&cursor).arg(&rows);
+        })?;
+        Ok(Some(Self {
+            counts,
+            firsts,
+            rows,
+        }))
+    }
+
+    /// Each row's level (read back; the tests compare it with the host's).
+    pub(super) fn row_levels(&self, gpu: &Gpu, n: usize) -> Result<Vec<u32>, GpuError> {
+        let rows = gpu.download(&self.rows)?;
+        let mut level = vec![0u32; n];
+        for (k, (&count, &first)) in self.counts.iter().zip(&self.firsts).enumerate() {
+            for &r in &rows[first as usize..(first + count) as usize] {
+                level[r as usize] = k as u32;
+            }
+        }
+        Ok(level)
+    }
+
     pub(super) fn n_levels(&self) -> usize {
         self.counts.len()
     }
@@ -137,6 +215,14 @@ impl DeviceLevels {
         Ok(())
     }
 }
+
+/// Rounds of `ic_level_round` launched between two read-backs.
+const LEVEL_ROUND_BATCH: usize = 16;
+
+/// The most rounds of the device level schedule before the host's is taken
+/// instead (a round is a pass over the rows: a long chain of dependencies
+/// is cheaper on the host).
+pub const MAX_DEVICE_LEVELS: usize = 4096;
 
 /// z = w widened to f64 over the n rows (`ic_widen`, gated): the end of the
 /// mixed-precision sweeps, which run on an f32 iterate w.
@@ -290,8 +376,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// transposed slots and the factor come from `m` on the device; the host
     /// reads only sizes and flags. The sweeps' levels are `colouring`'s
     /// colours when given (rows colour-contiguous, checked on the device:
-    /// nothing on the host), else `a`'s level schedules, computed on the
-    /// host once per pattern (DILU's pivot thresholds too). Equal bit for
+    /// nothing on the host), else scheduled on the device
+    /// ([`DeviceLevels::on_device`]; on the host beyond
+    /// [`MAX_DEVICE_LEVELS`] levels). DILU's pivot thresholds are computed
+    /// on the host. Equal bit for
     /// bit to [`Self::new`] (the same CSR, the same kernels); keeps what
     /// [`Self::refactorise`] needs for new values on the same pattern.
     pub fn on_device(
@@ -367,11 +455,28 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 levels
             }
             None => {
+                let schedule = |upper: bool| -> Result<DeviceLevels, GpuError> {
+                    match DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)? {
+                        Some(levels) => Ok(levels),
+                        None => {
+                            let s = match upper {
+                                false => LevelSchedule::lower(a),
+                                true => LevelSchedule::upper(a),
+                            };
+                            log::debug!(
+                                "{}: {} levels, more than {MAX_DEVICE_LEVELS}: scheduled on the host",
+                                kind.name(),
+                                s.n_levels()
+                            );
+                            DeviceLevels::upload(gpu, &s)
+                        }
+                    }
+                };
                 let levels = (
-                    DeviceLevels::upload(gpu, &LevelSchedule::lower(a)).map_err(device)?,
-                    DeviceLevels::upload(gpu, &LevelSchedule::upper(a)).map_err(device)?,
+                    schedule(false).map_err(device)?,
+                    schedule(true).map_err(device)?,
                 );
-                spans.host("level schedules and their upload");
+                spans.device("level schedules (host beyond MAX_DEVICE_LEVELS)");
                 levels
             }
         };
@@ -456,6 +561,14 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 .transpose()?,
             w: self.gpu.zeros(self.n)?,
         })
+    }
+
+    /// Each row's level in the forward and in the backward sweep (read back).
+    pub fn row_levels(&self) -> Result<(Vec<u32>, Vec<u32>), GpuError> {
+        Ok((
+            self.forward.row_levels(self.gpu, self.n)?,
+            self.backward.row_levels(self.gpu, self.n)?,
+        ))
     }
 
     /// Levels of the forward and the backward sweep.
