@@ -1,7 +1,7 @@
 //! Preconditioner set-up on the device, and where set-up time goes.
 //!
 //! [`SetupSpans`] times the phases of a preconditioner's set-up and logs
-//! them at debug level (`RUST_LOG=fvpoisson=debug`), each marked host or
+//! them at debug level (`RUST_LOG=fvpoisson::gpu::setup=debug`), each marked host or
 //! device, so that a slow set-up names the phase to move. Device phases are
 //! timed only when debug logging is on (the span then synchronises the
 //! stream; otherwise it costs nothing and synchronises nothing).
