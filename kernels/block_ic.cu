@@ -231,6 +231,78 @@ extern "C" __global__ void block_ic_sweep_f32(
                           ic_off, ic0, levels, slice_levels);
 }
 
+// Block-IC's structure, once per pattern, on the device (no host pass over
+// the matrix): one block of H threads per slice, 2H ints of dynamic shared
+// memory. Per row its in-slice off-diagonal count, its forward level (1 +
+// the deepest in-slice lower neighbour, 0 without one) and backward level
+// (the same over upper neighbours), computed in rounds: a row takes its
+// level once all its neighbours on that side have theirs (at most H
+// rounds; a level, once set, never changes). Writes levels[2*row],
+// levels[2*row+1], slice_mnz[s] (the slice's largest count) and
+// slice_levels[2*s], [2*s+1] (its level counts), and raises maxima[0..3] to
+// the largest count and level counts over all slices (zeroed by the host).
+// The CPU reference is the host set-up (src/sparse/levels.rs LevelSchedule
+// on the block diagonal, src/sparse/blocks.rs in_slice_counts).
+extern "C" __global__ void block_ic_structure(int n, const u64* __restrict__ slice_ptr,
+                                              const int* __restrict__ codes,
+                                              int* __restrict__ slice_mnz,
+                                              int* __restrict__ levels,
+                                              int* __restrict__ slice_levels,
+                                              int* __restrict__ maxima) {
+    __shared__ int slice_max[3];
+    const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
+    const bool in = row < n;
+    int* fw = (int*)block_ic_smem;
+    int* bw = fw + h;
+    const u64 start = slice_ptr[l], end = slice_ptr[l + 1];
+    int cnt = 0;
+    if (in)
+        for (u64 k = start + t; k < end; k += h) cnt += codes[k] < 0;
+    fw[t] = in ? -1 : 0;
+    bw[t] = in ? -1 : 0;
+    if (t < 3) slice_max[t] = 0;
+    __syncthreads();
+    for (;;) {
+        int f = -1, b = -1;
+        if (in && (fw[t] < 0 || bw[t] < 0)) {
+            bool f_ready = fw[t] < 0, b_ready = bw[t] < 0;
+            int f_deepest = -1, b_deepest = -1;
+            for (u64 k = start + t; k < end; k += h) {
+                const int c = codes[k];
+                if (c >= 0) continue;
+                const int j = -(c + 1);
+                if (j < t) {
+                    if (fw[j] < 0) f_ready = false;
+                    else f_deepest = max(f_deepest, fw[j]);
+                } else {
+                    if (bw[j] < 0) b_ready = false;
+                    else b_deepest = max(b_deepest, bw[j]);
+                }
+            }
+            if (f_ready) f = f_deepest + 1;
+            if (b_ready) b = b_deepest + 1;
+        }
+        __syncthreads();  // every read of this round before any write
+        if (f >= 0) fw[t] = f;
+        if (b >= 0) bw[t] = b;
+        if (!__syncthreads_or(in && (fw[t] < 0 || bw[t] < 0))) break;
+    }
+    if (in) {
+        levels[2 * row] = fw[t];
+        levels[2 * row + 1] = bw[t];
+        atomicMax(&slice_max[0], cnt);
+        atomicMax(&slice_max[1], fw[t] + 1);
+        atomicMax(&slice_max[2], bw[t] + 1);
+    }
+    __syncthreads();
+    if (t == 0) {
+        slice_mnz[l] = slice_max[0];
+        slice_levels[2 * l] = slice_max[1];
+        slice_levels[2 * l + 1] = slice_max[2];
+        for (int q = 0; q < 3; ++q) atomicMax(&maxima[q], slice_max[q]);
+    }
+}
+
 // Gershgorin bound of D^-1 A on the device (solve/polynomial.rs
 // gershgorin_bound): per row (a_tt + sum |a_tj| over the off-diagonals in
 // column order) / a_tt, the CPU's operations; the maximum over rows as the

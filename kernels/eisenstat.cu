@@ -166,3 +166,190 @@ extern "C" __global__ void eis_residual(int n, int h, const u64* __restrict__ sl
     const double sum = block_sum(r_abs);
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
+
+// ---- The set-up on the device (src/gpu/eisenstat.rs DeviceEisenstat::with_sorted_rows)
+// from the resident mod-SELL matrix A (colour-contiguous rows, column codes as
+// in smooth.cu), equal to the host's ScaledTriangles of A in the sweeps' row
+// order (src/solve/eisenstat.rs length_sorted_order) uploaded as SELL.
+
+// The colour c of row i: colour_ptr[c] <= i < colour_ptr[c + 1].
+__device__ int eis_colour_of(int i, const int* __restrict__ colour_ptr, int n_colours) {
+    int lo = 0, hi = n_colours;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (colour_ptr[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Per row its strictly lower and upper entry counts; a row coupled to a row
+// of its own colour lowers failed[0] to row + 1 (atomicMin from n + 1);
+// totals[0], totals[1] (zeroed by the host) sum the counts (a warp sum, then
+// one atomic per warp). One thread per row; blockDim a multiple of 32.
+extern "C" __global__ void eis_setup_rows(int n, int h, const u64* __restrict__ slice_ptr,
+                                          const int* __restrict__ codes,
+                                          const int* __restrict__ colour_ptr, int n_colours,
+                                          unsigned* __restrict__ lower_len,
+                                          unsigned* __restrict__ upper_len, int* failed,
+                                          u64* totals) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    u64 lower = 0, upper = 0;
+    if (row < n) {
+        const int c = eis_colour_of(row, colour_ptr, n_colours);
+        const int first = colour_ptr[c], end = colour_ptr[c + 1];
+        const int s = row / h, base = s * h;
+        for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+            const int code = codes[k];
+            if (code == 0) continue;
+            const int col = code > 0 ? code - 1 : base - code - 1;
+            if (col >= first && col < end) atomicMin(failed, row + 1);
+            if (col < row) ++lower;
+            else ++upper;
+        }
+        lower_len[row] = (unsigned)lower;
+        upper_len[row] = (unsigned)upper;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        lower += __shfl_down_sync(0xffffffffu, lower, o);
+        upper += __shfl_down_sync(0xffffffffu, upper, o);
+    }
+    if ((threadIdx.x & 31) == 0 && (lower != 0 || upper != 0)) {
+        atomicAdd(&totals[0], lower);
+        atomicAdd(&totals[1], upper);
+    }
+}
+
+// The sweeps' row order (length_sorted_order): inside each colour, windows
+// of `window` rows, each sorted by (lower, upper) length descending, ties by
+// row ascending (a stable sort); window <= 0: the identity. Row r goes to
+// order[new] = r, new_of[r] = new, new = window start + its rank. One
+// thread per row (a window of at most `window` rows is scanned).
+extern "C" __global__ void eis_setup_order(int n, const int* __restrict__ colour_ptr,
+                                           int n_colours, int window,
+                                           const unsigned* __restrict__ lower_len,
+                                           const unsigned* __restrict__ upper_len,
+                                           int* __restrict__ order, int* __restrict__ new_of) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    int at = r;
+    if (window > 0) {
+        const int c = eis_colour_of(r, colour_ptr, n_colours);
+        const int first = colour_ptr[c], end = colour_ptr[c + 1];
+        const int start = first + ((r - first) / window) * window;
+        const int stop = min(start + window, end);
+        const unsigned lr = lower_len[r], ur = upper_len[r];
+        int rank = 0;
+        for (int q = start; q < stop; ++q) {
+            const unsigned lq = lower_len[q], uq = upper_len[q];
+            const bool before = lq > lr || (lq == lr && (uq > ur || (uq == ur && q < r)));
+            rank += before;
+        }
+        at = start + rank;
+    }
+    order[at] = r;
+    new_of[r] = at;
+}
+
+// Scales in the sweeps' order: sqrt_diag[i] = sqrt(a_rr), inv_sqrt_diag[i] =
+// 1 / sqrt_diag[i] for r = order[i], and inv_sqrt_old[r] the same in A's
+// order (the fill's factors). One thread per row.
+extern "C" __global__ void eis_setup_scales(int n, const double* __restrict__ diag,
+                                            const int* __restrict__ order,
+                                            double* __restrict__ sqrt_diag,
+                                            double* __restrict__ inv_sqrt_diag,
+                                            double* __restrict__ inv_sqrt_old) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int r = order[i];
+    const double s = __dsqrt_rn(diag[r]);
+    const double inv = __ddiv_rn(1.0, s);
+    sqrt_diag[i] = s;
+    inv_sqrt_diag[i] = inv;
+    inv_sqrt_old[r] = inv;
+}
+
+// Slot counts of each SELL slice of 32 (`th`) rows in the sweeps' order:
+// th * the longest row, for the lower and the upper part (the exclusive
+// scan of these is the slice pointers). One thread per slice.
+extern "C" __global__ void eis_setup_widths(int n, int th, const int* __restrict__ order,
+                                            const unsigned* __restrict__ lower_len,
+                                            const unsigned* __restrict__ upper_len,
+                                            unsigned* __restrict__ lower_slots,
+                                            unsigned* __restrict__ upper_slots) {
+    const int s = blockIdx.x * blockDim.x + threadIdx.x;
+    if ((long long)s * th >= n) return;
+    unsigned lw = 0, uw = 0;
+    for (int i = s * th; i < min(n, (s + 1) * th); ++i) {
+        lw = max(lw, lower_len[order[i]]);
+        uw = max(uw, upper_len[order[i]]);
+    }
+    lower_slots[s] = lw * th;
+    upper_slots[s] = uw * th;
+}
+
+// Appends (col, val) to a SELL row kept sorted by column (insertion).
+__device__ void eis_insert(int* __restrict__ cols, double* __restrict__ vals, u64 base, int th,
+                           int count, int col, double val) {
+    int p = count;
+    while (p > 0 && cols[base + (u64)(p - 1) * th] > col) {
+        cols[base + (u64)p * th] = cols[base + (u64)(p - 1) * th];
+        vals[base + (u64)p * th] = vals[base + (u64)(p - 1) * th];
+        --p;
+    }
+    cols[base + (u64)p * th] = col;
+    vals[base + (u64)p * th] = val;
+}
+
+// The two SELL parts in the sweeps' order: row i (A's row r = order[i])
+// takes its entries a_rc, scaled (a_rc / sqrt(a_rr)) / sqrt(a_cc) as
+// (a_rc * inv_r) * inv_c (ScaledTriangles' order), at column new_of[c],
+// columns ascending; the lower part those with c < r, the upper the rest;
+// padding column -1, value 0 to the slice's width (rows past n: all
+// padding). One thread per row of the slices (n rounded up to th).
+extern "C" __global__ void eis_setup_fill(int n, int h, const u64* __restrict__ slice_ptr,
+                                          const int* __restrict__ codes,
+                                          const double* __restrict__ vals,
+                                          const double* __restrict__ inv_sqrt_old,
+                                          const int* __restrict__ order,
+                                          const int* __restrict__ new_of, int th,
+                                          const u64* __restrict__ lower_ptr,
+                                          int* __restrict__ lower_cols,
+                                          double* __restrict__ lower_vals,
+                                          const u64* __restrict__ upper_ptr,
+                                          int* __restrict__ upper_cols,
+                                          double* __restrict__ upper_vals, int n_slices) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_slices * th) return;
+    const int ts = i / th;
+    const u64 lower_base = lower_ptr[ts] + i % th, upper_base = upper_ptr[ts] + i % th;
+    const int lower_width = (int)((lower_ptr[ts + 1] - lower_ptr[ts]) / th);
+    const int upper_width = (int)((upper_ptr[ts + 1] - upper_ptr[ts]) / th);
+    int lower = 0, upper = 0;
+    if (i < n) {
+        const int r = order[i];
+        const int s = r / h, base = s * h;
+        const double inv_r = inv_sqrt_old[r];
+        for (u64 k = slice_ptr[s] + (r - base); k < slice_ptr[s + 1]; k += h) {
+            const int code = codes[k];
+            if (code == 0) continue;
+            const int c = code > 0 ? code - 1 : base - code - 1;
+            const double v = __dmul_rn(__dmul_rn(vals[k], inv_r), inv_sqrt_old[c]);
+            if (c < r) {
+                eis_insert(lower_cols, lower_vals, lower_base, th, lower, new_of[c], v);
+                ++lower;
+            } else {
+                eis_insert(upper_cols, upper_vals, upper_base, th, upper, new_of[c], v);
+                ++upper;
+            }
+        }
+    }
+    for (int m = lower; m < lower_width; ++m) {
+        lower_cols[lower_base + (u64)m * th] = -1;
+        lower_vals[lower_base + (u64)m * th] = 0.0;
+    }
+    for (int m = upper; m < upper_width; ++m) {
+        upper_cols[upper_base + (u64)m * th] = -1;
+        upper_vals[upper_base + (u64)m * th] = 0.0;
+    }
+}

@@ -277,3 +277,120 @@ extern "C" __global__ void ic_widen(int n, const float* __restrict__ w, double* 
     if (i >= n || gated_off(done)) return;
     z[i] = (double)w[i];
 }
+
+// ---- Structure on the device (src/gpu/ic.rs DeviceIncompleteCholesky::on_device):
+// the CSR comes from the resident mod-SELL matrix (amg_modsell_to_csr), these
+// kernels derive what the host set-up derived from its CSR.
+
+// diag_slot[i] = the slot of column i in row i (present: the device CSR
+// stores every diagonal). One thread per row.
+extern "C" __global__ void ic_diag_slots(int n, const u64* __restrict__ row_ptr,
+                                         const int* __restrict__ cols,
+                                         u64* __restrict__ diag_slot) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s)
+        if (cols[s] == i) {
+            diag_slot[i] = s;
+            return;
+        }
+}
+
+// transposed[s] = the slot (j, i) of each slot s = (i, j) (binary search of
+// row j's ascending columns; solve/ilu.rs transposed_slots). A missing
+// partner lowers failed[0] to i + 1 (atomicMin from n + 1). One thread per row.
+extern "C" __global__ void ic_transposed_slots(int n, const u64* __restrict__ row_ptr,
+                                               const int* __restrict__ cols,
+                                               u64* __restrict__ transposed, int* failed) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+        const int j = cols[s];
+        u64 lo = row_ptr[j], hi = row_ptr[j + 1];
+        while (lo < hi) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (cols[mid] < i) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < row_ptr[j + 1] && cols[lo] == i) {
+            transposed[s] = lo;
+        } else {
+            transposed[s] = 0;
+            atomicMin(failed, i + 1);
+        }
+    }
+}
+
+// Whether colours can be the sweeps' levels: rows colour-contiguous
+// (colour c is rows colour_ptr[c] .. colour_ptr[c+1]) and no two rows of a
+// colour coupled; a coupled row i lowers failed[0] to i + 1. Then a row's
+// lower neighbours are in earlier colours and its upper ones in later
+// colours. One thread per row.
+extern "C" __global__ void ic_colour_check(int n, const u64* __restrict__ row_ptr,
+                                           const int* __restrict__ cols,
+                                           const int* __restrict__ colour_ptr, int n_colours,
+                                           int* failed) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int lo = 0, hi = n_colours;  // the colour c with colour_ptr[c] <= i < colour_ptr[c + 1]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (colour_ptr[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    const int first = colour_ptr[lo], end = colour_ptr[lo + 1];
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+        const int j = cols[s];
+        if (j != i && j >= first && j < end) {
+            atomicMin(failed, i + 1);
+            return;
+        }
+    }
+}
+
+// rows[i] = i (the level lists of a colour-contiguous order).
+extern "C" __global__ void ic_identity_rows(int n, int* __restrict__ rows) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) rows[i] = i;
+}
+
+// ---- The level schedule on the device (src/sparse/levels.rs LevelSchedule on
+// the device CSR; DeviceLevels::on_device). level[i] holds the row's level
+// + 1, 0 until assigned (so the host zeroes it).
+
+// One round: an unassigned row whose dependencies (lower: columns j < i;
+// upper != 0: columns j > i) all have levels below `round` takes level
+// `round` (1 + its deepest dependency's level, as LevelSchedule). A
+// dependency assigned in this same launch reads as unassigned or as level
+// `round`: not ready either way, so the result does not depend on the
+// threads' order.
+// unassigned[0] (zeroed by the host) counts the rows left after the round.
+extern "C" __global__ void ic_level_round(int n, const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols, int upper, int round,
+                                          int* level, int* unassigned) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || level[i] > 0) return;
+    bool ready = true;
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1] && ready; ++s) {
+        const int j = cols[s];
+        if (upper ? j <= i : j >= i) continue;
+        const int lj = level[j];  // its level + 1, 0: unassigned
+        if (lj == 0 || lj > round) ready = false;
+    }
+    if (ready) level[i] = round + 1;
+    else atomicAdd(unassigned, 1);
+}
+
+// counts[level] += 1 for each row's level (zeroed by the host).
+extern "C" __global__ void ic_level_counts(int n, const int* __restrict__ level, int* counts) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&counts[level[i] - 1], 1);
+}
+
+// rows[cursor[level]++] = i (cursor: each level's first position). The
+// order inside a level is the atomics' (a level's rows are independent).
+extern "C" __global__ void ic_level_scatter(int n, const int* __restrict__ level, int* cursor,
+                                            int* __restrict__ rows) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) rows[atomicAdd(&cursor[level[i] - 1], 1)] = i;
+}

@@ -373,3 +373,44 @@ extern "C" __global__ void smooth_block_f32(int n, const u64* __restrict__ slice
     smooth_block_t<float>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, inner,
                           max_iter, tol2, omega);
 }
+
+// ---- Device set-up of the point preconditioners (src/gpu/setup.rs) ----
+
+// failed[0] = the smallest row + 1 whose diagonal is not positive (missing
+// entries are stored as 0; NaN fails), from n + 1 set by the host: the CPU's
+// check (solve/precond.rs Triangles::new). One thread per row.
+extern "C" __global__ void diag_check(int n, const double* __restrict__ diag, u64* failed) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n && !(diag[row] > 0.0)) atomicMin(failed, (u64)row + 1);
+}
+
+// Row scales of the point smoothers and of truncated Neumann, one thread per
+// row over the mod-SELL pattern: mode 0 omega / a_ii (weighted Jacobi),
+// 1 1 / (a_ii + sum |a_ij| over the off-diagonals in slot = column order,
+// L1 Jacobi), 2 1 / a_ii. The CPU's operations in its order with _rn
+// intrinsics (solve/smoother.rs PointJacobi, solve/neumann.rs): equal bit for
+// bit. scale_f32 (null: none) gets the scale rounded to f32 (Rust `as f32`).
+extern "C" __global__ void jacobi_scales(int n, int h, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const double* __restrict__ vals,
+                                         const double* __restrict__ diag, int mode, double omega,
+                                         double* __restrict__ scale,
+                                         float* __restrict__ scale_f32) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const double d = diag[row];
+    double s;
+    if (mode == 0) {
+        s = __ddiv_rn(omega, d);
+    } else if (mode == 1) {
+        const int sl = row / h;
+        double sum = d;
+        for (u64 k = slice_ptr[sl] + (row - sl * h); k < slice_ptr[sl + 1]; k += h)
+            if (codes[k] != 0) sum = __dadd_rn(sum, fabs(vals[k]));
+        s = __ddiv_rn(1.0, sum);
+    } else {
+        s = __ddiv_rn(1.0, d);
+    }
+    scale[row] = s;
+    if (scale_f32 != nullptr) scale_f32[row] = __double2float_rn(s);
+}

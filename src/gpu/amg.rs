@@ -395,7 +395,7 @@ impl Scan {
 
 /// The fine mod-SELL matrix as CSR (`ModSell::to_csr` on the device) and
 /// each CSR entry's mod-SELL slot (-(row + 1): the diagonal of row), for value-only updates.
-fn fine_csr(
+pub(super) fn fine_csr(
     gpu: &Gpu,
     m: &DeviceModSell,
     scan: &Scan,
@@ -436,20 +436,29 @@ fn fine_values(
     source: &CudaSlice<i64>,
     m: &DeviceModSell,
 ) -> Result<(), GpuError> {
-    let nnz = csr.nnz as u64;
-    gpu.launch(
-        "amg_csr_values_from_modsell",
-        vector_grid(csr.nnz),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&nnz)
-                .arg(source)
-                .arg(&m.values)
-                .arg(&m.diag)
-                .arg(&csr.vals);
-        },
-    )
+    csr_values_from_modsell(gpu, csr.nnz, source, m, &csr.vals)
+}
+
+/// `vals[k]` = the value of `m` at entry k's mod-SELL slot `source[k]`
+/// (−(row + 1): the diagonal of row) for the `nnz` entries, a thread per
+/// entry: the values of a CSR copy of `m` made by [`fine_csr`], after `m`'s
+/// values changed.
+pub(super) fn csr_values_from_modsell(
+    gpu: &Gpu,
+    nnz: usize,
+    source: &CudaSlice<i64>,
+    m: &DeviceModSell,
+    vals: &CudaSlice<f64>,
+) -> Result<(), GpuError> {
+    let grid = vector_grid(nnz);
+    let nnz = nnz as u64;
+    gpu.launch("amg_csr_values_from_modsell", grid, VECTOR_BLOCK, 0, |a| {
+        a.arg(&nnz)
+            .arg(source)
+            .arg(&m.values)
+            .arg(&m.diag)
+            .arg(vals);
+    })
 }
 
 /// One pairwise pass's product, kept for value-only updates: its aggregates'

@@ -1191,6 +1191,11 @@ impl JacobiBaseline {
         })
     }
 
+    /// Whether the baseline reached the tolerance.
+    pub fn converged(&self) -> bool {
+        self.perf.converged
+    }
+
     pub fn iterations(&self) -> usize {
         self.perf.iterations
     }

@@ -28,6 +28,7 @@ use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::setup::{jacobi_scales, RowScale, SetupSpans};
 use super::smooth::DevicePreconditioner;
 use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::deflation::{coarse_inverse, deflated_pcg, DeflationOps, Subdomains};
@@ -64,16 +65,38 @@ impl<'g> DeviceNeumann<'g> {
         order: usize,
     ) -> Result<Self, GpuError> {
         matrix.check_rows("Neumann preconditioner", a)?;
-        let host = TruncatedNeumann::new(a, order).map_err(|e| GpuError::Invalid(e.to_string()))?;
-        let n = matrix.n;
-        Ok(Self {
+        if order == 0 {
+            // The CPU's message (checked before the matrix is read).
+            return Err(GpuError::Invalid(
+                TruncatedNeumann::new(a, order)
+                    .err()
+                    .map_or_else(String::new, |e| e.to_string()),
+            ));
+        }
+        let mut spans = SetupSpans::new("truncated Neumann", Some(gpu));
+        // 1/a_ii on the device from the resident matrix (`gpu::setup`; the
+        // CPU's `TruncatedNeumann::reciprocal_diagonal` bit for bit).
+        let (inv_diag, _) = jacobi_scales(
             gpu,
-            inv_diag: gpu.upload(host.reciprocal_diagonal())?,
+            &matrix,
+            RowScale::Reciprocal,
+            false,
+            "truncated Neumann",
+        )
+        .map_err(|e| GpuError::Invalid(e.to_string()))?;
+        spans.device("reciprocal diagonal");
+        let n = matrix.n;
+        let neumann = Self {
+            gpu,
+            inv_diag,
             order,
             scaled: gpu.zeros(n)?,
             work: [gpu.zeros(n)?, gpu.zeros(n)?],
             matrix,
-        })
+        };
+        spans.device("work vectors");
+        spans.finish();
+        Ok(neumann)
     }
 
     /// out = base − D⁻¹ T g (`neumann_step`).

@@ -23,8 +23,11 @@
 
 use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
+use super::amg::Scan;
+use super::matrix::DeviceModSell;
 use super::matrix::{DeviceMatrix, Format};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
+use super::setup::{checked_diagonal, SetupSpans};
 use super::smooth::Layout;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
@@ -101,6 +104,176 @@ impl DeviceTriangle {
     }
 }
 
+/// A SELL triangle read back: slice pointers, columns, values.
+pub type SellArrays = (Vec<u64>, Vec<i32>, Vec<f64>);
+
+/// [`DeviceEisenstat::download_setup`]'s arrays.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EisenstatArrays {
+    pub lower: SellArrays,
+    pub upper: SellArrays,
+    pub lower_nnz: usize,
+    pub upper_nnz: usize,
+    pub inv_sqrt_diag: Vec<f64>,
+    pub sqrt_diag: Vec<f64>,
+    pub perm: Vec<i32>,
+}
+
+/// The set-up's checks of sizes and layout: the colouring and the PCG
+/// backend fit `a`, and the rows are colour-contiguous.
+fn check_layout(cg: &GpuCgBackend<'_>, a: &Csr, colouring: &Colouring) -> Result<(), SolveError> {
+    let n = a.n_rows();
+    let invalid = |m: String| SolveError::Device(format!("Eisenstat SGS: {m}"));
+    if colouring.colours().len() != n || cg.n() != n {
+        return Err(invalid(format!(
+            "the colouring ({} rows) or the PCG backend ({} rows) does not fit the {n}-row \
+             matrix",
+            colouring.colours().len(),
+            cg.n()
+        )));
+    }
+    if colouring
+        .rows()
+        .iter()
+        .enumerate()
+        .any(|(k, &r)| r as usize != k)
+    {
+        return Err(invalid(
+            "the rows are not colour-contiguous (renumber them with smooth::colour_layout)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The scaled split in the sweeps' order, on the device.
+struct DeviceSplit {
+    lower: DeviceTriangle,
+    upper: DeviceTriangle,
+    inv_sqrt_diag: CudaSlice<f64>,
+    sqrt_diag: CudaSlice<f64>,
+    perm: Option<CudaSlice<i32>>,
+}
+
+impl DeviceSplit {
+    /// Built from `m` (A, colour-contiguous as `colouring` says) by the
+    /// `eis_setup_*` kernels: per-row lengths and the coupling check, the
+    /// length-sorted order in windows of `window` rows (0: A's order), the
+    /// scales, the SELL slice pointers (a device scan) and the two
+    /// triangles. An error is the host set-up's, in its order (coupled rows
+    /// of a colour, then a diagonal that is not positive).
+    fn build(
+        gpu: &Gpu,
+        m: &DeviceModSell,
+        a: &Csr,
+        colouring: &Colouring,
+        window: usize,
+    ) -> Result<Self, SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let n = m.n;
+        let (n32, dims) = (n as i32, m.dims());
+        let ptr: Vec<i32> = colouring.colour_ptr().iter().map(|&p| p as i32).collect();
+        let n_colours = ptr.len().saturating_sub(1) as i32;
+        let colour_ptr = gpu.upload(&ptr).map_err(device)?;
+        let lower_len = gpu.zeros::<u32>(n).map_err(device)?;
+        let upper_len = gpu.zeros::<u32>(n).map_err(device)?;
+        let failed = gpu.upload(&[n32 + 1]).map_err(device)?;
+        let totals = gpu.zeros::<u64>(2).map_err(device)?;
+        m.launch_pattern(gpu, "eis_setup_rows", &dims, |l| {
+            l.arg(&colour_ptr).arg(&n_colours);
+            l.arg(&lower_len).arg(&upper_len).arg(&failed).arg(&totals);
+        })
+        .map_err(device)?;
+        if gpu.download(&failed).map_err(device)?[0] <= n32 {
+            let (r, c) = colouring.conflict(a).unwrap_or((0, 0));
+            return Err(SolveError::Device(format!(
+                "Eisenstat SGS: rows {r} and {c} are coupled but have the same colour"
+            )));
+        }
+        checked_diagonal(gpu, m, "Eisenstat SGS")?;
+        let totals = gpu.download(&totals).map_err(device)?;
+        let order = gpu.zeros::<i32>(n).map_err(device)?;
+        let new_of = gpu.zeros::<i32>(n).map_err(device)?;
+        let window32 = i32::try_from(window).unwrap_or(i32::MAX);
+        gpu.launch("eis_setup_order", vector_grid(n), VECTOR_BLOCK, 0, |l| {
+            l.arg(&n32).arg(&colour_ptr).arg(&n_colours).arg(&window32);
+            l.arg(&lower_len).arg(&upper_len).arg(&order).arg(&new_of);
+        })
+        .map_err(device)?;
+        let sqrt_diag = gpu.zeros::<f64>(n).map_err(device)?;
+        let inv_sqrt_diag = gpu.zeros::<f64>(n).map_err(device)?;
+        let inv_sqrt_old = gpu.zeros::<f64>(n).map_err(device)?;
+        gpu.launch("eis_setup_scales", vector_grid(n), VECTOR_BLOCK, 0, |l| {
+            l.arg(&n32).arg(&m.diag).arg(&order);
+            l.arg(&sqrt_diag).arg(&inv_sqrt_diag).arg(&inv_sqrt_old);
+        })
+        .map_err(device)?;
+        // SELL slice pointers: exclusive scans of each slice's slot count.
+        let th = SLICE_HEIGHT as i32;
+        let slices = n.div_ceil(SLICE_HEIGHT);
+        let lower_slots = gpu.zeros::<u32>(slices).map_err(device)?;
+        let upper_slots = gpu.zeros::<u32>(slices).map_err(device)?;
+        gpu.launch(
+            "eis_setup_widths",
+            vector_grid(slices),
+            VECTOR_BLOCK,
+            0,
+            |l| {
+                l.arg(&n32)
+                    .arg(&th)
+                    .arg(&order)
+                    .arg(&lower_len)
+                    .arg(&upper_len);
+                l.arg(&lower_slots).arg(&upper_slots);
+            },
+        )
+        .map_err(device)?;
+        let scan = Scan::new(gpu, slices).map_err(device)?;
+        let lower_ptr = gpu.zeros::<u64>(slices + 1).map_err(device)?;
+        let upper_ptr = gpu.zeros::<u64>(slices + 1).map_err(device)?;
+        let lower_total = scan
+            .run(gpu, &lower_slots, slices, &lower_ptr)
+            .map_err(device)? as usize;
+        let upper_total = scan
+            .run(gpu, &upper_slots, slices, &upper_ptr)
+            .map_err(device)? as usize;
+        let lower_cols = gpu.zeros::<i32>(lower_total).map_err(device)?;
+        let lower_vals = gpu.zeros::<f64>(lower_total).map_err(device)?;
+        let upper_cols = gpu.zeros::<i32>(upper_total).map_err(device)?;
+        let upper_vals = gpu.zeros::<f64>(upper_total).map_err(device)?;
+        let slices32 = slices as i32;
+        let grid = vector_grid(slices * SLICE_HEIGHT);
+        gpu.launch("eis_setup_fill", grid, VECTOR_BLOCK, 0, |l| {
+            l.arg(&n32).arg(&dims[1]).arg(&m.slice_ptr).arg(&m.codes);
+            l.arg(&m.values)
+                .arg(&inv_sqrt_old)
+                .arg(&order)
+                .arg(&new_of)
+                .arg(&th);
+            l.arg(&lower_ptr).arg(&lower_cols).arg(&lower_vals);
+            l.arg(&upper_ptr).arg(&upper_cols).arg(&upper_vals);
+            l.arg(&slices32);
+        })
+        .map_err(device)?;
+        Ok(Self {
+            lower: DeviceTriangle {
+                slice_ptr: lower_ptr,
+                cols: lower_cols,
+                values: lower_vals,
+                nnz: totals[0] as usize,
+            },
+            upper: DeviceTriangle {
+                slice_ptr: upper_ptr,
+                cols: upper_cols,
+                values: upper_vals,
+                nnz: totals[1] as usize,
+            },
+            inv_sqrt_diag,
+            sqrt_diag,
+            perm: (window > 0).then_some(order),
+        })
+    }
+}
+
 /// The device steps of Eisenstat SGS-PCG on a colour-contiguous matrix; the
 /// PCG backend `cg` (same matrix, same row order) gives the initial residual
 /// and the work vectors.
@@ -148,6 +321,12 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     /// ([`crate::solve::eisenstat::length_sorted_order`]: less SELL padding)
     /// when `window` > 0; x and r keep `a`'s order (the update and the
     /// initial sweep index them through the permutation).
+    ///
+    /// Set up on the device from `cg`'s resident matrix ([`DeviceSplit`]):
+    /// the colouring's coupling check, the row order, the scales and the two
+    /// SELL triangles; the host reads sizes and flags only (and checks that
+    /// the colouring is contiguous, O(n)). Equal bit for bit to
+    /// [`Self::with_sorted_rows_on_host`].
     pub fn with_sorted_rows(
         gpu: &'g Gpu,
         cg: &'a GpuCgBackend<'g>,
@@ -155,32 +334,36 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         colouring: &Colouring,
         window: usize,
     ) -> Result<Self, SolveError> {
-        let n = a.n_rows();
+        let mut spans = SetupSpans::new("Eisenstat SGS", Some(gpu));
+        check_layout(cg, a, colouring)?;
+        spans.host("colouring size and contiguity");
+        let split = DeviceSplit::build(gpu, &cg.shared_matrix(), a, colouring, window)?;
+        spans.device("coupling check, row order, scales and SELL triangles");
+        let eisenstat = Self::from_parts(gpu, cg, colouring, split)?;
+        spans.device("work arrays");
+        spans.finish();
+        Ok(eisenstat)
+    }
+
+    /// [`Self::with_sorted_rows`] set up on the host (the reference): the
+    /// checks, the order and `solve::eisenstat::ScaledTriangles` on the host,
+    /// the triangles converted to SELL and uploaded.
+    pub fn with_sorted_rows_on_host(
+        gpu: &'g Gpu,
+        cg: &'a GpuCgBackend<'g>,
+        a: &Csr,
+        colouring: &Colouring,
+        window: usize,
+    ) -> Result<Self, SolveError> {
+        let mut spans = SetupSpans::new("Eisenstat SGS (host set-up)", Some(gpu));
+        check_layout(cg, a, colouring)?;
         let invalid = |m: String| SolveError::Device(format!("Eisenstat SGS: {m}"));
-        if colouring.colours().len() != n || cg.n() != n {
-            return Err(invalid(format!(
-                "the colouring ({} rows) or the PCG backend ({} rows) does not fit the {n}-row \
-                 matrix",
-                colouring.colours().len(),
-                cg.n()
-            )));
-        }
-        if colouring
-            .rows()
-            .iter()
-            .enumerate()
-            .any(|(k, &r)| r as usize != k)
-        {
-            return Err(invalid(
-                "the rows are not colour-contiguous (renumber them with smooth::colour_layout)"
-                    .into(),
-            ));
-        }
         if let Some((r, c)) = colouring.conflict(a) {
             return Err(invalid(format!(
                 "rows {r} and {c} are coupled but have the same colour"
             )));
         }
+        spans.host("colouring checks (contiguous, no coupled rows in a colour)");
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let (split, perm) = match window {
             0 => (ScaledTriangles::new(a)?, None),
@@ -195,6 +378,29 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 )
             }
         };
+        spans.host("length-sorted order, permuted copy and the scaled split");
+        let split = DeviceSplit {
+            lower: DeviceTriangle::upload(gpu, &split.lower).map_err(device)?,
+            upper: DeviceTriangle::upload(gpu, &split.upper).map_err(device)?,
+            inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
+            sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
+            perm,
+        };
+        spans.host("SELL conversion and upload of the triangles and scales");
+        let eisenstat = Self::from_parts(gpu, cg, colouring, split)?;
+        spans.finish();
+        Ok(eisenstat)
+    }
+
+    /// The steps on a split, with their work arrays.
+    fn from_parts(
+        gpu: &'g Gpu,
+        cg: &'a GpuCgBackend<'g>,
+        colouring: &Colouring,
+        split: DeviceSplit,
+    ) -> Result<Self, SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let n = cg.n();
         let colours: Vec<(i32, i32)> = colouring
             .colour_ptr()
             .windows(2)
@@ -210,15 +416,52 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             cg,
             n,
             colours,
-            lower: DeviceTriangle::upload(gpu, &split.lower).map_err(device)?,
-            upper: DeviceTriangle::upload(gpu, &split.upper).map_err(device)?,
-            inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
-            sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
-            perm,
+            lower: split.lower,
+            upper: split.upper,
+            inv_sqrt_diag: split.inv_sqrt_diag,
+            sqrt_diag: split.sqrt_diag,
+            perm: split.perm,
             partials: gpu.zeros(partial_len).map_err(device)?,
             scalars: gpu.zeros(SCALARS).map_err(device)?,
             records: gpu.zeros(3 * MAX_CHUNK).map_err(device)?,
             max_chunk: 1,
+        })
+    }
+
+    /// The set-up's arrays read back (the tests compare the device set-up
+    /// with the host's): each triangle's slice pointers, columns and values
+    /// (SELL slots), 1/√a_ii and √a_ii in the sweeps' order, and that order
+    /// (empty: A's).
+    pub fn download_setup(&self) -> Result<EisenstatArrays, GpuError> {
+        let gpu = self.gpu;
+        let triangle = |t: &DeviceTriangle| -> Result<SellArrays, GpuError> {
+            let ptr = gpu.download(&t.slice_ptr)?;
+            let slots = ptr.last().copied().unwrap_or(0) as usize;
+            let mut cols = gpu.download(&t.cols)?;
+            let mut vals = gpu.download(&t.values)?;
+            cols.truncate(slots);
+            vals.truncate(slots);
+            Ok((ptr, cols, vals))
+        };
+        let n = self.n;
+        let vector = |v: &CudaSlice<f64>| -> Result<Vec<f64>, GpuError> {
+            let mut h = gpu.download(v)?;
+            h.truncate(n);
+            Ok(h)
+        };
+        let mut perm = match &self.perm {
+            Some(p) => gpu.download(p)?,
+            None => Vec::new(),
+        };
+        perm.truncate(n);
+        Ok(EisenstatArrays {
+            lower: triangle(&self.lower)?,
+            upper: triangle(&self.upper)?,
+            lower_nnz: self.lower.nnz,
+            upper_nnz: self.upper.nnz,
+            inv_sqrt_diag: vector(&self.inv_sqrt_diag)?,
+            sqrt_diag: vector(&self.sqrt_diag)?,
+            perm,
         })
     }
 

@@ -10,15 +10,28 @@
 //! application; the row order sets it (a banded RCM order on a 3D mesh has a
 //! few hundred levels, a multicolour order as many as colours), which is why
 //! the bench reports the levels with the times.
+//!
+//! Set-up: [`DeviceIncompleteCholesky::new`] derives everything on the host
+//! from the CSR and uploads it (the reference path);
+//! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
+//! transposed slots and the factor from the resident mod-SELL matrix on the
+//! device, takes a colour-contiguous order's colours as the levels (else it
+//! schedules the levels on the device in rounds, the host's schedule only
+//! beyond [`MAX_DEVICE_LEVELS`] levels), and keeps what
+//! [`DeviceIncompleteCholesky::refactorise`] needs for value-only
+//! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
+//! is computed on the device ([`BlockIcStructure`]).
 
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg};
 
-use super::matrix::{f32_copy, DeviceModSell};
+use super::amg::{csr_values_from_modsell, fine_csr, DeviceCsr, Scan};
+use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
+use super::setup::{checked_diagonal, SetupSpans};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::block_jacobi::BlockIc;
+use crate::solve::colouring::Colouring;
 use crate::solve::ilu::{pivot_thresholds, transposed_slots};
-use crate::solve::smoother::check_diagonal;
 use crate::solve::{InnerSolver, Precision, PreconditionerKind, SolveError};
 use crate::sparse::blocks::{block_diagonal, in_slice_counts};
 use crate::sparse::levels::LevelSchedule;
@@ -74,6 +87,111 @@ impl DeviceLevels {
         })
     }
 
+    /// The levels of a colour-contiguous order (`colour_ptr`: each colour's
+    /// first row, then n): the colours ascending (`reverse`: descending), the
+    /// rows in order, listed on the device.
+    pub(super) fn from_colours(
+        gpu: &Gpu,
+        colour_ptr: &[usize],
+        reverse: bool,
+    ) -> Result<Self, GpuError> {
+        let n = colour_ptr.last().copied().unwrap_or(0);
+        let rows = gpu.zeros::<i32>(n)?;
+        let n32 = n as i32;
+        gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&rows);
+        })?;
+        let mut bounds: Vec<(i32, i32)> = colour_ptr
+            .windows(2)
+            .map(|w| ((w[1] - w[0]) as i32, w[0] as i32))
+            .collect();
+        if reverse {
+            bounds.reverse();
+        }
+        Ok(Self {
+            counts: bounds.iter().map(|b| b.0).collect(),
+            firsts: bounds.iter().map(|b| b.1).collect(),
+            rows,
+        })
+    }
+
+    /// The level schedule of `csr`'s lower (`upper`: upper) triangle
+    /// computed on the device in rounds (`ic_level_round`, checked every
+    /// [`LEVEL_ROUND_BATCH`] rounds: the host reads one count per round),
+    /// then the rows grouped by level (`ic_level_counts`, a host scan of the
+    /// level counts, `ic_level_scatter`). None when the schedule needs more
+    /// than `max_rounds` rounds (each costs a pass over the rows): the caller
+    /// takes the host schedule then.
+    pub(super) fn on_device(
+        gpu: &Gpu,
+        csr: &DeviceCsr,
+        upper: bool,
+        max_rounds: usize,
+    ) -> Result<Option<Self>, GpuError> {
+        let n = csr.n;
+        // Each row's level + 1, 0: not yet assigned.
+        let level = gpu.zeros::<i32>(n)?;
+        let mut unassigned = gpu.zeros::<i32>(LEVEL_ROUND_BATCH)?;
+        let (n32, upper) = (n as i32, i32::from(upper));
+        let mut n_levels = 0;
+        let mut base = 0;
+        while n > 0 && n_levels == 0 {
+            if base >= max_rounds {
+                return Ok(None);
+            }
+            gpu.zero(&mut unassigned)?;
+            for k in 0..LEVEL_ROUND_BATCH {
+                let round = (base + k) as i32;
+                let count = unassigned.slice(k..k + 1);
+                gpu.launch("ic_level_round", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols);
+                    a.arg(&upper).arg(&round).arg(&level).arg(&count);
+                })?;
+            }
+            let left = gpu.download(&unassigned)?;
+            if let Some(k) = left.iter().position(|&c| c == 0) {
+                n_levels = base + k + 1;
+            }
+            base += LEVEL_ROUND_BATCH;
+        }
+        let counts_dev = gpu.zeros::<i32>(n_levels)?;
+        gpu.launch("ic_level_counts", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&level).arg(&counts_dev);
+        })?;
+        let mut counts = gpu.download(&counts_dev)?;
+        counts.truncate(n_levels);
+        let firsts: Vec<i32> = counts
+            .iter()
+            .scan(0i32, |next, &c| {
+                let first = *next;
+                *next += c;
+                Some(first)
+            })
+            .collect();
+        let cursor = gpu.upload(&firsts)?;
+        let rows = gpu.zeros::<i32>(n)?;
+        gpu.launch("ic_level_scatter", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&level).arg(&cursor).arg(&rows);
+        })?;
+        Ok(Some(Self {
+            counts,
+            firsts,
+            rows,
+        }))
+    }
+
+    /// Each row's level (read back; the tests compare it with the host's).
+    pub(super) fn row_levels(&self, gpu: &Gpu, n: usize) -> Result<Vec<u32>, GpuError> {
+        let rows = gpu.download(&self.rows)?;
+        let mut level = vec![0u32; n];
+        for (k, (&count, &first)) in self.counts.iter().zip(&self.firsts).enumerate() {
+            for &r in &rows[first as usize..(first + count) as usize] {
+                level[r as usize] = k as u32;
+            }
+        }
+        Ok(level)
+    }
+
     pub(super) fn n_levels(&self) -> usize {
         self.counts.len()
     }
@@ -98,6 +216,14 @@ impl DeviceLevels {
     }
 }
 
+/// Rounds of `ic_level_round` launched between two read-backs.
+const LEVEL_ROUND_BATCH: usize = 16;
+
+/// The most rounds of the device level schedule before the host's is taken
+/// instead (a round is a pass over the rows: a long chain of dependencies
+/// is cheaper on the host).
+pub const MAX_DEVICE_LEVELS: usize = 4096;
+
 /// z = w widened to f64 over the n rows (`ic_widen`, gated): the end of the
 /// mixed-precision sweeps, which run on an f32 iterate w.
 pub(super) fn widen(
@@ -120,8 +246,12 @@ pub struct DeviceIncompleteCholesky<'g> {
     kind: IcKind,
     n: usize,
     row_ptr: CudaSlice<u64>,
-    cols: CudaSlice<i32>,
+    cols: CudaSlice<u32>,
     vals: CudaSlice<f64>,
+    /// Built on the device ([`Self::on_device`]): the entry count and each
+    /// CSR entry's mod-SELL slot (-(row + 1): the diagonal), for value-only
+    /// re-set-ups.
+    source: Option<(usize, CudaSlice<i64>)>,
     diag_slot: CudaSlice<u64>,
     /// DIC: 1/d*; IC(0): L's strictly lower values in A's slots.
     factor: CudaSlice<f64>,
@@ -159,15 +289,8 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     ) -> Result<Self, SolveError> {
         let mut ic = Self::new(gpu, a, kind)?;
         if precision == Precision::Mixed {
-            let build = || -> Result<MixedIc, GpuError> {
-                Ok(MixedIc {
-                    vals: f32_copy(gpu, &ic.vals)?,
-                    factor: f32_copy(gpu, &ic.factor)?,
-                    l_diag: ic.l_diag.as_ref().map(|d| f32_copy(gpu, d)).transpose()?,
-                    w: gpu.zeros(ic.n)?,
-                })
-            };
-            ic.mixed = Some(build().map_err(|e| SolveError::Device(e.to_string()))?);
+            let copies = ic.f32_copies();
+            ic.mixed = Some(copies.map_err(|e| SolveError::Device(e.to_string()))?);
         }
         Ok(ic)
     }
@@ -187,6 +310,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     pub fn new(gpu: &'g Gpu, a: &Csr, kind: IcKind) -> Result<Self, SolveError> {
         let n = a.n_rows();
         let device = |e: GpuError| SolveError::Device(e.to_string());
+        let mut spans = SetupSpans::new(kind.name(), Some(gpu));
         let mut diag_slot = Vec::with_capacity(n);
         for r in 0..n {
             match a.slot(r, r) {
@@ -210,16 +334,19 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             ),
         };
         let tiny = (kind == IcKind::Dilu).then(|| pivot_thresholds(a));
-        let cols: Vec<i32> = a.cols().iter().map(|&c| c as i32).collect();
         let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
+        spans.host("diagonal slots, transposed slots, pivot thresholds, row pointers");
+        let (forward, backward) = (LevelSchedule::lower(a), LevelSchedule::upper(a));
+        spans.host("level schedules");
         let upload = || -> Result<Self, GpuError> {
             Ok(Self {
                 gpu,
                 kind,
                 n,
                 row_ptr: gpu.upload(&row_ptr)?,
-                cols: gpu.upload(&cols)?,
+                cols: gpu.upload(a.cols())?,
                 vals: gpu.upload(a.values())?,
+                source: None,
                 diag_slot: gpu.upload(&diag_slot)?,
                 factor: gpu.zeros(match kind {
                     IcKind::Dic | IcKind::Dilu => n,
@@ -231,14 +358,217 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 },
                 transposed: transposed.as_deref().map(|t| gpu.upload(t)).transpose()?,
                 tiny: tiny.as_deref().map(|t| gpu.upload(t)).transpose()?,
-                forward: DeviceLevels::upload(gpu, &LevelSchedule::lower(a))?,
-                backward: DeviceLevels::upload(gpu, &LevelSchedule::upper(a))?,
+                forward: DeviceLevels::upload(gpu, &forward)?,
+                backward: DeviceLevels::upload(gpu, &backward)?,
                 mixed: None,
             })
         };
         let ic = upload().map_err(device)?;
+        spans.host("uploads (CSR, slots, levels)");
         ic.factorise()?;
+        spans.device("factorisation");
+        spans.finish();
         Ok(ic)
+    }
+
+    /// [`Self::with_precision`] built on the device from `m`, the resident
+    /// mod-SELL copy of `a` (same rows): the CSR, the diagonal and
+    /// transposed slots and the factor come from `m` on the device; the host
+    /// reads only sizes and flags. The sweeps' levels are `colouring`'s
+    /// colours when given (rows colour-contiguous, checked on the device:
+    /// nothing on the host), else scheduled on the device
+    /// ([`DeviceLevels::on_device`]; on the host beyond
+    /// [`MAX_DEVICE_LEVELS`] levels). DILU's pivot thresholds are computed
+    /// on the host. Equal bit for
+    /// bit to [`Self::new`] (the same CSR, the same kernels); keeps what
+    /// [`Self::refactorise`] needs for new values on the same pattern.
+    pub fn on_device(
+        gpu: &'g Gpu,
+        a: &Csr,
+        m: &DeviceModSell,
+        kind: IcKind,
+        precision: Precision,
+        colouring: Option<&Colouring>,
+    ) -> Result<Self, SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        m.check_rows(kind.name(), a).map_err(device)?;
+        let n = m.n;
+        let mut spans = SetupSpans::new(kind.name(), Some(gpu));
+        checked_diagonal(gpu, m, kind.name())?;
+        spans.device("diagonal check");
+        let scan = Scan::new(gpu, n).map_err(device)?;
+        let (csr, source) = fine_csr(gpu, m, &scan).map_err(device)?;
+        let n32 = n as i32;
+        let diag_slot = gpu.zeros::<u64>(n).map_err(device)?;
+        gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
+        })
+        .map_err(device)?;
+        spans.device("CSR from the mod-SELL matrix, diagonal slots");
+        let transposed = match kind {
+            IcKind::Dic => None,
+            IcKind::Ic0 | IcKind::Dilu => {
+                let t = gpu.zeros::<u64>(csr.nnz).map_err(device)?;
+                let failed = gpu.upload(&[n as i32 + 1]).map_err(device)?;
+                gpu.launch(
+                    "ic_transposed_slots",
+                    vector_grid(n),
+                    VECTOR_BLOCK,
+                    0,
+                    |a| {
+                        a.arg(&n32)
+                            .arg(&csr.row_ptr)
+                            .arg(&csr.cols)
+                            .arg(&t)
+                            .arg(&failed);
+                    },
+                )
+                .map_err(device)?;
+                if gpu.download(&failed).map_err(device)?[0] as usize <= n {
+                    // The CPU's message names the entry without a partner.
+                    transposed_slots(a, kind.name())?;
+                    return Err(SolveError::InvalidControls(format!(
+                        "{} needs a symmetric pattern",
+                        kind.name()
+                    )));
+                }
+                spans.device("transposed slots");
+                Some(t)
+            }
+        };
+        let tiny = match kind {
+            IcKind::Dilu => {
+                let t = gpu.upload(&pivot_thresholds(a)).map_err(device)?;
+                spans.host("pivot thresholds");
+                Some(t)
+            }
+            _ => None,
+        };
+        let (forward, backward) = match colouring {
+            Some(c) => {
+                check_colour_levels(gpu, &csr, c).map_err(device)?;
+                let levels = (
+                    DeviceLevels::from_colours(gpu, c.colour_ptr(), false).map_err(device)?,
+                    DeviceLevels::from_colours(gpu, c.colour_ptr(), true).map_err(device)?,
+                );
+                spans.device("colours as levels");
+                levels
+            }
+            None => {
+                let schedule = |upper: bool| -> Result<DeviceLevels, GpuError> {
+                    match DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)? {
+                        Some(levels) => Ok(levels),
+                        None => {
+                            let s = match upper {
+                                false => LevelSchedule::lower(a),
+                                true => LevelSchedule::upper(a),
+                            };
+                            log::debug!(
+                                "{}: {} levels, more than {MAX_DEVICE_LEVELS}: scheduled on the host",
+                                kind.name(),
+                                s.n_levels()
+                            );
+                            DeviceLevels::upload(gpu, &s)
+                        }
+                    }
+                };
+                let levels = (
+                    schedule(false).map_err(device)?,
+                    schedule(true).map_err(device)?,
+                );
+                spans.device("level schedules (host beyond MAX_DEVICE_LEVELS)");
+                levels
+            }
+        };
+        let mut ic = Self {
+            gpu,
+            kind,
+            n,
+            factor: gpu
+                .zeros(match kind {
+                    IcKind::Dic | IcKind::Dilu => n,
+                    IcKind::Ic0 => csr.nnz,
+                })
+                .map_err(device)?,
+            l_diag: match kind {
+                IcKind::Dic | IcKind::Dilu => None,
+                IcKind::Ic0 => Some(gpu.zeros(n).map_err(device)?),
+            },
+            row_ptr: csr.row_ptr,
+            cols: csr.cols,
+            vals: csr.vals,
+            source: Some((csr.nnz, source)),
+            diag_slot,
+            transposed,
+            tiny,
+            forward,
+            backward,
+            mixed: None,
+        };
+        ic.factorise()?;
+        spans.device("factorisation");
+        if precision == Precision::Mixed {
+            ic.mixed = Some(ic.f32_copies().map_err(device)?);
+            spans.device("f32 copies");
+        }
+        spans.finish();
+        Ok(ic)
+    }
+
+    /// Value-only re-set-up on the pattern kept: the CSR values from `m`'s
+    /// current values (same pattern and rows as at [`Self::on_device`]),
+    /// refactorised, and the f32 copies refreshed; no host work, nothing
+    /// allocated. A breakdown is the CPU's error, as at the set-up.
+    pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let Some((nnz, source)) = &self.source else {
+            return Err(SolveError::Device(format!(
+                "{}: the value-only re-set-up needs a preconditioner built on the device \
+                 (DeviceIncompleteCholesky::on_device)",
+                self.kind.name()
+            )));
+        };
+        if m.n != self.n {
+            return Err(SolveError::Device(format!(
+                "{}: the matrix has {} rows, the preconditioner was built for {}",
+                self.kind.name(),
+                m.n,
+                self.n
+            )));
+        }
+        csr_values_from_modsell(self.gpu, *nnz, source, m, &self.vals).map_err(device)?;
+        self.factorise()?;
+        let gpu = self.gpu;
+        if let Some(mx) = &self.mixed {
+            f32_copy_into(gpu, &self.vals, &mx.vals).map_err(device)?;
+            f32_copy_into(gpu, &self.factor, &mx.factor).map_err(device)?;
+            if let (Some(from), Some(to)) = (&self.l_diag, &mx.l_diag) {
+                f32_copy_into(gpu, from, to).map_err(device)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The f32 copies of the mixed-precision sweeps.
+    fn f32_copies(&self) -> Result<MixedIc, GpuError> {
+        Ok(MixedIc {
+            vals: f32_copy(self.gpu, &self.vals)?,
+            factor: f32_copy(self.gpu, &self.factor)?,
+            l_diag: self
+                .l_diag
+                .as_ref()
+                .map(|d| f32_copy(self.gpu, d))
+                .transpose()?,
+            w: self.gpu.zeros(self.n)?,
+        })
+    }
+
+    /// Each row's level in the forward and in the backward sweep (read back).
+    pub fn row_levels(&self) -> Result<(Vec<u32>, Vec<u32>), GpuError> {
+        Ok((
+            self.forward.row_levels(self.gpu, self.n)?,
+            self.backward.row_levels(self.gpu, self.n)?,
+        ))
     }
 
     /// Levels of the forward and the backward sweep.
@@ -377,6 +707,47 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     }
 }
 
+/// Checks on the device (`ic_colour_check`) that `colouring`'s colours can
+/// be the sweeps' levels of `csr`: every colour a run of rows (the rows in
+/// colour order are 0..n) and no two rows of a colour coupled.
+fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Result<(), GpuError> {
+    let n = csr.n;
+    let ptr = colouring.colour_ptr();
+    if colouring.colours().len() != n || ptr.last().copied() != Some(n) {
+        return Err(GpuError::Invalid(format!(
+            "the colouring has {} rows, the matrix {n}",
+            colouring.colours().len()
+        )));
+    }
+    if (n > 0 && ptr.len() < 2)
+        || colouring
+            .rows()
+            .iter()
+            .enumerate()
+            .any(|(k, &r)| r as usize != k)
+    {
+        return Err(GpuError::Invalid(
+            "the rows are not colour-contiguous (renumber them with smooth::colour_layout)".into(),
+        ));
+    }
+    let colour_ptr: Vec<i32> = ptr.iter().map(|&p| p as i32).collect();
+    let colour_ptr = gpu.upload(&colour_ptr)?;
+    let failed = gpu.upload(&[n as i32 + 1])?;
+    let (n32, colours) = (n as i32, (ptr.len() - 1) as i32);
+    gpu.launch("ic_colour_check", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols);
+        a.arg(&colour_ptr).arg(&colours).arg(&failed);
+    })?;
+    let first = gpu.download(&failed)?[0] as usize;
+    if first <= n {
+        return Err(GpuError::Invalid(format!(
+            "row {} is coupled to a row of its own colour: the colouring cannot order the sweeps",
+            first - 1
+        )));
+    }
+    Ok(())
+}
+
 impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
     /// z = M⁻¹ r: the level-scheduled sweeps in f64, or (mixed) in f32 on
     /// the f32 copies into `mx.w`, widened into z.
@@ -495,6 +866,100 @@ pub const BLOCK_IC_KERNELS: [&str; 3] = [
     "block_ic_sweep_f32",
 ];
 
+/// Block-IC's structure (`block_ic_structure`): per slice its largest
+/// in-slice count and its forward and backward level counts, per row its
+/// two levels, and the maxima over slices [count, forward, backward] (the
+/// only numbers the host reads).
+pub struct BlockIcStructure {
+    pub slice_mnz: CudaSlice<i32>,
+    pub levels: CudaSlice<i32>,
+    pub slice_levels: CudaSlice<i32>,
+    pub maxima: [i32; 3],
+}
+
+impl BlockIcStructure {
+    /// Computed on the device from the pattern of `m` (its slices are the blocks).
+    pub fn on_device(gpu: &Gpu, m: &DeviceModSell) -> Result<Self, GpuError> {
+        let (n, h, slices) = (m.n, m.slice_height, m.n_slices());
+        let slice_mnz = gpu.zeros::<i32>(slices)?;
+        let levels = gpu.zeros::<i32>(2 * n)?;
+        let slice_levels = gpu.zeros::<i32>(2 * slices)?;
+        let maxima = gpu.zeros::<i32>(3)?;
+        let n32 = n as i32;
+        gpu.launch(
+            "block_ic_structure",
+            slices as u32,
+            h as u32,
+            (2 * h * size_of::<i32>()) as u32,
+            |a| {
+                a.arg(&n32).arg(&m.slice_ptr).arg(&m.codes);
+                a.arg(&slice_mnz)
+                    .arg(&levels)
+                    .arg(&slice_levels)
+                    .arg(&maxima);
+            },
+        )?;
+        let read = gpu.download(&maxima)?;
+        Ok(Self {
+            slice_mnz,
+            levels,
+            slice_levels,
+            maxima: [read[0], read[1], read[2]],
+        })
+    }
+
+    /// The same on the host from `a` with slices of `h` rows (the CPU
+    /// reference: `LevelSchedule` on the block diagonal, `in_slice_counts`).
+    pub fn host_reference(a: &Csr, h: usize) -> HostBlockIcStructure {
+        let n = a.n_rows();
+        let blocks = block_diagonal(a, h);
+        let (fw, bw) = (LevelSchedule::lower(&blocks), LevelSchedule::upper(&blocks));
+        let (fw_rows, bw_rows) = (fw.row_levels(), bw.row_levels());
+        let levels: Vec<i32> = (0..n)
+            .flat_map(|r| [fw_rows[r] as i32, bw_rows[r] as i32])
+            .collect();
+        let slice_levels: Vec<i32> = (0..n.div_ceil(h))
+            .flat_map(|s| {
+                let rows = s * h..((s + 1) * h).min(n);
+                let most = |l: &[u32]| rows.clone().map(|r| l[r] as i32 + 1).max().unwrap_or(0);
+                [most(&fw_rows), most(&bw_rows)]
+            })
+            .collect();
+        let slice_mnz: Vec<i32> = in_slice_counts(a, h).iter().map(|&c| c as i32).collect();
+        HostBlockIcStructure {
+            slice_mnz,
+            levels,
+            slice_levels,
+        }
+    }
+
+    /// The device arrays of `m`'s structure read back.
+    pub fn download(&self, gpu: &Gpu, m: &DeviceModSell) -> Result<HostBlockIcStructure, GpuError> {
+        let read = |v: &CudaSlice<i32>, len: usize| -> Result<Vec<i32>, GpuError> {
+            let mut host = gpu.download(v)?;
+            host.truncate(len);
+            Ok(host)
+        };
+        let slices = m.n_slices();
+        Ok(HostBlockIcStructure {
+            slice_mnz: read(&self.slice_mnz, slices)?,
+            levels: read(&self.levels, 2 * m.n)?,
+            slice_levels: read(&self.slice_levels, 2 * slices)?,
+        })
+    }
+}
+
+/// [`BlockIcStructure`]'s arrays on the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostBlockIcStructure {
+    /// Per slice its largest in-slice off-diagonal count.
+    pub slice_mnz: Vec<i32>,
+    /// Per row its forward then backward level in its block.
+    pub levels: Vec<i32>,
+    /// Per slice its forward then backward level count.
+    pub slice_levels: Vec<i32>,
+}
+
 impl DeviceBlockIc {
     /// Factorises the slices of `m`, the device copy of `a` (same row order),
     /// with `inner` (DIC or IC0). A missing or non-positive diagonal or a
@@ -519,22 +984,12 @@ impl DeviceBlockIc {
                 )))
             }
         };
-        check_diagonal(a, name)?;
-        let blocks = block_diagonal(a, h);
-        let (fw, bw) = (LevelSchedule::lower(&blocks), LevelSchedule::upper(&blocks));
-        let (fw_rows, bw_rows) = (fw.row_levels(), bw.row_levels());
-        let levels: Vec<i32> = (0..n)
-            .flat_map(|r| [fw_rows[r] as i32, bw_rows[r] as i32])
-            .collect();
-        let slice_levels: Vec<i32> = (0..m.n_slices())
-            .flat_map(|s| {
-                let rows = s * h..((s + 1) * h).min(n);
-                let most = |l: &[u32]| rows.clone().map(|r| l[r] as i32 + 1).max().unwrap_or(0);
-                [most(&fw_rows), most(&bw_rows)]
-            })
-            .collect();
-        let counts: Vec<i32> = in_slice_counts(a, h).iter().map(|&c| c as i32).collect();
-        let mnz = counts.iter().copied().max().unwrap_or(0) as usize;
+        let mut spans = SetupSpans::new(name, Some(gpu));
+        checked_diagonal(gpu, m, name)?;
+        spans.device("diagonal check");
+        let structure = BlockIcStructure::on_device(gpu, m).map_err(device)?;
+        spans.device("structure: in-slice counts and levels");
+        let mnz = structure.maxima[0] as usize;
         let bytes = block_shared_bytes(h, mnz);
         for kernel in BLOCK_IC_KERNELS {
             let limits = gpu.kernel_limits(kernel).map_err(device)?;
@@ -556,17 +1011,17 @@ impl DeviceBlockIc {
             Ok(Self {
                 inner,
                 precision,
-                slice_mnz: gpu.upload(&counts)?,
+                slice_mnz: structure.slice_mnz,
                 shared_bytes: bytes as u32,
-                levels: gpu.upload(&levels)?,
-                slice_levels: gpu.upload(&slice_levels)?,
+                levels: structure.levels,
+                slice_levels: structure.slice_levels,
                 diag: gpu.zeros(n)?,
                 off: match ic0 {
                     true => Some(gpu.zeros(m.values.len())?),
                     false => None,
                 },
                 f32_factors: None,
-                max_levels: (fw.n_levels(), bw.n_levels()),
+                max_levels: (structure.maxima[1] as usize, structure.maxima[2] as usize),
             })
         };
         let mut ic = upload().map_err(device)?;
@@ -602,13 +1057,16 @@ impl DeviceBlockIc {
                 },
             ));
         }
+        spans.device("factorisation");
         if precision == Precision::Mixed {
             let off = ic.off.as_ref().unwrap_or(&m.values);
             ic.f32_factors = Some((
                 f32_copy(gpu, &ic.diag).map_err(device)?,
                 f32_copy(gpu, off).map_err(device)?,
             ));
+            spans.device("f32 factors");
         }
+        spans.finish();
         Ok(ic)
     }
 

@@ -1170,7 +1170,7 @@ impl<'g> GpuSolver<'g> {
     }
 
     /// [`Self::solve`] with DIC / IC(0)'s triangular sweeps in `precision`
-    /// (mixed: f32 sweeps, `DeviceIncompleteCholesky::with_precision`;
+    /// (mixed: f32 sweeps, `DeviceIncompleteCholesky::on_device`;
     /// `Preconditioner::MixedIc`). The other kinds take double only.
     #[allow(clippy::too_many_arguments)]
     pub fn solve_in_precision(
@@ -1213,8 +1213,16 @@ impl<'g> GpuSolver<'g> {
         let gpu = self.gpu;
         let (ordered, mut backend) = self.reordered_backend(system, &scaled, jacobi, options)?;
         if let Some(ic) = incomplete_cholesky {
-            let m = DeviceIncompleteCholesky::with_precision(gpu, ordered.matrix(), ic, precision)
-                .map_err(|e| in_original_rows(e, ordered.permutation()))?;
+            // Built on the device from the backend's resident matrix.
+            let m = DeviceIncompleteCholesky::on_device(
+                gpu,
+                ordered.matrix(),
+                &backend.shared_matrix(),
+                ic,
+                precision,
+                None,
+            )
+            .map_err(|e| in_original_rows(e, ordered.permutation()))?;
             let (forward, backward) = m.levels();
             log::info!(
                 "GPU {kind}: level-scheduled sweeps in {}, {forward} forward and {backward} \

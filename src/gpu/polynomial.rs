@@ -24,6 +24,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 use super::ic::in_original_rows;
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::setup::SetupSpans;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
@@ -87,11 +88,23 @@ impl<'g> DevicePolynomial<'g> {
         settings.validate().map_err(GpuError::Invalid)?;
         matrix.check_rows("polynomial", a)?;
         let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
+        let mut spans = SetupSpans::new("polynomial", Some(gpu));
         let upper = match settings.bound {
-            EigenBound::Gershgorin => device_gershgorin(gpu, &matrix).map_err(invalid)?,
-            EigenBound::Lanczos { .. } => settings.upper_bound(a).map_err(invalid)?,
+            EigenBound::Gershgorin => {
+                let bound = device_gershgorin(gpu, &matrix).map_err(invalid)?;
+                spans.device("Gershgorin bound");
+                bound
+            }
+            EigenBound::Lanczos { .. } => {
+                let bound = settings.upper_bound(a).map_err(invalid)?;
+                spans.host("Lanczos bound");
+                bound
+            }
         };
-        Self::with_upper_bound(gpu, matrix, settings, upper)
+        let polynomial = Self::with_upper_bound(gpu, matrix, settings, upper)?;
+        spans.device("coefficients, work vectors and f32 twin");
+        spans.finish();
+        Ok(polynomial)
     }
 
     /// With the upper eigenvalue bound of D⁻¹A given (positive diagonal assumed).

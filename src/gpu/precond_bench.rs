@@ -11,7 +11,11 @@
 //! polynomial bound and f32 copies, AMG hierarchy), iterations, solve (PCG
 //! from x = 0 to the bench tolerance, OpenFOAM-normalised 1e-6, timed after
 //! a warm-up solve: warm), total = set-up + solve, and the total's ratio to
-//! Jacobi-PCG's solve and to the CPU's DIC-PCG (set-up + solve). Deflation
+//! Jacobi-PCG's solve and to the CPU's DIC-PCG (set-up + solve). The set-up
+//! is also given in SpMV times: one mod-SELL SpMV of the RCM layout's
+//! matrix, timed in the same run (mean of 20 after a warm-up). After each
+//! case the three converged rows of least time to solution are printed
+//! (and appended to the markdown). Deflation
 //! rows are one call of `solve_pcg_deflated_gpu` (its set-up included; the
 //! set-up column says so). The CPU DIC-PCG runs in natural order (rayon where
 //! it parallelises); above `polynomial_bench::CPU_DIC_MAX_ROWS` rows its
@@ -25,6 +29,7 @@ use super::bench::{controls, poisson_system, JacobiBaseline, Row};
 use super::deflation::{solve_pcg_deflated_gpu, DeviceNeumann};
 use super::deflation_bench::default_subdomains;
 use super::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
+use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, LaunchMode};
 use super::polynomial::DevicePolynomial;
 use super::polynomial_bench::CPU_DIC_MAX_ROWS;
@@ -81,6 +86,8 @@ struct Entry {
     setup_ms: Option<f64>,
     iterations: Option<usize>,
     solve_ms: f64,
+    /// Whether the solve reached the tolerance (a failed one did not).
+    converged: bool,
     note: String,
 }
 
@@ -88,6 +95,40 @@ impl Entry {
     fn total(&self) -> f64 {
         self.setup_ms.unwrap_or(0.0) + self.solve_ms
     }
+}
+
+/// The time of one SpMV with `m` (ms): the mean of `reps` back-to-back
+/// launches after one warm-up, on the device clock's host view (the stream
+/// synchronised before and after).
+fn spmv_ms(gpu: &Gpu, m: &DeviceModSell, reps: usize) -> anyhow::Result<f64> {
+    let x = gpu.upload(&crate::fvm::testing::random_field(m.n, 5))?;
+    let y = gpu.zeros::<f64>(m.n)?;
+    m.spmv(gpu, &x, &y)?;
+    gpu.synchronize()?;
+    let t = Instant::now();
+    for _ in 0..reps {
+        m.spmv(gpu, &x, &y)?;
+    }
+    gpu.synchronize()?;
+    Ok(t.elapsed().as_secs_f64() * 1e3 / reps.max(1) as f64)
+}
+
+/// The set-up in SpMV times ("incl." where it is part of the solve's time).
+fn setup_in_spmvs(e: &Entry, spmv_ms: f64) -> String {
+    e.setup_ms
+        .map_or("incl.".into(), |s| format!("{:.1}", s / spmv_ms))
+}
+
+/// The `count` converged entries with the shortest time to solution
+/// (set-up + solve), fastest first.
+fn fastest(entries: &[Entry], count: usize) -> Vec<&Entry> {
+    let mut ranked: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| e.converged && e.total().is_finite())
+        .collect();
+    ranked.sort_by(|a, b| a.total().total_cmp(&b.total()));
+    ranked.truncate(count);
+    ranked
 }
 
 /// The table of `cases` (`slice_height`: RCM and colour layouts; blocks of
@@ -101,9 +142,10 @@ pub fn run(
 ) -> anyhow::Result<(Vec<Row>, String)> {
     let mut rows = Vec::new();
     let mut markdown = String::from(
-        "| case | preconditioner | order | setup ms | iterations | solve ms | total ms | vs \
-         Jacobi-PCG | vs CPU DIC-PCG |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| case | preconditioner | order | setup ms | setup in SpMVs | iterations | solve ms | \
+         total ms | vs Jacobi-PCG | vs CPU DIC-PCG |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
+    let mut podium = String::new();
     for case in cases {
         let t = Instant::now();
         let (a, b) = case_system(case)?;
@@ -113,7 +155,7 @@ pub fn run(
             a.nnz(),
             t.elapsed().as_secs_f64()
         );
-        let entries = case_entries(gpu, case, &a, &b, slice_height, block_size, cpu)?;
+        let (entries, spmv) = case_entries(gpu, case, &a, &b, slice_height, block_size, cpu)?;
         let base = entries
             .iter()
             .find(|e| e.what == "Jacobi")
@@ -125,11 +167,12 @@ pub fn run(
         for e in &entries {
             let total = e.total();
             let setup = e.setup_ms.map_or("incl.".into(), |s| format!("{s:.1}"));
+            let setup_spmvs = setup_in_spmvs(e, spmv);
             let iterations = e.iterations.map_or("-".into(), |i| i.to_string());
             let (vs_jacobi, vs_cpu) = (total / base, total / cpu_ms);
             markdown += &format!(
-                "| {case} | {} | {} | {setup} | {iterations} | {:.1} | {total:.1} | {vs_jacobi:.2} \
-                 | {vs_cpu:.3} |\n",
+                "| {case} | {} | {} | {setup} | {setup_spmvs} | {iterations} | {:.1} | \
+                 {total:.1} | {vs_jacobi:.2} | {vs_cpu:.3} |\n",
                 e.what, e.ordering, e.solve_ms
             );
             rows.push(Row::timing(
@@ -139,13 +182,31 @@ pub fn run(
                 (a.n_rows(), a.nnz()),
                 total,
                 format!(
-                    "setup {setup} ms, {iterations} iterations, solve {:.1} ms, total {total:.1} \
-                     ms, x{vs_jacobi:.2} of Jacobi-PCG, x{vs_cpu:.3} of CPU DIC-PCG; {}",
+                    "setup {setup} ms ({setup_spmvs} SpMVs of {spmv:.3} ms), {iterations} \
+                     iterations, solve {:.1} ms, total {total:.1} ms, x{vs_jacobi:.2} of \
+                     Jacobi-PCG, x{vs_cpu:.3} of CPU DIC-PCG; {}",
                     e.solve_ms, e.note
                 ),
             ));
         }
+        podium += &format!("{case} (one SpMV {spmv:.3} ms), fastest to solution:\n");
+        for (place, e) in fastest(&entries, 3).into_iter().enumerate() {
+            podium += &format!(
+                "  {}. {} ({}): {:.1} ms = set-up {} ms ({} SpMVs) + solve {:.1} ms, x{:.2} of \
+                 Jacobi-PCG\n",
+                place + 1,
+                e.what,
+                e.ordering,
+                e.total(),
+                e.setup_ms.map_or("incl.".into(), |s| format!("{s:.1}")),
+                setup_in_spmvs(e, spmv),
+                e.solve_ms,
+                e.total() / base
+            );
+        }
     }
+    eprint!("{podium}");
+    markdown += &format!("\n{podium}");
     Ok((rows, markdown))
 }
 
@@ -165,7 +226,7 @@ fn case_entries(
     h: usize,
     block_size: usize,
     cpu: bool,
-) -> anyhow::Result<Vec<Entry>> {
+) -> anyhow::Result<(Vec<Entry>, f64)> {
     let n = a.n_rows();
     let controls = controls();
     let options = GpuSolveOptions {
@@ -217,6 +278,9 @@ fn case_entries(
         },
     )?;
 
+    // One SpMV on the RCM layout's matrix, the set-ups' unit.
+    let spmv = spmv_ms(gpu, &by_rcm.backend.shared_matrix(), 20)?;
+    eprintln!("{case}: one SpMV {spmv:.3} ms (RCM, mod-SELL)");
     // Jacobi-PCG, the baseline (the fused loop: set-up is the inverse
     // diagonal inside the backend).
     let baseline = JacobiBaseline::measure(gpu, &by_rcm.a, &by_rcm.b, &options)?;
@@ -226,6 +290,7 @@ fn case_entries(
         setup_ms: Some(0.0),
         iterations: Some(baseline.iterations()),
         solve_ms: baseline.ms,
+        converged: baseline.converged(),
         note: baseline.note(""),
     });
     let mixed_note = "mixed precision not implemented for this preconditioner";
@@ -244,8 +309,15 @@ fn case_entries(
     };
     let ic = |kind: IcKind, precision: Precision| -> Build<'_> {
         Box::new(move |o: &Ordered<'_>| {
-            Ok(Box::new(DeviceIncompleteCholesky::with_precision(
-                gpu, &o.a, kind, precision,
+            // Set up on the device from the resident matrix; the colour
+            // layout's colours are the sweeps' levels.
+            Ok(Box::new(DeviceIncompleteCholesky::on_device(
+                gpu,
+                &o.a,
+                &o.backend.shared_matrix(),
+                kind,
+                precision,
+                o.colouring.as_ref(),
             )?) as Box<dyn DevicePreconditioner>)
         })
     };
@@ -392,10 +464,12 @@ fn case_entries(
                 setup_ms: None,
                 iterations: None,
                 solve_ms: f64::NAN,
+                converged: false,
                 note: format!("set-up failed: {e}"),
             },
             Ok(p) => {
                 let (solve_ms, result) = solve_warm(ordered, p, &controls)?;
+                let converged = result.as_ref().is_ok_and(|perf| perf.converged);
                 let (iterations, note) = match result {
                     Ok(perf) => (
                         Some(perf.iterations),
@@ -422,6 +496,7 @@ fn case_entries(
                     setup_ms: Some(setup_ms),
                     iterations,
                     solve_ms,
+                    converged,
                     note,
                 }
             }
@@ -450,6 +525,7 @@ fn case_entries(
         setup_ms: Some(bench.setup_ms),
         iterations,
         solve_ms: bench.solve_ms,
+        converged: bench.result.as_ref().is_ok_and(|perf| perf.converged),
         note,
     });
 
@@ -479,6 +555,7 @@ fn case_entries(
         };
         let _ = run();
         let (ms, result) = run();
+        let converged = result.as_ref().is_ok_and(|(perf, _)| perf.converged);
         let (iterations, note) = match result {
             Ok((perf, _)) => (
                 Some(perf.iterations),
@@ -496,6 +573,7 @@ fn case_entries(
             setup_ms: None,
             iterations,
             solve_ms: ms,
+            converged,
             note,
         });
     }
@@ -503,7 +581,7 @@ fn case_entries(
     if cpu {
         push(cpu_dic(a, b, &controls, dic_rcm_iterations)?);
     }
-    Ok(entries)
+    Ok((entries, spmv))
 }
 
 /// The CPU's DIC-PCG in natural order: measured, or above
@@ -526,6 +604,7 @@ fn cpu_dic(
             setup_ms: None,
             iterations: Some(perf.iterations),
             solve_ms: t.elapsed().as_secs_f64() * 1e3,
+            converged: perf.converged,
             note: format!(
                 "set-up + solve, measured, final residual {:.3e}",
                 perf.final_residual
@@ -553,6 +632,8 @@ fn cpu_dic(
         setup_ms: Some(setup_ms),
         iterations: Some(iterations),
         solve_ms: per_iteration * iterations as f64,
+        // Extrapolated from the device DIC-PCG's iterations (none: failed).
+        converged: iterations > 0,
         note: format!(
             "EXTRAPOLATED: {per_iteration:.1} ms/iteration over {steps} timed iterations x \
              {iterations} iterations (the device DIC-PCG's, RCM order)"

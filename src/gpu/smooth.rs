@@ -26,15 +26,16 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::amg::gpu_amg_settings;
-use super::ic::{widen, DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::ic::{widen, BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
+use super::setup::{checked_diagonal, jacobi_scales, RowScale, SetupSpans};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
-use crate::solve::smoother::{check_diagonal, l1_jacobi_scale, sweep_order, PointJacobi};
+use crate::solve::smoother::{check_diagonal, sweep_order};
 use crate::solve::{
     pcg, CgBackend, ColouringKind, Equilibration, EquilibrationKind, InitialNorms, InnerSolver,
     PolynomialSettings, Precision, Preconditioner, PreconditionerKind, SmootherKind,
@@ -165,14 +166,34 @@ impl DeviceColouring {
 
     /// A colouring computed before (e.g. by [`colour_layout`]).
     pub fn from_colouring(gpu: &Gpu, colouring: Colouring) -> Result<Self, GpuError> {
-        let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+        let n = colouring.rows().len();
+        let contiguous = colouring
+            .rows()
+            .iter()
+            .enumerate()
+            .all(|(k, &r)| r as usize == k);
+        // A colour-contiguous order's list is 0..n: written on the device.
+        let rows = match contiguous {
+            true => {
+                let rows = gpu.zeros::<i32>(n)?;
+                let n32 = n as i32;
+                gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                    a.arg(&n32).arg(&rows);
+                })?;
+                rows
+            }
+            false => {
+                let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
+                gpu.upload(&rows)?
+            }
+        };
         let bounds = colouring
             .colour_ptr()
             .windows(2)
             .map(|w| (w[0] as i32, (w[1] - w[0]) as i32))
             .collect();
         Ok(Self {
-            rows: gpu.upload(&rows)?,
+            rows,
             bounds,
             colouring,
         })
@@ -367,34 +388,30 @@ impl<'g> DeviceSmoother<'g> {
         matrix.check_rows("smoother", a)?;
         let invalid = |e: SolveError| GpuError::Invalid(e.to_string());
         let mixed = settings.polynomial.precision == Precision::Mixed;
+        let mut spans = SetupSpans::new(settings.kind.name(), Some(gpu));
         let method = match settings.kind {
-            SmootherKind::Jacobi | SmootherKind::L1Jacobi if mixed => {
-                let scale = match settings.kind {
-                    SmootherKind::Jacobi => PointJacobi::weighted(a, settings.omega)
-                        .map_err(invalid)?
-                        .scale()
-                        .to_vec(),
-                    _ => l1_jacobi_scale(a).map_err(invalid)?,
+            SmootherKind::Jacobi | SmootherKind::L1Jacobi => {
+                // The row scales on the device from the resident matrix
+                // (`gpu::setup`; the CPU's `PointJacobi` scales bit for bit).
+                let (kind, what) = match settings.kind {
+                    SmootherKind::Jacobi => (RowScale::Weighted(settings.omega), "Jacobi smoother"),
+                    _ => (RowScale::L1, "L1-Jacobi smoother"),
                 };
-                let scale: Vec<f32> = scale.iter().map(|&s| s as f32).collect();
-                Method::JacobiF32 {
-                    twin: matrix.f32_twin(gpu)?,
-                    scale: gpu.upload(&scale)?,
-                    x: [gpu.zeros(matrix.n)?, gpu.zeros(matrix.n)?],
+                let (scale, rounded) =
+                    jacobi_scales(gpu, &matrix, kind, mixed, what).map_err(invalid)?;
+                spans.device("row scales");
+                match rounded {
+                    Some(scale) => Method::JacobiF32 {
+                        twin: matrix.f32_twin(gpu)?,
+                        scale,
+                        x: [gpu.zeros(matrix.n)?, gpu.zeros(matrix.n)?],
+                    },
+                    None => Method::Jacobi { scale },
                 }
             }
-            SmootherKind::Jacobi => Method::Jacobi {
-                scale: gpu.upload(
-                    PointJacobi::weighted(a, settings.omega)
-                        .map_err(invalid)?
-                        .scale(),
-                )?,
-            },
-            SmootherKind::L1Jacobi => Method::Jacobi {
-                scale: gpu.upload(&l1_jacobi_scale(a).map_err(invalid)?)?,
-            },
             SmootherKind::GaussSeidel(sweep) => {
-                check_diagonal(a, "Gauss-Seidel").map_err(invalid)?;
+                checked_diagonal(gpu, &matrix, "Gauss-Seidel").map_err(invalid)?;
+                spans.device("diagonal check");
                 let colouring = match colouring {
                     Some(c) if c.colours().len() == a.n_rows() => {
                         DeviceColouring::from_colouring(gpu, c)?
@@ -408,10 +425,12 @@ impl<'g> DeviceSmoother<'g> {
                     }
                     None => DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
                 };
+                spans.host("colouring (given: upload of its rows; else Jones-Plassmann)");
                 let mixed = match mixed {
                     true => Some((matrix.f32_twin(gpu)?, gpu.zeros(matrix.n)?)),
                     false => None,
                 };
+                spans.device("f32 twin");
                 Method::GaussSeidel {
                     colouring,
                     sweep,
@@ -431,8 +450,11 @@ impl<'g> DeviceSmoother<'g> {
                 ))
             }
             SmootherKind::BlockJacobi => {
-                check_diagonal(a, "block-Jacobi smoother").map_err(invalid)?;
-                Method::Block(Self::block_kernel(gpu, a, &matrix, settings)?)
+                checked_diagonal(gpu, &matrix, "block-Jacobi smoother").map_err(invalid)?;
+                spans.device("diagonal check");
+                let block = Self::block_kernel(gpu, a, &matrix, settings)?;
+                spans.device("in-slice counts");
+                Method::Block(block)
             }
             SmootherKind::Polynomial(kind) => Method::Polynomial(Box::new(DevicePolynomial::new(
                 gpu,
@@ -459,6 +481,8 @@ impl<'g> DeviceSmoother<'g> {
         if smoother.double_buffered() {
             smoother.spare = RefCell::new(Some(gpu.zeros(smoother.matrix.n)?));
         }
+        spans.device("method and work buffers");
+        spans.finish();
         Ok(smoother)
     }
 
@@ -469,8 +493,11 @@ impl<'g> DeviceSmoother<'g> {
         settings: &SmootherSettings,
     ) -> Result<BlockKernel, GpuError> {
         let h = m.slice_height;
-        let counts: Vec<i32> = in_slice_counts(a, h).iter().map(|&c| c as i32).collect();
-        let mnz = counts.iter().copied().max().unwrap_or(0) as usize;
+        m.check_rows("block-Jacobi smoother", a)?;
+        // The in-slice counts on the device (with block-IC's levels, which
+        // block Jacobi does not use: one launch, no pass over `a`).
+        let structure = BlockIcStructure::on_device(gpu, m)?;
+        let mnz = structure.maxima[0] as usize;
         let mixed = settings.polynomial.precision == Precision::Mixed;
         let (kernel, bytes) = match mixed {
             false => ("smooth_block", block_shared_bytes(h, mnz)),
@@ -494,7 +521,7 @@ impl<'g> DeviceSmoother<'g> {
             false => None,
         };
         Ok(BlockKernel {
-            slice_mnz: gpu.upload(&counts)?,
+            slice_mnz: structure.slice_mnz,
             shared_bytes: bytes as u32,
             inner: match b.inner {
                 InnerSolver::Jacobi => 0,

@@ -1,0 +1,404 @@
+//! Preconditioner set-ups on the device (`gpu::setup`, `gpu::ic`) against
+//! their host references, on random SPD matrices and a tet-mesh Poisson
+//! matrix in RCM order:
+//!
+//! - the Jacobi, L1-Jacobi and reciprocal-diagonal (Neumann) row scales and
+//!   their f32 roundings: bit for bit (the same IEEE operations in the same
+//!   order, no FMA contraction);
+//! - the diagonal check: the CPU's error (same preconditioner, row, value);
+//! - block-IC's structure (in-slice counts, in-block levels, level counts):
+//!   equal integers;
+//! - DIC, IC(0) and DILU built on the device from the resident matrix
+//!   (`DeviceIncompleteCholesky::on_device`, levels scheduled on the device,
+//!   each row at the host schedule's level, or a colouring's colours):
+//!   factors and applications equal the CPU's bit for bit
+//!   (the same CSR and the same kernels as the host-built set-up, which the
+//!   CPU reference matches bit for bit), the mixed-precision application
+//!   equals the host-built one bit for bit, and the value-only re-set-up
+//!   equals a fresh CPU factorisation of the new values;
+//! - Eisenstat SGS's scaled split set up on the device: the same SELL
+//!   triangles, scales and row order as the host set-up, bit for bit, and
+//!   the host's error for coupled rows of one colour.
+//!
+//! Prints `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
+
+mod common;
+
+use common::random_and_rcm_systems;
+use fvpoisson::gpu::eisenstat::DeviceEisenstat;
+use fvpoisson::gpu::ic::{BlockIcStructure, DeviceIncompleteCholesky, IcKind};
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::setup::{checked_diagonal, jacobi_scales, RowScale};
+use fvpoisson::gpu::smooth::{colour_layout, DevicePreconditioner};
+use fvpoisson::gpu::test_device;
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::ilu::dilu;
+use fvpoisson::solve::neumann::TruncatedNeumann;
+use fvpoisson::solve::precond::{Dic, Ic0};
+use fvpoisson::solve::smoother::{check_diagonal, l1_jacobi_scale, PointJacobi};
+use fvpoisson::solve::{LinearOperator, Precision, SolveError};
+use fvpoisson::sparse::levels::LevelSchedule;
+use fvpoisson::sparse::testing::random_vector;
+use fvpoisson::sparse::{Csr, ModSell};
+
+const MESH: &str = "box:12x12x12:tet:perturb=0.2:renumber";
+
+fn upload(gpu: &Gpu, a: &Csr, h: usize) -> DeviceModSell {
+    DeviceModSell::upload(gpu, &ModSell::from_csr(a, h).unwrap()).unwrap()
+}
+
+fn bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn row_scales_equal_the_host_set_up_bit_for_bit() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, _) in random_and_rcm_systems(&[MESH]) {
+        let n = a.n_rows();
+        for h in [32, 64] {
+            let m = upload(&gpu, &a, h);
+            let host = [
+                (
+                    RowScale::Weighted(0.8),
+                    PointJacobi::weighted(&a, 0.8).unwrap().scale().to_vec(),
+                ),
+                (RowScale::L1, l1_jacobi_scale(&a).unwrap()),
+                (
+                    RowScale::Reciprocal,
+                    TruncatedNeumann::new(&a, 1)
+                        .unwrap()
+                        .reciprocal_diagonal()
+                        .to_vec(),
+                ),
+            ];
+            for (kind, expected) in host {
+                let (scale, rounded) = jacobi_scales(&gpu, &m, kind, true, "test").unwrap();
+                let scale = gpu.download(&scale).unwrap();
+                assert_eq!(
+                    bits(&scale[..n]),
+                    bits(&expected),
+                    "{name}, H = {h}: {kind:?} scales differ from the host's"
+                );
+                let rounded = gpu.download(&rounded.expect("asked for")).unwrap();
+                let expected_f32: Vec<u32> =
+                    expected.iter().map(|&s| (s as f32).to_bits()).collect();
+                let rounded: Vec<u32> = rounded[..n].iter().map(|s| s.to_bits()).collect();
+                assert_eq!(
+                    rounded, expected_f32,
+                    "{name}, H = {h}: {kind:?} f32 scales"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn diagonal_check_gives_the_cpu_error() {
+    let Some(gpu) = test_device() else { return };
+    let (_, mut a, _) = random_and_rcm_systems(&[])
+        .into_iter()
+        .find(|(_, a, _)| a.n_rows() == 1000)
+        .expect("the 1000-row random matrix");
+    // Rows 700 and 300 non-positive: the first (300) is named, with its value.
+    for (row, value) in [(700, 0.0), (300, -2.5)] {
+        let slot = a.slot(row, row).unwrap();
+        a.values_mut()[slot] = value;
+    }
+    let m = upload(&gpu, &a, 32);
+    let cpu = check_diagonal(&a, "Jacobi smoother").unwrap_err();
+    let dev = checked_diagonal(&gpu, &m, "Jacobi smoother").unwrap_err();
+    assert!(
+        matches!(
+            dev,
+            SolveError::NonPositiveDiagonal {
+                row: 300,
+                value: -2.5,
+                ..
+            }
+        ),
+        "{dev}"
+    );
+    assert_eq!(dev.to_string(), cpu.to_string());
+    let scales = jacobi_scales(&gpu, &m, RowScale::L1, false, "Jacobi smoother");
+    assert_eq!(scales.unwrap_err().to_string(), cpu.to_string());
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn block_ic_structure_equals_the_host_set_up() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, _) in random_and_rcm_systems(&[MESH]) {
+        for h in [32, 64, 256] {
+            let m = upload(&gpu, &a, h);
+            let dev = BlockIcStructure::on_device(&gpu, &m).unwrap();
+            let host = BlockIcStructure::host_reference(&a, h);
+            assert_eq!(dev.download(&gpu, &m).unwrap(), host, "{name}, H = {h}");
+            let (counts, slice_levels) = (&host.slice_mnz, &host.slice_levels);
+            let most = |v: &[i32], stride: usize, at: usize| {
+                v.iter()
+                    .skip(at)
+                    .step_by(stride)
+                    .copied()
+                    .max()
+                    .unwrap_or(0)
+            };
+            assert_eq!(
+                dev.maxima,
+                [
+                    most(counts, 1, 0),
+                    most(slice_levels, 2, 0),
+                    most(slice_levels, 2, 1)
+                ],
+                "{name}, H = {h}: maxima"
+            );
+        }
+    }
+}
+
+/// The CPU's factor (as `download_factor` stores it) and application of `kind`.
+fn cpu_ic(a: &Csr, kind: IcKind, r: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let mut z = vec![0.0; a.n_rows()];
+    match kind {
+        IcKind::Dic => {
+            let m = Dic::new(a).unwrap();
+            m.apply(r, &mut z);
+            (m.reciprocal_diagonal().to_vec(), z)
+        }
+        IcKind::Dilu => {
+            let m = dilu(a).unwrap();
+            m.apply(r, &mut z);
+            (m.reciprocal_diagonal().to_vec(), z)
+        }
+        IcKind::Ic0 => {
+            let m = Ic0::new(a).unwrap();
+            m.apply(r, &mut z);
+            (m.factor(), z)
+        }
+    }
+}
+
+fn apply(gpu: &Gpu, m: &DeviceIncompleteCholesky<'_>, r: &[f64]) -> Vec<f64> {
+    let r_dev = gpu.upload(r).unwrap();
+    let z_dev = gpu.zeros::<f64>(r.len()).unwrap();
+    m.apply(&r_dev, &z_dev).unwrap();
+    let mut z = gpu.download(&z_dev).unwrap();
+    z.truncate(r.len());
+    z
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn device_built_incomplete_cholesky_equals_the_cpu_bit_for_bit() {
+    let Some(gpu) = test_device() else { return };
+    let h = 32;
+    let mut cases = Vec::new();
+    for (name, a, _) in random_and_rcm_systems(&[MESH]) {
+        // The same matrix renumbered colour by colour, with its colouring.
+        let (_, by_colour, colouring) = colour_layout(&gpu, &a, h).unwrap();
+        cases.push((format!("{name} by colour"), by_colour, Some(colouring)));
+        cases.push((name, a, None));
+    }
+    for (name, a, colouring) in &cases {
+        let n = a.n_rows();
+        let r = random_vector(n, 11);
+        let m = upload(&gpu, a, h);
+        for kind in [IcKind::Dic, IcKind::Ic0, IcKind::Dilu] {
+            let (cpu_factor, cpu_z) = cpu_ic(a, kind, &r);
+            let dev = DeviceIncompleteCholesky::on_device(
+                &gpu,
+                a,
+                &m,
+                kind,
+                Precision::Double,
+                colouring.as_ref(),
+            )
+            .unwrap();
+            let factor = dev.download_factor().unwrap();
+            assert_eq!(factor.len(), cpu_factor.len(), "{name} {kind:?}");
+            assert_eq!(bits(&factor), bits(&cpu_factor), "{name} {kind:?}: factor");
+            assert_eq!(
+                bits(&apply(&gpu, &dev, &r)),
+                bits(&cpu_z),
+                "{name} {kind:?}: application"
+            );
+            match colouring {
+                Some(c) => assert_eq!(dev.levels().0, c.n_colours(), "{name} {kind:?}: levels"),
+                None => {
+                    // The device level schedule: each row at the host's level.
+                    let (forward, backward) = dev.row_levels().unwrap();
+                    assert_eq!(
+                        forward,
+                        LevelSchedule::lower(a).row_levels(),
+                        "{name}: forward"
+                    );
+                    assert_eq!(
+                        backward,
+                        LevelSchedule::upper(a).row_levels(),
+                        "{name}: backward"
+                    );
+                }
+            }
+            if kind == IcKind::Dilu {
+                continue;
+            }
+            // Mixed precision: the host-built set-up's f32 sweeps, bit for bit.
+            let mixed = |on_device: bool| {
+                let m = match on_device {
+                    true => DeviceIncompleteCholesky::on_device(
+                        &gpu,
+                        a,
+                        &m,
+                        kind,
+                        Precision::Mixed,
+                        colouring.as_ref(),
+                    ),
+                    false => {
+                        DeviceIncompleteCholesky::with_precision(&gpu, a, kind, Precision::Mixed)
+                    }
+                };
+                apply(&gpu, &m.unwrap(), &r)
+            };
+            assert_eq!(
+                bits(&mixed(true)),
+                bits(&mixed(false)),
+                "{name} {kind:?}: mixed"
+            );
+        }
+    }
+}
+
+/// `a` with new values on its pattern: off-diagonals halved, diagonals + 1
+/// (still SPD: diagonally dominant where `a` was, and closer).
+fn new_values(a: &Csr) -> Csr {
+    let mut b = a.clone();
+    let diag: Vec<usize> = (0..a.n_rows()).map(|r| a.slot(r, r).unwrap()).collect();
+    for v in b.values_mut() {
+        *v *= 0.5;
+    }
+    for (r, &s) in diag.iter().enumerate() {
+        b.values_mut()[s] = a.values()[s] + 1.0 + r as f64 * 1e-6;
+    }
+    b
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn value_only_re_set_up_equals_a_fresh_cpu_factorisation() {
+    let Some(gpu) = test_device() else { return };
+    for (name, a, _) in random_and_rcm_systems(&[MESH]) {
+        let (n, h) = (a.n_rows(), 64);
+        let r = random_vector(n, 12);
+        let b = new_values(&a);
+        let m_b = upload(&gpu, &b, h);
+        for kind in [IcKind::Dic, IcKind::Ic0] {
+            for precision in [Precision::Double, Precision::Mixed] {
+                let mut dev = DeviceIncompleteCholesky::on_device(
+                    &gpu,
+                    &a,
+                    &upload(&gpu, &a, h),
+                    kind,
+                    precision,
+                    None,
+                )
+                .unwrap();
+                dev.refactorise(&m_b).unwrap();
+                let z = apply(&gpu, &dev, &r);
+                match precision {
+                    Precision::Double => {
+                        let (cpu_factor, cpu_z) = cpu_ic(&b, kind, &r);
+                        let factor = dev.download_factor().unwrap();
+                        assert_eq!(bits(&factor), bits(&cpu_factor), "{name} {kind:?}: factor");
+                        assert_eq!(bits(&z), bits(&cpu_z), "{name} {kind:?}: application");
+                    }
+                    Precision::Mixed => {
+                        let fresh =
+                            DeviceIncompleteCholesky::with_precision(&gpu, &b, kind, precision);
+                        let expected = apply(&gpu, &fresh.unwrap(), &r);
+                        assert_eq!(
+                            bits(&z),
+                            bits(&expected),
+                            "{name} {kind:?}: mixed application"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_colouring_with_coupled_rows_is_refused() {
+    let Some(gpu) = test_device() else { return };
+    let (_, a, _) = random_and_rcm_systems(&[])
+        .into_iter()
+        .find(|(_, a, _)| a.n_rows() == 1000)
+        .expect("the 1000-row random matrix");
+    let one_colour = fvpoisson::solve::colouring::Colouring::from_colours(vec![0; 1000]).unwrap();
+    let m = upload(&gpu, &a, 32);
+    let e = DeviceIncompleteCholesky::on_device(
+        &gpu,
+        &a,
+        &m,
+        IcKind::Dic,
+        Precision::Double,
+        Some(&one_colour),
+    )
+    .err()
+    .expect("one colour for coupled rows is refused");
+    assert!(e.to_string().contains("own colour"), "{e}");
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn eisenstat_split_on_the_device_equals_the_host_set_up() {
+    let Some(gpu) = test_device() else { return };
+    let options = GpuSolveOptions {
+        slice_height: 64,
+        ..GpuSolveOptions::default()
+    };
+    for (name, a, _) in random_and_rcm_systems(&[MESH]) {
+        let (_, a, colouring) = colour_layout(&gpu, &a, 64).unwrap();
+        let cg = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
+        for window in [0, 7, 256] {
+            let dev = DeviceEisenstat::with_sorted_rows(&gpu, &cg, &a, &colouring, window)
+                .unwrap()
+                .download_setup()
+                .unwrap();
+            let host = DeviceEisenstat::with_sorted_rows_on_host(&gpu, &cg, &a, &colouring, window)
+                .unwrap()
+                .download_setup()
+                .unwrap();
+            for (part, d, h) in [
+                ("lower", &dev.lower, &host.lower),
+                ("upper", &dev.upper, &host.upper),
+            ] {
+                assert_eq!(d.0, h.0, "{name}, window {window}: {part} slice pointers");
+                assert_eq!(d.1, h.1, "{name}, window {window}: {part} columns");
+                assert_eq!(
+                    bits(&d.2),
+                    bits(&h.2),
+                    "{name}, window {window}: {part} values"
+                );
+            }
+            assert_eq!(dev, host, "{name}, window {window}");
+        }
+    }
+    // Coupled rows in one colour: the host set-up's message.
+    let (_, a, _) = random_and_rcm_systems(&[])
+        .into_iter()
+        .find(|(_, a, _)| a.n_rows() == 1000)
+        .expect("the 1000-row random matrix");
+    let one_colour = fvpoisson::solve::colouring::Colouring::from_colours(vec![0; 1000]).unwrap();
+    let cg = GpuCgBackend::new(&gpu, &a, false, None, &options).unwrap();
+    let dev = DeviceEisenstat::with_sorted_rows(&gpu, &cg, &a, &one_colour, 256).err();
+    let host = DeviceEisenstat::with_sorted_rows_on_host(&gpu, &cg, &a, &one_colour, 256).err();
+    assert_eq!(
+        dev.expect("refused").to_string(),
+        host.expect("refused").to_string()
+    );
+}
