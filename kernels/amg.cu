@@ -1,6 +1,6 @@
 // Aggregation AMG on the device (appended to spmv.cu, pcg.cu, smooth.cu in one
 // module; uses u64, block_sum and modsell_row from spmv.cu). The algorithm is
-// the CPU reference's (src/solve/amg, /work/wt/AMG_SPEC.md): pairwise matching
+// the CPU reference's (src/solve/amg): pairwise matching
 // in Jacobi-style rounds, leaders numbered by an exclusive scan, Galerkin
 // products per coarse row in the CPU's summation order, so that the aggregates
 // are the same and the coarse matrices the same bits. Host side: src/gpu/amg.rs.

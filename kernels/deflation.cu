@@ -1,5 +1,5 @@
 // Truncated Neumann preconditioning and subdomain deflation (Gupta et al. 2011, §3.3,
-// §4; /work/shared/notes/001_deflated_pcg.md), appended to spmv.cu, pcg.cu,
+// §4), appended to spmv.cu, pcg.cu,
 // assembly.cu and smooth.cu in one module (uses u64, block_sum,
 // modsell_row_part). CPU references: src/solve/neumann.rs,
 // src/solve/deflation.rs. Every reduction is a fixed tree (block_sum): the

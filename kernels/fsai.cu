@@ -1,5 +1,5 @@
 // FSAI set-up on the device (src/gpu/fsai_setup.rs): static and adaptive
-// patterns, equal to the CPU reference (src/solve/fsai.rs, /work/wt/FSAI_SPEC.md)
+// patterns, equal to the CPU reference (src/solve/fsai.rs)
 // bit for bit in f64. u64 comes from spmv.cu; amg_scan_* (amg.cu) compacts the
 // active rows and sums the row counts.
 //

@@ -75,10 +75,10 @@ enum Command {
     /// observed order on refined mesh families (exit code 1 when an expected
     /// order or scheme ranking is not met), and a convergence plot.
     Validate(ValidateArgs),
-    /// Seed 001's experiment on a case's matrix: for each PCG preconditioner
-    /// (CPU, and GPU when there is one), iterations, Lanczos condition
-    /// estimates and error with and without subdomain deflation, next to the
-    /// seed's Table 1.
+    /// The preconditioner experiment of Gupta et al. (2011) on a case's matrix:
+    /// for each PCG preconditioner (CPU, and GPU when there is one),
+    /// iterations, Lanczos condition estimates and error with and without
+    /// subdomain deflation, next to the paper's Table 1.
     Preconditioners(PreconditionersArgs),
     /// Steady laminar flow (SIMPLE/SIMPLEC) validation: lid-driven cavity
     /// against Ghia et al. (1982), plane Poiseuille flow against the analytic
@@ -1159,7 +1159,7 @@ struct PreconditionersArgs {
     /// Subdomains of the deflation: stripes (consecutive rows) or metis.
     #[arg(long, value_enum, default_value_t = crate::precond_study::Partition::Stripes)]
     partition: crate::precond_study::Partition,
-    /// Number of subdomains (default 2 * ceil(sqrt(N)), the seed's 2n).
+    /// Number of subdomains (default 2 * ceil(sqrt(N)), the 2n of Gupta et al. 2011).
     #[arg(long)]
     subdomains: Option<usize>,
     /// Tolerance on the normalised residual (sum|r| / sum|b| from x = 0).
@@ -1496,173 +1496,209 @@ struct BenchArgs {
     meshes: Vec<String>,
     /// Row orderings to measure, comma-separated (natural, cm, rcm, metis);
     /// the first is used for the end-to-end solve and the CPU comparison.
-    #[arg(long, value_delimiter = ',', default_value = "rcm,natural,cm,metis")]
+    #[arg(
+        help_heading = "Default tables",
+        long,
+        value_delimiter = ',',
+        default_value = "rcm,natural,cm,metis"
+    )]
     ordering: Vec<RowOrdering>,
     /// mod-SELL / SELL slice height.
-    #[arg(long, default_value_t = 512)]
+    #[arg(help_heading = "Default tables", long, default_value_t = 512)]
     slice_height: usize,
     /// Timed repetitions per SpMV (median reported).
-    #[arg(long, default_value_t = 50)]
+    #[arg(help_heading = "Default tables", long, default_value_t = 50)]
     reps: usize,
     /// PCG iterations between residual read-backs.
-    #[arg(long, default_value_t = 50)]
+    #[arg(help_heading = "Default tables", long, default_value_t = 50)]
     check_interval: usize,
     /// Skip the CPU solve.
-    #[arg(long)]
+    #[arg(help_heading = "Default tables", long)]
     no_cpu: bool,
     /// Measure SpMV only (no PCG).
-    #[arg(long)]
+    #[arg(help_heading = "Default tables", long)]
     no_pcg: bool,
     /// Skip the assembly measurements (device against CPU).
-    #[arg(long)]
+    #[arg(help_heading = "Default tables", long)]
     no_assembly: bool,
     /// Skip cuSPARSE (measured by default where libcusparse can be loaded).
-    #[arg(long)]
+    #[arg(help_heading = "Default tables", long)]
     no_cusparse: bool,
     /// Write each case's matrix in each ordering to DIR/<case>.<ordering>.mtx
     /// (Matrix Market; input of benches/cusparse_cupy.py).
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Output", long, value_name = "DIR")]
     write_mtx: Option<PathBuf>,
     /// Also the smoother rows (CPU Gauss-Seidel, GPU Jacobi, multicolour GS,
     /// block Jacobi: residual reduction and time after a fixed number of sweeps)
     /// and PCG with each smoother, and with the level-scheduled DIC and IC(0),
     /// as preconditioner against Jacobi-PCG.
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     smoothers: bool,
     /// Sweeps per smoother row.
-    #[arg(long, default_value_t = 100)]
+    #[arg(help_heading = "Extra rows", long, default_value_t = 100)]
     smoother_sweeps: usize,
     /// Also PCG with the polynomial preconditioners (Neumann, Chebyshev, least
     /// squares; degrees 2, 4, 8; f64 and mixed precision): set-up, iterations,
     /// solve and total time against Jacobi-PCG and the CPU's DIC-PCG.
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     polynomial: bool,
     /// Also the deflation rows: Jacobi/Neu1/Neu2-PCG on the GPU with and
     /// without subdomain deflation (time to solution, setup + solve) against
     /// DIC-PCG on the CPU, on each case and on --deflation-case.
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     deflation: bool,
     /// Subdomains of the deflation rows (default min(2 * ceil(sqrt(N)), 512)).
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     deflation_subdomains: Option<usize>,
     /// Density-contrast case directories measured by --deflation as well.
-    #[arg(long, default_value = "cases/bubble_tet_3d")]
+    #[arg(
+        help_heading = "Extra rows",
+        long,
+        default_value = "cases/bubble_tet_3d"
+    )]
     deflation_case: Vec<PathBuf>,
     /// Also the AMG rows: set-up (warm), value-only re-set-up, one cycle and
     /// PCG with the V-, W- and K-cycle to a relative residual of 1e-8 against
     /// Jacobi-PCG (RCM order, random right-hand side).
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     amg: bool,
     /// AMG settings the --amg rows measure, as amg:key=value:... (repeat the
     /// flag for several; default: the V-, W- and K-cycle with the defaults).
-    #[arg(long, value_name = "SETTINGS")]
+    #[arg(help_heading = "Extra rows", long, value_name = "SETTINGS")]
     amg_variant: Vec<crate::solve::amg::AmgSettings>,
     /// Also the GMRES(20) and PBiCGStab rows (Jacobi; GPU and CPU; per
     /// iteration against the bandwidth floor) on each case and on the
     /// convection–diffusion system of each --krylov-cd mesh.
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     krylov: bool,
     /// Meshes whose convection–diffusion system --krylov solves as well.
-    #[arg(long, default_value = "box:48x48x48:tet:perturb=0.2")]
+    #[arg(
+        help_heading = "Extra rows",
+        long,
+        default_value = "box:48x48x48:tet:perturb=0.2"
+    )]
     krylov_cd: Vec<String>,
     /// Also the ILU rows: GMRES(20) with ILU(0), ILU(1), DILU and (nested)
     /// RAS against GMRES-Jacobi (set-up, levels, iterations, solve, total),
     /// on Yang 2015's 3-D Poisson grid (Yang 2015, its numbers in the row
     /// labels) and on the convection-diffusion system of each --krylov-cd
     /// mesh; level counts by ordering.
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     ilu: bool,
     /// Cells per side of the --ilu Poisson grid (Yang 2015: 120).
-    #[arg(long, default_value_t = 120)]
+    #[arg(help_heading = "Extra rows", long, default_value_t = 120)]
     ilu_grid: usize,
     /// Also the FSAI rows: static FSAI (power 1, 2) and aFSAI (steps 5, 10,
     /// 20, 30 x epsilon 1e-3, 5e-3, 5e-2) against Jacobi-PCG: setup, density,
     /// iterations, solve and total time, on each case and on
     /// --deflation-case. With --device cpu: the CPU rows only.
-    #[arg(long)]
+    #[arg(help_heading = "Extra rows", long)]
     fsai: bool,
     /// FSAI settings the --fsai rows measure, as fsai:key=value,... (repeat
     /// the flag for several; default: the sweep above).
-    #[arg(long, value_name = "SETTINGS")]
+    #[arg(help_heading = "Extra rows", long, value_name = "SETTINGS")]
     fsai_variant: Vec<crate::solve::fsai::FsaiSettings>,
     /// Instead of the tables above: PCG time to solution (setup + solve,
     /// warm) with every device preconditioner, f64 and mixed precision,
     /// against Jacobi-PCG and the CPU's DIC-PCG, on the 8M-cell hex box, the
     /// perturbed tet box and the 3-D bubble (density ratio 1000,
     /// benches/bubble_hex_3d_8m).
-    #[arg(long)]
+    #[arg(help_heading = "Studies (instead of the default tables)", long)]
     preconditioners: bool,
     /// Small cases instead of the default meshes (box:40x40x40 and
     /// box:24x24x24:tet:perturb=0.2:renumber; the --deflation-case too); with
     /// --preconditioners, small meshes (a quick check of the table).
-    #[arg(long)]
+    #[arg(help_heading = "Default tables", long)]
     quick: bool,
     /// Print the rows as JSON after the table.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     json: bool,
     /// Where to run (the bench needs a GPU: cpu and auto without one exit with an error).
-    #[arg(long, value_enum, default_value_t = crate::gpu::DeviceChoice::Auto)]
+    #[arg(help_heading = "Default tables", long, value_enum, default_value_t = crate::gpu::DeviceChoice::Auto)]
     device: crate::gpu::DeviceChoice,
     /// Instead of the tables above: multi-GPU Jacobi-PCG (gpu::multi) strong
     /// and weak scaling on z-slab split boxes: time per iteration, parallel
     /// efficiency, communication share, time to solution.
-    #[arg(long)]
+    #[arg(help_heading = "Several GPUs (instead of the default tables)", long)]
     multi_gpu: bool,
     /// GPU counts of --multi-gpu (counts above the devices present are skipped).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    #[arg(
+        help_heading = "Several GPUs (instead of the default tables)",
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4"
+    )]
     gpus: Vec<usize>,
     /// Cells per side of the --multi-gpu strong-scaling boxes (256: 16.8 M
     /// cells, 320: 32.8 M).
-    #[arg(long, value_delimiter = ',', default_value = "256,320")]
+    #[arg(
+        help_heading = "Several GPUs (instead of the default tables)",
+        long,
+        value_delimiter = ',',
+        default_value = "256,320"
+    )]
     multi_strong: Vec<usize>,
     /// Cells per side per GPU of the --multi-gpu weak-scaling box (200: 8 M
     /// cells per GPU; 0: no weak scaling).
-    #[arg(long, default_value_t = 200)]
+    #[arg(
+        help_heading = "Several GPUs (instead of the default tables)",
+        long,
+        default_value_t = 200
+    )]
     multi_weak: usize,
     /// Timed PCG iterations per --multi-gpu measurement.
-    #[arg(long, default_value_t = 100)]
+    #[arg(
+        help_heading = "Several GPUs (instead of the default tables)",
+        long,
+        default_value_t = 100
+    )]
     multi_iterations: usize,
     /// How --multi-gpu moves halos between GPUs.
-    #[arg(long, value_enum, default_value_t = crate::gpu::multi::Transport::Auto)]
+    #[arg(help_heading = "Several GPUs (instead of the default tables)", long, value_enum, default_value_t = crate::gpu::multi::Transport::Auto)]
     transport: crate::gpu::multi::Transport,
     /// --multi-gpu's device loop runs PCG in its two-reduction form (that
     /// of the host loop) instead of the single-reduction form.
-    #[arg(long)]
+    #[arg(help_heading = "Several GPUs (instead of the default tables)", long)]
     multi_two_reductions: bool,
     /// Instead of the tables above: PCG time to solution with Jacobi,
     /// multicolour symGS and symGS by Eisenstat's trick (eisenstatSGS) on
     /// MESHES given here (default: the 8M-cell perturbed tet box,
     /// gpu::eisenstat_bench::DEFAULT_CASE), ratios to Jacobi-PCG.
-    #[arg(long, num_args = 0.., value_name = "MESH")]
+    #[arg(help_heading = "Studies (instead of the default tables)", long, num_args = 0.., value_name = "MESH")]
     eisenstat: Option<Vec<String>>,
     /// Instead of the tables above: the SIMPLE loop on the device of the
     /// flow CASES given here (default: cases/cavity_3d, 4.1 M cells), p
     /// solved by Jacobi-PCG (the baseline) and by AMG-PCG with each
     /// --amg-variant (default: the K- and V-cycle); time per outer iteration
     /// by part, ratios to the Jacobi-PCG run.
-    #[arg(long, num_args = 0.., value_name = "CASE")]
+    #[arg(help_heading = "Studies (instead of the default tables)", long, num_args = 0.., value_name = "CASE")]
     device_simple: Option<Vec<String>>,
     /// Instead of the tables above: Jacobi-PCG of a distributed run's GPU
     /// ranks (one thread rank per GPU) on the NCCL device loop and on the
     /// host-driven steps, against the one-process multi-GPU device loop, on
     /// the --multi-strong boxes for the --gpus counts of 2 or more.
-    #[arg(long)]
+    #[arg(help_heading = "Several GPUs (instead of the default tables)", long)]
     rank_loop: bool,
     /// Instead of the tables above: subdomain deflation on GPU ranks (one
     /// deflation vector per rank; thread ranks, METIS) on MESHES given here
     /// (default: gpu::rank_deflation_bench::DEFAULT_MESHES): PCG iterations
     /// and time with Jacobi and block DIC, without and with deflation, and
     /// the CPU ranks' block DIC (unless --no-cpu).
-    #[arg(long, num_args = 0.., value_name = "MESH")]
+    #[arg(help_heading = "Several GPUs (instead of the default tables)", long, num_args = 0.., value_name = "MESH")]
     rank_deflation: Option<Vec<String>>,
     /// Rank counts of --rank-deflation.
-    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    #[arg(
+        help_heading = "Several GPUs (instead of the default tables)",
+        long,
+        value_delimiter = ',',
+        default_value = "2,4,8"
+    )]
     deflation_ranks: Vec<usize>,
     /// Instead of the tables above: runs each case directory given here as
     /// `run` does (on --device; the CPU where there is no GPU) and prints
     /// its phase table, then one row per case: wall time, solve time, the
     /// ratio wall / solve and the other phases (JSON with --json).
-    #[arg(long, num_args = 1.., value_name = "CASE")]
+    #[arg(help_heading = "Studies (instead of the default tables)", long, num_args = 1.., value_name = "CASE")]
     end_to_end: Option<Vec<PathBuf>>,
 }
 

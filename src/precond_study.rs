@@ -1,18 +1,18 @@
 //! `fvpoisson preconditioners CASE`: Gupta et al. 2011's experiment on a case's
-//! matrix (`/work/shared/notes/001_deflated_pcg.md`). For each PCG
+//! matrix (see docs/src/deflation.md). For each PCG
 //! preconditioner (and on the GPU those it has), with and without subdomain
 //! deflation: iterations, the Lanczos estimate of the condition number of the
 //! preconditioned (deflated) operator, the error, the time; next to the
-//! seed's Table 1 (64 × 64, contrast 10³).
+//! paper's Table 1 (64 × 64, contrast 10³).
 //!
-//! As in the seed (§6): b = A x* with x*_i = cos(i) (rows from 0), x₀ = 0,
+//! As in Gupta et al. (2011, §6): b = A x* with x*_i = cos(i) (rows from 0), x₀ = 0,
 //! error ‖x − x*‖₂ / ‖x*‖₂. The stopping test is the solver's (OpenFOAM's
 //! normalised residual Σ|r| / normFactor, which with x₀ = 0 is
-//! Σ|r| / Σ|b|), at `tolerance` (the seed: ‖r‖₂ ≤ 10⁻⁶ ‖b‖₂).
+//! Σ|r| / Σ|b|), at `tolerance` (the paper: ‖r‖₂ ≤ 10⁻⁶ ‖b‖₂).
 //! Subdomains: stripes (blocks of consecutive rows; on a structured grid
-//! numbered row by row, the seed's stripes) or METIS (`Subdomains::metis`;
+//! numbered row by row, the paper's stripes) or METIS (`Subdomains::metis`;
 //! the rows are renumbered subdomain by subdomain first, for every row of
-//! the table alike), 2⌈√N⌉ of them unless given (the seed's 2n on an n × n
+//! the table alike), 2⌈√N⌉ of them unless given (the paper's 2n on an n × n
 //! grid).
 
 use std::fmt;
@@ -31,7 +31,7 @@ use crate::sparse::Csr;
 /// How the subdomains are cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Partition {
-    /// Blocks of consecutive rows (the seed's stripes on a structured grid).
+    /// Blocks of consecutive rows (the paper's stripes on a structured grid).
     Stripes,
     /// METIS subdomains, rows renumbered subdomain by subdomain.
     Metis,
@@ -40,7 +40,7 @@ pub enum Partition {
 /// The right-hand side b = A x*.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Rhs {
-    /// x*_i = cos(i), the seed's.
+    /// x*_i = cos(i), the paper's.
     Cosine,
     /// x*_i uniform in [-1, 1) (fixed seed): every eigenvector is present.
     Random,
@@ -75,13 +75,13 @@ pub const GPU_KINDS: [PreconditionerKind; 4] = [
     PreconditionerKind::Neumann2,
 ];
 
-/// Seed 001 Table 1 (n = 64, contrast 10³): the condition number of A
+/// Table 1 of Gupta et al. (2011) (n = 64, contrast 10³): the condition number of A
 /// (`none`) and of the preconditioned matrix, for the preconditioners it
-/// lists that fvpoisson has. The seed's cond(A) is also shown next to
+/// lists that fvpoisson has. The paper's cond(A) is also shown next to
 /// `jacobi` (κ(D⁻¹A) = κ(Ã), Ã = D^-1/2 A D^-1/2): with a 10³ jump no set-up
-/// gives κ(A) ≈ 10⁴, and the seed's κ(A)/κ(Neu) ratios are those of a
+/// gives κ(A) ≈ 10⁴, and the paper's κ(A)/κ(Neu) ratios are those of a
 /// matrix without a jump, as Ã nearly is (README, Gupta et al. 2011).
-pub fn seed_table1(kind: PreconditionerKind) -> Option<f64> {
+pub fn paper_table1(kind: PreconditionerKind) -> Option<f64> {
     match kind {
         PreconditionerKind::None | PreconditionerKind::Jacobi => Some(9.68e3),
         PreconditionerKind::Neumann1 => Some(2.66e3),
@@ -198,7 +198,7 @@ pub fn run(a: &Csr, config: &StudyConfig, gpu: Option<&Gpu>) -> Result<Study, So
     a.spmv(&exact, &mut b);
     let controls = &config.controls;
     // The condition estimate comes from a second solve with every eigenvector
-    // in its right-hand side (a random x*) to 1e-10: the seed's cos(i) has
+    // in its right-hand side (a random x*) to 1e-10: the paper's cos(i) has
     // almost nothing of the smoothest modes, so its Lanczos matrix misses λ_min.
     let random = crate::fvm::testing::random_field(n, 7);
     let mut b_random = vec![0.0; n];
@@ -321,7 +321,7 @@ impl fmt::Display for Study {
             "{:<4} {:<7} {:>9} | {:>7} {:>9} {:>8} {:>8} | {:>7} {:>9} {:>8} {:>8} | {:>5}",
             "dev",
             "precond",
-            "seed T1",
+            "paper T1",
             "iter",
             "cond",
             "error",
@@ -339,7 +339,7 @@ impl fmt::Display for Study {
                 "{:<4} {:<7} {:>9} | {:<35} | {:<35} | {:>5}",
                 row.device,
                 row.kind.name(),
-                seed_table1(row.kind).map_or("-".into(), |c| format!("{c:.2e}")),
+                paper_table1(row.kind).map_or("-".into(), |c| format!("{c:.2e}")),
                 cell(&row.plain),
                 cell(&row.deflated),
                 row.iteration_ratio()

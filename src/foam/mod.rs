@@ -4,8 +4,7 @@
 //! regular-expression keys) and gives typed access with file:line errors.
 //!
 //! Format reference: OpenFOAM v1912 `IOstreams` (ISstream token rules, `List`
-//! ascii/binary I/O, `IOobject::writeHeader`); notes in
-//! `/work/shared/notes/openfoam_reference.md` §4.
+//! ascii/binary I/O, `IOobject::writeHeader`).
 
 pub mod dict;
 pub mod foam_dict;

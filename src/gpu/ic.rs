@@ -2,7 +2,7 @@
 //! OpenFOAM's DIC and IC(0), factorised and applied on the device, equal bit
 //! for bit to `solve::precond::{Dic, Ic0}` on the same matrix and row order.
 //!
-//! Seed 000 (§6) judged IC infeasible on mod-SELL because the triangular
+//! Wikberg (2024, §6) judged IC infeasible on mod-SELL because the triangular
 //! solves are sequential. Level scheduling (`sparse::levels`) runs each
 //! sweep as one launch per level, one thread per row: the factor is computed
 //! level by level too (each row's factor entries depend only on earlier

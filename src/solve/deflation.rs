@@ -1,5 +1,4 @@
-//! Subdomain deflation: two-level PCG (Gupta et al. 2011, §4–§6, Algorithm 1, as
-//! corrected in `/work/shared/notes/001_deflated_pcg.md`).
+//! Subdomain deflation: two-level PCG (Gupta et al. 2011, §4–§6, Algorithm 1).
 //!
 //! Z holds one piecewise-constant vector per subdomain (1 on its rows, 0
 //! elsewhere), E = Zᵀ A Z (k × k), Q = Z E⁻¹ Zᵀ and P = I − A Q. Deflated

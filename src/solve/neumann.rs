@@ -1,5 +1,4 @@
-//! Truncated Neumann-series preconditioners Neu1 and Neu2 (Gupta et al. 2011, §3.3;
-//! `/work/shared/notes/001_deflated_pcg.md`): only sparse products, no
+//! Truncated Neumann-series preconditioners Neu1 and Neu2 (Gupta et al. 2011, §3.3): only sparse products, no
 //! triangular solves, so every row is independent (the GPU runs them as
 //! masked mod-SELL products, `gpu::deflation::DeviceNeumann`).
 //!
