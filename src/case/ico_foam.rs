@@ -18,7 +18,7 @@
 //! round(T/Δt), so `writeControl timeStep` writes where an uninterrupted run
 //! writes. Entries nobody read are named in warnings.
 
-use super::flow_case::{momentum_solver, patch_conditions};
+use super::flow_case::{device_pressure_solver, momentum_solver, patch_conditions};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, solve_linear};
 use super::setup::LinearSolver;
@@ -33,11 +33,15 @@ use crate::flow::{FlowError, VelocityCondition};
 use crate::foam::write::{format_g, format_general};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
+use crate::gpu::assembly::AssemblyError;
 use crate::gpu::pcg::GpuSolver;
+use crate::gpu::simple::piso::DevicePiso;
+use crate::gpu::simple::DeviceFlowError;
+use crate::gpu::Gpu;
 use crate::io::foam_field::{
     time_name, FieldValues, FoamWriteOptions, ScalarFieldFile, VectorFieldFile,
 };
-use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
+use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -433,6 +437,42 @@ pub struct TransientSummary {
     pub phi: Vec<f64>,
     /// Pressure-solver iterations over the run.
     pub p_iterations: usize,
+    /// Whether every part of the steps ran on the GPU ([`DevicePiso`]).
+    pub device_step: bool,
+    /// Wall time of the steps by part.
+    pub timing: StepTiming,
+}
+
+fn flow_case_error(setup: &TransientSetup, e: FlowError) -> CaseError {
+    match e {
+        FlowError::Fvm(e) => CaseError::Fvm(e),
+        FlowError::Solve { field, source } => CaseError::Solve { field, source },
+        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
+    }
+}
+
+/// The case's state at its start time on `mesh` (with its `geometry`): the
+/// fields, systems and settings of `setup`, the time and the step count.
+pub fn transient_state<'m>(
+    setup: &TransientSetup,
+    mesh: &'m Mesh,
+    geometry: &'m Geometry,
+) -> Result<Piso<'m>, CaseError> {
+    let (velocity, pressure) = patch_conditions(&setup.origin, &setup.boundary, None, mesh)?;
+    let mut piso = Piso::new(
+        mesh,
+        geometry,
+        setup.settings,
+        setup.transient,
+        &velocity,
+        pressure,
+        setup.initial.clone(),
+        setup.delta_t,
+    )
+    .map_err(|e| flow_case_error(setup, e))?;
+    piso.time = setup.start;
+    piso.step = (setup.start / setup.delta_t).round() as usize;
+    Ok(piso)
 }
 
 /// Runs a transient case on `mesh` (the pressure solves on `device`),
@@ -445,36 +485,29 @@ pub fn run_transient_case(
     let clock = Instant::now();
     let geometry = mesh.geometry()?;
     let (velocity, pressure) = patch_conditions(&setup.origin, &setup.boundary, None, mesh)?;
-    let flow_error = |e: FlowError| match e {
-        FlowError::Fvm(e) => CaseError::Fvm(e),
-        FlowError::Solve { field, source } => CaseError::Solve { field, source },
-        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
+    let flow_error = |e: FlowError| flow_case_error(setup, e);
+    let mut piso = transient_state(setup, mesh, &geometry)?;
+    let device_error = |e: DeviceFlowError| match e {
+        DeviceFlowError::Flow(e) => flow_error(e),
+        DeviceFlowError::Assembly(e) => CaseError::from(e),
     };
-    let mut piso = Piso::new(
-        mesh,
-        &geometry,
-        setup.settings,
-        setup.transient,
-        &velocity,
-        pressure.clone(),
-        setup.initial.clone(),
-        setup.delta_t,
-    )
-    .map_err(flow_error)?;
-    piso.time = setup.start;
-    piso.step = (setup.start / setup.delta_t).round() as usize;
-    let mut gpu_solver = match device {
-        Device::Gpu(gpu) => {
+    let mut device_step = match device {
+        Device::Gpu(gpu) => device_piso(gpu, &piso, setup, device)?,
+        _ => None,
+    };
+    let mut gpu_solver = match (device, &device_step) {
+        (Device::Gpu(_), Some(_)) => None,
+        (Device::Gpu(gpu), None) => {
             log::info!(
                 "pressure solves on the GPU (host-assembled each corrector); momentum on the CPU"
             );
             Some(GpuSolver::new(gpu))
         }
-        Device::Cpu => {
+        (Device::Cpu, _) => {
             log::info!("Linear solves on the CPU");
             None
         }
-        Device::Gpus(_) | Device::Distributed(_) => {
+        (Device::Gpus(_) | Device::Distributed(_), _) => {
             return Err(CaseError::invalid(format!(
                 "{}: transient cases run on one device (--device cpu or gpu)",
                 setup.origin
@@ -483,9 +516,14 @@ pub fn run_transient_case(
     };
     let (p_solver, p_final) = (setup.pressure_solver, setup.pressure_final);
     let mut p_iterations = 0;
-    let gamg_cache = gamg_cache(mesh, &geometry, &[&p_solver, &p_final]);
+    let mut pressure_seconds = 0.0;
+    let gamg_cache = match device_step {
+        Some(_) => gamg_cache(mesh, &geometry, &[]),
+        None => gamg_cache(mesh, &geometry, &[&p_solver, &p_final]),
+    };
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, last| {
         let solver = if last { &p_final } else { &p_solver };
+        let clock = Instant::now();
         let perf = solve_linear(
             device,
             gpu_solver.as_mut(),
@@ -495,9 +533,9 @@ pub fn run_transient_case(
             b,
             x,
             "p",
-        )?;
-        p_iterations += perf.iterations;
-        Ok(perf)
+        );
+        pressure_seconds += clock.elapsed().as_secs_f64();
+        perf
     };
     let mut residual_log = match setup.residuals {
         true => Some(ResidualLog::create(setup, &piso)?),
@@ -520,16 +558,26 @@ pub fn run_transient_case(
     log::info!("Starting time loop");
     let half = 0.5 * setup.delta_t;
     let start_step = piso.step;
+    let mut step_seconds = 0.0;
     while piso.time < setup.end - half {
         log::info!(
             "Time = {}",
             time_name(piso.time + setup.delta_t, setup.foam.time_precision)
         );
-        let report = piso.step(solve_pressure).map_err(flow_error)?;
+        let step_clock = Instant::now();
+        let report = match &mut device_step {
+            Some(step) => step.step(&mut piso).map_err(device_error)?,
+            None => piso.step(solve_pressure).map_err(flow_error)?,
+        };
+        step_seconds += step_clock.elapsed().as_secs_f64();
+        p_iterations += report.p_solves.iter().map(|p| p.iterations).sum::<usize>();
         if let Some(log) = &mut residual_log {
             log.append(&report)?;
         }
         if report.step.is_multiple_of(setup.write_every) {
+            if let Some(step) = &mut device_step {
+                step.download_fields(&mut piso)?;
+            }
             write(&piso)?;
         }
         log::info!(
@@ -537,15 +585,127 @@ pub fn run_transient_case(
             format_g(clock.elapsed().as_secs_f64())
         );
     }
+    if let Some(step) = &mut device_step {
+        step.download_fields(&mut piso)?;
+    }
+    let steps = piso.step - start_step;
+    let timing = match &device_step {
+        Some(step) => {
+            let s = step.seconds();
+            StepTiming {
+                steps,
+                momentum: s.momentum(),
+                pressure_solves: s.pressure_solves(),
+                total: s.steps,
+            }
+        }
+        None => StepTiming {
+            steps,
+            momentum: piso.momentum_seconds(),
+            pressure_solves: pressure_seconds,
+            total: step_seconds,
+        },
+    };
+    if steps > 0 {
+        log::info!(
+            "Time per step (mean of {steps}{}): {}",
+            if device_step.is_some() {
+                ", GPU, each part synchronised"
+            } else {
+                ""
+            },
+            timing
+        );
+    }
     log::info!("End");
     Ok(TransientSummary {
-        steps: piso.step - start_step,
+        steps,
         time: piso.time,
         u: piso.simple.u.clone(),
         p: piso.simple.p.clone(),
         phi: piso.simple.phi.clone(),
         p_iterations,
+        device_step: device_step.is_some(),
+        timing,
     })
+}
+
+/// The time steps' wall time by part (seconds, summed over the steps).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTiming {
+    pub steps: usize,
+    /// Momentum equations: assembly and solves.
+    pub momentum: f64,
+    /// Pressure solves (with AMG's re-set-ups on the device).
+    pub pressure_solves: f64,
+    /// Whole steps (writes excluded).
+    pub total: f64,
+}
+
+impl StepTiming {
+    /// What is neither momentum nor pressure solves: Rhie–Chow fluxes,
+    /// pressure assembly, corrections, reductions.
+    pub fn other(&self) -> f64 {
+        (self.total - self.momentum - self.pressure_solves).max(0.0)
+    }
+
+    /// Milliseconds per step of `seconds`.
+    fn ms(&self, seconds: f64) -> f64 {
+        1e3 * seconds / self.steps.max(1) as f64
+    }
+
+    /// Milliseconds per step of the whole step.
+    pub fn ms_per_step(&self) -> f64 {
+        self.ms(self.total)
+    }
+}
+
+impl std::fmt::Display for StepTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.3} ms = momentum {:.3} ms + pressure solves {:.3} ms + other {:.3} ms",
+            self.ms_per_step(),
+            self.ms(self.momentum),
+            self.ms(self.pressure_solves),
+            self.ms(self.other())
+        )
+    }
+}
+
+/// The device step of `piso` where the GPU runs every part of it (p and
+/// pFinal as PCG with one preconditioner, U by GMRES or PBiCGStab, a mesh the
+/// device assembles); else `None`, and the log says why.
+fn device_piso<'g>(
+    gpu: &'g Gpu,
+    piso: &Piso,
+    setup: &TransientSetup,
+    device: Device,
+) -> Result<Option<DevicePiso<'g>>, CaseError> {
+    let host = |why: String| {
+        log::info!("time step on the CPU, pressure solves on the GPU: {why}");
+        Ok(None)
+    };
+    let p = match device_pressure_solver(&setup.pressure_solver, device) {
+        Ok(p) => p,
+        Err(why) => return host(format!("p: {why}")),
+    };
+    let p_final = match device_pressure_solver(&setup.pressure_final, device) {
+        Ok(p) => p,
+        Err(why) => return host(format!("pFinal: {why}")),
+    };
+    if (p.jacobi, &p.amg) != (p_final.jacobi, &p_final.amg) {
+        return host(
+            "p and pFinal have different preconditioners on the device (the resident \
+             pressure solve keeps one)"
+                .into(),
+        );
+    }
+    match DevicePiso::new(gpu, piso, p, p_final.controls) {
+        Ok(step) => Ok(Some(step)),
+        Err(AssemblyError::Unsupported(why)) => host(why),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `postProcessing/residuals/<startTime>/solverInfo.dat` as OpenFOAM's

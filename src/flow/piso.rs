@@ -156,6 +156,49 @@ impl TransientSettings {
         }
     }
 
+    /// What outer corrector `outer` (from 0) uses; the CPU and the device
+    /// step both ask here.
+    pub fn outer_corrector(&self, outer: usize) -> OuterCorrector {
+        let final_outer = outer + 1 == self.n_outer_correctors;
+        OuterCorrector {
+            final_outer,
+            alpha_u: if final_outer {
+                self.relaxation_u_final
+            } else {
+                self.relaxation_u
+            },
+            alpha_p: if final_outer {
+                self.relaxation_p_final
+            } else {
+                self.relaxation_p
+            },
+            // icoFoam has no UFinal: one outer corrector solves with U.
+            final_momentum: final_outer && self.n_outer_correctors > 1,
+        }
+    }
+
+    /// Whether the pressure solve that is the `last` of its corrector's
+    /// non-orthogonal loop, in PISO corrector `corrector` (from 0), takes the
+    /// `pFinal` solver: v1912's `finalInnerIter()`, the last solve of the
+    /// last corrector of every outer corrector, not only of the last.
+    pub fn final_pressure_solve(&self, corrector: usize, last: bool) -> bool {
+        last && corrector + 1 == self.n_correctors
+    }
+
+    /// Whether `outerCorrectorResidualControl` ends the outer correctors
+    /// after `corrector` (which is not the final one): every field's first
+    /// initial residual of the corrector below its tolerance (0: not checked).
+    pub fn outer_converged(&self, corrector: &OuterCorrector, u_max: f64, p_initial: f64) -> bool {
+        match self.outer_residual_control {
+            Some([u_tol, p_tol]) => {
+                !corrector.final_outer
+                    && (u_tol <= 0.0 || u_max < u_tol)
+                    && (p_tol <= 0.0 || p_initial < p_tol)
+            }
+            None => false,
+        }
+    }
+
     fn validate(&self) -> Result<(), FlowError> {
         if self.n_outer_correctors == 0 || self.n_correctors == 0 {
             return Err(FlowError::invalid(format!(
@@ -176,6 +219,36 @@ impl TransientSettings {
             }
         }
         Ok(())
+    }
+}
+
+/// The factors and solver of one outer corrector
+/// ([`TransientSettings::outer_corrector`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OuterCorrector {
+    /// The last outer corrector of the time step.
+    pub final_outer: bool,
+    /// Equation relaxation of U and field relaxation of p (`UFinal`,
+    /// `pFinal` on the final outer corrector).
+    pub alpha_u: f64,
+    pub alpha_p: f64,
+    /// The momentum predictor solves with `UFinal` (the final one of
+    /// several outer correctors), else with `U`.
+    pub final_momentum: bool,
+}
+
+/// Backward's coefficients (c, c⁰, c⁰⁰) of φ, φ⁰, φ⁰⁰ in dφ/dt ≈ (c φ −
+/// c⁰ φ⁰ + c⁰⁰ φ⁰⁰)/Δt for the step `dt` after one of `old_dt`; Euler's (1,
+/// 1, 0), also on a first backward step (`old_dt` `None`), as OpenFOAM
+/// without an older time.
+pub fn ddt_coefficients(scheme: DdtScheme, dt: f64, old_dt: Option<f64>) -> (f64, f64, f64) {
+    match (scheme, old_dt) {
+        (DdtScheme::Backward, Some(dt0)) => {
+            let c = 1.0 + dt / (dt + dt0);
+            let c00 = dt * dt / (dt0 * (dt + dt0));
+            (c, c + c00, c00)
+        }
+        _ => (1.0, 1.0, 0.0),
     }
 }
 
@@ -224,6 +297,7 @@ pub struct Piso<'m> {
     /// The fields of the time before the current one (backward's U⁰⁰, φ⁰⁰),
     /// `None` until a step was made or read.
     pub old: Option<OldTime>,
+    momentum_seconds: f64,
 }
 
 impl<'m> Piso<'m> {
@@ -279,6 +353,7 @@ impl<'m> Piso<'m> {
             time: 0.0,
             step: 0,
             old: None,
+            momentum_seconds: 0.0,
         })
     }
 
@@ -306,18 +381,27 @@ impl<'m> Piso<'m> {
         (0.5 * mean * self.dt, 0.5 * max * self.dt)
     }
 
-    /// Backward's coefficients (c, c⁰, c⁰⁰) of φ, φ⁰, φ⁰⁰ in dφ/dt ≈ (c φ −
-    /// c⁰ φ⁰ + c⁰⁰ φ⁰⁰)/Δt; Euler's (1, 1, 0), also on a first backward step.
+    /// [`ddt_coefficients`] of the next step.
     fn ddt_coefficients(&self) -> (f64, f64, f64) {
-        match (self.settings.ddt, &self.old) {
-            (DdtScheme::Backward, Some(old)) => {
-                let (dt, dt0) = (self.dt, old.dt);
-                let c = 1.0 + dt / (dt + dt0);
-                let c00 = dt * dt / (dt0 * (dt + dt0));
-                (c, c + c00, c00)
-            }
-            _ => (1.0, 1.0, 0.0),
-        }
+        ddt_coefficients(self.settings.ddt, self.dt, self.old.as_ref().map(|o| o.dt))
+    }
+
+    /// The momentum solver of the outer correctors that are not the final
+    /// one of several (`U`).
+    pub fn momentum_solver(&self) -> &MomentumSolver {
+        &self.momentum
+    }
+
+    /// Per boundary face (index `face − n_internal_faces`): whether the
+    /// velocity condition fixes the value (ddtCorr is zero there).
+    pub fn fixes_value(&self) -> &[bool] {
+        &self.fixes_value
+    }
+
+    /// Seconds spent in the momentum equations (assembly and solves) of the
+    /// steps so far.
+    pub fn momentum_seconds(&self) -> f64 {
+        self.momentum_seconds
     }
 
     /// The momentum equation of solved component `k` (without the pressure
@@ -435,15 +519,12 @@ impl<'m> Piso<'m> {
         let mut outer_done = 0;
         for outer in 0..n_outer {
             outer_done = outer + 1;
-            let final_outer = outer + 1 == n_outer;
+            let corrector_settings = self.settings.outer_corrector(outer);
             if n_outer > 1 {
                 log::info!("PIMPLE: iteration {}", outer + 1);
             }
-            let alpha_u = if final_outer {
-                self.settings.relaxation_u_final
-            } else {
-                self.settings.relaxation_u
-            };
+            let momentum_clock = std::time::Instant::now();
+            let alpha_u = corrector_settings.alpha_u;
             // pimpleFoam's laminar stress, explicit from the U this outer
             // corrector starts from (all components before any is solved).
             let stress = if self.simple.settings().explicit_stress {
@@ -462,7 +543,7 @@ impl<'m> Piso<'m> {
             let mut residuals = Vec::new();
             if self.settings.momentum_predictor {
                 let grad_p = self.simple.pressure_system().0.gradient(&self.simple.p);
-                let solver = if final_outer && n_outer > 1 {
+                let solver = if corrector_settings.final_momentum {
                     self.settings.momentum_final
                 } else {
                     self.momentum
@@ -502,25 +583,20 @@ impl<'m> Piso<'m> {
                     }
                 }
             }
+            self.momentum_seconds += momentum_clock.elapsed().as_secs_f64();
             // p of the outer corrector's start: every corrector relaxes
             // towards it (OpenFOAM stores p's previous iteration per outer
             // corrector and relaxes p before each momentum correction).
             let p_before = self.simple.p.clone();
-            let alpha_p = if final_outer {
-                self.settings.relaxation_p_final
-            } else {
-                self.settings.relaxation_p
-            };
+            let alpha_p = corrector_settings.alpha_p;
             let first_p_solve = p_solves.len();
-            for corrector in 0..self.settings.n_correctors {
-                // v1912's `finalInnerIter()`: the last solve of the last PISO
-                // corrector of every outer corrector, not only of the last.
-                let final_corrector = corrector + 1 == self.settings.n_correctors;
+            let settings = self.settings;
+            for corrector in 0..settings.n_correctors {
                 let (r_au, hbya) = self.h_by_a(&equations);
                 let mut phi_hbya = self.simple.face_flux(&hbya);
                 self.add_ddt_correction(&mut phi_hbya, &r_au, &u_old, &phi_old);
                 let mut solve = |a: &Csr, b: &[f64], x: &mut [f64], last: bool| {
-                    solve_pressure(a, b, x, last && final_corrector)
+                    solve_pressure(a, b, x, settings.final_pressure_solve(corrector, last))
                 };
                 let solves = self
                     .simple
@@ -547,12 +623,12 @@ impl<'m> Piso<'m> {
             if outer == 0 {
                 u_solves = residuals;
             }
-            if let Some([u_tol, p_tol]) = self.settings.outer_residual_control {
-                let met = (u_tol <= 0.0 || u_max < u_tol) && (p_tol <= 0.0 || p_initial < p_tol);
-                if met && !final_outer {
-                    log::info!("PIMPLE: converged in {} iterations", outer + 1);
-                    break;
-                }
+            if self
+                .settings
+                .outer_converged(&corrector_settings, u_max, p_initial)
+            {
+                log::info!("PIMPLE: converged in {} iterations", outer + 1);
+                break;
             }
         }
         self.old = Some(OldTime {
@@ -655,5 +731,83 @@ fn add_flux_divergence(
         if f < first {
             values[slots.diagonal[mesh.neighbour()[f] as usize]] -= sign * flux;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pimple(outer: usize, correctors: usize) -> TransientSettings {
+        let convection = TransientConvection {
+            scheme: None,
+            bounded: false,
+        };
+        TransientSettings {
+            n_outer_correctors: outer,
+            relaxation_u: 0.7,
+            relaxation_u_final: 0.9,
+            relaxation_p: 0.3,
+            relaxation_p_final: 0.8,
+            ..TransientSettings::piso(correctors, convection, MomentumSolver::default())
+        }
+    }
+
+    #[test]
+    fn outer_correctors_relax_with_the_final_factors_only_on_the_last() {
+        let s = pimple(3, 2);
+        let first = s.outer_corrector(0);
+        assert_eq!((first.alpha_u, first.alpha_p), (0.7, 0.3));
+        assert!(!first.final_outer && !first.final_momentum);
+        let last = s.outer_corrector(2);
+        assert_eq!((last.alpha_u, last.alpha_p), (0.9, 0.8));
+        assert!(last.final_outer && last.final_momentum);
+        // PISO (one outer corrector): the final factors, but U's solver.
+        let piso = pimple(1, 2).outer_corrector(0);
+        assert!(piso.final_outer && !piso.final_momentum);
+        assert_eq!(piso.alpha_u, 0.9);
+    }
+
+    #[test]
+    fn pfinal_is_the_last_solve_of_the_last_corrector() {
+        let s = pimple(2, 3);
+        assert!(!s.final_pressure_solve(0, true));
+        assert!(!s.final_pressure_solve(2, false));
+        assert!(s.final_pressure_solve(2, true));
+    }
+
+    #[test]
+    fn outer_residual_control_stops_before_the_final_corrector_only() {
+        let mut s = pimple(3, 1);
+        let first = s.outer_corrector(0);
+        assert!(!s.outer_converged(&first, 0.0, 0.0), "no control set");
+        s.outer_residual_control = Some([1e-3, 0.0]);
+        assert!(s.outer_converged(&first, 5e-4, 1.0), "p not checked");
+        assert!(!s.outer_converged(&first, 2e-3, 0.0));
+        s.outer_residual_control = Some([1e-3, 1e-2]);
+        assert!(!s.outer_converged(&first, 5e-4, 2e-2));
+        assert!(s.outer_converged(&first, 5e-4, 5e-3));
+        let last = s.outer_corrector(2);
+        assert!(!s.outer_converged(&last, 0.0, 0.0));
+    }
+
+    #[test]
+    fn backward_coefficients_fall_back_to_euler_without_an_older_time() {
+        assert_eq!(
+            ddt_coefficients(DdtScheme::Backward, 0.1, None),
+            (1.0, 1.0, 0.0)
+        );
+        assert_eq!(
+            ddt_coefficients(DdtScheme::Euler, 0.1, Some(0.1)),
+            (1.0, 1.0, 0.0)
+        );
+        // Equal steps: 3/2, 2, 1/2.
+        let (c, c0, c00) = ddt_coefficients(DdtScheme::Backward, 0.1, Some(0.1));
+        assert!((c - 1.5).abs() < 1e-15 && (c0 - 2.0).abs() < 1e-15 && (c00 - 0.5).abs() < 1e-15);
+        // Exact for a quadratic in time on unequal steps: f = t², t = 0, 0.2, 0.3.
+        let (dt, dt0) = (0.1, 0.2);
+        let (c, c0, c00) = ddt_coefficients(DdtScheme::Backward, dt, Some(dt0));
+        let derivative = (c * 0.09 - c0 * 0.04 + c00 * 0.0) / dt;
+        assert!((derivative - 0.6).abs() < 1e-12, "{derivative}");
     }
 }
