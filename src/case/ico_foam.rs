@@ -17,6 +17,14 @@
 //! (`div((nuEff*dev2(T(grad(U)))))`), icoFoam's does not. A restart at time T numbers its steps from
 //! round(T/Δt), so `writeControl timeStep` writes where an uninterrupted run
 //! writes. Entries nobody read are named in warnings.
+//!
+//! On `--device gpu` the whole step runs on the device
+//! ([`crate::gpu::simple::piso::DevicePiso`]) where it runs the case's
+//! solvers (U and UFinal by PBiCGStab or GMRES, p and pFinal by PCG with
+//! one preconditioner after the device's mapping); otherwise the step runs
+//! on the CPU with the pressure systems solved on the GPU, and the log says
+//! why. Either way the run ends with the time per step by part
+//! ([`StepTiming`]).
 
 use super::flow_case::{device_pressure_solver, momentum_solver, patch_conditions};
 use super::openfoam::{at, at_key, scheme, Reader};

@@ -14,7 +14,9 @@
 //!    matrix assembled once, its right-hand side with the non-orthogonal
 //!    correction updated each iteration), bounded upwind convection of the
 //!    resident φ and the linearUpwind / limitedLinear correction gathered per row, Patankar
-//!    relaxation and −V∇p (`simple_momentum_rows`), solved by the Krylov
+//!    relaxation, simpleFoam's explicit laminar stress where the settings
+//!    have it (`simple_stress_faces`, `simple_stress_rows`, from the U of the
+//!    last iteration) and −V∇p (`simple_momentum_rows`), solved by the Krylov
 //!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
 //!    φ_HbyA and SIMPLEC's terms. Otherwise on the host ([`Simple::predict`]),
 //!    with rAU, HbyA and φ_HbyA uploaded (and U, p, φ read back at the end of
