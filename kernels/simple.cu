@@ -69,6 +69,25 @@ extern "C" __global__ void simple_deferred_correction(
     fc[d] = asm_mul(f, correction);
 }
 
+// fvMatrix::relax(alpha) of one row (thread) of a row kernel: the diagonal `a`
+// made at least the sum of the off-diagonal magnitudes (the row's slots in
+// face order, from `first` in steps of h), divided by alpha; the change times
+// the current u added to *s. Returns the relaxed diagonal.
+__device__ double simple_relax_row(u64 first, u64 end, int h,
+                                   const unsigned char* __restrict__ face_slots,
+                                   const double* __restrict__ vals, double a, double alpha,
+                                   double u, double* s) {
+    double off = 0.0;
+    for (u64 k = first; k < end; k += h) {
+        const unsigned j = face_slots[k];
+        if (j == ASM_NO_SLOT) break;
+        off = asm_add(off, fabs(vals[first + (u64)j * h]));
+    }
+    const double relaxed = asm_div(fmax(fabs(a), off), alpha);
+    *s = asm_add(*s, asm_mul(asm_sub(relaxed, a), u));
+    return relaxed;
+}
+
 // The relaxed momentum matrix of one component, one thread per row, one block
 // per slice (Simple::momentum_equation): the viscous matrix plus bounded
 // upwind convection of the fluxes phi (device face layout) on the row's
@@ -114,14 +133,7 @@ extern "C" __global__ void simple_momentum_rows(
         a = asm_add(a, asm_mul(f, asm_sub(b_value_internal[i], 1.0)));
         s = asm_sub(s, asm_mul(f, b_value_boundary[i]));
     }
-    double off = 0.0;
-    for (u64 k = first; k < end; k += h) {
-        const unsigned j = face_slots[k];
-        if (j == ASM_NO_SLOT) break;
-        off = asm_add(off, fabs(vals[first + (u64)j * h]));
-    }
-    const double relaxed = asm_div(fmax(fabs(a), off), alpha);
-    s = asm_add(s, asm_mul(asm_sub(relaxed, a), u[row]));
+    const double relaxed = simple_relax_row(first, end, h, face_slots, vals, a, alpha, u[row], &s);
     if (stress != nullptr) s = asm_add(s, stress[3 * (u64)row + c]);
     diag[row] = relaxed;
     source[row] = s;
@@ -430,17 +442,7 @@ extern "C" __global__ void piso_momentum_rows(
         }
         for (unsigned i = b_first; i < b_end; ++i) a = asm_add(a, asm_mul(sg, b_phi[i]));
     }
-    if (alpha < 1.0) {
-        double off = 0.0;
-        for (u64 k = first; k < end; k += h) {
-            const unsigned j = face_slots[k];
-            if (j == ASM_NO_SLOT) break;
-            off = asm_add(off, fabs(vals[first + (u64)j * h]));
-        }
-        const double relaxed = asm_div(fmax(fabs(a), off), alpha);
-        s = asm_add(s, asm_mul(asm_sub(relaxed, a), u[row]));
-        a = relaxed;
-    }
+    if (alpha < 1.0) a = simple_relax_row(first, end, h, face_slots, vals, a, alpha, u[row], &s);
     if (stress != nullptr) s = asm_add(s, stress[3 * (u64)row + c]);
     diag[row] = a;
     source[row] = s;

@@ -28,8 +28,7 @@ use fvpoisson::case::ico_foam::{read_transient_case, run_transient_case, transie
 use fvpoisson::case::Device;
 use fvpoisson::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
 use fvpoisson::flow::simple::{MomentumSolver, PressureSolve};
-use fvpoisson::flow::{Convection, SimpleSettings, VectorValues, VelocityCondition};
-use fvpoisson::fvm::BoundaryCondition;
+use fvpoisson::flow::{Convection, SimpleSettings};
 use fvpoisson::gpu::simple::piso::DevicePiso;
 use fvpoisson::gpu::simple::DevicePressureSolver;
 use fvpoisson::gpu::{test_device, Gpu};
@@ -85,17 +84,7 @@ fn cavity<'m>(
     transient: TransientSettings,
     dt: f64,
 ) -> Piso<'m> {
-    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
-    let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
-    let (velocity, pressure): (Vec<_>, Vec<_>) = mesh
-        .patches()
-        .iter()
-        .map(|p| match p.name.as_str() {
-            "ymax" => (lid.clone(), BoundaryCondition::ZeroGradient),
-            "frontAndBack" => (VelocityCondition::Empty, BoundaryCondition::Empty),
-            _ => (wall.clone(), BoundaryCondition::ZeroGradient),
-        })
-        .unzip();
+    let (velocity, pressure) = common::cavity_conditions(mesh);
     let n = mesh.n_cells();
     Piso::new(
         mesh,
@@ -325,24 +314,7 @@ fn pimple_cavity(tag: &str) -> PathBuf {
          pRefCell 0;\n    pRefValue 0;\n}\n\
          relaxationFactors\n{\n    equations { U 0.9; UFinal 1; }\n    fields { p 0.7; pFinal 1; }\n}\n",
     );
-    let transport = dir.join("constant/transportProperties");
-    let text = std::fs::read_to_string(&transport)
-        .unwrap()
-        .replace("\nnu ", "\ntransportModel  Newtonian;\nnu ");
-    std::fs::write(&transport, text).unwrap();
-    let schemes = std::fs::read_to_string(dir.join("system/fvSchemes"))
-        .unwrap()
-        .replace(
-            "div(phi,U)      Gauss linear;",
-            "div(phi,U)      Gauss linear;\n    div((nuEff*dev2(T(grad(U))))) Gauss linear;",
-        );
-    std::fs::write(dir.join("system/fvSchemes"), schemes).unwrap();
-    std::fs::write(
-        dir.join("constant/turbulenceProperties"),
-        "FoamFile { version 2.0; format ascii; class dictionary; object turbulenceProperties; }\n\
-         simulationType laminar;\n",
-    )
-    .unwrap();
+    common::make_pimple_foam(&dir, "laminar");
     dir
 }
 

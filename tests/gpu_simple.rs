@@ -15,10 +15,7 @@
 mod common;
 
 use fvpoisson::flow::simple::PressureSolve;
-use fvpoisson::flow::{
-    Convection, ResidualControl, Simple, SimpleSettings, VectorValues, VelocityCondition,
-};
-use fvpoisson::fvm::BoundaryCondition;
+use fvpoisson::flow::{Convection, ResidualControl, Simple, SimpleSettings};
 use fvpoisson::gpu::amg::gpu_amg_settings;
 use fvpoisson::gpu::simple::{DevicePressureSolver, DeviceSimple};
 use fvpoisson::gpu::test_device;
@@ -41,17 +38,7 @@ fn tight() -> SolverControls {
 /// A lid-driven cavity on `mesh` (lid `ymax` moving in x, walls elsewhere,
 /// zero-gradient pressure, reference cell 0) with `settings`, from rest.
 fn cavity<'m>(mesh: &'m Mesh, geometry: &'m Geometry, settings: SimpleSettings) -> Simple<'m> {
-    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
-    let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
-    let (velocity, pressure): (Vec<_>, Vec<_>) = mesh
-        .patches()
-        .iter()
-        .map(|p| match p.name.as_str() {
-            "ymax" => (lid.clone(), BoundaryCondition::ZeroGradient),
-            "frontAndBack" => (VelocityCondition::Empty, BoundaryCondition::Empty),
-            _ => (wall.clone(), BoundaryCondition::ZeroGradient),
-        })
-        .unzip();
+    let (velocity, pressure) = common::cavity_conditions(mesh);
     let n = mesh.n_cells();
     Simple::new(
         mesh,

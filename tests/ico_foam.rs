@@ -211,11 +211,6 @@ fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) ->
             ("writePrecision", "17"),
         ],
     );
-    let transport = dir.join("constant/transportProperties");
-    let text = std::fs::read_to_string(&transport)
-        .unwrap()
-        .replace("\nnu ", "\ntransportModel  Newtonian;\nnu ");
-    std::fs::write(&transport, text).unwrap();
     let solution = format!(
         "FoamFile {{ version 2.0; format ascii; class dictionary; object fvSolution; }}\n\
          solvers\n{{\n    p {{ solver PCG; preconditioner DIC; tolerance 1e-06; relTol 0.05; }}\n    \
@@ -225,21 +220,7 @@ fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) ->
          nNonOrthogonalCorrectors 0;\n    pRefCell 0;\n    pRefValue 0;\n}}\n{relaxation}\n"
     );
     std::fs::write(dir.join("system/fvSolution"), solution).unwrap();
-    let schemes = std::fs::read_to_string(dir.join("system/fvSchemes"))
-        .unwrap()
-        .replace(
-            "div(phi,U)      Gauss linear;",
-            "div(phi,U)      Gauss linear;\n    div((nuEff*dev2(T(grad(U))))) Gauss linear;",
-        );
-    std::fs::write(dir.join("system/fvSchemes"), schemes).unwrap();
-    std::fs::write(
-        dir.join("constant/turbulenceProperties"),
-        format!(
-            "FoamFile {{ version 2.0; format ascii; class dictionary; object \
-             turbulenceProperties; }}\nsimulationType {simulation};\n"
-        ),
-    )
-    .unwrap();
+    common::make_pimple_foam(&dir, simulation);
     dir
 }
 

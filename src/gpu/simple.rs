@@ -46,7 +46,7 @@
 use std::rc::Rc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::amg::DeviceAmg;
 use super::assembly::{AssemblyError, DeviceLaplacian, LaplacianArrays};
@@ -262,6 +262,55 @@ fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
             [v.x, v.y, v.z]
         })
         .collect()
+}
+
+/// Launches the row kernel `kernel`, one block per slice of `arrays`'
+/// matrix and one thread per row, with the arguments of the row walk first
+/// (n, slice_ptr, face_codes, face_slots, boundary_ptr), then what `push` adds.
+fn launch_row_walk<'a>(
+    gpu: &'a Gpu,
+    kernel: &'static str,
+    n: &'a i32,
+    arrays: &'a LaplacianArrays<'a>,
+    push: impl FnOnce(&mut LaunchArgs<'a>),
+) -> Result<(), GpuError> {
+    let m = arrays.matrix;
+    gpu.launch(kernel, m.n_slices() as u32, m.slice_height as u32, 0, |a| {
+        a.arg(n)
+            .arg(&m.slice_ptr)
+            .arg(arrays.face_codes)
+            .arg(arrays.face_slots)
+            .arg(arrays.boundary_ptr);
+        push(a);
+    })
+}
+
+/// Launches the face kernel `kernel`, one thread per internal face (nothing
+/// without internal faces), with the arguments of the face walk first
+/// (n_faces, owner, neighbour, weights), then what `push` adds.
+fn launch_face_walk<'a>(
+    gpu: &'a Gpu,
+    kernel: &'static str,
+    n_faces: &'a i32,
+    arrays: &'a LaplacianArrays<'a>,
+    push: impl FnOnce(&mut LaunchArgs<'a>),
+) -> Result<(), GpuError> {
+    if *n_faces <= 0 {
+        return Ok(());
+    }
+    gpu.launch(
+        kernel,
+        vector_grid(*n_faces as usize),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(n_faces)
+                .arg(arrays.face_owner)
+                .arg(arrays.face_neighbour)
+                .arg(arrays.weights);
+            push(a);
+        },
+    )
 }
 
 impl<'g> DeviceSimple<'g> {
@@ -899,26 +948,13 @@ impl<'g> DeviceMomentum<'g> {
         let n_faces = pressure.device_faces().len() as i32;
         let k_of = |c: usize| components.iter().position(|&s| s == c);
         let gradient = |c: usize| k_of(c).map(|k| self.viscous[k].gradient_buffer());
-        if n_faces > 0 {
-            gpu.launch(
-                "simple_stress_faces",
-                vector_grid(n_faces as usize),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n_faces)
-                        .arg(arrays.face_owner)
-                        .arg(arrays.face_neighbour)
-                        .arg(arrays.weights)
-                        .arg(&self.sf)
-                        .arg(&nu);
-                    for c in 0..3 {
-                        arg_or_null(a, gradient(c));
-                    }
-                    a.arg(&stress.faces);
-                },
-            )?;
-        }
+        launch_face_walk(gpu, "simple_stress_faces", &n_faces, &arrays, |a| {
+            a.arg(&self.sf).arg(&nu);
+            for c in 0..3 {
+                arg_or_null(a, gradient(c));
+            }
+            a.arg(&stress.faces);
+        })?;
         let per_component = (0..3)
             .map(|c| match k_of(c) {
                 Some(k) => Ok(Some((
@@ -930,30 +966,16 @@ impl<'g> DeviceMomentum<'g> {
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         let n_i = pressure.n() as i32;
-        let h = arrays.matrix.slice_height as u32;
-        gpu.launch(
-            "simple_stress_rows",
-            arrays.matrix.n_slices() as u32,
-            h,
-            0,
-            |a| {
-                a.arg(&n_i)
-                    .arg(&arrays.matrix.slice_ptr)
-                    .arg(arrays.face_codes)
-                    .arg(arrays.face_slots)
-                    .arg(arrays.boundary_ptr)
-                    .arg(&stress.faces)
-                    .arg(&self.b_sf)
-                    .arg(&nu);
-                for entry in &per_component {
-                    arg_or_null(a, entry.as_ref().map(|(g, _, _)| *g));
-                    arg_or_null(a, entry.as_ref().map(|(_, u, _)| *u));
-                    arg_or_null(a, entry.as_ref().map(|(_, _, v)| v.b_gradient_internal));
-                    arg_or_null(a, entry.as_ref().map(|(_, _, v)| v.b_gradient_boundary));
-                }
-                a.arg(&stress.cells);
-            },
-        )
+        launch_row_walk(gpu, "simple_stress_rows", &n_i, &arrays, |a| {
+            a.arg(&stress.faces).arg(&self.b_sf).arg(&nu);
+            for entry in &per_component {
+                arg_or_null(a, entry.as_ref().map(|(g, _, _)| *g));
+                arg_or_null(a, entry.as_ref().map(|(_, u, _)| *u));
+                arg_or_null(a, entry.as_ref().map(|(_, _, v)| v.b_gradient_internal));
+                arg_or_null(a, entry.as_ref().map(|(_, _, v)| v.b_gradient_boundary));
+            }
+            a.arg(&stress.cells);
+        })
     }
 
     /// The deferred correction of component `k` (none for upwind and Gauss
@@ -1095,25 +1117,13 @@ impl<'g> DeviceMomentum<'g> {
         let n_i = n as i32;
         let n_faces = pressure.device_faces().len() as i32;
         let solved = |c: usize| components.contains(&c).then_some(x[c]);
-        if n_faces > 0 {
-            gpu.launch(
-                "simple_face_flux",
-                vector_grid(n_faces as usize),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n_faces)
-                        .arg(arrays.face_owner)
-                        .arg(arrays.face_neighbour)
-                        .arg(arrays.weights)
-                        .arg(&self.sf);
-                    for c in 0..3 {
-                        arg_or_null(a, solved(c));
-                    }
-                    a.arg(out);
-                },
-            )?;
-        }
+        launch_face_walk(gpu, "simple_face_flux", &n_faces, &arrays, |a| {
+            a.arg(&self.sf);
+            for c in 0..3 {
+                arg_or_null(a, solved(c));
+            }
+            a.arg(out);
+        })?;
         let viscous_of = |c: usize| {
             components
                 .iter()

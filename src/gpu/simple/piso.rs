@@ -45,8 +45,8 @@ use std::time::Instant;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::{
-    lost, DeviceFlowError, DeviceKrylov, DeviceMomentum, DevicePhaseSeconds, DevicePressureSolver,
-    DeviceSimple, Lap,
+    launch_face_walk, launch_row_walk, lost, DeviceFlowError, DeviceKrylov, DeviceMomentum,
+    DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
 };
 use crate::flow::piso::{ddt_coefficients, Piso, StepReport, TransientSettings};
 use crate::flow::FlowError;
@@ -245,25 +245,13 @@ impl<'g> DevicePiso<'g> {
         let n = lap.n();
         let n_i = n as i32;
         let n_faces = lap.device_faces().len() as i32;
-        let h = arrays.matrix.slice_height as u32;
-        gpu.launch(
-            "piso_courant_rows",
-            arrays.matrix.n_slices() as u32,
-            h,
-            0,
-            |a| {
-                a.arg(&n_i)
-                    .arg(&arrays.matrix.slice_ptr)
-                    .arg(arrays.face_codes)
-                    .arg(arrays.face_slots)
-                    .arg(arrays.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(&self.device.phi)
-                    .arg(arrays.volumes)
-                    .arg(&self.abs_sum)
-                    .arg(&self.ratio);
-            },
-        )?;
+        launch_row_walk(gpu, "piso_courant_rows", &n_i, &arrays, |a| {
+            a.arg(&n_faces)
+                .arg(&self.device.phi)
+                .arg(arrays.volumes)
+                .arg(&self.abs_sum)
+                .arg(&self.ratio);
+        })?;
         let [sum, _] = lap.sums(&self.abs_sum, None)?;
         let grid = vector_grid(n);
         gpu.launch("piso_max_partials", grid, VECTOR_BLOCK, 0, |a| {
@@ -314,26 +302,12 @@ impl<'g> DevicePiso<'g> {
         let n_faces = lap.device_faces().len() as i32;
         let r_dt = 1.0 / dt;
         let older = (c00 != 0.0).then_some(&self.older);
-        if n_faces > 0 {
-            d.gpu.launch(
-                "piso_ddt_correction_faces",
-                vector_grid(n_faces as usize),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n_faces)
-                        .arg(arrays.face_owner)
-                        .arg(arrays.face_neighbour)
-                        .arg(arrays.weights)
-                        .arg(&d.r_au)
-                        .arg(&self.old.phi)
-                        .arg(&self.old.flux);
-                    arg_or_null(a, older.map(|o| &o.phi));
-                    arg_or_null(a, older.map(|o| &o.flux));
-                    a.arg(&c0).arg(&c00).arg(&r_dt).arg(&d.phi_hbya);
-                },
-            )?;
-        }
+        launch_face_walk(d.gpu, "piso_ddt_correction_faces", &n_faces, &arrays, |a| {
+            a.arg(&d.r_au).arg(&self.old.phi).arg(&self.old.flux);
+            arg_or_null(a, older.map(|o| &o.phi));
+            arg_or_null(a, older.map(|o| &o.flux));
+            a.arg(&c0).arg(&c00).arg(&r_dt).arg(&d.phi_hbya);
+        })?;
         d.gpu.launch(
             "piso_ddt_correction_boundary",
             vector_grid(n),
