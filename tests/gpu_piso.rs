@@ -414,3 +414,52 @@ fn smooth_solver_momentum_keeps_the_step_on_the_host() {
     assert_eq!(summary.steps, 10);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// pimpleFoam's `adjustTimeStep yes` on the device: Δt from the device's
+/// Courant number (its max is exact for equal fluxes; the fluxes agree to
+/// round-off), the same steps and fields as the CPU.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn adjusted_time_steps_on_the_device_give_the_cpu_run() {
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let dir = pimple_cavity("adjust");
+    let control = dir.join("system/controlDict");
+    let text: Vec<String> = std::fs::read_to_string(&control)
+        .unwrap()
+        .lines()
+        .map(|line| match line.split_whitespace().next() {
+            Some("writeControl") => "writeControl adjustableRunTime;".into(),
+            Some("writeInterval") => "writeInterval 0.025;".into(),
+            _ => line.to_string(),
+        })
+        .collect();
+    let text = text.join("\n") + "\nadjustTimeStep yes;\nmaxCo 0.5;\nmaxDeltaT 0.004;\n";
+    std::fs::write(&control, text).unwrap();
+    let case = read_transient_case(&dir).unwrap();
+    assert!(case.setup.adjust_time_step.is_some());
+    let host = run_transient_case(&case.setup, &case.mesh, Device::Cpu).unwrap();
+    let device = run_transient_case(&case.setup, &case.mesh, Device::Gpu(&gpu)).unwrap();
+    assert!(device.device_step);
+    assert_eq!(host.steps, device.steps);
+    assert!(host.steps > 10, "{} steps: Δt was not adjusted", host.steps);
+    // Δt follows the Courant number of fields equal to round-off.
+    assert!(
+        (host.time - device.time).abs() <= 1e-12,
+        "{} {}",
+        host.time,
+        device.time
+    );
+    let d = [
+        relative(&components(&host.u), &components(&device.u)),
+        relative(&host.p, &device.p),
+        relative(&host.phi, &device.phi),
+    ];
+    println!(
+        "adjustTimeStep, {} steps: relative differences {d:?}",
+        host.steps
+    );
+    assert!(d.iter().all(|&x| x <= FIELD_BOUND), "{d:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,7 @@
 //!
 //! | file | entries | becomes |
 //! |---|---|---|
-//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
+//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
@@ -35,7 +35,10 @@ use super::simple_foam::{
     read_viscosity, velocity_pressure_schemes,
 };
 use super::{CaseError, Device};
-use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
+use crate::flow::piso::{
+    write_index, DdtScheme, Piso, StepReport, TimeStepControl, TransientConvection,
+    TransientSettings,
+};
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
 use crate::flow::{FlowError, VelocityCondition};
 use crate::foam::write::{format_g, format_general};
@@ -95,9 +98,15 @@ pub struct TransientSetup {
     pub pressure_final: LinearSolver,
     pub start: f64,
     pub end: f64,
+    /// `deltaT`: the time step, or the first one's start with `adjustTimeStep`.
     pub delta_t: f64,
     /// Write every this many steps (counted from time 0).
     pub write_every: usize,
+    /// pimpleFoam's `adjustTimeStep yes`.
+    pub adjust_time_step: Option<TimeStepControl>,
+    /// `writeControl runTime`/`adjustableRunTime` with `adjustTimeStep`:
+    /// write every this long (a time; `write_every` is not used then).
+    pub write_time_interval: Option<f64>,
     pub foam: FoamWriteOptions,
     /// U, p (per cell) and φ (every face, when the start time has `phi`).
     pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
@@ -152,17 +161,14 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     control.ignore("purgeWrite");
     let timing = r.timing_any_start(&control)?;
     let foam = r.write_options(&control)?;
-    if control.get_or("adjustTimeStep", false)? {
-        return Err(at_key(
-            &control,
-            "adjustTimeStep",
-            "adjustTimeStep yes is not supported yet: the time step is fixed (deltaT); set \
-             'adjustTimeStep no;'",
-        ));
-    }
-    control.ignore("maxCo");
-    control.ignore("maxDeltaT");
+    let adjust_time_step = read_time_step_control(&control, application)?;
     let residuals = read_functions(r, &control)?;
+    let write_time_interval = match (&adjust_time_step, control.get_word("writeControl")) {
+        (Some(_), Ok(w)) if w == "runTime" || w == "adjustableRunTime" => {
+            Some(control.get_scalar("writeInterval")?)
+        }
+        _ => None,
+    };
 
     let mesh_source = MeshSource::PolyMesh(r.dir.clone());
     let mesh = mesh_source.load()?;
@@ -240,12 +246,63 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         end: timing.end,
         delta_t: timing.delta_t,
         write_every: timing.write_every,
+        adjust_time_step,
+        write_time_interval,
         foam,
         initial,
         residuals,
         solver_names,
     };
     Ok((setup, mesh))
+}
+
+/// pimpleFoam's `adjustTimeStep yes` with `maxCo` (default 1) and
+/// `maxDeltaT` (default: none); Δt fitted to the write times with
+/// `writeControl adjustableRunTime`. icoFoam's step is fixed (as in
+/// OpenFOAM): `adjustTimeStep yes` there is an error.
+fn read_time_step_control(
+    control: &FoamDict,
+    application: Application,
+) -> Result<Option<TimeStepControl>, CaseError> {
+    if !control.get_or("adjustTimeStep", false)? {
+        control.ignore("maxCo");
+        control.ignore("maxDeltaT");
+        return Ok(None);
+    }
+    if application == Application::IcoFoam {
+        return Err(at_key(
+            control,
+            "adjustTimeStep",
+            "icoFoam runs the fixed time step deltaT (adjustTimeStep is pimpleFoam's); set \
+             'adjustTimeStep no;' or run pimpleFoam",
+        ));
+    }
+    let positive = |key: &str, default: f64| -> Result<f64, CaseError> {
+        let value = control.get_or(key, default)?;
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(at_key(
+                control,
+                key,
+                format!("{key} is {value}; it must be a positive number"),
+            ))
+        }
+    };
+    let max_co = positive("maxCo", 1.0)?;
+    let max_delta_t = positive("maxDeltaT", f64::MAX)?;
+    let fit_to_writes = match control
+        .get_or("writeControl", "timeStep".to_string())?
+        .as_str()
+    {
+        "adjustableRunTime" => Some(control.get_scalar("writeInterval")?),
+        _ => None,
+    };
+    Ok(Some(TimeStepControl {
+        max_co,
+        max_delta_t,
+        fit_to_writes,
+    }))
 }
 
 /// The momentum solver of `solvers/<field>`.
@@ -564,25 +621,57 @@ pub fn run_transient_case(
         Ok(())
     };
     log::info!("Starting time loop");
-    let half = 0.5 * setup.delta_t;
     let start_step = piso.step;
     let mut step_seconds = 0.0;
-    while piso.time < setup.end - half {
-        log::info!(
-            "Time = {}",
-            time_name(piso.time + setup.delta_t, setup.foam.time_precision)
-        );
+    // Write times passed since the start (writes by time with adjustTimeStep).
+    let mut writes_passed = 0;
+    if let Some(control) = setup.adjust_time_step {
+        // pimpleFoam's setInitialDeltaT.H.
+        let courant = logged_courant(&piso, &mut device_step)?;
+        piso.dt = control.initial_delta_t(piso.dt, courant.1, writes_passed);
+    }
+    let pimple = setup.application == Application::PimpleFoam;
+    while piso.time < setup.end - 0.5 * piso.dt {
         let step_clock = Instant::now();
+        // icoFoam logs the time, then the Courant number of the step;
+        // pimpleFoam the Courant number, the adjusted Δt, then the time.
+        let log_time = |piso: &Piso| {
+            log::info!(
+                "Time = {}",
+                time_name(piso.time + piso.dt, setup.foam.time_precision)
+            )
+        };
+        if !pimple {
+            log_time(&piso);
+        }
+        let courant = logged_courant(&piso, &mut device_step)?;
+        if let Some(control) = setup.adjust_time_step {
+            piso.dt =
+                control.next_delta_t(piso.dt, courant.1, piso.time - setup.start, writes_passed);
+            log::info!("deltaT = {}", format_g(piso.dt));
+        }
+        if pimple {
+            log_time(&piso);
+        }
         let report = match &mut device_step {
-            Some(step) => step.step(&mut piso).map_err(device_error)?,
-            None => piso.step(solve_pressure).map_err(flow_error)?,
+            Some(step) => step.advance(&mut piso, courant).map_err(device_error)?,
+            None => piso.advance(courant, solve_pressure).map_err(flow_error)?,
         };
         step_seconds += step_clock.elapsed().as_secs_f64();
         p_iterations += report.p_solves.iter().map(|p| p.iterations).sum::<usize>();
         if let Some(log) = &mut residual_log {
             log.append(&report)?;
         }
-        if report.step.is_multiple_of(setup.write_every) {
+        let write_now = match setup.write_time_interval {
+            Some(interval) => {
+                let passed = write_index(piso.time - setup.start, piso.dt, interval);
+                let now = passed > writes_passed;
+                writes_passed = writes_passed.max(passed);
+                now
+            }
+            None => report.step.is_multiple_of(setup.write_every),
+        };
+        if write_now {
             if let Some(step) = &mut device_step {
                 step.download_fields(&mut piso)?;
             }
@@ -636,6 +725,18 @@ pub fn run_transient_case(
         device_step: device_step.is_some(),
         timing,
     })
+}
+
+/// The Courant number of the current fluxes and Δt (on the device where
+/// the step runs there), logged.
+fn logged_courant(
+    piso: &Piso,
+    device_step: &mut Option<DevicePiso<'_>>,
+) -> Result<(f64, f64), CaseError> {
+    match device_step {
+        Some(step) => Ok(step.log_courant(piso.dt)?),
+        None => Ok(piso.log_courant()),
+    }
 }
 
 /// The time steps' wall time by part (seconds, summed over the steps).

@@ -252,6 +252,86 @@ pub fn ddt_coefficients(scheme: DdtScheme, dt: f64, old_dt: Option<f64>) -> (f64
     }
 }
 
+/// `Courant Number mean: … max: …`, as `CourantNo.H` logs it.
+pub fn log_courant((mean, max): (f64, f64)) {
+    log::info!(
+        "Courant Number mean: {} max: {}",
+        format_g(mean),
+        format_g(max)
+    );
+}
+
+/// pimpleFoam's `adjustTimeStep yes`: Δt from the Courant number
+/// (`setInitialDeltaT.H`, `setDeltaT.H`) and, with `writeControl
+/// adjustableRunTime`, fitted to land on the write times
+/// (`Time::adjustDeltaT`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimeStepControl {
+    /// `maxCo` (default 1).
+    pub max_co: f64,
+    /// `maxDeltaT` (default: no limit).
+    pub max_delta_t: f64,
+    /// `writeControl adjustableRunTime`: the `writeInterval` (a time) that Δt
+    /// is fitted to.
+    pub fit_to_writes: Option<f64>,
+}
+
+impl TimeStepControl {
+    /// Δt of the first step from the `deltaT` given and the Courant number
+    /// `co_max` of the initial fluxes with it (unchanged for a fluid at rest).
+    pub fn initial_delta_t(&self, dt: f64, co_max: f64, write_index: usize) -> f64 {
+        if co_max > SMALL {
+            let dt = (self.max_co * dt / co_max).min(dt.min(self.max_delta_t));
+            self.fit(dt, 0.0, write_index)
+        } else {
+            dt
+        }
+    }
+
+    /// Δt of the next step after one of `dt` whose fluxes give the Courant
+    /// number `co_max`: grown by at most 20 % (and 10 % of the headroom),
+    /// cut to reach `maxCo`, at most `maxDeltaT`, then fitted to the next
+    /// write time; `since_start`: the time since the run's start,
+    /// `write_index`: the write times passed since then.
+    pub fn next_delta_t(&self, dt: f64, co_max: f64, since_start: f64, write_index: usize) -> f64 {
+        let factor = self.max_co / (co_max + SMALL);
+        let growth = factor.min(1.0 + 0.1 * factor).min(1.2);
+        self.fit(
+            (growth * dt).min(self.max_delta_t),
+            since_start,
+            write_index,
+        )
+    }
+
+    /// `Time::adjustDeltaT`: the next write time reached in a whole number of
+    /// steps (the nearest; at least one), Δt changed by at most 2× up and 5×
+    /// down.
+    fn fit(&self, dt: f64, since_start: f64, write_index: usize) -> f64 {
+        let Some(interval) = self.fit_to_writes else {
+            return dt;
+        };
+        let to_write = ((write_index + 1) as f64 * interval - since_start).max(0.0);
+        let n_steps = to_write / dt;
+        // OpenFOAM's labelMax (32-bit labels).
+        if n_steps.is_nan() || n_steps >= i32::MAX as f64 {
+            return dt;
+        }
+        let fitted = to_write / n_steps.round().max(1.0);
+        if fitted >= dt {
+            fitted.min(2.0 * dt)
+        } else {
+            fitted.max(0.2 * dt)
+        }
+    }
+}
+
+/// The write times passed `since_start` into a run writing every
+/// `interval` (of time) after a step of `dt` (`Time::operator++`: the time
+/// plus half a step, in whole intervals).
+pub fn write_index(since_start: f64, dt: f64, interval: f64) -> usize {
+    ((since_start + 0.5 * dt) / interval).floor().max(0.0) as usize
+}
+
 /// What one time step did.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepReport {
@@ -495,18 +575,37 @@ impl<'m> Piso<'m> {
         Ok((matrix, source))
     }
 
+    /// The Courant number ([`Self::courant`]), logged as `CourantNo.H` does.
+    pub fn log_courant(&self) -> (f64, f64) {
+        let courant = self.courant();
+        log_courant(courant);
+        courant
+    }
+
     /// One time step (see the module documentation); `solve_pressure` is told
     /// which solve is the final one (`pFinal`).
     pub fn step(
         &mut self,
         solve_pressure: &mut PressureSolve<'_>,
     ) -> Result<StepReport, FlowError> {
-        let courant = self.courant();
-        log::info!(
-            "Courant Number mean: {} max: {}",
-            format_g(courant.0),
-            format_g(courant.1)
-        );
+        let courant = self.log_courant();
+        self.advance(courant, solve_pressure)
+    }
+
+    /// [`Self::step`] after its Courant number `courant` was computed and
+    /// logged (with the Δt of the step before, where `adjustTimeStep`
+    /// changed Δt since).
+    pub fn advance(
+        &mut self,
+        courant: (f64, f64),
+        solve_pressure: &mut PressureSolve<'_>,
+    ) -> Result<StepReport, FlowError> {
+        if !(self.dt.is_finite() && self.dt > 0.0) {
+            return Err(FlowError::invalid(format!(
+                "time step {}: it must be a positive number",
+                self.dt
+            )));
+        }
         let u_old = self.simple.u.clone();
         let phi_old = self.simple.phi.clone();
         let n = self.simple.mesh().n_cells();
@@ -789,6 +888,47 @@ mod tests {
         assert!(s.outer_converged(&first, 5e-4, 5e-3));
         let last = s.outer_corrector(2);
         assert!(!s.outer_converged(&last, 0.0, 0.0));
+    }
+
+    #[test]
+    #[allow(clippy::excessive_precision)] // pimpleFoam's log, as printed
+    fn adjusted_time_steps_follow_pimple_foam() {
+        // pimpleFoam v1912 on the cavity (maxCo 0.5, maxDeltaT 0.004,
+        // adjustableRunTime every 0.05, deltaT 0.005): the first steps'
+        // Courant numbers and the Δt it chose (tests/data/pimple_foam_adjust).
+        let control = TimeStepControl {
+            max_co: 0.5,
+            max_delta_t: 0.004,
+            fit_to_writes: Some(0.05),
+        };
+        assert_eq!(control.initial_delta_t(0.005, 0.0, 0), 0.005);
+        let dt1 = control.next_delta_t(0.005, 0.0, 0.0, 0);
+        assert!((dt1 - 0.0038461538461538464).abs() < 1e-18, "{dt1}");
+        let dt2 = control.next_delta_t(dt1, 0.42645187759586101, dt1, 0);
+        assert!((dt2 - 0.0038461538461538464).abs() < 1e-17, "{dt2}");
+        let t2 = dt1 + dt2;
+        let dt3 = control.next_delta_t(dt2, 0.56035204125180971, t2, 0);
+        assert!((dt3 - 0.0035256410256410257).abs() < 1e-17, "{dt3}");
+        let t3 = t2 + dt3;
+        let dt4 = control.next_delta_t(dt3, 0.54895777930599587, t3, 0);
+        assert!((dt4 - 0.0032318376068376071).abs() < 1e-16, "{dt4}");
+        let t4 = t3 + dt4;
+        let dt5 = control.next_delta_t(dt4, 0.51773977834996909, t4, 0);
+        let t5 = t4 + dt5;
+        // 10.5 steps to the write: rounded to 11, Δt cut (not 10, grown).
+        let dt6 = control.next_delta_t(dt5, 0.52630193698439842, t5, 0);
+        assert!((dt6 - 0.0029380341880341884).abs() < 1e-16, "{dt6}");
+        // Without a write to fit: the Courant limit and maxDeltaT only.
+        let free = TimeStepControl {
+            fit_to_writes: None,
+            ..control
+        };
+        assert_eq!(free.next_delta_t(0.001, 0.0, 0.0, 0), 0.0012);
+        assert_eq!(free.next_delta_t(0.0039, 0.1, 0.0, 0), 0.004);
+        assert!((free.next_delta_t(0.001, 1.0, 0.0, 0) - 0.0005).abs() < 1e-18);
+        // Write times passed: within half a step of the write time.
+        assert_eq!(write_index(0.0499999, 0.003, 0.05), 1);
+        assert_eq!(write_index(0.048, 0.003, 0.05), 0);
     }
 
     #[test]

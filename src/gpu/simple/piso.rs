@@ -48,9 +48,8 @@ use super::{
     launch_face_walk, launch_row_walk, lost, DeviceFlowError, DeviceKrylov, DeviceMomentum,
     DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
 };
-use crate::flow::piso::{ddt_coefficients, Piso, StepReport, TransientSettings};
+use crate::flow::piso::{ddt_coefficients, log_courant, Piso, StepReport, TransientSettings};
 use crate::flow::FlowError;
-use crate::foam::write::format_g;
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::{SolverControls, SolverPerformance};
@@ -467,6 +466,27 @@ impl<'g> DevicePiso<'g> {
     /// count advance; its U, p and φ come with [`Self::download_fields`],
     /// and its old-time fields stay `None` (they are on the device).
     pub fn step(&mut self, piso: &mut Piso) -> Result<StepReport, DeviceFlowError> {
+        let courant = self.log_courant(piso.dt)?;
+        self.advance(piso, courant)
+    }
+
+    /// The Courant number of the resident φ for `dt` ([`Piso::courant`]),
+    /// logged.
+    pub fn log_courant(&mut self, dt: f64) -> Result<(f64, f64), GpuError> {
+        let clock = Instant::now();
+        let courant = self.courant(dt)?;
+        log_courant(courant);
+        self.steps += clock.elapsed().as_secs_f64();
+        Ok(courant)
+    }
+
+    /// [`Self::step`] after its Courant number `courant` was computed and
+    /// logged ([`Piso::advance`]).
+    pub fn advance(
+        &mut self,
+        piso: &mut Piso,
+        courant: (f64, f64),
+    ) -> Result<StepReport, DeviceFlowError> {
         let clock = Instant::now();
         let gpu = self.device.gpu;
         let mut timer = Lap {
@@ -482,12 +502,6 @@ impl<'g> DevicePiso<'g> {
             .into());
         }
         let settings = self.settings;
-        let courant = self.courant(dt)?;
-        log::info!(
-            "Courant Number mean: {} max: {}",
-            format_g(courant.0),
-            format_g(courant.1)
-        );
         let ddt = ddt_coefficients(settings.ddt, dt, self.old_dt);
         let (_, c0, c00) = ddt;
         self.shift_old_levels(c00 != 0.0)?;
