@@ -15,10 +15,7 @@
 mod common;
 
 use fvpoisson::flow::simple::PressureSolve;
-use fvpoisson::flow::{
-    Convection, ResidualControl, Simple, SimpleSettings, VectorValues, VelocityCondition,
-};
-use fvpoisson::fvm::BoundaryCondition;
+use fvpoisson::flow::{Convection, ResidualControl, Simple, SimpleSettings};
 use fvpoisson::gpu::amg::gpu_amg_settings;
 use fvpoisson::gpu::simple::{DevicePressureSolver, DeviceSimple};
 use fvpoisson::gpu::test_device;
@@ -41,17 +38,7 @@ fn tight() -> SolverControls {
 /// A lid-driven cavity on `mesh` (lid `ymax` moving in x, walls elsewhere,
 /// zero-gradient pressure, reference cell 0) with `settings`, from rest.
 fn cavity<'m>(mesh: &'m Mesh, geometry: &'m Geometry, settings: SimpleSettings) -> Simple<'m> {
-    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
-    let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
-    let (velocity, pressure): (Vec<_>, Vec<_>) = mesh
-        .patches()
-        .iter()
-        .map(|p| match p.name.as_str() {
-            "ymax" => (lid.clone(), BoundaryCondition::ZeroGradient),
-            "frontAndBack" => (VelocityCondition::Empty, BoundaryCondition::Empty),
-            _ => (wall.clone(), BoundaryCondition::ZeroGradient),
-        })
-        .unzip();
+    let (velocity, pressure) = common::cavity_conditions(mesh);
     let n = mesh.n_cells();
     Simple::new(
         mesh,
@@ -261,33 +248,120 @@ fn device_momentum_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     }
 }
 
-/// With simpleFoam's explicit laminar stress and SIMPLEC on a non-orthogonal
-/// mesh the momentum predictor runs on the host (the device assembly has
-/// neither term) and the device loop gives the CPU's iterates.
+/// simpleFoam's explicit laminar stress runs on the device
+/// (`simple_stress_faces`, `simple_stress_rows`): the device loop with it
+/// gives the CPU's iterates on the tet box, with the momentum on the device;
+/// SIMPLEC on a non-orthogonal mesh keeps the predictor on the host.
 #[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_loop_with_the_explicit_stress_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     if test_device().is_none() {
         return;
     }
-    let d = compare("box:6x6x6:tet:perturb=0.2", 3, |s| {
-        krylov_momentum(s);
-        s.explicit_stress = true;
-        s.consistent = true;
-        s.relaxation_u = 0.9;
-        s.n_non_orth_correctors = 1;
-    });
-    assert!(d.iter().flatten().all(|&x| x < 1e-9), "{d:?}");
+    for consistent in [false, true] {
+        let d = compare("box:6x6x6:tet:perturb=0.2", 3, |s| {
+            krylov_momentum(s);
+            s.explicit_stress = true;
+            s.consistent = consistent;
+            s.relaxation_u = 0.9;
+            s.n_non_orth_correctors = 1;
+        });
+        assert!(
+            d.iter().flatten().all(|&x| x < 1e-9),
+            "consistent {consistent}: {d:?}"
+        );
+    }
     let mesh = load("box:6x6x6:tet:perturb=0.2").unwrap();
     let geometry = Geometry::compute(&mesh);
-    for (stress, consistent) in [(true, false), (false, true)] {
+    for (stress, consistent, on_device) in [(true, false, true), (false, true, false)] {
         let mut settings = SimpleSettings::new(0.01);
         krylov_momentum(&mut settings);
         settings.explicit_stress = stress;
         settings.consistent = consistent;
         settings.relaxation_u = 0.9;
         let simple = cavity(&mesh, &geometry, settings);
-        assert!(DeviceSimple::momentum_on_device(&simple).is_err());
+        assert_eq!(
+            DeviceSimple::momentum_on_device(&simple).is_ok(),
+            on_device,
+            "stress {stress}, SIMPLEC {consistent}"
+        );
     }
+}
+
+/// The shipped simpleFoam cavity (SIMPLEC, linearUpwind, the explicit
+/// stress) with U by Jacobi-PBiCGStab and p by Jacobi-PCG: on the GPU the
+/// momentum predictor runs on the device, stress included, and 20
+/// iterations give the CPU's fields.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn simple_foam_cavity_with_the_stress_runs_its_predictor_on_the_device() {
+    use fvpoisson::case::flow_case::run_flow_case_with_mesh;
+    use fvpoisson::case::simple_foam::read_simple_foam_case;
+    use fvpoisson::case::Device;
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let mut written = Vec::new();
+    for device in [Device::Cpu, Device::Gpu(&gpu)] {
+        let tag = if matches!(device, Device::Cpu) {
+            "cpu"
+        } else {
+            "gpu"
+        };
+        let dir = common::case_inputs_copy("cases/cavity_foam", &format!("gpu-stress-{tag}"));
+        let solution = dir.join("system/fvSolution");
+        let text = std::fs::read_to_string(&solution)
+            .unwrap()
+            .replace(
+                "preconditioner  DIC;\n        tolerance       1e-10;\n        relTol          0.01;",
+                "preconditioner  diagonal;\n        tolerance       1e-12;\n        relTol          0;",
+            )
+            .replace(
+                "solver          smoothSolver;\n        smoother        symGaussSeidel;\n        \
+                 tolerance       1e-9;\n        relTol          0.1;",
+                "solver          PBiCGStab;\n        preconditioner  diagonal;\n        \
+                 tolerance       1e-12;\n        relTol          0;",
+            );
+        assert!(
+            text.contains("PBiCGStab") && text.contains("diagonal;\n        tolerance       1e-12"),
+            "the cavity's fvSolution changed: {text}"
+        );
+        std::fs::write(&solution, text).unwrap();
+        let control = dir.join("system/controlDict");
+        let text: Vec<String> = std::fs::read_to_string(&control)
+            .unwrap()
+            .lines()
+            .map(|line| match line.split_whitespace().next() {
+                Some("endTime") => "endTime 20;".into(),
+                Some("writeInterval") => "writeInterval 20;".into(),
+                Some("writePrecision") => "writePrecision 17;".into(),
+                _ => line.to_string(),
+            })
+            .collect();
+        std::fs::write(&control, text.join("\n")).unwrap();
+        let case = read_simple_foam_case(&dir).unwrap();
+        assert!(case.setup.settings.explicit_stress);
+        let summary =
+            run_flow_case_with_mesh(&case.setup, &case.mesh, device, std::time::Instant::now())
+                .unwrap();
+        assert_eq!(summary.iterations, 20);
+        if let Some(phases) = summary.device_phases {
+            // The predictor ran on the device.
+            assert!(
+                phases.momentum_solve > 0.0 && phases.upload == 0.0,
+                "{phases:?}"
+            );
+        }
+        written.push(common::flow_fields(&dir.join("20"), case.mesh.n_cells()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let du = relative(
+        &velocity_components(&written[0].0),
+        &velocity_components(&written[1].0),
+    );
+    let dp = relative(&written[0].1, &written[1].1);
+    println!("simpleFoam cavity, 20 iterations: U {du:e} p {dp:e}");
+    assert!(du < 1e-9 && dp < 1e-9, "U {du:e} p {dp:e}");
 }
 
 /// Run to convergence, CPU and device (momentum on the device): the

@@ -91,6 +91,104 @@ fn cavity_tutorial_matches_icofoam_at_end_time() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// pimpleFoam's `adjustTimeStep yes` (maxCo 0.5, maxDeltaT 0.004) with
+/// `writeControl adjustableRunTime`: the same 33 steps as pimpleFoam v1912,
+/// landing on the write times 0.05 and 0.1, with its U and p there
+/// (`scripts/pimple_foam_adjust_reference.sh`); icoFoam refuses it.
+#[test]
+fn adjusted_time_steps_match_pimplefoam() {
+    let dir = pimple_cavity("adjust", 1, "", "laminar");
+    edit_control(
+        &dir,
+        &[
+            ("endTime", "0.1"),
+            ("writeControl", "adjustableRunTime"),
+            ("writeInterval", "0.05"),
+        ],
+    );
+    let control = dir.join("system/controlDict");
+    let mut text = std::fs::read_to_string(&control).unwrap();
+    text += "\nadjustTimeStep  yes;\nmaxCo           0.5;\nmaxDeltaT       0.004;\n";
+    std::fs::write(&control, text).unwrap();
+    let summary = run(&dir);
+    assert_eq!(summary.steps, 33);
+    assert!((summary.time - 0.1).abs() < 1e-12, "{}", summary.time);
+    let n = summary.p.len();
+    for time in ["0.05", "0.1"] {
+        let read = |root: &Path| {
+            let u = VectorFieldFile::read(&root.join("U"), n).unwrap();
+            let p = ScalarFieldFile::read(&root.join("p"), n).unwrap();
+            (components(&u.internal.expand(n)), p.internal.expand(n))
+        };
+        let (u, p) = read(&dir.join(time));
+        let (u_ref, p_ref) = read(&repo("tests/data/pimple_foam_adjust").join(time));
+        let (du, dp) = (relative(&u, &u_ref), relative(&p, &p_ref));
+        eprintln!("adjustTimeStep, t = {time}: ΔU {du:e}, Δp {dp:e}");
+        assert!(du <= 1e-8 && dp <= 1e-8, "{time}: U {du:e}, p {dp:e}");
+    }
+    let mut written: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.parse::<f64>().is_ok())
+        .collect();
+    written.sort();
+    assert_eq!(written, ["0", "0.05", "0.1"]);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let ico = case_copy("cavity_ico", "ico-adjust", &[]);
+    let control = ico.join("system/controlDict");
+    let text = std::fs::read_to_string(&control).unwrap() + "\nadjustTimeStep yes;\n";
+    std::fs::write(&control, text).unwrap();
+    let err = read_transient_case(&ico).unwrap_err().to_string();
+    assert!(
+        err.contains("controlDict") && err.contains("adjustTimeStep"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&ico);
+}
+
+/// The shipped 3-D cavity (`cases/cavity3d_ico`, 100³ cells) coarsened to
+/// 8³: 4 steps equal icoFoam v1912's (PBiCGStab/DILU for U, PCG/DIC for p to
+/// 1e-4; `scripts/ico_foam_cavity3d_reference.sh`), and the run logs its
+/// time per step by part.
+#[test]
+fn cavity3d_matches_icofoam_coarsened() {
+    let dir = case_copy(
+        "cavity3d_ico",
+        "cavity3d",
+        &[
+            ("endTime", "0.002"),
+            ("writeInterval", "4"),
+            ("writePrecision", "17"),
+        ],
+    );
+    let mesh_dict = dir.join("system/blockMeshDict");
+    let text = std::fs::read_to_string(&mesh_dict).unwrap();
+    assert!(text.contains("(100 100 100)"), "the shipped case changed");
+    std::fs::write(&mesh_dict, text.replace("(100 100 100)", "(8 8 8)")).unwrap();
+    let summary = run(&dir);
+    assert_eq!(summary.steps, 4);
+    assert_eq!(summary.timing.steps, 4);
+    assert!(summary.timing.total > 0.0 && summary.timing.pressure_solves > 0.0);
+    assert!(summary.timing.momentum + summary.timing.pressure_solves <= summary.timing.total);
+    let n = summary.p.len();
+    assert_eq!(n, 512);
+    let reference = repo("tests/data/ico_foam_cavity3d/0.002");
+    let u_ref = VectorFieldFile::read(&reference.join("U"), n)
+        .unwrap()
+        .internal
+        .expand(n);
+    let p_ref = ScalarFieldFile::read(&reference.join("p"), n)
+        .unwrap()
+        .internal
+        .expand(n);
+    let du = relative(&components(&summary.u), &components(&u_ref));
+    let dp = relative(&summary.p, &p_ref);
+    eprintln!("3-D cavity 8³ at t = 0.002: ΔU {du:e}, Δp {dp:e}");
+    assert!(du <= 1e-12 && dp <= 1e-12, "U {du:e}, p {dp:e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn restart_from_latest_time_continues_the_same_trajectory() {
     let precise = [("writePrecision", "17"), ("writeInterval", "10")];
@@ -169,11 +267,6 @@ fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) ->
             ("writePrecision", "17"),
         ],
     );
-    let transport = dir.join("constant/transportProperties");
-    let text = std::fs::read_to_string(&transport)
-        .unwrap()
-        .replace("\nnu ", "\ntransportModel  Newtonian;\nnu ");
-    std::fs::write(&transport, text).unwrap();
     let solution = format!(
         "FoamFile {{ version 2.0; format ascii; class dictionary; object fvSolution; }}\n\
          solvers\n{{\n    p {{ solver PCG; preconditioner DIC; tolerance 1e-06; relTol 0.05; }}\n    \
@@ -183,21 +276,7 @@ fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) ->
          nNonOrthogonalCorrectors 0;\n    pRefCell 0;\n    pRefValue 0;\n}}\n{relaxation}\n"
     );
     std::fs::write(dir.join("system/fvSolution"), solution).unwrap();
-    let schemes = std::fs::read_to_string(dir.join("system/fvSchemes"))
-        .unwrap()
-        .replace(
-            "div(phi,U)      Gauss linear;",
-            "div(phi,U)      Gauss linear;\n    div((nuEff*dev2(T(grad(U))))) Gauss linear;",
-        );
-    std::fs::write(dir.join("system/fvSchemes"), schemes).unwrap();
-    std::fs::write(
-        dir.join("constant/turbulenceProperties"),
-        format!(
-            "FoamFile {{ version 2.0; format ascii; class dictionary; object \
-             turbulenceProperties; }}\nsimulationType {simulation};\n"
-        ),
-    )
-    .unwrap();
+    common::make_pimple_foam(&dir, simulation);
     dir
 }
 

@@ -25,7 +25,7 @@
 //! consistent = true               # SIMPLEC (default false)
 //! explicitStress = false          # simpleFoam's explicit −∇·(ν dev2((∇U)ᵀ)) (default
 //!                                 # false: zero for constant ν in the continuum limit;
-//!                                 # OpenFOAM cases have it, and run U on the host on GPUs)
+//!                                 # OpenFOAM cases have it)
 //! pRefCell = 0                    # where no patch fixes p
 //! pRefValue = 0.0
 //! maxIterations = 2000            # default 1000
@@ -568,27 +568,12 @@ fn device_simple<'g>(
     solver: &LinearSolver,
     device: Device,
 ) -> Result<Option<DeviceSimple<'g>>, CaseError> {
-    let used = device.adapt(solver);
-    let amg = match used.preconditioner {
-        Preconditioner::Amg(settings)
-            if used.krylov.is_none()
-                && used.smoother.is_none()
-                && used.equilibration == EquilibrationKind::None =>
-        {
-            Some(settings)
-        }
-        _ => None,
-    };
-    if amg.is_none() {
-        if let Some(why) = device.needs_host_assembly(solver) {
+    let pressure = match device_pressure_solver(solver, device) {
+        Ok(pressure) => pressure,
+        Err(why) => {
             log::warn!("p: {why}; the pressure equation is assembled on the CPU each iteration");
             return Ok(None);
         }
-    }
-    let pressure = DevicePressureSolver {
-        jacobi: used.preconditioner == PreconditionerKind::Jacobi,
-        controls: used.controls,
-        amg,
     };
     match DeviceSimple::new(gpu, simple, pressure) {
         Ok(device_loop) => {
@@ -609,6 +594,35 @@ fn device_simple<'g>(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// `solver` as the device runs it on the matrix it assembles: PCG with
+/// Jacobi, none or AMG after the device's mapping; `Err`: why it cannot.
+pub(super) fn device_pressure_solver(
+    solver: &LinearSolver,
+    device: Device,
+) -> Result<DevicePressureSolver, String> {
+    let used = device.adapt(solver);
+    let amg = match used.preconditioner {
+        Preconditioner::Amg(settings)
+            if used.krylov.is_none()
+                && used.smoother.is_none()
+                && used.equilibration == EquilibrationKind::None =>
+        {
+            Some(settings)
+        }
+        _ => None,
+    };
+    if amg.is_none() {
+        if let Some(why) = device.needs_host_assembly(solver) {
+            return Err(why);
+        }
+    }
+    Ok(DevicePressureSolver {
+        jacobi: used.preconditioner == PreconditionerKind::Jacobi,
+        controls: used.controls,
+        amg,
+    })
 }
 
 /// The device loop's time per outer iteration by part (each synchronised).

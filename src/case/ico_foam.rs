@@ -3,7 +3,7 @@
 //!
 //! | file | entries | becomes |
 //! |---|---|---|
-//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
+//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
@@ -17,8 +17,16 @@
 //! (`div((nuEff*dev2(T(grad(U)))))`), icoFoam's does not. A restart at time T numbers its steps from
 //! round(T/Δt), so `writeControl timeStep` writes where an uninterrupted run
 //! writes. Entries nobody read are named in warnings.
+//!
+//! On `--device gpu` the whole step runs on the device
+//! ([`crate::gpu::simple::piso::DevicePiso`]) where it runs the case's
+//! solvers (U and UFinal by PBiCGStab or GMRES, p and pFinal by PCG with
+//! one preconditioner after the device's mapping); otherwise the step runs
+//! on the CPU with the pressure systems solved on the GPU, and the log says
+//! why. Either way the run ends with the time per step by part
+//! ([`StepTiming`]).
 
-use super::flow_case::{momentum_solver, patch_conditions};
+use super::flow_case::{device_pressure_solver, momentum_solver, patch_conditions};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, solve_linear};
 use super::setup::LinearSolver;
@@ -27,17 +35,24 @@ use super::simple_foam::{
     read_viscosity, velocity_pressure_schemes,
 };
 use super::{CaseError, Device};
-use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
+use crate::flow::piso::{
+    write_index, DdtScheme, Piso, StepReport, TimeStepControl, TransientConvection,
+    TransientSettings,
+};
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
 use crate::flow::{FlowError, VelocityCondition};
 use crate::foam::write::{format_g, format_general};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
+use crate::gpu::assembly::AssemblyError;
 use crate::gpu::pcg::GpuSolver;
+use crate::gpu::simple::piso::DevicePiso;
+use crate::gpu::simple::DeviceFlowError;
+use crate::gpu::Gpu;
 use crate::io::foam_field::{
     time_name, FieldValues, FoamWriteOptions, ScalarFieldFile, VectorFieldFile,
 };
-use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
+use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -83,9 +98,15 @@ pub struct TransientSetup {
     pub pressure_final: LinearSolver,
     pub start: f64,
     pub end: f64,
+    /// `deltaT`: the time step, or the first one's start with `adjustTimeStep`.
     pub delta_t: f64,
     /// Write every this many steps (counted from time 0).
     pub write_every: usize,
+    /// pimpleFoam's `adjustTimeStep yes`.
+    pub adjust_time_step: Option<TimeStepControl>,
+    /// `writeControl runTime`/`adjustableRunTime` with `adjustTimeStep`:
+    /// write every this long (a time; `write_every` is not used then).
+    pub write_time_interval: Option<f64>,
     pub foam: FoamWriteOptions,
     /// U, p (per cell) and φ (every face, when the start time has `phi`).
     pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
@@ -140,17 +161,14 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     control.ignore("purgeWrite");
     let timing = r.timing_any_start(&control)?;
     let foam = r.write_options(&control)?;
-    if control.get_or("adjustTimeStep", false)? {
-        return Err(at_key(
-            &control,
-            "adjustTimeStep",
-            "adjustTimeStep yes is not supported yet: the time step is fixed (deltaT); set \
-             'adjustTimeStep no;'",
-        ));
-    }
-    control.ignore("maxCo");
-    control.ignore("maxDeltaT");
+    let adjust_time_step = read_time_step_control(&control, application)?;
     let residuals = read_functions(r, &control)?;
+    let write_time_interval = match (&adjust_time_step, control.get_word("writeControl")) {
+        (Some(_), Ok(w)) if w == "runTime" || w == "adjustableRunTime" => {
+            Some(control.get_scalar("writeInterval")?)
+        }
+        _ => None,
+    };
 
     let mesh_source = MeshSource::PolyMesh(r.dir.clone());
     let mesh = mesh_source.load()?;
@@ -228,12 +246,63 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         end: timing.end,
         delta_t: timing.delta_t,
         write_every: timing.write_every,
+        adjust_time_step,
+        write_time_interval,
         foam,
         initial,
         residuals,
         solver_names,
     };
     Ok((setup, mesh))
+}
+
+/// pimpleFoam's `adjustTimeStep yes` with `maxCo` (default 1) and
+/// `maxDeltaT` (default: none); Δt fitted to the write times with
+/// `writeControl adjustableRunTime`. icoFoam's step is fixed (as in
+/// OpenFOAM): `adjustTimeStep yes` there is an error.
+fn read_time_step_control(
+    control: &FoamDict,
+    application: Application,
+) -> Result<Option<TimeStepControl>, CaseError> {
+    if !control.get_or("adjustTimeStep", false)? {
+        control.ignore("maxCo");
+        control.ignore("maxDeltaT");
+        return Ok(None);
+    }
+    if application == Application::IcoFoam {
+        return Err(at_key(
+            control,
+            "adjustTimeStep",
+            "icoFoam runs the fixed time step deltaT (adjustTimeStep is pimpleFoam's); set \
+             'adjustTimeStep no;' or run pimpleFoam",
+        ));
+    }
+    let positive = |key: &str, default: f64| -> Result<f64, CaseError> {
+        let value = control.get_or(key, default)?;
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(at_key(
+                control,
+                key,
+                format!("{key} is {value}; it must be a positive number"),
+            ))
+        }
+    };
+    let max_co = positive("maxCo", 1.0)?;
+    let max_delta_t = positive("maxDeltaT", f64::MAX)?;
+    let fit_to_writes = match control
+        .get_or("writeControl", "timeStep".to_string())?
+        .as_str()
+    {
+        "adjustableRunTime" => Some(control.get_scalar("writeInterval")?),
+        _ => None,
+    };
+    Ok(Some(TimeStepControl {
+        max_co,
+        max_delta_t,
+        fit_to_writes,
+    }))
 }
 
 /// The momentum solver of `solvers/<field>`.
@@ -433,6 +502,42 @@ pub struct TransientSummary {
     pub phi: Vec<f64>,
     /// Pressure-solver iterations over the run.
     pub p_iterations: usize,
+    /// Whether every part of the steps ran on the GPU ([`DevicePiso`]).
+    pub device_step: bool,
+    /// Wall time of the steps by part.
+    pub timing: StepTiming,
+}
+
+fn flow_case_error(setup: &TransientSetup, e: FlowError) -> CaseError {
+    match e {
+        FlowError::Fvm(e) => CaseError::Fvm(e),
+        FlowError::Solve { field, source } => CaseError::Solve { field, source },
+        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
+    }
+}
+
+/// The case's state at its start time on `mesh` (with its `geometry`): the
+/// fields, systems and settings of `setup`, the time and the step count.
+pub fn transient_state<'m>(
+    setup: &TransientSetup,
+    mesh: &'m Mesh,
+    geometry: &'m Geometry,
+) -> Result<Piso<'m>, CaseError> {
+    let (velocity, pressure) = patch_conditions(&setup.origin, &setup.boundary, None, mesh)?;
+    let mut piso = Piso::new(
+        mesh,
+        geometry,
+        setup.settings,
+        setup.transient,
+        &velocity,
+        pressure,
+        setup.initial.clone(),
+        setup.delta_t,
+    )
+    .map_err(|e| flow_case_error(setup, e))?;
+    piso.time = setup.start;
+    piso.step = (setup.start / setup.delta_t).round() as usize;
+    Ok(piso)
 }
 
 /// Runs a transient case on `mesh` (the pressure solves on `device`),
@@ -445,36 +550,29 @@ pub fn run_transient_case(
     let clock = Instant::now();
     let geometry = mesh.geometry()?;
     let (velocity, pressure) = patch_conditions(&setup.origin, &setup.boundary, None, mesh)?;
-    let flow_error = |e: FlowError| match e {
-        FlowError::Fvm(e) => CaseError::Fvm(e),
-        FlowError::Solve { field, source } => CaseError::Solve { field, source },
-        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
+    let flow_error = |e: FlowError| flow_case_error(setup, e);
+    let mut piso = transient_state(setup, mesh, &geometry)?;
+    let device_error = |e: DeviceFlowError| match e {
+        DeviceFlowError::Flow(e) => flow_error(e),
+        DeviceFlowError::Assembly(e) => CaseError::from(e),
     };
-    let mut piso = Piso::new(
-        mesh,
-        &geometry,
-        setup.settings,
-        setup.transient,
-        &velocity,
-        pressure.clone(),
-        setup.initial.clone(),
-        setup.delta_t,
-    )
-    .map_err(flow_error)?;
-    piso.time = setup.start;
-    piso.step = (setup.start / setup.delta_t).round() as usize;
-    let mut gpu_solver = match device {
-        Device::Gpu(gpu) => {
+    let mut device_step = match device {
+        Device::Gpu(gpu) => device_piso(gpu, &piso, setup, device)?,
+        _ => None,
+    };
+    let mut gpu_solver = match (device, &device_step) {
+        (Device::Gpu(_), Some(_)) => None,
+        (Device::Gpu(gpu), None) => {
             log::info!(
                 "pressure solves on the GPU (host-assembled each corrector); momentum on the CPU"
             );
             Some(GpuSolver::new(gpu))
         }
-        Device::Cpu => {
+        (Device::Cpu, _) => {
             log::info!("Linear solves on the CPU");
             None
         }
-        Device::Gpus(_) | Device::Distributed(_) => {
+        (Device::Gpus(_) | Device::Distributed(_), _) => {
             return Err(CaseError::invalid(format!(
                 "{}: transient cases run on one device (--device cpu or gpu)",
                 setup.origin
@@ -483,9 +581,14 @@ pub fn run_transient_case(
     };
     let (p_solver, p_final) = (setup.pressure_solver, setup.pressure_final);
     let mut p_iterations = 0;
-    let gamg_cache = gamg_cache(mesh, &geometry, &[&p_solver, &p_final]);
+    let mut pressure_seconds = 0.0;
+    let gamg_cache = match device_step {
+        Some(_) => gamg_cache(mesh, &geometry, &[]),
+        None => gamg_cache(mesh, &geometry, &[&p_solver, &p_final]),
+    };
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, last| {
         let solver = if last { &p_final } else { &p_solver };
+        let clock = Instant::now();
         let perf = solve_linear(
             device,
             gpu_solver.as_mut(),
@@ -495,9 +598,9 @@ pub fn run_transient_case(
             b,
             x,
             "p",
-        )?;
-        p_iterations += perf.iterations;
-        Ok(perf)
+        );
+        pressure_seconds += clock.elapsed().as_secs_f64();
+        perf
     };
     let mut residual_log = match setup.residuals {
         true => Some(ResidualLog::create(setup, &piso)?),
@@ -518,18 +621,60 @@ pub fn run_transient_case(
         Ok(())
     };
     log::info!("Starting time loop");
-    let half = 0.5 * setup.delta_t;
     let start_step = piso.step;
-    while piso.time < setup.end - half {
-        log::info!(
-            "Time = {}",
-            time_name(piso.time + setup.delta_t, setup.foam.time_precision)
-        );
-        let report = piso.step(solve_pressure).map_err(flow_error)?;
+    let mut step_seconds = 0.0;
+    // Write times passed since the start (writes by time with adjustTimeStep).
+    let mut writes_passed = 0;
+    if let Some(control) = setup.adjust_time_step {
+        // pimpleFoam's setInitialDeltaT.H.
+        let courant = logged_courant(&piso, &mut device_step)?;
+        piso.dt = control.initial_delta_t(piso.dt, courant.1, writes_passed);
+    }
+    let pimple = setup.application == Application::PimpleFoam;
+    while piso.time < setup.end - 0.5 * piso.dt {
+        let step_clock = Instant::now();
+        // icoFoam logs the time, then the Courant number of the step;
+        // pimpleFoam the Courant number, the adjusted Δt, then the time.
+        let log_time = |piso: &Piso| {
+            log::info!(
+                "Time = {}",
+                time_name(piso.time + piso.dt, setup.foam.time_precision)
+            )
+        };
+        if !pimple {
+            log_time(&piso);
+        }
+        let courant = logged_courant(&piso, &mut device_step)?;
+        if let Some(control) = setup.adjust_time_step {
+            piso.dt =
+                control.next_delta_t(piso.dt, courant.1, piso.time - setup.start, writes_passed);
+            log::info!("deltaT = {}", format_g(piso.dt));
+        }
+        if pimple {
+            log_time(&piso);
+        }
+        let report = match &mut device_step {
+            Some(step) => step.advance(&mut piso, courant).map_err(device_error)?,
+            None => piso.advance(courant, solve_pressure).map_err(flow_error)?,
+        };
+        step_seconds += step_clock.elapsed().as_secs_f64();
+        p_iterations += report.p_solves.iter().map(|p| p.iterations).sum::<usize>();
         if let Some(log) = &mut residual_log {
             log.append(&report)?;
         }
-        if report.step.is_multiple_of(setup.write_every) {
+        let write_now = match setup.write_time_interval {
+            Some(interval) => {
+                let passed = write_index(piso.time - setup.start, piso.dt, interval);
+                let now = passed > writes_passed;
+                writes_passed = writes_passed.max(passed);
+                now
+            }
+            None => report.step.is_multiple_of(setup.write_every),
+        };
+        if write_now {
+            if let Some(step) = &mut device_step {
+                step.download_fields(&mut piso)?;
+            }
             write(&piso)?;
         }
         log::info!(
@@ -537,15 +682,139 @@ pub fn run_transient_case(
             format_g(clock.elapsed().as_secs_f64())
         );
     }
+    if let Some(step) = &mut device_step {
+        step.download_fields(&mut piso)?;
+    }
+    let steps = piso.step - start_step;
+    let timing = match &device_step {
+        Some(step) => {
+            let s = step.seconds();
+            StepTiming {
+                steps,
+                momentum: s.momentum(),
+                pressure_solves: s.pressure_solves(),
+                total: s.steps,
+            }
+        }
+        None => StepTiming {
+            steps,
+            momentum: piso.momentum_seconds(),
+            pressure_solves: pressure_seconds,
+            total: step_seconds,
+        },
+    };
+    if steps > 0 {
+        log::info!(
+            "Time per step (mean of {steps}{}): {}",
+            if device_step.is_some() {
+                ", GPU, each part synchronised"
+            } else {
+                ""
+            },
+            timing
+        );
+    }
     log::info!("End");
     Ok(TransientSummary {
-        steps: piso.step - start_step,
+        steps,
         time: piso.time,
         u: piso.simple.u.clone(),
         p: piso.simple.p.clone(),
         phi: piso.simple.phi.clone(),
         p_iterations,
+        device_step: device_step.is_some(),
+        timing,
     })
+}
+
+/// The Courant number of the current fluxes and Δt (on the device where
+/// the step runs there), logged.
+fn logged_courant(
+    piso: &Piso,
+    device_step: &mut Option<DevicePiso<'_>>,
+) -> Result<(f64, f64), CaseError> {
+    match device_step {
+        Some(step) => Ok(step.log_courant(piso.dt)?),
+        None => Ok(piso.log_courant()),
+    }
+}
+
+/// The time steps' wall time by part (seconds, summed over the steps).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTiming {
+    pub steps: usize,
+    /// Momentum equations: assembly and solves.
+    pub momentum: f64,
+    /// Pressure solves (with AMG's re-set-ups on the device).
+    pub pressure_solves: f64,
+    /// Whole steps (writes excluded).
+    pub total: f64,
+}
+
+impl StepTiming {
+    /// What is neither momentum nor pressure solves: Rhie–Chow fluxes,
+    /// pressure assembly, corrections, reductions.
+    pub fn other(&self) -> f64 {
+        (self.total - self.momentum - self.pressure_solves).max(0.0)
+    }
+
+    /// Milliseconds per step of `seconds`.
+    fn ms(&self, seconds: f64) -> f64 {
+        1e3 * seconds / self.steps.max(1) as f64
+    }
+
+    /// Milliseconds per step of the whole step.
+    pub fn ms_per_step(&self) -> f64 {
+        self.ms(self.total)
+    }
+}
+
+impl std::fmt::Display for StepTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.3} ms = momentum {:.3} ms + pressure solves {:.3} ms + other {:.3} ms",
+            self.ms_per_step(),
+            self.ms(self.momentum),
+            self.ms(self.pressure_solves),
+            self.ms(self.other())
+        )
+    }
+}
+
+/// The device step of `piso` where the GPU runs every part of it (p and
+/// pFinal as PCG with one preconditioner, U by GMRES or PBiCGStab, a mesh the
+/// device assembles); else `None`, and the log says why.
+fn device_piso<'g>(
+    gpu: &'g Gpu,
+    piso: &Piso,
+    setup: &TransientSetup,
+    device: Device,
+) -> Result<Option<DevicePiso<'g>>, CaseError> {
+    let host = |why: String| {
+        log::info!("time step on the CPU, pressure solves on the GPU: {why}");
+        Ok(None)
+    };
+    let p = match device_pressure_solver(&setup.pressure_solver, device) {
+        Ok(p) => p,
+        Err(why) => return host(format!("p: {why}")),
+    };
+    let p_final = match device_pressure_solver(&setup.pressure_final, device) {
+        Ok(p) => p,
+        Err(why) => return host(format!("pFinal: {why}")),
+    };
+    if (p.jacobi, &p.amg) != (p_final.jacobi, &p_final.amg) {
+        return host(
+            "p and pFinal have different preconditioners on the device (the resident \
+             pressure solve keeps one)"
+                .into(),
+        );
+    }
+    match DevicePiso::new(gpu, piso, p, p_final.controls) {
+        Ok(step) => Ok(Some(step)),
+        Err(AssemblyError::Unsupported(why)) => host(why),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `postProcessing/residuals/<startTime>/solverInfo.dat` as OpenFOAM's

@@ -156,6 +156,49 @@ impl TransientSettings {
         }
     }
 
+    /// What outer corrector `outer` (from 0) uses; the CPU and the device
+    /// step both ask here.
+    pub fn outer_corrector(&self, outer: usize) -> OuterCorrector {
+        let final_outer = outer + 1 == self.n_outer_correctors;
+        OuterCorrector {
+            final_outer,
+            alpha_u: if final_outer {
+                self.relaxation_u_final
+            } else {
+                self.relaxation_u
+            },
+            alpha_p: if final_outer {
+                self.relaxation_p_final
+            } else {
+                self.relaxation_p
+            },
+            // icoFoam has no UFinal: one outer corrector solves with U.
+            final_momentum: final_outer && self.n_outer_correctors > 1,
+        }
+    }
+
+    /// Whether the pressure solve that is the `last` of its corrector's
+    /// non-orthogonal loop, in PISO corrector `corrector` (from 0), takes the
+    /// `pFinal` solver: v1912's `finalInnerIter()`, the last solve of the
+    /// last corrector of every outer corrector, not only of the last.
+    pub fn final_pressure_solve(&self, corrector: usize, last: bool) -> bool {
+        last && corrector + 1 == self.n_correctors
+    }
+
+    /// Whether `outerCorrectorResidualControl` ends the outer correctors
+    /// after `corrector` (which is not the final one): every field's first
+    /// initial residual of the corrector below its tolerance (0: not checked).
+    pub fn outer_converged(&self, corrector: &OuterCorrector, u_max: f64, p_initial: f64) -> bool {
+        match self.outer_residual_control {
+            Some([u_tol, p_tol]) => {
+                !corrector.final_outer
+                    && (u_tol <= 0.0 || u_max < u_tol)
+                    && (p_tol <= 0.0 || p_initial < p_tol)
+            }
+            None => false,
+        }
+    }
+
     fn validate(&self) -> Result<(), FlowError> {
         if self.n_outer_correctors == 0 || self.n_correctors == 0 {
             return Err(FlowError::invalid(format!(
@@ -177,6 +220,116 @@ impl TransientSettings {
         }
         Ok(())
     }
+}
+
+/// The factors and solver of one outer corrector
+/// ([`TransientSettings::outer_corrector`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OuterCorrector {
+    /// The last outer corrector of the time step.
+    pub final_outer: bool,
+    /// Equation relaxation of U and field relaxation of p (`UFinal`,
+    /// `pFinal` on the final outer corrector).
+    pub alpha_u: f64,
+    pub alpha_p: f64,
+    /// The momentum predictor solves with `UFinal` (the final one of
+    /// several outer correctors), else with `U`.
+    pub final_momentum: bool,
+}
+
+/// Backward's coefficients (c, c⁰, c⁰⁰) of φ, φ⁰, φ⁰⁰ in dφ/dt ≈ (c φ −
+/// c⁰ φ⁰ + c⁰⁰ φ⁰⁰)/Δt for the step `dt` after one of `old_dt`; Euler's (1,
+/// 1, 0), also on a first backward step (`old_dt` `None`), as OpenFOAM
+/// without an older time.
+pub fn ddt_coefficients(scheme: DdtScheme, dt: f64, old_dt: Option<f64>) -> (f64, f64, f64) {
+    match (scheme, old_dt) {
+        (DdtScheme::Backward, Some(dt0)) => {
+            let c = 1.0 + dt / (dt + dt0);
+            let c00 = dt * dt / (dt0 * (dt + dt0));
+            (c, c + c00, c00)
+        }
+        _ => (1.0, 1.0, 0.0),
+    }
+}
+
+/// `Courant Number mean: … max: …`, as `CourantNo.H` logs it.
+pub fn log_courant((mean, max): (f64, f64)) {
+    log::info!(
+        "Courant Number mean: {} max: {}",
+        format_g(mean),
+        format_g(max)
+    );
+}
+
+/// pimpleFoam's `adjustTimeStep yes`: Δt from the Courant number
+/// (`setInitialDeltaT.H`, `setDeltaT.H`) and, with `writeControl
+/// adjustableRunTime`, fitted to land on the write times
+/// (`Time::adjustDeltaT`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimeStepControl {
+    /// `maxCo` (default 1).
+    pub max_co: f64,
+    /// `maxDeltaT` (default: no limit).
+    pub max_delta_t: f64,
+    /// `writeControl adjustableRunTime`: the `writeInterval` (a time) that Δt
+    /// is fitted to.
+    pub fit_to_writes: Option<f64>,
+}
+
+impl TimeStepControl {
+    /// Δt of the first step from the `deltaT` given and the Courant number
+    /// `co_max` of the initial fluxes with it (unchanged for a fluid at rest).
+    pub fn initial_delta_t(&self, dt: f64, co_max: f64, write_index: usize) -> f64 {
+        if co_max > SMALL {
+            let dt = (self.max_co * dt / co_max).min(dt.min(self.max_delta_t));
+            self.fit(dt, 0.0, write_index)
+        } else {
+            dt
+        }
+    }
+
+    /// Δt of the next step after one of `dt` whose fluxes give the Courant
+    /// number `co_max`: grown by at most 20 % (and 10 % of the headroom),
+    /// cut to reach `maxCo`, at most `maxDeltaT`, then fitted to the next
+    /// write time; `since_start`: the time since the run's start,
+    /// `write_index`: the write times passed since then.
+    pub fn next_delta_t(&self, dt: f64, co_max: f64, since_start: f64, write_index: usize) -> f64 {
+        let factor = self.max_co / (co_max + SMALL);
+        let growth = factor.min(1.0 + 0.1 * factor).min(1.2);
+        self.fit(
+            (growth * dt).min(self.max_delta_t),
+            since_start,
+            write_index,
+        )
+    }
+
+    /// `Time::adjustDeltaT`: the next write time reached in a whole number of
+    /// steps (the nearest; at least one), Δt changed by at most 2× up and 5×
+    /// down.
+    fn fit(&self, dt: f64, since_start: f64, write_index: usize) -> f64 {
+        let Some(interval) = self.fit_to_writes else {
+            return dt;
+        };
+        let to_write = ((write_index + 1) as f64 * interval - since_start).max(0.0);
+        let n_steps = to_write / dt;
+        // OpenFOAM's labelMax (32-bit labels).
+        if n_steps.is_nan() || n_steps >= i32::MAX as f64 {
+            return dt;
+        }
+        let fitted = to_write / n_steps.round().max(1.0);
+        if fitted >= dt {
+            fitted.min(2.0 * dt)
+        } else {
+            fitted.max(0.2 * dt)
+        }
+    }
+}
+
+/// The write times passed `since_start` into a run writing every
+/// `interval` (of time) after a step of `dt` (`Time::operator++`: the time
+/// plus half a step, in whole intervals).
+pub fn write_index(since_start: f64, dt: f64, interval: f64) -> usize {
+    ((since_start + 0.5 * dt) / interval).floor().max(0.0) as usize
 }
 
 /// What one time step did.
@@ -224,6 +377,7 @@ pub struct Piso<'m> {
     /// The fields of the time before the current one (backward's U⁰⁰, φ⁰⁰),
     /// `None` until a step was made or read.
     pub old: Option<OldTime>,
+    momentum_seconds: f64,
 }
 
 impl<'m> Piso<'m> {
@@ -279,6 +433,7 @@ impl<'m> Piso<'m> {
             time: 0.0,
             step: 0,
             old: None,
+            momentum_seconds: 0.0,
         })
     }
 
@@ -306,18 +461,27 @@ impl<'m> Piso<'m> {
         (0.5 * mean * self.dt, 0.5 * max * self.dt)
     }
 
-    /// Backward's coefficients (c, c⁰, c⁰⁰) of φ, φ⁰, φ⁰⁰ in dφ/dt ≈ (c φ −
-    /// c⁰ φ⁰ + c⁰⁰ φ⁰⁰)/Δt; Euler's (1, 1, 0), also on a first backward step.
+    /// [`ddt_coefficients`] of the next step.
     fn ddt_coefficients(&self) -> (f64, f64, f64) {
-        match (self.settings.ddt, &self.old) {
-            (DdtScheme::Backward, Some(old)) => {
-                let (dt, dt0) = (self.dt, old.dt);
-                let c = 1.0 + dt / (dt + dt0);
-                let c00 = dt * dt / (dt0 * (dt + dt0));
-                (c, c + c00, c00)
-            }
-            _ => (1.0, 1.0, 0.0),
-        }
+        ddt_coefficients(self.settings.ddt, self.dt, self.old.as_ref().map(|o| o.dt))
+    }
+
+    /// The momentum solver of the outer correctors that are not the final
+    /// one of several (`U`).
+    pub fn momentum_solver(&self) -> &MomentumSolver {
+        &self.momentum
+    }
+
+    /// Per boundary face (index `face − n_internal_faces`): whether the
+    /// velocity condition fixes the value (ddtCorr is zero there).
+    pub fn fixes_value(&self) -> &[bool] {
+        &self.fixes_value
+    }
+
+    /// Seconds spent in the momentum equations (assembly and solves) of the
+    /// steps so far.
+    pub fn momentum_seconds(&self) -> f64 {
+        self.momentum_seconds
     }
 
     /// The momentum equation of solved component `k` (without the pressure
@@ -411,18 +575,37 @@ impl<'m> Piso<'m> {
         Ok((matrix, source))
     }
 
+    /// The Courant number ([`Self::courant`]), logged as `CourantNo.H` does.
+    pub fn log_courant(&self) -> (f64, f64) {
+        let courant = self.courant();
+        log_courant(courant);
+        courant
+    }
+
     /// One time step (see the module documentation); `solve_pressure` is told
     /// which solve is the final one (`pFinal`).
     pub fn step(
         &mut self,
         solve_pressure: &mut PressureSolve<'_>,
     ) -> Result<StepReport, FlowError> {
-        let courant = self.courant();
-        log::info!(
-            "Courant Number mean: {} max: {}",
-            format_g(courant.0),
-            format_g(courant.1)
-        );
+        let courant = self.log_courant();
+        self.advance(courant, solve_pressure)
+    }
+
+    /// [`Self::step`] after its Courant number `courant` was computed and
+    /// logged (with the Δt of the step before, where `adjustTimeStep`
+    /// changed Δt since).
+    pub fn advance(
+        &mut self,
+        courant: (f64, f64),
+        solve_pressure: &mut PressureSolve<'_>,
+    ) -> Result<StepReport, FlowError> {
+        if !(self.dt.is_finite() && self.dt > 0.0) {
+            return Err(FlowError::invalid(format!(
+                "time step {}: it must be a positive number",
+                self.dt
+            )));
+        }
         let u_old = self.simple.u.clone();
         let phi_old = self.simple.phi.clone();
         let n = self.simple.mesh().n_cells();
@@ -435,15 +618,12 @@ impl<'m> Piso<'m> {
         let mut outer_done = 0;
         for outer in 0..n_outer {
             outer_done = outer + 1;
-            let final_outer = outer + 1 == n_outer;
+            let corrector_settings = self.settings.outer_corrector(outer);
             if n_outer > 1 {
                 log::info!("PIMPLE: iteration {}", outer + 1);
             }
-            let alpha_u = if final_outer {
-                self.settings.relaxation_u_final
-            } else {
-                self.settings.relaxation_u
-            };
+            let momentum_clock = std::time::Instant::now();
+            let alpha_u = corrector_settings.alpha_u;
             // pimpleFoam's laminar stress, explicit from the U this outer
             // corrector starts from (all components before any is solved).
             let stress = if self.simple.settings().explicit_stress {
@@ -462,7 +642,7 @@ impl<'m> Piso<'m> {
             let mut residuals = Vec::new();
             if self.settings.momentum_predictor {
                 let grad_p = self.simple.pressure_system().0.gradient(&self.simple.p);
-                let solver = if final_outer && n_outer > 1 {
+                let solver = if corrector_settings.final_momentum {
                     self.settings.momentum_final
                 } else {
                     self.momentum
@@ -502,25 +682,20 @@ impl<'m> Piso<'m> {
                     }
                 }
             }
+            self.momentum_seconds += momentum_clock.elapsed().as_secs_f64();
             // p of the outer corrector's start: every corrector relaxes
             // towards it (OpenFOAM stores p's previous iteration per outer
             // corrector and relaxes p before each momentum correction).
             let p_before = self.simple.p.clone();
-            let alpha_p = if final_outer {
-                self.settings.relaxation_p_final
-            } else {
-                self.settings.relaxation_p
-            };
+            let alpha_p = corrector_settings.alpha_p;
             let first_p_solve = p_solves.len();
-            for corrector in 0..self.settings.n_correctors {
-                // v1912's `finalInnerIter()`: the last solve of the last PISO
-                // corrector of every outer corrector, not only of the last.
-                let final_corrector = corrector + 1 == self.settings.n_correctors;
+            let settings = self.settings;
+            for corrector in 0..settings.n_correctors {
                 let (r_au, hbya) = self.h_by_a(&equations);
                 let mut phi_hbya = self.simple.face_flux(&hbya);
                 self.add_ddt_correction(&mut phi_hbya, &r_au, &u_old, &phi_old);
                 let mut solve = |a: &Csr, b: &[f64], x: &mut [f64], last: bool| {
-                    solve_pressure(a, b, x, last && final_corrector)
+                    solve_pressure(a, b, x, settings.final_pressure_solve(corrector, last))
                 };
                 let solves = self
                     .simple
@@ -547,12 +722,12 @@ impl<'m> Piso<'m> {
             if outer == 0 {
                 u_solves = residuals;
             }
-            if let Some([u_tol, p_tol]) = self.settings.outer_residual_control {
-                let met = (u_tol <= 0.0 || u_max < u_tol) && (p_tol <= 0.0 || p_initial < p_tol);
-                if met && !final_outer {
-                    log::info!("PIMPLE: converged in {} iterations", outer + 1);
-                    break;
-                }
+            if self
+                .settings
+                .outer_converged(&corrector_settings, u_max, p_initial)
+            {
+                log::info!("PIMPLE: converged in {} iterations", outer + 1);
+                break;
             }
         }
         self.old = Some(OldTime {
@@ -655,5 +830,124 @@ fn add_flux_divergence(
         if f < first {
             values[slots.diagonal[mesh.neighbour()[f] as usize]] -= sign * flux;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pimple(outer: usize, correctors: usize) -> TransientSettings {
+        let convection = TransientConvection {
+            scheme: None,
+            bounded: false,
+        };
+        TransientSettings {
+            n_outer_correctors: outer,
+            relaxation_u: 0.7,
+            relaxation_u_final: 0.9,
+            relaxation_p: 0.3,
+            relaxation_p_final: 0.8,
+            ..TransientSettings::piso(correctors, convection, MomentumSolver::default())
+        }
+    }
+
+    #[test]
+    fn outer_correctors_relax_with_the_final_factors_only_on_the_last() {
+        let s = pimple(3, 2);
+        let first = s.outer_corrector(0);
+        assert_eq!((first.alpha_u, first.alpha_p), (0.7, 0.3));
+        assert!(!first.final_outer && !first.final_momentum);
+        let last = s.outer_corrector(2);
+        assert_eq!((last.alpha_u, last.alpha_p), (0.9, 0.8));
+        assert!(last.final_outer && last.final_momentum);
+        // PISO (one outer corrector): the final factors, but U's solver.
+        let piso = pimple(1, 2).outer_corrector(0);
+        assert!(piso.final_outer && !piso.final_momentum);
+        assert_eq!(piso.alpha_u, 0.9);
+    }
+
+    #[test]
+    fn pfinal_is_the_last_solve_of_the_last_corrector() {
+        let s = pimple(2, 3);
+        assert!(!s.final_pressure_solve(0, true));
+        assert!(!s.final_pressure_solve(2, false));
+        assert!(s.final_pressure_solve(2, true));
+    }
+
+    #[test]
+    fn outer_residual_control_stops_before_the_final_corrector_only() {
+        let mut s = pimple(3, 1);
+        let first = s.outer_corrector(0);
+        assert!(!s.outer_converged(&first, 0.0, 0.0), "no control set");
+        s.outer_residual_control = Some([1e-3, 0.0]);
+        assert!(s.outer_converged(&first, 5e-4, 1.0), "p not checked");
+        assert!(!s.outer_converged(&first, 2e-3, 0.0));
+        s.outer_residual_control = Some([1e-3, 1e-2]);
+        assert!(!s.outer_converged(&first, 5e-4, 2e-2));
+        assert!(s.outer_converged(&first, 5e-4, 5e-3));
+        let last = s.outer_corrector(2);
+        assert!(!s.outer_converged(&last, 0.0, 0.0));
+    }
+
+    #[test]
+    #[allow(clippy::excessive_precision)] // pimpleFoam's log, as printed
+    fn adjusted_time_steps_follow_pimple_foam() {
+        // pimpleFoam v1912 on the cavity (maxCo 0.5, maxDeltaT 0.004,
+        // adjustableRunTime every 0.05, deltaT 0.005): the first steps'
+        // Courant numbers and the Δt it chose (tests/data/pimple_foam_adjust).
+        let control = TimeStepControl {
+            max_co: 0.5,
+            max_delta_t: 0.004,
+            fit_to_writes: Some(0.05),
+        };
+        assert_eq!(control.initial_delta_t(0.005, 0.0, 0), 0.005);
+        let dt1 = control.next_delta_t(0.005, 0.0, 0.0, 0);
+        assert!((dt1 - 0.0038461538461538464).abs() < 1e-18, "{dt1}");
+        let dt2 = control.next_delta_t(dt1, 0.42645187759586101, dt1, 0);
+        assert!((dt2 - 0.0038461538461538464).abs() < 1e-17, "{dt2}");
+        let t2 = dt1 + dt2;
+        let dt3 = control.next_delta_t(dt2, 0.56035204125180971, t2, 0);
+        assert!((dt3 - 0.0035256410256410257).abs() < 1e-17, "{dt3}");
+        let t3 = t2 + dt3;
+        let dt4 = control.next_delta_t(dt3, 0.54895777930599587, t3, 0);
+        assert!((dt4 - 0.0032318376068376071).abs() < 1e-16, "{dt4}");
+        let t4 = t3 + dt4;
+        let dt5 = control.next_delta_t(dt4, 0.51773977834996909, t4, 0);
+        let t5 = t4 + dt5;
+        // 10.5 steps to the write: rounded to 11, Δt cut (not 10, grown).
+        let dt6 = control.next_delta_t(dt5, 0.52630193698439842, t5, 0);
+        assert!((dt6 - 0.0029380341880341884).abs() < 1e-16, "{dt6}");
+        // Without a write to fit: the Courant limit and maxDeltaT only.
+        let free = TimeStepControl {
+            fit_to_writes: None,
+            ..control
+        };
+        assert_eq!(free.next_delta_t(0.001, 0.0, 0.0, 0), 0.0012);
+        assert_eq!(free.next_delta_t(0.0039, 0.1, 0.0, 0), 0.004);
+        assert!((free.next_delta_t(0.001, 1.0, 0.0, 0) - 0.0005).abs() < 1e-18);
+        // Write times passed: within half a step of the write time.
+        assert_eq!(write_index(0.0499999, 0.003, 0.05), 1);
+        assert_eq!(write_index(0.048, 0.003, 0.05), 0);
+    }
+
+    #[test]
+    fn backward_coefficients_fall_back_to_euler_without_an_older_time() {
+        assert_eq!(
+            ddt_coefficients(DdtScheme::Backward, 0.1, None),
+            (1.0, 1.0, 0.0)
+        );
+        assert_eq!(
+            ddt_coefficients(DdtScheme::Euler, 0.1, Some(0.1)),
+            (1.0, 1.0, 0.0)
+        );
+        // Equal steps: 3/2, 2, 1/2.
+        let (c, c0, c00) = ddt_coefficients(DdtScheme::Backward, 0.1, Some(0.1));
+        assert!((c - 1.5).abs() < 1e-15 && (c0 - 2.0).abs() < 1e-15 && (c00 - 0.5).abs() < 1e-15);
+        // Exact for a quadratic in time on unequal steps: f = t², t = 0, 0.2, 0.3.
+        let (dt, dt0) = (0.1, 0.2);
+        let (c, c0, c00) = ddt_coefficients(DdtScheme::Backward, dt, Some(dt0));
+        let derivative = (c * 0.09 - c0 * 0.04 + c00 * 0.0) / dt;
+        assert!((derivative - 0.6).abs() < 1e-12, "{derivative}");
     }
 }

@@ -460,6 +460,10 @@ pub struct LaplacianArrays<'a> {
     pub weights: &'a CudaSlice<f64>,
     pub b_value_internal: &'a CudaSlice<f64>,
     pub b_value_boundary: &'a CudaSlice<f64>,
+    /// snGrad's coefficients per device boundary face: gradientInternal,
+    /// gradientBoundary.
+    pub b_gradient_internal: &'a CudaSlice<f64>,
+    pub b_gradient_boundary: &'a CudaSlice<f64>,
     pub volumes: &'a CudaSlice<f64>,
     pub rhs: &'a CudaSlice<f64>,
 }
@@ -1095,6 +1099,8 @@ impl<'g> DeviceLaplacian<'g> {
             weights: &g.weights,
             b_value_internal: &v.b_value_internal,
             b_value_boundary: &v.b_value_boundary,
+            b_gradient_internal: &v.b_gradient_internal,
+            b_gradient_boundary: &v.b_gradient_boundary,
             volumes: &g.volumes,
             rhs: self.work.rhs.dev()?,
         })

@@ -14,7 +14,9 @@
 //!    matrix assembled once, its right-hand side with the non-orthogonal
 //!    correction updated each iteration), bounded upwind convection of the
 //!    resident φ and the linearUpwind / limitedLinear correction gathered per row, Patankar
-//!    relaxation and −V∇p (`simple_momentum_rows`), solved by the Krylov
+//!    relaxation, simpleFoam's explicit laminar stress where the settings
+//!    have it (`simple_stress_faces`, `simple_stress_rows`, from the U of the
+//!    last iteration) and −V∇p (`simple_momentum_rows`), solved by the Krylov
 //!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
 //!    φ_HbyA and SIMPLEC's terms. Otherwise on the host ([`Simple::predict`]),
 //!    with rAU, HbyA and φ_HbyA uploaded (and U, p, φ read back at the end of
@@ -44,23 +46,25 @@
 use std::rc::Rc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::amg::DeviceAmg;
-use super::assembly::{AssemblyError, DeviceLaplacian};
+use super::assembly::{AssemblyError, DeviceLaplacian, LaplacianArrays};
 use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::flow::simple::{PhaseSeconds, Predicted};
+use crate::flow::simple::{MomentumSolver, PhaseSeconds, Predicted};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
 use crate::solve::amg::AmgSettings;
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
-use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls};
+use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
+
+pub mod piso;
 
 /// Why the device loop stopped.
 #[derive(Debug, thiserror::Error)]
@@ -119,11 +123,60 @@ pub struct DevicePhaseSeconds {
     pub download: f64,
 }
 
+/// A momentum solver as the device runs it: GMRES or PBiCGStab on the
+/// resident matrix, Jacobi or no preconditioner.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceKrylov {
+    pub method: KrylovMethod,
+    pub jacobi: bool,
+    pub controls: SolverControls,
+}
+
+impl DeviceKrylov {
+    /// `solver` on the device (its preconditioner as Jacobi unless none,
+    /// logged for `field`); `Err`: why the device cannot run it.
+    pub fn new(solver: &MomentumSolver, field: &str) -> Result<Self, String> {
+        let method = solver.krylov.ok_or_else(|| {
+            format!(
+                "the {field} solver is smoothSolver (the device runs GMRES and PBiCGStab on \
+                 the momentum matrix it assembles)"
+            )
+        })?;
+        let jacobi = solver.preconditioner != Preconditioner::Kind(PreconditionerKind::None);
+        if jacobi && solver.preconditioner != Preconditioner::Kind(PreconditionerKind::Jacobi) {
+            log::info!(
+                "{field}: the {} preconditioner runs as Jacobi on the device momentum matrix",
+                solver.preconditioner
+            );
+        }
+        Ok(Self {
+            method,
+            jacobi,
+            controls: solver.controls,
+        })
+    }
+
+    fn describe(&self) -> String {
+        let used = if self.jacobi {
+            "Jacobi"
+        } else {
+            "no preconditioner"
+        };
+        format!("{}, {used}", self.method)
+    }
+}
+
+/// The explicit stress on the device: per row and per internal face (3
+/// doubles each).
+struct StressBuffers {
+    cells: CudaSlice<f64>,
+    faces: CudaSlice<f64>,
+}
+
 /// The momentum predictor on the device.
 struct DeviceMomentum<'g> {
-    method: KrylovMethod,
-    jacobi: bool,
-    controls: SolverControls,
+    /// The solver of the SIMPLE loop (a transient step picks its own).
+    krylov: DeviceKrylov,
     /// Per solved component: the viscous system (rows in the pressure
     /// system's order), the momentum matrix (`None` while a solve holds
     /// it), the relaxed right-hand side without −V∇p.
@@ -140,6 +193,8 @@ struct DeviceMomentum<'g> {
     a_p: CudaSlice<f64>,
     /// SIMPLEC: Σ a_nb of the first component, rAtU, rAtU − rAU.
     consistent: Option<[CudaSlice<f64>; 3]>,
+    /// The explicit laminar stress, where the equations have it.
+    stress: Option<StressBuffers>,
 }
 
 /// The deferred correction of the convection scheme on the device.
@@ -209,12 +264,105 @@ fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Launches the row kernel `kernel`, one block per slice of `arrays`'
+/// matrix and one thread per row, with the arguments of the row walk first
+/// (n, slice_ptr, face_codes, face_slots, boundary_ptr), then what `push` adds.
+fn launch_row_walk<'a>(
+    gpu: &'a Gpu,
+    kernel: &'static str,
+    n: &'a i32,
+    arrays: &'a LaplacianArrays<'a>,
+    push: impl FnOnce(&mut LaunchArgs<'a>),
+) -> Result<(), GpuError> {
+    let m = arrays.matrix;
+    gpu.launch(kernel, m.n_slices() as u32, m.slice_height as u32, 0, |a| {
+        a.arg(n)
+            .arg(&m.slice_ptr)
+            .arg(arrays.face_codes)
+            .arg(arrays.face_slots)
+            .arg(arrays.boundary_ptr);
+        push(a);
+    })
+}
+
+/// Launches the face kernel `kernel`, one thread per internal face (nothing
+/// without internal faces), with the arguments of the face walk first
+/// (n_faces, owner, neighbour, weights), then what `push` adds.
+fn launch_face_walk<'a>(
+    gpu: &'a Gpu,
+    kernel: &'static str,
+    n_faces: &'a i32,
+    arrays: &'a LaplacianArrays<'a>,
+    push: impl FnOnce(&mut LaunchArgs<'a>),
+) -> Result<(), GpuError> {
+    if *n_faces <= 0 {
+        return Ok(());
+    }
+    gpu.launch(
+        kernel,
+        vector_grid(*n_faces as usize),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(n_faces)
+                .arg(arrays.face_owner)
+                .arg(arrays.face_neighbour)
+                .arg(arrays.weights);
+            push(a);
+        },
+    )
+}
+
 impl<'g> DeviceSimple<'g> {
     /// The systems of `simple` on `gpu`, its U, p and φ uploaded; the
     /// momentum predictor on the device where [`Self::momentum_on_device`]
     /// allows it. [`AssemblyError::Unsupported`]: the device assembly does
     /// not handle the mesh (run the host loop instead).
     pub fn new(
+        gpu: &'g Gpu,
+        simple: &Simple,
+        solver: DevicePressureSolver,
+    ) -> Result<Self, AssemblyError> {
+        let mut device = Self::pressure_half(gpu, simple, solver)?;
+        device.momentum = match Self::momentum_on_device(simple) {
+            Ok(krylov) => match DeviceMomentum::new(
+                gpu,
+                simple,
+                &device.laplacian,
+                Some(simple.settings().convection),
+                krylov,
+                simple.settings().explicit_stress,
+            ) {
+                Ok(momentum) => {
+                    log::info!(
+                        "momentum predictor and Rhie-Chow on the GPU ({}), matrices assembled \
+                         there{}",
+                        krylov.describe(),
+                        if simple.settings().explicit_stress {
+                            ", with the explicit laminar stress"
+                        } else {
+                            ""
+                        }
+                    );
+                    Some(momentum)
+                }
+                Err(AssemblyError::Unsupported(why)) => {
+                    log::info!("momentum predictor on the CPU: {why}");
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+            Err(why) => {
+                log::info!("momentum predictor on the CPU: {why}");
+                None
+            }
+        };
+        Ok(device)
+    }
+
+    /// The pressure system and the fields of `simple` on `gpu`, without
+    /// the momentum systems.
+    fn pressure_half(
         gpu: &'g Gpu,
         simple: &Simple,
         solver: DevicePressureSolver,
@@ -236,26 +384,12 @@ impl<'g> DeviceSimple<'g> {
         let hbya = (0..3)
             .map(|_| gpu.zeros(n))
             .collect::<Result<Vec<_>, GpuError>>()?;
-        let momentum = match Self::momentum_on_device(simple) {
-            Ok(()) => match DeviceMomentum::new(gpu, simple, &laplacian) {
-                Ok(momentum) => Some(momentum),
-                Err(AssemblyError::Unsupported(why)) => {
-                    log::info!("momentum predictor on the CPU: {why}");
-                    None
-                }
-                Err(e) => return Err(e),
-            },
-            Err(why) => {
-                log::info!("momentum predictor on the CPU: {why}");
-                None
-            }
-        };
         Ok(Self {
             gpu,
             solver,
             amg: None,
             components,
-            momentum,
+            momentum: None,
             p,
             p_old: gpu.zeros(n)?,
             r_au: gpu.zeros(n)?,
@@ -271,24 +405,11 @@ impl<'g> DeviceSimple<'g> {
         })
     }
 
-    /// Whether the device runs the momentum predictor of `simple`'s
-    /// settings; `Err`: why not (it then runs on the host).
-    pub fn momentum_on_device(simple: &Simple) -> Result<(), String> {
+    /// The device's solver of the momentum predictor of `simple`'s
+    /// settings; `Err`: why the device cannot run it (it then runs on the host).
+    pub fn momentum_on_device(simple: &Simple) -> Result<DeviceKrylov, String> {
         let settings = simple.settings();
-        if settings.momentum.krylov.is_none() {
-            return Err(
-                "the momentum solver is smoothSolver (the device runs GMRES and \
-                        PBiCGStab on the momentum matrix it assembles)"
-                    .into(),
-            );
-        }
-        if settings.explicit_stress {
-            return Err(
-                "the explicit laminar stress −∇·(ν dev2((∇U)ᵀ)) of the momentum equation is \
-                 assembled on the host (the device assembly has no such term)"
-                    .into(),
-            );
-        }
+        let krylov = DeviceKrylov::new(&settings.momentum, "U")?;
         let (pressure, _) = simple.pressure_system();
         let non_orthogonal = pressure
             .face_geometry()
@@ -303,7 +424,7 @@ impl<'g> DeviceSimple<'g> {
                     .into(),
             );
         }
-        Ok(())
+        Ok(krylov)
     }
 
     /// Whether the momentum predictor runs on the device.
@@ -357,49 +478,15 @@ impl<'g> DeviceSimple<'g> {
         let n = self.laplacian.n();
         let n_i = n as i32;
         gpu.copy(self.p.dev()?, &mut self.p_old)?;
-        self.laplacian.divergence(&self.phi_hbya, &self.div)?;
-        gpu.launch("simple_source", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n_i)
-                .arg(&self.div)
-                .arg(self.laplacian.volumes())
-                .arg(&self.source);
-        })?;
-        self.laplacian
-            .reassemble_from_device(&self.r_au, &self.source)?;
-        host.pressure += timer.lap(&mut seconds.assembly)?;
-        if self.solver.amg.is_some() {
-            let part = if self.amg.is_some() {
-                &mut seconds.amg_update
-            } else {
-                &mut seconds.amg_setup
-            };
-            self.update_amg()?;
-            host.pressure += timer.lap(part)?;
-        }
         let settings = *simple.settings();
-        let options = GpuSolveOptions::default();
-        let mut p_solves = Vec::with_capacity(settings.n_non_orth_correctors + 1);
-        for _ in 0..=settings.n_non_orth_correctors {
-            self.laplacian.update_rhs(self.p.dev()?, None)?;
-            host.pressure += timer.lap(&mut seconds.assembly)?;
-            let (backend, b) = match &self.amg {
-                Some(amg) => self.laplacian.preconditioned_solver(amg, &options)?,
-                None => self.laplacian.solver(self.solver.jacobi, &options)?,
-            };
-            let perf =
-                pcg(backend, b, &mut self.p, &self.solver.controls, "p").map_err(|source| {
-                    FlowError::Solve {
-                        field: "p".into(),
-                        source,
-                    }
-                })?;
-            p_solves.push(perf);
-            host.pressure += timer.lap(&mut seconds.solve)?;
-        }
-        let p = self.p.dev()?;
-        self.laplacian
-            .subtract_flux(p, &self.r_au, &self.phi_hbya, &self.phi)?;
-        host.pressure += timer.lap(&mut seconds.corrections)?;
+        let controls = self.solver.controls;
+        let p_solves = self.pressure_equation(
+            settings.n_non_orth_correctors,
+            |_| controls,
+            &mut timer,
+            &mut seconds,
+            &mut host.pressure,
+        )?;
 
         // Continuity errors, p relaxation, U = HbyA − rAU ∇p.
         self.laplacian.divergence(&self.phi, &self.div)?;
@@ -407,14 +494,94 @@ impl<'g> DeviceSimple<'g> {
         let total = self.laplacian.total_volume();
         let continuity = simple.record_continuity(abs_sum / total, sum / total);
         let alpha_p = settings.relaxation_p;
+        let p = self.p.dev()?;
         gpu.launch("simple_relax", vector_grid(n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n_i).arg(&alpha_p).arg(&self.p_old).arg(p);
         })?;
+        self.correct_velocity()?;
+        host.corrections += timer.lap(&mut seconds.corrections)?;
+        if self.momentum.is_none() {
+            // The host momentum predictor of the next iteration needs them.
+            self.download_fields(simple)?;
+            host.corrections += timer.lap(&mut seconds.download)?;
+        }
+        self.seconds = seconds;
+        simple.add_seconds(host);
+        Ok(simple.report(u_initial, p_solves, continuity))
+    }
+
+    /// The pressure equation −∇·(rAU∇p) = −∇·φ_HbyA from the resident rAU
+    /// and φ_HbyA: the matrix re-assembled (AMG re-set-up), one right-hand
+    /// side update and PCG solve (warm-started from the resident p, with
+    /// `controls(last)`, `last` on the final solve) per non-orthogonal
+    /// corrector and one more, then φ = φ_HbyA − the equation's face flux.
+    /// Times go to `seconds` and, summed, to `host`.
+    fn pressure_equation(
+        &mut self,
+        n_non_orth_correctors: usize,
+        controls: impl Fn(bool) -> SolverControls,
+        timer: &mut Lap<'g>,
+        seconds: &mut DevicePhaseSeconds,
+        host: &mut f64,
+    ) -> Result<Vec<SolverPerformance>, DeviceFlowError> {
+        let n = self.laplacian.n();
+        let n_i = n as i32;
+        self.laplacian.divergence(&self.phi_hbya, &self.div)?;
+        self.gpu
+            .launch("simple_source", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n_i)
+                    .arg(&self.div)
+                    .arg(self.laplacian.volumes())
+                    .arg(&self.source);
+            })?;
+        self.laplacian
+            .reassemble_from_device(&self.r_au, &self.source)?;
+        *host += timer.lap(&mut seconds.assembly)?;
+        if self.solver.amg.is_some() {
+            let part = if self.amg.is_some() {
+                &mut seconds.amg_update
+            } else {
+                &mut seconds.amg_setup
+            };
+            self.update_amg()?;
+            *host += timer.lap(part)?;
+        }
+        let options = GpuSolveOptions::default();
+        let mut p_solves = Vec::with_capacity(n_non_orth_correctors + 1);
+        for corrector in 0..=n_non_orth_correctors {
+            self.laplacian.update_rhs(self.p.dev()?, None)?;
+            *host += timer.lap(&mut seconds.assembly)?;
+            let (backend, b) = match &self.amg {
+                Some(amg) => self.laplacian.preconditioned_solver(amg, &options)?,
+                None => self.laplacian.solver(self.solver.jacobi, &options)?,
+            };
+            let controls = controls(corrector == n_non_orth_correctors);
+            let perf = pcg(backend, b, &mut self.p, &controls, "p").map_err(|source| {
+                FlowError::Solve {
+                    field: "p".into(),
+                    source,
+                }
+            })?;
+            p_solves.push(perf);
+            *host += timer.lap(&mut seconds.solve)?;
+        }
+        let p = self.p.dev()?;
+        self.laplacian
+            .subtract_flux(p, &self.r_au, &self.phi_hbya, &self.phi)?;
+        *host += timer.lap(&mut seconds.corrections)?;
+        Ok(p_solves)
+    }
+
+    /// U = HbyA − rAU ∇p per solved component, ∇p of the resident p.
+    fn correct_velocity(&mut self) -> Result<(), GpuError> {
+        let n = self.laplacian.n();
+        let n_i = n as i32;
+        let p = self.p.dev()?;
         self.laplacian.gradient(p)?;
         for &c in &self.components {
             let c_i = c as i32;
             let u_c = self.u[c].dev()?;
-            gpu.launch(
+            self.gpu.launch(
                 "simple_correct_velocity",
                 vector_grid(n),
                 VECTOR_BLOCK,
@@ -429,15 +596,7 @@ impl<'g> DeviceSimple<'g> {
                 },
             )?;
         }
-        host.corrections += timer.lap(&mut seconds.corrections)?;
-        if self.momentum.is_none() {
-            // The host momentum predictor of the next iteration needs them.
-            self.download_fields(simple)?;
-            host.corrections += timer.lap(&mut seconds.download)?;
-        }
-        self.seconds = seconds;
-        simple.add_seconds(host);
-        Ok(simple.report(u_initial, p_solves, continuity))
+        Ok(())
     }
 
     /// AMG-PCG: sets the hierarchy up on the pressure matrix just
@@ -499,36 +658,18 @@ impl<'g> DeviceSimple<'g> {
         let arrays = pressure.arrays()?;
         let n_faces = pressure.device_faces().len() as i32;
         let alpha = settings.relaxation_u;
+        let corrected = settings.schemes.sn_grad.is_corrected();
+        // The explicit stress from the U of the last iteration (all
+        // components, before any is solved).
+        if settings.explicit_stress {
+            m.compute_stress(gpu, pressure, &self.components, &self.u, settings.nu)?;
+        }
         let mut u_initial = Vec::with_capacity(self.components.len());
         for (k, &c) in self.components.iter().enumerate() {
-            let viscous = &mut m.viscous[k];
             let u_c = self.u[c].dev()?;
-            viscous.update_rhs(u_c, None)?;
-            if let Some(deferred) = &m.deferred {
-                if !simple.settings().schemes.sn_grad.is_corrected() {
-                    viscous.gradient(u_c)?;
-                }
-                gpu.launch(
-                    "simple_deferred_correction",
-                    vector_grid(n_faces as usize),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&n_faces)
-                            .arg(&deferred.k)
-                            .arg(arrays.face_owner)
-                            .arg(arrays.face_neighbour)
-                            .arg(arrays.weights)
-                            .arg(&self.phi)
-                            .arg(u_c)
-                            .arg(viscous.gradient_buffer());
-                        arg_or_null(a, deferred.to_owner.as_ref());
-                        arg_or_null(a, deferred.to_neighbour.as_ref());
-                        arg_or_null(a, deferred.delta.as_ref());
-                        a.arg(&deferred.fc);
-                    },
-                )?;
-            }
+            m.viscous[k].update_rhs(u_c, None)?;
+            m.deferred_correction(gpu, k, &arrays, &self.phi, u_c, corrected)?;
+            let viscous = &m.viscous[k];
             let matrix = m.matrices[k].take().ok_or_else(lost)?;
             let v = viscous.arrays()?;
             let c_i = c as i32;
@@ -555,8 +696,9 @@ impl<'g> DeviceSimple<'g> {
                         .arg(v.b_value_boundary)
                         .arg(u_c)
                         .arg(&alpha)
-                        .arg(v.volumes)
-                        .arg(pressure.gradient_buffer())
+                        .arg(v.volumes);
+                    arg_or_null(a, m.stress.as_ref().map(|s| &s.cells));
+                    a.arg(pressure.gradient_buffer())
                         .arg(&c_i)
                         .arg(&matrix.values)
                         .arg(&matrix.diag)
@@ -564,117 +706,27 @@ impl<'g> DeviceSimple<'g> {
                         .arg(b);
                 },
             );
-            if let Err(e) = launched {
-                m.matrices[k] = Some(matrix);
-                return Err(e.into());
-            }
+            m.matrices[k] = Some(matrix);
+            launched?;
             host.momentum += timer.lap(&mut seconds.momentum_assembly)?;
-            let backend = GpuKrylovBackend::from_resident(gpu, matrix, m.jacobi)?;
+            let krylov = m.krylov;
             let field = format!("U{}", ["x", "y", "z"][c]);
-            let perf = match &m.method {
-                KrylovMethod::Gmres(s) => {
-                    gmres(&backend, &m.b, &mut self.u[c], &m.controls, s, &field)
-                }
-                KrylovMethod::BiCgStab => {
-                    bicgstab(&backend, &m.b, &mut self.u[c], &m.controls, &field)
-                }
-            };
-            m.matrices[k] = Some(backend.into_matrix());
-            let perf = perf.map_err(|source| FlowError::Solve {
-                field: field.clone(),
-                source,
-            })?;
+            let perf = m.solve(gpu, k, &mut self.u[c], &krylov, &field)?;
             u_initial.push((field, perf.initial_residual));
             host.momentum += timer.lap(&mut seconds.momentum_solve)?;
         }
 
         // a_P, HbyA, rAU and the face flux φ_HbyA.
-        let diag = |k: usize| m.matrices.get(k).and_then(|m| m.as_ref()).map(|m| &m.diag);
-        let d0 = diag(0).ok_or_else(lost)?;
-        gpu.launch(
-            "simple_average_diagonal",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_i).arg(d0);
-                arg_or_null(a, diag(1));
-                arg_or_null(a, diag(2));
-                a.arg(&m.a_p);
-            },
-        )?;
-        for (k, &c) in self.components.iter().enumerate() {
-            let matrix = m.matrices[k].as_ref().ok_or_else(lost)?;
-            let off = m
-                .consistent
-                .as_ref()
-                .filter(|_| k == 0)
-                .map(|[off, ..]| off);
-            let h = matrix.slice_height as u32;
-            let u_c = self.u[c].dev()?;
-            gpu.launch("simple_hbya", matrix.n_slices() as u32, h, 0, |a| {
-                a.arg(&n_i)
-                    .arg(&matrix.slice_ptr)
-                    .arg(&matrix.codes)
-                    .arg(&matrix.values)
-                    .arg(&matrix.diag)
-                    .arg(&m.sources[k])
-                    .arg(&m.a_p)
-                    .arg(u_c)
-                    .arg(&self.hbya[c]);
-                arg_or_null(a, off);
-            })?;
-        }
+        let off = m.consistent.as_ref().map(|[off, ..]| off);
+        m.h_by_a(gpu, pressure, &self.components, &self.u, &self.hbya, off)?;
         gpu.launch("simple_r_au", vector_grid(n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n_i).arg(arrays.volumes).arg(&m.a_p);
-            arg_or_null(a, m.consistent.as_ref().map(|[off, ..]| off));
+            arg_or_null(a, off);
             a.arg(&self.r_au);
             arg_or_null(a, m.consistent.as_ref().map(|[_, r_atu, _]| r_atu));
         })?;
-        let solved = |c: usize| self.components.contains(&c).then(|| &self.hbya[c]);
-        gpu.launch(
-            "simple_face_flux",
-            vector_grid(n_faces as usize),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_faces)
-                    .arg(arrays.face_owner)
-                    .arg(arrays.face_neighbour)
-                    .arg(arrays.weights)
-                    .arg(&m.sf);
-                for c in 0..3 {
-                    arg_or_null(a, solved(c));
-                }
-                a.arg(&self.phi_hbya);
-            },
-        )?;
-        let viscous_of = |c: usize| {
-            self.components
-                .iter()
-                .position(|&s| s == c)
-                .map(|k| m.viscous[k].arrays())
-                .transpose()
-        };
-        let b_values = [viscous_of(0)?, viscous_of(1)?, viscous_of(2)?];
-        gpu.launch(
-            "simple_boundary_face_flux",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_i)
-                    .arg(arrays.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(&m.b_sf);
-                for (c, values) in b_values.iter().enumerate() {
-                    arg_or_null(a, solved(c));
-                    arg_or_null(a, values.as_ref().map(|v| v.b_value_internal));
-                    arg_or_null(a, values.as_ref().map(|v| v.b_value_boundary));
-                }
-                a.arg(&self.phi_hbya);
-            },
-        )?;
+        let hbya = [&self.hbya[0], &self.hbya[1], &self.hbya[2]];
+        m.face_flux(gpu, pressure, &self.components, hbya, &self.phi_hbya)?;
         if let Some([_, r_atu, diff]) = &m.consistent {
             gpu.launch("simple_difference", vector_grid(n), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n_i).arg(r_atu).arg(&self.r_au).arg(diff);
@@ -766,32 +818,18 @@ fn lost() -> GpuError {
 }
 
 impl<'g> DeviceMomentum<'g> {
+    /// The momentum systems of `simple` on the device, rows as `pressure`'s;
+    /// `convection`'s deferred correction (`None` or upwind: none), solved
+    /// by `krylov`, with buffers for the explicit stress where `stress`.
     fn new(
         gpu: &'g Gpu,
         simple: &Simple,
         pressure: &DeviceLaplacian<'g>,
+        convection: Option<Convection>,
+        krylov: DeviceKrylov,
+        stress: bool,
     ) -> Result<Self, AssemblyError> {
         let settings = simple.settings();
-        let momentum = settings.momentum;
-        let method = momentum.krylov.ok_or_else(|| {
-            GpuError::Invalid("the device momentum predictor needs a Krylov method".into())
-        })?;
-        let jacobi = momentum.preconditioner != Preconditioner::Kind(PreconditionerKind::None);
-        let used = if jacobi {
-            "Jacobi"
-        } else {
-            "no preconditioner"
-        };
-        if jacobi && momentum.preconditioner != Preconditioner::Kind(PreconditionerKind::Jacobi) {
-            log::info!(
-                "U: the {} preconditioner runs as Jacobi on the device momentum matrix",
-                momentum.preconditioner
-            );
-        }
-        log::info!(
-            "momentum predictor and Rhie-Chow on the GPU ({method}, {used}), matrices assembled \
-             there"
-        );
         let slice_height = pressure.arrays()?.matrix.slice_height;
         let n = pressure.n();
         let mut viscous = Vec::new();
@@ -830,9 +868,9 @@ impl<'g> DeviceMomentum<'g> {
         let first = mesh.n_internal_faces();
         let (faces, boundary) = (pressure.device_faces(), pressure.device_boundary());
         let sf = &geometry.face_area_vectors;
-        let deferred = match settings.convection {
-            Convection::Upwind => None,
-            Convection::LinearUpwind => {
+        let deferred = match convection {
+            None | Some(Convection::Upwind) => None,
+            Some(Convection::LinearUpwind) => {
                 let offsets = simple.face_offsets();
                 let to_owner: Vec<Vec3> = offsets.iter().map(|(o, _)| *o).collect();
                 let to_neighbour: Vec<Vec3> = offsets.iter().map(|(_, n)| *n).collect();
@@ -844,7 +882,7 @@ impl<'g> DeviceMomentum<'g> {
                     delta: None,
                 })
             }
-            Convection::LimitedLinear(k) => {
+            Some(Convection::LimitedLinear(k)) => {
                 let centres = &geometry.cell_centres;
                 let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
                 let delta: Vec<Vec3> = (0..first)
@@ -864,10 +902,16 @@ impl<'g> DeviceMomentum<'g> {
         } else {
             None
         };
+        let stress = if stress {
+            Some(StressBuffers {
+                cells: gpu.zeros(3 * n)?,
+                faces: gpu.zeros(3 * faces.len().max(1))?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
-            method,
-            jacobi,
-            controls: momentum.controls,
+            krylov,
             viscous,
             matrices,
             sources,
@@ -877,6 +921,234 @@ impl<'g> DeviceMomentum<'g> {
             b_sf: gpu.upload(&flatten(sf, boundary, first))?,
             a_p: gpu.zeros(n)?,
             consistent,
+            stress,
         })
+    }
+
+    /// The explicit laminar stress −∇·(ν dev2((∇U)ᵀ)) per row
+    /// ([`Simple::explicit_stress`]) of the resident U (all three
+    /// components; unsolved ones are zero) into the stress buffer.
+    fn compute_stress(
+        &mut self,
+        gpu: &Gpu,
+        pressure: &DeviceLaplacian<'g>,
+        components: &[usize],
+        u: &[GpuVector],
+        nu: f64,
+    ) -> Result<(), GpuError> {
+        let Some(stress) = &self.stress else {
+            return Err(GpuError::Invalid(
+                "the momentum systems were built without the explicit stress".into(),
+            ));
+        };
+        for (k, &c) in components.iter().enumerate() {
+            self.viscous[k].gradient(u[c].dev()?)?;
+        }
+        let arrays = pressure.arrays()?;
+        let n_faces = pressure.device_faces().len() as i32;
+        let k_of = |c: usize| components.iter().position(|&s| s == c);
+        let gradient = |c: usize| k_of(c).map(|k| self.viscous[k].gradient_buffer());
+        launch_face_walk(gpu, "simple_stress_faces", &n_faces, &arrays, |a| {
+            a.arg(&self.sf).arg(&nu);
+            for c in 0..3 {
+                arg_or_null(a, gradient(c));
+            }
+            a.arg(&stress.faces);
+        })?;
+        let per_component = (0..3)
+            .map(|c| match k_of(c) {
+                Some(k) => Ok(Some((
+                    self.viscous[k].gradient_buffer(),
+                    u[c].dev()?,
+                    self.viscous[k].arrays()?,
+                ))),
+                None => Ok(None),
+            })
+            .collect::<Result<Vec<_>, GpuError>>()?;
+        let n_i = pressure.n() as i32;
+        launch_row_walk(gpu, "simple_stress_rows", &n_i, &arrays, |a| {
+            a.arg(&stress.faces).arg(&self.b_sf).arg(&nu);
+            for entry in &per_component {
+                arg_or_null(a, entry.as_ref().map(|(g, _, _)| *g));
+                arg_or_null(a, entry.as_ref().map(|(_, u, _)| *u));
+                arg_or_null(a, entry.as_ref().map(|(_, _, v)| v.b_gradient_internal));
+                arg_or_null(a, entry.as_ref().map(|(_, _, v)| v.b_gradient_boundary));
+            }
+            a.arg(&stress.cells);
+        })
+    }
+
+    /// The deferred correction of component `k` (none for upwind and Gauss
+    /// linear) for the fluxes `phi` and the component's values `u_c`; the
+    /// gradient is the one `update_rhs` left where the snGrad is corrected.
+    fn deferred_correction(
+        &self,
+        gpu: &Gpu,
+        k: usize,
+        arrays: &LaplacianArrays<'_>,
+        phi: &CudaSlice<f64>,
+        u_c: &CudaSlice<f64>,
+        corrected: bool,
+    ) -> Result<(), GpuError> {
+        let Some(deferred) = &self.deferred else {
+            return Ok(());
+        };
+        let viscous = &self.viscous[k];
+        if !corrected {
+            viscous.gradient(u_c)?;
+        }
+        let n_faces = viscous.device_faces().len() as i32;
+        if n_faces == 0 {
+            return Ok(());
+        }
+        gpu.launch(
+            "simple_deferred_correction",
+            vector_grid(n_faces as usize),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_faces)
+                    .arg(&deferred.k)
+                    .arg(arrays.face_owner)
+                    .arg(arrays.face_neighbour)
+                    .arg(arrays.weights)
+                    .arg(phi)
+                    .arg(u_c)
+                    .arg(viscous.gradient_buffer());
+                arg_or_null(a, deferred.to_owner.as_ref());
+                arg_or_null(a, deferred.to_neighbour.as_ref());
+                arg_or_null(a, deferred.delta.as_ref());
+                a.arg(&deferred.fc);
+            },
+        )
+    }
+
+    /// Solves component `k`'s resident matrix with the right-hand side `b`
+    /// for `u` (warm start) by `krylov`.
+    fn solve(
+        &mut self,
+        gpu: &'g Gpu,
+        k: usize,
+        u: &mut GpuVector,
+        krylov: &DeviceKrylov,
+        field: &str,
+    ) -> Result<SolverPerformance, DeviceFlowError> {
+        let matrix = self.matrices[k].take().ok_or_else(lost)?;
+        let backend = GpuKrylovBackend::from_resident(gpu, matrix, krylov.jacobi)?;
+        let perf = match &krylov.method {
+            KrylovMethod::Gmres(s) => gmres(&backend, &self.b, u, &krylov.controls, s, field),
+            KrylovMethod::BiCgStab => bicgstab(&backend, &self.b, u, &krylov.controls, field),
+        };
+        self.matrices[k] = Some(backend.into_matrix());
+        Ok(perf.map_err(|source| FlowError::Solve {
+            field: field.to_string(),
+            source,
+        })?)
+    }
+
+    /// a_P (the mean of the components' diagonals) and HbyA per solved
+    /// component with the current `u`; `off_sum` (SIMPLEC): the first
+    /// component's signed off-diagonal sums.
+    fn h_by_a(
+        &self,
+        gpu: &Gpu,
+        pressure: &DeviceLaplacian<'g>,
+        components: &[usize],
+        u: &[GpuVector],
+        hbya: &[CudaSlice<f64>],
+        off_sum: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let n = pressure.n();
+        let n_i = n as i32;
+        let diag = |k: usize| {
+            self.matrices
+                .get(k)
+                .and_then(|m| m.as_ref())
+                .map(|m| &m.diag)
+        };
+        let d0 = diag(0).ok_or_else(lost)?;
+        gpu.launch(
+            "simple_average_diagonal",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_i).arg(d0);
+                arg_or_null(a, diag(1));
+                arg_or_null(a, diag(2));
+                a.arg(&self.a_p);
+            },
+        )?;
+        for (k, &c) in components.iter().enumerate() {
+            let matrix = self.matrices[k].as_ref().ok_or_else(lost)?;
+            let off = off_sum.filter(|_| k == 0);
+            let h = matrix.slice_height as u32;
+            let u_c = u[c].dev()?;
+            gpu.launch("simple_hbya", matrix.n_slices() as u32, h, 0, |a| {
+                a.arg(&n_i)
+                    .arg(&matrix.slice_ptr)
+                    .arg(&matrix.codes)
+                    .arg(&matrix.values)
+                    .arg(&matrix.diag)
+                    .arg(&self.sources[k])
+                    .arg(&self.a_p)
+                    .arg(u_c)
+                    .arg(&hbya[c]);
+                arg_or_null(a, off);
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The face flux (x_f)·S_f of the cell vector field `x` (per component,
+    /// row order; unsolved components count as zero) into `out` (device
+    /// face layout): [`Simple::face_flux`], the boundary values by the
+    /// velocity conditions.
+    fn face_flux(
+        &self,
+        gpu: &Gpu,
+        pressure: &DeviceLaplacian<'g>,
+        components: &[usize],
+        x: [&CudaSlice<f64>; 3],
+        out: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let arrays = pressure.arrays()?;
+        let n = pressure.n();
+        let n_i = n as i32;
+        let n_faces = pressure.device_faces().len() as i32;
+        let solved = |c: usize| components.contains(&c).then_some(x[c]);
+        launch_face_walk(gpu, "simple_face_flux", &n_faces, &arrays, |a| {
+            a.arg(&self.sf);
+            for c in 0..3 {
+                arg_or_null(a, solved(c));
+            }
+            a.arg(out);
+        })?;
+        let viscous_of = |c: usize| {
+            components
+                .iter()
+                .position(|&s| s == c)
+                .map(|k| self.viscous[k].arrays())
+                .transpose()
+        };
+        let b_values = [viscous_of(0)?, viscous_of(1)?, viscous_of(2)?];
+        gpu.launch(
+            "simple_boundary_face_flux",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_i)
+                    .arg(arrays.boundary_ptr)
+                    .arg(&n_faces)
+                    .arg(&self.b_sf);
+                for (c, values) in b_values.iter().enumerate() {
+                    arg_or_null(a, solved(c));
+                    arg_or_null(a, values.as_ref().map(|v| v.b_value_internal));
+                    arg_or_null(a, values.as_ref().map(|v| v.b_value_boundary));
+                }
+                a.arg(out);
+            },
+        )
     }
 }

@@ -218,3 +218,56 @@ impl Drop for Scratch {
         }
     }
 }
+
+/// The lid-driven cavity's conditions on `mesh`, per patch: the lid `ymax`
+/// moving at (1, 0, 0), `frontAndBack` empty, walls elsewhere; pressure
+/// zero-gradient.
+#[allow(dead_code)] // not every test that shares this module runs a cavity
+pub fn cavity_conditions(
+    mesh: &fvpoisson::mesh::Mesh,
+) -> (
+    Vec<fvpoisson::flow::VelocityCondition>,
+    Vec<fvpoisson::fvm::BoundaryCondition>,
+) {
+    use fvpoisson::flow::{VectorValues, VelocityCondition};
+    use fvpoisson::fvm::BoundaryCondition;
+    use fvpoisson::mesh::Vec3;
+    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
+    let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
+    mesh.patches()
+        .iter()
+        .map(|p| match p.name.as_str() {
+            "ymax" => (lid.clone(), BoundaryCondition::ZeroGradient),
+            "frontAndBack" => (VelocityCondition::Empty, BoundaryCondition::Empty),
+            _ => (wall.clone(), BoundaryCondition::ZeroGradient),
+        })
+        .unzip()
+}
+
+/// Turns the copy of `cases/cavity_ico` in `dir` into a pimpleFoam case of
+/// simulation type `simulation`: Newtonian transport, the laminar stress's
+/// `Gauss linear` scheme, `constant/turbulenceProperties` (fvSolution and
+/// controlDict are the caller's).
+#[allow(dead_code)] // not every test that shares this module runs pimpleFoam
+pub fn make_pimple_foam(dir: &std::path::Path, simulation: &str) {
+    let transport = dir.join("constant/transportProperties");
+    let text = std::fs::read_to_string(&transport)
+        .unwrap()
+        .replace("\nnu ", "\ntransportModel  Newtonian;\nnu ");
+    std::fs::write(&transport, text).unwrap();
+    let schemes = std::fs::read_to_string(dir.join("system/fvSchemes"))
+        .unwrap()
+        .replace(
+            "div(phi,U)      Gauss linear;",
+            "div(phi,U)      Gauss linear;\n    div((nuEff*dev2(T(grad(U))))) Gauss linear;",
+        );
+    std::fs::write(dir.join("system/fvSchemes"), schemes).unwrap();
+    std::fs::write(
+        dir.join("constant/turbulenceProperties"),
+        format!(
+            "FoamFile {{ version 2.0; format ascii; class dictionary; object \
+             turbulenceProperties; }}\nsimulationType {simulation};\n"
+        ),
+    )
+    .unwrap();
+}
