@@ -665,7 +665,7 @@ impl<'a> Dic<'a> {
         self.lower.forward(w, |j| rd[j] * r[j]);
     }
 
-    /// [`Dic::sweeps`], returning r · w with [`reduce::dot`]'s bits: the
+    /// [`Dic::sweeps`], returning r · w with [`reduce::dot`](super::reduce::dot)'s bits: the
     /// backward sweep goes chunk by chunk (`reduce::CHUNK` rows, last
     /// chunk first), and each chunk's r · w is summed while the chunk is
     /// still in cache, instead of in a pass of its own over r and w.
