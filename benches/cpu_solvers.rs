@@ -1,21 +1,23 @@
 //! CPU linear solvers against OpenFOAM on the same mesh and the same
-//! dictionaries: `cargo bench --bench cpu_solvers [SPEC...] [--threads N]`
-//! where SPEC is a mesh generator spec (default `box:100x100x100`, 1 M hex
-//! cells; `box:40x40x40` for a quick run).
+//! dictionaries: `cargo bench --bench cpu_solvers -- [SPEC...] [--threads N]
+//! [--repeat N]` where SPEC is a mesh generator spec (default
+//! `box:100x100x100`, 1 M hex cells; `box:40x40x40` for a quick run).
 //!
 //! Each spec becomes a laplacianFoam case (written by `fvpoisson
 //! convert-mesh --format binary`; T = 1 on xmin, 0 on xmax, zero gradient
 //! elsewhere, steady, tolerance 1e-6) solved with each fvSolution entry of
-//! [`SOLVERS`] by `fvpoisson run` with one rayon thread and with N threads,
-//! and, when `laplacianFoam` is on PATH (WM_PROJECT_DIR defaults to
-//! /usr/share/openfoam), by OpenFOAM. Every run is made twice, with
-//! `maxIter 1` and to convergence: the time per iteration is the
-//! difference of the two runs' times over the difference of their
+//! [`SOLVERS`] by `fvpoisson run` with one rayon thread and with N threads
+//! (default: the cores), and, when `laplacianFoam` is on PATH
+//! (WM_PROJECT_DIR defaults to /usr/share/openfoam), by OpenFOAM on the
+//! same mesh files; its column reads "n/a" otherwise. Every run is made
+//! twice, with `maxIter 1` and to convergence: the time per iteration is
+//! the difference of the two runs' times over the difference of their
 //! iterations, so reading the mesh, assembling and setting up (DIC factor,
 //! GAMG agglomeration) cancel out. One-thread times are the child's CPU
 //! time (user + system, from the shell's `times`), which the other
 //! processes of a shared machine do not inflate; N-thread times are wall
-//! clock. "solve s" is the converged run's time less that of a run with
+//! clock. Each time is the least of `--repeat` runs (default 3).
+//! "solve s" is the converged run's time less that of a run with
 //! tolerance 1 (no iteration): everything the solve costs, set-up included.
 
 use std::path::{Path, PathBuf};
@@ -43,16 +45,23 @@ const MAX_ITER: usize = 300;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let threads = args
-        .iter()
-        .position(|a| a == "--threads")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|t| t.parse().ok())
+    let option = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|t| t.parse::<usize>().ok())
+    };
+    let threads = option("--threads")
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, usize::from));
+    let repeat = option("--repeat").unwrap_or(3).max(1);
+    // Cargo passes `--bench` to every bench target; options take a value.
     let specs: Vec<&str> = args
         .iter()
         .enumerate()
-        .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--threads"))
+        .filter(|(i, a)| {
+            !a.starts_with("--")
+                && (*i == 0 || !matches!(args[i - 1].as_str(), "--threads" | "--repeat"))
+        })
         .map(|(_, a)| a.as_str())
         .collect();
     let specs = if specs.is_empty() {
@@ -68,10 +77,10 @@ fn main() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !openfoam {
-        eprintln!("laplacianFoam is not on PATH: fvpoisson only");
+        eprintln!("laplacianFoam is not on PATH: its column reads n/a");
     }
     for spec in specs {
-        if let Err(e) = bench(spec, threads, openfoam) {
+        if let Err(e) = bench(spec, threads, repeat, openfoam) {
             eprintln!("{spec}: {e}");
             std::process::exit(1);
         }
@@ -86,75 +95,124 @@ struct Timing {
     wall_s: f64,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Tool {
     Fvpoisson { threads: usize },
     OpenFoam,
 }
 
-fn bench(spec: &str, threads: usize, openfoam: bool) -> Result<(), String> {
+impl Tool {
+    /// The time that counts: CPU time of a serial run, wall clock of a
+    /// parallel one.
+    fn time(self, t: &Timing) -> f64 {
+        match self {
+            Tool::Fvpoisson { threads } if threads > 1 => t.wall_s,
+            _ => t.cpu_s,
+        }
+    }
+}
+
+fn bench(spec: &str, threads: usize, repeat: usize, openfoam: bool) -> Result<(), String> {
     let dir = case_for(spec)?;
     println!(
-        "\n{spec}: CPU solvers, tolerance 1e-6 (ms per iteration; solve s = set-up + iterations)"
+        "\n{spec}: CPU solvers, tolerance 1e-6, least of {repeat} runs (ms per iteration; \
+         solve s = set-up + iterations)"
     );
     let mut tools = vec![Tool::Fvpoisson { threads: 1 }];
     if threads > 1 {
         tools.push(Tool::Fvpoisson { threads });
     }
-    if openfoam {
-        tools.push(Tool::OpenFoam);
-    }
-    let baselines: Vec<Timing> = tools
+    tools.push(Tool::OpenFoam);
+    let available = |tool: &Tool| *tool != Tool::OpenFoam || openfoam;
+    let baselines: Vec<Option<Timing>> = tools
         .iter()
-        .map(|&tool| {
-            run(
-                &dir,
-                tool,
-                "solver PCG; preconditioner DIC;",
-                10.0,
-                MAX_ITER,
-            )
+        .map(|tool| match available(tool) {
+            true => fastest(repeat, || {
+                run(
+                    &dir,
+                    *tool,
+                    "solver PCG; preconditioner DIC;",
+                    10.0,
+                    MAX_ITER,
+                )
+            })
+            .map(Some),
+            false => Ok(None),
         })
         .collect::<Result<_, _>>()?;
-    let mut header = vec!["solver".to_string()];
+    let mut header = vec!["solver".to_string(), "iterations".to_string()];
     for tool in &tools {
-        let name = match tool {
-            Tool::Fvpoisson { threads: 1 } => "fvpoisson 1 thread (CPU time)".to_string(),
+        header.push(match tool {
+            Tool::Fvpoisson { threads: 1 } => "fvpoisson 1 thread (CPU)".to_string(),
             Tool::Fvpoisson { threads } => format!("fvpoisson {threads} threads (wall)"),
-            Tool::OpenFoam => "OpenFOAM (CPU time)".to_string(),
-        };
-        header.push(format!("{name}: its / ms/it / solve s"));
+            Tool::OpenFoam => "OpenFOAM v1912 (CPU)".to_string(),
+        });
     }
     println!("| {} |", header.join(" | "));
     println!("|{}", "---|".repeat(header.len()));
     for (label, entry) in SOLVERS {
-        let mut row = vec![label.to_string()];
+        let mut iterations = Vec::new();
+        let mut cells = Vec::new();
         for (tool, baseline) in tools.iter().zip(&baselines) {
-            let cell = match (
-                run(&dir, *tool, entry, 1e-6, 1),
-                run(&dir, *tool, entry, 1e-6, MAX_ITER),
-            ) {
+            let Some(baseline) = baseline else {
+                cells.push("n/a".to_string());
+                continue;
+            };
+            let one = fastest(repeat, || run(&dir, *tool, entry, 1e-6, 1));
+            let full = fastest(repeat, || run(&dir, *tool, entry, 1e-6, MAX_ITER));
+            let cell = match (one, full) {
                 (Ok(one), Ok(full)) => {
-                    let time = |t: &Timing| match tool {
-                        Tool::Fvpoisson { threads } if *threads > 1 => t.wall_s,
-                        _ => t.cpu_s,
-                    };
-                    let per_iteration = (time(&full) - time(&one))
+                    let per_iteration = (tool.time(&full) - tool.time(&one))
                         / (full.iterations.saturating_sub(one.iterations)).max(1) as f64;
+                    let name = match tool {
+                        Tool::OpenFoam => "OpenFOAM",
+                        Tool::Fvpoisson { .. } => "fvpoisson",
+                    };
+                    if !iterations.iter().any(|(n, _)| *n == name) {
+                        iterations.push((name, full.iterations));
+                    }
                     format!(
-                        "{} / {:.2} / {:.2}",
-                        full.iterations,
+                        "{:.2} ms/it, solve {:.2} s",
                         1e3 * per_iteration,
-                        time(&full) - time(baseline)
+                        tool.time(&full) - tool.time(baseline)
                     )
                 }
                 (Err(e), _) | (_, Err(e)) => format!("failed: {}", e.lines().next().unwrap_or("")),
             };
-            row.push(cell);
+            cells.push(cell);
         }
-        println!("| {} |", row.join(" | "));
+        let iterations: Vec<String> = iterations
+            .iter()
+            .map(|(name, n)| format!("{n} ({name})"))
+            .collect();
+        println!(
+            "| {label} | {} | {} |",
+            iterations.join(", "),
+            cells.join(" | ")
+        );
     }
     Ok(())
+}
+
+/// The run of `repeat` with the least time (CPU and wall clock each their
+/// least); every run must take the same iterations.
+fn fastest(
+    repeat: usize,
+    mut run: impl FnMut() -> Result<Timing, String>,
+) -> Result<Timing, String> {
+    let mut best = run()?;
+    for _ in 1..repeat {
+        let t = run()?;
+        if t.iterations != best.iterations {
+            return Err(format!(
+                "iterations differ between repetitions: {} and {}",
+                best.iterations, t.iterations
+            ));
+        }
+        best.cpu_s = best.cpu_s.min(t.cpu_s);
+        best.wall_s = best.wall_s.min(t.wall_s);
+    }
+    Ok(best)
 }
 
 /// The laplacianFoam case of `spec` under target/, made once.
@@ -234,7 +292,7 @@ fn run(
     let log = dir.join("log.bench");
     let command = match tool {
         Tool::Fvpoisson { threads } => format!(
-            "RAYON_NUM_THREADS={threads} '{}' run . > log.bench 2>&1",
+            "RAYON_NUM_THREADS={threads} '{}' run . --device cpu --vtk none > log.bench 2>&1",
             env!("CARGO_BIN_EXE_fvpoisson")
         ),
         Tool::OpenFoam => "laplacianFoam > log.bench 2>&1".to_string(),

@@ -339,10 +339,13 @@ fn run_command(command: Command) -> anyhow::Result<i32> {
             application_options,
         } => {
             let clock = PhaseClock::start();
+            // An unsupported application is named before any missing file.
+            let supported = case::openfoam::check_supported(&case);
             let code = match launched_by_mpi() {
                 _ if ranks == Some(0) => Err(anyhow::anyhow!(
                     "-np 0 / --ranks 0: a run needs at least 1 rank"
                 )),
+                _ if supported.is_err() => supported.map(|()| 0).map_err(Into::into),
                 _ if case::potential_foam::is_potential_foam_case(&case) => {
                     run_potential(&case, device, ranks, &application_options)
                 }

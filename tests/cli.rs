@@ -184,3 +184,107 @@ fn bench_on_the_cpu_is_refused_with_a_clear_error() {
         "{err}"
     );
 }
+
+/// A case directory holding only `system/controlDict` with `application`
+/// and the extra files given (relative path, contents).
+fn bare_case(name: &str, application: &str, files: &[(&str, &str)]) -> PathBuf {
+    let dir = scratch(name);
+    let header = |class: &str, object: &str| {
+        format!("FoamFile {{ version 2.0; format ascii; class {class}; object {object}; }}\n")
+    };
+    let control = format!(
+        "{}application {application};\nstartTime 0;\nendTime 1;\ndeltaT 1;\n",
+        header("dictionary", "controlDict")
+    );
+    for (rel, text) in std::iter::once(("system/controlDict", control.as_str()))
+        .chain(files.iter().map(|&(rel, text)| (rel, text)))
+    {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let object = Path::new(rel).file_name().unwrap().to_str().unwrap();
+        let body = if rel == "system/controlDict" {
+            text.to_string()
+        } else {
+            header("dictionary", object) + text
+        };
+        std::fs::write(path, body).unwrap();
+    }
+    dir
+}
+
+/// The stderr of a failed `fvpoisson run DIR` (exit code 2, no panic).
+fn run_error(dir: &Path) -> String {
+    let o = fvpoisson(&["run", dir.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn unsupported_applications_are_refused_by_name_before_any_missing_file() {
+    for app in ["interFoam", "rhoSimpleFoam", "buoyantPimpleFoam"] {
+        // No transportProperties, fvSchemes, fvSolution, mesh or fields.
+        let dir = bare_case(&format!("app_{app}"), app, &[]);
+        let err = run_error(&dir);
+        assert!(
+            err.contains(&format!(
+                "controlDict:2: application {app} is not supported (supported: laplacianFoam, \
+                 simpleFoam, icoFoam, pimpleFoam, potentialFoam)"
+            )),
+            "{app}: {err}"
+        );
+        assert!(!err.contains("No such file"), "{app}: {err}");
+        // The library's laplacianFoam reader refuses it first too.
+        let e = fvpoisson::case::read_case_dir(&dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("application {app} is not supported")),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn turbulence_models_are_refused_by_name_before_any_missing_file() {
+    let cases = [
+        (
+            "simpleFoam",
+            "constant/momentumTransport",
+            "simulationType RAS;\nRAS\n{\n    model kEpsilon;\n}\n",
+            "momentumTransport:2: simulationType RAS: only laminar flow is supported \
+             (simulationType laminar;); RAS model kEpsilon is not",
+        ),
+        (
+            "pimpleFoam",
+            "constant/turbulenceProperties",
+            "simulationType LES;\nLES\n{\n    LESModel Smagorinsky;\n}\n",
+            "turbulenceProperties:2: simulationType LES: only laminar flow is supported \
+             (simulationType laminar;); LES model Smagorinsky is not",
+        ),
+        (
+            "pimpleFoam",
+            "constant/momentumTransport",
+            "simulationType laminar;\nlaminar\n{\n    model Maxwell;\n}\n",
+            "momentumTransport:5: laminar model Maxwell: only Stokes (Newtonian) is supported",
+        ),
+    ];
+    for (k, (app, file, text, expected)) in cases.into_iter().enumerate() {
+        // No transportProperties, fvSchemes, fvSolution, mesh or fields.
+        let dir = bare_case(&format!("turbulence_{k}"), app, &[(file, text)]);
+        let err = run_error(&dir);
+        assert!(err.contains(expected), "{app} {file}: {err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    // A laminar simpleFoam case goes on to name the first missing file.
+    let dir = bare_case(
+        "turbulence_laminar",
+        "simpleFoam",
+        &[("constant/momentumTransport", "simulationType laminar;\n")],
+    );
+    let err = run_error(&dir);
+    assert!(err.contains("fvSchemes"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

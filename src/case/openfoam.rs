@@ -90,6 +90,61 @@ pub(super) fn at_key(dict: &FoamDict, key: &str, msg: impl Into<String>) -> Case
     }
 }
 
+/// The OpenFOAM applications `fvpoisson run` runs, as error messages list them.
+pub const SUPPORTED_APPLICATIONS: [&str; 5] = [
+    "laplacianFoam",
+    "simpleFoam",
+    "icoFoam",
+    "pimpleFoam",
+    "potentialFoam",
+];
+
+/// The application `control` (a `controlDict`) names, if any; an error at the
+/// entry when it is not one of [`SUPPORTED_APPLICATIONS`].
+pub(super) fn supported_application(control: &FoamDict) -> Result<Option<String>, CaseError> {
+    let Some((entry, _)) = control.stream_entry("application")? else {
+        return Ok(None);
+    };
+    let app: String = control.get("application")?;
+    if !SUPPORTED_APPLICATIONS.contains(&app.as_str()) {
+        return Err(at(
+            entry,
+            format!(
+                "application {app} is not supported (supported: {})",
+                SUPPORTED_APPLICATIONS.join(", ")
+            ),
+        ));
+    }
+    Ok(Some(app))
+}
+
+/// Refuses an OpenFOAM case directory that names what fvpoisson does not
+/// run, before any other file of it is read, so that the first error is
+/// "not supported" rather than a missing file the unsupported application
+/// would have needed: an application outside [`SUPPORTED_APPLICATIONS`],
+/// or, for a flow case (simpleFoam, pimpleFoam, or no application and a
+/// `0/U`), a turbulence model other than laminar Stokes. Directories with
+/// a `case.toml` or without `system/controlDict` pass (their readers
+/// report what is missing).
+pub fn check_supported(case_dir: &Path) -> Result<(), CaseError> {
+    let control_path = case_dir.join("system/controlDict");
+    let exists = |p: &Path| p.exists() || crate::foam::gz_path(p).exists();
+    if case_dir.join(super::case_toml::CASE_FILE).exists() || !exists(&control_path) {
+        return Ok(());
+    }
+    let control = FoamDict::read(&control_path)?;
+    let flow = match supported_application(&control)?.as_deref() {
+        Some(app) => app == "simpleFoam" || app == "pimpleFoam",
+        None => exists(&case_dir.join("0/U")),
+    };
+    if flow {
+        if let Some(dict) = super::simple_foam::momentum_transport(case_dir)? {
+            super::simple_foam::check_laminar_model(&dict)?;
+        }
+    }
+    Ok(())
+}
+
 /// The time settings of `controlDict`.
 pub(super) struct Timing {
     pub(super) start: f64,
@@ -139,15 +194,11 @@ impl Reader {
     /// The case and its mesh.
     fn read(&mut self) -> Result<(CaseSetup, Mesh), CaseError> {
         let control = self.dict("system/controlDict")?;
-        let schemes_dict = self.dict("system/fvSchemes")?;
-        let solution = self.dict("system/fvSolution")?;
-        let transport = self.dict("constant/transportProperties")?;
-
-        if let Some((entry, _)) = control.stream_entry("application")? {
-            let app: String = control.get("application")?;
+        if let Some(app) = supported_application(&control)? {
             if app != "laplacianFoam" {
-                return Err(at(
-                    entry,
+                return Err(at_key(
+                    &control,
+                    "application",
                     format!(
                         "application {app}: only laplacianFoam cases can be run here (simpleFoam \
                          cases by `fvpoisson run`); set 'application laplacianFoam;' to run this \
@@ -156,6 +207,9 @@ impl Reader {
                 ));
             }
         }
+        let schemes_dict = self.dict("system/fvSchemes")?;
+        let solution = self.dict("system/fvSolution")?;
+        let transport = self.dict("constant/transportProperties")?;
         // Read once at the start: changing files while running has no effect.
         control.ignore("runTimeModifiable");
         let timing = self.timing(&control)?;

@@ -18,7 +18,7 @@
 //! Entries nobody read are named in warnings.
 
 use super::flow_case::{momentum_solver, FlowSetup, FoamOutput};
-use super::openfoam::{at, at_key, read_positive, scheme, Reader};
+use super::openfoam::{at, at_key, read_positive, scheme, supported_application, Reader};
 use super::setup::{check_non_orth_correctors, TimeControl};
 use super::CaseError;
 use crate::flow::simple::{Convection, ResidualControl, SimpleSettings};
@@ -75,13 +75,11 @@ pub fn read_simple_foam_case(case_dir: &Path) -> Result<SimpleFoamCase, CaseErro
 
 fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
     let control = r.dict("system/controlDict")?;
-    let schemes_dict = r.dict("system/fvSchemes")?;
-    let solution = r.dict("system/fvSolution")?;
-    if let Some((entry, _)) = control.stream_entry("application")? {
-        let app: String = control.get("application")?;
+    if let Some(app) = supported_application(&control)? {
         if app != APPLICATION {
-            return Err(at(
-                entry,
+            return Err(at_key(
+                &control,
+                "application",
                 format!(
                     "application {app}: this case is read as a simpleFoam case; set \
                      'application simpleFoam;' (laplacianFoam cases have no 0/U)"
@@ -89,6 +87,10 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
             ));
         }
     }
+    // A turbulence model is refused before the other files are read.
+    check_laminar(r)?;
+    let schemes_dict = r.dict("system/fvSchemes")?;
+    let solution = r.dict("system/fvSolution")?;
     control.ignore("runTimeModifiable");
     let timing = r.timing(&control)?;
     let foam = r.write_options(&control)?;
@@ -106,7 +108,6 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
     let n = mesh.n_cells();
 
     let nu = read_viscosity(r)?;
-    check_laminar(r)?;
     let mut settings = SimpleSettings::new(nu);
     let (convection, schemes) = read_schemes(&schemes_dict)?;
     settings.convection = convection;
@@ -202,28 +203,55 @@ pub(super) fn read_viscosity(r: &mut Reader) -> Result<f64, CaseError> {
 /// `simulationType laminar` (with the `Stokes` laminar model, if one is named)
 /// in `constant/momentumTransport` or `constant/turbulenceProperties`.
 pub(super) fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
-    let names = [
-        "constant/momentumTransport",
-        "constant/turbulenceProperties",
-    ];
-    let Some(rel) = names.iter().find(|rel| {
-        let path = r.dir.join(rel);
-        path.is_file() || crate::foam::gz_path(&path).is_file()
-    }) else {
+    let Some(dict) = momentum_transport(&r.dir)? else {
         return Err(CaseError::invalid(format!(
             "{}: neither constant/momentumTransport nor constant/turbulenceProperties; add one \
              with 'simulationType laminar;' (only laminar flow is supported)",
             r.dir.display()
         )));
     };
-    let dict = r.dict(rel)?;
+    check_laminar_model(&dict)?;
+    r.warn_unread(&dict);
+    Ok(())
+}
+
+/// `constant/momentumTransport` (OpenFOAM ≥ v8), else
+/// `constant/turbulenceProperties`, if the case has either.
+pub(super) fn momentum_transport(case_dir: &Path) -> Result<Option<FoamDict>, CaseError> {
+    let names = [
+        "constant/momentumTransport",
+        "constant/turbulenceProperties",
+    ];
+    let found = names
+        .iter()
+        .map(|rel| case_dir.join(rel))
+        .find(|path| path.is_file() || crate::foam::gz_path(path).is_file());
+    Ok(match found {
+        Some(path) => Some(FoamDict::read(&path)?),
+        None => None,
+    })
+}
+
+/// An error naming the model unless `dict` (a momentumTransport or
+/// turbulenceProperties dictionary) says `simulationType laminar` with no
+/// laminar model or `Stokes`.
+pub(super) fn check_laminar_model(dict: &FoamDict) -> Result<(), CaseError> {
     let kind = dict.get_word("simulationType")?;
     if kind != "laminar" {
+        // v1912 names the model `RASModel` / `LESModel`, later versions `model`.
+        let model = match dict.get_dict_opt(&kind)? {
+            Some(sub) => [format!("{kind}Model"), "model".to_string()]
+                .iter()
+                .find_map(|key| sub.get_opt::<String>(key).ok().flatten()),
+            None => None,
+        };
+        let named = model.map_or(String::new(), |m| format!("; {kind} model {m} is not"));
         return Err(at_key(
-            &dict,
+            dict,
             "simulationType",
             format!(
-                "simulationType {kind}: only laminar flow is supported (simulationType laminar;)"
+                "simulationType {kind}: only laminar flow is supported (simulationType \
+                 laminar;){named}"
             ),
         ));
     }
@@ -242,7 +270,6 @@ pub(super) fn check_laminar(r: &mut Reader) -> Result<(), CaseError> {
         laminar.ignore("printCoeffs");
     }
     dict.ignore("printCoeffs");
-    r.warn_unread(&dict);
     Ok(())
 }
 

@@ -178,8 +178,7 @@ impl CgBackend for CpuBackend<'_> {
     }
 
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
-        self.precond.apply(r, z);
-        dot(r, z)
+        self.precond.apply_dot(r, z)
     }
 
     fn flexible_term(&self, z: &Vec<f64>, q: &Vec<f64>) -> Option<f64> {
@@ -197,15 +196,7 @@ impl CgBackend for CpuBackend<'_> {
     }
 
     fn apply_operator(&self, p: &Vec<f64>, q: &mut Vec<f64>) -> f64 {
-        ordered_sum(q.par_chunks_mut(CHUNK).enumerate().map(|(c, q)| {
-            let mut p_q = 0.0;
-            for (k, q) in q.iter_mut().enumerate() {
-                let i = c * CHUNK + k;
-                *q = self.row_times(i, p);
-                p_q += p[i] * *q;
-            }
-            p_q
-        }))
+        self.split.apply_dot(p, q)
     }
 
     fn update_solution(
@@ -223,15 +214,22 @@ impl CgBackend for CpuBackend<'_> {
                 .zip(p.par_chunks(CHUNK).zip(q.par_chunks(CHUNK)))
                 .enumerate()
                 .map(|(c, ((x, r), (p, q)))| {
-                    let w = weights.map(|w| &w[c * CHUNK..c * CHUNK + x.len()]);
+                    x.iter_mut().zip(p).for_each(|(x, p)| *x += alpha * p);
                     let mut residual = 0.0;
-                    for i in 0..x.len() {
-                        x[i] += alpha * p[i];
-                        r[i] -= alpha * q[i];
-                        residual += match w {
-                            Some(w) => (w[i] * r[i]).abs(),
-                            None => r[i].abs(),
-                        };
+                    match weights {
+                        Some(w) => {
+                            let w = &w[c * CHUNK..c * CHUNK + r.len()];
+                            for ((r, q), w) in r.iter_mut().zip(q).zip(w) {
+                                *r -= alpha * q;
+                                residual += (w * *r).abs();
+                            }
+                        }
+                        None => {
+                            for (r, q) in r.iter_mut().zip(q) {
+                                *r -= alpha * q;
+                                residual += r.abs();
+                            }
+                        }
                     }
                     residual
                 }),

@@ -369,10 +369,9 @@ impl KrylovBackend for CpuKrylovBackend<'_> {
     }
 
     fn apply_operator(&self, v: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> (f64, f64) {
-        self.chunked(y, |i, y| {
-            *y = self.cg.row_times(i, v);
-            let yy = *y * *y;
-            (w.map_or(yy, |w| *y * w[i]), yy)
+        self.cg.split().apply_sums(v, y, |i, y| {
+            let yy = y * y;
+            (w.map_or(yy, |w| y * w[i]), yy)
         })
     }
 

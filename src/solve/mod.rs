@@ -62,6 +62,12 @@ use crate::sparse::Csr;
 pub trait LinearOperator: Sync {
     fn n(&self) -> usize;
     fn apply(&self, x: &[f64], y: &mut [f64]);
+    /// y = Op x; returns x · y with [`reduce::dot`]'s bits. An operator
+    /// may fuse the product into its own pass (DIC does, into its sweeps).
+    fn apply_dot(&self, x: &[f64], y: &mut [f64]) -> f64 {
+        self.apply(x, y);
+        reduce::dot(x, y)
+    }
 }
 
 impl LinearOperator for Csr {

@@ -17,9 +17,10 @@ use super::amg::{Amg, AmgSettings};
 use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings, Precision};
+use super::reduce::CHUNK;
 use super::schwarz::SchwarzSettings;
 use super::smoother::{GaussSeidel, SmootherKind, SmootherPreconditioner, SmootherSettings, Sweep};
-use super::split::SplitMatrix;
+use super::split::{SplitMatrix, TriangleRows};
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
@@ -564,10 +565,14 @@ impl LinearOperator for Jacobi {
 ///
 /// The sweeps read row r's off-diagonals premultiplied by 1/d*_r
 /// ([`SplitMatrix`]): OpenFOAM computes `rD[r]*coeff` first in each term,
-/// so the products are the same bits, one multiply fewer per entry.
+/// so the products are the same bits, one multiply fewer per entry. The
+/// lower and the upper triangle are stored apart ([`TriangleRows`]), so
+/// each sweep streams only the half of the matrix it uses.
 pub struct Dic<'a> {
-    /// The pattern of A, a_rc stored as a_rc / d*_r.
-    scaled: SplitMatrix,
+    /// Row j's strictly lower entries a_ji / d*_j: the forward sweep's.
+    lower: TriangleRows,
+    /// Row i's strictly upper entries a_ij / d*_i: the backward sweep's.
+    upper: TriangleRows,
     /// 1 / d*_r, as OpenFOAM stores it.
     reciprocal_d: Vec<f64>,
     matrix: PhantomData<&'a Csr>,
@@ -597,15 +602,14 @@ impl<'a> Dic<'a> {
                 value: split.diag()[row],
             });
         }
-        let (cols, values) = (split.cols(), split.values());
+        let lower = split.lower_rows();
         let mut d = split.diag().to_vec();
         // OpenFOAM loops over faces (owner i < neighbour j, owner-major) doing
         // d_j -= a_ij² / d_i; per j that is i ascending, the lower row of j here.
         for j in 0..split.n() {
             let mut dj = d[j];
-            for s in split.lower(j) {
-                let a_ji = values[s];
-                dj -= a_ji * a_ji / d[cols[s] as usize];
+            for (i, a_ji) in lower.entries(j) {
+                dj -= a_ji * a_ji / d[i];
             }
             if dj.is_nan() || dj <= 0.0 {
                 return Err(SolveError::FactorizationBreakdown {
@@ -626,14 +630,18 @@ impl<'a> Dic<'a> {
 
     fn scale(split: SplitMatrix, d: &[f64]) -> Self {
         let reciprocal_d: Vec<f64> = d.iter().map(|d| 1.0 / d).collect();
-        let mut scaled = split.values().to_vec();
-        for (r, rd) in reciprocal_d.iter().enumerate() {
-            for v in &mut scaled[split.row(r)] {
-                *v *= rd;
+        let (mut lower, mut upper) = (split.lower_rows().clone(), split.upper_rows().clone());
+        for t in [&mut lower, &mut upper] {
+            for (r, rd) in reciprocal_d.iter().enumerate() {
+                let slots = t.row(r);
+                for v in &mut t.values_mut()[slots] {
+                    *v *= rd;
+                }
             }
         }
         Self {
-            scaled: split.with_values(d.to_vec(), scaled),
+            lower,
+            upper,
             reciprocal_d,
             matrix: PhantomData,
         }
@@ -647,22 +655,34 @@ impl<'a> Dic<'a> {
     /// w ← (D* + U)⁻¹ D* (D* + L)⁻¹ r without a separate pass: the forward
     /// sweep writes w_j = r_j / d*_j − Σ_{i<j} (a_ji / d*_j) w_i row by row.
     pub fn sweeps(&self, r: &[f64], w: &mut [f64]) {
-        let (m, rd) = (&self.scaled, &self.reciprocal_d);
-        let (cols, values) = (m.cols(), m.values());
-        for j in 0..m.n() {
-            let mut wj = rd[j] * r[j];
-            for s in m.lower(j) {
-                wj -= values[s] * w[cols[s] as usize];
-            }
-            w[j] = wj;
+        self.forward(r, w);
+        self.upper.backward(w, 0..w.len());
+    }
+
+    fn forward(&self, r: &[f64], w: &mut [f64]) {
+        let rd = &self.reciprocal_d;
+        assert_eq!(r.len(), rd.len(), "DIC: r size");
+        self.lower.forward(w, |j| rd[j] * r[j]);
+    }
+
+    /// [`Dic::sweeps`], returning r · w with [`reduce::dot`](super::reduce::dot)'s bits: the
+    /// backward sweep goes chunk by chunk (`reduce::CHUNK` rows, last
+    /// chunk first), and each chunk's r · w is summed while the chunk is
+    /// still in cache, instead of in a pass of its own over r and w.
+    pub fn sweeps_dot(&self, r: &[f64], w: &mut [f64]) -> f64 {
+        self.forward(r, w);
+        let n = w.len();
+        let mut partials = vec![0.0; n.div_ceil(CHUNK)];
+        for (c, partial) in partials.iter_mut().enumerate().rev() {
+            let rows = c * CHUNK..((c + 1) * CHUNK).min(n);
+            self.upper.backward(w, rows.clone());
+            *partial = r[rows.clone()]
+                .iter()
+                .zip(&w[rows])
+                .map(|(r, w)| r * w)
+                .sum::<f64>();
         }
-        for i in (0..m.n()).rev() {
-            let mut wi = w[i];
-            for s in m.upper(i).rev() {
-                wi -= values[s] * w[cols[s] as usize];
-            }
-            w[i] = wi;
-        }
+        partials.iter().sum()
     }
 }
 
@@ -673,6 +693,9 @@ impl LinearOperator for Dic<'_> {
     /// OpenFOAM `DICPreconditioner::precondition`, same operations per entry.
     fn apply(&self, r: &[f64], w: &mut [f64]) {
         self.sweeps(r, w);
+    }
+    fn apply_dot(&self, r: &[f64], w: &mut [f64]) -> f64 {
+        self.sweeps_dot(r, w)
     }
 }
 

@@ -1,34 +1,43 @@
 //! A square matrix stored the way the CPU kernels read it: the diagonal in
-//! its own array and, per row, the off-diagonal entries, strictly lower ones
-//! (columns ascending) followed by strictly upper ones (columns ascending).
+//! its own array, the strictly lower entries by rows (columns ascending) in
+//! one [`TriangleRows`] and the strictly upper entries likewise in another.
 //!
 //! This is the row-wise view of OpenFOAM's `lduMatrix` (diagonal, lower and
 //! upper coefficients over owner/neighbour addressing, faces in
 //! upper-triangular order): row r's lower entries are the faces where r is
 //! the neighbour, in face order, and its upper entries the faces where r is
 //! the owner, in face order. So a row product taken as "diagonal first, then
-//! the off-diagonals in stored order" adds the same terms in the same order
-//! as OpenFOAM's `Amul` face loop, and a forward (backward) sweep over the
-//! lower (upper) entries does the operations of its forward (backward) face
-//! loop in the same order, while reading each row's entries contiguously,
-//! with no search for the diagonal and no diagonal entry in the middle of
-//! the row, and leaving the row's accumulator in a register.
+//! the lower entries, then the upper ones" adds the same terms in the same
+//! order as OpenFOAM's `Amul` face loop, and a forward (backward) sweep over
+//! the lower (upper) entries does the operations of its forward (backward)
+//! face loop in the same order, while reading each row's entries
+//! contiguously, with no search for the diagonal, and leaving the row's
+//! accumulator in a register. A triangular sweep streams only its own
+//! triangle.
+//!
+//! On one thread, a matrix whose upper triangle mirrors its lower one bit
+//! for bit (every assembled Laplacian) is multiplied over the upper
+//! triangle alone, as OpenFOAM's face loop does: row i adds a_ij x_j to its
+//! own sum and a_ij x_i to row j's, which is ahead and still in cache. Row j
+//! then receives its lower terms in ascending i, the order of the row-wise
+//! product, so the result has the same bits while reading half the
+//! off-diagonal entries. On more threads the rows are split between them
+//! and each row gathers its own terms.
 
 use rayon::prelude::*;
 
 use super::reduce::{ordered_sum, CHUNK};
 use crate::sparse::Csr;
 
-/// The diagonal and the off-diagonal rows of a square matrix (see the module docs).
+/// The diagonal and the two triangles of a square matrix (see the module docs).
 #[derive(Clone, Debug)]
 pub struct SplitMatrix {
     diag: Vec<f64>,
-    /// Row r's off-diagonal entries are `start[r]..start[r + 1]`.
-    start: Vec<usize>,
-    /// Row r's upper entries begin at `upper_start[r]`.
-    upper_start: Vec<usize>,
-    cols: Vec<u32>,
-    values: Vec<f64>,
+    lower: TriangleRows,
+    upper: TriangleRows,
+    /// a_ij and a_ji are the same bits for every entry, and the pattern is
+    /// symmetric: one-thread products may run over the upper triangle alone.
+    symmetric: bool,
 }
 
 impl SplitMatrix {
@@ -38,47 +47,31 @@ impl SplitMatrix {
         let n = a.n_rows();
         assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
         let mut diag = vec![0.0; n];
-        let mut start = Vec::with_capacity(n + 1);
-        let mut upper_start = Vec::with_capacity(n);
-        let mut cols = Vec::with_capacity(a.nnz());
-        let mut values = Vec::with_capacity(a.nnz());
-        start.push(0);
+        let (mut lower, mut upper) = (TriangleRows::empty(n), TriangleRows::empty(n));
         for (r, d) in diag.iter_mut().enumerate() {
             let (row_cols, row_values) = a.row(r);
-            let mut upper = None;
             for (&c, &v) in row_cols.iter().zip(row_values) {
                 let c_index = c as usize;
-                if c_index == r {
-                    *d = v;
-                    continue;
-                }
-                if c_index > r && upper.is_none() {
-                    upper = Some(cols.len());
-                }
-                cols.push(c);
-                values.push(v);
+                let triangle = match c_index.cmp(&r) {
+                    std::cmp::Ordering::Equal => {
+                        *d = v;
+                        continue;
+                    }
+                    std::cmp::Ordering::Less => &mut lower,
+                    std::cmp::Ordering::Greater => &mut upper,
+                };
+                triangle.cols.push(c);
+                triangle.values.push(v);
             }
-            upper_start.push(upper.unwrap_or(cols.len()));
-            start.push(cols.len());
+            lower.start.push(lower.cols.len());
+            upper.start.push(upper.cols.len());
         }
+        let symmetric = mirrors(&lower, &upper);
         Self {
             diag,
-            start,
-            upper_start,
-            cols,
-            values,
-        }
-    }
-
-    /// The same pattern with other off-diagonal values (in stored order) and
-    /// another diagonal.
-    pub fn with_values(&self, diag: Vec<f64>, values: Vec<f64>) -> Self {
-        assert_eq!(diag.len(), self.diag.len(), "SplitMatrix: diagonal size");
-        assert_eq!(values.len(), self.values.len(), "SplitMatrix: values size");
-        Self {
-            diag,
-            values,
-            ..self.clone()
+            lower,
+            upper,
+            symmetric,
         }
     }
 
@@ -88,72 +81,193 @@ impl SplitMatrix {
     pub fn diag(&self) -> &[f64] {
         &self.diag
     }
-    /// The off-diagonal values in stored order.
-    pub fn values(&self) -> &[f64] {
-        &self.values
+    /// The strictly lower entries, rows contiguous (a forward sweep's).
+    pub fn lower_rows(&self) -> &TriangleRows {
+        &self.lower
     }
-    pub fn cols(&self) -> &[u32] {
-        &self.cols
+    /// The strictly upper entries, rows contiguous (a backward sweep's).
+    pub fn upper_rows(&self) -> &TriangleRows {
+        &self.upper
     }
-    /// Slots of row r's off-diagonal entries, lower then upper.
-    #[inline]
-    pub fn row(&self, r: usize) -> std::ops::Range<usize> {
-        self.start[r]..self.start[r + 1]
-    }
-    /// Slots of row r's strictly lower entries, columns ascending.
-    #[inline]
-    pub fn lower(&self, r: usize) -> std::ops::Range<usize> {
-        self.start[r]..self.upper_start[r]
-    }
-    /// Slots of row r's strictly upper entries, columns ascending.
-    #[inline]
-    pub fn upper(&self, r: usize) -> std::ops::Range<usize> {
-        self.upper_start[r]..self.start[r + 1]
+    /// Whether a_ij and a_ji are the same bits for every stored entry.
+    pub fn is_symmetric(&self) -> bool {
+        self.symmetric
     }
 
-    /// Σ_c a_rc x_c in OpenFOAM's order: the diagonal, then the off-diagonals.
+    /// The rows `first..first + count` as (row, lower columns and values,
+    /// upper columns and values): each triangle's row pointers read once,
+    /// as consecutive pairs.
+    #[inline(always)]
+    fn rows(&self, first: usize, count: usize) -> impl Iterator<Item = (usize, Row<'_>, Row<'_>)> {
+        self.lower
+            .rows(first, count)
+            .zip(self.upper.rows(first, count))
+            .enumerate()
+            .map(move |(k, (lower, upper))| (first + k, lower, upper))
+    }
+
+    /// Σ_c a_rc x_c in OpenFOAM's order: the diagonal, then the lower
+    /// entries, then the upper ones.
     #[inline]
     pub fn row_times(&self, r: usize, x: &[f64]) -> f64 {
-        let range = self.row(r);
-        let (cols, values) = (&self.cols[range.clone()], &self.values[range]);
-        let mut sum = self.diag[r] * x[r];
-        for (&c, &v) in cols.iter().zip(values) {
-            sum += v * x[c as usize];
-        }
-        sum
+        assert_eq!(x.len(), self.n(), "SplitMatrix::row_times: x size");
+        let (lower, upper) = (self.lower.row_entries(r), self.upper.row_entries(r));
+        upper.add_to(lower.add_to(self.diag[r] * x[r], x), x)
     }
 
-    /// Σ_{c≠r} a_rc x_c, the off-diagonals in stored order.
+    /// Σ_{c≠r} a_rc x_c, the lower entries, then the upper ones.
     #[inline]
     pub fn off_diagonal_times(&self, r: usize, x: &[f64]) -> f64 {
-        let range = self.row(r);
-        let (cols, values) = (&self.cols[range.clone()], &self.values[range]);
-        let mut sum = 0.0;
-        for (&c, &v) in cols.iter().zip(values) {
-            sum += v * x[c as usize];
+        assert_eq!(x.len(), self.n(), "SplitMatrix::off_diagonal_times: x size");
+        let (lower, upper) = (self.lower.row_entries(r), self.upper.row_entries(r));
+        upper.add_to(lower.add_to(0.0, x), x)
+    }
+
+    /// Whether the products run over the upper triangle alone (one thread,
+    /// bitwise symmetric: see the module docs).
+    fn by_upper_triangle(&self) -> bool {
+        self.symmetric && rayon::current_num_threads() == 1
+    }
+
+    /// The one-thread product over the upper triangle: `y` receives
+    /// (A x)_i, and `finish(i, (A x)_i, &mut y_i)` is called for the rows
+    /// in ascending order once each is complete. Row j's entry of `y`
+    /// holds d_j x_j plus the lower terms received so far from the time
+    /// the sweep reaches the first row that couples to it.
+    #[inline(always)]
+    fn upper_product(
+        &self,
+        x: &[f64],
+        y: &mut [f64],
+        mut finish: impl FnMut(usize, f64, &mut f64),
+    ) {
+        let n = self.n();
+        assert_eq!(x.len(), n, "SplitMatrix: x size");
+        assert_eq!(y.len(), n, "SplitMatrix: y size");
+        let diag = &self.diag;
+        // Rows below `ready` hold d_j x_j plus what they have received.
+        let mut ready = 0;
+        for (i, upper) in self.upper.rows(0, n).enumerate() {
+            let reach = upper.cols.last().map_or(i, |&c| c as usize);
+            while ready <= reach {
+                y[ready] = diag[ready] * x[ready];
+                ready += 1;
+            }
+            let xi = x[i];
+            let mut sum = y[i];
+            for (&c, &v) in upper.cols.iter().zip(upper.values) {
+                // SAFETY: `x_at`'s argument holds for x and y (length n,
+                // asserted above); c ≤ reach < ready.
+                unsafe {
+                    sum += v * x_at(x, c);
+                    *y.get_unchecked_mut(c as usize) += v * xi;
+                }
+            }
+            finish(i, sum, &mut y[i]);
         }
-        sum
     }
 
     /// y = A x, rows in parallel.
     pub fn apply(&self, x: &[f64], y: &mut [f64]) {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply: y size");
+        if self.by_upper_triangle() {
+            return self.upper_product(x, y, |_, sum, y| *y = sum);
+        }
         y.par_chunks_mut(CHUNK).enumerate().for_each(|(c, y)| {
-            for (k, y) in y.iter_mut().enumerate() {
-                *y = self.row_times(c * CHUNK + k, x);
+            let rows = self.rows(c * CHUNK, y.len());
+            for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
+                *y = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
             }
         });
+    }
+
+    /// y = A x, rows in parallel; returns x · y (fixed chunk order, each
+    /// chunk summed as its rows are computed).
+    pub fn apply_dot(&self, x: &[f64], y: &mut [f64]) -> f64 {
+        assert_eq!(x.len(), self.n(), "SplitMatrix::apply_dot: x size");
+        assert_eq!(y.len(), self.n(), "SplitMatrix::apply_dot: y size");
+        if self.by_upper_triangle() {
+            let mut partials = vec![0.0; self.n().div_ceil(CHUNK)];
+            self.upper_product(x, y, |i, sum, y| {
+                *y = sum;
+                partials[i / CHUNK] += x[i] * sum;
+            });
+            return partials.iter().sum();
+        }
+        ordered_sum(y.par_chunks_mut(CHUNK).enumerate().map(|(c, y)| {
+            let rows = self.rows(c * CHUNK, y.len());
+            let mut x_y = 0.0;
+            for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
+                let xr = x[r];
+                *y = upper.add_to(lower.add_to(self.diag[r] * xr, x), x);
+                x_y += xr * *y;
+            }
+            x_y
+        }))
+    }
+
+    /// y = A x, rows in parallel; returns the sums over the rows of the two
+    /// terms `terms(i, y_i)` gives (fixed chunk order, each chunk summed as
+    /// its rows are computed).
+    pub fn apply_sums(
+        &self,
+        x: &[f64],
+        y: &mut [f64],
+        terms: impl Fn(usize, f64) -> (f64, f64) + Sync,
+    ) -> (f64, f64) {
+        assert_eq!(x.len(), self.n(), "SplitMatrix::apply_sums: x size");
+        assert_eq!(y.len(), self.n(), "SplitMatrix::apply_sums: y size");
+        let partials: Vec<(f64, f64)> = if self.by_upper_triangle() {
+            let mut partials = vec![(0.0, 0.0); self.n().div_ceil(CHUNK)];
+            self.upper_product(x, y, |i, sum, y| {
+                *y = sum;
+                let (a, b) = terms(i, sum);
+                let p = &mut partials[i / CHUNK];
+                p.0 += a;
+                p.1 += b;
+            });
+            partials
+        } else {
+            y.par_chunks_mut(CHUNK)
+                .enumerate()
+                .map(|(c, y)| {
+                    let rows = self.rows(c * CHUNK, y.len());
+                    let (mut s0, mut s1) = (0.0, 0.0);
+                    for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
+                        *y = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
+                        let (a, b) = terms(r, *y);
+                        s0 += a;
+                        s1 += b;
+                    }
+                    (s0, s1)
+                })
+                .collect()
+        };
+        (
+            partials.iter().map(|p| p.0).sum(),
+            partials.iter().map(|p| p.1).sum(),
+        )
     }
 
     /// r = b − A x, rows in parallel; returns Σ |r_i| (fixed chunk order).
     pub fn residual(&self, b: &[f64], x: &[f64], r: &mut [f64]) -> f64 {
         assert_eq!(b.len(), self.n(), "SplitMatrix::residual: b size");
+        assert_eq!(x.len(), self.n(), "SplitMatrix::residual: x size");
+        assert_eq!(r.len(), self.n(), "SplitMatrix::residual: r size");
+        if self.by_upper_triangle() {
+            let mut partials = vec![0.0; self.n().div_ceil(CHUNK)];
+            self.upper_product(x, r, |i, sum, r| {
+                *r = b[i] - sum;
+                partials[i / CHUNK] += r.abs();
+            });
+            return partials.iter().sum();
+        }
         ordered_sum(r.par_chunks_mut(CHUNK).enumerate().map(|(c, r)| {
+            let rows = self.rows(c * CHUNK, r.len());
             let mut sum = 0.0;
-            for (k, r) in r.iter_mut().enumerate() {
-                let i = c * CHUNK + k;
-                *r = b[i] - self.row_times(i, x);
+            for (r, (i, lower, upper)) in r.iter_mut().zip(rows) {
+                *r = b[i] - upper.add_to(lower.add_to(self.diag[i] * x[i], x), x);
                 sum += r.abs();
             }
             sum
@@ -161,25 +275,184 @@ impl SplitMatrix {
     }
 
     /// Gauss–Seidel sweeps in natural row order on A x = b: x_i = (b_i −
-    /// Σ_{j≠i} a_ij x_j) / a_ii, the off-diagonals by column; `forward`
-    /// visits rows ascending, else descending.
+    /// Σ_{j≠i} a_ij x_j) / a_ii, the lower entries then the upper ones;
+    /// `forward` visits rows ascending, else descending.
     pub fn gauss_seidel(&self, b: &[f64], x: &mut [f64], forward: bool) {
         let n = self.n();
-        let mut visit = |i: usize| {
-            let range = self.row(i);
-            let (cols, values) = (&self.cols[range.clone()], &self.values[range]);
-            let mut acc = b[i];
-            for (&c, &v) in cols.iter().zip(values) {
-                acc -= v * x[c as usize];
-            }
-            x[i] = acc / self.diag[i];
+        assert_eq!(b.len(), n, "SplitMatrix::gauss_seidel: b size");
+        assert_eq!(x.len(), n, "SplitMatrix::gauss_seidel: x size");
+        let mut visit = |(i, lower, upper): (usize, Row<'_>, Row<'_>)| {
+            x[i] = upper.subtract_from(lower.subtract_from(b[i], x), x) / self.diag[i];
         };
         if forward {
-            (0..n).for_each(&mut visit);
+            self.rows(0, n).for_each(&mut visit);
         } else {
-            (0..n).rev().for_each(&mut visit);
+            (0..n)
+                .rev()
+                .map(|i| (i, self.lower.row_entries(i), self.upper.row_entries(i)))
+                .for_each(&mut visit);
         }
     }
+}
+
+/// Whether `upper` holds the mirror of `lower`, entry for entry and bit for
+/// bit: row i's upper entry (i, j) is row j's lower entry (j, i). Rows i
+/// ascending visit each row j's lower entries in column order, so one
+/// cursor per row finds every mirror.
+fn mirrors(lower: &TriangleRows, upper: &TriangleRows) -> bool {
+    let mut next: Vec<usize> = lower.start[..lower.n()].to_vec();
+    for (i, row) in upper.rows(0, upper.n()).enumerate() {
+        for (&j, &v) in row.cols.iter().zip(row.values) {
+            let j = j as usize;
+            let s = next[j];
+            if s == lower.start[j + 1]
+                || lower.cols[s] as usize != i
+                || lower.values[s].to_bits() != v.to_bits()
+            {
+                return false;
+            }
+            next[j] = s + 1;
+        }
+    }
+    next.iter().zip(&lower.start[1..]).all(|(s, end)| s == end)
+}
+
+/// One row of a triangle: its columns (ascending) and values.
+#[derive(Clone, Copy)]
+pub struct Row<'a> {
+    cols: &'a [u32],
+    values: &'a [f64],
+}
+
+impl Row<'_> {
+    /// `sum` + Σ v_k x[c_k], left to right (the order OpenFOAM adds them in).
+    #[inline(always)]
+    fn add_to(self, mut sum: f64, x: &[f64]) -> f64 {
+        for (&c, &v) in self.cols.iter().zip(self.values) {
+            // SAFETY: columns are below n and callers pass x of length n (`x_at`).
+            sum += v * unsafe { x_at(x, c) };
+        }
+        sum
+    }
+
+    /// `acc` − Σ v_k x[c_k], one subtraction per entry, left to right.
+    #[inline(always)]
+    fn subtract_from(self, mut acc: f64, x: &[f64]) -> f64 {
+        for (&c, &v) in self.cols.iter().zip(self.values) {
+            // SAFETY: columns are below n and callers pass x of length n (`x_at`).
+            acc -= v * unsafe { x_at(x, c) };
+        }
+        acc
+    }
+}
+
+/// One triangle of a square matrix by rows: row r's entries (columns
+/// ascending) are `start[r]..start[r + 1]`.
+#[derive(Clone, Debug)]
+pub struct TriangleRows {
+    start: Vec<usize>,
+    cols: Vec<u32>,
+    values: Vec<f64>,
+}
+
+impl TriangleRows {
+    fn empty(n: usize) -> Self {
+        let mut start = Vec::with_capacity(n + 1);
+        start.push(0);
+        Self {
+            start,
+            cols: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.start.len() - 1
+    }
+
+    /// The values in stored order (rows ascending, columns ascending).
+    pub fn values_mut(&mut self) -> &mut [f64] {
+        &mut self.values
+    }
+
+    /// Slots of row r.
+    #[inline]
+    pub fn row(&self, r: usize) -> std::ops::Range<usize> {
+        self.start[r]..self.start[r + 1]
+    }
+
+    /// Row r's columns and values.
+    #[inline(always)]
+    fn row_entries(&self, r: usize) -> Row<'_> {
+        let (lo, hi) = (self.start[r], self.start[r + 1]);
+        Row {
+            cols: &self.cols[lo..hi],
+            values: &self.values[lo..hi],
+        }
+    }
+
+    /// Rows `first..first + count`, the row pointers read as consecutive pairs.
+    #[inline(always)]
+    fn rows(
+        &self,
+        first: usize,
+        count: usize,
+    ) -> impl DoubleEndedIterator<Item = Row<'_>> + ExactSizeIterator {
+        let starts = &self.start[first..=first + count];
+        starts.iter().zip(&starts[1..]).map(|(&lo, &hi)| Row {
+            cols: &self.cols[lo..hi],
+            values: &self.values[lo..hi],
+        })
+    }
+
+    /// (column, value) of every entry of row r, columns ascending.
+    pub fn entries(&self, r: usize) -> impl DoubleEndedIterator<Item = (usize, f64)> + '_ {
+        let row = self.row_entries(r);
+        row.cols
+            .iter()
+            .zip(row.values)
+            .map(|(&c, &v)| (c as usize, v))
+    }
+
+    /// Forward substitution: for each row j ascending, w_j = s_j −
+    /// Σ_c t_jc w_c (columns ascending) with s_j = `first(j)`.
+    #[inline]
+    pub fn forward(&self, w: &mut [f64], first: impl Fn(usize) -> f64) {
+        assert_eq!(w.len(), self.n(), "TriangleRows::forward: w size");
+        for (j, row) in self.rows(0, self.n()).enumerate() {
+            w[j] = row.subtract_from(first(j), w);
+        }
+    }
+
+    /// Backward substitution on the rows `rows` (descending): w_i −= Σ_c
+    /// t_ic w_c, columns descending.
+    #[inline]
+    pub fn backward(&self, w: &mut [f64], rows: std::ops::Range<usize>) {
+        assert_eq!(w.len(), self.n(), "TriangleRows::backward: w size");
+        let first = rows.start;
+        for (k, row) in self.rows(first, rows.len()).enumerate().rev() {
+            let i = first + k;
+            let mut wi = w[i];
+            for (&c, &v) in row.cols.iter().zip(row.values).rev() {
+                // SAFETY: `x_at`'s argument holds (w.len() == n asserted above).
+                wi -= v * unsafe { x_at(w, c) };
+            }
+            w[i] = wi;
+        }
+    }
+}
+
+/// x[c] without a bounds check.
+///
+/// # Safety
+/// `c < x.len()`: every column of a [`TriangleRows`] is below n (the CSR it
+/// was split from checked each against its column count, equal to n for a
+/// square matrix), and every kernel asserts that the vectors it reads have
+/// length n.
+#[inline(always)]
+unsafe fn x_at(x: &[f64], c: u32) -> f64 {
+    debug_assert!((c as usize) < x.len());
+    *x.get_unchecked(c as usize)
 }
 
 #[cfg(test)]
@@ -202,9 +475,10 @@ mod tests {
         let a = sample();
         let s = SplitMatrix::new(&a);
         assert_eq!(s.diag(), &[4., 5., 6., 7.]);
-        assert_eq!(s.lower(3).map(|k| s.cols()[k]).collect::<Vec<_>>(), [0, 2]);
-        assert_eq!(s.upper(0).map(|k| s.cols()[k]).collect::<Vec<_>>(), [1, 3]);
-        assert!(s.upper(3).is_empty() && s.lower(0).is_empty());
+        let cols = |t: &TriangleRows, r| t.entries(r).map(|(c, _)| c).collect::<Vec<_>>();
+        assert_eq!(cols(s.lower_rows(), 3), [0, 2]);
+        assert_eq!(cols(s.upper_rows(), 0), [1, 3]);
+        assert!(s.upper_rows().row(3).is_empty() && s.lower_rows().row(0).is_empty());
         let x = [1.0, -2.0, 0.5, 3.0];
         let (mut y, mut z) = (vec![0.0; 4], vec![0.0; 4]);
         s.apply(&x, &mut y);
@@ -227,5 +501,102 @@ mod tests {
         }
         let mut r = vec![0.0; 4];
         assert!(s.residual(&b, &x, &mut r) < 1e-12);
+    }
+
+    /// A 7-point operator on an nx × ny × nz grid with a coefficient per
+    /// face (the same bits in both rows: symmetric), rows in natural order.
+    pub(crate) fn grid_laplacian(nx: usize, ny: usize, nz: usize) -> Csr {
+        let n = nx * ny * nz;
+        let face = |i: usize, j: usize| {
+            let (lo, hi) = (i.min(j) as u64, i.max(j) as u64);
+            -0.5 - ((lo * 7919 + hi * 104_729) % 1000) as f64 * 1e-3
+        };
+        let (mut row_ptr, mut cols, mut values) = (vec![0], Vec::new(), Vec::new());
+        for i in 0..n {
+            let (x, y, z) = (i % nx, (i / nx) % ny, i / (nx * ny));
+            let mut row: Vec<(usize, f64)> = Vec::new();
+            for (ok, j) in [
+                (z > 0, i.wrapping_sub(nx * ny)),
+                (y > 0, i.wrapping_sub(nx)),
+                (x > 0, i.wrapping_sub(1)),
+                (x + 1 < nx, i + 1),
+                (y + 1 < ny, i + nx),
+                (z + 1 < nz, i + nx * ny),
+            ] {
+                if ok {
+                    row.push((j, face(i, j)));
+                }
+            }
+            let diag = 0.25 - row.iter().map(|e| e.1).sum::<f64>();
+            row.push((i, diag));
+            row.sort_by_key(|e| e.0);
+            cols.extend(row.iter().map(|e| e.0 as u32));
+            values.extend(row.iter().map(|e| e.1));
+            row_ptr.push(cols.len());
+        }
+        Csr::new(n, row_ptr, cols, values).unwrap()
+    }
+
+    #[test]
+    fn upper_triangle_products_have_the_bits_of_the_row_products() {
+        let a = grid_laplacian(23, 19, 21); // 9177 rows: three reduction chunks
+        let n = a.n_rows();
+        let s = SplitMatrix::new(&a);
+        assert!(s.is_symmetric());
+        let x: Vec<f64> = (0..n)
+            .map(|i| ((i * 37) % 101) as f64 / 7.0 - 6.0)
+            .collect();
+        let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64).collect();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let (mut y, mut q, mut r) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+                s.apply(&x, &mut y);
+                let x_q = s.apply_dot(&x, &mut q);
+                let r_sum = s.residual(&b, &x, &mut r);
+                let mut t = vec![0.0; n];
+                let (t_b, t_t) = s.apply_sums(&x, &mut t, |i, v| (v * b[i], v * v));
+                assert_eq!(t, y);
+                (
+                    y,
+                    q,
+                    x_q.to_bits(),
+                    r,
+                    r_sum.to_bits(),
+                    t_b.to_bits(),
+                    t_t.to_bits(),
+                )
+            })
+        };
+        let (one, two) = (run(1), run(2));
+        assert_eq!(one, two);
+        let expected: Vec<f64> = (0..n).map(|i| s.row_times(i, &x)).collect();
+        assert_eq!(one.0, expected);
+        // A matrix whose mirror entries differ in the last bit is not symmetric.
+        let mut values = a.values().to_vec();
+        values[1] = f64::from_bits(values[1].to_bits() + 1);
+        let b = Csr::new(n, a.row_ptr().to_vec(), a.cols().to_vec(), values).unwrap();
+        assert!(!SplitMatrix::new(&b).is_symmetric());
+        assert!(SplitMatrix::new(&sample()).is_symmetric());
+    }
+
+    #[test]
+    fn dic_sweeps_with_the_dot_product_fused_keep_its_bits() {
+        use crate::solve::precond::Dic;
+        use crate::solve::LinearOperator;
+        let a = grid_laplacian(17, 16, 18); // 4896 rows: two reduction chunks
+        let n = a.n_rows();
+        let dic = Dic::new(&a).unwrap();
+        let r: Vec<f64> = (0..n)
+            .map(|i| ((i * 37) % 101) as f64 / 7.0 - 6.0)
+            .collect();
+        let (mut w, mut z) = (vec![0.0; n], vec![0.0; n]);
+        dic.apply(&r, &mut w);
+        let r_z = dic.apply_dot(&r, &mut z);
+        assert_eq!(w, z);
+        assert_eq!(r_z.to_bits(), super::super::reduce::dot(&r, &w).to_bits());
     }
 }
