@@ -47,7 +47,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::amg::DeviceAmg;
-use super::assembly::{AssemblyError, DeviceLaplacian};
+use super::assembly::{flatten, AssemblyError, AssemblyMap, DeviceLaplacian};
 use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
@@ -60,6 +60,7 @@ use crate::solve::bicgstab::bicgstab;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls};
+use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::Csr;
 
 /// Why the device loop stopped.
@@ -198,17 +199,6 @@ impl Lap<'_> {
     }
 }
 
-/// Vectors as 3 doubles each, in the order `index` gives.
-fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
-    index
-        .iter()
-        .flat_map(|&i| {
-            let v = vectors[offset + i as usize];
-            [v.x, v.y, v.z]
-        })
-        .collect()
-}
-
 impl<'g> DeviceSimple<'g> {
     /// The systems of `simple` on `gpu`, its U, p and φ uploaded; the
     /// momentum predictor on the device where [`Self::momentum_on_device`]
@@ -221,7 +211,17 @@ impl<'g> DeviceSimple<'g> {
     ) -> Result<Self, AssemblyError> {
         let (system, problem) = simple.pressure_system();
         let slice_height = GpuSolveOptions::default().slice_height;
-        let laplacian = DeviceLaplacian::new(gpu, system, problem, slice_height)?;
+        // One ordering and assembly map for the pressure and the momentum
+        // components: the systems share the mesh and the matrix pattern.
+        let ordering = crate::timings::span("reverse Cuthill-McKee ordering", || {
+            reverse_cuthill_mckee(&system.matrix)
+        });
+        let map = crate::timings::span("assembly map and mod-SELL pattern", || {
+            AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height)
+        })?;
+        let laplacian = crate::timings::span_synced("pressure system", gpu, || {
+            DeviceLaplacian::with_map(gpu, system, problem, ordering, &map)
+        })?;
         let n = laplacian.n();
         let faces = laplacian.n_face_values();
         let p = GpuVector::from(laplacian.to_device_order(&simple.p)?);
@@ -237,7 +237,9 @@ impl<'g> DeviceSimple<'g> {
             .map(|_| gpu.zeros(n))
             .collect::<Result<Vec<_>, GpuError>>()?;
         let momentum = match Self::momentum_on_device(simple) {
-            Ok(()) => match DeviceMomentum::new(gpu, simple, &laplacian) {
+            Ok(()) => match crate::timings::span_synced("momentum systems", gpu, || {
+                DeviceMomentum::new(gpu, simple, &laplacian, &map)
+            }) {
                 Ok(momentum) => Some(momentum),
                 Err(AssemblyError::Unsupported(why)) => {
                     log::info!("momentum predictor on the CPU: {why}");
@@ -766,10 +768,13 @@ fn lost() -> GpuError {
 }
 
 impl<'g> DeviceMomentum<'g> {
+    /// The momentum systems on `gpu`, rows and faces as `pressure` has
+    /// them (`map`: its assembly map).
     fn new(
         gpu: &'g Gpu,
         simple: &Simple,
         pressure: &DeviceLaplacian<'g>,
+        map: &AssemblyMap,
     ) -> Result<Self, AssemblyError> {
         let settings = simple.settings();
         let momentum = settings.momentum;
@@ -792,7 +797,6 @@ impl<'g> DeviceMomentum<'g> {
             "momentum predictor and Rhie-Chow on the GPU ({method}, {used}), matrices assembled \
              there"
         );
-        let slice_height = pressure.arrays()?.matrix.slice_height;
         let n = pressure.n();
         let mut viscous = Vec::new();
         let mut matrices = Vec::new();
@@ -800,7 +804,7 @@ impl<'g> DeviceMomentum<'g> {
         for k in 0..simple.components().len() {
             let (system, problem) = simple.viscous_system(k);
             let ordering = pressure.ordering().clone();
-            let lap = DeviceLaplacian::with_ordering(gpu, system, problem, ordering, slice_height)?;
+            let lap = DeviceLaplacian::with_map(gpu, system, problem, ordering, map)?;
             if lap.device_faces() != pressure.device_faces()
                 || lap.device_boundary() != pressure.device_boundary()
             {
