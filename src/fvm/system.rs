@@ -758,3 +758,35 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
     };
     Ok((matrix, slots))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pattern_built_in_blocks_is_the_cell_adjacency() {
+        // 24 000 cells: two blocks of rows.
+        let mesh = crate::mesh::load("box:40x30x20:renumber").unwrap();
+        let (matrix, slots) = build_pattern(&mesh).unwrap();
+        let mut rows: Vec<Vec<u32>> = (0..mesh.n_cells() as u32).map(|c| vec![c]).collect();
+        for (&o, &n) in mesh.owner().iter().zip(mesh.neighbour()) {
+            rows[o as usize].push(n);
+            rows[n as usize].push(o);
+        }
+        for (r, row) in rows.iter_mut().enumerate() {
+            row.sort_unstable();
+            row.dedup();
+            assert_eq!(matrix.row(r).0, row.as_slice(), "row {r}");
+            let diagonal = matrix.row_ptr()[r] + row.binary_search(&(r as u32)).unwrap();
+            assert_eq!(slots.diagonal[r], diagonal);
+        }
+        for (f, (&o, &n)) in mesh.owner().iter().zip(mesh.neighbour()).enumerate() {
+            assert_eq!(matrix.cols()[slots.upper[f]], n);
+            assert_eq!(matrix.cols()[slots.lower[f]], o);
+            assert!(
+                (matrix.row_ptr()[o as usize]..matrix.row_ptr()[o as usize + 1])
+                    .contains(&slots.upper[f])
+            );
+        }
+    }
+}

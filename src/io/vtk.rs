@@ -549,12 +549,16 @@ impl VtkCells {
     /// The cells of `mesh`, built in parallel over blocks of cells whose
     /// parts are joined in cell order (the same arrays as one pass).
     fn new(mesh: &Mesh) -> Self {
-        const BLOCK: usize = 16_384;
+        Self::in_blocks(mesh, 16_384)
+    }
+
+    /// [`Self::new`] over blocks of `block` cells.
+    fn in_blocks(mesh: &Mesh, block: usize) -> Self {
         let n = mesh.n_cells();
         let cell_faces = mesh.cell_faces();
-        let blocks: Vec<Self> = (0..n.div_ceil(BLOCK))
+        let blocks: Vec<Self> = (0..n.div_ceil(block))
             .into_par_iter()
-            .map(|b| Self::of_range(mesh, &cell_faces, b * BLOCK..((b + 1) * BLOCK).min(n)))
+            .map(|b| Self::of_range(mesh, &cell_faces, b * block..((b + 1) * block).min(n)))
             .collect();
         let mut cells = Self {
             types: Vec::with_capacity(n),
@@ -1596,6 +1600,25 @@ mod tests {
 
     /// Whichever face comes first and wherever each face starts, the hexahedron
     /// comes out the right way round.
+    #[test]
+    fn cells_built_in_blocks_equal_one_block() {
+        for mesh in [
+            mixed_mesh(),
+            crate::mesh::load("meshes/foam/polydual").unwrap(),
+            crate::mesh::load("box:5x4x3:tet:perturb=0.2:renumber").unwrap(),
+        ] {
+            let whole = VtkCells::in_blocks(&mesh, mesh.n_cells());
+            assert!(whole.types.len() == mesh.n_cells());
+            for block in [1, 2, 7] {
+                assert_eq!(
+                    VtkCells::in_blocks(&mesh, block),
+                    whole,
+                    "blocks of {block}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn hexahedron_order_does_not_depend_on_face_order() {
         let (points, faces, owner, _, patches) = crate::mesh::tests::unit_cube().into_parts();
