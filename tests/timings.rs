@@ -131,6 +131,32 @@ fn a_poisson_run_prints_the_table_and_its_json_adds_up() {
 }
 
 #[test]
+fn the_debug_level_names_the_steps_of_each_phase() {
+    let dir = Scratch::new("spans");
+    std::fs::write(dir.0.join("case.toml"), POISSON).unwrap();
+    let (log, _) = run(&["--log", "debug", dir.0.to_str().unwrap()]);
+    // Each step under the phase it belongs to, with its wall and CPU time.
+    for step in [
+        "assembly: face geometry ",
+        "assembly: matrix pattern and slot map ",
+        "assembly: source per cell ",
+        "assembly: host matrix and right-hand side ",
+        "output: VTK cells and patches ",
+        "output: error ",
+        "output: VTK files ",
+    ] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(step))
+            .unwrap_or_else(|| panic!("no '{step}' in:\n{log}"));
+        assert!(line.contains(" ms (cpu "), "{line}");
+    }
+    // At the info level they are not logged.
+    let (log, _) = run(&[dir.0.to_str().unwrap()]);
+    assert!(!log.contains("matrix pattern and slot map"), "{log}");
+}
+
+#[test]
 fn a_laplacian_foam_run_writes_its_account_to_a_file() {
     let dir = Scratch::new("foam");
     let case = dir.0.join("case");

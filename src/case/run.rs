@@ -38,6 +38,7 @@ use crate::sparse::distribute::Decomposition;
 use crate::sparse::{Csr, ModSell, Permutation, RowOrdering};
 use crate::timings::{self, Phase, PhaseGuard};
 use cudarc::driver::CudaSlice;
+use rayon::prelude::*;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Instant;
@@ -571,6 +572,13 @@ struct Run<'a> {
     /// GAMG's face weights and cached agglomeration.
     gamg_cache: GamgCache,
     clock: Instant,
+    /// Corrector loops solved so far: tells whether the field changed since
+    /// `written_error`.
+    solves: usize,
+    /// The error norms of the last field written with its error (after
+    /// `solves` loops, at that physical time), so that the run's end does not
+    /// evaluate the exact solution again for the same field.
+    written_error: Option<(usize, f64, ErrorNorms)>,
 }
 
 impl<'a> Run<'a> {
@@ -597,15 +605,19 @@ impl<'a> Run<'a> {
         let problem = LaplacianProblem {
             gamma: setup.gamma.cell_field(0.0),
             source: setup.source.cell_field(0.0),
-            boundary: setup.boundary_conditions(mesh, geometry, 0.0)?,
+            boundary: timings::span("boundary values", || {
+                setup.boundary_conditions(mesh, geometry, 0.0)
+            })?,
             time,
             singular: setup.singular,
         };
         let system = LaplacianSystem::new(mesh, geometry, setup.schemes, &problem)?;
         drop(assembly);
-        let field = setup
-            .initial
-            .values_at(&geometry.cell_centres, 0.0, "initial field")?;
+        let field = timings::span("initial field", || {
+            setup
+                .initial
+                .values_at(&geometry.cell_centres, 0.0, "initial field")
+        })?;
         // A distributed run's ranks write their cells as pieces of the VTK
         // series (rank 0 the .pvtu, the boundary and the series files).
         let output = timings::enter(Phase::Output);
@@ -618,7 +630,7 @@ impl<'a> Run<'a> {
                     let cells = cells_of(ranks.decomposition, rank);
                     VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
                 }
-                _ => VtkSeries::new(mesh, dir, &name)?,
+                _ => timings::span("VTK cells and patches", || VtkSeries::new(mesh, dir, &name))?,
             })
         } else {
             None
@@ -673,6 +685,8 @@ impl<'a> Run<'a> {
                     .collect::<Vec<_>>(),
             ),
             clock,
+            solves: 0,
+            written_error: None,
         };
         timings::timed(Phase::Assembly, || run.apply_implicit_source(0.0))?;
         Ok(run)
@@ -794,6 +808,7 @@ impl<'a> Run<'a> {
     /// its linear solves).
     fn solve_here(&mut self, transient: bool) -> Result<Vec<SolverPerformance>, CaseError> {
         let setup = self.setup;
+        self.solves += 1;
         if let Some(dev) = &mut self.on_device {
             return dev.solve(setup, self.device, transient);
         }
@@ -951,16 +966,18 @@ impl<'a> Run<'a> {
         let Some(exact) = &self.setup.exact else {
             return Ok(None);
         };
-        let exact = exact.values_at(&self.geometry.cell_centres, time, "exact solution")?;
-        Ok(Some(
-            self.field.iter().zip(&exact).map(|(t, e)| t - e).collect(),
-        ))
+        let mut error = exact.values_at(&self.geometry.cell_centres, time, "exact solution")?;
+        error
+            .par_iter_mut()
+            .zip(self.field.par_iter())
+            .for_each(|(e, t)| *e = t - *e);
+        Ok(Some(error))
     }
 
     /// Writes every output format at `time` (`physical_time` for time-dependent data).
     fn write(&mut self, time: f64, physical_time: f64) -> Result<(), CaseError> {
         let _output = self.device.phase(Phase::Output);
-        self.sync_field()?;
+        timings::span("field to the host", || self.sync_field())?;
         self.write_vtk(time, physical_time)?;
         if self.setup.output.formats.contains(&OutputFormat::Foam) {
             self.write_foam(time)?;
@@ -973,14 +990,26 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         let field = &self.setup.field;
-        let gradient = self.gradient()?;
-        let gamma =
+        let gradient = timings::span("gradient", || self.gradient())?;
+        let gamma = timings::span("gamma", || {
             self.setup
                 .gamma
-                .values_at(&self.geometry.cell_centres, physical_time, "gamma")?;
-        let cell_ids: Vec<f64> = (0..self.mesh.n_cells()).map(|c| c as f64).collect();
-        let error = self.error(physical_time)?;
-        let boundary_values = self.boundary_coeffs().face_values(self.mesh, &self.field);
+                .values_at(&self.geometry.cell_centres, physical_time, "gamma")
+        })?;
+        let cell_ids: Vec<f64> = timings::span("cell ids", || {
+            (0..self.mesh.n_cells())
+                .into_par_iter()
+                .map(|c| c as f64)
+                .collect()
+        });
+        let error = timings::span("error", || self.error(physical_time))?;
+        self.written_error = error.as_ref().map(|e| {
+            let norms = ErrorNorms::new(e, &self.geometry.cell_volumes);
+            (self.solves, physical_time, norms)
+        });
+        let boundary_values = timings::span("boundary values", || {
+            self.boundary_coeffs().face_values(self.mesh, &self.field)
+        });
         let grad_name = format!("grad({field})");
         let mut cell_fields = vec![
             Field::scalar(field, &self.field),
@@ -993,11 +1022,13 @@ impl<'a> Run<'a> {
             cell_fields.push(Field::scalar("error", error));
         }
         let vtk = self.vtk.as_mut().expect("checked above");
-        let written = vtk.write_step(
-            time,
-            &cell_fields,
-            &[Field::scalar(field, &boundary_values)],
-        );
+        let written = timings::span("VTK files", || {
+            vtk.write_step(
+                time,
+                &cell_fields,
+                &[Field::scalar(field, &boundary_values)],
+            )
+        });
         if let Device::Distributed(ranks) = self.device {
             // The step is listed only once every rank's piece is on disk; a
             // rank that failed still takes part, so that none waits forever.
@@ -1090,16 +1121,23 @@ impl<'a> Run<'a> {
         converged: bool,
         not_converged: Option<String>,
     ) -> Result<RunSummary, CaseError> {
-        self.sync_field()?;
-        let error = self.error(physical_time)?.map(|e| {
-            let norms = ErrorNorms::new(&e, &self.geometry.cell_volumes);
+        timings::span("field to the host", || self.sync_field())?;
+        let written = self
+            .written_error
+            .filter(|&(solves, at, _)| solves == self.solves && at == physical_time)
+            .map(|(_, _, norms)| norms);
+        let error = match written {
+            Some(norms) => Some(norms),
+            None => timings::span("error", || self.error(physical_time))?
+                .map(|e| ErrorNorms::new(&e, &self.geometry.cell_volumes)),
+        }
+        .inspect(|norms| {
             log::info!(
                 "Error against the exact solution: L1 = {}, L2 = {}, Linf = {}",
                 format_g(norms.l1),
                 format_g(norms.l2),
                 format_g(norms.linf)
             );
-            norms
         });
         self.log_written();
         log::info!("End");

@@ -87,7 +87,7 @@ impl Scalar {
                 points.len()
             ))),
             Self::Values(v) => Ok(v.clone()),
-            Self::Function(f) => Ok(points.iter().map(|&x| f.eval(x, time)).collect()),
+            Self::Function(f) => Ok(crate::fvm::evaluate_at(points, |x| f.eval(x, time))),
         }
     }
 

@@ -41,6 +41,7 @@ use crate::solve::{
     SolverControls, SolverPerformance,
 };
 use crate::sparse::Csr;
+use rayon::prelude::*;
 use std::time::Instant;
 
 /// Convection scheme of `div(phi,U)`, always in OpenFOAM's `bounded` form
@@ -385,20 +386,24 @@ impl<'m> Simple<'m> {
             tolerance: f64::INFINITY,
             ..SingularPolicy::default()
         };
-        let viscous = components
-            .iter()
-            .map(|&c| {
-                let mut problem = LaplacianProblem::steady(
-                    CellField::Uniform(settings.nu),
-                    CellField::Uniform(0.0),
-                    component_conditions(velocity, mesh, geometry, c)?,
-                );
-                problem.singular = never_singular;
-                let system = LaplacianSystem::new(mesh, geometry, settings.schemes, &problem)?;
-                Ok((system, problem))
-            })
-            .collect::<Result<Vec<_>, FlowError>>()?;
-        let (viscous, viscous_problems) = viscous.into_iter().unzip();
+        // The systems share the mesh and schemes: the first builds the
+        // pattern and face geometry, the others copy them.
+        let mut viscous: Vec<LaplacianSystem> = Vec::with_capacity(components.len());
+        let mut viscous_problems = Vec::with_capacity(components.len());
+        for &c in &components {
+            let mut problem = LaplacianProblem::steady(
+                CellField::Uniform(settings.nu),
+                CellField::Uniform(0.0),
+                component_conditions(velocity, mesh, geometry, c)?,
+            );
+            problem.singular = never_singular;
+            let system = match viscous.first() {
+                Some(first) => first.with_structure_of(&problem)?,
+                None => LaplacianSystem::new(mesh, geometry, settings.schemes, &problem)?,
+            };
+            viscous.push(system);
+            viscous_problems.push(problem);
+        }
         let pressure_problem = LaplacianProblem {
             singular: SingularPolicy {
                 reference: Reference::Cell {
@@ -409,8 +414,12 @@ impl<'m> Simple<'m> {
             },
             ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), pressure)
         };
-        let pressure = LaplacianSystem::new(mesh, geometry, settings.schemes, &pressure_problem)?;
+        let pressure = match viscous.first() {
+            Some(first) => first.with_structure_of(&pressure_problem)?,
+            None => LaplacianSystem::new(mesh, geometry, settings.schemes, &pressure_problem)?,
+        };
         let to_face = (0..mesh.n_internal_faces())
+            .into_par_iter()
             .map(|f| {
                 let centre = geometry.face_centre(mesh, f);
                 let cells = &geometry.cell_centres;

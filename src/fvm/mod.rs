@@ -90,9 +90,22 @@ impl CellField {
                 centres.len()
             ))),
             Self::PerCell(v) => Ok(v.clone()),
-            Self::Function(f) => Ok(centres.iter().map(|&c| f(c)).collect()),
+            Self::Function(f) => Ok(evaluate_at(centres, |c| f(c))),
         }
     }
+}
+
+/// `f` at every point of `points` (cell or face centres), evaluated in
+/// parallel: an expression per cell is the costliest host step of setting up
+/// a large case. Each value is `f`'s alone, so the result does not depend on
+/// the number of threads.
+pub fn evaluate_at(points: &[Vec3], f: impl Fn(Vec3) -> f64 + Sync) -> Vec<f64> {
+    use rayon::prelude::*;
+    points
+        .par_iter()
+        .with_min_len(1024)
+        .map(|&x| f(x))
+        .collect()
 }
 
 impl fmt::Debug for CellField {

@@ -15,6 +15,7 @@
 
 use super::FvmError;
 use crate::mesh::{Geometry, Mesh, Vec3};
+use rayon::prelude::*;
 
 /// Surface-normal gradient scheme of the Laplacian (`laplacianSchemes Gauss <interp> <snGrad>`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -228,10 +229,10 @@ impl FaceGeometry {
         }
         let n_internal = mesh.n_internal_faces();
         let sf = &geometry.face_area_vectors;
-        let mag_sf: Vec<f64> = sf.iter().map(|s| s.norm()).collect();
-        let mut delta_coeffs = Vec::with_capacity(n_internal);
-        let mut correction_vectors = Vec::new();
-        for f in 0..n_internal {
+        let mag_sf: Vec<f64> = sf.par_iter().map(|s| s.norm()).collect();
+        // Per internal face, in parallel: the unit normal, the delta, the
+        // non-orthogonal coefficient and the coefficient of the scheme.
+        let face = |f: usize| {
             let d = geometry.delta(mesh, f);
             let unit = sf[f] / mag_sf[f];
             let non_orth = 1.0 / unit.dot(&d).max(0.05 * d.norm());
@@ -239,19 +240,39 @@ impl FaceGeometry {
                 SnGradScheme::Orthogonal => 1.0 / d.norm(),
                 _ => non_orth,
             };
-            if !coeff.is_finite() || !non_orth.is_finite() {
-                return Err(FvmError::invalid(format!(
-                    "internal face {f} (cells {} and {}): the cell centres coincide or the face has \
-                     no area; check the mesh",
-                    mesh.owner()[f],
-                    mesh.neighbour()[f]
-                )));
-            }
-            delta_coeffs.push(coeff);
-            if sn_grad.is_corrected() {
-                correction_vectors.push(unit - d * non_orth);
-            }
+            (d, unit, non_orth, coeff)
+        };
+        let delta_coeffs: Vec<f64> = (0..n_internal)
+            .into_par_iter()
+            .map(|f| {
+                let (_, _, non_orth, coeff) = face(f);
+                // NaN marks a face refused below.
+                if non_orth.is_finite() {
+                    coeff
+                } else {
+                    f64::NAN
+                }
+            })
+            .collect();
+        if let Some(f) = delta_coeffs.par_iter().position_first(|c| !c.is_finite()) {
+            return Err(FvmError::invalid(format!(
+                "internal face {f} (cells {} and {}): the cell centres coincide or the face has \
+                 no area; check the mesh",
+                mesh.owner()[f],
+                mesh.neighbour()[f]
+            )));
         }
+        let correction_vectors: Vec<Vec3> = if sn_grad.is_corrected() {
+            (0..n_internal)
+                .into_par_iter()
+                .map(|f| {
+                    let (d, unit, non_orth, _) = face(f);
+                    unit - d * non_orth
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let n_boundary = mesh.n_faces() - n_internal;
         let mut patch_deltas = Vec::with_capacity(n_boundary);
         let mut patch_delta_coeffs = Vec::with_capacity(n_boundary);

@@ -156,18 +156,23 @@ impl<'m> LaplacianSystem<'m> {
         schemes: Schemes,
         problem: &LaplacianProblem,
     ) -> Result<Self, FvmError> {
-        let faces = FaceGeometry::new(mesh, geometry, schemes.sn_grad)?;
+        let faces = crate::timings::span("face geometry", || {
+            FaceGeometry::new(mesh, geometry, schemes.sn_grad)
+        })?;
         let first = mesh.n_internal_faces();
         let mut active = vec![true; mesh.n_faces() - first];
         for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
             active[patch.boundary_faces(first)].fill(false);
         }
-        let gradient =
-            CellGradient::new(schemes.grad, mesh, geometry, &faces.patch_deltas, &active)?;
-        let (matrix, slots) = build_pattern(mesh)?;
+        let gradient = crate::timings::span("cell gradient", || {
+            CellGradient::new(schemes.grad, mesh, geometry, &faces.patch_deltas, &active)
+        })?;
+        let (matrix, slots) =
+            crate::timings::span("matrix pattern and slot map", || build_pattern(mesh))?;
         let n_cells = mesh.n_cells();
-        let (n_regions, regions) = crate::mesh::check::cell_regions(mesh);
-        let mut system = Self {
+        let (n_regions, regions) =
+            crate::timings::span("cell regions", || crate::mesh::check::cell_regions(mesh));
+        let system = Self {
             matrix,
             rhs: vec![0.0; n_cells],
             mesh,
@@ -187,22 +192,57 @@ impl<'m> LaplacianSystem<'m> {
             floating: Vec::new(),
             references: Vec::new(),
         };
-        system.reassemble(problem)?;
-        let n_floating = system.floating.iter().filter(|&&f| f).count();
+        system.assembled(problem)
+    }
+
+    /// A system of another problem on the same mesh with the same schemes:
+    /// the pattern, slot map, face geometry, gradient scheme and regions of
+    /// `self` are copied rather than built again (a flow case's momentum
+    /// components and pressure share them), then `problem` is assembled.
+    pub fn with_structure_of(&self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
+        let n_cells = self.mesh.n_cells();
+        let system = crate::timings::span("matrix pattern and geometry copied", || Self {
+            matrix: self.matrix.clone(),
+            rhs: vec![0.0; n_cells],
+            mesh: self.mesh,
+            geometry: self.geometry,
+            schemes: self.schemes,
+            faces: self.faces.clone(),
+            gradient: self.gradient.clone(),
+            slots: self.slots.clone(),
+            bc: BoundaryCoeffs::default(),
+            gamma_mag_sf: vec![0.0; self.gamma_mag_sf.len()],
+            gamma_mag_sf_boundary: vec![0.0; self.gamma_mag_sf_boundary.len()],
+            explicit_rhs: vec![0.0; n_cells],
+            time: TimeScheme::SteadyState,
+            singular: None,
+            regions: self.regions.clone(),
+            n_regions: self.n_regions,
+            floating: Vec::new(),
+            references: Vec::new(),
+        });
+        system.assembled(problem)
+    }
+
+    /// The system with `problem` assembled (the end of [`Self::new`]).
+    fn assembled(mut self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
+        self.reassemble(problem)?;
+        let n_floating = self.floating.iter().filter(|&&f| f).count();
+        let n_regions = self.n_regions;
         if n_regions > 1 && n_floating > 0 {
             log::info!(
                 "The mesh has {n_regions} disconnected regions, {n_floating} of them without a \
                  fixed value: the level of each is fixed on its own"
             );
         }
-        Ok(system)
+        Ok(self)
     }
 
     /// Re-assembles matrix values and the explicit right-hand side for new
     /// physical data (Γ, sources, boundary values, time step); the pattern stays.
     pub fn reassemble(&mut self, problem: &LaplacianProblem) -> Result<(), FvmError> {
         let values = self.evaluate(problem)?;
-        self.assemble(values);
+        crate::timings::span("host matrix and right-hand side", || self.assemble(values));
         Ok(())
     }
 
@@ -238,15 +278,24 @@ impl<'m> LaplacianSystem<'m> {
             ));
         }
         let centres = &geometry.cell_centres;
-        let gamma = problem.gamma.cell_values(centres, "gamma")?;
-        check_values(&gamma, true, |c| format!("gamma in cell {c}"))?;
-        let gamma_boundary = self.boundary_gamma(&problem.gamma, &gamma);
-        check_values(&gamma_boundary, true, |b| {
-            format!("gamma on boundary face {}", mesh.n_internal_faces() + b)
+        let gamma = crate::timings::span("gamma per cell and boundary face", || {
+            let gamma = problem.gamma.cell_values(centres, "gamma")?;
+            check_values(&gamma, true, |c| format!("gamma in cell {c}"))?;
+            let gamma_boundary = self.boundary_gamma(&problem.gamma, &gamma);
+            check_values(&gamma_boundary, true, |b| {
+                format!("gamma on boundary face {}", mesh.n_internal_faces() + b)
+            })?;
+            Ok::<_, FvmError>((gamma, gamma_boundary))
+        });
+        let (gamma, gamma_boundary) = gamma?;
+        let source = crate::timings::span("source per cell", || {
+            let source = problem.source.cell_values(centres, "source")?;
+            check_values(&source, false, |c| format!("source in cell {c}"))?;
+            Ok::<_, FvmError>(source)
         })?;
-        let source = problem.source.cell_values(centres, "source")?;
-        check_values(&source, false, |c| format!("source in cell {c}"))?;
-        let bc = BoundaryCoeffs::new(&problem.boundary, mesh, &self.faces.patch_delta_coeffs);
+        let bc = crate::timings::span("boundary coefficients", || {
+            BoundaryCoeffs::new(&problem.boundary, mesh, &self.faces.patch_delta_coeffs)
+        });
         let gradient = if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected
             && self.schemes.grad == GradScheme::LeastSquares
         {
@@ -391,12 +440,9 @@ impl<'m> LaplacianSystem<'m> {
         let first = self.mesh.n_internal_faces();
         let owner = self.mesh.owner();
         match field {
-            CellField::Function(f) => self
-                .geometry
-                .boundary_face_centres
-                .iter()
-                .map(|&c| f(c))
-                .collect(),
+            CellField::Function(f) => {
+                super::evaluate_at(&self.geometry.boundary_face_centres, |c| f(c))
+            }
             _ => (first..self.mesh.n_faces())
                 .map(|face| cell_gamma[owner[face] as usize])
                 .collect(),
@@ -643,49 +689,104 @@ fn check_len(v: &[f64], n: usize, what: &str) -> Result<(), FvmError> {
 }
 
 /// CSR pattern of the cell adjacency plus the diagonal, and the slot of every
-/// face coefficient. Two cells sharing several faces share one entry.
+/// face coefficient. Two cells sharing several faces share one entry. Rows
+/// are built in parallel over blocks of cells and joined in row order.
 fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
+    use rayon::prelude::*;
+    const BLOCK: usize = 16_384;
     let (offsets, cell_faces) = mesh.cell_faces();
     let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
     let n_internal = mesh.n_internal_faces();
-    let mut row_ptr = Vec::with_capacity(mesh.n_cells() + 1);
-    row_ptr.push(0);
-    let mut cols = Vec::with_capacity(mesh.n_cells() + 2 * n_internal);
-    for c in 0..mesh.n_cells() {
-        let start = cols.len();
-        cols.push(c as u32);
-        for &f in &cell_faces[offsets[c] as usize..offsets[c + 1] as usize] {
-            let f = f as usize;
-            if f < n_internal {
-                cols.push(if owner[f] as usize == c {
-                    neighbour[f]
-                } else {
-                    owner[f]
-                });
+    let n_cells = mesh.n_cells();
+    // Per block: the columns of its rows and where each row ends.
+    let blocks: Vec<(Vec<u32>, Vec<usize>)> = (0..n_cells.div_ceil(BLOCK))
+        .into_par_iter()
+        .map(|b| {
+            let cells = b * BLOCK..((b + 1) * BLOCK).min(n_cells);
+            let mut cols = Vec::with_capacity(7 * cells.len());
+            let mut ends = Vec::with_capacity(cells.len());
+            for c in cells {
+                let start = cols.len();
+                cols.push(c as u32);
+                for &f in &cell_faces[offsets[c] as usize..offsets[c + 1] as usize] {
+                    let f = f as usize;
+                    if f < n_internal {
+                        cols.push(if owner[f] as usize == c {
+                            neighbour[f]
+                        } else {
+                            owner[f]
+                        });
+                    }
+                }
+                cols[start..].sort_unstable();
+                let mut row = cols.split_off(start);
+                row.dedup();
+                cols.extend(row);
+                ends.push(cols.len());
             }
-        }
-        cols[start..].sort_unstable();
-        let mut row = cols.split_off(start);
-        row.dedup();
-        cols.extend(row);
-        row_ptr.push(cols.len());
+            (cols, ends)
+        })
+        .collect();
+    let mut row_ptr = Vec::with_capacity(n_cells + 1);
+    row_ptr.push(0);
+    let mut cols = Vec::with_capacity(blocks.iter().map(|(c, _)| c.len()).sum());
+    for (block_cols, ends) in blocks {
+        let before = cols.len();
+        row_ptr.extend(ends.iter().map(|&end| before + end));
+        cols.extend_from_slice(&block_cols);
     }
     let nnz = cols.len();
-    let matrix =
-        Csr::new(mesh.n_cells(), row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
+    let matrix = Csr::new(n_cells, row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
     let slot = |r: u32, c: u32| {
         matrix
             .slot(r as usize, c as usize)
             .expect("the pattern holds every face")
     };
     let slots = SlotMap {
-        diagonal: (0..mesh.n_cells() as u32).map(|c| slot(c, c)).collect(),
+        diagonal: (0..n_cells as u32)
+            .into_par_iter()
+            .map(|c| slot(c, c))
+            .collect(),
         upper: (0..n_internal)
+            .into_par_iter()
             .map(|f| slot(owner[f], neighbour[f]))
             .collect(),
         lower: (0..n_internal)
+            .into_par_iter()
             .map(|f| slot(neighbour[f], owner[f]))
             .collect(),
     };
     Ok((matrix, slots))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pattern_built_in_blocks_is_the_cell_adjacency() {
+        // 24 000 cells: two blocks of rows.
+        let mesh = crate::mesh::load("box:40x30x20:renumber").unwrap();
+        let (matrix, slots) = build_pattern(&mesh).unwrap();
+        let mut rows: Vec<Vec<u32>> = (0..mesh.n_cells() as u32).map(|c| vec![c]).collect();
+        for (&o, &n) in mesh.owner().iter().zip(mesh.neighbour()) {
+            rows[o as usize].push(n);
+            rows[n as usize].push(o);
+        }
+        for (r, row) in rows.iter_mut().enumerate() {
+            row.sort_unstable();
+            row.dedup();
+            assert_eq!(matrix.row(r).0, row.as_slice(), "row {r}");
+            let diagonal = matrix.row_ptr()[r] + row.binary_search(&(r as u32)).unwrap();
+            assert_eq!(slots.diagonal[r], diagonal);
+        }
+        for (f, (&o, &n)) in mesh.owner().iter().zip(mesh.neighbour()).enumerate() {
+            assert_eq!(matrix.cols()[slots.upper[f]], n);
+            assert_eq!(matrix.cols()[slots.lower[f]], o);
+            assert!(
+                (matrix.row_ptr()[o as usize]..matrix.row_ptr()[o as usize + 1])
+                    .contains(&slots.upper[f])
+            );
+        }
+    }
 }

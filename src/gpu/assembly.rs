@@ -38,6 +38,8 @@
 use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
@@ -130,85 +132,203 @@ impl AssemblyMap {
         }
         let (offsets, cell_faces) = mesh.cell_faces();
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let (new_to_old, old_to_new) = (ordering.new_to_old(), ordering.old_to_new());
         let h = slice_height;
-        let slots = pattern.values().len();
-        let mut map = Self {
-            face_codes: vec![0; slots],
-            face_slots: vec![NO_SLOT; slots],
-            device_faces: Vec::with_capacity(n_internal),
-            boundary_ptr: Vec::with_capacity(n + 1),
-            device_boundary: Vec::new(),
-            pattern,
+        let faces_of =
+            |cell: usize| &cell_faces[offsets[cell] as usize..offsets[cell + 1] as usize];
+        // The row across internal face f from `cell`, and whether `cell` is
+        // the face's neighbour.
+        let across = |f: usize, cell: usize| {
+            let is_neighbour = neighbour[f] as usize == cell;
+            let other = if is_neighbour { owner[f] } else { neighbour[f] } as usize;
+            (old_to_new[other] as usize, is_neighbour)
         };
-        map.boundary_ptr.push(0);
-        let mut device_id = vec![u32::MAX; n_internal];
-        for (row, &cell) in ordering.new_to_old().iter().enumerate() {
-            let cell = cell as usize;
-            let cols = permuted.row(row).0;
-            let bad = |what: String| GpuError::Invalid(format!("assembly map: {what}"));
-            let diag_at = cols
-                .binary_search(&(row as u32))
-                .map_err(|_| bad(format!("row {row} has no diagonal")))?;
-            let n_off = cols.len() - 1;
-            if n_off > NO_SLOT as usize {
-                return Err(AssemblyError::Unsupported(format!(
-                    "cell {cell} has {n_off} neighbours; the device assembly handles up to {NO_SLOT}"
-                )));
-            }
-            let base = map.pattern.slice_ptr()[row / h] as usize + row % h;
-            let mut step = 0;
-            for &f in &cell_faces[offsets[cell] as usize..offsets[cell + 1] as usize] {
-                let f = f as usize;
-                if f >= n_internal {
-                    if active[f - n_internal] {
-                        map.device_boundary.push((f - n_internal) as u32);
-                    }
-                    continue;
+        // Pass 1, rows in parallel: checks, and per row the faces it meets
+        // first (the row before the other side's) and its active boundary faces.
+        let mut counts = vec![(0u32, 0u32); n];
+        let first_error = counts
+            .par_iter_mut()
+            .enumerate()
+            .filter_map(|(row, count)| {
+                let checked = (|| {
+                let cell = new_to_old[row] as usize;
+                let cols = permuted.row(row).0;
+                let bad = |what: String| GpuError::Invalid(format!("assembly map: {what}"));
+                cols.binary_search(&(row as u32))
+                    .map_err(|_| bad(format!("row {row} has no diagonal")))?;
+                let n_off = cols.len() - 1;
+                if n_off > NO_SLOT as usize {
+                    return Err(AssemblyError::Unsupported(format!(
+                        "cell {cell} has {n_off} neighbours; the device assembly handles up to {NO_SLOT}"
+                    )));
                 }
-                let is_neighbour = neighbour[f] as usize == cell;
-                let other = if is_neighbour { owner[f] } else { neighbour[f] } as usize;
-                let column = ordering.old_to_new()[other];
-                let at = cols.binary_search(&column).ok().filter(|_| other != cell);
-                let Some(at) = at.filter(|_| step < n_off) else {
+                let (mut step, mut first_met, mut boundary) = (0, 0u32, 0u32);
+                for &f in faces_of(cell) {
+                    let f = f as usize;
+                    if f >= n_internal {
+                        boundary += u32::from(active[f - n_internal]);
+                        continue;
+                    }
+                    let (column, _) = across(f, cell);
+                    let found = cols.binary_search(&(column as u32)).is_ok() && column != row;
+                    if !found || step >= n_off {
+                        return Err(bad(format!(
+                            "face {f} of cell {cell} (row {row}) has no off-diagonal slot of its own"
+                        ))
+                        .into());
+                    }
+                    first_met += u32::from(row < column);
+                    step += 1;
+                }
+                if step != n_off {
                     return Err(bad(format!(
-                        "face {f} of cell {cell} (row {row}) has no off-diagonal slot of its own"
+                        "row {row} has {n_off} off-diagonals but cell {cell} has {step} internal faces"
                     ))
                     .into());
-                };
-                let id = &mut device_id[f];
-                if *id == u32::MAX {
-                    *id = map.device_faces.len() as u32;
-                    map.device_faces.push(f as u32);
                 }
-                map.face_codes[base + step * h] = (*id << 1) | u32::from(is_neighbour);
-                map.face_slots[base + step * h] = if at < diag_at { at } else { at - 1 } as u8;
-                step += 1;
-            }
-            if step != n_off {
-                return Err(bad(format!(
-                    "row {row} has {n_off} off-diagonals but cell {cell} has {step} internal faces"
-                ))
-                .into());
-            }
-            map.boundary_ptr.push(map.device_boundary.len() as u32);
+                Ok((first_met, boundary))
+                })();
+                match checked {
+                    Ok(c) => {
+                        *count = c;
+                        None
+                    }
+                    Err(e) => Some((row, e)),
+                }
+            })
+            // The first failing row, as a pass in row order reports it.
+            .min_by_key(|(row, _)| *row);
+        if let Some((_, e)) = first_error {
+            return Err(e);
         }
-        Ok(map)
+        // Device faces in the order the rows first meet them, device
+        // boundary faces in row order: offsets of each row's share.
+        let mut face_start = Vec::with_capacity(n + 1);
+        let mut boundary_ptr = Vec::with_capacity(n + 1);
+        face_start.push(0u32);
+        boundary_ptr.push(0u32);
+        for &(first_met, boundary) in &counts {
+            face_start.push(face_start.last().unwrap() + first_met);
+            boundary_ptr.push(boundary_ptr.last().unwrap() + boundary);
+        }
+        drop(counts);
+        if face_start[n] as usize != n_internal {
+            return Err(GpuError::Invalid(format!(
+                "assembly map: the rows meet {} of the {n_internal} internal faces",
+                face_start[n]
+            ))
+            .into());
+        }
+        // Pass 2, blocks of rows in parallel: each fills its own ranges of
+        // `device_faces` and `device_boundary`, and the device number of the
+        // faces it meets first (each face has one such row).
+        const BLOCK: usize = 4096;
+        let blocks: Vec<std::ops::Range<usize>> = (0..n)
+            .step_by(BLOCK)
+            .map(|first| first..(first + BLOCK).min(n))
+            .collect();
+        let mut device_faces = vec![0u32; n_internal];
+        let mut device_boundary = vec![0u32; boundary_ptr[n] as usize];
+        let device_id: Vec<AtomicU32> = (0..n_internal).map(|_| AtomicU32::new(0)).collect();
+        let face_parts = crate::sparse::split_lengths(
+            &mut device_faces,
+            blocks
+                .iter()
+                .map(|b| (face_start[b.end] - face_start[b.start]) as usize),
+        );
+        let boundary_parts = crate::sparse::split_lengths(
+            &mut device_boundary,
+            blocks
+                .iter()
+                .map(|b| (boundary_ptr[b.end] - boundary_ptr[b.start]) as usize),
+        );
+        face_parts
+            .into_par_iter()
+            .zip(boundary_parts)
+            .zip(&blocks)
+            .for_each(|((faces, boundary), rows)| {
+                let (mut next_face, mut next_boundary) = (0, 0);
+                let first_id = face_start[rows.start];
+                for row in rows.clone() {
+                    let cell = new_to_old[row] as usize;
+                    for &f in faces_of(cell) {
+                        let f = f as usize;
+                        if f >= n_internal {
+                            if active[f - n_internal] {
+                                boundary[next_boundary] = (f - n_internal) as u32;
+                                next_boundary += 1;
+                            }
+                        } else if row < across(f, cell).0 {
+                            faces[next_face] = f as u32;
+                            device_id[f].store(first_id + next_face as u32, Ordering::Relaxed);
+                            next_face += 1;
+                        }
+                    }
+                }
+            });
+        // Pass 3, slices in parallel: each row's face codes and slots at its
+        // mod-SELL positions (a slice's positions are its own).
+        let slots = pattern.values().len();
+        let (mut face_codes, mut face_slots) = (vec![0u32; slots], vec![NO_SLOT; slots]);
+        let lengths = || {
+            pattern
+                .slice_ptr()
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as usize)
+        };
+        crate::sparse::split_lengths(&mut face_codes, lengths())
+            .into_par_iter()
+            .zip(crate::sparse::split_lengths(&mut face_slots, lengths()))
+            .enumerate()
+            .for_each(|(slice, (codes, slots))| {
+                let rows = slice * h..((slice + 1) * h).min(n);
+                for (row, &cell) in rows.clone().zip(&new_to_old[rows]) {
+                    let cell = cell as usize;
+                    let cols = permuted.row(row).0;
+                    let diag_at = cols.binary_search(&(row as u32)).unwrap_or(0);
+                    let mut at_slot = row % h;
+                    for &f in faces_of(cell) {
+                        let f = f as usize;
+                        if f >= n_internal {
+                            continue;
+                        }
+                        let (column, is_neighbour) = across(f, cell);
+                        let at = cols.binary_search(&(column as u32)).unwrap_or(0);
+                        let id = device_id[f].load(Ordering::Relaxed);
+                        codes[at_slot] = (id << 1) | u32::from(is_neighbour);
+                        slots[at_slot] = if at < diag_at { at } else { at - 1 } as u8;
+                        at_slot += h;
+                    }
+                }
+            });
+        Ok(Self {
+            pattern,
+            face_codes,
+            face_slots,
+            device_faces,
+            boundary_ptr,
+            device_boundary,
+        })
     }
 }
 
-/// Vectors as 3 consecutive doubles, in the order `index` gives.
-fn flatten(vectors: &[Vec3], index: impl Iterator<Item = u32>) -> Vec<f64> {
-    index
-        .flat_map(|i| {
-            let v = vectors[i as usize];
-            [v.x, v.y, v.z]
-        })
-        .collect()
+/// Vectors as 3 consecutive doubles, in the order `index` gives (`offset`
+/// added to each index), gathered in parallel.
+pub(super) fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
+    let mut flat = vec![0.0; 3 * index.len()];
+    flat.par_chunks_mut(3)
+        .zip(index.par_iter())
+        .for_each(|(out, &i)| {
+            let v = vectors[i as usize + offset];
+            out.copy_from_slice(&[v.x, v.y, v.z]);
+        });
+    flat
 }
 
-/// Values of a per-face or per-boundary-face array in device order.
+/// Values of a per-face or per-boundary-face array in device order,
+/// gathered in parallel.
 fn gather(values: &[f64], index: &[u32]) -> Vec<f64> {
-    index.iter().map(|&i| values[i as usize]).collect()
+    index.par_iter().map(|&i| values[i as usize]).collect()
 }
 
 /// The fixed device arrays in host memory: internal faces in device order,
@@ -242,11 +362,10 @@ impl StaticArrays {
         let old_to_new = ordering.old_to_new();
         let new_row = |cells: &[u32]| -> Vec<u32> {
             map.device_faces
-                .iter()
+                .par_iter()
                 .map(|&f| old_to_new[cells[f as usize] as usize])
                 .collect()
         };
-        let boundary_faces = || map.device_boundary.iter().map(|&b| b + first as u32);
         let gauss = schemes.grad == GradScheme::GaussLinear;
         let boundary_corrected = schemes.sn_grad == SnGradScheme::BoundaryCorrected;
         let sf = &geometry.face_area_vectors;
@@ -257,26 +376,23 @@ impl StaticArrays {
             mag_sf: gather(&faces.mag_sf, &map.device_faces),
             delta_coeffs: gather(&faces.delta_coeffs, &map.device_faces),
             sf: if gauss {
-                flatten(sf, map.device_faces.iter().copied())
+                flatten(sf, &map.device_faces, 0)
             } else {
                 Vec::new()
             },
             k: if schemes.sn_grad.is_corrected() {
-                flatten(&faces.correction_vectors, map.device_faces.iter().copied())
+                flatten(&faces.correction_vectors, &map.device_faces, 0)
             } else {
                 Vec::new()
             },
-            b_mag_sf: boundary_faces().map(|f| faces.mag_sf[f as usize]).collect(),
+            b_mag_sf: gather(&faces.mag_sf[first..], &map.device_boundary),
             b_sf: if gauss {
-                flatten(sf, boundary_faces())
+                flatten(sf, &map.device_boundary, first)
             } else {
                 Vec::new()
             },
             b_k: if boundary_corrected {
-                flatten(
-                    &faces.patch_correction_vectors,
-                    map.device_boundary.iter().copied(),
-                )
+                flatten(&faces.patch_correction_vectors, &map.device_boundary, 0)
             } else {
                 Vec::new()
             },
@@ -309,9 +425,9 @@ impl GradientArrays {
                 neighbour,
                 boundary: on_boundary,
             } => Self {
-                ls_owner: flatten(owner, faces.iter().copied()),
-                ls_neighbour: flatten(neighbour, faces.iter().copied()),
-                b_ls: flatten(on_boundary, boundary.iter().copied()),
+                ls_owner: flatten(owner, faces, 0),
+                ls_neighbour: flatten(neighbour, faces, 0),
+                b_ls: flatten(on_boundary, boundary, 0),
             },
         }
     }
@@ -544,22 +660,44 @@ impl<'g> DeviceLaplacian<'g> {
         slice_height: usize,
     ) -> Result<Self, AssemblyError> {
         let mesh = system.mesh();
+        Self::check_supported(system)?;
+        let map = crate::timings::span("assembly map and mod-SELL pattern", || {
+            AssemblyMap::new(mesh, &system.matrix, &ordering, slice_height)
+        })?;
+        Self::with_map(gpu, system, problem, ordering, &map)
+    }
+
+    /// [`Self::with_ordering`] with its assembly map given: `map` is
+    /// [`AssemblyMap::new`] of the mesh and matrix pattern of `system` in
+    /// `ordering` (the systems of one mesh share it, so a flow case builds
+    /// it once for the pressure and the momentum components). Device faces
+    /// are numbered as `map` numbers them.
+    pub fn with_map(
+        gpu: &'g Gpu,
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+        ordering: Permutation,
+        map: &AssemblyMap,
+    ) -> Result<Self, AssemblyError> {
+        let mesh = system.mesh();
         let n = mesh.n_cells();
-        if n >= i32::MAX as usize {
-            return Err(AssemblyError::Unsupported(format!(
-                "{n} cells; the device kernels index rows with 32-bit integers"
-            )));
+        Self::check_supported(system)?;
+        if map.pattern.n_rows() != n
+            || ordering.len() != n
+            || map.device_faces.len() != mesh.n_internal_faces()
+        {
+            return Err(GpuError::Invalid(format!(
+                "assembly map of {} rows and {} faces for a mesh of {n} cells and {} internal \
+                 faces",
+                map.pattern.n_rows(),
+                map.device_faces.len(),
+                mesh.n_internal_faces()
+            ))
+            .into());
         }
-        if system.n_regions() > 1 {
-            // The device fixes one level for the whole matrix; the host fixes
-            // one per singular region (`LaplacianSystem`).
-            return Err(AssemblyError::Unsupported(format!(
-                "the mesh has {} disconnected regions",
-                system.n_regions()
-            )));
-        }
-        let map = AssemblyMap::new(mesh, &system.matrix, &ordering, slice_height)?;
-        let statics = StaticArrays::new(system, &map, &ordering);
+        let statics = crate::timings::span("face and cell arrays in device order", || {
+            StaticArrays::new(system, map, &ordering)
+        });
         let gradient = GradientArrays::new(
             system.cell_gradient(),
             &map.device_faces,
@@ -571,62 +709,67 @@ impl<'g> DeviceLaplacian<'g> {
         let corrected = schemes.sn_grad.is_corrected();
         let boundary_corrected = schemes.sn_grad == SnGradScheme::BoundaryCorrected;
         let optional = |on: bool, len: usize| on.then(|| gpu.zeros::<f64>(len)).transpose();
-        let device_map = DeviceMap {
-            face_codes: upload(gpu, &map.face_codes)?,
-            face_slots: upload(gpu, &map.face_slots)?,
-            boundary_ptr: upload(gpu, &map.boundary_ptr)?,
-        };
-        let b_vectors = match schemes.grad {
-            GradScheme::GaussLinear => &statics.b_sf,
-            GradScheme::LeastSquares => &gradient.b_ls,
-        };
-        let geometry = DeviceGeometry {
-            face_owner: upload(gpu, &statics.face_owner)?,
-            face_neighbour: upload(gpu, &statics.face_neighbour)?,
-            weights: upload(gpu, &statics.weights)?,
-            mag_sf: upload(gpu, &statics.mag_sf)?,
-            delta_coeffs: upload(gpu, &statics.delta_coeffs)?,
-            sf: upload_nonempty(gpu, &statics.sf)?,
-            k: upload_nonempty(gpu, &statics.k)?,
-            ls_owner: upload_nonempty(gpu, &gradient.ls_owner)?,
-            ls_neighbour: upload_nonempty(gpu, &gradient.ls_neighbour)?,
-            b_mag_sf: upload(gpu, &statics.b_mag_sf)?,
-            b_vectors: upload(gpu, b_vectors)?,
-            b_k: upload_nonempty(gpu, &statics.b_k)?,
-            b_delta_coeffs: upload_nonempty(gpu, &statics.b_delta_coeffs)?,
-            volumes: upload(gpu, &statics.volumes)?,
-        };
-        let values = DeviceValues {
-            gamma: None,
-            gamma_uniform: f64::NAN,
-            source: gpu.zeros(n)?,
-            b_gamma: gpu.zeros(n_boundary)?,
-            b_value_internal: gpu.zeros(n_boundary)?,
-            b_value_boundary: gpu.zeros(n_boundary)?,
-            b_gradient_internal: gpu.zeros(n_boundary)?,
-            b_gradient_boundary: gpu.zeros(n_boundary)?,
-        };
-        let work = DeviceWork {
-            coeffs: gpu.zeros(n_faces)?,
-            gamma_mag_sf: optional(corrected, n_faces)?,
-            flux: optional(corrected, n_faces)?,
-            b_gamma_mag_sf: optional(boundary_corrected, n_boundary)?,
-            grad: gpu.zeros(3 * n)?,
-            explicit_rhs: gpu.zeros(n)?,
-            rhs: GpuVector::from(gpu.zeros(n)?),
-            reference_diag: gpu.zeros(1)?,
-            partials: gpu.zeros(2 * vector_grid(n) as usize)?,
-            sums: gpu.zeros(2)?,
-        };
-        let matrix = DeviceModSell::upload(gpu, &map.pattern)?;
+        let uploaded =
+            crate::timings::span_synced("uploads of the map, geometry and pattern", gpu, || {
+                let device_map = DeviceMap {
+                    face_codes: upload(gpu, &map.face_codes)?,
+                    face_slots: upload(gpu, &map.face_slots)?,
+                    boundary_ptr: upload(gpu, &map.boundary_ptr)?,
+                };
+                let b_vectors = match schemes.grad {
+                    GradScheme::GaussLinear => &statics.b_sf,
+                    GradScheme::LeastSquares => &gradient.b_ls,
+                };
+                let geometry = DeviceGeometry {
+                    face_owner: upload(gpu, &statics.face_owner)?,
+                    face_neighbour: upload(gpu, &statics.face_neighbour)?,
+                    weights: upload(gpu, &statics.weights)?,
+                    mag_sf: upload(gpu, &statics.mag_sf)?,
+                    delta_coeffs: upload(gpu, &statics.delta_coeffs)?,
+                    sf: upload_nonempty(gpu, &statics.sf)?,
+                    k: upload_nonempty(gpu, &statics.k)?,
+                    ls_owner: upload_nonempty(gpu, &gradient.ls_owner)?,
+                    ls_neighbour: upload_nonempty(gpu, &gradient.ls_neighbour)?,
+                    b_mag_sf: upload(gpu, &statics.b_mag_sf)?,
+                    b_vectors: upload(gpu, b_vectors)?,
+                    b_k: upload_nonempty(gpu, &statics.b_k)?,
+                    b_delta_coeffs: upload_nonempty(gpu, &statics.b_delta_coeffs)?,
+                    volumes: upload(gpu, &statics.volumes)?,
+                };
+                let values = DeviceValues {
+                    gamma: None,
+                    gamma_uniform: f64::NAN,
+                    source: gpu.zeros(n)?,
+                    b_gamma: gpu.zeros(n_boundary)?,
+                    b_value_internal: gpu.zeros(n_boundary)?,
+                    b_value_boundary: gpu.zeros(n_boundary)?,
+                    b_gradient_internal: gpu.zeros(n_boundary)?,
+                    b_gradient_boundary: gpu.zeros(n_boundary)?,
+                };
+                let work = DeviceWork {
+                    coeffs: gpu.zeros(n_faces)?,
+                    gamma_mag_sf: optional(corrected, n_faces)?,
+                    flux: optional(corrected, n_faces)?,
+                    b_gamma_mag_sf: optional(boundary_corrected, n_boundary)?,
+                    grad: gpu.zeros(3 * n)?,
+                    explicit_rhs: gpu.zeros(n)?,
+                    rhs: GpuVector::from(gpu.zeros(n)?),
+                    reference_diag: gpu.zeros(1)?,
+                    partials: gpu.zeros(2 * vector_grid(n) as usize)?,
+                    sums: gpu.zeros(2)?,
+                };
+                let matrix = DeviceModSell::upload(gpu, &map.pattern)?;
+                Ok::<_, GpuError>((device_map, geometry, values, work, matrix))
+            });
+        let (device_map, geometry, values, work, matrix) = uploaded?;
         let mut device = Self {
             gpu,
             ordering,
             schemes,
             n,
             n_faces,
-            device_faces: map.device_faces,
-            device_boundary: map.device_boundary,
+            device_faces: map.device_faces.clone(),
+            device_boundary: map.device_boundary.clone(),
             n_mesh_boundary: mesh.n_faces() - mesh.n_internal_faces(),
             held: Some(Held::Matrix(Rc::new(matrix))),
             device_map,
@@ -640,6 +783,25 @@ impl<'g> DeviceLaplacian<'g> {
         };
         device.reassemble(system, problem)?;
         Ok(device)
+    }
+
+    /// `Unsupported` where the device assembly does not handle the system's mesh.
+    fn check_supported(system: &LaplacianSystem) -> Result<(), AssemblyError> {
+        let n = system.mesh().n_cells();
+        if n >= i32::MAX as usize {
+            return Err(AssemblyError::Unsupported(format!(
+                "{n} cells; the device kernels index rows with 32-bit integers"
+            )));
+        }
+        if system.n_regions() > 1 {
+            // The device fixes one level for the whole matrix; the host fixes
+            // one per singular region (`LaplacianSystem`).
+            return Err(AssemblyError::Unsupported(format!(
+                "the mesh has {} disconnected regions",
+                system.n_regions()
+            )));
+        }
+        Ok(())
     }
 
     /// Re-assembles for new physical data: evaluates and checks `problem` on
@@ -669,8 +831,10 @@ impl<'g> DeviceLaplacian<'g> {
             CellField::Uniform(g) => Some(g),
             _ => None,
         };
-        self.upload_values(&values, uniform)?;
-        self.assemble()?;
+        crate::timings::span_synced("values to the device", self.gpu, || {
+            self.upload_values(&values, uniform)
+        })?;
+        crate::timings::span_synced("device assembly", self.gpu, || self.assemble())?;
         Ok(())
     }
 

@@ -49,7 +49,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
 
 use super::amg::DeviceAmg;
-use super::assembly::{AssemblyError, DeviceLaplacian, LaplacianArrays};
+use super::assembly::{flatten, AssemblyError, AssemblyMap, DeviceLaplacian, LaplacianArrays};
 use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
@@ -62,6 +62,7 @@ use crate::solve::bicgstab::bicgstab;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls, SolverPerformance};
+use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::Csr;
 
 pub mod piso;
@@ -253,17 +254,6 @@ impl Lap<'_> {
     }
 }
 
-/// Vectors as 3 doubles each, in the order `index` gives.
-fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
-    index
-        .iter()
-        .flat_map(|&i| {
-            let v = vectors[offset + i as usize];
-            [v.x, v.y, v.z]
-        })
-        .collect()
-}
-
 /// Launches the row kernel `kernel`, one block per slice of `arrays`'
 /// matrix and one thread per row, with the arguments of the row walk first
 /// (n, slice_ptr, face_codes, face_slots, boundary_ptr), then what `push` adds.
@@ -323,16 +313,19 @@ impl<'g> DeviceSimple<'g> {
         simple: &Simple,
         solver: DevicePressureSolver,
     ) -> Result<Self, AssemblyError> {
-        let mut device = Self::pressure_half(gpu, simple, solver)?;
+        let (mut device, map) = Self::pressure_half(gpu, simple, solver)?;
         device.momentum = match Self::momentum_on_device(simple) {
-            Ok(krylov) => match DeviceMomentum::new(
-                gpu,
-                simple,
-                &device.laplacian,
-                Some(simple.settings().convection),
-                krylov,
-                simple.settings().explicit_stress,
-            ) {
+            Ok(krylov) => match crate::timings::span_synced("momentum systems", gpu, || {
+                DeviceMomentum::new(
+                    gpu,
+                    simple,
+                    &device.laplacian,
+                    &map,
+                    Some(simple.settings().convection),
+                    krylov,
+                    simple.settings().explicit_stress,
+                )
+            }) {
                 Ok(momentum) => {
                     log::info!(
                         "momentum predictor and Rhie-Chow on the GPU ({}), matrices assembled \
@@ -361,15 +354,25 @@ impl<'g> DeviceSimple<'g> {
     }
 
     /// The pressure system and the fields of `simple` on `gpu`, without
-    /// the momentum systems.
+    /// the momentum systems, and the assembly map those share with it.
     fn pressure_half(
         gpu: &'g Gpu,
         simple: &Simple,
         solver: DevicePressureSolver,
-    ) -> Result<Self, AssemblyError> {
+    ) -> Result<(Self, AssemblyMap), AssemblyError> {
         let (system, problem) = simple.pressure_system();
         let slice_height = GpuSolveOptions::default().slice_height;
-        let laplacian = DeviceLaplacian::new(gpu, system, problem, slice_height)?;
+        // One ordering and assembly map for the pressure and the momentum
+        // components: the systems share the mesh and the matrix pattern.
+        let ordering = crate::timings::span("reverse Cuthill-McKee ordering", || {
+            reverse_cuthill_mckee(&system.matrix)
+        });
+        let map = crate::timings::span("assembly map and mod-SELL pattern", || {
+            AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height)
+        })?;
+        let laplacian = crate::timings::span_synced("pressure system", gpu, || {
+            DeviceLaplacian::with_map(gpu, system, problem, ordering, &map)
+        })?;
         let n = laplacian.n();
         let faces = laplacian.n_face_values();
         let p = GpuVector::from(laplacian.to_device_order(&simple.p)?);
@@ -384,7 +387,7 @@ impl<'g> DeviceSimple<'g> {
         let hbya = (0..3)
             .map(|_| gpu.zeros(n))
             .collect::<Result<Vec<_>, GpuError>>()?;
-        Ok(Self {
+        let device = Self {
             gpu,
             solver,
             amg: None,
@@ -402,7 +405,8 @@ impl<'g> DeviceSimple<'g> {
             laplacian,
             seconds: DevicePhaseSeconds::default(),
             host_current: true,
-        })
+        };
+        Ok((device, map))
     }
 
     /// The device's solver of the momentum predictor of `simple`'s
@@ -825,12 +829,12 @@ impl<'g> DeviceMomentum<'g> {
         gpu: &'g Gpu,
         simple: &Simple,
         pressure: &DeviceLaplacian<'g>,
+        map: &AssemblyMap,
         convection: Option<Convection>,
         krylov: DeviceKrylov,
         stress: bool,
     ) -> Result<Self, AssemblyError> {
         let settings = simple.settings();
-        let slice_height = pressure.arrays()?.matrix.slice_height;
         let n = pressure.n();
         let mut viscous = Vec::new();
         let mut matrices = Vec::new();
@@ -838,7 +842,7 @@ impl<'g> DeviceMomentum<'g> {
         for k in 0..simple.components().len() {
             let (system, problem) = simple.viscous_system(k);
             let ordering = pressure.ordering().clone();
-            let lap = DeviceLaplacian::with_ordering(gpu, system, problem, ordering, slice_height)?;
+            let lap = DeviceLaplacian::with_map(gpu, system, problem, ordering, map)?;
             if lap.device_faces() != pressure.device_faces()
                 || lap.device_boundary() != pressure.device_boundary()
             {

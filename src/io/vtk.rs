@@ -546,18 +546,67 @@ struct VtkCells {
 }
 
 impl VtkCells {
+    /// The cells of `mesh`, built in parallel over blocks of cells whose
+    /// parts are joined in cell order (the same arrays as one pass).
     fn new(mesh: &Mesh) -> Self {
-        let (cell_offsets, cell_faces) = mesh.cell_faces();
+        Self::in_blocks(mesh, 16_384)
+    }
+
+    /// [`Self::new`] over blocks of `block` cells.
+    fn in_blocks(mesh: &Mesh, block: usize) -> Self {
+        let n = mesh.n_cells();
+        let cell_faces = mesh.cell_faces();
+        let blocks: Vec<Self> = (0..n.div_ceil(block))
+            .into_par_iter()
+            .map(|b| Self::of_range(mesh, &cell_faces, b * block..((b + 1) * block).min(n)))
+            .collect();
         let mut cells = Self {
-            types: Vec::with_capacity(mesh.n_cells()),
+            types: Vec::with_capacity(n),
+            connectivity: Vec::with_capacity(blocks.iter().map(|b| b.connectivity.len()).sum()),
+            offsets: Vec::with_capacity(n + 1),
+            faces: Vec::with_capacity(blocks.iter().map(|b| b.faces.len()).sum()),
+            face_offsets: Vec::with_capacity(n),
+        };
+        cells.offsets.push(0);
+        for block in blocks {
+            let (points_before, faces_before) =
+                (cells.connectivity.len() as i64, cells.faces.len() as i64);
+            cells.types.extend_from_slice(&block.types);
+            cells.connectivity.extend_from_slice(&block.connectivity);
+            cells
+                .offsets
+                .extend(block.offsets[1..].iter().map(|&o| o + points_before));
+            cells.faces.extend_from_slice(&block.faces);
+            cells
+                .face_offsets
+                .extend(
+                    block
+                        .face_offsets
+                        .iter()
+                        .map(|&o| if o < 0 { o } else { o + faces_before }),
+                );
+        }
+        if cells.faces.is_empty() {
+            cells.face_offsets.clear();
+        }
+        cells
+    }
+
+    /// The cells `range` of `mesh` (whose `Mesh::cell_faces` are
+    /// `cell_faces`), offsets counted from the range's start; `face_offsets`
+    /// holds one entry per cell even without polyhedra.
+    fn of_range(mesh: &Mesh, cell_faces: &(Vec<u32>, Vec<Label>), range: Range<usize>) -> Self {
+        let (cell_offsets, cell_faces) = cell_faces;
+        let mut cells = Self {
+            types: Vec::with_capacity(range.len()),
             connectivity: Vec::new(),
             offsets: vec![0],
             faces: Vec::new(),
-            face_offsets: Vec::with_capacity(mesh.n_cells()),
+            face_offsets: Vec::with_capacity(range.len()),
         };
         let mut faces = OutwardFaces::default();
         let mut order = Vec::new();
-        for c in 0..mesh.n_cells() {
+        for c in range {
             faces.gather(
                 mesh,
                 c,
@@ -583,9 +632,6 @@ impl VtkCells {
                 cells.face_offsets.push(cells.faces.len() as i64);
             }
             cells.offsets.push(cells.connectivity.len() as i64);
-        }
-        if cells.faces.is_empty() {
-            cells.face_offsets.clear();
         }
         cells
     }
@@ -1554,6 +1600,25 @@ mod tests {
 
     /// Whichever face comes first and wherever each face starts, the hexahedron
     /// comes out the right way round.
+    #[test]
+    fn cells_built_in_blocks_equal_one_block() {
+        for mesh in [
+            mixed_mesh(),
+            crate::mesh::load("meshes/foam/polydual").unwrap(),
+            crate::mesh::load("box:5x4x3:tet:perturb=0.2:renumber").unwrap(),
+        ] {
+            let whole = VtkCells::in_blocks(&mesh, mesh.n_cells());
+            assert!(whole.types.len() == mesh.n_cells());
+            for block in [1, 2, 7] {
+                assert_eq!(
+                    VtkCells::in_blocks(&mesh, block),
+                    whole,
+                    "blocks of {block}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn hexahedron_order_does_not_depend_on_face_order() {
         let (points, faces, owner, _, patches) = crate::mesh::tests::unit_cube().into_parts();

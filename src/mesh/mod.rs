@@ -421,10 +421,26 @@ impl Mesh {
             faces[fill[c as usize] as usize] = f as Label;
             fill[c as usize] += 1;
         }
-        // Owner faces were written before neighbour faces; restore face order per cell.
-        for c in 0..self.n_cells {
-            faces[offsets[c] as usize..offsets[c + 1] as usize].sort_unstable();
-        }
+        // Owner faces were written before neighbour faces; restore face order
+        // per cell, in parallel over blocks of cells.
+        const BLOCK: usize = 16_384;
+        let blocks = || (0..self.n_cells).step_by(BLOCK);
+        let block_cells = |first: usize| first..(first + BLOCK).min(self.n_cells);
+        let lengths = blocks().map(|first| {
+            let cells = block_cells(first);
+            (offsets[cells.end] - offsets[cells.start]) as usize
+        });
+        let parts = crate::sparse::split_lengths(&mut faces, lengths);
+        parts
+            .into_par_iter()
+            .zip(blocks().map(block_cells).collect::<Vec<_>>())
+            .for_each(|(block, cells)| {
+                let base = offsets[cells.start] as usize;
+                for c in cells {
+                    block[offsets[c] as usize - base..offsets[c + 1] as usize - base]
+                        .sort_unstable();
+                }
+            });
         (offsets, faces)
     }
 

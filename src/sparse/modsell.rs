@@ -8,6 +8,7 @@
 //! allocated in full. `slice_ptr[s]` is the first slot of slice s.
 
 use super::Csr;
+use rayon::prelude::*;
 
 /// A slice is one block of whole warps.
 fn check_slice_height(slice_height: usize) -> Result<(), String> {
@@ -165,28 +166,41 @@ impl ModSell {
         let slots = *slice_ptr.last().unwrap() as usize;
         let (mut codes, mut values) = (vec![0i32; slots], vec![0.0; slots]);
         let mut diag = vec![0.0; n];
-        let (mut off_diagonals, mut in_slice) = (0, 0);
-        for r in 0..n {
-            let first = (r / h) * h;
-            let mut slot = slice_ptr[r / h] as usize + r % h;
-            let (c, v) = a.row(r);
-            for (&c, &v) in c.iter().zip(v) {
-                let c = c as usize;
-                if c == r {
-                    diag[r] = v;
-                    continue;
+        // Slices fill disjoint parts of the arrays: in parallel.
+        let lengths = || slice_ptr.windows(2).map(|w| (w[1] - w[0]) as usize);
+        let counts = super::split_lengths(&mut codes, lengths())
+            .into_par_iter()
+            .zip(super::split_lengths(&mut values, lengths()))
+            .zip(diag.par_chunks_mut(h))
+            .enumerate()
+            .map(|(s, ((codes, values), diag))| {
+                let first = s * h;
+                let (mut off_diagonals, mut in_slice) = (0usize, 0usize);
+                for (i, d) in diag.iter_mut().enumerate() {
+                    let r = first + i;
+                    let mut slot = i;
+                    let (c, v) = a.row(r);
+                    for (&c, &v) in c.iter().zip(v) {
+                        let c = c as usize;
+                        if c == r {
+                            *d = v;
+                            continue;
+                        }
+                        codes[slot] = if (first..first + h).contains(&c) {
+                            in_slice += 1;
+                            -((c - first) as i32) - 1
+                        } else {
+                            c as i32 + 1
+                        };
+                        values[slot] = v;
+                        off_diagonals += 1;
+                        slot += h;
+                    }
                 }
-                codes[slot] = if (first..first + h).contains(&c) {
-                    in_slice += 1;
-                    -((c - first) as i32) - 1
-                } else {
-                    c as i32 + 1
-                };
-                values[slot] = v;
-                off_diagonals += 1;
-                slot += h;
-            }
-        }
+                (off_diagonals, in_slice)
+            })
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (off_diagonals, in_slice) = counts;
         Ok(Self {
             slice_height,
             n_rows: n,

@@ -78,15 +78,15 @@ impl Permutation {
     }
 
     /// v in the new order: out[k] = v[new_to_old[k]].
-    pub fn to_new<T: Copy>(&self, v: &[T]) -> Vec<T> {
+    pub fn to_new<T: Copy + Send + Sync>(&self, v: &[T]) -> Vec<T> {
         assert_eq!(v.len(), self.len(), "permutation: vector length");
-        self.new_to_old.iter().map(|&o| v[o as usize]).collect()
+        self.new_to_old.par_iter().map(|&o| v[o as usize]).collect()
     }
 
     /// v back in the original order (the inverse of `to_new`).
-    pub fn to_old<T: Copy>(&self, v: &[T]) -> Vec<T> {
+    pub fn to_old<T: Copy + Send + Sync>(&self, v: &[T]) -> Vec<T> {
         assert_eq!(v.len(), self.len(), "permutation: vector length");
-        self.old_to_new.iter().map(|&k| v[k as usize]).collect()
+        self.old_to_new.par_iter().map(|&k| v[k as usize]).collect()
     }
 
     /// P A Pᵀ: row and column k of the result are row and column

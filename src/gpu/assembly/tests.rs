@@ -553,3 +553,103 @@ fn the_map_covers_every_slot_once_and_numbers_faces_by_rows() {
         "each face on both of its rows"
     );
 }
+
+/// Face codes, face slots, device faces, boundary pointers, device boundary faces.
+type MapArrays = (Vec<u32>, Vec<u8>, Vec<u32>, Vec<u32>, Vec<u32>);
+
+/// The assembly map as one pass over the rows in order builds it: the
+/// definition that the parallel [`AssemblyMap::new`] must equal.
+fn map_in_one_pass(mesh: &Mesh, matrix: &Csr, ordering: &Permutation, h: usize) -> MapArrays {
+    let n_internal = mesh.n_internal_faces();
+    let permuted = ordering.apply_symmetric(matrix);
+    let pattern = ModSell::from_csr(&permuted, h).unwrap();
+    let slots = pattern.values().len();
+    let (mut codes, mut face_slots) = (vec![0u32; slots], vec![NO_SLOT; slots]);
+    let (mut faces, mut boundary_ptr, mut boundary) = (Vec::new(), vec![0u32], Vec::new());
+    let (offsets, cell_faces) = mesh.cell_faces();
+    let mut device_id = vec![u32::MAX; n_internal];
+    let empty: Vec<bool> = (0..mesh.n_faces() - n_internal)
+        .map(|b| {
+            mesh.patches()
+                .iter()
+                .any(|p| p.kind == PatchKind::Empty && p.boundary_faces(n_internal).contains(&b))
+        })
+        .collect();
+    for (row, &cell) in ordering.new_to_old().iter().enumerate() {
+        let cell = cell as usize;
+        let cols = permuted.row(row).0;
+        let diag_at = cols.binary_search(&(row as u32)).unwrap();
+        let base = pattern.slice_ptr()[row / h] as usize + row % h;
+        let mut step = 0;
+        for &f in &cell_faces[offsets[cell] as usize..offsets[cell + 1] as usize] {
+            let f = f as usize;
+            if f >= n_internal {
+                if !empty[f - n_internal] {
+                    boundary.push((f - n_internal) as u32);
+                }
+                continue;
+            }
+            let is_neighbour = mesh.neighbour()[f] as usize == cell;
+            let other = if is_neighbour {
+                mesh.owner()[f]
+            } else {
+                mesh.neighbour()[f]
+            };
+            let at = cols
+                .binary_search(&ordering.old_to_new()[other as usize])
+                .unwrap();
+            if device_id[f] == u32::MAX {
+                device_id[f] = faces.len() as u32;
+                faces.push(f as u32);
+            }
+            codes[base + step * h] = (device_id[f] << 1) | u32::from(is_neighbour);
+            face_slots[base + step * h] = if at < diag_at { at } else { at - 1 } as u8;
+            step += 1;
+        }
+        boundary_ptr.push(boundary.len() as u32);
+    }
+    (codes, face_slots, faces, boundary_ptr, boundary)
+}
+
+#[test]
+fn the_parallel_map_equals_the_one_pass_map() {
+    for spec in [
+        "meshes/foam/polydual",
+        "box:5x4x3:tet:perturb=0.2:renumber",
+        "box:6x5x1:2d:perturb=0.3",
+        "box:40x30x20:renumber",
+    ] {
+        let mesh = crate::mesh::load(spec).unwrap();
+        let problem = LaplacianProblem::steady(
+            CellField::Uniform(1.0),
+            CellField::Uniform(0.0),
+            mesh.patches()
+                .iter()
+                .map(|p| match p.kind {
+                    PatchKind::Empty => BoundaryCondition::Empty,
+                    _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+                })
+                .collect(),
+        );
+        let geometry = mesh.geometry().unwrap();
+        let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+        let n = mesh.n_cells();
+        for ordering in [
+            reverse_cuthill_mckee(&system.matrix),
+            Permutation::identity(n),
+        ] {
+            for h in [32, 64] {
+                let map = AssemblyMap::new(&mesh, &system.matrix, &ordering, h).unwrap();
+                let (codes, slots, faces, boundary_ptr, boundary) =
+                    map_in_one_pass(&mesh, &system.matrix, &ordering, h);
+                assert_eq!(map.face_codes, codes, "{spec} h {h}");
+                assert_eq!(map.face_slots, slots, "{spec} h {h}");
+                assert_eq!(map.device_faces, faces, "{spec} h {h}");
+                assert_eq!(map.boundary_ptr, boundary_ptr, "{spec} h {h}");
+                assert_eq!(map.device_boundary, boundary, "{spec} h {h}");
+                let permuted = ordering.apply_symmetric(&system.matrix);
+                assert_eq!(map.pattern, ModSell::from_csr(&permuted, h).unwrap());
+            }
+        }
+    }
+}
