@@ -30,6 +30,7 @@ pub mod pcg;
 pub mod polynomial;
 pub mod precond;
 pub mod reduce;
+pub mod scalar;
 pub mod schwarz;
 pub mod single_reduction;
 pub mod smooth_solver;
@@ -48,8 +49,9 @@ pub use pcg::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
     SolverControls, SolverPerformance, StopReason, StopRule,
 };
-pub use polynomial::{EigenBound, PolynomialKind, PolynomialSettings, Precision};
+pub use polynomial::{EigenBound, PolynomialKind, PolynomialSettings};
 pub use precond::{Preconditioner, PreconditionerKind};
+pub use scalar::{Precision, Real};
 pub use smooth_solver::{smooth_solve, solve_smooth, SmoothBackend};
 pub use smoother::{
     BlockJacobiSettings, ColouringKind, InnerSolver, Smoother, SmootherKind, SmootherSettings,
