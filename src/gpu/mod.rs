@@ -47,6 +47,7 @@ pub mod polynomial_bench;
 pub mod precond_bench;
 pub mod rank_deflation_bench;
 pub mod rank_loop_bench;
+pub mod registered;
 pub mod simple;
 pub mod smooth;
 pub mod smooth_bench;

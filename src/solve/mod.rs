@@ -9,6 +9,7 @@
 //! `smoother` (Jacobi, L1-Jacobi, natural and multicolour Gauss–Seidel, block
 //! Jacobi, DIC).
 
+pub mod algorithm;
 pub mod amg;
 pub mod bicgstab;
 pub mod block_jacobi;
@@ -30,6 +31,7 @@ pub mod pcg;
 pub mod polynomial;
 pub mod precond;
 pub mod reduce;
+pub mod registry;
 pub mod scalar;
 pub mod schwarz;
 pub mod single_reduction;

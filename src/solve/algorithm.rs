@@ -1,0 +1,138 @@
+//! Preconditioners written in their own folder, after the registry: the
+//! [`Algorithm`] trait each implements (its keys, its one parser of them,
+//! its CPU implementation) and [`Registered`], the settings of all of them,
+//! declared by one line each in the `registered!` invocation below. The
+//! names, the front ends and the GPU side are in `solve::registry`.
+//!
+//! A leaf of `solve`: it uses the algorithms' folders and the shared
+//! operator and error types only, so `precond::Preconditioner` can hold a
+//! [`Registered`] without depending on the registry's table.
+
+use std::fmt;
+
+use super::{LinearOperator, SolveError};
+use crate::sparse::Csr;
+
+/// The keys and values given with a preconditioner's name, in the order
+/// given, from any front end. Keys match without regard to case.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyValues {
+    pairs: Vec<(String, String)>,
+}
+
+impl KeyValues {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `key = value` (a later value of the same key wins).
+    pub fn push(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.pairs.push((key.into(), value.into()));
+    }
+
+    /// The last value given for `key` (any case).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .rev()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `key` parsed as `T`; an error naming the key otherwise.
+    pub fn parsed<T: std::str::FromStr>(&self, key: &str, what: &str) -> Result<Option<T>, String> {
+        self.get(key)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("{key} must be {what}, got '{v}'"))
+            })
+            .transpose()
+    }
+
+    /// The pairs in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+}
+
+/// Settings of a preconditioner that lives in its own folder: its keys, its
+/// one parser and its CPU implementation; the CUDA implementation is
+/// dispatched from `gpu::registered`.
+pub trait Algorithm: Copy + fmt::Debug + fmt::Display + PartialEq + Send + Sync + 'static {
+    /// The documented name (the first of the registration's names).
+    const NAME: &'static str;
+    /// The keys [`Algorithm::from_keys`] reads.
+    const KEYS: &'static [&'static str];
+    fn from_keys(keys: &KeyValues) -> Result<Self, String>;
+    /// Checks the parameters; the message names the bad one.
+    fn validate(&self) -> Result<(), String>;
+    /// Whether PCG must be flexible with it (it is not a fixed linear map).
+    fn is_flexible(&self) -> bool {
+        false
+    }
+    /// The CPU preconditioner for `a`.
+    fn build_cpu<'a>(&self, a: &'a Csr) -> Result<Box<dyn LinearOperator + 'a>, SolveError>;
+}
+
+/// Declares [`Registered`], the settings of the [`Algorithm`]s, and its
+/// dispatch: one line per algorithm.
+macro_rules! registered {
+    ($($variant:ident($settings:ty)),* $(,)?) => {
+        /// The settings of a preconditioner written as an [`Algorithm`].
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub enum Registered {
+            $($variant($settings)),*
+        }
+
+        $(impl From<$settings> for Registered {
+            fn from(s: $settings) -> Self {
+                Self::$variant(s)
+            }
+        })*
+
+        #[allow(unused_variables)] // while no algorithm is listed
+        impl Registered {
+            pub fn name(&self) -> &'static str {
+                match *self {
+                    $(Self::$variant(_) => <$settings as Algorithm>::NAME),*
+                }
+            }
+
+            pub fn validate(&self) -> Result<(), String> {
+                match *self {
+                    $(Self::$variant(s) => s.validate()),*
+                }
+            }
+
+            pub fn is_flexible(&self) -> bool {
+                match *self {
+                    $(Self::$variant(s) => s.is_flexible()),*
+                }
+            }
+
+            pub fn build_cpu<'a>(
+                &self,
+                a: &'a Csr,
+            ) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
+                match *self {
+                    $(Self::$variant(s) => s.build_cpu(a)),*
+                }
+            }
+        }
+
+        #[allow(unused_variables)] // while no algorithm is listed
+        impl fmt::Display for Registered {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match *self {
+                    $(Self::$variant(s) => s.fmt(f)),*
+                }
+            }
+        }
+    };
+}
+
+registered! {}
