@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 /// `["solve", "amg", "cycle"]`).
 struct SourceFile {
     module: Vec<String>,
+    /// Without comments and string contents.
     text: String,
+    raw: String,
 }
 
 fn source_files(dir: &Path, out: &mut Vec<SourceFile>) {
@@ -40,11 +42,54 @@ fn source_files(dir: &Path, out: &mut Vec<SourceFile>) {
             if module == ["main"] {
                 continue; // the binary uses the library by its crate name
             }
+            let raw = std::fs::read_to_string(&path).unwrap();
             out.push(SourceFile {
                 module,
-                text: strip_comments(&std::fs::read_to_string(&path).unwrap()),
+                text: strip_comments(&raw),
+                raw,
             });
         }
+    }
+}
+
+/// A file declared elsewhere with `#[path = "…"] pub mod name;` (an
+/// algorithm's device half, kept in its folder under `solve/` but compiled
+/// as part of `gpu`) is the module it is declared as.
+fn relocate_path_modules(sources: &mut [SourceFile]) {
+    let mut moves = Vec::new();
+    for file in sources.iter() {
+        let mut lines = file.raw.lines().map(str::trim);
+        while let Some(line) = lines.next() {
+            let Some(path) = line
+                .strip_prefix("#[path = \"")
+                .and_then(|rest| rest.strip_suffix("\"]"))
+            else {
+                continue;
+            };
+            let name = lines.next().and_then(|next| {
+                next.trim_start_matches("pub ")
+                    .strip_prefix("mod ")
+                    .and_then(|rest| rest.strip_suffix(';'))
+            });
+            // Relative to the declaring file's directory (a mod.rs's own).
+            let mut target = file.module.clone();
+            for part in path.trim_end_matches(".rs").split('/') {
+                match part {
+                    ".." => {
+                        target.pop();
+                    }
+                    part => target.push(part.to_string()),
+                }
+            }
+            let mut declared = file.module.clone();
+            declared.push(name.expect("#[path] precedes a mod").to_string());
+            moves.push((target, declared));
+        }
+    }
+    for (from, to) in moves {
+        let file = sources.iter_mut().find(|f| f.module == from);
+        file.unwrap_or_else(|| panic!("#[path] names {from:?}, not a file"))
+            .module = to;
     }
 }
 
@@ -268,6 +313,7 @@ impl Crate {
     fn read() -> Self {
         let mut sources = Vec::new();
         source_files(&src_dir(), &mut sources);
+        relocate_path_modules(&mut sources);
         let files: BTreeSet<Vec<String>> = sources.iter().map(|f| f.module.clone()).collect();
         let mut reexports = BTreeMap::new();
         let mut parsed = Vec::new();
@@ -593,6 +639,12 @@ fn the_reader_sees_known_dependencies() {
     // `use super::{CgBackend, …}` resolves through `pub use pcg::…` to pcg.rs.
     assert!(solve["gamg"].contains("pcg"), "{:?}", solve["gamg"]);
     assert!(solve["gamg"].contains("amg"), "{:?}", solve["gamg"]);
+    // SSOR's device half lives in solve/ssor/ but is gpu::ssor.
+    assert!(top["gpu"].contains("solve"), "{:?}", top["gpu"]);
+    assert!(!top["solve"].contains("gpu"), "{:?}", top["solve"]);
+    assert!(krate
+        .files
+        .contains(["gpu".to_string(), "ssor".to_string()].as_slice()));
     // Test modules count at the top level only.
     let with_tests = Crate::collapsed(&krate.edges, &["solve"], 2);
     assert!(

@@ -20,8 +20,13 @@ pub fn device_preconditioner<'g>(
     a: &Csr,
     settings: &Registered,
 ) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError> {
-    let _ = (gpu, a); // while no algorithm is listed
-    match *settings {}
+    Ok(match settings {
+        Registered::Ssor(s) => {
+            let m = super::ssor::DeviceSsor::new(gpu, a, s)?;
+            log::info!("GPU {s}: {} colours", m.n_colours());
+            Box::new(m)
+        }
+    })
 }
 
 impl GpuSolver<'_> {

@@ -1,12 +1,10 @@
-//! Preconditioners written in their own folder, after the registry: the
-//! [`Algorithm`] trait each implements (its keys, its one parser of them,
-//! its CPU implementation) and [`Registered`], the settings of all of them,
-//! declared by one line each in the `registered!` invocation below. The
-//! names, the front ends and the GPU side are in `solve::registry`.
+//! What a preconditioner written in its own folder implements: the
+//! [`Algorithm`] trait (its keys, its one parser of them, its CPU
+//! implementation) over [`KeyValues`], the keys and values of any front end.
+//! `solve::algorithms` lists the algorithms; `solve::registry` names them.
 //!
-//! A leaf of `solve`: it uses the algorithms' folders and the shared
-//! operator and error types only, so `precond::Preconditioner` can hold a
-//! [`Registered`] without depending on the registry's table.
+//! A leaf of `solve`: it uses the shared operator and error types only, so
+//! an algorithm's folder depends on it and nothing depends back.
 
 use std::fmt;
 
@@ -77,62 +75,3 @@ pub trait Algorithm: Copy + fmt::Debug + fmt::Display + PartialEq + Send + Sync 
     /// The CPU preconditioner for `a`.
     fn build_cpu<'a>(&self, a: &'a Csr) -> Result<Box<dyn LinearOperator + 'a>, SolveError>;
 }
-
-/// Declares [`Registered`], the settings of the [`Algorithm`]s, and its
-/// dispatch: one line per algorithm.
-macro_rules! registered {
-    ($($variant:ident($settings:ty)),* $(,)?) => {
-        /// The settings of a preconditioner written as an [`Algorithm`].
-        #[derive(Clone, Copy, Debug, PartialEq)]
-        pub enum Registered {
-            $($variant($settings)),*
-        }
-
-        $(impl From<$settings> for Registered {
-            fn from(s: $settings) -> Self {
-                Self::$variant(s)
-            }
-        })*
-
-        #[allow(unused_variables)] // while no algorithm is listed
-        impl Registered {
-            pub fn name(&self) -> &'static str {
-                match *self {
-                    $(Self::$variant(_) => <$settings as Algorithm>::NAME),*
-                }
-            }
-
-            pub fn validate(&self) -> Result<(), String> {
-                match *self {
-                    $(Self::$variant(s) => s.validate()),*
-                }
-            }
-
-            pub fn is_flexible(&self) -> bool {
-                match *self {
-                    $(Self::$variant(s) => s.is_flexible()),*
-                }
-            }
-
-            pub fn build_cpu<'a>(
-                &self,
-                a: &'a Csr,
-            ) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
-                match *self {
-                    $(Self::$variant(s) => s.build_cpu(a)),*
-                }
-            }
-        }
-
-        #[allow(unused_variables)] // while no algorithm is listed
-        impl fmt::Display for Registered {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match *self {
-                    $(Self::$variant(s) => s.fmt(f)),*
-                }
-            }
-        }
-    };
-}
-
-registered! {}

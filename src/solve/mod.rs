@@ -10,6 +10,7 @@
 //! Jacobi, DIC).
 
 pub mod algorithm;
+pub mod algorithms;
 pub mod amg;
 pub mod bicgstab;
 pub mod block_jacobi;
@@ -38,6 +39,7 @@ pub mod single_reduction;
 pub mod smooth_solver;
 pub mod smoother;
 pub mod split;
+pub mod ssor;
 
 pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};

@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::algorithm::Registered;
+use super::algorithms::Registered;
 use super::amg::{Amg, AmgSettings};
 use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::neumann::TruncatedNeumann;

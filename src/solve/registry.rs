@@ -28,10 +28,12 @@ use super::precond::{check_fill_level, parse_fill_level, Preconditioner, Precond
 use super::scalar::Precision;
 use super::schwarz::{SchwarzKind, SchwarzSettings};
 use super::smoother::SmootherSettings;
+use super::ssor::SsorSettings;
 use super::{LinearOperator, SolveError};
 use crate::sparse::Csr;
 
-pub use super::algorithm::{Algorithm, KeyValues, Registered};
+pub use super::algorithm::{Algorithm, KeyValues};
+pub use super::algorithms::Registered;
 
 /// Which Krylov method the preconditioner serves: PCG, or GMRES / BiCGStab
 /// (which take nonsymmetric preconditioners and have their own device path).
@@ -147,6 +149,31 @@ impl fmt::Display for RegistryError {
 }
 
 impl std::error::Error for RegistryError {}
+
+/// The registration of an [`Algorithm`] whose device form exists.
+const fn algorithm<T: Algorithm + Into<Registered>>(
+    names: &'static [&'static str],
+    summary: &'static str,
+) -> Registration {
+    Registration {
+        names,
+        keys: T::KEYS,
+        positional: None,
+        summary,
+        from_keys: algorithm_from_keys::<T>,
+        cpu: build_cpu,
+        gpu: pcg_only,
+    }
+}
+
+fn algorithm_from_keys<T: Algorithm + Into<Registered>>(
+    _: &str,
+    keys: &KeyValues,
+) -> Result<Preconditioner, String> {
+    let settings = T::from_keys(keys)?;
+    settings.validate()?;
+    Ok(Preconditioner::Registered(settings.into()))
+}
 
 /// The CPU constructor of the registrations: [`Preconditioner::build`]
 /// (which dispatches on the settings `from_keys` made).
@@ -660,6 +687,10 @@ pub static PRECONDITIONERS: &[Registration] = &[
         cpu: build_cpu,
         gpu: adapted_smoother,
     },
+    algorithm::<SsorSettings>(
+        &["SSOR"],
+        "symmetric successive over-relaxation with relaxation ω (omega)",
+    ),
 ];
 
 /// Lower case without `-` and `_`: how names match when no name is exact.
