@@ -374,8 +374,24 @@ fn amg_from_keys(_: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
     Ok(Preconditioner::Amg(s))
 }
 
-/// OpenFOAM GAMG keys with no counterpart in the aggregation AMG.
-const AMG_IGNORED_KEYS: [&str; 14] = [
+/// AMG's keys: those it reads, then OpenFOAM GAMG keys with no counterpart
+/// in the aggregation AMG (accepted and ignored, [`AMG_IGNORED_KEYS`]).
+const AMG_KEYS: &[&str] = &[
+    "smoother",
+    "sweeps",
+    "nSweeps",
+    "nPreSweeps",
+    "nPostSweeps",
+    "nCellsInCoarsestLevel",
+    "coarsestRows",
+    "passes",
+    "matchingRounds",
+    "maxLevels",
+    "cycle",
+    "omega",
+    "overCorrection",
+    "precision",
+    "fused",
     "agglomerator",
     "mergeLevels",
     "preSweepsLevelMultiplier",
@@ -391,6 +407,8 @@ const AMG_IGNORED_KEYS: [&str; 14] = [
     "processorAgglomerator",
     "coarsestLevelCorr",
 ];
+/// The GAMG keys AMG accepts and ignores: the tail of [`AMG_KEYS`].
+const AMG_IGNORED_KEYS: &[&str] = AMG_KEYS.split_at(15).1;
 
 /// ILU(k): k from the name (`ilu0`, `ilu1`) or the `fillLevel` key.
 fn ilu_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
@@ -593,37 +611,7 @@ pub static PRECONDITIONERS: &[Registration] = &[
     },
     Registration {
         names: &["AMG", "GAMG"],
-        keys: &[
-            "smoother",
-            "sweeps",
-            "nSweeps",
-            "nPreSweeps",
-            "nPostSweeps",
-            "nCellsInCoarsestLevel",
-            "coarsestRows",
-            "passes",
-            "matchingRounds",
-            "maxLevels",
-            "cycle",
-            "omega",
-            "overCorrection",
-            "precision",
-            "fused",
-            "agglomerator",
-            "mergeLevels",
-            "preSweepsLevelMultiplier",
-            "maxPreSweeps",
-            "postSweepsLevelMultiplier",
-            "maxPostSweeps",
-            "nFinestSweeps",
-            "cacheAgglomeration",
-            "directSolveCoarsest",
-            "scaleCorrection",
-            "interpolateCorrection",
-            "nVcycles",
-            "processorAgglomerator",
-            "coarsestLevelCorr",
-        ],
+        keys: AMG_KEYS,
         positional: None,
         summary: "one aggregation-AMG cycle (OpenFOAM's GAMG keys accepted)",
         from_keys: amg_from_keys,
