@@ -179,7 +179,9 @@ fn errors_name_file_line_and_key() {
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\npreconditioner = \"iluk:x\"\n";
     let err = parse_err(text, "precond_ilu");
     assert!(
-        err.contains("case.toml:4:18: solver.T.preconditioner: ILU fill level must be"),
+        err.contains(
+            "case.toml:4:18: solver.T.preconditioner: preconditioner iluk: ILU fill level must be"
+        ),
         "{err}"
     );
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[solver.T]\namg = { cycle = \"K\" }\n";
@@ -893,7 +895,8 @@ fn smoother_keys_are_checked() {
             ),
             (
                 "preconditioner = \"GaussSeidel\"\n",
-                "solver.T: invalid solver controls: the GaussSeidel smoother is not symmetric",
+                "solver.T.preconditioner: preconditioner GaussSeidel: the GaussSeidel smoother is not \
+                 symmetric",
             ),
             (
                 "solver = \"smoothSolver\"\nsmoother = \"Jacobi\"\nomega = 3\n",

@@ -120,6 +120,7 @@ use crate::mesh::MeshSource;
 use crate::solve::amg::AmgSettings;
 use crate::solve::distributed::Deflation;
 use crate::solve::gamg::GamgSettings;
+use crate::solve::registry::{self, KeyValues, RegistryError};
 use crate::solve::{
     EigenBound, EquilibrationKind, FsaiSettings, KrylovMethod, PolynomialKind, PolynomialSettings,
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
@@ -225,7 +226,7 @@ struct ReferenceSection {
 #[serde(deny_unknown_fields)]
 pub(super) struct SolverEntry {
     solver: Option<Spanned<String>>,
-    preconditioner: Option<Spanned<String>>,
+    preconditioner: Option<Spanned<PreconditionerValue>>,
     smoother: Option<Spanned<String>>,
     amg: Option<Spanned<BTreeMap<String, Value>>>,
     gamg: Option<Spanned<BTreeMap<String, Value>>>,
@@ -266,6 +267,16 @@ pub(super) struct SolverEntry {
     preconditioning_side: Option<Spanned<String>>,
     flexible: Option<Spanned<bool>>,
     deflation: Option<Spanned<String>>,
+}
+
+/// `preconditioner = "DIC"` (the command line's `name:key=value,...` in a
+/// string, other keys of the entry beside it), or a table of the name and
+/// its keys: `preconditioner = { name = "SSOR", omega = 1.2 }`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PreconditionerValue {
+    Spec(String),
+    Table(BTreeMap<String, Value>),
 }
 
 #[derive(Deserialize, Default)]
@@ -836,11 +847,7 @@ impl Source<'_> {
             .unwrap_or_default();
         if let Some(table) = &entry.amg {
             for (key, value) in table.get_ref() {
-                let text = match value {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                amg.set(key, &text).map_err(|e| {
+                amg.set(key, &toml_text(value)).map_err(|e| {
                     self.error(table.span(), format!("solver.{name}.amg.{key}: {e}"))
                 })?;
             }
@@ -855,13 +862,7 @@ impl Source<'_> {
             let pairs: Vec<(String, String)> = table
                 .get_ref()
                 .iter()
-                .map(|(key, value)| {
-                    let text = match value {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    (key.clone(), text)
-                })
+                .map(|(key, value)| (key.clone(), toml_text(value)))
                 .collect();
             fsai = fsai
                 .with_keys(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -869,35 +870,53 @@ impl Source<'_> {
         }
         let mut preconditioner = base.preconditioner;
         if let Some(p) = &entry.preconditioner {
-            preconditioner = match foam_preconditioner(p.get_ref()) {
-                _ if ["AMG", "GAMG"].contains(&p.get_ref().as_str()) => Preconditioner::Amg(amg),
-                _ if p.get_ref() == "FSAI" => Preconditioner::Fsai(fsai),
-                Ok(kind) => kind.into(),
-                Err(_) if PolynomialSettings::named(p.get_ref()).is_some() => {
-                    Preconditioner::Polynomial(
-                        PolynomialSettings::named(p.get_ref()).expect("checked"),
-                    )
+            let at = |e: RegistryError| {
+                self.error(p.span(), format!("solver.{name}.preconditioner: {e}"))
+            };
+            let (parsed, with_keys) = match p.get_ref() {
+                PreconditionerValue::Spec(spec) => {
+                    (registry::parse_spec(spec).map_err(at)?, spec.contains(':'))
                 }
-                Err(_) if Preconditioner::names_ilu_or_schwarz(p.get_ref()) => {
-                    p.get_ref().parse().map_err(|e| {
-                        self.error(p.span(), format!("solver.{name}.preconditioner: {e}"))
-                    })?
-                }
-                Err(e) => Preconditioner::Smoother(SmootherSettings::named(p.get_ref()).map_err(
-                    |_| {
+                PreconditionerValue::Table(table) => {
+                    let given = table.get("name").ok_or_else(|| {
                         self.error(
                             p.span(),
                             format!(
-                                "solver.{name}.preconditioner: {e}; or AMG, or FSAI, or a symmetric smoother \
-                                 (symGaussSeidel, multicolourSymGaussSeidel, Jacobi, L1Jacobi, \
-                                 blockJacobi, blockIC, blockDIC), or a polynomial (Neumann, \
-                                 Chebyshev, leastSquares), or ILU (ilu1, iluk:K), or Schwarz \
-                                 (ras:subdomains=64:overlap=1:fill=0:nested=8, as:...)"
+                                "solver.{name}.preconditioner: the table needs the name, e.g. \
+                                 {{ name = \"DIC\" }}"
                             ),
                         )
-                    },
-                )?),
+                    })?;
+                    let mut keys = KeyValues::new();
+                    for (key, value) in table.iter().filter(|(k, _)| *k != "name") {
+                        keys.push(key.as_str(), toml_text(value));
+                    }
+                    let with_keys = !keys.is_empty();
+                    (
+                        registry::parse(&toml_text(given), &keys).map_err(at)?,
+                        with_keys,
+                    )
+                }
             };
+            // Keys given with the name win over the inherited `amg` / `fsai`
+            // settings; given in both places they are refused.
+            match (parsed, &entry.amg, &entry.fsai) {
+                (Preconditioner::Amg(_), Some(t), _) | (Preconditioner::Fsai(_), _, Some(t))
+                    if with_keys =>
+                {
+                    return Err(self.error(
+                        t.span(),
+                        format!(
+                            "solver.{name}: give the preconditioner's keys in one place, with \
+                             its name or in this table"
+                        ),
+                    ))
+                }
+                (Preconditioner::Amg(s), ..) if with_keys => amg = s,
+                (Preconditioner::Fsai(s), ..) if with_keys => fsai = s,
+                _ => {}
+            }
+            preconditioner = parsed;
         }
         let mut smoother = base.smoother;
         if let Some(sm) = &entry.smoother {
@@ -1366,15 +1385,11 @@ impl Source<'_> {
     }
 }
 
-/// OpenFOAM preconditioner names (`DIC`, `FDIC`, `diagonal`, `none`), or ours.
-fn foam_preconditioner(name: &str) -> Result<PreconditionerKind, String> {
-    match name {
-        // FDIC is DIC with precomputed reciprocals: the same preconditioner.
-        "DIC" | "FDIC" => Ok(PreconditionerKind::Dic),
-        "diagonal" => Ok(PreconditionerKind::Jacobi),
-        other => other.parse().map_err(|e: String| {
-            format!("{e}; OpenFOAM names DIC, FDIC, diagonal and none work too")
-        }),
+/// A TOML value as the text a registry key reads (strings unquoted).
+fn toml_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 

@@ -11,6 +11,8 @@ pub mod foam_to_vtk;
 pub mod ico_foam;
 pub mod openfoam;
 pub mod potential_foam;
+#[cfg(test)]
+mod preconditioner_grammars;
 pub mod run;
 pub mod setup;
 pub mod simple_foam;

@@ -39,10 +39,9 @@ use crate::solve::amg::AmgSettings;
 use crate::solve::distributed::Deflation;
 use crate::solve::gamg::GamgSettings;
 use crate::solve::krylov::{GmresSettings, KrylovMethod};
-use crate::solve::precond::check_fill_level;
-use crate::solve::schwarz::{SchwarzKind, SchwarzSettings};
+use crate::solve::registry::{self, KeyValues, RegistryError};
 use crate::solve::{
-    EigenBound, FsaiSettings, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
+    EigenBound, PolynomialSettings, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, SolverControls,
 };
 use std::path::{Path, PathBuf};
@@ -874,63 +873,14 @@ fn gamg_solver_settings(dict: &FoamDict) -> Result<GamgSettings, CaseError> {
 /// merged) is what the pairwise matching does, so those keys are accepted; the rest of GAMG's keys have
 /// no counterpart and are ignored.
 fn gamg_settings(dict: &FoamDict) -> Result<AmgSettings, CaseError> {
-    let mut s = AmgSettings::default();
-    let bad = |key: &str, e: String| at_key(dict, key, e);
-    if let Some(name) = dict.get_opt::<String>("smoother")? {
-        s.smoother = name.parse().map_err(|e| bad("smoother", e))?;
+    match registered_preconditioner(dict, "GAMG") {
+        Ok(Preconditioner::Amg(s)) => Ok(s),
+        Ok(other) => Err(CaseError::Mesh(dict.error(format!(
+            "GAMG's keys gave the preconditioner {other}, not AMG"
+        )))),
+        Err(RegistryOrCase::Registry(e)) => Err(CaseError::Mesh(dict.error(e.to_string()))),
+        Err(RegistryOrCase::Case(e)) => Err(e),
     }
-    let pre = dict.get_opt::<usize>("nPreSweeps")?;
-    let post = dict.get_opt::<usize>("nPostSweeps")?;
-    if pre.is_some() || post.is_some() {
-        // OpenFOAM's defaults: 0 pre-, 2 post-sweeps.
-        s.sweeps = ((pre.unwrap_or(0) + post.unwrap_or(2)) / 2).max(1);
-    }
-    if let Some(n) = dict.get_opt::<usize>("nCellsInCoarsestLevel")? {
-        s.coarsest_rows = n;
-    }
-    for key in ["passes", "matchingRounds", "maxLevels", "nSweeps"] {
-        if let Some(v) = dict.get_opt::<usize>(key)? {
-            s.set(key, &v.to_string()).map_err(|e| bad(key, e))?;
-        }
-    }
-    if let Some(c) = dict.get_opt::<String>("cycle")? {
-        s.cycle = c.parse().map_err(|e| bad("cycle", e))?;
-    }
-    if let Some(p) = dict.get_opt::<String>("precision")? {
-        s.precision = p.parse().map_err(|e| bad("precision", e))?;
-    }
-    for key in ["omega", "overCorrection"] {
-        if let Some(v) = dict.get_opt::<f64>(key)? {
-            s.set(key, &v.to_string()).map_err(|e| bad(key, e))?;
-        }
-    }
-    if let Some(a) = dict.get_opt::<String>("agglomerator")? {
-        if a != "faceAreaPair" && a != "pairGAMGAgglomeration" {
-            log::info!(
-                "GAMG agglomerator {a}: aggregated by pairwise matching of strong couplings \
-                 (as faceAreaPair)"
-            );
-        }
-    }
-    for key in [
-        "mergeLevels",
-        "preSweepsLevelMultiplier",
-        "maxPreSweeps",
-        "postSweepsLevelMultiplier",
-        "maxPostSweeps",
-        "nFinestSweeps",
-        "cacheAgglomeration",
-        "directSolveCoarsest",
-        "scaleCorrection",
-        "interpolateCorrection",
-        "nVcycles",
-        "processorAgglomerator",
-        "coarsestLevelCorr",
-    ] {
-        dict.ignore(key);
-    }
-    s.validate().map_err(|e| CaseError::Mesh(dict.error(e)))?;
-    Ok(s)
 }
 
 /// The PCG preconditioner: `preconditioner DIC;` or `preconditioner { preconditioner GAMG; ... }`;
@@ -947,120 +897,53 @@ fn krylov_preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
     preconditioner(dict)
 }
 
-fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
+pub(super) fn preconditioner(dict: &FoamDict) -> Result<Preconditioner, CaseError> {
     let (holder, name) = match dict.get_dict_opt("preconditioner") {
         Ok(Some(inner)) => (inner, inner.get_word("preconditioner")?),
         _ => (dict, dict.get_word("preconditioner")?),
     };
     let entry = holder.entry("preconditioner").expect("read above");
-    Ok(match name.as_str() {
-        // FDIC is DIC with precomputed reciprocals: the same preconditioner.
-        // `precision mixed`: f32 triangular sweeps on the GPU.
-        "DIC" | "FDIC" => match holder.get_opt::<String>("precision")? {
-            Some(v) => Preconditioner::with_ic_precision(
-                PreconditionerKind::Dic,
-                v.parse().map_err(|e| at_key(holder, "precision", e))?,
-            ),
-            _ => PreconditionerKind::Dic.into(),
-        },
-        "diagonal" => PreconditionerKind::Jacobi.into(),
-        "none" => PreconditionerKind::None.into(),
-        other if PolynomialSettings::named(other).is_some() => {
-            let mut p = PolynomialSettings::named(other).expect("checked");
-            polynomial_parameters(holder, &mut p)?;
-            p.validate()
-                .map_err(|e| at(entry, format!("preconditioner {other}: {e}")))?;
-            Preconditioner::Polynomial(p)
-        }
-        "GAMG" => Preconditioner::Amg(gamg_settings(holder)?),
-        "DILU" => PreconditionerKind::Dilu.into(),
-        "ILU" => {
-            let k = holder.get_or("fillLevel", 0usize)?.min(u32::MAX as usize) as u32;
-            check_fill_level(k).map_err(|e| at(entry, format!("preconditioner ILU: {e}")))?;
-            Preconditioner::Ilu(k)
-        }
-        "RAS" | "AS" => Preconditioner::Schwarz(schwarz_settings(holder, &name)?),
-        "FSAI" => Preconditioner::Fsai(fsai_settings(holder, entry)?),
-        // Symmetric Gauss-Seidel PCG by Eisenstat's trick (solve::eisenstat).
-        "eisenstatSGS" => PreconditionerKind::EisenstatSgs.into(),
-        other => {
-            let mut smoother = SmootherSettings::named(other).map_err(|_| {
-                at(
-                    entry,
-                    format!(
-                        "preconditioner '{other:.80}' is not supported (DIC, FDIC, DILU, ILU, RAS, \
-                         AS, diagonal, none, GAMG, FSAI, a polynomial: Neumann, Chebyshev, \
-                         leastSquares, or a symmetric \
-                         smoother: symGaussSeidel, \
-                         multicolourSymGaussSeidel, Jacobi, L1Jacobi, blockJacobi, blockIC, \
-                         blockDIC)"
-                    ),
-                )
-            })?;
-            smoother_parameters(holder, &mut smoother)?;
-            smoother
-                .check_preconditioner()
-                .map_err(|e| at(entry, format!("preconditioner {other}: {e}")))?;
-            Preconditioner::Smoother(smoother)
-        }
+    registered_preconditioner(holder, &name).map_err(|e| match e {
+        RegistryOrCase::Registry(e) => at(entry, e.to_string()),
+        RegistryOrCase::Case(e) => e,
     })
 }
 
-/// The Schwarz preconditioner keys of `dict` (`subdomains`, `overlap`,
-/// `fillLevel` (RAS), `nested`, `innerOverlap`; see `solve::schwarz`).
-fn schwarz_settings(dict: &FoamDict, name: &str) -> Result<SchwarzSettings, CaseError> {
-    let kind = if name == "RAS" {
-        SchwarzKind::Restricted
-    } else {
-        SchwarzKind::Additive
-    };
-    let mut s = SchwarzSettings::new(kind);
-    s.subdomains = dict.get_or("subdomains", s.subdomains)?;
-    s.overlap = dict.get_or("overlap", s.overlap)?;
-    s.fill_level = dict
-        .get_or("fillLevel", s.fill_level as usize)?
-        .min(u32::MAX as usize) as u32;
-    s.nested = dict.get_or("nested", s.nested)?;
-    s.inner_overlap = dict.get_or("innerOverlap", s.inner_overlap)?;
-    s.validate().map_err(|e| {
-        at_key(
-            dict,
-            "preconditioner",
-            format!("preconditioner {name}: {e}"),
-        )
-    })?;
-    Ok(s)
+enum RegistryOrCase {
+    Registry(RegistryError),
+    Case(CaseError),
 }
 
-/// The FSAI keys of the preconditioner dictionary (`pattern`, `steps`,
-/// `stepSize`, `epsilon`, `stop`, `power`, `prefilter`, `postfilter`,
-/// `precision`; `solve::fsai::FsaiSettings::from_keys`); errors at the
-/// preconditioner entry, naming the key.
-fn fsai_settings(dict: &FoamDict, entry: &FoamEntry) -> Result<FsaiSettings, CaseError> {
-    const KEYS: [&str; 9] = [
-        "pattern",
-        "steps",
-        "stepSize",
-        "epsilon",
-        "stop",
-        "power",
-        "prefilter",
-        "postfilter",
-        "precision",
-    ];
-    let mut pairs = Vec::new();
-    for key in KEYS {
+impl From<CaseError> for RegistryOrCase {
+    fn from(e: CaseError) -> Self {
+        Self::Case(e)
+    }
+}
+
+/// The preconditioner `name` with the keys its registration takes from
+/// `dict` (`solve::registry`: the parser the command line and case.toml use
+/// too). In a flat solver dictionary the solver's own keys sit beside them,
+/// so only the registration's keys are read.
+fn registered_preconditioner(
+    dict: &FoamDict,
+    name: &str,
+) -> Result<Preconditioner, RegistryOrCase> {
+    let registration = registry::find(name).map_err(RegistryOrCase::Registry)?;
+    let mut keys = KeyValues::new();
+    for key in registration.keys {
         let text = match dict.get_opt::<String>(key) {
             Ok(Some(word)) => Some(word),
             Ok(None) => None,
-            Err(_) => dict.get_opt::<f64>(key)?.map(|v| v.to_string()),
+            Err(_) => dict
+                .get_opt::<f64>(key)
+                .map_err(|e| RegistryOrCase::Case(e.into()))?
+                .map(|v| v.to_string()),
         };
         if let Some(text) = text {
-            pairs.push((key, text));
+            keys.push(*key, text);
         }
     }
-    FsaiSettings::from_keys(pairs.iter().map(|(k, v)| (*k, v.as_str())))
-        .map_err(|e| at(entry, format!("preconditioner FSAI: {e}")))
+    registry::parse(name, &keys).map_err(RegistryOrCase::Registry)
 }
 
 /// The polynomial preconditioner keys of `dict` (`degree`, `eigenBound

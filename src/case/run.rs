@@ -290,9 +290,9 @@ impl<'g> Device<'g> {
             (None, Preconditioner::Fsai(s)) => Some(format!(
                 "PCG with the {s} preconditioner runs on a host-assembled matrix"
             )),
-            (None, p @ Preconditioner::MixedIc(_)) => Some(format!(
-                "PCG with the {p} preconditioner runs on a host-assembled matrix"
-            )),
+            (None, p @ (Preconditioner::MixedIc(_) | Preconditioner::Registered(_))) => Some(
+                format!("PCG with the {p} preconditioner runs on a host-assembled matrix"),
+            ),
         }
     }
 }
@@ -365,8 +365,9 @@ pub fn run_case_with_mesh(
                     "GAMG is not on the GPU: PCG with {} there",
                     used.preconditioner
                 ),
+                // A fallback of the registry was logged with its reason by `adapt`.
                 (None, _) if used.preconditioner != solver.preconditioner => log::info!(
-                    "preconditioner {} is not on the GPU: using {} there",
+                    "preconditioner {} runs on the GPU as {}",
                     solver.preconditioner,
                     used.preconditioner
                 ),

@@ -2,10 +2,10 @@
 //! benchmarks (deterministic from a seed).
 
 use super::{
-    BoundaryCondition, CellField, GammaInterpolation, GradScheme, LaplacianProblem, PatchValues,
-    Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
+    BoundaryCondition, CellField, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
+    LaplacianSystem, PatchValues, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
 };
-use crate::mesh::{Mesh, PatchKind};
+use crate::mesh::{Geometry, Mesh, PatchKind};
 use crate::sparse::testing::SplitMix;
 use crate::sparse::Csr;
 
@@ -144,4 +144,33 @@ pub fn convection_diffusion_system(spec: &str, gamma: f64) -> (String, Csr, Vec<
     let mut b = vec![0.0; a.n_rows()];
     a.spmv(&x_true, &mut b);
     (spec.to_string(), a, x_true, b)
+}
+
+/// −∇·(Γ∇p) = 1 + x·y with p = 0 on every patch (empty patches stay empty).
+pub fn poisson_problem(mesh: &Mesh, gamma: CellField) -> LaplacianProblem {
+    let boundary = mesh
+        .patches()
+        .iter()
+        .map(|p| match p.kind {
+            PatchKind::Empty => BoundaryCondition::Empty,
+            _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+        })
+        .collect();
+    LaplacianProblem::steady(gamma, CellField::function(|c| 1.0 + c.x * c.y), boundary)
+}
+
+/// The matrix and right-hand side of [`poisson_problem`] with Γ = 1 on a mesh.
+pub fn poisson_system_on(mesh: &Mesh, geometry: &Geometry) -> Result<(Csr, Vec<f64>), FvmError> {
+    let problem = poisson_problem(mesh, CellField::Uniform(1.0));
+    let system = LaplacianSystem::new(mesh, geometry, Schemes::default(), &problem)?;
+    Ok((system.matrix, system.rhs))
+}
+
+/// The matrix and right-hand side of [`poisson_problem`] with Γ = 1 on the
+/// mesh a source names (`box:8x8x8:tet`, a case directory, a Gmsh file; see
+/// `mesh::source`): the CPU tests' Poisson systems.
+pub fn poisson_system(source: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
+    let mesh = crate::mesh::source::load(source)?;
+    let geometry = mesh.geometry()?;
+    Ok(poisson_system_on(&mesh, &geometry)?)
 }

@@ -43,9 +43,8 @@ use super::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use super::matrix::{DeviceMatrix, Format};
 use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use super::{Gpu, GpuError};
-use crate::fvm::{
-    BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
-};
+use crate::fvm::testing::{poisson_problem, poisson_system_on};
+use crate::fvm::{CellField, LaplacianSystem, Schemes};
 use crate::mesh::{Geometry, Mesh, PatchKind};
 use crate::solve::{
     pcg, solve_pcg, CgBackend, EquilibrationKind, PreconditionerKind, RuizNorm, RuizSettings,
@@ -53,19 +52,6 @@ use crate::solve::{
 };
 use crate::sparse::ordering::bandwidth;
 use crate::sparse::{mtx, Csr, ModSell, Reordered, RowOrdering};
-
-/// −∇·(Γ∇p) = 1 + x·y with p = 0 on every patch (empty patches stay empty).
-fn poisson_problem(mesh: &Mesh, gamma: CellField) -> LaplacianProblem {
-    let boundary = mesh
-        .patches()
-        .iter()
-        .map(|p| match p.kind {
-            PatchKind::Empty => BoundaryCondition::Empty,
-            _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-        })
-        .collect();
-    LaplacianProblem::steady(gamma, CellField::function(|c| 1.0 + c.x * c.y), boundary)
-}
 
 /// Bench cases `bubble:MESH`: the density-contrast problem of [`BUBBLE_CASE`]
 /// (Gupta et al. 2011's 3-D bubble, density ratio 1000, harmonic Γ; p fixed at ymax,
@@ -78,7 +64,7 @@ pub const BUBBLE_CASE: &str = "cases/bubble_tet_3d";
 
 /// A bench case: a mesh source (`box:` spec, OpenFOAM case, Gmsh file; see
 /// `mesh::source`) gives its mesh and geometry and the FVM Poisson system of
-/// [`poisson_problem`] with Γ = 1; a Matrix Market file (`.mtx`) gives no
+/// [`poisson_problem`] (`fvm::testing`) with Γ = 1; a Matrix Market file (`.mtx`) gives no
 /// mesh, its matrix and the right-hand side A·1 (the solution is all ones);
 /// `bubble:MESH` ([`BUBBLE_PREFIX`]) no mesh, the density-contrast matrix.
 type BenchCase = (Option<(Mesh, Geometry)>, Csr, Vec<f64>);
@@ -100,10 +86,7 @@ fn load_case(case: &str) -> anyhow::Result<BenchCase> {
     }
     let mesh = crate::mesh::source::load(case)?;
     let geometry = mesh.geometry()?;
-    let problem = poisson_problem(&mesh, CellField::Uniform(1.0));
-    let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem)?;
-    let (a, b) = (system.matrix.clone(), system.rhs.clone());
-    drop(system);
+    let (a, b) = poisson_system_on(&mesh, &geometry)?;
     Ok((Some((mesh, geometry)), a, b))
 }
 

@@ -35,7 +35,7 @@ use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
     fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
 };
-use crate::solve::polynomial::Precision;
+use crate::solve::scalar::Precision;
 use crate::solve::SolveError;
 use crate::sparse::Csr;
 

@@ -21,10 +21,10 @@ use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
 use crate::solve::krylov::KrylovMethod;
+use crate::solve::registry::{self, Role};
 use crate::solve::schwarz::{Decomposition, SchwarzKind, SchwarzSettings};
 use crate::solve::{
-    EquilibrationKind, Preconditioner, PreconditionerKind, SolveError, SolverControls,
-    SolverPerformance,
+    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
 };
 use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
@@ -284,19 +284,13 @@ pub fn device_preconditioner<'g>(
 }
 
 /// What GMRES/BiCGStab run on the GPU for `p`: ILU(k), Schwarz, DILU, DIC,
-/// IC(0), Jacobi and none as given ([`GpuSolver::solve_krylov_preconditioned`]),
-/// the others (smoothers, polynomials, AMG) as Jacobi.
+/// IC(0), Jacobi and none as given ([`GpuSolver::solve_krylov_preconditioned`]);
+/// for the others the registry names the fallback (`solve::registry`,
+/// `GpuSupport::Fallback`), logged with its reason.
 pub fn gpu_krylov_preconditioner(p: &Preconditioner) -> Preconditioner {
-    match p {
-        Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => *p,
-        Preconditioner::Kind(
-            PreconditionerKind::None
-            | PreconditionerKind::Jacobi
-            | PreconditionerKind::Dic
-            | PreconditionerKind::Ic0
-            | PreconditionerKind::Dilu,
-        ) => *p,
-        _ => PreconditionerKind::Jacobi.into(),
+    match registry::gpu_fallback(p, Role::Krylov) {
+        Some((used, _logged)) => used,
+        None => *p,
     }
 }
 

@@ -47,10 +47,14 @@ pub mod polynomial_bench;
 pub mod precond_bench;
 pub mod rank_deflation_bench;
 pub mod rank_loop_bench;
+pub mod registered;
 pub mod setup;
 pub mod simple;
 pub mod smooth;
 pub mod smooth_bench;
+/// SSOR's device half, kept in its algorithm's folder (`solve::ssor`).
+#[path = "../solve/ssor/cuda.rs"]
+pub mod ssor;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,6 +94,7 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("eisenstat.cu", include_str!("../../kernels/eisenstat.cu")),
     ("simple.cu", include_str!("../../kernels/simple.cu")),
     ("peer.cu", include_str!("../../kernels/peer.cu")),
+    ("ssor.cu", include_str!("../../kernels/ssor.cu")),
 ];
 
 /// The kernels the sources define with the index of their source, in

@@ -28,7 +28,8 @@ use super::setup::SetupSpans;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::check_system;
-use crate::solve::polynomial::{EigenBound, PolynomialSettings, Precision, Recurrence};
+use crate::solve::polynomial::{EigenBound, PolynomialSettings, Recurrence};
+use crate::solve::scalar::Precision;
 use crate::solve::smoother::check_diagonal;
 use crate::solve::{
     EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,

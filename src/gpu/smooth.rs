@@ -34,6 +34,7 @@ use super::setup::{checked_diagonal, jacobi_scales, RowScale, SetupSpans};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
+use crate::solve::registry::{self, Role};
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
 use crate::solve::smoother::{check_diagonal, sweep_order};
 use crate::solve::{
@@ -911,8 +912,14 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 /// [`gpu_smoother`]; AMG through [`gpu_amg_settings`]; ILU(k) and Schwarz
 /// as given (`gpu::ilu`); DIC / IC(0) in mixed precision as given (their
 /// f32 level-scheduled sweeps, `gpu::ic`); Eisenstat SGS as given
-/// (`gpu::eisenstat`); the other kinds without a device form as Jacobi.
+/// (`gpu::eisenstat`); the registry's algorithms as given
+/// (`gpu::registered`). What has no device form is the registry's
+/// decision (`solve::registry`, `GpuSupport::Fallback`), logged with its
+/// reason.
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
+    if let Some((used, _logged)) = registry::gpu_fallback(p, Role::Pcg) {
+        return used;
+    }
     match p {
         Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi) => *p,
         Preconditioner::Amg(s) => Preconditioner::Amg(gpu_amg_settings(s)),
@@ -922,12 +929,14 @@ pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
             )))
         }
         Preconditioner::Kind(PreconditionerKind::EisenstatSgs) => *p,
-        Preconditioner::Kind(_) => PreconditionerKind::Jacobi.into(),
         Preconditioner::Smoother(s) => Preconditioner::Smoother(gpu_smoother(s)),
-        Preconditioner::Polynomial(_) => *p,
-        Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => *p,
-        Preconditioner::Fsai(_) => *p,
-        Preconditioner::MixedIc(_) => *p,
+        Preconditioner::Kind(_)
+        | Preconditioner::Polynomial(_)
+        | Preconditioner::Ilu(_)
+        | Preconditioner::Schwarz(_)
+        | Preconditioner::Fsai(_)
+        | Preconditioner::MixedIc(_)
+        | Preconditioner::Registered(_) => *p,
     }
 }
 
@@ -1117,6 +1126,9 @@ impl GpuSolver<'_> {
             }
             Preconditioner::Fsai(s) => {
                 return self.solve_fsai(a, s, equilibration, b, x, controls, field, options)
+            }
+            Preconditioner::Registered(r) => {
+                return self.solve_registered(a, r, equilibration, b, x, controls, field, options)
             }
             Preconditioner::MixedIc(kind) => {
                 preconditioner.check()?;

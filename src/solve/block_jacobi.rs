@@ -37,8 +37,8 @@
 
 use rayon::prelude::*;
 
-use super::fsai::Real;
 use super::precond::{Dic, Ic0, Triangles};
+use super::scalar::Real;
 use super::smoother::{BlockJacobiSettings, InnerSolver, Smoother};
 use super::{LinearOperator, SolveError};
 use crate::sparse::blocks::block_diagonal;

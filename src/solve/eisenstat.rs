@@ -616,7 +616,7 @@ mod tests {
     #[test]
     fn predicted_checks_stop_converged_on_the_recursion_residual() {
         // A perturbed tet box: a real FVM matrix, ~60 iterations.
-        let (a, _) = crate::gpu::bench::poisson_system("box:10x10x10:tet:perturb=0.2").unwrap();
+        let (a, _) = crate::fvm::testing::poisson_system("box:10x10x10:tet:perturb=0.2").unwrap();
         let n = a.n_rows();
         let b = crate::fvm::testing::random_field(n, 3);
         let controls = SolverControls::absolute(1e-9, 500);
@@ -679,7 +679,7 @@ mod tests {
         use crate::solve::colouring::Colouring;
         use crate::solve::{Preconditioner, SmootherSettings};
         for spec in ["box:10x10x10:tet:perturb=0.2:renumber", "box:12x12x12"] {
-            let (a, _) = crate::gpu::bench::poisson_system(spec).unwrap();
+            let (a, _) = crate::fvm::testing::poisson_system(spec).unwrap();
             let n = a.n_rows();
             let b = crate::fvm::testing::random_field(n, 7);
             let controls = SolverControls::absolute(1e-8, 500);
@@ -717,7 +717,7 @@ mod tests {
     fn length_sorted_order_keeps_colours_and_iterates() {
         use crate::solve::colouring::Colouring;
         use crate::sparse::{Permutation, Sell};
-        let (a, _) = crate::gpu::bench::poisson_system("box:12x12x12:tet:perturb=0.2").unwrap();
+        let (a, _) = crate::fvm::testing::poisson_system("box:12x12x12:tet:perturb=0.2").unwrap();
         let (p, colouring) = Colouring::jones_plassmann(&a).contiguous();
         let a = p.apply_symmetric(&a);
         let order = length_sorted_order(&a, colouring.colour_ptr(), 256);

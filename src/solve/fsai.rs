@@ -33,7 +33,7 @@ use std::str::FromStr;
 use rayon::prelude::*;
 
 use super::cpu::square_size;
-use super::polynomial::Precision;
+use super::scalar::{Precision, Real};
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
@@ -376,70 +376,6 @@ pub struct FsaiStats {
 pub struct FsaiFactor {
     pub g: Csr,
     pub stats: FsaiStats,
-}
-
-/// The arithmetic of the setup: f64, or f32 for [`Precision::Mixed`]. Every
-/// operation is one IEEE operation rounded to nearest (Rust does not contract
-/// a * b - c into an FMA), as the device's `__dmul_rn`/`__fsub_rn` family.
-pub trait Real:
-    Copy
-    + PartialOrd
-    + Send
-    + Sync
-    + std::fmt::Debug
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::ops::Neg<Output = Self>
-{
-    const ZERO: Self;
-    const ONE: Self;
-    fn from_f64(x: f64) -> Self;
-    fn to_f64(self) -> f64;
-    fn sqrt(self) -> Self;
-    fn abs(self) -> Self;
-    fn is_finite(self) -> bool;
-}
-
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
-    fn abs(self) -> Self {
-        f64::abs(self)
-    }
-    fn is_finite(self) -> bool {
-        f64::is_finite(self)
-    }
-}
-
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
-    fn abs(self) -> Self {
-        f32::abs(self)
-    }
-    fn is_finite(self) -> bool {
-        f32::is_finite(self)
-    }
 }
 
 /// a_{r,c} in precision T, 0 when (r, c) is not stored.

@@ -9,6 +9,8 @@
 //! `smoother` (Jacobi, L1-Jacobi, natural and multicolour Gauss–Seidel, block
 //! Jacobi, DIC).
 
+pub mod algorithm;
+pub mod algorithms;
 pub mod amg;
 pub mod bicgstab;
 pub mod block_jacobi;
@@ -30,11 +32,14 @@ pub mod pcg;
 pub mod polynomial;
 pub mod precond;
 pub mod reduce;
+pub mod registry;
+pub mod scalar;
 pub mod schwarz;
 pub mod single_reduction;
 pub mod smooth_solver;
 pub mod smoother;
 pub mod split;
+pub mod ssor;
 
 pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
@@ -48,8 +53,9 @@ pub use pcg::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
     SolverControls, SolverPerformance, StopReason, StopRule,
 };
-pub use polynomial::{EigenBound, PolynomialKind, PolynomialSettings, Precision};
+pub use polynomial::{EigenBound, PolynomialKind, PolynomialSettings};
 pub use precond::{Preconditioner, PreconditionerKind};
+pub use scalar::{Precision, Real};
 pub use smooth_solver::{smooth_solve, solve_smooth, SmoothBackend};
 pub use smoother::{
     BlockJacobiSettings, ColouringKind, InnerSolver, Smoother, SmootherKind, SmootherSettings,

@@ -37,6 +37,7 @@ use rayon::prelude::*;
 
 use super::precond::Triangles;
 use super::reduce::dot;
+use super::scalar::Precision;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
@@ -96,37 +97,6 @@ impl FromStr for EigenBound {
 
 /// Lanczos steps when only `Lanczos` is named.
 pub const DEFAULT_LANCZOS_STEPS: usize = 10;
-
-/// Where the polynomial runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Precision {
-    /// Everything in f64.
-    Double,
-    /// The polynomial on an f32 copy of the matrix with f32 vectors; PCG in f64.
-    Mixed,
-}
-
-impl FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "double" => Ok(Self::Double),
-            "mixed" => Ok(Self::Mixed),
-            _ => Err(format!(
-                "unknown precision '{s}' (choose one of double, mixed)"
-            )),
-        }
-    }
-}
-
-impl Precision {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Double => "double",
-            Self::Mixed => "mixed",
-        }
-    }
-}
 
 /// Highest degree accepted (m products by A per application).
 pub const MAX_DEGREE: usize = 32;

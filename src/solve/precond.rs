@@ -13,13 +13,15 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::algorithms::Registered;
 use super::amg::{Amg, AmgSettings};
 use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::neumann::TruncatedNeumann;
-use super::polynomial::{PolynomialPreconditioner, PolynomialSettings, Precision};
+use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::reduce::CHUNK;
+use super::scalar::Precision;
 use super::schwarz::SchwarzSettings;
-use super::smoother::{GaussSeidel, SmootherKind, SmootherPreconditioner, SmootherSettings, Sweep};
+use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
 use super::split::{SplitMatrix, TriangleRows};
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
@@ -146,6 +148,8 @@ pub enum Preconditioner {
     /// copy of the factor (`gpu::ic`), PCG stays f64; the CPU runs the f64
     /// factorisation. `dic:precision=mixed` on the command line.
     MixedIc(PreconditionerKind),
+    /// A preconditioner written as a `registry::Algorithm` in its own folder.
+    Registered(Registered),
 }
 
 impl From<PreconditionerKind> for Preconditioner {
@@ -171,134 +175,9 @@ impl fmt::Display for Preconditioner {
             Self::Schwarz(s) => s.fmt(f),
             Self::Fsai(s) => s.fmt(f),
             Self::MixedIc(k) => write!(f, "{k}:precision=mixed"),
+            Self::Registered(r) => r.fmt(f),
         }
     }
-}
-
-impl FromStr for Preconditioner {
-    type Err = String;
-    /// A [`PreconditionerKind`] name, `amg[:key=value]...` ([`AmgSettings`]),
-    /// `ilu0`, `ilu1`, `iluk:K` (ILU(K)), `ras[:key=value]...` /
-    /// `as[:key=value]...` ([`SchwarzSettings`]), `fsai[:key=value,...]`
-    /// ([`FsaiSettings`]), or block-IC: `block-ic` / `block-dic` with
-    /// `:blockSize=N`, `:precision=double|mixed`, or block Jacobi:
-    /// `block-jacobi` with those and `:inner=Jacobi|symGaussSeidel|CG`,
-    /// `:innerTolerance=X`, `:innerMaxIter=N`, `:sweeps=N`, `:omega=X`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let head = s.split(':').next().unwrap_or_default().to_ascii_lowercase();
-        match head.as_str() {
-            "amg" => return s.parse().map(Self::Amg),
-            "fsai" => return s.parse().map(Self::Fsai),
-            "ras" | "as" => return s.parse().map(Self::Schwarz),
-            "iluk" => {
-                let k = s.split_once(':').map(|(_, k)| k).unwrap_or_default();
-                return parse_fill_level(k).map(Self::Ilu);
-            }
-            _ => {}
-        }
-        if let Some(k) = head.strip_prefix("ilu") {
-            return match k {
-                "" => Ok(Self::Ilu(0)),
-                k => parse_fill_level(k).map(Self::Ilu),
-            };
-        }
-        if let Some(block_ic) = parse_block_ic(s)? {
-            return Ok(Self::Smoother(block_ic));
-        }
-        if let Some(ic) = parse_ic_precision(s)? {
-            return Ok(ic);
-        }
-        s.parse::<PreconditionerKind>()
-            .map(Self::Kind)
-            .map_err(|e| {
-                format!(
-                    "{e}, or amg[:key=value]..., ilu0, ilu1, iluk:K, ras[:key=value]..., \
-                 as[:key=value]..., fsai[:key=value,...], block-ic / block-dic[:key=value]..."
-                )
-            })
-    }
-}
-
-/// `dic:precision=double|mixed` or `ic0:precision=...`: DIC / IC(0) in the
-/// precision (mixed: [`Preconditioner::MixedIc`]); None for other names or
-/// a name without options.
-fn parse_ic_precision(s: &str) -> Result<Option<Preconditioner>, String> {
-    let Some((head, options)) = s.split_once(':') else {
-        return Ok(None);
-    };
-    let Ok(kind) = head.parse::<PreconditionerKind>() else {
-        return Ok(None);
-    };
-    if !matches!(kind, PreconditionerKind::Dic | PreconditionerKind::Ic0) {
-        return Ok(None);
-    }
-    let mut precision = Precision::Double;
-    for kv in options.split(':') {
-        match kv.split_once('=') {
-            Some(("precision", value)) => precision = value.parse()?,
-            _ => {
-                return Err(format!(
-                    "unknown {kind} option '{kv}' (precision=double|mixed)"
-                ))
-            }
-        }
-    }
-    Ok(Some(Preconditioner::with_ic_precision(kind, precision)))
-}
-
-/// `block-ic[:blockSize=N][:precision=double|mixed]` (also `block-dic`,
-/// `blockIC`, `blockDIC`): block-IC's smoother settings; `block-jacobi`
-/// (`blockJacobi`) takes these keys and `inner`, `innerTolerance`,
-/// `innerMaxIter`, `sweeps`, `omega`. None for other names.
-fn parse_block_ic(s: &str) -> Result<Option<SmootherSettings>, String> {
-    let mut parts = s.split(':');
-    let head = parts.next().unwrap_or_default().replace('-', "");
-    let Ok(mut settings) = SmootherSettings::named(&head) else {
-        return Ok(None);
-    };
-    let what = match settings.block_ic_name() {
-        Some(_) => "block-IC",
-        None if settings.kind == SmootherKind::BlockJacobi => "block-Jacobi",
-        None => return Ok(None),
-    };
-    let keys = match what {
-        "block-IC" => "blockSize, precision",
-        _ => "blockSize, precision, inner, innerTolerance, innerMaxIter, sweeps, omega",
-    };
-    let number = |key: &str, value: &str| format!("{key} '{value}' is not a number");
-    for kv in parts {
-        let (key, value) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("{what} option '{kv}' must be key=value"))?;
-        let block_jacobi = what == "block-Jacobi";
-        match key.to_ascii_lowercase().as_str() {
-            "blocksize" => {
-                settings.block.block_size = value
-                    .parse()
-                    .map_err(|_| format!("blockSize '{value}' is not a whole number"))?
-            }
-            "precision" => settings.polynomial.precision = value.parse()?,
-            "inner" if block_jacobi => settings.block.inner = value.parse()?,
-            "innertolerance" if block_jacobi => {
-                settings.block.inner_tolerance = value.parse().map_err(|_| number(key, value))?
-            }
-            "innermaxiter" if block_jacobi => {
-                settings.block.inner_max_iter = value.parse().map_err(|_| number(key, value))?
-            }
-            "sweeps" | "nsweeps" if block_jacobi => {
-                settings.sweeps = value.parse().map_err(|_| number(key, value))?
-            }
-            "omega" if block_jacobi => {
-                settings.omega = value.parse().map_err(|_| number(key, value))?
-            }
-            _ => return Err(format!("unknown {what} option '{key}' ({keys})")),
-        }
-    }
-    settings.validate()?;
-    if what == "block-Jacobi" {
-        settings.check_preconditioner()?;
-    }
-    Ok(Some(settings))
 }
 
 impl Preconditioner {
@@ -327,6 +206,7 @@ impl Preconditioner {
             Self::Amg(s) => !s.is_linear(),
             Self::Ilu(_) | Self::Schwarz(_) => false,
             Self::MixedIc(_) => false,
+            Self::Registered(r) => r.is_flexible(),
         }
     }
 
@@ -368,6 +248,7 @@ impl Preconditioner {
                 }),
             Self::Fsai(s) => s.validate().map_err(SolveError::InvalidControls),
             Self::MixedIc(PreconditionerKind::Dic | PreconditionerKind::Ic0) => Ok(()),
+            Self::Registered(r) => r.validate().map_err(SolveError::InvalidControls),
             Self::MixedIc(k) => Err(SolveError::InvalidControls(format!(
                 "precision mixed is available for the dic and ic0 preconditioners (and the \
                  polynomials, smoothers and FSAI), not for {k}"
@@ -381,7 +262,7 @@ impl Preconditioner {
             Self::Kind(_) | Self::Polynomial(_) | Self::Amg(_) | Self::Fsai(_) => None,
             Self::Ilu(_) | Self::Schwarz(_) => None,
             Self::Smoother(s) => s.ordering(a),
-            Self::MixedIc(_) => None,
+            Self::MixedIc(_) | Self::Registered(_) => None,
         }
     }
 
@@ -428,6 +309,7 @@ impl Preconditioner {
                 log::info!("{k} in mixed precision runs its f32 sweeps on the GPU; the CPU runs {k} in f64");
                 k.build(a)
             }
+            Self::Registered(r) => r.build_cpu(a),
         }
     }
 }
@@ -899,7 +781,7 @@ mod tests {
                 "blockSize must be a multiple of 32",
             ),
             ("block-dic:precision=half", "unknown precision 'half'"),
-            ("block-ic:degree=4", "unknown block-IC option 'degree'"),
+            ("block-ic:degree=4", "unknown blockIC key 'degree'"),
             ("block-ic:256", "must be key=value"),
         ] {
             let err = bad.parse::<Preconditioner>().unwrap_err();
@@ -916,7 +798,7 @@ mod tests {
         let Preconditioner::Smoother(s) = p else {
             panic!("{p}")
         };
-        assert_eq!(s.kind, SmootherKind::BlockJacobi);
+        assert_eq!(s.kind, crate::solve::SmootherKind::BlockJacobi);
         assert_eq!(
             (
                 s.block.inner,
@@ -938,13 +820,10 @@ mod tests {
             ("block-jacobi:inner=GaussSeidel", "not symmetric"),
             (
                 "block-jacobi:innerMaxIter=x",
-                "innerMaxIter 'x' is not a number",
+                "innerMaxIter must be a whole number, got 'x'",
             ),
-            (
-                "block-jacobi:degree=4",
-                "unknown block-Jacobi option 'degree'",
-            ),
-            ("block-ic:inner=CG", "unknown block-IC option 'inner'"),
+            ("block-jacobi:degree=4", "unknown blockJacobi key 'degree'"),
+            ("block-ic:inner=CG", "unknown blockIC key 'inner'"),
         ] {
             let err = bad.parse::<Preconditioner>().unwrap_err();
             assert!(err.contains(expected), "{bad}: {err}");
@@ -968,7 +847,7 @@ mod tests {
             .is_err());
         for (bad, expected) in [
             ("dic:precision=half", "unknown precision 'half'"),
-            ("ic0:degree=2", "unknown ic0 option 'degree=2'"),
+            ("ic0:degree=2", "unknown IC0 key 'degree'"),
         ] {
             let err = bad.parse::<Preconditioner>().unwrap_err();
             assert!(err.contains(expected), "{bad}: {err}");

@@ -24,8 +24,9 @@ use rayon::prelude::*;
 
 use super::block_jacobi::BlockJacobi;
 use super::colouring::Colouring;
-use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSettings, Precision};
+use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSettings};
 use super::precond::{Dic, Triangles};
+use super::scalar::Precision;
 use super::split::SplitMatrix;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;

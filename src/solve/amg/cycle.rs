@@ -27,8 +27,8 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use super::super::colouring::Colouring;
-use super::super::fsai::Real;
 use super::super::reduce::sum_by;
+use super::super::scalar::Real;
 use super::super::smoother::l1_jacobi_scale;
 use super::super::{LinearOperator, SolveError};
 use super::{AmgSettings, AmgSmootherKind, CycleKind, Hierarchy, Precision};

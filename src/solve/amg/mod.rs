@@ -33,8 +33,8 @@ pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
 use super::cpu::{check_system, square_size};
-pub use super::polynomial::Precision;
 use super::precond::Identity;
+pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
 use super::{SolveError, SolverControls, SolverPerformance};

@@ -3,8 +3,8 @@ use nalgebra::{DMatrix, DVector};
 use super::coarsest::CoarsestSolver;
 use super::*;
 use crate::fvm::testing::all_neumann_problem;
+use crate::fvm::testing::poisson_system;
 use crate::fvm::{LaplacianSystem, Reference, Schemes};
-use crate::gpu::bench::poisson_system;
 use crate::solve::LinearOperator;
 use crate::sparse::testing::{dense, random_symmetric, SplitMix};
 

@@ -1,0 +1,77 @@
+//! What a preconditioner written in its own folder implements: the
+//! [`Algorithm`] trait (its keys, its one parser of them, its CPU
+//! implementation) over [`KeyValues`], the keys and values of any front end.
+//! `solve::algorithms` lists the algorithms; `solve::registry` names them.
+//!
+//! A leaf of `solve`: it uses the shared operator and error types only, so
+//! an algorithm's folder depends on it and nothing depends back.
+
+use std::fmt;
+
+use super::{LinearOperator, SolveError};
+use crate::sparse::Csr;
+
+/// The keys and values given with a preconditioner's name, in the order
+/// given, from any front end. Keys match without regard to case.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyValues {
+    pairs: Vec<(String, String)>,
+}
+
+impl KeyValues {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `key = value` (a later value of the same key wins).
+    pub fn push(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.pairs.push((key.into(), value.into()));
+    }
+
+    /// The last value given for `key` (any case).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .rev()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `key` parsed as `T`; an error naming the key otherwise.
+    pub fn parsed<T: std::str::FromStr>(&self, key: &str, what: &str) -> Result<Option<T>, String> {
+        self.get(key)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| format!("{key} must be {what}, got '{v}'"))
+            })
+            .transpose()
+    }
+
+    /// The pairs in the order given.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+}
+
+/// Settings of a preconditioner that lives in its own folder: its keys, its
+/// one parser and its CPU implementation; the CUDA implementation is
+/// dispatched from `gpu::registered`.
+pub trait Algorithm: Copy + fmt::Debug + fmt::Display + PartialEq + Send + Sync + 'static {
+    /// The documented name (the first of the registration's names).
+    const NAME: &'static str;
+    /// The keys [`Algorithm::from_keys`] reads.
+    const KEYS: &'static [&'static str];
+    fn from_keys(keys: &KeyValues) -> Result<Self, String>;
+    /// Checks the parameters; the message names the bad one.
+    fn validate(&self) -> Result<(), String>;
+    /// Whether PCG must be flexible with it (it is not a fixed linear map).
+    fn is_flexible(&self) -> bool {
+        false
+    }
+    /// The CPU preconditioner for `a`.
+    fn build_cpu<'a>(&self, a: &'a Csr) -> Result<Box<dyn LinearOperator + 'a>, SolveError>;
+}

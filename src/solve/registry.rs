@@ -1,0 +1,961 @@
+//! The preconditioners PCG and the other Krylov methods can be given, each
+//! registered once by name ([`PRECONDITIONERS`]), in the manner of AmgX's
+//! factory table and Ginkgo's self-parsing preconditioners.
+//!
+//! A [`Registration`] holds what every front end needs: the names it answers
+//! to, the keys it takes and one parser of them (`from_keys`), which the
+//! command line (`name:key=value,...`, [`parse_spec`]), case.toml
+//! (`preconditioner = { name = "...", key = value }`) and fvSolution
+//! (`preconditioner { preconditioner name; key value; }`) all call through
+//! [`parse`]; the CPU constructor; and what the GPU does with it
+//! ([`GpuSupport`]): run it, run an adapted device form, or fall back to
+//! another preconditioner for a stated reason, which the run logs
+//! ([`gpu_fallback`]). An unknown name or key is an error that names it and
+//! lists the valid ones.
+//!
+//! Preconditioners written after the registry implement [`Algorithm`] in
+//! their own folder (`solve/ssor/`: settings, `from_keys`, CPU and CUDA
+//! implementations) and are listed once in [`registered!`]'s invocation and
+//! once in [`PRECONDITIONERS`]; docs/src/development.md, "Adding a
+//! preconditioner", gives the steps.
+
+use std::fmt;
+
+use super::amg::AmgSettings;
+use super::fsai::FsaiSettings;
+use super::polynomial::{EigenBound, PolynomialSettings};
+use super::precond::{check_fill_level, parse_fill_level, Preconditioner, PreconditionerKind};
+use super::scalar::Precision;
+use super::schwarz::{SchwarzKind, SchwarzSettings};
+use super::smoother::SmootherSettings;
+use super::ssor::SsorSettings;
+use super::{LinearOperator, SolveError};
+use crate::sparse::Csr;
+
+pub use super::algorithm::{Algorithm, KeyValues};
+pub use super::algorithms::Registered;
+
+/// Which Krylov method the preconditioner serves: PCG, or GMRES / BiCGStab
+/// (which take nonsymmetric preconditioners and have their own device path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Pcg,
+    Krylov,
+}
+
+/// What the GPU runs for a preconditioner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuSupport {
+    /// The device runs it as given.
+    Native,
+    /// The device runs its device form (`gpu::smooth::gpu_preconditioner`):
+    /// `how` says what changes (e.g. the row order of Gauss–Seidel sweeps).
+    Adapted { how: &'static str },
+    /// The device has no form of it and runs the preconditioner named `to`
+    /// instead; the run logs `reason` ([`gpu_fallback`]).
+    Fallback {
+        to: &'static str,
+        reason: &'static str,
+    },
+}
+
+/// Builds the CPU preconditioner of settings `p` (made by the same
+/// registration's `from_keys`) for `a`.
+pub type CpuConstructor =
+    for<'a> fn(&Preconditioner, &'a Csr) -> Result<Box<dyn LinearOperator + 'a>, SolveError>;
+
+/// One preconditioner (or a family that shares its keys, e.g. the smoothers).
+pub struct Registration {
+    /// The names it answers to; the first is the one documented. A name
+    /// matches exactly, or else without regard to case, `-` and `_`.
+    pub names: &'static [&'static str],
+    /// The keys `from_keys` reads, as documented (camelCase).
+    pub keys: &'static [&'static str],
+    /// A key the command line may give by position (`iluk:2`) or at the end
+    /// of the name (`ilu5`).
+    pub positional: Option<&'static str>,
+    /// One line for listings.
+    pub summary: &'static str,
+    /// Settings from the name as given and its keys (known ones only:
+    /// [`parse`] refuses the others first).
+    pub from_keys: fn(&str, &KeyValues) -> Result<Preconditioner, String>,
+    pub cpu: CpuConstructor,
+    /// What the GPU runs for these settings under `Role`.
+    pub gpu: fn(&Preconditioner, Role) -> GpuSupport,
+}
+
+impl Registration {
+    /// The documented name.
+    pub fn name(&self) -> &'static str {
+        self.names[0]
+    }
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Registration({})", self.name())
+    }
+}
+
+/// A name or key the registry does not know, or settings its parser refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegistryError {
+    UnknownName {
+        name: String,
+        valid: Vec<&'static str>,
+    },
+    UnknownKey {
+        preconditioner: &'static str,
+        key: String,
+        valid: &'static [&'static str],
+    },
+    Invalid {
+        preconditioner: String,
+        message: String,
+    },
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownName { name, valid } => write!(
+                f,
+                "unknown preconditioner '{name:.80}' (choose one of {})",
+                valid.join(", ")
+            ),
+            Self::UnknownKey {
+                preconditioner,
+                key,
+                valid: [],
+            } => write!(
+                f,
+                "unknown {preconditioner} key '{key:.80}' ({preconditioner} takes no keys)"
+            ),
+            Self::UnknownKey {
+                preconditioner,
+                key,
+                valid,
+            } => write!(
+                f,
+                "unknown {preconditioner} key '{key:.80}' (valid keys: {})",
+                valid.join(", ")
+            ),
+            Self::Invalid {
+                preconditioner,
+                message,
+            } => write!(f, "preconditioner {preconditioner}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+/// The registration of an [`Algorithm`] whose device form exists.
+const fn algorithm<T: Algorithm + Into<Registered>>(
+    names: &'static [&'static str],
+    summary: &'static str,
+) -> Registration {
+    Registration {
+        names,
+        keys: T::KEYS,
+        positional: None,
+        summary,
+        from_keys: algorithm_from_keys::<T>,
+        cpu: build_cpu,
+        gpu: pcg_only,
+    }
+}
+
+fn algorithm_from_keys<T: Algorithm + Into<Registered>>(
+    _: &str,
+    keys: &KeyValues,
+) -> Result<Preconditioner, String> {
+    let settings = T::from_keys(keys)?;
+    settings.validate()?;
+    Ok(Preconditioner::Registered(settings.into()))
+}
+
+/// The CPU constructor of the registrations: [`Preconditioner::build`]
+/// (which dispatches on the settings `from_keys` made).
+fn build_cpu<'a>(
+    p: &Preconditioner,
+    a: &'a Csr,
+) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
+    p.build(a)
+}
+
+fn native(_: &Preconditioner, _: Role) -> GpuSupport {
+    GpuSupport::Native
+}
+
+const TO_JACOBI_NO_DEVICE_FORM: &str =
+    "it has no device form (its sweeps are sequential recurrences)";
+
+/// DIC and IC(0): the device runs their level-scheduled sweeps in mixed
+/// precision for PCG, and as given for GMRES / BiCGStab.
+fn ic_on_gpu(p: &Preconditioner, method: Role) -> GpuSupport {
+    match (p, method) {
+        (Preconditioner::Kind(_), Role::Krylov) | (Preconditioner::MixedIc(_), Role::Pcg) => {
+            GpuSupport::Native
+        }
+        (_, Role::Pcg) => GpuSupport::Fallback {
+            to: "diagonal",
+            reason: "PCG on the GPU runs DIC and IC(0) in mixed precision only (add precision \
+                     mixed: f32 level-scheduled sweeps)",
+        },
+        (_, Role::Krylov) => GpuSupport::Fallback {
+            to: "diagonal",
+            reason: "GMRES and BiCGStab on the GPU run DIC and IC(0) in double precision only",
+        },
+    }
+}
+
+fn pcg_only(_: &Preconditioner, method: Role) -> GpuSupport {
+    match method {
+        Role::Pcg => GpuSupport::Native,
+        Role::Krylov => GpuSupport::Fallback {
+            to: "diagonal",
+            reason: "GMRES and BiCGStab on the GPU take ILU, Schwarz, DILU, DIC, IC(0), \
+                     diagonal or none",
+        },
+    }
+}
+
+fn krylov_only(_: &Preconditioner, method: Role) -> GpuSupport {
+    match method {
+        Role::Krylov => GpuSupport::Native,
+        Role::Pcg => GpuSupport::Fallback {
+            to: "diagonal",
+            reason: TO_JACOBI_NO_DEVICE_FORM,
+        },
+    }
+}
+
+fn no_device_form(_: &Preconditioner, _: Role) -> GpuSupport {
+    GpuSupport::Fallback {
+        to: "diagonal",
+        reason: TO_JACOBI_NO_DEVICE_FORM,
+    }
+}
+
+fn adapted_smoother(p: &Preconditioner, method: Role) -> GpuSupport {
+    match method {
+        Role::Krylov => pcg_only(p, method),
+        Role::Pcg => GpuSupport::Adapted {
+            how: "Gauss-Seidel sweeps in a multicolour order, DIC smoothing as symmetric \
+                  Gauss-Seidel",
+        },
+    }
+}
+
+fn adapted_amg(p: &Preconditioner, method: Role) -> GpuSupport {
+    match method {
+        Role::Krylov => pcg_only(p, method),
+        Role::Pcg => GpuSupport::Adapted {
+            how: "Gauss-Seidel and DIC smoothers as multicolour Gauss-Seidel",
+        },
+    }
+}
+
+/// DIC / IC(0) with `precision` (mixed: [`Preconditioner::MixedIc`]).
+fn ic_from_keys(k: PreconditionerKind, keys: &KeyValues) -> Result<Preconditioner, String> {
+    let precision = keys
+        .get("precision")
+        .map(str::parse::<Precision>)
+        .transpose()?
+        .unwrap_or(Precision::Double);
+    Ok(Preconditioner::with_ic_precision(k, precision))
+}
+
+/// The smoother keys (`nSweeps`, `omega`, ...) onto `s`.
+fn smoother_keys(s: &mut SmootherSettings, keys: &KeyValues) -> Result<(), String> {
+    let count = "a whole number";
+    let number = "a number";
+    for key in ["nSweeps", "sweeps"] {
+        if let Some(v) = keys.parsed(key, count)? {
+            s.sweeps = v;
+        }
+    }
+    if let Some(v) = keys.parsed("omega", number)? {
+        s.omega = v;
+    }
+    if let Some(v) = keys.get("colouring") {
+        s.colouring = v.parse()?;
+    }
+    if let Some(v) = keys.get("inner") {
+        s.block.inner = v.parse()?;
+    }
+    if let Some(v) = keys.parsed("innerTolerance", number)? {
+        s.block.inner_tolerance = v;
+    }
+    if let Some(v) = keys.parsed("innerMaxIter", count)? {
+        s.block.inner_max_iter = v;
+    }
+    if let Some(v) = keys.parsed("blockSize", count)? {
+        s.block.block_size = v;
+    }
+    if let Some(v) = keys.parsed("asynchronous", "true or false")? {
+        s.block.asynchronous = v;
+    }
+    if let Some(v) = keys.get("precision") {
+        s.polynomial.precision = v.parse()?;
+    }
+    Ok(())
+}
+
+fn smoother_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
+    let mut s = SmootherSettings::named(&name.replace('-', ""))?;
+    smoother_keys(&mut s, keys)?;
+    s.validate()?;
+    s.check_preconditioner()?;
+    Ok(Preconditioner::Smoother(s))
+}
+
+/// The polynomial keys (`degree`, `eigenBound`, ...) onto `p`.
+fn polynomial_keys(p: &mut PolynomialSettings, keys: &KeyValues) -> Result<(), String> {
+    if let Some(v) = keys.parsed("degree", "a whole number")? {
+        p.degree = v;
+    }
+    if let Some(v) = keys.get("eigenBound") {
+        p.bound = v.parse()?;
+    }
+    if let Some(steps) = keys.parsed("lanczosSteps", "a whole number")? {
+        p.bound = EigenBound::Lanczos { steps };
+    }
+    if let Some(v) = keys.parsed("eigenRatio", "a number")? {
+        p.eigen_ratio = v;
+    }
+    if let Some(v) = keys.get("precision") {
+        p.precision = v.parse()?;
+    }
+    Ok(())
+}
+
+fn polynomial_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
+    let mut p =
+        PolynomialSettings::named(name).ok_or_else(|| format!("'{name}' is not a polynomial"))?;
+    polynomial_keys(&mut p, keys)?;
+    p.validate()?;
+    Ok(Preconditioner::Polynomial(p))
+}
+
+/// AMG's keys; OpenFOAM's `nPreSweeps` / `nPostSweeps` (defaults 0 and 2)
+/// give ν = max(1, (pre + post) / 2) sweeps on each side of the symmetric
+/// cycle, the same smoothing work; GAMG's agglomeration keys are accepted
+/// (the pairwise matching aggregates as faceAreaPair does) and the keys with
+/// no counterpart are ignored.
+fn amg_from_keys(_: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
+    let mut s = AmgSettings::default();
+    let pre: Option<usize> = keys.parsed("nPreSweeps", "a whole number")?;
+    let post: Option<usize> = keys.parsed("nPostSweeps", "a whole number")?;
+    if pre.is_some() || post.is_some() {
+        s.sweeps = ((pre.unwrap_or(0) + post.unwrap_or(2)) / 2).max(1);
+    }
+    for (key, value) in keys.iter() {
+        let lower = key.to_ascii_lowercase();
+        if ["npresweeps", "npostsweeps"].contains(&lower.as_str()) {
+            continue;
+        }
+        if AMG_IGNORED_KEYS.iter().any(|k| k.eq_ignore_ascii_case(key)) {
+            if lower == "agglomerator"
+                && value != "faceAreaPair"
+                && value != "pairGAMGAgglomeration"
+            {
+                log::info!(
+                    "GAMG agglomerator {value}: aggregated by pairwise matching of strong \
+                     couplings (as faceAreaPair)"
+                );
+            }
+            continue;
+        }
+        s.set(key, value)?;
+    }
+    s.validate()?;
+    Ok(Preconditioner::Amg(s))
+}
+
+/// AMG's keys: those it reads, then OpenFOAM GAMG keys with no counterpart
+/// in the aggregation AMG (accepted and ignored, [`AMG_IGNORED_KEYS`]).
+const AMG_KEYS: &[&str] = &[
+    "smoother",
+    "sweeps",
+    "nSweeps",
+    "nPreSweeps",
+    "nPostSweeps",
+    "nCellsInCoarsestLevel",
+    "coarsestRows",
+    "passes",
+    "matchingRounds",
+    "maxLevels",
+    "cycle",
+    "omega",
+    "overCorrection",
+    "precision",
+    "fused",
+    "agglomerator",
+    "mergeLevels",
+    "preSweepsLevelMultiplier",
+    "maxPreSweeps",
+    "postSweepsLevelMultiplier",
+    "maxPostSweeps",
+    "nFinestSweeps",
+    "cacheAgglomeration",
+    "directSolveCoarsest",
+    "scaleCorrection",
+    "interpolateCorrection",
+    "nVcycles",
+    "processorAgglomerator",
+    "coarsestLevelCorr",
+];
+/// The GAMG keys AMG accepts and ignores: the tail of [`AMG_KEYS`].
+const AMG_IGNORED_KEYS: &[&str] = AMG_KEYS.split_at(15).1;
+
+/// ILU(k): k from the name (`ilu0`, `ilu1`) or the `fillLevel` key.
+fn ilu_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
+    let lower = name.to_ascii_lowercase();
+    let from_name = match lower.strip_prefix("ilu") {
+        Some("" | "k") | None => None,
+        Some(k) => Some(parse_fill_level(k)?),
+    };
+    let k = match (from_name, keys.get("fillLevel")) {
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "{name} names its fill level; give ILU with fillLevel, or {name} alone"
+            ))
+        }
+        (Some(k), None) => k,
+        (None, Some(v)) => parse_fill_level(v)?,
+        (None, None) if lower == "iluk" => {
+            return Err("iluk needs its fill level (iluk:K or fillLevel K)".into())
+        }
+        (None, None) => 0,
+    };
+    check_fill_level(k)?;
+    Ok(Preconditioner::Ilu(k))
+}
+
+fn schwarz_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
+    let kind = if name.eq_ignore_ascii_case("ras") {
+        SchwarzKind::Restricted
+    } else {
+        SchwarzKind::Additive
+    };
+    let mut s = SchwarzSettings::new(kind);
+    for (key, value) in keys.iter() {
+        s.set(key, value)?;
+    }
+    s.validate()?;
+    Ok(Preconditioner::Schwarz(s))
+}
+
+fn fsai_from_keys(_: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
+    FsaiSettings::from_keys(keys.iter()).map(Preconditioner::Fsai)
+}
+
+const SMOOTHER_KEYS: &[&str] = &[
+    "nSweeps",
+    "omega",
+    "colouring",
+    "inner",
+    "innerTolerance",
+    "innerMaxIter",
+    "blockSize",
+    "asynchronous",
+    "precision",
+];
+const SCHWARZ_KEYS: &[&str] = &[
+    "subdomains",
+    "overlap",
+    "fillLevel",
+    "fill",
+    "nested",
+    "innerOverlap",
+    "inner-overlap",
+];
+const POLYNOMIAL_KEYS: &[&str] = &[
+    "degree",
+    "eigenBound",
+    "lanczosSteps",
+    "eigenRatio",
+    "precision",
+];
+
+/// Every preconditioner, once. The order is the order of listings.
+pub static PRECONDITIONERS: &[Registration] = &[
+    Registration {
+        names: &["DIC", "FDIC"],
+        keys: &["precision"],
+        positional: None,
+        summary: "OpenFOAM's diagonal incomplete Cholesky (FDIC: the same)",
+        from_keys: |_, keys| ic_from_keys(PreconditionerKind::Dic, keys),
+        cpu: build_cpu,
+        gpu: ic_on_gpu,
+    },
+    Registration {
+        names: &["IC0", "ic"],
+        keys: &["precision"],
+        positional: None,
+        summary: "incomplete Cholesky with no fill-in",
+        from_keys: |_, keys| ic_from_keys(PreconditionerKind::Ic0, keys),
+        cpu: build_cpu,
+        gpu: ic_on_gpu,
+    },
+    Registration {
+        names: &["diagonal", "jacobi"],
+        keys: &[],
+        positional: None,
+        summary: "Jacobi: z = D⁻¹ r",
+        from_keys: |_, _| Ok(PreconditionerKind::Jacobi.into()),
+        cpu: build_cpu,
+        gpu: native,
+    },
+    Registration {
+        names: &["none"],
+        keys: &[],
+        positional: None,
+        summary: "no preconditioning",
+        from_keys: |_, _| Ok(PreconditionerKind::None.into()),
+        cpu: build_cpu,
+        gpu: native,
+    },
+    Registration {
+        names: &["DILU"],
+        keys: &[],
+        positional: None,
+        summary: "OpenFOAM's diagonal incomplete LU (for GMRES / BiCGStab)",
+        from_keys: |_, _| Ok(PreconditionerKind::Dilu.into()),
+        cpu: build_cpu,
+        gpu: krylov_only,
+    },
+    Registration {
+        names: &["sgs"],
+        keys: &[],
+        positional: None,
+        summary: "one symmetric Gauss-Seidel sweep in natural row order (SSOR, ω = 1)",
+        from_keys: |_, _| Ok(PreconditionerKind::SymGaussSeidel.into()),
+        cpu: build_cpu,
+        gpu: adapted_smoother,
+    },
+    Registration {
+        names: &["eisenstatSGS"],
+        keys: &[],
+        positional: None,
+        summary: "symmetric Gauss-Seidel PCG by Eisenstat's trick",
+        from_keys: |_, _| Ok(PreconditionerKind::EisenstatSgs.into()),
+        cpu: build_cpu,
+        gpu: pcg_only,
+    },
+    Registration {
+        names: &["neu1"],
+        keys: &[],
+        positional: None,
+        summary: "truncated Neumann series of the triangular factors, first order",
+        from_keys: |_, _| Ok(PreconditionerKind::Neumann1.into()),
+        cpu: build_cpu,
+        gpu: no_device_form,
+    },
+    Registration {
+        names: &["neu2"],
+        keys: &[],
+        positional: None,
+        summary: "truncated Neumann series of the triangular factors, second order",
+        from_keys: |_, _| Ok(PreconditionerKind::Neumann2.into()),
+        cpu: build_cpu,
+        gpu: no_device_form,
+    },
+    Registration {
+        names: &["ILU", "ilu0", "ilu1", "ilu2", "ilu3", "iluk"],
+        keys: &["fillLevel"],
+        positional: Some("fillLevel"),
+        summary: "incomplete LU with fill level k (ilu1, iluk:K, or fillLevel)",
+        from_keys: ilu_from_keys,
+        cpu: build_cpu,
+        gpu: native,
+    },
+    Registration {
+        names: &["RAS"],
+        keys: SCHWARZ_KEYS,
+        positional: None,
+        summary: "restricted additive Schwarz over METIS sub-domains",
+        from_keys: schwarz_from_keys,
+        cpu: build_cpu,
+        gpu: native,
+    },
+    Registration {
+        names: &["AS"],
+        keys: SCHWARZ_KEYS,
+        positional: None,
+        summary: "symmetric additive Schwarz over METIS sub-domains",
+        from_keys: schwarz_from_keys,
+        cpu: build_cpu,
+        gpu: native,
+    },
+    Registration {
+        names: &["FSAI"],
+        keys: &[
+            "pattern",
+            "steps",
+            "stepSize",
+            "epsilon",
+            "stop",
+            "power",
+            "prefilter",
+            "postfilter",
+            "precision",
+        ],
+        positional: None,
+        summary: "factored sparse approximate inverse, static or adaptive pattern",
+        from_keys: fsai_from_keys,
+        cpu: build_cpu,
+        gpu: pcg_only,
+    },
+    Registration {
+        names: &["AMG", "GAMG"],
+        keys: AMG_KEYS,
+        positional: None,
+        summary: "one aggregation-AMG cycle (OpenFOAM's GAMG keys accepted)",
+        from_keys: amg_from_keys,
+        cpu: build_cpu,
+        gpu: adapted_amg,
+    },
+    Registration {
+        names: &["Neumann", "Chebyshev", "leastSquares"],
+        keys: POLYNOMIAL_KEYS,
+        positional: None,
+        summary: "a polynomial in the Jacobi-scaled matrix",
+        from_keys: polynomial_from_keys,
+        cpu: build_cpu,
+        gpu: pcg_only,
+    },
+    Registration {
+        names: &["blockIC", "blockDIC"],
+        keys: &["blockSize", "precision"],
+        positional: None,
+        summary: "block Jacobi with IC(0) / DIC blocks",
+        from_keys: smoother_from_keys,
+        cpu: build_cpu,
+        gpu: adapted_smoother,
+    },
+    Registration {
+        names: &["blockJacobi"],
+        keys: &[
+            "blockSize",
+            "precision",
+            "inner",
+            "innerTolerance",
+            "innerMaxIter",
+            "nSweeps",
+            "sweeps",
+            "omega",
+        ],
+        positional: None,
+        summary: "block Jacobi with an inner solver (Jacobi, symGaussSeidel, CG)",
+        from_keys: smoother_from_keys,
+        cpu: build_cpu,
+        gpu: adapted_smoother,
+    },
+    Registration {
+        names: &[
+            "symGaussSeidel",
+            "multicolourSymGaussSeidel",
+            "Jacobi",
+            "L1Jacobi",
+            "GaussSeidel",
+            "nonBlockingGaussSeidel",
+            "backwardGaussSeidel",
+            "multicolourGaussSeidel",
+            "multicolourBackwardGaussSeidel",
+            "DICGaussSeidel",
+            "FDICGaussSeidel",
+        ],
+        keys: SMOOTHER_KEYS,
+        positional: None,
+        summary: "a symmetric smoother run from z = 0 (nSweeps sweeps)",
+        from_keys: smoother_from_keys,
+        cpu: build_cpu,
+        gpu: adapted_smoother,
+    },
+    algorithm::<SsorSettings>(
+        &["SSOR"],
+        "symmetric successive over-relaxation with relaxation ω (omega)",
+    ),
+];
+
+/// Lower case without `-` and `_`: how names match when no name is exact.
+fn folded(name: &str) -> String {
+    name.chars()
+        .filter(|c| *c != '-' && *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Every name the registry answers to, documented ones first.
+pub fn names() -> Vec<&'static str> {
+    PRECONDITIONERS
+        .iter()
+        .flat_map(|r| r.names.iter().copied())
+        .collect()
+}
+
+/// The registration of `name`: an exact match, else one without regard to
+/// case, `-` and `_`; an error listing the names otherwise.
+pub fn find(name: &str) -> Result<&'static Registration, RegistryError> {
+    let exact = PRECONDITIONERS.iter().find(|r| r.names.contains(&name));
+    let folded_name = folded(name);
+    exact
+        .or_else(|| {
+            PRECONDITIONERS
+                .iter()
+                .find(|r| r.names.iter().any(|n| folded(n) == folded_name))
+        })
+        .or_else(|| {
+            // A positional key given in the name: `ilu5` is ILU with fill level 5.
+            let stem = folded_name.trim_end_matches(|c: char| c.is_ascii_digit());
+            PRECONDITIONERS.iter().find(|r| {
+                r.positional.is_some()
+                    && stem.len() < folded_name.len()
+                    && r.names.iter().any(|n| folded(n) == stem)
+            })
+        })
+        .ok_or_else(|| RegistryError::UnknownName {
+            name: name.to_string(),
+            valid: names(),
+        })
+}
+
+/// The settings `name` with `keys` stands for: every front end's one path.
+pub fn parse(name: &str, keys: &KeyValues) -> Result<Preconditioner, RegistryError> {
+    let registration = find(name)?;
+    if let Some((key, _)) = keys.iter().find(|(key, _)| {
+        !registration
+            .keys
+            .iter()
+            .any(|k| k.eq_ignore_ascii_case(key))
+    }) {
+        return Err(RegistryError::UnknownKey {
+            preconditioner: registration.name(),
+            key: key.to_string(),
+            valid: registration.keys,
+        });
+    }
+    (registration.from_keys)(name, keys).map_err(|message| RegistryError::Invalid {
+        preconditioner: name.to_string(),
+        message,
+    })
+}
+
+impl std::str::FromStr for Preconditioner {
+    type Err = String;
+    /// The command line's grammar ([`parse_spec`]).
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_spec(s).map_err(|e| e.to_string())
+    }
+}
+
+/// The command line's grammar: `name`, or `name:key=value,key=value` (`:`
+/// also separates pairs; a registration's positional key may be given bare,
+/// as in `iluk:2`).
+pub fn parse_spec(spec: &str) -> Result<Preconditioner, RegistryError> {
+    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let registration = find(name)?;
+    let mut keys = KeyValues::new();
+    for part in rest
+        .split([',', ':'])
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        match (part.split_once('='), registration.positional) {
+            (Some((key, value)), _) => keys.push(key.trim(), value.trim()),
+            (None, Some(key)) => keys.push(key, part),
+            (None, None) => {
+                return Err(RegistryError::Invalid {
+                    preconditioner: name.to_string(),
+                    message: format!("option '{part}' must be key=value"),
+                })
+            }
+        }
+    }
+    parse(name, &keys)
+}
+
+/// The registration whose `from_keys` makes settings like `p`.
+pub fn registration_of(p: &Preconditioner) -> &'static Registration {
+    let name = match p {
+        Preconditioner::Kind(k) | Preconditioner::MixedIc(k) => match k {
+            PreconditionerKind::None => "none",
+            PreconditionerKind::Jacobi => "diagonal",
+            PreconditionerKind::Dic => "DIC",
+            PreconditionerKind::Ic0 => "IC0",
+            PreconditionerKind::SymGaussSeidel => "sgs",
+            PreconditionerKind::Neumann1 => "neu1",
+            PreconditionerKind::Neumann2 => "neu2",
+            PreconditionerKind::Dilu => "DILU",
+            PreconditionerKind::EisenstatSgs => "eisenstatSGS",
+        },
+        Preconditioner::Smoother(_) => "symGaussSeidel",
+        Preconditioner::Polynomial(_) => "Chebyshev",
+        Preconditioner::Amg(_) => "AMG",
+        Preconditioner::Ilu(_) => "ILU",
+        Preconditioner::Schwarz(s) if s.kind == SchwarzKind::Restricted => "RAS",
+        Preconditioner::Schwarz(_) => "AS",
+        Preconditioner::Fsai(_) => "FSAI",
+        Preconditioner::Registered(r) => r.name(),
+    };
+    find(name).expect("every preconditioner is registered")
+}
+
+/// What the GPU runs for `p` under `method`.
+pub fn gpu_support(p: &Preconditioner, method: Role) -> GpuSupport {
+    (registration_of(p).gpu)(p, method)
+}
+
+/// Where the GPU cannot run `p`: the preconditioner it runs instead and the
+/// message the run logs (which it also writes to the log here).
+pub fn gpu_fallback(p: &Preconditioner, method: Role) -> Option<(Preconditioner, String)> {
+    let GpuSupport::Fallback { to, reason } = gpu_support(p, method) else {
+        return None;
+    };
+    let used = parse(to, &KeyValues::new()).expect("a fallback names a registered preconditioner");
+    let message = format!("preconditioner {p} is not on the GPU ({reason}): using {used} there");
+    log::info!("{message}");
+    Some((used, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(pairs: &[(&str, &str)]) -> KeyValues {
+        let mut k = KeyValues::new();
+        for (key, value) in pairs {
+            k.push(*key, *value);
+        }
+        k
+    }
+
+    #[test]
+    fn every_name_is_registered_once() {
+        let mut seen = std::collections::BTreeSet::new();
+        for name in names() {
+            assert!(seen.insert(name), "{name} is registered twice");
+            assert!(
+                std::ptr::eq(find(name).unwrap().names, find(name).unwrap().names),
+                "{name}"
+            );
+        }
+        // An exact name wins over a folded one: `Jacobi` is the smoother,
+        // `jacobi` the diagonal preconditioner, as before the registry.
+        assert_eq!(find("Jacobi").unwrap().name(), "symGaussSeidel");
+        assert_eq!(find("jacobi").unwrap().name(), "diagonal");
+        assert_eq!(find("block-ic").unwrap().name(), "blockIC");
+    }
+
+    #[test]
+    fn every_kind_and_settings_map_back_to_a_registration() {
+        for kind in PreconditionerKind::ALL {
+            let p = Preconditioner::Kind(kind);
+            let r = registration_of(&p);
+            let again = parse(r.name(), &KeyValues::new());
+            // DIC's and IC(0)'s registration make the kind itself.
+            if r.keys.is_empty()
+                || matches!(kind, PreconditionerKind::Dic | PreconditionerKind::Ic0)
+            {
+                assert_eq!(again, Ok(p), "{kind}");
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_names_and_keys_are_named_with_the_valid_ones() {
+        let err = parse_spec("spai").unwrap_err().to_string();
+        assert!(err.contains("unknown preconditioner 'spai'"), "{err}");
+        for name in ["DIC", "AMG", "FSAI", "blockJacobi", "Chebyshev", "RAS"] {
+            assert!(err.contains(name), "{err} lists {name}");
+        }
+        let err = parse("FSAI", &keys(&[("steps", "5"), ("tolerance", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown FSAI key 'tolerance'"), "{err}");
+        assert!(err.contains("steps, stepSize, epsilon"), "{err}");
+        let err = parse_spec("diagonal:omega=2").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown diagonal key 'omega' (diagonal takes no keys)"),
+            "{err}"
+        );
+        let err = parse_spec("block-ic:inner=CG").unwrap_err().to_string();
+        assert!(err.contains("unknown blockIC key 'inner'"), "{err}");
+        let err = parse_spec("block-ic:256").unwrap_err().to_string();
+        assert!(err.contains("must be key=value"), "{err}");
+        let err = parse_spec("symGaussSeidel:nSweeps=x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nSweeps must be a whole number, got 'x'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_command_line_and_key_values_agree() {
+        for (spec, name, pairs) in [
+            (
+                "amg:cycle=W,nPreSweeps=2",
+                "GAMG",
+                &[("cycle", "W"), ("nPreSweeps", "2")][..],
+            ),
+            ("dic:precision=mixed", "FDIC", &[("precision", "mixed")]),
+            ("iluk:2", "ILU", &[("fillLevel", "2")]),
+            (
+                "ras:subdomains=4:overlap=1",
+                "RAS",
+                &[("subdomains", "4"), ("overlap", "1")],
+            ),
+            (
+                "fsai:steps=5,epsilon=0.001",
+                "FSAI",
+                &[("steps", "5"), ("epsilon", "0.001")],
+            ),
+            ("Chebyshev:degree=3", "Chebyshev", &[("degree", "3")]),
+            ("block-jacobi:inner=CG", "blockJacobi", &[("inner", "CG")]),
+        ] {
+            let cli = parse_spec(spec).unwrap();
+            assert_eq!(Ok(cli), parse(name, &keys(pairs)), "{spec}");
+        }
+        // OpenFOAM's GAMG keys: ν = (pre + post) / 2 sweeps on each side.
+        let Ok(Preconditioner::Amg(s)) = parse_spec("GAMG:nPreSweeps=1,nPostSweeps=3") else {
+            panic!("GAMG parses");
+        };
+        assert_eq!(s.sweeps, 2);
+    }
+
+    #[test]
+    fn a_gpu_fallback_is_named_with_its_reason() {
+        let dic = Preconditioner::Kind(PreconditionerKind::Dic);
+        let (used, message) = gpu_fallback(&dic, Role::Pcg).expect("DIC in f64 falls back");
+        assert_eq!(used, Preconditioner::Kind(PreconditionerKind::Jacobi));
+        assert!(
+            message.contains("preconditioner dic is not on the GPU"),
+            "{message}"
+        );
+        assert!(message.contains("mixed precision only"), "{message}");
+        assert_eq!(
+            gpu_fallback(&Preconditioner::MixedIc(PreconditionerKind::Dic), Role::Pcg),
+            None
+        );
+        assert_eq!(gpu_fallback(&dic, Role::Krylov), None);
+        let neu = Preconditioner::Kind(PreconditionerKind::Neumann1);
+        assert!(gpu_fallback(&neu, Role::Krylov).is_some());
+        // Every fallback names a registered preconditioner.
+        for r in PRECONDITIONERS {
+            for name in r.names {
+                let Ok(p) = parse_spec(name) else { continue };
+                for role in [Role::Pcg, Role::Krylov] {
+                    if let GpuSupport::Fallback { to, reason } = gpu_support(&p, role) {
+                        assert!(find(to).is_ok(), "{name} falls back to {to}");
+                        assert!(!reason.is_empty(), "{name}");
+                    }
+                }
+            }
+        }
+    }
+}
