@@ -14,6 +14,7 @@ pub mod limits;
 pub mod mesh;
 pub mod parallel;
 pub mod precond_study;
+pub mod slices;
 pub mod solve;
 pub mod sparse;
 pub mod timings;

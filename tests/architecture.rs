@@ -486,8 +486,10 @@ fn describe(graph: &BTreeMap<String, BTreeSet<String>>, cycle: &[String]) -> Str
 
 /// The pipeline's order: a module uses those before it, never those after
 /// (test code included).
-const PIPELINE: [&str; 15] = [
+const PIPELINE: [&str; 16] = [
     "limits",
+    "slices",
+    "timings",
     "foam",
     "mesh",
     "sparse",
@@ -495,7 +497,6 @@ const PIPELINE: [&str; 15] = [
     "io",
     "parallel",
     "solve",
-    "timings",
     "gpu",
     "validate",
     "flow",

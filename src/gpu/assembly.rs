@@ -230,13 +230,13 @@ impl AssemblyMap {
         let mut device_faces = vec![0u32; n_internal];
         let mut device_boundary = vec![0u32; boundary_ptr[n] as usize];
         let device_id: Vec<AtomicU32> = (0..n_internal).map(|_| AtomicU32::new(0)).collect();
-        let face_parts = crate::sparse::split_lengths(
+        let face_parts = crate::slices::split_lengths(
             &mut device_faces,
             blocks
                 .iter()
                 .map(|b| (face_start[b.end] - face_start[b.start]) as usize),
         );
-        let boundary_parts = crate::sparse::split_lengths(
+        let boundary_parts = crate::slices::split_lengths(
             &mut device_boundary,
             blocks
                 .iter()
@@ -276,9 +276,9 @@ impl AssemblyMap {
                 .windows(2)
                 .map(|w| (w[1] - w[0]) as usize)
         };
-        crate::sparse::split_lengths(&mut face_codes, lengths())
+        crate::slices::split_lengths(&mut face_codes, lengths())
             .into_par_iter()
-            .zip(crate::sparse::split_lengths(&mut face_slots, lengths()))
+            .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
             .enumerate()
             .for_each(|(slice, (codes, slots))| {
                 let rows = slice * h..((slice + 1) * h).min(n);

@@ -430,7 +430,7 @@ impl Mesh {
             let cells = block_cells(first);
             (offsets[cells.end] - offsets[cells.start]) as usize
         });
-        let parts = crate::sparse::split_lengths(&mut faces, lengths);
+        let parts = crate::slices::split_lengths(&mut faces, lengths);
         parts
             .into_par_iter()
             .zip(blocks().map(block_cells).collect::<Vec<_>>())

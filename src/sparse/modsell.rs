@@ -168,9 +168,9 @@ impl ModSell {
         let mut diag = vec![0.0; n];
         // Slices fill disjoint parts of the arrays: in parallel.
         let lengths = || slice_ptr.windows(2).map(|w| (w[1] - w[0]) as usize);
-        let counts = super::split_lengths(&mut codes, lengths())
+        let counts = crate::slices::split_lengths(&mut codes, lengths())
             .into_par_iter()
-            .zip(super::split_lengths(&mut values, lengths()))
+            .zip(crate::slices::split_lengths(&mut values, lengths()))
             .zip(diag.par_chunks_mut(h))
             .enumerate()
             .map(|(s, ((codes, values), diag))| {
