@@ -3,7 +3,7 @@
 //!
 //! | file | entries | becomes |
 //! |---|---|---|
-//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
+//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals`; `fieldMinMax` and `probes` ([`super::function_objects`]) | time loop, writes of `<time>/U`, `p`, `phi` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
@@ -19,6 +19,7 @@
 //! writes. Entries nobody read are named in warnings.
 
 use super::flow_case::{momentum_solver, patch_conditions};
+use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, solve_linear};
 use super::setup::LinearSolver;
@@ -91,6 +92,8 @@ pub struct TransientSetup {
     pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
     /// `residuals` function object: write `postProcessing/residuals/<start>/solverInfo.dat`.
     pub residuals: bool,
+    /// `fieldMinMax` and `probes` function objects.
+    pub functions: FunctionObjects,
     /// The U and p solvers as OpenFOAM names them (`smoothSolver`, `DICPCG`).
     pub solver_names: [String; 2],
 }
@@ -150,7 +153,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     }
     control.ignore("maxCo");
     control.ignore("maxDeltaT");
-    let residuals = read_functions(r, &control)?;
+    let functions = read_functions(r, &control, timing.write_every, timing.delta_t)?;
 
     let mesh_source = MeshSource::PolyMesh(r.dir.clone());
     let mesh = mesh_source.load()?;
@@ -230,7 +233,8 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         write_every: timing.write_every,
         foam,
         initial,
-        residuals,
+        residuals: functions.residuals,
+        functions,
         solver_names,
     };
     Ok((setup, mesh))
@@ -363,44 +367,6 @@ fn read_pimple_relaxation(
     Ok(())
 }
 
-/// `functions { name { type residuals; ... } }` or `#includeFunc residuals`:
-/// whether the residuals are to be written; other function objects are
-/// named in a warning.
-fn read_functions(r: &mut Reader, control: &FoamDict) -> Result<bool, CaseError> {
-    let Some(functions) = control.get_dict_opt("functions")? else {
-        return Ok(false);
-    };
-    let mut residuals = false;
-    for e in functions.entries() {
-        let kind = match e.as_dict() {
-            Some(d) => d.get_opt::<String>("type")?.unwrap_or_default(),
-            // `#includeFunc residuals` (or `residuals(p U)`) is kept as an
-            // entry of key `#includeFunc residuals`.
-            None => {
-                let name = e
-                    .key()
-                    .strip_prefix("#includeFunc")
-                    .unwrap_or(e.key())
-                    .trim();
-                name.split('(').next().unwrap_or(name).trim().to_string()
-            }
-        };
-        functions.ignore(e.key());
-        if kind == "residuals" || kind == "solverInfo" {
-            residuals = true;
-        } else {
-            r.warn(format!(
-                "{}:{}: function object '{}' (type {kind}) is not supported by fvpoisson, \
-                 ignored",
-                e.file().display(),
-                e.line(),
-                e.key()
-            ));
-        }
-    }
-    Ok(residuals)
-}
-
 /// `phi` of the start time, when written: internal faces, then every
 /// patch's `value` (0 on empty patches).
 fn read_phi(path: &Path, mesh: &Mesh) -> Result<Option<Vec<f64>>, CaseError> {
@@ -503,6 +469,12 @@ pub fn run_transient_case(
         true => Some(ResidualLog::create(setup, &piso)?),
         false => None,
     };
+    let format = Format {
+        precision: setup.foam.precision,
+        time_precision: setup.foam.time_precision,
+    };
+    let mut functions =
+        (setup.functions).start(&setup.case_dir, setup.start, format, mesh, &geometry)?;
     let write = |piso: &Piso| -> Result<(), CaseError> {
         let paths = crate::flow::output::write_time_directory_at(
             &setup.case_dir,
@@ -536,6 +508,8 @@ pub fn run_transient_case(
             "ExecutionTime = {} s",
             format_g(clock.elapsed().as_secs_f64())
         );
+        // v1912 runs the function objects after the step's ExecutionTime line.
+        functions.execute(&piso.simple, piso.time, report.step)?;
     }
     log::info!("End");
     Ok(TransientSummary {
