@@ -29,7 +29,7 @@ use super::openfoam::{at, at_key, Reader};
 use super::CaseError;
 use crate::flow::simple::Simple;
 use crate::foam::dict::{Value, ValueKind};
-use crate::foam::write::format_general;
+use crate::foam::write::{format_general, format_scientific};
 use crate::foam::FoamDict;
 use crate::io::foam_field::time_name;
 use crate::io::OutputError;
@@ -274,35 +274,21 @@ impl Format {
     }
 
     fn general_vector(self, v: Vec3) -> String {
-        format!(
-            "({} {} {})",
-            self.general(v.x),
-            self.general(v.y),
-            self.general(v.z)
-        )
+        vector_text(v, |x| self.general(x))
     }
 
-    /// C's `%.<precision>e`, as the `.dat` files write numbers.
     fn scientific(self, x: f64) -> String {
-        let text = format!("{x:.*e}", self.precision);
-        match text.split_once('e') {
-            Some((mantissa, exponent)) => {
-                let e: i32 = exponent.parse().unwrap_or(0);
-                let sign = if e < 0 { '-' } else { '+' };
-                format!("{mantissa}e{sign}{:02}", e.abs())
-            }
-            None => text,
-        }
+        format_scientific(x, self.precision)
     }
 
     fn scientific_vector(self, v: Vec3) -> String {
-        format!(
-            "({} {} {})",
-            self.scientific(v.x),
-            self.scientific(v.y),
-            self.scientific(v.z)
-        )
+        vector_text(v, |x| self.scientific(x))
     }
+}
+
+/// `(x y z)`, each component written by `number`.
+fn vector_text(v: Vec3, number: impl Fn(f64) -> String) -> String {
+    format!("({} {} {})", number(v.x), number(v.y), number(v.z))
 }
 
 /// A value of U or p as the objects see it.

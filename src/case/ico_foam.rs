@@ -31,7 +31,7 @@ use super::{CaseError, Device};
 use crate::flow::piso::{DdtScheme, Piso, StepReport, TransientConvection, TransientSettings};
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
 use crate::flow::{FlowError, VelocityCondition};
-use crate::foam::write::{format_g, format_general};
+use crate::foam::write::{format_g, format_general, format_scientific};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
 use crate::gpu::pcg::GpuSolver;
@@ -546,15 +546,7 @@ const COLUMN: usize = 14;
 /// significant digits, then as C's `%e` (`8.905110e-06`).
 fn format_e(x: f64, precision: usize) -> String {
     let rounded: f64 = format_general(x, precision).parse().unwrap_or(x);
-    let text = format!("{rounded:.6e}");
-    match text.split_once('e') {
-        Some((mantissa, exponent)) => {
-            let e: i32 = exponent.parse().unwrap_or(0);
-            let sign = if e < 0 { '-' } else { '+' };
-            format!("{mantissa}e{sign}{:02}", e.abs())
-        }
-        None => text,
-    }
+    format_scientific(rounded, 6)
 }
 
 impl ResidualLog {
