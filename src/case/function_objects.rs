@@ -626,3 +626,61 @@ impl RunningFunctionObjects {
 
 /// The value v1912 writes for a probe in no cell.
 const NOT_FOUND: f64 = -1e300;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::generate::BoxSpec;
+
+    /// Whether `x` lies in the convex `cell`: the pyramids from `x` on its
+    /// faces fill the cell's volume exactly when it does.
+    fn inside_by_volume(mesh: &Mesh, geometry: &Geometry, cell: usize, x: Vec3) -> bool {
+        let mut pyramids = 0.0;
+        for f in 0..mesh.n_faces() {
+            let on_owner = mesh.owner()[f] as usize == cell;
+            let on_neighbour = f < mesh.n_internal_faces() && mesh.neighbour()[f] as usize == cell;
+            if on_owner || on_neighbour {
+                let height =
+                    (x - geometry.face_centre(mesh, f)).dot(&geometry.face_area_vectors[f]);
+                pyramids += height.abs() / 3.0;
+            }
+        }
+        (pyramids - geometry.cell_volumes[cell]).abs() <= 1e-9 * geometry.cell_volumes[cell]
+    }
+
+    #[test]
+    fn find_cell_returns_the_containing_cell_also_when_the_nearest_centre_is_another() {
+        let mut spec = BoxSpec::new([3, 3, 3]);
+        spec.tet = true;
+        spec.perturb = 0.2;
+        let mesh = spec.generate().unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let mut not_nearest = 0;
+        for i in 0..200 {
+            // A fixed spread of points over the box.
+            let t = i as f64;
+            let x = Vec3::new(
+                (0.05 + 0.618_034 * t).fract() * 0.9 + 0.05,
+                (0.05 + 0.414_214 * t).fract() * 0.9 + 0.05,
+                (0.05 + 0.732_051 * t).fract() * 0.9 + 0.05,
+            );
+            let cell = find_cell(&mesh, &geometry, x).expect("a point of the box");
+            assert!(
+                inside_by_volume(&mesh, &geometry, cell, x),
+                "{x:?} not in {cell}"
+            );
+            let nearest = (0..mesh.n_cells())
+                .min_by(|&a, &b| {
+                    let d = |c: usize| (geometry.cell_centres[c] - x).norm_squared();
+                    d(a).total_cmp(&d(b))
+                })
+                .unwrap();
+            not_nearest += usize::from(nearest != cell);
+        }
+        assert!(
+            not_nearest > 0,
+            "every point was in its nearest centre's cell"
+        );
+        assert_eq!(find_cell(&mesh, &geometry, Vec3::new(1.5, 0.5, 0.5)), None);
+    }
+}
