@@ -3,7 +3,7 @@
 //!
 //! | file | entries | becomes |
 //! |---|---|---|
-//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals` | time loop, writes of `<time>/U`, `p`, `phi` |
+//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals`; `fieldMinMax` and `probes` ([`super::function_objects`]) | time loop, writes of `<time>/U`, `p`, `phi` |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
@@ -27,6 +27,7 @@
 //! ([`StepTiming`]).
 
 use super::flow_case::{device_pressure_solver, momentum_solver, patch_conditions};
+use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, solve_linear};
 use super::setup::LinearSolver;
@@ -41,7 +42,7 @@ use crate::flow::piso::{
 };
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
 use crate::flow::{FlowError, VelocityCondition};
-use crate::foam::write::{format_g, format_general};
+use crate::foam::write::{format_g, format_general, format_scientific};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
 use crate::gpu::assembly::AssemblyError;
@@ -112,6 +113,8 @@ pub struct TransientSetup {
     pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
     /// `residuals` function object: write `postProcessing/residuals/<start>/solverInfo.dat`.
     pub residuals: bool,
+    /// `fieldMinMax` and `probes` function objects.
+    pub functions: FunctionObjects,
     /// The U and p solvers as OpenFOAM names them (`smoothSolver`, `DICPCG`).
     pub solver_names: [String; 2],
 }
@@ -162,7 +165,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     let timing = r.timing_any_start(&control)?;
     let foam = r.write_options(&control)?;
     let adjust_time_step = read_time_step_control(&control, application)?;
-    let residuals = read_functions(r, &control)?;
+    let functions = read_functions(r, &control, timing.write_every, timing.delta_t)?;
     let write_time_interval = match (&adjust_time_step, control.get_word("writeControl")) {
         (Some(_), Ok(w)) if w == "runTime" || w == "adjustableRunTime" => {
             Some(control.get_scalar("writeInterval")?)
@@ -250,7 +253,8 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         write_time_interval,
         foam,
         initial,
-        residuals,
+        residuals: functions.residuals,
+        functions,
         solver_names,
     };
     Ok((setup, mesh))
@@ -432,44 +436,6 @@ fn read_pimple_relaxation(
     Ok(())
 }
 
-/// `functions { name { type residuals; ... } }` or `#includeFunc residuals`:
-/// whether the residuals are to be written; other function objects are
-/// named in a warning.
-fn read_functions(r: &mut Reader, control: &FoamDict) -> Result<bool, CaseError> {
-    let Some(functions) = control.get_dict_opt("functions")? else {
-        return Ok(false);
-    };
-    let mut residuals = false;
-    for e in functions.entries() {
-        let kind = match e.as_dict() {
-            Some(d) => d.get_opt::<String>("type")?.unwrap_or_default(),
-            // `#includeFunc residuals` (or `residuals(p U)`) is kept as an
-            // entry of key `#includeFunc residuals`.
-            None => {
-                let name = e
-                    .key()
-                    .strip_prefix("#includeFunc")
-                    .unwrap_or(e.key())
-                    .trim();
-                name.split('(').next().unwrap_or(name).trim().to_string()
-            }
-        };
-        functions.ignore(e.key());
-        if kind == "residuals" || kind == "solverInfo" {
-            residuals = true;
-        } else {
-            r.warn(format!(
-                "{}:{}: function object '{}' (type {kind}) is not supported by fvpoisson, \
-                 ignored",
-                e.file().display(),
-                e.line(),
-                e.key()
-            ));
-        }
-    }
-    Ok(residuals)
-}
-
 /// `phi` of the start time, when written: internal faces, then every
 /// patch's `value` (0 on empty patches).
 fn read_phi(path: &Path, mesh: &Mesh) -> Result<Option<Vec<f64>>, CaseError> {
@@ -606,6 +572,12 @@ pub fn run_transient_case(
         true => Some(ResidualLog::create(setup, &piso)?),
         false => None,
     };
+    let format = Format {
+        precision: setup.foam.precision,
+        time_precision: setup.foam.time_precision,
+    };
+    let mut functions =
+        (setup.functions).start(&setup.case_dir, setup.start, format, mesh, &geometry)?;
     let write = |piso: &Piso| -> Result<(), CaseError> {
         let paths = crate::flow::output::write_time_directory_at(
             &setup.case_dir,
@@ -681,6 +653,8 @@ pub fn run_transient_case(
             "ExecutionTime = {} s",
             format_g(clock.elapsed().as_secs_f64())
         );
+        // v1912 runs the function objects after the step's ExecutionTime line.
+        functions.execute(&piso.simple, piso.time, report.step)?;
     }
     if let Some(step) = &mut device_step {
         step.download_fields(&mut piso)?;
@@ -841,15 +815,7 @@ const COLUMN: usize = 14;
 /// significant digits, then as C's `%e` (`8.905110e-06`).
 fn format_e(x: f64, precision: usize) -> String {
     let rounded: f64 = format_general(x, precision).parse().unwrap_or(x);
-    let text = format!("{rounded:.6e}");
-    match text.split_once('e') {
-        Some((mantissa, exponent)) => {
-            let e: i32 = exponent.parse().unwrap_or(0);
-            let sign = if e < 0 { '-' } else { '+' };
-            format!("{mantissa}e{sign}{:02}", e.abs())
-        }
-        None => text,
-    }
+    format_scientific(rounded, 6)
 }
 
 impl ResidualLog {

@@ -8,6 +8,7 @@ pub mod expr;
 pub mod flow_bench;
 pub mod flow_case;
 pub mod foam_to_vtk;
+pub mod function_objects;
 pub mod ico_foam;
 pub mod openfoam;
 pub mod potential_foam;

@@ -182,6 +182,21 @@ pub fn format_g(v: f64) -> String {
     format_general(v, 6)
 }
 
+/// Formats like a C++ ostream in scientific format with `precision` digits
+/// after the point (`%.<precision>e`, two-digit signed exponent), as
+/// OpenFOAM's postProcessing `.dat` files write numbers (`8.905110e-06`).
+pub fn format_scientific(v: f64, precision: usize) -> String {
+    let text = format!("{v:.precision$e}");
+    match text.split_once('e') {
+        Some((mantissa, exponent)) => {
+            let e: i32 = exponent.parse().unwrap_or(0);
+            let sign = if e < 0 { '-' } else { '+' };
+            format!("{mantissa}e{sign}{:02}", e.abs())
+        }
+        None => text,
+    }
+}
+
 /// Formats like a C++ ostream in its default (general) float format with
 /// `precision` significant digits (`%.<precision>g`): OpenFOAM's
 /// `timeFormat general` time names and `writePrecision` values.
@@ -222,6 +237,18 @@ pub fn format_general(v: f64, precision: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn format_scientific_matches_printf_e() {
+        for (v, precision, expected) in [
+            (8.90511e-06, 6, "8.905110e-06"),
+            (-5.149568516, 8, "-5.14956852e+00"),
+            (0.0, 6, "0.000000e+00"),
+            (1.5e123, 2, "1.50e+123"),
+        ] {
+            assert_eq!(super::format_scientific(v, precision), expected);
+        }
+    }
+
     use super::*;
 
     #[test]

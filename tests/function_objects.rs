@@ -1,0 +1,137 @@
+//! The `fieldMinMax` and `probes` function objects of transient cases against
+//! OpenFOAM v1912: `tests/data/function_objects` holds the `functions` block
+//! and what icoFoam wrote with it over five steps of the cavity tutorial
+//! (made by `scripts/function_objects_reference.sh`). The numbers print
+//! identically at the case's 6 significant digits (fvpoisson's fields agree
+//! with icoFoam's to about 1e-14), so the files are compared byte for byte.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// `cases/cavity_ico` for five steps with `functions` appended to its controlDict.
+fn cavity_with(tag: &str, functions: &str) -> PathBuf {
+    let dir = common::case_inputs_copy("cases/cavity_ico", tag);
+    let control = dir.join("system/controlDict");
+    let text = std::fs::read_to_string(&control).unwrap();
+    let text = text.replace("endTime         0.5;", "endTime         0.025;");
+    assert!(text.contains("0.025"), "cavity_ico's endTime line changed");
+    std::fs::write(&control, text + "\n" + functions).unwrap();
+    dir
+}
+
+/// The fieldMinMax blocks of a log: from each `fieldMinMax NAME write:` line
+/// to the blank line after it.
+fn min_max_blocks(log: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut inside = false;
+    for line in log.lines() {
+        inside |= line.starts_with("fieldMinMax ");
+        if inside {
+            lines.push(line.to_string());
+        }
+        inside &= !line.is_empty();
+    }
+    lines
+}
+
+#[test]
+fn field_min_max_and_probes_write_as_openfoam() {
+    let reference = repo("tests/data/function_objects");
+    let functions = std::fs::read_to_string(reference.join("functions")).unwrap();
+    let dir = cavity_with("fo_parity", &functions);
+    let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    let log =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    for file in [
+        "postProcessing/minMaxMagnitude/0/fieldMinMax.dat",
+        "postProcessing/minMaxComponents/0/fieldMinMax.dat",
+        "postProcessing/probes/0/p",
+        "postProcessing/probes/0/U",
+    ] {
+        let ours = std::fs::read_to_string(dir.join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}\n{log}"));
+        let foam = std::fs::read_to_string(reference.join(file)).unwrap();
+        assert_eq!(ours, foam, "{file}");
+    }
+    // The log's fieldMinMax blocks, line for line, and the warning naming
+    // the probe outside the mesh.
+    let foam_log = std::fs::read_to_string(reference.join("log.functions")).unwrap();
+    assert_eq!(min_max_blocks(&log), min_max_blocks(&foam_log));
+    assert!(
+        log.lines()
+            .any(|l| l.contains("Did not find location (0.2 0.05 0.005)")),
+        "{log}"
+    );
+    assert!(!log.contains("not supported"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn write_interval_in_run_time_and_write_times_chooses_the_steps() {
+    // runTime 0.01 = every 2 steps; writeTime 1 with writeInterval 20 of the
+    // case = never within 5 steps; both files have their header alone then.
+    let dir = cavity_with(
+        "fo_interval",
+        "functions\n{\n    everyTwo { type fieldMinMax; fields (p); location no; \
+         writeControl runTime; writeInterval 0.01; }\n    \
+         atWrites { type probes; fields (p); probeLocations ((0.05 0.05 0.005)); \
+         writeControl writeTime; }\n}\n",
+    );
+    let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let min_max =
+        std::fs::read_to_string(dir.join("postProcessing/everyTwo/0/fieldMinMax.dat")).unwrap();
+    let times: Vec<&str> = min_max
+        .lines()
+        .skip(2)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(times, ["0.01", "0.02"], "{min_max}");
+    assert!(min_max.contains("\tmin(p)"), "{min_max}");
+    let probes = std::fs::read_to_string(dir.join("postProcessing/atWrites/0/p")).unwrap();
+    assert_eq!(probes.lines().count(), 3, "{probes}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_function_object_entries_are_errors_naming_the_entry() {
+    for (tag, object, expected) in [
+        (
+            "fo_field",
+            "m { type fieldMinMax; fields (U T); }",
+            "'T' is not a field",
+        ),
+        (
+            "fo_mode",
+            "m { type fieldMinMax; fields (p); mode largest; }",
+            "mode largest",
+        ),
+        (
+            "fo_nolocations",
+            "pr { type probes; fields (p); }",
+            "probeLocations",
+        ),
+        (
+            "fo_interval",
+            "m { type fieldMinMax; fields (p); writeControl runTime; writeInterval 0.0075; }",
+            "not a whole number of time steps",
+        ),
+    ] {
+        let dir = cavity_with(tag, &format!("functions\n{{\n    {object}\n}}\n"));
+        let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{tag}: accepted");
+        assert!(
+            stderr.contains(expected) && stderr.contains("controlDict"),
+            "{tag}: {stderr}"
+        );
+        assert!(!dir.join("postProcessing").exists(), "{tag}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
