@@ -422,9 +422,21 @@ impl<'g> GpuCgBackend<'g> {
         count: usize,
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
+        self.iterate_fused(Some(projection), rule, state, count, v)
+    }
+
+    /// `iterate`, deflated by `projection` when given.
+    fn iterate_fused(
+        &self,
+        projection: Option<&dyn LoopProjection>,
+        rule: &StopRule,
+        state: &LoopState,
+        count: usize,
+        v: CgVectors<'_, GpuVector>,
+    ) -> Vec<IterationRecord> {
         let count = count.min(self.check_interval);
         self.failure.guarded(Vec::new(), || {
-            self.run_chunk(rule, state, count, &v, Some(projection))
+            self.run_chunk(rule, state, count, &v, projection)
         })
     }
 
@@ -938,9 +950,7 @@ impl CgBackend for GpuCgBackend<'_> {
         count: usize,
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
-        let count = count.min(self.check_interval);
-        self.failure
-            .guarded(Vec::new(), || self.run_chunk(rule, state, count, &v, None))
+        self.iterate_fused(None, rule, state, count, v)
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
