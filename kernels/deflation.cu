@@ -142,10 +142,16 @@ extern "C" __global__ void defl_galerkin(int n, int k, int w, const int* __restr
     }
 }
 
+// The projection's kernels take the fused PCG loop's state `st` (pcg.cu ST_*;
+// null outside the loop) and are no-ops once it says done, as the loop's own
+// kernels are (src/gpu/pcg.rs `LoopProjection`).
+
 // out[p] = sum of v over subdomain p (Z^T v), one block per subdomain.
 extern "C" __global__ void defl_restrict(const int* __restrict__ offsets,
                                          const double* __restrict__ v,
-                                         double* __restrict__ out) {
+                                         double* __restrict__ out,
+                                         const double* __restrict__ st) {
+    if (st != nullptr && st[ST_DONE] != 0.0) return;
     const int p = blockIdx.x, first = offsets[p], last = offsets[p + 1];
     double s = 0.0;
     for (int i = first + threadIdx.x; i < last; i += blockDim.x) s += v[i];
@@ -156,7 +162,9 @@ extern "C" __global__ void defl_restrict(const int* __restrict__ offsets,
 // a = E^-1 c with the dense row-major inverse, one block per row p.
 extern "C" __global__ void defl_coarse_solve(int k, const double* __restrict__ e_inverse,
                                              const double* __restrict__ c,
-                                             double* __restrict__ a) {
+                                             double* __restrict__ a,
+                                             const double* __restrict__ st) {
+    if (st != nullptr && st[ST_DONE] != 0.0) return;
     const int p = blockIdx.x;
     const double* row = e_inverse + (size_t)p * k;
     double s = 0.0;
@@ -169,7 +177,9 @@ extern "C" __global__ void defl_coarse_solve(int k, const double* __restrict__ e
 extern "C" __global__ void defl_subtract(int n, int w, const int* __restrict__ az_parts,
                                          const double* __restrict__ az_values,
                                          const double* __restrict__ a,
-                                         double* __restrict__ v) {
+                                         double* __restrict__ v,
+                                         const double* __restrict__ st) {
+    if (st != nullptr && st[ST_DONE] != 0.0) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     double s = 0.0;
@@ -184,6 +194,19 @@ extern "C" __global__ void defl_subtract(int n, int w, const int* __restrict__ a
 extern "C" __global__ void defl_prolong_add(int n, double s, const int* __restrict__ part,
                                             const double* __restrict__ a,
                                             double* __restrict__ x) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += s * a[part[i]];
+}
+
+// x -= alpha Z a with alpha = st[ST_ALPHA] of the fused loop's iteration (after
+// cg_operator_dot set it, before cg_update), a of its projection; a no-op once
+// done.
+extern "C" __global__ void defl_prolong_in_loop(int n, const double* __restrict__ st,
+                                                const int* __restrict__ part,
+                                                const double* __restrict__ a,
+                                                double* __restrict__ x) {
+    if (st[ST_DONE] != 0.0) return;
+    const double s = -st[ST_ALPHA];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += s * a[part[i]];
 }

@@ -294,6 +294,19 @@ extern "C" __global__ void cg_finish_operator(int m, const double* partials, dou
     finish_operator(m, partials, st, rec, j);
 }
 
+// p . q of a q changed after cg_operator (deflation: q = P A p, see
+// deflation.cu), as partials per block of VECTOR_BLOCK rows; a no-op once done;
+// with a ticket the last block finishes iteration j (alpha).
+extern "C" __global__ void cg_operator_dot(int n, const double* __restrict__ p,
+                                           const double* __restrict__ q, double* partials,
+                                           double* st, double* rec, int j, unsigned* ticket) {
+    if (st[ST_DONE] != 0.0) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double s = block_sum(i < n ? p[i] * q[i] : 0.0);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+    if (ticket != nullptr && last_block(ticket)) finish_operator(gridDim.x, partials, st, rec, j);
+}
+
 // x += alpha p, r -= alpha q, with partials of sum |r| (of |unscale * r| when
 // `unscale` is set: the original system's residual of an equilibrated one)
 // and, when `with_rz`, of r . z for z = r * inv_diag (Jacobi; stored in z when

@@ -9,15 +9,17 @@ use std::path::Path;
 use std::rc::Rc;
 
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
-use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DeviceDeflation, DeviceNeumann};
+use fvpoisson::gpu::deflation::{
+    deflated_pcg_device, solve_pcg_deflated_gpu, DeviceDeflation, DeviceNeumann,
+};
 use fvpoisson::gpu::matrix::DeviceModSell;
-use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::test_device;
 use fvpoisson::precond_study::{case_matrix, GPU_KINDS};
 use fvpoisson::solve::deflation::{solve_pcg_deflated, CpuDeflation, DeflationOps, Subdomains};
 use fvpoisson::solve::neumann::TruncatedNeumann;
-use fvpoisson::solve::{LinearOperator, SolverControls};
+use fvpoisson::solve::{LinearOperator, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::testing::random_symmetric;
 use fvpoisson::sparse::{Csr, ModSell};
 
@@ -246,4 +248,116 @@ fn deflated_iterates_and_solves_match_the_cpu() {
             }
         }
     }
+}
+
+/// Σ |b − A x|.
+fn residual_sum(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
+    let mut ax = vec![0.0; b.len()];
+    a.spmv(x, &mut ax);
+    b.iter().zip(&ax).map(|(b, ax)| (b - ax).abs()).sum()
+}
+
+/// Deflated PCG in the fused device loop (projection, coarse solve and
+/// prolongation inside each iteration, residuals read back every
+/// `check_interval` iterations) on a tetrahedral mesh and on the
+/// density-ratio-1000 bubble, METIS and stripe subdomains, Jacobi and Neu1:
+/// within one iteration of the CPU's deflated PCG, the true residual of the
+/// solution at the tolerance, every launch mode the same bits, and the loop
+/// captured into one CUDA graph (a host-driven loop captures none).
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn deflated_device_loop_matches_the_cpu_in_every_launch_mode() {
+    let Some(gpu) = test_device() else { return };
+    let tolerance = 1e-9;
+    let controls = SolverControls::absolute(tolerance, 5000);
+    let options = GpuSolveOptions {
+        check_interval: 7,
+        ..Default::default()
+    };
+    let wanted = [
+        "box:14x14x14:tet:perturb=0.2:renumber",
+        "cases/bubble_tet_3d",
+    ];
+    let systems = systems()
+        .into_iter()
+        .filter(|(name, _, _)| wanted.iter().any(|w| name.starts_with(w)));
+    let mut count = 0;
+    for (name, a, subdomains) in systems {
+        let n = a.n_rows();
+        let b = test_vector(n, 11);
+        let zeros = vec![0.0; n];
+        for kind in [PreconditionerKind::Jacobi, PreconditionerKind::Neumann1] {
+            count += 1;
+            let mut x_cpu = zeros.clone();
+            let (cpu, _) =
+                solve_pcg_deflated(&a, kind, Some(&subdomains), &b, &mut x_cpu, &controls).unwrap();
+            assert!(cpu.converged, "{name} {kind}: CPU");
+            let jacobi = kind == PreconditionerKind::Jacobi;
+            let mut backend = GpuCgBackend::new(&gpu, &a, jacobi, None, &options).unwrap();
+            if kind == PreconditionerKind::Neumann1 {
+                let neumann = DeviceNeumann::new(&gpu, &a, backend.shared_matrix(), 1).unwrap();
+                backend.set_preconditioner(Box::new(neumann));
+            }
+            let ops = DeviceDeflation::new(&gpu, backend.matrix(), &subdomains).unwrap();
+            let b_dev = backend.upload(&b).unwrap();
+            let mut x_dev = backend.upload(&zeros).unwrap();
+            let mut runs = Vec::new();
+            // Graph twice: the second solve replays the first one's graph.
+            for mode in [
+                LaunchMode::Separate,
+                LaunchMode::Folded,
+                LaunchMode::Graph,
+                LaunchMode::Graph,
+            ] {
+                backend.set_launch_mode(mode);
+                backend.write(&mut x_dev, &zeros).unwrap();
+                let (perf, spectrum) =
+                    deflated_pcg_device(&backend, &ops, &b_dev, &mut x_dev, &controls).unwrap();
+                assert!(spectrum.is_some(), "{name} {kind} {mode:?}: no spectrum");
+                runs.push((mode, perf, backend.download(&x_dev).unwrap()));
+            }
+            let (_, dev, x_gpu) = &runs[0];
+            // The normalised true residual, with the CPU's normFactor (both
+            // start from the same corrected guess).
+            let norm_factor = residual_sum(&a, &b, &x_cpu) / cpu.final_residual;
+            let true_gpu = residual_sum(&a, &b, x_gpu) / norm_factor;
+            println!(
+                "{name} {kind}: k {}, iterations cpu {} gpu {}, final residual cpu {:.3e} gpu \
+                 {:.3e}, true {true_gpu:.3e}, x {:.1e}; graphs {}",
+                subdomains.count(),
+                cpu.iterations,
+                dev.iterations,
+                cpu.final_residual,
+                dev.final_residual,
+                max_rel_diff(x_gpu, &x_cpu),
+                backend.graph_captures()
+            );
+            assert!(dev.converged, "{name} {kind}: GPU did not converge");
+            assert!(
+                dev.iterations.abs_diff(cpu.iterations) <= 1,
+                "{name} {kind}: {} GPU iterations, {} CPU",
+                dev.iterations,
+                cpu.iterations
+            );
+            assert!(
+                true_gpu < 2.0 * tolerance,
+                "{name} {kind}: true residual {true_gpu:.3e}"
+            );
+            for (mode, perf, x) in &runs[1..] {
+                assert_eq!(perf, dev, "{name} {kind}: {mode:?}");
+                let same = x.iter().zip(x_gpu).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{name} {kind}: {mode:?} x differs from separate launches"
+                );
+            }
+            assert_eq!(
+                backend.launch_mode(),
+                LaunchMode::Graph,
+                "capture fell back"
+            );
+            assert_eq!(backend.graph_captures(), 1, "{name} {kind}");
+        }
+    }
+    assert_eq!(count, 8, "systems missing");
 }

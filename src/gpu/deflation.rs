@@ -16,25 +16,41 @@
 //!   E⁻¹), v −= (AZ) a — three launches, no copy, no allocation, no host
 //!   synchronisation; the prolongation x += s Z a is one more.
 //!
-//! Both only launch kernels on the `Gpu`'s stream when applied. The deflated
-//! PCG loop is `solve::deflation::deflated_pcg` over `GpuCgBackend`, driven
-//! one step at a time from the host ([`solve_pcg_deflated_gpu`]).
+//! Both only launch kernels on the `Gpu`'s stream when applied. Deflated PCG
+//! ([`deflated_pcg_device`], [`solve_pcg_deflated_gpu`]) runs in
+//! `GpuCgBackend`'s fused device loop: [`DeviceDeflation`] is its
+//! `LoopProjection`, so each iteration adds the three projection launches
+//! after q = A p, p · P A p (`cg_operator_dot`) and x −= α Z a
+//! (`defl_prolong_in_loop`), all gated on the loop's device state; the
+//! residuals are read back once every `check_interval` iterations, and in
+//! `LaunchMode::Graph` the chunk is one CUDA graph. The host steps left are
+//! those of a solve's start, as `solve::deflation::Deflated` makes them: the
+//! initial residual, its projection and the corrected initial guess
+//! x₀ + Z E⁻¹ Zᵀ r₀ (a few launches and two read-backs), and, in the set-up,
+//! the read-back of E and its inverse (spans of `gpu::setup`'s
+//! `SetupSpans`). The iteration is the CPU reference's except that x moves
+//! by −α Z a before +α p (the loop reads only r, so the iterates are the
+//! same; x differs by rounding).
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use nalgebra::DMatrix;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
 use super::setup::{jacobi_scales, RowScale, SetupSpans};
 use super::smooth::DevicePreconditioner;
-use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::solve::deflation::{coarse_inverse, deflated_pcg, DeflationOps, Subdomains};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::deflation::{coarse_inverse, Deflated, DeflationOps, Subdomains};
 use crate::solve::lanczos::{Recorded, SpectrumEstimate};
 use crate::solve::neumann::TruncatedNeumann;
-use crate::solve::{pcg, PreconditionerKind, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{
+    pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, PreconditionerKind,
+    SolveError, SolverControls, SolverPerformance, StopRule,
+};
 use crate::sparse::Csr;
 
 /// Threads per block of the per-subdomain and per-coarse-row reductions.
@@ -43,6 +59,9 @@ const COARSE_BLOCK: u32 = 256;
 const REDUCE_BLOCK: u32 = 1024;
 /// `DEFL_MAX_WIDTH` of kernels/deflation.cu.
 const MAX_WIDTH: usize = 32;
+
+/// Source of [`LoopProjection::id`]s.
+static NEXT_PROJECTION_ID: AtomicU64 = AtomicU64::new(0);
 
 /// M⁻¹ = Kᵀ D⁻¹ K of `solve::neumann` on the device.
 pub struct DeviceNeumann<'g> {
@@ -185,6 +204,8 @@ pub struct DeviceDeflation<'g> {
     partials: CudaSlice<f64>,
     scalar: CudaSlice<f64>,
     failure: RefCell<Option<GpuError>>,
+    /// [`LoopProjection::id`].
+    id: u64,
 }
 
 impl<'g> DeviceDeflation<'g> {
@@ -198,6 +219,9 @@ impl<'g> DeviceDeflation<'g> {
                 subdomains.n_rows()
             )));
         }
+        // The host steps are named `host` (RUST_LOG=fvpoisson::gpu::setup=debug):
+        // E⁻¹ only; the rest reads back two sizes and E (k² values).
+        let mut spans = SetupSpans::new("subdomain deflation", Some(gpu));
         let to_i32 = |v: &[usize]| v.iter().map(|&o| o as i32).collect::<Vec<_>>();
         let offsets = gpu.upload(&to_i32(subdomains.offsets()))?;
         let part_host: Vec<i32> = subdomains
@@ -206,6 +230,7 @@ impl<'g> DeviceDeflation<'g> {
             .map(|&p| p as i32)
             .collect();
         let part = gpu.upload(&part_host)?;
+        spans.host("subdomain offsets and owners, uploaded");
         let (n32, h) = (n as i32, m.slice_height as i32);
         let az = |w: usize,
                   width: &CudaSlice<i32>,
@@ -231,9 +256,11 @@ impl<'g> DeviceDeflation<'g> {
                  (fewer) subdomains"
             )));
         }
+        spans.device("AZ width (read back)");
         let az_parts = gpu.zeros::<i32>(n * width)?;
         let az_values = gpu.zeros::<f64>(n * width)?;
         az(width, &width_dev, Some((&az_parts, &az_values)))?;
+        spans.device("AZ");
         let e_dev = gpu.zeros::<f64>(k * k)?;
         let (k32, w32) = (k as i32, width as i32);
         gpu.launch("defl_galerkin", k as u32, COARSE_BLOCK, 0, |a| {
@@ -246,13 +273,15 @@ impl<'g> DeviceDeflation<'g> {
                 .arg(&e_dev);
         })?;
         let e_host = gpu.download(&e_dev)?;
+        spans.device("E = ZᵀAZ (read back)");
         let e = DMatrix::from_row_slice(k, k, &e_host[..k * k]);
         let inverse = coarse_inverse(&e).map_err(|e| GpuError::Invalid(e.to_string()))?;
         let row_major: Vec<f64> = (0..k)
             .flat_map(|p| (0..k).map(move |q| (p, q)))
             .map(|(p, q)| inverse[(p, q)])
             .collect();
-        Ok(Self {
+        spans.host("E⁻¹ (Cholesky)");
+        let deflation = Self {
             gpu,
             n,
             k,
@@ -268,7 +297,11 @@ impl<'g> DeviceDeflation<'g> {
             partials: gpu.zeros(vector_grid(n) as usize)?,
             scalar: gpu.zeros(1)?,
             failure: RefCell::new(None),
-        })
+            id: NEXT_PROJECTION_ID.fetch_add(1, Ordering::Relaxed),
+        };
+        spans.device("E⁻¹ and work vectors, uploaded");
+        spans.finish();
+        Ok(deflation)
     }
 
     /// E = ZᵀAZ as assembled on the device.
@@ -297,18 +330,25 @@ impl<'g> DeviceDeflation<'g> {
         self.gpu.download(&self.correction)
     }
 
-    /// Zᵀ v, a = E⁻¹ Zᵀ v, v −= (AZ) a.
-    fn launch_project(&self, v: &CudaSlice<f64>) -> Result<(), GpuError> {
+    /// Zᵀ v, a = E⁻¹ Zᵀ v, v −= (AZ) a; no-ops once `state` (the fused
+    /// loop's, when given) says done.
+    fn launch_project(
+        &self,
+        v: &CudaSlice<f64>,
+        state: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (n, k, w) = (self.n as i32, self.k as i32, self.width as i32);
         gpu.launch("defl_restrict", self.k as u32, COARSE_BLOCK, 0, |a| {
             a.arg(&self.offsets).arg(v).arg(&self.restricted);
+            arg_or_null(a, state);
         })?;
         gpu.launch("defl_coarse_solve", self.k as u32, COARSE_BLOCK, 0, |a| {
             a.arg(&k)
                 .arg(&self.e_inverse)
                 .arg(&self.restricted)
                 .arg(&self.correction);
+            arg_or_null(a, state);
         })?;
         gpu.launch("defl_subtract", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n)
@@ -317,6 +357,7 @@ impl<'g> DeviceDeflation<'g> {
                 .arg(&self.az_values)
                 .arg(&self.correction)
                 .arg(v);
+            arg_or_null(a, state);
         })
     }
 
@@ -345,7 +386,7 @@ impl DeflationOps for DeviceDeflation<'_> {
     type Vector = GpuVector;
 
     fn project(&self, v: &mut GpuVector) {
-        self.guarded((), || self.launch_project(v.dev()?))
+        self.guarded((), || self.launch_project(v.dev()?, None))
     }
 
     fn prolong_add(&self, s: f64, x: &mut GpuVector) {
@@ -410,6 +451,112 @@ impl DeflationOps for DeviceDeflation<'_> {
     }
 }
 
+impl LoopProjection for DeviceDeflation<'_> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn project_in_loop(&self, q: &CudaSlice<f64>, st: &CudaSlice<f64>) -> Result<(), GpuError> {
+        self.launch_project(q, Some(st))
+    }
+
+    fn prolong_in_loop(&self, x: &CudaSlice<f64>, st: &CudaSlice<f64>) -> Result<(), GpuError> {
+        let n = self.n as i32;
+        self.gpu.launch(
+            "defl_prolong_in_loop",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(st)
+                    .arg(&self.part)
+                    .arg(&self.correction)
+                    .arg(x);
+            },
+        )
+    }
+}
+
+/// `solve::deflation::Deflated` over the GPU backend with its iterations in
+/// the fused device loop ([`GpuCgBackend::iterate_projected`]); the host
+/// steps (initial residual, corrected initial guess) are `Deflated`'s.
+struct DeviceDeflated<'a, 'g> {
+    steps: Deflated<'a, GpuCgBackend<'g>, DeviceDeflation<'g>>,
+    backend: &'a GpuCgBackend<'g>,
+    ops: &'a DeviceDeflation<'g>,
+}
+
+impl CgBackend for DeviceDeflated<'_, '_> {
+    type Vector = GpuVector;
+
+    fn n(&self) -> usize {
+        self.steps.n()
+    }
+    fn new_vector(&self) -> GpuVector {
+        self.steps.new_vector()
+    }
+    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
+        self.steps.initialize(b, x, r)
+    }
+    fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
+        self.steps.precondition(r, z)
+    }
+    fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
+        self.steps.update_direction(beta, z, p)
+    }
+    fn apply_operator(&self, p: &GpuVector, q: &mut GpuVector) -> f64 {
+        self.steps.apply_operator(p, q)
+    }
+    fn update_solution(
+        &self,
+        alpha: f64,
+        p: &GpuVector,
+        q: &GpuVector,
+        x: &mut GpuVector,
+        r: &mut GpuVector,
+    ) -> f64 {
+        self.steps.update_solution(alpha, p, q, x, r)
+    }
+    fn iterate(
+        &self,
+        rule: &StopRule,
+        state: &LoopState,
+        count: usize,
+        v: CgVectors<'_, GpuVector>,
+    ) -> Vec<IterationRecord> {
+        self.backend
+            .iterate_projected(self.ops, rule, state, count, v)
+    }
+    fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {
+        self.steps.flexible_term(z, q)
+    }
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.steps.device_status()
+    }
+}
+
+/// Deflated PCG on `backend` in the fused device loop, from the initial
+/// guess in `x` (corrected first, as `solve::deflation::deflated_pcg` does),
+/// with the Lanczos estimate of M⁻¹PA's spectrum.
+pub fn deflated_pcg_device(
+    backend: &GpuCgBackend<'_>,
+    ops: &DeviceDeflation<'_>,
+    b: &GpuVector,
+    x: &mut GpuVector,
+    controls: &SolverControls,
+) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
+    let deflated = DeviceDeflated {
+        steps: Deflated::new(backend, ops),
+        backend,
+        ops,
+    };
+    deflated.steps.correct_initial_guess(b, x);
+    let recorded = Recorded::new(&deflated);
+    let perf = pcg(&recorded, b, x, controls, "x")?;
+    Ok((perf, recorded.spectrum()))
+}
+
 /// PCG on the GPU on `a` as given (rows in the order to use: with
 /// `subdomains`, each subdomain contiguous) with `kind` (none, Jacobi, Neu1,
 /// Neu2), deflated by `subdomains` when given, from the initial guess in
@@ -451,7 +598,7 @@ pub fn solve_pcg_deflated_gpu(
     let result = match subdomains {
         Some(s) => {
             let ops = DeviceDeflation::new(gpu, backend.matrix(), s).map_err(device)?;
-            deflated_pcg(&backend, &ops, &b_dev, &mut x_dev, controls, "x")?
+            deflated_pcg_device(&backend, &ops, &b_dev, &mut x_dev, controls)?
         }
         None => {
             let recorded = Recorded::new(&backend);

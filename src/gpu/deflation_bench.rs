@@ -9,9 +9,8 @@
 //! better but take ~6 s per million cells. Each GPU row is one timed call of
 //! `solve_pcg_deflated_gpu` after a warm-up: mod-SELL build, upload,
 //! preconditioner and deflation setup (AZ and E on the device, E⁻¹ on the
-//! host), the solve and the download. The deflated solves are driven from the
-//! host one step at a time (a synchronisation per reduction); the undeflated
-//! Jacobi solve runs the fused device loop.
+//! host), the solve and the download. Every solve runs the fused device loop
+//! (deflated: with the projection inside each iteration, `gpu::deflation`).
 
 use std::time::Instant;
 

@@ -24,6 +24,13 @@
 //!   graph serves later solves on this backend too (x must then be the same
 //!   device vector, rewritten with [`GpuCgBackend::write`]).
 //!
+//! A [`LoopProjection`] ([`GpuCgBackend::iterate_projected`]) turns the fused
+//! loop into deflated PCG (`gpu::deflation`): q = A p is projected, q ← P q,
+//! before p · q (`cg_operator_dot` then reduces it, folded or not), and
+//! x moves by α Pᵀ p, x −= α Z a before the update adds α p, with α read
+//! from the device state: the iteration of `solve::deflation::Deflated` with
+//! no host round trip.
+//!
 //! With no preconditioner (equilibrated systems in particular) z = r is not
 //! stored: the direction update reads r. On an equilibrated system the
 //! residual sums are weighted by 1/s (`solve::equilibrate`), so the
@@ -173,10 +180,25 @@ struct Scratch {
     ticket: CudaSlice<u32>,
 }
 
-/// A captured chunk and the device addresses of x, r, z, p, q it uses.
+/// A captured chunk and the device addresses of x, r, z, p, q it uses,
+/// with the [`LoopProjection::id`] of the projection captured into it.
 struct ChunkGraph {
     vectors: [u64; 5],
+    projection: Option<u64>,
     graph: CudaGraph,
+}
+
+/// Steps the fused loop inserts into each iteration to run deflated PCG
+/// (module documentation; `gpu::deflation::DeviceDeflation`). Both only
+/// launch kernels on the stream, each a no-op once `st[ST_DONE]` is set.
+pub trait LoopProjection {
+    /// Unique to this projection and its device buffers in the process (a
+    /// captured graph is replayed only with the projection it holds).
+    fn id(&self) -> u64;
+    /// q ← P q = q − (AZ) E⁻¹ Zᵀ q, keeping a = E⁻¹ Zᵀ q.
+    fn project_in_loop(&self, q: &CudaSlice<f64>, st: &CudaSlice<f64>) -> Result<(), GpuError>;
+    /// x ← x − α Z a, α = `st[ST_ALPHA]`, a of the last projection.
+    fn prolong_in_loop(&self, x: &CudaSlice<f64>, st: &CudaSlice<f64>) -> Result<(), GpuError>;
 }
 
 /// `CgBackend` on one GPU with a mod-SELL matrix and Jacobi (or no)
@@ -387,6 +409,37 @@ impl<'g> GpuCgBackend<'g> {
         self.preconditioner = Some(p);
     }
 
+    /// [`CgBackend::iterate`] of deflated PCG: the fused loop with
+    /// `projection`'s steps in each iteration (module documentation). The
+    /// vectors are those of `solve::deflation::Deflated` over this backend,
+    /// whose host steps (initial residual, corrected initial guess) the loop
+    /// continues.
+    pub fn iterate_projected(
+        &self,
+        projection: &dyn LoopProjection,
+        rule: &StopRule,
+        state: &LoopState,
+        count: usize,
+        v: CgVectors<'_, GpuVector>,
+    ) -> Vec<IterationRecord> {
+        self.iterate_fused(Some(projection), rule, state, count, v)
+    }
+
+    /// `iterate`, deflated by `projection` when given.
+    fn iterate_fused(
+        &self,
+        projection: Option<&dyn LoopProjection>,
+        rule: &StopRule,
+        state: &LoopState,
+        count: usize,
+        v: CgVectors<'_, GpuVector>,
+    ) -> Vec<IterationRecord> {
+        let count = count.min(self.check_interval);
+        self.failure.guarded(Vec::new(), || {
+            self.run_chunk(rule, state, count, &v, projection)
+        })
+    }
+
     /// a · b (`dot_partials`, then the fixed-order reduction).
     fn dot(&self, a: &CudaSlice<f64>, b: &CudaSlice<f64>) -> Result<f64, GpuError> {
         let s = self.scratch.borrow();
@@ -540,12 +593,15 @@ impl<'g> GpuCgBackend<'g> {
     /// when `folded` (ticketed launches, the last block reduces). With a
     /// device preconditioner each iteration starts with its application and
     /// r · z (2 more launches, 1 folded); Jacobi's z comes with the update.
+    /// A `projection` adds its kernels and p · q after them (module
+    /// documentation): the SpMV then leaves α to `cg_operator_dot`.
     fn launch_chunk(
         &self,
         s: &Scratch,
         v: &CgVectors<'_, GpuVector>,
         count: usize,
         folded: bool,
+        projection: Option<&dyn LoopProjection>,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (n, grid) = (self.n32(), vector_grid(self.matrix.n));
@@ -594,15 +650,43 @@ impl<'g> GpuCgBackend<'g> {
                     .arg(direction_from)
                     .arg(p);
             })?;
-            self.launch_operator(p, q, s, Some((j, ticket)))?;
+            // p · q is reduced from the SpMV's partials, or with a
+            // projection from those of `cg_operator_dot` (vector_partials:
+            // free between the r · z and the update reductions).
+            let (pq_partials, pq_count) = match projection {
+                None => {
+                    self.launch_operator(p, q, s, Some((j, ticket)))?;
+                    (&s.slice_partials, sm)
+                }
+                Some(projection) => {
+                    self.launch_operator(p, q, s, Some((j, None)))?;
+                    projection.project_in_loop(q, &s.state)?;
+                    gpu.launch("cg_operator_dot", grid, VECTOR_BLOCK, 0, |a| {
+                        a.arg(&n)
+                            .arg(p)
+                            .arg(q)
+                            .arg(&s.vector_partials)
+                            .arg(&s.state)
+                            .arg(&s.records)
+                            .arg(&j);
+                        arg_or_null(a, ticket);
+                    })?;
+                    (&s.vector_partials, vm)
+                }
+            };
             if !folded {
                 gpu.launch("cg_finish_operator", 1, REDUCE_BLOCK, 0, |a| {
-                    a.arg(&sm)
-                        .arg(&s.slice_partials)
+                    a.arg(&pq_count)
+                        .arg(pq_partials)
                         .arg(&s.state)
                         .arg(&s.records)
                         .arg(&j);
                 })?;
+            }
+            // x −= α Z a before cg_update adds α p: α is set and the
+            // iteration not stopped (cg_update may stop the loop after it).
+            if let Some(projection) = projection {
+                projection.prolong_in_loop(x, &s.state)?;
             }
             let z_with_update = z_out.filter(|_| device_preconditioner.is_none());
             self.launch_update(p, q, x, r, z_with_update, with_rz, s, Some((j, ticket)))?;
@@ -620,22 +704,38 @@ impl<'g> GpuCgBackend<'g> {
         Ok(())
     }
 
-    /// Replays the chunk graph, capturing it first when the vectors moved;
-    /// `false` (after a warning) when the capture failed and nothing ran.
-    fn replay_chunk(&self, s: &Scratch, v: &CgVectors<'_, GpuVector>) -> Result<bool, GpuError> {
+    /// Replays the chunk graph, capturing it first when the vectors moved or
+    /// the projection changed; `false` (after a warning) when the capture
+    /// failed and nothing ran.
+    fn replay_chunk(
+        &self,
+        s: &Scratch,
+        v: &CgVectors<'_, GpuVector>,
+        projection: Option<&dyn LoopProjection>,
+    ) -> Result<bool, GpuError> {
         let stream = self.gpu.stream();
         let mut vectors = [0u64; 5];
         for (address, vector) in vectors.iter_mut().zip([&*v.x, &*v.r, &*v.z, &*v.p, &*v.q]) {
             *address = vector.dev()?.device_ptr(stream).0;
         }
         let mut cached = self.graph.borrow_mut();
-        if cached.as_ref().is_none_or(|g| g.vectors != vectors) {
+        let projection_id = projection.map(|p| p.id());
+        if cached
+            .as_ref()
+            .is_none_or(|g| g.vectors != vectors || g.projection != projection_id)
+        {
             *cached = None;
             match self
                 .gpu
-                .capture(|| self.launch_chunk(s, v, self.check_interval, true))
+                .capture(|| self.launch_chunk(s, v, self.check_interval, true, projection))
             {
-                Ok(graph) => *cached = Some(ChunkGraph { vectors, graph }),
+                Ok(graph) => {
+                    *cached = Some(ChunkGraph {
+                        vectors,
+                        projection: projection_id,
+                        graph,
+                    })
+                }
                 Err(e) => {
                     log::warn!(
                         "CUDA graph capture failed ({e}); PCG launches its kernels directly"
@@ -652,13 +752,14 @@ impl<'g> GpuCgBackend<'g> {
     }
 
     /// The fused device loop behind `iterate`: at most `count` iterations
-    /// (the device stops at `st[ST_CAP]`).
+    /// (the device stops at `st[ST_CAP]`), deflated by `projection`.
     fn run_chunk(
         &self,
         rule: &StopRule,
         state: &LoopState,
         count: usize,
         v: &CgVectors<'_, GpuVector>,
+        projection: Option<&dyn LoopProjection>,
     ) -> Result<Vec<IterationRecord>, GpuError> {
         let gpu = self.gpu;
         let host_state = chunk_state(rule, state, count);
@@ -673,12 +774,12 @@ impl<'g> GpuCgBackend<'g> {
         let s = self.scratch.borrow();
         match self.launches.get() {
             LaunchMode::Graph => {
-                if !self.replay_chunk(&s, v)? {
+                if !self.replay_chunk(&s, v, projection)? {
                     self.launches.set(LaunchMode::Folded);
-                    self.launch_chunk(&s, v, count, true)?;
+                    self.launch_chunk(&s, v, count, true, projection)?;
                 }
             }
-            mode => self.launch_chunk(&s, v, count, mode == LaunchMode::Folded)?,
+            mode => self.launch_chunk(&s, v, count, mode == LaunchMode::Folded, projection)?,
         }
         let records = gpu.download(&s.records)?;
         let st = gpu.download(&s.state)?;
@@ -849,9 +950,7 @@ impl CgBackend for GpuCgBackend<'_> {
         count: usize,
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
-        let count = count.min(self.check_interval);
-        self.failure
-            .guarded(Vec::new(), || self.run_chunk(rule, state, count, &v))
+        self.iterate_fused(None, rule, state, count, v)
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
