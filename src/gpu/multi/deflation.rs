@@ -163,7 +163,8 @@ impl<'b, 'g> MultiGpuDeflation<'b, 'g> {
             r.gpu
                 .launch("defl_subtract", r.grid(), VECTOR_BLOCK, 0, |args| {
                     args.arg(&n).arg(&w).arg(&az.parts).arg(&az.values);
-                    args.arg(&*a_dev).arg(x);
+                    // No fused-loop state: the kernel always runs.
+                    args.arg(&*a_dev).arg(x).arg(&NULL);
                 })?;
         }
         Ok(())
