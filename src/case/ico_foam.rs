@@ -595,6 +595,9 @@ pub fn run_transient_case(
     log::info!("Starting time loop");
     let start_step = piso.step;
     let mut step_seconds = 0.0;
+    // The first step also compiles kernels and allocates: the steady cost
+    // per step is the mean of the others.
+    let mut first_step_seconds = None;
     // Write times passed since the start (writes by time with adjustTimeStep).
     let mut writes_passed = 0;
     if let Some(control) = setup.adjust_time_step {
@@ -629,7 +632,9 @@ pub fn run_transient_case(
             Some(step) => step.advance(&mut piso, courant).map_err(device_error)?,
             None => piso.advance(courant, solve_pressure).map_err(flow_error)?,
         };
-        step_seconds += step_clock.elapsed().as_secs_f64();
+        let this_step = step_clock.elapsed().as_secs_f64();
+        step_seconds += this_step;
+        first_step_seconds.get_or_insert(this_step);
         p_iterations += report.p_solves.iter().map(|p| p.iterations).sum::<usize>();
         if let Some(log) = &mut residual_log {
             log.append(&report)?;
@@ -686,6 +691,15 @@ pub fn run_transient_case(
                 ""
             },
             timing
+        );
+    }
+    if let (Some(first), true) = (first_step_seconds, steps > 1) {
+        log::info!(
+            "Time per step after the first (mean of {}, writes excluded): {:.3} ms; the first \
+             step took {:.3} ms",
+            steps - 1,
+            1e3 * (step_seconds - first) / (steps - 1) as f64,
+            1e3 * first
         );
     }
     log::info!("End");

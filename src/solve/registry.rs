@@ -817,7 +817,14 @@ pub fn gpu_fallback(p: &Preconditioner, method: Role) -> Option<(Preconditioner,
     };
     let used = parse(to, &KeyValues::new()).expect("a fallback names a registered preconditioner");
     let message = format!("preconditioner {p} is not on the GPU ({reason}): using {used} there");
-    log::info!("{message}");
+    // A run asks for its solvers' mapping several times (set-up, each
+    // corrector's solver): the log says it once.
+    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+    if !logged.contains(&message) {
+        log::info!("{message}");
+        logged.push(message.clone());
+    }
     Some((used, message))
 }
 
