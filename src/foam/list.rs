@@ -200,6 +200,18 @@ pub fn read_list_into<T: ListItem>(
                 .ok_or_else(|| lx.error(format!("list size {n} is too large")))?;
             let bytes = lx.raw(total, &what())?;
             out.reserve(n);
+            if n >= PARALLEL_MIN_ITEMS {
+                // Decoded in parallel; on a bad item, again in order, so the
+                // error names the first one.
+                let decoded: Result<Vec<T>, String> = bytes
+                    .par_chunks_exact(size)
+                    .map(|chunk| T::binary(chunk, arch))
+                    .collect();
+                if let Ok(items) = decoded {
+                    out.extend(items);
+                    return close_list(lx, n, start_line);
+                }
+            }
             for chunk in bytes.chunks_exact(size) {
                 out.push(T::binary(chunk, arch).map_err(|m| lx.error(m))?);
             }
@@ -218,6 +230,11 @@ pub fn read_list_into<T: ListItem>(
             }
         }
     }
+    close_list(lx, n, start_line)
+}
+
+/// The `)` closing a list of `n` items opened on `start_line`; returns `n`.
+fn close_list(lx: &mut Lexer, n: usize, start_line: usize) -> Result<usize, MeshError> {
     if !lx.eat(b')')? {
         lx.punct(
             b')',
@@ -547,6 +564,28 @@ mod tests {
         );
         let e = ascii::<Label>("2(0 1").unwrap_err().to_string();
         assert!(e.contains("found end of file"), "{e}");
+    }
+
+    #[test]
+    fn long_binary_lists_decode_in_parallel_and_name_the_first_bad_item() {
+        let n = 2 * PARALLEL_MIN_ITEMS + 3;
+        let list = |bad: &[(usize, i32)]| {
+            let mut src = format!("{n}(").into_bytes();
+            for i in 0..n {
+                let v = bad.iter().find(|b| b.0 == i).map_or(i as i32, |b| b.1);
+                src.extend(v.to_le_bytes());
+            }
+            src.push(b')');
+            src
+        };
+        let src = list(&[]);
+        let mut lx = Lexer::new(Path::new("f"), &src, 0, 1);
+        let v = read_list::<Label>(&mut lx, FoamFormat::Binary, Arch::default()).unwrap();
+        assert_eq!(v, (0..n as Label).collect::<Vec<_>>());
+        let src = list(&[(n - 1, -2), (PARALLEL_MIN_ITEMS + 5, -7)]);
+        let mut lx = Lexer::new(Path::new("f"), &src, 0, 1);
+        let e = read_list::<Label>(&mut lx, FoamFormat::Binary, Arch::default()).unwrap_err();
+        assert!(e.to_string().contains("found -7"), "{e}");
     }
 
     #[test]
