@@ -8,16 +8,21 @@
 use std::path::Path;
 use std::rc::Rc;
 
+use nalgebra::DMatrix;
+
 use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::deflation::{
-    deflated_pcg_device, solve_pcg_deflated_gpu, DeviceDeflation, DeviceNeumann,
+    coarse_inverse_on_device, deflated_pcg_device, solve_pcg_deflated_gpu, DeviceDeflation,
+    DeviceNeumann,
 };
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::test_device;
 use fvpoisson::precond_study::{case_matrix, GPU_KINDS};
-use fvpoisson::solve::deflation::{solve_pcg_deflated, CpuDeflation, DeflationOps, Subdomains};
+use fvpoisson::solve::deflation::{
+    coarse_inverse, solve_pcg_deflated, CpuDeflation, DeflationOps, Subdomains,
+};
 use fvpoisson::solve::neumann::TruncatedNeumann;
 use fvpoisson::solve::{LinearOperator, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::testing::random_symmetric;
@@ -118,8 +123,17 @@ fn coarse_matrix_and_projections_match_the_cpu() {
                 az_diff = az_diff.max((e.1 - v).abs() / scale);
             }
         }
-        let e_diff =
-            (dev.coarse_matrix() - cpu.coarse_matrix()).amax() / cpu.coarse_matrix().amax();
+        let e_dev = dev.download_coarse_matrix().unwrap();
+        let e_diff = (e_dev - cpu.coarse_matrix()).amax() / cpu.coarse_matrix().amax();
+        // E⁻¹ formed on the device (blocked Cholesky, Wᵀ W) against the
+        // host's nalgebra Cholesky inverse: equal to rounding, relative to
+        // the largest entry (these E have condition numbers up to ~1e4).
+        let inverse = dev.download_coarse_inverse().unwrap();
+        let inverse_diff = (&inverse - cpu.coarse_inverse()).amax() / cpu.coarse_inverse().amax();
+        assert!(
+            (&inverse - inverse.transpose()).amax() == 0.0,
+            "{name}: E⁻¹ not symmetric"
+        );
         // P v and the prolongation x + s Z a.
         let v = test_vector(n, 5);
         let mut v_cpu = v.clone();
@@ -140,13 +154,14 @@ fn coarse_matrix_and_projections_match_the_cpu() {
         let abs_diff = (dev.sum_abs(&v_dev) / cpu.sum_abs(&v_cpu) - 1.0).abs();
         dev.status().unwrap();
         println!(
-            "{name}: k {}, AZ {az_diff:.1e}, E {e_diff:.1e}, P v {p_diff:.1e}, prolong \
-             {x_diff:.1e}, dot {dot_diff:.1e}, sum|v| {abs_diff:.1e}",
+            "{name}: k {}, AZ {az_diff:.1e}, E {e_diff:.1e}, E⁻¹ {inverse_diff:.1e}, P v \
+             {p_diff:.1e}, prolong {x_diff:.1e}, dot {dot_diff:.1e}, sum|v| {abs_diff:.1e}",
             subdomains.count()
         );
         for (what, d) in [
             ("AZ", az_diff),
             ("E", e_diff),
+            ("E⁻¹", inverse_diff),
             ("P v", p_diff),
             ("prolongation", x_diff),
             ("dot", dot_diff),
@@ -164,6 +179,90 @@ fn coarse_matrix_and_projections_match_the_cpu() {
             .unwrap_or_else(|e| panic!("{name}: capture failed: {e}"));
         }
     }
+}
+
+/// A random SPD k × k matrix (B Bᵀ + k I, B uniform in [-1, 1)), row-major.
+fn random_spd(k: usize, seed: u64) -> DMatrix<f64> {
+    let b = DMatrix::from_row_slice(k, k, &test_vector(k * k, seed));
+    &b * b.transpose() + DMatrix::identity(k, k) * k as f64
+}
+
+/// E⁻¹ on the device ([`coarse_inverse_on_device`], `gpu::amg`'s blocked
+/// Cholesky) equals the host's `coarse_inverse` to 1e-12 of its largest
+/// entry on random SPD matrices of sizes around the 32-column panels
+/// (one panel, a partial one, many), E of a mesh matrix deflated by
+/// k = 512 stripes (the bench's size) is within 1e-10, and an indefinite
+/// matrix fails with the pivot named, as the host fails.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn coarse_inverse_on_the_device_matches_the_host() {
+    let Some(gpu) = test_device() else { return };
+    let row_major = |m: &DMatrix<f64>| -> Vec<f64> { m.transpose().as_slice().to_vec() };
+    for k in [1, 5, 32, 33, 77, 200, 512] {
+        let e = random_spd(k, k as u64);
+        let host = coarse_inverse(&e).unwrap();
+        let dev = coarse_inverse_on_device(&gpu, k, &gpu.upload(&row_major(&e)).unwrap()).unwrap();
+        let dev = DMatrix::from_row_slice(k, k, &gpu.download(&dev).unwrap());
+        let diff = (&dev - &host).amax() / host.amax();
+        println!("random SPD {k} x {k}: E⁻¹ max rel diff {diff:.2e}");
+        assert!(diff < 1e-12, "random SPD {k}: {diff}");
+    }
+    // A mesh matrix in RCM order, 512 stripes (as `bench --preconditioners`).
+    let a = poisson_system("box:24x24x24").unwrap().0;
+    let order = fvpoisson::sparse::ordering::reverse_cuthill_mckee(&a);
+    let a = order.apply_symmetric(&a);
+    let stripes = Subdomains::stripes(a.n_rows(), 512).unwrap();
+    let cpu = CpuDeflation::new(&a, stripes.clone()).unwrap();
+    let dev = DeviceDeflation::new(&gpu, &device_matrix(&gpu, &a), &stripes).unwrap();
+    let inverse = dev.download_coarse_inverse().unwrap();
+    let diff = (&inverse - cpu.coarse_inverse()).amax() / cpu.coarse_inverse().amax();
+    println!("box 24^3, 512 stripes: E⁻¹ max rel diff {diff:.2e}");
+    assert!(diff < 1e-10, "mesh E⁻¹: {diff}");
+    // Indefinite: row 40's diagonal negative; the host's Cholesky fails too.
+    let mut e = random_spd(77, 3);
+    e[(40, 40)] = -e[(40, 40)];
+    assert!(coarse_inverse(&e).is_err());
+    let err = match coarse_inverse_on_device(&gpu, 77, &gpu.upload(&row_major(&e)).unwrap()) {
+        Ok(_) => panic!("an indefinite E is accepted"),
+        Err(e) => e.to_string(),
+    };
+    println!("indefinite E: {err}");
+    assert!(
+        err.contains("not positive definite") && err.contains("pivot 41"),
+        "{err}"
+    );
+}
+
+/// The set-up phases of `DeviceDeflation::new_timed` are kept and name the
+/// device E⁻¹; an untimed set-up keeps none; the projection's byte count is
+/// the documented formula.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn timed_deflation_set_up_reports_its_phases() {
+    let Some(gpu) = test_device() else { return };
+    let a = poisson_system("box:12x12x12").unwrap().0;
+    let (n, k) = (a.n_rows(), 20);
+    let stripes = Subdomains::stripes(n, k).unwrap();
+    let matrix = device_matrix(&gpu, &a);
+    let timed = DeviceDeflation::new_timed(&gpu, &matrix, &stripes).unwrap();
+    let names: Vec<&str> = timed
+        .setup_phases()
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    println!("phases: {names:?}");
+    assert!(names.iter().any(|p| p.starts_with("E⁻¹")), "{names:?}");
+    assert!(timed.setup_phases().iter().all(|p| p.ms >= 0.0));
+    assert!(DeviceDeflation::new(&gpu, &matrix, &stripes)
+        .unwrap()
+        .setup_phases()
+        .is_empty());
+    let w = timed.width();
+    let bytes = timed.projection_bytes();
+    assert_eq!(
+        bytes.total(),
+        8 * n + 8 * k * k + 12 * n * w + 16 * n + 20 * n
+    );
 }
 
 /// 30 iterations exactly (tolerance 0): the iterates and the Lanczos
