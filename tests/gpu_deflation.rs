@@ -158,16 +158,22 @@ fn coarse_matrix_and_projections_match_the_cpu() {
              {p_diff:.1e}, prolong {x_diff:.1e}, dot {dot_diff:.1e}, sum|v| {abs_diff:.1e}",
             subdomains.count()
         );
-        for (what, d) in [
-            ("AZ", az_diff),
-            ("E", e_diff),
-            ("E⁻¹", inverse_diff),
-            ("P v", p_diff),
-            ("prolongation", x_diff),
-            ("dot", dot_diff),
-            ("sum |v|", abs_diff),
+        // What E⁻¹ enters differs from the host's by E⁻¹'s rounding, up to
+        // 1000 ε κ(E) (κ(E) reaches 5.6e6 on the bubbly stripes).
+        let after_inverse = inverse_tolerance(cpu.coarse_matrix()).max(1e-10);
+        for (what, d, tolerance) in [
+            ("AZ", az_diff, 1e-10),
+            ("E", e_diff, 1e-10),
+            ("E⁻¹", inverse_diff, after_inverse),
+            ("P v", p_diff, after_inverse),
+            ("prolongation", x_diff, after_inverse),
+            ("dot", dot_diff, after_inverse),
+            ("sum |v|", abs_diff, after_inverse),
         ] {
-            assert!(d < 1e-10, "{name} {what}: {d}");
+            assert!(
+                d < tolerance,
+                "{name} {what}: {d} (tolerance {tolerance:.1e})"
+            );
         }
         // The projection only launches kernels: it can be captured.
         if !gpu.syncs_each_launch() {
@@ -299,6 +305,10 @@ fn deflated_iterates_and_solves_match_the_cpu() {
     for (name, a, subdomains) in systems() {
         let n = a.n_rows();
         let b = test_vector(n, 9);
+        // Deflated: the device's E⁻¹ differs from the host's by its rounding
+        // (`inverse_tolerance`), which the iterates carry.
+        let e = CpuDeflation::new(&a, subdomains.clone()).unwrap();
+        let deflated_tolerance = inverse_tolerance(e.coarse_matrix()).max(1e-9);
         for kind in GPU_KINDS {
             for deflation in [None, Some(&subdomains)] {
                 let label = if deflation.is_some() {
@@ -338,8 +348,15 @@ fn deflated_iterates_and_solves_match_the_cpu() {
                 // Few steps, before CG reaches rounding level: the executors
                 // agree to 1e-12 (H100; after 30 steps on the random matrix
                 // plain CG had converged and its iterates drifted to 1e-7).
-                assert!(diff < 1e-9, "{name} {kind} {label}: x {diff}");
-                assert!(history < 1e-9, "{name} {kind} {label}: residuals {history}");
+                let tolerance = match deflation {
+                    Some(_) => deflated_tolerance,
+                    None => 1e-9,
+                };
+                assert!(diff < tolerance, "{name} {kind} {label}: x {diff}");
+                assert!(
+                    history < tolerance,
+                    "{name} {kind} {label}: residuals {history}"
+                );
                 assert!(
                     (c_dev / c_cpu - 1.0).abs() < 1e-6,
                     "{name} {kind} {label}: cond"
