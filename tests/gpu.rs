@@ -15,6 +15,10 @@ use fvpoisson::solve::{
 use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
 use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 
+/// Taken for reading by every GPU test of this file, for writing by the one
+/// that asks the device for more memory than it has.
+static DEVICE_MEMORY: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn check_formats(gpu: &Gpu, name: &str, a: &Csr, seed: u64) {
     let n = a.n_rows();
     let mut rng = SplitMix(seed);
@@ -44,6 +48,7 @@ fn check_formats(gpu: &Gpu, name: &str, a: &Csr, seed: u64) {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn spmv_formats_match_csr_on_random_matrices() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     for (n, seed) in [(1, 1), (1000, 2), (100_003, 3)] {
         check_formats(
@@ -58,6 +63,7 @@ fn spmv_formats_match_csr_on_random_matrices() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn spmv_formats_match_csr_on_fvm_matrices() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     for spec in ["box:20x20x20", "box:12x12x12:tet:perturb=0.2:renumber"] {
         let (a, _) = poisson_system(spec).unwrap();
@@ -76,6 +82,7 @@ fn controls() -> SolverControls {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_pcg_matches_cpu_pcg() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     for spec in ["box:16x16x16", "box:10x10x10:tet:perturb=0.2:renumber"] {
         let (a, b) = poisson_system(spec).unwrap();
@@ -126,6 +133,7 @@ fn gpu_pcg_matches_cpu_pcg() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     for spec in ["box:24x24x24", "box:12x12x12:tet:perturb=0.2:renumber"] {
         let (a, b) = poisson_system(spec).unwrap();
@@ -180,6 +188,7 @@ fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn cusparse_spmv_matches_the_cpu() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     let lib = match Cusparse::load(&gpu) {
         Ok(lib) => lib,
@@ -275,6 +284,7 @@ impl CgBackend for StepByStep<'_, '_> {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_steps_one_at_a_time_match_the_fused_loop() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:8x9x10:tet:perturb=0.1").unwrap();
     let options = GpuSolveOptions {
@@ -380,6 +390,7 @@ fn check_launch_modes(
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn launch_modes_give_the_same_bits() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     let stopping = [
         controls(),
@@ -422,6 +433,7 @@ fn launch_modes_give_the_same_bits() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn the_first_solve_of_a_fresh_device_captures_its_graph() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     let (a, b) = poisson_system("box:12x12x12").unwrap();
     let zeros = vec![0.0; a.n_rows()];
@@ -462,6 +474,9 @@ fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn out_of_memory_is_a_clear_error_and_the_device_still_works() {
+    // Alone on the device: while the driver fails the allocation, the memory
+    // it tried to reserve is not free for the other tests of this process.
+    let _device = DEVICE_MEMORY.write().unwrap_or_else(|e| e.into_inner());
     let Some(gpu) = test_device() else { return };
     let (_, total) = gpu.memory().unwrap();
     let err = gpu.zeros::<f64>(total / 4).unwrap_err();

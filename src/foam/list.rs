@@ -704,16 +704,19 @@ mod tests {
             }
         });
         let mut lx = Lexer::new(Path::new("f"), faces.as_bytes(), 0, 1);
-        let e = read_label_lists(&mut lx, FoamFormat::Ascii, Arch::default(), |i, l| {
-            if l.len() < 3 {
-                Err(format!("face {i} is short"))
-            } else {
-                Ok(())
-            }
-        })
-        .unwrap_err();
+        let e =
+            read_label_lists(&mut lx, FoamFormat::Ascii, Arch::default(), short_face).unwrap_err();
         let line = faces.lines().position(|l| l.contains("2(0 1)")).unwrap() + 1;
         assert_eq!(e.to_string(), format!("f:{line}: face {} is short", n - 2));
+    }
+
+    /// A face check that refuses faces of fewer than 3 points.
+    fn short_face(i: usize, face: &[Label]) -> Result<(), String> {
+        if face.len() < 3 {
+            Err(format!("face {i} is short"))
+        } else {
+            Ok(())
+        }
     }
 
     #[test]
@@ -724,14 +727,8 @@ mod tests {
         assert_eq!(o, [0, 3, 7]);
         assert_eq!(l, [0, 1, 2, 1, 2, 3, 4]);
         let mut lx = Lexer::new(Path::new("f"), b"2(\n3(0 1 2)\n2(1 2))", 0, 1);
-        let e = read_label_lists(&mut lx, FoamFormat::Ascii, Arch::default(), |i, l| {
-            if l.len() < 3 {
-                Err(format!("face {i} is short"))
-            } else {
-                Ok(())
-            }
-        })
-        .unwrap_err();
+        let e =
+            read_label_lists(&mut lx, FoamFormat::Ascii, Arch::default(), short_face).unwrap_err();
         assert_eq!(e.to_string(), "f:3: face 1 is short");
     }
 }
