@@ -430,7 +430,7 @@ pub fn solve_pcg_deflated(
     x: &mut [f64],
     controls: &SolverControls,
 ) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
-    super::cpu::check_system(a, b, x, controls)?;
+    super::checks::check_system(a, b, x, controls)?;
     let precond = kind.build(a)?;
     let backend = CpuBackend::new(a, precond.as_ref());
     let b = b.to_vec();

@@ -29,7 +29,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::cpu::openfoam_row_sums;
+use super::row_sums::openfoam_row_sums;
 use super::SolveError;
 use crate::foam::write::format_g;
 use crate::sparse::ordering::Permutation;

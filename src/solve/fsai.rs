@@ -32,7 +32,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::cpu::square_size;
+use super::checks::square_size;
 use super::scalar::{Precision, Real};
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;

@@ -17,7 +17,7 @@
 
 use rayon::prelude::*;
 
-use super::precond::Triangles;
+use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
 use crate::sparse::Csr;
 

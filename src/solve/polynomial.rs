@@ -35,9 +35,9 @@ use std::str::FromStr;
 use nalgebra::{DMatrix, SymmetricEigen};
 use rayon::prelude::*;
 
-use super::precond::Triangles;
 use super::reduce::dot;
 use super::scalar::Precision;
+use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
