@@ -1,5 +1,5 @@
 //! Block Jacobi (Wikberg 2024, §4.3): the CPU reference of the GPU kernel
-//! `smooth_block` (`kernels/smooth.cu`, the seed's `smooth_kern`, note §5.6).
+//! `smooth_block` (`kernels/smooth.cu`, Wikberg's `smooth_kern`).
 //!
 //! Blocks are runs of `block_size` consecutive rows (on the GPU a mod-SELL
 //! slice; the last block is padded with rows a_ii = 1, b_i = 0, x_i = 0). One
@@ -46,13 +46,13 @@ use super::{parse_name, LinearOperator, Smoother, SolveError};
 use crate::sparse::blocks::block_diagonal;
 use crate::sparse::Csr;
 
-/// The solver of a block's local system in block Jacobi (seed §4.3.1).
+/// The solver of a block's local system in block Jacobi (Wikberg 2024, §4.3.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InnerSolver {
     /// Jacobi steps from 0 (the first gives D⁻¹ b).
     Jacobi,
     /// Forward Gauss–Seidel, serialised by warps of 32 rows with Jacobi inside
-    /// a warp (the seed's code semantics, §5.5 of the note).
+    /// a warp (the semantics of Wikberg's (2024) code).
     GaussSeidel,
     /// The same forward sweep followed by a backward one (warps in reverse):
     /// symmetric, for PCG.
@@ -99,17 +99,17 @@ impl FromStr for InnerSolver {
     }
 }
 
-/// Block-Jacobi settings (seed §4.3, §4.4).
+/// Block-Jacobi settings (Wikberg 2024, §4.3, §4.4).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlockJacobiSettings {
     /// Rows per block: the mod-SELL slice height on the GPU (multiple of 32, ≤ 1024).
     pub block_size: usize,
     pub inner: InnerSolver,
     /// Stop the inner solve when ‖r_l‖₂ ≤ tolerance · ‖r_l⁰‖₂ on the block
-    /// (relative, where the seed used 1e-15 on the absolute squared norm); 0
+    /// (relative, where Wikberg (2024) used 1e-15 on the absolute squared norm); 0
     /// runs exactly `inner_max_iter` steps (a fixed linear operator, unless CG).
     pub inner_tolerance: f64,
-    /// Inner steps at most (the seed's 100).
+    /// Inner steps at most (Wikberg's (2024) 100).
     pub inner_max_iter: usize,
     /// Read and write x in place (block-asynchronous; on the host the blocks
     /// run in order, which is block Gauss–Seidel) instead of double-buffered.
@@ -117,7 +117,7 @@ pub struct BlockJacobiSettings {
 }
 
 impl Default for BlockJacobiSettings {
-    /// The seed's smoother tests (§4.4): H = 512, inner CG to tolerance or 100 steps.
+    /// The smoother tests of Wikberg 2024, §4.4: H = 512, inner CG to tolerance or 100 steps.
     fn default() -> Self {
         Self {
             block_size: 512,
@@ -220,7 +220,7 @@ fn sum_squares<T: Real>(v: &[T]) -> f64 {
 }
 
 impl<'a> BlockJacobi<'a> {
-    /// `omega` damps the inner Jacobi steps (the seed's are undamped, ω = 1).
+    /// `omega` damps the inner Jacobi steps (Wikberg's (2024) are undamped, ω = 1).
     pub fn new(a: &'a Csr, settings: BlockJacobiSettings, omega: f64) -> Result<Self, SolveError> {
         let t = Triangles::new(a, "block-Jacobi smoother")?;
         let factor = match settings.inner.is_factorisation() {

@@ -199,7 +199,7 @@ impl SmootherKind {
 
 impl SmootherSettings {
     /// `kind` with default parameters: one sweep, ω = 1, natural order, the
-    /// seed's block settings.
+    /// block settings of Wikberg 2024, §4.4.
     pub fn new(kind: SmootherKind) -> Self {
         Self {
             kind,
