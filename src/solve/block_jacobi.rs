@@ -14,7 +14,7 @@
 //!
 //! Block-IC (inner `DIC` or `IC0`, `blockDIC`/`blockIC`): the blocks are
 //! solved by OpenFOAM's DIC or by IC(0) of the block-diagonal part of A
-//! (`sparse::blocks::block_diagonal`), factorised once; as `solve::precond`'s
+//! (`sparse::blocks::block_diagonal`), factorised once; as `solve::ic`'s
 //! `Dic`/`Ic0` on that matrix, so M⁻¹ = (L D Lᵀ)⁻¹ block by block, symmetric.
 //! The GPU factorises and sweeps each block inside one thread block
 //! (`smooth_block`, `block_ic_factor`) in the same operation order, bit for bit.
