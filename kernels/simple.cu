@@ -88,6 +88,20 @@ __device__ double simple_relax_row(u64 first, u64 end, int h,
     return relaxed;
 }
 
+// The end of a momentum row (simple_momentum_rows, piso_momentum_rows): the
+// explicit stress of component c (`stress`, 3 doubles per row; null: none)
+// added to the right-hand side s; diag = a, source = s, b = s - vol (grad p)_c.
+__device__ void simple_momentum_outputs(int row, int c, double a, double s, double vol,
+                                        const double* __restrict__ stress,
+                                        const double* __restrict__ grad_p,
+                                        double* __restrict__ diag, double* __restrict__ source,
+                                        double* __restrict__ b) {
+    if (stress != nullptr) s = asm_add(s, stress[3 * (u64)row + c]);
+    diag[row] = a;
+    source[row] = s;
+    b[row] = asm_sub(s, asm_mul(vol, grad_p[3 * (u64)row + c]));
+}
+
 // The relaxed momentum matrix of one component, one thread per row, one block
 // per slice (Simple::momentum_equation): the viscous matrix plus bounded
 // upwind convection of the fluxes phi (device face layout) on the row's
@@ -134,10 +148,7 @@ extern "C" __global__ void simple_momentum_rows(
         s = asm_sub(s, asm_mul(f, b_value_boundary[i]));
     }
     const double relaxed = simple_relax_row(first, end, h, face_slots, vals, a, alpha, u[row], &s);
-    if (stress != nullptr) s = asm_add(s, stress[3 * (u64)row + c]);
-    diag[row] = relaxed;
-    source[row] = s;
-    b[row] = asm_sub(s, asm_mul(volumes[row], grad_p[3 * (u64)row + c]));
+    simple_momentum_outputs(row, c, relaxed, s, volumes[row], stress, grad_p, diag, source, b);
 }
 
 // a_P = the mean of the components' diagonals (fvVectorMatrix::A()); d1, d2
@@ -443,10 +454,7 @@ extern "C" __global__ void piso_momentum_rows(
         for (unsigned i = b_first; i < b_end; ++i) a = asm_add(a, asm_mul(sg, b_phi[i]));
     }
     if (alpha < 1.0) a = simple_relax_row(first, end, h, face_slots, vals, a, alpha, u[row], &s);
-    if (stress != nullptr) s = asm_add(s, stress[3 * (u64)row + c]);
-    diag[row] = a;
-    source[row] = s;
-    b[row] = asm_sub(s, asm_mul(vol, grad_p[3 * (u64)row + c]));
+    simple_momentum_outputs(row, c, a, s, vol, stress, grad_p, diag, source, b);
 }
 
 // fvc::ddtCorr's flux of one face (Piso::add_ddt_correction): r_au_f times

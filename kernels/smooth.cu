@@ -77,7 +77,7 @@ extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_pt
     if (in) x_new[row] = xr + scale[row] * res;
 }
 
-// Multicolour Gauss-Seidel (seed §4.2.1): the rows rows[first .. first+count)
+// Multicolour Gauss-Seidel (Wikberg 2024, §4.2.1): the rows rows[first .. first+count)
 // of one colour, one thread each, in place: x_i = (b_i - sum_j a_ij x_j) / a_ii.
 // No two rows of a colour are coupled, so every x_j read belongs to another
 // colour and is not written by this launch.
@@ -175,7 +175,7 @@ extern "C" __global__ void jp_assign(int n, int h, const u64* __restrict__ slice
     }
 }
 
-// ---- Block Jacobi (seed §4.3.1 `smooth_kern`, note §5.6) ----
+// ---- Block Jacobi (Wikberg 2024, §4.3.1 `smooth_kern`) ----
 
 #define INNER_JACOBI 0
 #define INNER_GS 1
@@ -226,7 +226,7 @@ __device__ T inner_jacobi(const LocalRow<T>& a, T* lv, int max_iter, double stop
     return y;
 }
 
-// Warp-serialised Gauss-Seidel from 0 (seed §4.3.1 GS_device): warps in order
+// Warp-serialised Gauss-Seidel from 0 (Wikberg 2024, §4.3.1 GS_device): warps in order
 // (then in reverse when symmetric), each computing its rows from lv (earlier
 // warps new, its own and later ones old: Jacobi inside a warp) and writing
 // them after the whole warp has read. One barrier per warp.
@@ -256,7 +256,7 @@ __device__ T inner_gs(const LocalRow<T>& a, T* lv, int max_iter, double stop, bo
     return y;
 }
 
-// Conjugate gradients from 0 on the block (seed §4.3.1 CG_device); r0 = |b|^2.
+// Conjugate gradients from 0 on the block (Wikberg 2024, §4.3.1 CG_device); r0 = |b|^2.
 template <typename T>
 __device__ T inner_cg(const LocalRow<T>& a, T* lv, int max_iter, double stop, double r0) {
     const int h = blockDim.x, t = threadIdx.x;

@@ -8,16 +8,12 @@
 # objects' lines of the log.
 # Needs OpenFOAM (blockMesh, icoFoam on the PATH); the tests themselves do not.
 set -euo pipefail
-export WM_PROJECT_DIR=${WM_PROJECT_DIR:-/usr/share/openfoam}
-root=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib_openfoam.sh"
 out="$root/tests/data/function_objects"
-work=$(mktemp -d)
-cp -r "$root/cases/cavity_ico/." "$work/"
-rm -rf "$work/constant/polyMesh" "$work/results"
+work=$(cavity_copy)
 sed -i 's/^endTime .*/endTime         0.025;/' "$work/system/controlDict"
 cat "$out/functions" >> "$work/system/controlDict"
-(cd "$work" && blockMesh > log.blockMesh 2>&1 && icoFoam > log.icoFoam 2>&1) \
-    || { tail -30 "$work"/log.*; exit 1; }
+run_foam "$work" icoFoam
 rm -rf "$out/postProcessing"
 cp -r "$work/postProcessing" "$out/"
 # The fieldMinMax blocks of the log and the probes warning.

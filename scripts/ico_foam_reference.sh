@@ -5,15 +5,11 @@
 # and the solverInfo.dat of `#includeFunc residuals` over three steps.
 # Needs OpenFOAM (blockMesh, icoFoam on the PATH); the tests themselves do not.
 set -euo pipefail
-export WM_PROJECT_DIR=${WM_PROJECT_DIR:-/usr/share/openfoam}
-root=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib_openfoam.sh"
 out="$root/tests/data/ico_foam_cavity"
-work=$(mktemp -d)
-cp -r "$root/cases/cavity_ico/." "$work/"
-rm -rf "$work/constant/polyMesh" "$work/results"
+work=$(cavity_copy)
 sed -i 's/^writePrecision .*/writePrecision  17;/' "$work/system/controlDict"
-(cd "$work" && blockMesh > log.blockMesh 2>&1 && icoFoam > log.icoFoam 2>&1) \
-    || { tail -30 "$work"/log.*; exit 1; }
+run_foam "$work" icoFoam
 rm -rf "$out"
 mkdir -p "$out/0.5"
 cp "$work"/0.5/{U,p,phi} "$out/0.5/"
@@ -21,13 +17,10 @@ cp "$work/log.icoFoam" "$out/"
 rm -rf "$work"
 
 # The residuals function object's file over the first three steps.
-work=$(mktemp -d)
-cp -r "$root/cases/cavity_ico/." "$work/"
-rm -rf "$work/constant/polyMesh" "$work/results"
+work=$(cavity_copy)
 sed -i 's/^endTime .*/endTime         0.015;/' "$work/system/controlDict"
 printf 'functions\n{\n    #includeFunc residuals\n}\n' >> "$work/system/controlDict"
-(cd "$work" && blockMesh > log.blockMesh 2>&1 && icoFoam > log.icoFoam 2>&1) \
-    || { tail -30 "$work"/log.*; exit 1; }
+run_foam "$work" icoFoam
 cp "$work/postProcessing/residuals/0/solverInfo.dat" "$out/"
 rm -rf "$work"
 echo "wrote $out"

@@ -1156,7 +1156,7 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
 struct PreconditionersArgs {
     /// Case directory (case.toml or an OpenFOAM case): its first linear system.
     case: PathBuf,
-    /// Right-hand side b = A x*: cosine (x*_i = cos(i), the seed's) or random.
+    /// Right-hand side b = A x*: cosine (x*_i = cos(i), Gupta et al.'s (2011)) or random.
     #[arg(long, value_enum, default_value_t = crate::precond_study::Rhs::Cosine)]
     rhs: crate::precond_study::Rhs,
     /// Subdomains of the deflation: stripes (consecutive rows) or metis.

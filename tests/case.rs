@@ -3,7 +3,7 @@
 //! files a run writes, and `fvpoisson run` on the command line.
 
 mod common;
-use common::Scratch;
+use common::{mms_case, write_case_toml, Scratch};
 
 use fvpoisson::case::case_toml::parse_case;
 use fvpoisson::case::{read_case_dir, run_case, CaseError, CaseSetup, Device, RunSummary};
@@ -55,21 +55,6 @@ fn assert_solver_entries_refused(tag: &str, cases: &[(&str, &str)]) {
         assert!(err.contains(expected), "{entry}: {err}");
     }
 }
-
-const MMS: &str = r#"
-[mesh]
-source = "box:8x8x8"
-[physics]
-source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"
-exact = "sin(pi*x)*sin(pi*y)*sin(pi*z)"
-[boundary.default]
-type = "fixedValue"
-value = "exact"
-[solver.T]
-tolerance = 1e-10
-[output]
-formats = []
-"#;
 
 #[test]
 fn errors_name_file_line_and_key() {
@@ -233,7 +218,7 @@ fn errors_name_file_line_and_key() {
 
 #[test]
 fn values_evaluated_during_the_run_name_the_case_file_and_cell() {
-    let text = MMS.replace("[physics]\n", "[physics]\ngamma = \"sqrt(x - 0.5)\"\n");
+    let text = mms().replace("[physics]\n", "[physics]\ngamma = \"sqrt(x - 0.5)\"\n");
     let setup = parse(&text).unwrap();
     let err = run_case(&setup, Device::Cpu).unwrap_err().to_string();
     assert!(
@@ -277,7 +262,7 @@ fn case_directories_that_are_not_are_named() {
 
 #[test]
 fn boundary_patches_must_match_the_mesh() {
-    let missing = MMS.replace("[boundary.default]", "[boundary.xmin]");
+    let missing = mms().replace("[boundary.default]", "[boundary.xmin]");
     let setup = parse(&missing).unwrap();
     let err = run_case(&setup, Device::Cpu).unwrap_err().to_string();
     assert!(
@@ -285,7 +270,7 @@ fn boundary_patches_must_match_the_mesh() {
         "{err}"
     );
 
-    let unknown = format!("{MMS}[boundary.top]\ntype = \"zeroGradient\"\n");
+    let unknown = format!("{}[boundary.top]\ntype = \"zeroGradient\"\n", mms());
     let setup = parse(&unknown).unwrap();
     let err = run_case(&setup, Device::Cpu).unwrap_err().to_string();
     assert!(
@@ -420,7 +405,7 @@ fn shipped_cases_match_their_exact_solutions() {
 
 #[test]
 fn equilibrated_solves_give_the_unscaled_solution() {
-    let reference = run_text(MMS, "equilibration_none");
+    let reference = run_text(&mms(), "equilibration_none");
     for (setting, tag) in [
         (
             "preconditioner = \"none\"\nequilibration = \"jacobi\"",
@@ -434,7 +419,7 @@ fn equilibrated_solves_give_the_unscaled_solution() {
             "eq_bj_ruiz",
         ),
     ] {
-        let text = MMS.replace(
+        let text = mms().replace(
             "tolerance = 1e-10",
             &format!("tolerance = 1e-10\n{setting}"),
         );
@@ -457,18 +442,18 @@ fn equilibrated_solves_give_the_unscaled_solution() {
 
 #[test]
 fn deflation_key_parses_and_bad_values_are_named() {
-    let text = MMS.replace(
+    let text = mms().replace(
         "tolerance = 1e-10",
         "tolerance = 1e-10\ndeflation = \"subdomains\"",
     );
     let setup = parse(&text).unwrap();
     assert_eq!(setup.solver.regular.deflation, Deflation::Subdomains);
     assert_eq!(
-        parse(MMS).unwrap().solver.regular.deflation,
+        parse(&mms()).unwrap().solver.regular.deflation,
         Deflation::None
     );
     let err = parse_err(
-        &MMS.replace(
+        &mms().replace(
             "tolerance = 1e-10",
             "tolerance = 1e-10\ndeflation = \"ranks\"",
         ),
@@ -479,7 +464,7 @@ fn deflation_key_parses_and_bad_values_are_named() {
         "{err}"
     );
     // A serial run ignores it (one subdomain) and gives the same answer.
-    let plain = run_text(MMS, "deflation_none");
+    let plain = run_text(&mms(), "deflation_none");
     let deflated = run_text(&text, "deflation_serial");
     assert_eq!(plain.field, deflated.field);
 }
@@ -487,8 +472,8 @@ fn deflation_key_parses_and_bad_values_are_named() {
 #[test]
 fn second_order_on_hexahedra_and_correction_on_tetrahedra() {
     let l2 = |text: &str, tag: &str| run_text(text, tag).error.unwrap().l2;
-    let coarse = l2(MMS, "order8");
-    let fine = l2(&MMS.replace("box:8x8x8", "box:16x16x16"), "order16");
+    let coarse = l2(&mms(), "order8");
+    let fine = l2(&mms().replace("box:8x8x8", "box:16x16x16"), "order16");
     let order = (coarse / fine).log2();
     assert!((1.9..2.1).contains(&order), "order {order}");
 
@@ -539,12 +524,12 @@ formats = []
     assert!(fine < 0.5 * coarse && fine < 1e-2, "{coarse} {fine}");
 
     // -lap(T) = Su + Sp T with Sp = -1 (implicit) and Sp = +1 (explicit, lagged).
-    let reference = run_text(MMS, "sp_reference").error.unwrap().l2;
+    let reference = run_text(&mms(), "sp_reference").error.unwrap().l2;
     for (sp, su, tag) in [
         ("-1", "(3*pi^2 + 1)", "sp_implicit"),
         ("1", "(3*pi^2 - 1)", "sp_explicit"),
     ] {
-        let text = MMS
+        let text = mms()
             .replace(
                 "source = \"3*pi^2*",
                 &format!("implicitSource = {sp}\nsource = \"{su}*"),
@@ -564,7 +549,7 @@ formats = []
 fn foam_output_writes_time_directories() {
     // Steady: the last iteration only, unless an interval is given (as
     // OpenFOAM's writeInterval), then every interval-th and the last.
-    let every = MMS.replace("formats = []", "formats = [\"foam\"]\ninterval = 1");
+    let every = mms().replace("formats = []", "formats = [\"foam\"]\ninterval = 1");
     let scratch = Scratch::new("foam_every");
     let setup = parse_in(&every, &scratch).unwrap();
     let summary = run(&setup);
@@ -573,7 +558,7 @@ fn foam_output_writes_time_directories() {
         summary.foam_fields,
         vec![dir.join("1").join("T"), dir.join("2").join("T")]
     );
-    let text = MMS.replace("formats = []", "formats = [\"foam\"]\nprecision = 12");
+    let text = mms().replace("formats = []", "formats = [\"foam\"]\nprecision = 12");
     let scratch = Scratch::new("foam_out");
     let setup = parse_in(&text, &scratch).unwrap();
     let summary = run(&setup);
@@ -601,7 +586,7 @@ fn foam_output_writes_time_directories() {
     assert!(written.contains("type            fixedValue;"), "{written}");
     assert_no_tmp(dir);
 
-    let binary = MMS.replace(
+    let binary = mms().replace(
         "formats = []",
         "formats = [\"foam\"]\nwriteFormat = \"binary\"\nwriteCompression = true",
     );
@@ -612,7 +597,7 @@ fn foam_output_writes_time_directories() {
         Some(&scratch.join("2").join("T.gz"))
     );
     let err = parse_err(
-        &MMS.replace("formats = []", "writeFormat = \"hdf5\""),
+        &mms().replace("formats = []", "writeFormat = \"hdf5\""),
         "hdf5",
     );
     assert!(
@@ -645,7 +630,7 @@ fn gpu_row_ordering_is_read_per_solver_and_set_by_the_command_line() {
     // On the command line; an unknown name is refused before anything runs.
     let bin = env!("CARGO_BIN_EXE_fvpoisson");
     let dir = Scratch::new("cli_ordering");
-    fs::write(dir.join("case.toml"), MMS).unwrap();
+    write_case_toml(&dir, &mms_case("8x8x8", "[output]\nformats = []\n"));
     let out = Command::new(bin)
         .args(["run", "--ordering", "amd"])
         .arg(&*dir)
@@ -670,11 +655,7 @@ fn gpu_row_ordering_is_read_per_solver_and_set_by_the_command_line() {
 fn command_line_runs_a_case_directory() {
     let bin = env!("CARGO_BIN_EXE_fvpoisson");
     let dir = Scratch::new("cli");
-    fs::write(
-        dir.join("case.toml"),
-        MMS.replace("formats = []", "formats = [\"vtk\"]"),
-    )
-    .unwrap();
+    write_case_toml(&dir, &mms_case("8x8x8", "[output]\nformats = [\"vtk\"]\n"));
     let out = Command::new(bin).args(["run"]).arg(&*dir).output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{log}");
@@ -726,9 +707,14 @@ fn command_line_runs_a_case_directory() {
     );
 }
 
+/// The manufactured-solution case of these tests: 8³ cells, no output.
+fn mms() -> String {
+    mms_case("8x8x8", "[output]\nformats = []\n")
+}
+
 /// The MMS case with `entry` (TOML lines) added to its `[solver.T]` table.
 fn mms_with_solver_entry(entry: &str) -> String {
-    MMS.replace(
+    mms().replace(
         "tolerance = 1e-10\n",
         &format!("tolerance = 1e-10\n{entry}"),
     )
@@ -760,7 +746,7 @@ fn smoothers_from_case_toml_solve_like_pcg() {
     );
     assert!(setup.solver.regular.smoother.is_none());
     // Every solver converges to the same discrete solution.
-    let reference = run_text(MMS, "smooth_ref").field;
+    let reference = run_text(&mms(), "smooth_ref").field;
     for (text, tag) in [(smooth, "smooth_sgs"), (block, "smooth_bj")] {
         let field = run_text(&text, tag).field;
         let diff = field
@@ -791,7 +777,7 @@ fn polynomial_preconditioners_from_case_toml_solve_like_pcg() {
             ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
         })
     );
-    let reference = run_text(MMS, "poly_ref").field;
+    let reference = run_text(&mms(), "poly_ref").field;
     let field = run_text(&text, "poly_cheb").field;
     let diff = field
         .iter()
@@ -832,7 +818,7 @@ fn block_ic_from_case_toml_solves_like_pcg() {
         (InnerSolver::Ic0, 64, Precision::Mixed)
     );
     assert_eq!(s.block_ic_name(), Some("blockIC"));
-    let reference = run_text(MMS, "block_ic_ref").field;
+    let reference = run_text(&mms(), "block_ic_ref").field;
     for (text, tag) in [
         (text, "block_ic"),
         (
@@ -958,7 +944,7 @@ fn amg_from_case_toml_solves_like_pcg() {
         .unwrap_err()
         .to_string()
         .contains("solver.T.gamg.nPostSweeps: GAMG nPostSweeps must be a whole number"));
-    let reference = run_text(MMS, "amg_ref").field;
+    let reference = run_text(&mms(), "amg_ref").field;
     for (text, tag) in [(pcg_amg, "pcg_amg"), (gamg, "gamg")] {
         let field = run_text(&text, tag).field;
         let diff = field
@@ -1000,7 +986,7 @@ fn gmres_and_bicgstab_from_case_toml_solve_like_pcg() {
         panic!("GMRES")
     };
     assert!(s.flexible && s.restart == 20);
-    let reference = run_text(MMS, "krylov_ref").field;
+    let reference = run_text(&mms(), "krylov_ref").field;
     for (text, tag) in [
         (gmres, "krylov_gmres"),
         (bicg, "krylov_bicg"),
@@ -1064,7 +1050,7 @@ fn fsai_from_case_toml_solves_like_pcg() {
             precision: Precision::Mixed,
         })
     );
-    let reference = run_text(MMS, "fsai_ref").field;
+    let reference = run_text(&mms(), "fsai_ref").field;
     let field = run_text(&text, "fsai_run").field;
     let diff = field
         .iter()
@@ -1143,7 +1129,7 @@ fn precision_reaches_dic_ic0_and_block_jacobi_from_case_toml() {
         (s.block.inner, s.polynomial.precision),
         (InnerSolver::Cg, Precision::Mixed)
     );
-    let reference = run_text(MMS, "mixed_dic_ref").field;
+    let reference = run_text(&mms(), "mixed_dic_ref").field;
     let field = run_text(
         &mms_with_solver_entry("preconditioner = \"DIC\"\nprecision = \"mixed\"\n"),
         "mixed_dic",

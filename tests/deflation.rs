@@ -17,8 +17,8 @@ const KINDS: [PreconditionerKind; 5] = [
     PreconditionerKind::Neumann2,
 ];
 
-/// Iterations without and with deflation from x = 0 for b = A cos(i) (the
-/// seed's), tolerance 1e-6; and both Lanczos condition estimates.
+/// Iterations without and with deflation from x = 0 for b = A cos(i) (Gupta
+/// et al.'s (2011)), tolerance 1e-6; and both Lanczos condition estimates.
 fn iterations(a: &Csr, subdomains: &Subdomains, kind: PreconditionerKind) -> [(usize, f64); 2] {
     let n = a.n_rows();
     let exact: Vec<f64> = (0..n).map(|i| (i as f64).cos()).collect();
@@ -54,7 +54,7 @@ fn deflation_halves_the_iterations_on_the_64x64_contrast_case() {
     // 2n = 128 compact METIS subdomains: 2.6-3.3x fewer iterations.
     let (order, metis) = Subdomains::metis(&a, 128).unwrap();
     check_halving("2-D, 128 METIS", &order.apply_symmetric(&a), &metis, 2.0);
-    // The seed's 2n stripes (half grid lines, 32 x 1 cells) reach only
+    // Gupta et al.'s (2011) 2n stripes (half grid lines, 32 x 1 cells) reach only
     // 1.4-1.5x: a stripe's piecewise constant misses the modes smooth along
     // it (κ_eff grows with the subdomain diameter squared, 32² here against
     // ~7² for compact subdomains of the same size); 4n stripes halve again.

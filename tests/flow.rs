@@ -3,6 +3,9 @@
 //! drop (full channel and half channel with a symmetry plane). The full
 //! sizes run with `fvpoisson validate-flow`.
 
+mod common;
+
+use common::{cavity_case, write_case_toml};
 use fvpoisson::flow::validation::{run, FlowCase, FlowValidation, PressureDevice, PressureSolver};
 use fvpoisson::flow::{Convection, SimpleSettings};
 use fvpoisson::solve::SolverControls;
@@ -138,20 +141,9 @@ fn flow_case_toml_runs_and_names_bad_keys() {
     use fvpoisson::case::flow_case::{is_flow_case, read_flow_case, run_flow_case};
     use fvpoisson::case::Device;
     let dir = std::env::temp_dir().join(format!("fvpoisson_flow_case_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let case = r#"
-[mesh]
-source = "box:16x16x1:2d"
-[physics]
-kind = "simple"
-nu = 0.01
-[boundary.ymax]
-U = { type = "fixedValue", value = [1.0, 0.0, 0.0] }
-p = { type = "zeroGradient" }
-[boundary.default]
-U = { type = "noSlip" }
-p = { type = "zeroGradient" }
-[SIMPLE]
+    let case = cavity_case(
+        "box:16x16x1:2d",
+        r#"[SIMPLE]
 consistent = true
 maxIterations = 400
 residualControl = { U = 1e-5, p = 1e-5 }
@@ -165,8 +157,9 @@ tolerance = 1e-9
 relTol = 0.1
 [validation]
 case = "cavity"
-"#;
-    std::fs::write(dir.join("case.toml"), case).unwrap();
+"#,
+    );
+    write_case_toml(&dir, &case);
     assert!(is_flow_case(&dir));
     let setup = read_flow_case(&dir).unwrap();
     let summary = run_flow_case(&setup, Device::Cpu).unwrap();
@@ -202,7 +195,7 @@ case = "cavity"
             "boundary.default.U: unknown velocity condition 'slip'",
         ),
     ] {
-        std::fs::write(dir.join("case.toml"), bad).unwrap();
+        write_case_toml(&dir, &bad);
         let err = read_flow_case(&dir).unwrap_err().to_string();
         assert!(
             err.contains(&format!("case.toml:{line}:")) && err.contains(words),

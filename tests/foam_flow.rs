@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::{cavity_case, write_case_toml};
+
 use fvpoisson::case::flow_case::{
     is_flow_case, read_flow_case, run_flow_case, run_flow_case_with_mesh,
 };
@@ -73,20 +75,9 @@ fn cavity_foam_matches_the_case_toml_cavity_and_its_time_directories_read_back()
     let reference =
         std::env::temp_dir().join(format!("fvpoisson_foam_flow_ref_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&reference);
-    std::fs::create_dir_all(&reference).unwrap();
-    let toml = r#"
-[mesh]
-source = "box:20x20x1:2d"
-[physics]
-kind = "simple"
-nu = 0.01
-[boundary.ymax]
-U = { type = "fixedValue", value = [1.0, 0.0, 0.0] }
-p = { type = "zeroGradient" }
-[boundary.default]
-U = { type = "noSlip" }
-p = { type = "zeroGradient" }
-[schemes]
+    let toml = cavity_case(
+        "box:20x20x1:2d",
+        r#"[schemes]
 div = "bounded Gauss linearUpwind grad(U)"
 [SIMPLE]
 consistent = true
@@ -108,8 +99,9 @@ tolerance = 1e-9
 relTol = 0.1
 [output]
 formats = ["foam"]
-"#;
-    std::fs::write(reference.join("case.toml"), toml).unwrap();
+"#,
+    );
+    write_case_toml(&reference, &toml);
     let ref_setup = read_flow_case(&reference).unwrap();
     assert!(!ref_setup.vtk && ref_setup.foam_output.is_some());
     let ref_summary = run_flow_case(&ref_setup, Device::Cpu).unwrap();

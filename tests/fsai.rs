@@ -1,6 +1,6 @@
 //! FSAI (`solve::fsai`) as PCG's preconditioner on real meshes: fewer
 //! iterations than Jacobi-PCG, the same solution, the density and the stop
-//! rules behaving as the seed note says (§2.4: stagnation stops rows early,
+//! rules behaving as Bernaschi et al. (2019) say (§2.4: stagnation stops rows early,
 //! the printed eq. 17 runs every row to `steps`), independence of the thread
 //! count.
 

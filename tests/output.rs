@@ -9,6 +9,8 @@ use std::process::{Command, Output};
 
 mod common;
 
+use common::{mms_case, write_case_toml};
+
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("output_{name}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -54,19 +56,6 @@ fn pvd_times(pvd: &Path) -> Vec<String> {
         .collect()
 }
 
-const MMS: &str = r#"
-[mesh]
-source = "box:8x8x8"
-[physics]
-source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"
-exact = "sin(pi*x)*sin(pi*y)*sin(pi*z)"
-[boundary.default]
-type = "fixedValue"
-value = "exact"
-[solver.T]
-tolerance = 1e-10
-"#;
-
 /// Whether `python3 -c 'import vtk'` works (the VTK reader checks need it).
 fn python_vtk() -> bool {
     Command::new("python3")
@@ -98,7 +87,7 @@ fn steady_runs_write_the_last_iteration_unless_an_interval_is_given() {
     let case = scratch("steady_case");
     let cwd = scratch("steady_cwd");
     for (extra, steps) in [("", 1), ("[output]\ninterval = 1\n", 2)] {
-        std::fs::write(case.join("case.toml"), format!("{MMS}{extra}")).unwrap();
+        write_case_toml(&case, &mms_case("8x8x8", extra));
         let _ = std::fs::remove_dir_all(case.join("results"));
         let log = ok(fvpoisson_in(&cwd, &["run", case.to_str().unwrap()]));
         assert!(
@@ -139,7 +128,7 @@ fn steady_runs_write_the_last_iteration_unless_an_interval_is_given() {
 #[test]
 fn vtk_option_chooses_the_encoding_or_none() {
     let case = scratch("vtk_option");
-    std::fs::write(case.join("case.toml"), MMS).unwrap();
+    write_case_toml(&case, &mms_case("8x8x8", ""));
     let dir = case.to_str().unwrap();
     let vtu = case.join("results/output_vtk_option_000000/internal.vtu");
     ok(fvpoisson_in(&case, &["run", dir, "--vtk", "ascii"]));
@@ -243,7 +232,7 @@ fn openfoam_cases_get_vtk_and_foam_to_vtk_converts_written_times() {
 #[test]
 fn second_run_of_a_case_is_refused_while_the_first_lives() {
     let case = scratch("lock");
-    std::fs::write(case.join("case.toml"), MMS).unwrap();
+    write_case_toml(&case, &mms_case("8x8x8", ""));
     let mut holder = Command::new("sleep").arg("30").spawn().unwrap();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())

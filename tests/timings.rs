@@ -4,43 +4,21 @@
 
 mod common;
 
-use common::{fvpoisson, Scratch};
+use common::{cavity_case, fvpoisson, mms_case, write_case_toml, Scratch};
 use std::path::Path;
 
-const POISSON: &str = r#"
-[mesh]
-source = "box:10x10x10"
-[physics]
-source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"
-exact = "sin(pi*x)*sin(pi*y)*sin(pi*z)"
-[boundary.default]
-type = "fixedValue"
-value = "exact"
-[solver.T]
-tolerance = 1e-10
-[output]
-formats = ["vtk"]
-"#;
+/// The Poisson case of these runs, written as VTK.
+fn poisson() -> String {
+    mms_case("10x10x10", "[output]\nformats = [\"vtk\"]\n")
+}
 
-const FLOW: &str = r#"
-[mesh]
-source = "box:12x12x1:2d"
-[physics]
-kind = "simple"
-nu = 0.01
-[boundary.ymax]
-U = { type = "fixedValue", value = [1.0, 0.0, 0.0] }
-p = { type = "zeroGradient" }
-[boundary.default]
-U = { type = "noSlip" }
-p = { type = "zeroGradient" }
-[SIMPLE]
-consistent = true
-maxIterations = 5
-[relaxationFactors]
-U = 0.9
-p = 1.0
-"#;
+/// The flow case of these runs: 5 SIMPLEC iterations of the cavity.
+fn flow() -> String {
+    cavity_case(
+        "box:12x12x1:2d",
+        "[SIMPLE]\nconsistent = true\nmaxIterations = 5\n[relaxationFactors]\nU = 0.9\np = 1.0\n",
+    )
+}
 
 const PHASES: [&str; 8] = [
     "mesh",
@@ -109,7 +87,7 @@ fn check_table(log: &str) {
 #[test]
 fn a_poisson_run_prints_the_table_and_its_json_adds_up() {
     let dir = Scratch::new("poisson");
-    std::fs::write(dir.0.join("case.toml"), POISSON).unwrap();
+    write_case_toml(&dir, &poisson());
     let (log, stdout) = run(&[dir.0.to_str().unwrap(), "--timings", "json"]);
     check_table(&log);
     let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON on stdout");
@@ -133,7 +111,7 @@ fn a_poisson_run_prints_the_table_and_its_json_adds_up() {
 #[test]
 fn the_debug_level_names_the_steps_of_each_phase() {
     let dir = Scratch::new("spans");
-    std::fs::write(dir.0.join("case.toml"), POISSON).unwrap();
+    write_case_toml(&dir, &poisson());
     let (log, _) = run(&["--log", "debug", dir.0.to_str().unwrap()]);
     // Each step under the phase it belongs to, with its wall and CPU time.
     for step in [
@@ -188,16 +166,12 @@ fn a_laplacian_foam_run_writes_its_account_to_a_file() {
 #[test]
 fn flow_and_distributed_runs_print_the_table() {
     let dir = Scratch::new("flow");
-    std::fs::write(dir.0.join("case.toml"), FLOW).unwrap();
+    write_case_toml(&dir, &flow());
     let (log, _) = run(&[dir.0.to_str().unwrap()]);
     check_table(&log);
 
     let dir = Scratch::new("ranks");
-    std::fs::write(
-        dir.0.join("case.toml"),
-        POISSON.replace("formats = [\"vtk\"]", "formats = []"),
-    )
-    .unwrap();
+    write_case_toml(&dir, &mms_case("10x10x10", "[output]\nformats = []\n"));
     let (log, stdout) = run(&[dir.0.to_str().unwrap(), "--ranks", "2", "--timings", "json"]);
     check_table(&log);
     let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
@@ -210,8 +184,8 @@ fn flow_and_distributed_runs_print_the_table() {
 fn bench_end_to_end_puts_the_solve_next_to_the_wall_time() {
     let a = Scratch::new("bench_a");
     let b = Scratch::new("bench_b");
-    std::fs::write(a.0.join("case.toml"), POISSON).unwrap();
-    std::fs::write(b.0.join("case.toml"), FLOW).unwrap();
+    write_case_toml(&a, &poisson());
+    write_case_toml(&b, &flow());
     let out = fvpoisson(&[
         "bench",
         "--device",

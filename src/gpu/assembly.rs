@@ -1,5 +1,5 @@
 //! The Laplacian assembled on the GPU, straight into mod-SELL (Wikberg 2024, §2.5
-//! and §9.2 "GPU assembly directly into mod. SELL", the seed's future-work
+//! and §9.2 "GPU assembly directly into mod. SELL", its future-work
 //! item; kernels in `kernels/assembly.cu`).
 //!
 //! [`DeviceLaplacian::new`] takes a CPU [`LaplacianSystem`] (its pattern, face

@@ -22,7 +22,7 @@ use crate::solve::deflation::Subdomains;
 use crate::solve::{solve_pcg, PreconditionerKind};
 use crate::sparse::{Csr, Reordered, RowOrdering};
 
-/// Subdomains used when none is given: the seed's 2n (2⌈√N⌉), at most 512
+/// Subdomains used when none is given: Gupta et al.'s (2011) 2n (2⌈√N⌉), at most 512
 /// (E⁻¹ costs k³ flops on the host at setup, ~0.1 s at 512, and 8k² bytes
 /// per iteration).
 pub fn default_subdomains(n: usize) -> usize {

@@ -1,6 +1,6 @@
 //! Incomplete Cholesky on the GPU by level scheduling (`kernels/ic.cu`):
 //! OpenFOAM's DIC and IC(0), factorised and applied on the device, equal bit
-//! for bit to `solve::precond::{Dic, Ic0}` on the same matrix and row order.
+//! for bit to `solve::ic::{Dic, Ic0}` on the same matrix and row order.
 //!
 //! Wikberg (2024, §6) judged IC infeasible on mod-SELL because the triangular
 //! solves are sequential. Level scheduling (`sparse::levels`) runs each

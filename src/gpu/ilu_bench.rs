@@ -10,7 +10,7 @@
 //! Per row: set-up (host: ILU(k) pattern, METIS decomposition; device:
 //! numeric factorisation), forward/backward levels (each a kernel launch per
 //! application), Arnoldi steps and restart cycles (Yang 2015's "Iteration"
-//! counts cycles, note §3.7), solve time, total and the speed-up of the total
+//! counts cycles), solve time, total and the speed-up of the total
 //! over GMRES-Jacobi. Yang 2015's numbers are quoted in the row labels of the
 //! configurations it ran (nested RAS on 1 and 4 Tesla C2050/C2070 against one
 //! Xeon X5570 thread; tolerance, right-hand side and x0 unstated). Its

@@ -1,13 +1,13 @@
-//! `fvpoisson bench --krylov`: GMRES(20) (MGS and CGS2, right; MGS left, the
-//! thesis's setting) and PBiCGStab with each preconditioner of
+//! `fvpoisson bench --krylov`: GMRES(20) (MGS and CGS2, right; MGS left, Yang's
+//! (2015) setting) and PBiCGStab with each preconditioner of
 //! [`preconditioners`] on the GPU (`gpu::krylov`) and on the CPU reference
 //! (`solve::krylov`), on each bench case (the FVM Poisson system; Yang 2015's
 //! 3-D Poisson 120³ is `box:120x120x120`: 7-point, Dirichlet) and on the
 //! convection–diffusion systems of `--krylov-cd` meshes
 //! (`fvm::convection::convection_diffusion`, swirling flow, cell Péclet ≈ 7).
 //!
-//! Per row: iterations (Arnoldi steps; restart cycles in the note, the
-//! thesis's "Iteration"), time per iteration, the bytes one iteration moves at
+//! Per row: iterations (Arnoldi steps; restart cycles are Yang's
+//! (2015) "Iteration"), time per iteration, the bytes one iteration moves at
 //! least (counted below; the matrix once per SpMV, every vector read or
 //! written once per kernel) and that time at the copy bandwidth measured in
 //! the same run (the floor), and the total time to the bench tolerance

@@ -320,7 +320,7 @@ impl DevicePreconditioner for DevicePolynomial<'_> {
     }
 
     /// A fixed polynomial: linear (in mixed precision up to f32 rounding,
-    /// with which the seed's Algorithm 6 keeps the standard β).
+    /// with which Zhang & Zhang's (2013) Algorithm 6 keeps the standard β).
     fn is_linear(&self) -> bool {
         true
     }

@@ -673,42 +673,21 @@ impl<'g> DeviceSimple<'g> {
             let u_c = self.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
             m.deferred_correction(gpu, k, &arrays, &self.phi, u_c, corrected)?;
-            let viscous = &m.viscous[k];
             let matrix = m.matrices[k].take().ok_or_else(lost)?;
-            let v = viscous.arrays()?;
             let c_i = c as i32;
-            let h = matrix.slice_height as u32;
-            let b = m.b.dev()?;
-            let launched = gpu.launch(
+            let launched = m.launch_rows(
+                gpu,
                 "simple_momentum_rows",
-                matrix.n_slices() as u32,
-                h,
-                0,
+                k,
+                &c_i,
+                &matrix,
+                (&n_i, &n_faces),
+                (u_c, &alpha),
+                pressure.gradient_buffer(),
                 |a| {
-                    a.arg(&n_i)
-                        .arg(&matrix.slice_ptr)
-                        .arg(v.face_codes)
-                        .arg(v.face_slots)
-                        .arg(v.boundary_ptr)
-                        .arg(&n_faces)
-                        .arg(&self.phi);
-                    arg_or_null(a, m.deferred.as_ref().map(|d| &d.fc));
-                    a.arg(&v.matrix.values)
-                        .arg(&v.matrix.diag)
-                        .arg(v.rhs)
-                        .arg(v.b_value_internal)
-                        .arg(v.b_value_boundary)
-                        .arg(u_c)
-                        .arg(&alpha)
-                        .arg(v.volumes);
-                    arg_or_null(a, m.stress.as_ref().map(|s| &s.cells));
-                    a.arg(pressure.gradient_buffer())
-                        .arg(&c_i)
-                        .arg(&matrix.values)
-                        .arg(&matrix.diag)
-                        .arg(&m.sources[k])
-                        .arg(b);
+                    a.arg(&self.phi);
                 },
+                |_| {},
             );
             m.matrices[k] = Some(matrix);
             launched?;
@@ -1025,6 +1004,62 @@ impl<'g> DeviceMomentum<'g> {
                 a.arg(&deferred.fc);
             },
         )
+    }
+
+    /// Launches the momentum-row kernel `kernel` of component `k` (`c` its
+    /// index: x, y or z), one block per slice of `matrix` (the component's
+    /// momentum matrix, out of `matrices` while the kernel writes it) and one
+    /// thread per row, with the arguments every such kernel takes in its
+    /// order: the row walk of the viscous system (`rows`: n and the number
+    /// of device faces), what `convection` pushes (the fluxes), the deferred
+    /// correction, the viscous matrix, right-hand side and boundary values,
+    /// what `transient` pushes (the time terms; nothing when steady), U_c
+    /// and its relaxation factor (`relaxed`), the volumes, the explicit
+    /// stress, ∇p (`gradient`), c, then the outputs: the matrix's values and
+    /// diagonal, the source and b.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rows<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'static str,
+        k: usize,
+        c: &'a i32,
+        matrix: &'a DeviceModSell,
+        rows: (&'a i32, &'a i32),
+        relaxed: (&'a CudaSlice<f64>, &'a f64),
+        gradient: &'a CudaSlice<f64>,
+        convection: impl FnOnce(&mut LaunchArgs<'a>),
+        transient: impl FnOnce(&mut LaunchArgs<'a>),
+    ) -> Result<(), GpuError> {
+        let (n, n_faces) = rows;
+        let (u_c, alpha) = relaxed;
+        let v = self.viscous[k].arrays()?;
+        let b = self.b.dev()?;
+        let (grid, block) = (matrix.n_slices() as u32, matrix.slice_height as u32);
+        gpu.launch(kernel, grid, block, 0, |a| {
+            a.arg(n)
+                .arg(&matrix.slice_ptr)
+                .arg(v.face_codes)
+                .arg(v.face_slots)
+                .arg(v.boundary_ptr)
+                .arg(n_faces);
+            convection(a);
+            arg_or_null(a, self.deferred.as_ref().map(|d| &d.fc));
+            a.arg(&v.matrix.values)
+                .arg(&v.matrix.diag)
+                .arg(v.rhs)
+                .arg(v.b_value_internal)
+                .arg(v.b_value_boundary);
+            transient(a);
+            a.arg(u_c).arg(alpha).arg(v.volumes);
+            arg_or_null(a, self.stress.as_ref().map(|s| &s.cells));
+            a.arg(gradient)
+                .arg(c)
+                .arg(&matrix.values)
+                .arg(&matrix.diag)
+                .arg(&self.sources[k])
+                .arg(b);
+        })
     }
 
     /// Solves component `k`'s resident matrix with the right-hand side `b`

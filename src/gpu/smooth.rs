@@ -9,7 +9,7 @@
 //!   colour. The solves renumber the rows colour by colour first
 //!   ([`colour_layout`]), so that the list is the identity and each colour's
 //!   rows are contiguous in mod-SELL.
-//! - Block Jacobi (Wikberg 2024, §4.3, the seed's `smooth_kern`): one thread block
+//! - Block Jacobi (Wikberg 2024, §4.3, its `smooth_kern`): one thread block
 //!   per mod-SELL slice; the slice's local matrix in shared memory. The rows
 //!   are ordered by [`crate::sparse::blocks::grown_blocks`] so that slices are
 //!   compact; [`block_layout`] picks the largest slice height ≤ `blockSize`
@@ -231,8 +231,8 @@ impl DeviceColouring {
 /// Jones–Plassmann colour (computed on the GPU), ascending within a colour so
 /// that `a`'s locality (RCM) is kept; each colour is then a contiguous run of
 /// mod-SELL rows and its sweep reads its slots coalesced, instead of picking
-/// its rows out of sectors shared with the other colours (the seed's objection
-/// §4.2.1 (i)). Returns the ordering, `a` in it and the colouring in it.
+/// its rows out of sectors shared with the other colours (Wikberg's (2024)
+/// objection §4.2.1 (i)). Returns the ordering, `a` in it and the colouring in it.
 pub fn colour_layout(
     gpu: &Gpu,
     a: &Csr,
@@ -249,7 +249,7 @@ pub fn colour_layout(
 
 /// Bytes of dynamic shared memory of one block-Jacobi block of `h` rows whose
 /// rows have at most `mnz` in-slice off-diagonals: x (8 B) and the local matrix
-/// (value 8 B + column 4 B per entry) per row (seed (4.15)).
+/// (value 8 B + column 4 B per entry) per row (Wikberg 2024, (4.15)).
 pub fn block_shared_bytes(h: usize, mnz: usize) -> usize {
     h * (8 + 12 * mnz)
 }

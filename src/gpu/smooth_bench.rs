@@ -2,17 +2,17 @@
 //! and PCG time to solution with each smoother as the preconditioner against
 //! Jacobi-PCG, on each bench mesh.
 //!
-//! Smoothers, the seed's protocol (§4.4, note §5.7): `smoother_sweeps` sweeps
+//! Smoothers, Wikberg's (2024) protocol (§4.4): `smoother_sweeps` sweeps
 //! from x = 0, the residual Σ|b − A x| computed every 10 sweeps, host wall-clock
 //! time including the residual checks (their time, after a device
 //! synchronisation, is also given apart). CPU Gauss–Seidel runs on one thread
-//! in natural order (the seed: CSR, natural order, one core), forward and
-//! symmetric (the seed's alternating forward/backward: a symmetric sweep counts
+//! in natural order (Wikberg's: CSR, natural order, one core), forward and
+//! symmetric (Wikberg's alternating forward/backward: a symmetric sweep counts
 //! as two); GPU Jacobi and L1-Jacobi run in RCM order (computed here, whatever
 //! the bench's `--orderings`), multicolour Gauss–Seidel
 //! in RCM order renumbered colour by colour (and, rows marked `list`, in RCM
 //! order with a colour index list);
-//! block Jacobi on grown blocks with the seed's inner settings (to 1e-8 relative
+//! block Jacobi on grown blocks with Wikberg's inner settings (to 1e-8 relative
 //! or 100 inner steps), synchronous and asynchronous. Reported per row: total
 //! ms, ms per sweep, and the residual reduction Σ|r| after / before.
 //!
@@ -51,7 +51,7 @@ use crate::sparse::blocks::in_block_fraction;
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::Csr;
 
-/// Sweeps between residual checks (the seed's 10).
+/// Sweeps between residual checks (Wikberg's (2024) 10).
 const CHECK_EVERY: usize = 10;
 
 /// Time and residual reduction of a run of sweeps.
@@ -266,7 +266,7 @@ pub fn rows(
         )
     };
 
-    // CPU Gauss-Seidel, natural order, one thread (the seed's baseline; not
+    // CPU Gauss-Seidel, natural order, one thread (Wikberg's (2024) baseline; not
     // with --no-cpu).
     let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let cpu_rows = [

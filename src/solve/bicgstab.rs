@@ -8,8 +8,8 @@
 //! |ω| below 1e-300), this returns [`SolveError::KrylovBreakdown`] unless the
 //! residual is already zero; a NaN anywhere becomes an error too.
 
-use super::krylov::{record, KrylovBackend};
-use super::pcg::{check_residual, DIVERGENCE_FACTOR};
+use super::krylov::KrylovBackend;
+use super::pcg::{check_residual, record, DIVERGENCE_FACTOR};
 use super::{SolveError, SolverControls, SolverPerformance};
 
 /// OpenFOAM's `VSMALL`, its `checkSingularity` threshold.

@@ -13,8 +13,8 @@
 //!   sequential order. The GPU colouring (`kernels/smooth.cu` `jp_select`,
 //!   `jp_assign`) therefore gives the identical colours.
 //!
-//! Greedy first-fit never needs more than max degree + 1 colours (the seed's
-//! "bounded below by mnz" is an erratum, note §11.15).
+//! Greedy first-fit never needs more than max degree + 1 colours (Wikberg's
+//! (2024) "bounded below by mnz" is an erratum).
 
 use rayon::prelude::*;
 

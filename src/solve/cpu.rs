@@ -8,15 +8,19 @@
 
 use rayon::prelude::*;
 
-use super::error::check_finite;
+use super::equilibrate::Equilibration;
+use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
-use super::smooth_solver::in_ordering;
 use super::split::SplitMatrix;
-use super::{
-    pcg, CgBackend, Equilibration, EquilibrationKind, InitialNorms, LinearOperator, Preconditioner,
-    PreconditionerKind, SolveError, SolverControls, SolverPerformance,
-};
+use super::{CgBackend, InitialNorms, LinearOperator};
 use crate::sparse::Csr;
+
+// The checks, the row sums and the entry points, kept at their old paths
+// (they live in `checks`, `row_sums` and `entry`).
+pub(crate) use super::checks::square_size;
+pub use super::checks::{check_inputs, check_symmetric, check_system};
+pub use super::entry::{solve_pcg, solve_pcg_scaled};
+pub use super::row_sums::openfoam_row_sums;
 
 /// PCG steps on host vectors with a CSR matrix and any preconditioner.
 pub struct CpuBackend<'a> {
@@ -31,41 +35,6 @@ pub struct CpuBackend<'a> {
     /// The scaling `a` was built with: residuals are weighted back to the
     /// original system.
     equilibration: Option<&'a Equilibration>,
-}
-
-/// Σ_c term(c, a_rc) over row r in OpenFOAM's `Amul`/`sumA` order: the
-/// diagonal (slot `diag`, `usize::MAX` when there is none) first, then the
-/// off-diagonals by increasing column (faces where r is the neighbour precede
-/// those where it is the owner). The same order gives the same rounding as
-/// OpenFOAM.
-pub(crate) fn row_sum_by(a: &Csr, r: usize, diag: usize, term: impl Fn(usize, f64) -> f64) -> f64 {
-    let range = a.row_ptr()[r]..a.row_ptr()[r + 1];
-    let (cols, vals) = (a.cols(), a.values());
-    let mut sum = if diag == usize::MAX {
-        0.0
-    } else {
-        term(r, vals[diag])
-    };
-    for s in range.filter(|&s| s != diag) {
-        sum += term(cols[s] as usize, vals[s]);
-    }
-    sum
-}
-
-pub(crate) fn diagonal_slots(a: &Csr) -> Vec<usize> {
-    (0..a.n_rows())
-        .map(|r| a.slot(r, r).unwrap_or(usize::MAX))
-        .collect()
-}
-
-/// rowSum(A) in OpenFOAM's `sumA` order (diagonal first), as every backend's
-/// normFactor uses it.
-pub fn openfoam_row_sums(a: &Csr) -> Vec<f64> {
-    let diag_slot = diagonal_slots(a);
-    (0..a.n_rows())
-        .into_par_iter()
-        .map(|r| row_sum_by(a, r, diag_slot[r], |_, v| v))
-        .collect()
 }
 
 impl<'a> CpuBackend<'a> {
@@ -173,7 +142,7 @@ impl CgBackend for CpuBackend<'_> {
             .collect();
         InitialNorms {
             residual_sum: partials.iter().map(|p| p.0).sum(),
-            norm_factor: partials.iter().map(|p| p.1).sum::<f64>() + super::pcg::NORM_FACTOR_SMALL,
+            norm_factor: partials.iter().map(|p| p.1).sum::<f64>() + NORM_FACTOR_SMALL,
         }
     }
 
@@ -237,155 +206,6 @@ impl CgBackend for CpuBackend<'_> {
     }
 }
 
-/// Checks that `a` is symmetric: every stored a_rc has a mirror a_cr equal to
-/// it up to rounding in the last bits (a missing mirror counts as 0).
-pub fn check_symmetric(a: &Csr) -> Result<(), SolveError> {
-    let bad = (0..a.n_rows()).into_par_iter().find_map_first(|r| {
-        let (cols, vals) = a.row(r);
-        cols.iter().zip(vals).find_map(|(&c, &upper)| {
-            let c = c as usize;
-            let lower = a.slot(c, r).map_or(0.0, |s| a.values()[s]);
-            let close = (upper - lower).abs() <= 1e-12 * upper.abs().max(lower.abs());
-            (!close).then_some(SolveError::NotSymmetric {
-                row: r,
-                col: c,
-                upper,
-                lower,
-            })
-        })
-    });
-    bad.map_or(Ok(()), Err)
-}
-
-/// The checks every PCG entry point makes on its inputs: square, sizes,
-/// finite values, valid controls, symmetric.
-pub fn check_system(
-    a: &Csr,
-    b: &[f64],
-    x: &[f64],
-    controls: &SolverControls,
-) -> Result<(), SolveError> {
-    check_inputs(a, b, x, controls)?;
-    check_symmetric(a)
-}
-
-/// An error unless `a` is square.
-pub(crate) fn check_square(a: &Csr) -> Result<(), SolveError> {
-    if a.n_rows() != a.n_cols() {
-        return Err(SolveError::NotSquare {
-            rows: a.n_rows(),
-            cols: a.n_cols(),
-        });
-    }
-    Ok(())
-}
-
-/// The size n of `a`: square with at least one row, else an error.
-pub(crate) fn square_size(a: &Csr) -> Result<usize, SolveError> {
-    check_square(a)?;
-    match a.n_rows() {
-        0 => Err(SolveError::Empty),
-        n => Ok(n),
-    }
-}
-
-/// [`check_system`] without the symmetry check: what a solver of
-/// nonsymmetric systems (smoothSolver with a point smoother) needs.
-pub fn check_inputs(
-    a: &Csr,
-    b: &[f64],
-    x: &[f64],
-    controls: &SolverControls,
-) -> Result<(), SolveError> {
-    let n = square_size(a)?;
-    for (what, v) in [("right-hand side b", b.len()), ("initial guess x", x.len())] {
-        if v != n {
-            return Err(SolveError::SizeMismatch {
-                what,
-                expected: n,
-                found: v,
-            });
-        }
-    }
-    if let Some(slot) = a.values().iter().position(|v| !v.is_finite()) {
-        return Err(SolveError::NonFinite {
-            what: "matrix",
-            row: a.row_ptr().partition_point(|&p| p <= slot) - 1,
-            value: a.values()[slot],
-        });
-    }
-    check_finite("right-hand side b", b)?;
-    check_finite("initial guess x", x)?;
-    controls.validate()
-}
-
-/// Solves A x = b on the CPU with PCG and the given preconditioner, from the
-/// initial guess in `x`, after checking the inputs (square, symmetric, sizes,
-/// finite values). A preconditioner that is not a fixed linear map runs
-/// flexible PCG; block Jacobi runs on its block ordering.
-pub fn solve_pcg(
-    a: &Csr,
-    preconditioner: impl Into<Preconditioner>,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-) -> Result<SolverPerformance, SolveError> {
-    solve_pcg_scaled(
-        a,
-        preconditioner,
-        &EquilibrationKind::None,
-        b,
-        x,
-        controls,
-        field,
-    )
-}
-
-/// [`solve_pcg`] on the system equilibrated by `equilibration` (the
-/// preconditioner is built on the scaled matrix, in the preconditioner's row
-/// order); the convergence test and the reported residuals are those of the
-/// original system (`equilibrate`). Flexible PCG where the preconditioner
-/// asks for it.
-pub fn solve_pcg_scaled(
-    a: &Csr,
-    preconditioner: impl Into<Preconditioner>,
-    equilibration: &EquilibrationKind,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-) -> Result<SolverPerformance, SolveError> {
-    let preconditioner = preconditioner.into();
-    check_system(a, b, x, controls)?;
-    preconditioner.check()?;
-    if preconditioner == PreconditionerKind::EisenstatSgs
-        && *equilibration == EquilibrationKind::None
-    {
-        // Its own symmetric scaling; with an equilibration the SGS
-        // preconditioner runs in the PCG loop below (the same iterates).
-        return super::eisenstat::solve_eisenstat(a, b, x, controls, field);
-    }
-    let flexible = preconditioner.is_flexible();
-    in_ordering(a, preconditioner.ordering(a), b, x, |a, b, x| {
-        let Some(eq) = equilibration.build(a)? else {
-            let precond = preconditioner.build(a)?;
-            let backend = CpuBackend::new(a, precond.as_ref()).flexible(flexible);
-            let mut x_work = x.to_vec();
-            let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
-            x.copy_from_slice(&x_work);
-            return Ok(perf);
-        };
-        let scaled = eq.scale_matrix(a);
-        let precond = preconditioner.build(&scaled)?;
-        let backend = CpuBackend::equilibrated(&scaled, precond.as_ref(), &eq).flexible(flexible);
-        let mut y = eq.to_scaled(x);
-        let perf = pcg(&backend, &eq.scale_rhs(b), &mut y, controls, field)?;
-        x.copy_from_slice(&eq.to_original(&y));
-        Ok(perf)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,7 +220,7 @@ mod tests {
             vec![2., -1., -1., 3., -1., -1., 2.],
         )
         .unwrap();
-        let identity = super::super::precond::Identity(3);
+        let identity = super::super::diagonal::Identity(3);
         let backend = CpuBackend::new(&a, &identity);
         let (b, x) = (vec![1.0, 1.0, 1.0], vec![1.0, 2.0, 4.0]);
         let mut r = backend.new_vector();
@@ -411,20 +231,5 @@ mod tests {
         assert_eq!(r, vec![1.0, 0.0, -5.0]);
         assert_eq!(norms.residual_sum, 6.0);
         assert!((norms.norm_factor - (22.0 / 3.0 + 4.0)).abs() < 1e-14);
-    }
-
-    #[test]
-    fn asymmetry_is_reported_with_the_entry() {
-        let a = Csr::new(2, vec![0, 2, 3], vec![0, 1, 1], vec![2., -1., 2.]).unwrap();
-        let err = check_symmetric(&a).unwrap_err();
-        assert_eq!(
-            err,
-            SolveError::NotSymmetric {
-                row: 0,
-                col: 1,
-                upper: -1.0,
-                lower: 0.0
-            }
-        );
     }
 }

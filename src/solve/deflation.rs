@@ -12,15 +12,15 @@
 //!   of A x = b at every iteration (Pᵀ p = p − Z E⁻¹ Zᵀ A p reuses a), and
 //!   the residual the loop tests, b − A x = P (b − A x̂), is the true one;
 //! - starts from x₀ = x + Q (b − A x) ([`Deflated::correct_initial_guess`],
-//!   Q b + Pᵀ x in the seed's terms), whose residual P (b − A x) needs no
+//!   Q b + Pᵀ x in Gupta et al.'s (2011) terms), whose residual P (b − A x) needs no
 //!   correction at the end.
 //!
-//! Both are the seed's iteration in exact arithmetic (same α, β, z, and
+//! Both are Gupta et al.'s iteration in exact arithmetic (same α, β, z, and
 //! x_j = Q b + Pᵀ x̂_j); its final step x = Q b + Pᵀ x̂ is spread over the
 //! iterations. What an executor provides is [`DeflationOps`]: Zᵀ v as
 //! per-subdomain sums (subdomains are contiguous row ranges, so on the GPU a
 //! segmented block reduction, deterministic), E⁻¹ as an explicit dense
-//! inverse from a host Cholesky factorisation (the seed's fast GPU variant,
+//! inverse from a host Cholesky factorisation (Gupta et al.'s fast GPU variant,
 //! §6: a dense mat-vec per iteration, no host round trip), AZ stored by rows.
 
 use std::ops::Range;
@@ -76,7 +76,7 @@ impl Subdomains {
 
     /// `k` blocks of consecutive rows whose sizes differ by at most one (block
     /// p starts at row ⌊p n / k⌋): on a structured grid numbered row by row,
-    /// the seed's stripes (2n stripes of half a grid line on an n × n grid).
+    /// Gupta et al.'s (2011) stripes (2n stripes of half a grid line on an n × n grid).
     pub fn stripes(n: usize, k: usize) -> Result<Self, SolveError> {
         if k == 0 || k > n {
             return Err(SolveError::Deflation(format!(
@@ -179,7 +179,7 @@ pub fn galerkin_matrix(az: &Csr, subdomains: &Subdomains) -> DMatrix<f64> {
     e
 }
 
-/// E⁻¹ of the symmetric part of `e` by Cholesky (seed §6: the explicit
+/// E⁻¹ of the symmetric part of `e` by Cholesky (Gupta et al. 2011, §6: the explicit
 /// inverse, applied as a dense mat-vec); an error when E is not positive
 /// definite (A singular, e.g. an all-Neumann problem without a reference).
 pub fn coarse_inverse(e: &DMatrix<f64>) -> Result<DMatrix<f64>, SolveError> {
@@ -430,7 +430,7 @@ pub fn solve_pcg_deflated(
     x: &mut [f64],
     controls: &SolverControls,
 ) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
-    super::cpu::check_system(a, b, x, controls)?;
+    super::checks::check_system(a, b, x, controls)?;
     let precond = kind.build(a)?;
     let backend = CpuBackend::new(a, precond.as_ref());
     let b = b.to_vec();

@@ -29,11 +29,11 @@ use std::str::FromStr;
 
 use nalgebra::DMatrix;
 
-use super::cpu::{diagonal_slots, openfoam_row_sums, row_sum_by};
 use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
 use super::error::check_finite;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
+use super::row_sums::{diagonal_slots, openfoam_row_sums, row_sum_by};
 use super::{
     pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError, SolverControls,
     SolverPerformance,

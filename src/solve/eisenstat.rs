@@ -37,10 +37,12 @@
 
 use rayon::prelude::*;
 
-use super::cpu::{check_system, CpuBackend};
+use super::checks::check_system;
+use super::cpu::CpuBackend;
+use super::diagonal::Identity;
 use super::pcg::StopReason;
-use super::precond::{Identity, Triangles};
 use super::reduce::{ordered_sum, CHUNK};
+use super::triangles::Triangles;
 use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
 

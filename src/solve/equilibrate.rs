@@ -5,15 +5,15 @@
 //!
 //! - **Jacobi scaling**: s_i = 1/√a_ii, so Â has a unit diagonal. Plain CG on
 //!   Â takes the same steps as Jacobi-PCG on A (exact arithmetic), without
-//!   the z = D⁻¹ r pass (seed §6.6: "explicit" Jacobi).
-//! - **Ruiz** (Knight–Ruiz–Uçar symmetric Ruiz, the seed's Algorithm 4 with
+//!   the z = D⁻¹ r pass (Wikberg 2024, §6.6: "explicit" Jacobi).
+//! - **Ruiz** (Knight–Ruiz–Uçar symmetric Ruiz, Wikberg's (2024) Algorithm 4 with
 //!   the square root applied once and the absolute value in the deviation):
 //!   starting from S = I, each sweep takes the row norms r_i of Â (∞-norm or
 //!   2-norm, diagonal included) and sets s_i ← s_i / √r_i, until
 //!   max_i |1 − r_i| ≤ tolerance or `max_sweeps`. In the ∞-norm on a matrix
 //!   whose rows and columns are dominated by a positive diagonal (every FVM
 //!   Laplacian here) the first sweep gives exactly the Jacobi scaling and the
-//!   second finds it converged; the 2-norm (the seed's choice) gives a
+//!   second finds it converged; the 2-norm (Wikberg's choice) gives a
 //!   different scaling.
 //!
 //! Convergence is still tested on the ORIGINAL system: the residual of A x = b
@@ -29,7 +29,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::cpu::openfoam_row_sums;
+use super::row_sums::openfoam_row_sums;
 use super::SolveError;
 use crate::foam::write::format_g;
 use crate::sparse::ordering::Permutation;
@@ -40,7 +40,7 @@ use crate::sparse::Csr;
 pub enum RuizNorm {
     /// max_j |â_ij| (Knight–Ruiz–Uçar; converges at rate 1/2 or better).
     Inf,
-    /// (Σ_j â_ij²)^½ (the seed's choice, §6.5).
+    /// (Σ_j â_ij²)^½ (Wikberg's (2024) choice, §6.5).
     Two,
 }
 

@@ -1,4 +1,4 @@
-//! Factored sparse approximate inverse (FSAI; seed note 002): M⁻¹ = Gᵀ G ≈ A⁻¹
+//! Factored sparse approximate inverse (FSAI; Bernaschi et al. 2019): M⁻¹ = Gᵀ G ≈ A⁻¹
 //! with G lower triangular, each row scaled so that diag(G A Gᵀ) = I.
 //!
 //! Row i of G solves the small SPD system A[P̄,P̄] g = −A[P̄,i] on its pattern
@@ -32,7 +32,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::cpu::square_size;
+use super::checks::square_size;
 use super::scalar::{Precision, Real};
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;

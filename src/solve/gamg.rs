@@ -44,9 +44,11 @@ use std::sync::{Arc, Mutex};
 
 use super::amg::coarsest::CoarsestSolver;
 use super::amg::{galerkin, AmgSettings, MAX_DENSE_ROWS};
-use super::cpu::{check_system, CpuBackend};
+use super::checks::check_system;
+use super::cpu::CpuBackend;
+use super::diagonal::Identity;
+use super::ic::Dic;
 use super::pcg::pcg_unlogged;
-use super::precond::{Dic, Identity};
 use super::reduce::dot;
 use super::smooth_solver::{smooth_loop, SmoothBackend};
 use super::split::SplitMatrix;

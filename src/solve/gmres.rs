@@ -18,8 +18,8 @@
 //! numbers; iterations are Arnoldi steps (Yang 2015 counts restart cycles,
 //! logged at debug level).
 
-use super::krylov::{record, GmresSettings, KrylovBackend, Orthogonalization, PreconditioningSide};
-use super::pcg::check_residual;
+use super::krylov::{GmresSettings, KrylovBackend, Orthogonalization, PreconditioningSide};
+use super::pcg::{check_residual, record};
 use super::{SolveError, SolverControls, SolverPerformance};
 
 /// Solves A x = b by GMRES(m) from the initial guess in `x`. `field` names

@@ -18,12 +18,35 @@
 //! order on a 3-D grid: the wavefronts nx + ny + nz − 2; RCM about the same;
 //! a multicolour order few levels but a weaker factor).
 
-use super::cpu::check_square;
-use super::precond::{Dic, Triangles};
+use super::checks::check_square;
+use super::ic::Dic;
+use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
 use crate::sparse::fill::{ilu_pattern, FillPattern};
 use crate::sparse::levels::LevelSchedule;
 use crate::sparse::Csr;
+
+/// The highest ILU fill level accepted (Yang 2015 uses 0 to 3).
+pub const MAX_FILL_LEVEL: u32 = 8;
+
+/// An ILU fill level that is too high for the pattern to stay sparse.
+pub fn check_fill_level(k: u32) -> Result<(), String> {
+    if k > MAX_FILL_LEVEL {
+        return Err(format!(
+            "ILU fill level {k} is too high (at most {MAX_FILL_LEVEL}; Yang 2015 uses 0 to 3)"
+        ));
+    }
+    Ok(())
+}
+
+/// An ILU fill level from text (`ilu1`'s `1`, `iluk:2`'s `2`).
+pub fn parse_fill_level(k: &str) -> Result<u32, String> {
+    let k: u32 = k.trim().parse().map_err(|_| {
+        format!("ILU fill level must be a whole number (ilu0, ilu1, iluk:K), not '{k}'")
+    })?;
+    check_fill_level(k)?;
+    Ok(k)
+}
 
 /// The pivot threshold of each row: ε times the row's largest |a_ij|.
 pub fn pivot_thresholds(a: &Csr) -> Vec<f64> {

@@ -19,10 +19,13 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::cpu::{check_inputs, CpuBackend};
+use super::cpu::CpuBackend;
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
-use super::{CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError};
+use super::{CgBackend, InitialNorms, LinearOperator, SolveError};
 use crate::sparse::Csr;
+
+/// The entry points, kept at their old path (they live in `entry`).
+pub use super::entry::{solve_krylov, solve_krylov_with};
 
 /// The fused steps of GMRES and BiCGStab on an executor's vectors. Reductions
 /// must be deterministic (same bits run to run).
@@ -461,95 +464,7 @@ impl KrylovBackend for CpuKrylovBackend<'_> {
     }
 }
 
-/// Records the residual after `iterations` iterations.
-pub(crate) fn record(
-    perf: &mut super::SolverPerformance,
-    controls: &super::SolverControls,
-    initial: f64,
-    iterations: usize,
-    residual: f64,
-) {
-    perf.iterations = iterations;
-    perf.final_residual = residual;
-    perf.history.push(residual);
-    perf.converged = controls.converged(initial, residual);
-}
-
 /// Σ|v|, in the fixed chunk order.
 pub fn sum_abs(v: &[f64]) -> f64 {
     sum_by(v.len(), |i| v[i].abs())
-}
-
-/// Solves A x = b (A square, not necessarily symmetric) on the CPU with
-/// `method` and the given preconditioner, from the initial guess in `x`,
-/// after checking the inputs (square, sizes, finite values, controls). A
-/// preconditioner that is not a fixed linear map (`Preconditioner::is_flexible`)
-/// runs flexible GMRES, and is refused by PBiCGStab.
-pub fn solve_krylov(
-    a: &Csr,
-    method: &KrylovMethod,
-    preconditioner: impl Into<Preconditioner>,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &super::SolverControls,
-    field: &str,
-) -> Result<super::SolverPerformance, SolveError> {
-    let preconditioner = preconditioner.into();
-    check_inputs(a, b, x, controls)?;
-    // validate, not check: RAS (not symmetric) is fine here, PCG's check refuses it.
-    preconditioner.validate()?;
-    // A preconditioner that is not a fixed linear map needs flexible GMRES.
-    let method = match (*method, preconditioner.is_flexible()) {
-        (KrylovMethod::Gmres(s), true) if !s.flexible => {
-            log::info!("{preconditioner} is not a fixed linear map: flexible GMRES");
-            KrylovMethod::Gmres(GmresSettings {
-                flexible: true,
-                side: PreconditioningSide::Right,
-                ..s
-            })
-        }
-        (KrylovMethod::BiCgStab, true) => {
-            return Err(SolveError::InvalidControls(format!(
-                "PBiCGStab needs a fixed preconditioner and {preconditioner} is not a fixed \
-                 linear map; use GMRES (it runs flexible) or a fixed preconditioner"
-            )))
-        }
-        (m, _) => m,
-    };
-    let precond = preconditioner.build(a)?;
-    solve_krylov_with(a, &method, precond.as_ref(), b, x, controls, field)
-}
-
-/// [`solve_krylov`] with a preconditioner built by the caller (any z = M⁻¹ v,
-/// e.g. an ILU factorisation).
-pub fn solve_krylov_with(
-    a: &Csr,
-    method: &KrylovMethod,
-    precond: &dyn LinearOperator,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &super::SolverControls,
-    field: &str,
-) -> Result<super::SolverPerformance, SolveError> {
-    check_inputs(a, b, x, controls)?;
-    if precond.n() != a.n_rows() {
-        return Err(SolveError::SizeMismatch {
-            what: "preconditioner",
-            expected: a.n_rows(),
-            found: precond.n(),
-        });
-    }
-    let backend = CpuKrylovBackend::new(a, precond);
-    let mut x_work = x.to_vec();
-    let b = b.to_vec();
-    let perf = match method {
-        KrylovMethod::Gmres(s) => {
-            super::gmres::gmres(&backend, &b, &mut x_work, controls, s, field)?
-        }
-        KrylovMethod::BiCgStab => {
-            super::bicgstab::bicgstab(&backend, &b, &mut x_work, controls, field)?
-        }
-    };
-    x.copy_from_slice(&x_work);
-    Ok(perf)
 }

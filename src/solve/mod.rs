@@ -14,16 +14,20 @@ pub mod algorithms;
 pub mod amg;
 pub mod bicgstab;
 pub mod block_jacobi;
+pub mod checks;
 pub mod colouring;
 pub mod cpu;
 pub mod deflation;
+pub mod diagonal;
 pub mod distributed;
 pub mod eisenstat;
+pub mod entry;
 pub mod equilibrate;
 pub mod error;
 pub mod fsai;
 pub mod gamg;
 pub mod gmres;
+pub mod ic;
 pub mod ilu;
 pub mod krylov;
 pub mod lanczos;
@@ -33,6 +37,7 @@ pub mod polynomial;
 pub mod precond;
 pub mod reduce;
 pub mod registry;
+pub mod row_sums;
 pub mod scalar;
 pub mod schwarz;
 pub mod single_reduction;
@@ -40,14 +45,16 @@ pub mod smooth_solver;
 pub mod smoother;
 pub mod split;
 pub mod ssor;
+pub mod triangles;
 
-pub use cpu::{solve_pcg, solve_pcg_scaled, CpuBackend};
+pub use cpu::CpuBackend;
+pub use entry::{solve_krylov, solve_krylov_with, solve_pcg, solve_pcg_scaled};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::SolveError;
 pub use fsai::{FsaiPattern, FsaiSettings, FsaiStop};
 pub use krylov::{
-    solve_krylov, solve_krylov_with, CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod,
-    Orthogonalization, PreconditioningSide,
+    CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod, Orthogonalization,
+    PreconditioningSide,
 };
 pub use pcg::{
     iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
@@ -58,8 +65,7 @@ pub use precond::{Preconditioner, PreconditionerKind};
 pub use scalar::{Precision, Real};
 pub use smooth_solver::{smooth_solve, solve_smooth, SmoothBackend};
 pub use smoother::{
-    BlockJacobiSettings, ColouringKind, InnerSolver, Smoother, SmootherKind, SmootherSettings,
-    Sweep,
+    BlockJacobiSettings, ColouringKind, InnerSolver, SmootherKind, SmootherSettings, Sweep,
 };
 
 use crate::sparse::Csr;
@@ -74,6 +80,31 @@ pub trait LinearOperator: Sync {
         self.apply(x, y);
         reduce::dot(x, y)
     }
+}
+
+/// A stationary iteration on A x = b (the smoothers of `smoother` and
+/// `block_jacobi`).
+pub trait Smoother: Sync {
+    fn n(&self) -> usize;
+    /// `sweeps` sweeps of x ← x + M⁻¹(b − A x) from the iterate in x.
+    fn smooth(&self, b: &[f64], x: &mut [f64], sweeps: usize);
+}
+
+/// A name out of `all` (its `name`, any case); an error naming `what` and
+/// the choices otherwise.
+pub(crate) fn parse_name<T: Copy>(
+    what: &str,
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> Result<T, String> {
+    all.iter()
+        .copied()
+        .find(|k| name(*k).eq_ignore_ascii_case(s))
+        .ok_or_else(|| {
+            let names: Vec<_> = all.iter().map(|k| name(*k)).collect();
+            format!("unknown {what} '{s}' (choose one of {})", names.join(", "))
+        })
 }
 
 impl LinearOperator for Csr {

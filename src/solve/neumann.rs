@@ -17,7 +17,7 @@
 
 use rayon::prelude::*;
 
-use super::precond::Triangles;
+use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
 use crate::sparse::Csr;
 
@@ -108,7 +108,7 @@ mod tests {
     use crate::sparse::testing::{dense, random_symmetric};
     use nalgebra::{DMatrix, DVector};
 
-    /// The seed's form on the scaled matrix: D^-1/2 K̃ᵀ K̃ D^-1/2 with
+    /// Gupta et al.'s (2011) form on the scaled matrix: D^-1/2 K̃ᵀ K̃ D^-1/2 with
     /// K̃ = Σ_{j ≤ order} (−L̃)^j.
     fn seed_form(a: &Csr, order: usize) -> DMatrix<f64> {
         let full = dense(a);

@@ -9,7 +9,6 @@
 //! Polak–Ribière form, replaces OpenFOAM's Fletcher–Reeves β = (r·z)_{k+1}/(r·z)_k.
 //! For a symmetric linear preconditioner both are equal in exact arithmetic.
 
-use super::krylov::record;
 use super::SolveError;
 use crate::foam::write::format_g;
 
@@ -528,6 +527,20 @@ pub(crate) fn check_residual(residual: f64, iteration: usize) -> Result<(), Solv
             residual,
         })
     }
+}
+
+/// Records the residual after `iterations` iterations.
+pub(crate) fn record(
+    perf: &mut SolverPerformance,
+    controls: &SolverControls,
+    initial: f64,
+    iterations: usize,
+    residual: f64,
+) {
+    perf.iterations = iterations;
+    perf.final_residual = residual;
+    perf.history.push(residual);
+    perf.converged = controls.converged(initial, residual);
 }
 
 #[cfg(test)]

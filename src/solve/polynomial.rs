@@ -1,13 +1,13 @@
 //! Polynomial preconditioners (Zhang and Zhang 2013, §2.2–2.7): M⁻¹ = s(D⁻¹A) D⁻¹, a
 //! polynomial s of degree m in the Jacobi-scaled matrix, applied with m
-//! products by A. With Ã = D^-½ A D^-½ this is D^-½ s(Ã) D^-½: the seed's
-//! polynomial on the symmetrically scaled system, without storing Ã.
+//! products by A. With Ã = D^-½ A D^-½ this is D^-½ s(Ã) D^-½: Zhang and
+//! Zhang's polynomial on the symmetrically scaled system, without storing Ã.
 //!
 //! - Neumann series: s(t) = ω Σ_{k≤m} (1 − ωt)^k with ω = 1/b (§2.3).
 //! - Chebyshev (minimax): 1 − t s(t) = T_{m+1}((θ−t)/δ) / T_{m+1}(θ/δ) on
 //!   [a, b], θ = (a+b)/2, δ = (b−a)/2, a = b / `eigen_ratio` (§2.4).
 //! - Least squares: the Chebyshev-weight least-squares polynomial on [0, b]
-//!   (§2.5, Saad ch. 12.3), from the note's closed form in the Chebyshev basis.
+//!   (§2.5, Saad ch. 12.3), from its closed form in the Chebyshev basis.
 //!
 //! b ≥ λ_max(D⁻¹A) is Gershgorin's bound on D⁻¹A (max_i Σ_j |a_ij| / a_ii: 2
 //! for a weakly diagonally dominant FVM matrix, guaranteed), or k Lanczos steps
@@ -23,10 +23,10 @@
 //! [`Step`] is one step of that recurrence; the GPU kernel
 //! (`kernels/polynomial.cu`) runs the same steps in the same operation order.
 //!
-//! Mixed precision (§2.7, the seed's Algorithm 6): the whole polynomial runs
+//! Mixed precision (§2.7, Zhang and Zhang's Algorithm 6): the whole polynomial runs
 //! on an f32 copy of the matrix with f32 work vectors (r converted on entry,
 //! z on exit), while PCG around it stays f64. The f32 evaluation is not
-//! exactly the same linear map at every application; the seed's Fletcher–Reeves
+//! exactly the same linear map at every application; their Fletcher–Reeves
 //! β works with it, as it does here (`tests` compare final accuracies).
 
 use std::fmt;
@@ -35,9 +35,9 @@ use std::str::FromStr;
 use nalgebra::{DMatrix, SymmetricEigen};
 use rayon::prelude::*;
 
-use super::precond::Triangles;
 use super::reduce::dot;
 use super::scalar::Precision;
+use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
@@ -105,7 +105,7 @@ pub const MAX_DEGREE: usize = 32;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PolynomialSettings {
     pub kind: PolynomialKind,
-    /// m: products by A per application (the seed's "order").
+    /// m: products by A per application (Zhang and Zhang's (2013) "order").
     pub degree: usize,
     pub bound: EigenBound,
     /// Chebyshev only: the interval is [b / eigen_ratio, b].
@@ -267,8 +267,8 @@ fn chebyshev_coefficients(m: usize, lo: f64, hi: f64, s: impl Fn(f64) -> f64) ->
         .collect()
 }
 
-/// Least squares of degree m on [0, b] in the Chebyshev basis (seed note
-/// §2.5 closed form, verified there for m = 1..12): M⁻¹ = (4/b) s_m with
+/// Least squares of degree m on [0, b] in the Chebyshev basis (closed
+/// form after Zhang & Zhang 2013, §2.5, and Saad ch. 12.3): M⁻¹ = (4/b) s_m with
 /// s_m = (1/(2m+3)) [(m+1)(m+2)/2 + Σ_j (−1)^j (m+1−j)(m+2−j) T_j(y)].
 fn least_squares_coefficients(m: usize, b: f64) -> Vec<f64> {
     let scale = 4.0 / b / (2 * m + 3) as f64;
@@ -645,7 +645,7 @@ mod tests {
             .fold(0.0, f64::max)
     }
 
-    /// Saad's table of the least-squares polynomials on [0, 4] (seed note §2.5).
+    /// Saad's table of the least-squares polynomials on [0, 4] (Saad ch. 12.3).
     const LS_TABLE: [&[f64]; 4] = [
         &[14., -7., 1.],
         &[55., -77., 44., -11., 1.],
@@ -677,7 +677,7 @@ mod tests {
                         }
                         sum
                     }
-                    // Saad Alg. 12.1 (note §2.4): m+1 Chebyshev steps on X z = w from 0.
+                    // Saad Alg. 12.1 (Zhang & Zhang 2013, §2.4): m+1 Chebyshev steps on X z = w from 0.
                     PolynomialKind::Chebyshev => {
                         let (lo, hi) = s.interval(b);
                         let (theta, delta) = ((hi + lo) / 2.0, (hi - lo) / 2.0);
@@ -725,7 +725,7 @@ mod tests {
             for (a, b) in d.iter().zip(&table_free) {
                 assert!((a - b).abs() < 1e-12 * d[0].abs(), "m {m}: {a} vs {b}");
             }
-            // t s(t) ≤ 1.25 on [0, b] (1.25 at m = 1, ~1.22 above) and s(0) = (4/b)(m+1)(m+2)/6 (note §2.5).
+            // t s(t) ≤ 1.25 on [0, b] (1.25 at m = 1, ~1.22 above) and s(0) = (4/b)(m+1)(m+2)/6 (§2.5).
             let r = Recurrence::new(0.0, 2.0, &d);
             let s0 = 2.0 * ((m + 1) * (m + 2)) as f64 / 6.0;
             assert!((r.eval(0.0) - s0).abs() < 1e-10 * s0, "m {m}");

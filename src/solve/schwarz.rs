@@ -30,9 +30,9 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::cpu::check_square;
+use super::checks::check_square;
+use super::ic::Ic0;
 use super::ilu::Ilu;
-use super::precond::Ic0;
 use super::{LinearOperator, SolveError};
 use crate::sparse::ordering::Graph;
 use crate::sparse::partition::graph_parts;
@@ -120,7 +120,7 @@ impl SchwarzSettings {
         if self.nested == 0 {
             return Err("Schwarz nested is the number of inner blocks, at least 1".into());
         }
-        super::precond::check_fill_level(self.fill_level)?;
+        super::ilu::check_fill_level(self.fill_level)?;
         if self.kind == SchwarzKind::Additive && self.fill_level != 0 {
             return Err("AS uses IC(0) blocks: fillLevel must be 0 (use RAS for ILU(k))".into());
         }

@@ -12,9 +12,10 @@
 
 use std::cell::RefCell;
 
-use super::cpu::{check_system, CpuBackend};
+use super::checks::check_system;
+use super::cpu::CpuBackend;
+use super::diagonal::{Identity, Jacobi};
 use super::pcg::{CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, StopRule};
-use super::precond::{Identity, Jacobi};
 use super::LinearOperator;
 use super::{pcg, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;

@@ -4,9 +4,10 @@
 //! `(iterations += nSweeps) < maxIter && !converged || iterations < minIter`.
 //! Residuals are OpenFOAM-normalised with the normFactor of the initial x.
 
-use super::cpu::{check_inputs, check_symmetric, CpuBackend};
+use super::checks::{check_inputs, check_symmetric};
+use super::cpu::CpuBackend;
+use super::diagonal::Identity;
 use super::pcg::{check_residual, InitialNorms, DIVERGENCE_FACTOR};
-use super::precond::Identity;
 use super::smoother::{Smoother, SmootherSettings};
 use super::{CgBackend, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::{Csr, Permutation};

@@ -24,15 +24,21 @@ use rayon::prelude::*;
 
 use super::block_jacobi::BlockJacobi;
 use super::colouring::Colouring;
+use super::ic::Dic;
 use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSettings};
-use super::precond::{Dic, Triangles};
 use super::scalar::Precision;
 use super::split::SplitMatrix;
-use super::{LinearOperator, SolveError};
+use super::triangles::Triangles;
+use super::{parse_name, LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::blocks::grown_blocks;
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::{Csr, Permutation};
+
+// Block Jacobi's settings and the smoother trait, kept at their old paths
+// (they live in `block_jacobi` and `solve`).
+pub use super::block_jacobi::{BlockJacobiSettings, InnerSolver};
+pub use super::Smoother;
 
 /// Direction of a Gauss–Seidel sweep. A symmetric sweep is a forward sweep
 /// followed by a backward one (OpenFOAM's `symGaussSeidel`); as a
@@ -74,109 +80,10 @@ impl ColouringKind {
     }
 }
 
-/// A name out of `names`, case-insensitively.
-fn parse_name<T: Copy>(
-    what: &str,
-    s: &str,
-    all: &[T],
-    name: fn(T) -> &'static str,
-) -> Result<T, String> {
-    all.iter()
-        .copied()
-        .find(|k| name(*k).eq_ignore_ascii_case(s))
-        .ok_or_else(|| {
-            let names: Vec<_> = all.iter().map(|k| name(*k)).collect();
-            format!("unknown {what} '{s}' (choose one of {})", names.join(", "))
-        })
-}
-
 impl FromStr for ColouringKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         parse_name("colouring", s, &Self::ALL, Self::name)
-    }
-}
-
-/// The solver of a block's local system in block Jacobi (seed §4.3.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InnerSolver {
-    /// Jacobi steps from 0 (the first gives D⁻¹ b).
-    Jacobi,
-    /// Forward Gauss–Seidel, serialised by warps of 32 rows with Jacobi inside
-    /// a warp (the seed's code semantics, §5.5 of the note).
-    GaussSeidel,
-    /// The same forward sweep followed by a backward one (warps in reverse):
-    /// symmetric, for PCG.
-    SymGaussSeidel,
-    /// Conjugate gradients from 0.
-    Cg,
-    /// OpenFOAM's DIC of the block, factorised once (block-IC, `blockDIC`).
-    Dic,
-    /// IC(0) of the block, factorised once (block-IC, `blockIC`).
-    Ic0,
-}
-
-impl InnerSolver {
-    pub const ALL: [Self; 6] = [
-        Self::Jacobi,
-        Self::GaussSeidel,
-        Self::SymGaussSeidel,
-        Self::Cg,
-        Self::Dic,
-        Self::Ic0,
-    ];
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Jacobi => "Jacobi",
-            Self::GaussSeidel => "GaussSeidel",
-            Self::SymGaussSeidel => "symGaussSeidel",
-            Self::Cg => "CG",
-            Self::Dic => "DIC",
-            Self::Ic0 => "IC0",
-        }
-    }
-
-    /// Whether the block is solved by an incomplete factorisation (one
-    /// application, no inner steps or tolerance: block-IC).
-    pub fn is_factorisation(self) -> bool {
-        matches!(self, Self::Dic | Self::Ic0)
-    }
-}
-
-impl FromStr for InnerSolver {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_name("inner solver", s, &Self::ALL, Self::name)
-    }
-}
-
-/// Block-Jacobi settings (seed §4.3, §4.4).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BlockJacobiSettings {
-    /// Rows per block: the mod-SELL slice height on the GPU (multiple of 32, ≤ 1024).
-    pub block_size: usize,
-    pub inner: InnerSolver,
-    /// Stop the inner solve when ‖r_l‖₂ ≤ tolerance · ‖r_l⁰‖₂ on the block
-    /// (relative, where the seed used 1e-15 on the absolute squared norm); 0
-    /// runs exactly `inner_max_iter` steps (a fixed linear operator, unless CG).
-    pub inner_tolerance: f64,
-    /// Inner steps at most (the seed's 100).
-    pub inner_max_iter: usize,
-    /// Read and write x in place (block-asynchronous; on the host the blocks
-    /// run in order, which is block Gauss–Seidel) instead of double-buffered.
-    pub asynchronous: bool,
-}
-
-impl Default for BlockJacobiSettings {
-    /// The seed's smoother tests (§4.4): H = 512, inner CG to tolerance or 100 steps.
-    fn default() -> Self {
-        Self {
-            block_size: 512,
-            inner: InnerSolver::Cg,
-            inner_tolerance: 1e-8,
-            inner_max_iter: 100,
-            asynchronous: false,
-        }
     }
 }
 
@@ -292,7 +199,7 @@ impl SmootherKind {
 
 impl SmootherSettings {
     /// `kind` with default parameters: one sweep, ω = 1, natural order, the
-    /// seed's block settings.
+    /// block settings of Wikberg 2024, §4.4.
     pub fn new(kind: SmootherKind) -> Self {
         Self {
             kind,
@@ -585,13 +492,6 @@ impl fmt::Display for SmootherSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.describe())
     }
-}
-
-/// A stationary iteration on A x = b.
-pub trait Smoother: Sync {
-    fn n(&self) -> usize;
-    /// `sweeps` sweeps of x ← x + M⁻¹(b − A x) from the iterate in x.
-    fn smooth(&self, b: &[f64], x: &mut [f64], sweeps: usize);
 }
 
 /// x_i ← x_i + s_i (b − A x)_i with s_i = ω / a_ii (weighted Jacobi) or

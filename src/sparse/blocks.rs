@@ -7,7 +7,7 @@
 //! coupling inside (λ ≈ 0.001, kernels/NOTES.md): block Jacobi would be point
 //! Jacobi. [`grown_blocks`] renumbers the rows so that every block is a compact
 //! piece of the mesh instead (graph growing, as in the domain-decomposition
-//! orderings the seed suggests in §3.2.1).
+//! orderings Wikberg 2024 suggests in §3.2.1).
 
 use std::collections::VecDeque;
 
@@ -56,8 +56,8 @@ pub fn grown_blocks(a: &Csr, block: usize, base: &Permutation) -> Permutation {
 }
 
 /// For each slice of `slice_height` rows, the largest number of off-diagonal
-/// entries of one of its rows whose column lies in the same slice (the seed's
-/// `slice_mnz`, §3.2): the size of the slice's local matrix in shared memory.
+/// entries of one of its rows whose column lies in the same slice (Wikberg's
+/// (2024) `slice_mnz`, §3.2): the size of the slice's local matrix in shared memory.
 pub fn in_slice_counts(a: &Csr, slice_height: usize) -> Vec<u32> {
     let h = slice_height;
     (0..a.n_rows().div_ceil(h))

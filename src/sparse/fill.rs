@@ -1,6 +1,6 @@
 //! Symbolic ILU(k): the pattern of the incomplete LU factors with level of
 //! fill at most k (Yang 2015, §2.10, the decoupled ILU(k) of Algorithm 13 in the
-//! sparse form of Saad's Algorithm 10.5; note §8 erratum 6).
+//! sparse form of Saad's Algorithm 10.5).
 //!
 //! Every entry of A has level 0; a fill entry (i, j) created when row p
 //! eliminates (i, p) gets the sum-rule level

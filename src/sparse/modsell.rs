@@ -376,7 +376,7 @@ mod tests {
     use super::*;
     use crate::sparse::testing::random_symmetric;
 
-    /// The 9 × 9 example of Wikberg 2024, §3.1 (the seed slices it with H = 3; the
+    /// The 9 × 9 example of Wikberg 2024, §3.1 (sliced there with H = 3; the
     /// codes below are worked by hand for one slice of H = 32).
     fn seed_example() -> Csr {
         let rows: [&[(u32, f64)]; 9] = [

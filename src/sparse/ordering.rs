@@ -4,7 +4,7 @@
 //! Cuthill–McKee as in Wikberg 2024, §3.2 (Wikberg 2024, after Cuthill & McKee
 //! 1969): start from a node of smallest degree, visit breadth first, append
 //! each node's unvisited neighbours by ascending degree (ties by index). Unlike
-//! the seed's code, a graph with several components restarts from the
+//! Wikberg's (2024) code, a graph with several components restarts from the
 //! smallest-degree unvisited node, so every row is placed.
 
 use std::borrow::Cow;
@@ -333,7 +333,7 @@ pub fn reverse_cuthill_mckee(a: &Csr) -> Permutation {
 pub enum RowOrdering {
     /// The matrix's own order (for an FVM matrix, the mesh's cell order).
     Natural,
-    /// Cuthill–McKee, as in the seed (Wikberg 2024, §3.2).
+    /// Cuthill–McKee, as in Wikberg 2024, §3.2.
     Cm,
     /// Reverse Cuthill–McKee.
     #[default]

@@ -4,7 +4,7 @@
 //! decompositions").
 //!
 //! Under mod-SELL an off-diagonal whose column lies in the row's own slice is
-//! read from shared memory; λ is the fraction of such entries (seed Table 3.1).
+//! read from shared memory; λ is the fraction of such entries (Wikberg 2024, Table 3.1).
 //! Cuthill–McKee makes level sets of ~10⁴ cells on 3-D meshes, so a slice of
 //! 512 rows holds a fraction of one level and λ is near 0. Here the cells of a
 //! slice are instead one compact sub-domain:

@@ -271,3 +271,56 @@ pub fn make_pimple_foam(dir: &std::path::Path, simulation: &str) {
     )
     .unwrap();
 }
+
+/// Writes `text` as the case file `dir/case.toml`, creating `dir`.
+#[allow(dead_code)] // not every test that shares this module writes a case
+pub fn write_case_toml(dir: &std::path::Path, text: &str) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let file = dir.join("case.toml");
+    std::fs::write(&file, text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+}
+
+/// The manufactured-solution Poisson case on the unit box of `cells` cells
+/// (`"8x8x8"`): −∇²u = 3π² sin(πx) sin(πy) sin(πz), the exact u on every
+/// boundary, PCG to 1e-10; then `more` (an `[output]` table, …).
+#[allow(dead_code)] // not every test that shares this module runs one
+pub fn mms_case(cells: &str, more: &str) -> String {
+    format!(
+        r#"
+[mesh]
+source = "box:{cells}"
+[physics]
+source = "3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)"
+exact = "sin(pi*x)*sin(pi*y)*sin(pi*z)"
+[boundary.default]
+type = "fixedValue"
+value = "exact"
+[solver.T]
+tolerance = 1e-10
+{more}"#
+    )
+}
+
+/// The lid-driven cavity as a SIMPLE case on the mesh `mesh`
+/// (`"box:16x16x1:2d"`): ν = 0.01, the lid `ymax` moving at (1, 0, 0), no
+/// slip elsewhere, p zero-gradient everywhere; then `more` (`[SIMPLE]`,
+/// `[relaxationFactors]`, solvers, …). The boundary conditions end on line
+/// 12 (line 1 is empty).
+#[allow(dead_code)] // not every test that shares this module runs one
+pub fn cavity_case(mesh: &str, more: &str) -> String {
+    format!(
+        r#"
+[mesh]
+source = "{mesh}"
+[physics]
+kind = "simple"
+nu = 0.01
+[boundary.ymax]
+U = {{ type = "fixedValue", value = [1.0, 0.0, 0.0] }}
+p = {{ type = "zeroGradient" }}
+[boundary.default]
+U = {{ type = "noSlip" }}
+p = {{ type = "zeroGradient" }}
+{more}"#
+    )
+}

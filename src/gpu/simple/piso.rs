@@ -368,42 +368,31 @@ impl<'g> DevicePiso<'g> {
             m.viscous[k].update_rhs(u_c, None)?;
             m.deferred_correction(gpu, k, &arrays, &d.phi, u_c, corrected)?;
             let matrix = m.matrices[k].take().ok_or_else(lost)?;
-            let v = m.viscous[k].arrays()?;
             let c_i = c as i32;
-            let h = matrix.slice_height as u32;
-            let b = m.b.dev()?;
-            let launched = gpu.launch("piso_momentum_rows", matrix.n_slices() as u32, h, 0, |a| {
-                a.arg(&n_i)
-                    .arg(&matrix.slice_ptr)
-                    .arg(v.face_codes)
-                    .arg(v.face_slots)
-                    .arg(v.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(arrays.weights)
-                    .arg(&d.phi)
-                    .arg(&central)
-                    .arg(&bounded);
-                arg_or_null(a, m.deferred.as_ref().map(|d| &d.fc));
-                a.arg(&v.matrix.values)
-                    .arg(&v.matrix.diag)
-                    .arg(v.rhs)
-                    .arg(v.b_value_internal)
-                    .arg(v.b_value_boundary)
-                    .arg(&ddt_diag)
-                    .arg(&r_dt)
-                    .arg(&c0)
-                    .arg(&c00)
-                    .arg(&self.old.u[c]);
-                arg_or_null(a, older.map(|o| &o.u[c]));
-                a.arg(u_c).arg(&alpha_u).arg(v.volumes);
-                arg_or_null(a, m.stress.as_ref().map(|s| &s.cells));
-                a.arg(pressure.gradient_buffer())
-                    .arg(&c_i)
-                    .arg(&matrix.values)
-                    .arg(&matrix.diag)
-                    .arg(&m.sources[k])
-                    .arg(b);
-            });
+            let launched = m.launch_rows(
+                gpu,
+                "piso_momentum_rows",
+                k,
+                &c_i,
+                &matrix,
+                (&n_i, &n_faces),
+                (u_c, &alpha_u),
+                pressure.gradient_buffer(),
+                |a| {
+                    a.arg(arrays.weights)
+                        .arg(&d.phi)
+                        .arg(&central)
+                        .arg(&bounded);
+                },
+                |a| {
+                    a.arg(&ddt_diag)
+                        .arg(&r_dt)
+                        .arg(&c0)
+                        .arg(&c00)
+                        .arg(&self.old.u[c]);
+                    arg_or_null(a, older.map(|o| &o.u[c]));
+                },
+            );
             m.matrices[k] = Some(matrix);
             launched?;
             timer.lap(&mut seconds.momentum_assembly)?;
