@@ -309,6 +309,57 @@ fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
 
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn gpu_systems_sharing_a_set_up_assemble_as_systems_of_their_own() {
+    let Some(gpu) = test_device() else { return };
+    let mesh = load("box:10x9x8:perturb=0.25");
+    let geometry = mesh.geometry().unwrap();
+    // Gauss linear shares the gradient vectors; boundaryCorrected least
+    // squares gives each problem vectors of its own.
+    for (sn_grad, grad) in [
+        (SnGradScheme::Corrected, GradScheme::GaussLinear),
+        (SnGradScheme::BoundaryCorrected, GradScheme::LeastSquares),
+    ] {
+        let schemes = schemes(sn_grad, grad, false);
+        let first = LaplacianProblem::steady(
+            CellField::Uniform(2.0),
+            source(),
+            mixed_conditions(&mesh, 3),
+        );
+        let second = LaplacianProblem::steady(
+            varying_gamma(),
+            CellField::Uniform(-1.0),
+            mixed_conditions(&mesh, 6),
+        );
+        let mut first_system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
+        let mut second_system = first_system.with_structure_of(&second).unwrap();
+        assert!(second_system
+            .matrix
+            .shares_pattern_with(&first_system.matrix));
+        let mut first_device = DeviceLaplacian::new(&gpu, &first_system, &first, 512).unwrap();
+        let mut second_device =
+            DeviceLaplacian::sharing_set_up_of(&first_device, &second_system, &second).unwrap();
+        assert!(second_device.shares_set_up_with(&first_device));
+        let name = format!("{sn_grad:?}/{grad:?}");
+        compare(
+            &gpu,
+            &format!("{name}: sharing"),
+            &mut second_system,
+            &mut second_device,
+            &second,
+        );
+        // The first system's vectors are untouched by the second's.
+        compare(
+            &gpu,
+            &format!("{name}: shared"),
+            &mut first_system,
+            &mut first_device,
+            &first,
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:10x9x8:perturb=0.25");

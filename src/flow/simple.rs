@@ -342,8 +342,9 @@ pub struct Simple<'m> {
     pressure: LaplacianSystem<'m>,
     pressure_problem: LaplacianProblem,
     /// Face centre minus owner centre, and minus neighbour centre, of every
-    /// internal face (linearUpwind).
-    to_face: Vec<(Vec3, Vec3)>,
+    /// internal face (linearUpwind on the host), computed on first use: a
+    /// device loop computes its own in device order.
+    to_face: std::sync::OnceLock<Vec<(Vec3, Vec3)>>,
     /// Cell velocities.
     pub u: Vec<Vec3>,
     /// Cell pressures (kinematic).
@@ -387,7 +388,10 @@ impl<'m> Simple<'m> {
             ..SingularPolicy::default()
         };
         // The systems share the mesh and schemes: the first builds the
-        // pattern and face geometry, the others copy them.
+        // pattern and face geometry, the others share them. Their matrices
+        // are assembled on the first host use (the momentum predictor and
+        // pressure equation on the host): a device loop that assembles and
+        // solves every equation itself never has the host assemble them.
         let mut viscous: Vec<LaplacianSystem> = Vec::with_capacity(components.len());
         let mut viscous_problems = Vec::with_capacity(components.len());
         for &c in &components {
@@ -398,8 +402,8 @@ impl<'m> Simple<'m> {
             );
             problem.singular = never_singular;
             let system = match viscous.first() {
-                Some(first) => first.with_structure_of(&problem)?,
-                None => LaplacianSystem::new(mesh, geometry, settings.schemes, &problem)?,
+                Some(first) => first.deferred_with_structure_of(&problem)?,
+                None => LaplacianSystem::deferred(mesh, geometry, settings.schemes, &problem)?,
             };
             viscous.push(system);
             viscous_problems.push(problem);
@@ -415,20 +419,9 @@ impl<'m> Simple<'m> {
             ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), pressure)
         };
         let pressure = match viscous.first() {
-            Some(first) => first.with_structure_of(&pressure_problem)?,
-            None => LaplacianSystem::new(mesh, geometry, settings.schemes, &pressure_problem)?,
+            Some(first) => first.deferred_with_structure_of(&pressure_problem)?,
+            None => LaplacianSystem::deferred(mesh, geometry, settings.schemes, &pressure_problem)?,
         };
-        let to_face = (0..mesh.n_internal_faces())
-            .into_par_iter()
-            .map(|f| {
-                let centre = geometry.face_centre(mesh, f);
-                let cells = &geometry.cell_centres;
-                (
-                    centre - cells[mesh.owner()[f] as usize],
-                    centre - cells[mesh.neighbour()[f] as usize],
-                )
-            })
-            .collect();
         let mut simple = Self {
             mesh,
             geometry,
@@ -438,7 +431,7 @@ impl<'m> Simple<'m> {
             viscous_problems,
             pressure,
             pressure_problem,
-            to_face,
+            to_face: std::sync::OnceLock::new(),
             u,
             p,
             phi: Vec::new(),
@@ -500,7 +493,12 @@ impl<'m> Simple<'m> {
     /// Face centre minus owner centre and minus neighbour centre of every
     /// internal face (linearUpwind).
     pub fn face_offsets(&self) -> &[(Vec3, Vec3)] {
-        &self.to_face
+        self.to_face.get_or_init(|| {
+            (0..self.mesh.n_internal_faces())
+                .into_par_iter()
+                .map(|f| face_offsets(self.mesh, self.geometry, f))
+                .collect()
+        })
     }
 
     /// Adds time spent outside [`Self::iterate`] (the device loop).
@@ -656,6 +654,10 @@ impl<'m> Simple<'m> {
         };
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let first = mesh.n_internal_faces();
+        let to_face = match &gradient {
+            Some(_) => self.face_offsets(),
+            None => &[],
+        };
         let values = matrix.values_mut();
         // Upwind, and the bounded form's −(∇·φ) U_P (`fvm::convection`).
         add_upwind_internal(mesh, slots, &self.phi, values);
@@ -664,7 +666,7 @@ impl<'m> Simple<'m> {
             let flux = self.phi[f];
             if let Some(grad) = &gradient {
                 let delta = self.geometry.cell_centres[n] - self.geometry.cell_centres[o];
-                let (to_o, to_n) = &self.to_face[f];
+                let (to_o, to_n) = &to_face[f];
                 let correction = self.settings.convection.correction(
                     flux,
                     self.geometry.weights[f],
@@ -1011,6 +1013,17 @@ impl<'m> Simple<'m> {
     }
 }
 
+/// Face centre minus owner centre and minus neighbour centre of internal
+/// face `f` (linearUpwind's extrapolation from either side).
+pub fn face_offsets(mesh: &Mesh, geometry: &Geometry, f: usize) -> (Vec3, Vec3) {
+    let centre = geometry.face_centre(mesh, f);
+    let cells = &geometry.cell_centres;
+    (
+        centre - cells[mesh.owner()[f] as usize],
+        centre - cells[mesh.neighbour()[f] as usize],
+    )
+}
+
 /// `fvMatrix::relax(α)`: the diagonal made at least the sum of the
 /// off-diagonal magnitudes, divided by α, and the change times the current
 /// x added to the right-hand side (Patankar's implicit under-relaxation).
@@ -1166,4 +1179,74 @@ pub(crate) fn flux_poisson(
         phi[first + b] = phi_pre[first + b] - gamma[o] * faces.mag_sf[first + b] * sn_grad;
     }
     Ok((solves, phi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::VectorValues;
+
+    /// A lid-driven box: the top (y max) moves along x, the other walls
+    /// hold still, zero-gradient pressure.
+    fn lid_driven<'m>(mesh: &'m Mesh, geometry: &'m Geometry) -> Simple<'m> {
+        let velocity: Vec<VelocityCondition> = mesh
+            .patches()
+            .iter()
+            .map(|p| {
+                let lid = p.name == "ymax";
+                VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(
+                    f64::from(u8::from(lid)),
+                    0.0,
+                    0.0,
+                )))
+            })
+            .collect();
+        let pressure = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
+        let n = mesh.n_cells();
+        let mut settings = SimpleSettings::new(0.01);
+        settings.p_ref_cell = 0;
+        Simple::new(
+            mesh,
+            geometry,
+            settings,
+            &velocity,
+            pressure,
+            vec![Vec3::zeros(); n],
+            vec![0.0; n],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_equations_share_one_structure_and_assemble_on_their_first_host_use() {
+        let mesh = crate::mesh::load("box:6x5x4").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let mut simple = lid_driven(&mesh, &geometry);
+        let (pressure, _) = simple.pressure_system();
+        assert!(!pressure.is_assembled());
+        for k in 0..simple.components().len() {
+            let (viscous, _) = simple.viscous_system(k);
+            assert!(!viscous.is_assembled());
+            assert!(viscous.matrix.shares_pattern_with(&pressure.matrix));
+            assert!(std::ptr::eq(
+                viscous.face_geometry(),
+                pressure.face_geometry()
+            ));
+        }
+        // The boundary velocities are there before any assembly.
+        assert!(simple.boundary_velocity().iter().any(|u| u.x == 1.0));
+        let mut solve = |a: &Csr, b: &[f64], x: &mut [f64], _last: bool| {
+            crate::solve::solve_pcg(
+                a,
+                crate::solve::PreconditionerKind::Jacobi,
+                b,
+                x,
+                &SolverControls::default(),
+                "p",
+            )
+        };
+        simple.iterate(&mut solve).unwrap();
+        assert!(simple.pressure_system().0.is_assembled());
+        assert!((0..simple.components().len()).all(|k| simple.viscous_system(k).0.is_assembled()));
+    }
 }

@@ -8,6 +8,7 @@ use super::schemes::{FaceGeometry, GradScheme, Schemes, SnGradScheme, TimeScheme
 use super::{check_values, CellField, FvmError};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::sparse::Csr;
+use std::sync::Arc;
 
 /// OpenFOAM's `SMALL` (double precision), used by `limitedSnGrad`.
 const SMALL: f64 = 1e-15;
@@ -111,9 +112,38 @@ pub struct SlotMap {
     pub lower: Vec<usize>,
 }
 
+/// What the systems of one mesh and schemes share, built once and never
+/// copied: the slot map, the face geometry, the gradient scheme's data and
+/// the cell regions (the CSR pattern is shared by the matrices themselves:
+/// [`Csr::zeros_like`]).
+#[derive(Debug)]
+struct SharedStructure {
+    faces: FaceGeometry,
+    /// The gradient scheme's data for the mesh (least-squares vectors with
+    /// every boundary face at its patch delta).
+    gradient: CellGradient,
+    slots: SlotMap,
+    /// Region of every cell ([`crate::mesh::check::cell_regions`]) and their
+    /// number: a mesh of disconnected parts has one singular block per part
+    /// without a fixed value, each with a level of its own to fix.
+    regions: Vec<usize>,
+    n_regions: usize,
+}
+
 /// The assembled linear system A p = b of one problem on one mesh. The CSR
-/// pattern (rows sorted by column, diagonal included) and the slot map are
-/// built once; [`LaplacianSystem::reassemble`] only rewrites values.
+/// pattern (rows sorted by column, diagonal included), the slot map and the
+/// face geometry are built once per mesh and shared by the systems of its
+/// other problems ([`LaplacianSystem::with_structure_of`]);
+/// [`LaplacianSystem::reassemble`] only rewrites values.
+///
+/// A system made by [`LaplacianSystem::deferred`] or
+/// [`LaplacianSystem::deferred_with_structure_of`] has its problem checked
+/// and its boundary conditions evaluated (what the device assembly and the
+/// host's boundary values use) but its matrix and right-hand side not yet
+/// assembled: [`LaplacianSystem::ensure_assembled`] assembles them, and so
+/// do `reassemble`, `update_rhs` and `solve`, which every host use of the
+/// matrix goes through. Until then `matrix` and `rhs` hold zeros (their
+/// memory is allocated zeroed and untouched).
 #[derive(Debug)]
 pub struct LaplacianSystem<'m> {
     /// Symmetric, positive diagonal, off-diagonals −Γ_f|S_f|Δ_f.
@@ -124,9 +154,10 @@ pub struct LaplacianSystem<'m> {
     mesh: &'m Mesh,
     geometry: &'m Geometry,
     schemes: Schemes,
-    faces: FaceGeometry,
-    gradient: CellGradient,
-    slots: SlotMap,
+    shared: Arc<SharedStructure>,
+    /// The gradient data of this problem's conditions where they differ from
+    /// the mesh's (`boundaryCorrected` with least squares).
+    own_gradient: Option<CellGradient>,
     bc: BoundaryCoeffs,
     gamma_mag_sf: Vec<f64>,
     /// Γ_b|S_b| of every boundary face (`boundaryCorrected` uses it).
@@ -135,17 +166,14 @@ pub struct LaplacianSystem<'m> {
     time: TimeScheme,
     /// `Some` when the matrix (before any reference) is singular.
     singular: Option<SingularPolicy>,
-    /// Region of every cell ([`crate::mesh::check::cell_regions`]) and their
-    /// number: a mesh of disconnected parts has one singular block per part
-    /// without a fixed value, each with a level of its own to fix.
-    regions: Vec<usize>,
-    n_regions: usize,
     /// Per region: singular (steady, no boundary face fixing the level).
     floating: Vec<bool>,
     /// Cells pinned by `Reference::Cell` (`setReference`): the given cell,
     /// and the lowest cell of every other floating region, each with its
     /// diagonal before doubling and the value.
     references: Vec<(usize, f64, f64)>,
+    /// The problem checked but not yet assembled (a deferred system).
+    pending: Option<LaplacianProblem>,
 }
 
 impl<'m> LaplacianSystem<'m> {
@@ -155,6 +183,54 @@ impl<'m> LaplacianSystem<'m> {
         geometry: &'m Geometry,
         schemes: Schemes,
         problem: &LaplacianProblem,
+    ) -> Result<Self, FvmError> {
+        Self::with_new_structure(mesh, geometry, schemes)?.assembled(problem)
+    }
+
+    /// [`Self::new`] without the assembly: `problem` is checked and its
+    /// boundary conditions evaluated; the matrix and right-hand side are
+    /// assembled on the first host use (see the type's documentation).
+    pub fn deferred(
+        mesh: &'m Mesh,
+        geometry: &'m Geometry,
+        schemes: Schemes,
+        problem: &LaplacianProblem,
+    ) -> Result<Self, FvmError> {
+        Self::with_new_structure(mesh, geometry, schemes)?.evaluated(problem)
+    }
+
+    /// A system of another problem on the same mesh with the same schemes:
+    /// the pattern, slot map, face geometry, gradient scheme and regions of
+    /// `self` are shared, not built again or copied (a flow case's momentum
+    /// components and pressure share them), then `problem` is assembled.
+    pub fn with_structure_of(&self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
+        self.sharing_structure().assembled(problem)
+    }
+
+    /// [`Self::with_structure_of`] without the assembly ([`Self::deferred`]).
+    pub fn deferred_with_structure_of(&self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
+        self.sharing_structure().evaluated(problem)
+    }
+
+    /// Whether the matrix and right-hand side are assembled (not deferred).
+    pub fn is_assembled(&self) -> bool {
+        self.pending.is_none()
+    }
+
+    /// Assembles the matrix and right-hand side of a deferred system's
+    /// problem; nothing for an assembled system.
+    pub fn ensure_assembled(&mut self) -> Result<(), FvmError> {
+        match self.pending.take() {
+            Some(problem) => self.reassemble(&problem),
+            None => Ok(()),
+        }
+    }
+
+    /// An empty system (zero values, no conditions) with a new structure.
+    fn with_new_structure(
+        mesh: &'m Mesh,
+        geometry: &'m Geometry,
+        schemes: Schemes,
     ) -> Result<Self, FvmError> {
         let faces = crate::timings::span("face geometry", || {
             FaceGeometry::new(mesh, geometry, schemes.sn_grad)
@@ -169,78 +245,99 @@ impl<'m> LaplacianSystem<'m> {
         })?;
         let (matrix, slots) =
             crate::timings::span("matrix pattern and slot map", || build_pattern(mesh))?;
-        let n_cells = mesh.n_cells();
         let (n_regions, regions) =
             crate::timings::span("cell regions", || crate::mesh::check::cell_regions(mesh));
-        let system = Self {
+        let shared = SharedStructure {
+            faces,
+            gradient,
+            slots,
+            regions,
+            n_regions,
+        };
+        Ok(Self::empty(
+            mesh,
+            geometry,
+            schemes,
+            Arc::new(shared),
+            matrix,
+        ))
+    }
+
+    /// An empty system on `self`'s structure, its matrix of the shared pattern.
+    fn sharing_structure(&self) -> Self {
+        Self::empty(
+            self.mesh,
+            self.geometry,
+            self.schemes,
+            Arc::clone(&self.shared),
+            self.matrix.zeros_like(),
+        )
+    }
+
+    /// A system of zero values and no conditions on `shared`. The vectors
+    /// are allocated zeroed: no memory is touched before an assembly writes.
+    fn empty(
+        mesh: &'m Mesh,
+        geometry: &'m Geometry,
+        schemes: Schemes,
+        shared: Arc<SharedStructure>,
+        matrix: Csr,
+    ) -> Self {
+        let n_cells = mesh.n_cells();
+        let first = mesh.n_internal_faces();
+        Self {
             matrix,
             rhs: vec![0.0; n_cells],
             mesh,
             geometry,
             schemes,
-            faces,
-            gradient,
-            slots,
+            shared,
+            own_gradient: None,
             bc: BoundaryCoeffs::default(),
             gamma_mag_sf: vec![0.0; first],
             gamma_mag_sf_boundary: vec![0.0; mesh.n_faces() - first],
             explicit_rhs: vec![0.0; n_cells],
             time: TimeScheme::SteadyState,
             singular: None,
-            regions,
-            n_regions,
             floating: Vec::new(),
             references: Vec::new(),
-        };
-        system.assembled(problem)
+            pending: None,
+        }
     }
 
-    /// A system of another problem on the same mesh with the same schemes:
-    /// the pattern, slot map, face geometry, gradient scheme and regions of
-    /// `self` are copied rather than built again (a flow case's momentum
-    /// components and pressure share them), then `problem` is assembled.
-    pub fn with_structure_of(&self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
-        let n_cells = self.mesh.n_cells();
-        let system = crate::timings::span("matrix pattern and geometry copied", || Self {
-            matrix: self.matrix.clone(),
-            rhs: vec![0.0; n_cells],
-            mesh: self.mesh,
-            geometry: self.geometry,
-            schemes: self.schemes,
-            faces: self.faces.clone(),
-            gradient: self.gradient.clone(),
-            slots: self.slots.clone(),
-            bc: BoundaryCoeffs::default(),
-            gamma_mag_sf: vec![0.0; self.gamma_mag_sf.len()],
-            gamma_mag_sf_boundary: vec![0.0; self.gamma_mag_sf_boundary.len()],
-            explicit_rhs: vec![0.0; n_cells],
-            time: TimeScheme::SteadyState,
-            singular: None,
-            regions: self.regions.clone(),
-            n_regions: self.n_regions,
-            floating: Vec::new(),
-            references: Vec::new(),
-        });
-        system.assembled(problem)
+    /// The system with `problem` checked and its conditions evaluated, the
+    /// assembly deferred.
+    fn evaluated(mut self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
+        let values = self.evaluate(problem)?;
+        self.set_conditions(values);
+        self.pending = Some(problem.clone());
+        self.log_floating_regions();
+        Ok(self)
     }
 
     /// The system with `problem` assembled (the end of [`Self::new`]).
     fn assembled(mut self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
         self.reassemble(problem)?;
+        self.log_floating_regions();
+        Ok(self)
+    }
+
+    /// Logs a mesh of several regions with floating ones.
+    fn log_floating_regions(&self) {
         let n_floating = self.floating.iter().filter(|&&f| f).count();
-        let n_regions = self.n_regions;
+        let n_regions = self.shared.n_regions;
         if n_regions > 1 && n_floating > 0 {
             log::info!(
                 "The mesh has {n_regions} disconnected regions, {n_floating} of them without a \
                  fixed value: the level of each is fixed on its own"
             );
         }
-        Ok(self)
     }
 
     /// Re-assembles matrix values and the explicit right-hand side for new
     /// physical data (Γ, sources, boundary values, time step); the pattern stays.
     pub fn reassemble(&mut self, problem: &LaplacianProblem) -> Result<(), FvmError> {
+        self.pending = None;
         let values = self.evaluate(problem)?;
         crate::timings::span("host matrix and right-hand side", || self.assemble(values));
         Ok(())
@@ -294,7 +391,11 @@ impl<'m> LaplacianSystem<'m> {
             Ok::<_, FvmError>(source)
         })?;
         let bc = crate::timings::span("boundary coefficients", || {
-            BoundaryCoeffs::new(&problem.boundary, mesh, &self.faces.patch_delta_coeffs)
+            BoundaryCoeffs::new(
+                &problem.boundary,
+                mesh,
+                &self.shared.faces.patch_delta_coeffs,
+            )
         });
         let gradient = if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected
             && self.schemes.grad == GradScheme::LeastSquares
@@ -303,9 +404,9 @@ impl<'m> LaplacianSystem<'m> {
             let deltas: Vec<Vec3> = (0..bc.active.len())
                 .map(|b| {
                     if bc.value_internal[b] == 0.0 {
-                        self.faces.patch_face_deltas[b]
+                        self.shared.faces.patch_face_deltas[b]
                     } else {
-                        self.faces.patch_deltas[b]
+                        self.shared.faces.patch_deltas[b]
                     }
                 })
                 .collect();
@@ -325,12 +426,12 @@ impl<'m> LaplacianSystem<'m> {
         // Per region: without a time term and without such a face, its block
         // of the matrix is singular.
         let first = mesh.n_internal_faces();
-        let mut fixed = vec![problem.time != TimeScheme::SteadyState; self.n_regions];
+        let mut fixed = vec![problem.time != TimeScheme::SteadyState; self.shared.n_regions];
         for (b, &gamma_b) in gamma_boundary.iter().enumerate() {
             if bc.active[b]
-                && -(gamma_b * self.faces.mag_sf[first + b]) * bc.gradient_internal[b] > 0.0
+                && -(gamma_b * self.shared.faces.mag_sf[first + b]) * bc.gradient_internal[b] > 0.0
             {
-                fixed[self.regions[mesh.owner()[first + b] as usize]] = true;
+                fixed[self.shared.regions[mesh.owner()[first + b] as usize]] = true;
             }
         }
         let floating: Vec<bool> = fixed.iter().map(|&f| !f).collect();
@@ -347,9 +448,10 @@ impl<'m> LaplacianSystem<'m> {
         })
     }
 
-    /// The CPU assembly of evaluated values (OpenFOAM `gaussLaplacianScheme`,
-    /// `EulerDdtScheme`, `setReference`).
-    fn assemble(&mut self, problem: ProblemValues) {
+    /// Takes the conditions of evaluated values (boundary coefficients, time
+    /// scheme, gradient data, singularity), returns what the matrix
+    /// assembly consumes besides them: Γ per cell and per boundary face, q.
+    fn set_conditions(&mut self, problem: ProblemValues) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         let ProblemValues {
             gamma,
             gamma_boundary,
@@ -360,13 +462,22 @@ impl<'m> LaplacianSystem<'m> {
             floating,
             gradient,
         } = problem;
-        let mesh = self.mesh;
-        let geometry = self.geometry;
         self.bc = bc;
         self.time = time;
         if let Some(gradient) = gradient {
-            self.gradient = gradient;
+            self.own_gradient = Some(gradient);
         }
+        self.singular = singular;
+        self.floating = floating;
+        (gamma, gamma_boundary, source)
+    }
+
+    /// The CPU assembly of evaluated values (OpenFOAM `gaussLaplacianScheme`,
+    /// `EulerDdtScheme`, `setReference`).
+    fn assemble(&mut self, problem: ProblemValues) {
+        let (gamma, gamma_boundary, source) = self.set_conditions(problem);
+        let mesh = self.mesh;
+        let geometry = self.geometry;
         let owner = mesh.owner();
         let neighbour = mesh.neighbour();
         let volumes = &geometry.cell_volumes;
@@ -379,12 +490,12 @@ impl<'m> LaplacianSystem<'m> {
                 gamma[n],
                 geometry.weights[f],
             );
-            self.gamma_mag_sf[f] = gamma_f * self.faces.mag_sf[f];
-            let coeff = self.gamma_mag_sf[f] * self.faces.delta_coeffs[f];
-            values[self.slots.upper[f]] -= coeff;
-            values[self.slots.lower[f]] -= coeff;
-            values[self.slots.diagonal[o]] += coeff;
-            values[self.slots.diagonal[n]] += coeff;
+            self.gamma_mag_sf[f] = gamma_f * self.shared.faces.mag_sf[f];
+            let coeff = self.gamma_mag_sf[f] * self.shared.faces.delta_coeffs[f];
+            values[self.shared.slots.upper[f]] -= coeff;
+            values[self.shared.slots.lower[f]] -= coeff;
+            values[self.shared.slots.diagonal[o]] += coeff;
+            values[self.shared.slots.diagonal[n]] += coeff;
         }
         for ((b, q), v) in self.explicit_rhs.iter_mut().zip(&source).zip(volumes) {
             *b = q * v;
@@ -395,19 +506,17 @@ impl<'m> LaplacianSystem<'m> {
                 continue;
             }
             let o = owner[first + b] as usize;
-            let gamma_mag_sf = gamma_b * self.faces.mag_sf[first + b];
+            let gamma_mag_sf = gamma_b * self.shared.faces.mag_sf[first + b];
             self.gamma_mag_sf_boundary[b] = gamma_mag_sf;
             let diag = -gamma_mag_sf * self.bc.gradient_internal[b];
-            values[self.slots.diagonal[o]] += diag;
+            values[self.shared.slots.diagonal[o]] += diag;
             self.explicit_rhs[o] += gamma_mag_sf * self.bc.gradient_boundary[b];
         }
         if let TimeScheme::Euler { dt } = self.time {
             for (c, v) in volumes.iter().enumerate() {
-                values[self.slots.diagonal[c]] += v / dt;
+                values[self.shared.slots.diagonal[c]] += v / dt;
             }
         }
-        self.singular = singular;
-        self.floating = floating;
         self.references.clear();
         if let Some(SingularPolicy {
             reference: Reference::Cell { cell, value },
@@ -416,17 +525,17 @@ impl<'m> LaplacianSystem<'m> {
         {
             // The given cell fixes its region; every other floating region
             // is pinned at its lowest cell to the same value.
-            let mut pinned = vec![false; self.n_regions];
+            let mut pinned = vec![false; self.shared.n_regions];
             let mut cells = Vec::new();
             for c in std::iter::once(cell).chain(0..mesh.n_cells()) {
-                let r = self.regions[c];
+                let r = self.shared.regions[c];
                 if self.floating[r] && !pinned[r] {
                     pinned[r] = true;
                     cells.push(c);
                 }
             }
             for c in cells {
-                let slot = self.slots.diagonal[c];
+                let slot = self.shared.slots.diagonal[c];
                 let diag = values[slot];
                 values[slot] += diag;
                 self.references.push((c, diag, value));
@@ -454,6 +563,7 @@ impl<'m> LaplacianSystem<'m> {
     /// all-Neumann problem, checks consistency (or projects) and applies the
     /// reference.
     pub fn update_rhs(&mut self, p: &[f64], old: Option<&[f64]>) -> Result<(), FvmError> {
+        self.ensure_assembled()?;
         let n_cells = self.mesh.n_cells();
         check_len(p, n_cells, "field")?;
         self.rhs.copy_from_slice(&self.explicit_rhs);
@@ -480,9 +590,16 @@ impl<'m> LaplacianSystem<'m> {
             }
             if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected {
                 let first = self.mesh.n_internal_faces();
-                for (b, k) in self.faces.patch_correction_vectors.iter().enumerate() {
+                for (b, k) in self
+                    .shared
+                    .faces
+                    .patch_correction_vectors
+                    .iter()
+                    .enumerate()
+                {
                     // Value fraction f = −gradientInternal/Δ_b (1 fixedValue, 0 gradient BCs).
-                    let fraction = -self.bc.gradient_internal[b] / self.faces.patch_delta_coeffs[b];
+                    let fraction =
+                        -self.bc.gradient_internal[b] / self.shared.faces.patch_delta_coeffs[b];
                     if self.bc.active[b] && fraction != 0.0 {
                         let o = owner[first + b] as usize;
                         self.rhs[o] += fraction * self.gamma_mag_sf_boundary[b] * k.dot(&grad[o]);
@@ -507,14 +624,14 @@ impl<'m> LaplacianSystem<'m> {
             let volumes = &self.geometry.cell_volumes;
             let (region_volume, _) = self.region_sums(volumes, |v, _| v, |_, _| 0.0);
             for (c, (b, v)) in self.rhs.iter_mut().zip(volumes).enumerate() {
-                let r = self.regions[c];
+                let r = self.shared.regions[c];
                 if self.floating[r] {
                     *b -= v * (sum[r] / region_volume[r]);
                 }
             }
             return Ok(());
         }
-        for r in (0..self.n_regions).filter(|&r| self.floating[r]) {
+        for r in (0..self.shared.n_regions).filter(|&r| self.floating[r]) {
             if sum[r].abs() > policy.tolerance * scale[r] {
                 return Err(FvmError::InconsistentRhs {
                     sum: sum[r],
@@ -534,10 +651,10 @@ impl<'m> LaplacianSystem<'m> {
         first: impl Fn(f64, f64) -> f64,
         second: impl Fn(f64, f64) -> f64,
     ) -> (Vec<f64>, Vec<f64>) {
-        let mut a = vec![0.0; self.n_regions];
-        let mut b = vec![0.0; self.n_regions];
+        let mut a = vec![0.0; self.shared.n_regions];
+        let mut b = vec![0.0; self.shared.n_regions];
         for (c, (&x, &v)) in x.iter().zip(&self.geometry.cell_volumes).enumerate() {
-            let r = self.regions[c];
+            let r = self.shared.regions[c];
             a[r] += first(x, v);
             b[r] += second(x, v);
         }
@@ -548,7 +665,7 @@ impl<'m> LaplacianSystem<'m> {
     fn shift_floating_to_zero_mean(&self, p: &mut [f64]) {
         let (weighted, volume) = self.region_sums(p, |p, v| p * v, |_, v| v);
         for (c, x) in p.iter_mut().enumerate() {
-            let r = self.regions[c];
+            let r = self.shared.regions[c];
             if self.floating[r] {
                 *x -= weighted[r] / volume[r];
             }
@@ -557,7 +674,7 @@ impl<'m> LaplacianSystem<'m> {
 
     /// Number of regions of the mesh (cells connected through internal faces).
     pub fn n_regions(&self) -> usize {
-        self.n_regions
+        self.shared.n_regions
     }
 
     /// Explicit non-orthogonal correction flux Γ_f|S_f|·λ_f·(k_f·∇p_f) of every
@@ -594,9 +711,9 @@ impl<'m> LaplacianSystem<'m> {
             .map(|f| {
                 let (o, n) = (owner[f] as usize, neighbour[f] as usize);
                 let face_grad = weights[f] * (grad[o] - grad[n]) + grad[n];
-                let mut correction = self.faces.correction_vectors[f].dot(&face_grad);
+                let mut correction = self.shared.faces.correction_vectors[f].dot(&face_grad);
                 if let SnGradScheme::Limited(psi) = self.schemes.sn_grad {
-                    let uncorrected = self.faces.delta_coeffs[f] * (p[n] - p[o]);
+                    let uncorrected = self.shared.faces.delta_coeffs[f] * (p[n] - p[o]);
                     let limiter = (psi * uncorrected.abs()
                         / ((1.0 - psi) * correction.abs() + SMALL))
                         .min(1.0);
@@ -609,7 +726,8 @@ impl<'m> LaplacianSystem<'m> {
 
     /// Cell gradient of `p` by the system's gradient scheme and boundary conditions.
     pub fn gradient(&self, p: &[f64]) -> Vec<Vec3> {
-        self.gradient.compute(self.mesh, self.geometry, &self.bc, p)
+        self.cell_gradient()
+            .compute(self.mesh, self.geometry, &self.bc, p)
     }
 
     /// laplacianFoam's loop: `n_non_orth_correctors + 1` times, update the
@@ -653,16 +771,16 @@ impl<'m> LaplacianSystem<'m> {
     /// The gradient scheme's data (least-squares vectors) for the conditions
     /// last assembled.
     pub fn cell_gradient(&self) -> &CellGradient {
-        &self.gradient
+        self.own_gradient.as_ref().unwrap_or(&self.shared.gradient)
     }
     pub fn slots(&self) -> &SlotMap {
-        &self.slots
+        &self.shared.slots
     }
     pub fn schemes(&self) -> Schemes {
         self.schemes
     }
     pub fn face_geometry(&self) -> &FaceGeometry {
-        &self.faces
+        &self.shared.faces
     }
     pub fn boundary_coeffs(&self) -> &BoundaryCoeffs {
         &self.bc
@@ -762,6 +880,50 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deferred_systems_share_the_structure_and_assemble_as_eager_ones() {
+        use crate::fvm::testing::{mixed_conditions, random_field, source, varying_gamma};
+        let mesh = crate::mesh::load("box:6x5x4:perturb=0.2").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let first = LaplacianProblem::steady(
+            CellField::Uniform(2.0),
+            source(),
+            mixed_conditions(&mesh, 3),
+        );
+        let second = LaplacianProblem::steady(
+            varying_gamma(),
+            CellField::Uniform(-1.0),
+            mixed_conditions(&mesh, 6),
+        );
+        let eager = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
+        let mut deferred = eager.deferred_with_structure_of(&second).unwrap();
+        let mut reference = eager.with_structure_of(&second).unwrap();
+        for system in [&deferred, &reference] {
+            assert!(system.matrix.shares_pattern_with(&eager.matrix));
+            assert!(Arc::ptr_eq(&system.shared, &eager.shared));
+        }
+        // Checked and its conditions evaluated (the host's boundary values
+        // use them), the matrix not assembled.
+        assert!(!deferred.is_assembled() && reference.is_assembled());
+        assert_eq!(deferred.boundary_coeffs(), reference.boundary_coeffs());
+        assert!(deferred.matrix.values().iter().all(|&v| v == 0.0));
+        // The first host use assembles it: the eager system's numbers.
+        let p = random_field(mesh.n_cells(), 5);
+        deferred.update_rhs(&p, None).unwrap();
+        reference.update_rhs(&p, None).unwrap();
+        assert!(deferred.is_assembled());
+        assert_eq!(deferred.matrix, reference.matrix);
+        assert_eq!(deferred.rhs, reference.rhs);
+        assert_eq!(deferred.gamma_mag_sf(), reference.gamma_mag_sf());
+        // Bad input is refused when the system is made, not at its first use.
+        let negative = LaplacianProblem::steady(
+            CellField::Uniform(-1.0),
+            source(),
+            mixed_conditions(&mesh, 3),
+        );
+        assert!(eager.deferred_with_structure_of(&negative).is_err());
+    }
 
     #[test]
     fn the_pattern_built_in_blocks_is_the_cell_adjacency() {

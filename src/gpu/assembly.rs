@@ -31,6 +31,12 @@
 //! fixed-order tree sum on the device, a sequential one on the CPU (the
 //! projected values differ in the last bits).
 //!
+//! The systems of other problems on the same mesh and schemes (a flow case's
+//! momentum components next to its pressure) share the ordering, map, face
+//! numbering and geometry on the device ([`DeviceLaplacian::sharing_set_up_of`]):
+//! one gather and upload serves them all, each keeping its own matrix values,
+//! problem values and work buffers.
+//!
 //! Cases the device does not assemble (a cell with more than 255 neighbours,
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
@@ -521,14 +527,32 @@ struct DeviceGeometry {
     delta_coeffs: CudaSlice<f64>,
     sf: Option<CudaSlice<f64>>,
     k: Option<CudaSlice<f64>>,
-    ls_owner: Option<CudaSlice<f64>>,
-    ls_neighbour: Option<CudaSlice<f64>>,
     b_mag_sf: CudaSlice<f64>,
-    /// S_b (Gauss) or the boundary least-squares vectors.
-    b_vectors: CudaSlice<f64>,
     b_k: Option<CudaSlice<f64>>,
     b_delta_coeffs: Option<CudaSlice<f64>>,
     volumes: CudaSlice<f64>,
+}
+
+/// The gradient scheme's vectors on the device: the least-squares vectors
+/// (`None` for Gauss linear) and per device boundary face S_b (Gauss) or the
+/// boundary least-squares vectors. Shared by the systems of one mesh unless
+/// a problem brings its own (`boundaryCorrected` least squares).
+struct DeviceGradient {
+    ls_owner: Option<CudaSlice<f64>>,
+    ls_neighbour: Option<CudaSlice<f64>>,
+    b_vectors: CudaSlice<f64>,
+}
+
+impl DeviceGradient {
+    /// Uploads the least-squares vectors of `ls` (empty for Gauss linear)
+    /// and the boundary vectors `b_vectors`.
+    fn upload(gpu: &Gpu, ls: &GradientArrays, b_vectors: &[f64]) -> Result<Self, GpuError> {
+        Ok(Self {
+            ls_owner: upload_nonempty(gpu, &ls.ls_owner)?,
+            ls_neighbour: upload_nonempty(gpu, &ls.ls_neighbour)?,
+            b_vectors: upload(gpu, b_vectors)?,
+        })
+    }
 }
 
 /// One problem's values on the device (see [`ProblemArrays`]).
@@ -608,25 +632,44 @@ enum BackendPreconditioner {
     Lent(*const ()),
 }
 
+/// The fixed part of a [`DeviceLaplacian`], shared by the systems of one
+/// mesh and schemes.
+struct SharedSetUp {
+    ordering: Rc<Permutation>,
+    schemes: Schemes,
+    n_faces: usize,
+    device_faces: Rc<Vec<u32>>,
+    device_boundary: Rc<Vec<u32>>,
+    n_mesh_boundary: usize,
+    device_map: Rc<DeviceMap>,
+    geometry: Rc<DeviceGeometry>,
+    gradient: Rc<DeviceGradient>,
+    total_volume: f64,
+}
+
 /// The Laplacian system assembled and kept on one GPU: the mod-SELL matrix
 /// and the right-hand side in the row ordering, re-assembled and updated in
 /// place (see the module documentation).
 pub struct DeviceLaplacian<'g> {
     gpu: &'g Gpu,
-    ordering: Permutation,
+    ordering: Rc<Permutation>,
     schemes: Schemes,
     n: usize,
     n_faces: usize,
     /// The map's face numbering: device face d is internal face
     /// `device_faces[d]`, device boundary face i boundary face `device_boundary[i]`.
-    device_faces: Vec<u32>,
-    device_boundary: Vec<u32>,
+    /// Shared with the systems of [`Self::sharing_set_up_of`], as are the
+    /// ordering, the map and the geometry.
+    device_faces: Rc<Vec<u32>>,
+    device_boundary: Rc<Vec<u32>>,
     /// Boundary faces of the mesh, empty ones included.
     n_mesh_boundary: usize,
     /// `None` only after a device failure lost the matrix.
     held: Option<Held<'g>>,
-    device_map: DeviceMap,
-    geometry: DeviceGeometry,
+    device_map: Rc<DeviceMap>,
+    geometry: Rc<DeviceGeometry>,
+    /// Shared until a problem brings gradient vectors of its own.
+    gradient: Rc<DeviceGradient>,
     values: DeviceValues,
     work: DeviceWork,
     /// The conditions, time scheme and singular policy of the last assembly.
@@ -704,11 +747,6 @@ impl<'g> DeviceLaplacian<'g> {
             &map.device_boundary,
         );
         let schemes = system.schemes();
-        let n_faces = map.device_faces.len();
-        let n_boundary = map.device_boundary.len();
-        let corrected = schemes.sn_grad.is_corrected();
-        let boundary_corrected = schemes.sn_grad == SnGradScheme::BoundaryCorrected;
-        let optional = |on: bool, len: usize| on.then(|| gpu.zeros::<f64>(len)).transpose();
         let uploaded =
             crate::timings::span_synced("uploads of the map, geometry and pattern", gpu, || {
                 let device_map = DeviceMap {
@@ -720,6 +758,7 @@ impl<'g> DeviceLaplacian<'g> {
                     GradScheme::GaussLinear => &statics.b_sf,
                     GradScheme::LeastSquares => &gradient.b_ls,
                 };
+                let device_gradient = DeviceGradient::upload(gpu, &gradient, b_vectors)?;
                 let geometry = DeviceGeometry {
                     face_owner: upload(gpu, &statics.face_owner)?,
                     face_neighbour: upload(gpu, &statics.face_neighbour)?,
@@ -728,61 +767,154 @@ impl<'g> DeviceLaplacian<'g> {
                     delta_coeffs: upload(gpu, &statics.delta_coeffs)?,
                     sf: upload_nonempty(gpu, &statics.sf)?,
                     k: upload_nonempty(gpu, &statics.k)?,
-                    ls_owner: upload_nonempty(gpu, &gradient.ls_owner)?,
-                    ls_neighbour: upload_nonempty(gpu, &gradient.ls_neighbour)?,
                     b_mag_sf: upload(gpu, &statics.b_mag_sf)?,
-                    b_vectors: upload(gpu, b_vectors)?,
                     b_k: upload_nonempty(gpu, &statics.b_k)?,
                     b_delta_coeffs: upload_nonempty(gpu, &statics.b_delta_coeffs)?,
                     volumes: upload(gpu, &statics.volumes)?,
                 };
-                let values = DeviceValues {
-                    gamma: None,
-                    gamma_uniform: f64::NAN,
-                    source: gpu.zeros(n)?,
-                    b_gamma: gpu.zeros(n_boundary)?,
-                    b_value_internal: gpu.zeros(n_boundary)?,
-                    b_value_boundary: gpu.zeros(n_boundary)?,
-                    b_gradient_internal: gpu.zeros(n_boundary)?,
-                    b_gradient_boundary: gpu.zeros(n_boundary)?,
-                };
-                let work = DeviceWork {
-                    coeffs: gpu.zeros(n_faces)?,
-                    gamma_mag_sf: optional(corrected, n_faces)?,
-                    flux: optional(corrected, n_faces)?,
-                    b_gamma_mag_sf: optional(boundary_corrected, n_boundary)?,
-                    grad: gpu.zeros(3 * n)?,
-                    explicit_rhs: gpu.zeros(n)?,
-                    rhs: GpuVector::from(gpu.zeros(n)?),
-                    reference_diag: gpu.zeros(1)?,
-                    partials: gpu.zeros(2 * vector_grid(n) as usize)?,
-                    sums: gpu.zeros(2)?,
-                };
                 let matrix = DeviceModSell::upload(gpu, &map.pattern)?;
-                Ok::<_, GpuError>((device_map, geometry, values, work, matrix))
+                Ok::<_, GpuError>((device_map, geometry, device_gradient, matrix))
             });
-        let (device_map, geometry, values, work, matrix) = uploaded?;
+        // The host arrays in device order are not needed once uploaded.
+        drop(statics);
+        drop(gradient);
+        let (device_map, geometry, device_gradient, matrix) = uploaded?;
+        let set_up = SharedSetUp {
+            ordering: Rc::new(ordering),
+            schemes,
+            n_faces: map.device_faces.len(),
+            device_faces: Rc::new(map.device_faces.clone()),
+            device_boundary: Rc::new(map.device_boundary.clone()),
+            n_mesh_boundary: mesh.n_faces() - mesh.n_internal_faces(),
+            device_map: Rc::new(device_map),
+            geometry: Rc::new(geometry),
+            gradient: Rc::new(device_gradient),
+            total_volume: system.geometry().cell_volumes.iter().sum(),
+        };
+        Self::with_set_up(gpu, set_up, matrix, system, problem)
+    }
+
+    /// The system of another problem on the same mesh and schemes as
+    /// `other` (a flow case's momentum components next to its pressure):
+    /// the row ordering, assembly map, face numbering and geometry on the
+    /// device are `other`'s, shared rather than built and uploaded again;
+    /// the matrix starts as a device copy of `other`'s (the pattern), then
+    /// `problem` is assembled into it. `system` is the host system of
+    /// `problem` on that mesh (its structure shared with `other`'s).
+    pub fn sharing_set_up_of(
+        other: &DeviceLaplacian<'g>,
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+    ) -> Result<Self, AssemblyError> {
+        Self::check_supported(system)?;
+        let mesh = system.mesh();
+        if mesh.n_cells() != other.n
+            || mesh.n_internal_faces() != other.n_faces
+            || mesh.n_faces() - mesh.n_internal_faces() != other.n_mesh_boundary
+            || system.schemes() != other.schemes
+        {
+            return Err(GpuError::Invalid(
+                "a device system sharing the set-up of another of another mesh or other schemes"
+                    .into(),
+            )
+            .into());
+        }
+        let gpu = other.gpu;
+        let set_up = SharedSetUp {
+            ordering: Rc::clone(&other.ordering),
+            schemes: other.schemes,
+            n_faces: other.n_faces,
+            device_faces: Rc::clone(&other.device_faces),
+            device_boundary: Rc::clone(&other.device_boundary),
+            n_mesh_boundary: other.n_mesh_boundary,
+            device_map: Rc::clone(&other.device_map),
+            geometry: Rc::clone(&other.geometry),
+            gradient: Rc::clone(&other.gradient),
+            total_volume: other.total_volume,
+        };
+        let matrix = other.matrix()?.device_copy(gpu)?;
+        Self::with_set_up(gpu, set_up, matrix, system, problem)
+    }
+
+    /// The system on `set_up` with `matrix` (of its pattern): the values and
+    /// work buffers allocated, then `problem` assembled.
+    fn with_set_up(
+        gpu: &'g Gpu,
+        set_up: SharedSetUp,
+        matrix: DeviceModSell,
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+    ) -> Result<Self, AssemblyError> {
+        let n = matrix.n;
+        let n_faces = set_up.n_faces;
+        let n_boundary = set_up.device_boundary.len();
+        let corrected = set_up.schemes.sn_grad.is_corrected();
+        let boundary_corrected = set_up.schemes.sn_grad == SnGradScheme::BoundaryCorrected;
+        let optional = |on: bool, len: usize| on.then(|| gpu.zeros::<f64>(len)).transpose();
+        let values = DeviceValues {
+            gamma: None,
+            gamma_uniform: f64::NAN,
+            source: gpu.zeros(n)?,
+            b_gamma: gpu.zeros(n_boundary)?,
+            b_value_internal: gpu.zeros(n_boundary)?,
+            b_value_boundary: gpu.zeros(n_boundary)?,
+            b_gradient_internal: gpu.zeros(n_boundary)?,
+            b_gradient_boundary: gpu.zeros(n_boundary)?,
+        };
+        let work = DeviceWork {
+            coeffs: gpu.zeros(n_faces)?,
+            gamma_mag_sf: optional(corrected, n_faces)?,
+            flux: optional(corrected, n_faces)?,
+            b_gamma_mag_sf: optional(boundary_corrected, n_boundary)?,
+            grad: gpu.zeros(3 * n)?,
+            explicit_rhs: gpu.zeros(n)?,
+            rhs: GpuVector::from(gpu.zeros(n)?),
+            reference_diag: gpu.zeros(1)?,
+            partials: gpu.zeros(2 * vector_grid(n) as usize)?,
+            sums: gpu.zeros(2)?,
+        };
+        let SharedSetUp {
+            ordering,
+            schemes,
+            n_faces,
+            device_faces,
+            device_boundary,
+            n_mesh_boundary,
+            device_map,
+            geometry,
+            gradient,
+            total_volume,
+        } = set_up;
         let mut device = Self {
             gpu,
             ordering,
             schemes,
             n,
             n_faces,
-            device_faces: map.device_faces.clone(),
-            device_boundary: map.device_boundary.clone(),
-            n_mesh_boundary: mesh.n_faces() - mesh.n_internal_faces(),
+            device_faces,
+            device_boundary,
+            n_mesh_boundary,
             held: Some(Held::Matrix(Rc::new(matrix))),
             device_map,
             geometry,
+            gradient,
             values,
             work,
             bc: BoundaryCoeffs::default(),
             time: TimeScheme::SteadyState,
             singular: None,
-            total_volume: system.geometry().cell_volumes.iter().sum(),
+            total_volume,
         };
         device.reassemble(system, problem)?;
         Ok(device)
+    }
+
+    /// Whether `other` shares this system's device set-up (map, geometry,
+    /// face numbering: [`Self::sharing_set_up_of`]).
+    pub fn shares_set_up_with(&self, other: &DeviceLaplacian) -> bool {
+        Rc::ptr_eq(&self.device_map, &other.device_map)
+            && Rc::ptr_eq(&self.geometry, &other.geometry)
+            && Rc::ptr_eq(&self.device_faces, &other.device_faces)
     }
 
     /// `Unsupported` where the device assembly does not handle the system's mesh.
@@ -873,16 +1005,21 @@ impl<'g> DeviceLaplacian<'g> {
         write(gpu, &arrays.b_gradient_internal, &mut v.b_gradient_internal)?;
         write(gpu, &arrays.b_gradient_boundary, &mut v.b_gradient_boundary)?;
         if let Some(g) = &arrays.gradient {
-            let geometry = &mut self.geometry;
-            for (host, dev) in [
-                (&g.ls_owner, &mut geometry.ls_owner),
-                (&g.ls_neighbour, &mut geometry.ls_neighbour),
-            ] {
-                if let Some(dev) = dev {
-                    write(gpu, host, dev)?;
+            match Rc::get_mut(&mut self.gradient) {
+                Some(own) => {
+                    for (host, dev) in [
+                        (&g.ls_owner, &mut own.ls_owner),
+                        (&g.ls_neighbour, &mut own.ls_neighbour),
+                    ] {
+                        if let Some(dev) = dev {
+                            write(gpu, host, dev)?;
+                        }
+                    }
+                    write(gpu, &g.b_ls, &mut own.b_vectors)?;
                 }
+                // Shared with other systems: this problem's vectors are its own.
+                None => self.gradient = Rc::new(DeviceGradient::upload(gpu, g, &g.b_ls)?),
             }
-            write(gpu, &g.b_ls, &mut geometry.b_vectors)?;
         }
         self.bc = values.bc.clone();
         self.time = values.time;
@@ -953,6 +1090,7 @@ impl<'g> DeviceLaplacian<'g> {
         self.check_vector(p, "field")?;
         let m = self.matrix()?;
         let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
+        let gradient = &self.gradient;
         let n = self.n as i32;
         let h = m.slice_height as u32;
         let gauss = i32::from(self.schemes.grad == GradScheme::GaussLinear);
@@ -966,12 +1104,12 @@ impl<'g> DeviceLaplacian<'g> {
                     .arg(&gauss)
                     .arg(&g.weights);
                 arg_or_null(a, g.sf.as_ref());
-                arg_or_null(a, g.ls_owner.as_ref());
-                arg_or_null(a, g.ls_neighbour.as_ref());
+                arg_or_null(a, gradient.ls_owner.as_ref());
+                arg_or_null(a, gradient.ls_neighbour.as_ref());
                 a.arg(&dm.boundary_ptr)
                     .arg(&v.b_value_internal)
                     .arg(&v.b_value_boundary)
-                    .arg(&g.b_vectors)
+                    .arg(&gradient.b_vectors)
                     .arg(&g.volumes)
                     .arg(p)
                     .arg(&w.grad);

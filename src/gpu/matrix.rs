@@ -109,6 +109,23 @@ impl DeviceModSell {
         })
     }
 
+    /// A copy on the device (pattern and values), nothing through the host.
+    pub fn device_copy(&self, gpu: &Gpu) -> Result<Self, GpuError> {
+        let mut copy = Self {
+            n: self.n,
+            slice_height: self.slice_height,
+            slice_ptr: gpu.zeros(self.slice_ptr.len())?,
+            codes: gpu.zeros(self.codes.len())?,
+            values: gpu.zeros(self.values.len())?,
+            diag: gpu.zeros(self.diag.len())?,
+        };
+        gpu.copy(&self.slice_ptr, &mut copy.slice_ptr)?;
+        gpu.copy(&self.codes, &mut copy.codes)?;
+        gpu.copy(&self.values, &mut copy.values)?;
+        gpu.copy(&self.diag, &mut copy.diag)?;
+        Ok(copy)
+    }
+
     pub fn upload(gpu: &Gpu, m: &ModSell) -> Result<Self, GpuError> {
         Ok(Self {
             n: m.n_rows(),

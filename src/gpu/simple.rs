@@ -10,9 +10,11 @@
 //! 1. **Momentum predictor and Rhie–Chow**, on the device where the momentum
 //!    solver is GMRES or PBiCGStab (Jacobi or none;
 //!    [`DeviceSimple::momentum_on_device`]): per component a
-//!    [`DeviceLaplacian`] of the viscous term (ν, the component's conditions; its
-//!    matrix assembled once, its right-hand side with the non-orthogonal
-//!    correction updated each iteration), bounded upwind convection of the
+//!    [`DeviceLaplacian`] of the viscous term (ν, the component's conditions;
+//!    the pressure system's ordering, map and geometry shared, not uploaded
+//!    again: [`DeviceLaplacian::sharing_set_up_of`]; its matrix assembled
+//!    once, its right-hand side with the non-orthogonal correction updated
+//!    each iteration), bounded upwind convection of the
 //!    resident φ and the linearUpwind / limitedLinear correction gathered per row, Patankar
 //!    relaxation, simpleFoam's explicit laminar stress where the settings
 //!    have it (`simple_stress_faces`, `simple_stress_rows`, from the U of the
@@ -54,7 +56,7 @@ use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::flow::simple::{MomentumSolver, PhaseSeconds, Predicted};
+use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
 use crate::solve::amg::AmgSettings;
@@ -64,6 +66,7 @@ use crate::solve::krylov::KrylovMethod;
 use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls, SolverPerformance};
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::Csr;
+use rayon::prelude::*;
 
 pub mod piso;
 
@@ -313,14 +316,13 @@ impl<'g> DeviceSimple<'g> {
         simple: &Simple,
         solver: DevicePressureSolver,
     ) -> Result<Self, AssemblyError> {
-        let (mut device, map) = Self::pressure_half(gpu, simple, solver)?;
+        let mut device = Self::pressure_half(gpu, simple, solver)?;
         device.momentum = match Self::momentum_on_device(simple) {
             Ok(krylov) => match crate::timings::span_synced("momentum systems", gpu, || {
                 DeviceMomentum::new(
                     gpu,
                     simple,
                     &device.laplacian,
-                    &map,
                     Some(simple.settings().convection),
                     krylov,
                     simple.settings().explicit_stress,
@@ -354,12 +356,15 @@ impl<'g> DeviceSimple<'g> {
     }
 
     /// The pressure system and the fields of `simple` on `gpu`, without
-    /// the momentum systems, and the assembly map those share with it.
+    /// the momentum systems (which share the pressure system's device
+    /// set-up: [`DeviceLaplacian::sharing_set_up_of`]). The host's systems
+    /// stay unassembled: the ordering and the assembly map need only their
+    /// shared pattern, and the map is dropped once uploaded.
     fn pressure_half(
         gpu: &'g Gpu,
         simple: &Simple,
         solver: DevicePressureSolver,
-    ) -> Result<(Self, AssemblyMap), AssemblyError> {
+    ) -> Result<Self, AssemblyError> {
         let (system, problem) = simple.pressure_system();
         let slice_height = GpuSolveOptions::default().slice_height;
         // One ordering and assembly map for the pressure and the momentum
@@ -373,6 +378,7 @@ impl<'g> DeviceSimple<'g> {
         let laplacian = crate::timings::span_synced("pressure system", gpu, || {
             DeviceLaplacian::with_map(gpu, system, problem, ordering, &map)
         })?;
+        drop(map);
         let n = laplacian.n();
         let faces = laplacian.n_face_values();
         let p = GpuVector::from(laplacian.to_device_order(&simple.p)?);
@@ -406,7 +412,7 @@ impl<'g> DeviceSimple<'g> {
             seconds: DevicePhaseSeconds::default(),
             host_current: true,
         };
-        Ok((device, map))
+        Ok(device)
     }
 
     /// The device's solver of the momentum predictor of `simple`'s
@@ -801,14 +807,15 @@ fn lost() -> GpuError {
 }
 
 impl<'g> DeviceMomentum<'g> {
-    /// The momentum systems of `simple` on the device, rows as `pressure`'s;
-    /// `convection`'s deferred correction (`None` or upwind: none), solved
-    /// by `krylov`, with buffers for the explicit stress where `stress`.
+    /// The momentum systems of `simple` on the device, sharing `pressure`'s
+    /// device set-up (ordering, assembly map, geometry: one upload for all
+    /// equations, only their values their own); `convection`'s deferred
+    /// correction (`None` or upwind: none), solved by `krylov`, with
+    /// buffers for the explicit stress where `stress`.
     fn new(
         gpu: &'g Gpu,
         simple: &Simple,
         pressure: &DeviceLaplacian<'g>,
-        map: &AssemblyMap,
         convection: Option<Convection>,
         krylov: DeviceKrylov,
         stress: bool,
@@ -820,29 +827,8 @@ impl<'g> DeviceMomentum<'g> {
         let mut sources = Vec::new();
         for k in 0..simple.components().len() {
             let (system, problem) = simple.viscous_system(k);
-            let ordering = pressure.ordering().clone();
-            let lap = DeviceLaplacian::with_map(gpu, system, problem, ordering, map)?;
-            if lap.device_faces() != pressure.device_faces()
-                || lap.device_boundary() != pressure.device_boundary()
-            {
-                return Err(AssemblyError::Unsupported(
-                    "the viscous and pressure systems number their faces differently".into(),
-                ));
-            }
-            let m = lap.arrays()?.matrix;
-            let mut copy = DeviceModSell {
-                n: m.n,
-                slice_height: m.slice_height,
-                slice_ptr: gpu.zeros(m.slice_ptr.len())?,
-                codes: gpu.zeros(m.codes.len())?,
-                values: gpu.zeros(m.values.len())?,
-                diag: gpu.zeros(m.diag.len())?,
-            };
-            gpu.copy(&m.slice_ptr, &mut copy.slice_ptr)?;
-            gpu.copy(&m.codes, &mut copy.codes)?;
-            gpu.copy(&m.values, &mut copy.values)?;
-            gpu.copy(&m.diag, &mut copy.diag)?;
-            matrices.push(Some(copy));
+            let lap = DeviceLaplacian::sharing_set_up_of(pressure, system, problem)?;
+            matrices.push(Some(lap.matrix()?.device_copy(gpu)?));
             sources.push(gpu.zeros(n)?);
             viscous.push(lap);
         }
@@ -854,14 +840,24 @@ impl<'g> DeviceMomentum<'g> {
         let deferred = match convection {
             None | Some(Convection::Upwind) => None,
             Some(Convection::LinearUpwind) => {
-                let offsets = simple.face_offsets();
-                let to_owner: Vec<Vec3> = offsets.iter().map(|(o, _)| *o).collect();
-                let to_neighbour: Vec<Vec3> = offsets.iter().map(|(_, n)| *n).collect();
+                // In device face order straight from the geometry: the host's
+                // own offsets (`Simple::face_offsets`) are never built.
+                let mut to_owner = vec![0.0; 3 * faces.len()];
+                let mut to_neighbour = vec![0.0; 3 * faces.len()];
+                to_owner
+                    .par_chunks_mut(3)
+                    .zip(to_neighbour.par_chunks_mut(3))
+                    .zip(faces.par_iter())
+                    .for_each(|((o, nb), &f)| {
+                        let (to_o, to_n) = face_offsets(mesh, geometry, f as usize);
+                        o.copy_from_slice(to_o.as_slice());
+                        nb.copy_from_slice(to_n.as_slice());
+                    });
                 Some(Deferred {
                     k: -1.0,
                     fc: gpu.zeros(faces.len())?,
-                    to_owner: Some(gpu.upload(&flatten(&to_owner, faces, 0))?),
-                    to_neighbour: Some(gpu.upload(&flatten(&to_neighbour, faces, 0))?),
+                    to_owner: Some(gpu.upload(&to_owner)?),
+                    to_neighbour: Some(gpu.upload(&to_neighbour)?),
                     delta: None,
                 })
             }

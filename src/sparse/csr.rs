@@ -1,13 +1,19 @@
 //! Compressed sparse row matrix: the CPU reference format.
 
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Square or rectangular CSR matrix with sorted column indices in each row.
+///
+/// The pattern (row pointers and columns) never changes after construction
+/// and is shared, not copied, by clones and by [`Csr::zeros_like`]: the
+/// systems of one mesh (a flow case's momentum components and pressure)
+/// hold one pattern and values of their own.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Csr {
     n_cols: usize,
-    row_ptr: Vec<usize>,
-    cols: Vec<u32>,
+    row_ptr: Arc<Vec<usize>>,
+    cols: Arc<Vec<u32>>,
     values: Vec<f64>,
 }
 
@@ -44,10 +50,25 @@ impl Csr {
         }
         Ok(Self {
             n_cols,
-            row_ptr,
-            cols,
+            row_ptr: Arc::new(row_ptr),
+            cols: Arc::new(cols),
             values,
         })
+    }
+
+    /// A matrix of this one's pattern (shared, not copied) with every value 0.
+    pub fn zeros_like(&self) -> Self {
+        Self {
+            n_cols: self.n_cols,
+            row_ptr: Arc::clone(&self.row_ptr),
+            cols: Arc::clone(&self.cols),
+            values: vec![0.0; self.nnz()],
+        }
+    }
+
+    /// Whether `other` holds the same pattern arrays (not merely equal ones).
+    pub fn shares_pattern_with(&self, other: &Csr) -> bool {
+        Arc::ptr_eq(&self.row_ptr, &other.row_ptr) && Arc::ptr_eq(&self.cols, &other.cols)
     }
 
     pub fn n_rows(&self) -> usize {
@@ -106,7 +127,7 @@ impl Csr {
     /// Aᵀ, columns sorted in each row (entries of a column in row order).
     pub fn transpose(&self) -> Csr {
         let mut count = vec![0usize; self.n_cols + 1];
-        for &c in &self.cols {
+        for &c in self.cols.iter() {
             count[c as usize + 1] += 1;
         }
         for c in 0..self.n_cols {
@@ -150,5 +171,20 @@ mod tests {
         assert_eq!(a.slot(0, 2), None);
         assert!(Csr::new(3, vec![0, 2], vec![1, 0], vec![1., 1.]).is_err());
         assert!(Csr::new(1, vec![0, 1], vec![3], vec![1.]).is_err());
+    }
+
+    #[test]
+    fn zeros_like_and_clones_share_the_pattern() {
+        let a = Csr::new(2, vec![0, 2, 3], vec![0, 1, 1], vec![4., -1., 3.]).unwrap();
+        let mut z = a.zeros_like();
+        assert!(z.shares_pattern_with(&a) && a.clone().shares_pattern_with(&a));
+        assert_eq!(
+            (z.row_ptr(), z.cols(), z.values()),
+            (a.row_ptr(), a.cols(), &[0.0; 3][..])
+        );
+        z.values_mut()[1] = 7.0;
+        assert_eq!(a.values(), &[4., -1., 3.]);
+        let equal = Csr::new(2, vec![0, 2, 3], vec![0, 1, 1], vec![0.; 3]).unwrap();
+        assert!(!equal.shares_pattern_with(&a));
     }
 }

@@ -8,7 +8,6 @@
 //! smallest-degree unvisited node, so every row is placed.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 
 use rayon::prelude::*;
 
@@ -289,26 +288,46 @@ impl Graph {
     /// Appends the Cuthill–McKee order of `start`'s component (breadth
     /// first, each vertex's unvisited neighbours by (degree, index)) to
     /// `order`; nothing where `start` is visited already.
+    ///
+    /// Level by level: the vertices of a level list, in parallel, their
+    /// neighbours not in an earlier level, sorted; then one pass in level
+    /// order gives each new vertex to the first that lists it. That is the
+    /// queue's order exactly: when the queue reaches a vertex, its unvisited
+    /// neighbours are those listed less the ones earlier vertices of its
+    /// level took, and a sorted list less some entries stays sorted.
     fn visit_component(&self, start: u32, visited: &mut [bool], order: &mut Vec<u32>) {
+        /// Vertices per parallel task.
+        const CHUNK: usize = 2048;
         if visited[start as usize] {
             return;
         }
-        let mut queue = VecDeque::new();
-        let mut next: Vec<u32> = Vec::new();
         visited[start as usize] = true;
-        queue.push_back(start);
-        while let Some(v) = queue.pop_front() {
-            order.push(v);
-            next.clear();
-            next.extend(
-                self.neighbours(v as usize)
-                    .iter()
-                    .filter(|&&u| !visited[u as usize]),
-            );
-            next.sort_unstable_by_key(|&u| (self.degree(u as usize), u));
-            for &u in &next {
-                visited[u as usize] = true;
-                queue.push_back(u);
+        let mut level = vec![start];
+        while !level.is_empty() {
+            order.extend_from_slice(&level);
+            let seen: &[bool] = visited;
+            let listed: Vec<Vec<u32>> = level
+                .par_chunks(CHUNK)
+                .map(|chunk| {
+                    let mut listed = Vec::new();
+                    for &v in chunk {
+                        let from = listed.len();
+                        listed.extend(
+                            self.neighbours(v as usize)
+                                .iter()
+                                .filter(|&&u| !seen[u as usize]),
+                        );
+                        listed[from..].sort_unstable_by_key(|&u| (self.degree(u as usize), u));
+                    }
+                    listed
+                })
+                .collect();
+            level.clear();
+            for u in listed.into_iter().flatten() {
+                if !visited[u as usize] {
+                    visited[u as usize] = true;
+                    level.push(u);
+                }
             }
         }
     }
@@ -562,6 +581,70 @@ mod tests {
             .permutation_unless_banded(&shuffled, 32)
             .unwrap();
         assert_eq!(rcm, Some(reverse_cuthill_mckee(&shuffled)));
+    }
+
+    /// Cuthill–McKee by its definition: one queue, each vertex's unvisited
+    /// neighbours sorted by (degree, index) when the queue reaches it.
+    fn cuthill_mckee_by_queue(g: &Graph) -> Vec<u32> {
+        let n = g.n();
+        let mut starts: Vec<u32> = (0..n as u32).collect();
+        starts.sort_by_key(|&v| (g.degree(v as usize), v));
+        let mut visited = vec![false; n];
+        let mut order = Vec::new();
+        for start in starts {
+            if visited[start as usize] {
+                continue;
+            }
+            visited[start as usize] = true;
+            let mut queue = std::collections::VecDeque::from([start]);
+            while let Some(v) = queue.pop_front() {
+                order.push(v);
+                let mut next: Vec<u32> = g
+                    .neighbours(v as usize)
+                    .iter()
+                    .copied()
+                    .filter(|&u| !visited[u as usize])
+                    .collect();
+                next.sort_unstable_by_key(|&u| (g.degree(u as usize), u));
+                for u in next {
+                    visited[u as usize] = true;
+                    queue.push_back(u);
+                }
+            }
+        }
+        order
+    }
+
+    #[test]
+    fn the_level_by_level_visit_is_the_queue_order() {
+        use crate::sparse::testing::grid_laplacian;
+        let mut rng = SplitMix(11);
+        // Random graphs with several components, one with levels of
+        // thousands of vertices (several parallel tasks each), and a
+        // shuffled grid.
+        for (n, components) in [(300, 3), (2000, 1), (5000, 20), (40_000, 1)] {
+            let group: Vec<usize> = (0..n).map(|_| rng.below(components)).collect();
+            let mut lists = vec![Vec::new(); n];
+            for _ in 0..3 * n {
+                let (u, v) = (rng.below(n), rng.below(n));
+                if u != v && group[u] == group[v] && !lists[u].contains(&(v as u32)) {
+                    lists[u].push(v as u32);
+                    lists[v].push(u as u32);
+                }
+            }
+            let g = Graph::from_lists(lists).unwrap();
+            assert_eq!(g.cuthill_mckee().new_to_old(), cuthill_mckee_by_queue(&g));
+        }
+        let a = grid_laplacian(60, 60, 8);
+        let mut order: Vec<u32> = (0..a.n_rows() as u32).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        let shuffled = Permutation::from_new_to_old(order)
+            .unwrap()
+            .apply_symmetric(&a);
+        let g = Graph::of_matrix(&shuffled);
+        assert_eq!(g.cuthill_mckee().new_to_old(), cuthill_mckee_by_queue(&g));
     }
 
     #[test]

@@ -155,13 +155,12 @@ impl<'g> DevicePiso<'g> {
             Self::momentum_solvers(piso).map_err(AssemblyError::Unsupported)?;
         let simple = &piso.simple;
         let settings = *piso.settings();
-        let (mut device, map) = DeviceSimple::pressure_half(gpu, simple, pressure)?;
+        let mut device = DeviceSimple::pressure_half(gpu, simple, pressure)?;
         let convection = settings.convection.scheme;
         let momentum = DeviceMomentum::new(
             gpu,
             simple,
             &device.laplacian,
-            &map,
             convection,
             u_solver,
             simple.settings().explicit_stress,
