@@ -52,6 +52,7 @@
 use super::piso::{DdtScheme, Piso, TransientConvection, TransientSettings};
 use super::simple::{MomentumSolver, SimpleSettings};
 use super::{FlowError, VectorValues, VelocityCondition};
+use crate::case::ErrorNorms;
 use crate::fvm::{BoundaryCondition, GradScheme, Schemes, SnGradScheme};
 use crate::mesh::generate::BoxSpec;
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
@@ -169,10 +170,9 @@ fn kinetic_energy(u: &[Vec3], volumes: &[f64]) -> f64 {
         .sum::<f64>()
 }
 
-/// sqrt(Σ V x² / Σ V) of per-cell values.
+/// sqrt(Σ V x² / Σ V) of per-cell values ([`ErrorNorms`]).
 fn l2(x: impl Iterator<Item = f64>, volumes: &[f64]) -> f64 {
-    let total: f64 = volumes.iter().sum();
-    (x.zip(volumes).map(|(x, v)| v * x * x).sum::<f64>() / total).sqrt()
+    ErrorNorms::new(&x.collect::<Vec<_>>(), volumes).l2
 }
 
 /// The volume mean.
