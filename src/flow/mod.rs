@@ -19,6 +19,7 @@ pub mod piso;
 pub mod potential;
 pub mod reference;
 pub mod simple;
+pub mod taylor_green;
 pub mod validation;
 
 pub use simple::{

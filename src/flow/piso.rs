@@ -441,6 +441,14 @@ impl<'m> Piso<'m> {
         &self.settings
     }
 
+    /// New values of the velocity conditions (same kind per patch), for the
+    /// steps from now on: call it before a step with the values at the time
+    /// the step reaches (OpenFOAM evaluates a time-dependent condition at
+    /// the new time). The old fluxes keep the old boundary values.
+    pub fn set_velocity_values(&mut self, velocity: &[VelocityCondition]) -> Result<(), FlowError> {
+        self.simple.set_velocity_values(velocity)
+    }
+
     /// `CourantNo.H`: (mean, max) for the current fluxes and Δt.
     pub fn courant(&self) -> (f64, f64) {
         let mesh = self.simple.mesh();

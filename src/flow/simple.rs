@@ -444,6 +444,36 @@ impl<'m> Simple<'m> {
         Ok(simple)
     }
 
+    /// Replaces the velocity conditions by `velocity`, of the same kind per
+    /// patch as before (new values only: a time-dependent wall or inlet
+    /// velocity), and re-assembles the viscous systems with them; the face
+    /// fluxes keep their values until the next corrector computes them.
+    pub fn set_velocity_values(&mut self, velocity: &[VelocityCondition]) -> Result<(), FlowError> {
+        for (k, &c) in self.components.iter().enumerate() {
+            let conditions = component_conditions(velocity, self.mesh, self.geometry, c)?;
+            let problem = &mut self.viscous_problems[k];
+            for ((old, new), patch) in problem
+                .boundary
+                .iter()
+                .zip(&conditions)
+                .zip(self.mesh.patches())
+            {
+                if std::mem::discriminant(old) != std::mem::discriminant(new) {
+                    return Err(FlowError::invalid(format!(
+                        "patch '{}': the velocity condition changes from {} to {}; only its \
+                         values may change during a run",
+                        patch.name,
+                        old.foam_name(),
+                        new.foam_name()
+                    )));
+                }
+            }
+            problem.boundary = conditions;
+            self.viscous[k].reassemble(problem)?;
+        }
+        Ok(())
+    }
+
     /// Solves the momentum equations with `solve` (e.g. on the GPU) instead
     /// of the settings' CPU solver.
     pub fn set_momentum_solve(&mut self, solve: Box<MomentumSolve<'m>>) {
