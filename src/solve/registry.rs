@@ -546,11 +546,11 @@ fn amg_from_keys(_: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
 /// in the aggregation AMG (accepted and ignored, [`AMG_IGNORED_KEYS`]).
 const AMG_KEYS: &[&str] = &[
     "smoother",
-    "sweeps",
     "nSweeps",
     "nPreSweeps",
     "nPostSweeps",
     "nCellsInCoarsestLevel",
+    "sweeps",
     "coarsestRows",
     "passes",
     "matchingRounds",
@@ -577,20 +577,10 @@ const AMG_KEYS: &[&str] = &[
 ];
 /// The GAMG keys AMG accepts and ignores: the tail of [`AMG_KEYS`].
 const AMG_IGNORED_KEYS: &[&str] = AMG_KEYS.split_at(15).1;
-/// AMG's own keys, which OpenFOAM's GAMG does not have: given, the GPU runs
-/// the AMG as given rather than [`GAMG_ON_GPU`].
-const AMG_GPU_KEYS: &[&str] = &[
-    "sweeps",
-    "coarsestRows",
-    "passes",
-    "matchingRounds",
-    "maxLevels",
-    "cycle",
-    "omega",
-    "overCorrection",
-    "precision",
-    "fused",
-];
+/// AMG's own keys, which OpenFOAM's GAMG does not have (`sweeps` to
+/// `fused` in [`AMG_KEYS`]): given, the GPU runs the AMG as given rather
+/// than [`GAMG_ON_GPU`].
+const AMG_GPU_KEYS: &[&str] = AMG_KEYS.split_at(15).0.split_at(5).1;
 
 /// ILU(k): k from the name (`ilu0`, `ilu1`) or the `fillLevel` key.
 fn ilu_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
@@ -1226,6 +1216,8 @@ mod tests {
         for key in ["cycle", "precision", "passes", "omega", "Passes"] {
             assert!(explicit_gpu_keys("GAMG", &keys(&[(key, "1")])), "{key}");
         }
+        assert_eq!(AMG_GPU_KEYS.first(), Some(&"sweeps"));
+        assert_eq!(AMG_GPU_KEYS.last(), Some(&"fused"));
         assert!(!explicit_gpu_keys("diagonal", &KeyValues::new()));
         assert!(!explicit_gpu_keys(
             "Chebyshev",
