@@ -40,6 +40,22 @@ extern "C" __global__ void neumann_step(int n, int upper, const u64* __restrict_
 // AZ is stored column-major as an n x w ELL: slot j of row i at j*n + i,
 // subdomain az_parts (-1: padding) and value az_values.
 
+// part[i] = the subdomain p of row i (offsets[p] <= i < offsets[p+1]; k
+// subdomains covering 0..n): a binary search over the k + 1 offsets, one
+// thread per row, so the n owners need no host array or upload.
+extern "C" __global__ void defl_owners(int n, int k, const int* __restrict__ offsets,
+                                       int* __restrict__ part) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int lo = 0, hi = k;  // offsets[lo] <= i < offsets[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (offsets[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    part[i] = lo;
+}
+
 // Most subdomains one row of AZ may touch (the row's own and its neighbours').
 #define DEFL_MAX_WIDTH 32
 

@@ -355,42 +355,77 @@ extern "C" __global__ void ic_identity_rows(int n, int* __restrict__ rows) {
 }
 
 // ---- The level schedule on the device (src/sparse/levels.rs LevelSchedule on
-// the device CSR; DeviceLevels::on_device). level[i] holds the row's level
-// + 1, 0 until assigned (so the host zeroes it).
+// the device CSR; DeviceLevels::on_device) by wavefronts (Kahn's topological
+// sort, level by level): a row's level is 1 + the deepest level of the rows
+// it depends on (lower sweep: the columns j < i of its row; upper != 0: the
+// columns j > i), 0 without any. pending[i] counts the dependencies not yet
+// placed; placing level L's rows decrements the pending count of each row
+// that depends on them, and a row whose count reaches 0 has all its
+// dependencies in levels <= L, its deepest in L (else it would have reached
+// 0 earlier): it is appended to level L + 1. rows lists the levels one after
+// the other (level_ptr[L] .. level_ptr[L + 1]; the order inside a level is
+// the atomics', its rows being independent); state[0] is the number of rows
+// placed, state[1] the launches' ticket (pcg.cu last_block). Each launch's
+// last block writes the next level's end, so one launch per level, no
+// read-back. The work is each row's entries twice plus, per dependency, the
+// dependent's row scanned for the entry back (a pattern that is not
+// symmetric then stalls instead of placing a row early; the host sees the
+// stall and takes its own schedule).
 
-// One round: an unassigned row whose dependencies (lower: columns j < i;
-// upper != 0: columns j > i) all have levels below `round` takes level
-// `round` (1 + its deepest dependency's level, as LevelSchedule). A
-// dependency assigned in this same launch reads as unassigned or as level
-// `round`: not ready either way, so the result does not depend on the
-// threads' order.
-// unassigned[0] (zeroed by the host) counts the rows left after the round.
-extern "C" __global__ void ic_level_round(int n, const u64* __restrict__ row_ptr,
-                                          const int* __restrict__ cols, int upper, int round,
-                                          int* level, int* unassigned) {
+// Whether row m's dependencies (lower: j < m; upper: j > m) include i.
+__device__ bool wave_depends(const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                             int upper, int m, int i) {
+    for (u64 s = row_ptr[m]; s < row_ptr[m + 1]; ++s)
+        if (cols[s] == i) return upper ? i > m : i < m;
+    return false;
+}
+
+// Every thread's appends, then the last block to finish publishes the rows
+// placed so far as level_ptr[slot].
+__device__ void wave_close(int* state, int* level_ptr, int slot) {
+    __threadfence();
+    __syncthreads();
+    if (last_block((unsigned*)&state[1]) && threadIdx.x == 0)
+        level_ptr[slot] = atomicAdd(&state[0], 0);
+}
+
+// Each row's dependency count; the rows without any are level 0
+// (level_ptr[1] written by the last block; state and level_ptr[0] zero).
+extern "C" __global__ void ic_wave_init(int n, const u64* __restrict__ row_ptr,
+                                        const int* __restrict__ cols, int upper,
+                                        int* __restrict__ pending, int* __restrict__ rows,
+                                        int* state, int* level_ptr) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || level[i] > 0) return;
-    bool ready = true;
-    for (u64 s = row_ptr[i]; s < row_ptr[i + 1] && ready; ++s) {
-        const int j = cols[s];
-        if (upper ? j <= i : j >= i) continue;
-        const int lj = level[j];  // its level + 1, 0: unassigned
-        if (lj == 0 || lj > round) ready = false;
+    if (i < n) {
+        int count = 0;
+        for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+            const int j = cols[s];
+            count += upper ? j > i : j < i;
+        }
+        pending[i] = count;
+        if (count == 0) rows[atomicAdd(&state[0], 1)] = i;
     }
-    if (ready) level[i] = round + 1;
-    else atomicAdd(unassigned, 1);
+    wave_close(state, level_ptr, 1);
 }
 
-// counts[level] += 1 for each row's level (zeroed by the host).
-extern "C" __global__ void ic_level_counts(int n, const int* __restrict__ level, int* counts) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) atomicAdd(&counts[level[i] - 1], 1);
-}
-
-// rows[cursor[level]++] = i (cursor: each level's first position). The
-// order inside a level is the atomics' (a level's rows are independent).
-extern "C" __global__ void ic_level_scatter(int n, const int* __restrict__ level, int* cursor,
-                                            int* __restrict__ rows) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) rows[atomicAdd(&cursor[level[i] - 1], 1)] = i;
+// Level `level` placed (rows level_ptr[level] .. level_ptr[level + 1]): its
+// dependents' counts decremented, those reaching 0 appended as level + 1,
+// whose end the last block writes to level_ptr[level + 2]. A grid-stride
+// loop over the level's rows (a fixed grid: the level's size stays on the
+// device); an empty level (past the last) appends nothing.
+extern "C" __global__ void ic_wave_step(const u64* __restrict__ row_ptr,
+                                        const int* __restrict__ cols, int upper, int level,
+                                        int* rows, int* pending, int* state, int* level_ptr) {
+    const int begin = level_ptr[level], end = level_ptr[level + 1];
+    for (int t = begin + blockIdx.x * blockDim.x + threadIdx.x; t < end;
+         t += gridDim.x * blockDim.x) {
+        const int i = rows[t];
+        for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+            const int m = cols[s];
+            if (upper ? m >= i : m <= i) continue;
+            if (!wave_depends(row_ptr, cols, upper, m, i)) continue;
+            if (atomicSub(&pending[m], 1) == 1) rows[atomicAdd(&state[0], 1)] = m;
+        }
+    }
+    wave_close(state, level_ptr, level + 2);
 }

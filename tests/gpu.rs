@@ -415,6 +415,43 @@ fn launch_modes_give_the_same_bits() {
     }
 }
 
+/// The first solve of a fresh device in graph mode captures its graph (the
+/// chunk's kernels, never launched before, are loaded outside the capture)
+/// instead of falling back to direct launches, and gives the bits of the
+/// direct launches.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn the_first_solve_of_a_fresh_device_captures_its_graph() {
+    let Some(gpu) = test_device() else { return };
+    let (a, b) = poisson_system("box:12x12x12").unwrap();
+    let zeros = vec![0.0; a.n_rows()];
+    let options = GpuSolveOptions {
+        check_interval: 5,
+        ..Default::default()
+    };
+    let backend = GpuCgBackend::new(&gpu, &a, true, None, &options).unwrap();
+    let b_dev = backend.upload(&b).unwrap();
+    let mut x_dev = backend.upload(&zeros).unwrap();
+    backend.set_launch_mode(LaunchMode::Graph);
+    let graphed = pcg(&backend, &b_dev, &mut x_dev, &controls(), "p").unwrap();
+    let x_graphed = backend.download(&x_dev).unwrap();
+    assert_eq!(
+        backend.launch_mode(),
+        LaunchMode::Graph,
+        "capture fell back"
+    );
+    assert_eq!(backend.graph_captures(), 1);
+    backend.set_launch_mode(LaunchMode::Separate);
+    backend.write(&mut x_dev, &zeros).unwrap();
+    let direct = pcg(&backend, &b_dev, &mut x_dev, &controls(), "p").unwrap();
+    assert_eq!(graphed, direct);
+    let x_direct = backend.download(&x_dev).unwrap();
+    assert!(x_graphed
+        .iter()
+        .zip(&x_direct)
+        .all(|(g, d)| g.to_bits() == d.to_bits()));
+}
+
 #[test]
 fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
     use fvpoisson::gpu::DeviceChoice;

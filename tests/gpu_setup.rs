@@ -16,6 +16,9 @@
 //!   CPU reference matches bit for bit), the mixed-precision application
 //!   equals the host-built one bit for bit, and the value-only re-set-up
 //!   equals a fresh CPU factorisation of the new values;
+//! - the device level schedules (wavefronts) on a deep RCM order and on a
+//!   pattern that is not symmetric (the host schedule taken for the sweep
+//!   whose wavefront stalls): each row at the host's level;
 //! - Eisenstat SGS's scaled split set up on the device: the same SELL
 //!   triangles, scales and row order as the host set-up, bit for bit, and
 //!   the host's error for coupled rows of one colour.
@@ -39,6 +42,7 @@ use fvpoisson::solve::precond::{Dic, Ic0};
 use fvpoisson::solve::smoother::{check_diagonal, l1_jacobi_scale, PointJacobi};
 use fvpoisson::solve::{LinearOperator, Precision, SolveError};
 use fvpoisson::sparse::levels::LevelSchedule;
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::random_vector;
 use fvpoisson::sparse::{Csr, ModSell};
 
@@ -401,4 +405,71 @@ fn eisenstat_split_on_the_device_equals_the_host_set_up() {
         dev.expect("refused").to_string(),
         host.expect("refused").to_string()
     );
+}
+
+/// `a` without the entries above the diagonal in row `r` (a pattern that is
+/// not symmetric).
+fn without_upper_entries(a: &Csr, r: usize) -> Csr {
+    let (mut row_ptr, mut cols, mut vals) = (vec![0], Vec::new(), Vec::new());
+    for i in 0..a.n_rows() {
+        let (c, v) = a.row(i);
+        for (&j, &x) in c.iter().zip(v) {
+            if i != r || j as usize <= i {
+                cols.push(j);
+                vals.push(x);
+            }
+        }
+        row_ptr.push(cols.len());
+    }
+    Csr::new(a.n_rows(), row_ptr, cols, vals).unwrap()
+}
+
+/// The level schedules DIC builds on the device (wavefronts: one launch per
+/// level, the rows placed read back every 32 levels) put every row at the
+/// host schedule's level: on a hex box in RCM order deep enough for several
+/// read-back batches, and on a pattern that is not symmetric (a row's
+/// entries above the diagonal removed), where the lower sweep's wavefront
+/// stalls and the host schedule is taken, while the upper one does not make
+/// the row wait for the removed entries' partners. The premises (depth, a different schedule) are
+/// checked on the host first.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn device_level_schedules_equal_the_hosts_on_deep_and_asymmetric_patterns() {
+    let a = fvpoisson::gpu::bench::poisson_system("box:24x24x24")
+        .unwrap()
+        .0;
+    let a = reverse_cuthill_mckee(&a).apply_symmetric(&a);
+    let deep = LevelSchedule::lower(&a).n_levels();
+    assert!(deep > 64, "{deep} levels: not deep enough");
+    let r = a.n_rows() / 2;
+    let asymmetric = without_upper_entries(&a, r);
+    // The upper sweep's levels change (row r no longer waits for the
+    // removed columns); the lower sweep's do not (their partners stay), but
+    // its wavefront cannot place those partners: it stalls.
+    assert!(
+        LevelSchedule::upper(&asymmetric).row_levels() != LevelSchedule::upper(&a).row_levels(),
+        "removing the entry changes no level"
+    );
+    let Some(gpu) = test_device() else { return };
+    for (name, m) in [("box 24^3 RCM", &a), ("asymmetric pattern", &asymmetric)] {
+        let dm = upload(&gpu, m, 32);
+        let t = std::time::Instant::now();
+        let dev =
+            DeviceIncompleteCholesky::on_device(&gpu, m, &dm, IcKind::Dic, Precision::Double, None)
+                .unwrap();
+        gpu.synchronize().unwrap();
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let (forward, backward) = dev.row_levels().unwrap();
+        println!("{name}: {:?} levels, set-up {ms:.1} ms", dev.levels());
+        assert_eq!(
+            forward,
+            LevelSchedule::lower(m).row_levels(),
+            "{name}: forward"
+        );
+        assert_eq!(
+            backward,
+            LevelSchedule::upper(m).row_levels(),
+            "{name}: backward"
+        );
+    }
 }

@@ -94,6 +94,11 @@ impl<'a> Lexer<'a> {
         self.file
     }
 
+    /// The bytes the lexer reads (the whole file).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     pub fn line(&self) -> usize {
         self.line
     }

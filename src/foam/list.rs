@@ -1,13 +1,23 @@
 //! Fast readers for the big lists of mesh files: `N( ... )` in ascii, `N(` raw
 //! little-endian bytes `)` in binary, `N{v}` uniform, and lists of label lists
 //! (faces). Items are parsed straight from the bytes, with no per-item allocation.
+//!
+//! A long counted ascii list that ends its file (`points`, `faces`, `owner`,
+//! `neighbour`) is parsed in parallel: its body is cut at line ends into
+//! chunks, each parsed by a lexer of its own that knows its first line
+//! ([`read_file_list`], [`read_label_lists`]). Any failure, or a body with
+//! comments or directives, falls back to the sequential reader from the
+//! list's start, so errors are reported exactly as the sequential reader
+//! reports them.
+
+use rayon::prelude::*;
 
 use super::lexer::{Lexer, Token};
 use super::{Arch, FoamFormat};
 use crate::mesh::{Label, MeshError, Vec3};
 
 /// An item type of a list in a mesh file.
-pub trait ListItem: Sized + Clone {
+pub trait ListItem: Sized + Clone + Send {
     /// Name used in error messages.
     const NAME: &'static str;
     /// Reads one ascii item.
@@ -190,6 +200,18 @@ pub fn read_list_into<T: ListItem>(
                 .ok_or_else(|| lx.error(format!("list size {n} is too large")))?;
             let bytes = lx.raw(total, &what())?;
             out.reserve(n);
+            if n >= PARALLEL_MIN_ITEMS {
+                // Decoded in parallel; on a bad item, again in order, so the
+                // error names the first one.
+                let decoded: Result<Vec<T>, String> = bytes
+                    .par_chunks_exact(size)
+                    .map(|chunk| T::binary(chunk, arch))
+                    .collect();
+                if let Ok(items) = decoded {
+                    out.extend(items);
+                    return close_list(lx, n, start_line);
+                }
+            }
             for chunk in bytes.chunks_exact(size) {
                 out.push(T::binary(chunk, arch).map_err(|m| lx.error(m))?);
             }
@@ -208,6 +230,11 @@ pub fn read_list_into<T: ListItem>(
             }
         }
     }
+    close_list(lx, n, start_line)
+}
+
+/// The `)` closing a list of `n` items opened on `start_line`; returns `n`.
+fn close_list(lx: &mut Lexer, n: usize, start_line: usize) -> Result<usize, MeshError> {
     if !lx.eat(b')')? {
         lx.punct(
             b')',
@@ -271,8 +298,15 @@ pub fn read_label_lists(
     lx: &mut Lexer,
     format: FoamFormat,
     arch: Arch,
-    mut check: impl FnMut(usize, &[Label]) -> Result<(), String>,
+    check: impl Fn(usize, &[Label]) -> Result<(), String> + Sync,
 ) -> Result<(Vec<u32>, Vec<Label>), MeshError> {
+    if format == FoamFormat::Ascii {
+        let (pos, line) = (lx.pos(), lx.line());
+        if let Some(faces) = read_label_lists_parallel(lx, &check)? {
+            return Ok(faces);
+        }
+        lx.rewind(pos, line);
+    }
     let n = lx.label("the number of faces")? as usize;
     lx.punct(b'(', &format!("after the number of faces {n}"))?;
     let start_line = lx.line();
@@ -298,6 +332,180 @@ pub fn read_label_lists(
         &format!("to close the face list of {n} faces opened on line {start_line}"),
     )?;
     Ok((offsets, labels))
+}
+
+/// Counted ascii lists of at least this many items are read in parallel.
+const PARALLEL_MIN_ITEMS: usize = 1 << 15;
+
+/// Bytes of body per parallel chunk at least.
+const PARALLEL_CHUNK_BYTES: usize = 256 << 10;
+
+/// A counted ascii list parsed in parallel chunks.
+struct ParallelList<R> {
+    /// The declared size.
+    n: usize,
+    /// Each chunk's parse, in order.
+    chunks: Vec<R>,
+    /// The position and line of the list's closing `)`.
+    end: (usize, usize),
+}
+
+/// Parses the counted ascii list at the lexer, `N ( ... )`, whose closing
+/// `)` is the last in the file, in chunks of whole lines by `parse_chunk`
+/// (which reads items until its lexer ends). `None`, the lexer anywhere: the
+/// list is short, not counted, holds comments, directives or braces, or a
+/// chunk failed (a chunk boundary inside an item, or bad input): the caller
+/// rewinds and reads it sequentially, whose error names the line.
+fn parse_parallel<R: Send>(
+    lx: &mut Lexer,
+    parse_chunk: impl Fn(&mut Lexer) -> Result<R, MeshError> + Sync,
+) -> Result<Option<ParallelList<R>>, MeshError> {
+    if !lx.peek_byte()?.is_some_and(|c| c.is_ascii_digit()) {
+        return Ok(None);
+    }
+    let Ok(n) = lx.label("the list size") else {
+        return Ok(None);
+    };
+    let n = n as usize;
+    if n < PARALLEL_MIN_ITEMS || !lx.eat(b'(')? {
+        return Ok(None);
+    }
+    let bytes = lx.bytes();
+    let start = lx.pos();
+    let Some(end) = bytes.iter().rposition(|&c| c == b')') else {
+        return Ok(None);
+    };
+    if end < start {
+        return Ok(None);
+    }
+    let body = &bytes[start..end];
+    if body.iter().any(|&c| matches!(c, b'/' | b'#' | b'{' | b'}')) {
+        return Ok(None);
+    }
+    // Chunk boundaries: just after a line end at or past each even cut.
+    let chunks = (body.len() / PARALLEL_CHUNK_BYTES).clamp(1, 4 * rayon::current_num_threads());
+    let mut cuts = vec![start];
+    for j in 1..chunks {
+        let target = start + j * body.len() / chunks;
+        if let Some(nl) = bytes[target..end].iter().position(|&c| c == b'\n') {
+            let cut = target + nl + 1;
+            if cut > *cuts.last().unwrap_or(&start) && cut < end {
+                cuts.push(cut);
+            }
+        }
+    }
+    cuts.push(end);
+    let newlines: Vec<usize> = cuts
+        .par_windows(2)
+        .map(|w| bytes[w[0]..w[1]].iter().filter(|&&c| c == b'\n').count())
+        .collect();
+    let mut line = lx.line();
+    let mut first_lines = Vec::with_capacity(newlines.len());
+    for count in &newlines {
+        first_lines.push(line);
+        line += count;
+    }
+    let file = lx.file();
+    let parsed: Result<Vec<R>, MeshError> = cuts
+        .par_windows(2)
+        .zip(first_lines.par_iter())
+        .map(|(w, &first_line)| {
+            let mut chunk = Lexer::new(file, &bytes[..w[1]], w[0], first_line);
+            parse_chunk(&mut chunk)
+        })
+        .collect();
+    Ok(parsed.ok().map(|chunks| ParallelList {
+        n,
+        chunks,
+        end: (end, line),
+    }))
+}
+
+/// Items of `T` until the lexer's end (a [`parse_parallel`] chunk).
+fn chunk_items<T: ListItem>(lx: &mut Lexer) -> Result<Vec<T>, MeshError> {
+    let mut items = Vec::new();
+    while lx.peek_byte()?.is_some() {
+        items.push(T::ascii(lx)?);
+    }
+    Ok(items)
+}
+
+/// Reads the list that makes up the rest of a file, in parallel where
+/// [`parse_parallel`] can, else as [`read_list`] does.
+pub fn read_file_list<T: ListItem>(
+    lx: &mut Lexer,
+    format: FoamFormat,
+    arch: Arch,
+) -> Result<Vec<T>, MeshError> {
+    let (pos, line) = (lx.pos(), lx.line());
+    if format == FoamFormat::Ascii {
+        if let Some(list) = parse_parallel(lx, chunk_items::<T>)? {
+            let total: usize = list.chunks.iter().map(Vec::len).sum();
+            if total == list.n {
+                let mut out = Vec::with_capacity(total);
+                for chunk in list.chunks {
+                    out.extend(chunk);
+                }
+                lx.rewind(list.end.0, list.end.1);
+                lx.tick();
+                lx.punct(b')', "to close the list")?;
+                return Ok(out);
+            }
+        }
+        lx.rewind(pos, line);
+    }
+    read_list(lx, format, arch)
+}
+
+/// A list of label lists: offsets (sizes in a chunk) and labels.
+type LabelLists = (Vec<u32>, Vec<Label>);
+
+/// Faces of a [`parse_parallel`] chunk: their sizes and labels.
+fn chunk_label_lists(lx: &mut Lexer) -> Result<LabelLists, MeshError> {
+    let (mut sizes, mut labels) = (Vec::new(), Vec::new());
+    while lx.peek_byte()?.is_some() {
+        let n = read_list_into(lx, FoamFormat::Ascii, Arch::default(), &mut labels)?;
+        sizes.push(n as u32);
+    }
+    Ok((sizes, labels))
+}
+
+/// [`read_label_lists`] of an ascii file in parallel: `None` where
+/// [`parse_parallel`] cannot, the sizes disagree or a face fails `check`.
+fn read_label_lists_parallel(
+    lx: &mut Lexer,
+    check: &(impl Fn(usize, &[Label]) -> Result<(), String> + Sync),
+) -> Result<Option<LabelLists>, MeshError> {
+    let Some(list) = parse_parallel(lx, chunk_label_lists)? else {
+        return Ok(None);
+    };
+    let faces: usize = list.chunks.iter().map(|(sizes, _)| sizes.len()).sum();
+    let total: usize = list.chunks.iter().map(|(_, labels)| labels.len()).sum();
+    if faces != list.n || u32::try_from(total).is_err() {
+        return Ok(None);
+    }
+    let mut offsets = Vec::with_capacity(faces + 1);
+    let mut labels = Vec::with_capacity(total);
+    offsets.push(0u32);
+    for (sizes, chunk_labels) in list.chunks {
+        let mut at = labels.len() as u32;
+        for size in sizes {
+            at += size;
+            offsets.push(at);
+        }
+        labels.extend(chunk_labels);
+    }
+    let failed = (0..faces).into_par_iter().any(|f| {
+        let face = &labels[offsets[f] as usize..offsets[f + 1] as usize];
+        check(f, face).is_err()
+    });
+    if failed {
+        return Ok(None);
+    }
+    lx.rewind(list.end.0, list.end.1);
+    lx.tick();
+    lx.punct(b')', "to close the face list")?;
+    Ok(Some((offsets, labels)))
 }
 
 /// `count` binary scalars at the lexer (contents of a binary `List<T>` block).
@@ -359,6 +567,28 @@ mod tests {
     }
 
     #[test]
+    fn long_binary_lists_decode_in_parallel_and_name_the_first_bad_item() {
+        let n = 2 * PARALLEL_MIN_ITEMS + 3;
+        let list = |bad: &[(usize, i32)]| {
+            let mut src = format!("{n}(").into_bytes();
+            for i in 0..n {
+                let v = bad.iter().find(|b| b.0 == i).map_or(i as i32, |b| b.1);
+                src.extend(v.to_le_bytes());
+            }
+            src.push(b')');
+            src
+        };
+        let src = list(&[]);
+        let mut lx = Lexer::new(Path::new("f"), &src, 0, 1);
+        let v = read_list::<Label>(&mut lx, FoamFormat::Binary, Arch::default()).unwrap();
+        assert_eq!(v, (0..n as Label).collect::<Vec<_>>());
+        let src = list(&[(n - 1, -2), (PARALLEL_MIN_ITEMS + 5, -7)]);
+        let mut lx = Lexer::new(Path::new("f"), &src, 0, 1);
+        let e = read_list::<Label>(&mut lx, FoamFormat::Binary, Arch::default()).unwrap_err();
+        assert!(e.to_string().contains("found -7"), "{e}");
+    }
+
+    #[test]
     fn binary_lists() {
         let mut src = b"2(".to_vec();
         src.extend(7i32.to_le_bytes());
@@ -382,6 +612,108 @@ mod tests {
         let mut lx = Lexer::new(Path::new("f"), b"3(\x01\x00", 0, 1);
         let e = read_list::<Label>(&mut lx, FoamFormat::Binary, Arch::default()).unwrap_err();
         assert!(e.to_string().contains("needs 12 bytes"), "{e}");
+    }
+
+    /// A counted ascii list of `n` items of `item(i)`, one per line, with
+    /// some lines holding two items (chunks then start mid-pattern).
+    fn big_list(n: usize, item: impl Fn(usize) -> String) -> String {
+        let mut src = format!("{n}\n(\n");
+        for i in 0..n {
+            src += &item(i);
+            src.push(if i % 7 == 3 { ' ' } else { '\n' });
+        }
+        src + ")\n"
+    }
+
+    fn file_list<T: ListItem>(src: &str) -> Result<Vec<T>, MeshError> {
+        let mut lx = Lexer::new(Path::new("f"), src.as_bytes(), 0, 1);
+        let v = read_file_list(&mut lx, FoamFormat::Ascii, Arch::default())?;
+        lx.expect_eof("the list")?;
+        Ok(v)
+    }
+
+    #[test]
+    fn long_lists_read_in_parallel_equal_the_sequential_reader() {
+        let n = 3 * PARALLEL_MIN_ITEMS + 11;
+        let labels = big_list(n, |i| format!("{}", (i * 7919) % 100_003));
+        assert_eq!(
+            file_list::<Label>(&labels).unwrap(),
+            ascii::<Label>(&labels).unwrap()
+        );
+        let points = big_list(n, |i| format!("({} -{}e-3 {}.5)", i, i % 13, i % 5));
+        let parallel = file_list::<Vec3>(&points).unwrap();
+        assert_eq!(parallel.len(), n);
+        assert_eq!(parallel, ascii::<Vec3>(&points).unwrap());
+        let faces = big_list(n, |i| format!("4({} {} {} {})", i, i + 1, i + 2, i + 3));
+        let read = |src: &str| {
+            let mut lx = Lexer::new(Path::new("f"), src.as_bytes(), 0, 1);
+            let v = read_label_lists(&mut lx, FoamFormat::Ascii, Arch::default(), |_, _| Ok(()));
+            (v, lx.line(), lx.pos())
+        };
+        let (parallel, line, pos) = read(&faces);
+        let (offsets, labels) = parallel.unwrap();
+        assert_eq!(offsets.len(), n + 1);
+        assert_eq!(
+            &labels[4 * (n - 1)..],
+            [n - 1, n, n + 1, n + 2].map(|l| l as Label)
+        );
+        assert_eq!((line, pos), (faces.lines().count(), faces.len() - 1));
+    }
+
+    #[test]
+    fn errors_in_long_lists_name_the_line_the_sequential_reader_names() {
+        let n = 2 * PARALLEL_MIN_ITEMS;
+        let bad = |at: usize, what: &str| {
+            big_list(n, |i| {
+                if i == at {
+                    what.to_string()
+                } else {
+                    i.to_string()
+                }
+            })
+        };
+        for (src, expected) in [
+            (bad(n - 5, "x"), "expected a label"),
+            (bad(PARALLEL_MIN_ITEMS + 1, "-4"), "expected a label"),
+            (
+                big_list(n, |i| i.to_string()).replacen(
+                    &format!("{n}\n"),
+                    &format!("{}\n", n + 1),
+                    1,
+                ),
+                "declares",
+            ),
+            (
+                big_list(n, |i| i.to_string()).replace("\n7\n", "\n7 /* seven */\n"),
+                "",
+            ),
+        ] {
+            let sequential = ascii::<Label>(&src).map_err(|e| e.to_string());
+            let parallel = file_list::<Label>(&src).map_err(|e| e.to_string());
+            assert_eq!(parallel, sequential);
+            if let Err(e) = &parallel {
+                assert!(e.contains(expected), "{e}");
+            }
+        }
+        // A face that fails the check deep in the list: the sequential error.
+        let faces = big_list(n, |i| {
+            if i == n - 2 {
+                "2(0 1)".into()
+            } else {
+                "3(0 1 2)".into()
+            }
+        });
+        let mut lx = Lexer::new(Path::new("f"), faces.as_bytes(), 0, 1);
+        let e = read_label_lists(&mut lx, FoamFormat::Ascii, Arch::default(), |i, l| {
+            if l.len() < 3 {
+                Err(format!("face {i} is short"))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        let line = faces.lines().position(|l| l.contains("2(0 1)")).unwrap() + 1;
+        assert_eq!(e.to_string(), format!("f:{line}: face {} is short", n - 2));
     }
 
     #[test]

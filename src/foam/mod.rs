@@ -167,7 +167,7 @@ impl FoamFile {
     /// Reads the body as one list of `T` (e.g. `points`, `owner`).
     pub fn list<T: ListItem>(&self) -> Result<Vec<T>, MeshError> {
         let mut lx = self.body();
-        let v = list::read_list(&mut lx, self.header.format, self.header.arch)?;
+        let v = list::read_file_list(&mut lx, self.header.format, self.header.arch)?;
         lx.expect_eof("the list")?;
         Ok(v)
     }

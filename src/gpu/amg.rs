@@ -54,7 +54,7 @@
 use std::rc::Rc;
 
 use cudarc::driver::sys as driver_sys;
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
@@ -1270,13 +1270,8 @@ impl<'g> DeviceAmg<'g> {
     /// The coarsest level's dense operator A_L⁻¹ (or A_L⁺), as
     /// `CoarsestSolver::inverse` defines it, formed on the device with
     /// nothing read back: the matrix that `CoarsestSolver` factors
-    /// (scattered, shifted when singular — `amg_dense_singular` makes the
-    /// host's test in its order — and symmetrised), factored by the blocked
-    /// Cholesky (`amg_dense_diag`, then per panel of [`DENSE_PANEL`] columns
-    /// `amg_dense_panel` and `amg_dense_update`: many blocks each), and
-    /// inverted as Wᵀ W with W = L⁻¹ (blocked forward substitution on the
-    /// identity, then a tiled product; the host's O(n³) inverse takes ~1 s at
-    /// 1000 rows). About 4 n_L / 32 launches, each of many blocks.
+    /// (scattered, and its singularity test — `amg_dense_singular` makes the
+    /// host's test in its order), then [`dense_symmetric_inverse`].
     fn coarsest_operator(&mut self) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let last = self.levels.len() - 1;
@@ -1316,104 +1311,19 @@ impl<'g> DeviceAmg<'g> {
                 args.arg(&w.scratch);
             },
         )?;
-        gpu.launch(
-            "amg_dense_symmetrise",
-            vector_grid(n * n),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32)
-                    .arg(&w.scratch)
-                    .arg(&w.singular)
-                    .arg(&w.factor);
-            },
-        )?;
         let failed = self.status.slice(last..last + 1);
-        let first = 0i32;
-        gpu.launch("amg_dense_diag", 1, DENSE_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&first).arg(&w.factor).arg(&failed);
-        })?;
-        let rows_per_block = DENSE_BLOCK as usize / 32;
-        for p in (0..n).step_by(DENSE_PANEL) {
-            let below = n.saturating_sub(p + DENSE_PANEL);
-            if below == 0 {
-                break;
-            }
-            let p32 = p as i32;
-            gpu.launch(
-                "amg_dense_panel",
-                below.div_ceil(rows_per_block) as u32,
-                DENSE_BLOCK,
-                0,
-                |args| {
-                    args.arg(&n32).arg(&p32).arg(&w.factor).arg(&failed);
-                },
-            )?;
-            let tiles = below.div_ceil(32);
-            gpu.launch(
-                "amg_dense_update",
-                (tiles * (tiles + 1) / 2) as u32,
-                DENSE_BLOCK,
-                0,
-                |args| {
-                    args.arg(&n32).arg(&p32).arg(&w.factor).arg(&failed);
-                },
-            )?;
-        }
-        // W = L⁻¹ in `scratch`, then A_L⁻¹ = Wᵀ W, projected when singular.
-        gpu.launch(
-            "amg_dense_identity",
-            vector_grid(n * n),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32).arg(&w.scratch);
+        dense_symmetric_inverse(
+            gpu,
+            n,
+            DenseInverseBuffers {
+                dense: &w.scratch,
+                singular: &w.singular,
+                factor: &w.factor,
+                w: &w.scratch,
+                failed: &failed,
+                inverse: &self.coarsest_inverse,
             },
-        )?;
-        for p in (0..n).step_by(DENSE_PANEL) {
-            let p32 = p as i32;
-            let columns = (p + DENSE_PANEL).min(n);
-            gpu.launch(
-                "amg_dense_trinv_panel",
-                columns.div_ceil(DENSE_BLOCK as usize) as u32,
-                DENSE_BLOCK,
-                0,
-                |args| {
-                    args.arg(&n32).arg(&p32).arg(&w.factor).arg(&w.scratch);
-                },
-            )?;
-            let below = n.saturating_sub(p + DENSE_PANEL);
-            if below > 0 {
-                let col_tiles = columns.div_ceil(32);
-                let col_tiles32 = col_tiles as i32;
-                gpu.launch(
-                    "amg_dense_trinv_update",
-                    (col_tiles * below.div_ceil(32)) as u32,
-                    DENSE_BLOCK,
-                    0,
-                    |args| {
-                        args.arg(&n32)
-                            .arg(&p32)
-                            .arg(&col_tiles32)
-                            .arg(&w.factor)
-                            .arg(&w.scratch);
-                    },
-                )?;
-            }
-        }
-        let tiles = n.div_ceil(32);
-        gpu.launch(
-            "amg_dense_wtw",
-            (tiles * tiles) as u32,
-            DENSE_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32).arg(&w.scratch).arg(&self.coarsest_inverse);
-            },
-        )?;
-        gpu.launch("amg_dense_project", tiles as u32, DENSE_BLOCK, 0, |args| {
-            args.arg(&n32).arg(&w.singular).arg(&self.coarsest_inverse);
-        })
+        )
     }
 
     /// Recomputes every value for `fine`, a matrix of the set-up's pattern
@@ -2089,6 +1999,144 @@ impl GpuSolver<'_> {
         backend.set_preconditioner(Box::new(amg));
         pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
+}
+
+/// The buffers of [`dense_symmetric_inverse`] (n × n row-major unless said).
+pub(super) struct DenseInverseBuffers<'a> {
+    /// The matrix M (read; may be `w`, which the inverse overwrites).
+    pub dense: &'a CudaSlice<f64>,
+    /// [singular (≠ 0: shift and project), shift], as `amg_dense_singular`
+    /// writes it; [0, 0] for an SPD matrix.
+    pub singular: &'a CudaSlice<f64>,
+    /// Work: (M + Mᵀ)/2 (shifted), then its Cholesky factor L.
+    pub factor: &'a CudaSlice<f64>,
+    /// Work: W = L⁻¹.
+    pub w: &'a CudaSlice<f64>,
+    /// One word, 0 on entry: the first pivot that is not positive + 1.
+    pub failed: &'a CudaView<'a, i32>,
+    /// Out: the inverse Wᵀ W (exactly symmetric), each column minus its
+    /// mean when singular.
+    pub inverse: &'a CudaSlice<f64>,
+}
+
+/// The inverse of the symmetric part of a dense n × n matrix on the device,
+/// nothing read back (`CoarsestSolver::inverse` of the AMG's coarsest level;
+/// subdomain deflation's E⁻¹): (M + Mᵀ)/2, shifted when singular, factored
+/// by the blocked Cholesky (`amg_dense_diag`, then per panel of
+/// [`DENSE_PANEL`] columns `amg_dense_panel` and `amg_dense_update`: many
+/// blocks each), and inverted as Wᵀ W with W = L⁻¹ (blocked forward
+/// substitution on the identity, then a tiled product; the host's O(n³)
+/// inverse takes ~1 s at 1000 rows), projected when singular. About
+/// 4 n / 32 launches, each of many blocks. A pivot that is not positive
+/// stops the factorisation and is left in `failed` for the caller to read.
+pub(super) fn dense_symmetric_inverse(
+    gpu: &Gpu,
+    n: usize,
+    buffers: DenseInverseBuffers<'_>,
+) -> Result<(), GpuError> {
+    let DenseInverseBuffers {
+        dense,
+        singular,
+        factor,
+        w,
+        failed,
+        inverse,
+    } = buffers;
+    let n32 = n as i32;
+    gpu.launch(
+        "amg_dense_symmetrise",
+        vector_grid(n * n),
+        VECTOR_BLOCK,
+        0,
+        |args| {
+            args.arg(&n32).arg(dense).arg(singular).arg(factor);
+        },
+    )?;
+    let first = 0i32;
+    gpu.launch("amg_dense_diag", 1, DENSE_BLOCK, 0, |args| {
+        args.arg(&n32).arg(&first).arg(factor).arg(failed);
+    })?;
+    let rows_per_block = DENSE_BLOCK as usize / 32;
+    for p in (0..n).step_by(DENSE_PANEL) {
+        let below = n.saturating_sub(p + DENSE_PANEL);
+        if below == 0 {
+            break;
+        }
+        let p32 = p as i32;
+        gpu.launch(
+            "amg_dense_panel",
+            below.div_ceil(rows_per_block) as u32,
+            DENSE_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&p32).arg(factor).arg(failed);
+            },
+        )?;
+        let tiles = below.div_ceil(32);
+        gpu.launch(
+            "amg_dense_update",
+            (tiles * (tiles + 1) / 2) as u32,
+            DENSE_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&p32).arg(factor).arg(failed);
+            },
+        )?;
+    }
+    // W = L⁻¹ in `w`, then M⁻¹ = Wᵀ W, projected when singular.
+    gpu.launch(
+        "amg_dense_identity",
+        vector_grid(n * n),
+        VECTOR_BLOCK,
+        0,
+        |args| {
+            args.arg(&n32).arg(w);
+        },
+    )?;
+    for p in (0..n).step_by(DENSE_PANEL) {
+        let p32 = p as i32;
+        let columns = (p + DENSE_PANEL).min(n);
+        gpu.launch(
+            "amg_dense_trinv_panel",
+            columns.div_ceil(DENSE_BLOCK as usize) as u32,
+            DENSE_BLOCK,
+            0,
+            |args| {
+                args.arg(&n32).arg(&p32).arg(factor).arg(w);
+            },
+        )?;
+        let below = n.saturating_sub(p + DENSE_PANEL);
+        if below > 0 {
+            let col_tiles = columns.div_ceil(32);
+            let col_tiles32 = col_tiles as i32;
+            gpu.launch(
+                "amg_dense_trinv_update",
+                (col_tiles * below.div_ceil(32)) as u32,
+                DENSE_BLOCK,
+                0,
+                |args| {
+                    args.arg(&n32)
+                        .arg(&p32)
+                        .arg(&col_tiles32)
+                        .arg(factor)
+                        .arg(w);
+                },
+            )?;
+        }
+    }
+    let tiles = n.div_ceil(32);
+    gpu.launch(
+        "amg_dense_wtw",
+        (tiles * tiles) as u32,
+        DENSE_BLOCK,
+        0,
+        |args| {
+            args.arg(&n32).arg(w).arg(inverse);
+        },
+    )?;
+    gpu.launch("amg_dense_project", tiles as u32, DENSE_BLOCK, 0, |args| {
+        args.arg(&n32).arg(singular).arg(inverse);
+    })
 }
 
 #[cfg(test)]

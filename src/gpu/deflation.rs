@@ -6,11 +6,15 @@
 //!   launches per application (D⁻¹ r, then m strictly-lower and m
 //!   strictly-upper Horner steps, each a masked mod-SELL product,
 //!   `modsell_row_part` of `kernels/spmv.cu`).
-//! - [`DeviceDeflation`]: the [`DeflationOps`] of the GPU. Setup (once): AZ
-//!   from the mod-SELL matrix into a column-major ELL of width w (the most
-//!   subdomains a row touches), E = Zᵀ(AZ) assembled on the device (one block
-//!   per subdomain row, fixed-order sums), E downloaded, factored and
-//!   inverted on the host (k ≤ `MAX_SUBDOMAINS`), E⁻¹ uploaded. Per
+//! - [`DeviceDeflation`]: the [`DeflationOps`] of the GPU. Setup (once, all
+//!   on the device from the resident mod-SELL matrix; the host uploads the
+//!   k + 1 subdomain offsets and reads back AZ's width and one pivot flag):
+//!   each row's subdomain (a binary search of the offsets), AZ into a
+//!   column-major ELL of width w (the most subdomains a row touches),
+//!   E = Zᵀ(AZ) (one block per subdomain row, fixed-order sums), and E⁻¹ by
+//!   [`coarse_inverse_on_device`]: the blocked dense Cholesky and Wᵀ W,
+//!   W = L⁻¹, that `gpu::amg` uses for its coarsest level (E⁻¹ of k = 512
+//!   subdomains took ~0.1 s as a host k³ inverse after a k² read-back). Per
 //!   projection: Zᵀ v (one block per subdomain: the subdomains are contiguous
 //!   rows, a segmented block reduction), a = E⁻¹ Zᵀ v (one block per row of
 //!   E⁻¹), v −= (AZ) a — three launches, no copy, no allocation, no host
@@ -26,11 +30,13 @@
 //! `LaunchMode::Graph` the chunk is one CUDA graph. The host steps left are
 //! those of a solve's start, as `solve::deflation::Deflated` makes them: the
 //! initial residual, its projection and the corrected initial guess
-//! x₀ + Z E⁻¹ Zᵀ r₀ (a few launches and two read-backs), and, in the set-up,
-//! the read-back of E and its inverse (spans of `gpu::setup`'s
-//! `SetupSpans`). The iteration is the CPU reference's except that x moves
-//! by −α Z a before +α p (the loop reads only r, so the iterates are the
-//! same; x differs by rounding).
+//! x₀ + Z E⁻¹ Zᵀ r₀ (a few launches and two read-backs); the set-up's
+//! phases are `gpu::setup`'s `SetupSpans` ([`DeviceDeflation::new_timed`]
+//! keeps them for the bench). [`ProjectionBytes`] counts what a projection
+//! moves: about 8 n + 8 k² + (12 w + 16) n + 20 n bytes, against the
+//! SpMV's 12 bytes per stored entry plus 24 n. The iteration is the CPU
+//! reference's except that x moves by −α Z a before +α p (the loop reads
+//! only r, so the iterates are the same; x differs by rounding).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -39,12 +45,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use nalgebra::DMatrix;
 
+use super::amg::{dense_symmetric_inverse, DenseInverseBuffers};
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
-use super::setup::{jacobi_scales, RowScale, SetupSpans};
+use super::setup::{jacobi_scales, RowScale, SetupPhase, SetupSpans};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::solve::deflation::{coarse_inverse, Deflated, DeflationOps, Subdomains};
+use crate::solve::deflation::{Deflated, DeflationOps, Subdomains};
 use crate::solve::lanczos::{Recorded, SpectrumEstimate};
 use crate::solve::neumann::TruncatedNeumann;
 use crate::solve::{
@@ -194,8 +201,9 @@ pub struct DeviceDeflation<'g> {
     part: CudaSlice<i32>,
     az_parts: CudaSlice<i32>,
     az_values: CudaSlice<f64>,
-    /// E as assembled on the device (row-major, read back).
-    e: DMatrix<f64>,
+    /// E as assembled on the device (row-major k × k).
+    e: CudaSlice<f64>,
+    /// E⁻¹ of E's symmetric part (row-major k × k, exactly symmetric).
     e_inverse: CudaSlice<f64>,
     /// Zᵀ v of the last projection.
     restricted: CudaSlice<f64>,
@@ -204,14 +212,66 @@ pub struct DeviceDeflation<'g> {
     partials: CudaSlice<f64>,
     scalar: CudaSlice<f64>,
     failure: RefCell<Option<GpuError>>,
+    /// The set-up's phases ([`Self::new_timed`]; empty otherwise).
+    setup_phases: Vec<SetupPhase>,
     /// [`LoopProjection::id`].
     id: u64,
+}
+
+/// Bytes one projection of deflated PCG moves at least (each array read or
+/// written once, the k-sized vectors left out but for E⁻¹), by launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProjectionBytes {
+    /// Zᵀ v: v read (8 n).
+    pub restrict: usize,
+    /// a = E⁻¹ Zᵀ v: E⁻¹ read (8 k²).
+    pub coarse: usize,
+    /// v −= (AZ) a: AZ's w slots per row (4-byte subdomain + 8-byte value)
+    /// and v read and written (12 n w + 16 n).
+    pub subtract: usize,
+    /// x −= α Z a: the owners and x read, x written (20 n).
+    pub prolong: usize,
+}
+
+impl ProjectionBytes {
+    pub fn total(&self) -> usize {
+        self.restrict + self.coarse + self.subtract + self.prolong
+    }
 }
 
 impl<'g> DeviceDeflation<'g> {
     /// Deflation of the device matrix `m` (rows in the order of
     /// `subdomains`, each subdomain contiguous).
     pub fn new(gpu: &'g Gpu, m: &DeviceModSell, subdomains: &Subdomains) -> Result<Self, GpuError> {
+        Self::build(
+            gpu,
+            m,
+            subdomains,
+            SetupSpans::new("subdomain deflation", Some(gpu)),
+        )
+    }
+
+    /// [`Self::new`] with each set-up phase timed (the stream synchronised
+    /// after each) and kept ([`Self::setup_phases`]), for benchmarks.
+    pub fn new_timed(
+        gpu: &'g Gpu,
+        m: &DeviceModSell,
+        subdomains: &Subdomains,
+    ) -> Result<Self, GpuError> {
+        Self::build(
+            gpu,
+            m,
+            subdomains,
+            SetupSpans::timed("subdomain deflation", Some(gpu)),
+        )
+    }
+
+    fn build(
+        gpu: &'g Gpu,
+        m: &DeviceModSell,
+        subdomains: &Subdomains,
+        mut spans: SetupSpans<'g>,
+    ) -> Result<Self, GpuError> {
         let (n, k) = (m.n, subdomains.count());
         if subdomains.n_rows() != n {
             return Err(GpuError::Invalid(format!(
@@ -219,19 +279,17 @@ impl<'g> DeviceDeflation<'g> {
                 subdomains.n_rows()
             )));
         }
-        // The host steps are named `host` (RUST_LOG=fvpoisson::gpu::setup=debug):
-        // E⁻¹ only; the rest reads back two sizes and E (k² values).
-        let mut spans = SetupSpans::new("subdomain deflation", Some(gpu));
-        let to_i32 = |v: &[usize]| v.iter().map(|&o| o as i32).collect::<Vec<_>>();
-        let offsets = gpu.upload(&to_i32(subdomains.offsets()))?;
-        let part_host: Vec<i32> = subdomains
-            .row_subdomains()
-            .iter()
-            .map(|&p| p as i32)
-            .collect();
-        let part = gpu.upload(&part_host)?;
-        spans.host("subdomain offsets and owners, uploaded");
-        let (n32, h) = (n as i32, m.slice_height as i32);
+        // The host uploads the k + 1 offsets and reads back three words: AZ's
+        // width, and the coarse factor's failed pivot (0: none).
+        let offsets_host: Vec<i32> = subdomains.offsets().iter().map(|&o| o as i32).collect();
+        let offsets = gpu.upload(&offsets_host)?;
+        spans.host("subdomain offsets, uploaded");
+        let (n32, k32, h) = (n as i32, k as i32, m.slice_height as i32);
+        let part = gpu.zeros::<i32>(n)?;
+        gpu.launch("defl_owners", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&k32).arg(&offsets).arg(&part);
+        })?;
+        spans.device("row owners");
         let az = |w: usize,
                   width: &CudaSlice<i32>,
                   ell: Option<(&CudaSlice<i32>, &CudaSlice<f64>)>|
@@ -261,8 +319,8 @@ impl<'g> DeviceDeflation<'g> {
         let az_values = gpu.zeros::<f64>(n * width)?;
         az(width, &width_dev, Some((&az_parts, &az_values)))?;
         spans.device("AZ");
-        let e_dev = gpu.zeros::<f64>(k * k)?;
-        let (k32, w32) = (k as i32, width as i32);
+        let e = gpu.zeros::<f64>(k * k)?;
+        let w32 = width as i32;
         gpu.launch("defl_galerkin", k as u32, COARSE_BLOCK, 0, |a| {
             a.arg(&n32)
                 .arg(&k32)
@@ -270,17 +328,11 @@ impl<'g> DeviceDeflation<'g> {
                 .arg(&offsets)
                 .arg(&az_parts)
                 .arg(&az_values)
-                .arg(&e_dev);
+                .arg(&e);
         })?;
-        let e_host = gpu.download(&e_dev)?;
-        spans.device("E = ZᵀAZ (read back)");
-        let e = DMatrix::from_row_slice(k, k, &e_host[..k * k]);
-        let inverse = coarse_inverse(&e).map_err(|e| GpuError::Invalid(e.to_string()))?;
-        let row_major: Vec<f64> = (0..k)
-            .flat_map(|p| (0..k).map(move |q| (p, q)))
-            .map(|(p, q)| inverse[(p, q)])
-            .collect();
-        spans.host("E⁻¹ (Cholesky)");
+        spans.device("E = ZᵀAZ");
+        let e_inverse = coarse_inverse_on_device(gpu, k, &e)?;
+        spans.device("E⁻¹ (blocked Cholesky, Wᵀ W; pivot flag read back)");
         let deflation = Self {
             gpu,
             n,
@@ -291,22 +343,65 @@ impl<'g> DeviceDeflation<'g> {
             az_parts,
             az_values,
             e,
-            e_inverse: gpu.upload(&row_major)?,
+            e_inverse,
             restricted: gpu.zeros(k)?,
             correction: gpu.zeros(k)?,
             partials: gpu.zeros(vector_grid(n) as usize)?,
             scalar: gpu.zeros(1)?,
             failure: RefCell::new(None),
+            setup_phases: Vec::new(),
             id: NEXT_PROJECTION_ID.fetch_add(1, Ordering::Relaxed),
         };
-        spans.device("E⁻¹ and work vectors, uploaded");
-        spans.finish();
+        let mut deflation = deflation;
+        spans.device("work vectors");
+        deflation.setup_phases = spans.finish();
         Ok(deflation)
     }
 
-    /// E = ZᵀAZ as assembled on the device.
-    pub fn coarse_matrix(&self) -> &DMatrix<f64> {
-        &self.e
+    /// The set-up's phases when made by [`Self::new_timed`] (empty otherwise).
+    pub fn setup_phases(&self) -> &[SetupPhase] {
+        &self.setup_phases
+    }
+
+    /// Subdomains k.
+    pub fn subdomain_count(&self) -> usize {
+        self.k
+    }
+
+    /// The most subdomains a row of AZ touches (its ELL width w).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// What one projection moves ([`ProjectionBytes`]).
+    pub fn projection_bytes(&self) -> ProjectionBytes {
+        let (n, k, w) = (self.n, self.k, self.width);
+        ProjectionBytes {
+            restrict: 8 * n,
+            coarse: 8 * k * k,
+            subtract: 12 * n * w + 16 * n,
+            prolong: 20 * n,
+        }
+    }
+
+    /// E = ZᵀAZ as assembled on the device, read back (k² values).
+    pub fn download_coarse_matrix(&self) -> Result<DMatrix<f64>, GpuError> {
+        let e = self.gpu.download(&self.e)?;
+        Ok(DMatrix::from_row_slice(
+            self.k,
+            self.k,
+            &e[..self.k * self.k],
+        ))
+    }
+
+    /// E⁻¹ as the projections apply it, read back (k² values).
+    pub fn download_coarse_inverse(&self) -> Result<DMatrix<f64>, GpuError> {
+        let inverse = self.gpu.download(&self.e_inverse)?;
+        Ok(DMatrix::from_row_slice(
+            self.k,
+            self.k,
+            &inverse[..self.k * self.k],
+        ))
     }
 
     /// AZ read back as (subdomain, value) lists per row, in the device's
@@ -380,6 +475,46 @@ impl<'g> DeviceDeflation<'g> {
             fallback
         })
     }
+}
+
+/// E⁻¹ of the symmetric part of the k × k row-major `e` on the device, as
+/// `solve::deflation::coarse_inverse` computes it on the host (to rounding:
+/// the blocked Cholesky and Wᵀ W, W = L⁻¹, of `gpu::amg`'s coarsest level,
+/// never shifted, since E of an SPD matrix is SPD); an error when E is not
+/// positive definite (its failed pivot, one word, is the only read-back).
+pub fn coarse_inverse_on_device(
+    gpu: &Gpu,
+    k: usize,
+    e: &CudaSlice<f64>,
+) -> Result<CudaSlice<f64>, GpuError> {
+    let inverse = gpu.zeros::<f64>(k * k)?;
+    let factor = gpu.zeros::<f64>(k * k)?;
+    let w = gpu.zeros::<f64>(k * k)?;
+    // [not singular, no shift]: E is factored as it is.
+    let singular = gpu.zeros::<f64>(2)?;
+    let failed = gpu.zeros::<i32>(1)?;
+    let failed_view = failed.slice(0..1);
+    dense_symmetric_inverse(
+        gpu,
+        k,
+        DenseInverseBuffers {
+            dense: e,
+            singular: &singular,
+            factor: &factor,
+            w: &w,
+            failed: &failed_view,
+            inverse: &inverse,
+        },
+    )?;
+    let pivot = gpu.download(&failed)?[0];
+    if pivot != 0 {
+        return Err(GpuError::Invalid(format!(
+            "the coarse matrix E = ZᵀAZ ({k} x {k}) is not positive definite (pivot {pivot} of \
+             its Cholesky factor): the matrix is singular (fix the level with a reference value \
+             or a fixedValue boundary) or not SPD"
+        )));
+    }
+    Ok(inverse)
 }
 
 impl DeflationOps for DeviceDeflation<'_> {

@@ -16,8 +16,10 @@
 //! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
 //! transposed slots and the factor from the resident mod-SELL matrix on the
 //! device, takes a colour-contiguous order's colours as the levels (else it
-//! schedules the levels on the device in rounds, the host's schedule only
-//! beyond [`MAX_DEVICE_LEVELS`] levels), and keeps what
+//! schedules the levels on the device by wavefronts, one launch per level
+//! and work proportional to the entries, the host's schedule only beyond
+//! [`MAX_DEVICE_LEVELS`] levels or for a pattern that is not symmetric),
+//! and keeps what
 //! [`DeviceIncompleteCholesky::refactorise`] needs for value-only
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
 //! is computed on the device ([`BlockIcStructure`]).
@@ -116,66 +118,70 @@ impl DeviceLevels {
     }
 
     /// The level schedule of `csr`'s lower (`upper`: upper) triangle
-    /// computed on the device in rounds (`ic_level_round`, checked every
-    /// [`LEVEL_ROUND_BATCH`] rounds: the host reads one count per round),
-    /// then the rows grouped by level (`ic_level_counts`, a host scan of the
-    /// level counts, `ic_level_scatter`). None when the schedule needs more
-    /// than `max_rounds` rounds (each costs a pass over the rows): the caller
-    /// takes the host schedule then.
+    /// computed on the device by wavefronts (`ic_wave_init`, then one
+    /// `ic_wave_step` per level on a fixed grid, each appending the next
+    /// level; kernels/ic.cu): the work is proportional to the entries, not
+    /// to the levels times the rows, and the host reads one count every
+    /// [`WAVE_BATCH`] levels and the level bounds once. None when the
+    /// schedule has more than `max_levels` levels, or stalls (a pattern that
+    /// is not symmetric): the caller takes the host schedule then.
     pub(super) fn on_device(
         gpu: &Gpu,
         csr: &DeviceCsr,
         upper: bool,
-        max_rounds: usize,
+        max_levels: usize,
     ) -> Result<Option<Self>, GpuError> {
         let n = csr.n;
-        // Each row's level + 1, 0: not yet assigned.
-        let level = gpu.zeros::<i32>(n)?;
-        let mut unassigned = gpu.zeros::<i32>(LEVEL_ROUND_BATCH)?;
+        if n == 0 {
+            return Ok(Some(Self {
+                counts: Vec::new(),
+                firsts: Vec::new(),
+                rows: gpu.zeros::<i32>(1)?,
+            }));
+        }
+        let pending = gpu.zeros::<i32>(n)?;
+        let rows = gpu.zeros::<i32>(n)?;
+        // [rows placed, launch ticket].
+        let state = gpu.zeros::<i32>(2)?;
+        let level_ptr = gpu.zeros::<i32>(max_levels + 2)?;
         let (n32, upper) = (n as i32, i32::from(upper));
-        let mut n_levels = 0;
-        let mut base = 0;
-        while n > 0 && n_levels == 0 {
-            if base >= max_rounds {
+        gpu.launch("ic_wave_init", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
+            a.arg(&pending).arg(&rows).arg(&state).arg(&level_ptr);
+        })?;
+        let grid = vector_grid(n).min(WAVE_GRID);
+        // Levels whose step has been launched (level L's step appends L + 1).
+        let mut stepped = 0;
+        let mut placed = gpu.download(&state)?[0] as usize;
+        while placed < n {
+            if stepped >= max_levels {
                 return Ok(None);
             }
-            gpu.zero(&mut unassigned)?;
-            for k in 0..LEVEL_ROUND_BATCH {
-                let round = (base + k) as i32;
-                let count = unassigned.slice(k..k + 1);
-                gpu.launch("ic_level_round", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols);
-                    a.arg(&upper).arg(&round).arg(&level).arg(&count);
+            for _ in 0..WAVE_BATCH.min(max_levels - stepped) {
+                let level = stepped as i32;
+                gpu.launch("ic_wave_step", grid, VECTOR_BLOCK, 0, |a| {
+                    a.arg(&csr.row_ptr).arg(&csr.cols).arg(&upper).arg(&level);
+                    a.arg(&rows).arg(&pending).arg(&state).arg(&level_ptr);
                 })?;
+                stepped += 1;
             }
-            let left = gpu.download(&unassigned)?;
-            if let Some(k) = left.iter().position(|&c| c == 0) {
-                n_levels = base + k + 1;
+            let now = gpu.download(&state)?[0] as usize;
+            if now == placed {
+                return Ok(None);
             }
-            base += LEVEL_ROUND_BATCH;
+            placed = now;
         }
-        let counts_dev = gpu.zeros::<i32>(n_levels)?;
-        gpu.launch("ic_level_counts", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32).arg(&level).arg(&counts_dev);
-        })?;
-        let mut counts = gpu.download(&counts_dev)?;
-        counts.truncate(n_levels);
-        let firsts: Vec<i32> = counts
-            .iter()
-            .scan(0i32, |next, &c| {
-                let first = *next;
-                *next += c;
-                Some(first)
-            })
-            .collect();
-        let cursor = gpu.upload(&firsts)?;
-        let rows = gpu.zeros::<i32>(n)?;
-        gpu.launch("ic_level_scatter", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32).arg(&level).arg(&cursor).arg(&rows);
-        })?;
+        let bounds = gpu.download(&level_ptr)?;
+        // level_ptr[L] = n from the last level's end on.
+        let n_levels = (1..bounds.len())
+            .find(|&l| bounds[l] as usize == n)
+            .ok_or_else(|| GpuError::Invalid("the device level schedule lost rows".into()))?;
         Ok(Some(Self {
-            counts,
-            firsts,
+            counts: bounds[..=n_levels]
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .collect(),
+            firsts: bounds[..n_levels].to_vec(),
             rows,
         }))
     }
@@ -216,12 +222,17 @@ impl DeviceLevels {
     }
 }
 
-/// Rounds of `ic_level_round` launched between two read-backs.
-const LEVEL_ROUND_BATCH: usize = 16;
+/// Levels of the device schedule launched between two read-backs of the
+/// rows placed (a launch past the last level appends nothing).
+const WAVE_BATCH: usize = 32;
 
-/// The most rounds of the device level schedule before the host's is taken
-/// instead (a round is a pass over the rows: a long chain of dependencies
-/// is cheaper on the host).
+/// Blocks of `ic_wave_step` (a grid-stride loop over a level's rows; a
+/// level of an RCM order on a 3-D mesh has up to a few ten thousand rows).
+const WAVE_GRID: u32 = 128;
+
+/// The most levels of the device level schedule before the host's is taken
+/// instead (a launch per level: a long chain of dependencies is cheaper on
+/// the host).
 pub const MAX_DEVICE_LEVELS: usize = 4096;
 
 /// z = w widened to f64 over the n rows (`ic_widen`, gated): the end of the
@@ -464,7 +475,8 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                                 true => LevelSchedule::upper(a),
                             };
                             log::debug!(
-                                "{}: {} levels, more than {MAX_DEVICE_LEVELS}: scheduled on the host",
+                                "{}: {} levels (more than {MAX_DEVICE_LEVELS}) or a pattern that \
+                                 is not symmetric: scheduled on the host",
                                 kind.name(),
                                 s.n_levels()
                             );

@@ -198,6 +198,10 @@ pub enum GpuError {
     Invalid(String),
 }
 
+/// [`GpuError::Kernel`]'s error for a kernel first launched inside a
+/// [`Gpu::capture`], which then loads it outside the capture and records again.
+const UNLOADED_IN_CAPTURE: &str = "first launched inside a CUDA graph capture";
+
 /// Wraps a driver result, naming the call.
 fn driver<T>(call: &'static str, r: Result<T, cudarc::driver::DriverError>) -> Result<T, GpuError> {
     r.map_err(|e| GpuError::Driver {
@@ -490,9 +494,12 @@ impl Gpu {
     /// Records the launches `work` makes on the stream into a CUDA graph
     /// (nothing runs) and instantiates it. `work` must only launch kernels:
     /// copies, allocations and synchronisation are not allowed while capturing.
+    /// A kernel whose module is not loaded yet ends the capture, is loaded
+    /// outside it, and `work` is recorded again (module loading may
+    /// synchronise the context, which a capture forbids).
     pub fn capture(
         &self,
-        work: impl FnOnce() -> Result<(), GpuError>,
+        mut work: impl FnMut() -> Result<(), GpuError>,
     ) -> Result<CudaGraph, GpuError> {
         if self.sync_each_launch {
             return Err(GpuError::Invalid(
@@ -500,14 +507,29 @@ impl Gpu {
                     .into(),
             ));
         }
+        // Each retry loads one more kernel: at most one per kernel.
+        for _ in 0..=self.kernels.len() {
+            match self.capture_once(&mut work) {
+                Err(GpuError::Kernel { kernel, error }) if error == UNLOADED_IN_CAPTURE => {
+                    self.function(kernel)?;
+                }
+                other => return other,
+            }
+        }
+        Err(GpuError::Invalid(
+            "a CUDA graph capture kept meeting kernels that were not loaded".into(),
+        ))
+    }
+
+    fn capture_once(
+        &self,
+        work: &mut impl FnMut() -> Result<(), GpuError>,
+    ) -> Result<CudaGraph, GpuError> {
         driver(
             "cuStreamBeginCapture",
             self.stream
                 .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
         )?;
-        // A kernel whose module is not loaded yet fails the capture rather
-        // than loading a module inside it (the caller launches directly,
-        // which loads it, and captures next time).
         self.capturing.store(true, Ordering::Release);
         let recorded = work();
         self.capturing.store(false, Ordering::Release);
@@ -633,9 +655,7 @@ impl Gpu {
         if self.capturing.load(Ordering::Acquire) {
             return Err(GpuError::Kernel {
                 kernel,
-                error: "first launched inside a CUDA graph capture; its module loads at a \
-                        direct launch"
-                    .into(),
+                error: UNLOADED_IN_CAPTURE.into(),
             });
         }
         let module = self.module_holding(k.source)?;

@@ -3,8 +3,11 @@
 //! [`SetupSpans`] times the phases of a preconditioner's set-up and logs
 //! them at debug level (`RUST_LOG=fvpoisson::gpu::setup=debug`), each marked host or
 //! device, so that a slow set-up names the phase to move. Device phases are
-//! timed only when debug logging is on (the span then synchronises the
-//! stream; otherwise it costs nothing and synchronises nothing).
+//! timed only when debug logging is on or the spans were made with
+//! [`SetupSpans::timed`] (the span then synchronises the stream; otherwise
+//! it costs nothing and synchronises nothing); timed spans also hand their
+//! phases back ([`SetupSpans::finish`], [`SetupPhase`]) for a benchmark to
+//! print.
 //!
 //! The device set-ups here read the resident mod-SELL matrix and hand the
 //! host only sizes and error flags:
@@ -27,6 +30,15 @@ use super::matrix::DeviceModSell;
 use super::{Gpu, GpuError};
 use crate::solve::SolveError;
 
+/// One timed phase of a set-up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SetupPhase {
+    pub name: String,
+    /// "host" or "device".
+    pub place: &'static str,
+    pub ms: f64,
+}
+
 /// The timed phases of one set-up (module documentation).
 pub struct SetupSpans<'g> {
     what: &'static str,
@@ -34,6 +46,8 @@ pub struct SetupSpans<'g> {
     start: Instant,
     last: Instant,
     enabled: bool,
+    /// Kept only when made with [`Self::timed`].
+    phases: Option<Vec<SetupPhase>>,
 }
 
 impl<'g> SetupSpans<'g> {
@@ -47,10 +61,21 @@ impl<'g> SetupSpans<'g> {
             start: now,
             last: now,
             enabled: log::log_enabled!(log::Level::Debug),
+            phases: None,
         }
     }
 
-    fn end(&mut self, phase: &str, place: &str) {
+    /// Spans that are always timed (each device phase synchronises the
+    /// stream) and kept for [`Self::finish`], as well as logged.
+    pub fn timed(what: &'static str, gpu: Option<&'g Gpu>) -> Self {
+        Self {
+            enabled: true,
+            phases: Some(Vec::new()),
+            ..Self::new(what, gpu)
+        }
+    }
+
+    fn end(&mut self, phase: &str, place: &'static str) {
         if !self.enabled {
             return;
         }
@@ -61,11 +86,15 @@ impl<'g> SetupSpans<'g> {
             }
         }
         let now = Instant::now();
-        log::debug!(
-            "{} set-up: {phase} ({place}) {:.3} ms",
-            self.what,
-            (now - self.last).as_secs_f64() * 1e3
-        );
+        let ms = (now - self.last).as_secs_f64() * 1e3;
+        log::debug!("{} set-up: {phase} ({place}) {ms:.3} ms", self.what);
+        if let Some(phases) = &mut self.phases {
+            phases.push(SetupPhase {
+                name: phase.to_string(),
+                place,
+                ms,
+            });
+        }
         self.last = now;
     }
 
@@ -80,8 +109,9 @@ impl<'g> SetupSpans<'g> {
         self.end(phase, "device");
     }
 
-    /// Logs the whole set-up's time.
-    pub fn finish(self) {
+    /// Logs the whole set-up's time; the phases of [`Self::timed`] spans
+    /// (empty otherwise).
+    pub fn finish(self) -> Vec<SetupPhase> {
         if self.enabled {
             log::debug!(
                 "{} set-up: total {:.3} ms",
@@ -89,6 +119,7 @@ impl<'g> SetupSpans<'g> {
                 self.start.elapsed().as_secs_f64() * 1e3
             );
         }
+        self.phases.unwrap_or_default()
     }
 }
 

@@ -17,11 +17,25 @@ pub use crate::foam::FoamFormat;
 pub fn read_polymesh(path: &Path) -> Result<Mesh, MeshError> {
     let dir = polymesh_dir(path)?;
     let file = |name: &str| FoamFile::read(&dir.join(name));
-    let points: Vec<Vec3> = file("points")?.list()?;
-    let faces = read_faces(&file("faces")?, points.len())?;
-    let owner: Vec<Label> = file("owner")?.list()?;
-    let neighbour = read_neighbour(&file("neighbour")?)?;
-    let patches = read_boundary(&file("boundary")?)?;
+    // The files are read side by side (each long list in parallel chunks
+    // too); the faces are checked against the points, so they follow them.
+    let points_and_faces = || -> Result<_, MeshError> {
+        let points: Vec<Vec3> = file("points")?.list()?;
+        let faces = read_faces(&file("faces")?, points.len())?;
+        Ok((points, faces))
+    };
+    let owner = || -> Result<Vec<Label>, MeshError> { file("owner")?.list() };
+    let neighbour = || read_neighbour(&file("neighbour")?);
+    let (points_and_faces, (owner, (neighbour, patches))) = rayon::join(points_and_faces, || {
+        rayon::join(owner, || {
+            rayon::join(neighbour, || read_boundary(&file("boundary")?))
+        })
+    });
+    // Errors in the order the files were read one after the other.
+    let (points, faces) = points_and_faces?;
+    let owner = owner?;
+    let neighbour = neighbour?;
+    let patches = patches?;
     check_cell_labels(&owner, &neighbour, &dir)?;
     let (faces, owner, neighbour) = upper_triangular(faces, owner, neighbour, &dir)?;
     Mesh::new(points, faces, owner, neighbour, patches).map_err(|e| e.in_file(&dir))
