@@ -988,3 +988,132 @@ fn eisenstat_sgs_preconditioner_from_fv_solution() {
     assert!(rel < 1e-9, "relative difference {rel:e}");
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// The solver of `T` of shipped case laplacian_foam_skew with its two lines
+/// `solver PCG; preconditioner DIC;` replaced by `lines`.
+fn skew_solver(lines: &str, tag: &str) -> fvpoisson::case::LinearSolver {
+    let (dir, case) = read_edited(
+        "laplacian_foam_skew",
+        "system/fvSolution",
+        |t| t.replace("solver          PCG;\n        preconditioner  DIC;", lines),
+        tag,
+    );
+    let case = case.unwrap_or_else(|e| panic!("{tag}: {e}"));
+    assert!(case.warnings.is_empty(), "{tag}: {:?}", case.warnings);
+    let _ = fs::remove_dir_all(&dir);
+    case.setup.solver.regular
+}
+
+#[test]
+fn unchanged_dic_and_gamg_run_their_gpu_defaults_and_explicit_keys_win() {
+    use fvpoisson::case::SolveTarget;
+    let chebyshev_mixed = Preconditioner::Polynomial(PolynomialSettings {
+        precision: Precision::Mixed,
+        ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
+    });
+    // The shipped dictionary, `PCG; DIC;`, unchanged.
+    let dic = read(&repo("cases/laplacian_foam_skew"))
+        .setup
+        .solver
+        .regular;
+    assert!(!dic.gpu_keys_given);
+    assert_eq!(
+        SolveTarget::Cpu.adapt(&dic),
+        dic,
+        "the CPU runs DIC as given"
+    );
+    let on_gpu = SolveTarget::Gpu.adapt(&dic);
+    assert_eq!(on_gpu.preconditioner, chebyshev_mixed);
+    assert_eq!(on_gpu.controls, dic.controls);
+    let note = SolveTarget::Gpu.gpu_note(&dic, "T").unwrap();
+    assert_eq!(
+        note,
+        "T: DIC runs on the GPU as Chebyshev(4) mixed-precision polynomial PCG (faster to the \
+         same tolerance than level-scheduled DIC: bench --preconditioners)"
+    );
+    assert_eq!(SolveTarget::Cpu.gpu_note(&dic, "T"), None);
+    // Several GPUs split Jacobi-PCG over them, as before.
+    assert_eq!(
+        SolveTarget::Gpus.adapt(&dic).preconditioner,
+        PreconditionerKind::Jacobi
+    );
+    // FDIC and IC(0) alike.
+    for (lines, tag) in [
+        ("solver PCG;\n        preconditioner FDIC;", "fdic_default"),
+        (
+            "solver PCG;\n        preconditioner { preconditioner IC0; }",
+            "ic0_default",
+        ),
+    ] {
+        let s = skew_solver(lines, tag);
+        assert!(!s.gpu_keys_given, "{tag}");
+        assert_eq!(
+            SolveTarget::Gpu.adapt(&s).preconditioner,
+            chebyshev_mixed,
+            "{tag}"
+        );
+        assert_eq!(SolveTarget::Cpu.adapt(&s), s, "{tag}");
+    }
+    // `precision` given: exactly that, flat or in the preconditioner's dictionary.
+    let f64_dic = skew_solver(
+        "solver PCG;\n        preconditioner DIC;\n        precision double;",
+        "dic_double",
+    );
+    assert!(f64_dic.gpu_keys_given);
+    assert_eq!(
+        SolveTarget::Gpu.adapt(&f64_dic).preconditioner,
+        PreconditionerKind::Dic
+    );
+    assert_eq!(SolveTarget::Gpu.gpu_note(&f64_dic, "T"), None);
+    let mixed_dic = skew_solver(
+        "solver PCG;\n        preconditioner { preconditioner DIC; precision mixed; }",
+        "dic_mixed",
+    );
+    assert_eq!(
+        SolveTarget::Gpu.adapt(&mixed_dic).preconditioner,
+        Preconditioner::MixedIc(PreconditionerKind::Dic)
+    );
+    // GAMG with OpenFOAM's keys only: the tuned V-cycle in mixed precision,
+    // its sweeps from nPreSweeps / nPostSweeps kept; the CPU runs OpenFOAM's
+    // GAMG as given.
+    let gamg = skew_solver(
+        "solver GAMG;\n        smoother GaussSeidel;\n        nPreSweeps 0;\n        \
+         nPostSweeps 2;",
+        "gamg_default",
+    );
+    assert!(!gamg.gpu_keys_given);
+    assert_eq!(SolveTarget::Cpu.adapt(&gamg), gamg);
+    let Preconditioner::Amg(s) = SolveTarget::Gpu.adapt(&gamg).preconditioner else {
+        panic!("GAMG runs AMG-PCG on the GPU");
+    };
+    assert_eq!(
+        (s.cycle, s.precision, s.passes, s.omega, s.sweeps),
+        (CycleKind::V, Precision::Mixed, 2, 0.9, 1)
+    );
+    assert_eq!(s.smoother, AmgSmootherKind::L1Jacobi);
+    assert!(SolveTarget::Gpu
+        .gpu_note(&gamg, "T")
+        .unwrap()
+        .starts_with("T: GAMG runs on the GPU as AMG-PCG, V-cycle in mixed precision"));
+    // GAMG with AMG's own keys, and PCG with a GAMG preconditioner: as given.
+    let k_cycle = skew_solver(
+        "solver GAMG;\n        smoother GaussSeidel;\n        cycle K;",
+        "gamg_k",
+    );
+    assert!(k_cycle.gpu_keys_given);
+    let Preconditioner::Amg(s) = SolveTarget::Gpu.adapt(&k_cycle).preconditioner else {
+        panic!("GAMG runs AMG-PCG on the GPU");
+    };
+    assert_eq!(
+        (s.cycle, s.precision, s.passes),
+        (CycleKind::K, Precision::Double, 3)
+    );
+    let pcg_gamg = skew_solver(
+        "solver PCG;\n        preconditioner { preconditioner GAMG; smoother DICGaussSeidel; }",
+        "pcg_gamg_default",
+    );
+    let Preconditioner::Amg(s) = SolveTarget::Gpu.adapt(&pcg_gamg).preconditioner else {
+        panic!("PCG with GAMG runs AMG-PCG on the GPU");
+    };
+    assert_eq!((s.cycle, s.precision), (CycleKind::V, Precision::Mixed));
+}

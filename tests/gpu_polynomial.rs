@@ -302,3 +302,74 @@ fn smoother_sweeps_and_smooth_solver_equal_the_cpu() {
         }
     }
 }
+
+/// The value-only re-set-up (`DevicePolynomial::update_values`, as the
+/// device loops run it after each re-assembly of the pressure matrix)
+/// equals a fresh device set-up (`DevicePolynomial::on_device`) on the new
+/// matrix bit for bit: the same Gershgorin bound and coefficients, and the
+/// same z = M⁻¹ r, in f64 and mixed precision; a different pattern is
+/// refused.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn value_update_equals_a_fresh_set_up_bit_for_bit() {
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:8x8x8:tet:perturb=0.2").unwrap();
+    // The same pattern, other values (still SPD): a re-assembly with
+    // another Γ and a larger diagonal.
+    let mut reassembled = a.clone();
+    let mut rng = SplitMix(11);
+    for row in 0..a.n_rows() {
+        let (start, end) = (a.row_ptr()[row], a.row_ptr()[row + 1]);
+        for k in start..end {
+            let v = &mut reassembled.values_mut()[k];
+            *v *= if a.cols()[k] as usize == row {
+                1.5 + rng.next_f64()
+            } else {
+                0.8
+            };
+        }
+    }
+    let mut r = vec![0.0; a.n_rows()];
+    for v in &mut r {
+        *v = rng.next_f64() - 0.5;
+    }
+    let r_dev = gpu.upload(&r).unwrap();
+    for precision in [Precision::Double, Precision::Mixed] {
+        for kind in [PolynomialKind::Chebyshev, PolynomialKind::LeastSquares] {
+            let s = settings(kind, 4, precision);
+            let mut updated =
+                DevicePolynomial::on_device(&gpu, device_matrix(&gpu, &a, 64), &s).unwrap();
+            let before = updated.recurrence().hi;
+            updated
+                .update_values(device_matrix(&gpu, &reassembled, 64))
+                .unwrap();
+            let fresh =
+                DevicePolynomial::on_device(&gpu, device_matrix(&gpu, &reassembled, 64), &s)
+                    .unwrap();
+            assert_ne!(before, fresh.recurrence().hi, "the bound did not change");
+            assert_eq!(updated.recurrence(), fresh.recurrence(), "{s}");
+            let z = [&updated, &fresh].map(|p| {
+                let z = gpu.zeros::<f64>(a.n_rows()).unwrap();
+                p.apply_with(&r_dev, &z, None).unwrap();
+                gpu.download(&z).unwrap()
+            });
+            let differing = z[0]
+                .iter()
+                .zip(&z[1])
+                .filter(|(x, y)| x.to_bits() != y.to_bits())
+                .count();
+            println!(
+                "{s}: bound {before} -> {}, {differing} values differ",
+                fresh.recurrence().hi
+            );
+            assert_eq!(differing, 0, "{s}");
+            // Another pattern (slice height) is refused, naming both.
+            let err = updated
+                .update_values(device_matrix(&gpu, &reassembled, 32))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("set it up again"), "{err}");
+        }
+    }
+}

@@ -103,6 +103,7 @@ fn compare_with(
         jacobi: amg.is_none(),
         controls: tight(),
         amg,
+        polynomial: None,
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
     assert_eq!(
@@ -423,6 +424,7 @@ fn converged_cavity(amg: Option<AmgSettings>) {
         jacobi: amg.is_none(),
         controls,
         amg,
+        polynomial: None,
     };
     let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
     assert!(device.has_device_momentum());
@@ -569,7 +571,12 @@ fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
     let cases = [
         (
             "toml_jacobi",
-            toml_case("toml_jacobi", "solver = \"PCG\"\npreconditioner = \"DIC\""),
+            // Jacobi explicitly: DIC runs its GPU default, a polynomial,
+            // whose set-up the phases would count.
+            toml_case(
+                "toml_jacobi",
+                "solver = \"PCG\"\npreconditioner = \"diagonal\"",
+            ),
             false,
         ),
         (
@@ -592,7 +599,7 @@ fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
             "foam_jacobi",
             foam_case(
                 "foam_jacobi",
-                "solver          PCG;\n        preconditioner  DIC;",
+                "solver          PCG;\n        preconditioner  diagonal;",
             ),
             false,
         ),
@@ -676,6 +683,7 @@ fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
         jacobi: false,
         controls: tight(),
         amg: Some(amg),
+        polynomial: None,
     };
     let mut device = DeviceSimple::new(&gpu, &simple, solver).unwrap();
     assert!(device.pressure_amg().is_none());
@@ -740,5 +748,89 @@ fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
                 "iteration {iteration}: the matrix did not change"
             );
         }
+    }
+}
+
+/// p by `PCG` with `DIC`, unchanged, in the device loop: the GPU runs its
+/// default, Chebyshev(4) in mixed precision (`case::SolveTarget::adapt`), set
+/// up on the device from the resident pressure matrix and its values re-set
+/// up after each re-assembly; the iterates equal the CPU's DIC-PCG ones to
+/// the solvers' tolerance (both converged to 1e-14) on the perturbed tet
+/// box, with the pressure half and with the whole loop on the device.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn dic_pressure_runs_its_gpu_default_in_the_device_loop_and_gives_the_cpu_iterates() {
+    use fvpoisson::case::{LinearSolver, SolveTarget};
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let given = LinearSolver {
+        preconditioner: PreconditionerKind::Dic.into(),
+        controls: tight(),
+        ..LinearSolver::default()
+    };
+    let Preconditioner::Polynomial(polynomial) = SolveTarget::Gpu.adapt(&given).preconditioner
+    else {
+        panic!("DIC runs a polynomial on the GPU");
+    };
+    let mesh = load("box:6x6x6:tet:perturb=0.2").unwrap();
+    let geometry = Geometry::compute(&mesh);
+    for momentum_on_device in [false, true] {
+        let mut settings = SimpleSettings::new(0.01);
+        settings.momentum.controls.tolerance = 1e-12;
+        settings.momentum.controls.rel_tol = 0.0;
+        settings.n_non_orth_correctors = 2;
+        settings.relaxation_p = 0.3;
+        if momentum_on_device {
+            krylov_momentum(&mut settings);
+        }
+        let mut cpu = cavity(&mesh, &geometry, settings);
+        let mut on_gpu = cavity(&mesh, &geometry, settings);
+        let solver = DevicePressureSolver {
+            jacobi: false,
+            controls: tight(),
+            amg: None,
+            polynomial: Some(polynomial),
+        };
+        let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+        assert_eq!(device.has_device_momentum(), momentum_on_device);
+        assert!(device.pressure_polynomial().is_none());
+        let solve: &mut PressureSolve<'_> =
+            &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Dic, b, x, &tight(), "p");
+        for _ in 0..3 {
+            let a = cpu.iterate(solve).unwrap();
+            let b = device.iterate(&mut on_gpu).unwrap();
+            device.download_fields(&mut on_gpu).unwrap();
+            assert_eq!(a.p_solves.len(), b.p_solves.len());
+            assert!(b.p_solves.iter().all(|p| p.converged), "{:?}", b.p_solves);
+            let d = [
+                relative(
+                    &velocity_components(&cpu.u),
+                    &velocity_components(&on_gpu.u),
+                ),
+                relative(&cpu.p, &on_gpu.p),
+                relative(&cpu.phi, &on_gpu.phi),
+            ];
+            println!(
+                "momentum on the device {momentum_on_device}, iteration {}: U {:.2e} p {:.2e} \
+                 phi {:.2e}; p iterations CPU DIC {:?} GPU Chebyshev {:?}",
+                a.iteration,
+                d[0],
+                d[1],
+                d[2],
+                a.p_solves.iter().map(|p| p.iterations).collect::<Vec<_>>(),
+                b.p_solves.iter().map(|p| p.iterations).collect::<Vec<_>>()
+            );
+            assert!(d.iter().all(|&x| x < 1e-9), "{d:?}");
+        }
+        let p = device
+            .pressure_polynomial()
+            .expect("set up by the first solve");
+        assert_eq!(p.settings(), &polynomial);
+        let phases = device.phase_seconds();
+        assert!(
+            phases.amg_setup > 0.0 && phases.amg_update > 0.0,
+            "{phases:?}"
+        );
     }
 }

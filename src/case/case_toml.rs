@@ -845,7 +845,15 @@ impl Source<'_> {
                 _ => None,
             })
             .unwrap_or_default();
+        // Keys that tune DIC / IC(0) / AMG for the GPU: it runs them as
+        // given, not its default (`registry::GPU_DEFAULTS`).
+        let mut gpu_keys_given = base.gpu_keys_given || entry.precision.is_some();
         if let Some(table) = &entry.amg {
+            let mut keys = KeyValues::new();
+            for (key, value) in table.get_ref() {
+                keys.push(key.as_str(), toml_text(value));
+            }
+            gpu_keys_given |= registry::explicit_gpu_keys("AMG", &keys);
             for (key, value) in table.get_ref() {
                 amg.set(key, &toml_text(value)).map_err(|e| {
                     self.error(table.span(), format!("solver.{name}.amg.{key}: {e}"))
@@ -875,6 +883,8 @@ impl Source<'_> {
             };
             let (parsed, with_keys) = match p.get_ref() {
                 PreconditionerValue::Spec(spec) => {
+                    // `dic:precision=double`: keys given with the name.
+                    gpu_keys_given |= spec.contains(':');
                     (registry::parse_spec(spec).map_err(at)?, spec.contains(':'))
                 }
                 PreconditionerValue::Table(table) => {
@@ -892,6 +902,7 @@ impl Source<'_> {
                         keys.push(key.as_str(), toml_text(value));
                     }
                     let with_keys = !keys.is_empty();
+                    gpu_keys_given |= registry::explicit_gpu_keys(&toml_text(given), &keys);
                     (
                         registry::parse(&toml_text(given), &keys).map_err(at)?,
                         with_keys,
@@ -1107,6 +1118,7 @@ impl Source<'_> {
             ordering,
             krylov,
             deflation,
+            gpu_keys_given,
         })
     }
 

@@ -103,6 +103,8 @@ pub fn run(gpu: &Gpu, cases: &[String], amg: &[AmgSettings]) -> anyhow::Result<(
                 LinearSolver {
                     preconditioner: Preconditioner::Amg(*s),
                     gamg: None,
+                    // The variant measured, not the GPU default.
+                    gpu_keys_given: true,
                     ..baseline
                 },
             ));

@@ -71,7 +71,7 @@
 //! assembled on the CPU and solved on the GPU instead (logged once).
 
 use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
-use super::run::{gamg_cache, solve_linear, Device};
+use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
 use super::setup::{check_non_orth_correctors, LinearSolver, OutputFormat, MAX_TIME_STEPS};
 use super::CaseError;
 use crate::flow::simple::{
@@ -88,6 +88,7 @@ use crate::gpu::simple::{DeviceFlowError, DevicePhaseSeconds, DevicePressureSolv
 use crate::gpu::Gpu;
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
+use crate::solve::registry::{self, Role};
 use crate::solve::{
     EquilibrationKind, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, Sweep,
 };
@@ -580,11 +581,7 @@ fn device_simple<'g>(
             log::info!(
                 "pressure equation assembled and solved on the GPU (PCG, {}), with the flux \
                  and velocity corrections",
-                match (&pressure.amg, pressure.jacobi) {
-                    (Some(s), _) => format!("{s}, values re-set-up after each re-assembly"),
-                    (None, true) => "Jacobi".into(),
-                    (None, false) => "no preconditioner".into(),
-                }
+                pressure.describe()
             );
             Ok(Some(device_loop))
         }
@@ -597,7 +594,9 @@ fn device_simple<'g>(
 }
 
 /// `solver` as the device runs it on the matrix it assembles: PCG with
-/// Jacobi, none or AMG after the device's mapping; `Err`: why it cannot.
+/// Jacobi, none, AMG or a polynomial (Gershgorin bound) after the device's
+/// mapping (`Device::adapt`: DIC and GAMG given without GPU keys run their
+/// GPU defaults); `Err`: why it cannot.
 pub(super) fn device_pressure_solver(
     solver: &LinearSolver,
     device: Device,
@@ -618,10 +617,15 @@ pub(super) fn device_pressure_solver(
             return Err(why);
         }
     }
+    let polynomial = match used.preconditioner {
+        Preconditioner::Polynomial(settings) if amg.is_none() => Some(settings),
+        _ => None,
+    };
     Ok(DevicePressureSolver {
         jacobi: used.preconditioner == PreconditionerKind::Jacobi,
         controls: used.controls,
         amg,
+        polynomial,
     })
 }
 
@@ -792,6 +796,11 @@ pub fn run_flow_case_with_mesh(
     let mut gpu_solver = match (device, momentum.krylov) {
         (Device::Gpu(gpu), Some(method)) => {
             let p = gpu_krylov_preconditioner(&momentum.preconditioner);
+            if let Some((_, message)) =
+                registry::gpu_fallback(&momentum.preconditioner, Role::Krylov)
+            {
+                log::info!("U: {message}");
+            }
             log::info!("pressure and momentum ({method}, {p}) solves on the GPU");
             let mut momentum_solver = GpuSolver::new(gpu);
             let controls = momentum.controls;
@@ -816,6 +825,7 @@ pub fn run_flow_case_with_mesh(
         (Device::Cpu | Device::Distributed(_), _) => None,
     };
     let solver = setup.pressure_solver;
+    log_gpu_mapping(device, "p", &[&solver]);
     let gamg_cache = gamg_cache(mesh, &geometry, &[&solver]);
     let mut pressure_solve_seconds = 0.0;
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, _last| {

@@ -29,7 +29,7 @@
 use super::flow_case::{device_pressure_solver, momentum_solver, patch_conditions};
 use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
-use super::run::{gamg_cache, solve_linear};
+use super::run::{gamg_cache, log_gpu_mapping, solve_linear};
 use super::setup::LinearSolver;
 use super::simple_foam::{
     check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
@@ -522,6 +522,11 @@ pub fn run_transient_case(
         DeviceFlowError::Flow(e) => flow_error(e),
         DeviceFlowError::Assembly(e) => CaseError::from(e),
     };
+    log_gpu_mapping(
+        device,
+        "p",
+        &[&setup.pressure_solver, &setup.pressure_final],
+    );
     let mut device_step = match device {
         Device::Gpu(gpu) => device_piso(gpu, &piso, setup, device)?,
         _ => None,
@@ -791,7 +796,7 @@ fn device_piso<'g>(
         Ok(p) => p,
         Err(why) => return host(format!("pFinal: {why}")),
     };
-    if (p.jacobi, &p.amg) != (p_final.jacobi, &p_final.amg) {
+    if !p.same_preconditioner(&p_final) {
         return host(
             "p and pFinal have different preconditioners on the device (the resident \
              pressure solve keeps one)"

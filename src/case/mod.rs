@@ -18,7 +18,7 @@ pub mod run;
 pub mod setup;
 pub mod simple_foam;
 
-pub use run::{run_case, run_case_with_mesh, Device, ErrorNorms, GpuSet, RunSummary};
+pub use run::{run_case, run_case_with_mesh, Device, ErrorNorms, GpuSet, RunSummary, SolveTarget};
 pub use setup::{
     BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
     Scalar, SolverSettings, SourceSplit, SpaceTimeFn, TimeControl,

@@ -613,6 +613,7 @@ impl Reader {
             controls,
             krylov,
             deflation,
+            gpu_keys_given: gpu_keys_given(dict, &name)?,
             ..LinearSolver::default()
         })
     }
@@ -928,6 +929,12 @@ fn registered_preconditioner(
     dict: &FoamDict,
     name: &str,
 ) -> Result<Preconditioner, RegistryOrCase> {
+    let keys = registered_keys(dict, name)?;
+    registry::parse(name, &keys).map_err(RegistryOrCase::Registry)
+}
+
+/// The keys of `dict` that the registration of `name` takes.
+fn registered_keys(dict: &FoamDict, name: &str) -> Result<KeyValues, RegistryOrCase> {
     let registration = registry::find(name).map_err(RegistryOrCase::Registry)?;
     let mut keys = KeyValues::new();
     for key in registration.keys {
@@ -943,7 +950,28 @@ fn registered_preconditioner(
             keys.push(*key, text);
         }
     }
-    registry::parse(name, &keys).map_err(RegistryOrCase::Registry)
+    Ok(keys)
+}
+
+/// Whether the solver dictionary `dict` (solver `name`) gives its
+/// preconditioner (GAMG: its AMG) keys that tune it for the GPU
+/// (`registry::explicit_gpu_keys`): the GPU then runs it as given, else its
+/// measured default.
+fn gpu_keys_given(dict: &FoamDict, name: &str) -> Result<bool, CaseError> {
+    let (holder, preconditioner) = match name {
+        "GAMG" => (dict, "GAMG".to_string()),
+        "PCG" | "PBiCG" => match dict.get_dict_opt("preconditioner") {
+            Ok(Some(inner)) => (inner, inner.get_word("preconditioner")?),
+            _ => (dict, dict.get_word("preconditioner")?),
+        },
+        _ => return Ok(false),
+    };
+    match registered_keys(holder, &preconditioner) {
+        Ok(keys) => Ok(registry::explicit_gpu_keys(&preconditioner, &keys)),
+        Err(RegistryOrCase::Case(e)) => Err(e),
+        // Named in the error of the preconditioner's own parse.
+        Err(RegistryOrCase::Registry(_)) => Ok(false),
+    }
 }
 
 /// The polynomial preconditioner keys of `dict` (`degree`, `eigenBound

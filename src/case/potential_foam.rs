@@ -13,7 +13,7 @@
 //! and with `-writePhi` `<time>/Phi`, as potentialFoam does.
 
 use super::openfoam::{at_key, scheme, Reader};
-use super::run::{gamg_cache, solve_linear, Device};
+use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
 use crate::flow::output::{flux_patch_types, PHI_DIMENSIONS, U_DIMENSIONS};
@@ -229,6 +229,7 @@ pub fn run_potential_foam(
         Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
         Device::Cpu | Device::Distributed(_) => None,
     };
+    log_gpu_mapping(device, "Phi", &[&solver]);
     let gamg_cache = gamg_cache(&mesh, &geometry, &[&solver]);
     let solve: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
         solve_linear(

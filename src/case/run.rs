@@ -14,10 +14,10 @@ use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, T
 use crate::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
-use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::multi::{MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
+use crate::gpu::polynomial::DevicePolynomial;
 use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
 use crate::gpu::{Gpu, GpuError};
@@ -29,6 +29,8 @@ use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{AmgSettings, CycleKind};
 use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
 use crate::solve::gamg::{solve_gamg, GamgCache, MeshFaces};
+use crate::solve::polynomial::{EigenBound, PolynomialSettings};
+use crate::solve::registry::{self, GpuDefault, Role};
 use crate::solve::solve_krylov;
 use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
@@ -183,6 +185,134 @@ impl GpuSet {
     }
 }
 
+/// Where a linear solve runs, as the mapping of a solver's settings sees it
+/// ([`Device::target`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SolveTarget {
+    /// The CPU (a distributed run's ranks too): every setting as given.
+    Cpu,
+    /// One GPU.
+    Gpu,
+    /// Several GPUs of one process (PCG with Jacobi or none split over them).
+    Gpus,
+}
+
+impl SolveTarget {
+    /// The solver as this target runs it: the CPU runs every setting; a GPU
+    /// runs, for PCG given DIC, IC(0) or GAMG without the keys that tune them
+    /// for the GPU (`LinearSolver::gpu_keys_given`), the measured default of
+    /// `solve::registry::GPU_DEFAULTS` (several GPUs: DIC and IC(0) as
+    /// Jacobi, split over them), and maps what it does not have
+    /// (`gpu::smooth::gpu_preconditioner`, `gpu_smoother`: natural-order
+    /// Gauss–Seidel becomes multicolour, the registry's fallbacks Jacobi, or
+    /// none on an equilibrated system, where the scaling takes Jacobi's
+    /// place). [`Self::gpu_note`] says what changed and why.
+    pub fn adapt(self, solver: &LinearSolver) -> LinearSolver {
+        if self == Self::Cpu {
+            return *solver;
+        }
+        if solver.krylov.is_some() {
+            // GMRES / PBiCGStab on the device: Jacobi or none.
+            let preconditioner = match solver.preconditioner {
+                Preconditioner::Kind(PreconditionerKind::None) => PreconditionerKind::None,
+                _ => PreconditionerKind::Jacobi,
+            };
+            return LinearSolver {
+                preconditioner: preconditioner.into(),
+                ..*solver
+            };
+        }
+        let mut given = match solver.gamg {
+            Some(s) => Preconditioner::Amg(s.amg),
+            None => solver.preconditioner,
+        };
+        given = match (self, self.gpu_default(solver)) {
+            (Self::Gpus, Some(_))
+                if matches!(
+                    given,
+                    Preconditioner::Kind(PreconditionerKind::Dic | PreconditionerKind::Ic0)
+                ) =>
+            {
+                PreconditionerKind::Jacobi.into()
+            }
+            (_, Some(row)) => row.settings(&given),
+            (_, None) => given,
+        };
+        let mut preconditioner = gpu_preconditioner(&given);
+        if preconditioner != solver.preconditioner
+            && preconditioner == PreconditionerKind::Jacobi
+            && solver.equilibration != EquilibrationKind::None
+        {
+            preconditioner = PreconditionerKind::None.into();
+        }
+        LinearSolver {
+            preconditioner,
+            smoother: solver.smoother.as_ref().map(gpu_smoother),
+            // GAMG runs as PCG with its AMG mapped like the preconditioner.
+            gamg: None,
+            ..*solver
+        }
+    }
+
+    /// The GPU default (`solve::registry::GPU_DEFAULTS`) that replaces
+    /// `solver`'s preconditioner (GAMG: its AMG) here, if one does: PCG or
+    /// GAMG on a GPU, given without GPU keys.
+    pub fn gpu_default(self, solver: &LinearSolver) -> Option<&'static GpuDefault> {
+        if self == Self::Cpu || solver.krylov.is_some() || solver.smoother.is_some() {
+            return None;
+        }
+        let given = match solver.gamg {
+            Some(s) => Preconditioner::Amg(s.amg),
+            None => solver.preconditioner,
+        };
+        registry::gpu_default(&given, Role::Pcg, solver.gpu_keys_given)
+    }
+
+    /// What this target runs in place of `field`'s `solver`, and why, for
+    /// the run's log (None: as given). A run logs it once
+    /// ([`log_gpu_mapping`]), not at each solve.
+    pub fn gpu_note(self, solver: &LinearSolver, field: &str) -> Option<String> {
+        if self == Self::Cpu {
+            return None;
+        }
+        let used = self.adapt(solver);
+        if let Some(row) = self.gpu_default(solver) {
+            if self == Self::Gpus && used.preconditioner == PreconditionerKind::Jacobi {
+                return Some(format!(
+                    "{field}: {} runs on the GPUs as Jacobi-PCG, split over them",
+                    row.given
+                ));
+            }
+            return Some(row.message(field));
+        }
+        if let (Some(given), Some(run)) = (&solver.smoother, &used.smoother) {
+            return (given != run).then(|| {
+                format!("{field}: smoother {given} is not on the GPU: using {run} there")
+            });
+        }
+        if solver.gamg.is_some() {
+            return Some(format!(
+                "{field}: GAMG runs on the GPU as PCG with {} (its keys as given)",
+                used.preconditioner
+            ));
+        }
+        if used.preconditioner == solver.preconditioner {
+            return None;
+        }
+        let role = match solver.krylov {
+            Some(_) => Role::Krylov,
+            None => Role::Pcg,
+        };
+        Some(match registry::gpu_fallback(&solver.preconditioner, role) {
+            Some((_, message)) => format!("{field}: {message}"),
+            None => format!(
+                "{field}: preconditioner {} runs on the GPU as {}",
+                solver.preconditioner, used.preconditioner
+            ),
+        })
+    }
+}
+
 /// A rank of a distributed run: its transport, the cells' owners and, for
 /// `--device gpu`, its GPU (the rank's rows are solved there,
 /// `gpu::multi::MultiGpuBackend::for_rank`).
@@ -208,48 +338,25 @@ impl<'g> Device<'g> {
         }
     }
 
-    /// The solver as this device runs it: the CPU runs every setting; the GPU
-    /// maps what it does not have (`gpu::smooth::gpu_preconditioner`,
-    /// `gpu_smoother`: natural-order Gauss–Seidel becomes multicolour, DIC and
-    /// IC(0) preconditioners Jacobi, or none on an equilibrated system, where
-    /// the scaling takes Jacobi's place).
+    /// Where this device runs a linear solve, as the mapping of settings
+    /// sees it.
+    pub fn target(self) -> SolveTarget {
+        match self {
+            Self::Gpu(_) => SolveTarget::Gpu,
+            Self::Gpus(_) => SolveTarget::Gpus,
+            Self::Cpu | Self::Distributed(_) => SolveTarget::Cpu,
+        }
+    }
+
+    /// The solver as this device runs it ([`SolveTarget::adapt`]).
     pub(crate) fn adapt(self, solver: &LinearSolver) -> LinearSolver {
-        let (Self::Gpu(_) | Self::Gpus(_)) = self else {
-            return *solver;
-        };
-        let given = match solver.gamg {
-            Some(s) => Preconditioner::Amg(s.amg),
-            None => solver.preconditioner,
-        };
-        // GMRES/BiCGStab take the nonsymmetric ILU family on the device.
-        let mut preconditioner = match solver.krylov {
-            Some(_) => gpu_krylov_preconditioner(&given),
-            None => gpu_preconditioner(&given),
-        };
-        if preconditioner != solver.preconditioner
-            && preconditioner == PreconditionerKind::Jacobi
-            && solver.equilibration != EquilibrationKind::None
-        {
-            preconditioner = PreconditionerKind::None.into();
-        }
-        if solver.krylov.is_some() {
-            // GMRES / PBiCGStab on the device: Jacobi or none.
-            let preconditioner = match solver.preconditioner {
-                Preconditioner::Kind(PreconditionerKind::None) => PreconditionerKind::None,
-                _ => PreconditionerKind::Jacobi,
-            };
-            return LinearSolver {
-                preconditioner: preconditioner.into(),
-                ..*solver
-            };
-        }
-        LinearSolver {
-            preconditioner,
-            smoother: solver.smoother.as_ref().map(gpu_smoother),
-            // GAMG runs as PCG with its AMG mapped like the preconditioner.
-            gamg: None,
-            ..*solver
-        }
+        self.target().adapt(solver)
+    }
+
+    /// What this device runs in place of `field`'s `solver`, and why
+    /// ([`SolveTarget::gpu_note`]).
+    pub(crate) fn gpu_note(self, solver: &LinearSolver, field: &str) -> Option<String> {
+        self.target().gpu_note(solver, field)
     }
 
     /// Why the GPU cannot run `solver` (as adapted) on the device-assembled
@@ -273,9 +380,16 @@ impl<'g> Device<'g> {
             (None, Preconditioner::Smoother(s)) => Some(format!(
                 "PCG with the {s} smoother as preconditioner runs on a host-assembled matrix"
             )),
-            (None, Preconditioner::Polynomial(p)) => Some(format!(
-                "PCG with the {p} preconditioner runs on a host-assembled matrix"
-            )),
+            // The resident pressure solve and the laplacian run's device
+            // loop set the polynomial up on the device (value-only after
+            // each re-assembly); Lanczos's bound needs the matrix on the host.
+            (None, Preconditioner::Polynomial(p)) => match p.bound {
+                EigenBound::Gershgorin => None,
+                EigenBound::Lanczos { .. } => Some(format!(
+                    "PCG with the {p} preconditioner (a Lanczos bound) runs on a host-assembled \
+                     matrix"
+                )),
+            },
             (None, Preconditioner::Amg(s)) => Some(format!(
                 "PCG with the {s} preconditioner runs on a host-assembled matrix"
             )),
@@ -283,7 +397,12 @@ impl<'g> Device<'g> {
                 "PCG with eisenstatSGS (its own sweeps and loop) runs on a host-assembled matrix"
                     .into(),
             ),
-            (None, Preconditioner::Kind(_)) => None,
+            (None, Preconditioner::Kind(PreconditionerKind::Jacobi | PreconditionerKind::None)) => {
+                None
+            }
+            (None, Preconditioner::Kind(k)) => Some(format!(
+                "PCG with the {k} preconditioner runs on a host-assembled matrix"
+            )),
             (None, p @ (Preconditioner::Ilu(_) | Preconditioner::Schwarz(_))) => Some(format!(
                 "PCG with the {p} preconditioner runs on a host-assembled matrix"
             )),
@@ -352,28 +471,11 @@ pub fn run_case_with_mesh(
             gpu.name(),
             setup.solver.regular.ordering
         );
-        for solver in [&setup.solver.regular]
+        let solvers: Vec<&LinearSolver> = [&setup.solver.regular]
             .into_iter()
             .chain(&setup.solver.final_corrector)
-        {
-            let used = device.adapt(solver);
-            match (&solver.smoother, &used.smoother) {
-                (Some(given), Some(run)) if given != run => {
-                    log::info!("smoother {given} is not on the GPU: using {run} there")
-                }
-                (None, _) if solver.gamg.is_some() => log::info!(
-                    "GAMG is not on the GPU: PCG with {} there",
-                    used.preconditioner
-                ),
-                // A fallback of the registry was logged with its reason by `adapt`.
-                (None, _) if used.preconditioner != solver.preconditioner => log::info!(
-                    "preconditioner {} runs on the GPU as {}",
-                    solver.preconditioner,
-                    used.preconditioner
-                ),
-                _ => {}
-            }
-        }
+            .collect();
+        log_gpu_mapping(device, &setup.field, &solvers);
     }
     // A rank's set-up may fail alone (its output directories): every rank
     // learns it before the first solve.
@@ -391,6 +493,21 @@ pub fn run_case_with_mesh(
         CaseError::Fvm(e) => CaseError::Invalid(format!("{}: {e}", setup.origin)),
         e => e,
     })
+}
+
+/// Logs once what `device` runs in place of `field`'s `solvers` and why
+/// ([`Device::gpu_note`]; a solver and its final corrector's alike, one
+/// line).
+pub(crate) fn log_gpu_mapping(device: Device<'_>, field: &str, solvers: &[&LinearSolver]) {
+    let mut logged: Vec<String> = Vec::new();
+    for solver in solvers {
+        if let Some(note) = device.gpu_note(solver, field) {
+            if !logged.contains(&note) {
+                log::info!("{note}");
+                logged.push(note);
+            }
+        }
+    }
 }
 
 /// `outcome` of a part of a distributed run that one rank may fail alone
@@ -460,6 +577,9 @@ struct OnDevice<'a> {
     field: GpuVector,
     /// V·(explicit part of Sp) in row order, when any is nonzero.
     sp_explicit: Option<CudaSlice<f64>>,
+    /// Polynomial-PCG's preconditioner, set up on the device from the
+    /// resident matrix; lent to the PCG backend while the matrix holds.
+    polynomial: Option<Rc<DevicePolynomial<'a>>>,
 }
 
 impl<'a> OnDevice<'a> {
@@ -495,6 +615,7 @@ impl<'a> OnDevice<'a> {
                     laplacian,
                     field,
                     sp_explicit: None,
+                    polynomial: None,
                 }))
             }
             Err(AssemblyError::Unsupported(msg)) => {
@@ -533,8 +654,16 @@ impl<'a> OnDevice<'a> {
             drop(assembly);
             let _solve = timings::enter_synced(Phase::Solve, gpu);
             let solver = setup.solver.for_corrector(corrector, n_correctors);
-            let jacobi = device.adapt(solver).preconditioner == PreconditionerKind::Jacobi;
-            let (backend, b) = self.laplacian.solver(jacobi, &options)?;
+            let (backend, b) = match device.adapt(solver).preconditioner {
+                Preconditioner::Polynomial(settings) => {
+                    let polynomial = Rc::clone(self.polynomial_for(&settings)?);
+                    self.laplacian
+                        .preconditioned_solver(&polynomial, &options)?
+                }
+                p => self
+                    .laplacian
+                    .solver(p == PreconditionerKind::Jacobi, &options)?,
+            };
             let perf = pcg(backend, b, &mut self.field, &solver.controls, &setup.field).map_err(
                 |source| CaseError::Solve {
                     field: setup.field.clone(),
@@ -549,6 +678,36 @@ impl<'a> OnDevice<'a> {
             }
         }
         Ok(performances)
+    }
+}
+
+impl<'a> OnDevice<'a> {
+    /// The polynomial preconditioner of `settings` for the resident matrix:
+    /// set up on the device the first time; while a PCG backend still has it
+    /// on loan the matrix has not changed since (the backend is dropped at
+    /// each re-assembly) and it is used as it is; else its values are
+    /// re-set-up on the device from the matrix, which may have changed.
+    fn polynomial_for(
+        &mut self,
+        settings: &PolynomialSettings,
+    ) -> Result<&Rc<DevicePolynomial<'a>>, GpuError> {
+        let matrix = self.laplacian.shared_matrix()?;
+        match &mut self.polynomial {
+            Some(p) if p.settings() == settings => {
+                if let Some(unlent) = Rc::get_mut(p) {
+                    unlent.update_values(matrix)?;
+                }
+            }
+            slot => {
+                let p = DevicePolynomial::on_device(self.laplacian.gpu(), matrix, settings)?;
+                log::info!(
+                    "GPU {settings}: upper eigenvalue bound {:.6} (Gershgorin, on the device)",
+                    p.recurrence().hi
+                );
+                *slot = Some(Rc::new(p));
+            }
+        }
+        Ok(self.polynomial.as_ref().expect("set above"))
     }
 }
 

@@ -251,6 +251,12 @@ pub struct LinearSolver {
     /// Distributed runs' coarse space over the ranks (PCG and GAMG; a serial
     /// run has one subdomain and ignores it).
     pub deflation: Deflation,
+    /// The preconditioner (GAMG: its AMG) was given with keys that tune it
+    /// for the GPU (`precision` of DIC / IC(0); GAMG's `cycle`, `precision`,
+    /// `passes`, ...: `solve::registry::GpuDefault::explicit_keys`): the GPU
+    /// runs it as given. False: the GPU runs its measured default
+    /// (`solve::registry::GPU_DEFAULTS`). The CPU ignores it.
+    pub gpu_keys_given: bool,
 }
 
 impl Default for LinearSolver {
@@ -264,6 +270,7 @@ impl Default for LinearSolver {
             ordering: RowOrdering::default(),
             krylov: None,
             deflation: Deflation::None,
+            gpu_keys_given: false,
         }
     }
 }

@@ -286,10 +286,10 @@ pub fn device_preconditioner<'g>(
 /// What GMRES/BiCGStab run on the GPU for `p`: ILU(k), Schwarz, DILU, DIC,
 /// IC(0), Jacobi and none as given ([`GpuSolver::solve_krylov_preconditioned`]);
 /// for the others the registry names the fallback (`solve::registry`,
-/// `GpuSupport::Fallback`), logged with its reason.
+/// `GpuSupport::Fallback`), with a reason the caller logs once.
 pub fn gpu_krylov_preconditioner(p: &Preconditioner) -> Preconditioner {
     match registry::gpu_fallback(p, Role::Krylov) {
-        Some((used, _logged)) => used,
+        Some((used, _message)) => used,
         None => *p,
     }
 }

@@ -22,7 +22,7 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 
 use super::ic::in_original_rows;
-use super::matrix::{DeviceModSell, DeviceModSellF32};
+use super::matrix::{f32_copy_into, DeviceModSell, DeviceModSellF32};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::setup::SetupSpans;
 use super::smooth::DevicePreconditioner;
@@ -47,15 +47,25 @@ struct Work<T> {
 impl<T: DeviceRepr + ValidAsZeroBits> Work<T> {
     fn new(gpu: &Gpu, m: &DeviceModSell, inverse_kernel: &'static str) -> Result<Self, GpuError> {
         let n = m.n;
-        let inv_diag = gpu.zeros::<T>(n)?;
-        let n32 = n as i32;
-        gpu.launch(inverse_kernel, vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32).arg(&m.diag).arg(&inv_diag);
-        })?;
-        Ok(Self {
-            inv_diag,
+        let work = Self {
+            inv_diag: gpu.zeros::<T>(n)?,
             t: [gpu.zeros(n)?, gpu.zeros(n)?],
             acc: gpu.zeros(n)?,
+        };
+        work.invert_diagonal(gpu, m, inverse_kernel)?;
+        Ok(work)
+    }
+
+    /// 1/a_ii of `m` into `inv_diag` (in place: the value update's too).
+    fn invert_diagonal(
+        &self,
+        gpu: &Gpu,
+        m: &DeviceModSell,
+        inverse_kernel: &'static str,
+    ) -> Result<(), GpuError> {
+        let n32 = m.n as i32;
+        gpu.launch(inverse_kernel, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&m.diag).arg(&self.inv_diag);
         })
     }
 }
@@ -134,6 +144,63 @@ impl<'g> DevicePolynomial<'g> {
             recurrence: settings.recurrence(upper),
             evaluation,
         })
+    }
+
+    /// With the Gershgorin bound computed on the device from `matrix`
+    /// alone (no host copy: a device-assembled matrix). The Lanczos bound
+    /// needs the matrix on the host ([`Self::new`]) and is refused.
+    pub fn on_device(
+        gpu: &'g Gpu,
+        matrix: Rc<DeviceModSell>,
+        settings: &PolynomialSettings,
+    ) -> Result<Self, GpuError> {
+        let upper = device_bound(gpu, &matrix, settings)?;
+        Self::with_upper_bound(gpu, matrix, settings, upper)
+    }
+
+    /// Value-only re-set-up for `matrix`, the same pattern with new values
+    /// (e.g. the resident pressure matrix after a re-assembly): 1/a_ii, the
+    /// device Gershgorin bound, the coefficients and the f32 twin's values
+    /// recomputed on the device into the arrays in place, no host copy of the
+    /// matrix and no allocation but the bound's two words. The result equals
+    /// [`Self::on_device`] on `matrix` bit for bit. Refused for a Lanczos
+    /// bound or a different pattern.
+    pub fn update_values(&mut self, matrix: Rc<DeviceModSell>) -> Result<(), GpuError> {
+        let old = &self.matrix;
+        if matrix.n != old.n
+            || matrix.slice_height != old.slice_height
+            || matrix.codes.len() != old.codes.len()
+            || matrix.values.len() != old.values.len()
+        {
+            return Err(GpuError::Invalid(format!(
+                "polynomial update: the matrix has {} rows in slices of {} ({} slots) but the \
+                 preconditioner was set up for {} rows in slices of {} ({} slots); set it up \
+                 again for a new pattern",
+                matrix.n,
+                matrix.slice_height,
+                matrix.values.len(),
+                old.n,
+                old.slice_height,
+                old.values.len()
+            )));
+        }
+        let upper = device_bound(self.gpu, &matrix, &self.settings)?;
+        self.settings
+            .validate_with_upper_bound(upper)
+            .map_err(GpuError::Invalid)?;
+        match &mut self.evaluation {
+            Evaluation::Double(work) => {
+                work.invert_diagonal(self.gpu, &matrix, "poly_inverse_diagonal_f64")?
+            }
+            Evaluation::Mixed { twin, work } => {
+                f32_copy_into(self.gpu, &matrix.values, &twin.values)?;
+                f32_copy_into(self.gpu, &matrix.diag, &twin.diag)?;
+                work.invert_diagonal(self.gpu, &matrix, "poly_inverse_diagonal_f32")?;
+            }
+        }
+        self.recurrence = self.settings.recurrence(upper);
+        self.matrix = matrix;
+        Ok(())
     }
 
     pub fn settings(&self) -> &PolynomialSettings {
@@ -279,6 +346,24 @@ pub fn device_gershgorin(gpu: &Gpu, m: &DeviceModSell) -> Result<f64, SolveError
     }
     // The CPU's reduction starts at 0 (no rows: 0).
     Ok(f64::from_bits(out[0]))
+}
+
+/// The device Gershgorin bound of `m` for `settings` (a Lanczos bound is
+/// refused: it needs the matrix on the host).
+fn device_bound(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    settings: &PolynomialSettings,
+) -> Result<f64, GpuError> {
+    match settings.bound {
+        EigenBound::Gershgorin => {
+            device_gershgorin(gpu, m).map_err(|e| GpuError::Invalid(e.to_string()))
+        }
+        EigenBound::Lanczos { .. } => Err(GpuError::Invalid(format!(
+            "{settings}: the Lanczos bound is computed from the matrix on the host; on a \
+             device-assembled matrix use eigenBound Gershgorin"
+        ))),
+    }
 }
 
 /// Where an application starts: from r, or from the residual of x.

@@ -15,7 +15,11 @@
 //! is also given in SpMV times: one mod-SELL SpMV of the RCM layout's
 //! matrix, timed in the same run (mean of 20 after a warm-up). After each
 //! case the three converged rows of least time to solution are printed
-//! (and appended to the markdown). Deflation rows (stripes of RCM rows,
+//! (and appended to the markdown), then the "GPU defaults" block: what an
+//! unchanged fvSolution's DIC and GAMG run on the GPU
+//! (`solve::registry::GPU_DEFAULTS`, measured as rows of their own), their
+//! total time and its ratio to Jacobi-PCG and to the level-scheduled DIC
+//! (colour order, f64) of the same run. Deflation rows (stripes of RCM rows,
 //! +Jacobi, +Neu1, +Neu2) set up on the resident RCM matrix like the others,
 //! each phase timed and given in the note (in ms and SpMVs) with the bytes a
 //! projection moves against an SpMV's. Before the first case every row runs
@@ -37,15 +41,17 @@ use super::pcg::{GpuCgBackend, GpuSolveOptions};
 use super::polynomial::DevicePolynomial;
 use super::polynomial_bench::CPU_DIC_MAX_ROWS;
 use super::setup::SetupPhase;
-use super::smooth::{block_layout_for, colour_layout, DevicePreconditioner};
+use super::smooth::{block_layout_for, colour_layout, gpu_preconditioner, DevicePreconditioner};
 use super::smooth_bench::{solve_warm, Ordered};
 use super::Gpu;
 use crate::solve::amg::AmgSettings;
 use crate::solve::deflation::Subdomains;
 use crate::solve::precond::Dic;
+use crate::solve::registry::{self, GpuDefault, Role};
 use crate::solve::{
     pcg, solve_pcg, ColouringKind, CpuBackend, InnerSolver, PolynomialKind, PolynomialSettings,
-    Precision, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, Sweep,
+    Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
+    Sweep,
 };
 use crate::sparse::blocks::in_block_fraction;
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -215,10 +221,63 @@ pub fn run(
                 e.total() / base
             );
         }
+        podium += &gpu_defaults_block(&entries, base);
     }
     eprint!("{podium}");
     markdown += &format!("\n{podium}");
     Ok((rows, markdown))
+}
+
+/// The label of the row that measures the GPU default of `row`.
+fn gpu_default_label(row: &GpuDefault) -> String {
+    format!("GPU default for {}", row.given)
+}
+
+/// The given preconditioners of the "GPU defaults" block: DIC (PCG) and
+/// GAMG, with the settings their rows run (as the GPU runs them).
+fn gpu_defaults() -> Vec<(&'static GpuDefault, Preconditioner)> {
+    let dic = Preconditioner::Kind(PreconditionerKind::Dic);
+    let gamg = Preconditioner::Amg(AmgSettings::default());
+    [dic, gamg]
+        .into_iter()
+        .filter_map(|given| {
+            let row = registry::gpu_default(&given, Role::Pcg, false)?;
+            Some((row, gpu_preconditioner(&row.settings(&given))))
+        })
+        .collect()
+}
+
+/// The "GPU defaults" block of one case: per default its total time, and
+/// the ratios to Jacobi-PCG (`base`, ms) and to the level-scheduled DIC row
+/// (colour order, f64) of the same run.
+fn gpu_defaults_block(entries: &[Entry], base: f64) -> String {
+    let dic = entries
+        .iter()
+        .find(|e| e.what == "DIC" && e.ordering == "rcm+col")
+        .map_or(f64::NAN, Entry::total);
+    let mut block = String::from(
+        "  GPU defaults (an unchanged fvSolution with --device gpu; solve::registry):\n",
+    );
+    for (row, settings) in gpu_defaults() {
+        let label = gpu_default_label(row);
+        match entries.iter().find(|e| e.what == label) {
+            Some(e) if e.converged => {
+                block += &format!(
+                    "    {} -> {settings} ({}): {:.1} ms, x{:.2} of Jacobi-PCG, x{:.2} of \
+                     level-scheduled DIC (rcm+col, {:.1} ms)\n",
+                    row.given,
+                    e.ordering,
+                    e.total(),
+                    e.total() / base,
+                    e.total() / dic,
+                    dic
+                )
+            }
+            Some(e) => block += &format!("    {} -> {settings}: {}\n", row.given, e.note),
+            None => block += &format!("    {} -> {settings}: not measured\n", row.given),
+        }
+    }
+    block
 }
 
 /// The small system the warm-up runs every row on.
@@ -486,11 +545,36 @@ fn case_entries(
     list.push(("neu1".into(), Layout::Rcm, neumann(1), mixed_note.into()));
     list.push(("neu2".into(), Layout::Rcm, neumann(2), mixed_note.into()));
     list.push((
-        "AMG (V-cycle)".into(),
+        "AMG (defaults: K-cycle, f64)".into(),
         Layout::Rcm,
         amg(),
         mixed_note.into(),
     ));
+    // What an unchanged fvSolution's DIC and GAMG run on the GPU.
+    for (row, settings) in gpu_defaults() {
+        let build: Build<'_> = match settings {
+            Preconditioner::Polynomial(s) => Box::new(move |o: &Ordered<'_>| {
+                Ok(Box::new(DevicePolynomial::on_device(
+                    gpu,
+                    o.backend.shared_matrix(),
+                    &s,
+                )?) as Box<dyn DevicePreconditioner>)
+            }),
+            Preconditioner::Amg(s) => Box::new(move |o: &Ordered<'_>| {
+                Ok(
+                    Box::new(DeviceAmg::new(gpu, o.backend.shared_matrix(), &s)?)
+                        as Box<dyn DevicePreconditioner>,
+                )
+            }),
+            other => anyhow::bail!("the GPU default {other} has no bench row"),
+        };
+        list.push((
+            gpu_default_label(row),
+            Layout::Rcm,
+            build,
+            format!("{settings}"),
+        ));
+    }
     let mut dic_rcm_iterations = None;
     for (what, layout, build, extra) in list {
         let ordered = match layout {

@@ -27,8 +27,11 @@
 //!    pressure matrix from the resident Γ = rAU and source
 //!    ([`DeviceLaplacian::reassemble_from_device`]), one right-hand side
 //!    update and PCG solve (warm-started from the resident p; Jacobi, none,
-//!    or AMG: [`DevicePressureSolver::amg`], the hierarchy set up on the
+//!    AMG ([`DevicePressureSolver::amg`], the hierarchy set up on the
 //!    resident matrix once and its values re-set-up in place after each
+//!    re-assembly) or a polynomial ([`DevicePressureSolver::polynomial`],
+//!    set up on the device from the resident matrix, its inverse diagonal,
+//!    Gershgorin bound, coefficients and f32 twin recomputed there after each
 //!    re-assembly) per non-orthogonal corrector and one more, φ = φ_HbyA −
 //!    the equation's face flux.
 //! 3. **Corrections**: continuity errors (two device sums read back), p
@@ -55,6 +58,7 @@ use super::assembly::{flatten, AssemblyError, AssemblyMap, DeviceLaplacian, Lapl
 use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
+use super::polynomial::DevicePolynomial;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
@@ -63,6 +67,7 @@ use crate::solve::amg::AmgSettings;
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
+use crate::solve::polynomial::PolynomialSettings;
 use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls, SolverPerformance};
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::Csr;
@@ -88,7 +93,7 @@ impl From<GpuError> for DeviceFlowError {
 /// The pressure solver of the device loop: PCG on the resident matrix.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DevicePressureSolver {
-    /// Jacobi preconditioner (else none; `amg` replaces both).
+    /// Jacobi preconditioner (else none; `amg` or `polynomial` replaces both).
     pub jacobi: bool,
     pub controls: SolverControls,
     /// `Some`: AMG-PCG with the GPU AMG of these settings (as the GPU runs
@@ -96,6 +101,29 @@ pub struct DevicePressureSolver {
     /// resident matrix at the first pressure solve, its values re-set-up in
     /// place after each re-assembly (aggregates kept).
     pub amg: Option<AmgSettings>,
+    /// `Some` (and `amg` none): PCG with this polynomial preconditioner
+    /// (Gershgorin bound; `gpu::polynomial::DevicePolynomial::on_device`),
+    /// set up on the resident matrix at the first pressure solve, its values
+    /// re-set-up on the device after each re-assembly.
+    pub polynomial: Option<PolynomialSettings>,
+}
+
+impl DevicePressureSolver {
+    /// The preconditioner, as the log names it.
+    pub fn describe(&self) -> String {
+        match (&self.amg, &self.polynomial, self.jacobi) {
+            (Some(s), ..) => format!("{s}, values re-set-up after each re-assembly"),
+            (None, Some(p), _) => format!("{p}, values re-set-up after each re-assembly"),
+            (None, None, true) => "Jacobi".into(),
+            (None, None, false) => "no preconditioner".into(),
+        }
+    }
+
+    /// Whether `self` and `other` precondition alike (the resident solve
+    /// keeps one preconditioner for p and pFinal).
+    pub fn same_preconditioner(&self, other: &Self) -> bool {
+        (self.jacobi, &self.amg, &self.polynomial) == (other.jacobi, &other.amg, &other.polynomial)
+    }
 }
 
 /// Time of the device loop's parts so far (seconds, each part synchronised
@@ -114,10 +142,11 @@ pub struct DevicePhaseSeconds {
     pub fluxes: f64,
     /// Divergence, assembly of the pressure matrix and its right-hand sides.
     pub assembly: f64,
-    /// AMG-PCG: the hierarchy's set-up (first iteration; 0 with
-    /// Jacobi-PCG).
+    /// AMG- or polynomial-PCG: the preconditioner's set-up (first
+    /// iteration; 0 with Jacobi-PCG).
     pub amg_setup: f64,
-    /// AMG-PCG: its value-only re-set-ups (the later iterations).
+    /// AMG- or polynomial-PCG: its value-only re-set-ups (the later
+    /// iterations).
     pub amg_update: f64,
     /// PCG solves.
     pub solve: f64,
@@ -222,6 +251,9 @@ pub struct DeviceSimple<'g> {
     /// The pressure's AMG hierarchy (`solver.amg`), once set up; lent to
     /// the PCG backend during the solves.
     amg: Option<Rc<DeviceAmg<'g>>>,
+    /// The pressure's polynomial preconditioner (`solver.polynomial`), once
+    /// set up; lent like `amg`.
+    polynomial: Option<Rc<DevicePolynomial<'g>>>,
     /// The solved velocity components (0 = x).
     components: Vec<usize>,
     momentum: Option<DeviceMomentum<'g>>,
@@ -397,6 +429,7 @@ impl<'g> DeviceSimple<'g> {
             gpu,
             solver,
             amg: None,
+            polynomial: None,
             components,
             momentum: None,
             p,
@@ -456,6 +489,12 @@ impl<'g> DeviceSimple<'g> {
     /// The pressure's AMG hierarchy, once set up (AMG-PCG only).
     pub fn pressure_amg(&self) -> Option<&DeviceAmg<'g>> {
         self.amg.as_deref()
+    }
+
+    /// The pressure's polynomial preconditioner, once set up
+    /// (polynomial-PCG only; for checks).
+    pub fn pressure_polynomial(&self) -> Option<&DevicePolynomial<'g>> {
+        self.polynomial.as_deref()
     }
 
     /// One outer iteration of `simple` (the state this loop was built from,
@@ -555,15 +594,24 @@ impl<'g> DeviceSimple<'g> {
             };
             self.update_amg()?;
             *host += timer.lap(part)?;
+        } else if self.solver.polynomial.is_some() {
+            let part = if self.polynomial.is_some() {
+                &mut seconds.amg_update
+            } else {
+                &mut seconds.amg_setup
+            };
+            self.update_polynomial()?;
+            *host += timer.lap(part)?;
         }
         let options = GpuSolveOptions::default();
         let mut p_solves = Vec::with_capacity(n_non_orth_correctors + 1);
         for corrector in 0..=n_non_orth_correctors {
             self.laplacian.update_rhs(self.p.dev()?, None)?;
             *host += timer.lap(&mut seconds.assembly)?;
-            let (backend, b) = match &self.amg {
-                Some(amg) => self.laplacian.preconditioned_solver(amg, &options)?,
-                None => self.laplacian.solver(self.solver.jacobi, &options)?,
+            let (backend, b) = match (&self.amg, &self.polynomial) {
+                (Some(amg), _) => self.laplacian.preconditioned_solver(amg, &options)?,
+                (None, Some(p)) => self.laplacian.preconditioned_solver(p, &options)?,
+                (None, None) => self.laplacian.solver(self.solver.jacobi, &options)?,
             };
             let controls = controls(corrector == n_non_orth_correctors);
             let perf = pcg(backend, b, &mut self.p, &controls, "p").map_err(|source| {
@@ -627,6 +675,34 @@ impl<'g> DeviceSimple<'g> {
                 let amg = DeviceAmg::new(self.gpu, fine, settings)?;
                 log::info!("p: GPU {settings}: {}", amg.describe());
                 self.amg = Some(Rc::new(amg));
+                Ok(())
+            }
+        }
+    }
+
+    /// Polynomial-PCG: sets the preconditioner up on the pressure matrix
+    /// just assembled, or re-sets its values up on the device (the
+    /// re-assembly dropped the PCG backend that had it on loan).
+    fn update_polynomial(&mut self) -> Result<(), GpuError> {
+        let Some(settings) = &self.solver.polynomial else {
+            return Ok(());
+        };
+        let matrix = self.laplacian.shared_matrix()?;
+        match &mut self.polynomial {
+            Some(p) => Rc::get_mut(p)
+                .ok_or_else(|| {
+                    GpuError::Invalid(
+                        "the pressure polynomial is still lent to a PCG backend".into(),
+                    )
+                })?
+                .update_values(matrix),
+            None => {
+                let p = DevicePolynomial::on_device(self.gpu, matrix, settings)?;
+                log::info!(
+                    "p: GPU {settings}, upper eigenvalue bound {:.6} (Gershgorin, on the device)",
+                    p.recurrence().hi
+                );
+                self.polynomial = Some(Rc::new(p));
                 Ok(())
             }
         }

@@ -914,10 +914,13 @@ pub fn gpu_smoother(s: &SmootherSettings) -> SmootherSettings {
 /// f32 level-scheduled sweeps, `gpu::ic`); Eisenstat SGS as given
 /// (`gpu::eisenstat`); the registry's algorithms as given
 /// (`gpu::registered`). What has no device form is the registry's
-/// decision (`solve::registry`, `GpuSupport::Fallback`), logged with its
-/// reason.
+/// decision (`solve::registry`, `GpuSupport::Fallback`), with a reason the
+/// run logs once (`case::run::log_gpu_mapping`). This is the device form of
+/// `p` as given: a case run first replaces DIC, IC(0) and GAMG given without
+/// GPU keys by their GPU defaults (`registry::GPU_DEFAULTS`,
+/// `case::SolveTarget::adapt`).
 pub fn gpu_preconditioner(p: &Preconditioner) -> Preconditioner {
-    if let Some((used, _logged)) = registry::gpu_fallback(p, Role::Pcg) {
+    if let Some((used, _message)) = registry::gpu_fallback(p, Role::Pcg) {
         return used;
     }
     match p {

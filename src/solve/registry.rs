@@ -21,9 +21,9 @@
 
 use std::fmt;
 
-use super::amg::AmgSettings;
+use super::amg::{AmgSettings, CycleKind};
 use super::fsai::FsaiSettings;
-use super::polynomial::{EigenBound, PolynomialSettings};
+use super::polynomial::{EigenBound, PolynomialKind, PolynomialSettings};
 use super::precond::{check_fill_level, parse_fill_level, Preconditioner, PreconditionerKind};
 use super::scalar::Precision;
 use super::schwarz::{SchwarzKind, SchwarzSettings};
@@ -44,19 +44,181 @@ pub enum Role {
 }
 
 /// What the GPU runs for a preconditioner.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GpuSupport {
     /// The device runs it as given.
     Native,
     /// The device runs its device form (`gpu::smooth::gpu_preconditioner`):
     /// `how` says what changes (e.g. the row order of Gauss–Seidel sweeps).
-    Adapted { how: &'static str },
+    /// `default`: given without the keys that tune it for the GPU
+    /// ([`GpuDefault::explicit_keys`]), the device runs the measured faster
+    /// setting of that row of [`GPU_DEFAULTS`] instead; with them, `how`.
+    Adapted {
+        how: &'static str,
+        default: Option<&'static GpuDefault>,
+    },
     /// The device has no form of it and runs the preconditioner named `to`
     /// instead; the run logs `reason` ([`gpu_fallback`]).
     Fallback {
         to: &'static str,
         reason: &'static str,
     },
+}
+
+/// What the GPU runs in place of an OpenFOAM preconditioner given without
+/// the keys that tune it for the GPU: one row of [`GPU_DEFAULTS`], chosen by
+/// measurement (docs/src/gpu.md, "GPU defaults"). The CPU runs what is given.
+#[derive(Debug, PartialEq)]
+pub struct GpuDefault {
+    /// The given preconditioner as the log names it (`DIC`, `GAMG`).
+    pub given: &'static str,
+    /// The registration it applies to (its documented name).
+    pub registration: &'static str,
+    /// Keys that ask for the given settings exactly: with any of them the
+    /// GPU runs what is given (its device form), not this row.
+    pub explicit_keys: &'static [&'static str],
+    /// What the GPU runs.
+    pub runs: GpuDefaultSettings,
+    /// What runs, as the log names it.
+    pub runs_as: &'static str,
+    /// Why, and the measurement that says so.
+    pub why: &'static str,
+}
+
+/// The settings a [`GpuDefault`] runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum GpuDefaultSettings {
+    /// This polynomial preconditioner (Gershgorin bound, the default ratio).
+    Polynomial {
+        kind: PolynomialKind,
+        degree: usize,
+        precision: Precision,
+    },
+    /// The given AMG with these settings (its other keys, e.g. sweeps from
+    /// nPreSweeps / nPostSweeps, kept).
+    Amg {
+        cycle: CycleKind,
+        precision: Precision,
+        passes: usize,
+        omega: f64,
+    },
+}
+
+impl GpuDefault {
+    /// The settings the GPU runs for `given` (the preconditioner of this row).
+    pub fn settings(&self, given: &Preconditioner) -> Preconditioner {
+        match (self.runs, given) {
+            (
+                GpuDefaultSettings::Polynomial {
+                    kind,
+                    degree,
+                    precision,
+                },
+                _,
+            ) => Preconditioner::Polynomial(PolynomialSettings {
+                precision,
+                ..PolynomialSettings::new(kind, degree)
+            }),
+            (
+                GpuDefaultSettings::Amg {
+                    cycle,
+                    precision,
+                    passes,
+                    omega,
+                },
+                given,
+            ) => {
+                let base = match given {
+                    Preconditioner::Amg(s) => *s,
+                    _ => AmgSettings::default(),
+                };
+                Preconditioner::Amg(AmgSettings {
+                    cycle,
+                    precision,
+                    passes,
+                    omega,
+                    ..base
+                })
+            }
+        }
+    }
+
+    /// The log line of `field`'s solver: what runs and why.
+    pub fn message(&self, field: &str) -> String {
+        format!(
+            "{field}: {} runs on the GPU as {} ({})",
+            self.given, self.runs_as, self.why
+        )
+    }
+
+    /// Whether `keys` holds one of [`Self::explicit_keys`].
+    pub fn is_explicit(&self, keys: &KeyValues) -> bool {
+        keys.iter().any(|(key, _)| {
+            self.explicit_keys
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(key))
+        })
+    }
+}
+
+/// Chebyshev(4) in mixed precision with the Gershgorin bound: the GPU's
+/// stand-in for DIC / IC(0) in PCG.
+const CHEBYSHEV_4_MIXED: GpuDefaultSettings = GpuDefaultSettings::Polynomial {
+    kind: PolynomialKind::Chebyshev,
+    degree: 4,
+    precision: Precision::Mixed,
+};
+
+/// DIC / FDIC in PCG without `precision`.
+pub static DIC_ON_GPU: GpuDefault = GpuDefault {
+    given: "DIC",
+    registration: "DIC",
+    explicit_keys: &["precision"],
+    runs: CHEBYSHEV_4_MIXED,
+    runs_as: "Chebyshev(4) mixed-precision polynomial PCG",
+    why: "faster to the same tolerance than level-scheduled DIC: bench --preconditioners",
+};
+
+/// IC(0) in PCG without `precision`.
+pub static IC0_ON_GPU: GpuDefault = GpuDefault {
+    given: "IC(0)",
+    registration: "IC0",
+    explicit_keys: &["precision"],
+    runs: CHEBYSHEV_4_MIXED,
+    runs_as: "Chebyshev(4) mixed-precision polynomial PCG",
+    why: "faster to the same tolerance than level-scheduled IC(0): bench --preconditioners",
+};
+
+/// GAMG (solver or PCG preconditioner) without the AMG's own keys.
+pub static GAMG_ON_GPU: GpuDefault = GpuDefault {
+    given: "GAMG",
+    registration: "AMG",
+    explicit_keys: AMG_GPU_KEYS,
+    runs: GpuDefaultSettings::Amg {
+        cycle: CycleKind::V,
+        precision: Precision::Mixed,
+        passes: 2,
+        omega: 0.9,
+    },
+    runs_as: "AMG-PCG, V-cycle in mixed precision, 2 matching passes, omega 0.9",
+    why: "the GPU's fastest AMG settings, faster than the K-cycle in double precision: \
+          docs/src/measurements.md, AMG tuning",
+};
+
+/// Every GPU default, one row per given preconditioner (docs/src/gpu.md
+/// has the table with its measurements).
+pub static GPU_DEFAULTS: &[&GpuDefault] = &[&DIC_ON_GPU, &IC0_ON_GPU, &GAMG_ON_GPU];
+
+/// Whether `keys`, given to the preconditioner `name`, include keys that
+/// tune it for the GPU (a [`GpuDefault::explicit_keys`] of its row): the
+/// GPU then runs it as given. False for a name with no GPU default.
+pub fn explicit_gpu_keys(name: &str, keys: &KeyValues) -> bool {
+    let Ok(registration) = find(name) else {
+        return false;
+    };
+    GPU_DEFAULTS
+        .iter()
+        .any(|row| row.registration == registration.name() && row.is_explicit(keys))
 }
 
 /// Builds the CPU preconditioner of settings `p` (made by the same
@@ -191,18 +353,22 @@ fn native(_: &Preconditioner, _: Role) -> GpuSupport {
 const TO_JACOBI_NO_DEVICE_FORM: &str =
     "it has no device form (its sweeps are sequential recurrences)";
 
-/// DIC and IC(0): the device runs their level-scheduled sweeps in mixed
-/// precision for PCG, and as given for GMRES / BiCGStab.
+/// DIC and IC(0): for PCG given without `precision`, the GPU default of
+/// their row ([`DIC_ON_GPU`], [`IC0_ON_GPU`]); with it, their level-scheduled
+/// sweeps in that precision; as given for GMRES / BiCGStab.
 fn ic_on_gpu(p: &Preconditioner, method: Role) -> GpuSupport {
     match (p, method) {
         (Preconditioner::Kind(_), Role::Krylov) | (Preconditioner::MixedIc(_), Role::Pcg) => {
             GpuSupport::Native
         }
-        (_, Role::Pcg) => GpuSupport::Fallback {
-            to: "diagonal",
-            reason: "PCG on the GPU runs DIC and IC(0) in mixed precision only (add precision \
-                     mixed: f32 level-scheduled sweeps)",
+        (Preconditioner::Kind(k), Role::Pcg) => GpuSupport::Adapted {
+            how: "level-scheduled triangular sweeps (rows in colour order)",
+            default: Some(match k {
+                PreconditionerKind::Ic0 => &IC0_ON_GPU,
+                _ => &DIC_ON_GPU,
+            }),
         },
+        (_, Role::Pcg) => GpuSupport::Native,
         (_, Role::Krylov) => GpuSupport::Fallback {
             to: "diagonal",
             reason: "GMRES and BiCGStab on the GPU run DIC and IC(0) in double precision only",
@@ -244,6 +410,7 @@ fn adapted_smoother(p: &Preconditioner, method: Role) -> GpuSupport {
         Role::Pcg => GpuSupport::Adapted {
             how: "Gauss-Seidel sweeps in a multicolour order, DIC smoothing as symmetric \
                   Gauss-Seidel",
+            default: None,
         },
     }
 }
@@ -252,7 +419,8 @@ fn adapted_amg(p: &Preconditioner, method: Role) -> GpuSupport {
     match method {
         Role::Krylov => pcg_only(p, method),
         Role::Pcg => GpuSupport::Adapted {
-            how: "Gauss-Seidel and DIC smoothers as multicolour Gauss-Seidel",
+            how: "Gauss-Seidel, DIC and Chebyshev smoothers as L1-Jacobi",
+            default: Some(&GAMG_ON_GPU),
         },
     }
 }
@@ -378,11 +546,11 @@ fn amg_from_keys(_: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
 /// in the aggregation AMG (accepted and ignored, [`AMG_IGNORED_KEYS`]).
 const AMG_KEYS: &[&str] = &[
     "smoother",
-    "sweeps",
     "nSweeps",
     "nPreSweeps",
     "nPostSweeps",
     "nCellsInCoarsestLevel",
+    "sweeps",
     "coarsestRows",
     "passes",
     "matchingRounds",
@@ -409,6 +577,10 @@ const AMG_KEYS: &[&str] = &[
 ];
 /// The GAMG keys AMG accepts and ignores: the tail of [`AMG_KEYS`].
 const AMG_IGNORED_KEYS: &[&str] = AMG_KEYS.split_at(15).1;
+/// AMG's own keys, which OpenFOAM's GAMG does not have (`sweeps` to
+/// `fused` in [`AMG_KEYS`]): given, the GPU runs the AMG as given rather
+/// than [`GAMG_ON_GPU`].
+const AMG_GPU_KEYS: &[&str] = AMG_KEYS.split_at(15).0.split_at(5).1;
 
 /// ILU(k): k from the name (`ilu0`, `ilu1`) or the `fillLevel` key.
 fn ilu_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
@@ -810,22 +982,31 @@ pub fn gpu_support(p: &Preconditioner, method: Role) -> GpuSupport {
 }
 
 /// Where the GPU cannot run `p`: the preconditioner it runs instead and the
-/// message the run logs (which it also writes to the log here).
+/// message for the run's log. Nothing is logged here: a run asks for its
+/// solvers' mapping at every solve and logs the message once
+/// (`case::run::log_gpu_mapping`).
 pub fn gpu_fallback(p: &Preconditioner, method: Role) -> Option<(Preconditioner, String)> {
     let GpuSupport::Fallback { to, reason } = gpu_support(p, method) else {
         return None;
     };
     let used = parse(to, &KeyValues::new()).expect("a fallback names a registered preconditioner");
     let message = format!("preconditioner {p} is not on the GPU ({reason}): using {used} there");
-    // A run asks for its solvers' mapping several times (set-up, each
-    // corrector's solver): the log says it once.
-    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut logged = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
-    if !logged.contains(&message) {
-        log::info!("{message}");
-        logged.push(message.clone());
-    }
     Some((used, message))
+}
+
+/// The GPU default that replaces `p` under `method` when `p` was given
+/// without its GPU keys (`explicit` false), if its row has one.
+pub fn gpu_default(
+    p: &Preconditioner,
+    method: Role,
+    explicit: bool,
+) -> Option<&'static GpuDefault> {
+    match gpu_support(p, method) {
+        GpuSupport::Adapted {
+            default: Some(row), ..
+        } if !explicit => Some(row),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -937,20 +1118,24 @@ mod tests {
 
     #[test]
     fn a_gpu_fallback_is_named_with_its_reason() {
-        let dic = Preconditioner::Kind(PreconditionerKind::Dic);
-        let (used, message) = gpu_fallback(&dic, Role::Pcg).expect("DIC in f64 falls back");
+        let neu = Preconditioner::Kind(PreconditionerKind::Neumann1);
+        let (used, message) = gpu_fallback(&neu, Role::Pcg).expect("neu1 falls back");
         assert_eq!(used, Preconditioner::Kind(PreconditionerKind::Jacobi));
         assert!(
-            message.contains("preconditioner dic is not on the GPU"),
+            message.contains("preconditioner neu1 is not on the GPU"),
             "{message}"
         );
-        assert!(message.contains("mixed precision only"), "{message}");
+        assert!(message.contains("no device form"), "{message}");
+        // Asked again (a later case of the same process), the same message:
+        // the registry keeps no state, the run logs it.
+        assert_eq!(gpu_fallback(&neu, Role::Pcg).unwrap().1, message);
+        let dic = Preconditioner::Kind(PreconditionerKind::Dic);
+        assert_eq!(gpu_fallback(&dic, Role::Pcg), None);
         assert_eq!(
             gpu_fallback(&Preconditioner::MixedIc(PreconditionerKind::Dic), Role::Pcg),
             None
         );
         assert_eq!(gpu_fallback(&dic, Role::Krylov), None);
-        let neu = Preconditioner::Kind(PreconditionerKind::Neumann1);
         assert!(gpu_fallback(&neu, Role::Krylov).is_some());
         // Every fallback names a registered preconditioner.
         for r in PRECONDITIONERS {
@@ -963,6 +1148,84 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn dic_ic0_and_gamg_without_gpu_keys_map_to_their_gpu_defaults() {
+        let mapped = |spec: &str, explicit: bool| {
+            let p = parse_spec(spec).unwrap();
+            gpu_default(&p, Role::Pcg, explicit).map(|row| (row.given, row.settings(&p)))
+        };
+        let chebyshev = Preconditioner::Polynomial(PolynomialSettings {
+            precision: Precision::Mixed,
+            ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
+        });
+        for (spec, given) in [("DIC", "DIC"), ("FDIC", "DIC"), ("IC0", "IC(0)")] {
+            assert_eq!(mapped(spec, false), Some((given, chebyshev)), "{spec}");
+            // `precision` given: the GPU runs the sweeps as given.
+            assert_eq!(mapped(spec, true), None, "{spec}");
+        }
+        let Preconditioner::Polynomial(p) = chebyshev else {
+            unreachable!()
+        };
+        assert_eq!(p.bound, EigenBound::Gershgorin);
+        // Mixed DIC is explicit by its settings alone.
+        assert_eq!(mapped("DIC:precision=mixed", false), None);
+        // GAMG: the tuned V-cycle, its OpenFOAM keys kept.
+        let Some(("GAMG", Preconditioner::Amg(s))) =
+            mapped("GAMG:nPreSweeps=2,nPostSweeps=4", false)
+        else {
+            panic!("GAMG maps to AMG");
+        };
+        assert_eq!(
+            (s.cycle, s.precision, s.passes, s.omega, s.sweeps),
+            (CycleKind::V, Precision::Mixed, 2, 0.9, 3)
+        );
+        assert_eq!(mapped("GAMG", true), None);
+        // Neither GMRES / BiCGStab nor the others have GPU defaults.
+        let dic = parse_spec("DIC").unwrap();
+        assert_eq!(gpu_default(&dic, Role::Krylov, false), None);
+        for spec in ["diagonal", "none", "Chebyshev", "sgs", "ILU", "FSAI"] {
+            assert_eq!(mapped(spec, false), None, "{spec}");
+        }
+        // The message of the run's log.
+        assert_eq!(
+            DIC_ON_GPU.message("p"),
+            "p: DIC runs on the GPU as Chebyshev(4) mixed-precision polynomial PCG (faster to \
+             the same tolerance than level-scheduled DIC: bench --preconditioners)"
+        );
+    }
+
+    #[test]
+    fn gpu_keys_are_told_from_openfoam_keys() {
+        assert!(!explicit_gpu_keys("DIC", &KeyValues::new()));
+        assert!(explicit_gpu_keys("FDIC", &keys(&[("precision", "double")])));
+        assert!(explicit_gpu_keys("IC0", &keys(&[("precision", "mixed")])));
+        // OpenFOAM's GAMG keys are not GPU keys; AMG's own are.
+        let openfoam = keys(&[
+            ("smoother", "GaussSeidel"),
+            ("nPreSweeps", "0"),
+            ("nPostSweeps", "2"),
+            ("nCellsInCoarsestLevel", "10"),
+            ("agglomerator", "faceAreaPair"),
+            ("mergeLevels", "1"),
+            ("cacheAgglomeration", "true"),
+        ]);
+        assert!(!explicit_gpu_keys("GAMG", &openfoam));
+        for key in ["cycle", "precision", "passes", "omega", "Passes"] {
+            assert!(explicit_gpu_keys("GAMG", &keys(&[(key, "1")])), "{key}");
+        }
+        assert_eq!(AMG_GPU_KEYS.first(), Some(&"sweeps"));
+        assert_eq!(AMG_GPU_KEYS.last(), Some(&"fused"));
+        assert!(!explicit_gpu_keys("diagonal", &KeyValues::new()));
+        assert!(!explicit_gpu_keys(
+            "Chebyshev",
+            &keys(&[("precision", "mixed")])
+        ));
+        // Every row applies to a registration, and names a different one.
+        for row in GPU_DEFAULTS {
+            assert_eq!(find(row.registration).unwrap().name(), row.registration);
         }
     }
 }
