@@ -53,7 +53,7 @@
 //! Any failed expectation makes [`Report::failures`] non-empty (the CLI then
 //! exits with code 1).
 
-use crate::case::ErrorNorms;
+use crate::fvm::ErrorNorms;
 use crate::fvm::{
     BoundaryCondition, CellField, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
     LaplacianSystem, PatchValues, Schemes, SnGradScheme,

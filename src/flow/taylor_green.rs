@@ -52,8 +52,7 @@
 use super::piso::{DdtScheme, Piso, TransientConvection, TransientSettings};
 use super::simple::{MomentumSolver, SimpleSettings};
 use super::{FlowError, VectorValues, VelocityCondition};
-use crate::case::ErrorNorms;
-use crate::fvm::{BoundaryCondition, GradScheme, Schemes, SnGradScheme};
+use crate::fvm::{BoundaryCondition, ErrorNorms, GradScheme, Schemes, SnGradScheme};
 use crate::mesh::generate::BoxSpec;
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::solve::{solve_pcg, KrylovMethod, PreconditionerKind, SolverControls};

@@ -20,12 +20,14 @@
 
 pub mod boundary;
 pub mod convection;
+pub mod error_norms;
 pub mod gradient;
 pub mod schemes;
 pub mod system;
 pub mod testing;
 
 pub use boundary::{BoundaryCoeffs, BoundaryCondition, PatchValues};
+pub use error_norms::ErrorNorms;
 pub use gradient::CellGradient;
 pub use schemes::{
     FaceGeometry, GammaInterpolation, GradScheme, Schemes, SnGradScheme, TimeScheme,
