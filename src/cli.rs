@@ -301,11 +301,11 @@ pub fn main() -> i32 {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!(
-            "error: internal error{at}: {}; this is a bug in fvpoisson, please report it with \
-             the input that caused it",
+        print_error(format_args!(
+            "internal error{at}: {}; this is a bug in fvpoisson, please report it with the \
+             input that caused it",
             crate::limits::quote(msg)
-        );
+        ));
     }));
     let command = cli.command;
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_command(command)));
@@ -314,13 +314,13 @@ pub fn main() -> i32 {
         // A rank's PeerStopped is unwound without the hook: say it here.
         Err(payload) => {
             if let Some(stopped) = payload.downcast_ref::<crate::parallel::threads::PeerStopped>() {
-                eprintln!("error: {stopped}");
+                print_error(stopped);
             }
             return EXIT_ERROR;
         }
     };
     result.unwrap_or_else(|e| {
-        eprintln!("error: {}", error_chain(&e));
+        print_error(error_chain(&e));
         EXIT_ERROR
     })
 }
@@ -858,15 +858,19 @@ fn end_mpi_rank(
             let agreed = crate::parallel::collective::take_agreed_failure();
             let report = rank_report(rank, agreed.as_ref(), &e);
             if agreed.is_none() && has_peers {
-                eprintln!("error: {report}");
-                eprintln!("error: rank {rank} failed alone: MPI_Abort stops every rank");
+                print_error(&report);
+                print_error(format_args!(
+                    "rank {rank} failed alone: MPI_Abort stops every rank"
+                ));
                 comm.abort(EXIT_ERROR);
             }
             anyhow::bail!("{report}")
         }
         Err(_) if has_peers => {
             // The panic hook printed what and where.
-            eprintln!("error: rank {rank} failed alone: MPI_Abort stops every rank");
+            print_error(format_args!(
+                "rank {rank} failed alone: MPI_Abort stops every rank"
+            ));
             comm.abort(EXIT_ERROR)
         }
         Err(panic) => std::panic::resume_unwind(panic),
@@ -1434,6 +1438,15 @@ fn validate_transient(args: ValidateTransientArgs) -> anyhow::Result<i32> {
         return Ok(EXIT_CHECK_FAILED);
     }
     Ok(0)
+}
+
+/// Writes `error: MESSAGE` and its newline to stderr in one write: the ranks
+/// of an MPI run share one stderr, and a line written in pieces (as
+/// `eprintln!` writes it) interleaves with the other ranks' lines.
+fn print_error(message: impl std::fmt::Display) {
+    use std::io::Write;
+    let line = format!("error: {message}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// The error and its causes on one line, skipping a cause whose text the
