@@ -118,7 +118,7 @@ fn bad_function_object_entries_are_errors_naming_the_entry() {
             "probeLocations",
         ),
         (
-            "fo_interval",
+            "fo_bad_interval",
             "m { type fieldMinMax; fields (p); writeControl runTime; writeInterval 0.0075; }",
             "not a whole number of time steps",
         ),

@@ -129,6 +129,16 @@ fn is_generated_case_entry(name: &str) -> bool {
         || (name != "0" && name.parse::<f64>().is_ok())
 }
 
+/// A path in the temporary directory starting with `stem`, unique to this
+/// process and call: the tests of one binary run side by side in one
+/// process, and two of them may pick the same tag.
+#[allow(dead_code)] // not every test that shares this module needs one
+pub fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("{stem}_{}_{call}", std::process::id()))
+}
+
 /// A scratch copy of the shipped case `rel` (relative to the crate root) in a
 /// fresh directory named after `tag`: only the case's inputs are copied, so
 /// results a user wrote into `cases/` (by running them as the README shows)
@@ -136,11 +146,7 @@ fn is_generated_case_entry(name: &str) -> bool {
 #[allow(dead_code)] // not every test that shares this module copies cases
 pub fn case_inputs_copy(rel: &str, tag: &str) -> std::path::PathBuf {
     let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
-    let to = std::env::temp_dir().join(format!(
-        "fvpoisson_case_{}_{tag}_{}",
-        rel.replace('/', "_"),
-        std::process::id()
-    ));
+    let to = unique_temp_dir(&format!("fvpoisson_case_{}_{tag}", rel.replace('/', "_")));
     let _ = std::fs::remove_dir_all(&to);
     copy_case_inputs(&from, &to);
     to
@@ -196,8 +202,7 @@ pub struct Scratch(pub std::path::PathBuf);
 #[allow(dead_code)]
 impl Scratch {
     pub fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("fvpoisson_scratch_{}_{tag}", std::process::id()));
+        let dir = unique_temp_dir(&format!("fvpoisson_scratch_{tag}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         Self(dir)
