@@ -157,8 +157,11 @@ fn compare_with(
     let phases = device.phase_seconds();
     println!("device phases: {phases:?}");
     // AMG: set up once, its values re-set-up in the later iterations.
-    assert_eq!(phases.amg_setup > 0.0, amg.is_some());
-    assert_eq!(phases.amg_update > 0.0, amg.is_some() && iterations > 1);
+    assert_eq!(phases.preconditioner_setup > 0.0, amg.is_some());
+    assert_eq!(
+        phases.preconditioner_update > 0.0,
+        amg.is_some() && iterations > 1
+    );
     out
 }
 
@@ -644,8 +647,8 @@ fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
             summary.iterations, summary.p_iterations
         );
         assert_eq!(summary.iterations, 4, "{tag}");
-        assert_eq!(phases.amg_setup > 0.0, amg, "{tag}");
-        assert_eq!(phases.amg_update > 0.0, amg, "{tag}");
+        assert_eq!(phases.preconditioner_setup > 0.0, amg, "{tag}");
+        assert_eq!(phases.preconditioner_update > 0.0, amg, "{tag}");
         if amg {
             assert!(
                 summary.p_iterations < jacobi_iterations,
@@ -829,7 +832,7 @@ fn dic_pressure_runs_its_gpu_default_in_the_device_loop_and_gives_the_cpu_iterat
         assert_eq!(p.settings(), &polynomial);
         let phases = device.phase_seconds();
         assert!(
-            phases.amg_setup > 0.0 && phases.amg_update > 0.0,
+            phases.preconditioner_setup > 0.0 && phases.preconditioner_update > 0.0,
             "{phases:?}"
         );
     }

@@ -119,6 +119,18 @@ impl DevicePressureSolver {
         }
     }
 
+    /// The name of the preconditioner set up on the device (`AMG`, or the
+    /// polynomial's kind such as `Chebyshev`), whose set-up and re-set-ups
+    /// [`DevicePhaseSeconds`] counts; `None` with Jacobi or none (nothing
+    /// to set up).
+    pub fn preconditioner_name(&self) -> Option<&'static str> {
+        match (&self.amg, &self.polynomial) {
+            (Some(_), _) => Some("AMG"),
+            (None, Some(p)) => Some(p.kind.name()),
+            (None, None) => None,
+        }
+    }
+
     /// Whether `self` and `other` precondition alike (the resident solve
     /// keeps one preconditioner for p and pFinal).
     pub fn same_preconditioner(&self, other: &Self) -> bool {
@@ -143,11 +155,12 @@ pub struct DevicePhaseSeconds {
     /// Divergence, assembly of the pressure matrix and its right-hand sides.
     pub assembly: f64,
     /// AMG- or polynomial-PCG: the preconditioner's set-up (first
-    /// iteration; 0 with Jacobi-PCG).
-    pub amg_setup: f64,
-    /// AMG- or polynomial-PCG: its value-only re-set-ups (the later
-    /// iterations).
-    pub amg_update: f64,
+    /// iteration; 0 with Jacobi-PCG or none;
+    /// [`DevicePressureSolver::preconditioner_name`] names it).
+    pub preconditioner_setup: f64,
+    /// AMG- or polynomial-PCG: the preconditioner's value-only re-set-ups
+    /// (the later iterations).
+    pub preconditioner_update: f64,
     /// PCG solves.
     pub solve: f64,
     /// Flux correction, continuity errors, relaxation, velocity correction.
@@ -475,6 +488,11 @@ impl<'g> DeviceSimple<'g> {
         self.momentum.is_some()
     }
 
+    /// The pressure solver the loop runs.
+    pub fn pressure_solver(&self) -> &DevicePressureSolver {
+        &self.solver
+    }
+
     /// Time by part of the iterations so far.
     pub fn phase_seconds(&self) -> DevicePhaseSeconds {
         self.seconds
@@ -560,7 +578,8 @@ impl<'g> DeviceSimple<'g> {
     }
 
     /// The pressure equation −∇·(rAU∇p) = −∇·φ_HbyA from the resident rAU
-    /// and φ_HbyA: the matrix re-assembled (AMG re-set-up), one right-hand
+    /// and φ_HbyA: the matrix re-assembled (the AMG or polynomial
+    /// preconditioner re-set-up), one right-hand
     /// side update and PCG solve (warm-started from the resident p, with
     /// `controls(last)`, `last` on the final solve) per non-orthogonal
     /// corrector and one more, then φ = φ_HbyA − the equation's face flux.
@@ -588,17 +607,17 @@ impl<'g> DeviceSimple<'g> {
         *host += timer.lap(&mut seconds.assembly)?;
         if self.solver.amg.is_some() {
             let part = if self.amg.is_some() {
-                &mut seconds.amg_update
+                &mut seconds.preconditioner_update
             } else {
-                &mut seconds.amg_setup
+                &mut seconds.preconditioner_setup
             };
             self.update_amg()?;
             *host += timer.lap(part)?;
         } else if self.solver.polynomial.is_some() {
             let part = if self.polynomial.is_some() {
-                &mut seconds.amg_update
+                &mut seconds.preconditioner_update
             } else {
-                &mut seconds.amg_setup
+                &mut seconds.preconditioner_setup
             };
             self.update_polynomial()?;
             *host += timer.lap(part)?;
@@ -1261,5 +1280,34 @@ impl<'g> DeviceMomentum<'g> {
                 a.arg(out);
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::solve::polynomial::PolynomialKind;
+
+    #[test]
+    fn the_timed_preconditioner_is_named_by_what_runs() {
+        let jacobi = DevicePressureSolver {
+            jacobi: true,
+            controls: SolverControls::default(),
+            amg: None,
+            polynomial: None,
+        };
+        assert_eq!(jacobi.preconditioner_name(), None);
+        let amg = DevicePressureSolver {
+            amg: Some(AmgSettings::default()),
+            ..jacobi
+        };
+        assert_eq!(amg.preconditioner_name(), Some("AMG"));
+        for kind in PolynomialKind::ALL {
+            let polynomial = DevicePressureSolver {
+                polynomial: Some(PolynomialSettings::new(kind, 4)),
+                ..jacobi
+            };
+            assert_eq!(polynomial.preconditioner_name(), Some(kind.name()));
+        }
     }
 }

@@ -63,8 +63,9 @@ const MAX_BLOCK: u32 = 1024;
 pub struct DeviceStepSeconds {
     /// The parts as the SIMPLE loop counts them: momentum assembly and
     /// solves, Rhie–Chow fluxes (with ddtCorr and the old-time fluxes),
-    /// pressure assembly, AMG set-up and re-set-ups, pressure solves,
-    /// corrections (with the Courant and continuity reductions), read-backs.
+    /// pressure assembly, the AMG or polynomial preconditioner's set-up and
+    /// re-set-ups, pressure solves, corrections (with the Courant and
+    /// continuity reductions), read-backs.
     pub parts: DevicePhaseSeconds,
     /// Wall time of the steps (read-backs for writes excluded).
     pub steps: f64,
@@ -76,9 +77,9 @@ impl DeviceStepSeconds {
         self.parts.momentum_assembly + self.parts.momentum_solve
     }
 
-    /// The pressure solves (with AMG's value re-set-ups).
+    /// The pressure solves (with the preconditioner's value re-set-ups).
     pub fn pressure_solves(&self) -> f64 {
-        self.parts.solve + self.parts.amg_update
+        self.parts.solve + self.parts.preconditioner_update
     }
 
     /// The rest of the steps: fluxes, pressure assembly, corrections,
