@@ -367,7 +367,7 @@ impl<'g> DevicePiso<'g> {
             let u_c = d.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
             m.deferred_correction(gpu, k, &arrays, &d.phi, u_c, corrected)?;
-            let matrix = m.matrices[k].take().ok_or_else(lost)?;
+            let matrix = m.take_matrix(k)?;
             let c_i = c as i32;
             let launched = m.launch_rows(
                 gpu,
@@ -393,7 +393,7 @@ impl<'g> DevicePiso<'g> {
                     arg_or_null(a, older.map(|o| &o.u[c]));
                 },
             );
-            m.matrices[k] = Some(matrix);
+            m.park_matrix(k, matrix);
             launched?;
             timer.lap(&mut seconds.momentum_assembly)?;
             if solve {
