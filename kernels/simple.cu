@@ -121,6 +121,20 @@ __device__ double simple_relax_row(const SimpleRow& r,
     return relaxed;
 }
 
+// Bounded upwind convection of the flux f (owner to neighbour) on one of a
+// row's internal faces (simple_momentum_rows, piso_momentum_rows): *a, the
+// row's diagonal, gains max(-f, 0) + f where the row is the face's neighbour,
+// max(f, 0) - f where it is the owner; returns the face's off-diagonal, the
+// viscous one `visc` plus min(-f, 0) or min(f, 0).
+__device__ double simple_upwind_face(bool is_neighbour, double f, double visc, double* a) {
+    if (is_neighbour) {
+        *a = asm_add(*a, asm_add(fmax(-f, 0.0), f));
+        return asm_add(visc, fmin(-f, 0.0));
+    }
+    *a = asm_add(*a, asm_sub(fmax(f, 0.0), f));
+    return asm_add(visc, fmin(f, 0.0));
+}
+
 // The end of a momentum row (simple_momentum_rows, piso_momentum_rows): the
 // explicit stress of component c (`stress`, 3 doubles per row; null: none)
 // added to the right-hand side s; diag = a, source = s, b = s - vol (grad p)_c.
@@ -159,16 +173,9 @@ extern "C" __global__ void simple_momentum_rows(
     double a = visc_diag[row], s = visc_rhs[row];
     r.faces(face_slots, face_codes, [&](unsigned code, u64 slot) {
         const unsigned d = code >> 1;
-        const double f = phi[d];
-        if ((code & 1u) != 0) {
-            a = asm_add(a, asm_add(fmax(-f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(-f, 0.0));
-            if (fc != nullptr) s = asm_add(s, fc[d]);
-        } else {
-            a = asm_add(a, asm_sub(fmax(f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(f, 0.0));
-            if (fc != nullptr) s = asm_sub(s, fc[d]);
-        }
+        const bool is_neighbour = (code & 1u) != 0;
+        vals[slot] = simple_upwind_face(is_neighbour, phi[d], visc_vals[slot], &a);
+        if (fc != nullptr) s = is_neighbour ? asm_add(s, fc[d]) : asm_sub(s, fc[d]);
     });
     const double* b_phi = phi + n_faces;
     for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) {
@@ -441,12 +448,8 @@ extern "C" __global__ void piso_momentum_rows(
                 a = asm_add(a, asm_mul(w, f));
                 vals[slot] = asm_add(visc_vals[slot], asm_mul(asm_sub(1.0, w), f));
             }
-        } else if (is_neighbour) {
-            a = asm_add(a, asm_add(fmax(-f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(-f, 0.0));
         } else {
-            a = asm_add(a, asm_sub(fmax(f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(f, 0.0));
+            vals[slot] = simple_upwind_face(is_neighbour, f, visc_vals[slot], &a);
         }
     });
     const double* b_phi = phi + n_faces;
