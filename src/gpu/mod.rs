@@ -3,7 +3,8 @@
 //!
 //! `Gpu::new` finds the device, compiles `kernels/*.cu` for its compute
 //! capability (cached on disk, see [`cache`]) and loads every kernel;
-//! `Gpu::launch` is the one place kernels are launched, each launch checked and
+//! `Gpu::launch` is the one place kernels are launched, each launch's
+//! arguments checked against the kernel's declaration ([`kernel_args`]) and
 //! errors naming the kernel; `Gpu::capture` records launches into a CUDA
 //! graph instead. [`matrix`] holds device SpMV matrices (CSR, SELL,
 //! mod-SELL), [`assembly`] the Laplacian assembled on the device into
