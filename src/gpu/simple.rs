@@ -51,10 +51,11 @@
 //! the relaxation's Σ|a_nb| and HbyA's row sums run in the device's column
 //! order.
 
+use crate::gpu::KernelArgs;
 use std::rc::Rc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceAmg;
 use super::assembly::{flatten, AssemblyError, AssemblyMap, DeviceLaplacian, LaplacianArrays};
@@ -324,7 +325,7 @@ fn launch_row_walk<'a>(
     kernel: &'static str,
     n: &'a i32,
     arrays: &'a LaplacianArrays<'a>,
-    push: impl FnOnce(&mut LaunchArgs<'a>),
+    push: impl FnOnce(&mut KernelArgs<'a>),
 ) -> Result<(), GpuError> {
     let m = arrays.matrix;
     gpu.launch(kernel, m.n_slices() as u32, m.slice_height as u32, 0, |a| {
@@ -345,7 +346,7 @@ fn launch_face_walk<'a>(
     kernel: &'static str,
     n_faces: &'a i32,
     arrays: &'a LaplacianArrays<'a>,
-    push: impl FnOnce(&mut LaunchArgs<'a>),
+    push: impl FnOnce(&mut KernelArgs<'a>),
 ) -> Result<(), GpuError> {
     if *n_faces <= 0 {
         return Ok(());
@@ -1158,8 +1159,8 @@ impl<'g> DeviceMomentum<'g> {
         rows: (&'a i32, &'a i32),
         relaxed: (&'a CudaSlice<f64>, &'a f64),
         gradient: &'a CudaSlice<f64>,
-        convection: impl FnOnce(&mut LaunchArgs<'a>),
-        transient: impl FnOnce(&mut LaunchArgs<'a>),
+        convection: impl FnOnce(&mut KernelArgs<'a>),
+        transient: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let (n, n_faces) = rows;
         let (u_c, alpha) = relaxed;

@@ -42,7 +42,7 @@
 
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::{
     launch_face_walk, launch_row_walk, lost, DeviceFlowError, DeviceKrylov, DeviceMomentum,
