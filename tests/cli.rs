@@ -14,11 +14,9 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// A fresh directory for one test's output.
+/// A path for one test's output, not yet created.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::unique_temp_dir(&format!("fvpoisson_cli_{name}"))
 }
 
 #[test]
@@ -74,9 +72,21 @@ fn bad_generator_spec_is_an_error() {
 
 #[test]
 fn unknown_format_is_a_usage_error() {
-    let o = fvpoisson(&["convert-mesh", "box:2x2x2", "out", "--format", "hdf5"]);
+    let out = scratch("unknown_format");
+    let o = fvpoisson(&[
+        "convert-mesh",
+        "box:2x2x2",
+        out.to_str().unwrap(),
+        "--format",
+        "hdf5",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("hdf5"));
+    assert!(
+        !out.exists(),
+        "a refused conversion wrote {}",
+        out.display()
+    );
 }
 
 // The tests below need the box generator and the polyMesh reader/writer

@@ -20,10 +20,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
 /// A scratch copy of shipped case `name`'s inputs (runs write into the case
 /// directory, and a user's runs may have written there already).
 fn copy_case(name: &str, tag: &str) -> PathBuf {
@@ -40,7 +36,7 @@ fn max_difference_to_openfoam(setup: &CaseSetup, reference: &str) -> f64 {
     let mut setup = setup.clone();
     setup.output.formats.clear();
     let summary = run_case(&setup, Device::Cpu).unwrap_or_else(|e| panic!("{reference}: {e}"));
-    let foam = ScalarFieldFile::read(&repo(reference), summary.n_cells).unwrap();
+    let foam = ScalarFieldFile::read(&common::repo(reference), summary.n_cells).unwrap();
     let FieldValues::NonUniform(want) = foam.internal else {
         panic!("{reference}: expected a nonuniform field");
     };
@@ -1012,7 +1008,7 @@ fn unchanged_dic_and_gamg_run_their_gpu_defaults_and_explicit_keys_win() {
         ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
     });
     // The shipped dictionary, `PCG; DIC;`, unchanged.
-    let dic = read(&repo("cases/laplacian_foam_skew"))
+    let dic = read(&common::repo("cases/laplacian_foam_skew"))
         .setup
         .solver
         .regular;

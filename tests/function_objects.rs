@@ -7,11 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
+use std::path::PathBuf;
 
 /// `cases/cavity_ico` for five steps with `functions` appended to its controlDict.
 fn cavity_with(tag: &str, functions: &str) -> PathBuf {
@@ -41,7 +37,7 @@ fn min_max_blocks(log: &str) -> Vec<String> {
 
 #[test]
 fn field_min_max_and_probes_write_as_openfoam() {
-    let reference = repo("tests/data/function_objects");
+    let reference = common::repo("tests/data/function_objects");
     let functions = std::fs::read_to_string(reference.join("functions")).unwrap();
     let dir = cavity_with("fo_parity", &functions);
     let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);

@@ -11,16 +11,16 @@ mod common;
 
 use common::{mms_case, write_case_toml};
 
+/// A fresh empty directory `output_NAME` (the runs' files are named after it).
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("output_{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::unique_temp_path_named(&format!("output_{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
 fn shipped_copy(case: &str, name: &str) -> PathBuf {
     let dir = scratch(name);
-    common::copy_case_inputs(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
+    common::copy_case_inputs(&common::repo(case), &dir);
     dir
 }
 
@@ -56,27 +56,9 @@ fn pvd_times(pvd: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Whether `python3 -c 'import vtk'` works (the VTK reader checks need it).
-fn python_vtk() -> bool {
-    Command::new("python3")
-        .args(["-c", "import vtk"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// scripts/check_vtk.py on `pvd`: every step opens with `cells` cells.
 fn check_with_vtk(pvd: &Path, cells: usize, field: &str) {
-    if !python_vtk() {
-        eprintln!("skipped the VTK reader check: python3 with the vtk module is not available");
-        return;
-    }
-    let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check_vtk.py"))
-        .arg(pvd)
-        .args(["--cells", &cells.to_string(), "--field", field])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", log_of(&out));
+    common::check_vtk(pvd, &["--cells", &cells.to_string(), "--field", field]);
 }
 
 /// A steady case without an interval writes one step (the last of its 2
@@ -262,7 +244,7 @@ fn second_run_of_a_case_is_refused_while_the_first_lives() {
 fn binary_fields_are_laid_out_as_openfoams() {
     use fvpoisson::foam::FoamFormat;
     use fvpoisson::io::foam_field::{write_internal_field, FoamWriteOptions, ScalarFieldFile};
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foam_binary/T");
+    let data = common::repo("tests/data/foam_binary/T");
     let mesh = fvpoisson::mesh::load(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/cases/laplacian_foam_steady"

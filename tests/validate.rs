@@ -2,6 +2,8 @@
 //! the library and the binary, and the `boundaryCorrected` scheme's exactness
 //! for linear fields.
 
+mod common;
+
 use fvpoisson::fvm::{
     BoundaryCondition, CellField, GammaInterpolation, GradScheme, LaplacianProblem,
     LaplacianSystem, PatchValues, Schemes, SnGradScheme,
@@ -9,12 +11,12 @@ use fvpoisson::fvm::{
 use fvpoisson::mesh::{self, Vec3};
 use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use fvpoisson::validate::{self, Config, Family, Report, Scheme, Solution};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
+/// A fresh empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::unique_temp_dir(&format!("fvpoisson_{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

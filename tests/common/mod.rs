@@ -19,6 +19,14 @@ pub fn fvpoisson(args: &[&str]) -> Output {
         .expect("the fvpoisson binary runs")
 }
 
+/// The path of `rel`, a file or folder of the repository (`cases/…`,
+/// `tests/data/…`), for reading: a test that writes copies it first
+/// ([`case_inputs_copy`], [`copy_dir`] into a [`Scratch`]).
+#[allow(dead_code)] // not every test that shares this module reads repository files
+pub fn repo(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
 /// Copies the directory tree `from` to `to` (created), e.g. a shipped case.
 #[allow(dead_code)] // not every test that shares this module copies cases
 pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -139,6 +147,14 @@ pub fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("{stem}_{}_{call}", std::process::id()))
 }
 
+/// The path `…/UNIQUE/name`, in a directory unique as [`unique_temp_dir`]
+/// and not yet created: for a case whose directory name a test reads back
+/// (a run names its VTK series and plots after its case directory).
+#[allow(dead_code)] // not every test that shares this module needs one
+pub fn unique_temp_path_named(name: &str) -> std::path::PathBuf {
+    unique_temp_dir("fvpoisson_named").join(name)
+}
+
 /// A scratch copy of the shipped case `rel` (relative to the crate root) in a
 /// fresh directory named after `tag`: only the case's inputs are copied, so
 /// results a user wrote into `cases/` (by running them as the README shows)
@@ -224,31 +240,6 @@ impl Drop for Scratch {
     }
 }
 
-/// The lid-driven cavity's conditions on `mesh`, per patch: the lid `ymax`
-/// moving at (1, 0, 0), `frontAndBack` empty, walls elsewhere; pressure
-/// zero-gradient.
-#[allow(dead_code)] // not every test that shares this module runs a cavity
-pub fn cavity_conditions(
-    mesh: &fvpoisson::mesh::Mesh,
-) -> (
-    Vec<fvpoisson::flow::VelocityCondition>,
-    Vec<fvpoisson::fvm::BoundaryCondition>,
-) {
-    use fvpoisson::flow::{VectorValues, VelocityCondition};
-    use fvpoisson::fvm::BoundaryCondition;
-    use fvpoisson::mesh::Vec3;
-    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
-    let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
-    mesh.patches()
-        .iter()
-        .map(|p| match p.name.as_str() {
-            "ymax" => (lid.clone(), BoundaryCondition::ZeroGradient),
-            "frontAndBack" => (VelocityCondition::Empty, BoundaryCondition::Empty),
-            _ => (wall.clone(), BoundaryCondition::ZeroGradient),
-        })
-        .unzip()
-}
-
 /// Turns the copy of `cases/cavity_ico` in `dir` into a pimpleFoam case of
 /// simulation type `simulation`: Newtonian transport, the laminar stress's
 /// `Gauss linear` scheme, `constant/turbulenceProperties` (fvSolution and
@@ -328,4 +319,58 @@ U = {{ type = "noSlip" }}
 p = {{ type = "zeroGradient" }}
 {more}"#
     )
+}
+
+/// What p by `PCG` with `DIC`, converged by `controls`, becomes on the GPU:
+/// the device pressure solver with the GPU's default in its place (a
+/// polynomial, `case::SolveTarget::adapt`) and the same controls.
+#[allow(dead_code)] // not every test that shares this module solves on the device
+pub fn dic_as_the_gpu_runs_it(
+    controls: fvpoisson::solve::SolverControls,
+) -> fvpoisson::gpu::simple::DevicePressureSolver {
+    use fvpoisson::case::{LinearSolver, SolveTarget};
+    use fvpoisson::solve::{Preconditioner, PreconditionerKind};
+    let given = LinearSolver {
+        preconditioner: PreconditionerKind::Dic.into(),
+        controls,
+        ..LinearSolver::default()
+    };
+    let Preconditioner::Polynomial(polynomial) = SolveTarget::Gpu.adapt(&given).preconditioner
+    else {
+        panic!("DIC runs a polynomial on the GPU");
+    };
+    fvpoisson::gpu::simple::DevicePressureSolver {
+        jacobi: false,
+        controls,
+        amg: None,
+        polynomial: Some(polynomial),
+    }
+}
+
+/// `scripts/check_vtk.py` on the VTK series `pvd` with `args` (`--cells N`,
+/// `--field NAME`, …), which must pass: its output (stdout, then stderr).
+/// `None`, said on stderr, where python3 has no `vtk` module to read it with.
+#[allow(dead_code)] // not every test that shares this module writes VTK
+pub fn check_vtk(pvd: &std::path::Path, args: &[&str]) -> Option<String> {
+    let python_vtk = Command::new("python3")
+        .args(["-c", "import vtk"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_vtk {
+        eprintln!("skipped the VTK reader check: python3 with the vtk module is not available");
+        return None;
+    }
+    let out = Command::new("python3")
+        .arg(repo("scripts/check_vtk.py"))
+        .arg(pvd)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{}: {text}", pvd.display());
+    Some(text)
 }
