@@ -131,3 +131,19 @@ fn bad_function_object_entries_are_errors_naming_the_entry() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Two tests of this binary that pick the same tag get a case each: they run
+/// side by side in one process, and one's controlDict must not reach the
+/// other's run.
+#[test]
+fn copies_of_one_tag_are_separate_cases() {
+    let a = cavity_with("same_tag", "");
+    let b = cavity_with("same_tag", "// only in b\n");
+    assert_ne!(a, b);
+    let control =
+        |dir: &std::path::Path| std::fs::read_to_string(dir.join("system/controlDict")).unwrap();
+    assert!(!control(&a).contains("only in b"));
+    assert!(control(&b).contains("only in b"));
+    std::fs::remove_dir_all(&a).unwrap();
+    std::fs::remove_dir_all(&b).unwrap();
+}

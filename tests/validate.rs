@@ -235,11 +235,17 @@ fn cli_validate_prints_the_table_and_writes_the_plot() {
     assert!(stderr.contains("no usable font"), "{stderr}");
     assert_eq!(std::fs::read(&plot).unwrap()[..8], PNG_SIGNATURE);
 
+    // Run in a scratch directory: validate.png goes to the working directory
+    // by default, which must not be the repository.
+    let refused = dir.join("refused");
+    std::fs::create_dir_all(&refused).unwrap();
     let bad = Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
         .args(["validate", "--quick", "--families", "hex,cubes"])
+        .current_dir(&refused)
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("unknown mesh family 'cubes'"), "{stderr}");
+    assert!(!refused.join("validate.png").exists());
 }

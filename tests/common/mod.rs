@@ -138,13 +138,17 @@ fn is_generated_case_entry(name: &str) -> bool {
 }
 
 /// A path in the temporary directory starting with `stem`, unique to this
-/// process and call: the tests of one binary run side by side in one
-/// process, and two of them may pick the same tag.
+/// process and call (the tests of one binary run side by side in one
+/// process, and two of them may pick the same tag), and free: what an
+/// earlier process of the same id left there (a failed test keeps its
+/// files) is removed.
 #[allow(dead_code)] // not every test that shares this module needs one
 pub fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::env::temp_dir().join(format!("{stem}_{}_{call}", std::process::id()))
+    let path = std::env::temp_dir().join(format!("{stem}_{}_{call}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    path
 }
 
 /// The path `…/UNIQUE/name`, in a directory unique as [`unique_temp_dir`]
@@ -161,9 +165,8 @@ pub fn unique_temp_path_named(name: &str) -> std::path::PathBuf {
 /// never reach a test.
 #[allow(dead_code)] // not every test that shares this module copies cases
 pub fn case_inputs_copy(rel: &str, tag: &str) -> std::path::PathBuf {
-    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let from = repo(rel);
     let to = unique_temp_dir(&format!("fvpoisson_case_{}_{tag}", rel.replace('/', "_")));
-    let _ = std::fs::remove_dir_all(&to);
     copy_case_inputs(&from, &to);
     to
 }
@@ -219,7 +222,6 @@ pub struct Scratch(pub std::path::PathBuf);
 impl Scratch {
     pub fn new(tag: &str) -> Self {
         let dir = unique_temp_dir(&format!("fvpoisson_scratch_{tag}"));
-        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         Self(dir)
     }
