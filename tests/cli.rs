@@ -47,8 +47,7 @@ fn missing_path_is_an_error_naming_it() {
 
 #[test]
 fn directory_without_a_mesh_is_an_error_naming_it() {
-    let dir = scratch("empty_case");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::Scratch::new("empty_case");
     let o = fvpoisson(&["check-mesh", dir.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
@@ -165,7 +164,7 @@ fn inverted_mesh_fails_the_checks() {
         size: 6,
     }];
     let mesh = Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap();
-    let case = scratch("inverted_cube");
+    let case = common::Scratch::new("inverted_cube");
     let dir = case.join("constant/polyMesh");
     std::fs::create_dir_all(&dir).unwrap();
     polymesh::write_polymesh(&mesh, &dir, polymesh::FoamFormat::Ascii, false).unwrap();

@@ -95,6 +95,7 @@ fn skew_case_maps_and_matches_openfoam() {
     assert!(matches!(specs[2], ("sides", BoundarySpec::ZeroGradient)));
     let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_skew/0.05/T");
     assert!(rel < 1e-12, "relative difference {rel:e}");
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -142,6 +143,7 @@ fn source_case_maps_and_matches_openfoam() {
     );
     let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_source/0.4/T");
     assert!(rel < 1e-12, "relative difference {rel:e}");
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -171,6 +173,7 @@ fn steady_case_maps_and_matches_openfoam() {
     assert_eq!(summary.steps, 10);
     let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_steady/10/T");
     assert!(rel < 1e-12, "relative difference {rel:e}");
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Runs the skew case in a scratch copy: the time directory it writes holds

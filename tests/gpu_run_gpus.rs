@@ -74,4 +74,5 @@ fn several_gpus_need_device_gpu() {
     assert!(!o.status.success());
     let t = String::from_utf8_lossy(&o.stderr);
     assert!(t.contains("add --device gpu"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

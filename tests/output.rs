@@ -4,21 +4,19 @@
 //! VTK series in `VTK/`; `foam-to-vtk` converts written times (ascii and
 //! binary fields); a second run of a case is refused while the first lives.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
 
-use common::{mms_case, write_case_toml};
+use common::{mms_case, write_case_toml, NamedScratch};
 
 /// A fresh empty directory `output_NAME` (the runs' files are named after it).
-fn scratch(name: &str) -> PathBuf {
-    let dir = common::unique_temp_path_named(&format!("output_{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> NamedScratch {
+    NamedScratch::new(&format!("output_{name}"))
 }
 
-fn shipped_copy(case: &str, name: &str) -> PathBuf {
+fn shipped_copy(case: &str, name: &str) -> NamedScratch {
     let dir = scratch(name);
     common::copy_case_inputs(&common::repo(case), &dir);
     dir

@@ -3,12 +3,12 @@
 //! run` (cargo feature `mpi`), `reconstruct`, compared with the serial run to
 //! solver tolerance.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{fvpoisson, internal_field, max_diff_over_max};
+use common::{fvpoisson, internal_field, max_diff_over_max, NamedScratch};
 
 const CASE: &str = "cases/laplacian_foam_steady";
 /// Its last written time and field.
@@ -29,14 +29,14 @@ fn ok(o: Output) -> String {
 }
 
 /// A fresh copy of the shipped case.
-fn case_copy(name: &str) -> PathBuf {
+fn case_copy(name: &str) -> NamedScratch {
     shipped_copy(CASE, name)
 }
 
 /// A fresh copy of the shipped case `case` in a directory named `name` (the
 /// runs' VTK files are named after it).
-fn shipped_copy(case: &str, name: &str) -> PathBuf {
-    let dir = common::unique_temp_path_named(name);
+fn shipped_copy(case: &str, name: &str) -> NamedScratch {
+    let dir = NamedScratch::new(name);
     common::copy_case_inputs(&common::repo(case), &dir);
     dir
 }
@@ -541,7 +541,7 @@ fn mpirun_with_two_ranks_gives_the_serial_answer() {
 /// `processor1/1`: `processor1` has no write permission, or (for root, who
 /// writes there all the same) a file is in the way. The path and the OS's
 /// reason, as the error must name them.
-fn case_where_rank_1_cannot_write(name: &str) -> (PathBuf, String) {
+fn case_where_rank_1_cannot_write(name: &str) -> (NamedScratch, String) {
     use std::os::unix::fs::PermissionsExt;
     let writable = std::fs::Permissions::from_mode(0o755);
     let dir = case_copy(name);
@@ -725,7 +725,7 @@ fn two_region_all_neumann_cases_on_thread_ranks_give_the_serial_answer() {
             mesh.display()
         );
         let dirs = ["serial", "ranks"].map(|run| {
-            let dir = common::unique_temp_dir(&format!("fvpoisson_regions_{tag}_{run}"));
+            let dir = common::Scratch::new(&format!("regions_{tag}_{run}"));
             common::write_case_toml(&dir, &case);
             dir
         });

@@ -11,14 +11,11 @@ use fvpoisson::fvm::{
 use fvpoisson::mesh::{self, Vec3};
 use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use fvpoisson::validate::{self, Config, Family, Report, Scheme, Solution};
-use std::path::PathBuf;
 use std::process::Command;
 
-/// A fresh empty directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = common::unique_temp_dir(&format!("fvpoisson_{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh empty directory for one test, removed when it passes.
+fn scratch(name: &str) -> common::Scratch {
+    common::Scratch::new(name)
 }
 
 fn finest_l2(report: &Report, family: Family, scheme: Scheme, solution: Solution) -> f64 {

@@ -151,14 +151,6 @@ pub fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
     path
 }
 
-/// The path `…/UNIQUE/name`, in a directory unique as [`unique_temp_dir`]
-/// and not yet created: for a case whose directory name a test reads back
-/// (a run names its VTK series and plots after its case directory).
-#[allow(dead_code)] // not every test that shares this module needs one
-pub fn unique_temp_path_named(name: &str) -> std::path::PathBuf {
-    unique_temp_dir("fvpoisson_named").join(name)
-}
-
 /// A scratch copy of the shipped case `rel` (relative to the crate root) in a
 /// fresh directory named after `tag`: only the case's inputs are copied, so
 /// results a user wrote into `cases/` (by running them as the README shows)
@@ -234,11 +226,53 @@ impl std::ops::Deref for Scratch {
     }
 }
 
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+}
+
+/// An empty directory `…/UNIQUE/name`, for a case whose directory name a
+/// test reads back (a run names its VTK series and plots after its case
+/// directory); removed with its unique parent when dropped, as a
+/// [`Scratch`].
+#[allow(dead_code)] // not every test that shares this module needs one
+pub struct NamedScratch {
+    path: std::path::PathBuf,
+    _parent: Scratch,
+}
+
+#[allow(dead_code)]
+impl NamedScratch {
+    pub fn new(name: &str) -> Self {
+        let parent = Scratch::new("named");
+        let path = parent.join(name);
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Self {
+            path,
+            _parent: parent,
+        }
+    }
+}
+
+impl std::ops::Deref for NamedScratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for NamedScratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
     }
 }
 
