@@ -1,14 +1,18 @@
-//! The lid-driven cavity for tests and benchmarks: its boundary conditions
-//! on a box mesh and a SIMPLE loop on it from rest.
+//! SIMPLE loops from rest for tests and benchmarks: on any patch conditions,
+//! and the lid-driven cavity's on a box mesh.
 
 use super::{Simple, SimpleSettings, VectorValues, VelocityCondition};
 use crate::fvm::BoundaryCondition;
 use crate::mesh::{Geometry, Mesh, Vec3};
 
+/// The velocity and pressure condition of every patch of a mesh, in patch
+/// order.
+pub type Conditions = (Vec<VelocityCondition>, Vec<BoundaryCondition>);
+
 /// The lid-driven cavity's conditions on `mesh`, per patch: the lid `ymax`
 /// moving at (1, 0, 0), `frontAndBack` empty, walls elsewhere; pressure
 /// zero-gradient.
-pub fn cavity_conditions(mesh: &Mesh) -> (Vec<VelocityCondition>, Vec<BoundaryCondition>) {
+pub fn cavity_conditions(mesh: &Mesh) -> Conditions {
     let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
     let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
     mesh.patches()
@@ -21,17 +25,17 @@ pub fn cavity_conditions(mesh: &Mesh) -> (Vec<VelocityCondition>, Vec<BoundaryCo
         .unzip()
 }
 
-/// The SIMPLE loop of the lid-driven cavity ([`cavity_conditions`]) on
-/// `mesh` with `settings`, from rest (U = 0, p = 0).
+/// The SIMPLE loop on `mesh` with `settings` and the patch conditions
+/// `conditions`, from rest (U = 0, p = 0).
 ///
 /// # Panics
-/// If `settings` do not fit the mesh (a test's mistake).
-pub fn lid_driven_cavity<'m>(
+/// If `settings` or `conditions` do not fit the mesh (a test's mistake).
+pub fn simple_from_rest<'m>(
     mesh: &'m Mesh,
     geometry: &'m Geometry,
     settings: SimpleSettings,
+    (velocity, pressure): Conditions,
 ) -> Simple<'m> {
-    let (velocity, pressure) = cavity_conditions(mesh);
     let n = mesh.n_cells();
     Simple::new(
         mesh,
@@ -42,5 +46,15 @@ pub fn lid_driven_cavity<'m>(
         vec![Vec3::zeros(); n],
         vec![0.0; n],
     )
-    .expect("the lid-driven cavity's settings fit its mesh")
+    .expect("the test's settings and conditions fit its mesh")
+}
+
+/// The SIMPLE loop of the lid-driven cavity ([`cavity_conditions`]) on
+/// `mesh` with `settings`, from rest.
+pub fn lid_driven_cavity<'m>(
+    mesh: &'m Mesh,
+    geometry: &'m Geometry,
+    settings: SimpleSettings,
+) -> Simple<'m> {
+    simple_from_rest(mesh, geometry, settings, cavity_conditions(mesh))
 }
