@@ -30,6 +30,14 @@
 //! `GaussSeidel` (forward sweeps), `symGaussSeidel`, `DIC`,
 //! `DICGaussSeidel` (the DIC sweeps, then as many Gauss–Seidel sweeps).
 //!
+//! The coarse matrices of a bitwise-symmetric fine matrix are made bitwise
+//! symmetric (`mirror_upper`), as OpenFOAM's hold one coefficient per
+//! coarse face, so that every level takes [`SplitMatrix`]'s upper-triangle
+//! products. The sweeps of one smoothing run interleaved
+//! ([`SplitMatrix::gauss_seidel_sweeps`], the bits of one sweep after
+//! another), the correction scaling in two passes and the residual after a
+//! cycle in one product, into the vector the next cycle restricts.
+//!
 //! The solve loop and its stopping rules are OpenFOAM's (one cycle per
 //! iteration, the residual checked after each; `smooth_solver`), and the log
 //! line is `GAMG:  Solving for p, Initial residual = …, No Iterations N`.
@@ -49,7 +57,6 @@ use super::cpu::CpuBackend;
 use super::diagonal::Identity;
 use super::ic::Dic;
 use super::pcg::pcg_unlogged;
-use super::reduce::dot;
 use super::smooth_solver::{smooth_loop, SmoothBackend};
 use super::split::SplitMatrix;
 use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
@@ -551,6 +558,30 @@ enum Coarsest {
     },
 }
 
+/// Copies each upper entry a_ij (i < j) onto its mirror a_ji, so that a
+/// coarse matrix of a symmetric fine one is symmetric bit for bit, as
+/// OpenFOAM's coarse levels are (they store one coefficient per coarse
+/// face): the Galerkin sums a_IJ and a_JI add the same fine entries in
+/// different orders and can differ in the last bit. The kernels then read
+/// the upper triangle alone ([`SplitMatrix`]'s module docs). A lower entry
+/// without a mirror (a pattern that is not symmetric) is left as it is.
+fn mirror_upper(a: &mut Csr) {
+    let mirrored: Vec<(usize, f64)> = (0..a.n_rows())
+        .flat_map(|i| {
+            let (cols, values) = a.row(i);
+            let a = &*a;
+            cols.iter()
+                .zip(values)
+                .filter(move |(&j, _)| j as usize > i)
+                .filter_map(move |(&j, &v)| a.slot(j as usize, i).map(|s| (s, v)))
+        })
+        .collect();
+    let values = a.values_mut();
+    for (slot, v) in mirrored {
+        values[slot] = v;
+    }
+}
+
 /// The cycle's work vectors, per coarse level.
 struct Work {
     /// The finest residual b − A x of the current iterate.
@@ -608,10 +639,15 @@ impl<'a> Gamg<'a> {
         let fine_dic = uses_dic
             .then(|| Dic::of_split(fine.split().clone()))
             .transpose()?;
+        let symmetric = fine.split().is_symmetric();
         let mut matrices: Vec<Csr> = Vec::with_capacity(agglomeration.restrict.len());
         for (k, map) in agglomeration.restrict.iter().enumerate() {
             let finer = matrices.last().unwrap_or(a);
-            matrices.push(galerkin(finer, map, agglomeration.sizes[k + 1]));
+            let mut coarse = galerkin(finer, map, agglomeration.sizes[k + 1]);
+            if symmetric {
+                mirror_upper(&mut coarse);
+            }
+            matrices.push(coarse);
         }
         let coarsest_matrix = matrices.pop().expect("at least one coarse level");
         let levels = matrices
@@ -679,11 +715,12 @@ impl<'a> Gamg<'a> {
         (scratch, update): (&mut [f64], &mut [f64]),
     ) {
         let gauss_seidel = |x: &mut [f64], symmetric: bool| {
+            if !symmetric {
+                return m.gauss_seidel_sweeps(b, x, sweeps);
+            }
             for _ in 0..sweeps {
                 m.gauss_seidel(b, x, true);
-                if symmetric {
-                    m.gauss_seidel(b, x, false);
-                }
+                m.gauss_seidel(b, x, false);
             }
         };
         let dic_sweeps = |x: &mut [f64], scratch: &mut [f64], update: &mut [f64]| {
@@ -706,22 +743,12 @@ impl<'a> Gamg<'a> {
     }
 
     /// OpenFOAM's correction scaling: s = (b·x)/(x·A x), then
-    /// x ← s x + (b − s A x)/diag(A). `ax` is scratch.
+    /// x ← s x + (b − s A x)/diag(A), in two passes
+    /// ([`SplitMatrix::scale_correction`]). `ax` is scratch.
     fn scale(m: &SplitMatrix, b: &[f64], x: &mut [f64], ax: &mut [f64]) {
-        m.apply(x, ax);
-        let numerator = dot(b, x);
-        let denominator = dot(ax, x);
         // OpenFOAM's stabilise(denominator, VSMALL).
-        let stabilised = if denominator >= 0.0 {
-            denominator + 1e-300
-        } else {
-            denominator - 1e-300
-        };
-        let s = numerator / stabilised;
-        let d = m.diag();
-        for i in 0..x.len() {
-            x[i] = s * x[i] + (b[i] - s * ax[i]) / d[i];
-        }
+        let stabilise = |d: f64| if d >= 0.0 { d + 1e-300 } else { d - 1e-300 };
+        m.scale_correction(b, x, ax, stabilise);
     }
 
     /// OpenFOAM's `interpolateCorrection`: x_i ← −Σ_{j≠i} a_ij x_j / a_ii,
@@ -916,6 +943,13 @@ impl SmoothBackend for Gamg<'_> {
         self.lock_work().residual.copy_from_slice(r);
         norms
     }
+    /// The finest residual after a cycle, written where the next cycle
+    /// reads it (`r` is not used): one product, no normFactor terms, the
+    /// bits of [`Self::initialize`]'s residual and sum.
+    fn residual_sum(&self, b: &Vec<f64>, x: &Vec<f64>, _r: &mut Vec<f64>) -> f64 {
+        let residual = &mut self.lock_work().residual;
+        self.fine.split().residual(b, x, residual)
+    }
     /// `cycles` V-cycles (the loop asks for one at a time).
     fn smooth(&self, b: &Vec<f64>, x: &mut Vec<f64>, cycles: usize) -> Result<(), SolveError> {
         let mut work = self.lock_work();
@@ -1048,6 +1082,53 @@ mod tests {
                 assert!(cache.agglomeration.lock().unwrap().is_some());
             }
         }
+    }
+
+    /// The hierarchy of `a` with OpenFOAM's defaults.
+    fn default_gamg<'a>(a: &'a Csr, identity: &'a Identity) -> Gamg<'a> {
+        let controls = SolverControls::absolute(1e-10, 100);
+        let settings = GamgSettings::default();
+        Gamg::new(a, identity, &settings, &controls, &GamgCache::default()).unwrap()
+    }
+
+    #[test]
+    fn coarse_levels_of_a_symmetric_matrix_are_symmetric_bit_for_bit() {
+        let a = poisson_3d(16, 16, 16);
+        let identity = Identity(a.n_rows());
+        let gamg = default_gamg(&a, &identity);
+        assert!(gamg.levels.len() >= 3);
+        assert!(gamg.levels.iter().all(|l| l.matrix.is_symmetric()));
+        // Galerkin sums alone need not be: cells 0, 1, 2 form cluster 0 and
+        // 3, 4, 5 cluster 1, coupled by faces 0-5, 1-4 and 2-3 of weights
+        // 0.1, 0.2, 0.3; a_01 sums them in the order of its rows, (0.1 + 0.2)
+        // + 0.3, and a_10 in the order of its own, (0.3 + 0.2) + 0.1.
+        let mut triplets: Vec<(u32, u32, f64)> = (0..6).map(|i| (i, i, 1.0)).collect();
+        for (i, j, v) in [(0, 5, -0.1), (1, 4, -0.2), (2, 3, -0.3)] {
+            triplets.extend([(i, j, v), (j, i, v)]);
+        }
+        let fine = Csr::from_triplets(6, 6, triplets).unwrap();
+        let mut coarse = galerkin(&fine, &[0, 0, 0, 1, 1, 1], 2);
+        assert!(!SplitMatrix::new(&coarse).is_symmetric());
+        mirror_upper(&mut coarse);
+        assert!(SplitMatrix::new(&coarse).is_symmetric());
+        assert_eq!(coarse.values()[2], coarse.values()[1]);
+        assert_eq!(coarse.values()[1], (-0.1 - 0.2) - 0.3);
+    }
+
+    #[test]
+    fn the_residual_after_a_cycle_has_the_bits_of_the_initial_one_and_feeds_the_next() {
+        let a = poisson_3d(12, 12, 12);
+        let n = a.n_rows();
+        let identity = Identity(n);
+        let gamg = default_gamg(&a, &identity);
+        let b: Vec<f64> = (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+        let x: Vec<f64> = (0..n).map(|i| ((i * 13) % 7) as f64).collect();
+        let mut r = vec![0.0; n];
+        let initial = gamg.initialize(&b, &x, &mut r);
+        let mut unused = vec![0.0; n];
+        let after = gamg.residual_sum(&b, &x, &mut unused);
+        assert_eq!(after.to_bits(), initial.residual_sum.to_bits());
+        assert_eq!(gamg.lock_work().residual, r);
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct SplitMatrix {
     /// a_ij and a_ji are the same bits for every entry, and the pattern is
     /// symmetric: one-thread products may run over the upper triangle alone.
     symmetric: bool,
+    /// max |i − j| over the stored off-diagonal entries.
+    bandwidth: usize,
 }
 
 impl SplitMatrix {
@@ -67,11 +69,27 @@ impl SplitMatrix {
             upper.start.push(upper.cols.len());
         }
         let symmetric = mirrors(&lower, &upper);
+        let reach = |t: &TriangleRows, pick_last: bool| {
+            (0..n)
+                .filter_map(|r| {
+                    let row = t.row_entries(r);
+                    let c = if pick_last {
+                        row.cols.last()
+                    } else {
+                        row.cols.first()
+                    };
+                    c.map(|&c| r.abs_diff(c as usize))
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let bandwidth = reach(&lower, false).max(reach(&upper, true));
         Self {
             diag,
             lower,
             upper,
             symmetric,
+            bandwidth,
         }
     }
 
@@ -272,6 +290,68 @@ impl SplitMatrix {
             }
             sum
         }))
+    }
+
+    /// OpenFOAM's correction scaling in two passes: y = A x with s =
+    /// (b · x)/(x · y) (both sums taken as the product is formed, with
+    /// [`dot`](super::reduce::dot)'s bits), then x_i ← s x_i + (b_i − s y_i)/a_ii.
+    /// Returns s. `stabilise` turns the denominator into one that is not
+    /// zero (OpenFOAM's `stabilise(·, VSMALL)`).
+    pub fn scale_correction(
+        &self,
+        b: &[f64],
+        x: &mut [f64],
+        y: &mut [f64],
+        stabilise: impl Fn(f64) -> f64,
+    ) -> f64 {
+        assert_eq!(b.len(), self.n(), "SplitMatrix::scale_correction: b size");
+        let (b_x, x_y) = self.apply_sums(x, y, |i, y_i| (b[i] * x[i], y_i * x[i]));
+        let s = b_x / stabilise(x_y);
+        let diag = &self.diag;
+        x.par_chunks_mut(CHUNK).enumerate().for_each(|(c, x)| {
+            let first = c * CHUNK;
+            for (k, x) in x.iter_mut().enumerate() {
+                let i = first + k;
+                *x = s * *x + (b[i] - s * y[i]) / diag[i];
+            }
+        });
+        s
+    }
+
+    /// `sweeps` forward Gauss–Seidel sweeps with the bits of as many calls
+    /// of [`Self::gauss_seidel`]`(b, x, true)`, run interleaved: sweep s + 1
+    /// follows sweep s `bandwidth + 1` rows behind. Row i of sweep s + 1
+    /// reads the rows j < i of its own sweep and the rows c ≤ i + bandwidth
+    /// of sweep s, all done and none yet overwritten by sweep s + 1; row k of
+    /// sweep s reads rows k − bandwidth.. of its own sweep, which sweep s + 1
+    /// has not reached. One sweep is a chain of dependent divisions (each
+    /// row waits for the last); interleaved, the sweeps' chains overlap in
+    /// the core, and the rows a later sweep reads are still in cache.
+    pub fn gauss_seidel_sweeps(&self, b: &[f64], x: &mut [f64], sweeps: usize) {
+        let n = self.n();
+        assert_eq!(b.len(), n, "SplitMatrix::gauss_seidel_sweeps: b size");
+        assert_eq!(x.len(), n, "SplitMatrix::gauss_seidel_sweeps: x size");
+        let lag = self.bandwidth + 1;
+        if sweeps < 2 || lag >= n {
+            for _ in 0..sweeps {
+                self.gauss_seidel(b, x, true);
+            }
+            return;
+        }
+        let diag = &self.diag;
+        let visit = |x: &mut [f64], i: usize| {
+            let (lower, upper) = (self.lower.row_entries(i), self.upper.row_entries(i));
+            x[i] = upper.subtract_from(lower.subtract_from(b[i], x), x) / diag[i];
+        };
+        for t in 0..n + (sweeps - 1) * lag {
+            // Sweep s is at row t − s·lag; the sweeps that have started and
+            // not finished are first..=last.
+            let first = (t + 1).saturating_sub(n).div_ceil(lag);
+            let last = (t / lag).min(sweeps - 1);
+            for s in first..=last {
+                visit(x, t - s * lag);
+            }
+        }
     }
 
     /// Gauss–Seidel sweeps in natural row order on A x = b: x_i = (b_i −
@@ -581,6 +661,63 @@ mod tests {
         let b = Csr::new(n, a.row_ptr().to_vec(), a.cols().to_vec(), values).unwrap();
         assert!(!SplitMatrix::new(&b).is_symmetric());
         assert!(SplitMatrix::new(&sample()).is_symmetric());
+    }
+
+    #[test]
+    fn interleaved_gauss_seidel_sweeps_have_the_bits_of_one_sweep_after_another() {
+        let a = grid_laplacian(23, 19, 21);
+        let n = a.n_rows();
+        let s = SplitMatrix::new(&a);
+        assert_eq!(s.bandwidth, 23 * 19);
+        let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64 - 14.0).collect();
+        let x0: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 7.0).collect();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for sweeps in 0..=5 {
+            let mut one_by_one = x0.clone();
+            for _ in 0..sweeps {
+                s.gauss_seidel(&b, &mut one_by_one, true);
+            }
+            let mut interleaved = x0.clone();
+            s.gauss_seidel_sweeps(&b, &mut interleaved, sweeps);
+            assert_eq!(bits(&interleaved), bits(&one_by_one), "{sweeps} sweeps");
+        }
+        // A bandwidth as large as the matrix sweeps one after another.
+        let small = SplitMatrix::new(&sample());
+        let mut x = vec![0.0; 4];
+        let mut y = vec![0.0; 4];
+        small.gauss_seidel_sweeps(&[1.0; 4], &mut x, 3);
+        for _ in 0..3 {
+            small.gauss_seidel(&[1.0; 4], &mut y, true);
+        }
+        assert_eq!(x, y);
+    }
+
+    #[test]
+    fn scale_correction_has_the_bits_of_its_separate_passes() {
+        use crate::solve::reduce::dot;
+        let a = grid_laplacian(23, 19, 21); // three reduction chunks
+        let n = a.n_rows();
+        let s = SplitMatrix::new(&a);
+        let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64 - 14.0).collect();
+        let x0: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 7.0).collect();
+        let stabilise = |d: f64| d + 1e-300;
+        let mut ax = vec![0.0; n];
+        s.apply(&x0, &mut ax);
+        let factor = dot(&b, &x0) / stabilise(dot(&ax, &x0));
+        let expected: Vec<u64> = (0..n)
+            .map(|i| (factor * x0[i] + (b[i] - factor * ax[i]) / s.diag()[i]).to_bits())
+            .collect();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let (mut x, mut y) = (x0.clone(), vec![0.0; n]);
+            let got = pool.install(|| s.scale_correction(&b, &mut x, &mut y, stabilise));
+            assert_eq!(got.to_bits(), factor.to_bits(), "{threads} threads");
+            let x: Vec<u64> = x.iter().map(|v| v.to_bits()).collect();
+            assert!(x == expected, "{threads} threads");
+        }
     }
 
     #[test]
