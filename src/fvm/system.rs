@@ -836,10 +836,18 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
                         });
                     }
                 }
-                cols[start..].sort_unstable();
-                let mut row = cols.split_off(start);
-                row.dedup();
-                cols.extend(row);
+                // Sorted and deduplicated in place (two faces may join the
+                // same pair of cells).
+                let row = &mut cols[start..];
+                row.sort_unstable();
+                let mut kept = 1;
+                for i in 1..row.len() {
+                    if row[i] != row[kept - 1] {
+                        row[kept] = row[i];
+                        kept += 1;
+                    }
+                }
+                cols.truncate(start + kept);
                 ends.push(cols.len());
             }
             (cols, ends)
