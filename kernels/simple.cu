@@ -69,23 +69,70 @@ extern "C" __global__ void simple_deferred_correction(
     fc[d] = asm_mul(f, correction);
 }
 
-// fvMatrix::relax(alpha) of one row (thread) of a row kernel: the diagonal `a`
-// made at least the sum of the off-diagonal magnitudes (the row's slots in
-// face order, from `first` in steps of h), divided by alpha; the change times
-// the current u added to *s. Returns the relaxed diagonal.
-__device__ double simple_relax_row(u64 first, u64 end, int h,
+// The row of one thread of a row kernel (one block per mod-SELL slice of h =
+// blockDim.x rows, one thread per row, n rows; `in_range` false past the last
+// row) and the walk over its internal faces: the row's entries of the
+// assembly map run from `first` to `end` in steps of h, in face order, until
+// the first ASM_NO_SLOT.
+struct SimpleRow {
+    int row, h;
+    u64 first, end;
+    bool in_range;
+
+    // visit(code, slot) per internal face of the row in face order: `code` the
+    // face's map code (device face << 1, low bit set where the row is the
+    // face's neighbour), `slot` where its coefficient is in the row's values.
+    template <typename Visit>
+    __device__ void faces(const unsigned char* __restrict__ face_slots,
+                          const unsigned* __restrict__ face_codes, Visit visit) const {
+        for (u64 k = first; k < end; k += h) {
+            const unsigned j = face_slots[k];
+            if (j == ASM_NO_SLOT) break;
+            visit(face_codes[k], first + (u64)j * h);
+        }
+    }
+};
+
+// This thread's row of a row kernel over the n rows whose slices start at
+// slice_ptr (read only for a row in range).
+__device__ SimpleRow simple_row(int n, const u64* __restrict__ slice_ptr) {
+    SimpleRow r;
+    r.h = blockDim.x;
+    r.row = blockIdx.x * r.h + threadIdx.x;
+    r.in_range = r.row < n;
+    r.first = r.in_range ? slice_ptr[blockIdx.x] + threadIdx.x : 0;
+    r.end = r.in_range ? slice_ptr[blockIdx.x + 1] : 0;
+    return r;
+}
+
+// fvMatrix::relax(alpha) of row `r` of a row kernel: the diagonal `a` made at
+// least the sum of the off-diagonal magnitudes (the row's slots in face
+// order), divided by alpha; the change times the current u added to *s.
+// Returns the relaxed diagonal.
+__device__ double simple_relax_row(const SimpleRow& r,
                                    const unsigned char* __restrict__ face_slots,
+                                   const unsigned* __restrict__ face_codes,
                                    const double* __restrict__ vals, double a, double alpha,
                                    double u, double* s) {
     double off = 0.0;
-    for (u64 k = first; k < end; k += h) {
-        const unsigned j = face_slots[k];
-        if (j == ASM_NO_SLOT) break;
-        off = asm_add(off, fabs(vals[first + (u64)j * h]));
-    }
+    r.faces(face_slots, face_codes, [&](unsigned, u64 slot) { off = asm_add(off, fabs(vals[slot])); });
     const double relaxed = asm_div(fmax(fabs(a), off), alpha);
     *s = asm_add(*s, asm_mul(asm_sub(relaxed, a), u));
     return relaxed;
+}
+
+// Bounded upwind convection of the flux f (owner to neighbour) on one of a
+// row's internal faces (simple_momentum_rows, piso_momentum_rows): *a, the
+// row's diagonal, gains max(-f, 0) + f where the row is the face's neighbour,
+// max(f, 0) - f where it is the owner; returns the face's off-diagonal, the
+// viscous one `visc` plus min(-f, 0) or min(f, 0).
+__device__ double simple_upwind_face(bool is_neighbour, double f, double visc, double* a) {
+    if (is_neighbour) {
+        *a = asm_add(*a, asm_add(fmax(-f, 0.0), f));
+        return asm_add(visc, fmin(-f, 0.0));
+    }
+    *a = asm_add(*a, asm_sub(fmax(f, 0.0), f));
+    return asm_add(visc, fmin(f, 0.0));
 }
 
 // The end of a momentum row (simple_momentum_rows, piso_momentum_rows): the
@@ -120,34 +167,24 @@ extern "C" __global__ void simple_momentum_rows(
     const double* __restrict__ volumes, const double* __restrict__ stress,
     const double* __restrict__ grad_p, int c, double* __restrict__ vals, double* __restrict__ diag,
     double* __restrict__ source, double* __restrict__ b) {
-    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
-    if (row >= n) return;
-    const u64 first = slice_ptr[blockIdx.x] + threadIdx.x, end = slice_ptr[blockIdx.x + 1];
+    const SimpleRow r = simple_row(n, slice_ptr);
+    if (!r.in_range) return;
+    const int row = r.row;
     double a = visc_diag[row], s = visc_rhs[row];
-    for (u64 k = first; k < end; k += h) {
-        const unsigned j = face_slots[k];
-        if (j == ASM_NO_SLOT) break;
-        const unsigned code = face_codes[k];
+    r.faces(face_slots, face_codes, [&](unsigned code, u64 slot) {
         const unsigned d = code >> 1;
-        const double f = phi[d];
-        const u64 slot = first + (u64)j * h;
-        if ((code & 1u) != 0) {
-            a = asm_add(a, asm_add(fmax(-f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(-f, 0.0));
-            if (fc != nullptr) s = asm_add(s, fc[d]);
-        } else {
-            a = asm_add(a, asm_sub(fmax(f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(f, 0.0));
-            if (fc != nullptr) s = asm_sub(s, fc[d]);
-        }
-    }
+        const bool is_neighbour = (code & 1u) != 0;
+        vals[slot] = simple_upwind_face(is_neighbour, phi[d], visc_vals[slot], &a);
+        if (fc != nullptr) s = is_neighbour ? asm_add(s, fc[d]) : asm_sub(s, fc[d]);
+    });
     const double* b_phi = phi + n_faces;
     for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) {
         const double f = b_phi[i];
         a = asm_add(a, asm_mul(f, asm_sub(b_value_internal[i], 1.0)));
         s = asm_sub(s, asm_mul(f, b_value_boundary[i]));
     }
-    const double relaxed = simple_relax_row(first, end, h, face_slots, vals, a, alpha, u[row], &s);
+    const double relaxed =
+        simple_relax_row(r, face_slots, face_codes, vals, a, alpha, u[row], &s);
     simple_momentum_outputs(row, c, relaxed, s, volumes[row], stress, grad_p, diag, source, b);
 }
 
@@ -182,15 +219,15 @@ extern "C" __global__ void simple_hbya(int n, const u64* __restrict__ slice_ptr,
                                        const double* __restrict__ a_p,
                                        const double* __restrict__ u, double* __restrict__ hbya,
                                        double* __restrict__ off_sum) {
-    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
-    if (row >= n) return;
+    const SimpleRow r = simple_row(n, slice_ptr);
+    if (!r.in_range) return;
+    const int row = r.row;
     const double ap = a_p[row];
     double s = source[row], off = 0.0;
-    const u64 end = slice_ptr[blockIdx.x + 1];
-    for (u64 k = slice_ptr[blockIdx.x] + threadIdx.x; k < end; k += h) {
+    for (u64 k = r.first; k < r.end; k += r.h) {
         const int c = codes[k];
         if (c == 0) continue;
-        const u64 col = c > 0 ? (u64)(c - 1) : (u64)blockIdx.x * h + (u64)(-(c + 1));
+        const u64 col = c > 0 ? (u64)(c - 1) : (u64)blockIdx.x * r.h + (u64)(-(c + 1));
         s = asm_sub(s, asm_mul(vals[k], u[col]));
         off = asm_add(off, vals[k]);
     }
@@ -325,16 +362,14 @@ extern "C" __global__ void simple_stress_rows(
     const double* __restrict__ gi1, const double* __restrict__ gb1, const double* __restrict__ g2,
     const double* __restrict__ u2, const double* __restrict__ gi2, const double* __restrict__ gb2,
     double* __restrict__ stress) {
-    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
-    if (row >= n) return;
+    const SimpleRow r = simple_row(n, slice_ptr);
+    if (!r.in_range) return;
+    const int row = r.row;
     double t[3] = {0.0, 0.0, 0.0};
-    const u64 first = slice_ptr[blockIdx.x] + threadIdx.x, end = slice_ptr[blockIdx.x + 1];
-    for (u64 k = first; k < end; k += h) {
-        if (face_slots[k] == ASM_NO_SLOT) break;
-        const unsigned code = face_codes[k];
+    r.faces(face_slots, face_codes, [&](unsigned code, u64) {
         const double* f = flux + 3ull * (u64)(code >> 1);
         for (int i = 0; i < 3; ++i) t[i] = (code & 1u) != 0 ? asm_sub(t[i], f[i]) : asm_add(t[i], f[i]);
-    }
+    });
     const unsigned b_first = boundary_ptr[row], b_end = boundary_ptr[row + 1];
     if (b_first < b_end) {
         const double* gs[3] = {g0, g1, g2};
@@ -392,21 +427,17 @@ extern "C" __global__ void piso_momentum_rows(
     const double* __restrict__ volumes, const double* __restrict__ stress,
     const double* __restrict__ grad_p, int c, double* __restrict__ vals, double* __restrict__ diag,
     double* __restrict__ source, double* __restrict__ b) {
-    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
-    if (row >= n) return;
-    const u64 first = slice_ptr[blockIdx.x] + threadIdx.x, end = slice_ptr[blockIdx.x + 1];
+    const SimpleRow r = simple_row(n, slice_ptr);
+    if (!r.in_range) return;
+    const int row = r.row;
     const double vol = volumes[row];
     double a = asm_add(visc_diag[row], asm_mul(ddt_diag, vol));
     double old = asm_mul(c0, u_old[row]);
     if (u_older != nullptr) old = asm_sub(old, asm_mul(c00, u_older[row]));
     double s = asm_add(visc_rhs[row], asm_mul(asm_mul(r_dt, vol), old));
-    for (u64 k = first; k < end; k += h) {
-        const unsigned j = face_slots[k];
-        if (j == ASM_NO_SLOT) break;
-        const unsigned code = face_codes[k];
+    r.faces(face_slots, face_codes, [&](unsigned code, u64 slot) {
         const unsigned d = code >> 1;
         const double f = phi[d];
-        const u64 slot = first + (u64)j * h;
         const bool is_neighbour = (code & 1u) != 0;
         if (central) {
             const double w = weights[d];
@@ -417,14 +448,10 @@ extern "C" __global__ void piso_momentum_rows(
                 a = asm_add(a, asm_mul(w, f));
                 vals[slot] = asm_add(visc_vals[slot], asm_mul(asm_sub(1.0, w), f));
             }
-        } else if (is_neighbour) {
-            a = asm_add(a, asm_add(fmax(-f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(-f, 0.0));
         } else {
-            a = asm_add(a, asm_sub(fmax(f, 0.0), f));
-            vals[slot] = asm_add(visc_vals[slot], fmin(f, 0.0));
+            vals[slot] = simple_upwind_face(is_neighbour, f, visc_vals[slot], &a);
         }
-    }
+    });
     const double* b_phi = phi + n_faces;
     const unsigned b_first = boundary_ptr[row], b_end = boundary_ptr[row + 1];
     for (unsigned i = b_first; i < b_end; ++i) {
@@ -433,27 +460,23 @@ extern "C" __global__ void piso_momentum_rows(
         s = asm_sub(s, asm_mul(f, b_value_boundary[i]));
     }
     if (!central && fc != nullptr) {
-        for (u64 k = first; k < end; k += h) {
-            if (face_slots[k] == ASM_NO_SLOT) break;
-            const unsigned code = face_codes[k];
+        r.faces(face_slots, face_codes, [&](unsigned code, u64) {
             const double x = fc[code >> 1];
             s = (code & 1u) != 0 ? asm_add(s, x) : asm_sub(s, x);
-        }
+        });
     }
     // The flux divergence with sign +1 (upwind-based, not bounded) or -1
     // (bounded Gauss linear): + sign F on owned faces, - sign F on the others.
     const int sign = central ? (bounded ? -1 : 0) : (bounded ? 0 : 1);
     if (sign != 0) {
         const double sg = (double)sign;
-        for (u64 k = first; k < end; k += h) {
-            if (face_slots[k] == ASM_NO_SLOT) break;
-            const unsigned code = face_codes[k];
+        r.faces(face_slots, face_codes, [&](unsigned code, u64) {
             const double x = asm_mul(sg, phi[code >> 1]);
             a = (code & 1u) != 0 ? asm_sub(a, x) : asm_add(a, x);
-        }
+        });
         for (unsigned i = b_first; i < b_end; ++i) a = asm_add(a, asm_mul(sg, b_phi[i]));
     }
-    if (alpha < 1.0) a = simple_relax_row(first, end, h, face_slots, vals, a, alpha, u[row], &s);
+    if (alpha < 1.0) a = simple_relax_row(r, face_slots, face_codes, vals, a, alpha, u[row], &s);
     simple_momentum_outputs(row, c, a, s, vol, stress, grad_p, diag, source, b);
 }
 
@@ -519,14 +542,11 @@ extern "C" __global__ void piso_courant_rows(int n, const u64* __restrict__ slic
                                              const double* __restrict__ volumes,
                                              double* __restrict__ abs_sum,
                                              double* __restrict__ ratio) {
-    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
-    if (row >= n) return;
+    const SimpleRow r = simple_row(n, slice_ptr);
+    if (!r.in_range) return;
+    const int row = r.row;
     double s = 0.0;
-    const u64 first = slice_ptr[blockIdx.x] + threadIdx.x, end = slice_ptr[blockIdx.x + 1];
-    for (u64 k = first; k < end; k += h) {
-        if (face_slots[k] == ASM_NO_SLOT) break;
-        s = asm_add(s, fabs(phi[face_codes[k] >> 1]));
-    }
+    r.faces(face_slots, face_codes, [&](unsigned code, u64) { s = asm_add(s, fabs(phi[code >> 1])); });
     const double* b_phi = phi + n_faces;
     for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i)
         s = asm_add(s, fabs(b_phi[i]));

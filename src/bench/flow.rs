@@ -36,19 +36,19 @@ pub fn default_amg() -> Vec<AmgSettings> {
     ]
 }
 
-/// One run's device time per outer iteration (ms): the loop's parts, AMG
-/// set-up excluded.
+/// One run's device time per outer iteration (ms): the loop's parts, the
+/// preconditioner's set-up excluded.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PerIteration {
     pub momentum: f64,
     pub fluxes: f64,
     pub assembly: f64,
-    pub amg_update: f64,
+    pub preconditioner_update: f64,
     pub solve: f64,
     pub corrections: f64,
     pub total: f64,
-    /// The AMG's set-up (once, ms).
-    pub amg_setup: f64,
+    /// The AMG or polynomial preconditioner's set-up (once, ms).
+    pub preconditioner_setup: f64,
 }
 
 impl PerIteration {
@@ -56,7 +56,8 @@ impl PerIteration {
     /// the iterations after the first (the first sets the hierarchy up).
     pub fn new(t: &DevicePhaseSeconds, iterations: usize) -> Self {
         let per = |s: f64| 1e3 * s / iterations.max(1) as f64;
-        let amg_update = 1e3 * t.amg_update / iterations.saturating_sub(1).max(1) as f64;
+        let preconditioner_update =
+            1e3 * t.preconditioner_update / iterations.saturating_sub(1).max(1) as f64;
         let momentum = per(t.momentum_assembly + t.momentum_solve + t.upload);
         let fluxes = per(t.fluxes);
         let assembly = per(t.assembly);
@@ -66,11 +67,11 @@ impl PerIteration {
             momentum,
             fluxes,
             assembly,
-            amg_update,
+            preconditioner_update,
             solve,
             corrections,
-            total: momentum + fluxes + assembly + amg_update + solve + corrections,
-            amg_setup: 1e3 * t.amg_setup,
+            total: momentum + fluxes + assembly + preconditioner_update + solve + corrections,
+            preconditioner_setup: 1e3 * t.preconditioner_setup,
         }
     }
 }
@@ -79,9 +80,9 @@ impl PerIteration {
 pub fn run(gpu: &Gpu, cases: &[String], amg: &[AmgSettings]) -> anyhow::Result<(Vec<Row>, String)> {
     let mut rows = Vec::new();
     let mut markdown = String::from(
-        "| case | p solver | ms / outer iteration | momentum | Rhie-Chow | p assembly | AMG \
-         re-set-up | p solves | corrections | p iterations / outer | vs Jacobi-PCG (total, p \
-         solves) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| case | p solver | ms / outer iteration | momentum | Rhie-Chow | p assembly | \
+         preconditioner re-set-up | p solves | corrections | p iterations / outer | vs \
+         Jacobi-PCG (total, p solves) |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for case in cases {
         let dir = Path::new(case);
@@ -123,20 +124,25 @@ pub fn run(gpu: &Gpu, cases: &[String], amg: &[AmgSettings]) -> anyhow::Result<(
             let p_iterations = summary.p_iterations as f64 / summary.iterations.max(1) as f64;
             let b = *base.get_or_insert(t);
             let ratio = format!("x{:.2}, x{:.2}", b.total / t.total, b.solve / t.solve);
-            let setup_note = if t.amg_setup > 0.0 {
-                format!("; AMG set-up once {:.1} ms", t.amg_setup)
+            let preconditioner = summary.device_preconditioner.unwrap_or("preconditioner");
+            let setup_note = if t.preconditioner_setup > 0.0 {
+                format!(
+                    "; {preconditioner} set-up once {:.1} ms",
+                    t.preconditioner_setup
+                )
             } else {
                 String::new()
             };
             let note = format!(
                 "{} outer iterations; per outer iteration: momentum {:.2} + Rhie-Chow {:.2} + p \
-                 assembly {:.2} + AMG re-set-up {:.2} + p solves {:.2} ({:.1} PCG iterations) + \
-                 corrections {:.2} ms; vs Jacobi-PCG {ratio} (total, p solves){setup_note}",
+                 assembly {:.2} + {preconditioner} re-set-up {:.2} + p solves {:.2} ({:.1} PCG \
+                 iterations) + corrections {:.2} ms; vs Jacobi-PCG {ratio} (total, p \
+                 solves){setup_note}",
                 summary.iterations,
                 t.momentum,
                 t.fluxes,
                 t.assembly,
-                t.amg_update,
+                t.preconditioner_update,
                 t.solve,
                 p_iterations,
                 t.corrections
@@ -144,7 +150,13 @@ pub fn run(gpu: &Gpu, cases: &[String], amg: &[AmgSettings]) -> anyhow::Result<(
             markdown += &format!(
                 "| {case} ({n} cells) | {what} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | \
                  {:.2} | {p_iterations:.1} | {ratio} |\n",
-                t.total, t.momentum, t.fluxes, t.assembly, t.amg_update, t.solve, t.corrections
+                t.total,
+                t.momentum,
+                t.fluxes,
+                t.assembly,
+                t.preconditioner_update,
+                t.solve,
+                t.corrections
             );
             rows.push(Row {
                 case: case.clone(),
@@ -176,8 +188,8 @@ mod tests {
             momentum_solve: 0.020,
             fluxes: 0.005,
             assembly: 0.015,
-            amg_setup: 0.050,
-            amg_update: 0.004,
+            preconditioner_setup: 0.050,
+            preconditioner_update: 0.004,
             solve: 0.100,
             corrections: 0.005,
             download: 0.001,
@@ -186,9 +198,9 @@ mod tests {
         assert!((p.momentum - 6.0).abs() < 1e-12);
         assert!((p.solve - 20.0).abs() < 1e-12);
         // 4 ms over the 4 iterations after the first.
-        assert!((p.amg_update - 1.0).abs() < 1e-12);
+        assert!((p.preconditioner_update - 1.0).abs() < 1e-12);
         assert!((p.corrections - 1.2).abs() < 1e-12);
         assert!((p.total - (6.0 + 1.0 + 3.0 + 1.0 + 20.0 + 1.2)).abs() < 1e-12);
-        assert!((p.amg_setup - 50.0).abs() < 1e-12);
+        assert!((p.preconditioner_setup - 50.0).abs() < 1e-12);
     }
 }

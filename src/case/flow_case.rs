@@ -634,21 +634,20 @@ fn log_device_phase_times(simple: &Simple, device_loop: &DeviceSimple) {
     let iterations = simple.iteration().max(1) as f64;
     let t = device_loop.phase_seconds();
     let ms = |s: f64| format!("{:.2} ms", 1e3 * s / iterations);
-    // AMG-PCG: the value re-set-ups per outer iteration after the first,
-    // the one set-up apart.
-    let amg = if t.amg_setup > 0.0 {
-        format!(
-            " + AMG re-set-up {:.2} ms (set-up once {:.2} ms)",
-            1e3 * t.amg_update / (iterations - 1.0).max(1.0),
-            1e3 * t.amg_setup
-        )
-    } else {
-        String::new()
+    // AMG- or polynomial-PCG: the value re-set-ups per outer iteration
+    // after the first, the one set-up apart, under the preconditioner's name.
+    let set_up = match device_loop.pressure_solver().preconditioner_name() {
+        Some(name) if t.preconditioner_setup > 0.0 => format!(
+            " + {name} re-set-up {:.2} ms (set-up once {:.2} ms)",
+            1e3 * t.preconditioner_update / (iterations - 1.0).max(1.0),
+            1e3 * t.preconditioner_setup
+        ),
+        _ => String::new(),
     };
     if device_loop.has_device_momentum() {
         log::info!(
             "GPU per outer iteration: momentum assembly {} + momentum solves {} + Rhie-Chow {} + \
-             pressure assembly {}{amg} + pressure solves {} + corrections {} (fields read back: \
+             pressure assembly {}{set_up} + pressure solves {} + corrections {} (fields read back: \
              {})",
             ms(t.momentum_assembly),
             ms(t.momentum_solve),
@@ -661,7 +660,7 @@ fn log_device_phase_times(simple: &Simple, device_loop: &DeviceSimple) {
     } else {
         log::info!(
             "GPU pressure half per outer iteration: uploads {} + pressure \
-             assembly {}{amg} + pressure solves {} + corrections {} + download {}",
+             assembly {}{set_up} + pressure solves {} + corrections {} + download {}",
             ms(t.upload),
             ms(t.assembly),
             ms(t.solve),
@@ -680,6 +679,10 @@ pub struct FlowRunSummary {
     pub validation: Option<(String, bool)>,
     /// The device loop's time by part, where it ran (`--device gpu`).
     pub device_phases: Option<DevicePhaseSeconds>,
+    /// The name of the pressure preconditioner the device loop set up
+    /// (`AMG`, a polynomial's kind), whose set-up and re-set-ups
+    /// `device_phases` counts; `None` without one.
+    pub device_preconditioner: Option<&'static str>,
     /// Linear-solver iterations of the pressure solves, summed over the run.
     pub p_iterations: usize,
 }
@@ -893,11 +896,15 @@ pub fn run_flow_case_with_mesh(
     drop(outer_iterations);
     if let Some(device_loop) = &device_loop {
         // The device loop times its parts itself, synchronised: its solves,
-        // AMG set-ups and read-backs leave the assembly of the outer
-        // iterations.
+        // preconditioner set-ups and read-backs leave the assembly of the
+        // outer iterations.
         let d = device_loop.phase_seconds();
-        timings::reassign(Phase::Assembly, Phase::Solve, d.solve + d.amg_update);
-        timings::reassign(Phase::Assembly, Phase::DeviceSetup, d.amg_setup);
+        timings::reassign(
+            Phase::Assembly,
+            Phase::Solve,
+            d.solve + d.preconditioner_update,
+        );
+        timings::reassign(Phase::Assembly, Phase::DeviceSetup, d.preconditioner_setup);
         timings::reassign(Phase::Assembly, Phase::Output, d.download);
     }
     if let Some(e) = write_error {
@@ -971,6 +978,9 @@ pub fn run_flow_case_with_mesh(
         converged,
         validation,
         device_phases: device_loop.as_ref().map(DeviceSimple::phase_seconds),
+        device_preconditioner: device_loop
+            .as_ref()
+            .and_then(|d| d.pressure_solver().preconditioner_name()),
         p_iterations: reports
             .iter()
             .flat_map(|r| &r.p_solves)

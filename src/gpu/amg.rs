@@ -51,10 +51,12 @@
 //! between them are never stored. [`DeviceAmg::cycle_bytes`] counts what a
 //! cycle moves per level (`bench --amg`).
 
+use crate::gpu::KernelArgs;
 use std::rc::Rc;
 
+use crate::gpu::kernel_args::KernelElement;
 use cudarc::driver::sys as driver_sys;
-use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, LaunchArgs, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
@@ -111,7 +113,7 @@ pub struct DeviceCsr {
 impl DeviceCsr {
     /// Pushes the matrix as the CSR kernels take it: row pointers, columns,
     /// values.
-    fn push_args<'a>(&'a self, a: &mut LaunchArgs<'a>) {
+    fn push_args<'a>(&'a self, a: &mut KernelArgs<'a>) {
         a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
     }
 
@@ -724,7 +726,7 @@ struct CycleKernels {
 /// The arithmetic of the device cycle: f64 (`precision double`) or f32
 /// (`mixed`: f32 copies of every level's values and smoother scales, f32
 /// vectors; the set-up, the coarsest operator and the K-cycle's scalars f64).
-trait Arith: DeviceRepr + ValidAsZeroBits + Copy + Unpin + 'static {
+trait Arith: DeviceRepr + ValidAsZeroBits + KernelElement + Copy + Unpin + 'static {
     const KERNELS: CycleKernels;
     /// Whether the fine sweep widens its last result into z (f32) rather
     /// than writing z as its iterate (f64).
@@ -1672,7 +1674,7 @@ impl<T: Arith> Run<'_, '_, T> {
         &'a self,
         kernel: &'static str,
         n: &'a i32,
-        push: impl FnOnce(&mut LaunchArgs<'a>),
+        push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let m = &*self.amg.fine;
         let values = T::pick(self.c.fine_values.as_ref(), &m.values);

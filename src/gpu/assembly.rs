@@ -43,7 +43,7 @@
 
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -1449,7 +1449,7 @@ impl<'g> DeviceLaplacian<'g> {
         &'a self,
         kernel: &'static str,
         n_faces: &'a i32,
-        push: impl FnOnce(&mut cudarc::driver::LaunchArgs<'a>),
+        push: impl FnOnce(&mut crate::gpu::KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let g = &self.geometry;
         let grid = vector_grid(self.n_faces);

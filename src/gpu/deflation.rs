@@ -42,7 +42,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use nalgebra::DMatrix;
 
 use super::amg::{dense_symmetric_inverse, DenseInverseBuffers};

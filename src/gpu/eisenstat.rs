@@ -21,7 +21,8 @@
 //! OpenFOAM's normFactor are the PCG backend's (`GpuCgBackend::initialize`)
 //! on the full matrix.
 
-use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
+use crate::gpu::KernelArgs;
+use cudarc::driver::CudaSlice;
 
 use super::amg::Scan;
 use super::matrix::DeviceModSell;
@@ -608,7 +609,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         kernel: &'static str,
         k: usize,
         triangle: &'s DeviceTriangle,
-        push: impl FnOnce(&mut LaunchArgs<'s>),
+        push: impl FnOnce(&mut KernelArgs<'s>),
     ) -> Result<u32, GpuError> {
         const H: i32 = SLICE_HEIGHT as i32;
         let (first, count) = &self.colours[k];

@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceCsr;
 use super::fsai_setup::{fsai_setup_gpu, FsaiSetupStats};

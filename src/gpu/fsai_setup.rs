@@ -26,7 +26,8 @@
 //! the chunks are placed by a prefix sum of the row counts, and Gᵀ is built
 //! by counting, slotting and sorting its rows.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use crate::gpu::kernel_args::KernelElement;
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
@@ -233,7 +234,7 @@ struct Plan {
 }
 
 /// The precision of a set-up: its kernels and the conversion of A's values.
-trait Real: DeviceRepr + ValidAsZeroBits + Copy + Unpin + 'static {
+trait Real: DeviceRepr + ValidAsZeroBits + KernelElement + Copy + Unpin + 'static {
     const INIT: &'static str;
     const GRADIENT: &'static str;
     const GATHER: &'static str;

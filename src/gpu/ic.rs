@@ -24,7 +24,9 @@
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
 //! is computed on the device ([`BlockIcStructure`]).
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchArgs, PushKernelArg};
+use crate::gpu::kernel_args::KernelElement;
+use crate::gpu::KernelArgs;
+use cudarc::driver::{CudaSlice, DeviceRepr};
 
 use super::amg::{csr_values_from_modsell, fine_csr, DeviceCsr, Scan};
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
@@ -209,7 +211,7 @@ impl DeviceLevels {
         &'a self,
         gpu: &'a Gpu,
         kernel: &'static str,
-        push: impl Fn(&mut LaunchArgs<'a>),
+        push: impl Fn(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         for (count, first) in self.counts.iter().zip(&self.firsts) {
             let grid = vector_grid(*count as usize);
@@ -670,7 +672,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// one precision: DIC and DILU (no `l_diag`) read the values and the
     /// reciprocal pivots, IC(0) its factor and L's diagonal.
     #[allow(clippy::too_many_arguments)]
-    fn level_sweeps<T: DeviceRepr>(
+    fn level_sweeps<T: DeviceRepr + KernelElement>(
         &self,
         names: [&'static str; 4],
         vals: &CudaSlice<T>,

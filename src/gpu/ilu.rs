@@ -11,7 +11,7 @@
 //! block-diagonal matrix, so the blocks' levels merge: one launch per level
 //! of the deepest block, all blocks' rows of that level in it.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
 use super::krylov::DeviceDiagonal;

@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 
-use cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr};
 
 pub use super::smooth::DevicePreconditioner;
 
@@ -241,7 +241,7 @@ impl<'g> GpuKrylovBackend<'g> {
         &'a self,
         kernel: &'static str,
         n: &'a i32,
-        push: impl FnOnce(&mut cudarc::driver::LaunchArgs<'a>),
+        push: impl FnOnce(&mut crate::gpu::KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let m = &self.matrix;
         self.gpu.launch(

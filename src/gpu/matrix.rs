@@ -1,6 +1,7 @@
 //! Sparse matrices in device memory and their SpMV launches.
 
-use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
+use crate::gpu::KernelArgs;
+use cudarc::driver::CudaSlice;
 
 use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::sparse::{Csr, ModSell, Sell};
@@ -139,7 +140,7 @@ impl DeviceModSell {
 
     /// Pushes the matrix as the mod-SELL kernels take it: slice pointers,
     /// column codes, values, diagonal.
-    pub fn push_args<'a>(&'a self, a: &mut LaunchArgs<'a>) {
+    pub fn push_args<'a>(&'a self, a: &mut KernelArgs<'a>) {
         a.arg(&self.slice_ptr)
             .arg(&self.codes)
             .arg(&self.values)
@@ -160,7 +161,7 @@ impl DeviceModSell {
         gpu: &'a Gpu,
         kernel: &'static str,
         dims: &'a [i32; 2],
-        push: impl FnOnce(&mut LaunchArgs<'a>),
+        push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         gpu.launch(kernel, vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
             a.arg(&dims[0])

@@ -3,7 +3,8 @@
 //!
 //! `Gpu::new` finds the device, compiles `kernels/*.cu` for its compute
 //! capability (cached on disk, see [`cache`]) and loads every kernel;
-//! `Gpu::launch` is the one place kernels are launched, each launch checked and
+//! `Gpu::launch` is the one place kernels are launched, each launch's
+//! arguments checked against the kernel's declaration ([`kernel_args`]) and
 //! errors naming the kernel; `Gpu::capture` records launches into a CUDA
 //! graph instead. [`matrix`] holds device SpMV matrices (CSR, SELL,
 //! mod-SELL), [`assembly`] the Laplacian assembled on the device into
@@ -27,6 +28,7 @@ pub mod fsai;
 pub mod fsai_setup;
 pub mod ic;
 pub mod ilu;
+pub mod kernel_args;
 pub mod krylov;
 pub mod matrix;
 pub mod multi;
@@ -52,6 +54,8 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
+pub use kernel_args::KernelArgs;
+use kernel_args::{check_arguments, parse_parameters, ParamType};
 
 /// Kernel sources. Module k is sources 0..=k compiled together: a source
 /// uses only what the sources before it declare (C++ declares before use,
@@ -60,7 +64,7 @@ use cudarc::driver::{
 /// its source that this GPU has loaded or asked for ([`Gpu::prefetch`]),
 /// else from its own source's module: a run compiles the prefix it needs,
 /// not the whole list. Every `extern "C" __global__ void NAME(` is a kernel
-/// ([`kernel_sources`]).
+/// ([`kernel_declarations`]).
 const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("spmv.cu", include_str!("../../kernels/spmv.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
@@ -82,9 +86,9 @@ const KERNEL_SOURCES: &[(&str, &str)] = &[
     ("ssor.cu", include_str!("../../kernels/ssor.cu")),
 ];
 
-/// The kernels the sources define with the index of their source, in
-/// source order.
-fn kernel_sources() -> Vec<(&'static str, usize)> {
+/// The kernels the sources define with the index of their source and the
+/// text of their parameter list, in source order.
+fn kernel_declarations() -> Vec<(&'static str, usize, &'static str)> {
     const MARK: &str = "extern \"C\" __global__ void ";
     KERNEL_SOURCES
         .iter()
@@ -92,7 +96,9 @@ fn kernel_sources() -> Vec<(&'static str, usize)> {
         .flat_map(|(file, (_, text))| {
             text.match_indices(MARK).filter_map(move |(at, _)| {
                 let rest = &text[at + MARK.len()..];
-                rest.find('(').map(|end| (rest[..end].trim(), file))
+                let open = rest.find('(')?;
+                let close = open + rest[open..].find(')')?;
+                Some((rest[..open].trim(), file, &rest[open + 1..close]))
             })
         })
         .collect()
@@ -151,9 +157,11 @@ fn module_ptx(
         })
 }
 
-/// A kernel: the source it is in, its function once loaded.
+/// A kernel: the source it is in, its parameter types as declared there
+/// (or why they could not be read), its function once loaded.
 struct Kernel {
     source: usize,
+    params: Result<Vec<ParamType>, String>,
     function: OnceLock<CudaFunction>,
 }
 
@@ -303,11 +311,15 @@ impl Gpu {
         let name = driver("cuDeviceGetName", ctx.name())?;
         let cc = driver("cuDeviceComputeCapability", ctx.compute_capability())?;
         let arch = format!("compute_{}{}", cc.0, cc.1);
-        let kernels = kernel_sources()
+        let kernels = kernel_declarations()
             .into_iter()
-            .map(|(name, source)| {
-                let function = OnceLock::new();
-                (name, Kernel { source, function })
+            .map(|(name, source, list)| {
+                let kernel = Kernel {
+                    source,
+                    params: parse_parameters(list),
+                    function: OnceLock::new(),
+                };
+                (name, kernel)
             })
             .collect();
         Ok(Self {
@@ -428,7 +440,7 @@ impl Gpu {
         grid: u32,
         block: u32,
         shared_bytes: u32,
-        push: impl FnOnce(&mut LaunchArgs<'a>),
+        push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         self.launch_on(&self.stream, kernel, grid, block, shared_bytes, push)
     }
@@ -442,22 +454,24 @@ impl Gpu {
         grid: u32,
         block: u32,
         shared_bytes: u32,
-        push: impl FnOnce(&mut LaunchArgs<'a>),
+        push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let f = self.function(kernel)?;
         if grid == 0 {
             return Ok(());
         }
-        let mut args = stream.launch_builder(f);
+        let mut args = KernelArgs::new(stream.launch_builder(f));
         push(&mut args);
+        self.check_arguments(kernel, &args)?;
+        let mut args = args.into_launch();
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
             block_dim: (block, 1, 1),
             shared_mem_bytes: shared_bytes,
         };
-        // SAFETY: each caller passes the arguments in the order and types of
-        // the kernel's signature (kernels/*.cu), with buffers of the sizes the
-        // kernel indexes.
+        // SAFETY: the arguments have the number, order and types of the
+        // kernel's declaration (checked above against kernels/*.cu); each
+        // caller passes buffers of the sizes the kernel indexes.
         unsafe { args.launch(cfg) }.map_err(|e| GpuError::Kernel {
             kernel,
             error: format!("launch: {e}"),
@@ -629,6 +643,25 @@ impl Gpu {
         )
     }
 
+    /// The arguments of a launch of `kernel` against its declaration.
+    fn check_arguments(&self, kernel: &'static str, args: &KernelArgs) -> Result<(), GpuError> {
+        let declared = match self.kernels.get(kernel).map(|k| &k.params) {
+            Some(Ok(params)) => params,
+            Some(Err(e)) => {
+                return Err(GpuError::Kernel {
+                    kernel,
+                    error: format!("its declaration cannot be read: {e}"),
+                })
+            }
+            None => unreachable!("the kernel was found before"),
+        };
+        let (given, count) = args.given();
+        check_arguments(declared, given, count).map_err(|e| GpuError::Kernel {
+            kernel,
+            error: format!("launch: {e}"),
+        })
+    }
+
     fn function(&self, kernel: &'static str) -> Result<&CudaFunction, GpuError> {
         let k = self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
             kernel,
@@ -736,13 +769,14 @@ pub const NULL: u64 = 0;
 
 /// Pushes `buffer` (a device slice or a view of one), or a null pointer when
 /// there is none (optional kernel arguments).
-pub fn arg_or_null<'a, B>(args: &mut LaunchArgs<'a>, buffer: Option<B>)
+pub fn arg_or_null<'a, B>(args: &mut KernelArgs<'a>, buffer: Option<B>)
 where
+    B: kernel_args::KernelArg,
     LaunchArgs<'a>: PushKernelArg<B>,
 {
     match buffer {
         Some(b) => args.arg(b),
-        None => PushKernelArg::<&u64>::arg(args, &NULL),
+        None => args.arg::<&u64>(&NULL),
     };
 }
 
@@ -772,8 +806,22 @@ mod tests {
     /// `launch(` or `kernel_limits(`/`allow_dynamic_shared(` in src/gpu) is
     /// defined once in the kernel sources: a typo fails here, not on a device.
     #[test]
+    fn every_kernel_declaration_has_known_parameter_types() {
+        let declarations = kernel_declarations();
+        assert!(declarations.len() > 200, "{}", declarations.len());
+        for (name, file, list) in declarations {
+            let params = parse_parameters(list)
+                .unwrap_or_else(|e| panic!("{name} in {}: {e}", KERNEL_SOURCES[file].0));
+            assert!(!params.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
     fn launched_kernels_are_defined_once() {
-        let names: Vec<&str> = kernel_sources().into_iter().map(|(n, _)| n).collect();
+        let names: Vec<&str> = kernel_declarations()
+            .into_iter()
+            .map(|(n, _, _)| n)
+            .collect();
         assert!(names.len() > 40, "{names:?}");
         for n in &names {
             assert!(
@@ -828,7 +876,7 @@ mod tests {
             assert!(module_source(k + 1).starts_with(&module_source(k)));
         }
         let mark = |name: &str| format!("extern \"C\" __global__ void {name}(");
-        for (name, source) in kernel_sources() {
+        for (name, source, _) in kernel_declarations() {
             assert!(module_source(source).contains(&mark(name)), "{name}");
             if source > 0 {
                 assert!(!module_source(source - 1).contains(&mark(name)), "{name}");

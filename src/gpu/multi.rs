@@ -87,11 +87,12 @@
 //! ranks wait in their collectives: NCCL has no time-out by default, so such
 //! a run hangs rather than fails (`NCCL_DEBUG=WARN` shows the error).
 
+use crate::gpu::KernelArgs;
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, LaunchArgs, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use cudarc::nccl::result::NcclError;
 use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
 
@@ -1241,7 +1242,7 @@ pub struct HaloAdd<'a> {
 
 impl<'a> HaloAdd<'a> {
     /// The leading arguments of `halo_add` and `peer_halo_add`.
-    pub(super) fn push_args(&self, a: &mut LaunchArgs<'a>, n: &'a i32, row0: &'a i32) {
+    pub(super) fn push_args(&self, a: &mut KernelArgs<'a>, n: &'a i32, row0: &'a i32) {
         a.arg(n).arg(row0);
         a.arg(&self.a_oh.row_ptr)
             .arg(&self.a_oh.cols)

@@ -41,7 +41,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
 
 use super::ic::{in_original_rows, DeviceIncompleteCholesky, IcKind};
 use super::matrix::DeviceModSell;

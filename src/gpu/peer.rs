@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::amg::DeviceCsr;
 use super::multi::{ExchangePlan, HaloAdd};

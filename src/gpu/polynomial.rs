@@ -19,7 +19,8 @@
 
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use crate::gpu::kernel_args::KernelElement;
+use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 
 use super::ic::in_original_rows;
 use super::matrix::{f32_copy_into, DeviceModSell, DeviceModSellF32};
@@ -44,7 +45,7 @@ struct Work<T> {
     acc: CudaSlice<T>,
 }
 
-impl<T: DeviceRepr + ValidAsZeroBits> Work<T> {
+impl<T: DeviceRepr + ValidAsZeroBits + KernelElement> Work<T> {
     fn new(gpu: &Gpu, m: &DeviceModSell, inverse_kernel: &'static str) -> Result<Self, GpuError> {
         let n = m.n;
         let work = Self {
@@ -216,7 +217,7 @@ impl<'g> DevicePolynomial<'g> {
     /// x += M⁻¹ (b − A x) (`Start::Residual`, z = x, `add_to_z` true) in
     /// precision T.
     #[allow(clippy::too_many_arguments)]
-    fn launch<T: DeviceRepr + Copy>(
+    fn launch<T: DeviceRepr + KernelElement + Copy>(
         &self,
         kernels: &Kernels,
         values: &CudaSlice<T>,

@@ -23,7 +23,7 @@
 
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::amg::read_at;
 use super::matrix::DeviceModSell;

@@ -20,7 +20,10 @@
 //!    have it (`simple_stress_faces`, `simple_stress_rows`, from the U of the
 //!    last iteration) and −V∇p (`simple_momentum_rows`), solved by the Krylov
 //!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
-//!    φ_HbyA and SIMPLEC's terms. Otherwise on the host ([`Simple::predict`]),
+//!    φ_HbyA and SIMPLEC's terms. The components share one momentum matrix
+//!    and keep only their diagonals: their off-diagonals are equal (one ν,
+//!    one φ), so the last component's off-diagonals serve all of them in
+//!    HbyA. Otherwise on the host ([`Simple::predict`]),
 //!    with rAU, HbyA and φ_HbyA uploaded (and U, p, φ read back at the end of
 //!    the iteration).
 //! 2. **Pressure**: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
@@ -48,10 +51,11 @@
 //! the relaxation's Σ|a_nb| and HbyA's row sums run in the device's column
 //! order.
 
+use crate::gpu::KernelArgs;
 use std::rc::Rc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceAmg;
 use super::assembly::{flatten, AssemblyError, AssemblyMap, DeviceLaplacian, LaplacianArrays};
@@ -119,6 +123,18 @@ impl DevicePressureSolver {
         }
     }
 
+    /// The name of the preconditioner set up on the device (`AMG`, or the
+    /// polynomial's kind such as `Chebyshev`), whose set-up and re-set-ups
+    /// [`DevicePhaseSeconds`] counts; `None` with Jacobi or none (nothing
+    /// to set up).
+    pub fn preconditioner_name(&self) -> Option<&'static str> {
+        match (&self.amg, &self.polynomial) {
+            (Some(_), _) => Some("AMG"),
+            (None, Some(p)) => Some(p.kind.name()),
+            (None, None) => None,
+        }
+    }
+
     /// Whether `self` and `other` precondition alike (the resident solve
     /// keeps one preconditioner for p and pFinal).
     pub fn same_preconditioner(&self, other: &Self) -> bool {
@@ -143,11 +159,12 @@ pub struct DevicePhaseSeconds {
     /// Divergence, assembly of the pressure matrix and its right-hand sides.
     pub assembly: f64,
     /// AMG- or polynomial-PCG: the preconditioner's set-up (first
-    /// iteration; 0 with Jacobi-PCG).
-    pub amg_setup: f64,
-    /// AMG- or polynomial-PCG: its value-only re-set-ups (the later
-    /// iterations).
-    pub amg_update: f64,
+    /// iteration; 0 with Jacobi-PCG or none;
+    /// [`DevicePressureSolver::preconditioner_name`] names it).
+    pub preconditioner_setup: f64,
+    /// AMG- or polynomial-PCG: the preconditioner's value-only re-set-ups
+    /// (the later iterations).
+    pub preconditioner_update: f64,
     /// PCG solves.
     pub solve: f64,
     /// Flux correction, continuity errors, relaxation, velocity correction.
@@ -211,11 +228,22 @@ struct DeviceMomentum<'g> {
     /// The solver of the SIMPLE loop (a transient step picks its own).
     krylov: DeviceKrylov,
     /// Per solved component: the viscous system (rows in the pressure
-    /// system's order), the momentum matrix (`None` while a solve holds
-    /// it), the relaxed right-hand side without −V∇p.
+    /// system's order), the diagonal of its momentum matrix, its relaxed
+    /// right-hand side without −V∇p.
     viscous: Vec<DeviceLaplacian<'g>>,
-    matrices: Vec<Option<DeviceModSell>>,
+    diagonals: Vec<CudaSlice<f64>>,
     sources: Vec<CudaSlice<f64>>,
+    /// The momentum matrix, one for all components (`None` while a solve
+    /// holds it). The components are assembled and solved one after the
+    /// other, and their matrices differ only on the diagonal: the
+    /// off-diagonals are the viscous term's of the one ν plus the
+    /// convection of the one φ (the conditions, the time term and the
+    /// relaxation touch the diagonal and the right-hand side only). So the
+    /// off-diagonal values the last assembly wrote serve every component,
+    /// each with its own diagonal (`diagonals`), which is swapped in for
+    /// its assembly and solve ([`DeviceMomentum::take_matrix`]); parked,
+    /// the matrix holds a one-value placeholder diagonal.
+    matrix: Option<DeviceModSell>,
     /// The right-hand side of a solve.
     b: GpuVector,
     /// linearUpwind / limitedLinear's deferred correction.
@@ -297,7 +325,7 @@ fn launch_row_walk<'a>(
     kernel: &'static str,
     n: &'a i32,
     arrays: &'a LaplacianArrays<'a>,
-    push: impl FnOnce(&mut LaunchArgs<'a>),
+    push: impl FnOnce(&mut KernelArgs<'a>),
 ) -> Result<(), GpuError> {
     let m = arrays.matrix;
     gpu.launch(kernel, m.n_slices() as u32, m.slice_height as u32, 0, |a| {
@@ -318,7 +346,7 @@ fn launch_face_walk<'a>(
     kernel: &'static str,
     n_faces: &'a i32,
     arrays: &'a LaplacianArrays<'a>,
-    push: impl FnOnce(&mut LaunchArgs<'a>),
+    push: impl FnOnce(&mut KernelArgs<'a>),
 ) -> Result<(), GpuError> {
     if *n_faces <= 0 {
         return Ok(());
@@ -475,6 +503,11 @@ impl<'g> DeviceSimple<'g> {
         self.momentum.is_some()
     }
 
+    /// The pressure solver the loop runs.
+    pub fn pressure_solver(&self) -> &DevicePressureSolver {
+        &self.solver
+    }
+
     /// Time by part of the iterations so far.
     pub fn phase_seconds(&self) -> DevicePhaseSeconds {
         self.seconds
@@ -560,7 +593,8 @@ impl<'g> DeviceSimple<'g> {
     }
 
     /// The pressure equation −∇·(rAU∇p) = −∇·φ_HbyA from the resident rAU
-    /// and φ_HbyA: the matrix re-assembled (AMG re-set-up), one right-hand
+    /// and φ_HbyA: the matrix re-assembled (the AMG or polynomial
+    /// preconditioner re-set-up), one right-hand
     /// side update and PCG solve (warm-started from the resident p, with
     /// `controls(last)`, `last` on the final solve) per non-orthogonal
     /// corrector and one more, then φ = φ_HbyA − the equation's face flux.
@@ -588,17 +622,17 @@ impl<'g> DeviceSimple<'g> {
         *host += timer.lap(&mut seconds.assembly)?;
         if self.solver.amg.is_some() {
             let part = if self.amg.is_some() {
-                &mut seconds.amg_update
+                &mut seconds.preconditioner_update
             } else {
-                &mut seconds.amg_setup
+                &mut seconds.preconditioner_setup
             };
             self.update_amg()?;
             *host += timer.lap(part)?;
         } else if self.solver.polynomial.is_some() {
             let part = if self.polynomial.is_some() {
-                &mut seconds.amg_update
+                &mut seconds.preconditioner_update
             } else {
-                &mut seconds.amg_setup
+                &mut seconds.preconditioner_setup
             };
             self.update_polynomial()?;
             *host += timer.lap(part)?;
@@ -755,7 +789,7 @@ impl<'g> DeviceSimple<'g> {
             let u_c = self.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
             m.deferred_correction(gpu, k, &arrays, &self.phi, u_c, corrected)?;
-            let matrix = m.matrices[k].take().ok_or_else(lost)?;
+            let matrix = m.take_matrix(k)?;
             let c_i = c as i32;
             let launched = m.launch_rows(
                 gpu,
@@ -771,7 +805,7 @@ impl<'g> DeviceSimple<'g> {
                 },
                 |_| {},
             );
-            m.matrices[k] = Some(matrix);
+            m.park_matrix(k, matrix);
             launched?;
             host.momentum += timer.lap(&mut seconds.momentum_assembly)?;
             let krylov = m.krylov;
@@ -899,15 +933,24 @@ impl<'g> DeviceMomentum<'g> {
         let settings = simple.settings();
         let n = pressure.n();
         let mut viscous = Vec::new();
-        let mut matrices = Vec::new();
+        let mut diagonals = Vec::new();
         let mut sources = Vec::new();
         for k in 0..simple.components().len() {
             let (system, problem) = simple.viscous_system(k);
-            let lap = DeviceLaplacian::sharing_set_up_of(pressure, system, problem)?;
-            matrices.push(Some(lap.matrix()?.device_copy(gpu)?));
+            viscous.push(DeviceLaplacian::sharing_set_up_of(
+                pressure, system, problem,
+            )?);
+            diagonals.push(gpu.zeros(n)?);
             sources.push(gpu.zeros(n)?);
-            viscous.push(lap);
         }
+        // The pattern and the padding's zero values of the viscous matrix;
+        // every off-diagonal value is written by each assembly.
+        let mut matrix = viscous
+            .first()
+            .ok_or_else(|| GpuError::Invalid("a flow case without velocity components".into()))?
+            .matrix()?
+            .device_copy(gpu)?;
+        matrix.diag = gpu.zeros(1)?;
         let mesh = simple.mesh();
         let geometry = simple.geometry();
         let first = mesh.n_internal_faces();
@@ -968,8 +1011,9 @@ impl<'g> DeviceMomentum<'g> {
         Ok(Self {
             krylov,
             viscous,
-            matrices,
+            diagonals,
             sources,
+            matrix: Some(matrix),
             b: GpuVector::from(gpu.zeros(n)?),
             deferred,
             sf: gpu.upload(&flatten(sf, faces, 0))?,
@@ -1078,9 +1122,24 @@ impl<'g> DeviceMomentum<'g> {
         )
     }
 
+    /// The momentum matrix with component `k`'s diagonal in it, for the
+    /// component's assembly or solve; [`Self::park_matrix`] gives it back.
+    fn take_matrix(&mut self, k: usize) -> Result<DeviceModSell, GpuError> {
+        let mut matrix = self.matrix.take().ok_or_else(lost)?;
+        std::mem::swap(&mut matrix.diag, &mut self.diagonals[k]);
+        Ok(matrix)
+    }
+
+    /// Parks the matrix [`Self::take_matrix`] lent for component `k`, the
+    /// component's diagonal swapped back out.
+    fn park_matrix(&mut self, k: usize, mut matrix: DeviceModSell) {
+        std::mem::swap(&mut matrix.diag, &mut self.diagonals[k]);
+        self.matrix = Some(matrix);
+    }
+
     /// Launches the momentum-row kernel `kernel` of component `k` (`c` its
-    /// index: x, y or z), one block per slice of `matrix` (the component's
-    /// momentum matrix, out of `matrices` while the kernel writes it) and one
+    /// index: x, y or z), one block per slice of `matrix` (the momentum
+    /// matrix with the component's diagonal: [`Self::take_matrix`]) and one
     /// thread per row, with the arguments every such kernel takes in its
     /// order: the row walk of the viscous system (`rows`: n and the number
     /// of device faces), what `convection` pushes (the fluxes), the deferred
@@ -1100,8 +1159,8 @@ impl<'g> DeviceMomentum<'g> {
         rows: (&'a i32, &'a i32),
         relaxed: (&'a CudaSlice<f64>, &'a f64),
         gradient: &'a CudaSlice<f64>,
-        convection: impl FnOnce(&mut LaunchArgs<'a>),
-        transient: impl FnOnce(&mut LaunchArgs<'a>),
+        convection: impl FnOnce(&mut KernelArgs<'a>),
+        transient: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let (n, n_faces) = rows;
         let (u_c, alpha) = relaxed;
@@ -1134,8 +1193,9 @@ impl<'g> DeviceMomentum<'g> {
         })
     }
 
-    /// Solves component `k`'s resident matrix with the right-hand side `b`
-    /// for `u` (warm start) by `krylov`.
+    /// Solves component `k`'s momentum matrix (as its assembly left the
+    /// resident one) with the right-hand side `b` for `u` (warm start) by
+    /// `krylov`.
     fn solve(
         &mut self,
         gpu: &'g Gpu,
@@ -1144,13 +1204,13 @@ impl<'g> DeviceMomentum<'g> {
         krylov: &DeviceKrylov,
         field: &str,
     ) -> Result<SolverPerformance, DeviceFlowError> {
-        let matrix = self.matrices[k].take().ok_or_else(lost)?;
+        let matrix = self.take_matrix(k)?;
         let backend = GpuKrylovBackend::from_resident(gpu, matrix, krylov.jacobi)?;
         let perf = match &krylov.method {
             KrylovMethod::Gmres(s) => gmres(&backend, &self.b, u, &krylov.controls, s, field),
             KrylovMethod::BiCgStab => bicgstab(&backend, &self.b, u, &krylov.controls, field),
         };
-        self.matrices[k] = Some(backend.into_matrix());
+        self.park_matrix(k, backend.into_matrix());
         Ok(perf.map_err(|source| FlowError::Solve {
             field: field.to_string(),
             source,
@@ -1171,12 +1231,9 @@ impl<'g> DeviceMomentum<'g> {
     ) -> Result<(), GpuError> {
         let n = pressure.n();
         let n_i = n as i32;
-        let diag = |k: usize| {
-            self.matrices
-                .get(k)
-                .and_then(|m| m.as_ref())
-                .map(|m| &m.diag)
-        };
+        // Parked: every component's diagonal is its own.
+        let matrix = self.matrix.as_ref().ok_or_else(lost)?;
+        let diag = |k: usize| self.diagonals.get(k);
         let d0 = diag(0).ok_or_else(lost)?;
         gpu.launch(
             "simple_average_diagonal",
@@ -1191,7 +1248,6 @@ impl<'g> DeviceMomentum<'g> {
             },
         )?;
         for (k, &c) in components.iter().enumerate() {
-            let matrix = self.matrices[k].as_ref().ok_or_else(lost)?;
             let off = off_sum.filter(|_| k == 0);
             let h = matrix.slice_height as u32;
             let u_c = u[c].dev()?;
@@ -1200,7 +1256,7 @@ impl<'g> DeviceMomentum<'g> {
                     .arg(&matrix.slice_ptr)
                     .arg(&matrix.codes)
                     .arg(&matrix.values)
-                    .arg(&matrix.diag)
+                    .arg(&self.diagonals[k])
                     .arg(&self.sources[k])
                     .arg(&self.a_p)
                     .arg(u_c)
@@ -1261,5 +1317,34 @@ impl<'g> DeviceMomentum<'g> {
                 a.arg(out);
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::solve::polynomial::PolynomialKind;
+
+    #[test]
+    fn the_timed_preconditioner_is_named_by_what_runs() {
+        let jacobi = DevicePressureSolver {
+            jacobi: true,
+            controls: SolverControls::default(),
+            amg: None,
+            polynomial: None,
+        };
+        assert_eq!(jacobi.preconditioner_name(), None);
+        let amg = DevicePressureSolver {
+            amg: Some(AmgSettings::default()),
+            ..jacobi
+        };
+        assert_eq!(amg.preconditioner_name(), Some("AMG"));
+        for kind in PolynomialKind::ALL {
+            let polynomial = DevicePressureSolver {
+                polynomial: Some(PolynomialSettings::new(kind, 4)),
+                ..jacobi
+            };
+            assert_eq!(polynomial.preconditioner_name(), Some(kind.name()));
+        }
     }
 }

@@ -20,10 +20,11 @@
 //! [`DevicePreconditioner`] is the device analogue of `solve::LinearOperator`
 //! for preconditioners: `GpuCgBackend::set_preconditioner` takes any of them.
 
+use crate::gpu::KernelArgs;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use cudarc::driver::{CudaSlice, LaunchArgs, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::amg::gpu_amg_settings;
 use super::ic::{widen, BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
@@ -213,7 +214,7 @@ impl DeviceColouring {
         kernel: &'static str,
         sweep: Sweep,
         h: &'a i32,
-        push: impl Fn(&mut LaunchArgs<'a>),
+        push: impl Fn(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         for k in sweep_order(sweep, self.bounds.len()) {
             let (first, count) = &self.bounds[k];

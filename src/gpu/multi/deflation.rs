@@ -23,7 +23,7 @@
 
 use std::cell::RefCell;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::{MultiGpuBackend, MultiVector, REDUCE_BLOCK};
 use crate::gpu::{GpuError, NULL, VECTOR_BLOCK};

@@ -42,7 +42,7 @@
 
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::{
     launch_face_walk, launch_row_walk, lost, DeviceFlowError, DeviceKrylov, DeviceMomentum,
@@ -63,8 +63,9 @@ const MAX_BLOCK: u32 = 1024;
 pub struct DeviceStepSeconds {
     /// The parts as the SIMPLE loop counts them: momentum assembly and
     /// solves, Rhie–Chow fluxes (with ddtCorr and the old-time fluxes),
-    /// pressure assembly, AMG set-up and re-set-ups, pressure solves,
-    /// corrections (with the Courant and continuity reductions), read-backs.
+    /// pressure assembly, the AMG or polynomial preconditioner's set-up and
+    /// re-set-ups, pressure solves, corrections (with the Courant and
+    /// continuity reductions), read-backs.
     pub parts: DevicePhaseSeconds,
     /// Wall time of the steps (read-backs for writes excluded).
     pub steps: f64,
@@ -76,9 +77,9 @@ impl DeviceStepSeconds {
         self.parts.momentum_assembly + self.parts.momentum_solve
     }
 
-    /// The pressure solves (with AMG's value re-set-ups).
+    /// The pressure solves (with the preconditioner's value re-set-ups).
     pub fn pressure_solves(&self) -> f64 {
-        self.parts.solve + self.parts.amg_update
+        self.parts.solve + self.parts.preconditioner_update
     }
 
     /// The rest of the steps: fluxes, pressure assembly, corrections,
@@ -366,7 +367,7 @@ impl<'g> DevicePiso<'g> {
             let u_c = d.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
             m.deferred_correction(gpu, k, &arrays, &d.phi, u_c, corrected)?;
-            let matrix = m.matrices[k].take().ok_or_else(lost)?;
+            let matrix = m.take_matrix(k)?;
             let c_i = c as i32;
             let launched = m.launch_rows(
                 gpu,
@@ -392,7 +393,7 @@ impl<'g> DevicePiso<'g> {
                     arg_or_null(a, older.map(|o| &o.u[c]));
                 },
             );
-            m.matrices[k] = Some(matrix);
+            m.park_matrix(k, matrix);
             launched?;
             timer.lap(&mut seconds.momentum_assembly)?;
             if solve {

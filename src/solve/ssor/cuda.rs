@@ -3,7 +3,7 @@
 //! with the Jones–Plassmann colouring, and each sweep launches
 //! `ssor_colour` (kernels/ssor.cu) once per colour, forward then backward.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceCsr;
 use super::smooth::DevicePreconditioner;
