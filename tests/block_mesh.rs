@@ -1,24 +1,16 @@
 //! blockMeshDict → mesh against the meshes OpenFOAM v1912's blockMesh writes
 //! (`tests/data/block_mesh/*/polyMesh`, made by `scripts/block_mesh_reference.sh`).
 
+mod common;
+use common::Scratch;
+
 use fvpoisson::mesh::block_mesh::read_block_mesh_dict;
 use fvpoisson::mesh::polymesh::read_polymesh;
 use fvpoisson::mesh::{Mesh, MeshSource};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/block_mesh")
-        .join(name)
-}
-
-/// A fresh empty directory under the system temp dir.
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("fvpoisson-block-mesh-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::repo("tests/data/block_mesh").join(name)
 }
 
 /// Points to round-off (the reference is written with 17 digits), and
@@ -65,7 +57,7 @@ fn old_patches_syntax_equals_openfoam_output() {
 
 #[test]
 fn case_without_polymesh_builds_it_from_blockmeshdict() {
-    let case = temp_dir("case");
+    let case = Scratch::new("block_mesh_case");
     std::fs::create_dir_all(case.join("system")).unwrap();
     std::fs::copy(
         data("three_block").join("blockMeshDict"),
@@ -78,19 +70,16 @@ fn case_without_polymesh_builds_it_from_blockmeshdict() {
         .unwrap();
     let foam = read_polymesh(&data("three_block").join("polyMesh")).unwrap();
     assert_same_mesh(&mesh, &foam, "case");
-    let _ = std::fs::remove_dir_all(&case);
 }
 
 /// The cavity dictionary with `from` replaced by `to`, built; the error text.
 fn error_of_edit(tag: &str, from: &str, to: &str) -> String {
     let text = std::fs::read_to_string(data("three_block").join("blockMeshDict")).unwrap();
     assert!(text.contains(from), "{from}");
-    let dir = temp_dir(tag);
+    let dir = Scratch::new(&format!("block_mesh_{tag}"));
     let path = dir.join("blockMeshDict");
     std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
-    let err = read_block_mesh_dict(&path).unwrap_err().to_string();
-    let _ = std::fs::remove_dir_all(&dir);
-    err
+    read_block_mesh_dict(&path).unwrap_err().to_string()
 }
 
 #[test]

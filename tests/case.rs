@@ -15,9 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn shipped(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("cases")
-        .join(name)
+    common::repo("cases").join(name)
 }
 
 /// Parses `text` as `DIR/case.toml`.
@@ -27,10 +25,7 @@ fn parse_in(text: &str, dir: &Path) -> Result<CaseSetup, CaseError> {
 
 /// Parses `text` as the case file of a directory that does not exist (nothing is written).
 fn parse(text: &str) -> Result<CaseSetup, CaseError> {
-    parse_in(
-        text,
-        &std::env::temp_dir().join("fvpoisson_case_parse_only"),
-    )
+    parse_in(text, &common::unique_temp_dir("fvpoisson_case_parse_only"))
 }
 
 /// Runs `text` as the case file of the scratch directory `tag`.

@@ -14,11 +14,9 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// A fresh directory for one test's output.
+/// A path for one test's output, not yet created.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+    common::unique_temp_dir(&format!("fvpoisson_cli_{name}"))
 }
 
 #[test]
@@ -49,8 +47,7 @@ fn missing_path_is_an_error_naming_it() {
 
 #[test]
 fn directory_without_a_mesh_is_an_error_naming_it() {
-    let dir = scratch("empty_case");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::Scratch::new("empty_case");
     let o = fvpoisson(&["check-mesh", dir.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
@@ -74,9 +71,21 @@ fn bad_generator_spec_is_an_error() {
 
 #[test]
 fn unknown_format_is_a_usage_error() {
-    let o = fvpoisson(&["convert-mesh", "box:2x2x2", "out", "--format", "hdf5"]);
+    let out = scratch("unknown_format");
+    let o = fvpoisson(&[
+        "convert-mesh",
+        "box:2x2x2",
+        out.to_str().unwrap(),
+        "--format",
+        "hdf5",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("hdf5"));
+    assert!(
+        !out.exists(),
+        "a refused conversion wrote {}",
+        out.display()
+    );
 }
 
 // The tests below need the box generator and the polyMesh reader/writer
@@ -155,7 +164,7 @@ fn inverted_mesh_fails_the_checks() {
         size: 6,
     }];
     let mesh = Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap();
-    let case = scratch("inverted_cube");
+    let case = common::Scratch::new("inverted_cube");
     let dir = case.join("constant/polyMesh");
     std::fs::create_dir_all(&dir).unwrap();
     polymesh::write_polymesh(&mesh, &dir, polymesh::FoamFormat::Ascii, false).unwrap();

@@ -1,16 +1,11 @@
 //! `fvpoisson solve-matrix` end to end on committed Matrix Market files.
 
+mod common;
+use common::fvpoisson;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
 use fvpoisson::sparse::mtx::{read_matrix, read_vector};
-
-fn fvpoisson(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(args)
-        .output()
-        .expect("runs the fvpoisson binary")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -83,8 +78,7 @@ fn solves_with_ones_as_exact_solution() {
 
 #[test]
 fn solves_given_rhs_and_writes_solution() {
-    let out_path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_solve_matrix_x.mtx");
-    let _ = std::fs::remove_file(&out_path);
+    let out_path = common::unique_temp_dir("cli_solve_matrix_x").with_extension("mtx");
     let rhs = "tests/data/poisson2d_4x4_rhs.mtx";
     let out = fvpoisson(&[
         "solve-matrix",
@@ -102,6 +96,7 @@ fn solves_given_rhs_and_writes_solution() {
     let a = read_matrix(Path::new(MATRIX)).unwrap();
     let b = read_vector(Path::new(rhs)).unwrap();
     let x = read_vector(&out_path).unwrap();
+    std::fs::remove_file(&out_path).unwrap();
     let mut ax = vec![0.0; b.len()];
     a.spmv(&x, &mut ax);
     for (i, (ax, b)) in ax.iter().zip(&b).enumerate() {
@@ -242,7 +237,7 @@ fn gmres_and_bicgstab_solve_a_nonsymmetric_matrix() {
             body += &format!("{i} {} -1\n", i + 1);
         }
     }
-    let path = std::env::temp_dir().join(format!("fvpoisson_nonsym_{}.mtx", std::process::id()));
+    let path = common::unique_temp_dir("fvpoisson_nonsym").with_extension("mtx");
     std::fs::write(&path, body).unwrap();
     let file = path.to_str().unwrap();
     for (args, log) in [

@@ -114,7 +114,7 @@ fn potential_flow_around_a_cylinder() {
 
 #[test]
 fn writes_fields_and_residual_plot() {
-    let dir = std::env::temp_dir().join(format!("fvpoisson_flow_{}", std::process::id()));
+    let dir = common::unique_temp_dir("fvpoisson_flow");
     let controls = SolverControls {
         tolerance: 1e-10,
         rel_tol: 0.01,
@@ -140,7 +140,7 @@ fn writes_fields_and_residual_plot() {
 fn flow_case_toml_runs_and_names_bad_keys() {
     use fvpoisson::case::flow_case::{is_flow_case, read_flow_case, run_flow_case};
     use fvpoisson::case::Device;
-    let dir = std::env::temp_dir().join(format!("fvpoisson_flow_case_{}", std::process::id()));
+    let dir = common::unique_temp_dir("fvpoisson_flow_case");
     let case = cavity_case(
         "box:16x16x1:2d",
         r#"[SIMPLE]
@@ -209,11 +209,7 @@ case = "cavity"
 fn shipped_flow_cases_read_and_the_poiseuille_case_passes() {
     use fvpoisson::case::flow_case::{is_flow_case, read_flow_case, run_flow_case};
     use fvpoisson::case::Device;
-    let shipped = |name: &str| {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("cases")
-            .join(name)
-    };
+    let shipped = |name: &str| common::repo(&format!("cases/{name}"));
     // The cavity (129x129, minutes) is read here and run by `fvpoisson run cases/cavity`.
     let cavity = read_flow_case(&shipped("cavity")).unwrap();
     assert!(is_flow_case(&shipped("cavity")) && cavity.settings.consistent);
@@ -225,8 +221,7 @@ fn shipped_flow_cases_read_and_the_poiseuille_case_passes() {
         }
     );
     let mut poiseuille = read_flow_case(&shipped("poiseuille")).unwrap();
-    poiseuille.output_dir =
-        std::env::temp_dir().join(format!("fvpoisson_poiseuille_{}", std::process::id()));
+    poiseuille.output_dir = common::unique_temp_dir("fvpoisson_poiseuille");
     let summary = run_flow_case(&poiseuille, Device::Cpu).unwrap();
     let (table, passed) = summary.validation.unwrap();
     assert!(passed, "{table}");

@@ -20,10 +20,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
 /// A scratch copy of shipped case `name`'s inputs (runs write into the case
 /// directory, and a user's runs may have written there already).
 fn copy_case(name: &str, tag: &str) -> PathBuf {
@@ -40,7 +36,7 @@ fn max_difference_to_openfoam(setup: &CaseSetup, reference: &str) -> f64 {
     let mut setup = setup.clone();
     setup.output.formats.clear();
     let summary = run_case(&setup, Device::Cpu).unwrap_or_else(|e| panic!("{reference}: {e}"));
-    let foam = ScalarFieldFile::read(&repo(reference), summary.n_cells).unwrap();
+    let foam = ScalarFieldFile::read(&common::repo(reference), summary.n_cells).unwrap();
     let FieldValues::NonUniform(want) = foam.internal else {
         panic!("{reference}: expected a nonuniform field");
     };
@@ -99,6 +95,7 @@ fn skew_case_maps_and_matches_openfoam() {
     assert!(matches!(specs[2], ("sides", BoundarySpec::ZeroGradient)));
     let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_skew/0.05/T");
     assert!(rel < 1e-12, "relative difference {rel:e}");
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -146,6 +143,7 @@ fn source_case_maps_and_matches_openfoam() {
     );
     let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_source/0.4/T");
     assert!(rel < 1e-12, "relative difference {rel:e}");
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -175,6 +173,7 @@ fn steady_case_maps_and_matches_openfoam() {
     assert_eq!(summary.steps, 10);
     let rel = max_difference_to_openfoam(s, "tests/data/laplacian_foam_steady/10/T");
     assert!(rel < 1e-12, "relative difference {rel:e}");
+    fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Runs the skew case in a scratch copy: the time directory it writes holds
@@ -1012,7 +1011,7 @@ fn unchanged_dic_and_gamg_run_their_gpu_defaults_and_explicit_keys_win() {
         ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
     });
     // The shipped dictionary, `PCG; DIC;`, unchanged.
-    let dic = read(&repo("cases/laplacian_foam_skew"))
+    let dic = read(&common::repo("cases/laplacian_foam_skew"))
         .setup
         .solver
         .regular;

@@ -18,17 +18,9 @@ use fvpoisson::io::foam_field::{FieldFile, FieldValues, ScalarFieldFile, VectorF
 use fvpoisson::mesh::{MeshSource, Vec3};
 use std::path::{Path, PathBuf};
 
-fn shipped() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/cavity_foam")
-}
-
 /// A copy of the shipped case in a fresh temporary directory.
 fn case_copy(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("fvpoisson_foam_flow_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    common::copy_case_inputs(&shipped(), &dir);
-    dir
+    common::case_inputs_copy("cases/cavity_foam", name)
 }
 
 fn edit(path: &Path, from: &str, to: &str) {
@@ -72,9 +64,7 @@ fn cavity_foam_matches_the_case_toml_cavity_and_its_time_directories_read_back()
     let last = summary.iterations;
 
     // The same cavity as a case.toml on the box the polyMesh was written from.
-    let reference =
-        std::env::temp_dir().join(format!("fvpoisson_foam_flow_ref_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&reference);
+    let reference = common::unique_temp_dir("fvpoisson_foam_flow_ref");
     let toml = cavity_case(
         "box:20x20x1:2d",
         r#"[schemes]
@@ -361,11 +351,7 @@ fn last_fields(dir: &Path, iterations: usize, n: usize) -> (Vec<Vec3>, Vec<f64>)
 #[test]
 fn command_line_runs_the_shipped_case() {
     let dir = case_copy("cli");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .arg("run")
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
     let log =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{log}");

@@ -7,11 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
+use std::path::PathBuf;
 
 /// `cases/cavity_ico` for five steps with `functions` appended to its controlDict.
 fn cavity_with(tag: &str, functions: &str) -> PathBuf {
@@ -41,7 +37,7 @@ fn min_max_blocks(log: &str) -> Vec<String> {
 
 #[test]
 fn field_min_max_and_probes_write_as_openfoam() {
-    let reference = repo("tests/data/function_objects");
+    let reference = common::repo("tests/data/function_objects");
     let functions = std::fs::read_to_string(reference.join("functions")).unwrap();
     let dir = cavity_with("fo_parity", &functions);
     let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
@@ -134,4 +130,20 @@ fn bad_function_object_entries_are_errors_naming_the_entry() {
         assert!(!dir.join("postProcessing").exists(), "{tag}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Two tests of this binary that pick the same tag get a case each: they run
+/// side by side in one process, and one's controlDict must not reach the
+/// other's run.
+#[test]
+fn copies_of_one_tag_are_separate_cases() {
+    let a = cavity_with("same_tag", "");
+    let b = cavity_with("same_tag", "// only in b\n");
+    assert_ne!(a, b);
+    let control =
+        |dir: &std::path::Path| std::fs::read_to_string(dir.join("system/controlDict")).unwrap();
+    assert!(!control(&a).contains("only in b"));
+    assert!(control(&b).contains("only in b"));
+    std::fs::remove_dir_all(&a).unwrap();
+    std::fs::remove_dir_all(&b).unwrap();
 }

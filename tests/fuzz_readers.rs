@@ -10,6 +10,8 @@
 //! test --test fuzz_readers`. A failing input is shrunk by proptest and
 //! printed with its seed.
 
+mod common;
+
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -27,10 +29,6 @@ fn cases() -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(48)
-}
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// One mutation of a byte string.
@@ -129,8 +127,7 @@ fn fuzz(name: &str, original: &[u8], read: impl Fn(&[u8])) {
 
 /// A scratch polyMesh directory holding copies of `source`'s files.
 fn scratch_mesh(tag: &str, source: &Path) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fvp_fuzz_{}_{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::unique_temp_dir(&format!("fvp_fuzz_{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     for file in ["points", "faces", "owner", "neighbour", "boundary"] {
         std::fs::copy(source.join(file), dir.join(file)).unwrap();
@@ -139,10 +136,7 @@ fn scratch_mesh(tag: &str, source: &Path) -> PathBuf {
 }
 
 fn fuzz_polymesh(tag: &str, mesh: &str) {
-    let source = root()
-        .join("meshes/foam")
-        .join(mesh)
-        .join("constant/polyMesh");
+    let source = common::repo(&format!("meshes/foam/{mesh}/constant/polyMesh"));
     let dir = scratch_mesh(tag, &source);
     for file in ["points", "faces", "owner", "boundary"] {
         let original = std::fs::read(source.join(file)).unwrap();
@@ -174,7 +168,7 @@ fn gmsh() {
         "tet_cube.v22.msh",
         "prism_wedge.v41bin.msh",
     ] {
-        let path = root().join("meshes/gmsh").join(file);
+        let path = common::repo("meshes/gmsh").join(file);
         let original = std::fs::read(&path).unwrap();
         fuzz(&format!("Gmsh {file}"), &original, |bytes| {
             let _ = fvpoisson::mesh::gmsh::parse_msh(&path, bytes);
@@ -184,7 +178,7 @@ fn gmsh() {
 
 #[test]
 fn openfoam_dictionary() {
-    let path = root().join("cases/laplacian_foam_steady/system/fvSolution");
+    let path = common::repo("cases/laplacian_foam_steady/system/fvSolution");
     let original = std::fs::read(&path).unwrap();
     fuzz("OpenFOAM dictionary fvSolution", &original, |bytes| {
         if let Ok(file) = fvpoisson::foam::FoamFile::from_bytes(path.clone(), bytes.to_vec()) {
@@ -195,7 +189,7 @@ fn openfoam_dictionary() {
 
 #[test]
 fn case_toml() {
-    let dir = root().join("cases/mms_cube");
+    let dir = common::repo("cases/mms_cube");
     let path = dir.join("case.toml");
     let original = std::fs::read(&path).unwrap();
     fuzz("case.toml", &original, |bytes| {
@@ -206,7 +200,7 @@ fn case_toml() {
 
 #[test]
 fn matrix_market() {
-    let path = root().join("tests/data/poisson2d_4x4.mtx");
+    let path = common::repo("tests/data/poisson2d_4x4.mtx");
     let original = std::fs::read(&path).unwrap();
     fuzz("Matrix Market", &original, |bytes| {
         let _ = fvpoisson::sparse::mtx::parse_matrix(bytes, &path);

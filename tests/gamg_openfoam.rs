@@ -6,17 +6,16 @@
 //! OpenFOAM cases through `fvpoisson run`, the meshes written by
 //! `fvpoisson convert-mesh` as for the reference.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const DATA: &str = "tests/data/openfoam_gamg";
 const SMOOTHERS: [&str; 4] = ["GaussSeidel", "symGaussSeidel", "DIC", "DICGaussSeidel"];
 
+/// The binary's log (stderr, then stdout) of a run that must succeed.
 fn fvpoisson(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = common::fvpoisson(args);
     let log =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "fvpoisson {args:?}:\n{log}");
@@ -26,26 +25,12 @@ fn fvpoisson(args: &[&str]) -> String {
 /// The case's template copied to a fresh directory, its mesh generated from
 /// `spec` where the case has none committed.
 fn case_dir(case: &str, spec: Option<&str>) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fvpoisson_gamg_{case}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::unique_temp_dir(&format!("fvpoisson_gamg_{case}"));
     if let Some(spec) = spec {
         fvpoisson(&["convert-mesh", spec, dir.to_str().unwrap()]);
     }
-    copy_tree(&Path::new(DATA).join("cases").join(case), &dir);
+    common::copy_dir(&Path::new(DATA).join("cases").join(case), &dir);
     dir
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// "No Iterations N" of every "<solver>:  Solving for T" line.

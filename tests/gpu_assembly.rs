@@ -6,6 +6,8 @@
 //! FVPOISSON_REQUIRE_GPU=1). Meshes are read relative to the working directory
 //! (the repository root), so the test binary runs on a machine without cargo.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
@@ -551,10 +553,8 @@ fn run_shipped(name: &str, device: Device, tag: &str) -> RunSummary {
         last.preconditioner = PreconditionerKind::Jacobi.into();
     }
     setup.output.formats.retain(|f| *f == OutputFormat::Vtk);
-    setup.output.directory = std::env::temp_dir().join(format!(
-        "fvpoisson_gpu_assembly_{}_{name}_{tag}",
-        std::process::id()
-    ));
+    setup.output.directory =
+        common::unique_temp_dir(&format!("fvpoisson_gpu_assembly_{name}_{tag}"));
     let summary = run_case(&setup, device).unwrap_or_else(|e| panic!("{name} on {tag}: {e}"));
     let _ = std::fs::remove_dir_all(&setup.output.directory);
     summary

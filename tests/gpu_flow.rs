@@ -4,6 +4,8 @@
 //! solver tolerance. Skips without a CUDA device (`FVPOISSON_REQUIRE_GPU=1`
 //! makes that a failure).
 
+mod common;
+
 use fvpoisson::flow::validation::{run, FlowCase, FlowValidation, PressureDevice, PressureSolver};
 use fvpoisson::flow::{ResidualControl, SimpleSettings};
 use fvpoisson::gpu::test_device;
@@ -89,14 +91,13 @@ fn gpu_momentum_pbicgstab_gives_the_cpu_poiseuille_flow() {
     let Some(gpu) = test_device() else {
         return;
     };
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/poiseuille");
+    let dir = common::repo("cases/poiseuille");
     let mut setup = read_flow_case(&dir).unwrap();
     setup.settings.momentum.krylov = Some(KrylovMethod::BiCgStab);
     setup.settings.momentum.preconditioner = PreconditionerKind::Jacobi.into();
     let mut runs = Vec::new();
     for (tag, device) in [("cpu", Device::Cpu), ("gpu", Device::Gpu(&gpu))] {
-        setup.output_dir =
-            std::env::temp_dir().join(format!("fvpoisson_pbicg_{tag}_{}", std::process::id()));
+        setup.output_dir = common::unique_temp_dir(&format!("fvpoisson_pbicg_{tag}"));
         let summary = run_flow_case(&setup, device).unwrap();
         let (table, passed) = summary.validation.clone().unwrap();
         println!("{tag}: {table}");

@@ -84,7 +84,7 @@ fn cavity<'m>(
     transient: TransientSettings,
     dt: f64,
 ) -> Piso<'m> {
-    let (velocity, pressure) = common::cavity_conditions(mesh);
+    let (velocity, pressure) = fvpoisson::flow::testing::cavity_conditions(mesh);
     let n = mesh.n_cells();
     Piso::new(
         mesh,
@@ -277,27 +277,14 @@ fn tet_box_cavities(
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn dic_pressure_runs_its_gpu_default_on_the_device_step_and_gives_the_cpu_steps() {
-    use fvpoisson::case::{LinearSolver, SolveTarget};
-    use fvpoisson::solve::Preconditioner;
     let Some(gpu) = test_device() else {
         return;
     };
-    let given = LinearSolver {
-        preconditioner: PreconditionerKind::Dic.into(),
-        controls: tight(),
-        ..LinearSolver::default()
-    };
-    let Preconditioner::Polynomial(polynomial) = SolveTarget::Gpu.adapt(&given).preconditioner
-    else {
-        panic!("DIC runs a polynomial on the GPU");
-    };
     let (mut cpu, mut on_gpu) = tet_box_cavities(|_, _| {});
-    let device_p = DevicePressureSolver {
-        jacobi: false,
-        controls: tight(),
-        amg: None,
-        polynomial: Some(polynomial),
-    };
+    let device_p = common::dic_as_the_gpu_runs_it(tight());
+    let polynomial = device_p
+        .polynomial
+        .expect("DIC runs a polynomial on the GPU");
     let worst = compare_steps_with(
         &gpu,
         &mut cpu,
@@ -350,17 +337,11 @@ fn device_pimple_step_with_backward_stress_and_relaxation_gives_the_cpu_steps() 
     }
 }
 
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
 /// A scratch copy of `cases/cavity_ico` named by `tag`, 10 steps written at
 /// the end with 17 digits, p and U solved as both sides run them (PCG and
 /// PBiCGStab with the diagonal preconditioner, 1e-11, relTol 0).
 fn cavity_case(tag: &str, application: &str, algorithm: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fvpoisson-gpu-piso-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    common::copy_case_inputs(&repo("cases/cavity_ico"), &dir);
+    let dir = common::case_inputs_copy("cases/cavity_ico", tag);
     let control = dir.join("system/controlDict");
     let text = std::fs::read_to_string(&control).unwrap();
     let text: Vec<String> = text

@@ -16,20 +16,7 @@ const RESULT: &str = "10/T";
 
 /// A fresh copy of the shipped case with Jacobi-PCG for T.
 fn jacobi_case(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join(CASE);
-    for sub in ["", "system", "constant", "constant/polyMesh", "0"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-        let Ok(entries) = std::fs::read_dir(from.join(sub)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            if e.file_type().unwrap().is_file() {
-                std::fs::copy(e.path(), dir.join(sub).join(e.file_name())).unwrap();
-            }
-        }
-    }
+    let dir = common::case_inputs_copy(CASE, name);
     let path = dir.join("system/fvSolution");
     let s = std::fs::read_to_string(&path).unwrap();
     let old = "preconditioner  FDIC;";
@@ -87,4 +74,5 @@ fn several_gpus_need_device_gpu() {
     assert!(!o.status.success());
     let t = String::from_utf8_lossy(&o.stderr);
     assert!(t.contains("add --device gpu"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

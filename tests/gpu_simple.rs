@@ -15,8 +15,10 @@
 mod common;
 
 use fvpoisson::flow::simple::PressureSolve;
-use fvpoisson::flow::{Convection, ResidualControl, Simple, SimpleSettings, VelocityCondition};
-use fvpoisson::fvm::BoundaryCondition;
+use fvpoisson::flow::testing::{
+    cavity_conditions, lid_driven_cavity, simple_from_rest, Conditions,
+};
+use fvpoisson::flow::{Convection, ResidualControl, SimpleSettings, VelocityCondition};
 use fvpoisson::gpu::amg::gpu_amg_settings;
 use fvpoisson::gpu::simple::{DevicePressureSolver, DeviceSimple};
 use fvpoisson::gpu::test_device;
@@ -34,35 +36,6 @@ fn tight() -> SolverControls {
         max_iter: 5000,
         min_iter: 0,
     }
-}
-
-/// A lid-driven cavity on `mesh` (lid `ymax` moving in x, walls elsewhere,
-/// zero-gradient pressure, reference cell 0) with `settings`, from rest.
-fn cavity<'m>(mesh: &'m Mesh, geometry: &'m Geometry, settings: SimpleSettings) -> Simple<'m> {
-    at_rest(mesh, geometry, settings, common::cavity_conditions(mesh))
-}
-
-/// The velocity and pressure condition of every patch of a mesh.
-type Conditions = (Vec<VelocityCondition>, Vec<BoundaryCondition>);
-
-/// A flow on `mesh` with `settings` and the conditions `conditions`, from rest.
-fn at_rest<'m>(
-    mesh: &'m Mesh,
-    geometry: &'m Geometry,
-    settings: SimpleSettings,
-    (velocity, pressure): Conditions,
-) -> Simple<'m> {
-    let n = mesh.n_cells();
-    Simple::new(
-        mesh,
-        geometry,
-        settings,
-        &velocity,
-        pressure,
-        vec![Vec3::zeros(); n],
-        vec![0.0; n],
-    )
-    .unwrap()
 }
 
 /// max |a − b| / max |a|.
@@ -103,7 +76,7 @@ fn compare_with(
     adjust: impl Fn(&mut SimpleSettings),
     amg: Option<AmgSettings>,
 ) -> Vec<[f64; 3]> {
-    compare_on(spec, iterations, adjust, amg, common::cavity_conditions)
+    compare_on(spec, iterations, adjust, amg, cavity_conditions)
 }
 
 /// [`compare_with`] with the conditions `conditions` of the mesh instead of
@@ -122,8 +95,8 @@ fn compare_on(
     settings.momentum.controls.tolerance = 1e-12;
     settings.momentum.controls.rel_tol = 0.0;
     adjust(&mut settings);
-    let mut cpu = at_rest(&mesh, &geometry, settings, conditions(&mesh));
-    let mut on_gpu = at_rest(&mesh, &geometry, settings, conditions(&mesh));
+    let mut cpu = simple_from_rest(&mesh, &geometry, settings, conditions(&mesh));
+    let mut on_gpu = simple_from_rest(&mesh, &geometry, settings, conditions(&mesh));
     let solver = DevicePressureSolver {
         jacobi: amg.is_none(),
         controls: tight(),
@@ -288,7 +261,7 @@ fn device_momentum_with_a_symmetry_plane_gives_the_cpu_iterates() {
         return;
     }
     let with_symmetry = |mesh: &Mesh| {
-        let (mut velocity, pressure) = common::cavity_conditions(mesh);
+        let (mut velocity, pressure) = cavity_conditions(mesh);
         for (v, patch) in velocity.iter_mut().zip(mesh.patches()) {
             if patch.name == "zmax" {
                 *v = VelocityCondition::Symmetry;
@@ -340,7 +313,7 @@ fn device_loop_with_the_explicit_stress_gives_the_cpu_iterates_on_a_perturbed_te
         settings.explicit_stress = stress;
         settings.consistent = consistent;
         settings.relaxation_u = 0.9;
-        let simple = cavity(&mesh, &geometry, settings);
+        let simple = lid_driven_cavity(&mesh, &geometry, settings);
         assert_eq!(
             DeviceSimple::momentum_on_device(&simple).is_ok(),
             on_device,
@@ -469,7 +442,7 @@ fn converged_cavity(amg: Option<AmgSettings>) {
         rel_tol: 0.0,
         ..SolverControls::default()
     };
-    let mut cpu = cavity(&mesh, &geometry, settings);
+    let mut cpu = lid_driven_cavity(&mesh, &geometry, settings);
     let cpu_preconditioner = match amg {
         Some(s) => Preconditioner::Amg(s),
         None => PreconditionerKind::Jacobi.into(),
@@ -479,7 +452,7 @@ fn converged_cavity(amg: Option<AmgSettings>) {
     let start = std::time::Instant::now();
     let cpu_reports = cpu.run(1000, solve, |_, _| Ok(())).unwrap();
     let cpu_seconds = start.elapsed().as_secs_f64();
-    let mut on_gpu = cavity(&mesh, &geometry, settings);
+    let mut on_gpu = lid_driven_cavity(&mesh, &geometry, settings);
     let solver = DevicePressureSolver {
         jacobi: amg.is_none(),
         controls,
@@ -581,15 +554,6 @@ fn device_gamg_pressure_gives_the_cpu_iterates_on_a_perturbed_tet_box() {
     }
 }
 
-/// A copy of `from` (a case directory) in a fresh temporary directory.
-fn copy_case(from: &std::path::Path, tag: &str) -> std::path::PathBuf {
-    let to =
-        std::env::temp_dir().join(format!("fvpoisson_simplegamg_{tag}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&to);
-    common::copy_case_inputs(from, &to);
-    to
-}
-
 /// GAMG for p in a case.toml (`solver = "GAMG"` with an `amg` table, and
 /// PCG with `preconditioner = "GAMG"`) and in an OpenFOAM fvSolution
 /// (`solver GAMG;`): `run --device gpu` solves p by AMG-PCG in the device
@@ -600,9 +564,8 @@ fn copy_case(from: &std::path::Path, tag: &str) -> std::path::PathBuf {
 fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
     use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
     use fvpoisson::case::Device;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let toml_case = |tag: &str, p: &str| {
-        let dir = copy_case(&root.join("cases/cavity"), tag);
+        let dir = common::case_inputs_copy("cases/cavity", tag);
         let file = dir.join("case.toml");
         let text = std::fs::read_to_string(&file)
             .unwrap()
@@ -616,7 +579,7 @@ fn gamg_p_of_a_case_runs_as_amg_pcg_in_the_device_loop() {
         dir
     };
     let foam_case = |tag: &str, p: &str| {
-        let dir = copy_case(&root.join("cases/cavity_foam"), tag);
+        let dir = common::case_inputs_copy("cases/cavity_foam", tag);
         let file = dir.join("system/fvSolution");
         let text = std::fs::read_to_string(&file)
             .unwrap()
@@ -737,7 +700,7 @@ fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
     let mut settings = SimpleSettings::new(0.01);
     settings.relaxation_p = 0.3;
     krylov_momentum(&mut settings);
-    let mut simple = cavity(&mesh, &geometry, settings);
+    let mut simple = lid_driven_cavity(&mesh, &geometry, settings);
     let amg = test_amg(CycleKind::V, Precision::Double);
     let solver = DevicePressureSolver {
         jacobi: false,
@@ -820,19 +783,11 @@ fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn dic_pressure_runs_its_gpu_default_in_the_device_loop_and_gives_the_cpu_iterates() {
-    use fvpoisson::case::{LinearSolver, SolveTarget};
     let Some(gpu) = test_device() else {
         return;
     };
-    let given = LinearSolver {
-        preconditioner: PreconditionerKind::Dic.into(),
-        controls: tight(),
-        ..LinearSolver::default()
-    };
-    let Preconditioner::Polynomial(polynomial) = SolveTarget::Gpu.adapt(&given).preconditioner
-    else {
-        panic!("DIC runs a polynomial on the GPU");
-    };
+    let solver = common::dic_as_the_gpu_runs_it(tight());
+    let polynomial = solver.polynomial.expect("DIC runs a polynomial on the GPU");
     let mesh = load("box:6x6x6:tet:perturb=0.2").unwrap();
     let geometry = Geometry::compute(&mesh);
     for momentum_on_device in [false, true] {
@@ -844,14 +799,8 @@ fn dic_pressure_runs_its_gpu_default_in_the_device_loop_and_gives_the_cpu_iterat
         if momentum_on_device {
             krylov_momentum(&mut settings);
         }
-        let mut cpu = cavity(&mesh, &geometry, settings);
-        let mut on_gpu = cavity(&mesh, &geometry, settings);
-        let solver = DevicePressureSolver {
-            jacobi: false,
-            controls: tight(),
-            amg: None,
-            polynomial: Some(polynomial),
-        };
+        let mut cpu = lid_driven_cavity(&mesh, &geometry, settings);
+        let mut on_gpu = lid_driven_cavity(&mesh, &geometry, settings);
         let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
         assert_eq!(device.has_device_momentum(), momentum_on_device);
         assert!(device.pressure_polynomial().is_none());

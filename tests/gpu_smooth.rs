@@ -545,7 +545,7 @@ maxIter = 20000
 [output]
 formats = []
 "#;
-    let dir = std::env::temp_dir().join("fvpoisson_gpu_smooth_case");
+    let dir = common::Scratch::new("gpu_smooth_case");
     for entry in [
         // GaussSeidel runs multicolour on the GPU, natural on the CPU.
         "solver = \"smoothSolver\"\nsmoother = \"symGaussSeidel\"\nnSweeps = 2\n",

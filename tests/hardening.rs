@@ -15,16 +15,7 @@ use std::time::{Duration, Instant};
 /// The shipped laplacianFoam case (240 cells, residualControl 1e-7) copied to `dir/case`.
 fn steady_case(dir: &Path) -> PathBuf {
     let case = dir.join("case");
-    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/laplacian_foam_steady");
-    for sub in ["0", "constant", "constant/polyMesh", "system"] {
-        fs::create_dir_all(case.join(sub)).unwrap();
-        for entry in fs::read_dir(from.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            if entry.file_type().unwrap().is_file() {
-                fs::copy(entry.path(), case.join(sub).join(entry.file_name())).unwrap();
-            }
-        }
-    }
+    common::copy_case_inputs(&common::repo("cases/laplacian_foam_steady"), &case);
     case
 }
 
@@ -284,7 +275,7 @@ fn exit_codes_tell_whether_runs_converged() {
     assert_eq!(code, Some(0), "{text}");
     assert!(!text.contains("not positive definite"), "{text}");
 
-    let matrix = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/poisson2d_4x4.mtx");
+    let matrix = common::repo("tests/data/poisson2d_4x4.mtx");
     let (code, text, _) = run_within(
         &["solve-matrix", arg(&matrix), "--max-iter", "1"],
         Duration::from_secs(20),
@@ -328,7 +319,7 @@ fn check_mesh_fails_on_non_finite_geometry_and_counts_regions() {
     assert!(text.contains("Failed "), "{text}");
 
     // Two blocks that share no face: checkMesh's warning, not a failure.
-    let two = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/two_regions");
+    let two = common::repo("tests/data/two_regions");
     let (code, text, _) = run_within(&["check-mesh", arg(&two)], Duration::from_secs(20));
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("   *Number of regions: 2\n"), "{text}");
@@ -354,7 +345,7 @@ fn duplicate_patch_names_are_refused() {
 #[test]
 fn disconnected_all_neumann_regions_get_a_level_each() {
     let dir = Scratch::new("regions");
-    let mesh = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/two_regions");
+    let mesh = common::repo("tests/data/two_regions");
     let case = format!(
         "[mesh]\nsource = \"{}\"\n[physics]\nsource = \"x - 1.5 + y\"\n\
          [boundary.default]\ntype = \"zeroGradient\"\n\

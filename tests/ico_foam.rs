@@ -10,16 +10,10 @@ use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile, VectorFieldFile};
 use fvpoisson::mesh::Vec3;
 use std::path::{Path, PathBuf};
 
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
 /// A copy of `cases/<case>` in a fresh temp dir, with `edits` applied to its
 /// controlDict (whole lines starting with the key replaced).
 fn case_copy(case: &str, tag: &str, edits: &[(&str, &str)]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fvpoisson-ico-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    common::copy_case_inputs(&repo("cases").join(case), &dir);
+    let dir = common::case_inputs_copy(&format!("cases/{case}"), tag);
     edit_control(&dir, edits);
     dir
 }
@@ -70,7 +64,7 @@ fn cavity_tutorial_matches_icofoam_at_end_time() {
     let summary = run(&dir);
     assert_eq!(summary.steps, 100);
     let n = summary.p.len();
-    let reference = repo("tests/data/ico_foam_cavity/0.5");
+    let reference = common::repo("tests/data/ico_foam_cavity/0.5");
     let u = VectorFieldFile::read(&reference.join("U"), n).unwrap();
     let p = ScalarFieldFile::read(&reference.join("p"), n).unwrap();
     let FieldValues::NonUniform(p_ref) = p.internal else {
@@ -121,7 +115,7 @@ fn adjusted_time_steps_match_pimplefoam() {
             (components(&u.internal.expand(n)), p.internal.expand(n))
         };
         let (u, p) = read(&dir.join(time));
-        let (u_ref, p_ref) = read(&repo("tests/data/pimple_foam_adjust").join(time));
+        let (u_ref, p_ref) = read(&common::repo("tests/data/pimple_foam_adjust").join(time));
         let (du, dp) = (relative(&u, &u_ref), relative(&p, &p_ref));
         eprintln!("adjustTimeStep, t = {time}: ΔU {du:e}, Δp {dp:e}");
         assert!(du <= 1e-8 && dp <= 1e-8, "{time}: U {du:e}, p {dp:e}");
@@ -173,7 +167,7 @@ fn cavity3d_matches_icofoam_coarsened() {
     assert!(summary.timing.momentum + summary.timing.pressure_solves <= summary.timing.total);
     let n = summary.p.len();
     assert_eq!(n, 512);
-    let reference = repo("tests/data/ico_foam_cavity3d/0.002");
+    let reference = common::repo("tests/data/ico_foam_cavity3d/0.002");
     let u_ref = VectorFieldFile::read(&reference.join("U"), n)
         .unwrap()
         .internal
@@ -248,7 +242,8 @@ fn residuals_function_object_writes_solver_info_as_openfoam() {
     run_transient_case(&case.setup, &case.mesh, Device::Cpu).unwrap();
     let ours =
         std::fs::read_to_string(dir.join("postProcessing/residuals/0/solverInfo.dat")).unwrap();
-    let foam = std::fs::read_to_string(repo("tests/data/ico_foam_cavity/solverInfo.dat")).unwrap();
+    let foam =
+        std::fs::read_to_string(common::repo("tests/data/ico_foam_cavity/solverInfo.dat")).unwrap();
     assert_eq!(ours, foam);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -283,7 +278,7 @@ fn pimple_cavity(tag: &str, outer: usize, relaxation: &str, simulation: &str) ->
 /// max relative ΔU and Δp of the fields written in `dir` at `time` against
 /// `tests/data/pimple_foam_cavity/<reference>/<time>`.
 fn written_against_pimple_foam(dir: &Path, reference: &str, time: &str, n: usize) -> (f64, f64) {
-    let foam = repo("tests/data/pimple_foam_cavity")
+    let foam = common::repo("tests/data/pimple_foam_cavity")
         .join(reference)
         .join(time);
     let read = |root: &Path| {

@@ -4,23 +4,21 @@
 //! VTK series in `VTK/`; `foam-to-vtk` converts written times (ascii and
 //! binary fields); a second run of a case is refused while the first lives.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
 
-use common::{mms_case, write_case_toml};
+use common::{mms_case, write_case_toml, NamedScratch};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("output_{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh empty directory `output_NAME` (the runs' files are named after it).
+fn scratch(name: &str) -> NamedScratch {
+    NamedScratch::new(&format!("output_{name}"))
 }
 
-fn shipped_copy(case: &str, name: &str) -> PathBuf {
+fn shipped_copy(case: &str, name: &str) -> NamedScratch {
     let dir = scratch(name);
-    common::copy_case_inputs(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
+    common::copy_case_inputs(&common::repo(case), &dir);
     dir
 }
 
@@ -56,27 +54,9 @@ fn pvd_times(pvd: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Whether `python3 -c 'import vtk'` works (the VTK reader checks need it).
-fn python_vtk() -> bool {
-    Command::new("python3")
-        .args(["-c", "import vtk"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// scripts/check_vtk.py on `pvd`: every step opens with `cells` cells.
 fn check_with_vtk(pvd: &Path, cells: usize, field: &str) {
-    if !python_vtk() {
-        eprintln!("skipped the VTK reader check: python3 with the vtk module is not available");
-        return;
-    }
-    let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check_vtk.py"))
-        .arg(pvd)
-        .args(["--cells", &cells.to_string(), "--field", field])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", log_of(&out));
+    common::check_vtk(pvd, &["--cells", &cells.to_string(), "--field", field]);
 }
 
 /// A steady case without an interval writes one step (the last of its 2
@@ -262,7 +242,7 @@ fn second_run_of_a_case_is_refused_while_the_first_lives() {
 fn binary_fields_are_laid_out_as_openfoams() {
     use fvpoisson::foam::FoamFormat;
     use fvpoisson::io::foam_field::{write_internal_field, FoamWriteOptions, ScalarFieldFile};
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/foam_binary/T");
+    let data = common::repo("tests/data/foam_binary/T");
     let mesh = fvpoisson::mesh::load(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/cases/laplacian_foam_steady"

@@ -3,12 +3,12 @@
 //! run` (cargo feature `mpi`), `reconstruct`, compared with the serial run to
 //! solver tolerance.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{fvpoisson, internal_field, max_diff_over_max};
+use common::{fvpoisson, internal_field, max_diff_over_max, NamedScratch};
 
 const CASE: &str = "cases/laplacian_foam_steady";
 /// Its last written time and field.
@@ -29,15 +29,15 @@ fn ok(o: Output) -> String {
 }
 
 /// A fresh copy of the shipped case.
-fn case_copy(name: &str) -> PathBuf {
+fn case_copy(name: &str) -> NamedScratch {
     shipped_copy(CASE, name)
 }
 
-/// A fresh copy of the shipped case `case` named `name`.
-fn shipped_copy(case: &str, name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    common::copy_case_inputs(&Path::new(env!("CARGO_MANIFEST_DIR")).join(case), &dir);
+/// A fresh copy of the shipped case `case` in a directory named `name` (the
+/// runs' VTK files are named after it).
+fn shipped_copy(case: &str, name: &str) -> NamedScratch {
+    let dir = NamedScratch::new(name);
+    common::copy_case_inputs(&common::repo(case), &dir);
     dir
 }
 
@@ -294,27 +294,12 @@ fn thread_ranks_write_vtk_pieces_and_a_pvd_that_opens_with_every_cell() {
     let pvd = dir.join("results/parallel_vtk.pvd");
     assert!(pvd.exists());
     assert!(log.contains("Wrote 1 VTK step(s)"), "{log}");
-    if !python_vtk() {
-        eprintln!("skipped the VTK reader check: python3 with the vtk module is not available");
-        return;
+    if let Some(t) = common::check_vtk(
+        &pvd,
+        &["--cells", "13824", "--field", "T", "--field", "error"],
+    ) {
+        assert!(t.contains("internal 13824 cells in 2 piece(s)"), "{t}");
     }
-    let check = std::process::Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/check_vtk.py"))
-        .arg(&pvd)
-        .args(["--cells", "13824", "--field", "T", "--field", "error"])
-        .output()
-        .unwrap();
-    let t = text(&check);
-    assert!(check.status.success(), "{t}");
-    assert!(t.contains("internal 13824 cells in 2 piece(s)"), "{t}");
-}
-
-/// Whether `python3 -c 'import vtk'` works.
-fn python_vtk() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import vtk"])
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// `run -np N --device gpu`: each thread rank solves its rows on a GPU (rank
@@ -556,14 +541,9 @@ fn mpirun_with_two_ranks_gives_the_serial_answer() {
 /// `processor1/1`: `processor1` has no write permission, or (for root, who
 /// writes there all the same) a file is in the way. The path and the OS's
 /// reason, as the error must name them.
-fn case_where_rank_1_cannot_write(name: &str) -> (PathBuf, String) {
+fn case_where_rank_1_cannot_write(name: &str) -> (NamedScratch, String) {
     use std::os::unix::fs::PermissionsExt;
     let writable = std::fs::Permissions::from_mode(0o755);
-    // An earlier run's read-only processor1 would stop case_copy removing it.
-    let old = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(name)
-        .join("processor1");
-    let _ = std::fs::set_permissions(&old, writable.clone());
     let dir = case_copy(name);
     ok(fvpoisson(&["decompose", dir.to_str().unwrap(), "-n", "2"]));
     let control = dir.join("system/controlDict");
@@ -587,6 +567,17 @@ fn case_where_rank_1_cannot_write(name: &str) -> (PathBuf, String) {
     };
     let blocked = format!("{}: {reason}", rank_1.join("1").display());
     (dir, blocked)
+}
+
+/// Gives rank 1's directory of [`case_where_rank_1_cannot_write`] its write
+/// permission back, so that the scratch case can be removed.
+fn let_rank_1_write(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        dir.join("processor1"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
 }
 
 /// The lines of `log` that report an error.
@@ -613,6 +604,7 @@ fn thread_ranks_stop_with_the_error_of_a_rank_that_cannot_write() {
     assert!(!t.lines().any(|l| l == "Time = 2"), "{t}");
     assert!(!t.contains("Writing"), "{t}");
     assert!(took < Duration::from_secs(20), "{took:?}");
+    let_rank_1_write(&dir);
 }
 
 /// A thread rank that cannot write its VTK piece of a step stops every rank
@@ -669,6 +661,7 @@ fn mpirun_ranks_stop_with_the_error_of_a_failing_rank() {
     assert!(!t.lines().any(|l| l == "Time = 2"), "{t}");
     assert!(!t.contains("MPI_Abort"), "{t}");
     assert!(took < limit, "{took:?}");
+    let_rank_1_write(&dir);
 
     let dir = case_copy("parallel_mpi_fail_piece");
     ok(fvpoisson(&["decompose", dir.to_str().unwrap(), "-n", "2"]));
@@ -717,7 +710,7 @@ fn latest_field(dir: &Path) -> Vec<f64> {
 /// reconstructed field is the serial one.
 #[test]
 fn two_region_all_neumann_cases_on_thread_ranks_give_the_serial_answer() {
-    let mesh = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/two_regions");
+    let mesh = common::repo("tests/data/two_regions");
     for (tag, reference) in [
         ("mean", "type = \"zeroMean\""),
         ("cell", "type = \"cell\"\ncell = 5\nvalue = 0.25"),
@@ -732,10 +725,8 @@ fn two_region_all_neumann_cases_on_thread_ranks_give_the_serial_answer() {
             mesh.display()
         );
         let dirs = ["serial", "ranks"].map(|run| {
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("regions_{tag}_{run}"));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("case.toml"), &case).unwrap();
+            let dir = common::Scratch::new(&format!("regions_{tag}_{run}"));
+            common::write_case_toml(&dir, &case);
             dir
         });
         let [serial_dir, ranks_dir] = &dirs;

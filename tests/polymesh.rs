@@ -12,21 +12,12 @@ const CASES: [&str; 5] = ["cavity", "warped", "polydual", "warped_binary", "warp
 const MESH_FILES: [&str; 5] = ["points", "faces", "owner", "neighbour", "boundary"];
 
 fn case(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("meshes/foam")
-        .join(name)
+    common::repo("meshes/foam").join(name)
 }
 
 /// A fresh empty directory under the system temp dir.
 fn temp_dir(tag: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "fvpoisson-polymesh-{}-{tag}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::unique_temp_dir(&format!("fvpoisson-polymesh-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

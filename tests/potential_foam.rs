@@ -17,18 +17,12 @@ use common::{copy_dir, max_diff_over_max};
 const PARITY: f64 = 1e-8;
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/potential_foam")
-        .join(name)
+    common::repo("tests/data/potential_foam").join(name)
 }
 
 /// A copy of the case (mesh, settings, initial fields) in a fresh directory.
 fn case_copy(name: &str, tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "fvpoisson_potential_{name}_{tag}_{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::unique_temp_dir(&format!("fvpoisson_potential_{name}_{tag}"));
     for part in ["0", "constant", "system"] {
         copy_dir(&data(name).join(part), &dir.join(part));
     }
@@ -129,13 +123,13 @@ fn pitz_daily_matches_potential_foam() {
 fn command_line_dispatches_on_the_application_and_takes_its_options() {
     let dir = case_copy("cylinder", "cli");
     let run = |options: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-            .arg("run")
-            .arg(&dir)
-            .args(["--device", "cpu", "--"])
-            .args(options)
-            .output()
-            .unwrap()
+        common::fvpoisson(
+            &[
+                &["run", dir.to_str().unwrap(), "--device", "cpu", "--"],
+                options,
+            ]
+            .concat(),
+        )
     };
     let out = run(&["-writephi"]);
     let log =

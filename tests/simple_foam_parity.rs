@@ -7,7 +7,7 @@
 use fvpoisson::case::flow_case::{read_flow_case, run_flow_case};
 use fvpoisson::case::Device;
 use fvpoisson::mesh::Vec3;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 mod common;
 use common::{copy_dir, flow_fields, max_diff_over_max};
@@ -16,9 +16,7 @@ use common::{copy_dir, flow_fields, max_diff_over_max};
 const PARITY: f64 = 1e-8;
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/simple_foam_parity")
-        .join(name)
+    common::repo("tests/data/simple_foam_parity").join(name)
 }
 
 /// max |a − b| over max |b| of the components of two vector fields.
@@ -30,8 +28,7 @@ fn vector_difference(ours: &[Vec3], reference: &[Vec3]) -> f64 {
 /// Runs the case (its controlDict writes every iteration) and compares each
 /// iteration's U and p with simpleFoam's; returns the rows (iteration, dU, dp).
 fn parity(name: &str, cells: usize) -> Vec<(usize, f64, f64)> {
-    let dir = std::env::temp_dir().join(format!("fvpoisson_parity_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::unique_temp_dir(&format!("fvpoisson_parity_{name}"));
     for part in ["0", "constant", "system"] {
         copy_dir(&data(name).join(part), &dir.join(part));
     }

@@ -5,7 +5,6 @@
 mod common;
 
 use common::{cavity_case, fvpoisson, mms_case, write_case_toml, Scratch};
-use std::path::Path;
 
 /// The Poisson case of these runs, written as VTK.
 fn poisson() -> String {
@@ -138,10 +137,7 @@ fn the_debug_level_names_the_steps_of_each_phase() {
 fn a_laplacian_foam_run_writes_its_account_to_a_file() {
     let dir = Scratch::new("foam");
     let case = dir.0.join("case");
-    common::copy_case_inputs(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/laplacian_foam_source"),
-        &case,
-    );
+    common::copy_case_inputs(&common::repo("cases/laplacian_foam_source"), &case);
     let file = dir.0.join("account.json");
     let (log, stdout) = run(&[case.to_str().unwrap(), "--timings", file.to_str().unwrap()]);
     check_table(&log);

@@ -2,6 +2,8 @@
 //! the library and the binary, and the `boundaryCorrected` scheme's exactness
 //! for linear fields.
 
+mod common;
+
 use fvpoisson::fvm::{
     BoundaryCondition, CellField, GammaInterpolation, GradScheme, LaplacianProblem,
     LaplacianSystem, PatchValues, Schemes, SnGradScheme,
@@ -9,14 +11,11 @@ use fvpoisson::fvm::{
 use fvpoisson::mesh::{self, Vec3};
 use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolverControls};
 use fvpoisson::validate::{self, Config, Family, Report, Scheme, Solution};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh empty directory for one test, removed when it passes.
+fn scratch(name: &str) -> common::Scratch {
+    common::Scratch::new(name)
 }
 
 fn finest_l2(report: &Report, family: Family, scheme: Scheme, solution: Solution) -> f64 {
@@ -233,11 +232,17 @@ fn cli_validate_prints_the_table_and_writes_the_plot() {
     assert!(stderr.contains("no usable font"), "{stderr}");
     assert_eq!(std::fs::read(&plot).unwrap()[..8], PNG_SIGNATURE);
 
+    // Run in a scratch directory: validate.png goes to the working directory
+    // by default, which must not be the repository.
+    let refused = dir.join("refused");
+    std::fs::create_dir_all(&refused).unwrap();
     let bad = Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
         .args(["validate", "--quick", "--families", "hex,cubes"])
+        .current_dir(&refused)
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("unknown mesh family 'cubes'"), "{stderr}");
+    assert!(!refused.join("validate.png").exists());
 }

@@ -20,6 +20,7 @@ pub mod potential;
 pub mod reference;
 pub mod simple;
 pub mod taylor_green;
+pub mod testing;
 pub mod validation;
 
 pub use simple::{

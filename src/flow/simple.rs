@@ -1214,44 +1214,13 @@ pub(crate) fn flux_poisson(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::VectorValues;
-
-    /// A lid-driven box: the top (y max) moves along x, the other walls
-    /// hold still, zero-gradient pressure.
-    fn lid_driven<'m>(mesh: &'m Mesh, geometry: &'m Geometry) -> Simple<'m> {
-        let velocity: Vec<VelocityCondition> = mesh
-            .patches()
-            .iter()
-            .map(|p| {
-                let lid = p.name == "ymax";
-                VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(
-                    f64::from(u8::from(lid)),
-                    0.0,
-                    0.0,
-                )))
-            })
-            .collect();
-        let pressure = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
-        let n = mesh.n_cells();
-        let mut settings = SimpleSettings::new(0.01);
-        settings.p_ref_cell = 0;
-        Simple::new(
-            mesh,
-            geometry,
-            settings,
-            &velocity,
-            pressure,
-            vec![Vec3::zeros(); n],
-            vec![0.0; n],
-        )
-        .unwrap()
-    }
 
     #[test]
     fn the_equations_share_one_structure_and_assemble_on_their_first_host_use() {
         let mesh = crate::mesh::load("box:6x5x4").unwrap();
         let geometry = mesh.geometry().unwrap();
-        let mut simple = lid_driven(&mesh, &geometry);
+        let mut simple =
+            crate::flow::testing::lid_driven_cavity(&mesh, &geometry, SimpleSettings::new(0.01));
         let (pressure, _) = simple.pressure_system();
         assert!(!pressure.is_assembled());
         for k in 0..simple.components().len() {

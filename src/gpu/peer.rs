@@ -138,6 +138,13 @@ pub fn link(
             timeout_ns: PEER_TIMEOUT.as_nanos() as u64,
         });
     }
+    // The areas and halo buffers are zeroed on each device's own stream,
+    // which nothing orders against a peer's stream: a peer whose first pack
+    // ran before such a zeroing (a busy device runs its stream late) would
+    // see its halo values or flag overwritten. Wait for every device once.
+    for gpu in gpus {
+        gpu.synchronize()?;
+    }
     Ok(links)
 }
 

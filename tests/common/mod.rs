@@ -19,6 +19,14 @@ pub fn fvpoisson(args: &[&str]) -> Output {
         .expect("the fvpoisson binary runs")
 }
 
+/// The path of `rel`, a file or folder of the repository (`cases/…`,
+/// `tests/data/…`), for reading: a test that writes copies it first
+/// ([`case_inputs_copy`], [`copy_dir`] into a [`Scratch`]).
+#[allow(dead_code)] // not every test that shares this module reads repository files
+pub fn repo(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
 /// Copies the directory tree `from` to `to` (created), e.g. a shipped case.
 #[allow(dead_code)] // not every test that shares this module copies cases
 pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -130,13 +138,17 @@ fn is_generated_case_entry(name: &str) -> bool {
 }
 
 /// A path in the temporary directory starting with `stem`, unique to this
-/// process and call: the tests of one binary run side by side in one
-/// process, and two of them may pick the same tag.
+/// process and call (the tests of one binary run side by side in one
+/// process, and two of them may pick the same tag), and free: what an
+/// earlier process of the same id left there (a failed test keeps its
+/// files) is removed.
 #[allow(dead_code)] // not every test that shares this module needs one
 pub fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::env::temp_dir().join(format!("{stem}_{}_{call}", std::process::id()))
+    let path = std::env::temp_dir().join(format!("{stem}_{}_{call}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    path
 }
 
 /// A scratch copy of the shipped case `rel` (relative to the crate root) in a
@@ -145,9 +157,8 @@ pub fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
 /// never reach a test.
 #[allow(dead_code)] // not every test that shares this module copies cases
 pub fn case_inputs_copy(rel: &str, tag: &str) -> std::path::PathBuf {
-    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let from = repo(rel);
     let to = unique_temp_dir(&format!("fvpoisson_case_{}_{tag}", rel.replace('/', "_")));
-    let _ = std::fs::remove_dir_all(&to);
     copy_case_inputs(&from, &to);
     to
 }
@@ -203,7 +214,6 @@ pub struct Scratch(pub std::path::PathBuf);
 impl Scratch {
     pub fn new(tag: &str) -> Self {
         let dir = unique_temp_dir(&format!("fvpoisson_scratch_{tag}"));
-        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         Self(dir)
     }
@@ -216,6 +226,12 @@ impl std::ops::Deref for Scratch {
     }
 }
 
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         if !std::thread::panicking() {
@@ -224,29 +240,40 @@ impl Drop for Scratch {
     }
 }
 
-/// The lid-driven cavity's conditions on `mesh`, per patch: the lid `ymax`
-/// moving at (1, 0, 0), `frontAndBack` empty, walls elsewhere; pressure
-/// zero-gradient.
-#[allow(dead_code)] // not every test that shares this module runs a cavity
-pub fn cavity_conditions(
-    mesh: &fvpoisson::mesh::Mesh,
-) -> (
-    Vec<fvpoisson::flow::VelocityCondition>,
-    Vec<fvpoisson::fvm::BoundaryCondition>,
-) {
-    use fvpoisson::flow::{VectorValues, VelocityCondition};
-    use fvpoisson::fvm::BoundaryCondition;
-    use fvpoisson::mesh::Vec3;
-    let wall = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros()));
-    let lid = VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::new(1.0, 0.0, 0.0)));
-    mesh.patches()
-        .iter()
-        .map(|p| match p.name.as_str() {
-            "ymax" => (lid.clone(), BoundaryCondition::ZeroGradient),
-            "frontAndBack" => (VelocityCondition::Empty, BoundaryCondition::Empty),
-            _ => (wall.clone(), BoundaryCondition::ZeroGradient),
-        })
-        .unzip()
+/// An empty directory `…/UNIQUE/name`, for a case whose directory name a
+/// test reads back (a run names its VTK series and plots after its case
+/// directory); removed with its unique parent when dropped, as a
+/// [`Scratch`].
+#[allow(dead_code)] // not every test that shares this module needs one
+pub struct NamedScratch {
+    path: std::path::PathBuf,
+    _parent: Scratch,
+}
+
+#[allow(dead_code)]
+impl NamedScratch {
+    pub fn new(name: &str) -> Self {
+        let parent = Scratch::new("named");
+        let path = parent.join(name);
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Self {
+            path,
+            _parent: parent,
+        }
+    }
+}
+
+impl std::ops::Deref for NamedScratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for NamedScratch {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
 }
 
 /// Turns the copy of `cases/cavity_ico` in `dir` into a pimpleFoam case of
@@ -328,4 +355,58 @@ U = {{ type = "noSlip" }}
 p = {{ type = "zeroGradient" }}
 {more}"#
     )
+}
+
+/// What p by `PCG` with `DIC`, converged by `controls`, becomes on the GPU:
+/// the device pressure solver with the GPU's default in its place (a
+/// polynomial, `case::SolveTarget::adapt`) and the same controls.
+#[allow(dead_code)] // not every test that shares this module solves on the device
+pub fn dic_as_the_gpu_runs_it(
+    controls: fvpoisson::solve::SolverControls,
+) -> fvpoisson::gpu::simple::DevicePressureSolver {
+    use fvpoisson::case::{LinearSolver, SolveTarget};
+    use fvpoisson::solve::{Preconditioner, PreconditionerKind};
+    let given = LinearSolver {
+        preconditioner: PreconditionerKind::Dic.into(),
+        controls,
+        ..LinearSolver::default()
+    };
+    let Preconditioner::Polynomial(polynomial) = SolveTarget::Gpu.adapt(&given).preconditioner
+    else {
+        panic!("DIC runs a polynomial on the GPU");
+    };
+    fvpoisson::gpu::simple::DevicePressureSolver {
+        jacobi: false,
+        controls,
+        amg: None,
+        polynomial: Some(polynomial),
+    }
+}
+
+/// `scripts/check_vtk.py` on the VTK series `pvd` with `args` (`--cells N`,
+/// `--field NAME`, …), which must pass: its output (stdout, then stderr).
+/// `None`, said on stderr, where python3 has no `vtk` module to read it with.
+#[allow(dead_code)] // not every test that shares this module writes VTK
+pub fn check_vtk(pvd: &std::path::Path, args: &[&str]) -> Option<String> {
+    let python_vtk = Command::new("python3")
+        .args(["-c", "import vtk"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_vtk {
+        eprintln!("skipped the VTK reader check: python3 with the vtk module is not available");
+        return None;
+    }
+    let out = Command::new("python3")
+        .arg(repo("scripts/check_vtk.py"))
+        .arg(pvd)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{}: {text}", pvd.display());
+    Some(text)
 }
