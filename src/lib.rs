@@ -2,6 +2,10 @@
 //!
 //! The modules read as the pipeline: `mesh` (topology, OpenFOAM-exact geometry,
 //! loaders and generators) → `fvm` → `sparse` → `solve` → `gpu` → `case` → `io` → `cli`.
+//!
+//! The library holds the product only: the measurements and studies of
+//! `fvpoisson bench` and `fvpoisson preconditioners` are modules of the
+//! binary (`src/bench/`), which plugs them into [`cli::main`].
 
 pub mod case;
 pub mod cli;
@@ -13,7 +17,6 @@ pub mod io;
 pub mod limits;
 pub mod mesh;
 pub mod parallel;
-pub mod precond_study;
 pub mod slices;
 pub mod solve;
 pub mod sparse;

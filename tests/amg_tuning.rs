@@ -6,8 +6,8 @@
 //! `AMG_TUNING_FILTER` keeps the settings whose description contains one of
 //! its `|`-separated parts).
 
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::testing::random_field;
-use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind};
 use fvpoisson::solve::{pcg, CpuBackend, SolverControls};
 use std::time::Instant;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use fvpoisson::precond_study::case_matrix;
+use fvpoisson::case::initial_matrix;
 use fvpoisson::solve::deflation::{solve_pcg_deflated, Subdomains};
 use fvpoisson::solve::{PreconditionerKind, SolverControls};
 use fvpoisson::sparse::Csr;
@@ -49,7 +49,7 @@ fn check_halving(name: &str, a: &Csr, subdomains: &Subdomains, at_least: f64) {
 
 #[test]
 fn deflation_halves_the_iterations_on_the_64x64_contrast_case() {
-    let a = case_matrix(Path::new("cases/bubbly_stripes_2d")).unwrap();
+    let a = initial_matrix(Path::new("cases/bubbly_stripes_2d")).unwrap();
     assert_eq!(a.n_rows(), 64 * 64);
     // 2n = 128 compact METIS subdomains: 2.6-3.3x fewer iterations.
     let (order, metis) = Subdomains::metis(&a, 128).unwrap();
@@ -74,7 +74,7 @@ fn deflation_halves_the_iterations_on_the_64x64_contrast_case() {
 
 #[test]
 fn deflation_halves_the_iterations_around_a_bubble_on_tetrahedra() {
-    let a = case_matrix(Path::new("cases/bubble_tet_3d")).unwrap();
+    let a = initial_matrix(Path::new("cases/bubble_tet_3d")).unwrap();
     let k = 2 * (a.n_rows() as f64).sqrt().ceil() as usize;
     let (order, metis) = Subdomains::metis(&a, k).unwrap();
     // Measured 1.9-2.1x (DIC and SGS just under 2).

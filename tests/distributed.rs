@@ -6,7 +6,7 @@
 //! distributed run) and subdomain deflation (one vector per rank) against
 //! the serial answer, with their iteration counts printed.
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::parallel::threads::{run_threads, run_threads_within};
 use fvpoisson::parallel::{gather_global, Communicator, SingleProcess};
 use fvpoisson::solve::amg::{solve_amg, AmgSettings};

@@ -4,10 +4,10 @@
 //! The GPU tests print `skipped: no CUDA device` and pass where there is no
 //! GPU, unless FVPOISSON_REQUIRE_GPU=1.
 
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, Schemes, SingularPolicy,
 };
-use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, LaunchMode};
 use fvpoisson::gpu::test_device;
 use fvpoisson::mesh::generate::BoxSpec;

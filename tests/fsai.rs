@@ -4,7 +4,7 @@
 //! the printed eq. 17 runs every row to `steps`), independence of the thread
 //! count.
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::solve::fsai::{fsai_setup, FsaiPattern, FsaiSettings, FsaiStop};
 use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolverControls};
 
@@ -95,69 +95,4 @@ fn setup_does_not_depend_on_the_thread_count() {
         .unwrap();
     let one = pool.install(|| fsai_setup(&a, &s).unwrap());
     assert_eq!(many, one);
-}
-
-/// The CPU rows of `bench --fsai --quick` (Jacobi-PCG against the FSAI
-/// sweep on the quick meshes and the density-contrast case), printed as the
-/// bench prints them; the README's CPU numbers. Slow-ish (a minute on two
-/// cores): `cargo test --test fsai -- --ignored --nocapture`. Other meshes
-/// and variants: `FSAI_MESHES=box:80x80x80 FSAI_VARIANTS='fsai;fsai:pattern=static'`
-/// (no density-contrast case then).
-#[test]
-#[ignore]
-fn cpu_sweep_of_the_quick_bench() {
-    use fvpoisson::gpu::bench::{run_fsai_cpu, table, BenchSettings};
-    use fvpoisson::gpu::fsai_bench::QUICK_MESHES;
-    let meshes = std::env::var("FSAI_MESHES").ok();
-    let variants = std::env::var("FSAI_VARIANTS").map_or(vec![], |v| {
-        v.split(';').map(|s| s.parse().unwrap()).collect()
-    });
-    let contrast = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/bubble_tet_3d");
-    let settings = BenchSettings {
-        deflation_cases: match meshes {
-            Some(_) => vec![],
-            None => vec![contrast],
-        },
-        meshes: meshes.map_or(QUICK_MESHES.map(String::from).to_vec(), |m| {
-            m.split(',').map(String::from).collect()
-        }),
-        orderings: vec![],
-        slice_height: 512,
-        reps: 1,
-        pcg: false,
-        cpu_solve: true,
-        assembly: false,
-        check_interval: 50,
-        cusparse: false,
-        write_mtx: None,
-        smoothers: false,
-        smoother_sweeps: 0,
-        polynomial: false,
-        deflation: false,
-        deflation_subdomains: None,
-        amg: false,
-        amg_variants: vec![],
-        krylov: false,
-        krylov_cd: vec![],
-        ilu_grid: None,
-        fsai: true,
-        fsai_variants: variants,
-    };
-    let report = run_fsai_cpu(&settings).unwrap();
-    print!("{}", table(&report));
-    // Every FSAI row converged in fewer iterations than Jacobi-PCG.
-    for row in report.rows.iter().filter(|r| r.what.contains("FSAI")) {
-        assert!(
-            !row.note.contains("NOT CONVERGED") && !row.note.contains("failed"),
-            "{row:?}"
-        );
-        let fewer: f64 = row
-            .note
-            .split(" iterations (")
-            .nth(1)
-            .and_then(|s| s.split('x').next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("{row:?}"));
-        assert!(fewer > 1.0, "{row:?}");
-    }
 }

@@ -2,7 +2,7 @@
 //! `skipped: no CUDA device` and passes where there is no GPU, unless
 //! FVPOISSON_REQUIRE_GPU=1.
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
 use fvpoisson::gpu::pcg::{
@@ -12,6 +12,7 @@ use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
     pcg, solve_pcg, CgBackend, EquilibrationKind, InitialNorms, PreconditionerKind, SolverControls,
 };
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
 use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 

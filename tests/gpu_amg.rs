@@ -7,8 +7,8 @@
 
 use std::rc::Rc;
 
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::amg::DeviceAmg;
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
@@ -19,6 +19,7 @@ use fvpoisson::solve::{
     Preconditioner, PreconditionerKind, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::{max_rel_diff, relative_residual};
 use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 

@@ -11,6 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::testing::{
     all_neumann_problem, mixed_conditions, random_field, schemes, source,
     varying_and_uniform_gamma, varying_gamma,
@@ -20,7 +21,6 @@ use fvpoisson::fvm::{
     Reference, Schemes, SnGradScheme, TimeScheme,
 };
 use fvpoisson::gpu::assembly::{AssemblyError, DeviceLaplacian};
-use fvpoisson::gpu::bench::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use fvpoisson::gpu::{test_device, Gpu};

@@ -7,7 +7,7 @@
 //! the same tolerance). Also the device Gershgorin bound against the host's.
 //! Prints `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::DeviceBlockIc;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};

@@ -10,21 +10,22 @@ use std::rc::Rc;
 
 use nalgebra::DMatrix;
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::case::initial_matrix;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::deflation::{
     coarse_inverse_on_device, deflated_pcg_device, solve_pcg_deflated_gpu, DeviceDeflation,
-    DeviceNeumann,
+    DeviceNeumann, DEFLATED_PCG_KINDS,
 };
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::test_device;
-use fvpoisson::precond_study::{case_matrix, GPU_KINDS};
 use fvpoisson::solve::deflation::{
     coarse_inverse, solve_pcg_deflated, CpuDeflation, DeflationOps, Subdomains,
 };
 use fvpoisson::solve::neumann::TruncatedNeumann;
 use fvpoisson::solve::{LinearOperator, PreconditionerKind, SolverControls};
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::random_symmetric;
 use fvpoisson::sparse::{Csr, ModSell};
 
@@ -54,7 +55,7 @@ fn systems() -> Vec<(String, Csr, Subdomains)> {
         add(spec, poisson_system(spec).unwrap().0);
     }
     for case in ["cases/bubbly_stripes_2d", "cases/bubble_tet_3d"] {
-        add(case, case_matrix(Path::new(case)).unwrap());
+        add(case, initial_matrix(Path::new(case)).unwrap());
     }
     out
 }
@@ -309,7 +310,7 @@ fn deflated_iterates_and_solves_match_the_cpu() {
         // (`inverse_tolerance`), which the iterates carry.
         let e = CpuDeflation::new(&a, subdomains.clone()).unwrap();
         let deflated_tolerance = inverse_tolerance(e.coarse_matrix()).max(1e-9);
-        for kind in GPU_KINDS {
+        for kind in DEFLATED_PCG_KINDS {
             for deflation in [None, Some(&subdomains)] {
                 let label = if deflation.is_some() {
                     "deflated"

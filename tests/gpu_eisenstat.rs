@@ -4,8 +4,8 @@
 //! measured differences and `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::testing::random_field;
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
 use fvpoisson::gpu::eisenstat::DeviceEisenstat;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::solve_pcg_gpu_with;
@@ -19,6 +19,7 @@ use fvpoisson::solve::{
     SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::random_symmetric;
 use fvpoisson::sparse::Csr;
 

@@ -8,8 +8,8 @@
 
 mod common;
 
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::amg::DeviceCsr;
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage};
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
@@ -19,6 +19,7 @@ use fvpoisson::solve::{
     solve_pcg_scaled, EquilibrationKind, LinearOperator, Precision, Preconditioner, SolverControls,
 };
 use fvpoisson::sparse::testing::random_vector;
+use fvpoisson::sparse::testing::{max_rel_diff, relative_residual};
 use fvpoisson::sparse::{Csr, RowOrdering};
 
 /// Real FVM systems (perturbed renumbered tets, a hex box, a 2-D box, a

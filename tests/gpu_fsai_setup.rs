@@ -8,7 +8,7 @@
 //! same G. Prints `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::fsai_setup::{fsai_setup_gpu, fsai_setup_gpu_budget};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::fsai::{fsai_setup, FsaiPattern, FsaiSettings, FsaiStop};

@@ -4,7 +4,7 @@
 //! iterations. Prints `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::smooth::DevicePreconditioner;

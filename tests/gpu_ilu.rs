@@ -6,7 +6,7 @@
 //! `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::fvm::convection::{convection_diffusion, swirl};
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::ilu::{DeviceIlu, DeviceSchwarz};
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};

@@ -8,7 +8,7 @@
 //! rank per device. `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::multi::{
     box_slabs, nccl_available, solve_pcg_multi, MultiGpuBackend, MultiGpuOptions, Reduction,
@@ -23,6 +23,7 @@ use fvpoisson::solve::{
     pcg, solve_pcg, EquilibrationKind, Preconditioner, PreconditionerKind, SolverControls,
 };
 use fvpoisson::sparse::distribute::Decomposition;
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
 use fvpoisson::sparse::Csr;
 use fvpoisson::sparse::RowOrdering;

@@ -11,7 +11,7 @@ mod common;
 
 use std::rc::Rc;
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
@@ -25,6 +25,7 @@ use fvpoisson::solve::{
     PolynomialSettings, Precision, Preconditioner, SmootherKind, SmootherSettings, SolverControls,
 };
 use fvpoisson::sparse::testing::SplitMix;
+use fvpoisson::sparse::testing::{max_rel_diff, relative_residual};
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 
 /// Real FVM systems (perturbed and renumbered tets, a 2-D box, a polyhedral

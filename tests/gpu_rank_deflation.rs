@@ -11,7 +11,7 @@
 //! (E not positive definite) is an error on every rank. `skipped: no CUDA
 //! device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::multi::{
     pcg_over_ranks, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions, Transport,
 };

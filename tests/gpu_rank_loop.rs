@@ -11,13 +11,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::multi::{nccl_available, release_kept_comms, MultiGpuBackend, MultiGpuOptions};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::parallel::threads::run_threads_within;
 use fvpoisson::parallel::Communicator;
 use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::distribute::Decomposition;
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::SplitMix;
 use fvpoisson::sparse::Csr;
 

@@ -435,7 +435,7 @@ fn without_upper_entries(a: &Csr, r: usize) -> Csr {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_level_schedules_equal_the_hosts_on_deep_and_asymmetric_patterns() {
-    let a = fvpoisson::gpu::bench::poisson_system("box:24x24x24")
+    let a = fvpoisson::fvm::testing::poisson_system("box:24x24x24")
         .unwrap()
         .0;
     let a = reverse_cuthill_mckee(&a).apply_symmetric(&a);

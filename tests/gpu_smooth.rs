@@ -8,7 +8,7 @@ mod common;
 
 use std::rc::Rc;
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::smooth::{
@@ -21,6 +21,7 @@ use fvpoisson::solve::{
     solve_pcg, solve_pcg_scaled, solve_smooth, ColouringKind, EquilibrationKind, InnerSolver,
     Preconditioner, SmootherKind, SmootherSettings, SolverControls, Sweep,
 };
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::random_symmetric;
 use fvpoisson::sparse::{Csr, ModSell, RowOrdering};
 

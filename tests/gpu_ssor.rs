@@ -6,7 +6,7 @@
 //! Prints `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::ssor::DeviceSsor;
@@ -16,6 +16,7 @@ use fvpoisson::solve::ssor::{Ssor, SsorSettings};
 use fvpoisson::solve::{
     solve_pcg_scaled, EquilibrationKind, LinearOperator, Preconditioner, SolverControls,
 };
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector};
 
 #[test]

@@ -5,7 +5,7 @@
 //! mod-SELL) over RCM. λ and the orderings are host computations, so these
 //! run in CI.
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::sparse::ordering::{bandwidth, cuthill_mckee, reverse_cuthill_mckee};
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
 use fvpoisson::sparse::{Csr, ModSell, Reordered, RowOrdering};

@@ -3,13 +3,14 @@
 //! than Jacobi-PCG, and mixed precision reaches the same accuracy as f64.
 //! Each test prints a compact table.
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system, relative_residual};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::solve::polynomial::{gershgorin_bound, lanczos_bound};
 use fvpoisson::solve::{
     solve_pcg, EigenBound, PolynomialKind, PolynomialSettings, Precision, Preconditioner,
     PreconditionerKind, SolverControls, SolverPerformance,
 };
 use fvpoisson::sparse::testing::dense;
+use fvpoisson::sparse::testing::{max_rel_diff, relative_residual};
 use fvpoisson::sparse::Csr;
 use nalgebra::{DMatrix, SymmetricEigen};
 

@@ -1,12 +1,13 @@
 //! Smoothers on the CPU on real FVM systems: as OpenFOAM smoothSolvers, as PCG
 //! preconditioners (flexible PCG for the non-linear ones), colour counts.
 
-use fvpoisson::gpu::bench::{max_rel_diff, poisson_system};
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::solve::colouring::Colouring;
 use fvpoisson::solve::{
     pcg, solve_pcg, solve_smooth, ColouringKind, CpuBackend, InnerSolver, Preconditioner,
     PreconditionerKind, SmootherKind, SmootherSettings, SolverControls, SolverPerformance, Sweep,
 };
+use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::Csr;
 
 const MESHES: [&str; 4] = [

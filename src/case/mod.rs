@@ -5,7 +5,6 @@
 pub mod case_toml;
 pub mod decompose;
 pub mod expr;
-pub mod flow_bench;
 pub mod flow_case;
 pub mod foam_to_vtk;
 pub mod function_objects;
@@ -112,4 +111,41 @@ pub fn read_case_dir_with_mesh(case_dir: &Path) -> Result<(CaseSetup, Option<Mes
         case_dir.display(),
         case_toml::CASE_FILE
     )))
+}
+
+/// The matrix of the first linear system of the case in `case_dir` (t = 0,
+/// with the case's Γ, boundary conditions and time scheme): the
+/// preconditioner study's and the density-contrast benches' systems.
+pub fn initial_matrix(case_dir: &Path) -> Result<crate::sparse::Csr, CaseError> {
+    initial_matrix_on(case_dir, None)
+}
+
+/// [`initial_matrix`] on `mesh` in place of the case's own mesh (its Γ,
+/// boundary conditions by patch name and time scheme): a case's problem at
+/// other sizes (`bench` cases `bubble:MESH`).
+pub fn initial_matrix_on(
+    case_dir: &Path,
+    mesh: Option<Mesh>,
+) -> Result<crate::sparse::Csr, CaseError> {
+    use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
+    let (setup, own) = read_case_dir_with_mesh(case_dir)?;
+    let mesh = match mesh.or(own) {
+        Some(mesh) => mesh,
+        None => setup.mesh.load()?,
+    };
+    let geometry = mesh.geometry()?;
+    let time = match setup.time {
+        TimeControl::Steady { .. } => TimeScheme::SteadyState,
+        TimeControl::Euler { delta_t, .. } => TimeScheme::Euler { dt: delta_t },
+    };
+    let problem = LaplacianProblem {
+        gamma: setup.gamma.cell_field(0.0),
+        source: setup.source.cell_field(0.0),
+        boundary: setup.boundary_conditions(&mesh, &geometry, 0.0)?,
+        time,
+        singular: setup.singular,
+    };
+    let system = LaplacianSystem::new(&mesh, &geometry, setup.schemes, &problem)
+        .map_err(|e| CaseError::Invalid(format!("{}: {e}", setup.origin)))?;
+    Ok(system.matrix)
 }

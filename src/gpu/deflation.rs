@@ -692,9 +692,17 @@ pub fn deflated_pcg_device(
     Ok((perf, recorded.spectrum()))
 }
 
+/// The preconditioners [`solve_pcg_deflated_gpu`] runs.
+pub const DEFLATED_PCG_KINDS: [PreconditionerKind; 4] = [
+    PreconditionerKind::None,
+    PreconditionerKind::Jacobi,
+    PreconditionerKind::Neumann1,
+    PreconditionerKind::Neumann2,
+];
+
 /// PCG on the GPU on `a` as given (rows in the order to use: with
-/// `subdomains`, each subdomain contiguous) with `kind` (none, Jacobi, Neu1,
-/// Neu2), deflated by `subdomains` when given, from the initial guess in
+/// `subdomains`, each subdomain contiguous) with `kind` (one of
+/// [`DEFLATED_PCG_KINDS`]), deflated by `subdomains` when given, from the initial guess in
 /// `x`; returns the performance and the Lanczos estimate of the
 /// preconditioned (deflated) operator's spectrum. Undeflated solves run the
 /// fused device loop for none and Jacobi.

@@ -14,46 +14,31 @@
 //! mixed precision), [`deflation`] the truncated Neumann preconditioner and
 //! subdomain deflation, [`ic`] level-scheduled incomplete Cholesky, [`amg`]
 //! aggregation AMG (set-up on the device, its cycle a PCG preconditioner),
-//! [`bench`] the `fvpoisson bench` measurements
-//! ([`smooth_bench`] those of the smoothers, [`polynomial_bench`] those of the
-//! polynomials, [`amg_bench`] of AMG), [`cusparse`] the cuSPARSE
-//! baseline they are compared with (loaded only by the bench), [`krylov`]
+//! [`cusparse`] the cuSPARSE baseline that `fvpoisson bench` (the binary's
+//! `src/bench/`) compares them with (loaded only by the bench), [`krylov`]
 //! GMRES and BiCGStab for nonsymmetric systems.
 
 pub mod amg;
-pub mod amg_bench;
 pub mod assembly;
-pub mod bench;
 pub mod cache;
 pub mod cusparse;
 pub mod deflation;
-pub mod deflation_bench;
 pub mod eisenstat;
-pub mod eisenstat_bench;
 pub mod fsai;
-pub mod fsai_bench;
 pub mod fsai_setup;
 pub mod ic;
 pub mod ilu;
-pub mod ilu_bench;
 pub mod kernel_args;
 pub mod krylov;
-pub mod krylov_bench;
 pub mod matrix;
 pub mod multi;
-pub mod multi_bench;
 pub mod pcg;
 pub mod peer;
 pub mod polynomial;
-pub mod polynomial_bench;
-pub mod precond_bench;
-pub mod rank_deflation_bench;
-pub mod rank_loop_bench;
 pub mod registered;
 pub mod setup;
 pub mod simple;
 pub mod smooth;
-pub mod smooth_bench;
 /// SSOR's device half, kept in its algorithm's folder (`solve::ssor`).
 #[path = "../solve/ssor/cuda.rs"]
 pub mod ssor;

@@ -2,7 +2,7 @@
 
 use std::process::{Command, Output};
 
-use fvpoisson::gpu::bench::poisson_system;
+use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::random_systems;
 use fvpoisson::sparse::Csr;
@@ -98,7 +98,7 @@ pub fn corruptions(bytes: &[u8], count: usize) -> Vec<Vec<u8>> {
     out
 }
 
-/// The Poisson systems (`gpu::bench::poisson_system`) of the mesh specs,
+/// The Poisson systems (`fvm::testing::poisson_system`) of the mesh specs,
 /// each named by the last part of its path. Mesh files are relative to the
 /// repository root, the working directory of `cargo test` and of the device
 /// runs.

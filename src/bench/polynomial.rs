@@ -21,16 +21,16 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
-use super::pcg::{GpuCgBackend, GpuSolveOptions};
-use super::polynomial::DevicePolynomial;
-use super::smooth::DevicePreconditioner;
-use super::Gpu;
-use crate::solve::{
+use super::tables::{controls, BenchSettings, JacobiBaseline, Row};
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::polynomial::DevicePolynomial;
+use fvpoisson::gpu::smooth::DevicePreconditioner;
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::{
     pcg, solve_pcg, EigenBound, PolynomialKind, PolynomialSettings, Precision, PreconditionerKind,
 };
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::Csr;
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::Csr;
 
 /// Rows up to which the CPU DIC-PCG is timed (above: minutes per solve).
 pub const CPU_DIC_MAX_ROWS: usize = 2 << 20;

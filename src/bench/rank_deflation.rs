@@ -19,17 +19,18 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, max_rel_diff, poisson_system, Row};
-use super::ic::{DeviceIncompleteCholesky, IcKind};
-use super::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
-use super::smooth::DevicePreconditioner;
-use super::{Gpu, GpuError};
-use crate::parallel::threads::run_threads;
-use crate::parallel::{gather_global, Communicator};
-use crate::solve::distributed::{agree, solve_pcg_distributed_deflated, Deflation};
-use crate::solve::{PreconditionerKind, SolveError};
-use crate::sparse::distribute::Decomposition;
-use crate::sparse::Csr;
+use super::tables::{controls, poisson_system, Row};
+use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
+use fvpoisson::gpu::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
+use fvpoisson::gpu::smooth::DevicePreconditioner;
+use fvpoisson::gpu::{Gpu, GpuError};
+use fvpoisson::parallel::threads::run_threads;
+use fvpoisson::parallel::{gather_global, Communicator};
+use fvpoisson::solve::distributed::{agree, solve_pcg_distributed_deflated, Deflation};
+use fvpoisson::solve::{PreconditionerKind, SolveError};
+use fvpoisson::sparse::distribute::Decomposition;
+use fvpoisson::sparse::testing::max_rel_diff;
+use fvpoisson::sparse::Csr;
 
 /// A hex box of 1 M cells and a perturbed tet box of 0.75 M.
 pub const DEFAULT_MESHES: [&str; 2] = ["box:100x100x100", "box:50x50x50:tet:perturb=0.2"];

@@ -21,17 +21,17 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, BenchSettings, Row};
-use super::krylov::{DeviceDiagonal, DevicePreconditioner, GpuKrylovBackend};
-use super::Gpu;
-use crate::solve::bicgstab::bicgstab;
-use crate::solve::gmres::gmres;
-use crate::solve::precond::Jacobi;
-use crate::solve::{
+use super::tables::{controls, BenchSettings, Row};
+use fvpoisson::gpu::krylov::{DeviceDiagonal, DevicePreconditioner, GpuKrylovBackend};
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::bicgstab::bicgstab;
+use fvpoisson::solve::gmres::gmres;
+use fvpoisson::solve::precond::Jacobi;
+use fvpoisson::solve::{
     CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod, LinearOperator,
     Orthogonalization, PreconditioningSide, SolveError, SolverControls, SolverPerformance,
 };
-use crate::sparse::{Csr, Reordered, RowOrdering};
+use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 
 /// Iterations the CPU rows run at most.
 pub const CPU_ITERATIONS: usize = 200;
@@ -63,12 +63,12 @@ pub fn preconditioners() -> Vec<KrylovPreconditioner> {
         },
         KrylovPreconditioner {
             name: "DILU",
-            cpu: |a| Ok(Box::new(crate::solve::ilu::dilu(a)?)),
+            cpu: |a| Ok(Box::new(fvpoisson::solve::ilu::dilu(a)?)),
             gpu: |gpu, a| {
-                Ok(Box::new(super::ic::DeviceIncompleteCholesky::new(
+                Ok(Box::new(fvpoisson::gpu::ic::DeviceIncompleteCholesky::new(
                     gpu,
                     a,
-                    super::ic::IcKind::Dilu,
+                    fvpoisson::gpu::ic::IcKind::Dilu,
                 )?))
             },
             // Both sweeps: the off-diagonals (value + column) once, r, 1/d* and
@@ -77,8 +77,8 @@ pub fn preconditioners() -> Vec<KrylovPreconditioner> {
         },
         KrylovPreconditioner {
             name: "ILU(0)",
-            cpu: |a| Ok(Box::new(crate::solve::ilu::Ilu::new(a, 0)?)),
-            gpu: |gpu, a| Ok(Box::new(super::ilu::DeviceIlu::new(gpu, a, 0)?)),
+            cpu: |a| Ok(Box::new(fvpoisson::solve::ilu::Ilu::new(a, 0)?)),
+            gpu: |gpu, a| Ok(Box::new(fvpoisson::gpu::ilu::DeviceIlu::new(gpu, a, 0)?)),
             // Both sweeps: L and U (value + column) once, r read, z written and
             // read back, a row pointer and diagonal slot per row and sweep.
             bytes: |n, nnz| 12.0 * nnz as f64 + 64.0 * n as f64,
@@ -89,13 +89,15 @@ pub fn preconditioners() -> Vec<KrylovPreconditioner> {
                 let s = "ras:subdomains=64:overlap=1"
                     .parse()
                     .map_err(SolveError::InvalidControls)?;
-                Ok(Box::new(crate::solve::schwarz::Schwarz::new(a, &s)?))
+                Ok(Box::new(fvpoisson::solve::schwarz::Schwarz::new(a, &s)?))
             },
             gpu: |gpu, a| {
                 let s = "ras:subdomains=64:overlap=1"
                     .parse()
                     .map_err(SolveError::InvalidControls)?;
-                Ok(Box::new(super::ilu::DeviceSchwarz::new(gpu, a, &s)?))
+                Ok(Box::new(fvpoisson::gpu::ilu::DeviceSchwarz::new(
+                    gpu, a, &s,
+                )?))
             },
             // ILU(0)'s bytes (overlap rows not counted) plus the gather and
             // scatter (an index and a value each way).
@@ -125,9 +127,9 @@ fn methods() -> Vec<KrylovMethod> {
 /// Minimum bytes of one iteration of `method` (GMRES: one Arnoldi step,
 /// averaged over a restart cycle, the cycle's solution update and residual
 /// included), with a preconditioner application of `precond` bytes; n rows,
-/// nnz entries (mod-SELL SpMV as `bench::spmv_bytes`).
+/// nnz entries (mod-SELL SpMV as `tables::spmv_bytes`).
 pub fn iteration_bytes(method: &KrylovMethod, n: usize, nnz: usize, precond: f64) -> f64 {
-    let spmv = super::bench::spmv_bytes(super::matrix::Format::ModSell, n, nnz);
+    let spmv = super::tables::spmv_bytes(fvpoisson::gpu::matrix::Format::ModSell, n, nnz);
     let v = 8.0 * n as f64;
     match method {
         // 2 SpMV (+ r0 and s read for the fused dots), 2 applications, the
@@ -276,13 +278,13 @@ pub fn rows(
 /// The convection–diffusion system of `fvm::convection` on the mesh `spec`
 /// (Γ = 0.002, swirling flow of unit speed), as a bench case named `cd:spec`.
 pub fn convection_diffusion_case(spec: &str) -> anyhow::Result<(String, Csr, Vec<f64>)> {
-    let mesh = crate::mesh::source::load(spec)?;
+    let mesh = fvpoisson::mesh::source::load(spec)?;
     let geometry = mesh.geometry()?;
-    let (a, b) = crate::fvm::convection::convection_diffusion(
+    let (a, b) = fvpoisson::fvm::convection::convection_diffusion(
         &mesh,
         &geometry,
         0.002,
-        crate::fvm::convection::swirl(1.0),
+        fvpoisson::fvm::convection::swirl(1.0),
     )?;
     Ok((format!("cd:{spec}"), a, b))
 }

@@ -14,13 +14,14 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, max_rel_diff, Row};
-use super::deflation::solve_pcg_deflated_gpu;
-use super::pcg::{GpuSolveOptions, LaunchMode};
-use super::Gpu;
-use crate::solve::deflation::Subdomains;
-use crate::solve::{solve_pcg, PreconditionerKind};
-use crate::sparse::{Csr, Reordered, RowOrdering};
+use super::tables::{controls, Row};
+use fvpoisson::gpu::deflation::solve_pcg_deflated_gpu;
+use fvpoisson::gpu::pcg::{GpuSolveOptions, LaunchMode};
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::deflation::Subdomains;
+use fvpoisson::solve::{solve_pcg, PreconditionerKind};
+use fvpoisson::sparse::testing::max_rel_diff;
+use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 
 /// Subdomains used when none is given: Gupta et al.'s (2011) 2n (2⌈√N⌉), at most 512
 /// (E⁻¹ costs k³ flops on the host at setup, ~0.1 s at 512, and 8k² bytes

@@ -25,37 +25,39 @@
 //! projection moves against an SpMV's. Before the first case every row runs
 //! once on a small system (`warm_up`), so that no timed row includes kernel
 //! compilation or module loading; the output says how long that took. The CPU DIC-PCG runs in natural order (rayon where
-//! it parallelises); above `polynomial_bench::CPU_DIC_MAX_ROWS` rows its
+//! it parallelises); above `polynomial::CPU_DIC_MAX_ROWS` rows its
 //! time is extrapolated from a timed fraction (set-up + 20 iterations) times
 //! the iterations of the device DIC-PCG in RCM order, and labelled so.
 
 use std::time::Instant;
 
-use super::amg::{gpu_amg_settings, DeviceAmg};
-use super::bench::{controls, poisson_system, JacobiBaseline, Row};
-use super::deflation::{deflated_pcg_device, DeviceDeflation, DeviceNeumann};
-use super::deflation_bench::default_subdomains;
-use super::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
-use super::matrix::DeviceModSell;
-use super::pcg::{GpuCgBackend, GpuSolveOptions};
-use super::polynomial::DevicePolynomial;
-use super::polynomial_bench::CPU_DIC_MAX_ROWS;
-use super::setup::SetupPhase;
-use super::smooth::{block_layout_for, colour_layout, gpu_preconditioner, DevicePreconditioner};
-use super::smooth_bench::{solve_warm, Ordered};
-use super::Gpu;
-use crate::solve::amg::AmgSettings;
-use crate::solve::deflation::Subdomains;
-use crate::solve::precond::Dic;
-use crate::solve::registry::{self, GpuDefault, Role};
-use crate::solve::{
+use super::deflation::default_subdomains;
+use super::polynomial::CPU_DIC_MAX_ROWS;
+use super::smooth::{solve_warm, Ordered};
+use super::tables::{controls, poisson_system, JacobiBaseline, Row};
+use fvpoisson::gpu::amg::{gpu_amg_settings, DeviceAmg};
+use fvpoisson::gpu::deflation::{deflated_pcg_device, DeviceDeflation, DeviceNeumann};
+use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::polynomial::DevicePolynomial;
+use fvpoisson::gpu::setup::SetupPhase;
+use fvpoisson::gpu::smooth::{
+    block_layout_for, colour_layout, gpu_preconditioner, DevicePreconditioner,
+};
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::amg::AmgSettings;
+use fvpoisson::solve::deflation::Subdomains;
+use fvpoisson::solve::precond::Dic;
+use fvpoisson::solve::registry::{self, GpuDefault, Role};
+use fvpoisson::solve::{
     pcg, solve_pcg, ColouringKind, CpuBackend, InnerSolver, PolynomialKind, PolynomialSettings,
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
     Sweep,
 };
-use crate::sparse::blocks::in_block_fraction;
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::Csr;
+use fvpoisson::sparse::blocks::in_block_fraction;
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::Csr;
 
 /// The cases of the table: the 8M-cell hex box, the perturbed tet box and
 /// the density-contrast case (`--quick`: small ones).
@@ -80,9 +82,12 @@ pub fn default_cases(quick: bool) -> Vec<String> {
 fn case_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
     let dir = std::path::Path::new(case);
     if dir.is_dir() && (dir.join("case.toml").exists() || dir.join("system").exists()) {
-        let a = crate::precond_study::case_matrix(dir)?;
+        let a = fvpoisson::case::initial_matrix(dir)?;
         let mut b = vec![0.0; a.n_rows()];
-        a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut b);
+        a.spmv(
+            &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
+            &mut b,
+        );
         return Ok((a, b));
     }
     poisson_system(case)
@@ -111,7 +116,7 @@ impl Entry {
 /// launches after one warm-up, on the device clock's host view (the stream
 /// synchronised before and after).
 fn spmv_ms(gpu: &Gpu, m: &DeviceModSell, reps: usize) -> anyhow::Result<f64> {
-    let x = gpu.upload(&crate::fvm::testing::random_field(m.n, 5))?;
+    let x = gpu.upload(&fvpoisson::fvm::testing::random_field(m.n, 5))?;
     let y = gpu.zeros::<f64>(m.n)?;
     m.spmv(gpu, &x, &y)?;
     gpu.synchronize()?;
@@ -406,8 +411,9 @@ fn case_entries(
         Box::new(move |o: &Ordered<'_>| {
             let (sm, _) = o.smoother(gpu, &s)?;
             Ok(
-                Box::new(super::smooth::DeviceSmootherPreconditioner::new(sm, &s))
-                    as Box<dyn DevicePreconditioner>,
+                Box::new(fvpoisson::gpu::smooth::DeviceSmootherPreconditioner::new(
+                    sm, &s,
+                )) as Box<dyn DevicePreconditioner>,
             )
         })
     };

@@ -22,17 +22,17 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
-use super::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
-use super::fsai_setup::FsaiSetupStats;
-use super::pcg::{GpuCgBackend, GpuSolveOptions};
-use super::smooth::DevicePreconditioner;
-use super::Gpu;
-use crate::solve::cpu::CpuBackend;
-use crate::solve::fsai::{FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop};
-use crate::solve::{pcg, solve_pcg, PreconditionerKind, SolveError};
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::Csr;
+use super::tables::{controls, BenchSettings, JacobiBaseline, Row};
+use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
+use fvpoisson::gpu::fsai_setup::FsaiSetupStats;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::smooth::DevicePreconditioner;
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::cpu::CpuBackend;
+use fvpoisson::solve::fsai::{FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop};
+use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolveError};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::Csr;
 
 /// Rows up to which the CPU rows run.
 pub const CPU_MAX_ROWS: usize = 2 << 20;
@@ -88,7 +88,7 @@ fn label(s: &FsaiSettings) -> String {
     if s.postfilter > 0.0 {
         l += &format!(" post {}", s.postfilter);
     }
-    if s.precision == crate::solve::Precision::Mixed {
+    if s.precision == fvpoisson::solve::Precision::Mixed {
         l += " mixed";
     }
     l
@@ -106,7 +106,7 @@ fn setup_note(a: &Csr, s: &FsaiSettings, stats: &FsaiSetupStats) -> String {
     );
     if *s == FsaiSettings::default() {
         let t = Instant::now();
-        match crate::solve::fsai::fsai_setup(a, s) {
+        match fvpoisson::solve::fsai::fsai_setup(a, s) {
             Ok(_) => {
                 let host_ms = t.elapsed().as_secs_f64() * 1e3;
                 note += &format!(
@@ -299,4 +299,73 @@ pub fn rows(
         push(format!("PCG {} CPU", label(s)), "rcm", total, note);
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU rows of `bench --fsai --quick` (Jacobi-PCG against the FSAI
+    /// sweep on the quick meshes and the density-contrast case), printed as the
+    /// bench prints them; the README's CPU numbers. Slow-ish (a minute on two
+    /// cores): `cargo test --bin fvpoisson cpu_sweep -- --ignored --nocapture`. Other meshes
+    /// and variants: `FSAI_MESHES=box:80x80x80 FSAI_VARIANTS='fsai;fsai:pattern=static'`
+    /// (no density-contrast case then).
+    #[test]
+    #[ignore]
+    fn cpu_sweep_of_the_quick_bench() {
+        use crate::bench::tables::{run_fsai_cpu, table, BenchSettings};
+        let meshes = std::env::var("FSAI_MESHES").ok();
+        let variants = std::env::var("FSAI_VARIANTS").map_or(vec![], |v| {
+            v.split(';').map(|s| s.parse().unwrap()).collect()
+        });
+        let contrast = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/bubble_tet_3d");
+        let settings = BenchSettings {
+            deflation_cases: match meshes {
+                Some(_) => vec![],
+                None => vec![contrast],
+            },
+            meshes: meshes.map_or(QUICK_MESHES.map(String::from).to_vec(), |m| {
+                m.split(',').map(String::from).collect()
+            }),
+            orderings: vec![],
+            slice_height: 512,
+            reps: 1,
+            pcg: false,
+            cpu_solve: true,
+            assembly: false,
+            check_interval: 50,
+            cusparse: false,
+            write_mtx: None,
+            smoothers: false,
+            smoother_sweeps: 0,
+            polynomial: false,
+            deflation: false,
+            deflation_subdomains: None,
+            amg: false,
+            amg_variants: vec![],
+            krylov: false,
+            krylov_cd: vec![],
+            ilu_grid: None,
+            fsai: true,
+            fsai_variants: variants,
+        };
+        let report = run_fsai_cpu(&settings).unwrap();
+        print!("{}", table(&report));
+        // Every FSAI row converged in fewer iterations than Jacobi-PCG.
+        for row in report.rows.iter().filter(|r| r.what.contains("FSAI")) {
+            assert!(
+                !row.note.contains("NOT CONVERGED") && !row.note.contains("failed"),
+                "{row:?}"
+            );
+            let fewer: f64 = row
+                .note
+                .split(" iterations (")
+                .nth(1)
+                .and_then(|s| s.split('x').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("{row:?}"));
+            assert!(fewer > 1.0, "{row:?}");
+        }
+    }
 }

@@ -8,15 +8,24 @@
 //! The set-ups (the colouring, the split) are given in the notes. The same
 //! Eisenstat row is in `--preconditioners` and in `--smoothers`' PCG table.
 
-use super::bench::{controls, copy_bandwidth, poisson_system, JacobiBaseline, Row};
-use super::eisenstat::{bench_solve, layout_settings, EisenstatOptions, DEFAULT_OPTIONS};
-use super::pcg::GpuSolveOptions;
-use super::smooth::{colour_layout, DeviceSmootherPreconditioner};
-use super::smooth_bench::{solve_warm, Ordered};
-use super::Gpu;
-use crate::solve::eisenstat::ResidualCheck;
-use crate::solve::{SolveError, SolverPerformance};
-use crate::sparse::ordering::reverse_cuthill_mckee;
+use super::smooth::{solve_warm, Ordered};
+use super::tables::{controls, copy_bandwidth, poisson_system, JacobiBaseline, Row};
+use std::time::Instant;
+
+use fvpoisson::gpu::eisenstat::{
+    layout_settings, DeviceEisenstat, EisenstatOptions, DEFAULT_OPTIONS,
+};
+use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuVector};
+use fvpoisson::gpu::smooth::{colour_layout, DeviceSmootherPreconditioner};
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::colouring::Colouring;
+use fvpoisson::solve::eisenstat::eisenstat_cg;
+use fvpoisson::solve::eisenstat::ResidualCheck;
+use fvpoisson::solve::SolverControls;
+use fvpoisson::solve::{SolveError, SolverPerformance};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::Csr;
 
 /// The Eisenstat rows: the residual carried every iteration, or checked
 /// when predicted converged (at least every 50 iterations: on the CPU the
@@ -177,4 +186,91 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
 /// The baseline's iterations and residual as a performance record.
 fn baseline_perf(baseline: &JacobiBaseline) -> SolverPerformance {
     baseline.performance().clone()
+}
+
+/// One Eisenstat row of the benches.
+pub struct EisenstatBench {
+    /// The split, the scaling and the uploads.
+    pub setup_ms: f64,
+    /// The timed solve (after a warm-up solve).
+    pub solve_ms: f64,
+    pub result: Result<SolverPerformance, SolveError>,
+    /// Backward sweep, forward sweep, update ([`DeviceEisenstat::phase_ms`]).
+    pub phases_ms: [f64; 3],
+    /// Their bytes ([`DeviceEisenstat::phase_bytes`]).
+    pub phase_bytes: [f64; 3],
+}
+
+impl EisenstatBench {
+    /// The phase times in words, for the notes; with the device's copy
+    /// bandwidth (GB/s), each phase's time over its floor (bytes / bandwidth).
+    pub fn phases(&self, copy_gb_s: Option<f64>) -> String {
+        let names = ["backward sweep", "forward sweep", "update"];
+        let floor = |bytes: f64| copy_gb_s.map(|bw| bytes / (bw * 1e9) * 1e3);
+        let mut parts: Vec<String> = (0..3)
+            .map(|k| {
+                let (ms, bytes) = (self.phases_ms[k], self.phase_bytes[k]);
+                match floor(bytes) {
+                    Some(f) => format!(
+                        "{} {ms:.3} ms ({:.0} MB, x{:.2} of its floor)",
+                        names[k],
+                        bytes / 1e6,
+                        ms / f
+                    ),
+                    None => format!("{} {ms:.3} ms ({:.0} MB)", names[k], bytes / 1e6),
+                }
+            })
+            .collect();
+        let (ms, bytes): (f64, f64) = (self.phases_ms.iter().sum(), self.phase_bytes.iter().sum());
+        if let Some(f) = floor(bytes) {
+            parts.push(format!(
+                "phases together {ms:.3} ms per iteration, floor {f:.3} ms (x{:.2})",
+                ms / f
+            ));
+        }
+        parts.join(", ")
+    }
+}
+
+/// What `bench --preconditioners`, `--smoothers` and `--eisenstat` measure:
+/// the set-up on `cg`'s matrix `a` (colour-contiguous by `colouring`), then a
+/// warm-up solve from x = 0 and the timed one, residuals checked as `check`
+/// says, up to `max_chunk` iterations between read-backs, rows sorted in
+/// `sort_window`s, and the phases' times.
+pub fn bench_solve(
+    gpu: &Gpu,
+    cg: &GpuCgBackend<'_>,
+    a: &Csr,
+    colouring: &Colouring,
+    b: &GpuVector,
+    controls: &SolverControls,
+    options: EisenstatOptions,
+) -> anyhow::Result<EisenstatBench> {
+    let EisenstatOptions {
+        check,
+        max_chunk,
+        sort_window,
+    } = options;
+    let t = Instant::now();
+    let mut eisenstat = DeviceEisenstat::with_sorted_rows(gpu, cg, a, colouring, sort_window)?;
+    eisenstat.set_max_chunk(max_chunk);
+    gpu.synchronize()?;
+    let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+    let zeros = vec![0.0; a.n_rows()];
+    let mut x = cg.upload(&zeros)?;
+    let _ = eisenstat_cg(&eisenstat, b, &mut x, controls, check, "p");
+    cg.write(&mut x, &zeros)?;
+    let t = Instant::now();
+    let result = eisenstat_cg(&eisenstat, b, &mut x, controls, check, "p");
+    gpu.synchronize()?;
+    let solve_ms = t.elapsed().as_secs_f64() * 1e3;
+    let carried = check == ResidualCheck::EveryIteration;
+    let phases_ms = eisenstat.phase_ms(carried, 20)?;
+    Ok(EisenstatBench {
+        setup_ms,
+        solve_ms,
+        result,
+        phases_ms,
+        phase_bytes: eisenstat.phase_bytes(carried),
+    })
 }

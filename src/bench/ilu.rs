@@ -4,7 +4,7 @@
 //! (Yang 2015, §3.4–3.5: 3-D Poisson 120³, 7-point, Dirichlet; GMRES(20), left
 //! preconditioning, MGS) and on the convection–diffusion system of each
 //! `--krylov-cd` mesh (swirling upwind flow, `fvm::convection`). The
-//! `--krylov` rows (`krylov_bench`) list DILU, ILU(0) and RAS too, next to
+//! `--krylov` rows (`krylov`) list DILU, ILU(0) and RAS too, next to
 //! Jacobi, per method and with the bandwidth floor.
 //!
 //! Per row: set-up (host: ILU(k) pattern, METIS decomposition; device:
@@ -24,22 +24,22 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, BenchSettings, Row};
-use super::ic::{DeviceIncompleteCholesky, IcKind};
-use super::ilu::{DeviceIlu, DeviceSchwarz};
-use super::krylov::{run_krylov, DeviceDiagonal, GpuKrylovBackend};
-use super::smooth::DevicePreconditioner;
-use super::Gpu;
-use crate::solve::colouring::Colouring;
-use crate::solve::krylov::{
+use super::tables::{controls, BenchSettings, Row};
+use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
+use fvpoisson::gpu::ilu::{DeviceIlu, DeviceSchwarz};
+use fvpoisson::gpu::krylov::{run_krylov, DeviceDiagonal, GpuKrylovBackend};
+use fvpoisson::gpu::smooth::DevicePreconditioner;
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::colouring::Colouring;
+use fvpoisson::solve::krylov::{
     solve_krylov, GmresSettings, KrylovMethod, Orthogonalization, PreconditioningSide,
 };
-use crate::solve::{Preconditioner, SolveError};
-use crate::sparse::fill::ilu_pattern;
-use crate::sparse::levels::LevelSchedule;
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::testing::grid_laplacian;
-use crate::sparse::Csr;
+use fvpoisson::solve::{Preconditioner, SolveError};
+use fvpoisson::sparse::fill::ilu_pattern;
+use fvpoisson::sparse::levels::LevelSchedule;
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::grid_laplacian;
+use fvpoisson::sparse::Csr;
 
 /// Yang 2015's GMRES(20) + nested RAS ILU(k) rows for 3D_Poisson (Tables
 /// 5.6/5.10), as (our preconditioner, its label): Seq (outer, inner,
@@ -108,7 +108,7 @@ pub fn thesis_rows(gpu: &Gpu, g: usize, settings: &BenchSettings) -> anyhow::Res
     case_rows(gpu, &case, &a, &b, &specs, &cpu, settings)
 }
 
-/// The convection–diffusion system `a`, `b` (`krylov_bench::convection_diffusion_case`
+/// The convection–diffusion system `a`, `b` (`krylov::convection_diffusion_case`
 /// of a `--krylov-cd` mesh).
 pub fn convection_rows(
     gpu: &Gpu,
@@ -188,19 +188,19 @@ fn case_rows(
         ))
     };
     let (jacobi, base_ms) = solve(Box::new(DeviceDiagonal::jacobi(gpu, a)?))?;
-    let describe =
-        |perf: &Result<crate::solve::SolverPerformance, SolveError>, solve_ms: f64| match perf {
-            Ok(p) => format!(
-                "{} Arnoldi steps ({} cycles of 20), solve {solve_ms:.1} ms, {:.3} ms/step, \
+    let describe = |perf: &Result<fvpoisson::solve::SolverPerformance, SolveError>,
+                    solve_ms: f64| match perf {
+        Ok(p) => format!(
+            "{} Arnoldi steps ({} cycles of 20), solve {solve_ms:.1} ms, {:.3} ms/step, \
                  final residual {:.3e}{}",
-                p.iterations,
-                p.iterations.div_ceil(20),
-                solve_ms / p.iterations.max(1) as f64,
-                p.final_residual,
-                if p.converged { "" } else { " NOT CONVERGED" }
-            ),
-            Err(e) => format!("failed: {e}"),
-        };
+            p.iterations,
+            p.iterations.div_ceil(20),
+            solve_ms / p.iterations.max(1) as f64,
+            p.final_residual,
+            if p.converged { "" } else { " NOT CONVERGED" }
+        ),
+        Err(e) => format!("failed: {e}"),
+    };
     push(
         "GMRES(20) Jacobi".into(),
         "natural",

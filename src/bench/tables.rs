@@ -38,20 +38,21 @@ use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
 
-use super::assembly::DeviceLaplacian;
-use super::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
-use super::matrix::{DeviceMatrix, Format};
-use super::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
-use super::{Gpu, GpuError};
-use crate::fvm::testing::{poisson_problem, poisson_system_on};
-use crate::fvm::{CellField, LaplacianSystem, Schemes};
-use crate::mesh::{Geometry, Mesh, PatchKind};
-use crate::solve::{
+use fvpoisson::fvm::testing::{poisson_problem, poisson_system_on};
+use fvpoisson::fvm::{CellField, LaplacianSystem, Schemes};
+use fvpoisson::gpu::assembly::DeviceLaplacian;
+use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
+use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
+use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
+use fvpoisson::gpu::{Gpu, GpuError};
+use fvpoisson::mesh::{Geometry, Mesh, PatchKind};
+use fvpoisson::solve::{
     pcg, solve_pcg, CgBackend, EquilibrationKind, PreconditionerKind, RuizNorm, RuizSettings,
     SolverControls, SolverPerformance,
 };
-use crate::sparse::ordering::bandwidth;
-use crate::sparse::{mtx, Csr, ModSell, Reordered, RowOrdering};
+use fvpoisson::sparse::ordering::bandwidth;
+use fvpoisson::sparse::testing::max_rel_diff;
+use fvpoisson::sparse::{mtx, Csr, ModSell, Reordered, RowOrdering};
 
 /// Bench cases `bubble:MESH`: the density-contrast problem of [`BUBBLE_CASE`]
 /// (Gupta et al. 2011's 3-D bubble, density ratio 1000, harmonic Γ; p fixed at ymax,
@@ -71,20 +72,22 @@ type BenchCase = (Option<(Mesh, Geometry)>, Csr, Vec<f64>);
 
 fn load_case(case: &str) -> anyhow::Result<BenchCase> {
     if let Some(mesh) = case.strip_prefix(BUBBLE_PREFIX) {
-        let mesh = crate::mesh::source::load(mesh)?;
-        let a =
-            crate::precond_study::case_matrix_on(std::path::Path::new(BUBBLE_CASE), Some(mesh))?;
+        let mesh = fvpoisson::mesh::source::load(mesh)?;
+        let a = fvpoisson::case::initial_matrix_on(std::path::Path::new(BUBBLE_CASE), Some(mesh))?;
         let mut b = vec![0.0; a.n_rows()];
-        a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut b);
+        a.spmv(
+            &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
+            &mut b,
+        );
         return Ok((None, a, b));
     }
     if case.ends_with(".mtx") {
-        let a = crate::sparse::mtx::read_matrix(std::path::Path::new(case))?;
+        let a = fvpoisson::sparse::mtx::read_matrix(std::path::Path::new(case))?;
         let mut b = vec![0.0; a.n_rows()];
         a.spmv(&vec![1.0; a.n_cols()], &mut b);
         return Ok((None, a, b));
     }
-    let mesh = crate::mesh::source::load(case)?;
+    let mesh = fvpoisson::mesh::source::load(case)?;
     let geometry = mesh.geometry()?;
     let (a, b) = poisson_system_on(&mesh, &geometry)?;
     Ok((Some((mesh, geometry)), a, b))
@@ -125,31 +128,6 @@ pub fn copy_bandwidth(gpu: &Gpu, bytes: usize) -> Result<f64, GpuError> {
     let mut dst: CudaSlice<f64> = gpu.zeros(n)?;
     let ms = time_median(gpu, 3, 20, |_| gpu.copy(&src, &mut dst))?;
     Ok(2.0 * (n * 8) as f64 / (ms * 1e-3) / 1e9)
-}
-
-/// max_i |y_i − ref_i| / max_i |ref_i|; a non-finite y_i (an element never
-/// written) gives infinity.
-pub fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
-    let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    y.iter()
-        .zip(reference)
-        .map(|(a, b)| {
-            if a.is_finite() {
-                (a - b).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
-}
-
-/// ‖b − A x‖₂ / ‖b‖₂.
-pub fn relative_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
-    let mut ax = vec![0.0; b.len()];
-    a.spmv(x, &mut ax);
-    let r: f64 = ax.iter().zip(b).map(|(y, b)| (b - y) * (b - y)).sum();
-    let nb: f64 = b.iter().map(|b| b * b).sum();
-    (r / nb).sqrt()
 }
 
 /// One row of the results.
@@ -284,43 +262,43 @@ pub struct BenchSettings {
     /// (`DIR/<case>.<ordering>.mtx`) for `benches/cusparse_cupy.py`.
     pub write_mtx: Option<PathBuf>,
     /// Also the smoother rows (Wikberg 2024, Table 4.1's shape) and PCG with each
-    /// smoother as preconditioner (`smooth_bench`).
+    /// smoother as preconditioner (`smooth`).
     pub smoothers: bool,
     /// Sweeps per smoother row (the seed: 1000).
     pub smoother_sweeps: usize,
     /// Also PCG with each polynomial preconditioner, f64 and mixed precision,
-    /// against Jacobi-PCG and the CPU's DIC-PCG (`polynomial_bench`).
+    /// against Jacobi-PCG and the CPU's DIC-PCG (`polynomial`).
     pub polynomial: bool,
-    /// Also the deflation rows (`deflation_bench`): Jacobi/Neu1/Neu2-PCG on
+    /// Also the deflation rows (`deflation`): Jacobi/Neu1/Neu2-PCG on
     /// the GPU with and without deflation against DIC-PCG on the CPU, on each
     /// case and on `deflation_cases`.
     pub deflation: bool,
-    /// Subdomains of the deflation rows (default `deflation_bench::default_subdomains`).
+    /// Subdomains of the deflation rows (default `deflation::default_subdomains`).
     pub deflation_subdomains: Option<usize>,
     /// Case directories (density contrast) whose first system gets deflation
     /// rows too, with b = A x* for a random x*.
     pub deflation_cases: Vec<PathBuf>,
-    /// Also the AMG rows (`amg_bench`): set-up, value re-set-up, cycle and
+    /// Also the AMG rows (`amg`): set-up, value re-set-up, cycle and
     /// PCG with AMG against Jacobi-PCG.
     pub amg: bool,
     /// The AMG settings measured (empty: the V-, W- and K-cycle with the
     /// default settings).
-    pub amg_variants: Vec<crate::solve::amg::AmgSettings>,
-    /// Also the GMRES / PBiCGStab rows (`krylov_bench`) on every case and on
+    pub amg_variants: Vec<fvpoisson::solve::amg::AmgSettings>,
+    /// Also the GMRES / PBiCGStab rows (`krylov`) on every case and on
     /// the convection–diffusion systems of `krylov_cd`.
     pub krylov: bool,
     /// Meshes whose convection–diffusion system the Krylov rows solve too.
     pub krylov_cd: Vec<String>,
-    /// Also the ILU rows (`ilu_bench`): GMRES(20) with ILU(k), DILU and
+    /// Also the ILU rows (`ilu`): GMRES(20) with ILU(k), DILU and
     /// (nested) RAS against GMRES-Jacobi on Yang 2015's 3-D Poisson grid of
     /// this size (cells per side) and on the convection–diffusion systems of
     /// `krylov_cd`.
     pub ilu_grid: Option<usize>,
-    /// Also the FSAI rows (`fsai_bench`): static FSAI and aFSAI against
+    /// Also the FSAI rows (`fsai`): static FSAI and aFSAI against
     /// Jacobi-PCG, on each case and on `deflation_cases` (density contrast).
     pub fsai: bool,
-    /// The FSAI settings measured (empty: `fsai_bench::default_variants`).
-    pub fsai_variants: Vec<crate::solve::fsai::FsaiSettings>,
+    /// The FSAI settings measured (empty: `fsai::default_variants`).
+    pub fsai_variants: Vec<fvpoisson::solve::fsai::FsaiSettings>,
 }
 
 /// What `run` measured: the rows, and lines about what was not measured.
@@ -468,12 +446,12 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
         if settings.smoothers {
             report
                 .rows
-                .extend(super::smooth_bench::rows(gpu, spec, &a, &rhs, settings)?);
+                .extend(super::smooth::rows(gpu, spec, &a, &rhs, settings)?);
         }
         if settings.polynomial {
-            report.rows.extend(super::polynomial_bench::rows(
-                gpu, spec, &a, &rhs, settings,
-            )?);
+            report
+                .rows
+                .extend(super::polynomial::rows(gpu, spec, &a, &rhs, settings)?);
         }
         if settings.deflation {
             report
@@ -483,51 +461,43 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
         if settings.amg {
             report
                 .rows
-                .extend(super::amg_bench::rows(gpu, spec, &a, settings)?);
+                .extend(super::amg::rows(gpu, spec, &a, settings)?);
         }
         if settings.krylov {
-            report.rows.extend(super::krylov_bench::rows(
-                gpu, spec, &a, &rhs, settings, copy,
-            )?);
+            report
+                .rows
+                .extend(super::krylov::rows(gpu, spec, &a, &rhs, settings, copy)?);
         }
         if settings.fsai {
-            report.rows.extend(super::fsai_bench::rows(
-                Some(gpu),
-                spec,
-                &a,
-                &rhs,
-                settings,
-            )?);
+            report
+                .rows
+                .extend(super::fsai::rows(Some(gpu), spec, &a, &rhs, settings)?);
         }
     }
     if settings.fsai {
         for dir in &settings.deflation_cases {
             let (spec, a, rhs) = contrast_case(dir)?;
-            report.rows.extend(super::fsai_bench::rows(
-                Some(gpu),
-                &spec,
-                &a,
-                &rhs,
-                settings,
-            )?);
+            report
+                .rows
+                .extend(super::fsai::rows(Some(gpu), &spec, &a, &rhs, settings)?);
         }
     }
     for spec in settings.krylov_cd.iter().filter(|_| settings.krylov) {
-        let (case, a, rhs) = super::krylov_bench::convection_diffusion_case(spec)?;
+        let (case, a, rhs) = super::krylov::convection_diffusion_case(spec)?;
         eprintln!("{case}: n = {}, nnz = {}", a.n_rows(), a.nnz());
-        report.rows.extend(super::krylov_bench::rows(
-            gpu, &case, &a, &rhs, settings, copy,
-        )?);
+        report
+            .rows
+            .extend(super::krylov::rows(gpu, &case, &a, &rhs, settings, copy)?);
     }
     if let Some(g) = settings.ilu_grid.filter(|&g| g > 0) {
         report
             .rows
-            .extend(super::ilu_bench::thesis_rows(gpu, g, settings)?);
+            .extend(super::ilu::thesis_rows(gpu, g, settings)?);
         for spec in &settings.krylov_cd {
-            let (case, a, rhs) = super::krylov_bench::convection_diffusion_case(spec)?;
-            report.rows.extend(super::ilu_bench::convection_rows(
-                gpu, &case, &a, &rhs, settings,
-            )?);
+            let (case, a, rhs) = super::krylov::convection_diffusion_case(spec)?;
+            report
+                .rows
+                .extend(super::ilu::convection_rows(gpu, &case, &a, &rhs, settings)?);
         }
     }
     for dir in settings
@@ -547,9 +517,12 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
 /// The first system of a density-contrast case directory, with b = A x*
 /// for a random x* (the deflation and FSAI rows).
 pub fn contrast_case(dir: &std::path::Path) -> anyhow::Result<(String, Csr, Vec<f64>)> {
-    let a = crate::precond_study::case_matrix(dir)?;
+    let a = fvpoisson::case::initial_matrix(dir)?;
     let mut rhs = vec![0.0; a.n_rows()];
-    a.spmv(&crate::fvm::testing::random_field(a.n_rows(), 1), &mut rhs);
+    a.spmv(
+        &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
+        &mut rhs,
+    );
     Ok((dir.display().to_string(), a, rhs))
 }
 
@@ -562,18 +535,18 @@ pub fn run_fsai_cpu(settings: &BenchSettings) -> anyhow::Result<Report> {
         eprintln!("{spec}: n = {}, nnz = {}", a.n_rows(), a.nnz());
         report
             .rows
-            .extend(super::fsai_bench::rows(None, spec, &a, &rhs, settings)?);
+            .extend(super::fsai::rows(None, spec, &a, &rhs, settings)?);
     }
     for dir in &settings.deflation_cases {
         let (spec, a, rhs) = contrast_case(dir)?;
         report
             .rows
-            .extend(super::fsai_bench::rows(None, &spec, &a, &rhs, settings)?);
+            .extend(super::fsai::rows(None, &spec, &a, &rhs, settings)?);
     }
     Ok(report)
 }
 
-/// `deflation_bench::rows` with the settings' slices and subdomains.
+/// `deflation::rows` with the settings' slices and subdomains.
 fn deflation_rows(
     gpu: &Gpu,
     spec: &str,
@@ -582,7 +555,7 @@ fn deflation_rows(
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
     eprintln!("{spec}: deflation rows");
-    super::deflation_bench::rows(
+    super::deflation::rows(
         gpu,
         spec,
         a,
@@ -1244,9 +1217,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn relative_difference_counts_unwritten_elements_as_infinite() {
-        assert_eq!(max_rel_diff(&[1.0, 2.0], &[1.0, 4.0]), 0.5);
-        assert_eq!(max_rel_diff(&[1.0, f64::NAN], &[1.0, 4.0]), f64::INFINITY);
+    fn bubble_cases_are_the_density_contrast_case_on_the_mesh_given() {
+        // cases/bubble_tet_3d's own mesh: the same matrix as the case.
+        let case = std::path::Path::new(BUBBLE_CASE);
+        let own = fvpoisson::case::initial_matrix(case).unwrap();
+        let (a, b) = poisson_system("bubble:box:16x16x16:tet:perturb=0.2").unwrap();
+        assert_eq!(a, own);
+        assert_eq!(b.len(), a.n_rows());
+        // On a hex box: the case's Γ (jumping by 1000), not the Poisson case's.
+        let (hex, _) = poisson_system("bubble:box:20x20x20").unwrap();
+        let (poisson, _) = poisson_system("box:20x20x20").unwrap();
+        assert_eq!((hex.n_rows(), poisson.n_rows()), (8000, 8000));
+        let diagonal_ratio = |m: &Csr| {
+            let d: Vec<f64> = (0..m.n_rows())
+                .map(|r| m.values()[m.slot(r, r).unwrap()])
+                .collect();
+            d.iter().cloned().fold(0.0, f64::max) / d.iter().cloned().fold(f64::INFINITY, f64::min)
+        };
+        assert!(diagonal_ratio(&hex) > 100.0, "{}", diagonal_ratio(&hex));
+        assert!(diagonal_ratio(&poisson) < 10.0);
     }
 
     #[test]

@@ -14,16 +14,16 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, Report, Row};
-use super::multi::{box_slabs, MultiGpuBackend, MultiGpuOptions, MultiVector};
-use super::multi_bench::{time_fixed_counts, MultiBenchSettings};
-use super::Gpu;
-use crate::parallel::threads::run_threads;
-use crate::parallel::Communicator;
-use crate::solve::{pcg, SolveError, SolverPerformance};
-use crate::sparse::distribute::Decomposition;
-use crate::sparse::testing::grid_laplacian;
-use crate::sparse::Csr;
+use super::multi::{time_fixed_counts, MultiBenchSettings};
+use super::tables::{controls, Report, Row};
+use fvpoisson::gpu::multi::{box_slabs, MultiGpuBackend, MultiGpuOptions, MultiVector};
+use fvpoisson::gpu::Gpu;
+use fvpoisson::parallel::threads::run_threads;
+use fvpoisson::parallel::Communicator;
+use fvpoisson::solve::{pcg, SolveError, SolverPerformance};
+use fvpoisson::sparse::distribute::Decomposition;
+use fvpoisson::sparse::testing::grid_laplacian;
+use fvpoisson::sparse::Csr;
 
 /// One loop's measurements.
 struct Timing {
@@ -94,7 +94,7 @@ fn on_ranks(
             })
         };
         let timing = run().map_err(|e| format!("{e:#}"));
-        super::multi::release_kept_comms();
+        fvpoisson::gpu::multi::release_kept_comms();
         timing
     });
     results
@@ -107,7 +107,7 @@ fn on_ranks(
 /// The `--rank-loop` rows, and the summary table printed last (markdown).
 pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
     let (counts, devices, notes) =
-        super::multi_bench::gpu_counts(&settings.gpus, 2, "ranks need 2 or more, ")?;
+        super::multi::gpu_counts(&settings.gpus, 2, "ranks need 2 or more, ")?;
     let mut rows = Vec::new();
     let mut table = String::from(
         "| cells | GPUs | one process ms/it. | ranks NCCL loop ms/it. | vs one process | ranks \

@@ -14,16 +14,17 @@
 //! with the cycle as preconditioner (the fused device loop, after a warm-up
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
 
-use super::amg::DeviceAmg;
-use super::bench::{copy_bandwidth, relative_residual, time_median, BenchSettings, Row};
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
-use super::smooth::DevicePreconditioner;
-use super::{Gpu, GpuError};
-use crate::solve::amg::{AmgSettings, CycleKind};
-use crate::solve::{pcg, SolverControls, SolverPerformance};
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::testing::random_vector;
-use crate::sparse::Csr;
+use super::tables::{copy_bandwidth, time_median, BenchSettings, Row};
+use fvpoisson::gpu::amg::DeviceAmg;
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
+use fvpoisson::gpu::smooth::DevicePreconditioner;
+use fvpoisson::gpu::{Gpu, GpuError};
+use fvpoisson::solve::amg::{AmgSettings, CycleKind};
+use fvpoisson::solve::{pcg, SolverControls, SolverPerformance};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::testing::random_vector;
+use fvpoisson::sparse::testing::relative_residual;
+use fvpoisson::sparse::Csr;
 
 /// The target: relative residual 1e-8 (tolerance 0).
 fn controls() -> SolverControls {

@@ -16,17 +16,14 @@
 //! grid).
 
 use std::fmt;
-use std::path::Path;
 use std::time::Instant;
 
-use crate::case::{self, CaseError};
-use crate::fvm::{LaplacianProblem, LaplacianSystem, TimeScheme};
-use crate::gpu::deflation::solve_pcg_deflated_gpu;
-use crate::gpu::pcg::GpuSolveOptions;
-use crate::gpu::Gpu;
-use crate::solve::deflation::{solve_pcg_deflated, Subdomains};
-use crate::solve::{PreconditionerKind, SolveError, SolverControls};
-use crate::sparse::Csr;
+use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DEFLATED_PCG_KINDS};
+use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::deflation::{solve_pcg_deflated, Subdomains};
+use fvpoisson::solve::{PreconditionerKind, SolveError, SolverControls};
+use fvpoisson::sparse::Csr;
 
 /// How the subdomains are cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -66,14 +63,6 @@ impl Default for StudyConfig {
         }
     }
 }
-
-/// The preconditioners the GPU runs.
-pub const GPU_KINDS: [PreconditionerKind; 4] = [
-    PreconditionerKind::None,
-    PreconditionerKind::Jacobi,
-    PreconditionerKind::Neumann1,
-    PreconditionerKind::Neumann2,
-];
 
 /// Table 1 of Gupta et al. (2011) (n = 64, contrast 10³): the condition number of A
 /// (`none`) and of the preconditioned matrix, for the preconditioners it
@@ -135,46 +124,6 @@ pub struct Study {
     pub rows: Vec<Row>,
 }
 
-impl Study {
-    pub fn row(&self, device: &str, kind: PreconditionerKind) -> Option<&Row> {
-        self.rows
-            .iter()
-            .find(|r| r.device == device && r.kind == kind)
-    }
-}
-
-/// The first linear system of the case in `case_dir` (its matrix at t = 0,
-/// with the case's Γ, boundary conditions and time scheme).
-pub fn case_matrix(case_dir: &Path) -> Result<Csr, CaseError> {
-    case_matrix_on(case_dir, None)
-}
-
-/// [`case_matrix`] on `mesh` in place of the case's own mesh (its Γ,
-/// boundary conditions by patch name and time scheme): a case's problem at
-/// other sizes (`bench` cases `bubble:MESH`).
-pub fn case_matrix_on(case_dir: &Path, mesh: Option<crate::mesh::Mesh>) -> Result<Csr, CaseError> {
-    let (setup, own) = case::read_case_dir_with_mesh(case_dir)?;
-    let mesh = match mesh.or(own) {
-        Some(mesh) => mesh,
-        None => setup.mesh.load()?,
-    };
-    let geometry = mesh.geometry()?;
-    let time = match setup.time {
-        case::TimeControl::Steady { .. } => TimeScheme::SteadyState,
-        case::TimeControl::Euler { delta_t, .. } => TimeScheme::Euler { dt: delta_t },
-    };
-    let problem = LaplacianProblem {
-        gamma: setup.gamma.cell_field(0.0),
-        source: setup.source.cell_field(0.0),
-        boundary: setup.boundary_conditions(&mesh, &geometry, 0.0)?,
-        time,
-        singular: setup.singular,
-    };
-    let system = LaplacianSystem::new(&mesh, &geometry, setup.schemes, &problem)
-        .map_err(|e| CaseError::Invalid(format!("{}: {e}", setup.origin)))?;
-    Ok(system.matrix)
-}
-
 /// Runs every CPU preconditioner, and with `gpu` the GPU ones, on `a`.
 pub fn run(a: &Csr, config: &StudyConfig, gpu: Option<&Gpu>) -> Result<Study, SolveError> {
     let n = a.n_rows();
@@ -192,7 +141,7 @@ pub fn run(a: &Csr, config: &StudyConfig, gpu: Option<&Gpu>) -> Result<Study, So
     let a = ordered.as_ref().unwrap_or(a);
     let exact: Vec<f64> = match config.rhs {
         Rhs::Cosine => (0..n).map(|i| (i as f64).cos()).collect(),
-        Rhs::Random => crate::fvm::testing::random_field(n, 1),
+        Rhs::Random => fvpoisson::fvm::testing::random_field(n, 1),
     };
     let mut b = vec![0.0; n];
     a.spmv(&exact, &mut b);
@@ -200,7 +149,7 @@ pub fn run(a: &Csr, config: &StudyConfig, gpu: Option<&Gpu>) -> Result<Study, So
     // The condition estimate comes from a second solve with every eigenvector
     // in its right-hand side (a random x*) to 1e-10: the paper's cos(i) has
     // almost nothing of the smoothest modes, so its Lanczos matrix misses λ_min.
-    let random = crate::fvm::testing::random_field(n, 7);
+    let random = fvpoisson::fvm::testing::random_field(n, 7);
     let mut b_random = vec![0.0; n];
     a.spmv(&random, &mut b_random);
     let spectrum_controls =
@@ -252,7 +201,7 @@ pub fn run(a: &Csr, config: &StudyConfig, gpu: Option<&Gpu>) -> Result<Study, So
     }
     if let Some(gpu) = gpu {
         let options = GpuSolveOptions::default();
-        for kind in GPU_KINDS {
+        for kind in DEFLATED_PCG_KINDS {
             let on_gpu = |s: Solve<'_>| {
                 solve_pcg_deflated_gpu(gpu, a, kind, s.deflation, s.b, s.x, s.controls, &options)
             };
@@ -283,8 +232,8 @@ struct Solve<'s> {
 
 type SolveResult = Result<
     (
-        crate::solve::SolverPerformance,
-        Option<crate::solve::lanczos::SpectrumEstimate>,
+        fvpoisson::solve::SolverPerformance,
+        Option<fvpoisson::solve::lanczos::SpectrumEstimate>,
     ),
     SolveError,
 >;
@@ -353,7 +302,7 @@ impl fmt::Display for Study {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::testing::random_symmetric;
+    use fvpoisson::sparse::testing::random_symmetric;
 
     #[test]
     fn the_table_has_every_cpu_preconditioner_with_and_without_deflation() {

@@ -31,25 +31,25 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, BenchSettings, JacobiBaseline, Row};
 use super::eisenstat::EisenstatBench;
-use super::ic::{DeviceIncompleteCholesky, IcKind};
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
-use super::smooth::{
+use super::tables::{controls, BenchSettings, JacobiBaseline, Row};
+use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::smooth::{
     block_layout, colour_layout, DevicePreconditioner, DeviceSmoother,
     DeviceSmootherPreconditioner, GpuSmoothing,
 };
-use super::{Gpu, GpuError};
-use crate::solve::colouring::Colouring;
-use crate::solve::precond::Identity;
-use crate::solve::smooth_solver::CpuSmoothing;
-use crate::solve::{
+use fvpoisson::gpu::{Gpu, GpuError};
+use fvpoisson::solve::colouring::Colouring;
+use fvpoisson::solve::precond::Identity;
+use fvpoisson::solve::smooth_solver::CpuSmoothing;
+use fvpoisson::solve::{
     pcg, ColouringKind, InnerSolver, SmoothBackend, SmootherKind, SmootherSettings, SolveError,
     SolverControls, SolverPerformance, Sweep,
 };
-use crate::sparse::blocks::in_block_fraction;
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::Csr;
+use fvpoisson::sparse::blocks::in_block_fraction;
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::Csr;
 
 /// Sweeps between residual checks (Wikberg's (2024) 10).
 const CHECK_EVERY: usize = 10;
@@ -184,7 +184,7 @@ impl<'g> Ordered<'g> {
             colouring,
             &self.b,
             controls,
-            super::eisenstat::DEFAULT_OPTIONS,
+            fvpoisson::gpu::eisenstat::DEFAULT_OPTIONS,
         )?;
         Ok((bench, colouring))
     }

@@ -1,5 +1,5 @@
 //! `fvpoisson bench --device-simple [CASES]`: the SIMPLE loop on the device
-//! ([`crate::gpu::simple::DeviceSimple`]) of flow cases (default
+//! ([`fvpoisson::gpu::simple::DeviceSimple`]) of flow cases (default
 //! `cases/cavity_3d`, 4.1 M cells), once with the case's p solver as the GPU
 //! runs it (PCG with DIC → Jacobi-PCG: the baseline) and once per AMG
 //! setting with p solved by AMG-PCG (GAMG: the hierarchy set up on the
@@ -12,14 +12,14 @@
 use std::path::Path;
 use std::time::Instant;
 
-use super::flow_case::{read_flow_case, run_flow_case_with_mesh, FlowRunSummary};
-use super::run::Device;
-use super::setup::LinearSolver;
-use crate::gpu::bench::Row;
-use crate::gpu::simple::DevicePhaseSeconds;
-use crate::gpu::Gpu;
-use crate::solve::amg::{AmgSettings, CycleKind};
-use crate::solve::Preconditioner;
+use super::tables::Row;
+use fvpoisson::case::flow_case::{read_flow_case, run_flow_case_with_mesh, FlowRunSummary};
+use fvpoisson::case::run::Device;
+use fvpoisson::case::setup::LinearSolver;
+use fvpoisson::gpu::simple::DevicePhaseSeconds;
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::amg::{AmgSettings, CycleKind};
+use fvpoisson::solve::Preconditioner;
 
 /// The case measured by default.
 pub const DEFAULT_CASE: &str = "cases/cavity_3d";

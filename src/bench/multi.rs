@@ -1,5 +1,5 @@
 //! `fvpoisson bench --multi-gpu`: strong and weak scaling of Jacobi-PCG over
-//! 1, 2, 4 … GPUs ([`super::multi`]) on 7-point boxes split in z-slabs.
+//! 1, 2, 4 … GPUs ([`fvpoisson::gpu::multi`]) on 7-point boxes split in z-slabs.
 //!
 //! Cases: strong scaling on each `--multi-strong` box (N³ cells; default 256³
 //! = 16.8 M and 320³ = 32.8 M) and weak scaling with `--multi-weak`³ cells
@@ -21,7 +21,7 @@
 //! The host-driven steps above ("host loop") and the device loop (one host
 //! thread per GPU, scalars on the device, peer stores or NCCL all-reduces,
 //! PCG in its single-reduction form unless `--multi-two-reductions`; module
-//! documentation of [`super::multi`]) are both measured: the device loop's
+//! documentation of [`fvpoisson::gpu::multi`]) are both measured: the device loop's
 //! ms/iteration is the difference of two solves run to a fixed iteration
 //! count (tolerance 0), so set-up and the initial residual cancel, with and
 //! without the halo transfer. Its efficiency is given against the device
@@ -31,15 +31,15 @@
 
 use std::time::Instant;
 
-use super::bench::{controls, JacobiBaseline, Report, Row};
-use super::multi::{
+use super::tables::{controls, JacobiBaseline, Report, Row};
+use fvpoisson::gpu::multi::{
     box_slabs, MultiGpuBackend, MultiGpuOptions, MultiVector, Reduction, Transport,
 };
-use super::pcg::{GpuSolveOptions, GpuVector};
-use super::Gpu;
-use crate::solve::{pcg, CgBackend, SolverControls};
-use crate::sparse::testing::grid_laplacian;
-use crate::sparse::{Csr, RowOrdering};
+use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::Gpu;
+use fvpoisson::solve::{pcg, CgBackend, SolverControls};
+use fvpoisson::sparse::testing::grid_laplacian;
+use fvpoisson::sparse::{Csr, RowOrdering};
 
 /// What `--multi-gpu` measures.
 #[derive(Clone, Debug, PartialEq)]
