@@ -71,7 +71,7 @@ enum Command<B: Args, P: Args> {
     SolveMatrix(SolveMatrixArgs),
     /// Measures the GPU: copy bandwidth; per case and row ordering bandwidth,
     /// lambda, SpMV per format (ours and cuSPARSE's), Jacobi-PCG against its
-    /// bandwidth floor; the solve against the CPU (bytes counted: see gpu::bench).
+    /// bandwidth floor; the solve against the CPU (bytes counted: docs/src/benchmarks.md).
     Bench(B),
     /// Manufactured-solution verification of the discretisation: error and
     /// observed order on refined mesh families (exit code 1 when an expected

@@ -272,7 +272,7 @@ pub struct BenchArgs {
     /// Instead of the tables above: PCG time to solution with Jacobi,
     /// multicolour symGS and symGS by Eisenstat's trick (eisenstatSGS) on
     /// MESHES given here (default: the 8M-cell perturbed tet box,
-    /// gpu::eisenstat_bench::DEFAULT_CASE), ratios to Jacobi-PCG.
+    /// box:110x110x110:tet:perturb=0.2:renumber), ratios to Jacobi-PCG.
     #[arg(help_heading = "Studies (instead of the default tables)", long, num_args = 0.., value_name = "MESH")]
     eisenstat: Option<Vec<String>>,
     /// Instead of the tables above: the SIMPLE loop on the device of the
@@ -290,7 +290,7 @@ pub struct BenchArgs {
     rank_loop: bool,
     /// Instead of the tables above: subdomain deflation on GPU ranks (one
     /// deflation vector per rank; thread ranks, METIS) on MESHES given here
-    /// (default: gpu::rank_deflation_bench::DEFAULT_MESHES): PCG iterations
+    /// (default: box:100x100x100 and box:50x50x50:tet:perturb=0.2): PCG iterations
     /// and time with Jacobi and block DIC, without and with deflation, and
     /// the CPU ranks' block DIC (unless --no-cpu).
     #[arg(help_heading = "Several GPUs (instead of the default tables)", long, num_args = 0.., value_name = "MESH")]
