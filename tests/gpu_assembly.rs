@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::testing::{
-    all_neumann_problem, mixed_conditions, random_field, schemes, source,
+    all_neumann_problem, mixed_conditions, random_field, schemes, source, two_problems,
     varying_and_uniform_gamma, varying_gamma,
 };
 use fvpoisson::fvm::{
@@ -285,21 +285,12 @@ fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
         GradScheme::LeastSquares,
         true,
     );
-    let first = LaplacianProblem::steady(
-        CellField::Uniform(2.0),
-        source(),
-        mixed_conditions(&mesh, 3),
-    );
+    let (first, mut second) = two_problems(&mesh);
     let mut system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
     let mut device = DeviceLaplacian::new(&gpu, &system, &first, 512).unwrap();
     compare(&gpu, "first", &mut system, &mut device, &first);
     // A solve in between: the backend must give the matrix back to re-assemble.
     device.solver(true, &GpuSolveOptions::default()).unwrap();
-    let mut second = LaplacianProblem::steady(
-        varying_gamma(),
-        CellField::Uniform(-1.0),
-        mixed_conditions(&mesh, 6),
-    );
     second.time = TimeScheme::Euler { dt: 0.3 };
     system.reassemble(&second).unwrap();
     device.reassemble(&system, &second).unwrap();
@@ -322,16 +313,7 @@ fn gpu_systems_sharing_a_set_up_assemble_as_systems_of_their_own() {
         (SnGradScheme::BoundaryCorrected, GradScheme::LeastSquares),
     ] {
         let schemes = schemes(sn_grad, grad, false);
-        let first = LaplacianProblem::steady(
-            CellField::Uniform(2.0),
-            source(),
-            mixed_conditions(&mesh, 3),
-        );
-        let second = LaplacianProblem::steady(
-            varying_gamma(),
-            CellField::Uniform(-1.0),
-            mixed_conditions(&mesh, 6),
-        );
+        let (first, second) = two_problems(&mesh);
         let mut first_system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
         let mut second_system = first_system.with_structure_of(&second).unwrap();
         assert!(second_system

@@ -891,19 +891,10 @@ mod tests {
 
     #[test]
     fn deferred_systems_share_the_structure_and_assemble_as_eager_ones() {
-        use crate::fvm::testing::{mixed_conditions, random_field, source, varying_gamma};
+        use crate::fvm::testing::{mixed_conditions, random_field, source, two_problems};
         let mesh = crate::mesh::load("box:6x5x4:perturb=0.2").unwrap();
         let geometry = mesh.geometry().unwrap();
-        let first = LaplacianProblem::steady(
-            CellField::Uniform(2.0),
-            source(),
-            mixed_conditions(&mesh, 3),
-        );
-        let second = LaplacianProblem::steady(
-            varying_gamma(),
-            CellField::Uniform(-1.0),
-            mixed_conditions(&mesh, 6),
-        );
+        let (first, second) = two_problems(&mesh);
         let eager = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
         let mut deferred = eager.deferred_with_structure_of(&second).unwrap();
         let mut reference = eager.with_structure_of(&second).unwrap();

@@ -72,6 +72,20 @@ pub fn source() -> CellField {
     CellField::function(|c| 1.0 + c.x - 2.0 * c.y * c.z)
 }
 
+/// Two different problems on `mesh` for tests of re-assembly: Γ = 2 with
+/// [`source`] and conditions of seed 3, then [`varying_gamma`] with q = −1
+/// and conditions of seed 6.
+pub fn two_problems(mesh: &Mesh) -> (LaplacianProblem, LaplacianProblem) {
+    let first =
+        LaplacianProblem::steady(CellField::Uniform(2.0), source(), mixed_conditions(mesh, 3));
+    let second = LaplacianProblem::steady(
+        varying_gamma(),
+        CellField::Uniform(-1.0),
+        mixed_conditions(mesh, 6),
+    );
+    (first, second)
+}
+
 /// `n` values uniform in [−1, 1) drawn from `seed`.
 pub fn random_field(n: usize, seed: u64) -> Vec<f64> {
     let mut rng = SplitMix(seed);

@@ -615,6 +615,28 @@ mod tests {
         order
     }
 
+    /// A random graph of `n` vertices in `components` random groups (edges
+    /// only within a group): `tries` random pairs, each an edge unless it is
+    /// a loop, crosses groups or (with `distinct`) repeats an edge.
+    fn random_grouped_graph(
+        rng: &mut SplitMix,
+        n: usize,
+        components: usize,
+        tries: usize,
+        distinct: bool,
+    ) -> Graph {
+        let group: Vec<usize> = (0..n).map(|_| rng.below(components)).collect();
+        let mut lists = vec![Vec::new(); n];
+        for _ in 0..tries {
+            let (u, v) = (rng.below(n), rng.below(n));
+            if u != v && group[u] == group[v] && !(distinct && lists[u].contains(&(v as u32))) {
+                lists[u].push(v as u32);
+                lists[v].push(u as u32);
+            }
+        }
+        Graph::from_lists(lists).unwrap()
+    }
+
     #[test]
     fn the_level_by_level_visit_is_the_queue_order() {
         use crate::sparse::testing::grid_laplacian;
@@ -623,16 +645,7 @@ mod tests {
         // thousands of vertices (several parallel tasks each), and a
         // shuffled grid.
         for (n, components) in [(300, 3), (2000, 1), (5000, 20), (40_000, 1)] {
-            let group: Vec<usize> = (0..n).map(|_| rng.below(components)).collect();
-            let mut lists = vec![Vec::new(); n];
-            for _ in 0..3 * n {
-                let (u, v) = (rng.below(n), rng.below(n));
-                if u != v && group[u] == group[v] && !lists[u].contains(&(v as u32)) {
-                    lists[u].push(v as u32);
-                    lists[v].push(u as u32);
-                }
-            }
-            let g = Graph::from_lists(lists).unwrap();
+            let g = random_grouped_graph(&mut rng, n, components, 3 * n, true);
             assert_eq!(g.cuthill_mckee().new_to_old(), cuthill_mckee_by_queue(&g));
         }
         let a = grid_laplacian(60, 60, 8);
@@ -651,16 +664,7 @@ mod tests {
     fn component_starts_are_those_of_the_sorted_candidates() {
         let mut rng = SplitMix(7);
         for (n, components) in [(1, 1), (40, 1), (300, 5), (500, 37)] {
-            let group: Vec<usize> = (0..n).map(|_| rng.below(components)).collect();
-            let mut lists = vec![Vec::new(); n];
-            for _ in 0..2 * n {
-                let (u, v) = (rng.below(n), rng.below(n));
-                if u != v && group[u] == group[v] {
-                    lists[u].push(v as u32);
-                    lists[v].push(u as u32);
-                }
-            }
-            let g = Graph::from_lists(lists).unwrap();
+            let g = random_grouped_graph(&mut rng, n, components, 2 * n, false);
             assert_eq!(
                 g.cuthill_mckee().new_to_old(),
                 cuthill_mckee_by_sorted_starts(&g),
