@@ -456,13 +456,14 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        let f = self.function(kernel)?;
+        let k = self.kernel(kernel)?;
+        let f = self.function_of(kernel, k)?;
         if grid == 0 {
             return Ok(());
         }
         let mut args = KernelArgs::new(stream.launch_builder(f));
         push(&mut args);
-        self.check_arguments(kernel, &args)?;
+        Self::check_arguments(kernel, k, &args)?;
         let mut args = args.into_launch();
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
@@ -644,17 +645,15 @@ impl Gpu {
     }
 
     /// The arguments of a launch of `kernel` against its declaration.
-    fn check_arguments(&self, kernel: &'static str, args: &KernelArgs) -> Result<(), GpuError> {
-        let declared = match self.kernels.get(kernel).map(|k| &k.params) {
-            Some(Ok(params)) => params,
-            Some(Err(e)) => {
-                return Err(GpuError::Kernel {
-                    kernel,
-                    error: format!("its declaration cannot be read: {e}"),
-                })
-            }
-            None => unreachable!("the kernel was found before"),
-        };
+    fn check_arguments(
+        kernel: &'static str,
+        k: &Kernel,
+        args: &KernelArgs,
+    ) -> Result<(), GpuError> {
+        let declared = k.params.as_ref().map_err(|e| GpuError::Kernel {
+            kernel,
+            error: format!("its declaration cannot be read: {e}"),
+        })?;
         let (given, count) = args.given();
         check_arguments(declared, given, count).map_err(|e| GpuError::Kernel {
             kernel,
@@ -663,10 +662,23 @@ impl Gpu {
     }
 
     fn function(&self, kernel: &'static str) -> Result<&CudaFunction, GpuError> {
-        let k = self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
+        self.function_of(kernel, self.kernel(kernel)?)
+    }
+
+    /// Kernel `kernel` of the sources.
+    fn kernel(&self, kernel: &'static str) -> Result<&Kernel, GpuError> {
+        self.kernels.get(kernel).ok_or_else(|| GpuError::Kernel {
             kernel,
             error: "no such kernel in the sources".into(),
-        })?;
+        })
+    }
+
+    /// The function of kernel `k` (named `kernel`), loaded at its first use.
+    fn function_of<'k>(
+        &'k self,
+        kernel: &'static str,
+        k: &'k Kernel,
+    ) -> Result<&'k CudaFunction, GpuError> {
         if let Some(f) = k.function.get() {
             return Ok(f);
         }
