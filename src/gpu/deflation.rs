@@ -386,21 +386,21 @@ impl<'g> DeviceDeflation<'g> {
 
     /// E = ZᵀAZ as assembled on the device, read back (k² values).
     pub fn download_coarse_matrix(&self) -> Result<DMatrix<f64>, GpuError> {
-        let e = self.gpu.download(&self.e)?;
-        Ok(DMatrix::from_row_slice(
-            self.k,
-            self.k,
-            &e[..self.k * self.k],
-        ))
+        self.download_coarse(&self.e)
     }
 
     /// E⁻¹ as the projections apply it, read back (k² values).
     pub fn download_coarse_inverse(&self) -> Result<DMatrix<f64>, GpuError> {
-        let inverse = self.gpu.download(&self.e_inverse)?;
+        self.download_coarse(&self.e_inverse)
+    }
+
+    /// The k × k matrix (row-major) at the start of `buffer`, read back.
+    fn download_coarse(&self, buffer: &CudaSlice<f64>) -> Result<DMatrix<f64>, GpuError> {
+        let values = self.gpu.download(buffer)?;
         Ok(DMatrix::from_row_slice(
             self.k,
             self.k,
-            &inverse[..self.k * self.k],
+            &values[..self.k * self.k],
         ))
     }
 
