@@ -9,6 +9,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
 use fvpoisson::fvm::testing::poisson_system;
@@ -20,11 +21,13 @@ use fvpoisson::fvm::{
     BoundaryCondition, CellField, FvmError, GradScheme, LaplacianProblem, LaplacianSystem,
     Reference, Schemes, SnGradScheme, TimeScheme,
 };
+use fvpoisson::gpu::amg::DeviceAmg;
 use fvpoisson::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use fvpoisson::gpu::matrix::DeviceModSell;
-use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::mesh::{Mesh, Vec3};
+use fvpoisson::solve::amg::AmgSettings;
 use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::{Csr, ModSell, Permutation};
 
@@ -490,6 +493,104 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
         assert!(perf.iterations.abs_diff(cpu.iterations) <= 2);
         assert!((perf.initial_residual / cpu.initial_residual - 1.0).abs() < 1e-12);
         assert!(d < 1e-6, "{d}");
+    }
+}
+
+/// The PCG backend a device system keeps through re-assemblies
+/// (`DeviceLaplacian::solver`, `preconditioned_solver`): after each
+/// re-assembly with new values its solve equals, bit for bit, that of a
+/// backend built afresh on the re-assembled matrix, with Jacobi (its row sums
+/// and inverse diagonal refreshed in place) and with an AMG hierarchy whose
+/// values are re-set-up between solves (taken back from the backend and lent
+/// again); and a re-assembly costs no new CUDA graph.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_solver_kept_through_re_assemblies_equals_a_fresh_one() {
+    let Some(gpu) = test_device() else { return };
+    if gpu.syncs_each_launch() {
+        println!("skipped: FVPOISSON_GPU_SYNC=1 (no graph capture)");
+        return;
+    }
+    let mesh = load("box:12x12x12:tet:perturb=0.2:renumber");
+    let geometry = mesh.geometry().unwrap();
+    let n = mesh.n_cells();
+    let (first, second) = two_problems(&mesh);
+    let options = GpuSolveOptions {
+        check_interval: 10,
+        launches: LaunchMode::Graph,
+        ..GpuSolveOptions::default()
+    };
+    let controls = SolverControls::absolute(1e-9, 500);
+    let p = random_field(n, 8);
+    for with_amg in [false, true] {
+        let mut system =
+            LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
+        let mut device = DeviceLaplacian::new(&gpu, &system, &first, 512).unwrap();
+        let mut amg: Option<Rc<DeviceAmg>> = None;
+        let mut captures = Vec::new();
+        for (step, problem) in [&first, &second, &second, &second].into_iter().enumerate() {
+            system.reassemble(problem).unwrap();
+            device.reassemble(&system, problem).unwrap();
+            let matrix = device.shared_matrix().unwrap();
+            if with_amg {
+                match &mut amg {
+                    Some(amg) => Rc::get_mut(amg)
+                        .expect("the re-assembly took the AMG back from the backend")
+                        .update_values(Rc::clone(&matrix))
+                        .unwrap(),
+                    None => {
+                        let settings = AmgSettings {
+                            coarsest_rows: 40,
+                            ..AmgSettings::default()
+                        };
+                        amg = Some(Rc::new(
+                            DeviceAmg::new(&gpu, Rc::clone(&matrix), &settings).unwrap(),
+                        ));
+                    }
+                }
+            }
+            device
+                .update_rhs(&device.to_device_order(&p).unwrap(), None)
+                .unwrap();
+            let (kept, b) = match &amg {
+                Some(amg) => device.preconditioned_solver(amg, &options).unwrap(),
+                None => device.solver(true, &options).unwrap(),
+            };
+            let b_host = kept.download(b).unwrap();
+            let mut x_kept = kept.upload(&vec![0.0; n]).unwrap();
+            let kept_perf = pcg(kept, b, &mut x_kept, &controls, "p").unwrap();
+            let x_kept = kept.download(&x_kept).unwrap();
+            captures.push(kept.graph_captures());
+            assert_eq!(kept.launch_mode(), LaunchMode::Graph, "capture fell back");
+            let mut fresh =
+                GpuCgBackend::from_shared_resident(&gpu, matrix, amg.is_none(), &options).unwrap();
+            if let Some(amg) = &amg {
+                fresh.set_preconditioner(Box::new(Rc::clone(amg)));
+            }
+            let b_fresh = fresh.upload(&b_host).unwrap();
+            let mut x_fresh = fresh.upload(&vec![0.0; n]).unwrap();
+            let fresh_perf = pcg(&fresh, &b_fresh, &mut x_fresh, &controls, "p").unwrap();
+            let x_fresh = fresh.download(&x_fresh).unwrap();
+            drop(fresh);
+            println!(
+                "amg {with_amg}, step {step}: kept {} iterations, fresh {}; graphs captured by \
+                 the kept backend {}",
+                kept_perf.iterations, fresh_perf.iterations, captures[step]
+            );
+            assert!(kept_perf.converged, "step {step}");
+            assert_eq!(kept_perf, fresh_perf, "amg {with_amg}, step {step}");
+            let same = x_kept
+                .iter()
+                .zip(&x_fresh)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "amg {with_amg}, step {step}: the kept solver's x differs"
+            );
+        }
+        // Steps 2 and 3 solve the same system from the same start: the chunks
+        // and graphs of step 2 serve step 3.
+        assert_eq!(captures[3], captures[2], "amg {with_amg}: {captures:?}");
     }
 }
 

@@ -692,8 +692,9 @@ impl<'g> DeviceSimple<'g> {
     }
 
     /// AMG-PCG: sets the hierarchy up on the pressure matrix just
-    /// assembled, or re-sets its values up in place (the re-assembly dropped
-    /// the PCG backend that had it on loan).
+    /// assembled, or re-sets its values up in place (the re-assembly took it
+    /// back from the PCG backend that had it on loan; the backend lends it
+    /// again at the next solve and replays the graphs it captured with it).
     fn update_amg(&mut self) -> Result<(), GpuError> {
         let Some(settings) = &self.solver.amg else {
             return Ok(());
@@ -716,7 +717,7 @@ impl<'g> DeviceSimple<'g> {
 
     /// Polynomial-PCG: sets the preconditioner up on the pressure matrix
     /// just assembled, or re-sets its values up on the device (the
-    /// re-assembly dropped the PCG backend that had it on loan).
+    /// re-assembly took it back from the PCG backend that had it on loan).
     fn update_polynomial(&mut self) -> Result<(), GpuError> {
         let Some(settings) = &self.solver.polynomial else {
             return Ok(());
