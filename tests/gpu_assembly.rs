@@ -23,11 +23,15 @@ use fvpoisson::fvm::{
 };
 use fvpoisson::gpu::amg::DeviceAmg;
 use fvpoisson::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use fvpoisson::gpu::krylov::DevicePreconditioner;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
+use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::mesh::{Mesh, Vec3};
 use fvpoisson::solve::amg::AmgSettings;
+use fvpoisson::solve::polynomial::{PolynomialKind, PolynomialSettings};
+use fvpoisson::solve::scalar::Precision;
 use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::{Csr, ModSell, Permutation};
 
@@ -496,13 +500,22 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
     }
 }
 
+/// A preconditioner its owner keeps between re-assemblies and lends to the
+/// system's PCG backend.
+enum Kept<'g> {
+    Jacobi,
+    Amg(Option<Rc<DeviceAmg<'g>>>),
+    Chebyshev(Option<Rc<DevicePolynomial<'g>>>, Precision),
+}
+
 /// The PCG backend a device system keeps through re-assemblies
 /// (`DeviceLaplacian::solver`, `preconditioned_solver`): after each
 /// re-assembly with new values its solve equals, bit for bit, that of a
 /// backend built afresh on the re-assembled matrix, with Jacobi (its row sums
-/// and inverse diagonal refreshed in place) and with an AMG hierarchy whose
-/// values are re-set-up between solves (taken back from the backend and lent
-/// again); and a re-assembly costs no new CUDA graph.
+/// and inverse diagonal refreshed in place) and with an AMG hierarchy or a
+/// Chebyshev polynomial (f64 and mixed) whose values are re-set-up between
+/// solves (taken back from the backend and lent again); and a re-assembly
+/// costs no new CUDA graph.
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_solver_kept_through_re_assemblies_equals_a_fresh_one() {
@@ -522,75 +535,108 @@ fn a_solver_kept_through_re_assemblies_equals_a_fresh_one() {
     };
     let controls = SolverControls::absolute(1e-9, 500);
     let p = random_field(n, 8);
-    for with_amg in [false, true] {
+    let amg_settings = AmgSettings {
+        coarsest_rows: 40,
+        ..AmgSettings::default()
+    };
+    let variants = [
+        Kept::Jacobi,
+        Kept::Amg(None),
+        Kept::Chebyshev(None, Precision::Double),
+        Kept::Chebyshev(None, Precision::Mixed),
+    ];
+    for mut kept in variants {
+        let name = match &kept {
+            Kept::Jacobi => "Jacobi".to_string(),
+            Kept::Amg(_) => "AMG".to_string(),
+            Kept::Chebyshev(_, precision) => format!("Chebyshev(4) {precision:?}"),
+        };
         let mut system =
             LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
         let mut device = DeviceLaplacian::new(&gpu, &system, &first, 512).unwrap();
-        let mut amg: Option<Rc<DeviceAmg>> = None;
         let mut captures = Vec::new();
         for (step, problem) in [&first, &second, &second, &second].into_iter().enumerate() {
             system.reassemble(problem).unwrap();
             device.reassemble(&system, problem).unwrap();
             let matrix = device.shared_matrix().unwrap();
-            if with_amg {
-                match &mut amg {
-                    Some(amg) => Rc::get_mut(amg)
-                        .expect("the re-assembly took the AMG back from the backend")
-                        .update_values(Rc::clone(&matrix))
-                        .unwrap(),
-                    None => {
-                        let settings = AmgSettings {
-                            coarsest_rows: 40,
-                            ..AmgSettings::default()
-                        };
-                        amg = Some(Rc::new(
-                            DeviceAmg::new(&gpu, Rc::clone(&matrix), &settings).unwrap(),
-                        ));
-                    }
+            let taken_back = "the re-assembly took the preconditioner back from the backend";
+            match &mut kept {
+                Kept::Jacobi => {}
+                Kept::Amg(Some(amg)) => Rc::get_mut(amg)
+                    .expect(taken_back)
+                    .update_values(Rc::clone(&matrix))
+                    .unwrap(),
+                Kept::Amg(amg) => {
+                    let built = DeviceAmg::new(&gpu, Rc::clone(&matrix), &amg_settings).unwrap();
+                    *amg = Some(Rc::new(built));
+                }
+                Kept::Chebyshev(Some(polynomial), _) => Rc::get_mut(polynomial)
+                    .expect(taken_back)
+                    .update_values(Rc::clone(&matrix))
+                    .unwrap(),
+                Kept::Chebyshev(polynomial, precision) => {
+                    let settings = PolynomialSettings {
+                        precision: *precision,
+                        ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
+                    };
+                    let built =
+                        DevicePolynomial::on_device(&gpu, Rc::clone(&matrix), &settings).unwrap();
+                    *polynomial = Some(Rc::new(built));
                 }
             }
             device
                 .update_rhs(&device.to_device_order(&p).unwrap(), None)
                 .unwrap();
-            let (kept, b) = match &amg {
-                Some(amg) => device.preconditioned_solver(amg, &options).unwrap(),
-                None => device.solver(true, &options).unwrap(),
+            let lent: Option<Box<dyn DevicePreconditioner>> = match &kept {
+                Kept::Jacobi => None,
+                Kept::Amg(amg) => amg.clone().map(|a| Box::new(a) as _),
+                Kept::Chebyshev(polynomial, _) => polynomial.clone().map(|p| Box::new(p) as _),
             };
-            let b_host = kept.download(b).unwrap();
-            let mut x_kept = kept.upload(&vec![0.0; n]).unwrap();
-            let kept_perf = pcg(kept, b, &mut x_kept, &controls, "p").unwrap();
-            let x_kept = kept.download(&x_kept).unwrap();
-            captures.push(kept.graph_captures());
-            assert_eq!(kept.launch_mode(), LaunchMode::Graph, "capture fell back");
+            let (backend, b) = match &kept {
+                Kept::Jacobi => device.solver(true, &options).unwrap(),
+                Kept::Amg(amg) => device
+                    .preconditioned_solver(amg.as_ref().unwrap(), &options)
+                    .unwrap(),
+                Kept::Chebyshev(polynomial, _) => device
+                    .preconditioned_solver(polynomial.as_ref().unwrap(), &options)
+                    .unwrap(),
+            };
+            let b_host = backend.download(b).unwrap();
+            let mut x = backend.upload(&vec![0.0; n]).unwrap();
+            let kept_perf = pcg(backend, b, &mut x, &controls, "p").unwrap();
+            let x_kept = backend.download(&x).unwrap();
+            captures.push(backend.graph_captures());
+            assert_eq!(
+                backend.launch_mode(),
+                LaunchMode::Graph,
+                "capture fell back"
+            );
             let mut fresh =
-                GpuCgBackend::from_shared_resident(&gpu, matrix, amg.is_none(), &options).unwrap();
-            if let Some(amg) = &amg {
-                fresh.set_preconditioner(Box::new(Rc::clone(amg)));
+                GpuCgBackend::from_shared_resident(&gpu, matrix, lent.is_none(), &options).unwrap();
+            if let Some(lent) = lent {
+                fresh.set_preconditioner(lent);
             }
             let b_fresh = fresh.upload(&b_host).unwrap();
-            let mut x_fresh = fresh.upload(&vec![0.0; n]).unwrap();
-            let fresh_perf = pcg(&fresh, &b_fresh, &mut x_fresh, &controls, "p").unwrap();
-            let x_fresh = fresh.download(&x_fresh).unwrap();
+            let mut x = fresh.upload(&vec![0.0; n]).unwrap();
+            let fresh_perf = pcg(&fresh, &b_fresh, &mut x, &controls, "p").unwrap();
+            let x_fresh = fresh.download(&x).unwrap();
             drop(fresh);
             println!(
-                "amg {with_amg}, step {step}: kept {} iterations, fresh {}; graphs captured by \
-                 the kept backend {}",
+                "{name}, step {step}: kept {} iterations, fresh {}; graphs captured by the kept \
+                 backend {}",
                 kept_perf.iterations, fresh_perf.iterations, captures[step]
             );
-            assert!(kept_perf.converged, "step {step}");
-            assert_eq!(kept_perf, fresh_perf, "amg {with_amg}, step {step}");
+            assert!(kept_perf.converged, "{name}, step {step}");
+            assert_eq!(kept_perf, fresh_perf, "{name}, step {step}");
             let same = x_kept
                 .iter()
                 .zip(&x_fresh)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(
-                same,
-                "amg {with_amg}, step {step}: the kept solver's x differs"
-            );
+            assert!(same, "{name}, step {step}: the kept solver's x differs");
         }
         // Steps 2 and 3 solve the same system from the same start: the chunks
         // and graphs of step 2 serve step 3.
-        assert_eq!(captures[3], captures[2], "amg {with_amg}: {captures:?}");
+        assert_eq!(captures[3], captures[2], "{name}: {captures:?}");
     }
 }
 
