@@ -217,14 +217,33 @@ impl DeviceModSell {
     ) -> Result<(CudaSlice<f64>, CudaSlice<f64>), GpuError> {
         let row_sums = gpu.zeros(self.n)?;
         let inv_diag = gpu.zeros(self.n)?;
+        self.row_sums_and_inverse_diagonal_into(gpu, &row_sums, &inv_diag)?;
+        Ok((row_sums, inv_diag))
+    }
+
+    /// [`Self::row_sums_and_inverse_diagonal`] into buffers of n values the
+    /// caller keeps (their addresses stay those a captured graph holds).
+    pub fn row_sums_and_inverse_diagonal_into(
+        &self,
+        gpu: &Gpu,
+        row_sums: &CudaSlice<f64>,
+        inv_diag: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        if row_sums.len() != self.n || inv_diag.len() != self.n {
+            return Err(GpuError::Invalid(format!(
+                "row sums ({}) and inverse diagonal ({}) need one value per row of the matrix ({})",
+                row_sums.len(),
+                inv_diag.len(),
+                self.n
+            )));
+        }
         let h = self.slice_height as u32;
         let n = self.n as i32;
         gpu.launch("modsell_row_sums", self.n_slices() as u32, h, 0, |a| {
             a.arg(&n);
             self.push_args(a);
-            a.arg(&row_sums).arg(&inv_diag);
-        })?;
-        Ok((row_sums, inv_diag))
+            a.arg(row_sums).arg(inv_diag);
+        })
     }
 
     /// y = A x.
