@@ -39,6 +39,26 @@ extern "C" __global__ void kr_residual(int n, const u64* __restrict__ slice_ptr,
     block_partials2(fabs(ri), ri * ri, partials);
 }
 
+// This thread's row of y = A v (mod-SELL; every thread of the block calls
+// it) and its terms of y . w (y . y when w is null) and y . y (0 past n).
+// Shared with the device loop's bs_operator: the same bits.
+__device__ void kr_operator_row(int n, const u64* __restrict__ slice_ptr,
+                                const int* __restrict__ codes, const double* __restrict__ vals,
+                                const double* __restrict__ diag, const double* __restrict__ v,
+                                double* __restrict__ y, const double* __restrict__ w,
+                                double* yw, double* yy) {
+    double vr;
+    const double yr = modsell_row(n, slice_ptr, codes, vals, diag, v, &vr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    *yw = 0.0;
+    *yy = 0.0;
+    if (row < n) {
+        y[row] = yr;
+        *yy = yr * yr;
+        *yw = w != nullptr ? yr * w[row] : *yy;
+    }
+}
+
 // y = A v (mod-SELL) with partials of y . w (y . y when w is null) and y . y.
 extern "C" __global__ void kr_operator(int n, const u64* __restrict__ slice_ptr,
                                        const int* __restrict__ codes,
@@ -47,15 +67,8 @@ extern "C" __global__ void kr_operator(int n, const u64* __restrict__ slice_ptr,
                                        const double* __restrict__ v, double* __restrict__ y,
                                        const double* __restrict__ w,
                                        double* __restrict__ partials) {
-    double vr;
-    const double yr = modsell_row(n, slice_ptr, codes, vals, diag, v, &vr);
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    double yw = 0.0, yy = 0.0;
-    if (row < n) {
-        y[row] = yr;
-        yy = yr * yr;
-        yw = w != nullptr ? yr * w[row] : yy;
-    }
+    double yw, yy;
+    kr_operator_row(n, slice_ptr, codes, vals, diag, v, y, w, &yw, &yy);
     block_partials2(yw, yy, partials);
 }
 
@@ -115,13 +128,30 @@ extern "C" __global__ void kr_multi_axpy(int n, int k, const u64* __restrict__ v
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
+// Element i of the BiCGStab direction p = r + beta (p - omega v); beta = 0
+// copies r. Shared with bs_direction.
+__device__ double kr_direction_at(int i, double beta, double omega, const double* __restrict__ r,
+                                  const double* __restrict__ v, double* __restrict__ p) {
+    const double pi = beta == 0.0 ? r[i] : r[i] + beta * (p[i] - omega * v[i]);
+    p[i] = pi;
+    return pi;
+}
+
 // BiCGStab direction p = r + beta (p - omega v); beta = 0 copies r.
 extern "C" __global__ void kr_bicg_direction(int n, double beta, double omega,
                                              const double* __restrict__ r,
                                              const double* __restrict__ v,
                                              double* __restrict__ p) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = beta == 0.0 ? r[i] : r[i] + beta * (p[i] - omega * v[i]);
+    if (i < n) kr_direction_at(i, beta, omega, r, v, p);
+}
+
+// Element i of s = r - alpha v. Shared with bs_half.
+__device__ double kr_half_at(int i, double alpha, const double* __restrict__ r,
+                             const double* __restrict__ v, double* __restrict__ s) {
+    const double si = r[i] - alpha * v[i];
+    s[i] = si;
+    return si;
 }
 
 // s = r - alpha v with partials of sum |s|.
@@ -130,13 +160,23 @@ extern "C" __global__ void kr_bicg_half(int n, double alpha, const double* __res
                                         double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double a = 0.0;
-    if (i < n) {
-        const double si = r[i] - alpha * v[i];
-        s[i] = si;
-        a = fabs(si);
-    }
+    if (i < n) a = fabs(kr_half_at(i, alpha, r, v, s));
     const double sum = block_sum(a);
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// Element i of x += alpha y + omega z, r = s - omega t, with its terms of
+// sum |r| and r0 . r. Shared with bs_update.
+__device__ void kr_update_at(int i, double alpha, double omega, const double* __restrict__ y,
+                             const double* __restrict__ z, const double* __restrict__ s,
+                             const double* __restrict__ t, const double* __restrict__ r0,
+                             double* __restrict__ x, double* __restrict__ r, double* a,
+                             double* rho) {
+    x[i] += alpha * y[i] + omega * z[i];
+    const double ri = s[i] - omega * t[i];
+    r[i] = ri;
+    *a = fabs(ri);
+    *rho = r0[i] * ri;
 }
 
 // x += alpha y + omega z, r = s - omega t, with partials of sum |r| and r0 . r.
@@ -150,13 +190,7 @@ extern "C" __global__ void kr_bicg_update(int n, double alpha, double omega,
                                           double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double a = 0.0, rho = 0.0;
-    if (i < n) {
-        x[i] += alpha * y[i] + omega * z[i];
-        const double ri = s[i] - omega * t[i];
-        r[i] = ri;
-        a = fabs(ri);
-        rho = r0[i] * ri;
-    }
+    if (i < n) kr_update_at(i, alpha, omega, y, z, s, t, r0, x, r, &a, &rho);
     block_partials2(a, rho, partials);
 }
 
@@ -166,8 +200,9 @@ extern "C" __global__ void kr_bicg_update(int n, double alpha, double omega,
 // per iteration) so that the host replays the generic loop's scalar logic on
 // them once per chunk (errors, SolverPerformance, the debug log). Kernels are
 // no-ops once st[BS_DONE] is set. Element formulas are the kr_* kernels' above
-// in their order, and the sums are their partials added by reduce_fixed (the
-// order of reduce_partials): the generic loop's numbers, bit for bit.
+// (kr_*_at, kr_operator_row), and the sums are their partials added by
+// reduce_fixed (the order of reduce_partials): the generic loop's numbers,
+// bit for bit.
 //
 // One iteration, launch by launch (host lines of src/solve/bicgstab.rs):
 //   bs_direction   p = r + beta (p - omega v), y = M^-1 p    (bicg_direction, precondition)
@@ -296,7 +331,9 @@ __device__ void bs_finish_step(int step, int m, const double* partials, double* 
     } else {
         // rho_old = rho; rho = r0 . r; residual = r_sum / nf and its tests
         // (not finite, divergence, convergence or maxIter after minIter);
-        // then the next iteration's tests, unless the chunk ends.
+        // then, unless the loop stops, the next iteration's tests and beta
+        // (also at the end of a chunk: the next chunk starts with its
+        // direction update).
         r[BS_REC_R_SUM] = a;
         r[BS_REC_RHO] = b;
         st[BS_RHO_OLD] = st[BS_RHO];
@@ -310,8 +347,8 @@ __device__ void bs_finish_step(int step, int m, const double* partials, double* 
         else done = (bs_converged(st, res) || it >= st[BS_MAX_ITER]) && it >= st[BS_MIN_ITER];
         st[BS_BEST] = fmin(st[BS_BEST], res);
         st[BS_LAST] = res;
+        if (!done) bs_begin_iteration(st);
         if (done || it >= st[BS_CAP]) st[BS_DONE] = 1.0;
-        else bs_begin_iteration(st);
     }
 }
 
@@ -352,8 +389,7 @@ extern "C" __global__ void bs_direction(int n, const double* __restrict__ st,
     const double beta = st[BS_BETA], omega = st[BS_OMEGA];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const double pi = beta == 0.0 ? r[i] : r[i] + beta * (p[i] - omega * v[i]);
-    p[i] = pi;
+    const double pi = kr_direction_at(i, beta, omega, r, v, p);
     if (inv_diag != nullptr) y[i] = inv_diag[i] * pi;
 }
 
@@ -369,15 +405,8 @@ extern "C" __global__ void bs_operator(int n, const u64* __restrict__ slice_ptr,
                                        const double* __restrict__ w, int step, double* partials,
                                        double* st, double* rec, int j, unsigned* ticket) {
     if (st[BS_DONE] != 0.0) return;
-    double xr;
-    const double yr = modsell_row(n, slice_ptr, codes, vals, diag, in, &xr);
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    double yw = 0.0, yy = 0.0;
-    if (row < n) {
-        out[row] = yr;
-        yy = yr * yr;
-        yw = yr * w[row];
-    }
+    double yw, yy;
+    kr_operator_row(n, slice_ptr, codes, vals, diag, in, out, w, &yw, &yy);
     if (step == BS_STEP_T) {
         block_partials2(yw, yy, partials);
     } else {
@@ -399,8 +428,7 @@ extern "C" __global__ void bs_half(int n, double* st, const double* __restrict__
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double a = 0.0;
     if (i < n) {
-        const double si = r[i] - alpha * v[i];
-        s[i] = si;
+        const double si = kr_half_at(i, alpha, r, v, s);
         a = fabs(si);
         if (inv_diag != nullptr) z[i] = inv_diag[i] * si;
     }
@@ -428,13 +456,7 @@ extern "C" __global__ void bs_update(int n, double* st, const double* __restrict
     }
     const double omega = st[BS_OMEGA];
     double a = 0.0, rho = 0.0;
-    if (i < n) {
-        x[i] += alpha * y[i] + omega * z[i];
-        const double ri = s[i] - omega * t[i];
-        r[i] = ri;
-        a = fabs(ri);
-        rho = r0[i] * ri;
-    }
+    if (i < n) kr_update_at(i, alpha, omega, y, z, s, t, r0, x, r, &a, &rho);
     block_partials2(a, rho, partials);
     if (ticket != nullptr && last_block(ticket))
         bs_finish_step(BS_STEP_UPDATE, gridDim.x, partials, st, rec, j);

@@ -307,65 +307,27 @@ impl<'g> DeviceBicgstab<'g> {
     ) -> Result<(), SolveError> {
         let gpu = self.gpu;
         let count = self.check_interval;
-        let mut host = HostReplay::new(rule, field);
         let mut st = initial_state(rule);
-        let mut first = true;
-        loop {
-            // The top of the next chunk's first iteration (the first chunk's
-            // comes from the prologue): nothing is launched past a stop.
-            if !first && host.begin()? {
-                return Ok(());
-            }
+        drive_chunks(rule, field, count, perf, |first, iterations| {
             st[slot::DONE] = 0.0;
-            st[slot::CAP] = (host.iterations + count) as f64;
+            st[slot::CAP] = (iterations + count) as f64;
             st[slot::HALF_AT] = -1.0;
-            let (records, device_st) = {
-                let mut s = self.scratch.borrow_mut();
-                gpu.write(&st, &mut s.state).map_err(device)?;
-                gpu.write(&vec![f64::NAN; REC_HEAD + REC * count], &mut s.records)
-                    .map_err(device)?;
-                drop(s);
-                let s = self.scratch.borrow();
-                let folded = self.launches.get() != LaunchMode::Separate;
-                if first {
-                    self.launch_start(&s, folded).map_err(device)?;
-                }
-                self.launch_or_replay(&s, matrix, jacobi, x)
-                    .map_err(device)?;
-                (
-                    gpu.download(&s.records).map_err(device)?,
-                    gpu.download(&s.state).map_err(device)?,
-                )
-            };
+            let mut s = self.scratch.borrow_mut();
+            gpu.write(&st, &mut s.state)?;
+            gpu.write(&vec![f64::NAN; REC_HEAD + REC * count], &mut s.records)?;
+            drop(s);
+            let s = self.scratch.borrow();
             if first {
-                host.rho = records[0];
+                self.launch_start(&s, self.launches.get() != LaunchMode::Separate)?;
             }
-            let replayed = host.replay(&records, count, perf)?;
-            let half_at = match replayed {
-                Replayed::Stopped(Some(j)) => j as f64,
-                _ => -1.0,
-            };
-            if device_st[slot::ITER] != host.iterations as f64
-                || device_st[slot::HALF_AT] != half_at
-            {
-                return Err(device(GpuError::Invalid(format!(
-                    "the device PBiCGStab loop stopped after {} iterations (half step {}) where \
-                     the host rule gives {} (half step {half_at})",
-                    device_st[slot::ITER],
-                    device_st[slot::HALF_AT],
-                    host.iterations
-                ))));
-            }
-            if let Replayed::Stopped(_) = replayed {
-                return Ok(());
-            }
-            st = device_st.try_into().map_err(|_| {
-                device(GpuError::Invalid(
-                    "the device state has the wrong length".into(),
-                ))
-            })?;
-            first = false;
-        }
+            self.launch_or_replay(&s, matrix, jacobi, x)?;
+            let records = gpu.download(&s.records)?;
+            let device_st = gpu.download(&s.state)?;
+            st = device_st
+                .try_into()
+                .map_err(|_| GpuError::Invalid("the device state has the wrong length".into()))?;
+            Ok((records, [st[slot::ITER], st[slot::HALF_AT]]))
+        })
     }
 
     /// The prologue r0 = r, ρ = r0 · r and the first iteration's tests.
@@ -576,6 +538,52 @@ fn device(e: GpuError) -> SolveError {
     SolveError::Device(e.to_string())
 }
 
+/// The chunk loop of [`DeviceBicgstab::solve`]: `run_chunk(first,
+/// iterations)` runs the next chunk of `count` iterations on the device
+/// (after `iterations` completed ones; `first`: with the prologue) and
+/// returns its records and the device's completed iterations and half-step
+/// slot (`BS_ITER`, `BS_HALF_AT`). The host replays each chunk, stops where
+/// the generic loop stops (nothing is launched past a stop at the top of an
+/// iteration) and checks that the device stopped there too.
+fn drive_chunks(
+    rule: &StopRule,
+    field: &str,
+    count: usize,
+    perf: &mut SolverPerformance,
+    mut run_chunk: impl FnMut(bool, usize) -> Result<(Vec<f64>, [f64; 2]), GpuError>,
+) -> Result<(), SolveError> {
+    let mut host = HostReplay::new(rule, field);
+    let mut first = true;
+    loop {
+        // The top of the next chunk's first iteration (the first chunk's
+        // comes after the prologue).
+        if !first && host.begin()? {
+            return Ok(());
+        }
+        let (records, [device_iterations, device_half_at]) =
+            run_chunk(first, host.iterations).map_err(device)?;
+        if first {
+            host.rho = records[0];
+        }
+        let replayed = host.replay(&records, count, perf)?;
+        let half_at = match replayed {
+            Replayed::Stopped(Some(j)) => j as f64,
+            _ => -1.0,
+        };
+        if device_iterations != host.iterations as f64 || device_half_at != half_at {
+            return Err(device(GpuError::Invalid(format!(
+                "the device PBiCGStab loop stopped after {device_iterations} iterations (half \
+                 step {device_half_at}) where the host rule gives {} (half step {half_at})",
+                host.iterations
+            ))));
+        }
+        if let Replayed::Stopped(_) = replayed {
+            return Ok(());
+        }
+        first = false;
+    }
+}
+
 /// The device state at the start of a solve (kernels/krylov.cu BS_*).
 fn initial_state(rule: &StopRule) -> [f64; slot::LEN] {
     let c = &rule.controls;
@@ -708,5 +716,284 @@ impl<'a> HostReplay<'a> {
             }
         }
         Ok(Replayed::Continues)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The host side of the device loop without a device: the generic loop
+    //! runs on the CPU backend, which records each step's sums as the device
+    //! kernels do; [`drive_chunks`] replays them chunk by chunk and must give
+    //! the generic loop's performance or error, whatever the chunk length.
+
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::solve::bicgstab::bicgstab;
+    use crate::solve::diagonal::Identity;
+    use crate::solve::krylov::KrylovBackend;
+    use crate::solve::precond::Jacobi;
+    use crate::solve::{CpuKrylovBackend, InitialNorms, LinearOperator};
+    use crate::sparse::testing::{random_nonsymmetric, random_vector};
+    use crate::sparse::Csr;
+
+    /// The CPU backend, recording what the device loop records: ρ of the
+    /// prologue, then per iteration the sums of `REC_*` (NaN where the
+    /// iteration stopped before a step), whether its update ran, and the
+    /// initial norms.
+    struct Recording<'a> {
+        cpu: CpuKrylovBackend<'a>,
+        norms: RefCell<Option<InitialNorms>>,
+        rho0: RefCell<f64>,
+        rows: RefCell<Vec<[f64; REC]>>,
+        updated: RefCell<usize>,
+    }
+
+    impl Recording<'_> {
+        fn row(&self, slot: usize, value: f64) {
+            let mut rows = self.rows.borrow_mut();
+            rows.last_mut().expect("a step before the first operator")[slot] = value;
+        }
+    }
+
+    type V = Vec<f64>;
+
+    impl KrylovBackend for Recording<'_> {
+        type Vector = V;
+        fn n(&self) -> usize {
+            self.cpu.n()
+        }
+        fn new_vector(&self) -> V {
+            self.cpu.new_vector()
+        }
+        fn initialize(&self, b: &V, x: &V, r: &mut V) -> InitialNorms {
+            let norms = self.cpu.initialize(b, x, r);
+            *self.norms.borrow_mut() = Some(norms);
+            norms
+        }
+        fn residual(&self, b: &V, x: &V, r: &mut V) -> (f64, f64) {
+            self.cpu.residual(b, x, r)
+        }
+        fn precondition(&self, v: &V, z: &mut V) {
+            self.cpu.precondition(v, z)
+        }
+        fn apply_operator(&self, v: &V, y: &mut V, w: Option<&V>) -> (f64, f64) {
+            let (yw, yy) = self.cpu.apply_operator(v, y, w);
+            // The first product of an iteration (v = A y) opens its row:
+            // every earlier row has had its update.
+            if *self.updated.borrow() == self.rows.borrow().len() {
+                self.rows.borrow_mut().push([f64::NAN; REC]);
+                self.row(REC_R0_V, yw);
+            } else {
+                self.row(REC_T_S, yw);
+                self.row(REC_T_T, yy);
+            }
+            (yw, yy)
+        }
+        fn dot(&self, a: &V, b: &V) -> f64 {
+            let d = self.cpu.dot(a, b);
+            *self.rho0.borrow_mut() = d;
+            d
+        }
+        fn scale(&self, alpha: f64, x: &V, y: &mut V) {
+            self.cpu.scale(alpha, x, y)
+        }
+        fn axpy_dot(&self, alpha: f64, x: &V, y: &mut V, w: Option<&V>) -> f64 {
+            self.cpu.axpy_dot(alpha, x, y, w)
+        }
+        fn multi_dot(&self, vs: &[&V], w: &V) -> Vec<f64> {
+            self.cpu.multi_dot(vs, w)
+        }
+        fn multi_axpy(&self, c: &[f64], vs: &[&V], y: &mut V) -> f64 {
+            self.cpu.multi_axpy(c, vs, y)
+        }
+        fn bicg_direction(&self, beta: f64, omega: f64, r: &V, v: &V, p: &mut V) {
+            self.cpu.bicg_direction(beta, omega, r, v, p)
+        }
+        fn bicg_half(&self, alpha: f64, r: &V, v: &V, s: &mut V) -> f64 {
+            let sum = self.cpu.bicg_half(alpha, r, v, s);
+            self.row(REC_S_SUM, sum);
+            sum
+        }
+        fn bicg_update(
+            &self,
+            alpha: f64,
+            omega: f64,
+            y: &V,
+            z: &V,
+            s: &V,
+            t: &V,
+            r0: &V,
+            x: &mut V,
+            r: &mut V,
+        ) -> (f64, f64) {
+            let (r_sum, rho) = self.cpu.bicg_update(alpha, omega, y, z, s, t, r0, x, r);
+            self.row(REC_R_SUM, r_sum);
+            self.row(REC_RHO, rho);
+            *self.updated.borrow_mut() += 1;
+            (r_sum, rho)
+        }
+    }
+
+    /// The generic loop's result on `a`, the device loop's host side
+    /// replaying its records in chunks of `count`, and whether the generic
+    /// loop stopped at a half step.
+    fn both(
+        a: &Csr,
+        b: &[f64],
+        precond: &dyn LinearOperator,
+        controls: &SolverControls,
+        count: usize,
+    ) -> (
+        Result<SolverPerformance, String>,
+        Result<SolverPerformance, String>,
+        bool,
+    ) {
+        let rec = Recording {
+            cpu: CpuKrylovBackend::new(a, precond),
+            norms: RefCell::new(None),
+            rho0: RefCell::new(f64::NAN),
+            rows: RefCell::new(Vec::new()),
+            updated: RefCell::new(0),
+        };
+        let mut x = vec![0.0; a.n_rows()];
+        let generic = bicgstab(&rec, &b.to_vec(), &mut x, controls, "u").map_err(|e| e.to_string());
+        let norms = rec.norms.borrow().expect("initialised");
+        let replayed = (|| {
+            let (mut perf, run) = norms.start(controls)?;
+            if let Some((_, rule)) = run {
+                let rows = rec.rows.borrow();
+                let updated = *rec.updated.borrow();
+                let generic_failed = generic.is_err();
+                drive_chunks(&rule, "u", count, &mut perf, |first, iterations| {
+                    let mut records = vec![f64::NAN; REC_HEAD + REC * count];
+                    if first {
+                        records[0] = *rec.rho0.borrow();
+                    }
+                    for j in 0..count {
+                        if let Some(row) = rows.get(iterations + j) {
+                            records[REC_HEAD + REC * j..][..REC].copy_from_slice(row);
+                        }
+                    }
+                    // What the device's state says: iterations completed
+                    // in this chunk, and the half-step stop when the last
+                    // row never reached its update.
+                    let completed = updated.min(iterations + count);
+                    let half =
+                        rows.len() > updated && rows.len() <= iterations + count && !generic_failed;
+                    let half_at = if half {
+                        (rows.len() - 1 - iterations) as f64
+                    } else {
+                        -1.0
+                    };
+                    Ok((records, [completed as f64, half_at]))
+                })?;
+            }
+            Ok::<_, SolveError>(perf)
+        })()
+        .map_err(|e| e.to_string());
+        let half = generic.is_ok() && rec.rows.borrow().len() > *rec.updated.borrow();
+        (generic, replayed, half)
+    }
+
+    fn systems() -> Vec<(String, Csr, Vec<f64>)> {
+        let (name, a, _, b) = crate::fvm::testing::convection_diffusion_system(
+            "box:7x6x5:tet:perturb=0.2:renumber",
+            0.01,
+        );
+        let mut all = vec![(name, a, b)];
+        for (n, seed) in [(300, 2), (700, 3)] {
+            all.push((
+                format!("random {n}"),
+                random_nonsymmetric(n, 7, seed),
+                random_vector(n, seed + 1),
+            ));
+        }
+        all
+    }
+
+    #[test]
+    fn the_host_replay_is_the_generic_loop_for_any_chunk_length() {
+        let controls = [
+            SolverControls::absolute(1e-10, 1000),
+            SolverControls::absolute(1e-12, 5),
+            SolverControls {
+                min_iter: 9,
+                ..SolverControls::absolute(1e-2, 1000)
+            },
+            SolverControls {
+                tolerance: 0.0,
+                rel_tol: 0.9,
+                max_iter: 100,
+                min_iter: 0,
+            },
+            SolverControls {
+                tolerance: 0.0,
+                rel_tol: 0.0,
+                max_iter: 7,
+                min_iter: 0,
+            },
+            SolverControls::absolute(1e-10, 0),
+        ];
+        let mut half_steps = 0;
+        for (name, a, b) in systems() {
+            let jacobi = Jacobi::new(&a).unwrap();
+            let identity = Identity(a.n_rows());
+            for (pname, p) in [
+                ("jacobi", &jacobi as &dyn LinearOperator),
+                ("none", &identity),
+            ] {
+                for c in &controls {
+                    for count in [1, 3, 50] {
+                        let (generic, replayed, half) = both(&a, &b, p, c, count);
+                        assert_eq!(replayed, generic, "{name} {pname} {c:?} chunks of {count}");
+                        half_steps += usize::from(half);
+                    }
+                }
+            }
+        }
+        assert!(half_steps > 0, "no case stopped at a half step");
+    }
+
+    #[test]
+    fn breakdowns_and_nan_are_the_generic_loops_errors() {
+        let controls = SolverControls::absolute(1e-10, 100);
+        // r0 · A r0 = 0 at the first iteration (skew-symmetric).
+        let skew = Csr::new(
+            2,
+            vec![0, 2, 4],
+            vec![0, 1, 0, 1],
+            vec![0.0, 1.0, -1.0, 0.0],
+        )
+        .unwrap();
+        let identity = Identity(2);
+        for count in [1, 3] {
+            let (generic, replayed, _) = both(&skew, &[1.0, 1.0], &identity, &controls, count);
+            let err = generic.clone().unwrap_err();
+            assert!(
+                err.contains("r0 · A M⁻¹ p") && err.contains("iteration 1"),
+                "{err}"
+            );
+            assert_eq!(replayed, generic);
+        }
+        // A NaN right-hand side: the initial residual.
+        let (_, a, mut b) = systems().swap_remove(1);
+        b[5] = f64::NAN;
+        let jacobi = Jacobi::new(&a).unwrap();
+        let (generic, replayed, _) = both(&a, &b, &jacobi, &controls, 3);
+        assert!(generic.is_err());
+        assert_eq!(replayed, generic);
+        // Overflow inside the loop.
+        let (_, mut a, b) = systems().swap_remove(1);
+        for v in a.values_mut() {
+            *v *= 1e300;
+        }
+        let b: Vec<f64> = b.iter().map(|v| v * 1e300).collect();
+        let identity = Identity(a.n_rows());
+        for count in [1, 3] {
+            let (generic, replayed, _) = both(&a, &b, &identity, &controls, count);
+            assert!(generic.is_err(), "{generic:?}");
+            assert_eq!(replayed, generic);
+        }
     }
 }

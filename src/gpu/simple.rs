@@ -19,7 +19,9 @@
 //!    relaxation, simpleFoam's explicit laminar stress where the settings
 //!    have it (`simple_stress_faces`, `simple_stress_rows`, from the U of the
 //!    last iteration) and −V∇p (`simple_momentum_rows`), solved by the Krylov
-//!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
+//!    method on the resident matrix (PBiCGStab as the device loop of
+//!    [`super::bicgstab`], its graphs kept per component; GMRES over
+//!    `GpuKrylovBackend`); then a_P, HbyA, rAU, the face flux
 //!    φ_HbyA and SIMPLEC's terms. The components share one momentum matrix
 //!    and keep only their diagonals: their off-diagonals are equal (one ν,
 //!    one φ), so the last component's off-diagonals serve all of them in
