@@ -20,6 +20,7 @@
 
 pub mod amg;
 pub mod assembly;
+pub mod bicgstab;
 pub mod cache;
 pub mod cusparse;
 pub mod deflation;
