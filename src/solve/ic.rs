@@ -44,12 +44,12 @@ impl<'a> Dic<'a> {
     }
 
     fn factorise(t: Triangles<'_>) -> Result<Self, SolveError> {
-        Self::of_split(SplitMatrix::new(t.matrix()))
+        Self::of_split(&SplitMatrix::new(t.matrix()))
     }
 
     /// DIC of a split matrix (GAMG's levels); a missing or non-positive
     /// diagonal entry is an error naming the row.
-    pub fn of_split(split: SplitMatrix) -> Result<Self, SolveError> {
+    pub fn of_split(split: &SplitMatrix) -> Result<Self, SolveError> {
         if let Some(row) = split.diag().iter().position(|&d| d.is_nan() || d <= 0.0) {
             return Err(SolveError::NonPositiveDiagonal {
                 precond: "DIC",
@@ -80,20 +80,13 @@ impl<'a> Dic<'a> {
 
     /// The DIC sweeps with a diagonal d* computed elsewhere (DILU, `solve::ilu`).
     pub(super) fn from_diagonal(t: Triangles<'a>, d: &[f64]) -> Self {
-        Self::scale(SplitMatrix::new(t.matrix()), d)
+        Self::scale(&SplitMatrix::new(t.matrix()), d)
     }
 
-    fn scale(split: SplitMatrix, d: &[f64]) -> Self {
+    fn scale(split: &SplitMatrix, d: &[f64]) -> Self {
         let reciprocal_d: Vec<f64> = d.iter().map(|d| 1.0 / d).collect();
-        let (mut lower, mut upper) = (split.lower_rows().clone(), split.upper_rows().clone());
-        for t in [&mut lower, &mut upper] {
-            for (r, rd) in reciprocal_d.iter().enumerate() {
-                let slots = t.row(r);
-                for v in &mut t.values_mut()[slots] {
-                    *v *= rd;
-                }
-            }
-        }
+        let lower = split.lower_rows().scaled(&reciprocal_d);
+        let upper = split.upper_rows().scaled(&reciprocal_d);
         Self {
             lower,
             upper,

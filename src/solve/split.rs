@@ -50,6 +50,13 @@ impl SplitMatrix {
         assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
         let mut diag = vec![0.0; n];
         let (mut lower, mut upper) = (TriangleRows::empty(n), TriangleRows::empty(n));
+        // A symmetric pattern's triangles hold half the off-diagonal entries
+        // each: reserved once instead of grown by doubling.
+        let half = a.nnz().saturating_sub(n) / 2;
+        for t in [&mut lower, &mut upper] {
+            t.cols.reserve(half);
+            t.values.reserve(half);
+        }
         for (r, d) in diag.iter_mut().enumerate() {
             let (row_cols, row_values) = a.row(r);
             for (&c, &v) in row_cols.iter().zip(row_values) {
@@ -451,6 +458,21 @@ impl TriangleRows {
     }
 
     /// The values in stored order (rows ascending, columns ascending).
+    /// These rows with row r's values multiplied by `factor[r]`, in one
+    /// pass (a factorisation's scaled copy, without a copy to rescale).
+    pub fn scaled(&self, factor: &[f64]) -> TriangleRows {
+        assert_eq!(factor.len(), self.n(), "TriangleRows::scaled: factor size");
+        let mut values = Vec::with_capacity(self.values.len());
+        for (r, f) in factor.iter().enumerate() {
+            values.extend(self.values[self.row(r)].iter().map(|v| v * f));
+        }
+        TriangleRows {
+            start: self.start.clone(),
+            cols: self.cols.clone(),
+            values,
+        }
+    }
+
     pub fn values_mut(&mut self) -> &mut [f64] {
         &mut self.values
     }

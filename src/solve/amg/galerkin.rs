@@ -4,6 +4,9 @@
 //! the rows of aggregate I in ascending order, each row's entries in stored
 //! order; a_ij goes to coarse entry (I, aggregate[j]), created at its first
 //! appearance and added to in encounter order; then the row is sorted by column.
+//! [`GalerkinAddressing`] keeps the coarse pattern and the coarse entry of
+//! each fine entry, so that products for new values on the same pattern (a
+//! GAMG level of each solve) are one pass over the values, in that order.
 
 use rayon::prelude::*;
 
@@ -145,4 +148,114 @@ pub fn galerkin_values(
             }
             Ok(())
         })
+}
+
+/// The coarse pattern of Pᵀ A P for a piecewise-constant P, and for each
+/// entry of A the coarse entry it adds to: made once per pattern and
+/// aggregation, it turns every later product into one pass over A's values
+/// (OpenFOAM's GAMG likewise keeps, per level, the coarse face of each fine
+/// face). The sums have [`galerkin`]'s bits: coarse row I adds the rows of
+/// aggregate I ascending, each row's entries in stored order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GalerkinAddressing {
+    /// The coarse pattern (values 0).
+    pattern: Csr,
+    members: Members,
+    /// `slot[e]`: the coarse entry (index into the coarse values) to which
+    /// the fine entry e adds.
+    slot: Vec<u32>,
+}
+
+impl GalerkinAddressing {
+    /// The addressing of `a`'s pattern under `aggregate` (row → coarse row of
+    /// 0..n_coarse, every coarse row used): one pass over the entries, with a
+    /// per-coarse-column marker instead of a search or a hash map; each coarse
+    /// row's columns are sorted (they are few).
+    pub fn new(a: &Csr, aggregate: &[u32], n_coarse: usize) -> Self {
+        assert_eq!(aggregate.len(), a.n_rows(), "galerkin: aggregate length");
+        let members = Members::new(aggregate, n_coarse);
+        let (a_ptr, a_cols) = (a.row_ptr(), a.cols());
+        let mut slot = vec![0u32; a.nnz()];
+        let mut row_ptr = Vec::with_capacity(n_coarse + 1);
+        row_ptr.push(0);
+        let mut cols: Vec<u32> = Vec::with_capacity(a.nnz() / 2);
+        // position[J]: where coarse column J sits in the current row; UNSET
+        // between rows.
+        const UNSET: u32 = u32::MAX;
+        let mut position = vec![UNSET; n_coarse];
+        for c in 0..n_coarse {
+            let start = cols.len();
+            let rows = members.of(c);
+            for &i in rows {
+                for &j in &a_cols[a_ptr[i as usize]..a_ptr[i as usize + 1]] {
+                    let target = aggregate[j as usize];
+                    if position[target as usize] == UNSET {
+                        position[target as usize] = 0;
+                        cols.push(target);
+                    }
+                }
+            }
+            let row = &mut cols[start..];
+            row.sort_unstable();
+            for (k, &target) in row.iter().enumerate() {
+                position[target as usize] = (start + k) as u32;
+            }
+            for &i in rows {
+                let entries = a_ptr[i as usize]..a_ptr[i as usize + 1];
+                for (s, &j) in slot[entries.clone()].iter_mut().zip(&a_cols[entries]) {
+                    *s = position[aggregate[j as usize] as usize];
+                }
+            }
+            for &target in row.iter() {
+                position[target as usize] = UNSET;
+            }
+            row_ptr.push(cols.len());
+        }
+        let values = vec![0.0; cols.len()];
+        let pattern =
+            Csr::new(n_coarse, row_ptr, cols, values).expect("coarse rows are sorted and in range");
+        Self {
+            pattern,
+            members,
+            slot,
+        }
+    }
+
+    /// The coarse pattern (values 0).
+    pub fn pattern(&self) -> &Csr {
+        &self.pattern
+    }
+
+    /// Pᵀ A P for `a` of the pattern this addressing was made for, the
+    /// coarse pattern shared: [`galerkin`]'s result, bit for bit.
+    pub fn product(&self, a: &Csr) -> Csr {
+        assert_eq!(a.nnz(), self.slot.len(), "galerkin: fine pattern");
+        let mut coarse = self.pattern.zeros_like();
+        let (a_ptr, a_values) = (a.row_ptr(), a.values());
+        let row_ptr = self.pattern.row_ptr();
+        // -0.0 + v is v for every v (0.0 + -0.0 would be +0.0): the first
+        // addend of an entry is taken as it is, as in `galerkin`.
+        coarse.values_mut().fill(-0.0);
+        // Tasks of ROWS_PER_TASK coarse rows, each with its slice of values.
+        let n_coarse = self.members.n_coarse();
+        let mut tasks: Vec<(usize, &mut [f64])> = Vec::with_capacity(n_coarse / ROWS_PER_TASK + 1);
+        let mut rest = coarse.values_mut();
+        for first in (0..n_coarse).step_by(ROWS_PER_TASK) {
+            let end = (first + ROWS_PER_TASK).min(n_coarse);
+            let (chunk, tail) = rest.split_at_mut(row_ptr[end] - row_ptr[first]);
+            tasks.push((first, chunk));
+            rest = tail;
+        }
+        tasks.par_iter_mut().for_each(|(first, values)| {
+            let end = (*first + ROWS_PER_TASK).min(n_coarse);
+            let offset = row_ptr[*first];
+            for &i in &self.members.rows[self.members.ptr[*first]..self.members.ptr[end]] {
+                let entries = a_ptr[i as usize]..a_ptr[i as usize + 1];
+                for (&s, &v) in self.slot[entries.clone()].iter().zip(&a_values[entries]) {
+                    values[s as usize - offset] += v;
+                }
+            }
+        });
+        coarse
+    }
 }

@@ -269,6 +269,39 @@ fn galerkin_sums_in_the_spec_order() {
 }
 
 #[test]
+fn galerkin_addressing_gives_the_bits_of_galerkin_for_new_values() {
+    use super::galerkin::GalerkinAddressing;
+    for (n, nc, seed) in [(50, 7, 14), (400, 90, 15), (400, 400, 16)] {
+        let a = random_symmetric(n, 6, seed);
+        let mut rng = SplitMix(seed);
+        let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
+        for i in (1..n).rev() {
+            aggregate.swap(i, rng.below(i + 1));
+        }
+        let addressing = GalerkinAddressing::new(&a, &aggregate, nc);
+        // New values on the same pattern, with signed zeros and terms that
+        // cancel, so that a different summation order or start would show.
+        let mut b = a.clone();
+        for (k, v) in b.values_mut().iter_mut().enumerate() {
+            *v = match k % 5 {
+                0 => -0.0,
+                1 => *v * 1e16,
+                _ => *v * (1.0 + rng.next_f64()),
+            };
+        }
+        for m in [&a, &b] {
+            let expected = galerkin(m, &aggregate, nc);
+            let got = addressing.product(m);
+            assert_eq!(got.row_ptr(), expected.row_ptr());
+            assert_eq!(got.cols(), expected.cols());
+            let bits = |c: &Csr| c.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&expected), "n {n}, {nc} aggregates");
+            assert!(got.shares_pattern_with(addressing.pattern()));
+        }
+    }
+}
+
+#[test]
 fn hierarchy_of_a_box_coarsens_by_four_per_level() {
     let (a, _) = poisson_system("box:24x24x24").unwrap();
     let settings = AmgSettings {
