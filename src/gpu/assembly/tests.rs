@@ -9,7 +9,7 @@ use crate::fvm::testing::{
     all_neumann_problem, mixed_conditions, random_field, schemes, source,
     varying_and_uniform_gamma, varying_gamma,
 };
-use crate::fvm::{BoundaryCondition, PatchValues};
+use crate::fvm::{BoundaryCondition, CellField, PatchValues};
 use crate::mesh::Geometry;
 
 /// Everything the kernels read, in host memory.
@@ -34,13 +34,9 @@ impl Host {
     ) -> Self {
         let map = AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height).unwrap();
         let values = system.evaluate(problem).unwrap();
-        let uniform = match problem.gamma {
-            CellField::Uniform(g) => Some(g),
-            _ => None,
-        };
         let statics = StaticArrays::new(system, &map, &ordering);
         let (faces, boundary) = (&map.device_faces, &map.device_boundary);
-        let arrays = ProblemArrays::new(&values, uniform, faces, boundary, &ordering);
+        let arrays = ProblemArrays::new(&values, faces, boundary, &ordering);
         let gradient = arrays
             .gradient
             .clone()
@@ -652,4 +648,33 @@ fn the_parallel_map_equals_the_one_pass_map() {
             }
         }
     }
+}
+
+#[test]
+fn values_evaluated_on_another_mesh_are_refused() {
+    let mesh = crate::mesh::load("box:4x4x3").unwrap();
+    let other = crate::mesh::load("box:5x4x3").unwrap();
+    let problem = |mesh: &Mesh| {
+        LaplacianProblem::steady(CellField::Uniform(1.0), source(), mixed_conditions(mesh, 2))
+    };
+    let (geometry, other_geometry) = (mesh.geometry().unwrap(), other.geometry().unwrap());
+    let own = LaplacianSystem::deferred(&mesh, &geometry, Schemes::default(), &problem(&mesh))
+        .unwrap()
+        .take_evaluated()
+        .unwrap();
+    let foreign = LaplacianSystem::deferred(
+        &other,
+        &other_geometry,
+        Schemes::default(),
+        &problem(&other),
+    )
+    .unwrap()
+    .take_evaluated()
+    .unwrap();
+    assert!(check_values_fit(&own, &mesh).is_ok());
+    let message = check_values_fit(&foreign, &mesh).unwrap_err().to_string();
+    assert!(
+        message.contains("60 cells") && message.contains("48 cells"),
+        "{message}"
+    );
 }
