@@ -722,12 +722,25 @@ impl<'g> DeviceLaplacian<'g> {
         ordering: Permutation,
         slice_height: usize,
     ) -> Result<Self, AssemblyError> {
-        let mesh = system.mesh();
+        Self::check_supported(system)?;
+        let values = crate::timings::timed(Phase::Assembly, || system.evaluate(problem))?;
+        Self::with_ordering_evaluated(gpu, system, values, ordering, slice_height)
+    }
+
+    /// [`Self::with_ordering`] with its problem evaluated already (`values`
+    /// as [`Self::with_map_evaluated`] takes them).
+    pub fn with_ordering_evaluated(
+        gpu: &'g Gpu,
+        system: &LaplacianSystem,
+        values: ProblemValues,
+        ordering: Permutation,
+        slice_height: usize,
+    ) -> Result<Self, AssemblyError> {
         Self::check_supported(system)?;
         let map = crate::timings::span("assembly map and mod-SELL pattern", || {
-            AssemblyMap::new(mesh, &system.matrix, &ordering, slice_height)
+            AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height)
         })?;
-        Self::with_map(gpu, system, problem, ordering, &map)
+        Self::with_map_evaluated(gpu, system, values, ordering, &map)
     }
 
     /// [`Self::with_ordering`] with its assembly map given: `map` is
