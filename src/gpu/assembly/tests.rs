@@ -619,13 +619,10 @@ fn the_parallel_map_equals_the_one_pass_map() {
         let problem = LaplacianProblem::steady(
             CellField::Uniform(1.0),
             CellField::Uniform(0.0),
-            mesh.patches()
-                .iter()
-                .map(|p| match p.kind {
-                    PatchKind::Empty => BoundaryCondition::Empty,
-                    _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-                })
-                .collect(),
+            BoundaryCondition::on_every_patch(
+                &mesh,
+                BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+            ),
         );
         let geometry = mesh.geometry().unwrap();
         let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
