@@ -301,18 +301,20 @@ fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
     compare(&gpu, "back to the first", &mut system, &mut device, &first);
 }
 
+/// Gauss linear: the systems of a mesh share the gradient vectors;
+/// boundaryCorrected least squares: each problem brings vectors of its own.
+const SHARED_AND_OWN_GRADIENTS: [(SnGradScheme, GradScheme); 2] = [
+    (SnGradScheme::Corrected, GradScheme::GaussLinear),
+    (SnGradScheme::BoundaryCorrected, GradScheme::LeastSquares),
+];
+
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_systems_sharing_a_set_up_assemble_as_systems_of_their_own() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:10x9x8:perturb=0.25");
     let geometry = mesh.geometry().unwrap();
-    // Gauss linear shares the gradient vectors; boundaryCorrected least
-    // squares gives each problem vectors of its own.
-    for (sn_grad, grad) in [
-        (SnGradScheme::Corrected, GradScheme::GaussLinear),
-        (SnGradScheme::BoundaryCorrected, GradScheme::LeastSquares),
-    ] {
+    for (sn_grad, grad) in SHARED_AND_OWN_GRADIENTS {
         let schemes = schemes(sn_grad, grad, false);
         let (first, second) = two_problems(&mesh);
         let mut first_system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
@@ -349,10 +351,7 @@ fn gpu_systems_from_the_values_deferred_systems_kept_equal_those_from_the_proble
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:10x9x8:perturb=0.25");
     let geometry = mesh.geometry().unwrap();
-    for (sn_grad, grad) in [
-        (SnGradScheme::Corrected, GradScheme::GaussLinear),
-        (SnGradScheme::BoundaryCorrected, GradScheme::LeastSquares),
-    ] {
+    for (sn_grad, grad) in SHARED_AND_OWN_GRADIENTS {
         let name = format!("{sn_grad:?}/{grad:?}");
         let schemes = schemes(sn_grad, grad, false);
         let (first, second) = two_problems(&mesh);

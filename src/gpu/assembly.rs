@@ -12,7 +12,10 @@
 //!   the host ([`LaplacianSystem::evaluate`]: the same checks and the same
 //!   numbers as the CPU path; a `CellField` may be a Rust closure, which only
 //!   the host can run) and uploaded, 16 bytes per cell (8 when Γ is uniform:
-//!   then no Γ array at all);
+//!   then no Γ array at all). A deferred host system evaluated them for its
+//!   check already: the constructors ending in `_evaluated` take those values
+//!   ([`LaplacianSystem::take_evaluated`]) and drop them once uploaded, so a
+//!   run's first assembly evaluates its problem once;
 //! - `asm_face_coefficients`: Γ_f|S_f| and Γ_f|S_f|Δ_f per internal face;
 //! - `asm_matrix_rows`: one thread per row writes its off-diagonal slots, its
 //!   diagonal (faces, boundary faces, V/Δt, setReference) and its explicit
