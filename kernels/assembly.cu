@@ -394,8 +394,8 @@ extern "C" __global__ void asm_boundary_flux(
 }
 
 // rowSum(A) (diagonal first, then the off-diagonals in slot order, as
-// GpuCgBackend::new sums them on the host) and 1/diagonal of a mod-SELL
-// matrix; one thread per row, one block per slice.
+// GpuCgBackend::new sums them on the host) and 1/diagonal (unless inv_diag
+// is null) of a mod-SELL matrix; one thread per row, one block per slice.
 extern "C" __global__ void modsell_row_sums(int n, const u64* __restrict__ slice_ptr,
                                             const int* __restrict__ codes,
                                             const double* __restrict__ vals,
@@ -410,5 +410,5 @@ extern "C" __global__ void modsell_row_sums(int n, const u64* __restrict__ slice
     for (u64 k = slice_ptr[blockIdx.x] + threadIdx.x; k < end; k += h)
         if (codes[k] != 0) s = asm_add(s, vals[k]);
     row_sums[row] = s;
-    inv_diag[row] = asm_div(1.0, d);
+    if (inv_diag != nullptr) inv_diag[row] = asm_div(1.0, d);
 }

@@ -39,6 +39,26 @@ extern "C" __global__ void kr_residual(int n, const u64* __restrict__ slice_ptr,
     block_partials2(fabs(ri), ri * ri, partials);
 }
 
+// This thread's row of y = A v (mod-SELL; every thread of the block calls
+// it) and its terms of y . w (y . y when w is null) and y . y (0 past n).
+// Shared with the device loop's bs_operator: the same bits.
+__device__ void kr_operator_row(int n, const u64* __restrict__ slice_ptr,
+                                const int* __restrict__ codes, const double* __restrict__ vals,
+                                const double* __restrict__ diag, const double* __restrict__ v,
+                                double* __restrict__ y, const double* __restrict__ w,
+                                double* yw, double* yy) {
+    double vr;
+    const double yr = modsell_row(n, slice_ptr, codes, vals, diag, v, &vr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    *yw = 0.0;
+    *yy = 0.0;
+    if (row < n) {
+        y[row] = yr;
+        *yy = yr * yr;
+        *yw = w != nullptr ? yr * w[row] : *yy;
+    }
+}
+
 // y = A v (mod-SELL) with partials of y . w (y . y when w is null) and y . y.
 extern "C" __global__ void kr_operator(int n, const u64* __restrict__ slice_ptr,
                                        const int* __restrict__ codes,
@@ -47,15 +67,8 @@ extern "C" __global__ void kr_operator(int n, const u64* __restrict__ slice_ptr,
                                        const double* __restrict__ v, double* __restrict__ y,
                                        const double* __restrict__ w,
                                        double* __restrict__ partials) {
-    double vr;
-    const double yr = modsell_row(n, slice_ptr, codes, vals, diag, v, &vr);
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    double yw = 0.0, yy = 0.0;
-    if (row < n) {
-        y[row] = yr;
-        yy = yr * yr;
-        yw = w != nullptr ? yr * w[row] : yy;
-    }
+    double yw, yy;
+    kr_operator_row(n, slice_ptr, codes, vals, diag, v, y, w, &yw, &yy);
     block_partials2(yw, yy, partials);
 }
 
@@ -115,13 +128,30 @@ extern "C" __global__ void kr_multi_axpy(int n, int k, const u64* __restrict__ v
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
+// Element i of the BiCGStab direction p = r + beta (p - omega v); beta = 0
+// copies r. Shared with bs_direction.
+__device__ double kr_direction_at(int i, double beta, double omega, const double* __restrict__ r,
+                                  const double* __restrict__ v, double* __restrict__ p) {
+    const double pi = beta == 0.0 ? r[i] : r[i] + beta * (p[i] - omega * v[i]);
+    p[i] = pi;
+    return pi;
+}
+
 // BiCGStab direction p = r + beta (p - omega v); beta = 0 copies r.
 extern "C" __global__ void kr_bicg_direction(int n, double beta, double omega,
                                              const double* __restrict__ r,
                                              const double* __restrict__ v,
                                              double* __restrict__ p) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = beta == 0.0 ? r[i] : r[i] + beta * (p[i] - omega * v[i]);
+    if (i < n) kr_direction_at(i, beta, omega, r, v, p);
+}
+
+// Element i of s = r - alpha v. Shared with bs_half.
+__device__ double kr_half_at(int i, double alpha, const double* __restrict__ r,
+                             const double* __restrict__ v, double* __restrict__ s) {
+    const double si = r[i] - alpha * v[i];
+    s[i] = si;
+    return si;
 }
 
 // s = r - alpha v with partials of sum |s|.
@@ -130,13 +160,23 @@ extern "C" __global__ void kr_bicg_half(int n, double alpha, const double* __res
                                         double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double a = 0.0;
-    if (i < n) {
-        const double si = r[i] - alpha * v[i];
-        s[i] = si;
-        a = fabs(si);
-    }
+    if (i < n) a = fabs(kr_half_at(i, alpha, r, v, s));
     const double sum = block_sum(a);
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// Element i of x += alpha y + omega z, r = s - omega t, with its terms of
+// sum |r| and r0 . r. Shared with bs_update.
+__device__ void kr_update_at(int i, double alpha, double omega, const double* __restrict__ y,
+                             const double* __restrict__ z, const double* __restrict__ s,
+                             const double* __restrict__ t, const double* __restrict__ r0,
+                             double* __restrict__ x, double* __restrict__ r, double* a,
+                             double* rho) {
+    x[i] += alpha * y[i] + omega * z[i];
+    const double ri = s[i] - omega * t[i];
+    r[i] = ri;
+    *a = fabs(ri);
+    *rho = r0[i] * ri;
 }
 
 // x += alpha y + omega z, r = s - omega t, with partials of sum |r| and r0 . r.
@@ -150,12 +190,274 @@ extern "C" __global__ void kr_bicg_update(int n, double alpha, double omega,
                                           double* __restrict__ partials) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double a = 0.0, rho = 0.0;
-    if (i < n) {
-        x[i] += alpha * y[i] + omega * z[i];
-        const double ri = s[i] - omega * t[i];
-        r[i] = ri;
-        a = fabs(ri);
-        rho = r0[i] * ri;
-    }
+    if (i < n) kr_update_at(i, alpha, omega, y, z, s, t, r0, x, r, &a, &rho);
     block_partials2(a, rho, partials);
+}
+
+// ---- PBiCGStab as a device loop (src/gpu/bicgstab.rs): the iteration of
+// src/solve/bicgstab.rs with its scalars in the device state `st` (BS_*), its
+// stopping tests applied on the device, and each step's sums recorded (BS_REC_*
+// per iteration) so that the host replays the generic loop's scalar logic on
+// them once per chunk (errors, SolverPerformance, the debug log). Kernels are
+// no-ops once st[BS_DONE] is set. Element formulas are the kr_* kernels' above
+// (kr_*_at, kr_operator_row), and the sums are their partials added by
+// reduce_fixed (the order of reduce_partials): the generic loop's numbers,
+// bit for bit.
+//
+// One iteration, launch by launch (host lines of src/solve/bicgstab.rs):
+//   bs_direction   p = r + beta (p - omega v), y = M^-1 p    (bicg_direction, precondition)
+//   bs_operator    v = A y, partials of r0 . v                (apply_operator(&y, &mut v, r0))
+//   bs_half        s = r - alpha v, z = M^-1 s, sum |s|       (bicg_half, precondition)
+//   bs_operator    t = A z, partials of t . s and t . t       (apply_operator(&z, &mut t, s))
+//   bs_update      x += alpha y + omega z, r = s - omega t,   (bicg_update, or axpy_dot for
+//                  sum |r|, r0 . r; or x += alpha y            the half step's x += alpha y)
+// Each reduction is finished (bs_finish_step) by the last block of its grid
+// (a ticketed launch) or by the one-block kernel bs_finish.
+// With no preconditioner y is p and z is s (not stored; the host passes p and s).
+
+#define BS_DONE 0          // nonzero: the loop or the chunk has stopped
+#define BS_ITER 1          // iterations completed (full steps)
+#define BS_RHO 2           // r0 . r of the pending iteration
+#define BS_RHO_OLD 3
+#define BS_ALPHA 4
+#define BS_OMEGA 5
+#define BS_BETA 6          // of the pending direction update (0 on the first)
+#define BS_LAST 7          // normalised residual after the last full step
+#define BS_BEST 8          // smallest normalised residual so far
+#define BS_CAP 9           // the chunk ends after this many iterations
+#define BS_TOLERANCE 10    // SolverControls and normFactor
+#define BS_REL_TOL 11
+#define BS_INITIAL 12
+#define BS_NORM_FACTOR 13
+#define BS_MAX_ITER 14
+#define BS_MIN_ITER 15
+#define BS_S_SUM 16        // sum |s| of the pending iteration
+#define BS_HALF_AT 17      // chunk iteration whose bs_update does x += alpha y only (-1: none)
+#define BS_STATE_LEN 18
+
+// Records of chunk iteration j: rec[BS_REC_HEAD + BS_REC * j + BS_REC_*];
+// rec[0] is r0 . r of the prologue (bs_start).
+#define BS_REC_HEAD 1
+#define BS_REC 6
+#define BS_REC_R0_V 0
+#define BS_REC_S_SUM 1
+#define BS_REC_T_S 2
+#define BS_REC_T_T 3
+#define BS_REC_R_SUM 4
+#define BS_REC_RHO 5
+
+// Steps of bs_finish_step.
+#define BS_STEP_START 0
+#define BS_STEP_R0_V 1
+#define BS_STEP_HALF 2
+#define BS_STEP_T 3
+#define BS_STEP_UPDATE 4
+
+#define BS_VSMALL 1e-300   // src/solve/bicgstab.rs VSMALL
+
+// The tests at the top of the host loop for the iteration after `iterations`
+// completed ones (thread 0): r0 . r and omega must not vanish (else the
+// loop stops: the host reports the breakdown, or a clean stop at a zero
+// residual), then beta of the direction update.
+__device__ void bs_begin_iteration(double* st) {
+    const double rho = st[BS_RHO];
+    if (isnan(rho) || fabs(rho) < BS_VSMALL) {
+        st[BS_DONE] = 1.0;
+        return;
+    }
+    if (st[BS_ITER] == 0.0) {
+        st[BS_BETA] = 0.0;
+        st[BS_OMEGA] = 0.0;
+        return;
+    }
+    const double omega = st[BS_OMEGA];
+    if (isnan(omega) || fabs(omega) < BS_VSMALL) {
+        st[BS_DONE] = 1.0;
+        return;
+    }
+    st[BS_BETA] = (rho / st[BS_RHO_OLD]) * (st[BS_ALPHA] / omega);
+}
+
+// SolverControls::converged.
+__device__ bool bs_converged(const double* st, double residual) {
+    const double rel_tol = st[BS_REL_TOL];
+    return residual < st[BS_TOLERANCE] ||
+           (rel_tol > 0.0 && residual < rel_tol * st[BS_INITIAL]);
+}
+
+// Finishes the reduction of `step` of chunk iteration j from m partials per
+// sum (every thread of the block calls it; thread 0 writes).
+__device__ void bs_finish_step(int step, int m, const double* partials, double* st, double* rec,
+                               int j) {
+    const double a = reduce_fixed(m, partials);
+    const double b =
+        step == BS_STEP_T || step == BS_STEP_UPDATE ? reduce_fixed(m, partials + m) : 0.0;
+    if (threadIdx.x != 0) return;
+    double* r = rec + BS_REC_HEAD + BS_REC * j;
+    if (step == BS_STEP_START) {
+        // rho = r0 . r, then the first iteration's tests.
+        rec[0] = a;
+        st[BS_RHO] = a;
+        bs_begin_iteration(st);
+    } else if (step == BS_STEP_R0_V) {
+        // if !(r0_v.is_finite() && r0_v != 0.0): breakdown; alpha = rho / r0_v.
+        r[BS_REC_R0_V] = a;
+        if (!(isfinite(a) && a != 0.0)) st[BS_DONE] = 1.0;
+        else st[BS_ALPHA] = st[BS_RHO] / a;
+    } else if (step == BS_STEP_HALF) {
+        // half = s_sum / nf: not finite -> error; converged (and minIter
+        // reached) -> x += alpha y and stop.
+        r[BS_REC_S_SUM] = a;
+        st[BS_S_SUM] = a;
+        const double half = a / st[BS_NORM_FACTOR];
+        const double it = st[BS_ITER] + 1.0;
+        if (!isfinite(half)) {
+            st[BS_DONE] = 1.0;
+        } else if (bs_converged(st, half) && it >= st[BS_MIN_ITER]) {
+            st[BS_HALF_AT] = j;
+            st[BS_DONE] = 1.0;
+        }
+    } else if (step == BS_STEP_T) {
+        // if !(t_t.is_finite() && t_t > 0.0): s == 0 -> x += alpha y and
+        // stop, else breakdown; omega = t_s / t_t.
+        r[BS_REC_T_S] = a;
+        r[BS_REC_T_T] = b;
+        if (!(isfinite(b) && b > 0.0)) {
+            if (st[BS_S_SUM] == 0.0) st[BS_HALF_AT] = j;
+            st[BS_DONE] = 1.0;
+        } else {
+            st[BS_OMEGA] = a / b;
+        }
+    } else {
+        // rho_old = rho; rho = r0 . r; residual = r_sum / nf and its tests
+        // (not finite, divergence, convergence or maxIter after minIter);
+        // then, unless the loop stops, the next iteration's tests and beta
+        // (also at the end of a chunk: the next chunk starts with its
+        // direction update).
+        r[BS_REC_R_SUM] = a;
+        r[BS_REC_RHO] = b;
+        st[BS_RHO_OLD] = st[BS_RHO];
+        st[BS_RHO] = b;
+        const double it = st[BS_ITER] + 1.0;
+        st[BS_ITER] = it;
+        const double res = a / st[BS_NORM_FACTOR];
+        bool done;
+        if (!isfinite(res)) done = true;
+        else if (res > DIVERGENCE_FACTOR * fmin(st[BS_BEST], res)) done = true;
+        else done = (bs_converged(st, res) || it >= st[BS_MAX_ITER]) && it >= st[BS_MIN_ITER];
+        st[BS_BEST] = fmin(st[BS_BEST], res);
+        st[BS_LAST] = res;
+        if (!done) bs_begin_iteration(st);
+        if (done || it >= st[BS_CAP]) st[BS_DONE] = 1.0;
+    }
+}
+
+// One block: bs_finish_step (the separate launch mode).
+extern "C" __global__ void bs_finish(int step, int m, const double* partials, double* st,
+                                     double* rec, int j) {
+    if (st[BS_DONE] != 0.0) return;
+    bs_finish_step(step, m, partials, st, rec, j);
+}
+
+// The prologue: r0 = r (scale(1.0, &r, &mut r0)) with partials of r0 . r
+// (dot(&r0, &r)); with a ticket the last block finishes (BS_STEP_START).
+extern "C" __global__ void bs_start(int n, const double* __restrict__ r,
+                                    double* __restrict__ r0, double* partials, double* st,
+                                    double* rec, unsigned* ticket) {
+    if (st[BS_DONE] != 0.0) return;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double d = 0.0;
+    if (i < n) {
+        const double v = 1.0 * r[i];
+        r0[i] = v;
+        d = v * r[i];
+    }
+    const double s = block_sum(d);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+    if (ticket != nullptr && last_block(ticket))
+        bs_finish_step(BS_STEP_START, gridDim.x, partials, st, rec, 0);
+}
+
+// p = r + beta (p - omega v) (beta = 0 copies r: kr_bicg_direction), then
+// y = inv_diag * p (kr_diagonal; not stored without a preconditioner: y is p).
+extern "C" __global__ void bs_direction(int n, const double* __restrict__ st,
+                                        const double* __restrict__ inv_diag,
+                                        const double* __restrict__ r,
+                                        const double* __restrict__ v, double* __restrict__ p,
+                                        double* __restrict__ y) {
+    if (st[BS_DONE] != 0.0) return;
+    const double beta = st[BS_BETA], omega = st[BS_OMEGA];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double pi = kr_direction_at(i, beta, omega, r, v, p);
+    if (inv_diag != nullptr) y[i] = inv_diag[i] * pi;
+}
+
+// out = A in (mod-SELL, one block per slice) with partials of out . w and,
+// with `two`, of out . out (kr_operator's sums): v = A y with r0 . v
+// (BS_STEP_R0_V), or t = A z with t . s and t . t (BS_STEP_T). With a ticket
+// the last block finishes `step` of chunk iteration j.
+extern "C" __global__ void bs_operator(int n, const u64* __restrict__ slice_ptr,
+                                       const int* __restrict__ codes,
+                                       const double* __restrict__ vals,
+                                       const double* __restrict__ diag,
+                                       const double* __restrict__ in, double* __restrict__ out,
+                                       const double* __restrict__ w, int step, double* partials,
+                                       double* st, double* rec, int j, unsigned* ticket) {
+    if (st[BS_DONE] != 0.0) return;
+    double yw, yy;
+    kr_operator_row(n, slice_ptr, codes, vals, diag, in, out, w, &yw, &yy);
+    if (step == BS_STEP_T) {
+        block_partials2(yw, yy, partials);
+    } else {
+        const double s = block_sum(yw);
+        if (threadIdx.x == 0) partials[blockIdx.x] = s;
+    }
+    if (ticket != nullptr && last_block(ticket))
+        bs_finish_step(step, gridDim.x, partials, st, rec, j);
+}
+
+// s = r - alpha v with partials of sum |s| (kr_bicg_half), then z =
+// inv_diag * s (kr_diagonal; not stored without a preconditioner: z is s).
+extern "C" __global__ void bs_half(int n, double* st, const double* __restrict__ inv_diag,
+                                   const double* __restrict__ r, const double* __restrict__ v,
+                                   double* __restrict__ s, double* __restrict__ z,
+                                   double* partials, double* rec, int j, unsigned* ticket) {
+    if (st[BS_DONE] != 0.0) return;
+    const double alpha = st[BS_ALPHA];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double a = 0.0;
+    if (i < n) {
+        const double si = kr_half_at(i, alpha, r, v, s);
+        a = fabs(si);
+        if (inv_diag != nullptr) z[i] = inv_diag[i] * si;
+    }
+    const double sum = block_sum(a);
+    if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+    if (ticket != nullptr && last_block(ticket))
+        bs_finish_step(BS_STEP_HALF, gridDim.x, partials, st, rec, j);
+}
+
+// x += alpha y + omega z, r = s - omega t with partials of sum |r| and r0 . r
+// (kr_bicg_update). Once done, only the launch of the iteration that stopped
+// at its half step (BS_HALF_AT = j) runs: x += alpha y (kr_axpy_dot).
+extern "C" __global__ void bs_update(int n, double* st, const double* __restrict__ y,
+                                     const double* __restrict__ z,
+                                     const double* __restrict__ s,
+                                     const double* __restrict__ t,
+                                     const double* __restrict__ r0, double* __restrict__ x,
+                                     double* __restrict__ r, double* partials, double* rec,
+                                     int j, unsigned* ticket) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double alpha = st[BS_ALPHA];
+    if (st[BS_DONE] != 0.0) {
+        if (st[BS_HALF_AT] == (double)j && i < n) x[i] = x[i] + alpha * y[i];
+        return;
+    }
+    const double omega = st[BS_OMEGA];
+    double a = 0.0, rho = 0.0;
+    if (i < n) kr_update_at(i, alpha, omega, y, z, s, t, r0, x, r, &a, &rho);
+    block_partials2(a, rho, partials);
+    if (ticket != nullptr && last_block(ticket))
+        bs_finish_step(BS_STEP_UPDATE, gridDim.x, partials, st, rec, j);
 }

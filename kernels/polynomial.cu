@@ -37,7 +37,9 @@ __device__ void poly_residual_start(int n, const u64* __restrict__ slice_ptr,
 // old != 0; it may hold garbage at the first step) and t_j on exit (not
 // written at the last step). `first`: z starts at d_in*t_in (acc not read);
 // z non-null: the last step writes the result there in f64 (add_to_z: adds it
-// to z, the smoother's x), else to acc.
+// to z, the smoother's x), else to acc. `c`: the step's coefficients mat,
+// id, old, d_in, d_out (src/solve/polynomial.rs Step), in device memory so
+// that a value re-set-up changes them under a captured graph.
 // Both kernels take the trailing `done` gate of PCG's fused loop
 // (kernels/smooth.cu gated_off).
 template <typename T>
@@ -45,9 +47,10 @@ __device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* _
                           const T* __restrict__ vals, const T* __restrict__ diag,
                           const T* __restrict__ inv_diag, const T* __restrict__ t_in,
                           T* __restrict__ t_io, T* __restrict__ acc, int first,
-                          double* __restrict__ z, int add_to_z, T mat, T id, T old, T d_in,
-                          T d_out, const double* done) {
+                          double* __restrict__ z, int add_to_z, const T* __restrict__ c,
+                          const double* done) {
     if (gated_off(done)) return;
+    const T mat = c[0], id = c[1], old = c[2], d_in = c[3], d_out = c[4];
     T xr;
     const T ax = modsell_row_t<T>(n, slice_ptr, codes, vals, diag, t_in, &xr);
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -92,10 +95,9 @@ extern "C" __global__ void poly_step_f64(int n, const u64* __restrict__ slice_pt
                                          const double* __restrict__ t_in,
                                          double* __restrict__ t_io, double* __restrict__ acc,
                                          int first, double* __restrict__ z, int add_to_z,
-                                         double mat, double id, double old, double d_in,
-                                         double d_out, const double* done) {
+                                         const double* __restrict__ c, const double* done) {
     poly_step<double>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z,
-                      add_to_z, mat, id, old, d_in, d_out, done);
+                      add_to_z, c, done);
 }
 
 extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_ptr,
@@ -106,10 +108,9 @@ extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_pt
                                          const float* __restrict__ t_in,
                                          float* __restrict__ t_io, float* __restrict__ acc,
                                          int first, double* __restrict__ z, int add_to_z,
-                                         float mat, float id, float old, float d_in, float d_out,
-                                         const double* done) {
+                                         const float* __restrict__ c, const double* done) {
     poly_step<float>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z,
-                     add_to_z, mat, id, old, d_in, d_out, done);
+                     add_to_z, c, done);
 }
 
 extern "C" __global__ void poly_residual_start_f64(

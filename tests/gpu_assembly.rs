@@ -9,6 +9,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
 use fvpoisson::fvm::testing::poisson_system;
@@ -20,11 +21,17 @@ use fvpoisson::fvm::{
     BoundaryCondition, CellField, FvmError, GradScheme, LaplacianProblem, LaplacianSystem,
     Reference, Schemes, SnGradScheme, TimeScheme,
 };
+use fvpoisson::gpu::amg::DeviceAmg;
 use fvpoisson::gpu::assembly::{AssemblyError, AssemblyMap, DeviceLaplacian};
+use fvpoisson::gpu::krylov::DevicePreconditioner;
 use fvpoisson::gpu::matrix::DeviceModSell;
-use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
+use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::mesh::{Mesh, Vec3};
+use fvpoisson::solve::amg::AmgSettings;
+use fvpoisson::solve::polynomial::{PolynomialKind, PolynomialSettings};
+use fvpoisson::solve::scalar::Precision;
 use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::{Csr, ModSell, Permutation};
@@ -555,6 +562,146 @@ fn gpu_solve_on_the_resident_matrix_matches_the_cpu_solve() {
         assert!(perf.iterations.abs_diff(cpu.iterations) <= 2);
         assert!((perf.initial_residual / cpu.initial_residual - 1.0).abs() < 1e-12);
         assert!(d < 1e-6, "{d}");
+    }
+}
+
+/// A preconditioner its owner keeps between re-assemblies and lends to the
+/// system's PCG backend.
+enum Kept<'g> {
+    Jacobi,
+    Amg(Option<Rc<DeviceAmg<'g>>>),
+    Chebyshev(Option<Rc<DevicePolynomial<'g>>>, Precision),
+}
+
+/// The PCG backend a device system keeps through re-assemblies
+/// (`DeviceLaplacian::solver`, `preconditioned_solver`): after each
+/// re-assembly with new values its solve equals, bit for bit, that of a
+/// backend built afresh on the re-assembled matrix, with Jacobi (its row sums
+/// and inverse diagonal refreshed in place) and with an AMG hierarchy or a
+/// Chebyshev polynomial (f64 and mixed) whose values are re-set-up between
+/// solves (taken back from the backend and lent again); and a re-assembly
+/// costs no new CUDA graph.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_solver_kept_through_re_assemblies_equals_a_fresh_one() {
+    let Some(gpu) = test_device() else { return };
+    if gpu.syncs_each_launch() {
+        println!("skipped: FVPOISSON_GPU_SYNC=1 (no graph capture)");
+        return;
+    }
+    let mesh = load("box:12x12x12:tet:perturb=0.2:renumber");
+    let geometry = mesh.geometry().unwrap();
+    let n = mesh.n_cells();
+    let (first, second) = two_problems(&mesh);
+    let options = GpuSolveOptions {
+        check_interval: 10,
+        launches: LaunchMode::Graph,
+        ..GpuSolveOptions::default()
+    };
+    let controls = SolverControls::absolute(1e-9, 500);
+    let p = random_field(n, 8);
+    let amg_settings = AmgSettings {
+        coarsest_rows: 40,
+        ..AmgSettings::default()
+    };
+    let variants = [
+        Kept::Jacobi,
+        Kept::Amg(None),
+        Kept::Chebyshev(None, Precision::Double),
+        Kept::Chebyshev(None, Precision::Mixed),
+    ];
+    for mut kept in variants {
+        let name = match &kept {
+            Kept::Jacobi => "Jacobi".to_string(),
+            Kept::Amg(_) => "AMG".to_string(),
+            Kept::Chebyshev(_, precision) => format!("Chebyshev(4) {precision:?}"),
+        };
+        let mut system =
+            LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
+        let mut device = DeviceLaplacian::new(&gpu, &system, &first, 512).unwrap();
+        let mut captures = Vec::new();
+        for (step, problem) in [&first, &second, &second, &second].into_iter().enumerate() {
+            system.reassemble(problem).unwrap();
+            device.reassemble(&system, problem).unwrap();
+            let matrix = device.shared_matrix().unwrap();
+            let taken_back = "the re-assembly took the preconditioner back from the backend";
+            match &mut kept {
+                Kept::Jacobi => {}
+                Kept::Amg(Some(amg)) => Rc::get_mut(amg)
+                    .expect(taken_back)
+                    .update_values(Rc::clone(&matrix))
+                    .unwrap(),
+                Kept::Amg(amg) => {
+                    let built = DeviceAmg::new(&gpu, Rc::clone(&matrix), &amg_settings).unwrap();
+                    *amg = Some(Rc::new(built));
+                }
+                Kept::Chebyshev(Some(polynomial), _) => Rc::get_mut(polynomial)
+                    .expect(taken_back)
+                    .update_values(Rc::clone(&matrix))
+                    .unwrap(),
+                Kept::Chebyshev(polynomial, precision) => {
+                    let settings = PolynomialSettings {
+                        precision: *precision,
+                        ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
+                    };
+                    let built =
+                        DevicePolynomial::on_device(&gpu, Rc::clone(&matrix), &settings).unwrap();
+                    *polynomial = Some(Rc::new(built));
+                }
+            }
+            device
+                .update_rhs(&device.to_device_order(&p).unwrap(), None)
+                .unwrap();
+            let lent: Option<Box<dyn DevicePreconditioner>> = match &kept {
+                Kept::Jacobi => None,
+                Kept::Amg(amg) => amg.clone().map(|a| Box::new(a) as _),
+                Kept::Chebyshev(polynomial, _) => polynomial.clone().map(|p| Box::new(p) as _),
+            };
+            let (backend, b) = match &kept {
+                Kept::Jacobi => device.solver(true, &options).unwrap(),
+                Kept::Amg(amg) => device
+                    .preconditioned_solver(amg.as_ref().unwrap(), &options)
+                    .unwrap(),
+                Kept::Chebyshev(polynomial, _) => device
+                    .preconditioned_solver(polynomial.as_ref().unwrap(), &options)
+                    .unwrap(),
+            };
+            let b_host = backend.download(b).unwrap();
+            let mut x = backend.upload(&vec![0.0; n]).unwrap();
+            let kept_perf = pcg(backend, b, &mut x, &controls, "p").unwrap();
+            let x_kept = backend.download(&x).unwrap();
+            captures.push(backend.graph_captures());
+            assert_eq!(
+                backend.launch_mode(),
+                LaunchMode::Graph,
+                "capture fell back"
+            );
+            let mut fresh =
+                GpuCgBackend::from_shared_resident(&gpu, matrix, lent.is_none(), &options).unwrap();
+            if let Some(lent) = lent {
+                fresh.set_preconditioner(lent);
+            }
+            let b_fresh = fresh.upload(&b_host).unwrap();
+            let mut x = fresh.upload(&vec![0.0; n]).unwrap();
+            let fresh_perf = pcg(&fresh, &b_fresh, &mut x, &controls, "p").unwrap();
+            let x_fresh = fresh.download(&x).unwrap();
+            drop(fresh);
+            println!(
+                "{name}, step {step}: kept {} iterations, fresh {}; graphs captured by the kept \
+                 backend {}",
+                kept_perf.iterations, fresh_perf.iterations, captures[step]
+            );
+            assert!(kept_perf.converged, "{name}, step {step}");
+            assert_eq!(kept_perf, fresh_perf, "{name}, step {step}");
+            let same = x_kept
+                .iter()
+                .zip(&x_fresh)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{name}, step {step}: the kept solver's x differs");
+        }
+        // Steps 2 and 3 solve the same system from the same start: the chunks
+        // and graphs of step 2 serve step 3.
+        assert_eq!(captures[3], captures[2], "{name}: {captures:?}");
     }
 }
 

@@ -486,7 +486,12 @@ fn deflated_device_loop_matches_the_cpu_in_every_launch_mode() {
                 LaunchMode::Graph,
                 "capture fell back"
             );
-            assert_eq!(backend.graph_captures(), 1, "{name} {kind}");
+            // One graph per chunk length (`chunk_length`), each captured once.
+            assert!(
+                (1..=3).contains(&backend.graph_captures()),
+                "{name} {kind}: {} graphs",
+                backend.graph_captures()
+            );
         }
     }
     assert_eq!(count, 8, "systems missing");

@@ -17,12 +17,18 @@
 //! build with `--release`) and report the time per iteration, and the GPU's
 //! speed-up per iteration. The steps are driven from the host (GMRES's
 //! Givens rotations and BiCGStab's scalars live there): one read-back per
-//! step, which on small systems costs more than the bytes.
+//! step, which on small systems costs more than the bytes. The rows
+//! "PBiCGStab device loop + Jacobi / none" are `gpu::bicgstab`'s loop, which
+//! reads back once per `--check-interval` iterations
+//! ([`device_loop_bytes`]).
 
 use std::time::Instant;
 
 use super::tables::{controls, BenchSettings, Row};
+use fvpoisson::gpu::bicgstab::DeviceBicgstab;
 use fvpoisson::gpu::krylov::{DeviceDiagonal, DevicePreconditioner, GpuKrylovBackend};
+use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::bicgstab::bicgstab;
 use fvpoisson::solve::gmres::gmres;
@@ -31,7 +37,7 @@ use fvpoisson::solve::{
     CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod, LinearOperator,
     Orthogonalization, PreconditioningSide, SolveError, SolverControls, SolverPerformance,
 };
-use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
+use fvpoisson::sparse::{Csr, ModSell, Reordered, RowOrdering};
 
 /// Iterations the CPU rows run at most.
 pub const CPU_ITERATIONS: usize = 200;
@@ -172,6 +178,76 @@ pub fn iteration_bytes(method: &KrylovMethod, n: usize, nnz: usize, precond: f64
     }
 }
 
+/// Minimum bytes of one iteration of PBiCGStab's device loop
+/// (`gpu::bicgstab`), Jacobi (`jacobi`) or none: 2 SpMV (+ r0 and s read
+/// for their dots), the direction (r, v, p → p; Jacobi: 1/a_ii → y), the
+/// half step (r, v → s; Jacobi: 1/a_ii → z), the update (y, z, s, t, r0,
+/// x → x, r). Against the generic loop, Jacobi reads p and s from the
+/// kernel that wrote them instead of reading them again (16n less).
+pub fn device_loop_bytes(n: usize, nnz: usize, jacobi: bool) -> f64 {
+    let spmv = super::tables::spmv_bytes(fvpoisson::gpu::matrix::Format::ModSell, n, nnz);
+    let v = 8.0 * n as f64;
+    let jacobi_vectors = if jacobi { 2.0 * v } else { 0.0 };
+    2.0 * spmv + 2.0 * v + (4.0 * v + jacobi_vectors) + (3.0 * v + jacobi_vectors) + 8.0 * v
+}
+
+/// The row of PBiCGStab's device loop (`gpu::bicgstab`) on the ordered
+/// system, Jacobi or none, next to the generic loop's rows.
+fn device_loop_row(
+    gpu: &Gpu,
+    case: &str,
+    ordered: &Reordered<'_>,
+    b_new: &[f64],
+    jacobi: bool,
+    settings: &BenchSettings,
+    copy_gb_s: f64,
+) -> anyhow::Result<Row> {
+    let a = ordered.matrix();
+    let (n, nnz) = (a.n_rows(), a.nnz());
+    let options = GpuSolveOptions {
+        slice_height: settings.slice_height,
+        check_interval: settings.check_interval,
+        ..GpuSolveOptions::default()
+    };
+    let m = ModSell::from_csr(a, settings.slice_height).map_err(anyhow::Error::msg)?;
+    let matrix = DeviceModSell::upload(gpu, &m)?;
+    let solver = DeviceBicgstab::new(gpu, n, &options)?;
+    let b_dev = gpu.upload(b_new)?;
+    let zeros = vec![0.0; n];
+    let mut x = gpu.upload(&zeros)?;
+    let controls = controls();
+    // Warm-up (kernel loading, graph capture), then the timed solve.
+    solver.solve(&matrix, jacobi, &b_dev, &x, &controls, "x")?;
+    gpu.write(&zeros, &mut x)?;
+    gpu.synchronize()?;
+    let t = Instant::now();
+    let perf = solver.solve(&matrix, jacobi, &b_dev, &x, &controls, "x")?;
+    gpu.synchronize()?;
+    let total_ms = t.elapsed().as_secs_f64() * 1e3;
+    let per_it = total_ms / perf.iterations.max(1) as f64;
+    let bytes = device_loop_bytes(n, nnz, jacobi);
+    let floor_ms = bytes / (copy_gb_s * 1e9) * 1e3;
+    let what = format!(
+        "PBiCGStab device loop + {}",
+        if jacobi { "Jacobi" } else { "none" }
+    );
+    let note = format!(
+        "GPU: {} iterations, converged {}, total {total_ms:.1} ms, {} launches, read back every \
+         {} iterations; floor {floor_ms:.4} ms/iteration ({:.1}x the floor)",
+        perf.iterations,
+        perf.converged,
+        solver.launch_mode().name(),
+        settings.check_interval,
+        per_it / floor_ms
+    );
+    eprintln!("{case}: {what}: {per_it:.4} ms/iteration, {note}");
+    let mut row = Row::timing(case, "rcm", what, (n, nnz), per_it, note);
+    row.bytes = bytes;
+    row.gb_s = bytes / (per_it * 1e-3) / 1e9;
+    row.of_copy = row.gb_s / copy_gb_s;
+    Ok(row)
+}
+
 fn solve<B: KrylovBackend>(
     backend: &B,
     method: &KrylovMethod,
@@ -271,7 +347,15 @@ pub fn rows(
                 rows.push(row);
             }
         }
+        if p.name == "Jacobi" {
+            rows.push(device_loop_row(
+                gpu, case, &ordered, &b_new, true, settings, copy_gb_s,
+            )?);
+        }
     }
+    rows.push(device_loop_row(
+        gpu, case, &ordered, &b_new, false, settings, copy_gb_s,
+    )?);
     Ok(rows)
 }
 

@@ -980,6 +980,9 @@ pub struct DeviceAmg<'g> {
     arithmetic: Arithmetic,
     /// Why coarsening stopped (for the log and the bench).
     stop_reason: String,
+    /// [`DevicePreconditioner::graph_key`]: kept by value updates, which
+    /// write every level's values into the buffers the set-up allocated.
+    graph_key: u64,
 }
 
 /// Host wall-clock time per set-up phase, the stream synchronised at each
@@ -1140,6 +1143,7 @@ impl<'g> DeviceAmg<'g> {
                 residual: gpu.zeros(0)?,
             }),
             stop_reason,
+            graph_key: super::unique_buffers_id(),
         };
         amg.smoothers_and_coarsest()?;
         amg.check_status()?;
@@ -1379,6 +1383,10 @@ impl<'g> DeviceAmg<'g> {
                 old.slice_height,
                 old.codes.len()
             )));
+        }
+        if !Rc::ptr_eq(&fine, &self.fine) {
+            // The cycle reads the fine matrix's own buffers.
+            self.graph_key = super::unique_buffers_id();
         }
         self.fine = fine;
         fine_values(gpu, &self.levels[0].a, &self.fine_source, &self.fine)?;
@@ -1953,6 +1961,9 @@ impl DevicePreconditioner for DeviceAmg<'_> {
     /// the K-cycle's step lengths depend on r (PCG runs flexible).
     fn is_linear(&self) -> bool {
         self.cycle.kind != CycleKind::K
+    }
+    fn graph_key(&self) -> Option<u64> {
+        Some(self.graph_key)
     }
 }
 

@@ -631,11 +631,14 @@ pub struct LaplacianArrays<'a> {
     pub rhs: &'a CudaSlice<f64>,
 }
 
-/// The matrix alone, or inside the PCG backend that solves with it (which
-/// holds its row sums and inverse diagonal: a re-assembly drops it). The
+/// The matrix alone, or inside the PCG backend that solves with it. The
 /// matrix may be shared ([`DeviceLaplacian::shared_matrix`]): a re-assembly
-/// writes its values in place. One per device system, so the variants'
-/// sizes do not matter.
+/// writes its values in place. The backend survives re-assemblies, with
+/// its work vectors and captured CUDA graphs: a re-assembly takes a lent
+/// preconditioner back from it (its owner re-sets it up) and marks it
+/// `stale`, and the next solve refreshes its row sums and inverse diagonal
+/// from the new values. One per device system, so the variants' sizes do
+/// not matter.
 #[allow(clippy::large_enum_variant)]
 enum Held<'g> {
     Matrix(Rc<DeviceModSell>),
@@ -643,6 +646,7 @@ enum Held<'g> {
         backend: GpuCgBackend<'g>,
         preconditioner: BackendPreconditioner,
         check_interval: usize,
+        stale: bool,
     },
 }
 
@@ -1091,7 +1095,7 @@ impl<'g> DeviceLaplacian<'g> {
     /// The device part of a (re)assembly: face coefficients, then matrix and
     /// explicit right-hand side from the values on the device.
     pub fn assemble(&mut self) -> Result<(), GpuError> {
-        self.release_backend()?;
+        self.values_changing()?;
         let gpu = self.gpu;
         let (g, v, w) = (&self.geometry, &self.values, &self.work);
         let n_faces = self.n_faces as i32;
@@ -1578,7 +1582,7 @@ impl<'g> DeviceLaplacian<'g> {
     /// `Run::apply_implicit_source` adds an implicit source after assembly.
     pub fn add_to_diagonal(&mut self, values: &[f64]) -> Result<(), GpuError> {
         let add = self.to_device_order(values)?;
-        self.release_backend()?;
+        self.values_changing()?;
         let m = self.matrix()?;
         let n = self.n as i32;
         self.gpu.launch(
@@ -1647,17 +1651,17 @@ impl<'g> DeviceLaplacian<'g> {
         }
     }
 
-    /// Drops the PCG backend, keeping its matrix (before the matrix changes).
-    fn release_backend(&mut self) -> Result<(), GpuError> {
-        match self.held.take() {
-            Some(Held::Backend { backend, .. }) => {
-                self.held = Some(Held::Matrix(backend.shared_matrix()));
+    /// Before the matrix's values change in place: a held PCG backend gives
+    /// its lent preconditioner back and refreshes its values at the next
+    /// solve.
+    fn values_changing(&mut self) -> Result<(), GpuError> {
+        match &mut self.held {
+            Some(Held::Backend { backend, stale, .. }) => {
+                drop(backend.take_preconditioner());
+                *stale = true;
                 Ok(())
             }
-            Some(held) => {
-                self.held = Some(held);
-                Ok(())
-            }
+            Some(Held::Matrix(_)) => Ok(()),
             None => Err(lost()),
         }
     }
@@ -1697,15 +1701,32 @@ impl<'g> DeviceLaplacian<'g> {
         let matrix = match self.held.take() {
             Some(Held::Matrix(m)) => m,
             Some(Held::Backend {
-                backend,
+                mut backend,
                 preconditioner: p,
                 check_interval: c,
+                stale,
             }) => {
                 if (p, c) == (preconditioner, check_interval) {
+                    let refreshed = if stale {
+                        backend.refresh_values()
+                    } else {
+                        Ok(())
+                    };
+                    if let Err(e) = refreshed {
+                        self.held = Some(Held::Matrix(backend.shared_matrix()));
+                        return Err(e);
+                    }
+                    // Lent again after a re-assembly took it back.
+                    if let Some(lent) = lent {
+                        if !backend.has_preconditioner() {
+                            backend.set_preconditioner(lent);
+                        }
+                    }
                     self.held = Some(Held::Backend {
                         backend,
                         preconditioner,
                         check_interval,
+                        stale: false,
                     });
                     return self.held_solver();
                 }
@@ -1730,6 +1751,7 @@ impl<'g> DeviceLaplacian<'g> {
             backend,
             preconditioner,
             check_interval,
+            stale: false,
         });
         self.held_solver()
     }

@@ -40,7 +40,6 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::CudaSlice;
 use nalgebra::DMatrix;
@@ -66,9 +65,6 @@ const COARSE_BLOCK: u32 = 256;
 const REDUCE_BLOCK: u32 = 1024;
 /// `DEFL_MAX_WIDTH` of kernels/deflation.cu.
 const MAX_WIDTH: usize = 32;
-
-/// Source of [`LoopProjection::id`]s.
-static NEXT_PROJECTION_ID: AtomicU64 = AtomicU64::new(0);
 
 /// M⁻¹ = Kᵀ D⁻¹ K of `solve::neumann` on the device.
 pub struct DeviceNeumann<'g> {
@@ -350,7 +346,7 @@ impl<'g> DeviceDeflation<'g> {
             scalar: gpu.zeros(1)?,
             failure: RefCell::new(None),
             setup_phases: Vec::new(),
-            id: NEXT_PROJECTION_ID.fetch_add(1, Ordering::Relaxed),
+            id: super::unique_buffers_id(),
         };
         let mut deflation = deflation;
         spans.device("work vectors");

@@ -6,7 +6,9 @@
 //! dot products, an axpy with the next MGS dot, a block of CGS2 dots, the
 //! BiCGStab update with Σ|r| and r0 · r) whose per-block partials are added in
 //! one fixed order (`reduce_partials`), then read back: GMRES's Givens
-//! rotations and BiCGStab's scalars live on the host.
+//! rotations and BiCGStab's scalars live on the host. With Jacobi or no
+//! preconditioner, `gpu::bicgstab` runs the same PBiCGStab iterates as a
+//! device loop (scalars on the device, one read-back per chunk).
 //!
 //! Preconditioners are [`DevicePreconditioner`]s (re-exported here: the same
 //! trait PCG's device loop takes; nothing in it assumes symmetry, and

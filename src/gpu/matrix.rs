@@ -217,14 +217,34 @@ impl DeviceModSell {
     ) -> Result<(CudaSlice<f64>, CudaSlice<f64>), GpuError> {
         let row_sums = gpu.zeros(self.n)?;
         let inv_diag = gpu.zeros(self.n)?;
+        self.row_sums_and_inverse_diagonal_into(gpu, &row_sums, Some(&inv_diag))?;
+        Ok((row_sums, inv_diag))
+    }
+
+    /// [`Self::row_sums_and_inverse_diagonal`] into buffers of n values (the
+    /// inverse diagonal only when given), e.g. after the values changed in
+    /// place.
+    pub fn row_sums_and_inverse_diagonal_into(
+        &self,
+        gpu: &Gpu,
+        row_sums: &CudaSlice<f64>,
+        inv_diag: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let lengths = std::iter::once(row_sums.len()).chain(inv_diag.map(|d| d.len()));
+        if let Some(len) = lengths.into_iter().find(|&len| len != self.n) {
+            return Err(GpuError::Invalid(format!(
+                "a row sum or diagonal buffer has {len} entries for a matrix of {} rows",
+                self.n
+            )));
+        }
         let h = self.slice_height as u32;
         let n = self.n as i32;
         gpu.launch("modsell_row_sums", self.n_slices() as u32, h, 0, |a| {
             a.arg(&n);
             self.push_args(a);
-            a.arg(&row_sums).arg(&inv_diag);
-        })?;
-        Ok((row_sums, inv_diag))
+            a.arg(row_sums);
+            super::arg_or_null(a, inv_diag);
+        })
     }
 
     /// y = A x.

@@ -20,6 +20,7 @@
 
 pub mod amg;
 pub mod assembly;
+pub mod bicgstab;
 pub mod cache;
 pub mod cusparse;
 pub mod deflation;
@@ -774,6 +775,14 @@ pub struct KernelLimits {
 /// Grid size of a vector kernel over n elements.
 pub fn vector_grid(n: usize) -> u32 {
     n.div_ceil(VECTOR_BLOCK as usize) as u32
+}
+
+/// A number no other call in this process returns: names a set of device
+/// buffers that captured CUDA graphs may hold (`LoopProjection::id`,
+/// `DevicePreconditioner::graph_key`).
+pub(crate) fn unique_buffers_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A null device pointer for optional kernel arguments.

@@ -16,13 +16,24 @@
 //!   kernels;
 //! - `Folded`: 3 launches, the last block of the SpMV and of the update grid
 //!   to finish reduces the partials (same order, same bits);
-//! - `Graph`: `Folded`, captured once into a CUDA graph of `check_interval`
-//!   iterations and replayed for every chunk. Iterations past the end of the
-//!   chunk or past convergence are no-ops on the device (`st[ST_DONE]`), so
-//!   one graph serves every chunk. The graph holds the addresses of x and of
-//!   the work vectors; `new_vector` reuses freed work vectors so that the same
-//!   graph serves later solves on this backend too (x must then be the same
-//!   device vector, rewritten with [`GpuCgBackend::write`]).
+//! - `Graph`: `Folded`, captured once per chunk length into a CUDA graph
+//!   and replayed for every chunk of that length. Iterations past the end of
+//!   the chunk or past convergence are no-ops on the device (`st[ST_DONE]`),
+//!   so one graph serves every shorter chunk too. The graph holds the
+//!   addresses of x and of the work vectors; `new_vector` reuses freed work
+//!   vectors so that the same graph serves later solves on this backend too
+//!   (x must then be the same device vector, rewritten with
+//!   [`GpuCgBackend::write`]), and the buffers of the device preconditioner:
+//!   it serves another preconditioner with the same
+//!   [`DevicePreconditioner::graph_key`] (an AMG hierarchy after a
+//!   value-only re-set-up), so that a system re-assembled each time step
+//!   ([`GpuCgBackend::refresh_values`]) replays the graphs of the first.
+//!
+//! A chunk is `check_interval` iterations, except in a solve that follows
+//! another on the same backend ([`chunk_length`]): it reads back where its
+//! predecessor stopped and every few iterations after, since no-op
+//! iterations are not free (an AMG cycle is dozens of launches, each a few
+//! microseconds even when it returns at once).
 //!
 //! A [`LoopProjection`] ([`GpuCgBackend::iterate_projected`]) turns the fused
 //! loop into deflated PCG (`gpu::deflation`): q = A p is projected, q ← P q,
@@ -180,13 +191,25 @@ struct Scratch {
     ticket: CudaSlice<u32>,
 }
 
-/// A captured chunk and the device addresses of x, r, z, p, q it uses,
-/// with the [`LoopProjection::id`] of the projection captured into it.
+/// A captured chunk of `length` iterations and the device addresses of x,
+/// r, z, p, q it uses, with the [`LoopProjection::id`] of the projection
+/// and the [`DevicePreconditioner::graph_key`] of the preconditioner
+/// captured into it (`None`: Jacobi or none).
 struct ChunkGraph {
+    length: usize,
     vectors: [u64; 5],
     projection: Option<u64>,
+    preconditioner: Option<Option<u64>>,
     graph: CudaGraph,
 }
+
+/// Captured chunks a backend keeps (one per length, vectors, projection
+/// and preconditioner); the oldest goes first.
+const MAX_GRAPHS: usize = 8;
+
+/// The shortest chunk once a solve has run past the iterations its
+/// predecessor took (module documentation).
+const MIN_CHUNK: usize = 4;
 
 /// Steps the fused loop inserts into each iteration to run deflated PCG
 /// (module documentation; `gpu::deflation::DeviceDeflation`). Both only
@@ -220,8 +243,12 @@ pub struct GpuCgBackend<'g> {
     /// Work vectors handed out by `new_vector`; one is reused once only the
     /// pool holds it.
     pool: RefCell<Vec<Rc<CudaSlice<f64>>>>,
-    graph: RefCell<Option<ChunkGraph>>,
+    graphs: RefCell<Vec<ChunkGraph>>,
     graph_captures: Cell<usize>,
+    /// Iterations of the solve in progress after its last chunk, and what
+    /// the solve before it took (the expected length of this one).
+    iterations_so_far: Cell<Option<usize>>,
+    expected_iterations: Cell<Option<usize>>,
     failure: FirstFailure,
 }
 
@@ -346,8 +373,10 @@ impl<'g> GpuCgBackend<'g> {
             launches: Cell::new(LaunchMode::Folded),
             scratch: RefCell::new(scratch),
             pool: RefCell::new(Vec::new()),
-            graph: RefCell::new(None),
+            graphs: RefCell::new(Vec::new()),
             graph_captures: Cell::new(0),
+            iterations_so_far: Cell::new(None),
+            expected_iterations: Cell::new(None),
             failure: FirstFailure::default(),
         };
         backend.set_launch_mode(options.launches);
@@ -369,7 +398,8 @@ impl<'g> GpuCgBackend<'g> {
         }
         self.launches.set(mode);
     }
-    /// CUDA graphs captured so far (one per set of vector addresses).
+    /// CUDA graphs captured so far (one per chunk length, set of vector
+    /// addresses, projection and preconditioner).
     pub fn graph_captures(&self) -> usize {
         self.graph_captures.get()
     }
@@ -404,9 +434,46 @@ impl<'g> GpuCgBackend<'g> {
     /// Preconditions with `p` instead of Jacobi (build the backend with
     /// `jacobi` false).
     pub fn set_preconditioner(&mut self, p: Box<dyn DevicePreconditioner + 'g>) {
-        // A captured graph holds the old preconditioner's kernels and buffers.
-        *self.graph.get_mut() = None;
+        // A captured graph holds the preconditioner's kernels and buffers:
+        // it is replayed with `p` only when both have the same graph key.
+        if p.graph_key().is_none() {
+            self.graphs.get_mut().clear();
+        }
         self.preconditioner = Some(p);
+    }
+
+    /// Whether a device preconditioner replaces Jacobi.
+    pub fn has_preconditioner(&self) -> bool {
+        self.preconditioner.is_some()
+    }
+
+    /// The preconditioner back (e.g. to its owner, to re-set it up for new
+    /// matrix values); the captured graphs stay for when it, or one with
+    /// the same graph key, is set again.
+    pub fn take_preconditioner(&mut self) -> Option<Box<dyn DevicePreconditioner + 'g>> {
+        self.preconditioner.take()
+    }
+
+    /// After the matrix's values changed in place (a re-assembly into the
+    /// same pattern): the row sums of the normFactor and Jacobi's inverse
+    /// diagonal again, in their buffers, so that captured graphs stay valid.
+    pub fn refresh_values(&self) -> Result<(), GpuError> {
+        if self.scaling.is_some() {
+            return Err(GpuError::Invalid(
+                "an equilibrated PCG backend cannot take new matrix values in place; build it again"
+                    .into(),
+            ));
+        }
+        self.matrix.row_sums_and_inverse_diagonal_into(
+            self.gpu,
+            &self.row_sums,
+            self.inv_diag.as_ref(),
+        )
+    }
+
+    /// What a graph captured now records of the preconditioner.
+    fn preconditioner_graph_key(&self) -> Option<Option<u64>> {
+        self.preconditioner.as_ref().map(|p| p.graph_key())
     }
 
     /// [`CgBackend::iterate`] of deflated PCG: the fused loop with
@@ -434,7 +501,11 @@ impl<'g> GpuCgBackend<'g> {
         count: usize,
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
-        let count = count.min(self.check_interval);
+        if state.iterations == 0 {
+            self.expected_iterations.set(self.iterations_so_far.get());
+        }
+        let expected = self.expected_iterations.get();
+        let count = chunk_length(count, state.iterations, self.check_interval, expected);
         self.failure.guarded(Vec::new(), || {
             self.run_chunk(rule, state, count, &v, projection)
         })
@@ -704,13 +775,15 @@ impl<'g> GpuCgBackend<'g> {
         Ok(())
     }
 
-    /// Replays the chunk graph, capturing it first when the vectors moved or
-    /// the projection changed; `false` (after a warning) when the capture
-    /// failed and nothing ran.
+    /// Replays a graph of at least `count` iterations (the device stops at
+    /// `st[ST_CAP]`), capturing it first unless one of that length was
+    /// captured with these vectors, projection and preconditioner; `false`
+    /// (after a warning) when the capture failed and nothing ran.
     fn replay_chunk(
         &self,
         s: &Scratch,
         v: &CgVectors<'_, GpuVector>,
+        count: usize,
         projection: Option<&dyn LoopProjection>,
     ) -> Result<bool, GpuError> {
         let stream = self.gpu.stream();
@@ -718,37 +791,53 @@ impl<'g> GpuCgBackend<'g> {
         for (address, vector) in vectors.iter_mut().zip([&*v.x, &*v.r, &*v.z, &*v.p, &*v.q]) {
             *address = vector.dev()?.device_ptr(stream).0;
         }
-        let mut cached = self.graph.borrow_mut();
-        let projection_id = projection.map(|p| p.id());
-        if cached
-            .as_ref()
-            .is_none_or(|g| g.vectors != vectors || g.projection != projection_id)
-        {
-            *cached = None;
-            match self
-                .gpu
-                .capture(|| self.launch_chunk(s, v, self.check_interval, true, projection))
-            {
-                Ok(graph) => {
-                    *cached = Some(ChunkGraph {
-                        vectors,
-                        projection: projection_id,
-                        graph,
-                    })
+        // MIN_CHUNK · 2^k or the check interval: a few lengths serve all.
+        let length = count
+            .next_power_of_two()
+            .max(MIN_CHUNK)
+            .min(self.check_interval)
+            .max(count);
+        let key = (
+            length,
+            vectors,
+            projection.map(|p| p.id()),
+            self.preconditioner_graph_key(),
+        );
+        let mut graphs = self.graphs.borrow_mut();
+        let found = graphs
+            .iter()
+            .position(|g| (g.length, g.vectors, g.projection, g.preconditioner) == key);
+        let at = match found {
+            Some(at) => at,
+            None => {
+                let captured = self
+                    .gpu
+                    .capture(|| self.launch_chunk(s, v, length, true, projection));
+                let graph = match captured {
+                    Ok(graph) => graph,
+                    Err(e) => {
+                        log::warn!(
+                            "CUDA graph capture failed ({e}); PCG launches its kernels directly"
+                        );
+                        return Ok(false);
+                    }
+                };
+                self.graph_captures.set(self.graph_captures.get() + 1);
+                if graphs.len() == MAX_GRAPHS {
+                    graphs.remove(0);
                 }
-                Err(e) => {
-                    log::warn!(
-                        "CUDA graph capture failed ({e}); PCG launches its kernels directly"
-                    );
-                    return Ok(false);
-                }
+                let (length, vectors, projection, preconditioner) = key;
+                graphs.push(ChunkGraph {
+                    length,
+                    vectors,
+                    projection,
+                    preconditioner,
+                    graph,
+                });
+                graphs.len() - 1
             }
-            self.graph_captures.set(self.graph_captures.get() + 1);
-        }
-        match cached.as_ref() {
-            Some(c) => self.gpu.launch_graph(&c.graph).map(|()| true),
-            None => Err(GpuError::Invalid("no CUDA graph after capture".into())),
-        }
+        };
+        self.gpu.launch_graph(&graphs[at].graph).map(|()| true)
     }
 
     /// The fused device loop behind `iterate`: at most `count` iterations
@@ -774,7 +863,7 @@ impl<'g> GpuCgBackend<'g> {
         let s = self.scratch.borrow();
         match self.launches.get() {
             LaunchMode::Graph => {
-                if !self.replay_chunk(&s, v, projection)? {
+                if !self.replay_chunk(&s, v, count, projection)? {
                     self.launches.set(LaunchMode::Folded);
                     self.launch_chunk(&s, v, count, true, projection)?;
                 }
@@ -783,8 +872,35 @@ impl<'g> GpuCgBackend<'g> {
         }
         let records = gpu.download(&s.records)?;
         let st = gpu.download(&s.state)?;
+        self.iterations_so_far.set(Some(st[1] as usize));
         Ok(chunk_records(&records, &st, state, count))
     }
+}
+
+/// Iterations of the next chunk of a solve that has completed `done`, at
+/// most `count` and `check_interval`. A solve like its predecessor, which
+/// took `expected` (warm-started pressure solves of a transient run, whose
+/// counts change little), reads back at the iteration the predecessor
+/// stopped, then every [`MIN_CHUNK`]: few iterations run past convergence
+/// as no-ops, each of which still costs its launches (dozens for an AMG
+/// cycle). Without an expectation, every `check_interval`. The lengths are
+/// powers of two or `count`, so that a few captured graphs serve them all.
+pub(crate) fn chunk_length(
+    count: usize,
+    done: usize,
+    check_interval: usize,
+    expected: Option<usize>,
+) -> usize {
+    let full = count.min(check_interval).max(1);
+    let Some(expected) = expected else {
+        return full;
+    };
+    let wanted = match expected.saturating_sub(done) {
+        0 => MIN_CHUNK,
+        // The largest power of two not past the expected end.
+        remaining => 1 << remaining.ilog2(),
+    };
+    wanted.max(MIN_CHUNK).min(full)
 }
 
 /// The device state `st` (kernels/pcg.cu ST_*) at the start of a chunk of at
@@ -1335,5 +1451,38 @@ impl<'g> GpuSolver<'g> {
             backend.set_preconditioner(Box::new(m));
         }
         pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{chunk_length, MIN_CHUNK};
+
+    #[test]
+    fn chunks_end_where_the_previous_solve_ended_then_stay_short() {
+        // No expectation: every check interval, or what is left.
+        assert_eq!(chunk_length(1000, 0, 50, None), 50);
+        assert_eq!(chunk_length(7, 0, 50, None), 7);
+        // A warm-started solve like one of 16 iterations: 16, then 4s.
+        assert_eq!(chunk_length(1000, 0, 50, Some(16)), 16);
+        assert_eq!(chunk_length(1000, 16, 50, Some(16)), MIN_CHUNK);
+        assert_eq!(chunk_length(1000, 20, 50, Some(16)), MIN_CHUNK);
+        // 23 expected: 16, then 4, 4 (the largest power of two not past it).
+        assert_eq!(chunk_length(1000, 0, 50, Some(23)), 16);
+        assert_eq!(chunk_length(1000, 16, 50, Some(23)), MIN_CHUNK);
+        // A long solve reads back every interval until near its end.
+        let mut done = 0;
+        let mut lengths = Vec::new();
+        while done < 296 {
+            let l = chunk_length(1000, done, 50, Some(296));
+            lengths.push(l);
+            done += l;
+        }
+        assert_eq!(lengths, [50, 50, 50, 50, 50, 32, 8, 4, 4]);
+        // Never past the interval, the iterations left, or below one.
+        assert_eq!(chunk_length(1000, 0, 3, Some(16)), 3);
+        assert_eq!(chunk_length(2, 0, 50, Some(16)), 2);
+        assert_eq!(chunk_length(0, 0, 50, Some(16)), 1);
+        assert_eq!(chunk_length(1000, 0, 50, Some(0)), MIN_CHUNK);
     }
 }

@@ -8,7 +8,9 @@
 //! and makes m + 1 launches, with no allocation, copy or host synchronisation
 //! (it can be captured into a CUDA graph). The upper eigenvalue bound and the
 //! coefficients are computed at set-up on the host, from the same CSR matrix
-//! the CPU reference uses, so both run the same polynomial.
+//! the CPU reference uses, so both run the same polynomial. The kernels read
+//! the coefficients from device memory, so that a value re-set-up (new
+//! bound, new coefficients) keeps a captured graph valid.
 //!
 //! As a smoother ([`DevicePolynomial::sweep`], `gpu::smooth`), the first
 //! kernel computes D⁻¹(b − A x) with the f64 matrix and the last adds z to x.
@@ -38,23 +40,49 @@ use crate::solve::{
 use crate::sparse::Csr;
 
 /// The vectors of one precision: 1/a_ii, the two recurrence vectors and the
-/// running sum of z.
+/// running sum of z; and the recurrence's coefficients, five per step.
 struct Work<T> {
     inv_diag: CudaSlice<T>,
     t: [CudaSlice<T>; 2],
     acc: CudaSlice<T>,
+    coefficients: CudaSlice<T>,
 }
 
-impl<T: DeviceRepr + ValidAsZeroBits + KernelElement> Work<T> {
-    fn new(gpu: &Gpu, m: &DeviceModSell, inverse_kernel: &'static str) -> Result<Self, GpuError> {
+impl<T: DeviceRepr + ValidAsZeroBits + KernelElement + Copy> Work<T> {
+    fn new(
+        gpu: &Gpu,
+        m: &DeviceModSell,
+        inverse_kernel: &'static str,
+        recurrence: &Recurrence,
+        to_t: fn(f64) -> T,
+    ) -> Result<Self, GpuError> {
         let n = m.n;
         let work = Self {
             inv_diag: gpu.zeros::<T>(n)?,
             t: [gpu.zeros(n)?, gpu.zeros(n)?],
             acc: gpu.zeros(n)?,
+            coefficients: gpu.upload(&step_coefficients(recurrence, to_t))?,
         };
         work.invert_diagonal(gpu, m, inverse_kernel)?;
         Ok(work)
+    }
+
+    /// The coefficients of `recurrence` into their buffer (same degree).
+    fn write_coefficients(
+        &mut self,
+        gpu: &Gpu,
+        recurrence: &Recurrence,
+        to_t: fn(f64) -> T,
+    ) -> Result<(), GpuError> {
+        let host = step_coefficients(recurrence, to_t);
+        if host.len() != self.coefficients.len() {
+            return Err(GpuError::Invalid(format!(
+                "polynomial update: {} recurrence steps instead of {}",
+                host.len() / 5,
+                self.coefficients.len() / 5
+            )));
+        }
+        gpu.write(&host, &mut self.coefficients)
     }
 
     /// 1/a_ii of `m` into `inv_diag` (in place: the value update's too).
@@ -69,6 +97,20 @@ impl<T: DeviceRepr + ValidAsZeroBits + KernelElement> Work<T> {
             a.arg(&n32).arg(&m.diag).arg(&self.inv_diag);
         })
     }
+}
+
+/// mat, id, old, d_in, d_out of each step in T (kernels/polynomial.cu
+/// `poly_step`).
+fn step_coefficients<T>(recurrence: &Recurrence, to_t: fn(f64) -> T) -> Vec<T> {
+    recurrence
+        .steps
+        .iter()
+        .flat_map(|s| [s.mat, s.id, s.old, s.d_in, s.d_out].map(to_t))
+        .collect()
+}
+
+fn to_f32(x: f64) -> f32 {
+    x as f32
 }
 
 enum Evaluation {
@@ -86,6 +128,9 @@ pub struct DevicePolynomial<'g> {
     settings: PolynomialSettings,
     recurrence: Recurrence,
     evaluation: Evaluation,
+    /// [`DevicePreconditioner::graph_key`]: value updates write the same
+    /// buffers (the coefficients too, which the kernels read from memory).
+    graph_key: u64,
 }
 
 impl<'g> DevicePolynomial<'g> {
@@ -129,21 +174,33 @@ impl<'g> DevicePolynomial<'g> {
         settings
             .validate_with_upper_bound(upper)
             .map_err(GpuError::Invalid)?;
+        let recurrence = settings.recurrence(upper);
         let evaluation = match settings.precision {
-            Precision::Double => {
-                Evaluation::Double(Work::new(gpu, &matrix, "poly_inverse_diagonal_f64")?)
-            }
+            Precision::Double => Evaluation::Double(Work::new(
+                gpu,
+                &matrix,
+                "poly_inverse_diagonal_f64",
+                &recurrence,
+                |x| x,
+            )?),
             Precision::Mixed => Evaluation::Mixed {
                 twin: matrix.f32_twin(gpu)?,
-                work: Work::new(gpu, &matrix, "poly_inverse_diagonal_f32")?,
+                work: Work::new(
+                    gpu,
+                    &matrix,
+                    "poly_inverse_diagonal_f32",
+                    &recurrence,
+                    to_f32,
+                )?,
             },
         };
         Ok(Self {
             gpu,
             matrix,
             settings: *settings,
-            recurrence: settings.recurrence(upper),
+            recurrence,
             evaluation,
+            graph_key: super::unique_buffers_id(),
         })
     }
 
@@ -189,17 +246,24 @@ impl<'g> DevicePolynomial<'g> {
         self.settings
             .validate_with_upper_bound(upper)
             .map_err(GpuError::Invalid)?;
+        let recurrence = self.settings.recurrence(upper);
         match &mut self.evaluation {
             Evaluation::Double(work) => {
-                work.invert_diagonal(self.gpu, &matrix, "poly_inverse_diagonal_f64")?
+                work.invert_diagonal(self.gpu, &matrix, "poly_inverse_diagonal_f64")?;
+                work.write_coefficients(self.gpu, &recurrence, |x| x)?;
             }
             Evaluation::Mixed { twin, work } => {
                 f32_copy_into(self.gpu, &matrix.values, &twin.values)?;
                 f32_copy_into(self.gpu, &matrix.diag, &twin.diag)?;
                 work.invert_diagonal(self.gpu, &matrix, "poly_inverse_diagonal_f32")?;
+                work.write_coefficients(self.gpu, &recurrence, to_f32)?;
             }
         }
-        self.recurrence = self.settings.recurrence(upper);
+        if !Rc::ptr_eq(&matrix, &self.matrix) {
+            // The steps read the matrix's own buffers.
+            self.graph_key = super::unique_buffers_id();
+        }
+        self.recurrence = recurrence;
         self.matrix = matrix;
         Ok(())
     }
@@ -223,7 +287,6 @@ impl<'g> DevicePolynomial<'g> {
         values: &CudaSlice<T>,
         diag: &CudaSlice<T>,
         work: &Work<T>,
-        to_t: fn(f64) -> T,
         start: Start<'_>,
         z: &CudaSlice<f64>,
         done: Option<&CudaSlice<f64>>,
@@ -253,10 +316,10 @@ impl<'g> DevicePolynomial<'g> {
         }
         let shared = h * size_of::<T>() as u32;
         let last = self.recurrence.steps.len() - 1;
-        for (j, s) in self.recurrence.steps.iter().enumerate() {
+        for j in 0..self.recurrence.steps.len() {
             // Step j reads t[j % 2] and overwrites t[(j + 1) % 2] (t_{j−1}).
             let (t_in, t_io) = (&work.t[j % 2], &work.t[(j + 1) % 2]);
-            let coefficients = [s.mat, s.id, s.old, s.d_in, s.d_out].map(to_t);
+            let coefficients = work.coefficients.slice(5 * j..5 * j + 5);
             let first = i32::from(j == 0);
             gpu.launch(kernels.step, m.n_slices() as u32, h, shared, |a| {
                 a.arg(&n)
@@ -273,10 +336,7 @@ impl<'g> DevicePolynomial<'g> {
                     true => a.arg(z),
                     false => a.arg(&NULL),
                 };
-                a.arg(&add_to_z);
-                for c in &coefficients {
-                    a.arg(c);
-                }
+                a.arg(&add_to_z).arg(&coefficients);
                 arg_or_null(a, done);
             })?;
         }
@@ -296,21 +356,13 @@ impl<'g> DevicePolynomial<'g> {
                 &self.matrix.values,
                 &self.matrix.diag,
                 work,
-                |x| x,
                 start,
                 z,
                 done,
             ),
-            Evaluation::Mixed { twin, work } => self.launch(
-                &F32_KERNELS,
-                &twin.values,
-                &twin.diag,
-                work,
-                |x| x as f32,
-                start,
-                z,
-                done,
-            ),
+            Evaluation::Mixed { twin, work } => {
+                self.launch(&F32_KERNELS, &twin.values, &twin.diag, work, start, z, done)
+            }
         }
     }
 
@@ -409,6 +461,9 @@ impl DevicePreconditioner for DevicePolynomial<'_> {
     /// with which Zhang & Zhang's (2013) Algorithm 6 keeps the standard β).
     fn is_linear(&self) -> bool {
         true
+    }
+    fn graph_key(&self) -> Option<u64> {
+        Some(self.graph_key)
     }
 }
 

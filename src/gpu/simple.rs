@@ -19,7 +19,9 @@
 //!    relaxation, simpleFoam's explicit laminar stress where the settings
 //!    have it (`simple_stress_faces`, `simple_stress_rows`, from the U of the
 //!    last iteration) and −V∇p (`simple_momentum_rows`), solved by the Krylov
-//!    method on the resident matrix; then a_P, HbyA, rAU, the face flux
+//!    method on the resident matrix (PBiCGStab as the device loop of
+//!    [`super::bicgstab`], its graphs kept per component; GMRES over
+//!    `GpuKrylovBackend`); then a_P, HbyA, rAU, the face flux
 //!    φ_HbyA and SIMPLEC's terms. The components share one momentum matrix
 //!    and keep only their diagonals: their off-diagonals are equal (one ν,
 //!    one φ), so the last component's off-diagonals serve all of them in
@@ -59,6 +61,7 @@ use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceAmg;
 use super::assembly::{flatten, AssemblyError, AssemblyMap, DeviceLaplacian, LaplacianArrays};
+use super::bicgstab::DeviceBicgstab;
 use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
@@ -68,7 +71,6 @@ use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted}
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
 use crate::solve::amg::AmgSettings;
-use crate::solve::bicgstab::bicgstab;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::polynomial::PolynomialSettings;
@@ -78,6 +80,13 @@ use crate::sparse::Csr;
 use rayon::prelude::*;
 
 pub mod piso;
+
+/// Iterations of the momentum's PBiCGStab between read-backs: a solve takes
+/// about 20 (transient steps) to 100 (steady iterations); a chunk's
+/// iterations after convergence still launch their (no-op) kernels, so a
+/// short chunk wastes fewer launches for one more read-back per 10
+/// iterations.
+const MOMENTUM_CHECK_INTERVAL: usize = 10;
 
 /// Why the device loop stopped.
 #[derive(Debug, thiserror::Error)]
@@ -256,6 +265,9 @@ struct DeviceMomentum<'g> {
     consistent: Option<[CudaSlice<f64>; 3]>,
     /// The explicit laminar stress, where the equations have it.
     stress: Option<StressBuffers>,
+    /// PBiCGStab's device loop, set up at the first PBiCGStab solve; its
+    /// work vectors and captured chunks serve every component and step.
+    bicgstab: Option<DeviceBicgstab<'g>>,
 }
 
 /// The deferred correction of the convection scheme on the device.
@@ -696,8 +708,9 @@ impl<'g> DeviceSimple<'g> {
     }
 
     /// AMG-PCG: sets the hierarchy up on the pressure matrix just
-    /// assembled, or re-sets its values up in place (the re-assembly dropped
-    /// the PCG backend that had it on loan).
+    /// assembled, or re-sets its values up in place (the re-assembly took it
+    /// back from the PCG backend that had it on loan; the backend lends it
+    /// again at the next solve and replays the graphs it captured with it).
     fn update_amg(&mut self) -> Result<(), GpuError> {
         let Some(settings) = &self.solver.amg else {
             return Ok(());
@@ -720,7 +733,7 @@ impl<'g> DeviceSimple<'g> {
 
     /// Polynomial-PCG: sets the preconditioner up on the pressure matrix
     /// just assembled, or re-sets its values up on the device (the
-    /// re-assembly dropped the PCG backend that had it on loan).
+    /// re-assembly took it back from the PCG backend that had it on loan).
     fn update_polynomial(&mut self) -> Result<(), GpuError> {
         let Some(settings) = &self.solver.polynomial else {
             return Ok(());
@@ -1027,6 +1040,7 @@ impl<'g> DeviceMomentum<'g> {
             a_p: gpu.zeros(n)?,
             consistent,
             stress,
+            bicgstab: None,
         })
     }
 
@@ -1211,12 +1225,35 @@ impl<'g> DeviceMomentum<'g> {
         field: &str,
     ) -> Result<SolverPerformance, DeviceFlowError> {
         let matrix = self.take_matrix(k)?;
-        let backend = GpuKrylovBackend::from_resident(gpu, matrix, krylov.jacobi)?;
         let perf = match &krylov.method {
-            KrylovMethod::Gmres(s) => gmres(&backend, &self.b, u, &krylov.controls, s, field),
-            KrylovMethod::BiCgStab => bicgstab(&backend, &self.b, u, &krylov.controls, field),
+            KrylovMethod::Gmres(s) => {
+                let backend = GpuKrylovBackend::from_resident(gpu, matrix, krylov.jacobi)?;
+                let perf = gmres(&backend, &self.b, u, &krylov.controls, s, field);
+                self.park_matrix(k, backend.into_matrix());
+                perf
+            }
+            KrylovMethod::BiCgStab => {
+                if self.bicgstab.is_none() {
+                    let options = GpuSolveOptions {
+                        slice_height: matrix.slice_height,
+                        check_interval: MOMENTUM_CHECK_INTERVAL,
+                        ..GpuSolveOptions::default()
+                    };
+                    match DeviceBicgstab::new(gpu, matrix.n, &options) {
+                        Ok(solver) => self.bicgstab = Some(solver),
+                        Err(e) => {
+                            self.park_matrix(k, matrix);
+                            return Err(e.into());
+                        }
+                    }
+                }
+                let solver = self.bicgstab.as_ref().ok_or_else(lost)?;
+                let (b, x) = (self.b.dev()?, u.dev()?);
+                let perf = solver.solve(&matrix, krylov.jacobi, b, x, &krylov.controls, field);
+                self.park_matrix(k, matrix);
+                perf
+            }
         };
-        self.park_matrix(k, backend.into_matrix());
         Ok(perf.map_err(|source| FlowError::Solve {
             field: field.to_string(),
             source,

@@ -78,6 +78,15 @@ pub trait DevicePreconditioner {
     /// Whether M⁻¹ is the same linear map at every application; if not, PCG
     /// runs flexible (`CgBackend::flexible_term`).
     fn is_linear(&self) -> bool;
+    /// Names the kernels and device buffers an application launches with:
+    /// two preconditioners with the same key launch the same kernels with
+    /// the same arguments (new values in the same buffers, as after a
+    /// value-only re-set-up), so a CUDA graph PCG captured with one replays
+    /// the other. `None` promises nothing: a graph is captured again after
+    /// every `GpuCgBackend::set_preconditioner`.
+    fn graph_key(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A preconditioner kept by its owner between solves (e.g. an AMG hierarchy
@@ -94,6 +103,9 @@ impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
     }
     fn is_linear(&self) -> bool {
         (**self).is_linear()
+    }
+    fn graph_key(&self) -> Option<u64> {
+        (**self).graph_key()
     }
 }
 

@@ -1,0 +1,999 @@
+//! PBiCGStab as a device loop: the iteration of `solve::bicgstab::bicgstab`
+//! (OpenFOAM v1912 `PBiCGStab`, right preconditioning with Jacobi or none)
+//! with its vectors and scalars on the device (`kernels/krylov.cu`, `bs_*`),
+//! so that a chunk of `check_interval` iterations runs with no host round
+//! trip. The generic loop over `gpu::krylov::GpuKrylovBackend` reads three
+//! sums back per iteration (r0 · v, Σ|s|, then t · s, t · t, Σ|r| and
+//! r0 · r), each after a stream synchronisation; this loop reads its records
+//! back once per chunk, as PCG's device loop does (`gpu::pcg`).
+//!
+//! One iteration is five launches (`Folded`; nine `Separate`): the direction
+//! update with Jacobi on p, the SpMV v = A y with r0 · v, the half step
+//! s = r − α v with Σ|s| and Jacobi on s, the SpMV t = A z with t · s and
+//! t · t, and the update of x and r with Σ|r| and r0 · r. The scalars
+//! (ρ, ρ_old, α, ω, β, the last and best residuals, the controls) live in
+//! the device state `st` (`BS_*`); each reduction is finished by the last
+//! block of its grid (or a one-block kernel), which applies the generic
+//! loop's tests: the breakdowns (|r0 · r| or |ω| below `VSMALL`, r0 · v not
+//! finite or zero, t · t not above zero), the half-step convergence test on
+//! s (x += α y and stop), a residual that is not finite or diverges by
+//! [`DIVERGENCE_FACTOR`], and `tolerance`, `relTol`, `maxIter`, `minIter`.
+//! Once the state says done, every later launch returns at once, except the
+//! update of the iteration that stopped at its half step, which adds α y.
+//!
+//! Each step's sum is recorded per iteration, and the host replays the
+//! generic loop's scalar logic on the records ([`HostReplay`], line for
+//! line): it produces the same [`SolverPerformance`], the same `--log debug`
+//! line per iteration and the same [`SolveError`]s with the same iteration
+//! numbers, and checks that the device stopped where the host rule stops.
+//! The element formulas are the generic kernels' and the partial sums are
+//! added in the same fixed order, so the iterates are the generic loop's
+//! bit for bit, run to run. Chunks are captured into CUDA graphs
+//! ([`LaunchMode`], as in `gpu::pcg`), one per matrix, diagonal and x
+//! addresses (the momentum components of `gpu::simple` each keep theirs),
+//! with the fallback to direct launches when a capture fails and under
+//! `FVPOISSON_GPU_SYNC=1`.
+
+use std::cell::{Cell, RefCell};
+
+use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
+
+use super::matrix::DeviceModSell;
+use super::pcg::{initial_norms, GpuSolveOptions, LaunchMode, NormBuffers};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::solve::bicgstab::VSMALL;
+use crate::solve::pcg::{check_residual, record, DIVERGENCE_FACTOR};
+use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
+
+const NAME: &str = "PBiCGStab";
+/// Threads of the one-block finishing kernel.
+const REDUCE_BLOCK: u32 = 1024;
+/// Captured chunk graphs kept (the three momentum components).
+const GRAPH_CACHE: usize = 4;
+
+/// Slots of the device state `st` (kernels/krylov.cu BS_*).
+mod slot {
+    pub const DONE: usize = 0;
+    pub const ITER: usize = 1;
+    pub const RHO: usize = 2;
+    pub const BEST: usize = 8;
+    pub const LAST: usize = 7;
+    pub const CAP: usize = 9;
+    pub const TOLERANCE: usize = 10;
+    pub const REL_TOL: usize = 11;
+    pub const INITIAL: usize = 12;
+    pub const NORM_FACTOR: usize = 13;
+    pub const MAX_ITER: usize = 14;
+    pub const MIN_ITER: usize = 15;
+    pub const HALF_AT: usize = 17;
+    pub const LEN: usize = 18;
+}
+
+/// Records: one header value (r0 · r of the prologue), then per chunk
+/// iteration r0 · v, Σ|s|, t · s, t · t, Σ|r|, r0 · r (kernels/krylov.cu
+/// BS_REC_*).
+const REC_HEAD: usize = 1;
+const REC: usize = 6;
+const REC_R0_V: usize = 0;
+const REC_S_SUM: usize = 1;
+const REC_T_S: usize = 2;
+const REC_T_T: usize = 3;
+const REC_R_SUM: usize = 4;
+const REC_RHO: usize = 5;
+
+/// Steps of `bs_finish` (kernels/krylov.cu BS_STEP_*).
+const STEP_START: i32 = 0;
+const STEP_R0_V: i32 = 1;
+const STEP_HALF: i32 = 2;
+const STEP_T: i32 = 3;
+const STEP_UPDATE: i32 = 4;
+
+struct Scratch {
+    /// Per-block partials of the vector kernels (two sums).
+    vector_partials: CudaSlice<f64>,
+    /// Per-slice partials of the SpMVs (two sums).
+    slice_partials: CudaSlice<f64>,
+    state: CudaSlice<f64>,
+    records: CudaSlice<f64>,
+    /// Σx of the normFactor, and the initial norms read back.
+    x_sum: CudaSlice<f64>,
+    scalars: CudaSlice<f64>,
+    /// Blocks of the running grid that have finished (ticketed launches).
+    ticket: CudaSlice<u32>,
+    /// rowSum of the matrix (normFactor) and 1/a_ii (Jacobi).
+    row_sums: CudaSlice<f64>,
+    inv_diag: CudaSlice<f64>,
+}
+
+/// The loop's work vectors (names of `solve::bicgstab`).
+struct Vectors {
+    r: CudaSlice<f64>,
+    r0: CudaSlice<f64>,
+    p: CudaSlice<f64>,
+    v: CudaSlice<f64>,
+    y: CudaSlice<f64>,
+    s: CudaSlice<f64>,
+    z: CudaSlice<f64>,
+    t: CudaSlice<f64>,
+}
+
+/// A captured chunk and what it was captured for: the matrix's slice
+/// pointers, codes, values and diagonal, x, and Jacobi or none.
+struct ChunkGraph {
+    key: [u64; 6],
+    graph: CudaGraph,
+}
+
+/// What the host replay of a chunk found.
+enum Replayed {
+    /// The loop goes on (the chunk ran all its iterations).
+    Continues,
+    /// The loop stopped; `Some(j)`: at the half step of chunk iteration j.
+    Stopped(Option<usize>),
+}
+
+/// PBiCGStab on one GPU for systems of one size (module documentation):
+/// its work vectors, scratch and captured chunks are kept between solves.
+pub struct DeviceBicgstab<'g> {
+    gpu: &'g Gpu,
+    n: usize,
+    slice_height: usize,
+    check_interval: usize,
+    /// Never `Auto`; `Graph` falls back to `Folded` when a capture fails.
+    launches: Cell<LaunchMode>,
+    scratch: RefCell<Scratch>,
+    vectors: Vectors,
+    graphs: RefCell<Vec<ChunkGraph>>,
+    graph_captures: Cell<usize>,
+}
+
+impl<'g> DeviceBicgstab<'g> {
+    /// The loop for matrices of `n` rows in mod-SELL slices of
+    /// `options.slice_height` rows, reading back every
+    /// `options.check_interval` iterations, launched as `options.launches`.
+    pub fn new(gpu: &'g Gpu, n: usize, options: &GpuSolveOptions) -> Result<Self, GpuError> {
+        if n >= i32::MAX as usize {
+            return Err(GpuError::Invalid(format!(
+                "the GPU PBiCGStab takes fewer than 2^31 rows, this matrix has {n}"
+            )));
+        }
+        let check_interval = options.check_interval.max(1);
+        let slices = n.div_ceil(options.slice_height.max(1));
+        let grid = vector_grid(n) as usize;
+        let scratch = Scratch {
+            vector_partials: gpu.zeros(2 * grid.max(1))?,
+            slice_partials: gpu.zeros(2 * slices.max(1))?,
+            state: gpu.zeros(slot::LEN)?,
+            records: gpu.zeros(REC_HEAD + REC * check_interval)?,
+            x_sum: gpu.zeros(1)?,
+            scalars: gpu.zeros(2)?,
+            ticket: gpu.zeros(1)?,
+            row_sums: gpu.zeros(n)?,
+            inv_diag: gpu.zeros(n)?,
+        };
+        let vectors = Vectors {
+            r: gpu.zeros(n)?,
+            r0: gpu.zeros(n)?,
+            p: gpu.zeros(n)?,
+            v: gpu.zeros(n)?,
+            y: gpu.zeros(n)?,
+            s: gpu.zeros(n)?,
+            z: gpu.zeros(n)?,
+            t: gpu.zeros(n)?,
+        };
+        let solver = Self {
+            gpu,
+            n,
+            slice_height: options.slice_height,
+            check_interval,
+            launches: Cell::new(LaunchMode::Folded),
+            scratch: RefCell::new(scratch),
+            vectors,
+            graphs: RefCell::new(Vec::new()),
+            graph_captures: Cell::new(0),
+        };
+        solver.set_launch_mode(options.launches);
+        Ok(solver)
+    }
+
+    /// Rows of the systems it solves.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// How the chunks are launched (`Graph` turns into `Folded` after a
+    /// failed capture).
+    pub fn launch_mode(&self) -> LaunchMode {
+        self.launches.get()
+    }
+
+    /// Launches the chunks in `mode` from now on (`Auto` resolved on the
+    /// size; `Graph` as `Folded` while `FVPOISSON_GPU_SYNC=1`).
+    pub fn set_launch_mode(&self, mode: LaunchMode) {
+        let mut mode = mode.resolve(self.n);
+        if mode == LaunchMode::Graph && self.gpu.syncs_each_launch() {
+            log::debug!(
+                "FVPOISSON_GPU_SYNC=1: PBiCGStab launches its kernels directly, no CUDA graph"
+            );
+            mode = LaunchMode::Folded;
+        }
+        self.launches.set(mode);
+    }
+
+    /// CUDA graphs captured so far.
+    pub fn graph_captures(&self) -> usize {
+        self.graph_captures.get()
+    }
+
+    /// Solves `matrix` x = b by PBiCGStab from the initial guess in `x`
+    /// (device vectors of n values, rows in the matrix's order), Jacobi
+    /// preconditioned when `jacobi` (else none): `solve::bicgstab::bicgstab`'s
+    /// result, log lines and errors. `field` names the unknown in the log.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve(
+        &self,
+        matrix: &DeviceModSell,
+        jacobi: bool,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        controls: &SolverControls,
+        field: &str,
+    ) -> Result<SolverPerformance, SolveError> {
+        controls.validate()?;
+        self.check_sizes(matrix, b, x).map_err(device)?;
+        let norms = {
+            let s = self.scratch.borrow();
+            matrix
+                .row_sums_and_inverse_diagonal_into(self.gpu, &s.row_sums, Some(&s.inv_diag))
+                .map_err(device)?;
+            let buffers = NormBuffers {
+                vector_partials: &s.vector_partials,
+                slice_partials: &s.slice_partials,
+                x_sum: &s.x_sum,
+                scalars: &s.scalars,
+            };
+            initial_norms(
+                self.gpu,
+                matrix,
+                &s.row_sums,
+                None,
+                (b, x, &self.vectors.r),
+                &buffers,
+            )
+            .map_err(device)?
+        };
+        let (mut perf, run) = norms.start(controls)?;
+        if let Some((_, rule)) = run {
+            self.iterate(matrix, jacobi, x, &rule, &mut perf, field)?;
+        }
+        perf.log(NAME, "iterations", field, controls);
+        Ok(perf)
+    }
+
+    fn check_sizes(
+        &self,
+        matrix: &DeviceModSell,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        if matrix.n != self.n || matrix.slice_height != self.slice_height {
+            return Err(GpuError::Invalid(format!(
+                "the GPU PBiCGStab was set up for {} rows in slices of {}, the matrix has {} in \
+                 slices of {}",
+                self.n, self.slice_height, matrix.n, matrix.slice_height
+            )));
+        }
+        for (what, len) in [("b", b.len()), ("x", x.len())] {
+            if len != self.n {
+                return Err(GpuError::Invalid(format!(
+                    "{what} has {len} entries but the matrix has {} rows",
+                    self.n
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The loop after the initial residual: chunks until the host replay
+    /// stops (`perf` updated, or the generic loop's error).
+    fn iterate(
+        &self,
+        matrix: &DeviceModSell,
+        jacobi: bool,
+        x: &CudaSlice<f64>,
+        rule: &StopRule,
+        perf: &mut SolverPerformance,
+        field: &str,
+    ) -> Result<(), SolveError> {
+        let gpu = self.gpu;
+        let count = self.check_interval;
+        let mut st = initial_state(rule);
+        drive_chunks(rule, field, count, perf, |first, iterations| {
+            st[slot::DONE] = 0.0;
+            st[slot::CAP] = (iterations + count) as f64;
+            st[slot::HALF_AT] = -1.0;
+            let mut s = self.scratch.borrow_mut();
+            gpu.write(&st, &mut s.state)?;
+            gpu.write(&vec![f64::NAN; REC_HEAD + REC * count], &mut s.records)?;
+            drop(s);
+            let s = self.scratch.borrow();
+            if first {
+                self.launch_start(&s, self.launches.get() != LaunchMode::Separate)?;
+            }
+            self.launch_or_replay(&s, matrix, jacobi, x)?;
+            let records = gpu.download(&s.records)?;
+            let device_st = gpu.download(&s.state)?;
+            st = device_st
+                .try_into()
+                .map_err(|_| GpuError::Invalid("the device state has the wrong length".into()))?;
+            Ok((records, [st[slot::ITER], st[slot::HALF_AT]]))
+        })
+    }
+
+    /// The prologue r0 = r, ρ = r0 · r and the first iteration's tests.
+    fn launch_start(&self, s: &Scratch, folded: bool) -> Result<(), GpuError> {
+        let (n, grid) = (self.n as i32, vector_grid(self.n));
+        let v = &self.vectors;
+        self.gpu.launch("bs_start", grid, VECTOR_BLOCK, 0, |a| {
+            a.arg(&n)
+                .arg(&v.r)
+                .arg(&v.r0)
+                .arg(&s.vector_partials)
+                .arg(&s.state)
+                .arg(&s.records);
+            arg_or_null(a, folded.then_some(&s.ticket));
+        })?;
+        if !folded {
+            self.launch_finish(s, STEP_START, grid as i32, &s.vector_partials, 0)?;
+        }
+        Ok(())
+    }
+
+    /// One-block `bs_finish` of `step` of chunk iteration j over m partials.
+    fn launch_finish(
+        &self,
+        s: &Scratch,
+        step: i32,
+        m: i32,
+        partials: &CudaSlice<f64>,
+        j: i32,
+    ) -> Result<(), GpuError> {
+        self.gpu.launch("bs_finish", 1, REDUCE_BLOCK, 0, |a| {
+            a.arg(&step)
+                .arg(&m)
+                .arg(partials)
+                .arg(&s.state)
+                .arg(&s.records)
+                .arg(&j);
+        })
+    }
+
+    /// Runs one chunk in the current launch mode: the graph of this matrix,
+    /// preconditioner and x (captured at its first use), or direct launches.
+    fn launch_or_replay(
+        &self,
+        s: &Scratch,
+        matrix: &DeviceModSell,
+        jacobi: bool,
+        x: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        match self.launches.get() {
+            LaunchMode::Graph => {
+                if !self.replay_chunk(s, matrix, jacobi, x)? {
+                    self.launches.set(LaunchMode::Folded);
+                    self.launch_chunk(s, matrix, jacobi, x, true)?;
+                }
+                Ok(())
+            }
+            mode => self.launch_chunk(s, matrix, jacobi, x, mode == LaunchMode::Folded),
+        }
+    }
+
+    /// Replays the chunk graph of (matrix, jacobi, x), capturing it first;
+    /// `false` (after a warning) when the capture failed and nothing ran.
+    fn replay_chunk(
+        &self,
+        s: &Scratch,
+        matrix: &DeviceModSell,
+        jacobi: bool,
+        x: &CudaSlice<f64>,
+    ) -> Result<bool, GpuError> {
+        let stream = self.gpu.stream();
+        let key = [
+            matrix.slice_ptr.device_ptr(stream).0,
+            matrix.codes.device_ptr(stream).0,
+            matrix.values.device_ptr(stream).0,
+            matrix.diag.device_ptr(stream).0,
+            x.device_ptr(stream).0,
+            u64::from(jacobi),
+        ];
+        let mut graphs = self.graphs.borrow_mut();
+        let at = match graphs.iter().position(|g| g.key == key) {
+            Some(at) => at,
+            None => {
+                let captured = self
+                    .gpu
+                    .capture(|| self.launch_chunk(s, matrix, jacobi, x, true));
+                match captured {
+                    Ok(graph) => {
+                        if graphs.len() == GRAPH_CACHE {
+                            graphs.remove(0);
+                        }
+                        graphs.push(ChunkGraph { key, graph });
+                        self.graph_captures.set(self.graph_captures.get() + 1);
+                        graphs.len() - 1
+                    }
+                    Err(e) => {
+                        log::warn!(
+                            "CUDA graph capture failed ({e}); PBiCGStab launches its kernels \
+                             directly"
+                        );
+                        return Ok(false);
+                    }
+                }
+            }
+        };
+        self.gpu.launch_graph(&graphs[at].graph).map(|()| true)
+    }
+
+    /// The launches of one chunk of `check_interval` iterations: 5 per
+    /// iteration, or 9 when not `folded` (a one-block `bs_finish` after
+    /// each reduction). Without a preconditioner y is p and z is s.
+    fn launch_chunk(
+        &self,
+        s: &Scratch,
+        matrix: &DeviceModSell,
+        jacobi: bool,
+        x: &CudaSlice<f64>,
+        folded: bool,
+    ) -> Result<(), GpuError> {
+        let gpu = self.gpu;
+        let v = &self.vectors;
+        let (n, grid) = (self.n as i32, vector_grid(self.n));
+        let (vm, sm) = (grid as i32, matrix.n_slices() as i32);
+        let inv_diag = jacobi.then_some(&s.inv_diag);
+        let (y, z) = if jacobi { (&v.y, &v.z) } else { (&v.p, &v.s) };
+        let ticket = folded.then_some(&s.ticket);
+        let operator = |input: &'_ CudaSlice<f64>,
+                        output: &'_ CudaSlice<f64>,
+                        w: &'_ CudaSlice<f64>,
+                        step: i32,
+                        j: i32| {
+            gpu.launch(
+                "bs_operator",
+                matrix.n_slices() as u32,
+                matrix.slice_height as u32,
+                matrix.shared_bytes(),
+                |a| {
+                    a.arg(&n);
+                    matrix.push_args(a);
+                    a.arg(input)
+                        .arg(output)
+                        .arg(w)
+                        .arg(&step)
+                        .arg(&s.slice_partials)
+                        .arg(&s.state)
+                        .arg(&s.records)
+                        .arg(&j);
+                    arg_or_null(a, ticket);
+                },
+            )
+        };
+        for j in 0..self.check_interval as i32 {
+            // p = r + β (p − ω v), y = M⁻¹ p.
+            gpu.launch("bs_direction", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&s.state);
+                arg_or_null(a, inv_diag);
+                a.arg(&v.r).arg(&v.v).arg(&v.p);
+                arg_or_null(a, jacobi.then_some(&v.y));
+            })?;
+            // v = A y with r0 · v; α = ρ / r0 · v.
+            operator(y, &v.v, &v.r0, STEP_R0_V, j)?;
+            if !folded {
+                self.launch_finish(s, STEP_R0_V, sm, &s.slice_partials, j)?;
+            }
+            // s = r − α v with Σ|s|, z = M⁻¹ s; the half-step test.
+            gpu.launch("bs_half", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&s.state);
+                arg_or_null(a, inv_diag);
+                a.arg(&v.r).arg(&v.v).arg(&v.s);
+                arg_or_null(a, jacobi.then_some(&v.z));
+                a.arg(&s.vector_partials).arg(&s.records).arg(&j);
+                arg_or_null(a, ticket);
+            })?;
+            if !folded {
+                self.launch_finish(s, STEP_HALF, vm, &s.vector_partials, j)?;
+            }
+            // t = A z with t · s, t · t; ω = t · s / t · t.
+            operator(z, &v.t, &v.s, STEP_T, j)?;
+            if !folded {
+                self.launch_finish(s, STEP_T, sm, &s.slice_partials, j)?;
+            }
+            // x += α y + ω z, r = s − ω t with Σ|r|, r0 · r (or x += α y
+            // after a half-step stop); the residual tests.
+            gpu.launch("bs_update", grid, VECTOR_BLOCK, 0, |a| {
+                a.arg(&n)
+                    .arg(&s.state)
+                    .arg(y)
+                    .arg(z)
+                    .arg(&v.s)
+                    .arg(&v.t)
+                    .arg(&v.r0)
+                    .arg(x)
+                    .arg(&v.r)
+                    .arg(&s.vector_partials)
+                    .arg(&s.records)
+                    .arg(&j);
+                arg_or_null(a, ticket);
+            })?;
+            if !folded {
+                self.launch_finish(s, STEP_UPDATE, vm, &s.vector_partials, j)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn device(e: GpuError) -> SolveError {
+    SolveError::Device(e.to_string())
+}
+
+/// The chunk loop of [`DeviceBicgstab::solve`]: `run_chunk(first,
+/// iterations)` runs the next chunk of `count` iterations on the device
+/// (after `iterations` completed ones; `first`: with the prologue) and
+/// returns its records and the device's completed iterations and half-step
+/// slot (`BS_ITER`, `BS_HALF_AT`). The host replays each chunk, stops where
+/// the generic loop stops (nothing is launched past a stop at the top of an
+/// iteration) and checks that the device stopped there too.
+fn drive_chunks(
+    rule: &StopRule,
+    field: &str,
+    count: usize,
+    perf: &mut SolverPerformance,
+    mut run_chunk: impl FnMut(bool, usize) -> Result<(Vec<f64>, [f64; 2]), GpuError>,
+) -> Result<(), SolveError> {
+    let mut host = HostReplay::new(rule, field);
+    let mut first = true;
+    loop {
+        // The top of the next chunk's first iteration (the first chunk's
+        // comes after the prologue).
+        if !first && host.begin()? {
+            return Ok(());
+        }
+        let (records, [device_iterations, device_half_at]) =
+            run_chunk(first, host.iterations).map_err(device)?;
+        if first {
+            host.rho = records[0];
+        }
+        let replayed = host.replay(&records, count, perf)?;
+        let half_at = match replayed {
+            Replayed::Stopped(Some(j)) => j as f64,
+            _ => -1.0,
+        };
+        if device_iterations != host.iterations as f64 || device_half_at != half_at {
+            return Err(device(GpuError::Invalid(format!(
+                "the device PBiCGStab loop stopped after {device_iterations} iterations (half \
+                 step {device_half_at}) where the host rule gives {} (half step {half_at})",
+                host.iterations
+            ))));
+        }
+        if let Replayed::Stopped(_) = replayed {
+            return Ok(());
+        }
+        first = false;
+    }
+}
+
+/// The device state at the start of a solve (kernels/krylov.cu BS_*).
+fn initial_state(rule: &StopRule) -> [f64; slot::LEN] {
+    let c = &rule.controls;
+    let mut st = [f64::NAN; slot::LEN];
+    st[slot::DONE] = 0.0;
+    st[slot::ITER] = 0.0;
+    st[slot::LAST] = rule.initial;
+    st[slot::BEST] = rule.initial;
+    st[slot::TOLERANCE] = c.tolerance;
+    st[slot::REL_TOL] = c.rel_tol;
+    st[slot::INITIAL] = rule.initial;
+    st[slot::NORM_FACTOR] = rule.norm_factor;
+    st[slot::MAX_ITER] = c.max_iter as f64;
+    st[slot::MIN_ITER] = c.min_iter as f64;
+    st[slot::RHO] = f64::NAN;
+    st
+}
+
+/// The scalar logic of `solve::bicgstab::bicgstab`, replayed on the sums the
+/// device recorded: the same tests in the same order, the same errors,
+/// records and debug lines. The device applies the same tests to stop; the
+/// caller checks that both stopped at the same place.
+struct HostReplay<'a> {
+    controls: SolverControls,
+    initial: f64,
+    norm_factor: f64,
+    field: &'a str,
+    rho: f64,
+    omega: f64,
+    last: f64,
+    best: f64,
+    iterations: usize,
+}
+
+impl<'a> HostReplay<'a> {
+    fn new(rule: &StopRule, field: &'a str) -> Self {
+        Self {
+            controls: rule.controls,
+            initial: rule.initial,
+            norm_factor: rule.norm_factor,
+            field,
+            rho: f64::NAN,
+            omega: 0.0,
+            last: rule.initial,
+            best: rule.initial,
+            iterations: 0,
+        }
+    }
+
+    fn breakdown(quantity: &'static str, iteration: usize, value: f64) -> SolveError {
+        SolveError::KrylovBreakdown {
+            method: NAME,
+            quantity,
+            iteration,
+            value,
+        }
+    }
+
+    /// The top of the loop: `true` to stop (ρ vanished at a zero residual),
+    /// the breakdown errors of ρ and ω.
+    fn begin(&self) -> Result<bool, SolveError> {
+        let it = self.iterations + 1;
+        if self.rho.is_nan() || self.rho.abs() < VSMALL {
+            if self.last == 0.0 {
+                return Ok(true);
+            }
+            return Err(Self::breakdown("r0 · r", it, self.rho));
+        }
+        if self.iterations > 0 && (self.omega.is_nan() || self.omega.abs() < VSMALL) {
+            return Err(Self::breakdown("omega", it, self.omega));
+        }
+        Ok(false)
+    }
+
+    /// The chunk's `count` iterations from their records.
+    fn replay(
+        &mut self,
+        records: &[f64],
+        count: usize,
+        perf: &mut SolverPerformance,
+    ) -> Result<Replayed, SolveError> {
+        let (c, initial, nf) = (self.controls, self.initial, self.norm_factor);
+        for j in 0..count {
+            if self.begin()? {
+                return Ok(Replayed::Stopped(None));
+            }
+            let it = self.iterations + 1;
+            let rec = &records[REC_HEAD + REC * j..REC_HEAD + REC * (j + 1)];
+            let r0_v = rec[REC_R0_V];
+            if !(r0_v.is_finite() && r0_v != 0.0) {
+                return Err(Self::breakdown("r0 · A M⁻¹ p", it, r0_v));
+            }
+            let s_sum = rec[REC_S_SUM];
+            let half = s_sum / nf;
+            check_residual(half, it)?;
+            if c.converged(initial, half) && it >= c.min_iter {
+                record(perf, &c, initial, it, half);
+                return Ok(Replayed::Stopped(Some(j)));
+            }
+            let (t_s, t_t) = (rec[REC_T_S], rec[REC_T_T]);
+            if !(t_t.is_finite() && t_t > 0.0) {
+                if s_sum == 0.0 {
+                    record(perf, &c, initial, it, half);
+                    return Ok(Replayed::Stopped(Some(j)));
+                }
+                return Err(Self::breakdown("t · t", it, t_t));
+            }
+            self.omega = t_s / t_t;
+            self.rho = rec[REC_RHO];
+            let residual = rec[REC_R_SUM] / nf;
+            check_residual(residual, it)?;
+            log::debug!(
+                "{NAME}: {} iteration {it}, residual = {residual:e}",
+                self.field
+            );
+            record(perf, &c, initial, it, residual);
+            if residual > DIVERGENCE_FACTOR * self.best.min(residual) {
+                return Err(SolveError::Diverged {
+                    iteration: it,
+                    residual,
+                    best: self.best,
+                    factor: DIVERGENCE_FACTOR,
+                });
+            }
+            self.best = self.best.min(residual);
+            self.last = residual;
+            self.iterations = it;
+            if (perf.converged || it >= c.max_iter) && it >= c.min_iter {
+                return Ok(Replayed::Stopped(None));
+            }
+        }
+        Ok(Replayed::Continues)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The host side of the device loop without a device: the generic loop
+    //! runs on the CPU backend, which records each step's sums as the device
+    //! kernels do; [`drive_chunks`] replays them chunk by chunk and must give
+    //! the generic loop's performance or error, whatever the chunk length.
+
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::solve::bicgstab::bicgstab;
+    use crate::solve::diagonal::Identity;
+    use crate::solve::krylov::KrylovBackend;
+    use crate::solve::precond::Jacobi;
+    use crate::solve::{CpuKrylovBackend, InitialNorms, LinearOperator};
+    use crate::sparse::testing::{random_nonsymmetric, random_vector};
+    use crate::sparse::Csr;
+
+    /// The CPU backend, recording what the device loop records: ρ of the
+    /// prologue, then per iteration the sums of `REC_*` (NaN where the
+    /// iteration stopped before a step), whether its update ran, and the
+    /// initial norms.
+    struct Recording<'a> {
+        cpu: CpuKrylovBackend<'a>,
+        norms: RefCell<Option<InitialNorms>>,
+        rho0: RefCell<f64>,
+        rows: RefCell<Vec<[f64; REC]>>,
+        updated: RefCell<usize>,
+    }
+
+    impl Recording<'_> {
+        fn row(&self, slot: usize, value: f64) {
+            let mut rows = self.rows.borrow_mut();
+            rows.last_mut().expect("a step before the first operator")[slot] = value;
+        }
+    }
+
+    type V = Vec<f64>;
+
+    impl KrylovBackend for Recording<'_> {
+        type Vector = V;
+        fn n(&self) -> usize {
+            self.cpu.n()
+        }
+        fn new_vector(&self) -> V {
+            self.cpu.new_vector()
+        }
+        fn initialize(&self, b: &V, x: &V, r: &mut V) -> InitialNorms {
+            let norms = self.cpu.initialize(b, x, r);
+            *self.norms.borrow_mut() = Some(norms);
+            norms
+        }
+        fn residual(&self, b: &V, x: &V, r: &mut V) -> (f64, f64) {
+            self.cpu.residual(b, x, r)
+        }
+        fn precondition(&self, v: &V, z: &mut V) {
+            self.cpu.precondition(v, z)
+        }
+        fn apply_operator(&self, v: &V, y: &mut V, w: Option<&V>) -> (f64, f64) {
+            let (yw, yy) = self.cpu.apply_operator(v, y, w);
+            // The first product of an iteration (v = A y) opens its row:
+            // every earlier row has had its update.
+            if *self.updated.borrow() == self.rows.borrow().len() {
+                self.rows.borrow_mut().push([f64::NAN; REC]);
+                self.row(REC_R0_V, yw);
+            } else {
+                self.row(REC_T_S, yw);
+                self.row(REC_T_T, yy);
+            }
+            (yw, yy)
+        }
+        fn dot(&self, a: &V, b: &V) -> f64 {
+            let d = self.cpu.dot(a, b);
+            *self.rho0.borrow_mut() = d;
+            d
+        }
+        fn scale(&self, alpha: f64, x: &V, y: &mut V) {
+            self.cpu.scale(alpha, x, y)
+        }
+        fn axpy_dot(&self, alpha: f64, x: &V, y: &mut V, w: Option<&V>) -> f64 {
+            self.cpu.axpy_dot(alpha, x, y, w)
+        }
+        fn multi_dot(&self, vs: &[&V], w: &V) -> Vec<f64> {
+            self.cpu.multi_dot(vs, w)
+        }
+        fn multi_axpy(&self, c: &[f64], vs: &[&V], y: &mut V) -> f64 {
+            self.cpu.multi_axpy(c, vs, y)
+        }
+        fn bicg_direction(&self, beta: f64, omega: f64, r: &V, v: &V, p: &mut V) {
+            self.cpu.bicg_direction(beta, omega, r, v, p)
+        }
+        fn bicg_half(&self, alpha: f64, r: &V, v: &V, s: &mut V) -> f64 {
+            let sum = self.cpu.bicg_half(alpha, r, v, s);
+            self.row(REC_S_SUM, sum);
+            sum
+        }
+        fn bicg_update(
+            &self,
+            alpha: f64,
+            omega: f64,
+            y: &V,
+            z: &V,
+            s: &V,
+            t: &V,
+            r0: &V,
+            x: &mut V,
+            r: &mut V,
+        ) -> (f64, f64) {
+            let (r_sum, rho) = self.cpu.bicg_update(alpha, omega, y, z, s, t, r0, x, r);
+            self.row(REC_R_SUM, r_sum);
+            self.row(REC_RHO, rho);
+            *self.updated.borrow_mut() += 1;
+            (r_sum, rho)
+        }
+    }
+
+    /// The generic loop's result on `a`, the device loop's host side
+    /// replaying its records in chunks of `count`, and whether the generic
+    /// loop stopped at a half step.
+    fn both(
+        a: &Csr,
+        b: &[f64],
+        precond: &dyn LinearOperator,
+        controls: &SolverControls,
+        count: usize,
+    ) -> (
+        Result<SolverPerformance, String>,
+        Result<SolverPerformance, String>,
+        bool,
+    ) {
+        let rec = Recording {
+            cpu: CpuKrylovBackend::new(a, precond),
+            norms: RefCell::new(None),
+            rho0: RefCell::new(f64::NAN),
+            rows: RefCell::new(Vec::new()),
+            updated: RefCell::new(0),
+        };
+        let mut x = vec![0.0; a.n_rows()];
+        let generic = bicgstab(&rec, &b.to_vec(), &mut x, controls, "u").map_err(|e| e.to_string());
+        let norms = rec.norms.borrow().expect("initialised");
+        let replayed = (|| {
+            let (mut perf, run) = norms.start(controls)?;
+            if let Some((_, rule)) = run {
+                let rows = rec.rows.borrow();
+                let updated = *rec.updated.borrow();
+                let generic_failed = generic.is_err();
+                drive_chunks(&rule, "u", count, &mut perf, |first, iterations| {
+                    let mut records = vec![f64::NAN; REC_HEAD + REC * count];
+                    if first {
+                        records[0] = *rec.rho0.borrow();
+                    }
+                    for j in 0..count {
+                        if let Some(row) = rows.get(iterations + j) {
+                            records[REC_HEAD + REC * j..][..REC].copy_from_slice(row);
+                        }
+                    }
+                    // What the device's state says: iterations completed
+                    // in this chunk, and the half-step stop when the last
+                    // row never reached its update.
+                    let completed = updated.min(iterations + count);
+                    let half =
+                        rows.len() > updated && rows.len() <= iterations + count && !generic_failed;
+                    let half_at = if half {
+                        (rows.len() - 1 - iterations) as f64
+                    } else {
+                        -1.0
+                    };
+                    Ok((records, [completed as f64, half_at]))
+                })?;
+            }
+            Ok::<_, SolveError>(perf)
+        })()
+        .map_err(|e| e.to_string());
+        let half = generic.is_ok() && rec.rows.borrow().len() > *rec.updated.borrow();
+        (generic, replayed, half)
+    }
+
+    fn systems() -> Vec<(String, Csr, Vec<f64>)> {
+        let (name, a, _, b) = crate::fvm::testing::convection_diffusion_system(
+            "box:7x6x5:tet:perturb=0.2:renumber",
+            0.01,
+        );
+        let mut all = vec![(name, a, b)];
+        for (n, seed) in [(300, 2), (700, 3)] {
+            all.push((
+                format!("random {n}"),
+                random_nonsymmetric(n, 7, seed),
+                random_vector(n, seed + 1),
+            ));
+        }
+        all
+    }
+
+    #[test]
+    fn the_host_replay_is_the_generic_loop_for_any_chunk_length() {
+        let controls = [
+            SolverControls::absolute(1e-10, 1000),
+            SolverControls::absolute(1e-12, 5),
+            SolverControls {
+                min_iter: 9,
+                ..SolverControls::absolute(1e-2, 1000)
+            },
+            SolverControls {
+                tolerance: 0.0,
+                rel_tol: 0.9,
+                max_iter: 100,
+                min_iter: 0,
+            },
+            SolverControls {
+                tolerance: 0.0,
+                rel_tol: 0.0,
+                max_iter: 7,
+                min_iter: 0,
+            },
+            SolverControls::absolute(1e-10, 0),
+        ];
+        let mut half_steps = 0;
+        for (name, a, b) in systems() {
+            let jacobi = Jacobi::new(&a).unwrap();
+            let identity = Identity(a.n_rows());
+            for (pname, p) in [
+                ("jacobi", &jacobi as &dyn LinearOperator),
+                ("none", &identity),
+            ] {
+                for c in &controls {
+                    for count in [1, 3, 50] {
+                        let (generic, replayed, half) = both(&a, &b, p, c, count);
+                        assert_eq!(replayed, generic, "{name} {pname} {c:?} chunks of {count}");
+                        half_steps += usize::from(half);
+                    }
+                }
+            }
+        }
+        assert!(half_steps > 0, "no case stopped at a half step");
+    }
+
+    #[test]
+    fn breakdowns_and_nan_are_the_generic_loops_errors() {
+        let controls = SolverControls::absolute(1e-10, 100);
+        // r0 · A r0 = 0 at the first iteration (skew-symmetric).
+        let skew = Csr::new(
+            2,
+            vec![0, 2, 4],
+            vec![0, 1, 0, 1],
+            vec![0.0, 1.0, -1.0, 0.0],
+        )
+        .unwrap();
+        let identity = Identity(2);
+        for count in [1, 3] {
+            let (generic, replayed, _) = both(&skew, &[1.0, 1.0], &identity, &controls, count);
+            let err = generic.clone().unwrap_err();
+            assert!(
+                err.contains("r0 · A M⁻¹ p") && err.contains("iteration 1"),
+                "{err}"
+            );
+            assert_eq!(replayed, generic);
+        }
+        // A NaN right-hand side: the initial residual.
+        let (_, a, mut b) = systems().swap_remove(1);
+        b[5] = f64::NAN;
+        let jacobi = Jacobi::new(&a).unwrap();
+        let (generic, replayed, _) = both(&a, &b, &jacobi, &controls, 3);
+        assert!(generic.is_err());
+        assert_eq!(replayed, generic);
+        // Overflow inside the loop.
+        let (_, mut a, b) = systems().swap_remove(1);
+        for v in a.values_mut() {
+            *v *= 1e300;
+        }
+        let b: Vec<f64> = b.iter().map(|v| v * 1e300).collect();
+        let identity = Identity(a.n_rows());
+        for count in [1, 3] {
+            let (generic, replayed, _) = both(&a, &b, &identity, &controls, count);
+            assert!(generic.is_err(), "{generic:?}");
+            assert_eq!(replayed, generic);
+        }
+    }
+}
