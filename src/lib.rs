@@ -22,3 +22,6 @@ pub mod solve;
 pub mod sparse;
 pub mod timings;
 pub mod validate;
+
+#[cfg(test)]
+mod test_support;

@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn special_files_are_refused() {
-        let dir = std::env::temp_dir().join(format!("fvp_limits_{}", std::process::id()));
+        let dir = crate::test_support::unique_temp_dir("fvp_limits");
         std::fs::create_dir_all(&dir).unwrap();
         let e = read_regular_file(&dir).unwrap_err();
         assert!(e.to_string().contains("a directory"), "{e}");

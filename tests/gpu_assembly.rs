@@ -22,7 +22,7 @@ use fvpoisson::fvm::{
     Reference, Schemes, SnGradScheme, TimeScheme,
 };
 use fvpoisson::gpu::amg::DeviceAmg;
-use fvpoisson::gpu::assembly::{AssemblyError, DeviceLaplacian};
+use fvpoisson::gpu::assembly::{AssemblyError, AssemblyMap, DeviceLaplacian};
 use fvpoisson::gpu::krylov::DevicePreconditioner;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
@@ -33,6 +33,7 @@ use fvpoisson::solve::amg::AmgSettings;
 use fvpoisson::solve::polynomial::{PolynomialKind, PolynomialSettings};
 use fvpoisson::solve::scalar::Precision;
 use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolverControls};
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::{Csr, ModSell, Permutation};
 
 /// A repository path: relative to the working directory when it is there
@@ -307,18 +308,20 @@ fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
     compare(&gpu, "back to the first", &mut system, &mut device, &first);
 }
 
+/// Gauss linear: the systems of a mesh share the gradient vectors;
+/// boundaryCorrected least squares: each problem brings vectors of its own.
+const SHARED_AND_OWN_GRADIENTS: [(SnGradScheme, GradScheme); 2] = [
+    (SnGradScheme::Corrected, GradScheme::GaussLinear),
+    (SnGradScheme::BoundaryCorrected, GradScheme::LeastSquares),
+];
+
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn gpu_systems_sharing_a_set_up_assemble_as_systems_of_their_own() {
     let Some(gpu) = test_device() else { return };
     let mesh = load("box:10x9x8:perturb=0.25");
     let geometry = mesh.geometry().unwrap();
-    // Gauss linear shares the gradient vectors; boundaryCorrected least
-    // squares gives each problem vectors of its own.
-    for (sn_grad, grad) in [
-        (SnGradScheme::Corrected, GradScheme::GaussLinear),
-        (SnGradScheme::BoundaryCorrected, GradScheme::LeastSquares),
-    ] {
+    for (sn_grad, grad) in SHARED_AND_OWN_GRADIENTS {
         let schemes = schemes(sn_grad, grad, false);
         let (first, second) = two_problems(&mesh);
         let mut first_system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
@@ -345,6 +348,68 @@ fn gpu_systems_sharing_a_set_up_assemble_as_systems_of_their_own() {
             &mut first_system,
             &mut first_device,
             &first,
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn gpu_systems_from_the_values_deferred_systems_kept_equal_those_from_the_problems() {
+    let Some(gpu) = test_device() else { return };
+    let mesh = load("box:10x9x8:perturb=0.25");
+    let geometry = mesh.geometry().unwrap();
+    for (sn_grad, grad) in SHARED_AND_OWN_GRADIENTS {
+        let name = format!("{sn_grad:?}/{grad:?}");
+        let schemes = schemes(sn_grad, grad, false);
+        let (first, second) = two_problems(&mesh);
+        // As a flow case sets up: deferred host systems, their kept values
+        // taken for the device's first assembly.
+        let mut first_deferred =
+            LaplacianSystem::deferred(&mesh, &geometry, schemes, &first).unwrap();
+        let mut second_deferred = first_deferred.deferred_with_structure_of(&second).unwrap();
+        let ordering = reverse_cuthill_mckee(&first_deferred.matrix);
+        let map = AssemblyMap::new(&mesh, &first_deferred.matrix, &ordering, 512).unwrap();
+        let values = first_deferred.take_evaluated().unwrap();
+        let first_device = DeviceLaplacian::with_map_evaluated(
+            &gpu,
+            &first_deferred,
+            values,
+            ordering.clone(),
+            &map,
+        )
+        .unwrap();
+        let values = second_deferred.take_evaluated().unwrap();
+        let mut second_device =
+            DeviceLaplacian::sharing_set_up_evaluated(&first_device, &second_deferred, values)
+                .unwrap();
+        // The same systems from the problems, evaluated by the constructors.
+        let first_system = LaplacianSystem::new(&mesh, &geometry, schemes, &first).unwrap();
+        let mut second_system = first_system.with_structure_of(&second).unwrap();
+        let first_reference =
+            DeviceLaplacian::with_map(&gpu, &first_system, &first, ordering, &map).unwrap();
+        let second_reference =
+            DeviceLaplacian::sharing_set_up_of(&first_reference, &second_system, &second).unwrap();
+        for (what, device, reference) in [
+            ("first", &first_device, &first_reference),
+            ("second", &second_device, &second_reference),
+        ] {
+            assert_eq!(
+                device.download_matrix().unwrap(),
+                reference.download_matrix().unwrap(),
+                "{name}: {what} matrix"
+            );
+            assert_eq!(
+                device.download_explicit_rhs().unwrap(),
+                reference.download_explicit_rhs().unwrap(),
+                "{name}: {what} explicit right-hand side"
+            );
+        }
+        compare(
+            &gpu,
+            &format!("{name}: from kept values"),
+            &mut second_system,
+            &mut second_device,
+            &second,
         );
     }
 }

@@ -103,7 +103,7 @@ fn compare_on(
         amg,
         polynomial: None,
     };
-    let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+    let mut device = DeviceSimple::new(&gpu, &mut on_gpu, solver).unwrap();
     assert_eq!(
         device.has_device_momentum(),
         DeviceSimple::momentum_on_device(&on_gpu).is_ok()
@@ -459,7 +459,7 @@ fn converged_cavity(amg: Option<AmgSettings>) {
         amg,
         polynomial: None,
     };
-    let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+    let mut device = DeviceSimple::new(&gpu, &mut on_gpu, solver).unwrap();
     assert!(device.has_device_momentum());
     let start = std::time::Instant::now();
     let gpu_reports = device
@@ -708,7 +708,7 @@ fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
         amg: Some(amg),
         polynomial: None,
     };
-    let mut device = DeviceSimple::new(&gpu, &simple, solver).unwrap();
+    let mut device = DeviceSimple::new(&gpu, &mut simple, solver).unwrap();
     assert!(device.pressure_amg().is_none());
     let mut cpu: Option<(Hierarchy, fvpoisson::sparse::Csr)> = None;
     for iteration in 1..=4 {
@@ -801,7 +801,7 @@ fn dic_pressure_runs_its_gpu_default_in_the_device_loop_and_gives_the_cpu_iterat
         }
         let mut cpu = lid_driven_cavity(&mesh, &geometry, settings);
         let mut on_gpu = lid_driven_cavity(&mesh, &geometry, settings);
-        let mut device = DeviceSimple::new(&gpu, &on_gpu, solver).unwrap();
+        let mut device = DeviceSimple::new(&gpu, &mut on_gpu, solver).unwrap();
         assert_eq!(device.has_device_momentum(), momentum_on_device);
         assert!(device.pressure_polynomial().is_none());
         let solve: &mut PressureSolve<'_> =

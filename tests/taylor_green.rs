@@ -95,14 +95,7 @@ fn wall_velocities_change_their_values_but_not_their_kind() {
             })
             .collect()
     };
-    let pressure = mesh
-        .patches()
-        .iter()
-        .map(|p| match p.kind {
-            PatchKind::Empty => BoundaryCondition::Empty,
-            _ => BoundaryCondition::ZeroGradient,
-        })
-        .collect();
+    let pressure = BoundaryCondition::on_every_patch(&mesh, BoundaryCondition::ZeroGradient);
     let n = mesh.n_cells();
     let convection = TransientConvection {
         scheme: None,

@@ -1011,7 +1011,7 @@ fn assembly_rows(
     let device_bytes = free_before.saturating_sub(gpu.memory()?.0);
     let values = system.evaluate(&varying)?;
     let t = Instant::now();
-    device.upload_values(&values, None)?;
+    device.upload_values(&values)?;
     gpu.synchronize()?;
     let upload_ms = t.elapsed().as_secs_f64() * 1e3;
     let assembly_ms = time_median(gpu, 3, settings.reps, |_| device.assemble())?;
@@ -1045,7 +1045,7 @@ fn assembly_rows(
     let spmv_ms = time_median(gpu, 5, settings.reps, |i| {
         device.matrix()?.spmv(gpu, &xs[i % sets], &ys[i % sets])
     })?;
-    device.upload_values(&system.evaluate(&uniform)?, Some(1.0))?;
+    device.upload_values(&system.evaluate(&uniform)?)?;
     let uniform_ms = time_median(gpu, 3, settings.reps, |_| device.assemble())?;
 
     let row = |what: &str, bytes: f64, ms: f64, note: String| Row {

@@ -565,7 +565,7 @@ fn log_phase_times(simple: &Simple, pressure_solve_seconds: f64) {
 /// assembled on the host and solved on the GPU.
 fn device_simple<'g>(
     gpu: &'g Gpu,
-    simple: &Simple,
+    simple: &mut Simple,
     solver: &LinearSolver,
     device: Device,
 ) -> Result<Option<DeviceSimple<'g>>, CaseError> {
@@ -849,7 +849,7 @@ pub fn run_flow_case_with_mesh(
     };
     let mut device_loop = match device {
         Device::Gpu(gpu) => timings::timed(Phase::DeviceSetup, || {
-            device_simple(gpu, &simple, &solver, device)
+            device_simple(gpu, &mut simple, &solver, device)
         })?,
         Device::Cpu | Device::Distributed(_) | Device::Gpus(_) => None,
     };

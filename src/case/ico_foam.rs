@@ -528,7 +528,7 @@ pub fn run_transient_case(
         &[&setup.pressure_solver, &setup.pressure_final],
     );
     let mut device_step = match device {
-        Device::Gpu(gpu) => device_piso(gpu, &piso, setup, device)?,
+        Device::Gpu(gpu) => device_piso(gpu, &mut piso, setup, device)?,
         _ => None,
     };
     let mut gpu_solver = match (device, &device_step) {
@@ -780,7 +780,7 @@ impl std::fmt::Display for StepTiming {
 /// device assembles); else `None`, and the log says why.
 fn device_piso<'g>(
     gpu: &'g Gpu,
-    piso: &Piso,
+    piso: &mut Piso,
     setup: &TransientSetup,
     device: Device,
 ) -> Result<Option<DevicePiso<'g>>, CaseError> {

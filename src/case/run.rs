@@ -558,10 +558,11 @@ struct OnDevice<'a> {
 
 impl<'a> OnDevice<'a> {
     /// The system assembled on `gpu`, or `None` (logged) where the device
-    /// assembly does not handle the mesh.
+    /// assembly does not handle the mesh. The values a deferred `system`
+    /// kept of `problem` are taken for the upload (not evaluated again).
     fn new(
         gpu: &'a Gpu,
-        system: &LaplacianSystem,
+        system: &mut LaplacianSystem,
         problem: &LaplacianProblem,
         field: &[f64],
         ordering: RowOrdering,
@@ -578,7 +579,14 @@ impl<'a> OnDevice<'a> {
         let permutation =
             permutation.unwrap_or_else(|| Permutation::identity(system.matrix.n_rows()));
         let _setup = timings::enter_synced(Phase::DeviceSetup, gpu);
-        match DeviceLaplacian::with_ordering(gpu, system, problem, permutation, slice_height) {
+        let values = system.take_or_evaluate(problem)?;
+        match DeviceLaplacian::with_ordering_evaluated(
+            gpu,
+            system,
+            values,
+            permutation,
+            slice_height,
+        ) {
             Ok(laplacian) => {
                 log::info!(
                     "Assembly, non-orthogonal correction and linear solves on the GPU \
@@ -745,7 +753,18 @@ impl<'a> Run<'a> {
             time,
             singular: setup.singular,
         };
-        let system = LaplacianSystem::new(mesh, geometry, setup.schemes, &problem)?;
+        let host_assembly = [&setup.solver.regular]
+            .into_iter()
+            .chain(&setup.solver.final_corrector)
+            .find_map(|s| device.needs_host_assembly(s));
+        // Where the device assembles, the host only checks the problem and
+        // keeps its values for the device's first assembly: evaluated once.
+        let device_assembles = matches!(device, Device::Gpu(_)) && host_assembly.is_none();
+        let mut system = if device_assembles {
+            LaplacianSystem::deferred(mesh, geometry, setup.schemes, &problem)?
+        } else {
+            LaplacianSystem::new(mesh, geometry, setup.schemes, &problem)?
+        };
         drop(assembly);
         let field = timings::span("initial field", || {
             setup
@@ -771,22 +790,24 @@ impl<'a> Run<'a> {
         };
         let vtk = vtk.map(|series| series.with_encoding(setup.output.vtk_encoding));
         drop(output);
-        let host_assembly = [&setup.solver.regular]
-            .into_iter()
-            .chain(&setup.solver.final_corrector)
-            .find_map(|s| device.needs_host_assembly(s));
         let on_device = match (device, host_assembly) {
             (Device::Gpu(_), Some(reason)) => {
                 log::info!("{reason}: assembling on the CPU, solving each system on the GPU");
                 None
             }
-            (Device::Gpu(gpu), None) => OnDevice::new(
-                gpu,
-                &system,
-                &problem,
-                &field,
-                setup.solver.regular.ordering,
-            )?,
+            (Device::Gpu(gpu), None) => {
+                let on_device = OnDevice::new(
+                    gpu,
+                    &mut system,
+                    &problem,
+                    &field,
+                    setup.solver.regular.ordering,
+                )?;
+                if on_device.is_none() {
+                    timings::timed(Phase::Assembly, || system.ensure_assembled())?;
+                }
+                on_device
+            }
             (Device::Cpu | Device::Distributed(_), _) => None,
             (Device::Gpus(_), _) => {
                 log::info!("several GPUs: assembling on the CPU, solving split over the GPUs");

@@ -32,8 +32,8 @@ use super::{component_conditions, solved_components, FlowError, VelocityConditio
 use crate::foam::write::format_g;
 use crate::fvm::convection::{add_upwind_boundary, add_upwind_internal};
 use crate::fvm::{
-    BoundaryCondition, CellField, GammaInterpolation, LaplacianProblem, LaplacianSystem, Reference,
-    Schemes, SingularPolicy,
+    BoundaryCondition, CellField, FvmError, GammaInterpolation, LaplacianProblem, LaplacianSystem,
+    ProblemValues, Reference, Schemes, SingularPolicy,
 };
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::solve::{
@@ -512,6 +512,20 @@ impl<'m> Simple<'m> {
     /// [`Self::components`]).
     pub fn viscous_system(&self, k: usize) -> (&LaplacianSystem<'m>, &LaplacianProblem) {
         (&self.viscous[k], &self.viscous_problems[k])
+    }
+
+    /// The pressure problem's values for the device's first assembly: those
+    /// the deferred pressure system kept from its check (taken, so the
+    /// problem is not evaluated again), else evaluated
+    /// ([`LaplacianSystem::take_or_evaluate`]).
+    pub fn take_pressure_values(&mut self) -> Result<ProblemValues, FvmError> {
+        self.pressure.take_or_evaluate(&self.pressure_problem)
+    }
+
+    /// [`Self::take_pressure_values`] of the viscous system of solved
+    /// component `k`.
+    pub fn take_viscous_values(&mut self, k: usize) -> Result<ProblemValues, FvmError> {
+        self.viscous[k].take_or_evaluate(&self.viscous_problems[k])
     }
 
     /// The viscous system of solved component `k`, to update its right-hand

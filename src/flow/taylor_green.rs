@@ -257,14 +257,7 @@ impl TaylorGreen {
                 momentum,
             )
         };
-        let pressure = mesh
-            .patches()
-            .iter()
-            .map(|p| match p.kind {
-                PatchKind::Empty => BoundaryCondition::Empty,
-                _ => BoundaryCondition::ZeroGradient,
-            })
-            .collect();
+        let pressure = BoundaryCondition::on_every_patch(&mesh, BoundaryCondition::ZeroGradient);
         let mut piso = Piso::new(
             &mesh,
             &geometry,

@@ -924,7 +924,7 @@ mod tests {
 
     #[test]
     fn includes_are_relative_to_the_including_file() {
-        let dir = std::env::temp_dir().join(format!("fvpoisson_foam_dict_{}", std::process::id()));
+        let dir = crate::test_support::unique_temp_dir("fvpoisson_foam_dict");
         std::fs::create_dir_all(dir.join("system/inc")).unwrap();
         std::fs::write(
             dir.join("system/inc/values"),

@@ -80,6 +80,21 @@ impl<V> BoundaryCondition<V> {
             Self::Empty => "empty",
         }
     }
+
+    /// `condition` on every patch of `mesh` but the empty ones, which are
+    /// `Empty`: one per patch, in patch order.
+    pub fn on_every_patch(mesh: &Mesh, condition: Self) -> Vec<Self>
+    where
+        V: Clone,
+    {
+        mesh.patches()
+            .iter()
+            .map(|p| match p.kind {
+                PatchKind::Empty => Self::Empty,
+                _ => condition.clone(),
+            })
+            .collect()
+    }
 }
 
 impl BoundaryCondition {

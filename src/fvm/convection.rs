@@ -77,14 +77,10 @@ pub fn convection_diffusion(
     gamma: f64,
     velocity: impl Fn(Vec3) -> Vec3,
 ) -> Result<(Csr, Vec<f64>), FvmError> {
-    let boundary = mesh
-        .patches()
-        .iter()
-        .map(|p| match p.kind {
-            PatchKind::Empty => BoundaryCondition::Empty,
-            _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-        })
-        .collect();
+    let boundary = BoundaryCondition::on_every_patch(
+        mesh,
+        BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+    );
     let problem = LaplacianProblem::steady(
         CellField::Uniform(gamma),
         CellField::function(|c| 1.0 + c.x * c.y),

@@ -6,7 +6,7 @@ use crate::mesh::{Geometry, Mesh, Vec3};
 use nalgebra::Matrix3;
 
 /// What a gradient needs beyond the field: fixed per mesh and scheme.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum CellGradient {
     GaussLinear,
     /// Least-squares vectors: owner and neighbour vector of each internal face,

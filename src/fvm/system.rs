@@ -80,10 +80,13 @@ impl LaplacianProblem {
 /// One problem's values on a system's mesh, checked
 /// ([`LaplacianSystem::evaluate`]): everything an assembly consumes besides the
 /// fixed geometry.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ProblemValues {
     /// Γ per cell.
     pub gamma: Vec<f64>,
+    /// `Some(Γ)` when the problem gives Γ as one value for the whole mesh
+    /// (the device then moves no Γ array).
+    pub uniform_gamma: Option<f64>,
     /// Γ per boundary face (index `face − n_internal_faces`).
     pub gamma_boundary: Vec<f64>,
     /// q per cell.
@@ -99,6 +102,32 @@ pub struct ProblemValues {
     /// Gradient data that depends on the conditions (`boundaryCorrected` with
     /// least squares); `None`: the system's own stays.
     pub gradient: Option<CellGradient>,
+}
+
+/// What a matrix assembly consumes of one problem's evaluated values besides
+/// the conditions the system keeps (boundary coefficients, time scheme,
+/// singularity, gradient data).
+#[derive(Debug)]
+struct AssemblyFields {
+    /// Γ per cell.
+    gamma: Vec<f64>,
+    /// Γ per boundary face.
+    gamma_boundary: Vec<f64>,
+    /// q per cell.
+    source: Vec<f64>,
+    uniform_gamma: Option<f64>,
+}
+
+/// A deferred system's problem, checked and evaluated but not yet assembled.
+#[derive(Debug)]
+struct Pending {
+    /// Evaluated again by a host assembly once `fields` are taken.
+    problem: LaplacianProblem,
+    /// The evaluation's Γ and q, kept for the first assembly (on the host or,
+    /// taken by [`LaplacianSystem::take_evaluated`], on the device) so that
+    /// the problem is evaluated once: 16 bytes per cell and 8 per boundary
+    /// face until that assembly frees them.
+    fields: Option<AssemblyFields>,
 }
 
 /// Where each coefficient goes in the CSR value array.
@@ -143,7 +172,9 @@ struct SharedStructure {
 /// assembled: [`LaplacianSystem::ensure_assembled`] assembles them, and so
 /// do `reassemble`, `update_rhs` and `solve`, which every host use of the
 /// matrix goes through. Until then `matrix` and `rhs` hold zeros (their
-/// memory is allocated zeroed and untouched).
+/// memory is allocated zeroed and untouched). The values the check evaluated
+/// are kept for that first assembly, or for the device's
+/// ([`LaplacianSystem::take_evaluated`]): the problem is evaluated once.
 #[derive(Debug)]
 pub struct LaplacianSystem<'m> {
     /// Symmetric, positive diagonal, off-diagonals −Γ_f|S_f|Δ_f.
@@ -173,7 +204,7 @@ pub struct LaplacianSystem<'m> {
     /// diagonal before doubling and the value.
     references: Vec<(usize, f64, f64)>,
     /// The problem checked but not yet assembled (a deferred system).
-    pending: Option<LaplacianProblem>,
+    pending: Option<Pending>,
 }
 
 impl<'m> LaplacianSystem<'m> {
@@ -221,8 +252,55 @@ impl<'m> LaplacianSystem<'m> {
     /// problem; nothing for an assembled system.
     pub fn ensure_assembled(&mut self) -> Result<(), FvmError> {
         match self.pending.take() {
-            Some(problem) => self.reassemble(&problem),
+            Some(Pending {
+                fields: Some(fields),
+                ..
+            }) => {
+                crate::timings::span("host matrix and right-hand side", || {
+                    self.assemble_matrix(fields)
+                });
+                Ok(())
+            }
+            Some(Pending {
+                problem,
+                fields: None,
+            }) => self.reassemble(&problem),
             None => Ok(()),
+        }
+    }
+
+    /// A deferred system's evaluated values, taken for an assembly elsewhere
+    /// (`gpu::assembly::DeviceLaplacian`'s constructors take them): their
+    /// memory goes with them, and a host assembly that comes later evaluates
+    /// the problem again. `None` when the system is assembled or the values
+    /// were taken already (then evaluate the problem:
+    /// [`Self::take_or_evaluate`]).
+    pub fn take_evaluated(&mut self) -> Option<ProblemValues> {
+        let fields = self.pending.as_mut()?.fields.take()?;
+        Some(ProblemValues {
+            gamma: fields.gamma,
+            uniform_gamma: fields.uniform_gamma,
+            gamma_boundary: fields.gamma_boundary,
+            source: fields.source,
+            bc: self.bc.clone(),
+            time: self.time,
+            singular: self.singular,
+            floating: self.floating.clone(),
+            gradient: self.own_gradient.clone(),
+        })
+    }
+
+    /// The values of `problem` for an assembly elsewhere: those a deferred
+    /// system of `problem` kept ([`Self::take_evaluated`]), else `problem`
+    /// evaluated. `problem` must be the one the system was made or last
+    /// re-assembled with.
+    pub fn take_or_evaluate(
+        &mut self,
+        problem: &LaplacianProblem,
+    ) -> Result<ProblemValues, FvmError> {
+        match self.take_evaluated() {
+            Some(values) => Ok(values),
+            None => self.evaluate(problem),
         }
     }
 
@@ -309,8 +387,11 @@ impl<'m> LaplacianSystem<'m> {
     /// assembly deferred.
     fn evaluated(mut self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
         let values = self.evaluate(problem)?;
-        self.set_conditions(values);
-        self.pending = Some(problem.clone());
+        let fields = self.set_conditions(values);
+        self.pending = Some(Pending {
+            problem: problem.clone(),
+            fields: Some(fields),
+        });
         self.log_floating_regions();
         Ok(self)
     }
@@ -374,6 +455,10 @@ impl<'m> LaplacianSystem<'m> {
                 "singular-problem tolerance must be non-negative",
             ));
         }
+        let uniform_gamma = match problem.gamma {
+            CellField::Uniform(g) => Some(g),
+            _ => None,
+        };
         let centres = &geometry.cell_centres;
         let gamma = crate::timings::span("gamma per cell and boundary face", || {
             let gamma = problem.gamma.cell_values(centres, "gamma")?;
@@ -438,6 +523,7 @@ impl<'m> LaplacianSystem<'m> {
         let singular = floating.iter().any(|&f| f).then_some(policy);
         Ok(ProblemValues {
             gamma,
+            uniform_gamma,
             gamma_boundary,
             source,
             bc,
@@ -451,9 +537,10 @@ impl<'m> LaplacianSystem<'m> {
     /// Takes the conditions of evaluated values (boundary coefficients, time
     /// scheme, gradient data, singularity), returns what the matrix
     /// assembly consumes besides them: Γ per cell and per boundary face, q.
-    fn set_conditions(&mut self, problem: ProblemValues) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    fn set_conditions(&mut self, problem: ProblemValues) -> AssemblyFields {
         let ProblemValues {
             gamma,
+            uniform_gamma,
             gamma_boundary,
             source,
             bc,
@@ -469,13 +556,30 @@ impl<'m> LaplacianSystem<'m> {
         }
         self.singular = singular;
         self.floating = floating;
-        (gamma, gamma_boundary, source)
+        AssemblyFields {
+            gamma,
+            gamma_boundary,
+            source,
+            uniform_gamma,
+        }
     }
 
     /// The CPU assembly of evaluated values (OpenFOAM `gaussLaplacianScheme`,
     /// `EulerDdtScheme`, `setReference`).
     fn assemble(&mut self, problem: ProblemValues) {
-        let (gamma, gamma_boundary, source) = self.set_conditions(problem);
+        let fields = self.set_conditions(problem);
+        self.assemble_matrix(fields);
+    }
+
+    /// The matrix and explicit right-hand side of `fields` under the
+    /// conditions set ([`Self::set_conditions`]).
+    fn assemble_matrix(&mut self, fields: AssemblyFields) {
+        let AssemblyFields {
+            gamma,
+            gamma_boundary,
+            source,
+            ..
+        } = fields;
         let mesh = self.mesh;
         let geometry = self.geometry;
         let owner = mesh.owner();
@@ -922,6 +1026,102 @@ mod tests {
             mixed_conditions(&mesh, 3),
         );
         assert!(eager.deferred_with_structure_of(&negative).is_err());
+    }
+
+    /// `problem` with its source a function that counts its calls.
+    fn counting_source(
+        problem: &LaplacianProblem,
+    ) -> (LaplacianProblem, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&calls);
+        let inner = problem.source.clone();
+        let source = CellField::function(move |c| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            match &inner {
+                CellField::Function(f) => f(c),
+                CellField::Uniform(v) => *v,
+                CellField::PerCell(_) => unreachable!("the test problems' sources are functions"),
+            }
+        });
+        let counted = LaplacianProblem {
+            source,
+            ..problem.clone()
+        };
+        (counted, calls)
+    }
+
+    #[test]
+    fn a_deferred_system_evaluates_its_problem_once() {
+        use crate::fvm::testing::{random_field, two_problems};
+        use std::sync::atomic::Ordering;
+        let mesh = crate::mesh::load("box:6x5x4:perturb=0.2").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let n = mesh.n_cells();
+        let (first, second) = two_problems(&mesh);
+        let eager = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
+        let (counted, calls) = counting_source(&second);
+        let mut deferred = eager.deferred_with_structure_of(&counted).unwrap();
+        assert_eq!(calls.load(Ordering::Relaxed), n);
+        // The first host assembly uses the values the check evaluated.
+        let p = random_field(n, 5);
+        deferred.update_rhs(&p, None).unwrap();
+        assert_eq!(calls.load(Ordering::Relaxed), n);
+        let mut reference = eager.with_structure_of(&second).unwrap();
+        reference.update_rhs(&p, None).unwrap();
+        assert_eq!(deferred.matrix, reference.matrix);
+        assert_eq!(deferred.rhs, reference.rhs);
+        // An assembled system keeps nothing to take.
+        assert!(deferred.take_evaluated().is_none());
+        // A uniform Γ is marked so: the device moves no Γ array for it.
+        assert_eq!(eager.evaluate(&first).unwrap().uniform_gamma, Some(2.0));
+    }
+
+    #[test]
+    fn values_taken_from_a_deferred_system_are_its_problem_evaluated() {
+        use crate::fvm::testing::{random_field, two_problems};
+        use std::sync::atomic::Ordering;
+        let mesh = crate::mesh::load("box:5x4x4:perturb=0.2").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let n = mesh.n_cells();
+        let (_, second) = two_problems(&mesh);
+        // boundaryCorrected least squares: the values carry gradient data of
+        // their own.
+        for schemes in [
+            Schemes::default(),
+            Schemes {
+                sn_grad: SnGradScheme::BoundaryCorrected,
+                grad: GradScheme::LeastSquares,
+                ..Schemes::default()
+            },
+        ] {
+            let (counted, calls) = counting_source(&second);
+            let mut deferred =
+                LaplacianSystem::deferred(&mesh, &geometry, schemes, &counted).unwrap();
+            let reference = LaplacianSystem::new(&mesh, &geometry, schemes, &second).unwrap();
+            let evaluated = reference.evaluate(&second).unwrap();
+            assert_eq!(
+                evaluated.gradient.is_some(),
+                schemes.sn_grad == SnGradScheme::BoundaryCorrected
+            );
+            let taken = deferred.take_evaluated().unwrap();
+            assert_eq!(taken, evaluated);
+            // Γ varies: the device moves its array.
+            assert_eq!(taken.uniform_gamma, None);
+            assert_eq!(calls.load(Ordering::Relaxed), n);
+            // Taken once: the next request evaluates the problem again, and so
+            // does the host assembly that comes after.
+            assert!(deferred.take_evaluated().is_none());
+            assert_eq!(deferred.take_or_evaluate(&counted).unwrap(), evaluated);
+            assert_eq!(calls.load(Ordering::Relaxed), 2 * n);
+            let p = random_field(n, 7);
+            let mut reference = reference;
+            deferred.update_rhs(&p, None).unwrap();
+            reference.update_rhs(&p, None).unwrap();
+            assert_eq!(calls.load(Ordering::Relaxed), 3 * n);
+            assert_eq!(deferred.matrix, reference.matrix);
+            assert_eq!(deferred.rhs, reference.rhs);
+        }
     }
 
     #[test]

@@ -162,14 +162,10 @@ pub fn convection_diffusion_system(spec: &str, gamma: f64) -> (String, Csr, Vec<
 
 /// −∇·(Γ∇p) = 1 + x·y with p = 0 on every patch (empty patches stay empty).
 pub fn poisson_problem(mesh: &Mesh, gamma: CellField) -> LaplacianProblem {
-    let boundary = mesh
-        .patches()
-        .iter()
-        .map(|p| match p.kind {
-            PatchKind::Empty => BoundaryCondition::Empty,
-            _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-        })
-        .collect();
+    let boundary = BoundaryCondition::on_every_patch(
+        mesh,
+        BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+    );
     LaplacianProblem::steady(gamma, CellField::function(|c| 1.0 + c.x * c.y), boundary)
 }
 

@@ -12,7 +12,10 @@
 //!   the host ([`LaplacianSystem::evaluate`]: the same checks and the same
 //!   numbers as the CPU path; a `CellField` may be a Rust closure, which only
 //!   the host can run) and uploaded, 16 bytes per cell (8 when Γ is uniform:
-//!   then no Γ array at all);
+//!   then no Γ array at all). A deferred host system evaluated them for its
+//!   check already: the constructors ending in `_evaluated` take those values
+//!   ([`LaplacianSystem::take_evaluated`]) and drop them once uploaded, so a
+//!   run's first assembly evaluates its problem once;
 //! - `asm_face_coefficients`: Γ_f|S_f| and Γ_f|S_f|Δ_f per internal face;
 //! - `asm_matrix_rows`: one thread per row writes its off-diagonal slots, its
 //!   diagonal (faces, boundary faces, V/Δt, setReference) and its explicit
@@ -52,13 +55,34 @@ use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::fvm::{
-    BoundaryCoeffs, CellField, CellGradient, FvmError, GammaInterpolation, GradScheme,
-    LaplacianProblem, LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy,
-    SnGradScheme, TimeScheme,
+    BoundaryCoeffs, CellGradient, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
+    LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
 };
 use crate::mesh::{Mesh, PatchKind, Vec3};
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::{Csr, ModSell, Permutation};
+use crate::timings::Phase;
+
+/// `Invalid` unless `values` are of `mesh`'s size (a problem evaluated on
+/// another mesh would index past the arrays).
+fn check_values_fit(values: &ProblemValues, mesh: &Mesh) -> Result<(), GpuError> {
+    let (n, n_boundary) = (mesh.n_cells(), mesh.n_faces() - mesh.n_internal_faces());
+    let sizes = [
+        (values.gamma.len(), n),
+        (values.source.len(), n),
+        (values.gamma_boundary.len(), n_boundary),
+        (values.bc.active.len(), n_boundary),
+    ];
+    if sizes.iter().any(|(len, expected)| len != expected) {
+        return Err(GpuError::Invalid(format!(
+            "problem values of {} cells and {} boundary faces for a mesh of {n} cells and \
+             {n_boundary} boundary faces",
+            values.gamma.len(),
+            values.gamma_boundary.len()
+        )));
+    }
+    Ok(())
+}
 
 /// `face_slots` value that ends a row (kernels/assembly.cu `ASM_NO_SLOT`).
 pub const NO_SLOT: u8 = 0xFF;
@@ -461,18 +485,17 @@ impl ProblemArrays {
     /// numbered as the [`AssemblyMap`] numbers them.
     fn new(
         values: &ProblemValues,
-        uniform_gamma: Option<f64>,
         faces: &[u32],
         boundary: &[u32],
         ordering: &Permutation,
     ) -> Self {
         let on_boundary = |v: &[f64]| gather(v, boundary);
         Self {
-            gamma: match uniform_gamma {
+            gamma: match values.uniform_gamma {
                 Some(_) => None,
                 None => Some(ordering.to_new(&values.gamma)),
             },
-            gamma_uniform: uniform_gamma.unwrap_or(f64::NAN),
+            gamma_uniform: values.uniform_gamma.unwrap_or(f64::NAN),
             source: ordering.to_new(&values.source),
             b_gamma: on_boundary(&values.gamma_boundary),
             b_value_internal: on_boundary(&values.bc.value_internal),
@@ -706,12 +729,25 @@ impl<'g> DeviceLaplacian<'g> {
         ordering: Permutation,
         slice_height: usize,
     ) -> Result<Self, AssemblyError> {
-        let mesh = system.mesh();
+        Self::check_supported(system)?;
+        let values = crate::timings::timed(Phase::Assembly, || system.evaluate(problem))?;
+        Self::with_ordering_evaluated(gpu, system, values, ordering, slice_height)
+    }
+
+    /// [`Self::with_ordering`] with its problem evaluated already (`values`
+    /// as [`Self::with_map_evaluated`] takes them).
+    pub fn with_ordering_evaluated(
+        gpu: &'g Gpu,
+        system: &LaplacianSystem,
+        values: ProblemValues,
+        ordering: Permutation,
+        slice_height: usize,
+    ) -> Result<Self, AssemblyError> {
         Self::check_supported(system)?;
         let map = crate::timings::span("assembly map and mod-SELL pattern", || {
-            AssemblyMap::new(mesh, &system.matrix, &ordering, slice_height)
+            AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height)
         })?;
-        Self::with_map(gpu, system, problem, ordering, &map)
+        Self::with_map_evaluated(gpu, system, values, ordering, &map)
     }
 
     /// [`Self::with_ordering`] with its assembly map given: `map` is
@@ -726,9 +762,26 @@ impl<'g> DeviceLaplacian<'g> {
         ordering: Permutation,
         map: &AssemblyMap,
     ) -> Result<Self, AssemblyError> {
+        Self::check_supported(system)?;
+        let values = crate::timings::timed(Phase::Assembly, || system.evaluate(problem))?;
+        Self::with_map_evaluated(gpu, system, values, ordering, map)
+    }
+
+    /// [`Self::with_map`] with its problem evaluated already: `values` of
+    /// `system`'s mesh ([`LaplacianSystem::take_evaluated`] of a deferred
+    /// system, which kept them from its check, so that the problem is not
+    /// evaluated a second time). They are dropped once on the device.
+    pub fn with_map_evaluated(
+        gpu: &'g Gpu,
+        system: &LaplacianSystem,
+        values: ProblemValues,
+        ordering: Permutation,
+        map: &AssemblyMap,
+    ) -> Result<Self, AssemblyError> {
         let mesh = system.mesh();
         let n = mesh.n_cells();
         Self::check_supported(system)?;
+        check_values_fit(&values, mesh)?;
         if map.pattern.n_rows() != n
             || ordering.len() != n
             || map.device_faces.len() != mesh.n_internal_faces()
@@ -795,7 +848,7 @@ impl<'g> DeviceLaplacian<'g> {
             gradient: Rc::new(device_gradient),
             total_volume: system.geometry().cell_volumes.iter().sum(),
         };
-        Self::with_set_up(gpu, set_up, matrix, system, problem)
+        Self::with_set_up(gpu, set_up, matrix, values)
     }
 
     /// The system of another problem on the same mesh and schemes as
@@ -811,7 +864,20 @@ impl<'g> DeviceLaplacian<'g> {
         problem: &LaplacianProblem,
     ) -> Result<Self, AssemblyError> {
         Self::check_supported(system)?;
+        let values = crate::timings::timed(Phase::Assembly, || system.evaluate(problem))?;
+        Self::sharing_set_up_evaluated(other, system, values)
+    }
+
+    /// [`Self::sharing_set_up_of`] with its problem evaluated already
+    /// (`values` as [`Self::with_map_evaluated`] takes them).
+    pub fn sharing_set_up_evaluated(
+        other: &DeviceLaplacian<'g>,
+        system: &LaplacianSystem,
+        values: ProblemValues,
+    ) -> Result<Self, AssemblyError> {
+        Self::check_supported(system)?;
         let mesh = system.mesh();
+        check_values_fit(&values, mesh)?;
         if mesh.n_cells() != other.n
             || mesh.n_internal_faces() != other.n_faces
             || mesh.n_faces() - mesh.n_internal_faces() != other.n_mesh_boundary
@@ -837,17 +903,16 @@ impl<'g> DeviceLaplacian<'g> {
             total_volume: other.total_volume,
         };
         let matrix = other.matrix()?.device_copy(gpu)?;
-        Self::with_set_up(gpu, set_up, matrix, system, problem)
+        Self::with_set_up(gpu, set_up, matrix, values)
     }
 
     /// The system on `set_up` with `matrix` (of its pattern): the values and
-    /// work buffers allocated, then `problem` assembled.
+    /// work buffers allocated, then `problem`'s values uploaded and assembled.
     fn with_set_up(
         gpu: &'g Gpu,
         set_up: SharedSetUp,
         matrix: DeviceModSell,
-        system: &LaplacianSystem,
-        problem: &LaplacianProblem,
+        problem: ProblemValues,
     ) -> Result<Self, AssemblyError> {
         let n = matrix.n;
         let n_faces = set_up.n_faces;
@@ -909,7 +974,8 @@ impl<'g> DeviceLaplacian<'g> {
             singular: None,
             total_volume,
         };
-        device.reassemble(system, problem)?;
+        let _assembly = crate::timings::enter_synced(Phase::Assembly, gpu);
+        device.assemble_values(problem)?;
         Ok(device)
     }
 
@@ -949,7 +1015,7 @@ impl<'g> DeviceLaplacian<'g> {
         system: &LaplacianSystem,
         problem: &LaplacianProblem,
     ) -> Result<(), AssemblyError> {
-        let _assembly = crate::timings::enter_synced(crate::timings::Phase::Assembly, self.gpu);
+        let _assembly = crate::timings::enter_synced(Phase::Assembly, self.gpu);
         let mesh = system.mesh();
         if mesh.n_cells() != self.n
             || mesh.n_internal_faces() != self.n_faces
@@ -963,29 +1029,24 @@ impl<'g> DeviceLaplacian<'g> {
             .into());
         }
         let values = system.evaluate(problem)?;
-        let uniform = match problem.gamma {
-            CellField::Uniform(g) => Some(g),
-            _ => None,
-        };
-        crate::timings::span_synced("values to the device", self.gpu, || {
-            self.upload_values(&values, uniform)
-        })?;
-        crate::timings::span_synced("device assembly", self.gpu, || self.assemble())?;
-        Ok(())
+        Ok(self.assemble_values(values)?)
     }
 
-    /// Uploads one problem's values (the host part of a re-assembly);
-    /// `uniform_gamma`: `Some(Γ)` when Γ is that value in every cell (then no
-    /// Γ array moves).
-    pub fn upload_values(
-        &mut self,
-        values: &ProblemValues,
-        uniform_gamma: Option<f64>,
-    ) -> Result<(), GpuError> {
+    /// Uploads `values` (then drops them) and assembles on the device.
+    fn assemble_values(&mut self, values: ProblemValues) -> Result<(), GpuError> {
+        crate::timings::span_synced("values to the device", self.gpu, || {
+            self.upload_values(&values)
+        })?;
+        drop(values);
+        crate::timings::span_synced("device assembly", self.gpu, || self.assemble())
+    }
+
+    /// Uploads one problem's values (the host part of a re-assembly); a
+    /// uniform Γ (`values.uniform_gamma`) moves no Γ array.
+    pub fn upload_values(&mut self, values: &ProblemValues) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let arrays = ProblemArrays::new(
             values,
-            uniform_gamma,
             &self.device_faces,
             &self.device_boundary,
             &self.ordering,

@@ -3,7 +3,7 @@
 //! carries a hash of its own text; an entry that fails that check (or that
 //! the driver refuses to load) is compiled again and rewritten.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaModule};
@@ -56,22 +56,18 @@ fn read_entry(path: &PathBuf) -> Option<String> {
     (stored == fnv1a(&[body.as_bytes()])).then(|| body.to_string())
 }
 
-/// Writes atomically (temporary file, then rename); a failure only costs a
+/// Writes atomically ([`crate::io::write_atomic`]: a temporary file of its
+/// own per call, so ranks on threads of one process that compile the same
+/// kernels at once do not write into one file); a failure only costs a
 /// compile next time, so it is logged, not returned.
-fn write_entry(path: &PathBuf, ptx: &str) {
+fn write_entry(path: &Path, ptx: &str) {
     let text = format!("{HEADER}{:016x}\n{ptx}", fnv1a(&[ptx.as_bytes()]));
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let result = path
         .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|_| std::fs::write(&tmp, text))
-        .and_then(|_| std::fs::rename(&tmp, path));
+        .map_or(Ok(()), crate::io::create_dir_all)
+        .and_then(|()| crate::io::write_atomic(path, |w| w.write_all(text.as_bytes())));
     if let Err(e) = result {
-        log::warn!(
-            "could not cache the compiled kernels at {}: {e}",
-            path.display()
-        );
-        let _ = std::fs::remove_file(&tmp);
+        log::warn!("could not cache the compiled kernels: {e}");
     }
 }
 
@@ -208,8 +204,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn threads_writing_one_entry_leave_a_whole_one() {
+        let dir = crate::test_support::unique_temp_dir("fvpoisson-cache-race");
+        let path = dir.join("k.ptx");
+        let texts: Vec<String> = (0..8u8)
+            .map(|k| char::from(b'a' + k).to_string().repeat(400_000))
+            .collect();
+        std::thread::scope(|s| {
+            for text in &texts {
+                s.spawn(|| write_entry(&path, text));
+            }
+        });
+        let entry = read_entry(&path).expect("a whole entry");
+        assert!(texts.contains(&entry));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn entries_with_a_bad_hash_are_rejected() {
-        let dir = std::env::temp_dir().join(format!("fvpoisson-cache-test-{}", std::process::id()));
+        let dir = crate::test_support::unique_temp_dir("fvpoisson-cache-test");
         let path = dir.join("k.ptx");
         write_entry(&path, "ptx text\nline 2");
         assert_eq!(read_entry(&path).as_deref(), Some("ptx text\nline 2"));
@@ -224,7 +237,7 @@ mod tests {
 
     #[test]
     fn the_cache_compiles_once_per_source_arch_and_compiler() {
-        let dir = std::env::temp_dir().join(format!("fvpoisson-ptxcache-{}", std::process::id()));
+        let dir = crate::test_support::unique_temp_dir("fvpoisson-ptxcache");
         let cache = PtxCache::new(Some(dir.clone()), "nvrtc 12.8");
         let compiles = std::cell::Cell::new(0);
         let compile = |source: &str, arch: &str| {

@@ -24,8 +24,10 @@
 //!   overlap), used when NCCL is not installed or when ranks share a device
 //!   (tests of 2 and 3 ranks on one GPU).
 //!
-//! NVLink multicast (NVLS) is never used: `NCCL_NVLS_ENABLE=0` is set unless
-//! the environment sets it.
+//! NVLink multicast (NVLS) is never used: the `fvpoisson` binary sets
+//! `NCCL_NVLS_ENABLE=0` unless the environment sets it
+//! ([`nccl_environment_defaults`], in `main` before any thread starts; the
+//! library never writes the environment and warns where it is unset).
 //!
 //! Two loops run the PCG iterations (`CgBackend::iterate`):
 //!
@@ -113,8 +115,9 @@ use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
 
 mod rank_loop;
+pub use rank_loop::nccl_environment_defaults;
 pub use rank_loop::release_kept_comms;
-use rank_loop::{nccl_environment, Step};
+use rank_loop::{check_nccl_environment, Step};
 mod deflation;
 pub use deflation::{pcg_over_ranks, MultiGpuDeflation};
 
@@ -561,7 +564,7 @@ impl<'g> MultiGpuBackend<'g> {
             ranks.push(rank);
         }
         let comms = if transport == Transport::Nccl {
-            nccl_environment();
+            check_nccl_environment();
             let streams = ranks
                 .iter()
                 .map(|r| {
@@ -1839,6 +1842,16 @@ impl CgBackend for MultiGpuBackend<'_> {
 mod tests {
     use super::*;
     use crate::sparse::testing::grid_laplacian;
+
+    #[test]
+    fn nvlink_multicast_is_off_unless_the_environment_sets_it() {
+        assert_eq!(
+            nccl_environment_defaults(|_| None),
+            vec![("NCCL_NVLS_ENABLE", "0")]
+        );
+        let given = |name: &str| (name == "NCCL_NVLS_ENABLE").then(|| "1".into());
+        assert!(nccl_environment_defaults(given).is_empty());
+    }
 
     /// Packing by the plans, routing through `receive` and A_oo x + A_oh
     /// x_halo per rank give the global product (slabs, METIS, a scattered

@@ -385,7 +385,7 @@ impl<'g> DeviceSimple<'g> {
     /// not handle the mesh (run the host loop instead).
     pub fn new(
         gpu: &'g Gpu,
-        simple: &Simple,
+        simple: &mut Simple,
         solver: DevicePressureSolver,
     ) -> Result<Self, AssemblyError> {
         let mut device = Self::pressure_half(gpu, simple, solver)?;
@@ -431,13 +431,14 @@ impl<'g> DeviceSimple<'g> {
     /// the momentum systems (which share the pressure system's device
     /// set-up: [`DeviceLaplacian::sharing_set_up_of`]). The host's systems
     /// stay unassembled: the ordering and the assembly map need only their
-    /// shared pattern, and the map is dropped once uploaded.
+    /// shared pattern, and the map is dropped once uploaded; the values the
+    /// host's check evaluated are taken for the upload, not evaluated again.
     fn pressure_half(
         gpu: &'g Gpu,
-        simple: &Simple,
+        simple: &mut Simple,
         solver: DevicePressureSolver,
     ) -> Result<Self, AssemblyError> {
-        let (system, problem) = simple.pressure_system();
+        let (system, _) = simple.pressure_system();
         let slice_height = GpuSolveOptions::default().slice_height;
         // One ordering and assembly map for the pressure and the momentum
         // components: the systems share the mesh and the matrix pattern.
@@ -447,10 +448,13 @@ impl<'g> DeviceSimple<'g> {
         let map = crate::timings::span("assembly map and mod-SELL pattern", || {
             AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height)
         })?;
+        let values = simple.take_pressure_values()?;
+        let (system, _) = simple.pressure_system();
         let laplacian = crate::timings::span_synced("pressure system", gpu, || {
-            DeviceLaplacian::with_map(gpu, system, problem, ordering, &map)
+            DeviceLaplacian::with_map_evaluated(gpu, system, values, ordering, &map)
         })?;
         drop(map);
+        let simple = &*simple;
         let n = laplacian.n();
         let faces = laplacian.n_face_values();
         let p = GpuVector::from(laplacian.to_device_order(&simple.p)?);
@@ -937,25 +941,27 @@ impl<'g> DeviceMomentum<'g> {
     /// buffers for the explicit stress where `stress`.
     fn new(
         gpu: &'g Gpu,
-        simple: &Simple,
+        simple: &mut Simple,
         pressure: &DeviceLaplacian<'g>,
         convection: Option<Convection>,
         krylov: DeviceKrylov,
         stress: bool,
     ) -> Result<Self, AssemblyError> {
-        let settings = simple.settings();
+        let settings = *simple.settings();
         let n = pressure.n();
         let mut viscous = Vec::new();
         let mut diagonals = Vec::new();
         let mut sources = Vec::new();
         for k in 0..simple.components().len() {
-            let (system, problem) = simple.viscous_system(k);
-            viscous.push(DeviceLaplacian::sharing_set_up_of(
-                pressure, system, problem,
+            let values = simple.take_viscous_values(k)?;
+            let (system, _) = simple.viscous_system(k);
+            viscous.push(DeviceLaplacian::sharing_set_up_evaluated(
+                pressure, system, values,
             )?);
             diagonals.push(gpu.zeros(n)?);
             sources.push(gpu.zeros(n)?);
         }
+        let simple = &*simple;
         // The pattern and the padding's zero values of the viscous matrix;
         // every off-diagonal value is written by each assembly.
         let mut matrix = viscous

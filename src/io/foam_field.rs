@@ -673,10 +673,7 @@ mod tests {
     }
 
     fn temp_case(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("fvpoisson_field_{name}_{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+        crate::test_support::unique_temp_dir(&format!("fvpoisson_field_{name}"))
     }
 
     #[test]

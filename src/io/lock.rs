@@ -157,9 +157,7 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("fvpoisson_lock_{name}_{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = crate::test_support::unique_temp_dir(&format!("fvpoisson_lock_{name}"));
         fs::create_dir_all(&dir).unwrap();
         dir
     }

@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_or_leaves_the_file() {
-        let dir = std::env::temp_dir().join(format!("fvpoisson_atomic_{}", std::process::id()));
+        let dir = crate::test_support::unique_temp_dir("fvpoisson_atomic");
         create_dir_all(&dir).unwrap();
         let path = dir.join("a.txt");
         write_atomic(&path, |w| w.write_all(b"first")).unwrap();
@@ -124,8 +124,7 @@ mod tests {
     /// temporary file (a shared `NAME.tmp` made them steal each other's).
     #[test]
     fn concurrent_writers_of_one_file_do_not_collide() {
-        let dir =
-            std::env::temp_dir().join(format!("fvpoisson_atomic_race_{}", std::process::id()));
+        let dir = crate::test_support::unique_temp_dir("fvpoisson_atomic_race");
         create_dir_all(&dir).unwrap();
         let path = dir.join("shared.txt");
         let contents: Vec<Vec<u8>> = (0..8u8).map(|k| vec![b'a' + k; 200_000]).collect();

@@ -1823,9 +1823,7 @@ mod tests {
         match std::env::var_os("FVPOISSON_KEEP_VTK") {
             Some(dir) => (PathBuf::from(dir).join(name), true),
             None => {
-                let dir =
-                    std::env::temp_dir().join(format!("fvpoisson_{name}_{}", std::process::id()));
-                let _ = fs::remove_dir_all(&dir);
+                let dir = crate::test_support::unique_temp_dir(&format!("fvpoisson_{name}"));
                 (dir, false)
             }
         }

@@ -9,7 +9,7 @@ use crate::fvm::testing::{
     all_neumann_problem, mixed_conditions, random_field, schemes, source,
     varying_and_uniform_gamma, varying_gamma,
 };
-use crate::fvm::{BoundaryCondition, PatchValues};
+use crate::fvm::{BoundaryCondition, CellField, PatchValues};
 use crate::mesh::Geometry;
 
 /// Everything the kernels read, in host memory.
@@ -34,13 +34,9 @@ impl Host {
     ) -> Self {
         let map = AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height).unwrap();
         let values = system.evaluate(problem).unwrap();
-        let uniform = match problem.gamma {
-            CellField::Uniform(g) => Some(g),
-            _ => None,
-        };
         let statics = StaticArrays::new(system, &map, &ordering);
         let (faces, boundary) = (&map.device_faces, &map.device_boundary);
-        let arrays = ProblemArrays::new(&values, uniform, faces, boundary, &ordering);
+        let arrays = ProblemArrays::new(&values, faces, boundary, &ordering);
         let gradient = arrays
             .gradient
             .clone()
@@ -623,13 +619,10 @@ fn the_parallel_map_equals_the_one_pass_map() {
         let problem = LaplacianProblem::steady(
             CellField::Uniform(1.0),
             CellField::Uniform(0.0),
-            mesh.patches()
-                .iter()
-                .map(|p| match p.kind {
-                    PatchKind::Empty => BoundaryCondition::Empty,
-                    _ => BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-                })
-                .collect(),
+            BoundaryCondition::on_every_patch(
+                &mesh,
+                BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+            ),
         );
         let geometry = mesh.geometry().unwrap();
         let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
@@ -652,4 +645,33 @@ fn the_parallel_map_equals_the_one_pass_map() {
             }
         }
     }
+}
+
+#[test]
+fn values_evaluated_on_another_mesh_are_refused() {
+    let mesh = crate::mesh::load("box:4x4x3").unwrap();
+    let other = crate::mesh::load("box:5x4x3").unwrap();
+    let problem = |mesh: &Mesh| {
+        LaplacianProblem::steady(CellField::Uniform(1.0), source(), mixed_conditions(mesh, 2))
+    };
+    let (geometry, other_geometry) = (mesh.geometry().unwrap(), other.geometry().unwrap());
+    let own = LaplacianSystem::deferred(&mesh, &geometry, Schemes::default(), &problem(&mesh))
+        .unwrap()
+        .take_evaluated()
+        .unwrap();
+    let foreign = LaplacianSystem::deferred(
+        &other,
+        &other_geometry,
+        Schemes::default(),
+        &problem(&other),
+    )
+    .unwrap()
+    .take_evaluated()
+    .unwrap();
+    assert!(check_values_fit(&own, &mesh).is_ok());
+    let message = check_values_fit(&foreign, &mesh).unwrap_err().to_string();
+    assert!(
+        message.contains("60 cells") && message.contains("48 cells"),
+        "{message}"
+    );
 }

@@ -63,15 +63,38 @@ use crate::solve::{SolveError, SolverControls, SolverPerformance};
 /// Bytes of an NCCL unique id.
 const ID_BYTES: usize = 128;
 
-/// NVLink multicast (NVLS) stays off unless the environment sets it: set
-/// once per process, before NCCL first reads it.
-pub(super) fn nccl_environment() {
+/// The environment NCCL reads that the `fvpoisson` binary sets before any
+/// thread starts ([`nccl_environment_defaults`]): where a process (another
+/// program linking the library, a test binary) has not set it, NCCL may use
+/// NVLink multicast. Logged once per process, when NCCL is first set up.
+pub(super) fn check_nccl_environment() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-            std::env::set_var("NCCL_NVLS_ENABLE", "0");
+        let unset = nccl_environment_defaults(|name| std::env::var_os(name));
+        for (name, value) in unset {
+            log::warn!(
+                "{name} is not set: NCCL may use NVLink multicast, which fvpoisson never uses \
+                 (the fvpoisson binary sets {name}={value}; set it in this program's \
+                 environment)"
+            );
         }
     });
+}
+
+/// The NCCL environment variables that `get` (an environment lookup) lacks
+/// and fvpoisson's defaults for them: `NCCL_NVLS_ENABLE=0`, NVLink
+/// multicast (NVLS) off unless the environment asks for it. NCCL offers no
+/// communicator setting that turns NVLS off (`ncclConfig_t` sizes it only),
+/// so the binary's `main` writes these before any thread starts: a write to
+/// the environment races with every read on other threads, so the library
+/// itself never writes it.
+pub fn nccl_environment_defaults(
+    get: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Vec<(&'static str, &'static str)> {
+    [("NCCL_NVLS_ENABLE", "0")]
+        .into_iter()
+        .filter(|(name, _)| get(name).is_none())
+        .collect()
 }
 
 /// The steps of the host-driven PCG, by the collectives they make.
@@ -260,7 +283,7 @@ impl<'g> MultiGpuBackend<'g> {
             self.install(k.stream, k.halo, k.reduce);
             return Ok(());
         }
-        nccl_environment();
+        check_nccl_environment();
         // ncclGetUniqueId starts the bootstrap root: rank 0 only.
         let ids = (comm.rank() == 0).then(|| Id::new().and_then(|a| Id::new().map(|b| [a, b])));
         let mine: Vec<u8> = match ids {

@@ -148,24 +148,26 @@ impl<'g> DevicePiso<'g> {
     /// not run this step (the reason; run the host step instead).
     pub fn new(
         gpu: &'g Gpu,
-        piso: &Piso,
+        piso: &mut Piso,
         pressure: DevicePressureSolver,
         p_final_controls: SolverControls,
     ) -> Result<Self, AssemblyError> {
         let (u_solver, u_final) =
             Self::momentum_solvers(piso).map_err(AssemblyError::Unsupported)?;
-        let simple = &piso.simple;
         let settings = *piso.settings();
+        let simple = &mut piso.simple;
         let mut device = DeviceSimple::pressure_half(gpu, simple, pressure)?;
         let convection = settings.convection.scheme;
+        let explicit_stress = simple.settings().explicit_stress;
         let momentum = DeviceMomentum::new(
             gpu,
             simple,
             &device.laplacian,
             convection,
             u_solver,
-            simple.settings().explicit_stress,
+            explicit_stress,
         )?;
+        let piso = &*piso;
         device.momentum = Some(momentum);
         let n = device.laplacian.n();
         let faces = device.laplacian.n_face_values();

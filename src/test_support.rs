@@ -1,0 +1,31 @@
+//! Helpers of the library's unit tests.
+
+/// A directory path under the system's temporary directory, unique to this
+/// process and call: the unit tests run side by side as threads of one
+/// process, so a name made of the process id alone would be shared by two
+/// tests with the same stem. What an earlier process of the same id left
+/// there (a failed test keeps its files) is removed; the directory itself is
+/// not created.
+pub(crate) fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("{stem}_{}_{call}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_calls_with_one_stem_get_two_directories() {
+        let (a, b) = (
+            unique_temp_dir("fvpoisson_unique"),
+            unique_temp_dir("fvpoisson_unique"),
+        );
+        assert_ne!(a, b);
+        assert!(a.starts_with(std::env::temp_dir()) && !a.exists());
+    }
+}
