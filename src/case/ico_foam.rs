@@ -698,6 +698,23 @@ pub fn run_transient_case(
             timing
         );
     }
+    if let (Some(step), true) = (&device_step, steps > 0) {
+        let parts = step.seconds().parts;
+        let ms = |seconds: f64| 1e3 * seconds / steps as f64;
+        log::info!(
+            "GPU step by part (ms per step): momentum assembly {:.3}, momentum solves {:.3}, \
+             Rhie-Chow fluxes {:.3}, pressure assembly {:.3}, preconditioner set-up {:.3} and \
+             re-set-ups {:.3}, pressure solves {:.3}, corrections {:.3}",
+            ms(parts.momentum_assembly),
+            ms(parts.momentum_solve),
+            ms(parts.fluxes),
+            ms(parts.assembly),
+            ms(parts.preconditioner_setup),
+            ms(parts.preconditioner_update),
+            ms(parts.solve),
+            ms(parts.corrections)
+        );
+    }
     if let (Some(first), true) = (first_step_seconds, steps > 1) {
         log::info!(
             "Time per step after the first (mean of {}, writes excluded): {:.3} ms; the first \
