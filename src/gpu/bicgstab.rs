@@ -36,8 +36,9 @@
 
 use std::cell::{Cell, RefCell};
 
-use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
+use cudarc::driver::{CudaSlice, DevicePtr};
 
+use super::graphs::GraphCache;
 use super::matrix::DeviceModSell;
 use super::pcg::{initial_norms, GpuSolveOptions, LaunchMode, NormBuffers};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
@@ -117,13 +118,6 @@ struct Vectors {
     t: CudaSlice<f64>,
 }
 
-/// A captured chunk and what it was captured for: the matrix's slice
-/// pointers, codes, values and diagonal, x, and Jacobi or none.
-struct ChunkGraph {
-    key: [u64; 6],
-    graph: CudaGraph,
-}
-
 /// What the host replay of a chunk found.
 enum Replayed {
     /// The loop goes on (the chunk ran all its iterations).
@@ -143,8 +137,9 @@ pub struct DeviceBicgstab<'g> {
     launches: Cell<LaunchMode>,
     scratch: RefCell<Scratch>,
     vectors: Vectors,
-    graphs: RefCell<Vec<ChunkGraph>>,
-    graph_captures: Cell<usize>,
+    /// Captured chunks by the matrix's slice pointers, codes, values and
+    /// diagonal, x, and Jacobi or none.
+    graphs: GraphCache<[u64; 6]>,
 }
 
 impl<'g> DeviceBicgstab<'g> {
@@ -189,8 +184,7 @@ impl<'g> DeviceBicgstab<'g> {
             launches: Cell::new(LaunchMode::Folded),
             scratch: RefCell::new(scratch),
             vectors,
-            graphs: RefCell::new(Vec::new()),
-            graph_captures: Cell::new(0),
+            graphs: GraphCache::new(GRAPH_CACHE),
         };
         solver.set_launch_mode(options.launches);
         Ok(solver)
@@ -222,7 +216,7 @@ impl<'g> DeviceBicgstab<'g> {
 
     /// CUDA graphs captured so far.
     pub fn graph_captures(&self) -> usize {
-        self.graph_captures.get()
+        self.graphs.captures()
     }
 
     /// Solves `matrix` x = b by PBiCGStab from the initial guess in `x`
@@ -407,33 +401,9 @@ impl<'g> DeviceBicgstab<'g> {
             x.device_ptr(stream).0,
             u64::from(jacobi),
         ];
-        let mut graphs = self.graphs.borrow_mut();
-        let at = match graphs.iter().position(|g| g.key == key) {
-            Some(at) => at,
-            None => {
-                let captured = self
-                    .gpu
-                    .capture(|| self.launch_chunk(s, matrix, jacobi, x, true));
-                match captured {
-                    Ok(graph) => {
-                        if graphs.len() == GRAPH_CACHE {
-                            graphs.remove(0);
-                        }
-                        graphs.push(ChunkGraph { key, graph });
-                        self.graph_captures.set(self.graph_captures.get() + 1);
-                        graphs.len() - 1
-                    }
-                    Err(e) => {
-                        log::warn!(
-                            "CUDA graph capture failed ({e}); PBiCGStab launches its kernels \
-                             directly"
-                        );
-                        return Ok(false);
-                    }
-                }
-            }
-        };
-        self.gpu.launch_graph(&graphs[at].graph).map(|()| true)
+        self.graphs.replay(self.gpu, key, "PBiCGStab", || {
+            self.launch_chunk(s, matrix, jacobi, x, true)
+        })
     }
 
     /// The launches of one chunk of `check_interval` iterations: 5 per

@@ -27,6 +27,7 @@ pub mod deflation;
 pub mod eisenstat;
 pub mod fsai;
 pub mod fsai_setup;
+mod graphs;
 pub mod ic;
 pub mod ilu;
 pub mod kernel_args;

@@ -52,8 +52,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
+use cudarc::driver::{CudaSlice, DevicePtr};
 
+use super::graphs::GraphCache;
 use super::ic::{in_original_rows, DeviceIncompleteCholesky, IcKind};
 use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
@@ -191,16 +192,16 @@ struct Scratch {
     ticket: CudaSlice<u32>,
 }
 
-/// A captured chunk of `length` iterations and the device addresses of x,
-/// r, z, p, q it uses, with the [`LoopProjection::id`] of the projection
-/// and the [`DevicePreconditioner::graph_key`] of the preconditioner
-/// captured into it (`None`: Jacobi or none).
-struct ChunkGraph {
+/// What a captured chunk holds: its length, the device addresses of x, r,
+/// z, p, q, the [`LoopProjection::id`] of the projection and the
+/// [`DevicePreconditioner::graph_key`] of the preconditioner (`None`:
+/// Jacobi or none).
+#[derive(PartialEq)]
+struct ChunkKey {
     length: usize,
     vectors: [u64; 5],
     projection: Option<u64>,
     preconditioner: Option<Option<u64>>,
-    graph: CudaGraph,
 }
 
 /// Captured chunks a backend keeps (one per length, vectors, projection
@@ -243,8 +244,7 @@ pub struct GpuCgBackend<'g> {
     /// Work vectors handed out by `new_vector`; one is reused once only the
     /// pool holds it.
     pool: RefCell<Vec<Rc<CudaSlice<f64>>>>,
-    graphs: RefCell<Vec<ChunkGraph>>,
-    graph_captures: Cell<usize>,
+    graphs: GraphCache<ChunkKey>,
     /// Iterations of the solve in progress after its last chunk, and what
     /// the solve before it took (the expected length of this one).
     iterations_so_far: Cell<Option<usize>>,
@@ -373,8 +373,7 @@ impl<'g> GpuCgBackend<'g> {
             launches: Cell::new(LaunchMode::Folded),
             scratch: RefCell::new(scratch),
             pool: RefCell::new(Vec::new()),
-            graphs: RefCell::new(Vec::new()),
-            graph_captures: Cell::new(0),
+            graphs: GraphCache::new(MAX_GRAPHS),
             iterations_so_far: Cell::new(None),
             expected_iterations: Cell::new(None),
             failure: FirstFailure::default(),
@@ -401,7 +400,7 @@ impl<'g> GpuCgBackend<'g> {
     /// CUDA graphs captured so far (one per chunk length, set of vector
     /// addresses, projection and preconditioner).
     pub fn graph_captures(&self) -> usize {
-        self.graph_captures.get()
+        self.graphs.captures()
     }
 
     /// The matrix it solves with.
@@ -437,7 +436,7 @@ impl<'g> GpuCgBackend<'g> {
         // A captured graph holds the preconditioner's kernels and buffers:
         // it is replayed with `p` only when both have the same graph key.
         if p.graph_key().is_none() {
-            self.graphs.get_mut().clear();
+            self.graphs.clear();
         }
         self.preconditioner = Some(p);
     }
@@ -797,47 +796,15 @@ impl<'g> GpuCgBackend<'g> {
             .max(MIN_CHUNK)
             .min(self.check_interval)
             .max(count);
-        let key = (
+        let key = ChunkKey {
             length,
             vectors,
-            projection.map(|p| p.id()),
-            self.preconditioner_graph_key(),
-        );
-        let mut graphs = self.graphs.borrow_mut();
-        let found = graphs
-            .iter()
-            .position(|g| (g.length, g.vectors, g.projection, g.preconditioner) == key);
-        let at = match found {
-            Some(at) => at,
-            None => {
-                let captured = self
-                    .gpu
-                    .capture(|| self.launch_chunk(s, v, length, true, projection));
-                let graph = match captured {
-                    Ok(graph) => graph,
-                    Err(e) => {
-                        log::warn!(
-                            "CUDA graph capture failed ({e}); PCG launches its kernels directly"
-                        );
-                        return Ok(false);
-                    }
-                };
-                self.graph_captures.set(self.graph_captures.get() + 1);
-                if graphs.len() == MAX_GRAPHS {
-                    graphs.remove(0);
-                }
-                let (length, vectors, projection, preconditioner) = key;
-                graphs.push(ChunkGraph {
-                    length,
-                    vectors,
-                    projection,
-                    preconditioner,
-                    graph,
-                });
-                graphs.len() - 1
-            }
+            projection: projection.map(|p| p.id()),
+            preconditioner: self.preconditioner_graph_key(),
         };
-        self.gpu.launch_graph(&graphs[at].graph).map(|()| true)
+        self.graphs.replay(self.gpu, key, "PCG", || {
+            self.launch_chunk(s, v, length, true, projection)
+        })
     }
 
     /// The fused device loop behind `iterate`: at most `count` iterations
