@@ -512,9 +512,23 @@ fn describe(graph: &BTreeMap<String, BTreeSet<String>>, cycle: &[String]) -> Str
 
 /// The pipeline's order: a module uses those before it, never those after
 /// (test code included).
-const PIPELINE: [&str; 15] = [
-    "limits", "slices", "timings", "foam", "mesh", "sparse", "fvm", "io", "parallel", "solve",
-    "gpu", "validate", "flow", "case", "cli",
+const PIPELINE: [&str; 16] = [
+    "test_support",
+    "limits",
+    "slices",
+    "timings",
+    "foam",
+    "mesh",
+    "sparse",
+    "fvm",
+    "io",
+    "parallel",
+    "solve",
+    "gpu",
+    "validate",
+    "flow",
+    "case",
+    "cli",
 ];
 
 /// Uses against the pipeline's order that the code still has, each with
