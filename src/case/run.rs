@@ -666,8 +666,8 @@ impl<'a> OnDevice<'a> {
 impl<'a> OnDevice<'a> {
     /// The polynomial preconditioner of `settings` for the resident matrix:
     /// set up on the device the first time; while a PCG backend still has it
-    /// on loan the matrix has not changed since (the backend is dropped at
-    /// each re-assembly) and it is used as it is; else its values are
+    /// on loan the matrix has not changed since (each re-assembly takes it
+    /// back from the backend) and it is used as it is; else its values are
     /// re-set-up on the device from the matrix, which may have changed.
     fn polynomial_for(
         &mut self,

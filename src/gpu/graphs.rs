@@ -3,6 +3,7 @@
 //! launch holds that may change between chunks: the device addresses of the
 //! vectors and matrix, the chunk's length, the preconditioner's buffers. A
 //! chunk whose key was seen replays that graph; another is captured first.
+//! The least recently replayed graph goes when the cache is full.
 
 use std::cell::{Cell, RefCell};
 
@@ -10,7 +11,8 @@ use cudarc::driver::CudaGraph;
 
 use super::{Gpu, GpuError};
 
-/// Captured graphs by key, at most `capacity` (the oldest goes first).
+/// Captured graphs by key, at most `capacity`, the most recently replayed
+/// last.
 pub(crate) struct GraphCache<K> {
     graphs: RefCell<Vec<(K, CudaGraph)>>,
     capacity: usize,
@@ -48,7 +50,11 @@ impl<K: PartialEq> GraphCache<K> {
     ) -> Result<bool, GpuError> {
         let mut graphs = self.graphs.borrow_mut();
         let at = match graphs.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
+            Some(at) => {
+                let hit = graphs.remove(at);
+                graphs.push(hit);
+                graphs.len() - 1
+            }
             None => match gpu.capture(launches) {
                 Ok(graph) => {
                     if graphs.len() == self.capacity {

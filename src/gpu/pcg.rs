@@ -848,10 +848,13 @@ impl<'g> GpuCgBackend<'g> {
 /// most `count` and `check_interval`. A solve like its predecessor, which
 /// took `expected` (warm-started pressure solves of a transient run, whose
 /// counts change little), reads back at the iteration the predecessor
-/// stopped, then every [`MIN_CHUNK`]: few iterations run past convergence
-/// as no-ops, each of which still costs its launches (dozens for an AMG
-/// cycle). Without an expectation, every `check_interval`. The lengths are
-/// powers of two or `count`, so that a few captured graphs serve them all.
+/// stopped, then in chunks from [`MIN_CHUNK`] that double as it runs on past
+/// it (a solve much longer than its predecessor, e.g. pFinal to an absolute
+/// tolerance after a relTol p, reads back a logarithmic number of times):
+/// few iterations run past convergence as no-ops, each of which still costs
+/// its launches (dozens for an AMG cycle). Without an expectation, every
+/// `check_interval`. The lengths are powers of two or `count`, so that a few
+/// captured graphs serve them all.
 pub(crate) fn chunk_length(
     count: usize,
     done: usize,
@@ -863,7 +866,9 @@ pub(crate) fn chunk_length(
         return full;
     };
     let wanted = match expected.saturating_sub(done) {
-        0 => MIN_CHUNK,
+        // Past the expected end: as many again as beyond it, rounded to a
+        // power of two.
+        0 => (done - expected).next_power_of_two(),
         // The largest power of two not past the expected end.
         remaining => 1 << remaining.ilog2(),
     };
@@ -1451,5 +1456,13 @@ mod tests {
         assert_eq!(chunk_length(2, 0, 50, Some(16)), 2);
         assert_eq!(chunk_length(0, 0, 50, Some(16)), 1);
         assert_eq!(chunk_length(1000, 0, 50, Some(0)), MIN_CHUNK);
+        // Far past the expectation the chunks double: 5 expected, 100 taken.
+        let (mut done, mut lengths) = (0, Vec::new());
+        while done < 100 {
+            let l = chunk_length(1000, done, 50, Some(5));
+            lengths.push(l);
+            done += l;
+        }
+        assert_eq!(lengths, [4, 4, 4, 8, 16, 32, 50]);
     }
 }

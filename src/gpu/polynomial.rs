@@ -67,22 +67,15 @@ impl<T: DeviceRepr + ValidAsZeroBits + KernelElement + Copy> Work<T> {
         Ok(work)
     }
 
-    /// The coefficients of `recurrence` into their buffer (same degree).
+    /// The coefficients of `recurrence` into their buffer (the caller
+    /// checks that the degree is the set-up's).
     fn write_coefficients(
         &mut self,
         gpu: &Gpu,
         recurrence: &Recurrence,
         to_t: fn(f64) -> T,
     ) -> Result<(), GpuError> {
-        let host = step_coefficients(recurrence, to_t);
-        if host.len() != self.coefficients.len() {
-            return Err(GpuError::Invalid(format!(
-                "polynomial update: {} recurrence steps instead of {}",
-                host.len() / 5,
-                self.coefficients.len() / 5
-            )));
-        }
-        gpu.write(&host, &mut self.coefficients)
+        gpu.write(&step_coefficients(recurrence, to_t), &mut self.coefficients)
     }
 
     /// 1/a_ii of `m` into `inv_diag` (in place: the value update's too).
@@ -247,6 +240,18 @@ impl<'g> DevicePolynomial<'g> {
             .validate_with_upper_bound(upper)
             .map_err(GpuError::Invalid)?;
         let recurrence = self.settings.recurrence(upper);
+        // Checked before any buffer changes: an error leaves the
+        // preconditioner as it was.
+        let steps = match &self.evaluation {
+            Evaluation::Double(work) => work.coefficients.len(),
+            Evaluation::Mixed { work, .. } => work.coefficients.len(),
+        } / 5;
+        if recurrence.steps.len() != steps {
+            return Err(GpuError::Invalid(format!(
+                "polynomial update: {} recurrence steps instead of {steps}",
+                recurrence.steps.len()
+            )));
+        }
         match &mut self.evaluation {
             Evaluation::Double(work) => {
                 work.invert_diagonal(self.gpu, &matrix, "poly_inverse_diagonal_f64")?;
