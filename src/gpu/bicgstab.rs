@@ -204,14 +204,7 @@ impl<'g> DeviceBicgstab<'g> {
     /// Launches the chunks in `mode` from now on (`Auto` resolved on the
     /// size; `Graph` as `Folded` while `FVPOISSON_GPU_SYNC=1`).
     pub fn set_launch_mode(&self, mode: LaunchMode) {
-        let mut mode = mode.resolve(self.n);
-        if mode == LaunchMode::Graph && self.gpu.syncs_each_launch() {
-            log::debug!(
-                "FVPOISSON_GPU_SYNC=1: PBiCGStab launches its kernels directly, no CUDA graph"
-            );
-            mode = LaunchMode::Folded;
-        }
-        self.launches.set(mode);
+        self.launches.set(mode.on_device(self.n, self.gpu, NAME));
     }
 
     /// CUDA graphs captured so far.

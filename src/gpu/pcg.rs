@@ -103,6 +103,20 @@ impl LaunchMode {
         }
     }
 
+    /// The mode a device loop (`loop_name` in the log) runs on `n` rows of
+    /// `gpu`: resolved, and `Graph` as `Folded` while `FVPOISSON_GPU_SYNC=1`
+    /// (a capture cannot synchronise after each launch).
+    pub(crate) fn on_device(self, n: usize, gpu: &Gpu, loop_name: &str) -> Self {
+        let mode = self.resolve(n);
+        if mode == Self::Graph && gpu.syncs_each_launch() {
+            log::debug!(
+                "FVPOISSON_GPU_SYNC=1: {loop_name} launches its kernels directly, no CUDA graph"
+            );
+            return Self::Folded;
+        }
+        mode
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Auto => "auto",
@@ -390,12 +404,8 @@ impl<'g> GpuCgBackend<'g> {
     /// Launches the fused loop in `mode` from now on (`Auto` resolved on this
     /// backend's size; `Graph` as `Folded` while `FVPOISSON_GPU_SYNC=1`).
     pub fn set_launch_mode(&self, mode: LaunchMode) {
-        let mut mode = mode.resolve(self.matrix.n);
-        if mode == LaunchMode::Graph && self.gpu.syncs_each_launch() {
-            log::debug!("FVPOISSON_GPU_SYNC=1: PCG launches its kernels directly, no CUDA graph");
-            mode = LaunchMode::Folded;
-        }
-        self.launches.set(mode);
+        self.launches
+            .set(mode.on_device(self.matrix.n, self.gpu, "PCG"));
     }
     /// CUDA graphs captured so far (one per chunk length, set of vector
     /// addresses, projection and preconditioner).
