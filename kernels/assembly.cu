@@ -106,6 +106,27 @@ extern "C" __global__ void asm_matrix_rows(
     rhs[row] = b;
 }
 
+// The right-hand side of asm_matrix_rows alone, for a new source q when Γ is
+// the one of the last assembly (a PISO corrector after the first: rAU is the
+// momentum equation's, unchanged). The same products and sums in the same
+// order, so the same bits as a full re-assembly; the matrix, its diagonal and
+// b_gamma_mag_sf stay as the last assembly wrote them.
+extern "C" __global__ void asm_source_rhs(
+    int n, const unsigned* __restrict__ boundary_ptr, const double* __restrict__ b_gamma,
+    const double* __restrict__ b_mag_sf, const double* __restrict__ b_gradient_boundary,
+    const double* __restrict__ volumes, const double* __restrict__ source,
+    double* __restrict__ explicit_rhs, double* __restrict__ rhs) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    double b = asm_mul(source[row], volumes[row]);
+    for (unsigned i = boundary_ptr[row]; i < boundary_ptr[row + 1]; ++i) {
+        const double gms = asm_mul(b_gamma[i], b_mag_sf[i]);
+        b = asm_add(b, asm_mul(gms, b_gradient_boundary[i]));
+    }
+    explicit_rhs[row] = b;
+    rhs[row] = b;
+}
+
 // Cell gradient of p (CellGradient::compute), one thread per row; the slice's
 // p is staged in shared memory (H doubles) as x in the SpMV, and the other
 // cell across a face is found from the mod-SELL code of its slot. Gauss linear

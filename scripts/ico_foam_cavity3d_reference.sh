@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates tests/data/ico_foam_cavity3d/ with OpenFOAM v1912: the shipped
-# case cases/cavity3d_ico (3-D lid-driven cavity, PISO, PBiCGStab/DILU for U,
-# PCG/DIC for p) coarsened to 8 x 8 x 8 cells, 4 steps, run by blockMesh and
+# case cases/cavity3d_ico (3-D lid-driven cavity, PISO, 5 PBiCGStab/DILU
+# iterations for U, PCG/DIC for p) coarsened to 8 x 8 x 8 cells, 4 steps, run by blockMesh and
 # icoFoam with 17 significant digits; keeps U and p at t = 0.002 and the log.
 # Needs OpenFOAM (blockMesh, icoFoam on the PATH); the tests themselves do not.
 set -euo pipefail

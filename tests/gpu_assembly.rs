@@ -308,6 +308,101 @@ fn gpu_re_assembly_with_new_gamma_conditions_and_time_step() {
     compare(&gpu, "back to the first", &mut system, &mut device, &first);
 }
 
+/// A re-assembly of the source alone (PISO's correctors after the first keep
+/// rAU) gives the matrix, explicit right-hand side and `update_rhs` of a full
+/// re-assembly with the same Γ, bit for bit, and leaves the AMG preconditioner
+/// lent to the held solver (no re-set-up); the solves are the same bits.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_source_only_re_assembly_equals_a_full_one_with_the_same_gamma() {
+    let Some(gpu) = test_device() else { return };
+    let mesh = load("box:12x12x12:tet:perturb=0.2:renumber");
+    let geometry = mesh.geometry().unwrap();
+    let n = mesh.n_cells();
+    let (first, _) = two_problems(&mesh);
+    let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
+    let gamma: Vec<f64> = random_field(n, 21).iter().map(|v| 0.5 + v.abs()).collect();
+    let sources = [random_field(n, 22), random_field(n, 23)];
+    let p = random_field(n, 24);
+    let amg_settings = AmgSettings {
+        coarsest_rows: 40,
+        ..AmgSettings::default()
+    };
+    let mut full = DeviceLaplacian::new(&gpu, &system, &first, 512).unwrap();
+    let mut kept = DeviceLaplacian::new(&gpu, &system, &first, 512).unwrap();
+    let mut amgs = Vec::new();
+    for device in [&mut full, &mut kept] {
+        let g = device.to_device_order(&gamma).unwrap();
+        let q = device.to_device_order(&sources[0]).unwrap();
+        device.reassemble_from_device(&g, &q).unwrap();
+        let matrix = device.shared_matrix().unwrap();
+        amgs.push(Rc::new(
+            DeviceAmg::new(&gpu, matrix, &amg_settings).unwrap(),
+        ));
+    }
+    let mut amg_full = amgs.remove(0);
+    let amg_kept = amgs.remove(0);
+    fn solve_amg<'g>(
+        device: &mut DeviceLaplacian<'g>,
+        amg: &Rc<DeviceAmg<'g>>,
+        p: &[f64],
+    ) -> (fvpoisson::solve::SolverPerformance, Vec<f64>) {
+        let p_dev = device.to_device_order(p).unwrap();
+        device.update_rhs(&p_dev, None).unwrap();
+        let (backend, b) = device
+            .preconditioned_solver(amg, &GpuSolveOptions::default())
+            .unwrap();
+        let mut x = backend.upload(&vec![0.0; p.len()]).unwrap();
+        let controls = SolverControls::absolute(1e-9, 500);
+        let perf = pcg(backend, b, &mut x, &controls, "p").unwrap();
+        (perf, backend.download(&x).unwrap())
+    }
+    // Both solve the first source: the AMGs are now lent to the solvers.
+    solve_amg(&mut full, &amg_full, &p);
+    solve_amg(&mut kept, &amg_kept, &p);
+    let g = full.to_device_order(&gamma).unwrap();
+    let q = full.to_device_order(&sources[1]).unwrap();
+    full.reassemble_from_device(&g, &q).unwrap();
+    Rc::get_mut(&mut amg_full)
+        .expect("a full re-assembly takes the AMG back")
+        .update_values(full.shared_matrix().unwrap())
+        .unwrap();
+    let q = kept.to_device_order(&sources[1]).unwrap();
+    kept.reassemble_source_from_device(&q).unwrap();
+    assert_eq!(
+        Rc::strong_count(&amg_kept),
+        2,
+        "a source-only re-assembly leaves the AMG lent to the solver"
+    );
+    let bits = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let (m_full, m_kept) = (
+        full.download_matrix().unwrap(),
+        kept.download_matrix().unwrap(),
+    );
+    assert_eq!(m_full.cols(), m_kept.cols());
+    assert!(bits(m_full.values(), m_kept.values()), "matrix");
+    assert!(
+        bits(
+            &full.download_explicit_rhs().unwrap(),
+            &kept.download_explicit_rhs().unwrap()
+        ),
+        "explicit right-hand side"
+    );
+    let (perf_full, x_full) = solve_amg(&mut full, &amg_full, &p);
+    let (perf_kept, x_kept) = solve_amg(&mut kept, &amg_kept, &p);
+    assert!(
+        bits(&full.download_rhs().unwrap(), &kept.download_rhs().unwrap()),
+        "right-hand side after update_rhs"
+    );
+    println!(
+        "source-only re-assembly: {} iterations, the full re-assembly's {}",
+        perf_kept.iterations, perf_full.iterations
+    );
+    assert!(perf_kept.converged);
+    assert_eq!(perf_kept, perf_full);
+    assert!(bits(&x_kept, &x_full), "solution");
+}
+
 /// Gauss linear: the systems of a mesh share the gradient vectors;
 /// boundaryCorrected least squares: each problem brings vectors of its own.
 const SHARED_AND_OWN_GRADIENTS: [(SnGradScheme, GradScheme); 2] = [

@@ -142,8 +142,8 @@ fn adjusted_time_steps_match_pimplefoam() {
 }
 
 /// The shipped 3-D cavity (`cases/cavity3d_ico`, 100³ cells) coarsened to
-/// 8³: 4 steps equal icoFoam v1912's (PBiCGStab/DILU for U, PCG/DIC for p to
-/// 1e-4; `scripts/ico_foam_cavity3d_reference.sh`), and the run logs its
+/// 8³: 4 steps equal icoFoam v1912's (5 PBiCGStab/DILU iterations for U, PCG/DIC
+/// for p to 1e-4; `scripts/ico_foam_cavity3d_reference.sh`), and the run logs its
 /// time per step by part.
 #[test]
 fn cavity3d_matches_icofoam_coarsened() {

@@ -1352,6 +1352,42 @@ impl<'g> DeviceLaplacian<'g> {
         self.assemble()
     }
 
+    /// A re-assembly with a new source q per cell (row order on the device)
+    /// and the Γ, boundary conditions and time scheme of the last assembly:
+    /// only the right-hand side changes. The matrix stays as it is, and so do
+    /// a held solver's preconditioner and the graphs it captured; the
+    /// right-hand side has the bits of a full re-assembly. PISO's correctors
+    /// after the first of a time step re-assemble this way, since their rAU
+    /// is the momentum equation's (Issa, 1986).
+    pub fn reassemble_source_from_device(
+        &mut self,
+        source: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        self.check_vector(source, "source")?;
+        let gpu = self.gpu;
+        gpu.copy(source, &mut self.values.source)?;
+        let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
+        let n = self.n as i32;
+        let rhs = w.rhs.dev()?;
+        gpu.launch(
+            "asm_source_rhs",
+            vector_grid(self.n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&dm.boundary_ptr)
+                    .arg(&v.b_gamma)
+                    .arg(&g.b_mag_sf)
+                    .arg(&v.b_gradient_boundary)
+                    .arg(&g.volumes)
+                    .arg(&v.source)
+                    .arg(&w.explicit_rhs)
+                    .arg(rhs);
+            },
+        )
+    }
+
     /// Values on the faces in the device's face layout: the internal faces
     /// in device order, then the non-empty boundary faces in device boundary
     /// order ([`AssemblyMap`]); this many.

@@ -579,6 +579,7 @@ impl<'g> DeviceSimple<'g> {
         let settings = *simple.settings();
         let controls = self.solver.controls;
         let p_solves = self.pressure_equation(
+            false,
             settings.n_non_orth_correctors,
             |_| controls,
             &mut timer,
@@ -614,9 +615,13 @@ impl<'g> DeviceSimple<'g> {
     /// side update and PCG solve (warm-started from the resident p, with
     /// `controls(last)`, `last` on the final solve) per non-orthogonal
     /// corrector and one more, then φ = φ_HbyA − the equation's face flux.
+    /// With `rau_unchanged` (rAU is the one of this system's last assembly)
+    /// only the right-hand side is re-assembled: the matrix would be the same
+    /// bits, so its preconditioner and the solver's graphs stay.
     /// Times go to `seconds` and, summed, to `host`.
     fn pressure_equation(
         &mut self,
+        rau_unchanged: bool,
         n_non_orth_correctors: usize,
         controls: impl Fn(bool) -> SolverControls,
         timer: &mut Lap<'g>,
@@ -633,25 +638,14 @@ impl<'g> DeviceSimple<'g> {
                     .arg(self.laplacian.volumes())
                     .arg(&self.source);
             })?;
-        self.laplacian
-            .reassemble_from_device(&self.r_au, &self.source)?;
-        *host += timer.lap(&mut seconds.assembly)?;
-        if self.solver.amg.is_some() {
-            let part = if self.amg.is_some() {
-                &mut seconds.preconditioner_update
-            } else {
-                &mut seconds.preconditioner_setup
-            };
-            self.update_amg()?;
-            *host += timer.lap(part)?;
-        } else if self.solver.polynomial.is_some() {
-            let part = if self.polynomial.is_some() {
-                &mut seconds.preconditioner_update
-            } else {
-                &mut seconds.preconditioner_setup
-            };
-            self.update_polynomial()?;
-            *host += timer.lap(part)?;
+        if rau_unchanged {
+            self.laplacian.reassemble_source_from_device(&self.source)?;
+            *host += timer.lap(&mut seconds.assembly)?;
+        } else {
+            self.laplacian
+                .reassemble_from_device(&self.r_au, &self.source)?;
+            *host += timer.lap(&mut seconds.assembly)?;
+            self.update_pressure_preconditioner(timer, seconds, host)?;
         }
         let options = GpuSolveOptions::default();
         let mut p_solves = Vec::with_capacity(n_non_orth_correctors + 1);
@@ -678,6 +672,34 @@ impl<'g> DeviceSimple<'g> {
             .subtract_flux(p, &self.r_au, &self.phi_hbya, &self.phi)?;
         *host += timer.lap(&mut seconds.corrections)?;
         Ok(p_solves)
+    }
+
+    /// The AMG or polynomial preconditioner of p set up on the matrix just
+    /// assembled, or its values re-set up in place.
+    fn update_pressure_preconditioner(
+        &mut self,
+        timer: &mut Lap<'g>,
+        seconds: &mut DevicePhaseSeconds,
+        host: &mut f64,
+    ) -> Result<(), GpuError> {
+        if self.solver.amg.is_some() {
+            let part = if self.amg.is_some() {
+                &mut seconds.preconditioner_update
+            } else {
+                &mut seconds.preconditioner_setup
+            };
+            self.update_amg()?;
+            *host += timer.lap(part)?;
+        } else if self.solver.polynomial.is_some() {
+            let part = if self.polynomial.is_some() {
+                &mut seconds.preconditioner_update
+            } else {
+                &mut seconds.preconditioner_setup
+            };
+            self.update_polynomial()?;
+            *host += timer.lap(part)?;
+        }
+        Ok(())
     }
 
     /// U = HbyA − rAU ∇p per solved component, ∇p of the resident p.

@@ -534,7 +534,10 @@ impl<'g> DevicePiso<'g> {
                 timer.lap(&mut seconds.fluxes)?;
                 let (p, p_final) = (self.p_controls, self.p_final_controls);
                 let mut host_pressure = 0.0;
+                // rAU is the momentum equation's of this outer corrector: the
+                // correctors after the first keep the pressure matrix.
                 let solves = self.device.pressure_equation(
+                    index > 0,
                     piso.simple.settings().n_non_orth_correctors,
                     |last| {
                         if settings.final_pressure_solve(index, last) {
