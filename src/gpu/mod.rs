@@ -259,6 +259,44 @@ pub struct Gpu {
     /// Synchronise after every launch so asynchronous faults name their kernel
     /// (env `FVPOISSON_GPU_SYNC=1`; slow).
     sync_each_launch: bool,
+    /// Device time per kernel, each launch timed alone between two events
+    /// (env `FVPOISSON_GPU_PROFILE=1`, which synchronises each launch too);
+    /// logged when the device is dropped.
+    kernel_profile: Option<Mutex<HashMap<&'static str, KernelTime>>>,
+}
+
+/// Launches and device time of one kernel under `FVPOISSON_GPU_PROFILE=1`.
+#[derive(Clone, Copy, Debug, Default)]
+struct KernelTime {
+    launches: u64,
+    ms: f64,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        let Some(profile) = self.kernel_profile.take() else {
+            return;
+        };
+        let profile = profile.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut rows: Vec<_> = profile.into_iter().collect();
+        rows.sort_by(|a, b| b.1.ms.total_cmp(&a.1.ms));
+        let total: f64 = rows.iter().map(|(_, t)| t.ms).sum();
+        let mut table = format!(
+            "GPU kernel profile ({}; each launch timed alone, no graphs): {total:.3} ms in all\n\
+             {:<44} {:>9} {:>11} {:>9} {:>6}",
+            self.name, "kernel", "launches", "total ms", "mean us", "share"
+        );
+        for (kernel, t) in rows {
+            table.push_str(&format!(
+                "\n{kernel:<44} {:>9} {:>11.3} {:>9.2} {:>5.1}%",
+                t.launches,
+                t.ms,
+                1e3 * t.ms / t.launches.max(1) as f64,
+                100.0 * t.ms / total.max(f64::MIN_POSITIVE)
+            ));
+        }
+        log::info!("{table}");
+    }
 }
 
 impl Gpu {
@@ -324,6 +362,7 @@ impl Gpu {
                 (name, kernel)
             })
             .collect();
+        let profile = std::env::var("FVPOISSON_GPU_PROFILE").is_ok_and(|v| v == "1");
         Ok(Self {
             ctx,
             stream,
@@ -340,7 +379,9 @@ impl Gpu {
             compute_capability: cc,
             module_cached: AtomicBool::new(true),
             capturing: AtomicBool::new(false),
-            sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1"),
+            sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1")
+                || profile,
+            kernel_profile: profile.then(Default::default),
         })
     }
 
@@ -475,10 +516,33 @@ impl Gpu {
         // SAFETY: the arguments have the number, order and types of the
         // kernel's declaration (checked above against kernels/*.cu); each
         // caller passes buffers of the sizes the kernel indexes.
-        unsafe { args.launch(cfg) }.map_err(|e| GpuError::Kernel {
-            kernel,
-            error: format!("launch: {e}"),
-        })?;
+        let mut launch = || {
+            unsafe { args.launch(cfg) }
+                .map(|_| ())
+                .map_err(|e| GpuError::Kernel {
+                    kernel,
+                    error: format!("launch: {e}"),
+                })
+        };
+        if let Some(profile) = &self.kernel_profile {
+            let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+            let start = driver("cuEventCreate", self.ctx.new_event(timing))?;
+            let end = driver("cuEventCreate", self.ctx.new_event(timing))?;
+            driver("cuEventRecord", start.record(stream))?;
+            launch()?;
+            driver("cuEventRecord", end.record(stream))?;
+            end.synchronize().map_err(|e| GpuError::Kernel {
+                kernel,
+                error: format!("execution: {e}"),
+            })?;
+            let ms = driver("cuEventElapsedTime", start.elapsed_ms(&end))? as f64;
+            let mut profile = profile.lock().unwrap_or_else(|e| e.into_inner());
+            let t = profile.entry(kernel).or_default();
+            t.launches += 1;
+            t.ms += ms;
+            return Ok(());
+        }
+        launch()?;
         if self.sync_each_launch {
             stream.synchronize().map_err(|e| GpuError::Kernel {
                 kernel,
