@@ -1574,6 +1574,10 @@ impl<'g> DeviceAmg<'g> {
     }
 }
 
+/// Threads per coarse row of `amg_residual_restrict_csr` (its
+/// `AMG_RR_LANES`): one per member, up to this many at a time.
+const RESIDUAL_RESTRICT_LANES: usize = 8;
+
 /// One application of the cycle in precision T: the hierarchy, the cycle's
 /// data and the solve's stop flag (launches only: every buffer exists).
 struct Run<'s, 'g, T> {
@@ -1739,7 +1743,12 @@ impl<T: Arith> Run<'_, '_, T> {
         // b_c = R (residual): `kernel` takes the level's two vectors u, v
         // (fused from zero: s and b; else b and x).
         let residual_restrict = |kernel: &'static str, u: &CudaSlice<T>, v: &CudaSlice<T>| {
-            gpu.launch(kernel, vector_grid(next.a.n), VECTOR_BLOCK, 0, |a| {
+            let threads = if kernel == k.residual_restrict_csr {
+                next.a.n * RESIDUAL_RESTRICT_LANES
+            } else {
+                next.a.n
+            };
+            gpu.launch(kernel, vector_grid(threads), VECTOR_BLOCK, 0, |a| {
                 a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
                 a.arg(&m.row_ptr).arg(&m.cols).arg(values);
                 a.arg(u).arg(v).arg(&self.c.levels[l + 1].b);
