@@ -30,7 +30,9 @@
 //!    the iteration).
 //! 2. **Pressure**: ∇·φ_HbyA, the source −∇·φ_HbyA/V, re-assembly of the
 //!    pressure matrix from the resident Γ = rAU and source
-//!    ([`DeviceLaplacian::reassemble_from_device`]), one right-hand side
+//!    ([`DeviceLaplacian::reassemble_from_device`]; PISO's correctors after
+//!    the first keep rAU, so they re-assemble the source alone,
+//!    [`DeviceLaplacian::reassemble_source_from_device`]), one right-hand side
 //!    update and PCG solve (warm-started from the resident p; Jacobi, none,
 //!    AMG ([`DevicePressureSolver::amg`], the hierarchy set up on the
 //!    resident matrix once and its values re-set-up in place after each
