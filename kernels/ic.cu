@@ -348,6 +348,73 @@ extern "C" __global__ void ic_colour_check(int n, const u64* __restrict__ row_pt
     }
 }
 
+// The CSR of a mod-SELL matrix with its values in one pass (src/gpu/ic.rs
+// csr_of_modsell): the diagonal and the stored off-diagonals, columns
+// ascending by insertion sort of the row (its columns are distinct), the
+// order of amg_modsell_to_csr, the values moved with their columns (no slot
+// map). Column codes as in smooth.cu. One thread per row.
+extern "C" __global__ void ic_modsell_to_csr(int n, int h, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const double* __restrict__ modsell_vals,
+                                             const double* __restrict__ diag,
+                                             const u64* __restrict__ row_ptr,
+                                             unsigned* __restrict__ cols,
+                                             double* __restrict__ vals) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const int s = row / h, base = s * h;
+    const u64 start = row_ptr[row];
+    u64 end = start;
+    cols[end] = (unsigned)row;
+    vals[end] = diag[row];
+    ++end;
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        const unsigned col = c > 0 ? (unsigned)(c - 1) : (unsigned)(base - c - 1);
+        const double v = modsell_vals[k];
+        u64 p = end;
+        while (p > start && cols[p - 1] > col) {
+            cols[p] = cols[p - 1];
+            vals[p] = vals[p - 1];
+            --p;
+        }
+        cols[p] = col;
+        vals[p] = v;
+        ++end;
+    }
+}
+
+// New values on the CSR pattern ic_modsell_to_csr made from a matrix of the
+// same pattern (value-only re-set-up): each stored entry written to its
+// column's slot, found by binary search of the row's ascending columns; the
+// diagonal to diag_slot. One thread per row.
+extern "C" __global__ void ic_modsell_values(int n, int h, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const double* __restrict__ modsell_vals,
+                                             const double* __restrict__ diag,
+                                             const u64* __restrict__ row_ptr,
+                                             const unsigned* __restrict__ cols,
+                                             const u64* __restrict__ diag_slot,
+                                             double* __restrict__ vals) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const int s = row / h, base = s * h;
+    vals[diag_slot[row]] = diag[row];
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        const unsigned col = c > 0 ? (unsigned)(c - 1) : (unsigned)(base - c - 1);
+        u64 lo = row_ptr[row], hi = row_ptr[row + 1];
+        while (lo < hi) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (cols[mid] < col) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < row_ptr[row + 1] && cols[lo] == col) vals[lo] = modsell_vals[k];
+    }
+}
+
 // rows[i] = i (the level lists of a colour-contiguous order).
 extern "C" __global__ void ic_identity_rows(int n, int* __restrict__ rows) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -378,6 +445,25 @@ __device__ bool wave_depends(const u64* __restrict__ row_ptr, const int* __restr
     for (u64 s = row_ptr[m]; s < row_ptr[m + 1]; ++s)
         if (cols[s] == i) return upper ? i > m : i < m;
     return false;
+}
+
+// Whether the lower sweep's levels, reversed, order the upper sweep: they do
+// when every entry (i, j) above the diagonal has its partner (j, i), for then
+// j depends on i in the lower sweep and lies in a later level, so the
+// reversed levels finish j before i. A row i with an unpartnered upper entry
+// lowers failed[0] to i + 1 (atomicMin from n + 1). One thread per row
+// (DeviceLevels::reversed: one launch instead of an upper wavefront).
+extern "C" __global__ void ic_upper_mirrored(int n, const u64* __restrict__ row_ptr,
+                                             const int* __restrict__ cols, int* failed) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+        const int j = cols[s];
+        if (j > i && !wave_depends(row_ptr, cols, 0, j, i)) {
+            atomicMin(failed, i + 1);
+            return;
+        }
+    }
 }
 
 // Every thread's appends, then the last block to finish publishes the rows

@@ -16,9 +16,12 @@
 //!   CPU reference matches bit for bit), the mixed-precision application
 //!   equals the host-built one bit for bit, and the value-only re-set-up
 //!   equals a fresh CPU factorisation of the new values;
-//! - the device level schedules (wavefronts) on a deep RCM order and on a
-//!   pattern that is not symmetric (the host schedule taken for the sweep
-//!   whose wavefront stalls): each row at the host's level;
+//! - the device level schedules (wavefronts) on a deep RCM order and on
+//!   patterns that are not symmetric (the host schedule taken for the sweep
+//!   whose wavefront stalls): the lower sweep's rows each at the host's
+//!   level; the upper sweep's the lower levels reversed where the pattern is
+//!   symmetric (one check instead of a second wavefront), else at the host's
+//!   level, and in every case a valid order of the upper sweep;
 //! - Eisenstat SGS's scaled split set up on the device: the same SELL
 //!   triangles, scales and row order as the host set-up, bit for bit, and
 //!   the host's error for coupled rows of one colour.
@@ -232,18 +235,16 @@ fn device_built_incomplete_cholesky_equals_the_cpu_bit_for_bit() {
             match colouring {
                 Some(c) => assert_eq!(dev.levels().0, c.n_colours(), "{name} {kind:?}: levels"),
                 None => {
-                    // The device level schedule: each row at the host's level.
+                    // The device level schedule: each row at the host's
+                    // lower level; the upper sweep's as expected_backward.
                     let (forward, backward) = dev.row_levels().unwrap();
                     assert_eq!(
                         forward,
                         LevelSchedule::lower(a).row_levels(),
                         "{name}: forward"
                     );
-                    assert_eq!(
-                        backward,
-                        LevelSchedule::upper(a).row_levels(),
-                        "{name}: backward"
-                    );
+                    assert_eq!(backward, expected_backward(a), "{name}: backward");
+                    assert!(orders_the_upper_sweep(a, &backward), "{name}: backward");
                 }
             }
             if kind == IcKind::Dilu {
@@ -297,7 +298,9 @@ fn value_only_re_set_up_equals_a_fresh_cpu_factorisation() {
         let (n, h) = (a.n_rows(), 64);
         let r = random_vector(n, 12);
         let b = new_values(&a);
-        let m_b = upload(&gpu, &b, h);
+        // The new values in another slice height: the re-set-up finds each
+        // entry's CSR slot by its column, not by its mod-SELL slot.
+        let m_b = upload(&gpu, &b, 32);
         for kind in [IcKind::Dic, IcKind::Ic0] {
             for precision in [Precision::Double, Precision::Mixed] {
                 let mut dev = DeviceIncompleteCholesky::on_device(
@@ -451,7 +454,20 @@ fn device_level_schedules_equal_the_hosts_on_deep_and_asymmetric_patterns() {
         "removing the entry changes no level"
     );
     let Some(gpu) = test_device() else { return };
-    for (name, m) in [("box 24^3 RCM", &a), ("asymmetric pattern", &asymmetric)] {
+    // A row's entries below the diagonal removed: the lower wavefront runs
+    // (every remaining lower entry has its partner), but the pattern is not
+    // symmetric, so the upper sweep may not reuse the lower levels reversed.
+    let lower_removed = without_lower_entries(&a, r);
+    assert!(!symmetric_pattern(&lower_removed) && symmetric_pattern(&a));
+    assert!(
+        !orders_the_upper_sweep(&lower_removed, &reversed_lower_levels(&lower_removed)),
+        "the reversed lower levels would serve: the case tests nothing"
+    );
+    for (name, m) in [
+        ("box 24^3 RCM", &a),
+        ("asymmetric pattern", &asymmetric),
+        ("lower entries of a row removed", &lower_removed),
+    ] {
         let dm = upload(&gpu, m, 32);
         let t = std::time::Instant::now();
         let dev =
@@ -466,10 +482,57 @@ fn device_level_schedules_equal_the_hosts_on_deep_and_asymmetric_patterns() {
             LevelSchedule::lower(m).row_levels(),
             "{name}: forward"
         );
-        assert_eq!(
-            backward,
-            LevelSchedule::upper(m).row_levels(),
-            "{name}: backward"
-        );
+        assert_eq!(backward, expected_backward(m), "{name}: backward");
+        assert!(orders_the_upper_sweep(m, &backward), "{name}: backward");
     }
+}
+
+/// Whether every entry (i, j) of `a` has its partner (j, i).
+fn symmetric_pattern(a: &Csr) -> bool {
+    (0..a.n_rows()).all(|i| a.row(i).0.iter().all(|&j| a.slot(j as usize, i).is_some()))
+}
+
+/// The lower sweep's host levels reversed (each row's level counted from
+/// the last).
+fn reversed_lower_levels(a: &Csr) -> Vec<u32> {
+    let lower = LevelSchedule::lower(a);
+    let last = lower.n_levels() as u32 - 1;
+    lower.row_levels().iter().map(|&l| last - l).collect()
+}
+
+/// The upper sweep's device levels: on a symmetric pattern the lower
+/// levels reversed (`DeviceLevels::reversed`), else the host's upper
+/// schedule (its wavefront's or the host's own).
+fn expected_backward(a: &Csr) -> Vec<u32> {
+    match symmetric_pattern(a) {
+        true => reversed_lower_levels(a),
+        false => LevelSchedule::upper(a).row_levels(),
+    }
+}
+
+/// Whether `levels` order the upper sweep of `a`: every row after the rows
+/// above the diagonal it reads.
+fn orders_the_upper_sweep(a: &Csr, levels: &[u32]) -> bool {
+    (0..a.n_rows()).all(|i| {
+        a.row(i)
+            .0
+            .iter()
+            .all(|&j| j as usize <= i || levels[j as usize] < levels[i])
+    })
+}
+
+/// `a` without the entries below the diagonal in row `r`.
+fn without_lower_entries(a: &Csr, r: usize) -> Csr {
+    let (mut row_ptr, mut cols, mut vals) = (vec![0], Vec::new(), Vec::new());
+    for i in 0..a.n_rows() {
+        let (c, v) = a.row(i);
+        for (&j, &x) in c.iter().zip(v) {
+            if i != r || j as usize >= i {
+                cols.push(j);
+                vals.push(x);
+            }
+        }
+        row_ptr.push(cols.len());
+    }
+    Csr::new(a.n_rows(), row_ptr, cols, vals).unwrap()
 }

@@ -308,7 +308,7 @@ impl Workspace {
 /// (`Gpu::zeros` adds a memset): for set-up arrays whose kernels write every
 /// element before anything reads one (plain integers and floats, for which
 /// any bits are a value).
-fn unzeroed<T: DeviceRepr + ValidAsZeroBits>(
+pub(super) fn unzeroed<T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
     n: usize,
 ) -> Result<CudaSlice<T>, GpuError> {

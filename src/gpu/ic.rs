@@ -24,11 +24,13 @@
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
 //! is computed on the device ([`BlockIcStructure`]).
 
+use std::rc::Rc;
+
 use crate::gpu::kernel_args::KernelElement;
 use crate::gpu::KernelArgs;
 use cudarc::driver::{CudaSlice, DeviceRepr};
 
-use super::amg::{csr_values_from_modsell, fine_csr, DeviceCsr, Scan};
+use super::amg::{unzeroed, DeviceCsr, Scan};
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::setup::{checked_diagonal, SetupSpans};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
@@ -73,11 +75,12 @@ impl IcKind {
 }
 
 /// A level schedule on the device: the rows level by level, and each
-/// level's row count and first row on the host (one launch per level).
+/// level's row count and first row on the host (one launch per level). The
+/// row list is shared by a schedule and its reversal ([`Self::reversed`]).
 pub(super) struct DeviceLevels {
     counts: Vec<i32>,
     firsts: Vec<i32>,
-    rows: CudaSlice<i32>,
+    rows: Rc<CudaSlice<i32>>,
 }
 
 impl DeviceLevels {
@@ -87,13 +90,30 @@ impl DeviceLevels {
         Ok(Self {
             counts: bounds.clone().map(|w| (w[1] - w[0]) as i32).collect(),
             firsts: bounds.map(|w| w[0] as i32).collect(),
-            rows: gpu.upload(&rows)?,
+            rows: Rc::new(gpu.upload(&rows)?),
         })
+    }
+
+    /// The same levels in the opposite order, sharing the row list: the
+    /// upper sweep's schedule from the lower sweep's where the pattern is
+    /// symmetric (checked by [`upper_mirrored`]), or a colour order's
+    /// backward levels from its forward ones. Nothing is launched.
+    pub(super) fn reversed(&self) -> Self {
+        let mut counts = self.counts.clone();
+        let mut firsts = self.firsts.clone();
+        counts.reverse();
+        firsts.reverse();
+        Self {
+            counts,
+            firsts,
+            rows: Rc::clone(&self.rows),
+        }
     }
 
     /// The levels of a colour-contiguous order (`colour_ptr`: each colour's
     /// first row, then n): the colours ascending (`reverse`: descending), the
-    /// rows in order, listed on the device.
+    /// rows in order, listed on the device (the other direction is
+    /// [`Self::reversed`], on the same list).
     pub(super) fn from_colours(
         gpu: &Gpu,
         colour_ptr: &[usize],
@@ -115,7 +135,7 @@ impl DeviceLevels {
         Ok(Self {
             counts: bounds.iter().map(|b| b.0).collect(),
             firsts: bounds.iter().map(|b| b.1).collect(),
-            rows,
+            rows: Rc::new(rows),
         })
     }
 
@@ -138,7 +158,7 @@ impl DeviceLevels {
             return Ok(Some(Self {
                 counts: Vec::new(),
                 firsts: Vec::new(),
-                rows: gpu.zeros::<i32>(1)?,
+                rows: Rc::new(gpu.zeros::<i32>(1)?),
             }));
         }
         let pending = gpu.zeros::<i32>(n)?;
@@ -184,13 +204,13 @@ impl DeviceLevels {
                 .map(|w| w[1] - w[0])
                 .collect(),
             firsts: bounds[..n_levels].to_vec(),
-            rows,
+            rows: Rc::new(rows),
         }))
     }
 
     /// Each row's level (read back; the tests compare it with the host's).
     pub(super) fn row_levels(&self, gpu: &Gpu, n: usize) -> Result<Vec<u32>, GpuError> {
-        let rows = gpu.download(&self.rows)?;
+        let rows = gpu.download(&*self.rows)?;
         let mut level = vec![0u32; n];
         for (k, (&count, &first)) in self.counts.iter().zip(&self.firsts).enumerate() {
             for &r in &rows[first as usize..(first + count) as usize] {
@@ -216,7 +236,7 @@ impl DeviceLevels {
         for (count, first) in self.counts.iter().zip(&self.firsts) {
             let grid = vector_grid(*count as usize);
             gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(count).arg(first).arg(&self.rows);
+                a.arg(count).arg(first).arg(&*self.rows);
                 push(a);
             })?;
         }
@@ -261,10 +281,10 @@ pub struct DeviceIncompleteCholesky<'g> {
     row_ptr: CudaSlice<u64>,
     cols: CudaSlice<u32>,
     vals: CudaSlice<f64>,
-    /// Built on the device ([`Self::on_device`]): the entry count and each
-    /// CSR entry's mod-SELL slot (-(row + 1): the diagonal), for value-only
-    /// re-set-ups.
-    source: Option<(usize, CudaSlice<i64>)>,
+    /// Built on the device ([`Self::on_device`]) from a mod-SELL matrix:
+    /// value-only re-set-ups ([`Self::refactorise`]) take new values from a
+    /// matrix of the same pattern.
+    from_modsell: bool,
     diag_slot: CudaSlice<u64>,
     /// DIC: 1/d*; IC(0): L's strictly lower values in A's slots.
     factor: CudaSlice<f64>,
@@ -359,7 +379,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 row_ptr: gpu.upload(&row_ptr)?,
                 cols: gpu.upload(a.cols())?,
                 vals: gpu.upload(a.values())?,
-                source: None,
+                from_modsell: false,
                 diag_slot: gpu.upload(&diag_slot)?,
                 factor: gpu.zeros(match kind {
                     IcKind::Dic | IcKind::Dilu => n,
@@ -408,16 +428,15 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let n = m.n;
         let mut spans = SetupSpans::new(kind.name(), Some(gpu));
         checked_diagonal(gpu, m, kind.name())?;
-        spans.device("diagonal check");
-        let scan = Scan::new(gpu, n).map_err(device)?;
-        let (csr, source) = fine_csr(gpu, m, &scan).map_err(device)?;
+        spans.device("diagonal check (1 read-back)");
+        let csr = csr_of_modsell(gpu, m).map_err(device)?;
         let n32 = n as i32;
         let diag_slot = gpu.zeros::<u64>(n).map_err(device)?;
         gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
         })
         .map_err(device)?;
-        spans.device("CSR from the mod-SELL matrix, diagonal slots");
+        spans.device("CSR from the mod-SELL matrix (1 read-back: nnz), diagonal slots");
         let transposed = match kind {
             IcKind::Dic => None,
             IcKind::Ic0 | IcKind::Dilu => {
@@ -445,7 +464,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                         kind.name()
                     )));
                 }
-                spans.device("transposed slots");
+                spans.device("transposed slots (1 read-back)");
                 Some(t)
             }
         };
@@ -460,17 +479,19 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let (forward, backward) = match colouring {
             Some(c) => {
                 check_colour_levels(gpu, &csr, c).map_err(device)?;
-                let levels = (
-                    DeviceLevels::from_colours(gpu, c.colour_ptr(), false).map_err(device)?,
-                    DeviceLevels::from_colours(gpu, c.colour_ptr(), true).map_err(device)?,
-                );
+                spans.device("colour check (1 read-back)");
+                // One row list (0..n) for both sweeps.
+                let forward =
+                    DeviceLevels::from_colours(gpu, c.colour_ptr(), false).map_err(device)?;
+                let backward = forward.reversed();
                 spans.device("colours as levels");
-                levels
+                (forward, backward)
             }
             None => {
-                let schedule = |upper: bool| -> Result<DeviceLevels, GpuError> {
+                // (levels, whether the device's wavefronts made them)
+                let schedule = |upper: bool| -> Result<(DeviceLevels, bool), GpuError> {
                     match DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)? {
-                        Some(levels) => Ok(levels),
+                        Some(levels) => Ok((levels, true)),
                         None => {
                             let s = match upper {
                                 false => LevelSchedule::lower(a),
@@ -482,16 +503,21 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                                 kind.name(),
                                 s.n_levels()
                             );
-                            DeviceLevels::upload(gpu, &s)
+                            Ok((DeviceLevels::upload(gpu, &s)?, false))
                         }
                     }
                 };
-                let levels = (
-                    schedule(false).map_err(device)?,
-                    schedule(true).map_err(device)?,
-                );
-                spans.device("level schedules (host beyond MAX_DEVICE_LEVELS)");
-                levels
+                let (forward, on_device) = schedule(false).map_err(device)?;
+                spans.device("lower level schedule (wavefronts; host beyond MAX_DEVICE_LEVELS)");
+                // A symmetric pattern's upper sweep runs the lower levels
+                // reversed: one check instead of a second wavefront (a
+                // launch per level and a read-back per WAVE_BATCH levels).
+                let backward = match on_device && upper_mirrored(gpu, &csr).map_err(device)? {
+                    true => forward.reversed(),
+                    false => schedule(true).map_err(device)?.0,
+                };
+                spans.device("upper level schedule (the lower reversed where symmetric)");
+                (forward, backward)
             }
         };
         let mut ic = Self {
@@ -511,7 +537,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             row_ptr: csr.row_ptr,
             cols: csr.cols,
             vals: csr.vals,
-            source: Some((csr.nnz, source)),
+            from_modsell: true,
             diag_slot,
             transposed,
             tiny,
@@ -520,7 +546,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             mixed: None,
         };
         ic.factorise()?;
-        spans.device("factorisation");
+        spans.device("factorisation (1 read-back)");
         if precision == Precision::Mixed {
             ic.mixed = Some(ic.f32_copies().map_err(device)?);
             spans.device("f32 copies");
@@ -535,13 +561,13 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// allocated. A breakdown is the CPU's error, as at the set-up.
     pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let Some((nnz, source)) = &self.source else {
+        if !self.from_modsell {
             return Err(SolveError::Device(format!(
                 "{}: the value-only re-set-up needs a preconditioner built on the device \
                  (DeviceIncompleteCholesky::on_device)",
                 self.kind.name()
             )));
-        };
+        }
         if m.n != self.n {
             return Err(SolveError::Device(format!(
                 "{}: the matrix has {} rows, the preconditioner was built for {}",
@@ -550,7 +576,13 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 self.n
             )));
         }
-        csr_values_from_modsell(self.gpu, *nnz, source, m, &self.vals).map_err(device)?;
+        let dims = m.dims();
+        m.launch_pattern(self.gpu, "ic_modsell_values", &dims, |a| {
+            a.arg(&m.values).arg(&m.diag);
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&self.vals);
+        })
+        .map_err(device)?;
         self.factorise()?;
         let gpu = self.gpu;
         if let Some(mx) = &self.mixed {
@@ -724,6 +756,58 @@ impl<'g> DeviceIncompleteCholesky<'g> {
 /// Checks on the device (`ic_colour_check`) that `colouring`'s colours can
 /// be the sweeps' levels of `csr`: every colour a run of rows (the rows in
 /// colour order are 0..n) and no two rows of a colour coupled.
+/// The CSR copy of `m` (the diagonal and the stored off-diagonals, columns
+/// ascending) with its values, on the device: the row lengths
+/// (`amg_modsell_row_lengths`), their scan (the entry count read back), then
+/// `ic_modsell_to_csr` writes columns and values in one pass. The same CSR
+/// as AMG's `fine_csr` without its slot map (8 bytes an entry allocated and
+/// written): [`DeviceIncompleteCholesky::refactorise`] finds the slots by
+/// column instead (`ic_modsell_values`).
+fn csr_of_modsell(gpu: &Gpu, m: &DeviceModSell) -> Result<DeviceCsr, GpuError> {
+    let (n, dims) = (m.n, m.dims());
+    let lengths = unzeroed::<u32>(gpu, n)?;
+    m.launch_pattern(gpu, "amg_modsell_row_lengths", &dims, |a| {
+        a.arg(&lengths);
+    })?;
+    let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
+    let nnz = Scan::new(gpu, n)?.run(gpu, &lengths, n, &row_ptr)? as usize;
+    if nnz >= u32::MAX as usize {
+        return Err(GpuError::Invalid(format!(
+            "incomplete Cholesky on the GPU takes matrices of fewer than 2^32 entries, this one \
+             has {nnz}"
+        )));
+    }
+    let cols = unzeroed::<u32>(gpu, nnz)?;
+    let vals = unzeroed::<f64>(gpu, nnz)?;
+    m.launch_pattern(gpu, "ic_modsell_to_csr", &dims, |a| {
+        a.arg(&m.values).arg(&m.diag);
+        a.arg(&row_ptr).arg(&cols).arg(&vals);
+    })?;
+    Ok(DeviceCsr {
+        n,
+        nnz,
+        row_ptr,
+        cols,
+        vals,
+    })
+}
+
+/// Whether every entry (i, j) of `csr` above the diagonal has its partner
+/// (j, i) (`ic_upper_mirrored`: one launch, one integer read back): then the
+/// lower sweep's levels reversed are a valid schedule of the upper sweep
+/// ([`DeviceLevels::reversed`]), with the same levels count, and the sweeps'
+/// results do not depend on the schedule (each row reads only finished
+/// rows).
+fn upper_mirrored(gpu: &Gpu, csr: &DeviceCsr) -> Result<bool, GpuError> {
+    let n = csr.n;
+    let failed = gpu.upload(&[n as i32 + 1])?;
+    let n32 = n as i32;
+    gpu.launch("ic_upper_mirrored", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&failed);
+    })?;
+    Ok(gpu.download(&failed)?[0] as usize > n)
+}
+
 fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Result<(), GpuError> {
     let n = csr.n;
     let ptr = colouring.colour_ptr();
@@ -733,13 +817,7 @@ fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Res
             colouring.colours().len()
         )));
     }
-    if (n > 0 && ptr.len() < 2)
-        || colouring
-            .rows()
-            .iter()
-            .enumerate()
-            .any(|(k, &r)| r as usize != k)
-    {
+    if (n > 0 && ptr.len() < 2) || !colouring.is_contiguous() {
         return Err(GpuError::Invalid(
             "the rows are not colour-contiguous (renumber them with smooth::colour_layout)".into(),
         ));
@@ -1000,9 +1078,9 @@ impl DeviceBlockIc {
         };
         let mut spans = SetupSpans::new(name, Some(gpu));
         checked_diagonal(gpu, m, name)?;
-        spans.device("diagonal check");
+        spans.device("diagonal check (1 read-back)");
         let structure = BlockIcStructure::on_device(gpu, m).map_err(device)?;
-        spans.device("structure: in-slice counts and levels");
+        spans.device("structure: in-slice counts and levels (1 read-back)");
         let mnz = structure.maxima[0] as usize;
         let bytes = block_shared_bytes(h, mnz);
         for kernel in BLOCK_IC_KERNELS {
@@ -1071,7 +1149,7 @@ impl DeviceBlockIc {
                 },
             ));
         }
-        spans.device("factorisation");
+        spans.device("factorisation (1 read-back)");
         if precision == Precision::Mixed {
             let off = ic.off.as_ref().unwrap_or(&m.values);
             ic.f32_factors = Some((
