@@ -48,7 +48,7 @@ extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __res
                                           const int* __restrict__ cols,
                                           const double* __restrict__ vals,
                                           const u64* __restrict__ diag_slot,
-                                          const u64* __restrict__ transposed,
+                                          const unsigned* __restrict__ transposed,
                                           const double* __restrict__ tiny, double* d,
                                           int* failed) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -169,7 +169,7 @@ template <typename T>
 __device__ void ic_ic0_backward_t(int count, int first, const int* __restrict__ rows,
                                   const u64* __restrict__ row_ptr, const int* __restrict__ cols,
                                   const u64* __restrict__ diag_slot,
-                                  const u64* __restrict__ transposed, const T* __restrict__ l,
+                                  const unsigned* __restrict__ transposed, const T* __restrict__ l,
                                   const T* __restrict__ l_diag, T* z, const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count || gated_off(done)) return;
@@ -218,7 +218,7 @@ extern "C" __global__ void ic_ic0_backward(int count, int first, const int* __re
                                            const u64* __restrict__ row_ptr,
                                            const int* __restrict__ cols,
                                            const u64* __restrict__ diag_slot,
-                                           const u64* __restrict__ transposed,
+                                           const unsigned* __restrict__ transposed,
                                            const double* __restrict__ l,
                                            const double* __restrict__ l_diag, double* z,
                                            const double* done) {
@@ -262,7 +262,7 @@ extern "C" __global__ void ic_ic0_backward_f32(int count, int first, const int* 
                                            const u64* __restrict__ row_ptr,
                                            const int* __restrict__ cols,
                                            const u64* __restrict__ diag_slot,
-                                           const u64* __restrict__ transposed,
+                                           const unsigned* __restrict__ transposed,
                                            const float* __restrict__ l,
                                            const float* __restrict__ l_diag, float* z,
                                            const double* done) {
@@ -297,11 +297,13 @@ extern "C" __global__ void ic_diag_slots(int n, const u64* __restrict__ row_ptr,
 }
 
 // transposed[s] = the slot (j, i) of each slot s = (i, j) (binary search of
-// row j's ascending columns; solve/ilu.rs transposed_slots). A missing
+// row j's ascending columns; solve/ilu.rs transposed_slots), 32-bit (the
+// CSR has fewer than 2^32 entries: half the bytes of u64 to allocate at the
+// set-up and to read in IC(0)'s backward sweep). A missing
 // partner lowers failed[0] to i + 1 (atomicMin from n + 1). One thread per row.
 extern "C" __global__ void ic_transposed_slots(int n, const u64* __restrict__ row_ptr,
                                                const int* __restrict__ cols,
-                                               u64* __restrict__ transposed, int* failed) {
+                                               unsigned* __restrict__ transposed, int* failed) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
@@ -313,7 +315,7 @@ extern "C" __global__ void ic_transposed_slots(int n, const u64* __restrict__ ro
             else hi = mid;
         }
         if (lo < row_ptr[j + 1] && cols[lo] == i) {
-            transposed[s] = lo;
+            transposed[s] = (unsigned)lo;
         } else {
             transposed[s] = 0;
             atomicMin(failed, i + 1);

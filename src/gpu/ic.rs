@@ -30,7 +30,7 @@ use crate::gpu::kernel_args::KernelElement;
 use crate::gpu::KernelArgs;
 use cudarc::driver::{CudaSlice, DeviceRepr};
 
-use super::amg::{unzeroed, DeviceCsr, Scan};
+use super::amg::{modsell_csr_row_ptr, unzeroed, DeviceCsr, Scan};
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::setup::{checked_diagonal, SetupSpans};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
@@ -292,7 +292,7 @@ pub struct DeviceIncompleteCholesky<'g> {
     l_diag: Option<CudaSlice<f64>>,
     /// IC(0): for each slot (k, i) the slot (i, k) (backward sweep by
     /// rows); DILU: the same, for a_ij in the factor.
-    transposed: Option<CudaSlice<u64>>,
+    transposed: Option<CudaSlice<u32>>,
     /// DILU: the pivot thresholds (`solve::ilu::pivot_thresholds`).
     tiny: Option<CudaSlice<f64>>,
     forward: DeviceLevels,
@@ -304,7 +304,8 @@ pub struct DeviceIncompleteCholesky<'g> {
 /// f32 copies of the values (read by DIC), the factor and L's diagonal, and
 /// the f32 work vector of the sweeps (Zhang and Zhang 2013, Algorithm 6: PCG stays f64).
 struct MixedIc {
-    vals: CudaSlice<f32>,
+    /// DIC and DILU only: IC(0)'s sweeps read only its factor.
+    vals: Option<CudaSlice<f32>>,
     factor: CudaSlice<f32>,
     l_diag: Option<CudaSlice<f32>>,
     w: CudaSlice<f32>,
@@ -357,12 +358,19 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 }
             }
         }
+        if a.nnz() >= u32::MAX as usize {
+            return Err(SolveError::Device(format!(
+                "{} on the GPU takes matrices of fewer than 2^32 entries, this one has {}",
+                kind.name(),
+                a.nnz()
+            )));
+        }
         let transposed = match kind {
             IcKind::Dic => None,
             IcKind::Ic0 | IcKind::Dilu => Some(
                 transposed_slots(a, kind.name())?
                     .into_iter()
-                    .map(|s| s as u64)
+                    .map(|s| s as u32)
                     .collect::<Vec<_>>(),
             ),
         };
@@ -440,7 +448,8 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let transposed = match kind {
             IcKind::Dic => None,
             IcKind::Ic0 | IcKind::Dilu => {
-                let t = gpu.zeros::<u64>(csr.nnz).map_err(device)?;
+                // Every slot is written (0 where a partner is missing).
+                let t = unzeroed::<u32>(gpu, csr.nnz).map_err(device)?;
                 let failed = gpu.upload(&[n as i32 + 1]).map_err(device)?;
                 gpu.launch(
                     "ic_transposed_slots",
@@ -512,7 +521,11 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 // A symmetric pattern's upper sweep runs the lower levels
                 // reversed: one check instead of a second wavefront (a
                 // launch per level and a read-back per WAVE_BATCH levels).
-                let backward = match on_device && upper_mirrored(gpu, &csr).map_err(device)? {
+                // IC(0) and DILU found every entry's partner already (their
+                // transposed slots); DIC checks.
+                let reverse_lower = on_device
+                    && (transposed.is_some() || upper_mirrored(gpu, &csr).map_err(device)?);
+                let backward = match reverse_lower {
                     true => forward.reversed(),
                     false => schedule(true).map_err(device)?.0,
                 };
@@ -586,7 +599,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         self.factorise()?;
         let gpu = self.gpu;
         if let Some(mx) = &self.mixed {
-            f32_copy_into(gpu, &self.vals, &mx.vals).map_err(device)?;
+            if let Some(vals) = &mx.vals {
+                f32_copy_into(gpu, &self.vals, vals).map_err(device)?;
+            }
             f32_copy_into(gpu, &self.factor, &mx.factor).map_err(device)?;
             if let (Some(from), Some(to)) = (&self.l_diag, &mx.l_diag) {
                 f32_copy_into(gpu, from, to).map_err(device)?;
@@ -598,7 +613,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// The f32 copies of the mixed-precision sweeps.
     fn f32_copies(&self) -> Result<MixedIc, GpuError> {
         Ok(MixedIc {
-            vals: f32_copy(self.gpu, &self.vals)?,
+            vals: match self.l_diag {
+                None => Some(f32_copy(self.gpu, &self.vals)?),
+                Some(_) => None,
+            },
             factor: f32_copy(self.gpu, &self.factor)?,
             l_diag: self
                 .l_diag
@@ -707,7 +725,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     fn level_sweeps<T: DeviceRepr + KernelElement>(
         &self,
         names: [&'static str; 4],
-        vals: &CudaSlice<T>,
+        vals: Option<&CudaSlice<T>>,
         factor: &CudaSlice<T>,
         l_diag: Option<&CudaSlice<T>>,
         r: &CudaSlice<f64>,
@@ -718,6 +736,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let (fw, bw) = (&self.forward, &self.backward);
         match l_diag {
             None => {
+                let vals = vals.ok_or_else(|| {
+                    GpuError::Invalid("DIC's and DILU's sweeps read the values".into())
+                })?;
                 fw.launch_each(gpu, names[0], |a| {
                     a.arg(&self.row_ptr).arg(&self.cols);
                     a.arg(vals).arg(&self.diag_slot).arg(factor);
@@ -757,26 +778,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
 /// be the sweeps' levels of `csr`: every colour a run of rows (the rows in
 /// colour order are 0..n) and no two rows of a colour coupled.
 /// The CSR copy of `m` (the diagonal and the stored off-diagonals, columns
-/// ascending) with its values, on the device: the row lengths
-/// (`amg_modsell_row_lengths`), their scan (the entry count read back), then
+/// ascending) with its values, on the device: the row pointers
+/// (`amg::modsell_csr_row_ptr`, the entry count read back), then
 /// `ic_modsell_to_csr` writes columns and values in one pass. The same CSR
 /// as AMG's `fine_csr` without its slot map (8 bytes an entry allocated and
 /// written): [`DeviceIncompleteCholesky::refactorise`] finds the slots by
 /// column instead (`ic_modsell_values`).
 fn csr_of_modsell(gpu: &Gpu, m: &DeviceModSell) -> Result<DeviceCsr, GpuError> {
     let (n, dims) = (m.n, m.dims());
-    let lengths = unzeroed::<u32>(gpu, n)?;
-    m.launch_pattern(gpu, "amg_modsell_row_lengths", &dims, |a| {
-        a.arg(&lengths);
-    })?;
-    let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
-    let nnz = Scan::new(gpu, n)?.run(gpu, &lengths, n, &row_ptr)? as usize;
-    if nnz >= u32::MAX as usize {
-        return Err(GpuError::Invalid(format!(
-            "incomplete Cholesky on the GPU takes matrices of fewer than 2^32 entries, this one \
-             has {nnz}"
-        )));
-    }
+    let scan = Scan::new(gpu, n)?;
+    let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, &scan, "incomplete Cholesky")?;
     let cols = unzeroed::<u32>(gpu, nnz)?;
     let vals = unzeroed::<f64>(gpu, nnz)?;
     m.launch_pattern(gpu, "ic_modsell_to_csr", &dims, |a| {
@@ -858,7 +869,7 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
             ];
             return self.level_sweeps(
                 F64,
-                &self.vals,
+                Some(&self.vals),
                 &self.factor,
                 self.l_diag.as_ref(),
                 r,
@@ -874,7 +885,7 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
         ];
         self.level_sweeps(
             F32,
-            &mx.vals,
+            mx.vals.as_ref(),
             &mx.factor,
             mx.l_diag.as_ref(),
             r,
