@@ -606,12 +606,20 @@ fn case_entries(
             Layout::Blocks => &mut by_blocks,
         };
         gpu.synchronize()?;
+        let free_before = gpu.memory()?.0;
         let t = Instant::now();
         // Each phase synchronised at its end (this timed path only).
         let (built, phases) = collect_phases(|| build(ordered));
         gpu.synchronize()?;
         let setup_ms = t.elapsed().as_secs_f64() * 1e3;
-        let setup_note = setup_note(&phases, setup_ms, spmv);
+        // What the preconditioner holds: fresh device memory is a large
+        // part of a set-up's time.
+        let held = free_before.saturating_sub(gpu.memory()?.0);
+        let setup_note = format!(
+            "{}; holds {:.0} MB of device memory",
+            setup_note(&phases, setup_ms, spmv),
+            held as f64 / 1e6
+        );
         let entry = match built {
             Err(e) => Entry {
                 what,
