@@ -16,9 +16,11 @@
 //! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
 //! transposed slots and the factor from the resident mod-SELL matrix on the
 //! device, takes a colour-contiguous order's colours as the levels (else it
-//! schedules the levels on the device by wavefronts, one launch per level
-//! and work proportional to the entries, the host's schedule only beyond
-//! [`MAX_DEVICE_LEVELS`] levels or for a pattern that is not symmetric),
+//! schedules the lower sweep's levels on the device by wavefronts, one
+//! launch per level and work proportional to the entries, the host's
+//! schedule only beyond [`MAX_DEVICE_LEVELS`] levels or for a pattern that
+//! is not symmetric; the upper sweep runs the lower levels reversed where
+//! the pattern is symmetric, else its own wavefronts),
 //! and keeps what
 //! [`DeviceIncompleteCholesky::refactorise`] needs for value-only
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
@@ -774,9 +776,6 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     }
 }
 
-/// Checks on the device (`ic_colour_check`) that `colouring`'s colours can
-/// be the sweeps' levels of `csr`: every colour a run of rows (the rows in
-/// colour order are 0..n) and no two rows of a colour coupled.
 /// The CSR copy of `m` (the diagonal and the stored off-diagonals, columns
 /// ascending) with its values, on the device: the row pointers
 /// (`amg::modsell_csr_row_ptr`, the entry count read back), then
@@ -819,6 +818,9 @@ fn upper_mirrored(gpu: &Gpu, csr: &DeviceCsr) -> Result<bool, GpuError> {
     Ok(gpu.download(&failed)?[0] as usize > n)
 }
 
+/// Checks on the device (`ic_colour_check`) that `colouring`'s colours can
+/// be the sweeps' levels of `csr`: every colour a run of rows (the rows in
+/// colour order are 0..n) and no two rows of a colour coupled.
 fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Result<(), GpuError> {
     let n = csr.n;
     let ptr = colouring.colour_ptr();

@@ -118,8 +118,8 @@ const JP_BATCH: usize = 8;
 /// outrank their uncoloured neighbours by hashed priority, first fit. The
 /// rounds run in batches of [`JP_BATCH`], each round counting the rows it
 /// leaves uncoloured into its own counter, and the host reads the batch's
-/// counters once (a mesh needs 10–30 rounds: a few read-backs instead of
-/// one per round); rounds past the last change nothing. Returns the colours
+/// counters once (a mesh needs tens of rounds: a few read-backs instead
+/// of one per round); rounds past the last change nothing. Returns the colours
 /// and the number of rounds that coloured rows.
 pub fn jones_plassmann(gpu: &Gpu, m: &DeviceModSell) -> Result<(Vec<u32>, usize), GpuError> {
     let (n, dims) = (m.n, m.dims());
