@@ -449,6 +449,73 @@ __device__ bool wave_depends(const u64* __restrict__ row_ptr, const int* __restr
     return false;
 }
 
+// ---- The level schedule in one launch, without synchronisation between
+// levels (Liu et al. 2016's synchronisation-free triangular
+// solve, applied to the levels; DeviceLevels::sync_free): a thread per row
+// waits until each row it depends on (lower: the columns j < i of its row;
+// upper != 0: j > i, rows taken from the last) has its level, then takes one
+// more than the deepest. level[i] holds the level + 1 and starts at 0
+// (pending, zeroed memory); a row whose wait exceeds SYNC_FREE_SPIN_CYCLES
+// gives up and writes -1, which its dependents take up at once, and
+// state[2] = 1 tells the host to take the wavefronts
+// instead (no hang, whatever the scheduling). Rows are handed to blocks in
+// the order blocks start (a ticket, state[0]), so a row waits only on rows
+// of blocks already running: with independent thread scheduling (compute
+// capability 7.0 on, the host checks) every wait ends. state[1]: the deepest
+// level (atomicMax).
+#define SYNC_FREE_SPIN_CYCLES (1LL << 31)
+extern "C" __global__ void ic_levels_sync_free(int n, const u64* __restrict__ row_ptr,
+                                               const int* __restrict__ cols, int upper,
+                                               int* level, int* state) {
+    __shared__ int block;
+    if (threadIdx.x == 0) block = atomicAdd(&state[0], 1);
+    __syncthreads();
+    const long long t = (long long)block * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const int i = upper ? n - 1 - (int)t : (int)t;
+    volatile int* lv = level;
+    int deepest = 0;  // the deepest dependency's level + 1 (0: none)
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+        const int j = cols[s];
+        if (upper ? j <= i : j >= i) continue;
+        const long long start = clock64();
+        int lj;
+        while ((lj = lv[j]) == 0) {
+            if (clock64() - start > SYNC_FREE_SPIN_CYCLES) {
+                lj = -1;
+                break;
+            }
+        }
+        if (lj < 0) {
+            lv[i] = -1;
+            atomicExch(&state[2], 1);
+            return;
+        }
+        deepest = max(deepest, lj);
+    }
+    // This row's level is `deepest`; stored + 1.
+    lv[i] = deepest + 1;
+    atomicMax(&state[1], deepest);
+}
+
+// counts[l] += 1 for each row of level l (level[i] = l + 1).
+extern "C" __global__ void ic_levels_count(int n, const int* __restrict__ level,
+                                           unsigned* counts) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&counts[level[i] - 1], 1u);
+}
+
+// rows[level_ptr[l] ..] = the rows of level l (in no particular order within
+// a level: a sweep's rows of one level are independent). fill: zeroed.
+extern "C" __global__ void ic_levels_scatter(int n, const int* __restrict__ level,
+                                             const u64* __restrict__ level_ptr,
+                                             unsigned* fill, int* __restrict__ rows) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int l = level[i] - 1;
+    rows[level_ptr[l] + atomicAdd(&fill[l], 1u)] = i;
+}
+
 // Whether the lower sweep's levels, reversed, order the upper sweep: they do
 // when every entry (i, j) above the diagonal has its partner (j, i), for then
 // j depends on i in the lower sweep and lies in a later level, so the

@@ -16,11 +16,13 @@
 //! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
 //! transposed slots and the factor from the resident mod-SELL matrix on the
 //! device, takes a colour-contiguous order's colours as the levels (else it
-//! schedules the lower sweep's levels on the device by wavefronts, one
-//! launch per level and work proportional to the entries, the host's
-//! schedule only beyond [`MAX_DEVICE_LEVELS`] levels or for a pattern that
-//! is not symmetric; the upper sweep runs the lower levels reversed where
-//! the pattern is symmetric, else its own wavefronts),
+//! schedules the lower sweep's levels on the device in one launch without
+//! synchronisation between levels ([`LevelScheduler::SyncFree`], Liu et
+//! al. 2016; compute capability 7.0 on), else by wavefronts, one launch per
+//! level and work proportional to the entries, the host's schedule only
+//! beyond [`MAX_DEVICE_LEVELS`] levels or for a pattern that is not
+//! symmetric; the upper sweep runs the lower levels reversed where every
+//! entry above the diagonal has its partner, else a schedule of its own),
 //! and keeps what
 //! [`DeviceIncompleteCholesky::refactorise`] needs for value-only
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
@@ -139,6 +141,75 @@ impl DeviceLevels {
             firsts: bounds.iter().map(|b| b.1).collect(),
             rows: Rc::new(rows),
         })
+    }
+
+    /// The level schedule of `csr`'s lower (`upper`: upper) triangle in
+    /// one launch without synchronisation between levels
+    /// (`ic_levels_sync_free`: a thread per row waits for the rows it
+    /// depends on; Liu et al. 2016), then the rows grouped by level (a
+    /// count, a scan and a scatter; three small read-backs). Any pattern
+    /// (nothing stalls: each row reads only its own entries). None on a
+    /// device of compute capability below 7.0 (a thread waiting on another
+    /// of its warp needs independent thread scheduling) or when a wait ran
+    /// past its bound (the kernel then gives up instead of hanging): the
+    /// caller takes the wavefronts.
+    pub(super) fn sync_free(
+        gpu: &Gpu,
+        csr: &DeviceCsr,
+        upper: bool,
+    ) -> Result<Option<Self>, GpuError> {
+        let n = csr.n;
+        if n == 0 || gpu.compute_capability().0 < 7 {
+            return Ok(None);
+        }
+        // level + 1 per row (0: pending); [block ticket, deepest level, gave up].
+        let level = gpu.zeros::<i32>(n)?;
+        let state = gpu.zeros::<i32>(3)?;
+        let (n32, upper) = (n as i32, i32::from(upper));
+        gpu.launch(
+            "ic_levels_sync_free",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
+                a.arg(&level).arg(&state);
+            },
+        )?;
+        let outcome = gpu.download(&state)?;
+        if outcome[2] != 0 {
+            return Ok(None);
+        }
+        let n_levels = outcome[1] as usize + 1;
+        let counts = gpu.zeros::<u32>(n_levels)?;
+        gpu.launch("ic_levels_count", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&level).arg(&counts);
+        })?;
+        let level_ptr = gpu.zeros::<u64>(n_levels + 1)?;
+        let placed = Scan::new(gpu, n_levels)?.run(gpu, &counts, n_levels, &level_ptr)?;
+        if placed as usize != n {
+            return Err(GpuError::Invalid(format!(
+                "the device level schedule placed {placed} of {n} rows"
+            )));
+        }
+        let fill = gpu.zeros::<u32>(n_levels)?;
+        let rows = unzeroed::<i32>(gpu, n)?;
+        gpu.launch("ic_levels_scatter", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(&level)
+                .arg(&level_ptr)
+                .arg(&fill)
+                .arg(&rows);
+        })?;
+        let bounds = gpu.download(&level_ptr)?;
+        Ok(Some(Self {
+            counts: bounds[..=n_levels]
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as i32)
+                .collect(),
+            firsts: bounds[..n_levels].iter().map(|&b| b as i32).collect(),
+            rows: Rc::new(rows),
+        }))
     }
 
     /// The level schedule of `csr`'s lower (`upper`: upper) triangle
@@ -499,10 +570,12 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 (forward, backward)
             }
             None => {
-                // (levels, whether the device's wavefronts made them)
-                let schedule = |upper: bool| -> Result<(DeviceLevels, bool), GpuError> {
+                let schedule = |upper: bool| -> Result<DeviceLevels, GpuError> {
+                    if let Some(levels) = DeviceLevels::sync_free(gpu, &csr, upper)? {
+                        return Ok(levels);
+                    }
                     match DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)? {
-                        Some(levels) => Ok((levels, true)),
+                        Some(levels) => Ok(levels),
                         None => {
                             let s = match upper {
                                 false => LevelSchedule::lower(a),
@@ -514,22 +587,25 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                                 kind.name(),
                                 s.n_levels()
                             );
-                            Ok((DeviceLevels::upload(gpu, &s)?, false))
+                            DeviceLevels::upload(gpu, &s)
                         }
                     }
                 };
-                let (forward, on_device) = schedule(false).map_err(device)?;
-                spans.device("lower level schedule (wavefronts; host beyond MAX_DEVICE_LEVELS)");
-                // A symmetric pattern's upper sweep runs the lower levels
-                // reversed: one check instead of a second wavefront (a
-                // launch per level and a read-back per WAVE_BATCH levels).
+                let forward = schedule(false).map_err(device)?;
+                spans.device(
+                    "lower level schedule (one launch and 3 read-backs; else wavefronts, host \
+                     beyond MAX_DEVICE_LEVELS)",
+                );
+                // Where every entry above the diagonal has its partner, the
+                // upper sweep runs the lower levels reversed: one check
+                // instead of a second schedule.
                 // IC(0) and DILU found every entry's partner already (their
                 // transposed slots); DIC checks.
-                let reverse_lower = on_device
-                    && (transposed.is_some() || upper_mirrored(gpu, &csr).map_err(device)?);
+                let reverse_lower =
+                    transposed.is_some() || upper_mirrored(gpu, &csr).map_err(device)?;
                 let backward = match reverse_lower {
                     true => forward.reversed(),
-                    false => schedule(true).map_err(device)?.0,
+                    false => schedule(true).map_err(device)?,
                 };
                 spans.device("upper level schedule (the lower reversed where symmetric)");
                 (forward, backward)
@@ -800,6 +876,35 @@ fn csr_of_modsell(gpu: &Gpu, m: &DeviceModSell) -> Result<DeviceCsr, GpuError> {
         cols,
         vals,
     })
+}
+
+/// How [`device_row_levels`] schedules: in one launch
+/// ([`DeviceLevels::sync_free`], the set-up's first choice) or by
+/// wavefronts (one launch per level, its fallback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LevelScheduler {
+    SyncFree,
+    Wavefronts,
+}
+
+/// Each row's level in the lower (`upper`: upper) sweep of `m` (its CSR
+/// copy built on the device) as `scheduler` computes it, read back; None
+/// where that scheduler gives up (wavefronts: a pattern that is not
+/// symmetric or more than [`MAX_DEVICE_LEVELS`] levels; sync-free: a
+/// device below compute capability 7.0 or a wait past its bound). For the
+/// tests that hold both schedulers to the host's `LevelSchedule`.
+pub fn device_row_levels(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    upper: bool,
+    scheduler: LevelScheduler,
+) -> Result<Option<Vec<u32>>, GpuError> {
+    let csr = csr_of_modsell(gpu, m)?;
+    let levels = match scheduler {
+        LevelScheduler::SyncFree => DeviceLevels::sync_free(gpu, &csr, upper)?,
+        LevelScheduler::Wavefronts => DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)?,
+    };
+    levels.map(|l| l.row_levels(gpu, m.n)).transpose()
 }
 
 /// Whether every entry (i, j) of `csr` above the diagonal has its partner
