@@ -18,9 +18,80 @@ __device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, 
 __device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
 
-// DIC factor, one level: d_j = a_jj - sum over lower slots (ascending) of
-// a_ji^2 / d_i (OpenFOAM calcReciprocalD); breakdown (d_j <= 0 or NaN) raises
-// `failed` to the smallest such row + 1 (atomicMin on row + 1 from n + 1).
+// A factor value another row's thread wrote: with Coherent (the factorisation
+// in one launch, ic_factor_sync_free) read through volatile, past the L1
+// cache, which is not coherent between multiprocessors; else a plain load.
+template <bool Coherent>
+__device__ __forceinline__ double factor_load(const double* p) {
+    return Coherent ? *(const volatile double*)p : *p;
+}
+
+// DIC pivot of row j: d_j = a_jj - sum over lower slots (ascending) of
+// a_ji^2 / d_i (OpenFOAM calcReciprocalD).
+template <bool Coherent>
+__device__ double ic_dic_pivot(int j, const u64* __restrict__ row_ptr,
+                               const int* __restrict__ cols, const double* __restrict__ vals,
+                               const u64* __restrict__ diag_slot, const double* d) {
+    double dj = vals[diag_slot[j]];
+    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s) {
+        const double a = vals[s];
+        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(a, a), factor_load<Coherent>(&d[cols[s]])));
+    }
+    return dj;
+}
+
+// DILU pivot of row j: d_j = a_jj - sum over lower slots s = (j, i) ascending
+// of a_ij a_ji / d_i, a_ij read at the transposed slot.
+template <bool Coherent>
+__device__ double ic_dilu_pivot(int j, const u64* __restrict__ row_ptr,
+                                const int* __restrict__ cols, const double* __restrict__ vals,
+                                const u64* __restrict__ diag_slot,
+                                const unsigned* __restrict__ transposed, const double* d) {
+    double dj = vals[diag_slot[j]];
+    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
+        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(vals[transposed[s]], vals[s]),
+                                     factor_load<Coherent>(&d[cols[s]])));
+    return dj;
+}
+
+// IC(0) row i: for each lower slot s = (i, k) ascending,
+// l_s = (a_ik - sum_{m<k} l_im l_km) / l_kk over the common lower pattern of
+// rows i and k (a merge of two sorted column lists); returns the pivot
+// a_ii - sum l_s^2 (l_ii is its square root). Row k's values are other
+// threads' (factor_load); row i's are this thread's own.
+template <bool Coherent>
+__device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
+                             const int* __restrict__ cols, const double* __restrict__ vals,
+                             const u64* __restrict__ diag_slot, double* l,
+                             const double* l_diag) {
+    const u64 lo = row_ptr[i], di = diag_slot[i];
+    for (u64 s = lo; s < di; ++s) {
+        const int k = cols[s];
+        double sum = 0.0;
+        u64 p = lo, q = row_ptr[k];
+        const u64 q_end = diag_slot[k];
+        while (p < s && q < q_end) {
+            const int cp = cols[p], cq = cols[q];
+            if (cp < cq) {
+                ++p;
+            } else if (cp > cq) {
+                ++q;
+            } else {
+                sum = __dadd_rn(sum, __dmul_rn(l[p], factor_load<Coherent>(&l[q])));
+                ++p;
+                ++q;
+            }
+        }
+        l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), factor_load<Coherent>(&l_diag[k]));
+    }
+    double squares = 0.0;
+    for (u64 s = lo; s < di; ++s) squares = __dadd_rn(squares, __dmul_rn(l[s], l[s]));
+    return __dsub_rn(vals[di], squares);
+}
+
+// DIC factor, one level: d_j (ic_dic_pivot); breakdown (d_j <= 0 or NaN)
+// raises `failed` to the smallest such row + 1 (atomicMin on row + 1 from
+// n + 1).
 extern "C" __global__ void ic_dic_factor(int count, int first, const int* __restrict__ rows,
                                          const u64* __restrict__ row_ptr,
                                          const int* __restrict__ cols,
@@ -30,11 +101,7 @@ extern "C" __global__ void ic_dic_factor(int count, int first, const int* __rest
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count) return;
     const int j = rows[first + t];
-    double dj = vals[diag_slot[j]];
-    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s) {
-        const double a = vals[s];
-        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(a, a), d[cols[s]]));
-    }
+    const double dj = ic_dic_pivot<false>(j, row_ptr, cols, vals, diag_slot, d);
     d[j] = dj;
     if (!(dj > 0.0)) atomicMin(failed, j + 1);
 }
@@ -54,16 +121,12 @@ extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __res
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count) return;
     const int j = rows[first + t];
-    double dj = vals[diag_slot[j]];
-    for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
-        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(vals[transposed[s]], vals[s]), d[cols[s]]));
+    const double dj = ic_dilu_pivot<false>(j, row_ptr, cols, vals, diag_slot, transposed, d);
     d[j] = dj;
     if (!(fabs(dj) > tiny[j]) || !isfinite(dj)) atomicMin(failed, j + 1);
 }
 
-// IC(0) factor, one level: for each lower slot s = (i, k) ascending,
-// l_s = (a_ik - sum_{m<k} l_im l_km) / l_kk over the common lower pattern of
-// rows i and k (a merge of two sorted column lists); then
+// IC(0) factor, one level: row i's lower values (ic_ic0_row), then
 // l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor.
 extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __restrict__ rows,
                                          const u64* __restrict__ row_ptr,
@@ -74,31 +137,71 @@ extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __rest
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count) return;
     const int i = rows[first + t];
-    const u64 lo = row_ptr[i], di = diag_slot[i];
-    for (u64 s = lo; s < di; ++s) {
-        const int k = cols[s];
-        double sum = 0.0;
-        u64 p = lo, q = row_ptr[k];
-        const u64 q_end = diag_slot[k];
-        while (p < s && q < q_end) {
-            const int cp = cols[p], cq = cols[q];
-            if (cp < cq) {
-                ++p;
-            } else if (cp > cq) {
-                ++q;
-            } else {
-                sum = __dadd_rn(sum, __dmul_rn(l[p], l[q]));
-                ++p;
-                ++q;
-            }
-        }
-        l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), l_diag[k]);
-    }
-    double squares = 0.0;
-    for (u64 s = lo; s < di; ++s) squares = __dadd_rn(squares, __dmul_rn(l[s], l[s]));
-    const double pivot = __dsub_rn(vals[di], squares);
+    const double pivot = ic_ic0_row<false>(i, row_ptr, cols, vals, diag_slot, l, l_diag);
     if (!(pivot > 0.0)) atomicMin(failed, i + 1);
     l_diag[i] = __dsqrt_rn(pivot);
+}
+
+// The factorisation in one launch, without synchronisation between levels
+// (Liu et al. 2016; DeviceIncompleteCholesky::factorise): a thread per row,
+// rows handed to blocks in the order blocks start (a ticket, state[0]),
+// waits until every row of its lower pattern is done (done[j] = 1), then
+// computes its row as the level kernels do (the same operations in the same
+// order: equal bit for bit), makes its writes visible (__threadfence) and
+// marks itself done. A wait past SYNC_FREE_SPIN_CYCLES gives up: the row
+// marks itself -1, its dependents give up at once, and state[1] = 1 tells
+// the host to factorise level by level instead. kind: 0 DIC (factor = d),
+// 1 DILU (factor = d; transposed, tiny), 2 IC(0) (factor = l; l_diag).
+// Breakdown as in ic_dic_factor. done and state: zeroed.
+#define FACTOR_SPIN_CYCLES (1LL << 31)
+extern "C" __global__ void ic_factor_sync_free(int n, int kind, const u64* __restrict__ row_ptr,
+                                               const int* __restrict__ cols,
+                                               const double* __restrict__ vals,
+                                               const u64* __restrict__ diag_slot,
+                                               const unsigned* __restrict__ transposed,
+                                               const double* __restrict__ tiny, double* factor,
+                                               double* l_diag, int* done, int* state,
+                                               int* failed) {
+    __shared__ int block;
+    if (threadIdx.x == 0) block = atomicAdd(&state[0], 1);
+    __syncthreads();
+    const long long t = (long long)block * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const int i = (int)t;
+    volatile int* vdone = done;
+    for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s) {
+        const int j = cols[s];
+        const long long start = clock64();
+        int dj;
+        while ((dj = vdone[j]) == 0) {
+            if (clock64() - start > FACTOR_SPIN_CYCLES) {
+                dj = -1;
+                break;
+            }
+        }
+        if (dj < 0) {
+            vdone[i] = -1;
+            atomicExch(&state[1], 1);
+            return;
+        }
+    }
+    // The rows waited for wrote before they fenced and marked themselves.
+    __threadfence();
+    if (kind == 2) {
+        const double pivot = ic_ic0_row<true>(i, row_ptr, cols, vals, diag_slot, factor, l_diag);
+        if (!(pivot > 0.0)) atomicMin(failed, i + 1);
+        l_diag[i] = __dsqrt_rn(pivot);
+    } else if (kind == 1) {
+        const double di = ic_dilu_pivot<true>(i, row_ptr, cols, vals, diag_slot, transposed, factor);
+        factor[i] = di;
+        if (!(fabs(di) > tiny[i]) || !isfinite(di)) atomicMin(failed, i + 1);
+    } else {
+        const double di = ic_dic_pivot<true>(i, row_ptr, cols, vals, diag_slot, factor);
+        factor[i] = di;
+        if (!(di > 0.0)) atomicMin(failed, i + 1);
+    }
+    __threadfence();
+    vdone[i] = 1;
 }
 
 // x[i] = 1 / x[i] (DIC stores the reciprocal of d*, as OpenFOAM does).

@@ -14,8 +14,10 @@
 //!   factors and applications equal the CPU's bit for bit
 //!   (the same CSR and the same kernels as the host-built set-up, which the
 //!   CPU reference matches bit for bit), the mixed-precision application
-//!   equals the host-built one bit for bit, and the value-only re-set-up
-//!   equals a fresh CPU factorisation of the new values;
+//!   equals the host-built one bit for bit, the factorisation in one launch
+//!   (without synchronisation between levels) equals the one level by level
+//!   bit for bit, and the value-only re-set-up equals a fresh CPU
+//!   factorisation of the new values;
 //! - the device level schedules (in one launch without synchronisation
 //!   between levels, else by wavefronts) on a deep RCM order and on
 //!   patterns that are not symmetric: the lower sweep's rows each at the
@@ -235,6 +237,15 @@ fn device_built_incomplete_cholesky_equals_the_cpu_bit_for_bit() {
                 bits(&apply(&gpu, &dev, &r)),
                 bits(&cpu_z),
                 "{name} {kind:?}: application"
+            );
+            // The set-up factorises in one launch where the device allows
+            // (compute capability 7.0 on); level by level it is the same.
+            let mut dev = dev;
+            dev.factorise_by_levels().unwrap();
+            assert_eq!(
+                bits(&dev.download_factor().unwrap()),
+                bits(&cpu_factor),
+                "{name} {kind:?}: factor by levels"
             );
             match colouring {
                 Some(c) => assert_eq!(dev.levels().0, c.n_colours(), "{name} {kind:?}: levels"),

@@ -4,9 +4,12 @@
 //!
 //! Wikberg (2024, §6) judged IC infeasible on mod-SELL because the triangular
 //! solves are sequential. Level scheduling (`sparse::levels`) runs each
-//! sweep as one launch per level, one thread per row: the factor is computed
-//! level by level too (each row's factor entries depend only on earlier
-//! rows). The cost is the launch count, twice the number of levels per
+//! sweep as one launch per level, one thread per row. The factor, whose rows
+//! depend only on earlier rows of their lower pattern, is computed in one
+//! launch without synchronisation between levels (Liu et al. 2016: a thread
+//! per row waits for those rows; compute capability 7.0 on, a bounded wait)
+//! or else level by level, equal bit for bit either way. The cost of an
+//! application is the launch count, twice the number of levels per
 //! application; the row order sets it (a banded RCM order on a 3D mesh has a
 //! few hundred levels, a multicolour order as many as colours), which is why
 //! the bench reports the levels with the times.
@@ -372,6 +375,9 @@ pub struct DeviceIncompleteCholesky<'g> {
     backward: DeviceLevels,
     /// Mixed precision: the f32 sweeps' data.
     mixed: Option<MixedIc>,
+    /// The one-launch factorisation's scratch: a done flag per row and
+    /// [block ticket, gave up] (allocated at the first factorisation).
+    sync_free: Option<(CudaSlice<i32>, CudaSlice<i32>)>,
 }
 
 /// f32 copies of the values (read by DIC), the factor and L's diagonal, and
@@ -475,9 +481,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 forward: DeviceLevels::upload(gpu, &forward)?,
                 backward: DeviceLevels::upload(gpu, &backward)?,
                 mixed: None,
+                sync_free: None,
             })
         };
-        let ic = upload().map_err(device)?;
+        let mut ic = upload().map_err(device)?;
         spans.host("uploads (CSR, slots, levels)");
         ic.factorise()?;
         spans.device("factorisation");
@@ -635,9 +642,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             forward,
             backward,
             mixed: None,
+            sync_free: None,
         };
         ic.factorise()?;
-        spans.device("factorisation (1 read-back)");
+        spans.device("factorisation (one launch where the device allows; 1-2 read-backs)");
         if precision == Precision::Mixed {
             ic.mixed = Some(ic.f32_copies().map_err(device)?);
             spans.device("f32 copies");
@@ -728,10 +736,78 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         Ok(f)
     }
 
-    fn factorise(&self) -> Result<(), SolveError> {
+    /// The factorisation level by level (a launch per level of the lower
+    /// sweep), as the set-up does where the one-launch factorisation is not
+    /// available; for tests that compare the two (equal bit for bit).
+    pub fn factorise_by_levels(&mut self) -> Result<(), SolveError> {
+        self.factorise_with(false)
+    }
+
+    /// The factorisation in one launch where the device allows
+    /// ([`Self::factor_sync_free`]), else level by level.
+    fn factorise(&mut self) -> Result<(), SolveError> {
+        self.factorise_with(true)
+    }
+
+    /// The factorisation in one launch without synchronisation between
+    /// levels (`ic_factor_sync_free`, Liu et al. 2016: a thread per row
+    /// waits for the rows of its lower pattern, then computes its row as the
+    /// level kernels do), breakdowns into `failed`. False, with nothing
+    /// computed that matters, below compute capability 7.0 or where a
+    /// bounded wait gave up: the caller factorises level by level. Its
+    /// scratch (a flag per row) is allocated at the first factorisation,
+    /// the set-up's, and reused by [`Self::refactorise`].
+    fn factor_sync_free(&mut self, failed: &CudaSlice<i32>) -> Result<bool, GpuError> {
+        let (gpu, n) = (self.gpu, self.n);
+        if n == 0 || gpu.compute_capability().0 < 7 {
+            return Ok(false);
+        }
+        if self.sync_free.is_none() {
+            self.sync_free = Some((gpu.zeros::<i32>(n)?, gpu.zeros::<i32>(2)?));
+        }
+        if let Some((done, state)) = self.sync_free.as_mut() {
+            gpu.zero(done)?;
+            gpu.zero(state)?;
+        }
+        let Some((done, state)) = self.sync_free.as_ref() else {
+            return Ok(false);
+        };
+        let kind: i32 = match self.kind {
+            IcKind::Dic => 0,
+            IcKind::Dilu => 1,
+            IcKind::Ic0 => 2,
+        };
+        let n32 = n as i32;
+        gpu.launch(
+            "ic_factor_sync_free",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n32).arg(&kind);
+                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
+                a.arg(&self.diag_slot);
+                arg_or_null(a, self.transposed.as_ref());
+                arg_or_null(a, self.tiny.as_ref());
+                a.arg(&self.factor);
+                arg_or_null(a, self.l_diag.as_ref());
+                a.arg(done).arg(state).arg(failed);
+            },
+        )?;
+        Ok(gpu.download(state)?[1] == 0)
+    }
+
+    fn factorise_with(&mut self, one_launch: bool) -> Result<(), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let gpu = self.gpu;
-        let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
+        let mut failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
+        if one_launch && self.factor_sync_free(&failed).map_err(device)? {
+            return self.check_factor(&failed);
+        }
+        // Rows that gave up left `failed` as it was for the others; start
+        // over.
+        gpu.write(&[self.n as i32 + 1], &mut failed)
+            .map_err(device)?;
         let kernel = match self.kind {
             IcKind::Dic => "ic_dic_factor",
             IcKind::Dilu => "ic_dilu_factor",
@@ -756,7 +832,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 a.arg(&failed);
             })
             .map_err(device)?;
-        let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
+        self.check_factor(&failed)
+    }
+
+    /// After a factorisation: the CPU's error for the first row that broke
+    /// down (`failed`: that row + 1, else n + 1; one read-back), else DIC's
+    /// and DILU's pivots replaced by their reciprocals.
+    fn check_factor(&self, failed: &CudaSlice<i32>) -> Result<(), SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let gpu = self.gpu;
+        let failed_row = gpu.download(failed).map_err(device)?[0] as usize;
         if failed_row <= self.n {
             // Breakdown at row failed_row − 1: read its pivot for the message.
             let row = failed_row - 1;
