@@ -18,6 +18,20 @@ __device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, 
 __device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
 
+// The bound of one wait in the kernels without synchronisation between
+// levels (ic_factor_sync_free, ic_levels_sync_free), in clock cycles.
+#define SYNC_FREE_SPIN_CYCLES (1LL << 31)
+
+// Waits until flag[j] (another thread's) is not 0 and returns it; -1 when
+// the wait ran past SYNC_FREE_SPIN_CYCLES (the caller gives up).
+__device__ int sync_free_wait(const volatile int* flag, int j) {
+    const long long start = clock64();
+    int v;
+    while ((v = flag[j]) == 0)
+        if (clock64() - start > SYNC_FREE_SPIN_CYCLES) return -1;
+    return v;
+}
+
 // A factor value another row's thread wrote: with Coherent (the factorisation
 // in one launch, ic_factor_sync_free) read through volatile, past the L1
 // cache, which is not coherent between multiprocessors; else a plain load.
@@ -153,7 +167,6 @@ extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __rest
 // the host to factorise level by level instead. kind: 0 DIC (factor = d),
 // 1 DILU (factor = d; transposed, tiny), 2 IC(0) (factor = l; l_diag).
 // Breakdown as in ic_dic_factor. done and state: zeroed.
-#define FACTOR_SPIN_CYCLES (1LL << 31)
 extern "C" __global__ void ic_factor_sync_free(int n, int kind, const u64* __restrict__ row_ptr,
                                                const int* __restrict__ cols,
                                                const double* __restrict__ vals,
@@ -170,16 +183,7 @@ extern "C" __global__ void ic_factor_sync_free(int n, int kind, const u64* __res
     const int i = (int)t;
     volatile int* vdone = done;
     for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s) {
-        const int j = cols[s];
-        const long long start = clock64();
-        int dj;
-        while ((dj = vdone[j]) == 0) {
-            if (clock64() - start > FACTOR_SPIN_CYCLES) {
-                dj = -1;
-                break;
-            }
-        }
-        if (dj < 0) {
+        if (sync_free_wait(vdone, cols[s]) < 0) {
             vdone[i] = -1;
             atomicExch(&state[1], 1);
             return;
@@ -566,7 +570,6 @@ __device__ bool wave_depends(const u64* __restrict__ row_ptr, const int* __restr
 // of blocks already running: with independent thread scheduling (compute
 // capability 7.0 on, the host checks) every wait ends. state[1]: the deepest
 // level (atomicMax).
-#define SYNC_FREE_SPIN_CYCLES (1LL << 31)
 extern "C" __global__ void ic_levels_sync_free(int n, const u64* __restrict__ row_ptr,
                                                const int* __restrict__ cols, int upper,
                                                int* level, int* state) {
@@ -581,14 +584,7 @@ extern "C" __global__ void ic_levels_sync_free(int n, const u64* __restrict__ ro
     for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
         const int j = cols[s];
         if (upper ? j <= i : j >= i) continue;
-        const long long start = clock64();
-        int lj;
-        while ((lj = lv[j]) == 0) {
-            if (clock64() - start > SYNC_FREE_SPIN_CYCLES) {
-                lj = -1;
-                break;
-            }
-        }
+        const int lj = sync_free_wait(lv, j);
         if (lj < 0) {
             lv[i] = -1;
             atomicExch(&state[2], 1);
