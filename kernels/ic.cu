@@ -18,62 +18,66 @@ __device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, 
 __device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
 
-// DIC factor, one level: d_j = a_jj - sum over lower slots (ascending) of
-// a_ji^2 / d_i (OpenFOAM calcReciprocalD); breakdown (d_j <= 0 or NaN) raises
-// `failed` to the smallest such row + 1 (atomicMin on row + 1 from n + 1).
-extern "C" __global__ void ic_dic_factor(int count, int first, const int* __restrict__ rows,
-                                         const u64* __restrict__ row_ptr,
-                                         const int* __restrict__ cols,
-                                         const double* __restrict__ vals,
-                                         const u64* __restrict__ diag_slot, double* d,
-                                         int* failed) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
-    const int j = rows[first + t];
+// The bound of one wait in the kernels without synchronisation between
+// levels (ic_factor_sync_free, ic_levels_sync_free), in clock cycles.
+#define SYNC_FREE_SPIN_CYCLES (1LL << 31)
+
+// Waits until flag[j] (another thread's) is not 0 and returns it; -1 when
+// the wait ran past SYNC_FREE_SPIN_CYCLES (the caller gives up).
+__device__ int sync_free_wait(const volatile int* flag, int j) {
+    const long long start = clock64();
+    int v;
+    while ((v = flag[j]) == 0)
+        if (clock64() - start > SYNC_FREE_SPIN_CYCLES) return -1;
+    return v;
+}
+
+// A factor value another row's thread wrote: with Coherent (the factorisation
+// in one launch, ic_factor_sync_free) read through volatile, past the L1
+// cache, which is not coherent between multiprocessors; else a plain load.
+template <bool Coherent>
+__device__ __forceinline__ double factor_load(const double* p) {
+    return Coherent ? *(const volatile double*)p : *p;
+}
+
+// DIC pivot of row j: d_j = a_jj - sum over lower slots (ascending) of
+// a_ji^2 / d_i (OpenFOAM calcReciprocalD).
+template <bool Coherent>
+__device__ double ic_dic_pivot(int j, const u64* __restrict__ row_ptr,
+                               const int* __restrict__ cols, const double* __restrict__ vals,
+                               const u64* __restrict__ diag_slot, const double* d) {
     double dj = vals[diag_slot[j]];
     for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s) {
         const double a = vals[s];
-        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(a, a), d[cols[s]]));
+        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(a, a), factor_load<Coherent>(&d[cols[s]])));
     }
-    d[j] = dj;
-    if (!(dj > 0.0)) atomicMin(failed, j + 1);
+    return dj;
 }
 
-// DILU factor, one level (OpenFOAM DILUPreconditioner::calcReciprocalD):
-// d_j = a_jj - sum over lower slots s = (j, i) ascending of a_ij a_ji / d_i,
-// a_ij read at the transposed slot; src/solve/ilu.rs dilu. A pivot failing
-// |d_j| > tiny_j (or not finite) lowers `failed` as in ic_dic_factor.
-extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __restrict__ rows,
-                                          const u64* __restrict__ row_ptr,
-                                          const int* __restrict__ cols,
-                                          const double* __restrict__ vals,
-                                          const u64* __restrict__ diag_slot,
-                                          const u64* __restrict__ transposed,
-                                          const double* __restrict__ tiny, double* d,
-                                          int* failed) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
-    const int j = rows[first + t];
+// DILU pivot of row j: d_j = a_jj - sum over lower slots s = (j, i) ascending
+// of a_ij a_ji / d_i, a_ij read at the transposed slot.
+template <bool Coherent>
+__device__ double ic_dilu_pivot(int j, const u64* __restrict__ row_ptr,
+                                const int* __restrict__ cols, const double* __restrict__ vals,
+                                const u64* __restrict__ diag_slot,
+                                const unsigned* __restrict__ transposed, const double* d) {
     double dj = vals[diag_slot[j]];
     for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
-        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(vals[transposed[s]], vals[s]), d[cols[s]]));
-    d[j] = dj;
-    if (!(fabs(dj) > tiny[j]) || !isfinite(dj)) atomicMin(failed, j + 1);
+        dj = __dsub_rn(dj, __ddiv_rn(__dmul_rn(vals[transposed[s]], vals[s]),
+                                     factor_load<Coherent>(&d[cols[s]])));
+    return dj;
 }
 
-// IC(0) factor, one level: for each lower slot s = (i, k) ascending,
+// IC(0) row i: for each lower slot s = (i, k) ascending,
 // l_s = (a_ik - sum_{m<k} l_im l_km) / l_kk over the common lower pattern of
-// rows i and k (a merge of two sorted column lists); then
-// l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor.
-extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __restrict__ rows,
-                                         const u64* __restrict__ row_ptr,
-                                         const int* __restrict__ cols,
-                                         const double* __restrict__ vals,
-                                         const u64* __restrict__ diag_slot, double* l,
-                                         double* l_diag, int* failed) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
-    const int i = rows[first + t];
+// rows i and k (a merge of two sorted column lists); returns the pivot
+// a_ii - sum l_s^2 (l_ii is its square root). Row k's values are other
+// threads' (factor_load); row i's are this thread's own.
+template <bool Coherent>
+__device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
+                             const int* __restrict__ cols, const double* __restrict__ vals,
+                             const u64* __restrict__ diag_slot, double* l,
+                             const double* l_diag) {
     const u64 lo = row_ptr[i], di = diag_slot[i];
     for (u64 s = lo; s < di; ++s) {
         const int k = cols[s];
@@ -87,18 +91,121 @@ extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __rest
             } else if (cp > cq) {
                 ++q;
             } else {
-                sum = __dadd_rn(sum, __dmul_rn(l[p], l[q]));
+                sum = __dadd_rn(sum, __dmul_rn(l[p], factor_load<Coherent>(&l[q])));
                 ++p;
                 ++q;
             }
         }
-        l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), l_diag[k]);
+        l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), factor_load<Coherent>(&l_diag[k]));
     }
     double squares = 0.0;
     for (u64 s = lo; s < di; ++s) squares = __dadd_rn(squares, __dmul_rn(l[s], l[s]));
-    const double pivot = __dsub_rn(vals[di], squares);
+    return __dsub_rn(vals[di], squares);
+}
+
+// DIC factor, one level: d_j (ic_dic_pivot); breakdown (d_j <= 0 or NaN)
+// raises `failed` to the smallest such row + 1 (atomicMin on row + 1 from
+// n + 1).
+extern "C" __global__ void ic_dic_factor(int count, int first, const int* __restrict__ rows,
+                                         const u64* __restrict__ row_ptr,
+                                         const int* __restrict__ cols,
+                                         const double* __restrict__ vals,
+                                         const u64* __restrict__ diag_slot, double* d,
+                                         int* failed) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const int j = rows[first + t];
+    const double dj = ic_dic_pivot<false>(j, row_ptr, cols, vals, diag_slot, d);
+    d[j] = dj;
+    if (!(dj > 0.0)) atomicMin(failed, j + 1);
+}
+
+// DILU factor, one level (OpenFOAM DILUPreconditioner::calcReciprocalD):
+// d_j = a_jj - sum over lower slots s = (j, i) ascending of a_ij a_ji / d_i,
+// a_ij read at the transposed slot; src/solve/ilu.rs dilu. A pivot failing
+// |d_j| > tiny_j (or not finite) lowers `failed` as in ic_dic_factor.
+extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __restrict__ rows,
+                                          const u64* __restrict__ row_ptr,
+                                          const int* __restrict__ cols,
+                                          const double* __restrict__ vals,
+                                          const u64* __restrict__ diag_slot,
+                                          const unsigned* __restrict__ transposed,
+                                          const double* __restrict__ tiny, double* d,
+                                          int* failed) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const int j = rows[first + t];
+    const double dj = ic_dilu_pivot<false>(j, row_ptr, cols, vals, diag_slot, transposed, d);
+    d[j] = dj;
+    if (!(fabs(dj) > tiny[j]) || !isfinite(dj)) atomicMin(failed, j + 1);
+}
+
+// IC(0) factor, one level: row i's lower values (ic_ic0_row), then
+// l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor.
+extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __restrict__ rows,
+                                         const u64* __restrict__ row_ptr,
+                                         const int* __restrict__ cols,
+                                         const double* __restrict__ vals,
+                                         const u64* __restrict__ diag_slot, double* l,
+                                         double* l_diag, int* failed) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    const int i = rows[first + t];
+    const double pivot = ic_ic0_row<false>(i, row_ptr, cols, vals, diag_slot, l, l_diag);
     if (!(pivot > 0.0)) atomicMin(failed, i + 1);
     l_diag[i] = __dsqrt_rn(pivot);
+}
+
+// The factorisation in one launch, without synchronisation between levels
+// (Liu et al. 2016; DeviceIncompleteCholesky::factorise): a thread per row,
+// rows handed to blocks in the order blocks start (a ticket, state[0]),
+// waits until every row of its lower pattern is done (done[j] = 1), then
+// computes its row as the level kernels do (the same operations in the same
+// order: equal bit for bit), makes its writes visible (__threadfence) and
+// marks itself done. A wait past SYNC_FREE_SPIN_CYCLES gives up: the row
+// marks itself -1, its dependents give up at once, and state[1] = 1 tells
+// the host to factorise level by level instead. kind: 0 DIC (factor = d),
+// 1 DILU (factor = d; transposed, tiny), 2 IC(0) (factor = l; l_diag).
+// Breakdown as in ic_dic_factor. done and state: zeroed.
+extern "C" __global__ void ic_factor_sync_free(int n, int kind, const u64* __restrict__ row_ptr,
+                                               const int* __restrict__ cols,
+                                               const double* __restrict__ vals,
+                                               const u64* __restrict__ diag_slot,
+                                               const unsigned* __restrict__ transposed,
+                                               const double* __restrict__ tiny, double* factor,
+                                               double* l_diag, int* done, int* state,
+                                               int* failed) {
+    __shared__ int block;
+    if (threadIdx.x == 0) block = atomicAdd(&state[0], 1);
+    __syncthreads();
+    const long long t = (long long)block * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const int i = (int)t;
+    volatile int* vdone = done;
+    for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s) {
+        if (sync_free_wait(vdone, cols[s]) < 0) {
+            vdone[i] = -1;
+            atomicExch(&state[1], 1);
+            return;
+        }
+    }
+    // The rows waited for wrote before they fenced and marked themselves.
+    __threadfence();
+    if (kind == 2) {
+        const double pivot = ic_ic0_row<true>(i, row_ptr, cols, vals, diag_slot, factor, l_diag);
+        if (!(pivot > 0.0)) atomicMin(failed, i + 1);
+        l_diag[i] = __dsqrt_rn(pivot);
+    } else if (kind == 1) {
+        const double di = ic_dilu_pivot<true>(i, row_ptr, cols, vals, diag_slot, transposed, factor);
+        factor[i] = di;
+        if (!(fabs(di) > tiny[i]) || !isfinite(di)) atomicMin(failed, i + 1);
+    } else {
+        const double di = ic_dic_pivot<true>(i, row_ptr, cols, vals, diag_slot, factor);
+        factor[i] = di;
+        if (!(di > 0.0)) atomicMin(failed, i + 1);
+    }
+    __threadfence();
+    vdone[i] = 1;
 }
 
 // x[i] = 1 / x[i] (DIC stores the reciprocal of d*, as OpenFOAM does).
@@ -169,7 +276,7 @@ template <typename T>
 __device__ void ic_ic0_backward_t(int count, int first, const int* __restrict__ rows,
                                   const u64* __restrict__ row_ptr, const int* __restrict__ cols,
                                   const u64* __restrict__ diag_slot,
-                                  const u64* __restrict__ transposed, const T* __restrict__ l,
+                                  const unsigned* __restrict__ transposed, const T* __restrict__ l,
                                   const T* __restrict__ l_diag, T* z, const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count || gated_off(done)) return;
@@ -218,7 +325,7 @@ extern "C" __global__ void ic_ic0_backward(int count, int first, const int* __re
                                            const u64* __restrict__ row_ptr,
                                            const int* __restrict__ cols,
                                            const u64* __restrict__ diag_slot,
-                                           const u64* __restrict__ transposed,
+                                           const unsigned* __restrict__ transposed,
                                            const double* __restrict__ l,
                                            const double* __restrict__ l_diag, double* z,
                                            const double* done) {
@@ -262,7 +369,7 @@ extern "C" __global__ void ic_ic0_backward_f32(int count, int first, const int* 
                                            const u64* __restrict__ row_ptr,
                                            const int* __restrict__ cols,
                                            const u64* __restrict__ diag_slot,
-                                           const u64* __restrict__ transposed,
+                                           const unsigned* __restrict__ transposed,
                                            const float* __restrict__ l,
                                            const float* __restrict__ l_diag, float* z,
                                            const double* done) {
@@ -297,11 +404,13 @@ extern "C" __global__ void ic_diag_slots(int n, const u64* __restrict__ row_ptr,
 }
 
 // transposed[s] = the slot (j, i) of each slot s = (i, j) (binary search of
-// row j's ascending columns; solve/ilu.rs transposed_slots). A missing
+// row j's ascending columns; solve/ilu.rs transposed_slots), 32-bit (the
+// CSR has fewer than 2^32 entries: half the bytes of u64 to allocate at the
+// set-up and to read in IC(0)'s backward sweep). A missing
 // partner lowers failed[0] to i + 1 (atomicMin from n + 1). One thread per row.
 extern "C" __global__ void ic_transposed_slots(int n, const u64* __restrict__ row_ptr,
                                                const int* __restrict__ cols,
-                                               u64* __restrict__ transposed, int* failed) {
+                                               unsigned* __restrict__ transposed, int* failed) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
@@ -313,7 +422,7 @@ extern "C" __global__ void ic_transposed_slots(int n, const u64* __restrict__ ro
             else hi = mid;
         }
         if (lo < row_ptr[j + 1] && cols[lo] == i) {
-            transposed[s] = lo;
+            transposed[s] = (unsigned)lo;
         } else {
             transposed[s] = 0;
             atomicMin(failed, i + 1);
@@ -348,6 +457,73 @@ extern "C" __global__ void ic_colour_check(int n, const u64* __restrict__ row_pt
     }
 }
 
+// The CSR of a mod-SELL matrix with its values in one pass (src/gpu/ic.rs
+// csr_of_modsell): the diagonal and the stored off-diagonals, columns
+// ascending by insertion sort of the row (its columns are distinct), the
+// order of amg_modsell_to_csr, the values moved with their columns (no slot
+// map). Column codes as in smooth.cu. One thread per row.
+extern "C" __global__ void ic_modsell_to_csr(int n, int h, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const double* __restrict__ modsell_vals,
+                                             const double* __restrict__ diag,
+                                             const u64* __restrict__ row_ptr,
+                                             unsigned* __restrict__ cols,
+                                             double* __restrict__ vals) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const int s = row / h, base = s * h;
+    const u64 start = row_ptr[row];
+    u64 end = start;
+    cols[end] = (unsigned)row;
+    vals[end] = diag[row];
+    ++end;
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        const unsigned col = c > 0 ? (unsigned)(c - 1) : (unsigned)(base - c - 1);
+        const double v = modsell_vals[k];
+        u64 p = end;
+        while (p > start && cols[p - 1] > col) {
+            cols[p] = cols[p - 1];
+            vals[p] = vals[p - 1];
+            --p;
+        }
+        cols[p] = col;
+        vals[p] = v;
+        ++end;
+    }
+}
+
+// New values on the CSR pattern ic_modsell_to_csr made from a matrix of the
+// same pattern (value-only re-set-up): each stored entry written to its
+// column's slot, found by binary search of the row's ascending columns; the
+// diagonal to diag_slot. One thread per row.
+extern "C" __global__ void ic_modsell_values(int n, int h, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const double* __restrict__ modsell_vals,
+                                             const double* __restrict__ diag,
+                                             const u64* __restrict__ row_ptr,
+                                             const unsigned* __restrict__ cols,
+                                             const u64* __restrict__ diag_slot,
+                                             double* __restrict__ vals) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const int s = row / h, base = s * h;
+    vals[diag_slot[row]] = diag[row];
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        const unsigned col = c > 0 ? (unsigned)(c - 1) : (unsigned)(base - c - 1);
+        u64 lo = row_ptr[row], hi = row_ptr[row + 1];
+        while (lo < hi) {
+            const u64 mid = lo + (hi - lo) / 2;
+            if (cols[mid] < col) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < row_ptr[row + 1] && cols[lo] == col) vals[lo] = modsell_vals[k];
+    }
+}
+
 // rows[i] = i (the level lists of a colour-contiguous order).
 extern "C" __global__ void ic_identity_rows(int n, int* __restrict__ rows) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -378,6 +554,84 @@ __device__ bool wave_depends(const u64* __restrict__ row_ptr, const int* __restr
     for (u64 s = row_ptr[m]; s < row_ptr[m + 1]; ++s)
         if (cols[s] == i) return upper ? i > m : i < m;
     return false;
+}
+
+// ---- The level schedule in one launch, without synchronisation between
+// levels (Liu et al. 2016's synchronisation-free triangular
+// solve, applied to the levels; DeviceLevels::sync_free): a thread per row
+// waits until each row it depends on (lower: the columns j < i of its row;
+// upper != 0: j > i, rows taken from the last) has its level, then takes one
+// more than the deepest. level[i] holds the level + 1 and starts at 0
+// (pending, zeroed memory); a row whose wait exceeds SYNC_FREE_SPIN_CYCLES
+// gives up and writes -1, which its dependents take up at once, and
+// state[2] = 1 tells the host to take the wavefronts
+// instead (no hang, whatever the scheduling). Rows are handed to blocks in
+// the order blocks start (a ticket, state[0]), so a row waits only on rows
+// of blocks already running: with independent thread scheduling (compute
+// capability 7.0 on, the host checks) every wait ends. state[1]: the deepest
+// level (atomicMax).
+extern "C" __global__ void ic_levels_sync_free(int n, const u64* __restrict__ row_ptr,
+                                               const int* __restrict__ cols, int upper,
+                                               int* level, int* state) {
+    __shared__ int block;
+    if (threadIdx.x == 0) block = atomicAdd(&state[0], 1);
+    __syncthreads();
+    const long long t = (long long)block * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const int i = upper ? n - 1 - (int)t : (int)t;
+    volatile int* lv = level;
+    int deepest = 0;  // the deepest dependency's level + 1 (0: none)
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+        const int j = cols[s];
+        if (upper ? j <= i : j >= i) continue;
+        const int lj = sync_free_wait(lv, j);
+        if (lj < 0) {
+            lv[i] = -1;
+            atomicExch(&state[2], 1);
+            return;
+        }
+        deepest = max(deepest, lj);
+    }
+    // This row's level is `deepest`; stored + 1.
+    lv[i] = deepest + 1;
+    atomicMax(&state[1], deepest);
+}
+
+// counts[l] += 1 for each row of level l (level[i] = l + 1).
+extern "C" __global__ void ic_levels_count(int n, const int* __restrict__ level,
+                                           unsigned* counts) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&counts[level[i] - 1], 1u);
+}
+
+// rows[level_ptr[l] ..] = the rows of level l (in no particular order within
+// a level: a sweep's rows of one level are independent). fill: zeroed.
+extern "C" __global__ void ic_levels_scatter(int n, const int* __restrict__ level,
+                                             const u64* __restrict__ level_ptr,
+                                             unsigned* fill, int* __restrict__ rows) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int l = level[i] - 1;
+    rows[level_ptr[l] + atomicAdd(&fill[l], 1u)] = i;
+}
+
+// Whether the lower sweep's levels, reversed, order the upper sweep: they do
+// when every entry (i, j) above the diagonal has its partner (j, i), for then
+// j depends on i in the lower sweep and lies in a later level, so the
+// reversed levels finish j before i. A row i with an unpartnered upper entry
+// lowers failed[0] to i + 1 (atomicMin from n + 1). One thread per row
+// (DeviceLevels::reversed: one launch instead of an upper wavefront).
+extern "C" __global__ void ic_upper_mirrored(int n, const u64* __restrict__ row_ptr,
+                                             const int* __restrict__ cols, int* failed) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
+        const int j = cols[s];
+        if (j > i && !wave_depends(row_ptr, cols, 0, j, i)) {
+            atomicMin(failed, i + 1);
+            return;
+        }
+    }
 }
 
 // Every thread's appends, then the last block to finish publishes the rows

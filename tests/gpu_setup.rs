@@ -14,11 +14,18 @@
 //!   factors and applications equal the CPU's bit for bit
 //!   (the same CSR and the same kernels as the host-built set-up, which the
 //!   CPU reference matches bit for bit), the mixed-precision application
-//!   equals the host-built one bit for bit, and the value-only re-set-up
-//!   equals a fresh CPU factorisation of the new values;
-//! - the device level schedules (wavefronts) on a deep RCM order and on a
-//!   pattern that is not symmetric (the host schedule taken for the sweep
-//!   whose wavefront stalls): each row at the host's level;
+//!   equals the host-built one bit for bit, the factorisation in one launch
+//!   (without synchronisation between levels) equals the one level by level
+//!   bit for bit, and the value-only re-set-up equals a fresh CPU
+//!   factorisation of the new values;
+//! - the device level schedules (in one launch without synchronisation
+//!   between levels, else by wavefronts) on a deep RCM order and on
+//!   patterns that are not symmetric: the lower sweep's rows each at the
+//!   host's level; the upper sweep's the lower levels reversed where every
+//!   entry above the diagonal has its partner (one check instead of a second
+//!   schedule), else at the host's level, and in every case a valid order of
+//!   the upper sweep; each scheduler alone equal to the host's or (the
+//!   wavefronts, on a pattern that is not symmetric) giving up;
 //! - Eisenstat SGS's scaled split set up on the device: the same SELL
 //!   triangles, scales and row order as the host set-up, bit for bit, and
 //!   the host's error for coupled rows of one colour.
@@ -29,7 +36,9 @@ mod common;
 
 use common::random_and_rcm_systems;
 use fvpoisson::gpu::eisenstat::DeviceEisenstat;
-use fvpoisson::gpu::ic::{BlockIcStructure, DeviceIncompleteCholesky, IcKind};
+use fvpoisson::gpu::ic::{
+    device_row_levels, BlockIcStructure, DeviceIncompleteCholesky, IcKind, LevelScheduler,
+};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::setup::{checked_diagonal, jacobi_scales, RowScale};
@@ -229,21 +238,28 @@ fn device_built_incomplete_cholesky_equals_the_cpu_bit_for_bit() {
                 bits(&cpu_z),
                 "{name} {kind:?}: application"
             );
+            // The set-up factorises in one launch where the device allows
+            // (compute capability 7.0 on); level by level it is the same.
+            let mut dev = dev;
+            dev.factorise_by_levels().unwrap();
+            assert_eq!(
+                bits(&dev.download_factor().unwrap()),
+                bits(&cpu_factor),
+                "{name} {kind:?}: factor by levels"
+            );
             match colouring {
                 Some(c) => assert_eq!(dev.levels().0, c.n_colours(), "{name} {kind:?}: levels"),
                 None => {
-                    // The device level schedule: each row at the host's level.
+                    // The device level schedule: each row at the host's
+                    // lower level; the upper sweep's as expected_backward.
                     let (forward, backward) = dev.row_levels().unwrap();
                     assert_eq!(
                         forward,
                         LevelSchedule::lower(a).row_levels(),
                         "{name}: forward"
                     );
-                    assert_eq!(
-                        backward,
-                        LevelSchedule::upper(a).row_levels(),
-                        "{name}: backward"
-                    );
+                    assert_eq!(backward, expected_backward(a), "{name}: backward");
+                    assert!(orders_the_upper_sweep(a, &backward), "{name}: backward");
                 }
             }
             if kind == IcKind::Dilu {
@@ -297,7 +313,9 @@ fn value_only_re_set_up_equals_a_fresh_cpu_factorisation() {
         let (n, h) = (a.n_rows(), 64);
         let r = random_vector(n, 12);
         let b = new_values(&a);
-        let m_b = upload(&gpu, &b, h);
+        // The new values in another slice height: the re-set-up finds each
+        // entry's CSR slot by its column, not by its mod-SELL slot.
+        let m_b = upload(&gpu, &b, 32);
         for kind in [IcKind::Dic, IcKind::Ic0] {
             for precision in [Precision::Double, Precision::Mixed] {
                 let mut dev = DeviceIncompleteCholesky::on_device(
@@ -424,14 +442,18 @@ fn without_upper_entries(a: &Csr, r: usize) -> Csr {
     Csr::new(a.n_rows(), row_ptr, cols, vals).unwrap()
 }
 
-/// The level schedules DIC builds on the device (wavefronts: one launch per
-/// level, the rows placed read back every 32 levels) put every row at the
-/// host schedule's level: on a hex box in RCM order deep enough for several
-/// read-back batches, and on a pattern that is not symmetric (a row's
-/// entries above the diagonal removed), where the lower sweep's wavefront
-/// stalls and the host schedule is taken, while the upper one does not make
-/// the row wait for the removed entries' partners. The premises (depth, a different schedule) are
-/// checked on the host first.
+/// The level schedules DIC builds on the device put every row of the lower
+/// sweep at the host schedule's level, and order the upper sweep (the lower
+/// levels reversed where every entry above the diagonal has its partner,
+/// else the host's upper levels): on a hex box in RCM order deep enough for
+/// several wavefront read-back batches, on a pattern with a row's entries
+/// above the diagonal removed (the lower wavefront stalls there; the
+/// sync-free schedule does not), and on one with a row's entries below the
+/// diagonal removed (the lower levels reversed would not order the upper
+/// sweep). Each scheduler alone ([`device_row_levels`]): the sync-free one
+/// gives the host's levels in both sweeps on every pattern; the wavefronts
+/// give them or give up (None). The premises (depth, a different schedule)
+/// are checked on the host first.
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_level_schedules_equal_the_hosts_on_deep_and_asymmetric_patterns() {
@@ -451,7 +473,21 @@ fn device_level_schedules_equal_the_hosts_on_deep_and_asymmetric_patterns() {
         "removing the entry changes no level"
     );
     let Some(gpu) = test_device() else { return };
-    for (name, m) in [("box 24^3 RCM", &a), ("asymmetric pattern", &asymmetric)] {
+    // A row's entries below the diagonal removed: the lower wavefront runs
+    // (every remaining lower entry has its partner), but the pattern is not
+    // symmetric, so the upper sweep may not reuse the lower levels reversed.
+    let lower_removed = without_lower_entries(&a, r);
+    assert!(!upper_entries_mirrored(&lower_removed) && upper_entries_mirrored(&asymmetric));
+    assert!(!symmetric_pattern(&asymmetric) && symmetric_pattern(&a));
+    assert!(
+        !orders_the_upper_sweep(&lower_removed, &reversed_lower_levels(&lower_removed)),
+        "the reversed lower levels would serve: the case tests nothing"
+    );
+    for (name, m) in [
+        ("box 24^3 RCM", &a),
+        ("asymmetric pattern", &asymmetric),
+        ("lower entries of a row removed", &lower_removed),
+    ] {
         let dm = upload(&gpu, m, 32);
         let t = std::time::Instant::now();
         let dev =
@@ -466,10 +502,94 @@ fn device_level_schedules_equal_the_hosts_on_deep_and_asymmetric_patterns() {
             LevelSchedule::lower(m).row_levels(),
             "{name}: forward"
         );
-        assert_eq!(
-            backward,
-            LevelSchedule::upper(m).row_levels(),
-            "{name}: backward"
-        );
+        assert_eq!(backward, expected_backward(m), "{name}: backward");
+        assert!(orders_the_upper_sweep(m, &backward), "{name}: backward");
+        for upper in [false, true] {
+            let host = match upper {
+                false => LevelSchedule::lower(m).row_levels(),
+                true => LevelSchedule::upper(m).row_levels(),
+            };
+            let sync_free = device_row_levels(&gpu, &dm, upper, LevelScheduler::SyncFree);
+            let waves = device_row_levels(&gpu, &dm, upper, LevelScheduler::Wavefronts);
+            let (sync_free, waves) = (sync_free.unwrap(), waves.unwrap());
+            // Compute capability 7.0 on (independent thread scheduling).
+            if gpu.compute_capability().0 >= 7 {
+                assert_eq!(
+                    sync_free.as_ref(),
+                    Some(&host),
+                    "{name} upper {upper}: sync-free"
+                );
+            }
+            if let Some(levels) = waves {
+                assert_eq!(levels, host, "{name} upper {upper}: wavefronts");
+            } else {
+                // Only a pattern that is not symmetric stalls them.
+                assert!(
+                    !symmetric_pattern(m),
+                    "{name} upper {upper}: the wavefronts gave up"
+                );
+            }
+        }
     }
+}
+
+/// Whether every entry (i, j) of `a` has its partner (j, i).
+fn symmetric_pattern(a: &Csr) -> bool {
+    (0..a.n_rows()).all(|i| a.row(i).0.iter().all(|&j| a.slot(j as usize, i).is_some()))
+}
+
+/// The lower sweep's host levels reversed (each row's level counted from
+/// the last).
+fn reversed_lower_levels(a: &Csr) -> Vec<u32> {
+    let lower = LevelSchedule::lower(a);
+    let last = lower.n_levels() as u32 - 1;
+    lower.row_levels().iter().map(|&l| last - l).collect()
+}
+
+/// Whether every entry (i, j) of `a` above the diagonal has its partner
+/// (j, i): then the lower levels reversed order the upper sweep.
+fn upper_entries_mirrored(a: &Csr) -> bool {
+    (0..a.n_rows()).all(|i| {
+        a.row(i)
+            .0
+            .iter()
+            .all(|&j| j as usize <= i || a.slot(j as usize, i).is_some())
+    })
+}
+
+/// The upper sweep's device levels: where every entry above the diagonal
+/// has its partner the lower levels reversed (`DeviceLevels::reversed`),
+/// else the host's upper schedule.
+fn expected_backward(a: &Csr) -> Vec<u32> {
+    match upper_entries_mirrored(a) {
+        true => reversed_lower_levels(a),
+        false => LevelSchedule::upper(a).row_levels(),
+    }
+}
+
+/// Whether `levels` order the upper sweep of `a`: every row after the rows
+/// above the diagonal it reads.
+fn orders_the_upper_sweep(a: &Csr, levels: &[u32]) -> bool {
+    (0..a.n_rows()).all(|i| {
+        a.row(i)
+            .0
+            .iter()
+            .all(|&j| j as usize <= i || levels[j as usize] < levels[i])
+    })
+}
+
+/// `a` without the entries below the diagonal in row `r`.
+fn without_lower_entries(a: &Csr, r: usize) -> Csr {
+    let (mut row_ptr, mut cols, mut vals) = (vec![0], Vec::new(), Vec::new());
+    for i in 0..a.n_rows() {
+        let (c, v) = a.row(i);
+        for (&j, &x) in c.iter().zip(v) {
+            if i != r || j as usize >= i {
+                cols.push(j);
+                vals.push(x);
+            }
+        }
+        row_ptr.push(cols.len());
+    }
+    Csr::new(a.n_rows(), row_ptr, cols, vals).unwrap()
 }

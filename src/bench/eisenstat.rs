@@ -17,6 +17,7 @@ use fvpoisson::gpu::eisenstat::{
 };
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuVector};
+use fvpoisson::gpu::setup::{collect_phases, SetupPhase};
 use fvpoisson::gpu::smooth::{colour_layout, DeviceSmootherPreconditioner};
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::colouring::Colouring;
@@ -192,6 +193,9 @@ fn baseline_perf(baseline: &JacobiBaseline) -> SolverPerformance {
 pub struct EisenstatBench {
     /// The split, the scaling and the uploads.
     pub setup_ms: f64,
+    /// The set-up's phases (`gpu::setup::collect_phases`: each device
+    /// phase synchronised at its end).
+    pub setup_phases: Vec<SetupPhase>,
     /// The timed solve (after a warm-up solve).
     pub solve_ms: f64,
     pub result: Result<SolverPerformance, SolveError>,
@@ -251,8 +255,11 @@ pub fn bench_solve(
         max_chunk,
         sort_window,
     } = options;
+    gpu.synchronize()?;
     let t = Instant::now();
-    let mut eisenstat = DeviceEisenstat::with_sorted_rows(gpu, cg, a, colouring, sort_window)?;
+    let (eisenstat, setup_phases) =
+        collect_phases(|| DeviceEisenstat::with_sorted_rows(gpu, cg, a, colouring, sort_window));
+    let mut eisenstat = eisenstat?;
     eisenstat.set_max_chunk(max_chunk);
     gpu.synchronize()?;
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -268,6 +275,7 @@ pub fn bench_solve(
     let phases_ms = eisenstat.phase_ms(carried, 20)?;
     Ok(EisenstatBench {
         setup_ms,
+        setup_phases,
         solve_ms,
         result,
         phases_ms,

@@ -6,9 +6,12 @@
 //! Per case the system is ordered once per layout the preconditioners need
 //! (RCM; RCM renumbered colour by colour; grown blocks for block Jacobi and
 //! block-IC, `smooth::block_layout_for`) and uploaded; those orderings and
-//! uploads are common and not counted. Per row: set-up (building the
+//! uploads are common and not counted (the colour layout's phases are
+//! printed once per case and in the notes of its rows). Per row: set-up (building the
 //! preconditioner on the uploaded matrix: factorisation, colouring,
-//! polynomial bound and f32 copies, AMG hierarchy), iterations, solve (PCG
+//! polynomial bound and f32 copies, AMG hierarchy; its phases in the note,
+//! each ended by a synchronisation in this timed path only, through
+//! `gpu::setup::collect_phases`, in ms and SpMVs), iterations, solve (PCG
 //! from x = 0 to the bench tolerance, OpenFOAM-normalised 1e-6, timed after
 //! a warm-up solve: warm), total = set-up + solve, and the total's ratio to
 //! Jacobi-PCG's solve and to the CPU's DIC-PCG (set-up + solve). The set-up
@@ -41,9 +44,9 @@ use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::polynomial::DevicePolynomial;
-use fvpoisson::gpu::setup::SetupPhase;
+use fvpoisson::gpu::setup::{collect_phases, SetupPhase};
 use fvpoisson::gpu::smooth::{
-    block_layout_for, colour_layout, gpu_preconditioner, DevicePreconditioner,
+    block_layout_for, colour_layout_resident, gpu_preconditioner, DevicePreconditioner,
 };
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::amg::AmgSettings;
@@ -359,7 +362,12 @@ fn case_entries(
     let a_rcm = rcm.apply_symmetric(a);
     let b_rcm = rcm.to_new(b);
     let mut by_rcm = Ordered::new(gpu, ("rcm", "RCM".into()), a_rcm, &b_rcm, &options)?;
-    let (by_colour_p, a_colour, colouring) = colour_layout(gpu, &by_rcm.a, h)?;
+    gpu.synchronize()?;
+    let t = Instant::now();
+    let (layout, colour_layout_phases) =
+        collect_phases(|| colour_layout_resident(gpu, &by_rcm.a, &by_rcm.backend.shared_matrix()));
+    let (by_colour_p, a_colour, colouring) = layout?;
+    let colour_layout_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut by_colour = Ordered::new(
         gpu,
         ("rcm+col", "RCM, colour-contiguous".into()),
@@ -390,6 +398,15 @@ fn case_entries(
     // One SpMV on the RCM layout's matrix, the set-ups' unit.
     let spmv = spmv_ms(gpu, &by_rcm.backend.shared_matrix(), 20)?;
     eprintln!("{case}: one SpMV {spmv:.3} ms (RCM, mod-SELL)");
+    // The colour layout is made once per mesh and shared by every rcm+col
+    // row (not part of their set-ups).
+    let colour_layout_note = format!(
+        "colour layout, once per mesh and shared, not in the set-up: {colour_layout_ms:.1} ms \
+         = {:.1} SpMVs: {}",
+        colour_layout_ms / spmv,
+        SetupPhase::describe(&colour_layout_phases, spmv)
+    );
+    eprintln!("{case}: {colour_layout_note}");
     // Jacobi-PCG, the baseline (the fused loop: set-up is the inverse
     // diagonal inside the backend).
     let baseline = JacobiBaseline::measure(gpu, &by_rcm.a, &by_rcm.b, &options)?;
@@ -588,10 +605,21 @@ fn case_entries(
             Layout::Colour => &mut by_colour,
             Layout::Blocks => &mut by_blocks,
         };
+        gpu.synchronize()?;
+        let free_before = gpu.memory()?.0;
         let t = Instant::now();
-        let built = build(ordered);
+        // Each phase synchronised at its end (this timed path only).
+        let (built, phases) = collect_phases(|| build(ordered));
         gpu.synchronize()?;
         let setup_ms = t.elapsed().as_secs_f64() * 1e3;
+        // What the preconditioner holds: fresh device memory is a large
+        // part of a set-up's time.
+        let held = free_before.saturating_sub(gpu.memory()?.0);
+        let setup_note = format!(
+            "{}; holds {:.0} MB of device memory",
+            setup_note(&phases, setup_ms, spmv),
+            held as f64 / 1e6
+        );
         let entry = match built {
             Err(e) => Entry {
                 what,
@@ -622,6 +650,10 @@ fn case_entries(
                     ),
                     Err(e) => (None, format!("failed: {e}")),
                 };
+                let note = match layout {
+                    Layout::Colour => format!("{note}; {setup_note}; {colour_layout_note}"),
+                    _ => format!("{note}; {setup_note}"),
+                };
                 if what == "DIC" && matches!(layout, Layout::Rcm) {
                     dic_rcm_iterations = iterations;
                 }
@@ -644,12 +676,14 @@ fn case_entries(
         Ok(perf) => (
             Some(perf.iterations),
             format!(
-                "final residual {:.3e}{} ({}, {} colours, {}; {mixed_note})",
+                "final residual {:.3e}{} ({}, {} colours, {}; {mixed_note}); {}; {}",
                 perf.final_residual,
                 if perf.converged { "" } else { " NOT CONVERGED" },
                 by_colour.name,
                 colouring.n_colours(),
-                bench.phases(None)
+                bench.phases(None),
+                setup_note(&bench.setup_phases, bench.setup_ms, spmv),
+                colour_layout_note
             ),
         ),
         Err(e) => (None, format!("failed: {e}")),
@@ -760,19 +794,7 @@ fn deflation_entry<'g>(
         ms: preconditioner_ms,
     }];
     phases.extend_from_slice(ops.setup_phases());
-    let phases = phases
-        .iter()
-        .map(|p| {
-            format!(
-                "{} ({}) {:.2} ms = {:.1} SpMVs",
-                p.name,
-                p.place,
-                p.ms,
-                p.ms / spmv_ms
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let phases = SetupPhase::describe(&phases, spmv_ms);
     let zeros = vec![0.0; ordered.a.n_rows()];
     let mut x = backend.upload(&zeros)?;
     let _ = deflated_pcg_device(backend, &ops, &ordered.b, &mut x, controls);
@@ -818,6 +840,20 @@ fn deflation_entry<'g>(
         converged,
         note,
     })
+}
+
+/// A row's set-up in its phases, for the note: "set-up: <phase> (place)
+/// x ms = y SpMVs, ...", then the time no phase holds (outside the spans:
+/// host work before the first span, the final synchronisation).
+fn setup_note(phases: &[SetupPhase], setup_ms: f64, spmv_ms: f64) -> String {
+    let spanned: f64 = phases.iter().map(|p| p.ms).sum();
+    let rest = (setup_ms - spanned).max(0.0);
+    format!(
+        "set-up: {}{}outside the phases {rest:.2} ms = {:.1} SpMVs",
+        SetupPhase::describe(phases, spmv_ms),
+        if phases.is_empty() { "" } else { ", " },
+        rest / spmv_ms
+    )
 }
 
 /// The CPU's DIC-PCG in natural order: measured, or above

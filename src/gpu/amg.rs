@@ -308,7 +308,7 @@ impl Workspace {
 /// (`Gpu::zeros` adds a memset): for set-up arrays whose kernels write every
 /// element before anything reads one (plain integers and floats, for which
 /// any bits are a value).
-fn unzeroed<T: DeviceRepr + ValidAsZeroBits>(
+pub(super) fn unzeroed<T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
     n: usize,
 ) -> Result<CudaSlice<T>, GpuError> {
@@ -403,17 +403,7 @@ pub(super) fn fine_csr(
     scan: &Scan,
 ) -> Result<(DeviceCsr, CudaSlice<i64>), GpuError> {
     let (n, dims) = (m.n, m.dims());
-    let lengths = unzeroed::<u32>(gpu, n)?;
-    m.launch_pattern(gpu, "amg_modsell_row_lengths", &dims, |a| {
-        a.arg(&lengths);
-    })?;
-    let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
-    let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
-    if nnz >= u32::MAX as usize {
-        return Err(GpuError::Invalid(format!(
-            "AMG on the GPU takes matrices of fewer than 2^32 entries, this one has {nnz}"
-        )));
-    }
+    let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, scan, "AMG")?;
     let cols = unzeroed::<u32>(gpu, nnz)?;
     let source = unzeroed::<i64>(gpu, nnz)?;
     m.launch_pattern(gpu, "amg_modsell_to_csr", &dims, |a| {
@@ -428,6 +418,31 @@ pub(super) fn fine_csr(
     };
     fine_values(gpu, &csr, &source, m)?;
     Ok((csr, source))
+}
+
+/// The row pointers of the CSR copy of `m` (the diagonal and the stored
+/// off-diagonals of each row: `amg_modsell_row_lengths`, then their scan)
+/// and its entry count, read back (the only read-back); `what` names the
+/// method in the error for 2^32 entries or more.
+pub(super) fn modsell_csr_row_ptr(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    scan: &Scan,
+    what: &str,
+) -> Result<(CudaSlice<u64>, usize), GpuError> {
+    let (n, dims) = (m.n, m.dims());
+    let lengths = unzeroed::<u32>(gpu, n)?;
+    m.launch_pattern(gpu, "amg_modsell_row_lengths", &dims, |a| {
+        a.arg(&lengths);
+    })?;
+    let row_ptr = unzeroed::<u64>(gpu, n + 1)?;
+    let nnz = scan.run(gpu, &lengths, n, &row_ptr)? as usize;
+    if nnz >= u32::MAX as usize {
+        return Err(GpuError::Invalid(format!(
+            "{what} on the GPU takes matrices of fewer than 2^32 entries, this one has {nnz}"
+        )));
+    }
+    Ok((row_ptr, nnz))
 }
 
 /// The fine CSR's values from the mod-SELL matrix's current values (a thread

@@ -133,12 +133,7 @@ fn check_layout(cg: &GpuCgBackend<'_>, a: &Csr, colouring: &Colouring) -> Result
             cg.n()
         )));
     }
-    if colouring
-        .rows()
-        .iter()
-        .enumerate()
-        .any(|(k, &r)| r as usize != k)
-    {
+    if !colouring.is_contiguous() {
         return Err(invalid(
             "the rows are not colour-contiguous (renumber them with smooth::colour_layout)".into(),
         ));
@@ -326,7 +321,8 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     /// Set up on the device from `cg`'s resident matrix ([`DeviceSplit`]):
     /// the colouring's coupling check, the row order, the scales and the two
     /// SELL triangles; the host reads sizes and flags only (and checks that
-    /// the colouring is contiguous, O(n)). Equal bit for bit to
+    /// the colouring is contiguous: a flag of the colouring, O(1)). Equal
+    /// bit for bit to
     /// [`Self::with_sorted_rows_on_host`].
     pub fn with_sorted_rows(
         gpu: &'g Gpu,
@@ -337,7 +333,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     ) -> Result<Self, SolveError> {
         let mut spans = SetupSpans::new("Eisenstat SGS", Some(gpu));
         check_layout(cg, a, colouring)?;
-        spans.host("colouring size and contiguity");
+        spans.host("colouring size and contiguity flag");
         let split = DeviceSplit::build(gpu, &cg.shared_matrix(), a, colouring, window)?;
         spans.device("coupling check, row order, scales and SELL triangles");
         let eisenstat = Self::from_parts(gpu, cg, colouring, split)?;

@@ -4,9 +4,12 @@
 //!
 //! Wikberg (2024, §6) judged IC infeasible on mod-SELL because the triangular
 //! solves are sequential. Level scheduling (`sparse::levels`) runs each
-//! sweep as one launch per level, one thread per row: the factor is computed
-//! level by level too (each row's factor entries depend only on earlier
-//! rows). The cost is the launch count, twice the number of levels per
+//! sweep as one launch per level, one thread per row. The factor, whose rows
+//! depend only on earlier rows of their lower pattern, is computed in one
+//! launch without synchronisation between levels (Liu et al. 2016: a thread
+//! per row waits for those rows; compute capability 7.0 on, a bounded wait)
+//! or else level by level, equal bit for bit either way. The cost of an
+//! application is the launch count, twice the number of levels per
 //! application; the row order sets it (a banded RCM order on a 3D mesh has a
 //! few hundred levels, a multicolour order as many as colours), which is why
 //! the bench reports the levels with the times.
@@ -16,19 +19,25 @@
 //! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
 //! transposed slots and the factor from the resident mod-SELL matrix on the
 //! device, takes a colour-contiguous order's colours as the levels (else it
-//! schedules the levels on the device by wavefronts, one launch per level
-//! and work proportional to the entries, the host's schedule only beyond
-//! [`MAX_DEVICE_LEVELS`] levels or for a pattern that is not symmetric),
+//! schedules the lower sweep's levels on the device in one launch without
+//! synchronisation between levels ([`LevelScheduler::SyncFree`], Liu et
+//! al. 2016; compute capability 7.0 on), else by wavefronts, one launch per
+//! level and work proportional to the entries, the host's schedule only
+//! beyond [`MAX_DEVICE_LEVELS`] levels or for a pattern that is not
+//! symmetric; the upper sweep runs the lower levels reversed where every
+//! entry above the diagonal has its partner, else a schedule of its own),
 //! and keeps what
 //! [`DeviceIncompleteCholesky::refactorise`] needs for value-only
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
 //! is computed on the device ([`BlockIcStructure`]).
 
+use std::rc::Rc;
+
 use crate::gpu::kernel_args::KernelElement;
 use crate::gpu::KernelArgs;
 use cudarc::driver::{CudaSlice, DeviceRepr};
 
-use super::amg::{csr_values_from_modsell, fine_csr, DeviceCsr, Scan};
+use super::amg::{modsell_csr_row_ptr, unzeroed, DeviceCsr, Scan};
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::setup::{checked_diagonal, SetupSpans};
 use super::smooth::{block_shared_bytes, DevicePreconditioner};
@@ -73,11 +82,12 @@ impl IcKind {
 }
 
 /// A level schedule on the device: the rows level by level, and each
-/// level's row count and first row on the host (one launch per level).
+/// level's row count and first row on the host (one launch per level). The
+/// row list is shared by a schedule and its reversal ([`Self::reversed`]).
 pub(super) struct DeviceLevels {
     counts: Vec<i32>,
     firsts: Vec<i32>,
-    rows: CudaSlice<i32>,
+    rows: Rc<CudaSlice<i32>>,
 }
 
 impl DeviceLevels {
@@ -87,13 +97,30 @@ impl DeviceLevels {
         Ok(Self {
             counts: bounds.clone().map(|w| (w[1] - w[0]) as i32).collect(),
             firsts: bounds.map(|w| w[0] as i32).collect(),
-            rows: gpu.upload(&rows)?,
+            rows: Rc::new(gpu.upload(&rows)?),
         })
+    }
+
+    /// The same levels in the opposite order, sharing the row list: the
+    /// upper sweep's schedule from the lower sweep's where the pattern is
+    /// symmetric (checked by [`upper_mirrored`]), or a colour order's
+    /// backward levels from its forward ones. Nothing is launched.
+    pub(super) fn reversed(&self) -> Self {
+        let mut counts = self.counts.clone();
+        let mut firsts = self.firsts.clone();
+        counts.reverse();
+        firsts.reverse();
+        Self {
+            counts,
+            firsts,
+            rows: Rc::clone(&self.rows),
+        }
     }
 
     /// The levels of a colour-contiguous order (`colour_ptr`: each colour's
     /// first row, then n): the colours ascending (`reverse`: descending), the
-    /// rows in order, listed on the device.
+    /// rows in order, listed on the device (the other direction is
+    /// [`Self::reversed`], on the same list).
     pub(super) fn from_colours(
         gpu: &Gpu,
         colour_ptr: &[usize],
@@ -115,8 +142,77 @@ impl DeviceLevels {
         Ok(Self {
             counts: bounds.iter().map(|b| b.0).collect(),
             firsts: bounds.iter().map(|b| b.1).collect(),
-            rows,
+            rows: Rc::new(rows),
         })
+    }
+
+    /// The level schedule of `csr`'s lower (`upper`: upper) triangle in
+    /// one launch without synchronisation between levels
+    /// (`ic_levels_sync_free`: a thread per row waits for the rows it
+    /// depends on; Liu et al. 2016), then the rows grouped by level (a
+    /// count, a scan and a scatter; three small read-backs). Any pattern
+    /// (nothing stalls: each row reads only its own entries). None on a
+    /// device of compute capability below 7.0 (a thread waiting on another
+    /// of its warp needs independent thread scheduling) or when a wait ran
+    /// past its bound (the kernel then gives up instead of hanging): the
+    /// caller takes the wavefronts.
+    pub(super) fn sync_free(
+        gpu: &Gpu,
+        csr: &DeviceCsr,
+        upper: bool,
+    ) -> Result<Option<Self>, GpuError> {
+        let n = csr.n;
+        if n == 0 || gpu.compute_capability().0 < 7 {
+            return Ok(None);
+        }
+        // level + 1 per row (0: pending); [block ticket, deepest level, gave up].
+        let level = gpu.zeros::<i32>(n)?;
+        let state = gpu.zeros::<i32>(3)?;
+        let (n32, upper) = (n as i32, i32::from(upper));
+        gpu.launch(
+            "ic_levels_sync_free",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
+                a.arg(&level).arg(&state);
+            },
+        )?;
+        let outcome = gpu.download(&state)?;
+        if outcome[2] != 0 {
+            return Ok(None);
+        }
+        let n_levels = outcome[1] as usize + 1;
+        let counts = gpu.zeros::<u32>(n_levels)?;
+        gpu.launch("ic_levels_count", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&level).arg(&counts);
+        })?;
+        let level_ptr = gpu.zeros::<u64>(n_levels + 1)?;
+        let placed = Scan::new(gpu, n_levels)?.run(gpu, &counts, n_levels, &level_ptr)?;
+        if placed as usize != n {
+            return Err(GpuError::Invalid(format!(
+                "the device level schedule placed {placed} of {n} rows"
+            )));
+        }
+        let fill = gpu.zeros::<u32>(n_levels)?;
+        let rows = unzeroed::<i32>(gpu, n)?;
+        gpu.launch("ic_levels_scatter", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32)
+                .arg(&level)
+                .arg(&level_ptr)
+                .arg(&fill)
+                .arg(&rows);
+        })?;
+        let bounds = gpu.download(&level_ptr)?;
+        Ok(Some(Self {
+            counts: bounds[..=n_levels]
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as i32)
+                .collect(),
+            firsts: bounds[..n_levels].iter().map(|&b| b as i32).collect(),
+            rows: Rc::new(rows),
+        }))
     }
 
     /// The level schedule of `csr`'s lower (`upper`: upper) triangle
@@ -138,7 +234,7 @@ impl DeviceLevels {
             return Ok(Some(Self {
                 counts: Vec::new(),
                 firsts: Vec::new(),
-                rows: gpu.zeros::<i32>(1)?,
+                rows: Rc::new(gpu.zeros::<i32>(1)?),
             }));
         }
         let pending = gpu.zeros::<i32>(n)?;
@@ -184,13 +280,13 @@ impl DeviceLevels {
                 .map(|w| w[1] - w[0])
                 .collect(),
             firsts: bounds[..n_levels].to_vec(),
-            rows,
+            rows: Rc::new(rows),
         }))
     }
 
     /// Each row's level (read back; the tests compare it with the host's).
     pub(super) fn row_levels(&self, gpu: &Gpu, n: usize) -> Result<Vec<u32>, GpuError> {
-        let rows = gpu.download(&self.rows)?;
+        let rows = gpu.download(&*self.rows)?;
         let mut level = vec![0u32; n];
         for (k, (&count, &first)) in self.counts.iter().zip(&self.firsts).enumerate() {
             for &r in &rows[first as usize..(first + count) as usize] {
@@ -216,7 +312,7 @@ impl DeviceLevels {
         for (count, first) in self.counts.iter().zip(&self.firsts) {
             let grid = vector_grid(*count as usize);
             gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(count).arg(first).arg(&self.rows);
+                a.arg(count).arg(first).arg(&*self.rows);
                 push(a);
             })?;
         }
@@ -261,10 +357,10 @@ pub struct DeviceIncompleteCholesky<'g> {
     row_ptr: CudaSlice<u64>,
     cols: CudaSlice<u32>,
     vals: CudaSlice<f64>,
-    /// Built on the device ([`Self::on_device`]): the entry count and each
-    /// CSR entry's mod-SELL slot (-(row + 1): the diagonal), for value-only
-    /// re-set-ups.
-    source: Option<(usize, CudaSlice<i64>)>,
+    /// Built on the device ([`Self::on_device`]) from a mod-SELL matrix:
+    /// value-only re-set-ups ([`Self::refactorise`]) take new values from a
+    /// matrix of the same pattern.
+    from_modsell: bool,
     diag_slot: CudaSlice<u64>,
     /// DIC: 1/d*; IC(0): L's strictly lower values in A's slots.
     factor: CudaSlice<f64>,
@@ -272,19 +368,23 @@ pub struct DeviceIncompleteCholesky<'g> {
     l_diag: Option<CudaSlice<f64>>,
     /// IC(0): for each slot (k, i) the slot (i, k) (backward sweep by
     /// rows); DILU: the same, for a_ij in the factor.
-    transposed: Option<CudaSlice<u64>>,
+    transposed: Option<CudaSlice<u32>>,
     /// DILU: the pivot thresholds (`solve::ilu::pivot_thresholds`).
     tiny: Option<CudaSlice<f64>>,
     forward: DeviceLevels,
     backward: DeviceLevels,
     /// Mixed precision: the f32 sweeps' data.
     mixed: Option<MixedIc>,
+    /// The one-launch factorisation's scratch: a done flag per row and
+    /// [block ticket, gave up] (allocated at the first factorisation).
+    sync_free: Option<(CudaSlice<i32>, CudaSlice<i32>)>,
 }
 
 /// f32 copies of the values (read by DIC), the factor and L's diagonal, and
 /// the f32 work vector of the sweeps (Zhang and Zhang 2013, Algorithm 6: PCG stays f64).
 struct MixedIc {
-    vals: CudaSlice<f32>,
+    /// DIC and DILU only: IC(0)'s sweeps read only its factor.
+    vals: Option<CudaSlice<f32>>,
     factor: CudaSlice<f32>,
     l_diag: Option<CudaSlice<f32>>,
     w: CudaSlice<f32>,
@@ -337,12 +437,19 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 }
             }
         }
+        if a.nnz() >= u32::MAX as usize {
+            return Err(SolveError::Device(format!(
+                "{} on the GPU takes matrices of fewer than 2^32 entries, this one has {}",
+                kind.name(),
+                a.nnz()
+            )));
+        }
         let transposed = match kind {
             IcKind::Dic => None,
             IcKind::Ic0 | IcKind::Dilu => Some(
                 transposed_slots(a, kind.name())?
                     .into_iter()
-                    .map(|s| s as u64)
+                    .map(|s| s as u32)
                     .collect::<Vec<_>>(),
             ),
         };
@@ -359,7 +466,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 row_ptr: gpu.upload(&row_ptr)?,
                 cols: gpu.upload(a.cols())?,
                 vals: gpu.upload(a.values())?,
-                source: None,
+                from_modsell: false,
                 diag_slot: gpu.upload(&diag_slot)?,
                 factor: gpu.zeros(match kind {
                     IcKind::Dic | IcKind::Dilu => n,
@@ -374,9 +481,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 forward: DeviceLevels::upload(gpu, &forward)?,
                 backward: DeviceLevels::upload(gpu, &backward)?,
                 mixed: None,
+                sync_free: None,
             })
         };
-        let ic = upload().map_err(device)?;
+        let mut ic = upload().map_err(device)?;
         spans.host("uploads (CSR, slots, levels)");
         ic.factorise()?;
         spans.device("factorisation");
@@ -408,20 +516,20 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let n = m.n;
         let mut spans = SetupSpans::new(kind.name(), Some(gpu));
         checked_diagonal(gpu, m, kind.name())?;
-        spans.device("diagonal check");
-        let scan = Scan::new(gpu, n).map_err(device)?;
-        let (csr, source) = fine_csr(gpu, m, &scan).map_err(device)?;
+        spans.device("diagonal check (1 read-back)");
+        let csr = csr_of_modsell(gpu, m).map_err(device)?;
         let n32 = n as i32;
         let diag_slot = gpu.zeros::<u64>(n).map_err(device)?;
         gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
         })
         .map_err(device)?;
-        spans.device("CSR from the mod-SELL matrix, diagonal slots");
+        spans.device("CSR from the mod-SELL matrix (1 read-back: nnz), diagonal slots");
         let transposed = match kind {
             IcKind::Dic => None,
             IcKind::Ic0 | IcKind::Dilu => {
-                let t = gpu.zeros::<u64>(csr.nnz).map_err(device)?;
+                // Every slot is written (0 where a partner is missing).
+                let t = unzeroed::<u32>(gpu, csr.nnz).map_err(device)?;
                 let failed = gpu.upload(&[n as i32 + 1]).map_err(device)?;
                 gpu.launch(
                     "ic_transposed_slots",
@@ -445,7 +553,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                         kind.name()
                     )));
                 }
-                spans.device("transposed slots");
+                spans.device("transposed slots (1 read-back)");
                 Some(t)
             }
         };
@@ -460,15 +568,19 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let (forward, backward) = match colouring {
             Some(c) => {
                 check_colour_levels(gpu, &csr, c).map_err(device)?;
-                let levels = (
-                    DeviceLevels::from_colours(gpu, c.colour_ptr(), false).map_err(device)?,
-                    DeviceLevels::from_colours(gpu, c.colour_ptr(), true).map_err(device)?,
-                );
+                spans.device("colour check (1 read-back)");
+                // One row list (0..n) for both sweeps.
+                let forward =
+                    DeviceLevels::from_colours(gpu, c.colour_ptr(), false).map_err(device)?;
+                let backward = forward.reversed();
                 spans.device("colours as levels");
-                levels
+                (forward, backward)
             }
             None => {
                 let schedule = |upper: bool| -> Result<DeviceLevels, GpuError> {
+                    if let Some(levels) = DeviceLevels::sync_free(gpu, &csr, upper)? {
+                        return Ok(levels);
+                    }
                     match DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)? {
                         Some(levels) => Ok(levels),
                         None => {
@@ -486,12 +598,24 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                         }
                     }
                 };
-                let levels = (
-                    schedule(false).map_err(device)?,
-                    schedule(true).map_err(device)?,
+                let forward = schedule(false).map_err(device)?;
+                spans.device(
+                    "lower level schedule (one launch and 3 read-backs; else wavefronts, host \
+                     beyond MAX_DEVICE_LEVELS)",
                 );
-                spans.device("level schedules (host beyond MAX_DEVICE_LEVELS)");
-                levels
+                // Where every entry above the diagonal has its partner, the
+                // upper sweep runs the lower levels reversed: one check
+                // instead of a second schedule.
+                // IC(0) and DILU found every entry's partner already (their
+                // transposed slots); DIC checks.
+                let reverse_lower =
+                    transposed.is_some() || upper_mirrored(gpu, &csr).map_err(device)?;
+                let backward = match reverse_lower {
+                    true => forward.reversed(),
+                    false => schedule(true).map_err(device)?,
+                };
+                spans.device("upper level schedule (the lower reversed where symmetric)");
+                (forward, backward)
             }
         };
         let mut ic = Self {
@@ -511,16 +635,17 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             row_ptr: csr.row_ptr,
             cols: csr.cols,
             vals: csr.vals,
-            source: Some((csr.nnz, source)),
+            from_modsell: true,
             diag_slot,
             transposed,
             tiny,
             forward,
             backward,
             mixed: None,
+            sync_free: None,
         };
         ic.factorise()?;
-        spans.device("factorisation");
+        spans.device("factorisation (one launch where the device allows; 1-2 read-backs)");
         if precision == Precision::Mixed {
             ic.mixed = Some(ic.f32_copies().map_err(device)?);
             spans.device("f32 copies");
@@ -535,13 +660,13 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// allocated. A breakdown is the CPU's error, as at the set-up.
     pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let Some((nnz, source)) = &self.source else {
+        if !self.from_modsell {
             return Err(SolveError::Device(format!(
                 "{}: the value-only re-set-up needs a preconditioner built on the device \
                  (DeviceIncompleteCholesky::on_device)",
                 self.kind.name()
             )));
-        };
+        }
         if m.n != self.n {
             return Err(SolveError::Device(format!(
                 "{}: the matrix has {} rows, the preconditioner was built for {}",
@@ -550,11 +675,19 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 self.n
             )));
         }
-        csr_values_from_modsell(self.gpu, *nnz, source, m, &self.vals).map_err(device)?;
+        let dims = m.dims();
+        m.launch_pattern(self.gpu, "ic_modsell_values", &dims, |a| {
+            a.arg(&m.values).arg(&m.diag);
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&self.vals);
+        })
+        .map_err(device)?;
         self.factorise()?;
         let gpu = self.gpu;
         if let Some(mx) = &self.mixed {
-            f32_copy_into(gpu, &self.vals, &mx.vals).map_err(device)?;
+            if let Some(vals) = &mx.vals {
+                f32_copy_into(gpu, &self.vals, vals).map_err(device)?;
+            }
             f32_copy_into(gpu, &self.factor, &mx.factor).map_err(device)?;
             if let (Some(from), Some(to)) = (&self.l_diag, &mx.l_diag) {
                 f32_copy_into(gpu, from, to).map_err(device)?;
@@ -566,7 +699,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// The f32 copies of the mixed-precision sweeps.
     fn f32_copies(&self) -> Result<MixedIc, GpuError> {
         Ok(MixedIc {
-            vals: f32_copy(self.gpu, &self.vals)?,
+            vals: match self.l_diag {
+                None => Some(f32_copy(self.gpu, &self.vals)?),
+                Some(_) => None,
+            },
             factor: f32_copy(self.gpu, &self.factor)?,
             l_diag: self
                 .l_diag
@@ -600,10 +736,78 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         Ok(f)
     }
 
-    fn factorise(&self) -> Result<(), SolveError> {
+    /// The factorisation level by level (a launch per level of the lower
+    /// sweep), as the set-up does where the one-launch factorisation is not
+    /// available; for tests that compare the two (equal bit for bit).
+    pub fn factorise_by_levels(&mut self) -> Result<(), SolveError> {
+        self.factorise_with(false)
+    }
+
+    /// The factorisation in one launch where the device allows
+    /// ([`Self::factor_sync_free`]), else level by level.
+    fn factorise(&mut self) -> Result<(), SolveError> {
+        self.factorise_with(true)
+    }
+
+    /// The factorisation in one launch without synchronisation between
+    /// levels (`ic_factor_sync_free`, Liu et al. 2016: a thread per row
+    /// waits for the rows of its lower pattern, then computes its row as the
+    /// level kernels do), breakdowns into `failed`. False, with nothing
+    /// computed that matters, below compute capability 7.0 or where a
+    /// bounded wait gave up: the caller factorises level by level. Its
+    /// scratch (a flag per row) is allocated at the first factorisation,
+    /// the set-up's, and reused by [`Self::refactorise`].
+    fn factor_sync_free(&mut self, failed: &CudaSlice<i32>) -> Result<bool, GpuError> {
+        let (gpu, n) = (self.gpu, self.n);
+        if n == 0 || gpu.compute_capability().0 < 7 {
+            return Ok(false);
+        }
+        if self.sync_free.is_none() {
+            self.sync_free = Some((gpu.zeros::<i32>(n)?, gpu.zeros::<i32>(2)?));
+        }
+        if let Some((done, state)) = self.sync_free.as_mut() {
+            gpu.zero(done)?;
+            gpu.zero(state)?;
+        }
+        let Some((done, state)) = self.sync_free.as_ref() else {
+            return Ok(false);
+        };
+        let kind: i32 = match self.kind {
+            IcKind::Dic => 0,
+            IcKind::Dilu => 1,
+            IcKind::Ic0 => 2,
+        };
+        let n32 = n as i32;
+        gpu.launch(
+            "ic_factor_sync_free",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n32).arg(&kind);
+                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
+                a.arg(&self.diag_slot);
+                arg_or_null(a, self.transposed.as_ref());
+                arg_or_null(a, self.tiny.as_ref());
+                a.arg(&self.factor);
+                arg_or_null(a, self.l_diag.as_ref());
+                a.arg(done).arg(state).arg(failed);
+            },
+        )?;
+        Ok(gpu.download(state)?[1] == 0)
+    }
+
+    fn factorise_with(&mut self, one_launch: bool) -> Result<(), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let gpu = self.gpu;
-        let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
+        let mut failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
+        if one_launch && self.factor_sync_free(&failed).map_err(device)? {
+            return self.check_factor(&failed);
+        }
+        // Rows that gave up left `failed` as it was for the others; start
+        // over.
+        gpu.write(&[self.n as i32 + 1], &mut failed)
+            .map_err(device)?;
         let kernel = match self.kind {
             IcKind::Dic => "ic_dic_factor",
             IcKind::Dilu => "ic_dilu_factor",
@@ -628,7 +832,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 a.arg(&failed);
             })
             .map_err(device)?;
-        let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
+        self.check_factor(&failed)
+    }
+
+    /// After a factorisation: the CPU's error for the first row that broke
+    /// down (`failed`: that row + 1, else n + 1; one read-back), else DIC's
+    /// and DILU's pivots replaced by their reciprocals.
+    fn check_factor(&self, failed: &CudaSlice<i32>) -> Result<(), SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        let gpu = self.gpu;
+        let failed_row = gpu.download(failed).map_err(device)?[0] as usize;
         if failed_row <= self.n {
             // Breakdown at row failed_row − 1: read its pivot for the message.
             let row = failed_row - 1;
@@ -675,7 +888,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     fn level_sweeps<T: DeviceRepr + KernelElement>(
         &self,
         names: [&'static str; 4],
-        vals: &CudaSlice<T>,
+        vals: Option<&CudaSlice<T>>,
         factor: &CudaSlice<T>,
         l_diag: Option<&CudaSlice<T>>,
         r: &CudaSlice<f64>,
@@ -686,6 +899,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let (fw, bw) = (&self.forward, &self.backward);
         match l_diag {
             None => {
+                let vals = vals.ok_or_else(|| {
+                    GpuError::Invalid("DIC's and DILU's sweeps read the values".into())
+                })?;
                 fw.launch_each(gpu, names[0], |a| {
                     a.arg(&self.row_ptr).arg(&self.cols);
                     a.arg(vals).arg(&self.diag_slot).arg(factor);
@@ -721,6 +937,77 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     }
 }
 
+/// The CSR copy of `m` (the diagonal and the stored off-diagonals, columns
+/// ascending) with its values, on the device: the row pointers
+/// (`amg::modsell_csr_row_ptr`, the entry count read back), then
+/// `ic_modsell_to_csr` writes columns and values in one pass. The same CSR
+/// as AMG's `fine_csr` without its slot map (8 bytes an entry allocated and
+/// written): [`DeviceIncompleteCholesky::refactorise`] finds the slots by
+/// column instead (`ic_modsell_values`).
+fn csr_of_modsell(gpu: &Gpu, m: &DeviceModSell) -> Result<DeviceCsr, GpuError> {
+    let (n, dims) = (m.n, m.dims());
+    let scan = Scan::new(gpu, n)?;
+    let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, &scan, "incomplete Cholesky")?;
+    let cols = unzeroed::<u32>(gpu, nnz)?;
+    let vals = unzeroed::<f64>(gpu, nnz)?;
+    m.launch_pattern(gpu, "ic_modsell_to_csr", &dims, |a| {
+        a.arg(&m.values).arg(&m.diag);
+        a.arg(&row_ptr).arg(&cols).arg(&vals);
+    })?;
+    Ok(DeviceCsr {
+        n,
+        nnz,
+        row_ptr,
+        cols,
+        vals,
+    })
+}
+
+/// How [`device_row_levels`] schedules: in one launch
+/// ([`DeviceLevels::sync_free`], the set-up's first choice) or by
+/// wavefronts (one launch per level, its fallback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LevelScheduler {
+    SyncFree,
+    Wavefronts,
+}
+
+/// Each row's level in the lower (`upper`: upper) sweep of `m` (its CSR
+/// copy built on the device) as `scheduler` computes it, read back; None
+/// where that scheduler gives up (wavefronts: a pattern that is not
+/// symmetric or more than [`MAX_DEVICE_LEVELS`] levels; sync-free: a
+/// device below compute capability 7.0 or a wait past its bound). For the
+/// tests that hold both schedulers to the host's `LevelSchedule`.
+pub fn device_row_levels(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    upper: bool,
+    scheduler: LevelScheduler,
+) -> Result<Option<Vec<u32>>, GpuError> {
+    let csr = csr_of_modsell(gpu, m)?;
+    let levels = match scheduler {
+        LevelScheduler::SyncFree => DeviceLevels::sync_free(gpu, &csr, upper)?,
+        LevelScheduler::Wavefronts => DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)?,
+    };
+    levels.map(|l| l.row_levels(gpu, m.n)).transpose()
+}
+
+/// Whether every entry (i, j) of `csr` above the diagonal has its partner
+/// (j, i) (`ic_upper_mirrored`: one launch, one integer read back): then the
+/// lower sweep's levels reversed are a valid schedule of the upper sweep
+/// ([`DeviceLevels::reversed`]), with the same levels count, and the sweeps'
+/// results do not depend on the schedule (each row reads only finished
+/// rows).
+fn upper_mirrored(gpu: &Gpu, csr: &DeviceCsr) -> Result<bool, GpuError> {
+    let n = csr.n;
+    let failed = gpu.upload(&[n as i32 + 1])?;
+    let n32 = n as i32;
+    gpu.launch("ic_upper_mirrored", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&failed);
+    })?;
+    Ok(gpu.download(&failed)?[0] as usize > n)
+}
+
 /// Checks on the device (`ic_colour_check`) that `colouring`'s colours can
 /// be the sweeps' levels of `csr`: every colour a run of rows (the rows in
 /// colour order are 0..n) and no two rows of a colour coupled.
@@ -733,13 +1020,7 @@ fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Res
             colouring.colours().len()
         )));
     }
-    if (n > 0 && ptr.len() < 2)
-        || colouring
-            .rows()
-            .iter()
-            .enumerate()
-            .any(|(k, &r)| r as usize != k)
-    {
+    if (n > 0 && ptr.len() < 2) || !colouring.is_contiguous() {
         return Err(GpuError::Invalid(
             "the rows are not colour-contiguous (renumber them with smooth::colour_layout)".into(),
         ));
@@ -780,7 +1061,7 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
             ];
             return self.level_sweeps(
                 F64,
-                &self.vals,
+                Some(&self.vals),
                 &self.factor,
                 self.l_diag.as_ref(),
                 r,
@@ -796,7 +1077,7 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
         ];
         self.level_sweeps(
             F32,
-            &mx.vals,
+            mx.vals.as_ref(),
             &mx.factor,
             mx.l_diag.as_ref(),
             r,
@@ -1000,9 +1281,9 @@ impl DeviceBlockIc {
         };
         let mut spans = SetupSpans::new(name, Some(gpu));
         checked_diagonal(gpu, m, name)?;
-        spans.device("diagonal check");
+        spans.device("diagonal check (1 read-back)");
         let structure = BlockIcStructure::on_device(gpu, m).map_err(device)?;
-        spans.device("structure: in-slice counts and levels");
+        spans.device("structure: in-slice counts and levels (1 read-back)");
         let mnz = structure.maxima[0] as usize;
         let bytes = block_shared_bytes(h, mnz);
         for kernel in BLOCK_IC_KERNELS {
@@ -1071,7 +1352,7 @@ impl DeviceBlockIc {
                 },
             ));
         }
-        spans.device("factorisation");
+        spans.device("factorisation (1 read-back)");
         if precision == Precision::Mixed {
             let off = ic.off.as_ref().unwrap_or(&m.values);
             ic.f32_factors = Some((

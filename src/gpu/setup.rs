@@ -9,6 +9,15 @@
 //! phases back ([`SetupSpans::finish`], [`SetupPhase`]) for a benchmark to
 //! print.
 //!
+//! A benchmark that cannot reach the spans of a set-up (they live inside
+//! the preconditioner's constructor) wraps the constructor in
+//! [`collect_phases`]: every span made inside it on this thread is timed
+//! and its phases are handed back in order. Spans nested in another (a
+//! block-IC set-up inside a smoother's) are not counted twice: the outer
+//! phase that contains them keeps only its own time. Outside
+//! `collect_phases` nothing changes: the product's set-ups gain no
+//! synchronisation.
+//!
 //! The device set-ups here read the resident mod-SELL matrix and hand the
 //! host only sizes and error flags:
 //!
@@ -21,6 +30,7 @@
 //!   operations in the same order; the mod-SELL keeps a row's off-diagonals
 //!   in column order).
 
+use std::cell::RefCell;
 use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
@@ -39,6 +49,54 @@ pub struct SetupPhase {
     pub ms: f64,
 }
 
+impl SetupPhase {
+    /// `phases` as a benchmark's note gives them: "name (place) x ms = y
+    /// SpMVs", comma-separated, each also in times of one SpMV of
+    /// `spmv_ms`.
+    pub fn describe(phases: &[SetupPhase], spmv_ms: f64) -> String {
+        phases
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} ({}) {:.2} ms = {:.1} SpMVs",
+                    p.name,
+                    p.place,
+                    p.ms,
+                    p.ms / spmv_ms
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+thread_local! {
+    /// The phases [`collect_phases`] gathers on this thread (None: not
+    /// collecting).
+    static COLLECTED: RefCell<Option<Vec<SetupPhase>>> = const { RefCell::new(None) };
+}
+
+fn collecting() -> bool {
+    COLLECTED.with(|c| c.borrow().is_some())
+}
+
+/// Phases collected so far (0 when not collecting).
+fn collected_len() -> usize {
+    COLLECTED.with(|c| c.borrow().as_ref().map_or(0, Vec::len))
+}
+
+/// Runs `build` with every [`SetupSpans`] made inside it on this thread
+/// timed (each device phase synchronises the stream), and returns its
+/// result and the phases of those spans in the order they ended (nested
+/// spans' time is not counted again in the phase around them). For
+/// benchmarks; calls do not nest (an inner call collects for itself).
+pub fn collect_phases<T>(build: impl FnOnce() -> T) -> (T, Vec<SetupPhase>) {
+    let outer = COLLECTED.with(|c| c.borrow_mut().replace(Vec::new()));
+    let result = build();
+    let phases = COLLECTED.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
+    (result, phases.unwrap_or_default())
+}
+
 /// The timed phases of one set-up (module documentation).
 pub struct SetupSpans<'g> {
     what: &'static str,
@@ -48,6 +106,9 @@ pub struct SetupSpans<'g> {
     enabled: bool,
     /// Kept only when made with [`Self::timed`].
     phases: Option<Vec<SetupPhase>>,
+    /// Inside [`collect_phases`]: the collected phases' count at this
+    /// span's last phase end; those collected since were nested spans'.
+    collected_at: Option<usize>,
 }
 
 impl<'g> SetupSpans<'g> {
@@ -55,13 +116,15 @@ impl<'g> SetupSpans<'g> {
     /// is timed (debug logging only).
     pub fn new(what: &'static str, gpu: Option<&'g Gpu>) -> Self {
         let now = Instant::now();
+        let collected_at = collecting().then(collected_len);
         Self {
             what,
             gpu,
             start: now,
             last: now,
-            enabled: log::log_enabled!(log::Level::Debug),
+            enabled: collected_at.is_some() || log::log_enabled!(log::Level::Debug),
             phases: None,
+            collected_at,
         }
     }
 
@@ -86,14 +149,32 @@ impl<'g> SetupSpans<'g> {
             }
         }
         let now = Instant::now();
-        let ms = (now - self.last).as_secs_f64() * 1e3;
-        log::debug!("{} set-up: {phase} ({place}) {ms:.3} ms", self.what);
-        if let Some(phases) = &mut self.phases {
-            phases.push(SetupPhase {
-                name: phase.to_string(),
-                place,
-                ms,
+        let mut ms = (now - self.last).as_secs_f64() * 1e3;
+        if let Some(at) = self.collected_at {
+            // Spans nested in this phase have collected their own phases.
+            let nested: f64 = COLLECTED.with(|c| {
+                c.borrow()
+                    .as_ref()
+                    .map_or(0.0, |p| p.iter().skip(at).map(|p| p.ms).sum())
             });
+            ms = (ms - nested).max(0.0);
+        }
+        log::debug!("{} set-up: {phase} ({place}) {ms:.3} ms", self.what);
+        let record = SetupPhase {
+            name: phase.to_string(),
+            place,
+            ms,
+        };
+        if self.collected_at.is_some() {
+            COLLECTED.with(|c| {
+                if let Some(p) = c.borrow_mut().as_mut() {
+                    p.push(record.clone());
+                    self.collected_at = Some(p.len());
+                }
+            });
+        }
+        if let Some(phases) = &mut self.phases {
+            phases.push(record);
         }
         self.last = now;
     }
@@ -200,4 +281,53 @@ pub fn jacobi_scales(
     })
     .map_err(device)?;
     Ok((scale, rounded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{collect_phases, SetupPhase, SetupSpans};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn collected_phases_come_in_order_and_nested_spans_count_once() {
+        let t = Instant::now();
+        let (value, phases) = collect_phases(|| {
+            let mut outer = SetupSpans::new("outer", None);
+            outer.host("first");
+            let mut inner = SetupSpans::new("inner", None);
+            std::thread::sleep(Duration::from_millis(20));
+            inner.host("nested work");
+            inner.finish();
+            outer.host("around the nested set-up");
+            outer.finish();
+            7
+        });
+        let whole = t.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(value, 7);
+        let names: Vec<&str> = phases.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["first", "nested work", "around the nested set-up"]);
+        assert!(phases[1].ms >= 20.0, "{phases:?}");
+        // The outer phase holds the nested one; it is counted once.
+        let sum: f64 = phases.iter().map(|p| p.ms).sum();
+        assert!(sum <= whole + 1e-6, "{sum} of {whole} ms: {phases:?}");
+    }
+
+    #[test]
+    fn nothing_is_collected_outside_collect_phases() {
+        let mut spans = SetupSpans::new("alone", None);
+        spans.host("a phase");
+        assert!(spans.finish().is_empty());
+        let ((), phases) = collect_phases(|| ());
+        assert!(phases.is_empty());
+        let ((), phases) = collect_phases(|| {
+            let mut s = SetupSpans::new("inside", None);
+            s.device("a device phase");
+            s.finish();
+        });
+        assert_eq!(phases.len(), 1);
+        assert_eq!(phases[0].place, "device");
+        let note = SetupPhase::describe(&phases, 0.5);
+        assert!(note.starts_with("a device phase (device) "), "{note}");
+        assert!(note.contains(" SpMVs"), "{note}");
+    }
 }

@@ -109,28 +109,44 @@ impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
     }
 }
 
-/// Jones–Plassmann colouring on the GPU (`jp_select`, `jp_assign`): each round
-/// colours the uncoloured rows that outrank their uncoloured neighbours, first
-/// fit. Returns the colours and the number of rounds.
+/// Rounds of [`jones_plassmann`] launched between two read-backs of the
+/// rows left uncoloured (a round after the last colours nothing).
+const JP_BATCH: usize = 8;
+
+/// Jones–Plassmann colouring on the GPU (Jones and Plassmann 1993;
+/// `jp_select`, `jp_assign`): each round colours the uncoloured rows that
+/// outrank their uncoloured neighbours by hashed priority, first fit. The
+/// rounds run in batches of [`JP_BATCH`], each round counting the rows it
+/// leaves uncoloured into its own counter, and the host reads the batch's
+/// counters once (a mesh needs tens of rounds: a few read-backs instead
+/// of one per round); rounds past the last change nothing. Returns the colours
+/// and the number of rounds that coloured rows.
 pub fn jones_plassmann(gpu: &Gpu, m: &DeviceModSell) -> Result<(Vec<u32>, usize), GpuError> {
     let (n, dims) = (m.n, m.dims());
     let colour = gpu.upload(&vec![-1i32; n])?;
     let candidate = gpu.zeros::<i32>(n)?;
-    let mut uncoloured = gpu.zeros::<i32>(1)?;
+    let mut uncoloured = gpu.zeros::<i32>(JP_BATCH)?;
     let mut rounds = 0;
-    loop {
-        m.launch_pattern(gpu, "jp_select", &dims, |a| {
-            a.arg(&colour).arg(&candidate);
-        })?;
+    let mut all_coloured = n == 0;
+    while !all_coloured {
         gpu.zero(&mut uncoloured)?;
-        m.launch_pattern(gpu, "jp_assign", &dims, |a| {
-            a.arg(&colour).arg(&candidate).arg(&uncoloured);
-        })?;
-        rounds += 1;
-        // Each round colours at least the top-ranked uncoloured row.
-        if gpu.download(&uncoloured)?[0] == 0 {
-            break;
+        for k in 0..JP_BATCH {
+            m.launch_pattern(gpu, "jp_select", &dims, |a| {
+                a.arg(&colour).arg(&candidate);
+            })?;
+            let left = uncoloured.slice(k..k + 1);
+            m.launch_pattern(gpu, "jp_assign", &dims, |a| {
+                a.arg(&colour).arg(&candidate).arg(&left);
+            })?;
         }
+        let left = gpu.download(&uncoloured)?;
+        // Each round colours at least the top-ranked uncoloured row.
+        if let Some(k) = left.iter().position(|&l| l == 0) {
+            rounds += k + 1;
+            all_coloured = true;
+            continue;
+        }
+        rounds += JP_BATCH;
         if rounds > n {
             return Err(GpuError::Invalid(format!(
                 "Jones-Plassmann colouring still had rows left after {rounds} rounds on {n} rows"
@@ -181,13 +197,9 @@ impl DeviceColouring {
     /// A colouring computed before (e.g. by [`colour_layout`]).
     pub fn from_colouring(gpu: &Gpu, colouring: Colouring) -> Result<Self, GpuError> {
         let n = colouring.rows().len();
-        let contiguous = colouring
-            .rows()
-            .iter()
-            .enumerate()
-            .all(|(k, &r)| r as usize == k);
-        // A colour-contiguous order's list is 0..n: written on the device.
-        let rows = match contiguous {
+        // A colour-contiguous order's list is 0..n (a flag of the
+        // colouring, no pass over the rows): written on the device.
+        let rows = match colouring.is_contiguous() {
             true => {
                 let rows = gpu.zeros::<i32>(n)?;
                 let n32 = n as i32;
@@ -251,12 +263,39 @@ pub fn colour_layout(
     a: &Csr,
     slice_height: usize,
 ) -> Result<(Permutation, Csr, Colouring), GpuError> {
+    let mut spans = SetupSpans::new("colour layout", Some(gpu));
     let m = ModSell::from_csr(a, slice_height).map_err(GpuError::Invalid)?;
-    let (colours, _) = jones_plassmann(gpu, &DeviceModSell::upload(gpu, &m)?)?;
+    let m = DeviceModSell::upload(gpu, &m)?;
+    spans.host("mod-SELL copy and upload for the colouring");
+    colour_layout_of(gpu, a, &m, spans)
+}
+
+/// [`colour_layout`] of `a` coloured on `m`, its copy already resident on
+/// the device (the same rows): no mod-SELL conversion or upload.
+pub fn colour_layout_resident(
+    gpu: &Gpu,
+    a: &Csr,
+    m: &DeviceModSell,
+) -> Result<(Permutation, Csr, Colouring), GpuError> {
+    m.check_rows("colour layout", a)?;
+    colour_layout_of(gpu, a, m, SetupSpans::new("colour layout", Some(gpu)))
+}
+
+fn colour_layout_of(
+    gpu: &Gpu,
+    a: &Csr,
+    m: &DeviceModSell,
+    mut spans: SetupSpans<'_>,
+) -> Result<(Permutation, Csr, Colouring), GpuError> {
+    let (colours, _) = jones_plassmann(gpu, m)?;
+    spans.device("Jones-Plassmann colouring (a read-back per 8 rounds)");
     let (p, colouring) = Colouring::from_colours(colours)
         .map_err(GpuError::Invalid)?
         .contiguous();
+    spans.host("rows grouped by colour");
     let ordered = p.apply_symmetric(a);
+    spans.host("colour-contiguous permutation of the matrix");
+    spans.finish();
     Ok((p, ordered, colouring))
 }
 
@@ -425,7 +464,7 @@ impl<'g> DeviceSmoother<'g> {
             }
             SmootherKind::GaussSeidel(sweep) => {
                 checked_diagonal(gpu, &matrix, "Gauss-Seidel").map_err(invalid)?;
-                spans.device("diagonal check");
+                spans.device("diagonal check (1 read-back)");
                 let colouring = match colouring {
                     Some(c) if c.colours().len() == a.n_rows() => {
                         DeviceColouring::from_colouring(gpu, c)?
@@ -439,7 +478,7 @@ impl<'g> DeviceSmoother<'g> {
                     }
                     None => DeviceColouring::new(gpu, a, &matrix, settings.colouring)?,
                 };
-                spans.host("colouring (given: upload of its rows; else Jones-Plassmann)");
+                spans.host("colouring (given: its row list, 0..n on the device when contiguous; else Jones-Plassmann)");
                 let mixed = match mixed {
                     true => Some((matrix.f32_twin(gpu)?, gpu.zeros(matrix.n)?)),
                     false => None,

@@ -16,6 +16,8 @@
 //! Greedy first-fit never needs more than max degree + 1 colours (Wikberg's
 //! (2024) "bounded below by mnz" is an erratum).
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use crate::sparse::{Csr, Permutation};
@@ -32,13 +34,20 @@ pub fn jp_priority(i: u32) -> u32 {
     x
 }
 
-/// A colour per row and the rows grouped by colour.
+/// A colour per row and the rows grouped by colour. Cloning is cheap (the
+/// arrays are shared): every preconditioner set up on one colour layout
+/// (multicolour Gauss–Seidel, DIC and IC(0) in colour order, Eisenstat SGS)
+/// takes the same colouring without copying n-row arrays on the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Colouring {
-    colour: Vec<u32>,
+    colour: Arc<[u32]>,
     /// The rows of colour k are `rows[ptr[k]..ptr[k + 1]]`, ascending.
-    rows: Vec<u32>,
-    ptr: Vec<usize>,
+    rows: Arc<[u32]>,
+    ptr: Arc<[usize]>,
+    /// Whether `rows` is 0..n (every colour a contiguous run of rows, as
+    /// [`Self::contiguous`] makes them): found while grouping, so that a
+    /// set-up checks it in O(1).
+    contiguous: bool,
 }
 
 impl Colouring {
@@ -58,11 +67,19 @@ impl Colouring {
         }
         let mut next = ptr.clone();
         let mut rows = vec![0u32; colour.len()];
+        let mut contiguous = true;
         for (r, &c) in colour.iter().enumerate() {
-            rows[next[c as usize]] = r as u32;
+            let k = next[c as usize];
+            rows[k] = r as u32;
+            contiguous &= k == r;
             next[c as usize] += 1;
         }
-        Ok(Self { colour, rows, ptr })
+        Ok(Self {
+            colour: colour.into(),
+            rows: rows.into(),
+            ptr: ptr.into(),
+            contiguous,
+        })
     }
 
     /// First-fit greedy colouring visiting the rows in `order` (a permutation
@@ -124,12 +141,17 @@ impl Colouring {
     pub fn colour_ptr(&self) -> &[usize] {
         &self.ptr
     }
+    /// Whether every colour is a contiguous run of rows ([`Self::rows`] is
+    /// 0..n), as in the order [`Self::contiguous`] makes. O(1).
+    pub fn is_contiguous(&self) -> bool {
+        self.contiguous
+    }
 
     /// The rows renumbered colour by colour (ascending within a colour, so
     /// the current order's locality is kept), and this colouring in the new
     /// numbering, where every colour is a contiguous run of rows.
     pub fn contiguous(&self) -> (Permutation, Colouring) {
-        let p = Permutation::from_new_to_old(self.rows.clone()).expect("rows hold each row once");
+        let p = Permutation::from_new_to_old(self.rows.to_vec()).expect("rows hold each row once");
         let c = Self::from_colours(p.to_new(&self.colour)).expect("the same colours");
         (p, c)
     }
@@ -261,6 +283,19 @@ mod tests {
         for (new, &old) in p.new_to_old().iter().enumerate() {
             assert_eq!(runs.colours()[new], c.colours()[old as usize]);
         }
+        // The O(1) flag agrees with the rows; RCM-free random rows are not runs.
+        assert!(runs.is_contiguous());
+        assert!(!c.is_contiguous());
+        assert!(Colouring::from_colours(vec![0, 0, 1, 2])
+            .unwrap()
+            .is_contiguous());
+        assert!(!Colouring::from_colours(vec![0, 1, 0])
+            .unwrap()
+            .is_contiguous());
+        // A clone shares the arrays instead of copying n rows.
+        let shared = runs.clone();
+        assert!(std::ptr::eq(shared.rows().as_ptr(), runs.rows().as_ptr()));
+        assert_eq!(shared, runs);
     }
 
     #[test]
