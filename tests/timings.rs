@@ -164,7 +164,8 @@ fn the_debug_level_names_the_steps_of_each_phase() {
         "assembly: matrix pattern and slot map ",
         "assembly: source per cell ",
         "assembly: host matrix and right-hand side ",
-        "output: VTK cells and patches ",
+        "output: VTK patches ",
+        "output: VTK cells ",
         "output: error ",
         "output: VTK files ",
     ] {
