@@ -876,7 +876,7 @@ impl<'a> Run<'a> {
                 let diagonal = &self.system.slots().diagonal.clone();
                 let values = self.system.matrix.values_mut();
                 for (&slot, add) in diagonal.iter().zip(&sp.implicit) {
-                    values[slot] += add;
+                    values[slot as usize] += add;
                 }
             }
         }
