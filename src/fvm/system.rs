@@ -971,7 +971,7 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
     if u32::try_from(nnz).is_err() {
         return Err(FvmError::invalid(format!(
             "the matrix of {n_cells} cells has {nnz} entries, more than the 2^32 its slot map \
-             can number; split the case over ranks (run -np N)"
+             can number: give a mesh of fewer cells"
         )));
     }
     let matrix = Csr::new(n_cells, row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
