@@ -193,13 +193,6 @@ fn cpu_seconds() -> Result<f64, Box<dyn std::error::Error>> {
 
 /// Peak resident set size of this process (VmHWM), in MB (10^6 bytes).
 fn peak_rss_mb() -> Result<f64, Box<dyn std::error::Error>> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .ok_or("no VmHWM in /proc/self/status")?
-        .trim()
-        .parse()?;
-    Ok(kb * 1024.0 / 1e6)
+    let rss = fvpoisson::timings::Rss::now().ok_or("no /proc/self/statm")?;
+    Ok(rss.peak as f64 / 1e6)
 }

@@ -609,6 +609,8 @@ fn while_opening_gpu<T>(
     kernels: &'static [&'static str],
     read: impl FnOnce() -> anyhow::Result<T>,
 ) -> (anyhow::Result<T>, anyhow::Result<Option<crate::gpu::Gpu>>) {
+    // `--device cpu` opens none: its run has no device set-up.
+    let device = device.filter(|&d| d != crate::gpu::DeviceChoice::Cpu);
     std::thread::scope(|scope| {
         let opening = device.map(|device| {
             scope.spawn(move || {

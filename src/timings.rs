@@ -15,11 +15,19 @@
 //! [`enter_synced`], which synchronises the GPU's stream when the phase
 //! starts and ends (only while a clock runs), so that kernels are charged to
 //! the phase that launched them rather than to the next one that waits.
+//!
+//! Each phase's end also reads the process's resident memory ([`Rss`]: its
+//! peak so far, VmHWM, and its current size, VmRSS), so that the table says
+//! after which phase the peak was reached and what stayed alive. The read is
+//! one `getrusage` and one `pread` of `/proc/self/statm` (a few
+//! microseconds), made only where a clock runs.
 
 use crate::gpu::Gpu;
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::marker::PhantomData;
+use std::os::unix::fs::FileExt as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A part of a run, as the phase table lists them.
@@ -97,6 +105,69 @@ pub struct Timings {
     total: f64,
     cpu: [f64; N_PHASES],
     cpu_total: f64,
+    /// The process's memory at the last end of each phase (None: the phase
+    /// never ended, or the system does not say).
+    rss_after: [Option<Rss>; N_PHASES],
+    /// The process's memory when the account was taken.
+    rss_end: Option<Rss>,
+}
+
+/// The resident memory of the process at a moment, in bytes: its peak since
+/// the process started (VmHWM of `/proc/self/status`) and its current size
+/// (VmRSS).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rss {
+    pub peak: u64,
+    pub current: u64,
+}
+
+impl Rss {
+    /// The process's memory now; None where the system does not say (no
+    /// `/proc`).
+    pub fn now() -> Option<Rss> {
+        thread_local! {
+            /// `/proc/self/statm`, kept open: a `pread` at offset 0 reads it
+            /// afresh without an open and a close per reading.
+            static STATM: Option<std::fs::File> = std::fs::File::open("/proc/self/statm").ok();
+        }
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+        // SAFETY: getrusage writes one rusage, which is read only on success.
+        let peak_kib = match unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } {
+            0 => unsafe { usage.assume_init() }.ru_maxrss,
+            _ => return None,
+        };
+        let mut text = [0u8; 128];
+        let n = STATM.with(|f| f.as_ref().and_then(|f| f.read_at(&mut text, 0).ok()))?;
+        // statm: sizes in pages, "size resident shared text lib data dt".
+        let resident_pages: u64 = std::str::from_utf8(&text[..n])
+            .ok()?
+            .split_ascii_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+        let current = resident_pages * page;
+        // The kernel updates the peak it reports (ru_maxrss, in KiB) lazily:
+        // a current size read earlier can be above it. The peak is the
+        // largest of every size seen, so that it never falls.
+        static PEAK_SEEN: AtomicU64 = AtomicU64::new(0);
+        let reported = u64::try_from(peak_kib).ok()? * 1024;
+        let peak = PEAK_SEEN
+            .fetch_max(reported.max(current), Ordering::Relaxed)
+            .max(reported.max(current));
+        Some(Rss { peak, current })
+    }
+}
+
+/// `bytes` in MB (10^6 bytes) for the table, "-" for none.
+fn megabytes(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "-".to_string(), |b| format!("{:.0} MB", b as f64 / 1e6))
+}
+
+/// `bytes` in MB for the JSON account, null for none.
+fn megabytes_json(bytes: Option<u64>) -> serde_json::Value {
+    bytes.map_or(serde_json::Value::Null, |b| (b as f64 / 1e6).round().into())
 }
 
 /// CPU seconds the process has used so far, over all its threads.
@@ -143,7 +214,20 @@ impl Timings {
         (self.cpu_total - self.cpu.iter().sum::<f64>()).max(0.0)
     }
 
-    /// What happened between `earlier` (a snapshot of the same clock) and `self`.
+    /// The process's memory at the last end of `phase` (None: it never
+    /// ended, or the system does not say).
+    pub fn rss_after(&self, phase: Phase) -> Option<Rss> {
+        self.rss_after[phase.index()]
+    }
+
+    /// The process's memory when the account was taken: its peak is the
+    /// run's.
+    pub fn rss_end(&self) -> Option<Rss> {
+        self.rss_end
+    }
+
+    /// What happened between `earlier` (a snapshot of the same clock) and
+    /// `self` (the memory as of `self`).
     pub fn since(&self, earlier: &Timings) -> Timings {
         let minus = |now: &[f64; N_PHASES], then: &[f64; N_PHASES]| {
             let mut d = *now;
@@ -157,6 +241,8 @@ impl Timings {
             total: (self.total - earlier.total).max(0.0),
             cpu: minus(&self.cpu, &earlier.cpu),
             cpu_total: (self.cpu_total - earlier.cpu_total).max(0.0),
+            rss_after: self.rss_after,
+            rss_end: self.rss_end,
         }
     }
 
@@ -181,7 +267,9 @@ impl Timings {
             )))
     }
 
-    /// The phase table: wall seconds and share of the total per phase.
+    /// The phase table: wall seconds and share of the total per phase, the
+    /// CPU seconds, and the process's peak and current resident memory
+    /// after the phase's last end (total: at the end of the account).
     pub fn table(&self) -> String {
         let share = |s: f64| {
             if self.total > 0.0 {
@@ -191,16 +279,35 @@ impl Timings {
             }
         };
         let mut text = format!(
-            "{:<20} {:>10} {:>7} {:>10}\n",
-            "phase", "wall s", "share", "cpu s"
+            "{:<20} {:>10} {:>7} {:>10} {:>15} {:>10}\n",
+            "phase", "wall s", "share", "cpu s", "peak RSS after", "RSS after"
         );
-        for (label, _, s, cpu) in self.rows_with_cpu() {
-            let _ = writeln!(text, "{label:<20} {s:>10.3} {:>6.1}% {cpu:>10.3}", share(s));
+        let row =
+            |text: &mut String, label: &str, s: f64, share: f64, cpu: f64, rss: Option<Rss>| {
+                let _ = write!(
+                    text,
+                    "{label:<20} {s:>10.3} {share:>6.1}% {cpu:>10.3} {:>15} {:>10}",
+                    megabytes(rss.map(|r| r.peak)),
+                    megabytes(rss.map(|r| r.current))
+                );
+            };
+        for (phase, (label, _, s, cpu)) in Phase::ALL
+            .iter()
+            .map(Some)
+            .chain([None])
+            .zip(self.rows_with_cpu())
+        {
+            let rss = phase.and_then(|&p| self.rss_after(p));
+            row(&mut text, label, s, share(s), cpu, rss);
+            text.push('\n');
         }
-        let _ = write!(
-            text,
-            "{:<20} {:>10.3} {:>6.1}% {:>10.3}",
-            "total", self.total, 100.0, self.cpu_total
+        row(
+            &mut text,
+            "total",
+            self.total,
+            100.0,
+            self.cpu_total,
+            self.rss_end,
         );
         text
     }
@@ -213,12 +320,21 @@ impl Timings {
 
     /// The account as a JSON object: `{"total_s": T, "phases_s": {"mesh":
     /// s, ..., "other": s}, "wall_over_solve": r, "total_cpu_s": C,
-    /// "phases_cpu_s": {...}}` (r null without solves).
+    /// "phases_cpu_s": {...}, "peak_rss_mb": P, "rss_mb": R,
+    /// "phases_peak_rss_after_mb": {"mesh": p, ...}, "phases_rss_after_mb":
+    /// {...}}` (r null without solves; memory in MB of 10^6 bytes, null where
+    /// a phase never ended or the system does not say).
     pub fn to_json_value(&self) -> serde_json::Value {
         let (mut wall, mut cpu) = (serde_json::Map::new(), serde_json::Map::new());
         for (_, key, s, c) in self.rows_with_cpu() {
             wall.insert(key.to_string(), s.into());
             cpu.insert(key.to_string(), c.into());
+        }
+        let (mut peak_after, mut rss_after) = (serde_json::Map::new(), serde_json::Map::new());
+        for p in Phase::ALL {
+            let rss = self.rss_after(p);
+            peak_after.insert(p.key().to_string(), megabytes_json(rss.map(|r| r.peak)));
+            rss_after.insert(p.key().to_string(), megabytes_json(rss.map(|r| r.current)));
         }
         serde_json::json!({
             "total_s": self.total,
@@ -226,6 +342,10 @@ impl Timings {
             "wall_over_solve": self.wall_over_solve(),
             "total_cpu_s": self.cpu_total,
             "phases_cpu_s": cpu,
+            "peak_rss_mb": megabytes_json(self.rss_end.map(|r| r.peak)),
+            "rss_mb": megabytes_json(self.rss_end.map(|r| r.current)),
+            "phases_peak_rss_after_mb": peak_after,
+            "phases_rss_after_mb": rss_after,
         })
     }
 
@@ -242,6 +362,8 @@ struct Clock {
     start: Mark,
     phases: [f64; N_PHASES],
     cpu: [f64; N_PHASES],
+    /// The process's memory at the last end of each phase.
+    rss_after: [Option<Rss>; N_PHASES],
     /// The phases entered and not left, innermost last, with the time from
     /// which the innermost is being charged.
     open: Vec<(Phase, Mark)>,
@@ -294,6 +416,8 @@ impl Clock {
             total,
             cpu,
             cpu_total,
+            rss_after: self.rss_after,
+            rss_end: Rss::now(),
         }
     }
 }
@@ -326,6 +450,7 @@ impl PhaseClock {
             start: Mark::now(),
             phases: [0.0; N_PHASES],
             cpu: [0.0; N_PHASES],
+            rss_after: [None; N_PHASES],
             open: Vec::new(),
         };
         let replaced = CLOCK.with(|c| c.borrow_mut().replace(clock));
@@ -386,6 +511,13 @@ pub fn absorb(inner: &Timings) {
             // The CPU time of the other thread is the process's already.
             for (p, i) in clock.cpu.iter_mut().zip(&inner.cpu) {
                 *p += i;
+            }
+            // Memory is the process's too: the later reading has the higher
+            // peak (the peak never falls).
+            for (mine, theirs) in clock.rss_after.iter_mut().zip(&inner.rss_after) {
+                if theirs.map(|r| r.peak) > mine.map(|r| r.peak) {
+                    *mine = *theirs;
+                }
             }
         }
     });
@@ -475,9 +607,11 @@ pub fn timed<T>(phase: Phase, work: impl FnOnce() -> T) -> T {
 }
 
 /// Runs `work`, one step of the phase in progress, and at debug level logs
-/// its wall and CPU time under the phase's label (`device set-up: assembly
-/// map 812.3 ms (cpu 790.1 ms)`): the sub-spans that say which steps a
-/// phase's seconds went to, and (cpu ≈ wall) which of them run on one thread.
+/// its wall and CPU time under the phase's label, with the process's memory
+/// after it (`device set-up: assembly map 812.3 ms (cpu 790.1 ms, peak RSS
+/// 912 MB, RSS 640 MB)`): the sub-spans that say which steps a phase's
+/// seconds went to, (cpu ≈ wall) which of them run on one thread, and which
+/// raised the peak.
 /// Costs nothing but the call below the debug level.
 pub fn span<T>(step: &str, work: impl FnOnce() -> T) -> T {
     span_with(step, None, work)
@@ -504,8 +638,15 @@ fn span_with<T>(step: &str, gpu: Option<&Gpu>, work: impl FnOnce() -> T) -> T {
             .as_ref()
             .and_then(|clock| clock.open.last().map(|(phase, _)| phase.label()))
     });
+    let memory = Rss::now().map_or(String::new(), |r| {
+        format!(
+            ", peak RSS {}, RSS {}",
+            megabytes(Some(r.peak)),
+            megabytes(Some(r.current))
+        )
+    });
     log::debug!(
-        "{}: {step} {:.1} ms (cpu {:.1} ms)",
+        "{}: {step} {:.1} ms (cpu {:.1} ms{memory})",
         phase.unwrap_or("other"),
         wall * 1e3,
         cpu * 1e3
@@ -537,7 +678,9 @@ impl Drop for PhaseGuard<'_> {
                 return;
             };
             clock.charge_innermost(now);
-            clock.open.pop();
+            if let Some((phase, _)) = clock.open.pop() {
+                clock.rss_after[phase.index()] = Rss::now();
+            }
             if let Some((_, since)) = clock.open.last_mut() {
                 *since = now;
             }
@@ -645,6 +788,7 @@ mod tests {
             total: 2.0,
             cpu: [0.5, 0.5, 0.0, 0.0, 0.25, 1.0, 0.0625],
             cpu_total: 2.5,
+            ..Timings::default()
         };
         let table = t.table();
         for p in Phase::ALL {
@@ -675,6 +819,81 @@ mod tests {
         assert!(t.seconds(Phase::Solve) >= 0.015);
         assert!(t.other() <= t.total() - 0.015, "{t:?}");
         assert_eq!(other, 2.0 - 1.9375);
+    }
+
+    #[test]
+    fn each_phase_end_records_the_peak_and_current_memory() {
+        const BYTES: usize = 64 << 20;
+        let clock = PhaseClock::start();
+        timed(Phase::Mesh, || {});
+        let before = clock.now().rss_after(Phase::Mesh).expect("Linux has /proc");
+        assert!(
+            before.current > 0 && before.peak >= before.current,
+            "{before:?}"
+        );
+        let kept = timed(Phase::Assembly, || {
+            // Written, so that every page is resident.
+            let block = vec![1u8; BYTES];
+            std::hint::black_box(&block);
+            block
+        });
+        timed(Phase::Output, || drop(kept));
+        let t = clock.finish();
+        let assembly = t.rss_after(Phase::Assembly).unwrap();
+        // The 64 MB were resident at the assembly's end and count in every
+        // peak after it, whatever other threads of the process did.
+        assert!(
+            assembly.current >= before.current + BYTES as u64 / 2,
+            "{assembly:?} {before:?}"
+        );
+        assert!(
+            assembly.peak >= before.peak.max(assembly.current),
+            "{assembly:?}"
+        );
+        let output = t.rss_after(Phase::Output).unwrap();
+        assert!(output.peak >= assembly.peak, "{output:?} {assembly:?}");
+        let end = t.rss_end().unwrap();
+        assert!(
+            end.peak >= output.peak && end.peak >= end.current,
+            "{end:?}"
+        );
+        assert_eq!(t.rss_after(Phase::Solve), None);
+        // Ten thousand readings in well under a second: a phase's end costs
+        // microseconds.
+        let start = Instant::now();
+        for _ in 0..10_000 {
+            std::hint::black_box(Rss::now());
+        }
+        assert!(start.elapsed().as_secs_f64() < 1.0, "{:?}", start.elapsed());
+
+        let table = t.table();
+        let header = table.lines().next().unwrap();
+        assert!(
+            header.contains("peak RSS after") && header.contains("RSS after"),
+            "{table}"
+        );
+        let row = |label: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(label))
+                .unwrap()
+                .to_string()
+        };
+        let mb = |bytes: u64| format!("{:.0} MB", bytes as f64 / 1e6);
+        assert!(row("assembly").contains(&mb(assembly.peak)), "{table}");
+        assert!(row("total").contains(&mb(end.peak)), "{table}");
+        assert!(row("solves").trim_end().ends_with("-"), "{table}");
+        let json = t.to_json_value();
+        assert_eq!(json["peak_rss_mb"], (end.peak as f64 / 1e6).round());
+        assert_eq!(
+            json["phases_peak_rss_after_mb"]["assembly"],
+            (assembly.peak as f64 / 1e6).round()
+        );
+        assert_eq!(
+            json["phases_rss_after_mb"]["assembly"],
+            (assembly.current as f64 / 1e6).round()
+        );
+        assert!(json["phases_peak_rss_after_mb"]["solve"].is_null());
     }
 
     #[test]

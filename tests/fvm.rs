@@ -287,10 +287,10 @@ fn all_neumann_matrix_is_symmetric_with_zero_row_sums() {
     let slots = sys.slots();
     for f in 0..mesh.n_internal_faces() {
         let (o, n) = (mesh.owner()[f] as usize, mesh.neighbour()[f] as usize);
-        assert_eq!(Some(slots.upper[f]), a.slot(o, n));
-        assert_eq!(Some(slots.lower[f]), a.slot(n, o));
+        assert_eq!(Some(slots.upper[f] as usize), a.slot(o, n));
+        assert_eq!(Some(slots.lower[f] as usize), a.slot(n, o));
     }
-    assert!((0..mesh.n_cells()).all(|c| Some(slots.diagonal[c]) == a.slot(c, c)));
+    assert!((0..mesh.n_cells()).all(|c| Some(slots.diagonal[c] as usize) == a.slot(c, c)));
     // A Dirichlet patch makes it non-singular.
     let mut problem = problem;
     problem.boundary[0] = Bc::FixedValue(PatchValues::Uniform(0.0));
@@ -741,7 +741,7 @@ fn all_neumann_problems() {
     assert!(max_abs(&errors(&g, &solve(&mut sys, 1), |x| x.x - x7 + 2.0)) < 1e-11);
     // Still symmetric: only the reference diagonal changed.
     let plain = LaplacianSystem::new(&mesh, &g, Schemes::default(), &problem).unwrap();
-    let d7 = plain.slots().diagonal[7];
+    let d7 = plain.slots().diagonal[7] as usize;
     for (s, (a, b)) in sys
         .matrix
         .values()

@@ -584,7 +584,7 @@ fn gpu_implicit_source_and_explicit_product_match_the_cpu_arithmetic() {
     device.add_to_diagonal(&add).unwrap();
     let diagonal = system.slots().diagonal.clone();
     for (&slot, a) in diagonal.iter().zip(&add) {
-        system.matrix.values_mut()[slot] += a;
+        system.matrix.values_mut()[slot as usize] += a;
     }
     let (dm, _) = matrix_difference(&device.download_matrix().unwrap(), &system.matrix);
     device

@@ -48,7 +48,33 @@ fn check_account(json: &serde_json::Value) -> &serde_json::Value {
         (sum - total).abs() <= 1e-6 * total.max(1.0),
         "{sum} vs {total}: {json}"
     );
+    check_memory(json);
     json
+}
+
+/// The memory of a JSON account: the run's peak RSS and its RSS at the end,
+/// and after each phase that ran at least the memory the run had then, at
+/// most its peak.
+fn check_memory(json: &serde_json::Value) {
+    let peak = json["peak_rss_mb"].as_f64().expect("peak_rss_mb");
+    let end = json["rss_mb"].as_f64().expect("rss_mb");
+    // A process of this crate's binary holds a few MB at least.
+    assert!(peak >= 1.0 && end >= 1.0 && end <= peak, "{json}");
+    for key in ["mesh", "geometry", "assembly", "solve", "output"] {
+        let after = json["phases_peak_rss_after_mb"][key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("peak RSS after {key} in {json}"));
+        let current = json["phases_rss_after_mb"][key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("RSS after {key} in {json}"));
+        assert!(
+            current >= 1.0 && current <= after && after <= peak,
+            "{key}: {json}"
+        );
+    }
+    // The peak never falls: the mesh was read before the geometry was computed.
+    let after = |key: &str| json["phases_peak_rss_after_mb"][key].as_f64().unwrap();
+    assert!(after("mesh") <= after("geometry"), "{json}");
 }
 
 /// Runs `fvpoisson run` with `args`: the log (stderr) and stdout; the run succeeded.
@@ -81,6 +107,26 @@ fn check_table(log: &str) {
     let solves = table.lines().find(|l| l.starts_with("solves")).unwrap();
     let seconds: f64 = solves.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(seconds > 0.0, "{table}");
+    // The process's memory after each phase: the peak, then the current size.
+    let header = table.lines().next().unwrap();
+    assert!(header.ends_with("peak RSS after  RSS after"), "{table}");
+    let megabytes = |line: &str| -> Vec<f64> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        words
+            .windows(2)
+            .filter(|w| w[1] == "MB")
+            .map(|w| w[0].parse().unwrap())
+            .collect()
+    };
+    let total = table.lines().find(|l| l.starts_with("total")).unwrap();
+    let [peak, end] = megabytes(total)[..] else {
+        panic!("no peak and current RSS in '{total}'")
+    };
+    assert!(peak >= end && end > 0.0, "{table}");
+    let [after, current] = megabytes(solves)[..] else {
+        panic!("no peak and current RSS in '{solves}'")
+    };
+    assert!(current <= after && after <= peak, "{table}");
 }
 
 #[test]
@@ -118,7 +164,8 @@ fn the_debug_level_names_the_steps_of_each_phase() {
         "assembly: matrix pattern and slot map ",
         "assembly: source per cell ",
         "assembly: host matrix and right-hand side ",
-        "output: VTK cells and patches ",
+        "output: VTK patches ",
+        "output: VTK cells ",
         "output: error ",
         "output: VTK files ",
     ] {

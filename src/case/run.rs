@@ -783,7 +783,7 @@ impl<'a> Run<'a> {
                     let cells = cells_of(ranks.decomposition, rank);
                     VtkSeries::distributed(mesh, dir, &name, rank, size, cells)?
                 }
-                _ => timings::span("VTK cells and patches", || VtkSeries::new(mesh, dir, &name))?,
+                _ => timings::span("VTK patches", || VtkSeries::new(mesh, dir, &name))?,
             })
         } else {
             None
@@ -876,7 +876,7 @@ impl<'a> Run<'a> {
                 let diagonal = &self.system.slots().diagonal.clone();
                 let values = self.system.matrix.values_mut();
                 for (&slot, add) in diagonal.iter().zip(&sp.implicit) {
-                    values[slot] += add;
+                    values[slot as usize] += add;
                 }
             }
         }

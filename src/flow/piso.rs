@@ -521,7 +521,7 @@ impl<'m> Piso<'m> {
         let r_dt = 1.0 / self.dt;
         let values = matrix.values_mut();
         for (i, v) in geometry.cell_volumes.iter().enumerate() {
-            values[slots.diagonal[i]] += coeff * r_dt * v;
+            values[slots.diagonal[i] as usize] += coeff * r_dt * v;
             let older = older.map_or(0.0, |o| coeff00 * o[i][c]);
             source[i] += r_dt * v * (coeff0 * u_old[i][c] - older);
         }
@@ -534,15 +534,15 @@ impl<'m> Piso<'m> {
                         geometry.weights[f],
                         phi[f],
                     );
-                    values[slots.diagonal[o]] += w * flux;
-                    values[slots.upper[f]] += (1.0 - w) * flux;
-                    values[slots.diagonal[n]] -= (1.0 - w) * flux;
-                    values[slots.lower[f]] -= w * flux;
+                    values[slots.diagonal[o] as usize] += w * flux;
+                    values[slots.upper[f] as usize] += (1.0 - w) * flux;
+                    values[slots.diagonal[n] as usize] -= (1.0 - w) * flux;
+                    values[slots.lower[f] as usize] -= w * flux;
                 }
                 for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
                     let o = owner[first + b] as usize;
                     let flux = phi[first + b];
-                    values[slots.diagonal[o]] += flux * bc.value_internal[b];
+                    values[slots.diagonal[o] as usize] += flux * bc.value_internal[b];
                     source[o] -= flux * bc.value_boundary[b];
                 }
                 if convection.bounded {
@@ -834,9 +834,9 @@ fn add_flux_divergence(
 ) {
     let first = mesh.n_internal_faces();
     for (f, flux) in phi.iter().enumerate() {
-        values[slots.diagonal[mesh.owner()[f] as usize]] += sign * flux;
+        values[slots.diagonal[mesh.owner()[f] as usize] as usize] += sign * flux;
         if f < first {
-            values[slots.diagonal[mesh.neighbour()[f] as usize]] -= sign * flux;
+            values[slots.diagonal[mesh.neighbour()[f] as usize] as usize] -= sign * flux;
         }
     }
 }

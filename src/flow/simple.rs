@@ -808,7 +808,7 @@ impl<'m> Simple<'m> {
             .map(|i| {
                 equations
                     .iter()
-                    .map(|(m, _)| m.values()[diagonal[i]])
+                    .map(|(m, _)| m.values()[diagonal[i] as usize])
                     .sum::<f64>()
                     / equations.len() as f64
             })
@@ -1071,13 +1071,7 @@ pub fn face_offsets(mesh: &Mesh, geometry: &Geometry, f: usize) -> (Vec3, Vec3) 
 /// `fvMatrix::relax(α)`: the diagonal made at least the sum of the
 /// off-diagonal magnitudes, divided by α, and the change times the current
 /// x added to the right-hand side (Patankar's implicit under-relaxation).
-pub(crate) fn relax(
-    matrix: &mut Csr,
-    source: &mut [f64],
-    x: &[f64],
-    diagonal: &[usize],
-    alpha: f64,
-) {
+pub(crate) fn relax(matrix: &mut Csr, source: &mut [f64], x: &[f64], diagonal: &[u32], alpha: f64) {
     let relaxed: Vec<f64> = (0..matrix.n_rows())
         .map(|i| {
             let (cols, values) = matrix.row(i);
@@ -1087,14 +1081,15 @@ pub(crate) fn relax(
                 .filter(|(&j, _)| j as usize != i)
                 .map(|(_, a)| a.abs())
                 .sum();
-            let d = matrix.values()[diagonal[i]];
+            let d = matrix.values()[diagonal[i] as usize];
             d.abs().max(off) / alpha
         })
         .collect();
     let values = matrix.values_mut();
     for (i, d) in relaxed.into_iter().enumerate() {
-        source[i] += (d - values[diagonal[i]]) * x[i];
-        values[diagonal[i]] = d;
+        let slot = diagonal[i] as usize;
+        source[i] += (d - values[slot]) * x[i];
+        values[slot] = d;
     }
 }
 

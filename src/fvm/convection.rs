@@ -25,10 +25,10 @@ pub fn add_upwind_internal(mesh: &Mesh, slots: &SlotMap, phi: &[f64], values: &m
     for f in 0..mesh.n_internal_faces() {
         let (o, n) = (owner[f] as usize, neighbour[f] as usize);
         let flux = phi[f];
-        values[slots.diagonal[o]] += flux.max(0.0) - flux;
-        values[slots.upper[f]] += flux.min(0.0);
-        values[slots.diagonal[n]] += (-flux).max(0.0) + flux;
-        values[slots.lower[f]] += (-flux).min(0.0);
+        values[slots.diagonal[o] as usize] += flux.max(0.0) - flux;
+        values[slots.upper[f] as usize] += flux.min(0.0);
+        values[slots.diagonal[n] as usize] += (-flux).max(0.0) + flux;
+        values[slots.lower[f] as usize] += (-flux).min(0.0);
     }
 }
 
@@ -48,7 +48,7 @@ pub fn add_upwind_boundary(
     for b in (0..bc.active.len()).filter(|&b| bc.active[b]) {
         let o = owner[first + b] as usize;
         let flux = phi[first + b];
-        values[slots.diagonal[o]] += flux * (bc.value_internal[b] - 1.0);
+        values[slots.diagonal[o] as usize] += flux * (bc.value_internal[b] - 1.0);
         source[o] -= flux * bc.value_boundary[b];
     }
 }

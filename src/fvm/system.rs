@@ -130,15 +130,17 @@ struct Pending {
     fields: Option<AssemblyFields>,
 }
 
-/// Where each coefficient goes in the CSR value array.
+/// Where each coefficient goes in the CSR value array: 4 bytes a slot
+/// (half of `usize`'s, 28 MB of a 1 M-cell hex mesh's 56 MB), as every
+/// matrix of fewer than 2^32 entries needs ([`build_pattern`] refuses more).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlotMap {
     /// Slot of (c, c) for every cell.
-    pub diagonal: Vec<usize>,
+    pub diagonal: Vec<u32>,
     /// Slot of (owner, neighbour) for every internal face.
-    pub upper: Vec<usize>,
+    pub upper: Vec<u32>,
     /// Slot of (neighbour, owner) for every internal face.
-    pub lower: Vec<usize>,
+    pub lower: Vec<u32>,
 }
 
 /// What the systems of one mesh and schemes share, built once and never
@@ -596,10 +598,10 @@ impl<'m> LaplacianSystem<'m> {
             );
             self.gamma_mag_sf[f] = gamma_f * self.shared.faces.mag_sf[f];
             let coeff = self.gamma_mag_sf[f] * self.shared.faces.delta_coeffs[f];
-            values[self.shared.slots.upper[f]] -= coeff;
-            values[self.shared.slots.lower[f]] -= coeff;
-            values[self.shared.slots.diagonal[o]] += coeff;
-            values[self.shared.slots.diagonal[n]] += coeff;
+            values[self.shared.slots.upper[f] as usize] -= coeff;
+            values[self.shared.slots.lower[f] as usize] -= coeff;
+            values[self.shared.slots.diagonal[o] as usize] += coeff;
+            values[self.shared.slots.diagonal[n] as usize] += coeff;
         }
         for ((b, q), v) in self.explicit_rhs.iter_mut().zip(&source).zip(volumes) {
             *b = q * v;
@@ -613,12 +615,12 @@ impl<'m> LaplacianSystem<'m> {
             let gamma_mag_sf = gamma_b * self.shared.faces.mag_sf[first + b];
             self.gamma_mag_sf_boundary[b] = gamma_mag_sf;
             let diag = -gamma_mag_sf * self.bc.gradient_internal[b];
-            values[self.shared.slots.diagonal[o]] += diag;
+            values[self.shared.slots.diagonal[o] as usize] += diag;
             self.explicit_rhs[o] += gamma_mag_sf * self.bc.gradient_boundary[b];
         }
         if let TimeScheme::Euler { dt } = self.time {
             for (c, v) in volumes.iter().enumerate() {
-                values[self.shared.slots.diagonal[c]] += v / dt;
+                values[self.shared.slots.diagonal[c] as usize] += v / dt;
             }
         }
         self.references.clear();
@@ -639,7 +641,7 @@ impl<'m> LaplacianSystem<'m> {
                 }
             }
             for c in cells {
-                let slot = self.shared.slots.diagonal[c];
+                let slot = self.shared.slots.diagonal[c] as usize;
                 let diag = values[slot];
                 values[slot] += diag;
                 self.references.push((c, diag, value));
@@ -966,11 +968,17 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
         cols.extend_from_slice(&block_cols);
     }
     let nnz = cols.len();
+    if u32::try_from(nnz).is_err() {
+        return Err(FvmError::invalid(format!(
+            "the matrix of {n_cells} cells has {nnz} entries, more than the 2^32 its slot map \
+             can number: give a mesh of fewer cells"
+        )));
+    }
     let matrix = Csr::new(n_cells, row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
     let slot = |r: u32, c: u32| {
         matrix
             .slot(r as usize, c as usize)
-            .expect("the pattern holds every face")
+            .expect("the pattern holds every face") as u32
     };
     let slots = SlotMap {
         diagonal: (0..n_cells as u32)
@@ -1139,14 +1147,14 @@ mod tests {
             row.dedup();
             assert_eq!(matrix.row(r).0, row.as_slice(), "row {r}");
             let diagonal = matrix.row_ptr()[r] + row.binary_search(&(r as u32)).unwrap();
-            assert_eq!(slots.diagonal[r], diagonal);
+            assert_eq!(slots.diagonal[r] as usize, diagonal);
         }
         for (f, (&o, &n)) in mesh.owner().iter().zip(mesh.neighbour()).enumerate() {
-            assert_eq!(matrix.cols()[slots.upper[f]], n);
-            assert_eq!(matrix.cols()[slots.lower[f]], o);
+            assert_eq!(matrix.cols()[slots.upper[f] as usize], n);
+            assert_eq!(matrix.cols()[slots.lower[f] as usize], o);
             assert!(
                 (matrix.row_ptr()[o as usize]..matrix.row_ptr()[o as usize + 1])
-                    .contains(&slots.upper[f])
+                    .contains(&(slots.upper[f] as usize))
             );
         }
     }

@@ -234,7 +234,12 @@ struct PendingStep {
 #[derive(Debug)]
 pub struct VtkSeries<'m> {
     mesh: &'m Mesh,
-    cells: VtkCells,
+    /// The whole mesh's cells in VTK form: built when the first step is
+    /// written and kept for the next, so that a run's set-up and solves do
+    /// not hold them (and their build's temporaries do not add to the
+    /// set-up's peak memory). Never built for a rank's piece, which keeps
+    /// its own cells.
+    cells: Option<VtkCells>,
     /// File stem and faces of every patch, in patch order.
     patches: Vec<(String, PatchPolygons)>,
     dir: PathBuf,
@@ -281,7 +286,7 @@ impl<'m> VtkSeries<'m> {
             .collect();
         Ok(Self {
             mesh,
-            cells: VtkCells::new(mesh),
+            cells: None,
             patches,
             dir,
             name: name.to_string(),
@@ -320,7 +325,8 @@ impl<'m> VtkSeries<'m> {
             )));
         }
         let mut series = Self::new(mesh, dir, name)?;
-        let (vtk, points) = series.cells.subset(&cells);
+        // The whole mesh's cells only for the time of the subset.
+        let (vtk, points) = VtkCells::new(mesh).subset(&cells);
         series.piece = Some(Piece {
             rank,
             n_ranks,
@@ -416,6 +422,9 @@ impl<'m> VtkSeries<'m> {
             None => format!("{stem}/internal.vtu"),
             Some(piece) => format!("{stem}/processor{}.vtu", piece.rank),
         };
+        if self.piece.is_none() && self.cells.is_none() {
+            self.cells = Some(crate::timings::span("VTK cells", || VtkCells::new(mesh)));
+        }
         let mut jobs: Vec<Job> = vec![Job::Cells(self.dir.join(&internal_file))];
         let mut patch_blocks = String::new();
         if self.piece.as_ref().is_none_or(|p| p.rank == 0) {
@@ -435,7 +444,8 @@ impl<'m> VtkSeries<'m> {
             .map(|job| match job {
                 Job::Cells(path) => match &self.piece {
                     None => {
-                        write_unstructured(&path, mesh, &self.cells, None, cell_fields, encoding)
+                        let cells = self.cells.as_ref().expect("built above for the whole mesh");
+                        write_unstructured(&path, mesh, cells, None, cell_fields, encoding)
                     }
                     Some(piece) => write_piece(&path, mesh, piece, cell_fields, encoding),
                 },
@@ -552,22 +562,40 @@ impl VtkCells {
         Self::in_blocks(mesh, 16_384)
     }
 
-    /// [`Self::new`] over blocks of `block` cells.
+    /// [`Self::new`] over blocks of `block` cells. The blocks are built a
+    /// group at a time (a few per thread) and appended in order, so that the
+    /// memory of the blocks not yet joined stays a group's, not the mesh's.
     fn in_blocks(mesh: &Mesh, block: usize) -> Self {
         let n = mesh.n_cells();
         let cell_faces = mesh.cell_faces();
-        let blocks: Vec<Self> = (0..n.div_ceil(block))
-            .into_par_iter()
-            .map(|b| Self::of_range(mesh, &cell_faces, b * block..((b + 1) * block).min(n)))
-            .collect();
         let mut cells = Self {
             types: Vec::with_capacity(n),
-            connectivity: Vec::with_capacity(blocks.iter().map(|b| b.connectivity.len()).sum()),
+            connectivity: Vec::new(),
             offsets: Vec::with_capacity(n + 1),
-            faces: Vec::with_capacity(blocks.iter().map(|b| b.faces.len()).sum()),
+            faces: Vec::new(),
             face_offsets: Vec::with_capacity(n),
         };
         cells.offsets.push(0);
+        let n_blocks = n.div_ceil(block);
+        let group = 4 * rayon::current_num_threads();
+        for first in (0..n_blocks).step_by(group) {
+            let blocks: Vec<Self> = (first..(first + group).min(n_blocks))
+                .into_par_iter()
+                .map(|b| Self::of_range(mesh, &cell_faces, b * block..((b + 1) * block).min(n)))
+                .collect();
+            cells.append(blocks);
+        }
+        if cells.faces.is_empty() {
+            // No polyhedron: no face offsets (their memory, 8 bytes a cell, too).
+            cells.face_offsets = Vec::new();
+        }
+        cells
+    }
+
+    /// Appends `blocks`, the cells that follow in order, each with offsets
+    /// counted from its own start.
+    fn append(&mut self, blocks: Vec<Self>) {
+        let cells = self;
         for block in blocks {
             let (points_before, faces_before) =
                 (cells.connectivity.len() as i64, cells.faces.len() as i64);
@@ -586,10 +614,6 @@ impl VtkCells {
                         .map(|&o| if o < 0 { o } else { o + faces_before }),
                 );
         }
-        if cells.faces.is_empty() {
-            cells.face_offsets.clear();
-        }
-        cells
     }
 
     /// The cells `range` of `mesh` (whose `Mesh::cell_faces` are
