@@ -100,7 +100,7 @@ pub struct Timings {
 }
 
 /// CPU seconds the process has used so far, over all its threads.
-fn process_cpu_seconds() -> f64 {
+pub(crate) fn process_cpu_seconds() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
