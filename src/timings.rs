@@ -171,7 +171,7 @@ fn megabytes_json(bytes: Option<u64>) -> serde_json::Value {
 }
 
 /// CPU seconds the process has used so far, over all its threads.
-fn process_cpu_seconds() -> f64 {
+pub(crate) fn process_cpu_seconds() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

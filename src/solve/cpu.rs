@@ -22,10 +22,26 @@ pub use super::checks::{check_inputs, check_symmetric, check_system};
 pub use super::entry::{solve_pcg, solve_pcg_scaled};
 pub use super::row_sums::openfoam_row_sums;
 
+/// A preconditioner the backend borrows, or one it was handed once the
+/// initial residual showed that the solve iterates ([`CpuBackend::preconditioned`]).
+enum Preconditioning<'a> {
+    Borrowed(&'a dyn LinearOperator),
+    Owned(Box<dyn LinearOperator + 'a>),
+}
+
+impl Preconditioning<'_> {
+    fn operator(&self) -> &dyn LinearOperator {
+        match self {
+            Preconditioning::Borrowed(p) => *p,
+            Preconditioning::Owned(p) => p.as_ref(),
+        }
+    }
+}
+
 /// PCG steps on host vectors with a CSR matrix and any preconditioner.
 pub struct CpuBackend<'a> {
     a: &'a Csr,
-    precond: &'a dyn LinearOperator,
+    precond: Preconditioning<'a>,
     /// `a` split as the row kernels read it (same products, same order).
     split: SplitMatrix,
     /// rowSum of the original matrix (of `a` unless equilibrated).
@@ -40,7 +56,29 @@ pub struct CpuBackend<'a> {
 impl<'a> CpuBackend<'a> {
     /// `a` must be square; `precond` must have the same size.
     pub fn new(a: &'a Csr, precond: &'a dyn LinearOperator) -> Self {
-        Self::build(a, precond, None)
+        Self::build(a, Preconditioning::Borrowed(precond), None)
+    }
+
+    /// The backend of `a` without a preconditioner (M = I): what the initial
+    /// residual needs. [`Self::preconditioned`] then hands it the
+    /// preconditioner, built (on [`Self::split`]) only where the solve
+    /// iterates ([`pcg_set_up_on_demand`](super::pcg::pcg_set_up_on_demand)).
+    pub fn unpreconditioned(a: &'a Csr) -> Self {
+        let identity = super::diagonal::Identity(a.n_rows());
+        Self::build(a, Preconditioning::Owned(Box::new(identity)), None)
+    }
+
+    /// This backend (its split matrix and row sums kept) with `precond`.
+    pub fn preconditioned(self, precond: Box<dyn LinearOperator + 'a>) -> Self {
+        assert_eq!(
+            precond.n(),
+            self.a.n_rows(),
+            "CpuBackend: preconditioner size"
+        );
+        Self {
+            precond: Preconditioning::Owned(precond),
+            ..self
+        }
     }
 
     /// PCG on the scaled matrix `scaled` = S A S of `equilibration` with the
@@ -55,24 +93,35 @@ impl<'a> CpuBackend<'a> {
             scaled.n_rows(),
             "CpuBackend: scaling size"
         );
-        Self::build(scaled, precond, Some(equilibration))
+        Self::build(
+            scaled,
+            Preconditioning::Borrowed(precond),
+            Some(equilibration),
+        )
     }
 
     fn build(
         a: &'a Csr,
-        precond: &'a dyn LinearOperator,
+        precond: Preconditioning<'a>,
         equilibration: Option<&'a Equilibration>,
     ) -> Self {
         assert_eq!(a.n_rows(), a.n_cols(), "CpuBackend: matrix not square");
-        assert_eq!(precond.n(), a.n_rows(), "CpuBackend: preconditioner size");
+        let split = SplitMatrix::new(a);
+        assert_eq!(
+            precond.operator().n(),
+            a.n_rows(),
+            "CpuBackend: preconditioner size"
+        );
         Self {
             a,
             precond,
-            split: SplitMatrix::new(a),
             row_sums: match equilibration {
                 Some(e) => e.row_sums().to_vec(),
-                None => openfoam_row_sums(a),
+                // rowSum in OpenFOAM's order (`openfoam_row_sums`' bits),
+                // from the split rows: no search for the diagonal.
+                None => split.row_sums(),
             },
+            split,
             equilibration,
             flexible: false,
         }
@@ -147,7 +196,7 @@ impl CgBackend for CpuBackend<'_> {
     }
 
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
-        self.precond.apply_dot(r, z)
+        self.precond.operator().apply_dot(r, z)
     }
 
     fn flexible_term(&self, z: &Vec<f64>, q: &Vec<f64>) -> Option<f64> {

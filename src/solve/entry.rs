@@ -6,9 +6,10 @@
 //! This module sits at the top of `solve`: it imports the solvers and the
 //! preconditioners, none of which imports it.
 
-use super::checks::{check_inputs, check_system};
+use super::checks::{check_inputs, check_symmetric};
 use super::cpu::CpuBackend;
 use super::krylov::{CpuKrylovBackend, GmresSettings, KrylovMethod, PreconditioningSide};
+use super::pcg::pcg_set_up_on_demand;
 use super::smooth_solver::in_ordering;
 use super::{
     pcg, EquilibrationKind, LinearOperator, Preconditioner, PreconditionerKind, SolveError,
@@ -54,33 +55,48 @@ pub fn solve_pcg_scaled(
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
     let preconditioner = preconditioner.into();
-    check_system(a, b, x, controls)?;
+    check_inputs(a, b, x, controls)?;
     preconditioner.check()?;
     if preconditioner == PreconditionerKind::EisenstatSgs
         && *equilibration == EquilibrationKind::None
     {
+        check_symmetric(a)?;
         // Its own symmetric scaling; with an equilibration the SGS
         // preconditioner runs in the PCG loop below (the same iterates).
         return super::eisenstat::solve_eisenstat(a, b, x, controls, field);
     }
     let flexible = preconditioner.is_flexible();
-    in_ordering(a, preconditioner.ordering(a), b, x, |a, b, x| {
-        let Some(eq) = equilibration.build(a)? else {
-            let costly = preconditioner != PreconditionerKind::None
-                && preconditioner != PreconditionerKind::Jacobi;
-            if costly {
-                if let Some(perf) = converged_before_set_up(a, b, x, controls, field)? {
-                    return Ok(perf);
-                }
+    let ordering = preconditioner.ordering(a);
+    // Otherwise checked on the split rows below.
+    let checked = ordering.is_some() || *equilibration != EquilibrationKind::None;
+    if checked {
+        check_symmetric(a)?;
+    }
+    in_ordering(a, ordering, b, x, |ordered, b, x| {
+        let Some(eq) = equilibration.build(ordered)? else {
+            // The residual and the preconditioner share the backend's split
+            // rows; a bitwise symmetric split (every assembled Laplacian)
+            // needs no search for the mirrors of the entries.
+            let start = CpuBackend::unpreconditioned(ordered);
+            if !checked && !start.split().is_symmetric() {
+                check_symmetric(a)?;
             }
-            let precond = preconditioner.build(a)?;
-            let backend = CpuBackend::new(a, precond.as_ref()).flexible(flexible);
             let mut x_work = x.to_vec();
-            let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
+            let perf = pcg_set_up_on_demand(
+                start,
+                |start| {
+                    let precond = preconditioner.build_on_split(ordered, start.split())?;
+                    Ok(start.preconditioned(precond).flexible(flexible))
+                },
+                &b.to_vec(),
+                &mut x_work,
+                controls,
+                field,
+            )?;
             x.copy_from_slice(&x_work);
             return Ok(perf);
         };
-        let scaled = eq.scale_matrix(a);
+        let scaled = eq.scale_matrix(ordered);
         let precond = preconditioner.build(&scaled)?;
         let backend = CpuBackend::equilibrated(&scaled, precond.as_ref(), &eq).flexible(flexible);
         let mut y = eq.to_scaled(x);
@@ -88,33 +104,6 @@ pub fn solve_pcg_scaled(
         x.copy_from_slice(&eq.to_original(&y));
         Ok(perf)
     })
-}
-
-/// The solve of an `x` that already meets the tolerance (and no `minIter`),
-/// ended before the preconditioner is set up, as OpenFOAM's solvers build
-/// theirs only when they iterate: a steady case's last iteration, or a
-/// converged `pFinal`, then costs one residual instead of a DIC or GAMG
-/// set-up. `None`: the solver iterates. The same initial residual, bits
-/// and log line as PCG's own start.
-fn converged_before_set_up(
-    a: &Csr,
-    b: &[f64],
-    x: &[f64],
-    controls: &SolverControls,
-    field: &str,
-) -> Result<Option<SolverPerformance>, SolveError> {
-    use super::pcg::CgBackend;
-    controls.validate()?;
-    let identity = super::diagonal::Identity(a.n_rows());
-    let backend = CpuBackend::new(a, &identity);
-    let mut r = backend.new_vector();
-    let norms = backend.initialize(&b.to_vec(), &x.to_vec(), &mut r);
-    let (perf, run) = norms.start(controls)?;
-    if run.is_some() {
-        return Ok(None);
-    }
-    perf.log("PCG", "iterations", field, controls);
-    Ok(Some(perf))
 }
 
 /// Solves A x = b (A square, not necessarily symmetric) on the CPU with

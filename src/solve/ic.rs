@@ -47,34 +47,10 @@ impl<'a> Dic<'a> {
         Self::of_split(&SplitMatrix::new(t.matrix()))
     }
 
-    /// DIC of a split matrix (GAMG's levels); a missing or non-positive
-    /// diagonal entry is an error naming the row.
+    /// DIC of a split matrix; a missing or non-positive diagonal entry is
+    /// an error naming the row.
     pub fn of_split(split: &SplitMatrix) -> Result<Self, SolveError> {
-        if let Some(row) = split.diag().iter().position(|&d| d.is_nan() || d <= 0.0) {
-            return Err(SolveError::NonPositiveDiagonal {
-                precond: "DIC",
-                row,
-                value: split.diag()[row],
-            });
-        }
-        let lower = split.lower_rows();
-        let mut d = split.diag().to_vec();
-        // OpenFOAM loops over faces (owner i < neighbour j, owner-major) doing
-        // d_j -= a_ij² / d_i; per j that is i ascending, the lower row of j here.
-        for j in 0..split.n() {
-            let mut dj = d[j];
-            for (i, a_ji) in lower.entries(j) {
-                dj -= a_ji * a_ji / d[i];
-            }
-            if dj.is_nan() || dj <= 0.0 {
-                return Err(SolveError::FactorizationBreakdown {
-                    precond: "DIC",
-                    row: j,
-                    value: dj,
-                });
-            }
-            d[j] = dj;
-        }
+        let d = modified_diagonal(split)?;
         Ok(Self::scale(split, &d))
     }
 
@@ -144,6 +120,67 @@ impl LinearOperator for Dic<'_> {
     }
     fn apply_dot(&self, r: &[f64], w: &mut [f64]) -> f64 {
         self.sweeps_dot(r, w)
+    }
+}
+
+/// OpenFOAM's DIC diagonal d*_j = a_jj − Σ_{i<j} a_ij² / d*_i of `split`
+/// (`calcReciprocalD`); an error names the row of a missing or
+/// non-positive diagonal entry, or where the factorisation breaks down.
+fn modified_diagonal(split: &SplitMatrix) -> Result<Vec<f64>, SolveError> {
+    if let Some(row) = split.diag().iter().position(|&d| d.is_nan() || d <= 0.0) {
+        return Err(SolveError::NonPositiveDiagonal {
+            precond: "DIC",
+            row,
+            value: split.diag()[row],
+        });
+    }
+    let lower = split.lower_rows();
+    let mut d = split.diag().to_vec();
+    // OpenFOAM loops over faces (owner i < neighbour j, owner-major) doing
+    // d_j -= a_ij² / d_i; per j that is i ascending, the lower row of j here.
+    for j in 0..split.n() {
+        let mut dj = d[j];
+        for (i, a_ji) in lower.entries(j) {
+            dj -= a_ji * a_ji / d[i];
+        }
+        if dj.is_nan() || dj <= 0.0 {
+            return Err(SolveError::FactorizationBreakdown {
+                precond: "DIC",
+                row: j,
+                value: dj,
+            });
+        }
+        d[j] = dj;
+    }
+    Ok(d)
+}
+
+/// DIC as OpenFOAM's DIC smoother keeps it: 1/d* alone, each sweep forming
+/// (a_ij / d*_i) from the matrix's own split rows as it goes (the bits of
+/// [`Dic`]'s stored products: the same product, formed later). GAMG's
+/// levels use it: their set-up writes one vector per level instead of a
+/// scaled copy of both triangles, and the sweeps read the triangles the
+/// level's Gauss–Seidel and products read.
+pub struct DicFactor {
+    reciprocal_d: Vec<f64>,
+}
+
+impl DicFactor {
+    /// The factor of `split` (errors as [`Dic::of_split`]'s).
+    pub fn of_split(split: &SplitMatrix) -> Result<Self, SolveError> {
+        let d = modified_diagonal(split)?;
+        Ok(Self {
+            reciprocal_d: d.iter().map(|d| 1.0 / d).collect(),
+        })
+    }
+
+    /// [`Dic::sweeps`] of the matrix `split` this factor was made from.
+    pub fn sweeps(&self, split: &SplitMatrix, r: &[f64], w: &mut [f64]) {
+        let rd = &self.reciprocal_d;
+        assert_eq!(r.len(), rd.len(), "DIC: r size");
+        assert_eq!(split.n(), rd.len(), "DIC: matrix size");
+        split.lower_rows().forward_scaled(w, rd, |j| rd[j] * r[j]);
+        split.upper_rows().backward_scaled(w, rd);
     }
 }
 

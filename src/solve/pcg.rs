@@ -455,63 +455,121 @@ pub(crate) fn pcg_unlogged<B: CgBackend>(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    let (r, perf, run) = start(backend, b, x, controls)?;
+    match run {
+        Some((limit, rule)) => iterations(backend, x, r, perf, limit, &rule, field),
+        None => Ok(perf),
+    }
+}
+
+/// [`pcg`] whose preconditioner is set up only when the solve iterates, as
+/// OpenFOAM's solvers build theirs: `start` computes the initial residual
+/// (it needs the matrix, not the preconditioner) and `set_up` turns it into
+/// the backend that iterates, reusing that residual. A solve whose initial
+/// x already meets the tolerance (and no `minIter`: a steady case's last
+/// iteration, a converged `pFinal`) costs one residual and no set-up; one
+/// that iterates computes the residual once.
+pub fn pcg_set_up_on_demand<S, B>(
+    start_backend: S,
+    set_up: impl FnOnce(S) -> Result<B, SolveError>,
+    b: &S::Vector,
+    x: &mut S::Vector,
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError>
+where
+    S: CgBackend,
+    B: CgBackend<Vector = S::Vector>,
+{
+    let (r, perf, run) = start(&start_backend, b, x, controls)?;
+    let perf = match run {
+        Some((limit, rule)) => {
+            let backend = set_up(start_backend)?;
+            iterations(&backend, x, r, perf, limit, &rule, field)?
+        }
+        None => perf,
+    };
+    perf.log("PCG", "iterations", field, controls);
+    Ok(perf)
+}
+
+/// The start of PCG: the initial residual r = b − A x, the performance
+/// before the first iteration and, when the loop runs, its limit and rule.
+#[allow(clippy::type_complexity)]
+fn start<B: CgBackend>(
+    backend: &B,
+    b: &B::Vector,
+    x: &B::Vector,
+    controls: &SolverControls,
+) -> Result<(B::Vector, SolverPerformance, Option<(usize, StopRule)>), SolveError> {
     controls.validate()?;
-    let [mut r, mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
+    let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
-    let (mut perf, run) = norms.start(controls)?;
-    if let Some((limit, rule)) = run {
-        let mut state = LoopState {
-            iterations: 0,
-            r_z_old: 0.0,
-            p_q_old: 0.0,
-            last_residual: rule.initial,
-            best: rule.initial,
+    let (perf, run) = norms.start(controls)?;
+    Ok((r, perf, run))
+}
+
+/// PCG's loop from the initial residual `r` (precondition, direction, A p,
+/// update; convergence checked after each update).
+fn iterations<B: CgBackend>(
+    backend: &B,
+    x: &mut B::Vector,
+    mut r: B::Vector,
+    mut perf: SolverPerformance,
+    limit: usize,
+    rule: &StopRule,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let [mut z, mut p, mut q] = std::array::from_fn(|_| backend.new_vector());
+    let mut state = LoopState {
+        iterations: 0,
+        r_z_old: 0.0,
+        p_q_old: 0.0,
+        last_residual: rule.initial,
+        best: rule.initial,
+    };
+    'solve: loop {
+        let vectors = CgVectors {
+            x: &mut *x,
+            r: &mut r,
+            z: &mut z,
+            p: &mut p,
+            q: &mut q,
         };
-        'solve: loop {
-            let vectors = CgVectors {
-                x: &mut *x,
-                r: &mut r,
-                z: &mut z,
-                p: &mut p,
-                q: &mut q,
-            };
-            let records = backend.iterate(&rule, &state, limit - state.iterations, vectors);
-            backend.device_status()?;
-            if records.is_empty() {
-                return Err(SolveError::Device(format!(
-                    "the backend ran no iteration after iteration {}",
-                    state.iterations
-                )));
+        let records = backend.iterate(rule, &state, limit - state.iterations, vectors);
+        backend.device_status()?;
+        if records.is_empty() {
+            return Err(SolveError::Device(format!(
+                "the backend ran no iteration after iteration {}",
+                state.iterations
+            )));
+        }
+        for record in records {
+            let iteration = state.iterations + 1;
+            let r_z = record.r_z;
+            match rule.after_precondition(r_z, state.last_residual) {
+                Some(StopReason::ExactSolution) => break 'solve,
+                Some(_) => return Err(SolveError::PreconditionerNotPositive { r_z, iteration }),
+                None => {}
             }
-            for record in records {
-                let iteration = state.iterations + 1;
-                let r_z = record.r_z;
-                match rule.after_precondition(r_z, state.last_residual) {
-                    Some(StopReason::ExactSolution) => break 'solve,
-                    Some(_) => {
-                        return Err(SolveError::PreconditionerNotPositive { r_z, iteration })
-                    }
-                    None => {}
+            match rule.after_operator(record.p_q) {
+                Some(StopReason::ExactSolution) => break 'solve,
+                Some(_) => {
+                    return Err(SolveError::Breakdown {
+                        p_ap: record.p_q,
+                        iteration,
+                    })
                 }
-                match rule.after_operator(record.p_q) {
-                    Some(StopReason::ExactSolution) => break 'solve,
-                    Some(_) => {
-                        return Err(SolveError::Breakdown {
-                            p_ap: record.p_q,
-                            iteration,
-                        })
-                    }
-                    None => {}
-                }
-                let residual = record.residual;
-                let (stop, _) =
-                    rule.record(&mut perf, iteration, residual, state.best, "PCG", field)?;
-                if stop {
-                    break 'solve;
-                }
-                state = state.after(&record);
+                None => {}
             }
+            let residual = record.residual;
+            let (stop, _) =
+                rule.record(&mut perf, iteration, residual, state.best, "PCG", field)?;
+            if stop {
+                break 'solve;
+            }
+            state = state.after(&record);
         }
     }
     Ok(perf)
@@ -582,6 +640,73 @@ mod tests {
             ..Default::default()
         };
         pcg(&backend, &(), &mut (), &controls, "p")
+    }
+
+    /// A backend that counts its initial residuals; its residual after
+    /// each update is scripted.
+    struct Counted<'a> {
+        initialized: &'a std::cell::Cell<usize>,
+        residuals: std::cell::RefCell<std::vec::IntoIter<f64>>,
+    }
+
+    impl CgBackend for Counted<'_> {
+        type Vector = ();
+        fn n(&self) -> usize {
+            1
+        }
+        fn new_vector(&self) {}
+        fn initialize(&self, _: &(), _: &(), _: &mut ()) -> InitialNorms {
+            self.initialized.set(self.initialized.get() + 1);
+            InitialNorms {
+                residual_sum: 1.0,
+                norm_factor: 1.0,
+            }
+        }
+        fn precondition(&self, _: &(), _: &mut ()) -> f64 {
+            1.0
+        }
+        fn update_direction(&self, _: f64, _: &(), _: &mut ()) {}
+        fn apply_operator(&self, _: &(), _: &mut ()) -> f64 {
+            1.0
+        }
+        fn update_solution(&self, _: f64, _: &(), _: &(), _: &mut (), _: &mut ()) -> f64 {
+            self.residuals
+                .borrow_mut()
+                .next()
+                .expect("script long enough")
+        }
+    }
+
+    #[test]
+    fn a_set_up_on_demand_reuses_the_initial_residual_and_runs_only_to_iterate() {
+        let initialized = std::cell::Cell::new(0);
+        let set_ups = std::cell::Cell::new(0);
+        let backend = |residuals: Vec<f64>| Counted {
+            initialized: &initialized,
+            residuals: std::cell::RefCell::new(residuals.into_iter()),
+        };
+        let controls = SolverControls {
+            tolerance: 0.45,
+            max_iter: 4,
+            ..Default::default()
+        };
+        let set_up = |_| {
+            set_ups.set(set_ups.get() + 1);
+            Ok(backend(vec![0.5, 0.4]))
+        };
+        let perf =
+            pcg_set_up_on_demand(backend(vec![]), set_up, &(), &mut (), &controls, "p").unwrap();
+        assert_eq!(perf.history, vec![1.0, 0.5, 0.4]);
+        assert_eq!((initialized.get(), set_ups.get()), (1, 1));
+        // Converged at the start: one residual, no set-up.
+        let controls = SolverControls {
+            tolerance: 2.0,
+            ..controls
+        };
+        let never = |_| -> Result<Counted<'_>, SolveError> { panic!("set up to iterate") };
+        let perf =
+            pcg_set_up_on_demand(backend(vec![]), never, &(), &mut (), &controls, "p").unwrap();
+        assert_eq!((perf.iterations, initialized.get()), (0, 2));
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //! off-diagonal entries. On more threads the rows are split between them
 //! and each row gathers its own terms.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use super::reduce::{ordered_sum, CHUNK};
@@ -44,37 +46,59 @@ pub struct SplitMatrix {
 
 impl SplitMatrix {
     /// Splits a square CSR matrix with columns ascending in each row; a
-    /// missing diagonal entry is stored as 0.
+    /// missing diagonal entry is stored as 0. Two passes: each row's
+    /// diagonal position and the triangles' row starts, then the entries
+    /// copied into arrays of their final size.
     pub fn new(a: &Csr) -> Self {
         let n = a.n_rows();
         assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
+        let (row_ptr, cols, values) = (a.row_ptr(), a.cols(), a.values());
         let mut diag = vec![0.0; n];
-        let (mut lower, mut upper) = (TriangleRows::empty(n), TriangleRows::empty(n));
-        // A symmetric pattern's triangles hold half the off-diagonal entries
-        // each: reserved once instead of grown by doubling.
-        let half = a.nnz().saturating_sub(n) / 2;
-        for t in [&mut lower, &mut upper] {
-            t.cols.reserve(half);
-            t.values.reserve(half);
-        }
+        let (mut lower_start, mut upper_start) =
+            (Vec::with_capacity(n + 1), Vec::with_capacity(n + 1));
+        lower_start.push(0);
+        upper_start.push(0);
+        let (mut n_lower, mut n_upper) = (0, 0);
         for (r, d) in diag.iter_mut().enumerate() {
-            let (row_cols, row_values) = a.row(r);
-            for (&c, &v) in row_cols.iter().zip(row_values) {
-                let c_index = c as usize;
-                let triangle = match c_index.cmp(&r) {
-                    std::cmp::Ordering::Equal => {
-                        *d = v;
-                        continue;
-                    }
-                    std::cmp::Ordering::Less => &mut lower,
-                    std::cmp::Ordering::Greater => &mut upper,
-                };
-                triangle.cols.push(c);
-                triangle.values.push(v);
+            let (first, end) = (row_ptr[r], row_ptr[r + 1]);
+            let row = &cols[first..end];
+            let below = row.partition_point(|&c| (c as usize) < r);
+            let has_diagonal = row.get(below).is_some_and(|&c| c as usize == r);
+            if has_diagonal {
+                *d = values[first + below];
             }
-            lower.start.push(lower.cols.len());
-            upper.start.push(upper.cols.len());
+            n_lower += below;
+            n_upper += row.len() - below - usize::from(has_diagonal);
+            lower_start.push(n_lower);
+            upper_start.push(n_upper);
         }
+        let (mut lower_cols, mut upper_cols) = (vec![0u32; n_lower], vec![0u32; n_upper]);
+        let (mut lower_values, mut upper_values) = (vec![0.0; n_lower], vec![0.0; n_upper]);
+        // Columns and values in one loop per triangle: a row holds a few
+        // entries, too few for a copy call each.
+        let copy = |to: (&mut [u32], &mut [f64]), from: usize| {
+            for (k, (c, v)) in to.0.iter_mut().zip(to.1.iter_mut()).enumerate() {
+                *c = cols[from + k];
+                *v = values[from + k];
+            }
+        };
+        for r in 0..n {
+            let (lower, upper) = (
+                lower_start[r]..lower_start[r + 1],
+                upper_start[r]..upper_start[r + 1],
+            );
+            let above = row_ptr[r + 1] - upper.len();
+            copy(
+                (&mut lower_cols[lower.clone()], &mut lower_values[lower]),
+                row_ptr[r],
+            );
+            copy(
+                (&mut upper_cols[upper.clone()], &mut upper_values[upper]),
+                above,
+            );
+        }
+        let lower = TriangleRows::of(lower_start, lower_cols, lower_values);
+        let upper = TriangleRows::of(upper_start, upper_cols, upper_values);
         let symmetric = mirrors(&lower, &upper);
         let reach = |t: &TriangleRows, pick_last: bool| {
             (0..n)
@@ -140,6 +164,23 @@ impl SplitMatrix {
         upper.add_to(lower.add_to(self.diag[r] * x[r], x), x)
     }
 
+    /// rowSum(A) in OpenFOAM's `sumA` order: the diagonal, then the lower
+    /// entries, then the upper ones (the bits of
+    /// [`openfoam_row_sums`](super::row_sums::openfoam_row_sums) of the CSR).
+    pub fn row_sums(&self) -> Vec<f64> {
+        let mut sums = vec![0.0; self.n()];
+        sums.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, sums)| {
+                let rows = self.rows(c * CHUNK, sums.len());
+                for (s, (r, lower, upper)) in sums.iter_mut().zip(rows) {
+                    let lower_sum = lower.values.iter().fold(self.diag[r], |s, v| s + v);
+                    *s = upper.values.iter().fold(lower_sum, |s, v| s + v);
+                }
+            });
+        sums
+    }
+
     /// Σ_{c≠r} a_rc x_c, the lower entries, then the upper ones.
     #[inline]
     pub fn off_diagonal_times(&self, r: usize, x: &[f64]) -> f64 {
@@ -155,41 +196,72 @@ impl SplitMatrix {
     }
 
     /// The one-thread product over the upper triangle: `y` receives
-    /// (A x)_i, and `finish(i, (A x)_i, &mut y_i)` is called for the rows
-    /// in ascending order once each is complete. Row j's entry of `y`
-    /// holds d_j x_j plus the lower terms received so far from the time
-    /// the sweep reaches the first row that couples to it.
+    /// (A x)_i, and `finish(i, (A x)_i, &mut y_i, &mut partial)` is called
+    /// for the rows in ascending order once each is complete, with the
+    /// partial sum of the row's `CHUNK` (reduction chunk), which starts at
+    /// `S::default()` and is returned in chunk order. Row j's entry of `y`
+    /// holds d_j x_j plus the lower terms received so far from the time the
+    /// sweep reaches the first row that couples to it. The partial sums
+    /// stay in registers and the arrays are read without bounds checks: the
+    /// loop is one chain of dependent row sums, and a sum kept in memory and
+    /// a check per access made it a quarter longer (8.8 against 7.1 ms per
+    /// product of 1 M rows).
     #[inline(always)]
-    fn upper_product(
+    fn upper_product<S: Copy + Default>(
         &self,
         x: &[f64],
         y: &mut [f64],
-        mut finish: impl FnMut(usize, f64, &mut f64),
-    ) {
+        mut finish: impl FnMut(usize, f64, &mut f64, &mut S),
+    ) -> Vec<S> {
         let n = self.n();
         assert_eq!(x.len(), n, "SplitMatrix: x size");
         assert_eq!(y.len(), n, "SplitMatrix: y size");
-        let diag = &self.diag;
+        let (diag, start, cols, values) = (
+            &self.diag,
+            &self.upper.start,
+            &self.upper.cols,
+            &self.upper.values,
+        );
+        assert_eq!(start.len(), n + 1, "SplitMatrix: upper rows");
+        let mut partials = Vec::with_capacity(n.div_ceil(CHUNK));
         // Rows below `ready` hold d_j x_j plus what they have received.
         let mut ready = 0;
-        for (i, upper) in self.upper.rows(0, n).enumerate() {
-            let reach = upper.cols.last().map_or(i, |&c| c as usize);
-            while ready <= reach {
-                y[ready] = diag[ready] * x[ready];
-                ready += 1;
-            }
-            let xi = x[i];
-            let mut sum = y[i];
-            for (&c, &v) in upper.cols.iter().zip(upper.values) {
-                // SAFETY: `x_at`'s argument holds for x and y (length n,
-                // asserted above); c ≤ reach < ready.
-                unsafe {
-                    sum += v * x_at(x, c);
-                    *y.get_unchecked_mut(c as usize) += v * xi;
+        let mut i = 0;
+        // SAFETY: i < n and ready ≤ reach < n index x, y, diag (length n)
+        // and start (n + 1); k < start[n] = cols.len() = values.len(); every
+        // column is below n (`x_at`), and ≤ reach < ready.
+        unsafe {
+            let mut first_entry = *start.get_unchecked(0);
+            while i < n {
+                let chunk_end = (i + CHUNK).min(n);
+                let mut partial = S::default();
+                while i < chunk_end {
+                    let end_entry = *start.get_unchecked(i + 1);
+                    let reach = if end_entry > first_entry {
+                        *cols.get_unchecked(end_entry - 1) as usize
+                    } else {
+                        i
+                    };
+                    while ready <= reach {
+                        *y.get_unchecked_mut(ready) =
+                            diag.get_unchecked(ready) * x.get_unchecked(ready);
+                        ready += 1;
+                    }
+                    let xi = *x.get_unchecked(i);
+                    let mut sum = *y.get_unchecked(i);
+                    for k in first_entry..end_entry {
+                        let (c, v) = (*cols.get_unchecked(k), *values.get_unchecked(k));
+                        sum += v * x_at(x, c);
+                        *y.get_unchecked_mut(c as usize) += v * xi;
+                    }
+                    finish(i, sum, y.get_unchecked_mut(i), &mut partial);
+                    first_entry = end_entry;
+                    i += 1;
                 }
+                partials.push(partial);
             }
-            finish(i, sum, &mut y[i]);
         }
+        partials
     }
 
     /// y = A x, rows in parallel.
@@ -197,7 +269,8 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply: y size");
         if self.by_upper_triangle() {
-            return self.upper_product(x, y, |_, sum, y| *y = sum);
+            self.upper_product(x, y, |_, sum, y, _: &mut ()| *y = sum);
+            return;
         }
         y.par_chunks_mut(CHUNK).enumerate().for_each(|(c, y)| {
             let rows = self.rows(c * CHUNK, y.len());
@@ -213,10 +286,10 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply_dot: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply_dot: y size");
         if self.by_upper_triangle() {
-            let mut partials = vec![0.0; self.n().div_ceil(CHUNK)];
-            self.upper_product(x, y, |i, sum, y| {
+            let partials = self.upper_product(x, y, |i, sum, y, partial: &mut f64| {
                 *y = sum;
-                partials[i / CHUNK] += x[i] * sum;
+                // SAFETY: i < n = x.len() (`upper_product`).
+                *partial += unsafe { x.get_unchecked(i) } * sum;
             });
             return partials.iter().sum();
         }
@@ -244,15 +317,12 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply_sums: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply_sums: y size");
         let partials: Vec<(f64, f64)> = if self.by_upper_triangle() {
-            let mut partials = vec![(0.0, 0.0); self.n().div_ceil(CHUNK)];
-            self.upper_product(x, y, |i, sum, y| {
+            self.upper_product(x, y, |i, sum, y, p: &mut (f64, f64)| {
                 *y = sum;
                 let (a, b) = terms(i, sum);
-                let p = &mut partials[i / CHUNK];
                 p.0 += a;
                 p.1 += b;
-            });
-            partials
+            })
         } else {
             y.par_chunks_mut(CHUNK)
                 .enumerate()
@@ -281,10 +351,9 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::residual: x size");
         assert_eq!(r.len(), self.n(), "SplitMatrix::residual: r size");
         if self.by_upper_triangle() {
-            let mut partials = vec![0.0; self.n().div_ceil(CHUNK)];
-            self.upper_product(x, r, |i, sum, r| {
+            let partials = self.upper_product(x, r, |i, sum, r, partial: &mut f64| {
                 *r = b[i] - sum;
-                partials[i / CHUNK] += r.abs();
+                *partial += r.abs();
             });
             return partials.iter().sum();
         }
@@ -435,21 +504,23 @@ impl Row<'_> {
 
 /// One triangle of a square matrix by rows: row r's entries (columns
 /// ascending) are `start[r]..start[r + 1]`.
+///
+/// The pattern (row starts and columns) is shared, not copied, by the
+/// triangles made from it with other values ([`TriangleRows::scaled`]: the
+/// DIC factors of a matrix).
 #[derive(Clone, Debug)]
 pub struct TriangleRows {
-    start: Vec<usize>,
-    cols: Vec<u32>,
+    start: Arc<Vec<usize>>,
+    cols: Arc<Vec<u32>>,
     values: Vec<f64>,
 }
 
 impl TriangleRows {
-    fn empty(n: usize) -> Self {
-        let mut start = Vec::with_capacity(n + 1);
-        start.push(0);
+    fn of(start: Vec<usize>, cols: Vec<u32>, values: Vec<f64>) -> Self {
         Self {
-            start,
-            cols: Vec::new(),
-            values: Vec::new(),
+            start: Arc::new(start),
+            cols: Arc::new(cols),
+            values,
         }
     }
 
@@ -467,8 +538,8 @@ impl TriangleRows {
             values.extend(self.values[self.row(r)].iter().map(|v| v * f));
         }
         TriangleRows {
-            start: self.start.clone(),
-            cols: self.cols.clone(),
+            start: Arc::clone(&self.start),
+            cols: Arc::clone(&self.cols),
             values,
         }
     }
@@ -523,6 +594,44 @@ impl TriangleRows {
         assert_eq!(w.len(), self.n(), "TriangleRows::forward: w size");
         for (j, row) in self.rows(0, self.n()).enumerate() {
             w[j] = row.subtract_from(first(j), w);
+        }
+    }
+
+    /// [`Self::forward`] with row j's entries multiplied by `scale[j]` as
+    /// they are read: w_j = s_j − Σ_c (t_jc · scale_j) w_c.
+    pub fn forward_scaled(&self, w: &mut [f64], scale: &[f64], first: impl Fn(usize) -> f64) {
+        assert_eq!(w.len(), self.n(), "TriangleRows::forward_scaled: w size");
+        assert_eq!(
+            scale.len(),
+            self.n(),
+            "TriangleRows::forward_scaled: scale size"
+        );
+        for (j, row) in self.rows(0, self.n()).enumerate() {
+            let (f, mut acc) = (scale[j], first(j));
+            for (&c, &v) in row.cols.iter().zip(row.values) {
+                // SAFETY: `x_at`'s argument holds (w.len() == n asserted above).
+                acc -= v * f * unsafe { x_at(w, c) };
+            }
+            w[j] = acc;
+        }
+    }
+
+    /// [`Self::backward`] over all rows with row i's entries multiplied by
+    /// `scale[i]` as they are read: w_i −= Σ_c (t_ic · scale_i) w_c.
+    pub fn backward_scaled(&self, w: &mut [f64], scale: &[f64]) {
+        assert_eq!(w.len(), self.n(), "TriangleRows::backward_scaled: w size");
+        assert_eq!(
+            scale.len(),
+            self.n(),
+            "TriangleRows::backward_scaled: scale size"
+        );
+        for (i, row) in self.rows(0, self.n()).enumerate().rev() {
+            let (f, mut wi) = (scale[i], w[i]);
+            for (&c, &v) in row.cols.iter().zip(row.values).rev() {
+                // SAFETY: `x_at`'s argument holds (w.len() == n asserted above).
+                wi -= v * f * unsafe { x_at(w, c) };
+            }
+            w[i] = wi;
         }
     }
 
@@ -586,6 +695,7 @@ mod tests {
         s.apply(&x, &mut y);
         a.spmv(&x, &mut z);
         assert_eq!(y, z);
+        assert_eq!(s.row_sums(), crate::solve::row_sums::openfoam_row_sums(&a));
         let b = [1.0; 4];
         let mut r = vec![0.0; 4];
         let sum = s.residual(&b, &x, &mut r);
@@ -675,6 +785,11 @@ mod tests {
         };
         let (one, two) = (run(1), run(2));
         assert_eq!(one, two);
+        let sums = |v: Vec<f64>| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            sums(s.row_sums()),
+            sums(crate::solve::row_sums::openfoam_row_sums(&a))
+        );
         let expected: Vec<f64> = (0..n).map(|i| s.row_times(i, &x)).collect();
         assert_eq!(one.0, expected);
         // A matrix whose mirror entries differ in the last bit is not symmetric.
@@ -740,6 +855,30 @@ mod tests {
             let x: Vec<u64> = x.iter().map(|v| v.to_bits()).collect();
             assert!(x == expected, "{threads} threads");
         }
+    }
+
+    #[test]
+    fn dic_factor_sweeps_on_the_split_rows_have_the_bits_of_the_stored_dic() {
+        use crate::solve::ic::{Dic, DicFactor};
+        use crate::solve::LinearOperator;
+        let a = grid_laplacian(17, 16, 18);
+        let n = a.n_rows();
+        let s = SplitMatrix::new(&a);
+        let (dic, factor) = (Dic::of_split(&s).unwrap(), DicFactor::of_split(&s).unwrap());
+        let r: Vec<f64> = (0..n)
+            .map(|i| ((i * 37) % 101) as f64 / 7.0 - 6.0)
+            .collect();
+        let (mut stored, mut formed) = (vec![0.0; n], vec![0.0; n]);
+        dic.apply(&r, &mut stored);
+        factor.sweeps(&s, &r, &mut formed);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&formed), bits(&stored));
+        // The same errors as the stored factor's.
+        let mut bad = a.clone();
+        let slot = bad.slot(5, 5).unwrap();
+        bad.values_mut()[slot] = -1.0;
+        let bad = SplitMatrix::new(&bad);
+        assert_eq!(DicFactor::of_split(&bad).err(), Dic::of_split(&bad).err());
     }
 
     #[test]

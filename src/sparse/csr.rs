@@ -71,36 +71,45 @@ impl Csr {
         Arc::ptr_eq(&self.row_ptr, &other.row_ptr) && Arc::ptr_eq(&self.cols, &other.cols)
     }
 
+    #[inline]
     pub fn n_rows(&self) -> usize {
         self.row_ptr.len() - 1
     }
+    #[inline]
     pub fn n_cols(&self) -> usize {
         self.n_cols
     }
+    #[inline]
     pub fn nnz(&self) -> usize {
         self.cols.len()
     }
+    #[inline]
     pub fn row_ptr(&self) -> &[usize] {
         &self.row_ptr
     }
+    #[inline]
     pub fn cols(&self) -> &[u32] {
         &self.cols
     }
+    #[inline]
     pub fn values(&self) -> &[f64] {
         &self.values
     }
     /// Values can change; the pattern cannot (re-assembly keeps the pattern).
+    #[inline]
     pub fn values_mut(&mut self) -> &mut [f64] {
         &mut self.values
     }
 
     /// Columns and values of row `r`.
+    #[inline]
     pub fn row(&self, r: usize) -> (&[u32], &[f64]) {
         let s = self.row_ptr[r]..self.row_ptr[r + 1];
         (&self.cols[s.clone()], &self.values[s])
     }
 
     /// Slot of entry (r, c) in the value array, if it is in the pattern.
+    #[inline]
     pub fn slot(&self, r: usize, c: usize) -> Option<usize> {
         let (cols, _) = self.row(r);
         cols.binary_search(&(c as u32))
