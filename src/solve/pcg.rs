@@ -605,35 +605,12 @@ pub(crate) fn record(
 mod tests {
     use super::*;
 
-    /// A backend whose residual after each update is scripted.
-    struct Scripted(std::cell::RefCell<std::vec::IntoIter<f64>>);
-
-    impl CgBackend for Scripted {
-        type Vector = ();
-        fn n(&self) -> usize {
-            1
-        }
-        fn new_vector(&self) {}
-        fn initialize(&self, _: &(), _: &(), _: &mut ()) -> InitialNorms {
-            InitialNorms {
-                residual_sum: 1.0,
-                norm_factor: 1.0,
-            }
-        }
-        fn precondition(&self, _: &(), _: &mut ()) -> f64 {
-            1.0
-        }
-        fn update_direction(&self, _: f64, _: &(), _: &mut ()) {}
-        fn apply_operator(&self, _: &(), _: &mut ()) -> f64 {
-            1.0
-        }
-        fn update_solution(&self, _: f64, _: &(), _: &(), _: &mut (), _: &mut ()) -> f64 {
-            self.0.borrow_mut().next().expect("script long enough")
-        }
-    }
-
     fn run_script(residuals: Vec<f64>) -> Result<SolverPerformance, SolveError> {
-        let backend = Scripted(std::cell::RefCell::new(residuals.into_iter()));
+        let initialized = std::cell::Cell::new(0);
+        let backend = Counted {
+            initialized: &initialized,
+            residuals: std::cell::RefCell::new(residuals.into_iter()),
+        };
         let controls = SolverControls {
             tolerance: 0.0,
             max_iter: 4,
