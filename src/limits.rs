@@ -6,32 +6,6 @@
 use std::io::{self, Read};
 use std::path::Path;
 
-/// Allocations of at least this many bytes take pages of their own from the
-/// system and give them back when freed ([`give_freed_arrays_back`]).
-pub const OWN_PAGES_BYTES: usize = 256 * 1024;
-
-/// Makes every allocation of [`OWN_PAGES_BYTES`] or more map pages of its
-/// own and unmap them when freed (glibc's `M_MMAP_THRESHOLD`), so that a
-/// run's memory is what it holds, not what it once held. glibc's default
-/// raises that threshold to the size of each such block freed (up to 32 MB):
-/// arrays allocated after it come from the heap and stay resident once freed.
-/// On the 1 M-cell Poisson run that was 80 MB of freed set-up arrays still
-/// resident during the solve, 55 MB of the peak. An environment that sets the
-/// threshold (`MALLOC_MMAP_THRESHOLD_`, `GLIBC_TUNABLES`) keeps its own. The
-/// binary calls this first, before any thread starts; elsewhere it does
-/// nothing.
-pub fn give_freed_arrays_back() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let set_by_environment = std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
-            || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("mmap_threshold"));
-        if !set_by_environment {
-            // SAFETY: sets one of the allocator's parameters; no memory is touched.
-            unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_PAGES_BYTES as libc::c_int) };
-        }
-    }
-}
-
 /// Characters of an input token quoted in a message; longer ones are cut
 /// (a 10 MB token must not be copied into every error and warning).
 pub const QUOTE_CHARS: usize = 60;
@@ -168,35 +142,6 @@ pub fn gunzip_bounded(compressed: &[u8], limit: u64) -> io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[test]
-    fn arrays_freed_after_a_larger_one_keep_pages_of_their_own() {
-        // In a process of its own: the other tests' threads leave free heap
-        // space, which malloc reuses for a block of any size.
-        const CHILD: &str = "FVPOISSON_TEST_ALLOCATOR_CHILD";
-        if std::env::var_os(CHILD).is_none() {
-            let name = "limits::tests::arrays_freed_after_a_larger_one_keep_pages_of_their_own";
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", name, "--test-threads=1", "--nocapture"])
-                .env(CHILD, "1")
-                .output()
-                .unwrap();
-            let log = String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success() && log.contains("1 passed"), "{log}");
-            return;
-        }
-        give_freed_arrays_back();
-        // After this, glibc's default would serve blocks up to 24 MB from the heap.
-        drop(std::hint::black_box(vec![1u8; 24 << 20]));
-        for bytes in [1 << 20, 4 << 20, 16 << 20] {
-            let block = std::hint::black_box(vec![1u8; bytes]);
-            // A block with pages of its own starts 16 bytes (glibc's chunk
-            // header) into a page; unmapped when dropped.
-            assert_eq!(block.as_ptr() as usize % 4096, 16, "{bytes} bytes");
-        }
-    }
 
     #[test]
     fn quote_cuts_long_tokens() {

@@ -5,7 +5,6 @@
 mod bench;
 
 fn main() {
-    fvpoisson::limits::give_freed_arrays_back();
     // NVLink multicast stays off unless the environment asks for it. NCCL
     // reads this only from the environment, and a write to the environment
     // races with reads on other threads: it is written here, before any
