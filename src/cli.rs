@@ -563,13 +563,19 @@ fn run(
     };
     let device = match &gpu {
         Some(gpu) => {
-            let uses_amg = [&setup.solver.regular]
+            // The preconditioners the GPU will run (after its defaults: DIC
+            // as a polynomial, GAMG as AMG) compile while the case sets up,
+            // not at the first solve.
+            let sources: Vec<&str> = [&setup.solver.regular]
                 .into_iter()
                 .chain(&setup.solver.final_corrector)
-                .any(|s| s.gamg.is_some() || matches!(s.preconditioner, Preconditioner::Amg(_)));
-            if uses_amg {
-                gpu.prefetch(&["amg.cu"]);
-            }
+                .filter_map(|s| match case::SolveTarget::Gpu.adapt(s).preconditioner {
+                    Preconditioner::Amg(_) => Some("amg.cu"),
+                    Preconditioner::Polynomial(_) => Some("polynomial.cu"),
+                    _ => None,
+                })
+                .collect();
+            gpu.prefetch(&sources);
             case::Device::Gpu(gpu)
         }
         None => {
