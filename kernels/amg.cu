@@ -120,11 +120,6 @@ extern "C" __global__ void amg_scan_single(int n, const unsigned* __restrict__ c
 // ---- mod-SELL -> CSR of the same matrix (ModSell::to_csr: the diagonal and
 // the stored off-diagonals, ascending columns). Column codes as in smooth.cu.
 
-// The column of a nonzero code in slice base `base`.
-__device__ __forceinline__ unsigned modsell_column(int code, int base) {
-    return code > 0 ? (unsigned)(code - 1) : (unsigned)(base - code - 1);
-}
-
 // lengths[row] = 1 (diagonal) + the row's nonzero codes.
 extern "C" __global__ void amg_modsell_row_lengths(int n, int h, const u64* __restrict__ slice_ptr,
                                                    const int* __restrict__ codes,
@@ -147,27 +142,14 @@ extern "C" __global__ void amg_modsell_to_csr(int n, int h, const u64* __restric
                                               long long* __restrict__ source) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= n) return;
-    const int s = row / h, base = s * h;
-    const u64 start = row_ptr[row];
-    u64 end = start;
-    cols[end] = (unsigned)row;
-    source[end] = -1 - (long long)row;
-    ++end;
-    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
-        const int c = codes[k];
-        if (c == 0) continue;
-        const unsigned col = modsell_column(c, base);
-        // Insert keeping cols[start .. end) ascending.
-        u64 p = end;
-        while (p > start && cols[p - 1] > col) {
-            cols[p] = cols[p - 1];
-            source[p] = source[p - 1];
-            --p;
-        }
-        cols[p] = col;
-        source[p] = (long long)k;
-        ++end;
-    }
+    // Each entry carries its mod-SELL slot (the diagonal: -(row + 1)).
+    struct Slots {
+        long long* source;
+        __device__ void diagonal(u64 at, int row) const { source[at] = -1 - (long long)row; }
+        __device__ void entry(u64 at, u64 k) const { source[at] = (long long)k; }
+        __device__ void shift(u64 to, u64 from) const { source[to] = source[from]; }
+    };
+    modsell_row_to_csr(row, h, slice_ptr, codes, row_ptr, cols, Slots{source});
 }
 
 // CSR values from the mod-SELL arrays through the slot map (also the
