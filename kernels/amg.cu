@@ -1,5 +1,5 @@
-// Aggregation AMG on the device (appended to spmv.cu, pcg.cu, smooth.cu in one
-// module; uses u64, block_sum and modsell_row from spmv.cu). The algorithm is
+// Aggregation AMG on the device (compiled with spmv.cu, pcg.cu and smooth.cu;
+// uses u64, block_sum and modsell_row from spmv.cu). The algorithm is
 // the CPU reference's (src/solve/amg): pairwise matching
 // in Jacobi-style rounds, leaders numbered by an exclusive scan, Galerkin
 // products per coarse row in the CPU's summation order, so that the aggregates

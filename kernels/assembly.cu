@@ -1,6 +1,6 @@
 // Assembly of the FVM Laplacian straight into mod-SELL (Wikberg 2024, §2.5 and §9.2,
-// "GPU assembly directly into mod. SELL"; appended after spmv.cu and pcg.cu in
-// one module: u64 and block_sum come from spmv.cu). The host data and its
+// "GPU assembly directly into mod. SELL"; compiled with spmv.cu: u64 and
+// block_partials2 come from there). The host data and its
 // layout: src/gpu/assembly.rs (AssemblyMap).
 //
 // Row kernels run one block per slice and one thread per row, as the mod-SELL

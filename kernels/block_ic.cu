@@ -1,7 +1,7 @@
 // Block-IC (src/gpu/ic.rs DeviceBlockIc; CPU reference src/solve/block_jacobi.rs
 // BlockIc = solve::precond Dic/Ic0 of the block-diagonal part of A) and the
-// device Gershgorin bound of the polynomials. Appended after smooth.cu in one
-// module (u64 and gated_off from there).
+// mixed-precision Jacobi and colour sweeps of the smoothers. Compiled with
+// spmv.cu, smooth.cu and ic.cu (u64, gated_off, the rn_ operations).
 //
 // A block is a mod-SELL slice of H rows, one thread block of H threads, one
 // thread per row. Its in-slice entries (codes < 0, column order, as the CPU's
@@ -301,37 +301,6 @@ extern "C" __global__ void block_ic_structure(int n, const u64* __restrict__ sli
         slice_levels[2 * l + 1] = slice_max[2];
         for (int q = 0; q < 3; ++q) atomicMax(&maxima[q], slice_max[q]);
     }
-}
-
-// Gershgorin bound of D^-1 A on the device (solve/polynomial.rs
-// gershgorin_bound): per row (a_tt + sum |a_tj| over the off-diagonals in
-// column order) / a_tt, the CPU's operations; the maximum over rows as the
-// bits of positive doubles (ordered as u64) by warp shuffles and one
-// atomicMax per warp into out[0]. A diagonal <= 0 or NaN lowers out[1] to
-// row + 1 (both set by the host: 0 and n + 1). One thread per row.
-extern "C" __global__ void gershgorin_rows(int n, int h, const u64* __restrict__ slice_ptr,
-                                           const int* __restrict__ codes,
-                                           const double* __restrict__ vals,
-                                           const double* __restrict__ diag, u64* out) {
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    u64 bits = 0;
-    if (row < n) {
-        const int s = row / h;
-        const double d = diag[row];
-        if (!(d > 0.0)) {
-            atomicMin(&out[1], (u64)row + 1);
-        } else {
-            double sum = d;
-            for (u64 k = slice_ptr[s] + (row - s * h); k < slice_ptr[s + 1]; k += h)
-                if (codes[k] != 0) sum = __dadd_rn(sum, fabs(vals[k]));
-            bits = (u64)__double_as_longlong(__ddiv_rn(sum, d));
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const u64 other = __shfl_down_sync(0xffffffffu, bits, o);
-        bits = other > bits ? other : bits;
-    }
-    if ((threadIdx.x & 31) == 0 && bits != 0) atomicMax(&out[0], bits);
 }
 
 // Mixed-precision weighted / L1 Jacobi as a PCG preconditioner

@@ -1,7 +1,6 @@
 // Truncated Neumann preconditioning and subdomain deflation (Gupta et al. 2011, §3.3,
-// §4), appended to spmv.cu, pcg.cu,
-// assembly.cu and smooth.cu in one module (uses u64, block_sum,
-// modsell_row_part). CPU references: src/solve/neumann.rs,
+// §4), compiled with spmv.cu and pcg.cu (uses u64, block_sum,
+// modsell_row_part, ST_ALPHA, ST_DONE). CPU references: src/solve/neumann.rs,
 // src/solve/deflation.rs. Every reduction is a fixed tree (block_sum): the
 // same bits run to run.
 

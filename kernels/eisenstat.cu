@@ -1,4 +1,4 @@
-// SGS-PCG by Eisenstat's trick (appended to spmv.cu in one module; uses
+// SGS-PCG by Eisenstat's trick (compiled with spmv.cu; uses
 // block_sum, block_partials2 and u64 from there). CPU reference:
 // src/solve/eisenstat.rs (ScaledTriangles' row formulas, CpuEisenstat's
 // update), in the same operation order with the rounding intrinsics (no FMA

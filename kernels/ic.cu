@@ -457,44 +457,6 @@ extern "C" __global__ void ic_colour_check(int n, const u64* __restrict__ row_pt
     }
 }
 
-// The column of a nonzero mod-SELL code in slice base `base` (codes as in
-// smooth.cu: c > 0 the column c - 1, c < 0 the slice's row -(c + 1)).
-__device__ __forceinline__ unsigned modsell_column(int code, int base) {
-    return code > 0 ? (unsigned)(code - 1) : (unsigned)(base - code - 1);
-}
-
-// Row `row` of a mod-SELL matrix as a CSR row at row_ptr[row]: the diagonal,
-// then each stored off-diagonal inserted so that the columns ascend
-// (insertion sort; the row's columns are distinct). `payload` writes what
-// each entry carries beside its column: diagonal(at, row), entry(at, k) for
-// mod-SELL slot k, shift(to, from) when the sort moves an entry.
-template <typename Payload>
-__device__ void modsell_row_to_csr(int row, int h, const u64* __restrict__ slice_ptr,
-                                   const int* __restrict__ codes,
-                                   const u64* __restrict__ row_ptr,
-                                   unsigned* __restrict__ cols, const Payload& payload) {
-    const int s = row / h, base = s * h;
-    const u64 start = row_ptr[row];
-    u64 end = start;
-    cols[end] = (unsigned)row;
-    payload.diagonal(end, row);
-    ++end;
-    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
-        const int c = codes[k];
-        if (c == 0) continue;
-        const unsigned col = modsell_column(c, base);
-        u64 p = end;
-        while (p > start && cols[p - 1] > col) {
-            cols[p] = cols[p - 1];
-            payload.shift(p, p - 1);
-            --p;
-        }
-        cols[p] = col;
-        payload.entry(p, k);
-        ++end;
-    }
-}
-
 // The CSR of a mod-SELL matrix with its values in one pass (src/gpu/ic.rs
 // csr_of_modsell): the diagonal and the stored off-diagonals, columns
 // ascending, the order of amg_modsell_to_csr, the values moved with their

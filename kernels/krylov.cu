@@ -1,6 +1,6 @@
 // GMRES and BiCGStab steps (src/solve/krylov.rs `KrylovBackend`, device
-// backend src/gpu/krylov.rs; appended to spmv.cu, pcg.cu, smooth.cu in one
-// module: uses u64, block_sum, modsell_row). Every kernel that returns a
+// backend src/gpu/krylov.rs; compiled with spmv.cu and pcg.cu:
+// uses u64, block_sum, modsell_row, reduce_fixed). Every kernel that returns a
 // number writes per-block partial sums (layout [sum 0 per block][sum 1 per
 // block]...), which reduce_partials (pcg.cu) adds in one fixed order: the
 // same bits run to run. Each element formula is the CPU's, in its order.

@@ -1,7 +1,7 @@
 // Multi-GPU PCG (src/gpu/multi.rs): the halo exchange of one rank's local
 // system (src/sparse/distribute.rs numbering [interior | boundary | halo]) and
-// the parts of A x that read the halo. Appended to spmv.cu and pcg.cu in one
-// module (block_sum). No FMA contraction, so a row's sum is the CPU's
+// the parts of A x that read the halo. Compiled with spmv.cu and pcg.cu
+// (block_sum, ST_DONE). No FMA contraction, so a row's sum is the CPU's
 // left-to-right sum of products.
 
 // buf[i] = x[idx[i]]: the owned values the neighbours read, packed in the

@@ -1,4 +1,4 @@
-// PCG on the device (appended to spmv.cu in one module): the scalars stay in
+// PCG on the device (compiled with spmv.cu): the scalars stay in
 // `st` on the device and the stopping tests of src/solve/pcg.rs (`StopRule`)
 // are applied here too, so a chunk of iterations runs with no host round trip
 // and stops at the same iteration as the host loop.

@@ -2,8 +2,8 @@
 // one GPU per rank, peer access over NVLink or PCIe): a rank stores its halo
 // values and its reduction sums straight into its peers' memory and raises a
 // flag there; the reader waits on the flag in its own memory. No NCCL, no
-// host: the flags replace the collectives' synchronisation. Appended to
-// spmv.cu, pcg.cu and multi.cu in one module (ST_DONE, reduce_fixed,
+// host: the flags replace the collectives' synchronisation. Compiled with
+// spmv.cu and pcg.cu (ST_DONE, reduce_fixed,
 // last_block, block_sum, finish_*).
 //
 // Each rank's `area` (u64 words, `peers` holds every rank's area address):

@@ -1,5 +1,6 @@
-// Polynomial preconditioners (Zhang and Zhang 2013, §2.2–2.7; appended to spmv.cu, uses
-// modsell_row_t and u64 from there). CPU reference: src/solve/polynomial.rs
+// Polynomial preconditioners (Zhang and Zhang 2013, §2.2–2.7) and the Gershgorin
+// bound of their interval; compiled with spmv.cu and smooth.cu (modsell_row_t, u64,
+// gated_off). CPU reference: src/solve/polynomial.rs
 // (`Evaluator::apply`), same steps, same operation order:
 //   t_0 = D^-1 r;  step j = 1..m:  y = D^-1 A t_in,
 //   t_out = mat*y + id*t_in - old*t_old,
@@ -142,4 +143,35 @@ extern "C" __global__ void cast_f64_to_f32(int n, const double* __restrict__ fro
                                            float* __restrict__ to) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) to[i] = (float)from[i];
+}
+
+// Gershgorin bound of D^-1 A on the device (solve/polynomial.rs
+// gershgorin_bound): per row (a_tt + sum |a_tj| over the off-diagonals in
+// column order) / a_tt, the CPU's operations; the maximum over rows as the
+// bits of positive doubles (ordered as u64) by warp shuffles and one
+// atomicMax per warp into out[0]. A diagonal <= 0 or NaN lowers out[1] to
+// row + 1 (both set by the host: 0 and n + 1). One thread per row.
+extern "C" __global__ void gershgorin_rows(int n, int h, const u64* __restrict__ slice_ptr,
+                                           const int* __restrict__ codes,
+                                           const double* __restrict__ vals,
+                                           const double* __restrict__ diag, u64* out) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    u64 bits = 0;
+    if (row < n) {
+        const int s = row / h;
+        const double d = diag[row];
+        if (!(d > 0.0)) {
+            atomicMin(&out[1], (u64)row + 1);
+        } else {
+            double sum = d;
+            for (u64 k = slice_ptr[s] + (row - s * h); k < slice_ptr[s + 1]; k += h)
+                if (codes[k] != 0) sum = __dadd_rn(sum, fabs(vals[k]));
+            bits = (u64)__double_as_longlong(__ddiv_rn(sum, d));
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const u64 other = __shfl_down_sync(0xffffffffu, bits, o);
+        bits = other > bits ? other : bits;
+    }
+    if ((threadIdx.x & 31) == 0 && bits != 0) atomicMax(&out[0], bits);
 }

@@ -1,5 +1,5 @@
-// The SIMPLE loop's cell-wise steps on the device (src/gpu/simple.rs), after
-// assembly.cu in the one module (asm_* arithmetic: round-to-nearest, never
+// The SIMPLE loop's cell-wise steps on the device (src/gpu/simple.rs), compiled
+// with spmv.cu and assembly.cu (asm_* arithmetic: round-to-nearest, never
 // contracted into FMAs, in the order of src/flow/simple.rs, so the device
 // values equal the CPU's bit for bit). Cells in the pressure system's row order.
 

@@ -1,5 +1,5 @@
-// Smoothers on mod-SELL (appended to spmv.cu and pcg.cu in one module; uses
-// block_sum and u64 from spmv.cu). CPU references: src/solve/smoother.rs,
+// Smoothers on mod-SELL (compiled with spmv.cu; uses
+// block_sum and u64 from there). CPU references: src/solve/smoother.rs,
 // src/solve/block_jacobi.rs, src/solve/colouring.rs; each row formula is
 // evaluated in the same order as there (NVRTC may contract a*b+c into FMA, so
 // the iterates agree to round-off, not bit for bit).
@@ -134,7 +134,7 @@ extern "C" __global__ void jp_select(int n, int h, const u64* __restrict__ slice
         for (u64 k = slice_ptr[s] + (v - base); k < slice_ptr[s + 1]; k += h) {
             const int c = codes[k];
             if (c == 0) continue;
-            const int u = c > 0 ? c - 1 : base - c - 1;
+            const int u = (int)modsell_column(c, base);
             if (colour[u] < 0 && jp_above(u, v)) {
                 selected = 0;
                 break;
@@ -165,7 +165,7 @@ extern "C" __global__ void jp_assign(int n, int h, const u64* __restrict__ slice
         for (u64 k = slice_ptr[s] + (v - base); k < slice_ptr[s + 1]; k += h) {
             const int c = codes[k];
             if (c == 0) continue;
-            const int cu = colour[c > 0 ? c - 1 : base - c - 1];
+            const int cu = colour[modsell_column(c, base)];
             if (cu >= first && cu < first + 64) used |= 1ULL << (cu - first);
         }
         if (used != ~0ULL) {

@@ -599,11 +599,22 @@ fn run_exit_code(summary: &case::RunSummary) -> i32 {
     }
 }
 
-/// The kernel sources a Poisson run on one GPU compiles ahead: the device
-/// assembly with PCG (their module holds the SpMV and PCG kernels).
-const RUN_KERNELS: &[&str] = &["assembly.cu"];
-/// Those of a flow run: the device SIMPLE loop's module.
-const FLOW_KERNELS: &[&str] = &["simple.cu"];
+/// The kernel sources a Poisson run on one GPU compiles ahead: the PCG
+/// loop and the device assembly (each module holds the SpMV kernels too);
+/// the preconditioner's source is added once the case is read.
+const RUN_KERNELS: &[&str] = &["pcg.cu", "assembly.cu"];
+/// Those of a flow run: the device SIMPLE/PISO loop, the momentum and
+/// pressure solvers and the pressure preconditioners the GPU maps the
+/// usual dictionaries to (AMG for GAMG, the polynomial for DIC); a module
+/// the run then does not use costs a background thread, not wall time.
+const FLOW_KERNELS: &[&str] = &[
+    "simple.cu",
+    "pcg.cu",
+    "krylov.cu",
+    "smooth.cu",
+    "amg.cu",
+    "polynomial.cu",
+];
 
 /// Runs `read` (the case and its mesh, timed as the mesh phase) while the
 /// GPU of `device` (None: none to open) opens on a thread of its own and
@@ -1056,8 +1067,13 @@ fn run_flow(
 
 /// `run` of an icoFoam or pimpleFoam case.
 fn run_transient(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
-    let case = case::ico_foam::read_transient_case(case_dir)?;
-    let gpu = device.select()?;
+    // The GPU opens and compiles its modules while the case and its mesh
+    // are read.
+    let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, || {
+        Ok(case::ico_foam::read_transient_case(case_dir)?)
+    });
+    let case = read?;
+    let gpu = gpu?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
         None => case::Device::Cpu,

@@ -291,8 +291,8 @@ fn gpu_defaults_block(entries: &[Entry], base: f64) -> String {
 /// The small system the warm-up runs every row on.
 const WARM_UP_CASE: &str = "box:16x16x16";
 
-/// The kernel sources the table's rows launch from (the largest module
-/// holding them is compiled once, so every row's kernels come from it).
+/// The kernel sources the table's rows launch from (their modules compile
+/// and load at once, on threads of their own).
 const TABLE_KERNEL_SOURCES: [&str; 10] = [
     "spmv.cu",
     "pcg.cu",
@@ -306,8 +306,8 @@ const TABLE_KERNEL_SOURCES: [&str; 10] = [
     "eisenstat.cu",
 ];
 
-/// Compiles (or reads from the PTX cache) and loads the one kernel module
-/// that holds every source the table uses, then runs every row once on
+/// Compiles (or reads from the PTX cache) and loads the kernel modules of
+/// every source the table uses, then runs every row once on
 /// [`WARM_UP_CASE`] (untimed, its lines labelled so), so that no timed row
 /// pays for NVRTC, module loading or a kernel's first load: without it the
 /// first row to need a later source (Eisenstat SGS) compiled a whole module

@@ -59,33 +59,116 @@ use cudarc::driver::{
 pub use kernel_args::KernelArgs;
 use kernel_args::{check_arguments, parse_parameters, ParamType};
 
-/// Kernel sources. Module k is sources 0..=k compiled together: a source
-/// uses only what the sources before it declare (C++ declares before use,
-/// and the whole list compiles as one), so every prefix compiles too. A
-/// kernel is loaded, at its first use, from the smallest module holding
-/// its source that this GPU has loaded or asked for ([`Gpu::prefetch`]),
-/// else from its own source's module: a run compiles the prefix it needs,
-/// not the whole list. Every `extern "C" __global__ void NAME(` is a kernel
-/// ([`kernel_declarations`]).
-const KERNEL_SOURCES: &[(&str, &str)] = &[
-    ("spmv.cu", include_str!("../../kernels/spmv.cu")),
-    ("pcg.cu", include_str!("../../kernels/pcg.cu")),
-    ("assembly.cu", include_str!("../../kernels/assembly.cu")),
-    ("smooth.cu", include_str!("../../kernels/smooth.cu")),
-    ("ic.cu", include_str!("../../kernels/ic.cu")),
-    ("polynomial.cu", include_str!("../../kernels/polynomial.cu")),
-    ("deflation.cu", include_str!("../../kernels/deflation.cu")),
-    ("amg.cu", include_str!("../../kernels/amg.cu")),
-    ("ilu.cu", include_str!("../../kernels/ilu.cu")),
-    ("krylov.cu", include_str!("../../kernels/krylov.cu")),
-    ("block_ic.cu", include_str!("../../kernels/block_ic.cu")),
-    ("fsai_apply.cu", include_str!("../../kernels/fsai_apply.cu")),
-    ("fsai.cu", include_str!("../../kernels/fsai.cu")),
-    ("multi.cu", include_str!("../../kernels/multi.cu")),
-    ("eisenstat.cu", include_str!("../../kernels/eisenstat.cu")),
-    ("simple.cu", include_str!("../../kernels/simple.cu")),
-    ("peer.cu", include_str!("../../kernels/peer.cu")),
-    ("ssor.cu", include_str!("../../kernels/ssor.cu")),
+/// A kernel source under `kernels/`: its file name, the sources before it
+/// in [`KERNEL_SOURCES`] whose device functions, types or macros it uses,
+/// and its text.
+struct KernelSource {
+    file: &'static str,
+    needs: &'static [&'static str],
+    text: &'static str,
+}
+
+/// Kernel sources, each after the sources it needs. Module k is source k
+/// compiled with what it needs, directly or through another source
+/// ([`module_sources`]), in list order. A kernel is loaded, at its first
+/// use, from a module holding its source that this GPU has loaded or asked
+/// for ([`Gpu::prefetch`]), else from its own source's module: a run
+/// compiles and loads the few sources it needs, each module on a thread of
+/// its own, not one module holding everything before them (the driver's
+/// translation of a module's PTX, on a machine whose driver cache is cold,
+/// grows with the module). Every `extern "C" __global__ void NAME(` is a
+/// kernel ([`kernel_declarations`]).
+const KERNEL_SOURCES: &[KernelSource] = &[
+    KernelSource {
+        file: "spmv.cu",
+        needs: &[],
+        text: include_str!("../../kernels/spmv.cu"),
+    },
+    KernelSource {
+        file: "pcg.cu",
+        needs: &["spmv.cu"],
+        text: include_str!("../../kernels/pcg.cu"),
+    },
+    KernelSource {
+        file: "assembly.cu",
+        needs: &["spmv.cu"],
+        text: include_str!("../../kernels/assembly.cu"),
+    },
+    KernelSource {
+        file: "smooth.cu",
+        needs: &["spmv.cu"],
+        text: include_str!("../../kernels/smooth.cu"),
+    },
+    KernelSource {
+        file: "ic.cu",
+        needs: &["spmv.cu", "pcg.cu", "smooth.cu"],
+        text: include_str!("../../kernels/ic.cu"),
+    },
+    KernelSource {
+        file: "polynomial.cu",
+        needs: &["spmv.cu", "smooth.cu"],
+        text: include_str!("../../kernels/polynomial.cu"),
+    },
+    KernelSource {
+        file: "deflation.cu",
+        needs: &["spmv.cu", "pcg.cu"],
+        text: include_str!("../../kernels/deflation.cu"),
+    },
+    KernelSource {
+        file: "amg.cu",
+        needs: &["spmv.cu", "pcg.cu", "smooth.cu"],
+        text: include_str!("../../kernels/amg.cu"),
+    },
+    KernelSource {
+        file: "ilu.cu",
+        needs: &["spmv.cu", "smooth.cu"],
+        text: include_str!("../../kernels/ilu.cu"),
+    },
+    KernelSource {
+        file: "krylov.cu",
+        needs: &["spmv.cu", "pcg.cu"],
+        text: include_str!("../../kernels/krylov.cu"),
+    },
+    KernelSource {
+        file: "block_ic.cu",
+        needs: &["spmv.cu", "smooth.cu", "ic.cu"],
+        text: include_str!("../../kernels/block_ic.cu"),
+    },
+    KernelSource {
+        file: "fsai_apply.cu",
+        needs: &["spmv.cu", "smooth.cu"],
+        text: include_str!("../../kernels/fsai_apply.cu"),
+    },
+    KernelSource {
+        file: "fsai.cu",
+        needs: &["spmv.cu"],
+        text: include_str!("../../kernels/fsai.cu"),
+    },
+    KernelSource {
+        file: "multi.cu",
+        needs: &["spmv.cu", "pcg.cu"],
+        text: include_str!("../../kernels/multi.cu"),
+    },
+    KernelSource {
+        file: "eisenstat.cu",
+        needs: &["spmv.cu"],
+        text: include_str!("../../kernels/eisenstat.cu"),
+    },
+    KernelSource {
+        file: "simple.cu",
+        needs: &["spmv.cu", "assembly.cu"],
+        text: include_str!("../../kernels/simple.cu"),
+    },
+    KernelSource {
+        file: "peer.cu",
+        needs: &["spmv.cu", "pcg.cu"],
+        text: include_str!("../../kernels/peer.cu"),
+    },
+    KernelSource {
+        file: "ssor.cu",
+        needs: &["spmv.cu", "smooth.cu"],
+        text: include_str!("../../kernels/ssor.cu"),
+    },
 ];
 
 /// The kernels the sources define with the index of their source and the
@@ -95,9 +178,9 @@ fn kernel_declarations() -> Vec<(&'static str, usize, &'static str)> {
     KERNEL_SOURCES
         .iter()
         .enumerate()
-        .flat_map(|(file, (_, text))| {
-            text.match_indices(MARK).filter_map(move |(at, _)| {
-                let rest = &text[at + MARK.len()..];
+        .flat_map(|(file, source)| {
+            source.text.match_indices(MARK).filter_map(move |(at, _)| {
+                let rest = &source.text[at + MARK.len()..];
                 let open = rest.find('(')?;
                 let close = open + rest[open..].find(')')?;
                 Some((rest[..open].trim(), file, &rest[open + 1..close]))
@@ -106,18 +189,37 @@ fn kernel_declarations() -> Vec<(&'static str, usize, &'static str)> {
         .collect()
 }
 
-/// The text of kernel module `k` (sources 0..=k); the last module is the
-/// whole list, as it was compiled before the split (same cache entry).
+/// The sources of module `k`, in list order: source k and every source it
+/// needs, directly or through the sources it needs.
+fn module_sources(k: usize) -> Vec<usize> {
+    let mut held = vec![false; KERNEL_SOURCES.len()];
+    held[k] = true;
+    // Needs point to earlier sources, so one backward pass closes the set.
+    for j in (0..=k).rev() {
+        if held[j] {
+            for need in KERNEL_SOURCES[j].needs {
+                let i = source_index(need).expect("a source needs a listed source");
+                held[i] = true;
+            }
+        }
+    }
+    (0..=k).filter(|&i| held[i]).collect()
+}
+
+/// The text of kernel module `k`: its sources in list order.
 fn module_source(k: usize) -> String {
-    KERNEL_SOURCES[..=k]
-        .iter()
-        .map(|(file, text)| format!("// ---- kernels/{file}\n{text}\n"))
+    module_sources(k)
+        .into_iter()
+        .map(|i| {
+            let source = &KERNEL_SOURCES[i];
+            format!("// ---- kernels/{}\n{}\n", source.file, source.text)
+        })
         .collect()
 }
 
 /// The index of the kernel source `file` (e.g. `"assembly.cu"`).
 fn source_index(file: &str) -> Option<usize> {
-    KERNEL_SOURCES.iter().position(|(name, _)| *name == file)
+    KERNEL_SOURCES.iter().position(|source| source.file == file)
 }
 
 /// A kernel module's PTX: compiled (or read from the cache) at most once
@@ -157,6 +259,66 @@ fn module_ptx(
             arch: arch.to_string(),
             log,
         })
+}
+
+/// A kernel module loaded into one context, or why it could not be.
+type ModuleSlot = OnceLock<Result<Arc<CudaModule>, String>>;
+
+/// Module `k` of `slot`, loaded into `ctx` at most once: its PTX compiled
+/// (or read from the cache, or waited for) and handed to the driver. The
+/// driver translates PTX to the GPU's code when a module is loaded, seconds
+/// for the larger modules on a machine whose driver cache is cold, so a
+/// [`Gpu::prefetch`] thread loads the module as well as compiling it, and
+/// the first launch finds it loaded (or waits for that thread) instead of
+/// translating it on the run's critical path.
+fn load_module_slot<'s>(
+    ctx: &Arc<CudaContext>,
+    ptx: &[PtxSlot],
+    cache: &PtxCache,
+    arch: &str,
+    slot: &'s ModuleSlot,
+    all_cached: &AtomicBool,
+    k: usize,
+) -> Result<&'s Arc<CudaModule>, GpuError> {
+    slot.get_or_init(|| {
+        let clock = std::time::Instant::now();
+        let (text, cached) = module_ptx(ptx, cache, arch, k).map_err(|e| e.to_string())?;
+        let compiled = clock.elapsed().as_secs_f64();
+        let source = module_source(k);
+        let (module, cached) = cache::load_ptx(ctx, cache, &source, arch, text, cached)
+            .map_err(|e| e.to_string())?;
+        if !cached {
+            all_cached.store(false, Ordering::Release);
+        }
+        log::debug!(
+            "kernel module {} ({} kB of source): PTX {} in {compiled:.2} s, loaded by the driver in {:.2} s",
+            KERNEL_SOURCES[k].file,
+            source.len() / 1000,
+            if cached { "read from the cache" } else { "compiled" },
+            clock.elapsed().as_secs_f64() - compiled
+        );
+        Ok(module)
+    })
+    .as_ref()
+    .map_err(|e| GpuError::Invalid(format!("kernel module {k}: {e}")))
+}
+
+/// What a [`Gpu::prefetch`] thread needs to compile and load a module into
+/// the GPU's context.
+struct ModuleLoader {
+    ctx: Arc<CudaContext>,
+    ptx: Arc<Vec<PtxSlot>>,
+    cache: PtxCache,
+    arch: String,
+    modules: Arc<Vec<ModuleSlot>>,
+    cached: Arc<AtomicBool>,
+}
+
+impl ModuleLoader {
+    fn module(&self, k: usize) -> Result<&Arc<CudaModule>, GpuError> {
+        let (ctx, ptx, cache, arch) = (&self.ctx, &self.ptx, &self.cache, &self.arch);
+        load_module_slot(ctx, ptx, cache, arch, &self.modules[k], &self.cached, k)
+    }
 }
 
 /// A kernel: the source it is in, its parameter types as declared there
@@ -246,14 +408,15 @@ pub struct Gpu {
     cache: PtxCache,
     /// The PTX of each kernel module (shared by the GPUs of this arch).
     ptx: Arc<Vec<PtxSlot>>,
-    /// The modules loaded into this context, by index.
-    modules: Vec<OnceLock<Arc<CudaModule>>>,
+    /// The modules loaded into this context, by index (shared with the
+    /// [`Gpu::prefetch`] threads that load them ahead).
+    modules: Arc<Vec<ModuleSlot>>,
     /// Modules asked for by [`Gpu::prefetch`] (compiled or being compiled).
     requested: Vec<AtomicBool>,
     name: String,
     compute_capability: (i32, i32),
     /// Whether every module loaded so far came from the disk cache.
-    module_cached: AtomicBool,
+    module_cached: Arc<AtomicBool>,
     /// A [`Gpu::capture`] is recording.
     capturing: AtomicBool,
     /// Synchronise after every launch so asynchronous faults name their kernel
@@ -370,14 +533,14 @@ impl Gpu {
             cache: PtxCache::for_nvrtc()?,
             ptx: ptx_slots(&arch),
             arch,
-            modules: KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect(),
+            modules: Arc::new(KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect()),
             requested: KERNEL_SOURCES
                 .iter()
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             name,
             compute_capability: cc,
-            module_cached: AtomicBool::new(true),
+            module_cached: Arc::new(AtomicBool::new(true)),
             capturing: AtomicBool::new(false),
             sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1")
                 || profile,
@@ -391,63 +554,77 @@ impl Gpu {
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
     }
-    /// Starts compiling, on threads of their own, the kernel modules that
-    /// hold the kernel sources `files` (e.g. `["assembly.cu", "amg.cu"]`:
-    /// the largest one asked for holds the others), so that the compile
-    /// overlaps the caller's work (reading the mesh); the first launch of a
-    /// kernel waits for its module. Unknown names are ignored (logged).
+    /// Starts compiling and loading, each on a thread of its own, the
+    /// kernel modules of the sources `files` (e.g. `["pcg.cu", "amg.cu"]`;
+    /// a module also holds the sources its source needs), so that NVRTC and
+    /// the driver's translation overlap the caller's work (reading the
+    /// mesh) and each other; the first launch of a kernel waits for the
+    /// module holding it. Unknown names are ignored (logged).
     pub fn prefetch(&self, files: &[&str]) {
-        for file in files {
-            if source_index(file).is_none() {
-                log::warn!("no kernel source {file} to compile ahead");
+        let mut sources: Vec<usize> = files
+            .iter()
+            .filter_map(|file| {
+                let k = source_index(file);
+                if k.is_none() {
+                    log::warn!("no kernel source {file} to compile ahead");
+                }
+                k
+            })
+            .collect();
+        sources.sort_unstable();
+        sources.dedup();
+        for k in sources {
+            if self.requested[k].swap(true, Ordering::AcqRel) || self.modules[k].get().is_some() {
+                continue;
             }
-        }
-        let Some(k) = files.iter().filter_map(|f| source_index(f)).max() else {
-            return;
-        };
-        if self.requested[k].swap(true, Ordering::AcqRel) || self.ptx[k].get().is_some() {
-            return;
-        }
-        let (slots, cache, arch) = (self.ptx.clone(), self.cache.clone(), self.arch.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("nvrtc module {k}"))
-            .spawn(move || {
-                // An error stays in the slot and is reported by the launch
-                // that needs the module.
-                let _ = module_ptx(&slots, &cache, &arch, k);
-            });
-        if let Err(e) = spawned {
-            log::debug!("compiling module {k} at its first launch: {e}");
+            let loader = ModuleLoader {
+                ctx: self.ctx.clone(),
+                ptx: self.ptx.clone(),
+                cache: self.cache.clone(),
+                arch: self.arch.clone(),
+                modules: self.modules.clone(),
+                cached: self.module_cached.clone(),
+            };
+            let spawned = std::thread::Builder::new()
+                .name(format!("kernel module {k}"))
+                .spawn(move || {
+                    // An error stays in the slot and is reported by the
+                    // launch that needs the module.
+                    let _ = loader.module(k);
+                });
+            if let Err(e) = spawned {
+                log::debug!("compiling module {k} at its first launch: {e}");
+            }
         }
     }
 
-    /// The loaded module that holds source `source`: the smallest one
-    /// loaded or asked for, else the source's own, compiled now (or waited
-    /// for) and loaded.
+    /// The loaded module that holds source `source`: its own or another
+    /// loaded one holding it, else one asked for that holds it (waited
+    /// for), else its own, compiled and loaded now.
     fn module_holding(&self, source: usize) -> Result<&Arc<CudaModule>, GpuError> {
-        if let Some(m) = self.modules[source..].iter().find_map(OnceLock::get) {
+        let loaded = |k: usize| self.modules[k].get().and_then(|r| r.as_ref().ok());
+        let holders: Vec<usize> = std::iter::once(source)
+            .chain(
+                (source + 1..KERNEL_SOURCES.len()).filter(|&k| module_sources(k).contains(&source)),
+            )
+            .collect();
+        if let Some(m) = holders.iter().find_map(|&k| loaded(k)) {
             return Ok(m);
         }
-        let k = (source..self.modules.len())
+        let k = holders
+            .iter()
+            .copied()
             .find(|&k| self.requested[k].load(Ordering::Acquire))
             .unwrap_or(source);
-        if let Some(m) = self.modules[k].get() {
-            return Ok(m);
-        }
-        let (ptx, cached) = module_ptx(&self.ptx, &self.cache, &self.arch, k)?;
-        let source_text = module_source(k);
-        let (module, cached) = cache::load_ptx(
+        load_module_slot(
             &self.ctx,
+            &self.ptx,
             &self.cache,
-            &source_text,
             &self.arch,
-            ptx,
-            cached,
-        )?;
-        if !cached {
-            self.module_cached.store(false, Ordering::Release);
-        }
-        Ok(self.modules[k].get_or_init(|| module))
+            &self.modules[k],
+            &self.module_cached,
+            k,
+        )
     }
 
     /// Whether every kernel module loaded so far came from the disk cache.
@@ -754,7 +931,12 @@ impl Gpu {
                 error: UNLOADED_IN_CAPTURE.into(),
             });
         }
+        let clock = std::time::Instant::now();
         let module = self.module_holding(k.source)?;
+        let waited = clock.elapsed().as_secs_f64();
+        if waited > 0.01 {
+            log::debug!("the first launch of {kernel} waited {waited:.2} s for its kernel module");
+        }
         let f = module.load_function(kernel).map_err(|e| GpuError::Kernel {
             kernel,
             error: format!("not found in the compiled module: {e}"),
@@ -897,7 +1079,7 @@ mod tests {
         assert!(declarations.len() > 200, "{}", declarations.len());
         for (name, file, list) in declarations {
             let params = parse_parameters(list)
-                .unwrap_or_else(|e| panic!("{name} in {}: {e}", KERNEL_SOURCES[file].0));
+                .unwrap_or_else(|e| panic!("{name} in {}: {e}", KERNEL_SOURCES[file].file));
             assert!(!params.is_empty(), "{name}");
         }
     }
@@ -946,26 +1128,32 @@ mod tests {
         assert!(checked > 40, "found only {checked} launches");
     }
 
-    /// Module k is sources 0..=k: the last is the whole list as one text
-    /// (the module compiled before the split, its cache entry kept); each
-    /// kernel is in its source's module and in every later one, none
-    /// earlier; prefetch names resolve.
+    /// Module k holds source k and what it needs, in list order; a source
+    /// needs only sources before it; each kernel is in its source's module
+    /// and in no module that does not hold that source; prefetch names
+    /// resolve.
     #[test]
-    fn modules_are_prefixes_of_the_sources() {
-        let last = KERNEL_SOURCES.len() - 1;
-        let whole: String = KERNEL_SOURCES
-            .iter()
-            .map(|(file, text)| format!("// ---- kernels/{file}\n{text}\n"))
-            .collect();
-        assert_eq!(module_source(last), whole);
-        for k in 0..last {
-            assert!(module_source(k + 1).starts_with(&module_source(k)));
+    fn modules_hold_their_source_and_its_needs() {
+        for (k, source) in KERNEL_SOURCES.iter().enumerate() {
+            let held = module_sources(k);
+            assert_eq!(held.last(), Some(&k), "{}", source.file);
+            assert!(held.windows(2).all(|w| w[0] < w[1]), "{}", source.file);
+            for need in source.needs {
+                let i = source_index(need).unwrap_or_else(|| panic!("{need}"));
+                assert!(i < k, "{} needs the later {need}", source.file);
+                assert!(module_sources(i).iter().all(|j| held.contains(j)));
+            }
         }
+        assert_eq!(module_sources(0), vec![0]);
         let mark = |name: &str| format!("extern \"C\" __global__ void {name}(");
         for (name, source, _) in kernel_declarations() {
-            assert!(module_source(source).contains(&mark(name)), "{name}");
-            if source > 0 {
-                assert!(!module_source(source - 1).contains(&mark(name)), "{name}");
+            for k in 0..KERNEL_SOURCES.len() {
+                let holds = module_sources(k).contains(&source);
+                assert_eq!(
+                    module_source(k).contains(&mark(name)),
+                    holds,
+                    "{name} in module {k}"
+                );
             }
         }
         assert_eq!(source_index("spmv.cu"), Some(0));
@@ -973,5 +1161,90 @@ mod tests {
             assert!(source_index(file).is_some(), "{file}");
         }
         assert_eq!(source_index("nothing.cu"), None);
+    }
+
+    /// The names a source defines at file scope for other sources: macros,
+    /// types, functions and constants (kernels are launched, not called).
+    fn file_scope_names(text: &str) -> std::collections::HashSet<String> {
+        let mut top = String::new();
+        let mut depth = 0usize;
+        for ch in text.chars() {
+            match ch {
+                '{' => {
+                    if depth == 0 {
+                        top.push('{');
+                    }
+                    depth += 1;
+                }
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        top.push_str("}\n");
+                    }
+                }
+                _ if depth == 0 => top.push(ch),
+                _ => {}
+            }
+        }
+        let patterns = [
+            r"#define\s+(\w+)",
+            r"\b(?:struct|class|union|enum)\s+(\w+)",
+            r"\btypedef\b[^;]*\b(\w+)\s*;",
+            r"\busing\s+(\w+)\s*=",
+            r"\b(\w+)\s*\([^;{}]*\)\s*(?:const\s*)?\{",
+            r"(?:constexpr|__constant__|const)\s+[\w:<> ]+?\s(\w+)\s*(?:=|\[)",
+        ];
+        let kernels: std::collections::HashSet<&str> =
+            regex::Regex::new(r#"extern "C" __global__ void (\w+)"#)
+                .unwrap()
+                .captures_iter(text)
+                .map(|c| c.get(1).unwrap().as_str())
+                .collect();
+        let mut names = std::collections::HashSet::new();
+        for (i, pattern) in patterns.iter().enumerate() {
+            let scope = if i == 0 { text } else { top.as_str() };
+            for c in regex::Regex::new(pattern).unwrap().captures_iter(scope) {
+                let name = c.get(1).unwrap().as_str();
+                if !kernels.contains(name)
+                    && !["if", "for", "while", "switch", "return"].contains(&name)
+                {
+                    names.insert(name.to_string());
+                }
+            }
+        }
+        names
+    }
+
+    /// Each source's `needs` lists every other source whose file-scope
+    /// names it uses (macros, types, device functions, constants): a module
+    /// compiled without one would fail only on a device, with NVRTC.
+    #[test]
+    fn sources_declare_what_they_use() {
+        let comments = regex::Regex::new(r"(?s)//[^\n]*|/\*.*?\*/").unwrap();
+        let word = regex::Regex::new(r"\b\w+\b").unwrap();
+        let texts: Vec<String> = KERNEL_SOURCES
+            .iter()
+            .map(|s| comments.replace_all(s.text, "").into_owned())
+            .collect();
+        let defined: Vec<_> = texts.iter().map(|t| file_scope_names(t)).collect();
+        for (k, source) in KERNEL_SOURCES.iter().enumerate() {
+            let used: std::collections::HashSet<&str> =
+                word.find_iter(&texts[k]).map(|m| m.as_str()).collect();
+            let held = module_sources(k);
+            for (j, other) in KERNEL_SOURCES.iter().enumerate().filter(|&(j, _)| j != k) {
+                let from_other: Vec<&String> = defined[j]
+                    .iter()
+                    .filter(|n| used.contains(n.as_str()) && !defined[k].contains(*n))
+                    .collect();
+                if !from_other.is_empty() {
+                    assert!(
+                        held.contains(&j),
+                        "kernels/{} uses {from_other:?} of kernels/{} but does not need it",
+                        source.file,
+                        other.file
+                    );
+                }
+            }
+        }
     }
 }
