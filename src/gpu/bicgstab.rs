@@ -50,7 +50,9 @@ use cudarc::driver::{CudaSlice, DevicePtr};
 
 use super::graphs::GraphCache;
 use super::matrix::DeviceModSell;
-use super::pcg::{initial_norms, GpuSolveOptions, LaunchMode, NormBuffers};
+use super::pcg::{
+    initial_norms_of, launch_initial_norms, GpuSolveOptions, LaunchMode, NormBuffers,
+};
 use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::VSMALL;
 use crate::solve::pcg::{check_residual, record, DIVERGENCE_FACTOR};
@@ -125,9 +127,8 @@ struct Lane {
     /// Blocks of the lane's running grid that have finished (ticketed
     /// vector launches).
     ticket: CudaSlice<u32>,
-    /// Σx of the normFactor, and the initial norms read back.
+    /// Σx of the normFactor.
     x_sum: CudaSlice<f64>,
-    scalars: CudaSlice<f64>,
 }
 
 impl Lane {
@@ -147,7 +148,6 @@ impl Lane {
             slice_partials: gpu.zeros(2 * slices.max(1))?,
             ticket: gpu.zeros(1)?,
             x_sum: gpu.zeros(1)?,
-            scalars: gpu.zeros(2)?,
         })
     }
 
@@ -176,12 +176,13 @@ impl Lane {
     }
 }
 
-/// What every lane's launches share: the lanes' states and records (lane
-/// after lane: one transfer each way per chunk), the SpMV's ticket and the
-/// lane table.
+/// What every lane's launches share: the lanes' states, records and
+/// initial norms (lane after lane: one transfer each way per chunk, one
+/// read-back of the starts), the SpMV's ticket and the lane table.
 struct Shared {
     states: CudaSlice<f64>,
     records: CudaSlice<f64>,
+    norms: CudaSlice<f64>,
     operator_ticket: CudaSlice<u32>,
     table: CudaSlice<u64>,
 }
@@ -198,6 +199,8 @@ struct ChunkKey {
     xs: [u64; MAX_LANES],
     lanes: usize,
     jacobi: bool,
+    /// Iterations of the chunk (at most `check_interval`).
+    iterations: usize,
 }
 
 /// What the host replay of a chunk found.
@@ -271,6 +274,7 @@ impl<'g> DeviceBicgstab<'g> {
         let shared = Shared {
             states,
             records,
+            norms: gpu.zeros(2 * lanes.len())?,
             operator_ticket: gpu.zeros(1)?,
             table: gpu.upload(&table)?,
         };
@@ -329,17 +333,10 @@ impl<'g> DeviceBicgstab<'g> {
         controls: &SolverControls,
         field: &str,
     ) -> Result<SolverPerformance, SolveError> {
-        let start = self.start_lane(0, matrix, jacobi, b, x, controls);
+        let launched = self.launch_start_lane(0, matrix, jacobi, b, x, controls);
+        let starts = self.starts(vec![launched], controls);
         let diag = matrix.diag.device_ptr(self.gpu.stream()).0;
-        let solved = self.run_lanes(
-            matrix,
-            &[diag],
-            jacobi,
-            &[x],
-            vec![start],
-            &[field],
-            controls,
-        );
+        let solved = self.run_lanes(matrix, &[diag], jacobi, &[x], starts, &[field], controls);
         solved.into_iter().next().unwrap_or_else(|| {
             Err(device(GpuError::Invalid(
                 "the PBiCGStab loop returned no result".into(),
@@ -385,21 +382,22 @@ impl<'g> DeviceBicgstab<'g> {
             ));
             return vec![Err(device(e))];
         }
-        let mut starts = Vec::with_capacity(k);
+        let mut launched = Vec::with_capacity(k);
         for c in 0..k {
             std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
-            starts.push(self.start_lane(c, matrix, jacobi, b[c], x[c], controls));
+            launched.push(self.launch_start_lane(c, matrix, jacobi, b[c], x[c], controls));
             std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
         }
+        let starts = self.starts(launched, controls);
         let stream = self.gpu.stream();
         let diags: Vec<u64> = diagonals.iter().map(|d| d.device_ptr(stream).0).collect();
         self.run_lanes(matrix, &diags, jacobi, x, starts, fields, controls)
     }
 
     /// Lane c's start on `matrix` (with the lane's diagonal): its row sums
-    /// and Jacobi, r = b − A x and the initial norms; the performance so
-    /// far and the stopping rule when it iterates.
-    fn start_lane(
+    /// and Jacobi, r = b − A x and the sums of the initial norms, left in
+    /// the lane's slot of the shared norms ([`Self::starts`] reads them).
+    fn launch_start_lane(
         &self,
         c: usize,
         matrix: &DeviceModSell,
@@ -407,31 +405,58 @@ impl<'g> DeviceBicgstab<'g> {
         b: &CudaSlice<f64>,
         x: &CudaSlice<f64>,
         controls: &SolverControls,
-    ) -> Result<(SolverPerformance, Option<StopRule>), SolveError> {
+    ) -> Result<(), SolveError> {
         controls.validate()?;
         self.check_sizes(matrix, b, x).map_err(device)?;
         let lane = &self.lanes[c];
         let inv_diag = jacobi.then_some(&lane.inv_diag);
-        let norms = (|| {
-            matrix.row_sums_and_inverse_diagonal_into(self.gpu, &lane.row_sums, inv_diag)?;
-            let buffers = NormBuffers {
-                vector_partials: &lane.vector_partials,
-                slice_partials: &lane.slice_partials,
-                x_sum: &lane.x_sum,
-                scalars: &lane.scalars,
-            };
-            initial_norms(
-                self.gpu,
-                matrix,
-                &lane.row_sums,
-                None,
-                (b, x, &lane.r),
-                &buffers,
-            )
-        })()
-        .map_err(device)?;
-        let (perf, run) = norms.start(controls)?;
-        Ok((perf, run.map(|(_, rule)| rule)))
+        matrix
+            .row_sums_and_inverse_diagonal_into(self.gpu, &lane.row_sums, inv_diag)
+            .map_err(device)?;
+        let shared = self.shared.borrow();
+        let buffers = NormBuffers {
+            vector_partials: &lane.vector_partials,
+            slice_partials: &lane.slice_partials,
+            x_sum: &lane.x_sum,
+            scalars: &shared.norms,
+        };
+        let norms = shared.norms.device_ptr(self.gpu.stream()).0;
+        launch_initial_norms(
+            self.gpu,
+            matrix,
+            &lane.row_sums,
+            None,
+            (b, x, &lane.r),
+            &buffers,
+            norms + (16 * c) as u64,
+        )
+        .map_err(device)
+    }
+
+    /// The lanes' initial norms (one read-back for all) and, per lane, the
+    /// performance so far and the stopping rule when it iterates.
+    fn starts(
+        &self,
+        launched: Vec<Result<(), SolveError>>,
+        controls: &SolverControls,
+    ) -> Vec<Result<(SolverPerformance, Option<StopRule>), SolveError>> {
+        let sums = if launched.iter().any(Result::is_ok) {
+            self.gpu
+                .download(&self.shared.borrow().norms)
+                .map_err(|e| e.to_string())
+        } else {
+            Ok(Vec::new())
+        };
+        launched
+            .into_iter()
+            .enumerate()
+            .map(|(c, launched)| {
+                launched?;
+                let sums = sums.as_ref().map_err(|e| SolveError::Device(e.clone()))?;
+                let (perf, run) = initial_norms_of(&sums[2 * c..2 * c + 2]).start(controls)?;
+                Ok((perf, run.map(|(_, rule)| rule)))
+            })
+            .collect()
     }
 
     fn check_sizes(
@@ -481,12 +506,16 @@ impl<'g> DeviceBicgstab<'g> {
             xs: [NULL; MAX_LANES],
             lanes: starts.len(),
             jacobi,
+            iterations: self.check_interval,
         };
         for c in 0..starts.len() {
             key.diags[c] = diags[c];
             key.xs[c] = x[c].device_ptr(stream).0;
         }
         let count = self.check_interval;
+        // No chunk runs past the iteration where maxIter (or minIter, if
+        // larger) stops every lane: its launches would all be no-ops.
+        let last = controls.max_iter.max(controls.min_iter);
         let mut lanes: Vec<LaneRun> = starts
             .into_iter()
             .zip(fields)
@@ -501,13 +530,20 @@ impl<'g> DeviceBicgstab<'g> {
             if !any {
                 break;
             }
+            let done = lanes
+                .iter()
+                .filter(|lane| lane.running)
+                .map(LaneRun::host_iterations)
+                .min()
+                .unwrap_or(0);
+            key.iterations = count.min(last.saturating_sub(done)).max(1);
             match self.run_chunk(&key, &lanes, first) {
                 Ok((records, states)) => {
                     let rec_len = REC_HEAD + REC * count;
                     for (c, lane) in lanes.iter_mut().enumerate() {
                         let st = &states[slot::LEN * c..slot::LEN * (c + 1)];
                         let rec = &records[rec_len * c..rec_len * (c + 1)];
-                        lane.take_chunk(first, rec, st, count);
+                        lane.take_chunk(first, rec, st, key.iterations);
                     }
                 }
                 Err(e) => {
@@ -546,7 +582,7 @@ impl<'g> DeviceBicgstab<'g> {
                 Some(lane) if lane.running => {
                     let mut st = lane.st;
                     st[slot::DONE] = 0.0;
-                    st[slot::CAP] = (lane.host_iterations() + count) as f64;
+                    st[slot::CAP] = (lane.host_iterations() + key.iterations) as f64;
                     st[slot::HALF_AT] = -1.0;
                     states.extend_from_slice(&st);
                 }
@@ -663,7 +699,7 @@ impl<'g> DeviceBicgstab<'g> {
                 },
             )
         };
-        for j in 0..self.check_interval as i32 {
+        for j in 0..key.iterations as i32 {
             // p = r + β (p − ω v), y = M⁻¹ p.
             gpu.launch_grid("bs_direction", (grid, rows), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(&s.table).arg(&jacobi);
