@@ -39,6 +39,21 @@ extern "C" __global__ void kr_residual(int n, const u64* __restrict__ slice_ptr,
     block_partials2(fabs(ri), ri * ri, partials);
 }
 
+// Stores row `row` of y = A v (its value yr) and gives its terms of y . w
+// (y . y when w is null) and y . y (0 past n). Shared with bs_operator.
+__device__ __forceinline__ void kr_operator_terms(int n, int row, double yr,
+                                                  double* __restrict__ y,
+                                                  const double* __restrict__ w, double* yw,
+                                                  double* yy) {
+    *yw = 0.0;
+    *yy = 0.0;
+    if (row < n) {
+        y[row] = yr;
+        *yy = yr * yr;
+        *yw = w != nullptr ? yr * w[row] : *yy;
+    }
+}
+
 // This thread's row of y = A v (mod-SELL; every thread of the block calls
 // it) and its terms of y . w (y . y when w is null) and y . y (0 past n).
 // Shared with the device loop's bs_operator: the same bits.
@@ -49,14 +64,7 @@ __device__ void kr_operator_row(int n, const u64* __restrict__ slice_ptr,
                                 double* yw, double* yy) {
     double vr;
     const double yr = modsell_row(n, slice_ptr, codes, vals, diag, v, &vr);
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    *yw = 0.0;
-    *yy = 0.0;
-    if (row < n) {
-        y[row] = yr;
-        *yy = yr * yr;
-        *yw = w != nullptr ? yr * w[row] : *yy;
-    }
+    kr_operator_terms(n, blockIdx.x * blockDim.x + threadIdx.x, yr, y, w, yw, yy);
 }
 
 // y = A v (mod-SELL) with partials of y . w (y . y when w is null) and y . y.
@@ -213,7 +221,7 @@ extern "C" __global__ void kr_bicg_update(int n, double alpha, double omega,
 //                  sum |r|, r0 . r; or x += alpha y            the half step's x += alpha y)
 // Each reduction is finished (bs_finish_step) by the last block of its grid
 // (a ticketed launch) or by the one-block kernel bs_finish.
-// With no preconditioner y is p and z is s (not stored; the host passes p and s).
+// With no preconditioner y is p and z is s (not stored: bs_y, bs_z).
 
 #define BS_DONE 0          // nonzero: the loop or the chunk has stopped
 #define BS_ITER 1          // iterations completed (full steps)
@@ -352,112 +360,206 @@ __device__ void bs_finish_step(int step, int m, const double* partials, double* 
     }
 }
 
-// One block: bs_finish_step (the separate launch mode).
-extern "C" __global__ void bs_finish(int step, int m, const double* partials, double* st,
-                                     double* rec, int j) {
-    if (st[BS_DONE] != 0.0) return;
-    bs_finish_step(step, m, partials, st, rec, j);
+// ---- Lanes: the loop runs up to BS_MAX_LANES independent systems at once
+// (the momentum components of src/gpu/simple.rs: one matrix pattern and
+// off-diagonals, a diagonal, right-hand side and x each). Each lane has its
+// own vectors, state, records, partials and ticket, their addresses in a
+// device table of BsLane (`lanes`, written once by the host); the vector
+// kernels run one grid row per lane (blockIdx.y), the operator reads the
+// matrix's slots once for every lane (bs_lane_rows). A lane's arithmetic and
+// reduction order are those of a loop on its system alone: the same bits.
+
+#define BS_MAX_LANES 3
+
+// One lane's buffers (src/gpu/bicgstab.rs `Lane::table_entry`, 14 addresses).
+struct BsLane {
+    double *r, *r0, *p, *v, *y, *s, *z, *t;
+    const double* inv_diag;
+    double *vector_partials, *slice_partials, *st, *rec;
+    unsigned* ticket;
+};
+
+__device__ __forceinline__ const BsLane& bs_lane(const u64* lanes, int c) {
+    return reinterpret_cast<const BsLane*>(lanes)[c];
+}
+
+// y = M^-1 p and z = M^-1 s with Jacobi; p and s themselves without.
+__device__ __forceinline__ double* bs_y(const BsLane& l, int jacobi) { return jacobi ? l.y : l.p; }
+__device__ __forceinline__ double* bs_z(const BsLane& l, int jacobi) { return jacobi ? l.z : l.s; }
+
+// One block per lane: bs_finish_step over the lane's vector partials
+// (`slices` = 0) or slice partials (the separate launch mode).
+extern "C" __global__ void bs_finish(int step, int m, int slices, const u64* lanes, int j) {
+    const BsLane& l = bs_lane(lanes, blockIdx.y);
+    if (l.st[BS_DONE] != 0.0) return;
+    bs_finish_step(step, m, slices ? l.slice_partials : l.vector_partials, l.st, l.rec, j);
 }
 
 // The prologue: r0 = r (scale(1.0, &r, &mut r0)) with partials of r0 . r
-// (dot(&r0, &r)); with a ticket the last block finishes (BS_STEP_START).
-extern "C" __global__ void bs_start(int n, const double* __restrict__ r,
-                                    double* __restrict__ r0, double* partials, double* st,
-                                    double* rec, unsigned* ticket) {
-    if (st[BS_DONE] != 0.0) return;
+// (dot(&r0, &r)); `folded`: the last block finishes (BS_STEP_START).
+extern "C" __global__ void bs_start(int n, const u64* lanes, int folded) {
+    const BsLane& l = bs_lane(lanes, blockIdx.y);
+    if (l.st[BS_DONE] != 0.0) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double d = 0.0;
     if (i < n) {
-        const double v = 1.0 * r[i];
-        r0[i] = v;
-        d = v * r[i];
+        const double v = 1.0 * l.r[i];
+        l.r0[i] = v;
+        d = v * l.r[i];
     }
     const double s = block_sum(d);
-    if (threadIdx.x == 0) partials[blockIdx.x] = s;
-    if (ticket != nullptr && last_block(ticket))
-        bs_finish_step(BS_STEP_START, gridDim.x, partials, st, rec, 0);
+    if (threadIdx.x == 0) l.vector_partials[blockIdx.x] = s;
+    if (folded && last_block(l.ticket))
+        bs_finish_step(BS_STEP_START, gridDim.x, l.vector_partials, l.st, l.rec, 0);
 }
 
 // p = r + beta (p - omega v) (beta = 0 copies r: kr_bicg_direction), then
 // y = inv_diag * p (kr_diagonal; not stored without a preconditioner: y is p).
-extern "C" __global__ void bs_direction(int n, const double* __restrict__ st,
-                                        const double* __restrict__ inv_diag,
-                                        const double* __restrict__ r,
-                                        const double* __restrict__ v, double* __restrict__ p,
-                                        double* __restrict__ y) {
-    if (st[BS_DONE] != 0.0) return;
-    const double beta = st[BS_BETA], omega = st[BS_OMEGA];
+extern "C" __global__ void bs_direction(int n, const u64* lanes, int jacobi) {
+    const BsLane& l = bs_lane(lanes, blockIdx.y);
+    if (l.st[BS_DONE] != 0.0) return;
+    const double beta = l.st[BS_BETA], omega = l.st[BS_OMEGA];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const double pi = kr_direction_at(i, beta, omega, r, v, p);
-    if (inv_diag != nullptr) y[i] = inv_diag[i] * pi;
+    const double pi = kr_direction_at(i, beta, omega, l.r, l.v, l.p);
+    if (jacobi) l.y[i] = l.inv_diag[i] * pi;
 }
 
-// out = A in (mod-SELL, one block per slice) with partials of out . w and,
-// with `two`, of out . out (kr_operator's sums): v = A y with r0 . v
-// (BS_STEP_R0_V), or t = A z with t . s and t . t (BS_STEP_T). With a ticket
-// the last block finishes `step` of chunk iteration j.
+// This thread's rows of out_c = A_c in_c for the lanes c whose bit of
+// `active` is set, A_c the slots of (slice_ptr, codes, vals) with diagonal
+// diag[c]: each slot's code and value is read once for all lanes. Per lane
+// the operations and their order are modsell_row's (the same bits). Every
+// thread of the block calls it (it synchronises). Dynamic shared memory:
+// BS_MAX_LANES * H doubles (each lane's slice of in_c).
+__device__ void bs_lane_rows(int n, const u64* __restrict__ slice_ptr,
+                             const int* __restrict__ codes, const double* __restrict__ vals,
+                             const double* const* diag, const double* const* in, unsigned active,
+                             double* acc) {
+    double* x_slice = reinterpret_cast<double*>(modsell_shared);
+    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const bool inside = row < n;
+#pragma unroll
+    for (int c = 0; c < BS_MAX_LANES; ++c) {
+        if (!((active >> c) & 1u)) continue;
+        const double xr = inside ? in[c][row] : 0.0;
+        x_slice[c * h + t] = xr;
+        acc[c] = inside ? diag[c][row] * xr : 0.0;
+    }
+    __syncthreads();
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    u64 k = start + t;
+    for (; k + h < end; k += 2 * (u64)h) {
+        const int c0 = codes[k], c1 = codes[k + h];
+        const double v0 = vals[k], v1 = vals[k + h];
+#pragma unroll
+        for (int c = 0; c < BS_MAX_LANES; ++c) {
+            if (!((active >> c) & 1u)) continue;
+            const double x0 = modsell_x(c0, in[c], x_slice + c * h),
+                         x1 = modsell_x(c1, in[c], x_slice + c * h);
+            if (c0 != 0) acc[c] += v0 * x0;
+            if (c1 != 0) acc[c] += v1 * x1;
+        }
+    }
+    if (k < end) {
+        const int c0 = codes[k];
+        if (c0 != 0) {
+            const double v0 = vals[k];
+#pragma unroll
+            for (int c = 0; c < BS_MAX_LANES; ++c)
+                if ((active >> c) & 1u) acc[c] += v0 * modsell_x(c0, in[c], x_slice + c * h);
+        }
+    }
+}
+
+// For every lane c < k not done: out = A_c in with partials of out . w and,
+// for BS_STEP_T, of out . out (kr_operator_row's terms): v = A y with r0 . v
+// (BS_STEP_R0_V), or t = A z with t . s and t . t (BS_STEP_T); diag_c is
+// lane c's diagonal. One block per slice for all lanes; `folded`: the last
+// block (ticket `operator_ticket`) finishes `step` of chunk iteration j of
+// every lane it ran.
 extern "C" __global__ void bs_operator(int n, const u64* __restrict__ slice_ptr,
                                        const int* __restrict__ codes,
-                                       const double* __restrict__ vals,
-                                       const double* __restrict__ diag,
-                                       const double* __restrict__ in, double* __restrict__ out,
-                                       const double* __restrict__ w, int step, double* partials,
-                                       double* st, double* rec, int j, unsigned* ticket) {
-    if (st[BS_DONE] != 0.0) return;
-    double yw, yy;
-    kr_operator_row(n, slice_ptr, codes, vals, diag, in, out, w, &yw, &yy);
-    if (step == BS_STEP_T) {
-        block_partials2(yw, yy, partials);
-    } else {
-        const double s = block_sum(yw);
-        if (threadIdx.x == 0) partials[blockIdx.x] = s;
+                                       const double* __restrict__ vals, const double* diag_0,
+                                       const double* diag_1, const double* diag_2,
+                                       const u64* lanes, int k, int jacobi, int step, int j,
+                                       int folded, unsigned* operator_ticket) {
+    unsigned active = 0;
+    const double* diag[BS_MAX_LANES] = {diag_0, diag_1, diag_2};
+    const double* in[BS_MAX_LANES] = {nullptr, nullptr, nullptr};
+#pragma unroll
+    for (int c = 0; c < BS_MAX_LANES; ++c) {
+        if (c >= k) continue;
+        const BsLane& l = bs_lane(lanes, c);
+        if (l.st[BS_DONE] != 0.0) continue;
+        active |= 1u << c;
+        in[c] = step == BS_STEP_T ? bs_z(l, jacobi) : bs_y(l, jacobi);
     }
-    if (ticket != nullptr && last_block(ticket))
-        bs_finish_step(step, gridDim.x, partials, st, rec, j);
+    if (active == 0) return;
+    double acc[BS_MAX_LANES] = {0.0, 0.0, 0.0};
+    bs_lane_rows(n, slice_ptr, codes, vals, diag, in, active, acc);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int c = 0; c < BS_MAX_LANES; ++c) {
+        if (!((active >> c) & 1u)) continue;
+        const BsLane& l = bs_lane(lanes, c);
+        double* out = step == BS_STEP_T ? l.t : l.v;
+        const double* w = step == BS_STEP_T ? l.s : l.r0;
+        double yw, yy;
+        kr_operator_terms(n, row, acc[c], out, w, &yw, &yy);
+        if (step == BS_STEP_T) {
+            block_partials2(yw, yy, l.slice_partials);
+        } else {
+            const double s = block_sum(yw);
+            if (threadIdx.x == 0) l.slice_partials[blockIdx.x] = s;
+        }
+    }
+    if (folded && last_block(operator_ticket)) {
+        for (int c = 0; c < k; ++c) {
+            if (!((active >> c) & 1u)) continue;
+            const BsLane& l = bs_lane(lanes, c);
+            bs_finish_step(step, gridDim.x, l.slice_partials, l.st, l.rec, j);
+        }
+    }
 }
 
 // s = r - alpha v with partials of sum |s| (kr_bicg_half), then z =
 // inv_diag * s (kr_diagonal; not stored without a preconditioner: z is s).
-extern "C" __global__ void bs_half(int n, double* st, const double* __restrict__ inv_diag,
-                                   const double* __restrict__ r, const double* __restrict__ v,
-                                   double* __restrict__ s, double* __restrict__ z,
-                                   double* partials, double* rec, int j, unsigned* ticket) {
-    if (st[BS_DONE] != 0.0) return;
-    const double alpha = st[BS_ALPHA];
+extern "C" __global__ void bs_half(int n, const u64* lanes, int jacobi, int j, int folded) {
+    const BsLane& l = bs_lane(lanes, blockIdx.y);
+    if (l.st[BS_DONE] != 0.0) return;
+    const double alpha = l.st[BS_ALPHA];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     double a = 0.0;
     if (i < n) {
-        const double si = kr_half_at(i, alpha, r, v, s);
+        const double si = kr_half_at(i, alpha, l.r, l.v, l.s);
         a = fabs(si);
-        if (inv_diag != nullptr) z[i] = inv_diag[i] * si;
+        if (jacobi) l.z[i] = l.inv_diag[i] * si;
     }
     const double sum = block_sum(a);
-    if (threadIdx.x == 0) partials[blockIdx.x] = sum;
-    if (ticket != nullptr && last_block(ticket))
-        bs_finish_step(BS_STEP_HALF, gridDim.x, partials, st, rec, j);
+    if (threadIdx.x == 0) l.vector_partials[blockIdx.x] = sum;
+    if (folded && last_block(l.ticket))
+        bs_finish_step(BS_STEP_HALF, gridDim.x, l.vector_partials, l.st, l.rec, j);
 }
 
 // x += alpha y + omega z, r = s - omega t with partials of sum |r| and r0 . r
-// (kr_bicg_update). Once done, only the launch of the iteration that stopped
-// at its half step (BS_HALF_AT = j) runs: x += alpha y (kr_axpy_dot).
-extern "C" __global__ void bs_update(int n, double* st, const double* __restrict__ y,
-                                     const double* __restrict__ z,
-                                     const double* __restrict__ s,
-                                     const double* __restrict__ t,
-                                     const double* __restrict__ r0, double* __restrict__ x,
-                                     double* __restrict__ r, double* partials, double* rec,
-                                     int j, unsigned* ticket) {
+// (kr_bicg_update); x of lane c is x_c. Once done, only the launch of the
+// iteration that stopped at its half step (BS_HALF_AT = j) runs: x += alpha y
+// (kr_axpy_dot).
+extern "C" __global__ void bs_update(int n, const u64* lanes, int jacobi, double* x_0,
+                                     double* x_1, double* x_2, int j, int folded) {
+    const BsLane& l = bs_lane(lanes, blockIdx.y);
+    double* x = blockIdx.y == 0 ? x_0 : blockIdx.y == 1 ? x_1 : x_2;
+    const double* y = bs_y(l, jacobi);
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const double alpha = st[BS_ALPHA];
-    if (st[BS_DONE] != 0.0) {
-        if (st[BS_HALF_AT] == (double)j && i < n) x[i] = x[i] + alpha * y[i];
+    const double alpha = l.st[BS_ALPHA];
+    if (l.st[BS_DONE] != 0.0) {
+        if (l.st[BS_HALF_AT] == (double)j && i < n) x[i] = x[i] + alpha * y[i];
         return;
     }
-    const double omega = st[BS_OMEGA];
+    const double omega = l.st[BS_OMEGA];
     double a = 0.0, rho = 0.0;
-    if (i < n) kr_update_at(i, alpha, omega, y, z, s, t, r0, x, r, &a, &rho);
-    block_partials2(a, rho, partials);
-    if (ticket != nullptr && last_block(ticket))
-        bs_finish_step(BS_STEP_UPDATE, gridDim.x, partials, st, rec, j);
+    if (i < n) kr_update_at(i, alpha, omega, y, bs_z(l, jacobi), l.s, l.t, l.r0, x, l.r, &a, &rho);
+    block_partials2(a, rho, l.vector_partials);
+    if (folded && last_block(l.ticket))
+        bs_finish_step(BS_STEP_UPDATE, gridDim.x, l.vector_partials, l.st, l.rec, j);
 }

@@ -351,3 +351,133 @@ fn breakdowns_and_nan_are_the_generic_loops_errors() {
         }
     }
 }
+
+/// `a` with its diagonal scaled by `factor`: the lanes' systems share the
+/// pattern and off-diagonals, as the momentum components do.
+fn with_diagonal_scaled(a: &Csr, factor: f64) -> Csr {
+    let mut scaled = a.clone();
+    for r in 0..a.n_rows() {
+        if let Some(k) = a.slot(r, r) {
+            scaled.values_mut()[k] *= factor;
+        }
+    }
+    scaled
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn lanes_are_the_single_solves_bit_for_bit() {
+    let Some(gpu) = test_device() else { return };
+    let all = systems();
+    let controls = [
+        SolverControls::absolute(1e-10, 3000),
+        // The momentum's fixed count: exactly 5 iterations.
+        SolverControls {
+            tolerance: 0.0,
+            rel_tol: 0.0,
+            max_iter: 5,
+            min_iter: 0,
+        },
+        // A loose relTol: lanes stop at their half step, at different
+        // iterations.
+        SolverControls {
+            tolerance: 0.0,
+            rel_tol: 0.9,
+            max_iter: 1000,
+            min_iter: 0,
+        },
+    ];
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut lanes_stopped_apart = false;
+    for (name, a, b) in [&all[3], &all[4]] {
+        let n = a.n_rows();
+        // Lane 0: b from zero; lane 1: a stronger diagonal (fewer
+        // iterations), another b and x0; lane 2: x0 the solution (no
+        // iteration) or a NaN in b (the lane fails, the others go on).
+        let scaled = [1.0, 1.6, 1.2].map(|f| with_diagonal_scaled(a, f));
+        let x_exact = random_vector(n, 11);
+        let mut b_exact = vec![0.0; n];
+        scaled[2].spmv(&x_exact, &mut b_exact);
+        let mut b_nan = b.clone();
+        b_nan[n / 2] = f64::NAN;
+        for (third, third_b, third_x0) in [
+            ("solved", &b_exact, &x_exact),
+            ("NaN", &b_nan, &vec![0.0; n]),
+        ] {
+            let rhs = [b.clone(), random_vector(n, 7), third_b.clone()];
+            let x0 = [vec![0.0; n], random_vector(n, 9), third_x0.clone()];
+            for c in &controls {
+                for (check_interval, launches) in [
+                    (3, LaunchMode::Separate),
+                    (3, LaunchMode::Graph),
+                    (50, LaunchMode::Folded),
+                ] {
+                    let options = GpuSolveOptions {
+                        check_interval,
+                        launches,
+                        ..Default::default()
+                    };
+                    for k in [3, 2] {
+                        let what = format!("{name}, {third}, {c:?}, {launches:?}, {k} lanes");
+                        let jacobi = k == 3;
+                        let singles: Vec<_> = (0..k)
+                            .map(|l| {
+                                device_loop(&gpu, &scaled[l], &rhs[l], &x0[l], jacobi, c, &options)
+                                    .map(|(perf, x)| (perf, bits(&x)))
+                                    .map_err(|e| e.to_string())
+                            })
+                            .collect();
+                        let height = options.slice_height;
+                        let upload = |a: &Csr| {
+                            DeviceModSell::upload(&gpu, &ModSell::from_csr(a, height).unwrap())
+                                .unwrap()
+                        };
+                        let mut matrix = upload(&scaled[0]);
+                        let placeholder = gpu.download(&matrix.diag).unwrap();
+                        let mut diagonals: Vec<_> = scaled[..k]
+                            .iter()
+                            .map(|s| {
+                                let d = gpu.download(&upload(s).diag).unwrap();
+                                gpu.upload(&d).unwrap()
+                            })
+                            .collect();
+                        let b_dev: Vec<_> =
+                            rhs[..k].iter().map(|v| gpu.upload(v).unwrap()).collect();
+                        let x_dev: Vec<_> =
+                            x0[..k].iter().map(|v| gpu.upload(v).unwrap()).collect();
+                        let solver = DeviceBicgstab::with_lanes(&gpu, n, 3, &options).unwrap();
+                        let solved = solver.solve_lanes(
+                            &mut matrix,
+                            &mut diagonals,
+                            jacobi,
+                            &b_dev.iter().collect::<Vec<_>>(),
+                            &x_dev.iter().collect::<Vec<_>>(),
+                            c,
+                            &["u0", "u1", "u2"][..k],
+                        );
+                        assert_eq!(solved.len(), k, "{what}");
+                        assert_eq!(
+                            bits(&gpu.download(&matrix.diag).unwrap()),
+                            bits(&placeholder),
+                            "{what}: the matrix's diagonal is given back"
+                        );
+                        let mut iterations = Vec::new();
+                        for (l, (got, single)) in solved.into_iter().zip(&singles).enumerate() {
+                            let got = got
+                                .map(|perf| (perf, bits(&gpu.download(&x_dev[l]).unwrap())))
+                                .map_err(|e| e.to_string());
+                            assert_eq!(&got, single, "{what}: lane {l}");
+                            iterations.push(got.map_or(usize::MAX, |(p, _)| p.iterations));
+                        }
+                        lanes_stopped_apart |= iterations.iter().any(|&i| i != iterations[0]);
+                        println!("{what}: iterations per lane {iterations:?}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        lanes_stopped_apart,
+        "no case had lanes stop at different iterations"
+    );
+}

@@ -21,6 +21,17 @@
 //! Once the state says done, every later launch returns at once, except the
 //! update of the iteration that stopped at its half step, which adds α y.
 //!
+//! **Lanes.** One loop solves up to [`MAX_LANES`] systems that share a
+//! matrix's pattern and off-diagonal values and differ in the diagonal, the
+//! right-hand side and x ([`DeviceBicgstab::solve_lanes`]: the momentum
+//! components of `gpu::simple`). Each lane has its own vectors, state,
+//! records and stopping tests; the same five launches serve every lane (the
+//! vector kernels one grid row per lane, the SpMV one block per slice that
+//! reads the slice's codes and values once for all lanes), and the host
+//! reads every lane's records back in one transfer per chunk. A lane's
+//! arithmetic is that of the loop on its system alone, bit for bit; a lane
+//! that stops is skipped by the later launches while the others go on.
+//!
 //! Each step's sum is recorded per iteration, and the host replays the
 //! generic loop's scalar logic on the records ([`HostReplay`], line for
 //! line): it produces the same [`SolverPerformance`], the same `--log debug`
@@ -29,10 +40,9 @@
 //! The element formulas are the generic kernels' and the partial sums are
 //! added in the same fixed order, so the iterates are the generic loop's
 //! bit for bit, run to run. Chunks are captured into CUDA graphs
-//! ([`LaunchMode`], as in `gpu::pcg`), one per matrix, diagonal and x
-//! addresses (the momentum components of `gpu::simple` each keep theirs),
-//! with the fallback to direct launches when a capture fails and under
-//! `FVPOISSON_GPU_SYNC=1`.
+//! ([`LaunchMode`], as in `gpu::pcg`), one per matrix, diagonals, x and
+//! lane count, with the fallback to direct launches when a capture fails
+//! and under `FVPOISSON_GPU_SYNC=1`.
 
 use std::cell::{Cell, RefCell};
 
@@ -40,8 +50,10 @@ use cudarc::driver::{CudaSlice, DevicePtr};
 
 use super::graphs::GraphCache;
 use super::matrix::DeviceModSell;
-use super::pcg::{initial_norms, GpuSolveOptions, LaunchMode, NormBuffers};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::pcg::{
+    initial_norms_of, launch_initial_norms, GpuSolveOptions, LaunchMode, NormBuffers,
+};
+use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::VSMALL;
 use crate::solve::pcg::{check_residual, record, DIVERGENCE_FACTOR};
 use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
@@ -49,8 +61,13 @@ use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
 const NAME: &str = "PBiCGStab";
 /// Threads of the one-block finishing kernel.
 const REDUCE_BLOCK: u32 = 1024;
-/// Captured chunk graphs kept (the three momentum components).
+/// Captured chunk graphs kept (the momentum solvers `U` and `UFinal`, a
+/// few single solves).
 const GRAPH_CACHE: usize = 4;
+/// Systems one loop solves at once (kernels/krylov.cu BS_MAX_LANES).
+pub const MAX_LANES: usize = 3;
+/// Device addresses per lane in the lane table (kernels/krylov.cu BsLane).
+const LANE_ENTRIES: usize = 14;
 
 /// Slots of the device state `st` (kernels/krylov.cu BS_*).
 mod slot {
@@ -89,25 +106,9 @@ const STEP_HALF: i32 = 2;
 const STEP_T: i32 = 3;
 const STEP_UPDATE: i32 = 4;
 
-struct Scratch {
-    /// Per-block partials of the vector kernels (two sums).
-    vector_partials: CudaSlice<f64>,
-    /// Per-slice partials of the SpMVs (two sums).
-    slice_partials: CudaSlice<f64>,
-    state: CudaSlice<f64>,
-    records: CudaSlice<f64>,
-    /// Σx of the normFactor, and the initial norms read back.
-    x_sum: CudaSlice<f64>,
-    scalars: CudaSlice<f64>,
-    /// Blocks of the running grid that have finished (ticketed launches).
-    ticket: CudaSlice<u32>,
-    /// rowSum of the matrix (normFactor) and 1/a_ii (Jacobi).
-    row_sums: CudaSlice<f64>,
-    inv_diag: CudaSlice<f64>,
-}
-
-/// The loop's work vectors (names of `solve::bicgstab`).
-struct Vectors {
+/// One lane's work vectors (names of `solve::bicgstab`) and scratch; its
+/// state and records are its slices of [`Shared`]'s.
+struct Lane {
     r: CudaSlice<f64>,
     r0: CudaSlice<f64>,
     p: CudaSlice<f64>,
@@ -116,6 +117,90 @@ struct Vectors {
     s: CudaSlice<f64>,
     z: CudaSlice<f64>,
     t: CudaSlice<f64>,
+    /// 1/a_ii (Jacobi) and rowSum of the matrix (normFactor).
+    inv_diag: CudaSlice<f64>,
+    row_sums: CudaSlice<f64>,
+    /// Per-block partials of the vector kernels (two sums).
+    vector_partials: CudaSlice<f64>,
+    /// Per-slice partials of the SpMVs (two sums).
+    slice_partials: CudaSlice<f64>,
+    /// Blocks of the lane's running grid that have finished (ticketed
+    /// vector launches).
+    ticket: CudaSlice<u32>,
+    /// Σx of the normFactor.
+    x_sum: CudaSlice<f64>,
+}
+
+impl Lane {
+    fn new(gpu: &Gpu, n: usize, grid: usize, slices: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            r: gpu.zeros(n)?,
+            r0: gpu.zeros(n)?,
+            p: gpu.zeros(n)?,
+            v: gpu.zeros(n)?,
+            y: gpu.zeros(n)?,
+            s: gpu.zeros(n)?,
+            z: gpu.zeros(n)?,
+            t: gpu.zeros(n)?,
+            inv_diag: gpu.zeros(n)?,
+            row_sums: gpu.zeros(n)?,
+            vector_partials: gpu.zeros(2 * grid.max(1))?,
+            slice_partials: gpu.zeros(2 * slices.max(1))?,
+            ticket: gpu.zeros(1)?,
+            x_sum: gpu.zeros(1)?,
+        })
+    }
+
+    /// The lane's entry of the lane table (kernels/krylov.cu BsLane, in its
+    /// order): its buffers' device addresses, `state` and `records` its
+    /// slices of the shared ones.
+    fn table_entry(&self, gpu: &Gpu, state: u64, records: u64) -> [u64; LANE_ENTRIES] {
+        let stream = gpu.stream();
+        let at = |b: &CudaSlice<f64>| b.device_ptr(stream).0;
+        [
+            at(&self.r),
+            at(&self.r0),
+            at(&self.p),
+            at(&self.v),
+            at(&self.y),
+            at(&self.s),
+            at(&self.z),
+            at(&self.t),
+            at(&self.inv_diag),
+            at(&self.vector_partials),
+            at(&self.slice_partials),
+            state,
+            records,
+            self.ticket.device_ptr(stream).0,
+        ]
+    }
+}
+
+/// What every lane's launches share: the lanes' states, records and
+/// initial norms (lane after lane: one transfer each way per chunk, one
+/// read-back of the starts), the SpMV's ticket and the lane table.
+struct Shared {
+    states: CudaSlice<f64>,
+    records: CudaSlice<f64>,
+    norms: CudaSlice<f64>,
+    operator_ticket: CudaSlice<u32>,
+    table: CudaSlice<u64>,
+}
+
+/// The device addresses a chunk's launches take beyond the solver's own
+/// buffers: the matrix's slots, each lane's diagonal and x (`NULL` past
+/// the lane count), the lane count and Jacobi or none.
+#[derive(Clone, Copy, PartialEq)]
+struct ChunkKey {
+    slice_ptr: u64,
+    codes: u64,
+    values: u64,
+    diags: [u64; MAX_LANES],
+    xs: [u64; MAX_LANES],
+    lanes: usize,
+    jacobi: bool,
+    /// Iterations of the chunk (at most `check_interval`).
+    iterations: usize,
 }
 
 /// What the host replay of a chunk found.
@@ -135,46 +220,63 @@ pub struct DeviceBicgstab<'g> {
     check_interval: usize,
     /// Never `Auto`; `Graph` falls back to `Folded` when a capture fails.
     launches: Cell<LaunchMode>,
-    scratch: RefCell<Scratch>,
-    vectors: Vectors,
-    /// Captured chunks by the matrix's slice pointers, codes, values and
-    /// diagonal, x, and Jacobi or none.
-    graphs: GraphCache<[u64; 6]>,
+    lanes: Vec<Lane>,
+    shared: RefCell<Shared>,
+    graphs: GraphCache<ChunkKey>,
 }
 
 impl<'g> DeviceBicgstab<'g> {
     /// The loop for matrices of `n` rows in mod-SELL slices of
     /// `options.slice_height` rows, reading back every
-    /// `options.check_interval` iterations, launched as `options.launches`.
+    /// `options.check_interval` iterations, launched as `options.launches`:
+    /// one system at a time.
     pub fn new(gpu: &'g Gpu, n: usize, options: &GpuSolveOptions) -> Result<Self, GpuError> {
+        Self::with_lanes(gpu, n, 1, options)
+    }
+
+    /// [`Self::new`] for up to `lanes` (1 to [`MAX_LANES`]) systems at once
+    /// ([`Self::solve_lanes`]).
+    pub fn with_lanes(
+        gpu: &'g Gpu,
+        n: usize,
+        lanes: usize,
+        options: &GpuSolveOptions,
+    ) -> Result<Self, GpuError> {
         if n >= i32::MAX as usize {
             return Err(GpuError::Invalid(format!(
                 "the GPU PBiCGStab takes fewer than 2^31 rows, this matrix has {n}"
             )));
         }
+        if !(1..=MAX_LANES).contains(&lanes) {
+            return Err(GpuError::Invalid(format!(
+                "the GPU PBiCGStab solves 1 to {MAX_LANES} systems at once, not {lanes}"
+            )));
+        }
         let check_interval = options.check_interval.max(1);
         let slices = n.div_ceil(options.slice_height.max(1));
         let grid = vector_grid(n) as usize;
-        let scratch = Scratch {
-            vector_partials: gpu.zeros(2 * grid.max(1))?,
-            slice_partials: gpu.zeros(2 * slices.max(1))?,
-            state: gpu.zeros(slot::LEN)?,
-            records: gpu.zeros(REC_HEAD + REC * check_interval)?,
-            x_sum: gpu.zeros(1)?,
-            scalars: gpu.zeros(2)?,
-            ticket: gpu.zeros(1)?,
-            row_sums: gpu.zeros(n)?,
-            inv_diag: gpu.zeros(n)?,
-        };
-        let vectors = Vectors {
-            r: gpu.zeros(n)?,
-            r0: gpu.zeros(n)?,
-            p: gpu.zeros(n)?,
-            v: gpu.zeros(n)?,
-            y: gpu.zeros(n)?,
-            s: gpu.zeros(n)?,
-            z: gpu.zeros(n)?,
-            t: gpu.zeros(n)?,
+        let lanes = (0..lanes)
+            .map(|_| Lane::new(gpu, n, grid, slices))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rec_len = REC_HEAD + REC * check_interval;
+        let states = gpu.zeros(slot::LEN * lanes.len())?;
+        let records = gpu.zeros(rec_len * lanes.len())?;
+        let mut table = Vec::with_capacity(LANE_ENTRIES * lanes.len());
+        {
+            let stream = gpu.stream();
+            let (st0, rec0) = (states.device_ptr(stream).0, records.device_ptr(stream).0);
+            for (c, lane) in lanes.iter().enumerate() {
+                let st = st0 + (8 * slot::LEN * c) as u64;
+                let rec = rec0 + (8 * rec_len * c) as u64;
+                table.extend_from_slice(&lane.table_entry(gpu, st, rec));
+            }
+        }
+        let shared = Shared {
+            states,
+            records,
+            norms: gpu.zeros(2 * lanes.len())?,
+            operator_ticket: gpu.zeros(1)?,
+            table: gpu.upload(&table)?,
         };
         let solver = Self {
             gpu,
@@ -182,8 +284,8 @@ impl<'g> DeviceBicgstab<'g> {
             slice_height: options.slice_height,
             check_interval,
             launches: Cell::new(LaunchMode::Folded),
-            scratch: RefCell::new(scratch),
-            vectors,
+            lanes,
+            shared: RefCell::new(shared),
             graphs: GraphCache::new(GRAPH_CACHE),
         };
         solver.set_launch_mode(options.launches);
@@ -193,6 +295,11 @@ impl<'g> DeviceBicgstab<'g> {
     /// Rows of the systems it solves.
     pub fn n(&self) -> usize {
         self.n
+    }
+
+    /// Systems it solves at once at most.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
     }
 
     /// How the chunks are launched (`Graph` turns into `Folded` after a
@@ -226,35 +333,130 @@ impl<'g> DeviceBicgstab<'g> {
         controls: &SolverControls,
         field: &str,
     ) -> Result<SolverPerformance, SolveError> {
+        let launched = self.launch_start_lane(0, matrix, jacobi, b, x, controls);
+        let starts = self.starts(vec![launched], controls);
+        let diag = matrix.diag.device_ptr(self.gpu.stream()).0;
+        let solved = self.run_lanes(matrix, &[diag], jacobi, &[x], starts, &[field], controls);
+        solved.into_iter().next().unwrap_or_else(|| {
+            Err(device(GpuError::Invalid(
+                "the PBiCGStab loop returned no result".into(),
+            )))
+        })
+    }
+
+    /// Solves the systems (`matrix`'s pattern and off-diagonal values with
+    /// diagonal `diagonals[c]`) x_c = b_c at once, one lane each (as many
+    /// as `diagonals`, at most [`Self::lanes`]); each x_c holds its initial
+    /// guess. Lane c's result, log lines and errors are those of
+    /// [`Self::solve`] on its system alone, its iterates the same bits.
+    /// `matrix.diag` is used as scratch (swapped with each lane's diagonal
+    /// for its initial residual) and is given back unchanged.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve_lanes(
+        &self,
+        matrix: &mut DeviceModSell,
+        diagonals: &mut [CudaSlice<f64>],
+        jacobi: bool,
+        b: &[&CudaSlice<f64>],
+        x: &[&CudaSlice<f64>],
+        controls: &SolverControls,
+        fields: &[&str],
+    ) -> Vec<Result<SolverPerformance, SolveError>> {
+        let k = diagonals.len();
+        if let Some(d) = diagonals.iter().find(|d| d.len() != self.n) {
+            let e = GpuError::Invalid(format!(
+                "a diagonal has {} entries but the matrix has {} rows",
+                d.len(),
+                self.n
+            ));
+            return vec![Err(device(e))];
+        }
+        if k > self.lanes.len() || b.len() != k || x.len() != k || fields.len() != k {
+            let e = GpuError::Invalid(format!(
+                "the GPU PBiCGStab has {} lanes and got {k} diagonals, {} right-hand sides, \
+                 {} initial guesses and {} names",
+                self.lanes.len(),
+                b.len(),
+                x.len(),
+                fields.len()
+            ));
+            return vec![Err(device(e))];
+        }
+        let mut launched = Vec::with_capacity(k);
+        for c in 0..k {
+            std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
+            launched.push(self.launch_start_lane(c, matrix, jacobi, b[c], x[c], controls));
+            std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
+        }
+        let starts = self.starts(launched, controls);
+        let stream = self.gpu.stream();
+        let diags: Vec<u64> = diagonals.iter().map(|d| d.device_ptr(stream).0).collect();
+        self.run_lanes(matrix, &diags, jacobi, x, starts, fields, controls)
+    }
+
+    /// Lane c's start on `matrix` (with the lane's diagonal): its row sums
+    /// and Jacobi, r = b − A x and the sums of the initial norms, left in
+    /// the lane's slot of the shared norms ([`Self::starts`] reads them).
+    fn launch_start_lane(
+        &self,
+        c: usize,
+        matrix: &DeviceModSell,
+        jacobi: bool,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+        controls: &SolverControls,
+    ) -> Result<(), SolveError> {
         controls.validate()?;
         self.check_sizes(matrix, b, x).map_err(device)?;
-        let norms = {
-            let s = self.scratch.borrow();
-            matrix
-                .row_sums_and_inverse_diagonal_into(self.gpu, &s.row_sums, Some(&s.inv_diag))
-                .map_err(device)?;
-            let buffers = NormBuffers {
-                vector_partials: &s.vector_partials,
-                slice_partials: &s.slice_partials,
-                x_sum: &s.x_sum,
-                scalars: &s.scalars,
-            };
-            initial_norms(
-                self.gpu,
-                matrix,
-                &s.row_sums,
-                None,
-                (b, x, &self.vectors.r),
-                &buffers,
-            )
-            .map_err(device)?
+        let lane = &self.lanes[c];
+        let inv_diag = jacobi.then_some(&lane.inv_diag);
+        matrix
+            .row_sums_and_inverse_diagonal_into(self.gpu, &lane.row_sums, inv_diag)
+            .map_err(device)?;
+        let shared = self.shared.borrow();
+        let buffers = NormBuffers {
+            vector_partials: &lane.vector_partials,
+            slice_partials: &lane.slice_partials,
+            x_sum: &lane.x_sum,
+            scalars: &shared.norms,
         };
-        let (mut perf, run) = norms.start(controls)?;
-        if let Some((_, rule)) = run {
-            self.iterate(matrix, jacobi, x, &rule, &mut perf, field)?;
-        }
-        perf.log(NAME, "iterations", field, controls);
-        Ok(perf)
+        let norms = shared.norms.device_ptr(self.gpu.stream()).0;
+        launch_initial_norms(
+            self.gpu,
+            matrix,
+            &lane.row_sums,
+            None,
+            (b, x, &lane.r),
+            &buffers,
+            norms + (16 * c) as u64,
+        )
+        .map_err(device)
+    }
+
+    /// The lanes' initial norms (one read-back for all) and, per lane, the
+    /// performance so far and the stopping rule when it iterates.
+    fn starts(
+        &self,
+        launched: Vec<Result<(), SolveError>>,
+        controls: &SolverControls,
+    ) -> Vec<Result<(SolverPerformance, Option<StopRule>), SolveError>> {
+        let sums = if launched.iter().any(Result::is_ok) {
+            self.gpu
+                .download(&self.shared.borrow().norms)
+                .map_err(|e| e.to_string())
+        } else {
+            Ok(Vec::new())
+        };
+        launched
+            .into_iter()
+            .enumerate()
+            .map(|(c, launched)| {
+                launched?;
+                let sums = sums.as_ref().map_err(|e| SolveError::Device(e.clone()))?;
+                let (perf, run) = initial_norms_of(&sums[2 * c..2 * c + 2]).start(controls)?;
+                Ok((perf, run.map(|(_, rule)| rule)))
+            })
+            .collect()
     }
 
     fn check_sizes(
@@ -281,216 +483,258 @@ impl<'g> DeviceBicgstab<'g> {
         Ok(())
     }
 
-    /// The loop after the initial residual: chunks until the host replay
-    /// stops (`perf` updated, or the generic loop's error).
-    fn iterate(
+    /// The loop after the lanes' starts: chunks of every lane still
+    /// iterating until the host replay stops each (its performance logged,
+    /// or the generic loop's error). `diags` and `x` per lane.
+    #[allow(clippy::too_many_arguments)]
+    fn run_lanes(
         &self,
         matrix: &DeviceModSell,
+        diags: &[u64],
         jacobi: bool,
-        x: &CudaSlice<f64>,
-        rule: &StopRule,
-        perf: &mut SolverPerformance,
-        field: &str,
-    ) -> Result<(), SolveError> {
+        x: &[&CudaSlice<f64>],
+        starts: Vec<Result<(SolverPerformance, Option<StopRule>), SolveError>>,
+        fields: &[&str],
+        controls: &SolverControls,
+    ) -> Vec<Result<SolverPerformance, SolveError>> {
+        let stream = self.gpu.stream();
+        let mut key = ChunkKey {
+            slice_ptr: matrix.slice_ptr.device_ptr(stream).0,
+            codes: matrix.codes.device_ptr(stream).0,
+            values: matrix.values.device_ptr(stream).0,
+            diags: [NULL; MAX_LANES],
+            xs: [NULL; MAX_LANES],
+            lanes: starts.len(),
+            jacobi,
+            iterations: self.check_interval,
+        };
+        for c in 0..starts.len() {
+            key.diags[c] = diags[c];
+            key.xs[c] = x[c].device_ptr(stream).0;
+        }
+        let count = self.check_interval;
+        // No chunk runs past the iteration where maxIter (or minIter, if
+        // larger) stops every lane: its launches would all be no-ops.
+        let last = controls.max_iter.max(controls.min_iter);
+        let mut lanes: Vec<LaneRun> = starts
+            .into_iter()
+            .zip(fields)
+            .map(|(start, &field)| LaneRun::new(start, field))
+            .collect();
+        let mut first = true;
+        loop {
+            let mut any = false;
+            for lane in &mut lanes {
+                any |= lane.wants_chunk(first);
+            }
+            if !any {
+                break;
+            }
+            let done = lanes
+                .iter()
+                .filter(|lane| lane.running)
+                .map(LaneRun::host_iterations)
+                .min()
+                .unwrap_or(0);
+            key.iterations = count.min(last.saturating_sub(done)).max(1);
+            match self.run_chunk(&key, &lanes, first) {
+                Ok((records, states)) => {
+                    let rec_len = REC_HEAD + REC * count;
+                    for (c, lane) in lanes.iter_mut().enumerate() {
+                        let st = &states[slot::LEN * c..slot::LEN * (c + 1)];
+                        let rec = &records[rec_len * c..rec_len * (c + 1)];
+                        lane.take_chunk(first, rec, st, key.iterations);
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    for lane in lanes.iter_mut().filter(|lane| lane.running) {
+                        lane.fail(SolveError::Device(message.clone()));
+                    }
+                }
+            }
+            first = false;
+        }
+        lanes
+            .into_iter()
+            .zip(fields)
+            .map(|(lane, field)| {
+                lane.finish()
+                    .inspect(|perf| perf.log(NAME, "iterations", field, controls))
+            })
+            .collect()
+    }
+
+    /// One chunk of every lane that `wants` it (the others marked done in
+    /// their state): the states written, the prologue when `first`, the
+    /// chunk launched, the records and states read back (lane after lane).
+    fn run_chunk(
+        &self,
+        key: &ChunkKey,
+        lanes: &[LaneRun],
+        first: bool,
+    ) -> Result<(Vec<f64>, Vec<f64>), GpuError> {
         let gpu = self.gpu;
         let count = self.check_interval;
-        let mut st = initial_state(rule);
-        drive_chunks(rule, field, count, perf, |first, iterations| {
-            st[slot::DONE] = 0.0;
-            st[slot::CAP] = (iterations + count) as f64;
-            st[slot::HALF_AT] = -1.0;
-            let mut s = self.scratch.borrow_mut();
-            gpu.write(&st, &mut s.state)?;
-            gpu.write(&vec![f64::NAN; REC_HEAD + REC * count], &mut s.records)?;
-            drop(s);
-            let s = self.scratch.borrow();
-            if first {
-                self.launch_start(&s, self.launches.get() != LaunchMode::Separate)?;
+        let mut states = Vec::with_capacity(slot::LEN * self.lanes.len());
+        for c in 0..self.lanes.len() {
+            match lanes.get(c) {
+                Some(lane) if lane.running => {
+                    let mut st = lane.st;
+                    st[slot::DONE] = 0.0;
+                    st[slot::CAP] = (lane.host_iterations() + key.iterations) as f64;
+                    st[slot::HALF_AT] = -1.0;
+                    states.extend_from_slice(&st);
+                }
+                _ => {
+                    let mut st = [f64::NAN; slot::LEN];
+                    st[slot::DONE] = 1.0;
+                    states.extend_from_slice(&st);
+                }
             }
-            self.launch_or_replay(&s, matrix, jacobi, x)?;
-            let records = gpu.download(&s.records)?;
-            let device_st = gpu.download(&s.state)?;
-            st = device_st
-                .try_into()
-                .map_err(|_| GpuError::Invalid("the device state has the wrong length".into()))?;
-            Ok((records, [st[slot::ITER], st[slot::HALF_AT]]))
-        })
+        }
+        let mut shared = self.shared.borrow_mut();
+        gpu.write(&states, &mut shared.states)?;
+        let rec_len = REC_HEAD + REC * count;
+        gpu.write(
+            &vec![f64::NAN; rec_len * self.lanes.len()],
+            &mut shared.records,
+        )?;
+        drop(shared);
+        let shared = self.shared.borrow();
+        if first {
+            self.launch_start(&shared, key, self.launches.get() != LaunchMode::Separate)?;
+        }
+        self.launch_or_replay(&shared, key)?;
+        Ok((
+            gpu.download(&shared.records)?,
+            gpu.download(&shared.states)?,
+        ))
     }
 
     /// The prologue r0 = r, ρ = r0 · r and the first iteration's tests.
-    fn launch_start(&self, s: &Scratch, folded: bool) -> Result<(), GpuError> {
+    fn launch_start(&self, s: &Shared, key: &ChunkKey, folded: bool) -> Result<(), GpuError> {
         let (n, grid) = (self.n as i32, vector_grid(self.n));
-        let v = &self.vectors;
-        self.gpu.launch("bs_start", grid, VECTOR_BLOCK, 0, |a| {
-            a.arg(&n)
-                .arg(&v.r)
-                .arg(&v.r0)
-                .arg(&s.vector_partials)
-                .arg(&s.state)
-                .arg(&s.records);
-            arg_or_null(a, folded.then_some(&s.ticket));
-        })?;
+        let folded_i = i32::from(folded);
+        self.gpu
+            .launch_grid("bs_start", (grid, key.lanes as u32), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&s.table).arg(&folded_i);
+            })?;
         if !folded {
-            self.launch_finish(s, STEP_START, grid as i32, &s.vector_partials, 0)?;
+            self.launch_finish(s, key, STEP_START, grid as i32, false, 0)?;
         }
         Ok(())
     }
 
-    /// One-block `bs_finish` of `step` of chunk iteration j over m partials.
+    /// One-block-per-lane `bs_finish` of `step` of chunk iteration j over m
+    /// partials (the lanes' slice partials when `slices`).
     fn launch_finish(
         &self,
-        s: &Scratch,
+        s: &Shared,
+        key: &ChunkKey,
         step: i32,
         m: i32,
-        partials: &CudaSlice<f64>,
+        slices: bool,
         j: i32,
     ) -> Result<(), GpuError> {
-        self.gpu.launch("bs_finish", 1, REDUCE_BLOCK, 0, |a| {
-            a.arg(&step)
-                .arg(&m)
-                .arg(partials)
-                .arg(&s.state)
-                .arg(&s.records)
-                .arg(&j);
-        })
+        let slices = i32::from(slices);
+        self.gpu
+            .launch_grid("bs_finish", (1, key.lanes as u32), REDUCE_BLOCK, 0, |a| {
+                a.arg(&step).arg(&m).arg(&slices).arg(&s.table).arg(&j);
+            })
     }
 
-    /// Runs one chunk in the current launch mode: the graph of this matrix,
-    /// preconditioner and x (captured at its first use), or direct launches.
-    fn launch_or_replay(
-        &self,
-        s: &Scratch,
-        matrix: &DeviceModSell,
-        jacobi: bool,
-        x: &CudaSlice<f64>,
-    ) -> Result<(), GpuError> {
+    /// Runs one chunk in the current launch mode: the graph of `key`
+    /// (captured at its first use), or direct launches.
+    fn launch_or_replay(&self, s: &Shared, key: &ChunkKey) -> Result<(), GpuError> {
         match self.launches.get() {
             LaunchMode::Graph => {
-                if !self.replay_chunk(s, matrix, jacobi, x)? {
+                let replayed = self
+                    .graphs
+                    .replay(self.gpu, *key, NAME, || self.launch_chunk(s, key, true))?;
+                if !replayed {
                     self.launches.set(LaunchMode::Folded);
-                    self.launch_chunk(s, matrix, jacobi, x, true)?;
+                    self.launch_chunk(s, key, true)?;
                 }
                 Ok(())
             }
-            mode => self.launch_chunk(s, matrix, jacobi, x, mode == LaunchMode::Folded),
+            mode => self.launch_chunk(s, key, mode == LaunchMode::Folded),
         }
     }
 
-    /// Replays the chunk graph of (matrix, jacobi, x), capturing it first;
-    /// `false` (after a warning) when the capture failed and nothing ran.
-    fn replay_chunk(
-        &self,
-        s: &Scratch,
-        matrix: &DeviceModSell,
-        jacobi: bool,
-        x: &CudaSlice<f64>,
-    ) -> Result<bool, GpuError> {
-        let stream = self.gpu.stream();
-        let key = [
-            matrix.slice_ptr.device_ptr(stream).0,
-            matrix.codes.device_ptr(stream).0,
-            matrix.values.device_ptr(stream).0,
-            matrix.diag.device_ptr(stream).0,
-            x.device_ptr(stream).0,
-            u64::from(jacobi),
-        ];
-        self.graphs.replay(self.gpu, key, "PBiCGStab", || {
-            self.launch_chunk(s, matrix, jacobi, x, true)
-        })
-    }
-
-    /// The launches of one chunk of `check_interval` iterations: 5 per
-    /// iteration, or 9 when not `folded` (a one-block `bs_finish` after
-    /// each reduction). Without a preconditioner y is p and z is s.
-    fn launch_chunk(
-        &self,
-        s: &Scratch,
-        matrix: &DeviceModSell,
-        jacobi: bool,
-        x: &CudaSlice<f64>,
-        folded: bool,
-    ) -> Result<(), GpuError> {
+    /// The launches of one chunk of `check_interval` iterations for every
+    /// lane: 5 per iteration, or 9 when not `folded` (a one-block-per-lane
+    /// `bs_finish` after each reduction). Without a preconditioner y is p
+    /// and z is s.
+    fn launch_chunk(&self, s: &Shared, key: &ChunkKey, folded: bool) -> Result<(), GpuError> {
         let gpu = self.gpu;
-        let v = &self.vectors;
         let (n, grid) = (self.n as i32, vector_grid(self.n));
-        let (vm, sm) = (grid as i32, matrix.n_slices() as i32);
-        let inv_diag = jacobi.then_some(&s.inv_diag);
-        let (y, z) = if jacobi { (&v.y, &v.z) } else { (&v.p, &v.s) };
-        let ticket = folded.then_some(&s.ticket);
-        let operator = |input: &'_ CudaSlice<f64>,
-                        output: &'_ CudaSlice<f64>,
-                        w: &'_ CudaSlice<f64>,
-                        step: i32,
-                        j: i32| {
+        let rows = key.lanes as u32;
+        let slices = self.n.div_ceil(self.slice_height);
+        let (vm, sm) = (grid as i32, slices as i32);
+        let (k, jacobi, folded_i) = (key.lanes as i32, i32::from(key.jacobi), i32::from(folded));
+        let shared_bytes = (MAX_LANES * self.slice_height * 8) as u32;
+        let matrix = (key.slice_ptr, key.codes, key.values);
+        let operator = |step: i32, j: i32| {
             gpu.launch(
                 "bs_operator",
-                matrix.n_slices() as u32,
-                matrix.slice_height as u32,
-                matrix.shared_bytes(),
+                slices as u32,
+                self.slice_height as u32,
+                shared_bytes,
                 |a| {
-                    a.arg(&n);
-                    matrix.push_args(a);
-                    a.arg(input)
-                        .arg(output)
-                        .arg(w)
+                    a.arg(&n)
+                        .arg(&matrix.0)
+                        .arg(&matrix.1)
+                        .arg(&matrix.2)
+                        .arg(&key.diags[0])
+                        .arg(&key.diags[1])
+                        .arg(&key.diags[2])
+                        .arg(&s.table)
+                        .arg(&k)
+                        .arg(&jacobi)
                         .arg(&step)
-                        .arg(&s.slice_partials)
-                        .arg(&s.state)
-                        .arg(&s.records)
-                        .arg(&j);
-                    arg_or_null(a, ticket);
+                        .arg(&j)
+                        .arg(&folded_i)
+                        .arg(&s.operator_ticket);
                 },
             )
         };
-        for j in 0..self.check_interval as i32 {
+        for j in 0..key.iterations as i32 {
             // p = r + β (p − ω v), y = M⁻¹ p.
-            gpu.launch("bs_direction", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&s.state);
-                arg_or_null(a, inv_diag);
-                a.arg(&v.r).arg(&v.v).arg(&v.p);
-                arg_or_null(a, jacobi.then_some(&v.y));
+            gpu.launch_grid("bs_direction", (grid, rows), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&s.table).arg(&jacobi);
             })?;
             // v = A y with r0 · v; α = ρ / r0 · v.
-            operator(y, &v.v, &v.r0, STEP_R0_V, j)?;
+            operator(STEP_R0_V, j)?;
             if !folded {
-                self.launch_finish(s, STEP_R0_V, sm, &s.slice_partials, j)?;
+                self.launch_finish(s, key, STEP_R0_V, sm, true, j)?;
             }
             // s = r − α v with Σ|s|, z = M⁻¹ s; the half-step test.
-            gpu.launch("bs_half", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&s.state);
-                arg_or_null(a, inv_diag);
-                a.arg(&v.r).arg(&v.v).arg(&v.s);
-                arg_or_null(a, jacobi.then_some(&v.z));
-                a.arg(&s.vector_partials).arg(&s.records).arg(&j);
-                arg_or_null(a, ticket);
+            gpu.launch_grid("bs_half", (grid, rows), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n).arg(&s.table).arg(&jacobi).arg(&j).arg(&folded_i);
             })?;
             if !folded {
-                self.launch_finish(s, STEP_HALF, vm, &s.vector_partials, j)?;
+                self.launch_finish(s, key, STEP_HALF, vm, false, j)?;
             }
             // t = A z with t · s, t · t; ω = t · s / t · t.
-            operator(z, &v.t, &v.s, STEP_T, j)?;
+            operator(STEP_T, j)?;
             if !folded {
-                self.launch_finish(s, STEP_T, sm, &s.slice_partials, j)?;
+                self.launch_finish(s, key, STEP_T, sm, true, j)?;
             }
             // x += α y + ω z, r = s − ω t with Σ|r|, r0 · r (or x += α y
             // after a half-step stop); the residual tests.
-            gpu.launch("bs_update", grid, VECTOR_BLOCK, 0, |a| {
+            gpu.launch_grid("bs_update", (grid, rows), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n)
-                    .arg(&s.state)
-                    .arg(y)
-                    .arg(z)
-                    .arg(&v.s)
-                    .arg(&v.t)
-                    .arg(&v.r0)
-                    .arg(x)
-                    .arg(&v.r)
-                    .arg(&s.vector_partials)
-                    .arg(&s.records)
-                    .arg(&j);
-                arg_or_null(a, ticket);
+                    .arg(&s.table)
+                    .arg(&jacobi)
+                    .arg(&key.xs[0])
+                    .arg(&key.xs[1])
+                    .arg(&key.xs[2])
+                    .arg(&j)
+                    .arg(&folded_i);
             })?;
             if !folded {
-                self.launch_finish(s, STEP_UPDATE, vm, &s.vector_partials, j)?;
+                self.launch_finish(s, key, STEP_UPDATE, vm, false, j)?;
             }
         }
         Ok(())
@@ -501,34 +745,126 @@ fn device(e: GpuError) -> SolveError {
     SolveError::Device(e.to_string())
 }
 
-/// The chunk loop of [`DeviceBicgstab::solve`]: `run_chunk(first,
-/// iterations)` runs the next chunk of `count` iterations on the device
-/// (after `iterations` completed ones; `first`: with the prologue) and
-/// returns its records and the device's completed iterations and half-step
-/// slot (`BS_ITER`, `BS_HALF_AT`). The host replays each chunk, stops where
-/// the generic loop stops (nothing is launched past a stop at the top of an
-/// iteration) and checks that the device stopped there too.
-fn drive_chunks(
-    rule: &StopRule,
-    field: &str,
-    count: usize,
-    perf: &mut SolverPerformance,
-    mut run_chunk: impl FnMut(bool, usize) -> Result<(Vec<f64>, [f64; 2]), GpuError>,
-) -> Result<(), SolveError> {
-    let mut host = HostReplay::new(rule, field);
-    let mut first = true;
-    loop {
-        // The top of the next chunk's first iteration (the first chunk's
-        // comes after the prologue).
-        if !first && host.begin()? {
-            return Ok(());
+/// One lane of [`DeviceBicgstab::run_lanes`]: its host replay and device
+/// state between chunks, and its result once stopped.
+struct LaneRun<'a> {
+    driver: Option<ChunkDriver<'a>>,
+    st: [f64; slot::LEN],
+    /// The performance so far, or the error that stopped the lane.
+    solved: Result<SolverPerformance, SolveError>,
+    /// The lane takes part in the current chunk.
+    running: bool,
+}
+
+impl<'a> LaneRun<'a> {
+    fn new(
+        start: Result<(SolverPerformance, Option<StopRule>), SolveError>,
+        field: &'a str,
+    ) -> Self {
+        let (solved, rule) = match start {
+            Ok((perf, rule)) => (Ok(perf), rule),
+            Err(e) => (Err(e), None),
+        };
+        Self {
+            st: rule.as_ref().map_or([f64::NAN; slot::LEN], initial_state),
+            driver: rule.map(|rule| ChunkDriver::new(rule, field)),
+            solved,
+            running: false,
         }
-        let (records, [device_iterations, device_half_at]) =
-            run_chunk(first, host.iterations).map_err(device)?;
+    }
+
+    fn host_iterations(&self) -> usize {
+        self.driver.as_ref().map_or(0, |d| d.host.iterations)
+    }
+
+    /// Whether the lane runs the next chunk (`first`: the one with the
+    /// prologue); a lane that stops at the top of the chunk is finished.
+    fn wants_chunk(&mut self, first: bool) -> bool {
+        self.running = match &mut self.driver {
+            Some(driver) => match driver.wants_chunk(first) {
+                Ok(true) => true,
+                Ok(false) => {
+                    self.driver = None;
+                    false
+                }
+                Err(e) => {
+                    self.fail(e);
+                    false
+                }
+            },
+            None => false,
+        };
+        self.running
+    }
+
+    /// The chunk it ran: its records and device state replayed.
+    fn take_chunk(&mut self, first: bool, records: &[f64], st: &[f64], count: usize) {
+        if !self.running {
+            return;
+        }
+        let (Some(driver), Ok(perf)) = (&mut self.driver, &mut self.solved) else {
+            return;
+        };
+        self.st.copy_from_slice(st);
+        let device_stop = [st[slot::ITER], st[slot::HALF_AT]];
+        match driver.take_chunk(first, records, device_stop, count, perf) {
+            Ok(true) => self.driver = None,
+            Ok(false) => {}
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Stops the lane with `e` (the first error it met).
+    fn fail(&mut self, e: SolveError) {
+        self.driver = None;
+        self.running = false;
+        if self.solved.is_ok() {
+            self.solved = Err(e);
+        }
+    }
+
+    fn finish(self) -> Result<SolverPerformance, SolveError> {
+        self.solved
+    }
+}
+
+/// The host side of one system's chunk loop: before each chunk whether it
+/// runs (nothing is launched past a stop at the top of an iteration), after
+/// it the replay of its records, which stops where the generic loop stops
+/// and checks that the device stopped there too.
+struct ChunkDriver<'a> {
+    host: HostReplay<'a>,
+}
+
+impl<'a> ChunkDriver<'a> {
+    fn new(rule: StopRule, field: &'a str) -> Self {
+        Self {
+            host: HostReplay::new(&rule, field),
+        }
+    }
+
+    /// `false` when the loop stops at the top of the next chunk's first
+    /// iteration (the first chunk's comes after the prologue).
+    fn wants_chunk(&mut self, first: bool) -> Result<bool, SolveError> {
+        Ok(first || !self.host.begin()?)
+    }
+
+    /// Replays a chunk of `count` iterations from its records and the
+    /// device's completed iterations and half-step slot (`BS_ITER`,
+    /// `BS_HALF_AT`); `true` when the loop has stopped.
+    fn take_chunk(
+        &mut self,
+        first: bool,
+        records: &[f64],
+        [device_iterations, device_half_at]: [f64; 2],
+        count: usize,
+        perf: &mut SolverPerformance,
+    ) -> Result<bool, SolveError> {
+        let host = &mut self.host;
         if first {
             host.rho = records[0];
         }
-        let replayed = host.replay(&records, count, perf)?;
+        let replayed = host.replay(records, count, perf)?;
         let half_at = match replayed {
             Replayed::Stopped(Some(j)) => j as f64,
             _ => -1.0,
@@ -540,11 +876,33 @@ fn drive_chunks(
                 host.iterations
             ))));
         }
-        if let Replayed::Stopped(_) = replayed {
-            return Ok(());
+        Ok(matches!(replayed, Replayed::Stopped(_)))
+    }
+}
+
+/// One system's chunk loop on the host ([`ChunkDriver`]): `run_chunk(first,
+/// iterations)` runs the next chunk of `count` iterations on the device
+/// (after `iterations` completed ones; `first`: with the prologue) and
+/// returns its records and the device's completed iterations and half-step
+/// slot.
+#[cfg(test)]
+fn drive_chunks(
+    rule: &StopRule,
+    field: &str,
+    count: usize,
+    perf: &mut SolverPerformance,
+    mut run_chunk: impl FnMut(bool, usize) -> Result<(Vec<f64>, [f64; 2]), GpuError>,
+) -> Result<(), SolveError> {
+    let mut driver = ChunkDriver::new(*rule, field);
+    let mut first = true;
+    while driver.wants_chunk(first)? {
+        let (records, device_stop) = run_chunk(first, driver.host.iterations).map_err(device)?;
+        if driver.take_chunk(first, &records, device_stop, count, perf)? {
+            break;
         }
         first = false;
     }
+    Ok(())
 }
 
 /// The device state at the start of a solve (kernels/krylov.cu BS_*).

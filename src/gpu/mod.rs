@@ -676,9 +676,34 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
+        self.launch_grid_on(stream, kernel, (grid, 1), block, shared_bytes, push)
+    }
+
+    /// [`Gpu::launch`] with a grid of `grid.1` rows of `grid.0` blocks
+    /// (`blockIdx.y` the row: one per independent system of a batch).
+    pub fn launch_grid<'a>(
+        &'a self,
+        kernel: &'static str,
+        grid: (u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        self.launch_grid_on(&self.stream, kernel, grid, block, shared_bytes, push)
+    }
+
+    fn launch_grid_on<'a>(
+        &'a self,
+        stream: &'a Arc<CudaStream>,
+        kernel: &'static str,
+        (grid, rows): (u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
         let k = self.kernel(kernel)?;
         let f = self.function_of(kernel, k)?;
-        if grid == 0 {
+        if grid == 0 || rows == 0 {
             return Ok(());
         }
         let mut args = KernelArgs::new(stream.launch_builder(f));
@@ -686,7 +711,7 @@ impl Gpu {
         Self::check_arguments(kernel, k, &args)?;
         let mut args = args.into_launch();
         let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
+            grid_dim: (grid, rows, 1),
             block_dim: (block, 1, 1),
             shared_mem_bytes: shared_bytes,
         };

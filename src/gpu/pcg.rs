@@ -1172,9 +1172,27 @@ pub(crate) fn initial_norms(
     m: &DeviceModSell,
     row_sums: &CudaSlice<f64>,
     scaling: Option<&DeviceScaling>,
-    (b, x, r): (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>),
+    vectors: (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>),
     buffers: &NormBuffers<'_>,
 ) -> Result<InitialNorms, GpuError> {
+    let out = buffers.scalars.device_ptr(gpu.stream()).0;
+    launch_initial_norms(gpu, m, row_sums, scaling, vectors, buffers, out)?;
+    let sums = gpu.download(buffers.scalars)?;
+    Ok(initial_norms_of(&sums))
+}
+
+/// The launches of [`initial_norms`]: its two sums (Σ|r| and the
+/// normFactor's) left at device address `out` (two doubles), not read back,
+/// so that several systems' starts read theirs back at once.
+pub(crate) fn launch_initial_norms(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    row_sums: &CudaSlice<f64>,
+    scaling: Option<&DeviceScaling>,
+    (b, x, r): (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>),
+    buffers: &NormBuffers<'_>,
+    out: u64,
+) -> Result<(), GpuError> {
     let (n, grid) = (m.n as i32, vector_grid(m.n));
     gpu.launch("sum_partials", grid, VECTOR_BLOCK, 0, |a| {
         a.arg(&n).arg(x);
@@ -1202,17 +1220,18 @@ pub(crate) fn initial_norms(
             a.arg(x).arg(b).arg(r).arg(buffers.slice_partials);
         },
     )?;
-    let sums = read_sums(
-        gpu,
-        buffers.slice_partials,
-        buffers.scalars,
-        m.n_slices(),
-        2,
-    )?;
-    Ok(InitialNorms {
+    let (sm, two) = (m.n_slices() as i32, 2i32);
+    gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+        a.arg(&sm).arg(&two).arg(buffers.slice_partials).arg(&out);
+    })
+}
+
+/// The [`InitialNorms`] of the two sums [`launch_initial_norms`] leaves.
+pub(crate) fn initial_norms_of(sums: &[f64]) -> InitialNorms {
+    InitialNorms {
         residual_sum: sums[0],
         norm_factor: sums[1] + crate::solve::pcg::NORM_FACTOR_SMALL,
-    })
+    }
 }
 
 /// The first device error of a backend whose trait methods return none

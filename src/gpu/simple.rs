@@ -19,9 +19,10 @@
 //!    relaxation, simpleFoam's explicit laminar stress where the settings
 //!    have it (`simple_stress_faces`, `simple_stress_rows`, from the U of the
 //!    last iteration) and −V∇p (`simple_momentum_rows`), solved by the Krylov
-//!    method on the resident matrix (PBiCGStab as the device loop of
-//!    [`super::bicgstab`], its graphs kept per component; GMRES over
-//!    `GpuKrylovBackend`); then a_P, HbyA, rAU, the face flux
+//!    method on the resident matrix once every component is assembled
+//!    (PBiCGStab as the device loop of [`super::bicgstab`], the components
+//!    its lanes, solved together; GMRES over `GpuKrylovBackend`, one
+//!    component after the other); then a_P, HbyA, rAU, the face flux
 //!    φ_HbyA and SIMPLEC's terms. The components share one momentum matrix
 //!    and keep only their diagonals: their off-diagonals are equal (one ν,
 //!    one φ), so the last component's off-diagonals serve all of them in
@@ -76,7 +77,9 @@ use crate::solve::amg::AmgSettings;
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::polynomial::PolynomialSettings;
-use crate::solve::{pcg, Preconditioner, PreconditionerKind, SolverControls, SolverPerformance};
+use crate::solve::{
+    pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+};
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::Csr;
 use rayon::prelude::*;
@@ -245,18 +248,20 @@ struct DeviceMomentum<'g> {
     diagonals: Vec<CudaSlice<f64>>,
     sources: Vec<CudaSlice<f64>>,
     /// The momentum matrix, one for all components (`None` while a solve
-    /// holds it). The components are assembled and solved one after the
-    /// other, and their matrices differ only on the diagonal: the
+    /// holds it). The components are assembled one after the other, then
+    /// solved, and their matrices differ only on the diagonal: the
     /// off-diagonals are the viscous term's of the one ν plus the
     /// convection of the one φ (the conditions, the time term and the
     /// relaxation touch the diagonal and the right-hand side only). So the
     /// off-diagonal values the last assembly wrote serve every component,
     /// each with its own diagonal (`diagonals`), which is swapped in for
-    /// its assembly and solve ([`DeviceMomentum::take_matrix`]); parked,
-    /// the matrix holds a one-value placeholder diagonal.
+    /// its assembly and a GMRES solve ([`DeviceMomentum::take_matrix`]);
+    /// PBiCGStab's lanes take all the diagonals at once. Parked, the
+    /// matrix holds a one-value placeholder diagonal.
     matrix: Option<DeviceModSell>,
-    /// The right-hand side of a solve.
-    b: GpuVector,
+    /// Per solved component: the right-hand side its assembly wrote (all
+    /// of them are assembled before the solves, which run together).
+    b: Vec<GpuVector>,
     /// linearUpwind / limitedLinear's deferred correction.
     deferred: Option<Deferred>,
     /// S_f per device face, S_b per device boundary face (3 doubles each).
@@ -267,8 +272,9 @@ struct DeviceMomentum<'g> {
     consistent: Option<[CudaSlice<f64>; 3]>,
     /// The explicit laminar stress, where the equations have it.
     stress: Option<StressBuffers>,
-    /// PBiCGStab's device loop, set up at the first PBiCGStab solve; its
-    /// work vectors and captured chunks serve every component and step.
+    /// PBiCGStab's device loop, one lane per solved component, set up at
+    /// the first PBiCGStab solve; its work vectors and captured chunks
+    /// serve every step.
     bicgstab: Option<DeviceBicgstab<'g>>,
 }
 
@@ -825,7 +831,6 @@ impl<'g> DeviceSimple<'g> {
         if settings.explicit_stress {
             m.compute_stress(gpu, pressure, &self.components, &self.u, settings.nu)?;
         }
-        let mut u_initial = Vec::with_capacity(self.components.len());
         for (k, &c) in self.components.iter().enumerate() {
             let u_c = self.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
@@ -849,12 +854,14 @@ impl<'g> DeviceSimple<'g> {
             m.park_matrix(k, matrix);
             launched?;
             host.momentum += timer.lap(&mut seconds.momentum_assembly)?;
-            let krylov = m.krylov;
-            let field = format!("U{}", ["x", "y", "z"][c]);
-            let perf = m.solve(gpu, k, &mut self.u[c], &krylov, &field)?;
-            u_initial.push((field, perf.initial_residual));
-            host.momentum += timer.lap(&mut seconds.momentum_solve)?;
         }
+        let krylov = m.krylov;
+        let solved = m.solve_components(gpu, &self.components, &mut self.u, &krylov)?;
+        let u_initial: Vec<(String, f64)> = solved
+            .into_iter()
+            .map(|(field, perf)| (field, perf.initial_residual))
+            .collect();
+        host.momentum += timer.lap(&mut seconds.momentum_solve)?;
 
         // a_P, HbyA, rAU and the face flux φ_HbyA.
         let off = m.consistent.as_ref().map(|[off, ..]| off);
@@ -1057,7 +1064,9 @@ impl<'g> DeviceMomentum<'g> {
             diagonals,
             sources,
             matrix: Some(matrix),
-            b: GpuVector::from(gpu.zeros(n)?),
+            b: (0..simple.components().len())
+                .map(|_| gpu.zeros(n).map(GpuVector::from))
+                .collect::<Result<_, _>>()?,
             deferred,
             sf: gpu.upload(&flatten(sf, faces, 0))?,
             b_sf: gpu.upload(&flatten(sf, boundary, first))?,
@@ -1209,7 +1218,7 @@ impl<'g> DeviceMomentum<'g> {
         let (n, n_faces) = rows;
         let (u_c, alpha) = relaxed;
         let v = self.viscous[k].arrays()?;
-        let b = self.b.dev()?;
+        let b = self.b.get(k).ok_or_else(lost)?.dev()?;
         let (grid, block) = (matrix.n_slices() as u32, matrix.slice_height as u32);
         gpu.launch(kernel, grid, block, 0, |a| {
             a.arg(n)
@@ -1237,51 +1246,92 @@ impl<'g> DeviceMomentum<'g> {
         })
     }
 
-    /// Solves component `k`'s momentum matrix (as its assembly left the
-    /// resident one) with the right-hand side `b` for `u` (warm start) by
-    /// `krylov`.
-    fn solve(
+    /// Solves the momentum equations of the solved components (`components`
+    /// their indices, x = 0; as their assemblies left the resident matrix,
+    /// diagonals and right-hand sides) for `u` (warm start) by `krylov`:
+    /// PBiCGStab solves them together as the lanes of one device loop (the
+    /// matrix read once per product for all of them, one launch per step;
+    /// each component's iterates those of its solve alone), GMRES one after
+    /// the other. Each component's report, named U_x, U_y, U_z; the first
+    /// failure in component order.
+    fn solve_components(
         &mut self,
         gpu: &'g Gpu,
-        k: usize,
-        u: &mut GpuVector,
+        components: &[usize],
+        u: &mut [GpuVector],
         krylov: &DeviceKrylov,
-        field: &str,
-    ) -> Result<SolverPerformance, DeviceFlowError> {
-        let matrix = self.take_matrix(k)?;
-        let perf = match &krylov.method {
-            KrylovMethod::Gmres(s) => {
-                let backend = GpuKrylovBackend::from_resident(gpu, matrix, krylov.jacobi)?;
-                let perf = gmres(&backend, &self.b, u, &krylov.controls, s, field);
-                self.park_matrix(k, backend.into_matrix());
-                perf
+    ) -> Result<Vec<(String, SolverPerformance)>, DeviceFlowError> {
+        let fields: Vec<String> = components
+            .iter()
+            .map(|&c| format!("U{}", ["x", "y", "z"][c]))
+            .collect();
+        let solved: Vec<Result<SolverPerformance, SolveError>> = match &krylov.method {
+            KrylovMethod::Gmres(settings) => {
+                let mut solved = Vec::with_capacity(components.len());
+                for (k, &c) in components.iter().enumerate() {
+                    let matrix = self.take_matrix(k)?;
+                    let backend = GpuKrylovBackend::from_resident(gpu, matrix, krylov.jacobi)?;
+                    let b = self.b.get(k).ok_or_else(lost)?;
+                    let perf = gmres(
+                        &backend,
+                        b,
+                        &mut u[c],
+                        &krylov.controls,
+                        settings,
+                        &fields[k],
+                    );
+                    self.park_matrix(k, backend.into_matrix());
+                    let failed = perf.is_err();
+                    solved.push(perf);
+                    if failed {
+                        break;
+                    }
+                }
+                solved
             }
             KrylovMethod::BiCgStab => {
+                let matrix = self.matrix.as_mut().ok_or_else(lost)?;
                 if self.bicgstab.is_none() {
                     let options = GpuSolveOptions {
                         slice_height: matrix.slice_height,
                         check_interval: MOMENTUM_CHECK_INTERVAL,
                         ..GpuSolveOptions::default()
                     };
-                    match DeviceBicgstab::new(gpu, matrix.n, &options) {
-                        Ok(solver) => self.bicgstab = Some(solver),
-                        Err(e) => {
-                            self.park_matrix(k, matrix);
-                            return Err(e.into());
-                        }
-                    }
+                    let lanes = components.len();
+                    self.bicgstab =
+                        Some(DeviceBicgstab::with_lanes(gpu, matrix.n, lanes, &options)?);
                 }
                 let solver = self.bicgstab.as_ref().ok_or_else(lost)?;
-                let (b, x) = (self.b.dev()?, u.dev()?);
-                let perf = solver.solve(&matrix, krylov.jacobi, b, x, &krylov.controls, field);
-                self.park_matrix(k, matrix);
-                perf
+                let b = self
+                    .b
+                    .iter()
+                    .map(GpuVector::dev)
+                    .collect::<Result<Vec<_>, _>>()?;
+                let x = components
+                    .iter()
+                    .map(|&c| u[c].dev())
+                    .collect::<Result<Vec<_>, _>>()?;
+                let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+                let k = components.len();
+                solver.solve_lanes(
+                    matrix,
+                    &mut self.diagonals[..k],
+                    krylov.jacobi,
+                    &b[..k],
+                    &x,
+                    &krylov.controls,
+                    &names,
+                )
             }
         };
-        Ok(perf.map_err(|source| FlowError::Solve {
-            field: field.to_string(),
-            source,
-        })?)
+        let mut reports = Vec::with_capacity(solved.len());
+        for (field, perf) in fields.into_iter().zip(solved) {
+            match perf {
+                Ok(perf) => reports.push((field, perf)),
+                Err(source) => return Err(FlowError::Solve { field, source }.into()),
+            }
+        }
+        Ok(reports)
     }
 
     /// a_P (the mean of the components' diagonals) and HbyA per solved

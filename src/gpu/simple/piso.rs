@@ -18,8 +18,10 @@
 //!    `bounded` variants, relaxation by α_U below 1 and pimpleFoam's explicit
 //!    laminar stress (`simple_stress_faces`, `simple_stress_rows`, from the U
 //!    the outer corrector starts from), then −V∇p; with `momentumPredictor`
-//!    solved by GMRES or PBiCGStab (Jacobi or none) on the resident matrix,
-//!    `UFinal`'s solver on the final one of several outer correctors.
+//!    solved by GMRES or PBiCGStab (Jacobi or none) on the resident matrix
+//!    once every component is assembled (PBiCGStab solves the components
+//!    together, as the lanes of one device loop), `UFinal`'s solver on the
+//!    final one of several outer correctors.
 //! 3. per PISO corrector: a_P, HbyA, rAU, the face flux φ_HbyA plus
 //!    `fvc::ddtCorr` (`piso_ddt_correction_*`, zero on fixed-value velocity
 //!    patches), the pressure matrix re-assembled into the resident mod-SELL
@@ -364,7 +366,6 @@ impl<'g> DevicePiso<'g> {
         let central = i32::from(self.central);
         let bounded = i32::from(self.settings.convection.bounded);
         let older = (c00 != 0.0).then_some(&self.older);
-        let mut solves = Vec::new();
         for (k, &c) in d.components.iter().enumerate() {
             let u_c = d.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
@@ -398,13 +399,12 @@ impl<'g> DevicePiso<'g> {
             m.park_matrix(k, matrix);
             launched?;
             timer.lap(&mut seconds.momentum_assembly)?;
-            if solve {
-                let field = format!("U{}", ["x", "y", "z"][c]);
-                let perf = m.solve(gpu, k, &mut d.u[c], &solver, &field)?;
-                solves.push((field, perf));
-                timer.lap(&mut seconds.momentum_solve)?;
-            }
         }
+        if !solve {
+            return Ok(Vec::new());
+        }
+        let solves = m.solve_components(gpu, &d.components, &mut d.u, &solver)?;
+        timer.lap(&mut seconds.momentum_solve)?;
         Ok(solves)
     }
 
