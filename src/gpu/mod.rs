@@ -68,6 +68,17 @@ struct KernelSource {
     text: &'static str,
 }
 
+/// One [`KernelSource`] entry: the file's text is `kernels/FILE`.
+macro_rules! kernel_source {
+    ($file:literal needs [$($need:literal),*]) => {
+        KernelSource {
+            file: $file,
+            needs: &[$($need),*],
+            text: include_str!(concat!("../../kernels/", $file)),
+        }
+    };
+}
+
 /// Kernel sources, each after the sources it needs. Module k is source k
 /// compiled with what it needs, directly or through another source
 /// ([`module_sources`]), in list order. A kernel is loaded, at its first
@@ -79,96 +90,24 @@ struct KernelSource {
 /// grows with the module). Every `extern "C" __global__ void NAME(` is a
 /// kernel ([`kernel_declarations`]).
 const KERNEL_SOURCES: &[KernelSource] = &[
-    KernelSource {
-        file: "spmv.cu",
-        needs: &[],
-        text: include_str!("../../kernels/spmv.cu"),
-    },
-    KernelSource {
-        file: "pcg.cu",
-        needs: &["spmv.cu"],
-        text: include_str!("../../kernels/pcg.cu"),
-    },
-    KernelSource {
-        file: "assembly.cu",
-        needs: &["spmv.cu"],
-        text: include_str!("../../kernels/assembly.cu"),
-    },
-    KernelSource {
-        file: "smooth.cu",
-        needs: &["spmv.cu"],
-        text: include_str!("../../kernels/smooth.cu"),
-    },
-    KernelSource {
-        file: "ic.cu",
-        needs: &["spmv.cu", "pcg.cu", "smooth.cu"],
-        text: include_str!("../../kernels/ic.cu"),
-    },
-    KernelSource {
-        file: "polynomial.cu",
-        needs: &["spmv.cu", "smooth.cu"],
-        text: include_str!("../../kernels/polynomial.cu"),
-    },
-    KernelSource {
-        file: "deflation.cu",
-        needs: &["spmv.cu", "pcg.cu"],
-        text: include_str!("../../kernels/deflation.cu"),
-    },
-    KernelSource {
-        file: "amg.cu",
-        needs: &["spmv.cu", "pcg.cu", "smooth.cu"],
-        text: include_str!("../../kernels/amg.cu"),
-    },
-    KernelSource {
-        file: "ilu.cu",
-        needs: &["spmv.cu", "smooth.cu"],
-        text: include_str!("../../kernels/ilu.cu"),
-    },
-    KernelSource {
-        file: "krylov.cu",
-        needs: &["spmv.cu", "pcg.cu"],
-        text: include_str!("../../kernels/krylov.cu"),
-    },
-    KernelSource {
-        file: "block_ic.cu",
-        needs: &["spmv.cu", "smooth.cu", "ic.cu"],
-        text: include_str!("../../kernels/block_ic.cu"),
-    },
-    KernelSource {
-        file: "fsai_apply.cu",
-        needs: &["spmv.cu", "smooth.cu"],
-        text: include_str!("../../kernels/fsai_apply.cu"),
-    },
-    KernelSource {
-        file: "fsai.cu",
-        needs: &["spmv.cu"],
-        text: include_str!("../../kernels/fsai.cu"),
-    },
-    KernelSource {
-        file: "multi.cu",
-        needs: &["spmv.cu", "pcg.cu"],
-        text: include_str!("../../kernels/multi.cu"),
-    },
-    KernelSource {
-        file: "eisenstat.cu",
-        needs: &["spmv.cu"],
-        text: include_str!("../../kernels/eisenstat.cu"),
-    },
-    KernelSource {
-        file: "simple.cu",
-        needs: &["spmv.cu", "assembly.cu"],
-        text: include_str!("../../kernels/simple.cu"),
-    },
-    KernelSource {
-        file: "peer.cu",
-        needs: &["spmv.cu", "pcg.cu"],
-        text: include_str!("../../kernels/peer.cu"),
-    },
-    KernelSource {
-        file: "ssor.cu",
-        needs: &["spmv.cu", "smooth.cu"],
-        text: include_str!("../../kernels/ssor.cu"),
-    },
+    kernel_source!("spmv.cu" needs []),
+    kernel_source!("pcg.cu" needs ["spmv.cu"]),
+    kernel_source!("assembly.cu" needs ["spmv.cu"]),
+    kernel_source!("smooth.cu" needs ["spmv.cu"]),
+    kernel_source!("ic.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
+    kernel_source!("polynomial.cu" needs ["spmv.cu", "smooth.cu"]),
+    kernel_source!("deflation.cu" needs ["spmv.cu", "pcg.cu"]),
+    kernel_source!("amg.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
+    kernel_source!("ilu.cu" needs ["spmv.cu", "smooth.cu"]),
+    kernel_source!("krylov.cu" needs ["spmv.cu", "pcg.cu"]),
+    kernel_source!("block_ic.cu" needs ["spmv.cu", "smooth.cu", "ic.cu"]),
+    kernel_source!("fsai_apply.cu" needs ["spmv.cu", "smooth.cu"]),
+    kernel_source!("fsai.cu" needs ["spmv.cu"]),
+    kernel_source!("multi.cu" needs ["spmv.cu", "pcg.cu"]),
+    kernel_source!("eisenstat.cu" needs ["spmv.cu"]),
+    kernel_source!("simple.cu" needs ["spmv.cu", "assembly.cu"]),
+    kernel_source!("peer.cu" needs ["spmv.cu", "pcg.cu"]),
+    kernel_source!("ssor.cu" needs ["spmv.cu", "smooth.cu"]),
 ];
 
 /// The kernels the sources define with the index of their source and the
