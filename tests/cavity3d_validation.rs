@@ -1,13 +1,15 @@
 //! The lid-driven cube `cases/cavity3d_validation` (pimpleFoam, Re = 1000):
-//! a coarse 16³ copy run to its steady state against the committed profiles
-//! of that steady state (`tests/data/cavity3d_validation/coarse16.csv`, made
-//! by `scripts/cavity3d_coarse_profiles.sh`), `fvpoisson cavity-profiles` on
-//! its written times, and (ignored: an hour on a CPU) the shipped case
+//! a coarse 16³ copy run to t = 50 against pimpleFoam v1912's profiles at
+//! that time (`tests/data/cavity3d_validation/pimple_foam16_t50.csv`, made by
+//! `scripts/cavity3d_pimple_foam_reference.sh`) and against the committed
+//! profiles of its steady state (`coarse16.csv`, made by
+//! `scripts/cavity3d_coarse_profiles.sh`), `fvpoisson cavity-profiles` on
+//! its written times, and (ignored: 7 minutes of CPU time) the shipped case
 //! against Albensoeder & Kuhlmann (2005).
 
 mod common;
 
-use fvpoisson::case::cavity_profiles::{case_profiles, PROFILE_POINTS};
+use fvpoisson::case::cavity_profiles::{case_profiles, CubeProfiles, PROFILE_POINTS};
 use fvpoisson::case::ico_foam::{read_transient_case, run_transient_case};
 use fvpoisson::case::Device;
 use std::path::{Path, PathBuf};
@@ -57,6 +59,17 @@ fn committed(name: &str) -> Vec<[f64; 3]> {
         .collect()
 }
 
+/// The largest difference of the dense profiles from committed ones.
+fn largest_difference(p: &CubeProfiles, reference: &[[f64; 3]]) -> f64 {
+    assert_eq!(reference.len(), PROFILE_POINTS);
+    let mut largest: f64 = 0.0;
+    for ((&(s, u), &(_, v)), r) in p.u_line.iter().zip(&p.v_line).zip(reference) {
+        assert!((s - r[0]).abs() < 1e-12);
+        largest = largest.max((u - r[1]).abs()).max((v - r[2]).abs());
+    }
+    largest
+}
+
 #[test]
 fn coarse_cube_reaches_its_committed_steady_profiles() {
     let dir = coarse_copy("coarse", 16, COARSE_END_TIME, 10.0);
@@ -69,18 +82,17 @@ fn coarse_cube_reaches_its_committed_steady_profiles() {
         "Re {}",
         p.reynolds
     );
-    let reference = committed("coarse16.csv");
-    assert_eq!(reference.len(), PROFILE_POINTS);
-    let mut largest: f64 = 0.0;
-    for ((&(s, u), &(_, v)), r) in p.u_line.iter().zip(&p.v_line).zip(&reference) {
-        assert!((s - r[0]).abs() < 1e-12);
-        largest = largest.max((u - r[1]).abs()).max((v - r[2]).abs());
-    }
+    // pimpleFoam v1912 on the same case to the same time: the same steps,
+    // the same fields to round-off.
+    let foam = largest_difference(p, &committed("pimple_foam16_t50.csv"));
+    let steady = largest_difference(p, &committed("coarse16.csv"));
     eprintln!(
-        "16³ at t = {}: largest difference from the committed steady profiles {largest:.2e}",
+        "16³ at t = {}: largest difference from pimpleFoam's profiles {foam:.2e}, \
+         from the steady profiles {steady:.2e}",
         result.time
     );
-    assert!(largest < COARSE_TOLERANCE, "{largest:e}");
+    assert!(foam < 1e-10, "{foam:e}");
+    assert!(steady < COARSE_TOLERANCE, "{steady:e}");
     // Nearly steady: the sampled values moved little over the last 10 time
     // units; at t = 10 they were far from the steady profiles, so the
     // comparison can fail.
@@ -90,13 +102,8 @@ fn coarse_cube_reaches_its_committed_steady_profiles() {
         "change since {time}: {change:e}"
     );
     let early = case_profiles(&dir, Some("10")).unwrap().profiles;
-    let early_largest = early
-        .u_line
-        .iter()
-        .zip(&reference)
-        .map(|(&(_, u), r)| (u - r[1]).abs())
-        .fold(0.0, f64::max);
-    assert!(early_largest > 10.0 * COARSE_TOLERANCE, "{early_largest:e}");
+    let early_steady = largest_difference(&early, &committed("coarse16.csv"));
+    assert!(early_steady > 10.0 * COARSE_TOLERANCE, "{early_steady:e}");
 }
 
 /// The coarse run's end time and tolerance: at t = 50 the 16³ profiles are
@@ -162,7 +169,8 @@ fn cavity_profiles_command_prints_tables_and_writes_csv_and_plot() {
 }
 
 /// The shipped case (48³, graded) from rest to its end time against
-/// Albensoeder & Kuhlmann (2005); an hour on one CPU core:
+/// Albensoeder & Kuhlmann (2005), at the deviations measured (max 0.0225,
+/// RMS 0.0091; docs/src/validation.md); 7 minutes of CPU time:
 /// `cargo test --release --test cavity3d_validation -- --ignored`.
 #[test]
 #[ignore]
@@ -178,5 +186,5 @@ fn shipped_cube_matches_albensoeder_and_kuhlmann() {
     );
 }
 
-const FULL_MAX_DEVIATION: f64 = 0.03;
-const FULL_RMS_DEVIATION: f64 = 0.015;
+const FULL_MAX_DEVIATION: f64 = 0.025;
+const FULL_RMS_DEVIATION: f64 = 0.01;

@@ -27,7 +27,7 @@ use crate::flow::reference::{
 use crate::foam::write::format_general;
 use crate::io::foam_field::VectorFieldFile;
 use crate::mesh::{Geometry, Mesh, Vec3};
-use crate::validate::{write_png, DrawResult, PlotText, ValidateError};
+use crate::validate::{draw_series_labels, write_png, DrawResult, PlotText, ValidateError};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -366,12 +366,7 @@ fn draw_profiles(
             }
         }
         if labels {
-            chart
-                .configure_series_labels()
-                .label_font(("sans-serif", 17))
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.8))
-                .draw()?;
+            draw_series_labels(&mut chart)?;
         }
     }
     Ok(())
