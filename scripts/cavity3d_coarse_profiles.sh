@@ -8,16 +8,11 @@
 # a shorter time and compares. Needs the fvpoisson binary (FVPOISSON, default
 # target/release/fvpoisson); a minute or two.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+source "$(dirname "$0")/lib_openfoam.sh"
 fvpoisson=${FVPOISSON:-$root/target/release/fvpoisson}
 out="$root/tests/data/cavity3d_validation"
-work=$(mktemp -d)
+work=$(cavity3d_coarse_copy 200 100)
 trap 'rm -rf "$work"' EXIT
-cp -r "$root/cases/cavity3d_validation/." "$work/"
-rm -rf "$work/constant/polyMesh" "$work/results" "$work/postProcessing"
-sed -i 's/(48 48 48)/(16 16 16)/' "$work/system/blockMeshDict"
-sed -i -e 's/^endTime .*/endTime         200;/' \
-    -e 's/^writeInterval .*/writeInterval   100;/' "$work/system/controlDict"
 "$fvpoisson" run "$work" --device cpu --vtk none > "$work/log.run"
 mkdir -p "$out"
 "$fvpoisson" cavity-profiles "$work" --csv "$out/coarse16.csv"

@@ -10,13 +10,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib_openfoam.sh"
 fvpoisson=${FVPOISSON:-$root/target/release/fvpoisson}
 out="$root/tests/data/cavity3d_validation"
-work=$(mktemp -d)
+work=$(cavity3d_coarse_copy 50 10)
 trap 'rm -rf "$work"' EXIT
-cp -r "$root/cases/cavity3d_validation/." "$work/"
-rm -rf "$work/constant/polyMesh" "$work/results" "$work/postProcessing"
-sed -i 's/(48 48 48)/(16 16 16)/' "$work/system/blockMeshDict"
-sed -i -e 's/^endTime .*/endTime         50;/' \
-    -e 's/^writeInterval .*/writeInterval   10;/' "$work/system/controlDict"
 run_foam "$work" pimpleFoam
 mkdir -p "$out"
 "$fvpoisson" cavity-profiles "$work" --csv "$out/pimple_foam16_t50.csv"
