@@ -188,3 +188,41 @@ fn shipped_cube_matches_albensoeder_and_kuhlmann() {
 
 const FULL_MAX_DEVIATION: f64 = 0.025;
 const FULL_RMS_DEVIATION: f64 = 0.01;
+
+#[test]
+fn profiles_need_a_moving_wall_and_a_cube_and_compare_only_at_re_1000() {
+    use fvpoisson::flow::reference::LatticeSampler;
+    use fvpoisson::mesh::{source::load, Geometry, Vec3};
+    let profiles = |spec: &str, lid: f64, nu: f64| {
+        let mesh = load(spec).unwrap();
+        let geometry = Geometry::compute(&mesh);
+        let sampler = LatticeSampler::new(&mesh, &geometry).unwrap();
+        let top = geometry
+            .boundary_face_centres
+            .iter()
+            .map(|c| c.y)
+            .fold(f64::MIN, f64::max);
+        let boundary: Vec<Vec3> = geometry
+            .boundary_face_centres
+            .iter()
+            .map(|c| Vec3::new(if top - c.y < 1e-9 { lid } else { 0.0 }, 0.0, 0.0))
+            .collect();
+        let cells = vec![Vec3::zeros(); mesh.n_cells()];
+        CubeProfiles::sample(&sampler, (&cells, &boundary), nu)
+    };
+    // Lid speed 2, ν = 0.002: Re = 1000, compared; velocities over the lid speed.
+    let p = profiles("box:6x6x6", 2.0, 0.002).unwrap();
+    assert!(p.compared && p.lid_speed == 2.0 && (p.reynolds - 1000.0).abs() < 1e-9);
+    assert_eq!((p.u_rows[0].position, p.u_rows[0].computed), (1.0, 1.0));
+    assert!(p.to_string().contains("both lines: max |deviation|"));
+    // Re = 100: the profiles without a table.
+    let p = profiles("box:6x6x6", 2.0, 0.02).unwrap();
+    assert!(!p.compared);
+    let text = p.to_string();
+    assert!(text.contains("no reference table for Re = 100 "), "{text}");
+    // No moving wall, or a box that is not a cube: errors saying so.
+    let error = profiles("box:6x6x6", 0.0, 0.001).unwrap_err();
+    assert!(error.contains("no wall moves"), "{error}");
+    let error = profiles("box:6x6x3:size=1x1x0.5", 1.0, 0.001).unwrap_err();
+    assert!(error.contains("not a cube"), "{error}");
+}
