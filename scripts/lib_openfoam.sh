@@ -54,3 +54,17 @@ DICT
     printf 'FoamFile { version 2.0; format ascii; class dictionary; object turbulenceProperties; }\nsimulationType laminar;\n' \
         > "$work/constant/turbulenceProperties"
 }
+
+# Prints the path of a new temporary copy of the shipped case
+# cases/cavity3d_validation (the lid-driven cube) without its results,
+# coarsened to 16³ cells, run to t = $1 and written every $2.
+cavity3d_coarse_copy() {
+    local work
+    work=$(mktemp -d)
+    cp -r "$root/cases/cavity3d_validation/." "$work/"
+    rm -rf "$work/constant/polyMesh" "$work/results" "$work/postProcessing"
+    sed -i 's/(48 48 48)/(16 16 16)/' "$work/system/blockMeshDict"
+    sed -i -e "s/^endTime .*/endTime         $1;/" \
+        -e "s/^writeInterval .*/writeInterval   $2;/" "$work/system/controlDict"
+    echo "$work"
+}

@@ -92,6 +92,12 @@ enum Command<B: Args, P: Args> {
     /// (hex and perturbed tet meshes) and time (Euler, backward), the
     /// kinetic-energy decay rate (exit code 1 when an order is below its bound).
     ValidateTransient(ValidateTransientArgs),
+    /// Centreline velocity profiles of a lid-driven cube (an icoFoam or
+    /// pimpleFoam case on a lattice of hexahedra) at a written time: u along
+    /// x = z = 0.5 and v along y = z = 0.5, against Albensoeder & Kuhlmann
+    /// (2005) at Re = 1000, with the change since the previous written time
+    /// (exit code 1 past --tolerance).
+    CavityProfiles(CavityProfilesArgs),
     /// Runs a case: CASE holds case.toml (native) or system/controlDict (OpenFOAM).
     Run {
         /// Case directory.
@@ -406,6 +412,7 @@ fn run_command<M: Measurements>(
         Command::Preconditioners(args) => M::preconditioners(args).map(|()| 0),
         Command::ValidateFlow(args) => validate_flow(args),
         Command::ValidateTransient(args) => validate_transient(args),
+        Command::CavityProfiles(args) => cavity_profiles(args),
     }
 }
 
@@ -1390,6 +1397,71 @@ fn validate_flow(args: ValidateFlowArgs) -> anyhow::Result<i32> {
     if failed > 0 {
         println!("{failed} case(s) FAILED");
         return Ok(EXIT_CHECK_FAILED);
+    }
+    Ok(0)
+}
+
+#[derive(Args)]
+struct CavityProfilesArgs {
+    /// OpenFOAM case directory (icoFoam or pimpleFoam).
+    case: PathBuf,
+    /// Time directory to sample (default the latest).
+    #[arg(long)]
+    time: Option<String>,
+    /// Exit code 1 when the largest deviation from the table exceeds this
+    /// (as a fraction of the lid speed).
+    #[arg(long)]
+    tolerance: Option<f64>,
+    /// Write the profiles at 101 points per line as CSV (s,u,v).
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Write a plot of the profiles and the table's points (PNG).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// `cavity-profiles`: a cube's centreline profiles against the table.
+fn cavity_profiles(args: CavityProfilesArgs) -> anyhow::Result<i32> {
+    use crate::case::cavity_profiles::case_profiles;
+    let result = case_profiles(&args.case, args.time.as_deref())?;
+    let profiles = &result.profiles;
+    println!("time {}", result.time);
+    print!("{profiles}");
+    match &result.change {
+        Some((before, change)) => {
+            println!("largest change of the sampled values since time {before}: {change:.2e}")
+        }
+        None => println!("no earlier written time to measure the change from"),
+    }
+    if let Some(path) = &args.csv {
+        crate::io::write_atomic(path, |out| out.write_all(profiles.csv().as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("profiles written to {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        let title = format!(
+            "lid-driven cube, Re = {}, {} × {} × {} cells, t = {}",
+            crate::foam::write::format_general(profiles.reynolds, 6),
+            profiles.sizes[0],
+            profiles.sizes[1],
+            profiles.sizes[2],
+            result.time
+        );
+        profiles.write_plot(path, &title)?;
+        println!("plot written to {}", path.display());
+    }
+    if let Some(tolerance) = args.tolerance {
+        if !profiles.compared {
+            anyhow::bail!(
+                "--tolerance: there is no reference table for Re = {}",
+                crate::foam::write::format_general(profiles.reynolds, 6)
+            );
+        }
+        let (max, _) = profiles.deviations();
+        if max > tolerance {
+            println!("FAILED: max |deviation| {max:.5} > tolerance {tolerance}");
+            return Ok(EXIT_CHECK_FAILED);
+        }
     }
     Ok(0)
 }

@@ -896,6 +896,26 @@ fn scheme_legend(scheme: Scheme) -> &'static str {
 
 pub(crate) type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+/// Draws the legend of a chart's labelled series (top right, framed, on a
+/// light background), as the flow plots show it.
+pub(crate) fn draw_series_labels<'a, DB, CT>(
+    chart: &mut plotters::chart::ChartContext<'a, DB, CT>,
+) -> DrawResult
+where
+    DB: plotters::prelude::DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate,
+{
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 17))
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    Ok(())
+}
+
 /// Draws a scheme's marker at `p` (any coordinate system).
 fn draw_markers<DB, CT>(
     chart: &mut plotters::chart::ChartContext<'_, DB, CT>,

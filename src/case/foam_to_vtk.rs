@@ -151,7 +151,7 @@ pub fn foam_to_vtk(
 }
 
 /// Numeric directory names of `case_dir` with their times, sorted by time.
-fn time_directories(case_dir: &Path) -> Result<Vec<(f64, String)>, CaseError> {
+pub(crate) fn time_directories(case_dir: &Path) -> Result<Vec<(f64, String)>, CaseError> {
     let entries = std::fs::read_dir(case_dir).map_err(|e| MeshError::io(case_dir, e))?;
     let mut times: Vec<(f64, String)> = entries
         .filter_map(Result::ok)

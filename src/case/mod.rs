@@ -3,6 +3,7 @@
 //! CPU ([`run`]).
 
 pub mod case_toml;
+pub mod cavity_profiles;
 pub mod decompose;
 pub mod expr;
 pub mod flow_case;

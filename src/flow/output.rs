@@ -14,7 +14,7 @@ use crate::io::foam_field::{
 use crate::io::vtk::{write_vtu, Field, VtkEncoding, VtkSeries};
 use crate::io::OutputError;
 use crate::mesh::{Mesh, PatchKind, Vec3};
-use crate::validate::{write_png, DrawResult, PlotText, ValidateError};
+use crate::validate::{draw_series_labels, write_png, DrawResult, PlotText, ValidateError};
 use std::path::{Path, PathBuf};
 
 const RESIDUAL_PLOT_SIZE: (u32, u32) = (1200, 700);
@@ -105,12 +105,7 @@ fn draw_residuals(
         }
     }
     if labels {
-        chart
-            .configure_series_labels()
-            .label_font(("sans-serif", 17))
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()?;
+        draw_series_labels(&mut chart)?;
     }
     Ok(())
 }

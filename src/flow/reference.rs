@@ -6,6 +6,14 @@
 //!   multigrid method", J. Comput. Phys. 48 (1982) 387–411, Table I
 //!   (u along the vertical line through the cavity centre) and Table II (v
 //!   along the horizontal line), 129×129 grid points, lid velocity 1, side 1.
+//! - Lid-driven cube: S. Albensoeder, H. C. Kuhlmann, "Accurate
+//!   three-dimensional lid-driven cavity flow", J. Comput. Phys. 206 (2005)
+//!   536–558, Tables 5 and 6: Re = 1000, Chebyshev collocation, the velocity
+//!   along the two centrelines of the mid-plane normal to the spanwise axis.
+//!   The numbers are transcribed from the public copy of the tables in the
+//!   validation script of the PICT solver (tum-pbs/PICT,
+//!   `tests/validations.py`, function `lid_driven_cavity_3D`); their
+//!   positions are Ghia's, so the profiles sit next to the 2-D ones.
 //! - Plane Poiseuille flow between walls a distance H apart, mean velocity
 //!   U: u(y) = 6U (y/H)(1 − y/H), dp/dx = −12νU/H².
 
@@ -85,6 +93,33 @@ pub fn ghia(reynolds: u32) -> Option<&'static GhiaTable> {
     GHIA.iter().find(|t| t.reynolds == reynolds)
 }
 
+/// The lid-driven cube of Albensoeder & Kuhlmann (2005), Tables 5 and 6, in
+/// fvpoisson's (OpenFOAM's cavity) frame: the unit cube, the lid at y = 1
+/// moving with (1, 0, 0), z spanwise. Their frame has the cube [−½, ½]³ with
+/// the lid at x = −½ moving in +y, so their (x, y, z) is (½ − y, x − ½,
+/// z − ½) here and their (u, v) is (−v, u) here.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CubeCavityTable {
+    pub reynolds: u32,
+    /// u at (0.5, `GHIA_U_Y[k]`, 0.5) (their Table 5: v along x).
+    pub u: [f64; 17],
+    /// v at (`GHIA_V_X[k]`, 0.5, 0.5) (their Table 6: −u along y).
+    pub v: [f64; 17],
+}
+
+/// Albensoeder & Kuhlmann (2005), Tables 5 and 6: the cube at Re = 1000.
+pub const ALBENSOEDER_KUHLMANN_1000: CubeCavityTable = CubeCavityTable {
+    reynolds: 1000,
+    u: [
+        1.00000, 0.58964, 0.48443, 0.39821, 0.33171, 0.12183, 0.07334, 0.03905, 0.00802, -0.00612,
+        -0.10999, -0.25160, -0.27293, -0.23696, -0.22283, -0.20623, 0.00000,
+    ],
+    v: [
+        0.00000, -0.18864, -0.24095, -0.29032, -0.33511, -0.43423, -0.31117, -0.15223, 0.03674,
+        0.16987, 0.17580, 0.22924, 0.24407, 0.23503, 0.22746, 0.21738, 0.00000,
+    ],
+};
+
 /// A computed value against a reference value at a position.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Comparison {
@@ -101,6 +136,20 @@ impl Comparison {
     }
 }
 
+/// The root mean square deviation of a list of comparisons, misprints left
+/// out (0 for none).
+pub fn rms_deviation(rows: &[Comparison]) -> f64 {
+    let counted: Vec<f64> = rows
+        .iter()
+        .filter(|r| !r.misprint)
+        .map(|r| r.deviation().powi(2))
+        .collect();
+    if counted.is_empty() {
+        return 0.0;
+    }
+    (counted.iter().sum::<f64>() / counted.len() as f64).sqrt()
+}
+
 /// The largest deviation of a list of comparisons, misprints left out.
 pub fn max_deviation(rows: &[Comparison]) -> f64 {
     rows.iter()
@@ -109,19 +158,198 @@ pub fn max_deviation(rows: &[Comparison]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// Trilinear interpolation of a cell field of a structured box mesh (a
+/// tensor-product lattice of hexahedra, uniform or graded, in any cell order)
+/// on the lattice of its cell centres, extended to the walls by the boundary
+/// face values. Lattice points on the box's edges and corners, which no cell
+/// or face gives, take the mean of their neighbours on the walls.
+pub struct LatticeSampler {
+    /// Lattice coordinates per axis: the low wall, the cell centres in
+    /// ascending order, the high wall.
+    axes: [Vec<f64>; 3],
+    /// Lattice position of every cell (1-based; 0 and N + 1 are walls).
+    cell_index: Vec<[usize; 3]>,
+    /// Lattice position of every boundary face.
+    face_index: Vec<[usize; 3]>,
+}
+
+impl LatticeSampler {
+    /// The lattice of `mesh`; the error says why the mesh is not one.
+    pub fn new(mesh: &Mesh, geometry: &Geometry) -> Result<Self, String> {
+        let points = mesh.points();
+        if points.is_empty() || geometry.cell_centres.is_empty() {
+            return Err("the mesh has no cells".into());
+        }
+        let lo = points.iter().fold(Vec3::repeat(f64::MAX), |m, p| m.inf(p));
+        let hi = points.iter().fold(Vec3::repeat(f64::MIN), |m, p| m.sup(p));
+        let tolerance = 1e-9 * (hi - lo).norm();
+        let axes: [Vec<f64>; 3] = std::array::from_fn(|a| {
+            let mut centres: Vec<f64> = geometry.cell_centres.iter().map(|c| c[a]).collect();
+            centres.sort_by(f64::total_cmp);
+            centres.dedup_by(|x, y| (*x - *y).abs() <= tolerance);
+            let mut axis = vec![lo[a]];
+            axis.extend(centres);
+            axis.push(hi[a]);
+            axis
+        });
+        let sizes = axes.each_ref().map(|axis| axis.len() - 2);
+        if sizes.iter().product::<usize>() != mesh.n_cells() {
+            return Err(format!(
+                "{} cells are not a lattice: the cell centres take {} × {} × {} distinct coordinates",
+                mesh.n_cells(),
+                sizes[0],
+                sizes[1],
+                sizes[2]
+            ));
+        }
+        let locate = |a: usize, x: f64| -> Option<usize> {
+            let axis = &axes[a];
+            let k = axis.partition_point(|&y| y < x - tolerance);
+            (k < axis.len() && (axis[k] - x).abs() <= tolerance).then_some(k)
+        };
+        let mut taken = vec![false; axes.iter().map(Vec::len).product()];
+        let flat = |i: [usize; 3]| i[0] + axes[0].len() * (i[1] + axes[1].len() * i[2]);
+        let mut cell_index = Vec::with_capacity(mesh.n_cells());
+        for (cell, c) in geometry.cell_centres.iter().enumerate() {
+            let index = [0, 1, 2].map(|a| locate(a, c[a]));
+            match index {
+                [Some(i), Some(j), Some(k)]
+                    if !std::mem::replace(&mut taken[flat([i, j, k])], true) =>
+                {
+                    cell_index.push([i, j, k])
+                }
+                _ => {
+                    return Err(format!(
+                        "cell {cell} at ({}, {}, {}) is not on the lattice",
+                        c.x, c.y, c.z
+                    ))
+                }
+            }
+        }
+        let first = mesh.n_internal_faces();
+        let mut face_index = Vec::with_capacity(geometry.boundary_face_centres.len());
+        for (b, c) in geometry.boundary_face_centres.iter().enumerate() {
+            let normal = geometry.face_area_vectors[first + b];
+            let a = (0..3)
+                .max_by(|&x, &y| normal[x].abs().total_cmp(&normal[y].abs()))
+                .unwrap_or(0);
+            let index = [0, 1, 2].map(|d| locate(d, c[d]));
+            let wall = index[a].filter(|&i| i == 0 || i == axes[a].len() - 1);
+            match (wall, index) {
+                (Some(_), [Some(i), Some(j), Some(k)])
+                    if normal[a].abs() > (1.0 - 1e-9) * normal.norm() =>
+                {
+                    face_index.push([i, j, k])
+                }
+                _ => {
+                    return Err(format!(
+                        "boundary face {} at ({}, {}, {}) is not a wall face of the lattice",
+                        first + b,
+                        c.x,
+                        c.y,
+                        c.z
+                    ))
+                }
+            }
+        }
+        Ok(Self {
+            axes,
+            cell_index,
+            face_index,
+        })
+    }
+
+    /// Cells along each axis.
+    pub fn sizes(&self) -> [usize; 3] {
+        self.axes.each_ref().map(|axis| axis.len() - 2)
+    }
+
+    /// The lattice coordinates of axis `a`: the low wall, the cell centres,
+    /// the high wall.
+    pub fn axis(&self, a: usize) -> &[f64] {
+        &self.axes[a]
+    }
+
+    /// Component `c` of the cell field `cells` (boundary face values
+    /// `boundary`) at `points`.
+    pub fn sample(&self, cells: &[Vec3], boundary: &[Vec3], c: usize, points: &[Vec3]) -> Vec<f64> {
+        let n = self.axes.each_ref().map(Vec::len);
+        let flat = |i: usize, j: usize, k: usize| i + n[0] * (j + n[1] * k);
+        let mut grid = vec![f64::NAN; n[0] * n[1] * n[2]];
+        for (&[i, j, k], v) in self.cell_index.iter().zip(cells) {
+            grid[flat(i, j, k)] = v[c];
+        }
+        for (&[i, j, k], v) in self.face_index.iter().zip(boundary) {
+            grid[flat(i, j, k)] = v[c];
+        }
+        // Edges first (their wall neighbours are set), then corners (their
+        // edge neighbours are).
+        for _ in 0..2 {
+            let before = grid.clone();
+            for k in 0..n[2] {
+                for j in 0..n[1] {
+                    for i in 0..n[0] {
+                        if !before[flat(i, j, k)].is_nan() {
+                            continue;
+                        }
+                        let neighbours = [
+                            (i > 0).then(|| flat(i - 1, j, k)),
+                            (i + 1 < n[0]).then(|| flat(i + 1, j, k)),
+                            (j > 0).then(|| flat(i, j - 1, k)),
+                            (j + 1 < n[1]).then(|| flat(i, j + 1, k)),
+                            (k > 0).then(|| flat(i, j, k - 1)),
+                            (k + 1 < n[2]).then(|| flat(i, j, k + 1)),
+                        ];
+                        let known: Vec<f64> = neighbours
+                            .into_iter()
+                            .flatten()
+                            .map(|m| before[m])
+                            .filter(|v| !v.is_nan())
+                            .collect();
+                        if !known.is_empty() {
+                            grid[flat(i, j, k)] = known.iter().sum::<f64>() / known.len() as f64;
+                        }
+                    }
+                }
+            }
+        }
+        let bracket = |axis: &[f64], x: f64| {
+            let k = axis
+                .windows(2)
+                .position(|p| x <= p[1])
+                .unwrap_or(axis.len() - 2);
+            let t = ((x - axis[k]) / (axis[k + 1] - axis[k])).clamp(0.0, 1.0);
+            [(k, 1.0 - t), (k + 1, t)]
+        };
+        points
+            .iter()
+            .map(|p| {
+                let [bx, by, bz] = [0, 1, 2].map(|a| bracket(&self.axes[a], p[a]));
+                let mut value = 0.0;
+                for (k, wz) in bz {
+                    for (j, wy) in by {
+                        for (i, wx) in bx {
+                            // A point on a lattice plane does not read the
+                            // (possibly unset) values beyond it.
+                            let w = wx * wy * wz;
+                            if w != 0.0 {
+                                value += w * grid[flat(i, j, k)];
+                            }
+                        }
+                    }
+                }
+                value
+            })
+            .collect()
+    }
+}
+
 /// Bilinear interpolation of a cell field of a structured 2-D box mesh (a
-/// `box:NXxNYx1:2d` mesh in any cell order) on the lattice of its cell
-/// centres, extended to the walls by the boundary face values.
+/// `box:NXxNYx1:2d` mesh in any cell order): the [`LatticeSampler`] of the
+/// mesh, checked to be the uniform lattice asked for, sampled in its
+/// mid-plane.
 pub struct BoxSampler {
-    nx: usize,
-    ny: usize,
-    /// Lattice coordinates: the low wall, the cell centres, the high wall.
-    xs: Vec<f64>,
-    ys: Vec<f64>,
-    /// Lattice position (I, J) of every cell (1-based; 0 and N + 1 are walls).
-    cell_index: Vec<(usize, usize)>,
-    /// (I, J) of every boundary face on a wall, `None` on empty faces.
-    face_index: Vec<Option<(usize, usize)>>,
+    lattice: LatticeSampler,
 }
 
 impl BoxSampler {
@@ -134,62 +362,23 @@ impl BoxSampler {
         origin: (f64, f64),
         size: (f64, f64),
     ) -> Option<Self> {
-        let (dx, dy) = (size.0 / nx as f64, size.1 / ny as f64);
-        let lattice = |n: usize, o: f64, d: f64, l: f64| {
-            let mut v = vec![o];
-            v.extend((0..n).map(|i| o + (i as f64 + 0.5) * d));
-            v.push(o + l);
-            v
+        let lattice = LatticeSampler::new(mesh, geometry).ok()?;
+        let uniform = |a: usize, n: usize, o: f64, l: f64| {
+            let axis = lattice.axis(a);
+            axis.len() == n + 2
+                && axis.iter().enumerate().all(|(i, &x)| {
+                    let expected = match i {
+                        0 => o,
+                        i if i == n + 1 => o + l,
+                        i => o + (i as f64 - 0.5) * l / n as f64,
+                    };
+                    (x - expected).abs() <= 1e-6 * l / n as f64
+                })
         };
-        let xs = lattice(nx, origin.0, dx, size.0);
-        let ys = lattice(ny, origin.1, dy, size.1);
-        // Index of a coordinate on the lattice (cell centres and walls).
-        let locate = |x: f64, o: f64, d: f64, n: usize| -> Option<usize> {
-            let t = (x - o) / d;
-            if t.abs() < 1e-6 {
-                return Some(0);
-            }
-            if (t - n as f64).abs() < 1e-6 {
-                return Some(n + 1);
-            }
-            let i = (t - 0.5).round();
-            ((t - 0.5 - i).abs() < 1e-6 && i >= 0.0 && i < n as f64).then_some(i as usize + 1)
-        };
-        let cell_index = geometry
-            .cell_centres
-            .iter()
-            .map(|c| {
-                Some((
-                    locate(c.x, origin.0, dx, nx)?,
-                    locate(c.y, origin.1, dy, ny)?,
-                ))
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let first = mesh.n_internal_faces();
-        let face_index = geometry
-            .boundary_face_centres
-            .iter()
-            .enumerate()
-            .map(|(b, c)| {
-                let normal = geometry.face_area_vectors[first + b];
-                (normal.z.abs() < 0.5 * normal.norm())
-                    .then(|| {
-                        Some((
-                            locate(c.x, origin.0, dx, nx)?,
-                            locate(c.y, origin.1, dy, ny)?,
-                        ))
-                    })
-                    .flatten()
-            })
-            .collect();
-        Some(Self {
-            nx,
-            ny,
-            xs,
-            ys,
-            cell_index,
-            face_index,
-        })
+        (lattice.sizes()[2] == 1
+            && uniform(0, nx, origin.0, size.0)
+            && uniform(1, ny, origin.1, size.1))
+        .then_some(Self { lattice })
     }
 
     /// Component `c` of the cell field `cells` (boundary face values
@@ -201,43 +390,9 @@ impl BoxSampler {
         c: usize,
         points: &[(f64, f64)],
     ) -> Vec<f64> {
-        let (w, h) = (self.nx + 2, self.ny + 2);
-        let mut grid = vec![f64::NAN; w * h];
-        for (&(i, j), v) in self.cell_index.iter().zip(cells) {
-            grid[i + w * j] = v[c];
-        }
-        for (index, v) in self.face_index.iter().zip(boundary) {
-            if let Some((i, j)) = index {
-                grid[i + w * j] = v[c];
-            }
-        }
-        // Corners: the mean of the two walls meeting there.
-        for (i, j, di, dj) in [
-            (0, 0, 1, 1),
-            (w - 1, 0, w - 2, 1),
-            (0, h - 1, 1, h - 2),
-            (w - 1, h - 1, w - 2, h - 2),
-        ] {
-            grid[i + w * j] = 0.5 * (grid[di + w * j] + grid[i + w * dj]);
-        }
-        let bracket = |coords: &[f64], x: f64| {
-            let k = coords
-                .windows(2)
-                .position(|p| x <= p[1])
-                .unwrap_or(coords.len() - 2);
-            let t = ((x - coords[k]) / (coords[k + 1] - coords[k])).clamp(0.0, 1.0);
-            (k, t)
-        };
-        points
-            .iter()
-            .map(|&(x, y)| {
-                let (i, s) = bracket(&self.xs, x);
-                let (j, t) = bracket(&self.ys, y);
-                let at = |i: usize, j: usize| grid[i + w * j];
-                (1.0 - t) * ((1.0 - s) * at(i, j) + s * at(i + 1, j))
-                    + t * ((1.0 - s) * at(i, j + 1) + s * at(i + 1, j + 1))
-            })
-            .collect()
+        let z = self.lattice.axis(2)[1];
+        let points: Vec<Vec3> = points.iter().map(|&(x, y)| Vec3::new(x, y, z)).collect();
+        self.lattice.sample(cells, boundary, c, &points)
     }
 }
 
@@ -253,25 +408,56 @@ pub fn compare_with_ghia(
     let computed_u = sampler.sample(u, boundary_u, 0, &points);
     let points: Vec<(f64, f64)> = GHIA_V_X.iter().map(|&x| (x, 0.5)).collect();
     let computed_v = sampler.sample(u, boundary_u, 1, &points);
-    let rows =
-        |positions: &[f64; 17], reference: &[f64; 17], computed: Vec<f64>, misprints: &[usize]| {
-            positions
-                .iter()
-                .zip(reference)
-                .zip(computed)
-                .enumerate()
-                .map(|(k, ((&position, &reference), computed))| Comparison {
-                    position,
-                    reference,
-                    computed,
-                    misprint: misprints.contains(&k),
-                })
-                .collect()
-        };
     (
-        rows(&GHIA_U_Y, &table.u, computed_u, &[]),
-        rows(&GHIA_V_X, &table.v, computed_v, table.v_misprints),
+        comparisons(&GHIA_U_Y, &table.u, computed_u, &[]),
+        comparisons(&GHIA_V_X, &table.v, computed_v, table.v_misprints),
     )
+}
+
+/// The cube's centreline velocities against Albensoeder & Kuhlmann's table:
+/// u along the vertical line and v along the horizontal line through the
+/// centre of the cube from `origin` with side `side`, both divided by the
+/// lid speed `lid_speed`; positions as fractions of the side.
+pub fn compare_with_albensoeder_kuhlmann(
+    table: &CubeCavityTable,
+    sampler: &LatticeSampler,
+    (u, boundary_u): (&[Vec3], &[Vec3]),
+    origin: Vec3,
+    side: f64,
+    lid_speed: f64,
+) -> (Vec<Comparison>, Vec<Comparison>) {
+    let at = |x: f64, y: f64| origin + side * Vec3::new(x, y, 0.5);
+    let scaled = |values: Vec<f64>| values.into_iter().map(|v| v / lid_speed).collect();
+    let points: Vec<Vec3> = GHIA_U_Y.iter().map(|&y| at(0.5, y)).collect();
+    let computed_u = scaled(sampler.sample(u, boundary_u, 0, &points));
+    let points: Vec<Vec3> = GHIA_V_X.iter().map(|&x| at(x, 0.5)).collect();
+    let computed_v = scaled(sampler.sample(u, boundary_u, 1, &points));
+    (
+        comparisons(&GHIA_U_Y, &table.u, computed_u, &[]),
+        comparisons(&GHIA_V_X, &table.v, computed_v, &[]),
+    )
+}
+
+/// Rows of positions, reference and computed values; the indices in
+/// `misprints` marked.
+fn comparisons(
+    positions: &[f64; 17],
+    reference: &[f64; 17],
+    computed: Vec<f64>,
+    misprints: &[usize],
+) -> Vec<Comparison> {
+    positions
+        .iter()
+        .zip(reference)
+        .zip(computed)
+        .enumerate()
+        .map(|(k, ((&position, &reference), computed))| Comparison {
+            position,
+            reference,
+            computed,
+            misprint: misprints.contains(&k),
+        })
+        .collect()
 }
 
 /// Plane Poiseuille velocity at height `y` above the lower wall of a channel
@@ -314,6 +500,99 @@ mod tests {
         }
         // A mesh that is not the lattice asked for is refused.
         assert!(BoxSampler::new(&mesh, &geometry, (8, 5), (0.0, 0.0), (2.0, 1.5)).is_none());
+    }
+
+    /// A graded 6 × 5 × 4 block (blockMesh multi-grading), renumbered.
+    fn graded_block() -> Mesh {
+        let dir = std::env::temp_dir().join(format!("fvpoisson_lattice_{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("blockMeshDict");
+        std::fs::write(
+            &path,
+            "FoamFile { version 2.0; format ascii; class dictionary; object blockMeshDict; }\n\
+             scale 1;\n\
+             vertices ((0 0 0) (2 0 0) (2 1 0) (0 1 0) (0 0 1.5) (2 0 1.5) (2 1 1.5) (0 1 1.5));\n\
+             blocks (hex (0 1 2 3 4 5 6 7) (6 5 4) simpleGrading \
+             (((0.5 0.5 3) (0.5 0.5 0.333)) 2.5 0.4));\n\
+             boundary (walls { type wall; faces ((0 4 7 3) (2 6 5 1) (1 5 4 0) \
+             (3 7 6 2) (0 3 2 1) (4 5 6 7)); });\n",
+        )
+        .unwrap();
+        let mesh = crate::mesh::block_mesh::read_block_mesh_dict(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        mesh
+    }
+
+    #[test]
+    fn lattice_sampler_interpolates_trilinear_fields_exactly_on_graded_blocks() {
+        let mesh = graded_block();
+        let geometry = Geometry::compute(&mesh);
+        let sampler = LatticeSampler::new(&mesh, &geometry).unwrap();
+        assert_eq!(sampler.sizes(), [6, 5, 4]);
+        // Graded: the spacing of the centres changes along every axis.
+        for a in 0..3 {
+            let axis = sampler.axis(a);
+            assert!(
+                ((axis[2] - axis[1]) - (axis[3] - axis[2])).abs() > 1e-3,
+                "axis {a}"
+            );
+        }
+        let field = |p: &Vec3| {
+            Vec3::new(
+                0.0,
+                1.0 + p.x - 2.0 * p.y + 0.5 * p.z + 0.7 * p.x * p.y - 0.3 * p.x * p.y * p.z,
+                0.0,
+            )
+        };
+        let cells: Vec<Vec3> = geometry.cell_centres.iter().map(field).collect();
+        let boundary: Vec<Vec3> = geometry.boundary_face_centres.iter().map(field).collect();
+        // Inside, between the first centre and the wall, and on walls away
+        // from the box's edges (whose values are means, not the field's).
+        let points = [
+            Vec3::new(1.0, 0.5, 0.75),
+            Vec3::new(0.13, 0.77, 0.31),
+            Vec3::new(1.9, 0.5, 0.75),
+            Vec3::new(0.01, 0.45, 0.7),
+            Vec3::new(1.0, 1.0, 0.75),
+            Vec3::new(0.8, 0.4, 0.0),
+        ];
+        let values = sampler.sample(&cells, &boundary, 1, &points);
+        for (value, p) in values.iter().zip(&points) {
+            assert!(
+                (value - field(p).y).abs() < 1e-12,
+                "{p:?}: {value} vs {}",
+                field(p).y
+            );
+        }
+    }
+
+    #[test]
+    fn lattice_sampler_refuses_meshes_that_are_not_lattices() {
+        let mesh = crate::mesh::source::load("box:4x4x4:tet").unwrap();
+        let geometry = Geometry::compute(&mesh);
+        let error = LatticeSampler::new(&mesh, &geometry).err().unwrap();
+        assert!(error.contains("not"), "{error}");
+        let mesh = crate::mesh::source::load("box:4x3x2:perturb=0.2").unwrap();
+        let geometry = Geometry::compute(&mesh);
+        assert!(LatticeSampler::new(&mesh, &geometry).is_err());
+    }
+
+    #[test]
+    fn cube_table_maps_albensoeder_and_kuhlmann_to_the_cavity_frame() {
+        let t = &ALBENSOEDER_KUHLMANN_1000;
+        // The lid's velocity on the lid, no slip at the other walls.
+        assert_eq!((t.u[0], t.u[16], t.v[0], t.v[16]), (1.0, 0.0, 0.0, 0.0));
+        // The primary vortex turns as in the 2-D cavity at the same points
+        // (their frame mapped right): u < 0 in the lower half, v < 0 by the
+        // downstream wall (x = 1), v > 0 by the upstream wall; near the
+        // centre, where Ghia's u is small, the signs may differ.
+        let ghia = ghia(1000).unwrap();
+        for k in 0..17 {
+            if ghia.u[k].abs() > 0.1 {
+                assert_eq!(t.u[k].signum(), ghia.u[k].signum(), "u[{k}]");
+            }
+            assert_eq!(t.v[k].signum(), ghia.v[k].signum(), "v[{k}]");
+        }
     }
 
     #[test]
