@@ -231,10 +231,7 @@ fn galerkin_equals_the_dense_product() {
     for (n, nc, seed) in [(50, 7, 4), (400, 90, 5)] {
         let a = random_symmetric(n, 6, seed);
         let mut rng = SplitMix(seed);
-        let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
-        for i in (1..n).rev() {
-            aggregate.swap(i, rng.below(i + 1));
-        }
+        let aggregate = shuffled_aggregate(n, nc, &mut rng);
         let c = galerkin(&a, &aggregate, nc);
         let p = prolongation(&aggregate, nc);
         let expected = p.transpose() * dense(&a) * &p;
@@ -268,16 +265,22 @@ fn galerkin_sums_in_the_spec_order() {
     assert_eq!(c.values()[0], 0.0);
 }
 
+/// Rows 0..n spread over `nc` aggregates (each used), in a random order.
+fn shuffled_aggregate(n: usize, nc: usize, rng: &mut SplitMix) -> Vec<u32> {
+    let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
+    for i in (1..n).rev() {
+        aggregate.swap(i, rng.below(i + 1));
+    }
+    aggregate
+}
+
 #[test]
 fn galerkin_addressing_gives_the_bits_of_galerkin_for_new_values() {
     use super::galerkin::GalerkinAddressing;
     for (n, nc, seed) in [(50, 7, 14), (400, 90, 15), (400, 400, 16)] {
         let a = random_symmetric(n, 6, seed);
         let mut rng = SplitMix(seed);
-        let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
-        for i in (1..n).rev() {
-            aggregate.swap(i, rng.below(i + 1));
-        }
+        let aggregate = shuffled_aggregate(n, nc, &mut rng);
         let addressing = GalerkinAddressing::new(&a, &aggregate, nc);
         // New values on the same pattern, with signed zeros and terms that
         // cancel, so that a different summation order or start would show.
@@ -314,10 +317,7 @@ fn split_products_have_the_bits_of_the_split_galerkin_products() {
     for (n, nc, seed) in [(60, 13, 21), (400, 90, 22)] {
         let a = random_symmetric(n, 6, seed);
         let mut rng = SplitMix(seed);
-        let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
-        for i in (1..n).rev() {
-            aggregate.swap(i, rng.below(i + 1));
-        }
+        let aggregate = shuffled_aggregate(n, nc, &mut rng);
         let addressing = GalerkinAddressing::new(&a, &aggregate, nc);
         let layout = SplitPattern::new(addressing.pattern());
         let expected = addressing.product(&a);
