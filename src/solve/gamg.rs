@@ -17,7 +17,11 @@
 //! ([`GalerkinAddressing`]: the coarse pattern and, for each fine
 //! coefficient, the coarse one it adds to, as OpenFOAM keeps the coarse face
 //! of each fine face): a set-up sums each level in one pass over the finer
-//! level's coefficients, without a search, a hash map or a sort.
+//! level's coefficients, without a search, a hash map or a sort. It also
+//! keeps each coarse level's split layout ([`SplitPattern`]), into which
+//! the coarse sums are written directly: the levels' [`SplitMatrix`] rows
+//! are made without a coarse CSR copy, and share their pattern arrays
+//! across the solves of a cached agglomeration.
 //!
 //! The V-cycle (OpenFOAM's `GAMGSolver::Vcycle`): the finest residual is
 //! summed onto the first coarse level; going down, each coarse level is
@@ -39,7 +43,7 @@
 //! OpenFOAM's DIC smoother does: no scaled copy of each level's triangles.
 //!
 //! The coarse matrices of a bitwise-symmetric fine matrix are made bitwise
-//! symmetric (`mirror_upper`), as OpenFOAM's hold one coefficient per
+//! symmetric ([`SplitPattern::mirror_upper`]), as OpenFOAM's hold one coefficient per
 //! coarse face, so that every level takes [`SplitMatrix`]'s upper-triangle
 //! products. The sweeps of one smoothing run interleaved
 //! ([`SplitMatrix::gauss_seidel_sweeps`], the bits of one sweep after
@@ -73,7 +77,7 @@ use super::diagonal::Identity;
 use super::ic::{Dic, DicFactor};
 use super::pcg::pcg_unlogged;
 use super::smooth_solver::{smooth_loop, SmoothBackend};
-use super::split::SplitMatrix;
+use super::split::{SplitMatrix, SplitPattern};
 use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
 use crate::timings::process_cpu_seconds;
@@ -337,6 +341,9 @@ pub struct Agglomeration {
     /// `addressing[k]`: level k + 1's pattern and, for each entry of level
     /// k's, the coarse entry it adds to.
     pub addressing: Vec<GalerkinAddressing>,
+    /// `splits[k]`: the split layout of level k + 1's pattern, into which
+    /// each solve sums that level's matrix.
+    pub splits: Vec<SplitPattern>,
 }
 
 impl Agglomeration {
@@ -381,10 +388,15 @@ impl Agglomeration {
                 addressing.push(level);
             }
         }
+        let splits = addressing
+            .par_iter()
+            .map(|level| SplitPattern::new(level.pattern()))
+            .collect();
         Self {
             restrict,
             sizes,
             addressing,
+            splits,
         }
     }
 
@@ -672,7 +684,9 @@ enum Coarsest {
     },
 }
 
-/// Copies each upper entry a_ij (i < j) onto its mirror a_ji, in the
+/// The tests' reference for the coarse levels' symmetry
+/// ([`SplitPattern::mirror_upper`]): copies each upper entry a_ij (i < j)
+/// onto its mirror a_ji, in the
 /// `values` of a matrix of `pattern`, so that a coarse matrix of a
 /// symmetric fine one is symmetric bit for bit, as OpenFOAM's coarse levels
 /// are (they store one coefficient per coarse face): the Galerkin sums a_IJ
@@ -682,6 +696,7 @@ enum Coarsest {
 /// pattern that is not symmetric) is left as it is. One pass: rows i are
 /// visited ascending, so the lower entries (j, i) of each row j are met in
 /// column order and a cursor per row finds them without a search.
+#[cfg(test)]
 fn mirror_upper(pattern: &Csr, values: &mut [f64]) {
     let (row_ptr, cols) = (pattern.row_ptr(), pattern.cols());
     assert_eq!(values.len(), cols.len(), "mirror_upper: values size");
@@ -771,32 +786,70 @@ impl<'a> Gamg<'a> {
             .then(|| DicFactor::of_split(fine.split()))
             .transpose()?;
         clock.lap("fine DIC");
+        // Each coarse matrix is summed straight into its level's split
+        // layout (kept with the agglomeration) from the finer level's
+        // values; a symmetric fine matrix gives coarse ones whose lower
+        // triangle is copied from the upper, so that they are symmetric bit
+        // for bit, as OpenFOAM's coarse levels are (they store one
+        // coefficient per coarse face): the Galerkin sums a_IJ and a_JI add
+        // the same fine entries in different orders and can differ in the
+        // last bit. The kernels then read the upper triangle alone.
         let symmetric = fine.split().is_symmetric();
-        let mut matrices: Vec<Csr> = Vec::with_capacity(agglomeration.restrict.len());
-        for addressing in &agglomeration.addressing {
-            let finer = matrices.last().unwrap_or(a);
-            let mut coarse = addressing.product(finer);
-            if symmetric {
-                mirror_upper(addressing.pattern(), coarse.values_mut());
-            }
-            matrices.push(coarse);
+        let mut matrices: Vec<SplitMatrix> = Vec::with_capacity(agglomeration.splits.len());
+        for (k, (addressing, split)) in agglomeration
+            .addressing
+            .iter()
+            .zip(&agglomeration.splits)
+            .enumerate()
+        {
+            let mut values = match matrices.last() {
+                None => {
+                    let fine_values = a.values();
+                    addressing.split_product(a.row_ptr(), |e| fine_values[e], split)
+                }
+                Some(finer) => {
+                    let finer_split = &agglomeration.splits[k - 1];
+                    let finer_pattern = agglomeration.addressing[k - 1].pattern();
+                    addressing.split_product(
+                        finer_pattern.row_ptr(),
+                        |e| finer.value_at(finer_split.position(e)),
+                        split,
+                    )
+                }
+            };
+            let mirrored = symmetric && split.mirror_upper(&mut values);
+            matrices.push(split.matrix(values, mirrored));
         }
         clock.lap("coarse matrices");
-        let coarsest_matrix = matrices.pop().expect("at least one coarse level");
-        // The levels' splits and factors are independent: in parallel.
+        let coarsest_split = matrices.pop().expect("at least one coarse level");
+        let coarsest_matrix = {
+            let pattern = agglomeration
+                .addressing
+                .last()
+                .expect("at least one coarse level")
+                .pattern();
+            let mut m = pattern.zeros_like();
+            let values = agglomeration
+                .splits
+                .last()
+                .expect("one split per level")
+                .csr_values(&coarsest_split);
+            m.values_mut().copy_from_slice(&values);
+            m
+        };
+        // The levels' factors are independent: in parallel.
         let mut levels = matrices
-            .par_iter()
-            .map(|m| {
-                let matrix = SplitMatrix::new(m);
+            .into_par_iter()
+            .map(|matrix| {
                 let dic = uses_dic.then(|| DicFactor::of_split(&matrix)).transpose()?;
                 Ok(Level { matrix, dic })
             })
             .collect::<Result<Vec<_>, SolveError>>()?;
         levels.push(Level {
-            matrix: SplitMatrix::new(&coarsest_matrix),
+            matrix: coarsest_split,
             dic: None,
         });
-        clock.lap("coarse splits and DIC");
+        clock.lap("coarse DIC and coarsest");
         let coarsest =
             if settings.direct_solve_coarsest && coarsest_matrix.n_rows() <= MAX_DENSE_ROWS {
                 Coarsest::Direct(CoarsestSolver::new(&coarsest_matrix)?)
@@ -809,18 +862,30 @@ impl<'a> Gamg<'a> {
             };
         let vectors =
             |with: fn(usize) -> Vec<f64>| levels.iter().map(|l| with(l.matrix.n())).collect();
-        let zeros = |n: usize| vec![0.0; n];
+        let zeros: fn(usize) -> Vec<f64> = |n| vec![0.0; n];
+        // The DIC smoothers' updates and the pre-smoothed corrections stay
+        // empty where the settings never use them: each fresh array costs
+        // a page fault per 4 KiB on first touch.
+        let unused: fn(usize) -> Vec<f64> = |_| Vec::new();
+        let (updates, pre_smoothed) = (
+            if uses_dic { zeros } else { unused },
+            if settings.n_pre_sweeps > 0 {
+                zeros
+            } else {
+                unused
+            },
+        );
         let n = a.n_rows();
         let work = Work {
             residual: zeros(n),
             finest_correction: zeros(n),
             finest_scratch: zeros(n),
-            finest_update: zeros(n),
+            finest_update: updates(n),
             correction: vectors(zeros),
             source: vectors(zeros),
             scratch: vectors(zeros),
-            update: vectors(zeros),
-            pre_smoothed: vectors(zeros),
+            update: vectors(updates),
+            pre_smoothed: vectors(pre_smoothed),
         };
         clock.lap("coarsest and work vectors");
         log::debug!("GAMG set-up: {}", clock.describe());

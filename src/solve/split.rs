@@ -50,71 +50,9 @@ impl SplitMatrix {
     /// diagonal position and the triangles' row starts, then the entries
     /// copied into arrays of their final size.
     pub fn new(a: &Csr) -> Self {
-        let n = a.n_rows();
-        assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
-        let (row_ptr, cols, values) = (a.row_ptr(), a.cols(), a.values());
-        let mut diag = vec![0.0; n];
-        let (mut lower_start, mut upper_start) =
-            (Vec::with_capacity(n + 1), Vec::with_capacity(n + 1));
-        lower_start.push(0);
-        upper_start.push(0);
-        let (mut n_lower, mut n_upper) = (0, 0);
-        for (r, d) in diag.iter_mut().enumerate() {
-            let (first, end) = (row_ptr[r], row_ptr[r + 1]);
-            let row = &cols[first..end];
-            let below = row.partition_point(|&c| (c as usize) < r);
-            let has_diagonal = row.get(below).is_some_and(|&c| c as usize == r);
-            if has_diagonal {
-                *d = values[first + below];
-            }
-            n_lower += below;
-            n_upper += row.len() - below - usize::from(has_diagonal);
-            lower_start.push(n_lower);
-            upper_start.push(n_upper);
-        }
-        let (mut lower_cols, mut upper_cols) = (vec![0u32; n_lower], vec![0u32; n_upper]);
-        let (mut lower_values, mut upper_values) = (vec![0.0; n_lower], vec![0.0; n_upper]);
-        // Columns and values in one loop per triangle: a row holds a few
-        // entries, too few for a copy call each.
-        let copy = |to: (&mut [u32], &mut [f64]), from: usize| {
-            for (k, (c, v)) in to.0.iter_mut().zip(to.1.iter_mut()).enumerate() {
-                *c = cols[from + k];
-                *v = values[from + k];
-            }
-        };
-        for r in 0..n {
-            let (lower, upper) = (
-                lower_start[r]..lower_start[r + 1],
-                upper_start[r]..upper_start[r + 1],
-            );
-            let above = row_ptr[r + 1] - upper.len();
-            copy(
-                (&mut lower_cols[lower.clone()], &mut lower_values[lower]),
-                row_ptr[r],
-            );
-            copy(
-                (&mut upper_cols[upper.clone()], &mut upper_values[upper]),
-                above,
-            );
-        }
-        let lower = TriangleRows::of(lower_start, lower_cols, lower_values);
-        let upper = TriangleRows::of(upper_start, upper_cols, upper_values);
+        let (diag, lower, upper) = split_rows::<true>(a);
         let symmetric = mirrors(&lower, &upper);
-        let reach = |t: &TriangleRows, pick_last: bool| {
-            (0..n)
-                .filter_map(|r| {
-                    let row = t.row_entries(r);
-                    let c = if pick_last {
-                        row.cols.last()
-                    } else {
-                        row.cols.first()
-                    };
-                    c.map(|&c| r.abs_diff(c as usize))
-                })
-                .max()
-                .unwrap_or(0)
-        };
-        let bandwidth = reach(&lower, false).max(reach(&upper, true));
+        let bandwidth = bandwidth(&lower, &upper);
         Self {
             diag,
             lower,
@@ -138,6 +76,20 @@ impl SplitMatrix {
     pub fn upper_rows(&self) -> &TriangleRows {
         &self.upper
     }
+    /// The value at a [`SplitPattern`] position p: the diagonal entry p
+    /// below n, then the lower values, then the upper ones.
+    #[inline(always)]
+    pub fn value_at(&self, p: usize) -> f64 {
+        let (n, n_lower) = (self.n(), self.lower.values.len());
+        if p < n {
+            self.diag[p]
+        } else if p < n + n_lower {
+            self.lower.values[p - n]
+        } else {
+            self.upper.values[p - n - n_lower]
+        }
+    }
+
     /// Whether a_ij and a_ji are the same bits for every stored entry.
     pub fn is_symmetric(&self) -> bool {
         self.symmetric
@@ -448,6 +400,266 @@ impl SplitMatrix {
                 .map(|i| (i, self.lower.row_entries(i), self.upper.row_entries(i)))
                 .for_each(&mut visit);
         }
+    }
+}
+
+/// The diagonal and the two triangles of the square CSR `a` (columns
+/// ascending per row; a missing diagonal entry is 0). Two passes: each
+/// row's diagonal position and the triangles' row starts, then the entries
+/// copied into arrays of their final size. Without `WITH_VALUES` the
+/// diagonal and the triangles' values are left empty: the pattern alone.
+fn split_rows<const WITH_VALUES: bool>(a: &Csr) -> (Vec<f64>, TriangleRows, TriangleRows) {
+    let with_values = WITH_VALUES;
+    let n = a.n_rows();
+    assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
+    let (row_ptr, cols, values) = (a.row_ptr(), a.cols(), a.values());
+    let mut diag = vec![0.0; if with_values { n } else { 0 }];
+    let (mut lower_start, mut upper_start) = (Vec::with_capacity(n + 1), Vec::with_capacity(n + 1));
+    lower_start.push(0);
+    upper_start.push(0);
+    let (mut n_lower, mut n_upper) = (0, 0);
+    for r in 0..n {
+        let (first, end) = (row_ptr[r], row_ptr[r + 1]);
+        let row = &cols[first..end];
+        let below = row.partition_point(|&c| (c as usize) < r);
+        let has_diagonal = row.get(below).is_some_and(|&c| c as usize == r);
+        if has_diagonal && with_values {
+            diag[r] = values[first + below];
+        }
+        n_lower += below;
+        n_upper += row.len() - below - usize::from(has_diagonal);
+        lower_start.push(n_lower);
+        upper_start.push(n_upper);
+    }
+    let (mut lower_cols, mut upper_cols) = (vec![0u32; n_lower], vec![0u32; n_upper]);
+    let value_count = |count: usize| if with_values { count } else { 0 };
+    let (mut lower_values, mut upper_values) = (
+        vec![0.0; value_count(n_lower)],
+        vec![0.0; value_count(n_upper)],
+    );
+    // Columns and values in one loop per triangle: a row holds a few
+    // entries, too few for a copy call each.
+    let copy = |to: (&mut [u32], &mut [f64]), from: usize| {
+        if with_values {
+            for (k, (c, v)) in to.0.iter_mut().zip(to.1.iter_mut()).enumerate() {
+                *c = cols[from + k];
+                *v = values[from + k];
+            }
+        } else {
+            to.0.copy_from_slice(&cols[from..from + to.0.len()]);
+        }
+    };
+    for r in 0..n {
+        let (lower, upper) = (
+            lower_start[r]..lower_start[r + 1],
+            upper_start[r]..upper_start[r + 1],
+        );
+        let above = row_ptr[r + 1] - upper.len();
+        let value_range = |range: std::ops::Range<usize>| {
+            if with_values {
+                range
+            } else {
+                0..0
+            }
+        };
+        copy(
+            (
+                &mut lower_cols[lower.clone()],
+                &mut lower_values[value_range(lower)],
+            ),
+            row_ptr[r],
+        );
+        copy(
+            (
+                &mut upper_cols[upper.clone()],
+                &mut upper_values[value_range(upper)],
+            ),
+            above,
+        );
+    }
+    (
+        diag,
+        TriangleRows::of(lower_start, lower_cols, lower_values),
+        TriangleRows::of(upper_start, upper_cols, upper_values),
+    )
+}
+
+/// max |i − j| over the entries of the two triangles.
+fn bandwidth(lower: &TriangleRows, upper: &TriangleRows) -> usize {
+    let reach = |t: &TriangleRows, pick_last: bool| {
+        (0..t.n())
+            .filter_map(|r| {
+                let row = &t.cols[t.start[r]..t.start[r + 1]];
+                let c = if pick_last { row.last() } else { row.first() };
+                c.map(|&c| r.abs_diff(c as usize))
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    reach(lower, false).max(reach(upper, true))
+}
+
+/// Where each entry of a CSR pattern lives in the [`SplitMatrix`] of that
+/// pattern, and the split's row starts and columns, made once per pattern:
+/// a matrix of the pattern is then split by writing its values alone
+/// ([`SplitPattern::matrix`]), the starts and columns shared, not copied.
+/// GAMG keeps one per coarse level with its agglomeration and sums each
+/// coarse matrix straight into it
+/// ([`GalerkinAddressing::split_product`](super::amg::galerkin::GalerkinAddressing::split_product)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SplitPattern {
+    n: usize,
+    lower_start: Arc<Vec<usize>>,
+    lower_cols: Arc<Vec<u32>>,
+    upper_start: Arc<Vec<usize>>,
+    upper_cols: Arc<Vec<u32>>,
+    /// `position[e]` for CSR entry e: r for the diagonal of row r, n + k
+    /// for lower entry k, n + (lower entries) + k for upper entry k.
+    position: Vec<u32>,
+    /// `mirror[k]`: the upper entry (j, i) of lower entry k = (i, j);
+    /// `None` unless every entry has its mirror.
+    mirror: Option<Vec<u32>>,
+    bandwidth: usize,
+}
+
+/// A split matrix's values in a [`SplitPattern`]'s order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SplitValues {
+    pub diag: Vec<f64>,
+    pub lower: Vec<f64>,
+    pub upper: Vec<f64>,
+}
+
+impl SplitPattern {
+    /// The split layout of `pattern` (square, columns ascending per row;
+    /// the values are not read).
+    pub fn new(pattern: &Csr) -> Self {
+        let n = pattern.n_rows();
+        let (_, lower, upper) = split_rows::<false>(pattern);
+        let bandwidth = bandwidth(&lower, &upper);
+        let (lower, upper) = (&lower, &upper);
+        let (n_lower, n_upper) = (lower.cols.len(), upper.cols.len());
+        assert!(
+            n + n_lower + n_upper <= u32::MAX as usize,
+            "SplitPattern: more than 2^32 entries"
+        );
+        let mut position = Vec::with_capacity(pattern.nnz());
+        for r in 0..n {
+            let row = pattern.row_ptr()[r]..pattern.row_ptr()[r + 1];
+            let (below, above) = (lower.row(r), upper.row(r));
+            position.extend(below.map(|k| (n + k) as u32));
+            if row.len() > lower.row(r).len() + above.len() {
+                position.push(r as u32);
+            }
+            position.extend(above.map(|k| (n + n_lower + k) as u32));
+        }
+        // Rows i ascending meet each row j's lower entries (j, i) in column
+        // order: a cursor per row finds every mirror.
+        let mut next: Vec<usize> = lower.start[..n].to_vec();
+        let mut mirror = vec![u32::MAX; n_lower];
+        for i in 0..n {
+            for k in upper.row(i) {
+                let j = upper.cols[k] as usize;
+                let s = next[j];
+                if s < lower.start[j + 1] && lower.cols[s] as usize == i {
+                    mirror[s] = k as u32;
+                    next[j] = s + 1;
+                }
+            }
+        }
+        let complete = n_lower == n_upper && !mirror.contains(&u32::MAX);
+        Self {
+            n,
+            lower_start: Arc::clone(&lower.start),
+            lower_cols: Arc::clone(&lower.cols),
+            upper_start: Arc::clone(&upper.start),
+            upper_cols: Arc::clone(&upper.cols),
+            position,
+            mirror: complete.then_some(mirror),
+            bandwidth,
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Zeros (-0.0, so that a first addend keeps its bits) in this layout.
+    pub fn negative_zeros(&self) -> SplitValues {
+        SplitValues {
+            diag: vec![-0.0; self.n],
+            lower: vec![-0.0; self.lower_cols.len()],
+            upper: vec![-0.0; self.upper_cols.len()],
+        }
+    }
+
+    /// The split rows `rows`' starts in the lower and the upper values.
+    pub fn value_ranges(
+        &self,
+        rows: std::ops::Range<usize>,
+    ) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        (
+            self.lower_start[rows.start]..self.lower_start[rows.end],
+            self.upper_start[rows.start]..self.upper_start[rows.end],
+        )
+    }
+
+    /// Where CSR entry `e` lives: see `position`.
+    #[inline(always)]
+    pub fn position(&self, e: usize) -> usize {
+        self.position[e] as usize
+    }
+
+    /// Lower entry k of `values` ← its mirror's upper entry, for a pattern
+    /// whose every entry has a mirror (else nothing: returns false), so
+    /// that the matrix is symmetric bit for bit.
+    pub fn mirror_upper(&self, values: &mut SplitValues) -> bool {
+        let Some(mirror) = &self.mirror else {
+            return false;
+        };
+        let upper = &values.upper;
+        values
+            .lower
+            .par_chunks_mut(CHUNK)
+            .zip(mirror.par_chunks(CHUNK))
+            .for_each(|(lower, mirror)| {
+                for (l, &m) in lower.iter_mut().zip(mirror) {
+                    *l = upper[m as usize];
+                }
+            });
+        true
+    }
+
+    /// The split matrix of these values; `symmetric`: whether they are
+    /// known to mirror each other bit for bit (else they are compared).
+    pub fn matrix(&self, values: SplitValues, symmetric: bool) -> SplitMatrix {
+        assert_eq!(values.diag.len(), self.n, "SplitPattern: diagonal size");
+        let lower = TriangleRows {
+            start: Arc::clone(&self.lower_start),
+            cols: Arc::clone(&self.lower_cols),
+            values: values.lower,
+        };
+        let upper = TriangleRows {
+            start: Arc::clone(&self.upper_start),
+            cols: Arc::clone(&self.upper_cols),
+            values: values.upper,
+        };
+        let symmetric = symmetric || mirrors(&lower, &upper);
+        SplitMatrix {
+            diag: values.diag,
+            lower,
+            upper,
+            symmetric,
+            bandwidth: self.bandwidth,
+        }
+    }
+
+    /// The values of `m` (of this layout) in the CSR pattern's order.
+    pub fn csr_values(&self, m: &SplitMatrix) -> Vec<f64> {
+        self.position
+            .iter()
+            .map(|&p| m.value_at(p as usize))
+            .collect()
     }
 }
 

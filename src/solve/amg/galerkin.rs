@@ -10,6 +10,7 @@
 
 use rayon::prelude::*;
 
+use crate::solve::split::{SplitPattern, SplitValues};
 use crate::sparse::Csr;
 
 /// Coarse rows per parallel task.
@@ -224,6 +225,63 @@ impl GalerkinAddressing {
     /// The coarse pattern (values 0).
     pub fn pattern(&self) -> &Csr {
         &self.pattern
+    }
+
+    /// [`Self::product`] written straight into `split`, the split layout
+    /// of the coarse pattern: the same sums in the same order (the bits of
+    /// the product's entries), with no coarse CSR values and no copy into
+    /// split rows. `finer_row_ptr` is the row pointers of the finer pattern
+    /// (the one this addressing was made for) and `finer_value(e)` the
+    /// finer matrix's value of its entry e.
+    pub fn split_product(
+        &self,
+        finer_row_ptr: &[usize],
+        finer_value: impl Fn(usize) -> f64 + Sync,
+        split: &SplitPattern,
+    ) -> SplitValues {
+        assert_eq!(
+            finer_row_ptr.last().copied(),
+            Some(self.slot.len()),
+            "galerkin: fine pattern"
+        );
+        let n_coarse = self.members.n_coarse();
+        assert_eq!(split.n(), n_coarse, "galerkin: split layout size");
+        let mut values = split.negative_zeros();
+        // Tasks of ROWS_PER_TASK coarse rows, each with its slices of the
+        // diagonal and of both triangles' values.
+        let mut tasks = Vec::with_capacity(n_coarse / ROWS_PER_TASK + 1);
+        let (mut diag, mut lower, mut upper) = (
+            values.diag.as_mut_slice(),
+            values.lower.as_mut_slice(),
+            values.upper.as_mut_slice(),
+        );
+        let n_lower = lower.len();
+        for first in (0..n_coarse).step_by(ROWS_PER_TASK) {
+            let end = (first + ROWS_PER_TASK).min(n_coarse);
+            let (below, above) = split.value_ranges(first..end);
+            let (d, d_rest) = diag.split_at_mut(end - first);
+            let (l, l_rest) = lower.split_at_mut(below.len());
+            let (u, u_rest) = upper.split_at_mut(above.len());
+            tasks.push((first..end, (below.start, above.start), (d, l, u)));
+            (diag, lower, upper) = (d_rest, l_rest, u_rest);
+        }
+        tasks
+            .par_iter_mut()
+            .for_each(|(rows, (lower_first, upper_first), (d, l, u))| {
+                let fine_rows = self.members.ptr[rows.start]..self.members.ptr[rows.end];
+                for &i in &self.members.rows[fine_rows] {
+                    let entries = finer_row_ptr[i as usize]..finer_row_ptr[i as usize + 1];
+                    for (e, &s) in entries.clone().zip(&self.slot[entries]) {
+                        let v = finer_value(e);
+                        match split.position(s as usize) {
+                            p if p < n_coarse => d[p - rows.start] += v,
+                            p if p < n_coarse + n_lower => l[p - n_coarse - *lower_first] += v,
+                            p => u[p - n_coarse - n_lower - *upper_first] += v,
+                        }
+                    }
+                }
+            });
+        values
     }
 
     /// Pᵀ A P for `a` of the pattern this addressing was made for, the

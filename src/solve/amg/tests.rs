@@ -231,10 +231,7 @@ fn galerkin_equals_the_dense_product() {
     for (n, nc, seed) in [(50, 7, 4), (400, 90, 5)] {
         let a = random_symmetric(n, 6, seed);
         let mut rng = SplitMix(seed);
-        let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
-        for i in (1..n).rev() {
-            aggregate.swap(i, rng.below(i + 1));
-        }
+        let aggregate = shuffled_aggregate(n, nc, &mut rng);
         let c = galerkin(&a, &aggregate, nc);
         let p = prolongation(&aggregate, nc);
         let expected = p.transpose() * dense(&a) * &p;
@@ -268,16 +265,22 @@ fn galerkin_sums_in_the_spec_order() {
     assert_eq!(c.values()[0], 0.0);
 }
 
+/// Rows 0..n spread over `nc` aggregates (each used), in a random order.
+fn shuffled_aggregate(n: usize, nc: usize, rng: &mut SplitMix) -> Vec<u32> {
+    let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
+    for i in (1..n).rev() {
+        aggregate.swap(i, rng.below(i + 1));
+    }
+    aggregate
+}
+
 #[test]
 fn galerkin_addressing_gives_the_bits_of_galerkin_for_new_values() {
     use super::galerkin::GalerkinAddressing;
     for (n, nc, seed) in [(50, 7, 14), (400, 90, 15), (400, 400, 16)] {
         let a = random_symmetric(n, 6, seed);
         let mut rng = SplitMix(seed);
-        let mut aggregate: Vec<u32> = (0..n).map(|i| (i % nc) as u32).collect();
-        for i in (1..n).rev() {
-            aggregate.swap(i, rng.below(i + 1));
-        }
+        let aggregate = shuffled_aggregate(n, nc, &mut rng);
         let addressing = GalerkinAddressing::new(&a, &aggregate, nc);
         // New values on the same pattern, with signed zeros and terms that
         // cancel, so that a different summation order or start would show.
@@ -299,6 +302,78 @@ fn galerkin_addressing_gives_the_bits_of_galerkin_for_new_values() {
             assert!(got.shares_pattern_with(addressing.pattern()));
         }
     }
+}
+
+#[test]
+fn split_products_have_the_bits_of_the_split_galerkin_products() {
+    use super::galerkin::GalerkinAddressing;
+    use crate::solve::split::{SplitMatrix, SplitPattern, TriangleRows};
+    let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let triangle = |t: &TriangleRows| {
+        (0..t.n())
+            .flat_map(|r| t.entries(r).map(move |(c, v)| (r, c, v.to_bits())))
+            .collect::<Vec<_>>()
+    };
+    for (n, nc, seed) in [(60, 13, 21), (400, 90, 22)] {
+        let a = random_symmetric(n, 6, seed);
+        let mut rng = SplitMix(seed);
+        let aggregate = shuffled_aggregate(n, nc, &mut rng);
+        let addressing = GalerkinAddressing::new(&a, &aggregate, nc);
+        let layout = SplitPattern::new(addressing.pattern());
+        let expected = addressing.product(&a);
+        let split = SplitMatrix::new(&expected);
+        let product = || addressing.split_product(a.row_ptr(), |e| a.values()[e], &layout);
+        let got = layout.matrix(product(), false);
+        assert_eq!(bits(got.diag()), bits(split.diag()), "n {n}");
+        assert_eq!(triangle(got.lower_rows()), triangle(split.lower_rows()));
+        assert_eq!(triangle(got.upper_rows()), triangle(split.upper_rows()));
+        assert_eq!(bits(&layout.csr_values(&got)), bits(expected.values()));
+        assert_eq!(got.is_symmetric(), split.is_symmetric());
+        // Mirrored: each lower entry takes the bits of its upper mirror.
+        let mut values = product();
+        assert!(layout.mirror_upper(&mut values));
+        let mirrored = layout.matrix(values, true);
+        assert!(mirrored.is_symmetric());
+        assert_eq!(triangle(mirrored.upper_rows()), triangle(got.upper_rows()));
+        let mut transposed: Vec<_> = triangle(got.upper_rows())
+            .into_iter()
+            .map(|(r, c, v)| (c, r, v))
+            .collect();
+        transposed.sort_unstable();
+        assert_eq!(triangle(mirrored.lower_rows()), transposed);
+        // The next level summed from this split one has the bits of the
+        // CSR product of the CSR level.
+        let next_aggregate: Vec<u32> = (0..nc).map(|i| (i / 2) as u32).collect();
+        let next = GalerkinAddressing::new(addressing.pattern(), &next_aggregate, nc.div_ceil(2));
+        let next_layout = SplitPattern::new(next.pattern());
+        let from_split = next.split_product(
+            addressing.pattern().row_ptr(),
+            |e| got.value_at(layout.position(e)),
+            &next_layout,
+        );
+        let from_split = next_layout.matrix(from_split, false);
+        assert_eq!(
+            bits(&next_layout.csr_values(&from_split)),
+            bits(next.product(&expected).values())
+        );
+    }
+    // A pattern without the mirror of each entry is not mirrored, and a row
+    // without its diagonal entry keeps a zero there.
+    let lopsided = Csr::from_triplets(
+        3,
+        3,
+        vec![(0, 0, 2.0), (0, 2, -1.0), (1, 0, -1.0), (2, 2, 3.0)],
+    )
+    .unwrap();
+    let layout = SplitPattern::new(&lopsided);
+    let mut values = layout.negative_zeros();
+    assert!(!layout.mirror_upper(&mut values));
+    let identity = GalerkinAddressing::new(&lopsided, &[0, 1, 2], 3);
+    let values = identity.split_product(lopsided.row_ptr(), |e| lopsided.values()[e], &layout);
+    let m = layout.matrix(values, false);
+    assert_eq!(bits(&layout.csr_values(&m)), bits(lopsided.values()));
+    assert_eq!(m.diag(), &[2.0, 0.0, 3.0]);
+    assert!(!m.is_symmetric());
 }
 
 #[test]
