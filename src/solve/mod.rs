@@ -31,6 +31,7 @@ pub mod ic;
 pub mod ilu;
 pub mod krylov;
 pub mod lanczos;
+pub mod levels;
 pub mod neumann;
 pub mod pcg;
 pub mod polynomial;
