@@ -7,10 +7,8 @@
 //! face-ordered loops over lower/upper coefficients.
 
 use std::marker::PhantomData;
-use std::sync::OnceLock;
 
-use super::levels::Levels;
-use super::reduce::{dot, CHUNK};
+use super::reduce::CHUNK;
 use super::split::{SplitMatrix, TriangleRows};
 use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
@@ -32,26 +30,7 @@ pub struct Dic<'a> {
     upper: TriangleRows,
     /// 1 / d*_r, as OpenFOAM stores it.
     reciprocal_d: Vec<f64>,
-    /// The mean level width from which the sweeps run by levels on more
-    /// than one thread.
-    min_level_width: usize,
-    /// The sweeps' levels, built on the first sweep on more than one
-    /// thread; `None` where they are narrower than `min_level_width`.
-    schedule: OnceLock<Option<Schedule>>,
     matrix: PhantomData<&'a Csr>,
-}
-
-/// The default of [`Dic::with_min_level_width`]: below this many rows per
-/// level on average, a level's rows are too few to share between threads
-/// (measured on the 1 M-cell box, 3356 rows per level, `docs/src/performance.md`).
-pub const MIN_LEVEL_WIDTH: usize = 2048;
-
-/// Level schedules of the DIC sweeps (`solve::levels`).
-struct Schedule {
-    forward: Levels,
-    /// The backward sweep's own levels, or `None` where it runs the
-    /// forward ones last to first (a symmetric pattern).
-    backward: Option<Levels>,
 }
 
 impl<'a> Dic<'a> {
@@ -88,55 +67,7 @@ impl<'a> Dic<'a> {
             lower,
             upper,
             reciprocal_d,
-            min_level_width: MIN_LEVEL_WIDTH,
-            schedule: OnceLock::new(),
             matrix: PhantomData,
-        }
-    }
-
-    /// Sets the mean number of rows per level from which the sweeps run
-    /// level by level, a level's rows in parallel, when rayon has more than
-    /// one thread (default [`MIN_LEVEL_WIDTH`]; 0: always). Either way the
-    /// results have the same bits.
-    pub fn with_min_level_width(mut self, width: usize) -> Self {
-        self.min_level_width = width;
-        self.schedule = OnceLock::new();
-        self
-    }
-
-    /// The level schedule where the sweeps run by levels: more than one
-    /// thread and levels at least `min_level_width` rows wide on average.
-    fn schedule(&self) -> Option<&Schedule> {
-        if rayon::current_num_threads() < 2 {
-            return None;
-        }
-        self.schedule
-            .get_or_init(|| {
-                let forward = self.lower.forward_levels();
-                if forward.mean_width() < self.min_level_width.max(1) {
-                    return None;
-                }
-                let backward = (!self.upper.served_backward_by(&forward))
-                    .then(|| self.upper.backward_levels());
-                Some(Schedule { forward, backward })
-            })
-            .as_ref()
-    }
-
-    /// Whether the sweeps run by levels on the current rayon pool.
-    pub fn runs_by_levels(&self) -> bool {
-        self.schedule().is_some()
-    }
-
-    /// [`Dic::sweeps`] by levels.
-    fn sweeps_by_levels(&self, schedule: &Schedule, r: &[f64], w: &mut [f64]) {
-        let rd = &self.reciprocal_d;
-        assert_eq!(r.len(), rd.len(), "DIC: r size");
-        self.lower
-            .forward_by_levels(w, &schedule.forward, |j| rd[j] * r[j]);
-        match &schedule.backward {
-            Some(backward) => self.upper.backward_by_levels(w, backward, false),
-            None => self.upper.backward_by_levels(w, &schedule.forward, true),
         }
     }
 
@@ -148,9 +79,6 @@ impl<'a> Dic<'a> {
     /// w ← (D* + U)⁻¹ D* (D* + L)⁻¹ r without a separate pass: the forward
     /// sweep writes w_j = r_j / d*_j − Σ_{i<j} (a_ji / d*_j) w_i row by row.
     pub fn sweeps(&self, r: &[f64], w: &mut [f64]) {
-        if let Some(schedule) = self.schedule() {
-            return self.sweeps_by_levels(schedule, r, w);
-        }
         self.forward(r, w);
         self.upper.backward(w, 0..w.len());
     }
@@ -164,13 +92,8 @@ impl<'a> Dic<'a> {
     /// [`Dic::sweeps`], returning r · w with [`reduce::dot`](super::reduce::dot)'s bits: the
     /// backward sweep goes chunk by chunk (`reduce::CHUNK` rows, last
     /// chunk first), and each chunk's r · w is summed while the chunk is
-    /// still in cache, instead of in a pass of its own over r and w. By
-    /// levels, r · w is [`dot`] after the sweeps.
+    /// still in cache, instead of in a pass of its own over r and w.
     pub fn sweeps_dot(&self, r: &[f64], w: &mut [f64]) -> f64 {
-        if let Some(schedule) = self.schedule() {
-            self.sweeps_by_levels(schedule, r, w);
-            return dot(r, w);
-        }
         self.forward(r, w);
         let n = w.len();
         let mut partials = vec![0.0; n.div_ceil(CHUNK)];

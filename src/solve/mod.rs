@@ -31,7 +31,6 @@ pub mod ic;
 pub mod ilu;
 pub mod krylov;
 pub mod lanczos;
-pub mod levels;
 pub mod neumann;
 pub mod pcg;
 pub mod polynomial;

@@ -28,7 +28,6 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::levels::Levels;
 use super::reduce::{ordered_sum, CHUNK};
 use crate::sparse::Csr;
 
@@ -791,27 +790,6 @@ impl TriangleRows {
         })
     }
 
-    /// The levels of a forward sweep over these (lower) rows.
-    pub fn forward_levels(&self) -> Levels {
-        Levels::forward(self.n(), |r| {
-            self.row_entries(r).cols.iter().map(|&c| c as usize)
-        })
-    }
-
-    /// The levels of a backward sweep over these (upper) rows.
-    pub fn backward_levels(&self) -> Levels {
-        Levels::backward(self.n(), |r| {
-            self.row_entries(r).cols.iter().map(|&c| c as usize)
-        })
-    }
-
-    /// Whether `forward`, run last to first, schedules a backward sweep over
-    /// these (upper) rows ([`Levels::serve_backward`]).
-    pub fn served_backward_by(&self, forward: &Levels) -> bool {
-        forward.n() == self.n()
-            && forward.serve_backward(|r| self.row_entries(r).cols.iter().map(|&c| c as usize))
-    }
-
     /// (column, value) of every entry of row r, columns ascending.
     pub fn entries(&self, r: usize) -> impl DoubleEndedIterator<Item = (usize, f64)> + '_ {
         let row = self.row_entries(r);
@@ -884,106 +862,6 @@ impl TriangleRows {
             }
             w[i] = wi;
         }
-    }
-}
-
-/// Rows of a level scheduled sweep handed to one task: fewer rows than two
-/// such chunks run on the calling thread.
-const LEVEL_CHUNK: usize = 256;
-
-/// A vector the rows of one level write in parallel, each its own entry.
-#[derive(Clone, Copy)]
-struct LevelVector(*mut f64);
-
-// SAFETY: the tasks of one level write distinct rows, and read only rows of
-// earlier levels, which no task of the level writes (`Levels`).
-unsafe impl Send for LevelVector {}
-unsafe impl Sync for LevelVector {}
-
-impl LevelVector {
-    /// The pointer (a method, so that closures capture the Sync wrapper).
-    fn ptr(self) -> *mut f64 {
-        self.0
-    }
-}
-
-/// Runs `visit` on every row of each level in turn, a level's rows in
-/// parallel chunks of `LEVEL_CHUNK` when it has two chunks or more.
-/// `reversed` runs the levels last to first.
-fn by_levels(levels: &Levels, reversed: bool, visit: impl Fn(usize) + Sync) {
-    for l in 0..levels.count() {
-        let rows = levels.level(if reversed { levels.count() - 1 - l } else { l });
-        if rows.len() >= 2 * LEVEL_CHUNK {
-            rows.par_chunks(LEVEL_CHUNK)
-                .for_each(|rows| rows.iter().for_each(|&r| visit(r as usize)));
-        } else {
-            rows.iter().for_each(|&r| visit(r as usize));
-        }
-    }
-}
-
-impl TriangleRows {
-    /// [`Self::forward`] scheduled by `levels`, a level's rows in
-    /// parallel: each row w_j = s_j − Σ_c t_jc w_c with the operations of
-    /// [`Self::forward`] in the same order, so the same bits. `levels` must
-    /// be this triangle's forward levels ([`Levels::forward`] of its
-    /// columns): a row's columns are then in earlier levels.
-    pub(crate) fn forward_by_levels(
-        &self,
-        w: &mut [f64],
-        levels: &Levels,
-        first: impl Fn(usize) -> f64 + Sync,
-    ) {
-        assert_eq!(w.len(), self.n(), "TriangleRows::forward_by_levels: w size");
-        assert_eq!(
-            levels.n(),
-            self.n(),
-            "TriangleRows::forward_by_levels: levels"
-        );
-        let w = LevelVector(w.as_mut_ptr());
-        by_levels(levels, false, |j| {
-            let row = self.row_entries(j);
-            let mut acc = first(j);
-            // SAFETY: columns and rows are below n = w.len(); row j is
-            // written by this task alone and its columns, of earlier
-            // levels, by none of this level (`LevelVector`).
-            unsafe {
-                for (&c, &v) in row.cols.iter().zip(row.values) {
-                    acc -= v * *w.ptr().add(c as usize);
-                }
-                *w.ptr().add(j) = acc;
-            }
-        });
-    }
-
-    /// [`Self::backward`] over all rows scheduled by `levels`, a level's
-    /// rows in parallel, each row with the operations of [`Self::backward`]
-    /// in the same order: the same bits. `levels` must be this triangle's
-    /// backward levels ([`Levels::backward`] of its columns), or, with
-    /// `reversed`, forward levels that [`Levels::serve_backward`] it.
-    pub(crate) fn backward_by_levels(&self, w: &mut [f64], levels: &Levels, reversed: bool) {
-        assert_eq!(
-            w.len(),
-            self.n(),
-            "TriangleRows::backward_by_levels: w size"
-        );
-        assert_eq!(
-            levels.n(),
-            self.n(),
-            "TriangleRows::backward_by_levels: levels"
-        );
-        let w = LevelVector(w.as_mut_ptr());
-        by_levels(levels, reversed, |i| {
-            let row = self.row_entries(i);
-            // SAFETY: as in `forward_by_levels`.
-            unsafe {
-                let mut wi = *w.ptr().add(i);
-                for (&c, &v) in row.cols.iter().zip(row.values).rev() {
-                    wi -= v * *w.ptr().add(c as usize);
-                }
-                *w.ptr().add(i) = wi;
-            }
-        });
     }
 }
 
