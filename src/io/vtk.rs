@@ -911,23 +911,10 @@ impl PatchPolygons {
     }
 }
 
-/// The cells `cells` of `mesh` (all of them, or a piece using only the
-/// mesh points `points`) with their fields (one value per cell of `cells`,
-/// or per mesh cell with `field_cells` giving the mesh cell of each);
-/// returns the bytes written.
-fn write_cells<'a>(
-    path: &Path,
-    mesh: &'a Mesh,
-    cells: &'a VtkCells,
-    points: Option<&'a [Label]>,
-    cell_fields: &[Field<'a>],
-    field_cells: Option<&'a [Label]>,
-    encoding: VtkEncoding,
-) -> Result<u64, OutputError> {
-    cells_file(mesh, cells, points, cell_fields, field_cells, encoding).write(path)
-}
-
-/// The `.vtu` of [`write_cells`], ready to write.
+/// The `.vtu` of the cells `cells` of `mesh` (all of them, or a piece using
+/// only the mesh points `points`) with their fields (one value per cell of
+/// `cells`, or per mesh cell with `field_cells` giving the mesh cell of
+/// each), ready to write.
 fn cells_file<'a>(
     mesh: &'a Mesh,
     cells: &'a VtkCells,
@@ -967,7 +954,7 @@ fn write_unstructured<'a>(
     cell_fields: &[Field<'a>],
     encoding: VtkEncoding,
 ) -> Result<u64, OutputError> {
-    write_cells(path, mesh, cells, points, cell_fields, None, encoding)
+    cells_file(mesh, cells, points, cell_fields, None, encoding).write(path)
 }
 
 /// A rank's piece: its cells and points, the whole mesh's fields read at its
@@ -979,8 +966,7 @@ fn write_piece<'a>(
     cell_fields: &[Field<'a>],
     encoding: VtkEncoding,
 ) -> Result<u64, OutputError> {
-    write_cells(
-        path,
+    cells_file(
         mesh,
         &piece.vtk,
         Some(&piece.points),
@@ -988,6 +974,7 @@ fn write_piece<'a>(
         Some(&piece.cells),
         encoding,
     )
+    .write(path)
 }
 
 /// The `.pvtu` of `n_ranks` pieces `processorK.vtu` (in its directory) with
