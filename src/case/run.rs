@@ -1146,17 +1146,15 @@ impl<'a> Run<'a> {
         }
         let field = &self.setup.field;
         let gradient = timings::span("gradient", || self.gradient())?;
+        let mut gamma_values = Vec::new();
         let gamma = timings::span("gamma", || {
-            self.setup
-                .gamma
-                .values_at(&self.geometry.cell_centres, physical_time, "gamma")
+            self.setup.gamma.vtk_field(
+                "Gamma",
+                &self.geometry.cell_centres,
+                physical_time,
+                &mut gamma_values,
+            )
         })?;
-        let cell_ids: Vec<f64> = timings::span("cell ids", || {
-            (0..self.mesh.n_cells())
-                .into_par_iter()
-                .map(|c| c as f64)
-                .collect()
-        });
         let error = timings::span("error", || self.error(physical_time))?;
         self.written_error = error.as_ref().map(|e| {
             let norms = ErrorNorms::new(e, &self.geometry.cell_volumes);
@@ -1169,9 +1167,9 @@ impl<'a> Run<'a> {
         let mut cell_fields = vec![
             Field::scalar(field, &self.field),
             Field::vector(&grad_name, &gradient),
-            Field::scalar("Gamma", &gamma),
+            gamma,
             Field::scalar("cellVolume", &self.geometry.cell_volumes),
-            Field::scalar("cellId", &cell_ids),
+            Field::index("cellId", self.mesh.n_cells()),
         ];
         if let Some(error) = &error {
             cell_fields.push(Field::scalar("error", error));

@@ -91,6 +91,28 @@ impl Scalar {
         }
     }
 
+    /// The scalar at `points` (cell centres) at `time` as a VTK field named
+    /// `name`: uniform and per-cell values are written as they are, with no
+    /// per-cell copy; a function is evaluated into `storage`.
+    pub fn vtk_field<'a>(
+        &'a self,
+        name: &'a str,
+        points: &[Vec3],
+        time: f64,
+        storage: &'a mut Vec<f64>,
+    ) -> Result<crate::io::vtk::Field<'a>, CaseError> {
+        use crate::io::vtk::Field;
+        match self {
+            Self::Uniform(v) => Ok(Field::uniform(name, *v, points.len())),
+            Self::Values(v) if v.len() == points.len() => Ok(Field::scalar(name, v)),
+            _ => {
+                *storage = self.values_at(points, time, name)?;
+                let storage: &'a Vec<f64> = storage;
+                Ok(Field::scalar(name, storage))
+            }
+        }
+    }
+
     /// Whether the scalar changes with time (a function may; values do not).
     pub fn is_function(&self) -> bool {
         matches!(self, Self::Function(_))

@@ -51,11 +51,24 @@ pub fn write_atomic(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), OutputError> {
-    let tmp = temporary_path(path)?;
-    let written = fs::File::create(&tmp).and_then(|file| {
+    write_atomic_file(path, |file| {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         write(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()
+        out.flush()
+    })
+}
+
+/// [`write_atomic`] for writers that need the file itself, such as several
+/// threads writing at their own offsets (`FileExt::write_all_at`); the file
+/// is synced before the rename.
+pub fn write_atomic_file(
+    path: &Path,
+    write: impl FnOnce(&fs::File) -> std::io::Result<()>,
+) -> Result<(), OutputError> {
+    let tmp = temporary_path(path)?;
+    let written = fs::File::create(&tmp).and_then(|file| {
+        write(&file)?;
+        file.sync_all()
     });
     let result = written
         .map_err(|e| OutputError::io(&tmp, e))
