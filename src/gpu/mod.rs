@@ -203,60 +203,58 @@ fn module_ptx(
 /// A kernel module loaded into one context, or why it could not be.
 type ModuleSlot = OnceLock<Result<Arc<CudaModule>, String>>;
 
-/// Module `k` of `slot`, loaded into `ctx` at most once: its PTX compiled
-/// (or read from the cache, or waited for) and handed to the driver. The
-/// driver translates PTX to the GPU's code when a module is loaded, seconds
-/// for the larger modules on a machine whose driver cache is cold, so a
-/// [`Gpu::prefetch`] thread loads the module as well as compiling it, and
-/// the first launch finds it loaded (or waits for that thread) instead of
-/// translating it on the run's critical path.
-fn load_module_slot<'s>(
-    ctx: &Arc<CudaContext>,
-    ptx: &[PtxSlot],
-    cache: &PtxCache,
-    arch: &str,
-    slot: &'s ModuleSlot,
-    all_cached: &AtomicBool,
-    k: usize,
-) -> Result<&'s Arc<CudaModule>, GpuError> {
-    slot.get_or_init(|| {
-        let clock = std::time::Instant::now();
-        let (text, cached) = module_ptx(ptx, cache, arch, k).map_err(|e| e.to_string())?;
-        let compiled = clock.elapsed().as_secs_f64();
-        let source = module_source(k);
-        let (module, cached) = cache::load_ptx(ctx, cache, &source, arch, text, cached)
-            .map_err(|e| e.to_string())?;
-        if !cached {
-            all_cached.store(false, Ordering::Release);
-        }
-        log::debug!(
-            "kernel module {} ({} kB of source): PTX {} in {compiled:.2} s, loaded by the driver in {:.2} s",
-            KERNEL_SOURCES[k].file,
-            source.len() / 1000,
-            if cached { "read from the cache" } else { "compiled" },
-            clock.elapsed().as_secs_f64() - compiled
-        );
-        Ok(module)
-    })
-    .as_ref()
-    .map_err(|e| GpuError::Invalid(format!("kernel module {k}: {e}")))
-}
-
-/// What a [`Gpu::prefetch`] thread needs to compile and load a module into
-/// the GPU's context.
+/// The kernel modules of one context: compiled (or read from the cache,
+/// or waited for) and loaded at most once each, by a [`Gpu::prefetch`]
+/// thread or by the first launch that needs one. Shared with the prefetch
+/// threads.
 struct ModuleLoader {
     ctx: Arc<CudaContext>,
-    ptx: Arc<Vec<PtxSlot>>,
-    cache: PtxCache,
+    /// `compute_XY` of the device.
     arch: String,
-    modules: Arc<Vec<ModuleSlot>>,
-    cached: Arc<AtomicBool>,
+    cache: PtxCache,
+    /// The PTX of each kernel module (shared by the GPUs of this arch).
+    ptx: Arc<Vec<PtxSlot>>,
+    /// The modules loaded into this context, by index.
+    slots: Vec<ModuleSlot>,
+    /// Modules asked for by [`Gpu::prefetch`] (being compiled or loaded).
+    requested: Vec<AtomicBool>,
+    /// Whether every module loaded so far came from the disk cache.
+    all_cached: AtomicBool,
 }
 
 impl ModuleLoader {
+    /// Module `k`, loaded into the context at most once: its PTX compiled
+    /// (or read from the cache, or waited for) and handed to the driver.
+    /// The driver translates PTX to the GPU's code when a module is loaded,
+    /// seconds for the larger modules on a machine whose driver cache is
+    /// cold, so a [`Gpu::prefetch`] thread loads the module as well as
+    /// compiling it, and the first launch finds it loaded (or waits for that
+    /// thread) instead of translating it on the run's critical path.
     fn module(&self, k: usize) -> Result<&Arc<CudaModule>, GpuError> {
-        let (ctx, ptx, cache, arch) = (&self.ctx, &self.ptx, &self.cache, &self.arch);
-        load_module_slot(ctx, ptx, cache, arch, &self.modules[k], &self.cached, k)
+        self.slots[k]
+            .get_or_init(|| {
+                let clock = std::time::Instant::now();
+                let (text, cached) = module_ptx(&self.ptx, &self.cache, &self.arch, k)
+                    .map_err(|e| e.to_string())?;
+                let compiled = clock.elapsed().as_secs_f64();
+                let source = module_source(k);
+                let (module, cached) =
+                    cache::load_ptx(&self.ctx, &self.cache, &source, &self.arch, text, cached)
+                        .map_err(|e| e.to_string())?;
+                if !cached {
+                    self.all_cached.store(false, Ordering::Release);
+                }
+                log::debug!(
+                    "kernel module {} ({} kB of source): PTX {} in {compiled:.2} s, loaded by the driver in {:.2} s",
+                    KERNEL_SOURCES[k].file,
+                    source.len() / 1000,
+                    if cached { "read from the cache" } else { "compiled" },
+                    clock.elapsed().as_secs_f64() - compiled
+                );
+                Ok(module)
+            })
+            .as_ref()
+            .map_err(|e| GpuError::Invalid(format!("kernel module {k}: {e}")))
     }
 }
 
@@ -342,20 +340,10 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     kernels: HashMap<&'static str, Kernel>,
-    /// `compute_XY` of the device.
-    arch: String,
-    cache: PtxCache,
-    /// The PTX of each kernel module (shared by the GPUs of this arch).
-    ptx: Arc<Vec<PtxSlot>>,
-    /// The modules loaded into this context, by index (shared with the
-    /// [`Gpu::prefetch`] threads that load them ahead).
-    modules: Arc<Vec<ModuleSlot>>,
-    /// Modules asked for by [`Gpu::prefetch`] (compiled or being compiled).
-    requested: Vec<AtomicBool>,
+    /// The kernel modules, compiled and loaded ahead or at first use.
+    modules: Arc<ModuleLoader>,
     name: String,
     compute_capability: (i32, i32),
-    /// Whether every module loaded so far came from the disk cache.
-    module_cached: Arc<AtomicBool>,
     /// A [`Gpu::capture`] is recording.
     capturing: AtomicBool,
     /// Synchronise after every launch so asynchronous faults name their kernel
@@ -465,21 +453,25 @@ impl Gpu {
             })
             .collect();
         let profile = std::env::var("FVPOISSON_GPU_PROFILE").is_ok_and(|v| v == "1");
-        Ok(Self {
-            ctx,
-            stream,
-            kernels,
+        let modules = Arc::new(ModuleLoader {
+            ctx: ctx.clone(),
             cache: PtxCache::for_nvrtc()?,
             ptx: ptx_slots(&arch),
             arch,
-            modules: Arc::new(KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect()),
+            slots: KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect(),
             requested: KERNEL_SOURCES
                 .iter()
                 .map(|_| AtomicBool::new(false))
                 .collect(),
+            all_cached: AtomicBool::new(true),
+        });
+        Ok(Self {
+            ctx,
+            stream,
+            kernels,
+            modules,
             name,
             compute_capability: cc,
-            module_cached: Arc::new(AtomicBool::new(true)),
             capturing: AtomicBool::new(false),
             sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1")
                 || profile,
@@ -513,17 +505,12 @@ impl Gpu {
         sources.sort_unstable();
         sources.dedup();
         for k in sources {
-            if self.requested[k].swap(true, Ordering::AcqRel) || self.modules[k].get().is_some() {
+            let modules = &self.modules;
+            if modules.requested[k].swap(true, Ordering::AcqRel) || modules.slots[k].get().is_some()
+            {
                 continue;
             }
-            let loader = ModuleLoader {
-                ctx: self.ctx.clone(),
-                ptx: self.ptx.clone(),
-                cache: self.cache.clone(),
-                arch: self.arch.clone(),
-                modules: self.modules.clone(),
-                cached: self.module_cached.clone(),
-            };
+            let loader = modules.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("kernel module {k}"))
                 .spawn(move || {
@@ -541,7 +528,8 @@ impl Gpu {
     /// loaded one holding it, else one asked for that holds it (waited
     /// for), else its own, compiled and loaded now.
     fn module_holding(&self, source: usize) -> Result<&Arc<CudaModule>, GpuError> {
-        let loaded = |k: usize| self.modules[k].get().and_then(|r| r.as_ref().ok());
+        let modules = &self.modules;
+        let loaded = |k: usize| modules.slots[k].get().and_then(|r| r.as_ref().ok());
         let holders: Vec<usize> = std::iter::once(source)
             .chain(
                 (source + 1..KERNEL_SOURCES.len()).filter(|&k| module_sources(k).contains(&source)),
@@ -553,22 +541,14 @@ impl Gpu {
         let k = holders
             .iter()
             .copied()
-            .find(|&k| self.requested[k].load(Ordering::Acquire))
+            .find(|&k| modules.requested[k].load(Ordering::Acquire))
             .unwrap_or(source);
-        load_module_slot(
-            &self.ctx,
-            &self.ptx,
-            &self.cache,
-            &self.arch,
-            &self.modules[k],
-            &self.module_cached,
-            k,
-        )
+        modules.module(k)
     }
 
     /// Whether every kernel module loaded so far came from the disk cache.
     pub fn module_cached(&self) -> bool {
-        self.module_cached.load(Ordering::Acquire)
+        self.modules.all_cached.load(Ordering::Acquire)
     }
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
