@@ -5,7 +5,7 @@
 //! `reconstruct_phi.py`; the Debian build's own U is wrong in odd cells).
 //! `make_reference.sh` in that folder regenerates the reference.
 
-use fvpoisson::case::potential_foam::{run_potential_foam, PotentialOptions};
+use fvpoisson::case::potential_foam::{run_potential_foam, PotentialFoamCase, PotentialOptions};
 use fvpoisson::case::Device;
 use fvpoisson::io::foam_field::{FieldValues, ScalarFieldFile, VectorFieldFile};
 use fvpoisson::mesh::{MeshSource, PatchKind, Vec3};
@@ -74,6 +74,7 @@ fn parity(name: &str) -> [f64; 3] {
     let options = PotentialOptions {
         write_flux: true,
         write_potential: true,
+        ..PotentialOptions::default()
     };
     let summary = run_potential_foam(&dir, options, Device::Cpu).unwrap();
     assert_eq!(summary.written.len(), 3, "{:?}", summary.written);
@@ -138,13 +139,266 @@ fn command_line_dispatches_on_the_application_and_takes_its_options() {
     assert!(log.contains("Calculating potential flow"), "{log}");
     assert!(dir.join("0/phi.gz").is_file() || dir.join("0/phi").is_file());
     assert!(!dir.join("0/Phi.gz").is_file() && !dir.join("0/Phi").is_file());
-    for (bad, says) in [
-        ("-bogus", "option '-bogus' is not supported"),
-        ("-writep", "-writep"),
-    ] {
-        let out = run(&[bad]);
-        let log = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && log.contains(says), "{bad}: {log}");
+    let out = run(&["-bogus"]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && log.contains("option '-bogus' is not supported"),
+        "{log}"
+    );
+    let out = run(&["-writep"]);
+    let log =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{log}");
+    let solving_p = log.find("Solving for p,");
+    let calculating = log.find("Calculating approximate pressure field");
+    assert!(calculating.is_some() && solving_p > calculating, "{log}");
+    assert!(dir.join("0/p.gz").is_file() || dir.join("0/p").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn cells(path: &Path, n: usize) -> Vec<f64> {
+    ScalarFieldFile::read(path, n).unwrap().internal.expand(n)
+}
+
+const WRITE_PRESSURE: PotentialOptions = PotentialOptions {
+    write_flux: true,
+    write_potential: false,
+    write_pressure: true,
+};
+
+/// Replaces `from` by `to` in the case file `path` (which must contain it).
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{}: no '{from}'", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// -writep's pressure step fed the reference φ and OpenFOAM's written U
+/// (`openfoam`) or fvc::reconstruct of its φ: the relative difference from
+/// the p OpenFOAM wrote, and the number of p solves.
+fn pressure_of_reference_fields(name: &str, velocity: &str) -> (f64, usize) {
+    let dir = case_copy(name, "pressure_step");
+    if velocity == "openfoam, no correctors" {
+        edit(
+            &dir.join("system/fvSolution"),
+            "nNonOrthogonalCorrectors 3;",
+            "nNonOrthogonalCorrectors 0;",
+        );
     }
+    let case = PotentialFoamCase::read(&dir, WRITE_PRESSURE).unwrap();
+    let mesh = case.mesh();
+    let n = mesh.n_cells();
+    let reference = data(name).join("reference");
+    let u = match velocity {
+        "openfoam" | "openfoam, no correctors" => {
+            VectorFieldFile::read(&reference.join("U_openfoam"), n)
+                .unwrap()
+                .internal
+                .expand(n)
+        }
+        _ => reconstructed_reference(name),
+    };
+    let phi = flux(&reference.join("phi"), mesh);
+    let pressure = case.approximate_pressure(&u, &phi, Device::Cpu).unwrap();
+    let d = max_diff_over_max(&pressure.p, &cells(&reference.join("p"), n));
+    println!(
+        "{name}: {} p solves from the {velocity} U; max relative difference p {d:.2e}",
+        pressure.solves.len()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    (d, pressure.solves.len())
+}
+
+#[test]
+fn pressure_step_on_openfoams_fields_matches_potential_foam() {
+    // nNonOrthogonalCorrectors 3 and 2.
+    for (name, solves) in [("cylinder", 4), ("pitzDaily", 3)] {
+        let (d, n) = pressure_of_reference_fields(name, "openfoam");
+        assert!(d <= PARITY, "{name}: p differs by {d:.2e}");
+        assert_eq!(n, solves, "{name}");
+        // OpenFOAM's p is that of the U it wrote (wrong in odd cells), not
+        // that of the reconstruction of its φ.
+        let (d, _) = pressure_of_reference_fields(name, "reconstructed");
+        assert!(d > 0.1, "{name}: {d:.2e}");
+    }
+    // The cylinder's mesh is non-orthogonal enough for the correctors to count.
+    let (d, n) = pressure_of_reference_fields("cylinder", "openfoam, no correctors");
+    assert!(n == 1 && d > 1e-2, "{n} solves: {d:.2e}");
+}
+
+/// The values of the written field `file` on `patch`.
+fn patch_values(file: &ScalarFieldFile, patch: &fvpoisson::mesh::Patch) -> Vec<f64> {
+    FieldValues::read(file.patch(patch).unwrap(), "value", patch.size)
+        .unwrap()
+        .expand(patch.size)
+}
+
+#[test]
+fn writep_writes_the_pressure_of_its_own_velocity() {
+    let dir = case_copy("cylinder", "writep");
+    // A nonzero outlet pressure: p's boundary values are the case's.
+    edit(
+        &dir.join("0/p"),
+        "value           uniform 0;",
+        "value           uniform 2.5;",
+    );
+    edit(
+        &dir.join("system/controlDict"),
+        "writeCompression on;",
+        "writeCompression off;",
+    );
+    let case = PotentialFoamCase::read(&dir, WRITE_PRESSURE).unwrap();
+    let summary = PotentialFoamCase::read(&dir, WRITE_PRESSURE)
+        .unwrap()
+        .run(Device::Cpu)
+        .unwrap();
+    assert_eq!(summary.pressure_solves.len(), 4);
+    assert!(
+        summary.written.iter().any(|p| p.ends_with("0/p")),
+        "{:?}",
+        summary.written
+    );
+    let mesh = case.mesh();
+    let n = mesh.n_cells();
+    let u = VectorFieldFile::read(&dir.join("0/U"), n)
+        .unwrap()
+        .internal
+        .expand(n);
+    let phi = flux(&dir.join("0/phi"), mesh);
+    let expected = case.approximate_pressure(&u, &phi, Device::Cpu).unwrap();
+    let file = ScalarFieldFile::read(&dir.join("0/p"), n).unwrap();
+    let p = file.internal.clone().expand(n);
+    assert!(p.iter().all(|x| x.is_finite()));
+    let d = max_diff_over_max(&p, &expected.p);
+    assert!(
+        d <= 1e-14,
+        "written p differs from the pressure step's by {d:.2e}"
+    );
+    // The cell values vary (a pressure field, not the outlet's value).
+    let (lo, hi) = p
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!(hi - lo > 0.1, "{lo} {hi}");
+    let text = std::fs::read_to_string(dir.join("0/p")).unwrap();
+    for patch in mesh.patches() {
+        let kind = file.patch(patch).unwrap().get_word("type").unwrap();
+        let cells: Vec<f64> = patch.faces().map(|f| p[mesh.owner()[f] as usize]).collect();
+        match patch.name.as_str() {
+            "right" => {
+                assert_eq!(kind, "fixedValue");
+                assert!(patch_values(&file, patch).iter().all(|&v| v == 2.5));
+            }
+            "left" | "up" | "down" | "cylinder" => {
+                // zeroGradient, symmetryPlane, symmetry: the cell's value.
+                assert_eq!(patch_values(&file, patch), cells, "{}", patch.name);
+            }
+            _ => assert_eq!(kind, "empty"),
+        }
+    }
+    for kind in [
+        "symmetryPlane",
+        "symmetry",
+        "zeroGradient",
+        "fixedValue",
+        "empty",
+    ] {
+        assert!(
+            text.contains(&format!("type            {kind};")),
+            "{kind}: {text:.2000}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn writep_without_a_fixed_pressure_takes_the_reference_cell() {
+    let dir = case_copy("cylinder", "writep_reference");
+    edit(
+        &dir.join("0/p"),
+        "type            fixedValue;\n        value           uniform 0;",
+        "type            zeroGradient;",
+    );
+    // Nothing fixes Φ either: its problem is consistent only with as much
+    // flow out as in.
+    edit(
+        &dir.join("0/U"),
+        "right\n    {\n        type            zeroGradient;",
+        "right\n    {\n        type            fixedValue;\n        value           uniform (1 0 0);",
+    );
+    let corrected = "nNonOrthogonalCorrectors 3;\n    PhiRefCell 0;";
+    let solution = dir.join("system/fvSolution");
+    edit(&solution, "nNonOrthogonalCorrectors 3;", corrected);
+    let err = PotentialFoamCase::read(&dir, WRITE_PRESSURE)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("'pRefCell N;'") && err.contains("fvSolution"),
+        "{err}"
+    );
+    // Each run starts from this p (a run overwrites it; the corrected
+    // non-orthogonal part depends on the p the correctors start from).
+    let initial_p = std::fs::read(dir.join("0/p")).unwrap();
+    let pressure = |value: &str| {
+        std::fs::write(dir.join("0/p"), &initial_p).unwrap();
+        let with_reference = format!("{corrected}\n    pRefCell 7;\n    pRefValue {value};");
+        edit(&solution, corrected, &with_reference);
+        let run = PotentialFoamCase::read(&dir, WRITE_PRESSURE)
+            .unwrap()
+            .run(Device::Cpu);
+        edit(&solution, &with_reference, corrected);
+        run.unwrap();
+        cells(&dir.join("0/p"), 2000)
+    };
+    let (p0, p5) = (pressure("0"), pressure("5"));
+    assert!(p0.iter().chain(&p5).all(|x| x.is_finite()));
+    // The reference value sets the level and nothing else.
+    let shift: Vec<f64> = p5.iter().zip(&p0).map(|(a, b)| a - b).collect();
+    let (lo, hi) = shift
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!((hi - 5.0).abs().max((lo - 5.0).abs()) < 1e-9, "{lo} {hi}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn writep_refuses_what_it_cannot_compute() {
+    let dir = case_copy("cylinder", "writep_refusals");
+    let schemes = dir.join("system/fvSchemes");
+    let refused = |says: &str| {
+        let err = PotentialFoamCase::read(&dir, WRITE_PRESSURE)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains(says), "{says}: {err}");
+    };
+    edit(
+        &schemes,
+        "bounded Gauss linear;",
+        "bounded Gauss linearUpwind grad(U);",
+    );
+    refused("div(phi,U) scheme 'bounded Gauss linearUpwind grad(U)' is not supported");
+    refused("fvSchemes");
+    edit(
+        &schemes,
+        "bounded Gauss linearUpwind grad(U);",
+        "bounded Gauss upwind;",
+    );
+    edit(
+        &schemes,
+        "div(div(phi,U)) Gauss linear;",
+        "div(div(phi,U)) Gauss upwind;",
+    );
+    refused("div(div(phi,U)) scheme 'Gauss upwind' is not supported");
+    edit(
+        &schemes,
+        "div(div(phi,U)) Gauss upwind;",
+        "div(div(phi,U)) Gauss linear;",
+    );
+    PotentialFoamCase::read(&dir, WRITE_PRESSURE).unwrap();
+    std::fs::remove_file(dir.join("0/p")).unwrap();
+    refused("-writep needs the pressure field");
+    // Without -writep none of it is read.
+    run_potential_foam(&dir, PotentialOptions::default(), Device::Cpu).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -160,7 +160,7 @@ pub fn write_series(
 
 /// Kinematic dimensions `[kg m s K mol A cd]` of U, p and φ.
 pub(crate) const U_DIMENSIONS: Dimensions = Dimensions([0.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
-const P_DIMENSIONS: Dimensions = Dimensions([0.0, 2.0, -2.0, 0.0, 0.0, 0.0, 0.0]);
+pub(crate) const P_DIMENSIONS: Dimensions = Dimensions([0.0, 2.0, -2.0, 0.0, 0.0, 0.0, 0.0]);
 pub(crate) const PHI_DIMENSIONS: Dimensions = Dimensions([0.0, 3.0, -1.0, 0.0, 0.0, 0.0, 0.0]);
 
 /// The patch types of a written flux φ: `calculated` on patches and walls,

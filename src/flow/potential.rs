@@ -9,27 +9,73 @@
 //! velocity is `fvc::reconstruct(φ)`. Φ is fixed (at 0) on the patches where
 //! the pressure is fixed and zero-gradient elsewhere.
 //!
-//! `-writep`'s approximate pressure solves ∇²p = −∇·(F·∇·(φU)) with the
-//! flow-direction filter F = UU/(|U|² + ε) ([`approximate_pressure`]).
+//! `-writep`'s approximate pressure ([`approximate_pressure`]) is the
+//! pressure of the Euler equations for that U, filtered along the flow: with
+//! D = `fvc::div(phi,U)` (the `div(phi,U)` scheme, explicit) and the
+//! flow-direction filter F = UU/(|U|² + ε), ε = `SMALL`·mean(|U|²) (SMALL =
+//! 10⁻¹⁵ in double precision, the mean over the cells unweighted), p solves
+//! `laplacian(p) + div(F·D) == 0` (`div(div(phi,U))`, Gauss linear) with the
+//! `p` solver, `nNonOrthogonalCorrectors + 1` solves, `0/p`'s conditions and
+//! `pRefCell`/`pRefValue` where no patch fixes p. The filter keeps only the
+//! component of the convective acceleration along U, which gives a more
+//! reasonable pressure where the velocity varies fast across the flow.
 
-use super::simple::{divergence, flux_poisson, reconstruct, FluxPoisson, PressureSolve};
+use super::piso::TransientConvection;
+use super::simple::{
+    divergence, flux_poisson, reconstruct, Convection, FluxPoisson, PressureSolve,
+};
 use super::{solved_components, FlowError};
 use crate::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, Reference, Schemes,
     SingularPolicy,
 };
-use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::solve::SolverPerformance;
 
-/// The `potentialFlow` dictionary and the schemes of the Φ equation.
+/// OpenFOAM's `SMALL` (double precision), the guard of the flow-direction
+/// filter's denominator relative to the mean of |U|².
+const SMALL: f64 = 1e-15;
+
+/// One of potentialFoam's Poisson equations (Φ, or `-writep`'s p): its
+/// schemes and the `potentialFlow` dictionary's correctors and reference.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PotentialSettings {
-    /// `laplacian(1,Phi)` and `grad(Phi)`.
+    /// `laplacian(1,Phi)` and `grad(Phi)` (p: `laplacian(p)`, `grad(p)`).
     pub schemes: Schemes,
     pub n_non_orth_correctors: usize,
-    /// `PhiRefCell`, `PhiRefValue`: Φ's level where no patch fixes it.
+    /// `PhiRefCell`, `PhiRefValue` (p: `pRefCell`, `pRefValue`): the level
+    /// where no patch fixes the field.
     pub reference_cell: usize,
     pub reference_value: f64,
+}
+
+impl PotentialSettings {
+    /// The steady problem ∇·∇x = q of `field` with its `conditions` and
+    /// reference cell (Γ = 1; the source is set per solve).
+    fn problem(
+        &self,
+        field: &str,
+        n_cells: usize,
+        conditions: Vec<BoundaryCondition>,
+    ) -> Result<LaplacianProblem, FlowError> {
+        if self.reference_cell >= n_cells || !self.reference_value.is_finite() {
+            return Err(FlowError::invalid(format!(
+                "{field}RefCell {} with {field}RefValue {}: the cell must be below {n_cells} and \
+                 the value finite",
+                self.reference_cell, self.reference_value
+            )));
+        }
+        Ok(LaplacianProblem {
+            singular: SingularPolicy {
+                reference: Reference::Cell {
+                    cell: self.reference_cell,
+                    value: self.reference_value,
+                },
+                ..SingularPolicy::default()
+            },
+            ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), conditions)
+        })
+    }
 }
 
 /// What potentialFoam computes.
@@ -76,22 +122,7 @@ pub fn potential_flow(
             mesh.n_faces() - first
         )));
     }
-    if settings.reference_cell >= n || !settings.reference_value.is_finite() {
-        return Err(FlowError::invalid(format!(
-            "PhiRefCell {} with PhiRefValue {}: the cell must be below {n} and the value finite",
-            settings.reference_cell, settings.reference_value
-        )));
-    }
-    let mut problem = LaplacianProblem {
-        singular: SingularPolicy {
-            reference: Reference::Cell {
-                cell: settings.reference_cell,
-                value: settings.reference_value,
-            },
-            ..SingularPolicy::default()
-        },
-        ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), conditions)
-    };
+    let mut problem = settings.problem("Phi", n, conditions)?;
     let mut system = LaplacianSystem::new(mesh, geometry, settings.schemes, &problem)?;
     let mut phi_initial = vec![0.0; mesh.n_faces()];
     phi_initial[first..].copy_from_slice(boundary_flux);
@@ -141,4 +172,219 @@ pub fn potential_flow(
         continuity_error,
         interpolated_velocity_error,
     })
+}
+
+/// `div(phi,U)` of the approximate pressure, evaluated explicitly
+/// (`fvc::div`): Gauss with linear or upwind face values; `bounded`
+/// subtracts (∇·φ)U.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VelocityConvection {
+    /// `Gauss upwind` (else `Gauss linear`).
+    pub upwind: bool,
+    pub bounded: bool,
+}
+
+impl VelocityConvection {
+    /// Parses `Gauss linear` or `Gauss upwind`, optionally `bounded`.
+    pub fn from_foam(text: &str) -> Result<Self, FlowError> {
+        let unsupported = || {
+            FlowError::invalid(format!(
+                "div(phi,U) scheme '{text}' is not supported for the approximate pressure \
+                 (Gauss linear or Gauss upwind, optionally bounded)"
+            ))
+        };
+        let parsed = TransientConvection::from_foam(text).map_err(|_| unsupported())?;
+        let upwind = match parsed.scheme {
+            None => false,
+            Some(Convection::Upwind) => true,
+            Some(Convection::LinearUpwind | Convection::LimitedLinear(_)) => {
+                return Err(unsupported())
+            }
+        };
+        Ok(Self {
+            upwind,
+            bounded: parsed.bounded,
+        })
+    }
+}
+
+/// A velocity field: cell values and the value on every boundary face (index
+/// face − nInternalFaces; 0 on empty faces), as its conditions give them.
+#[derive(Clone, Copy, Debug)]
+pub struct VelocityField<'a> {
+    pub cells: &'a [Vec3],
+    pub boundary: &'a [Vec3],
+}
+
+/// What `-writep` computes.
+#[derive(Clone, Debug)]
+pub struct ApproximatePressure {
+    /// p per cell.
+    pub p: Vec<f64>,
+    /// p on every boundary face (0 on empty faces).
+    pub p_boundary: Vec<f64>,
+    /// Every p solve (one per corrector).
+    pub solves: Vec<SolverPerformance>,
+}
+
+/// potentialFoam's `-writep` (see the module documentation): the approximate
+/// pressure of the velocity `u` and the flux `phi` (on every face, 0 on
+/// empty faces) with p's `conditions` (one per patch), from the initial p
+/// `pressure`; `settings` holds `laplacian(p)`, `grad(p)`, the correctors and
+/// `pRefCell`/`pRefValue`, `convection` the `div(phi,U)` scheme; `solve`
+/// solves each p system.
+#[allow(clippy::too_many_arguments)]
+pub fn approximate_pressure(
+    mesh: &Mesh,
+    geometry: &Geometry,
+    settings: &PotentialSettings,
+    convection: VelocityConvection,
+    conditions: Vec<BoundaryCondition>,
+    u: VelocityField<'_>,
+    phi: &[f64],
+    mut pressure: Vec<f64>,
+    solve: &mut PressureSolve<'_>,
+) -> Result<ApproximatePressure, FlowError> {
+    let n = mesh.n_cells();
+    let first = mesh.n_internal_faces();
+    let n_boundary = mesh.n_faces() - first;
+    if u.cells.len() != n
+        || u.boundary.len() != n_boundary
+        || phi.len() != mesh.n_faces()
+        || pressure.len() != n
+    {
+        return Err(FlowError::invalid(format!(
+            "approximate pressure: {} cell and {} boundary velocities, {} fluxes and {} \
+             pressures given for {n} cells, {n_boundary} boundary faces and {} faces",
+            u.cells.len(),
+            u.boundary.len(),
+            phi.len(),
+            pressure.len(),
+            mesh.n_faces()
+        )));
+    }
+    let mut problem = settings.problem("p", n, conditions)?;
+    // setReference regularises the system whatever the sum of its right-hand
+    // side: over a region no patch fixes, ∇·ψ sums to the boundary flux of ψ,
+    // zero only by chance.
+    problem.singular.tolerance = f64::INFINITY;
+    let mut system = LaplacianSystem::new(mesh, geometry, settings.schemes, &problem)?;
+    let active = system.boundary_coeffs().active.clone();
+    let filtered = filtered_convection(mesh, geometry, convection, &active, u, phi);
+    // laplacian(p) + div(ψ) = 0 is the flux equation ∇·∇p = ∇·(−ψ).
+    let phi_pre: Vec<f64> = filtered.iter().map(|f| -f).collect();
+    let (solves, _) = flux_poisson(
+        &mut system,
+        &mut problem,
+        FluxPoisson {
+            gamma: &vec![1.0; n],
+            phi_pre: &phi_pre,
+            n_correctors: settings.n_non_orth_correctors,
+            field: "p",
+        },
+        &mut pressure,
+        solve,
+    )?;
+    let p_boundary = system.boundary_coeffs().face_values(mesh, &pressure);
+    Ok(ApproximatePressure {
+        p: pressure,
+        p_boundary,
+        solves,
+    })
+}
+
+/// ψ_f = S_f·(F·D)_f on every face (0 on inactive boundary faces), whose
+/// divergence is `div(div(phi,U))` (Gauss linear): D = `fvc::div(phi,U)`, F
+/// the flow-direction filter UU/(|U|² + ε).
+fn filtered_convection(
+    mesh: &Mesh,
+    geometry: &Geometry,
+    convection: VelocityConvection,
+    active: &[bool],
+    u: VelocityField<'_>,
+    phi: &[f64],
+) -> Vec<f64> {
+    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+    let first = mesh.n_internal_faces();
+    let volumes = &geometry.cell_volumes;
+    // D per cell: Σ_f φ_f U_f / V, U_f linear or upwind inside, the boundary value outside.
+    let mut d = vec![Vec3::zeros(); mesh.n_cells()];
+    for f in 0..first {
+        let (o, nb) = (owner[f] as usize, neighbour[f] as usize);
+        let face = if !convection.upwind {
+            let w = geometry.weights[f];
+            w * u.cells[o] + (1.0 - w) * u.cells[nb]
+        } else if phi[f] >= 0.0 {
+            u.cells[o]
+        } else {
+            u.cells[nb]
+        };
+        let flux = phi[f] * face;
+        d[o] += flux;
+        d[nb] -= flux;
+    }
+    for b in (0..active.len()).filter(|&b| active[b]) {
+        d[owner[first + b] as usize] += phi[first + b] * u.boundary[b];
+    }
+    let flux_divergence: Vec<f64> = divergence(mesh, phi)
+        .iter()
+        .zip(volumes)
+        .map(|(s, v)| s / v)
+        .collect();
+    for (c, d) in d.iter_mut().enumerate() {
+        *d /= volumes[c];
+        if convection.bounded {
+            *d -= flux_divergence[c] * u.cells[c];
+        }
+    }
+    // D's boundary values: the cell's (`extrapolatedCalculated`), its
+    // tangential part on symmetry patches (their constraint condition), and
+    // for the bounded form minus (∇·φ)_P U_b.
+    let mut d_boundary = vec![Vec3::zeros(); active.len()];
+    for patch in mesh.patches() {
+        let symmetry = matches!(patch.kind, PatchKind::Symmetry | PatchKind::SymmetryPlane);
+        for f in patch.faces() {
+            let b = f - first;
+            if !active[b] {
+                continue;
+            }
+            let o = owner[f] as usize;
+            let mut cell = d[o];
+            if convection.bounded {
+                // The cell's Gauss part: D_P + (∇·φ)_P U_P.
+                cell += flux_divergence[o] * u.cells[o];
+            }
+            if symmetry {
+                let normal = geometry.face_area_vectors[f].normalize();
+                cell -= normal * normal.dot(&cell);
+            }
+            d_boundary[b] = cell;
+            if convection.bounded {
+                d_boundary[b] -= flux_divergence[o] * u.boundary[b];
+            }
+        }
+    }
+    let mean_mag_sqr =
+        u.cells.iter().map(|v| v.norm_squared()).sum::<f64>() / u.cells.len().max(1) as f64;
+    let guard = SMALL * mean_mag_sqr;
+    // F·D = U (U·D)/(|U|² + ε); 0 where U and ε are (a flow at rest).
+    let filter = |u: &Vec3, d: &Vec3| {
+        let denominator = u.norm_squared() + guard;
+        match denominator > 0.0 {
+            true => *u * (u.dot(d) / denominator),
+            false => Vec3::zeros(),
+        }
+    };
+    let g: Vec<Vec3> = u.cells.iter().zip(&d).map(|(u, d)| filter(u, d)).collect();
+    let mut psi = vec![0.0; mesh.n_faces()];
+    for f in 0..first {
+        let w = geometry.weights[f];
+        let face = w * g[owner[f] as usize] + (1.0 - w) * g[neighbour[f] as usize];
+        psi[f] = geometry.face_area_vectors[f].dot(&face);
+    }
+    for b in (0..active.len()).filter(|&b| active[b]) {
+        let face = filter(&u.boundary[b], &d_boundary[b]);
+        psi[first + b] = geometry.face_area_vectors[first + b].dot(&face);
+    }
+    psi
 }

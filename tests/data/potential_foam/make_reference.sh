@@ -2,21 +2,24 @@
 # Regenerates the potentialFoam (OpenFOAM v1912) reference of
 # tests/potential_foam.rs: the cylinder and pitzDaily tutorials, meshed by
 # blockMesh (the cylinder's #codeStream vertices written out as a list), run
-# with `potentialFoam -writePhi -writephi`. The Phi solver is PCG/DIC to
-# 1e-12 (the tutorials' GAMG is not reproduced iteration by iteration), the
+# with `potentialFoam -writePhi -writephi -writep`. The Phi and p solvers are
+# PCG/DIC to 1e-12 (the tutorials' GAMG is not reproduced iteration by iteration), the
 # fields are written with 17 digits and gzipped.
 #
 # The Debian v1912 build writes a wrong U in odd-numbered cells, so the
 # reference velocity is fvc::reconstruct(phi) of OpenFOAM's phi, computed
-# here by reconstruct_phi.py (numpy), not the U potentialFoam wrote.
+# here by reconstruct_phi.py (numpy), not the U potentialFoam wrote. The
+# approximate pressure p of -writep is computed from the U potentialFoam
+# holds, which is the U it wrote: that U (U_openfoam.gz) is kept with p so
+# that the pressure step can be checked on OpenFOAM's own input.
 #
 # Usage: tests/data/potential_foam/make_reference.sh   (from the repository root)
 set -euo pipefail
 export WM_PROJECT_DIR=${WM_PROJECT_DIR:-/usr/share/openfoam}
 here=$(cd "$(dirname "$0")" && pwd)
 tutorials=/usr/share/doc/openfoam-examples/examples/basic/potentialFoam
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=${KEEP_WORK:-$(mktemp -d)}
+[ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 
 for name in cylinder pitzDaily; do
   dir="$work/$name"
@@ -46,14 +49,15 @@ text = re.sub(r"Phi\s*\{[^}]*\}",
               "        tolerance       1e-12;\n        relTol          0;\n    }", text, count=1)
 open(path, "w").write(text)
 PY
-  (cd "$dir" && blockMesh > log.blockMesh && potentialFoam -writePhi -writephi > log.potentialFoam)
+  (cd "$dir" && blockMesh > log.blockMesh && potentialFoam -writePhi -writephi -writep > log.potentialFoam)
   out="$here/$name"
   rm -rf "$out"
   mkdir -p "$out/0" "$out/constant" "$out/reference"
   cp -r "$dir/system" "$out/"
   cp "$tutorials/$name/0.orig/U" "$tutorials/$name/0.orig/p" "$out/0/"
   cp -r "$dir/constant/polyMesh" "$out/constant/"
-  cp "$dir/0/Phi.gz" "$dir/0/phi.gz" "$out/reference/"
+  cp "$dir/0/Phi.gz" "$dir/0/phi.gz" "$dir/0/p.gz" "$out/reference/"
+  cp "$dir/0/U.gz" "$out/reference/U_openfoam.gz"
   python3 "$here/reconstruct_phi.py" "$dir" | gzip -9 > "$out/reference/U_reconstructed.gz"
-  grep -E '^(GAMG|DICPCG|Continuity|Interpolated)' "$dir/log.potentialFoam" > "$out/reference/log.potentialFoam"
+  grep -E '^(GAMG|DICPCG|Continuity|Interpolated|Calculating approximate)' "$dir/log.potentialFoam" > "$out/reference/log.potentialFoam"
 done
