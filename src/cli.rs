@@ -383,7 +383,7 @@ fn run_command<M: Measurements>(
                 )),
                 _ if supported.is_err() => supported.map(|()| 0).map_err(Into::into),
                 _ if case::potential_foam::is_potential_foam_case(&case) => {
-                    run_potential(&case, device, ranks, &application_options)
+                    run_potential(&case, device, ranks, &application_options, vtk)
                 }
                 _ if !application_options.is_empty() => Err(anyhow::anyhow!(
                     "options after '--' ({}) are for potentialFoam cases; {} is not one",
@@ -663,12 +663,15 @@ fn while_opening_gpu<T>(
     })
 }
 
-/// `run` of a potentialFoam case: serial, the Φ solves on the chosen device.
+/// `run` of a potentialFoam case: serial, the Φ (and p) solves on the chosen
+/// device; then, unless `--vtk none`, the time directory it wrote as the VTK
+/// series CASE/VTK/NAME.pvd (as `foam-to-vtk` converts it).
 fn run_potential(
     case_dir: &Path,
     device: crate::gpu::DeviceChoice,
     ranks: Option<usize>,
     options: &[String],
+    vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
     if ranks.is_some_and(|n| n > 1) || launched_by_mpi() {
         anyhow::bail!(
@@ -682,7 +685,15 @@ fn run_potential(
         Some(gpu) => case::Device::Gpu(gpu),
         None => case::Device::Cpu,
     };
-    case::potential_foam::run_potential_foam(case_dir, options, device)?;
+    let summary = case::potential_foam::run_potential_foam(case_dir, options, device)?;
+    let encoding = match vtk {
+        Some(VtkChoice::None) => return Ok(0),
+        Some(VtkChoice::Encoding(encoding)) => encoding,
+        None => crate::io::vtk::VtkEncoding::default(),
+    };
+    let written =
+        case::foam_to_vtk::TimeSelection::List(vec![(Some(summary.time), Some(summary.time))]);
+    foam_to_vtk(case_dir, Some(written), false, encoding, None)?;
     Ok(0)
 }
 

@@ -145,14 +145,42 @@ fn command_line_dispatches_on_the_application_and_takes_its_options() {
         !out.status.success() && log.contains("option '-bogus' is not supported"),
         "{log}"
     );
-    let out = run(&["-writep"]);
+    let vtk_dir = dir.join("VTK");
+    assert!(vtk_dir.is_dir());
+    std::fs::remove_dir_all(&vtk_dir).unwrap();
+    let out = common::fvpoisson(&[
+        "run",
+        dir.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--vtk",
+        "ascii",
+        "--",
+        "-writep",
+    ]);
     let log =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{log}");
     let solving_p = log.find("Solving for p,");
     let calculating = log.find("Calculating approximate pressure field");
     assert!(calculating.is_some() && solving_p > calculating, "{log}");
-    assert!(dir.join("0/p.gz").is_file() || dir.join("0/p").is_file());
+    // The VTK series holds the p written.
+    let n = MeshSource::PolyMesh(dir.clone()).load().unwrap().n_cells();
+    let p = cells(&dir.join("0/p"), n);
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    let vtu = std::fs::read_to_string(vtk_dir.join(format!("{name}_000000/internal.vtu"))).unwrap();
+    let start = vtu.find("Name=\"p\"").expect("p in the VTK output");
+    let values: Vec<f64> = vtu[start..]
+        .split_once('>')
+        .unwrap()
+        .1
+        .split("</DataArray>")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(values, p);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

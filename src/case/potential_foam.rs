@@ -83,6 +83,8 @@ pub struct PotentialFoamSummary {
     /// Every p solve (`-writep`).
     pub pressure_solves: Vec<SolverPerformance>,
     pub continuity_error: f64,
+    /// The time whose directory was read and written.
+    pub time: f64,
     /// The files written.
     pub written: Vec<PathBuf>,
     /// One line per entry nobody read or setting mapped to another.
@@ -579,6 +581,7 @@ impl PotentialFoamCase {
             solves: flow_result.solves,
             pressure_solves,
             continuity_error: flow_result.continuity_error,
+            time: start,
             written,
             warnings: self.warnings,
         })
