@@ -133,7 +133,7 @@ enum Command<B: Args, P: Args> {
         #[arg(long, value_name = "json|FILE.json")]
         timings: Option<TimingsOutput>,
         /// Options of the case's OpenFOAM application, after `--`
-        /// (potentialFoam: -writephi, -writePhi).
+        /// (potentialFoam: -writephi, -writePhi, -writep).
         #[arg(last = true, allow_hyphen_values = true, value_name = "OPTIONS")]
         application_options: Vec<String>,
     },
