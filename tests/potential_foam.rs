@@ -201,37 +201,63 @@ fn edit(path: &Path, from: &str, to: &str) {
     std::fs::write(path, text.replacen(from, to, 1)).unwrap();
 }
 
+/// A change to the case against one of the reference runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Variant {
+    /// The case as OpenFOAM ran it.
+    AsRun,
+    /// nNonOrthogonalCorrectors 0 (against the run with 3).
+    NoCorrectors,
+    /// div(phi,U) Gauss upwind, not bounded (against that scheme's run).
+    Upwind,
+}
+
 /// -writep's pressure step fed the reference φ and OpenFOAM's written U
-/// (`openfoam`) or fvc::reconstruct of its φ: the relative difference from
+/// (`openfoam_u`) or fvc::reconstruct of its φ: the relative difference from
 /// the p OpenFOAM wrote, and the number of p solves.
-fn pressure_of_reference_fields(name: &str, velocity: &str) -> (f64, usize) {
+fn pressure_of_reference_fields(name: &str, openfoam_u: bool, variant: Variant) -> (f64, usize) {
     let dir = case_copy(name, "pressure_step");
-    if velocity == "openfoam, no correctors" {
-        edit(
-            &dir.join("system/fvSolution"),
-            "nNonOrthogonalCorrectors 3;",
-            "nNonOrthogonalCorrectors 0;",
-        );
-    }
+    let reference_p = match variant {
+        Variant::AsRun => "p",
+        Variant::NoCorrectors => {
+            edit(
+                &dir.join("system/fvSolution"),
+                "nNonOrthogonalCorrectors 3;",
+                "nNonOrthogonalCorrectors 0;",
+            );
+            "p"
+        }
+        Variant::Upwind => {
+            edit(
+                &dir.join("system/fvSchemes"),
+                "bounded Gauss linear;",
+                "Gauss upwind;",
+            );
+            "p_upwind"
+        }
+    };
     let case = PotentialFoamCase::read(&dir, WRITE_PRESSURE).unwrap();
     let mesh = case.mesh();
     let n = mesh.n_cells();
     let reference = data(name).join("reference");
-    let u = match velocity {
-        "openfoam" | "openfoam, no correctors" => {
-            VectorFieldFile::read(&reference.join("U_openfoam"), n)
-                .unwrap()
-                .internal
-                .expand(n)
-        }
-        _ => reconstructed_reference(name),
+    let u = match openfoam_u {
+        true => VectorFieldFile::read(&reference.join("U_openfoam"), n)
+            .unwrap()
+            .internal
+            .expand(n),
+        false => reconstructed_reference(name),
     };
     let phi = flux(&reference.join("phi"), mesh);
     let pressure = case.approximate_pressure(&u, &phi, Device::Cpu).unwrap();
-    let d = max_diff_over_max(&pressure.p, &cells(&reference.join("p"), n));
+    let d = max_diff_over_max(&pressure.p, &cells(&reference.join(reference_p), n));
     println!(
-        "{name}: {} p solves from the {velocity} U; max relative difference p {d:.2e}",
-        pressure.solves.len()
+        "{name} {variant:?}: {} p solves from {} U; max relative difference p {d:.2e}",
+        pressure.solves.len(),
+        if openfoam_u {
+            "OpenFOAM's"
+        } else {
+            "the reconstructed"
+        }
     );
     std::fs::remove_dir_all(&dir).unwrap();
     (d, pressure.solves.len())
@@ -241,16 +267,18 @@ fn pressure_of_reference_fields(name: &str, velocity: &str) -> (f64, usize) {
 fn pressure_step_on_openfoams_fields_matches_potential_foam() {
     // nNonOrthogonalCorrectors 3 and 2.
     for (name, solves) in [("cylinder", 4), ("pitzDaily", 3)] {
-        let (d, n) = pressure_of_reference_fields(name, "openfoam");
+        let (d, n) = pressure_of_reference_fields(name, true, Variant::AsRun);
         assert!(d <= PARITY, "{name}: p differs by {d:.2e}");
         assert_eq!(n, solves, "{name}");
         // OpenFOAM's p is that of the U it wrote (wrong in odd cells), not
         // that of the reconstruction of its φ.
-        let (d, _) = pressure_of_reference_fields(name, "reconstructed");
+        let (d, _) = pressure_of_reference_fields(name, false, Variant::AsRun);
         assert!(d > 0.1, "{name}: {d:.2e}");
     }
+    let (d, _) = pressure_of_reference_fields("cylinder", true, Variant::Upwind);
+    assert!(d <= PARITY, "upwind: p differs by {d:.2e}");
     // The cylinder's mesh is non-orthogonal enough for the correctors to count.
-    let (d, n) = pressure_of_reference_fields("cylinder", "openfoam, no correctors");
+    let (d, n) = pressure_of_reference_fields("cylinder", true, Variant::NoCorrectors);
     assert!(n == 1 && d > 1e-2, "{n} solves: {d:.2e}");
 }
 

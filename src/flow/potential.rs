@@ -388,3 +388,103 @@ fn filtered_convection(
     }
     psi
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fvm::PatchValues;
+    use crate::solve::{solve_pcg, PreconditionerKind, SolverControls};
+
+    /// p of a uniform velocity (1, 0.5, −0.25) with a flux that is not
+    /// divergence-free, p fixed at 0 on every patch.
+    fn pressure_of_uniform_velocity(convection: VelocityConvection) -> Vec<f64> {
+        let mesh = crate::mesh::load("box:5x4x3").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let velocity = Vec3::new(1.0, 0.5, -0.25);
+        let first = mesh.n_internal_faces();
+        let cells = vec![velocity; mesh.n_cells()];
+        let boundary = vec![velocity; mesh.n_faces() - first];
+        let phi: Vec<f64> = (0..mesh.n_faces())
+            .map(|f| 0.01 * (f as f64).sin())
+            .collect();
+        let settings = PotentialSettings {
+            schemes: Schemes::default(),
+            n_non_orth_correctors: 0,
+            reference_cell: 0,
+            reference_value: 0.0,
+        };
+        let conditions = BoundaryCondition::on_every_patch(
+            &mesh,
+            BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+        );
+        let controls = SolverControls {
+            tolerance: 1e-14,
+            ..SolverControls::default()
+        };
+        let mut solve = |a: &crate::sparse::Csr, b: &[f64], x: &mut [f64], _last: bool| {
+            solve_pcg(a, PreconditionerKind::Jacobi, b, x, &controls, "p")
+        };
+        approximate_pressure(
+            &mesh,
+            &geometry,
+            &settings,
+            convection,
+            conditions,
+            VelocityField {
+                cells: &cells,
+                boundary: &boundary,
+            },
+            &phi,
+            vec![0.0; mesh.n_cells()],
+            &mut solve,
+        )
+        .unwrap()
+        .p
+    }
+
+    #[test]
+    fn bounded_convection_of_a_uniform_velocity_has_no_pressure() {
+        for upwind in [false, true] {
+            // Unbounded: ∇·(φU) = (∇·φ) U drives a pressure; bounded takes
+            // (∇·φ) U off and leaves none.
+            let unbounded = pressure_of_uniform_velocity(VelocityConvection {
+                upwind,
+                bounded: false,
+            });
+            let bounded = pressure_of_uniform_velocity(VelocityConvection {
+                upwind,
+                bounded: true,
+            });
+            let largest = |p: &[f64]| p.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            assert!(largest(&unbounded) > 1e-4, "{}", largest(&unbounded));
+            assert!(largest(&bounded) < 1e-12, "{}", largest(&bounded));
+        }
+    }
+
+    #[test]
+    fn only_gauss_linear_and_upwind_convection_is_taken() {
+        let parse = VelocityConvection::from_foam;
+        assert_eq!(
+            parse("bounded Gauss linear").unwrap(),
+            VelocityConvection {
+                upwind: false,
+                bounded: true
+            }
+        );
+        assert_eq!(
+            parse("Gauss upwind").unwrap(),
+            VelocityConvection {
+                upwind: true,
+                bounded: false
+            }
+        );
+        for text in [
+            "Gauss linearUpwind grad(U)",
+            "bounded Gauss limitedLinear 1",
+            "Gauss cubic",
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(text) && err.contains("not supported"), "{err}");
+        }
+    }
+}
