@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{cavity_case, write_case_toml};
+use common::{cavity_case, edit, write_case_toml};
 
 use fvpoisson::case::flow_case::{
     is_flow_case, read_flow_case, run_flow_case, run_flow_case_with_mesh,
@@ -21,12 +21,6 @@ use std::path::{Path, PathBuf};
 /// A copy of the shipped case in a fresh temporary directory.
 fn case_copy(name: &str) -> PathBuf {
     common::case_inputs_copy("cases/cavity_foam", name)
-}
-
-fn edit(path: &Path, from: &str, to: &str) {
-    let text = std::fs::read_to_string(path).unwrap();
-    assert!(text.contains(from), "{} has no '{from}'", path.display());
-    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
 }
 
 #[test]

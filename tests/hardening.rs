@@ -4,7 +4,7 @@
 //! a run that does not converge ends with exit code 1 and a summary line.
 
 mod common;
-use common::Scratch;
+use common::{edit, Scratch};
 
 use std::fs;
 use std::io::Read;
@@ -17,12 +17,6 @@ fn steady_case(dir: &Path) -> PathBuf {
     let case = dir.join("case");
     common::copy_case_inputs(&common::repo("cases/laplacian_foam_steady"), &case);
     case
-}
-
-fn edit(path: &Path, from: &str, to: &str) {
-    let text = fs::read_to_string(path).unwrap();
-    assert!(text.contains(from), "{}: no '{from}'", path.display());
-    fs::write(path, text.replacen(from, to, 1)).unwrap();
 }
 
 /// Runs the binary with `args`, killed after `limit`: (exit code, stderr

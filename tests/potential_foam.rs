@@ -12,7 +12,7 @@ use fvpoisson::mesh::{MeshSource, PatchKind, Vec3};
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{copy_dir, max_diff_over_max};
+use common::{copy_dir, edit, max_diff_over_max};
 
 const PARITY: f64 = 1e-8;
 
@@ -194,13 +194,6 @@ const WRITE_PRESSURE: PotentialOptions = PotentialOptions {
     write_pressure: true,
 };
 
-/// Replaces `from` by `to` in the case file `path` (which must contain it).
-fn edit(path: &Path, from: &str, to: &str) {
-    let text = std::fs::read_to_string(path).unwrap();
-    assert!(text.contains(from), "{}: no '{from}'", path.display());
-    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
-}
-
 /// A change to the case against one of the reference runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Variant {
@@ -316,14 +309,10 @@ fn writep_writes_the_pressure_of_its_own_velocity() {
     );
     let mesh = case.mesh();
     let n = mesh.n_cells();
-    let u = VectorFieldFile::read(&dir.join("0/U"), n)
-        .unwrap()
-        .internal
-        .expand(n);
+    let (u, p) = common::flow_fields(&dir.join("0"), n);
     let phi = flux(&dir.join("0/phi"), mesh);
     let expected = case.approximate_pressure(&u, &phi, Device::Cpu).unwrap();
     let file = ScalarFieldFile::read(&dir.join("0/p"), n).unwrap();
-    let p = file.internal.clone().expand(n);
     assert!(p.iter().all(|x| x.is_finite()));
     let d = max_diff_over_max(&p, &expected.p);
     assert!(

@@ -188,6 +188,14 @@ pub fn copy_case_inputs(from: &std::path::Path, to: &std::path::Path) {
     copy(from, to, true);
 }
 
+/// Replaces the first `from` in the file `path` by `to`; `from` must be there.
+#[allow(dead_code)] // not every test that shares this module edits case files
+pub fn edit(path: &std::path::Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(from), "{}: no '{from}'", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
 /// The cell values of U and p in the time directory `at` (OpenFOAM files,
 /// plain or gzipped) of a mesh of `n` cells.
 #[allow(dead_code)] // not every test that shares this module reads flow fields
