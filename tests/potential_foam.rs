@@ -252,6 +252,33 @@ fn pressure_of_reference_fields(name: &str, openfoam_u: bool, variant: Variant) 
             "the reconstructed"
         }
     );
+    if openfoam_u && variant == Variant::AsRun {
+        // The solves are OpenFOAM's: initial residuals (normalised as
+        // OpenFOAM does) and iteration counts of its log.
+        let log = std::fs::read_to_string(reference.join("log.potentialFoam")).unwrap();
+        let logged: Vec<(f64, usize)> = log
+            .lines()
+            .filter_map(|line| line.strip_prefix("DICPCG:  Solving for p, Initial residual = "))
+            .map(|rest| {
+                let (initial, rest) = rest.split_once(',').unwrap();
+                let iterations = rest.rsplit_once(' ').unwrap().1;
+                (initial.parse().unwrap(), iterations.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(logged.len(), pressure.solves.len(), "{name}");
+        for (solve, (initial, iterations)) in pressure.solves.iter().zip(logged) {
+            println!(
+                "  initial residual {:.6e} (OpenFOAM {initial:.6e}), {} iterations ({iterations})",
+                solve.initial_residual, solve.iterations
+            );
+            assert!(
+                (solve.initial_residual - initial).abs() <= 1e-8 * initial,
+                "{name}: initial residual {} against {initial}",
+                solve.initial_residual
+            );
+            assert!(solve.iterations.abs_diff(iterations) <= 1, "{name}");
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
     (d, pressure.solves.len())
 }
