@@ -175,7 +175,8 @@ impl PotentialFoamCase {
         let schemes = Schemes::from_foam(&laplacian, &grad).map_err(|e| {
             CaseError::Mesh(schemes_dict.error(format!("the Phi equation's schemes: {e}")))
         })?;
-        let pressure_schemes = if options.write_pressure {
+        // -writep: the p equation's schemes, then its solver.
+        let pressure_inputs = if options.write_pressure {
             Some(read_pressure_schemes(&schemes_dict)?)
         } else {
             schemes_dict.ignore("divSchemes");
@@ -191,9 +192,11 @@ impl PotentialFoamCase {
         }
         let solution = r.dict("system/fvSolution")?;
         let solver = r.solver_for(&solution, "Phi", true)?;
-        let p_solver = match options.write_pressure {
-            true => Some(r.solver_for(&solution, "p", true)?),
-            false => None,
+        let pressure_inputs = match pressure_inputs {
+            Some((schemes, convection)) => {
+                Some((schemes, convection, r.solver_for(&solution, "p", true)?))
+            }
+            None => None,
         };
         let flow = solution.get_dict("potentialFlow")?;
         let n_non_orth_correctors = flow.get_or("nNonOrthogonalCorrectors", 0usize)?;
@@ -207,12 +210,8 @@ impl PotentialFoamCase {
         let p_path = start_dir.join("p");
         let p_file = if p_path.is_file() || crate::foam::gz_path(&p_path).is_file() {
             Some(ScalarFieldFile::read(&p_path, n)?)
-        } else if options.write_pressure {
-            return Err(CaseError::invalid(format!(
-                "{}: potentialFoam -writep needs the pressure field (its boundary conditions); \
-                 add the file or run without -writep",
-                p_path.display()
-            )));
+        } else if pressure_inputs.is_some() {
+            return Err(missing_pressure(&p_path));
         } else {
             None
         };
@@ -286,8 +285,9 @@ impl PotentialFoamCase {
             reference_cell,
             reference_value,
         };
-        let pressure = match pressure_schemes {
-            Some((schemes, convection)) => {
+        let pressure = match (pressure_inputs, &p_file) {
+            (Some(_), None) => return Err(missing_pressure(&p_path)),
+            (Some((schemes, convection, solver)), Some(p)) => {
                 let fixed = pressure_conditions
                     .iter()
                     .any(|c| matches!(c, BoundaryCondition::FixedValue(_)));
@@ -306,9 +306,6 @@ impl PotentialFoamCase {
                          'pRefCell N;' (and 'pRefValue v;') in potentialFlow",
                     )));
                 };
-                let (Some(solver), Some(p)) = (p_solver, &p_file) else {
-                    unreachable!("read with -writep above")
-                };
                 Some(PressureStep {
                     settings: PotentialSettings {
                         schemes,
@@ -323,7 +320,7 @@ impl PotentialFoamCase {
                     solver,
                 })
             }
-            None => {
+            (None, _) => {
                 // potentialFoam reads them only for -writep.
                 flow.ignore("pRefCell");
                 flow.ignore("pRefValue");
@@ -604,6 +601,15 @@ fn flow_error(case_dir: &Path, e: FlowError) -> CaseError {
         FlowError::Solve { field, source } => CaseError::Solve { field, source },
         FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", case_dir.display())),
     }
+}
+
+/// The error of a `-writep` run without the pressure file `p_path`.
+fn missing_pressure(p_path: &Path) -> CaseError {
+    CaseError::invalid(format!(
+        "{}: potentialFoam -writep needs the pressure field (its boundary conditions); add \
+         the file or run without -writep",
+        p_path.display()
+    ))
 }
 
 /// The schemes of `-writep`'s pressure equation: `laplacian(p)` and
