@@ -19,7 +19,9 @@ use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
 use super::setup::LinearSolver;
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
-use crate::flow::output::{flux_patch_types, PHI_DIMENSIONS, P_DIMENSIONS, U_DIMENSIONS};
+use crate::flow::output::{
+    flux_patch_types, written_patch_types, PHI_DIMENSIONS, P_DIMENSIONS, U_DIMENSIONS,
+};
 use crate::flow::potential::{
     approximate_pressure, potential_flow, ApproximatePressure, PotentialSettings,
     VelocityConvection, VelocityField,
@@ -30,8 +32,8 @@ use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
 use crate::gpu::pcg::GpuSolver;
 use crate::io::foam_field::{
-    time_name, write_time_field, write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions,
-    ScalarFieldFile, ScalarFieldOutput, VectorFieldFile,
+    time_name, write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions, ScalarFieldFile,
+    VectorFieldFile,
 };
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
 use crate::solve::gamg::GamgCache;
@@ -484,11 +486,8 @@ impl PotentialFoamCase {
         .map_err(|e| flow_error(case_dir, e))?;
         let u_boundary = self.velocity_boundary(&flow_result.u);
         let mut written = Vec::new();
-        let u_types: Vec<&str> = self
-            .velocity
-            .iter()
-            .map(VelocityCondition::foam_name)
-            .collect();
+        let u_types =
+            written_patch_types(mesh, self.velocity.iter().map(VelocityCondition::foam_name));
         written.push(write_time_field_of(
             case_dir,
             start,
@@ -525,16 +524,21 @@ impl PotentialFoamCase {
             )?);
         }
         if self.options.write_potential {
-            written.push(write_time_field(
+            let potential_types = written_patch_types(
+                mesh,
+                self.conditions.iter().map(BoundaryCondition::foam_name),
+            );
+            written.push(write_time_field_of(
                 case_dir,
                 start,
                 mesh,
-                &ScalarFieldOutput {
+                &FieldOutput {
                     name: "Phi",
-                    cells: &flow_result.potential,
-                    boundary: &self.conditions,
+                    internal: &flow_result.potential,
+                    patch_types: &potential_types,
                     boundary_values: &flow_result.potential_boundary,
                 },
+                false,
                 &FoamWriteOptions {
                     dimensions: POTENTIAL_DIMENSIONS,
                     ..write

@@ -7,10 +7,7 @@
 use super::simple::{IterationReport, Simple};
 use super::VelocityCondition;
 use crate::fvm::BoundaryCondition;
-use crate::io::foam_field::{
-    write_time_field, write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions,
-    ScalarFieldOutput,
-};
+use crate::io::foam_field::{write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions};
 use crate::io::vtk::{write_vtu, Field, VtkEncoding, VtkSeries};
 use crate::io::OutputError;
 use crate::mesh::{Mesh, PatchKind, Vec3};
@@ -166,10 +163,24 @@ pub(crate) const PHI_DIMENSIONS: Dimensions = Dimensions([0.0, 3.0, -1.0, 0.0, 0
 /// The patch types of a written flux φ: `calculated` on patches and walls,
 /// the constraint type (`empty`, `symmetry`, ...) elsewhere.
 pub(crate) fn flux_patch_types(mesh: &Mesh) -> Vec<&'static str> {
+    written_patch_types(mesh, std::iter::repeat("calculated"))
+}
+
+/// The type to write for each patch of a field whose conditions have the
+/// names `conditions` (in patch order): on constraint patches
+/// (`symmetryPlane`, `symmetry`, `empty`) the patch's own type, which
+/// OpenFOAM requires of every field there; a velocity's `symmetry` on a patch
+/// or wall (read from `slip`) as `slip`; else the condition's name.
+pub(crate) fn written_patch_types<'a>(
+    mesh: &Mesh,
+    conditions: impl IntoIterator<Item = &'a str>,
+) -> Vec<&'a str> {
     mesh.patches()
         .iter()
-        .map(|patch| match patch.kind {
-            PatchKind::Patch | PatchKind::Wall => "calculated",
+        .zip(conditions)
+        .map(|(patch, condition)| match patch.kind {
+            PatchKind::Patch | PatchKind::Wall if condition == "symmetry" => "slip",
+            PatchKind::Patch | PatchKind::Wall => condition,
             constraint => constraint.foam_name(),
         })
         .collect()
@@ -202,7 +213,7 @@ pub fn write_time_directory_at(
 ) -> Result<Vec<PathBuf>, OutputError> {
     let mesh = simple.mesh();
     let first = mesh.n_internal_faces();
-    let u_types: Vec<&str> = velocity.iter().map(VelocityCondition::foam_name).collect();
+    let u_types = written_patch_types(mesh, velocity.iter().map(VelocityCondition::foam_name));
     let u = write_time_field_of(
         case_dir,
         time,
@@ -219,16 +230,18 @@ pub fn write_time_directory_at(
             ..*options
         },
     )?;
-    let p = write_time_field(
+    let p_types = written_patch_types(mesh, pressure.iter().map(BoundaryCondition::foam_name));
+    let p = write_time_field_of(
         case_dir,
         time,
         mesh,
-        &ScalarFieldOutput {
+        &FieldOutput {
             name: "p",
-            cells: &simple.p,
-            boundary: pressure,
+            internal: &simple.p,
+            patch_types: &p_types,
             boundary_values: &simple.boundary_pressure(),
         },
+        false,
         &FoamWriteOptions {
             dimensions: P_DIMENSIONS,
             ..*options
