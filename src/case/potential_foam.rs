@@ -12,7 +12,9 @@
 //! Writes `<time>/U` (`fvc::reconstruct(φ)`), with `-writephi` `<time>/phi`,
 //! with `-writePhi` `<time>/Phi` and with `-writep` `<time>/p` (the
 //! approximate pressure of [`crate::flow::potential::approximate_pressure`],
-//! its patch types as `<time>/p` gave them), as potentialFoam does.
+//! its patch types as `<time>/p` gave them), as potentialFoam does; on
+//! constraint patches every field takes the patch's type, as OpenFOAM
+//! requires to read it back.
 
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
