@@ -387,7 +387,6 @@ mod tests {
                 bits(&reference.cell_centres),
                 "{spec}"
             );
-            let scalar_bits = |v: &[f64]| -> Vec<u64> { v.iter().map(|x| x.to_bits()).collect() };
             assert_eq!(
                 scalar_bits(&serial.cell_volumes),
                 scalar_bits(&reference.cell_volumes)
