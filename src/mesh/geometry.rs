@@ -10,15 +10,12 @@
 
 use super::{Label, Mesh, MeshError, Vec3};
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// OpenFOAM's `ROOTVSMALL` for double precision.
 pub const ROOTVSMALL: f64 = 1e-150;
 /// OpenFOAM's `VSMALL` for double precision.
 pub const VSMALL: f64 = 1e-300;
-
-/// Faces handled per parallel chunk: large enough to amortise the fork, small
-/// enough that the chunk's face centres stay in cache for the sequential sums.
-const CHUNK: usize = 1 << 15;
 
 /// Centre and area vector of a polygon, as OpenFOAM computes them: a triangle
 /// fan about the point average, the centre weighted by triangle areas.
@@ -40,7 +37,7 @@ pub fn face_centre_and_area(points: &[Vec3], face: &[Label]) -> (Vec3, Vec3) {
     let mut sum_ac = Vec3::zeros();
     for i in 0..n {
         let this = p(i);
-        let next = p((i + 1) % n);
+        let next = p(if i + 1 == n { 0 } else { i + 1 });
         let c = this + next + centre;
         let tri_n = (next - this).cross(&(centre - this));
         let a = tri_n.norm();
@@ -54,6 +51,34 @@ pub fn face_centre_and_area(points: &[Vec3], face: &[Label]) -> (Vec3, Vec3) {
         sum_ac / (3.0 * sum_a)
     };
     (fc, 0.5 * sum_n)
+}
+
+/// `data` (one entry per cell) split at the boundaries of `parts`.
+fn split_by_parts<'a, T>(data: &'a mut [T], parts: &[Range<usize>]) -> Vec<&'a mut [T]> {
+    crate::slices::split_lengths(data, parts.iter().map(|p| p.len()))
+}
+
+/// Calls `visit(face, cell, is_owner)` for each side of the faces `faces`
+/// whose cell is in `cells`, in face order (owner before neighbour).
+#[inline]
+fn for_each_side_in(
+    faces: &Range<usize>,
+    owner: &[Label],
+    neighbour: &[Label],
+    cells: &Range<usize>,
+    mut visit: impl FnMut(usize, usize, bool),
+) {
+    for f in faces.clone() {
+        let o = owner[f] as usize;
+        if cells.contains(&o) {
+            visit(f, o, true);
+        }
+        if let Some(&n) = neighbour.get(f) {
+            if cells.contains(&(n as usize)) {
+                visit(f, n as usize, false);
+            }
+        }
+    }
 }
 
 /// A usable cell volume: above `VSMALL`, and not NaN.
@@ -85,90 +110,77 @@ impl Geometry {
         let owner = mesh.owner();
         let neighbour = mesh.neighbour();
 
-        let mut face_area_vectors = vec![Vec3::zeros(); n_faces];
-        let mut boundary_face_centres = vec![Vec3::zeros(); n_faces - n_internal];
-        let mut centre_sum = vec![Vec3::zeros(); n_cells];
-        let mut n_cell_faces = vec![0u32; n_cells];
-        let mut centres = vec![Vec3::zeros(); CHUNK];
+        // Pass 1: face centres and area vectors, each face once. The centres
+        // are kept through the passes below (24 bytes a face, dropped at the
+        // end but for the boundary's): computing them again in each pass cost
+        // more than the whole cell loops.
+        let (mut face_centres, face_area_vectors): (Vec<Vec3>, Vec<Vec3>) = (0..n_faces)
+            .into_par_iter()
+            .map(|f| face_centre_and_area(points, faces.face(f)))
+            .unzip();
 
-        // Pass 1: face areas; estimated cell centres as the average of face centres.
-        for (chunk, areas) in face_area_vectors.chunks_mut(CHUNK).enumerate() {
-            let first = chunk * CHUNK;
-            centres[..areas.len()]
-                .par_iter_mut()
-                .zip(areas.par_iter_mut())
-                .enumerate()
-                .for_each(|(i, (c, s))| {
-                    (*c, *s) = face_centre_and_area(points, faces.face(first + i))
+        // Estimated cell centres, the average of their face centres. The sums
+        // run in parallel over the cell parts, each part adding the faces of
+        // its own cells in face order: the serial loop's bits.
+        let parts = super::cell_parts(n_cells);
+        let mut estimated = vec![Vec3::zeros(); n_cells];
+        split_by_parts(&mut estimated, &parts)
+            .into_par_iter()
+            .zip(&parts)
+            .for_each(|(sums, cells)| {
+                let mut counts = vec![0u32; cells.len()];
+                for_each_side_in(&(0..n_faces), owner, neighbour, cells, |f, c, _| {
+                    sums[c - cells.start] += face_centres[f];
+                    counts[c - cells.start] += 1;
                 });
-            for (i, c) in centres[..areas.len()].iter().enumerate() {
-                let f = first + i;
-                let o = owner[f] as usize;
-                centre_sum[o] += c;
-                n_cell_faces[o] += 1;
-                if f < n_internal {
-                    let n = neighbour[f] as usize;
-                    centre_sum[n] += c;
-                    n_cell_faces[n] += 1;
-                } else {
-                    boundary_face_centres[f - n_internal] = *c;
+                for (s, &n) in sums.iter_mut().zip(&counts) {
+                    *s /= n.max(1) as f64;
                 }
-            }
-        }
-        // In place: a second cell-sized array would raise the peak memory.
-        let mut estimated = centre_sum;
-        estimated
-            .par_iter_mut()
-            .zip(n_cell_faces.par_iter())
-            .for_each(|(s, &n)| *s /= n.max(1) as f64);
-        drop(n_cell_faces);
+            });
 
         // Pass 2: pyramid decomposition about the estimated centre.
-        let mut weighted_centre = vec![Vec3::zeros(); n_cells];
-        let mut volume3 = vec![0.0f64; n_cells];
-        for first in (0..n_faces).step_by(CHUNK) {
-            let len = CHUNK.min(n_faces - first);
-            centres[..len]
-                .par_iter_mut()
-                .enumerate()
-                .for_each(|(i, c)| *c = face_centre_and_area(points, faces.face(first + i)).0);
-            for (i, cf) in centres[..len].iter().enumerate() {
-                let f = first + i;
-                let sf = face_area_vectors[f];
-                let o = owner[f] as usize;
-                let pyr3 = sf.dot(&(cf - estimated[o]));
-                weighted_centre[o] += pyr3 * (0.75 * cf + 0.25 * estimated[o]);
-                volume3[o] += pyr3;
-                if f < n_internal {
-                    let n = neighbour[f] as usize;
-                    let pyr3 = sf.dot(&(estimated[n] - cf));
-                    weighted_centre[n] += pyr3 * (0.75 * cf + 0.25 * estimated[n]);
-                    volume3[n] += pyr3;
+        let mut cell_centres = vec![Vec3::zeros(); n_cells];
+        let mut cell_volumes = vec![0.0f64; n_cells];
+        split_by_parts(&mut cell_centres, &parts)
+            .into_par_iter()
+            .zip(split_by_parts(&mut cell_volumes, &parts))
+            .zip(&parts)
+            .for_each(|((weighted, volumes), cells)| {
+                for_each_side_in(&(0..n_faces), owner, neighbour, cells, |f, c, is_owner| {
+                    let cf = face_centres[f];
+                    let sf = face_area_vectors[f];
+                    let est = estimated[c];
+                    // The owner's pyramid is on the side the area vector points to.
+                    let pyr3 = if is_owner {
+                        sf.dot(&(cf - est))
+                    } else {
+                        sf.dot(&(est - cf))
+                    };
+                    weighted[c - cells.start] += pyr3 * (0.75 * cf + 0.25 * est);
+                    volumes[c - cells.start] += pyr3;
+                });
+                // Centre = Σ(pyr3 · pyramid centre) / Σ pyr3; volume = Σ pyr3 / 3.
+                let estimated = &estimated[cells.clone()];
+                for ((wc, v), est) in weighted.iter_mut().zip(volumes.iter_mut()).zip(estimated) {
+                    *wc = if v.abs() > VSMALL { *wc / *v } else { *est };
+                    *v /= 3.0;
                 }
-            }
-        }
-        drop(centres);
-        let mut cell_centres = weighted_centre;
-        cell_centres
-            .par_iter_mut()
-            .zip(volume3.par_iter())
-            .zip(estimated.par_iter())
-            .for_each(|((wc, &v3), est)| *wc = if v3.abs() > VSMALL { *wc / v3 } else { *est });
+            });
         drop(estimated);
-        let mut cell_volumes = volume3;
-        cell_volumes.par_iter_mut().for_each(|v| *v /= 3.0);
 
         // Pass 3: interpolation weights (the magnitudes keep them in [0, 1] even on
         // badly non-orthogonal faces, as OpenFOAM does).
         let weights: Vec<f64> = (0..n_internal)
             .into_par_iter()
             .map(|f| {
-                let (cf, sf) = face_centre_and_area(points, faces.face(f));
+                let (cf, sf) = (face_centres[f], face_area_vectors[f]);
                 let own = sf.dot(&(cf - cell_centres[owner[f] as usize])).abs();
                 let nei = sf.dot(&(cell_centres[neighbour[f] as usize] - cf)).abs();
                 nei / (own + nei)
             })
             .collect();
+        let boundary_face_centres = face_centres.split_off(n_internal);
+        drop(face_centres);
 
         Self {
             face_area_vectors,
@@ -275,6 +287,153 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-14 * (1.0 + a.abs().max(b.abs()))
+    }
+
+    /// OpenFOAM's loops as written (`primitiveMeshCellCentresAndVols`,
+    /// `makeWeights`): every face in order adding into its owner, then its
+    /// neighbour; the order whose bits [`Geometry::compute`] keeps.
+    fn face_order_reference(mesh: &Mesh) -> Geometry {
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let n = mesh.n_cells();
+        let fc: Vec<(Vec3, Vec3)> = (0..mesh.n_faces())
+            .map(|f| face_centre_and_area(mesh.points(), mesh.faces().face(f)))
+            .collect();
+        let mut est = vec![Vec3::zeros(); n];
+        let mut count = vec![0.0; n];
+        for (f, &(c, _)) in fc.iter().enumerate() {
+            est[owner[f] as usize] += c;
+            count[owner[f] as usize] += 1.0;
+            if let Some(&nb) = neighbour.get(f) {
+                est[nb as usize] += c;
+                count[nb as usize] += 1.0;
+            }
+        }
+        for (e, &k) in est.iter_mut().zip(&count) {
+            *e /= k;
+        }
+        let mut centres = vec![Vec3::zeros(); n];
+        let mut volumes = vec![0.0; n];
+        for (f, &(c, s)) in fc.iter().enumerate() {
+            let o = owner[f] as usize;
+            let pyr3 = s.dot(&(c - est[o]));
+            centres[o] += pyr3 * (0.75 * c + 0.25 * est[o]);
+            volumes[o] += pyr3;
+            if let Some(&nb) = neighbour.get(f) {
+                let nb = nb as usize;
+                let pyr3 = s.dot(&(est[nb] - c));
+                centres[nb] += pyr3 * (0.75 * c + 0.25 * est[nb]);
+                volumes[nb] += pyr3;
+            }
+        }
+        for ((c, v), e) in centres.iter_mut().zip(volumes.iter_mut()).zip(&est) {
+            *c = if v.abs() > VSMALL { *c / *v } else { *e };
+            *v /= 3.0;
+        }
+        let weights = (0..mesh.n_internal_faces())
+            .map(|f| {
+                let (c, s) = fc[f];
+                let own = s.dot(&(c - centres[owner[f] as usize])).abs();
+                let nei = s.dot(&(centres[neighbour[f] as usize] - c)).abs();
+                nei / (own + nei)
+            })
+            .collect();
+        Geometry {
+            face_area_vectors: fc.iter().map(|&(_, s)| s).collect(),
+            boundary_face_centres: fc[mesh.n_internal_faces()..]
+                .iter()
+                .map(|&(c, _)| c)
+                .collect(),
+            weights,
+            cell_centres: centres,
+            cell_volumes: volumes,
+        }
+    }
+
+    /// The geometry on one and on several threads has the bits of OpenFOAM's
+    /// face-order loops, and so do the cells' face lists: on a
+    /// renumbered, perturbed tet box (neighbours far from their owners) and
+    /// a hex box, each with enough cells for several parts.
+    #[test]
+    fn any_thread_count_gives_the_face_order_bits() {
+        for spec in [
+            "box:24x24x24:tet:perturb=0.2:renumber",
+            "box:40x40x40:perturb=0.1",
+        ] {
+            let mesh = crate::mesh::load(spec).unwrap();
+            let on = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    assert_eq!(
+                        crate::mesh::cell_parts(mesh.n_cells()).len(),
+                        threads.min(mesh.n_cells() >> 14).max(1)
+                    );
+                    (Geometry::compute(&mesh), mesh.cell_faces())
+                })
+            };
+            let (serial, serial_faces) = on(1);
+            let (parallel, parallel_faces) = on(5);
+            let reference = face_order_reference(&mesh);
+            let bits = |v: &[Vec3]| -> Vec<[u64; 3]> {
+                v.iter()
+                    .map(|p| [p.x.to_bits(), p.y.to_bits(), p.z.to_bits()])
+                    .collect()
+            };
+            let scalar_bits = |v: &[f64]| -> Vec<u64> { v.iter().map(|x| x.to_bits()).collect() };
+            assert_eq!(
+                bits(&serial.cell_centres),
+                bits(&reference.cell_centres),
+                "{spec}"
+            );
+            assert_eq!(
+                scalar_bits(&serial.cell_volumes),
+                scalar_bits(&reference.cell_volumes)
+            );
+            assert_eq!(
+                scalar_bits(&serial.weights),
+                scalar_bits(&reference.weights)
+            );
+            assert_eq!(
+                bits(&serial.boundary_face_centres),
+                bits(&reference.boundary_face_centres)
+            );
+            assert_eq!(
+                bits(&parallel.cell_centres),
+                bits(&serial.cell_centres),
+                "{spec}"
+            );
+            assert_eq!(
+                scalar_bits(&parallel.cell_volumes),
+                scalar_bits(&serial.cell_volumes)
+            );
+            assert_eq!(
+                bits(&parallel.face_area_vectors),
+                bits(&serial.face_area_vectors)
+            );
+            assert_eq!(
+                bits(&parallel.boundary_face_centres),
+                bits(&serial.boundary_face_centres)
+            );
+            assert_eq!(scalar_bits(&parallel.weights), scalar_bits(&serial.weights));
+            assert_eq!(parallel_faces, serial_faces, "{spec}");
+            // Every cell lists its faces ascending, each face listed by its
+            // owner and (internal faces) its neighbour.
+            let (offsets, faces) = &serial_faces;
+            let mut sides = 0;
+            for c in 0..mesh.n_cells() {
+                let list = &faces[offsets[c] as usize..offsets[c + 1] as usize];
+                assert!(list.windows(2).all(|w| w[0] < w[1]), "cell {c}");
+                for &f in list {
+                    let f = f as usize;
+                    let is_neighbour = mesh.neighbour().get(f) == Some(&(c as Label));
+                    assert!(mesh.owner()[f] as usize == c || is_neighbour);
+                }
+                sides += list.len();
+            }
+            assert_eq!(sides, mesh.n_faces() + mesh.n_internal_faces());
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub use geometry::Geometry;
 pub use ordering::{mesh_from_unordered_faces, FaceSide};
 use rayon::prelude::*;
 pub use source::{load, MeshSource};
+use std::ops::Range;
 
 /// Index of a point, face or cell. 32 bits, like OpenFOAM's default `label`.
 pub type Label = u32;
@@ -403,45 +404,58 @@ impl Mesh {
     }
 
     /// Faces of every cell as a compact list (`offsets`, `faces`), in increasing face order.
+    ///
+    /// Each of the [`cell_parts`] (one per thread) scans all faces in order
+    /// and keeps those of its own cells, so a cell's list comes out ascending
+    /// with no sort, and the threads write disjoint parts of both arrays.
     pub fn cell_faces(&self) -> (Vec<u32>, Vec<Label>) {
+        let parts = cell_parts(self.n_cells);
         let mut offsets = vec![0u32; self.n_cells + 1];
-        for &c in self.owner.iter().chain(self.neighbour.iter()) {
-            offsets[c as usize + 1] += 1;
-        }
+        let counts = crate::slices::split_lengths(&mut offsets[1..], parts.iter().map(|p| p.len()));
+        counts
+            .into_par_iter()
+            .zip(&parts)
+            .for_each(|(counts, cells)| {
+                self.for_each_face_of(cells, |c, _| counts[c - cells.start] += 1);
+            });
         for i in 0..self.n_cells {
             offsets[i + 1] += offsets[i];
         }
-        let mut fill = offsets.clone();
         let mut faces = vec![0 as Label; offsets[self.n_cells] as usize];
-        for (f, &c) in self.owner.iter().enumerate() {
-            faces[fill[c as usize] as usize] = f as Label;
-            fill[c as usize] += 1;
-        }
-        for (f, &c) in self.neighbour.iter().enumerate() {
-            faces[fill[c as usize] as usize] = f as Label;
-            fill[c as usize] += 1;
-        }
-        // Owner faces were written before neighbour faces; restore face order
-        // per cell, in parallel over blocks of cells.
-        const BLOCK: usize = 16_384;
-        let blocks = || (0..self.n_cells).step_by(BLOCK);
-        let block_cells = |first: usize| first..(first + BLOCK).min(self.n_cells);
-        let lengths = blocks().map(|first| {
-            let cells = block_cells(first);
-            (offsets[cells.end] - offsets[cells.start]) as usize
-        });
-        let parts = crate::slices::split_lengths(&mut faces, lengths);
-        parts
-            .into_par_iter()
-            .zip(blocks().map(block_cells).collect::<Vec<_>>())
-            .for_each(|(block, cells)| {
-                let base = offsets[cells.start] as usize;
-                for c in cells {
-                    block[offsets[c] as usize - base..offsets[c + 1] as usize - base]
-                        .sort_unstable();
-                }
+        let lists = crate::slices::split_lengths(
+            &mut faces,
+            parts
+                .iter()
+                .map(|p| (offsets[p.end] - offsets[p.start]) as usize),
+        );
+        lists.into_par_iter().zip(&parts).for_each(|(list, cells)| {
+            let base = offsets[cells.start];
+            let mut fill: Vec<u32> = offsets[cells.clone()].iter().map(|&o| o - base).collect();
+            self.for_each_face_of(cells, |c, f| {
+                let slot = &mut fill[c - cells.start];
+                list[*slot as usize] = f as Label;
+                *slot += 1;
             });
+        });
         (offsets, faces)
+    }
+
+    /// Calls `visit(cell, face)` for every face of the cells `cells`, in
+    /// increasing face order (a face is visited once for its owner and once
+    /// for its neighbour when both are in `cells`).
+    fn for_each_face_of(&self, cells: &Range<usize>, mut visit: impl FnMut(usize, usize)) {
+        let n_internal = self.neighbour.len();
+        for (f, &o) in self.owner.iter().enumerate() {
+            if cells.contains(&(o as usize)) {
+                visit(o as usize, f);
+            }
+            if f < n_internal {
+                let n = self.neighbour[f] as usize;
+                if cells.contains(&n) {
+                    visit(n, f);
+                }
+            }
+        }
     }
 
     /// Shape of every cell.
@@ -503,6 +517,23 @@ fn check_face(f: usize, face: &[Label], n_points: usize) -> Result<(), MeshError
         }
     }
     Ok(())
+}
+
+/// Contiguous ranges of cells, one per rayon thread (one range on one thread):
+/// the parts of a face loop whose per-cell sums run in parallel, each thread
+/// adding into its own cells in the serial loop's face order, so the sums have
+/// the serial loop's bits.
+pub(crate) fn cell_parts(n_cells: usize) -> Vec<Range<usize>> {
+    /// Fewer cells than this per part cost more in scans than they save.
+    const MIN_CELLS_PER_PART: usize = 1 << 14;
+    let n_parts = rayon::current_num_threads()
+        .min(n_cells / MIN_CELLS_PER_PART)
+        .max(1);
+    let per_part = n_cells.div_ceil(n_parts).max(1);
+    (0..n_cells.max(1))
+        .step_by(per_part)
+        .map(|first| first..(first + per_part).min(n_cells))
+        .collect()
 }
 
 #[cfg(test)]
