@@ -906,6 +906,54 @@ mod tests {
     }
 
     #[test]
+    fn split_pattern_lays_out_the_entries_of_the_split_matrix() {
+        // Rows with and without their diagonal, with lower entries only,
+        // with upper entries only, and an empty row; the pattern is not
+        // symmetric.
+        let lopsided = Csr::from_triplets(
+            5,
+            5,
+            vec![
+                (0, 0, 1.0),
+                (0, 3, 2.0),
+                (1, 0, 3.0),
+                (2, 0, 4.0),
+                (2, 1, 5.0),
+                (2, 2, 6.0),
+                (2, 4, 7.0),
+                (4, 1, 8.0),
+            ],
+        )
+        .unwrap();
+        for a in [lopsided, grid_laplacian(4, 3, 2)] {
+            let layout = SplitPattern::new(&a);
+            let mut values = layout.negative_zeros();
+            let (n, n_lower) = (a.n_rows(), values.lower.len());
+            for (e, &v) in a.values().iter().enumerate() {
+                match layout.position(e) {
+                    p if p < n => values.diag[p] = v,
+                    p if p < n + n_lower => values.lower[p - n] = v,
+                    p => values.upper[p - n - n_lower] = v,
+                }
+            }
+            let got = layout.matrix(values, false);
+            let expected = SplitMatrix::new(&a);
+            let triangle = |t: &TriangleRows| {
+                (0..t.n())
+                    .flat_map(|r| t.entries(r).map(move |(c, v)| (r, c, v)))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(got.diag(), expected.diag());
+            assert_eq!(triangle(got.lower_rows()), triangle(expected.lower_rows()));
+            assert_eq!(triangle(got.upper_rows()), triangle(expected.upper_rows()));
+            assert_eq!(got.bandwidth, expected.bandwidth);
+            assert_eq!(got.is_symmetric(), expected.is_symmetric());
+            assert_eq!(layout.mirror.is_some(), expected.is_symmetric());
+            assert_eq!(layout.csr_values(&got), a.values());
+        }
+    }
+
+    #[test]
     fn split_rows_keep_lower_then_upper_and_the_products_of_the_csr() {
         let a = sample();
         let s = SplitMatrix::new(&a);
