@@ -737,6 +737,16 @@ mod tests {
     }
 
     #[test]
+    fn touching_fresh_memory_counts_page_faults() {
+        let before = process_minor_faults();
+        // 16 MiB written for the first time: at least one fault even where
+        // the kernel backs the block with huge pages.
+        let fresh = vec![1u8; 16 << 20];
+        std::hint::black_box(&fresh);
+        assert!(process_minor_faults() > before);
+    }
+
+    #[test]
     fn cpu_time_is_charged_to_the_phase_that_used_it() {
         let clock = PhaseClock::start();
         timed(Phase::Solve, || {
