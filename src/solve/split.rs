@@ -50,7 +50,7 @@ impl SplitMatrix {
     /// diagonal position and the triangles' row starts, then the entries
     /// copied into arrays of their final size.
     pub fn new(a: &Csr) -> Self {
-        let (diag, lower, upper) = split_rows::<true>(a);
+        let (diag, lower, upper) = split_rows(a);
         let symmetric = mirrors(&lower, &upper);
         let bandwidth = bandwidth(&lower, &upper);
         Self {
@@ -403,50 +403,47 @@ impl SplitMatrix {
     }
 }
 
-/// The diagonal and the two triangles of the square CSR `a` (columns
-/// ascending per row; a missing diagonal entry is 0). Two passes: each
-/// row's diagonal position and the triangles' row starts, then the entries
-/// copied into arrays of their final size. Without `WITH_VALUES` the
-/// diagonal and the triangles' values are left empty: the pattern alone.
-fn split_rows<const WITH_VALUES: bool>(a: &Csr) -> (Vec<f64>, TriangleRows, TriangleRows) {
-    let with_values = WITH_VALUES;
+/// Row starts of the strictly lower and the strictly upper entries of the
+/// square CSR `a` (columns ascending per row): row r's lower entries are
+/// `lower[r]..lower[r + 1]` of the lower triangle, likewise the upper.
+fn triangle_starts(a: &Csr) -> (Vec<usize>, Vec<usize>) {
     let n = a.n_rows();
-    assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
-    let (row_ptr, cols, values) = (a.row_ptr(), a.cols(), a.values());
-    let mut diag = vec![0.0; if with_values { n } else { 0 }];
+    let (row_ptr, cols) = (a.row_ptr(), a.cols());
     let (mut lower_start, mut upper_start) = (Vec::with_capacity(n + 1), Vec::with_capacity(n + 1));
     lower_start.push(0);
     upper_start.push(0);
     let (mut n_lower, mut n_upper) = (0, 0);
     for r in 0..n {
-        let (first, end) = (row_ptr[r], row_ptr[r + 1]);
-        let row = &cols[first..end];
+        let row = &cols[row_ptr[r]..row_ptr[r + 1]];
         let below = row.partition_point(|&c| (c as usize) < r);
         let has_diagonal = row.get(below).is_some_and(|&c| c as usize == r);
-        if has_diagonal && with_values {
-            diag[r] = values[first + below];
-        }
         n_lower += below;
         n_upper += row.len() - below - usize::from(has_diagonal);
         lower_start.push(n_lower);
         upper_start.push(n_upper);
     }
+    (lower_start, upper_start)
+}
+
+/// The diagonal and the two triangles of the square CSR `a` (columns
+/// ascending per row; a missing diagonal entry is 0). Two passes: the
+/// triangles' row starts, then the entries copied into arrays of their
+/// final size.
+fn split_rows(a: &Csr) -> (Vec<f64>, TriangleRows, TriangleRows) {
+    let n = a.n_rows();
+    assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
+    let (row_ptr, cols, values) = (a.row_ptr(), a.cols(), a.values());
+    let (lower_start, upper_start) = triangle_starts(a);
+    let (n_lower, n_upper) = (lower_start[n], upper_start[n]);
+    let mut diag = vec![0.0; n];
     let (mut lower_cols, mut upper_cols) = (vec![0u32; n_lower], vec![0u32; n_upper]);
-    let value_count = |count: usize| if with_values { count } else { 0 };
-    let (mut lower_values, mut upper_values) = (
-        vec![0.0; value_count(n_lower)],
-        vec![0.0; value_count(n_upper)],
-    );
+    let (mut lower_values, mut upper_values) = (vec![0.0; n_lower], vec![0.0; n_upper]);
     // Columns and values in one loop per triangle: a row holds a few
     // entries, too few for a copy call each.
     let copy = |to: (&mut [u32], &mut [f64]), from: usize| {
-        if with_values {
-            for (k, (c, v)) in to.0.iter_mut().zip(to.1.iter_mut()).enumerate() {
-                *c = cols[from + k];
-                *v = values[from + k];
-            }
-        } else {
-            to.0.copy_from_slice(&cols[from..from + to.0.len()]);
+        for (k, (c, v)) in to.0.iter_mut().zip(to.1.iter_mut()).enumerate() {
+            *c = cols[from + k];
+            *v = values[from + k];
         }
     };
     for r in 0..n {
@@ -455,25 +452,15 @@ fn split_rows<const WITH_VALUES: bool>(a: &Csr) -> (Vec<f64>, TriangleRows, Tria
             upper_start[r]..upper_start[r + 1],
         );
         let above = row_ptr[r + 1] - upper.len();
-        let value_range = |range: std::ops::Range<usize>| {
-            if with_values {
-                range
-            } else {
-                0..0
-            }
-        };
+        if above > row_ptr[r] + lower.len() {
+            diag[r] = values[row_ptr[r] + lower.len()];
+        }
         copy(
-            (
-                &mut lower_cols[lower.clone()],
-                &mut lower_values[value_range(lower)],
-            ),
+            (&mut lower_cols[lower.clone()], &mut lower_values[lower]),
             row_ptr[r],
         );
         copy(
-            (
-                &mut upper_cols[upper.clone()],
-                &mut upper_values[value_range(upper)],
-            ),
+            (&mut upper_cols[upper.clone()], &mut upper_values[upper]),
             above,
         );
     }
@@ -532,27 +519,52 @@ pub struct SplitValues {
 
 impl SplitPattern {
     /// The split layout of `pattern` (square, columns ascending per row;
-    /// the values are not read).
+    /// the values are not read). Two passes over the rows: the triangles'
+    /// row starts, then the columns, the positions and the bandwidth
+    /// written into arrays of their final size (GAMG makes one per coarse
+    /// level of a first set-up, a few million entries each).
     pub fn new(pattern: &Csr) -> Self {
         let n = pattern.n_rows();
-        let (_, lower, upper) = split_rows::<false>(pattern);
-        let bandwidth = bandwidth(&lower, &upper);
-        let (lower, upper) = (&lower, &upper);
-        let (n_lower, n_upper) = (lower.cols.len(), upper.cols.len());
+        assert_eq!(n, pattern.n_cols(), "SplitPattern: matrix not square");
+        let (row_ptr, cols) = (pattern.row_ptr(), pattern.cols());
+        let (lower_start, upper_start) = triangle_starts(pattern);
+        let (n_lower, n_upper) = (lower_start[n], upper_start[n]);
         assert!(
             n + n_lower + n_upper <= u32::MAX as usize,
             "SplitPattern: more than 2^32 entries"
         );
-        let mut position = Vec::with_capacity(pattern.nnz());
+        let (mut lower_cols, mut upper_cols) = (vec![0u32; n_lower], vec![0u32; n_upper]);
+        let mut position = vec![0u32; pattern.nnz()];
+        let mut bandwidth = 0;
         for r in 0..n {
-            let row = pattern.row_ptr()[r]..pattern.row_ptr()[r + 1];
-            let (below, above) = (lower.row(r), upper.row(r));
-            position.extend(below.map(|k| (n + k) as u32));
-            if row.len() > lower.row(r).len() + above.len() {
-                position.push(r as u32);
+            let (first, end) = (row_ptr[r], row_ptr[r + 1]);
+            let (below, above) = (
+                lower_start[r]..lower_start[r + 1],
+                upper_start[r]..upper_start[r + 1],
+            );
+            let (row, row_position) = (&cols[first..end], &mut position[first..end]);
+            // The row's entries: `below.len()` lower ones, the diagonal
+            // where there is one, `above.len()` upper ones.
+            let diagonal = row.len() - below.len() - above.len();
+            for (k, (&c, p)) in row.iter().zip(row_position.iter_mut()).enumerate() {
+                *p = if k < below.len() {
+                    lower_cols[below.start + k] = c;
+                    (n + below.start + k) as u32
+                } else if k < below.len() + diagonal {
+                    r as u32
+                } else {
+                    let u = above.start + k - below.len() - diagonal;
+                    upper_cols[u] = c;
+                    (n + n_lower + u) as u32
+                };
             }
-            position.extend(above.map(|k| (n + n_lower + k) as u32));
+            if let (Some(&lo), Some(&hi)) = (row.first(), row.last()) {
+                bandwidth = bandwidth.max(r.abs_diff(lo as usize).max(r.abs_diff(hi as usize)));
+            }
         }
+        let lower = TriangleRows::of(lower_start, lower_cols, Vec::new());
+        let upper = TriangleRows::of(upper_start, upper_cols, Vec::new());
+        let (lower, upper) = (&lower, &upper);
         // Rows i ascending meet each row j's lower entries (j, i) in column
         // order: a cursor per row finds every mirror.
         let mut next: Vec<usize> = lower.start[..n].to_vec();
@@ -891,6 +903,54 @@ mod tests {
             vec![4., -1., -2., -1., 5., -1., -1., 6., -3., -2., -3., 7.],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn split_pattern_lays_out_the_entries_of_the_split_matrix() {
+        // Rows with and without their diagonal, with lower entries only,
+        // with upper entries only, and an empty row; the pattern is not
+        // symmetric.
+        let lopsided = Csr::from_triplets(
+            5,
+            5,
+            vec![
+                (0, 0, 1.0),
+                (0, 3, 2.0),
+                (1, 0, 3.0),
+                (2, 0, 4.0),
+                (2, 1, 5.0),
+                (2, 2, 6.0),
+                (2, 4, 7.0),
+                (4, 1, 8.0),
+            ],
+        )
+        .unwrap();
+        for a in [lopsided, grid_laplacian(4, 3, 2)] {
+            let layout = SplitPattern::new(&a);
+            let mut values = layout.negative_zeros();
+            let (n, n_lower) = (a.n_rows(), values.lower.len());
+            for (e, &v) in a.values().iter().enumerate() {
+                match layout.position(e) {
+                    p if p < n => values.diag[p] = v,
+                    p if p < n + n_lower => values.lower[p - n] = v,
+                    p => values.upper[p - n - n_lower] = v,
+                }
+            }
+            let got = layout.matrix(values, false);
+            let expected = SplitMatrix::new(&a);
+            let triangle = |t: &TriangleRows| {
+                (0..t.n())
+                    .flat_map(|r| t.entries(r).map(move |(c, v)| (r, c, v)))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(got.diag(), expected.diag());
+            assert_eq!(triangle(got.lower_rows()), triangle(expected.lower_rows()));
+            assert_eq!(triangle(got.upper_rows()), triangle(expected.upper_rows()));
+            assert_eq!(got.bandwidth, expected.bandwidth);
+            assert_eq!(got.is_symmetric(), expected.is_symmetric());
+            assert_eq!(layout.mirror.is_some(), expected.is_symmetric());
+            assert_eq!(layout.csr_values(&got), a.values());
+        }
     }
 
     #[test]

@@ -66,6 +66,32 @@ impl Csr {
         }
     }
 
+    /// A matrix of this one's pattern (shared, not copied) with every value
+    /// `value`, written at once. A fresh array of zeros (`zeros_like`) is
+    /// mapped lazily, so a first `+=` on each of its pages traps twice (the
+    /// read maps the zero page, the write copies it); written first, it
+    /// traps once.
+    pub fn filled_like(&self, value: f64) -> Self {
+        let mut values = Vec::with_capacity(self.nnz());
+        values.resize(self.nnz(), value);
+        self.with_values(values)
+    }
+
+    /// A matrix of this one's pattern (shared, not copied) with `values`.
+    pub fn with_values(&self, values: Vec<f64>) -> Self {
+        assert_eq!(
+            values.len(),
+            self.nnz(),
+            "Csr::with_values: one value per entry"
+        );
+        Self {
+            n_cols: self.n_cols,
+            row_ptr: Arc::clone(&self.row_ptr),
+            cols: Arc::clone(&self.cols),
+            values,
+        }
+    }
+
     /// Whether `other` holds the same pattern arrays (not merely equal ones).
     pub fn shares_pattern_with(&self, other: &Csr) -> bool {
         Arc::ptr_eq(&self.row_ptr, &other.row_ptr) && Arc::ptr_eq(&self.cols, &other.cols)
@@ -195,5 +221,12 @@ mod tests {
         assert_eq!(a.values(), &[4., -1., 3.]);
         let equal = Csr::new(2, vec![0, 2, 3], vec![0, 1, 1], vec![0.; 3]).unwrap();
         assert!(!equal.shares_pattern_with(&a));
+        let filled = a.filled_like(-0.0);
+        assert!(filled.shares_pattern_with(&a));
+        assert!(filled
+            .values()
+            .iter()
+            .all(|v| v.to_bits() == (-0.0f64).to_bits()));
+        assert_eq!(a.with_values(vec![1., 2., 3.]).values(), &[1., 2., 3.]);
     }
 }

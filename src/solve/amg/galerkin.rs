@@ -173,13 +173,29 @@ impl GalerkinAddressing {
     /// per-coarse-column marker instead of a search or a hash map; each coarse
     /// row's columns are sorted (they are few).
     pub fn new(a: &Csr, aggregate: &[u32], n_coarse: usize) -> Self {
+        Self::build(a, aggregate, n_coarse, false).0
+    }
+
+    /// [`Self::new`] and Pᵀ `a` P ([`Self::product`]'s bits) made in the
+    /// same pass: each coarse row's sums are added while its entries get
+    /// their slots, where the row's entries are still in cache, instead of
+    /// a second pass over `a` and the slots (GAMG's coarse face weights).
+    pub fn with_product(a: &Csr, aggregate: &[u32], n_coarse: usize) -> (Self, Csr) {
+        let (addressing, values) = Self::build(a, aggregate, n_coarse, true);
+        let product = addressing.pattern.with_values(values);
+        (addressing, product)
+    }
+
+    /// The addressing, and with `sum` the product's values (else none).
+    fn build(a: &Csr, aggregate: &[u32], n_coarse: usize, sum: bool) -> (Self, Vec<f64>) {
         assert_eq!(aggregate.len(), a.n_rows(), "galerkin: aggregate length");
         let members = Members::new(aggregate, n_coarse);
-        let (a_ptr, a_cols) = (a.row_ptr(), a.cols());
+        let (a_ptr, a_cols, a_values) = (a.row_ptr(), a.cols(), a.values());
         let mut slot = vec![0u32; a.nnz()];
         let mut row_ptr = Vec::with_capacity(n_coarse + 1);
         row_ptr.push(0);
         let mut cols: Vec<u32> = Vec::with_capacity(a.nnz() / 2);
+        let mut values: Vec<f64> = Vec::with_capacity(if sum { a.nnz() / 2 } else { 0 });
         // position[J]: where coarse column J sits in the current row; UNSET
         // between rows.
         const UNSET: u32 = u32::MAX;
@@ -187,9 +203,13 @@ impl GalerkinAddressing {
         for c in 0..n_coarse {
             let start = cols.len();
             let rows = members.of(c);
+            // Each entry's coarse column, kept in its slot until the row's
+            // columns are sorted and the column becomes a position.
             for &i in rows {
-                for &j in &a_cols[a_ptr[i as usize]..a_ptr[i as usize + 1]] {
+                let entries = a_ptr[i as usize]..a_ptr[i as usize + 1];
+                for (s, &j) in slot[entries.clone()].iter_mut().zip(&a_cols[entries]) {
                     let target = aggregate[j as usize];
+                    *s = target;
                     if position[target as usize] == UNSET {
                         position[target as usize] = 0;
                         cols.push(target);
@@ -201,25 +221,34 @@ impl GalerkinAddressing {
             for (k, &target) in row.iter().enumerate() {
                 position[target as usize] = (start + k) as u32;
             }
+            if sum {
+                // -0.0 + v is v for every v (0.0 + -0.0 would be +0.0): the
+                // first addend of an entry is taken as it is, as in `galerkin`.
+                values.resize(cols.len(), -0.0);
+            }
             for &i in rows {
                 let entries = a_ptr[i as usize]..a_ptr[i as usize + 1];
-                for (s, &j) in slot[entries.clone()].iter_mut().zip(&a_cols[entries]) {
-                    *s = position[aggregate[j as usize] as usize];
+                for (s, e) in slot[entries.clone()].iter_mut().zip(entries) {
+                    *s = position[*s as usize];
+                    if sum {
+                        values[*s as usize] += a_values[e];
+                    }
                 }
             }
-            for &target in row.iter() {
+            for &target in &cols[start..] {
                 position[target as usize] = UNSET;
             }
             row_ptr.push(cols.len());
         }
-        let values = vec![0.0; cols.len()];
-        let pattern =
-            Csr::new(n_coarse, row_ptr, cols, values).expect("coarse rows are sorted and in range");
-        Self {
+        let nnz = cols.len();
+        let pattern = Csr::new(n_coarse, row_ptr, cols, vec![0.0; nnz])
+            .expect("coarse rows are sorted and in range");
+        let addressing = Self {
             pattern,
             members,
             slot,
-        }
+        };
+        (addressing, values)
     }
 
     /// The coarse pattern (values 0).
@@ -288,12 +317,11 @@ impl GalerkinAddressing {
     /// coarse pattern shared: [`galerkin`]'s result, bit for bit.
     pub fn product(&self, a: &Csr) -> Csr {
         assert_eq!(a.nnz(), self.slot.len(), "galerkin: fine pattern");
-        let mut coarse = self.pattern.zeros_like();
-        let (a_ptr, a_values) = (a.row_ptr(), a.values());
-        let row_ptr = self.pattern.row_ptr();
         // -0.0 + v is v for every v (0.0 + -0.0 would be +0.0): the first
         // addend of an entry is taken as it is, as in `galerkin`.
-        coarse.values_mut().fill(-0.0);
+        let mut coarse = self.pattern.filled_like(-0.0);
+        let (a_ptr, a_values) = (a.row_ptr(), a.values());
+        let row_ptr = self.pattern.row_ptr();
         // Tasks of ROWS_PER_TASK coarse rows, each with its slice of values.
         let n_coarse = self.members.n_coarse();
         let mut tasks: Vec<(usize, &mut [f64])> = Vec::with_capacity(n_coarse / ROWS_PER_TASK + 1);

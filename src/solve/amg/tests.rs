@@ -282,6 +282,11 @@ fn galerkin_addressing_gives_the_bits_of_galerkin_for_new_values() {
         let mut rng = SplitMix(seed);
         let aggregate = shuffled_aggregate(n, nc, &mut rng);
         let addressing = GalerkinAddressing::new(&a, &aggregate, nc);
+        // The product made with the addressing has the same pattern and the
+        // bits of the product made from it.
+        let (with, product) = GalerkinAddressing::with_product(&a, &aggregate, nc);
+        assert!(with == addressing && product.shares_pattern_with(with.pattern()));
+        let bits = |c: &Csr| c.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         // New values on the same pattern, with signed zeros and terms that
         // cancel, so that a different summation order or start would show.
         let mut b = a.clone();
@@ -297,8 +302,13 @@ fn galerkin_addressing_gives_the_bits_of_galerkin_for_new_values() {
             let got = addressing.product(m);
             assert_eq!(got.row_ptr(), expected.row_ptr());
             assert_eq!(got.cols(), expected.cols());
-            let bits = |c: &Csr| c.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&expected), "n {n}, {nc} aggregates");
+            let (_, summed_with) = GalerkinAddressing::with_product(m, &aggregate, nc);
+            assert_eq!(
+                bits(&summed_with),
+                bits(&expected),
+                "n {n}, {nc} aggregates"
+            );
             assert!(got.shares_pattern_with(addressing.pattern()));
         }
     }
