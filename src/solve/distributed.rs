@@ -10,7 +10,12 @@
 //! `solve::precond` built on the rank's owned block (halo couplings dropped).
 //! Jacobi is the global Jacobi; DIC, IC(0), symmetric Gauss–Seidel... become
 //! their block versions, weaker as the rank count grows; AMG (a distributed
-//! GAMG) builds each rank's hierarchy on its owned block.
+//! GAMG) builds each rank's hierarchy on its owned block. The block is
+//! factored and swept in ascending global row order ([`InGlobalOrder`]),
+//! not in the local `[interior | boundary]` order of the products: that is
+//! the order of an OpenFOAM processor's cells (`decomposePar` keeps them
+//! ascending), so block DIC/FDIC is OpenFOAM's processor-local DIC and a
+//! run on OpenFOAM's decomposition takes `mpirun -parallel`'s iterations.
 //!
 //! Subdomain deflation ([`Deflation::Subdomains`], Nicolaides; Frank & Vuik)
 //! adds a coarse space of one vector per rank, the indicator of its owned
@@ -26,6 +31,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Mutex;
 
 use nalgebra::DMatrix;
 
@@ -41,6 +47,64 @@ use super::{
 use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
 use crate::sparse::distribute::LocalMatrix;
+use crate::sparse::{Csr, Permutation};
+
+/// A preconditioner of a rank's owned block built and applied in ascending
+/// global row order, seen from the local order: z = Pᵀ M⁻¹ P r with P the
+/// local → ascending-global permutation. Row-order dependent preconditioners
+/// (DIC's and Gauss–Seidel's sweeps, AMG's aggregation) then do what a
+/// processor of a `decomposePar` case does.
+pub struct InGlobalOrder<'a> {
+    order: Permutation,
+    inner: Box<dyn LinearOperator + 'a>,
+    /// (P r, M⁻¹ P r), reused between applications.
+    scratch: Mutex<(Vec<f64>, Vec<f64>)>,
+}
+
+impl<'a> InGlobalOrder<'a> {
+    /// The permutation that lists `local`'s owned rows by ascending global
+    /// row, and the owned block in that order, or `None` when the local
+    /// order is already ascending.
+    pub fn block_of(local: &LocalMatrix) -> (Option<Permutation>, Csr) {
+        let block = local.owned_block();
+        let owned = &local.global[..local.n_owned];
+        if owned.windows(2).all(|w| w[0] < w[1]) {
+            return (None, block);
+        }
+        let mut new_to_old: Vec<u32> = (0..local.n_owned as u32).collect();
+        new_to_old.sort_by_key(|&l| owned[l as usize]);
+        let order = Permutation::from_new_to_old(new_to_old).expect("owned rows listed once");
+        let in_order = order.apply_symmetric(&block);
+        (Some(order), in_order)
+    }
+
+    pub fn new(order: Permutation, inner: Box<dyn LinearOperator + 'a>) -> Self {
+        let n = order.len();
+        Self {
+            order,
+            inner,
+            scratch: Mutex::new((vec![0.0; n], vec![0.0; n])),
+        }
+    }
+}
+
+impl LinearOperator for InGlobalOrder<'_> {
+    fn n(&self) -> usize {
+        self.order.len()
+    }
+
+    fn apply(&self, r: &[f64], z: &mut [f64]) {
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let (r_ordered, z_ordered) = &mut *scratch;
+        for (k, &l) in self.order.new_to_old().iter().enumerate() {
+            r_ordered[k] = r[l as usize];
+        }
+        self.inner.apply(r_ordered, z_ordered);
+        for (k, &l) in self.order.new_to_old().iter().enumerate() {
+            z[l as usize] = z_ordered[k];
+        }
+    }
+}
 
 /// PCG steps on one rank's owned rows; vectors hold the owned rows (local
 /// order), the halo of x and p lives in the backend.
@@ -474,7 +538,7 @@ pub fn solve_pcg_distributed_deflated(
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
     let preconditioner = preconditioner.into();
-    let block = local.owned_block();
+    let (order, block) = InGlobalOrder::block_of(local);
     let setup = || -> Result<Box<dyn LinearOperator + '_>, SolveError> {
         if b.len() != local.n_owned || x.len() != local.n_owned {
             return Err(SolveError::SizeMismatch {
@@ -498,7 +562,11 @@ pub fn solve_pcg_distributed_deflated(
                  row ordering"
             )));
         }
-        preconditioner.build(&block)
+        let built = preconditioner.build(&block)?;
+        Ok(match order {
+            Some(order) => Box::new(InGlobalOrder::new(order, built)),
+            None => built,
+        })
     };
     // Every rank learns whether one failed, so that none waits in PCG's
     // reductions for a rank that gave up.
