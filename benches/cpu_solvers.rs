@@ -21,8 +21,8 @@
 //! tolerance 1 (no iteration): everything the solve costs, set-up included.
 //!
 //! `--ranks 1,2,4,8,16` (a list, or one count) adds a table of distributed
-//! runs, as OpenFOAM scales with cores: for PCG DIC and FDIC and each rank
-//! count N, `fvpoisson run -np N` (thread ranks, block DIC over the ranks)
+//! runs, as OpenFOAM scales with cores: for PCG DIC, PCG FDIC and PBiCGStab
+//! DIC and each rank count N, `fvpoisson run -np N` (thread ranks, block DIC over the ranks)
 //! on `fvpoisson decompose --method simple -n N`, and, when `mpirun` and
 //! `decomposePar` are on PATH, `mpirun -np N laplacianFoam -parallel` on
 //! decomposePar's `simple` with n (N 1 1): the same decomposition, cell for
@@ -266,7 +266,8 @@ fn bench(spec: &str, threads: usize, repeat: usize, openfoam: bool) -> Result<()
     Ok(())
 }
 
-/// The rank-count table of `--ranks`: PCG DIC and FDIC, each rank count.
+/// The rank-count table of `--ranks`: PCG DIC, PCG FDIC and PBiCGStab DIC,
+/// each rank count.
 fn bench_ranks(
     spec: &str,
     ranks: &[usize],
@@ -291,7 +292,7 @@ fn bench_ranks(
         if openfoam_parallel && n > 1 {
             decompose(&theirs, n, true)?;
         }
-        for (label, entry) in &SOLVERS[..2] {
+        for (label, entry) in &SOLVERS[..3] {
             let mut iterations = Vec::new();
             let mut cells = Vec::new();
             for (dir, tool, available) in [

@@ -96,12 +96,12 @@ fn number_after(line: &str, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("a number after {key} in {line}"))
 }
 
-/// OpenFOAM's (residual after each iteration, iterations).
-fn openfoam_history(ranks: usize, precond: &str) -> (Vec<f64>, usize) {
-    let read = |name: String| std::fs::read_to_string(repo(DATA).join(name)).unwrap();
-    let log = read(format!("log.np{ranks}.{precond}"));
+/// OpenFOAM's (residual after each iteration, iterations) of reference `name`.
+fn openfoam_history(ranks: usize, name: &str) -> (Vec<f64>, usize) {
+    let read = |file: String| std::fs::read_to_string(repo(DATA).join(file)).unwrap();
+    let log = read(format!("log.np{ranks}.{name}"));
     let iterations = number_after(&log, "No Iterations ") as usize;
-    let mut history: Vec<f64> = read(format!("history.np{ranks}.{precond}"))
+    let mut history: Vec<f64> = read(format!("history.np{ranks}.{name}"))
         .lines()
         .enumerate()
         .map(|(k, line)| {
@@ -115,58 +115,96 @@ fn openfoam_history(ranks: usize, precond: &str) -> (Vec<f64>, usize) {
     (history, iterations)
 }
 
+/// `decompose --method simple -n ranks` and `run -np ranks --log debug` of
+/// the 32³ box with T's solver entry `solver`: (residual after each
+/// iteration, the solver line).
+fn run_box32(ranks: usize, solver: &str) -> (Vec<f64>, String) {
+    let dir = NamedScratch::new("box32");
+    copy_dir(&repo(DATA).join("box32"), &dir);
+    let fv_solution = dir.join("system/fvSolution");
+    let text = std::fs::read_to_string(&fv_solution).unwrap();
+    std::fs::write(
+        &fv_solution,
+        text.replace("solver PCG; preconditioner DIC;", solver),
+    )
+    .unwrap();
+    let case = dir.to_str().unwrap();
+    let n = ranks.to_string();
+    let o = fvpoisson(&["decompose", case, "-n", &n, "--method", "simple"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = fvpoisson(&["run", case, "-np", &n, "--vtk", "none", "--log", "debug"]);
+    let log = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{log}");
+    assert!(Path::new(&dir.join("processor0/1/T")).exists());
+    let history = log
+        .lines()
+        .filter(|l| l.contains(": T iteration "))
+        .map(|l| number_after(l, "residual = "))
+        .collect();
+    let summary = log
+        .lines()
+        .find(|l| l.contains("Solving for T"))
+        .expect("a solver line")
+        .to_string();
+    (history, summary)
+}
+
+/// The largest |ours − theirs| / theirs over the first `count` iterations.
+fn largest_difference(ours: &[f64], theirs: &[f64], count: usize) -> f64 {
+    ours.iter()
+        .zip(theirs)
+        .take(count)
+        .map(|(o, t)| (o - t).abs() / t)
+        .fold(0.0, f64::max)
+}
+
 #[test]
 fn thread_ranks_take_openfoams_parallel_iterations_and_residuals() {
     for ranks in [2, 4] {
         for precond in ["DIC", "FDIC"] {
-            let dir = NamedScratch::new("box32");
-            copy_dir(&repo(DATA).join("box32"), &dir);
-            let fv_solution = dir.join("system/fvSolution");
-            let text = std::fs::read_to_string(&fv_solution).unwrap();
-            std::fs::write(
-                &fv_solution,
-                text.replace("preconditioner DIC;", &format!("preconditioner {precond};")),
-            )
-            .unwrap();
-            let case = dir.to_str().unwrap();
-            let n = ranks.to_string();
-            let o = fvpoisson(&["decompose", case, "-n", &n, "--method", "simple"]);
-            assert!(o.status.success(), "{o:?}");
-            let o = fvpoisson(&["run", case, "-np", &n, "--vtk", "none", "--log", "debug"]);
-            let log = String::from_utf8_lossy(&o.stdout).into_owned()
-                + &String::from_utf8_lossy(&o.stderr);
-            assert!(o.status.success(), "{log}");
-            let ours: Vec<f64> = log
-                .lines()
-                .filter(|l| l.contains("PCG: T iteration "))
-                .map(|l| number_after(l, "residual = "))
-                .collect();
-            let summary = log
-                .lines()
-                .find(|l| l.contains("Solving for T"))
-                .expect("a solver line");
+            let (ours, summary) =
+                run_box32(ranks, &format!("solver PCG; preconditioner {precond};"));
             let (theirs, iterations) = openfoam_history(ranks, precond);
             println!(
                 "{ranks} ranks, {precond}: {} iterations (OpenFOAM {iterations}); {summary}",
                 ours.len()
             );
-            assert_eq!(number_after(summary, "No Iterations ") as usize, iterations);
-            assert_eq!(ours.len(), iterations, "{log}");
+            assert_eq!(
+                number_after(&summary, "No Iterations ") as usize,
+                iterations
+            );
+            assert_eq!(ours.len(), iterations, "{summary}");
             // The same iterates: equal up to the round-off of the sums'
             // order (OpenFOAM prints 6 digits by default, 17 here).
-            for (k, (ours, theirs)) in ours.iter().zip(&theirs).enumerate() {
-                let rel = (ours - theirs).abs() / theirs;
-                assert!(
-                    rel < 1e-9,
-                    "{ranks} ranks, {precond}, iteration {}: {ours} vs OpenFOAM {theirs}",
-                    k + 1
-                );
-            }
+            let rel = largest_difference(&ours, &theirs, iterations);
+            assert!(rel < 1e-9, "{ranks} ranks, {precond}: {rel:e}");
             // The solver line, to its printed digits.
-            let printed = number_after(summary, "Final residual = ");
+            let printed = number_after(&summary, "Final residual = ");
             let last = theirs[iterations - 1];
             assert!((printed - last).abs() <= 5e-6 * last, "{summary} vs {last}");
-            assert!(Path::new(&dir.join("processor0/1/T")).exists());
         }
     }
+}
+
+/// PBiCGStab over the ranks runs OpenFOAM's `-parallel` steps: the same
+/// residuals while round-off is small. BiCGStab amplifies the round-off of
+/// the sums' order (the serial solver against OpenFOAM's serial one does
+/// too), so the histories drift apart by about 1 % near convergence and the
+/// count may differ by one (39 here against OpenFOAM's 38, whose last
+/// residual is 9.94e-7 against the tolerance 1e-6).
+#[test]
+fn thread_ranks_run_pbicgstab_with_openfoams_parallel_steps() {
+    let (ours, summary) = run_box32(2, "solver PBiCGStab; preconditioner DIC;");
+    let (theirs, iterations) = openfoam_history(2, "PBiCGStab.DIC");
+    let early = largest_difference(&ours, &theirs, 20);
+    let all = largest_difference(&ours, &theirs, iterations);
+    let ours_iterations = number_after(&summary, "No Iterations ") as usize;
+    println!(
+        "2 ranks, PBiCGStab DIC: {ours_iterations} iterations (OpenFOAM {iterations}); first \
+         20 iterations within {early:.1e}, all within {all:.1e}; {summary}"
+    );
+    assert!(ours_iterations.abs_diff(iterations) <= 1, "{summary}");
+    assert!(ours.len() >= 20, "{summary}");
+    assert!(early < 1e-8, "{early:e}");
+    assert!(all < 3e-2, "{all:e}");
 }

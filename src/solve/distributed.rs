@@ -17,6 +17,9 @@
 //! ascending), so block DIC/FDIC is OpenFOAM's processor-local DIC and a
 //! run on OpenFOAM's decomposition takes `mpirun -parallel`'s iterations.
 //!
+//! PBiCGStab runs over the ranks too: `bicgstab::bicgstab` over
+//! [`DistributedKrylovBackend`], OpenFOAM's `-parallel` PBiCGStab steps.
+//!
 //! Subdomain deflation ([`Deflation::Subdomains`], Nicolaides; Frank & Vuik)
 //! adds a coarse space of one vector per rank, the indicator of its owned
 //! rows, and so takes out the smallest eigenvalues that block Jacobi leaves
@@ -35,8 +38,10 @@ use std::sync::Mutex;
 
 use nalgebra::DMatrix;
 
+use super::bicgstab::bicgstab;
 use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
 use super::error::check_finite;
+use super::krylov::KrylovBackend;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
 use super::row_sums::{diagonal_slots, openfoam_row_sums, row_sum_by};
@@ -498,6 +503,90 @@ pub fn agree<T>(comm: &dyn Communicator, built: Result<T, SolveError>) -> Result
     )
 }
 
+/// Checks the rank's inputs and builds `preconditioner` on its owned block
+/// (`block`, in the row order of `order`: [`InGlobalOrder::block_of`]).
+/// `symmetric`: for PCG (symmetric preconditioners only).
+#[allow(clippy::too_many_arguments)]
+fn block_preconditioner<'a>(
+    local: &LocalMatrix,
+    preconditioner: &Preconditioner,
+    order: Option<Permutation>,
+    block: &'a Csr,
+    b: &[f64],
+    x: &[f64],
+    controls: &SolverControls,
+    symmetric: bool,
+) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
+    if b.len() != local.n_owned || x.len() != local.n_owned {
+        return Err(SolveError::SizeMismatch {
+            what: "distributed right-hand side / initial guess",
+            expected: local.n_owned,
+            found: if b.len() != local.n_owned {
+                b.len()
+            } else {
+                x.len()
+            },
+        });
+    }
+    check_finite("right-hand side b", b)?;
+    check_finite("initial guess x", x)?;
+    controls.validate()?;
+    match symmetric {
+        true => preconditioner.check()?,
+        false => preconditioner.validate()?,
+    }
+    if preconditioner.ordering(block).is_some() {
+        return Err(SolveError::InvalidControls(format!(
+            "{preconditioner} reorders the rows and cannot precondition a distributed \
+             solve; use jacobi, dic, ic0, sgs or another preconditioner without its own \
+             row ordering"
+        )));
+    }
+    let built = preconditioner.build(block)?;
+    Ok(match order {
+        Some(order) => Box::new(InGlobalOrder::new(order, built)),
+        None => built,
+    })
+}
+
+/// Builds `preconditioner` on the rank's owned block in global order (every
+/// rank agreeing that each could), then runs `solve` with it on copies of
+/// `b` and `x` and writes the solution back into `x`.
+#[allow(clippy::too_many_arguments)]
+fn with_block_preconditioner(
+    local: &LocalMatrix,
+    comm: &dyn Communicator,
+    preconditioner: &Preconditioner,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    symmetric: bool,
+    solve: impl FnOnce(
+        &dyn LinearOperator,
+        &Vec<f64>,
+        &mut Vec<f64>,
+    ) -> Result<SolverPerformance, SolveError>,
+) -> Result<SolverPerformance, SolveError> {
+    let (order, block) = InGlobalOrder::block_of(local);
+    let precond = agree(
+        comm,
+        block_preconditioner(
+            local,
+            preconditioner,
+            order,
+            &block,
+            b,
+            x,
+            controls,
+            symmetric,
+        ),
+    )?;
+    let (b, mut x_work) = (b.to_vec(), x.to_vec());
+    let perf = solve(precond.as_ref(), &b, &mut x_work)?;
+    x.copy_from_slice(&x_work);
+    Ok(perf)
+}
+
 /// Solves the distributed system A x = b on this rank's rows with PCG and
 /// block-Jacobi `preconditioner` (built on the owned block); `b` and `x` hold
 /// the owned rows in local order. Every rank must call it; an error on one
@@ -538,49 +627,204 @@ pub fn solve_pcg_distributed_deflated(
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
     let preconditioner = preconditioner.into();
-    let (order, block) = InGlobalOrder::block_of(local);
-    let setup = || -> Result<Box<dyn LinearOperator + '_>, SolveError> {
-        if b.len() != local.n_owned || x.len() != local.n_owned {
-            return Err(SolveError::SizeMismatch {
-                what: "distributed right-hand side / initial guess",
-                expected: local.n_owned,
-                found: if b.len() != local.n_owned {
-                    b.len()
-                } else {
-                    x.len()
-                },
+    with_block_preconditioner(
+        local,
+        comm,
+        &preconditioner,
+        b,
+        x,
+        controls,
+        true,
+        |precond, b, x| {
+            let backend = DistributedBackend::new(local, comm, precond)
+                .flexible(preconditioner.is_flexible());
+            match deflation {
+                Deflation::None => pcg(&backend, b, x, controls, field),
+                Deflation::Subdomains => {
+                    let ops = RankDeflation::new(local, comm)?;
+                    Ok(deflated_pcg(&backend, &ops, b, x, controls, field)?.0)
+                }
+            }
+        },
+    )
+}
+
+/// PBiCGStab's steps ([`KrylovBackend`]) on one rank's owned rows: the
+/// products exchange the halo as PCG's do, and every dot product and Σ|r| is
+/// a sum over the ranks, as OpenFOAM's `gSumProd`/`gSumMag` in a `-parallel`
+/// run; the preconditioner is the block one (block DIC/DILU in global order).
+pub struct DistributedKrylovBackend<'a> {
+    cg: DistributedBackend<'a>,
+}
+
+impl<'a> DistributedKrylovBackend<'a> {
+    pub fn new(
+        local: &'a LocalMatrix,
+        comm: &'a dyn Communicator,
+        precond: &'a dyn LinearOperator,
+    ) -> Self {
+        Self {
+            cg: DistributedBackend::new(local, comm, precond),
+        }
+    }
+
+    /// y = A v over the owned rows (interior rows while the halo travels).
+    fn times(&self, v: &[f64], y: &mut [f64]) {
+        let cg = &self.cg;
+        let (n_interior, n_owned) = (cg.local.n_interior, cg.local.n_owned);
+        let mut halo = cg.halo.borrow_mut();
+        let (y_interior, y_boundary) = y.split_at_mut(n_interior);
+        cg.comm
+            .exchange(&cg.local.neighbours, v, &mut halo, &mut || {
+                cg.product(0..n_interior, v, &[], y_interior);
             });
+        cg.product(n_interior..n_owned, v, &halo, y_boundary);
+    }
+
+    fn sums<const K: usize>(&self, values: [f64; K]) -> [f64; K] {
+        self.cg.global_sum(values)
+    }
+}
+
+impl KrylovBackend for DistributedKrylovBackend<'_> {
+    type Vector = Vec<f64>;
+
+    fn n(&self) -> usize {
+        self.cg.local.n_owned
+    }
+
+    fn new_vector(&self) -> Vec<f64> {
+        vec![0.0; self.n()]
+    }
+
+    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
+        self.cg.initialize(b, x, r)
+    }
+
+    fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
+        self.times(x, r);
+        let (mut abs, mut squares) = (0.0, 0.0);
+        for (r, b) in r.iter_mut().zip(b) {
+            *r = b - *r;
+            abs += r.abs();
+            squares += *r * *r;
         }
-        check_finite("right-hand side b", b)?;
-        check_finite("initial guess x", x)?;
-        controls.validate()?;
-        preconditioner.check()?;
-        if preconditioner.ordering(&block).is_some() {
-            return Err(SolveError::InvalidControls(format!(
-                "{preconditioner} reorders the rows and cannot precondition a distributed \
-                 solve; use jacobi, dic, ic0, sgs or another preconditioner without its own \
-                 row ordering"
-            )));
+        let [abs, squares] = self.sums([abs, squares]);
+        (abs, squares)
+    }
+
+    fn precondition(&self, v: &Vec<f64>, z: &mut Vec<f64>) {
+        self.cg.precond.apply(v, z);
+    }
+
+    fn apply_operator(&self, v: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> (f64, f64) {
+        self.times(v, y);
+        let yy = dot(y, y);
+        let [yw, yy] = self.sums([w.map_or(yy, |w| dot(y, w)), yy]);
+        (yw, yy)
+    }
+
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        self.sums([dot(a, b)])[0]
+    }
+
+    fn scale(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>) {
+        for (y, x) in y.iter_mut().zip(x) {
+            *y = alpha * x;
         }
-        let built = preconditioner.build(&block)?;
-        Ok(match order {
-            Some(order) => Box::new(InGlobalOrder::new(order, built)),
-            None => built,
-        })
-    };
-    // Every rank learns whether one failed, so that none waits in PCG's
-    // reductions for a rank that gave up.
-    let precond = agree(comm, setup())?;
-    let backend = DistributedBackend::new(local, comm, precond.as_ref())
-        .flexible(preconditioner.is_flexible());
-    let (b, mut x_work) = (b.to_vec(), x.to_vec());
-    let perf = match deflation {
-        Deflation::None => pcg(&backend, &b, &mut x_work, controls, field)?,
-        Deflation::Subdomains => {
-            let ops = RankDeflation::new(local, comm)?;
-            deflated_pcg(&backend, &ops, &b, &mut x_work, controls, field)?.0
+    }
+
+    fn axpy_dot(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> f64 {
+        for (y, x) in y.iter_mut().zip(x) {
+            *y += alpha * x;
         }
-    };
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+        self.sums([dot(y, w.unwrap_or(y))])[0]
+    }
+
+    fn multi_dot(&self, vs: &[&Vec<f64>], w: &Vec<f64>) -> Vec<f64> {
+        let mut dots: Vec<f64> = vs.iter().map(|v| dot(v, w)).collect();
+        self.cg.comm.sum(&mut dots);
+        dots
+    }
+
+    fn multi_axpy(&self, c: &[f64], vs: &[&Vec<f64>], y: &mut Vec<f64>) -> f64 {
+        assert_eq!(c.len(), vs.len(), "multi_axpy: coefficients");
+        for (i, y) in y.iter_mut().enumerate() {
+            for (c, v) in c.iter().zip(vs) {
+                *y += c * v[i];
+            }
+        }
+        self.sums([dot(y, y)])[0]
+    }
+
+    fn bicg_direction(&self, beta: f64, omega: f64, r: &Vec<f64>, v: &Vec<f64>, p: &mut Vec<f64>) {
+        if beta == 0.0 {
+            p.copy_from_slice(r);
+        } else {
+            for (i, p) in p.iter_mut().enumerate() {
+                *p = r[i] + beta * (*p - omega * v[i]);
+            }
+        }
+    }
+
+    fn bicg_half(&self, alpha: f64, r: &Vec<f64>, v: &Vec<f64>, s: &mut Vec<f64>) -> f64 {
+        let mut abs = 0.0;
+        for (i, s) in s.iter_mut().enumerate() {
+            *s = r[i] - alpha * v[i];
+            abs += s.abs();
+        }
+        self.sums([abs])[0]
+    }
+
+    fn bicg_update(
+        &self,
+        alpha: f64,
+        omega: f64,
+        y: &Vec<f64>,
+        z: &Vec<f64>,
+        s: &Vec<f64>,
+        t: &Vec<f64>,
+        r0: &Vec<f64>,
+        x: &mut Vec<f64>,
+        r: &mut Vec<f64>,
+    ) -> (f64, f64) {
+        let (mut abs, mut rho) = (0.0, 0.0);
+        for i in 0..x.len() {
+            x[i] += alpha * y[i] + omega * z[i];
+            r[i] = s[i] - omega * t[i];
+            abs += r[i].abs();
+            rho += r0[i] * r[i];
+        }
+        let [abs, rho] = self.sums([abs, rho]);
+        (abs, rho)
+    }
+}
+
+/// Solves the distributed system A x = b on this rank's rows with OpenFOAM's
+/// PBiCGStab (`solve::bicgstab`) and block-Jacobi `preconditioner` (DIC,
+/// DILU... on the owned block, in global row order): the steps of
+/// `mpirun -parallel`'s PBiCGStab. Every rank must call it; an error on one
+/// rank is an error on all of them.
+pub fn solve_bicgstab_distributed(
+    local: &LocalMatrix,
+    comm: &dyn Communicator,
+    preconditioner: impl Into<Preconditioner>,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    with_block_preconditioner(
+        local,
+        comm,
+        &preconditioner.into(),
+        b,
+        x,
+        controls,
+        false,
+        |precond, b, x| {
+            let backend = DistributedKrylovBackend::new(local, comm, precond);
+            bicgstab(&backend, b, x, controls, field)
+        },
+    )
 }

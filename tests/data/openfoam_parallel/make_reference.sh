@@ -13,7 +13,10 @@
 #    N = 2, 4, preconditioner DIC and FDIC: the "Solving for T" line;
 #  - history.np<N>.<precond>: "k residual" for k = 1.. iterations − 1, the final
 #    residual of the same run with maxIter k (PCG prints no per-iteration
-#    residuals; its iterates do not depend on maxIter).
+#    residuals; its iterates do not depend on maxIter);
+#  - log.np2.PBiCGStab.DIC, history.np2.PBiCGStab.DIC: the same with PBiCGStab and
+#    DIC on 2 processors.
+# PBICGSTAB_ONLY=1 skips the PCG runs (the decompositions are always rewritten).
 # writePrecision 17 makes OpenFOAM print residuals with 17 digits.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib_openfoam.sh"
@@ -64,25 +67,31 @@ for k in 0 1 2 3; do
 done
 
 box=$work/box32
+# reference SOLVER PRECOND RANKS NAME: log.np<RANKS>.<NAME> and history.np<RANKS>.<NAME>.
+reference() {
+    local solver=$1 precond=$2 ranks=$3 name=$4 line iterations residual k
+    solve() { # maxIter
+        sed -i "s/solver [A-Za-z]*;/solver $solver;/; s/preconditioner [A-Za-z]*;/preconditioner $precond;/; s/maxIter [0-9]*;/maxIter $1;/" \
+            "$box/system/fvSolution"
+        (cd "$box" && rm -rf processor*/1 \
+            && mpirun "${mpirun_args[@]}" -np "$ranks" laplacianFoam -parallel > log 2>&1) \
+            || { tail -n 30 "$box/log"; exit 1; }
+        grep "Solving for T" "$box/log"
+    }
+    line=$(solve 1000)
+    echo "$line" > "$here/log.np$ranks.$name"
+    iterations=${line##*No Iterations }
+    : > "$here/history.np$ranks.$name"
+    for ((k = 1; k < iterations; k++)); do
+        line=$(solve $k)
+        residual=${line#*Final residual = }
+        echo "$k ${residual%%,*}" >> "$here/history.np$ranks.$name"
+    done
+}
 for ranks in 2 4; do
     decompose "$box" "$ranks" 1 1
-    for precond in DIC FDIC; do
-        solve() { # maxIter
-            sed -i "s/preconditioner [A-Za-z]*;/preconditioner $precond;/; s/maxIter [0-9]*;/maxIter $1;/" \
-                "$box/system/fvSolution"
-            (cd "$box" && rm -rf processor*/1 \
-                && mpirun "${mpirun_args[@]}" -np "$ranks" laplacianFoam -parallel > log 2>&1) \
-                || { tail -n 30 "$box/log"; exit 1; }
-            grep "Solving for T" "$box/log"
-        }
-        line=$(solve 1000)
-        echo "$line" > "$here/log.np$ranks.$precond"
-        iterations=${line##*No Iterations }
-        : > "$here/history.np$ranks.$precond"
-        for ((k = 1; k < iterations; k++)); do
-            line=$(solve $k)
-            residual=${line#*Final residual = }
-            echo "$k ${residual%%,*}" >> "$here/history.np$ranks.$precond"
-        done
+    [ -n "${PBICGSTAB_ONLY:-}" ] || for precond in DIC FDIC; do
+        reference PCG $precond $ranks $precond
     done
+    [ "$ranks" != 2 ] || reference PBiCGStab DIC 2 PBiCGStab.DIC
 done
