@@ -46,8 +46,8 @@ use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
 use super::row_sums::{diagonal_slots, openfoam_row_sums, row_sum_by};
 use super::{
-    pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError, SolverControls,
-    SolverPerformance,
+    pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, PreconditionerKind, SolveError,
+    SolverControls, SolverPerformance,
 };
 use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
@@ -567,7 +567,15 @@ fn with_block_preconditioner(
         &mut Vec<f64>,
     ) -> Result<SolverPerformance, SolveError>,
 ) -> Result<SolverPerformance, SolveError> {
-    let (order, block) = InGlobalOrder::block_of(local);
+    // Jacobi and none do not depend on the row order: no permutation.
+    let order_free = matches!(
+        preconditioner,
+        Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi)
+    );
+    let (order, block) = match order_free {
+        true => (None, local.owned_block()),
+        false => InGlobalOrder::block_of(local),
+    };
     let precond = agree(
         comm,
         block_preconditioner(
