@@ -166,8 +166,9 @@ enum Command<B: Args, P: Args> {
         /// Number of ranks.
         #[arg(short = 'n', long = "ranks", value_name = "N")]
         n: usize,
-        /// metis (k-way over the cell graph) or simple (equal slabs along the
-        /// longest axis).
+        /// metis (k-way over the cell graph), simple (OpenFOAM's `simple`
+        /// with n (N 1 1): equal slabs across x) or simple:NXxNYxNZ
+        /// (OpenFOAM's n (NX NY NZ)).
         #[arg(long, default_value = "metis")]
         method: case::decompose::DecomposeMethod,
     },

@@ -133,7 +133,18 @@ fn mismatched_or_missing_decompositions_are_errors_saying_what_to_do() {
     let o = fvpoisson(&["decompose", d, "-n", "0"]);
     assert!(text(&o).contains("cannot split"), "{}", text(&o));
     let o = fvpoisson(&["decompose", d, "-n", "2", "--method", "scotch"]);
-    assert!(text(&o).contains("choose metis or simple"), "{}", text(&o));
+    assert!(
+        text(&o).contains("choose metis, simple or simple:NXxNYxNZ"),
+        "{}",
+        text(&o)
+    );
+    let o = fvpoisson(&["decompose", d, "-n", "3", "--method", "simple:2x2x1"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("simple:2x2x1 does not make 3 parts"),
+        "{}",
+        text(&o)
+    );
     // A smaller decomposition replaces the larger one.
     ok(fvpoisson(&["decompose", d, "-n", "2"]));
     assert!(!dir.join("processor2").exists());

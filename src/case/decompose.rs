@@ -22,7 +22,7 @@ use crate::foam::write::{write_atomic, write_header, write_list, HeaderSpec};
 use crate::foam::FoamFile;
 use crate::gpu::Gpu;
 use crate::io::foam_field::{write_internal_field, FieldValues, ScalarFieldFile};
-use crate::mesh::{Label, Mesh};
+use crate::mesh::{Label, Mesh, Vec3};
 use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
 use crate::sparse::distribute::Decomposition;
@@ -34,31 +34,88 @@ use crate::sparse::partition::graph_parts;
 pub enum DecomposeMethod {
     /// METIS k-way over the cell graph (fewest interface faces).
     Metis,
-    /// Equal slabs of cell centres along the longest axis of the mesh's
-    /// bounding box, like OpenFOAM's `simple` with n × 1 × 1.
-    Simple,
+    /// OpenFOAM's `simple` (`simpleCoeffs { n (nx ny nz); delta 0.001; }`):
+    /// `None` is `n (N 1 1)`, slabs across x, as OpenFOAM's tutorials give it.
+    Simple(Option<[usize; 3]>),
 }
 
 impl fmt::Display for DecomposeMethod {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Metis => "metis",
-            Self::Simple => "simple",
-        })
+        match self {
+            Self::Metis => f.write_str("metis"),
+            Self::Simple(None) => f.write_str("simple"),
+            Self::Simple(Some([x, y, z])) => write!(f, "simple:{x}x{y}x{z}"),
+        }
     }
 }
 
 impl FromStr for DecomposeMethod {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "metis" => Ok(Self::Metis),
-            "simple" => Ok(Self::Simple),
+        let lower = s.to_ascii_lowercase();
+        match lower.split_once(':') {
+            None if lower == "metis" => Ok(Self::Metis),
+            None if lower == "simple" => Ok(Self::Simple(None)),
+            Some(("simple", n)) => {
+                let parts: Vec<Option<usize>> = n
+                    .split('x')
+                    .map(|p| p.parse().ok().filter(|&v| v > 0))
+                    .collect();
+                match parts[..] {
+                    [Some(x), Some(y), Some(z)] => Ok(Self::Simple(Some([x, y, z]))),
+                    _ => Err(format!(
+                        "'{s}': give the divisions as simple:NXxNYxNZ (positive, e.g. \
+                         simple:2x2x1, OpenFOAM's `n (2 2 1)`)"
+                    )),
+                }
+            }
             _ => Err(format!(
-                "unknown decomposition method '{s}' (choose metis or simple)"
+                "unknown decomposition method '{s}' (choose metis, simple or simple:NXxNYxNZ)"
             )),
         }
     }
+}
+
+/// OpenFOAM's `simple` decomposition of the points `centres` into
+/// `n[0] * n[1] * n[2]` parts: the points are turned by OpenFOAM's small
+/// rotation of angle `delta` (0.001 by default in `simpleCoeffs`, which breaks
+/// the ties of a Cartesian mesh's aligned cell centres), ordered by their
+/// turned x, cut into `n[0]` groups of equal count (the first `count % n[0]`
+/// groups one larger), and likewise along y and z over all points; a point's
+/// part is `gx + n[0] gy + n[0] n[1] gz`. Equal coordinates keep the cells'
+/// order (OpenFOAM's sort leaves their order unspecified; the rotation makes
+/// them rare).
+pub fn simple_parts(centres: &[Vec3], n: [usize; 3], delta: f64) -> Vec<u32> {
+    let d = 1.0 - 0.5 * delta * delta;
+    let (d2, a, a2) = (d * d, delta, delta * delta);
+    let rotation = [
+        [d2, -a * d, a],
+        [a * d - a2 * d, a * a2 + d2, -2.0 * a * d],
+        [a * d2 + a2, a * d - a2 * d, d2 - a2],
+    ];
+    let turned: Vec<[f64; 3]> = centres
+        .iter()
+        .map(|c| rotation.map(|row| row[0] * c[0] + row[1] * c[1] + row[2] * c[2]))
+        .collect();
+    let count = centres.len();
+    let mut part = vec![0u32; count];
+    let mut order: Vec<usize> = (0..count).collect();
+    let mut stride = 1;
+    for (axis, &groups) in n.iter().enumerate() {
+        order.sort_by(|&p, &q| turned[p][axis].total_cmp(&turned[q][axis]).then(p.cmp(&q)));
+        let (size, larger) = (count / groups, count % groups);
+        for (k, &p) in order.iter().enumerate() {
+            // The first `larger` groups hold size + 1 points each.
+            let group = if k < larger * (size + 1) {
+                k / (size + 1)
+            } else {
+                larger + (k - larger * (size + 1)) / size.max(1)
+            };
+            part[p] += (group * stride) as u32;
+        }
+        stride *= groups;
+    }
+    part
 }
 
 /// The cells' face-neighbour graph.
@@ -93,32 +150,17 @@ pub fn decompose_mesh(
         DecomposeMethod::Metis => {
             graph_parts(&cell_graph(mesh), n_ranks).map_err(CaseError::Invalid)?
         }
-        DecomposeMethod::Simple => {
-            let centres = mesh.geometry()?.cell_centres;
-            let (lo, hi) = centres.iter().fold(
-                ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]),
-                |(lo, hi), c| {
-                    (
-                        std::array::from_fn(|k| lo[k].min(c[k])),
-                        std::array::from_fn(|k| hi[k].max(c[k])),
-                    )
-                },
-            );
-            let axis = (0..3)
-                .max_by(|&a, &b| (hi[a] - lo[a]).total_cmp(&(hi[b] - lo[b])))
-                .unwrap_or(0);
-            // Sorted by the coordinate (ties by cell number), cut into equal counts.
-            let mut order: Vec<usize> = (0..centres.len()).collect();
-            order.sort_by(|&a, &b| {
-                centres[a][axis]
-                    .total_cmp(&centres[b][axis])
-                    .then(a.cmp(&b))
-            });
-            let mut owner = vec![0u32; centres.len()];
-            for (k, &c) in order.iter().enumerate() {
-                owner[c] = (k * n_ranks / centres.len()) as u32;
+        DecomposeMethod::Simple(n) => {
+            let n = n.unwrap_or([n_ranks, 1, 1]);
+            let parts = n.iter().try_fold(1usize, |p, &k| p.checked_mul(k));
+            if parts != Some(n_ranks) {
+                return Err(CaseError::invalid(format!(
+                    "simple:{}x{}x{} does not make {n_ranks} parts; give divisions whose \
+                     product is the rank count",
+                    n[0], n[1], n[2]
+                )));
             }
-            owner
+            simple_parts(&mesh.geometry()?.cell_centres, n, 0.001)
         }
     };
     Decomposition::from_owners(owner, n_ranks).map_err(CaseError::Invalid)
@@ -391,4 +433,47 @@ pub fn reconstruct(case_dir: &Path) -> Result<Vec<PathBuf>, CaseError> {
         written.push(write_reconstructed(&setup, &mesh, time, field)?);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_parse_and_bad_divisions_are_named() {
+        assert_eq!("METIS".parse(), Ok(DecomposeMethod::Metis));
+        assert_eq!("simple".parse(), Ok(DecomposeMethod::Simple(None)));
+        assert_eq!(
+            "simple:2x3x1".parse(),
+            Ok(DecomposeMethod::Simple(Some([2, 3, 1])))
+        );
+        for bad in ["simple:2x0x1", "simple:2x2", "simple:axbxc", "hierarchical"] {
+            let e = bad.parse::<DecomposeMethod>().unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+        let mesh = crate::mesh::source::load("box:4x4x2").unwrap();
+        let e = decompose_mesh(&mesh, 3, DecomposeMethod::Simple(Some([2, 2, 1])))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("simple:2x2x1 does not make 3 parts"), "{e}");
+    }
+
+    /// Counts that do not divide: the first `count % n` groups are one
+    /// larger, in the order of the turned coordinate.
+    #[test]
+    fn simple_parts_give_the_first_groups_the_extra_points() {
+        let centres: Vec<Vec3> = (0..7)
+            .map(|i| Vec3::new(f64::from(6 - i), 0.0, 0.0))
+            .collect();
+        assert_eq!(
+            simple_parts(&centres, [3, 1, 1], 0.001),
+            vec![2, 2, 1, 1, 0, 0, 0]
+        );
+        // x then y: part = gx + 2 gy.
+        let grid: Vec<Vec3> = [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0)]
+            .iter()
+            .map(|&(x, y)| Vec3::new(x, y, 0.0))
+            .collect();
+        assert_eq!(simple_parts(&grid, [2, 2, 1], 0.001), vec![0, 1, 2, 3]);
+    }
 }

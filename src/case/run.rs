@@ -27,8 +27,11 @@ use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::collective::agreed;
 use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{AmgSettings, CycleKind};
-use crate::solve::distributed::{solve_pcg_distributed_deflated, Deflation};
+use crate::solve::distributed::{
+    solve_bicgstab_distributed, solve_pcg_distributed_deflated, Deflation,
+};
 use crate::solve::gamg::{face_area_pair_weight, solve_gamg, GamgCache, MeshFaces};
+use crate::solve::krylov::KrylovMethod;
 use crate::solve::polynomial::{EigenBound, PolynomialSettings};
 use crate::solve::registry::{self, GpuDefault, Role};
 use crate::solve::solve_krylov;
@@ -1417,8 +1420,22 @@ fn solve_distributed(
     x: &mut [f64],
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    let unsupported = if let Some(method) = &solver.krylov {
-        Some(format!("{method}"))
+    // PBiCGStab runs over CPU ranks (OpenFOAM's `-parallel` steps, block
+    // preconditioner), not deflated.
+    let bicgstab = solver.krylov == Some(KrylovMethod::BiCgStab)
+        && ranks.gpu.is_none()
+        && solver.deflation == Deflation::None;
+    let unsupported = if bicgstab {
+        None
+    } else if let Some(method) = &solver.krylov {
+        Some(format!(
+            "{method}{}",
+            match (method, ranks.gpu) {
+                (KrylovMethod::BiCgStab, Some(_)) => " on GPU ranks",
+                (KrylovMethod::BiCgStab, None) => " with deflation",
+                _ => "",
+            }
+        ))
     } else if let Some(smoother) = &solver.smoother {
         Some(format!("smoothSolver ({smoother})"))
     } else if solver.equilibration != EquilibrationKind::None {
@@ -1429,7 +1446,8 @@ fn solve_distributed(
     if let Some(what) = unsupported {
         return Err(SolveError::InvalidControls(format!(
             "{what} does not run distributed; use solver PCG with a preconditioner such as \
-             DIC, FDIC or diagonal (block Jacobi over the ranks), GAMG, or run on one rank"
+             DIC, FDIC or diagonal (block Jacobi over the ranks), GAMG, PBiCGStab on CPU \
+             ranks, or run on one rank"
         )));
     }
     // GAMG runs as PCG with block-Jacobi AMG: each rank's hierarchy of its
@@ -1451,16 +1469,27 @@ fn solve_distributed(
         .map_err(SolveError::InvalidControls)?;
     let b_local = local.scatter(b);
     let mut x_local = local.scatter(x);
-    let perf = solve_pcg_distributed_deflated(
-        &local,
-        ranks.comm,
-        block_preconditioner,
-        solver.deflation,
-        &b_local,
-        &mut x_local,
-        &solver.controls,
-        field,
-    )?;
+    let perf = match bicgstab {
+        true => solve_bicgstab_distributed(
+            &local,
+            ranks.comm,
+            block_preconditioner,
+            &b_local,
+            &mut x_local,
+            &solver.controls,
+            field,
+        )?,
+        false => solve_pcg_distributed_deflated(
+            &local,
+            ranks.comm,
+            block_preconditioner,
+            solver.deflation,
+            &b_local,
+            &mut x_local,
+            &solver.controls,
+            field,
+        )?,
+    };
     x.copy_from_slice(&gather_global(ranks.comm, &local, &x_local));
     Ok(perf)
 }

@@ -10,7 +10,15 @@
 //! `solve::precond` built on the rank's owned block (halo couplings dropped).
 //! Jacobi is the global Jacobi; DIC, IC(0), symmetric Gauss–Seidel... become
 //! their block versions, weaker as the rank count grows; AMG (a distributed
-//! GAMG) builds each rank's hierarchy on its owned block.
+//! GAMG) builds each rank's hierarchy on its owned block. The block is
+//! factored and swept in ascending global row order ([`InGlobalOrder`]),
+//! not in the local `[interior | boundary]` order of the products: that is
+//! the order of an OpenFOAM processor's cells (`decomposePar` keeps them
+//! ascending), so block DIC/FDIC is OpenFOAM's processor-local DIC and a
+//! run on OpenFOAM's decomposition takes `mpirun -parallel`'s iterations.
+//!
+//! PBiCGStab runs over the ranks too: `bicgstab::bicgstab` over
+//! [`DistributedKrylovBackend`], OpenFOAM's `-parallel` PBiCGStab steps.
 //!
 //! Subdomain deflation ([`Deflation::Subdomains`], Nicolaides; Frank & Vuik)
 //! adds a coarse space of one vector per rank, the indicator of its owned
@@ -26,21 +34,82 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Mutex;
 
 use nalgebra::DMatrix;
 
+use super::bicgstab::bicgstab;
 use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
 use super::error::check_finite;
+use super::krylov::KrylovBackend;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
 use super::row_sums::{diagonal_slots, openfoam_row_sums, row_sum_by};
 use super::{
-    pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, SolveError, SolverControls,
-    SolverPerformance,
+    pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, PreconditionerKind, SolveError,
+    SolverControls, SolverPerformance,
 };
 use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
 use crate::sparse::distribute::LocalMatrix;
+use crate::sparse::{Csr, Permutation};
+
+/// A preconditioner of a rank's owned block built and applied in ascending
+/// global row order, seen from the local order: z = Pᵀ M⁻¹ P r with P the
+/// local → ascending-global permutation. Row-order dependent preconditioners
+/// (DIC's and Gauss–Seidel's sweeps, AMG's aggregation) then do what a
+/// processor of a `decomposePar` case does.
+pub struct InGlobalOrder<'a> {
+    order: Permutation,
+    inner: Box<dyn LinearOperator + 'a>,
+    /// (P r, M⁻¹ P r), reused between applications.
+    scratch: Mutex<(Vec<f64>, Vec<f64>)>,
+}
+
+impl<'a> InGlobalOrder<'a> {
+    /// The permutation that lists `local`'s owned rows by ascending global
+    /// row, and the owned block in that order, or `None` when the local
+    /// order is already ascending.
+    pub fn block_of(local: &LocalMatrix) -> (Option<Permutation>, Csr) {
+        let block = local.owned_block();
+        let owned = &local.global[..local.n_owned];
+        if owned.windows(2).all(|w| w[0] < w[1]) {
+            return (None, block);
+        }
+        let mut new_to_old: Vec<u32> = (0..local.n_owned as u32).collect();
+        new_to_old.sort_by_key(|&l| owned[l as usize]);
+        let order = Permutation::from_new_to_old(new_to_old).expect("owned rows listed once");
+        let in_order = order.apply_symmetric(&block);
+        (Some(order), in_order)
+    }
+
+    pub fn new(order: Permutation, inner: Box<dyn LinearOperator + 'a>) -> Self {
+        let n = order.len();
+        Self {
+            order,
+            inner,
+            scratch: Mutex::new((vec![0.0; n], vec![0.0; n])),
+        }
+    }
+}
+
+impl LinearOperator for InGlobalOrder<'_> {
+    fn n(&self) -> usize {
+        self.order.len()
+    }
+
+    fn apply(&self, r: &[f64], z: &mut [f64]) {
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let (r_ordered, z_ordered) = &mut *scratch;
+        for (k, &l) in self.order.new_to_old().iter().enumerate() {
+            r_ordered[k] = r[l as usize];
+        }
+        self.inner.apply(r_ordered, z_ordered);
+        for (k, &l) in self.order.new_to_old().iter().enumerate() {
+            z[l as usize] = z_ordered[k];
+        }
+    }
+}
 
 /// PCG steps on one rank's owned rows; vectors hold the owned rows (local
 /// order), the halo of x and p lives in the backend.
@@ -434,6 +503,98 @@ pub fn agree<T>(comm: &dyn Communicator, built: Result<T, SolveError>) -> Result
     )
 }
 
+/// Checks the rank's inputs and builds `preconditioner` on its owned block
+/// (`block`, in the row order of `order`: [`InGlobalOrder::block_of`]).
+/// `symmetric`: for PCG (symmetric preconditioners only).
+#[allow(clippy::too_many_arguments)]
+fn block_preconditioner<'a>(
+    local: &LocalMatrix,
+    preconditioner: &Preconditioner,
+    order: Option<Permutation>,
+    block: &'a Csr,
+    b: &[f64],
+    x: &[f64],
+    controls: &SolverControls,
+    symmetric: bool,
+) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
+    if b.len() != local.n_owned || x.len() != local.n_owned {
+        return Err(SolveError::SizeMismatch {
+            what: "distributed right-hand side / initial guess",
+            expected: local.n_owned,
+            found: if b.len() != local.n_owned {
+                b.len()
+            } else {
+                x.len()
+            },
+        });
+    }
+    check_finite("right-hand side b", b)?;
+    check_finite("initial guess x", x)?;
+    controls.validate()?;
+    match symmetric {
+        true => preconditioner.check()?,
+        false => preconditioner.validate()?,
+    }
+    if preconditioner.ordering(block).is_some() {
+        return Err(SolveError::InvalidControls(format!(
+            "{preconditioner} reorders the rows and cannot precondition a distributed \
+             solve; use jacobi, dic, ic0, sgs or another preconditioner without its own \
+             row ordering"
+        )));
+    }
+    let built = preconditioner.build(block)?;
+    Ok(match order {
+        Some(order) => Box::new(InGlobalOrder::new(order, built)),
+        None => built,
+    })
+}
+
+/// Builds `preconditioner` on the rank's owned block in global order (every
+/// rank agreeing that each could), then runs `solve` with it on copies of
+/// `b` and `x` and writes the solution back into `x`.
+#[allow(clippy::too_many_arguments)]
+fn with_block_preconditioner(
+    local: &LocalMatrix,
+    comm: &dyn Communicator,
+    preconditioner: &Preconditioner,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    symmetric: bool,
+    solve: impl FnOnce(
+        &dyn LinearOperator,
+        &Vec<f64>,
+        &mut Vec<f64>,
+    ) -> Result<SolverPerformance, SolveError>,
+) -> Result<SolverPerformance, SolveError> {
+    // Jacobi and none do not depend on the row order: no permutation.
+    let order_free = matches!(
+        preconditioner,
+        Preconditioner::Kind(PreconditionerKind::None | PreconditionerKind::Jacobi)
+    );
+    let (order, block) = match order_free {
+        true => (None, local.owned_block()),
+        false => InGlobalOrder::block_of(local),
+    };
+    let precond = agree(
+        comm,
+        block_preconditioner(
+            local,
+            preconditioner,
+            order,
+            &block,
+            b,
+            x,
+            controls,
+            symmetric,
+        ),
+    )?;
+    let (b, mut x_work) = (b.to_vec(), x.to_vec());
+    let perf = solve(precond.as_ref(), &b, &mut x_work)?;
+    x.copy_from_slice(&x_work);
+    Ok(perf)
+}
+
 /// Solves the distributed system A x = b on this rank's rows with PCG and
 /// block-Jacobi `preconditioner` (built on the owned block); `b` and `x` hold
 /// the owned rows in local order. Every rank must call it; an error on one
@@ -474,45 +635,204 @@ pub fn solve_pcg_distributed_deflated(
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
     let preconditioner = preconditioner.into();
-    let block = local.owned_block();
-    let setup = || -> Result<Box<dyn LinearOperator + '_>, SolveError> {
-        if b.len() != local.n_owned || x.len() != local.n_owned {
-            return Err(SolveError::SizeMismatch {
-                what: "distributed right-hand side / initial guess",
-                expected: local.n_owned,
-                found: if b.len() != local.n_owned {
-                    b.len()
-                } else {
-                    x.len()
-                },
+    with_block_preconditioner(
+        local,
+        comm,
+        &preconditioner,
+        b,
+        x,
+        controls,
+        true,
+        |precond, b, x| {
+            let backend = DistributedBackend::new(local, comm, precond)
+                .flexible(preconditioner.is_flexible());
+            match deflation {
+                Deflation::None => pcg(&backend, b, x, controls, field),
+                Deflation::Subdomains => {
+                    let ops = RankDeflation::new(local, comm)?;
+                    Ok(deflated_pcg(&backend, &ops, b, x, controls, field)?.0)
+                }
+            }
+        },
+    )
+}
+
+/// PBiCGStab's steps ([`KrylovBackend`]) on one rank's owned rows: the
+/// products exchange the halo as PCG's do, and every dot product and Σ|r| is
+/// a sum over the ranks, as OpenFOAM's `gSumProd`/`gSumMag` in a `-parallel`
+/// run; the preconditioner is the block one (block DIC/DILU in global order).
+pub struct DistributedKrylovBackend<'a> {
+    cg: DistributedBackend<'a>,
+}
+
+impl<'a> DistributedKrylovBackend<'a> {
+    pub fn new(
+        local: &'a LocalMatrix,
+        comm: &'a dyn Communicator,
+        precond: &'a dyn LinearOperator,
+    ) -> Self {
+        Self {
+            cg: DistributedBackend::new(local, comm, precond),
+        }
+    }
+
+    /// y = A v over the owned rows (interior rows while the halo travels).
+    fn times(&self, v: &[f64], y: &mut [f64]) {
+        let cg = &self.cg;
+        let (n_interior, n_owned) = (cg.local.n_interior, cg.local.n_owned);
+        let mut halo = cg.halo.borrow_mut();
+        let (y_interior, y_boundary) = y.split_at_mut(n_interior);
+        cg.comm
+            .exchange(&cg.local.neighbours, v, &mut halo, &mut || {
+                cg.product(0..n_interior, v, &[], y_interior);
             });
+        cg.product(n_interior..n_owned, v, &halo, y_boundary);
+    }
+
+    fn sums<const K: usize>(&self, values: [f64; K]) -> [f64; K] {
+        self.cg.global_sum(values)
+    }
+}
+
+impl KrylovBackend for DistributedKrylovBackend<'_> {
+    type Vector = Vec<f64>;
+
+    fn n(&self) -> usize {
+        self.cg.local.n_owned
+    }
+
+    fn new_vector(&self) -> Vec<f64> {
+        vec![0.0; self.n()]
+    }
+
+    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
+        self.cg.initialize(b, x, r)
+    }
+
+    fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
+        self.times(x, r);
+        let (mut abs, mut squares) = (0.0, 0.0);
+        for (r, b) in r.iter_mut().zip(b) {
+            *r = b - *r;
+            abs += r.abs();
+            squares += *r * *r;
         }
-        check_finite("right-hand side b", b)?;
-        check_finite("initial guess x", x)?;
-        controls.validate()?;
-        preconditioner.check()?;
-        if preconditioner.ordering(&block).is_some() {
-            return Err(SolveError::InvalidControls(format!(
-                "{preconditioner} reorders the rows and cannot precondition a distributed \
-                 solve; use jacobi, dic, ic0, sgs or another preconditioner without its own \
-                 row ordering"
-            )));
+        let [abs, squares] = self.sums([abs, squares]);
+        (abs, squares)
+    }
+
+    fn precondition(&self, v: &Vec<f64>, z: &mut Vec<f64>) {
+        self.cg.precond.apply(v, z);
+    }
+
+    fn apply_operator(&self, v: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> (f64, f64) {
+        self.times(v, y);
+        let yy = dot(y, y);
+        let [yw, yy] = self.sums([w.map_or(yy, |w| dot(y, w)), yy]);
+        (yw, yy)
+    }
+
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        self.sums([dot(a, b)])[0]
+    }
+
+    fn scale(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>) {
+        for (y, x) in y.iter_mut().zip(x) {
+            *y = alpha * x;
         }
-        preconditioner.build(&block)
-    };
-    // Every rank learns whether one failed, so that none waits in PCG's
-    // reductions for a rank that gave up.
-    let precond = agree(comm, setup())?;
-    let backend = DistributedBackend::new(local, comm, precond.as_ref())
-        .flexible(preconditioner.is_flexible());
-    let (b, mut x_work) = (b.to_vec(), x.to_vec());
-    let perf = match deflation {
-        Deflation::None => pcg(&backend, &b, &mut x_work, controls, field)?,
-        Deflation::Subdomains => {
-            let ops = RankDeflation::new(local, comm)?;
-            deflated_pcg(&backend, &ops, &b, &mut x_work, controls, field)?.0
+    }
+
+    fn axpy_dot(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> f64 {
+        for (y, x) in y.iter_mut().zip(x) {
+            *y += alpha * x;
         }
-    };
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+        self.sums([dot(y, w.unwrap_or(y))])[0]
+    }
+
+    fn multi_dot(&self, vs: &[&Vec<f64>], w: &Vec<f64>) -> Vec<f64> {
+        let mut dots: Vec<f64> = vs.iter().map(|v| dot(v, w)).collect();
+        self.cg.comm.sum(&mut dots);
+        dots
+    }
+
+    fn multi_axpy(&self, c: &[f64], vs: &[&Vec<f64>], y: &mut Vec<f64>) -> f64 {
+        assert_eq!(c.len(), vs.len(), "multi_axpy: coefficients");
+        for (i, y) in y.iter_mut().enumerate() {
+            for (c, v) in c.iter().zip(vs) {
+                *y += c * v[i];
+            }
+        }
+        self.sums([dot(y, y)])[0]
+    }
+
+    fn bicg_direction(&self, beta: f64, omega: f64, r: &Vec<f64>, v: &Vec<f64>, p: &mut Vec<f64>) {
+        if beta == 0.0 {
+            p.copy_from_slice(r);
+        } else {
+            for (i, p) in p.iter_mut().enumerate() {
+                *p = r[i] + beta * (*p - omega * v[i]);
+            }
+        }
+    }
+
+    fn bicg_half(&self, alpha: f64, r: &Vec<f64>, v: &Vec<f64>, s: &mut Vec<f64>) -> f64 {
+        let mut abs = 0.0;
+        for (i, s) in s.iter_mut().enumerate() {
+            *s = r[i] - alpha * v[i];
+            abs += s.abs();
+        }
+        self.sums([abs])[0]
+    }
+
+    fn bicg_update(
+        &self,
+        alpha: f64,
+        omega: f64,
+        y: &Vec<f64>,
+        z: &Vec<f64>,
+        s: &Vec<f64>,
+        t: &Vec<f64>,
+        r0: &Vec<f64>,
+        x: &mut Vec<f64>,
+        r: &mut Vec<f64>,
+    ) -> (f64, f64) {
+        let (mut abs, mut rho) = (0.0, 0.0);
+        for i in 0..x.len() {
+            x[i] += alpha * y[i] + omega * z[i];
+            r[i] = s[i] - omega * t[i];
+            abs += r[i].abs();
+            rho += r0[i] * r[i];
+        }
+        let [abs, rho] = self.sums([abs, rho]);
+        (abs, rho)
+    }
+}
+
+/// Solves the distributed system A x = b on this rank's rows with OpenFOAM's
+/// PBiCGStab (`solve::bicgstab`) and block-Jacobi `preconditioner` (DIC,
+/// DILU... on the owned block, in global row order): the steps of
+/// `mpirun -parallel`'s PBiCGStab. Every rank must call it; an error on one
+/// rank is an error on all of them.
+pub fn solve_bicgstab_distributed(
+    local: &LocalMatrix,
+    comm: &dyn Communicator,
+    preconditioner: impl Into<Preconditioner>,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    with_block_preconditioner(
+        local,
+        comm,
+        &preconditioner.into(),
+        b,
+        x,
+        controls,
+        false,
+        |precond, b, x| {
+            let backend = DistributedKrylovBackend::new(local, comm, precond);
+            bicgstab(&backend, b, x, controls, field)
+        },
+    )
 }
