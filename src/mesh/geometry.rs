@@ -10,7 +10,6 @@
 
 use super::{Label, Mesh, MeshError, Vec3};
 use rayon::prelude::*;
-use std::ops::Range;
 
 /// OpenFOAM's `ROOTVSMALL` for double precision.
 pub const ROOTVSMALL: f64 = 1e-150;
@@ -51,34 +50,6 @@ pub fn face_centre_and_area(points: &[Vec3], face: &[Label]) -> (Vec3, Vec3) {
         sum_ac / (3.0 * sum_a)
     };
     (fc, 0.5 * sum_n)
-}
-
-/// `data` (one entry per cell) split at the boundaries of `parts`.
-fn split_by_parts<'a, T>(data: &'a mut [T], parts: &[Range<usize>]) -> Vec<&'a mut [T]> {
-    crate::slices::split_lengths(data, parts.iter().map(|p| p.len()))
-}
-
-/// Calls `visit(face, cell, is_owner)` for each side of the faces `faces`
-/// whose cell is in `cells`, in face order (owner before neighbour).
-#[inline]
-fn for_each_side_in(
-    faces: &Range<usize>,
-    owner: &[Label],
-    neighbour: &[Label],
-    cells: &Range<usize>,
-    mut visit: impl FnMut(usize, usize, bool),
-) {
-    for f in faces.clone() {
-        let o = owner[f] as usize;
-        if cells.contains(&o) {
-            visit(f, o, true);
-        }
-        if let Some(&n) = neighbour.get(f) {
-            if cells.contains(&(n as usize)) {
-                visit(f, n as usize, false);
-            }
-        }
-    }
 }
 
 /// A usable cell volume: above `VSMALL`, and not NaN.
@@ -124,12 +95,12 @@ impl Geometry {
         // its own cells in face order: the serial loop's bits.
         let parts = super::cell_parts(n_cells);
         let mut estimated = vec![Vec3::zeros(); n_cells];
-        split_by_parts(&mut estimated, &parts)
+        super::split_by_parts(&mut estimated, &parts)
             .into_par_iter()
             .zip(&parts)
             .for_each(|(sums, cells)| {
                 let mut counts = vec![0u32; cells.len()];
-                for_each_side_in(&(0..n_faces), owner, neighbour, cells, |f, c, _| {
+                mesh.for_each_side_of(cells, |f, c, _| {
                     sums[c - cells.start] += face_centres[f];
                     counts[c - cells.start] += 1;
                 });
@@ -141,12 +112,12 @@ impl Geometry {
         // Pass 2: pyramid decomposition about the estimated centre.
         let mut cell_centres = vec![Vec3::zeros(); n_cells];
         let mut cell_volumes = vec![0.0f64; n_cells];
-        split_by_parts(&mut cell_centres, &parts)
+        super::split_by_parts(&mut cell_centres, &parts)
             .into_par_iter()
-            .zip(split_by_parts(&mut cell_volumes, &parts))
+            .zip(super::split_by_parts(&mut cell_volumes, &parts))
             .zip(&parts)
             .for_each(|((weighted, volumes), cells)| {
-                for_each_side_in(&(0..n_faces), owner, neighbour, cells, |f, c, is_owner| {
+                mesh.for_each_side_of(cells, |f, c, is_owner| {
                     let cf = face_centres[f];
                     let sf = face_area_vectors[f];
                     let est = estimated[c];

@@ -411,12 +411,11 @@ impl Mesh {
     pub fn cell_faces(&self) -> (Vec<u32>, Vec<Label>) {
         let parts = cell_parts(self.n_cells);
         let mut offsets = vec![0u32; self.n_cells + 1];
-        let counts = crate::slices::split_lengths(&mut offsets[1..], parts.iter().map(|p| p.len()));
-        counts
+        split_by_parts(&mut offsets[1..], &parts)
             .into_par_iter()
             .zip(&parts)
             .for_each(|(counts, cells)| {
-                self.for_each_face_of(cells, |c, _| counts[c - cells.start] += 1);
+                self.for_each_side_of(cells, |_, c, _| counts[c - cells.start] += 1);
             });
         for i in 0..self.n_cells {
             offsets[i + 1] += offsets[i];
@@ -431,7 +430,7 @@ impl Mesh {
         lists.into_par_iter().zip(&parts).for_each(|(list, cells)| {
             let base = offsets[cells.start];
             let mut fill: Vec<u32> = offsets[cells.clone()].iter().map(|&o| o - base).collect();
-            self.for_each_face_of(cells, |c, f| {
+            self.for_each_side_of(cells, |f, c, _| {
                 let slot = &mut fill[c - cells.start];
                 list[*slot as usize] = f as Label;
                 *slot += 1;
@@ -440,19 +439,21 @@ impl Mesh {
         (offsets, faces)
     }
 
-    /// Calls `visit(cell, face)` for every face of the cells `cells`, in
-    /// increasing face order (a face is visited once for its owner and once
-    /// for its neighbour when both are in `cells`).
-    fn for_each_face_of(&self, cells: &Range<usize>, mut visit: impl FnMut(usize, usize)) {
-        let n_internal = self.neighbour.len();
+    /// Calls `visit(face, cell, is_owner)` for each side of every face whose
+    /// cell is in `cells`, in face order (owner before neighbour): the order
+    /// in which OpenFOAM's face loops add into a cell.
+    pub(crate) fn for_each_side_of(
+        &self,
+        cells: &Range<usize>,
+        mut visit: impl FnMut(usize, usize, bool),
+    ) {
         for (f, &o) in self.owner.iter().enumerate() {
             if cells.contains(&(o as usize)) {
-                visit(o as usize, f);
+                visit(f, o as usize, true);
             }
-            if f < n_internal {
-                let n = self.neighbour[f] as usize;
-                if cells.contains(&n) {
-                    visit(n, f);
+            if let Some(&n) = self.neighbour.get(f) {
+                if cells.contains(&(n as usize)) {
+                    visit(f, n as usize, false);
                 }
             }
         }
@@ -534,6 +535,11 @@ pub(crate) fn cell_parts(n_cells: usize) -> Vec<Range<usize>> {
         .step_by(per_part)
         .map(|first| first..(first + per_part).min(n_cells))
         .collect()
+}
+
+/// `data` (one entry per cell) split at the boundaries of `parts`.
+pub(crate) fn split_by_parts<'a, T>(data: &'a mut [T], parts: &[Range<usize>]) -> Vec<&'a mut [T]> {
+    crate::slices::split_lengths(data, parts.iter().map(|p| p.len()))
 }
 
 #[cfg(test)]
