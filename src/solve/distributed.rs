@@ -170,6 +170,20 @@ impl<'a> DistributedBackend<'a> {
 
     /// q_r = (A p)_r for rows `rows` (q indexed from `rows.start`); returns
     /// Σ p_r q_r over them.
+    /// q = A p over the owned rows, the interior rows multiplied while the
+    /// halo of p is in flight; returns this rank's part of p · q.
+    fn times(&self, p: &[f64], q: &mut [f64]) -> f64 {
+        let (n_interior, n_owned) = (self.local.n_interior, self.local.n_owned);
+        let mut halo = self.halo.borrow_mut();
+        let (q_interior, q_boundary) = q.split_at_mut(n_interior);
+        let mut interior = 0.0;
+        self.comm
+            .exchange(&self.local.neighbours, p, &mut halo, &mut || {
+                interior = self.product(0..n_interior, p, &[], q_interior)
+            });
+        interior + self.product(n_interior..n_owned, p, &halo, q_boundary)
+    }
+
     fn product(&self, rows: std::ops::Range<usize>, p: &[f64], halo: &[f64], q: &mut [f64]) -> f64 {
         let start = rows.start;
         let mut p_q = 0.0;
@@ -234,18 +248,8 @@ impl CgBackend for DistributedBackend<'_> {
         }
     }
 
-    /// The interior rows are multiplied while the halo of p is in flight.
     fn apply_operator(&self, p: &Vec<f64>, q: &mut Vec<f64>) -> f64 {
-        let (n_interior, n_owned) = (self.local.n_interior, self.local.n_owned);
-        let mut halo = self.halo.borrow_mut();
-        let (q_interior, q_boundary) = q.split_at_mut(n_interior);
-        let mut interior = 0.0;
-        self.comm
-            .exchange(&self.local.neighbours, p, &mut halo, &mut || {
-                interior = self.product(0..n_interior, p, &[], q_interior)
-            });
-        let boundary = self.product(n_interior..n_owned, p, &halo, q_boundary);
-        self.global_sum([interior + boundary])[0]
+        self.global_sum([self.times(p, q)])[0]
     }
 
     fn update_solution(
@@ -676,19 +680,6 @@ impl<'a> DistributedKrylovBackend<'a> {
         }
     }
 
-    /// y = A v over the owned rows (interior rows while the halo travels).
-    fn times(&self, v: &[f64], y: &mut [f64]) {
-        let cg = &self.cg;
-        let (n_interior, n_owned) = (cg.local.n_interior, cg.local.n_owned);
-        let mut halo = cg.halo.borrow_mut();
-        let (y_interior, y_boundary) = y.split_at_mut(n_interior);
-        cg.comm
-            .exchange(&cg.local.neighbours, v, &mut halo, &mut || {
-                cg.product(0..n_interior, v, &[], y_interior);
-            });
-        cg.product(n_interior..n_owned, v, &halo, y_boundary);
-    }
-
     fn sums<const K: usize>(&self, values: [f64; K]) -> [f64; K] {
         self.cg.global_sum(values)
     }
@@ -710,7 +701,7 @@ impl KrylovBackend for DistributedKrylovBackend<'_> {
     }
 
     fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
-        self.times(x, r);
+        self.cg.times(x, r);
         let (mut abs, mut squares) = (0.0, 0.0);
         for (r, b) in r.iter_mut().zip(b) {
             *r = b - *r;
@@ -726,7 +717,7 @@ impl KrylovBackend for DistributedKrylovBackend<'_> {
     }
 
     fn apply_operator(&self, v: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> (f64, f64) {
-        self.times(v, y);
+        self.cg.times(v, y);
         let yy = dot(y, y);
         let [yw, yy] = self.sums([w.map_or(yy, |w| dot(y, w)), yy]);
         (yw, yy)
