@@ -58,12 +58,7 @@ impl Csr {
 
     /// A matrix of this one's pattern (shared, not copied) with every value 0.
     pub fn zeros_like(&self) -> Self {
-        Self {
-            n_cols: self.n_cols,
-            row_ptr: Arc::clone(&self.row_ptr),
-            cols: Arc::clone(&self.cols),
-            values: vec![0.0; self.nnz()],
-        }
+        self.with_values(vec![0.0; self.nnz()])
     }
 
     /// A matrix of this one's pattern (shared, not copied) with every value
