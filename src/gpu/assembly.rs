@@ -363,8 +363,11 @@ fn gather(values: &[f64], index: &[u32]) -> Vec<f64> {
 
 /// The fixed device arrays in host memory: internal faces in device order,
 /// boundary faces in device boundary order, cells in row order. Vectors are
-/// 3 doubles; arrays a scheme does not use are empty.
+/// 3 doubles; arrays a scheme does not use are empty. The device gets each
+/// array as soon as it is made ([`DeviceGeometry::upload`]); this struct of
+/// all of them at once is the host's copy for the emulated kernels' tests.
 #[derive(Clone, Debug)]
+#[cfg_attr(not(test), allow(dead_code))]
 struct StaticArrays {
     face_owner: Vec<u32>,
     face_neighbour: Vec<u32>,
@@ -384,55 +387,158 @@ struct StaticArrays {
     volumes: Vec<f64>,
 }
 
+#[cfg_attr(not(test), allow(dead_code))]
 impl StaticArrays {
     fn new(system: &LaplacianSystem, map: &AssemblyMap, ordering: &Permutation) -> Self {
-        let (mesh, geometry, faces) = (system.mesh(), system.geometry(), system.face_geometry());
-        let schemes = system.schemes();
-        let first = mesh.n_internal_faces();
-        let old_to_new = ordering.old_to_new();
-        let new_row = |cells: &[u32]| -> Vec<u32> {
-            map.device_faces
-                .par_iter()
-                .map(|&f| old_to_new[cells[f as usize] as usize])
-                .collect()
-        };
-        let gauss = schemes.grad == GradScheme::GaussLinear;
-        let boundary_corrected = schemes.sn_grad == SnGradScheme::BoundaryCorrected;
-        let sf = &geometry.face_area_vectors;
+        let source = StaticSource::new(system, map, ordering);
         Self {
-            face_owner: new_row(mesh.owner()),
-            face_neighbour: new_row(mesh.neighbour()),
-            weights: gather(&geometry.weights, &map.device_faces),
-            mag_sf: gather(&faces.mag_sf, &map.device_faces),
-            delta_coeffs: gather(&faces.delta_coeffs, &map.device_faces),
-            sf: if gauss {
-                flatten(sf, &map.device_faces, 0)
-            } else {
-                Vec::new()
-            },
-            k: if schemes.sn_grad.is_corrected() {
-                flatten(&faces.correction_vectors, &map.device_faces, 0)
-            } else {
-                Vec::new()
-            },
-            b_mag_sf: gather(&faces.mag_sf[first..], &map.device_boundary),
-            b_sf: if gauss {
-                flatten(sf, &map.device_boundary, first)
-            } else {
-                Vec::new()
-            },
-            b_k: if boundary_corrected {
-                flatten(&faces.patch_correction_vectors, &map.device_boundary, 0)
-            } else {
-                Vec::new()
-            },
-            b_delta_coeffs: if boundary_corrected {
-                gather(&faces.patch_delta_coeffs, &map.device_boundary)
-            } else {
-                Vec::new()
-            },
-            volumes: ordering.to_new(&geometry.cell_volumes),
+            face_owner: source.face_owner(),
+            face_neighbour: source.face_neighbour(),
+            weights: source.weights(),
+            mag_sf: source.mag_sf(),
+            delta_coeffs: source.delta_coeffs(),
+            sf: source.sf(),
+            k: source.k(),
+            b_mag_sf: source.b_mag_sf(),
+            b_sf: source.b_sf(),
+            b_k: source.b_k(),
+            b_delta_coeffs: source.b_delta_coeffs(),
+            volumes: source.volumes(),
         }
+    }
+}
+
+/// Where each of the [`StaticArrays`] comes from: one method per array,
+/// gathered in parallel into device order when called, so that the device
+/// set-up holds one array in host memory at a time (at 8 M hex cells their
+/// sum is about 2 GB, the largest 0.6 GB).
+struct StaticSource<'a> {
+    system: &'a LaplacianSystem<'a>,
+    map: &'a AssemblyMap,
+    ordering: &'a Permutation,
+}
+
+impl<'a> StaticSource<'a> {
+    fn new(
+        system: &'a LaplacianSystem<'a>,
+        map: &'a AssemblyMap,
+        ordering: &'a Permutation,
+    ) -> Self {
+        Self {
+            system,
+            map,
+            ordering,
+        }
+    }
+
+    /// Rows (new numbering) of `cells` (a cell per mesh face) per device face.
+    fn new_rows(&self, cells: &[u32]) -> Vec<u32> {
+        let old_to_new = self.ordering.old_to_new();
+        self.map
+            .device_faces
+            .par_iter()
+            .map(|&f| old_to_new[cells[f as usize] as usize])
+            .collect()
+    }
+
+    fn gauss(&self) -> bool {
+        self.system.schemes().grad == GradScheme::GaussLinear
+    }
+
+    fn boundary_corrected(&self) -> bool {
+        self.system.schemes().sn_grad == SnGradScheme::BoundaryCorrected
+    }
+
+    fn face_owner(&self) -> Vec<u32> {
+        self.new_rows(self.system.mesh().owner())
+    }
+
+    fn face_neighbour(&self) -> Vec<u32> {
+        self.new_rows(self.system.mesh().neighbour())
+    }
+
+    fn weights(&self) -> Vec<f64> {
+        gather(&self.system.geometry().weights, &self.map.device_faces)
+    }
+
+    fn mag_sf(&self) -> Vec<f64> {
+        gather(&self.system.face_geometry().mag_sf, &self.map.device_faces)
+    }
+
+    fn delta_coeffs(&self) -> Vec<f64> {
+        gather(
+            &self.system.face_geometry().delta_coeffs,
+            &self.map.device_faces,
+        )
+    }
+
+    fn sf(&self) -> Vec<f64> {
+        match self.gauss() {
+            true => flatten(
+                &self.system.geometry().face_area_vectors,
+                &self.map.device_faces,
+                0,
+            ),
+            false => Vec::new(),
+        }
+    }
+
+    fn k(&self) -> Vec<f64> {
+        match self.system.schemes().sn_grad.is_corrected() {
+            true => flatten(
+                &self.system.face_geometry().correction_vectors,
+                &self.map.device_faces,
+                0,
+            ),
+            false => Vec::new(),
+        }
+    }
+
+    fn first_boundary_face(&self) -> usize {
+        self.system.mesh().n_internal_faces()
+    }
+
+    fn b_mag_sf(&self) -> Vec<f64> {
+        gather(
+            &self.system.face_geometry().mag_sf[self.first_boundary_face()..],
+            &self.map.device_boundary,
+        )
+    }
+
+    fn b_sf(&self) -> Vec<f64> {
+        match self.gauss() {
+            true => flatten(
+                &self.system.geometry().face_area_vectors,
+                &self.map.device_boundary,
+                self.first_boundary_face(),
+            ),
+            false => Vec::new(),
+        }
+    }
+
+    fn b_k(&self) -> Vec<f64> {
+        match self.boundary_corrected() {
+            true => flatten(
+                &self.system.face_geometry().patch_correction_vectors,
+                &self.map.device_boundary,
+                0,
+            ),
+            false => Vec::new(),
+        }
+    }
+
+    fn b_delta_coeffs(&self) -> Vec<f64> {
+        match self.boundary_corrected() {
+            true => gather(
+                &self.system.face_geometry().patch_delta_coeffs,
+                &self.map.device_boundary,
+            ),
+            false => Vec::new(),
+        }
+    }
+
+    fn volumes(&self) -> Vec<f64> {
+        self.ordering.to_new(&self.system.geometry().cell_volumes)
     }
 }
 
@@ -554,6 +660,37 @@ struct DeviceGeometry {
     b_k: Option<CudaSlice<f64>>,
     b_delta_coeffs: Option<CudaSlice<f64>>,
     volumes: CudaSlice<f64>,
+}
+
+impl DeviceGeometry {
+    /// Each array of `source` made and uploaded in turn: one `let` per
+    /// array, so that its host copy is dropped before the next is made.
+    fn upload(gpu: &Gpu, source: &StaticSource) -> Result<Self, GpuError> {
+        let face_owner = upload(gpu, &source.face_owner())?;
+        let face_neighbour = upload(gpu, &source.face_neighbour())?;
+        let weights = upload(gpu, &source.weights())?;
+        let mag_sf = upload(gpu, &source.mag_sf())?;
+        let delta_coeffs = upload(gpu, &source.delta_coeffs())?;
+        let sf = upload_nonempty(gpu, &source.sf())?;
+        let k = upload_nonempty(gpu, &source.k())?;
+        let b_mag_sf = upload(gpu, &source.b_mag_sf())?;
+        let b_k = upload_nonempty(gpu, &source.b_k())?;
+        let b_delta_coeffs = upload_nonempty(gpu, &source.b_delta_coeffs())?;
+        let volumes = upload(gpu, &source.volumes())?;
+        Ok(Self {
+            face_owner,
+            face_neighbour,
+            weights,
+            mag_sf,
+            delta_coeffs,
+            sf,
+            k,
+            b_mag_sf,
+            b_k,
+            b_delta_coeffs,
+            volumes,
+        })
+    }
 }
 
 /// The gradient scheme's vectors on the device: the least-squares vectors
@@ -795,46 +932,36 @@ impl<'g> DeviceLaplacian<'g> {
             ))
             .into());
         }
-        let statics = crate::timings::span("face and cell arrays in device order", || {
-            StaticArrays::new(system, map, &ordering)
-        });
-        let gradient = GradientArrays::new(
-            system.cell_gradient(),
-            &map.device_faces,
-            &map.device_boundary,
-        );
         let schemes = system.schemes();
-        let uploaded =
-            crate::timings::span_synced("uploads of the map, geometry and pattern", gpu, || {
+        let source = StaticSource::new(system, map, &ordering);
+        let uploaded = crate::timings::span_synced(
+            "face and cell arrays gathered in device order and uploaded, the map and pattern \
+             uploaded",
+            gpu,
+            || {
                 let device_map = DeviceMap {
                     face_codes: upload(gpu, &map.face_codes)?,
                     face_slots: upload(gpu, &map.face_slots)?,
                     boundary_ptr: upload(gpu, &map.boundary_ptr)?,
                 };
-                let b_vectors = match schemes.grad {
-                    GradScheme::GaussLinear => &statics.b_sf,
-                    GradScheme::LeastSquares => &gradient.b_ls,
+                let device_gradient = match schemes.grad {
+                    GradScheme::GaussLinear => {
+                        DeviceGradient::upload(gpu, &GradientArrays::default(), &source.b_sf())?
+                    }
+                    GradScheme::LeastSquares => {
+                        let gradient = GradientArrays::new(
+                            system.cell_gradient(),
+                            &map.device_faces,
+                            &map.device_boundary,
+                        );
+                        DeviceGradient::upload(gpu, &gradient, &gradient.b_ls)?
+                    }
                 };
-                let device_gradient = DeviceGradient::upload(gpu, &gradient, b_vectors)?;
-                let geometry = DeviceGeometry {
-                    face_owner: upload(gpu, &statics.face_owner)?,
-                    face_neighbour: upload(gpu, &statics.face_neighbour)?,
-                    weights: upload(gpu, &statics.weights)?,
-                    mag_sf: upload(gpu, &statics.mag_sf)?,
-                    delta_coeffs: upload(gpu, &statics.delta_coeffs)?,
-                    sf: upload_nonempty(gpu, &statics.sf)?,
-                    k: upload_nonempty(gpu, &statics.k)?,
-                    b_mag_sf: upload(gpu, &statics.b_mag_sf)?,
-                    b_k: upload_nonempty(gpu, &statics.b_k)?,
-                    b_delta_coeffs: upload_nonempty(gpu, &statics.b_delta_coeffs)?,
-                    volumes: upload(gpu, &statics.volumes)?,
-                };
+                let geometry = DeviceGeometry::upload(gpu, &source)?;
                 let matrix = DeviceModSell::upload(gpu, &map.pattern)?;
                 Ok::<_, GpuError>((device_map, geometry, device_gradient, matrix))
-            });
-        // The host arrays in device order are not needed once uploaded.
-        drop(statics);
-        drop(gradient);
+            },
+        );
         let (device_map, geometry, device_gradient, matrix) = uploaded?;
         let set_up = SharedSetUp {
             ordering: Rc::new(ordering),
