@@ -441,12 +441,31 @@ impl<'a> StaticSource<'a> {
             .collect()
     }
 
+    /// Values per face in the order of `index` (device faces, or device
+    /// boundary faces of values that start at the first boundary face).
+    fn scalars(&self, values: &[f64], index: &[u32]) -> Vec<f64> {
+        gather(values, index)
+    }
+
+    /// Vectors per face as 3 doubles in the order of `index` (`offset`
+    /// added to each), or nothing where the schemes do not read them.
+    fn vectors(&self, used: bool, vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
+        match used {
+            true => flatten(vectors, index, offset),
+            false => Vec::new(),
+        }
+    }
+
     fn gauss(&self) -> bool {
         self.system.schemes().grad == GradScheme::GaussLinear
     }
 
     fn boundary_corrected(&self) -> bool {
         self.system.schemes().sn_grad == SnGradScheme::BoundaryCorrected
+    }
+
+    fn first_boundary_face(&self) -> usize {
+        self.system.mesh().n_internal_faces()
     }
 
     fn face_owner(&self) -> Vec<u32> {
@@ -458,81 +477,51 @@ impl<'a> StaticSource<'a> {
     }
 
     fn weights(&self) -> Vec<f64> {
-        gather(&self.system.geometry().weights, &self.map.device_faces)
+        self.scalars(&self.system.geometry().weights, &self.map.device_faces)
     }
 
     fn mag_sf(&self) -> Vec<f64> {
-        gather(&self.system.face_geometry().mag_sf, &self.map.device_faces)
+        self.scalars(&self.system.face_geometry().mag_sf, &self.map.device_faces)
     }
 
     fn delta_coeffs(&self) -> Vec<f64> {
-        gather(
-            &self.system.face_geometry().delta_coeffs,
-            &self.map.device_faces,
-        )
+        let faces = self.system.face_geometry();
+        self.scalars(&faces.delta_coeffs, &self.map.device_faces)
     }
 
     fn sf(&self) -> Vec<f64> {
-        match self.gauss() {
-            true => flatten(
-                &self.system.geometry().face_area_vectors,
-                &self.map.device_faces,
-                0,
-            ),
-            false => Vec::new(),
-        }
+        let sf = &self.system.geometry().face_area_vectors;
+        self.vectors(self.gauss(), sf, &self.map.device_faces, 0)
     }
 
     fn k(&self) -> Vec<f64> {
-        match self.system.schemes().sn_grad.is_corrected() {
-            true => flatten(
-                &self.system.face_geometry().correction_vectors,
-                &self.map.device_faces,
-                0,
-            ),
-            false => Vec::new(),
-        }
-    }
-
-    fn first_boundary_face(&self) -> usize {
-        self.system.mesh().n_internal_faces()
+        let corrected = self.system.schemes().sn_grad.is_corrected();
+        let k = &self.system.face_geometry().correction_vectors;
+        self.vectors(corrected, k, &self.map.device_faces, 0)
     }
 
     fn b_mag_sf(&self) -> Vec<f64> {
-        gather(
-            &self.system.face_geometry().mag_sf[self.first_boundary_face()..],
-            &self.map.device_boundary,
-        )
+        let mag_sf = &self.system.face_geometry().mag_sf[self.first_boundary_face()..];
+        self.scalars(mag_sf, &self.map.device_boundary)
     }
 
     fn b_sf(&self) -> Vec<f64> {
-        match self.gauss() {
-            true => flatten(
-                &self.system.geometry().face_area_vectors,
-                &self.map.device_boundary,
-                self.first_boundary_face(),
-            ),
-            false => Vec::new(),
-        }
+        let sf = &self.system.geometry().face_area_vectors;
+        let first = self.first_boundary_face();
+        self.vectors(self.gauss(), sf, &self.map.device_boundary, first)
     }
 
     fn b_k(&self) -> Vec<f64> {
-        match self.boundary_corrected() {
-            true => flatten(
-                &self.system.face_geometry().patch_correction_vectors,
-                &self.map.device_boundary,
-                0,
-            ),
-            false => Vec::new(),
-        }
+        let k = &self.system.face_geometry().patch_correction_vectors;
+        self.vectors(self.boundary_corrected(), k, &self.map.device_boundary, 0)
     }
 
     fn b_delta_coeffs(&self) -> Vec<f64> {
         match self.boundary_corrected() {
-            true => gather(
-                &self.system.face_geometry().patch_delta_coeffs,
-                &self.map.device_boundary,
-            ),
+            true => {
+                let faces = self.system.face_geometry();
+                self.scalars(&faces.patch_delta_coeffs, &self.map.device_boundary)
+            }
             false => Vec::new(),
         }
     }
