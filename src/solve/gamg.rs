@@ -11,17 +11,18 @@
 //! uniform meshes), `algebraicPair` by |a_ij|. `mergeLevels` passes make one
 //! level; agglomeration stops before a level would have fewer than
 //! `nCellsInCoarsestLevel` cells (or no fewer cells than the last), or at
-//! `maxLevels` levels. The coarse matrices are the agglomerated sums
-//! (Galerkin products with piecewise-constant transfers, `amg::galerkin`),
-//! through the coarse addressing the agglomeration keeps per level
-//! ([`GalerkinAddressing`]: the coarse pattern and, for each fine
-//! coefficient, the coarse one it adds to, as OpenFOAM keeps the coarse face
-//! of each fine face): a set-up sums each level in one pass over the finer
-//! level's coefficients, without a search, a hash map or a sort. It also
-//! keeps each coarse level's split layout ([`SplitPattern`]), into which
-//! the coarse sums are written directly: the levels' [`SplitMatrix`] rows
-//! are made without a coarse CSR copy, and share their pattern arrays
-//! across the solves of a cached agglomeration.
+//! `maxLevels` levels. Each coarse level is made from the finer level's
+//! faces (its upper coefficients, each once), as OpenFOAM's
+//! `agglomerateLduAddressing` makes it ([`levels`]): the agglomeration
+//! keeps, per level, the coarse face of each finer face and the level's
+//! split layout ([`SplitPattern`](super::split::SplitPattern): the faces as
+//! upper rows, their mirrors as lower rows), which its smoothers read. The
+//! coarse matrices are the agglomerated sums (Galerkin products with
+//! piecewise-constant transfers) in OpenFOAM's order: the diagonal, then
+//! one coefficient per coarse face summed in face order, copied onto the
+//! lower rows; no coarse level is held in a second layout (the coarsest
+//! excepted, in CSR for its solver), and the levels' pattern arrays are
+//! shared across the solves of a cached agglomeration.
 //!
 //! The V-cycle (OpenFOAM's `GAMGSolver::Vcycle`): the finest residual is
 //! summed onto the first coarse level; going down, each coarse level is
@@ -42,10 +43,9 @@
 //! in their sweeps from the level's split rows ([`DicFactor`]), as
 //! OpenFOAM's DIC smoother does: no scaled copy of each level's triangles.
 //!
-//! The coarse matrices of a bitwise-symmetric fine matrix are made bitwise
-//! symmetric ([`SplitPattern::mirror_upper`]), as OpenFOAM's hold one coefficient per
-//! coarse face, so that every level takes [`SplitMatrix`]'s upper-triangle
-//! products. The sweeps of one smoothing run interleaved
+//! The coarse matrices of a bitwise-symmetric fine matrix are bitwise
+//! symmetric (one coefficient per coarse face, as OpenFOAM's), so that
+//! every level takes [`SplitMatrix`]'s upper-triangle products. The sweeps of one smoothing run interleaved
 //! ([`SplitMatrix::gauss_seidel_sweeps`], the bits of one sweep after
 //! another), the correction scaling in two passes and the residual after a
 //! cycle in one product, into the vector the next cycle restricts.
@@ -1396,53 +1396,16 @@ mod tests {
 
     /// The agglomeration as it was made on the matrix rows before it was
     /// made from the faces: each pass pairs on the rows of a CSR of face
-    /// weights (neighbours by column), the next pass's weights are the
-    /// Galerkin product of the pass's (summed in row order).
+    /// weights (its split rows list each row's neighbours by column, as
+    /// the CSR row does), and the next pass's weights are the Galerkin
+    /// product of the pass's (a CSR, summed in row order).
     fn row_wise_agglomeration(weights: &Csr, settings: &GamgSettings) -> Vec<Vec<u32>> {
-        let pair = |w: &Csr, forward: bool| {
-            let n = w.n_rows();
-            let mut map = vec![UNPAIRED; n];
-            let mut n_coarse = 0u32;
-            let cell = |k: usize| if forward { k } else { n - 1 - k };
-            for k in 0..n {
-                let i = cell(k);
-                if map[i] != UNPAIRED {
-                    continue;
-                }
-                let heaviest = |free_only: bool, map: &[u32]| {
-                    let (cols, weights) = w.row(i);
-                    let mut best: Option<(usize, f64)> = None;
-                    for (&c, &weight) in cols.iter().zip(weights) {
-                        let c = c as usize;
-                        let free = map[c] == UNPAIRED;
-                        if c != i && (free || !free_only) && best.is_none_or(|b| weight > b.1) {
-                            best = Some((c, weight));
-                        }
-                    }
-                    best.map(|b| b.0)
-                };
-                if let Some(j) = heaviest(true, &map) {
-                    (map[i], map[j]) = (n_coarse, n_coarse);
-                    n_coarse += 1;
-                } else if let Some(j) = heaviest(false, &map) {
-                    map[i] = map[j];
-                }
-            }
-            for k in 0..n {
-                if map[cell(k)] == UNPAIRED {
-                    map[cell(k)] = n_coarse;
-                    n_coarse += 1;
-                }
-            }
-            if !forward {
-                map.iter_mut().for_each(|c| *c = n_coarse - 1 - *c);
-            }
-            (map, n_coarse as usize)
-        };
         let (mut restrict, mut w, mut n_pairs): (Vec<Vec<u32>>, Csr, usize) =
             (Vec::new(), weights.clone(), 0);
         while restrict.len() + 1 < settings.max_levels {
-            let (map, n_coarse) = pair(&w, n_pairs % 2 == 0);
+            let rows = SplitMatrix::new(&w);
+            let (map, n_coarse) =
+                pair_cells(rows.lower_rows(), rows.upper_rows(), n_pairs % 2 == 0);
             if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= w.n_rows() {
                 break;
             }
