@@ -45,7 +45,8 @@
 //!
 //! The coarse matrices of a bitwise-symmetric fine matrix are bitwise
 //! symmetric (one coefficient per coarse face, as OpenFOAM's), so that
-//! every level takes [`SplitMatrix`]'s upper-triangle products. The sweeps of one smoothing run interleaved
+//! every level takes [`SplitMatrix`]'s upper-triangle products. The sweeps
+//! of one smoothing run interleaved
 //! ([`SplitMatrix::gauss_seidel_sweeps`], the bits of one sweep after
 //! another), the correction scaling in two passes and the residual after a
 //! cycle in one product, into the vector the next cycle restricts.
