@@ -11,17 +11,18 @@
 //! uniform meshes), `algebraicPair` by |a_ij|. `mergeLevels` passes make one
 //! level; agglomeration stops before a level would have fewer than
 //! `nCellsInCoarsestLevel` cells (or no fewer cells than the last), or at
-//! `maxLevels` levels. The coarse matrices are the agglomerated sums
-//! (Galerkin products with piecewise-constant transfers, `amg::galerkin`),
-//! through the coarse addressing the agglomeration keeps per level
-//! ([`GalerkinAddressing`]: the coarse pattern and, for each fine
-//! coefficient, the coarse one it adds to, as OpenFOAM keeps the coarse face
-//! of each fine face): a set-up sums each level in one pass over the finer
-//! level's coefficients, without a search, a hash map or a sort. It also
-//! keeps each coarse level's split layout ([`SplitPattern`]), into which
-//! the coarse sums are written directly: the levels' [`SplitMatrix`] rows
-//! are made without a coarse CSR copy, and share their pattern arrays
-//! across the solves of a cached agglomeration.
+//! `maxLevels` levels. Each coarse level is made from the finer level's
+//! faces (its upper coefficients, each once), as OpenFOAM's
+//! `agglomerateLduAddressing` makes it ([`levels`]): the agglomeration
+//! keeps, per level, the coarse face of each finer face and the level's
+//! split layout ([`SplitPattern`](super::split::SplitPattern): the faces as
+//! upper rows, their mirrors as lower rows), which its smoothers read. The
+//! coarse matrices are the agglomerated sums (Galerkin products with
+//! piecewise-constant transfers) in OpenFOAM's order: the diagonal, then
+//! one coefficient per coarse face summed in face order, copied onto the
+//! lower rows; no coarse level is held in a second layout (the coarsest
+//! excepted, in CSR for its solver), and the levels' pattern arrays are
+//! shared across the solves of a cached agglomeration.
 //!
 //! The V-cycle (OpenFOAM's `GAMGSolver::Vcycle`): the finest residual is
 //! summed onto the first coarse level; going down, each coarse level is
@@ -42,10 +43,10 @@
 //! in their sweeps from the level's split rows ([`DicFactor`]), as
 //! OpenFOAM's DIC smoother does: no scaled copy of each level's triangles.
 //!
-//! The coarse matrices of a bitwise-symmetric fine matrix are made bitwise
-//! symmetric ([`SplitPattern::mirror_upper`]), as OpenFOAM's hold one coefficient per
-//! coarse face, so that every level takes [`SplitMatrix`]'s upper-triangle
-//! products. The sweeps of one smoothing run interleaved
+//! The coarse matrices of a bitwise-symmetric fine matrix are bitwise
+//! symmetric (one coefficient per coarse face, as OpenFOAM's), so that
+//! every level takes [`SplitMatrix`]'s upper-triangle products. The sweeps
+//! of one smoothing run interleaved
 //! ([`SplitMatrix::gauss_seidel_sweeps`], the bits of one sweep after
 //! another), the correction scaling in two passes and the residual after a
 //! cycle in one product, into the vector the next cycle restricts.
@@ -72,7 +73,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::amg::coarsest::CoarsestSolver;
-use super::amg::galerkin::GalerkinAddressing;
 use super::amg::{AmgSettings, MAX_DENSE_ROWS};
 use super::checks::{check_inputs, check_symmetric};
 use super::cpu::CpuBackend;
@@ -80,10 +80,13 @@ use super::diagonal::Identity;
 use super::ic::{Dic, DicFactor};
 use super::pcg::pcg_unlogged;
 use super::smooth_solver::{smooth_loop, SmoothBackend};
-use super::split::{SplitMatrix, SplitPattern};
+use super::split::{SplitMatrix, TriangleRows};
 use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
 use crate::timings::{process_cpu_seconds, process_minor_faults};
+use levels::CoarseLevel;
+
+pub mod levels;
 
 /// The smoother of every level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -333,40 +336,45 @@ impl fmt::Display for GamgSettings {
 }
 
 /// The agglomeration of a matrix pattern: per coarse level, the map from
-/// the next finer level's cells to its cells, and the coarse addressing
-/// that sums a finer level's matrix into its own.
+/// the next finer level's cells to its cells, and the level's faces with
+/// the coarse face of each finer face ([`levels`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Agglomeration {
     /// `restrict[k]`: cell of level k → cell of level k + 1.
     pub restrict: Vec<Vec<u32>>,
     /// Cells per level, the fine level first.
     pub sizes: Vec<usize>,
-    /// `addressing[k]`: level k + 1's pattern and, for each entry of level
-    /// k's, the coarse entry it adds to.
-    pub addressing: Vec<GalerkinAddressing>,
-    /// `splits[k]`: the split layout of level k + 1's pattern, into which
-    /// each solve sums that level's matrix.
-    pub splits: Vec<SplitPattern>,
+    /// `levels[k]`: level k + 1, addressed by level k's faces; each solve
+    /// sums that level's matrix through it.
+    pub levels: Vec<CoarseLevel>,
 }
 
 impl Agglomeration {
-    /// Agglomerates by the symmetric face weights `weights` (off-diagonal
-    /// entries; the diagonal is ignored) with `settings`' pairing controls.
-    pub fn new(weights: &Csr, settings: &GamgSettings) -> Self {
+    /// Agglomerates by the fine level's face weights, `lower` and `upper`
+    /// in the layout of its split rows (the same weight in both entries of
+    /// a face), with `settings`' pairing controls. Each level is made from
+    /// the faces of the finer one ([`CoarseLevel::build`]).
+    pub fn new(lower: &TriangleRows, upper: &TriangleRows, settings: &GamgSettings) -> Self {
         let mut restrict: Vec<Vec<u32>> = Vec::new();
-        let mut sizes = vec![weights.n_rows()];
-        let mut addressing: Vec<GalerkinAddressing> = Vec::new();
-        let mut coarse_weights: Option<Csr> = None;
+        let mut sizes = vec![upper.n()];
+        let mut levels: Vec<CoarseLevel> = Vec::new();
+        let mut coarse_weights: Option<(TriangleRows, TriangleRows)> = None;
         let mut forward = true;
         let mut n_pairs = 0;
         while restrict.len() + 1 < settings.max_levels {
-            let w = coarse_weights.as_ref().unwrap_or(weights);
-            let (map, n_coarse) = pair_cells(w, forward);
+            let (lw, uw) = coarse_weights
+                .as_ref()
+                .map_or((lower, upper), |(l, u)| (l, u));
+            let (map, n_coarse) = pair_cells(lw, uw, forward);
             forward = !forward;
-            if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= w.n_rows() {
+            if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= uw.n() {
                 break;
             }
-            let (pass, next) = GalerkinAddressing::with_product(w, &map, n_coarse);
+            let (level, weights) =
+                CoarseLevel::build(uw.pattern(), &map, n_coarse, Some(uw.values()));
+            let next = level
+                .layout
+                .triangles(level.layout.mirror_upper(&weights), weights);
             match restrict.last_mut() {
                 Some(last) if n_pairs % settings.merge_levels != 0 => {
                     last.iter_mut().for_each(|c| *c = map[*c as usize]);
@@ -375,30 +383,26 @@ impl Agglomeration {
                 _ => {
                     restrict.push(map);
                     sizes.push(n_coarse);
-                    addressing.push(pass);
+                    levels.push(level);
                 }
             }
             n_pairs += 1;
             coarse_weights = Some(next);
         }
         if settings.merge_levels > 1 {
-            // A level of merged passes sums its finer level in one step.
-            addressing.clear();
+            // A level of merged passes is addressed by its finer level's
+            // faces in one step.
+            levels.clear();
             for (k, map) in restrict.iter().enumerate() {
-                let finer = addressing.last().map_or(weights, |l| l.pattern());
-                let level = GalerkinAddressing::new(finer, map, sizes[k + 1]);
-                addressing.push(level);
+                let finer = levels.last().map_or(upper.pattern(), |l| l.layout.upper());
+                let level = CoarseLevel::build(finer, map, sizes[k + 1], None).0;
+                levels.push(level);
             }
         }
-        let splits = addressing
-            .par_iter()
-            .map(|level| SplitPattern::new(level.pattern()))
-            .collect();
         Self {
             restrict,
             sizes,
-            addressing,
-            splits,
+            levels,
         }
     }
 
@@ -416,12 +420,14 @@ impl Agglomeration {
 
 const UNPAIRED: u32 = u32::MAX;
 
-/// One pairing pass over the cells of `w` (forward or backward): the map
-/// cell → cluster and the number of clusters, numbered in visiting order
-/// (a backward pass numbers them from the end, so both start at the first
+/// One pairing pass over the cells of the face weights `lower`, `upper`
+/// (a level's split layout: row i's neighbours are its lower entries, then
+/// its upper ones, columns ascending) forward or backward: the map cell →
+/// cluster and the number of clusters, numbered in visiting order (a
+/// backward pass numbers them from the end, so both start at the first
 /// cells). Ties go to the first face in row order, as in OpenFOAM.
-fn pair_cells(w: &Csr, forward: bool) -> (Vec<u32>, usize) {
-    let n = w.n_rows();
+fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec<u32>, usize) {
+    let n = upper.n();
     let mut map = vec![UNPAIRED; n];
     let mut n_coarse = 0u32;
     let cell = |k: usize| if forward { k } else { n - 1 - k };
@@ -430,13 +436,11 @@ fn pair_cells(w: &Csr, forward: bool) -> (Vec<u32>, usize) {
         if map[i] != UNPAIRED {
             continue;
         }
-        let (cols, weights) = w.row(i);
         let heaviest = |free_only: bool, map: &[u32]| {
             let mut best: Option<(usize, f64)> = None;
-            for (&c, &weight) in cols.iter().zip(weights) {
-                let c = c as usize;
+            for (c, weight) in lower.entries(i).chain(upper.entries(i)) {
                 let free = map[c] == UNPAIRED;
-                if c != i && (free || !free_only) && best.is_none_or(|(_, b)| weight > b) {
+                if (free || !free_only) && best.is_none_or(|(_, b)| weight > b) {
                     best = Some((c, weight));
                 }
             }
@@ -472,24 +476,35 @@ pub fn face_area_pair_weight(s: [f64; 3]) -> f64 {
         / magnitude.sqrt()
 }
 
-/// The `faceAreaPair` weights on the pattern of `a`: each internal face
-/// (owner, neighbour, its [`face_area_pair_weight`]) adds its weight to the
-/// entries (o, n) and (n, o); faces between cells that `a` does not couple
-/// are skipped.
+/// The `faceAreaPair` weights on the split rows of `m` (lower, upper):
+/// each internal face (owner, neighbour, its [`face_area_pair_weight`])
+/// adds its weight to the entries (o, n) and (n, o), one in each triangle;
+/// faces between cells that `m` does not couple are skipped.
 ///
-/// Each row keeps a cursor on its entries: faces in OpenFOAM's order (owners
-/// ascending, each owner's neighbours ascending) meet each row's entries in
-/// column order, so the entry is found by stepping the cursor, not by a
-/// search per face (two unpredictable searches per face were most of the
-/// time); a face out of that order is found by a search.
-pub fn face_area_weights(a: &Csr, faces: impl IntoIterator<Item = (usize, usize, f64)>) -> Csr {
-    let mut w = a.filled_like(0.0);
-    let n_rows = a.n_rows();
-    let (row_ptr, cols) = (a.row_ptr(), a.cols());
-    let mut cursor: Vec<usize> = row_ptr[..n_rows].to_vec();
-    let values = w.values_mut();
-    let mut slot = |r: usize, c: usize| {
-        let end = row_ptr[r + 1];
+/// Each row of each triangle keeps a cursor on its entries: faces in
+/// OpenFOAM's order (owners ascending, each owner's neighbours ascending)
+/// meet each row's entries in column order, so the entry is found by
+/// stepping the cursor, not by a search per face (two unpredictable
+/// searches per face were most of the time); a face out of that order is
+/// found by a search.
+pub fn face_area_weights(
+    m: &SplitMatrix,
+    faces: impl IntoIterator<Item = (usize, usize, f64)>,
+) -> (TriangleRows, TriangleRows) {
+    let n = m.n();
+    // Written before they are summed into: a fresh page whose first touch
+    // is a read is mapped twice (the zero page, then a copy).
+    let zeros = |t: &TriangleRows| {
+        let mut v = Vec::with_capacity(t.values().len());
+        v.resize(t.values().len(), 0.0);
+        t.with_values(v)
+    };
+    let (mut lower, mut upper) = (zeros(m.lower_rows()), zeros(m.upper_rows()));
+    let mut lower_cursor: Vec<usize> = lower.pattern().0[..n].to_vec();
+    let mut upper_cursor: Vec<usize> = upper.pattern().0[..n].to_vec();
+    let slot = |t: &TriangleRows, cursor: &mut [usize], r: usize, c: usize| {
+        let (start, cols) = t.pattern();
+        let end = start[r + 1];
         let mut k = cursor[r];
         while k < end && (cols[k] as usize) < c {
             k += 1;
@@ -498,24 +513,28 @@ pub fn face_area_weights(a: &Csr, faces: impl IntoIterator<Item = (usize, usize,
             cursor[r] = k + 1;
             return Some(k);
         }
-        let row = &cols[row_ptr[r]..end];
-        row.binary_search(&(c as u32)).ok().map(|i| row_ptr[r] + i)
+        let row = &cols[start[r]..end];
+        row.binary_search(&(c as u32)).ok().map(|i| start[r] + i)
     };
-    for (o, n, weight) in faces.into_iter().filter(|f| f.0 < n_rows && f.1 < n_rows) {
-        for (r, c) in [(o, n), (n, o)] {
-            if let Some(k) = slot(r, c) {
-                values[k] += weight;
+    for (o, nb, weight) in faces.into_iter().filter(|f| f.0 < n && f.1 < n) {
+        for (r, c) in [(o, nb), (nb, o)] {
+            let (t, cursor) = match r.cmp(&c) {
+                std::cmp::Ordering::Less => (&mut upper, &mut upper_cursor),
+                std::cmp::Ordering::Greater => (&mut lower, &mut lower_cursor),
+                std::cmp::Ordering::Equal => continue,
+            };
+            if let Some(k) = slot(t, cursor, r, c) {
+                t.values_mut()[k] += weight;
             }
         }
     }
-    w
+    (lower, upper)
 }
 
-/// |a_ij| on the pattern of `a` (`algebraicPair`).
-fn coefficient_weights(a: &Csr) -> Csr {
-    let mut w = a.clone();
-    w.values_mut().iter_mut().for_each(|v| *v = v.abs());
-    w
+/// |a_ij| on the split rows of `m` (`algebraicPair`).
+fn coefficient_weights(m: &SplitMatrix) -> (TriangleRows, TriangleRows) {
+    let abs = |t: &TriangleRows| t.with_values(t.values().iter().map(|v| v.abs()).collect());
+    (abs(m.lower_rows()), abs(m.upper_rows()))
 }
 
 /// A fingerprint of the pattern of `a` and of the pairing controls.
@@ -577,11 +596,12 @@ impl GamgCache {
         }
     }
 
-    /// The agglomeration of `a`'s pattern: the cached one, or a new one
-    /// (kept when `cacheAgglomeration` is on).
+    /// The agglomeration of `a`'s pattern (`split`: its split rows): the
+    /// cached one, or a new one (kept when `cacheAgglomeration` is on).
     fn agglomeration(
         &self,
         a: &Csr,
+        split: &SplitMatrix,
         settings: &GamgSettings,
         clock: &mut SetupClock,
     ) -> Arc<Agglomeration> {
@@ -599,28 +619,30 @@ impl GamgCache {
         let weights = match (&self.faces, settings.agglomerator) {
             (Some(f), Agglomerator::FaceAreaPair) => {
                 let w = face_area_weights(
-                    a,
+                    split,
                     f.owner
                         .iter()
                         .zip(&f.neighbour)
                         .zip(&f.weight)
                         .map(|((&o, &n), &w)| (o as usize, n as usize, w)),
                 );
-                if w.values().iter().any(|&v| v > 0.0) {
+                let positive = |t: &TriangleRows| t.values().iter().any(|&v| v > 0.0);
+                if positive(&w.0) || positive(&w.1) {
                     w
                 } else {
                     log::debug!("GAMG: the mesh's faces do not match the matrix; |a_ij| weights");
-                    coefficient_weights(a)
+                    coefficient_weights(split)
                 }
             }
             (None, Agglomerator::FaceAreaPair) => {
                 log::debug!("GAMG faceAreaPair without a mesh: faces weighted by |a_ij|");
-                coefficient_weights(a)
+                coefficient_weights(split)
             }
-            (_, Agglomerator::AlgebraicPair) => coefficient_weights(a),
+            (_, Agglomerator::AlgebraicPair) => coefficient_weights(split),
         };
         clock.lap("face weights");
-        let agglomeration = Arc::new(Agglomeration::new(&weights, settings));
+        let agglomeration = Arc::new(Agglomeration::new(&weights.0, &weights.1, settings));
+        drop(weights);
         clock.lap("agglomeration");
         log::debug!("GAMG agglomeration: {}", agglomeration.describe());
         if settings.cache_agglomeration {
@@ -697,42 +719,6 @@ enum Coarsest {
     },
 }
 
-/// The tests' reference for the coarse levels' symmetry
-/// ([`SplitPattern::mirror_upper`]): copies each upper entry a_ij (i < j)
-/// onto its mirror a_ji, in the
-/// `values` of a matrix of `pattern`, so that a coarse matrix of a
-/// symmetric fine one is symmetric bit for bit, as OpenFOAM's coarse levels
-/// are (they store one coefficient per coarse face): the Galerkin sums a_IJ
-/// and a_JI add the same fine entries in different orders and can differ in
-/// the last bit. The kernels then read the upper triangle alone
-/// ([`SplitMatrix`]'s module docs). A lower entry without a mirror (a
-/// pattern that is not symmetric) is left as it is. One pass: rows i are
-/// visited ascending, so the lower entries (j, i) of each row j are met in
-/// column order and a cursor per row finds them without a search.
-#[cfg(test)]
-fn mirror_upper(pattern: &Csr, values: &mut [f64]) {
-    let (row_ptr, cols) = (pattern.row_ptr(), pattern.cols());
-    assert_eq!(values.len(), cols.len(), "mirror_upper: values size");
-    let mut cursor: Vec<usize> = row_ptr[..pattern.n_rows()].to_vec();
-    for i in 0..pattern.n_rows() {
-        for s in row_ptr[i]..row_ptr[i + 1] {
-            let j = cols[s] as usize;
-            if j <= i {
-                continue;
-            }
-            let end = row_ptr[j + 1];
-            let mut t = cursor[j];
-            while t < end && (cols[t] as usize) < i {
-                t += 1;
-            }
-            cursor[j] = t;
-            if t < end && cols[t] as usize == i {
-                values[t] = values[s];
-            }
-        }
-    }
-}
-
 /// The cycle's work vectors, per coarse level.
 struct Work {
     /// The finest residual b − A x of the current iterate.
@@ -782,7 +768,7 @@ impl<'a> Gamg<'a> {
             check_symmetric(a)?;
         }
         clock.lap("fine split");
-        let agglomeration = cache.agglomeration(a, settings, &mut clock);
+        let agglomeration = cache.agglomeration(a, fine.split(), settings, &mut clock);
         if agglomeration.n_levels() < 2 {
             return Err(SolveError::InvalidControls(format!(
                 "GAMG: no coarse level for a matrix of {} rows with nCellsInCoarsestLevel {}; \
@@ -799,57 +785,20 @@ impl<'a> Gamg<'a> {
             .then(|| DicFactor::of_split(fine.split()))
             .transpose()?;
         clock.lap("fine DIC");
-        // Each coarse matrix is summed straight into its level's split
-        // layout (kept with the agglomeration) from the finer level's
-        // values; a symmetric fine matrix gives coarse ones whose lower
-        // triangle is copied from the upper, so that they are symmetric bit
-        // for bit, as OpenFOAM's coarse levels are (they store one
-        // coefficient per coarse face): the Galerkin sums a_IJ and a_JI add
-        // the same fine entries in different orders and can differ in the
-        // last bit. The kernels then read the upper triangle alone.
-        let symmetric = fine.split().is_symmetric();
-        let mut matrices: Vec<SplitMatrix> = Vec::with_capacity(agglomeration.splits.len());
-        for (k, (addressing, split)) in agglomeration
-            .addressing
-            .iter()
-            .zip(&agglomeration.splits)
-            .enumerate()
-        {
-            let mut values = match matrices.last() {
-                None => {
-                    let fine_values = a.values();
-                    addressing.split_product(a.row_ptr(), |e| fine_values[e], split)
-                }
-                Some(finer) => {
-                    let finer_split = &agglomeration.splits[k - 1];
-                    let finer_pattern = agglomeration.addressing[k - 1].pattern();
-                    addressing.split_product(
-                        finer_pattern.row_ptr(),
-                        |e| finer.value_at(finer_split.position(e)),
-                        split,
-                    )
-                }
-            };
-            let mirrored = symmetric && split.mirror_upper(&mut values);
-            matrices.push(split.matrix(values, mirrored));
+        // Each coarse matrix is summed from the finer level's faces into
+        // its level's split rows (`levels`); a bitwise symmetric fine
+        // matrix gives coarse ones with one coefficient a coarse face, as
+        // OpenFOAM's coarse levels are, so that the kernels read the upper
+        // triangle alone.
+        let mut matrices: Vec<SplitMatrix> = Vec::with_capacity(agglomeration.levels.len());
+        for (level, map) in agglomeration.levels.iter().zip(&agglomeration.restrict) {
+            let finer = matrices.last().unwrap_or(fine.split());
+            let matrix = level.matrix(finer, map);
+            matrices.push(matrix);
         }
         clock.lap("coarse matrices");
         let coarsest_split = matrices.pop().expect("at least one coarse level");
-        let coarsest_matrix = {
-            let pattern = agglomeration
-                .addressing
-                .last()
-                .expect("at least one coarse level")
-                .pattern();
-            let mut m = pattern.zeros_like();
-            let values = agglomeration
-                .splits
-                .last()
-                .expect("one split per level")
-                .csr_values(&coarsest_split);
-            m.values_mut().copy_from_slice(&values);
-            m
-        };
+        let coarsest_matrix = coarsest_split.to_csr();
         // The levels' factors are independent: in parallel.
         let mut levels = matrices
             .into_par_iter()
@@ -1232,13 +1181,15 @@ mod tests {
             vec![1., 1., 3., 3., 2., 2., 5., 5.],
         )
         .unwrap();
+        let w = SplitMatrix::new(&w);
+        let (lower, upper) = (w.lower_rows(), w.upper_rows());
         // Forward: 0 pairs with 1 (its only free neighbour), 2 with 3 (weight
         // 2 beats nothing else free), 4's neighbour is paired: joins it.
-        let (map, n) = pair_cells(&w, true);
+        let (map, n) = pair_cells(lower, upper, true);
         assert_eq!((map, n), (vec![0, 0, 1, 1, 1], 2));
         // Backward: 4 pairs with 3, 2 with 1, 0 joins 1's cluster; numbered
         // from the end so that the first cells get the first clusters.
-        let (map, n) = pair_cells(&w, false);
+        let (map, n) = pair_cells(lower, upper, false);
         assert_eq!((map, n), (vec![0, 0, 0, 1, 1], 2));
     }
 
@@ -1266,11 +1217,19 @@ mod tests {
                     .map(move |&c| (o, c as usize, 1.0 + o as f64 + 0.1 * c as f64))
             })
             .collect();
-        let sorted = face_area_weights(&a, faces.iter().copied());
+        let split = SplitMatrix::new(&a);
+        let sorted = face_area_weights(&split, faces.iter().copied());
+        let weight =
+            |t: &TriangleRows, r: usize, c: usize| t.entries(r).find(|e| e.0 == c).map(|e| e.1);
         for (f, &(o, n, w)) in faces.iter().enumerate() {
-            assert_eq!(sorted.values()[sorted.slot(o, n).unwrap()], w, "face {f}");
-            assert_eq!(sorted.values()[sorted.slot(n, o).unwrap()], w, "face {f}");
+            assert_eq!(weight(&sorted.1, o, n), Some(w), "face {f}");
+            assert_eq!(weight(&sorted.0, n, o), Some(w), "face {f}");
         }
+        let values = |w: &(TriangleRows, TriangleRows)| {
+            let mut all = w.0.values().to_vec();
+            all.extend(w.1.values());
+            all
+        };
         // Reversed, and with the owner and neighbour of every other face
         // swapped: the cursors miss and the search finds the entries.
         let shuffled =
@@ -1279,22 +1238,25 @@ mod tests {
                 .rev()
                 .enumerate()
                 .map(|(k, &(o, n, s))| if k % 2 == 0 { (n, o, s) } else { (o, n, s) });
-        assert_eq!(face_area_weights(&a, shuffled).values(), sorted.values());
+        let shuffled = face_area_weights(&split, shuffled);
+        assert_eq!(values(&shuffled), values(&sorted));
         // A face the pattern does not hold adds nothing.
         let stray = faces.iter().copied().chain([(0, a.n_rows() - 1, 1.0)]);
-        assert_eq!(face_area_weights(&a, stray).values(), sorted.values());
+        assert_eq!(values(&face_area_weights(&split, stray)), values(&sorted));
     }
 
     #[test]
     fn agglomeration_stops_above_the_coarsest_size_and_merges_levels() {
         let a = poisson_3d(8, 8, 8);
         let settings = GamgSettings::default();
-        let agg = Agglomeration::new(&coefficient_weights(&a), &settings);
+        let (lower, upper) = coefficient_weights(&SplitMatrix::new(&a));
+        let agg = Agglomeration::new(&lower, &upper, &settings);
         assert_eq!(agg.sizes[0], 512);
         assert!(*agg.sizes.last().unwrap() >= settings.n_cells_in_coarsest_level);
         assert!(agg.sizes.windows(2).all(|s| s[1] < s[0]));
         let merged = Agglomeration::new(
-            &coefficient_weights(&a),
+            &lower,
+            &upper,
             &GamgSettings {
                 merge_levels: 2,
                 ..settings
@@ -1360,14 +1322,21 @@ mod tests {
         let first = Gamg::new(&a, &identity, &settings, &controls, &cache).unwrap();
         let second = Gamg::new(&b_matrix, &identity, &settings, &controls, &cache).unwrap();
         assert!(Arc::ptr_eq(&first.agglomeration, &second.agglomeration));
-        // Each level of the second matrix is the Galerkin sum of its own
-        // finer level, mirrored, bit for bit.
+        // Each level of the second matrix is the sum of its own finer level
+        // in face order, bit for bit, and the Galerkin product to rounding.
         let mut finer = b_matrix.clone();
         for (k, level) in second.levels.iter().enumerate() {
             let map = &second.agglomeration.restrict[k];
-            let mut expected = galerkin(&finer, map, second.agglomeration.sizes[k + 1]);
-            let pattern = expected.zeros_like();
-            mirror_upper(&pattern, expected.values_mut());
+            let n_coarse = second.agglomeration.sizes[k + 1];
+            let expected = face_order_sums(&finer, map, n_coarse);
+            let galerkin = galerkin(&finer, map, n_coarse);
+            assert_eq!(galerkin.cols(), expected.cols(), "level {k}");
+            for (g, e) in galerkin.values().iter().zip(expected.values()) {
+                assert!(
+                    (g - e).abs() <= 1e-14 * g.abs().max(1.0),
+                    "level {k}: {g} {e}"
+                );
+            }
             let bits = |m: &SplitMatrix| {
                 let x: Vec<f64> = (0..m.n()).map(|i| 1.0 + i as f64 / 3.0).collect();
                 let mut ax = vec![0.0; m.n()];
@@ -1393,6 +1362,114 @@ mod tests {
         );
     }
 
+    /// The coarse matrix of the symmetric `a` under `map` summed as
+    /// OpenFOAM sums it: each cluster's diagonal from its cells' diagonals
+    /// (cells ascending), then the faces (a_ij, i < j, rows ascending): a
+    /// face inside a cluster adds a_ij + a_ji to its diagonal, one between
+    /// clusters a_ij to the coarse face, whose two entries are equal.
+    fn face_order_sums(a: &Csr, map: &[u32], n_coarse: usize) -> Csr {
+        let mut diag = vec![-0.0; n_coarse];
+        for i in 0..a.n_rows() {
+            diag[map[i] as usize] += a.values()[a.slot(i, i).unwrap()];
+        }
+        let mut faces: std::collections::BTreeMap<(u32, u32), f64> = Default::default();
+        for i in 0..a.n_rows() {
+            let (cols, values) = a.row(i);
+            for (&j, &v) in cols.iter().zip(values).filter(|e| *e.0 as usize > i) {
+                let (ci, cj) = (map[i], map[j as usize]);
+                if ci == cj {
+                    diag[ci as usize] += v + v;
+                } else {
+                    *faces.entry((ci.min(cj), ci.max(cj))).or_insert(-0.0) += v;
+                }
+            }
+        }
+        let mut triplets: Vec<(u32, u32, f64)> = diag
+            .iter()
+            .enumerate()
+            .map(|(c, &d)| (c as u32, c as u32, d))
+            .collect();
+        for (&(ci, cj), &v) in &faces {
+            triplets.extend([(ci, cj, v), (cj, ci, v)]);
+        }
+        Csr::from_triplets(n_coarse, n_coarse, triplets).unwrap()
+    }
+
+    /// The agglomeration as it was made on the matrix rows before it was
+    /// made from the faces: each pass pairs on the rows of a CSR of face
+    /// weights (its split rows list each row's neighbours by column, as
+    /// the CSR row does), and the next pass's weights are the Galerkin
+    /// product of the pass's (a CSR, summed in row order).
+    fn row_wise_agglomeration(weights: &Csr, settings: &GamgSettings) -> Vec<Vec<u32>> {
+        let (mut restrict, mut w, mut n_pairs): (Vec<Vec<u32>>, Csr, usize) =
+            (Vec::new(), weights.clone(), 0);
+        while restrict.len() + 1 < settings.max_levels {
+            let rows = SplitMatrix::new(&w);
+            let (map, n_coarse) =
+                pair_cells(rows.lower_rows(), rows.upper_rows(), n_pairs % 2 == 0);
+            if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= w.n_rows() {
+                break;
+            }
+            match restrict.last_mut() {
+                Some(last) if n_pairs % settings.merge_levels != 0 => {
+                    last.iter_mut().for_each(|c| *c = map[*c as usize]);
+                }
+                _ => restrict.push(map.clone()),
+            }
+            w = galerkin(&w, &map, n_coarse);
+            n_pairs += 1;
+        }
+        restrict
+    }
+
+    #[test]
+    fn the_agglomeration_from_faces_pairs_the_cells_of_the_row_wise_one() {
+        for spec in ["box:14x12x10:tet:perturb=0.2:renumber", "box:24x20x16"] {
+            let mesh = crate::mesh::load(spec).unwrap();
+            let geometry = crate::mesh::Geometry::compute(&mesh);
+            let faces: Vec<(usize, usize, f64)> = (0..mesh.n_internal_faces())
+                .map(|f| {
+                    let s = geometry.face_area_vectors[f];
+                    (
+                        mesh.owner()[f] as usize,
+                        mesh.neighbour()[f] as usize,
+                        face_area_pair_weight([s.x, s.y, s.z]),
+                    )
+                })
+                .collect();
+            let n = mesh.n_cells();
+            let mut triplets: Vec<(u32, u32, f64)> = (0..n as u32).map(|i| (i, i, 0.0)).collect();
+            for &(o, nb, w) in &faces {
+                triplets.extend([(o as u32, nb as u32, w), (nb as u32, o as u32, w)]);
+            }
+            let weights = Csr::from_triplets(n, n, triplets).unwrap();
+            let (lower, upper) = face_area_weights(&SplitMatrix::new(&weights), faces);
+            for merge_levels in [1, 2] {
+                let settings = GamgSettings {
+                    merge_levels,
+                    ..GamgSettings::default()
+                };
+                let agglomeration = Agglomeration::new(&lower, &upper, &settings);
+                assert!(agglomeration.n_levels() >= 3, "{spec}");
+                assert_eq!(
+                    agglomeration.restrict,
+                    row_wise_agglomeration(&weights, &settings),
+                    "{spec}, mergeLevels {merge_levels}"
+                );
+                // Each level's faces are the couplings of the Galerkin
+                // pattern of its finer level.
+                let mut finer = weights.clone();
+                for (k, level) in agglomeration.levels.iter().enumerate() {
+                    let map = &agglomeration.restrict[k];
+                    let coarse = galerkin(&finer, map, agglomeration.sizes[k + 1]);
+                    let split = SplitMatrix::new(&coarse);
+                    assert_eq!(level.layout.upper(), split.upper_rows().pattern());
+                    finer = coarse;
+                }
+            }
+        }
+    }
+
     /// The hierarchy of `a` with OpenFOAM's defaults.
     fn default_gamg<'a>(a: &'a Csr, identity: &'a Identity) -> Gamg<'a> {
         let controls = SolverControls::absolute(1e-10, 100);
@@ -1407,22 +1484,26 @@ mod tests {
         let gamg = default_gamg(&a, &identity);
         assert!(gamg.levels.len() >= 3);
         assert!(gamg.levels.iter().all(|l| l.matrix.is_symmetric()));
-        // Galerkin sums alone need not be: cells 0, 1, 2 form cluster 0 and
-        // 3, 4, 5 cluster 1, coupled by faces 0-5, 1-4 and 2-3 of weights
-        // 0.1, 0.2, 0.3; a_01 sums them in the order of its rows, (0.1 + 0.2)
-        // + 0.3, and a_10 in the order of its own, (0.3 + 0.2) + 0.1.
+        // Galerkin sums by rows need not be: cells 0, 1, 2 form cluster 0
+        // and 3, 4, 5 cluster 1, coupled by faces 0-5, 1-4 and 2-3 of
+        // weights 0.1, 0.2, 0.3; a_01 summed in the order of its rows is
+        // (0.1 + 0.2) + 0.3, and a_10 in the order of its own (0.3 + 0.2) +
+        // 0.1. Summed by faces, the coarse face's one coefficient is both.
         let mut triplets: Vec<(u32, u32, f64)> = (0..6).map(|i| (i, i, 1.0)).collect();
         for (i, j, v) in [(0, 5, -0.1), (1, 4, -0.2), (2, 3, -0.3)] {
             triplets.extend([(i, j, v), (j, i, v)]);
         }
         let fine = Csr::from_triplets(6, 6, triplets).unwrap();
-        let mut coarse = galerkin(&fine, &[0, 0, 0, 1, 1, 1], 2);
-        assert!(!SplitMatrix::new(&coarse).is_symmetric());
-        let pattern = coarse.zeros_like();
-        mirror_upper(&pattern, coarse.values_mut());
-        assert!(SplitMatrix::new(&coarse).is_symmetric());
-        assert_eq!(coarse.values()[2], coarse.values()[1]);
-        assert_eq!(coarse.values()[1], (-0.1 - 0.2) - 0.3);
+        let rows = galerkin(&fine, &[0, 0, 0, 1, 1, 1], 2);
+        assert!(!SplitMatrix::new(&rows).is_symmetric());
+        let fine = SplitMatrix::new(&fine);
+        let map = [0, 0, 0, 1, 1, 1];
+        let (level, _) = CoarseLevel::build(fine.upper_rows().pattern(), &map, 2, None);
+        let coarse = level.matrix(&fine, &map);
+        assert!(coarse.is_symmetric());
+        assert_eq!(coarse.upper_rows().values(), &[(-0.1 - 0.2) - 0.3]);
+        assert_eq!(coarse.lower_rows().values(), &[(-0.1 - 0.2) - 0.3]);
+        assert_eq!(coarse.diag(), &[3.0, 3.0]);
     }
 
     #[test]

@@ -76,23 +76,33 @@ impl SplitMatrix {
     pub fn upper_rows(&self) -> &TriangleRows {
         &self.upper
     }
-    /// The value at a [`SplitPattern`] position p: the diagonal entry p
-    /// below n, then the lower values, then the upper ones.
-    #[inline(always)]
-    pub fn value_at(&self, p: usize) -> f64 {
-        let (n, n_lower) = (self.n(), self.lower.values.len());
-        if p < n {
-            self.diag[p]
-        } else if p < n + n_lower {
-            self.lower.values[p - n]
-        } else {
-            self.upper.values[p - n - n_lower]
-        }
-    }
-
     /// Whether a_ij and a_ji are the same bits for every stored entry.
     pub fn is_symmetric(&self) -> bool {
         self.symmetric
+    }
+
+    /// This matrix in CSR: each row's lower entries, its diagonal, then its
+    /// upper entries (columns ascending).
+    pub fn to_csr(&self) -> Csr {
+        let n = self.n();
+        let nnz = n + self.lower.values.len() + self.upper.values.len();
+        let mut row_ptr = Vec::with_capacity(n + 1);
+        row_ptr.push(0);
+        let (mut cols, mut values) = (Vec::with_capacity(nnz), Vec::with_capacity(nnz));
+        for r in 0..n {
+            for (c, v) in self.lower.entries(r) {
+                cols.push(c as u32);
+                values.push(v);
+            }
+            cols.push(r as u32);
+            values.push(self.diag[r]);
+            for (c, v) in self.upper.entries(r) {
+                cols.push(c as u32);
+                values.push(v);
+            }
+            row_ptr.push(cols.len());
+        }
+        Csr::new(n, row_ptr, cols, values).expect("split rows are sorted and in range")
     }
 
     /// The rows `first..first + count` as (row, lower columns and values,
@@ -486,13 +496,15 @@ fn bandwidth(lower: &TriangleRows, upper: &TriangleRows) -> usize {
     reach(lower, false).max(reach(upper, true))
 }
 
-/// Where each entry of a CSR pattern lives in the [`SplitMatrix`] of that
-/// pattern, and the split's row starts and columns, made once per pattern:
-/// a matrix of the pattern is then split by writing its values alone
-/// ([`SplitPattern::matrix`]), the starts and columns shared, not copied.
-/// GAMG keeps one per coarse level with its agglomeration and sums each
-/// coarse matrix straight into it
-/// ([`GalerkinAddressing::split_product`](super::amg::galerkin::GalerkinAddressing::split_product)).
+/// The split layout of a structurally symmetric pattern given by its upper
+/// triangle alone, OpenFOAM's `lduAddressing`: the upper entries are the
+/// faces (owner ascending, each owner's neighbours ascending), and the
+/// lower rows list each face again under its neighbour, with the face it
+/// mirrors (OpenFOAM's `losortAddr`). GAMG keeps one per coarse level with
+/// its agglomeration: a coarse matrix is its diagonal and one value per
+/// coarse face, summed from the finer level's faces, its lower rows copied
+/// from the faces ([`SplitPattern::mirror_upper`]), and the row starts and
+/// columns are shared, not copied, by the matrices of every solve.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SplitPattern {
     n: usize,
@@ -500,94 +512,58 @@ pub struct SplitPattern {
     lower_cols: Arc<Vec<u32>>,
     upper_start: Arc<Vec<usize>>,
     upper_cols: Arc<Vec<u32>>,
-    /// `position[e]` for CSR entry e: r for the diagonal of row r, n + k
-    /// for lower entry k, n + (lower entries) + k for upper entry k.
-    position: Vec<u32>,
-    /// `mirror[k]`: the upper entry (j, i) of lower entry k = (i, j);
-    /// `None` unless every entry has its mirror.
-    mirror: Option<Vec<u32>>,
+    /// `mirror[k]`: the upper entry (face) (j, i) of lower entry k = (i, j).
+    mirror: Vec<u32>,
     bandwidth: usize,
 }
 
-/// A split matrix's values in a [`SplitPattern`]'s order.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SplitValues {
-    pub diag: Vec<f64>,
-    pub lower: Vec<f64>,
-    pub upper: Vec<f64>,
-}
-
 impl SplitPattern {
-    /// The split layout of `pattern` (square, columns ascending per row;
-    /// the values are not read). Two passes over the rows: the triangles'
-    /// row starts, then the columns, the positions and the bandwidth
-    /// written into arrays of their final size (GAMG makes one per coarse
-    /// level of a first set-up, a few million entries each).
-    pub fn new(pattern: &Csr) -> Self {
-        let n = pattern.n_rows();
-        assert_eq!(n, pattern.n_cols(), "SplitPattern: matrix not square");
-        let (row_ptr, cols) = (pattern.row_ptr(), pattern.cols());
-        let (lower_start, upper_start) = triangle_starts(pattern);
-        let (n_lower, n_upper) = (lower_start[n], upper_start[n]);
+    /// The layout of the `n`-row pattern whose upper entries (the faces)
+    /// are row r's `upper_cols[upper_start[r]..upper_start[r + 1]]`
+    /// (columns ascending, each above r) and whose lower entries are their
+    /// mirrors. Two passes over the faces: the lower rows' lengths, then
+    /// their columns and mirrors, written into arrays of their final size;
+    /// rows i ascending give each lower row its columns ascending.
+    pub fn from_upper(n: usize, upper_start: Vec<usize>, upper_cols: Vec<u32>) -> Self {
+        assert_eq!(upper_start.len(), n + 1, "SplitPattern: row starts");
+        assert_eq!(upper_start[n], upper_cols.len(), "SplitPattern: columns");
         assert!(
-            n + n_lower + n_upper <= u32::MAX as usize,
-            "SplitPattern: more than 2^32 entries"
+            upper_cols.len() <= u32::MAX as usize,
+            "SplitPattern: more than 2^32 faces"
         );
-        let (mut lower_cols, mut upper_cols) = (vec![0u32; n_lower], vec![0u32; n_upper]);
-        let mut position = vec![0u32; pattern.nnz()];
+        let mut lower_start = vec![0usize; n + 1];
         let mut bandwidth = 0;
         for r in 0..n {
-            let (first, end) = (row_ptr[r], row_ptr[r + 1]);
-            let (below, above) = (
-                lower_start[r]..lower_start[r + 1],
-                upper_start[r]..upper_start[r + 1],
-            );
-            let (row, row_position) = (&cols[first..end], &mut position[first..end]);
-            // The row's entries: `below.len()` lower ones, the diagonal
-            // where there is one, `above.len()` upper ones.
-            let diagonal = row.len() - below.len() - above.len();
-            for (k, (&c, p)) in row.iter().zip(row_position.iter_mut()).enumerate() {
-                *p = if k < below.len() {
-                    lower_cols[below.start + k] = c;
-                    (n + below.start + k) as u32
-                } else if k < below.len() + diagonal {
-                    r as u32
-                } else {
-                    let u = above.start + k - below.len() - diagonal;
-                    upper_cols[u] = c;
-                    (n + n_lower + u) as u32
-                };
+            let row = &upper_cols[upper_start[r]..upper_start[r + 1]];
+            for &c in row {
+                debug_assert!(r < c as usize && (c as usize) < n, "SplitPattern: face");
+                lower_start[c as usize + 1] += 1;
             }
-            if let (Some(&lo), Some(&hi)) = (row.first(), row.last()) {
-                bandwidth = bandwidth.max(r.abs_diff(lo as usize).max(r.abs_diff(hi as usize)));
+            if let Some(&last) = row.last() {
+                bandwidth = bandwidth.max(last as usize - r);
             }
         }
-        let lower = TriangleRows::of(lower_start, lower_cols, Vec::new());
-        let upper = TriangleRows::of(upper_start, upper_cols, Vec::new());
-        let (lower, upper) = (&lower, &upper);
-        // Rows i ascending meet each row j's lower entries (j, i) in column
-        // order: a cursor per row finds every mirror.
-        let mut next: Vec<usize> = lower.start[..n].to_vec();
-        let mut mirror = vec![u32::MAX; n_lower];
-        for i in 0..n {
-            for k in upper.row(i) {
-                let j = upper.cols[k] as usize;
-                let s = next[j];
-                if s < lower.start[j + 1] && lower.cols[s] as usize == i {
-                    mirror[s] = k as u32;
-                    next[j] = s + 1;
-                }
+        for r in 0..n {
+            lower_start[r + 1] += lower_start[r];
+        }
+        let mut next: Vec<usize> = lower_start[..n].to_vec();
+        let (mut lower_cols, mut mirror) =
+            (vec![0u32; upper_cols.len()], vec![0u32; upper_cols.len()]);
+        for r in 0..n {
+            for f in upper_start[r]..upper_start[r + 1] {
+                let k = &mut next[upper_cols[f] as usize];
+                lower_cols[*k] = r as u32;
+                mirror[*k] = f as u32;
+                *k += 1;
             }
         }
-        let complete = n_lower == n_upper && !mirror.contains(&u32::MAX);
         Self {
             n,
-            lower_start: Arc::clone(&lower.start),
-            lower_cols: Arc::clone(&lower.cols),
-            upper_start: Arc::clone(&upper.start),
-            upper_cols: Arc::clone(&upper.cols),
-            position,
-            mirror: complete.then_some(mirror),
+            lower_start: Arc::new(lower_start),
+            lower_cols: Arc::new(lower_cols),
+            upper_start: Arc::new(upper_start),
+            upper_cols: Arc::new(upper_cols),
+            mirror,
             bandwidth,
         }
     }
@@ -596,82 +572,72 @@ impl SplitPattern {
         self.n
     }
 
-    /// Zeros (-0.0, so that a first addend keeps its bits) in this layout.
-    pub fn negative_zeros(&self) -> SplitValues {
-        SplitValues {
-            diag: vec![-0.0; self.n],
-            lower: vec![-0.0; self.lower_cols.len()],
-            upper: vec![-0.0; self.upper_cols.len()],
-        }
+    /// The faces (upper entries).
+    pub fn n_faces(&self) -> usize {
+        self.upper_cols.len()
     }
 
-    /// The split rows `rows`' starts in the lower and the upper values.
-    pub fn value_ranges(
-        &self,
-        rows: std::ops::Range<usize>,
-    ) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+    /// The upper rows: row starts and columns (the faces' neighbours).
+    pub fn upper(&self) -> (&[usize], &[u32]) {
+        (&self.upper_start, &self.upper_cols)
+    }
+
+    /// Lower entry k's values ← its mirror face's: the lower values of a
+    /// symmetric matrix from its face values.
+    pub fn mirror_upper(&self, upper: &[f64]) -> Vec<f64> {
+        assert_eq!(
+            upper.len(),
+            self.n_faces(),
+            "SplitPattern: one value a face"
+        );
+        let mut lower = Vec::with_capacity(self.mirror.len());
+        lower.extend(self.mirror.iter().map(|&f| upper[f as usize]));
+        lower
+    }
+
+    /// The triangles of this layout with the face values `upper` and the
+    /// lower values `lower` (one per lower entry), the pattern shared.
+    pub fn triangles(&self, lower: Vec<f64>, upper: Vec<f64>) -> (TriangleRows, TriangleRows) {
+        assert_eq!(lower.len(), self.mirror.len(), "SplitPattern: lower values");
+        assert_eq!(
+            upper.len(),
+            self.n_faces(),
+            "SplitPattern: one value a face"
+        );
         (
-            self.lower_start[rows.start]..self.lower_start[rows.end],
-            self.upper_start[rows.start]..self.upper_start[rows.end],
+            TriangleRows {
+                start: Arc::clone(&self.lower_start),
+                cols: Arc::clone(&self.lower_cols),
+                values: lower,
+            },
+            TriangleRows {
+                start: Arc::clone(&self.upper_start),
+                cols: Arc::clone(&self.upper_cols),
+                values: upper,
+            },
         )
     }
 
-    /// Where CSR entry `e` lives: see `position`.
-    #[inline(always)]
-    pub fn position(&self, e: usize) -> usize {
-        self.position[e] as usize
-    }
-
-    /// Lower entry k of `values` ← its mirror's upper entry, for a pattern
-    /// whose every entry has a mirror (else nothing: returns false), so
-    /// that the matrix is symmetric bit for bit.
-    pub fn mirror_upper(&self, values: &mut SplitValues) -> bool {
-        let Some(mirror) = &self.mirror else {
-            return false;
-        };
-        let upper = &values.upper;
-        values
-            .lower
-            .par_chunks_mut(CHUNK)
-            .zip(mirror.par_chunks(CHUNK))
-            .for_each(|(lower, mirror)| {
-                for (l, &m) in lower.iter_mut().zip(mirror) {
-                    *l = upper[m as usize];
-                }
-            });
-        true
-    }
-
-    /// The split matrix of these values; `symmetric`: whether they are
-    /// known to mirror each other bit for bit (else they are compared).
-    pub fn matrix(&self, values: SplitValues, symmetric: bool) -> SplitMatrix {
-        assert_eq!(values.diag.len(), self.n, "SplitPattern: diagonal size");
-        let lower = TriangleRows {
-            start: Arc::clone(&self.lower_start),
-            cols: Arc::clone(&self.lower_cols),
-            values: values.lower,
-        };
-        let upper = TriangleRows {
-            start: Arc::clone(&self.upper_start),
-            cols: Arc::clone(&self.upper_cols),
-            values: values.upper,
-        };
+    /// The split matrix of the diagonal `diag`, the lower values `lower`
+    /// and the face values `upper`; `symmetric`: whether they are known to
+    /// mirror each other bit for bit (else they are compared).
+    pub fn matrix(
+        &self,
+        diag: Vec<f64>,
+        lower: Vec<f64>,
+        upper: Vec<f64>,
+        symmetric: bool,
+    ) -> SplitMatrix {
+        assert_eq!(diag.len(), self.n, "SplitPattern: diagonal size");
+        let (lower, upper) = self.triangles(lower, upper);
         let symmetric = symmetric || mirrors(&lower, &upper);
         SplitMatrix {
-            diag: values.diag,
+            diag,
             lower,
             upper,
             symmetric,
             bandwidth: self.bandwidth,
         }
-    }
-
-    /// The values of `m` (of this layout) in the CSR pattern's order.
-    pub fn csr_values(&self, m: &SplitMatrix) -> Vec<f64> {
-        self.position
-            .iter()
-            .map(|&p| m.value_at(p as usize))
-            .collect()
     }
 }
 
@@ -770,6 +736,30 @@ impl TriangleRows {
 
     pub fn values_mut(&mut self) -> &mut [f64] {
         &mut self.values
+    }
+
+    /// The values, rows ascending, each row's columns ascending.
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// The row starts (n + 1) and the columns: the pattern.
+    pub fn pattern(&self) -> (&[usize], &[u32]) {
+        (&self.start, &self.cols)
+    }
+
+    /// These rows' pattern (shared, not copied) with `values`.
+    pub fn with_values(&self, values: Vec<f64>) -> TriangleRows {
+        assert_eq!(
+            values.len(),
+            self.cols.len(),
+            "TriangleRows::with_values: one value per entry"
+        );
+        TriangleRows {
+            start: Arc::clone(&self.start),
+            cols: Arc::clone(&self.cols),
+            values,
+        }
     }
 
     /// Slots of row r.
@@ -906,51 +896,47 @@ mod tests {
     }
 
     #[test]
-    fn split_pattern_lays_out_the_entries_of_the_split_matrix() {
-        // Rows with and without their diagonal, with lower entries only,
-        // with upper entries only, and an empty row; the pattern is not
-        // symmetric.
-        let lopsided = Csr::from_triplets(
-            5,
-            5,
-            vec![
-                (0, 0, 1.0),
-                (0, 3, 2.0),
-                (1, 0, 3.0),
-                (2, 0, 4.0),
-                (2, 1, 5.0),
-                (2, 2, 6.0),
-                (2, 4, 7.0),
-                (4, 1, 8.0),
-            ],
-        )
-        .unwrap();
-        for a in [lopsided, grid_laplacian(4, 3, 2)] {
-            let layout = SplitPattern::new(&a);
-            let mut values = layout.negative_zeros();
-            let (n, n_lower) = (a.n_rows(), values.lower.len());
-            for (e, &v) in a.values().iter().enumerate() {
-                match layout.position(e) {
-                    p if p < n => values.diag[p] = v,
-                    p if p < n + n_lower => values.lower[p - n] = v,
-                    p => values.upper[p - n - n_lower] = v,
-                }
-            }
-            let got = layout.matrix(values, false);
+    fn split_pattern_of_the_faces_lays_out_the_split_rows_of_the_matrix() {
+        let triangle = |t: &TriangleRows| {
+            (0..t.n())
+                .flat_map(|r| t.entries(r).map(move |(c, v)| (r, c, v.to_bits())))
+                .collect::<Vec<_>>()
+        };
+        for a in [grid_laplacian(4, 3, 2), grid_laplacian(1, 1, 3)] {
             let expected = SplitMatrix::new(&a);
-            let triangle = |t: &TriangleRows| {
-                (0..t.n())
-                    .flat_map(|r| t.entries(r).map(move |(c, v)| (r, c, v)))
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(got.diag(), expected.diag());
+            let (start, cols) = expected.upper_rows().pattern();
+            let layout = SplitPattern::from_upper(a.n_rows(), start.to_vec(), cols.to_vec());
+            assert_eq!(layout.n_faces(), expected.upper_rows().values().len());
+            let upper = expected.upper_rows().values().to_vec();
+            let lower = layout.mirror_upper(&upper);
+            let got = layout.matrix(expected.diag().to_vec(), lower, upper, true);
             assert_eq!(triangle(got.lower_rows()), triangle(expected.lower_rows()));
             assert_eq!(triangle(got.upper_rows()), triangle(expected.upper_rows()));
             assert_eq!(got.bandwidth, expected.bandwidth);
-            assert_eq!(got.is_symmetric(), expected.is_symmetric());
-            assert_eq!(layout.mirror.is_some(), expected.is_symmetric());
-            assert_eq!(layout.csr_values(&got), a.values());
+            assert!(got.is_symmetric() && expected.is_symmetric());
+            // Values that do not mirror each other are found out.
+            let mut lower = got.lower_rows().values().to_vec();
+            lower[0] = 0.25;
+            let upper = got.upper_rows().values().to_vec();
+            assert!(!layout
+                .matrix(got.diag().to_vec(), lower, upper, false)
+                .is_symmetric());
         }
+    }
+
+    #[test]
+    fn split_rows_give_back_their_csr() {
+        let a = sample();
+        let back = SplitMatrix::new(&a).to_csr();
+        assert_eq!(back.row_ptr(), a.row_ptr());
+        assert_eq!(back.cols(), a.cols());
+        assert_eq!(back.values(), a.values());
+        // A row without its diagonal entry gets a zero there.
+        let lopsided =
+            Csr::from_triplets(3, 3, vec![(0, 0, 2.0), (0, 2, -1.0), (1, 0, -1.0)]).unwrap();
+        let back = SplitMatrix::new(&lopsided).to_csr();
+        assert_eq!(back.cols(), &[0, 2, 0, 1, 2]);
+        assert_eq!(back.values(), &[2.0, -1.0, -1.0, 0.0, 0.0]);
     }
 
     #[test]
