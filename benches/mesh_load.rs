@@ -1,4 +1,6 @@
-//! Mesh-loading benchmark: generate a box mesh and compute its geometry.
+//! Mesh-loading benchmark: generate a box mesh, compute its geometry, and
+//! order the rows of its cell graph by reverse Cuthill–McKee (the ordering
+//! of GPU runs on a mesh whose own order is not banded).
 //!
 //! `cargo bench --bench mesh_load [CASE...]` where a case is a name below or
 //! any `box:` spec. Each case runs in a child process (this binary re-executed
@@ -7,6 +9,9 @@
 //! "CPU s" is the child's user + system time over all threads.
 
 use fvpoisson::mesh::generate::BoxSpec;
+use fvpoisson::mesh::Mesh;
+use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
+use fvpoisson::sparse::Csr;
 use std::process::Command;
 use std::time::Instant;
 
@@ -79,10 +84,18 @@ fn main() {
             .unwrap_or_else(|_| rayon::current_num_threads().to_string())
     );
     println!(
-        "| {:<26} | {:>10} | {:>10} | {:>10} | {:>10} | {:>8} | {:>8} | {:>8} |",
-        "case", "cells", "faces", "generate s", "geometry s", "total s", "CPU s", "peak MB"
+        "| {:<26} | {:>10} | {:>10} | {:>10} | {:>10} | {:>8} | {:>8} | {:>8} | {:>6} |",
+        "case",
+        "cells",
+        "faces",
+        "generate s",
+        "geometry s",
+        "total s",
+        "CPU s",
+        "peak MB",
+        "RCM s"
     );
-    println!("|{}|", ["---"; 8].join("|"));
+    println!("|{}|", ["---"; 9].join("|"));
     let mut failed = false;
     for (name, spec) in &cases {
         let out = Command::new(&exe)
@@ -99,7 +112,7 @@ fn main() {
             continue;
         };
         println!(
-            "| {:<26} | {:>10} | {:>10} | {:>10.2} | {:>10.2} | {:>8.2} | {:>8.2} | {:>8.0} |",
+            "| {:<26} | {:>10} | {:>10} | {:>10.2} | {:>10.2} | {:>8.2} | {:>8.2} | {:>8.0} | {:>6.2} |",
             name,
             r.cells,
             r.faces,
@@ -107,7 +120,8 @@ fn main() {
             r.geometry_s,
             r.generate_s + r.geometry_s,
             r.cpu_s,
-            r.peak_mb
+            r.peak_mb,
+            r.rcm_s
         );
         if name == "hex10M" {
             let total = r.generate_s + r.geometry_s;
@@ -131,6 +145,7 @@ struct ChildResult {
     geometry_s: f64,
     cpu_s: f64,
     peak_mb: f64,
+    rcm_s: f64,
 }
 
 impl ChildResult {
@@ -145,6 +160,7 @@ impl ChildResult {
             geometry_s: it.next()?.parse().ok()?,
             cpu_s: it.next()?.parse().ok()?,
             peak_mb: it.next()?.parse().ok()?,
+            rcm_s: it.next()?.parse().ok()?,
         })
     }
 }
@@ -158,16 +174,42 @@ fn run_child(spec: &str) -> Result<(), Box<dyn std::error::Error>> {
     let done = Instant::now();
     let (cells, faces) = (mesh.n_cells(), mesh.n_faces());
     drop(geometry);
+    // CPU time and peak of generation and geometry, before the ordering.
+    let (cpu_s, peak_mb) = (cpu_seconds()?, peak_rss_mb()?);
+    let pattern = cell_graph_pattern(&mesh)?;
     drop(mesh);
+    let ordering = Instant::now();
+    let rcm = reverse_cuthill_mckee(&pattern);
+    let rcm_s = ordering.elapsed().as_secs_f64();
+    assert_eq!(rcm.len(), cells);
     println!(
-        "{} {cells} {faces} {} {} {} {}",
+        "{} {cells} {faces} {} {} {cpu_s} {peak_mb} {rcm_s}",
         ChildResult::TAG,
         (generated - start).as_secs_f64(),
         (done - generated).as_secs_f64(),
-        cpu_seconds()?,
-        peak_rss_mb()?
     );
     Ok(())
+}
+
+/// The pattern of the mesh's FVM matrix: per cell itself and its
+/// neighbours across internal faces, sorted (unit values).
+fn cell_graph_pattern(mesh: &Mesh) -> Result<Csr, Box<dyn std::error::Error>> {
+    let n = mesh.n_cells();
+    let mut rows: Vec<Vec<u32>> = (0..n as u32).map(|c| vec![c]).collect();
+    for (&o, &nb) in mesh.owner().iter().zip(mesh.neighbour()) {
+        rows[o as usize].push(nb);
+        rows[nb as usize].push(o);
+    }
+    let mut row_ptr = Vec::with_capacity(n + 1);
+    row_ptr.push(0);
+    let mut cols = Vec::new();
+    for mut row in rows {
+        row.sort_unstable();
+        cols.extend(row);
+        row_ptr.push(cols.len());
+    }
+    let values = vec![1.0; cols.len()];
+    Ok(Csr::new(n, row_ptr, cols, values)?)
 }
 
 /// User + system CPU time of this process, all threads (from /proc/self/stat,

@@ -160,15 +160,6 @@ impl Graph {
     /// undirected graph), diagonal dropped.
     pub fn of_matrix(a: &Csr) -> Self {
         assert_eq!(a.n_rows(), a.n_cols(), "graph of a matrix: not square");
-        if is_structurally_symmetric(a) {
-            Self::of_symmetric_pattern(a)
-        } else {
-            Self::of_merged_pattern(a)
-        }
-    }
-
-    /// [`Self::of_matrix`] of any square `a`: the rows of A and Aᵀ merged.
-    fn of_merged_pattern(a: &Csr) -> Self {
         let n = a.n_rows();
         // The pattern of Aᵀ by counting sort: rows of Aᵀ come out sorted.
         let mut t_offsets = vec![0usize; n + 1];
@@ -211,32 +202,6 @@ impl Graph {
             }
             offsets.push(targets.len());
         }
-        Self { offsets, targets }
-    }
-
-    /// [`Self::of_matrix`] of a structurally symmetric `a`: its rows less
-    /// the diagonal, which is what the merge with Aᵀ gives there. Every
-    /// FVM matrix is one (an entry per face, at both ends), and the rows are
-    /// copied on every core instead of transposed and merged on one.
-    fn of_symmetric_pattern(a: &Csr) -> Self {
-        let n = a.n_rows();
-        let off_diagonal = |r: usize| a.row(r).0.iter().filter(move |&&c| c as usize != r);
-        let counts: Vec<usize> = (0..n)
-            .into_par_iter()
-            .map(|r| off_diagonal(r).count())
-            .collect();
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0);
-        let mut total = 0;
-        for count in counts {
-            total += count;
-            offsets.push(total);
-        }
-        let targets: Vec<u32> = (0..n)
-            .into_par_iter()
-            .flat_map_iter(|r| off_diagonal(r).copied())
-            .collect();
-        debug_assert_eq!(targets.len(), total);
         Self { offsets, targets }
     }
 
@@ -552,18 +517,6 @@ pub fn is_banded(a: &Csr) -> bool {
     relative_bandwidth(a) <= BANDED
 }
 
-/// Whether every stored (r, c) of the square `a` has a stored (c, r), found
-/// by a binary search in row c (rows are sorted) on every core.
-pub fn is_structurally_symmetric(a: &Csr) -> bool {
-    a.n_rows() == a.n_cols()
-        && (0..a.n_rows()).into_par_iter().all(|r| {
-            a.row(r)
-                .0
-                .iter()
-                .all(|&c| a.row(c as usize).0.binary_search(&(r as u32)).is_ok())
-        })
-}
-
 /// max |r − c| over the stored entries.
 pub fn bandwidth(a: &Csr) -> usize {
     (0..a.n_rows())
@@ -749,36 +702,6 @@ mod tests {
             assert!((a - b).abs() <= 1e-13 * b.abs().max(1.0), "{a} vs {b}");
         }
         assert_eq!(p.inverse().apply_symmetric(&b), a);
-    }
-
-    #[test]
-    fn a_symmetric_pattern_gives_the_graph_of_the_merge_with_its_transpose() {
-        for seed in 0..4 {
-            let a = random_symmetric(300, 6, seed);
-            assert!(is_structurally_symmetric(&a));
-            let graph = Graph::of_matrix(&a);
-            assert_eq!(graph, Graph::of_merged_pattern(&a));
-            // Drop one stored off-diagonal entry (its mirror stays): the
-            // pattern is no longer symmetric, and A + Aᵀ, the graph, is the same.
-            let r = (0..a.n_rows())
-                .find(|&r| a.row(r).0.iter().any(|&c| c as usize != r))
-                .unwrap();
-            let (mut row_ptr, mut cols, mut vals) = (vec![0], vec![], vec![]);
-            for i in 0..a.n_rows() {
-                let (c, v) = a.row(i);
-                let skip = (i == r).then(|| c.iter().position(|&c| c as usize != r).unwrap());
-                for (k, (&c, &v)) in c.iter().zip(v).enumerate() {
-                    if Some(k) != skip {
-                        cols.push(c);
-                        vals.push(v);
-                    }
-                }
-                row_ptr.push(cols.len());
-            }
-            let b = Csr::new(a.n_cols(), row_ptr, cols, vals).unwrap();
-            assert!(!is_structurally_symmetric(&b));
-            assert_eq!(Graph::of_matrix(&b), graph);
-        }
     }
 
     #[test]
