@@ -790,11 +790,11 @@ fn run_threads(
         format!("-np {n}: the mailboxes between {n} ranks as threads")
     })
     .map_err(anyhow::Error::msg)?;
-    // CPU ranks on a thread each, as MPI processes; GPU ranks spread their
-    // host work over the shared pool.
+    // CPU ranks on their share of the cores, as MPI processes; GPU ranks'
+    // host work on the shared pool.
     let threads = match device {
         crate::gpu::DeviceChoice::Gpu => RankThreads::SharedPool,
-        crate::gpu::DeviceChoice::Auto | crate::gpu::DeviceChoice::Cpu => RankThreads::One,
+        crate::gpu::DeviceChoice::Auto | crate::gpu::DeviceChoice::Cpu => RankThreads::ShareOfCores,
     };
     let outcomes = crate::parallel::threads::run_ranks_on(n, threads, |comm| {
         // Each rank's phases on its own thread; rank 0's join this thread's account.

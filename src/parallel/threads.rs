@@ -287,16 +287,30 @@ impl std::fmt::Display for PeerStopped {
     }
 }
 
-/// Where the ranks' threads run their work.
+/// Where the ranks' threads run their rayon work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RankThreads {
-    /// Each rank on one thread of its own: its rayon work (products, dot
-    /// products, vector updates, assembly) runs on that thread, as an MPI
-    /// process's does, and ranks never queue work on one another's cores.
-    One,
+    /// Each rank on a rayon pool of its own of 1/N of the cores (at least
+    /// one thread: the rank's own when there are as many ranks as cores):
+    /// its products, dot products and set-up run there, as an MPI process's
+    /// on its cores, and no rank queues work on another's threads.
+    ShareOfCores,
     /// The ranks share the global rayon pool (GPU ranks, whose host work
-    /// around the device is better spread over every core).
+    /// around the device stays as it was).
     SharedPool,
+}
+
+impl RankThreads {
+    /// The threads of each of `n` ranks' pools (`None`: the global pool).
+    pub fn per_rank(self, n: usize) -> Option<usize> {
+        match self {
+            Self::ShareOfCores => {
+                let cores = std::thread::available_parallelism().map_or(1, usize::from);
+                Some((cores / n.max(1)).max(1))
+            }
+            Self::SharedPool => None,
+        }
+    }
 }
 
 /// Runs `body` on `n` ranks, one thread each, and returns their results in
@@ -313,12 +327,12 @@ pub fn run_threads<T: Send>(n: usize, body: impl Fn(&ThreadRank) -> T + Sync) ->
 /// [`run_threads`], a rank that stopped because a peer stopped before it
 /// (an error returned, say) given as `Err`: the caller reports the peer's
 /// own error. A rank's panic is passed on (re-raised here). Each rank runs
-/// on a thread of its own ([`RankThreads::One`]).
+/// on a pool of its own ([`RankThreads::ShareOfCores`]).
 pub fn run_ranks<T: Send>(
     n: usize,
     body: impl Fn(&ThreadRank) -> T + Sync,
 ) -> Vec<Result<T, PeerStopped>> {
-    run_ranks_on(n, RankThreads::One, body)
+    run_ranks_on(n, RankThreads::ShareOfCores, body)
 }
 
 /// [`run_ranks`] with the ranks' rayon work on `threads`.
@@ -341,17 +355,20 @@ pub fn run_ranks_on<T: Send>(
                             super::set_quiet(rank.rank != 0);
                             body(&rank)
                         };
-                        // A pool of one thread runs the rank's rayon work
-                        // inline; the rank's thread waits for it.
-                        let own = (threads == RankThreads::One).then(|| {
+                        // The rank's body and rayon work on its pool; the
+                        // rank's thread waits for them.
+                        let pool = threads.per_rank(n).map(|k| {
                             rayon::ThreadPoolBuilder::new()
-                                .num_threads(1)
-                                .thread_name(move |_| name.clone())
+                                .num_threads(k)
+                                .thread_name(move |i| match i {
+                                    0 => name.clone(),
+                                    _ => format!("{name}.{i}"),
+                                })
                                 .build()
                         });
-                        match own {
+                        match pool {
                             Some(Ok(pool)) => pool.install(run),
-                            // No thread for a pool: the shared one.
+                            // No threads for a pool: the shared one.
                             Some(Err(_)) | None => run(),
                         }
                     })
@@ -589,12 +606,15 @@ mod tests {
         assert_eq!(outcomes[0], Err(PeerStopped { rank: 0, peer: 1 }));
     }
 
-    /// Each rank's rayon work runs on its own thread with
-    /// [`RankThreads::One`], on the global pool with the shared pool.
+    /// Each rank's rayon work runs on a pool of its share of the cores, or
+    /// on the global pool when shared.
     #[test]
-    fn each_rank_has_a_pool_of_one_thread_unless_shared() {
-        let own = run_threads(2, |_| rayon::current_num_threads());
-        assert_eq!(own, [1, 1]);
+    fn each_rank_has_a_pool_of_its_share_of_the_cores_unless_shared() {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        for n in [1, 2, 3] {
+            let own = run_threads(n, |_| rayon::current_num_threads());
+            assert_eq!(own, vec![(cores / n).max(1); n]);
+        }
         let shared = run_ranks_on(2, RankThreads::SharedPool, |_| rayon::current_num_threads());
         let global = rayon::current_num_threads();
         assert!(shared.into_iter().all(|n| n == Ok(global)));
