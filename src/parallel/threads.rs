@@ -17,7 +17,8 @@
 //! a rank that is still reading sum k's slots is never overwritten, since no
 //! rank can start sum k + 2 before every rank has reached sum k + 1's
 //! barrier. A rank waits by spinning briefly (a peer a few microseconds
-//! behind), then sleeps on a condition variable that every change rings.
+//! behind), then yields its core a few times, then sleeps on a condition
+//! variable that every change rings.
 //!
 //! A rank that stops (returns or panics) marks itself stopped when its
 //! [`ThreadRank`] is dropped: a rank waiting for it at a barrier, or for a
@@ -83,8 +84,14 @@ struct Mailbox {
 /// Sums of at least this many values per rank are reduced by parts.
 const LONG_SUM: usize = 1 << 15;
 
-/// Spins before a waiting rank sleeps (tens of microseconds).
-const SPINS: u32 = 1 << 12;
+/// How long a waiting rank spins before it yields its core, then sleeps: a
+/// peer on a core of its own is usually closer than that, and waking a
+/// sleeper costs about as much.
+const SPIN: Duration = Duration::from_micros(20);
+
+/// Yields of the core (to a peer waiting for it, when ranks outnumber the
+/// cores) before a waiting rank sleeps.
+const YIELDS: u32 = 8;
 
 /// Memory of one mailbox, the n² of a group.
 const MAILBOX_BYTES: u128 = std::mem::size_of::<Mailbox>() as u128;
@@ -147,9 +154,9 @@ impl Shared {
 
     /// Waits until `ready()`; `Err(peer)` when `gone()` names a rank that
     /// stopped while `ready()` was still false (checked in that order, so a
-    /// change a rank made before stopping counts). Spins first, then sleeps
-    /// on the bell (every change rings it; a sleeper also wakes on its own
-    /// every 100 ms).
+    /// change a rank made before stopping counts). Spins first, then yields
+    /// its core a few times, then sleeps on the bell (every change rings it;
+    /// a sleeper also wakes on its own every 100 ms).
     fn wait(
         &self,
         ready: impl Fn() -> bool,
@@ -160,11 +167,24 @@ impl Shared {
             Some(_) => Some(Ok(())),
             None => ready().then_some(Ok(())),
         };
-        for _ in 0..SPINS {
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
             if let Some(outcome) = check() {
                 return outcome;
             }
+            spins += 1;
+            // The clock read once per 64 spins.
+            if spins.is_multiple_of(64) && start.elapsed() > SPIN {
+                break;
+            }
             std::hint::spin_loop();
+        }
+        for _ in 0..YIELDS {
+            if let Some(outcome) = check() {
+                return outcome;
+            }
+            std::thread::yield_now();
         }
         let mut door = lock(&self.doorbell);
         self.sleepers.fetch_add(1, SeqCst);
