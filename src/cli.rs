@@ -777,19 +777,26 @@ fn run_threads(
     gpus: Option<&[usize]>,
     vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
+    use crate::parallel::threads::RankThreads;
     use crate::parallel::Communicator;
     let (mut setup, mesh) = read_for_ranks(case_dir)?;
-    // Before the ranks' n² channels exist.
+    // Before the ranks' n² mailboxes exist.
     case::decompose::check_rank_count(mesh.n_cells(), n).with_context(|| format!("-np {n}"))?;
     if let Some(vtk) = vtk {
         vtk.apply(&mut setup.output);
     }
     log::info!("{n} ranks as threads");
     crate::limits::check_memory(crate::parallel::threads::group_bytes(n), || {
-        format!("-np {n}: the channels between {n} ranks as threads")
+        format!("-np {n}: the mailboxes between {n} ranks as threads")
     })
     .map_err(anyhow::Error::msg)?;
-    let outcomes = crate::parallel::threads::run_ranks(n, |comm| {
+    // CPU ranks on their share of the cores, as MPI processes; GPU ranks'
+    // host work on the shared pool.
+    let threads = match device {
+        crate::gpu::DeviceChoice::Gpu => RankThreads::SharedPool,
+        crate::gpu::DeviceChoice::Auto | crate::gpu::DeviceChoice::Cpu => RankThreads::ShareOfCores,
+    };
+    let outcomes = crate::parallel::threads::run_ranks_on(n, threads, |comm| {
         // Each rank's phases on its own thread; rank 0's join this thread's account.
         let clock = PhaseClock::start();
         let run = open_rank_gpu(comm, device, gpus, Communicator::rank(comm)).and_then(|gpu| {

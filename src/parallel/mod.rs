@@ -2,8 +2,8 @@
 //! I, how many are we, a deterministic all-reduce and the halo exchange of a
 //! [`LocalMatrix`]. Three transports implement [`Communicator`]:
 //! - [`SingleProcess`]: one rank, nothing to exchange;
-//! - [`threads::ThreadRank`]: N ranks as threads of one process, messages over
-//!   channels (`--ranks N`, and the tests);
+//! - [`threads::ThreadRank`]: N ranks as threads of one process, sums and
+//!   halos through shared memory (`--ranks N`, and the tests);
 //! - `mpi::MpiRank` (cargo feature `mpi`): one rank per MPI process, through
 //!   the `mpi` crate (rsmpi), for `mpirun -np N fvpoisson run CASE`.
 //!
@@ -70,8 +70,11 @@ pub trait Communicator {
 }
 
 /// The values a neighbour reads of `owned`, in the order of its halo.
-pub(crate) fn send_buffer(nb: &Neighbour, owned: &[f64]) -> Vec<f64> {
-    nb.send.iter().map(|&i| owned[i as usize]).collect()
+pub(crate) fn send_values<'a>(
+    nb: &'a Neighbour,
+    owned: &'a [f64],
+) -> impl Iterator<Item = f64> + 'a {
+    nb.send.iter().map(|&i| owned[i as usize])
 }
 
 /// Where neighbour `nb`'s values land in the halo part (`recv` counts from

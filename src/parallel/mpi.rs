@@ -7,7 +7,7 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _};
 
-use super::{halo_range, send_buffer, Communicator};
+use super::{halo_range, send_values, Communicator};
 use crate::sparse::distribute::Neighbour;
 
 /// This process's rank in `MPI_COMM_WORLD`.
@@ -85,7 +85,10 @@ impl Communicator for MpiRank {
         halo: &mut [f64],
         overlap: &mut dyn FnMut(),
     ) {
-        let buffers: Vec<Vec<f64>> = neighbours.iter().map(|nb| send_buffer(nb, owned)).collect();
+        let buffers: Vec<Vec<f64>> = neighbours
+            .iter()
+            .map(|nb| send_values(nb, owned).collect())
+            .collect();
         let n_owned = owned.len();
         mpi::request::scope(|scope| {
             let sends: Vec<_> = neighbours

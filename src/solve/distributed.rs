@@ -1,7 +1,7 @@
 //! PCG over ranks: the [`CgBackend`] of one rank's rows of a
 //! distributed matrix ([`LocalMatrix`]) with a [`Communicator`]. The PCG loop
 //! is `pcg::pcg`, unchanged: A p needs the halo of p (exchanged while the
-//! interior rows are multiplied), dot products and Σ|r| are summed over the
+//! owned block is multiplied), dot products and Σ|r| are summed over the
 //! ranks, and OpenFOAM's normFactor takes the global mean of x. Every rank
 //! gets the same scalars, so all ranks take the same decisions and stop at
 //! the same iteration.
@@ -44,7 +44,8 @@ use super::error::check_finite;
 use super::krylov::KrylovBackend;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
-use super::row_sums::{diagonal_slots, openfoam_row_sums, row_sum_by};
+use super::row_sums::openfoam_row_sums;
+use super::split::SplitMatrix;
 use super::{
     pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, PreconditionerKind, SolveError,
     SolverControls, SolverPerformance,
@@ -111,13 +112,67 @@ impl LinearOperator for InGlobalOrder<'_> {
     }
 }
 
+/// The halo couplings of a rank's boundary rows (local rows `n_interior..
+/// n_owned`, the only ones with any): row `n_interior + k`'s are
+/// `start[k]..start[k + 1]`, (halo slot, coefficient) by ascending column.
+struct HaloCouplings {
+    n_interior: usize,
+    start: Vec<usize>,
+    slots: Vec<u32>,
+    values: Vec<f64>,
+}
+
+impl HaloCouplings {
+    fn of(local: &LocalMatrix) -> Self {
+        let n_owned = local.n_owned;
+        let (mut start, mut slots, mut values) = (vec![0], Vec::new(), Vec::new());
+        for r in local.n_interior..n_owned {
+            let (cols, vals) = local.matrix.row(r);
+            // Local columns ascend, the owned ones (< n_owned) first.
+            let k = cols.partition_point(|&c| (c as usize) < n_owned);
+            slots.extend(cols[k..].iter().map(|&c| c - n_owned as u32));
+            values.extend_from_slice(&vals[k..]);
+            start.push(slots.len());
+        }
+        Self {
+            n_interior: local.n_interior,
+            start,
+            slots,
+            values,
+        }
+    }
+
+    /// `sum` + Σ a_rc halo_c over boundary row r's halo entries, left to
+    /// right: after the owned entries, as the CSR row holds them.
+    #[inline]
+    fn add_to(&self, r: usize, mut sum: f64, halo: &[f64]) -> f64 {
+        let k = r - self.n_interior;
+        for e in self.start[k]..self.start[k + 1] {
+            sum += self.values[e] * halo[self.slots[e] as usize];
+        }
+        sum
+    }
+}
+
 /// PCG steps on one rank's owned rows; vectors hold the owned rows (local
 /// order), the halo of x and p lives in the backend.
+///
+/// A p is the owned block's product ([`SplitMatrix`], on the rank's thread:
+/// over the upper triangle alone for a symmetric block, each off-diagonal
+/// read once, as the serial CPU product and an OpenFOAM processor's face
+/// loop), taken while the halo of p travels, then the halo couplings added
+/// to the boundary rows, as an OpenFOAM processor adds its processor
+/// patches' after its own faces. Each row's terms are added in the order of
+/// its CSR row (diagonal, lower, upper, halo), so the bits are those of the
+/// row-by-row product.
 pub struct DistributedBackend<'a> {
     local: &'a LocalMatrix,
     comm: &'a dyn Communicator,
     precond: &'a dyn LinearOperator,
-    diag_slot: Vec<usize>,
+    /// The owned block A_oo (local order).
+    owned: SplitMatrix,
+    /// A_oh by boundary rows.
+    couplings: HaloCouplings,
     /// rowSum of the owned rows (halo couplings included).
     row_sums: Vec<f64>,
     /// Halo values of the vector last exchanged.
@@ -141,7 +196,8 @@ impl<'a> DistributedBackend<'a> {
             local,
             comm,
             precond,
-            diag_slot: diagonal_slots(&local.matrix),
+            owned: SplitMatrix::new(&local.owned_block()),
+            couplings: HaloCouplings::of(local),
             row_sums: openfoam_row_sums(&local.matrix),
             halo: RefCell::new(vec![0.0; local.n_halo()]),
             flexible: false,
@@ -160,39 +216,27 @@ impl<'a> DistributedBackend<'a> {
         values
     }
 
-    /// (A x)_r with x's owned values in `x` and its halo in `halo`.
-    fn row_times(&self, r: usize, x: &[f64], halo: &[f64]) -> f64 {
-        let n = self.local.n_owned;
-        row_sum_by(&self.local.matrix, r, self.diag_slot[r], |c, v| {
-            v * if c < n { x[c] } else { halo[c - n] }
-        })
-    }
-
-    /// q_r = (A p)_r for rows `rows` (q indexed from `rows.start`); returns
-    /// Σ p_r q_r over them.
-    /// q = A p over the owned rows, the interior rows multiplied while the
-    /// halo of p is in flight; returns this rank's part of p · q.
+    /// q = A p over the owned rows, the owned block multiplied while the
+    /// halo of p is in flight; returns this rank's part of p · q (the
+    /// interior rows' sum, then the boundary rows' added to it).
     fn times(&self, p: &[f64], q: &mut [f64]) -> f64 {
-        let (n_interior, n_owned) = (self.local.n_interior, self.local.n_owned);
+        let n_interior = self.local.n_interior;
         let mut halo = self.halo.borrow_mut();
-        let (q_interior, q_boundary) = q.split_at_mut(n_interior);
         let mut interior = 0.0;
         self.comm
             .exchange(&self.local.neighbours, p, &mut halo, &mut || {
-                interior = self.product(0..n_interior, p, &[], q_interior)
+                self.owned.apply_on_this_thread(p, q, |i, qi| {
+                    if i < n_interior {
+                        interior += p[i] * qi;
+                    }
+                })
             });
-        interior + self.product(n_interior..n_owned, p, &halo, q_boundary)
-    }
-
-    fn product(&self, rows: std::ops::Range<usize>, p: &[f64], halo: &[f64], q: &mut [f64]) -> f64 {
-        let start = rows.start;
-        let mut p_q = 0.0;
-        for r in rows {
-            let v = self.row_times(r, p, halo);
-            q[r - start] = v;
-            p_q += p[r] * v;
+        let mut boundary = 0.0;
+        for r in n_interior..self.local.n_owned {
+            q[r] = self.couplings.add_to(r, q[r], &halo);
+            boundary += p[r] * q[r];
         }
-        p_q
+        interior + boundary
     }
 }
 
@@ -211,12 +255,11 @@ impl CgBackend for DistributedBackend<'_> {
         let n = self.n();
         let [x_sum] = self.global_sum([sum_by(n, |i| x[i])]);
         let x_mean = x_sum / self.local.n_global.max(1) as f64;
-        let mut halo = self.halo.borrow_mut();
-        self.comm
-            .exchange(&self.local.neighbours, x, &mut halo, &mut || {});
+        // A x into r first.
+        self.times(x, r);
         let (mut residual, mut norm) = (0.0, 0.0);
         for i in 0..n {
-            let ax = self.row_times(i, x, &halo);
+            let ax = r[i];
             let a_xbar = self.row_sums[i] * x_mean;
             r[i] = b[i] - ax;
             residual += r[i].abs();

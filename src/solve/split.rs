@@ -226,6 +226,40 @@ impl SplitMatrix {
         partials
     }
 
+    /// y = A x on the calling thread whatever rayon's pool (a thread rank's
+    /// owned block), over the upper triangle alone when the matrix is
+    /// bitwise symmetric: the bits of the row-wise product either way.
+    /// `row_done(i, y_i)` is called for the rows in ascending order, each
+    /// once its value is final (a dot product taken on the way).
+    pub fn apply_on_this_thread(
+        &self,
+        x: &[f64],
+        y: &mut [f64],
+        mut row_done: impl FnMut(usize, f64),
+    ) {
+        if self.symmetric {
+            self.upper_product(x, y, |i, sum, y, _: &mut ()| {
+                *y = sum;
+                row_done(i, sum);
+            });
+            return;
+        }
+        assert_eq!(
+            x.len(),
+            self.n(),
+            "SplitMatrix::apply_on_this_thread: x size"
+        );
+        assert_eq!(
+            y.len(),
+            self.n(),
+            "SplitMatrix::apply_on_this_thread: y size"
+        );
+        for (y, (r, lower, upper)) in y.iter_mut().zip(self.rows(0, self.n())) {
+            *y = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
+            row_done(r, *y);
+        }
+    }
+
     /// y = A x, rows in parallel.
     pub fn apply(&self, x: &[f64], y: &mut [f64]) {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply: x size");
@@ -1056,6 +1090,19 @@ mod tests {
         let b = Csr::new(n, a.row_ptr().to_vec(), a.cols().to_vec(), values).unwrap();
         assert!(!SplitMatrix::new(&b).is_symmetric());
         assert!(SplitMatrix::new(&sample()).is_symmetric());
+        // On the calling thread (the global pool has two or more threads
+        // here, or one), symmetric or not: each row's bits, rows in order.
+        for m in [&a, &b] {
+            let split = SplitMatrix::new(m);
+            let mut y = vec![0.0; n];
+            let mut done = Vec::new();
+            split.apply_on_this_thread(&x, &mut y, |i, v| done.push((i, v.to_bits())));
+            let rows: Vec<(usize, u64)> = (0..n)
+                .map(|i| (i, split.row_times(i, &x).to_bits()))
+                .collect();
+            assert_eq!(done, rows);
+            assert_eq!(sums(y), rows.iter().map(|r| r.1).collect::<Vec<_>>());
+        }
     }
 
     #[test]
