@@ -1,6 +1,9 @@
 //! Scalar expressions of position and time in case files, e.g.
 //! `3*pi^2*sin(pi*x)*sin(pi*y)*sin(pi*z)`, compiled once into postfix
-//! operations and evaluated per cell or face.
+//! operations and evaluated per cell or face. Operations on numbers alone
+//! are folded while compiling (`3*pi^2` is one number: the value evaluation
+//! would compute, bit for bit), and the evaluation keeps its value stack in
+//! a local array, so that a cell costs its variables' operations only.
 //!
 //! Variables: `x`, `y`, `z` (position) and `t` (time). Constants: `pi`
 //! (also `PI`, `π`), `E` (also `e`), `TAU` (`τ`). Operators `+ - * / ^` with
