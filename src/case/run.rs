@@ -1074,7 +1074,12 @@ impl<'a> Run<'a> {
         let n_steps = ((end_time / delta_t) * (1.0 - 1e-12)).ceil().max(1.0) as usize;
         let time_dependent = self.is_time_dependent();
         let interval = self.setup.output.interval.max(1);
-        timings::timed(Phase::Output, || self.write_vtk(0.0, 0.0))?;
+        if self.vtk.is_some() {
+            timings::timed(Phase::Output, || {
+                let boundary_values = self.boundary_values();
+                self.write_vtk(0.0, 0.0, &boundary_values)
+            })?;
+        }
         let mut all_converged = true;
         let (mut solves, mut short) = (0, 0);
         let mut time = 0.0;
@@ -1136,17 +1141,35 @@ impl<'a> Run<'a> {
     fn write(&mut self, time: f64, physical_time: f64) -> Result<(), CaseError> {
         let _output = self.device.phase(Phase::Output);
         timings::span("field to the host", || self.sync_field())?;
-        self.write_vtk(time, physical_time)?;
-        if self.setup.output.formats.contains(&OutputFormat::Foam) {
-            self.write_foam(time)?;
+        let foam = self.setup.output.formats.contains(&OutputFormat::Foam);
+        // One evaluation of the boundary values serves both formats.
+        let boundary_values = (self.vtk.is_some()
+            || (foam && !matches!(self.device, Device::Distributed(_))))
+        .then(|| self.boundary_values());
+        if let Some(values) = boundary_values.as_deref().filter(|_| self.vtk.is_some()) {
+            self.write_vtk(time, physical_time, values)?;
+        }
+        if foam {
+            self.write_foam(time, boundary_values.as_deref())?;
         }
         Ok(())
     }
 
-    fn write_vtk(&mut self, time: f64, physical_time: f64) -> Result<(), CaseError> {
-        if self.vtk.is_none() {
-            return Ok(());
-        }
+    /// The field's values on the boundary faces (for output).
+    fn boundary_values(&self) -> Vec<f64> {
+        timings::span("boundary values", || {
+            self.boundary_coeffs().face_values(self.mesh, &self.field)
+        })
+    }
+
+    /// Writes the VTK step at `time`; `boundary_values` are
+    /// [`Self::boundary_values`] of the field written.
+    fn write_vtk(
+        &mut self,
+        time: f64,
+        physical_time: f64,
+        boundary_values: &[f64],
+    ) -> Result<(), CaseError> {
         let field = &self.setup.field;
         let gradient = timings::span("gradient", || self.gradient())?;
         let mut gamma_values = Vec::new();
@@ -1163,9 +1186,6 @@ impl<'a> Run<'a> {
             let norms = ErrorNorms::new(e, &self.geometry.cell_volumes);
             (self.solves, physical_time, norms)
         });
-        let boundary_values = timings::span("boundary values", || {
-            self.boundary_coeffs().face_values(self.mesh, &self.field)
-        });
         let grad_name = format!("grad({field})");
         let mut cell_fields = vec![
             Field::scalar(field, &self.field),
@@ -1177,13 +1197,11 @@ impl<'a> Run<'a> {
         if let Some(error) = &error {
             cell_fields.push(Field::scalar("error", error));
         }
-        let vtk = self.vtk.as_mut().expect("checked above");
+        let Some(vtk) = self.vtk.as_mut() else {
+            return Ok(());
+        };
         let written = timings::span("VTK files", || {
-            vtk.write_step(
-                time,
-                &cell_fields,
-                &[Field::scalar(field, &boundary_values)],
-            )
+            vtk.write_step(time, &cell_fields, &[Field::scalar(field, boundary_values)])
         });
         if let Device::Distributed(ranks) = self.device {
             // The step is listed only once every rank's piece is on disk; a
@@ -1209,8 +1227,10 @@ impl<'a> Run<'a> {
     }
 
     /// Writes `<case>/<time>/<field>` with the conditions in force and the
-    /// boundary face values (OpenFOAM time directory layout).
-    fn write_foam(&mut self, time: f64) -> Result<(), CaseError> {
+    /// boundary face values (OpenFOAM time directory layout);
+    /// `boundary_values` are [`Self::boundary_values`], evaluated here where
+    /// `None` (a distributed run's rank writes its own piece).
+    fn write_foam(&mut self, time: f64, boundary_values: Option<&[f64]>) -> Result<(), CaseError> {
         if let Device::Distributed(ranks) = self.device {
             let written = super::decompose::write_rank_field(self.setup, &ranks, time, &self.field);
             // No rank lists its piece, or goes on, before every piece is on disk.
@@ -1219,7 +1239,14 @@ impl<'a> Run<'a> {
             self.foam_fields.push(path);
             return Ok(());
         }
-        let boundary_values = self.boundary_coeffs().face_values(self.mesh, &self.field);
+        let evaluated;
+        let boundary_values = match boundary_values {
+            Some(values) => values,
+            None => {
+                evaluated = self.boundary_values();
+                &evaluated
+            }
+        };
         let path = write_time_field(
             &self.setup.case_dir,
             time,
@@ -1228,7 +1255,7 @@ impl<'a> Run<'a> {
                 name: &self.setup.field,
                 cells: &self.field,
                 boundary: &self.problem.boundary,
-                boundary_values: &boundary_values,
+                boundary_values,
             },
             &self.setup.output.foam,
         )?;
@@ -1601,7 +1628,7 @@ pub(crate) fn write_reconstructed(
     setup.output.formats.retain(|f| *f != OutputFormat::Vtk);
     let mut run = Run::new(&setup, mesh, &geometry, Device::Cpu, Instant::now())?;
     run.field = field;
-    run.write_foam(time)?;
+    run.write_foam(time, None)?;
     Ok(run.foam_fields.pop().expect("write_foam records its file"))
 }
 

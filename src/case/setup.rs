@@ -80,7 +80,7 @@ impl Scalar {
     /// scalar in the error when a value list has the wrong length.
     pub fn values_at(&self, points: &[Vec3], time: f64, what: &str) -> Result<Vec<f64>, CaseError> {
         match self {
-            Self::Uniform(v) => Ok(vec![*v; points.len()]),
+            Self::Uniform(v) => Ok(crate::fvm::uniform_values(*v, points.len())),
             Self::Values(v) if v.len() != points.len() => Err(CaseError::invalid(format!(
                 "{what} has {} values but {} are needed",
                 v.len(),

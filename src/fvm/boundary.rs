@@ -239,8 +239,11 @@ impl BoundaryCoeffs {
 
     /// Face values of `p` on the boundary faces (0 on empty faces, never read).
     pub fn face_values(&self, mesh: &Mesh, p: &[f64]) -> Vec<f64> {
+        use rayon::prelude::*;
         let first = mesh.n_internal_faces();
         (0..self.active.len())
+            .into_par_iter()
+            .with_min_len(1 << 14)
             .map(|b| {
                 let owner = mesh.owner()[first + b] as usize;
                 self.value_internal[b] * p[owner] + self.value_boundary[b]

@@ -85,7 +85,7 @@ impl CellField {
     /// Values at the given cell centres; `what` names the field in errors.
     pub(crate) fn cell_values(&self, centres: &[Vec3], what: &str) -> Result<Vec<f64>, FvmError> {
         match self {
-            Self::Uniform(v) => Ok(vec![*v; centres.len()]),
+            Self::Uniform(v) => Ok(uniform_values(*v, centres.len())),
             Self::PerCell(v) if v.len() != centres.len() => Err(FvmError::invalid(format!(
                 "{what} has {} values but the mesh has {} cells",
                 v.len(),
@@ -110,6 +110,17 @@ pub fn evaluate_at(points: &[Vec3], f: impl Fn(Vec3) -> f64 + Sync) -> Vec<f64> 
         .collect()
 }
 
+/// `n` copies of `value`, written by every thread (a serial fill of a
+/// large array is a pass over the mesh on one core).
+pub fn uniform_values(value: f64, n: usize) -> Vec<f64> {
+    use rayon::prelude::*;
+    let mut values = vec![0.0; n];
+    values
+        .par_chunks_mut(1 << 16)
+        .for_each(|chunk| chunk.fill(value));
+    values
+}
+
 impl fmt::Debug for CellField {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -126,8 +137,14 @@ pub(crate) fn check_values(
     positive: bool,
     what: impl Fn(usize) -> String,
 ) -> Result<(), FvmError> {
+    use rayon::prelude::*;
     let bad = |v: f64| !v.is_finite() || (positive && v <= 0.0);
-    match values.iter().position(|&v| bad(v)) {
+    // The first bad value, as a serial scan finds it.
+    match values
+        .par_iter()
+        .with_min_len(1 << 16)
+        .position_first(|&v| bad(v))
+    {
         None => Ok(()),
         Some(i) => Err(FvmError::invalid(format!(
             "{} is {}; it must be finite{}",

@@ -602,19 +602,19 @@ impl VtkCells {
     }
 
     /// [`Self::new`] over blocks of `block` cells. The blocks are built a
-    /// group at a time (a few per thread) and appended in order, so that the
-    /// memory of the blocks not yet joined stays a group's, not the mesh's.
+    /// group at a time (a few per thread) and copied in order into the
+    /// arrays, so that the memory of the blocks not yet joined stays a
+    /// group's, not the mesh's.
     fn in_blocks(mesh: &Mesh, block: usize) -> Self {
         let n = mesh.n_cells();
         let cell_faces = mesh.cell_faces();
         let mut cells = Self {
-            types: Vec::with_capacity(n),
+            types: vec![0; n],
             connectivity: Vec::new(),
-            offsets: Vec::with_capacity(n + 1),
+            offsets: vec![0; n + 1],
             faces: Vec::new(),
-            face_offsets: Vec::with_capacity(n),
+            face_offsets: vec![0; n],
         };
-        cells.offsets.push(0);
         let n_blocks = n.div_ceil(block);
         let group = 4 * rayon::current_num_threads();
         for first in (0..n_blocks).step_by(group) {
@@ -622,7 +622,18 @@ impl VtkCells {
                 .into_par_iter()
                 .map(|b| Self::of_range(mesh, &cell_faces, b * block..((b + 1) * block).min(n)))
                 .collect();
-            cells.append(blocks);
+            if first == 0 {
+                // Room for the mesh's points as the first group has them per
+                // cell (exact for a mesh of one shape), not grown by doubling.
+                let (done, points) = (
+                    blocks.iter().map(|b| b.types.len()).sum::<usize>(),
+                    blocks.iter().map(|b| b.connectivity.len()).sum::<usize>(),
+                );
+                cells
+                    .connectivity
+                    .reserve_exact((points * n).div_ceil(done.max(1)));
+            }
+            cells.append(first * block, blocks);
         }
         if cells.faces.is_empty() {
             // No polyhedron: no face offsets (their memory, 8 bytes a cell, too).
@@ -631,28 +642,72 @@ impl VtkCells {
         cells
     }
 
-    /// Appends `blocks`, the cells that follow in order, each with offsets
-    /// counted from its own start.
-    fn append(&mut self, blocks: Vec<Self>) {
-        let cells = self;
-        for block in blocks {
-            let (points_before, faces_before) =
-                (cells.connectivity.len() as i64, cells.faces.len() as i64);
-            cells.types.extend_from_slice(&block.types);
-            cells.connectivity.extend_from_slice(&block.connectivity);
-            cells
-                .offsets
-                .extend(block.offsets[1..].iter().map(|&o| o + points_before));
-            cells.faces.extend_from_slice(&block.faces);
-            cells
-                .face_offsets
-                .extend(
-                    block
-                        .face_offsets
-                        .iter()
-                        .map(|&o| if o < 0 { o } else { o + faces_before }),
-                );
-        }
+    /// Writes `blocks`, the cells from `first_cell` on in order, each with
+    /// offsets counted from its own start, into the arrays (sized for every
+    /// cell but connectivity and faces, which grow): each block by a thread.
+    fn append(&mut self, first_cell: usize, blocks: Vec<Self>) {
+        let (points_before, faces_before) = (self.connectivity.len(), self.faces.len());
+        let count = |len: fn(&Self) -> usize| blocks.iter().map(len).collect::<Vec<_>>();
+        let (n_cells, n_points, n_faces) = (
+            count(|b| b.types.len()),
+            count(|b| b.connectivity.len()),
+            count(|b| b.faces.len()),
+        );
+        let (first_points, first_faces) = (
+            crate::slices::starts(n_points.iter().copied()),
+            crate::slices::starts(n_faces.iter().copied()),
+        );
+        let total = |lengths: &[usize]| lengths.iter().sum::<usize>();
+        let cells_end = first_cell + total(&n_cells);
+        self.connectivity
+            .par_extend(rayon::iter::repeat_n(0, total(&n_points)));
+        self.faces
+            .par_extend(rayon::iter::repeat_n(0, total(&n_faces)));
+        use crate::slices::split_lengths as split;
+        let types = split(
+            &mut self.types[first_cell..cells_end],
+            n_cells.iter().copied(),
+        );
+        let offsets = split(
+            &mut self.offsets[first_cell + 1..=cells_end],
+            n_cells.iter().copied(),
+        );
+        let face_offsets = split(
+            &mut self.face_offsets[first_cell..cells_end],
+            n_cells.iter().copied(),
+        );
+        let connectivity = split(
+            &mut self.connectivity[points_before..],
+            n_points.iter().copied(),
+        );
+        let faces = split(&mut self.faces[faces_before..], n_faces.iter().copied());
+        types
+            .into_par_iter()
+            .zip(offsets)
+            .zip(face_offsets)
+            .zip(connectivity)
+            .zip(faces)
+            .zip(blocks.par_iter().zip(first_points).zip(first_faces))
+            .for_each(
+                |(
+                    ((((types, offsets), face_offsets), connectivity), faces),
+                    ((block, points_at), faces_at),
+                )| {
+                    let (points_at, faces_at) = (
+                        (points_before + points_at) as i64,
+                        (faces_before + faces_at) as i64,
+                    );
+                    types.copy_from_slice(&block.types);
+                    connectivity.copy_from_slice(&block.connectivity);
+                    faces.copy_from_slice(&block.faces);
+                    for (to, &o) in offsets.iter_mut().zip(&block.offsets[1..]) {
+                        *to = o + points_at;
+                    }
+                    for (to, &o) in face_offsets.iter_mut().zip(&block.face_offsets) {
+                        *to = if o < 0 { o } else { o + faces_at };
+                    }
+                },
+            );
     }
 
     /// The cells `range` of `mesh` (whose `Mesh::cell_faces` are
@@ -864,18 +919,35 @@ fn across_edge(faces: &OutwardFaces, base: &[Label], p: Label) -> Option<Label> 
 
 /// Whether the cell's faces are exactly VTK's faces of `order` (as point sets):
 /// then `order` is the cell, not just a guess from face sizes.
+///
+/// Each face is taken once, as the set of the positions in `order` of its
+/// points (one bit each: a linear cell has at most 8 points; none where a
+/// point is not in `order`); a face of a VTK face's size holds all of that
+/// face's points exactly when the two sets are equal, since the points of
+/// `order` are distinct. (Was: every point of every VTK face looked up in
+/// every face of the cell, the costliest step of the VTK cells.)
 fn matches_faces(faces: &OutwardFaces, order: &[Label], vtk_faces: &[&[usize]]) -> bool {
     let distinct = order
         .iter()
         .enumerate()
         .all(|(i, p)| !order[..i].contains(p));
-    distinct
-        && faces.len() == vtk_faces.len()
-        && vtk_faces.iter().all(|vtk_face| {
-            faces.iter().any(|face| {
-                face.len() == vtk_face.len() && vtk_face.iter().all(|&i| face.contains(&order[i]))
-            })
-        })
+    if !distinct || faces.len() != vtk_faces.len() {
+        return false;
+    }
+    // (size, positions) per face; VTK's linear cells have at most 6 faces.
+    let mut face_sets = [(0, 0u16); 6];
+    for (set, face) in face_sets.iter_mut().zip(faces.iter()) {
+        let positions = face.iter().try_fold(0u16, |bits, p| {
+            order.iter().position(|q| q == p).map(|i| bits | 1 << i)
+        });
+        *set = (face.len(), positions.unwrap_or(0));
+    }
+    vtk_faces.iter().all(|vtk_face| {
+        let want = vtk_face.iter().fold(0u16, |bits, &i| bits | 1 << i);
+        face_sets
+            .iter()
+            .any(|&(size, positions)| size == vtk_face.len() && positions == want)
+    })
 }
 
 /// A patch as polygons over its own compact list of points.
@@ -1792,6 +1864,12 @@ mod tests {
         ] {
             let whole = VtkCells::in_blocks(&mesh, mesh.n_cells());
             assert!(whole.types.len() == mesh.n_cells());
+            // The one pass over the cells, unjoined.
+            let mut one_pass = VtkCells::of_range(&mesh, &mesh.cell_faces(), 0..mesh.n_cells());
+            if one_pass.faces.is_empty() {
+                one_pass.face_offsets.clear();
+            }
+            assert_eq!(whole, one_pass);
             for block in [1, 2, 7] {
                 assert_eq!(
                     VtkCells::in_blocks(&mesh, block),
@@ -1800,6 +1878,92 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// [`matches_faces`] by its definition: every point of every VTK face
+    /// is in a face of the cell of the same size.
+    fn matches_faces_by_definition(
+        faces: &OutwardFaces,
+        order: &[Label],
+        vtk_faces: &[&[usize]],
+    ) -> bool {
+        let distinct = order
+            .iter()
+            .enumerate()
+            .all(|(i, p)| !order[..i].contains(p));
+        distinct
+            && faces.len() == vtk_faces.len()
+            && vtk_faces.iter().all(|vtk_face| {
+                faces.iter().any(|face| {
+                    face.len() == vtk_face.len()
+                        && vtk_face.iter().all(|&i| face.contains(&order[i]))
+                })
+            })
+    }
+
+    /// The face sets agree with the definition on every cell of linear and
+    /// polyhedral meshes, for the cell's own point order and for orders
+    /// with two points swapped, a point replaced or repeated.
+    #[test]
+    fn face_sets_match_as_the_definition() {
+        let shapes: [(usize, &[&[usize]]); 4] = [
+            (4, TETRA_FACES),
+            (5, PYRAMID_FACES),
+            (6, WEDGE_FACES),
+            (8, HEXAHEDRON_FACES),
+        ];
+        let (mut agreed, mut matched) = (0, 0);
+        for mesh in [
+            mixed_mesh(),
+            crate::mesh::load("meshes/foam/polydual").unwrap(),
+            crate::mesh::load("box:3x3x2:tet:perturb=0.2").unwrap(),
+            crate::mesh::load("box:3x2x2:perturb=0.2").unwrap(),
+        ] {
+            let (offsets, cell_faces) = mesh.cell_faces();
+            let mut faces = OutwardFaces::default();
+            let mut order = Vec::new();
+            for c in 0..mesh.n_cells() {
+                faces.gather(
+                    &mesh,
+                    c,
+                    &cell_faces[offsets[c] as usize..offsets[c + 1] as usize],
+                );
+                linear_cell(&faces, &mut order);
+                let mut points = faces.points.clone();
+                points.sort_unstable();
+                points.dedup();
+                for &(n, vtk_faces) in &shapes {
+                    let mut orders = vec![order.clone(), points.clone()];
+                    if order.len() == n {
+                        for (i, j) in [(0, 1), (1, n - 1), (2, 3)] {
+                            let mut swapped = order.clone();
+                            swapped.swap(i, j);
+                            orders.push(swapped);
+                        }
+                        let mut repeated = order.clone();
+                        repeated[n - 1] = repeated[0];
+                        orders.push(repeated);
+                        let mut replaced = order.clone();
+                        replaced[1] = Label::MAX;
+                        orders.push(replaced);
+                    }
+                    for candidate in orders.iter().filter(|o| o.len() == n) {
+                        let want = matches_faces_by_definition(&faces, candidate, vtk_faces);
+                        assert_eq!(
+                            matches_faces(&faces, candidate, vtk_faces),
+                            want,
+                            "cell {c}"
+                        );
+                        agreed += 1;
+                        matched += usize::from(want);
+                    }
+                }
+            }
+        }
+        assert!(
+            matched > 10 && agreed - matched > 10,
+            "{matched} of {agreed}"
+        );
     }
 
     #[test]

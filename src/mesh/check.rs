@@ -229,32 +229,86 @@ fn bounding_box(points: &[Vec3]) -> (Vec3, Vec3) {
 /// The connected sets of cells (through internal faces): their number, and
 /// the region of each cell, numbered in the order of each region's first cell.
 pub fn cell_regions(mesh: &Mesh) -> (usize, Vec<usize>) {
-    // Union-find with path halving; the smaller root wins, so a region's
-    // root is its lowest cell.
-    let mut parent: Vec<usize> = (0..mesh.n_cells()).collect();
-    fn root(parent: &mut [usize], mut c: usize) -> usize {
-        while parent[c] != c {
-            parent[c] = parent[parent[c]];
-            c = parent[c];
+    connected_regions(mesh.n_cells(), mesh.owner(), mesh.neighbour())
+}
+
+/// The connected sets of `n` vertices joined by the edges `(a[i], b[i])`
+/// (`b` may be shorter: its length is the number of edges): their number,
+/// and the region of each vertex, numbered in the order of each region's
+/// lowest vertex.
+///
+/// A union-find shared by the threads (Anderson & Woll 1991): each edge
+/// links the higher of its two roots below the lower one by compare-and-swap,
+/// and finds halve their paths; a parent is never above its vertex, so each
+/// region's root ends as its lowest vertex whatever order the threads link
+/// in. The regions are then numbered by a parallel count of the roots.
+fn connected_regions(n: usize, a: &[Label], b: &[Label]) -> (usize, Vec<usize>) {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    const BLOCK: usize = 1 << 16;
+    let parent: Vec<AtomicU32> = (0..n as u32).into_par_iter().map(AtomicU32::new).collect();
+    let find = |mut v: u32| loop {
+        let p = parent[v as usize].load(Relaxed);
+        if p == v {
+            return v;
         }
-        c
-    }
-    for (&o, &n) in mesh.owner().iter().zip(mesh.neighbour()) {
-        let (a, b) = (root(&mut parent, o as usize), root(&mut parent, n as usize));
-        let (lo, hi) = (a.min(b), a.max(b));
-        parent[hi] = lo;
-    }
-    let mut region_of_root = vec![usize::MAX; mesh.n_cells()];
-    let mut n_regions = 0;
-    let mut regions = Vec::with_capacity(mesh.n_cells());
-    for c in 0..mesh.n_cells() {
-        let r = root(&mut parent, c);
-        if region_of_root[r] == usize::MAX {
-            region_of_root[r] = n_regions;
-            n_regions += 1;
+        let grand = parent[p as usize].load(Relaxed);
+        if grand != p {
+            // Halving: any ancestor is as good a parent, and still lower.
+            let _ = parent[v as usize].compare_exchange_weak(p, grand, Relaxed, Relaxed);
         }
-        regions.push(region_of_root[r]);
-    }
+        v = grand;
+    };
+    a[..b.len()]
+        .par_iter()
+        .zip(b)
+        .with_min_len(BLOCK)
+        .for_each(|(&x, &y)| loop {
+            let (x, y) = (find(x), find(y));
+            if x == y {
+                return;
+            }
+            let (low, high) = (x.min(y), x.max(y));
+            // Fails only where another edge linked `high` meanwhile: retry.
+            if parent[high as usize]
+                .compare_exchange(high, low, Relaxed, Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        });
+    let roots: Vec<u32> = (0..n as u32).into_par_iter().map(find).collect();
+    drop(parent);
+    let is_root = |v: usize| roots[v] as usize == v;
+    // Roots per block, then the region number of each root: its rank.
+    let counts: Vec<usize> = (0..n.div_ceil(BLOCK))
+        .into_par_iter()
+        .map(|k| {
+            (k * BLOCK..((k + 1) * BLOCK).min(n))
+                .filter(|&v| is_root(v))
+                .count()
+        })
+        .collect();
+    let n_regions = counts.iter().sum();
+    let firsts: Vec<usize> = counts
+        .iter()
+        .scan(0, |before, &c| Some(std::mem::replace(before, *before + c)))
+        .collect();
+    let mut rank = vec![0u32; n];
+    rank.par_chunks_mut(BLOCK)
+        .zip(firsts)
+        .enumerate()
+        .for_each(|(k, (ranks, mut next))| {
+            for (i, r) in ranks.iter_mut().enumerate() {
+                if is_root(k * BLOCK + i) {
+                    *r = next as u32;
+                    next += 1;
+                }
+            }
+        });
+    let regions = roots
+        .par_iter()
+        .map(|&r| rank[r as usize] as usize)
+        .collect();
     (n_regions, regions)
 }
 
@@ -1002,5 +1056,77 @@ pub(crate) mod tests {
         let r = MeshReport::with_geometry(&mesh, &geom);
         eprintln!("report: {:.2} s", start.elapsed().as_secs_f64());
         assert!(r.is_ok(), "{r}");
+    }
+
+    /// The serial union-find the regions are defined by: the lower root
+    /// wins, regions numbered in the order of their first vertex.
+    fn regions_one_pass(n: usize, a: &[Label], b: &[Label]) -> (usize, Vec<usize>) {
+        fn root(parent: &mut [usize], mut v: usize) -> usize {
+            while parent[v] != v {
+                v = parent[v];
+            }
+            v
+        }
+        let mut parent: Vec<usize> = (0..n).collect();
+        for (&x, &y) in a.iter().zip(b) {
+            let (x, y) = (root(&mut parent, x as usize), root(&mut parent, y as usize));
+            parent[x.max(y)] = x.min(y);
+        }
+        let mut number = vec![usize::MAX; n];
+        let mut n_regions = 0;
+        let regions = (0..n)
+            .map(|v| {
+                let r = root(&mut parent, v);
+                if number[r] == usize::MAX {
+                    number[r] = n_regions;
+                    n_regions += 1;
+                }
+                number[r]
+            })
+            .collect();
+        (n_regions, regions)
+    }
+
+    /// The threads' union-find numbers the regions as the serial one, on
+    /// graphs of one to thousands of regions spanning several blocks, on one
+    /// and on four threads.
+    #[test]
+    fn parallel_regions_are_the_serial_ones() {
+        use crate::sparse::testing::SplitMix;
+        let mut rng = SplitMix(5);
+        for (n, n_edges) in [
+            (1, 0),
+            (10, 0),
+            (1000, 3000),
+            (200_000, 150_000),
+            (200_000, 400_000),
+        ] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for _ in 0..n_edges {
+                // Mostly near neighbours (many regions), some far apart.
+                let x = rng.below(n);
+                let y = match rng.below(8) {
+                    0 => rng.below(n),
+                    _ => (x + 1 + rng.below(3)).min(n - 1),
+                };
+                a.push(x as Label);
+                b.push(y as Label);
+            }
+            // A longer first list, as the owners of boundary faces follow.
+            a.extend([0, (n - 1) as Label]);
+            let want = regions_one_pass(n, &a, &b);
+            for threads in [1, 4] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let got = pool.install(|| connected_regions(n, &a, &b));
+                assert_eq!(
+                    got, want,
+                    "{n} vertices, {n_edges} edges, {threads} threads"
+                );
+            }
+            assert!(want.0 >= 1);
+        }
     }
 }

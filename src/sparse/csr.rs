@@ -26,7 +26,7 @@ impl Csr {
         cols: Vec<u32>,
         values: Vec<f64>,
     ) -> Result<Self, String> {
-        if row_ptr.first() != Some(&0) || row_ptr.windows(2).any(|w| w[1] < w[0]) {
+        if row_ptr.first() != Some(&0) || row_ptr.par_windows(2).any(|w| w[1] < w[0]) {
             return Err("row pointers must start at 0 and not decrease".into());
         }
         let nnz = *row_ptr.last().unwrap();
@@ -37,16 +37,22 @@ impl Csr {
                 values.len()
             ));
         }
-        for r in 0..row_ptr.len() - 1 {
+        // The rows are checked in parallel; the first bad one is reported.
+        let row_error = |r: usize| {
             let row = &cols[row_ptr[r]..row_ptr[r + 1]];
             if row.windows(2).any(|w| w[1] <= w[0]) {
-                return Err(format!("row {r}: column indices must increase strictly"));
+                return Some(format!("row {r}: column indices must increase strictly"));
             }
-            if let Some(&c) = row.last().filter(|&&c| c as usize >= n_cols) {
-                return Err(format!(
-                    "row {r}: column {c} out of range (n_cols = {n_cols})"
-                ));
-            }
+            row.last()
+                .filter(|&&c| c as usize >= n_cols)
+                .map(|&c| format!("row {r}: column {c} out of range (n_cols = {n_cols})"))
+        };
+        if let Some(error) = (0..row_ptr.len() - 1)
+            .into_par_iter()
+            .with_min_len(4096)
+            .find_map_first(row_error)
+        {
+            return Err(error);
         }
         Ok(Self {
             n_cols,
