@@ -114,11 +114,9 @@ pub fn evaluate_at(points: &[Vec3], f: impl Fn(Vec3) -> f64 + Sync) -> Vec<f64> 
 /// large array is a pass over the mesh on one core).
 pub fn uniform_values(value: f64, n: usize) -> Vec<f64> {
     use rayon::prelude::*;
-    let mut values = vec![0.0; n];
-    values
-        .par_chunks_mut(1 << 16)
-        .for_each(|chunk| chunk.fill(value));
-    values
+    // An indexed collect writes each value once into fresh memory, on
+    // every core (a zeroed vector filled afterwards writes it twice).
+    rayon::iter::repeat_n(value, n).collect()
 }
 
 impl fmt::Debug for CellField {
