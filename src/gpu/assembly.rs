@@ -361,13 +361,10 @@ fn gather(values: &[f64], index: &[u32]) -> Vec<f64> {
     index.par_iter().map(|&i| values[i as usize]).collect()
 }
 
-/// The fixed device arrays in host memory: internal faces in device order,
-/// boundary faces in device boundary order, cells in row order. Vectors are
-/// 3 doubles; arrays a scheme does not use are empty. The device gets each
-/// array as soon as it is made ([`DeviceGeometry::upload`]); this struct of
-/// all of them at once is the host's copy for the emulated kernels' tests.
+/// Every array of [`StaticSource`] at once: the host's copy the emulated
+/// kernels' tests read.
+#[cfg(test)]
 #[derive(Clone, Debug)]
-#[cfg_attr(not(test), allow(dead_code))]
 struct StaticArrays {
     face_owner: Vec<u32>,
     face_neighbour: Vec<u32>,
@@ -387,7 +384,7 @@ struct StaticArrays {
     volumes: Vec<f64>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg(test)]
 impl StaticArrays {
     fn new(system: &LaplacianSystem, map: &AssemblyMap, ordering: &Permutation) -> Self {
         let source = StaticSource::new(system, map, ordering);
@@ -408,10 +405,13 @@ impl StaticArrays {
     }
 }
 
-/// Where each of the [`StaticArrays`] comes from: one method per array,
-/// gathered in parallel into device order when called, so that the device
-/// set-up holds one array in host memory at a time (at 8 M hex cells their
-/// sum is about 2 GB, the largest 0.6 GB).
+/// The fixed device arrays in host memory, one method per array: internal
+/// faces in device order, boundary faces in device boundary order, cells in
+/// row order; vectors as 3 doubles; arrays a scheme does not use are empty.
+/// Each is gathered in parallel when called and uploaded at once
+/// ([`DeviceGeometry::upload`]), so that the device set-up holds one array in
+/// host memory at a time (at 8 M hex cells their sum is about 2 GB, the
+/// largest 0.6 GB).
 struct StaticSource<'a> {
     system: &'a LaplacianSystem<'a>,
     map: &'a AssemblyMap,
@@ -439,12 +439,6 @@ impl<'a> StaticSource<'a> {
             .par_iter()
             .map(|&f| old_to_new[cells[f as usize] as usize])
             .collect()
-    }
-
-    /// Values per face in the order of `index` (device faces, or device
-    /// boundary faces of values that start at the first boundary face).
-    fn scalars(&self, values: &[f64], index: &[u32]) -> Vec<f64> {
-        gather(values, index)
     }
 
     /// Vectors per face as 3 doubles in the order of `index` (`offset`
@@ -477,16 +471,16 @@ impl<'a> StaticSource<'a> {
     }
 
     fn weights(&self) -> Vec<f64> {
-        self.scalars(&self.system.geometry().weights, &self.map.device_faces)
+        gather(&self.system.geometry().weights, &self.map.device_faces)
     }
 
     fn mag_sf(&self) -> Vec<f64> {
-        self.scalars(&self.system.face_geometry().mag_sf, &self.map.device_faces)
+        gather(&self.system.face_geometry().mag_sf, &self.map.device_faces)
     }
 
     fn delta_coeffs(&self) -> Vec<f64> {
         let faces = self.system.face_geometry();
-        self.scalars(&faces.delta_coeffs, &self.map.device_faces)
+        gather(&faces.delta_coeffs, &self.map.device_faces)
     }
 
     fn sf(&self) -> Vec<f64> {
@@ -502,7 +496,7 @@ impl<'a> StaticSource<'a> {
 
     fn b_mag_sf(&self) -> Vec<f64> {
         let mag_sf = &self.system.face_geometry().mag_sf[self.first_boundary_face()..];
-        self.scalars(mag_sf, &self.map.device_boundary)
+        gather(mag_sf, &self.map.device_boundary)
     }
 
     fn b_sf(&self) -> Vec<f64> {
@@ -520,7 +514,7 @@ impl<'a> StaticSource<'a> {
         match self.boundary_corrected() {
             true => {
                 let faces = self.system.face_geometry();
-                self.scalars(&faces.patch_delta_coeffs, &self.map.device_boundary)
+                gather(&faces.patch_delta_coeffs, &self.map.device_boundary)
             }
             false => Vec::new(),
         }
@@ -636,7 +630,7 @@ struct DeviceMap {
     boundary_ptr: CudaSlice<u32>,
 }
 
-/// The fixed geometry on the device (see [`StaticArrays`]).
+/// The fixed geometry on the device (see [`StaticSource`]).
 struct DeviceGeometry {
     face_owner: CudaSlice<u32>,
     face_neighbour: CudaSlice<u32>,
