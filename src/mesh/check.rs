@@ -1092,13 +1092,12 @@ pub(crate) mod tests {
     /// and on four threads.
     #[test]
     fn parallel_regions_are_the_serial_ones() {
-        // xorshift64 (Marsaglia 2003): the mesh stage has no generator of its own.
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        // The box generator's SplitMix64 stream.
+        use crate::mesh::generate::{mix64, GOLDEN_GAMMA};
+        let mut state = 5u64;
         let mut below = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
+            state = state.wrapping_add(GOLDEN_GAMMA);
+            (mix64(state) % n as u64) as usize
         };
         for (n, n_edges) in [
             (1, 0),

@@ -301,13 +301,14 @@ const TET_PERTURB_SCALE: f64 = 0.32;
 
 /// SplitMix64's output function: a bijective 64-bit mix (Steele, Lea & Flood,
 /// "Fast splittable pseudorandom number generators", OOPSLA 2014).
-fn mix64(mut z: u64) -> u64 {
+pub(super) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
 
-const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// SplitMix64's increment of its state.
+pub(super) const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Uniform in [0, 1) from 53 random bits.
 fn unit_f64(bits: u64) -> f64 {
