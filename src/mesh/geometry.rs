@@ -353,41 +353,35 @@ mod tests {
                     .collect()
             };
             let scalar_bits = |v: &[f64]| -> Vec<u64> { v.iter().map(|x| x.to_bits()).collect() };
-            assert_eq!(
-                bits(&serial.cell_centres),
-                bits(&reference.cell_centres),
-                "{spec}"
-            );
-            assert_eq!(
-                scalar_bits(&serial.cell_volumes),
-                scalar_bits(&reference.cell_volumes)
-            );
-            assert_eq!(
-                scalar_bits(&serial.weights),
-                scalar_bits(&reference.weights)
-            );
-            assert_eq!(
-                bits(&serial.boundary_face_centres),
-                bits(&reference.boundary_face_centres)
-            );
-            assert_eq!(
-                bits(&parallel.cell_centres),
-                bits(&serial.cell_centres),
-                "{spec}"
-            );
-            assert_eq!(
-                scalar_bits(&parallel.cell_volumes),
-                scalar_bits(&serial.cell_volumes)
-            );
+            // What the face-order reference computes, compared bit for bit.
+            let assert_same_bits = |got: &Geometry, want: &Geometry, what: &str| {
+                assert_eq!(
+                    bits(&got.cell_centres),
+                    bits(&want.cell_centres),
+                    "{spec}: {what}"
+                );
+                assert_eq!(
+                    scalar_bits(&got.cell_volumes),
+                    scalar_bits(&want.cell_volumes),
+                    "{spec}: {what}"
+                );
+                assert_eq!(
+                    scalar_bits(&got.weights),
+                    scalar_bits(&want.weights),
+                    "{spec}: {what}"
+                );
+                assert_eq!(
+                    bits(&got.boundary_face_centres),
+                    bits(&want.boundary_face_centres),
+                    "{spec}: {what}"
+                );
+            };
+            assert_same_bits(&serial, &reference, "one thread against the reference");
+            assert_same_bits(&parallel, &serial, "five threads against one");
             assert_eq!(
                 bits(&parallel.face_area_vectors),
                 bits(&serial.face_area_vectors)
             );
-            assert_eq!(
-                bits(&parallel.boundary_face_centres),
-                bits(&serial.boundary_face_centres)
-            );
-            assert_eq!(scalar_bits(&parallel.weights), scalar_bits(&serial.weights));
             assert_eq!(parallel_faces, serial_faces, "{spec}");
             // Every cell lists its faces ascending, each face listed by its
             // owner and (internal faces) its neighbour.
