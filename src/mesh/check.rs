@@ -289,10 +289,7 @@ fn connected_regions(n: usize, a: &[Label], b: &[Label]) -> (usize, Vec<usize>) 
         })
         .collect();
     let n_regions = counts.iter().sum();
-    let firsts: Vec<usize> = counts
-        .iter()
-        .scan(0, |before, &c| Some(std::mem::replace(before, *before + c)))
-        .collect();
+    let firsts = crate::slices::starts(counts.iter().copied());
     let mut rank = vec![0u32; n];
     rank.par_chunks_mut(BLOCK)
         .zip(firsts)
