@@ -1,39 +1,7 @@
-// Truncated Neumann preconditioning and subdomain deflation (Gupta et al. 2011, §3.3,
-// §4), compiled with spmv.cu and pcg.cu (uses u64, block_sum,
-// modsell_row_part, ST_ALPHA, ST_DONE). CPU references: src/solve/neumann.rs,
+// Subdomain deflation (Gupta et al. 2011, §4), compiled with spmv.cu and
+// pcg.cu (uses u64, block_sum, ST_ALPHA, ST_DONE). CPU reference:
 // src/solve/deflation.rs. Every reduction is a fixed tree (block_sum): the
 // same bits run to run.
-
-// ---- Truncated Neumann series: M^-1 = K^T D^-1 K, K = sum_j (-L D^-1)^j.
-
-// out = D^-1 r (the first Horner term, y0 = D^-1 r).
-extern "C" __global__ void neumann_scale(int n, const double* __restrict__ inv_diag,
-                                         const double* __restrict__ r,
-                                         double* __restrict__ out) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = inv_diag[i] * r[i];
-}
-
-// One Horner step, out_i = base_i - (1/a_ii) sum_{j in T(i)} a_ij g_j with T
-// the strictly lower (upper = 0) or strictly upper (upper = 1) part of row i:
-// the masked mod-SELL product of spmv.cu. One block per slice, blockDim = H,
-// H doubles of dynamic shared memory. out must not alias g or base.
-extern "C" __global__ void neumann_step(int n, int upper, const u64* __restrict__ slice_ptr,
-                                        const int* __restrict__ codes,
-                                        const double* __restrict__ vals,
-                                        const double* __restrict__ diag,
-                                        const double* __restrict__ inv_diag,
-                                        const double* __restrict__ g,
-                                        const double* __restrict__ base,
-                                        double* __restrict__ out) {
-    double g_row;
-    // `upper` is the same for the whole grid: both branches synchronise alike.
-    const double s =
-        upper ? modsell_row_part<double, ROW_STRICT_UPPER>(n, slice_ptr, codes, vals, diag, g, &g_row)
-              : modsell_row_part<double, ROW_STRICT_LOWER>(n, slice_ptr, codes, vals, diag, g, &g_row);
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row < n) out[row] = base[row] - inv_diag[row] * s;
-}
 
 // ---- Deflation. Subdomain p is rows offsets[p] .. offsets[p+1] (contiguous);
 // AZ is stored column-major as an n x w ELL: slot j of row i at j*n + i,

@@ -657,12 +657,18 @@ fn the_reader_sees_known_dependencies() {
     // `use super::{CgBackend, …}` resolves through `pub use pcg::…` to pcg.rs.
     assert!(solve["gamg"].contains("pcg"), "{:?}", solve["gamg"]);
     assert!(solve["gamg"].contains("amg"), "{:?}", solve["gamg"]);
-    // SSOR's device half lives in solve/ssor/ but is gpu::ssor.
+    // SSOR's and the truncated Neumann series' device halves live in
+    // solve/ssor/ and solve/neumann/ but are gpu::ssor and gpu::neumann.
     assert!(top["gpu"].contains("solve"), "{:?}", top["gpu"]);
     assert!(!top["solve"].contains("gpu"), "{:?}", top["solve"]);
-    assert!(krate
-        .files
-        .contains(["gpu".to_string(), "ssor".to_string()].as_slice()));
+    for algorithm in ["ssor", "neumann"] {
+        assert!(
+            krate
+                .files
+                .contains(["gpu".to_string(), algorithm.to_string()].as_slice()),
+            "{algorithm}"
+        );
+    }
     // Test modules count at the top level only.
     let with_tests = Crate::collapsed(&krate.edges, &["solve"], 2);
     assert!(

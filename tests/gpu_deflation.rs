@@ -1,12 +1,12 @@
-//! The truncated Neumann preconditioner and subdomain deflation on the GPU
-//! against their CPU references (`solve::neumann`, `solve::deflation`): the
-//! applications, AZ and E = ZᵀAZ, the projections, and whole deflated PCG
+//! Subdomain deflation on the GPU against its CPU reference
+//! (`solve::deflation`), with none, Jacobi and the truncated Neumann
+//! preconditioners inside (their applications: `tests/gpu_neumann.rs`): AZ
+//! and E = ZᵀAZ, the projections, and whole deflated PCG
 //! solves, on random matrices and real meshes. Each test prints its measured
 //! differences and `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
 use std::path::Path;
-use std::rc::Rc;
 
 use nalgebra::DMatrix;
 
@@ -14,17 +14,17 @@ use fvpoisson::case::initial_matrix;
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::deflation::{
     coarse_inverse_on_device, deflated_pcg_device, solve_pcg_deflated_gpu, DeviceDeflation,
-    DeviceNeumann, DEFLATED_PCG_KINDS,
+    DEFLATED_PCG_PRECONDITIONERS,
 };
 use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::neumann::DeviceNeumann;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
-use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::deflation::{
     coarse_inverse, solve_pcg_deflated, CpuDeflation, DeflationOps, Subdomains,
 };
-use fvpoisson::solve::neumann::TruncatedNeumann;
-use fvpoisson::solve::{LinearOperator, PreconditionerKind, SolverControls};
+use fvpoisson::solve::neumann::NeumannSettings;
+use fvpoisson::solve::{Preconditioner, SolverControls};
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::random_symmetric;
 use fvpoisson::sparse::{Csr, ModSell};
@@ -66,34 +66,6 @@ fn device_matrix(gpu: &fvpoisson::gpu::Gpu, a: &Csr) -> DeviceModSell {
 
 fn test_vector(n: usize, seed: u64) -> Vec<f64> {
     fvpoisson::fvm::testing::random_field(n, seed)
-}
-
-#[test]
-#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
-fn neumann_applications_match_the_cpu() {
-    let Some(gpu) = test_device() else { return };
-    for (name, a, _) in systems() {
-        let matrix = Rc::new(device_matrix(&gpu, &a));
-        let r = test_vector(a.n_rows(), 3);
-        let r_dev = gpu.upload(&r).unwrap();
-        for order in [1, 2] {
-            let cpu = TruncatedNeumann::new(&a, order).unwrap();
-            let mut z = vec![0.0; a.n_rows()];
-            cpu.apply(&r, &mut z);
-            let dev = DeviceNeumann::new(&gpu, &a, Rc::clone(&matrix), order).unwrap();
-            let z_dev = gpu.zeros::<f64>(a.n_rows()).unwrap();
-            dev.apply(&r_dev, &z_dev).unwrap();
-            let diff = max_rel_diff(&gpu.download(&z_dev).unwrap(), &z);
-            println!("{name} neu{order}: max rel diff {diff:.2e}");
-            assert!(diff < 1e-12, "{name} neu{order}: {diff}");
-            // Only kernels on the stream: the application can be captured
-            // (not while FVPOISSON_GPU_SYNC=1 synchronises every launch).
-            if !gpu.syncs_each_launch() {
-                gpu.capture(|| dev.apply(&r_dev, &z_dev))
-                    .unwrap_or_else(|e| panic!("{name} neu{order}: capture failed: {e}"));
-            }
-        }
-    }
 }
 
 #[test]
@@ -310,7 +282,7 @@ fn deflated_iterates_and_solves_match_the_cpu() {
         // (`inverse_tolerance`), which the iterates carry.
         let e = CpuDeflation::new(&a, subdomains.clone()).unwrap();
         let deflated_tolerance = inverse_tolerance(e.coarse_matrix()).max(1e-9);
-        for kind in DEFLATED_PCG_KINDS {
+        for kind in &DEFLATED_PCG_PRECONDITIONERS {
             for deflation in [None, Some(&subdomains)] {
                 let label = if deflation.is_some() {
                     "deflated"
@@ -416,16 +388,23 @@ fn deflated_device_loop_matches_the_cpu_in_every_launch_mode() {
         let n = a.n_rows();
         let b = test_vector(n, 11);
         let zeros = vec![0.0; n];
-        for kind in [PreconditionerKind::Jacobi, PreconditionerKind::Neumann1] {
+        let neu1 = Preconditioner::Registered(NeumannSettings::NEU1.into());
+        for kind in [
+            Preconditioner::Kind(fvpoisson::solve::PreconditionerKind::Jacobi),
+            neu1,
+        ] {
             count += 1;
             let mut x_cpu = zeros.clone();
             let (cpu, _) =
-                solve_pcg_deflated(&a, kind, Some(&subdomains), &b, &mut x_cpu, &controls).unwrap();
+                solve_pcg_deflated(&a, &kind, Some(&subdomains), &b, &mut x_cpu, &controls)
+                    .unwrap();
             assert!(cpu.converged, "{name} {kind}: CPU");
-            let jacobi = kind == PreconditionerKind::Jacobi;
+            let jacobi = kind != neu1;
             let mut backend = GpuCgBackend::new(&gpu, &a, jacobi, None, &options).unwrap();
-            if kind == PreconditionerKind::Neumann1 {
-                let neumann = DeviceNeumann::new(&gpu, &a, backend.shared_matrix(), 1).unwrap();
+            if kind == neu1 {
+                let neumann =
+                    DeviceNeumann::new(&gpu, &a, backend.shared_matrix(), &NeumannSettings::NEU1)
+                        .unwrap();
                 backend.set_preconditioner(Box::new(neumann));
             }
             let ops = DeviceDeflation::new(&gpu, backend.matrix(), &subdomains).unwrap();

@@ -46,7 +46,7 @@ use fvpoisson::gpu::smooth::{colour_layout, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::ilu::dilu;
-use fvpoisson::solve::neumann::TruncatedNeumann;
+use fvpoisson::solve::neumann::{NeumannSettings, TruncatedNeumann};
 use fvpoisson::solve::precond::{Dic, Ic0};
 use fvpoisson::solve::smoother::{check_diagonal, l1_jacobi_scale, PointJacobi};
 use fvpoisson::solve::{LinearOperator, Precision, SolveError};
@@ -81,7 +81,7 @@ fn row_scales_equal_the_host_set_up_bit_for_bit() {
                 (RowScale::L1, l1_jacobi_scale(&a).unwrap()),
                 (
                     RowScale::Reciprocal,
-                    TruncatedNeumann::new(&a, 1)
+                    TruncatedNeumann::new(&a, &NeumannSettings::NEU1)
                         .unwrap()
                         .reciprocal_diagonal()
                         .to_vec(),

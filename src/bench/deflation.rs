@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use super::tables::{controls, Row};
-use fvpoisson::gpu::deflation::solve_pcg_deflated_gpu;
+use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DEFLATED_PCG_PRECONDITIONERS};
 use fvpoisson::gpu::pcg::{GpuSolveOptions, LaunchMode};
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::deflation::Subdomains;
@@ -89,11 +89,8 @@ pub fn rows(
         baseline_cpu = Some((cpu_s, x_cpu));
     }
     let mut jacobi_s = None;
-    for kind in [
-        PreconditionerKind::Jacobi,
-        PreconditionerKind::Neumann1,
-        PreconditionerKind::Neumann2,
-    ] {
+    // Jacobi, Neu1 and Neu2 (not unpreconditioned CG).
+    for kind in &DEFLATED_PCG_PRECONDITIONERS[1..] {
         for deflation in [None, Some(&stripes)] {
             let solve = |x: &mut [f64]| {
                 solve_pcg_deflated_gpu(gpu, m, kind, deflation, &b, x, &controls, &options)

@@ -39,11 +39,14 @@ use super::polynomial::CPU_DIC_MAX_ROWS;
 use super::smooth::{solve_warm, Ordered};
 use super::tables::{controls, poisson_system, JacobiBaseline, Row};
 use fvpoisson::gpu::amg::{gpu_amg_settings, DeviceAmg};
-use fvpoisson::gpu::deflation::{deflated_pcg_device, DeviceDeflation, DeviceNeumann};
+use fvpoisson::gpu::deflation::{
+    deflated_pcg_device, DeviceDeflation, DEFLATED_PCG_PRECONDITIONERS,
+};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::polynomial::DevicePolynomial;
+use fvpoisson::gpu::registered::device_preconditioner;
 use fvpoisson::gpu::setup::{collect_phases, SetupPhase};
 use fvpoisson::gpu::smooth::{
     block_layout_for, colour_layout_resident, gpu_preconditioner, DevicePreconditioner,
@@ -293,7 +296,7 @@ const WARM_UP_CASE: &str = "box:16x16x16";
 
 /// The kernel sources the table's rows launch from (their modules compile
 /// and load at once, on threads of their own).
-const TABLE_KERNEL_SOURCES: [&str; 10] = [
+const TABLE_KERNEL_SOURCES: [&str; 11] = [
     "spmv.cu",
     "pcg.cu",
     "assembly.cu",
@@ -301,6 +304,7 @@ const TABLE_KERNEL_SOURCES: [&str; 10] = [
     "ic.cu",
     "polynomial.cu",
     "deflation.cu",
+    "neumann.cu",
     "amg.cu",
     "block_ic.cu",
     "eisenstat.cu",
@@ -462,14 +466,16 @@ fn case_entries(
             )?) as Box<dyn DevicePreconditioner>)
         })
     };
-    let neumann = |order: usize| -> Build<'_> {
-        Box::new(move |o: &Ordered<'_>| {
-            Ok(Box::new(DeviceNeumann::new(
+    // A registered algorithm's device form, on the resident matrix.
+    let registered = |p: Preconditioner| -> Build<'_> {
+        Box::new(move |o: &Ordered<'_>| match p {
+            Preconditioner::Registered(r) => Ok(device_preconditioner(
                 gpu,
                 &o.a,
                 o.backend.shared_matrix(),
-                order,
-            )?) as Box<dyn DevicePreconditioner>)
+                &r,
+            )?),
+            other => anyhow::bail!("{other} is not a registered algorithm"),
         })
     };
     let amg = || -> Build<'_> {
@@ -565,8 +571,11 @@ fn case_entries(
             ));
         }
     }
-    list.push(("neu1".into(), Layout::Rcm, neumann(1), mixed_note.into()));
-    list.push(("neu2".into(), Layout::Rcm, neumann(2), mixed_note.into()));
+    // Gupta et al.'s (2011) Neu1 and Neu2.
+    for p in &DEFLATED_PCG_PRECONDITIONERS[2..] {
+        let label = p.to_string();
+        list.push((label, Layout::Rcm, registered(*p), mixed_note.into()));
+    }
     list.push((
         "AMG (defaults: K-cycle, f64)".into(),
         Layout::Rcm,
@@ -701,11 +710,7 @@ fn case_entries(
     // Deflation (+Jacobi, +neu1, +neu2), stripes of RCM rows, set up on the
     // resident RCM matrix as the other rows and solved warm.
     let stripes = Subdomains::stripes(n, default_subdomains(n))?;
-    for kind in [
-        PreconditionerKind::Jacobi,
-        PreconditionerKind::Neumann1,
-        PreconditionerKind::Neumann2,
-    ] {
+    for kind in &DEFLATED_PCG_PRECONDITIONERS[1..] {
         push(deflation_entry(
             gpu,
             &mut by_rcm,
@@ -723,9 +728,10 @@ fn case_entries(
     Ok((entries, spmv))
 }
 
-/// The row of deflated PCG with `kind` (Jacobi, Neu1, Neu2) by `stripes` on
-/// `ordered`'s resident matrix: set-up (Jacobi: a backend with 1/a_ii on the
-/// shared matrix; Neumann: its reciprocal diagonal; then
+/// The row of deflated PCG with `kind` (Jacobi, or a registered algorithm:
+/// Neu1, Neu2) by `stripes` on `ordered`'s resident matrix: set-up (Jacobi:
+/// a backend with 1/a_ii on the shared matrix; a registered one: its device
+/// form on the shared matrix; then
 /// `DeviceDeflation::new_timed`) timed as a whole and per phase (each phase
 /// also in SpMVs of `spmv_ms`), then the solve from x = 0 run twice and
 /// timed the second time, as `solve_warm`. The note also compares the bytes
@@ -733,7 +739,7 @@ fn case_entries(
 fn deflation_entry<'g>(
     gpu: &'g Gpu,
     ordered: &mut Ordered<'g>,
-    kind: PreconditionerKind,
+    kind: &Preconditioner,
     stripes: &Subdomains,
     controls: &SolverControls,
     options: &GpuSolveOptions,
@@ -752,25 +758,20 @@ fn deflation_entry<'g>(
     gpu.synchronize()?;
     let t = Instant::now();
     let preconditioner: anyhow::Result<Option<GpuCgBackend<'g>>> = match kind {
-        PreconditionerKind::Jacobi => Ok(Some(GpuCgBackend::from_shared_resident(
+        Preconditioner::Registered(r) => {
+            device_preconditioner(gpu, &ordered.a, ordered.backend.shared_matrix(), r)
+                .map(|m| {
+                    ordered.backend.set_preconditioner(m);
+                    None
+                })
+                .map_err(anyhow::Error::from)
+        }
+        _ => Ok(Some(GpuCgBackend::from_shared_resident(
             gpu,
             ordered.backend.shared_matrix(),
             true,
             options,
         )?)),
-        _ => {
-            let order = if kind == PreconditionerKind::Neumann2 {
-                2
-            } else {
-                1
-            };
-            DeviceNeumann::new(gpu, &ordered.a, ordered.backend.shared_matrix(), order)
-                .map(|neumann| {
-                    ordered.backend.set_preconditioner(Box::new(neumann));
-                    None
-                })
-                .map_err(anyhow::Error::from)
-        }
     };
     let jacobi_backend = match preconditioner {
         Ok(b) => b,
@@ -787,8 +788,8 @@ fn deflation_entry<'g>(
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut phases = vec![SetupPhase {
         name: match kind {
-            PreconditionerKind::Jacobi => "backend with 1/a_ii".into(),
-            _ => format!("{kind} reciprocal diagonal"),
+            Preconditioner::Registered(_) => format!("{kind} reciprocal diagonal"),
+            _ => "backend with 1/a_ii".into(),
         },
         place: "device",
         ms: preconditioner_ms,

@@ -18,11 +18,11 @@
 use std::fmt;
 use std::time::Instant;
 
-use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DEFLATED_PCG_KINDS};
+use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DEFLATED_PCG_PRECONDITIONERS};
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::deflation::{solve_pcg_deflated, Subdomains};
-use fvpoisson::solve::{PreconditionerKind, SolveError, SolverControls};
+use fvpoisson::solve::{Preconditioner, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::Csr;
 
 /// How the subdomains are cut.
@@ -70,13 +70,26 @@ impl Default for StudyConfig {
 /// `jacobi` (κ(D⁻¹A) = κ(Ã), Ã = D^-1/2 A D^-1/2): with a 10³ jump no set-up
 /// gives κ(A) ≈ 10⁴, and the paper's κ(A)/κ(Neu) ratios are those of a
 /// matrix without a jump, as Ã nearly is (README, Gupta et al. 2011).
-pub fn paper_table1(kind: PreconditionerKind) -> Option<f64> {
-    match kind {
-        PreconditionerKind::None | PreconditionerKind::Jacobi => Some(9.68e3),
-        PreconditionerKind::Neumann1 => Some(2.66e3),
-        PreconditionerKind::Neumann2 => Some(1.74e3),
+pub fn paper_table1(preconditioner: &Preconditioner) -> Option<f64> {
+    match preconditioner.to_string().as_str() {
+        "none" | "jacobi" => Some(9.68e3),
+        "neu1" => Some(2.66e3),
+        "neu2" => Some(1.74e3),
         _ => None,
     }
+}
+
+/// The CPU rows: every named preconditioner, with Gupta et al.'s (2011)
+/// Neu1 and Neu2 (registered algorithms) after symmetric Gauss–Seidel.
+pub fn cpu_preconditioners() -> Vec<Preconditioner> {
+    let mut list: Vec<Preconditioner> = PreconditionerKind::ALL.map(Preconditioner::Kind).into();
+    let at = list
+        .iter()
+        .position(|p| *p == PreconditionerKind::SymGaussSeidel)
+        .map_or(list.len(), |i| i + 1);
+    let neumann = ["neu1", "neu2"].map(|name| name.parse().expect("registered"));
+    list.splice(at..at, neumann);
+    list
 }
 
 /// One solve.
@@ -97,7 +110,7 @@ pub struct Outcome {
 #[derive(Clone, Debug)]
 pub struct Row {
     pub device: &'static str,
-    pub kind: PreconditionerKind,
+    pub kind: Preconditioner,
     pub plain: Result<Outcome, String>,
     pub deflated: Result<Outcome, String>,
 }
@@ -190,26 +203,28 @@ pub fn run(a: &Csr, config: &StudyConfig, gpu: Option<&Gpu>) -> Result<Study, So
         })
     };
     let mut rows = Vec::new();
-    for kind in PreconditionerKind::ALL {
-        let cpu = |s: Solve<'_>| solve_pcg_deflated(a, kind, s.deflation, s.b, s.x, s.controls);
+    for kind in cpu_preconditioners() {
+        let cpu = |s: Solve<'_>| solve_pcg_deflated(a, &kind, s.deflation, s.b, s.x, s.controls);
+        let (plain, deflated) = (solve(None, &cpu), solve(Some(&subdomains), &cpu));
         rows.push(Row {
             device: "cpu",
             kind,
-            plain: solve(None, &cpu),
-            deflated: solve(Some(&subdomains), &cpu),
+            plain,
+            deflated,
         });
     }
     if let Some(gpu) = gpu {
         let options = GpuSolveOptions::default();
-        for kind in DEFLATED_PCG_KINDS {
+        for kind in DEFLATED_PCG_PRECONDITIONERS {
             let on_gpu = |s: Solve<'_>| {
-                solve_pcg_deflated_gpu(gpu, a, kind, s.deflation, s.b, s.x, s.controls, &options)
+                solve_pcg_deflated_gpu(gpu, a, &kind, s.deflation, s.b, s.x, s.controls, &options)
             };
+            let (plain, deflated) = (solve(None, &on_gpu), solve(Some(&subdomains), &on_gpu));
             rows.push(Row {
                 device: "gpu",
                 kind,
-                plain: solve(None, &on_gpu),
-                deflated: solve(Some(&subdomains), &on_gpu),
+                plain,
+                deflated,
             });
         }
     }
@@ -287,8 +302,8 @@ impl fmt::Display for Study {
                 f,
                 "{:<4} {:<7} {:>9} | {:<35} | {:<35} | {:>5}",
                 row.device,
-                row.kind.name(),
-                paper_table1(row.kind).map_or("-".into(), |c| format!("{c:.2e}")),
+                row.kind.to_string(),
+                paper_table1(&row.kind).map_or("-".into(), |c| format!("{c:.2e}")),
                 cell(&row.plain),
                 cell(&row.deflated),
                 row.iteration_ratio()
@@ -314,7 +329,8 @@ mod tests {
                 ..StudyConfig::default()
             };
             let study = run(&a, &config, None).unwrap();
-            assert_eq!(study.rows.len(), PreconditionerKind::ALL.len());
+            assert_eq!(study.rows.len(), cpu_preconditioners().len());
+            assert_eq!(study.rows.len(), PreconditionerKind::ALL.len() + 2);
             for row in &study.rows {
                 let (plain, deflated) =
                     (row.plain.as_ref().unwrap(), row.deflated.as_ref().unwrap());

@@ -25,6 +25,8 @@ fn sample_keys(name: &str) -> &'static [(&'static str, &'static str)] {
         "blockJacobi" => &[("inner", "CG"), ("innerMaxIter", "20")],
         "symGaussSeidel" | "Jacobi" => &[("nSweeps", "2")],
         "SSOR" => &[("omega", "1.3")],
+        "truncatedNeumann" => &[("order", "2")],
+        "neu" => &[("order", "3")],
         _ => &[],
     }
 }

@@ -1,11 +1,9 @@
-//! Truncated Neumann preconditioning and subdomain deflation on the device
-//! (`kernels/deflation.cu`); the CPU references are `solve::neumann` and
-//! `solve::deflation`, whose module documentation says what is computed.
+//! Subdomain deflation on the device (`kernels/deflation.cu`); the CPU
+//! reference is `solve::deflation`, whose module documentation says what is
+//! computed. Its inner preconditioner is none, Jacobi or a registered
+//! algorithm's device form (`gpu::registered`: Gupta et al.'s (2011)
+//! truncated Neumann `neu1` / `neu2`, `gpu::neumann`).
 //!
-//! - [`DeviceNeumann`]: Neu1/Neu2 as a [`DevicePreconditioner`], 1 + 2m
-//!   launches per application (D⁻¹ r, then m strictly-lower and m
-//!   strictly-upper Horner steps, each a masked mod-SELL product,
-//!   `modsell_row_part` of `kernels/spmv.cu`).
 //! - [`DeviceDeflation`]: the [`DeflationOps`] of the GPU. Setup (once, all
 //!   on the device from the resident mod-SELL matrix; the host uploads the
 //!   k + 1 subdomain offsets and reads back AZ's width and one pivot flag):
@@ -39,7 +37,6 @@
 //! only r, so the iterates are the same; x differs by rounding).
 
 use std::cell::RefCell;
-use std::rc::Rc;
 
 use cudarc::driver::CudaSlice;
 use nalgebra::DMatrix;
@@ -47,15 +44,16 @@ use nalgebra::DMatrix;
 use super::amg::{dense_symmetric_inverse, DenseInverseBuffers};
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
-use super::setup::{jacobi_scales, RowScale, SetupPhase, SetupSpans};
-use super::smooth::DevicePreconditioner;
+use super::registered::device_preconditioner;
+use super::setup::{SetupPhase, SetupSpans};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::deflation::{Deflated, DeflationOps, Subdomains};
 use crate::solve::lanczos::{Recorded, SpectrumEstimate};
-use crate::solve::neumann::TruncatedNeumann;
+use crate::solve::neumann::NeumannSettings;
+use crate::solve::registry::Registered;
 use crate::solve::{
-    pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, PreconditionerKind,
-    SolveError, SolverControls, SolverPerformance, StopRule,
+    pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, Preconditioner,
+    PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
 };
 use crate::sparse::Csr;
 
@@ -65,127 +63,6 @@ const COARSE_BLOCK: u32 = 256;
 const REDUCE_BLOCK: u32 = 1024;
 /// `DEFL_MAX_WIDTH` of kernels/deflation.cu.
 const MAX_WIDTH: usize = 32;
-
-/// M⁻¹ = Kᵀ D⁻¹ K of `solve::neumann` on the device.
-pub struct DeviceNeumann<'g> {
-    gpu: &'g Gpu,
-    matrix: Rc<DeviceModSell>,
-    inv_diag: CudaSlice<f64>,
-    order: usize,
-    /// ŷ₀ = D⁻¹ r, then free for the upper steps.
-    scaled: CudaSlice<f64>,
-    work: [CudaSlice<f64>; 2],
-}
-
-impl<'g> DeviceNeumann<'g> {
-    /// Neu`order` of `a` (positive diagonal, checked as on the CPU) on
-    /// `matrix`, its device copy in the same row order.
-    pub fn new(
-        gpu: &'g Gpu,
-        a: &Csr,
-        matrix: Rc<DeviceModSell>,
-        order: usize,
-    ) -> Result<Self, GpuError> {
-        matrix.check_rows("Neumann preconditioner", a)?;
-        if order == 0 {
-            // The CPU's message (checked before the matrix is read).
-            return Err(GpuError::Invalid(
-                TruncatedNeumann::new(a, order)
-                    .err()
-                    .map_or_else(String::new, |e| e.to_string()),
-            ));
-        }
-        let mut spans = SetupSpans::new("truncated Neumann", Some(gpu));
-        // 1/a_ii on the device from the resident matrix (`gpu::setup`; the
-        // CPU's `TruncatedNeumann::reciprocal_diagonal` bit for bit).
-        let (inv_diag, _) = jacobi_scales(
-            gpu,
-            &matrix,
-            RowScale::Reciprocal,
-            false,
-            "truncated Neumann",
-        )
-        .map_err(|e| GpuError::Invalid(e.to_string()))?;
-        spans.device("reciprocal diagonal");
-        let n = matrix.n;
-        let neumann = Self {
-            gpu,
-            inv_diag,
-            order,
-            scaled: gpu.zeros(n)?,
-            work: [gpu.zeros(n)?, gpu.zeros(n)?],
-            matrix,
-        };
-        spans.device("work vectors");
-        spans.finish();
-        Ok(neumann)
-    }
-
-    /// out = base − D⁻¹ T g (`neumann_step`).
-    fn step(
-        &self,
-        upper: bool,
-        g: &CudaSlice<f64>,
-        base: &CudaSlice<f64>,
-        out: &CudaSlice<f64>,
-    ) -> Result<(), GpuError> {
-        let m = &*self.matrix;
-        let (n, upper) = (m.n as i32, i32::from(upper));
-        self.gpu.launch(
-            "neumann_step",
-            m.n_slices() as u32,
-            m.slice_height as u32,
-            m.shared_bytes(),
-            |a| {
-                a.arg(&n).arg(&upper);
-                m.push_args(a);
-                a.arg(&self.inv_diag).arg(g).arg(base).arg(out);
-            },
-        )
-    }
-}
-
-impl DevicePreconditioner for DeviceNeumann<'_> {
-    /// Not gated: `done` is ignored (the kernels run to the end).
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        _done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        let n = self.matrix.n as i32;
-        self.gpu.launch(
-            "neumann_scale",
-            vector_grid(self.matrix.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n).arg(&self.inv_diag).arg(r).arg(&self.scaled);
-            },
-        )?;
-        // ŷ_{k+1} = ŷ₀ − D⁻¹ L ŷ_k, alternating between the work buffers.
-        let mut g = &self.scaled;
-        for k in 0..self.order {
-            let out = &self.work[k % 2];
-            self.step(false, g, &self.scaled, out)?;
-            g = out;
-        }
-        // û_{k+1} = y − D⁻¹ U û_k with y = ŷ_m (in `g`); the outputs alternate
-        // between the two buffers y does not occupy, the last one is z.
-        let y = g;
-        let free = [&self.scaled, &self.work[self.order % 2]];
-        for k in 0..self.order {
-            let out = if k + 1 == self.order { z } else { free[k % 2] };
-            self.step(true, g, y, out)?;
-            g = out;
-        }
-        Ok(())
-    }
-
-    fn is_linear(&self) -> bool {
-        true
-    }
-}
 
 /// The deflation steps on the device (module documentation).
 pub struct DeviceDeflation<'g> {
@@ -688,25 +565,27 @@ pub fn deflated_pcg_device(
     Ok((perf, recorded.spectrum()))
 }
 
-/// The preconditioners [`solve_pcg_deflated_gpu`] runs.
-pub const DEFLATED_PCG_KINDS: [PreconditionerKind; 4] = [
-    PreconditionerKind::None,
-    PreconditionerKind::Jacobi,
-    PreconditionerKind::Neumann1,
-    PreconditionerKind::Neumann2,
+/// The preconditioners of Gupta et al.'s (2011) DPCG study, which
+/// [`solve_pcg_deflated_gpu`] runs: none, Jacobi, Neu1 and Neu2.
+pub const DEFLATED_PCG_PRECONDITIONERS: [Preconditioner; 4] = [
+    Preconditioner::Kind(PreconditionerKind::None),
+    Preconditioner::Kind(PreconditionerKind::Jacobi),
+    Preconditioner::Registered(Registered::Neumann(NeumannSettings::NEU1)),
+    Preconditioner::Registered(Registered::Neumann(NeumannSettings::NEU2)),
 ];
 
 /// PCG on the GPU on `a` as given (rows in the order to use: with
-/// `subdomains`, each subdomain contiguous) with `kind` (one of
-/// [`DEFLATED_PCG_KINDS`]), deflated by `subdomains` when given, from the initial guess in
-/// `x`; returns the performance and the Lanczos estimate of the
-/// preconditioned (deflated) operator's spectrum. Undeflated solves run the
-/// fused device loop for none and Jacobi.
+/// `subdomains`, each subdomain contiguous) with `preconditioner` (none,
+/// Jacobi, or a registered algorithm: [`DEFLATED_PCG_PRECONDITIONERS`]),
+/// deflated by `subdomains` when given, from the initial guess in `x`;
+/// returns the performance and the Lanczos estimate of the preconditioned
+/// (deflated) operator's spectrum. Undeflated solves run the fused device
+/// loop for none and Jacobi.
 #[allow(clippy::too_many_arguments)]
 pub fn solve_pcg_deflated_gpu(
     gpu: &Gpu,
     a: &Csr,
-    kind: PreconditionerKind,
+    preconditioner: &Preconditioner,
     subdomains: Option<&Subdomains>,
     b: &[f64],
     x: &mut [f64],
@@ -714,23 +593,22 @@ pub fn solve_pcg_deflated_gpu(
     options: &GpuSolveOptions,
 ) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
     crate::solve::cpu::check_system(a, b, x, controls)?;
+    preconditioner.check()?;
     let device = |e: GpuError| SolveError::Device(e.to_string());
-    let order = match kind {
-        PreconditionerKind::None | PreconditionerKind::Jacobi => 0,
-        PreconditionerKind::Neumann1 => 1,
-        PreconditionerKind::Neumann2 => 2,
+    let jacobi = match preconditioner {
+        Preconditioner::Kind(PreconditionerKind::Jacobi) => true,
+        Preconditioner::Kind(PreconditionerKind::None) | Preconditioner::Registered(_) => false,
         other => {
             return Err(SolveError::Device(format!(
-                "the {other} preconditioner is not available on the GPU; use none, jacobi, neu1 \
-                 or neu2"
+                "the {other} preconditioner is not available in deflated PCG on the GPU; use \
+                 none, jacobi or a registered one (neu1, neu2, SSOR)"
             )))
         }
     };
-    let jacobi = kind == PreconditionerKind::Jacobi;
     let mut backend = GpuCgBackend::new(gpu, a, jacobi, None, options).map_err(device)?;
-    if order > 0 {
-        let neumann = DeviceNeumann::new(gpu, a, backend.shared_matrix(), order).map_err(device)?;
-        backend.set_preconditioner(Box::new(neumann));
+    if let Preconditioner::Registered(settings) = preconditioner {
+        let m = device_preconditioner(gpu, a, backend.shared_matrix(), settings)?;
+        backend.set_preconditioner(m);
     }
     let b_dev = backend.upload(b).map_err(device)?;
     let mut x_dev = backend.upload(x).map_err(device)?;

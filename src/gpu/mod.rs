@@ -11,8 +11,7 @@
 //! mod-SELL, [`pcg`] the device-resident PCG backend, [`smooth`] the
 //! smoothers (Jacobi, multicolour Gauss–Seidel, block Jacobi) as solvers and
 //! PCG preconditioners, [`polynomial`] the polynomial preconditioners (f64 and
-//! mixed precision), [`deflation`] the truncated Neumann preconditioner and
-//! subdomain deflation, [`ic`] level-scheduled incomplete Cholesky, [`amg`]
+//! mixed precision), [`deflation`] subdomain deflation, [`ic`] level-scheduled incomplete Cholesky, [`amg`]
 //! aggregation AMG (set-up on the device, its cycle a PCG preconditioner),
 //! [`cusparse`] the cuSPARSE baseline that `fvpoisson bench` (the binary's
 //! `src/bench/`) compares them with (loaded only by the bench), [`krylov`]
@@ -34,6 +33,10 @@ pub mod kernel_args;
 pub mod krylov;
 pub mod matrix;
 pub mod multi;
+/// The truncated Neumann preconditioner's device half, kept in its
+/// algorithm's folder (`solve::neumann`).
+#[path = "../solve/neumann/cuda.rs"]
+pub mod neumann;
 pub mod pcg;
 pub mod peer;
 pub mod polynomial;
@@ -108,6 +111,7 @@ const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("simple.cu" needs ["spmv.cu", "assembly.cu"]),
     kernel_source!("peer.cu" needs ["spmv.cu", "pcg.cu"]),
     kernel_source!("ssor.cu" needs ["spmv.cu", "smooth.cu"]),
+    kernel_source!("neumann.cu" needs ["spmv.cu"]),
 ];
 
 /// The kernels the sources define with the index of their source and the

@@ -1,8 +1,13 @@
 //! The device side of the registry's algorithms (`solve::registry::Registered`):
 //! one arm per algorithm of [`device_preconditioner`] builds its device
-//! preconditioner on the matrix in the solve's row order; PCG, the scaling
-//! and the row order are shared ([`GpuSolver::solve_registered`]).
+//! preconditioner on the matrix in the solve's row order (and may share the
+//! solve's resident copy of it); PCG, the scaling and the row order are
+//! shared ([`GpuSolver::solve_registered`]), and deflated PCG
+//! (`gpu::deflation::solve_pcg_deflated_gpu`) takes them too.
 
+use std::rc::Rc;
+
+use super::matrix::DeviceModSell;
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
 use super::Gpu;
@@ -14,10 +19,11 @@ use crate::solve::{
 use crate::sparse::Csr;
 
 /// The device preconditioner of `settings` for `a` (square, in the solve's
-/// row order).
+/// row order); `resident` is the PCG backend's copy of `a` on the device.
 pub fn device_preconditioner<'g>(
     gpu: &'g Gpu,
     a: &Csr,
+    resident: Rc<DeviceModSell>,
     settings: &Registered,
 ) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError> {
     Ok(match settings {
@@ -25,6 +31,9 @@ pub fn device_preconditioner<'g>(
             let m = super::ssor::DeviceSsor::new(gpu, a, s)?;
             log::info!("GPU {s}: {} colours", m.n_colours());
             Box::new(m)
+        }
+        Registered::Neumann(s) => {
+            Box::new(super::neumann::DeviceNeumann::new(gpu, a, resident, s)?)
         }
     })
 }
@@ -52,7 +61,8 @@ impl GpuSolver<'_> {
         let system = scaled.matrix(a);
         let gpu = self.gpu();
         let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
-        backend.set_preconditioner(device_preconditioner(gpu, ordered.matrix(), settings)?);
+        let m = device_preconditioner(gpu, ordered.matrix(), backend.shared_matrix(), settings)?;
+        backend.set_preconditioner(m);
         pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
     }
 }

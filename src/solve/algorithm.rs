@@ -65,6 +65,9 @@ pub trait Algorithm: Copy + fmt::Debug + fmt::Display + PartialEq + Send + Sync 
     const NAME: &'static str;
     /// The keys [`Algorithm::from_keys`] reads.
     const KEYS: &'static [&'static str];
+    /// A key that may also be given at the end of a name (`neu2`: order 2)
+    /// or bare after it (`neu:2`); the registry hands it to `from_keys`.
+    const POSITIONAL: Option<&'static str> = None;
     fn from_keys(keys: &KeyValues) -> Result<Self, String>;
     /// Checks the parameters; the message names the bad one.
     fn validate(&self) -> Result<(), String>;

@@ -6,6 +6,7 @@
 use std::fmt;
 
 use super::algorithm::Algorithm;
+use super::neumann::NeumannSettings;
 use super::ssor::SsorSettings;
 use super::{LinearOperator, SolveError};
 use crate::sparse::Csr;
@@ -67,4 +68,5 @@ macro_rules! registered {
 
 registered! {
     Ssor(SsorSettings),
+    Neumann(NeumannSettings),
 }

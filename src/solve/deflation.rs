@@ -32,7 +32,7 @@ use rayon::prelude::*;
 use super::lanczos::{Recorded, SpectrumEstimate};
 use super::reduce::{dot, sum_abs};
 use super::{
-    pcg, CgBackend, CpuBackend, InitialNorms, PreconditionerKind, SolveError, SolverControls,
+    pcg, CgBackend, CpuBackend, InitialNorms, Preconditioner, SolveError, SolverControls,
     SolverPerformance,
 };
 use crate::sparse::partition::slice_partition_order;
@@ -419,19 +419,22 @@ where
     Ok((perf, recorded.spectrum()))
 }
 
-/// PCG on the CPU with `kind` (built on `a`), deflated by `subdomains` when
-/// given (rows of `a` in the subdomains' order), with the Lanczos spectrum
-/// estimate of the preconditioned (deflated) operator.
+/// PCG on the CPU with `preconditioner` (built on `a`; Gupta et al.'s
+/// (2011) DPCG takes none, Jacobi or the truncated Neumann `neu1` / `neu2`,
+/// any symmetric one works), deflated by `subdomains` when given (rows of
+/// `a` in the subdomains' order), with the Lanczos spectrum estimate of the
+/// preconditioned (deflated) operator.
 pub fn solve_pcg_deflated(
     a: &Csr,
-    kind: PreconditionerKind,
+    preconditioner: &Preconditioner,
     subdomains: Option<&Subdomains>,
     b: &[f64],
     x: &mut [f64],
     controls: &SolverControls,
 ) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
     super::checks::check_system(a, b, x, controls)?;
-    let precond = kind.build(a)?;
+    preconditioner.check()?;
+    let precond = preconditioner.build(a)?;
     let backend = CpuBackend::new(a, precond.as_ref());
     let b = b.to_vec();
     let mut x_work = x.to_vec();
@@ -452,6 +455,7 @@ pub fn solve_pcg_deflated(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::solve::PreconditionerKind;
     use crate::sparse::testing::{dense, random_symmetric};
     use nalgebra::DVector;
 
@@ -486,19 +490,15 @@ mod tests {
         let b: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
         let controls = SolverControls::absolute(1e-12, 1000);
         let stripes = Subdomains::stripes(n, 12).unwrap();
-        for kind in [
-            PreconditionerKind::None,
-            PreconditionerKind::Jacobi,
-            PreconditionerKind::Dic,
-            PreconditionerKind::Neumann1,
-            PreconditionerKind::Neumann2,
-        ] {
+        for spec in ["none", "jacobi", "dic", "neu1", "neu2"] {
+            let kind: Preconditioner = spec.parse().unwrap();
             let mut plain = vec![0.0; n];
             let (p_perf, _) =
-                solve_pcg_deflated(&a, kind, None, &b, &mut plain, &controls).unwrap();
+                solve_pcg_deflated(&a, &kind, None, &b, &mut plain, &controls).unwrap();
             let mut deflated = vec![0.0; n];
             let (d_perf, spectrum) =
-                solve_pcg_deflated(&a, kind, Some(&stripes), &b, &mut deflated, &controls).unwrap();
+                solve_pcg_deflated(&a, &kind, Some(&stripes), &b, &mut deflated, &controls)
+                    .unwrap();
             assert!(p_perf.converged && d_perf.converged, "{kind}");
             let diff = plain
                 .iter()
@@ -552,7 +552,7 @@ mod tests {
             );
             let mut x = vec![0.0; n];
             let (_, spectrum) =
-                solve_pcg_deflated(&a, kind, Some(&s), &b, &mut x, &controls).unwrap();
+                solve_pcg_deflated(&a, &kind.into(), Some(&s), &b, &mut x, &controls).unwrap();
             let spectrum = spectrum.unwrap();
             // Lanczos converges to the extremes from inside.
             assert!(

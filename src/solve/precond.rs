@@ -4,7 +4,7 @@
 //!
 //! This module sits above the preconditioners: it imports each of them to
 //! build it, and none of them imports it. The preconditioners themselves
-//! live in their own modules (`diagonal`, `ic`, `ilu`, `neumann`,
+//! live in their own modules (`diagonal`, `ic`, `ilu`,
 //! `polynomial`, `smoother`, `schwarz`, `fsai`, `amg`, `algorithms`); the
 //! re-exports below keep the paths `solve::precond::{Dic, Ic0, …}` working.
 
@@ -15,7 +15,6 @@ use super::algorithms::Registered;
 use super::amg::{Amg, AmgSettings};
 use super::fsai::{FsaiPreconditioner, FsaiSettings};
 use super::ilu::Ilu;
-use super::neumann::TruncatedNeumann;
 use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::scalar::Precision;
 use super::schwarz::{Schwarz, SchwarzSettings};
@@ -40,10 +39,6 @@ pub enum PreconditionerKind {
     /// Symmetric Gauss-Seidel (SSOR with ω = 1) in natural row order: one
     /// symmetric sweep of the `symGaussSeidel` smoother from z = 0.
     SymGaussSeidel,
-    /// Truncated Neumann series, first order (Gupta et al. 2011, §3.3, `neumann`).
-    Neumann1,
-    /// Truncated Neumann series, second order.
-    Neumann2,
     /// OpenFOAM's diagonal incomplete LU (`solve::ilu::dilu`): DIC on a
     /// symmetric matrix, the cheap preconditioner of PBiCGStab.
     Dilu,
@@ -55,14 +50,12 @@ pub enum PreconditionerKind {
 }
 
 impl PreconditionerKind {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 7] = [
         Self::None,
         Self::Jacobi,
         Self::Dic,
         Self::Ic0,
         Self::SymGaussSeidel,
-        Self::Neumann1,
-        Self::Neumann2,
         Self::Dilu,
         Self::EisenstatSgs,
     ];
@@ -75,8 +68,6 @@ impl PreconditionerKind {
             Self::Dic => "dic",
             Self::Ic0 => "ic0",
             Self::SymGaussSeidel => "sgs",
-            Self::Neumann1 => "neu1",
-            Self::Neumann2 => "neu2",
             Self::Dilu => "dilu",
             Self::EisenstatSgs => "eisenstatSGS",
         }
@@ -93,8 +84,6 @@ impl PreconditionerKind {
                 Box::new(GaussSeidel::new(a, Sweep::Symmetric, None)?),
                 1,
             )),
-            Self::Neumann1 => Box::new(TruncatedNeumann::new(a, 1)?),
-            Self::Neumann2 => Box::new(TruncatedNeumann::new(a, 2)?),
             Self::Dilu => Box::new(super::ilu::dilu(a)?),
             // The same M; PCG runs it by Eisenstat's trick (`solve_pcg_scaled`).
             Self::EisenstatSgs => Box::new(SmootherPreconditioner::new(

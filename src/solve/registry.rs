@@ -13,16 +13,17 @@
 //! ([`gpu_fallback`]). An unknown name or key is an error that names it and
 //! lists the valid ones.
 //!
-//! Preconditioners written after the registry implement [`Algorithm`] in
-//! their own folder (`solve/ssor/`: settings, `from_keys`, CPU and CUDA
-//! implementations) and are listed once in [`registered!`]'s invocation and
-//! once in [`PRECONDITIONERS`]; docs/src/development.md, "Adding a
-//! preconditioner", gives the steps.
+//! Preconditioners written after the registry, or moved into it, implement
+//! [`Algorithm`] in their own folder (`solve/ssor/`, `solve/neumann/`:
+//! settings, `from_keys`, CPU and CUDA implementations) and are listed once
+//! in [`registered!`]'s invocation and once in [`PRECONDITIONERS`];
+//! docs/src/development.md, "Adding a preconditioner", gives the steps.
 
 use std::fmt;
 
 use super::amg::{AmgSettings, CycleKind};
 use super::fsai::FsaiSettings;
+use super::neumann::NeumannSettings;
 use super::polynomial::{EigenBound, PolynomialKind, PolynomialSettings};
 use super::precond::{check_fill_level, parse_fill_level, Preconditioner, PreconditionerKind};
 use super::scalar::Precision;
@@ -320,7 +321,7 @@ const fn algorithm<T: Algorithm + Into<Registered>>(
     Registration {
         names,
         keys: T::KEYS,
-        positional: None,
+        positional: T::POSITIONAL,
         summary,
         from_keys: algorithm_from_keys::<T>,
         cpu: build_cpu,
@@ -328,11 +329,26 @@ const fn algorithm<T: Algorithm + Into<Registered>>(
     }
 }
 
+/// `T`'s settings from `keys`, and from the number that ends `name` when
+/// `T` has a positional key (`neu2` is `neu` with order 2).
 fn algorithm_from_keys<T: Algorithm + Into<Registered>>(
-    _: &str,
+    name: &str,
     keys: &KeyValues,
 ) -> Result<Preconditioner, String> {
-    let settings = T::from_keys(keys)?;
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    let settings = match T::POSITIONAL {
+        Some(key) if stem.len() < name.len() => {
+            if keys.get(key).is_some() {
+                return Err(format!(
+                    "{name} names its {key}; give {stem} with {key}, or {name} alone"
+                ));
+            }
+            let mut keys = keys.clone();
+            keys.push(key, &name[stem.len()..]);
+            T::from_keys(&keys)?
+        }
+        _ => T::from_keys(keys)?,
+    };
     settings.validate()?;
     Ok(Preconditioner::Registered(settings.into()))
 }
@@ -394,13 +410,6 @@ fn krylov_only(_: &Preconditioner, method: Role) -> GpuSupport {
             to: "diagonal",
             reason: TO_JACOBI_NO_DEVICE_FORM,
         },
-    }
-}
-
-fn no_device_form(_: &Preconditioner, _: Role) -> GpuSupport {
-    GpuSupport::Fallback {
-        to: "diagonal",
-        reason: TO_JACOBI_NO_DEVICE_FORM,
     }
 }
 
@@ -718,24 +727,6 @@ pub static PRECONDITIONERS: &[Registration] = &[
         gpu: pcg_only,
     },
     Registration {
-        names: &["neu1"],
-        keys: &[],
-        positional: None,
-        summary: "truncated Neumann series of the triangular factors, first order",
-        from_keys: |_, _| Ok(PreconditionerKind::Neumann1.into()),
-        cpu: build_cpu,
-        gpu: no_device_form,
-    },
-    Registration {
-        names: &["neu2"],
-        keys: &[],
-        positional: None,
-        summary: "truncated Neumann series of the triangular factors, second order",
-        from_keys: |_, _| Ok(PreconditionerKind::Neumann2.into()),
-        cpu: build_cpu,
-        gpu: no_device_form,
-    },
-    Registration {
         names: &["ILU", "ilu0", "ilu1", "ilu2", "ilu3", "iluk"],
         keys: &["fillLevel"],
         positional: Some("fillLevel"),
@@ -851,6 +842,10 @@ pub static PRECONDITIONERS: &[Registration] = &[
         &["SSOR"],
         "symmetric successive over-relaxation with relaxation ω (omega)",
     ),
+    algorithm::<NeumannSettings>(
+        &["truncatedNeumann", "neu1", "neu2", "neu"],
+        "truncated Neumann series of the triangular factors, order 1 (neu1), 2 (neu2), …",
+    ),
 ];
 
 /// Lower case without `-` and `_`: how names match when no name is exact.
@@ -959,8 +954,6 @@ pub fn registration_of(p: &Preconditioner) -> &'static Registration {
             PreconditionerKind::Dic => "DIC",
             PreconditionerKind::Ic0 => "IC0",
             PreconditionerKind::SymGaussSeidel => "sgs",
-            PreconditionerKind::Neumann1 => "neu1",
-            PreconditionerKind::Neumann2 => "neu2",
             PreconditionerKind::Dilu => "DILU",
             PreconditionerKind::EisenstatSgs => "eisenstatSGS",
         },
@@ -1118,17 +1111,17 @@ mod tests {
 
     #[test]
     fn a_gpu_fallback_is_named_with_its_reason() {
-        let neu = Preconditioner::Kind(PreconditionerKind::Neumann1);
-        let (used, message) = gpu_fallback(&neu, Role::Pcg).expect("neu1 falls back");
+        let dilu = Preconditioner::Kind(PreconditionerKind::Dilu);
+        let (used, message) = gpu_fallback(&dilu, Role::Pcg).expect("DILU falls back in PCG");
         assert_eq!(used, Preconditioner::Kind(PreconditionerKind::Jacobi));
         assert!(
-            message.contains("preconditioner neu1 is not on the GPU"),
+            message.contains("preconditioner dilu is not on the GPU"),
             "{message}"
         );
         assert!(message.contains("no device form"), "{message}");
         // Asked again (a later case of the same process), the same message:
         // the registry keeps no state, the run logs it.
-        assert_eq!(gpu_fallback(&neu, Role::Pcg).unwrap().1, message);
+        assert_eq!(gpu_fallback(&dilu, Role::Pcg).unwrap().1, message);
         let dic = Preconditioner::Kind(PreconditionerKind::Dic);
         assert_eq!(gpu_fallback(&dic, Role::Pcg), None);
         assert_eq!(
@@ -1136,7 +1129,11 @@ mod tests {
             None
         );
         assert_eq!(gpu_fallback(&dic, Role::Krylov), None);
-        assert!(gpu_fallback(&neu, Role::Krylov).is_some());
+        assert_eq!(gpu_fallback(&dilu, Role::Krylov), None);
+        // A registered algorithm runs its device form in PCG only.
+        let ssor = parse_spec("SSOR").unwrap();
+        assert_eq!(gpu_fallback(&ssor, Role::Pcg), None);
+        assert!(gpu_fallback(&ssor, Role::Krylov).is_some());
         // Every fallback names a registered preconditioner.
         for r in PRECONDITIONERS {
             for name in r.names {
