@@ -1,7 +1,7 @@
 //! PCG with every preconditioner against dense nalgebra solves, OpenFOAM
 //! convergence semantics, determinism across thread counts, and failures.
 
-use fvpoisson::solve::{solve_pcg, PreconditionerKind, SolveError, SolverControls};
+use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::Csr;
 use nalgebra::{DMatrix, DVector};
 
@@ -92,7 +92,7 @@ fn tight() -> SolverControls {
     }
 }
 
-fn assert_close_to_dense(a: &Csr, b: &[f64], kind: PreconditionerKind, label: &str) -> usize {
+fn assert_close_to_dense(a: &Csr, b: &[f64], kind: Preconditioner, label: &str) -> usize {
     let mut x = vec![0.0; a.n_rows()];
     let perf = solve_pcg(a, kind, b, &mut x, &tight(), "x").unwrap();
     assert!(perf.converged, "{label} {kind}: {perf:?}");
@@ -125,7 +125,13 @@ fn every_preconditioner_solves_poisson_and_random_spd_like_a_dense_solver() {
     ];
     for (label, a) in &systems {
         let b = random_vector(a.n_rows(), 3);
-        for kind in PreconditionerKind::ALL {
+        // Every kind, and the truncated Neumann series (a registered algorithm).
+        let registered = ["neu1", "neu2", "neu:3"].map(|s| s.parse().unwrap());
+        for kind in PreconditionerKind::ALL
+            .map(Preconditioner::Kind)
+            .into_iter()
+            .chain(registered)
+        {
             assert_close_to_dense(a, &b, kind, label);
         }
     }
@@ -133,7 +139,11 @@ fn every_preconditioner_solves_poisson_and_random_spd_like_a_dense_solver() {
     let a = &systems[0].1;
     let b = random_vector(a.n_rows(), 5);
     for kind in [PreconditionerKind::Dic, PreconditionerKind::Ic0] {
-        assert_eq!(assert_close_to_dense(a, &b, kind, "1-D"), 1, "{kind}");
+        assert_eq!(
+            assert_close_to_dense(a, &b, kind.into(), "1-D"),
+            1,
+            "{kind}"
+        );
     }
 }
 
