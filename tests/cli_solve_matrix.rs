@@ -41,7 +41,7 @@ fn max_error(stdout: &str) -> f64 {
 
 #[test]
 fn solves_with_ones_as_exact_solution() {
-    let plain = ["none", "jacobi", "dic", "ic0", "sgs"].map(|p| (p, "none"));
+    let plain = ["none", "jacobi", "dic", "ic0", "sgs", "neu1", "neu2"].map(|p| (p, "none"));
     let equilibrated = [
         ("none", "jacobi"),
         ("none", "ruiz"),
