@@ -10,7 +10,8 @@ use fvpoisson::gpu::pcg::{
 };
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
-    pcg, solve_pcg, CgBackend, EquilibrationKind, InitialNorms, PreconditionerKind, SolverControls,
+    pcg, solve_pcg, CgBackend, EquilibrationKind, Executor, InitialNorms, PreconditionerKind,
+    SolverControls,
 };
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
@@ -247,7 +248,7 @@ fn cusparse_spmv_matches_the_cpu() {
 /// The GPU backend driven one step at a time (the trait's default `iterate`).
 struct StepByStep<'a, 'g>(&'a GpuCgBackend<'g>);
 
-impl CgBackend for StepByStep<'_, '_> {
+impl Executor for StepByStep<'_, '_> {
     type Vector = GpuVector;
     fn n(&self) -> usize {
         self.0.n()
@@ -258,6 +259,18 @@ impl CgBackend for StepByStep<'_, '_> {
     fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
         self.0.initialize(b, x, r)
     }
+    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
+        self.0.dot(a, b)
+    }
+    fn sum_abs(&self, v: &GpuVector) -> f64 {
+        self.0.sum_abs(v)
+    }
+    fn device_status(&self) -> Result<(), fvpoisson::solve::SolveError> {
+        self.0.device_status()
+    }
+}
+
+impl CgBackend for StepByStep<'_, '_> {
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         self.0.precondition(r, z)
     }
@@ -276,9 +289,6 @@ impl CgBackend for StepByStep<'_, '_> {
         r: &mut GpuVector,
     ) -> f64 {
         self.0.update_solution(alpha, p, q, x, r)
-    }
-    fn device_status(&self) -> Result<(), fvpoisson::solve::SolveError> {
-        self.0.device_status()
     }
 }
 

@@ -15,7 +15,8 @@ use std::cell::RefCell;
 use super::checks::check_system;
 use super::cpu::CpuBackend;
 use super::diagonal::{Identity, Jacobi};
-use super::pcg::{CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, StopRule};
+use super::executor::{Executor, InitialNorms};
+use super::pcg::{CgBackend, CgVectors, IterationRecord, LoopState, StopRule};
 use super::LinearOperator;
 use super::{pcg, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
@@ -64,7 +65,8 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
 }
 
-impl CgBackend for SingleReduction<'_> {
+/// The CPU backend's executor.
+impl Executor for SingleReduction<'_> {
     type Vector = Vec<f64>;
 
     fn n(&self) -> usize {
@@ -76,6 +78,15 @@ impl CgBackend for SingleReduction<'_> {
     fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
         self.cpu.initialize(b, x, r)
     }
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        self.cpu.dot(a, b)
+    }
+    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
+        self.cpu.sum_abs(v)
+    }
+}
+
+impl CgBackend for SingleReduction<'_> {
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
         self.cpu.precondition(r, z)
     }
