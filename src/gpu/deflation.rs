@@ -54,8 +54,8 @@ use crate::solve::deflation::{Deflated, DeflationOps, Subdomains};
 use crate::solve::lanczos::{Recorded, SpectrumEstimate};
 use crate::solve::neumann::TruncatedNeumann;
 use crate::solve::{
-    pcg, CgBackend, CgVectors, Executor, InitialNorms, IterationRecord, LoopState,
-    PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
+    pcg, CgBackend, CgVectors, IterationRecord, LoopState, OnExecutor, PreconditionerKind,
+    SolveError, SolverControls, SolverPerformance, StopRule,
 };
 use crate::sparse::Csr;
 
@@ -567,26 +567,10 @@ struct DeviceDeflated<'a, 'g> {
 }
 
 /// `Deflated`'s executor.
-impl Executor for DeviceDeflated<'_, '_> {
-    type Vector = GpuVector;
-
-    fn n(&self) -> usize {
-        self.steps.n()
-    }
-    fn new_vector(&self) -> GpuVector {
-        self.steps.new_vector()
-    }
-    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        self.steps.initialize(b, x, r)
-    }
-    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
-        self.steps.dot(a, b)
-    }
-    fn sum_abs(&self, v: &GpuVector) -> f64 {
-        self.steps.sum_abs(v)
-    }
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.steps.device_status()
+impl<'a, 'g> OnExecutor for DeviceDeflated<'a, 'g> {
+    type Inner = Deflated<'a, GpuCgBackend<'g>, DeviceDeflation<'g>>;
+    fn executor(&self) -> &Self::Inner {
+        &self.steps
     }
 }
 

@@ -39,7 +39,7 @@ use crate::solve::eisenstat::{
 };
 use crate::solve::smoother::check_diagonal;
 use crate::solve::{
-    ColouringKind, Executor, InitialNorms, SmootherKind, SmootherSettings, SolveError,
+    ColouringKind, Executor, InitialNorms, OnExecutor, SmootherKind, SmootherSettings, SolveError,
     SolverControls, SolverPerformance, Sweep,
 };
 use crate::sparse::{Csr, Permutation};
@@ -626,31 +626,10 @@ fn dev(v: &GpuVector) -> Result<&CudaSlice<f64>, GpuError> {
 }
 
 /// The PCG backend's executor (on the colour-contiguous order).
-impl Executor for DeviceEisenstat<'_, '_> {
-    type Vector = GpuVector;
-
-    fn n(&self) -> usize {
-        self.cg.n()
-    }
-
-    fn new_vector(&self) -> GpuVector {
-        self.cg.new_vector()
-    }
-
-    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
-
-    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
-        self.cg.dot(a, b)
-    }
-
-    fn sum_abs(&self, v: &GpuVector) -> f64 {
-        self.cg.sum_abs(v)
-    }
-
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.cg.device_status()
+impl<'g> OnExecutor for DeviceEisenstat<'_, 'g> {
+    type Inner = GpuCgBackend<'g>;
+    fn executor(&self) -> &GpuCgBackend<'g> {
+        self.cg
     }
 }
 

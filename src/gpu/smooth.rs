@@ -39,7 +39,7 @@ use crate::solve::registry::{self, Role};
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
 use crate::solve::smoother::{check_diagonal, sweep_order};
 use crate::solve::{
-    pcg, ColouringKind, Equilibration, EquilibrationKind, Executor, InitialNorms, InnerSolver,
+    pcg, ColouringKind, Equilibration, EquilibrationKind, InnerSolver, OnExecutor,
     PolynomialSettings, Precision, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, SolveError, SolverControls, SolverPerformance, Sweep,
 };
@@ -923,25 +923,10 @@ pub struct GpuSmoothing<'a, 'g> {
 }
 
 /// The PCG backend's executor.
-impl Executor for GpuSmoothing<'_, '_> {
-    type Vector = GpuVector;
-    fn n(&self) -> usize {
-        self.cg.n()
-    }
-    fn new_vector(&self) -> GpuVector {
-        self.cg.new_vector()
-    }
-    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
-    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
-        self.cg.dot(a, b)
-    }
-    fn sum_abs(&self, v: &GpuVector) -> f64 {
-        self.cg.sum_abs(v)
-    }
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.cg.device_status()
+impl<'g> OnExecutor for GpuSmoothing<'_, 'g> {
+    type Inner = GpuCgBackend<'g>;
+    fn executor(&self) -> &GpuCgBackend<'g> {
+        self.cg
     }
 }
 

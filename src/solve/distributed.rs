@@ -47,8 +47,8 @@ use super::reduce::{dot, sum_by};
 use super::row_sums::openfoam_row_sums;
 use super::split::SplitMatrix;
 use super::{
-    pcg, CgBackend, Executor, InitialNorms, LinearOperator, Preconditioner, PreconditionerKind,
-    SolveError, SolverControls, SolverPerformance,
+    pcg, CgBackend, Executor, InitialNorms, LinearOperator, OnExecutor, Preconditioner,
+    PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
 use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
@@ -727,27 +727,10 @@ impl<'a> DistributedKrylovBackend<'a> {
 }
 
 /// The PCG backend's executor.
-impl Executor for DistributedKrylovBackend<'_> {
-    type Vector = Vec<f64>;
-
-    fn n(&self) -> usize {
-        self.cg.n()
-    }
-
-    fn new_vector(&self) -> Vec<f64> {
-        self.cg.new_vector()
-    }
-
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
-
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        self.cg.dot(a, b)
-    }
-
-    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
-        self.cg.sum_abs(v)
+impl<'a> OnExecutor for DistributedKrylovBackend<'a> {
+    type Inner = DistributedBackend<'a>;
+    fn executor(&self) -> &DistributedBackend<'a> {
+        &self.cg
     }
 }
 

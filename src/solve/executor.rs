@@ -21,9 +21,11 @@
 //! `distributed::DistributedBackend` (and `DistributedKrylovBackend`); on a
 //! GPU `gpu::pcg::GpuCgBackend` (also under `gpu::smooth::GpuSmoothing`,
 //! `gpu::eisenstat::DeviceEisenstat`), `gpu::krylov::GpuKrylovBackend`, and
-//! over several GPUs or ranks `gpu::multi::MultiGpuBackend`. Adapters
-//! (`deflation::Deflated`, `lanczos::Recorded`) are executors that forward
-//! to the one they wrap.
+//! over several GPUs or ranks `gpu::multi::MultiGpuBackend`. Steps that run
+//! on another executor unchanged name it ([`OnExecutor`]); adapters that
+//! change a step (`deflation::Deflated` projects the initial residual,
+//! `lanczos::Recorded` starts a new record) implement [`Executor`] and
+//! forward the rest.
 //!
 //! Reductions (`initialize`, `dot`, `sum_abs`) are deterministic: the same
 //! bits run to run, whatever the thread count; over ranks every rank gets
@@ -82,5 +84,41 @@ pub trait Executor {
         let v = self.new_vector();
         self.device_status()?;
         Ok(v)
+    }
+}
+
+/// A method's steps that run on another executor, whose vectors, initial
+/// residual, reductions and device status they use unchanged
+/// (`CpuKrylovBackend` and `CpuSmoothing` on a `CpuBackend`,
+/// `DeviceEisenstat` and `GpuSmoothing` on a `GpuCgBackend`, ...): they are
+/// an [`Executor`] through it, with no forwarding of their own.
+pub trait OnExecutor {
+    type Inner: Executor;
+    /// The executor the steps run on.
+    fn executor(&self) -> &Self::Inner;
+}
+
+impl<T: OnExecutor> Executor for T {
+    type Vector = <T::Inner as Executor>::Vector;
+    fn n(&self) -> usize {
+        self.executor().n()
+    }
+    fn new_vector(&self) -> Self::Vector {
+        self.executor().new_vector()
+    }
+    fn initialize(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> InitialNorms {
+        self.executor().initialize(b, x, r)
+    }
+    fn dot(&self, a: &Self::Vector, b: &Self::Vector) -> f64 {
+        self.executor().dot(a, b)
+    }
+    fn sum_abs(&self, v: &Self::Vector) -> f64 {
+        self.executor().sum_abs(v)
+    }
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.executor().device_status()
+    }
+    fn checked_vector(&self) -> Result<Self::Vector, SolveError> {
+        self.executor().checked_vector()
     }
 }

@@ -21,7 +21,7 @@ use rayon::prelude::*;
 
 use super::cpu::CpuBackend;
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
-use super::{Executor, InitialNorms, LinearOperator};
+use super::{Executor, LinearOperator, OnExecutor};
 use crate::sparse::Csr;
 
 /// The entry points, kept at their old path (they live in `entry`).
@@ -332,27 +332,10 @@ impl<'a> CpuKrylovBackend<'a> {
 
 /// The executor is the PCG backend's: the same vectors, initial residual
 /// and reductions.
-impl Executor for CpuKrylovBackend<'_> {
-    type Vector = Vec<f64>;
-
-    fn n(&self) -> usize {
-        self.cg.n()
-    }
-
-    fn new_vector(&self) -> Vec<f64> {
-        self.cg.new_vector()
-    }
-
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
-
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        self.cg.dot(a, b)
-    }
-
-    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
-        self.cg.sum_abs(v)
+impl<'a> OnExecutor for CpuKrylovBackend<'a> {
+    type Inner = CpuBackend<'a>;
+    fn executor(&self) -> &CpuBackend<'a> {
+        &self.cg
     }
 }
 

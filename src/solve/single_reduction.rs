@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use super::checks::check_system;
 use super::cpu::CpuBackend;
 use super::diagonal::{Identity, Jacobi};
-use super::executor::{Executor, InitialNorms};
+use super::executor::OnExecutor;
 use super::pcg::{CgBackend, CgVectors, IterationRecord, LoopState, StopRule};
 use super::LinearOperator;
 use super::{pcg, SolveError, SolverControls, SolverPerformance};
@@ -66,23 +66,10 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// The CPU backend's executor.
-impl Executor for SingleReduction<'_> {
-    type Vector = Vec<f64>;
-
-    fn n(&self) -> usize {
-        self.cpu.n()
-    }
-    fn new_vector(&self) -> Vec<f64> {
-        self.cpu.new_vector()
-    }
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cpu.initialize(b, x, r)
-    }
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        self.cpu.dot(a, b)
-    }
-    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
-        self.cpu.sum_abs(v)
+impl<'a> OnExecutor for SingleReduction<'a> {
+    type Inner = CpuBackend<'a>;
+    fn executor(&self) -> &CpuBackend<'a> {
+        &self.cpu
     }
 }
 

@@ -8,7 +8,7 @@
 use super::checks::{check_inputs, check_symmetric};
 use super::cpu::CpuBackend;
 use super::diagonal::Identity;
-use super::executor::{Executor, InitialNorms};
+use super::executor::{Executor, OnExecutor};
 use super::pcg::{check_residual, DIVERGENCE_FACTOR};
 use super::smoother::{Smoother, SmootherSettings};
 use super::{SolveError, SolverControls, SolverPerformance};
@@ -118,22 +118,10 @@ impl<'a> CpuSmoothing<'a> {
 }
 
 /// The executor is the PCG backend's.
-impl Executor for CpuSmoothing<'_> {
-    type Vector = Vec<f64>;
-    fn n(&self) -> usize {
-        self.cg.n()
-    }
-    fn new_vector(&self) -> Vec<f64> {
-        self.cg.new_vector()
-    }
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        self.cg.dot(a, b)
-    }
-    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
-        self.cg.sum_abs(v)
+impl<'a> OnExecutor for CpuSmoothing<'a> {
+    type Inner = CpuBackend<'a>;
+    fn executor(&self) -> &CpuBackend<'a> {
+        &self.cg
     }
 }
 
