@@ -10,7 +10,7 @@ use fvpoisson::gpu::pcg::{
 };
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::{
-    pcg, solve_pcg, CgBackend, EquilibrationKind, InitialNorms, PreconditionerKind, SolverControls,
+    pcg, solve_pcg, CgBackend, EquilibrationKind, OnExecutor, PreconditionerKind, SolverControls,
 };
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
@@ -247,17 +247,14 @@ fn cusparse_spmv_matches_the_cpu() {
 /// The GPU backend driven one step at a time (the trait's default `iterate`).
 struct StepByStep<'a, 'g>(&'a GpuCgBackend<'g>);
 
+impl<'g> OnExecutor for StepByStep<'_, 'g> {
+    type Inner = GpuCgBackend<'g>;
+    fn executor(&self) -> &GpuCgBackend<'g> {
+        self.0
+    }
+}
+
 impl CgBackend for StepByStep<'_, '_> {
-    type Vector = GpuVector;
-    fn n(&self) -> usize {
-        self.0.n()
-    }
-    fn new_vector(&self) -> GpuVector {
-        self.0.new_vector()
-    }
-    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        self.0.initialize(b, x, r)
-    }
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         self.0.precondition(r, z)
     }
@@ -276,9 +273,6 @@ impl CgBackend for StepByStep<'_, '_> {
         r: &mut GpuVector,
     ) -> f64 {
         self.0.update_solution(alpha, p, q, x, r)
-    }
-    fn device_status(&self) -> Result<(), fvpoisson::solve::SolveError> {
-        self.0.device_status()
     }
 }
 

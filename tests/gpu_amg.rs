@@ -15,8 +15,8 @@ use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreco
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::amg::{Amg, AmgSettings, AmgSmootherKind, CycleKind, Hierarchy, Precision};
 use fvpoisson::solve::{
-    pcg, solve_pcg_scaled, CgBackend, CpuBackend, EquilibrationKind, LinearOperator,
-    Preconditioner, PreconditionerKind, SolverControls,
+    pcg, solve_pcg_scaled, CpuBackend, EquilibrationKind, Executor, LinearOperator, Preconditioner,
+    PreconditionerKind, SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{max_rel_diff, relative_residual};

@@ -15,7 +15,7 @@ use fvpoisson::solve::cpu::CpuBackend;
 use fvpoisson::solve::eisenstat::{eisenstat_cg, CpuEisenstat, ResidualCheck};
 use fvpoisson::solve::precond::Identity;
 use fvpoisson::solve::{
-    CgBackend, EquilibrationKind, Preconditioner, PreconditionerKind, SmootherSettings, SolveError,
+    EquilibrationKind, Executor, Preconditioner, PreconditionerKind, SmootherSettings, SolveError,
     SolverControls,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;

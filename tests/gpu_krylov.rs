@@ -11,8 +11,8 @@ use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::precond::Jacobi;
 use fvpoisson::solve::{
-    solve_krylov, CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod, Orthogonalization,
-    PreconditionerKind, PreconditioningSide, SolverControls,
+    solve_krylov, CpuKrylovBackend, Executor, GmresSettings, KrylovBackend, KrylovMethod,
+    Orthogonalization, PreconditionerKind, PreconditioningSide, SolverControls,
 };
 use fvpoisson::sparse::testing::random_vector;
 use fvpoisson::sparse::RowOrdering;

@@ -19,9 +19,12 @@ use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator};
 use fvpoisson::solve::deflation::DeflationOps;
-use fvpoisson::solve::distributed::{solve_pcg_distributed_deflated, Deflation, RankDeflation};
+use fvpoisson::solve::diagonal::Identity;
+use fvpoisson::solve::distributed::{
+    solve_pcg_distributed_deflated, Deflation, DistributedBackend, RankDeflation,
+};
 use fvpoisson::solve::{
-    CgBackend, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+    Executor, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::random_vector;
@@ -151,7 +154,13 @@ fn deflation_steps_on_gpu_ranks_match_the_cpu_ranks() {
                 let (mut v_cpu, mut x_cpu) = (local.scatter(&v), local.scatter(&x));
                 cpu.project(&mut v_cpu);
                 cpu.prolong_add(0.5, &mut x_cpu);
-                let cpu_sums = [cpu.dot(&v_cpu, &x_cpu), cpu.sum_abs(&v_cpu)];
+                // The sums deflated PCG takes from the rank's executor.
+                let identity = Identity(local.n_owned);
+                let cpu_executor = DistributedBackend::new(&local, comm, &identity);
+                let cpu_sums = [
+                    cpu_executor.dot(&v_cpu, &x_cpu),
+                    cpu_executor.sum_abs(&v_cpu),
+                ];
                 let gpu = Gpu::on_device(0).unwrap();
                 let options = MultiGpuOptions::default();
                 let backend = MultiGpuBackend::for_rank(&gpu, &a, &d, comm, &options).unwrap();
@@ -160,7 +169,7 @@ fn deflation_steps_on_gpu_ranks_match_the_cpu_ranks() {
                     (backend.upload(&v).unwrap(), backend.upload(&x).unwrap());
                 ops.project(&mut v_dev);
                 ops.prolong_add(0.5, &mut x_dev);
-                let gpu_sums = [ops.dot(&v_dev, &x_dev), ops.sum_abs(&v_dev)];
+                let gpu_sums = [backend.dot(&v_dev, &x_dev), backend.sum_abs(&v_dev)];
                 backend.device_status().unwrap();
                 let mut v_gpu = backend.download(&v_dev).unwrap();
                 let mut x_gpu = backend.download(&x_dev).unwrap();

@@ -37,7 +37,7 @@ use fvpoisson::gpu::multi::{
 };
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuVector};
 use fvpoisson::gpu::Gpu;
-use fvpoisson::solve::{pcg, CgBackend, SolverControls};
+use fvpoisson::solve::{pcg, CgBackend, Executor, SolverControls};
 use fvpoisson::sparse::testing::grid_laplacian;
 use fvpoisson::sparse::{Csr, RowOrdering};
 

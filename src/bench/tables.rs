@@ -47,7 +47,7 @@ use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVecto
 use fvpoisson::gpu::{Gpu, GpuError};
 use fvpoisson::mesh::{Geometry, Mesh, PatchKind};
 use fvpoisson::solve::{
-    pcg, solve_pcg, CgBackend, EquilibrationKind, PreconditionerKind, RuizNorm, RuizSettings,
+    pcg, solve_pcg, EquilibrationKind, Executor, PreconditionerKind, RuizNorm, RuizSettings,
     SolverControls, SolverPerformance,
 };
 use fvpoisson::sparse::ordering::bandwidth;

@@ -1054,7 +1054,7 @@ mod tests {
     use crate::solve::diagonal::Identity;
     use crate::solve::krylov::KrylovBackend;
     use crate::solve::precond::Jacobi;
-    use crate::solve::{CpuKrylovBackend, InitialNorms, LinearOperator};
+    use crate::solve::{CpuKrylovBackend, Executor, InitialNorms, LinearOperator};
     use crate::sparse::testing::{random_nonsymmetric, random_vector};
     use crate::sparse::Csr;
 
@@ -1079,7 +1079,7 @@ mod tests {
 
     type V = Vec<f64>;
 
-    impl KrylovBackend for Recording<'_> {
+    impl Executor for Recording<'_> {
         type Vector = V;
         fn n(&self) -> usize {
             self.cpu.n()
@@ -1092,6 +1092,17 @@ mod tests {
             *self.norms.borrow_mut() = Some(norms);
             norms
         }
+        fn dot(&self, a: &V, b: &V) -> f64 {
+            let d = self.cpu.dot(a, b);
+            *self.rho0.borrow_mut() = d;
+            d
+        }
+        fn sum_abs(&self, v: &V) -> f64 {
+            self.cpu.sum_abs(v)
+        }
+    }
+
+    impl KrylovBackend for Recording<'_> {
         fn residual(&self, b: &V, x: &V, r: &mut V) -> (f64, f64) {
             self.cpu.residual(b, x, r)
         }
@@ -1110,11 +1121,6 @@ mod tests {
                 self.row(REC_T_T, yy);
             }
             (yw, yy)
-        }
-        fn dot(&self, a: &V, b: &V) -> f64 {
-            let d = self.cpu.dot(a, b);
-            *self.rho0.borrow_mut() = d;
-            d
         }
         fn scale(&self, alpha: f64, x: &V, y: &mut V) {
             self.cpu.scale(alpha, x, y)

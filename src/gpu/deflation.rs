@@ -52,15 +52,13 @@ use crate::solve::lanczos::{Recorded, SpectrumEstimate};
 use crate::solve::neumann::NeumannSettings;
 use crate::solve::registry::Registered;
 use crate::solve::{
-    pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, Preconditioner,
+    pcg, CgBackend, CgVectors, IterationRecord, LoopState, OnExecutor, Preconditioner,
     PreconditionerKind, SolveError, SolverControls, SolverPerformance, StopRule,
 };
 use crate::sparse::Csr;
 
 /// Threads per block of the per-subdomain and per-coarse-row reductions.
 const COARSE_BLOCK: u32 = 256;
-/// Threads of the one-block `reduce_partials`.
-const REDUCE_BLOCK: u32 = 1024;
 /// `DEFL_MAX_WIDTH` of kernels/deflation.cu.
 const MAX_WIDTH: usize = 32;
 
@@ -82,8 +80,6 @@ pub struct DeviceDeflation<'g> {
     restricted: CudaSlice<f64>,
     /// a = E⁻¹ Zᵀ v of the last projection.
     correction: CudaSlice<f64>,
-    partials: CudaSlice<f64>,
-    scalar: CudaSlice<f64>,
     failure: RefCell<Option<GpuError>>,
     /// The set-up's phases ([`Self::new_timed`]; empty otherwise).
     setup_phases: Vec<SetupPhase>,
@@ -219,8 +215,6 @@ impl<'g> DeviceDeflation<'g> {
             e_inverse,
             restricted: gpu.zeros(k)?,
             correction: gpu.zeros(k)?,
-            partials: gpu.zeros(vector_grid(n) as usize)?,
-            scalar: gpu.zeros(1)?,
             failure: RefCell::new(None),
             setup_phases: Vec::new(),
             id: super::unique_buffers_id(),
@@ -329,16 +323,6 @@ impl<'g> DeviceDeflation<'g> {
         })
     }
 
-    /// Σ of the first `m` partials, read back.
-    fn reduce(&self, m: usize) -> Result<f64, GpuError> {
-        let (m32, one) = (m as i32, 1i32);
-        self.gpu
-            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m32).arg(&one).arg(&self.partials).arg(&self.scalar);
-            })?;
-        Ok(self.gpu.download(&self.scalar)?[0])
-    }
-
     fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
         if self.failure.borrow().is_some() {
             return fallback;
@@ -390,9 +374,7 @@ pub fn coarse_inverse_on_device(
     Ok(inverse)
 }
 
-impl DeflationOps for DeviceDeflation<'_> {
-    type Vector = GpuVector;
-
+impl DeflationOps<GpuVector> for DeviceDeflation<'_> {
     fn project(&self, v: &mut GpuVector) {
         self.guarded((), || self.launch_project(v.dev()?, None))
     }
@@ -417,41 +399,7 @@ impl DeflationOps for DeviceDeflation<'_> {
         })
     }
 
-    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
-            let n = self.n as i32;
-            let (a, b) = (a.dev()?, b.dev()?);
-            self.gpu.launch(
-                "dot_partials",
-                vector_grid(self.n),
-                VECTOR_BLOCK,
-                0,
-                |args| {
-                    args.arg(&n).arg(a).arg(b).arg(&self.partials);
-                },
-            )?;
-            self.reduce(vector_grid(self.n) as usize)
-        })
-    }
-
-    fn sum_abs(&self, v: &GpuVector) -> f64 {
-        self.guarded(f64::NAN, || {
-            let n = self.n as i32;
-            let v = v.dev()?;
-            self.gpu.launch(
-                "abs_sum_partials",
-                vector_grid(self.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n).arg(v).arg(&self.partials);
-                },
-            )?;
-            self.reduce(vector_grid(self.n) as usize)
-        })
-    }
-
-    fn status(&self) -> Result<(), SolveError> {
+    fn device_status(&self) -> Result<(), SolveError> {
         match &*self.failure.borrow() {
             Some(e) => Err(SolveError::Device(e.to_string())),
             None => Ok(()),
@@ -495,18 +443,15 @@ struct DeviceDeflated<'a, 'g> {
     ops: &'a DeviceDeflation<'g>,
 }
 
-impl CgBackend for DeviceDeflated<'_, '_> {
-    type Vector = GpuVector;
+/// `Deflated`'s executor.
+impl<'a, 'g> OnExecutor for DeviceDeflated<'a, 'g> {
+    type Inner = Deflated<'a, GpuCgBackend<'g>, DeviceDeflation<'g>>;
+    fn executor(&self) -> &Self::Inner {
+        &self.steps
+    }
+}
 
-    fn n(&self) -> usize {
-        self.steps.n()
-    }
-    fn new_vector(&self) -> GpuVector {
-        self.steps.new_vector()
-    }
-    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        self.steps.initialize(b, x, r)
-    }
+impl CgBackend for DeviceDeflated<'_, '_> {
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         self.steps.precondition(r, z)
     }
@@ -538,9 +483,6 @@ impl CgBackend for DeviceDeflated<'_, '_> {
     }
     fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {
         self.steps.flexible_term(z, q)
-    }
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.steps.device_status()
     }
 }
 

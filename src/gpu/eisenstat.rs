@@ -39,7 +39,7 @@ use crate::solve::eisenstat::{
 };
 use crate::solve::smoother::check_diagonal;
 use crate::solve::{
-    CgBackend, ColouringKind, InitialNorms, SmootherKind, SmootherSettings, SolveError,
+    ColouringKind, Executor, InitialNorms, OnExecutor, SmootherKind, SmootherSettings, SolveError,
     SolverControls, SolverPerformance, Sweep,
 };
 use crate::sparse::{Csr, Permutation};
@@ -567,7 +567,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     pub fn phase_ms(&self, carried: bool, reps: usize) -> Result<[f64; 3], SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         let mut work: Vec<GpuVector> = (0..7)
-            .map(|_| self.new_vector())
+            .map(|_| self.checked_vector())
             .collect::<Result<_, _>>()?;
         let [x, r, rho, p, t, s, g] = work.get_disjoint_mut([0, 1, 2, 3, 4, 5, 6]).unwrap();
         let v = EisenstatVectors {
@@ -625,22 +625,22 @@ fn dev(v: &GpuVector) -> Result<&CudaSlice<f64>, GpuError> {
     v.dev()
 }
 
-impl EisenstatBackend for DeviceEisenstat<'_, '_> {
-    type Vector = GpuVector;
-
-    fn new_vector(&self) -> Result<GpuVector, SolveError> {
-        let v = self.cg.new_vector();
-        self.cg.device_status()?;
-        Ok(v)
+/// The PCG backend's executor (on the colour-contiguous order).
+impl<'g> OnExecutor for DeviceEisenstat<'_, 'g> {
+    type Inner = GpuCgBackend<'g>;
+    fn executor(&self) -> &GpuCgBackend<'g> {
+        self.cg
     }
+}
 
-    fn initialize(
+impl EisenstatBackend for DeviceEisenstat<'_, '_> {
+    fn initialize_rho(
         &self,
         b: &GpuVector,
         v: &mut EisenstatVectors<'_, GpuVector>,
     ) -> Result<(InitialNorms, f64), SolveError> {
-        let norms = self.cg.initialize(b, v.x, v.r);
-        self.cg.device_status()?;
+        let norms = self.initialize(b, v.x, v.r);
+        self.device_status()?;
         let run = || -> Result<f64, GpuError> {
             let (r, rho) = (dev(v.r)?, dev(v.rho)?);
             for k in 0..self.n_colours() {

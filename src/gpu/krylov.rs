@@ -33,7 +33,7 @@ use crate::solve::gmres::gmres;
 use crate::solve::krylov::{KrylovBackend, KrylovMethod};
 use crate::solve::precond::Jacobi;
 use crate::solve::{
-    InitialNorms, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
+    Executor, InitialNorms, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
 use crate::sparse::{Csr, ModSell, Reordered};
 
@@ -270,7 +270,7 @@ impl<'g> GpuKrylovBackend<'g> {
     }
 }
 
-impl KrylovBackend for GpuKrylovBackend<'_> {
+impl Executor for GpuKrylovBackend<'_> {
     type Vector = GpuVector;
 
     fn n(&self) -> usize {
@@ -305,6 +305,30 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         })
     }
 
+    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
+        self.failure
+            .guarded(f64::NAN, || self.dot_dev(a.dev()?, b.dev()?))
+    }
+
+    fn sum_abs(&self, v: &GpuVector) -> f64 {
+        self.failure.guarded(f64::NAN, || {
+            let v = v.dev()?;
+            let s = self.scratch.borrow();
+            let n = self.n32();
+            self.gpu
+                .launch("abs_sum_partials", self.grid(), VECTOR_BLOCK, 0, |k| {
+                    k.arg(&n).arg(v).arg(&s.partials);
+                })?;
+            Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
+        })
+    }
+
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.failure.status()
+    }
+}
+
+impl KrylovBackend for GpuKrylovBackend<'_> {
     fn residual(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> (f64, f64) {
         self.failure.guarded((f64::NAN, f64::NAN), || {
             let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);
@@ -341,19 +365,6 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
             })?;
             let sums = self.reduce(&s, self.matrix.n_slices(), 2)?;
             Ok((sums[0], sums[1]))
-        })
-    }
-
-    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
-        self.failure.guarded(f64::NAN, || {
-            let (a, b) = (a.dev()?, b.dev()?);
-            let s = self.scratch.borrow();
-            let n = self.n32();
-            self.gpu
-                .launch("dot_partials", self.grid(), VECTOR_BLOCK, 0, |k| {
-                    k.arg(&n).arg(a).arg(b).arg(&s.partials);
-                })?;
-            Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
         })
     }
 
@@ -495,10 +506,6 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
             let sums = self.reduce(&s, self.grid() as usize, 2)?;
             Ok((sums[0], sums[1]))
         })
-    }
-
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.failure.status()
     }
 }
 

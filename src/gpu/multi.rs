@@ -104,12 +104,12 @@ use super::pcg::{chunk_records, chunk_state, GpuVector, STATE_LEN};
 use super::peer::{self, PeerLinks, VectorSums, PEER_TIMEOUT};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
-use crate::parallel::Communicator;
+use crate::parallel::{Communicator, SingleProcess};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::pcg::NORM_FACTOR_SMALL;
 use crate::solve::{
-    iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolveError,
-    SolverControls, SolverPerformance, StopRule,
+    iterate_steps, pcg, CgBackend, CgVectors, Executor, InitialNorms, IterationRecord, LoopState,
+    SolveError, SolverControls, SolverPerformance, StopRule,
 };
 use crate::sparse::distribute::{Decomposition, LocalMatrix, Neighbour};
 use crate::sparse::{Csr, ModSell};
@@ -1143,6 +1143,67 @@ impl<'g> MultiGpuBackend<'g> {
             fallback
         })
     }
+
+    /// Each of this process's ranks' sum of `what` (block partials, then
+    /// `reduce_partials`, read back), in the backend's rank order.
+    pub(super) fn rank_sums(&self, what: Partials) -> Result<Vec<f64>, GpuError> {
+        let mut sums = Vec::with_capacity(self.ranks.len());
+        for (k, r) in self.ranks.iter().enumerate() {
+            let (n, m, one) = (r.n32(), r.grid() as i32, 1i32);
+            let (kernel, vectors) = match what {
+                Partials::Sum(v) => ("sum_partials", [Some(v.part(k)?), None]),
+                Partials::Dot(a, b) => ("dot_partials", [Some(a.part(k)?), Some(b.part(k)?)]),
+                Partials::AbsSum(v) => ("abs_sum_partials", [Some(v.part(k)?), None]),
+            };
+            r.gpu.launch(kernel, r.grid(), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n);
+                vectors.iter().flatten().for_each(|v| {
+                    a.arg(*v);
+                });
+                if let Partials::Sum(_) = what {
+                    a.arg(&NULL); // no scale
+                }
+                a.arg(&r.partials);
+            })?;
+            let scalars = r.scalars.borrow();
+            r.gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+                a.arg(&m).arg(&one).arg(&r.partials).arg(&*scalars);
+            })?;
+            sums.push(r.gpu.download(&scalars)?[0]);
+        }
+        Ok(sums)
+    }
+
+    /// Σ of `what` over every rank: this process's ranks in rank order, then
+    /// over the processes. The sum over the processes is made even when this
+    /// rank's device failed (a NaN contribution), so that no rank waits for
+    /// it.
+    pub(super) fn global_sum(&self, what: Partials) -> f64 {
+        let local = self.guarded(f64::NAN, || Ok(self.rank_sums(what)?.iter().sum()));
+        let mut total = [local];
+        comm_of(self).sum(&mut total);
+        total[0]
+    }
+}
+
+/// The per-rank sums of the executor's reductions and the deflation's Zᵀ v.
+#[derive(Clone, Copy)]
+pub(super) enum Partials<'v> {
+    /// Σ v (a rank's entry of Zᵀ v).
+    Sum(&'v MultiVector),
+    /// a · b.
+    Dot(&'v MultiVector, &'v MultiVector),
+    /// Σ |v|.
+    AbsSum(&'v MultiVector),
+}
+
+/// The communicator across processes: the run's for a rank of a distributed
+/// run, none (one process holds every rank) otherwise.
+pub(super) fn comm_of<'b>(backend: &'b MultiGpuBackend<'_>) -> &'b dyn Communicator {
+    match &backend.peers {
+        Some(peers) => peers.comm,
+        None => &SingleProcess,
+    }
 }
 
 /// Solves A x = b by PCG split over `gpus` by `d` (rank r on
@@ -1684,7 +1745,7 @@ fn vector_sums((partials, m, count): (&CudaSlice<f64>, usize, usize)) -> VectorS
     VectorSums { partials, m, count }
 }
 
-impl CgBackend for MultiGpuBackend<'_> {
+impl Executor for MultiGpuBackend<'_> {
     type Vector = MultiVector;
 
     fn n(&self) -> usize {
@@ -1735,6 +1796,26 @@ impl CgBackend for MultiGpuBackend<'_> {
         })
     }
 
+    /// Each rank's a · b read back, summed over the ranks in rank order
+    /// (`global_sum`).
+    fn dot(&self, a: &MultiVector, b: &MultiVector) -> f64 {
+        self.global_sum(Partials::Dot(a, b))
+    }
+
+    /// Each rank's Σ |v| read back, summed over the ranks in rank order.
+    fn sum_abs(&self, v: &MultiVector) -> f64 {
+        self.global_sum(Partials::AbsSum(v))
+    }
+
+    fn device_status(&self) -> Result<(), SolveError> {
+        match self.failure.borrow().as_ref() {
+            Some(e) => Err(SolveError::Device(e.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl CgBackend for MultiGpuBackend<'_> {
     fn precondition(&self, r: &MultiVector, z: &mut MultiVector) -> f64 {
         self.step(Step::Precondition, f64::NAN, || {
             for (k, rk) in self.ranks.iter().enumerate() {
@@ -1828,13 +1909,6 @@ impl CgBackend for MultiGpuBackend<'_> {
             return self.rank_device_chunk(peers, rule, state, count, &v);
         }
         self.guarded(Vec::new(), || self.device_chunk(rule, state, count, &v))
-    }
-
-    fn device_status(&self) -> Result<(), SolveError> {
-        match self.failure.borrow().as_ref() {
-            Some(e) => Err(SolveError::Device(e.to_string())),
-            None => Ok(()),
-        }
     }
 }
 

@@ -61,9 +61,9 @@ use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
-    pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, InitialNorms, IterationRecord,
-    LoopState, Precision, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
-    StopRule,
+    pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, Executor, InitialNorms,
+    IterationRecord, LoopState, Precision, PreconditionerKind, SolveError, SolverControls,
+    SolverPerformance, StopRule,
 };
 use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 
@@ -521,7 +521,7 @@ impl<'g> GpuCgBackend<'g> {
     }
 
     /// a · b (`dot_partials`, then the fixed-order reduction).
-    fn dot(&self, a: &CudaSlice<f64>, b: &CudaSlice<f64>) -> Result<f64, GpuError> {
+    fn dot_dev(&self, a: &CudaSlice<f64>, b: &CudaSlice<f64>) -> Result<f64, GpuError> {
         let s = self.scratch.borrow();
         let n = self.n32();
         self.gpu.launch(
@@ -531,6 +531,27 @@ impl<'g> GpuCgBackend<'g> {
             0,
             |args| {
                 args.arg(&n).arg(a).arg(b).arg(&s.vector_partials);
+            },
+        )?;
+        Ok(self.reduce(
+            &s,
+            &s.vector_partials,
+            vector_grid(self.matrix.n) as usize,
+            1,
+        )?[0])
+    }
+
+    /// Σ |v| (`abs_sum_partials`, then the fixed-order reduction).
+    fn sum_abs_dev(&self, v: &CudaSlice<f64>) -> Result<f64, GpuError> {
+        let s = self.scratch.borrow();
+        let n = self.n32();
+        self.gpu.launch(
+            "abs_sum_partials",
+            vector_grid(self.matrix.n),
+            VECTOR_BLOCK,
+            0,
+            |args| {
+                args.arg(&n).arg(v).arg(&s.vector_partials);
             },
         )?;
         Ok(self.reduce(
@@ -932,7 +953,7 @@ pub(crate) fn chunk_records(
         .collect()
 }
 
-impl CgBackend for GpuCgBackend<'_> {
+impl Executor for GpuCgBackend<'_> {
     type Vector = GpuVector;
 
     fn n(&self) -> usize {
@@ -977,11 +998,27 @@ impl CgBackend for GpuCgBackend<'_> {
         })
     }
 
+    fn dot(&self, a: &GpuVector, b: &GpuVector) -> f64 {
+        self.failure
+            .guarded(f64::NAN, || self.dot_dev(a.dev()?, b.dev()?))
+    }
+
+    fn sum_abs(&self, v: &GpuVector) -> f64 {
+        self.failure
+            .guarded(f64::NAN, || self.sum_abs_dev(v.dev()?))
+    }
+
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.failure.status()
+    }
+}
+
+impl CgBackend for GpuCgBackend<'_> {
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         if let Some(p) = &self.preconditioner {
             return self.failure.guarded(f64::NAN, || {
                 p.apply(r.dev()?, z.dev()?)?;
-                self.dot(r.dev()?, z.dev()?)
+                self.dot_dev(r.dev()?, z.dev()?)
             });
         }
         self.failure.guarded(f64::NAN, || {
@@ -996,7 +1033,7 @@ impl CgBackend for GpuCgBackend<'_> {
         let p = self.preconditioner.as_ref()?;
         (!p.is_linear()).then(|| {
             self.failure
-                .guarded(f64::NAN, || self.dot(z.dev()?, q.dev()?))
+                .guarded(f64::NAN, || self.dot_dev(z.dev()?, q.dev()?))
         })
     }
 
@@ -1049,10 +1086,6 @@ impl CgBackend for GpuCgBackend<'_> {
         v: CgVectors<'_, GpuVector>,
     ) -> Vec<IterationRecord> {
         self.iterate_fused(None, rule, state, count, v)
-    }
-
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.failure.status()
     }
 }
 
@@ -1235,7 +1268,7 @@ pub(crate) fn initial_norms_of(sums: &[f64]) -> InitialNorms {
 }
 
 /// The first device error of a backend whose trait methods return none
-/// (`CgBackend`, `KrylovBackend`): later work is skipped, and
+/// (`Executor` and the method traits over it): later work is skipped, and
 /// `device_status` reports it.
 #[derive(Default)]
 pub(crate) struct FirstFailure(RefCell<Option<GpuError>>);

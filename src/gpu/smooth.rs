@@ -39,7 +39,7 @@ use crate::solve::registry::{self, Role};
 use crate::solve::smooth_solver::{smooth_solve, SmoothBackend};
 use crate::solve::smoother::{check_diagonal, sweep_order};
 use crate::solve::{
-    pcg, CgBackend, ColouringKind, Equilibration, EquilibrationKind, InitialNorms, InnerSolver,
+    pcg, ColouringKind, Equilibration, EquilibrationKind, InnerSolver, OnExecutor,
     PolynomialSettings, Precision, Preconditioner, PreconditionerKind, SmootherKind,
     SmootherSettings, SolveError, SolverControls, SolverPerformance, Sweep,
 };
@@ -922,22 +922,20 @@ pub struct GpuSmoothing<'a, 'g> {
     pub smoother: &'a DeviceSmoother<'g>,
 }
 
+/// The PCG backend's executor.
+impl<'g> OnExecutor for GpuSmoothing<'_, 'g> {
+    type Inner = GpuCgBackend<'g>;
+    fn executor(&self) -> &GpuCgBackend<'g> {
+        self.cg
+    }
+}
+
 impl SmoothBackend for GpuSmoothing<'_, '_> {
-    type Vector = GpuVector;
-    fn new_vector(&self) -> GpuVector {
-        self.cg.new_vector()
-    }
-    fn initialize(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
     fn smooth(&self, b: &GpuVector, x: &mut GpuVector, sweeps: usize) -> Result<(), SolveError> {
         let device = |e: GpuError| SolveError::Device(e.to_string());
         self.smoother
             .smooth(b.dev().map_err(device)?, x.dev().map_err(device)?, sweeps)
             .map_err(device)
-    }
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.cg.device_status()
     }
 }
 

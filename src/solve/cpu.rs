@@ -10,9 +10,9 @@ use rayon::prelude::*;
 
 use super::equilibrate::Equilibration;
 use super::pcg::NORM_FACTOR_SMALL;
-use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
+use super::reduce::{dot, ordered_sum, sum_abs, sum_by, CHUNK};
 use super::split::SplitMatrix;
-use super::{CgBackend, InitialNorms, LinearOperator};
+use super::{CgBackend, Executor, InitialNorms, LinearOperator};
 use crate::sparse::Csr;
 
 // The checks, the row sums and the entry points, kept at their old paths
@@ -146,7 +146,7 @@ impl<'a> CpuBackend<'a> {
     }
 }
 
-impl CgBackend for CpuBackend<'_> {
+impl Executor for CpuBackend<'_> {
     type Vector = Vec<f64>;
 
     fn n(&self) -> usize {
@@ -195,6 +195,16 @@ impl CgBackend for CpuBackend<'_> {
         }
     }
 
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        dot(a, b)
+    }
+
+    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
+        sum_abs(v)
+    }
+}
+
+impl CgBackend for CpuBackend<'_> {
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
         self.precond.operator().apply_dot(r, z)
     }

@@ -17,7 +17,8 @@
 //!
 //! Both are Gupta et al.'s iteration in exact arithmetic (same α, β, z, and
 //! x_j = Q b + Pᵀ x̂_j); its final step x = Q b + Pᵀ x̂ is spread over the
-//! iterations. What an executor provides is [`DeflationOps`]: Zᵀ v as
+//! iterations. What deflation adds to an executor (`executor::Executor`,
+//! whose dot products and sums it uses) is [`DeflationOps`]: Zᵀ v as
 //! per-subdomain sums (subdomains are contiguous row ranges, so on the GPU a
 //! segmented block reduction, deterministic), E⁻¹ as an explicit dense
 //! inverse from a host Cholesky factorisation (Gupta et al.'s fast GPU variant,
@@ -30,9 +31,8 @@ use nalgebra::DMatrix;
 use rayon::prelude::*;
 
 use super::lanczos::{Recorded, SpectrumEstimate};
-use super::reduce::{dot, sum_abs};
 use super::{
-    pcg, CgBackend, CpuBackend, InitialNorms, Preconditioner, SolveError, SolverControls,
+    pcg, CgBackend, CpuBackend, Executor, InitialNorms, Preconditioner, SolveError, SolverControls,
     SolverPerformance,
 };
 use crate::sparse::partition::slice_partition_order;
@@ -200,21 +200,18 @@ pub fn coarse_inverse(e: &DMatrix<f64>) -> Result<DMatrix<f64>, SolveError> {
     Ok(inverse)
 }
 
-/// The deflation steps on one executor's vectors, used by [`Deflated`]. The
-/// coarse correction a = E⁻¹ Zᵀ v of the last [`Self::project`] is kept by
-/// the executor for [`Self::prolong_add`].
-pub trait DeflationOps {
-    type Vector;
+/// The deflation steps on the vectors `V` of one executor (`Executor`),
+/// used by [`Deflated`]; dot products and Σ|v| are the executor's. The
+/// coarse correction a = E⁻¹ Zᵀ v of the last [`Self::project`] is kept
+/// for [`Self::prolong_add`].
+pub trait DeflationOps<V> {
     /// a = E⁻¹ Zᵀ v, then v ← v − (AZ) a = P v.
-    fn project(&self, v: &mut Self::Vector);
+    fn project(&self, v: &mut V);
     /// x ← x + s Z a with a of the last `project`.
-    fn prolong_add(&self, s: f64, x: &mut Self::Vector);
-    /// a · b.
-    fn dot(&self, a: &Self::Vector, b: &Self::Vector) -> f64;
-    /// Σ |v_i|.
-    fn sum_abs(&self, v: &Self::Vector) -> f64;
-    /// A failure of the executor since the last call (a device error).
-    fn status(&self) -> Result<(), SolveError> {
+    fn prolong_add(&self, s: f64, x: &mut V);
+    /// A failure of these steps on the device since the last call (the
+    /// executor's own is its `device_status`).
+    fn device_status(&self) -> Result<(), SolveError> {
         Ok(())
     }
 }
@@ -279,9 +276,7 @@ impl CpuDeflation {
     }
 }
 
-impl DeflationOps for CpuDeflation {
-    type Vector = Vec<f64>;
-
+impl DeflationOps<Vec<f64>> for CpuDeflation {
     fn project(&self, v: &mut Vec<f64>) {
         let a = self.coarse_solve(&self.restrict(v));
         v.par_iter_mut().enumerate().for_each(|(i, vi)| {
@@ -302,14 +297,6 @@ impl DeflationOps for CpuDeflation {
             .zip(&self.part)
             .for_each(|(xi, &p)| *xi += s * a[p as usize]);
     }
-
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        dot(a, b)
-    }
-
-    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
-        sum_abs(v)
-    }
 }
 
 /// Any `CgBackend` deflated by `ops` (module documentation): run `solve::pcg`
@@ -322,7 +309,7 @@ pub struct Deflated<'a, B, D> {
 impl<'a, B, D> Deflated<'a, B, D>
 where
     B: CgBackend,
-    D: DeflationOps<Vector = B::Vector>,
+    D: DeflationOps<B::Vector>,
 {
     pub fn new(inner: &'a B, ops: &'a D) -> Self {
         Self { inner, ops }
@@ -330,7 +317,7 @@ where
 
     /// x ← x + Q (b − A x) = Q b + Pᵀ x, whose residual lies in range(P).
     /// A device failure shows at the solve's first status check (`pcg`
-    /// checks after its initial residual, through [`CgBackend::device_status`]
+    /// checks after its initial residual, through [`Executor::device_status`]
     /// of this adapter), not here: the ranks of a distributed solve then all
     /// make the same collectives before one leaves.
     pub fn correct_initial_guess(&self, b: &B::Vector, x: &mut B::Vector) {
@@ -341,10 +328,12 @@ where
     }
 }
 
-impl<B, D> CgBackend for Deflated<'_, B, D>
+/// The inner executor's, with the initial residual projected and the
+/// deflation's device status added.
+impl<B, D> Executor for Deflated<'_, B, D>
 where
     B: CgBackend,
-    D: DeflationOps<Vector = B::Vector>,
+    D: DeflationOps<B::Vector>,
 {
     type Vector = B::Vector;
 
@@ -360,10 +349,27 @@ where
         let norms = self.inner.initialize(b, x, r);
         self.ops.project(r);
         InitialNorms {
-            residual_sum: self.ops.sum_abs(r),
+            residual_sum: self.inner.sum_abs(r),
             norm_factor: norms.norm_factor,
         }
     }
+    fn dot(&self, a: &B::Vector, b: &B::Vector) -> f64 {
+        self.inner.dot(a, b)
+    }
+    fn sum_abs(&self, v: &B::Vector) -> f64 {
+        self.inner.sum_abs(v)
+    }
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.inner.device_status()?;
+        self.ops.device_status()
+    }
+}
+
+impl<B, D> CgBackend for Deflated<'_, B, D>
+where
+    B: CgBackend,
+    D: DeflationOps<B::Vector>,
+{
     fn precondition(&self, r: &B::Vector, z: &mut B::Vector) -> f64 {
         self.inner.precondition(r, z)
     }
@@ -374,7 +380,7 @@ where
     fn apply_operator(&self, p: &B::Vector, q: &mut B::Vector) -> f64 {
         self.inner.apply_operator(p, q);
         self.ops.project(q);
-        self.ops.dot(p, q)
+        self.inner.dot(p, q)
     }
     /// x += α Pᵀ p = α (p − Z a), r −= α P A p.
     fn update_solution(
@@ -392,10 +398,6 @@ where
     fn flexible_term(&self, z: &B::Vector, q: &B::Vector) -> Option<f64> {
         self.inner.flexible_term(z, q)
     }
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.inner.device_status()?;
-        self.ops.status()
-    }
 }
 
 /// Deflated PCG on `backend` from the initial guess in `x` (corrected first),
@@ -410,7 +412,7 @@ pub fn deflated_pcg<B, D>(
 ) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError>
 where
     B: CgBackend,
-    D: DeflationOps<Vector = B::Vector>,
+    D: DeflationOps<B::Vector>,
 {
     let deflated = Deflated::new(backend, ops);
     deflated.correct_initial_guess(b, x);

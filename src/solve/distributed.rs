@@ -47,8 +47,8 @@ use super::reduce::{dot, sum_by};
 use super::row_sums::openfoam_row_sums;
 use super::split::SplitMatrix;
 use super::{
-    pcg, CgBackend, InitialNorms, LinearOperator, Preconditioner, PreconditionerKind, SolveError,
-    SolverControls, SolverPerformance,
+    pcg, CgBackend, Executor, InitialNorms, LinearOperator, OnExecutor, Preconditioner,
+    PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
 use crate::parallel::collective::agreed;
 use crate::parallel::Communicator;
@@ -240,7 +240,7 @@ impl<'a> DistributedBackend<'a> {
     }
 }
 
-impl CgBackend for DistributedBackend<'_> {
+impl Executor for DistributedBackend<'_> {
     type Vector = Vec<f64>;
 
     fn n(&self) -> usize {
@@ -272,6 +272,18 @@ impl CgBackend for DistributedBackend<'_> {
         }
     }
 
+    /// The rank's part, summed over the ranks.
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        self.global_sum([dot(a, b)])[0]
+    }
+
+    /// The rank's part (summed in row order), summed over the ranks.
+    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
+        self.global_sum([v.iter().map(|x| x.abs()).sum()])[0]
+    }
+}
+
+impl CgBackend for DistributedBackend<'_> {
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
         self.precond.apply(r, z);
         self.global_sum([dot(r, z)])[0]
@@ -503,9 +515,7 @@ impl<'a> RankDeflation<'a> {
     }
 }
 
-impl DeflationOps for RankDeflation<'_> {
-    type Vector = Vec<f64>;
-
+impl DeflationOps<Vec<f64>> for RankDeflation<'_> {
     fn project(&self, v: &mut Vec<f64>) {
         let mut c = vec![0.0; self.coarse.size()];
         c[self.columns.rank] = v.iter().sum();
@@ -517,18 +527,6 @@ impl DeflationOps for RankDeflation<'_> {
     fn prolong_add(&self, s: f64, x: &mut Vec<f64>) {
         let shift = s * self.correction.borrow()[self.columns.rank];
         x.iter_mut().for_each(|xi| *xi += shift);
-    }
-
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        let mut s = [dot(a, b)];
-        self.comm.sum(&mut s);
-        s[0]
-    }
-
-    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
-        let mut s = [v.iter().map(|x| x.abs()).sum()];
-        self.comm.sum(&mut s);
-        s[0]
     }
 }
 
@@ -728,21 +726,15 @@ impl<'a> DistributedKrylovBackend<'a> {
     }
 }
 
+/// The PCG backend's executor.
+impl<'a> OnExecutor for DistributedKrylovBackend<'a> {
+    type Inner = DistributedBackend<'a>;
+    fn executor(&self) -> &DistributedBackend<'a> {
+        &self.cg
+    }
+}
+
 impl KrylovBackend for DistributedKrylovBackend<'_> {
-    type Vector = Vec<f64>;
-
-    fn n(&self) -> usize {
-        self.cg.local.n_owned
-    }
-
-    fn new_vector(&self) -> Vec<f64> {
-        vec![0.0; self.n()]
-    }
-
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
-
     fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
         self.cg.times(x, r);
         let (mut abs, mut squares) = (0.0, 0.0);
@@ -764,10 +756,6 @@ impl KrylovBackend for DistributedKrylovBackend<'_> {
         let yy = dot(y, y);
         let [yw, yy] = self.sums([w.map_or(yy, |w| dot(y, w)), yy]);
         (yw, yy)
-    }
-
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        self.sums([dot(a, b)])[0]
     }
 
     fn scale(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>) {

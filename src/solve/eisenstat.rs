@@ -30,7 +30,8 @@
 //! The reported history then holds the checked residuals only; the solve
 //! may run a few iterations past the first converged one.
 //!
-//! [`eisenstat_cg`] is the loop, written once over [`EisenstatBackend`]; the
+//! [`eisenstat_cg`] is the loop, written once over [`EisenstatBackend`] (the
+//! method's fused steps on an `executor::Executor`'s vectors); the
 //! CPU backend here (sequential sweeps in row order) is the reference of the
 //! GPU one (`gpu::eisenstat`, multicolour sweeps on the colour-contiguous
 //! order: the same sweeps, rows of one colour being uncoupled).
@@ -43,7 +44,7 @@ use super::diagonal::Identity;
 use super::pcg::StopReason;
 use super::reduce::{ordered_sum, CHUNK};
 use super::triangles::Triangles;
-use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
+use super::{Executor, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
 
 /// The symmetrically scaled triangles of A: L and Lᵀ of Â = I + L + Lᵀ as
@@ -203,13 +204,12 @@ pub struct EisenstatVectors<'a, V> {
     pub g: &'a mut V,
 }
 
-/// The fused steps of [`eisenstat_cg`] on vectors an executor owns.
-pub trait EisenstatBackend {
-    type Vector;
-    /// A zero vector.
-    fn new_vector(&self) -> Result<Self::Vector, SolveError>;
-    /// r = b − A x, ρ = C⁻¹ D^-1/2 r; returns the norms of r and ρ · ρ.
-    fn initialize(
+/// The fused steps of [`eisenstat_cg`] on an [`Executor`]'s vectors (the
+/// loop allocates them with `Executor::checked_vector`).
+pub trait EisenstatBackend: Executor {
+    /// r = b − A x, ρ = C⁻¹ D^-1/2 r; returns the norms of r
+    /// (`Executor::initialize`'s) and ρ · ρ.
+    fn initialize_rho(
         &self,
         b: &Self::Vector,
         v: &mut EisenstatVectors<'_, Self::Vector>,
@@ -281,14 +281,14 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
     const NAME: &str = "PCG (Eisenstat SGS)";
     controls.validate()?;
     let (mut r, mut rho, mut p) = (
-        backend.new_vector()?,
-        backend.new_vector()?,
-        backend.new_vector()?,
+        backend.checked_vector()?,
+        backend.checked_vector()?,
+        backend.checked_vector()?,
     );
     let (mut t, mut s, mut g) = (
-        backend.new_vector()?,
-        backend.new_vector()?,
-        backend.new_vector()?,
+        backend.checked_vector()?,
+        backend.checked_vector()?,
+        backend.checked_vector()?,
     );
     let mut v = EisenstatVectors {
         x,
@@ -299,7 +299,7 @@ pub fn eisenstat_cg<B: EisenstatBackend>(
         s: &mut s,
         g: &mut g,
     };
-    let (norms, mut r_z) = backend.initialize(b, &mut v)?;
+    let (norms, mut r_z) = backend.initialize_rho(b, &mut v)?;
     let (mut perf, run) = norms.start(controls)?;
     if let Some((limit, rule)) = run {
         let (initial, norm_factor) = (rule.initial, rule.norm_factor);
@@ -426,24 +426,44 @@ impl<'a> CpuEisenstat<'a> {
     }
 }
 
-impl EisenstatBackend for CpuEisenstat<'_> {
+impl Executor for CpuEisenstat<'_> {
     type Vector = Vec<f64>;
 
-    fn new_vector(&self) -> Result<Vec<f64>, SolveError> {
-        Ok(vec![0.0; self.split.n()])
+    fn n(&self) -> usize {
+        self.split.n()
     }
 
-    fn initialize(
+    fn new_vector(&self) -> Vec<f64> {
+        vec![0.0; self.split.n()]
+    }
+
+    /// `CpuBackend`'s initial residual of A (in its row order).
+    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
+        let identity = Identity(self.split.n());
+        let norms = CpuBackend::new(self.a, &identity).initialize(b, x, r);
+        norms
+    }
+
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        super::reduce::dot(a, b)
+    }
+
+    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
+        super::reduce::sum_abs(v)
+    }
+}
+
+impl EisenstatBackend for CpuEisenstat<'_> {
+    fn initialize_rho(
         &self,
         b: &Vec<f64>,
         v: &mut EisenstatVectors<'_, Vec<f64>>,
     ) -> Result<(InitialNorms, f64), SolveError> {
-        let identity = Identity(self.split.n());
-        let norms = CpuBackend::new(self.a, &identity).initialize(b, v.x, v.r);
+        let norms = self.initialize(b, v.x, v.r);
         for i in 0..self.split.n() {
             v.rho[i] = self.split.initial_row(i, v.r[i], v.rho);
         }
-        Ok((norms, super::reduce::dot(v.rho, v.rho)))
+        Ok((norms, self.dot(v.rho, v.rho)))
     }
 
     fn iteration(

@@ -81,7 +81,7 @@ use super::ic::{Dic, DicFactor};
 use super::pcg::pcg_unlogged;
 use super::smooth_solver::{smooth_loop, SmoothBackend};
 use super::split::{SplitMatrix, TriangleRows};
-use super::{CgBackend, InitialNorms, SolveError, SolverControls, SolverPerformance};
+use super::{Executor, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
 use crate::timings::{process_cpu_seconds, process_minor_faults};
 use levels::CoarseLevel;
@@ -1093,8 +1093,12 @@ impl<'a> Gamg<'a> {
     }
 }
 
-impl SmoothBackend for Gamg<'_> {
+/// The finest level's CPU backend.
+impl Executor for Gamg<'_> {
     type Vector = Vec<f64>;
+    fn n(&self) -> usize {
+        self.fine.n()
+    }
     fn new_vector(&self) -> Vec<f64> {
         self.fine.new_vector()
     }
@@ -1105,6 +1109,15 @@ impl SmoothBackend for Gamg<'_> {
         self.lock_work().residual.copy_from_slice(r);
         norms
     }
+    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
+        self.fine.dot(a, b)
+    }
+    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
+        self.fine.sum_abs(v)
+    }
+}
+
+impl SmoothBackend for Gamg<'_> {
     /// The finest residual after a cycle, written where the next cycle
     /// reads it (`r` is not used): one product, no normFactor terms, the
     /// bits of [`Self::initialize`]'s residual and sum.

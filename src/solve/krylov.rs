@@ -3,8 +3,8 @@
 //! (rayon) reference backend, and their settings.
 //!
 //! As for PCG (`pcg::CgBackend`), each algorithm is written once over a small
-//! set of fused steps ([`KrylovBackend`]) that an executor implements on its
-//! own vector type: [`CpuKrylovBackend`] here is the reference,
+//! set of fused steps ([`KrylovBackend`]) that an executor
+//! (`executor::Executor`) implements on its own vector type: [`CpuKrylovBackend`] here is the reference,
 //! `gpu::krylov::GpuKrylovBackend` runs the same steps on the device. A step
 //! that returns a number returns the reduction of the vector it wrote (an
 //! SpMV with a dot product, an axpy with the next dot product of modified
@@ -21,22 +21,16 @@ use rayon::prelude::*;
 
 use super::cpu::CpuBackend;
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
-use super::{CgBackend, InitialNorms, LinearOperator, SolveError};
+use super::{Executor, LinearOperator, OnExecutor};
 use crate::sparse::Csr;
 
 /// The entry points, kept at their old path (they live in `entry`).
 pub use super::entry::{solve_krylov, solve_krylov_with};
 
-/// The fused steps of GMRES and BiCGStab on an executor's vectors. Reductions
-/// must be deterministic (same bits run to run).
-pub trait KrylovBackend {
-    type Vector;
-    fn n(&self) -> usize;
-    /// A zero vector of length n.
-    fn new_vector(&self) -> Self::Vector;
-    /// r = b − A x; returns Σ|r| and OpenFOAM's normFactor (as PCG's
-    /// `CgBackend::initialize`).
-    fn initialize(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> InitialNorms;
+/// The fused steps of GMRES and BiCGStab on an [`Executor`]'s vectors (the
+/// initial residual, a · b and the device status are the executor's).
+/// Reductions must be deterministic (same bits run to run).
+pub trait KrylovBackend: Executor {
     /// r = b − A x; returns (Σ|r|, r · r).
     fn residual(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> (f64, f64);
     /// z = M⁻¹ v (z fully overwritten).
@@ -48,8 +42,6 @@ pub trait KrylovBackend {
         y: &mut Self::Vector,
         w: Option<&Self::Vector>,
     ) -> (f64, f64);
-    /// a · b.
-    fn dot(&self, a: &Self::Vector, b: &Self::Vector) -> f64;
     /// y = α x.
     fn scale(&self, alpha: f64, x: &Self::Vector, y: &mut Self::Vector);
     /// y += α x; returns y · w after the update (`w` = None: y · y).
@@ -95,11 +87,6 @@ pub trait KrylovBackend {
         x: &mut Self::Vector,
         r: &mut Self::Vector,
     ) -> (f64, f64);
-    /// A failure of the executor itself (a device error) since the last call;
-    /// the CPU never fails.
-    fn device_status(&self) -> Result<(), SolveError> {
-        Ok(())
-    }
 }
 
 /// Gram–Schmidt variant of GMRES's Arnoldi process.
@@ -306,7 +293,6 @@ impl fmt::Display for KrylovMethod {
 /// as PCG's `CpuBackend`) and any preconditioner.
 pub struct CpuKrylovBackend<'a> {
     cg: CpuBackend<'a>,
-    a: &'a Csr,
     precond: &'a dyn LinearOperator,
 }
 
@@ -316,7 +302,6 @@ impl<'a> CpuKrylovBackend<'a> {
     pub fn new(a: &'a Csr, precond: &'a dyn LinearOperator) -> Self {
         Self {
             cg: CpuBackend::new(a, precond),
-            a,
             precond,
         }
     }
@@ -345,21 +330,16 @@ impl<'a> CpuKrylovBackend<'a> {
     }
 }
 
+/// The executor is the PCG backend's: the same vectors, initial residual
+/// and reductions.
+impl<'a> OnExecutor for CpuKrylovBackend<'a> {
+    type Inner = CpuBackend<'a>;
+    fn executor(&self) -> &CpuBackend<'a> {
+        &self.cg
+    }
+}
+
 impl KrylovBackend for CpuKrylovBackend<'_> {
-    type Vector = Vec<f64>;
-
-    fn n(&self) -> usize {
-        self.a.n_rows()
-    }
-
-    fn new_vector(&self) -> Vec<f64> {
-        vec![0.0; self.n()]
-    }
-
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
-
     fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
         self.chunked(r, |i, r| {
             *r = b[i] - self.cg.row_times(i, x);
@@ -376,10 +356,6 @@ impl KrylovBackend for CpuKrylovBackend<'_> {
             let yy = y * y;
             (w.map_or(yy, |w| y * w[i]), yy)
         })
-    }
-
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        dot(a, b)
     }
 
     fn scale(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>) {

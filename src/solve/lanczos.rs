@@ -20,7 +20,9 @@
 
 use std::cell::RefCell;
 
-use super::{CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, SolveError, StopRule};
+use super::{
+    CgBackend, CgVectors, Executor, InitialNorms, IterationRecord, LoopState, SolveError, StopRule,
+};
 
 /// Extreme eigenvalues of a Lanczos matrix.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -146,7 +148,8 @@ impl<'a, B: CgBackend> Recorded<'a, B> {
     }
 }
 
-impl<B: CgBackend> CgBackend for Recorded<'_, B> {
+/// The inner executor's; a new initial residual starts a new record.
+impl<B: CgBackend> Executor for Recorded<'_, B> {
     type Vector = B::Vector;
     fn n(&self) -> usize {
         self.inner.n()
@@ -158,6 +161,18 @@ impl<B: CgBackend> CgBackend for Recorded<'_, B> {
         self.records.borrow_mut().clear();
         self.inner.initialize(b, x, r)
     }
+    fn dot(&self, a: &B::Vector, b: &B::Vector) -> f64 {
+        self.inner.dot(a, b)
+    }
+    fn sum_abs(&self, v: &B::Vector) -> f64 {
+        self.inner.sum_abs(v)
+    }
+    fn device_status(&self) -> Result<(), SolveError> {
+        self.inner.device_status()
+    }
+}
+
+impl<B: CgBackend> CgBackend for Recorded<'_, B> {
     fn precondition(&self, r: &B::Vector, z: &mut B::Vector) -> f64 {
         self.inner.precondition(r, z)
     }
@@ -190,9 +205,6 @@ impl<B: CgBackend> CgBackend for Recorded<'_, B> {
     }
     fn flexible_term(&self, z: &B::Vector, q: &B::Vector) -> Option<f64> {
         self.inner.flexible_term(z, q)
-    }
-    fn device_status(&self) -> Result<(), SolveError> {
-        self.inner.device_status()
     }
 }
 

@@ -1,8 +1,11 @@
 //! Linear solvers: the CPU reference every GPU path is tested against.
 //!
-//! Layout follows Ginkgo's solvers: PCG is written once (`pcg::pcg`) over a
-//! small set of fused kernel steps (`CgBackend`) that each executor implements
-//! on its own vector type; `cpu::CpuBackend` is the rayon reference. Operators
+//! Layout follows Ginkgo's solvers (Anzt et al. 2022): one executor trait
+//! (`executor::Executor`: the vectors, the initial residual, dot products and
+//! sums, the device status) and, per method, the fused kernel steps it adds
+//! (`CgBackend` for PCG, `KrylovBackend` for GMRES and BiCGStab,
+//! `SmoothBackend`, `EisenstatBackend`); each solver is written once over
+//! them (`pcg::pcg`, ...), and `cpu::CpuBackend` is the rayon reference. Operators
 //! (matrices, preconditioners, smoothers run from zero) implement
 //! `LinearOperator`. OpenFOAM's smoothSolver is written once too
 //! (`smooth_solver::smooth_solve` over `SmoothBackend`), with the smoothers of
@@ -24,6 +27,7 @@ pub mod eisenstat;
 pub mod entry;
 pub mod equilibrate;
 pub mod error;
+pub mod executor;
 pub mod fsai;
 pub mod gamg;
 pub mod gmres;
@@ -51,14 +55,15 @@ pub use cpu::CpuBackend;
 pub use entry::{solve_krylov, solve_krylov_with, solve_pcg, solve_pcg_scaled};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::SolveError;
+pub use executor::{Executor, InitialNorms, OnExecutor};
 pub use fsai::{FsaiPattern, FsaiSettings, FsaiStop};
 pub use krylov::{
     CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod, Orthogonalization,
     PreconditioningSide,
 };
 pub use pcg::{
-    iterate_steps, pcg, CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState,
-    SolverControls, SolverPerformance, StopReason, StopRule,
+    iterate_steps, pcg, CgBackend, CgVectors, IterationRecord, LoopState, SolverControls,
+    SolverPerformance, StopReason, StopRule,
 };
 pub use polynomial::{EigenBound, PolynomialKind, PolynomialSettings};
 pub use precond::{Preconditioner, PreconditionerKind};

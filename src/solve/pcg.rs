@@ -1,6 +1,8 @@
 //! Preconditioned conjugate gradients with OpenFOAM's convergence test
 //! (`PCG.C`, `lduMatrixSolver.C::normFactor`, `SolverPerformance::checkConvergence`),
-//! written once over the fused steps of `CgBackend`.
+//! written once over the fused steps of `CgBackend`, an extension of the
+//! executor (`executor::Executor`, which holds the vectors, the initial
+//! residual and the device status).
 //!
 //! The same loop is flexible PCG (Notay 2000, FCG(1)) when the backend's
 //! preconditioner is not a fixed linear operator (a block smoother with an
@@ -9,6 +11,7 @@
 //! Polak–Ribière form, replaces OpenFOAM's Fletcher–Reeves β = (r·z)_{k+1}/(r·z)_k.
 //! For a symmetric linear preconditioner both are equal in exact arithmetic.
 
+use super::executor::{Executor, InitialNorms};
 use super::SolveError;
 use crate::foam::write::format_g;
 
@@ -137,23 +140,7 @@ impl SolverPerformance {
     }
 }
 
-/// Norms of the initial residual r = b − A x.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct InitialNorms {
-    /// Σ |r_i|.
-    pub residual_sum: f64,
-    /// OpenFOAM's normFactor: Σ(|A x − A x̄| + |b − A x̄|) + 1e-20 with
-    /// A x̄ = rowSum(A) · mean(x).
-    pub norm_factor: f64,
-}
-
 impl InitialNorms {
-    /// What a backend whose device failed reports (`device_status` says why).
-    pub const NAN: Self = Self {
-        residual_sum: f64::NAN,
-        norm_factor: f64::NAN,
-    };
-
     /// The start of a solver loop: the performance before the first
     /// iteration (its initial residual Σ|r| / normFactor, an error if not
     /// finite) and, when the loop runs at all (minIter > 0 or not converged,
@@ -177,16 +164,11 @@ impl InitialNorms {
     }
 }
 
-/// The fused steps of PCG, implemented by each executor on vectors it owns
-/// (host memory for the CPU, device memory for a GPU). Reductions must be
-/// deterministic: same bits run to run.
-pub trait CgBackend {
-    type Vector;
-    fn n(&self) -> usize;
-    /// A zero vector of length n.
-    fn new_vector(&self) -> Self::Vector;
-    /// r = b − A x; returns Σ|r| and OpenFOAM's normFactor.
-    fn initialize(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> InitialNorms;
+/// The fused steps of PCG on an [`Executor`]'s vectors (host memory for the
+/// CPU, device memory for a GPU); the initial residual, the vectors and the
+/// device status are the executor's. Reductions must be deterministic: same
+/// bits run to run.
+pub trait CgBackend: Executor {
     /// z = M⁻¹ r; returns r · z.
     fn precondition(&self, r: &Self::Vector, z: &mut Self::Vector) -> f64;
     /// p = z + β p; β = 0 overwrites p with z (p may hold anything).
@@ -225,12 +207,6 @@ pub trait CgBackend {
     /// linear operator; `None` (the default) keeps Fletcher–Reeves β.
     fn flexible_term(&self, _z: &Self::Vector, _q: &Self::Vector) -> Option<f64> {
         None
-    }
-
-    /// A failure of the executor itself (a device error) since the last call;
-    /// the CPU never fails.
-    fn device_status(&self) -> Result<(), SolveError> {
-        Ok(())
     }
 }
 
@@ -626,7 +602,7 @@ mod tests {
         residuals: std::cell::RefCell<std::vec::IntoIter<f64>>,
     }
 
-    impl CgBackend for Counted<'_> {
+    impl Executor for Counted<'_> {
         type Vector = ();
         fn n(&self) -> usize {
             1
@@ -639,6 +615,15 @@ mod tests {
                 norm_factor: 1.0,
             }
         }
+        fn dot(&self, _: &(), _: &()) -> f64 {
+            1.0
+        }
+        fn sum_abs(&self, _: &()) -> f64 {
+            1.0
+        }
+    }
+
+    impl CgBackend for Counted<'_> {
         fn precondition(&self, _: &(), _: &mut ()) -> f64 {
             1.0
         }

@@ -15,7 +15,8 @@ use std::cell::RefCell;
 use super::checks::check_system;
 use super::cpu::CpuBackend;
 use super::diagonal::{Identity, Jacobi};
-use super::pcg::{CgBackend, CgVectors, InitialNorms, IterationRecord, LoopState, StopRule};
+use super::executor::OnExecutor;
+use super::pcg::{CgBackend, CgVectors, IterationRecord, LoopState, StopRule};
 use super::LinearOperator;
 use super::{pcg, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
@@ -64,18 +65,15 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(a, b)| a * b).sum()
 }
 
-impl CgBackend for SingleReduction<'_> {
-    type Vector = Vec<f64>;
+/// The CPU backend's executor.
+impl<'a> OnExecutor for SingleReduction<'a> {
+    type Inner = CpuBackend<'a>;
+    fn executor(&self) -> &CpuBackend<'a> {
+        &self.cpu
+    }
+}
 
-    fn n(&self) -> usize {
-        self.cpu.n()
-    }
-    fn new_vector(&self) -> Vec<f64> {
-        self.cpu.new_vector()
-    }
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cpu.initialize(b, x, r)
-    }
+impl CgBackend for SingleReduction<'_> {
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
         self.cpu.precondition(r, z)
     }

@@ -1,4 +1,5 @@
-//! OpenFOAM's `smoothSolver` (`smoothSolver.C`), written once over a backend:
+//! OpenFOAM's `smoothSolver` (`smoothSolver.C`), written once over a backend
+//! ([`SmoothBackend`]: the sweeps, on an `executor::Executor`'s vectors):
 //! the residual is checked after every `nSweeps` sweeps, iterations count
 //! sweeps, and the loop runs while
 //! `(iterations += nSweeps) < maxIter && !converged || iterations < minIter`.
@@ -7,17 +8,15 @@
 use super::checks::{check_inputs, check_symmetric};
 use super::cpu::CpuBackend;
 use super::diagonal::Identity;
-use super::pcg::{check_residual, InitialNorms, DIVERGENCE_FACTOR};
+use super::executor::{Executor, OnExecutor};
+use super::pcg::{check_residual, DIVERGENCE_FACTOR};
 use super::smoother::{Smoother, SmootherSettings};
-use super::{CgBackend, SolveError, SolverControls, SolverPerformance};
+use super::{SolveError, SolverControls, SolverPerformance};
 use crate::sparse::{Csr, Permutation};
 
-/// What the smoother loop needs of an executor.
-pub trait SmoothBackend {
-    type Vector;
-    fn new_vector(&self) -> Self::Vector;
-    /// r = b − A x; Σ|r| and OpenFOAM's normFactor (as `CgBackend::initialize`).
-    fn initialize(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> InitialNorms;
+/// What the smoother loop adds to an [`Executor`] (whose `initialize` gives
+/// the initial residual and normFactor).
+pub trait SmoothBackend: Executor {
     /// r = b − A x; Σ|r| only, with the bits of `initialize`'s (the loop's
     /// residual after each group of sweeps: normFactor is fixed at the start).
     fn residual_sum(&self, b: &Self::Vector, x: &Self::Vector, r: &mut Self::Vector) -> f64 {
@@ -30,10 +29,6 @@ pub trait SmoothBackend {
         x: &mut Self::Vector,
         sweeps: usize,
     ) -> Result<(), SolveError>;
-    /// A failure of the executor since the last call.
-    fn device_status(&self) -> Result<(), SolveError> {
-        Ok(())
-    }
 }
 
 /// Solves A x = b by smoothing from the x given, OpenFOAM's `smoothSolver::solve`.
@@ -122,14 +117,15 @@ impl<'a> CpuSmoothing<'a> {
     }
 }
 
+/// The executor is the PCG backend's.
+impl<'a> OnExecutor for CpuSmoothing<'a> {
+    type Inner = CpuBackend<'a>;
+    fn executor(&self) -> &CpuBackend<'a> {
+        &self.cg
+    }
+}
+
 impl SmoothBackend for CpuSmoothing<'_> {
-    type Vector = Vec<f64>;
-    fn new_vector(&self) -> Vec<f64> {
-        self.cg.new_vector()
-    }
-    fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
-        self.cg.initialize(b, x, r)
-    }
     fn residual_sum(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> f64 {
         self.cg.split().residual(b, x, r)
     }

@@ -25,9 +25,8 @@ use std::cell::RefCell;
 
 use cudarc::driver::CudaSlice;
 
-use super::{MultiGpuBackend, MultiVector, REDUCE_BLOCK};
+use super::{comm_of, MultiGpuBackend, MultiVector, Partials};
 use crate::gpu::{GpuError, NULL, VECTOR_BLOCK};
-use crate::parallel::{Communicator, SingleProcess};
 use crate::solve::deflation::{deflated_pcg, DeflationOps};
 use crate::solve::distributed::{agree, Deflation, RankCoarse, RankColumns};
 use crate::solve::{pcg, SolveError, SolverControls, SolverPerformance};
@@ -111,49 +110,6 @@ impl<'b, 'g> MultiGpuDeflation<'b, 'g> {
         &self.coarse
     }
 
-    /// Each of this process's ranks' sum of `what` (block partials, then
-    /// `reduce_partials`, read back), in the backend's rank order.
-    fn rank_sums(&self, what: Partials) -> Result<Vec<f64>, GpuError> {
-        let mut sums = Vec::with_capacity(self.ranks.len());
-        for (k, r) in self.backend.ranks.iter().enumerate() {
-            let (n, m, one) = (r.n32(), r.grid() as i32, 1i32);
-            let (kernel, vectors) = match what {
-                Partials::Sum(v) => ("sum_partials", [Some(v.part(k)?), None]),
-                Partials::Dot(a, b) => ("dot_partials", [Some(a.part(k)?), Some(b.part(k)?)]),
-                Partials::AbsSum(v) => ("abs_sum_partials", [Some(v.part(k)?), None]),
-            };
-            r.gpu.launch(kernel, r.grid(), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n);
-                vectors.iter().flatten().for_each(|v| {
-                    a.arg(*v);
-                });
-                if let Partials::Sum(_) = what {
-                    a.arg(&NULL); // no scale
-                }
-                a.arg(&r.partials);
-            })?;
-            let scalars = r.scalars.borrow();
-            r.gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m).arg(&one).arg(&r.partials).arg(&*scalars);
-            })?;
-            sums.push(r.gpu.download(&scalars)?[0]);
-        }
-        Ok(sums)
-    }
-
-    /// Σ of `what` over every rank: this process's ranks in rank order, then
-    /// over the processes. The sum over the processes is made even when this
-    /// rank's device failed (a NaN contribution), so that no rank waits for
-    /// it.
-    fn global_sum(&self, what: Partials) -> f64 {
-        let local = self
-            .backend
-            .guarded(f64::NAN, || Ok(self.rank_sums(what)?.iter().sum()));
-        let mut total = [local];
-        comm_of(self.backend).sum(&mut total);
-        total[0]
-    }
-
     /// v −= (AZ) a on every rank, a uploaded first.
     fn subtract(&self, a: &[f64], v: &MultiVector) -> Result<(), GpuError> {
         for (k, (r, az)) in self.backend.ranks.iter().zip(&self.ranks).enumerate() {
@@ -168,26 +124,6 @@ impl<'b, 'g> MultiGpuDeflation<'b, 'g> {
                 })?;
         }
         Ok(())
-    }
-}
-
-/// The per-rank sums the deflation steps need.
-#[derive(Clone, Copy)]
-enum Partials<'v> {
-    /// Σ v (a rank's entry of Zᵀ v).
-    Sum(&'v MultiVector),
-    /// a · b.
-    Dot(&'v MultiVector, &'v MultiVector),
-    /// Σ |v|.
-    AbsSum(&'v MultiVector),
-}
-
-/// The communicator across processes: the run's for a rank of a distributed
-/// run, none (one process holds every rank) otherwise.
-fn comm_of<'b>(backend: &'b MultiGpuBackend<'_>) -> &'b dyn Communicator {
-    match &backend.peers {
-        Some(peers) => peers.comm,
-        None => &SingleProcess,
     }
 }
 
@@ -210,9 +146,7 @@ fn upload(gpu: &crate::gpu::Gpu, c: &RankColumns, k: usize) -> Result<RankAz, Gp
     })
 }
 
-impl DeflationOps for MultiGpuDeflation<'_, '_> {
-    type Vector = MultiVector;
-
+impl DeflationOps<MultiVector> for MultiGpuDeflation<'_, '_> {
     /// Zᵀ v is every rank's Σ v read back and summed over the processes
     /// (made, with NaN, even by a rank whose device failed), a = E⁻¹ Zᵀ v on
     /// the host, then v −= (AZ) a on the device.
@@ -220,7 +154,7 @@ impl DeflationOps for MultiGpuDeflation<'_, '_> {
         let mut c = vec![0.0; self.coarse.size()];
         let sums = self
             .backend
-            .guarded(None, || self.rank_sums(Partials::Sum(v)).map(Some));
+            .guarded(None, || self.backend.rank_sums(Partials::Sum(v)).map(Some));
         for (j, r) in self.backend.ranks.iter().enumerate() {
             c[r.index] = sums.as_ref().map_or(f64::NAN, |s| s[j]);
         }
@@ -240,14 +174,6 @@ impl DeflationOps for MultiGpuDeflation<'_, '_> {
             }
             Ok(())
         })
-    }
-
-    fn dot(&self, a: &MultiVector, b: &MultiVector) -> f64 {
-        self.global_sum(Partials::Dot(a, b))
-    }
-
-    fn sum_abs(&self, v: &MultiVector) -> f64 {
-        self.global_sum(Partials::AbsSum(v))
     }
 }
 
