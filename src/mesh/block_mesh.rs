@@ -627,36 +627,49 @@ impl Description {
         let layers: Vec<(usize, usize)> = (self.blocks.iter().enumerate())
             .flat_map(|(b, block)| (0..block.cells[2]).map(move |k| (b, k)))
             .collect();
-        let faces: Vec<([Label; 4], Label, Label)> = layers
-            .into_par_iter()
-            .flat_map_iter(|(b, k)| {
+        // Internal faces per k-layer: (nx − 1)·ny across x, nx·(ny − 1)
+        // across y and, but in a block's last layer, nx·ny across z; each
+        // layer writes its share of the arrays in place.
+        let counts: Vec<usize> = (layers.iter())
+            .map(|&(b, k)| {
                 let [nx, ny, nz] = self.blocks[b].cells;
-                let first = cell_offsets[b] + nx * ny * k;
-                (0..nx * ny).flat_map(move |ij| {
-                    let (i, j) = (ij % nx, ij / nx);
-                    let c = first + ij;
-                    [
-                        (i + 1 < nx, 1, 1),
-                        (j + 1 < ny, 3, nx),
-                        (k + 1 < nz, 5, nx * ny),
-                    ]
-                    .into_iter()
-                    .filter(|&(inside, _, _)| inside)
-                    .map(move |(_, f, stride)| {
-                        let face = HEX_FACES[f].map(|v| cells[c][v]);
-                        (face, c as Label, (c + stride) as Label)
-                    })
-                })
+                (nx - 1) * ny + nx * (ny - 1) + if k + 1 < nz { nx * ny } else { 0 }
             })
             .collect();
-        let mut labels = Vec::with_capacity(4 * faces.len());
-        let mut owner = Vec::with_capacity(faces.len());
-        let mut neighbour = Vec::with_capacity(faces.len());
-        for (face, o, n) in faces {
-            labels.extend_from_slice(&face);
-            owner.push(o);
-            neighbour.push(n);
+        let total: usize = counts.iter().sum();
+        let mut labels: Vec<Label> = vec![0; 4 * total];
+        let mut owner: Vec<Label> = vec![0; total];
+        let mut neighbour: Vec<Label> = vec![0; total];
+        let mut parts = Vec::with_capacity(layers.len());
+        let (mut l_rest, mut o_rest, mut n_rest) =
+            (&mut labels[..], &mut owner[..], &mut neighbour[..]);
+        for (&layer, &count) in layers.iter().zip(&counts) {
+            let (l, l_tail) = std::mem::take(&mut l_rest).split_at_mut(4 * count);
+            let (o, o_tail) = std::mem::take(&mut o_rest).split_at_mut(count);
+            let (n, n_tail) = std::mem::take(&mut n_rest).split_at_mut(count);
+            parts.push((layer, l, o, n));
+            (l_rest, o_rest, n_rest) = (l_tail, o_tail, n_tail);
         }
+        parts.into_par_iter().for_each(|((b, k), l, o, n)| {
+            let [nx, ny, nz] = self.blocks[b].cells;
+            let first = cell_offsets[b] + nx * ny * k;
+            let mut next = 0;
+            for ij in 0..nx * ny {
+                let (i, j) = (ij % nx, ij / nx);
+                let c = first + ij;
+                let higher = [
+                    (i + 1 < nx, 1, 1),
+                    (j + 1 < ny, 3, nx),
+                    (k + 1 < nz, 5, nx * ny),
+                ];
+                for (_, f, stride) in higher.into_iter().filter(|&(inside, _, _)| inside) {
+                    l[4 * next..4 * next + 4].copy_from_slice(&HEX_FACES[f].map(|v| cells[c][v]));
+                    o[next] = c as Label;
+                    n[next] = (c + stride) as Label;
+                    next += 1;
+                }
+            }
+        });
         let mut assigned = vec![false; 6 * cells.len()];
         for (b, block) in self.blocks.iter().enumerate() {
             let [nx, ny, nz] = block.cells;
