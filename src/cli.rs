@@ -681,12 +681,15 @@ fn run_potential(
         );
     }
     let options = case::potential_foam::PotentialOptions::parse(options)?;
-    let gpu = device.select()?;
+    let gpu = timings::timed(Phase::DeviceSetup, || device.select())?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
         None => case::Device::Cpu,
     };
-    let summary = case::potential_foam::run_potential_foam(case_dir, options, device)?;
+    let case = timings::timed(Phase::Mesh, || {
+        case::potential_foam::PotentialFoamCase::read(case_dir, options)
+    })?;
+    let summary = case.run(device)?;
     let encoding = match vtk {
         Some(VtkChoice::None) => return Ok(0),
         Some(VtkChoice::Encoding(encoding)) => encoding,
@@ -694,7 +697,9 @@ fn run_potential(
     };
     let written =
         case::foam_to_vtk::TimeSelection::List(vec![(Some(summary.time), Some(summary.time))]);
-    foam_to_vtk(case_dir, Some(written), false, encoding, None)?;
+    timings::timed(Phase::Output, || {
+        foam_to_vtk(case_dir, Some(written), false, encoding, None)
+    })?;
     Ok(0)
 }
 

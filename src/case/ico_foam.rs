@@ -54,6 +54,7 @@ use crate::io::foam_field::{
     time_name, FieldValues, FoamWriteOptions, ScalarFieldFile, VectorFieldFile,
 };
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
+use crate::timings::{self, Phase};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -514,10 +515,14 @@ pub fn run_transient_case(
     device: Device,
 ) -> Result<TransientSummary, CaseError> {
     let clock = Instant::now();
-    let geometry = mesh.geometry()?;
-    let (velocity, pressure) = patch_conditions(&setup.origin, &setup.boundary, None, mesh)?;
+    let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
     let flow_error = |e: FlowError| flow_case_error(setup, e);
+    // The boundary conditions and the host systems (face geometry, matrix
+    // pattern, the fields' systems) are the assembly's set-up.
+    let assembly = timings::enter(Phase::Assembly);
+    let (velocity, pressure) = patch_conditions(&setup.origin, &setup.boundary, None, mesh)?;
     let mut piso = transient_state(setup, mesh, &geometry)?;
+    drop(assembly);
     let device_error = |e: DeviceFlowError| match e {
         DeviceFlowError::Flow(e) => flow_error(e),
         DeviceFlowError::Assembly(e) => CaseError::from(e),
@@ -528,7 +533,10 @@ pub fn run_transient_case(
         &[&setup.pressure_solver, &setup.pressure_final],
     );
     let mut device_step = match device {
-        Device::Gpu(gpu) => device_piso(gpu, &mut piso, setup, device)?,
+        Device::Gpu(gpu) => {
+            let _setup = device.phase(Phase::DeviceSetup);
+            device_piso(gpu, &mut piso, setup, device)?
+        }
         _ => None,
     };
     let mut gpu_solver = match (device, &device_step) {
@@ -553,12 +561,13 @@ pub fn run_transient_case(
     let (p_solver, p_final) = (setup.pressure_solver, setup.pressure_final);
     let mut p_iterations = 0;
     let mut pressure_seconds = 0.0;
-    let gamg_cache = match device_step {
+    let gamg_cache = timings::timed(Phase::DeviceSetup, || match device_step {
         Some(_) => gamg_cache(mesh, &geometry, &[]),
         None => gamg_cache(mesh, &geometry, &[&p_solver, &p_final]),
-    };
+    });
     let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, last| {
         let solver = if last { &p_final } else { &p_solver };
+        let _solve = device.phase(Phase::Solve);
         let clock = Instant::now();
         let perf = solve_linear(
             device,
@@ -573,6 +582,7 @@ pub fn run_transient_case(
         pressure_seconds += clock.elapsed().as_secs_f64();
         perf
     };
+    let output = timings::enter(Phase::Output);
     let mut residual_log = match setup.residuals {
         true => Some(ResidualLog::create(setup, &piso)?),
         false => None,
@@ -583,6 +593,7 @@ pub fn run_transient_case(
     };
     let mut functions =
         (setup.functions).start(&setup.case_dir, setup.start, format, mesh, &geometry)?;
+    drop(output);
     let write = |piso: &Piso| -> Result<(), CaseError> {
         let paths = crate::flow::output::write_time_directory_at(
             &setup.case_dir,
@@ -613,6 +624,10 @@ pub fn run_transient_case(
     let pimple = setup.application == Application::PimpleFoam;
     while piso.time < setup.end - 0.5 * piso.dt {
         let step_clock = Instant::now();
+        // The step is assembly, less its linear solves (their own phase
+        // where they run on the host; taken out after the loop where the
+        // device step times its parts).
+        let stepping = device.phase(Phase::Assembly);
         // icoFoam logs the time, then the Courant number of the step;
         // pimpleFoam the Courant number, the adjusted Δt, then the time.
         let log_time = |piso: &Piso| {
@@ -637,10 +652,12 @@ pub fn run_transient_case(
             Some(step) => step.advance(&mut piso, courant).map_err(device_error)?,
             None => piso.advance(courant, solve_pressure).map_err(flow_error)?,
         };
+        drop(stepping);
         let this_step = step_clock.elapsed().as_secs_f64();
         step_seconds += this_step;
         first_step_seconds.get_or_insert(this_step);
         p_iterations += report.p_solves.iter().map(|p| p.iterations).sum::<usize>();
+        let output = timings::enter(Phase::Output);
         if let Some(log) = &mut residual_log {
             log.append(&report)?;
         }
@@ -659,15 +676,33 @@ pub fn run_transient_case(
             }
             write(&piso)?;
         }
+        drop(output);
         log::info!(
             "ExecutionTime = {} s",
             format_g(clock.elapsed().as_secs_f64())
         );
         // v1912 runs the function objects after the step's ExecutionTime line.
-        functions.execute(&piso.simple, piso.time, report.step)?;
+        timings::timed(Phase::Output, || {
+            functions.execute(&piso.simple, piso.time, report.step)
+        })?;
     }
     if let Some(step) = &mut device_step {
+        let _output = device.phase(Phase::Output);
         step.download_fields(&mut piso)?;
+        // The device step times its parts, synchronised: its solves and
+        // the preconditioner's set-up leave the steps' assembly. (Its
+        // read-backs are all for writes, inside the output phase already.)
+        let parts = step.seconds().parts;
+        timings::reassign(
+            Phase::Assembly,
+            Phase::Solve,
+            parts.momentum_solve + parts.solve + parts.preconditioner_update,
+        );
+        timings::reassign(
+            Phase::Assembly,
+            Phase::DeviceSetup,
+            parts.preconditioner_setup,
+        );
     }
     let steps = piso.step - start_step;
     let timing = match &device_step {

@@ -40,6 +40,7 @@ use crate::io::foam_field::{
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
 use crate::solve::gamg::GamgCache;
 use crate::solve::SolverPerformance;
+use crate::timings::{self, Phase};
 use std::path::{Path, PathBuf};
 
 /// The application these cases are read as.
@@ -207,7 +208,7 @@ impl PotentialFoamCase {
 
         let mesh_source = MeshSource::PolyMesh(r.dir.clone());
         let mesh = mesh_source.load()?;
-        let geometry = mesh.geometry()?;
+        let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
         let n = mesh.n_cells();
         let start_dir = case_dir.join(time_name(start, write.time_precision));
         let u_file = VectorFieldFile::read(&start_dir.join("U"), n)?;
@@ -421,6 +422,7 @@ impl PotentialFoamCase {
             )));
         }
         let solve: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
+            let _solve = device.phase(Phase::Solve);
             solve_linear(
                 device,
                 gpu_solver.as_deref_mut(),
@@ -462,8 +464,13 @@ impl PotentialFoamCase {
             log_gpu_mapping(device, "p", &[&pressure.solver]);
             all_solvers.push(&pressure.solver);
         }
-        let cache = gamg_cache(mesh, geometry, &all_solvers);
+        // What no inner phase (set-up, solves, output) takes is assembly.
+        let _assembly = device.phase(Phase::Assembly);
+        let cache = timings::timed(Phase::DeviceSetup, || {
+            gamg_cache(mesh, geometry, &all_solvers)
+        });
         let solve: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
+            let _solve = device.phase(Phase::Solve);
             solve_linear(
                 device,
                 gpu_solver.as_mut(),
@@ -490,62 +497,68 @@ impl PotentialFoamCase {
         let mut written = Vec::new();
         let u_types =
             written_patch_types(mesh, self.velocity.iter().map(VelocityCondition::foam_name));
-        written.push(write_time_field_of(
-            case_dir,
-            start,
-            mesh,
-            &FieldOutput {
-                name: "U",
-                internal: &flow_result.u,
-                patch_types: &u_types,
-                boundary_values: &u_boundary,
-            },
-            false,
-            &FoamWriteOptions {
-                dimensions: U_DIMENSIONS,
-                ..write
-            },
-        )?);
-        if self.options.write_flux {
-            let phi_types = flux_patch_types(mesh);
-            written.push(write_time_field_of(
+        written.push(timings::timed(Phase::Output, || {
+            write_time_field_of(
                 case_dir,
                 start,
                 mesh,
                 &FieldOutput {
-                    name: "phi",
-                    internal: &flow_result.phi[..first],
-                    patch_types: &phi_types,
-                    boundary_values: &flow_result.phi[first..],
+                    name: "U",
+                    internal: &flow_result.u,
+                    patch_types: &u_types,
+                    boundary_values: &u_boundary,
                 },
-                true,
+                false,
                 &FoamWriteOptions {
-                    dimensions: PHI_DIMENSIONS,
+                    dimensions: U_DIMENSIONS,
                     ..write
                 },
-            )?);
+            )
+        })?);
+        if self.options.write_flux {
+            let phi_types = flux_patch_types(mesh);
+            written.push(timings::timed(Phase::Output, || {
+                write_time_field_of(
+                    case_dir,
+                    start,
+                    mesh,
+                    &FieldOutput {
+                        name: "phi",
+                        internal: &flow_result.phi[..first],
+                        patch_types: &phi_types,
+                        boundary_values: &flow_result.phi[first..],
+                    },
+                    true,
+                    &FoamWriteOptions {
+                        dimensions: PHI_DIMENSIONS,
+                        ..write
+                    },
+                )
+            })?);
         }
         if self.options.write_potential {
             let potential_types = written_patch_types(
                 mesh,
                 self.conditions.iter().map(BoundaryCondition::foam_name),
             );
-            written.push(write_time_field_of(
-                case_dir,
-                start,
-                mesh,
-                &FieldOutput {
-                    name: "Phi",
-                    internal: &flow_result.potential,
-                    patch_types: &potential_types,
-                    boundary_values: &flow_result.potential_boundary,
-                },
-                false,
-                &FoamWriteOptions {
-                    dimensions: POTENTIAL_DIMENSIONS,
-                    ..write
-                },
-            )?);
+            written.push(timings::timed(Phase::Output, || {
+                write_time_field_of(
+                    case_dir,
+                    start,
+                    mesh,
+                    &FieldOutput {
+                        name: "Phi",
+                        internal: &flow_result.potential,
+                        patch_types: &potential_types,
+                        boundary_values: &flow_result.potential_boundary,
+                    },
+                    false,
+                    &FoamWriteOptions {
+                        dimensions: POTENTIAL_DIMENSIONS,
+                        ..write
+                    },
+                )
+            })?);
         }
         let mut pressure_solves = Vec::new();
         if let Some(pressure) = &self.pressure {
@@ -559,22 +572,24 @@ impl PotentialFoamCase {
                 &cache,
             )?;
             let patch_types: Vec<&str> = pressure.patch_types.iter().map(String::as_str).collect();
-            written.push(write_time_field_of(
-                case_dir,
-                start,
-                mesh,
-                &FieldOutput {
-                    name: "p",
-                    internal: &result.p,
-                    patch_types: &patch_types,
-                    boundary_values: &result.p_boundary,
-                },
-                false,
-                &FoamWriteOptions {
-                    dimensions: P_DIMENSIONS,
-                    ..write
-                },
-            )?);
+            written.push(timings::timed(Phase::Output, || {
+                write_time_field_of(
+                    case_dir,
+                    start,
+                    mesh,
+                    &FieldOutput {
+                        name: "p",
+                        internal: &result.p,
+                        patch_types: &patch_types,
+                        boundary_values: &result.p_boundary,
+                    },
+                    false,
+                    &FoamWriteOptions {
+                        dimensions: P_DIMENSIONS,
+                        ..write
+                    },
+                )
+            })?);
             pressure_solves = result.solves;
         }
         for path in &written {

@@ -661,6 +661,7 @@ impl<'m> Piso<'m> {
                         .map(|i| source[i] - volumes[i] * grad_p[i][c])
                         .collect();
                     let field = format!("U{}", ["x", "y", "z"][c]);
+                    let _solving = crate::timings::enter(crate::timings::Phase::Solve);
                     let perf = match &solver.krylov {
                         Some(method) => solve_krylov(
                             matrix,

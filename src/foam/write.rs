@@ -2,6 +2,7 @@
 
 use super::{gz_path, Arch, FoamFormat};
 use crate::mesh::{Label, MeshError, Vec3};
+use rayon::prelude::*;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -63,8 +64,9 @@ pub fn format_scalar(x: f64, buf: &mut String) {
     }
 }
 
-/// A list item that can be written.
-pub trait WriteItem {
+/// A list item that can be written (from any thread: long ascii lists are
+/// formatted on every core).
+pub trait WriteItem: Sync {
     fn write_ascii(&self, w: &mut dyn Write, buf: &mut String) -> io::Result<()>;
     fn write_binary(&self, w: &mut dyn Write) -> io::Result<()>;
 }
@@ -109,7 +111,18 @@ impl WriteItem for Vec3 {
     }
 }
 
+/// Items of an ascii list that one core formats into one piece of text.
+const ASCII_PIECE: usize = 1 << 14;
+
+/// Pieces formatted at once before they are written in order: the text
+/// held in memory stays near 64 × 16 Ki items (tens of MB) whatever the
+/// list's length.
+const ASCII_PIECES_AT_ONCE: usize = 64;
+
 /// Writes `N\n(\n item\n ... )\n` (ascii) or `N\n(` raw bytes `)\n` (binary).
+/// Ascii items are formatted in pieces on every core and written in order:
+/// each item's text is what it formats to on its own, so the file does not
+/// depend on the threads.
 pub fn write_list<T: WriteItem>(
     w: &mut dyn Write,
     items: &[T],
@@ -119,10 +132,21 @@ pub fn write_list<T: WriteItem>(
     match format {
         FoamFormat::Ascii => {
             w.write_all(b"\n")?;
-            let mut buf = String::new();
-            for item in items {
-                item.write_ascii(w, &mut buf)?;
-                w.write_all(b"\n")?;
+            let format_piece = |piece: &[T]| -> io::Result<Vec<u8>> {
+                let mut text = Vec::with_capacity(16 * piece.len());
+                let mut buf = String::new();
+                for item in piece {
+                    item.write_ascii(&mut text, &mut buf)?;
+                    text.push(b'\n');
+                }
+                Ok(text)
+            };
+            for group in items.chunks(ASCII_PIECE * ASCII_PIECES_AT_ONCE) {
+                let pieces: Vec<io::Result<Vec<u8>>> =
+                    group.par_chunks(ASCII_PIECE).map(format_piece).collect();
+                for piece in pieces {
+                    w.write_all(&piece?)?;
+                }
             }
         }
         FoamFormat::Binary => {

@@ -21,6 +21,7 @@ use crate::foam::write::{
 use crate::foam::{FoamFile, FoamFormat};
 use crate::fvm::{BoundaryCondition, PatchValues};
 use crate::mesh::{Mesh, MeshError, Patch, Vec3};
+use rayon::prelude::*;
 use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -39,7 +40,7 @@ pub type FieldValues = Values<f64>;
 pub type VectorFieldValues = Values<Vec3>;
 
 /// The value types of field files: `scalar` and `vector`.
-pub trait FieldItem: Sized + Clone + PartialEq + WriteItem {
+pub trait FieldItem: Sized + Clone + PartialEq + Send + WriteItem {
     /// OpenFOAM's name of the type (`List<scalar>`).
     const NAME: &'static str;
     /// The `vol*Field` class of a cell field of this type.
@@ -353,11 +354,24 @@ pub fn time_name(time: f64, precision: usize) -> String {
 
 /// `x` rounded to `digits` significant digits, as OpenFOAM's `writePrecision`
 /// prints it; unchanged from 17 digits on, which represent every double.
+///
+/// The value is that of `format_general(x, digits)` read back, from one
+/// conversion: `%.<digits − 1>e` rounds x once at the same digit as the
+/// general format (whose fixed notation rounds at the digit the exponent of
+/// that same `%e` text sets; where the rounding carries to the next power of
+/// ten both give that power). Zero of either sign reads back as +0, as the
+/// general format writes it `0`.
 fn round_to_digits(x: f64, digits: usize) -> f64 {
+    use std::fmt::Write as _;
     if digits >= 17 || !x.is_finite() {
         return x;
     }
-    format_general(x, digits).parse().unwrap_or(x)
+    if x == 0.0 {
+        return 0.0;
+    }
+    let mut text = String::with_capacity(32);
+    let _ = write!(text, "{:.*e}", digits.clamp(1, 40) - 1, x);
+    text.parse().unwrap_or(x)
 }
 
 /// Writes `<case_dir>/<time name>/<field name>` (or `.gz`) atomically and
@@ -586,7 +600,9 @@ impl ValueWriter<'_> {
         let items = if digits >= 17 || self.options.format == FoamFormat::Binary {
             values
         } else {
-            rounded = values.iter().map(|x| x.rounded(digits)).collect();
+            // Each value's rounding is its own (formatted and read back):
+            // on every core.
+            rounded = values.par_iter().map(|x| x.rounded(digits)).collect();
             &rounded
         };
         write!(w, "nonuniform List<{}> ", T::NAME)?;
@@ -641,6 +657,66 @@ impl ValueWriter<'_> {
 mod tests {
     use super::*;
     use crate::mesh::source::load;
+
+    /// The one-conversion rounding reads back to the general format's text:
+    /// at carries to the next power of ten, at the ends of the fixed
+    /// notation's range, for negative zero and tiny and huge values, and on
+    /// a stream of values from all exponents.
+    #[test]
+    fn rounding_equals_the_general_format_read_back() {
+        let mut values = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            9.999995,
+            9.9999949,
+            99.99996,
+            0.000099999996,
+            0.0001,
+            0.00009999995,
+            999999.5,
+            999999.4,
+            1e-300,
+            5e-324,
+            -2.5e-310,
+            1.7976931348623157e308,
+            0.5,
+            0.25,
+            0.125,
+            1.5e-5,
+            123456.5,
+            1234565.0,
+        ];
+        // SplitMix64 (Steele, Lea & Flood 2014) bits as doubles of every
+        // exponent, finite only.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        while values.len() < 20_000 {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let z = z ^ (z >> 31);
+            let x = f64::from_bits(z);
+            if x.is_finite() {
+                values.push(x);
+            }
+            // And values of the magnitudes fields have (1e-7 to 1e8).
+            let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+            values.push(unit * 10f64.powi((z % 16) as i32 - 7));
+        }
+        for digits in [0, 1, 2, 5, 6, 7, 10, 15, 16] {
+            for &x in &values {
+                let general: f64 = format_general(x, digits).parse().unwrap();
+                let ours = round_to_digits(x, digits);
+                assert_eq!(
+                    ours.to_bits(),
+                    general.to_bits(),
+                    "{x:e} to {digits} digits: {ours:e} against {general:e}"
+                );
+            }
+        }
+    }
 
     /// One condition of each kind, values that differ per face, and the
     /// boundary face values to write.

@@ -39,6 +39,7 @@
 use super::{FaceList, Label, Mesh, MeshError, Patch, PatchKind, Vec3};
 use crate::foam::dict::{Dict, EntryValue};
 use crate::foam::{FoamDict, Value, ValueKind};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -160,57 +161,64 @@ impl Block {
             .map(|e| divisions(self.cells[e / 4], &self.grading[e]))
             .collect();
 
-        let [nx, ny, nz] = self.cells;
-        let mut points = vec![Vec3::zeros(); self.n_points()];
-        for k in 0..=nz {
-            for j in 0..=ny {
-                for i in 0..=nx {
-                    let index = [i, j, k];
-                    let at_corner = (0..3).all(|d| index[d] == 0 || index[d] == self.cells[d]);
-                    let p = &mut points[self.point_index(i, j, k)];
-                    if at_corner {
-                        *p = corner([0, 1, 2].map(|d| usize::from(index[d] > 0)));
-                        continue;
-                    }
-                    // λ of edge e at this point (each edge runs along one index).
-                    let w = |e: usize| weights[e][index[e / 4]];
-                    let mut sum = Vec3::zeros();
-                    for d in 0..3 {
-                        let (o1, o2) = other_directions(d);
-                        let mut edge_weights = [0.0; 4];
-                        for (a, b) in [(0, 0), (1, 0), (1, 1), (0, 1)] {
-                            let e = edge_index(d, a, b);
-                            // Closeness to edge e, from either end of it:
-                            // along the edges of the two other directions that
-                            // start at that end.
-                            let mut closeness = 0.0;
-                            for end in 0..2 {
-                                let mut pos = [0; 3];
-                                pos[d] = end;
-                                pos[o1] = a;
-                                pos[o2] = b;
-                                let along = if end == 0 { 1.0 - w(e) } else { w(e) };
-                                let mut f = along;
-                                for (o, at) in [(o1, a), (o2, b)] {
-                                    let (p1, p2) = other_directions(o);
-                                    let e_o = edge_index(o, pos[p1], pos[p2]);
-                                    f *= if at == 0 { 1.0 - w(e_o) } else { w(e_o) };
-                                }
-                                closeness += f;
-                            }
-                            edge_weights[e - 4 * d] = closeness;
+        let [nx, ny, _] = self.cells;
+        // Each point depends on its own indices only: the k-layers are
+        // computed on every core, each point by the same arithmetic as in a
+        // sequential loop (so the positions do not depend on the threads).
+        let point = |i: usize, j: usize, k: usize| -> Vec3 {
+            let index = [i, j, k];
+            let at_corner = (0..3).all(|d| index[d] == 0 || index[d] == self.cells[d]);
+            if at_corner {
+                return corner([0, 1, 2].map(|d| usize::from(index[d] > 0)));
+            }
+            // λ of edge e at this point (each edge runs along one index).
+            let w = |e: usize| weights[e][index[e / 4]];
+            let mut sum = Vec3::zeros();
+            for d in 0..3 {
+                let (o1, o2) = other_directions(d);
+                let mut edge_weights = [0.0; 4];
+                for (a, b) in [(0, 0), (1, 0), (1, 1), (0, 1)] {
+                    let e = edge_index(d, a, b);
+                    // Closeness to edge e, from either end of it:
+                    // along the edges of the two other directions that
+                    // start at that end.
+                    let mut closeness = 0.0;
+                    for end in 0..2 {
+                        let mut pos = [0; 3];
+                        pos[d] = end;
+                        pos[o1] = a;
+                        pos[o2] = b;
+                        let along = if end == 0 { 1.0 - w(e) } else { w(e) };
+                        let mut f = along;
+                        for (o, at) in [(o1, a), (o2, b)] {
+                            let (p1, p2) = other_directions(o);
+                            let e_o = edge_index(o, pos[p1], pos[p2]);
+                            f *= if at == 0 { 1.0 - w(e_o) } else { w(e_o) };
                         }
-                        let total: f64 = edge_weights.iter().sum();
-                        for (along, weight) in edge_weights.iter().enumerate() {
-                            let (start, end) = edge_ends[4 * d + along];
-                            let on_edge = start + (end - start) * w(4 * d + along);
-                            sum += on_edge * (weight / total);
-                        }
+                        closeness += f;
                     }
-                    *p = sum / 3.0;
+                    edge_weights[e - 4 * d] = closeness;
+                }
+                let total: f64 = edge_weights.iter().sum();
+                for (along, weight) in edge_weights.iter().enumerate() {
+                    let (start, end) = edge_ends[4 * d + along];
+                    let on_edge = start + (end - start) * w(4 * d + along);
+                    sum += on_edge * (weight / total);
                 }
             }
-        }
+            sum / 3.0
+        };
+        let mut points = vec![Vec3::zeros(); self.n_points()];
+        points
+            .par_chunks_mut((nx + 1) * (ny + 1))
+            .enumerate()
+            .for_each(|(k, layer)| {
+                for (row, j) in layer.chunks_mut(nx + 1).zip(0..) {
+                    for (p, i) in row.iter_mut().zip(0..) {
+                        *p = point(i, j, k);
+                    }
+                }
+            });
         points
     }
 
@@ -506,23 +514,35 @@ impl Description {
     }
 
     fn mesh(&self) -> Result<Mesh, MeshError> {
+        self.mesh_with(false)
+    }
+
+    /// The mesh, its internal faces matched through their points when
+    /// `match_faces` (else only where blocks share faces).
+    fn mesh_with(&self, match_faces: bool) -> Result<Mesh, MeshError> {
         self.check_blocks()?;
         let (points, point_labels) = self.merged_points()?;
-        let mut cells: Vec<[Label; 8]> = Vec::new();
-        let mut cell_offsets = Vec::with_capacity(self.blocks.len());
-        let mut point_offset = 0;
+        let mut cell_offsets = Vec::with_capacity(self.blocks.len() + 1);
+        cell_offsets.push(0);
         for block in &self.blocks {
-            cell_offsets.push(cells.len());
-            let [nx, ny, nz] = block.cells;
-            for k in 0..nz {
-                for j in 0..ny {
-                    for i in 0..nx {
-                        cells.push(HEX_CORNERS.map(|[a, b, c]| {
+            cell_offsets.push(cell_offsets.last().unwrap() + block.cells.iter().product::<usize>());
+        }
+        let mut cells: Vec<[Label; 8]> = vec![[0; 8]; *cell_offsets.last().unwrap()];
+        let mut point_offset = 0;
+        for (b, block) in self.blocks.iter().enumerate() {
+            let [nx, ny, _] = block.cells;
+            // Rows of cells (i fastest) on every core.
+            cells[cell_offsets[b]..cell_offsets[b + 1]]
+                .par_chunks_mut(nx)
+                .enumerate()
+                .for_each(|(row, out)| {
+                    let (j, k) = (row % ny, row / ny);
+                    for (cell, i) in out.iter_mut().zip(0..) {
+                        *cell = HEX_CORNERS.map(|[a, b, c]| {
                             point_labels[point_offset + block.point_index(i + a, j + b, k + c)]
-                        }));
+                        });
                     }
-                }
-            }
+                });
             point_offset += block.n_points();
         }
 
@@ -586,7 +606,87 @@ impl Description {
                 }
             }
         }
-        self.assemble(points, &cells, &patch_faces, &default_faces)
+        // Blocks that share no face have no merged points: every cell face
+        // inside a block is shared with the next cell in its direction and
+        // no other, and none between blocks, so the internal faces follow
+        // from the block indices without matching faces by their points.
+        let shared = block_faces.values().any(|owners| owners.len() > 1);
+        let internal = if !(shared || match_faces) {
+            self.block_internal_faces(&cells, &cell_offsets)
+        } else {
+            matched_internal_faces(&cells)?
+        };
+        self.assemble(points, &cells, internal, &patch_faces, &default_faces)
+    }
+
+    /// The internal faces of blocks that share no face, numbered as
+    /// [`matched_internal_faces`] numbers them: cell by cell, each cell's
+    /// faces with its higher neighbours (i + 1, j + 1, k + 1: increasing
+    /// cell numbers) in that order. Computed by k-layers on every core.
+    fn block_internal_faces(&self, cells: &[[Label; 8]], cell_offsets: &[usize]) -> InternalFaces {
+        let layers: Vec<(usize, usize)> = (self.blocks.iter().enumerate())
+            .flat_map(|(b, block)| (0..block.cells[2]).map(move |k| (b, k)))
+            .collect();
+        // Internal faces per k-layer: (nx − 1)·ny across x, nx·(ny − 1)
+        // across y and, but in a block's last layer, nx·ny across z; each
+        // layer writes its share of the arrays in place.
+        let counts: Vec<usize> = (layers.iter())
+            .map(|&(b, k)| {
+                let [nx, ny, nz] = self.blocks[b].cells;
+                (nx - 1) * ny + nx * (ny - 1) + if k + 1 < nz { nx * ny } else { 0 }
+            })
+            .collect();
+        let total: usize = counts.iter().sum();
+        let mut labels: Vec<Label> = vec![0; 4 * total];
+        let mut owner: Vec<Label> = vec![0; total];
+        let mut neighbour: Vec<Label> = vec![0; total];
+        let mut parts = Vec::with_capacity(layers.len());
+        let (mut l_rest, mut o_rest, mut n_rest) =
+            (&mut labels[..], &mut owner[..], &mut neighbour[..]);
+        for (&layer, &count) in layers.iter().zip(&counts) {
+            let (l, l_tail) = std::mem::take(&mut l_rest).split_at_mut(4 * count);
+            let (o, o_tail) = std::mem::take(&mut o_rest).split_at_mut(count);
+            let (n, n_tail) = std::mem::take(&mut n_rest).split_at_mut(count);
+            parts.push((layer, l, o, n));
+            (l_rest, o_rest, n_rest) = (l_tail, o_tail, n_tail);
+        }
+        parts.into_par_iter().for_each(|((b, k), l, o, n)| {
+            let [nx, ny, nz] = self.blocks[b].cells;
+            let first = cell_offsets[b] + nx * ny * k;
+            let mut next = 0;
+            for ij in 0..nx * ny {
+                let (i, j) = (ij % nx, ij / nx);
+                let c = first + ij;
+                let higher = [
+                    (i + 1 < nx, 1, 1),
+                    (j + 1 < ny, 3, nx),
+                    (k + 1 < nz, 5, nx * ny),
+                ];
+                for (_, f, stride) in higher.into_iter().filter(|&(inside, _, _)| inside) {
+                    l[4 * next..4 * next + 4].copy_from_slice(&HEX_FACES[f].map(|v| cells[c][v]));
+                    o[next] = c as Label;
+                    n[next] = (c + stride) as Label;
+                    next += 1;
+                }
+            }
+        });
+        let mut assigned = vec![false; 6 * cells.len()];
+        for (b, block) in self.blocks.iter().enumerate() {
+            let [nx, ny, nz] = block.cells;
+            assigned[6 * cell_offsets[b]..6 * cell_offsets[b + 1]]
+                .par_chunks_mut(6)
+                .enumerate()
+                .for_each(|(c, a)| {
+                    let (i, j, k) = (c % nx, c / nx % ny, c / (nx * ny));
+                    a.copy_from_slice(&[i > 0, i + 1 < nx, j > 0, j + 1 < ny, k > 0, k + 1 < nz]);
+                });
+        }
+        InternalFaces {
+            labels,
+            owner,
+            neighbour,
+            assigned,
+        }
     }
 
     /// Every block's faces by their sorted vertex labels → (block, face).
@@ -741,60 +841,26 @@ impl Description {
         Ok((points, labels))
     }
 
-    /// The polyMesh of hexahedral `cells` with the named patches' faces given
-    /// as (cell, hexahedron face), ordered as OpenFOAM orders a mesh built from
-    /// cell shapes (see the module documentation).
+    /// The polyMesh of hexahedral `cells` with their `internal` faces and the
+    /// named patches' faces given as (cell, hexahedron face), ordered as
+    /// OpenFOAM orders a mesh built from cell shapes (see the module
+    /// documentation).
     fn assemble(
         &self,
         points: Vec<Vec3>,
         cells: &[[Label; 8]],
+        internal: InternalFaces,
         patch_faces: &[Vec<(usize, usize)>],
         default_faces: &[(usize, usize)],
     ) -> Result<Mesh, MeshError> {
-        let n_cells = cells.len();
         let cell_face = |c: usize, f: usize| HEX_FACES[f].map(|v| cells[c][v]);
-        // The other cell of each cell face, found through the faces' sorted points.
-        let mut first_seen: HashMap<[Label; 4], usize> = HashMap::with_capacity(3 * n_cells);
-        let mut other = vec![usize::MAX; 6 * n_cells];
-        for c in 0..n_cells {
-            for f in 0..6 {
-                let key = sorted_key(cell_face(c, f));
-                match first_seen.get(&key) {
-                    None => {
-                        first_seen.insert(key, 6 * c + f);
-                    }
-                    Some(&cf) => {
-                        if other[cf] != usize::MAX {
-                            return Err(MeshError::invalid(format!(
-                                "blockMesh: the face with points {key:?} belongs to more than \
-                                 two cells"
-                            )));
-                        }
-                        other[cf] = 6 * c + f;
-                        other[6 * c + f] = cf;
-                    }
-                }
-            }
-        }
-        drop(first_seen);
-        let mut faces = FaceList::default();
-        let mut owner: Vec<Label> = Vec::new();
-        let mut neighbour: Vec<Label> = Vec::new();
-        let mut assigned = vec![false; 6 * n_cells];
-        for c in 0..n_cells {
-            let mut higher: Vec<(usize, usize)> = (0..6)
-                .filter(|&f| other[6 * c + f] != usize::MAX && other[6 * c + f] / 6 > c)
-                .map(|f| (other[6 * c + f] / 6, f))
-                .collect();
-            higher.sort_unstable();
-            for (n, f) in higher {
-                faces.push(&cell_face(c, f))?;
-                owner.push(c as Label);
-                neighbour.push(n as Label);
-                assigned[6 * c + f] = true;
-                assigned[other[6 * c + f]] = true;
-            }
-        }
+        let InternalFaces {
+            labels,
+            mut owner,
+            neighbour,
+            mut assigned,
+        } = internal;
+        let mut faces = FaceList::uniform(4, labels)?;
         let mut patches = Vec::new();
         for (spec, list) in self.patches.iter().zip(patch_faces) {
             let start = owner.len();
@@ -872,6 +938,73 @@ impl Description {
         }
         Mesh::new(points, faces, owner, neighbour, patches)
     }
+}
+
+/// The internal faces of a hexahedral mesh: point labels (4 per face),
+/// owner and neighbour, in upper-triangular order, and which cell faces
+/// (6 per cell) they take.
+struct InternalFaces {
+    labels: Vec<Label>,
+    owner: Vec<Label>,
+    neighbour: Vec<Label>,
+    assigned: Vec<bool>,
+}
+
+/// The internal faces of hexahedral `cells` found by matching every cell
+/// face with the others through their sorted points: cell by cell, each
+/// cell's faces shared with higher cells in increasing neighbour order,
+/// points as the owner sees them. Used where blocks share faces.
+fn matched_internal_faces(cells: &[[Label; 8]]) -> Result<InternalFaces, MeshError> {
+    let n_cells = cells.len();
+    let cell_face = |c: usize, f: usize| HEX_FACES[f].map(|v| cells[c][v]);
+    // The other cell of each cell face, found through the faces' sorted points.
+    let mut first_seen: HashMap<[Label; 4], usize> = HashMap::with_capacity(3 * n_cells);
+    let mut other = vec![usize::MAX; 6 * n_cells];
+    for c in 0..n_cells {
+        for f in 0..6 {
+            let key = sorted_key(cell_face(c, f));
+            match first_seen.get(&key) {
+                None => {
+                    first_seen.insert(key, 6 * c + f);
+                }
+                Some(&cf) => {
+                    if other[cf] != usize::MAX {
+                        return Err(MeshError::invalid(format!(
+                            "blockMesh: the face with points {key:?} belongs to more than \
+                             two cells"
+                        )));
+                    }
+                    other[cf] = 6 * c + f;
+                    other[6 * c + f] = cf;
+                }
+            }
+        }
+    }
+    drop(first_seen);
+    let mut labels = Vec::new();
+    let mut owner: Vec<Label> = Vec::new();
+    let mut neighbour: Vec<Label> = Vec::new();
+    let mut assigned = vec![false; 6 * n_cells];
+    for c in 0..n_cells {
+        let mut higher: Vec<(usize, usize)> = (0..6)
+            .filter(|&f| other[6 * c + f] != usize::MAX && other[6 * c + f] / 6 > c)
+            .map(|f| (other[6 * c + f] / 6, f))
+            .collect();
+        higher.sort_unstable();
+        for (n, f) in higher {
+            labels.extend_from_slice(&cell_face(c, f));
+            owner.push(c as Label);
+            neighbour.push(n as Label);
+            assigned[6 * c + f] = true;
+            assigned[other[6 * c + f]] = true;
+        }
+    }
+    Ok(InternalFaces {
+        labels,
+        owner,
+        neighbour,
+        assigned,
+    })
 }
 
 fn sorted_key(mut face: [Label; 4]) -> [Label; 4] {
@@ -1243,6 +1376,36 @@ mod tests {
         assert!((d[4] - 0.3).abs() < 1e-12, "{d:?}");
         assert_eq!(d[10], 1.0);
         assert!(d.windows(2).all(|w| w[1] > w[0]));
+    }
+
+    /// Two blocks apart from each other (graded, one of them a single
+    /// cell thick in x) and a single block: the internal faces found from
+    /// the block indices make the mesh that matching faces through their
+    /// points makes.
+    #[test]
+    fn block_internal_faces_equal_matched_ones() {
+        let two_blocks = "convertToMeters 0.1;
+            vertices ( (0 0 0) (1 0 0) (1 1 0) (0 1 0) (0 0 1) (1 0 1) (1 1 1) (0 1 1)
+                       (2 0 0) (3 0 0) (3 1 0) (2 1 0) (2 0 1) (3 0 1) (3 1 1) (2 1 1) );
+            blocks ( hex (0 1 2 3 4 5 6 7) (5 4 3) simpleGrading (2 0.5 3)
+                     hex (8 9 10 11 12 13 14 15) (1 3 2) simpleGrading (1 1 1) );
+            boundary ( lid { type wall; faces ( (3 7 6 2) (11 15 14 10) ); } );";
+        let one_block =
+            "vertices ( (0 0 0) (1 0 0) (1 1 0) (0 1 0) (0 0 1) (1 0 1) (1 1 1) (0 1 1) );
+            blocks ( hex (0 1 2 3 4 5 6 7) (6 1 4) simpleGrading (1 1 1) );
+            boundary ( walls { type wall; faces ( (0 4 7 3) (1 2 6 5) ); } );";
+        let dir = crate::test_support::unique_temp_dir("fvpoisson_block_faces");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in [("two_blocks", two_blocks), ("one_block", one_block)] {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            let description = Description::read(&FoamDict::read(&path).unwrap()).unwrap();
+            let by_blocks = description.mesh_with(false).unwrap();
+            let matched = description.mesh_with(true).unwrap();
+            assert!(by_blocks.n_internal_faces() > 0, "{name}");
+            assert_eq!(by_blocks, matched, "{name}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
