@@ -266,16 +266,29 @@ impl ModSell {
             .map(|(s, ((codes, values), diag))| {
                 let first = s * h;
                 let (mut off_diagonals, mut in_slice) = (0usize, 0usize);
-                let mut row: Vec<(u32, f64)> = Vec::new();
+                let (mut row_cols, mut row_values) = (Vec::new(), Vec::new());
                 for (i, d) in diag.iter_mut().enumerate() {
                     let r = first + i;
                     let (c, v) = a.row(new_to_old[r] as usize);
-                    row.clear();
-                    row.extend(c.iter().zip(v).map(|(&c, &v)| (old_to_new[c as usize], v)));
-                    // Distinct columns stay distinct: the order is unique.
-                    row.sort_unstable_by_key(|&(c, _)| c);
+                    row_cols.clear();
+                    row_values.clear();
+                    // Insertion sort by new column as `Permutation::apply_symmetric`
+                    // sorts (rows are short; distinct columns stay distinct).
+                    for (&c, &v) in c.iter().zip(v) {
+                        let c = old_to_new[c as usize];
+                        let mut at = row_cols.len();
+                        row_cols.push(c);
+                        row_values.push(v);
+                        while at > 0 && row_cols[at - 1] > c {
+                            row_cols[at] = row_cols[at - 1];
+                            row_values[at] = row_values[at - 1];
+                            at -= 1;
+                        }
+                        row_cols[at] = c;
+                        row_values[at] = v;
+                    }
                     let mut slot = i;
-                    for &(c, v) in &row {
+                    for (&c, &v) in row_cols.iter().zip(&row_values) {
                         let c = c as usize;
                         if c == r {
                             *d = v;
