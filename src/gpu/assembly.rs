@@ -154,8 +154,9 @@ impl AssemblyMap {
                 "{n_internal} internal faces; face codes hold fewer than 2^30"
             )));
         }
-        let permuted = ordering.apply_symmetric(matrix);
-        let pattern = ModSell::from_csr(&permuted, slice_height).map_err(GpuError::Invalid)?;
+        // The permuted pattern straight into mod-SELL: no permuted CSR.
+        let pattern = ModSell::from_csr_permuted(matrix, ordering, slice_height)
+            .map_err(GpuError::Invalid)?;
         let mut active = vec![true; mesh.n_faces() - n_internal];
         for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
             active[patch.boundary_faces(n_internal)].fill(false);
@@ -173,75 +174,137 @@ impl AssemblyMap {
             let other = if is_neighbour { owner[f] } else { neighbour[f] } as usize;
             (old_to_new[other] as usize, is_neighbour)
         };
-        // Pass 1, rows in parallel: checks, and per row the faces it meets
-        // first (the row before the other side's) and its active boundary faces.
-        let mut counts = vec![(0u32, 0u32); n];
-        let first_error = counts
-            .par_iter_mut()
-            .enumerate()
-            .filter_map(|(row, count)| {
-                let checked = (|| {
-                let cell = new_to_old[row] as usize;
-                let cols = permuted.row(row).0;
-                let bad = |what: String| GpuError::Invalid(format!("assembly map: {what}"));
-                cols.binary_search(&(row as u32))
-                    .map_err(|_| bad(format!("row {row} has no diagonal")))?;
-                let n_off = cols.len() - 1;
-                if n_off > NO_SLOT as usize {
-                    return Err(AssemblyError::Unsupported(format!(
-                        "cell {cell} has {n_off} neighbours; the device assembly handles up to {NO_SLOT}"
-                    )));
+        // Why a row fails, checked as a pass over the permuted rows checks it:
+        // run only for a row the fast pass below refused, so that the first
+        // message is the one of the row-by-row definition.
+        let row_error = |row: usize| -> AssemblyError {
+            let cell = new_to_old[row] as usize;
+            let mut cols: Vec<u32> = matrix
+                .row(cell)
+                .0
+                .iter()
+                .map(|&c| old_to_new[c as usize])
+                .collect();
+            cols.sort_unstable();
+            let bad = |what: String| GpuError::Invalid(format!("assembly map: {what}"));
+            if cols.binary_search(&(row as u32)).is_err() {
+                return bad(format!("row {row} has no diagonal")).into();
+            }
+            let n_off = cols.len() - 1;
+            if n_off > NO_SLOT as usize {
+                return AssemblyError::Unsupported(format!(
+                    "cell {cell} has {n_off} neighbours; the device assembly handles up to {NO_SLOT}"
+                ));
+            }
+            let mut step = 0;
+            for &f in faces_of(cell) {
+                let f = f as usize;
+                if f >= n_internal {
+                    continue;
                 }
-                let (mut step, mut first_met, mut boundary) = (0, 0u32, 0u32);
-                for &f in faces_of(cell) {
-                    let f = f as usize;
-                    if f >= n_internal {
-                        boundary += u32::from(active[f - n_internal]);
-                        continue;
-                    }
-                    let (column, _) = across(f, cell);
-                    let found = cols.binary_search(&(column as u32)).is_ok() && column != row;
-                    if !found || step >= n_off {
-                        return Err(bad(format!(
-                            "face {f} of cell {cell} (row {row}) has no off-diagonal slot of its own"
-                        ))
-                        .into());
-                    }
-                    first_met += u32::from(row < column);
-                    step += 1;
-                }
-                if step != n_off {
-                    return Err(bad(format!(
-                        "row {row} has {n_off} off-diagonals but cell {cell} has {step} internal faces"
+                let (column, _) = across(f, cell);
+                let found = cols.binary_search(&(column as u32)).is_ok() && column != row;
+                if !found || step >= n_off {
+                    return bad(format!(
+                        "face {f} of cell {cell} (row {row}) has no off-diagonal slot of its own"
                     ))
-                    .into());
+                    .into();
                 }
-                Ok((first_met, boundary))
-                })();
-                match checked {
-                    Ok(c) => {
-                        *count = c;
-                        None
+                step += 1;
+            }
+            if step != n_off {
+                return bad(format!(
+                    "row {row} has {n_off} off-diagonals but cell {cell} has {step} internal faces"
+                ))
+                .into();
+            }
+            bad(format!("row {row} does not match the faces of cell {cell}")).into()
+        };
+        // Pass 1, slices in parallel, each row once: its off-diagonal columns
+        // read from its own mod-SELL positions (ascending), the slot of each
+        // internal face found among them, and at the face's position its slot
+        // and, until pass 3, the face itself: `(f << 1) | s`, with FIRST_MET
+        // set where the row meets the face first (the row before the other
+        // side's). Per row, the count of faces it meets first.
+        const FIRST_MET: u32 = 1 << 31;
+        let slots = pattern.values().len();
+        let (mut face_codes, mut face_slots) = (vec![0u32; slots], vec![NO_SLOT; slots]);
+        let mut first_met = vec![0u32; n];
+        let slice_ptr = pattern.slice_ptr();
+        let lengths = || slice_ptr.windows(2).map(|w| (w[1] - w[0]) as usize);
+        let first_error = crate::slices::split_lengths(&mut face_codes, lengths())
+            .into_par_iter()
+            .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
+            .zip(first_met.par_chunks_mut(h))
+            .enumerate()
+            .filter_map(|(slice, ((codes, slots), met))| {
+                let first = slice * h;
+                let pattern_codes =
+                    &pattern.codes()[slice_ptr[slice] as usize..slice_ptr[slice + 1] as usize];
+                let mut off_columns: Vec<u32> = Vec::new();
+                for (i, met) in met.iter_mut().enumerate() {
+                    let row = first + i;
+                    let cell = new_to_old[row] as usize;
+                    off_columns.clear();
+                    off_columns.extend(
+                        pattern_codes[i..]
+                            .iter()
+                            .step_by(h)
+                            .take_while(|&&c| c != 0)
+                            .map(|&c| match c {
+                                c if c > 0 => c as u32 - 1,
+                                c => first as u32 + (-(c + 1)) as u32,
+                            }),
+                    );
+                    let n_off = off_columns.len();
+                    let row_len = matrix.row_ptr()[cell + 1] - matrix.row_ptr()[cell];
+                    // A stored diagonal is the one entry mod-SELL keeps apart.
+                    let mut fits = row_len == n_off + 1 && n_off <= NO_SLOT as usize;
+                    let (mut step, mut count) = (0, 0);
+                    let faces = if fits { faces_of(cell) } else { &[] };
+                    for &f in faces {
+                        let f = f as usize;
+                        if f >= n_internal {
+                            continue;
+                        }
+                        let (column, is_neighbour) = across(f, cell);
+                        match off_columns.binary_search(&(column as u32)) {
+                            Ok(at) if step < n_off => {
+                                let first_here = row < column;
+                                let position = i + step * h;
+                                slots[position] = at as u8;
+                                codes[position] = ((f as u32) << 1)
+                                    | u32::from(is_neighbour)
+                                    | if first_here { FIRST_MET } else { 0 };
+                                count += u32::from(first_here);
+                                step += 1;
+                            }
+                            _ => {
+                                fits = false;
+                                break;
+                            }
+                        }
                     }
-                    Err(e) => Some((row, e)),
+                    if !fits || step != n_off {
+                        return Some((row, row_error(row)));
+                    }
+                    *met = count;
                 }
+                None
             })
             // The first failing row, as a pass in row order reports it.
             .min_by_key(|(row, _)| *row);
         if let Some((_, e)) = first_error {
             return Err(e);
         }
-        // Device faces in the order the rows first meet them, device
-        // boundary faces in row order: offsets of each row's share.
+        // Device faces in the order the rows first meet them: offsets of
+        // each row's share.
         let mut face_start = Vec::with_capacity(n + 1);
-        let mut boundary_ptr = Vec::with_capacity(n + 1);
         face_start.push(0u32);
-        boundary_ptr.push(0u32);
-        for &(first_met, boundary) in &counts {
-            face_start.push(face_start.last().unwrap() + first_met);
-            boundary_ptr.push(boundary_ptr.last().unwrap() + boundary);
+        for &met in &first_met {
+            face_start.push(face_start.last().unwrap() + met);
         }
-        drop(counts);
+        drop(first_met);
         if face_start[n] as usize != n_internal {
             return Err(GpuError::Invalid(format!(
                 "assembly map: the rows meet {} of the {n_internal} internal faces",
@@ -249,88 +312,76 @@ impl AssemblyMap {
             ))
             .into());
         }
-        // Pass 2, blocks of rows in parallel: each fills its own ranges of
-        // `device_faces` and `device_boundary`, and the device number of the
-        // faces it meets first (each face has one such row).
-        const BLOCK: usize = 4096;
-        let blocks: Vec<std::ops::Range<usize>> = (0..n)
-            .step_by(BLOCK)
-            .map(|first| first..(first + BLOCK).min(n))
-            .collect();
+        // Pass 2, slices in parallel: each numbers the faces its rows meet
+        // first, reading its own part of `face_codes` (a slice's share of
+        // the device faces is contiguous), and records the number per face.
         let mut device_faces = vec![0u32; n_internal];
-        let mut device_boundary = vec![0u32; boundary_ptr[n] as usize];
         let device_id: Vec<AtomicU32> = (0..n_internal).map(|_| AtomicU32::new(0)).collect();
+        let n_slices = slice_ptr.len() - 1;
+        let slice_rows = |slice: usize| slice * h..((slice + 1) * h).min(n);
         let face_parts = crate::slices::split_lengths(
             &mut device_faces,
-            blocks
-                .iter()
-                .map(|b| (face_start[b.end] - face_start[b.start]) as usize),
-        );
-        let boundary_parts = crate::slices::split_lengths(
-            &mut device_boundary,
-            blocks
-                .iter()
-                .map(|b| (boundary_ptr[b.end] - boundary_ptr[b.start]) as usize),
+            (0..n_slices).map(|s| {
+                let rows = slice_rows(s);
+                (face_start[rows.end] - face_start[rows.start]) as usize
+            }),
         );
         face_parts
             .into_par_iter()
-            .zip(boundary_parts)
-            .zip(&blocks)
-            .for_each(|((faces, boundary), rows)| {
-                let (mut next_face, mut next_boundary) = (0, 0);
-                let first_id = face_start[rows.start];
-                for row in rows.clone() {
-                    let cell = new_to_old[row] as usize;
-                    for &f in faces_of(cell) {
-                        let f = f as usize;
-                        if f >= n_internal {
-                            if active[f - n_internal] {
-                                boundary[next_boundary] = (f - n_internal) as u32;
-                                next_boundary += 1;
-                            }
-                        } else if row < across(f, cell).0 {
-                            faces[next_face] = f as u32;
-                            device_id[f].store(first_id + next_face as u32, Ordering::Relaxed);
-                            next_face += 1;
-                        }
-                    }
-                }
-            });
-        // Pass 3, slices in parallel: each row's face codes and slots at its
-        // mod-SELL positions (a slice's positions are its own).
-        let slots = pattern.values().len();
-        let (mut face_codes, mut face_slots) = (vec![0u32; slots], vec![NO_SLOT; slots]);
-        let lengths = || {
-            pattern
-                .slice_ptr()
-                .windows(2)
-                .map(|w| (w[1] - w[0]) as usize)
-        };
-        crate::slices::split_lengths(&mut face_codes, lengths())
-            .into_par_iter()
+            .zip(crate::slices::split_lengths(&mut face_codes, lengths()))
             .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
             .enumerate()
-            .for_each(|(slice, (codes, slots))| {
-                let rows = slice * h..((slice + 1) * h).min(n);
-                for (row, &cell) in rows.clone().zip(&new_to_old[rows]) {
-                    let cell = cell as usize;
-                    let cols = permuted.row(row).0;
-                    let diag_at = cols.binary_search(&(row as u32)).unwrap_or(0);
-                    let mut at_slot = row % h;
-                    for &f in faces_of(cell) {
-                        let f = f as usize;
-                        if f >= n_internal {
-                            continue;
+            .for_each(|(slice, ((faces, codes), slots))| {
+                let rows = slice_rows(slice);
+                let mut next = 0;
+                for (i, row) in rows.enumerate() {
+                    let mut id = face_start[row];
+                    let positions = (i..slots.len()).step_by(h);
+                    for position in positions.take_while(|&p| slots[p] != NO_SLOT) {
+                        let code = codes[position];
+                        if code & FIRST_MET != 0 {
+                            let f = (code & !FIRST_MET) >> 1;
+                            faces[next] = f;
+                            device_id[f as usize].store(id, Ordering::Relaxed);
+                            // Numbered: FIRST_MET stays as pass 3's mark.
+                            codes[position] = FIRST_MET | (id << 1) | (code & 1);
+                            id += 1;
+                            next += 1;
                         }
-                        let (column, is_neighbour) = across(f, cell);
-                        let at = cols.binary_search(&(column as u32)).unwrap_or(0);
-                        let id = device_id[f].load(Ordering::Relaxed);
-                        codes[at_slot] = (id << 1) | u32::from(is_neighbour);
-                        slots[at_slot] = if at < diag_at { at } else { at - 1 } as u8;
-                        at_slot += h;
                     }
                 }
             });
+        drop(face_start);
+        // Pass 3, in parallel: the other side of each face takes the number
+        // its first row gave it.
+        face_codes
+            .par_iter_mut()
+            .zip(&face_slots)
+            .filter(|(_, &slot)| slot != NO_SLOT)
+            .for_each(|(code, _)| {
+                *code = if *code & FIRST_MET != 0 {
+                    *code & !FIRST_MET
+                } else {
+                    (device_id[(*code >> 1) as usize].load(Ordering::Relaxed) << 1) | (*code & 1)
+                };
+            });
+        drop(device_id);
+        // Device boundary faces in row order, each row's in face order: the
+        // active boundary faces sorted by (row, face).
+        let mut boundary: Vec<(u32, u32)> = (0..active.len())
+            .into_par_iter()
+            .filter(|&b| active[b])
+            .map(|b| (old_to_new[owner[n_internal + b] as usize], b as u32))
+            .collect();
+        boundary.par_sort_unstable();
+        let mut boundary_ptr = vec![0u32; n + 1];
+        for &(row, _) in &boundary {
+            boundary_ptr[row as usize + 1] += 1;
+        }
+        for r in 0..n {
+            boundary_ptr[r + 1] += boundary_ptr[r];
+        }
+        let device_boundary = boundary.into_par_iter().map(|(_, b)| b).collect();
         Ok(Self {
             pattern,
             face_codes,

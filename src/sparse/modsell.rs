@@ -7,7 +7,7 @@
 //! reads them coalesced), padded to the slice's longest row. The last slice is
 //! allocated in full. `slice_ptr[s]` is the first slot of slice s.
 
-use super::Csr;
+use super::{Csr, Permutation};
 use rayon::prelude::*;
 
 /// A slice is one block of whole warps.
@@ -181,6 +181,114 @@ impl ModSell {
                     let mut slot = i;
                     let (c, v) = a.row(r);
                     for (&c, &v) in c.iter().zip(v) {
+                        let c = c as usize;
+                        if c == r {
+                            *d = v;
+                            continue;
+                        }
+                        codes[slot] = if (first..first + h).contains(&c) {
+                            in_slice += 1;
+                            -((c - first) as i32) - 1
+                        } else {
+                            c as i32 + 1
+                        };
+                        values[slot] = v;
+                        off_diagonals += 1;
+                        slot += h;
+                    }
+                }
+                (off_diagonals, in_slice)
+            })
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (off_diagonals, in_slice) = counts;
+        Ok(Self {
+            slice_height,
+            n_rows: n,
+            diag,
+            slice_ptr,
+            codes,
+            values,
+            off_diagonals,
+            in_slice,
+        })
+    }
+
+    /// `from_csr(&ordering.apply_symmetric(a), slice_height)` without the
+    /// permuted CSR: each slice sorts its rows' renumbered columns (values
+    /// alongside) on the fly and writes them to its own slots, so the
+    /// permuted copy of `a` (12 bytes per entry plus its row pointers) is
+    /// never held and `a` is read once, in the new row order.
+    pub fn from_csr_permuted(
+        a: &Csr,
+        ordering: &Permutation,
+        slice_height: usize,
+    ) -> Result<Self, String> {
+        check_shape(a, slice_height)?;
+        if a.n_rows() != a.n_cols() || ordering.len() != a.n_rows() {
+            return Err(format!(
+                "modified SELL of a {} x {} matrix permuted by an ordering of {} rows: \
+                 expected a square matrix of the ordering's size",
+                a.n_rows(),
+                a.n_cols(),
+                ordering.len()
+            ));
+        }
+        let h = slice_height;
+        let n = a.n_rows();
+        let n_slices = n.div_ceil(h);
+        let (new_to_old, old_to_new) = (ordering.new_to_old(), ordering.old_to_new());
+        // A row keeps its length and its diagonal under a symmetric permutation.
+        let off_len = |r: usize| {
+            let old = new_to_old[r] as usize;
+            let (c, _) = a.row(old);
+            c.len() - usize::from(c.binary_search(&(old as u32)).is_ok())
+        };
+        let lens: Vec<usize> = (0..n_slices)
+            .into_par_iter()
+            .map(|s| {
+                (s * h..((s + 1) * h).min(n))
+                    .map(off_len)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let slice_ptr = slice_pointers(n_slices, h, |s| lens[s]);
+        drop(lens);
+        let slots = *slice_ptr.last().unwrap() as usize;
+        let (mut codes, mut values) = (vec![0i32; slots], vec![0.0; slots]);
+        let mut diag = vec![0.0; n];
+        let lengths = || slice_ptr.windows(2).map(|w| (w[1] - w[0]) as usize);
+        let counts = crate::slices::split_lengths(&mut codes, lengths())
+            .into_par_iter()
+            .zip(crate::slices::split_lengths(&mut values, lengths()))
+            .zip(diag.par_chunks_mut(h))
+            .enumerate()
+            .map(|(s, ((codes, values), diag))| {
+                let first = s * h;
+                let (mut off_diagonals, mut in_slice) = (0usize, 0usize);
+                let (mut row_cols, mut row_values) = (Vec::new(), Vec::new());
+                for (i, d) in diag.iter_mut().enumerate() {
+                    let r = first + i;
+                    let (c, v) = a.row(new_to_old[r] as usize);
+                    row_cols.clear();
+                    row_values.clear();
+                    // Insertion sort by new column as `Permutation::apply_symmetric`
+                    // sorts (rows are short; distinct columns stay distinct).
+                    for (&c, &v) in c.iter().zip(v) {
+                        let c = old_to_new[c as usize];
+                        let mut at = row_cols.len();
+                        row_cols.push(c);
+                        row_values.push(v);
+                        while at > 0 && row_cols[at - 1] > c {
+                            row_cols[at] = row_cols[at - 1];
+                            row_values[at] = row_values[at - 1];
+                            at -= 1;
+                        }
+                        row_cols[at] = c;
+                        row_values[at] = v;
+                    }
+                    let mut slot = i;
+                    for (&c, &v) in row_cols.iter().zip(&row_values) {
                         let c = c as usize;
                         if c == r {
                             *d = v;
@@ -398,6 +506,57 @@ mod tests {
             row_ptr.push(cols.len());
         }
         Csr::new(9, row_ptr, cols, vals).unwrap()
+    }
+
+    /// A random permutation of 0..n (Fisher–Yates).
+    fn shuffled(n: usize, seed: u64) -> Permutation {
+        let mut rng = crate::sparse::testing::SplitMix(seed);
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        Permutation::from_new_to_old(order).unwrap()
+    }
+
+    #[test]
+    fn the_permuted_build_equals_the_build_of_the_permuted_matrix() {
+        // Rows without a diagonal: the seed example with rows 0 and 5's dropped.
+        let seed = seed_example();
+        let mut row_ptr = vec![0];
+        let (mut cols, mut vals) = (vec![], vec![]);
+        for r in 0..9 {
+            let (c, v) = seed.row(r);
+            for (&c, &v) in c.iter().zip(v) {
+                if !(c as usize == r && (r == 0 || r == 5)) {
+                    cols.push(c);
+                    vals.push(v);
+                }
+            }
+            row_ptr.push(cols.len());
+        }
+        let no_diagonal = Csr::new(9, row_ptr, cols, vals).unwrap();
+        let cases = [
+            seed,
+            no_diagonal,
+            random_symmetric(300, 7, 1),
+            crate::sparse::testing::random_nonsymmetric(1000, 12, 2),
+        ];
+        for (i, a) in cases.iter().enumerate() {
+            let n = a.n_rows();
+            for ordering in [Permutation::identity(n), shuffled(n, 3 + i as u64)] {
+                let reversed = ordering.reversed();
+                for h in [32, 64, 256] {
+                    for ordering in [&ordering, &reversed] {
+                        let expected = ModSell::from_csr(&ordering.apply_symmetric(a), h).unwrap();
+                        let got = ModSell::from_csr_permuted(a, ordering, h).unwrap();
+                        assert_eq!(got, expected, "case {i}, h {h}");
+                    }
+                }
+            }
+        }
+        let a = &cases[2];
+        assert!(ModSell::from_csr_permuted(a, &Permutation::identity(299), 32).is_err());
+        assert!(ModSell::from_csr_permuted(a, &Permutation::identity(300), 48).is_err());
     }
 
     #[test]

@@ -550,6 +550,216 @@ fn the_map_covers_every_slot_once_and_numbers_faces_by_rows() {
     );
 }
 
+/// [`AssemblyMap::new`] as it was built before its passes were fused: the
+/// permuted CSR, binary searches per entry, boundary faces counted per row.
+/// The fast map must equal it, first error message included.
+fn reference_map(
+    mesh: &Mesh,
+    matrix: &Csr,
+    ordering: &Permutation,
+    slice_height: usize,
+) -> Result<AssemblyMap, AssemblyError> {
+    let n = mesh.n_cells();
+    if matrix.n_rows() != n || ordering.len() != n {
+        return Err(GpuError::Invalid(format!(
+            "assembly map: the mesh has {n} cells, the matrix {} rows, the ordering {}",
+            matrix.n_rows(),
+            ordering.len()
+        ))
+        .into());
+    }
+    let n_internal = mesh.n_internal_faces();
+    if n_internal >= 1 << 30 {
+        return Err(AssemblyError::Unsupported(format!(
+            "{n_internal} internal faces; face codes hold fewer than 2^30"
+        )));
+    }
+    let permuted = ordering.apply_symmetric(matrix);
+    let pattern = ModSell::from_csr(&permuted, slice_height).map_err(GpuError::Invalid)?;
+    let mut active = vec![true; mesh.n_faces() - n_internal];
+    for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
+        active[patch.boundary_faces(n_internal)].fill(false);
+    }
+    let (offsets, cell_faces) = mesh.cell_faces();
+    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+    let (new_to_old, old_to_new) = (ordering.new_to_old(), ordering.old_to_new());
+    let h = slice_height;
+    let faces_of = |cell: usize| &cell_faces[offsets[cell] as usize..offsets[cell + 1] as usize];
+    // The row across internal face f from `cell`, and whether `cell` is
+    // the face's neighbour.
+    let across = |f: usize, cell: usize| {
+        let is_neighbour = neighbour[f] as usize == cell;
+        let other = if is_neighbour { owner[f] } else { neighbour[f] } as usize;
+        (old_to_new[other] as usize, is_neighbour)
+    };
+    // Pass 1, rows in parallel: checks, and per row the faces it meets
+    // first (the row before the other side's) and its active boundary faces.
+    let mut counts = vec![(0u32, 0u32); n];
+    let first_error = counts
+        .par_iter_mut()
+        .enumerate()
+        .filter_map(|(row, count)| {
+            let checked = (|| {
+            let cell = new_to_old[row] as usize;
+            let cols = permuted.row(row).0;
+            let bad = |what: String| GpuError::Invalid(format!("assembly map: {what}"));
+            cols.binary_search(&(row as u32))
+                .map_err(|_| bad(format!("row {row} has no diagonal")))?;
+            let n_off = cols.len() - 1;
+            if n_off > NO_SLOT as usize {
+                return Err(AssemblyError::Unsupported(format!(
+                    "cell {cell} has {n_off} neighbours; the device assembly handles up to {NO_SLOT}"
+                )));
+            }
+            let (mut step, mut first_met, mut boundary) = (0, 0u32, 0u32);
+            for &f in faces_of(cell) {
+                let f = f as usize;
+                if f >= n_internal {
+                    boundary += u32::from(active[f - n_internal]);
+                    continue;
+                }
+                let (column, _) = across(f, cell);
+                let found = cols.binary_search(&(column as u32)).is_ok() && column != row;
+                if !found || step >= n_off {
+                    return Err(bad(format!(
+                        "face {f} of cell {cell} (row {row}) has no off-diagonal slot of its own"
+                    ))
+                    .into());
+                }
+                first_met += u32::from(row < column);
+                step += 1;
+            }
+            if step != n_off {
+                return Err(bad(format!(
+                    "row {row} has {n_off} off-diagonals but cell {cell} has {step} internal faces"
+                ))
+                .into());
+            }
+            Ok((first_met, boundary))
+            })();
+            match checked {
+                Ok(c) => {
+                    *count = c;
+                    None
+                }
+                Err(e) => Some((row, e)),
+            }
+        })
+        // The first failing row, as a pass in row order reports it.
+        .min_by_key(|(row, _)| *row);
+    if let Some((_, e)) = first_error {
+        return Err(e);
+    }
+    // Device faces in the order the rows first meet them, device
+    // boundary faces in row order: offsets of each row's share.
+    let mut face_start = Vec::with_capacity(n + 1);
+    let mut boundary_ptr = Vec::with_capacity(n + 1);
+    face_start.push(0u32);
+    boundary_ptr.push(0u32);
+    for &(first_met, boundary) in &counts {
+        face_start.push(face_start.last().unwrap() + first_met);
+        boundary_ptr.push(boundary_ptr.last().unwrap() + boundary);
+    }
+    drop(counts);
+    if face_start[n] as usize != n_internal {
+        return Err(GpuError::Invalid(format!(
+            "assembly map: the rows meet {} of the {n_internal} internal faces",
+            face_start[n]
+        ))
+        .into());
+    }
+    // Pass 2, blocks of rows in parallel: each fills its own ranges of
+    // `device_faces` and `device_boundary`, and the device number of the
+    // faces it meets first (each face has one such row).
+    const BLOCK: usize = 4096;
+    let blocks: Vec<std::ops::Range<usize>> = (0..n)
+        .step_by(BLOCK)
+        .map(|first| first..(first + BLOCK).min(n))
+        .collect();
+    let mut device_faces = vec![0u32; n_internal];
+    let mut device_boundary = vec![0u32; boundary_ptr[n] as usize];
+    let device_id: Vec<AtomicU32> = (0..n_internal).map(|_| AtomicU32::new(0)).collect();
+    let face_parts = crate::slices::split_lengths(
+        &mut device_faces,
+        blocks
+            .iter()
+            .map(|b| (face_start[b.end] - face_start[b.start]) as usize),
+    );
+    let boundary_parts = crate::slices::split_lengths(
+        &mut device_boundary,
+        blocks
+            .iter()
+            .map(|b| (boundary_ptr[b.end] - boundary_ptr[b.start]) as usize),
+    );
+    face_parts
+        .into_par_iter()
+        .zip(boundary_parts)
+        .zip(&blocks)
+        .for_each(|((faces, boundary), rows)| {
+            let (mut next_face, mut next_boundary) = (0, 0);
+            let first_id = face_start[rows.start];
+            for row in rows.clone() {
+                let cell = new_to_old[row] as usize;
+                for &f in faces_of(cell) {
+                    let f = f as usize;
+                    if f >= n_internal {
+                        if active[f - n_internal] {
+                            boundary[next_boundary] = (f - n_internal) as u32;
+                            next_boundary += 1;
+                        }
+                    } else if row < across(f, cell).0 {
+                        faces[next_face] = f as u32;
+                        device_id[f].store(first_id + next_face as u32, Ordering::Relaxed);
+                        next_face += 1;
+                    }
+                }
+            }
+        });
+    // Pass 3, slices in parallel: each row's face codes and slots at its
+    // mod-SELL positions (a slice's positions are its own).
+    let slots = pattern.values().len();
+    let (mut face_codes, mut face_slots) = (vec![0u32; slots], vec![NO_SLOT; slots]);
+    let lengths = || {
+        pattern
+            .slice_ptr()
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+    };
+    crate::slices::split_lengths(&mut face_codes, lengths())
+        .into_par_iter()
+        .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
+        .enumerate()
+        .for_each(|(slice, (codes, slots))| {
+            let rows = slice * h..((slice + 1) * h).min(n);
+            for (row, &cell) in rows.clone().zip(&new_to_old[rows]) {
+                let cell = cell as usize;
+                let cols = permuted.row(row).0;
+                let diag_at = cols.binary_search(&(row as u32)).unwrap_or(0);
+                let mut at_slot = row % h;
+                for &f in faces_of(cell) {
+                    let f = f as usize;
+                    if f >= n_internal {
+                        continue;
+                    }
+                    let (column, is_neighbour) = across(f, cell);
+                    let at = cols.binary_search(&(column as u32)).unwrap_or(0);
+                    let id = device_id[f].load(Ordering::Relaxed);
+                    codes[at_slot] = (id << 1) | u32::from(is_neighbour);
+                    slots[at_slot] = if at < diag_at { at } else { at - 1 } as u8;
+                    at_slot += h;
+                }
+            }
+        });
+    Ok(AssemblyMap {
+        pattern,
+        face_codes,
+        face_slots,
+        device_faces,
+        boundary_ptr,
+        device_boundary,
+    })
+}
+
 /// Face codes, face slots, device faces, boundary pointers, device boundary faces.
 type MapArrays = (Vec<u32>, Vec<u8>, Vec<u32>, Vec<u32>, Vec<u32>);
 
@@ -674,4 +884,158 @@ fn values_evaluated_on_another_mesh_are_refused() {
         message.contains("60 cells") && message.contains("48 cells"),
         "{message}"
     );
+}
+
+/// A random permutation of 0..n (Fisher–Yates on the sparse tests' generator).
+fn shuffled(n: usize, seed: u64) -> Permutation {
+    let mut rng = crate::sparse::testing::SplitMix(seed);
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    for i in (1..n).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    Permutation::from_new_to_old(order).unwrap()
+}
+
+/// The Laplacian pattern of `spec`'s mesh, as a GPU run builds it.
+fn mesh_and_pattern(spec: &str) -> (Mesh, Csr) {
+    let mesh = crate::mesh::load(spec).unwrap();
+    let problem = LaplacianProblem::steady(
+        CellField::Uniform(1.0),
+        CellField::Uniform(0.0),
+        BoundaryCondition::on_every_patch(
+            &mesh,
+            BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+        ),
+    );
+    let geometry = mesh.geometry().unwrap();
+    let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+    let matrix = system.matrix.clone();
+    drop(system);
+    (mesh, matrix)
+}
+
+/// `matrix` with the columns of the rows in `cells` edited by `edit`
+/// (sorted and deduplicated after), unit values.
+fn edited(matrix: &Csr, cells: &[usize], edit: impl Fn(usize, &mut Vec<u32>)) -> Csr {
+    let mut row_ptr = vec![0];
+    let mut cols = Vec::new();
+    for r in 0..matrix.n_rows() {
+        let mut row = matrix.row(r).0.to_vec();
+        if cells.contains(&r) {
+            edit(r, &mut row);
+            row.sort_unstable();
+            row.dedup();
+        }
+        cols.extend(row);
+        row_ptr.push(cols.len());
+    }
+    let values = vec![1.0; cols.len()];
+    Csr::new(matrix.n_cols(), row_ptr, cols, values).unwrap()
+}
+
+#[test]
+fn the_fused_map_equals_the_reference_map() {
+    for spec in [
+        "meshes/foam/polydual",
+        "box:7x6x5:tet:perturb=0.2:renumber",
+        "box:9x8x7:perturb=0.2:renumber",
+        "box:6x5x1:2d:perturb=0.3",
+        "box:12x10x9:tet:perturb=0.2:seed=4:renumber",
+    ] {
+        let (mesh, matrix) = mesh_and_pattern(spec);
+        let n = mesh.n_cells();
+        for (k, ordering) in [
+            reverse_cuthill_mckee(&matrix),
+            Permutation::identity(n),
+            shuffled(n, 11),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for h in [32, 64, 256] {
+                let map = AssemblyMap::new(&mesh, &matrix, &ordering, h).unwrap();
+                let reference = reference_map(&mesh, &matrix, &ordering, h).unwrap();
+                assert_eq!(map, reference, "{spec}, ordering {k}, h {h}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_bad_pattern_gives_the_reference_maps_first_error() {
+    let (mesh, matrix) = mesh_and_pattern("box:6x5x4:tet:perturb=0.2:renumber");
+    let n = mesh.n_cells();
+    let ordering = reverse_cuthill_mckee(&matrix);
+    // A column not in the cell's row (so not a neighbour across a face).
+    let far = |cell: usize| {
+        (n / 2..n + n / 2)
+            .map(|k| ((cell + k) % n) as u32)
+            .find(|c| !matrix.row(cell).0.contains(c))
+            .unwrap()
+    };
+    let neighbour_of = |cell: usize| {
+        *matrix
+            .row(cell)
+            .0
+            .iter()
+            .find(|&&c| c as usize != cell)
+            .unwrap()
+    };
+    let first_neighbour = neighbour_of(7);
+    let cases: Vec<(&str, Csr)> = vec![
+        (
+            "no diagonal",
+            edited(&matrix, &[7], |c, row| row.retain(|&x| x as usize != c)),
+        ),
+        (
+            "a face without its slot",
+            edited(&matrix, &[7], |_, row| {
+                row.retain(|&x| x != first_neighbour)
+            }),
+        ),
+        (
+            "an extra off-diagonal",
+            edited(&matrix, &[7], |c, row| row.push(far(c))),
+        ),
+        (
+            "several bad rows",
+            edited(&matrix, &[3, 40, 77, 100], |c, row| match c % 3 {
+                0 => row.retain(|&x| x as usize != c),
+                1 => row.push(far(c)),
+                _ => row.retain(|&x| x as usize == c),
+            }),
+        ),
+        (
+            "a slot taken by a column of another row",
+            edited(&matrix, &[20, 21], |c, row| {
+                let wrong = far(c);
+                row.retain(|&x| x as usize == c);
+                row.push(wrong);
+            }),
+        ),
+    ];
+    for (what, bad) in &cases {
+        for ordering in [ordering.clone(), Permutation::identity(n), shuffled(n, 5)] {
+            let got = AssemblyMap::new(&mesh, bad, &ordering, 32)
+                .unwrap_err()
+                .to_string();
+            let expected = reference_map(&mesh, bad, &ordering, 32)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(got, expected, "{what}");
+        }
+    }
+    // Shapes: a slice height mod-SELL refuses, an ordering of another size.
+    let got = AssemblyMap::new(&mesh, &matrix, &ordering, 48)
+        .unwrap_err()
+        .to_string();
+    let expected = reference_map(&mesh, &matrix, &ordering, 48)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(got, expected);
+    let short = Permutation::identity(n - 1);
+    let got = AssemblyMap::new(&mesh, &matrix, &short, 32)
+        .unwrap_err()
+        .to_string();
+    assert!(got.contains("the ordering"), "{got}");
 }
