@@ -11,11 +11,16 @@
 //! Jacobi is the global Jacobi; DIC, IC(0), symmetric Gauss–Seidel... become
 //! their block versions, weaker as the rank count grows; AMG (a distributed
 //! GAMG) builds each rank's hierarchy on its owned block. The block is
-//! factored and swept in ascending global row order ([`InGlobalOrder`]),
-//! not in the local `[interior | boundary]` order of the products: that is
-//! the order of an OpenFOAM processor's cells (`decomposePar` keeps them
-//! ascending), so block DIC/FDIC is OpenFOAM's processor-local DIC and a
-//! run on OpenFOAM's decomposition takes `mpirun -parallel`'s iterations.
+//! factored and swept in ascending global row order, not in the local
+//! `[interior | boundary]` order of the products: that is the order of an
+//! OpenFOAM processor's cells (`decomposePar` keeps them ascending), so
+//! block DIC/FDIC is OpenFOAM's processor-local DIC and a run on OpenFOAM's
+//! decomposition takes `mpirun -parallel`'s iterations. DIC, FDIC and DILU
+//! keep their factor in global order and sweep the rows in that order at
+//! their local places (`ic::PlacedDic`), reading r and writing z where the
+//! backend holds them; the other order-dependent preconditioners gather r
+//! into global order and scatter z back at each application
+//! ([`InGlobalOrder`]), with the same bits.
 //!
 //! PBiCGStab runs over the ranks too: `bicgstab::bicgstab` over
 //! [`DistributedKrylovBackend`], OpenFOAM's `-parallel` PBiCGStab steps.
@@ -41,6 +46,8 @@ use nalgebra::DMatrix;
 use super::bicgstab::bicgstab;
 use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
 use super::error::check_finite;
+use super::ic::Dic;
+use super::ilu::dilu;
 use super::krylov::KrylovBackend;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, sum_by};
@@ -58,8 +65,10 @@ use crate::sparse::{Csr, Permutation};
 /// A preconditioner of a rank's owned block built and applied in ascending
 /// global row order, seen from the local order: z = Pᵀ M⁻¹ P r with P the
 /// local → ascending-global permutation. Row-order dependent preconditioners
-/// (DIC's and Gauss–Seidel's sweeps, AMG's aggregation) then do what a
-/// processor of a `decomposePar` case does.
+/// (Gauss–Seidel's sweeps, AMG's aggregation) then do what a processor of a
+/// `decomposePar` case does. DIC, FDIC and DILU do it without the two
+/// passes per application (`ic::PlacedDic`); this is the fallback of the
+/// others.
 pub struct InGlobalOrder<'a> {
     order: Permutation,
     inner: Box<dyn LinearOperator + 'a>,
@@ -587,10 +596,31 @@ fn block_preconditioner<'a>(
              row ordering"
         )));
     }
-    let built = preconditioner.build(block)?;
     Ok(match order {
-        Some(order) => Box::new(InGlobalOrder::new(order, built)),
-        None => built,
+        Some(order) => in_global_order(preconditioner, order, block)?,
+        None => preconditioner.build(block)?,
+    })
+}
+
+/// `preconditioner` built on `block` (the owned block in ascending global
+/// row order) and applied to vectors in the local order, `order` listing
+/// the local row of each global-order row. DIC, FDIC and DILU sweep the
+/// rows in global order at their local places ([`Dic::in_vector_order`]):
+/// the bits of [`InGlobalOrder`] without its gather of r and scatter of z
+/// at every application. The others go through [`InGlobalOrder`].
+fn in_global_order<'a>(
+    preconditioner: &Preconditioner,
+    order: Permutation,
+    block: &'a Csr,
+) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
+    Ok(match preconditioner {
+        Preconditioner::Kind(PreconditionerKind::Dic) => {
+            Box::new(Dic::new(block)?.in_vector_order(&order))
+        }
+        Preconditioner::Kind(PreconditionerKind::Dilu) => {
+            Box::new(dilu(block)?.in_vector_order(&order))
+        }
+        _ => Box::new(InGlobalOrder::new(order, preconditioner.build(block)?)),
     })
 }
 
@@ -857,4 +887,81 @@ pub fn solve_bicgstab_distributed(
             bicgstab(&backend, b, x, controls, field)
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::distribute::Decomposition;
+    use crate::sparse::testing::{grid_laplacian, random_nonsymmetric, random_symmetric};
+
+    /// Every rank's block preconditioner as the solves build it against the
+    /// same preconditioner built on the global-order block and applied
+    /// through [`InGlobalOrder`] (gather, apply, scatter): the same bits.
+    fn check_blocks(a: &Csr, d: &Decomposition, preconditioner: Preconditioner, symmetric: bool) {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let controls = SolverControls::absolute(1e-8, 100);
+        let mut reordered = 0;
+        for rank in 0..d.n_ranks() {
+            let local = d.local(a, rank).unwrap();
+            let n = local.n_owned;
+            let (order, block) = InGlobalOrder::block_of(&local);
+            reordered += order.is_some() as usize;
+            let reference: Box<dyn LinearOperator> = match order.clone() {
+                Some(order) => Box::new(InGlobalOrder::new(
+                    order,
+                    preconditioner.build(&block).unwrap(),
+                )),
+                None => preconditioner.build(&block).unwrap(),
+            };
+            let (b, x) = (vec![1.0; n], vec![0.0; n]);
+            let built = block_preconditioner(
+                &local,
+                &preconditioner,
+                order,
+                &block,
+                &b,
+                &x,
+                &controls,
+                symmetric,
+            )
+            .unwrap();
+            let r: Vec<f64> = (0..n)
+                .map(|i| ((i * 7919) % 113) as f64 / 17.0 - 3.0)
+                .collect();
+            let (mut z, mut z_reference) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+            built.apply(&r, &mut z);
+            reference.apply(&r, &mut z_reference);
+            assert_eq!(
+                bits(&z),
+                bits(&z_reference),
+                "{preconditioner}, rank {rank} of {}",
+                d.n_ranks()
+            );
+        }
+        assert!(reordered > 0, "no rank needed the global order");
+    }
+
+    #[test]
+    fn block_preconditioners_in_local_order_have_the_bits_of_the_global_order() {
+        let grid = grid_laplacian(13, 11, 7);
+        let spd = random_symmetric(600, 6, 7);
+        let nonsymmetric = random_nonsymmetric(600, 6, 8);
+        let n = grid.n_rows();
+        let stripes = Decomposition::from_owners((0..n).map(|i| (i * 3 / n) as u32).collect(), 3);
+        let layouts = [
+            (&grid, Decomposition::metis(&grid, 2).unwrap()),
+            (&grid, Decomposition::metis(&grid, 4).unwrap()),
+            (&grid, stripes.unwrap()),
+            (&spd, Decomposition::metis(&spd, 3).unwrap()),
+        ];
+        for (a, d) in &layouts {
+            for kind in [PreconditionerKind::Dic, PreconditionerKind::SymGaussSeidel] {
+                check_blocks(a, d, kind.into(), true);
+            }
+            check_blocks(a, d, PreconditionerKind::Dilu.into(), false);
+        }
+        let d = Decomposition::metis(&nonsymmetric, 3).unwrap();
+        check_blocks(&nonsymmetric, &d, PreconditionerKind::Dilu.into(), false);
+    }
 }

@@ -4,7 +4,10 @@
 //! The sweeps read rows in the given (natural) order and the lower triangle
 //! of a row for the forward sweep, the upper triangle for the backward
 //! sweep, which for a symmetric matrix is the same as OpenFOAM's
-//! face-ordered loops over lower/upper coefficients.
+//! face-ordered loops over lower/upper coefficients. [`PlacedDic`] runs
+//! DIC's sweeps in the factor's row order over vectors that hold the rows
+//! in another (a rank's block DIC in global order on its local vectors,
+//! `solve::distributed`).
 
 use std::marker::PhantomData;
 
@@ -12,7 +15,7 @@ use super::reduce::CHUNK;
 use super::split::{SplitMatrix, TriangleRows};
 use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
-use crate::sparse::Csr;
+use crate::sparse::{Csr, Permutation};
 
 /// OpenFOAM's diagonal incomplete Cholesky (DICPreconditioner): M = (D* + L) D*⁻¹ (D* + U)
 /// with the off-diagonals of A and a modified diagonal D*,
@@ -120,6 +123,128 @@ impl LinearOperator for Dic<'_> {
     }
     fn apply_dot(&self, r: &[f64], w: &mut [f64]) -> f64 {
         self.sweeps_dot(r, w)
+    }
+}
+
+impl Dic<'_> {
+    /// These sweeps over vectors that hold the rows in another order: row k
+    /// of this factor (its k-th row, the k-th visited) is entry
+    /// `place.new_to_old()[k]` of r and w. The rows are visited in this
+    /// factor's order and each operation is the one of [`Dic::sweeps`], so
+    /// w has the same bits as gathering r into this order, sweeping and
+    /// scattering back, without those two passes (a rank's block DIC,
+    /// factored in ascending global order, on vectors in the rank's local
+    /// order: `solve::distributed`).
+    pub fn in_vector_order(&self, place: &Permutation) -> PlacedDic {
+        let n = self.reciprocal_d.len();
+        assert_eq!(place.len(), n, "Dic::in_vector_order: permutation size");
+        let place = place.new_to_old();
+        let mut runs = Vec::new();
+        for k in 0..n {
+            if k == 0 || place[k] != place[k - 1] + 1 {
+                runs.push((k, place[k] as usize));
+            }
+        }
+        runs.push((n, n));
+        PlacedDic {
+            runs,
+            lower: PlacedRows::of(&self.lower, place),
+            upper: PlacedRows::of(&self.upper, place),
+            reciprocal_d: self.reciprocal_d.clone(),
+        }
+    }
+}
+
+/// DIC factored with its rows in one order and swept in that order over
+/// vectors that hold the rows in another ([`Dic::in_vector_order`]). The
+/// factor is stored in visiting order, so it streams as [`Dic`]'s does; r
+/// and w are read in runs of consecutive entries (a rank's ascending
+/// global order is its interior and its boundary rows, each ascending,
+/// merged: few runs, each read sequentially).
+pub struct PlacedDic {
+    /// (first visited row, its vector entry) of each run of visited rows
+    /// whose vector entries are consecutive; a last (n, n) closes them.
+    runs: Vec<(usize, usize)>,
+    /// [`Dic`]'s scaled lower rows, columns as vector entries.
+    lower: PlacedRows,
+    /// [`Dic`]'s scaled upper rows, columns as vector entries.
+    upper: PlacedRows,
+    /// 1 / d*, by visited row.
+    reciprocal_d: Vec<f64>,
+}
+
+/// A triangle's rows in visiting order with each column replaced by the
+/// vector entry that holds that row (entries in the triangle's order).
+struct PlacedRows {
+    start: Vec<usize>,
+    cols: Vec<u32>,
+    values: Vec<f64>,
+}
+
+impl PlacedRows {
+    fn of(t: &TriangleRows, place: &[u32]) -> Self {
+        let (start, cols) = t.pattern();
+        Self {
+            start: start.to_vec(),
+            cols: cols.iter().map(|&c| place[c as usize]).collect(),
+            values: t.values().to_vec(),
+        }
+    }
+}
+
+impl PlacedDic {
+    /// The runs as (visited rows, first vector entry).
+    fn runs(&self) -> impl DoubleEndedIterator<Item = (std::ops::Range<usize>, usize)> + '_ {
+        self.runs.windows(2).map(|w| (w[0].0..w[1].0, w[0].1))
+    }
+}
+
+impl LinearOperator for PlacedDic {
+    fn n(&self) -> usize {
+        self.reciprocal_d.len()
+    }
+
+    /// [`Dic::sweeps`] in visiting order: the forward sweep w_j = r_j / d*_j
+    /// − Σ (a_ji / d*_j) w_i (entries left to right), then the backward one
+    /// (rows and entries right to left).
+    fn apply(&self, r: &[f64], w: &mut [f64]) {
+        let n = self.n();
+        assert_eq!(r.len(), n, "DIC: r size");
+        assert_eq!(w.len(), n, "DIC: w size");
+        let rd = &self.reciprocal_d;
+        let (lower, upper) = (&self.lower, &self.upper);
+        // SAFETY: visited rows k < n index rd and start (n + 1 entries);
+        // start[k]..start[k + 1] lie within cols and values; runs place
+        // their rows at entries l < n (a permutation's, `in_vector_order`),
+        // and every column is a permutation's entry, below n = w.len().
+        unsafe {
+            for (rows, first) in self.runs() {
+                let k0 = rows.start;
+                for k in rows {
+                    let l = first + (k - k0);
+                    let mut acc = rd.get_unchecked(k) * r.get_unchecked(l);
+                    for e in *lower.start.get_unchecked(k)..*lower.start.get_unchecked(k + 1) {
+                        let c = *lower.cols.get_unchecked(e) as usize;
+                        acc -= lower.values.get_unchecked(e) * w.get_unchecked(c);
+                    }
+                    *w.get_unchecked_mut(l) = acc;
+                }
+            }
+            for (rows, first) in self.runs().rev() {
+                let k0 = rows.start;
+                for k in rows.rev() {
+                    let l = first + (k - k0);
+                    let mut wl = *w.get_unchecked(l);
+                    for e in
+                        (*upper.start.get_unchecked(k)..*upper.start.get_unchecked(k + 1)).rev()
+                    {
+                        let c = *upper.cols.get_unchecked(e) as usize;
+                        wl -= upper.values.get_unchecked(e) * w.get_unchecked(c);
+                    }
+                    *w.get_unchecked_mut(l) = wl;
+                }
+            }
+        }
     }
 }
 
@@ -274,6 +399,61 @@ impl LinearOperator for Ic0<'_> {
             for s in self.t.lower(i) {
                 z[self.t.col(s)] -= self.l[s] * z[i];
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sparse::testing::{random_symmetric, random_vector, SplitMix};
+
+    /// `dic` applied the long way: r gathered into the factor's order,
+    /// swept, and w scattered back to the places of `place`.
+    fn gathered(dic: &Dic<'_>, place: &Permutation, r: &[f64]) -> Vec<f64> {
+        let r_in_order = place.to_new(r);
+        let mut w_in_order = vec![0.0; r.len()];
+        dic.apply(&r_in_order, &mut w_in_order);
+        place.to_old(&w_in_order)
+    }
+
+    #[test]
+    fn placed_sweeps_have_the_bits_of_gathering_sweeping_and_scattering() {
+        let a = random_symmetric(500, 6, 21);
+        let n = a.n_rows();
+        let dic = Dic::new(&a).unwrap();
+        let r = random_vector(n, 5);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // Two ascending runs merged (a rank's interior and boundary rows,
+        // visited in global order), a shuffle (a run per row), the
+        // identity (one run), and the reverse.
+        let mut rng = SplitMix(9);
+        let boundary: Vec<bool> = (0..n).map(|_| rng.below(5) == 0).collect();
+        let mut next = [0u32, boundary.iter().filter(|&&b| !b).count() as u32];
+        let merged: Vec<u32> = boundary
+            .iter()
+            .map(|&b| {
+                let l = next[b as usize];
+                next[b as usize] += 1;
+                l
+            })
+            .collect();
+        let mut shuffled: Vec<u32> = (0..n as u32).collect();
+        for i in (1..n).rev() {
+            shuffled.swap(i, rng.below(i + 1));
+        }
+        for new_to_old in [
+            merged,
+            shuffled,
+            (0..n as u32).collect(),
+            (0..n as u32).rev().collect(),
+        ] {
+            let place = Permutation::from_new_to_old(new_to_old).unwrap();
+            let placed = dic.in_vector_order(&place);
+            assert_eq!(placed.n(), n);
+            let mut w = vec![f64::NAN; n];
+            placed.apply(&r, &mut w);
+            assert_eq!(bits(&w), bits(&gathered(&dic, &place, &r)));
         }
     }
 }
