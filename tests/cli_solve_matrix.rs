@@ -211,7 +211,8 @@ fn gpu_options_choose_the_device_and_the_row_ordering() {
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{ordering}: {}", text(&out.stderr));
         assert!(
-            stdout.contains("preconditioner jacobi; GPU ")
+            stdout.contains("preconditioner jacobi")
+                && stdout.contains("; GPU ")
                 && stdout.contains(&format!("{ordering} ordering")),
             "{stdout}"
         );
