@@ -33,6 +33,41 @@ fn check_shape(a: &Csr, slice_height: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Places row `first + i` of a slice of height `h` starting at row `first`:
+/// its diagonal into `d`, its off-diagonal entries (ascending columns, in
+/// the order given) at the row's slots `i, i + h, …` of the slice's `codes`
+/// and `values`, a column inside the slice coded as its negative local index
+/// − 1, another as the column + 1. Returns the off-diagonals placed and how
+/// many of them lie inside the slice.
+fn place_row(
+    first: usize,
+    h: usize,
+    i: usize,
+    entries: impl Iterator<Item = (usize, f64)>,
+    d: &mut f64,
+    codes: &mut [i32],
+    values: &mut [f64],
+) -> (usize, usize) {
+    let r = first + i;
+    let (mut slot, mut off_diagonals, mut in_slice) = (i, 0, 0);
+    for (c, v) in entries {
+        if c == r {
+            *d = v;
+            continue;
+        }
+        codes[slot] = if (first..first + h).contains(&c) {
+            in_slice += 1;
+            -((c - first) as i32) - 1
+        } else {
+            c as i32 + 1
+        };
+        values[slot] = v;
+        off_diagonals += 1;
+        slot += h;
+    }
+    (off_diagonals, in_slice)
+}
+
 /// Slot pointers for slices whose length is `len(s)` entries per row.
 fn slice_pointers(n_slices: usize, slice_height: usize, len: impl Fn(usize) -> usize) -> Vec<u64> {
     let mut ptr = Vec::with_capacity(n_slices + 1);
@@ -178,24 +213,11 @@ impl ModSell {
                 let (mut off_diagonals, mut in_slice) = (0usize, 0usize);
                 for (i, d) in diag.iter_mut().enumerate() {
                     let r = first + i;
-                    let mut slot = i;
                     let (c, v) = a.row(r);
-                    for (&c, &v) in c.iter().zip(v) {
-                        let c = c as usize;
-                        if c == r {
-                            *d = v;
-                            continue;
-                        }
-                        codes[slot] = if (first..first + h).contains(&c) {
-                            in_slice += 1;
-                            -((c - first) as i32) - 1
-                        } else {
-                            c as i32 + 1
-                        };
-                        values[slot] = v;
-                        off_diagonals += 1;
-                        slot += h;
-                    }
+                    let entries = c.iter().zip(v).map(|(&c, &v)| (c as usize, v));
+                    let (off, inside) = place_row(first, h, i, entries, d, codes, values);
+                    off_diagonals += off;
+                    in_slice += inside;
                 }
                 (off_diagonals, in_slice)
             })
@@ -287,23 +309,11 @@ impl ModSell {
                         row_cols[at] = c;
                         row_values[at] = v;
                     }
-                    let mut slot = i;
-                    for (&c, &v) in row_cols.iter().zip(&row_values) {
-                        let c = c as usize;
-                        if c == r {
-                            *d = v;
-                            continue;
-                        }
-                        codes[slot] = if (first..first + h).contains(&c) {
-                            in_slice += 1;
-                            -((c - first) as i32) - 1
-                        } else {
-                            c as i32 + 1
-                        };
-                        values[slot] = v;
-                        off_diagonals += 1;
-                        slot += h;
-                    }
+                    let entries = row_cols.iter().zip(&row_values);
+                    let entries = entries.map(|(&c, &v)| (c as usize, v));
+                    let (off, inside) = place_row(first, h, i, entries, d, codes, values);
+                    off_diagonals += off;
+                    in_slice += inside;
                 }
                 (off_diagonals, in_slice)
             })
