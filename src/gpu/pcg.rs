@@ -522,36 +522,35 @@ impl<'g> GpuCgBackend<'g> {
 
     /// a · b (`dot_partials`, then the fixed-order reduction).
     fn dot_dev(&self, a: &CudaSlice<f64>, b: &CudaSlice<f64>) -> Result<f64, GpuError> {
-        let s = self.scratch.borrow();
-        let n = self.n32();
-        self.gpu.launch(
-            "dot_partials",
-            vector_grid(self.matrix.n),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&n).arg(a).arg(b).arg(&s.vector_partials);
-            },
-        )?;
-        Ok(self.reduce(
-            &s,
-            &s.vector_partials,
-            vector_grid(self.matrix.n) as usize,
-            1,
-        )?[0])
+        self.vector_sum("dot_partials", &[a, b])
     }
 
     /// Σ |v| (`abs_sum_partials`, then the fixed-order reduction).
     fn sum_abs_dev(&self, v: &CudaSlice<f64>) -> Result<f64, GpuError> {
+        self.vector_sum("abs_sum_partials", &[v])
+    }
+
+    /// One sum over the vectors' entries: `kernel` (arguments n, the
+    /// vectors, the partials) writes one partial per block of the vector
+    /// grid, which the fixed-order reduction adds.
+    fn vector_sum(
+        &self,
+        kernel: &'static str,
+        vectors: &[&CudaSlice<f64>],
+    ) -> Result<f64, GpuError> {
         let s = self.scratch.borrow();
         let n = self.n32();
         self.gpu.launch(
-            "abs_sum_partials",
+            kernel,
             vector_grid(self.matrix.n),
             VECTOR_BLOCK,
             0,
             |args| {
-                args.arg(&n).arg(v).arg(&s.vector_partials);
+                args.arg(&n);
+                for &v in vectors {
+                    args.arg(v);
+                }
+                args.arg(&s.vector_partials);
             },
         )?;
         Ok(self.reduce(
