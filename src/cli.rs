@@ -13,6 +13,7 @@ use crate::gpu::amg::gpu_amg_settings;
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuSolver};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
+use crate::solve::registry::{self, Role};
 use crate::solve::{
     solve_krylov, solve_pcg_scaled, EquilibrationKind, GmresSettings, KrylovMethod,
     Orthogonalization, Preconditioner, PreconditionerKind, PreconditioningSide, SolverControls,
@@ -1113,6 +1114,25 @@ fn run_transient(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::R
     Ok(0)
 }
 
+/// `solve-matrix`'s preconditioner when `--precond` is not given, and why:
+/// OpenFOAM's DIC for PCG on the CPU; Jacobi for GMRES and BiCGStab (DIC
+/// needs a symmetric matrix) and on a GPU, where every method runs it as
+/// given (the registry's `GpuSupport::Native`) and PCG fuses it into its own
+/// steps.
+fn default_preconditioner(on_gpu: bool, role: Role) -> (Preconditioner, &'static str) {
+    match (on_gpu, role) {
+        (false, Role::Pcg) => (PreconditionerKind::Dic.into(), "OpenFOAM's PCG default"),
+        (false, Role::Krylov) => (
+            PreconditionerKind::Jacobi.into(),
+            "GMRES and BiCGStab take nonsymmetric matrices, which DIC does not",
+        ),
+        (true, _) => (
+            PreconditionerKind::Jacobi.into(),
+            "the GPU's default: every device method runs it as given",
+        ),
+    }
+}
+
 /// `solve-matrix`: PCG from x = 0 on a Matrix Market system; exit code 1
 /// when the solve stops at --max-iter short of its tolerance.
 fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
@@ -1153,13 +1173,26 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
             Some(KrylovMethod::Gmres(settings))
         }
     };
-    let precond = args.precond.unwrap_or(
-        match (&gpu, krylov) {
-            (Some(_), _) | (None, Some(_)) => PreconditionerKind::Jacobi,
-            (None, None) => PreconditionerKind::Dic,
+    let role = match krylov {
+        Some(_) => Role::Krylov,
+        None => Role::Pcg,
+    };
+    let precond = match args.precond {
+        Some(p) => p,
+        None => {
+            let (p, why) = default_preconditioner(gpu.is_some(), role);
+            log::info!("no --precond: {p} ({why})");
+            p
         }
-        .into(),
-    );
+    };
+    // What the device cannot run is the registry's decision, stated once:
+    // PCG runs the fallback (`gpu::smooth::gpu_preconditioner`), GMRES and
+    // BiCGStab refuse it below.
+    if let (Some(_), Some((_, message))) = (&gpu, registry::gpu_fallback(&precond, role)) {
+        if role == Role::Pcg {
+            log::warn!("{message}");
+        }
+    }
     let ordering = args.ordering.unwrap_or_default();
     let place = match &gpu {
         Some(gpu) => format!("GPU {}, {ordering} ordering", gpu.name()),

@@ -16,7 +16,7 @@ use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, LaunchMode};
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::bicgstab::bicgstab;
-use fvpoisson::solve::diagonal::Identity;
+use fvpoisson::solve::jacobi::Identity;
 use fvpoisson::solve::precond::Jacobi;
 use fvpoisson::solve::{
     CpuKrylovBackend, KrylovMethod, LinearOperator, SolveError, SolverControls, SolverPerformance,

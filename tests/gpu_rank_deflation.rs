@@ -19,10 +19,10 @@ use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator};
 use fvpoisson::solve::deflation::DeflationOps;
-use fvpoisson::solve::diagonal::Identity;
 use fvpoisson::solve::distributed::{
     solve_pcg_distributed_deflated, Deflation, DistributedBackend, RankDeflation,
 };
+use fvpoisson::solve::jacobi::Identity;
 use fvpoisson::solve::{
     Executor, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };

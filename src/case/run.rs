@@ -14,6 +14,7 @@ use crate::fvm::{BoundaryCoeffs, LaplacianProblem, LaplacianSystem, Reference, T
 use crate::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
+use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::multi::{MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
@@ -183,19 +184,20 @@ impl SolveTarget {
     /// (`gpu::smooth::gpu_preconditioner`, `gpu_smoother`: natural-order
     /// Gauss–Seidel becomes multicolour, the registry's fallbacks Jacobi, or
     /// none on an equilibrated system, where the scaling takes Jacobi's
-    /// place). [`Self::gpu_note`] says what changed and why.
+    /// place); GMRES and BiCGStab run what the registry answers for them
+    /// (`registry::GpuSupport` under `Role::Krylov`: as given, or its
+    /// fallback). [`Self::gpu_note`] says what changed and why.
     pub fn adapt(self, solver: &LinearSolver) -> LinearSolver {
         if self == Self::Cpu {
             return *solver;
         }
         if solver.krylov.is_some() {
-            // GMRES / PBiCGStab on the device: Jacobi or none.
-            let preconditioner = match solver.preconditioner {
-                Preconditioner::Kind(PreconditionerKind::None) => PreconditionerKind::None,
-                _ => PreconditionerKind::Jacobi,
-            };
+            // GMRES / PBiCGStab on the device: what the registry answers
+            // for them (`GpuSupport` under `Role::Krylov`): the
+            // preconditioner as given, or its fallback, whose reason the run
+            // logs once ([`Self::gpu_note`]).
             return LinearSolver {
-                preconditioner: preconditioner.into(),
+                preconditioner: gpu_krylov_preconditioner(&solver.preconditioner),
                 ..*solver
             };
         }

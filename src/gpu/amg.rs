@@ -1970,6 +1970,9 @@ impl<T: Arith> Run<'_, '_, T> {
 }
 
 impl DevicePreconditioner for DeviceAmg<'_> {
+    fn n(&self) -> usize {
+        self.fine.n
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,

@@ -1051,7 +1051,7 @@ mod tests {
 
     use super::*;
     use crate::solve::bicgstab::bicgstab;
-    use crate::solve::diagonal::Identity;
+    use crate::solve::jacobi::Identity;
     use crate::solve::krylov::KrylovBackend;
     use crate::solve::precond::Jacobi;
     use crate::solve::{CpuKrylovBackend, Executor, InitialNorms, LinearOperator};

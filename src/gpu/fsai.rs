@@ -329,6 +329,9 @@ impl<'g> DeviceFsai<'g> {
 }
 
 impl DevicePreconditioner for DeviceFsai<'_> {
+    fn n(&self) -> usize {
+        self.t.len()
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,

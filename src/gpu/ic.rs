@@ -1044,6 +1044,9 @@ fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Res
 }
 
 impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
+    fn n(&self) -> usize {
+        self.n
+    }
     /// z = M⁻¹ r: the level-scheduled sweeps in f64, or (mixed) in f32 on
     /// the f32 copies into `mx.w`, widened into z.
     fn apply_with(

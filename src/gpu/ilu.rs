@@ -112,6 +112,9 @@ impl<'g> DeviceIlu<'g> {
 }
 
 impl DevicePreconditioner for DeviceIlu<'_> {
+    fn n(&self) -> usize {
+        self.n
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,
@@ -206,6 +209,9 @@ impl<'g> DeviceSchwarz<'g> {
 }
 
 impl DevicePreconditioner for DeviceSchwarz<'_> {
+    fn n(&self) -> usize {
+        self.n
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,

@@ -13,13 +13,14 @@
 //! Preconditioners are [`DevicePreconditioner`]s (re-exported here: the same
 //! trait PCG's device loop takes; nothing in it assumes symmetry, and
 //! `is_linear` false asks for flexible GMRES). [`DeviceDiagonal`] is Jacobi
-//! or no preconditioner; [`GpuSolver::solve_krylov_with`] takes any other one
+//! or no preconditioner (`solve::jacobi`, re-exported here); [`GpuSolver::solve_krylov_with`] takes any other one
 //! built on the matrix in the device's row order.
 
 use std::cell::RefCell;
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 
+pub use super::jacobi::DeviceDiagonal;
 pub use super::smooth::DevicePreconditioner;
 
 use super::matrix::DeviceModSell;
@@ -31,7 +32,7 @@ use crate::solve::bicgstab::bicgstab;
 use crate::solve::cpu::{check_inputs, openfoam_row_sums};
 use crate::solve::gmres::gmres;
 use crate::solve::krylov::{KrylovBackend, KrylovMethod};
-use crate::solve::precond::Jacobi;
+use crate::solve::precondition::Precondition;
 use crate::solve::{
     Executor, InitialNorms, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
@@ -39,69 +40,6 @@ use crate::sparse::{Csr, ModSell, Reordered};
 
 /// Vectors per launch of the block kernels (kernels/krylov.cu KR_BATCH).
 pub const KR_BATCH: usize = 32;
-
-/// z = D⁻¹ r (Jacobi) or z = r (no preconditioner) on the device.
-pub struct DeviceDiagonal<'g> {
-    gpu: &'g Gpu,
-    n: usize,
-    inv_diag: Option<CudaSlice<f64>>,
-}
-
-impl<'g> DeviceDiagonal<'g> {
-    /// Jacobi for `a` (rows in the device's order); the CPU's checks and
-    /// errors (a missing or non-positive diagonal entry names its row).
-    pub fn jacobi(gpu: &'g Gpu, a: &Csr) -> Result<Self, SolveError> {
-        let j = Jacobi::new(a)?;
-        let inv_diag = gpu.upload(j.reciprocal_diagonal()).map_err(device)?;
-        Ok(Self {
-            gpu,
-            n: a.n_rows(),
-            inv_diag: Some(inv_diag),
-        })
-    }
-
-    /// M = I.
-    pub fn identity(gpu: &'g Gpu, n: usize) -> Self {
-        Self {
-            gpu,
-            n,
-            inv_diag: None,
-        }
-    }
-
-    /// The preconditioner of `kind` for `a`: Jacobi or none.
-    pub fn of_kind(gpu: &'g Gpu, a: &Csr, kind: PreconditionerKind) -> Result<Self, SolveError> {
-        match kind {
-            PreconditionerKind::None => Ok(Self::identity(gpu, a.n_rows())),
-            PreconditionerKind::Jacobi => Self::jacobi(gpu, a),
-            other => Err(SolveError::Device(format!(
-                "the {other} preconditioner is not available for GMRES/BiCGStab on the GPU; use \
-                 jacobi or none"
-            ))),
-        }
-    }
-}
-
-impl DevicePreconditioner for DeviceDiagonal<'_> {
-    /// Not gated: `done` is ignored (the kernels run to the end).
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        _done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        let n = self.n as i32;
-        self.gpu
-            .launch("kr_diagonal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n);
-                arg_or_null(a, self.inv_diag.as_ref());
-                a.arg(r).arg(z);
-            })
-    }
-    fn is_linear(&self) -> bool {
-        true
-    }
-}
 
 struct Scratch {
     /// Per-block partial sums (KR_BATCH sums of the vector grid, or two of
@@ -164,11 +102,8 @@ impl<'g> GpuKrylovBackend<'g> {
         jacobi: bool,
     ) -> Result<Self, GpuError> {
         let (row_sums, inv_diag) = matrix.row_sums_and_inverse_diagonal(gpu)?;
-        let precond = DeviceDiagonal {
-            gpu,
-            n: matrix.n,
-            inv_diag: jacobi.then_some(inv_diag),
-        };
+        let precond =
+            DeviceDiagonal::with_inverse_diagonal(gpu, matrix.n, jacobi.then_some(inv_diag));
         Self::with_device_matrix(gpu, matrix, row_sums, Box::new(precond))
     }
 
@@ -344,7 +279,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
 
     fn precondition(&self, v: &GpuVector, z: &mut GpuVector) {
         self.failure
-            .guarded((), || self.precond.apply(v.dev()?, z.dev()?))
+            .guarded((), || Precondition::apply(&*self.precond, v, z))
     }
 
     fn apply_operator(

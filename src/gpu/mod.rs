@@ -29,6 +29,9 @@ pub mod fsai_setup;
 mod graphs;
 pub mod ic;
 pub mod ilu;
+/// Jacobi's device half, kept in its algorithm's folder (`solve::jacobi`).
+#[path = "../solve/jacobi/cuda.rs"]
+pub mod jacobi;
 pub mod kernel_args;
 pub mod krylov;
 pub mod matrix;
@@ -39,6 +42,9 @@ pub mod multi;
 pub mod neumann;
 pub mod pcg;
 pub mod peer;
+/// The polynomial preconditioners' device half, kept in their algorithm's
+/// folder (`solve::polynomial`).
+#[path = "../solve/polynomial/cuda.rs"]
 pub mod polynomial;
 pub mod registered;
 pub mod setup;

@@ -1016,7 +1016,7 @@ impl CgBackend for GpuCgBackend<'_> {
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         if let Some(p) = &self.preconditioner {
             return self.failure.guarded(f64::NAN, || {
-                p.apply(r.dev()?, z.dev()?)?;
+                crate::solve::precondition::Precondition::apply(&**p, r, z)?;
                 self.dot_dev(r.dev()?, z.dev()?)
             });
         }
@@ -1030,7 +1030,7 @@ impl CgBackend for GpuCgBackend<'_> {
 
     fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {
         let p = self.preconditioner.as_ref()?;
-        (!p.is_linear()).then(|| {
+        (!crate::solve::precondition::Precondition::is_linear(&**p)).then(|| {
             self.failure
                 .guarded(f64::NAN, || self.dot_dev(z.dev()?, q.dev()?))
         })

@@ -19,6 +19,9 @@
 //!
 //! [`DevicePreconditioner`] is the device analogue of `solve::LinearOperator`
 //! for preconditioners: `GpuCgBackend::set_preconditioner` takes any of them.
+//! Both are one `solve::precondition::Precondition` of their executor's
+//! vectors (the blanket implementation below); what PCG's device loop adds
+//! (`apply_gated`, `graph_key`) stays with this trait.
 
 use crate::gpu::KernelArgs;
 use std::cell::RefCell;
@@ -49,6 +52,8 @@ use crate::sparse::{Csr, ModSell, Permutation};
 
 /// A preconditioner applied on the device.
 pub trait DevicePreconditioner {
+    /// The rows of M.
+    fn n(&self) -> usize;
     /// z = M⁻¹ r; z is fully overwritten (through kernels: PCG's work
     /// vectors are shared with the backend's pool). With `done` (PCG's fused
     /// device loop, which may run on past the end of the solve): `done[0] != 0`
@@ -93,6 +98,9 @@ pub trait DevicePreconditioner {
 /// re-set-up in place for each new matrix) and lent to one PCG backend at a
 /// time.
 impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
+    fn n(&self) -> usize {
+        (**self).n()
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,
@@ -106,6 +114,25 @@ impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
     }
     fn graph_key(&self) -> Option<u64> {
         (**self).graph_key()
+    }
+}
+
+/// Every device preconditioner is a `solve::precondition::Precondition` of
+/// the GPU executors' vectors (the one trait the Krylov backends apply
+/// preconditioners through); a failed application is the device's error.
+/// Named by its path, not imported, so that `apply` on a device
+/// preconditioner stays [`DevicePreconditioner::apply`] in this module.
+impl<P: DevicePreconditioner + ?Sized> crate::solve::precondition::Precondition<GpuVector> for P {
+    type Error = GpuError;
+    fn n(&self) -> usize {
+        DevicePreconditioner::n(self)
+    }
+    /// [`DevicePreconditioner::apply`]: the same launches.
+    fn apply(&self, r: &GpuVector, z: &mut GpuVector) -> Result<(), GpuError> {
+        DevicePreconditioner::apply(self, r.dev()?, z.dev()?)
+    }
+    fn is_linear(&self) -> bool {
+        DevicePreconditioner::is_linear(self)
     }
 }
 
@@ -902,6 +929,9 @@ impl<'g> DeviceSmootherPreconditioner<'g> {
 }
 
 impl DevicePreconditioner for DeviceSmootherPreconditioner<'_> {
+    fn n(&self) -> usize {
+        self.smoother.matrix.n
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,

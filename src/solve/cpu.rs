@@ -46,7 +46,8 @@ pub struct CpuBackend<'a> {
     split: SplitMatrix,
     /// rowSum of the original matrix (of `a` unless equilibrated).
     row_sums: Vec<f64>,
-    /// The preconditioner is not a fixed linear operator: flexible PCG.
+    /// Flexible PCG: the preconditioner is not a fixed linear operator
+    /// (its `is_linear`), or [`Self::flexible`] asked for it.
     flexible: bool,
     /// The scaling `a` was built with: residuals are weighted back to the
     /// original system.
@@ -64,7 +65,7 @@ impl<'a> CpuBackend<'a> {
     /// preconditioner, built (on [`Self::split`]) only where the solve
     /// iterates ([`pcg_set_up_on_demand`](super::pcg::pcg_set_up_on_demand)).
     pub fn unpreconditioned(a: &'a Csr) -> Self {
-        let identity = super::diagonal::Identity(a.n_rows());
+        let identity = super::jacobi::Identity(a.n_rows());
         Self::build(a, Preconditioning::Owned(Box::new(identity)), None)
     }
 
@@ -76,6 +77,7 @@ impl<'a> CpuBackend<'a> {
             "CpuBackend: preconditioner size"
         );
         Self {
+            flexible: !precond.is_linear(),
             precond: Preconditioning::Owned(precond),
             ..self
         }
@@ -114,6 +116,9 @@ impl<'a> CpuBackend<'a> {
         );
         Self {
             a,
+            // Flexible PCG where the preconditioner says it is not a fixed
+            // linear map (`Precondition::is_linear`).
+            flexible: !precond.operator().is_linear(),
             precond,
             row_sums: match equilibration {
                 Some(e) => e.row_sums().to_vec(),
@@ -123,12 +128,13 @@ impl<'a> CpuBackend<'a> {
             },
             split,
             equilibration,
-            flexible: false,
         }
     }
 
-    /// Runs flexible PCG (see `solve::pcg`): for preconditioners that are not a
-    /// fixed linear operator, e.g. block smoothers with an inner CG.
+    /// Runs flexible PCG (see `solve::pcg`) or not, whatever the
+    /// preconditioner's `is_linear` says (by default PCG is flexible exactly
+    /// for preconditioners that are not a fixed linear map, e.g. block
+    /// smoothers with an inner CG).
     pub fn flexible(mut self, flexible: bool) -> Self {
         self.flexible = flexible;
         self
@@ -279,7 +285,7 @@ mod tests {
             vec![2., -1., -1., 3., -1., -1., 2.],
         )
         .unwrap();
-        let identity = super::super::diagonal::Identity(3);
+        let identity = super::super::jacobi::Identity(3);
         let backend = CpuBackend::new(&a, &identity);
         let (b, x) = (vec![1.0, 1.0, 1.0], vec![1.0, 2.0, 4.0]);
         let mut r = backend.new_vector();

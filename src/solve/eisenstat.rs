@@ -40,7 +40,7 @@ use rayon::prelude::*;
 
 use super::checks::check_system;
 use super::cpu::CpuBackend;
-use super::diagonal::Identity;
+use super::jacobi::Identity;
 use super::pcg::StopReason;
 use super::reduce::{ordered_sum, CHUNK};
 use super::triangles::Triangles;

@@ -65,7 +65,6 @@ pub fn solve_pcg_scaled(
         // preconditioner runs in the PCG loop below (the same iterates).
         return super::eisenstat::solve_eisenstat(a, b, x, controls, field);
     }
-    let flexible = preconditioner.is_flexible();
     let ordering = preconditioner.ordering(a);
     // Otherwise checked on the split rows below.
     let checked = ordering.is_some() || *equilibration != EquilibrationKind::None;
@@ -86,7 +85,7 @@ pub fn solve_pcg_scaled(
                 start,
                 |start| {
                     let precond = preconditioner.build_on_split(ordered, start.split())?;
-                    Ok(start.preconditioned(precond).flexible(flexible))
+                    Ok(start.preconditioned(precond))
                 },
                 &b.to_vec(),
                 &mut x_work,
@@ -98,7 +97,7 @@ pub fn solve_pcg_scaled(
         };
         let scaled = eq.scale_matrix(ordered);
         let precond = preconditioner.build(&scaled)?;
-        let backend = CpuBackend::equilibrated(&scaled, precond.as_ref(), &eq).flexible(flexible);
+        let backend = CpuBackend::equilibrated(&scaled, precond.as_ref(), &eq);
         let mut y = eq.to_scaled(x);
         let perf = pcg(&backend, &eq.scale_rhs(b), &mut y, controls, field)?;
         x.copy_from_slice(&eq.to_original(&y));

@@ -10,8 +10,9 @@
 //! SpMV with a dot product, an axpy with the next dot product of modified
 //! Gram–Schmidt, ...), so that a device backend reads back one scalar per step.
 //!
-//! Preconditioners are any `LinearOperator` on the CPU (z = M⁻¹ v, no symmetry
-//! assumed; `Preconditioner::build` gives the named ones) and any
+//! Preconditioners are a `precondition::Precondition` of the executor's
+//! vectors (z = M⁻¹ v, no symmetry assumed): any `LinearOperator` on the CPU
+//! (`Preconditioner::build` gives the named ones) and any
 //! `gpu::smooth::DevicePreconditioner` on the GPU.
 
 use std::fmt;
@@ -19,7 +20,10 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use std::convert::Infallible;
+
 use super::cpu::CpuBackend;
+use super::precondition::{apply_infallible, Precondition};
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
 use super::{Executor, LinearOperator, OnExecutor};
 use crate::sparse::Csr;
@@ -290,18 +294,26 @@ impl fmt::Display for KrylovMethod {
 }
 
 /// Krylov steps on host vectors: a CSR matrix (OpenFOAM's row-product order,
-/// as PCG's `CpuBackend`) and any preconditioner.
-pub struct CpuKrylovBackend<'a> {
+/// as PCG's `CpuBackend`) and any preconditioner of host vectors
+/// ([`Precondition`]`<Vec<f64>>`: every `LinearOperator` is one).
+pub struct CpuKrylovBackend<'a, P: Precondition<Vec<f64>> + ?Sized = dyn LinearOperator + 'a> {
     cg: CpuBackend<'a>,
-    precond: &'a dyn LinearOperator,
+    precond: &'a P,
 }
 
-impl<'a> CpuKrylovBackend<'a> {
+impl<'a, P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> CpuKrylovBackend<'a, P> {
     /// `a` square; `precond` z = M⁻¹ v of the same size (not necessarily
     /// symmetric or linear).
-    pub fn new(a: &'a Csr, precond: &'a dyn LinearOperator) -> Self {
+    pub fn new(a: &'a Csr, precond: &'a P) -> Self {
+        assert_eq!(
+            precond.n(),
+            a.n_rows(),
+            "CpuKrylovBackend: preconditioner size"
+        );
         Self {
-            cg: CpuBackend::new(a, precond),
+            // The executor: residuals, dots and sums; the Krylov steps
+            // precondition with `precond` themselves.
+            cg: CpuBackend::unpreconditioned(a),
             precond,
         }
     }
@@ -332,14 +344,16 @@ impl<'a> CpuKrylovBackend<'a> {
 
 /// The executor is the PCG backend's: the same vectors, initial residual
 /// and reductions.
-impl<'a> OnExecutor for CpuKrylovBackend<'a> {
+impl<'a, P: Precondition<Vec<f64>> + ?Sized> OnExecutor for CpuKrylovBackend<'a, P> {
     type Inner = CpuBackend<'a>;
     fn executor(&self) -> &CpuBackend<'a> {
         &self.cg
     }
 }
 
-impl KrylovBackend for CpuKrylovBackend<'_> {
+impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBackend
+    for CpuKrylovBackend<'_, P>
+{
     fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
         self.chunked(r, |i, r| {
             *r = b[i] - self.cg.row_times(i, x);
@@ -348,7 +362,7 @@ impl KrylovBackend for CpuKrylovBackend<'_> {
     }
 
     fn precondition(&self, v: &Vec<f64>, z: &mut Vec<f64>) {
-        self.precond.apply(v, z);
+        apply_infallible(self.precond, v, z);
     }
 
     fn apply_operator(&self, v: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> (f64, f64) {

@@ -7,7 +7,9 @@
 //! `SmoothBackend`, `EisenstatBackend`); each solver is written once over
 //! them (`pcg::pcg`, ...), and `cpu::CpuBackend` is the rayon reference. Operators
 //! (matrices, preconditioners, smoothers run from zero) implement
-//! `LinearOperator`. OpenFOAM's smoothSolver is written once too
+//! `LinearOperator`; preconditioners of either family (host operators and
+//! `gpu::smooth::DevicePreconditioner`s) are one `precondition::Precondition`
+//! of the executor's vectors. OpenFOAM's smoothSolver is written once too
 //! (`smooth_solver::smooth_solve` over `SmoothBackend`), with the smoothers of
 //! `smoother` (Jacobi, L1-Jacobi, natural and multicolour Gauss–Seidel, block
 //! Jacobi, DIC).
@@ -21,7 +23,6 @@ pub mod checks;
 pub mod colouring;
 pub mod cpu;
 pub mod deflation;
-pub mod diagonal;
 pub mod distributed;
 pub mod eisenstat;
 pub mod entry;
@@ -33,12 +34,14 @@ pub mod gamg;
 pub mod gmres;
 pub mod ic;
 pub mod ilu;
+pub mod jacobi;
 pub mod krylov;
 pub mod lanczos;
 pub mod neumann;
 pub mod pcg;
 pub mod polynomial;
 pub mod precond;
+pub mod precondition;
 pub mod reduce;
 pub mod registry;
 pub mod row_sums;
@@ -67,6 +70,7 @@ pub use pcg::{
 };
 pub use polynomial::{EigenBound, PolynomialKind, PolynomialSettings};
 pub use precond::{Preconditioner, PreconditionerKind};
+pub use precondition::Precondition;
 pub use scalar::{Precision, Real};
 pub use smooth_solver::{smooth_solve, solve_smooth, SmoothBackend};
 pub use smoother::{
@@ -84,6 +88,12 @@ pub trait LinearOperator: Sync {
     fn apply_dot(&self, x: &[f64], y: &mut [f64]) -> f64 {
         self.apply(x, y);
         reduce::dot(x, y)
+    }
+    /// Whether the operator is the same linear map at every application
+    /// (`precondition::Precondition::is_linear`): false for preconditioners
+    /// with an inner iteration to a tolerance, which PCG runs flexible.
+    fn is_linear(&self) -> bool {
+        true
     }
 }
 

@@ -23,9 +23,9 @@ use super::split::SplitMatrix;
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
-pub use super::diagonal::{Identity, Jacobi};
 pub use super::ic::{Dic, Ic0};
 pub use super::ilu::{check_fill_level, parse_fill_level, MAX_FILL_LEVEL};
+pub use super::jacobi::{Identity, Jacobi};
 
 /// Which preconditioner PCG uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +278,10 @@ impl Preconditioner {
         self.validate()?;
         match self {
             Self::Kind(k) => k.build(a),
-            Self::Smoother(s) => Ok(Box::new(SmootherPreconditioner::new(s.build(a)?, s.sweeps))),
+            Self::Smoother(s) => Ok(Box::new(SmootherPreconditioner::of_settings(
+                s.build(a)?,
+                s,
+            ))),
             Self::Polynomial(p) => Ok(Box::new(PolynomialPreconditioner::new(a, p)?)),
             Self::Amg(s) => {
                 let amg = Amg::new(a, s)?;

@@ -23,8 +23,9 @@ use std::fmt;
 
 use super::amg::{AmgSettings, CycleKind};
 use super::fsai::FsaiSettings;
+use super::jacobi::JacobiSettings;
 use super::neumann::NeumannSettings;
-use super::polynomial::{EigenBound, PolynomialKind, PolynomialSettings};
+use super::polynomial::{PolynomialKind, PolynomialSettings};
 use super::precond::{check_fill_level, parse_fill_level, Preconditioner, PreconditionerKind};
 use super::scalar::Precision;
 use super::schwarz::{SchwarzKind, SchwarzSettings};
@@ -488,32 +489,8 @@ fn smoother_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, St
     Ok(Preconditioner::Smoother(s))
 }
 
-/// The polynomial keys (`degree`, `eigenBound`, ...) onto `p`.
-fn polynomial_keys(p: &mut PolynomialSettings, keys: &KeyValues) -> Result<(), String> {
-    if let Some(v) = keys.parsed("degree", "a whole number")? {
-        p.degree = v;
-    }
-    if let Some(v) = keys.get("eigenBound") {
-        p.bound = v.parse()?;
-    }
-    if let Some(steps) = keys.parsed("lanczosSteps", "a whole number")? {
-        p.bound = EigenBound::Lanczos { steps };
-    }
-    if let Some(v) = keys.parsed("eigenRatio", "a number")? {
-        p.eigen_ratio = v;
-    }
-    if let Some(v) = keys.get("precision") {
-        p.precision = v.parse()?;
-    }
-    Ok(())
-}
-
 fn polynomial_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
-    let mut p =
-        PolynomialSettings::named(name).ok_or_else(|| format!("'{name}' is not a polynomial"))?;
-    polynomial_keys(&mut p, keys)?;
-    p.validate()?;
-    Ok(Preconditioner::Polynomial(p))
+    PolynomialSettings::from_keys(name, keys).map(Preconditioner::Polynomial)
 }
 
 /// AMG's keys; OpenFOAM's `nPreSweeps` / `nPostSweeps` (defaults 0 and 2)
@@ -653,13 +630,6 @@ const SCHWARZ_KEYS: &[&str] = &[
     "innerOverlap",
     "inner-overlap",
 ];
-const POLYNOMIAL_KEYS: &[&str] = &[
-    "degree",
-    "eigenBound",
-    "lanczosSteps",
-    "eigenRatio",
-    "precision",
-];
 
 /// Every preconditioner, once. The order is the order of listings.
 pub static PRECONDITIONERS: &[Registration] = &[
@@ -683,10 +653,10 @@ pub static PRECONDITIONERS: &[Registration] = &[
     },
     Registration {
         names: &["diagonal", "jacobi"],
-        keys: &[],
+        keys: JacobiSettings::KEYS,
         positional: None,
         summary: "Jacobi: z = D⁻¹ r",
-        from_keys: |_, _| Ok(PreconditionerKind::Jacobi.into()),
+        from_keys: |_, keys| JacobiSettings::from_keys(keys).map(Preconditioner::from),
         cpu: build_cpu,
         gpu: native,
     },
@@ -783,7 +753,7 @@ pub static PRECONDITIONERS: &[Registration] = &[
     },
     Registration {
         names: &["Neumann", "Chebyshev", "leastSquares"],
-        keys: POLYNOMIAL_KEYS,
+        keys: PolynomialSettings::KEYS,
         positional: None,
         summary: "a polynomial in the Jacobi-scaled matrix",
         from_keys: polynomial_from_keys,
@@ -1005,6 +975,7 @@ pub fn gpu_default(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::solve::polynomial::EigenBound;
 
     fn keys(pairs: &[(&str, &str)]) -> KeyValues {
         let mut k = KeyValues::new();
@@ -1142,6 +1113,55 @@ mod tests {
                     if let GpuSupport::Fallback { to, reason } = gpu_support(&p, role) {
                         assert!(find(to).is_ok(), "{name} falls back to {to}");
                         assert!(!reason.is_empty(), "{name}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_registered_name_has_an_explicit_gpu_answer_for_every_method() {
+        for r in PRECONDITIONERS {
+            for name in r.names {
+                // A name that needs its positional key is given one.
+                let parsed = parse_spec(name).or_else(|e| match r.positional {
+                    Some(_) => parse_spec(&format!("{name}:1")),
+                    None => Err(e),
+                });
+                let p = match parsed {
+                    Ok(p) => p,
+                    // A smoother that is not symmetric is refused, by name,
+                    // as any preconditioner: nothing to map.
+                    Err(e) => {
+                        assert!(
+                            e.to_string().contains("cannot precondition PCG"),
+                            "{name}: {e}"
+                        );
+                        continue;
+                    }
+                };
+                for role in [Role::Pcg, Role::Krylov] {
+                    match gpu_support(&p, role) {
+                        GpuSupport::Native => assert_eq!(gpu_fallback(&p, role), None),
+                        GpuSupport::Adapted { how, .. } => {
+                            assert!(!how.is_empty(), "{name} {role:?}");
+                            assert_eq!(gpu_fallback(&p, role), None);
+                        }
+                        GpuSupport::Fallback { to, reason } => {
+                            // The device runs the fallback itself: no chain
+                            // of fallbacks, and the run's message says why.
+                            let (used, message) = gpu_fallback(&p, role).unwrap();
+                            assert_eq!(used, parse_spec(to).unwrap(), "{name}");
+                            assert_eq!(
+                                gpu_support(&used, role),
+                                GpuSupport::Native,
+                                "{name} {role:?} falls back to {to}"
+                            );
+                            assert!(
+                                !reason.is_empty() && message.contains(reason),
+                                "{name} {role:?}: {message}"
+                            );
+                        }
                     }
                 }
             }

@@ -14,8 +14,8 @@ use std::cell::RefCell;
 
 use super::checks::check_system;
 use super::cpu::CpuBackend;
-use super::diagonal::{Identity, Jacobi};
 use super::executor::OnExecutor;
+use super::jacobi::{Identity, Jacobi};
 use super::pcg::{CgBackend, CgVectors, IterationRecord, LoopState, StopRule};
 use super::LinearOperator;
 use super::{pcg, SolveError, SolverControls, SolverPerformance};

@@ -7,8 +7,8 @@
 
 use super::checks::{check_inputs, check_symmetric};
 use super::cpu::CpuBackend;
-use super::diagonal::Identity;
 use super::executor::{Executor, OnExecutor};
+use super::jacobi::Identity;
 use super::pcg::{check_residual, DIVERGENCE_FACTOR};
 use super::smoother::{Smoother, SmootherSettings};
 use super::{SolveError, SolverControls, SolverPerformance};

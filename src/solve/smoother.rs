@@ -709,11 +709,27 @@ impl Smoother for Sequence<'_> {
 pub struct SmootherPreconditioner<'a> {
     smoother: Box<dyn Smoother + 'a>,
     sweeps: usize,
+    /// The sweeps are a fixed linear map of r ([`SmootherSettings::is_linear`]).
+    linear: bool,
 }
 
 impl<'a> SmootherPreconditioner<'a> {
+    /// Sweeps that are a fixed linear map of r (a stationary smoother).
     pub fn new(smoother: Box<dyn Smoother + 'a>, sweeps: usize) -> Self {
-        Self { smoother, sweeps }
+        Self {
+            smoother,
+            sweeps,
+            linear: true,
+        }
+    }
+
+    /// The sweeps of `settings` (not linear with an inner iteration to a
+    /// tolerance: [`SmootherSettings::is_linear`]).
+    pub fn of_settings(smoother: Box<dyn Smoother + 'a>, settings: &SmootherSettings) -> Self {
+        Self {
+            linear: settings.is_linear(),
+            ..Self::new(smoother, settings.sweeps)
+        }
     }
 }
 
@@ -724,6 +740,9 @@ impl LinearOperator for SmootherPreconditioner<'_> {
     fn apply(&self, r: &[f64], z: &mut [f64]) {
         z.fill(0.0);
         self.smoother.smooth(r, z, self.sweeps);
+    }
+    fn is_linear(&self) -> bool {
+        self.linear
     }
 }
 

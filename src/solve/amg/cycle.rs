@@ -570,6 +570,10 @@ impl LinearOperator for Amg<'_> {
     fn n(&self) -> usize {
         self.hierarchy.n
     }
+    /// A K-cycle's inner Krylov steps make it nonlinear (`AmgSettings::is_linear`).
+    fn is_linear(&self) -> bool {
+        self.hierarchy.settings.is_linear()
+    }
     fn apply(&self, r: &[f64], z: &mut [f64]) {
         let (fine, h) = (self.fine, &self.hierarchy);
         if h.levels.is_empty() {

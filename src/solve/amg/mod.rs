@@ -33,7 +33,7 @@ pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
 use super::checks::{check_system, square_size};
-use super::diagonal::Identity;
+use super::jacobi::Identity;
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};

@@ -102,6 +102,9 @@ impl<'g> DeviceNeumann<'g> {
 }
 
 impl DevicePreconditioner for DeviceNeumann<'_> {
+    fn n(&self) -> usize {
+        self.matrix.n
+    }
     /// Not gated: `done` is ignored (the kernels run to the end).
     fn apply_with(
         &self,

@@ -100,6 +100,9 @@ impl<'g> DeviceSsor<'g> {
 }
 
 impl DevicePreconditioner for DeviceSsor<'_> {
+    fn n(&self) -> usize {
+        self.y.len()
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,

@@ -453,6 +453,9 @@ const F32_KERNELS: Kernels = Kernels {
 };
 
 impl DevicePreconditioner for DevicePolynomial<'_> {
+    fn n(&self) -> usize {
+        self.matrix.n
+    }
     fn apply_with(
         &self,
         r: &CudaSlice<f64>,

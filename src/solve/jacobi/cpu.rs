@@ -1,10 +1,10 @@
-//! The diagonal preconditioners: the identity (no preconditioning) and
-//! Jacobi.
+//! The diagonal preconditioners on the CPU: the identity (no
+//! preconditioning) and Jacobi (see the module docs of `solve::jacobi`).
 
 use rayon::prelude::*;
 
-use super::triangles::Triangles;
-use super::{LinearOperator, SolveError};
+use crate::solve::triangles::Triangles;
+use crate::solve::{LinearOperator, SolveError};
 use crate::sparse::Csr;
 
 /// M = I.

@@ -28,6 +28,21 @@
 //! z on exit), while PCG around it stays f64. The f32 evaluation is not
 //! exactly the same linear map at every application; their Fletcher–Reeves
 //! β works with it, as it does here (`tests` compare final accuracies).
+//!
+//! Layout: this folder is the algorithm's home. `mod.rs` holds the settings,
+//! their one parser ([`PolynomialSettings::from_keys`], used by the command
+//! line `Chebyshev:degree=6`, case.toml `preconditioner = { name =
+//! "Chebyshev", degree = 6 }` and fvSolution `preconditioner { preconditioner
+//! Chebyshev; degree 6; }`), the polynomials' coefficients, the recurrence
+//! and the eigenvalue bounds, which both sides share, and these docs;
+//! `cpu.rs` the CPU evaluation; `cuda.rs` the device preconditioner and
+//! smoother (compiled as `gpu::polynomial`, so `solve` does not depend on
+//! `gpu`) with its kernels in `kernels/polynomial.cu`; `tests.rs` the
+//! tests. The settings stay `Preconditioner::Polynomial` (not a
+//! `Registered` algorithm): the GPU defaults (`registry::GPU_DEFAULTS`), the
+//! smoothers and the case's device paths match that value.
+
+mod cpu;
 
 use std::fmt;
 use std::str::FromStr;
@@ -35,12 +50,15 @@ use std::str::FromStr;
 use nalgebra::{DMatrix, SymmetricEigen};
 use rayon::prelude::*;
 
+use super::algorithm::KeyValues;
 use super::reduce::dot;
 use super::scalar::Precision;
 use super::triangles::Triangles;
-use super::{LinearOperator, SolveError};
+use super::SolveError;
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
+
+pub use cpu::{PolynomialPreconditioner, Real};
 
 /// Which polynomial.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +146,41 @@ impl PolynomialSettings {
     /// The default settings of a polynomial name (degree 4), if it is one.
     pub fn named(name: &str) -> Option<Self> {
         PolynomialKind::named(name).map(|k| Self::new(k, 4))
+    }
+
+    /// The keys [`Self::from_keys`] reads.
+    pub const KEYS: &'static [&'static str] = &[
+        "degree",
+        "eigenBound",
+        "lanczosSteps",
+        "eigenRatio",
+        "precision",
+    ];
+
+    /// The settings of the polynomial `name` (`Neumann`, `Chebyshev`,
+    /// `leastSquares`: the name is the kind, so unlike
+    /// `algorithm::Algorithm::from_keys` it is an argument) with `keys`
+    /// (`degree`, `eigenBound`, `lanczosSteps`, `eigenRatio`, `precision`),
+    /// validated: the one parser of every front end (`solve::registry`).
+    pub fn from_keys(name: &str, keys: &KeyValues) -> Result<Self, String> {
+        let mut p = Self::named(name).ok_or_else(|| format!("'{name}' is not a polynomial"))?;
+        if let Some(v) = keys.parsed("degree", "a whole number")? {
+            p.degree = v;
+        }
+        if let Some(v) = keys.get("eigenBound") {
+            p.bound = v.parse()?;
+        }
+        if let Some(steps) = keys.parsed("lanczosSteps", "a whole number")? {
+            p.bound = EigenBound::Lanczos { steps };
+        }
+        if let Some(v) = keys.parsed("eigenRatio", "a number")? {
+            p.eigen_ratio = v;
+        }
+        if let Some(v) = keys.get("precision") {
+            p.precision = v.parse()?;
+        }
+        p.validate()?;
+        Ok(p)
     }
 
     /// [`Self::validate`], and `upper` a usable upper eigenvalue bound of
@@ -426,396 +479,5 @@ pub fn lanczos_bound(a: &Csr, steps: usize) -> Result<f64, SolveError> {
     Ok(theta_max + beta)
 }
 
-/// Real numbers the recurrence runs in (f64, or f32 for mixed precision).
-pub trait Real:
-    Copy
-    + Send
-    + Sync
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + 'static
-{
-    const ZERO: Self;
-    fn from_f64(x: f64) -> Self;
-    fn to_f64(self) -> f64;
-}
-
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-}
-
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-}
-
-/// The matrix the recurrence reads, in T: diagonal, 1/a_ii (computed in f64,
-/// then rounded), off-diagonals of each row by ascending column (mod-SELL's
-/// slot order, so that row sums are added as on the GPU).
-struct SplitMatrix<T> {
-    diag: Vec<T>,
-    inv_diag: Vec<T>,
-    row_ptr: Vec<usize>,
-    cols: Vec<u32>,
-    values: Vec<T>,
-}
-
-impl<T: Real> SplitMatrix<T> {
-    fn new(a: &Csr) -> Result<Self, SolveError> {
-        let t = Triangles::new(a, "polynomial")?;
-        let mut row_ptr = vec![0];
-        let (mut cols, mut values) = (Vec::new(), Vec::new());
-        for r in 0..t.n() {
-            for s in t.off_diagonal(r) {
-                cols.push(t.col(s) as u32);
-                values.push(T::from_f64(t.value(s)));
-            }
-            row_ptr.push(cols.len());
-        }
-        Ok(Self {
-            diag: (0..t.n()).map(|r| T::from_f64(t.diag(r))).collect(),
-            inv_diag: (0..t.n()).map(|r| T::from_f64(1.0 / t.diag(r))).collect(),
-            row_ptr,
-            cols,
-            values,
-        })
-    }
-
-    /// (A x)_i: the diagonal term first, then the off-diagonals by column.
-    fn row_product(&self, i: usize, x: &[T]) -> T {
-        (self.row_ptr[i]..self.row_ptr[i + 1]).fold(self.diag[i] * x[i], |acc, s| {
-            acc + self.values[s] * x[self.cols[s] as usize]
-        })
-    }
-}
-
-/// z = M⁻¹ r with the polynomial in T (the CPU reference of the GPU kernels).
-struct Evaluator<T> {
-    matrix: SplitMatrix<T>,
-    steps: Vec<[T; 5]>,
-}
-
-impl<T: Real> Evaluator<T> {
-    fn new(a: &Csr, recurrence: &Recurrence) -> Result<Self, SolveError> {
-        Ok(Self {
-            matrix: SplitMatrix::new(a)?,
-            steps: recurrence
-                .steps
-                .iter()
-                .map(|s| [s.mat, s.id, s.old, s.d_in, s.d_out].map(T::from_f64))
-                .collect(),
-        })
-    }
-
-    fn apply(&self, r: &[f64], z: &mut [f64]) {
-        let m = &self.matrix;
-        let n = m.diag.len();
-        // t_0 = D⁻¹ r in T (`poly_start`).
-        let mut t_in: Vec<T> = r
-            .par_iter()
-            .zip(&m.inv_diag)
-            .map(|(r, d)| *d * T::from_f64(*r))
-            .collect();
-        let mut t_io = vec![T::ZERO; n];
-        let mut acc = vec![T::ZERO; n];
-        let last = self.steps.len() - 1;
-        for (j, &[mat, id, old, d_in, d_out]) in self.steps.iter().enumerate() {
-            let first = j == 0;
-            let t_in_ref = &t_in;
-            let out: Vec<(T, T)> = (0..n)
-                .into_par_iter()
-                .map(|i| {
-                    let y = m.inv_diag[i] * m.row_product(i, t_in_ref);
-                    let t_old = if first { T::ZERO } else { t_io[i] };
-                    let t = mat * y + id * t_in_ref[i] - old * t_old;
-                    let a = if first { d_in * t_in_ref[i] } else { acc[i] };
-                    (t, a + d_out * t)
-                })
-                .collect();
-            for (i, (t, a)) in out.into_iter().enumerate() {
-                t_io[i] = t;
-                acc[i] = a;
-            }
-            if j == last {
-                break;
-            }
-            std::mem::swap(&mut t_in, &mut t_io);
-        }
-        z.par_iter_mut()
-            .zip(&acc)
-            .for_each(|(z, a)| *z = a.to_f64());
-    }
-}
-
-enum Evaluation {
-    Double(Evaluator<f64>),
-    Mixed(Evaluator<f32>),
-}
-
-/// z = s(D⁻¹A) D⁻¹ r as a `LinearOperator` (PCG's preconditioner).
-pub struct PolynomialPreconditioner {
-    settings: PolynomialSettings,
-    recurrence: Recurrence,
-    evaluation: Evaluation,
-}
-
-impl PolynomialPreconditioner {
-    /// For `a` (square, symmetric, positive diagonal), bound from `settings`.
-    pub fn new(a: &Csr, settings: &PolynomialSettings) -> Result<Self, SolveError> {
-        settings.validate().map_err(SolveError::InvalidControls)?;
-        let upper = settings.upper_bound(a)?;
-        Self::with_upper_bound(a, settings, upper)
-    }
-
-    /// For `a` with the upper eigenvalue bound `upper` given (e.g. the one a
-    /// GPU preconditioner used).
-    pub fn with_upper_bound(
-        a: &Csr,
-        settings: &PolynomialSettings,
-        upper: f64,
-    ) -> Result<Self, SolveError> {
-        settings
-            .validate_with_upper_bound(upper)
-            .map_err(SolveError::InvalidControls)?;
-        let recurrence = settings.recurrence(upper);
-        let evaluation = match settings.precision {
-            Precision::Double => Evaluation::Double(Evaluator::new(a, &recurrence)?),
-            Precision::Mixed => Evaluation::Mixed(Evaluator::new(a, &recurrence)?),
-        };
-        Ok(Self {
-            settings: *settings,
-            recurrence,
-            evaluation,
-        })
-    }
-
-    pub fn settings(&self) -> &PolynomialSettings {
-        &self.settings
-    }
-    pub fn recurrence(&self) -> &Recurrence {
-        &self.recurrence
-    }
-}
-
-impl LinearOperator for PolynomialPreconditioner {
-    fn n(&self) -> usize {
-        match &self.evaluation {
-            Evaluation::Double(e) => e.matrix.diag.len(),
-            Evaluation::Mixed(e) => e.matrix.diag.len(),
-        }
-    }
-    fn apply(&self, r: &[f64], z: &mut [f64]) {
-        match &self.evaluation {
-            Evaluation::Double(e) => e.apply(r, z),
-            Evaluation::Mixed(e) => e.apply(r, z),
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sparse::testing::{dense, random_symmetric};
-    use nalgebra::DVector;
-
-    /// D⁻¹A and D⁻¹ densely.
-    fn scaled(a: &Csr) -> (DMatrix<f64>, DMatrix<f64>) {
-        let m = dense(a);
-        let dinv = DMatrix::from_diagonal(&m.diagonal().map(|d| 1.0 / d));
-        (&dinv * &m, dinv)
-    }
-
-    fn max_rel_diff(x: &[f64], y: &DVector<f64>) -> f64 {
-        let scale = y.amax();
-        x.iter()
-            .zip(y.iter())
-            .map(|(a, b)| (a - b).abs() / scale)
-            .fold(0.0, f64::max)
-    }
-
-    /// Saad's table of the least-squares polynomials on [0, 4] (Saad ch. 12.3).
-    const LS_TABLE: [&[f64]; 4] = [
-        &[14., -7., 1.],
-        &[55., -77., 44., -11., 1.],
-        &[140., -378., 450., -275., 90., -15., 1.],
-        &[285., -1254., 2508., -2717., 1729., -665., 152., -19., 1.],
-    ];
-
-    #[test]
-    fn each_polynomial_equals_its_dense_definition() {
-        let a = random_symmetric(60, 5, 3);
-        let (x, dinv) = scaled(&a);
-        let r: Vec<f64> = (0..60).map(|i| ((i * 29) % 13) as f64 - 6.0).collect();
-        let w = &dinv * DVector::from_column_slice(&r);
-        let id = DMatrix::<f64>::identity(60, 60);
-        for m in [2usize, 4, 6, 8] {
-            for kind in PolynomialKind::ALL {
-                let s = PolynomialSettings::new(kind, m);
-                let p = PolynomialPreconditioner::new(&a, &s).unwrap();
-                let b = p.recurrence().hi;
-                let expected = match kind {
-                    // ω Σ_{k≤m} (I − ωX)^k w.
-                    PolynomialKind::Neumann => {
-                        let g = &id - &x / b;
-                        let mut term = &w / b;
-                        let mut sum = term.clone();
-                        for _ in 0..m {
-                            term = &g * term;
-                            sum += &term;
-                        }
-                        sum
-                    }
-                    // Saad Alg. 12.1 (Zhang & Zhang 2013, §2.4): m+1 Chebyshev steps on X z = w from 0.
-                    PolynomialKind::Chebyshev => {
-                        let (lo, hi) = s.interval(b);
-                        let (theta, delta) = ((hi + lo) / 2.0, (hi - lo) / 2.0);
-                        let sigma = theta / delta;
-                        let mut rho_prev = 1.0 / sigma;
-                        let mut d = &w / theta;
-                        let mut z = d.clone();
-                        let mut res = &w - &x * &d;
-                        for k in 1..=m {
-                            let rho = 1.0 / (2.0 * sigma - rho_prev);
-                            d = &d * (rho * rho_prev) + &res * (2.0 * rho / delta);
-                            z += &d;
-                            if k < m {
-                                res -= &x * &d;
-                            }
-                            rho_prev = rho;
-                        }
-                        z
-                    }
-                    // (4/b)/(2m+3) Σ c_i (4X/b)^i w, the monomial table.
-                    PolynomialKind::LeastSquares => {
-                        let c = LS_TABLE[m / 2 - 1];
-                        let tau = &x * (4.0 / b);
-                        let mut acc = &w * c[m];
-                        for i in (0..m).rev() {
-                            acc = &tau * acc + &w * c[i];
-                        }
-                        acc * (4.0 / b / (2 * m + 3) as f64)
-                    }
-                };
-                let mut z = vec![0.0; 60];
-                p.apply(&r, &mut z);
-                let diff = max_rel_diff(&z, &expected);
-                assert!(diff < 1e-11, "{kind:?} degree {m}: {diff:e}");
-            }
-        }
-    }
-
-    #[test]
-    fn least_squares_closed_form_equals_interpolation() {
-        for m in 1..=12 {
-            let d = least_squares_coefficients(m, 2.0);
-            let table_free =
-                chebyshev_coefficients(m, 0.0, 2.0, |t| Recurrence::new(0.0, 2.0, &d).eval(t));
-            for (a, b) in d.iter().zip(&table_free) {
-                assert!((a - b).abs() < 1e-12 * d[0].abs(), "m {m}: {a} vs {b}");
-            }
-            // t s(t) ≤ 1.25 on [0, b] (1.25 at m = 1, ~1.22 above) and s(0) = (4/b)(m+1)(m+2)/6 (§2.5).
-            let r = Recurrence::new(0.0, 2.0, &d);
-            let s0 = 2.0 * ((m + 1) * (m + 2)) as f64 / 6.0;
-            assert!((r.eval(0.0) - s0).abs() < 1e-10 * s0, "m {m}");
-            let peak = (0..=1000)
-                .map(|i| 2.0 * i as f64 / 1000.0)
-                .map(|t| t * r.eval(t))
-                .fold(0.0, f64::max);
-            assert!(peak > 1.0 && peak <= 1.25 + 1e-12, "m {m}: peak {peak}");
-        }
-    }
-
-    #[test]
-    fn every_kind_is_positive_on_its_interval() {
-        // M⁻¹ SPD needs s > 0 on (0, b]; the PCG tests rely on it.
-        for kind in PolynomialKind::ALL {
-            for m in 1..=16 {
-                let r = PolynomialSettings::new(kind, m).recurrence(2.0);
-                for i in 1..=400 {
-                    let t = 2.0 * i as f64 / 400.0;
-                    assert!(r.eval(t) > 0.0, "{kind:?} m {m} t {t}: {}", r.eval(t));
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn lanczos_and_gershgorin_bounds_are_safe() {
-        for seed in 0..6 {
-            let a = random_symmetric(200, 6, seed);
-            // λ_max(D⁻¹A) = λ_max(D^-½ A D^-½), symmetric.
-            let m = dense(&a);
-            let s = m.diagonal().map(|d| 1.0 / d.sqrt());
-            let sym = DMatrix::from_fn(200, 200, |i, j| s[i] * m[(i, j)] * s[j]);
-            let exact = SymmetricEigen::new(sym).eigenvalues.max();
-            let g = gershgorin_bound(&a).unwrap();
-            for steps in [3, 5, 10, 20] {
-                let l = lanczos_bound(&a, steps).unwrap();
-                assert!(l >= exact, "seed {seed}, {steps} steps: {l} < {exact}");
-            }
-            assert!(g >= exact);
-        }
-    }
-
-    #[test]
-    fn mixed_precision_is_the_f32_polynomial() {
-        let a = random_symmetric(300, 5, 9);
-        let r: Vec<f64> = lanczos_start(300);
-        for kind in PolynomialKind::ALL {
-            let s = PolynomialSettings::new(kind, 6);
-            let mut mixed = s;
-            mixed.precision = Precision::Mixed;
-            let (pd, pm) = (
-                PolynomialPreconditioner::new(&a, &s).unwrap(),
-                PolynomialPreconditioner::new(&a, &mixed).unwrap(),
-            );
-            let (mut zd, mut zm) = (vec![0.0; 300], vec![0.0; 300]);
-            pd.apply(&r, &mut zd);
-            pm.apply(&r, &mut zm);
-            let diff = max_rel_diff(&zm, &DVector::from_column_slice(&zd));
-            assert!(diff > 0.0 && diff < 1e-5, "{kind:?}: {diff:e}");
-        }
-    }
-
-    #[test]
-    fn settings_are_checked() {
-        let mut s = PolynomialSettings::new(PolynomialKind::Chebyshev, 0);
-        assert!(s.validate().unwrap_err().contains("degree"));
-        s.degree = 4;
-        s.eigen_ratio = 1.0;
-        assert!(s.validate().unwrap_err().contains("eigenRatio"));
-        s.eigen_ratio = 20.0;
-        s.bound = EigenBound::Lanczos { steps: 0 };
-        assert!(s.validate().unwrap_err().contains("lanczosSteps"));
-        assert_eq!("lanczos".parse(), Ok(EigenBound::Lanczos { steps: 10 }));
-        assert!("power"
-            .parse::<EigenBound>()
-            .unwrap_err()
-            .contains("Gershgorin"));
-        assert_eq!("Mixed".parse(), Ok(Precision::Mixed));
-        assert_eq!(
-            PolynomialSettings::named("leastsquares").map(|s| s.kind),
-            Some(PolynomialKind::LeastSquares)
-        );
-        let bad = Csr::new(2, vec![0, 1, 2], vec![0, 1], vec![1.0, -1.0]).unwrap();
-        assert!(matches!(
-            PolynomialPreconditioner::new(
-                &bad,
-                &PolynomialSettings::new(PolynomialKind::Neumann, 2)
-            ),
-            Err(SolveError::NonPositiveDiagonal { row: 1, .. })
-        ));
-    }
-}
+mod tests;
