@@ -1,6 +1,6 @@
 // Polynomial preconditioners (Zhang and Zhang 2013, §2.2–2.7) and the Gershgorin
 // bound of their interval; compiled with spmv.cu and smooth.cu (modsell_row_t, u64,
-// gated_off). CPU reference: src/solve/polynomial.rs
+// gated_off). CPU reference: src/solve/polynomial/
 // (`Evaluator::apply`), same steps, same operation order:
 //   t_0 = D^-1 r;  step j = 1..m:  y = D^-1 A t_in,
 //   t_out = mat*y + id*t_in - old*t_old,
@@ -39,7 +39,7 @@ __device__ void poly_residual_start(int n, const u64* __restrict__ slice_ptr,
 // written at the last step). `first`: z starts at d_in*t_in (acc not read);
 // z non-null: the last step writes the result there in f64 (add_to_z: adds it
 // to z, the smoother's x), else to acc. `c`: the step's coefficients mat,
-// id, old, d_in, d_out (src/solve/polynomial.rs Step), in device memory so
+// id, old, d_in, d_out (src/solve/polynomial/mod.rs Step), in device memory so
 // that a value re-set-up changes them under a captured graph.
 // Both kernels take the trailing `done` gate of PCG's fused loop
 // (kernels/smooth.cu gated_off).
@@ -145,7 +145,7 @@ extern "C" __global__ void cast_f64_to_f32(int n, const double* __restrict__ fro
     if (i < n) to[i] = (float)from[i];
 }
 
-// Gershgorin bound of D^-1 A on the device (solve/polynomial.rs
+// Gershgorin bound of D^-1 A on the device (solve/polynomial/mod.rs
 // gershgorin_bound): per row (a_tt + sum |a_tj| over the off-diagonals in
 // column order) / a_tt, the CPU's operations; the maximum over rows as the
 // bits of positive doubles (ordered as u64) by warp shuffles and one
