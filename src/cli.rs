@@ -527,7 +527,7 @@ fn run(
         if gpus.is_some() {
             anyhow::bail!("--gpus is for Poisson cases; transient cases run on the first GPU");
         }
-        return run_transient(case_dir, device);
+        return run_transient(case_dir, device, vtk);
     }
     if case::flow_case::is_flow_case(case_dir) {
         if gpus.is_some() {
@@ -1098,13 +1098,22 @@ fn run_flow(
 }
 
 /// `run` of an icoFoam or pimpleFoam case.
-fn run_transient(case_dir: &Path, device: crate::gpu::DeviceChoice) -> anyhow::Result<i32> {
+fn run_transient(
+    case_dir: &Path,
+    device: crate::gpu::DeviceChoice,
+    vtk: Option<VtkChoice>,
+) -> anyhow::Result<i32> {
     // The GPU opens and compiles its modules while the case and its mesh
     // are read.
     let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, || {
         Ok(case::ico_foam::read_transient_case(case_dir)?)
     });
-    let case = read?;
+    let mut case = read?;
+    match vtk {
+        Some(VtkChoice::None) => case.setup.vtk = None,
+        Some(VtkChoice::Encoding(encoding)) => case.setup.vtk = Some(encoding),
+        None => {}
+    }
     let gpu = gpu?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),

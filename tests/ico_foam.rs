@@ -345,3 +345,107 @@ fn pimple_cavity_matches_pimplefoam_with_one_and_two_outer_correctors() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// The values of the raw appended Float64 array `name` of a `.vtu` (one
+/// component), read by its offset in the appended data.
+fn vtu_f64s(path: &Path, name: &str) -> Vec<f64> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let marker = b"<AppendedData encoding=\"raw\">\n_";
+    let data = bytes
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("raw appended data")
+        + marker.len();
+    let xml = String::from_utf8_lossy(&bytes[..data]);
+    let tag = xml
+        .split("<DataArray ")
+        .find(|t| t.contains(&format!("Name=\"{name}\"")))
+        .unwrap_or_else(|| panic!("{}: no array {name}", path.display()));
+    assert!(tag.contains("type=\"Float64\"") && tag.contains("NumberOfComponents=\"1\""));
+    let offset: usize = tag
+        .split("offset=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let at = data + offset;
+    let n_bytes = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    bytes[at + 8..at + 8 + n_bytes]
+        .chunks_exact(8)
+        .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+        .collect()
+}
+
+/// A transient run writes a VTK step at every write time, with the time
+/// directories: the `.pvd` lists the steps at the written times, each
+/// step's cell p is the p written there (binary fields: the same doubles),
+/// and the log's closing lines name the series; `--vtk none` writes none.
+#[test]
+fn transient_runs_write_a_vtk_step_at_every_write_time() {
+    let dir = case_copy(
+        "cavity_ico",
+        "vtk",
+        &[
+            ("endTime", "0.1"),
+            ("writeInterval", "5"),
+            ("writeFormat", "binary"),
+        ],
+    );
+    let o = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{log}");
+    let name = fvpoisson::io::vtk::series_name_for(&dir);
+    let pvd = dir.join("VTK").join(format!("{name}.pvd"));
+    assert!(
+        log.contains("Wrote 4 VTK step(s)") && log.contains(&pvd.display().to_string()),
+        "{log}"
+    );
+    let text = std::fs::read_to_string(&pvd).unwrap();
+    let times: Vec<f64> = text
+        .split("timestep=\"")
+        .skip(1)
+        .map(|t| t[..t.find('"').unwrap()].parse().unwrap())
+        .collect();
+    let files: Vec<&str> = text
+        .split("file=\"")
+        .skip(1)
+        .map(|t| &t[..t.find('"').unwrap()])
+        .collect();
+    let written = ["0.025", "0.05", "0.075", "0.1"];
+    assert_eq!(times.len(), written.len(), "{text}");
+    for (k, ((time, file), name_of_time)) in times.iter().zip(&files).zip(written).enumerate() {
+        let expected: f64 = name_of_time.parse().unwrap();
+        assert!(
+            (time - expected).abs() < 1e-12,
+            "step {k} at {time}, written {name_of_time}"
+        );
+        assert_eq!(*file, format!("{name}_{k:06}.vtm"));
+        let vtu = dir.join("VTK").join(format!("{name}_{k:06}/internal.vtu"));
+        let p_vtk = vtu_f64s(&vtu, "p");
+        let p_file = ScalarFieldFile::read(&dir.join(name_of_time).join("p"), p_vtk.len()).unwrap();
+        let FieldValues::NonUniform(p_foam) = p_file.internal else {
+            panic!("nonuniform p expected at {name_of_time}")
+        };
+        assert_eq!(p_vtk, p_foam, "p at {name_of_time}");
+        assert!(p_vtk.iter().any(|&p| p != 0.0));
+    }
+
+    let quiet = case_copy(
+        "cavity_ico",
+        "no-vtk",
+        &[("endTime", "0.01"), ("writeInterval", "1")],
+    );
+    let o = common::fvpoisson(&["run", quiet.to_str().unwrap(), "--vtk", "none"]);
+    assert!(o.status.success());
+    assert!(quiet.join("0.01/p").is_file() && !quiet.join("VTK").exists());
+    for dir in [&dir, &quiet] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -3,7 +3,7 @@
 //!
 //! | file | entries | becomes |
 //! |---|---|---|
-//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals`; `fieldMinMax` and `probes` ([`super::function_objects`]) | time loop, writes of `<time>/U`, `p`, `phi` |
+//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals`; `fieldMinMax` and `probes` ([`super::function_objects`]) | time loop, writes of `<time>/U`, `p`, `phi` and of a step of the VTK series `VTK/NAME.pvd` at each (`run --vtk`) |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
@@ -53,6 +53,7 @@ use crate::gpu::Gpu;
 use crate::io::foam_field::{
     time_name, FieldValues, FoamWriteOptions, ScalarFieldFile, VectorFieldFile,
 };
+use crate::io::vtk::{VtkEncoding, VtkSeries};
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
 use crate::timings::{self, Phase};
 use std::path::{Path, PathBuf};
@@ -110,6 +111,9 @@ pub struct TransientSetup {
     /// write every this long (a time; `write_every` is not used then).
     pub write_time_interval: Option<f64>,
     pub foam: FoamWriteOptions,
+    /// The encoding of the VTK series `VTK/NAME.pvd` written at every write
+    /// time with the time directories (`None`: no VTK, `run --vtk none`).
+    pub vtk: Option<VtkEncoding>,
     /// U, p (per cell) and φ (every face, when the start time has `phi`).
     pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
     /// `residuals` function object: write `postProcessing/residuals/<start>/solverInfo.dat`.
@@ -253,6 +257,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         adjust_time_step,
         write_time_interval,
         foam,
+        vtk: Some(VtkEncoding::default()),
         initial,
         residuals: functions.residuals,
         functions,
@@ -473,6 +478,8 @@ pub struct TransientSummary {
     pub device_step: bool,
     /// Wall time of the steps by part.
     pub timing: StepTiming,
+    /// The VTK series written (`VTK/NAME.pvd`), when one was.
+    pub vtk_series: Option<PathBuf>,
 }
 
 fn flow_case_error(setup: &TransientSetup, e: FlowError) -> CaseError {
@@ -593,8 +600,22 @@ pub fn run_transient_case(
     };
     let mut functions =
         (setup.functions).start(&setup.case_dir, setup.start, format, mesh, &geometry)?;
+    // The series of the run, as simpleFoam runs write theirs: its cells'
+    // VTK shapes are derived at the first write and kept for the others.
+    let mut vtk = match setup.vtk {
+        Some(encoding) => Some(
+            VtkSeries::new(
+                mesh,
+                setup.case_dir.join(super::openfoam::VTK_DIRECTORY),
+                &crate::io::vtk::series_name_for(&setup.case_dir),
+            )?
+            .with_encoding(encoding),
+        ),
+        None => None,
+    };
     drop(output);
-    let write = |piso: &Piso| -> Result<(), CaseError> {
+    // Every write time: the time directory, then its step of the series.
+    let mut write = |piso: &Piso| -> Result<(), CaseError> {
         let paths = crate::flow::output::write_time_directory_at(
             &setup.case_dir,
             piso.time,
@@ -605,6 +626,10 @@ pub fn run_transient_case(
         )?;
         for path in paths {
             log::info!("Writing {}", path.display());
+        }
+        if let Some(series) = &mut vtk {
+            let vtm = crate::flow::output::write_step(series, piso.time, &piso.simple)?;
+            log::info!("Writing {}", vtm.display());
         }
         Ok(())
     };
@@ -759,6 +784,16 @@ pub fn run_transient_case(
             1e3 * first
         );
     }
+    if let Some(series) = &vtk {
+        log::info!(
+            "Wrote {} VTK step(s), {:.1} MB ({}) in {:.2} s: {}",
+            series.n_steps(),
+            series.bytes_written() as f64 / 1e6,
+            setup.vtk.unwrap_or_default(),
+            series.write_time().as_secs_f64(),
+            series.pvd_path().display()
+        );
+    }
     log::info!("End");
     Ok(TransientSummary {
         steps,
@@ -769,6 +804,7 @@ pub fn run_transient_case(
         p_iterations,
         device_step: device_step.is_some(),
         timing,
+        vtk_series: vtk.as_ref().map(VtkSeries::pvd_path),
     })
 }
 

@@ -2,7 +2,8 @@
 //! `foamMonitor` view: initial residual of every field and the local
 //! continuity error per outer iteration, log scale) and the fields U, p and
 //! ∇·φ as a VTK file or a VTK series (`.pvd`, with the boundary values of U
-//! and p per patch), or U, p and φ as an OpenFOAM time directory.
+//! and p per patch: one step of a steady run, or a step per write time of a
+//! transient one), or U, p and φ as an OpenFOAM time directory.
 
 use super::simple::{IterationReport, Simple};
 use super::VelocityCondition;
@@ -138,10 +139,22 @@ pub fn write_series(
     encoding: VtkEncoding,
 ) -> Result<(PathBuf, u64), OutputError> {
     let mut series = VtkSeries::new(simple.mesh(), dir, name)?.with_encoding(encoding);
+    write_step(&mut series, simple.iteration() as f64, simple)?;
+    Ok((series.pvd_path(), series.bytes_written()))
+}
+
+/// Writes the state of `simple` as the step at `time` of `series` (a
+/// series of its mesh): the fields of [`write_series`]. Returns the step's
+/// `.vtm`.
+pub fn write_step(
+    series: &mut VtkSeries,
+    time: f64,
+    simple: &Simple,
+) -> Result<PathBuf, OutputError> {
     let flux_divergence = simple.flux_divergence();
     let (boundary_u, boundary_p) = (simple.boundary_velocity(), simple.boundary_pressure());
     series.write_step(
-        simple.iteration() as f64,
+        time,
         &[
             Field::vector("U", &simple.u),
             Field::scalar("p", &simple.p),
@@ -151,8 +164,7 @@ pub fn write_series(
             Field::vector("U", &boundary_u),
             Field::scalar("p", &boundary_p),
         ],
-    )?;
-    Ok((series.pvd_path(), series.bytes_written()))
+    )
 }
 
 /// Kinematic dimensions `[kg m s K mol A cd]` of U, p and φ.

@@ -37,15 +37,24 @@
 //! compressed blocks); and `ascii`, the values as text inside each
 //! `<DataArray format="ascii">`. Points and fields are Float64 so that error
 //! norms computed from the files are exact; connectivity and offsets are
-//! Int32 when every value fits, else Int64. Raw and ascii arrays are encoded
-//! while the file is written, never held whole in memory (a 10 M-cell mesh's
-//! connectivity alone is 320 MB); zlib arrays are compressed (blocks in
-//! parallel) before the file is written, since their sizes go into the XML,
-//! so their compressed bytes are held until then. A file with much appended
-//! data is written by several threads (`VtkFile::write_in_parallel`): the
-//! offset of every array is known once the XML is, so each piece of an array
-//! is encoded and written at its offset (`pwrite`) by whichever thread takes
-//! it, with the bytes of the one-stream writer.
+//! Int32 when every value fits, else Int64.
+//!
+//! Raw arrays are written at the speed of the bytes
+//! (`VtkFile::write_appended`): an array whose memory already is its file
+//! bytes (on a little-endian host: every field, the points, the cell types,
+//! Int32 connectivity, whose labels below 2^31 have the bytes of their
+//! Int32) is written from the caller's slice in one `write`, with no
+//! encoding; any other (Int32 offsets from i64, values gathered at a piece's
+//! cells or a patch's points, uniform and index fields) is encoded in pieces
+//! of a few MiB by several threads while the piece before it is written;
+//! the XML and small arrays go out in one write. Nothing is held whole but
+//! what the caller holds (a 10 M-cell mesh's connectivity alone is 320 MB).
+//! zlib arrays are compressed (blocks in parallel, from memory where the
+//! bytes lie there) before the file is written, since their sizes go into
+//! the XML, so their compressed bytes are held until then. Ascii arrays are
+//! written as text value by value in one stream (`VtkFile::write_streamed`),
+//! whose per-value encoding of raw arrays is the reference the fast path's
+//! bytes are tested against.
 //!
 //! The XML is written here rather than with the `vtkio` crate because vtkio
 //! 0.7's XML cells have only connectivity, offsets and types: no `faces` and
@@ -1006,7 +1015,13 @@ fn cells_file<'a>(
     file.labels("connectivity", &cells.connectivity);
     file.integers("offsets", &cells.offsets[1..]);
     let types = &cells.types;
-    file.array("types", 1, types.len(), move |i| types[i]);
+    file.array_in(
+        "types",
+        1,
+        types.len(),
+        move |i| types[i],
+        memory_bytes(types),
+    );
     if !cells.faces.is_empty() {
         file.labels("faces", &cells.faces);
         file.integers("faceoffsets", &cells.face_offsets);
@@ -1077,6 +1092,16 @@ fn write_polygons<'a>(
     face_fields: &[Field<'a>],
     encoding: VtkEncoding,
 ) -> Result<u64, OutputError> {
+    polygons_file(mesh, polygons, face_fields, encoding).write(path)
+}
+
+/// The `.vtp` of a patch's faces with their fields, ready to write.
+fn polygons_file<'a>(
+    mesh: &'a Mesh,
+    polygons: &'a PatchPolygons,
+    face_fields: &[Field<'a>],
+    encoding: VtkEncoding,
+) -> VtkFile<'a> {
     let mut file = VtkFile::new("PolyData", encoding);
     file.xml += &format!(
         "<PolyData>\n<Piece NumberOfPoints=\"{}\" NumberOfVerts=\"0\" NumberOfLines=\"0\" \
@@ -1091,7 +1116,7 @@ fn write_polygons<'a>(
     file.xml += "</Polys>\n";
     file.cell_data(face_fields, None);
     file.xml += "</Piece>\n</PolyData>\n";
-    file.write(path)
+    file
 }
 
 /// Number types of VTK data arrays.
@@ -1099,6 +1124,8 @@ trait VtkNumber: Copy + Send + Sync {
     const TYPE: &'static str;
     const SIZE: usize;
     fn put(self, out: &mut Vec<u8>);
+    /// The little-endian bytes into `out`, of exactly `SIZE` bytes.
+    fn put_at(self, out: &mut [u8]);
     fn text(self, out: &mut String);
 }
 
@@ -1112,6 +1139,9 @@ macro_rules! vtk_number {
             const SIZE: usize = std::mem::size_of::<$t>();
             fn put(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn put_at(self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_le_bytes());
             }
             fn text(self, out: &mut String) {
                 use fmt::Write as _;
@@ -1128,10 +1158,19 @@ vtk_number!(f64 => "Float64", i64 => "Int64", i32 => "Int32", u8 => "UInt8");
 trait ArrayValues: Sync {
     fn len(&self) -> usize;
     fn value_size(&self) -> usize;
-    /// Little-endian bytes of values `range`.
+    /// Little-endian bytes of values `range`, appended to `out`.
     fn bytes(&self, range: Range<usize>, out: &mut Vec<u8>);
+    /// Little-endian bytes of values `range` into `out`, which has exactly
+    /// their size.
+    fn encode(&self, range: Range<usize>, out: &mut [u8]);
     /// Values `range` as text, each followed by a space.
     fn text(&self, range: Range<usize>, out: &mut String);
+    /// Every value's little-endian bytes, in order, where they lie so in
+    /// memory already (the caller's slice on a little-endian host): written
+    /// as they are, with no encoding.
+    fn in_memory(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// Value `i` is `get(i)`.
@@ -1154,6 +1193,12 @@ impl<T: VtkNumber, F: Fn(usize) -> T + Sync> ArrayValues for Indexed<T, F> {
             (self.get)(i).put(out);
         }
     }
+    fn encode(&self, range: Range<usize>, out: &mut [u8]) {
+        debug_assert_eq!(out.len(), range.len() * T::SIZE);
+        for (to, i) in out.chunks_exact_mut(T::SIZE).zip(range) {
+            (self.get)(i).put_at(to);
+        }
+    }
     fn text(&self, range: Range<usize>, out: &mut String) {
         for i in range {
             (self.get)(i).text(out);
@@ -1162,18 +1207,77 @@ impl<T: VtkNumber, F: Fn(usize) -> T + Sync> ArrayValues for Indexed<T, F> {
     }
 }
 
+/// Values read by index (`values`, for text and for other hosts) whose
+/// bytes also lie in memory as the file stores them (`memory`).
+struct InMemory<'a, V> {
+    values: V,
+    memory: &'a [u8],
+}
+
+impl<V: ArrayValues> ArrayValues for InMemory<'_, V> {
+    fn len(&self) -> usize {
+        self.values.len()
+    }
+    fn value_size(&self) -> usize {
+        self.values.value_size()
+    }
+    fn bytes(&self, range: Range<usize>, out: &mut Vec<u8>) {
+        self.values.bytes(range, out)
+    }
+    fn encode(&self, range: Range<usize>, out: &mut [u8]) {
+        let size = self.value_size();
+        out.copy_from_slice(&self.memory[range.start * size..range.end * size]);
+    }
+    fn text(&self, range: Range<usize>, out: &mut String) {
+        self.values.text(range, out)
+    }
+    fn in_memory(&self) -> Option<&[u8]> {
+        Some(self.memory)
+    }
+}
+
+/// Numbers whose memory is their little-endian bytes on a little-endian
+/// host, with no padding between or inside them.
+///
+/// # Safety
+/// Implemented only for types of plain numbers without padding.
+unsafe trait Plain: Copy {}
+// SAFETY: primitive numbers.
+unsafe impl Plain for f64 {}
+// SAFETY: primitive numbers.
+unsafe impl Plain for i64 {}
+// SAFETY: primitive numbers.
+unsafe impl Plain for u32 {}
+// SAFETY: primitive numbers.
+unsafe impl Plain for u8 {}
+// SAFETY: nalgebra's column vector is `repr(C)` over `[[f64; 3]; 1]`:
+// three f64 in a row, no padding (checked at compile time below).
+unsafe impl Plain for Vec3 {}
+const _: () = assert!(std::mem::size_of::<Vec3>() == 3 * std::mem::size_of::<f64>());
+
+/// The bytes of `values` as they lie in memory when that is their
+/// little-endian encoding (little-endian hosts); `None` elsewhere, where
+/// they are encoded value by value.
+fn memory_bytes<T: Plain>(values: &[T]) -> Option<&[u8]> {
+    if cfg!(target_endian = "little") {
+        // SAFETY: `T: Plain` has no padding, so every byte of the slice is
+        // initialised; u8 has no alignment; the length is the slice's size.
+        Some(unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        })
+    } else {
+        None
+    }
+}
+
 /// Bytes encoded at a time while streaming an array to its file.
 const CHUNK_BYTES: usize = 1 << 16;
-/// Appended data from which a file is written by several threads
-/// ([`VtkFile::write_in_parallel`]); smaller files (patches, small meshes)
-/// are written in one stream, and the files of a step are written in
-/// parallel anyway.
-const PARALLEL_APPENDED_BYTES: u64 = 8 << 20;
-/// Bytes of one array encoded and written at a time by one thread of
-/// [`VtkFile::write_in_parallel`]: few system calls, and the encoded piece
-/// is still in the core's cache when the kernel copies it (4 MiB pieces
-/// wrote 128 MB 1.5–5× slower than 256 KiB ones on one thread).
-const PARALLEL_TASK_BYTES: usize = 256 << 10;
+/// Bytes of one write of [`VtkFile::write_appended`] (but arrays written
+/// from memory, each in one write): few system calls, and two buffers of
+/// this size per file written.
+const WRITE_BYTES: usize = 8 << 20;
+/// Bytes encoded by one thread at a time into a piece of [`WRITE_BYTES`].
+const ENCODE_TASK_BYTES: usize = 256 << 10;
 /// Uncompressed bytes per zlib block (VTK's default block size).
 pub const ZLIB_BLOCK_BYTES: usize = 1 << 15;
 /// zlib level: ParaView's default (vtkZLibDataCompressor).
@@ -1217,11 +1321,32 @@ impl<'a> VtkFile<'a> {
         len: usize,
         get: impl Fn(usize) -> T + Sync + 'a,
     ) {
-        let values: Box<dyn ArrayValues + 'a> = Box::new(Indexed {
+        self.array_in(name, components, len, get, None);
+    }
+
+    /// [`Self::array`] whose values' bytes are `memory` where given (see
+    /// [`memory_bytes`]): raw and zlib arrays are then written or
+    /// compressed from it, text still value by value.
+    fn array_in<T: VtkNumber + 'a>(
+        &mut self,
+        name: &str,
+        components: usize,
+        len: usize,
+        get: impl Fn(usize) -> T + Sync + 'a,
+        memory: Option<&'a [u8]>,
+    ) {
+        let values = Indexed {
             len,
             get,
             number: PhantomData,
-        });
+        };
+        let values: Box<dyn ArrayValues + 'a> = match memory {
+            Some(memory) => {
+                assert_eq!(memory.len(), len * T::SIZE, "the bytes of {len} values");
+                Box::new(InMemory { values, memory })
+            }
+            None => Box::new(values),
+        };
         let tag = format!(
             "<DataArray type=\"{}\" Name=\"{}\" NumberOfComponents=\"{components}\" format=",
             T::TYPE,
@@ -1248,10 +1373,12 @@ impl<'a> VtkFile<'a> {
         self.parts.push((std::mem::take(&mut self.xml), stored));
     }
 
-    /// Point or face labels, Int32 when every label fits.
+    /// Point or face labels, Int32 when every label fits: then the labels'
+    /// own bytes, since a label below 2^31 has the bytes of the same Int32.
     fn labels(&mut self, name: &str, labels: &'a [Label]) {
-        if labels.iter().all(|&l| i32::try_from(l).is_ok()) {
-            self.array(name, 1, labels.len(), move |i| labels[i] as i32);
+        if labels.par_iter().all(|&l| i32::try_from(l).is_ok()) {
+            let memory = memory_bytes(labels);
+            self.array_in(name, 1, labels.len(), move |i| labels[i] as i32, memory);
         } else {
             self.array(name, 1, labels.len(), move |i| i64::from(labels[i]));
         }
@@ -1259,10 +1386,11 @@ impl<'a> VtkFile<'a> {
 
     /// Offsets (-1 allowed), Int32 when every value fits.
     fn integers(&mut self, name: &str, values: &'a [i64]) {
-        if values.iter().all(|&v| i32::try_from(v).is_ok()) {
+        if values.par_iter().all(|&v| i32::try_from(v).is_ok()) {
             self.array(name, 1, values.len(), move |i| values[i] as i32);
         } else {
-            self.array(name, 1, values.len(), move |i| values[i]);
+            let memory = memory_bytes(values);
+            self.array_in(name, 1, values.len(), move |i| values[i], memory);
         }
     }
 
@@ -1271,7 +1399,13 @@ impl<'a> VtkFile<'a> {
         self.xml += "<Points>\n";
         let n = ids.map_or(points.len(), <[_]>::len);
         match ids {
-            None => self.array("Points", 3, 3 * n, move |i| points[i / 3][i % 3]),
+            None => self.array_in(
+                "Points",
+                3,
+                3 * n,
+                move |i| points[i / 3][i % 3],
+                memory_bytes(points),
+            ),
             Some(ids) => self.array("Points", 3, 3 * n, move |i| {
                 points[ids[i / 3] as usize][i % 3]
             }),
@@ -1284,13 +1418,19 @@ impl<'a> VtkFile<'a> {
         self.xml += "<CellData>\n";
         for field in fields {
             match (field.values, ids) {
-                (FieldValues::Scalar(v), None) => self.array(field.name, 1, v.len(), |i| v[i]),
+                (FieldValues::Scalar(v), None) => {
+                    self.array_in(field.name, 1, v.len(), |i| v[i], memory_bytes(v))
+                }
                 (FieldValues::Scalar(v), Some(ids)) => {
                     self.array(field.name, 1, ids.len(), |i| v[ids[i] as usize])
                 }
-                (FieldValues::Vector(v), None) => {
-                    self.array(field.name, 3, 3 * v.len(), |i| v[i / 3][i % 3])
-                }
+                (FieldValues::Vector(v), None) => self.array_in(
+                    field.name,
+                    3,
+                    3 * v.len(),
+                    |i| v[i / 3][i % 3],
+                    memory_bytes(v),
+                ),
                 (FieldValues::Vector(v), Some(ids)) => {
                     self.array(field.name, 3, 3 * ids.len(), |i| {
                         v[ids[i / 3] as usize][i % 3]
@@ -1313,22 +1453,21 @@ impl<'a> VtkFile<'a> {
     }
 
     /// Writes the file (atomically) and returns its size in bytes: appended
-    /// data of at least [`PARALLEL_APPENDED_BYTES`] by several threads at
-    /// their offsets, smaller files and ascii in one stream.
+    /// data (raw or zlib) by [`Self::write_appended`], ascii in one stream.
     fn write(self, path: &Path) -> Result<u64, OutputError> {
-        if self.encoding != VtkEncoding::Ascii && self.appended_bytes >= PARALLEL_APPENDED_BYTES {
-            self.write_in_parallel(path, PARALLEL_TASK_BYTES)
-        } else {
-            self.write_streamed(path)
+        match self.encoding {
+            VtkEncoding::Ascii => self.write_streamed(path),
+            VtkEncoding::Binary | VtkEncoding::Zlib => self.write_appended(path, WRITE_BYTES),
         }
     }
 
-    /// Writes the file with appended data (raw or zlib) from several threads:
-    /// the XML comes first and the size of every appended block is known, so
-    /// each piece of `task_bytes` (or a zlib array's bytes) is encoded and
-    /// written at its own offset (`pwrite`); the bytes are those of
+    /// Writes a file with appended data (raw or zlib) in writes of about
+    /// `write_bytes`: an array whose bytes lie in memory as the file stores
+    /// them in one write from there; any other encoded in pieces, each by
+    /// several threads while the piece before it is written; small arrays
+    /// and the XML gathered into one buffer. The bytes are those of
     /// [`Self::write_streamed`].
-    fn write_in_parallel(self, path: &Path, task_bytes: usize) -> Result<u64, OutputError> {
+    fn write_appended(self, path: &Path, write_bytes: usize) -> Result<u64, OutputError> {
         let mut head = String::new();
         let mut blocks = Vec::with_capacity(self.parts.len());
         for (xml, stored) in self.parts {
@@ -1337,63 +1476,26 @@ impl<'a> VtkFile<'a> {
         }
         head += &self.xml;
         head += "<AppendedData encoding=\"raw\">\n_";
-        const TAIL: &[u8] = b"\n</AppendedData>\n</VTKFile>\n";
-
-        // Every write at its offset: the XML, each raw block's byte count and
-        // values in pieces, each zlib block whole (already in memory).
-        let mut offset = head.len() as u64;
-        let mut small: Vec<(u64, Vec<u8>)> = vec![(0, head.into_bytes())];
-        let mut tasks: Vec<WriteTask> = Vec::new();
-        for stored in &blocks {
-            match stored {
-                Stored::Streamed(values) => {
-                    let size = values.value_size();
-                    let n_bytes = (values.len() * size) as u64;
-                    small.push((offset, n_bytes.to_le_bytes().to_vec()));
-                    offset += 8;
-                    let per_task = (task_bytes / size).max(1);
-                    for start in (0..values.len()).step_by(per_task) {
-                        tasks.push(WriteTask::Values {
-                            values: &**values,
-                            range: start..values.len().min(start + per_task),
-                            offset: offset + (start * size) as u64,
-                        });
-                    }
-                    offset += n_bytes;
-                }
-                Stored::Compressed(block) => {
-                    tasks.push(WriteTask::Bytes {
-                        bytes: block,
-                        offset,
-                    });
-                    offset += block.len() as u64;
-                }
-            }
-        }
-        small.push((offset, TAIL.to_vec()));
-        let size = offset + TAIL.len() as u64;
-
+        let mut size = 0;
         write_atomic_file(path, |file| {
-            use std::os::unix::fs::FileExt as _;
-            // The final size first: the pieces then fill a file of known length.
-            file.set_len(size)?;
-            for (at, bytes) in &small {
-                file.write_all_at(bytes, *at)?;
-            }
-            tasks
-                .par_iter()
-                .try_for_each_init(Vec::new, |buf, task| match task {
-                    WriteTask::Values {
-                        values,
-                        range,
-                        offset,
-                    } => {
-                        buf.clear();
-                        values.bytes(range.clone(), buf);
-                        file.write_all_at(buf, *offset)
+            let mut out = Appender::new(file, write_bytes);
+            out.put(head.as_bytes())?;
+            for stored in &blocks {
+                match stored {
+                    Stored::Streamed(values) => {
+                        let n_bytes = (values.len() * values.value_size()) as u64;
+                        out.put(&n_bytes.to_le_bytes())?;
+                        match values.in_memory() {
+                            Some(bytes) => out.put(bytes)?,
+                            None => out.encode(&**values)?,
+                        }
                     }
-                    WriteTask::Bytes { bytes, offset } => file.write_all_at(bytes, *offset),
-                })
+                    Stored::Compressed(block) => out.put(block)?,
+                }
+            }
+            out.put(b"\n</AppendedData>\n</VTKFile>\n")?;
+            size = out.finish()?;
+            Ok(())
         })?;
         Ok(size)
     }
@@ -1438,16 +1540,90 @@ impl<'a> VtkFile<'a> {
     }
 }
 
-/// One write of [`VtkFile::write_in_parallel`].
-enum WriteTask<'v, 'a> {
-    /// Values `range` of an array, encoded, at `offset`.
-    Values {
-        values: &'v (dyn ArrayValues + 'a),
-        range: Range<usize>,
-        offset: u64,
-    },
-    /// Bytes ready to write (a zlib array), at `offset`.
-    Bytes { bytes: &'v [u8], offset: u64 },
+/// Writes a file front to back in large writes (see
+/// [`VtkFile::write_appended`]): `pending` holds bytes not yet written, at
+/// most about `write_bytes` of them.
+struct Appender<'f> {
+    file: &'f std::fs::File,
+    write_bytes: usize,
+    pending: Vec<u8>,
+    /// The buffer a piece is encoded into while `pending` is written.
+    spare: Vec<u8>,
+    written: u64,
+}
+
+impl<'f> Appender<'f> {
+    fn new(file: &'f std::fs::File, write_bytes: usize) -> Self {
+        Self {
+            file,
+            write_bytes,
+            pending: Vec::new(),
+            spare: Vec::new(),
+            written: 0,
+        }
+    }
+
+    /// Appends `bytes`: into `pending` when they fit, else after it, in one
+    /// write when they are many.
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if self.pending.len() + bytes.len() > self.write_bytes {
+            self.flush()?;
+            if bytes.len() >= self.write_bytes {
+                (&*self.file).write_all(bytes)?;
+                self.written += bytes.len() as u64;
+                return Ok(());
+            }
+        }
+        self.pending.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Appends the values' bytes, encoded a piece of about `write_bytes` at
+    /// a time by several threads while the bytes before it are written.
+    fn encode(&mut self, values: &dyn ArrayValues) -> std::io::Result<()> {
+        let size = values.value_size();
+        let per_piece = (self.write_bytes / size).max(1);
+        for start in (0..values.len()).step_by(per_piece) {
+            let range = start..values.len().min(start + per_piece);
+            // Grows only the first time: the pieces but the last are of one size.
+            self.spare.resize(range.len() * size, 0);
+            let (file, pending, spare) = (self.file, &self.pending, &mut self.spare);
+            let (written, ()) = rayon::join(
+                || (&*file).write_all(pending),
+                || encode_in_parallel(values, range, spare),
+            );
+            written?;
+            self.written += self.pending.len() as u64;
+            std::mem::swap(&mut self.pending, &mut self.spare);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&*self.file).write_all(&self.pending)?;
+        self.written += self.pending.len() as u64;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Writes what is pending; returns the bytes written in all.
+    fn finish(mut self) -> std::io::Result<u64> {
+        self.flush()?;
+        Ok(self.written)
+    }
+}
+
+/// Encodes values `range` into `out` (their size exactly), in parallel
+/// pieces of [`ENCODE_TASK_BYTES`].
+fn encode_in_parallel(values: &dyn ArrayValues, range: Range<usize>, out: &mut [u8]) {
+    let size = values.value_size();
+    let per_task = (ENCODE_TASK_BYTES / size).max(1);
+    out.par_chunks_mut(per_task * size)
+        .enumerate()
+        .for_each(|(k, piece)| {
+            let start = range.start + k * per_task;
+            values.encode(start..start + piece.len() / size, piece);
+        });
 }
 
 /// Counts the bytes written through it.
@@ -1504,17 +1680,21 @@ fn zlib_block(values: &dyn ArrayValues) -> Vec<u8> {
     let n_blocks = values.len().div_ceil(per_block);
     let compressed: Vec<Vec<u8>> = (0..n_blocks)
         .into_par_iter()
-        .map(|k| {
-            let mut raw = Vec::with_capacity(ZLIB_BLOCK_BYTES);
-            values.bytes(
-                k * per_block..values.len().min((k + 1) * per_block),
-                &mut raw,
-            );
+        .map_init(Vec::<u8>::new, |encoded, k| {
+            let range = k * per_block..values.len().min((k + 1) * per_block);
+            let raw = match values.in_memory() {
+                Some(memory) => &memory[range.start * size..range.end * size],
+                None => {
+                    encoded.resize(range.len() * size, 0);
+                    values.encode(range, encoded);
+                    &encoded[..]
+                }
+            };
             let mut z = flate2::write::ZlibEncoder::new(
                 Vec::with_capacity(raw.len() / 2),
                 flate2::Compression::new(ZLIB_LEVEL),
             );
-            z.write_all(&raw)
+            z.write_all(raw)
                 .and_then(|()| z.finish())
                 .expect("compressing into memory cannot fail")
         })
@@ -2480,50 +2660,88 @@ mod tests {
         }
     }
 
-    /// Files written by several threads at their offsets hold the bytes of
-    /// the one-stream writer: raw and zlib, whole meshes and pieces (fields
-    /// read at the piece's cells), pieces of values cut at any place.
+    /// Files written in large writes, arrays from memory or encoded in
+    /// parallel pieces, hold the bytes of the one-stream writer, which
+    /// encodes value by value: raw and zlib; hexahedra, tetrahedra, prisms,
+    /// polyhedra and a 2-D mesh; whole meshes, pieces (fields read at the
+    /// piece's cells) and patches; writes of any size, so pieces cut values
+    /// at every place.
     #[test]
-    fn parallel_writer_writes_the_bytes_of_the_streamed_one() {
-        let mesh = crate::mesh::load("box:12x10x9").unwrap();
-        let geometry = mesh.geometry().unwrap();
-        let cells = VtkCells::new(&mesh);
-        let (dir, keep) = test_dir("vtk_parallel_writer");
+    fn appended_writer_writes_the_bytes_of_the_streamed_one() {
+        let meshes = [
+            ("hex", crate::mesh::load("box:7x6x5:perturb=0.2").unwrap()),
+            (
+                "tet",
+                crate::mesh::load("box:4x3x3:tet:perturb=0.2").unwrap(),
+            ),
+            ("prism", crate::mesh::load("box:4x4x3:prism").unwrap()),
+            ("2d", crate::mesh::load("box:9x7x1:2d").unwrap()),
+            ("mixed", mixed_mesh()),
+        ];
+        let (dir, keep) = test_dir("vtk_appended_writer");
         create_dir_all(&dir).unwrap();
-        let p: Vec<f64> = geometry.cell_centres.iter().map(|c| c.x.sin()).collect();
-        let grad: Vec<Vec3> = geometry
-            .cell_centres
-            .iter()
-            .map(|c| c.map(f64::exp))
-            .collect();
-        let fields = [Field::scalar("p", &p), Field::vector("grad(p)", &grad)];
-        // Every third cell, and the points they use.
-        let piece_cells: Vec<Label> = (0..mesh.n_cells() as Label).step_by(3).collect();
-        let (piece, piece_points) = cells.subset(&piece_cells);
-        for encoding in [VtkEncoding::Binary, VtkEncoding::Zlib] {
-            for task_bytes in [1, 100, 4096, PARALLEL_TASK_BYTES] {
-                for (what, points, field_cells, vtk_cells) in [
-                    ("whole", None, None, &cells),
-                    (
-                        "piece",
-                        Some(&piece_points[..]),
-                        Some(&piece_cells[..]),
-                        &piece,
-                    ),
-                ] {
-                    let file =
-                        || cells_file(&mesh, vtk_cells, points, &fields, field_cells, encoding);
-                    let streamed = dir.join(format!("{what}_{encoding}_streamed.vtu"));
-                    let parallel = dir.join(format!("{what}_{encoding}_{task_bytes}.vtu"));
-                    let n_streamed = file().write_streamed(&streamed).unwrap();
-                    let n_parallel = file().write_in_parallel(&parallel, task_bytes).unwrap();
-                    let bytes = fs::read(&parallel).unwrap();
-                    assert_eq!(n_parallel, bytes.len() as u64);
-                    assert_eq!(n_streamed, n_parallel, "{what} {encoding} {task_bytes}");
-                    assert!(
-                        bytes == fs::read(&streamed).unwrap(),
-                        "{what} {encoding}, pieces of {task_bytes} bytes: the files differ"
-                    );
+        for (name, mesh) in &meshes {
+            let geometry = mesh.geometry().unwrap();
+            let cells = VtkCells::new(mesh);
+            let p: Vec<f64> = geometry.cell_centres.iter().map(|c| c.x.sin()).collect();
+            let grad: Vec<Vec3> = geometry
+                .cell_centres
+                .iter()
+                .map(|c| c.map(f64::exp))
+                .collect();
+            let fields = [
+                Field::scalar("p", &p),
+                Field::vector("grad(p)", &grad),
+                Field::uniform("Gamma", 0.5, p.len()),
+                Field::index("cell", p.len()),
+            ];
+            let face_p: Vec<f64> = geometry
+                .boundary_face_centres
+                .iter()
+                .map(|c| c.y.cos())
+                .collect();
+            let face_u: Vec<Vec3> = geometry.boundary_face_centres.clone();
+            let face_fields = [Field::scalar("p", &face_p), Field::vector("U", &face_u)];
+            let patch = &mesh.patches()[0];
+            let polygons = PatchPolygons::new(mesh, patch);
+            let patch_fields: Vec<Field> = face_fields
+                .iter()
+                .map(|f| f.slice(patch.boundary_faces(mesh.n_internal_faces())))
+                .collect();
+            // Every third cell, and the points they use.
+            let piece_cells: Vec<Label> = (0..mesh.n_cells() as Label).step_by(3).collect();
+            let (piece, piece_points) = cells.subset(&piece_cells);
+            if *name == "mixed" {
+                assert!(cells.types.contains(&VTK_POLYHEDRON) && !cells.faces.is_empty());
+            }
+            for encoding in [VtkEncoding::Binary, VtkEncoding::Zlib] {
+                for write_bytes in [1, 100, 4096, WRITE_BYTES] {
+                    let file = |what: &str| match what {
+                        "whole" => cells_file(mesh, &cells, None, &fields, None, encoding),
+                        "piece" => cells_file(
+                            mesh,
+                            &piece,
+                            Some(&piece_points),
+                            &fields,
+                            Some(&piece_cells),
+                            encoding,
+                        ),
+                        _ => polygons_file(mesh, &polygons, &patch_fields, encoding),
+                    };
+                    for what in ["whole", "piece", "patch"] {
+                        let case = format!("{name} {what} {encoding} {write_bytes}");
+                        let streamed = dir.join(format!("{name}_{what}_{encoding}_streamed"));
+                        let appended = dir.join(format!("{name}_{what}_{encoding}_{write_bytes}"));
+                        let n_streamed = file(what).write_streamed(&streamed).unwrap();
+                        let n_appended = file(what).write_appended(&appended, write_bytes).unwrap();
+                        let bytes = fs::read(&appended).unwrap();
+                        assert_eq!(n_appended, bytes.len() as u64, "{case}");
+                        assert_eq!(n_streamed, n_appended, "{case}");
+                        assert!(
+                            bytes == fs::read(&streamed).unwrap(),
+                            "{case}: the files differ"
+                        );
+                    }
                 }
             }
         }
