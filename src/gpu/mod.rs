@@ -52,7 +52,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cache::PtxCache;
+use cache::{KernelCache, Target};
 
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
@@ -165,41 +165,41 @@ fn source_index(file: &str) -> Option<usize> {
     KERNEL_SOURCES.iter().position(|source| source.file == file)
 }
 
-/// A kernel module's PTX: compiled (or read from the cache) at most once
-/// per process and architecture, by whichever thread asks first: a
-/// [`Gpu::prefetch`] thread or the first launch. Shared by the GPUs of one
-/// architecture (a multi-GPU run compiles once).
-type PtxSlot = OnceLock<Result<(String, bool), String>>;
+/// A kernel module's code (CUBIN or PTX, [`Target`]): compiled (or read
+/// from the cache) at most once per process and target, by whichever thread
+/// asks first: a [`Gpu::prefetch`] thread or the first launch. Shared by the
+/// GPUs of one architecture (a multi-GPU run compiles once).
+type CodeSlot = OnceLock<Result<(Vec<u8>, bool), String>>;
 
-/// The PTX slots of `arch`, one per module.
-fn ptx_slots(arch: &str) -> Arc<Vec<PtxSlot>> {
-    static SLOTS: Mutex<Vec<(String, Arc<Vec<PtxSlot>>)>> = Mutex::new(Vec::new());
+/// The code slots of `target`, one per module.
+fn code_slots(target: &Target) -> Arc<Vec<CodeSlot>> {
+    static SLOTS: Mutex<Vec<(Target, Arc<Vec<CodeSlot>>)>> = Mutex::new(Vec::new());
     let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, s)) = slots.iter().find(|(a, _)| a == arch) {
+    if let Some((_, s)) = slots.iter().find(|(t, _)| t == target) {
         return s.clone();
     }
-    let s: Arc<Vec<PtxSlot>> = Arc::new(KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect());
-    slots.push((arch.to_string(), s.clone()));
+    let s: Arc<Vec<CodeSlot>> = Arc::new(KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect());
+    slots.push((target.clone(), s.clone()));
     s
 }
 
-/// The PTX of module `k` for `arch`, from its slot (waiting for a thread
-/// compiling it) or compiled into it now.
-fn module_ptx(
-    slots: &[PtxSlot],
-    cache: &PtxCache,
-    arch: &str,
+/// The code of module `k` for `target`, from its slot (waiting for a
+/// thread compiling it) or compiled into it now.
+fn module_code(
+    slots: &[CodeSlot],
+    cache: &KernelCache,
+    target: &Target,
     k: usize,
-) -> Result<(String, bool), GpuError> {
+) -> Result<(Vec<u8>, bool), GpuError> {
     slots[k]
         .get_or_init(|| {
             cache
-                .ptx(&module_source(k), arch, cache::nvrtc_compile)
+                .code(&module_source(k), target, cache::nvrtc_compile)
                 .map_err(|e| e.to_string())
         })
         .clone()
         .map_err(|log| GpuError::Compile {
-            arch: arch.to_string(),
+            arch: target.arch().to_string(),
             log,
         })
 }
@@ -213,11 +213,11 @@ type ModuleSlot = OnceLock<Result<Arc<CudaModule>, String>>;
 /// threads.
 struct ModuleLoader {
     ctx: Arc<CudaContext>,
-    /// `compute_XY` of the device.
-    arch: String,
-    cache: PtxCache,
-    /// The PTX of each kernel module (shared by the GPUs of this arch).
-    ptx: Arc<Vec<PtxSlot>>,
+    /// What the modules are compiled to for the device.
+    target: Target,
+    cache: KernelCache,
+    /// The code of each kernel module (shared by the GPUs of this target).
+    code: Arc<Vec<CodeSlot>>,
     /// The modules loaded into this context, by index.
     slots: Vec<ModuleSlot>,
     /// Modules asked for by [`Gpu::prefetch`] (being compiled or loaded).
@@ -227,31 +227,33 @@ struct ModuleLoader {
 }
 
 impl ModuleLoader {
-    /// Module `k`, loaded into the context at most once: its PTX compiled
+    /// Module `k`, loaded into the context at most once: its code compiled
     /// (or read from the cache, or waited for) and handed to the driver.
-    /// The driver translates PTX to the GPU's code when a module is loaded,
-    /// seconds for the larger modules on a machine whose driver cache is
-    /// cold, so a [`Gpu::prefetch`] thread loads the module as well as
-    /// compiling it, and the first launch finds it loaded (or waits for that
-    /// thread) instead of translating it on the run's critical path.
+    /// CUBIN loads as is; PTX (the fallback, [`Target`]) is translated by
+    /// the driver when loaded, seconds for the larger modules on a machine
+    /// whose driver cache is cold, so a [`Gpu::prefetch`] thread loads the
+    /// module as well as compiling it, and the first launch finds it loaded
+    /// (or waits for that thread) instead of loading it on the run's
+    /// critical path.
     fn module(&self, k: usize) -> Result<&Arc<CudaModule>, GpuError> {
         self.slots[k]
             .get_or_init(|| {
                 let clock = std::time::Instant::now();
-                let (text, cached) = module_ptx(&self.ptx, &self.cache, &self.arch, k)
+                let (code, cached) = module_code(&self.code, &self.cache, &self.target, k)
                     .map_err(|e| e.to_string())?;
                 let compiled = clock.elapsed().as_secs_f64();
                 let source = module_source(k);
                 let (module, cached) =
-                    cache::load_ptx(&self.ctx, &self.cache, &source, &self.arch, text, cached)
+                    cache::load_code(&self.ctx, &self.cache, &source, &self.target, code, cached)
                         .map_err(|e| e.to_string())?;
                 if !cached {
                     self.all_cached.store(false, Ordering::Release);
                 }
                 log::debug!(
-                    "kernel module {} ({} kB of source): PTX {} in {compiled:.2} s, loaded by the driver in {:.2} s",
+                    "kernel module {} ({} kB of source): {} {} in {compiled:.2} s, loaded by the driver in {:.2} s",
                     KERNEL_SOURCES[k].file,
                     source.len() / 1000,
+                    self.target,
                     if cached { "read from the cache" } else { "compiled" },
                     clock.elapsed().as_secs_f64() - compiled
                 );
@@ -444,7 +446,12 @@ impl Gpu {
         let stream = driver("cuStreamCreate", ctx.new_stream())?;
         let name = driver("cuDeviceGetName", ctx.name())?;
         let cc = driver("cuDeviceComputeCapability", ctx.compute_capability())?;
-        let arch = format!("compute_{}{}", cc.0, cc.1);
+        let target = Target::for_device(cc)?;
+        log::debug!(
+            "kernels compiled to {target} ({name}, compute capability {}.{})",
+            cc.0,
+            cc.1
+        );
         let kernels = kernel_declarations()
             .into_iter()
             .map(|(name, source, list)| {
@@ -459,9 +466,9 @@ impl Gpu {
         let profile = std::env::var("FVPOISSON_GPU_PROFILE").is_ok_and(|v| v == "1");
         let modules = Arc::new(ModuleLoader {
             ctx: ctx.clone(),
-            cache: PtxCache::for_nvrtc()?,
-            ptx: ptx_slots(&arch),
-            arch,
+            cache: KernelCache::for_nvrtc()?,
+            code: code_slots(&target),
+            target,
             slots: KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect(),
             requested: KERNEL_SOURCES
                 .iter()
@@ -999,6 +1006,21 @@ where
 /// Whether tests must fail without a device (env `FVPOISSON_REQUIRE_GPU=1`).
 pub fn gpu_required() -> bool {
     std::env::var("FVPOISSON_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// Whether NVRTC can be loaded, for a test that compiles kernels without a
+/// device: false (after printing `skipped: no NVRTC`) when it cannot and
+/// `FVPOISSON_REQUIRE_GPU` is not 1.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only probes whether the shared library can be loaded.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return true;
+    }
+    if gpu_required() {
+        panic!("FVPOISSON_REQUIRE_GPU=1 but NVRTC (libnvrtc) cannot be loaded");
+    }
+    println!("skipped: no NVRTC (libnvrtc is not on the library path)");
+    false
 }
 
 /// The device for a test: `None` (after printing `skipped: no CUDA device`)
