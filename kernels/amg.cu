@@ -13,8 +13,7 @@
 // The cycle is in amg_cycle.cu and the coarsest level's inverse in
 // amg_inverse.cu: modules of their own, so that NVRTC compiles the three
 // at once on threads of their own (the inverse's fully unrolled panel
-// solve alone takes about as long to compile as the set-up and the cycle
-// together).
+// solve alone takes NVRTC longer than all of the set-up's kernels).
 
 // ---- Exclusive scan of unsigned counts into u64 offsets (deterministic:
 // integer sums). Tiles of SCAN_TILE = blockDim * SCAN_ITEMS elements, each
