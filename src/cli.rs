@@ -572,17 +572,14 @@ fn run(
     };
     let device = match &gpu {
         Some(gpu) => {
-            // The preconditioners the GPU will run (after its defaults: DIC
-            // as a polynomial, GAMG as AMG) compile while the case sets up,
-            // not at the first solve.
+            // The solvers and preconditioners the GPU will run (after its
+            // defaults: DIC as a polynomial, GAMG as AMG) compile while the
+            // case sets up, not at the first solve.
             let sources: Vec<&str> = [&setup.solver.regular]
                 .into_iter()
                 .chain(&setup.solver.final_corrector)
-                .filter_map(|s| match case::SolveTarget::Gpu.adapt(s).preconditioner {
-                    Preconditioner::Amg(_) => Some("amg.cu"),
-                    Preconditioner::Polynomial(_) => Some("polynomial.cu"),
-                    _ => None,
-                })
+                .flat_map(|s| solver_kernel_sources(&case::SolveTarget::Gpu.adapt(s)))
+                .copied()
                 .collect();
             gpu.prefetch(&sources);
             case::Device::Gpu(gpu)
@@ -609,21 +606,45 @@ fn run_exit_code(summary: &case::RunSummary) -> i32 {
 }
 
 /// The kernel sources a Poisson run on one GPU compiles ahead: the PCG
-/// loop and the device assembly (each module holds the SpMV kernels too);
-/// the preconditioner's source is added once the case is read.
+/// loop and the device assembly (with the SpMV kernels, which both need,
+/// [`crate::gpu::Gpu::prefetch`]); the sources of the case's solvers are
+/// added once the case is read ([`solver_kernel_sources`]).
 const RUN_KERNELS: &[&str] = &["pcg.cu", "assembly.cu"];
-/// Those of a flow run: the device SIMPLE/PISO loop, the momentum and
-/// pressure solvers and the pressure preconditioners the GPU maps the
-/// usual dictionaries to (AMG for GAMG, the polynomial for DIC); a module
-/// the run then does not use costs a background thread, not wall time.
+/// Those of a flow, transient or potentialFoam run: the device SIMPLE/PISO
+/// loop, the momentum solvers (PBiCGStab's device loop, GMRES, the
+/// smoothers), PCG and the pressure preconditioners the GPU maps the usual
+/// dictionaries to (AMG for GAMG, the polynomial for DIC); a module the run
+/// then does not use costs a thread while the mesh is read, not wall time
+/// (the run's debug log lists those it loaded and never launched from).
 const FLOW_KERNELS: &[&str] = &[
     "simple.cu",
     "pcg.cu",
     "krylov.cu",
+    "bicgstab.cu",
     "smooth.cu",
     "amg.cu",
+    "amg_inverse.cu",
+    "amg_cycle.cu",
     "polynomial.cu",
 ];
+
+/// The kernel sources of AMG: its set-up, the coarsest level's inverse and
+/// the cycle (modules of their own, compiled at once).
+const AMG_KERNELS: &[&str] = &["amg.cu", "amg_inverse.cu", "amg_cycle.cu"];
+
+/// The kernel sources the GPU launches for `solver` (as the GPU adapts it,
+/// [`case::SolveTarget::adapt`]) beyond PCG's: the Krylov method's, the
+/// smoothSolver's smoothers, the preconditioner's.
+fn solver_kernel_sources(solver: &case::LinearSolver) -> &'static [&'static str] {
+    match (&solver.krylov, &solver.smoother, &solver.preconditioner) {
+        (Some(KrylovMethod::BiCgStab), ..) => &["bicgstab.cu"],
+        (Some(KrylovMethod::Gmres(_)), ..) => &["krylov.cu"],
+        (None, Some(_), _) | (None, None, Preconditioner::Smoother(_)) => &["smooth.cu"],
+        (None, None, Preconditioner::Amg(_)) => AMG_KERNELS,
+        (None, None, Preconditioner::Polynomial(_)) => &["polynomial.cu"],
+        _ => &[],
+    }
+}
 
 /// Runs `read` (the case and its mesh, timed as the mesh phase) while the
 /// GPU of `device` (None: none to open) opens on a thread of its own and
@@ -682,14 +703,18 @@ fn run_potential(
         );
     }
     let options = case::potential_foam::PotentialOptions::parse(options)?;
-    let gpu = timings::timed(Phase::DeviceSetup, || device.select())?;
+    // The GPU opens and compiles its modules while the case is read.
+    let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, || {
+        Ok(case::potential_foam::PotentialFoamCase::read(
+            case_dir, options,
+        )?)
+    });
+    let case = read?;
+    let gpu = gpu?;
     let device = match &gpu {
         Some(gpu) => case::Device::Gpu(gpu),
         None => case::Device::Cpu,
     };
-    let case = timings::timed(Phase::Mesh, || {
-        case::potential_foam::PotentialFoamCase::read(case_dir, options)
-    })?;
     let summary = case.run(device)?;
     let encoding = match vtk {
         Some(VtkChoice::None) => return Ok(0),

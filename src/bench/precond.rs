@@ -296,7 +296,7 @@ const WARM_UP_CASE: &str = "box:16x16x16";
 
 /// The kernel sources the table's rows launch from (their modules compile
 /// and load at once, on threads of their own).
-const TABLE_KERNEL_SOURCES: [&str; 11] = [
+const TABLE_KERNEL_SOURCES: [&str; 13] = [
     "spmv.cu",
     "pcg.cu",
     "assembly.cu",
@@ -306,6 +306,8 @@ const TABLE_KERNEL_SOURCES: [&str; 11] = [
     "deflation.cu",
     "neumann.cu",
     "amg.cu",
+    "amg_inverse.cu",
+    "amg_cycle.cu",
     "block_ic.cu",
     "eisenstat.cu",
 ];

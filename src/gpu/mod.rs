@@ -58,7 +58,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cache::PtxCache;
+use cache::{KernelCache, Target};
 
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
@@ -89,15 +89,16 @@ macro_rules! kernel_source {
 }
 
 /// Kernel sources, each after the sources it needs. Module k is source k
-/// compiled with what it needs, directly or through another source
-/// ([`module_sources`]), in list order. A kernel is loaded, at its first
-/// use, from a module holding its source that this GPU has loaded or asked
-/// for ([`Gpu::prefetch`]), else from its own source's module: a run
-/// compiles and loads the few sources it needs, each module on a thread of
-/// its own, not one module holding everything before them (the driver's
-/// translation of a module's PTX, on a machine whose driver cache is cold,
-/// grows with the module). Every `extern "C" __global__ void NAME(` is a
-/// kernel ([`kernel_declarations`]).
+/// with the device functions, types and macros of what it needs, directly
+/// or through another source ([`module_sources`]), in list order, but not
+/// their kernels ([`without_kernels`]): each kernel is compiled into one
+/// module, its source's, and is loaded from it at its first use. A run
+/// compiles and loads the few modules it needs ([`Gpu::prefetch`]), each on
+/// a thread of its own, so the slowest module to compile, not their sum, is
+/// what a cold cache adds to a run; a source whose module took much longer
+/// to compile than the others is split (`amg.cu`, `amg_inverse.cu` and
+/// `amg_cycle.cu`; `krylov.cu` and `bicgstab.cu`). Every
+/// `extern "C" __global__ void NAME(` is a kernel ([`kernel_declarations`]).
 const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("spmv.cu" needs []),
     kernel_source!("pcg.cu" needs ["spmv.cu"]),
@@ -106,9 +107,12 @@ const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("ic.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
     kernel_source!("polynomial.cu" needs ["spmv.cu", "smooth.cu"]),
     kernel_source!("deflation.cu" needs ["spmv.cu", "pcg.cu"]),
-    kernel_source!("amg.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
+    kernel_source!("amg.cu" needs ["spmv.cu"]),
+    kernel_source!("amg_inverse.cu" needs ["spmv.cu", "amg.cu"]),
+    kernel_source!("amg_cycle.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
     kernel_source!("ilu.cu" needs ["spmv.cu", "smooth.cu"]),
     kernel_source!("krylov.cu" needs ["spmv.cu", "pcg.cu"]),
+    kernel_source!("bicgstab.cu" needs ["spmv.cu", "pcg.cu", "krylov.cu"]),
     kernel_source!("block_ic.cu" needs ["spmv.cu", "smooth.cu", "ic.cu"]),
     kernel_source!("fsai_apply.cu" needs ["spmv.cu", "smooth.cu"]),
     kernel_source!("fsai.cu" needs ["spmv.cu"]),
@@ -120,10 +124,13 @@ const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("neumann.cu" needs ["spmv.cu"]),
 ];
 
+/// What starts a kernel's definition in a source.
+const KERNEL_MARK: &str = "extern \"C\" __global__ void ";
+
 /// The kernels the sources define with the index of their source and the
 /// text of their parameter list, in source order.
 fn kernel_declarations() -> Vec<(&'static str, usize, &'static str)> {
-    const MARK: &str = "extern \"C\" __global__ void ";
+    const MARK: &str = KERNEL_MARK;
     KERNEL_SOURCES
         .iter()
         .enumerate()
@@ -155,15 +162,90 @@ fn module_sources(k: usize) -> Vec<usize> {
     (0..=k).filter(|&i| held[i]).collect()
 }
 
-/// The text of kernel module `k`: its sources in list order.
+/// The text of kernel module `k`: its sources in list order, those it
+/// needs without their kernels.
 fn module_source(k: usize) -> String {
     module_sources(k)
         .into_iter()
         .map(|i| {
             let source = &KERNEL_SOURCES[i];
-            format!("// ---- kernels/{}\n{}\n", source.file, source.text)
+            if i == k {
+                format!("// ---- kernels/{}\n{}\n", source.file, source.text)
+            } else {
+                let helpers = without_kernels(source.text);
+                format!(
+                    "// ---- kernels/{}, without its kernels\n{helpers}\n",
+                    source.file
+                )
+            }
         })
         .collect()
+}
+
+/// `text` without its kernels' definitions (each from its
+/// [`KERNEL_MARK`] to the brace that closes its body, braces in comments
+/// and literals skipped): what a module takes from a source it needs. A
+/// kernel is an entry point that no other code calls, so dropping it
+/// changes nothing else; compiling it again in every module that needs its
+/// source cost NVRTC time (most of `pcg.cu`'s and `smooth.cu`'s compile
+/// went into each module holding them). A definition whose body does not
+/// close is kept from there on, for NVRTC to report.
+fn without_kernels(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(KERNEL_MARK) {
+        out.push_str(&rest[..at]);
+        let body = &rest[at + KERNEL_MARK.len()..];
+        match definition_end(body) {
+            Some(end) => rest = &body[end..],
+            None => {
+                rest = &rest[at..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The length of a kernel's signature and body at the start of `text` (to
+/// its closing brace, or to a `;` before any brace: a declaration), or
+/// None where it does not close.
+fn definition_end(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                i = text[i..].find('\n').map_or(bytes.len(), |e| i + e);
+                continue;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = text[i + 2..]
+                    .find("*/")
+                    .map_or(bytes.len(), |e| i + 2 + e + 2);
+                continue;
+            }
+            quote @ (b'"' | b'\'') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            b';' if depth == 0 => return Some(i + 1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// The index of the kernel source `file` (e.g. `"assembly.cu"`).
@@ -171,41 +253,41 @@ fn source_index(file: &str) -> Option<usize> {
     KERNEL_SOURCES.iter().position(|source| source.file == file)
 }
 
-/// A kernel module's PTX: compiled (or read from the cache) at most once
-/// per process and architecture, by whichever thread asks first: a
-/// [`Gpu::prefetch`] thread or the first launch. Shared by the GPUs of one
-/// architecture (a multi-GPU run compiles once).
-type PtxSlot = OnceLock<Result<(String, bool), String>>;
+/// A kernel module's code (CUBIN or PTX, [`Target`]): compiled (or read
+/// from the cache) at most once per process and target, by whichever thread
+/// asks first: a [`Gpu::prefetch`] thread or the first launch. Shared by the
+/// GPUs of one architecture (a multi-GPU run compiles once).
+type CodeSlot = OnceLock<Result<(Vec<u8>, bool), String>>;
 
-/// The PTX slots of `arch`, one per module.
-fn ptx_slots(arch: &str) -> Arc<Vec<PtxSlot>> {
-    static SLOTS: Mutex<Vec<(String, Arc<Vec<PtxSlot>>)>> = Mutex::new(Vec::new());
+/// The code slots of `target`, one per module.
+fn code_slots(target: &Target) -> Arc<Vec<CodeSlot>> {
+    static SLOTS: Mutex<Vec<(Target, Arc<Vec<CodeSlot>>)>> = Mutex::new(Vec::new());
     let mut slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, s)) = slots.iter().find(|(a, _)| a == arch) {
+    if let Some((_, s)) = slots.iter().find(|(t, _)| t == target) {
         return s.clone();
     }
-    let s: Arc<Vec<PtxSlot>> = Arc::new(KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect());
-    slots.push((arch.to_string(), s.clone()));
+    let s: Arc<Vec<CodeSlot>> = Arc::new(KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect());
+    slots.push((target.clone(), s.clone()));
     s
 }
 
-/// The PTX of module `k` for `arch`, from its slot (waiting for a thread
-/// compiling it) or compiled into it now.
-fn module_ptx(
-    slots: &[PtxSlot],
-    cache: &PtxCache,
-    arch: &str,
+/// The code of module `k` for `target`, from its slot (waiting for a
+/// thread compiling it) or compiled into it now.
+fn module_code(
+    slots: &[CodeSlot],
+    cache: &KernelCache,
+    target: &Target,
     k: usize,
-) -> Result<(String, bool), GpuError> {
+) -> Result<(Vec<u8>, bool), GpuError> {
     slots[k]
         .get_or_init(|| {
             cache
-                .ptx(&module_source(k), arch, cache::nvrtc_compile)
+                .code(&module_source(k), target, cache::nvrtc_compile)
                 .map_err(|e| e.to_string())
         })
         .clone()
         .map_err(|log| GpuError::Compile {
-            arch: arch.to_string(),
+            arch: target.arch().to_string(),
             log,
         })
 }
@@ -219,45 +301,49 @@ type ModuleSlot = OnceLock<Result<Arc<CudaModule>, String>>;
 /// threads.
 struct ModuleLoader {
     ctx: Arc<CudaContext>,
-    /// `compute_XY` of the device.
-    arch: String,
-    cache: PtxCache,
-    /// The PTX of each kernel module (shared by the GPUs of this arch).
-    ptx: Arc<Vec<PtxSlot>>,
+    /// What the modules are compiled to for the device.
+    target: Target,
+    cache: KernelCache,
+    /// The code of each kernel module (shared by the GPUs of this target).
+    code: Arc<Vec<CodeSlot>>,
     /// The modules loaded into this context, by index.
     slots: Vec<ModuleSlot>,
     /// Modules asked for by [`Gpu::prefetch`] (being compiled or loaded).
     requested: Vec<AtomicBool>,
+    /// Modules a kernel has been loaded from.
+    used: Vec<AtomicBool>,
     /// Whether every module loaded so far came from the disk cache.
     all_cached: AtomicBool,
 }
 
 impl ModuleLoader {
-    /// Module `k`, loaded into the context at most once: its PTX compiled
+    /// Module `k`, loaded into the context at most once: its code compiled
     /// (or read from the cache, or waited for) and handed to the driver.
-    /// The driver translates PTX to the GPU's code when a module is loaded,
-    /// seconds for the larger modules on a machine whose driver cache is
-    /// cold, so a [`Gpu::prefetch`] thread loads the module as well as
-    /// compiling it, and the first launch finds it loaded (or waits for that
-    /// thread) instead of translating it on the run's critical path.
+    /// CUBIN loads as is; PTX (the fallback, [`Target`]) is translated by
+    /// the driver when loaded, seconds for the larger modules on a machine
+    /// whose driver cache is cold, so a [`Gpu::prefetch`] thread loads the
+    /// module as well as compiling it, and the first launch finds it loaded
+    /// (or waits for that thread) instead of loading it on the run's
+    /// critical path.
     fn module(&self, k: usize) -> Result<&Arc<CudaModule>, GpuError> {
         self.slots[k]
             .get_or_init(|| {
                 let clock = std::time::Instant::now();
-                let (text, cached) = module_ptx(&self.ptx, &self.cache, &self.arch, k)
+                let (code, cached) = module_code(&self.code, &self.cache, &self.target, k)
                     .map_err(|e| e.to_string())?;
                 let compiled = clock.elapsed().as_secs_f64();
                 let source = module_source(k);
                 let (module, cached) =
-                    cache::load_ptx(&self.ctx, &self.cache, &source, &self.arch, text, cached)
+                    cache::load_code(&self.ctx, &self.cache, &source, &self.target, code, cached)
                         .map_err(|e| e.to_string())?;
                 if !cached {
                     self.all_cached.store(false, Ordering::Release);
                 }
                 log::debug!(
-                    "kernel module {} ({} kB of source): PTX {} in {compiled:.2} s, loaded by the driver in {:.2} s",
+                    "kernel module {} ({} kB of source): {} {} in {compiled:.2} s, loaded by the driver in {:.2} s",
                     KERNEL_SOURCES[k].file,
                     source.len() / 1000,
+                    self.target,
                     if cached { "read from the cache" } else { "compiled" },
                     clock.elapsed().as_secs_f64() - compiled
                 );
@@ -374,6 +460,22 @@ struct KernelTime {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        let unused: Vec<&str> = (0..KERNEL_SOURCES.len())
+            .filter(|&k| {
+                self.modules.slots[k].get().is_some_and(|r| r.is_ok())
+                    && !self.modules.used[k].load(Ordering::Acquire)
+            })
+            .map(|k| KERNEL_SOURCES[k].file)
+            .collect();
+        if !unused.is_empty() {
+            // Asked for ahead but never launched from: a prefetch list
+            // wider than the run (each costs a thread, not wall time).
+            log::debug!(
+                "kernel modules loaded but not launched from on {}: {}",
+                self.name,
+                unused.join(", ")
+            );
+        }
         let Some(profile) = self.kernel_profile.take() else {
             return;
         };
@@ -450,7 +552,12 @@ impl Gpu {
         let stream = driver("cuStreamCreate", ctx.new_stream())?;
         let name = driver("cuDeviceGetName", ctx.name())?;
         let cc = driver("cuDeviceComputeCapability", ctx.compute_capability())?;
-        let arch = format!("compute_{}{}", cc.0, cc.1);
+        let target = Target::for_device(cc)?;
+        log::debug!(
+            "kernels compiled to {target} ({name}, compute capability {}.{})",
+            cc.0,
+            cc.1
+        );
         let kernels = kernel_declarations()
             .into_iter()
             .map(|(name, source, list)| {
@@ -465,11 +572,15 @@ impl Gpu {
         let profile = std::env::var("FVPOISSON_GPU_PROFILE").is_ok_and(|v| v == "1");
         let modules = Arc::new(ModuleLoader {
             ctx: ctx.clone(),
-            cache: PtxCache::for_nvrtc()?,
-            ptx: ptx_slots(&arch),
-            arch,
+            cache: KernelCache::for_nvrtc()?,
+            code: code_slots(&target),
+            target,
             slots: KERNEL_SOURCES.iter().map(|_| OnceLock::new()).collect(),
             requested: KERNEL_SOURCES
+                .iter()
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            used: KERNEL_SOURCES
                 .iter()
                 .map(|_| AtomicBool::new(false))
                 .collect(),
@@ -496,11 +607,12 @@ impl Gpu {
         self.compute_capability
     }
     /// Starts compiling and loading, each on a thread of its own, the
-    /// kernel modules of the sources `files` (e.g. `["pcg.cu", "amg.cu"]`;
-    /// a module also holds the sources its source needs), so that NVRTC and
-    /// the driver's translation overlap the caller's work (reading the
-    /// mesh) and each other; the first launch of a kernel waits for the
-    /// module holding it. Unknown names are ignored (logged).
+    /// kernel modules of the sources `files` (e.g. `["pcg.cu",
+    /// "amg_cycle.cu"]`) and of the sources they need (whose kernels the
+    /// host code of a source launches as well: AMG's cycle runs inside
+    /// PCG's loop), so that NVRTC overlaps the caller's work (reading the
+    /// mesh) and each other; the first launch of a kernel waits for its
+    /// module. Unknown names are ignored (logged).
     pub fn prefetch(&self, files: &[&str]) {
         let mut sources: Vec<usize> = files
             .iter()
@@ -511,6 +623,7 @@ impl Gpu {
                 }
                 k
             })
+            .flat_map(module_sources)
             .collect();
         sources.sort_unstable();
         sources.dedup();
@@ -532,28 +645,6 @@ impl Gpu {
                 log::debug!("compiling module {k} at its first launch: {e}");
             }
         }
-    }
-
-    /// The loaded module that holds source `source`: its own or another
-    /// loaded one holding it, else one asked for that holds it (waited
-    /// for), else its own, compiled and loaded now.
-    fn module_holding(&self, source: usize) -> Result<&Arc<CudaModule>, GpuError> {
-        let modules = &self.modules;
-        let loaded = |k: usize| modules.slots[k].get().and_then(|r| r.as_ref().ok());
-        let holders: Vec<usize> = std::iter::once(source)
-            .chain(
-                (source + 1..KERNEL_SOURCES.len()).filter(|&k| module_sources(k).contains(&source)),
-            )
-            .collect();
-        if let Some(m) = holders.iter().find_map(|&k| loaded(k)) {
-            return Ok(m);
-        }
-        let k = holders
-            .iter()
-            .copied()
-            .find(|&k| modules.requested[k].load(Ordering::Acquire))
-            .unwrap_or(source);
-        modules.module(k)
     }
 
     /// Whether every kernel module loaded so far came from the disk cache.
@@ -885,8 +976,19 @@ impl Gpu {
                 error: UNLOADED_IN_CAPTURE.into(),
             });
         }
+        let modules = &self.modules;
+        let ahead = modules.requested[k.source].load(Ordering::Acquire)
+            || modules.slots[k.source].get().is_some();
+        if !ahead {
+            // A run kind whose prefetch list misses a source it launches.
+            log::debug!(
+                "kernel module {} was not asked for ahead: compiled at the first launch of {kernel}",
+                KERNEL_SOURCES[k.source].file
+            );
+        }
         let clock = std::time::Instant::now();
-        let module = self.module_holding(k.source)?;
+        let module = modules.module(k.source)?;
+        modules.used[k.source].store(true, Ordering::Release);
         let waited = clock.elapsed().as_secs_f64();
         if waited > 0.01 {
             log::debug!("the first launch of {kernel} waited {waited:.2} s for its kernel module");
@@ -1007,6 +1109,21 @@ pub fn gpu_required() -> bool {
     std::env::var("FVPOISSON_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// Whether NVRTC can be loaded, for a test that compiles kernels without a
+/// device: false (after printing `skipped: no NVRTC`) when it cannot and
+/// `FVPOISSON_REQUIRE_GPU` is not 1.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only probes whether the shared library can be loaded.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return true;
+    }
+    if gpu_required() {
+        panic!("FVPOISSON_REQUIRE_GPU=1 but NVRTC (libnvrtc) cannot be loaded");
+    }
+    println!("skipped: no NVRTC (libnvrtc is not on the library path)");
+    false
+}
+
 /// The device for a test: `None` (after printing `skipped: no CUDA device`)
 /// when there is none and `FVPOISSON_REQUIRE_GPU` is not 1.
 pub fn test_device() -> Option<Gpu> {
@@ -1083,9 +1200,8 @@ mod tests {
     }
 
     /// Module k holds source k and what it needs, in list order; a source
-    /// needs only sources before it; each kernel is in its source's module
-    /// and in no module that does not hold that source; prefetch names
-    /// resolve.
+    /// needs only sources before it; each kernel is defined in exactly one
+    /// module, its source's; prefetch names resolve.
     #[test]
     fn modules_hold_their_source_and_its_needs() {
         for (k, source) in KERNEL_SOURCES.iter().enumerate() {
@@ -1100,21 +1216,96 @@ mod tests {
         }
         assert_eq!(module_sources(0), vec![0]);
         let mark = |name: &str| format!("extern \"C\" __global__ void {name}(");
+        let modules: Vec<String> = (0..KERNEL_SOURCES.len()).map(module_source).collect();
         for (name, source, _) in kernel_declarations() {
-            for k in 0..KERNEL_SOURCES.len() {
-                let holds = module_sources(k).contains(&source);
+            for (k, text) in modules.iter().enumerate() {
                 assert_eq!(
-                    module_source(k).contains(&mark(name)),
-                    holds,
+                    text.matches(&mark(name)).count(),
+                    usize::from(k == source),
                     "{name} in module {k}"
                 );
             }
         }
+        // What a module takes from the sources it needs is all of their text
+        // but their kernels: the device functions are still there.
+        let amg_cycle = &modules[source_index("amg_cycle.cu").unwrap()];
+        assert!(amg_cycle.contains("gated_off("), "smooth.cu's gate");
+        assert!(amg_cycle.contains("modsell_row"), "spmv.cu's row helper");
         assert_eq!(source_index("spmv.cu"), Some(0));
-        for file in ["assembly.cu", "amg.cu", "simple.cu"] {
+        for file in ["assembly.cu", "amg.cu", "amg_cycle.cu", "simple.cu"] {
             assert!(source_index(file).is_some(), "{file}");
         }
         assert_eq!(source_index("nothing.cu"), None);
+    }
+
+    #[test]
+    fn kernels_are_cut_out_whole() {
+        let text = "#define N 4\n\
+            __device__ int f(int x) { return x + N; }\n\
+            extern \"C\" __global__ void k1(int* a) {\n\
+                // a brace in a comment: {\n\
+                /* and } here */ if (a) { a[0] = f('}'); }\n\
+                const char* s = \"}{\\\"}\";\n\
+            }\n\
+            struct S { int v; };\n\
+            extern \"C\" __global__ void k2(int* a);\n\
+            extern \"C\" __global__ void k3(int* a) { a[1] = 2; }\n\
+            __device__ int g() { return 1; }\n";
+        let helpers = without_kernels(text);
+        assert!(!helpers.contains("__global__"), "{helpers}");
+        for kept in [
+            "#define N 4",
+            "__device__ int f(int x) { return x + N; }",
+            "struct S { int v; };",
+            "__device__ int g() { return 1; }",
+        ] {
+            assert!(helpers.contains(kept), "{kept} in {helpers}");
+        }
+        assert!(!helpers.contains("a[1] = 2") && !helpers.contains("brace in a comment"));
+        // A body that never closes is kept for NVRTC to report.
+        let open = "__device__ int f();\nextern \"C\" __global__ void k(int* a) { if (a) {";
+        assert_eq!(without_kernels(open), open);
+        assert_eq!(without_kernels("int x;"), "int x;");
+    }
+
+    /// Every module compiles with NVRTC to machine code for an architecture
+    /// it supports (Hopper's where it can), and each kernel is an entry
+    /// point of exactly one of them. Needs NVRTC, not a device.
+    #[test]
+    fn every_module_compiles_and_defines_each_kernel_once() {
+        if !nvrtc_present() {
+            return;
+        }
+        let archs = cache::supported_archs().unwrap();
+        let arch = if archs.contains(&90) {
+            90
+        } else {
+            archs[archs.len() - 1]
+        };
+        let target = Target::cubin((arch / 10, arch % 10));
+        let images: Vec<Vec<u8>> = (0..KERNEL_SOURCES.len())
+            .map(|k| {
+                let clock = std::time::Instant::now();
+                let image = cache::nvrtc_compile(&module_source(k), &target)
+                    .unwrap_or_else(|e| panic!("{}: {e}", KERNEL_SOURCES[k].file));
+                println!(
+                    "{:<16} {} in {:.2} s",
+                    KERNEL_SOURCES[k].file,
+                    target,
+                    clock.elapsed().as_secs_f64()
+                );
+                image
+            })
+            .collect();
+        let holds = |image: &[u8], symbol: &[u8]| image.windows(symbol.len()).any(|w| w == symbol);
+        for (name, source, _) in kernel_declarations() {
+            // A symbol's name in the ELF string table, between NULs.
+            let symbol = [&b"\0"[..], name.as_bytes(), b"\0"].concat();
+            let holding: Vec<usize> = (0..images.len())
+                .filter(|&k| holds(&images[k], &symbol))
+                .collect();
+            assert_eq!(holding, vec![source], "{name}");
+        }
     }
 
     /// The names a source defines at file scope for other sources: macros,

@@ -1,0 +1,631 @@
+// Aggregation AMG on the device: the cycle (uses u64, block_sum and
+// modsell_row from spmv.cu, gated_off from smooth.cu; the algorithm is the
+// CPU reference's, src/solve/amg/cycle). The set-up is in amg.cu. Host
+// side: src/gpu/amg.rs.
+
+// ---- The cycle. Every kernel takes a trailing `done` (smooth.cu gated_off):
+// inside PCG's fused loop, null or the solve's state, whose first entry is
+// nonzero once the solve has stopped; the launch then returns at once (done
+// is uniform over the grid, so blocks that synchronise return as a whole).
+
+// Precision: the cycle kernels are templates over T, the type of a level's
+// matrix values and vectors: double (precision double; the wrappers without
+// a suffix) or float (precision mixed, `_f32`: f32 values and vectors; the
+// coarsest operator, the K-cycle's dot products and scalars stay f64). The
+// fine level's b is PCG's f64 residual in both.
+
+// Weighted / L1 Jacobi sweep on a CSR level: x_new = x + scale * (b - A x),
+// the row in stored order as the CPU cycle's row_residual (solve::amg::cycle).
+// x null means x = 0: x_new = scale * b.
+template <typename T>
+__device__ void amg_jacobi_csr_t(int n, const u64* __restrict__ row_ptr,
+                                 const unsigned* __restrict__ cols, const T* __restrict__ vals,
+                                 const T* __restrict__ scale, const T* __restrict__ b,
+                                 const T* __restrict__ x, T* __restrict__ x_new) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (x == nullptr) {
+        x_new[i] = scale[i] * b[i];
+        return;
+    }
+    T ax = T(0);
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * __ldg(&x[cols[k]]);
+    x_new[i] = x[i] + scale[i] * (b[i] - ax);
+}
+
+extern "C" __global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr,
+                                          const unsigned* __restrict__ cols,
+                                          const double* __restrict__ vals,
+                                          const double* __restrict__ scale,
+                                          const double* __restrict__ b,
+                                          const double* __restrict__ x,
+                                          double* __restrict__ x_new, const double* done) {
+    if (gated_off(done)) return;
+    amg_jacobi_csr_t<double>(n, row_ptr, cols, vals, scale, b, x, x_new);
+}
+
+extern "C" __global__ void amg_jacobi_csr_f32(int n, const u64* __restrict__ row_ptr,
+                                              const unsigned* __restrict__ cols,
+                                              const float* __restrict__ vals,
+                                              const float* __restrict__ scale,
+                                              const float* __restrict__ b,
+                                              const float* __restrict__ x,
+                                              float* __restrict__ x_new, const double* done) {
+    if (gated_off(done)) return;
+    amg_jacobi_csr_t<float>(n, row_ptr, cols, vals, scale, b, x, x_new);
+}
+
+// Mixed precision, fine level: a Jacobi sweep on the f32 twin of the
+// mod-SELL matrix (one block per slice, blockDim = H, H floats of dynamic
+// shared memory), b = PCG's f64 residual rounded: x_new = x + scale (b - A x)
+// with A x as modsell_row_t (diagonal first, then the slots). x null: x = 0.
+// z non-null: the sweep's result is widened into z (the cycle's last sweep
+// writes the preconditioned residual) instead of x_new.
+extern "C" __global__ void amg_jacobi_modsell_f32(int n, const u64* __restrict__ slice_ptr,
+                                                  const int* __restrict__ codes,
+                                                  const float* __restrict__ vals,
+                                                  const float* __restrict__ diag,
+                                                  const float* __restrict__ scale,
+                                                  const double* __restrict__ b,
+                                                  const float* __restrict__ x,
+                                                  float* __restrict__ x_new,
+                                                  double* __restrict__ z, const double* done) {
+    if (gated_off(done)) return;
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    float out;
+    if (x == nullptr) {  // uniform: no block synchronises
+        if (row >= n) return;
+        out = scale[row] * (float)b[row];
+    } else {
+        float xr;
+        const float ax = modsell_row_t<float>(n, slice_ptr, codes, vals, diag, x, &xr);
+        if (row >= n) return;
+        out = xr + scale[row] * ((float)b[row] - ax);
+    }
+    if (z != nullptr) z[row] = (double)out;
+    else x_new[row] = out;
+}
+
+// r = b - A x on the mod-SELL fine level (one block per slice, blockDim = H,
+// H doubles of dynamic shared memory, as spmv_modsell).
+extern "C" __global__ void amg_residual_modsell(int n, const u64* __restrict__ slice_ptr,
+                                                const int* __restrict__ codes,
+                                                const double* __restrict__ vals,
+                                                const double* __restrict__ diag,
+                                                const double* __restrict__ b,
+                                                const double* __restrict__ x,
+                                                double* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
+    double xr;
+    const double ax = modsell_row(n, slice_ptr, codes, vals, diag, x, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) r[row] = b[row] - ax;
+}
+
+// Mixed precision: r = b - A x on the f32 twin of the fine level, b (f64)
+// rounded, r in f32.
+extern "C" __global__ void amg_residual_modsell_f32(int n, const u64* __restrict__ slice_ptr,
+                                                    const int* __restrict__ codes,
+                                                    const float* __restrict__ vals,
+                                                    const float* __restrict__ diag,
+                                                    const double* __restrict__ b,
+                                                    const float* __restrict__ x,
+                                                    float* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
+    float xr;
+    const float ax = modsell_row_t<float>(n, slice_ptr, codes, vals, diag, x, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) r[row] = (float)b[row] - ax;
+}
+
+// b_c[I] = sum of r over I's members, ascending (R = P^T).
+template <typename T>
+__device__ void amg_restrict_t(int nc, const u64* __restrict__ member_ptr,
+                               const unsigned* __restrict__ members, const T* __restrict__ r,
+                               T* __restrict__ bc) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    T s = T(0);
+    for (u64 k = member_ptr[I]; k < member_ptr[I + 1]; ++k) s += r[members[k]];
+    bc[I] = s;
+}
+
+extern "C" __global__ void amg_restrict(int nc, const u64* __restrict__ member_ptr,
+                                        const unsigned* __restrict__ members,
+                                        const double* __restrict__ r, double* __restrict__ bc,
+                                        const double* done) {
+    if (gated_off(done)) return;
+    amg_restrict_t<double>(nc, member_ptr, members, r, bc);
+}
+
+extern "C" __global__ void amg_restrict_f32(int nc, const u64* __restrict__ member_ptr,
+                                            const unsigned* __restrict__ members,
+                                            const float* __restrict__ r, float* __restrict__ bc,
+                                            const double* done) {
+    if (gated_off(done)) return;
+    amg_restrict_t<float>(nc, member_ptr, members, r, bc);
+}
+
+// Residual and restriction fused on a CSR level: b_c[I] = sum over I's
+// members i, ascending, of (b_i - sum_j a_ij x_j), columns in order. A group
+// of AMG_RR_LANES lanes per coarse row computes one member's residual each;
+// the group's first lane adds them in ascending order, so the bits are those
+// of one thread doing it all. (One thread per coarse row left a level of 60 k
+// coarse rows at 15 warps per SM, each walking 4-8 rows in a row: bound by
+// memory latency.) Launch AMG_RR_LANES threads per coarse row, blocks a
+// multiple of 32.
+#define AMG_RR_LANES 8
+template <typename T>
+__device__ void amg_residual_restrict_csr_t(int nc, const u64* __restrict__ member_ptr,
+                                            const unsigned* __restrict__ members,
+                                            const u64* __restrict__ row_ptr,
+                                            const unsigned* __restrict__ cols,
+                                            const T* __restrict__ vals, const T* __restrict__ b,
+                                            const T* __restrict__ x, T* __restrict__ bc) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int I = t / AMG_RR_LANES, lane = t % AMG_RR_LANES;
+    // The whole group leaves together: its lanes share I.
+    if (I >= nc) return;
+    const unsigned group = 0xffu << ((threadIdx.x % 32) & ~(AMG_RR_LANES - 1));
+    const u64 end = member_ptr[I + 1];
+    T s = T(0);
+    for (u64 base = member_ptr[I]; base < end; base += AMG_RR_LANES) {
+        T r = T(0);
+        if (base + lane < end) {
+            const unsigned i = members[base + lane];
+            T ax = T(0);
+            for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * __ldg(&x[cols[k]]);
+            r = b[i] - ax;
+        }
+        const int count = (int)(end - base < AMG_RR_LANES ? end - base : AMG_RR_LANES);
+        for (int m = 0; m < count; ++m) s += __shfl_sync(group, r, m, AMG_RR_LANES);
+    }
+    if (lane == 0) bc[I] = s;
+}
+
+extern "C" __global__ void amg_residual_restrict_csr(int nc, const u64* __restrict__ member_ptr,
+                                                     const unsigned* __restrict__ members,
+                                                     const u64* __restrict__ row_ptr,
+                                                     const unsigned* __restrict__ cols,
+                                                     const double* __restrict__ vals,
+                                                     const double* __restrict__ b,
+                                                     const double* __restrict__ x,
+                                                     double* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
+    amg_residual_restrict_csr_t<double>(nc, member_ptr, members, row_ptr, cols, vals, b, x, bc);
+}
+
+extern "C" __global__ void amg_residual_restrict_csr_f32(
+    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
+    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
+    const float* __restrict__ vals, const float* __restrict__ b, const float* __restrict__ x,
+    float* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
+    amg_residual_restrict_csr_t<float>(nc, member_ptr, members, row_ptr, cols, vals, b, x, bc);
+}
+
+// Prolongation and correction: x_out[i] = x_in[i] + factor * x_c[aggregate[i]]
+// (x_out may be x_in; factor rounded to T).
+template <typename T>
+__device__ void amg_prolong_t(int n, const unsigned* __restrict__ aggregate,
+                              const T* __restrict__ xc, double factor, const T* x_in, T* x_out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x_out[i] = x_in[i] + (T)factor * xc[aggregate[i]];
+}
+
+extern "C" __global__ void amg_prolong(int n, const unsigned* __restrict__ aggregate,
+                                       const double* __restrict__ xc, double factor,
+                                       const double* x_in, double* x_out, const double* done) {
+    if (gated_off(done)) return;
+    amg_prolong_t<double>(n, aggregate, xc, factor, x_in, x_out);
+}
+
+extern "C" __global__ void amg_prolong_f32(int n, const unsigned* __restrict__ aggregate,
+                                           const float* __restrict__ xc, double factor,
+                                           const float* x_in, float* x_out, const double* done) {
+    if (gated_off(done)) return;
+    amg_prolong_t<float>(n, aggregate, xc, factor, x_in, x_out);
+}
+
+// dst = src.
+template <typename T>
+__device__ void amg_copy_t(int n, const T* __restrict__ src, T* __restrict__ dst) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+
+extern "C" __global__ void amg_copy(int n, const double* __restrict__ src,
+                                    double* __restrict__ dst, const double* done) {
+    if (gated_off(done)) return;
+    amg_copy_t<double>(n, src, dst);
+}
+
+extern "C" __global__ void amg_copy_f32(int n, const float* __restrict__ src,
+                                        float* __restrict__ dst, const double* done) {
+    if (gated_off(done)) return;
+    amg_copy_t<float>(n, src, dst);
+}
+
+// Coarsest level: x = M b with M dense (row-major n x n, f64), one warp per
+// row, lanes summing j = lane, lane + 32, ... in f64, then a fixed shuffle
+// tree; x rounded to T.
+template <typename T>
+__device__ void amg_dense_apply_t(int n, const double* __restrict__ m, const T* __restrict__ b,
+                                  T* __restrict__ x) {
+    const int lane = threadIdx.x & 31;
+    const int row = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    if (row >= n) return;  // whole warps leave together
+    const double* mr = m + (u64)row * n;
+    double s = 0.0;
+    for (int j = lane; j < n; j += 32) s += mr[j] * (double)b[j];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0) x[row] = (T)s;
+}
+
+extern "C" __global__ void amg_dense_apply(int n, const double* __restrict__ m,
+                                           const double* __restrict__ b,
+                                           double* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
+    amg_dense_apply_t<double>(n, m, b, x);
+}
+
+extern "C" __global__ void amg_dense_apply_f32(int n, const double* __restrict__ m,
+                                               const float* __restrict__ b,
+                                               float* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
+    amg_dense_apply_t<float>(n, m, b, x);
+}
+
+// ---- K-cycle (Notay & Vassilevski 2008; solve::amg::cycle k_step): two
+// flexible-CG steps on a coarse level, the scalars kept on the device in
+// `k` (K_* slots), so the cycle stays a sequence of launches.
+
+#define K_RHO1 0   // c . v, v = A c, c = B b
+#define K_ALPHA1 1 // c . b
+#define K_GAMMA 2  // d . v, d = B r
+#define K_BETA 3   // d . w, w = A d
+#define K_ALPHA2 4 // d . r
+#define K_SLOTS 5
+
+// y = A x on a CSR level (row in stored order, as Csr::spmv).
+template <typename T>
+__device__ void amg_spmv_csr_t(int n, const u64* __restrict__ row_ptr,
+                               const unsigned* __restrict__ cols, const T* __restrict__ vals,
+                               const T* __restrict__ x, T* __restrict__ y) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    T acc = T(0);
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) acc += vals[k] * __ldg(&x[cols[k]]);
+    y[i] = acc;
+}
+
+extern "C" __global__ void amg_spmv_csr(int n, const u64* __restrict__ row_ptr,
+                                        const unsigned* __restrict__ cols,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ x, double* __restrict__ y,
+                                        const double* done) {
+    if (gated_off(done)) return;
+    amg_spmv_csr_t<double>(n, row_ptr, cols, vals, x, y);
+}
+
+extern "C" __global__ void amg_spmv_csr_f32(int n, const u64* __restrict__ row_ptr,
+                                            const unsigned* __restrict__ cols,
+                                            const float* __restrict__ vals,
+                                            const float* __restrict__ x, float* __restrict__ y,
+                                            const double* done) {
+    if (gated_off(done)) return;
+    amg_spmv_csr_t<float>(n, row_ptr, cols, vals, x, y);
+}
+
+// Per-block partial sums of a . b in f64 (VECTOR_BLOCK threads, block_sum's
+// order; f32 products are exact in f64).
+template <typename T>
+__device__ void amg_dot_partials_t(int n, const T* __restrict__ a, const T* __restrict__ b,
+                                   double* __restrict__ partials) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const double s = block_sum(i < n ? (double)a[i] * (double)b[i] : 0.0);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+extern "C" __global__ void amg_dot_partials(int n, const double* __restrict__ a,
+                                            const double* __restrict__ b,
+                                            double* __restrict__ partials, const double* done) {
+    if (gated_off(done)) return;
+    amg_dot_partials_t<double>(n, a, b, partials);
+}
+
+extern "C" __global__ void amg_dot_partials_f32(int n, const float* __restrict__ a,
+                                                const float* __restrict__ b,
+                                                double* __restrict__ partials, const double* done) {
+    if (gated_off(done)) return;
+    amg_dot_partials_t<float>(n, a, b, partials);
+}
+
+// k[slot] = the sum of the m partials in reduce_fixed's order (one block).
+extern "C" __global__ void amg_dot_finish(int m, const double* __restrict__ partials,
+                                          double* __restrict__ k, int slot, const double* done) {
+    if (gated_off(done)) return;
+    const double s = reduce_fixed(m, partials);
+    if (threadIdx.x == 0) k[slot] = s;
+}
+
+// The first step's length alpha1 / rho1 (0 when rho1 is not positive: the
+// CPU then returns x = 0).
+__device__ __forceinline__ double k_step1(const double* k) {
+    return k[K_RHO1] > 0.0 ? k[K_ALPHA1] / k[K_RHO1] : 0.0;
+}
+
+// r = b - (alpha1 / rho1) v (the step rounded to T).
+template <typename T>
+__device__ void amg_k_residual_t(int n, const T* __restrict__ b, const T* __restrict__ v,
+                                 const double* __restrict__ k, T* __restrict__ r) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const T step1 = (T)k_step1(k);
+    r[i] = b[i] - step1 * v[i];
+}
+
+extern "C" __global__ void amg_k_residual(int n, const double* __restrict__ b,
+                                          const double* __restrict__ v,
+                                          const double* __restrict__ k, double* __restrict__ r,
+                                          const double* done) {
+    if (gated_off(done)) return;
+    amg_k_residual_t<double>(n, b, v, k, r);
+}
+
+extern "C" __global__ void amg_k_residual_f32(int n, const float* __restrict__ b,
+                                              const float* __restrict__ v,
+                                              const double* __restrict__ k, float* __restrict__ r,
+                                              const double* done) {
+    if (gated_off(done)) return;
+    amg_k_residual_t<float>(n, b, v, k, r);
+}
+
+// x = cc c + cd d: rho2 = beta - gamma^2 / rho1; when rho2 > 1e-14 beta,
+// cc = step1 - gamma alpha2 / (rho1 rho2) and cd = alpha2 / rho2, else the
+// first step alone (d in the span of c); x = 0 when rho1 is not positive.
+// The coefficients in f64, rounded to T.
+template <typename T>
+__device__ void amg_k_combine_t(int n, const T* __restrict__ c, const T* __restrict__ d,
+                                const double* __restrict__ k, T* __restrict__ x) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double rho1 = k[K_RHO1];
+    if (!(rho1 > 0.0)) {
+        x[i] = T(0);
+        return;
+    }
+    const double step1 = k[K_ALPHA1] / rho1;
+    const double gamma = k[K_GAMMA], beta = k[K_BETA], alpha2 = k[K_ALPHA2];
+    const double rho2 = beta - gamma * gamma / rho1;
+    double cc = step1, cd = 0.0;
+    if (rho2 > 1e-14 * beta) {
+        cc = step1 - gamma * alpha2 / (rho1 * rho2);
+        cd = alpha2 / rho2;
+    }
+    x[i] = (T)cc * c[i] + (T)cd * d[i];
+}
+
+extern "C" __global__ void amg_k_combine(int n, const double* __restrict__ c,
+                                         const double* __restrict__ d,
+                                         const double* __restrict__ k, double* __restrict__ x,
+                                         const double* done) {
+    if (gated_off(done)) return;
+    amg_k_combine_t<double>(n, c, d, k, x);
+}
+
+extern "C" __global__ void amg_k_combine_f32(int n, const float* __restrict__ c,
+                                             const float* __restrict__ d,
+                                             const double* __restrict__ k, float* __restrict__ x,
+                                             const double* done) {
+    if (gated_off(done)) return;
+    amg_k_combine_t<float>(n, c, d, k, x);
+}
+
+// ---- Fused cycle (setting `fused`, one sweep before and after the coarse
+// correction, a visit from x = 0): the pre-smoothed iterate s∘b (one Jacobi
+// sweep from zero) and the corrected iterate s∘b + θ P x_c are never stored;
+// the kernels that read them compute them per entry. Per level this removes
+// the pre-sweep and the prolongation launches and their vector traffic: a
+// visit is residual (+ restriction) and one post-sweep, each one pass over
+// the matrix. The same arithmetic as the unfused cycle (solve::amg::cycle)
+// up to the order of contraction.
+
+// The iterate a fused kernel reads at row j: s_j b_j, plus θ x_c[agg_j]
+// once the coarse correction is made (xc non-null).
+template <typename T, typename B>
+struct FusedIterate {
+    const T* __restrict__ s;
+    const B* __restrict__ b;
+    const unsigned* __restrict__ aggregate;
+    const T* __restrict__ xc;
+    T theta;
+    __device__ __forceinline__ T operator()(unsigned j) const {
+        const T x = s[j] * (T)b[j];
+        return xc == nullptr ? x : x + theta * xc[aggregate[j]];
+    }
+};
+
+// (A x)_row on a mod-SELL level with x_j = f(j) (modsell_row_t's order: the
+// diagonal, then the slots); *x_row = f(row). One block per slice,
+// blockDim = H, H values of T in dynamic shared memory.
+template <typename T, typename F>
+__device__ T modsell_row_fused(int n, const u64* __restrict__ slice_ptr,
+                               const int* __restrict__ codes, const T* __restrict__ vals,
+                               const T* __restrict__ diag, const F& f, T* x_row) {
+    T* x_slice = reinterpret_cast<T*>(modsell_shared);
+    const int h = blockDim.x, t = threadIdx.x, row = blockIdx.x * h + t;
+    const bool in = row < n;
+    const T xr = in ? f(row) : T(0);
+    x_slice[t] = xr;
+    T acc = in ? diag[row] * xr : T(0);
+    __syncthreads();
+    const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
+    for (u64 k = start + t; k < end; k += h) {
+        const int c = codes[k];
+        if (c > 0) acc += vals[k] * f(c - 1);
+        else if (c < 0) acc += vals[k] * x_slice[-(c + 1)];
+    }
+    *x_row = xr;
+    return acc;
+}
+
+// Fine level (mod-SELL), fused pre-smoothing and residual: r = b - A (s∘b).
+template <typename T>
+__device__ void amg_fine_residual_zero_t(int n, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const T* __restrict__ vals, const T* __restrict__ diag,
+                                         const T* __restrict__ scale,
+                                         const double* __restrict__ b, T* __restrict__ r) {
+    const FusedIterate<T, double> f{scale, b, nullptr, nullptr, T(0)};
+    T xr;
+    const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) r[row] = (T)b[row] - ax;
+}
+
+extern "C" __global__ void amg_fine_residual_zero(int n, const u64* __restrict__ slice_ptr,
+                                                  const int* __restrict__ codes,
+                                                  const double* __restrict__ vals,
+                                                  const double* __restrict__ diag,
+                                                  const double* __restrict__ scale,
+                                                  const double* __restrict__ b,
+                                                  double* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_residual_zero_t<double>(n, slice_ptr, codes, vals, diag, scale, b, r);
+}
+
+extern "C" __global__ void amg_fine_residual_zero_f32(int n, const u64* __restrict__ slice_ptr,
+                                                      const int* __restrict__ codes,
+                                                      const float* __restrict__ vals,
+                                                      const float* __restrict__ diag,
+                                                      const float* __restrict__ scale,
+                                                      const double* __restrict__ b,
+                                                      float* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_residual_zero_t<float>(n, slice_ptr, codes, vals, diag, scale, b, r);
+}
+
+// Fine level (mod-SELL), fused prolongation, correction and post-sweep:
+// with x = s∘b + θ P x_c, z = x + s (b - A x), written in f64.
+template <typename T>
+__device__ void amg_fine_post_t(int n, const u64* __restrict__ slice_ptr,
+                                const int* __restrict__ codes, const T* __restrict__ vals,
+                                const T* __restrict__ diag, const T* __restrict__ scale,
+                                const double* __restrict__ b,
+                                const unsigned* __restrict__ aggregate,
+                                const T* __restrict__ xc, double theta,
+                                double* __restrict__ z) {
+    const FusedIterate<T, double> f{scale, b, aggregate, xc, (T)theta};
+    T xr;
+    const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) z[row] = (double)(xr + scale[row] * ((T)b[row] - ax));
+}
+
+extern "C" __global__ void amg_fine_post(int n, const u64* __restrict__ slice_ptr,
+                                         const int* __restrict__ codes,
+                                         const double* __restrict__ vals,
+                                         const double* __restrict__ diag,
+                                         const double* __restrict__ scale,
+                                         const double* __restrict__ b,
+                                         const unsigned* __restrict__ aggregate,
+                                         const double* __restrict__ xc, double theta,
+                                         double* __restrict__ z, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_post_t<double>(n, slice_ptr, codes, vals, diag, scale, b, aggregate, xc, theta, z);
+}
+
+extern "C" __global__ void amg_fine_post_f32(int n, const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const float* __restrict__ vals,
+                                             const float* __restrict__ diag,
+                                             const float* __restrict__ scale,
+                                             const double* __restrict__ b,
+                                             const unsigned* __restrict__ aggregate,
+                                             const float* __restrict__ xc, double theta,
+                                             double* __restrict__ z, const double* done) {
+    if (gated_off(done)) return;
+    amg_fine_post_t<float>(n, slice_ptr, codes, vals, diag, scale, b, aggregate, xc, theta, z);
+}
+
+// Coarse level (CSR), fused pre-smoothing, residual and restriction:
+// b_c[I] = sum over I's members i, ascending, of (b_i - sum_j a_ij s_j b_j).
+template <typename T>
+__device__ void amg_residual_restrict_zero_csr_t(
+    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
+    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
+    const T* __restrict__ vals, const T* __restrict__ scale, const T* __restrict__ b,
+    T* __restrict__ bc) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    const FusedIterate<T, T> f{scale, b, nullptr, nullptr, T(0)};
+    T sum = T(0);
+    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
+        const unsigned i = members[m];
+        T ax = T(0);
+        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * f(cols[k]);
+        sum += b[i] - ax;
+    }
+    bc[I] = sum;
+}
+
+extern "C" __global__ void amg_residual_restrict_zero_csr(
+    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
+    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
+    const double* __restrict__ vals, const double* __restrict__ scale,
+    const double* __restrict__ b, double* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
+    amg_residual_restrict_zero_csr_t<double>(nc, member_ptr, members, row_ptr, cols, vals, scale,
+                                             b, bc);
+}
+
+extern "C" __global__ void amg_residual_restrict_zero_csr_f32(
+    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
+    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
+    const float* __restrict__ vals, const float* __restrict__ scale, const float* __restrict__ b,
+    float* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
+    amg_residual_restrict_zero_csr_t<float>(nc, member_ptr, members, row_ptr, cols, vals, scale, b,
+                                            bc);
+}
+
+// Coarse level (CSR), fused prolongation, correction and post-sweep: with
+// x = s∘b + θ P x_c, x_out = x + s (b - A x).
+template <typename T>
+__device__ void amg_post_csr_t(int n, const u64* __restrict__ row_ptr,
+                               const unsigned* __restrict__ cols, const T* __restrict__ vals,
+                               const T* __restrict__ scale, const T* __restrict__ b,
+                               const unsigned* __restrict__ aggregate, const T* __restrict__ xc,
+                               double theta, T* __restrict__ x_out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const FusedIterate<T, T> f{scale, b, aggregate, xc, (T)theta};
+    T ax = T(0);
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * f(cols[k]);
+    x_out[i] = f(i) + scale[i] * (b[i] - ax);
+}
+
+extern "C" __global__ void amg_post_csr(int n, const u64* __restrict__ row_ptr,
+                                        const unsigned* __restrict__ cols,
+                                        const double* __restrict__ vals,
+                                        const double* __restrict__ scale,
+                                        const double* __restrict__ b,
+                                        const unsigned* __restrict__ aggregate,
+                                        const double* __restrict__ xc, double theta,
+                                        double* __restrict__ x_out, const double* done) {
+    if (gated_off(done)) return;
+    amg_post_csr_t<double>(n, row_ptr, cols, vals, scale, b, aggregate, xc, theta, x_out);
+}
+
+extern "C" __global__ void amg_post_csr_f32(int n, const u64* __restrict__ row_ptr,
+                                            const unsigned* __restrict__ cols,
+                                            const float* __restrict__ vals,
+                                            const float* __restrict__ scale,
+                                            const float* __restrict__ b,
+                                            const unsigned* __restrict__ aggregate,
+                                            const float* __restrict__ xc, double theta,
+                                            float* __restrict__ x_out, const double* done) {
+    if (gated_off(done)) return;
+    amg_post_csr_t<float>(n, row_ptr, cols, vals, scale, b, aggregate, xc, theta, x_out);
+}
