@@ -849,12 +849,10 @@ extern "C" __global__ void amg_dense_singular(int n, const double* __restrict__ 
 
 // The matrix CoarsestSolver factors, as the host forms it: m = dense (+ the
 // shift everywhere when singular[0] != 0; singular as amg_dense_singular
-// writes it), then (m + m^T) / 2; one thread per entry.
-extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict__ dense,
-                                                const double* __restrict__ singular,
-                                                double* __restrict__ out) {
-    const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
-    if (e >= (u64)n * n) return;
+// writes it), then (m + m^T) / 2; one thread per entry (entry e of the
+// row-major n x n out).
+__device__ void dense_symmetrise_entry(int n, const double* dense, const double* singular,
+                                       double* out, u64 e) {
     const u64 i = e / n, j = e % n;
     double a = dense[i * n + j], b = dense[j * n + i];
     if (singular[0] != 0.0) {
@@ -862,6 +860,14 @@ extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict_
         b = __dadd_rn(b, singular[1]);
     }
     out[e] = __dmul_rn(__dadd_rn(a, b), 0.5);
+}
+
+extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict__ dense,
+                                                const double* __restrict__ singular,
+                                                double* __restrict__ out) {
+    const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (e >= (u64)n * n) return;
+    dense_symmetrise_entry(n, dense, singular, out, e);
 }
 
 // In-place blocked Cholesky A = L L^T of the row-major n x n matrix a (its
@@ -876,20 +882,29 @@ extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict_
 // Diagonal blocks are factored in shared memory by dense_factor_diag. *failed
 // = k + 1 for the first pivot k that is not positive (NaN included); 0 while
 // the factor exists. Once set, every later launch returns at once.
+//
+// Each step's work is a __device__ function of its block number vb (the
+// blockIdx.x of the step's own launch), its shared tiles passed in: the
+// launch per step (amg_dense_diag .. amg_dense_project) and the one
+// cooperative launch of every step (amg_dense_inverse_fused) run the same
+// code for every (vb, thread), so they write the same bits.
 #define DENSE_PANEL 32
 
+// A row of a DENSE_PANEL x (DENSE_PANEL + 1) shared tile (the extra column
+// keeps a tile's columns in distinct banks).
+typedef double DenseTile[DENSE_PANEL + 1];
+
 // The diagonal block at (p, p) (pb = min(DENSE_PANEL, n - p) rows) factored
-// in place by the whole block (unblocked right-looking Cholesky in shared
-// memory); false (and *failed set) at a pivot that is not positive.
-__device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
-    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
-    __shared__ int bad;
+// in place by the whole block (unblocked right-looking Cholesky in the
+// shared tile s; bad: a shared word); false (and *failed set) at a pivot
+// that is not positive.
+__device__ bool dense_factor_diag(int n, int p, double* a, int* failed, DenseTile* s, int* bad) {
     const int pb = min(DENSE_PANEL, n - p);
     for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
         const int i = e / pb, j = e % pb;
         if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
     }
-    if (threadIdx.x == 0) bad = 0;
+    if (threadIdx.x == 0) *bad = 0;
     __syncthreads();
     for (int k = 0; k < pb; ++k) {
         if (threadIdx.x == 0) {
@@ -897,12 +912,12 @@ __device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
             const double pivot = d > 0.0 ? __dsqrt_rn(d) : 0.0;
             s[k][k] = pivot;
             if (pivot == 0.0) {
-                bad = p + k + 1;
-                *failed = bad;
+                *bad = p + k + 1;
+                *failed = *bad;
             }
         }
         __syncthreads();
-        if (bad != 0) return false;  // shared: the whole block leaves
+        if (*bad != 0) return false;  // shared: the whole block leaves
         for (int i = k + 1 + threadIdx.x; i < pb; i += blockDim.x)
             s[i][k] = __ddiv_rn(s[i][k], s[k][k]);
         __syncthreads();
@@ -920,15 +935,15 @@ __device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
 }
 
 extern "C" __global__ void amg_dense_diag(int n, int p, double* a, int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    __shared__ int bad;
     if (*failed != 0) return;
-    dense_factor_diag(n, p, a, failed);
+    dense_factor_diag(n, p, a, failed, s, &bad);
 }
 
 // Rows p + DENSE_PANEL.. of panel p: forward substitution with the factored
 // L11, lane k owning column k; blockDim.x / 32 rows per block.
-extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* failed) {
-    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
-    if (*failed != 0) return;  // uniform: an earlier panel failed
+__device__ void dense_panel_block(int n, int p, double* a, int vb, DenseTile* s) {
     const int pb = min(DENSE_PANEL, n - p);
     for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
         const int i = e / pb, j = e % pb;
@@ -936,7 +951,7 @@ extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* f
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int i = p + pb + blockIdx.x * (blockDim.x >> 5) + warp;
+    const int i = p + pb + vb * (blockDim.x >> 5) + warp;
     if (i >= n) return;  // whole warps leave together
     double* row = a + (u64)i * n + p;
     double v = lane < pb ? row[lane] : 0.0;
@@ -948,19 +963,23 @@ extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* f
     if (lane < pb) row[lane] = v;
 }
 
+extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    if (*failed != 0) return;  // uniform: an earlier panel failed
+    dense_panel_block(n, p, a, blockIdx.x, s);
+}
+
 // The trailing update of panel p: a[i][j] -= sum_k L[i][p+k] L[j][p+k] for
 // q = p + DENSE_PANEL <= j <= i < n, one 32 x 32 tile of the lower triangle
-// per block (tiles numbered row by row: tile b is (ti, tj), tj <= ti),
+// per block (tiles numbered row by row: tile vb is (ti, tj), tj <= ti),
 // blockDim.x a multiple of 32 (each thread a column of the tile, every
 // blockDim/32-th row). The block of tile 0 then factors the diagonal block
-// at (q, q).
-extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed) {
-    __shared__ double li[32][33];
-    __shared__ double lj[32][33];
-    if (*failed != 0) return;
+// at (q, q) (in li, once every thread is done with it).
+__device__ void dense_update_block(int n, int p, double* a, int* failed, int vb, DenseTile* li,
+                                   DenseTile* lj, int* bad) {
     const int q = p + DENSE_PANEL;
     // Tile b → (ti, tj): ti(ti+1)/2 <= b < (ti+1)(ti+2)/2.
-    const long long b = blockIdx.x;
+    const long long b = vb;
     int ti = (int)((sqrt(8.0 * (double)b + 1.0) - 1.0) / 2.0);
     while ((long long)ti * (ti + 1) / 2 > b) --ti;
     while ((long long)(ti + 1) * (ti + 2) / 2 <= b) ++ti;
@@ -985,7 +1004,15 @@ extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed
     }
     if (b != 0) return;
     __syncthreads();  // the tile's updated entries, written above, are read next
-    dense_factor_diag(n, q, a, failed);
+    dense_factor_diag(n, q, a, failed, li, bad);
+}
+
+extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed) {
+    __shared__ double li[32][33];
+    __shared__ double lj[32][33];
+    __shared__ int bad;
+    if (*failed != 0) return;
+    dense_update_block(n, p, a, failed, blockIdx.x, li, lj, &bad);
 }
 
 // The inverse from the factor l: W = L^-1 by a blocked forward substitution
@@ -995,26 +1022,30 @@ extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed
 // its mean (amg_dense_project, as CoarsestSolver::inverse). W lives in the
 // row-major n x n `w`; its upper triangle stays zero.
 
+// w[e] = I[e] (entry e of the row-major n x n identity).
+__device__ void dense_identity_entry(int n, double* w, u64 e) {
+    w[e] = e / n == e % n ? 1.0 : 0.0;
+}
+
 // w = I, one thread per entry.
 extern "C" __global__ void amg_dense_identity(int n, double* __restrict__ w) {
     const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     if (e >= (u64)n * n) return;
-    w[e] = e / n == e % n ? 1.0 : 0.0;
+    dense_identity_entry(n, w, e);
 }
 
 // Rows p..p+pb of W for every column j < p + pb (a thread per column):
 // L_PP W[P, j] = w[P, j] (w[P, j] holds e_j minus the earlier panels'
 // updates), the panel's column in registers.
-extern "C" __global__ void amg_dense_trinv_panel(int n, int p, const double* __restrict__ l,
-                                                 double* __restrict__ w) {
-    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+__device__ void dense_trinv_panel_block(int n, int p, const double* l, double* w, int vb,
+                                        DenseTile* s) {
     const int pb = min(DENSE_PANEL, n - p);
     for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
         const int i = e / pb, k = e % pb;
         if (k <= i) s[i][k] = l[(u64)(p + i) * n + p + k];
     }
     __syncthreads();
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = vb * blockDim.x + threadIdx.x;
     if (j >= p + pb) return;
     double v[DENSE_PANEL];
 #pragma unroll
@@ -1033,16 +1064,19 @@ extern "C" __global__ void amg_dense_trinv_panel(int n, int p, const double* __r
         if (k < pb) w[(u64)(p + k) * n + j] = v[k];
 }
 
+extern "C" __global__ void amg_dense_trinv_panel(int n, int p, const double* __restrict__ l,
+                                                 double* __restrict__ w) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    dense_trinv_panel_block(n, p, l, w, blockIdx.x, s);
+}
+
 // w[i][j] -= sum_c L[i][p+c] W[p+c][j] for i >= q = p + DENSE_PANEL and
-// j < q: 32 x 32 tiles, block b the column tile b % col_tiles of the row
-// tile b / col_tiles (below q); blockDim.x a multiple of 32.
-extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
-                                                  const double* __restrict__ l,
-                                                  double* __restrict__ w) {
-    __shared__ double li[32][33];
-    __shared__ double wp[32][33];
+// j < q: 32 x 32 tiles, block vb the column tile vb % col_tiles of the row
+// tile vb / col_tiles (below q); blockDim.x a multiple of 32.
+__device__ void dense_trinv_update_block(int n, int p, int col_tiles, const double* l,
+                                         double* w, int vb, DenseTile* li, DenseTile* wp) {
     const int q = p + DENSE_PANEL;
-    const int i0 = q + 32 * (blockIdx.x / col_tiles), j0 = 32 * (blockIdx.x % col_tiles);
+    const int i0 = q + 32 * (vb / col_tiles), j0 = 32 * (vb % col_tiles);
     for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
         const int r = e >> 5, c = e & 31;
         li[r][c] = i0 + r < n ? l[(u64)(i0 + r) * n + p + c] : 0.0;
@@ -1062,16 +1096,22 @@ extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
     }
 }
 
+extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
+                                                  const double* __restrict__ l,
+                                                  double* __restrict__ w) {
+    __shared__ double li[32][33];
+    __shared__ double wp[32][33];
+    dense_trinv_update_block(n, p, col_tiles, l, w, blockIdx.x, li, wp);
+}
+
 // inv[i][j] = sum_{k >= max(i, j)} W[k][i] W[k][j] (= (W^T W)_ij = A^-1),
-// 32 x 32 output tiles (block b: column tile b % t, row tile b / t, t =
+// 32 x 32 output tiles (block vb: column tile vb % t, row tile vb / t, t =
 // ceil(n / 32)), k in chunks of 32 staged in shared memory; blockDim.x = 256
 // (each thread a column, every 8th row).
-extern "C" __global__ void amg_dense_wtw(int n, const double* __restrict__ w,
-                                         double* __restrict__ inv) {
-    __shared__ double wi[32][33];
-    __shared__ double wj[32][33];
+__device__ void dense_wtw_block(int n, const double* w, double* inv, int vb, DenseTile* wi,
+                                DenseTile* wj) {
     const int t = (n + 31) / 32;
-    const int i0 = 32 * (blockIdx.x / t), j0 = 32 * (blockIdx.x % t);
+    const int i0 = 32 * (vb / t), j0 = 32 * (vb % t);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
     for (int k0 = max(i0, j0); k0 < n; k0 += 32) {
@@ -1098,15 +1138,21 @@ extern "C" __global__ void amg_dense_wtw(int n, const double* __restrict__ w,
     }
 }
 
+extern "C" __global__ void amg_dense_wtw(int n, const double* __restrict__ w,
+                                         double* __restrict__ inv) {
+    __shared__ double wi[32][33];
+    __shared__ double wj[32][33];
+    dense_wtw_block(n, w, inv, blockIdx.x, wi, wj);
+}
+
 // When singular[0] != 0: inv[i][j] -= mean_i inv[i][j] (each column minus its
-// mean). Blocks of 256 threads: 32 columns, 8 row groups summed in a fixed
-// order.
-extern "C" __global__ void amg_dense_project(int n, const double* __restrict__ singular,
-                                             double* __restrict__ inv) {
-    __shared__ double part[8][33];
+// mean). Blocks of 256 threads: 32 columns (block vb the columns 32 vb..),
+// 8 row groups summed in a fixed order (part: 8 rows of a shared tile).
+__device__ void dense_project_block(int n, const double* singular, double* inv, int vb,
+                                    DenseTile* part) {
     if (singular[0] == 0.0) return;
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    const int j = 32 * blockIdx.x + tx;
+    const int j = 32 * vb + tx;
     double s = 0.0;
     if (j < n)
         for (int i = ty; i < n; i += 8) s += inv[(u64)i * n + j];
@@ -1117,6 +1163,137 @@ extern "C" __global__ void amg_dense_project(int n, const double* __restrict__ s
     const double mean = total / n;
     if (j < n)
         for (int i = ty; i < n; i += 8) inv[(u64)i * n + j] -= mean;
+}
+
+extern "C" __global__ void amg_dense_project(int n, const double* __restrict__ singular,
+                                             double* __restrict__ inv) {
+    __shared__ double part[8][33];
+    dense_project_block(n, singular, inv, blockIdx.x, part);
+}
+
+// ---- The whole inverse in one cooperative launch (every block resident,
+// gridDim.x blocks of 256 threads): the steps above in their order, each
+// step's blocks vb handed out as vb = blockIdx.x, + gridDim.x, ..., a grid
+// barrier (dense_grid_sync) wherever one step reads what an earlier one
+// wrote. Independent steps share a stretch between two barriers: W = I with
+// the first diagonal block; panel p's rows below it with the rows p.. of W
+// (both read only L's diagonal block p); the trailing update of panel p with
+// W's update below panel p (disjoint parts of L and W). 2 + 2 ceil(n / 32)
+// barriers, where the launch per step takes about 4 n / 32 launches (each a
+// host call and a gap on the device).
+
+// Spins of a grid barrier before it gives up (about a second; only a launch
+// whose blocks are not all resident waits that long).
+#define DENSE_SPIN_CYCLES (1LL << 31)
+
+// Grid barrier: bar[0] counts the arrived blocks (back to 0 at each
+// barrier), bar[1] is the generation; both zeroed before the launch. As
+// cooperative groups' grid sync does it: a block barrier, thread 0 fences
+// (the block's writes visible on the device), arrives and waits for the
+// generation to move (the last block to arrive moves it), fences again (the
+// block's later reads after every block's writes), a block barrier. A wait
+// past DENSE_SPIN_CYCLES sets *failed = -1 and stops waiting.
+__device__ void dense_grid_sync(unsigned* bar, int* failed) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* generation = bar + 1;
+        const unsigned g = *generation;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            const long long start = clock64();
+            while (*generation == g) {
+                if (clock64() - start > DENSE_SPIN_CYCLES) {
+                    atomicExch(failed, -1);
+                    break;
+                }
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// Whether *failed is set, one read for the whole block (the factor's steps
+// are skipped uniformly per block, as the launch per step returns at once).
+__device__ bool dense_has_failed(const int* failed, int* shared_word) {
+    if (threadIdx.x == 0) *shared_word = *(const volatile int*)failed;
+    __syncthreads();
+    const bool f = *shared_word != 0;
+    __syncthreads();  // every thread read the word before it is written again
+    return f;
+}
+
+// dense_symmetric_inverse in one launch: dense (may be w), singular, factor,
+// w, failed (0 on entry) and inverse as the launch per step takes them;
+// barrier: 2 words, zeroed. No __restrict__: a step reads what another
+// block wrote in an earlier step (no read-only cache path).
+extern "C" __global__ void amg_dense_inverse_fused(int n, const double* dense,
+                                                   const double* singular, double* factor,
+                                                   double* w, int* failed, double* inverse,
+                                                   unsigned* barrier) {
+    __shared__ double t0[DENSE_PANEL][DENSE_PANEL + 1];
+    __shared__ double t1[DENSE_PANEL][DENSE_PANEL + 1];
+    __shared__ int bad, word;
+    const u64 nn = (u64)n * n;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    const int rows_per_block = blockDim.x >> 5;
+    // (M + M^T) / 2, shifted when singular (amg_dense_symmetrise).
+    for (u64 e = first; e < nn; e += stride) dense_symmetrise_entry(n, dense, singular, factor, e);
+    dense_grid_sync(barrier, failed);
+    // W = I (w may be dense, read above) and the first diagonal block.
+    for (u64 e = first; e < nn; e += stride) dense_identity_entry(n, w, e);
+    if (blockIdx.x == 0 && !dense_has_failed(failed, &word))
+        dense_factor_diag(n, 0, factor, failed, t0, &bad);
+    dense_grid_sync(barrier, failed);
+    for (int p = 0; p < n; p += DENSE_PANEL) {
+        const int below = n - p - DENSE_PANEL;
+        const int columns = min(p + DENSE_PANEL, n);
+        // Panel p's rows below its diagonal block; rows p.. of W.
+        if (below > 0 && !dense_has_failed(failed, &word)) {
+            const int blocks = (below + rows_per_block - 1) / rows_per_block;
+            for (int vb = blockIdx.x; vb < blocks; vb += gridDim.x) {
+                dense_panel_block(n, p, factor, vb, t0);
+                __syncthreads();
+            }
+        }
+        const int panel_blocks = (columns + blockDim.x - 1) / blockDim.x;
+        for (int vb = blockIdx.x; vb < panel_blocks; vb += gridDim.x) {
+            dense_trinv_panel_block(n, p, factor, w, vb, t1);
+            __syncthreads();
+        }
+        dense_grid_sync(barrier, failed);
+        if (below <= 0) break;
+        // The trailing update (and the next diagonal block); W below panel p.
+        const int tiles = (below + 31) / 32;
+        if (!dense_has_failed(failed, &word)) {
+            const int blocks = tiles * (tiles + 1) / 2;
+            for (int vb = blockIdx.x; vb < blocks; vb += gridDim.x) {
+                dense_update_block(n, p, factor, failed, vb, t0, t1, &bad);
+                __syncthreads();
+            }
+        }
+        const int col_tiles = (columns + 31) / 32;
+        for (int vb = blockIdx.x; vb < col_tiles * tiles; vb += gridDim.x) {
+            dense_trinv_update_block(n, p, col_tiles, factor, w, vb, t0, t1);
+            __syncthreads();
+        }
+        dense_grid_sync(barrier, failed);
+    }
+    const int t = (n + 31) / 32;
+    for (int vb = blockIdx.x; vb < t * t; vb += gridDim.x) {
+        dense_wtw_block(n, w, inverse, vb, t0, t1);
+        __syncthreads();
+    }
+    dense_grid_sync(barrier, failed);
+    for (int vb = blockIdx.x; vb < t; vb += gridDim.x) {
+        dense_project_block(n, singular, inverse, vb, t0);
+        __syncthreads();
+    }
 }
 
 // ---- K-cycle (Notay & Vassilevski 2008; solve::amg::cycle k_step): two
