@@ -581,12 +581,10 @@ extern "C" __global__ void amg_dense_singular(int n, const double* __restrict__ 
 
 // The matrix CoarsestSolver factors, as the host forms it: m = dense (+ the
 // shift everywhere when singular[0] != 0; singular as amg_dense_singular
-// writes it), then (m + m^T) / 2; one thread per entry.
-extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict__ dense,
-                                                const double* __restrict__ singular,
-                                                double* __restrict__ out) {
-    const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
-    if (e >= (u64)n * n) return;
+// writes it), then (m + m^T) / 2; one thread per entry (entry e of the
+// row-major n x n out).
+__device__ void dense_symmetrise_entry(int n, const double* dense, const double* singular,
+                                       double* out, u64 e) {
     const u64 i = e / n, j = e % n;
     double a = dense[i * n + j], b = dense[j * n + i];
     if (singular[0] != 0.0) {
@@ -594,6 +592,14 @@ extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict_
         b = __dadd_rn(b, singular[1]);
     }
     out[e] = __dmul_rn(__dadd_rn(a, b), 0.5);
+}
+
+extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict__ dense,
+                                                const double* __restrict__ singular,
+                                                double* __restrict__ out) {
+    const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    if (e >= (u64)n * n) return;
+    dense_symmetrise_entry(n, dense, singular, out, e);
 }
 
 // In-place blocked Cholesky A = L L^T of the row-major n x n matrix a (its
@@ -608,20 +614,29 @@ extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict_
 // Diagonal blocks are factored in shared memory by dense_factor_diag. *failed
 // = k + 1 for the first pivot k that is not positive (NaN included); 0 while
 // the factor exists. Once set, every later launch returns at once.
+//
+// Each step's work is a __device__ function of its block number vb (the
+// blockIdx.x of the step's own launch), its shared tiles passed in: the
+// launch per step (amg_dense_diag .. amg_dense_project) and the one
+// cooperative launch of every step (amg_dense_inverse_fused) run the same
+// code for every (vb, thread), so they write the same bits.
 #define DENSE_PANEL 32
 
+// A row of a DENSE_PANEL x (DENSE_PANEL + 1) shared tile (the extra column
+// keeps a tile's columns in distinct banks).
+typedef double DenseTile[DENSE_PANEL + 1];
+
 // The diagonal block at (p, p) (pb = min(DENSE_PANEL, n - p) rows) factored
-// in place by the whole block (unblocked right-looking Cholesky in shared
-// memory); false (and *failed set) at a pivot that is not positive.
-__device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
-    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
-    __shared__ int bad;
+// in place by the whole block (unblocked right-looking Cholesky in the
+// shared tile s; bad: a shared word); false (and *failed set) at a pivot
+// that is not positive.
+__device__ bool dense_factor_diag(int n, int p, double* a, int* failed, DenseTile* s, int* bad) {
     const int pb = min(DENSE_PANEL, n - p);
     for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
         const int i = e / pb, j = e % pb;
         if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
     }
-    if (threadIdx.x == 0) bad = 0;
+    if (threadIdx.x == 0) *bad = 0;
     __syncthreads();
     for (int k = 0; k < pb; ++k) {
         if (threadIdx.x == 0) {
@@ -629,12 +644,12 @@ __device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
             const double pivot = d > 0.0 ? __dsqrt_rn(d) : 0.0;
             s[k][k] = pivot;
             if (pivot == 0.0) {
-                bad = p + k + 1;
-                *failed = bad;
+                *bad = p + k + 1;
+                *failed = *bad;
             }
         }
         __syncthreads();
-        if (bad != 0) return false;  // shared: the whole block leaves
+        if (*bad != 0) return false;  // shared: the whole block leaves
         for (int i = k + 1 + threadIdx.x; i < pb; i += blockDim.x)
             s[i][k] = __ddiv_rn(s[i][k], s[k][k]);
         __syncthreads();
@@ -652,15 +667,15 @@ __device__ bool dense_factor_diag(int n, int p, double* a, int* failed) {
 }
 
 extern "C" __global__ void amg_dense_diag(int n, int p, double* a, int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    __shared__ int bad;
     if (*failed != 0) return;
-    dense_factor_diag(n, p, a, failed);
+    dense_factor_diag(n, p, a, failed, s, &bad);
 }
 
 // Rows p + DENSE_PANEL.. of panel p: forward substitution with the factored
 // L11, lane k owning column k; blockDim.x / 32 rows per block.
-extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* failed) {
-    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
-    if (*failed != 0) return;  // uniform: an earlier panel failed
+__device__ void dense_panel_block(int n, int p, double* a, int vb, DenseTile* s) {
     const int pb = min(DENSE_PANEL, n - p);
     for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
         const int i = e / pb, j = e % pb;
@@ -668,7 +683,7 @@ extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* f
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int i = p + pb + blockIdx.x * (blockDim.x >> 5) + warp;
+    const int i = p + pb + vb * (blockDim.x >> 5) + warp;
     if (i >= n) return;  // whole warps leave together
     double* row = a + (u64)i * n + p;
     double v = lane < pb ? row[lane] : 0.0;
@@ -680,19 +695,23 @@ extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* f
     if (lane < pb) row[lane] = v;
 }
 
+extern "C" __global__ void amg_dense_panel(int n, int p, double* a, const int* failed) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    if (*failed != 0) return;  // uniform: an earlier panel failed
+    dense_panel_block(n, p, a, blockIdx.x, s);
+}
+
 // The trailing update of panel p: a[i][j] -= sum_k L[i][p+k] L[j][p+k] for
 // q = p + DENSE_PANEL <= j <= i < n, one 32 x 32 tile of the lower triangle
-// per block (tiles numbered row by row: tile b is (ti, tj), tj <= ti),
+// per block (tiles numbered row by row: tile vb is (ti, tj), tj <= ti),
 // blockDim.x a multiple of 32 (each thread a column of the tile, every
 // blockDim/32-th row). The block of tile 0 then factors the diagonal block
-// at (q, q).
-extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed) {
-    __shared__ double li[32][33];
-    __shared__ double lj[32][33];
-    if (*failed != 0) return;
+// at (q, q) (in li, once every thread is done with it).
+__device__ void dense_update_block(int n, int p, double* a, int* failed, int vb, DenseTile* li,
+                                   DenseTile* lj, int* bad) {
     const int q = p + DENSE_PANEL;
     // Tile b → (ti, tj): ti(ti+1)/2 <= b < (ti+1)(ti+2)/2.
-    const long long b = blockIdx.x;
+    const long long b = vb;
     int ti = (int)((sqrt(8.0 * (double)b + 1.0) - 1.0) / 2.0);
     while ((long long)ti * (ti + 1) / 2 > b) --ti;
     while ((long long)(ti + 1) * (ti + 2) / 2 <= b) ++ti;
@@ -717,5 +736,13 @@ extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed
     }
     if (b != 0) return;
     __syncthreads();  // the tile's updated entries, written above, are read next
-    dense_factor_diag(n, q, a, failed);
+    dense_factor_diag(n, q, a, failed, li, bad);
+}
+
+extern "C" __global__ void amg_dense_update(int n, int p, double* a, int* failed) {
+    __shared__ double li[32][33];
+    __shared__ double lj[32][33];
+    __shared__ int bad;
+    if (*failed != 0) return;
+    dense_update_block(n, p, a, failed, blockIdx.x, li, lj, &bad);
 }

@@ -9,26 +9,30 @@
 // its mean (amg_dense_project, as CoarsestSolver::inverse). W lives in the
 // row-major n x n `w`; its upper triangle stays zero.
 
+// w[e] = I[e] (entry e of the row-major n x n identity).
+__device__ void dense_identity_entry(int n, double* w, u64 e) {
+    w[e] = e / n == e % n ? 1.0 : 0.0;
+}
+
 // w = I, one thread per entry.
 extern "C" __global__ void amg_dense_identity(int n, double* __restrict__ w) {
     const u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x;
     if (e >= (u64)n * n) return;
-    w[e] = e / n == e % n ? 1.0 : 0.0;
+    dense_identity_entry(n, w, e);
 }
 
 // Rows p..p+pb of W for every column j < p + pb (a thread per column):
 // L_PP W[P, j] = w[P, j] (w[P, j] holds e_j minus the earlier panels'
 // updates), the panel's column in registers.
-extern "C" __global__ void amg_dense_trinv_panel(int n, int p, const double* __restrict__ l,
-                                                 double* __restrict__ w) {
-    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+__device__ void dense_trinv_panel_block(int n, int p, const double* l, double* w, int vb,
+                                        DenseTile* s) {
     const int pb = min(DENSE_PANEL, n - p);
     for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
         const int i = e / pb, k = e % pb;
         if (k <= i) s[i][k] = l[(u64)(p + i) * n + p + k];
     }
     __syncthreads();
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int j = vb * blockDim.x + threadIdx.x;
     if (j >= p + pb) return;
     double v[DENSE_PANEL];
 #pragma unroll
@@ -47,16 +51,19 @@ extern "C" __global__ void amg_dense_trinv_panel(int n, int p, const double* __r
         if (k < pb) w[(u64)(p + k) * n + j] = v[k];
 }
 
+extern "C" __global__ void amg_dense_trinv_panel(int n, int p, const double* __restrict__ l,
+                                                 double* __restrict__ w) {
+    __shared__ double s[DENSE_PANEL][DENSE_PANEL + 1];
+    dense_trinv_panel_block(n, p, l, w, blockIdx.x, s);
+}
+
 // w[i][j] -= sum_c L[i][p+c] W[p+c][j] for i >= q = p + DENSE_PANEL and
-// j < q: 32 x 32 tiles, block b the column tile b % col_tiles of the row
-// tile b / col_tiles (below q); blockDim.x a multiple of 32.
-extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
-                                                  const double* __restrict__ l,
-                                                  double* __restrict__ w) {
-    __shared__ double li[32][33];
-    __shared__ double wp[32][33];
+// j < q: 32 x 32 tiles, block vb the column tile vb % col_tiles of the row
+// tile vb / col_tiles (below q); blockDim.x a multiple of 32.
+__device__ void dense_trinv_update_block(int n, int p, int col_tiles, const double* l,
+                                         double* w, int vb, DenseTile* li, DenseTile* wp) {
     const int q = p + DENSE_PANEL;
-    const int i0 = q + 32 * (blockIdx.x / col_tiles), j0 = 32 * (blockIdx.x % col_tiles);
+    const int i0 = q + 32 * (vb / col_tiles), j0 = 32 * (vb % col_tiles);
     for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
         const int r = e >> 5, c = e & 31;
         li[r][c] = i0 + r < n ? l[(u64)(i0 + r) * n + p + c] : 0.0;
@@ -76,16 +83,22 @@ extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
     }
 }
 
+extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
+                                                  const double* __restrict__ l,
+                                                  double* __restrict__ w) {
+    __shared__ double li[32][33];
+    __shared__ double wp[32][33];
+    dense_trinv_update_block(n, p, col_tiles, l, w, blockIdx.x, li, wp);
+}
+
 // inv[i][j] = sum_{k >= max(i, j)} W[k][i] W[k][j] (= (W^T W)_ij = A^-1),
-// 32 x 32 output tiles (block b: column tile b % t, row tile b / t, t =
+// 32 x 32 output tiles (block vb: column tile vb % t, row tile vb / t, t =
 // ceil(n / 32)), k in chunks of 32 staged in shared memory; blockDim.x = 256
 // (each thread a column, every 8th row).
-extern "C" __global__ void amg_dense_wtw(int n, const double* __restrict__ w,
-                                         double* __restrict__ inv) {
-    __shared__ double wi[32][33];
-    __shared__ double wj[32][33];
+__device__ void dense_wtw_block(int n, const double* w, double* inv, int vb, DenseTile* wi,
+                                DenseTile* wj) {
     const int t = (n + 31) / 32;
-    const int i0 = 32 * (blockIdx.x / t), j0 = 32 * (blockIdx.x % t);
+    const int i0 = 32 * (vb / t), j0 = 32 * (vb % t);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
     for (int k0 = max(i0, j0); k0 < n; k0 += 32) {
@@ -112,15 +125,21 @@ extern "C" __global__ void amg_dense_wtw(int n, const double* __restrict__ w,
     }
 }
 
+extern "C" __global__ void amg_dense_wtw(int n, const double* __restrict__ w,
+                                         double* __restrict__ inv) {
+    __shared__ double wi[32][33];
+    __shared__ double wj[32][33];
+    dense_wtw_block(n, w, inv, blockIdx.x, wi, wj);
+}
+
 // When singular[0] != 0: inv[i][j] -= mean_i inv[i][j] (each column minus its
-// mean). Blocks of 256 threads: 32 columns, 8 row groups summed in a fixed
-// order.
-extern "C" __global__ void amg_dense_project(int n, const double* __restrict__ singular,
-                                             double* __restrict__ inv) {
-    __shared__ double part[8][33];
+// mean). Blocks of 256 threads: 32 columns (block vb the columns 32 vb..),
+// 8 row groups summed in a fixed order (part: 8 rows of a shared tile).
+__device__ void dense_project_block(int n, const double* singular, double* inv, int vb,
+                                    DenseTile* part) {
     if (singular[0] == 0.0) return;
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    const int j = 32 * blockIdx.x + tx;
+    const int j = 32 * vb + tx;
     double s = 0.0;
     if (j < n)
         for (int i = ty; i < n; i += 8) s += inv[(u64)i * n + j];
@@ -131,4 +150,10 @@ extern "C" __global__ void amg_dense_project(int n, const double* __restrict__ s
     const double mean = total / n;
     if (j < n)
         for (int i = ty; i < n; i += 8) inv[(u64)i * n + j] -= mean;
+}
+
+extern "C" __global__ void amg_dense_project(int n, const double* __restrict__ singular,
+                                             double* __restrict__ inv) {
+    __shared__ double part[8][33];
+    dense_project_block(n, singular, inv, blockIdx.x, part);
 }

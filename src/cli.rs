@@ -624,13 +624,20 @@ const FLOW_KERNELS: &[&str] = &[
     "smooth.cu",
     "amg.cu",
     "amg_inverse.cu",
+    "amg_dense_fused.cu",
     "amg_cycle.cu",
     "polynomial.cu",
 ];
 
-/// The kernel sources of AMG: its set-up, the coarsest level's inverse and
-/// the cycle (modules of their own, compiled at once).
-const AMG_KERNELS: &[&str] = &["amg.cu", "amg_inverse.cu", "amg_cycle.cu"];
+/// The kernel sources of AMG: its set-up, the coarsest level's inverse
+/// (launch per step, and in one cooperative launch) and the cycle (modules
+/// of their own, compiled at once).
+const AMG_KERNELS: &[&str] = &[
+    "amg.cu",
+    "amg_inverse.cu",
+    "amg_dense_fused.cu",
+    "amg_cycle.cu",
+];
 
 /// The kernel sources the GPU launches for `solver` (as the GPU adapts it,
 /// [`case::SolveTarget::adapt`]) beyond PCG's: the Krylov method's, the

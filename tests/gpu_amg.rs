@@ -8,7 +8,7 @@
 use std::rc::Rc;
 
 use fvpoisson::fvm::testing::poisson_system;
-use fvpoisson::gpu::amg::DeviceAmg;
+use fvpoisson::gpu::amg::{dense_inverse_for_check, DeviceAmg};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
@@ -676,6 +676,120 @@ fn the_coarsest_operator_matches_the_cpu_solve_at_every_panel_count() {
         println!("{:<40} {n:>6} {d:>12.1e} {d2:>14.1e}", s.name);
         assert!(d <= 1e-10, "{}: coarsest solve differs by {d:.1e}", s.name);
         assert!(d2 <= 1e-10, "{}: after the update by {d2:.1e}", s.name);
+    }
+}
+
+/// Row-major dense values of `a`.
+fn row_major(a: &Csr) -> Vec<f64> {
+    let n = a.n_rows();
+    let mut m = vec![0.0; n * n];
+    for r in 0..n {
+        let (cols, vals) = a.row(r);
+        for (&c, &v) in cols.iter().zip(vals) {
+            m[r * n + c as usize] = v;
+        }
+    }
+    m
+}
+
+/// `CoarsestSolver`'s singularity test and shift of the dense `m`, as
+/// `amg_dense_singular` writes them: [1, Σ a_ii / n²] when Σ_i |Σ_j a_ij| ≤
+/// 1e-10 Σ_i a_ii, else [0, Σ a_ii / n²].
+fn singular_word(n: usize, m: &[f64]) -> [f64; 2] {
+    let d: f64 = (0..n).map(|i| m[i * n + i]).sum();
+    let r: f64 = m.chunks(n).map(|row| row.iter().sum::<f64>().abs()).sum();
+    [f64::from(u8::from(r <= 1e-10 * d)), d / (n * n) as f64]
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn the_one_launch_dense_inverse_writes_the_bits_of_the_launch_per_step() {
+    let Some(gpu) = test_device() else { return };
+    if gpu.cooperative_blocks().unwrap().is_none() {
+        println!("skipped: the device has no cooperative launches");
+        return;
+    }
+    // The coarsest systems (panel edges, meshes, all-Neumann), dense
+    // non-symmetric ones (the symmetrisation) at the sizes of the 100³
+    // cavity's coarsest level and the default coarsestRows, an indefinite one.
+    let mut cases: Vec<(String, usize, Vec<f64>)> = coarsest_systems()
+        .into_iter()
+        .map(|s| (s.name, s.a.n_rows(), row_major(&s.a)))
+        .collect();
+    for n in [580usize, 1000] {
+        let mut rng = SplitMix(n as u64);
+        let mut m: Vec<f64> = (0..n * n).map(|_| rng.next_f64() - 0.5).collect();
+        for i in 0..n {
+            m[i * n + i] = n as f64;
+        }
+        cases.push((format!("dense non-symmetric n = {n}"), n, m));
+    }
+    let (a, _) = poisson_system("box:5x5x5").unwrap();
+    let n = a.n_rows();
+    let mut m = row_major(&a);
+    for (i, v) in m.iter_mut().enumerate() {
+        if i % (n + 1) != 0 {
+            *v *= 3.0;
+        }
+    }
+    cases.push(("box:5x5x5 off-diagonals tripled".into(), n, m));
+    println!(
+        "{:<40} {:>6} {:>7} {:>12}",
+        "matrix", "rows", "failed", "|S x - b|"
+    );
+    for (name, n, m) in cases {
+        let singular = singular_word(n, &m);
+        let steps = dense_inverse_for_check(&gpu, n, &m, singular, false).unwrap();
+        let fused = dense_inverse_for_check(&gpu, n, &m, singular, true).unwrap();
+        assert_eq!(fused.failed, steps.failed, "{name}: the failed pivot");
+        if steps.failed != 0 {
+            println!("{name:<40} {n:>6} {:>7} {:>12}", steps.failed, "-");
+            assert!(steps.failed > 0, "{name}: a grid barrier gave up");
+            continue;
+        }
+        // The same code per block and thread: the same bits, the factor's
+        // (explicitly rounded operations) and the inverse's.
+        let same = |x: &[f64], y: &[f64]| {
+            x.iter()
+                .zip(y)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count()
+        };
+        let lower = |f: &[f64]| -> Vec<f64> {
+            (0..n * n)
+                .map(|e| if e % n <= e / n { f[e] } else { 0.0 })
+                .collect()
+        };
+        let factor_diff = same(&lower(&fused.factor), &lower(&steps.factor));
+        let inverse_diff = same(&fused.inverse, &steps.inverse);
+        // And an inverse of S = (M + Mᵀ)/2 (not singular): S (inverse b) = b.
+        let check = if singular[0] == 0.0 {
+            let b = random_vector(n, 7);
+            let x: Vec<f64> = (0..n)
+                .map(|i| (0..n).map(|j| fused.inverse[i * n + j] * b[j]).sum())
+                .collect();
+            let scale = b.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            (0..n)
+                .map(|i| {
+                    let sx: f64 = (0..n)
+                        .map(|j| 0.5 * (m[i * n + j] + m[j * n + i]) * x[j])
+                        .sum();
+                    (sx - b[i]).abs() / scale
+                })
+                .fold(0.0f64, f64::max)
+        } else {
+            0.0
+        };
+        println!("{name:<40} {n:>6} {:>7} {check:>12.1e}", 0);
+        assert_eq!(
+            factor_diff, 0,
+            "{name}: {factor_diff} factor entries differ"
+        );
+        assert_eq!(
+            inverse_diff, 0,
+            "{name}: {inverse_diff} inverse entries differ"
+        );
+        assert!(check <= 1e-8, "{name}: S x - b = {check:.1e}");
     }
 }
 

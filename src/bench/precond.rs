@@ -307,6 +307,7 @@ const TABLE_KERNEL_SOURCES: [&str; 13] = [
     "neumann.cu",
     "amg.cu",
     "amg_inverse.cu",
+    "amg_dense_fused.cu",
     "amg_cycle.cu",
     "block_ic.cu",
     "eisenstat.cu",

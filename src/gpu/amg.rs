@@ -930,6 +930,8 @@ struct CoarsestWork {
     factor: CudaSlice<f64>,
     /// A_L dense, then the inverse's columns.
     scratch: CudaSlice<f64>,
+    /// The grid barrier of the one-launch factorisation (2 words).
+    barrier: CudaSlice<u32>,
 }
 
 impl CoarsestWork {
@@ -940,6 +942,7 @@ impl CoarsestWork {
             singular: gpu.zeros(2)?,
             factor: gpu.zeros(n * n)?,
             scratch: gpu.zeros(n * n)?,
+            barrier: gpu.zeros(2)?,
         })
     }
 }
@@ -1277,6 +1280,12 @@ impl<'g> DeviceAmg<'g> {
             )));
         }
         let pivot = status[last];
+        if pivot < 0 {
+            return Err(GpuError::Invalid(format!(
+                "AMG: the coarsest matrix's one-launch factorisation gave up waiting at a grid \
+                 barrier (its blocks were not all resident); {DENSE_STEPS_HINT}"
+            )));
+        }
         if pivot != 0 {
             let n = self.levels[last].a.n;
             return Err(GpuError::Invalid(format!(
@@ -1343,6 +1352,7 @@ impl<'g> DeviceAmg<'g> {
                 w: &w.scratch,
                 failed: &failed,
                 inverse: &self.coarsest_inverse,
+                barrier: &mut w.barrier,
             },
         )
     }
@@ -2057,6 +2067,21 @@ pub(super) struct DenseInverseBuffers<'a> {
     /// Out: the inverse Wᵀ W (exactly symmetric), each column minus its
     /// mean when singular.
     pub inverse: &'a CudaSlice<f64>,
+    /// Work: the grid barrier of the one-launch factorisation (2 words,
+    /// zeroed here before the launch).
+    pub barrier: &'a mut CudaSlice<u32>,
+}
+
+/// What an error of the one-launch dense factorisation suggests.
+pub(super) const DENSE_STEPS_HINT: &str =
+    "set FVPOISSON_GPU_DENSE_STEPS=1 to factor dense matrices with a launch per step";
+
+/// Whether [`dense_symmetric_inverse`] runs a launch per step
+/// (`FVPOISSON_GPU_DENSE_STEPS=1`, or a device without cooperative
+/// launches) rather than one cooperative launch.
+fn dense_launch_per_step() -> bool {
+    static STEPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *STEPS.get_or_init(|| std::env::var("FVPOISSON_GPU_DENSE_STEPS").is_ok_and(|v| v == "1"))
 }
 
 /// The inverse of the symmetric part of a dense n × n matrix on the device,
@@ -2066,10 +2091,65 @@ pub(super) struct DenseInverseBuffers<'a> {
 /// [`DENSE_PANEL`] columns `amg_dense_panel` and `amg_dense_update`: many
 /// blocks each), and inverted as Wᵀ W with W = L⁻¹ (blocked forward
 /// substitution on the identity, then a tiled product; the host's O(n³)
-/// inverse takes ~1 s at 1000 rows), projected when singular. About
-/// 4 n / 32 launches, each of many blocks. A pivot that is not positive
-/// stops the factorisation and is left in `failed` for the caller to read.
+/// inverse takes ~1 s at 1000 rows), projected when singular. A pivot that
+/// is not positive stops the factorisation and is left in `failed` for the
+/// caller to read.
+///
+/// The steps run in one cooperative launch (`amg_dense_inverse_fused`, a
+/// block per multiprocessor, 2 + 2⌈n/32⌉ grid barriers) where the device has
+/// cooperative launches, else (or with `FVPOISSON_GPU_DENSE_STEPS=1`) as a
+/// launch per step, about 4 n / 32 launches (78 at 580 rows): the steps are
+/// small (a 32-column panel, one tile per block), so the launches, not the
+/// arithmetic, set the time. Both run the same code per block and thread
+/// and write the same bits.
 pub(super) fn dense_symmetric_inverse(
+    gpu: &Gpu,
+    n: usize,
+    buffers: DenseInverseBuffers<'_>,
+) -> Result<(), GpuError> {
+    match gpu.cooperative_blocks()? {
+        Some(blocks) if !dense_launch_per_step() => {
+            dense_symmetric_inverse_fused(gpu, n, buffers, blocks)
+        }
+        _ => dense_symmetric_inverse_steps(gpu, n, buffers),
+    }
+}
+
+/// [`dense_symmetric_inverse`] in one cooperative launch of `blocks` blocks.
+fn dense_symmetric_inverse_fused(
+    gpu: &Gpu,
+    n: usize,
+    buffers: DenseInverseBuffers<'_>,
+    blocks: u32,
+) -> Result<(), GpuError> {
+    let DenseInverseBuffers {
+        dense,
+        singular,
+        factor,
+        w,
+        failed,
+        inverse,
+        barrier,
+    } = buffers;
+    let n32 = n as i32;
+    // No more blocks than the largest step has (Wᵀ W's tiles).
+    let tiles = n.div_ceil(32);
+    let grid = blocks.min((tiles * tiles).max(1) as u32);
+    gpu.zero(barrier)?;
+    gpu.launch_cooperative("amg_dense_inverse_fused", grid, DENSE_BLOCK, 0, |args| {
+        args.arg(&n32)
+            .arg(dense)
+            .arg(singular)
+            .arg(factor)
+            .arg(w)
+            .arg(failed)
+            .arg(inverse)
+            .arg(&*barrier);
+    })
+}
+
+/// [`dense_symmetric_inverse`] as a launch per step.
+fn dense_symmetric_inverse_steps(
     gpu: &Gpu,
     n: usize,
     buffers: DenseInverseBuffers<'_>,
@@ -2081,6 +2161,7 @@ pub(super) fn dense_symmetric_inverse(
         w,
         failed,
         inverse,
+        barrier: _,
     } = buffers;
     let n32 = n as i32;
     gpu.launch(
@@ -2176,6 +2257,72 @@ pub(super) fn dense_symmetric_inverse(
     )?;
     gpu.launch("amg_dense_project", tiles as u32, DENSE_BLOCK, 0, |args| {
         args.arg(&n32).arg(singular).arg(inverse);
+    })
+}
+
+/// The dense inverse of one matrix and what it leaves behind, for checks
+/// ([`dense_inverse_for_check`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DenseInverseCheck {
+    /// The Cholesky factor L (lower triangle, row-major; the upper triangle
+    /// is (M + Mᵀ)/2's).
+    pub factor: Vec<f64>,
+    /// The inverse Wᵀ W (row-major), projected when singular.
+    pub inverse: Vec<f64>,
+    /// The first pivot that is not positive + 1 (0: none; −1: a grid barrier
+    /// gave up).
+    pub failed: i32,
+}
+
+/// The dense inverse of the row-major n × n `m` as the AMG's coarsest level
+/// forms it (`singular`: [shift and project (≠ 0) or not, the shift]), in one
+/// cooperative launch (`fused`) or a launch per step; for checks (the two
+/// write the same bits). `fused` on a device without cooperative launches is
+/// an error.
+pub fn dense_inverse_for_check(
+    gpu: &Gpu,
+    n: usize,
+    m: &[f64],
+    singular: [f64; 2],
+    fused: bool,
+) -> Result<DenseInverseCheck, GpuError> {
+    if n == 0 || m.len() != n * n {
+        return Err(GpuError::Invalid(format!(
+            "a dense {n} x {n} matrix needs {} values, not {}",
+            n * n,
+            m.len()
+        )));
+    }
+    let dense = gpu.upload(m)?;
+    let singular = gpu.upload(&singular)?;
+    let factor = gpu.zeros::<f64>(n * n)?;
+    let w = gpu.zeros::<f64>(n * n)?;
+    let inverse = gpu.zeros::<f64>(n * n)?;
+    let failed = gpu.zeros::<i32>(1)?;
+    let failed_view = failed.slice(0..1);
+    let mut barrier = gpu.zeros::<u32>(2)?;
+    let buffers = DenseInverseBuffers {
+        dense: &dense,
+        singular: &singular,
+        factor: &factor,
+        w: &w,
+        failed: &failed_view,
+        inverse: &inverse,
+        barrier: &mut barrier,
+    };
+    match (fused, gpu.cooperative_blocks()?) {
+        (true, Some(blocks)) => dense_symmetric_inverse_fused(gpu, n, buffers, blocks)?,
+        (true, None) => {
+            return Err(GpuError::Invalid(
+                "the device has no cooperative launches".into(),
+            ))
+        }
+        (false, _) => dense_symmetric_inverse_steps(gpu, n, buffers)?,
+    }
+    Ok(DenseInverseCheck {
+        factor: gpu.download(&factor)?,
+        inverse: gpu.download(&inverse)?,
+        failed: gpu.download(&failed)?[0],
     })
 }
 

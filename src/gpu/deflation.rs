@@ -351,6 +351,7 @@ pub fn coarse_inverse_on_device(
     let singular = gpu.zeros::<f64>(2)?;
     let failed = gpu.zeros::<i32>(1)?;
     let failed_view = failed.slice(0..1);
+    let mut barrier = gpu.zeros::<u32>(2)?;
     dense_symmetric_inverse(
         gpu,
         k,
@@ -361,9 +362,17 @@ pub fn coarse_inverse_on_device(
             w: &w,
             failed: &failed_view,
             inverse: &inverse,
+            barrier: &mut barrier,
         },
     )?;
     let pivot = gpu.download(&failed)?[0];
+    if pivot < 0 {
+        return Err(GpuError::Invalid(format!(
+            "the coarse matrix E = ZᵀAZ ({k} x {k}): its one-launch factorisation gave up \
+             waiting at a grid barrier (its blocks were not all resident); {}",
+            super::amg::DENSE_STEPS_HINT
+        )));
+    }
     if pivot != 0 {
         return Err(GpuError::Invalid(format!(
             "the coarse matrix E = ZᵀAZ ({k} x {k}) is not positive definite (pivot {pivot} of \

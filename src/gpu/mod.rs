@@ -97,7 +97,9 @@ macro_rules! kernel_source {
 /// a thread of its own, so the slowest module to compile, not their sum, is
 /// what a cold cache adds to a run; a source whose module took much longer
 /// to compile than the others is split (`amg.cu`, `amg_inverse.cu` and
-/// `amg_cycle.cu`; `krylov.cu` and `bicgstab.cu`). Every
+/// `amg_cycle.cu`; `krylov.cu` and `bicgstab.cu`; the coarsest inverse's one
+/// cooperative launch, `amg_dense_fused.cu`, is apart from its per-step
+/// kernels). Every
 /// `extern "C" __global__ void NAME(` is a kernel ([`kernel_declarations`]).
 const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("spmv.cu" needs []),
@@ -109,6 +111,7 @@ const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("deflation.cu" needs ["spmv.cu", "pcg.cu"]),
     kernel_source!("amg.cu" needs ["spmv.cu"]),
     kernel_source!("amg_inverse.cu" needs ["spmv.cu", "amg.cu"]),
+    kernel_source!("amg_dense_fused.cu" needs ["spmv.cu", "amg.cu", "amg_inverse.cu"]),
     kernel_source!("amg_cycle.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
     kernel_source!("ilu.cu" needs ["spmv.cu", "smooth.cu"]),
     kernel_source!("krylov.cu" needs ["spmv.cu", "pcg.cu"]),
@@ -712,13 +715,64 @@ impl Gpu {
         self.launch_grid_on(&self.stream, kernel, grid, block, shared_bytes, push)
     }
 
+    /// [`Gpu::launch`] as a cooperative launch: every block of the grid is
+    /// resident at once (the launch fails otherwise), so the kernel may wait
+    /// for the other blocks (a grid barrier). `grid` at most
+    /// [`Gpu::cooperative_blocks`].
+    pub fn launch_cooperative<'a>(
+        &'a self,
+        kernel: &'static str,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        self.launch_any(
+            &self.stream,
+            kernel,
+            (grid, 1),
+            block,
+            shared_bytes,
+            true,
+            push,
+        )
+    }
+
+    /// The blocks of a cooperative launch this device runs, one per
+    /// multiprocessor (any kernel of up to 1024 threads whose resources fit
+    /// one block on a multiprocessor); `None`: the device has no
+    /// cooperative launches.
+    pub fn cooperative_blocks(&self) -> Result<Option<u32>, GpuError> {
+        use cudarc::driver::sys::CUdevice_attribute;
+        let attribute = |a| driver("cuDeviceGetAttribute", self.ctx.attribute(a));
+        if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? == 0 {
+            return Ok(None);
+        }
+        let sms = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(u32::try_from(sms).ok().filter(|&s| s > 0))
+    }
+
     fn launch_grid_on<'a>(
+        &'a self,
+        stream: &'a Arc<CudaStream>,
+        kernel: &'static str,
+        grid: (u32, u32),
+        block: u32,
+        shared_bytes: u32,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        self.launch_any(stream, kernel, grid, block, shared_bytes, false, push)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_any<'a>(
         &'a self,
         stream: &'a Arc<CudaStream>,
         kernel: &'static str,
         (grid, rows): (u32, u32),
         block: u32,
         shared_bytes: u32,
+        cooperative: bool,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let k = self.kernel(kernel)?;
@@ -737,14 +791,19 @@ impl Gpu {
         };
         // SAFETY: the arguments have the number, order and types of the
         // kernel's declaration (checked above against kernels/*.cu); each
-        // caller passes buffers of the sizes the kernel indexes.
+        // caller passes buffers of the sizes the kernel indexes. A
+        // cooperative launch that cannot have every block resident is
+        // refused by the driver (an error, nothing runs).
         let mut launch = || {
-            unsafe { args.launch(cfg) }
-                .map(|_| ())
-                .map_err(|e| GpuError::Kernel {
-                    kernel,
-                    error: format!("launch: {e}"),
-                })
+            match cooperative {
+                true => unsafe { args.launch_cooperative(cfg) },
+                false => unsafe { args.launch(cfg) },
+            }
+            .map(|_| ())
+            .map_err(|e| GpuError::Kernel {
+                kernel,
+                error: format!("launch: {e}"),
+            })
         };
         if let Some(profile) = &self.kernel_profile {
             let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);

@@ -316,6 +316,9 @@ pub struct DeviceSimple<'g> {
     div: CudaSlice<f64>,
     source: CudaSlice<f64>,
     seconds: DevicePhaseSeconds,
+    /// Value re-set-ups of the AMG or polynomial preconditioner so far (the
+    /// set-up not counted).
+    preconditioner_updates: usize,
     /// Whether the host `Simple` holds the device's U, p and φ.
     host_current: bool,
 }
@@ -495,6 +498,7 @@ impl<'g> DeviceSimple<'g> {
             source: gpu.zeros(n)?,
             laplacian,
             seconds: DevicePhaseSeconds::default(),
+            preconditioner_updates: 0,
             host_current: true,
         };
         Ok(device)
@@ -535,6 +539,13 @@ impl<'g> DeviceSimple<'g> {
     /// Time by part of the iterations so far.
     pub fn phase_seconds(&self) -> DevicePhaseSeconds {
         self.seconds
+    }
+
+    /// Value re-set-ups of the pressure's AMG or polynomial preconditioner so
+    /// far, its set-up not counted: one per re-assembly of the pressure
+    /// matrix (none with Jacobi or no preconditioner).
+    pub fn preconditioner_updates(&self) -> usize {
+        self.preconditioner_updates
     }
 
     /// The pressure matrix as last assembled, rows in the device order
@@ -691,21 +702,25 @@ impl<'g> DeviceSimple<'g> {
         host: &mut f64,
     ) -> Result<(), GpuError> {
         if self.solver.amg.is_some() {
-            let part = if self.amg.is_some() {
+            let update = self.amg.is_some();
+            let part = if update {
                 &mut seconds.preconditioner_update
             } else {
                 &mut seconds.preconditioner_setup
             };
             self.update_amg()?;
             *host += timer.lap(part)?;
+            self.preconditioner_updates += usize::from(update);
         } else if self.solver.polynomial.is_some() {
-            let part = if self.polynomial.is_some() {
+            let update = self.polynomial.is_some();
+            let part = if update {
                 &mut seconds.preconditioner_update
             } else {
                 &mut seconds.preconditioner_setup
             };
             self.update_polynomial()?;
             *host += timer.lap(part)?;
+            self.preconditioner_updates += usize::from(update);
         }
         Ok(())
     }

@@ -236,6 +236,13 @@ impl<'g> DevicePiso<'g> {
         }
     }
 
+    /// Value re-set-ups of the pressure's AMG or polynomial preconditioner
+    /// so far (its set-up not counted): one per outer corrector, the later
+    /// PISO correctors and the non-orthogonal correctors keeping the matrix.
+    pub fn preconditioner_updates(&self) -> usize {
+        self.device.preconditioner_updates()
+    }
+
     /// U, p and φ of the device into `piso` (mesh order).
     pub fn download_fields(&mut self, piso: &mut Piso) -> Result<(), GpuError> {
         self.device.timed_download(&mut piso.simple)
