@@ -206,7 +206,9 @@ impl ModSell {
     /// permuted CSR: each slice sorts its rows' renumbered columns (values
     /// alongside) on the fly and writes them to its own slots, so the
     /// permuted copy of `a` (12 bytes per entry plus its row pointers) is
-    /// never held and `a` is read once, in the new row order.
+    /// never held. `a` is read twice: in order for the row lengths, then in
+    /// the new row order (at random: about twice the time of the two-step
+    /// build on one thread, which reads `a` in order and scatters).
     pub fn from_csr_permuted(
         a: &Csr,
         ordering: &Permutation,
@@ -227,11 +229,10 @@ impl ModSell {
         let (new_to_old, old_to_new) = (ordering.new_to_old(), ordering.old_to_new());
         // A row keeps its length and its diagonal under a symmetric
         // permutation. The lengths are found reading `a` in order, then
-        // looked up per new row: searched in the new order, each row's
-        // pointers and columns were two cache misses more per row (the
-        // rows are read at random a second time below), which made this
-        // slower than `apply_symmetric` (which reads `a` in order) followed
-        // by `from_csr`.
+        // looked up per new row: found in the new order, they read every
+        // row's pointers and columns at random once more than the fill
+        // below does, part of what made this slower than `apply_symmetric`
+        // (which reads `a` in order) followed by `from_csr`.
         let off_lens: Vec<u32> = (0..n)
             .into_par_iter()
             .map(|r| {
