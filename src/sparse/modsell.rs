@@ -260,8 +260,8 @@ impl ModSell {
     }
 
     /// The matrix of `n` rows in slices of `h` rows at `slice_ptr`, its
-    /// slices filled in parallel (disjoint parts of the arrays), each by one
-    /// task with one buffer: `row(r, entries)` appends row r's entries
+    /// slices filled in parallel (disjoint parts of the arrays), each with
+    /// one buffer for its rows: `row(r, entries)` appends row r's entries
     /// (column, value) in ascending column order to the empty `entries`, the
     /// diagonal among them or not (then it is zero).
     fn fill_slices(
