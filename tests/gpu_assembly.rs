@@ -463,7 +463,7 @@ fn gpu_systems_from_the_values_deferred_systems_kept_equal_those_from_the_proble
             LaplacianSystem::deferred(&mesh, &geometry, schemes, &first).unwrap();
         let mut second_deferred = first_deferred.deferred_with_structure_of(&second).unwrap();
         let ordering = reverse_cuthill_mckee(&first_deferred.matrix);
-        let map = AssemblyMap::new(&mesh, &first_deferred.matrix, &ordering, 512).unwrap();
+        let map = AssemblyMap::new(&mesh, &ordering, 512).unwrap();
         let values = first_deferred.take_evaluated().unwrap();
         let first_device = DeviceLaplacian::with_map_evaluated(
             &gpu,

@@ -8,7 +8,7 @@ use super::schemes::{FaceGeometry, GradScheme, Schemes, SnGradScheme, TimeScheme
 use super::{check_values, CellField, FvmError};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::sparse::Csr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// OpenFOAM's `SMALL` (double precision), used by `limitedSnGrad`.
 const SMALL: f64 = 1e-15;
@@ -153,7 +153,11 @@ struct SharedStructure {
     /// The gradient scheme's data for the mesh (least-squares vectors with
     /// every boundary face at its patch delta).
     gradient: CellGradient,
-    slots: SlotMap,
+    /// Built on the first host use ([`LaplacianSystem::slots`]): a run that
+    /// assembles on the device never reads it (its assembly map comes from
+    /// the mesh), and at 8 M hex cells it costs 224 MB and a binary search
+    /// per face side and cell.
+    slots: OnceLock<SlotMap>,
     /// Region of every cell ([`crate::mesh::check::cell_regions`]) and their
     /// number: a mesh of disconnected parts has one singular block per part
     /// without a fixed value, each with a level of its own to fix.
@@ -323,14 +327,13 @@ impl<'m> LaplacianSystem<'m> {
         let gradient = crate::timings::span("cell gradient", || {
             CellGradient::new(schemes.grad, mesh, geometry, &faces.patch_deltas, &active)
         })?;
-        let (matrix, slots) =
-            crate::timings::span("matrix pattern and slot map", || build_pattern(mesh))?;
+        let matrix = crate::timings::span("matrix pattern", || build_pattern(mesh))?;
         let (n_regions, regions) =
             crate::timings::span("cell regions", || crate::mesh::check::cell_regions(mesh));
         let shared = SharedStructure {
             faces,
             gradient,
-            slots,
+            slots: OnceLock::new(),
             regions,
             n_regions,
         };
@@ -587,6 +590,8 @@ impl<'m> LaplacianSystem<'m> {
         let owner = mesh.owner();
         let neighbour = mesh.neighbour();
         let volumes = &geometry.cell_volumes;
+        let shared = Arc::clone(&self.shared);
+        let slots = shared_slots(&shared, &self.matrix, mesh);
         let values = self.matrix.values_mut();
         values.fill(0.0);
         for f in 0..mesh.n_internal_faces() {
@@ -598,10 +603,10 @@ impl<'m> LaplacianSystem<'m> {
             );
             self.gamma_mag_sf[f] = gamma_f * self.shared.faces.mag_sf[f];
             let coeff = self.gamma_mag_sf[f] * self.shared.faces.delta_coeffs[f];
-            values[self.shared.slots.upper[f] as usize] -= coeff;
-            values[self.shared.slots.lower[f] as usize] -= coeff;
-            values[self.shared.slots.diagonal[o] as usize] += coeff;
-            values[self.shared.slots.diagonal[n] as usize] += coeff;
+            values[slots.upper[f] as usize] -= coeff;
+            values[slots.lower[f] as usize] -= coeff;
+            values[slots.diagonal[o] as usize] += coeff;
+            values[slots.diagonal[n] as usize] += coeff;
         }
         for ((b, q), v) in self.explicit_rhs.iter_mut().zip(&source).zip(volumes) {
             *b = q * v;
@@ -615,12 +620,12 @@ impl<'m> LaplacianSystem<'m> {
             let gamma_mag_sf = gamma_b * self.shared.faces.mag_sf[first + b];
             self.gamma_mag_sf_boundary[b] = gamma_mag_sf;
             let diag = -gamma_mag_sf * self.bc.gradient_internal[b];
-            values[self.shared.slots.diagonal[o] as usize] += diag;
+            values[slots.diagonal[o] as usize] += diag;
             self.explicit_rhs[o] += gamma_mag_sf * self.bc.gradient_boundary[b];
         }
         if let TimeScheme::Euler { dt } = self.time {
             for (c, v) in volumes.iter().enumerate() {
-                values[self.shared.slots.diagonal[c] as usize] += v / dt;
+                values[slots.diagonal[c] as usize] += v / dt;
             }
         }
         self.references.clear();
@@ -641,7 +646,7 @@ impl<'m> LaplacianSystem<'m> {
                 }
             }
             for c in cells {
-                let slot = self.shared.slots.diagonal[c] as usize;
+                let slot = slots.diagonal[c] as usize;
                 let diag = values[slot];
                 values[slot] += diag;
                 self.references.push((c, diag, value));
@@ -884,8 +889,10 @@ impl<'m> LaplacianSystem<'m> {
     pub fn cell_gradient(&self) -> &CellGradient {
         self.own_gradient.as_ref().unwrap_or(&self.shared.gradient)
     }
+    /// Where each coefficient goes in the matrix's values, built on the
+    /// first call (see [`SharedStructure`]'s `slots`).
     pub fn slots(&self) -> &SlotMap {
-        &self.shared.slots
+        shared_slots(&self.shared, &self.matrix, self.mesh)
     }
     pub fn schemes(&self) -> Schemes {
         self.schemes
@@ -917,10 +924,19 @@ fn check_len(v: &[f64], n: usize, what: &str) -> Result<(), FvmError> {
     Ok(())
 }
 
-/// CSR pattern of the cell adjacency plus the diagonal, and the slot of every
-/// face coefficient. Two cells sharing several faces share one entry. Rows
-/// are built in parallel over blocks of cells and joined in row order.
-fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
+/// The slot map of `shared`, built from `matrix` (the shared pattern) on the
+/// first call.
+fn shared_slots<'s>(shared: &'s SharedStructure, matrix: &Csr, mesh: &Mesh) -> &'s SlotMap {
+    shared
+        .slots
+        .get_or_init(|| crate::timings::span("slot map", || build_slots(matrix, mesh)))
+}
+
+/// CSR pattern of the cell adjacency plus the diagonal (zero values, left
+/// untouched until an assembly writes them). Two cells sharing several faces
+/// share one entry. Rows are built in parallel over blocks of cells and
+/// joined in row order.
+fn build_pattern(mesh: &Mesh) -> Result<Csr, FvmError> {
     use rayon::prelude::*;
     const BLOCK: usize = 16_384;
     let (offsets, cell_faces) = mesh.cell_faces();
@@ -987,13 +1003,21 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
              can number: give a mesh of fewer cells"
         )));
     }
-    let matrix = Csr::new(n_cells, row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)?;
+    Csr::new(n_cells, row_ptr, cols, vec![0.0; nnz]).map_err(FvmError::invalid)
+}
+
+/// The slot of every face coefficient and diagonal in `matrix`, the pattern
+/// [`build_pattern`] built of `mesh`, in parallel.
+fn build_slots(matrix: &Csr, mesh: &Mesh) -> SlotMap {
+    use rayon::prelude::*;
+    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+    let (n_cells, n_internal) = (matrix.n_rows(), mesh.n_internal_faces());
     let slot = |r: u32, c: u32| {
         matrix
             .slot(r as usize, c as usize)
             .expect("the pattern holds every face") as u32
     };
-    let slots = SlotMap {
+    SlotMap {
         diagonal: (0..n_cells as u32)
             .into_par_iter()
             .map(|c| slot(c, c))
@@ -1006,8 +1030,7 @@ fn build_pattern(mesh: &Mesh) -> Result<(Csr, SlotMap), FvmError> {
             .into_par_iter()
             .map(|f| slot(neighbour[f], owner[f]))
             .collect(),
-    };
-    Ok((matrix, slots))
+    }
 }
 
 #[cfg(test)]
@@ -1047,6 +1070,32 @@ mod tests {
             mixed_conditions(&mesh, 3),
         );
         assert!(eager.deferred_with_structure_of(&negative).is_err());
+    }
+
+    #[test]
+    fn the_slot_map_is_built_on_the_first_host_assembly_only() {
+        use crate::fvm::testing::{random_field, two_problems};
+        let mesh = crate::mesh::load("box:5x4x3:tet:perturb=0.2").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let (first, second) = two_problems(&mesh);
+        // A device run's host system: checked, never assembled on the host.
+        let mut deferred =
+            LaplacianSystem::deferred(&mesh, &geometry, Schemes::default(), &first).unwrap();
+        let mut sharing = deferred.deferred_with_structure_of(&second).unwrap();
+        assert!(deferred.shared.slots.get().is_none());
+        assert!(deferred.take_evaluated().is_some());
+        assert!(deferred.shared.slots.get().is_none());
+        // A host assembly (a fallback) builds it once, for every system of
+        // the structure, and assembles as an eager system does.
+        let p = random_field(mesh.n_cells(), 3);
+        sharing.update_rhs(&p, None).unwrap();
+        assert!(deferred.shared.slots.get().is_some());
+        let mut eager =
+            LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &second).unwrap();
+        eager.update_rhs(&p, None).unwrap();
+        assert_eq!(sharing.matrix, eager.matrix);
+        assert_eq!(sharing.rhs, eager.rhs);
+        assert_eq!(deferred.slots(), eager.slots());
     }
 
     /// `problem` with its source a function that counts its calls.
@@ -1149,7 +1198,8 @@ mod tests {
     fn the_pattern_built_in_blocks_is_the_cell_adjacency() {
         // 24 000 cells: two blocks of rows.
         let mesh = crate::mesh::load("box:40x30x20:renumber").unwrap();
-        let (matrix, slots) = build_pattern(&mesh).unwrap();
+        let matrix = build_pattern(&mesh).unwrap();
+        let slots = build_slots(&matrix, &mesh);
         let mut rows: Vec<Vec<u32>> = (0..mesh.n_cells() as u32).map(|c| vec![c]).collect();
         for (&o, &n) in mesh.owner().iter().zip(mesh.neighbour()) {
             rows[o as usize].push(n);

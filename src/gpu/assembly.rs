@@ -2,11 +2,14 @@
 //! and §9.2 "GPU assembly directly into mod. SELL", its future-work
 //! item; kernels in `kernels/assembly.cu`).
 //!
-//! [`DeviceLaplacian::new`] takes a CPU [`LaplacianSystem`] (its pattern, face
-//! geometry, boundary data and gradient scheme) and a row ordering (reverse
-//! Cuthill–McKee by default, as `solve_pcg_gpu` uses). The host builds an
-//! [`AssemblyMap`] once and uploads it with the geometry; after that a
-//! (re)assembly moves only values:
+//! [`DeviceLaplacian::new`] takes a CPU [`LaplacianSystem`] (its face
+//! geometry, boundary data and gradient scheme; its CSR pattern only for the
+//! default ordering) and a row ordering (reverse Cuthill–McKee by default, as
+//! `solve_pcg_gpu` uses). The host builds an [`AssemblyMap`] once, from the
+//! mesh's owner–neighbour addressing and the ordering (never from the host's
+//! pattern or slot map, which a device run does not build), and uploads it
+//! with the geometry, dropping each of its arrays once on the device; after
+//! that a (re)assembly moves only values:
 //!
 //! - Γ and q per cell and the boundary data per boundary face are evaluated on
 //!   the host ([`LaplacianSystem::evaluate`]: the same checks and the same
@@ -44,6 +47,7 @@
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
 
+use std::borrow::Cow;
 use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
@@ -115,7 +119,7 @@ pub enum AssemblyError {
 /// the order the rows first meet them, so a slice's faces lie close together.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AssemblyMap {
-    /// The permuted matrix in mod-SELL (values: those of the CSR given).
+    /// The permuted matrix pattern in mod-SELL, its values and diagonal zero.
     pub pattern: ModSell,
     pub face_codes: Vec<u32>,
     pub face_slots: Vec<u8>,
@@ -130,23 +134,30 @@ pub struct AssemblyMap {
 }
 
 impl AssemblyMap {
-    /// The map for `mesh` with the CSR pattern `matrix` (original order, as
-    /// `LaplacianSystem` builds it), rows reordered by `ordering`, slices of
-    /// `slice_height` rows.
+    /// The map for `mesh`, rows reordered by `ordering`, slices of
+    /// `slice_height` rows, straight from the mesh's owner–neighbour
+    /// addressing: no host CSR pattern is read. Row r's off-diagonals are
+    /// the cells across its internal faces (`Mesh::new` allows one face per
+    /// pair of cells), in ascending new column; the pattern's values and
+    /// diagonal are zero (the device assembly writes every one of them).
     pub fn new(
         mesh: &Mesh,
-        matrix: &Csr,
         ordering: &Permutation,
         slice_height: usize,
     ) -> Result<Self, AssemblyError> {
         let n = mesh.n_cells();
-        if matrix.n_rows() != n || ordering.len() != n {
+        if ordering.len() != n {
             return Err(GpuError::Invalid(format!(
-                "assembly map: the mesh has {n} cells, the matrix {} rows, the ordering {}",
-                matrix.n_rows(),
+                "assembly map: the mesh has {n} cells, the ordering {}",
                 ordering.len()
             ))
             .into());
+        }
+        crate::sparse::modsell::check_slice_height(slice_height).map_err(GpuError::Invalid)?;
+        if n >= i32::MAX as usize {
+            return Err(AssemblyError::Unsupported(format!(
+                "{n} cells; mod-SELL column codes hold fewer than 2^31"
+            )));
         }
         let n_internal = mesh.n_internal_faces();
         if n_internal >= 1 << 30 {
@@ -154,19 +165,22 @@ impl AssemblyMap {
                 "{n_internal} internal faces; face codes hold fewer than 2^30"
             )));
         }
-        // The permuted pattern straight into mod-SELL: no permuted CSR.
-        let pattern = ModSell::from_csr_permuted(matrix, ordering, slice_height)
-            .map_err(GpuError::Invalid)?;
         let mut active = vec![true; mesh.n_faces() - n_internal];
         for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
             active[patch.boundary_faces(n_internal)].fill(false);
         }
-        let (offsets, cell_faces) = mesh.cell_faces();
+        let (offsets, cell_faces) = crate::timings::span("cell faces", || mesh.cell_faces());
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let (new_to_old, old_to_new) = (ordering.new_to_old(), ordering.old_to_new());
         let h = slice_height;
-        let faces_of =
-            |cell: usize| &cell_faces[offsets[cell] as usize..offsets[cell + 1] as usize];
+        let n_slices = n.div_ceil(h);
+        let slice_rows = |slice: usize| slice * h..((slice + 1) * h).min(n);
+        let internal_faces = |cell: usize| {
+            cell_faces[offsets[cell] as usize..offsets[cell + 1] as usize]
+                .iter()
+                .map(|&f| f as usize)
+                .filter(|&f| f < n_internal)
+        };
         // The row across internal face f from `cell`, and whether `cell` is
         // the face's neighbour.
         let across = |f: usize, cell: usize| {
@@ -174,214 +188,210 @@ impl AssemblyMap {
             let other = if is_neighbour { owner[f] } else { neighbour[f] } as usize;
             (old_to_new[other] as usize, is_neighbour)
         };
-        // Why a row fails, checked as a pass over the permuted rows checks it:
-        // run only for a row the fast pass below refused, so that the first
-        // message is the one of the row-by-row definition.
-        let row_error = |row: usize| -> AssemblyError {
-            let cell = new_to_old[row] as usize;
-            let mut cols: Vec<u32> = matrix
-                .row(cell)
-                .0
-                .iter()
-                .map(|&c| old_to_new[c as usize])
+        // Each slice as long as its row of most internal faces: the counts
+        // per cell read in cell order, then looked up per row (one access
+        // per row in the new order rather than a walk of its faces).
+        let (slice_ptr, too_long) = crate::timings::span("slice lengths", || {
+            let counts: Vec<u32> = (0..n)
+                .into_par_iter()
+                .map(|cell| internal_faces(cell).count() as u32)
                 .collect();
-            cols.sort_unstable();
-            let bad = |what: String| GpuError::Invalid(format!("assembly map: {what}"));
-            if cols.binary_search(&(row as u32)).is_err() {
-                return bad(format!("row {row} has no diagonal")).into();
+            let lens: Vec<u32> = (0..n_slices)
+                .into_par_iter()
+                .map(|slice| {
+                    let cells = &new_to_old[slice_rows(slice)];
+                    cells.iter().map(|&c| counts[c as usize]).max().unwrap_or(0)
+                })
+                .collect();
+            let mut slice_ptr = Vec::with_capacity(n_slices + 1);
+            slice_ptr.push(0u64);
+            for (slice, &len) in lens.iter().enumerate() {
+                slice_ptr.push(slice_ptr[slice] + len as u64 * h as u64);
             }
-            let n_off = cols.len() - 1;
-            if n_off > NO_SLOT as usize {
-                return AssemblyError::Unsupported(format!(
-                    "cell {cell} has {n_off} neighbours; the device assembly handles up to {NO_SLOT}"
-                ));
+            let longest = lens.iter().copied().max().unwrap_or(0) as usize;
+            if longest > NO_SLOT as usize {
+                // The first such row in row order.
+                let cell = *new_to_old
+                    .iter()
+                    .find(|&&c| counts[c as usize] > NO_SLOT as u32)
+                    .expect("a row longer than a slot code holds");
+                return (slice_ptr, Some((cell, counts[cell as usize])));
             }
-            let mut step = 0;
-            for &f in faces_of(cell) {
-                let f = f as usize;
-                if f >= n_internal {
-                    continue;
-                }
-                let (column, _) = across(f, cell);
-                let found = cols.binary_search(&(column as u32)).is_ok() && column != row;
-                if !found || step >= n_off {
-                    return bad(format!(
-                        "face {f} of cell {cell} (row {row}) has no off-diagonal slot of its own"
-                    ))
-                    .into();
-                }
-                step += 1;
-            }
-            if step != n_off {
-                return bad(format!(
-                    "row {row} has {n_off} off-diagonals but cell {cell} has {step} internal faces"
-                ))
-                .into();
-            }
-            bad(format!("row {row} does not match the faces of cell {cell}")).into()
-        };
-        // Pass 1, slices in parallel, each row once: its off-diagonal columns
-        // read from its own mod-SELL positions (ascending), the slot of each
-        // internal face found among them, and at the face's position its slot
-        // and, until pass 3, the face itself: `(f << 1) | s`, with FIRST_MET
-        // set where the row meets the face first (the row before the other
-        // side's). Per row, the count of faces it meets first.
+            (slice_ptr, None)
+        });
+        if let Some((cell, count)) = too_long {
+            return Err(AssemblyError::Unsupported(format!(
+                "cell {cell} has {count} neighbours; the device assembly handles up to {NO_SLOT}"
+            )));
+        }
+        // Pass 1, slices in parallel, each row once: its internal faces in
+        // face order (step k at mod-SELL position i + k·H) and the columns
+        // across them sorted, which gives the pattern's column codes and
+        // each face's slot. At a face's position: its slot and, until pass
+        // 3, the face itself, `(f << 1) | s`, with FIRST_MET set where the
+        // row meets the face first (the row before the other side's). Per
+        // row, the count of faces it meets first.
         const FIRST_MET: u32 = 1 << 31;
-        let slots = pattern.values().len();
+        let slots = *slice_ptr.last().expect("one pointer at least") as usize;
+        let mut pattern_codes = vec![0i32; slots];
         let (mut face_codes, mut face_slots) = (vec![0u32; slots], vec![NO_SLOT; slots]);
         let mut first_met = vec![0u32; n];
-        let slice_ptr = pattern.slice_ptr();
         let lengths = || slice_ptr.windows(2).map(|w| (w[1] - w[0]) as usize);
-        let first_error = crate::slices::split_lengths(&mut face_codes, lengths())
-            .into_par_iter()
-            .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
-            .zip(first_met.par_chunks_mut(h))
-            .enumerate()
-            .filter_map(|(slice, ((codes, slots), met))| {
-                let first = slice * h;
-                let pattern_codes =
-                    &pattern.codes()[slice_ptr[slice] as usize..slice_ptr[slice + 1] as usize];
-                let mut off_columns: Vec<u32> = Vec::new();
-                for (i, met) in met.iter_mut().enumerate() {
-                    let row = first + i;
-                    let cell = new_to_old[row] as usize;
-                    off_columns.clear();
-                    off_columns.extend(
-                        pattern_codes[i..]
-                            .iter()
-                            .step_by(h)
-                            .take_while(|&&c| c != 0)
-                            .map(|&c| match c {
-                                c if c > 0 => c as u32 - 1,
-                                c => first as u32 + (-(c + 1)) as u32,
-                            }),
-                    );
-                    let n_off = off_columns.len();
-                    let row_len = matrix.row_ptr()[cell + 1] - matrix.row_ptr()[cell];
-                    // A stored diagonal is the one entry mod-SELL keeps apart.
-                    let mut fits = row_len == n_off + 1 && n_off <= NO_SLOT as usize;
-                    let (mut step, mut count) = (0, 0);
-                    let faces = if fits { faces_of(cell) } else { &[] };
-                    for &f in faces {
-                        let f = f as usize;
-                        if f >= n_internal {
-                            continue;
+        let pass_1 = || {
+            crate::slices::split_lengths(&mut face_codes, lengths())
+                .into_par_iter()
+                .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
+                .zip(crate::slices::split_lengths(&mut pattern_codes, lengths()))
+                .zip(first_met.par_chunks_mut(h))
+                .enumerate()
+                .filter_map(|(slice, (((codes, slots), pattern), met))| {
+                    let first = slice * h;
+                    // (new column, step) of the row's internal faces.
+                    let mut columns: Vec<(usize, usize)> = Vec::new();
+                    for (i, met) in met.iter_mut().enumerate() {
+                        let row = first + i;
+                        let cell = new_to_old[row] as usize;
+                        columns.clear();
+                        let mut count = 0;
+                        for (step, f) in internal_faces(cell).enumerate() {
+                            let (column, is_neighbour) = across(f, cell);
+                            let first_here = row < column;
+                            codes[i + step * h] = ((f as u32) << 1)
+                                | u32::from(is_neighbour)
+                                | if first_here { FIRST_MET } else { 0 };
+                            count += u32::from(first_here);
+                            columns.push((column, step));
                         }
-                        let (column, is_neighbour) = across(f, cell);
-                        match off_columns.binary_search(&(column as u32)) {
-                            Ok(at) if step < n_off => {
-                                let first_here = row < column;
-                                let position = i + step * h;
-                                slots[position] = at as u8;
-                                codes[position] = ((f as u32) << 1)
-                                    | u32::from(is_neighbour)
-                                    | if first_here { FIRST_MET } else { 0 };
-                                count += u32::from(first_here);
-                                step += 1;
-                            }
-                            _ => {
-                                fits = false;
-                                break;
+                        // Insertion sort: rows are short, and nearly sorted
+                        // where faces are in upper-triangular order.
+                        for k in 1..columns.len() {
+                            let mut at = k;
+                            while at > 0 && columns[at - 1].0 > columns[at].0 {
+                                columns.swap(at - 1, at);
+                                at -= 1;
                             }
                         }
+                        for (j, &(column, step)) in columns.iter().enumerate() {
+                            if column == row || (j > 0 && columns[j - 1].0 == column) {
+                                let other = new_to_old[column];
+                                return Some((
+                                    row,
+                                    GpuError::Invalid(format!(
+                                        "assembly map: cells {cell} and {other} share more \
+                                         than one face, or a face joins a cell to itself"
+                                    )),
+                                ));
+                            }
+                            slots[i + step * h] = j as u8;
+                            pattern[i + j * h] = if (first..first + h).contains(&column) {
+                                -((column - first) as i32) - 1
+                            } else {
+                                column as i32 + 1
+                            };
+                        }
+                        *met = count;
                     }
-                    if !fits || step != n_off {
-                        return Some((row, row_error(row)));
-                    }
-                    *met = count;
-                }
-                None
-            })
-            // The first failing row, as a pass in row order reports it.
-            .min_by_key(|(row, _)| *row);
-        if let Some((_, e)) = first_error {
-            return Err(e);
+                    None
+                })
+                // The first failing row, as a pass in row order reports it.
+                .min_by_key(|(row, _)| *row)
+        };
+        if let Some((_, e)) = crate::timings::span("rows: faces, slots and columns", pass_1) {
+            return Err(e.into());
         }
+        let pattern = ModSell::from_parts(
+            h,
+            vec![0.0; n],
+            slice_ptr.clone(),
+            pattern_codes,
+            vec![0.0; slots],
+        )
+        .map_err(GpuError::Invalid)?;
         // Device faces in the order the rows first meet them: offsets of
-        // each row's share.
+        // each row's share (each internal face is met first by one of its
+        // two rows).
         let mut face_start = Vec::with_capacity(n + 1);
         face_start.push(0u32);
         for &met in &first_met {
             face_start.push(face_start.last().unwrap() + met);
         }
         drop(first_met);
-        if face_start[n] as usize != n_internal {
-            return Err(GpuError::Invalid(format!(
-                "assembly map: the rows meet {} of the {n_internal} internal faces",
-                face_start[n]
-            ))
-            .into());
-        }
+        debug_assert_eq!(face_start[n] as usize, n_internal);
         // Pass 2, slices in parallel: each numbers the faces its rows meet
         // first, reading its own part of `face_codes` (a slice's share of
         // the device faces is contiguous), and records the number per face.
         let mut device_faces = vec![0u32; n_internal];
-        let device_id: Vec<AtomicU32> = (0..n_internal).map(|_| AtomicU32::new(0)).collect();
-        let n_slices = slice_ptr.len() - 1;
-        let slice_rows = |slice: usize| slice * h..((slice + 1) * h).min(n);
-        let face_parts = crate::slices::split_lengths(
-            &mut device_faces,
-            (0..n_slices).map(|s| {
-                let rows = slice_rows(s);
-                (face_start[rows.end] - face_start[rows.start]) as usize
-            }),
-        );
-        face_parts
-            .into_par_iter()
-            .zip(crate::slices::split_lengths(&mut face_codes, lengths()))
-            .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
-            .enumerate()
-            .for_each(|(slice, ((faces, codes), slots))| {
-                let rows = slice_rows(slice);
-                let mut next = 0;
-                for (i, row) in rows.enumerate() {
-                    let mut id = face_start[row];
-                    let positions = (i..slots.len()).step_by(h);
-                    for position in positions.take_while(|&p| slots[p] != NO_SLOT) {
-                        let code = codes[position];
-                        if code & FIRST_MET != 0 {
-                            let f = (code & !FIRST_MET) >> 1;
-                            faces[next] = f;
-                            device_id[f as usize].store(id, Ordering::Relaxed);
-                            // Numbered: FIRST_MET stays as pass 3's mark.
-                            codes[position] = FIRST_MET | (id << 1) | (code & 1);
-                            id += 1;
-                            next += 1;
+        let number_faces = || {
+            let device_id: Vec<AtomicU32> = (0..n_internal).map(|_| AtomicU32::new(0)).collect();
+            let face_parts = crate::slices::split_lengths(
+                &mut device_faces,
+                (0..n_slices).map(|s| {
+                    let rows = slice_rows(s);
+                    (face_start[rows.end] - face_start[rows.start]) as usize
+                }),
+            );
+            face_parts
+                .into_par_iter()
+                .zip(crate::slices::split_lengths(&mut face_codes, lengths()))
+                .zip(crate::slices::split_lengths(&mut face_slots, lengths()))
+                .enumerate()
+                .for_each(|(slice, ((faces, codes), slots))| {
+                    let rows = slice_rows(slice);
+                    let mut next = 0;
+                    for (i, row) in rows.enumerate() {
+                        let mut id = face_start[row];
+                        let positions = (i..slots.len()).step_by(h);
+                        for position in positions.take_while(|&p| slots[p] != NO_SLOT) {
+                            let code = codes[position];
+                            if code & FIRST_MET != 0 {
+                                let f = (code & !FIRST_MET) >> 1;
+                                faces[next] = f;
+                                device_id[f as usize].store(id, Ordering::Relaxed);
+                                // Numbered: FIRST_MET stays as pass 3's mark.
+                                codes[position] = FIRST_MET | (id << 1) | (code & 1);
+                                id += 1;
+                                next += 1;
+                            }
                         }
                     }
-                }
-            });
-        drop(face_start);
-        // Pass 3, in parallel: the other side of each face takes the number
-        // its first row gave it.
-        face_codes
-            .par_iter_mut()
-            .zip(&face_slots)
-            .filter(|(_, &slot)| slot != NO_SLOT)
-            .for_each(|(code, _)| {
-                *code = if *code & FIRST_MET != 0 {
-                    *code & !FIRST_MET
-                } else {
-                    (device_id[(*code >> 1) as usize].load(Ordering::Relaxed) << 1) | (*code & 1)
-                };
-            });
-        drop(device_id);
+                });
+            // Pass 3, in parallel: the other side of each face takes the number
+            // its first row gave it.
+            face_codes
+                .par_iter_mut()
+                .zip(&face_slots)
+                .filter(|(_, &slot)| slot != NO_SLOT)
+                .for_each(|(code, _)| {
+                    *code = if *code & FIRST_MET != 0 {
+                        *code & !FIRST_MET
+                    } else {
+                        (device_id[(*code >> 1) as usize].load(Ordering::Relaxed) << 1)
+                            | (*code & 1)
+                    };
+                });
+        };
+        crate::timings::span("device face numbers", number_faces);
         // Device boundary faces in row order, each row's in face order: the
         // active boundary faces sorted by (row, face).
-        let mut boundary: Vec<(u32, u32)> = (0..active.len())
-            .into_par_iter()
-            .filter(|&b| active[b])
-            .map(|b| (old_to_new[owner[n_internal + b] as usize], b as u32))
-            .collect();
-        boundary.par_sort_unstable();
-        let mut boundary_ptr = vec![0u32; n + 1];
-        for &(row, _) in &boundary {
-            boundary_ptr[row as usize + 1] += 1;
-        }
-        for r in 0..n {
-            boundary_ptr[r + 1] += boundary_ptr[r];
-        }
-        let device_boundary = boundary.into_par_iter().map(|(_, b)| b).collect();
+        let boundary_faces = || {
+            let mut boundary: Vec<(u32, u32)> = (0..active.len())
+                .into_par_iter()
+                .filter(|&b| active[b])
+                .map(|b| (old_to_new[owner[n_internal + b] as usize], b as u32))
+                .collect();
+            boundary.par_sort_unstable();
+            let mut boundary_ptr = vec![0u32; n + 1];
+            for &(row, _) in &boundary {
+                boundary_ptr[row as usize + 1] += 1;
+            }
+            for r in 0..n {
+                boundary_ptr[r + 1] += boundary_ptr[r];
+            }
+            let device_boundary = boundary.into_par_iter().map(|(_, b)| b).collect();
+            (boundary_ptr, device_boundary)
+        };
+        let (boundary_ptr, device_boundary) =
+            crate::timings::span("boundary faces", boundary_faces);
         Ok(Self {
             pattern,
             face_codes,
@@ -438,7 +448,7 @@ struct StaticArrays {
 #[cfg(test)]
 impl StaticArrays {
     fn new(system: &LaplacianSystem, map: &AssemblyMap, ordering: &Permutation) -> Self {
-        let source = StaticSource::new(system, map, ordering);
+        let source = StaticSource::new(system, &map.device_faces, &map.device_boundary, ordering);
         Self {
             face_owner: source.face_owner(),
             face_neighbour: source.face_neighbour(),
@@ -465,19 +475,23 @@ impl StaticArrays {
 /// largest 0.6 GB).
 struct StaticSource<'a> {
     system: &'a LaplacianSystem<'a>,
-    map: &'a AssemblyMap,
+    /// The map's device faces and device boundary faces.
+    faces: &'a [u32],
+    boundary: &'a [u32],
     ordering: &'a Permutation,
 }
 
 impl<'a> StaticSource<'a> {
     fn new(
         system: &'a LaplacianSystem<'a>,
-        map: &'a AssemblyMap,
+        faces: &'a [u32],
+        boundary: &'a [u32],
         ordering: &'a Permutation,
     ) -> Self {
         Self {
             system,
-            map,
+            faces,
+            boundary,
             ordering,
         }
     }
@@ -485,8 +499,7 @@ impl<'a> StaticSource<'a> {
     /// Rows (new numbering) of `cells` (a cell per mesh face) per device face.
     fn new_rows(&self, cells: &[u32]) -> Vec<u32> {
         let old_to_new = self.ordering.old_to_new();
-        self.map
-            .device_faces
+        self.faces
             .par_iter()
             .map(|&f| old_to_new[cells[f as usize] as usize])
             .collect()
@@ -522,50 +535,50 @@ impl<'a> StaticSource<'a> {
     }
 
     fn weights(&self) -> Vec<f64> {
-        gather(&self.system.geometry().weights, &self.map.device_faces)
+        gather(&self.system.geometry().weights, self.faces)
     }
 
     fn mag_sf(&self) -> Vec<f64> {
-        gather(&self.system.face_geometry().mag_sf, &self.map.device_faces)
+        gather(&self.system.face_geometry().mag_sf, self.faces)
     }
 
     fn delta_coeffs(&self) -> Vec<f64> {
         let faces = self.system.face_geometry();
-        gather(&faces.delta_coeffs, &self.map.device_faces)
+        gather(&faces.delta_coeffs, self.faces)
     }
 
     fn sf(&self) -> Vec<f64> {
         let sf = &self.system.geometry().face_area_vectors;
-        self.vectors(self.gauss(), sf, &self.map.device_faces, 0)
+        self.vectors(self.gauss(), sf, self.faces, 0)
     }
 
     fn k(&self) -> Vec<f64> {
         let corrected = self.system.schemes().sn_grad.is_corrected();
         let k = &self.system.face_geometry().correction_vectors;
-        self.vectors(corrected, k, &self.map.device_faces, 0)
+        self.vectors(corrected, k, self.faces, 0)
     }
 
     fn b_mag_sf(&self) -> Vec<f64> {
         let mag_sf = &self.system.face_geometry().mag_sf[self.first_boundary_face()..];
-        gather(mag_sf, &self.map.device_boundary)
+        gather(mag_sf, self.boundary)
     }
 
     fn b_sf(&self) -> Vec<f64> {
         let sf = &self.system.geometry().face_area_vectors;
         let first = self.first_boundary_face();
-        self.vectors(self.gauss(), sf, &self.map.device_boundary, first)
+        self.vectors(self.gauss(), sf, self.boundary, first)
     }
 
     fn b_k(&self) -> Vec<f64> {
         let k = &self.system.face_geometry().patch_correction_vectors;
-        self.vectors(self.boundary_corrected(), k, &self.map.device_boundary, 0)
+        self.vectors(self.boundary_corrected(), k, self.boundary, 0)
     }
 
     fn b_delta_coeffs(&self) -> Vec<f64> {
         match self.boundary_corrected() {
             true => {
                 let faces = self.system.face_geometry();
-                gather(&faces.patch_delta_coeffs, &self.map.device_boundary)
+                gather(&faces.patch_delta_coeffs, self.boundary)
             }
             false => Vec::new(),
         }
@@ -672,6 +685,53 @@ fn write<T: DeviceRepr>(gpu: &Gpu, v: &[T], dev: &mut CudaSlice<T>) -> Result<()
 /// `v` on the device when it is not empty.
 fn upload_nonempty(gpu: &Gpu, v: &[f64]) -> Result<Option<CudaSlice<f64>>, GpuError> {
     (!v.is_empty()).then(|| gpu.upload(v)).transpose()
+}
+
+/// The map's face codes, face slots, boundary pointers and pattern on the
+/// device, and its device faces and device boundary faces for the host's
+/// gathers: a given map's arrays are dropped as each is uploaded, a lent
+/// map's face lists copied.
+fn upload_map(
+    gpu: &Gpu,
+    map: Cow<'_, AssemblyMap>,
+) -> Result<(DeviceMap, DeviceModSell, Vec<u32>, Vec<u32>), GpuError> {
+    match map {
+        Cow::Borrowed(map) => Ok((
+            DeviceMap {
+                face_codes: upload(gpu, &map.face_codes)?,
+                face_slots: upload(gpu, &map.face_slots)?,
+                boundary_ptr: upload(gpu, &map.boundary_ptr)?,
+            },
+            DeviceModSell::upload(gpu, &map.pattern)?,
+            map.device_faces.clone(),
+            map.device_boundary.clone(),
+        )),
+        Cow::Owned(AssemblyMap {
+            pattern,
+            face_codes,
+            face_slots,
+            device_faces,
+            boundary_ptr,
+            device_boundary,
+        }) => {
+            let matrix = DeviceModSell::upload(gpu, &pattern)?;
+            drop(pattern);
+            // Each host array dropped once uploaded (a shadowed binding
+            // would live to the end of the block).
+            fn upload_owned<T: DeviceRepr + ValidAsZeroBits>(
+                gpu: &Gpu,
+                v: Vec<T>,
+            ) -> Result<CudaSlice<T>, GpuError> {
+                upload(gpu, &v)
+            }
+            let device_map = DeviceMap {
+                face_codes: upload_owned(gpu, face_codes)?,
+                face_slots: upload_owned(gpu, face_slots)?,
+                boundary_ptr: upload_owned(gpu, boundary_ptr)?,
+            };
+            Ok((device_map, matrix, device_faces, device_boundary))
+        }
+    }
 }
 
 /// The assembly map on the device.
@@ -916,13 +976,13 @@ impl<'g> DeviceLaplacian<'g> {
     ) -> Result<Self, AssemblyError> {
         Self::check_supported(system)?;
         let map = crate::timings::span("assembly map and mod-SELL pattern", || {
-            AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height)
+            AssemblyMap::new(system.mesh(), &ordering, slice_height)
         })?;
-        Self::with_map_evaluated(gpu, system, values, ordering, &map)
+        Self::with_map_source(gpu, system, values, ordering, Cow::Owned(map))
     }
 
     /// [`Self::with_ordering`] with its assembly map given: `map` is
-    /// [`AssemblyMap::new`] of the mesh and matrix pattern of `system` in
+    /// [`AssemblyMap::new`] of the mesh of `system` in
     /// `ordering` (the systems of one mesh share it, so a flow case builds
     /// it once for the pressure and the momentum components). Device faces
     /// are numbered as `map` numbers them.
@@ -949,6 +1009,20 @@ impl<'g> DeviceLaplacian<'g> {
         ordering: Permutation,
         map: &AssemblyMap,
     ) -> Result<Self, AssemblyError> {
+        Self::with_map_source(gpu, system, values, ordering, Cow::Borrowed(map))
+    }
+
+    /// [`Self::with_map_evaluated`] with the map lent or given: a given map's
+    /// arrays are dropped as each reaches the device, before the face and
+    /// cell arrays are gathered (at 8 M hex cells the map's pattern, face
+    /// codes and slots hold about 0.9 GB of host memory).
+    fn with_map_source(
+        gpu: &'g Gpu,
+        system: &LaplacianSystem,
+        values: ProblemValues,
+        ordering: Permutation,
+        map: Cow<'_, AssemblyMap>,
+    ) -> Result<Self, AssemblyError> {
         let mesh = system.mesh();
         let n = mesh.n_cells();
         Self::check_supported(system)?;
@@ -967,42 +1041,41 @@ impl<'g> DeviceLaplacian<'g> {
             .into());
         }
         let schemes = system.schemes();
-        let source = StaticSource::new(system, map, &ordering);
         let uploaded = crate::timings::span_synced(
             "face and cell arrays gathered in device order and uploaded, the map and pattern \
              uploaded",
             gpu,
             || {
-                let device_map = DeviceMap {
-                    face_codes: upload(gpu, &map.face_codes)?,
-                    face_slots: upload(gpu, &map.face_slots)?,
-                    boundary_ptr: upload(gpu, &map.boundary_ptr)?,
-                };
+                let (device_map, matrix, faces, boundary) = upload_map(gpu, map)?;
+                let source = StaticSource::new(system, &faces, &boundary, &ordering);
                 let device_gradient = match schemes.grad {
                     GradScheme::GaussLinear => {
                         DeviceGradient::upload(gpu, &GradientArrays::default(), &source.b_sf())?
                     }
                     GradScheme::LeastSquares => {
-                        let gradient = GradientArrays::new(
-                            system.cell_gradient(),
-                            &map.device_faces,
-                            &map.device_boundary,
-                        );
+                        let gradient =
+                            GradientArrays::new(system.cell_gradient(), &faces, &boundary);
                         DeviceGradient::upload(gpu, &gradient, &gradient.b_ls)?
                     }
                 };
                 let geometry = DeviceGeometry::upload(gpu, &source)?;
-                let matrix = DeviceModSell::upload(gpu, &map.pattern)?;
-                Ok::<_, GpuError>((device_map, geometry, device_gradient, matrix))
+                Ok::<_, GpuError>((
+                    device_map,
+                    geometry,
+                    device_gradient,
+                    matrix,
+                    faces,
+                    boundary,
+                ))
             },
         );
-        let (device_map, geometry, device_gradient, matrix) = uploaded?;
+        let (device_map, geometry, device_gradient, matrix, faces, boundary) = uploaded?;
         let set_up = SharedSetUp {
             ordering: Rc::new(ordering),
             schemes,
-            n_faces: map.device_faces.len(),
-            device_faces: Rc::new(map.device_faces.clone()),
-            device_boundary: Rc::new(map.device_boundary.clone()),
+            n_faces: faces.len(),
+            device_faces: Rc::new(faces),
+            device_boundary: Rc::new(boundary),
             n_mesh_boundary: mesh.n_faces() - mesh.n_internal_faces(),
             device_map: Rc::new(device_map),
             geometry: Rc::new(geometry),

@@ -441,8 +441,9 @@ impl<'g> DeviceSimple<'g> {
     /// The pressure system and the fields of `simple` on `gpu`, without
     /// the momentum systems (which share the pressure system's device
     /// set-up: [`DeviceLaplacian::sharing_set_up_of`]). The host's systems
-    /// stay unassembled: the ordering and the assembly map need only their
-    /// shared pattern, and the map is dropped once uploaded; the values the
+    /// stay unassembled: the ordering needs only their shared pattern, the
+    /// assembly map only the mesh (neither builds the host's slot map), and
+    /// the map is dropped once uploaded; the values the
     /// host's check evaluated are taken for the upload, not evaluated again.
     fn pressure_half(
         gpu: &'g Gpu,
@@ -457,7 +458,7 @@ impl<'g> DeviceSimple<'g> {
             reverse_cuthill_mckee(&system.matrix)
         });
         let map = crate::timings::span("assembly map and mod-SELL pattern", || {
-            AssemblyMap::new(system.mesh(), &system.matrix, &ordering, slice_height)
+            AssemblyMap::new(system.mesh(), &ordering, slice_height)
         })?;
         let values = simple.take_pressure_values()?;
         let (system, _) = simple.pressure_system();

@@ -11,7 +11,7 @@ use super::{Csr, Permutation};
 use rayon::prelude::*;
 
 /// A slice is one block of whole warps.
-fn check_slice_height(slice_height: usize) -> Result<(), String> {
+pub fn check_slice_height(slice_height: usize) -> Result<(), String> {
     if slice_height == 0 || !slice_height.is_multiple_of(32) || slice_height > 1024 {
         return Err(format!(
             "slice height {slice_height} must be a multiple of 32 between 32 and 1024"
@@ -68,12 +68,22 @@ fn place_row(
     (off_diagonals, in_slice)
 }
 
-/// Slot pointers for slices whose length is `len(s)` entries per row.
-fn slice_pointers(n_slices: usize, slice_height: usize, len: impl Fn(usize) -> usize) -> Vec<u64> {
-    let mut ptr = Vec::with_capacity(n_slices + 1);
+/// Slot pointers of `n` rows in slices of `h` rows, each slice as long as
+/// its longest row (`row_len(r)` entries), the lengths found in parallel.
+fn slice_pointers(n: usize, h: usize, row_len: impl Fn(usize) -> usize + Sync) -> Vec<u64> {
+    let lens: Vec<usize> = (0..n.div_ceil(h))
+        .into_par_iter()
+        .map(|s| {
+            (s * h..((s + 1) * h).min(n))
+                .map(&row_len)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut ptr = Vec::with_capacity(lens.len() + 1);
     ptr.push(0u64);
-    for s in 0..n_slices {
-        ptr.push(ptr[s] + (len(s) * slice_height) as u64);
+    for (s, len) in lens.into_iter().enumerate() {
+        ptr.push(ptr[s] + (len * h) as u64);
     }
     ptr
 }
@@ -94,14 +104,8 @@ impl Sell {
         check_shape(a, slice_height)?;
         let h = slice_height;
         let n = a.n_rows();
-        let n_slices = n.div_ceil(h);
         let row_len = |r: usize| a.row_ptr()[r + 1] - a.row_ptr()[r];
-        let slice_ptr = slice_pointers(n_slices, h, |s| {
-            (s * h..((s + 1) * h).min(n))
-                .map(row_len)
-                .max()
-                .unwrap_or(0)
-        });
+        let slice_ptr = slice_pointers(n, h, row_len);
         let slots = *slice_ptr.last().unwrap() as usize;
         let (mut cols, mut values) = (vec![-1i32; slots], vec![0.0; slots]);
         for r in 0..n {
@@ -187,59 +191,24 @@ impl ModSell {
         }
         let h = slice_height;
         let n = a.n_rows();
-        let n_slices = n.div_ceil(h);
         let off_len = |r: usize| {
             let (c, _) = a.row(r);
             c.len() - usize::from(c.binary_search(&(r as u32)).is_ok())
         };
-        let slice_ptr = slice_pointers(n_slices, h, |s| {
-            (s * h..((s + 1) * h).min(n))
-                .map(off_len)
-                .max()
-                .unwrap_or(0)
-        });
-        let slots = *slice_ptr.last().unwrap() as usize;
-        let (mut codes, mut values) = (vec![0i32; slots], vec![0.0; slots]);
-        let mut diag = vec![0.0; n];
-        // Slices fill disjoint parts of the arrays: in parallel.
-        let lengths = || slice_ptr.windows(2).map(|w| (w[1] - w[0]) as usize);
-        let counts = crate::slices::split_lengths(&mut codes, lengths())
-            .into_par_iter()
-            .zip(crate::slices::split_lengths(&mut values, lengths()))
-            .zip(diag.par_chunks_mut(h))
-            .enumerate()
-            .map(|(s, ((codes, values), diag))| {
-                let first = s * h;
-                let (mut off_diagonals, mut in_slice) = (0usize, 0usize);
-                for (i, d) in diag.iter_mut().enumerate() {
-                    let r = first + i;
-                    let (c, v) = a.row(r);
-                    let entries = c.iter().zip(v).map(|(&c, &v)| (c as usize, v));
-                    let (off, inside) = place_row(first, h, i, entries, d, codes, values);
-                    off_diagonals += off;
-                    in_slice += inside;
-                }
-                (off_diagonals, in_slice)
-            })
-            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let (off_diagonals, in_slice) = counts;
-        Ok(Self {
-            slice_height,
-            n_rows: n,
-            diag,
-            slice_ptr,
-            codes,
-            values,
-            off_diagonals,
-            in_slice,
-        })
+        let slice_ptr = slice_pointers(n, h, off_len);
+        Ok(Self::fill_slices(h, n, slice_ptr, |r, entries| {
+            let (c, v) = a.row(r);
+            entries.extend(c.iter().zip(v).map(|(&c, &v)| (c as usize, v)));
+        }))
     }
 
     /// `from_csr(&ordering.apply_symmetric(a), slice_height)` without the
     /// permuted CSR: each slice sorts its rows' renumbered columns (values
     /// alongside) on the fly and writes them to its own slots, so the
     /// permuted copy of `a` (12 bytes per entry plus its row pointers) is
-    /// never held and `a` is read once, in the new row order.
+    /// never held. `a` is read twice: in order for the row lengths, then in
+    /// the new row order (at random: about twice the time of the two-step
+    /// build on one thread, which reads `a` in order and scatters).
     pub fn from_csr_permuted(
         a: &Csr,
         ordering: &Permutation,
@@ -257,30 +226,55 @@ impl ModSell {
         }
         let h = slice_height;
         let n = a.n_rows();
-        let n_slices = n.div_ceil(h);
         let (new_to_old, old_to_new) = (ordering.new_to_old(), ordering.old_to_new());
-        // A row keeps its length and its diagonal under a symmetric permutation.
-        let off_len = |r: usize| {
-            let old = new_to_old[r] as usize;
-            let (c, _) = a.row(old);
-            c.len() - usize::from(c.binary_search(&(old as u32)).is_ok())
-        };
-        let lens: Vec<usize> = (0..n_slices)
+        // A row keeps its length and its diagonal under a symmetric
+        // permutation. The lengths are found reading `a` in order, then
+        // looked up per new row: found in the new order, they read every
+        // row's pointers and columns at random once more than the fill
+        // below does, part of what made this slower than `apply_symmetric`
+        // (which reads `a` in order) followed by `from_csr`.
+        let off_lens: Vec<u32> = (0..n)
             .into_par_iter()
-            .map(|s| {
-                (s * h..((s + 1) * h).min(n))
-                    .map(off_len)
-                    .max()
-                    .unwrap_or(0)
+            .map(|r| {
+                let (c, _) = a.row(r);
+                (c.len() - usize::from(c.binary_search(&(r as u32)).is_ok())) as u32
             })
             .collect();
-        let slice_ptr = slice_pointers(n_slices, h, |s| lens[s]);
-        drop(lens);
+        let slice_ptr = slice_pointers(n, h, |r| off_lens[new_to_old[r] as usize] as usize);
+        drop(off_lens);
+        Ok(Self::fill_slices(h, n, slice_ptr, |r, entries| {
+            let (c, v) = a.row(new_to_old[r] as usize);
+            // Insertion sort by new column as `Permutation::apply_symmetric`
+            // sorts (rows are short; distinct columns stay distinct).
+            for (&c, &v) in c.iter().zip(v) {
+                let c = old_to_new[c as usize] as usize;
+                let mut at = entries.len();
+                entries.push((c, v));
+                while at > 0 && entries[at - 1].0 > c {
+                    entries[at] = entries[at - 1];
+                    at -= 1;
+                }
+                entries[at] = (c, v);
+            }
+        }))
+    }
+
+    /// The matrix of `n` rows in slices of `h` rows at `slice_ptr`, its
+    /// slices filled in parallel (disjoint parts of the arrays), each with
+    /// one buffer for its rows: `row(r, entries)` appends row r's entries
+    /// (column, value) in ascending column order to the empty `entries`, the
+    /// diagonal among them or not (then it is zero).
+    fn fill_slices(
+        h: usize,
+        n: usize,
+        slice_ptr: Vec<u64>,
+        row: impl Fn(usize, &mut Vec<(usize, f64)>) + Sync,
+    ) -> Self {
         let slots = *slice_ptr.last().unwrap() as usize;
         let (mut codes, mut values) = (vec![0i32; slots], vec![0.0; slots]);
         let mut diag = vec![0.0; n];
         let lengths = || slice_ptr.windows(2).map(|w| (w[1] - w[0]) as usize);
-        let counts = crate::slices::split_lengths(&mut codes, lengths())
+        let (off_diagonals, in_slice) = crate::slices::split_lengths(&mut codes, lengths())
             .into_par_iter()
             .zip(crate::slices::split_lengths(&mut values, lengths()))
             .zip(diag.par_chunks_mut(h))
@@ -288,29 +282,11 @@ impl ModSell {
             .map(|(s, ((codes, values), diag))| {
                 let first = s * h;
                 let (mut off_diagonals, mut in_slice) = (0usize, 0usize);
-                let (mut row_cols, mut row_values) = (Vec::new(), Vec::new());
+                let mut entries = Vec::new();
                 for (i, d) in diag.iter_mut().enumerate() {
-                    let r = first + i;
-                    let (c, v) = a.row(new_to_old[r] as usize);
-                    row_cols.clear();
-                    row_values.clear();
-                    // Insertion sort by new column as `Permutation::apply_symmetric`
-                    // sorts (rows are short; distinct columns stay distinct).
-                    for (&c, &v) in c.iter().zip(v) {
-                        let c = old_to_new[c as usize];
-                        let mut at = row_cols.len();
-                        row_cols.push(c);
-                        row_values.push(v);
-                        while at > 0 && row_cols[at - 1] > c {
-                            row_cols[at] = row_cols[at - 1];
-                            row_values[at] = row_values[at - 1];
-                            at -= 1;
-                        }
-                        row_cols[at] = c;
-                        row_values[at] = v;
-                    }
-                    let entries = row_cols.iter().zip(&row_values);
-                    let entries = entries.map(|(&c, &v)| (c as usize, v));
+                    entries.clear();
+                    row(first + i, &mut entries);
+                    let entries = entries.iter().copied();
                     let (off, inside) = place_row(first, h, i, entries, d, codes, values);
                     off_diagonals += off;
                     in_slice += inside;
@@ -318,9 +294,8 @@ impl ModSell {
                 (off_diagonals, in_slice)
             })
             .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let (off_diagonals, in_slice) = counts;
-        Ok(Self {
-            slice_height,
+        Self {
+            slice_height: h,
             n_rows: n,
             diag,
             slice_ptr,
@@ -328,7 +303,7 @@ impl ModSell {
             values,
             off_diagonals,
             in_slice,
-        })
+        }
     }
 
     /// A matrix from its arrays (e.g. read back from the device), checking
@@ -364,25 +339,37 @@ impl ModSell {
                 values.len()
             ));
         }
-        let (mut off_diagonals, mut in_slice) = (0, 0);
-        for s in 0..slice_ptr.len() - 1 {
-            let slots = slice_ptr[s] as usize..slice_ptr[s + 1] as usize;
-            for (slot, &code) in slots.clone().zip(&codes[slots]) {
-                let column = match code {
-                    0 => continue,
-                    c if c > 0 => c as usize - 1,
-                    c => {
-                        in_slice += 1;
-                        s * h + (-(c + 1)) as usize
+        // Slices checked and counted in parallel; the first bad slot in
+        // slot order is the one reported.
+        let counts: Vec<Result<(usize, usize), String>> = (0..slice_ptr.len() - 1)
+            .into_par_iter()
+            .map(|s| {
+                let (mut off_diagonals, mut in_slice) = (0, 0);
+                let slots = slice_ptr[s] as usize..slice_ptr[s + 1] as usize;
+                for (slot, &code) in slots.clone().zip(&codes[slots]) {
+                    let column = match code {
+                        0 => continue,
+                        c if c > 0 => c as usize - 1,
+                        c => {
+                            in_slice += 1;
+                            s * h + (-(c + 1)) as usize
+                        }
+                    };
+                    if column >= n {
+                        return Err(format!(
+                            "slot {slot}: code {code} names column {column} of {n}"
+                        ));
                     }
-                };
-                if column >= n {
-                    return Err(format!(
-                        "slot {slot}: code {code} names column {column} of {n}"
-                    ));
+                    off_diagonals += 1;
                 }
-                off_diagonals += 1;
-            }
+                Ok((off_diagonals, in_slice))
+            })
+            .collect();
+        let (mut off_diagonals, mut in_slice) = (0, 0);
+        for count in counts {
+            let (off, inside) = count?;
+            off_diagonals += off;
+            in_slice += inside;
         }
         Ok(Self {
             slice_height,
