@@ -895,7 +895,7 @@ mod tests {
                     a.row(r)
                         .0
                         .iter()
-                        .filter(|&&c| c as usize <= r || (r + c as usize) % 3 != 0),
+                        .filter(|&&c| c as usize <= r || !(r + c as usize).is_multiple_of(3)),
                 );
                 row_ptr.push(cols.len());
             }

@@ -191,17 +191,6 @@ pub fn relative_residual(a: &Csr, b: &[f64], x: &[f64]) -> f64 {
     (r / nb).sqrt()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relative_difference_counts_unwritten_elements_as_infinite() {
-        assert_eq!(max_rel_diff(&[1.0, 2.0], &[1.0, 4.0]), 0.5);
-        assert_eq!(max_rel_diff(&[1.0, f64::NAN], &[1.0, 4.0]), f64::INFINITY);
-    }
-}
-
 /// Cuthill–McKee by its definition (Cuthill & McKee 1969): components
 /// started from the unvisited vertex of smallest (degree, index), one queue,
 /// each vertex's unvisited neighbours appended by (degree, index) when the
@@ -236,4 +225,15 @@ pub fn cuthill_mckee_by_queue(g: &Graph) -> Vec<u32> {
         }
     }
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_difference_counts_unwritten_elements_as_infinite() {
+        assert_eq!(max_rel_diff(&[1.0, 2.0], &[1.0, 4.0]), 0.5);
+        assert_eq!(max_rel_diff(&[1.0, f64::NAN], &[1.0, 4.0]), f64::INFINITY);
+    }
 }
