@@ -2,12 +2,13 @@
 //! matrices, disconnected graphs and FVM matrices of real meshes: each is a
 //! permutation, the solve's permute-in/permute-out round-trips, and the METIS
 //! ordering raises λ (the share of off-diagonals read from shared memory under
-//! mod-SELL) over RCM. λ and the orderings are host computations, so these
-//! run in CI.
+//! mod-SELL) over RCM; (reverse) Cuthill–McKee is its queue definition on
+//! meshes of every kind and on disconnected graphs, whatever the thread
+//! count. λ and the orderings are host computations, so these run in CI.
 
 use fvpoisson::fvm::testing::poisson_system;
-use fvpoisson::sparse::ordering::{bandwidth, cuthill_mckee, reverse_cuthill_mckee};
-use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
+use fvpoisson::sparse::ordering::{bandwidth, cuthill_mckee, reverse_cuthill_mckee, Graph};
+use fvpoisson::sparse::testing::{cuthill_mckee_by_queue, random_symmetric, SplitMix};
 use fvpoisson::sparse::{Csr, ModSell, Reordered, RowOrdering};
 
 const H: usize = 512;
@@ -192,5 +193,61 @@ fn metis_ordering_raises_lambda_on_hex_and_tet_boxes() {
             metis > natural,
             "{source}: metis {metis}, natural {natural}"
         );
+    }
+}
+
+/// The graph of `a`'s pattern from its rows and columns as lists (not by
+/// `Graph::of_matrix`, which the orderings use).
+fn graph_from_lists(a: &Csr) -> Graph {
+    let mut lists = vec![Vec::new(); a.n_rows()];
+    for r in 0..a.n_rows() {
+        for &c in a.row(r).0 {
+            lists[r].push(c);
+            lists[c as usize].push(r as u32);
+        }
+    }
+    Graph::from_lists(lists).unwrap()
+}
+
+/// The parallel Cuthill–McKee is the one-queue definition, on FVM matrices
+/// of tets (shuffled), hexes, a 2-D box, prisms, polyhedra and a
+/// disconnected matrix, on 1 to 4 threads; its reverse is the reversed
+/// order.
+#[test]
+fn cuthill_mckee_is_the_queue_order_on_meshes_and_any_thread_count() {
+    let mut matrices: Vec<(String, Csr)> = [
+        "box:16x15x14:tet:perturb=0.2:renumber",
+        "box:30x20x10:renumber",
+        "box:24x24x24",
+        "box:80x60x1:2d:renumber",
+        "box:12x12x12:prism:renumber",
+        "meshes/foam/polydual",
+        "meshes/gmsh/pyramid_hybrid.v22.msh",
+    ]
+    .into_iter()
+    .map(|source| (source.to_string(), poisson_system(source).unwrap().0))
+    .collect();
+    let blocks = [
+        poisson_system("box:6x5x4:tet:renumber").unwrap().0,
+        path(1),
+        poisson_system("box:9x9x9:renumber").unwrap().0,
+        path(40),
+    ];
+    matrices.push(("disconnected".to_string(), disconnected(&blocks, 5).0));
+    for (name, a) in &matrices {
+        let expected = cuthill_mckee_by_queue(&graph_from_lists(a));
+        let reversed: Vec<u32> = expected.iter().rev().copied().collect();
+        for threads in [1, 2, 3, 4] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let (cm, rcm) = pool.install(|| (cuthill_mckee(a), reverse_cuthill_mckee(a)));
+            assert_eq!(cm.new_to_old(), expected, "{name}, {threads} threads");
+            assert_eq!(rcm.new_to_old(), reversed, "{name}, {threads} threads");
+            for (k, &old) in rcm.new_to_old().iter().enumerate() {
+                assert_eq!(rcm.old_to_new()[old as usize] as usize, k, "{name}");
+            }
+        }
     }
 }

@@ -587,6 +587,50 @@ pub(crate) mod tests {
         assert_eq!(faces, vec![0, 1, 2, 3, 4, 5]);
     }
 
+    /// Cell → face lists by their definition: one serial pass over the
+    /// faces, each appended to its owner's and its neighbour's list.
+    fn cell_faces_by_scan(mesh: &Mesh) -> (Vec<u32>, Vec<Label>) {
+        let mut lists = vec![Vec::new(); mesh.n_cells()];
+        for (f, &o) in mesh.owner().iter().enumerate() {
+            lists[o as usize].push(f as Label);
+            if let Some(&n) = mesh.neighbour().get(f) {
+                lists[n as usize].push(f as Label);
+            }
+        }
+        let mut offsets = vec![0u32];
+        for list in &lists {
+            offsets.push(offsets.last().unwrap() + list.len() as u32);
+        }
+        (offsets, lists.concat())
+    }
+
+    /// The per-thread parts give the serial scan's lists on every kind of
+    /// mesh and any thread count.
+    #[test]
+    fn cell_faces_are_the_scan_on_any_thread_count() {
+        for spec in [
+            "box:30x20x10:tet:perturb=0.2:renumber",
+            "box:40x30x20",
+            "box:50x40x1:2d:renumber",
+            "box:10x10x10:prism:renumber",
+            "meshes/foam/polydual",
+            "meshes/gmsh/pyramid_hybrid.v22.msh",
+        ] {
+            let mesh = load(spec).unwrap();
+            let expected = cell_faces_by_scan(&mesh);
+            for threads in [1, 2, 3, 5] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                assert!(
+                    pool.install(|| mesh.cell_faces()) == expected,
+                    "{spec}, {threads} threads"
+                );
+            }
+        }
+    }
+
     #[test]
     fn invalid_meshes_are_refused_with_reasons() {
         let (points, faces, owner, _, patches) = unit_cube().into_parts();

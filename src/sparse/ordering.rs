@@ -6,12 +6,28 @@
 //! each node's unvisited neighbours by ascending degree (ties by index). Unlike
 //! Wikberg's (2024) code, a graph with several components restarts from the
 //! smallest-degree unvisited node, so every row is placed.
+//!
+//! The start is the smallest (degree, index), not a pseudo-peripheral vertex
+//! (George & Liu 1979): no breadth-first sweeps before the visit, and the
+//! order is the one the solvers' iteration counts were measured with.
+//!
+//! Every pass runs in parallel except the walk from level to level: the
+//! graph of a structurally symmetric matrix is its pattern less the diagonal
+//! (no transpose), each neighbour list is sorted by (degree, index) once,
+//! and each breadth-first level is placed in two parallel passes that give
+//! the queue's order exactly ([`Graph::cuthill_mckee`]).
 
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use rayon::prelude::*;
 
 use super::Csr;
+use crate::slices::split_lengths;
+
+/// Rows (vertices) per parallel task in the passes over a whole graph.
+const ROWS_PER_TASK: usize = 1 << 12;
 
 /// A row ordering: `new_to_old[k]` is the original row placed at position k.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,10 +77,27 @@ impl Permutation {
         &self.old_to_new
     }
 
-    /// The reversed ordering (Cuthill–McKee → reverse Cuthill–McKee).
+    /// A permutation from both directions, built inverse to each other by
+    /// the caller (not checked but in debug builds).
+    fn from_parts(new_to_old: Vec<u32>, old_to_new: Vec<u32>) -> Self {
+        debug_assert!(new_to_old
+            .iter()
+            .enumerate()
+            .all(|(k, &o)| old_to_new[o as usize] as usize == k));
+        Self {
+            new_to_old,
+            old_to_new,
+        }
+    }
+
+    /// The reversed ordering (Cuthill–McKee → reverse Cuthill–McKee), both
+    /// directions in parallel.
     pub fn reversed(&self) -> Self {
-        let new_to_old: Vec<u32> = self.new_to_old.iter().rev().copied().collect();
-        Self::from_new_to_old(new_to_old).expect("the reverse of a permutation is one")
+        let last = self.len().saturating_sub(1) as u32;
+        Self::from_parts(
+            self.new_to_old.par_iter().rev().copied().collect(),
+            self.old_to_new.par_iter().map(|&k| last - k).collect(),
+        )
     }
 
     /// The inverse ordering: its `new_to_old` is this one's `old_to_new`, so
@@ -158,8 +191,14 @@ impl Graph {
     /// The graph of a square matrix's pattern, symmetrised (the pattern of
     /// A + Aᵀ, so a matrix that is not structurally symmetric still gives an
     /// undirected graph), diagonal dropped.
+    ///
+    /// A structurally symmetric pattern (every FVM matrix) is its own
+    /// symmetrisation: its rows less the diagonal, copied in parallel.
     pub fn of_matrix(a: &Csr) -> Self {
         assert_eq!(a.n_rows(), a.n_cols(), "graph of a matrix: not square");
+        if is_structurally_symmetric(a) {
+            return Self::of_symmetric_pattern(a);
+        }
         let n = a.n_rows();
         // The pattern of Aᵀ by counting sort: rows of Aᵀ come out sorted.
         let mut t_offsets = vec![0usize; n + 1];
@@ -202,6 +241,31 @@ impl Graph {
             }
             offsets.push(targets.len());
         }
+        Self { offsets, targets }
+    }
+
+    /// The graph of a structurally symmetric square matrix: each row less
+    /// its diagonal.
+    fn of_symmetric_pattern(a: &Csr) -> Self {
+        let n = a.n_rows();
+        let has_diagonal = |r: usize| a.row(r).0.binary_search(&(r as u32)).is_ok();
+        let offsets = parallel_offsets(n, |r| a.row(r).0.len() - has_diagonal(r) as usize);
+        let mut targets = vec![0u32; offsets[n]];
+        let blocks = row_blocks(n);
+        split_lengths(
+            &mut targets,
+            blocks.iter().map(|b| offsets[b.end] - offsets[b.start]),
+        )
+        .into_par_iter()
+        .zip(&blocks)
+        .for_each(|(out, rows)| {
+            let mut next = out.iter_mut();
+            for r in rows.clone() {
+                for &c in a.row(r).0.iter().filter(|&&c| c as usize != r) {
+                    *next.next().expect("row lengths counted") = c;
+                }
+            }
+        });
         Self { offsets, targets }
     }
 
@@ -264,80 +328,265 @@ impl Graph {
     /// Cuthill–McKee ordering (module documentation): every component is
     /// visited, each from its unvisited vertex of smallest degree.
     pub fn cuthill_mckee(&self) -> Permutation {
-        let n = self.n();
-        let key = |v: u32| (self.degree(v as usize), v);
-        let mut visited = vec![false; n];
-        let mut order = Vec::with_capacity(n);
+        self.clone_in_parallel().into_cuthill_mckee()
+    }
+
+    /// [`Self::cuthill_mckee`], reusing the graph's arrays.
+    pub fn into_cuthill_mckee(self) -> Permutation {
+        ByDegree::new(self).cuthill_mckee()
+    }
+
+    /// A copy made by all threads (a graph of a large mesh is hundreds of MB).
+    fn clone_in_parallel(&self) -> Self {
+        Self {
+            offsets: self.offsets.par_iter().copied().collect(),
+            targets: self.targets.par_iter().copied().collect(),
+        }
+    }
+}
+
+/// A graph whose neighbour lists are sorted by (degree, index), the order in
+/// which Cuthill–McKee appends a vertex's unvisited neighbours: a visit then
+/// only filters a list, never sorts it.
+struct ByDegree {
+    graph: Graph,
+    degree: Vec<u32>,
+}
+
+/// A vertex's (degree, index) as one sortable number.
+fn degree_key(degree: &[u32], v: u32) -> u64 {
+    (u64::from(degree[v as usize]) << 32) | u64::from(v)
+}
+
+impl ByDegree {
+    fn new(mut graph: Graph) -> Self {
+        let n = graph.n();
+        let degree: Vec<u32> = (0..n)
+            .into_par_iter()
+            .map(|v| graph.degree(v) as u32)
+            .collect();
+        let blocks = row_blocks(n);
+        let offsets = &graph.offsets;
+        split_lengths(
+            &mut graph.targets,
+            blocks.iter().map(|b| offsets[b.end] - offsets[b.start]),
+        )
+        .into_par_iter()
+        .zip(&blocks)
+        .for_each(|(lists, rows)| {
+            let base = offsets[rows.start];
+            for v in rows.clone() {
+                let list = &mut lists[offsets[v] - base..offsets[v + 1] - base];
+                sort_small_by_key(list, |u| degree_key(&degree, u));
+            }
+        });
+        Self { graph, degree }
+    }
+
+    fn key(&self, v: u32) -> u64 {
+        degree_key(&self.degree, v)
+    }
+
+    fn cuthill_mckee(&self) -> Permutation {
+        let n = self.graph.n();
+        // Per vertex: unreached, or the position in the order of the vertex
+        // that placed it (a component's start: its own position).
+        let mark: Vec<AtomicU32> = (0..n)
+            .into_par_iter()
+            .map(|_| AtomicU32::new(UNREACHED))
+            .collect();
+        let mut order = vec![0u32; n];
         // Components start from their unvisited vertex of smallest (degree,
         // index). The first is the smallest of all, found by a scan; the
         // others (a mesh is mostly one component) from the unvisited
         // vertices sorted, as the candidates in that order would give them.
-        if let Some(first) = (0..n as u32).into_par_iter().min_by_key(|&v| key(v)) {
-            self.visit_component(first, &mut visited, &mut order);
+        let mut placed = 0;
+        if let Some(first) = (0..n as u32).into_par_iter().min_by_key(|&v| self.key(v)) {
+            placed = self.visit_component(first, &mark, &mut order, placed);
         }
-        if order.len() < n {
-            let mut starts: Vec<u32> = (0..n as u32).filter(|&v| !visited[v as usize]).collect();
-            starts.sort_unstable_by_key(|&v| key(v));
-            for start in starts {
-                self.visit_component(start, &mut visited, &mut order);
-            }
-        }
-        Permutation::from_new_to_old(order).expect("BFS visits each vertex once")
-    }
-
-    /// Appends the Cuthill–McKee order of `start`'s component (breadth
-    /// first, each vertex's unvisited neighbours by (degree, index)) to
-    /// `order`; nothing where `start` is visited already.
-    ///
-    /// Level by level: the vertices of a level list, in parallel, their
-    /// neighbours not in an earlier level, sorted; then one pass in level
-    /// order gives each new vertex to the first that lists it. That is the
-    /// queue's order exactly: when the queue reaches a vertex, its unvisited
-    /// neighbours are those listed less the ones earlier vertices of its
-    /// level took, and a sorted list less some entries stays sorted.
-    fn visit_component(&self, start: u32, visited: &mut [bool], order: &mut Vec<u32>) {
-        /// Vertices per parallel task.
-        const CHUNK: usize = 2048;
-        if visited[start as usize] {
-            return;
-        }
-        visited[start as usize] = true;
-        let mut level = vec![start];
-        while !level.is_empty() {
-            order.extend_from_slice(&level);
-            let seen: &[bool] = visited;
-            let listed: Vec<Vec<u32>> = level
-                .par_chunks(CHUNK)
-                .map(|chunk| {
-                    let mut listed = Vec::new();
-                    for &v in chunk {
-                        let from = listed.len();
-                        listed.extend(
-                            self.neighbours(v as usize)
-                                .iter()
-                                .filter(|&&u| !seen[u as usize]),
-                        );
-                        listed[from..].sort_unstable_by_key(|&u| (self.degree(u as usize), u));
-                    }
-                    listed
-                })
+        if placed < n {
+            let mut starts: Vec<u32> = (0..n as u32)
+                .into_par_iter()
+                .filter(|&v| mark[v as usize].load(Relaxed) == UNREACHED)
                 .collect();
-            level.clear();
-            for u in listed.into_iter().flatten() {
-                if !visited[u as usize] {
-                    visited[u as usize] = true;
-                    level.push(u);
+            starts.par_sort_unstable_by_key(|&v| self.key(v));
+            for start in starts {
+                if mark[start as usize].load(Relaxed) == UNREACHED {
+                    placed = self.visit_component(start, &mark, &mut order, placed);
                 }
             }
         }
+        assert_eq!(placed, n, "breadth-first visits place every vertex");
+        // The marks have served: they become the inverse permutation.
+        order
+            .par_iter()
+            .enumerate()
+            .for_each(|(k, &v)| mark[v as usize].store(k as u32, Relaxed));
+        let old_to_new = mark.into_par_iter().map(AtomicU32::into_inner).collect();
+        Permutation::from_parts(order, old_to_new)
     }
+
+    /// Writes the Cuthill–McKee order of `start`'s component (unreached) to
+    /// `order` from position `placed`; returns the position after it.
+    ///
+    /// Level by level, each in two parallel passes over the level's vertices
+    /// (a vertex at position p of the order):
+    /// 1. every neighbour whose mark is above p gets mark p (an atomic
+    ///    minimum). Marks below the level's first position are vertices
+    ///    placed before, and stay; so each vertex of the next level ends
+    ///    marked with the first vertex of this level that lists it.
+    /// 2. each vertex's children are the neighbours it marked that still
+    ///    hold its position, in list order (degree, index); the children of
+    ///    the level's vertices, one after the other, are the next level.
+    ///
+    /// That is the queue's order exactly: when the queue reaches a vertex,
+    /// its unvisited neighbours are those not placed before its level less
+    /// the ones earlier vertices of its level took, sorted by (degree,
+    /// index).
+    fn visit_component(
+        &self,
+        start: u32,
+        mark: &[AtomicU32],
+        order: &mut [u32],
+        placed: usize,
+    ) -> usize {
+        /// Vertices per parallel task.
+        const CHUNK: usize = 2048;
+        let g = &self.graph;
+        mark[start as usize].store(placed as u32, Relaxed);
+        order[placed] = start;
+        let (mut begin, mut end) = (placed, placed + 1);
+        while begin < end {
+            let (done, rest) = order.split_at_mut(end);
+            let level = &done[begin..];
+            let first = |c: usize| (begin + c * CHUNK) as u32;
+            // Pass 1, keeping per chunk the (vertex, position) pairs it
+            // marked: a child of p is among those p marked, so pass 2
+            // reads no other marks.
+            let marked: Vec<Vec<(u32, u32)>> = level
+                .par_chunks(CHUNK)
+                .enumerate()
+                .map(|(c, chunk)| {
+                    let mut marked = Vec::new();
+                    for (&v, p) in chunk.iter().zip(first(c)..) {
+                        for &u in g.neighbours(v as usize) {
+                            let m = &mark[u as usize];
+                            if m.load(Relaxed) > p {
+                                m.fetch_min(p, Relaxed);
+                                marked.push((u, p));
+                            }
+                        }
+                    }
+                    marked
+                })
+                .collect();
+            let children: Vec<Vec<u32>> = marked
+                .par_iter()
+                .map(|marked| {
+                    marked
+                        .iter()
+                        .filter(|&&(u, p)| mark[u as usize].load(Relaxed) == p)
+                        .map(|&(u, _)| u)
+                        .collect()
+                })
+                .collect();
+            let count: usize = children.iter().map(Vec::len).sum();
+            split_lengths(&mut rest[..count], children.iter().map(Vec::len))
+                .into_par_iter()
+                .zip(&children)
+                .for_each(|(to, from)| to.copy_from_slice(from));
+            (begin, end) = (end, end + count);
+        }
+        end
+    }
+}
+
+/// The mark of a vertex no visit has reached.
+const UNREACHED: u32 = u32::MAX;
+
+/// Sorts a short list (a cell's neighbours) by insertion, a long one by the
+/// library sort.
+fn sort_small_by_key(list: &mut [u32], key: impl Fn(u32) -> u64) {
+    if list.len() > 16 {
+        list.sort_unstable_by_key(|&u| key(u));
+        return;
+    }
+    for i in 1..list.len() {
+        let (u, k) = (list[i], key(list[i]));
+        let mut at = i;
+        while at > 0 && key(list[at - 1]) > k {
+            list[at] = list[at - 1];
+            at -= 1;
+        }
+        list[at] = u;
+    }
+}
+
+/// Consecutive ranges of `ROWS_PER_TASK` rows covering 0..n.
+fn row_blocks(n: usize) -> Vec<Range<usize>> {
+    (0..n)
+        .step_by(ROWS_PER_TASK)
+        .map(|s| s..(s + ROWS_PER_TASK).min(n))
+        .collect()
+}
+
+/// The running totals of `len(0)`, ..., `len(n − 1)` from 0 (n + 1 entries),
+/// by blocks of rows in parallel.
+fn parallel_offsets(n: usize, len: impl Fn(usize) -> usize + Sync) -> Vec<usize> {
+    let mut offsets = vec![0usize; n + 1];
+    let blocks = row_blocks(n);
+    offsets[1..]
+        .par_chunks_mut(ROWS_PER_TASK)
+        .zip(&blocks)
+        .for_each(|(out, rows)| {
+            let mut sum = 0;
+            for (o, r) in out.iter_mut().zip(rows.clone()) {
+                sum += len(r);
+                *o = sum;
+            }
+        });
+    let carries: Vec<usize> = blocks
+        .iter()
+        .scan(0, |before, b| {
+            let carry = *before;
+            *before += offsets[b.end];
+            Some(carry)
+        })
+        .collect();
+    offsets[1..]
+        .par_chunks_mut(ROWS_PER_TASK)
+        .zip(carries)
+        .for_each(|(out, carry)| out.iter_mut().for_each(|o| *o += carry));
+    offsets
+}
+
+/// Whether every off-diagonal (r, c) of the square `a` has its mirror (c, r).
+/// Only the entries above the diagonal are looked up (columns are sorted: a
+/// binary search each, rows in parallel): when each has its mirror below and
+/// there are as many entries below as above, mirroring maps the entries
+/// above one to one onto those below, so those have theirs too.
+fn is_structurally_symmetric(a: &Csr) -> bool {
+    let (above, below, mirrored) = (0..a.n_rows())
+        .into_par_iter()
+        .with_min_len(ROWS_PER_TASK)
+        .map(|r| {
+            let (row, r) = (a.row(r).0, r as u32);
+            let first_above = row.partition_point(|&c| c <= r);
+            let below = row.partition_point(|&c| c < r);
+            let mirrored = row[first_above..]
+                .iter()
+                .all(|&c| a.row(c as usize).0.binary_search(&r).is_ok());
+            (row.len() - first_above, below, mirrored)
+        })
+        .reduce(|| (0, 0, true), |x, y| (x.0 + y.0, x.1 + y.1, x.2 && y.2));
+    mirrored && above == below
 }
 
 /// Cuthill–McKee ordering of the graph of `a`'s pattern (square; the
 /// pattern is symmetrised first, FVM matrices are structurally symmetric).
 pub fn cuthill_mckee(a: &Csr) -> Permutation {
     assert_eq!(a.n_rows(), a.n_cols(), "cuthill_mckee: matrix not square");
-    Graph::of_matrix(a).cuthill_mckee()
+    Graph::of_matrix(a).into_cuthill_mckee()
 }
 
 /// Reverse Cuthill–McKee (George 1971): the same bandwidth, usually less profile.
@@ -535,21 +784,7 @@ pub fn bandwidth(a: &Csr) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::testing::{random_symmetric, SplitMix};
-
-    /// Cuthill–McKee with every vertex a start candidate in (degree, index)
-    /// order: the definition the component scan must reproduce.
-    fn cuthill_mckee_by_sorted_starts(g: &Graph) -> Vec<u32> {
-        let n = g.n();
-        let mut starts: Vec<u32> = (0..n as u32).collect();
-        starts.sort_by_key(|&v| (g.degree(v as usize), v));
-        let mut visited = vec![false; n];
-        let mut order = Vec::new();
-        for start in starts {
-            g.visit_component(start, &mut visited, &mut order);
-        }
-        order
-    }
+    use crate::sparse::testing::{cuthill_mckee_by_queue, random_symmetric, SplitMix};
 
     #[test]
     fn an_axis_numbered_grid_is_banded_and_a_shuffled_one_is_not() {
@@ -581,38 +816,6 @@ mod tests {
             .permutation_unless_banded(&shuffled, 32)
             .unwrap();
         assert_eq!(rcm, Some(reverse_cuthill_mckee(&shuffled)));
-    }
-
-    /// Cuthill–McKee by its definition: one queue, each vertex's unvisited
-    /// neighbours sorted by (degree, index) when the queue reaches it.
-    fn cuthill_mckee_by_queue(g: &Graph) -> Vec<u32> {
-        let n = g.n();
-        let mut starts: Vec<u32> = (0..n as u32).collect();
-        starts.sort_by_key(|&v| (g.degree(v as usize), v));
-        let mut visited = vec![false; n];
-        let mut order = Vec::new();
-        for start in starts {
-            if visited[start as usize] {
-                continue;
-            }
-            visited[start as usize] = true;
-            let mut queue = std::collections::VecDeque::from([start]);
-            while let Some(v) = queue.pop_front() {
-                order.push(v);
-                let mut next: Vec<u32> = g
-                    .neighbours(v as usize)
-                    .iter()
-                    .copied()
-                    .filter(|&u| !visited[u as usize])
-                    .collect();
-                next.sort_unstable_by_key(|&u| (g.degree(u as usize), u));
-                for u in next {
-                    visited[u as usize] = true;
-                    queue.push_back(u);
-                }
-            }
-        }
-        order
     }
 
     /// A random graph of `n` vertices in `components` random groups (edges
@@ -663,13 +866,64 @@ mod tests {
     #[test]
     fn component_starts_are_those_of_the_sorted_candidates() {
         let mut rng = SplitMix(7);
-        for (n, components) in [(1, 1), (40, 1), (300, 5), (500, 37)] {
-            let g = random_grouped_graph(&mut rng, n, components, 2 * n, false);
+        for (n, components) in [(0, 1), (1, 1), (40, 1), (300, 5), (500, 37)] {
+            let g = random_grouped_graph(&mut rng, n.max(1), components, 2 * n, false);
+            let g = if n == 0 {
+                Graph::from_lists(Vec::new()).unwrap()
+            } else {
+                g
+            };
             assert_eq!(
                 g.cuthill_mckee().new_to_old(),
-                cuthill_mckee_by_sorted_starts(&g),
+                cuthill_mckee_by_queue(&g),
                 "n {n}, {components} components"
             );
+        }
+    }
+
+    /// The graph of a pattern that is not structurally symmetric is that of
+    /// A + Aᵀ; a symmetric one takes the parallel copy, which must agree
+    /// with the merge of A and Aᵀ.
+    #[test]
+    fn graphs_of_symmetric_and_nonsymmetric_patterns() {
+        // Upper entries (r, c) with r + c a multiple of 3 dropped.
+        let lopsided = |a: &Csr| -> Csr {
+            let mut row_ptr = vec![0];
+            let mut cols = Vec::new();
+            for r in 0..a.n_rows() {
+                cols.extend(
+                    a.row(r)
+                        .0
+                        .iter()
+                        .filter(|&&c| c as usize <= r || !(r + c as usize).is_multiple_of(3)),
+                );
+                row_ptr.push(cols.len());
+            }
+            let values = vec![1.0; cols.len()];
+            Csr::new(a.n_cols(), row_ptr, cols, values).unwrap()
+        };
+        let lists_of = |a: &Csr| -> Vec<Vec<u32>> {
+            let mut lists = vec![Vec::new(); a.n_rows()];
+            for (r, list) in lists.iter_mut().enumerate() {
+                for &c in a.row(r).0 {
+                    list.push(c);
+                }
+            }
+            for r in 0..a.n_rows() {
+                for &c in a.row(r).0 {
+                    lists[c as usize].push(r as u32);
+                }
+            }
+            lists
+        };
+        let symmetric = random_symmetric(30_000, 5, 4);
+        for (a, expected) in [(symmetric.clone(), true), (lopsided(&symmetric), false)] {
+            let t = a.transpose();
+            assert_eq!(a.cols() == t.cols() && a.row_ptr() == t.row_ptr(), expected);
+            assert_eq!(is_structurally_symmetric(&a), expected);
+            let g = Graph::of_matrix(&a);
+            assert_eq!(g, Graph::from_lists(lists_of(&a)).unwrap());
+            assert_eq!(g.cuthill_mckee().new_to_old(), cuthill_mckee_by_queue(&g));
         }
     }
 
