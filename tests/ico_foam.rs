@@ -219,6 +219,30 @@ fn restart_from_latest_time_continues_the_same_trajectory() {
         du < 1e-12 && dp < 1e-12 && dphi < 1e-12,
         "{du:e} {dp:e} {dphi:e}"
     );
+    // The restarted run's VTK step is listed after the first run's, which
+    // it keeps: one series over the whole time range.
+    let name = fvpoisson::io::vtk::series_name_for(&halves);
+    let vtk = halves.join("VTK");
+    let pvd = std::fs::read_to_string(vtk.join(format!("{name}.pvd"))).unwrap();
+    let listed: Vec<(f64, &str)> = pvd
+        .split("<DataSet")
+        .skip(1)
+        .map(|entry| {
+            let value = |key: &str| {
+                let at = entry.find(&format!("{key}=\"")).unwrap() + key.len() + 2;
+                &entry[at..at + entry[at..].find('"').unwrap()]
+            };
+            (value("timestep").parse().unwrap(), value("file"))
+        })
+        .collect();
+    assert_eq!(listed.len(), 2, "{pvd}");
+    for (k, (&(time, file), expected)) in listed.iter().zip([0.05, 0.1]).enumerate() {
+        assert!((time - expected).abs() < 1e-12, "{pvd}");
+        assert_eq!(file, format!("{name}_{k:06}.vtm"));
+        assert!(
+            vtk.join(file).is_file() && vtk.join(format!("{name}_{k:06}/internal.vtu")).is_file()
+        );
+    }
     for dir in [&whole, &halves] {
         let _ = std::fs::remove_dir_all(dir);
     }

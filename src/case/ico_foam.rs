@@ -609,7 +609,9 @@ pub fn run_transient_case(
                 setup.case_dir.join(super::openfoam::VTK_DIRECTORY),
                 &crate::io::vtk::series_name_for(&setup.case_dir),
             )?
-            .with_encoding(encoding),
+            .with_encoding(encoding)
+            // A restart lists its steps after the earlier run's.
+            .continuing_until(setup.start),
         ),
         None => None,
     };

@@ -353,6 +353,55 @@ impl<'m> VtkSeries<'m> {
         self
     }
 
+    /// The series continuing the one `NAME.pvd` already lists, as a run
+    /// restarted at `time` needs: the listed steps up to `time` stay listed
+    /// and the next step is numbered after them (a listed step after `time`
+    /// is replaced by the one the restarted run writes in its place). With no
+    /// listing, or one whose steps are not numbered as this writer numbers
+    /// them (step `k` in `NAME_00000k.vtm`), the series starts anew (logged).
+    pub fn continuing_until(mut self, time: f64) -> Self {
+        let path = self.pvd_path();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return self;
+        };
+        // The listed times are `{:?}` of the run's f64 time, the restart time
+        // is read from a directory name: equal up to the last bits.
+        let slack = 1e-9 * time.abs().max(f64::MIN_POSITIVE);
+        let mut steps = Vec::new();
+        for entry in text.split("<DataSet").skip(1) {
+            let attribute = |key: &str| {
+                let at = entry.find(&format!("{key}=\""))? + key.len() + 2;
+                let rest = &entry[at..];
+                Some(&rest[..rest.find('"')?])
+            };
+            let time_and_file = attribute("timestep")
+                .and_then(|t| t.parse::<f64>().ok())
+                .zip(attribute("file"));
+            let Some((t, file)) = time_and_file else {
+                log::warn!(
+                    "{}: a step without a time or file; the VTK series starts anew",
+                    path.display()
+                );
+                return self;
+            };
+            if t > time + slack {
+                break;
+            }
+            if file != format!("{}_{:06}.vtm", self.name, steps.len()) {
+                log::warn!(
+                    "{}: step {} is '{file}', not numbered as this writer numbers steps; \
+                     the VTK series starts anew",
+                    path.display(),
+                    steps.len()
+                );
+                return self;
+            }
+            steps.push((t, file.to_string()));
+        }
+        self.steps = steps;
+        self
+    }
+
     /// Rank `rank` of `n_ranks`' part of the series of a distributed run
     /// (module documentation): the rank writes `cells` (its global cells,
     /// ascending) as `processor{rank}.vtu`; rank 0 also the boundary, and on
