@@ -224,16 +224,10 @@ fn restart_from_latest_time_continues_the_same_trajectory() {
     let name = fvpoisson::io::vtk::series_name_for(&halves);
     let vtk = halves.join("VTK");
     let pvd = std::fs::read_to_string(vtk.join(format!("{name}.pvd"))).unwrap();
-    let listed: Vec<(f64, &str)> = pvd
-        .split("<DataSet")
-        .skip(1)
-        .map(|entry| {
-            let value = |key: &str| {
-                let at = entry.find(&format!("{key}=\"")).unwrap() + key.len() + 2;
-                &entry[at..at + entry[at..].find('"').unwrap()]
-            };
-            (value("timestep").parse().unwrap(), value("file"))
-        })
+    let listed: Vec<(f64, &str)> = fvpoisson::io::vtk::pvd_datasets(&pvd)
+        .unwrap()
+        .into_iter()
+        .map(|(time, file)| (time.parse().unwrap(), file))
         .collect();
     assert_eq!(listed.len(), 2, "{pvd}");
     for (k, (&(time, file), expected)) in listed.iter().zip([0.05, 0.1]).enumerate() {
@@ -432,16 +426,9 @@ fn transient_runs_write_a_vtk_step_at_every_write_time() {
         "{log}"
     );
     let text = std::fs::read_to_string(&pvd).unwrap();
-    let times: Vec<f64> = text
-        .split("timestep=\"")
-        .skip(1)
-        .map(|t| t[..t.find('"').unwrap()].parse().unwrap())
-        .collect();
-    let files: Vec<&str> = text
-        .split("file=\"")
-        .skip(1)
-        .map(|t| &t[..t.find('"').unwrap()])
-        .collect();
+    let listed = fvpoisson::io::vtk::pvd_datasets(&text).unwrap();
+    let times: Vec<f64> = listed.iter().map(|(t, _)| t.parse().unwrap()).collect();
+    let files: Vec<&str> = listed.iter().map(|&(_, file)| file).collect();
     let written = ["0.025", "0.05", "0.075", "0.1"];
     assert_eq!(times.len(), written.len(), "{text}");
     for (k, ((time, file), name_of_time)) in times.iter().zip(&files).zip(written).enumerate() {

@@ -48,9 +48,10 @@ fn ok(o: Output) -> String {
 
 fn pvd_times(pvd: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(pvd).unwrap_or_else(|e| panic!("{}: {e}", pvd.display()));
-    text.split("timestep=\"")
-        .skip(1)
-        .map(|t| t[..t.find('"').unwrap()].to_string())
+    fvpoisson::io::vtk::pvd_datasets(&text)
+        .unwrap_or_else(|| panic!("{}: a step without a time or file", pvd.display()))
+        .into_iter()
+        .map(|(time, _)| time.to_string())
         .collect()
 }
 

@@ -452,6 +452,8 @@ pub struct Gpu {
     /// (env `FVPOISSON_GPU_PROFILE=1`, which synchronises each launch too);
     /// logged when the device is dropped.
     kernel_profile: Option<Mutex<HashMap<&'static str, KernelTime>>>,
+    /// [`Gpu::cooperative_blocks`], read from the device when it opens.
+    cooperative_blocks: Option<u32>,
 }
 
 /// Launches and device time of one kernel under `FVPOISSON_GPU_PROFILE=1`.
@@ -502,6 +504,19 @@ impl Drop for Gpu {
         }
         log::info!("{table}");
     }
+}
+
+/// [`Gpu::cooperative_blocks`] of the device of `ctx`: both attributes are
+/// constants of the device, read once when it opens rather than at each
+/// dense inverse.
+fn cooperative_blocks_of(ctx: &CudaContext) -> Result<Option<u32>, GpuError> {
+    use cudarc::driver::sys::CUdevice_attribute;
+    let attribute = |a| driver("cuDeviceGetAttribute", ctx.attribute(a));
+    if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? == 0 {
+        return Ok(None);
+    }
+    let sms = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    Ok(u32::try_from(sms).ok().filter(|&s| s > 0))
 }
 
 impl Gpu {
@@ -589,6 +604,7 @@ impl Gpu {
                 .collect(),
             all_cached: AtomicBool::new(true),
         });
+        let cooperative_blocks = cooperative_blocks_of(&ctx)?;
         Ok(Self {
             ctx,
             stream,
@@ -600,6 +616,7 @@ impl Gpu {
             sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1")
                 || profile,
             kernel_profile: profile.then(Default::default),
+            cooperative_blocks,
         })
     }
 
@@ -743,13 +760,7 @@ impl Gpu {
     /// one block on a multiprocessor); `None`: the device has no
     /// cooperative launches.
     pub fn cooperative_blocks(&self) -> Result<Option<u32>, GpuError> {
-        use cudarc::driver::sys::CUdevice_attribute;
-        let attribute = |a| driver("cuDeviceGetAttribute", self.ctx.attribute(a));
-        if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? == 0 {
-            return Ok(None);
-        }
-        let sms = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        Ok(u32::try_from(sms).ok().filter(|&s| s > 0))
+        Ok(self.cooperative_blocks)
     }
 
     fn launch_grid_on<'a>(

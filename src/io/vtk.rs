@@ -367,23 +367,21 @@ impl<'m> VtkSeries<'m> {
         // The listed times are `{:?}` of the run's f64 time, the restart time
         // is read from a directory name: equal up to the last bits.
         let slack = 1e-9 * time.abs().max(f64::MIN_POSITIVE);
+        let listed = pvd_datasets(&text).and_then(|entries| {
+            entries
+                .into_iter()
+                .map(|(t, file)| Some((t.parse::<f64>().ok()?, file)))
+                .collect::<Option<Vec<_>>>()
+        });
+        let Some(listed) = listed else {
+            log::warn!(
+                "{}: a step without a time or file; the VTK series starts anew",
+                path.display()
+            );
+            return self;
+        };
         let mut steps = Vec::new();
-        for entry in text.split("<DataSet").skip(1) {
-            let attribute = |key: &str| {
-                let at = entry.find(&format!("{key}=\""))? + key.len() + 2;
-                let rest = &entry[at..];
-                Some(&rest[..rest.find('"')?])
-            };
-            let time_and_file = attribute("timestep")
-                .and_then(|t| t.parse::<f64>().ok())
-                .zip(attribute("file"));
-            let Some((t, file)) = time_and_file else {
-                log::warn!(
-                    "{}: a step without a time or file; the VTK series starts anew",
-                    path.display()
-                );
-                return self;
-            };
+        for (t, file) in listed {
             if t > time + slack {
                 break;
             }
@@ -1809,6 +1807,24 @@ fn check_fields(
     Ok(())
 }
 
+/// The `(timestep, file)` attributes of each `<DataSet>` of a `.pvd`
+/// collection's text, in file order, as written; `None` if an entry lacks
+/// either (a series this writer did not write).
+pub fn pvd_datasets(pvd_text: &str) -> Option<Vec<(&str, &str)>> {
+    pvd_text
+        .split("<DataSet")
+        .skip(1)
+        .map(|entry| {
+            let attribute = |key: &str| {
+                let at = entry.find(&format!("{key}=\""))? + key.len() + 2;
+                let rest = &entry[at..];
+                Some(&rest[..rest.find('"')?])
+            };
+            Some((attribute("timestep")?, attribute("file")?))
+        })
+        .collect()
+}
+
 /// The name of a case's VTK series: the case directory's name (of its
 /// canonical path, so `.` names the directory), with characters other than
 /// ASCII letters, digits, '_' and '-' replaced by '_'; `case` if none is left.
@@ -1873,6 +1889,21 @@ mod tests {
     use crate::mesh::{mesh_from_unordered_faces, FaceList, FaceSide, PatchKind};
     use std::collections::HashMap;
     use std::fs;
+
+    #[test]
+    fn pvd_datasets_reads_each_step_and_refuses_an_incomplete_one() {
+        let text = "<VTKFile>\n<Collection>\n\
+            <DataSet timestep=\"0.5\" group=\"\" part=\"0\" file=\"c_000000.vtm\"/>\n\
+            <DataSet timestep=\"1\" group=\"\" part=\"0\" file=\"c_000001.vtm\"/>\n\
+            </Collection>\n</VTKFile>\n";
+        assert_eq!(
+            pvd_datasets(text),
+            Some(vec![("0.5", "c_000000.vtm"), ("1", "c_000001.vtm")])
+        );
+        assert_eq!(pvd_datasets("<Collection></Collection>"), Some(vec![]));
+        let no_file = text.replace("file=\"c_000001.vtm\"", "");
+        assert_eq!(pvd_datasets(&no_file), None);
+    }
 
     /// `face` ordered so that its normal points away from `inside`.
     fn facing_away(points: &[Vec3], face: &[Label], inside: Vec3) -> Vec<Label> {
