@@ -9,44 +9,30 @@
 //! milliseconds, with the process CPU time it took (all threads); the
 //! mesh's cell → face lists (`Mesh::cell_faces`) are timed alike.
 
+mod common;
+
+use common::SLICE_HEIGHT;
 use fvpoisson::mesh::Mesh;
 use fvpoisson::sparse::ordering::{relative_bandwidth, Graph, Permutation};
 use fvpoisson::sparse::{Csr, RowOrdering};
-use std::time::Instant;
-
-/// The rows of a device solve (`GpuSolveOptions::default().slice_height`).
-const SLICE_HEIGHT: usize = 256;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut threads = vec![1, 2];
-    let mut repeat = 3;
-    let mut specs = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--threads" => {
-                let list = args.next().ok_or("--threads needs a list such as 1,2")?;
-                threads = list.split(',').map(str::parse).collect::<Result<_, _>>()?;
-            }
-            "--repeat" => repeat = args.next().ok_or("--repeat needs a count")?.parse()?,
-            "--bench" => {}
-            spec => specs.push(spec.to_string()),
-        }
-    }
-    if specs.is_empty() {
-        specs.push("box:110x110x110:tet:perturb=0.2:renumber".into());
-    }
-    for spec in &specs {
-        let start = Instant::now();
-        let mesh = fvpoisson::mesh::load(spec)?;
-        let pattern = fvm_pattern(&mesh)?;
+    let options = common::Options::parse(&[])?;
+    let repeat = options.repeat;
+    for spec in &options.specs_or("box:110x110x110:tet:perturb=0.2:renumber") {
+        let (built, took) = common::timed(|| {
+            let (mesh, _) = common::load_mesh(spec)?;
+            let pattern = fvm_pattern(&mesh)?;
+            Ok::<_, Box<dyn std::error::Error>>((mesh, pattern))
+        });
+        let (mesh, pattern) = built?;
         println!(
             "{spec}: {} cells, {} matrix entries, relative bandwidth {:.1} n^(2/3) \
              (mesh and pattern in {:.1} s)",
             mesh.n_cells(),
             pattern.nnz(),
             relative_bandwidth(&pattern),
-            start.elapsed().as_secs_f64()
+            took.wall_ms / 1e3
         );
         let graph = Graph::of_matrix(&pattern);
         let cm = graph.cuthill_mckee();
@@ -56,17 +42,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             graph.n_targets() / 2,
             levels
         );
-        for &t in &threads {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build()?;
-            let best = |f: &mut (dyn FnMut() + Send)| {
-                (0..repeat)
-                    .map(|_| {
-                        let (wall, cpu) = (Instant::now(), cpu_seconds());
-                        pool.install(&mut *f);
-                        (wall.elapsed().as_secs_f64() * 1e3, cpu_seconds() - cpu)
-                    })
-                    .fold((f64::INFINITY, 0.0), |a, b| if b.0 < a.0 { b } else { a })
-            };
+        for &t in &options.threads {
+            let pool = common::pool(t)?;
+            let best = |f: &mut (dyn FnMut() + Send)| common::best_of(&pool, repeat, f);
             let parts = [
                 ("Mesh::cell_faces", best(&mut || drop(mesh.cell_faces()))),
                 (
@@ -101,8 +79,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }),
                 ),
             ];
-            for (name, (ms, cpu)) in parts {
-                println!("  {t} thread(s): {name:<30} {ms:>9.1} ms  {cpu:>6.2} CPU-s");
+            for (name, elapsed) in parts {
+                common::print_part(t, name, elapsed);
             }
         }
     }
@@ -157,22 +135,4 @@ fn level_count(graph: &Graph, order: &[u32]) -> usize {
         }
     }
     deepest + 1
-}
-
-/// User + system CPU time of this process, all threads (/proc/self/stat,
-/// in ticks of 1/100 s).
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return f64::NAN;
-    };
-    let Some(after) = stat.rsplit(')').next() else {
-        return f64::NAN;
-    };
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|s| s.parse::<f64>().ok());
-    // After the command name: state is field 3 (index 0 here), utime 14, stime 15.
-    match (ticks(11), ticks(12)) {
-        (Some(u), Some(s)) => (u + s) / 100.0,
-        _ => f64::NAN,
-    }
 }

@@ -1,4 +1,4 @@
-//! Times the VTK writer on a generated mesh with synthetic fields, as a run
+//! Times the VTK writer on a mesh (any source `mesh::load` takes) with synthetic fields, as a run
 //! writes them (`VtkSeries::write_step`: the cells, every patch, the `.vtm`
 //! and the `.pvd`):
 //! `cargo run --release --example vtk_write -- SPEC DIR [STEPS] [ENCODING]`,
@@ -9,25 +9,15 @@
 //! process's CPU seconds and the bytes written; the files of the last step
 //! stay in DIR for comparing writers byte for byte.
 
+mod common;
+
 use fvpoisson::io::vtk::{Field, VtkEncoding, VtkSeries};
-use fvpoisson::mesh::generate::BoxSpec;
 use fvpoisson::mesh::Vec3;
 use std::time::Instant;
 
-fn cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes one timespec.
-    match unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } {
-        0 => ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9,
-        _ => 0.0,
-    }
-}
-
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = common::Options::parse(&[]).map_err(anyhow::Error::msg)?;
+    let args = &options.positional;
     let (Some(spec), Some(dir)) = (args.first(), args.get(1)) else {
         anyhow::bail!("usage: vtk_write SPEC DIR [STEPS] [ENCODING]");
     };
@@ -37,7 +27,7 @@ fn main() -> anyhow::Result<()> {
         .map_or(Ok(VtkEncoding::Binary), |s| s.parse())
         .map_err(anyhow::Error::msg)?;
     let t = Instant::now();
-    let mesh = spec.parse::<BoxSpec>()?.generate()?;
+    let (mesh, _) = common::load_mesh(spec).map_err(|e| anyhow::anyhow!("{spec}: {e}"))?;
     let geometry = mesh.geometry()?;
     println!(
         "{spec}: {} cells, {} points; mesh and geometry {:.2} s; {} threads",
@@ -57,7 +47,7 @@ fn main() -> anyhow::Result<()> {
     let p_faces: Vec<f64> = faces.iter().map(value).collect();
     let mut series = VtkSeries::new(&mesh, dir, "timing")?.with_encoding(encoding);
     for step in 0..steps {
-        let (t, cpu) = (Instant::now(), cpu_seconds());
+        let (t, cpu) = (Instant::now(), common::cpu_seconds());
         let before = series.bytes_written();
         series.write_step(
             step as f64,
@@ -72,7 +62,7 @@ fn main() -> anyhow::Result<()> {
         println!(
             "step {step}: {:.3} s wall, {:.3} s cpu, {:.1} MB",
             t.elapsed().as_secs_f64(),
-            cpu_seconds() - cpu,
+            common::cpu_seconds() - cpu,
             (series.bytes_written() - before) as f64 / 1e6
         );
     }

@@ -181,13 +181,6 @@ impl AssemblyMap {
                 .map(|&f| f as usize)
                 .filter(|&f| f < n_internal)
         };
-        // The row across internal face f from `cell`, and whether `cell` is
-        // the face's neighbour.
-        let across = |f: usize, cell: usize| {
-            let is_neighbour = neighbour[f] as usize == cell;
-            let other = if is_neighbour { owner[f] } else { neighbour[f] } as usize;
-            (old_to_new[other] as usize, is_neighbour)
-        };
         // Each slice as long as its row of most internal faces: the counts
         // per cell read in cell order, then looked up per row (one access
         // per row in the new order rather than a walk of its faces).
@@ -246,17 +239,72 @@ impl AssemblyMap {
                 .enumerate()
                 .filter_map(|(slice, (((codes, slots), pattern), met))| {
                     let first = slice * h;
+                    let cells = &new_to_old[first..first + met.len()];
+                    // The slice's rows gathered a stage at a time (their
+                    // face lists, the faces' other cells, those cells'
+                    // rows): the loads of a stage do not wait on each
+                    // other, where a walk of one row at a time waits on a
+                    // chain of five random reads per face (row → cell →
+                    // face list → face → other cell → its row).
+                    let lists: Vec<(usize, usize)> = cells
+                        .iter()
+                        .map(|&c| {
+                            (
+                                offsets[c as usize] as usize,
+                                offsets[c as usize + 1] as usize,
+                            )
+                        })
+                        .collect();
+                    let mut row_faces: Vec<u32> = Vec::with_capacity(8 * cells.len());
+                    let mut row_end = Vec::with_capacity(cells.len());
+                    for &(start, end) in &lists {
+                        row_faces.extend(
+                            cell_faces[start..end]
+                                .iter()
+                                .filter(|&&f| (f as usize) < n_internal),
+                        );
+                        row_end.push(row_faces.len());
+                    }
+                    // Per face of each row: the other cell, and whether the
+                    // row's cell is the face's neighbour (bit 31; cells
+                    // number fewer than 2^31).
+                    const NEIGHBOUR: u32 = 1 << 31;
+                    let mut others: Vec<u32> = Vec::with_capacity(row_faces.len());
+                    let mut done = 0;
+                    for (&cell, &end) in cells.iter().zip(&row_end) {
+                        others.extend(row_faces[done..end].iter().map(|&f| {
+                            let nb = neighbour[f as usize];
+                            if nb == cell {
+                                owner[f as usize] | NEIGHBOUR
+                            } else {
+                                nb
+                            }
+                        }));
+                        done = end;
+                    }
+                    let across: Vec<(usize, bool)> = others
+                        .iter()
+                        .map(|&o| {
+                            (
+                                old_to_new[(o & !NEIGHBOUR) as usize] as usize,
+                                o & NEIGHBOUR != 0,
+                            )
+                        })
+                        .collect();
                     // (new column, step) of the row's internal faces.
                     let mut columns: Vec<(usize, usize)> = Vec::new();
-                    for (i, met) in met.iter_mut().enumerate() {
+                    let mut done = 0;
+                    for ((i, met), (&cell, &end)) in
+                        met.iter_mut().enumerate().zip(cells.iter().zip(&row_end))
+                    {
                         let row = first + i;
-                        let cell = new_to_old[row] as usize;
                         columns.clear();
                         let mut count = 0;
-                        for (step, f) in internal_faces(cell).enumerate() {
-                            let (column, is_neighbour) = across(f, cell);
+                        let faces = row_faces[done..end].iter().zip(&across[done..end]);
+                        done = end;
+                        for (step, (&f, &(column, is_neighbour))) in faces.enumerate() {
                             let first_here = row < column;
-                            codes[i + step * h] = ((f as u32) << 1)
+                            codes[i + step * h] = (f << 1)
                                 | u32::from(is_neighbour)
                                 | if first_here { FIRST_MET } else { 0 };
                             count += u32::from(first_here);

@@ -93,14 +93,18 @@ impl Geometry {
         // Estimated cell centres, the average of their face centres. The sums
         // run in parallel over the cell parts, each part adding the faces of
         // its own cells in face order: the serial loop's bits.
-        let parts = super::cell_parts(n_cells);
+        // Each part reads only its own cells' face sides (`PartSides`), not
+        // every face.
+        let sides = super::PartSides::new(mesh);
+        let parts = sides.parts();
         let mut estimated = vec![Vec3::zeros(); n_cells];
-        super::split_by_parts(&mut estimated, &parts)
+        super::split_by_parts(&mut estimated, parts)
             .into_par_iter()
-            .zip(&parts)
-            .for_each(|(sums, cells)| {
+            .zip(parts)
+            .enumerate()
+            .for_each(|(part, (sums, cells))| {
                 let mut counts = vec![0u32; cells.len()];
-                mesh.for_each_side_of(cells, |f, c, _| {
+                sides.for_each(mesh, part, |f, c, _| {
                     sums[c - cells.start] += face_centres[f];
                     counts[c - cells.start] += 1;
                 });
@@ -112,12 +116,13 @@ impl Geometry {
         // Pass 2: pyramid decomposition about the estimated centre.
         let mut cell_centres = vec![Vec3::zeros(); n_cells];
         let mut cell_volumes = vec![0.0f64; n_cells];
-        super::split_by_parts(&mut cell_centres, &parts)
+        super::split_by_parts(&mut cell_centres, parts)
             .into_par_iter()
-            .zip(super::split_by_parts(&mut cell_volumes, &parts))
-            .zip(&parts)
-            .for_each(|((weighted, volumes), cells)| {
-                mesh.for_each_side_of(cells, |f, c, is_owner| {
+            .zip(super::split_by_parts(&mut cell_volumes, parts))
+            .zip(parts)
+            .enumerate()
+            .for_each(|(part, ((weighted, volumes), cells))| {
+                sides.for_each(mesh, part, |f, c, is_owner| {
                     let cf = face_centres[f];
                     let sf = face_area_vectors[f];
                     let est = estimated[c];
@@ -138,6 +143,7 @@ impl Geometry {
                 }
             });
         drop(estimated);
+        drop(sides);
 
         // Pass 3: interpolation weights (the magnitudes keep them in [0, 1] even on
         // badly non-orthogonal faces, as OpenFOAM does).

@@ -1,0 +1,141 @@
+//! Host cost of the phases of a whole GPU run that run on the CPU, each
+//! timed alone on rayon pools of the thread counts given: the mesh
+//! (`mesh::load`), its geometry (`Mesh::geometry`), the cell → face lists
+//! (`Mesh::cell_faces`, read by the map and the VTK cells), the deferred
+//! host system (face coefficients' structure and matrix pattern), the row
+//! ordering (reverse Cuthill–McKee unless banded), the device assembly's
+//! index map (`AssemblyMap::new`) and the VTK output's first and second
+//! write of a series (the first also derives the cells' VTK shapes, so the
+//! difference is their cost).
+//!
+//! `cargo run --release --example host_phases -- [--threads 1,2] [--repeat 3] [--vtk DIR] SPEC...`
+//! where SPEC is any mesh source `mesh::load` takes (default
+//! `box:100x100x100`). The best of `--repeat` runs of each part is printed,
+//! wall and process CPU milliseconds; the stages of one run on the global
+//! pool come first, with the resident memory after each. `--vtk DIR` adds
+//! the VTK writes (files under DIR, removed after each repeat).
+
+mod common;
+
+use common::{stage, SLICE_HEIGHT};
+use fvpoisson::fvm::{
+    BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
+};
+use fvpoisson::gpu::assembly::AssemblyMap;
+use fvpoisson::io::vtk::{Field, VtkSeries};
+use fvpoisson::mesh::Mesh;
+use fvpoisson::sparse::RowOrdering;
+
+fn problem_of(mesh: &Mesh) -> LaplacianProblem {
+    LaplacianProblem::steady(
+        CellField::Uniform(1.0),
+        CellField::Uniform(0.0),
+        BoundaryCondition::on_every_patch(
+            mesh,
+            BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+        ),
+    )
+}
+
+/// Writes `steps` steps of one cell field to a new series in `dir`.
+fn write_vtk(mesh: &Mesh, dir: &std::path::Path, steps: usize) {
+    let values: Vec<f64> = (0..mesh.n_cells()).map(|c| c as f64).collect();
+    let mut series = VtkSeries::new(mesh, dir, "phases").expect("a VTK series");
+    for step in 0..steps {
+        series
+            .write_step(step as f64, &[Field::scalar("p", &values)], &[])
+            .expect("a VTK step");
+    }
+    drop(series);
+    std::fs::remove_dir_all(dir).expect("the VTK files removed");
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let mut options = common::Options::parse(&["--vtk"])?;
+    // `--vtk DIR`: the directory is the positional argument after the flag.
+    let vtk_dir = if options.has("--vtk") {
+        Some(std::path::PathBuf::from(options.positional.remove(0)))
+    } else {
+        None
+    };
+    for spec in &options.specs_or("box:100x100x100") {
+        println!("{spec}: a GPU run's host stages");
+        let (mesh, _) = stage("mesh", || common::load_mesh(spec))?;
+        let geometry = stage("geometry", || mesh.geometry())?;
+        let problem = problem_of(&mesh);
+        let system = stage("deferred system", || {
+            LaplacianSystem::deferred(&mesh, &geometry, Schemes::default(), &problem)
+        })?;
+        let ordering = stage("ordering", || {
+            RowOrdering::Rcm.permutation_unless_banded(&system.matrix, SLICE_HEIGHT)
+        })?
+        .unwrap_or_else(|| fvpoisson::sparse::ordering::Permutation::identity(mesh.n_cells()));
+        let map = stage("AssemblyMap::new", || {
+            AssemblyMap::new(&mesh, &ordering, SLICE_HEIGHT)
+        })?;
+        println!(
+            "  {} cells, {} internal faces, {} points, {} matrix entries, {} map slots",
+            mesh.n_cells(),
+            mesh.n_internal_faces(),
+            mesh.n_points(),
+            system.matrix.nnz(),
+            map.face_slots.len()
+        );
+        drop(map);
+        for &t in &options.threads {
+            let pool = common::pool(t)?;
+            let best = |f: &mut (dyn FnMut() + Send)| common::best_of(&pool, options.repeat, f);
+            let mut parts = vec![
+                (
+                    "mesh::load",
+                    best(&mut || drop(fvpoisson::mesh::load(spec).unwrap())),
+                ),
+                (
+                    "Mesh::geometry",
+                    best(&mut || drop(mesh.geometry().unwrap())),
+                ),
+                ("Mesh::cell_faces", best(&mut || drop(mesh.cell_faces()))),
+                (
+                    "deferred system",
+                    best(&mut || {
+                        drop(
+                            LaplacianSystem::deferred(
+                                &mesh,
+                                &geometry,
+                                Schemes::default(),
+                                &problem,
+                            )
+                            .unwrap(),
+                        )
+                    }),
+                ),
+                (
+                    "ordering",
+                    best(&mut || {
+                        drop(
+                            RowOrdering::Rcm
+                                .permutation_unless_banded(&system.matrix, SLICE_HEIGHT)
+                                .unwrap(),
+                        )
+                    }),
+                ),
+                (
+                    "AssemblyMap::new",
+                    best(&mut || drop(AssemblyMap::new(&mesh, &ordering, SLICE_HEIGHT).unwrap())),
+                ),
+            ];
+            if let Some(dir) = &vtk_dir {
+                parts.push(("VTK series, 1 step", best(&mut || write_vtk(&mesh, dir, 1))));
+                parts.push((
+                    "VTK series, 2 steps",
+                    best(&mut || write_vtk(&mesh, dir, 2)),
+                ));
+            }
+            for (name, elapsed) in parts {
+                common::print_part(t, name, elapsed);
+            }
+        }
+    }
+    Ok(())
+}
