@@ -410,13 +410,16 @@ extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ mem
 // members' entry order (the CPU's). A warp per coarse row (blockDim.x a
 // multiple of 32): lane j accumulates coarse entry c0 + j in a register
 // while the members' entries (read 32 at a time) are broadcast one by one.
+// coarse_vals_f32 (nullable): the values rounded to nearest f32 as well (a
+// mixed cycle's copy, cast_f64_to_f32's rounding, in the same launch).
 extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ member_ptr,
                                                const unsigned* __restrict__ members,
                                                const u64* __restrict__ row_ptr,
                                                const double* __restrict__ vals,
                                                const u64* __restrict__ dest,
                                                const u64* __restrict__ coarse_row_ptr,
-                                               double* __restrict__ coarse_vals) {
+                                               double* __restrict__ coarse_vals,
+                                               float* __restrict__ coarse_vals_f32) {
     const int lane = threadIdx.x & 31;
     const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
     if (I >= nc) return;  // whole warps leave together
@@ -444,7 +447,10 @@ extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ m
                 }
             }
         }
-        if (c0 + lane < len) coarse_vals[mine] = acc;
+        if (c0 + lane < len) {
+            coarse_vals[mine] = acc;
+            if (coarse_vals_f32) coarse_vals_f32[mine] = (float)acc;
+        }
     }
 }
 
@@ -499,12 +505,15 @@ extern "C" __global__ void amg_sort_members(int nc, const u64* __restrict__ memb
 #define SCALE_L1 1
 
 // scale[i] = omega / a_ii (weighted Jacobi) or 1 / (a_ii + sum_{j != i}
-// |a_ij|) in column order (L1-Jacobi, solve::smoother::l1_row_norm). *bad =
-// the smallest row whose a_ii is not positive and finite (kept when none).
+// |a_ij|) in column order (L1-Jacobi, solve::smoother::l1_row_norm), and
+// rounded to f32 into scale_f32 where given (nullable: a mixed cycle's copy).
+// *bad = the smallest row whose a_ii is not positive and finite (kept when
+// none).
 extern "C" __global__ void amg_smoother_scale(int n, const u64* __restrict__ row_ptr,
                                               const unsigned* __restrict__ cols,
                                               const double* __restrict__ vals, int kind,
                                               double omega, double* __restrict__ scale,
+                                              float* __restrict__ scale_f32,
                                               int* __restrict__ bad) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -514,7 +523,9 @@ extern "C" __global__ void amg_smoother_scale(int n, const u64* __restrict__ row
     double l1 = d;
     for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
         if ((int)cols[k] != i) l1 += fabs(vals[k]);
-    scale[i] = kind == SCALE_L1 ? 1.0 / l1 : omega / d;
+    const double s = kind == SCALE_L1 ? 1.0 / l1 : omega / d;
+    scale[i] = s;
+    if (scale_f32) scale_f32[i] = (float)s;
     if (!(d > 0.0) || isinf(d)) atomicMin(bad, i);
 }
 

@@ -194,6 +194,44 @@ extern "C" __global__ void bs_finish(int step, int m, int slices, const u64* lan
     bs_finish_step(step, m, slices ? l.slice_partials : l.vector_partials, l.st, l.rec, j);
 }
 
+// The lanes' start, one pass over the slots for all of them: rowSum of lane
+// c's matrix (the shared slots with diagonal diag_c) into row_sums_c and, when
+// inv_c is set, 1/diagonal; for lanes c < k. Per lane the operations and
+// their order are modsell_row_sums's (kernels/assembly.cu: the diagonal
+// first, then the off-diagonals in slot order, round-to-nearest adds): the
+// same bits. One thread per row, one block per slice.
+extern "C" __global__ void bs_lane_row_sums(int n, const u64* __restrict__ slice_ptr,
+                                            const int* __restrict__ codes,
+                                            const double* __restrict__ vals, int k,
+                                            const double* diag_0, const double* diag_1,
+                                            const double* diag_2, double* row_sums_0,
+                                            double* row_sums_1, double* row_sums_2,
+                                            double* inv_0, double* inv_1, double* inv_2) {
+    const int h = blockDim.x, row = blockIdx.x * h + threadIdx.x;
+    if (row >= n) return;
+    const double* diag[BS_MAX_LANES] = {diag_0, diag_1, diag_2};
+    double* sums[BS_MAX_LANES] = {row_sums_0, row_sums_1, row_sums_2};
+    double* inv[BS_MAX_LANES] = {inv_0, inv_1, inv_2};
+    double s[BS_MAX_LANES] = {0.0, 0.0, 0.0};
+#pragma unroll
+    for (int c = 0; c < BS_MAX_LANES; ++c)
+        if (c < k) s[c] = diag[c][row];
+    const u64 end = slice_ptr[blockIdx.x + 1];
+    for (u64 j = slice_ptr[blockIdx.x] + threadIdx.x; j < end; j += h) {
+        if (codes[j] == 0) continue;
+        const double v = vals[j];
+#pragma unroll
+        for (int c = 0; c < BS_MAX_LANES; ++c)
+            if (c < k) s[c] = __dadd_rn(s[c], v);
+    }
+#pragma unroll
+    for (int c = 0; c < BS_MAX_LANES; ++c) {
+        if (c >= k) continue;
+        sums[c][row] = s[c];
+        if (inv[c] != nullptr) inv[c][row] = __ddiv_rn(1.0, diag[c][row]);
+    }
+}
+
 // The prologue: r0 = r (scale(1.0, &r, &mut r0)) with partials of r0 . r
 // (dot(&r0, &r)); `folded`: the last block finishes (BS_STEP_START).
 extern "C" __global__ void bs_start(int n, const u64* lanes, int folded) {

@@ -18,13 +18,24 @@ extern "C" __global__ void simple_relax(int n, double alpha, const double* __res
     if (i < n) x[i] = asm_add(old[i], asm_mul(alpha, asm_sub(x[i], old[i])));
 }
 
-// U_c = HbyA_c - rAU (grad p)_c for component c; grad: 3 doubles per cell.
-extern "C" __global__ void simple_correct_velocity(int n, int c, const double* __restrict__ hbya,
-                                                   const double* __restrict__ r_au,
-                                                   const double* __restrict__ grad,
-                                                   double* __restrict__ u) {
+// U_c = HbyA_c - rAU (grad p)_c for the three components in one launch (a
+// null hbya_c / u_c: component c is not solved; grad: 3 doubles per cell),
+// r_au and the gradient row read once.
+extern "C" __global__ void simple_correct_velocities(int n, const double* __restrict__ hbya0,
+                                                     const double* __restrict__ hbya1,
+                                                     const double* __restrict__ hbya2,
+                                                     const double* __restrict__ r_au,
+                                                     const double* __restrict__ grad,
+                                                     double* __restrict__ u0,
+                                                     double* __restrict__ u1,
+                                                     double* __restrict__ u2) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) u[i] = asm_sub(hbya[i], asm_mul(r_au[i], grad[3 * (unsigned long long)i + c]));
+    if (i >= n) return;
+    const double r = r_au[i];
+    const double* g = grad + 3 * (unsigned long long)i;
+    if (u0 != nullptr) u0[i] = asm_sub(hbya0[i], asm_mul(r, g[0]));
+    if (u1 != nullptr) u1[i] = asm_sub(hbya1[i], asm_mul(r, g[1]));
+    if (u2 != nullptr) u2[i] = asm_sub(hbya2[i], asm_mul(r, g[2]));
 }
 
 // The deferred correction times the flux, per internal face (device order),
@@ -188,63 +199,65 @@ extern "C" __global__ void simple_momentum_rows(
     simple_momentum_outputs(row, c, relaxed, s, volumes[row], stress, grad_p, diag, source, b);
 }
 
-// a_P = the mean of the components' diagonals (fvVectorMatrix::A()); d1, d2
-// may be null (fewer components).
-extern "C" __global__ void simple_average_diagonal(int n, const double* __restrict__ d0,
-                                                   const double* __restrict__ d1,
-                                                   const double* __restrict__ d2,
-                                                   double* __restrict__ a_p) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    double a = d0[i], count = 1.0;
-    if (d1 != nullptr) {
-        a = asm_add(a, d1[i]);
-        count = 2.0;
-    }
-    if (d2 != nullptr) {
-        a = asm_add(a, d2[i]);
-        count = 3.0;
-    }
-    a_p[i] = asm_div(a, count);
-}
-
-// HbyA_c = (source - sum_off a u_j - (a_ii - a_P) u_i) / a_P per row (one block
-// per slice, the mod-SELL column codes as the SpMV reads them); `off_sum`
-// (may be null) gets the signed sum of the row's off-diagonals (SIMPLEC).
-extern "C" __global__ void simple_hbya(int n, const u64* __restrict__ slice_ptr,
-                                       const int* __restrict__ codes,
-                                       const double* __restrict__ vals,
-                                       const double* __restrict__ diag,
-                                       const double* __restrict__ source,
-                                       const double* __restrict__ a_p,
-                                       const double* __restrict__ u, double* __restrict__ hbya,
-                                       double* __restrict__ off_sum) {
+// One launch for the solved components' lanes (lane k: diagonal d_k, source
+// s_k, velocity component u_k, output h_k; a null d_k ends the lanes), one
+// block per slice: a_P = the mean of the lanes' diagonals (fvVectorMatrix::A()),
+// HbyA_k = (s_k - sum_off a u_k,j - (a_ii,k - a_P) u_k,i) / a_P (each lane's
+// sum over the mod-SELL codes in slot order, the diagonal last; the codes and
+// values read once for all lanes), rAU = V / a_P, and with `off_sum`
+// (SIMPLEC; may be null) the row's signed off-diagonal sum and
+// rAtU = V / (a_P + sum_off a).
+extern "C" __global__ void simple_hbya_r_au(
+    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+    const double* __restrict__ vals, const double* __restrict__ volumes,
+    const double* __restrict__ d0, const double* __restrict__ d1, const double* __restrict__ d2,
+    const double* __restrict__ s0, const double* __restrict__ s1, const double* __restrict__ s2,
+    const double* __restrict__ u0, const double* __restrict__ u1, const double* __restrict__ u2,
+    double* __restrict__ h0, double* __restrict__ h1, double* __restrict__ h2,
+    double* __restrict__ a_p, double* __restrict__ r_au, double* __restrict__ off_sum,
+    double* __restrict__ r_atu) {
     const SimpleRow r = simple_row(n, slice_ptr);
     if (!r.in_range) return;
     const int row = r.row;
-    const double ap = a_p[row];
-    double s = source[row], off = 0.0;
+    const bool has1 = d1 != nullptr, has2 = has1 && d2 != nullptr;
+    double ap = d0[row], count = 1.0;
+    if (has1) {
+        ap = asm_add(ap, d1[row]);
+        count = 2.0;
+    }
+    if (has2) {
+        ap = asm_add(ap, d2[row]);
+        count = 3.0;
+    }
+    ap = asm_div(ap, count);
+    double t0 = s0[row], t1 = has1 ? s1[row] : 0.0, t2 = has2 ? s2[row] : 0.0, off = 0.0;
     for (u64 k = r.first; k < r.end; k += r.h) {
         const int c = codes[k];
         if (c == 0) continue;
         const u64 col = c > 0 ? (u64)(c - 1) : (u64)blockIdx.x * r.h + (u64)(-(c + 1));
-        s = asm_sub(s, asm_mul(vals[k], u[col]));
-        off = asm_add(off, vals[k]);
+        const double v = vals[k];
+        t0 = asm_sub(t0, asm_mul(v, u0[col]));
+        if (has1) t1 = asm_sub(t1, asm_mul(v, u1[col]));
+        if (has2) t2 = asm_sub(t2, asm_mul(v, u2[col]));
+        off = asm_add(off, v);
     }
-    s = asm_sub(s, asm_mul(asm_sub(diag[row], ap), u[row]));
-    hbya[row] = asm_div(s, ap);
-    if (off_sum != nullptr) off_sum[row] = off;
-}
-
-// rAU = V / a_P; with `off_sum` (SIMPLEC) also rAtU = V / (a_P + sum_off a).
-extern "C" __global__ void simple_r_au(int n, const double* __restrict__ volumes,
-                                       const double* __restrict__ a_p,
-                                       const double* __restrict__ off_sum,
-                                       double* __restrict__ r_au, double* __restrict__ r_atu) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    r_au[i] = asm_div(volumes[i], a_p[i]);
-    if (off_sum != nullptr) r_atu[i] = asm_div(volumes[i], asm_add(a_p[i], off_sum[i]));
+    t0 = asm_sub(t0, asm_mul(asm_sub(d0[row], ap), u0[row]));
+    h0[row] = asm_div(t0, ap);
+    if (has1) {
+        t1 = asm_sub(t1, asm_mul(asm_sub(d1[row], ap), u1[row]));
+        h1[row] = asm_div(t1, ap);
+    }
+    if (has2) {
+        t2 = asm_sub(t2, asm_mul(asm_sub(d2[row], ap), u2[row]));
+        h2[row] = asm_div(t2, ap);
+    }
+    a_p[row] = ap;
+    const double volume = volumes[row];
+    r_au[row] = asm_div(volume, ap);
+    if (off_sum != nullptr) {
+        off_sum[row] = off;
+        r_atu[row] = asm_div(volume, asm_add(ap, off));
+    }
 }
 
 // out = x - y.

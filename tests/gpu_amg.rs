@@ -826,6 +826,110 @@ fn an_indefinite_coarsest_matrix_is_a_clear_error_at_set_up_and_update() {
     amg.update_values(good).unwrap();
 }
 
+/// The value re-set-up of a time step (`update_values_deferred`: the status
+/// read after the next solve, not waited for) gives a fresh set-up's bits in
+/// f64 and mixed precision (the mixed cycle's f32 copies of the coarse
+/// values and smoother scales now written by the kernels that compute them),
+/// and its status is pending until read.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_deferred_value_update_equals_a_fresh_setup_in_both_precisions() {
+    let Some(gpu) = test_device() else { return };
+    println!("{:<44} {:<9} {:>7}", "system", "precision", "levels");
+    for s in systems().into_iter().take(4) {
+        for precision in [Precision::Double, Precision::Mixed] {
+            let settings = AmgSettings {
+                precision,
+                ..test_settings()
+            };
+            let (m, csr) = fine(&gpu, &s.a, 512);
+            let mut amg = DeviceAmg::new(&gpu, m, &settings).unwrap();
+            assert!(!amg.status_pending(), "{}: nothing pending", s.name);
+            let (m2, _) = fine(&gpu, &new_values(&s.a, 17), 512);
+            amg.update_values_deferred(Rc::clone(&m2)).unwrap();
+            assert!(amg.status_pending(), "{}: the status is deferred", s.name);
+            let fresh = DeviceAmg::new(&gpu, m2, &settings).unwrap();
+            assert_eq!(amg.level_rows(), fresh.level_rows(), "{}: levels", s.name);
+            for l in 0..fresh.level_rows().len() {
+                assert_eq!(
+                    amg.matrix(l).unwrap(),
+                    fresh.matrix(l).unwrap(),
+                    "{}: {precision:?}: level {l} after the deferred update",
+                    s.name
+                );
+            }
+            // The cycle runs before the status is read (as PCG runs it).
+            let n = csr.n_rows();
+            let r = gpu.upload(&random_vector(n, 5)).unwrap();
+            let z = [0, 1].map(|_| gpu.zeros::<f64>(n).unwrap());
+            amg.apply(&r, &z[0]).unwrap();
+            fresh.apply(&r, &z[1]).unwrap();
+            amg.deferred_status().unwrap();
+            assert!(!amg.status_pending(), "{}: read once", s.name);
+            amg.deferred_status().unwrap();
+            assert_eq!(
+                gpu.download(&z[0]).unwrap(),
+                gpu.download(&z[1]).unwrap(),
+                "{}: {precision:?}: cycle after the deferred update",
+                s.name
+            );
+            println!(
+                "{:<44} {:<9} {:>7}",
+                s.name,
+                format!("{precision:?}"),
+                fresh.level_rows().len()
+            );
+        }
+    }
+}
+
+/// A deferred value update with values whose coarsest matrix is not positive
+/// definite returns `Ok`, and the error `update_values` gives comes from
+/// `deferred_status` (once); an unread failed status is the error of the next
+/// update; good values set the hierarchy right again.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_deferred_value_update_reports_an_indefinite_coarsest_matrix_later() {
+    let Some(gpu) = test_device() else { return };
+    let (a, _) = poisson_system("box:10x10x10").unwrap();
+    let mut bad = a.clone();
+    for r in 0..a.n_rows() {
+        let (cols, _) = a.row(r);
+        for &c in cols.iter().filter(|&&c| c as usize != r) {
+            let slot = a.slot(r, c as usize).unwrap();
+            bad.values_mut()[slot] *= 3.0;
+        }
+    }
+    let settings = AmgSettings {
+        coarsest_rows: a.n_rows(),
+        ..test_settings()
+    };
+    let (good, _) = fine(&gpu, &a, 32);
+    let mut amg = DeviceAmg::new(&gpu, Rc::clone(&good), &settings).unwrap();
+    let (m, _) = fine(&gpu, &bad, 32);
+    let synchronous = DeviceAmg::new(&gpu, Rc::clone(&good), &settings)
+        .unwrap()
+        .update_values(Rc::clone(&m))
+        .expect_err("an error")
+        .to_string();
+    amg.update_values_deferred(Rc::clone(&m))
+        .expect("deferred: no error yet");
+    assert!(amg.status_pending());
+    let e = amg.deferred_status().expect_err("the deferred error");
+    println!("deferred: {e}");
+    assert_eq!(e.to_string(), synchronous);
+    assert!(e.to_string().contains("not positive definite"), "{e}");
+    amg.deferred_status().expect("reported once");
+    // Unread, it is the next update's error.
+    amg.update_values_deferred(Rc::clone(&m)).unwrap();
+    let e = amg
+        .update_values_deferred(Rc::clone(&good))
+        .expect_err("the earlier status");
+    assert_eq!(e.to_string(), synchronous);
+    amg.update_values_deferred(good).unwrap();
+    amg.deferred_status().unwrap();
+}
+
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn unsupported_settings_are_clear_errors() {

@@ -52,11 +52,12 @@
 //! cycle moves per level (`bench --amg`).
 
 use crate::gpu::KernelArgs;
+use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::gpu::kernel_args::KernelElement;
 use cudarc::driver::sys as driver_sys;
-use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
@@ -158,6 +159,25 @@ pub(super) fn read_at<T: DeviceRepr + Default + Copy>(
         gpu.stream().clone_dtoh(&buffer.slice(index..index + 1)),
     )?;
     Ok(v.first().copied().unwrap_or_default())
+}
+
+/// `n` zeros in page-locked host memory (at least one element), the target
+/// of asynchronous device-to-host copies read later.
+fn pinned_zeros<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &Gpu,
+    n: usize,
+) -> Result<PinnedHostSlice<T>, GpuError> {
+    let context = gpu.stream().context();
+    // SAFETY: the memory is uninitialised until zeroed below, before anything
+    // reads it (zero bits are a valid T); flags 0: cached (the host reads
+    // it), not write-combined.
+    let mut host = driver("cuMemHostAlloc", unsafe {
+        context.alloc_pinned_with_flags::<T>(n.max(1), 0)
+    })?;
+    let ptr = driver("cuEventSynchronize", host.as_mut_ptr())?;
+    // SAFETY: `ptr` points to the n.max(1) elements just allocated.
+    unsafe { std::ptr::write_bytes(ptr, 0, n.max(1)) };
+    Ok(host)
 }
 
 /// Keeps the memory the set-up frees in the device's stream-ordered pool
@@ -608,12 +628,21 @@ impl Pass {
             dest,
             product: None,
         };
-        pass.values(gpu, a, &product)?;
+        pass.values(gpu, a, &product, None)?;
         Ok((pass, product, aggregate))
     }
 
-    /// The product's values from `a`'s (numeric phase).
-    fn values(&self, gpu: &Gpu, a: &DeviceCsr, product: &DeviceCsr) -> Result<(), GpuError> {
+    /// The product's values from `a`'s (numeric phase), and their f32
+    /// rounding into `product_f32` where given (a value update of a mixed
+    /// cycle's coarse level: the cast the f32 copy would make, in the same
+    /// launch).
+    fn values(
+        &self,
+        gpu: &Gpu,
+        a: &DeviceCsr,
+        product: &DeviceCsr,
+        product_f32: Option<&CudaSlice<f32>>,
+    ) -> Result<(), GpuError> {
         let nc32 = self.n_coarse as i32;
         gpu.launch(
             "amg_galerkin_values",
@@ -629,6 +658,7 @@ impl Pass {
                     .arg(&self.dest)
                     .arg(&product.row_ptr)
                     .arg(&product.vals);
+                arg_or_null(args, product_f32);
             },
         )
     }
@@ -898,8 +928,11 @@ impl<T: Arith> Cycle<T> {
         Ok(cycle)
     }
 
-    /// The level values, smoother scales and fine matrix rounded to T (set-up
-    /// and value updates, in place: device passes only; nothing for f64).
+    /// The level values, smoother scales and fine matrix rounded to T (the
+    /// set-up, allocating the f32 copies; device passes only; nothing for
+    /// f64). Value updates round the levels' values and scales in the
+    /// launches that write them (`Pass::values`, `amg_smoother_scale`) and
+    /// only the fine matrix here ([`Self::round_fine`]).
     fn round_values(
         &mut self,
         gpu: &Gpu,
@@ -913,9 +946,14 @@ impl<T: Arith> Cycle<T> {
             }
             T::round_into(gpu, &level.scale, &mut v.scale)?;
         }
+        self.round_fine(gpu, fine)
+    }
+
+    /// The fine mod-SELL values and diagonal rounded to T (in place after the
+    /// set-up; nothing for f64): the assembly writes them, not the AMG.
+    fn round_fine(&mut self, gpu: &Gpu, fine: &DeviceModSell) -> Result<(), GpuError> {
         T::round_into(gpu, &fine.values, &mut self.fine_values)?;
-        T::round_into(gpu, &fine.diag, &mut self.fine_diag)?;
-        Ok(())
+        T::round_into(gpu, &fine.diag, &mut self.fine_diag)
     }
 }
 
@@ -991,8 +1029,15 @@ pub struct DeviceAmg<'g> {
     /// Set-up status words (kernels/amg.cu `amg_status_reset`): per level
     /// but the coarsest, its smallest row without a positive diagonal
     /// (i32::MAX: none); last, the coarsest factor's failed pivot + 1 (0:
-    /// none). Read back once per set-up or value update.
+    /// none). Read back once per set-up; a deferred value update
+    /// ([`Self::update_values_deferred`]) copies them into `status_host`
+    /// without waiting, and [`Self::deferred_status`] reads that copy.
     status: CudaSlice<i32>,
+    /// Page-locked host copy of `status` (asynchronous copies only).
+    status_host: PinnedHostSlice<i32>,
+    /// Whether `status_host` holds the copy of a deferred value update that
+    /// nobody has read yet.
+    status_pending: Cell<bool>,
     cycle: CycleParams,
     /// The cycle's vectors (and rounded values) in its precision.
     arithmetic: Arithmetic,
@@ -1148,6 +1193,8 @@ impl<'g> DeviceAmg<'g> {
             coarsest_inverse: gpu.zeros(n_last * n_last)?,
             coarsest_work: CoarsestWork::new(gpu, n_last)?,
             status: gpu.zeros(levels.len())?,
+            status_host: pinned_zeros(gpu, levels.len())?,
+            status_pending: Cell::new(false),
             fine,
             fine_source: source,
             levels,
@@ -1227,7 +1274,8 @@ impl<'g> DeviceAmg<'g> {
 
     /// Smoother scales on every level but the coarsest, and the coarsest
     /// level's dense operator: launches only, their failures recorded in
-    /// `status` ([`Self::check_status`] reads them).
+    /// `status` ([`Self::check_status`] or [`Self::deferred_status`] reads
+    /// them).
     fn smoothers_and_coarsest(&mut self) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let last = self.levels.len() - 1;
@@ -1245,6 +1293,13 @@ impl<'g> DeviceAmg<'g> {
             let a = &level.a;
             let n32 = a.n32();
             let bad_l = self.status.slice(l..l + 1);
+            // A mixed cycle's f32 scales, rounded in this launch (value
+            // updates; the set-up's cycle does not exist yet and rounds them
+            // when it is built).
+            let scale_f32 = match &self.arithmetic {
+                Arithmetic::Mixed(c) => c.levels.get(l).and_then(|v| v.scale.as_ref()),
+                Arithmetic::Double(_) => None,
+            };
             gpu.launch(
                 "amg_smoother_scale",
                 vector_grid(a.n),
@@ -1255,19 +1310,45 @@ impl<'g> DeviceAmg<'g> {
                     a.push_args(args);
                     args.arg(&self.cycle.scale_kind)
                         .arg(&self.cycle.omega)
-                        .arg(&level.scale)
-                        .arg(&bad_l);
+                        .arg(&level.scale);
+                    arg_or_null(args, scale_f32);
+                    args.arg(&bad_l);
                 },
             )?;
         }
         self.coarsest_operator()
     }
 
-    /// Reads the status words back (the one synchronising read of a value
-    /// update): a level's diagonal that is not positive, or a coarsest
-    /// matrix that is not positive definite, is an error.
+    /// Reads the status words back (the one synchronising read of the
+    /// set-up and of [`Self::update_values`]): see [`Self::status_error`].
     fn check_status(&self) -> Result<(), GpuError> {
         let status = self.gpu.download(&self.status)?;
+        self.status_error(&status)
+    }
+
+    /// The status words of the last deferred value update
+    /// ([`Self::update_values_deferred`]), if nobody read them yet: the error
+    /// [`Self::update_values`] would have returned, or `Ok`. Waits only for
+    /// the copy queued at the end of that update: after a solve whose
+    /// residual read-backs drained the stream, it has long landed and this
+    /// reads host memory. A second call (or one with nothing pending) is
+    /// `Ok`.
+    pub fn deferred_status(&self) -> Result<(), GpuError> {
+        if !self.status_pending.replace(false) {
+            return Ok(());
+        }
+        let status = driver("cuEventSynchronize", self.status_host.as_slice())?;
+        self.status_error(status)
+    }
+
+    /// Whether a deferred value update's status is still unread.
+    pub fn status_pending(&self) -> bool {
+        self.status_pending.get()
+    }
+
+    /// The status words `status` as an error: a level's diagonal that is not
+    /// positive, or a coarsest matrix that is not positive definite.
+    fn status_error(&self, status: &[i32]) -> Result<(), GpuError> {
         let last = self.levels.len() - 1;
         if let Some((l, row)) = status[..last]
             .iter()
@@ -1362,20 +1443,40 @@ impl<'g> DeviceAmg<'g> {
     /// another of the same pattern): the fine CSR, the Galerkin products in
     /// the set-up's order (so the bits of a fresh set-up that finds the same
     /// aggregates), the smoother scales and the coarsest operator. Aggregates
-    /// and patterns are kept.
+    /// and patterns are kept. Reads the status back (synchronising); a time
+    /// step uses [`Self::update_values_deferred`] instead.
     pub fn update_values(&mut self, fine: Rc<DeviceModSell>) -> Result<(), GpuError> {
+        self.update(fine, false)?;
+        self.deferred_status()
+    }
+
+    /// [`Self::update_values`] without waiting for the device: the status
+    /// words are copied to page-locked host memory behind the update's
+    /// launches, and [`Self::deferred_status`] reports them (the same errors)
+    /// once the caller reads something back anyway — the next solve's
+    /// residuals. Until then the hierarchy may hold the values of a matrix
+    /// it rejects (a cycle applied with them gives garbage, not a fault),
+    /// so the caller must read the status before it trusts that solve. An
+    /// earlier update's unread status is read (and reported) first.
+    pub fn update_values_deferred(&mut self, fine: Rc<DeviceModSell>) -> Result<(), GpuError> {
         self.update(fine, false).map(|_| ())
     }
 
     /// [`Self::update_values`] with the host time of each phase (fine CSR
-    /// values, Galerkin values, smoothers and coarsest operator, f32 copies
-    /// and the status read-back), the stream synchronised between phases
-    /// (`bench --amg`).
+    /// values, Galerkin values with their f32 copies, smoothers and coarsest
+    /// operator, the fine f32 copy and the status read-back), the stream
+    /// synchronised between phases (`bench --amg`).
     pub fn update_values_profiled(
         &mut self,
         fine: Rc<DeviceModSell>,
     ) -> Result<Vec<(String, f64)>, GpuError> {
-        self.update(fine, true)
+        let mut times = self.update(fine, true)?;
+        let clock = std::time::Instant::now();
+        self.deferred_status()?;
+        if let Some((_, ms)) = times.last_mut() {
+            *ms += clock.elapsed().as_secs_f64() * 1e3;
+        }
+        Ok(times)
     }
 
     fn update(
@@ -1392,6 +1493,9 @@ impl<'g> DeviceAmg<'g> {
         };
         phases.mark(|| "start".into())?;
         phases.times.clear();
+        // The status words are about to be reset: an earlier update's unread
+        // copy is reported first.
+        self.deferred_status()?;
         let old = &self.fine;
         if fine.n != old.n
             || fine.slice_height != old.slice_height
@@ -1423,10 +1527,19 @@ impl<'g> DeviceAmg<'g> {
                 .transfer
                 .as_ref()
                 .expect("a transfer below the coarsest");
+            // A mixed cycle's f32 copy of the next level's values, written by
+            // the level's last pass (which writes that level's values).
+            let next_f32 = match &self.arithmetic {
+                Arithmetic::Mixed(c) => c.levels.get(l + 1).and_then(|v| v.values.as_ref()),
+                Arithmetic::Double(_) => None,
+            };
             let mut input = &level.a;
             for pass in &transfer.passes {
-                let output = pass.product.as_ref().unwrap_or(&next.a);
-                pass.values(gpu, input, output)?;
+                let (output, output_f32) = match &pass.product {
+                    Some(product) => (product, None),
+                    None => (&next.a, next_f32),
+                };
+                pass.values(gpu, input, output, output_f32)?;
                 input = output;
             }
         }
@@ -1434,10 +1547,16 @@ impl<'g> DeviceAmg<'g> {
         self.smoothers_and_coarsest()?;
         phases.mark(|| "smoothers + coarsest operator".into())?;
         match &mut self.arithmetic {
-            Arithmetic::Double(c) => c.round_values(gpu, &self.levels, &self.fine)?,
-            Arithmetic::Mixed(c) => c.round_values(gpu, &self.levels, &self.fine)?,
+            Arithmetic::Double(c) => c.round_fine(gpu, &self.fine)?,
+            Arithmetic::Mixed(c) => c.round_fine(gpu, &self.fine)?,
         }
-        self.check_status()?;
+        // The status behind the launches, not waited for.
+        driver(
+            "cuMemcpyDtoHAsync",
+            gpu.stream()
+                .memcpy_dtoh(&self.status, &mut self.status_host),
+        )?;
+        self.status_pending.set(true);
         phases.mark(|| "f32 copies + status".into())?;
         Ok(phases.times)
     }

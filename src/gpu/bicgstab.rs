@@ -28,7 +28,9 @@
 //! records and stopping tests; the same five launches serve every lane (the
 //! vector kernels one grid row per lane, the SpMV one block per slice that
 //! reads the slice's codes and values once for all lanes), and the host
-//! reads every lane's records back in one transfer per chunk. A lane's
+//! reads every lane's records back in one transfer per chunk; the lanes'
+//! row sums and Jacobi are one pass over the matrix at the start
+//! (`bs_lane_row_sums`), their initial residuals one launch each. A lane's
 //! arithmetic is that of the loop on its system alone, bit for bit; a lane
 //! that stops is skipped by the later launches while the others go on.
 //!
@@ -53,7 +55,7 @@ use super::matrix::DeviceModSell;
 use super::pcg::{
     initial_norms_of, launch_initial_norms, GpuSolveOptions, LaunchMode, NormBuffers,
 };
-use super::{vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::VSMALL;
 use crate::solve::pcg::{check_residual, record, DIVERGENCE_FACTOR};
 use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
@@ -383,10 +385,27 @@ impl<'g> DeviceBicgstab<'g> {
             return vec![Err(device(e))];
         }
         let mut launched = Vec::with_capacity(k);
-        for c in 0..k {
-            std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
-            launched.push(self.launch_start_lane(c, matrix, jacobi, b[c], x[c], controls));
-            std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
+        // Every lane's row sums (and Jacobi) in one pass over the matrix where
+        // every lane's system is valid; else lane by lane, each with its own
+        // error.
+        let valid = controls.validate().is_ok()
+            && (0..k).all(|c| self.check_sizes(matrix, b[c], x[c]).is_ok());
+        if valid && k > 1 {
+            let sums = self.launch_lane_row_sums(matrix, diagonals, jacobi);
+            for c in 0..k {
+                std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
+                launched.push(match &sums {
+                    Ok(()) => self.launch_initial_norms_lane(c, matrix, b[c], x[c]),
+                    Err(e) => Err(SolveError::Device(e.to_string())),
+                });
+                std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
+            }
+        } else {
+            for c in 0..k {
+                std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
+                launched.push(self.launch_start_lane(c, matrix, jacobi, b[c], x[c], controls));
+                std::mem::swap(&mut matrix.diag, &mut diagonals[c]);
+            }
         }
         let starts = self.starts(launched, controls);
         let stream = self.gpu.stream();
@@ -413,6 +432,64 @@ impl<'g> DeviceBicgstab<'g> {
         matrix
             .row_sums_and_inverse_diagonal_into(self.gpu, &lane.row_sums, inv_diag)
             .map_err(device)?;
+        self.launch_initial_norms_lane(c, matrix, b, x)
+    }
+
+    /// The row sums and (`jacobi`) inverse diagonals of lanes 0..k, k the
+    /// number of `diagonals` (lane c's matrix: `matrix`'s slots with
+    /// diagonal `diagonals[c]`), in one launch that reads the slots once
+    /// (`bs_lane_row_sums`: `modsell_row_sums`'s bits per lane).
+    fn launch_lane_row_sums(
+        &self,
+        matrix: &DeviceModSell,
+        diagonals: &[CudaSlice<f64>],
+        jacobi: bool,
+    ) -> Result<(), GpuError> {
+        let k = diagonals.len();
+        if k > self.lanes.len() || diagonals.iter().any(|d| d.len() != self.n) {
+            return Err(GpuError::Invalid(format!(
+                "{k} lane diagonals for {} lanes of {} rows",
+                self.lanes.len(),
+                self.n
+            )));
+        }
+        let (n, k_i) = (self.n as i32, k as i32);
+        let lane = |c: usize| (c < k).then(|| &self.lanes[c]);
+        self.gpu.launch(
+            "bs_lane_row_sums",
+            matrix.n_slices() as u32,
+            matrix.slice_height as u32,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&matrix.slice_ptr)
+                    .arg(&matrix.codes)
+                    .arg(&matrix.values)
+                    .arg(&k_i);
+                for c in 0..MAX_LANES {
+                    arg_or_null(a, diagonals.get(c));
+                }
+                for c in 0..MAX_LANES {
+                    arg_or_null(a, lane(c).map(|l| &l.row_sums));
+                }
+                for c in 0..MAX_LANES {
+                    arg_or_null(a, lane(c).filter(|_| jacobi).map(|l| &l.inv_diag));
+                }
+            },
+        )
+    }
+
+    /// Lane c's r = b − A x and the sums of its initial norms on `matrix`
+    /// (with the lane's diagonal), its row sums already computed, left in
+    /// the lane's slot of the shared norms ([`Self::starts`] reads them).
+    fn launch_initial_norms_lane(
+        &self,
+        c: usize,
+        matrix: &DeviceModSell,
+        b: &CudaSlice<f64>,
+        x: &CudaSlice<f64>,
+    ) -> Result<(), SolveError> {
+        let lane = &self.lanes[c];
         let shared = self.shared.borrow();
         let buffers = NormBuffers {
             vector_partials: &lane.vector_partials,

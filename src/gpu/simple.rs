@@ -324,15 +324,20 @@ pub struct DeviceSimple<'g> {
 }
 
 /// Lap timer: the seconds since the last lap, after the device finished
-/// its queued work.
+/// its queued work where `synced`; else the host's time between the laps
+/// (the launches, and the waits of the part's own read-backs, which take in
+/// the device time of every part queued before them).
 struct Lap<'g> {
     gpu: &'g Gpu,
     clock: Instant,
+    synced: bool,
 }
 
 impl Lap<'_> {
     fn lap(&mut self, part: &mut f64) -> Result<f64, GpuError> {
-        self.gpu.synchronize()?;
+        if self.synced {
+            self.gpu.synchronize()?;
+        }
         let s = self.clock.elapsed().as_secs_f64();
         *part += s;
         self.clock = Instant::now();
@@ -575,6 +580,7 @@ impl<'g> DeviceSimple<'g> {
         let mut timer = Lap {
             gpu,
             clock: Instant::now(),
+            synced: true,
         };
         let mut seconds = self.seconds;
         let mut host = PhaseSeconds::default();
@@ -678,11 +684,17 @@ impl<'g> DeviceSimple<'g> {
                 (None, None) => self.laplacian.solver(self.solver.jacobi, &options)?,
             };
             let controls = controls(corrector == n_non_orth_correctors);
-            let perf = pcg(backend, b, &mut self.p, &controls, "p").map_err(|source| {
-                FlowError::Solve {
-                    field: "p".into(),
-                    source,
-                }
+            let perf = pcg(backend, b, &mut self.p, &controls, "p");
+            // The AMG value re-set-up's status (deferred: `update_amg`), read
+            // now that the solve's residual read-backs have drained the
+            // stream; a rejected matrix explains a failed solve, so it is
+            // the error reported.
+            if let Some(amg) = &self.amg {
+                amg.deferred_status()?;
+            }
+            let perf = perf.map_err(|source| FlowError::Solve {
+                field: "p".into(),
+                source,
             })?;
             p_solves.push(perf);
             *host += timer.lap(&mut seconds.solve)?;
@@ -726,37 +738,42 @@ impl<'g> DeviceSimple<'g> {
         Ok(())
     }
 
-    /// U = HbyA − rAU ∇p per solved component, ∇p of the resident p.
+    /// U = HbyA − rAU ∇p per solved component, ∇p of the resident p (one
+    /// launch for the components).
     fn correct_velocity(&mut self) -> Result<(), GpuError> {
         let n = self.laplacian.n();
         let n_i = n as i32;
         let p = self.p.dev()?;
         self.laplacian.gradient(p)?;
-        for &c in &self.components {
-            let c_i = c as i32;
-            let u_c = self.u[c].dev()?;
-            self.gpu.launch(
-                "simple_correct_velocity",
-                vector_grid(n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n_i)
-                        .arg(&c_i)
-                        .arg(&self.hbya[c])
-                        .arg(&self.r_au)
-                        .arg(self.laplacian.gradient_buffer())
-                        .arg(u_c);
-                },
-            )?;
-        }
-        Ok(())
+        let solved = |c: usize| self.components.contains(&c);
+        let u = (0..3)
+            .map(|c| solved(c).then(|| self.u[c].dev()).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        self.gpu.launch(
+            "simple_correct_velocities",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n_i);
+                for c in 0..3 {
+                    arg_or_null(a, solved(c).then_some(&self.hbya[c]));
+                }
+                a.arg(&self.r_au).arg(self.laplacian.gradient_buffer());
+                for u_c in &u {
+                    arg_or_null(a, *u_c);
+                }
+            },
+        )
     }
 
     /// AMG-PCG: sets the hierarchy up on the pressure matrix just
     /// assembled, or re-sets its values up in place (the re-assembly took it
     /// back from the PCG backend that had it on loan; the backend lends it
     /// again at the next solve and replays the graphs it captured with it).
+    /// The re-set-up does not wait for the device: its status is read after
+    /// the next solve ([`DeviceAmg::deferred_status`]), whose residual
+    /// read-backs synchronise anyway.
     fn update_amg(&mut self) -> Result<(), GpuError> {
         let Some(settings) = &self.solver.amg else {
             return Ok(());
@@ -767,7 +784,7 @@ impl<'g> DeviceSimple<'g> {
                 .ok_or_else(|| {
                     GpuError::Invalid("the pressure AMG is still lent to a PCG backend".into())
                 })?
-                .update_values(fine),
+                .update_values_deferred(fine),
             None => {
                 let amg = DeviceAmg::new(self.gpu, fine, settings)?;
                 log::info!("p: GPU {settings}: {}", amg.describe());
@@ -880,14 +897,16 @@ impl<'g> DeviceSimple<'g> {
         host.momentum += timer.lap(&mut seconds.momentum_solve)?;
 
         // a_P, HbyA, rAU and the face flux φ_HbyA.
-        let off = m.consistent.as_ref().map(|[off, ..]| off);
-        m.h_by_a(gpu, pressure, &self.components, &self.u, &self.hbya, off)?;
-        gpu.launch("simple_r_au", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n_i).arg(arrays.volumes).arg(&m.a_p);
-            arg_or_null(a, off);
-            a.arg(&self.r_au);
-            arg_or_null(a, m.consistent.as_ref().map(|[_, r_atu, _]| r_atu));
-        })?;
+        let simplec = m.consistent.as_ref().map(|[off, r_atu, _]| (off, r_atu));
+        m.h_by_a(
+            gpu,
+            pressure,
+            &self.components,
+            &self.u,
+            &self.hbya,
+            &self.r_au,
+            simplec,
+        )?;
         let hbya = [&self.hbya[0], &self.hbya[1], &self.hbya[2]];
         m.face_flux(gpu, pressure, &self.components, hbya, &self.phi_hbya)?;
         if let Some([_, r_atu, diff]) = &m.consistent {
@@ -1350,9 +1369,12 @@ impl<'g> DeviceMomentum<'g> {
         Ok(reports)
     }
 
-    /// a_P (the mean of the components' diagonals) and HbyA per solved
-    /// component with the current `u`; `off_sum` (SIMPLEC): the first
-    /// component's signed off-diagonal sums.
+    /// a_P (the mean of the components' diagonals), HbyA per solved
+    /// component with the current `u` and rAU = V / a_P into `r_au`, in one
+    /// launch (the matrix read once for the components); `simplec`: the
+    /// first component's signed off-diagonal sums and rAtU go to its two
+    /// buffers.
+    #[allow(clippy::too_many_arguments)]
     fn h_by_a(
         &self,
         gpu: &Gpu,
@@ -1360,44 +1382,47 @@ impl<'g> DeviceMomentum<'g> {
         components: &[usize],
         u: &[GpuVector],
         hbya: &[CudaSlice<f64>],
-        off_sum: Option<&CudaSlice<f64>>,
+        r_au: &CudaSlice<f64>,
+        simplec: Option<(&CudaSlice<f64>, &CudaSlice<f64>)>,
     ) -> Result<(), GpuError> {
-        let n = pressure.n();
-        let n_i = n as i32;
+        let n_i = pressure.n() as i32;
         // Parked: every component's diagonal is its own.
         let matrix = self.matrix.as_ref().ok_or_else(lost)?;
-        let diag = |k: usize| self.diagonals.get(k);
-        let d0 = diag(0).ok_or_else(lost)?;
-        gpu.launch(
-            "simple_average_diagonal",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_i).arg(d0);
-                arg_or_null(a, diag(1));
-                arg_or_null(a, diag(2));
-                a.arg(&self.a_p);
-            },
-        )?;
-        for (k, &c) in components.iter().enumerate() {
-            let off = off_sum.filter(|_| k == 0);
-            let h = matrix.slice_height as u32;
-            let u_c = u[c].dev()?;
-            gpu.launch("simple_hbya", matrix.n_slices() as u32, h, 0, |a| {
-                a.arg(&n_i)
-                    .arg(&matrix.slice_ptr)
-                    .arg(&matrix.codes)
-                    .arg(&matrix.values)
-                    .arg(&self.diagonals[k])
-                    .arg(&self.sources[k])
-                    .arg(&self.a_p)
-                    .arg(u_c)
-                    .arg(&hbya[c]);
-                arg_or_null(a, off);
-            })?;
+        if components.is_empty() || components.len() > 3 {
+            return Err(GpuError::Invalid(format!(
+                "HbyA of {} velocity components (1 to 3)",
+                components.len()
+            )));
         }
-        Ok(())
+        // Lane k: solved component components[k].
+        let lane = |k: usize| components.get(k).map(|&c| (k, c));
+        let u = (0..3)
+            .map(|k| lane(k).map(|(_, c)| u[c].dev()).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let volumes = pressure.volumes();
+        let h = matrix.slice_height as u32;
+        gpu.launch("simple_hbya_r_au", matrix.n_slices() as u32, h, 0, |a| {
+            a.arg(&n_i)
+                .arg(&matrix.slice_ptr)
+                .arg(&matrix.codes)
+                .arg(&matrix.values)
+                .arg(volumes);
+            for k in 0..3 {
+                arg_or_null(a, lane(k).map(|(k, _)| &self.diagonals[k]));
+            }
+            for k in 0..3 {
+                arg_or_null(a, lane(k).map(|(k, _)| &self.sources[k]));
+            }
+            for u_k in &u {
+                arg_or_null(a, *u_k);
+            }
+            for k in 0..3 {
+                arg_or_null(a, lane(k).map(|(_, c)| &hbya[c]));
+            }
+            a.arg(&self.a_p).arg(r_au);
+            arg_or_null(a, simplec.map(|(off, _)| off));
+            arg_or_null(a, simplec.map(|(_, r_atu)| r_atu));
+        })
     }
 
     /// The face flux (x_f)·S_f of the cell vector field `x` (per component,

@@ -31,8 +31,13 @@
 //!    p relaxed towards the outer corrector's start where α_p < 1, and U =
 //!    HbyA − rAU∇p.
 //!
-//! Only residual scalars come back per step; the fields reach the host
-//! [`Piso`] at [`DevicePiso::download_fields`] (the run's writes and end).
+//! Only residual scalars come back per step, and the host waits for the
+//! device only where it reads them: the AMG re-set-up's status is read after
+//! the solve that follows it (`DeviceAmg::deferred_status`), and the parts
+//! are timed with a synchronisation each only at `--log debug`
+//! ([`DevicePiso::per_part_sync`]). The fields reach the host [`Piso`] at
+//! [`DevicePiso::download_fields`] (the run's writes and end);
+//! `docs/src/transient.md` lists a step's launches and read-backs.
 //! The arithmetic follows `flow::piso` in order and association (gathers, no
 //! atomics, round-to-nearest, never fused): for the same inputs the matrices,
 //! fluxes and corrections equal the CPU's bit for bit, except for the
@@ -59,8 +64,8 @@ use crate::solve::{SolverControls, SolverPerformance};
 /// Threads of the one-block max reduction (`piso_max_reduce`).
 const MAX_BLOCK: u32 = 1024;
 
-/// Time per part of the device steps so far (seconds, each part
-/// synchronised at its end).
+/// Time per part of the device steps so far (seconds; each part
+/// synchronised at its end where `synchronised`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DeviceStepSeconds {
     /// The parts as the SIMPLE loop counts them: momentum assembly and
@@ -71,6 +76,11 @@ pub struct DeviceStepSeconds {
     pub parts: DevicePhaseSeconds,
     /// Wall time of the steps (read-backs for writes excluded).
     pub steps: f64,
+    /// Whether each part ended with a device synchronisation, so that the
+    /// parts are the device's time ([`DevicePiso::per_part_sync`]). Without,
+    /// the step waits only for its residual scalars, and a part that reads
+    /// some back takes in the device time of the parts queued before it.
+    pub synchronised: bool,
 }
 
 impl DeviceStepSeconds {
@@ -128,6 +138,9 @@ pub struct DevicePiso<'g> {
     max_partials: CudaSlice<f64>,
     max_out: CudaSlice<f64>,
     steps: f64,
+    /// Whether the step synchronises at the end of each part to time it
+    /// ([`Self::per_part_sync`]).
+    synchronised: bool,
 }
 
 impl<'g> DevicePiso<'g> {
@@ -223,9 +236,20 @@ impl<'g> DevicePiso<'g> {
             terms: gpu.zeros(n)?,
             max_partials: gpu.zeros(partials.max(1))?,
             max_out: gpu.zeros(1)?,
+            synchronised: Self::per_part_sync(gpu),
             device,
             steps: 0.0,
         })
+    }
+
+    /// Whether the steps time each part on the device, a synchronisation at
+    /// its end: with `--log debug` (the per-step split is logged) or where
+    /// every launch synchronises anyway (`FVPOISSON_GPU_SYNC=1`,
+    /// `FVPOISSON_GPU_PROFILE=1`). Otherwise a step waits for the device only
+    /// where it reads residual scalars back, and the host queues the next
+    /// part while the device runs the last.
+    pub fn per_part_sync(gpu: &Gpu) -> bool {
+        log::log_enabled!(log::Level::Debug) || gpu.syncs_each_launch()
     }
 
     /// Time per part of the steps so far.
@@ -233,6 +257,7 @@ impl<'g> DevicePiso<'g> {
         DeviceStepSeconds {
             parts: self.device.phase_seconds(),
             steps: self.steps,
+            synchronised: self.synchronised,
         }
     }
 
@@ -263,7 +288,8 @@ impl<'g> DevicePiso<'g> {
                 .arg(&self.abs_sum)
                 .arg(&self.ratio);
         })?;
-        let [sum, _] = lap.sums(&self.abs_sum, None)?;
+        // The max reduction is queued before the sums' read-back, so that
+        // one wait covers both and the max is read from an idle stream.
         let grid = vector_grid(n);
         gpu.launch("piso_max_partials", grid, VECTOR_BLOCK, 0, |a| {
             a.arg(&n_i).arg(&self.ratio).arg(&self.max_partials);
@@ -272,6 +298,7 @@ impl<'g> DevicePiso<'g> {
         gpu.launch("piso_max_reduce", 1, MAX_BLOCK, 0, |a| {
             a.arg(&count).arg(&self.max_partials).arg(&self.max_out);
         })?;
+        let [sum, _] = lap.sums(&self.abs_sum, None)?;
         let max = gpu.download(&self.max_out)?[0];
         let mean = sum / lap.total_volume();
         Ok((0.5 * mean * dt, 0.5 * max * dt))
@@ -421,16 +448,7 @@ impl<'g> DevicePiso<'g> {
         let gpu = d.gpu;
         let m = d.momentum.as_ref().ok_or_else(lost)?;
         let pressure = &d.laplacian;
-        let n = pressure.n();
-        let n_i = n as i32;
-        m.h_by_a(gpu, pressure, &d.components, &d.u, &d.hbya, None)?;
-        let volumes = pressure.volumes();
-        gpu.launch("simple_r_au", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n_i).arg(volumes).arg(&m.a_p);
-            arg_or_null::<&CudaSlice<f64>>(a, None);
-            a.arg(&d.r_au);
-            arg_or_null::<&CudaSlice<f64>>(a, None);
-        })?;
+        m.h_by_a(gpu, pressure, &d.components, &d.u, &d.hbya, &d.r_au, None)?;
         let hbya = [&d.hbya[0], &d.hbya[1], &d.hbya[2]];
         m.face_flux(gpu, pressure, &d.components, hbya, &d.phi_hbya)?;
         self.add_ddt_correction(c0, c00, dt)
@@ -491,6 +509,7 @@ impl<'g> DevicePiso<'g> {
         let mut timer = Lap {
             gpu,
             clock: Instant::now(),
+            synced: self.synchronised,
         };
         let mut seconds = self.device.seconds;
         let dt = piso.dt;
