@@ -57,7 +57,9 @@ use std::rc::Rc;
 
 use crate::gpu::kernel_args::KernelElement;
 use cudarc::driver::sys as driver_sys;
-use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaView, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
+};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
@@ -1035,6 +1037,10 @@ pub struct DeviceAmg<'g> {
     status: CudaSlice<i32>,
     /// Page-locked host copy of `status` (asynchronous copies only).
     status_host: PinnedHostSlice<i32>,
+    /// Recorded behind the copy into `status_host`: the device's event
+    /// tracking is off (`Gpu::open`), so the pinned slice's own event is
+    /// never recorded and cannot say when the copy landed.
+    status_copied: CudaEvent,
     /// Whether `status_host` holds the copy of a deferred value update that
     /// nobody has read yet.
     status_pending: Cell<bool>,
@@ -1194,6 +1200,12 @@ impl<'g> DeviceAmg<'g> {
             coarsest_work: CoarsestWork::new(gpu, n_last)?,
             status: gpu.zeros(levels.len())?,
             status_host: pinned_zeros(gpu, levels.len())?,
+            status_copied: driver(
+                "cuEventCreate",
+                gpu.stream()
+                    .context()
+                    .new_event(Some(driver_sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)),
+            )?,
             status_pending: Cell::new(false),
             fine,
             fine_source: source,
@@ -1337,6 +1349,7 @@ impl<'g> DeviceAmg<'g> {
         if !self.status_pending.replace(false) {
             return Ok(());
         }
+        driver("cuEventSynchronize", self.status_copied.synchronize())?;
         let status = driver("cuEventSynchronize", self.status_host.as_slice())?;
         self.status_error(status)
     }
@@ -1556,6 +1569,7 @@ impl<'g> DeviceAmg<'g> {
             gpu.stream()
                 .memcpy_dtoh(&self.status, &mut self.status_host),
         )?;
+        driver("cuEventRecord", self.status_copied.record(gpu.stream()))?;
         self.status_pending.set(true);
         phases.mark(|| "f32 copies + status".into())?;
         Ok(phases.times)
