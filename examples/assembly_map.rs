@@ -15,24 +15,10 @@
 mod common;
 
 use common::{stage, SLICE_HEIGHT};
-use fvpoisson::fvm::Schemes;
-use fvpoisson::fvm::{
-    BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues,
-};
+use fvpoisson::fvm::{LaplacianSystem, Schemes};
 use fvpoisson::gpu::assembly::AssemblyMap;
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::ModSell;
-
-fn problem_of(mesh: &fvpoisson::mesh::Mesh) -> LaplacianProblem {
-    LaplacianProblem::steady(
-        CellField::Uniform(1.0),
-        CellField::Uniform(0.0),
-        BoundaryCondition::on_every_patch(
-            mesh,
-            BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-        ),
-    )
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `RUST_LOG=debug` prints the spans inside the stages.
@@ -43,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{spec}: a GPU run's host stages");
         let (mesh, _) = stage("mesh", || common::load_mesh(spec))?;
         let geometry = stage("geometry", || mesh.geometry())?;
-        let problem = problem_of(&mesh);
+        let problem = common::problem_of(&mesh);
         let system = stage("deferred system (no slot map)", || {
             LaplacianSystem::deferred(&mesh, &geometry, Schemes::default(), &problem)
         })?;
@@ -95,17 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ),
                 (
                     "deferred system",
-                    best(&mut || {
-                        drop(
-                            LaplacianSystem::deferred(
-                                &mesh,
-                                &geometry,
-                                Schemes::default(),
-                                &problem,
-                            )
-                            .unwrap(),
-                        )
-                    }),
+                    best(&mut || drop(common::deferred_system(&mesh, &geometry, &problem))),
                 ),
             ];
             for (name, elapsed) in parts {

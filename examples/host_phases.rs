@@ -18,24 +18,11 @@
 mod common;
 
 use common::{stage, SLICE_HEIGHT};
-use fvpoisson::fvm::{
-    BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
-};
+use fvpoisson::fvm::{LaplacianSystem, Schemes};
 use fvpoisson::gpu::assembly::AssemblyMap;
 use fvpoisson::io::vtk::{Field, VtkSeries};
 use fvpoisson::mesh::Mesh;
 use fvpoisson::sparse::RowOrdering;
-
-fn problem_of(mesh: &Mesh) -> LaplacianProblem {
-    LaplacianProblem::steady(
-        CellField::Uniform(1.0),
-        CellField::Uniform(0.0),
-        BoundaryCondition::on_every_patch(
-            mesh,
-            BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-        ),
-    )
-}
 
 /// Writes `steps` steps of one cell field to a new series in `dir`.
 fn write_vtk(mesh: &Mesh, dir: &std::path::Path, steps: usize) {
@@ -63,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{spec}: a GPU run's host stages");
         let (mesh, _) = stage("mesh", || common::load_mesh(spec))?;
         let geometry = stage("geometry", || mesh.geometry())?;
-        let problem = problem_of(&mesh);
+        let problem = common::problem_of(&mesh);
         let system = stage("deferred system", || {
             LaplacianSystem::deferred(&mesh, &geometry, Schemes::default(), &problem)
         })?;
@@ -98,17 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ("Mesh::cell_faces", best(&mut || drop(mesh.cell_faces()))),
                 (
                     "deferred system",
-                    best(&mut || {
-                        drop(
-                            LaplacianSystem::deferred(
-                                &mesh,
-                                &geometry,
-                                Schemes::default(),
-                                &problem,
-                            )
-                            .unwrap(),
-                        )
-                    }),
+                    best(&mut || drop(common::deferred_system(&mesh, &geometry, &problem))),
                 ),
                 (
                     "ordering",

@@ -793,11 +793,10 @@ fn the_one_launch_dense_inverse_writes_the_bits_of_the_launch_per_step() {
     }
 }
 
-#[test]
-#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
-fn an_indefinite_coarsest_matrix_is_a_clear_error_at_set_up_and_update() {
-    let Some(gpu) = test_device() else { return };
-    // Off-diagonals tripled: positive diagonal, no longer positive definite.
+/// A 10³ Poisson matrix, the same with its off-diagonals tripled (positive
+/// diagonal, no longer positive definite), and settings that make the whole
+/// matrix the coarsest level.
+fn indefinite_on_one_level() -> (Csr, Csr, AmgSettings) {
     let (a, _) = poisson_system("box:10x10x10").unwrap();
     let mut bad = a.clone();
     for r in 0..a.n_rows() {
@@ -811,6 +810,14 @@ fn an_indefinite_coarsest_matrix_is_a_clear_error_at_set_up_and_update() {
         coarsest_rows: a.n_rows(),
         ..test_settings()
     };
+    (a, bad, settings)
+}
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn an_indefinite_coarsest_matrix_is_a_clear_error_at_set_up_and_update() {
+    let Some(gpu) = test_device() else { return };
+    let (a, bad, settings) = indefinite_on_one_level();
     let (m, _) = fine(&gpu, &bad, 32);
     let e = DeviceAmg::new(&gpu, m, &settings).err().expect("an error");
     println!("set-up: {e}");
@@ -891,19 +898,7 @@ fn a_deferred_value_update_equals_a_fresh_setup_in_both_precisions() {
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_deferred_value_update_reports_an_indefinite_coarsest_matrix_later() {
     let Some(gpu) = test_device() else { return };
-    let (a, _) = poisson_system("box:10x10x10").unwrap();
-    let mut bad = a.clone();
-    for r in 0..a.n_rows() {
-        let (cols, _) = a.row(r);
-        for &c in cols.iter().filter(|&&c| c as usize != r) {
-            let slot = a.slot(r, c as usize).unwrap();
-            bad.values_mut()[slot] *= 3.0;
-        }
-    }
-    let settings = AmgSettings {
-        coarsest_rows: a.n_rows(),
-        ..test_settings()
-    };
+    let (a, bad, settings) = indefinite_on_one_level();
     let (good, _) = fine(&gpu, &a, 32);
     let mut amg = DeviceAmg::new(&gpu, Rc::clone(&good), &settings).unwrap();
     let (m, _) = fine(&gpu, &bad, 32);

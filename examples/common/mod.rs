@@ -5,7 +5,10 @@
 //! Each example compiles this module on its own and uses a part of it.
 #![allow(dead_code)]
 
-use fvpoisson::mesh::Mesh;
+use fvpoisson::fvm::{
+    BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, PatchValues, Schemes,
+};
+use fvpoisson::mesh::{Geometry, Mesh};
 use fvpoisson::timings::Rss;
 use std::time::Instant;
 
@@ -165,4 +168,28 @@ pub fn print_part(threads: usize, name: &str, e: Elapsed) {
         "  {threads} thread(s): {name:<30} {:>9.1} ms (cpu {:>9.1} ms)",
         e.wall_ms, e.cpu_ms
     );
+}
+
+/// The Poisson problem the host-timing examples assemble: unit diffusion, no
+/// source, zero on every patch.
+pub fn problem_of(mesh: &Mesh) -> LaplacianProblem {
+    LaplacianProblem::steady(
+        CellField::Uniform(1.0),
+        CellField::Uniform(0.0),
+        BoundaryCondition::on_every_patch(
+            mesh,
+            BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
+        ),
+    )
+}
+
+/// The system a GPU run builds before its device set-up: pattern and
+/// evaluated conditions, no host assembly (`LaplacianSystem::deferred`).
+pub fn deferred_system<'m>(
+    mesh: &'m Mesh,
+    geometry: &'m Geometry,
+    problem: &LaplacianProblem,
+) -> LaplacianSystem<'m> {
+    LaplacianSystem::deferred(mesh, geometry, Schemes::default(), problem)
+        .expect("a deferred system")
 }
