@@ -454,6 +454,11 @@ pub struct Gpu {
     kernel_profile: Option<Mutex<HashMap<&'static str, KernelTime>>>,
     /// [`Gpu::cooperative_blocks`], read from the device when it opens.
     cooperative_blocks: Option<u32>,
+    /// The threads [`Gpu::prefetch`] started, joined when the device is
+    /// dropped: a thread still inside NVRTC or loading a module into the
+    /// context while the process exits can crash it after the run's work is
+    /// done (a short run with an empty kernel cache).
+    prefetching: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// Launches and device time of one kernel under `FVPOISSON_GPU_PROFILE=1`.
@@ -465,6 +470,15 @@ struct KernelTime {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        let threads = std::mem::take(
+            self.prefetching
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for thread in threads {
+            // A thread that panicked left its error in the module's slot.
+            let _ = thread.join();
+        }
         let unused: Vec<&str> = (0..KERNEL_SOURCES.len())
             .filter(|&k| {
                 self.modules.slots[k].get().is_some_and(|r| r.is_ok())
@@ -616,6 +630,7 @@ impl Gpu {
             sync_each_launch: std::env::var("FVPOISSON_GPU_SYNC").is_ok_and(|v| v == "1")
                 || profile,
             kernel_profile: profile.then(Default::default),
+            prefetching: Mutex::new(Vec::new()),
             cooperative_blocks,
         })
     }
@@ -661,8 +676,13 @@ impl Gpu {
                     // launch that needs the module.
                     let _ = loader.module(k);
                 });
-            if let Err(e) = spawned {
-                log::debug!("compiling module {k} at its first launch: {e}");
+            match spawned {
+                Ok(thread) => self
+                    .prefetching
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(thread),
+                Err(e) => log::debug!("compiling module {k} at its first launch: {e}"),
             }
         }
     }
