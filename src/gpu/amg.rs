@@ -2240,7 +2240,7 @@ pub(super) fn dense_symmetric_inverse(
     n: usize,
     buffers: DenseInverseBuffers<'_>,
 ) -> Result<(), GpuError> {
-    match gpu.cooperative_blocks()? {
+    match gpu.cooperative_blocks() {
         Some(blocks) if !dense_launch_per_step() => {
             dense_symmetric_inverse_fused(gpu, n, buffers, blocks)
         }
@@ -2443,7 +2443,7 @@ pub fn dense_inverse_for_check(
         inverse: &inverse,
         barrier: &mut barrier,
     };
-    match (fused, gpu.cooperative_blocks()?) {
+    match (fused, gpu.cooperative_blocks()) {
         (true, Some(blocks)) => dense_symmetric_inverse_fused(gpu, n, buffers, blocks)?,
         (true, None) => {
             return Err(GpuError::Invalid(

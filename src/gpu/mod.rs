@@ -779,8 +779,8 @@ impl Gpu {
     /// multiprocessor (any kernel of up to 1024 threads whose resources fit
     /// one block on a multiprocessor); `None`: the device has no
     /// cooperative launches.
-    pub fn cooperative_blocks(&self) -> Result<Option<u32>, GpuError> {
-        Ok(self.cooperative_blocks)
+    pub fn cooperative_blocks(&self) -> Option<u32> {
+        self.cooperative_blocks
     }
 
     fn launch_grid_on<'a>(
