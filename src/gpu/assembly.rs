@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, HostElement, VECTOR_BLOCK};
 use crate::fvm::{
     BoundaryCoeffs, CellGradient, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
     LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
@@ -500,33 +500,98 @@ impl StaticArrays {
         Self {
             face_owner: source.face_owner(),
             face_neighbour: source.face_neighbour(),
-            weights: source.weights(),
-            mag_sf: source.mag_sf(),
-            delta_coeffs: source.delta_coeffs(),
-            sf: source.sf(),
-            k: source.k(),
-            b_mag_sf: source.b_mag_sf(),
-            b_sf: source.b_sf(),
-            b_k: source.b_k(),
-            b_delta_coeffs: source.b_delta_coeffs(),
-            volumes: source.volumes(),
+            weights: source.weights().to_vec(),
+            mag_sf: source.mag_sf().to_vec(),
+            delta_coeffs: source.delta_coeffs().to_vec(),
+            sf: source.sf().to_vec(),
+            k: source.k().to_vec(),
+            b_mag_sf: source.b_mag_sf().to_vec(),
+            b_sf: source.b_sf().to_vec(),
+            b_k: source.b_k().to_vec(),
+            b_delta_coeffs: source.b_delta_coeffs().to_vec(),
+            volumes: source.volumes().to_vec(),
         }
     }
 }
 
-/// The fixed device arrays in host memory, one method per array: internal
-/// faces in device order, boundary faces in device boundary order, cells in
-/// row order; vectors as 3 doubles; arrays a scheme does not use are empty.
-/// Each is gathered in parallel when called and uploaded at once
-/// ([`DeviceGeometry::upload`]), so that the device set-up holds one array in
-/// host memory at a time (at 8 M hex cells their sum is about 2 GB, the
-/// largest 0.6 GB).
+/// The fixed device arrays, one method per array: internal faces in device
+/// order, boundary faces in device boundary order, cells in row order;
+/// vectors as 3 doubles; arrays a scheme does not use are empty. Each method
+/// says where its elements come from ([`Gathered`]); the device set-up
+/// gathers and uploads each a piece at a time ([`DeviceGeometry::upload`],
+/// [`Gpu::upload_with`]), so that no array exists whole in host memory (at
+/// 8 M hex cells their sum is about 2 GB, the largest 0.6 GB) and gathering
+/// overlaps the copies.
 struct StaticSource<'a> {
     system: &'a LaplacianSystem<'a>,
     /// The map's device faces and device boundary faces.
     faces: &'a [u32],
     boundary: &'a [u32],
     ordering: &'a Permutation,
+}
+
+/// Where the elements of one fixed device array come from.
+#[derive(Clone, Copy)]
+enum Gathered<'a> {
+    /// `values[index[i]]`.
+    Values(&'a [f64], &'a [u32]),
+    /// The 3 components of `vectors[index[i] + offset]`.
+    Vectors(&'a [Vec3], &'a [u32], usize),
+    /// Not read by the schemes: an empty array.
+    Unused,
+}
+
+impl Gathered<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Values(_, index) => index.len(),
+            Self::Vectors(_, index, _) => 3 * index.len(),
+            Self::Unused => 0,
+        }
+    }
+
+    /// Elements `start..start + piece.len()` into `piece`, in parallel.
+    fn fill(&self, start: usize, piece: &mut [f64]) {
+        match *self {
+            Self::Values(values, index) => {
+                let index = &index[start..start + piece.len()];
+                piece
+                    .par_iter_mut()
+                    .zip(index)
+                    .for_each(|(out, &i)| *out = values[i as usize])
+            }
+            // A piece may start inside a vector.
+            Self::Vectors(vectors, index, offset) => {
+                piece.par_iter_mut().enumerate().for_each(|(k, out)| {
+                    let e = start + k;
+                    let v = vectors[index[e / 3] as usize + offset];
+                    *out = [v.x, v.y, v.z][e % 3];
+                })
+            }
+            Self::Unused => {}
+        }
+    }
+
+    /// The whole array in host memory.
+    fn to_vec(self) -> Vec<f64> {
+        let mut v = vec![0.0; self.len()];
+        self.fill(0, &mut v);
+        v
+    }
+
+    /// The array on the device, gathered a piece at a time; an empty one
+    /// becomes one zero, never read (as [`upload`]).
+    fn upload(self, gpu: &Gpu) -> Result<CudaSlice<f64>, GpuError> {
+        match self.len() {
+            0 => gpu.zeros(1),
+            len => gpu.upload_with(len, |start, piece| self.fill(start, piece)),
+        }
+    }
+
+    /// [`Self::upload`], or nothing for an empty array.
+    fn upload_nonempty(self, gpu: &Gpu) -> Result<Option<CudaSlice<f64>>, GpuError> {
+        (self.len() > 0).then(|| self.upload(gpu)).transpose()
+    }
 }
 
 impl<'a> StaticSource<'a> {
@@ -544,21 +609,53 @@ impl<'a> StaticSource<'a> {
         }
     }
 
-    /// Rows (new numbering) of `cells` (a cell per mesh face) per device face.
-    fn new_rows(&self, cells: &[u32]) -> Vec<u32> {
+    /// Rows (new numbering) of `cells` (a cell per mesh face) per device
+    /// face, gathered a piece at a time into the device.
+    fn upload_rows(&self, gpu: &Gpu, cells: &[u32]) -> Result<CudaSlice<u32>, GpuError> {
+        let (old_to_new, faces) = (self.ordering.old_to_new(), self.faces);
+        if faces.is_empty() {
+            return gpu.zeros(1);
+        }
+        gpu.upload_with(faces.len(), |start, piece: &mut [u32]| {
+            let faces = &faces[start..start + piece.len()];
+            piece
+                .par_iter_mut()
+                .zip(faces)
+                .for_each(|(out, &f)| *out = old_to_new[cells[f as usize] as usize])
+        })
+    }
+
+    /// Rows (new numbering) of `cells` per device face, on the host (the
+    /// tests' copy of [`Self::upload_rows`]).
+    #[cfg(test)]
+    fn rows(&self, cells: &[u32]) -> Vec<u32> {
         let old_to_new = self.ordering.old_to_new();
-        self.faces
-            .par_iter()
-            .map(|&f| old_to_new[cells[f as usize] as usize])
-            .collect()
+        let row = |&f: &u32| old_to_new[cells[f as usize] as usize];
+        self.faces.iter().map(row).collect()
+    }
+
+    #[cfg(test)]
+    fn face_owner(&self) -> Vec<u32> {
+        self.rows(self.system.mesh().owner())
+    }
+
+    #[cfg(test)]
+    fn face_neighbour(&self) -> Vec<u32> {
+        self.rows(self.system.mesh().neighbour())
     }
 
     /// Vectors per face as 3 doubles in the order of `index` (`offset`
     /// added to each), or nothing where the schemes do not read them.
-    fn vectors(&self, used: bool, vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
+    fn vectors(
+        &self,
+        used: bool,
+        vectors: &'a [Vec3],
+        index: &'a [u32],
+        offset: usize,
+    ) -> Gathered<'a> {
         match used {
-            true => flatten(vectors, index, offset),
-            false => Vec::new(),
+            true => Gathered::Vectors(vectors, index, offset),
+            false => Gathered::Unused,
         }
     }
 
@@ -574,66 +671,59 @@ impl<'a> StaticSource<'a> {
         self.system.mesh().n_internal_faces()
     }
 
-    fn face_owner(&self) -> Vec<u32> {
-        self.new_rows(self.system.mesh().owner())
+    fn weights(&self) -> Gathered<'a> {
+        Gathered::Values(&self.system.geometry().weights, self.faces)
     }
 
-    fn face_neighbour(&self) -> Vec<u32> {
-        self.new_rows(self.system.mesh().neighbour())
+    fn mag_sf(&self) -> Gathered<'a> {
+        Gathered::Values(&self.system.face_geometry().mag_sf, self.faces)
     }
 
-    fn weights(&self) -> Vec<f64> {
-        gather(&self.system.geometry().weights, self.faces)
+    fn delta_coeffs(&self) -> Gathered<'a> {
+        Gathered::Values(&self.system.face_geometry().delta_coeffs, self.faces)
     }
 
-    fn mag_sf(&self) -> Vec<f64> {
-        gather(&self.system.face_geometry().mag_sf, self.faces)
-    }
-
-    fn delta_coeffs(&self) -> Vec<f64> {
-        let faces = self.system.face_geometry();
-        gather(&faces.delta_coeffs, self.faces)
-    }
-
-    fn sf(&self) -> Vec<f64> {
+    fn sf(&self) -> Gathered<'a> {
         let sf = &self.system.geometry().face_area_vectors;
         self.vectors(self.gauss(), sf, self.faces, 0)
     }
 
-    fn k(&self) -> Vec<f64> {
+    fn k(&self) -> Gathered<'a> {
         let corrected = self.system.schemes().sn_grad.is_corrected();
         let k = &self.system.face_geometry().correction_vectors;
         self.vectors(corrected, k, self.faces, 0)
     }
 
-    fn b_mag_sf(&self) -> Vec<f64> {
+    fn b_mag_sf(&self) -> Gathered<'a> {
         let mag_sf = &self.system.face_geometry().mag_sf[self.first_boundary_face()..];
-        gather(mag_sf, self.boundary)
+        Gathered::Values(mag_sf, self.boundary)
     }
 
-    fn b_sf(&self) -> Vec<f64> {
+    fn b_sf(&self) -> Gathered<'a> {
         let sf = &self.system.geometry().face_area_vectors;
         let first = self.first_boundary_face();
         self.vectors(self.gauss(), sf, self.boundary, first)
     }
 
-    fn b_k(&self) -> Vec<f64> {
+    fn b_k(&self) -> Gathered<'a> {
         let k = &self.system.face_geometry().patch_correction_vectors;
         self.vectors(self.boundary_corrected(), k, self.boundary, 0)
     }
 
-    fn b_delta_coeffs(&self) -> Vec<f64> {
+    fn b_delta_coeffs(&self) -> Gathered<'a> {
         match self.boundary_corrected() {
             true => {
                 let faces = self.system.face_geometry();
-                gather(&faces.patch_delta_coeffs, self.boundary)
+                Gathered::Values(&faces.patch_delta_coeffs, self.boundary)
             }
-            false => Vec::new(),
+            false => Gathered::Unused,
         }
     }
 
-    fn volumes(&self) -> Vec<f64> {
-        self.ordering.to_new(&self.system.geometry().cell_volumes)
+    /// Cell volumes in row order.
+    fn volumes(&self) -> Gathered<'a> {
+        let volumes = &self.system.geometry().cell_volumes;
+        Gathered::Values(volumes, self.ordering.new_to_old())
     }
 }
 
@@ -713,7 +803,7 @@ impl ProblemArrays {
 
 /// `v` on the device; an empty array becomes one zero (the driver refuses
 /// zero-byte allocations), never read.
-fn upload<T: DeviceRepr + ValidAsZeroBits>(gpu: &Gpu, v: &[T]) -> Result<CudaSlice<T>, GpuError> {
+fn upload<T: HostElement + ValidAsZeroBits>(gpu: &Gpu, v: &[T]) -> Result<CudaSlice<T>, GpuError> {
     if v.is_empty() {
         gpu.zeros(1)
     } else {
@@ -766,7 +856,7 @@ fn upload_map(
             drop(pattern);
             // Each host array dropped once uploaded (a shadowed binding
             // would live to the end of the block).
-            fn upload_owned<T: DeviceRepr + ValidAsZeroBits>(
+            fn upload_owned<T: HostElement + ValidAsZeroBits>(
                 gpu: &Gpu,
                 v: Vec<T>,
             ) -> Result<CudaSlice<T>, GpuError> {
@@ -805,32 +895,22 @@ struct DeviceGeometry {
 }
 
 impl DeviceGeometry {
-    /// Each array of `source` made and uploaded in turn: one `let` per
-    /// array, so that its host copy is dropped before the next is made.
+    /// Each array of `source` gathered and uploaded in turn, a piece at a
+    /// time ([`Gathered::upload`]).
     fn upload(gpu: &Gpu, source: &StaticSource) -> Result<Self, GpuError> {
-        let face_owner = upload(gpu, &source.face_owner())?;
-        let face_neighbour = upload(gpu, &source.face_neighbour())?;
-        let weights = upload(gpu, &source.weights())?;
-        let mag_sf = upload(gpu, &source.mag_sf())?;
-        let delta_coeffs = upload(gpu, &source.delta_coeffs())?;
-        let sf = upload_nonempty(gpu, &source.sf())?;
-        let k = upload_nonempty(gpu, &source.k())?;
-        let b_mag_sf = upload(gpu, &source.b_mag_sf())?;
-        let b_k = upload_nonempty(gpu, &source.b_k())?;
-        let b_delta_coeffs = upload_nonempty(gpu, &source.b_delta_coeffs())?;
-        let volumes = upload(gpu, &source.volumes())?;
+        let mesh = source.system.mesh();
         Ok(Self {
-            face_owner,
-            face_neighbour,
-            weights,
-            mag_sf,
-            delta_coeffs,
-            sf,
-            k,
-            b_mag_sf,
-            b_k,
-            b_delta_coeffs,
-            volumes,
+            face_owner: source.upload_rows(gpu, mesh.owner())?,
+            face_neighbour: source.upload_rows(gpu, mesh.neighbour())?,
+            weights: source.weights().upload(gpu)?,
+            mag_sf: source.mag_sf().upload(gpu)?,
+            delta_coeffs: source.delta_coeffs().upload(gpu)?,
+            sf: source.sf().upload_nonempty(gpu)?,
+            k: source.k().upload_nonempty(gpu)?,
+            b_mag_sf: source.b_mag_sf().upload(gpu)?,
+            b_k: source.b_k().upload_nonempty(gpu)?,
+            b_delta_coeffs: source.b_delta_coeffs().upload_nonempty(gpu)?,
+            volumes: source.volumes().upload(gpu)?,
         })
     }
 }
@@ -1097,9 +1177,11 @@ impl<'g> DeviceLaplacian<'g> {
                 let (device_map, matrix, faces, boundary) = upload_map(gpu, map)?;
                 let source = StaticSource::new(system, &faces, &boundary, &ordering);
                 let device_gradient = match schemes.grad {
-                    GradScheme::GaussLinear => {
-                        DeviceGradient::upload(gpu, &GradientArrays::default(), &source.b_sf())?
-                    }
+                    GradScheme::GaussLinear => DeviceGradient::upload(
+                        gpu,
+                        &GradientArrays::default(),
+                        &source.b_sf().to_vec(),
+                    )?,
                     GradScheme::LeastSquares => {
                         let gradient =
                             GradientArrays::new(system.cell_gradient(), &faces, &boundary);

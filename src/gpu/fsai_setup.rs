@@ -234,7 +234,9 @@ struct Plan {
 }
 
 /// The precision of a set-up: its kernels and the conversion of A's values.
-trait Real: DeviceRepr + ValidAsZeroBits + KernelElement + Copy + Unpin + 'static {
+trait Real:
+    DeviceRepr + ValidAsZeroBits + KernelElement + super::HostElement + Copy + Unpin + 'static
+{
     const INIT: &'static str;
     const GRADIENT: &'static str;
     const GATHER: &'static str;

@@ -62,8 +62,8 @@ use cache::{KernelCache, Target};
 
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaModule, CudaSlice, CudaStream, DevicePtr,
+    DeviceRepr, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 pub use kernel_args::KernelArgs;
 use kernel_args::{check_arguments, parse_parameters, ParamType};
@@ -459,6 +459,32 @@ pub struct Gpu {
     /// context while the process exits can crash it after the run's work is
     /// done (a short run with an empty kernel cache).
     prefetching: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Page-locked buffers of [`Gpu::upload_with`], allocated at its first
+    /// large upload and kept for the next.
+    staging: Mutex<Option<Staging>>,
+}
+
+/// Bytes of each of the two page-locked buffers through which
+/// [`Gpu::upload_with`] moves large arrays: big enough that a copy runs at
+/// the bus's speed, small enough that filling one overlaps the copy of the
+/// other many times per array.
+const STAGING_BYTES: usize = 32 << 20;
+
+/// Arrays below this size go through one pageable copy: filling and copying
+/// them in pieces would not pay for the pieces' waits.
+const STAGED_MIN_BYTES: usize = 4 << 20;
+
+/// An element type of host arrays the device takes: what
+/// [`Gpu::upload`] copies a piece at a time on all cores.
+pub trait HostElement: DeviceRepr + Default + Clone + Send + Sync {}
+impl<T: DeviceRepr + Default + Clone + Send + Sync> HostElement for T {}
+
+/// Two page-locked host buffers and, per buffer, an event recorded behind
+/// the last copy out of it (the device's event tracking is off, so the
+/// buffers' own events are never recorded).
+struct Staging {
+    buffers: [PinnedHostSlice<u8>; 2],
+    copied: [CudaEvent; 2],
 }
 
 /// Launches and device time of one kernel under `FVPOISSON_GPU_PROFILE=1`.
@@ -470,6 +496,11 @@ struct KernelTime {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        if !matches!(self.staging.get_mut(), Ok(None)) {
+            // Copies out of the page-locked buffers may still be queued: they
+            // must land before the buffers are freed.
+            let _ = self.stream.synchronize();
+        }
         let threads = std::mem::take(
             self.prefetching
                 .get_mut()
@@ -632,6 +663,7 @@ impl Gpu {
             kernel_profile: profile.then(Default::default),
             prefetching: Mutex::new(Vec::new()),
             cooperative_blocks,
+            staging: Mutex::new(None),
         })
     }
 
@@ -1095,10 +1127,111 @@ impl Gpu {
         driver("cuStreamSynchronize", self.stream.synchronize())
     }
 
-    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
+    /// `host` on the device; a large array goes through the page-locked
+    /// buffers of [`Self::upload_with`] (several times the bus speed of the
+    /// driver's pageable path).
+    pub fn upload<T: HostElement>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        if size_of_val(host) >= STAGED_MIN_BYTES {
+            return self.upload_staged(host);
+        }
+        self.upload_pageable(host)
+    }
+
+    /// `host` on the device by one pageable copy.
+    fn upload_pageable<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
         let r = self.stream.clone_htod(host);
         self.allocation("cuMemcpyHtoD", size_of_val(host), r)
     }
+    /// An array of `len` elements made on the host a piece at a time and
+    /// uploaded: `fill(start, piece)` writes elements `start..start +
+    /// piece.len()` into `piece` (every element; it may use all cores). A
+    /// large array never exists whole in host memory: its pieces are made in
+    /// two page-locked buffers in turn, each copied to the device while the
+    /// other is filled, so that making the array and moving it overlap and
+    /// the copy runs at the bus's speed rather than through the driver's
+    /// pageable path. The copies are queued on the device's stream like any
+    /// upload.
+    pub fn upload_with<T: HostElement>(
+        &self,
+        len: usize,
+        fill: impl Fn(usize, &mut [T]),
+    ) -> Result<CudaSlice<T>, GpuError> {
+        let size = size_of::<T>();
+        if len * size < STAGED_MIN_BYTES || !STAGING_BYTES.is_multiple_of(size) {
+            let mut host = vec![T::default(); len];
+            fill(0, &mut host);
+            return self.upload_pageable(&host);
+        }
+        // SAFETY: every element is written by the copies below before the
+        // slice is handed out (the pieces cover 0..len).
+        let r = unsafe { self.stream.alloc::<T>(len) };
+        let mut device = self.allocation("cuMemAlloc", len * size, r)?;
+        let mut guard = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.new_staging()?);
+        }
+        let Some(staging) = guard.as_mut() else {
+            unreachable!("allocated above")
+        };
+        let per_piece = STAGING_BYTES / size;
+        for (piece, start) in (0..len).step_by(per_piece).enumerate() {
+            let end = (start + per_piece).min(len);
+            let b = piece % 2;
+            // The copy queued from this buffer two pieces ago has landed (an
+            // event never recorded counts as done).
+            driver("cuEventSynchronize", staging.copied[b].synchronize())?;
+            let bytes = driver("cuMemHostGetPointer", staging.buffers[b].as_mut_ptr())?;
+            // SAFETY: the buffer holds STAGING_BYTES bytes, page-aligned (so
+            // aligned for T), no copy reads it now (waited above), and a T
+            // of a DeviceRepr type is valid for any bits the fill leaves
+            // (it writes every element of the piece).
+            let host: &mut [T] =
+                unsafe { std::slice::from_raw_parts_mut(bytes.cast::<T>(), end - start) };
+            fill(start, host);
+            let mut view = device.slice_mut(start..end);
+            driver(
+                "cuMemcpyHtoDAsync",
+                self.stream.memcpy_htod(&*host, &mut view),
+            )?;
+            driver("cuEventRecord", staging.copied[b].record(&self.stream))?;
+        }
+        Ok(device)
+    }
+
+    /// `host` uploaded through [`Self::upload_with`]'s page-locked buffers,
+    /// each piece copied into them by all cores.
+    pub fn upload_staged<T: HostElement>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        use rayon::prelude::*;
+        self.upload_with(host.len(), |start, piece| {
+            let source = &host[start..start + piece.len()];
+            piece
+                .par_chunks_mut(1 << 16)
+                .zip(source.par_chunks(1 << 16))
+                .for_each(|(to, from)| to.clone_from_slice(from));
+        })
+    }
+
+    fn new_staging(&self) -> Result<Staging, GpuError> {
+        let buffer = || {
+            // SAFETY: the bytes are written by a fill before any copy reads
+            // them. Flags 0: cached memory, as a fill may read what it wrote.
+            driver("cuMemHostAlloc", unsafe {
+                self.ctx.alloc_pinned_with_flags::<u8>(STAGING_BYTES, 0)
+            })
+        };
+        let event = || {
+            driver(
+                "cuEventCreate",
+                self.ctx
+                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)),
+            )
+        };
+        Ok(Staging {
+            buffers: [buffer()?, buffer()?],
+            copied: [event()?, event()?],
+        })
+    }
+
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         n: usize,
@@ -1287,6 +1420,30 @@ mod tests {
             }
         }
         assert!(checked > 40, "found only {checked} launches");
+    }
+
+    /// A large upload goes through the page-locked buffers in pieces (the
+    /// last one short, the buffers reused several times) and lands whole;
+    /// a small one takes the pageable copy.
+    #[test]
+    fn staged_uploads_land_every_element() {
+        let Some(gpu) = test_device() else { return };
+        let n = 3 * STAGING_BYTES / 8 + 12_345;
+        let values: Vec<f64> = (0..n).map(|i| (i as f64).sqrt() - 7.0).collect();
+        assert_eq!(gpu.download(&gpu.upload(&values).unwrap()).unwrap(), values);
+        let bytes: Vec<u8> = (0..STAGING_BYTES + 3).map(|i| (i % 251) as u8).collect();
+        assert_eq!(gpu.download(&gpu.upload(&bytes).unwrap()).unwrap(), bytes);
+        // Made a piece at a time: each piece is told where it starts.
+        let made = gpu
+            .upload_with(n, |start, piece: &mut [f64]| {
+                for (k, v) in piece.iter_mut().enumerate() {
+                    *v = ((start + k) as f64).sqrt() - 7.0;
+                }
+            })
+            .unwrap();
+        assert_eq!(gpu.download(&made).unwrap(), values);
+        let small = [1u32, 2, 3];
+        assert_eq!(gpu.download(&gpu.upload(&small).unwrap()).unwrap(), small);
     }
 
     /// Module k holds source k and what it needs, in list order; a source

@@ -965,3 +965,35 @@ fn bad_shapes_give_clear_errors() {
     let got = AssemblyMap::new(&mesh, &short, 32).unwrap_err().to_string();
     assert!(got.contains("the ordering"), "{got}");
 }
+
+/// A fixed array made in pieces (as the device set-up uploads it, a piece
+/// possibly starting inside a vector) equals the array made whole.
+#[test]
+fn gathered_arrays_made_in_pieces_equal_the_whole() {
+    let vectors: Vec<Vec3> = (0..50)
+        .map(|i| Vec3::new(i as f64, 0.5 - i as f64, (i * i) as f64))
+        .collect();
+    let values: Vec<f64> = (0..50).map(|i| (i as f64).ln_1p()).collect();
+    let index: Vec<u32> = (0..37).map(|i| (i * 7 % 40) as u32).collect();
+    for gathered in [
+        Gathered::Values(&values, &index),
+        Gathered::Vectors(&vectors, &index, 0),
+        Gathered::Vectors(&vectors, &index, 10),
+    ] {
+        let whole = gathered.to_vec();
+        assert_eq!(whole.len(), gathered.len());
+        for piece_len in [1, 2, 4, 5, 16, whole.len()] {
+            let mut pieces = vec![f64::NAN; whole.len()];
+            for (p, piece) in pieces.chunks_mut(piece_len).enumerate() {
+                gathered.fill(p * piece_len, piece);
+            }
+            assert_eq!(pieces, whole, "pieces of {piece_len}");
+        }
+    }
+    let i = index[5] as usize + 10;
+    assert_eq!(
+        Gathered::Vectors(&vectors, &index, 10).to_vec()[15..18],
+        [vectors[i].x, vectors[i].y, vectors[i].z]
+    );
+    assert!(Gathered::Unused.to_vec().is_empty());
+}

@@ -48,7 +48,7 @@ struct Work<T> {
     coefficients: CudaSlice<T>,
 }
 
-impl<T: DeviceRepr + ValidAsZeroBits + KernelElement + Copy> Work<T> {
+impl<T: DeviceRepr + ValidAsZeroBits + KernelElement + crate::gpu::HostElement + Copy> Work<T> {
     fn new(
         gpu: &Gpu,
         m: &DeviceModSell,
