@@ -568,6 +568,35 @@ fn gpu_all_neumann_problems_project_pin_and_refuse_as_the_cpu() {
         gpu_err,
         AssemblyError::Fvm(FvmError::InconsistentRhs { .. })
     ));
+    // Deferred: the update returns at once, the check after it reports the
+    // same error once, and the right-hand side has the bits of a checked
+    // update of a consistent problem.
+    let p_dev = device.to_device_order(&p).unwrap();
+    device.update_rhs_deferred(&p_dev, None).unwrap();
+    let deferred = device.deferred_consistency().unwrap_err();
+    assert_eq!(deferred.to_string(), gpu_err.to_string());
+    device.deferred_consistency().unwrap();
+    // Consistent: no source, so Σb is the non-orthogonal correction's
+    // fluxes, which cancel face by face.
+    let neumann = vec![BoundaryCondition::ZeroGradient; mesh.patches().len()];
+    let mut balanced =
+        LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), neumann);
+    balanced.singular.project = false;
+    balanced.singular.reference = Reference::Cell {
+        cell: 7,
+        value: -0.2,
+    };
+    let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &balanced).unwrap();
+    let mut device = DeviceLaplacian::new(&gpu, &system, &balanced, 512).unwrap();
+    let x = device
+        .to_device_order(&random_field(mesh.n_cells(), 9))
+        .unwrap();
+    device.update_rhs(&x, None).unwrap();
+    let checked = device.download_rhs().unwrap();
+    device.update_rhs_deferred(&x, None).unwrap();
+    let deferred = device.download_rhs().unwrap();
+    device.deferred_consistency().unwrap();
+    assert_eq!(checked, deferred);
 }
 
 #[test]

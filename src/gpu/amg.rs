@@ -52,19 +52,16 @@
 //! cycle moves per level (`bench --amg`).
 
 use crate::gpu::KernelArgs;
-use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::gpu::kernel_args::KernelElement;
 use cudarc::driver::sys as driver_sys;
-use cudarc::driver::{
-    CudaEvent, CudaSlice, CudaView, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, driver, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, driver, vector_grid, DeferredRead, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, Precision, MAX_DENSE_ROWS};
 use crate::solve::cpu::check_system;
 use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
@@ -161,25 +158,6 @@ pub(super) fn read_at<T: DeviceRepr + Default + Copy>(
         gpu.stream().clone_dtoh(&buffer.slice(index..index + 1)),
     )?;
     Ok(v.first().copied().unwrap_or_default())
-}
-
-/// `n` zeros in page-locked host memory (at least one element), the target
-/// of asynchronous device-to-host copies read later.
-fn pinned_zeros<T: DeviceRepr + ValidAsZeroBits>(
-    gpu: &Gpu,
-    n: usize,
-) -> Result<PinnedHostSlice<T>, GpuError> {
-    let context = gpu.stream().context();
-    // SAFETY: the memory is uninitialised until zeroed below, before anything
-    // reads it (zero bits are a valid T); flags 0: cached (the host reads
-    // it), not write-combined.
-    let mut host = driver("cuMemHostAlloc", unsafe {
-        context.alloc_pinned_with_flags::<T>(n.max(1), 0)
-    })?;
-    let ptr = driver("cuEventSynchronize", host.as_mut_ptr())?;
-    // SAFETY: `ptr` points to the n.max(1) elements just allocated.
-    unsafe { std::ptr::write_bytes(ptr, 0, n.max(1)) };
-    Ok(host)
 }
 
 /// Keeps the memory the set-up frees in the device's stream-ordered pool
@@ -1032,18 +1010,10 @@ pub struct DeviceAmg<'g> {
     /// but the coarsest, its smallest row without a positive diagonal
     /// (i32::MAX: none); last, the coarsest factor's failed pivot + 1 (0:
     /// none). Read back once per set-up; a deferred value update
-    /// ([`Self::update_values_deferred`]) copies them into `status_host`
+    /// ([`Self::update_values_deferred`]) copies them into `status_read`
     /// without waiting, and [`Self::deferred_status`] reads that copy.
     status: CudaSlice<i32>,
-    /// Page-locked host copy of `status` (asynchronous copies only).
-    status_host: PinnedHostSlice<i32>,
-    /// Recorded behind the copy into `status_host`: the device's event
-    /// tracking is off (`Gpu::open`), so the pinned slice's own event is
-    /// never recorded and cannot say when the copy landed.
-    status_copied: CudaEvent,
-    /// Whether `status_host` holds the copy of a deferred value update that
-    /// nobody has read yet.
-    status_pending: Cell<bool>,
+    status_read: DeferredRead<i32>,
     cycle: CycleParams,
     /// The cycle's vectors (and rounded values) in its precision.
     arithmetic: Arithmetic,
@@ -1199,14 +1169,7 @@ impl<'g> DeviceAmg<'g> {
             coarsest_inverse: gpu.zeros(n_last * n_last)?,
             coarsest_work: CoarsestWork::new(gpu, n_last)?,
             status: gpu.zeros(levels.len())?,
-            status_host: pinned_zeros(gpu, levels.len())?,
-            status_copied: driver(
-                "cuEventCreate",
-                gpu.stream()
-                    .context()
-                    .new_event(Some(driver_sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)),
-            )?,
-            status_pending: Cell::new(false),
+            status_read: DeferredRead::new(gpu, levels.len())?,
             fine,
             fine_source: source,
             levels,
@@ -1346,17 +1309,15 @@ impl<'g> DeviceAmg<'g> {
     /// reads host memory. A second call (or one with nothing pending) is
     /// `Ok`.
     pub fn deferred_status(&self) -> Result<(), GpuError> {
-        if !self.status_pending.replace(false) {
-            return Ok(());
+        match self.status_read.take()? {
+            Some(status) => self.status_error(&status),
+            None => Ok(()),
         }
-        driver("cuEventSynchronize", self.status_copied.synchronize())?;
-        let status = driver("cuEventSynchronize", self.status_host.as_slice())?;
-        self.status_error(status)
     }
 
     /// Whether a deferred value update's status is still unread.
     pub fn status_pending(&self) -> bool {
-        self.status_pending.get()
+        self.status_read.pending()
     }
 
     /// The status words `status` as an error: a level's diagonal that is not
@@ -1564,13 +1525,7 @@ impl<'g> DeviceAmg<'g> {
             Arithmetic::Mixed(c) => c.round_fine(gpu, &self.fine)?,
         }
         // The status behind the launches, not waited for.
-        driver(
-            "cuMemcpyDtoHAsync",
-            gpu.stream()
-                .memcpy_dtoh(&self.status, &mut self.status_host),
-        )?;
-        driver("cuEventRecord", self.status_copied.record(gpu.stream()))?;
-        self.status_pending.set(true);
+        self.status_read.start(gpu, &self.status)?;
         phases.mark(|| "f32 copies + status".into())?;
         Ok(phases.times)
     }

@@ -57,7 +57,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, HostElement, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, DeferredRead, Gpu, GpuError, HostElement, VECTOR_BLOCK};
 use crate::fvm::{
     BoundaryCoeffs, CellGradient, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
     LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
@@ -801,6 +801,20 @@ impl ProblemArrays {
     }
 }
 
+/// `LaplacianSystem::make_consistent`'s test of a right-hand side with sum
+/// `sum` and absolute sum `scale` that is not projected.
+fn check_consistency(sum: f64, scale: f64, policy: SingularPolicy) -> Result<(), AssemblyError> {
+    if sum.abs() > policy.tolerance * scale {
+        return Err(FvmError::InconsistentRhs {
+            sum,
+            scale,
+            tolerance: policy.tolerance,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// `v` on the device; an empty array becomes one zero (the driver refuses
 /// zero-byte allocations), never read.
 fn upload<T: HostElement + ValidAsZeroBits>(gpu: &Gpu, v: &[T]) -> Result<CudaSlice<T>, GpuError> {
@@ -1064,6 +1078,10 @@ pub struct DeviceLaplacian<'g> {
     singular: Option<SingularPolicy>,
     /// ΣV in the CPU's order (the singular projection and the zero mean).
     total_volume: f64,
+    /// The right-hand side's consistency sums (Σb, Σ|b|) of the last
+    /// [`Self::update_rhs_deferred`], checked by
+    /// [`Self::deferred_consistency`]; made at the first deferred update.
+    consistency: Option<DeferredRead<f64>>,
 }
 
 impl<'g> DeviceLaplacian<'g> {
@@ -1337,6 +1355,7 @@ impl<'g> DeviceLaplacian<'g> {
             time: TimeScheme::SteadyState,
             singular: None,
             total_volume,
+            consistency: None,
         };
         let _assembly = crate::timings::enter_synced(Phase::Assembly, gpu);
         device.assemble_values(problem)?;
@@ -1553,6 +1572,44 @@ impl<'g> DeviceLaplacian<'g> {
         p: &CudaSlice<f64>,
         old: Option<&CudaSlice<f64>>,
     ) -> Result<(), AssemblyError> {
+        self.update_rhs_checked(p, old, false)
+    }
+
+    /// [`Self::update_rhs`] without waiting for the consistency check of a
+    /// singular problem that does not project its right-hand side: the
+    /// sums are copied behind the launches and checked by
+    /// [`Self::deferred_consistency`], which the caller calls after the
+    /// solve (whose residual read-backs drain the stream anyway). The
+    /// right-hand side has the same bits; only the moment the error is
+    /// reported moves. A time step's pressure equation uses it, so that the
+    /// step waits only for residuals and logged numbers.
+    pub fn update_rhs_deferred(
+        &mut self,
+        p: &CudaSlice<f64>,
+        old: Option<&CudaSlice<f64>>,
+    ) -> Result<(), AssemblyError> {
+        self.update_rhs_checked(p, old, true)
+    }
+
+    /// The consistency check of the last [`Self::update_rhs_deferred`] if
+    /// nobody made it yet: the error [`Self::update_rhs`] would have
+    /// returned, or `Ok`. A second call is `Ok`.
+    pub fn deferred_consistency(&self) -> Result<(), AssemblyError> {
+        let (Some(read), Some(policy)) = (&self.consistency, self.singular) else {
+            return Ok(());
+        };
+        match read.take()? {
+            Some(sums) => check_consistency(sums[0], sums[1], policy),
+            None => Ok(()),
+        }
+    }
+
+    fn update_rhs_checked(
+        &mut self,
+        p: &CudaSlice<f64>,
+        old: Option<&CudaSlice<f64>>,
+        defer: bool,
+    ) -> Result<(), AssemblyError> {
         self.check_vector(p, "field")?;
         let (dt, old) = match self.time {
             TimeScheme::Euler { dt } => {
@@ -1602,7 +1659,19 @@ impl<'g> DeviceLaplacian<'g> {
             a.arg(&w.explicit_rhs).arg(rhs);
         })?;
         if let Some(policy) = self.singular {
-            self.make_consistent(policy)?;
+            if defer && !policy.project {
+                self.queue_sums(rhs, None)?;
+                let read = match self.consistency.take() {
+                    Some(read) => read,
+                    None => DeferredRead::new(gpu, 2)?,
+                };
+                let read = self.consistency.insert(read);
+                read.start(gpu, &self.work.sums)?;
+            } else {
+                self.make_consistent(policy)?;
+            }
+            let w = &self.work;
+            let rhs = w.rhs.dev()?;
             if let Some((row, value)) = self.reference() {
                 let row = row as i32;
                 gpu.launch("asm_add_reference", 1, 32, 0, |a| {
@@ -1620,6 +1689,13 @@ impl<'g> DeviceLaplacian<'g> {
         x: &CudaSlice<f64>,
         y: Option<&CudaSlice<f64>>,
     ) -> Result<[f64; 2], GpuError> {
+        self.queue_sums(x, y)?;
+        let sums = self.gpu.download(&self.work.sums)?;
+        Ok([sums[0], sums[1]])
+    }
+
+    /// [`Self::sums`] into the work buffer `sums` on the device, not read.
+    fn queue_sums(&self, x: &CudaSlice<f64>, y: Option<&CudaSlice<f64>>) -> Result<(), GpuError> {
         let w = &self.work;
         let n = self.n as i32;
         let grid = vector_grid(self.n);
@@ -1630,12 +1706,9 @@ impl<'g> DeviceLaplacian<'g> {
                 a.arg(&w.partials);
             })?;
         let (m, count) = (grid as i32, 2i32);
-        self.gpu
-            .launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
-                a.arg(&m).arg(&count).arg(&w.partials).arg(&w.sums);
-            })?;
-        let sums = self.gpu.download(&w.sums)?;
-        Ok([sums[0], sums[1]])
+        self.gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
+            a.arg(&m).arg(&count).arg(&w.partials).arg(&w.sums);
+        })
     }
 
     /// x_i −= w_i·s (w `None`: x_i −= s).
@@ -1661,15 +1734,9 @@ impl<'g> DeviceLaplacian<'g> {
         if policy.project {
             let per_volume = sum / self.total_volume;
             self.subtract(Some(&self.geometry.volumes), per_volume, rhs)?;
-        } else if sum.abs() > policy.tolerance * scale {
-            return Err(FvmError::InconsistentRhs {
-                sum,
-                scale,
-                tolerance: policy.tolerance,
-            }
-            .into());
+            return Ok(());
         }
-        Ok(())
+        check_consistency(sum, scale, policy)
     }
 
     /// Shifts `x` (device, row order) to zero volume-weighted mean, as the CPU

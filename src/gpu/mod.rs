@@ -487,6 +487,74 @@ struct Staging {
     copied: [CudaEvent; 2],
 }
 
+/// A few device values copied into page-locked host memory behind the
+/// queued work and read later: the copy does not wait, and by the time the
+/// values are read (after a solve whose residual read-backs drained the
+/// stream) they have long landed. The AMG's set-up status words and a
+/// pressure right-hand side's consistency sums travel this way.
+pub struct DeferredRead<T: DeviceRepr> {
+    host: PinnedHostSlice<T>,
+    /// Recorded behind the copy: the device's event tracking is off
+    /// ([`Gpu::on_device`]), so the pinned slice's own event is never
+    /// recorded and cannot say when the copy landed.
+    copied: CudaEvent,
+    /// A copy was queued that nobody has read yet.
+    pending: std::cell::Cell<bool>,
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeferredRead<T> {
+    /// Room for `n` values (at least one).
+    pub fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        // SAFETY: the memory is uninitialised until zeroed below, before
+        // anything reads it (zero bits are a valid T); flags 0: cached (the
+        // host reads it), not write-combined.
+        let mut host = driver("cuMemHostAlloc", unsafe {
+            gpu.ctx.alloc_pinned_with_flags::<T>(n.max(1), 0)
+        })?;
+        let ptr = driver("cuEventSynchronize", host.as_mut_ptr())?;
+        // SAFETY: `ptr` points to the n.max(1) elements just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0, n.max(1)) };
+        let copied = driver(
+            "cuEventCreate",
+            gpu.ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)),
+        )?;
+        Ok(Self {
+            host,
+            copied,
+            pending: std::cell::Cell::new(false),
+        })
+    }
+
+    /// Queues the copy of `from` (at most the room given) behind the work
+    /// on the stream; nothing waits.
+    pub fn start(&mut self, gpu: &Gpu, from: &CudaSlice<T>) -> Result<(), GpuError> {
+        driver(
+            "cuMemcpyDtoHAsync",
+            gpu.stream.memcpy_dtoh(from, &mut self.host),
+        )?;
+        driver("cuEventRecord", self.copied.record(&gpu.stream))?;
+        self.pending.set(true);
+        Ok(())
+    }
+
+    /// The values of the last [`Self::start`] if nobody read them yet
+    /// (waiting only for that copy), else `None`.
+    pub fn take(&self) -> Result<Option<Vec<T>>, GpuError> {
+        if !self.pending.replace(false) {
+            return Ok(None);
+        }
+        driver("cuEventSynchronize", self.copied.synchronize())?;
+        let values = driver("cuEventSynchronize", self.host.as_slice())?;
+        Ok(Some(values.to_vec()))
+    }
+
+    /// Whether a copy is queued that nobody has read yet.
+    pub fn pending(&self) -> bool {
+        self.pending.get()
+    }
+}
+
 /// Launches and device time of one kernel under `FVPOISSON_GPU_PROFILE=1`.
 #[derive(Clone, Copy, Debug, Default)]
 struct KernelTime {

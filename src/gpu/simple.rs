@@ -676,7 +676,7 @@ impl<'g> DeviceSimple<'g> {
         let options = GpuSolveOptions::default();
         let mut p_solves = Vec::with_capacity(n_non_orth_correctors + 1);
         for corrector in 0..=n_non_orth_correctors {
-            self.laplacian.update_rhs(self.p.dev()?, None)?;
+            self.laplacian.update_rhs_deferred(self.p.dev()?, None)?;
             *host += timer.lap(&mut seconds.assembly)?;
             let (backend, b) = match (&self.amg, &self.polynomial) {
                 (Some(amg), _) => self.laplacian.preconditioned_solver(amg, &options)?,
@@ -692,6 +692,9 @@ impl<'g> DeviceSimple<'g> {
             if let Some(amg) = &self.amg {
                 amg.deferred_status()?;
             }
+            // So is the right-hand side's consistency check (the CPU's
+            // error for an inconsistent singular system).
+            self.laplacian.deferred_consistency()?;
             let perf = perf.map_err(|source| FlowError::Solve {
                 field: "p".into(),
                 source,
