@@ -31,7 +31,9 @@
 //!   the CSR, then searches of the written rows) and to the host's CSR and
 //!   slots, on random and mesh matrices, rows wider than the pass holds in
 //!   registers, slice heights that do not divide n, and a pattern that is
-//!   not symmetric (the same first row without a partner);
+//!   not symmetric (the same first row without a partner); the checks
+//!   folded into that pass (and block-IC's diagonal check, made when its
+//!   factorisation fails) give the separate checks' errors;
 //! - Eisenstat SGS's scaled split set up on the device: the same SELL
 //!   triangles, scales and row order as the host set-up, bit for bit, and
 //!   the host's error for coupled rows of one colour.
@@ -43,8 +45,8 @@ mod common;
 use common::random_and_rcm_systems;
 use fvpoisson::gpu::eisenstat::DeviceEisenstat;
 use fvpoisson::gpu::ic::{
-    device_csr_slots, device_row_levels, BlockIcStructure, DeviceIncompleteCholesky, IcKind,
-    LevelScheduler,
+    device_csr_slots, device_row_levels, BlockIcStructure, DeviceBlockIc, DeviceIncompleteCholesky,
+    IcKind, LevelScheduler,
 };
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
@@ -56,7 +58,7 @@ use fvpoisson::solve::ilu::{dilu, transposed_slots};
 use fvpoisson::solve::neumann::{NeumannSettings, TruncatedNeumann};
 use fvpoisson::solve::precond::{Dic, Ic0};
 use fvpoisson::solve::smoother::{check_diagonal, l1_jacobi_scale, PointJacobi};
-use fvpoisson::solve::{LinearOperator, Precision, SolveError};
+use fvpoisson::solve::{InnerSolver, LinearOperator, Precision, SolveError};
 use fvpoisson::sparse::levels::LevelSchedule;
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector};
@@ -473,6 +475,65 @@ fn csr_and_slots_in_one_pass_equal_the_steps_and_the_host() {
                 Err(_) => assert!(one.missing_partner.is_some(), "{what}: partner"),
             }
         }
+    }
+}
+
+/// The checks folded into other passes give the errors the separate checks
+/// gave: a diagonal entry that is not positive is the CPU's error naming
+/// the first such row and its value (DIC, IC(0) and DILU from the CSR pass;
+/// block-IC once its factorisation fails), and a pattern that is not
+/// symmetric the host's transposed-slot error (IC(0), DILU).
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn checks_folded_into_the_passes_give_the_separate_checks_errors() {
+    let Some(gpu) = test_device() else { return };
+    let (_, a, _) = random_and_rcm_systems(&[])
+        .into_iter()
+        .find(|(_, a, _)| a.n_rows() == 1000)
+        .expect("the 1000-row random matrix");
+    let mut bad = a.clone();
+    for (row, value) in [(700, 0.0), (300, -2.5)] {
+        let slot = bad.slot(row, row).unwrap();
+        bad.values_mut()[slot] = value;
+    }
+    let m = upload(&gpu, &bad, 32);
+    let named = |e: &SolveError| {
+        matches!(
+            e,
+            SolveError::NonPositiveDiagonal {
+                row: 300,
+                value: -2.5,
+                ..
+            }
+        )
+    };
+    for kind in [IcKind::Dic, IcKind::Ic0, IcKind::Dilu] {
+        let e = DeviceIncompleteCholesky::on_device(&gpu, &bad, &m, kind, Precision::Double, None)
+            .err()
+            .expect("a diagonal entry that is not positive is refused");
+        assert!(named(&e), "{kind:?}: {e}");
+    }
+    for inner in [InnerSolver::Dic, InnerSolver::Ic0] {
+        let e = DeviceBlockIc::new(&gpu, &bad, &m, inner, Precision::Double)
+            .err()
+            .expect("a diagonal entry that is not positive is refused");
+        assert!(named(&e), "{inner:?}: {e}");
+    }
+    let asymmetric = without_upper_entries(&a, 10);
+    let m = upload(&gpu, &asymmetric, 32);
+    for (kind, name) in [(IcKind::Ic0, "IC(0)"), (IcKind::Dilu, "DILU")] {
+        let e = DeviceIncompleteCholesky::on_device(
+            &gpu,
+            &asymmetric,
+            &m,
+            kind,
+            Precision::Double,
+            None,
+        )
+        .err()
+        .expect("a pattern that is not symmetric is refused");
+        let host = transposed_slots(&asymmetric, name).unwrap_err();
+        assert_eq!(e.to_string(), host.to_string(), "{kind:?}");
     }
 }
 
