@@ -184,11 +184,14 @@ __device__ int eis_colour_of(int i, const int* __restrict__ colour_ptr, int n_co
 }
 
 // Per row its strictly lower and upper entry counts; a row coupled to a row
-// of its own colour lowers failed[0] to row + 1 (atomicMin from n + 1);
+// of its own colour lowers failed[0] to row + 1 (atomicMin from n + 1), a
+// diagonal entry that is not positive (or not a number) failed[1] (the
+// diagonal check folded in: one launch and one read-back fewer);
 // totals[0], totals[1] (zeroed by the host) sum the counts (a warp sum, then
 // one atomic per warp). One thread per row; blockDim a multiple of 32.
 extern "C" __global__ void eis_setup_rows(int n, int h, const u64* __restrict__ slice_ptr,
                                           const int* __restrict__ codes,
+                                          const double* __restrict__ diag,
                                           const int* __restrict__ colour_ptr, int n_colours,
                                           unsigned* __restrict__ lower_len,
                                           unsigned* __restrict__ upper_len, int* failed,
@@ -196,6 +199,7 @@ extern "C" __global__ void eis_setup_rows(int n, int h, const u64* __restrict__ 
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     u64 lower = 0, upper = 0;
     if (row < n) {
+        if (!(diag[row] > 0.0)) atomicMin(&failed[1], row + 1);
         const int c = eis_colour_of(row, colour_ptr, n_colours);
         const int first = colour_ptr[c], end = colour_ptr[c + 1];
         const int s = row / h, base = s * h;
@@ -203,7 +207,7 @@ extern "C" __global__ void eis_setup_rows(int n, int h, const u64* __restrict__ 
             const int code = codes[k];
             if (code == 0) continue;
             const int col = code > 0 ? code - 1 : base - code - 1;
-            if (col >= first && col < end) atomicMin(failed, row + 1);
+            if (col >= first && col < end) atomicMin(&failed[0], row + 1);
             if (col < row) ++lower;
             else ++upper;
         }

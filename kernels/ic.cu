@@ -100,6 +100,10 @@ __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
     }
     double squares = 0.0;
     for (u64 s = lo; s < di; ++s) squares = __dadd_rn(squares, __dmul_rn(l[s], l[s]));
+    // The diagonal and upper slots hold zeros (the CPU's factor layout):
+    // written here, so the factor needs no zero-fill (no other row reads
+    // them: L's rows are read at their lower slots only).
+    for (u64 s = di; s < row_ptr[i + 1]; ++s) l[s] = 0.0;
     return __dsub_rn(vals[di], squares);
 }
 
@@ -386,8 +390,11 @@ extern "C" __global__ void ic_widen(int n, const float* __restrict__ w, double* 
 }
 
 // ---- Structure on the device (src/gpu/ic.rs DeviceIncompleteCholesky::on_device):
-// the CSR comes from the resident mod-SELL matrix (amg_modsell_to_csr), these
-// kernels derive what the host set-up derived from its CSR.
+// what the host set-up derives from its CSR, derived from the resident
+// mod-SELL matrix. The set-up builds the CSR and its slots in one pass
+// (ic_modsell_csr below); ic_modsell_to_csr followed by ic_diag_slots and
+// ic_transposed_slots, which search the written rows, is the same in steps,
+// kept as the reference the tests hold the pass to (device_csr_slots).
 
 // diag_slot[i] = the slot of column i in row i (present: the device CSR
 // stores every diagonal). One thread per row.
@@ -430,33 +437,6 @@ extern "C" __global__ void ic_transposed_slots(int n, const u64* __restrict__ ro
     }
 }
 
-// Whether colours can be the sweeps' levels: rows colour-contiguous
-// (colour c is rows colour_ptr[c] .. colour_ptr[c+1]) and no two rows of a
-// colour coupled; a coupled row i lowers failed[0] to i + 1. Then a row's
-// lower neighbours are in earlier colours and its upper ones in later
-// colours. One thread per row.
-extern "C" __global__ void ic_colour_check(int n, const u64* __restrict__ row_ptr,
-                                           const int* __restrict__ cols,
-                                           const int* __restrict__ colour_ptr, int n_colours,
-                                           int* failed) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    int lo = 0, hi = n_colours;  // the colour c with colour_ptr[c] <= i < colour_ptr[c + 1]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (colour_ptr[mid] <= i) lo = mid;
-        else hi = mid;
-    }
-    const int first = colour_ptr[lo], end = colour_ptr[lo + 1];
-    for (u64 s = row_ptr[i]; s < row_ptr[i + 1]; ++s) {
-        const int j = cols[s];
-        if (j != i && j >= first && j < end) {
-            atomicMin(failed, i + 1);
-            return;
-        }
-    }
-}
-
 // The CSR of a mod-SELL matrix with its values in one pass (src/gpu/ic.rs
 // csr_of_modsell): the diagonal and the stored off-diagonals, columns
 // ascending, the order of amg_modsell_to_csr, the values moved with their
@@ -479,6 +459,147 @@ extern "C" __global__ void ic_modsell_to_csr(int n, int h, const u64* __restrict
         __device__ void shift(u64 to, u64 from) const { vals[to] = vals[from]; }
     };
     modsell_row_to_csr(row, h, slice_ptr, codes, row_ptr, cols, Values{modsell_vals, diag, vals});
+}
+
+// ---- The CSR and its slots in one pass (src/gpu/ic.rs csr_with_slots): a
+// thread per row reads its mod-SELL slots once and writes its CSR row (the
+// diagonal and the stored off-diagonals, columns ascending: the CSR of
+// ic_modsell_to_csr), its diagonal slot and, for IC(0) and DILU, each
+// entry's transposed slot, and checks the diagonal and the colouring. Each
+// entry's place is its rank in the row (the count of the row's columns below
+// it, the diagonal counted as column row), so nothing is moved in global
+// memory and every slot of the row is written exactly once (the columns are
+// distinct); a row's slots are independent loads. The transposed slot of
+// entry (i, j) is row_ptr[j] + the rank of i in row j, counted on row j's
+// mod-SELL slots (the partner's CSR row may not be written yet: there is no
+// barrier between rows).
+
+// The most mod-SELL slots of a row held in registers (fully unrolled: the
+// ranks are compares of registers); a row of more slots ranks each entry by
+// reading its slots again (cached).
+#define IC_CSR_REGISTERS 16
+
+// Rank of column `col` among row j's CSR columns (the diagonal j and the
+// stored off-diagonals): how many are below it; found: whether col is one.
+__device__ u64 ic_modsell_rank(int j, int h, const u64* __restrict__ slice_ptr,
+                               const int* __restrict__ codes, unsigned col, bool* found) {
+    const int s = j / h, base = s * h;
+    u64 rank = (unsigned)j < col;
+    bool present = (unsigned)j == col;
+    for (u64 k = slice_ptr[s] + (j - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        const unsigned cj = modsell_column(c, base);
+        rank += cj < col;
+        present |= cj == col;
+    }
+    *found = present;
+    return rank;
+}
+
+// One off-diagonal (row, col) of value v at CSR slot `at`: written, its
+// transposed slot found (transposed not null; a missing partner lowers
+// flags[0] to row + 1 and leaves slot 0) and its colour checked (colour
+// range [colour_first, colour_end) of the row; a row coupled inside its
+// colour lowers flags[1] to row + 1).
+__device__ __forceinline__ void ic_csr_entry(int row, unsigned col, double v, u64 at, int h,
+                                             const u64* __restrict__ slice_ptr,
+                                             const int* __restrict__ codes,
+                                             const u64* __restrict__ row_ptr,
+                                             unsigned* __restrict__ cols,
+                                             double* __restrict__ vals,
+                                             unsigned* __restrict__ transposed, int colour_first,
+                                             int colour_end, int* flags) {
+    cols[at] = col;
+    vals[at] = v;
+    if (transposed) {
+        bool found;
+        const u64 r = ic_modsell_rank((int)col, h, slice_ptr, codes, (unsigned)row, &found);
+        transposed[at] = found ? (unsigned)(row_ptr[col] + r) : 0u;
+        if (!found) atomicMin(&flags[0], row + 1);
+    }
+    if ((int)col >= colour_first && (int)col < colour_end) atomicMin(&flags[1], row + 1);
+}
+
+// The pass. transposed: null for DIC (none); colour_ptr: null without a
+// colouring, else the colours' first rows then n (n_colours + 1 of them,
+// rows colour-contiguous); flags: [missing partner, coupled in a colour,
+// diagonal not positive], each the first such row + 1, from n + 1.
+extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ slice_ptr,
+                                          const int* __restrict__ codes,
+                                          const double* __restrict__ modsell_vals,
+                                          const double* __restrict__ diag,
+                                          const u64* __restrict__ row_ptr,
+                                          unsigned* __restrict__ cols, double* __restrict__ vals,
+                                          u64* __restrict__ diag_slot,
+                                          unsigned* __restrict__ transposed,
+                                          const int* __restrict__ colour_ptr, int n_colours,
+                                          int* flags) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const int s = row / h, base = s * h;
+    const u64 first = slice_ptr[s] + (row - base), end = slice_ptr[s + 1];
+    const u64 start = row_ptr[row];
+    const double d = diag[row];
+    if (!(d > 0.0)) atomicMin(&flags[2], row + 1);
+    // The row's colour: colour_ptr[c] <= row < colour_ptr[c + 1] (none: an
+    // empty range).
+    int colour_first = 0, colour_end = 0;
+    if (colour_ptr) {
+        int lo = 0, hi = n_colours;
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            if (colour_ptr[mid] <= row) lo = mid;
+            else hi = mid;
+        }
+        colour_first = colour_ptr[lo];
+        colour_end = colour_ptr[lo + 1];
+    }
+    // Columns below the row: the diagonal's rank.
+    u64 below = 0;
+    if (end <= first + (u64)IC_CSR_REGISTERS * h) {
+        // At most IC_CSR_REGISTERS slots; padding (code 0) as column
+        // UINT_MAX, which no column's rank counts.
+        unsigned col[IC_CSR_REGISTERS];
+        double v[IC_CSR_REGISTERS];
+#pragma unroll
+        for (int t = 0; t < IC_CSR_REGISTERS; ++t) {
+            const u64 k = first + (u64)t * h;
+            const int c = k < end ? codes[k] : 0;
+            col[t] = c != 0 ? modsell_column(c, base) : 0xffffffffu;
+            v[t] = c != 0 ? modsell_vals[k] : 0.0;
+        }
+#pragma unroll
+        for (int t = 0; t < IC_CSR_REGISTERS; ++t) below += col[t] < (unsigned)row;
+#pragma unroll
+        for (int t = 0; t < IC_CSR_REGISTERS; ++t) {
+            if (col[t] == 0xffffffffu) continue;
+            u64 rank = (unsigned)row < col[t];
+#pragma unroll
+            for (int u = 0; u < IC_CSR_REGISTERS; ++u) rank += col[u] < col[t];
+            ic_csr_entry(row, col[t], v[t], start + rank, h, slice_ptr, codes, row_ptr, cols,
+                         vals, transposed, colour_first, colour_end, flags);
+        }
+    } else {
+        for (u64 k = first; k < end; k += h) {
+            const int c = codes[k];
+            if (c == 0) continue;
+            const unsigned col = modsell_column(c, base);
+            below += col < (unsigned)row;
+            u64 rank = (unsigned)row < col;
+            for (u64 q = first; q < end; q += h) {
+                const int cq = codes[q];
+                rank += cq != 0 && modsell_column(cq, base) < col;
+            }
+            ic_csr_entry(row, col, modsell_vals[k], start + rank, h, slice_ptr, codes, row_ptr,
+                         cols, vals, transposed, colour_first, colour_end, flags);
+        }
+    }
+    const u64 at = start + below;
+    cols[at] = (unsigned)row;
+    vals[at] = d;
+    diag_slot[row] = at;
+    if (transposed) transposed[at] = (unsigned)at;
 }
 
 // New values on the CSR pattern ic_modsell_to_csr made from a matrix of the

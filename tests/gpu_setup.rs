@@ -26,6 +26,14 @@
 //!   schedule), else at the host's level, and in every case a valid order of
 //!   the upper sweep; each scheduler alone equal to the host's or (the
 //!   wavefronts, on a pattern that is not symmetric) giving up;
+//! - the CSR copy of the device matrix with its diagonal and transposed
+//!   slots, built in one pass: equal to the earlier steps' (insertion into
+//!   the CSR, then searches of the written rows) and to the host's CSR and
+//!   slots, on random and mesh matrices, rows wider than the pass holds in
+//!   registers, slice heights that do not divide n, and a pattern that is
+//!   not symmetric (the same first row without a partner); the checks
+//!   folded into that pass (and block-IC's diagonal check, made when its
+//!   factorisation fails) give the separate checks' errors;
 //! - Eisenstat SGS's scaled split set up on the device: the same SELL
 //!   triangles, scales and row order as the host set-up, bit for bit, and
 //!   the host's error for coupled rows of one colour.
@@ -37,7 +45,8 @@ mod common;
 use common::random_and_rcm_systems;
 use fvpoisson::gpu::eisenstat::DeviceEisenstat;
 use fvpoisson::gpu::ic::{
-    device_row_levels, BlockIcStructure, DeviceIncompleteCholesky, IcKind, LevelScheduler,
+    device_csr_slots, device_row_levels, BlockIcStructure, DeviceBlockIc, DeviceIncompleteCholesky,
+    IcKind, LevelScheduler,
 };
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
@@ -45,14 +54,14 @@ use fvpoisson::gpu::setup::{checked_diagonal, jacobi_scales, RowScale};
 use fvpoisson::gpu::smooth::{colour_layout, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
 use fvpoisson::gpu::Gpu;
-use fvpoisson::solve::ilu::dilu;
+use fvpoisson::solve::ilu::{dilu, transposed_slots};
 use fvpoisson::solve::neumann::{NeumannSettings, TruncatedNeumann};
 use fvpoisson::solve::precond::{Dic, Ic0};
 use fvpoisson::solve::smoother::{check_diagonal, l1_jacobi_scale, PointJacobi};
-use fvpoisson::solve::{LinearOperator, Precision, SolveError};
+use fvpoisson::solve::{InnerSolver, LinearOperator, Precision, SolveError};
 use fvpoisson::sparse::levels::LevelSchedule;
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::testing::random_vector;
+use fvpoisson::sparse::testing::{random_symmetric, random_vector};
 use fvpoisson::sparse::{Csr, ModSell};
 
 const MESH: &str = "box:12x12x12:tet:perturb=0.2:renumber";
@@ -373,6 +382,159 @@ fn a_colouring_with_coupled_rows_is_refused() {
     .err()
     .expect("one colour for coupled rows is refused");
     assert!(e.to_string().contains("own colour"), "{e}");
+}
+
+/// `a` with row `hub` coupled to every `stride`-th row (both entries, value
+/// -0.01 where new, the diagonals raised to stay dominant): rows of
+/// different widths, the hub's wider than the one pass holds in registers.
+fn with_hub(a: &Csr, hub: usize, stride: usize) -> Csr {
+    let n = a.n_rows();
+    let mut rows: Vec<Vec<(u32, f64)>> = (0..n)
+        .map(|i| {
+            let (c, v) = a.row(i);
+            c.iter().copied().zip(v.iter().copied()).collect()
+        })
+        .collect();
+    for j in (0..n).step_by(stride).filter(|&j| j != hub) {
+        for (r, c) in [(hub, j), (j, hub)] {
+            if !rows[r].iter().any(|e| e.0 as usize == c) {
+                rows[r].push((c as u32, -0.01));
+                if let Some(d) = rows[r].iter_mut().find(|e| e.0 as usize == r) {
+                    d.1 += 0.01;
+                }
+            }
+        }
+    }
+    let (mut row_ptr, mut cols, mut vals) = (vec![0], Vec::new(), Vec::new());
+    for mut row in rows {
+        row.sort_unstable_by_key(|e| e.0);
+        cols.extend(row.iter().map(|e| e.0));
+        vals.extend(row.iter().map(|e| e.1));
+        row_ptr.push(cols.len());
+    }
+    Csr::new(n, row_ptr, cols, vals).unwrap()
+}
+
+/// The set-up's one pass over the device matrix (the CSR placed by rank,
+/// the diagonal and transposed slots) equals the earlier steps (the CSR by
+/// insertion, then `ic_diag_slots` and `ic_transposed_slots` searching the
+/// written rows) and the host's CSR and slots: on the random and mesh
+/// matrices, a matrix with a hub row wider than the pass holds in
+/// registers (and rows of every width), slice heights that do not divide
+/// n (1000 and 30 011 rows), and a pattern that is not symmetric (the same
+/// first row without a partner, the same slots elsewhere).
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn csr_and_slots_in_one_pass_equal_the_steps_and_the_host() {
+    let Some(gpu) = test_device() else { return };
+    let mut cases: Vec<(String, Csr)> = random_and_rcm_systems(&[MESH])
+        .into_iter()
+        .map(|(name, a, _)| (name, a))
+        .collect();
+    let hub = with_hub(&random_symmetric(2000, 8, 7), 1500, 37);
+    assert!(
+        (0..hub.n_rows()).any(|r| hub.row(r).0.len() > 40),
+        "the premise: a row wider than the registers of the pass"
+    );
+    let not_symmetric = without_upper_entries(&cases[1].1, 10);
+    cases.push(("hub row".into(), hub));
+    cases.push((
+        "random n = 1000 without row 10's upper entries".into(),
+        not_symmetric,
+    ));
+    for (name, a) in &cases {
+        let n = a.n_rows();
+        let host_transposed = transposed_slots(a, "test");
+        for h in [32, 64] {
+            let m = upload(&gpu, a, h);
+            let one = device_csr_slots(&gpu, &m, true).unwrap();
+            let steps = device_csr_slots(&gpu, &m, false).unwrap();
+            let what = format!("{name}, H = {h}");
+            assert_eq!(one.row_ptr, steps.row_ptr, "{what}: row pointers");
+            assert_eq!(one.cols, steps.cols, "{what}: columns");
+            assert_eq!(bits(&one.vals), bits(&steps.vals), "{what}: values");
+            assert_eq!(one.diag_slot, steps.diag_slot, "{what}: diagonal slots");
+            assert_eq!(one.transposed, steps.transposed, "{what}: transposed slots");
+            assert_eq!(
+                one.missing_partner, steps.missing_partner,
+                "{what}: partner"
+            );
+            // And the host's.
+            let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
+            assert_eq!(one.row_ptr, row_ptr, "{what}: host row pointers");
+            assert_eq!(one.cols, a.cols(), "{what}: host columns");
+            assert_eq!(bits(&one.vals), bits(a.values()), "{what}: host values");
+            let diag: Vec<u64> = (0..n).map(|r| a.slot(r, r).unwrap() as u64).collect();
+            assert_eq!(one.diag_slot, diag, "{what}: host diagonal slots");
+            match &host_transposed {
+                Ok(t) => {
+                    let t: Vec<u32> = t.iter().map(|&s| s as u32).collect();
+                    assert_eq!(one.transposed, t, "{what}: host transposed slots");
+                    assert_eq!(one.missing_partner, None, "{what}");
+                }
+                Err(_) => assert!(one.missing_partner.is_some(), "{what}: partner"),
+            }
+        }
+    }
+}
+
+/// The checks folded into other passes give the errors the separate checks
+/// gave: a diagonal entry that is not positive is the CPU's error naming
+/// the first such row and its value (DIC, IC(0) and DILU from the CSR pass;
+/// block-IC once its factorisation fails), and a pattern that is not
+/// symmetric the host's transposed-slot error (IC(0), DILU).
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn checks_folded_into_the_passes_give_the_separate_checks_errors() {
+    let Some(gpu) = test_device() else { return };
+    let (_, a, _) = random_and_rcm_systems(&[])
+        .into_iter()
+        .find(|(_, a, _)| a.n_rows() == 1000)
+        .expect("the 1000-row random matrix");
+    let mut bad = a.clone();
+    for (row, value) in [(700, 0.0), (300, -2.5)] {
+        let slot = bad.slot(row, row).unwrap();
+        bad.values_mut()[slot] = value;
+    }
+    let m = upload(&gpu, &bad, 32);
+    let named = |e: &SolveError| {
+        matches!(
+            e,
+            SolveError::NonPositiveDiagonal {
+                row: 300,
+                value: -2.5,
+                ..
+            }
+        )
+    };
+    for kind in [IcKind::Dic, IcKind::Ic0, IcKind::Dilu] {
+        let e = DeviceIncompleteCholesky::on_device(&gpu, &bad, &m, kind, Precision::Double, None)
+            .err()
+            .expect("a diagonal entry that is not positive is refused");
+        assert!(named(&e), "{kind:?}: {e}");
+    }
+    for inner in [InnerSolver::Dic, InnerSolver::Ic0] {
+        let e = DeviceBlockIc::new(&gpu, &bad, &m, inner, Precision::Double)
+            .err()
+            .expect("a diagonal entry that is not positive is refused");
+        assert!(named(&e), "{inner:?}: {e}");
+    }
+    let asymmetric = without_upper_entries(&a, 10);
+    let m = upload(&gpu, &asymmetric, 32);
+    for (kind, name) in [(IcKind::Ic0, "IC(0)"), (IcKind::Dilu, "DILU")] {
+        let e = DeviceIncompleteCholesky::on_device(
+            &gpu,
+            &asymmetric,
+            &m,
+            kind,
+            Precision::Double,
+            None,
+        )
+        .err()
+        .expect("a pattern that is not symmetric is refused");
+        let host = transposed_slots(&asymmetric, name).unwrap_err();
+        assert_eq!(e.to_string(), host.to_string(), "{kind:?}");
+    }
 }
 
 #[test]

@@ -360,8 +360,9 @@ impl Scan {
         read_at(gpu, offsets, n)
     }
 
-    /// [`Self::run`] without reading the total back.
-    fn launch(
+    /// [`Self::run`] without reading the total back (`offsets[n]` holds
+    /// it once the scan has run).
+    pub(super) fn launch(
         &self,
         gpu: &Gpu,
         counts: &CudaSlice<u32>,

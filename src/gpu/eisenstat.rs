@@ -24,7 +24,7 @@
 use crate::gpu::KernelArgs;
 use cudarc::driver::CudaSlice;
 
-use super::amg::Scan;
+use super::amg::{read_at, unzeroed, Scan};
 use super::matrix::DeviceModSell;
 use super::matrix::{DeviceMatrix, Format};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector};
@@ -170,34 +170,47 @@ impl DeviceSplit {
         let ptr: Vec<i32> = colouring.colour_ptr().iter().map(|&p| p as i32).collect();
         let n_colours = ptr.len().saturating_sub(1) as i32;
         let colour_ptr = gpu.upload(&ptr).map_err(device)?;
-        let lower_len = gpu.zeros::<u32>(n).map_err(device)?;
-        let upper_len = gpu.zeros::<u32>(n).map_err(device)?;
-        let failed = gpu.upload(&[n32 + 1]).map_err(device)?;
+        // The arrays below are written whole by their kernels (a slot per
+        // row or slice, the triangles' padding included): none is
+        // zero-filled; the totals are added to from zero.
+        let lower_len = unzeroed::<u32>(gpu, n).map_err(device)?;
+        let upper_len = unzeroed::<u32>(gpu, n).map_err(device)?;
+        // [coupled rows of a colour, a diagonal entry not positive]: the
+        // first such row + 1, from n + 1.
+        let failed = gpu.upload(&[n32 + 1; 2]).map_err(device)?;
         let totals = gpu.zeros::<u64>(2).map_err(device)?;
         m.launch_pattern(gpu, "eis_setup_rows", &dims, |l| {
-            l.arg(&colour_ptr).arg(&n_colours);
+            l.arg(&m.diag).arg(&colour_ptr).arg(&n_colours);
             l.arg(&lower_len).arg(&upper_len).arg(&failed).arg(&totals);
         })
         .map_err(device)?;
-        if gpu.download(&failed).map_err(device)?[0] <= n32 {
+        let flags = gpu.download(&failed).map_err(device)?;
+        if flags[0] <= n32 {
             let (r, c) = colouring.conflict(a).unwrap_or((0, 0));
             return Err(SolveError::Device(format!(
                 "Eisenstat SGS: rows {r} and {c} are coupled but have the same colour"
             )));
         }
-        checked_diagonal(gpu, m, "Eisenstat SGS")?;
+        if flags[1] <= n32 {
+            // The shared check names the row and its value.
+            checked_diagonal(gpu, m, "Eisenstat SGS")?;
+            return Err(SolveError::Device(format!(
+                "Eisenstat SGS: the diagonal entry of row {} is not positive",
+                flags[1] - 1
+            )));
+        }
         let totals = gpu.download(&totals).map_err(device)?;
-        let order = gpu.zeros::<i32>(n).map_err(device)?;
-        let new_of = gpu.zeros::<i32>(n).map_err(device)?;
+        let order = unzeroed::<i32>(gpu, n).map_err(device)?;
+        let new_of = unzeroed::<i32>(gpu, n).map_err(device)?;
         let window32 = i32::try_from(window).unwrap_or(i32::MAX);
         gpu.launch("eis_setup_order", vector_grid(n), VECTOR_BLOCK, 0, |l| {
             l.arg(&n32).arg(&colour_ptr).arg(&n_colours).arg(&window32);
             l.arg(&lower_len).arg(&upper_len).arg(&order).arg(&new_of);
         })
         .map_err(device)?;
-        let sqrt_diag = gpu.zeros::<f64>(n).map_err(device)?;
-        let inv_sqrt_diag = gpu.zeros::<f64>(n).map_err(device)?;
-        let inv_sqrt_old = gpu.zeros::<f64>(n).map_err(device)?;
+        let sqrt_diag = unzeroed::<f64>(gpu, n).map_err(device)?;
+        let inv_sqrt_diag = unzeroed::<f64>(gpu, n).map_err(device)?;
+        let inv_sqrt_old = unzeroed::<f64>(gpu, n).map_err(device)?;
         gpu.launch("eis_setup_scales", vector_grid(n), VECTOR_BLOCK, 0, |l| {
             l.arg(&n32).arg(&m.diag).arg(&order);
             l.arg(&sqrt_diag).arg(&inv_sqrt_diag).arg(&inv_sqrt_old);
@@ -206,8 +219,8 @@ impl DeviceSplit {
         // SELL slice pointers: exclusive scans of each slice's slot count.
         let th = SLICE_HEIGHT as i32;
         let slices = n.div_ceil(SLICE_HEIGHT);
-        let lower_slots = gpu.zeros::<u32>(slices).map_err(device)?;
-        let upper_slots = gpu.zeros::<u32>(slices).map_err(device)?;
+        let lower_slots = unzeroed::<u32>(gpu, slices).map_err(device)?;
+        let upper_slots = unzeroed::<u32>(gpu, slices).map_err(device)?;
         gpu.launch(
             "eis_setup_widths",
             vector_grid(slices),
@@ -224,18 +237,20 @@ impl DeviceSplit {
         )
         .map_err(device)?;
         let scan = Scan::new(gpu, slices).map_err(device)?;
-        let lower_ptr = gpu.zeros::<u64>(slices + 1).map_err(device)?;
-        let upper_ptr = gpu.zeros::<u64>(slices + 1).map_err(device)?;
-        let lower_total = scan
-            .run(gpu, &lower_slots, slices, &lower_ptr)
-            .map_err(device)? as usize;
-        let upper_total = scan
-            .run(gpu, &upper_slots, slices, &upper_ptr)
-            .map_err(device)? as usize;
-        let lower_cols = gpu.zeros::<i32>(lower_total).map_err(device)?;
-        let lower_vals = gpu.zeros::<f64>(lower_total).map_err(device)?;
-        let upper_cols = gpu.zeros::<i32>(upper_total).map_err(device)?;
-        let upper_vals = gpu.zeros::<f64>(upper_total).map_err(device)?;
+        let lower_ptr = unzeroed::<u64>(gpu, slices + 1).map_err(device)?;
+        let upper_ptr = unzeroed::<u64>(gpu, slices + 1).map_err(device)?;
+        // Both scans launched, then both totals read (one synchronisation:
+        // the second read finds nothing left to wait for).
+        scan.launch(gpu, &lower_slots, slices, &lower_ptr)
+            .map_err(device)?;
+        scan.launch(gpu, &upper_slots, slices, &upper_ptr)
+            .map_err(device)?;
+        let lower_total = read_at(gpu, &lower_ptr, slices).map_err(device)? as usize;
+        let upper_total = read_at(gpu, &upper_ptr, slices).map_err(device)? as usize;
+        let lower_cols = unzeroed::<i32>(gpu, lower_total).map_err(device)?;
+        let lower_vals = unzeroed::<f64>(gpu, lower_total).map_err(device)?;
+        let upper_cols = unzeroed::<i32>(gpu, upper_total).map_err(device)?;
+        let upper_vals = unzeroed::<f64>(gpu, upper_total).map_err(device)?;
         let slices32 = slices as i32;
         let grid = vector_grid(slices * SLICE_HEIGHT);
         gpu.launch("eis_setup_fill", grid, VECTOR_BLOCK, 0, |l| {

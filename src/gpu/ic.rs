@@ -18,15 +18,18 @@
 //! from the CSR and uploads it (the reference path);
 //! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
 //! transposed slots and the factor from the resident mod-SELL matrix on the
-//! device, takes a colour-contiguous order's colours as the levels (else it
-//! schedules the lower sweep's levels on the device in one launch without
-//! synchronisation between levels ([`LevelScheduler::SyncFree`], Liu et
-//! al. 2016; compute capability 7.0 on), else by wavefronts, one launch per
-//! level and work proportional to the entries, the host's schedule only
-//! beyond [`MAX_DEVICE_LEVELS`] levels or for a pattern that is not
-//! symmetric; the upper sweep runs the lower levels reversed where every
-//! entry above the diagonal has its partner, else a schedule of its own),
-//! and keeps what
+//! device (the row pointers by a scan of the row lengths, then the CSR, its
+//! slots and the diagonal and colour checks in one pass that reads each
+//! mod-SELL slot once and places each entry at its rank in its row: two
+//! read-backs, nothing zero-filled), takes a colour-contiguous order's
+//! colours as the levels (else it schedules the lower sweep's levels on the
+//! device in one launch without synchronisation between levels
+//! ([`LevelScheduler::SyncFree`], Liu et al. 2016; compute capability 7.0
+//! on), else by wavefronts, one launch per level and work proportional to
+//! the entries, the host's schedule only beyond [`MAX_DEVICE_LEVELS`]
+//! levels or for a pattern that is not symmetric; the upper sweep runs the
+//! lower levels reversed where every entry above the diagonal has its
+//! partner, else a schedule of its own), and keeps what
 //! [`DeviceIncompleteCholesky::refactorise`] needs for value-only
 //! re-set-ups. Block-IC's structure (in-slice counts and in-block levels)
 //! is computed on the device ([`BlockIcStructure`]).
@@ -127,7 +130,8 @@ impl DeviceLevels {
         reverse: bool,
     ) -> Result<Self, GpuError> {
         let n = colour_ptr.last().copied().unwrap_or(0);
-        let rows = gpu.zeros::<i32>(n)?;
+        // Every row written by ic_identity_rows.
+        let rows = unzeroed::<i32>(gpu, n)?;
         let n32 = n as i32;
         gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n32).arg(&rows);
@@ -495,7 +499,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// [`Self::with_precision`] built on the device from `m`, the resident
     /// mod-SELL copy of `a` (same rows): the CSR, the diagonal and
     /// transposed slots and the factor come from `m` on the device; the host
-    /// reads only sizes and flags. The sweeps' levels are `colouring`'s
+    /// reads only sizes and flags (the entry count, then the flags of one
+    /// pass that builds the CSR with its slots and checks the diagonal and
+    /// the colouring: `csr_pass`). The sweeps' levels are `colouring`'s
     /// colours when given (rows colour-contiguous, checked on the device:
     /// nothing on the host), else scheduled on the device
     /// ([`DeviceLevels::on_device`]; on the host beyond
@@ -515,48 +521,47 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         m.check_rows(kind.name(), a).map_err(device)?;
         let n = m.n;
         let mut spans = SetupSpans::new(kind.name(), Some(gpu));
-        checked_diagonal(gpu, m, kind.name())?;
-        spans.device("diagonal check (1 read-back)");
-        let csr = csr_of_modsell(gpu, m).map_err(device)?;
-        let n32 = n as i32;
-        let diag_slot = gpu.zeros::<u64>(n).map_err(device)?;
-        gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
-        })
-        .map_err(device)?;
-        spans.device("CSR from the mod-SELL matrix (1 read-back: nnz), diagonal slots");
-        let transposed = match kind {
-            IcKind::Dic => None,
-            IcKind::Ic0 | IcKind::Dilu => {
-                // Every slot is written (0 where a partner is missing).
-                let t = unzeroed::<u32>(gpu, csr.nnz).map_err(device)?;
-                let failed = gpu.upload(&[n as i32 + 1]).map_err(device)?;
-                gpu.launch(
-                    "ic_transposed_slots",
-                    vector_grid(n),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&n32)
-                            .arg(&csr.row_ptr)
-                            .arg(&csr.cols)
-                            .arg(&t)
-                            .arg(&failed);
-                    },
-                )
+        let colours = colouring
+            .map(|c| colour_bounds(gpu, n, c))
+            .transpose()
+            .map_err(device)?;
+        let (row_ptr, nnz) =
+            modsell_csr_row_ptr(gpu, m, &Scan::new(gpu, n).map_err(device)?, kind.name())
                 .map_err(device)?;
-                if gpu.download(&failed).map_err(device)?[0] as usize <= n {
-                    // The CPU's message names the entry without a partner.
-                    transposed_slots(a, kind.name())?;
-                    return Err(SolveError::InvalidControls(format!(
-                        "{} needs a symmetric pattern",
-                        kind.name()
-                    )));
-                }
-                spans.device("transposed slots (1 read-back)");
-                Some(t)
-            }
-        };
+        spans.device("CSR row pointers (row lengths, scan; 1 read-back: nnz)");
+        let with_transposed = kind != IcKind::Dic;
+        let (pass, flags) =
+            csr_pass(gpu, m, row_ptr, nnz, with_transposed, colours.as_ref()).map_err(device)?;
+        if flags.diagonal.is_some() {
+            // The shared check names the first such row with its value.
+            checked_diagonal(gpu, m, kind.name())?;
+            return Err(SolveError::Device(format!(
+                "{}: a diagonal entry is not positive",
+                kind.name()
+            )));
+        }
+        if flags.missing_partner.is_some() {
+            // The CPU's message names the entry without a partner.
+            transposed_slots(a, kind.name())?;
+            return Err(SolveError::InvalidControls(format!(
+                "{} needs a symmetric pattern",
+                kind.name()
+            )));
+        }
+        if let Some(row) = flags.coupled {
+            return Err(device(coupled_in_colour(row)));
+        }
+        spans.device(if with_transposed {
+            "CSR, diagonal and transposed slots, diagonal and colour checks (one pass; 1 \
+             read-back: flags)"
+        } else {
+            "CSR, diagonal slots, diagonal and colour checks (one pass; 1 read-back: flags)"
+        });
+        let CsrSlots {
+            csr,
+            diag_slot,
+            transposed,
+        } = pass;
         let tiny = match kind {
             IcKind::Dilu => {
                 let t = gpu.upload(&pivot_thresholds(a)).map_err(device)?;
@@ -567,9 +572,8 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         };
         let (forward, backward) = match colouring {
             Some(c) => {
-                check_colour_levels(gpu, &csr, c).map_err(device)?;
-                spans.device("colour check (1 read-back)");
-                // One row list (0..n) for both sweeps.
+                // Checked in the pass above. One row list (0..n) for both
+                // sweeps.
                 let forward =
                     DeviceLevels::from_colours(gpu, c.colour_ptr(), false).map_err(device)?;
                 let backward = forward.reversed();
@@ -618,19 +622,24 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 (forward, backward)
             }
         };
+        // Not zero-filled: the factorisation writes every slot (DIC, DILU:
+        // each row's pivot; IC(0): each row's slots, zeros at the diagonal
+        // and above, and its diagonal), whichever way it runs.
         let mut ic = Self {
             gpu,
             kind,
             n,
-            factor: gpu
-                .zeros(match kind {
+            factor: unzeroed(
+                gpu,
+                match kind {
                     IcKind::Dic | IcKind::Dilu => n,
                     IcKind::Ic0 => csr.nnz,
-                })
-                .map_err(device)?,
+                },
+            )
+            .map_err(device)?,
             l_diag: match kind {
                 IcKind::Dic | IcKind::Dilu => None,
-                IcKind::Ic0 => Some(gpu.zeros(n).map_err(device)?),
+                IcKind::Ic0 => Some(unzeroed(gpu, n).map_err(device)?),
             },
             row_ptr: csr.row_ptr,
             cols: csr.cols,
@@ -763,7 +772,8 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             return Ok(false);
         }
         if self.sync_free.is_none() {
-            self.sync_free = Some((gpu.zeros::<i32>(n)?, gpu.zeros::<i32>(2)?));
+            // Zeroed below, before each factorisation.
+            self.sync_free = Some((unzeroed::<i32>(gpu, n)?, unzeroed::<i32>(gpu, 2)?));
         }
         if let Some((done, state)) = self.sync_free.as_mut() {
             gpu.zero(done)?;
@@ -1008,11 +1018,15 @@ fn upper_mirrored(gpu: &Gpu, csr: &DeviceCsr) -> Result<bool, GpuError> {
     Ok(gpu.download(&failed)?[0] as usize > n)
 }
 
-/// Checks on the device (`ic_colour_check`) that `colouring`'s colours can
-/// be the sweeps' levels of `csr`: every colour a run of rows (the rows in
-/// colour order are 0..n) and no two rows of a colour coupled.
-fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Result<(), GpuError> {
-    let n = csr.n;
+/// `colouring`'s colour bounds on the device for the colour check of
+/// [`csr_pass`] (each colour's first row, then n) and the colours' count,
+/// after the host's checks: a colour for each of the `n` rows, every colour
+/// a run of rows (the rows in colour order are 0..n).
+fn colour_bounds(
+    gpu: &Gpu,
+    n: usize,
+    colouring: &Colouring,
+) -> Result<(CudaSlice<i32>, i32), GpuError> {
     let ptr = colouring.colour_ptr();
     if colouring.colours().len() != n || ptr.last().copied() != Some(n) {
         return Err(GpuError::Invalid(format!(
@@ -1026,21 +1040,162 @@ fn check_colour_levels(gpu: &Gpu, csr: &DeviceCsr, colouring: &Colouring) -> Res
         ));
     }
     let colour_ptr: Vec<i32> = ptr.iter().map(|&p| p as i32).collect();
-    let colour_ptr = gpu.upload(&colour_ptr)?;
-    let failed = gpu.upload(&[n as i32 + 1])?;
-    let (n32, colours) = (n as i32, (ptr.len() - 1) as i32);
-    gpu.launch("ic_colour_check", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-        a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols);
-        a.arg(&colour_ptr).arg(&colours).arg(&failed);
+    Ok((gpu.upload(&colour_ptr)?, (ptr.len() - 1) as i32))
+}
+
+/// The error for a row coupled to a row of its own colour.
+fn coupled_in_colour(row: usize) -> GpuError {
+    GpuError::Invalid(format!(
+        "row {row} is coupled to a row of its own colour: the colouring cannot order the sweeps"
+    ))
+}
+
+/// The CSR copy of a mod-SELL matrix with its diagonal slots and, where
+/// asked, its transposed slots ([`csr_pass`]).
+struct CsrSlots {
+    csr: DeviceCsr,
+    diag_slot: CudaSlice<u64>,
+    transposed: Option<CudaSlice<u32>>,
+}
+
+/// What [`csr_pass`] found, each the first such row.
+#[derive(Debug, Default)]
+struct CsrFlags {
+    /// An entry without its partner (only with the transposed slots).
+    missing_partner: Option<usize>,
+    /// A row coupled to a row of its own colour (only with a colouring).
+    coupled: Option<usize>,
+    /// A diagonal entry that is not positive (or not a number).
+    diagonal: Option<usize>,
+}
+
+/// The CSR of `m` (the diagonal and the stored off-diagonals, columns
+/// ascending; row pointers `row_ptr` of `nnz` entries from
+/// `amg::modsell_csr_row_ptr`), its diagonal slots, its transposed slots
+/// (`transposed`: IC(0) and DILU) and the diagonal and colour checks
+/// (`colours` from [`colour_bounds`]) in one launch (`ic_modsell_csr`, a
+/// thread per row: each entry placed at its rank in the row, nothing moved
+/// in device memory), then the flags read back (one read-back). Nothing is
+/// zero-filled: every slot of every array is written. The same arrays as
+/// [`csr_of_modsell`] followed by `ic_diag_slots` and
+/// `ic_transposed_slots` ([`device_csr_slots`] holds them equal).
+fn csr_pass(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    row_ptr: CudaSlice<u64>,
+    nnz: usize,
+    transposed: bool,
+    colours: Option<&(CudaSlice<i32>, i32)>,
+) -> Result<(CsrSlots, CsrFlags), GpuError> {
+    let (n, dims) = (m.n, m.dims());
+    let cols = unzeroed::<u32>(gpu, nnz)?;
+    let vals = unzeroed::<f64>(gpu, nnz)?;
+    let diag_slot = unzeroed::<u64>(gpu, n)?;
+    let transposed = transposed.then(|| unzeroed::<u32>(gpu, nnz)).transpose()?;
+    let none = n as i32 + 1;
+    let flags = gpu.upload(&[none; 3])?;
+    let n_colours = colours.map_or(0, |c| c.1);
+    m.launch_pattern(gpu, "ic_modsell_csr", &dims, |a| {
+        a.arg(&m.values).arg(&m.diag);
+        a.arg(&row_ptr).arg(&cols).arg(&vals).arg(&diag_slot);
+        arg_or_null(a, transposed.as_ref());
+        arg_or_null(a, colours.map(|c| &c.0));
+        a.arg(&n_colours).arg(&flags);
     })?;
-    let first = gpu.download(&failed)?[0] as usize;
-    if first <= n {
-        return Err(GpuError::Invalid(format!(
-            "row {} is coupled to a row of its own colour: the colouring cannot order the sweeps",
-            first - 1
-        )));
-    }
-    Ok(())
+    let found = gpu.download(&flags)?;
+    let first = |f: i32| (f < none).then(|| f as usize - 1);
+    Ok((
+        CsrSlots {
+            csr: DeviceCsr {
+                n,
+                nnz,
+                row_ptr,
+                cols,
+                vals,
+            },
+            diag_slot,
+            transposed,
+        },
+        CsrFlags {
+            missing_partner: first(found[0]),
+            coupled: first(found[1]),
+            diagonal: first(found[2]),
+        },
+    ))
+}
+
+/// A device CSR copy with its slots, read back ([`device_csr_slots`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CsrSlotsOnHost {
+    pub row_ptr: Vec<u64>,
+    pub cols: Vec<u32>,
+    pub vals: Vec<f64>,
+    pub diag_slot: Vec<u64>,
+    /// For each slot (i, j) the slot (j, i); 0 where it is missing.
+    pub transposed: Vec<u32>,
+    /// The first row with an entry whose partner is missing.
+    pub missing_partner: Option<usize>,
+}
+
+/// The CSR copy of `m` with its diagonal and transposed slots, built in
+/// the set-up's one pass (`one_pass`: `csr_pass`) or in the earlier steps
+/// (the CSR by insertion, `csr_of_modsell`, then `ic_diag_slots` and
+/// `ic_transposed_slots` searching the written rows), read back: for the
+/// tests that hold the two equal, and equal to the host's.
+pub fn device_csr_slots(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    one_pass: bool,
+) -> Result<CsrSlotsOnHost, GpuError> {
+    let n = m.n;
+    let n32 = n as i32;
+    let (slots, missing_partner) = if one_pass {
+        let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, &Scan::new(gpu, n)?, "test")?;
+        let (slots, flags) = csr_pass(gpu, m, row_ptr, nnz, true, None)?;
+        (slots, flags.missing_partner)
+    } else {
+        let csr = csr_of_modsell(gpu, m)?;
+        let diag_slot = gpu.zeros::<u64>(n)?;
+        gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
+        })?;
+        let t = unzeroed::<u32>(gpu, csr.nnz)?;
+        let failed = gpu.upload(&[n32 + 1])?;
+        gpu.launch(
+            "ic_transposed_slots",
+            vector_grid(n),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n32)
+                    .arg(&csr.row_ptr)
+                    .arg(&csr.cols)
+                    .arg(&t)
+                    .arg(&failed);
+            },
+        )?;
+        let failed = gpu.download(&failed)?[0];
+        let slots = CsrSlots {
+            csr,
+            diag_slot,
+            transposed: Some(t),
+        };
+        (slots, (failed <= n32).then(|| failed as usize - 1))
+    };
+    let nnz = slots.csr.nnz;
+    let read = |v: Vec<u32>| v[..nnz].to_vec();
+    let transposed = slots
+        .transposed
+        .as_ref()
+        .ok_or_else(|| GpuError::Invalid("the transposed slots were asked for".into()))?;
+    Ok(CsrSlotsOnHost {
+        row_ptr: gpu.download(&slots.csr.row_ptr)?[..=n].to_vec(),
+        cols: read(gpu.download(&slots.csr.cols)?),
+        vals: gpu.download(&slots.csr.vals)?[..nnz].to_vec(),
+        diag_slot: gpu.download(&slots.diag_slot)?[..n].to_vec(),
+        transposed: read(gpu.download(transposed)?),
+        missing_partner,
+    })
 }
 
 impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
@@ -1179,9 +1334,11 @@ impl BlockIcStructure {
     /// Computed on the device from the pattern of `m` (its slices are the blocks).
     pub fn on_device(gpu: &Gpu, m: &DeviceModSell) -> Result<Self, GpuError> {
         let (n, h, slices) = (m.n, m.slice_height, m.n_slices());
-        let slice_mnz = gpu.zeros::<i32>(slices)?;
-        let levels = gpu.zeros::<i32>(2 * n)?;
-        let slice_levels = gpu.zeros::<i32>(2 * slices)?;
+        // Written by block_ic_structure for every row and slice (not
+        // zero-filled); the maxima are raised from zero.
+        let slice_mnz = unzeroed::<i32>(gpu, slices)?;
+        let levels = unzeroed::<i32>(gpu, 2 * n)?;
+        let slice_levels = unzeroed::<i32>(gpu, 2 * slices)?;
         let maxima = gpu.zeros::<i32>(3)?;
         let n32 = n as i32;
         gpu.launch(
@@ -1283,8 +1440,11 @@ impl DeviceBlockIc {
             }
         };
         let mut spans = SetupSpans::new(name, Some(gpu));
-        checked_diagonal(gpu, m, name)?;
-        spans.device("diagonal check (1 read-back)");
+        // The diagonal is checked only if the factorisation fails: a
+        // diagonal entry that is not positive (or not a number) fails its
+        // row's pivot or an earlier one (a pivot of a block's DIC is at most
+        // its diagonal entry once the earlier pivots are positive, IC(0)'s
+        // likewise), so the check's launch and read-back are saved.
         let structure = BlockIcStructure::on_device(gpu, m).map_err(device)?;
         spans.device("structure: in-slice counts and levels (1 read-back)");
         let mnz = structure.maxima[0] as usize;
@@ -1313,9 +1473,12 @@ impl DeviceBlockIc {
                 shared_bytes: bytes as u32,
                 levels: structure.levels,
                 slice_levels: structure.slice_levels,
-                diag: gpu.zeros(n)?,
+                // Not zero-filled: block_ic_factor writes every row's
+                // diagonal and every in-slice slot of `off`, the only slots
+                // the sweeps (and the f32 copy's readers) read.
+                diag: unzeroed(gpu, n)?,
                 off: match ic0 {
-                    true => Some(gpu.zeros(m.values.len())?),
+                    true => Some(unzeroed(gpu, m.values.len())?),
                     false => None,
                 },
                 f32_factors: None,
@@ -1346,6 +1509,9 @@ impl DeviceBlockIc {
         .map_err(device)?;
         let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
         if failed_row <= n {
+            // A diagonal entry that is not positive is named first, as the
+            // CPU's block-IC does.
+            checked_diagonal(gpu, m, name)?;
             // The CPU factorisation names the row and its pivot.
             return Err(BlockIc::new(a, inner, h).err().unwrap_or(
                 SolveError::FactorizationBreakdown {
