@@ -59,8 +59,9 @@ use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::fvm::{
-    BoundaryCoeffs, CellGradient, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
-    LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
+    BoundaryCoeffs, CellGradient, FaceGeometry, FvmError, GammaInterpolation, GradScheme,
+    InternalFace, LaplacianProblem, LaplacianSystem, ProblemValues, Reference, Schemes,
+    SingularPolicy, SnGradScheme, TimeScheme,
 };
 use crate::mesh::{Mesh, PatchKind, Vec3};
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -586,13 +587,28 @@ impl<'a> StaticSource<'a> {
         gather(&self.system.geometry().weights, self.faces)
     }
 
+    /// The face geometry's entry `entry` of each device face, computed per
+    /// face ([`FaceGeometry::internal_face`], the bits of the host's arrays):
+    /// the host never builds the face geometry's arrays of a device run.
+    fn face_entries<T: Send>(&self, entry: impl Fn(InternalFace) -> T + Sync) -> Vec<T> {
+        let (mesh, geometry) = (self.system.mesh(), self.system.geometry());
+        let sn_grad = self.system.schemes().sn_grad;
+        self.faces
+            .par_iter()
+            .map(|&f| {
+                entry(FaceGeometry::internal_face(
+                    mesh, geometry, sn_grad, f as usize,
+                ))
+            })
+            .collect()
+    }
+
     fn mag_sf(&self) -> Vec<f64> {
-        gather(&self.system.face_geometry().mag_sf, self.faces)
+        self.face_entries(|face| face.mag_sf)
     }
 
     fn delta_coeffs(&self) -> Vec<f64> {
-        let faces = self.system.face_geometry();
-        gather(&faces.delta_coeffs, self.faces)
+        self.face_entries(|face| face.delta_coeff)
     }
 
     fn sf(&self) -> Vec<f64> {
@@ -601,13 +617,27 @@ impl<'a> StaticSource<'a> {
     }
 
     fn k(&self) -> Vec<f64> {
-        let corrected = self.system.schemes().sn_grad.is_corrected();
-        let k = &self.system.face_geometry().correction_vectors;
-        self.vectors(corrected, k, self.faces, 0)
+        match self.system.schemes().sn_grad.is_corrected() {
+            true => {
+                // As `flatten`, each face's vector computed in place.
+                let (mesh, geometry) = (self.system.mesh(), self.system.geometry());
+                let sn_grad = self.system.schemes().sn_grad;
+                let mut flat = vec![0.0; 3 * self.faces.len()];
+                flat.par_chunks_mut(3)
+                    .zip(self.faces.par_iter())
+                    .for_each(|(out, &f)| {
+                        let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f as usize);
+                        let k = face.correction;
+                        out.copy_from_slice(&[k.x, k.y, k.z]);
+                    });
+                flat
+            }
+            false => Vec::new(),
+        }
     }
 
     fn b_mag_sf(&self) -> Vec<f64> {
-        let mag_sf = &self.system.face_geometry().mag_sf[self.first_boundary_face()..];
+        let mag_sf = &self.system.boundary_face_geometry().mag_sf;
         gather(mag_sf, self.boundary)
     }
 
@@ -618,14 +648,17 @@ impl<'a> StaticSource<'a> {
     }
 
     fn b_k(&self) -> Vec<f64> {
-        let k = &self.system.face_geometry().patch_correction_vectors;
+        let k = &self
+            .system
+            .boundary_face_geometry()
+            .patch_correction_vectors;
         self.vectors(self.boundary_corrected(), k, self.boundary, 0)
     }
 
     fn b_delta_coeffs(&self) -> Vec<f64> {
         match self.boundary_corrected() {
             true => {
-                let faces = self.system.face_geometry();
+                let faces = self.system.boundary_face_geometry();
                 gather(&faces.patch_delta_coeffs, self.boundary)
             }
             false => Vec::new(),
