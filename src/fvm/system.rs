@@ -201,8 +201,9 @@ impl SharedStructure {
 
 /// The assembled linear system A p = b of one problem on one mesh. The CSR
 /// pattern (rows sorted by column, diagonal included), the slot map and the
-/// face geometry are built once per mesh and shared by the systems of its
-/// other problems ([`LaplacianSystem::with_structure_of`]);
+/// face geometry (the last two on their first use) are built once per mesh
+/// and shared by the systems of its other problems
+/// ([`LaplacianSystem::with_structure_of`]);
 /// [`LaplacianSystem::reassemble`] only rewrites values.
 ///
 /// A system made by [`LaplacianSystem::deferred`] or
