@@ -8,12 +8,17 @@
 //! write of a series (the first also derives the cells' VTK shapes, so the
 //! difference is their cost).
 //!
-//! `cargo run --release --example host_phases -- [--threads 1,2] [--repeat 3] [--vtk DIR] SPEC...`
+//! `cargo run --release --example host_phases -- [--threads 1,2] [--repeat 3] [--vtk DIR] [--memory] SPEC...`
 //! where SPEC is any mesh source `mesh::load` takes (default
 //! `box:100x100x100`). The best of `--repeat` runs of each part is printed,
 //! wall and process CPU milliseconds; the stages of one run on the global
-//! pool come first, with the resident memory after each. `--vtk DIR` adds
-//! the VTK writes (files under DIR, removed after each repeat).
+//! pool come first, with the resident memory after each, then the memory
+//! account of what the host holds once the stages are done (heap bytes of
+//! each structure, and per cell), and last what a host use of the system
+//! (a fallback or a host assembly) adds: the face geometry's arrays, which
+//! the device run never builds. `--vtk DIR` adds the VTK writes (files
+//! under DIR, removed after each repeat); `--memory` stops after the
+//! account (no timings).
 
 mod common;
 
@@ -23,6 +28,21 @@ use fvpoisson::gpu::assembly::AssemblyMap;
 use fvpoisson::io::vtk::{Field, VtkSeries};
 use fvpoisson::mesh::Mesh;
 use fvpoisson::sparse::RowOrdering;
+use std::mem::size_of_val;
+
+/// Heap bytes of the device assembly's index map.
+fn map_bytes(map: &AssemblyMap) -> usize {
+    let pattern = &map.pattern;
+    size_of_val(pattern.diag())
+        + size_of_val(pattern.slice_ptr())
+        + size_of_val(pattern.codes())
+        + size_of_val(pattern.values())
+        + size_of_val(map.face_codes.as_slice())
+        + size_of_val(map.face_slots.as_slice())
+        + size_of_val(map.device_faces.as_slice())
+        + size_of_val(map.boundary_ptr.as_slice())
+        + size_of_val(map.device_boundary.as_slice())
+}
 
 /// Writes `steps` steps of one cell field to a new series in `dir`.
 fn write_vtk(mesh: &Mesh, dir: &std::path::Path, steps: usize) {
@@ -39,7 +59,7 @@ fn write_vtk(mesh: &Mesh, dir: &std::path::Path, steps: usize) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let mut options = common::Options::parse(&["--vtk"])?;
+    let mut options = common::Options::parse(&["--vtk", "--memory"])?;
     // `--vtk DIR`: the directory is the positional argument after the flag.
     let vtk_dir = if options.has("--vtk") {
         Some(std::path::PathBuf::from(options.positional.remove(0)))
@@ -69,7 +89,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             system.matrix.nnz(),
             map.face_slots.len()
         );
+        let mut account = mesh.memory_account();
+        account.extend(geometry.memory_account());
+        account.extend(system.memory_account());
+        account.push((
+            "row ordering",
+            size_of_val(ordering.new_to_old()) + size_of_val(ordering.old_to_new()),
+        ));
+        account.push(("assembly map", map_bytes(&map)));
+        common::print_account(&account, mesh.n_cells());
         drop(map);
+        let faces = stage("face geometry (a host use)", || {
+            system.face_geometry().bytes()
+        });
+        println!(
+            "  face geometry of a host use: {:.1} MB, {:.1} B/cell",
+            faces as f64 / 1e6,
+            faces as f64 / mesh.n_cells() as f64
+        );
+        if options.has("--memory") {
+            continue;
+        }
         for &t in &options.threads {
             let pool = common::pool(t)?;
             let best = |f: &mut (dyn FnMut() + Send)| common::best_of(&pool, options.repeat, f);

@@ -51,3 +51,9 @@ mod tests {
         assert!(concat::<u32>(&[]).is_empty());
     }
 }
+
+/// Heap bytes a vector holds (its capacity, not its length): the memory
+/// account of a structure is the sum of its vectors'.
+pub fn bytes<T>(v: &Vec<T>) -> usize {
+    v.capacity() * std::mem::size_of::<T>()
+}

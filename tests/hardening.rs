@@ -360,7 +360,7 @@ fn disconnected_all_neumann_regions_get_a_level_each() {
     let (n_regions, regions) = fvpoisson::mesh::check::cell_regions(&loaded);
     assert_eq!(n_regions, 2);
     for r in 0..n_regions {
-        let cells = (0..loaded.n_cells()).filter(|&c| regions[c] == r);
+        let cells = (0..loaded.n_cells()).filter(|&c| regions[c] as usize == r);
         let (weighted, volume) = cells.fold((0.0, 0.0), |(w, v), c| {
             let vc = geometry.cell_volumes[c];
             (w + summary.field[c] * vc, v + vc)

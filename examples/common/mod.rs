@@ -193,3 +193,25 @@ pub fn deferred_system<'m>(
     LaplacianSystem::deferred(mesh, geometry, Schemes::default(), problem)
         .expect("a deferred system")
 }
+
+/// Prints a memory account: the heap bytes of each item, per cell, and
+/// their total.
+pub fn print_account(items: &[(&str, usize)], n_cells: usize) {
+    let per_cell = |bytes: usize| bytes as f64 / n_cells.max(1) as f64;
+    println!("  memory account ({n_cells} cells):");
+    println!("    {:<40} {:>10} {:>10}", "structure", "MB", "B/cell");
+    for &(name, bytes) in items {
+        println!(
+            "    {name:<40} {:>10.1} {:>10.1}",
+            bytes as f64 / 1e6,
+            per_cell(bytes)
+        );
+    }
+    let total: usize = items.iter().map(|&(_, b)| b).sum();
+    println!(
+        "    {:<40} {:>10.1} {:>10.1}",
+        "total",
+        total as f64 / 1e6,
+        per_cell(total)
+    );
+}

@@ -30,7 +30,8 @@ pub use boundary::{BoundaryCoeffs, BoundaryCondition, PatchValues};
 pub use error_norms::ErrorNorms;
 pub use gradient::CellGradient;
 pub use schemes::{
-    FaceGeometry, GammaInterpolation, GradScheme, Schemes, SnGradScheme, TimeScheme,
+    BoundaryFaceGeometry, FaceGeometry, GammaInterpolation, GradScheme, InternalFace, Schemes,
+    SnGradScheme, TimeScheme,
 };
 pub use system::{
     LaplacianProblem, LaplacianSystem, ProblemValues, Reference, SingularPolicy, SlotMap,

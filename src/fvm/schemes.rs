@@ -195,7 +195,7 @@ impl Default for Schemes {
 
 /// Face geometry of one snGrad scheme. Boundary arrays are indexed by
 /// `face − n_internal_faces`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FaceGeometry {
     /// |S_f| of every face.
     pub mag_sf: Vec<f64>,
@@ -216,10 +216,52 @@ pub struct FaceGeometry {
     pub patch_correction_vectors: Vec<Vec3>,
 }
 
+/// The boundary faces' part of [`FaceGeometry`], indexed by
+/// `face − n_internal_faces`: what the boundary conditions, the singularity
+/// check and the gradient scheme read when a system is made. It is a few
+/// bytes per cell (the boundary's faces), where the internal faces' part is
+/// 40 bytes per internal face (about 120 per hex cell).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BoundaryFaceGeometry {
+    /// |S_b| of every boundary face.
+    pub mag_sf: Vec<f64>,
+    /// n(n·(C_f − C_P)) (`fvPatch::delta`).
+    pub patch_deltas: Vec<Vec3>,
+    /// 1/|patch delta| (`fvPatch::deltaCoeffs`).
+    pub patch_delta_coeffs: Vec<f64>,
+    /// `boundaryCorrected` only (else empty): C_f − C_P.
+    pub patch_face_deltas: Vec<Vec3>,
+    /// `boundaryCorrected` only (else empty): k_b = n − (C_f − C_P)·patch deltaCoeff.
+    pub patch_correction_vectors: Vec<Vec3>,
+}
+
+/// One internal face's entries of [`FaceGeometry`]
+/// ([`FaceGeometry::internal_face`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InternalFace {
+    /// |S_f|.
+    pub mag_sf: f64,
+    /// The scheme's coefficient per unit area and Γ; NaN where the
+    /// non-orthogonal coefficient is not finite (the face is refused).
+    pub delta_coeff: f64,
+    /// k = n − d·nonOrthDeltaCoeffs (read by corrected schemes only).
+    pub correction: Vec3,
+}
+
 impl FaceGeometry {
     /// Computes the face geometry, refusing faces whose coefficient is not finite
     /// (coincident cell centres, or a boundary face through its cell centre).
     pub fn new(mesh: &Mesh, geometry: &Geometry, sn_grad: SnGradScheme) -> Result<Self, FvmError> {
+        Self::check(mesh, geometry, sn_grad)?;
+        let boundary = BoundaryFaceGeometry::new(mesh, geometry, sn_grad)?;
+        Ok(Self::of_checked(mesh, geometry, sn_grad, boundary))
+    }
+
+    /// Refuses what [`Self::new`] refuses on the internal faces (and a
+    /// `limited` coefficient outside [0, 1]) without keeping any array: a
+    /// system checks its mesh when it is made and builds the internal faces'
+    /// arrays only on their first host use.
+    pub fn check(mesh: &Mesh, geometry: &Geometry, sn_grad: SnGradScheme) -> Result<(), FvmError> {
         if let SnGradScheme::Limited(psi) = sn_grad {
             if !(0.0..=1.0).contains(&psi) {
                 return Err(FvmError::invalid(format!(
@@ -227,59 +269,120 @@ impl FaceGeometry {
                 )));
             }
         }
-        let n_internal = mesh.n_internal_faces();
-        let sf = &geometry.face_area_vectors;
-        let mag_sf: Vec<f64> = sf.par_iter().map(|s| s.norm()).collect();
-        // Per internal face, in parallel: the unit normal, the delta, the
-        // non-orthogonal coefficient and the coefficient of the scheme.
-        let face = |f: usize| {
-            let d = geometry.delta(mesh, f);
-            let unit = sf[f] / mag_sf[f];
-            let non_orth = 1.0 / unit.dot(&d).max(0.05 * d.norm());
-            let coeff = match sn_grad {
-                SnGradScheme::Orthogonal => 1.0 / d.norm(),
-                _ => non_orth,
-            };
-            (d, unit, non_orth, coeff)
-        };
-        let delta_coeffs: Vec<f64> = (0..n_internal)
+        let bad = (0..mesh.n_internal_faces())
             .into_par_iter()
-            .map(|f| {
-                let (_, _, non_orth, coeff) = face(f);
-                // NaN marks a face refused below.
-                if non_orth.is_finite() {
-                    coeff
-                } else {
-                    f64::NAN
-                }
-            })
-            .collect();
-        if let Some(f) = delta_coeffs.par_iter().position_first(|c| !c.is_finite()) {
-            return Err(FvmError::invalid(format!(
+            .position_first(|f| {
+                !Self::internal_face(mesh, geometry, sn_grad, f)
+                    .delta_coeff
+                    .is_finite()
+            });
+        match bad {
+            Some(f) => Err(FvmError::invalid(format!(
                 "internal face {f} (cells {} and {}): the cell centres coincide or the face has \
                  no area; check the mesh",
                 mesh.owner()[f],
                 mesh.neighbour()[f]
-            )));
+            ))),
+            None => Ok(()),
         }
+    }
+
+    /// The entries of internal face `f`: each array of [`Self::new`] holds
+    /// these bits, so a consumer that reads some faces only (the device
+    /// assembly's upload, in its own face order) computes them per face
+    /// instead of keeping the arrays.
+    pub fn internal_face(
+        mesh: &Mesh,
+        geometry: &Geometry,
+        sn_grad: SnGradScheme,
+        f: usize,
+    ) -> InternalFace {
+        let sf = geometry.face_area_vectors[f];
+        let mag_sf = sf.norm();
+        let d = geometry.delta(mesh, f);
+        let unit = sf / mag_sf;
+        let non_orth = 1.0 / unit.dot(&d).max(0.05 * d.norm());
+        let coeff = match sn_grad {
+            SnGradScheme::Orthogonal => 1.0 / d.norm(),
+            _ => non_orth,
+        };
+        InternalFace {
+            mag_sf,
+            // NaN marks a face refused by `check`.
+            delta_coeff: if non_orth.is_finite() {
+                coeff
+            } else {
+                f64::NAN
+            },
+            correction: unit - d * non_orth,
+        }
+    }
+
+    /// The face geometry of a mesh [`Self::check`] accepted, with its
+    /// boundary part computed already.
+    pub fn of_checked(
+        mesh: &Mesh,
+        geometry: &Geometry,
+        sn_grad: SnGradScheme,
+        boundary: BoundaryFaceGeometry,
+    ) -> Self {
+        let n_internal = mesh.n_internal_faces();
+        let face = |f: usize| Self::internal_face(mesh, geometry, sn_grad, f);
+        // Sized for every face at once: extending a vector collected to the
+        // internal faces would reallocate it to twice their number.
+        let mut mag_sf: Vec<f64> = Vec::with_capacity(mesh.n_faces());
+        mag_sf.par_extend((0..n_internal).into_par_iter().map(|f| face(f).mag_sf));
+        mag_sf.extend_from_slice(&boundary.mag_sf);
+        let delta_coeffs: Vec<f64> = (0..n_internal)
+            .into_par_iter()
+            .map(|f| face(f).delta_coeff)
+            .collect();
         let correction_vectors: Vec<Vec3> = if sn_grad.is_corrected() {
             (0..n_internal)
                 .into_par_iter()
-                .map(|f| {
-                    let (d, unit, non_orth, _) = face(f);
-                    unit - d * non_orth
-                })
+                .map(|f| face(f).correction)
                 .collect()
         } else {
             Vec::new()
         };
+        Self {
+            mag_sf,
+            delta_coeffs,
+            correction_vectors,
+            patch_deltas: boundary.patch_deltas,
+            patch_delta_coeffs: boundary.patch_delta_coeffs,
+            patch_face_deltas: boundary.patch_face_deltas,
+            patch_correction_vectors: boundary.patch_correction_vectors,
+        }
+    }
+
+    /// Bytes of its arrays.
+    pub fn bytes(&self) -> usize {
+        crate::slices::bytes(&self.mag_sf)
+            + crate::slices::bytes(&self.delta_coeffs)
+            + crate::slices::bytes(&self.correction_vectors)
+            + crate::slices::bytes(&self.patch_deltas)
+            + crate::slices::bytes(&self.patch_delta_coeffs)
+            + crate::slices::bytes(&self.patch_face_deltas)
+            + crate::slices::bytes(&self.patch_correction_vectors)
+    }
+}
+
+impl BoundaryFaceGeometry {
+    /// The boundary faces' geometry, refusing a face with no area or through
+    /// its cell centre.
+    pub fn new(mesh: &Mesh, geometry: &Geometry, sn_grad: SnGradScheme) -> Result<Self, FvmError> {
+        let n_internal = mesh.n_internal_faces();
+        let sf = &geometry.face_area_vectors;
         let n_boundary = mesh.n_faces() - n_internal;
+        let mut mag_sf = Vec::with_capacity(n_boundary);
         let mut patch_deltas = Vec::with_capacity(n_boundary);
         let mut patch_delta_coeffs = Vec::with_capacity(n_boundary);
         let mut patch_face_deltas = Vec::new();
         let mut patch_correction_vectors = Vec::new();
         for f in n_internal..mesh.n_faces() {
-            let unit = sf[f] / mag_sf[f];
+            let mag = sf[f].norm();
+            let unit = sf[f] / mag;
             let face_delta = geometry.delta(mesh, f);
             let delta = unit * unit.dot(&face_delta);
             let coeff = 1.0 / delta.norm();
@@ -290,6 +393,7 @@ impl FaceGeometry {
                     mesh.owner()[f]
                 )));
             }
+            mag_sf.push(mag);
             patch_deltas.push(delta);
             patch_delta_coeffs.push(coeff);
             if sn_grad == SnGradScheme::BoundaryCorrected {
@@ -299,13 +403,20 @@ impl FaceGeometry {
         }
         Ok(Self {
             mag_sf,
-            delta_coeffs,
-            correction_vectors,
             patch_deltas,
             patch_delta_coeffs,
             patch_face_deltas,
             patch_correction_vectors,
         })
+    }
+
+    /// Bytes of its arrays.
+    pub fn bytes(&self) -> usize {
+        crate::slices::bytes(&self.mag_sf)
+            + crate::slices::bytes(&self.patch_deltas)
+            + crate::slices::bytes(&self.patch_delta_coeffs)
+            + crate::slices::bytes(&self.patch_face_deltas)
+            + crate::slices::bytes(&self.patch_correction_vectors)
     }
 }
 

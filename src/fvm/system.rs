@@ -4,7 +4,9 @@
 
 use super::boundary::{BoundaryCoeffs, BoundaryCondition};
 use super::gradient::CellGradient;
-use super::schemes::{FaceGeometry, GradScheme, Schemes, SnGradScheme, TimeScheme};
+use super::schemes::{
+    BoundaryFaceGeometry, FaceGeometry, GradScheme, Schemes, SnGradScheme, TimeScheme,
+};
 use super::{check_values, CellField, FvmError};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::sparse::Csr;
@@ -149,7 +151,18 @@ pub struct SlotMap {
 /// [`Csr::zeros_like`]).
 #[derive(Debug)]
 struct SharedStructure {
-    faces: FaceGeometry,
+    /// Built on the first call of [`LaplacianSystem::face_geometry`] (the
+    /// flow solvers' host face loops read its arrays), the mesh checked when
+    /// the structure is made ([`FaceGeometry::check`]). The system's own
+    /// loops (assembly, non-orthogonal correction) and the device upload
+    /// compute each face's entries where they read them
+    /// ([`FaceGeometry::internal_face`], the arrays' bits), so a Laplacian
+    /// run on the CPU or the device never builds these arrays: 40 bytes per
+    /// internal face (0.96 GB at 8 M hex cells).
+    faces: OnceLock<FaceGeometry>,
+    /// The boundary faces' part, read when a problem is evaluated (boundary
+    /// coefficients, singularity, gradient data): a few bytes per cell.
+    boundary_faces: BoundaryFaceGeometry,
     /// The gradient scheme's data for the mesh (least-squares vectors with
     /// every boundary face at its patch delta).
     gradient: CellGradient,
@@ -160,15 +173,37 @@ struct SharedStructure {
     slots: OnceLock<SlotMap>,
     /// Region of every cell ([`crate::mesh::check::cell_regions`]) and their
     /// number: a mesh of disconnected parts has one singular block per part
-    /// without a fixed value, each with a level of its own to fix.
-    regions: Vec<usize>,
+    /// without a fixed value, each with a level of its own to fix. Empty
+    /// when the mesh is one region (every cell in region 0), as most are:
+    /// no array of a region number per cell for them.
+    regions: Vec<u32>,
     n_regions: usize,
+}
+
+impl SharedStructure {
+    /// Region of cell `c`.
+    fn region(&self, c: usize) -> usize {
+        match self.regions.is_empty() {
+            true => 0,
+            false => self.regions[c] as usize,
+        }
+    }
+
+    /// The face geometry, built on the first call (see `faces`).
+    fn faces(&self, mesh: &Mesh, geometry: &Geometry, sn_grad: SnGradScheme) -> &FaceGeometry {
+        self.faces.get_or_init(|| {
+            crate::timings::span("face geometry", || {
+                FaceGeometry::of_checked(mesh, geometry, sn_grad, self.boundary_faces.clone())
+            })
+        })
+    }
 }
 
 /// The assembled linear system A p = b of one problem on one mesh. The CSR
 /// pattern (rows sorted by column, diagonal included), the slot map and the
-/// face geometry are built once per mesh and shared by the systems of its
-/// other problems ([`LaplacianSystem::with_structure_of`]);
+/// face geometry (the last two on their first use) are built once per mesh
+/// and shared by the systems of its other problems
+/// ([`LaplacianSystem::with_structure_of`]);
 /// [`LaplacianSystem::reassemble`] only rewrites values.
 ///
 /// A system made by [`LaplacianSystem::deferred`] or
@@ -316,8 +351,11 @@ impl<'m> LaplacianSystem<'m> {
         geometry: &'m Geometry,
         schemes: Schemes,
     ) -> Result<Self, FvmError> {
-        let faces = crate::timings::span("face geometry", || {
-            FaceGeometry::new(mesh, geometry, schemes.sn_grad)
+        // The internal faces are checked here, their arrays built on the
+        // first host use (see `SharedStructure`).
+        let boundary_faces = crate::timings::span("face geometry check", || {
+            FaceGeometry::check(mesh, geometry, schemes.sn_grad)?;
+            BoundaryFaceGeometry::new(mesh, geometry, schemes.sn_grad)
         })?;
         let first = mesh.n_internal_faces();
         let mut active = vec![true; mesh.n_faces() - first];
@@ -325,13 +363,24 @@ impl<'m> LaplacianSystem<'m> {
             active[patch.boundary_faces(first)].fill(false);
         }
         let gradient = crate::timings::span("cell gradient", || {
-            CellGradient::new(schemes.grad, mesh, geometry, &faces.patch_deltas, &active)
+            CellGradient::new(
+                schemes.grad,
+                mesh,
+                geometry,
+                &boundary_faces.patch_deltas,
+                &active,
+            )
         })?;
         let matrix = crate::timings::span("matrix pattern", || build_pattern(mesh))?;
         let (n_regions, regions) =
             crate::timings::span("cell regions", || crate::mesh::check::cell_regions(mesh));
+        let regions = match n_regions {
+            1 => Vec::new(),
+            _ => regions,
+        };
         let shared = SharedStructure {
-            faces,
+            faces: OnceLock::new(),
+            boundary_faces,
             gradient,
             slots: OnceLock::new(),
             regions,
@@ -484,7 +533,7 @@ impl<'m> LaplacianSystem<'m> {
             BoundaryCoeffs::new(
                 &problem.boundary,
                 mesh,
-                &self.shared.faces.patch_delta_coeffs,
+                &self.shared.boundary_faces.patch_delta_coeffs,
             )
         });
         let gradient = if self.schemes.sn_grad == SnGradScheme::BoundaryCorrected
@@ -494,9 +543,9 @@ impl<'m> LaplacianSystem<'m> {
             let deltas: Vec<Vec3> = (0..bc.active.len())
                 .map(|b| {
                     if bc.value_internal[b] == 0.0 {
-                        self.shared.faces.patch_face_deltas[b]
+                        self.shared.boundary_faces.patch_face_deltas[b]
                     } else {
-                        self.shared.faces.patch_deltas[b]
+                        self.shared.boundary_faces.patch_deltas[b]
                     }
                 })
                 .collect();
@@ -519,9 +568,9 @@ impl<'m> LaplacianSystem<'m> {
         let mut fixed = vec![problem.time != TimeScheme::SteadyState; self.shared.n_regions];
         for (b, &gamma_b) in gamma_boundary.iter().enumerate() {
             if bc.active[b]
-                && -(gamma_b * self.shared.faces.mag_sf[first + b]) * bc.gradient_internal[b] > 0.0
+                && -(gamma_b * self.shared.boundary_faces.mag_sf[b]) * bc.gradient_internal[b] > 0.0
             {
-                fixed[self.shared.regions[mesh.owner()[first + b] as usize]] = true;
+                fixed[self.shared.region(mesh.owner()[first + b] as usize)] = true;
             }
         }
         let floating: Vec<bool> = fixed.iter().map(|&f| !f).collect();
@@ -592,6 +641,7 @@ impl<'m> LaplacianSystem<'m> {
         let volumes = &geometry.cell_volumes;
         let shared = Arc::clone(&self.shared);
         let slots = shared_slots(&shared, &self.matrix, mesh);
+        let sn_grad = self.schemes.sn_grad;
         let values = self.matrix.values_mut();
         values.fill(0.0);
         for f in 0..mesh.n_internal_faces() {
@@ -601,8 +651,11 @@ impl<'m> LaplacianSystem<'m> {
                 gamma[n],
                 geometry.weights[f],
             );
-            self.gamma_mag_sf[f] = gamma_f * self.shared.faces.mag_sf[f];
-            let coeff = self.gamma_mag_sf[f] * self.shared.faces.delta_coeffs[f];
+            // The face's entries computed where they are read, the bits of
+            // the face geometry's arrays (see `SharedStructure::faces`).
+            let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f);
+            self.gamma_mag_sf[f] = gamma_f * face.mag_sf;
+            let coeff = self.gamma_mag_sf[f] * face.delta_coeff;
             values[slots.upper[f] as usize] -= coeff;
             values[slots.lower[f] as usize] -= coeff;
             values[slots.diagonal[o] as usize] += coeff;
@@ -617,7 +670,7 @@ impl<'m> LaplacianSystem<'m> {
                 continue;
             }
             let o = owner[first + b] as usize;
-            let gamma_mag_sf = gamma_b * self.shared.faces.mag_sf[first + b];
+            let gamma_mag_sf = gamma_b * shared.boundary_faces.mag_sf[b];
             self.gamma_mag_sf_boundary[b] = gamma_mag_sf;
             let diag = -gamma_mag_sf * self.bc.gradient_internal[b];
             values[slots.diagonal[o] as usize] += diag;
@@ -639,7 +692,7 @@ impl<'m> LaplacianSystem<'m> {
             let mut pinned = vec![false; self.shared.n_regions];
             let mut cells = Vec::new();
             for c in std::iter::once(cell).chain(0..mesh.n_cells()) {
-                let r = self.shared.regions[c];
+                let r = self.shared.region(c);
                 if self.floating[r] && !pinned[r] {
                     pinned[r] = true;
                     cells.push(c);
@@ -708,14 +761,14 @@ impl<'m> LaplacianSystem<'m> {
                 let first = self.mesh.n_internal_faces();
                 for (b, k) in self
                     .shared
-                    .faces
+                    .boundary_faces
                     .patch_correction_vectors
                     .iter()
                     .enumerate()
                 {
                     // Value fraction f = −gradientInternal/Δ_b (1 fixedValue, 0 gradient BCs).
-                    let fraction =
-                        -self.bc.gradient_internal[b] / self.shared.faces.patch_delta_coeffs[b];
+                    let fraction = -self.bc.gradient_internal[b]
+                        / self.shared.boundary_faces.patch_delta_coeffs[b];
                     if self.bc.active[b] && fraction != 0.0 {
                         let o = owner[first + b] as usize;
                         self.rhs[o] += fraction * self.gamma_mag_sf_boundary[b] * k.dot(&grad[o]);
@@ -740,7 +793,7 @@ impl<'m> LaplacianSystem<'m> {
             let volumes = &self.geometry.cell_volumes;
             let (region_volume, _) = self.region_sums(volumes, |v, _| v, |_, _| 0.0);
             for (c, (b, v)) in self.rhs.iter_mut().zip(volumes).enumerate() {
-                let r = self.shared.regions[c];
+                let r = self.shared.region(c);
                 if self.floating[r] {
                     *b -= v * (sum[r] / region_volume[r]);
                 }
@@ -770,7 +823,7 @@ impl<'m> LaplacianSystem<'m> {
         let mut a = vec![0.0; self.shared.n_regions];
         let mut b = vec![0.0; self.shared.n_regions];
         for (c, (&x, &v)) in x.iter().zip(&self.geometry.cell_volumes).enumerate() {
-            let r = self.shared.regions[c];
+            let r = self.shared.region(c);
             a[r] += first(x, v);
             b[r] += second(x, v);
         }
@@ -781,7 +834,7 @@ impl<'m> LaplacianSystem<'m> {
     fn shift_floating_to_zero_mean(&self, p: &mut [f64]) {
         let (weighted, volume) = self.region_sums(p, |p, v| p * v, |_, v| v);
         for (c, x) in p.iter_mut().enumerate() {
-            let r = self.shared.regions[c];
+            let r = self.shared.region(c);
             if self.floating[r] {
                 *x -= weighted[r] / volume[r];
             }
@@ -822,14 +875,18 @@ impl<'m> LaplacianSystem<'m> {
             return Vec::new();
         }
         let (owner, neighbour) = (self.mesh.owner(), self.mesh.neighbour());
-        let weights = &self.geometry.weights;
-        (0..self.mesh.n_internal_faces())
+        let (mesh, geometry) = (self.mesh, self.geometry);
+        let weights = &geometry.weights;
+        let sn_grad = self.schemes.sn_grad;
+        (0..mesh.n_internal_faces())
             .map(|f| {
                 let (o, n) = (owner[f] as usize, neighbour[f] as usize);
                 let face_grad = weights[f] * (grad[o] - grad[n]) + grad[n];
-                let mut correction = self.shared.faces.correction_vectors[f].dot(&face_grad);
+                // Computed per face, as in the assembly.
+                let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f);
+                let mut correction = face.correction.dot(&face_grad);
                 if let SnGradScheme::Limited(psi) = self.schemes.sn_grad {
-                    let uncorrected = self.shared.faces.delta_coeffs[f] * (p[n] - p[o]);
+                    let uncorrected = face.delta_coeff * (p[n] - p[o]);
                     let limiter = (psi * uncorrected.abs()
                         / ((1.0 - psi) * correction.abs() + SMALL))
                         .min(1.0);
@@ -897,8 +954,57 @@ impl<'m> LaplacianSystem<'m> {
     pub fn schemes(&self) -> Schemes {
         self.schemes
     }
+    /// The face geometry of the mesh and scheme, built on the first call
+    /// and shared by the systems of the structure (see [`SharedStructure`]'s
+    /// `faces`): where only the boundary faces' part is read, take
+    /// [`Self::boundary_face_geometry`], and where a few faces' entries are,
+    /// [`FaceGeometry::internal_face`].
     pub fn face_geometry(&self) -> &FaceGeometry {
-        &self.shared.faces
+        self.shared
+            .faces(self.mesh, self.geometry, self.schemes.sn_grad)
+    }
+    /// The face geometry if a host use built it already, without building it.
+    pub fn built_face_geometry(&self) -> Option<&FaceGeometry> {
+        self.shared.faces.get()
+    }
+    /// The boundary faces' part of the face geometry (always built).
+    pub fn boundary_face_geometry(&self) -> &BoundaryFaceGeometry {
+        &self.shared.boundary_faces
+    }
+    /// Heap bytes of the system's parts, by name: its own arrays and those of
+    /// the structure it shares (counted by each system that shares it); a
+    /// part not built counts 0.
+    pub fn memory_account(&self) -> Vec<(&'static str, usize)> {
+        use crate::slices::bytes;
+        use std::mem::size_of_val;
+        let shared = &self.shared;
+        vec![
+            // The pattern's arrays are shared by the matrices of the
+            // structure; their lengths are their capacities.
+            ("matrix row pointers", size_of_val(self.matrix.row_ptr())),
+            ("matrix columns", size_of_val(self.matrix.cols())),
+            ("matrix values", size_of_val(self.matrix.values())),
+            (
+                "right-hand sides",
+                bytes(&self.rhs) + bytes(&self.explicit_rhs),
+            ),
+            (
+                "face coefficients (Γ|S|)",
+                bytes(&self.gamma_mag_sf) + bytes(&self.gamma_mag_sf_boundary),
+            ),
+            (
+                "face geometry",
+                shared.faces.get().map_or(0, FaceGeometry::bytes),
+            ),
+            ("boundary face geometry", shared.boundary_faces.bytes()),
+            (
+                "slot map",
+                shared.slots.get().map_or(0, |s| {
+                    bytes(&s.diagonal) + bytes(&s.upper) + bytes(&s.lower)
+                }),
+            ),
+            ("cell regions", bytes(&shared.regions)),
+        ]
     }
     pub fn boundary_coeffs(&self) -> &BoundaryCoeffs {
         &self.bc
@@ -1096,6 +1202,107 @@ mod tests {
         assert_eq!(sharing.matrix, eager.matrix);
         assert_eq!(sharing.rhs, eager.rhs);
         assert_eq!(deferred.slots(), eager.slots());
+    }
+
+    #[test]
+    fn host_loops_never_build_the_face_geometry_and_read_its_bits() {
+        use crate::fvm::testing::{random_field, schemes, two_problems};
+        use GradScheme::{GaussLinear as Gauss, LeastSquares as Ls};
+        use SnGradScheme::*;
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (spec, sn_grad, grad) in [
+            ("box:5x4x3:tet:perturb=0.2", Corrected, Gauss),
+            ("box:5x4x3:tet:perturb=0.2", Limited(0.4), Ls),
+            ("box:5x4x4:perturb=0.2", BoundaryCorrected, Ls),
+            ("box:6x5x1:2d:perturb=0.3", Orthogonal, Gauss),
+            ("box:4x4x4:perturb=0.2", Uncorrected, Gauss),
+        ] {
+            let mesh = crate::mesh::load(spec).unwrap();
+            let geometry = mesh.geometry().unwrap();
+            let schemes = schemes(sn_grad, grad, true);
+            let (first, second) = two_problems(&mesh);
+            // Made, evaluated, assembled, corrected and re-assembled on the
+            // host: the face geometry's arrays are never built.
+            let mut system = LaplacianSystem::deferred(&mesh, &geometry, schemes, &first).unwrap();
+            let p = random_field(mesh.n_cells(), 9);
+            system.update_rhs(&p, None).unwrap();
+            system.reassemble(&second).unwrap();
+            system.update_rhs(&p, None).unwrap();
+            let correction = system.non_orth_correction(&p);
+            assert!(system.built_face_geometry().is_none(), "{spec}");
+            // What the loops computed per face is what the arrays hold: the
+            // coefficients Γ_f|S_f|, each face's off-diagonal entries (one
+            // face per pair of cells on these meshes), the correction fluxes.
+            let arrays = FaceGeometry::new(&mesh, &geometry, sn_grad).unwrap();
+            let values = system.evaluate(&second).unwrap();
+            let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+            let grad = system.gradient(&p);
+            let slots = system.slots();
+            for f in 0..mesh.n_internal_faces() {
+                let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+                let gamma_f = schemes.gamma_interpolation.interpolate(
+                    values.gamma[o],
+                    values.gamma[n],
+                    geometry.weights[f],
+                );
+                let gamma_mag_sf = gamma_f * arrays.mag_sf[f];
+                assert_eq!(system.gamma_mag_sf()[f].to_bits(), gamma_mag_sf.to_bits());
+                let coeff = -(gamma_mag_sf * arrays.delta_coeffs[f]);
+                for slot in [slots.upper[f], slots.lower[f]] {
+                    assert_eq!(
+                        system.matrix.values()[slot as usize].to_bits(),
+                        coeff.to_bits()
+                    );
+                }
+                if sn_grad.is_corrected() {
+                    let w = geometry.weights[f];
+                    let face_grad = w * (grad[o] - grad[n]) + grad[n];
+                    let mut k = arrays.correction_vectors[f].dot(&face_grad);
+                    if let Limited(psi) = sn_grad {
+                        let uncorrected = arrays.delta_coeffs[f] * (p[n] - p[o]);
+                        k *= (psi * uncorrected.abs() / ((1.0 - psi) * k.abs() + SMALL)).min(1.0);
+                    }
+                    assert_eq!(
+                        correction[f].to_bits(),
+                        (gamma_mag_sf * k).to_bits(),
+                        "{spec}"
+                    );
+                }
+            }
+            assert_eq!(correction.is_empty(), !sn_grad.is_corrected());
+            // The boundary part kept from the start is the arrays' own, and
+            // a use of the arrays builds them once, for the structure.
+            let boundary = system.boundary_face_geometry();
+            let first_boundary = mesh.n_internal_faces();
+            assert_eq!(
+                bits(&boundary.mag_sf),
+                bits(&arrays.mag_sf[first_boundary..])
+            );
+            assert_eq!(boundary.patch_delta_coeffs, arrays.patch_delta_coeffs);
+            assert_eq!(
+                boundary.patch_correction_vectors,
+                arrays.patch_correction_vectors
+            );
+            let sharing = system.deferred_with_structure_of(&first).unwrap();
+            assert_eq!(system.face_geometry(), &arrays);
+            assert!(std::ptr::eq(
+                sharing.built_face_geometry().unwrap(),
+                system.face_geometry()
+            ));
+        }
+    }
+
+    #[test]
+    fn one_region_keeps_no_region_per_cell() {
+        use crate::fvm::testing::two_problems;
+        let mesh = crate::mesh::load("box:4x3x3").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let (first, _) = two_problems(&mesh);
+        let system =
+            LaplacianSystem::deferred(&mesh, &geometry, Schemes::default(), &first).unwrap();
+        assert_eq!(system.n_regions(), 1);
+        assert!(system.shared.regions.is_empty());
+        assert!((0..mesh.n_cells()).all(|c| system.shared.region(c) == 0));
     }
 
     /// `problem` with its source a function that counts its calls.

@@ -59,10 +59,11 @@ use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, DeferredRead, Gpu, GpuError, HostElement, VECTOR_BLOCK};
 use crate::fvm::{
-    BoundaryCoeffs, CellGradient, FvmError, GammaInterpolation, GradScheme, LaplacianProblem,
-    LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy, SnGradScheme, TimeScheme,
+    BoundaryCoeffs, CellGradient, FaceGeometry, FvmError, GammaInterpolation, GradScheme,
+    LaplacianProblem, LaplacianSystem, ProblemValues, Reference, Schemes, SingularPolicy,
+    SnGradScheme, TimeScheme,
 };
-use crate::mesh::{Mesh, PatchKind, Vec3};
+use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::{Csr, ModSell, Permutation};
 use crate::timings::Phase;
@@ -537,8 +538,25 @@ enum Gathered<'a> {
     Values(&'a [f64], &'a [u32]),
     /// The 3 components of `vectors[index[i] + offset]`.
     Vectors(&'a [Vec3], &'a [u32], usize),
+    /// An entry of the face geometry of internal face `index[i]`, computed
+    /// where it is read (3 components for the correction vectors).
+    Faces {
+        mesh: &'a Mesh,
+        geometry: &'a Geometry,
+        sn_grad: SnGradScheme,
+        index: &'a [u32],
+        entry: FaceEntry,
+    },
     /// Not read by the schemes: an empty array.
     Unused,
+}
+
+/// Which entry of [`crate::fvm::InternalFace`] a [`Gathered::Faces`] array holds.
+#[derive(Clone, Copy)]
+enum FaceEntry {
+    MagSf,
+    DeltaCoeff,
+    Correction,
 }
 
 impl Gathered<'_> {
@@ -546,6 +564,10 @@ impl Gathered<'_> {
         match self {
             Self::Values(_, index) => index.len(),
             Self::Vectors(_, index, _) => 3 * index.len(),
+            Self::Faces { index, entry, .. } => match entry {
+                FaceEntry::Correction => 3 * index.len(),
+                FaceEntry::MagSf | FaceEntry::DeltaCoeff => index.len(),
+            },
             Self::Unused => 0,
         }
     }
@@ -560,13 +582,31 @@ impl Gathered<'_> {
                     .zip(index)
                     .for_each(|(out, &i)| *out = values[i as usize])
             }
-            // A piece may start inside a vector.
             Self::Vectors(vectors, index, offset) => {
-                piece.par_iter_mut().enumerate().for_each(|(k, out)| {
-                    let e = start + k;
-                    let v = vectors[index[e / 3] as usize + offset];
-                    *out = [v.x, v.y, v.z][e % 3];
-                })
+                fill_vectors(start, piece, |i| vectors[index[i] as usize + offset])
+            }
+            Self::Faces {
+                mesh,
+                geometry,
+                sn_grad,
+                index,
+                entry,
+            } => {
+                let face = |i: usize| {
+                    FaceGeometry::internal_face(mesh, geometry, sn_grad, index[i] as usize)
+                };
+                match entry {
+                    FaceEntry::Correction => fill_vectors(start, piece, |i| face(i).correction),
+                    FaceEntry::MagSf | FaceEntry::DeltaCoeff => {
+                        piece.par_iter_mut().enumerate().for_each(|(k, out)| {
+                            let face = face(start + k);
+                            *out = match entry {
+                                FaceEntry::MagSf => face.mag_sf,
+                                _ => face.delta_coeff,
+                            };
+                        })
+                    }
+                }
             }
             Self::Unused => {}
         }
@@ -591,6 +631,32 @@ impl Gathered<'_> {
     /// [`Self::upload`], or nothing for an empty array.
     fn upload_nonempty(self, gpu: &Gpu) -> Result<Option<CudaSlice<f64>>, GpuError> {
         (self.len() > 0).then(|| self.upload(gpu)).transpose()
+    }
+}
+
+/// Elements `start..start + piece.len()` of an array of vectors as 3
+/// doubles each, `vector(i)` the i-th, into `piece` (which may start and end
+/// inside a vector); each vector made once, the whole ones in parallel.
+fn fill_vectors(start: usize, piece: &mut [f64], vector: impl Fn(usize) -> Vec3 + Sync) {
+    let component = |v: Vec3, c: usize| [v.x, v.y, v.z][c];
+    let lead = ((3 - start % 3) % 3).min(piece.len());
+    let (head, rest) = piece.split_at_mut(lead);
+    for (k, out) in head.iter_mut().enumerate() {
+        let e = start + k;
+        *out = component(vector(e / 3), e % 3);
+    }
+    let first = (start + lead) / 3;
+    let whole = rest.len() / 3 * 3;
+    let (body, tail) = rest.split_at_mut(whole);
+    body.par_chunks_mut(3).enumerate().for_each(|(i, out)| {
+        let v = vector(first + i);
+        out.copy_from_slice(&[v.x, v.y, v.z]);
+    });
+    if !tail.is_empty() {
+        let v = vector(first + whole / 3);
+        for (c, out) in tail.iter_mut().enumerate() {
+            *out = component(v, c);
+        }
     }
 }
 
@@ -675,12 +741,25 @@ impl<'a> StaticSource<'a> {
         Gathered::Values(&self.system.geometry().weights, self.faces)
     }
 
+    /// The face geometry's entry `entry` of each device face, computed per
+    /// face ([`FaceGeometry::internal_face`], the bits of the host's arrays):
+    /// the host never builds the face geometry's arrays of a device run.
+    fn face_entries(&self, entry: FaceEntry) -> Gathered<'a> {
+        Gathered::Faces {
+            mesh: self.system.mesh(),
+            geometry: self.system.geometry(),
+            sn_grad: self.system.schemes().sn_grad,
+            index: self.faces,
+            entry,
+        }
+    }
+
     fn mag_sf(&self) -> Gathered<'a> {
-        Gathered::Values(&self.system.face_geometry().mag_sf, self.faces)
+        self.face_entries(FaceEntry::MagSf)
     }
 
     fn delta_coeffs(&self) -> Gathered<'a> {
-        Gathered::Values(&self.system.face_geometry().delta_coeffs, self.faces)
+        self.face_entries(FaceEntry::DeltaCoeff)
     }
 
     fn sf(&self) -> Gathered<'a> {
@@ -689,13 +768,14 @@ impl<'a> StaticSource<'a> {
     }
 
     fn k(&self) -> Gathered<'a> {
-        let corrected = self.system.schemes().sn_grad.is_corrected();
-        let k = &self.system.face_geometry().correction_vectors;
-        self.vectors(corrected, k, self.faces, 0)
+        match self.system.schemes().sn_grad.is_corrected() {
+            true => self.face_entries(FaceEntry::Correction),
+            false => Gathered::Unused,
+        }
     }
 
     fn b_mag_sf(&self) -> Gathered<'a> {
-        let mag_sf = &self.system.face_geometry().mag_sf[self.first_boundary_face()..];
+        let mag_sf = &self.system.boundary_face_geometry().mag_sf;
         Gathered::Values(mag_sf, self.boundary)
     }
 
@@ -706,14 +786,17 @@ impl<'a> StaticSource<'a> {
     }
 
     fn b_k(&self) -> Gathered<'a> {
-        let k = &self.system.face_geometry().patch_correction_vectors;
+        let k = &self
+            .system
+            .boundary_face_geometry()
+            .patch_correction_vectors;
         self.vectors(self.boundary_corrected(), k, self.boundary, 0)
     }
 
     fn b_delta_coeffs(&self) -> Gathered<'a> {
         match self.boundary_corrected() {
             true => {
-                let faces = self.system.face_geometry();
+                let faces = self.system.boundary_face_geometry();
                 Gathered::Values(&faces.patch_delta_coeffs, self.boundary)
             }
             false => Gathered::Unused,

@@ -227,8 +227,9 @@ fn bounding_box(points: &[Vec3]) -> (Vec3, Vec3) {
 }
 
 /// The connected sets of cells (through internal faces): their number, and
-/// the region of each cell, numbered in the order of each region's first cell.
-pub fn cell_regions(mesh: &Mesh) -> (usize, Vec<usize>) {
+/// the region of each cell, numbered in the order of each region's first
+/// cell (4 bytes a cell: the cells are numbered by `u32`).
+pub fn cell_regions(mesh: &Mesh) -> (usize, Vec<u32>) {
     connected_regions(mesh.n_cells(), mesh.owner(), mesh.neighbour())
 }
 
@@ -242,7 +243,7 @@ pub fn cell_regions(mesh: &Mesh) -> (usize, Vec<usize>) {
 /// and finds halve their paths; a parent is never above its vertex, so each
 /// region's root ends as its lowest vertex whatever order the threads link
 /// in. The regions are then numbered by a parallel count of the roots.
-fn connected_regions(n: usize, a: &[Label], b: &[Label]) -> (usize, Vec<usize>) {
+fn connected_regions(n: usize, a: &[Label], b: &[Label]) -> (usize, Vec<u32>) {
     use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     const BLOCK: usize = 1 << 16;
     let parent: Vec<AtomicU32> = (0..n as u32).into_par_iter().map(AtomicU32::new).collect();
@@ -302,10 +303,7 @@ fn connected_regions(n: usize, a: &[Label], b: &[Label]) -> (usize, Vec<usize>) 
                 }
             }
         });
-    let regions = roots
-        .par_iter()
-        .map(|&r| rank[r as usize] as usize)
-        .collect();
+    let regions = roots.par_iter().map(|&r| rank[r as usize]).collect();
     (n_regions, regions)
 }
 
@@ -1122,7 +1120,8 @@ pub(crate) mod tests {
                     .num_threads(threads)
                     .build()
                     .unwrap();
-                let got = pool.install(|| connected_regions(n, &a, &b));
+                let (n_got, got) = pool.install(|| connected_regions(n, &a, &b));
+                let got = (n_got, got.into_iter().map(|r| r as usize).collect());
                 assert_eq!(
                     got, want,
                     "{n} vertices, {n_edges} edges, {threads} threads"

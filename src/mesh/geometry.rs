@@ -71,6 +71,18 @@ pub struct Geometry {
 }
 
 impl Geometry {
+    /// Heap bytes of the geometry's arrays, by name.
+    pub fn memory_account(&self) -> Vec<(&'static str, usize)> {
+        use crate::slices::bytes;
+        vec![
+            ("face area vectors", bytes(&self.face_area_vectors)),
+            ("boundary face centres", bytes(&self.boundary_face_centres)),
+            ("interpolation weights", bytes(&self.weights)),
+            ("cell centres", bytes(&self.cell_centres)),
+            ("cell volumes", bytes(&self.cell_volumes)),
+        ]
+    }
+
     /// Computes the geometry without judging it (see [`Geometry::check_volumes`]).
     pub fn compute(mesh: &Mesh) -> Self {
         let n_faces = mesh.n_faces();

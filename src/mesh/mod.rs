@@ -474,6 +474,20 @@ impl Mesh {
             .collect()
     }
 
+    /// Heap bytes of the mesh's arrays, by name.
+    pub fn memory_account(&self) -> Vec<(&'static str, usize)> {
+        use crate::slices::bytes;
+        vec![
+            ("mesh points", bytes(&self.points)),
+            (
+                "mesh faces (offsets, point labels)",
+                bytes(&self.faces.offsets) + bytes(&self.faces.labels),
+            ),
+            ("mesh owner", bytes(&self.owner)),
+            ("mesh neighbour", bytes(&self.neighbour)),
+        ]
+    }
+
     /// Computes the OpenFOAM geometry of this mesh, refusing inverted cells.
     pub fn geometry(&self) -> Result<Geometry, MeshError> {
         let g = Geometry::compute(self);

@@ -996,4 +996,84 @@ fn gathered_arrays_made_in_pieces_equal_the_whole() {
         [vectors[i].x, vectors[i].y, vectors[i].z]
     );
     assert!(Gathered::Unused.to_vec().is_empty());
+    // The face geometry's entries, computed per face, in pieces too.
+    let mesh = crate::mesh::load("box:5x4x3:tet:perturb=0.2:renumber").unwrap();
+    let geometry = mesh.geometry().unwrap();
+    let faces: Vec<u32> = (0..mesh.n_internal_faces() as u32).rev().collect();
+    for entry in [
+        FaceEntry::MagSf,
+        FaceEntry::DeltaCoeff,
+        FaceEntry::Correction,
+    ] {
+        let gathered = Gathered::Faces {
+            mesh: &mesh,
+            geometry: &geometry,
+            sn_grad: SnGradScheme::Corrected,
+            index: &faces,
+            entry,
+        };
+        let whole = gathered.to_vec();
+        for piece_len in [1, 2, 5, 64] {
+            let mut pieces = vec![f64::NAN; whole.len()];
+            for (p, piece) in pieces.chunks_mut(piece_len).enumerate() {
+                gathered.fill(p * piece_len, piece);
+            }
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&pieces), bits(&whole), "pieces of {piece_len}");
+        }
+    }
+}
+
+/// The device arrays of the face geometry, computed per device face from a
+/// deferred system that never builds the host's face geometry, hold the bits
+/// of the host's arrays gathered in device order.
+#[test]
+fn device_face_arrays_are_the_host_face_geometry_without_building_it() {
+    use SnGradScheme::*;
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (spec, sn_grad) in [
+        ("box:5x4x3:tet:perturb=0.2:renumber", Corrected),
+        ("box:5x4x3:tet:perturb=0.2", Limited(0.5)),
+        ("meshes/foam/warped", BoundaryCorrected),
+        ("box:6x5x1:2d:perturb=0.3", Orthogonal),
+        ("box:4x4x4:perturb=0.2", Uncorrected),
+    ] {
+        let mesh = crate::mesh::load(spec).unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let schemes = schemes(sn_grad, GradScheme::GaussLinear, true);
+        let [(_, problem), _] = varying_and_uniform_gamma(&mesh, 3, false);
+        let system = LaplacianSystem::deferred(&mesh, &geometry, schemes, &problem).unwrap();
+        let ordering = reverse_cuthill_mckee(&system.matrix);
+        let map = AssemblyMap::new(&mesh, &ordering, 32).unwrap();
+        let statics = StaticArrays::new(&system, &map, &ordering);
+        assert!(system.built_face_geometry().is_none(), "{spec}");
+        let faces = FaceGeometry::new(&mesh, &geometry, sn_grad).unwrap();
+        let (index, boundary) = (&map.device_faces, &map.device_boundary);
+        let first = mesh.n_internal_faces();
+        assert_eq!(bits(&statics.mag_sf), bits(&gather(&faces.mag_sf, index)));
+        assert_eq!(
+            bits(&statics.delta_coeffs),
+            bits(&gather(&faces.delta_coeffs, index))
+        );
+        let k = match sn_grad.is_corrected() {
+            true => flatten(&faces.correction_vectors, index, 0),
+            false => Vec::new(),
+        };
+        assert_eq!(bits(&statics.k), bits(&k), "{spec}");
+        let b_mag_sf = gather(&faces.mag_sf[first..], boundary);
+        assert_eq!(bits(&statics.b_mag_sf), bits(&b_mag_sf));
+        let corrected = sn_grad == BoundaryCorrected;
+        let b_k = match corrected {
+            true => flatten(&faces.patch_correction_vectors, boundary, 0),
+            false => Vec::new(),
+        };
+        assert_eq!(bits(&statics.b_k), bits(&b_k));
+        let b_delta = match corrected {
+            true => gather(&faces.patch_delta_coeffs, boundary),
+            false => Vec::new(),
+        };
+        assert_eq!(bits(&statics.b_delta_coeffs), bits(&b_delta));
+        // A host use builds the same arrays.
+        assert_eq!(system.face_geometry(), &faces);
+    }
 }
