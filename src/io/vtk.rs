@@ -778,6 +778,45 @@ impl VtkCells {
             faces: Vec::new(),
             face_offsets: Vec::with_capacity(range.len()),
         };
+        // Room for hexahedra (the most points of a linear cell): no growth
+        // for a block of linear cells.
+        cells.connectivity.reserve(8 * range.len());
+        let mut faces = OutwardFaces::default();
+        let mut order = Vec::new();
+        for c in range {
+            let list = &cell_faces[cell_offsets[c] as usize..cell_offsets[c + 1] as usize];
+            if let Some((cell_type, points)) = SmallCell::gather(mesh, c, list)
+                .as_ref()
+                .and_then(SmallCell::linear)
+            {
+                cells.types.push(cell_type);
+                cells.connectivity.extend_from_slice(points.as_slice());
+                cells.face_offsets.push(-1);
+                cells.offsets.push(cells.connectivity.len() as i64);
+            } else {
+                faces.gather(mesh, c, list);
+                cells.push_general(&faces, &mut order);
+            }
+        }
+        cells
+    }
+
+    /// [`Self::of_range`] with every cell taken by the general path (the
+    /// reference the fast path of the linear cells is tested against).
+    #[cfg(test)]
+    fn of_range_general(
+        mesh: &Mesh,
+        cell_faces: &(Vec<u32>, Vec<Label>),
+        range: Range<usize>,
+    ) -> Self {
+        let (cell_offsets, cell_faces) = cell_faces;
+        let mut cells = Self {
+            types: Vec::new(),
+            connectivity: Vec::new(),
+            offsets: vec![0],
+            faces: Vec::new(),
+            face_offsets: Vec::new(),
+        };
         let mut faces = OutwardFaces::default();
         let mut order = Vec::new();
         for c in range {
@@ -786,28 +825,33 @@ impl VtkCells {
                 c,
                 &cell_faces[cell_offsets[c] as usize..cell_offsets[c + 1] as usize],
             );
-            let cell_type = linear_cell(&faces, &mut order);
-            if let Some(cell_type) = cell_type {
-                cells.types.push(cell_type);
-                cells.connectivity.extend_from_slice(&order);
-                cells.face_offsets.push(-1);
-            } else {
-                cells.types.push(VTK_POLYHEDRON);
-                order.clear();
-                order.extend_from_slice(&faces.points);
-                order.sort_unstable();
-                order.dedup();
-                cells.connectivity.extend_from_slice(&order);
-                cells.faces.push(faces.len() as Label);
-                for face in faces.iter() {
-                    cells.faces.push(face.len() as Label);
-                    cells.faces.extend_from_slice(face);
-                }
-                cells.face_offsets.push(cells.faces.len() as i64);
-            }
-            cells.offsets.push(cells.connectivity.len() as i64);
+            cells.push_general(&faces, &mut order);
         }
         cells
+    }
+
+    /// Adds the cell whose outward faces are `faces`: a linear cell when its
+    /// faces connect like one, else a polyhedron (`order` is scratch space).
+    fn push_general(&mut self, faces: &OutwardFaces, order: &mut Vec<Label>) {
+        if let Some(cell_type) = linear_cell(faces, order) {
+            self.types.push(cell_type);
+            self.connectivity.extend_from_slice(order);
+            self.face_offsets.push(-1);
+        } else {
+            self.types.push(VTK_POLYHEDRON);
+            order.clear();
+            order.extend_from_slice(&faces.points);
+            order.sort_unstable();
+            order.dedup();
+            self.connectivity.extend_from_slice(order);
+            self.faces.push(faces.len() as Label);
+            for face in faces.iter() {
+                self.faces.push(face.len() as Label);
+                self.faces.extend_from_slice(face);
+            }
+            self.face_offsets.push(self.faces.len() as i64);
+        }
+        self.offsets.push(self.connectivity.len() as i64);
     }
 }
 
@@ -911,6 +955,150 @@ impl OutwardFaces {
     }
 }
 
+/// The points of a linear cell in VTK's order (at most a hexahedron's 8).
+struct LinearPoints {
+    points: [Label; 8],
+    len: usize,
+}
+
+impl LinearPoints {
+    fn new() -> Self {
+        Self {
+            points: [0; 8],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, p: Label) {
+        self.points[self.len] = p;
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[Label] {
+        &self.points[..self.len]
+    }
+}
+
+/// One cell of 4 to 6 faces of 3 or 4 points each (every cell that can be
+/// linear), each face oriented out of the cell, held in fixed arrays: the
+/// fast path of [`VtkCells::of_range`], which allocates nothing per cell.
+/// [`SmallCell::linear`] takes the steps of [`linear_cell`] in the same
+/// order on these arrays, so it gives the same points (tested against it).
+struct SmallCell {
+    n_faces: usize,
+    sizes: [usize; 6],
+    points: [[Label; 4]; 6],
+}
+
+impl SmallCell {
+    /// The outward faces of `cell` (its mesh faces `faces`); `None` when it
+    /// has fewer than 4 or more than 6 faces, or a face of more than 4 or
+    /// fewer than 3 points (no linear cell: the general path takes it).
+    fn gather(mesh: &Mesh, cell: usize, faces: &[Label]) -> Option<Self> {
+        if !(4..=6).contains(&faces.len()) {
+            return None;
+        }
+        let (offsets, labels, owner) =
+            (mesh.faces().offsets(), mesh.faces().labels(), mesh.owner());
+        let mut small = Self {
+            n_faces: faces.len(),
+            sizes: [0; 6],
+            points: [[0; 4]; 6],
+        };
+        for (k, &f) in faces.iter().enumerate() {
+            let f = f as usize;
+            let face = &labels[offsets[f] as usize..offsets[f + 1] as usize];
+            if !(3..=4).contains(&face.len()) {
+                return None;
+            }
+            let to = &mut small.points[k][..face.len()];
+            to.copy_from_slice(face);
+            // polyMesh faces point out of their owner.
+            if owner[f] as usize != cell {
+                to.reverse();
+            }
+            small.sizes[k] = face.len();
+        }
+        Some(small)
+    }
+
+    fn face(&self, i: usize) -> &[Label] {
+        &self.points[i][..self.sizes[i]]
+    }
+
+    fn faces(&self) -> impl Iterator<Item = &[Label]> + '_ {
+        (0..self.n_faces).map(|i| self.face(i))
+    }
+
+    /// [`linear_cell`] of this cell: its VTK type and points, `None` for a
+    /// cell that is no linear cell (or whose faces do not connect like one).
+    fn linear(&self) -> Option<(u8, LinearPoints)> {
+        let mut order = LinearPoints::new();
+        let with_size = |n: usize| self.faces().find(|f| f.len() == n);
+        let (cell_type, vtk_faces) = match CellShape::from_face_sizes(self.faces().map(<[_]>::len))
+        {
+            CellShape::Tetrahedron => {
+                let base = self.face(0);
+                for p in [base[0], base[2], base[1], self.point_off(base)?] {
+                    order.push(p);
+                }
+                (VTK_TETRA, TETRA_FACES)
+            }
+            CellShape::Pyramid => {
+                let base = with_size(4)?;
+                for p in [base[0], base[3], base[2], base[1], self.point_off(base)?] {
+                    order.push(p);
+                }
+                (VTK_PYRAMID, PYRAMID_FACES)
+            }
+            CellShape::Prism => {
+                let base = with_size(3)?;
+                for &p in base {
+                    order.push(p);
+                }
+                for &p in base {
+                    order.push(self.across_edge(base, p)?);
+                }
+                (VTK_WEDGE, WEDGE_FACES)
+            }
+            CellShape::Hexahedron => {
+                let base = self.face(0);
+                for p in [base[0], base[3], base[2], base[1]] {
+                    order.push(p);
+                }
+                for i in 0..4 {
+                    order.push(self.across_edge(base, order.points[i])?);
+                }
+                (VTK_HEXAHEDRON, HEXAHEDRON_FACES)
+            }
+            CellShape::Polyhedron => return None,
+        };
+        matches_faces(self.n_faces, self.faces(), order.as_slice(), vtk_faces)
+            .then_some((cell_type, order))
+    }
+
+    /// [`point_off`]: the first point, face by face, not on `base`.
+    fn point_off(&self, base: &[Label]) -> Option<Label> {
+        self.faces().flatten().copied().find(|p| !base.contains(p))
+    }
+
+    /// [`across_edge`]: in the first face that has one, the point after `p`
+    /// or else the one before it, when that point is not on `base`.
+    fn across_edge(&self, base: &[Label], p: Label) -> Option<Label> {
+        self.faces().find_map(|face| {
+            let n = face.len();
+            let i = face.iter().position(|&q| q == p)?;
+            let (next, previous) = (
+                if i + 1 == n { 0 } else { i + 1 },
+                if i == 0 { n - 1 } else { i - 1 },
+            );
+            [face[next], face[previous]]
+                .into_iter()
+                .find(|q| !base.contains(q))
+        })
+    }
+}
+
 /// Puts the points of a tetrahedron, pyramid, prism or hexahedron in VTK's
 /// order with positive volume and returns its VTK type; `None` for any other
 /// cell, or one whose faces do not connect like that shape's.
@@ -954,7 +1142,7 @@ fn linear_cell(faces: &OutwardFaces, order: &mut Vec<Label>) -> Option<u8> {
         }
         CellShape::Polyhedron => return None,
     };
-    matches_faces(faces, order, vtk_faces).then_some(cell_type)
+    matches_faces(faces.len(), faces.iter(), order, vtk_faces).then_some(cell_type)
 }
 
 /// A point of the cell that is not on `base`.
@@ -982,17 +1170,22 @@ fn across_edge(faces: &OutwardFaces, base: &[Label], p: Label) -> Option<Label> 
 /// face's points exactly when the two sets are equal, since the points of
 /// `order` are distinct. (Was: every point of every VTK face looked up in
 /// every face of the cell, the costliest step of the VTK cells.)
-fn matches_faces(faces: &OutwardFaces, order: &[Label], vtk_faces: &[&[usize]]) -> bool {
+fn matches_faces<'f>(
+    n_faces: usize,
+    faces: impl Iterator<Item = &'f [Label]>,
+    order: &[Label],
+    vtk_faces: &[&[usize]],
+) -> bool {
     let distinct = order
         .iter()
         .enumerate()
         .all(|(i, p)| !order[..i].contains(p));
-    if !distinct || faces.len() != vtk_faces.len() {
+    if !distinct || n_faces != vtk_faces.len() {
         return false;
     }
     // (size, positions) per face; VTK's linear cells have at most 6 faces.
     let mut face_sets = [(0, 0u16); 6];
-    for (set, face) in face_sets.iter_mut().zip(faces.iter()) {
+    for (set, face) in face_sets.iter_mut().zip(faces) {
         let positions = face.iter().try_fold(0u16, |bits, p| {
             order.iter().position(|q| q == p).map(|i| bits | 1 << i)
         });
@@ -2140,6 +2333,77 @@ mod tests {
         }
     }
 
+    /// The fast path of the linear cells gives the arrays of the general
+    /// path, bit for bit, on every shape and on cells that only look like a
+    /// linear cell (which both make polyhedra).
+    #[test]
+    fn fast_path_gives_the_general_path_arrays() {
+        let (points, faces, owner, _, patches) = crate::mesh::tests::unit_cube().into_parts();
+        let mut labels = faces.labels().to_vec();
+        labels.swap(1, 5);
+        let not_a_hexahedron = Mesh::new(
+            points,
+            FaceList::uniform(4, labels).unwrap(),
+            owner,
+            vec![],
+            patches,
+        )
+        .unwrap();
+        let meshes = [
+            (
+                "hexahedra",
+                crate::mesh::load("box:6x5x4:perturb=0.2:renumber").unwrap(),
+            ),
+            (
+                "tetrahedra",
+                crate::mesh::load("box:5x4x3:tet:perturb=0.2:renumber").unwrap(),
+            ),
+            (
+                "prisms",
+                crate::mesh::load("box:5x4x3:prism:renumber").unwrap(),
+            ),
+            (
+                "2-D prisms",
+                crate::mesh::load("box:6x5x1:2d:prism").unwrap(),
+            ),
+            ("2-D", crate::mesh::load("box:6x5x1:2d").unwrap()),
+            (
+                "Gmsh hybrid",
+                crate::mesh::load("meshes/gmsh/pyramid_hybrid.v41.msh").unwrap(),
+            ),
+            (
+                "Gmsh prisms",
+                crate::mesh::load("meshes/gmsh/prism_wedge.v22.msh").unwrap(),
+            ),
+            (
+                "polyhedra",
+                crate::mesh::load("meshes/foam/polydual").unwrap(),
+            ),
+            ("mixed", mixed_mesh()),
+            ("not a hexahedron", not_a_hexahedron),
+        ];
+        let mut types = std::collections::BTreeSet::new();
+        for (name, mesh) in &meshes {
+            let cell_faces = mesh.cell_faces();
+            let all = 0..mesh.n_cells();
+            let general = VtkCells::of_range_general(mesh, &cell_faces, all.clone());
+            let fast = VtkCells::of_range(mesh, &cell_faces, all);
+            assert_eq!(fast, general, "{name}");
+            types.extend(fast.types.iter().copied());
+        }
+        assert_eq!(
+            types.into_iter().collect::<Vec<_>>(),
+            [
+                VTK_TETRA,
+                VTK_HEXAHEDRON,
+                VTK_WEDGE,
+                VTK_PYRAMID,
+                VTK_POLYHEDRON
+            ],
+            "every shape compared"
+        );
+    }
+
     /// [`matches_faces`] by its definition: every point of every VTK face
     /// is in a face of the cell of the same size.
     fn matches_faces_by_definition(
@@ -2210,7 +2474,7 @@ mod tests {
                     for candidate in orders.iter().filter(|o| o.len() == n) {
                         let want = matches_faces_by_definition(&faces, candidate, vtk_faces);
                         assert_eq!(
-                            matches_faces(&faces, candidate, vtk_faces),
+                            matches_faces(faces.len(), faces.iter(), candidate, vtk_faces),
                             want,
                             "cell {c}"
                         );
