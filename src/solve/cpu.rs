@@ -233,6 +233,24 @@ impl CgBackend for CpuBackend<'_> {
         self.split.apply_dot(p, q)
     }
 
+    /// One pass where the product runs over the upper triangle
+    /// ([`SplitMatrix::direction_apply_dot`]), else the two steps.
+    fn direction_and_operator(
+        &self,
+        beta: f64,
+        z: &Vec<f64>,
+        p: &mut Vec<f64>,
+        q: &mut Vec<f64>,
+    ) -> f64 {
+        match self.split.direction_apply_dot(beta, z, p, q) {
+            Some(p_q) => p_q,
+            None => {
+                self.update_direction(beta, z, p);
+                self.apply_operator(p, q)
+            }
+        }
+    }
+
     fn update_solution(
         &self,
         alpha: f64,

@@ -175,6 +175,19 @@ pub trait CgBackend: Executor {
     fn update_direction(&self, beta: f64, z: &Self::Vector, p: &mut Self::Vector);
     /// q = A p; returns p · q.
     fn apply_operator(&self, p: &Self::Vector, q: &mut Self::Vector) -> f64;
+    /// [`Self::update_direction`] then [`Self::apply_operator`]: p = z + β p,
+    /// q = A p; returns p · q. A backend may fuse the two into one pass over
+    /// p with the same operations per entry (the CPU's one-thread product).
+    fn direction_and_operator(
+        &self,
+        beta: f64,
+        z: &Self::Vector,
+        p: &mut Self::Vector,
+        q: &mut Self::Vector,
+    ) -> f64 {
+        self.update_direction(beta, z, p);
+        self.apply_operator(p, q)
+    }
     /// x += α p, r −= α q; returns Σ|r|.
     fn update_solution(
         &self,
@@ -241,8 +254,7 @@ pub fn iterate_steps<B: CgBackend + ?Sized>(
                 None => r_z / s.r_z_old,
             }
         };
-        backend.update_direction(beta, v.z, v.p);
-        record.p_q = backend.apply_operator(v.p, v.q);
+        record.p_q = backend.direction_and_operator(beta, v.z, v.p, v.q);
         if rule.after_operator(record.p_q).is_some() {
             records.push(record);
             break;

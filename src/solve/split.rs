@@ -23,6 +23,11 @@
 //! product, so the result has the same bits while reading half the
 //! off-diagonal entries. On more threads the rows are split between them
 //! and each row gathers its own terms.
+//!
+//! The streaming kernels are bound by the bytes they read (one core's
+//! memory bandwidth), so they read as few as the order allows: the row
+//! starts in 4 bytes where they fit, and PCG's direction update fused into
+//! the one-thread product ([`SplitMatrix::direction_apply_dot`]).
 
 use std::sync::Arc;
 
@@ -158,10 +163,10 @@ impl SplitMatrix {
     }
 
     /// The one-thread product over the upper triangle: `y` receives
-    /// (A x)_i, and `finish(i, (A x)_i, &mut y_i, &mut partial)` is called
-    /// for the rows in ascending order once each is complete, with the
-    /// partial sum of the row's `CHUNK` (reduction chunk), which starts at
-    /// `S::default()` and is returned in chunk order. Row j's entry of `y`
+    /// (A x)_i, and `finish(i, x_i, (A x)_i, &mut y_i, &mut partial)` is
+    /// called for the rows in ascending order once each is complete, with
+    /// the partial sum of the row's `CHUNK` (reduction chunk), which starts
+    /// at `S::default()` and is returned in chunk order. Row j's entry of `y`
     /// holds d_j x_j plus the lower terms received so far from the time the
     /// sweep reaches the first row that couples to it. The partial sums
     /// stay in registers and the arrays are read without bounds checks: the
@@ -173,50 +178,95 @@ impl SplitMatrix {
         &self,
         x: &[f64],
         y: &mut [f64],
-        mut finish: impl FnMut(usize, f64, &mut f64, &mut S),
+        finish: impl FnMut(usize, f64, f64, &mut f64, &mut S),
+    ) -> Vec<S> {
+        assert_eq!(x.len(), self.n(), "SplitMatrix: x size");
+        // SAFETY: x has length n, and with STORE = false the kernel only
+        // reads through the pointer.
+        unsafe { self.upper_product_raw::<S, false>(x.as_ptr().cast_mut(), y, |_, x| x, finish) }
+    }
+
+    /// [`Self::upper_product`] of the vector x' with x'_j = `load(j, x_j)`,
+    /// each entry loaded once, rows ascending, before any row reads it;
+    /// with `STORE` the loaded value is written back to x_j (x ← x' in the
+    /// same pass: PCG's p = z + β p fused with A p).
+    ///
+    /// # Safety
+    /// `x` points to n entries, not aliased by `y`; with `STORE = false`
+    /// nothing is written through it (a shared slice may be passed).
+    #[inline(always)]
+    unsafe fn upper_product_raw<S: Copy + Default, const STORE: bool>(
+        &self,
+        x: *mut f64,
+        y: &mut [f64],
+        load: impl FnMut(usize, f64) -> f64,
+        finish: impl FnMut(usize, f64, f64, &mut f64, &mut S),
+    ) -> Vec<S> {
+        // SAFETY: passed on (the caller's).
+        unsafe {
+            match self.upper.start32() {
+                Some(start) => self.upper_product_by::<S, STORE, _>(start, x, y, load, finish),
+                None => {
+                    self.upper_product_by::<S, STORE, _>(&self.upper.start[..], x, y, load, finish)
+                }
+            }
+        }
+    }
+
+    /// [`Self::upper_product_raw`] with the upper triangle's row starts
+    /// `start` (in either width).
+    ///
+    /// # Safety
+    /// As [`Self::upper_product_raw`]'s.
+    #[inline(always)]
+    unsafe fn upper_product_by<S: Copy + Default, const STORE: bool, T: RowStart>(
+        &self,
+        start: &[T],
+        x: *mut f64,
+        y: &mut [f64],
+        mut load: impl FnMut(usize, f64) -> f64,
+        mut finish: impl FnMut(usize, f64, f64, &mut f64, &mut S),
     ) -> Vec<S> {
         let n = self.n();
-        assert_eq!(x.len(), n, "SplitMatrix: x size");
         assert_eq!(y.len(), n, "SplitMatrix: y size");
-        let (diag, start, cols, values) = (
-            &self.diag,
-            &self.upper.start,
-            &self.upper.cols,
-            &self.upper.values,
-        );
+        let (diag, cols, values) = (&self.diag, &self.upper.cols, &self.upper.values);
         assert_eq!(start.len(), n + 1, "SplitMatrix: upper rows");
         let mut partials = Vec::with_capacity(n.div_ceil(CHUNK));
-        // Rows below `ready` hold d_j x_j plus what they have received.
+        // Rows below `ready` hold d_j x'_j plus what they have received, and
+        // x'_j is loaded.
         let mut ready = 0;
         let mut i = 0;
         // SAFETY: i < n and ready ≤ reach < n index x, y, diag (length n)
         // and start (n + 1); k < start[n] = cols.len() = values.len(); every
         // column is below n (`x_at`), and ≤ reach < ready.
         unsafe {
-            let mut first_entry = *start.get_unchecked(0);
+            let mut first_entry = start.get_unchecked(0).at();
             while i < n {
                 let chunk_end = (i + CHUNK).min(n);
                 let mut partial = S::default();
                 while i < chunk_end {
-                    let end_entry = *start.get_unchecked(i + 1);
+                    let end_entry = start.get_unchecked(i + 1).at();
                     let reach = if end_entry > first_entry {
                         *cols.get_unchecked(end_entry - 1) as usize
                     } else {
                         i
                     };
                     while ready <= reach {
-                        *y.get_unchecked_mut(ready) =
-                            diag.get_unchecked(ready) * x.get_unchecked(ready);
+                        let xj = load(ready, *x.add(ready));
+                        if STORE {
+                            *x.add(ready) = xj;
+                        }
+                        *y.get_unchecked_mut(ready) = diag.get_unchecked(ready) * xj;
                         ready += 1;
                     }
-                    let xi = *x.get_unchecked(i);
+                    let xi = *x.add(i);
                     let mut sum = *y.get_unchecked(i);
                     for k in first_entry..end_entry {
                         let (c, v) = (*cols.get_unchecked(k), *values.get_unchecked(k));
-                        sum += v * x_at(x, c);
+                        sum += v * *x.add(c as usize);
                         *y.get_unchecked_mut(c as usize) += v * xi;
                     }
-                    finish(i, sum, y.get_unchecked_mut(i), &mut partial);
+                    finish(i, xi, sum, y.get_unchecked_mut(i), &mut partial);
                     first_entry = end_entry;
                     i += 1;
                 }
@@ -224,6 +274,53 @@ impl SplitMatrix {
             }
         }
         partials
+    }
+
+    /// PCG's direction update and product in one pass where the product
+    /// runs over the upper triangle (one thread, bitwise symmetric): p ←
+    /// z + β p (p ← z for β = 0, whatever p held), q = A p, returning p · q
+    /// with the bits of the two steps apart (each p_j formed by the same
+    /// operation, before any row reads it). The product reads p_j a row or
+    /// a band after it is formed, from cache, so p is read from memory
+    /// once instead of twice. `None`, doing nothing, on the other paths.
+    pub fn direction_apply_dot(
+        &self,
+        beta: f64,
+        z: &[f64],
+        p: &mut [f64],
+        q: &mut [f64],
+    ) -> Option<f64> {
+        let n = self.n();
+        assert_eq!(z.len(), n, "SplitMatrix::direction_apply_dot: z size");
+        assert_eq!(p.len(), n, "SplitMatrix::direction_apply_dot: p size");
+        assert_eq!(q.len(), n, "SplitMatrix::direction_apply_dot: q size");
+        if !self.by_upper_triangle() {
+            return None;
+        }
+        let finish = |_: usize, pi: f64, sum: f64, q: &mut f64, partial: &mut f64| {
+            *q = sum;
+            *partial += pi * sum;
+        };
+        // SAFETY: p has n entries and is borrowed mutably here alone (q is
+        // another vector).
+        let partials = unsafe {
+            if beta == 0.0 {
+                self.upper_product_raw::<f64, true>(
+                    p.as_mut_ptr(),
+                    q,
+                    |j, _| *z.get_unchecked(j),
+                    finish,
+                )
+            } else {
+                self.upper_product_raw::<f64, true>(
+                    p.as_mut_ptr(),
+                    q,
+                    |j, p| z.get_unchecked(j) + beta * p,
+                    finish,
+                )
+            }
+        };
+        Some(partials.iter().sum())
     }
 
     /// y = A x on the calling thread whatever rayon's pool (a thread rank's
@@ -238,7 +335,7 @@ impl SplitMatrix {
         mut row_done: impl FnMut(usize, f64),
     ) {
         if self.symmetric {
-            self.upper_product(x, y, |i, sum, y, _: &mut ()| {
+            self.upper_product(x, y, |i, _, sum, y, _: &mut ()| {
                 *y = sum;
                 row_done(i, sum);
             });
@@ -265,7 +362,7 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply: y size");
         if self.by_upper_triangle() {
-            self.upper_product(x, y, |_, sum, y, _: &mut ()| *y = sum);
+            self.upper_product(x, y, |_, _, sum, y, _: &mut ()| *y = sum);
             return;
         }
         y.par_chunks_mut(CHUNK).enumerate().for_each(|(c, y)| {
@@ -282,10 +379,9 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply_dot: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply_dot: y size");
         if self.by_upper_triangle() {
-            let partials = self.upper_product(x, y, |i, sum, y, partial: &mut f64| {
+            let partials = self.upper_product(x, y, |_, xi, sum, y, partial: &mut f64| {
                 *y = sum;
-                // SAFETY: i < n = x.len() (`upper_product`).
-                *partial += unsafe { x.get_unchecked(i) } * sum;
+                *partial += xi * sum;
             });
             return partials.iter().sum();
         }
@@ -313,7 +409,7 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply_sums: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply_sums: y size");
         let partials: Vec<(f64, f64)> = if self.by_upper_triangle() {
-            self.upper_product(x, y, |i, sum, y, p: &mut (f64, f64)| {
+            self.upper_product(x, y, |i, _, sum, y, p: &mut (f64, f64)| {
                 *y = sum;
                 let (a, b) = terms(i, sum);
                 p.0 += a;
@@ -347,7 +443,7 @@ impl SplitMatrix {
         assert_eq!(x.len(), self.n(), "SplitMatrix::residual: x size");
         assert_eq!(r.len(), self.n(), "SplitMatrix::residual: r size");
         if self.by_upper_triangle() {
-            let partials = self.upper_product(x, r, |i, sum, r, partial: &mut f64| {
+            let partials = self.upper_product(x, r, |i, _, sum, r, partial: &mut f64| {
                 *r = b[i] - sum;
                 *partial += r.abs();
             });
@@ -437,7 +533,17 @@ impl SplitMatrix {
             x[i] = upper.subtract_from(lower.subtract_from(b[i], x), x) / self.diag[i];
         };
         if forward {
-            self.rows(0, n).for_each(&mut visit);
+            // The row starts in 4 bytes where both triangles have them.
+            match (self.lower.start32(), self.upper.start32()) {
+                (Some(lower), Some(upper)) => self
+                    .lower
+                    .rows_by(lower, 0, n)
+                    .zip(self.upper.rows_by(upper, 0, n))
+                    .enumerate()
+                    .map(|(i, (lower, upper))| (i, lower, upper))
+                    .for_each(&mut visit),
+                _ => self.rows(0, n).for_each(&mut visit),
+            }
         } else {
             (0..n)
                 .rev()
@@ -543,8 +649,10 @@ fn bandwidth(lower: &TriangleRows, upper: &TriangleRows) -> usize {
 pub struct SplitPattern {
     n: usize,
     lower_start: Arc<Vec<usize>>,
+    lower_start32: Arc<Vec<u32>>,
     lower_cols: Arc<Vec<u32>>,
     upper_start: Arc<Vec<usize>>,
+    upper_start32: Arc<Vec<u32>>,
     upper_cols: Arc<Vec<u32>>,
     /// `mirror[k]`: the upper entry (face) (j, i) of lower entry k = (i, j).
     mirror: Vec<u32>,
@@ -593,8 +701,10 @@ impl SplitPattern {
         }
         Self {
             n,
+            lower_start32: Arc::new(narrow_starts(&lower_start)),
             lower_start: Arc::new(lower_start),
             lower_cols: Arc::new(lower_cols),
+            upper_start32: Arc::new(narrow_starts(&upper_start)),
             upper_start: Arc::new(upper_start),
             upper_cols: Arc::new(upper_cols),
             mirror,
@@ -641,11 +751,13 @@ impl SplitPattern {
         (
             TriangleRows {
                 start: Arc::clone(&self.lower_start),
+                start32: Arc::clone(&self.lower_start32),
                 cols: Arc::clone(&self.lower_cols),
                 values: lower,
             },
             TriangleRows {
                 start: Arc::clone(&self.upper_start),
+                start32: Arc::clone(&self.upper_start32),
                 cols: Arc::clone(&self.upper_cols),
                 values: upper,
             },
@@ -735,6 +847,11 @@ impl Row<'_> {
 #[derive(Clone, Debug)]
 pub struct TriangleRows {
     start: Arc<Vec<usize>>,
+    /// `start` in 4 bytes an entry ([`narrow_starts`]), empty where the
+    /// entries outnumber `u32`: the sweeps and the product stream the row
+    /// starts once per row, so they read half the bytes (4 MB less per
+    /// pass on 1 M rows).
+    start32: Arc<Vec<u32>>,
     cols: Arc<Vec<u32>>,
     values: Vec<f64>,
 }
@@ -742,10 +859,17 @@ pub struct TriangleRows {
 impl TriangleRows {
     fn of(start: Vec<usize>, cols: Vec<u32>, values: Vec<f64>) -> Self {
         Self {
+            start32: Arc::new(narrow_starts(&start)),
             start: Arc::new(start),
             cols: Arc::new(cols),
             values,
         }
+    }
+
+    /// The row starts in 4 bytes, where they fit.
+    #[inline(always)]
+    fn start32(&self) -> Option<&[u32]> {
+        (self.start32.len() == self.start.len()).then_some(&self.start32[..])
     }
 
     pub fn n(&self) -> usize {
@@ -763,6 +887,7 @@ impl TriangleRows {
         }
         TriangleRows {
             start: Arc::clone(&self.start),
+            start32: Arc::clone(&self.start32),
             cols: Arc::clone(&self.cols),
             values,
         }
@@ -791,6 +916,7 @@ impl TriangleRows {
         );
         TriangleRows {
             start: Arc::clone(&self.start),
+            start32: Arc::clone(&self.start32),
             cols: Arc::clone(&self.cols),
             values,
         }
@@ -819,10 +945,25 @@ impl TriangleRows {
         first: usize,
         count: usize,
     ) -> impl DoubleEndedIterator<Item = Row<'_>> + ExactSizeIterator {
-        let starts = &self.start[first..=first + count];
-        starts.iter().zip(&starts[1..]).map(|(&lo, &hi)| Row {
-            cols: &self.cols[lo..hi],
-            values: &self.values[lo..hi],
+        self.rows_by(&self.start[..], first, count)
+    }
+
+    /// [`Self::rows`] with the row starts `start` (this triangle's, in
+    /// either width).
+    #[inline(always)]
+    fn rows_by<'a, T: RowStart>(
+        &'a self,
+        start: &'a [T],
+        first: usize,
+        count: usize,
+    ) -> impl DoubleEndedIterator<Item = Row<'a>> + ExactSizeIterator {
+        let starts = &start[first..=first + count];
+        starts.iter().zip(&starts[1..]).map(|(&lo, &hi)| {
+            let (lo, hi) = (lo.at(), hi.at());
+            Row {
+                cols: &self.cols[lo..hi],
+                values: &self.values[lo..hi],
+            }
         })
     }
 
@@ -840,8 +981,9 @@ impl TriangleRows {
     #[inline]
     pub fn forward(&self, w: &mut [f64], first: impl Fn(usize) -> f64) {
         assert_eq!(w.len(), self.n(), "TriangleRows::forward: w size");
-        for (j, row) in self.rows(0, self.n()).enumerate() {
-            w[j] = row.subtract_from(first(j), w);
+        match self.start32() {
+            Some(start) => forward_rows(self.rows_by(start, 0, self.n()), w, first),
+            None => forward_rows(self.rows(0, self.n()), w, first),
         }
     }
 
@@ -889,15 +1031,69 @@ impl TriangleRows {
     pub fn backward(&self, w: &mut [f64], rows: std::ops::Range<usize>) {
         assert_eq!(w.len(), self.n(), "TriangleRows::backward: w size");
         let first = rows.start;
-        for (k, row) in self.rows(first, rows.len()).enumerate().rev() {
-            let i = first + k;
-            let mut wi = w[i];
-            for (&c, &v) in row.cols.iter().zip(row.values).rev() {
-                // SAFETY: `x_at`'s argument holds (w.len() == n asserted above).
-                wi -= v * unsafe { x_at(w, c) };
-            }
-            w[i] = wi;
+        match self.start32() {
+            Some(start) => backward_rows(self.rows_by(start, first, rows.len()), first, w),
+            None => backward_rows(self.rows(first, rows.len()), first, w),
         }
+    }
+}
+
+/// [`TriangleRows::forward`] over `rows` (all of them, ascending).
+#[inline(always)]
+fn forward_rows<'a>(
+    rows: impl Iterator<Item = Row<'a>>,
+    w: &mut [f64],
+    first: impl Fn(usize) -> f64,
+) {
+    for (j, row) in rows.enumerate() {
+        w[j] = row.subtract_from(first(j), w);
+    }
+}
+
+/// [`TriangleRows::backward`] over `rows`, the rows `first..`, descending.
+/// `w` must have the triangle's n entries (`x_at`).
+#[inline(always)]
+fn backward_rows<'a>(
+    rows: impl DoubleEndedIterator<Item = Row<'a>> + ExactSizeIterator,
+    first: usize,
+    w: &mut [f64],
+) {
+    for (k, row) in rows.enumerate().rev() {
+        let i = first + k;
+        let mut wi = w[i];
+        for (&c, &v) in row.cols.iter().zip(row.values).rev() {
+            // SAFETY: `x_at`'s argument holds (the caller asserted w.len() == n).
+            wi -= v * unsafe { x_at(w, c) };
+        }
+        w[i] = wi;
+    }
+}
+
+/// A row start of a [`TriangleRows`]: 8 bytes, or 4 where the entries fit.
+trait RowStart: Copy {
+    fn at(self) -> usize;
+}
+
+impl RowStart for usize {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self
+    }
+}
+
+impl RowStart for u32 {
+    #[inline(always)]
+    fn at(self) -> usize {
+        self as usize
+    }
+}
+
+/// `start` in 4 bytes an entry, or empty where its last entry (the entry
+/// count) does not fit.
+fn narrow_starts(start: &[usize]) -> Vec<u32> {
+    match start.last() {
+        Some(&last) if u32::try_from(last).is_ok() => start.iter().map(|&s| s as u32).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -1201,5 +1397,83 @@ mod tests {
         let r_z = dic.apply_dot(&r, &mut z);
         assert_eq!(w, z);
         assert_eq!(r_z.to_bits(), super::super::reduce::dot(&r, &w).to_bits());
+    }
+
+    #[test]
+    fn direction_and_product_in_one_pass_have_the_bits_of_the_two_steps() {
+        let a = grid_laplacian(23, 19, 21); // 9177 rows: three reduction chunks
+        let n = a.n_rows();
+        let s = SplitMatrix::new(&a);
+        let z: Vec<f64> = (0..n)
+            .map(|i| ((i * 37) % 101) as f64 / 7.0 - 6.0)
+            .collect();
+        let p0: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64 - 9.5).collect();
+        let pool = |threads| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+        };
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // β = 0 overwrites whatever p held (NaN here).
+        for (beta, p_before) in [(0.0, vec![f64::NAN; n]), (0.37, p0.clone())] {
+            let mut p = p_before.clone();
+            let direction = |p: &mut [f64]| {
+                for (p, z) in p.iter_mut().zip(&z) {
+                    *p = if beta == 0.0 { *z } else { z + beta * *p };
+                }
+            };
+            direction(&mut p);
+            let mut q = vec![0.0; n];
+            let p_q = s.apply_dot(&p, &mut q);
+            let (mut fused_p, mut fused_q) = (p_before.clone(), vec![0.0; n]);
+            let fused = pool(1)
+                .install(|| s.direction_apply_dot(beta, &z, &mut fused_p, &mut fused_q))
+                .expect("one thread, symmetric: the fused pass");
+            assert_eq!(bits(&fused_p), bits(&p));
+            assert_eq!(bits(&fused_q), bits(&q));
+            assert_eq!(fused.to_bits(), p_q.to_bits());
+            // On two threads the rows are split: no fused pass, p untouched.
+            let mut untouched = p_before.clone();
+            let two = pool(2).install(|| s.direction_apply_dot(beta, &z, &mut untouched, &mut q));
+            assert!(two.is_none());
+            assert_eq!(bits(&untouched), bits(&p_before));
+        }
+    }
+
+    #[test]
+    fn row_starts_in_either_width_give_the_same_bits() {
+        let a = grid_laplacian(17, 16, 18);
+        let n = a.n_rows();
+        let narrow = SplitMatrix::new(&a);
+        assert!(narrow.upper_rows().start32().is_some());
+        assert!(narrow.lower_rows().start32().is_some());
+        let mut wide = narrow.clone();
+        for t in [&mut wide.lower, &mut wide.upper] {
+            t.start32 = Arc::new(Vec::new());
+            assert!(t.start32().is_none());
+        }
+        let x: Vec<f64> = (0..n)
+            .map(|i| ((i * 37) % 101) as f64 / 7.0 - 6.0)
+            .collect();
+        let run = |s: &SplitMatrix| {
+            let one = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap();
+            let mut y = vec![0.0; n];
+            let x_y = one.install(|| s.apply_dot(&x, &mut y));
+            let mut w = vec![0.0; n];
+            s.lower_rows().forward(&mut w, |j| x[j]);
+            s.upper_rows().backward(&mut w, 0..n / 2);
+            s.upper_rows().backward(&mut w, n / 2..n);
+            let mut g = vec![1.0; n];
+            s.gauss_seidel(&x, &mut g, true);
+            let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            (bits(&y), x_y.to_bits(), bits(&w), bits(&g))
+        };
+        assert_eq!(run(&narrow), run(&wide));
+        assert!(narrow_starts(&[0, 3, u32::MAX as usize + 1]).is_empty());
+        assert_eq!(narrow_starts(&[0, 3, 7]), vec![0, 3, 7]);
     }
 }
