@@ -39,6 +39,12 @@ pub fn starts(lengths: impl IntoIterator<Item = usize>) -> Vec<usize> {
         .collect()
 }
 
+/// Heap bytes a vector holds (its capacity, not its length): the memory
+/// account of a structure is the sum of its vectors'.
+pub fn bytes<T>(v: &Vec<T>) -> usize {
+    v.capacity() * std::mem::size_of::<T>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,10 +56,4 @@ mod tests {
         assert_eq!(starts(parts.iter().map(Vec::len)), [0, 3, 3, 4]);
         assert!(concat::<u32>(&[]).is_empty());
     }
-}
-
-/// Heap bytes a vector holds (its capacity, not its length): the memory
-/// account of a structure is the sum of its vectors'.
-pub fn bytes<T>(v: &Vec<T>) -> usize {
-    v.capacity() * std::mem::size_of::<T>()
 }

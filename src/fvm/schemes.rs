@@ -380,9 +380,9 @@ impl BoundaryFaceGeometry {
         let mut patch_delta_coeffs = Vec::with_capacity(n_boundary);
         let mut patch_face_deltas = Vec::new();
         let mut patch_correction_vectors = Vec::new();
-        for f in n_internal..mesh.n_faces() {
-            let mag = sf[f].norm();
-            let unit = sf[f] / mag;
+        for (f, &s) in sf.iter().enumerate().skip(n_internal) {
+            let mag = s.norm();
+            let unit = s / mag;
             let face_delta = geometry.delta(mesh, f);
             let delta = unit * unit.dot(&face_delta);
             let coeff = 1.0 / delta.norm();
