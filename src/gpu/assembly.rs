@@ -636,7 +636,8 @@ impl Gathered<'_> {
 
 /// Elements `start..start + piece.len()` of an array of vectors as 3
 /// doubles each, `vector(i)` the i-th, into `piece` (which may start and end
-/// inside a vector); each vector made once, the whole ones in parallel.
+/// inside a vector); the whole vectors made once each, in parallel, and a
+/// vector cut by the piece's start or end made for its components there.
 fn fill_vectors(start: usize, piece: &mut [f64], vector: impl Fn(usize) -> Vec3 + Sync) {
     let component = |v: Vec3, c: usize| [v.x, v.y, v.z][c];
     let lead = ((3 - start % 3) % 3).min(piece.len());
@@ -1664,8 +1665,9 @@ impl<'g> DeviceLaplacian<'g> {
     /// [`Self::deferred_consistency`], which the caller calls after the
     /// solve (whose residual read-backs drain the stream anyway). The
     /// right-hand side has the same bits; only the moment the error is
-    /// reported moves. A time step's pressure equation uses it, so that the
-    /// step waits only for residuals and logged numbers.
+    /// reported moves: an inconsistent system is refused after its solve
+    /// has run instead of before it. A time step's pressure equation uses
+    /// it, so that the step waits only for residuals and logged numbers.
     pub fn update_rhs_deferred(
         &mut self,
         p: &CudaSlice<f64>,

@@ -21,7 +21,7 @@
 //! device (the row pointers by a scan of the row lengths, then the CSR, its
 //! slots and the diagonal and colour checks in one pass that reads each
 //! mod-SELL slot once and places each entry at its rank in its row: two
-//! read-backs, nothing zero-filled), takes a colour-contiguous order's
+//! read-backs, no factor or structure zero-filled), takes a colour-contiguous order's
 //! colours as the levels (else it schedules the lower sweep's levels on the
 //! device in one launch without synchronisation between levels
 //! ([`LevelScheduler::SyncFree`], Liu et al. 2016; compute capability 7.0

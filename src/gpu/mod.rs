@@ -475,9 +475,23 @@ const STAGING_BYTES: usize = 32 << 20;
 const STAGED_MIN_BYTES: usize = 4 << 20;
 
 /// An element type of host arrays the device takes: what
-/// [`Gpu::upload`] copies a piece at a time on all cores.
-pub trait HostElement: DeviceRepr + Default + Clone + Send + Sync {}
-impl<T: DeviceRepr + Default + Clone + Send + Sync> HostElement for T {}
+/// [`Gpu::upload`] copies a piece at a time on all cores. Only plain numbers,
+/// for which every bit pattern is a value: a staging buffer handed to a fill
+/// holds whatever an earlier upload left in it.
+pub trait HostElement: DeviceRepr + Default + Clone + Send + Sync + sealed::Plain {}
+
+mod sealed {
+    /// Types valid for any bits (no `bool`, no enums).
+    pub trait Plain {}
+}
+
+macro_rules! host_elements {
+    ($($t:ty),*) => {$(
+        impl sealed::Plain for $t {}
+        impl HostElement for $t {}
+    )*};
+}
+host_elements!(f64, f32, u8, i8, u16, i16, u32, i32, u64, i64, usize, isize);
 
 /// Two page-locked host buffers and, per buffer, an event recorded behind
 /// the last copy out of it (the device's event tracking is off, so the
@@ -529,6 +543,13 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeferredRead<T> {
     /// Queues the copy of `from` (at most the room given) behind the work
     /// on the stream; nothing waits.
     pub fn start(&mut self, gpu: &Gpu, from: &CudaSlice<T>) -> Result<(), GpuError> {
+        if from.len() > self.host.len() {
+            return Err(GpuError::Invalid(format!(
+                "a deferred read of {} values into room for {}",
+                from.len(),
+                self.host.len()
+            )));
+        }
         driver(
             "cuMemcpyDtoHAsync",
             gpu.stream.memcpy_dtoh(from, &mut self.host),
@@ -552,6 +573,17 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeferredRead<T> {
     /// Whether a copy is queued that nobody has read yet.
     pub fn pending(&self) -> bool {
         self.pending.get()
+    }
+}
+
+impl<T: DeviceRepr> Drop for DeferredRead<T> {
+    /// A copy still queued into the page-locked memory lands before the
+    /// memory is freed (an owner dropped on an error between the copy and
+    /// its read).
+    fn drop(&mut self) {
+        if self.pending.get() {
+            let _ = self.copied.synchronize();
+        }
     }
 }
 
@@ -1250,9 +1282,9 @@ impl Gpu {
             driver("cuEventSynchronize", staging.copied[b].synchronize())?;
             let bytes = driver("cuMemHostGetPointer", staging.buffers[b].as_mut_ptr())?;
             // SAFETY: the buffer holds STAGING_BYTES bytes, page-aligned (so
-            // aligned for T), no copy reads it now (waited above), and a T
-            // of a DeviceRepr type is valid for any bits the fill leaves
-            // (it writes every element of the piece).
+            // aligned for T), no copy reads it now (waited above), and a
+            // HostElement is a plain number, valid for any bits an earlier
+            // piece left (the fill writes every element of this one).
             let host: &mut [T] =
                 unsafe { std::slice::from_raw_parts_mut(bytes.cast::<T>(), end - start) };
             fill(start, host);
