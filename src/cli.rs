@@ -133,6 +133,13 @@ enum Command<B: Args, P: Args> {
         /// `.json` writes it to that file.
         #[arg(long, value_name = "json|FILE.json")]
         timings: Option<TimingsOutput>,
+        /// Flush every result file to the disk before renaming it into place
+        /// (safe against a power loss; at the disk's speed). Without it files
+        /// are renamed into place once in the system's cache, as OpenFOAM
+        /// writes its own: a failed or killed run still never leaves half a
+        /// file.
+        #[arg(long)]
+        sync: bool,
         /// Options of the case's OpenFOAM application, after `--`
         /// (potentialFoam: -writephi, -writePhi, -writep).
         #[arg(last = true, allow_hyphen_values = true, value_name = "OPTIONS")]
@@ -374,9 +381,11 @@ fn run_command<M: Measurements>(
             gpus,
             vtk,
             timings,
+            sync,
             application_options,
         } => {
             let clock = PhaseClock::start();
+            crate::io::set_durable_writes(sync);
             // An unsupported application is named before any missing file.
             let supported = case::openfoam::check_supported(&case);
             let code = match launched_by_mpi() {

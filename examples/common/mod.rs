@@ -183,14 +183,15 @@ pub fn problem_of(mesh: &Mesh) -> LaplacianProblem {
     )
 }
 
-/// The system a GPU run builds before its device set-up: pattern and
-/// evaluated conditions, no host assembly (`LaplacianSystem::deferred`).
+/// The system a GPU run builds before its device set-up: evaluated
+/// conditions, no pattern, no host assembly
+/// (`LaplacianSystem::deferred_without_pattern`).
 pub fn deferred_system<'m>(
     mesh: &'m Mesh,
     geometry: &'m Geometry,
     problem: &LaplacianProblem,
 ) -> LaplacianSystem<'m> {
-    LaplacianSystem::deferred(mesh, geometry, Schemes::default(), problem)
+    LaplacianSystem::deferred_without_pattern(mesh, geometry, Schemes::default(), problem)
         .expect("a deferred system")
 }
 

@@ -23,7 +23,7 @@ use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
 use crate::gpu::{Gpu, GpuError};
 use crate::io::foam_field::{write_time_field, ScalarFieldOutput};
-use crate::io::vtk::{Field, VtkSeries};
+use crate::io::vtk::{Field, PreparedCells, VtkSeries};
 use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::collective::agreed;
 use crate::parallel::{gather_global, Communicator};
@@ -47,6 +47,7 @@ use cudarc::driver::CudaSlice;
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 pub use crate::fvm::ErrorNorms;
@@ -456,15 +457,45 @@ pub fn run_case_with_mesh(
             .collect();
         log_gpu_mapping(device, &setup.field, &solvers);
     }
-    // A rank's set-up may fail alone (its output directories): every rank
-    // learns it before the first solve.
-    let run = agree_ranks(device, Run::new(setup, &mesh, &geometry, device, clock));
-    let result = run.and_then(|run| match setup.time {
-        TimeControl::Steady {
-            max_iterations,
-            residual_tolerance,
-        } => run.steady(max_iterations, residual_tolerance),
-        TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
+    let result = std::thread::scope(|scope| {
+        // On one GPU the host's set-up phases keep about half the cores
+        // busy and the host then waits for the device's solves: the VTK
+        // cells of the first step are built meanwhile on a quarter of the
+        // cores (a pool of their own, so the set-up keeps the global pool),
+        // not after the solve.
+        let vtk = setup.output.formats.contains(&OutputFormat::Vtk);
+        let cells = (vtk && matches!(device, Device::Gpu(_))).then(|| {
+            let (send, coming) = std::sync::mpsc::channel();
+            let mesh = &mesh;
+            scope.spawn(move || {
+                let threads = (rayon::current_num_threads() / 4).max(1);
+                let cells = match rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("vtk-cells-{i}"))
+                    .build()
+                {
+                    Ok(pool) => pool.install(|| PreparedCells::new(mesh)),
+                    // No threads to spare: the first step builds them.
+                    Err(_) => return,
+                };
+                // A run that ended before its first step no longer listens.
+                let _ = send.send(cells);
+            });
+            coming
+        });
+        // A rank's set-up may fail alone (its output directories): every
+        // rank learns it before the first solve.
+        let run = agree_ranks(
+            device,
+            Run::new(setup, &mesh, &geometry, device, clock, cells),
+        );
+        run.and_then(|run| match setup.time {
+            TimeControl::Steady {
+                max_iterations,
+                residual_tolerance,
+            } => run.steady(max_iterations, residual_tolerance),
+            TimeControl::Euler { delta_t, end_time } => run.euler(delta_t, end_time),
+        })
     });
     // Values evaluated during the run (Γ or a source given as an expression)
     // name the cell; the case file says where they came from.
@@ -573,16 +604,16 @@ impl<'a> OnDevice<'a> {
         ordering: RowOrdering,
     ) -> Result<Option<Self>, CaseError> {
         let slice_height = GpuSolveOptions::default().slice_height;
+        let n = system.mesh().n_cells();
         let permutation = timings::timed(Phase::Ordering, || {
-            ordering.permutation_unless_banded(&system.matrix, slice_height)
+            system.row_permutation(ordering, slice_height)
         })
         .map_err(CaseError::Invalid)?;
         let order = match &permutation {
             Some(_) => format!("{ordering} order"),
             None => "mesh order".to_string(),
         };
-        let permutation =
-            permutation.unwrap_or_else(|| Permutation::identity(system.matrix.n_rows()));
+        let permutation = permutation.unwrap_or_else(|| Permutation::identity(n));
         let _setup = timings::enter_synced(Phase::DeviceSetup, gpu);
         let values = system.take_or_evaluate(problem)?;
         match DeviceLaplacian::with_ordering_evaluated(
@@ -735,6 +766,7 @@ impl<'a> Run<'a> {
         geometry: &'a Geometry,
         device: Device<'a>,
         clock: Instant,
+        vtk_cells: Option<Receiver<PreparedCells>>,
     ) -> Result<Self, CaseError> {
         let time = match setup.time {
             TimeControl::Steady { .. } => TimeScheme::SteadyState,
@@ -766,7 +798,7 @@ impl<'a> Run<'a> {
         // keeps its values for the device's first assembly: evaluated once.
         let device_assembles = matches!(device, Device::Gpu(_)) && host_assembly.is_none();
         let mut system = if device_assembles {
-            LaplacianSystem::deferred(mesh, geometry, setup.schemes, &problem)?
+            LaplacianSystem::deferred_without_pattern(mesh, geometry, setup.schemes, &problem)?
         } else {
             LaplacianSystem::new(mesh, geometry, setup.schemes, &problem)?
         };
@@ -793,7 +825,13 @@ impl<'a> Run<'a> {
         } else {
             None
         };
-        let vtk = vtk.map(|series| series.with_encoding(setup.output.vtk_encoding));
+        let vtk = vtk.map(|series| {
+            let series = series.with_encoding(setup.output.vtk_encoding);
+            match vtk_cells {
+                Some(coming) => series.with_cells_from(coming),
+                None => series,
+            }
+        });
         drop(output);
         let on_device = match (device, host_assembly) {
             (Device::Gpu(_), Some(reason)) => {
@@ -1628,7 +1666,7 @@ pub(crate) fn write_reconstructed(
     let geometry = mesh.geometry()?;
     let mut setup = setup.clone();
     setup.output.formats.retain(|f| *f != OutputFormat::Vtk);
-    let mut run = Run::new(&setup, mesh, &geometry, Device::Cpu, Instant::now())?;
+    let mut run = Run::new(&setup, mesh, &geometry, Device::Cpu, Instant::now(), None)?;
     run.field = field;
     run.write_foam(time, None)?;
     Ok(run.foam_fields.pop().expect("write_foam records its file"))

@@ -9,7 +9,8 @@ use super::schemes::{
 };
 use super::{check_values, CellField, FvmError};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
-use crate::sparse::Csr;
+use crate::sparse::ordering::relative_bandwidth_of_pairs;
+use crate::sparse::{Csr, Permutation, RowOrdering};
 use std::sync::{Arc, OnceLock};
 
 /// OpenFOAM's `SMALL` (double precision), used by `limitedSnGrad`.
@@ -216,6 +217,10 @@ impl SharedStructure {
 /// memory is allocated zeroed and untouched). The values the check evaluated
 /// are kept for that first assembly, or for the device's
 /// ([`LaplacianSystem::take_evaluated`]): the problem is evaluated once.
+/// [`LaplacianSystem::deferred_without_pattern`] also leaves the CSR pattern
+/// unbuilt (`matrix` is 0 × 0 until the first host use builds it, or
+/// [`LaplacianSystem::pattern`] does): a system assembled on the device
+/// never reads it.
 #[derive(Debug)]
 pub struct LaplacianSystem<'m> {
     /// Symmetric, positive diagonal, off-diagonals −Γ_f|S_f|Δ_f.
@@ -246,6 +251,9 @@ pub struct LaplacianSystem<'m> {
     references: Vec<(usize, f64, f64)>,
     /// The problem checked but not yet assembled (a deferred system).
     pending: Option<Pending>,
+    /// `matrix` is a 0 × 0 stand-in for the pattern, built on the first host
+    /// use ([`Self::deferred_without_pattern`]).
+    pattern_unbuilt: bool,
 }
 
 impl<'m> LaplacianSystem<'m> {
@@ -256,7 +264,7 @@ impl<'m> LaplacianSystem<'m> {
         schemes: Schemes,
         problem: &LaplacianProblem,
     ) -> Result<Self, FvmError> {
-        Self::with_new_structure(mesh, geometry, schemes)?.assembled(problem)
+        Self::with_new_structure(mesh, geometry, schemes, true)?.assembled(problem)
     }
 
     /// [`Self::new`] without the assembly: `problem` is checked and its
@@ -268,7 +276,58 @@ impl<'m> LaplacianSystem<'m> {
         schemes: Schemes,
         problem: &LaplacianProblem,
     ) -> Result<Self, FvmError> {
-        Self::with_new_structure(mesh, geometry, schemes)?.evaluated(problem)
+        Self::with_new_structure(mesh, geometry, schemes, true)?.evaluated(problem)
+    }
+
+    /// [`Self::deferred`] without the CSR pattern, for a system the device
+    /// assembles from the mesh (`gpu::assembly::AssemblyMap` reads no host
+    /// pattern): the pattern is built by the first host use (as the
+    /// assembly is) or by [`Self::pattern`]. Such a system shares no
+    /// structure ([`Self::with_structure_of`] refuses it) until then.
+    pub fn deferred_without_pattern(
+        mesh: &'m Mesh,
+        geometry: &'m Geometry,
+        schemes: Schemes,
+        problem: &LaplacianProblem,
+    ) -> Result<Self, FvmError> {
+        Self::with_new_structure(mesh, geometry, schemes, false)?.evaluated(problem)
+    }
+
+    /// The matrix's pattern (values as the last assembly left them; zeros
+    /// before the first), built here for a system made without it.
+    pub fn pattern(&mut self) -> Result<&Csr, FvmError> {
+        self.ensure_pattern()?;
+        Ok(&self.matrix)
+    }
+
+    /// The permutation of the rows that `ordering` gives (`None`: the mesh
+    /// order, where RCM keeps an order that is banded already,
+    /// `RowOrdering::keeps_banded`). The band is read from the faces; the
+    /// pattern is built (a system made without it) only for an ordering
+    /// computed from it.
+    pub fn row_permutation(
+        &mut self,
+        ordering: RowOrdering,
+        slice_height: usize,
+    ) -> Result<Option<Permutation>, String> {
+        let mesh = self.mesh;
+        let banded = ordering.keeps_banded(|| {
+            relative_bandwidth_of_pairs(mesh.n_cells(), mesh.owner(), mesh.neighbour())
+        });
+        if banded {
+            return Ok(None);
+        }
+        let pattern = self.pattern().map_err(|e| e.to_string())?;
+        ordering.permutation(pattern, slice_height)
+    }
+
+    /// Builds the pattern of a system made without it (nothing otherwise).
+    fn ensure_pattern(&mut self) -> Result<(), FvmError> {
+        if self.pattern_unbuilt {
+            self.matrix = crate::timings::span("matrix pattern", || build_pattern(self.mesh))?;
+            self.pattern_unbuilt = false;
+        }
+        Ok(())
     }
 
     /// A system of another problem on the same mesh with the same schemes:
@@ -276,12 +335,12 @@ impl<'m> LaplacianSystem<'m> {
     /// `self` are shared, not built again or copied (a flow case's momentum
     /// components and pressure share them), then `problem` is assembled.
     pub fn with_structure_of(&self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
-        self.sharing_structure().assembled(problem)
+        self.sharing_structure()?.assembled(problem)
     }
 
     /// [`Self::with_structure_of`] without the assembly ([`Self::deferred`]).
     pub fn deferred_with_structure_of(&self, problem: &LaplacianProblem) -> Result<Self, FvmError> {
-        self.sharing_structure().evaluated(problem)
+        self.sharing_structure()?.evaluated(problem)
     }
 
     /// Whether the matrix and right-hand side are assembled (not deferred).
@@ -292,6 +351,7 @@ impl<'m> LaplacianSystem<'m> {
     /// Assembles the matrix and right-hand side of a deferred system's
     /// problem; nothing for an assembled system.
     pub fn ensure_assembled(&mut self) -> Result<(), FvmError> {
+        self.ensure_pattern()?;
         match self.pending.take() {
             Some(Pending {
                 fields: Some(fields),
@@ -350,6 +410,7 @@ impl<'m> LaplacianSystem<'m> {
         mesh: &'m Mesh,
         geometry: &'m Geometry,
         schemes: Schemes,
+        with_pattern: bool,
     ) -> Result<Self, FvmError> {
         // The internal faces are checked here, their arrays built on the
         // first host use (see `SharedStructure`).
@@ -371,7 +432,11 @@ impl<'m> LaplacianSystem<'m> {
                 &active,
             )
         })?;
-        let matrix = crate::timings::span("matrix pattern", || build_pattern(mesh))?;
+        let matrix = if with_pattern {
+            crate::timings::span("matrix pattern", || build_pattern(mesh))?
+        } else {
+            Csr::empty()
+        };
         let (n_regions, regions) =
             crate::timings::span("cell regions", || crate::mesh::check::cell_regions(mesh));
         let regions = match n_regions {
@@ -386,24 +451,25 @@ impl<'m> LaplacianSystem<'m> {
             regions,
             n_regions,
         };
-        Ok(Self::empty(
-            mesh,
-            geometry,
-            schemes,
-            Arc::new(shared),
-            matrix,
-        ))
+        let mut system = Self::empty(mesh, geometry, schemes, Arc::new(shared), matrix);
+        system.pattern_unbuilt = !with_pattern;
+        Ok(system)
     }
 
     /// An empty system on `self`'s structure, its matrix of the shared pattern.
-    fn sharing_structure(&self) -> Self {
-        Self::empty(
+    fn sharing_structure(&self) -> Result<Self, FvmError> {
+        if self.pattern_unbuilt {
+            return Err(FvmError::invalid(
+                "a system made without its matrix pattern shares its structure only once                  the pattern is built (LaplacianSystem::pattern)",
+            ));
+        }
+        Ok(Self::empty(
             self.mesh,
             self.geometry,
             self.schemes,
             Arc::clone(&self.shared),
             self.matrix.zeros_like(),
-        )
+        ))
     }
 
     /// A system of zero values and no conditions on `shared`. The vectors
@@ -434,6 +500,7 @@ impl<'m> LaplacianSystem<'m> {
             floating: Vec::new(),
             references: Vec::new(),
             pending: None,
+            pattern_unbuilt: false,
         }
     }
 
@@ -472,6 +539,7 @@ impl<'m> LaplacianSystem<'m> {
     /// Re-assembles matrix values and the explicit right-hand side for new
     /// physical data (Γ, sources, boundary values, time step); the pattern stays.
     pub fn reassemble(&mut self, problem: &LaplacianProblem) -> Result<(), FvmError> {
+        self.ensure_pattern()?;
         self.pending = None;
         let values = self.evaluate(problem)?;
         crate::timings::span("host matrix and right-hand side", || self.assemble(values));
@@ -949,6 +1017,10 @@ impl<'m> LaplacianSystem<'m> {
     /// Where each coefficient goes in the matrix's values, built on the
     /// first call (see [`SharedStructure`]'s `slots`).
     pub fn slots(&self) -> &SlotMap {
+        assert!(
+            !self.pattern_unbuilt,
+            "the slot map of a system whose pattern is not built (assemble it first)"
+        );
         shared_slots(&self.shared, &self.matrix, self.mesh)
     }
     pub fn schemes(&self) -> Schemes {
@@ -1176,6 +1248,67 @@ mod tests {
             mixed_conditions(&mesh, 3),
         );
         assert!(eager.deferred_with_structure_of(&negative).is_err());
+    }
+
+    #[test]
+    fn a_system_without_its_pattern_builds_it_at_its_first_host_use() {
+        use crate::fvm::testing::{random_field, two_problems};
+        let mesh = crate::mesh::load("box:5x4x3:tet:perturb=0.2").unwrap();
+        let geometry = mesh.geometry().unwrap();
+        let (first, second) = two_problems(&mesh);
+        let p = random_field(mesh.n_cells(), 7);
+        let mut eager = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
+        eager.update_rhs(&p, None).unwrap();
+        // A device run's host system: no pattern, no structure to share.
+        let lazy = || {
+            LaplacianSystem::deferred_without_pattern(&mesh, &geometry, Schemes::default(), &first)
+                .unwrap()
+        };
+        let mut by_use = lazy();
+        assert_eq!((by_use.matrix.n_rows(), by_use.matrix.nnz()), (0, 0));
+        assert!(by_use.with_structure_of(&second).is_err());
+        assert!(by_use.deferred_with_structure_of(&second).is_err());
+        // The first host use builds and assembles it as the eager system.
+        by_use.update_rhs(&p, None).unwrap();
+        assert_eq!(by_use.matrix, eager.matrix);
+        assert_eq!(by_use.rhs, eager.rhs);
+        assert_eq!(by_use.slots(), eager.slots());
+        // An ordering's read of the pattern builds it without assembling.
+        let mut by_pattern = lazy();
+        let pattern = by_pattern.pattern().unwrap();
+        assert_eq!(pattern.row_ptr(), eager.matrix.row_ptr());
+        assert_eq!(pattern.cols(), eager.matrix.cols());
+        assert!(!by_pattern.is_assembled());
+        assert!(by_pattern.with_structure_of(&second).is_ok());
+        by_pattern.ensure_assembled().unwrap();
+        by_pattern.update_rhs(&p, None).unwrap();
+        assert_eq!(by_pattern.matrix, eager.matrix);
+        // Its values for the device are those of the eager system's problem.
+        let mut taken = lazy();
+        let values = taken.take_evaluated().unwrap();
+        assert_eq!(values.source, eager.evaluate(&first).unwrap().source);
+    }
+
+    /// The band an ordering decision reads from the faces is the pattern's.
+    #[test]
+    fn the_band_of_the_faces_is_the_band_of_the_pattern() {
+        use crate::fvm::testing::two_problems;
+        use crate::sparse::ordering::{relative_bandwidth, relative_bandwidth_of_pairs};
+        for spec in [
+            "box:7x5x4",
+            "box:6x5x4:tet:perturb=0.2:renumber",
+            "box:9x1x1",
+        ] {
+            let mesh = crate::mesh::load(spec).unwrap();
+            let geometry = mesh.geometry().unwrap();
+            let (first, _) = two_problems(&mesh);
+            let system =
+                LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &first).unwrap();
+            let of_faces =
+                relative_bandwidth_of_pairs(mesh.n_cells(), mesh.owner(), mesh.neighbour());
+            assert_eq!(of_faces, relative_bandwidth(&system.matrix), "{spec}");
+            assert!(of_faces > 0.0, "{spec}");
+        }
     }
 
     #[test]

@@ -69,6 +69,7 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::mpsc::Receiver;
 
 pub const VTK_TETRA: u8 = 10;
 pub const VTK_HEXAHEDRON: u8 = 12;
@@ -288,6 +289,9 @@ pub struct VtkSeries<'m> {
     /// set-up's peak memory). Never built for a rank's piece, which keeps
     /// its own cells.
     cells: Option<VtkCells>,
+    /// Cells being built by another thread ([`VtkSeries::with_cells_from`]),
+    /// taken at the first step.
+    cells_coming: Option<Receiver<PreparedCells>>,
     /// File stem and faces of every patch, in patch order.
     patches: Vec<(String, PatchPolygons)>,
     dir: PathBuf,
@@ -335,6 +339,7 @@ impl<'m> VtkSeries<'m> {
         Ok(Self {
             mesh,
             cells: None,
+            cells_coming: None,
             patches,
             dir,
             name: name.to_string(),
@@ -350,6 +355,17 @@ impl<'m> VtkSeries<'m> {
     /// The series with its arrays written in `encoding`.
     pub fn with_encoding(mut self, encoding: VtkEncoding) -> Self {
         self.encoding = encoding;
+        self
+    }
+
+    /// The series taking its cells, at the first step, from `coming`: a
+    /// thread that sends [`PreparedCells::new`] of this series' mesh (a GPU
+    /// run builds them on the host while the device sets up, assembles and
+    /// solves). The first step waits for them; cells of another mesh, or
+    /// none (the sender gone), are built then as without this call. A
+    /// distributed series keeps its own piece and ignores them.
+    pub fn with_cells_from(mut self, coming: Receiver<PreparedCells>) -> Self {
+        self.cells_coming = Some(coming);
         self
     }
 
@@ -518,7 +534,15 @@ impl<'m> VtkSeries<'m> {
             Some(piece) => format!("{stem}/processor{}.vtu", piece.rank),
         };
         if self.piece.is_none() && self.cells.is_none() {
-            self.cells = Some(crate::timings::span("VTK cells", || VtkCells::new(mesh)));
+            let prepared = self.cells_coming.take().and_then(|coming| {
+                crate::timings::span("VTK cells built beside the run, waited for", || {
+                    coming.recv().ok()
+                })
+            });
+            self.cells = Some(match prepared.filter(|p| p.is_of(mesh)) {
+                Some(prepared) => prepared.cells,
+                None => crate::timings::span("VTK cells", || VtkCells::new(mesh)),
+            });
         }
         let mut jobs: Vec<Job> = vec![Job::Cells(self.dir.join(&internal_file))];
         let mut patch_blocks = String::new();
@@ -626,6 +650,30 @@ impl<'m> VtkSeries<'m> {
         pvd += "</Collection>\n</VTKFile>\n";
         self.bytes_written += write_text(&self.pvd_path(), &pvd)?;
         Ok(())
+    }
+}
+
+/// The whole mesh's cells in VTK form, built apart from a series (on
+/// another thread, ahead of its first step): [`VtkSeries::with_cells_from`].
+#[derive(Debug)]
+pub struct PreparedCells {
+    /// The address of the mesh they are of: a series takes only its own
+    /// mesh's (both borrow it, so it cannot move in between).
+    mesh: usize,
+    cells: VtkCells,
+}
+
+impl PreparedCells {
+    /// The cells of `mesh` (in parallel, on the global thread pool).
+    pub fn new(mesh: &Mesh) -> Self {
+        Self {
+            mesh: std::ptr::from_ref(mesh) as usize,
+            cells: VtkCells::new(mesh),
+        }
+    }
+
+    fn is_of(&self, mesh: &Mesh) -> bool {
+        self.mesh == std::ptr::from_ref(mesh) as usize
     }
 }
 
@@ -3106,6 +3154,46 @@ mod tests {
             FieldValues::Index { first, len } => assert_eq!((first, len), (3, 4)),
             other => panic!("slice of an index field is {other:?}"),
         }
+        if !keep {
+            fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    /// A series given cells built on another thread writes the bytes of one
+    /// that builds them itself; cells of another mesh, or a sender that
+    /// went away, make the series build its own.
+    #[test]
+    fn prepared_cells_write_the_same_files() {
+        let mesh = mixed_mesh();
+        let other = crate::mesh::load("box:3x2x2").unwrap();
+        let n = mesh.n_cells();
+        let p: Vec<f64> = (0..n).map(|c| (c as f64 * 0.37).sin()).collect();
+        let b: Vec<f64> = vec![1.5; mesh.n_faces() - mesh.n_internal_faces()];
+        let (dir, keep) = test_dir("vtk_prepared_cells");
+        let write = |name: &str, coming: Option<Receiver<PreparedCells>>| {
+            let mut series = VtkSeries::new(&mesh, &dir, name).unwrap();
+            if let Some(coming) = coming {
+                series = series.with_cells_from(coming);
+            }
+            series
+                .write_step(1.0, &[Field::scalar("p", &p)], &[Field::scalar("p", &b)])
+                .unwrap();
+            fs::read(dir.join(format!("{name}_000000/internal.vtu"))).unwrap()
+        };
+        let own = write("own", None);
+        let prepared = std::thread::scope(|scope| {
+            let (send, coming) = std::sync::mpsc::channel();
+            let mesh = &mesh;
+            scope.spawn(move || send.send(PreparedCells::new(mesh)).unwrap());
+            write("prepared", Some(coming))
+        });
+        assert_eq!(prepared, own);
+        let (send, coming) = std::sync::mpsc::channel();
+        send.send(PreparedCells::new(&other)).unwrap();
+        assert_eq!(write("other_mesh", Some(coming)), own);
+        let (send, coming) = std::sync::mpsc::channel::<PreparedCells>();
+        drop(send);
+        assert_eq!(write("gone", Some(coming)), own);
         if !keep {
             fs::remove_dir_all(&dir).unwrap();
         }

@@ -62,6 +62,16 @@ impl Csr {
         })
     }
 
+    /// The 0 × 0 matrix (a stand-in where a pattern is not built yet).
+    pub fn empty() -> Self {
+        Self {
+            n_cols: 0,
+            row_ptr: Arc::new(vec![0]),
+            cols: Arc::new(Vec::new()),
+            values: Vec::new(),
+        }
+    }
+
     /// A matrix of this one's pattern (shared, not copied) with every value 0.
     pub fn zeros_like(&self) -> Self {
         self.with_values(vec![0.0; self.nnz()])

@@ -632,17 +632,28 @@ impl RowOrdering {
         a: &Csr,
         slice_height: usize,
     ) -> Result<Option<Permutation>, String> {
-        if self == Self::Rcm && a.n_rows() == a.n_cols() {
-            let relative = relative_bandwidth(a);
-            if relative <= BANDED {
-                log::info!(
-                    "rows kept in mesh order: bandwidth {relative:.2} n^(2/3), already banded \
-                     (RCM is for orders above {BANDED} n^(2/3))"
-                );
-                return Ok(None);
-            }
+        if a.n_rows() == a.n_cols() && self.keeps_banded(|| relative_bandwidth(a)) {
+            return Ok(None);
         }
         self.permutation(a, slice_height)
+    }
+
+    /// Whether this ordering keeps a row order of `relative` bandwidth
+    /// ([`relative_bandwidth`], evaluated only for RCM) as it is: RCM keeps
+    /// an order that is banded already (logged).
+    pub fn keeps_banded(self, relative: impl FnOnce() -> f64) -> bool {
+        if self != Self::Rcm {
+            return false;
+        }
+        let relative = relative();
+        let banded = relative <= BANDED;
+        if banded {
+            log::info!(
+                "rows kept in mesh order: bandwidth {relative:.2} n^(2/3), already banded \
+                 (RCM is for orders above {BANDED} n^(2/3))"
+            );
+        }
+        banded
     }
 
     /// The permutation of `a`'s rows (`None` for the natural order); the
@@ -758,6 +769,20 @@ pub const BANDED: f64 = 2.0;
 pub fn relative_bandwidth(a: &Csr) -> f64 {
     let n = a.n_rows().max(1) as f64;
     bandwidth(a) as f64 / n.powf(2.0 / 3.0)
+}
+
+/// [`relative_bandwidth`] of the matrix of `n` rows whose off-diagonal
+/// entries are the pairs (`owner[f]`, `neighbour[f]`) and their transposes
+/// (a finite-volume matrix: the cells across each internal face), read from
+/// the faces without the matrix.
+pub fn relative_bandwidth_of_pairs(n: usize, owner: &[u32], neighbour: &[u32]) -> f64 {
+    let band = owner
+        .par_iter()
+        .zip(neighbour)
+        .map(|(&o, &c)| o.abs_diff(c) as usize)
+        .max()
+        .unwrap_or(0);
+    band as f64 / (n.max(1) as f64).powf(2.0 / 3.0)
 }
 
 /// Whether `a`'s own row order is banded: [`relative_bandwidth`] at most
