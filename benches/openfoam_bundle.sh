@@ -162,18 +162,40 @@ residuals() {
     done
 }
 
-# Objects the loader mapped, from LD_DEBUG=libs output files (glibc writes
-# one "calling init: PATH" line per object with initialisers and a
-# "trying file=PATH" line for each path it tries; the link map lines of
-# LD_DEBUG=files give every object mapped, initialisers or not).
+# Objects the loader mapped, from LD_DEBUG=libs,files output files: glibc
+# writes "calling init: PATH" for each object with initialisers (every
+# OpenFOAM library, whose type registration runs at load) and "calling fini:
+# PATH [n]" at exit. strace's account below catches the rest.
 mapped() {
-    sed -n 's/.*calling init: \(.*\)/\1/p; s/.*file=\(\/[^ ]*\) \[[0-9]*\];  generating link map.*/\1/p' "$@" |
-        sort -u
+    sed -n 's/.*calling init: \(\/[^ ]*\).*/\1/p; s/.*calling fini: \(\/[^ ]*\).*/\1/p' "$@" | sort -u
 }
+
+# opened STRACE_LOG PROGRAM: the files opened (successfully) by the processes
+# of an `strace -f` log after their execve of PROGRAM; the bash, cat and rm
+# of run_all (and a launcher's bash before its exec) are left out.
+opened() {
+    awk -v prog="execve(\"$2\"" '
+        index($0, prog) && $0 !~ / = -1 / { keep[$1] = 1; next }
+        keep[$1] && $0 !~ / = -1 / && match($0, /"[^"]*"/) { print substr($0, RSTART + 1, RLENGTH - 2) }
+    ' "$1" | sort -u
+}
+tracer=()
+if command -v strace > /dev/null; then
+    tracer=(strace -f -qq -e trace=open,openat,execve)
+else
+    echo "strace is not installed: the libraries laplacianFoam loads are those LD_DEBUG lists," \
+        "and the check of opened files is left out" >&2
+fi
 
 echo "laplacianFoam: $exe; interpreter $interp; WM_PROJECT_DIR=$project"
 mkdir -p "$work/debug"
-run_all env LD_DEBUG=libs,files LD_DEBUG_OUTPUT="$work/debug/system" "$exe"
+if [[ ${#tracer[@]} -gt 0 ]]; then
+    "${tracer[@]}" -o "$work/debug/strace.system" bash -c "$(declare -p entries case_dir)
+$(declare -f run_all)
+run_all env LD_DEBUG=libs,files LD_DEBUG_OUTPUT='$work/debug/system' '$exe'"
+else
+    run_all env LD_DEBUG=libs,files LD_DEBUG_OUTPUT="$work/debug/system" "$exe"
+fi
 residuals > "$work/residuals.system"
 
 # Needed libraries as ldd resolves them, then whatever the runs mapped
@@ -186,7 +208,10 @@ while read -r path; do
     [[ $path == "$exe" || $(basename "$path") == "$(basename "$interp")" ]] && continue
     name=$(basename "$path")
     [[ -n ${libs[$name]:-} ]] || libs[$name]=$path
-done < <(mapped "$work"/debug/system.*)
+done < <(
+    mapped "$work"/debug/system.*
+    [[ ${#tracer[@]} -eq 0 ]] || opened "$work/debug/strace.system" "$exe" | grep -E '\.so(\.[0-9.]+)?$'
+)
 (( ${#libs[@]} > 0 )) || { echo "ldd found no libraries of $exe" >&2; exit 1; }
 missing=$(ldd "$exe" | grep 'not found' || true)
 [[ -z $missing ]] || { echo "unresolved libraries: $missing" >&2; exit 1; }
@@ -269,15 +294,9 @@ if [[ -n $foreign ]]; then
     exit 1
 fi
 echo "check: ${#entries[@]} runs, residuals as the system's; $n_mapped objects mapped, all from the bundle"
-if command -v strace > /dev/null; then
-    strace -f -qq -e trace=open,openat,execve -o "$work/debug/strace" \
-        "${bare[@]}" "$(bare_script "$bundle/bin/laplacianFoam")"
-    # The files the bundled loader's processes opened after their execve (the
-    # launcher's bash before it is not OpenFOAM); failed opens left out.
-    opened=$(awk -v ld="execve(\"$loader\"" '
-        index($0, ld) && $0 !~ / = -1 / { keep[$1] = 1; next }
-        keep[$1] && $0 !~ / = -1 / && match($0, /"[^"]*"/) { print substr($0, RSTART + 1, RLENGTH - 2) }
-    ' "$work/debug/strace" | sort -u)
+if [[ ${#tracer[@]} -gt 0 ]]; then
+    "${tracer[@]}" -o "$work/debug/strace" "${bare[@]}" "$(bare_script "$bundle/bin/laplacianFoam")"
+    opened=$(opened "$work/debug/strace" "$loader")
     [[ -n $opened ]] || { echo "strace saw no run of $loader" >&2; exit 1; }
     outside=$(echo "$opened" | grep -E "^($project/|/usr/lib/openfoam/|$exe\$)|\.so(\.[0-9.]+)?\$" |
         grep -v "^$bundle/" || true)
@@ -289,8 +308,6 @@ if command -v strace > /dev/null; then
     others=$(echo "$opened" | grep -v -E "^($bundle/|$case_dir/|/dev/|/proc/)" || true)
     echo "check: strace: no library and nothing of $project or /usr/lib/openfoam opened" \
         "outside the bundle; other files opened: ${others//$'\n'/ }"
-else
-    echo "strace is not installed: the check of opened files is left out" >&2
 fi
 
 mv "$work/bundle.tar.xz" "$out"
