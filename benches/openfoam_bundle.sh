@@ -35,7 +35,7 @@ keep=
 while [[ $# -gt 0 ]]; do
     case $1 in
     --keep) keep=$2; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo pipefail/{/^set/!p}' "$0"; exit 0 ;;
     --*) echo "unknown option $1 (--help lists them)" >&2; exit 2 ;;
     *) break ;;
     esac

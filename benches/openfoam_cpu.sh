@@ -71,7 +71,7 @@ while [[ $# -gt 0 ]]; do
     --dir) dir=$2; shift 2 ;;
     --table) table=$2; shift 2 ;;
     --openfoam) bundle=$2; shift 2 ;;
-    -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo pipefail/{/^set/!p}' "$0"; exit 0 ;;
     --*) echo "unknown option $1 (--help lists them)" >&2; exit 2 ;;
     *) break ;;
     esac

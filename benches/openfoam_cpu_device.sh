@@ -19,7 +19,7 @@
 # xz is used to unpack where installed, Python's lzma module otherwise.
 set -euo pipefail
 
-[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,20p' "$0"; exit 0; }
+[[ ${1:-} == -h || ${1:-} == --help ]] && { sed -n '2,/^set -euo pipefail/{/^set/!p}' "$0"; exit 0; }
 here=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 bundle_xz=${BUNDLE:-foam_bundle.tar.xz}
 fvpoisson_xz=${FVPOISSON_XZ:-fvpoisson.xz}
