@@ -80,8 +80,7 @@ use crate::solve::polynomial::PolynomialSettings;
 use crate::solve::{
     pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
-use crate::sparse::ordering::reverse_cuthill_mckee;
-use crate::sparse::Csr;
+use crate::sparse::{Csr, Permutation, RowOrdering};
 use rayon::prelude::*;
 
 pub mod piso;
@@ -458,10 +457,16 @@ impl<'g> DeviceSimple<'g> {
         let (system, _) = simple.pressure_system();
         let slice_height = GpuSolveOptions::default().slice_height;
         // One ordering and assembly map for the pressure and the momentum
-        // components: the systems share the mesh and the matrix pattern.
-        let ordering = crate::timings::span("reverse Cuthill-McKee ordering", || {
-            reverse_cuthill_mckee(&system.matrix)
-        });
+        // components: the systems share the mesh and the matrix pattern. A
+        // mesh order that is banded already is kept, as a Poisson run keeps
+        // it (`RowOrdering::keeps_banded`).
+        let ordering = crate::timings::span("row ordering (RCM unless banded)", || {
+            let n = system.mesh().n_cells();
+            RowOrdering::Rcm
+                .permutation_unless_banded(&system.matrix, slice_height)
+                .map(|p| p.unwrap_or_else(|| Permutation::identity(n)))
+        })
+        .map_err(GpuError::Invalid)?;
         let map = crate::timings::span("assembly map and mod-SELL pattern", || {
             AssemblyMap::new(system.mesh(), &ordering, slice_height)
         })?;
