@@ -30,6 +30,8 @@
 # line must be the system laplacianFoam's, character for character.
 # `--keep DIR` leaves the checked, unpacked bundle in DIR.
 set -euo pipefail
+# shellcheck source=benches/laplacian_case.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/laplacian_case.sh"
 
 keep=
 while [[ $# -gt 0 ]]; do
@@ -86,37 +88,7 @@ boundary
     zmax { type wall; faces ((4 5 6 7)); }
 );
 EOF
-cat > "$case_dir/0/T" << 'EOF'
-FoamFile { version 2.0; format ascii; class volScalarField; object T; }
-dimensions [0 0 0 1 0 0 0];
-internalField uniform 0;
-boundaryField
-{
-    xmin { type fixedValue; value uniform 1; }
-    xmax { type fixedValue; value uniform 0; }
-    "(ymin|ymax|zmin|zmax)" { type zeroGradient; }
-}
-EOF
-cat > "$case_dir/constant/transportProperties" << 'EOF'
-FoamFile { version 2.0; format ascii; class dictionary; object transportProperties; }
-DT DT [0 2 -1 0 0 0 0] 1;
-EOF
-cat > "$case_dir/system/controlDict" << 'EOF'
-FoamFile { version 2.0; format ascii; class dictionary; object controlDict; }
-application laplacianFoam; startFrom startTime; startTime 0; stopAt endTime;
-endTime 1; deltaT 1; writeControl timeStep; writeInterval 1; writeFormat binary;
-writePrecision 17; writeCompression off; timeFormat general; timePrecision 6;
-runTimeModifiable false;
-EOF
-cat > "$case_dir/system/fvSchemes" << 'EOF'
-FoamFile { version 2.0; format ascii; class dictionary; object fvSchemes; }
-ddtSchemes { default steadyState; }
-gradSchemes { default Gauss linear; }
-divSchemes { default none; }
-laplacianSchemes { default Gauss linear corrected; }
-interpolationSchemes { default linear; }
-snGradSchemes { default corrected; }
-EOF
+write_laplacian_case "$case_dir"
 blockMesh -case "$case_dir" > "$work/log.blockMesh" 2>&1 || {
     tail -n 5 "$work/log.blockMesh" >&2
     echo "blockMesh failed" >&2

@@ -52,6 +52,8 @@
 #                    comes first on PATH for the OpenFOAM column
 #   --dir DIR        where the case is written (default target/openfoam_cpu/SPEC)
 set -euo pipefail
+# shellcheck source=benches/laplacian_case.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/laplacian_case.sh"
 
 spec=box:100x100x100
 core=1
@@ -135,38 +137,7 @@ dir=${dir:-target/openfoam_cpu/${spec//[^A-Za-z0-9]/_}}
 if [[ ! -d $dir/constant/polyMesh ]]; then
     "${builds[0]}" convert-mesh "$spec" "$dir" --format binary > /dev/null
 fi
-mkdir -p "$dir/0" "$dir/system" "$dir/constant"
-cat > "$dir/0/T" << 'EOF'
-FoamFile { version 2.0; format ascii; class volScalarField; object T; }
-dimensions [0 0 0 1 0 0 0];
-internalField uniform 0;
-boundaryField
-{
-    xmin { type fixedValue; value uniform 1; }
-    xmax { type fixedValue; value uniform 0; }
-    "(ymin|ymax|zmin|zmax)" { type zeroGradient; }
-}
-EOF
-cat > "$dir/constant/transportProperties" << 'EOF'
-FoamFile { version 2.0; format ascii; class dictionary; object transportProperties; }
-DT DT [0 2 -1 0 0 0 0] 1;
-EOF
-cat > "$dir/system/controlDict" << 'EOF'
-FoamFile { version 2.0; format ascii; class dictionary; object controlDict; }
-application laplacianFoam; startFrom startTime; startTime 0; stopAt endTime;
-endTime 1; deltaT 1; writeControl timeStep; writeInterval 1; writeFormat binary;
-writePrecision 17; writeCompression off; timeFormat general; timePrecision 6;
-runTimeModifiable false;
-EOF
-cat > "$dir/system/fvSchemes" << 'EOF'
-FoamFile { version 2.0; format ascii; class dictionary; object fvSchemes; }
-ddtSchemes { default steadyState; }
-gradSchemes { default Gauss linear; }
-divSchemes { default none; }
-laplacianSchemes { default Gauss linear corrected; }
-interpolationSchemes { default linear; }
-snGradSchemes { default corrected; }
-EOF
+write_laplacian_case "$dir"
 
 # run TOOL ENTRY MAXITER [TOLERANCE] -> "iterations cpu_s wall_s" ("0 0 0"
 # when the run fails); TOOL is "openfoam" or "B:T" (build B, T threads; T = 1
