@@ -328,23 +328,36 @@ impl FaceGeometry {
     ) -> Self {
         let n_internal = mesh.n_internal_faces();
         let face = |f: usize| Self::internal_face(mesh, geometry, sn_grad, f);
-        // Sized for every face at once: extending a vector collected to the
-        // internal faces would reallocate it to twice their number.
+        // Each face's entries computed once, written to every array. The
+        // internal |S_f| come first in an array sized for every face at once
+        // (extending one sized to the internal faces would reallocate it to
+        // twice their number).
         let mut mag_sf: Vec<f64> = Vec::with_capacity(mesh.n_faces());
-        mag_sf.par_extend((0..n_internal).into_par_iter().map(|f| face(f).mag_sf));
-        mag_sf.extend_from_slice(&boundary.mag_sf);
-        let delta_coeffs: Vec<f64> = (0..n_internal)
-            .into_par_iter()
-            .map(|f| face(f).delta_coeff)
-            .collect();
-        let correction_vectors: Vec<Vec3> = if sn_grad.is_corrected() {
+        let mut delta_coeffs: Vec<f64> = Vec::with_capacity(n_internal);
+        let mut correction_vectors: Vec<Vec3> = Vec::new();
+        if sn_grad.is_corrected() {
+            mag_sf.resize(n_internal, 0.0);
+            delta_coeffs.resize(n_internal, 0.0);
+            correction_vectors.resize(n_internal, Vec3::zeros());
+            mag_sf
+                .par_iter_mut()
+                .zip(&mut delta_coeffs)
+                .zip(&mut correction_vectors)
+                .enumerate()
+                .for_each(|(f, ((mag, delta), correction))| {
+                    let face = face(f);
+                    (*mag, *delta, *correction) = (face.mag_sf, face.delta_coeff, face.correction);
+                });
+        } else {
             (0..n_internal)
                 .into_par_iter()
-                .map(|f| face(f).correction)
-                .collect()
-        } else {
-            Vec::new()
-        };
+                .map(|f| {
+                    let face = face(f);
+                    (face.mag_sf, face.delta_coeff)
+                })
+                .unzip_into_vecs(&mut mag_sf, &mut delta_coeffs);
+        }
+        mag_sf.extend_from_slice(&boundary.mag_sf);
         Self {
             mag_sf,
             delta_coeffs,
