@@ -615,10 +615,10 @@ fn run_exit_code(summary: &case::RunSummary) -> i32 {
 }
 
 /// The kernel sources a Poisson run on one GPU compiles ahead: the PCG
-/// loop and the device assembly (with the SpMV kernels, which both need,
-/// [`crate::gpu::Gpu::prefetch`]); the sources of the case's solvers are
+/// loop, the device assembly and its map, and the scan the map uses (with
+/// the SpMV kernels, which all need, [`crate::gpu::Gpu::prefetch`]); the sources of the case's solvers are
 /// added once the case is read ([`solver_kernel_sources`]).
-const RUN_KERNELS: &[&str] = &["pcg.cu", "assembly.cu"];
+const RUN_KERNELS: &[&str] = &["pcg.cu", "assembly.cu", "assembly_map.cu", "scan.cu"];
 /// Those of a flow, transient or potentialFoam run: the device SIMPLE/PISO
 /// loop, the momentum solvers (PBiCGStab's device loop, GMRES, the
 /// smoothers), PCG and the pressure preconditioners the GPU maps the usual
@@ -627,6 +627,8 @@ const RUN_KERNELS: &[&str] = &["pcg.cu", "assembly.cu"];
 /// (the run's debug log lists those it loaded and never launched from).
 const FLOW_KERNELS: &[&str] = &[
     "simple.cu",
+    "assembly_map.cu",
+    "scan.cu",
     "pcg.cu",
     "krylov.cu",
     "bicgstab.cu",
@@ -642,6 +644,7 @@ const FLOW_KERNELS: &[&str] = &[
 /// (launch per step, and in one cooperative launch) and the cycle (modules
 /// of their own, compiled at once).
 const AMG_KERNELS: &[&str] = &[
+    "scan.cu",
     "amg.cu",
     "amg_inverse.cu",
     "amg_dense_fused.cu",

@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
-use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::testing::{
     all_neumann_problem, mixed_conditions, random_field, schemes, source, two_problems,
     varying_and_uniform_gamma, varying_gamma,
 };
+use fvpoisson::fvm::testing::{poisson_system, poisson_system_on};
 use fvpoisson::fvm::{
     BoundaryCondition, CellField, FvmError, GradScheme, LaplacianProblem, LaplacianSystem,
     Reference, Schemes, SnGradScheme, TimeScheme,
@@ -867,6 +867,57 @@ fn backend_on_a_resident_matrix_equals_the_uploaded_backend() {
 /// A shipped case with Jacobi everywhere (the GPU's preconditioner, so both
 /// devices run the same algorithm), VTK output into a scratch directory and
 /// no OpenFOAM time directories (they would go into the case).
+/// The assembly map built on the device is the host's map, array for
+/// array: meshes of hex, tet, polyhedral and 2-D cells (empty patches), rows
+/// in mesh and RCM order, slice heights that do and do not divide the rows.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn the_device_builds_the_hosts_assembly_map() {
+    let Some(gpu) = test_device() else { return };
+    for spec in [
+        "meshes/foam/polydual",
+        "meshes/foam/warped",
+        "box:9x7x5:tet:perturb=0.2:renumber",
+        "box:30x20x1:2d:perturb=0.3",
+        "box:40x30x20:renumber",
+    ] {
+        let mesh = load(spec);
+        let (matrix, _) = poisson_system_on(&mesh, &mesh.geometry().unwrap()).unwrap();
+        let n = mesh.n_cells();
+        for (name, ordering) in [
+            ("rcm", reverse_cuthill_mckee(&matrix)),
+            ("mesh order", Permutation::identity(n)),
+        ] {
+            for h in [32, 96, 512] {
+                let host = AssemblyMap::new(&mesh, &ordering, h).unwrap();
+                let device = AssemblyMap::built_on_device(&gpu, &mesh, &ordering, h).unwrap();
+                let at = format!("{spec}, {name}, slices of {h}");
+                assert_eq!(device.pattern, host.pattern, "{at}: pattern");
+                assert_eq!(device.face_codes, host.face_codes, "{at}: face codes");
+                assert_eq!(device.face_slots, host.face_slots, "{at}: face slots");
+                assert_eq!(device.device_faces, host.device_faces, "{at}: device faces");
+                assert_eq!(
+                    device.boundary_ptr, host.boundary_ptr,
+                    "{at}: boundary pointers"
+                );
+                assert_eq!(
+                    device.device_boundary, host.device_boundary,
+                    "{at}: boundary faces"
+                );
+            }
+        }
+        println!("{spec}: {n} cells, the device's map equals the host's");
+    }
+    // The sizes are refused as the host refuses them.
+    let mesh = load("box:4x4x4");
+    let short = Permutation::identity(10);
+    let host = AssemblyMap::new(&mesh, &short, 32).unwrap_err().to_string();
+    let device = AssemblyMap::built_on_device(&gpu, &mesh, &short, 32)
+        .expect_err("an ordering of another mesh is refused")
+        .to_string();
+    assert_eq!(device, host);
+}
+
 fn run_shipped(name: &str, device: Device, tag: &str) -> RunSummary {
     let mut setup = read_case_dir(&repo(&format!("cases/{name}"))).unwrap();
     setup.solver.regular.preconditioner = PreconditionerKind::Jacobi.into();

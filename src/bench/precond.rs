@@ -296,7 +296,7 @@ const WARM_UP_CASE: &str = "box:16x16x16";
 
 /// The kernel sources the table's rows launch from (their modules compile
 /// and load at once, on threads of their own).
-const TABLE_KERNEL_SOURCES: [&str; 14] = [
+const TABLE_KERNEL_SOURCES: [&str; 15] = [
     "spmv.cu",
     "pcg.cu",
     "assembly.cu",
@@ -305,6 +305,7 @@ const TABLE_KERNEL_SOURCES: [&str; 14] = [
     "polynomial.cu",
     "deflation.cu",
     "neumann.cu",
+    "scan.cu",
     "amg.cu",
     "amg_inverse.cu",
     "amg_dense_fused.cu",

@@ -5,11 +5,15 @@
 //! [`DeviceLaplacian::new`] takes a CPU [`LaplacianSystem`] (its face
 //! geometry, boundary data and gradient scheme; its CSR pattern only for the
 //! default ordering) and a row ordering (reverse Cuthill–McKee by default, as
-//! `solve_pcg_gpu` uses). The host builds an [`AssemblyMap`] once, from the
-//! mesh's owner–neighbour addressing and the ordering (never from the host's
-//! pattern or slot map, which a device run does not build), and uploads it
-//! with the geometry, dropping each of its arrays once on the device; after
-//! that a (re)assembly moves only values:
+//! `solve_pcg_gpu` uses). The device builds the [`AssemblyMap`] once
+//! (`device_map`, kernels in `kernels/assembly_map.cu`), from the mesh's
+//! owner–neighbour addressing and the ordering, which the host uploads (never
+//! from the host's pattern or slot map, which a device run does not build);
+//! only the face numbering comes back, for the host's gathers of the face
+//! geometry in device order. [`AssemblyMap::new`] builds the same map on the
+//! host: the reference the tests compare with, and the map a caller may lend
+//! ([`DeviceLaplacian::with_map`]). After that a (re)assembly moves only
+//! values:
 //!
 //! - Γ and q per cell and the boundary data per boundary face are evaluated on
 //!   the host ([`LaplacianSystem::evaluate`]: the same checks and the same
@@ -47,7 +51,6 @@
 //! 2^30 internal faces or more) give [`AssemblyError::Unsupported`], and the
 //! caller assembles on the CPU instead.
 
-use std::borrow::Cow;
 use std::rc::Rc;
 
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
@@ -146,26 +149,9 @@ impl AssemblyMap {
         ordering: &Permutation,
         slice_height: usize,
     ) -> Result<Self, AssemblyError> {
+        check_map_sizes(mesh, ordering, slice_height)?;
         let n = mesh.n_cells();
-        if ordering.len() != n {
-            return Err(GpuError::Invalid(format!(
-                "assembly map: the mesh has {n} cells, the ordering {}",
-                ordering.len()
-            ))
-            .into());
-        }
-        crate::sparse::modsell::check_slice_height(slice_height).map_err(GpuError::Invalid)?;
-        if n >= i32::MAX as usize {
-            return Err(AssemblyError::Unsupported(format!(
-                "{n} cells; mod-SELL column codes hold fewer than 2^31"
-            )));
-        }
         let n_internal = mesh.n_internal_faces();
-        if n_internal >= 1 << 30 {
-            return Err(AssemblyError::Unsupported(format!(
-                "{n_internal} internal faces; face codes hold fewer than 2^30"
-            )));
-        }
         let mut active = vec![true; mesh.n_faces() - n_internal];
         for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
             active[patch.boundary_faces(n_internal)].fill(false);
@@ -452,6 +438,37 @@ impl AssemblyMap {
     }
 }
 
+/// The refusals of a map's sizes, before any array is made: an ordering of
+/// another mesh, a slice height mod-SELL does not take, more cells or faces
+/// than the codes hold.
+fn check_map_sizes(
+    mesh: &Mesh,
+    ordering: &Permutation,
+    slice_height: usize,
+) -> Result<(), AssemblyError> {
+    let n = mesh.n_cells();
+    if ordering.len() != n {
+        return Err(GpuError::Invalid(format!(
+            "assembly map: the mesh has {n} cells, the ordering {}",
+            ordering.len()
+        ))
+        .into());
+    }
+    crate::sparse::modsell::check_slice_height(slice_height).map_err(GpuError::Invalid)?;
+    if n >= i32::MAX as usize {
+        return Err(AssemblyError::Unsupported(format!(
+            "{n} cells; mod-SELL column codes hold fewer than 2^31"
+        )));
+    }
+    let n_internal = mesh.n_internal_faces();
+    if n_internal >= 1 << 30 {
+        return Err(AssemblyError::Unsupported(format!(
+            "{n_internal} internal faces; face codes hold fewer than 2^30"
+        )));
+    }
+    Ok(())
+}
+
 /// Vectors as 3 consecutive doubles, in the order `index` gives (`offset`
 /// added to each index), gathered in parallel.
 pub(super) fn flatten(vectors: &[Vec3], index: &[u32], offset: usize) -> Vec<f64> {
@@ -498,14 +515,15 @@ struct StaticArrays {
 impl StaticArrays {
     fn new(system: &LaplacianSystem, map: &AssemblyMap, ordering: &Permutation) -> Self {
         let source = StaticSource::new(system, &map.device_faces, &map.device_boundary, ordering);
+        let (mag_sf, delta_coeffs, k) = source.face_entries().to_vecs();
         Self {
             face_owner: source.face_owner(),
             face_neighbour: source.face_neighbour(),
             weights: source.weights().to_vec(),
-            mag_sf: source.mag_sf().to_vec(),
-            delta_coeffs: source.delta_coeffs().to_vec(),
+            mag_sf,
+            delta_coeffs,
             sf: source.sf().to_vec(),
-            k: source.k().to_vec(),
+            k,
             b_mag_sf: source.b_mag_sf().to_vec(),
             b_sf: source.b_sf().to_vec(),
             b_k: source.b_k().to_vec(),
@@ -538,25 +556,8 @@ enum Gathered<'a> {
     Values(&'a [f64], &'a [u32]),
     /// The 3 components of `vectors[index[i] + offset]`.
     Vectors(&'a [Vec3], &'a [u32], usize),
-    /// An entry of the face geometry of internal face `index[i]`, computed
-    /// where it is read (3 components for the correction vectors).
-    Faces {
-        mesh: &'a Mesh,
-        geometry: &'a Geometry,
-        sn_grad: SnGradScheme,
-        index: &'a [u32],
-        entry: FaceEntry,
-    },
     /// Not read by the schemes: an empty array.
     Unused,
-}
-
-/// Which entry of [`crate::fvm::InternalFace`] a [`Gathered::Faces`] array holds.
-#[derive(Clone, Copy)]
-enum FaceEntry {
-    MagSf,
-    DeltaCoeff,
-    Correction,
 }
 
 impl Gathered<'_> {
@@ -564,10 +565,6 @@ impl Gathered<'_> {
         match self {
             Self::Values(_, index) => index.len(),
             Self::Vectors(_, index, _) => 3 * index.len(),
-            Self::Faces { index, entry, .. } => match entry {
-                FaceEntry::Correction => 3 * index.len(),
-                FaceEntry::MagSf | FaceEntry::DeltaCoeff => index.len(),
-            },
             Self::Unused => 0,
         }
     }
@@ -584,29 +581,6 @@ impl Gathered<'_> {
             }
             Self::Vectors(vectors, index, offset) => {
                 fill_vectors(start, piece, |i| vectors[index[i] as usize + offset])
-            }
-            Self::Faces {
-                mesh,
-                geometry,
-                sn_grad,
-                index,
-                entry,
-            } => {
-                let face = |i: usize| {
-                    FaceGeometry::internal_face(mesh, geometry, sn_grad, index[i] as usize)
-                };
-                match entry {
-                    FaceEntry::Correction => fill_vectors(start, piece, |i| face(i).correction),
-                    FaceEntry::MagSf | FaceEntry::DeltaCoeff => {
-                        piece.par_iter_mut().enumerate().for_each(|(k, out)| {
-                            let face = face(start + k);
-                            *out = match entry {
-                                FaceEntry::MagSf => face.mag_sf,
-                                _ => face.delta_coeff,
-                            };
-                        })
-                    }
-                }
             }
             Self::Unused => {}
         }
@@ -631,6 +605,106 @@ impl Gathered<'_> {
     /// [`Self::upload`], or nothing for an empty array.
     fn upload_nonempty(self, gpu: &Gpu) -> Result<Option<CudaSlice<f64>>, GpuError> {
         (self.len() > 0).then(|| self.upload(gpu)).transpose()
+    }
+}
+
+/// The face geometry's |S_f|, Δ coefficient and, for corrected schemes,
+/// correction vector of each device face, computed once per face where they
+/// are read ([`FaceGeometry::internal_face`], the bits of the host's
+/// arrays): the host never builds the face geometry's arrays of a device
+/// run, and the three device arrays come from one computation per face.
+struct FaceEntries<'a> {
+    mesh: &'a Mesh,
+    geometry: &'a Geometry,
+    sn_grad: SnGradScheme,
+    /// Device face d is internal face `index[d]`.
+    index: &'a [u32],
+}
+
+impl FaceEntries<'_> {
+    /// Doubles per face of each array: |S_f|, Δ coefficient and, where the
+    /// scheme corrects, the correction vector.
+    fn widths(&self) -> &'static [usize] {
+        match self.sn_grad.is_corrected() {
+            true => &[1, 1, 3],
+            false => &[1, 1],
+        }
+    }
+
+    /// Device faces `first..` of each array (as many as `pieces[0]` holds),
+    /// in parallel.
+    fn fill(&self, first: usize, pieces: &mut [&mut [f64]]) {
+        let face = |d: usize| {
+            FaceGeometry::internal_face(
+                self.mesh,
+                self.geometry,
+                self.sn_grad,
+                self.index[d] as usize,
+            )
+        };
+        match pieces {
+            [mag_sf, delta, k] => mag_sf
+                .par_iter_mut()
+                .zip(delta.par_iter_mut())
+                .zip(k.par_chunks_mut(3))
+                .enumerate()
+                .for_each(|(i, ((mag_sf, delta), k))| {
+                    let face = face(first + i);
+                    (*mag_sf, *delta) = (face.mag_sf, face.delta_coeff);
+                    let c = face.correction;
+                    k.copy_from_slice(&[c.x, c.y, c.z]);
+                }),
+            [mag_sf, delta] => mag_sf
+                .par_iter_mut()
+                .zip(delta.par_iter_mut())
+                .enumerate()
+                .for_each(|(i, (mag_sf, delta))| {
+                    let face = face(first + i);
+                    (*mag_sf, *delta) = (face.mag_sf, face.delta_coeff);
+                }),
+            _ => unreachable!("the widths of FaceEntries::widths"),
+        }
+    }
+
+    /// The arrays on the device (|S_f|, Δ coefficients, correction vectors
+    /// where the scheme corrects), made and uploaded a piece of faces at a
+    /// time; a mesh without internal faces gets one zero each, never read.
+    #[allow(clippy::type_complexity)]
+    fn upload(
+        &self,
+        gpu: &Gpu,
+    ) -> Result<(CudaSlice<f64>, CudaSlice<f64>, Option<CudaSlice<f64>>), GpuError> {
+        if self.index.is_empty() {
+            return Ok((gpu.zeros(1)?, gpu.zeros(1)?, None));
+        }
+        let mut arrays = gpu
+            .upload_units_with(self.index.len(), self.widths(), |first, pieces| {
+                self.fill(first, pieces)
+            })?
+            .into_iter();
+        let (Some(mag_sf), Some(delta)) = (arrays.next(), arrays.next()) else {
+            unreachable!("two arrays at least")
+        };
+        Ok((mag_sf, delta, arrays.next()))
+    }
+
+    /// The arrays whole in host memory (the correction vectors empty where
+    /// the scheme does not correct).
+    #[cfg(test)]
+    fn to_vecs(&self) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+        let n = self.index.len();
+        let mut arrays: Vec<Vec<f64>> = self.widths().iter().map(|w| vec![0.0; n * w]).collect();
+        self.fill(
+            0,
+            &mut arrays.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(),
+        );
+        let k = if arrays.len() == 3 {
+            arrays.pop().unwrap()
+        } else {
+            Vec::new()
+        };
+        let delta = arrays.pop().unwrap();
+        (arrays.pop().unwrap(), delta, k)
     }
 }
 
@@ -742,37 +816,18 @@ impl<'a> StaticSource<'a> {
         Gathered::Values(&self.system.geometry().weights, self.faces)
     }
 
-    /// The face geometry's entry `entry` of each device face, computed per
-    /// face ([`FaceGeometry::internal_face`], the bits of the host's arrays):
-    /// the host never builds the face geometry's arrays of a device run.
-    fn face_entries(&self, entry: FaceEntry) -> Gathered<'a> {
-        Gathered::Faces {
+    fn face_entries(&self) -> FaceEntries<'a> {
+        FaceEntries {
             mesh: self.system.mesh(),
             geometry: self.system.geometry(),
             sn_grad: self.system.schemes().sn_grad,
             index: self.faces,
-            entry,
         }
-    }
-
-    fn mag_sf(&self) -> Gathered<'a> {
-        self.face_entries(FaceEntry::MagSf)
-    }
-
-    fn delta_coeffs(&self) -> Gathered<'a> {
-        self.face_entries(FaceEntry::DeltaCoeff)
     }
 
     fn sf(&self) -> Gathered<'a> {
         let sf = &self.system.geometry().face_area_vectors;
         self.vectors(self.gauss(), sf, self.faces, 0)
-    }
-
-    fn k(&self) -> Gathered<'a> {
-        match self.system.schemes().sn_grad.is_corrected() {
-            true => self.face_entries(FaceEntry::Correction),
-            false => Gathered::Unused,
-        }
     }
 
     fn b_mag_sf(&self) -> Gathered<'a> {
@@ -923,51 +978,31 @@ fn upload_nonempty(gpu: &Gpu, v: &[f64]) -> Result<Option<CudaSlice<f64>>, GpuEr
     (!v.is_empty()).then(|| gpu.upload(v)).transpose()
 }
 
-/// The map's face codes, face slots, boundary pointers and pattern on the
-/// device, and its device faces and device boundary faces for the host's
-/// gathers: a given map's arrays are dropped as each is uploaded, a lent
-/// map's face lists copied.
+/// A host map's face codes, face slots, boundary pointers and pattern on
+/// the device, and copies of its device faces and device boundary faces for
+/// the host's gathers.
 fn upload_map(
     gpu: &Gpu,
-    map: Cow<'_, AssemblyMap>,
+    map: &AssemblyMap,
 ) -> Result<(DeviceMap, DeviceModSell, Vec<u32>, Vec<u32>), GpuError> {
-    match map {
-        Cow::Borrowed(map) => Ok((
-            DeviceMap {
-                face_codes: upload(gpu, &map.face_codes)?,
-                face_slots: upload(gpu, &map.face_slots)?,
-                boundary_ptr: upload(gpu, &map.boundary_ptr)?,
-            },
-            DeviceModSell::upload(gpu, &map.pattern)?,
-            map.device_faces.clone(),
-            map.device_boundary.clone(),
-        )),
-        Cow::Owned(AssemblyMap {
-            pattern,
-            face_codes,
-            face_slots,
-            device_faces,
-            boundary_ptr,
-            device_boundary,
-        }) => {
-            let matrix = DeviceModSell::upload(gpu, &pattern)?;
-            drop(pattern);
-            // Each host array dropped once uploaded (a shadowed binding
-            // would live to the end of the block).
-            fn upload_owned<T: HostElement + ValidAsZeroBits>(
-                gpu: &Gpu,
-                v: Vec<T>,
-            ) -> Result<CudaSlice<T>, GpuError> {
-                upload(gpu, &v)
-            }
-            let device_map = DeviceMap {
-                face_codes: upload_owned(gpu, face_codes)?,
-                face_slots: upload_owned(gpu, face_slots)?,
-                boundary_ptr: upload_owned(gpu, boundary_ptr)?,
-            };
-            Ok((device_map, matrix, device_faces, device_boundary))
-        }
-    }
+    Ok((
+        DeviceMap {
+            face_codes: upload(gpu, &map.face_codes)?,
+            face_slots: upload(gpu, &map.face_slots)?,
+            boundary_ptr: upload(gpu, &map.boundary_ptr)?,
+        },
+        DeviceModSell::upload(gpu, &map.pattern)?,
+        map.device_faces.clone(),
+        map.device_boundary.clone(),
+    ))
+}
+
+/// Where a system's assembly map comes from.
+enum MapSource<'m> {
+    /// Built on the host ([`AssemblyMap::new`]) and lent.
+    Host(&'m AssemblyMap),
+    /// Built on the device ([`device_map::build`]).
+    Device(Box<device_map::DeviceBuiltMap>),
 }
 
 /// The assembly map on the device.
@@ -994,17 +1029,19 @@ struct DeviceGeometry {
 
 impl DeviceGeometry {
     /// Each array of `source` gathered and uploaded in turn, a piece at a
-    /// time ([`Gathered::upload`]).
+    /// time ([`Gathered::upload`]; the face geometry's three arrays
+    /// together, [`FaceEntries::upload`]).
     fn upload(gpu: &Gpu, source: &StaticSource) -> Result<Self, GpuError> {
         let mesh = source.system.mesh();
+        let (mag_sf, delta_coeffs, k) = source.face_entries().upload(gpu)?;
         Ok(Self {
             face_owner: source.upload_rows(gpu, mesh.owner())?,
             face_neighbour: source.upload_rows(gpu, mesh.neighbour())?,
             weights: source.weights().upload(gpu)?,
-            mag_sf: source.mag_sf().upload(gpu)?,
-            delta_coeffs: source.delta_coeffs().upload(gpu)?,
+            mag_sf,
+            delta_coeffs,
             sf: source.sf().upload_nonempty(gpu)?,
-            k: source.k().upload_nonempty(gpu)?,
+            k,
             b_mag_sf: source.b_mag_sf().upload(gpu)?,
             b_k: source.b_k().upload_nonempty(gpu)?,
             b_delta_coeffs: source.b_delta_coeffs().upload_nonempty(gpu)?,
@@ -1205,10 +1242,18 @@ impl<'g> DeviceLaplacian<'g> {
         slice_height: usize,
     ) -> Result<Self, AssemblyError> {
         Self::check_supported(system)?;
-        let map = crate::timings::span("assembly map and mod-SELL pattern", || {
-            AssemblyMap::new(system.mesh(), &ordering, slice_height)
-        })?;
-        Self::with_map_source(gpu, system, values, ordering, Cow::Owned(map))
+        let map = crate::timings::span_synced(
+            "assembly map and mod-SELL pattern built on the device",
+            gpu,
+            || device_map::build(gpu, system.mesh(), &ordering, slice_height),
+        )?;
+        Self::with_map_source(
+            gpu,
+            system,
+            values,
+            ordering,
+            MapSource::Device(Box::new(map)),
+        )
     }
 
     /// [`Self::with_ordering`] with its assembly map given: `map` is
@@ -1239,36 +1284,36 @@ impl<'g> DeviceLaplacian<'g> {
         ordering: Permutation,
         map: &AssemblyMap,
     ) -> Result<Self, AssemblyError> {
-        Self::with_map_source(gpu, system, values, ordering, Cow::Borrowed(map))
+        Self::with_map_source(gpu, system, values, ordering, MapSource::Host(map))
     }
 
-    /// [`Self::with_map_evaluated`] with the map lent or given: a given map's
-    /// arrays are dropped as each reaches the device, before the face and
-    /// cell arrays are gathered (at 8 M hex cells the map's pattern, face
-    /// codes and slots hold about 0.9 GB of host memory).
+    /// [`Self::with_map_evaluated`] with the map lent or built on the
+    /// device.
     fn with_map_source(
         gpu: &'g Gpu,
         system: &LaplacianSystem,
         values: ProblemValues,
         ordering: Permutation,
-        map: Cow<'_, AssemblyMap>,
+        map: MapSource<'_>,
     ) -> Result<Self, AssemblyError> {
         let mesh = system.mesh();
         let n = mesh.n_cells();
         Self::check_supported(system)?;
         check_values_fit(&values, mesh)?;
-        if map.pattern.n_rows() != n
-            || ordering.len() != n
-            || map.device_faces.len() != mesh.n_internal_faces()
-        {
-            return Err(GpuError::Invalid(format!(
-                "assembly map of {} rows and {} faces for a mesh of {n} cells and {} internal \
-                 faces",
-                map.pattern.n_rows(),
-                map.device_faces.len(),
-                mesh.n_internal_faces()
-            ))
-            .into());
+        if let MapSource::Host(map) = &map {
+            if map.pattern.n_rows() != n
+                || ordering.len() != n
+                || map.device_faces.len() != mesh.n_internal_faces()
+            {
+                return Err(GpuError::Invalid(format!(
+                    "assembly map of {} rows and {} faces for a mesh of {n} cells and {} \
+                     internal faces",
+                    map.pattern.n_rows(),
+                    map.device_faces.len(),
+                    mesh.n_internal_faces()
+                ))
+                .into());
+            }
         }
         let schemes = system.schemes();
         let uploaded = crate::timings::span_synced(
@@ -1276,7 +1321,18 @@ impl<'g> DeviceLaplacian<'g> {
              uploaded",
             gpu,
             || {
-                let (device_map, matrix, faces, boundary) = upload_map(gpu, map)?;
+                let (device_map, matrix, faces, boundary) = match map {
+                    MapSource::Host(map) => upload_map(gpu, map)?,
+                    MapSource::Device(built) => {
+                        let built = *built;
+                        (
+                            built.map,
+                            built.pattern,
+                            built.device_faces,
+                            built.device_boundary,
+                        )
+                    }
+                };
                 let source = StaticSource::new(system, &faces, &boundary, &ordering);
                 let device_gradient = match schemes.grad {
                     GradScheme::GaussLinear => DeviceGradient::upload(
@@ -2394,6 +2450,8 @@ fn pinned_row(singular: Option<SingularPolicy>, ordering: &Permutation) -> Optio
         _ => None,
     }
 }
+
+mod device_map;
 
 #[cfg(test)]
 mod tests;

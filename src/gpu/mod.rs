@@ -47,6 +47,7 @@ pub mod peer;
 #[path = "../solve/polynomial/cuda.rs"]
 pub mod polynomial;
 pub mod registered;
+mod scan;
 pub mod setup;
 pub mod simple;
 pub mod smooth;
@@ -105,6 +106,8 @@ const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("spmv.cu" needs []),
     kernel_source!("pcg.cu" needs ["spmv.cu"]),
     kernel_source!("assembly.cu" needs ["spmv.cu"]),
+    kernel_source!("scan.cu" needs ["spmv.cu"]),
+    kernel_source!("assembly_map.cu" needs ["spmv.cu"]),
     kernel_source!("smooth.cu" needs ["spmv.cu"]),
     kernel_source!("ic.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
     kernel_source!("polynomial.cu" needs ["spmv.cu", "smooth.cu"]),
@@ -1256,16 +1259,52 @@ impl Gpu {
         len: usize,
         fill: impl Fn(usize, &mut [T]),
     ) -> Result<CudaSlice<T>, GpuError> {
+        let mut arrays =
+            self.upload_units_with(len, &[1], |start, pieces| fill(start, pieces[0]))?;
+        Ok(arrays.pop().expect("one array"))
+    }
+
+    /// Arrays of `units` units each, array a holding `widths[a]` elements
+    /// per unit, made on the host a piece of units at a time and uploaded
+    /// as [`Self::upload_with`] makes one: `fill(first, pieces)` writes
+    /// units `first..first + n` of every array, `pieces[a]` holding `n ·
+    /// widths[a]` elements. Entries that come from one computation per unit
+    /// (a face's |S_f|, Δ coefficient and correction vector) are computed
+    /// once for all the arrays that hold them.
+    pub fn upload_units_with<T: HostElement>(
+        &self,
+        units: usize,
+        widths: &[usize],
+        fill: impl Fn(usize, &mut [&mut [T]]),
+    ) -> Result<Vec<CudaSlice<T>>, GpuError> {
         let size = size_of::<T>();
-        if len * size < STAGED_MIN_BYTES || !STAGING_BYTES.is_multiple_of(size) {
-            let mut host = vec![T::default(); len];
-            fill(0, &mut host);
-            return self.upload_pageable(&host);
+        let per_unit: usize = widths.iter().sum();
+        if units * per_unit * size < STAGED_MIN_BYTES
+            || per_unit * size > STAGING_BYTES
+            || !STAGING_BYTES.is_multiple_of(size)
+        {
+            let mut hosts: Vec<Vec<T>> = widths
+                .iter()
+                .map(|w| vec![T::default(); units * w])
+                .collect();
+            fill(
+                0,
+                &mut hosts.iter_mut().map(Vec::as_mut_slice).collect::<Vec<_>>(),
+            );
+            return hosts
+                .iter()
+                .map(|host| self.upload_pageable(host))
+                .collect();
         }
         // SAFETY: every element is written by the copies below before the
-        // slice is handed out (the pieces cover 0..len).
-        let r = unsafe { self.stream.alloc::<T>(len) };
-        let mut device = self.allocation("cuMemAlloc", len * size, r)?;
+        // slices are handed out (the pieces cover 0..units).
+        let mut devices = widths
+            .iter()
+            .map(|w| {
+                let r = unsafe { self.stream.alloc::<T>((units * w).max(1)) };
+                self.allocation("cuMemAlloc", units * w * size, r)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut guard = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = Some(self.new_staging()?);
@@ -1273,9 +1312,9 @@ impl Gpu {
         let Some(staging) = guard.as_mut() else {
             unreachable!("allocated above")
         };
-        let per_piece = STAGING_BYTES / size;
-        for (piece, start) in (0..len).step_by(per_piece).enumerate() {
-            let end = (start + per_piece).min(len);
+        let per_piece = STAGING_BYTES / size / per_unit;
+        for (piece, first) in (0..units).step_by(per_piece).enumerate() {
+            let end = (first + per_piece).min(units);
             let b = piece % 2;
             // The copy queued from this buffer two pieces ago has landed (an
             // event never recorded counts as done).
@@ -1284,18 +1323,28 @@ impl Gpu {
             // SAFETY: the buffer holds STAGING_BYTES bytes, page-aligned (so
             // aligned for T), no copy reads it now (waited above), and a
             // HostElement is a plain number, valid for any bits an earlier
-            // piece left (the fill writes every element of this one).
-            let host: &mut [T] =
-                unsafe { std::slice::from_raw_parts_mut(bytes.cast::<T>(), end - start) };
-            fill(start, host);
-            let mut view = device.slice_mut(start..end);
-            driver(
-                "cuMemcpyHtoDAsync",
-                self.stream.memcpy_htod(&*host, &mut view),
-            )?;
+            // piece left (the fill writes every element of this one). The
+            // piece's units of all arrays fit: per_piece · per_unit elements.
+            let mut rest: &mut [T] = unsafe {
+                std::slice::from_raw_parts_mut(bytes.cast::<T>(), (end - first) * per_unit)
+            };
+            let mut pieces = Vec::with_capacity(widths.len());
+            for &w in widths {
+                let (piece, after) = rest.split_at_mut((end - first) * w);
+                pieces.push(piece);
+                rest = after;
+            }
+            fill(first, &mut pieces);
+            for ((host, &w), device) in pieces.iter().zip(widths).zip(&mut devices) {
+                let mut view = device.slice_mut(first * w..end * w);
+                driver(
+                    "cuMemcpyHtoDAsync",
+                    self.stream.memcpy_htod(&**host, &mut view),
+                )?;
+            }
             driver("cuEventRecord", staging.copied[b].record(&self.stream))?;
         }
-        Ok(device)
+        Ok(devices)
     }
 
     /// `host` uploaded through [`Self::upload_with`]'s page-locked buffers,

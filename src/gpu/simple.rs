@@ -63,7 +63,7 @@ use std::time::Instant;
 use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceAmg;
-use super::assembly::{flatten, AssemblyError, AssemblyMap, DeviceLaplacian, LaplacianArrays};
+use super::assembly::{flatten, AssemblyError, DeviceLaplacian, LaplacianArrays};
 use super::bicgstab::DeviceBicgstab;
 use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
@@ -446,8 +446,7 @@ impl<'g> DeviceSimple<'g> {
     /// the momentum systems (which share the pressure system's device
     /// set-up: [`DeviceLaplacian::sharing_set_up_of`]). The host's systems
     /// stay unassembled: the ordering needs only their shared pattern, the
-    /// assembly map only the mesh (neither builds the host's slot map), and
-    /// the map is dropped once uploaded; the values the
+    /// assembly map (built on the device) only the mesh; the values the
     /// host's check evaluated are taken for the upload, not evaluated again.
     fn pressure_half(
         gpu: &'g Gpu,
@@ -467,15 +466,11 @@ impl<'g> DeviceSimple<'g> {
                 .map(|p| p.unwrap_or_else(|| Permutation::identity(n)))
         })
         .map_err(GpuError::Invalid)?;
-        let map = crate::timings::span("assembly map and mod-SELL pattern", || {
-            AssemblyMap::new(system.mesh(), &ordering, slice_height)
-        })?;
         let values = simple.take_pressure_values()?;
         let (system, _) = simple.pressure_system();
         let laplacian = crate::timings::span_synced("pressure system", gpu, || {
-            DeviceLaplacian::with_map_evaluated(gpu, system, values, ordering, &map)
+            DeviceLaplacian::with_ordering_evaluated(gpu, system, values, ordering, slice_height)
         })?;
-        drop(map);
         let simple = &*simple;
         let n = laplacian.n();
         let faces = laplacian.n_face_values();

@@ -1000,26 +1000,43 @@ fn gathered_arrays_made_in_pieces_equal_the_whole() {
     let mesh = crate::mesh::load("box:5x4x3:tet:perturb=0.2:renumber").unwrap();
     let geometry = mesh.geometry().unwrap();
     let faces: Vec<u32> = (0..mesh.n_internal_faces() as u32).rev().collect();
-    for entry in [
-        FaceEntry::MagSf,
-        FaceEntry::DeltaCoeff,
-        FaceEntry::Correction,
-    ] {
-        let gathered = Gathered::Faces {
+    for sn_grad in [SnGradScheme::Corrected, SnGradScheme::Uncorrected] {
+        let entries = FaceEntries {
             mesh: &mesh,
             geometry: &geometry,
-            sn_grad: SnGradScheme::Corrected,
+            sn_grad,
             index: &faces,
-            entry,
         };
-        let whole = gathered.to_vec();
-        for piece_len in [1, 2, 5, 64] {
-            let mut pieces = vec![f64::NAN; whole.len()];
-            for (p, piece) in pieces.chunks_mut(piece_len).enumerate() {
-                gathered.fill(p * piece_len, piece);
+        let (mag_sf, delta, k) = entries.to_vecs();
+        assert_eq!(
+            k.len(),
+            if sn_grad.is_corrected() {
+                3 * faces.len()
+            } else {
+                0
             }
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        );
+        let whole = [mag_sf, delta, k];
+        for piece_len in [1, 2, 5, 64] {
+            let mut pieces: Vec<Vec<f64>> = whole.iter().map(|a| vec![f64::NAN; a.len()]).collect();
+            for first in (0..faces.len()).step_by(piece_len) {
+                let end = (first + piece_len).min(faces.len());
+                let mut parts: Vec<&mut [f64]> = pieces
+                    .iter_mut()
+                    .zip(entries.widths())
+                    .map(|(a, &w)| &mut a[first * w..end * w])
+                    .collect();
+                entries.fill(first, &mut parts);
+            }
+            let bits = |v: &[Vec<f64>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&pieces), bits(&whole), "pieces of {piece_len}");
+        }
+        // The entries are those of the host's face geometry.
+        let host = FaceGeometry::new(&mesh, &geometry, sn_grad).unwrap();
+        for (d, &f) in faces.iter().enumerate() {
+            let f = f as usize;
+            assert_eq!(whole[0][d].to_bits(), host.mag_sf[f].to_bits());
+            assert_eq!(whole[1][d].to_bits(), host.delta_coeffs[f].to_bits());
         }
     }
 }
