@@ -417,52 +417,13 @@ pub fn run_case_with_mesh(
             "loaded in",
         ),
     };
-    let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
-    log::info!(
-        "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; {timed} {:.3} s",
-        mesh.n_cells(),
-        mesh.n_faces(),
-        mesh.n_internal_faces(),
-        mesh.n_points(),
-        mesh.patches().len(),
-        clock.elapsed().as_secs_f64()
-    );
-    if let Device::Gpus(set) = device {
-        let names: Vec<String> = set
-            .gpus
-            .iter()
-            .map(|g| format!("{} {}", g.ordinal(), g.name()))
-            .collect();
-        log::info!(
-            "Linear solves on {} GPUs ({}): PCG with Jacobi or none split over them, other \
-             solvers on the first",
-            set.gpus.len(),
-            names.join(", ")
-        );
-    }
-    let first_gpu = match device {
-        Device::Gpu(gpu) => Some(gpu),
-        Device::Gpus(set) => set.gpus.first(),
-        Device::Cpu | Device::Distributed(_) => None,
-    };
-    if let Some(gpu) = first_gpu {
-        log::info!(
-            "Linear solves on the GPU: {}, {} row ordering",
-            gpu.name(),
-            setup.solver.regular.ordering
-        );
-        let solvers: Vec<&LinearSolver> = [&setup.solver.regular]
-            .into_iter()
-            .chain(&setup.solver.final_corrector)
-            .collect();
-        log_gpu_mapping(device, &setup.field, &solvers);
-    }
     let result = std::thread::scope(|scope| {
         // On one GPU the host's set-up phases keep about half the cores
-        // busy and the host then waits for the device's solves: the VTK
-        // cells of the first step are built meanwhile on a quarter of the
-        // cores (a pool of their own, so the set-up keeps the global pool),
-        // not after the solve.
+        // busy and the host then waits for the device's set-up and solves:
+        // the VTK cells of the first step are built meanwhile, from the
+        // moment the mesh is there, on a quarter of the cores (a pool of
+        // their own, so the geometry and set-up keep the global pool), not
+        // after the solve.
         let vtk = setup.output.formats.contains(&OutputFormat::Vtk);
         let cells = (vtk && matches!(device, Device::Gpu(_))).then(|| {
             let (send, coming) = std::sync::mpsc::channel();
@@ -483,6 +444,46 @@ pub fn run_case_with_mesh(
             });
             coming
         });
+        let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
+        log::info!(
+            "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; {timed} {:.3} s",
+            mesh.n_cells(),
+            mesh.n_faces(),
+            mesh.n_internal_faces(),
+            mesh.n_points(),
+            mesh.patches().len(),
+            clock.elapsed().as_secs_f64()
+        );
+        if let Device::Gpus(set) = device {
+            let names: Vec<String> = set
+                .gpus
+                .iter()
+                .map(|g| format!("{} {}", g.ordinal(), g.name()))
+                .collect();
+            log::info!(
+                "Linear solves on {} GPUs ({}): PCG with Jacobi or none split over them, other \
+                 solvers on the first",
+                set.gpus.len(),
+                names.join(", ")
+            );
+        }
+        let first_gpu = match device {
+            Device::Gpu(gpu) => Some(gpu),
+            Device::Gpus(set) => set.gpus.first(),
+            Device::Cpu | Device::Distributed(_) => None,
+        };
+        if let Some(gpu) = first_gpu {
+            log::info!(
+                "Linear solves on the GPU: {}, {} row ordering",
+                gpu.name(),
+                setup.solver.regular.ordering
+            );
+            let solvers: Vec<&LinearSolver> = [&setup.solver.regular]
+                .into_iter()
+                .chain(&setup.solver.final_corrector)
+                .collect();
+            log_gpu_mapping(device, &setup.field, &solvers);
+        }
         // A rank's set-up may fail alone (its output directories): every
         // rank learns it before the first solve.
         let run = agree_ranks(
