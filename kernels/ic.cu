@@ -82,20 +82,9 @@ __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
     for (u64 s = lo; s < di; ++s) {
         const int k = cols[s];
         double sum = 0.0;
-        u64 p = lo, q = row_ptr[k];
-        const u64 q_end = diag_slot[k];
-        while (p < s && q < q_end) {
-            const int cp = cols[p], cq = cols[q];
-            if (cp < cq) {
-                ++p;
-            } else if (cp > cq) {
-                ++q;
-            } else {
-                sum = __dadd_rn(sum, __dmul_rn(l[p], factor_load<Coherent>(&l[q])));
-                ++p;
-                ++q;
-            }
-        }
+        for_common_columns(cols, lo, s, row_ptr[k], diag_slot[k], [&](u64 p, u64 q) {
+            sum = __dadd_rn(sum, __dmul_rn(l[p], factor_load<Coherent>(&l[q])));
+        });
         l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), factor_load<Coherent>(&l_diag[k]));
     }
     double squares = 0.0;

@@ -33,6 +33,26 @@ __device__ void block_partials2(double a, double b, double* partials) {
     }
 }
 
+// The columns two ascending column lists share, cols[p .. p_end) and
+// cols[q .. q_end), in ascending order: match(p, q) at each (a merge, as the
+// CPU factorisations walk two rows; ic.cu's IC(0) row and ilu.cu's ILU row).
+template <typename Match>
+__device__ __forceinline__ void for_common_columns(const int* __restrict__ cols, u64 p, u64 p_end,
+                                                   u64 q, u64 q_end, Match match) {
+    while (p < p_end && q < q_end) {
+        const int cp = cols[p], cq = cols[q];
+        if (cp < cq) {
+            ++p;
+        } else if (cp > cq) {
+            ++q;
+        } else {
+            match(p, q);
+            ++p;
+            ++q;
+        }
+    }
+}
+
 // The column of a nonzero mod-SELL code in slice base `base` (codes as in
 // src/sparse/modsell.rs: c > 0 the column c - 1, c < 0 the slice's row -(c + 1)).
 __device__ __forceinline__ unsigned modsell_column(int code, int base) {
