@@ -1,7 +1,8 @@
 // FSAI set-up on the device (src/gpu/fsai_setup.rs): static and adaptive
 // patterns, equal to the CPU reference (src/solve/fsai.rs)
-// bit for bit in f64. u64 comes from spmv.cu; amg_scan_* (amg.cu) compacts the
-// active rows and sums the row counts.
+// bit for bit in f64. u64 and Rn (round-to-nearest operations) come from
+// spmv.cu; amg_scan_* (amg.cu) compacts the active rows and sums the row
+// counts.
 //
 // Rows are processed in batches of nb rows (local index l, global row
 // r0 + l). Per-row state is interleaved ("matrix of arrays"): element e of
@@ -22,26 +23,6 @@
 // FsaiStop: kernels/../src/gpu/fsai_setup.rs STOP_*.
 #define FSAI_STOP_STAGNATION 0
 #define FSAI_STOP_REDUCTION 1
-
-template <typename T> struct Rn;
-template <> struct Rn<double> {
-    static __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
-    static __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
-    static __device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, b); }
-    static __device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
-    static __device__ __forceinline__ double sqrt(double a) { return __dsqrt_rn(a); }
-    static __device__ __forceinline__ double abs(double a) { return fabs(a); }
-    static __device__ __forceinline__ bool finite(double a) { return isfinite(a); }
-};
-template <> struct Rn<float> {
-    static __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-    static __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
-    static __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
-    static __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
-    static __device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
-    static __device__ __forceinline__ float abs(float a) { return fabsf(a); }
-    static __device__ __forceinline__ bool finite(float a) { return isfinite(a); }
-};
 
 // Packed index of (q, t), t <= q, in a lower triangle stored by rows.
 __device__ __forceinline__ u64 fsai_tri(int q, int t) {
