@@ -35,37 +35,20 @@ __device__ void block_partials2(double a, double b, double* partials) {
     }
 }
 
-// Round-to-nearest arithmetic in precision T (the _rn intrinsics, which NVRTC
-// never contracts into fused multiply-adds): what the kernels that repeat the
-// CPU's operations bit for bit in either precision use (fsai.cu, ic.cu,
-// block_ic.cu). rn_mul etc. take T from their arguments.
-template <typename T> struct Rn;
-template <> struct Rn<double> {
-    static __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
-    static __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
-    static __device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, b); }
-    static __device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
-    static __device__ __forceinline__ double sqrt(double a) { return __dsqrt_rn(a); }
-    static __device__ __forceinline__ double abs(double a) { return fabs(a); }
-    static __device__ __forceinline__ bool finite(double a) { return isfinite(a); }
-};
-template <> struct Rn<float> {
-    static __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-    static __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
-    static __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
-    static __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
-    static __device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
-    static __device__ __forceinline__ float abs(float a) { return fabsf(a); }
-    static __device__ __forceinline__ bool finite(float a) { return isfinite(a); }
-};
-template <typename T>
-__device__ __forceinline__ T rn_mul(T a, T b) { return Rn<T>::mul(a, b); }
-template <typename T>
-__device__ __forceinline__ T rn_add(T a, T b) { return Rn<T>::add(a, b); }
-template <typename T>
-__device__ __forceinline__ T rn_sub(T a, T b) { return Rn<T>::sub(a, b); }
-template <typename T>
-__device__ __forceinline__ T rn_div(T a, T b) { return Rn<T>::div(a, b); }
+// Round-to-nearest arithmetic in either precision, overloaded on it (the _rn
+// intrinsics, which NVRTC never contracts into fused multiply-adds): what the
+// kernels that repeat the CPU's operations bit for bit use (fsai.cu, ic.cu,
+// block_ic.cu).
+__device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ double rn_sqrt(double a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ float rn_sqrt(float a) { return __fsqrt_rn(a); }
 
 // The columns two ascending column lists share, cols[p .. p_end) and
 // cols[q .. q_end), in ascending order: match(p, q) at each (a merge, as the
