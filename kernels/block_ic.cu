@@ -21,7 +21,7 @@
 // The dynamic shared memory of both block kernels.
 extern __shared__ double block_ic_smem[];
 
-// rn_mul etc.: kernels/ic.cu.
+// rn_mul etc.: kernels/spmv.cu.
 
 // Factorisation, once per matrix: one block per slice. DIC (ic0 = 0):
 // d_t = a_tt - sum over lower in-block slots (ascending) of a^2 / d_col,

@@ -1,7 +1,8 @@
 // FSAI set-up on the device (src/gpu/fsai_setup.rs): static and adaptive
 // patterns, equal to the CPU reference (src/solve/fsai.rs)
-// bit for bit in f64. u64 comes from spmv.cu; amg_scan_* (amg.cu) compacts the
-// active rows and sums the row counts.
+// bit for bit in f64. u64 and rn_mul etc. (round-to-nearest operations) come
+// from spmv.cu; amg_scan_* (amg.cu) compacts the active rows and sums the row
+// counts.
 //
 // Rows are processed in batches of nb rows (local index l, global row
 // r0 + l). Per-row state is interleaved ("matrix of arrays"): element e of
@@ -22,26 +23,6 @@
 // FsaiStop: kernels/../src/gpu/fsai_setup.rs STOP_*.
 #define FSAI_STOP_STAGNATION 0
 #define FSAI_STOP_REDUCTION 1
-
-template <typename T> struct Rn;
-template <> struct Rn<double> {
-    static __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
-    static __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
-    static __device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, b); }
-    static __device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
-    static __device__ __forceinline__ double sqrt(double a) { return __dsqrt_rn(a); }
-    static __device__ __forceinline__ double abs(double a) { return fabs(a); }
-    static __device__ __forceinline__ bool finite(double a) { return isfinite(a); }
-};
-template <> struct Rn<float> {
-    static __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-    static __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
-    static __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
-    static __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
-    static __device__ __forceinline__ float sqrt(float a) { return __fsqrt_rn(a); }
-    static __device__ __forceinline__ float abs(float a) { return fabsf(a); }
-    static __device__ __forceinline__ bool finite(float a) { return isfinite(a); }
-};
 
 // Packed index of (q, t), t <= q, in a lower triangle stored by rows.
 __device__ __forceinline__ u64 fsai_tri(int q, int t) {
@@ -165,14 +146,14 @@ __device__ void fsai_gradient(int count, const int* __restrict__ list, int nb, i
         const unsigned j = __reduce_min_sync(FSAI_FULL_MASK, head);
         if (j >= i) break;  // also FSAI_NONE: every row ended
         const bool here = head == j;
-        T p = here ? Rn<T>::mul(coef, avals[ptr]) : T(0);
+        T p = here ? rn_mul(coef, avals[ptr]) : T(0);
         for (int off = 16; off > 0; off >>= 1)
-            p = Rn<T>::add(p, __shfl_xor_sync(FSAI_FULL_MASK, p, off));
+            p = rn_add(p, __shfl_xor_sync(FSAI_FULL_MASK, p, off));
         p = __shfl_sync(FSAI_FULL_MASK, p, 0);
         const bool in_pattern =
             __ballot_sync(FSAI_FULL_MASK, lane >= 1 && lane <= mm && row == (int)j) != 0u;
         if (!in_pattern && p != T(0)) {  // uniform over the warp
-            const T v = Rn<T>::abs(p);
+            const T v = fabs(p);
             const int pos = __popc(__ballot_sync(FSAI_FULL_MASK, lane < held && best >= v));
             if (pos < s) {
                 const T up = __shfl_up_sync(FSAI_FULL_MASK, best, 1);
@@ -310,28 +291,28 @@ __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, i
         for (int p = 0; p < q; ++p) {
             T s = L[fsai_tri(q, p) * nb + l];
             for (int t = 0; t < p; ++t)
-                s = Rn<T>::sub(s, Rn<T>::mul(L[fsai_tri(q, t) * nb + l], L[fsai_tri(p, t) * nb + l]));
-            L[fsai_tri(q, p) * nb + l] = Rn<T>::div(s, L[fsai_tri(p, p) * nb + l]);
+                s = rn_sub(s, rn_mul(L[fsai_tri(q, t) * nb + l], L[fsai_tri(p, t) * nb + l]));
+            L[fsai_tri(q, p) * nb + l] = rn_div(s, L[fsai_tri(p, p) * nb + l]);
         }
         T s = L[fsai_tri(q, q) * nb + l];
         for (int t = 0; t < q; ++t) {
             const T lq = L[fsai_tri(q, t) * nb + l];
-            s = Rn<T>::sub(s, Rn<T>::mul(lq, lq));
+            s = rn_sub(s, rn_mul(lq, lq));
         }
-        if (!(s > T(0)) || !Rn<T>::finite(s)) {
+        if (!(s > T(0)) || !isfinite(s)) {
             broke = 1;
             hi = q;
             break;
         }
-        const T d = Rn<T>::sqrt(s);
+        const T d = rn_sqrt(s);
         L[fsai_tri(q, q) * nb + l] = d;
         T rr = y[(u64)q * nb + l];
         for (int t = 0; t < q; ++t)
-            rr = Rn<T>::sub(rr, Rn<T>::mul(L[fsai_tri(q, t) * nb + l], y[(u64)t * nb + l]));
-        const T yq = Rn<T>::div(rr, d);
+            rr = rn_sub(rr, rn_mul(L[fsai_tri(q, t) * nb + l], y[(u64)t * nb + l]));
+        const T yq = rn_div(rr, d);
         y[(u64)q * nb + l] = yq;
-        const T next = Rn<T>::sub(ps, Rn<T>::mul(yq, yq));
-        if (full && (!(next > T(0)) || !Rn<T>::finite(next))) {
+        const T next = rn_sub(ps, rn_mul(yq, yq));
+        if (full && (!(next > T(0)) || !isfinite(next))) {
             broke = 1;
             hi = q;
             break;
@@ -344,8 +325,8 @@ __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, i
     for (int q = hi - 1; q >= 0; --q) {
         T s = y[(u64)q * nb + l];
         for (int t = q + 1; t < hi; ++t)
-            s = Rn<T>::sub(s, Rn<T>::mul(L[fsai_tri(t, q) * nb + l], gnew[(u64)t * nb + l]));
-        gnew[(u64)q * nb + l] = Rn<T>::div(s, L[fsai_tri(q, q) * nb + l]);
+            s = rn_sub(s, rn_mul(L[fsai_tri(t, q) * nb + l], gnew[(u64)t * nb + l]));
+        gnew[(u64)q * nb + l] = rn_div(s, L[fsai_tri(q, q) * nb + l]);
     }
     if (full) m[l] = hi;
 }
@@ -389,7 +370,7 @@ __device__ void fsai_stop(int count, const int* __restrict__ list, int nb, int r
     const int np = npick[l];
     if (np == 0) return;  // exhausted in (K1)
     const T pn = psi_new[l];
-    if (bad[l] || !(pn > T(0)) || !Rn<T>::finite(pn)) {
+    if (bad[l] || !(pn > T(0)) || !isfinite(pn)) {
         status[l] = 1;
         active[l] = 0u;
         return;
@@ -399,8 +380,8 @@ __device__ void fsai_stop(int count, const int* __restrict__ list, int nb, int r
     m[l] = hi;
     steps[l] += 1;
     const T ps = psi[l];
-    const bool stop = rule == FSAI_STOP_STAGNATION ? Rn<T>::sub(ps, pn) < Rn<T>::mul(eps, ps)
-                                                   : pn <= Rn<T>::mul(eps, psi0[l]);
+    const bool stop = rule == FSAI_STOP_STAGNATION ? rn_sub(ps, pn) < rn_mul(eps, ps)
+                                                   : pn <= rn_mul(eps, psi0[l]);
     psi[l] = pn;
     if (stop) active[l] = 0u;
 }
@@ -477,7 +458,7 @@ __device__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __res
     int kept = 0;
     for (int q = 0; q < mm; ++q) {
         const T v = g[(u64)q * nb + l];
-        if (!(Rn<T>::abs(v) >= delta)) continue;  // the CPU keeps |g| >= delta
+        if (!(fabs(v) >= delta)) continue;  // the CPU keeps |g| >= delta
         cols[(u64)kept * nb + l] = cols[(u64)q * nb + l];
         g[(u64)kept * nb + l] = v;
         ++kept;
@@ -515,10 +496,10 @@ __device__ void fsai_assemble(int nb, int r0, const u64* __restrict__ offsets,
     if (l >= nb) return;
     const u64 o = offsets[l];
     const int mm = m[l];
-    const T root = Rn<T>::sqrt(psi[l]);
+    const T root = rn_sqrt(psi[l]);
     for (int q = 0; q < mm; ++q) {
         const unsigned c = (unsigned)cols[(u64)q * nb + l];
-        const double v = (double)Rn<T>::div(g[(u64)q * nb + l], root);
+        const double v = (double)rn_div(g[(u64)q * nb + l], root);
         int k = q;
         while (k > 0 && out_cols[o + k - 1] > c) {
             out_cols[o + k] = out_cols[o + k - 1];
@@ -529,7 +510,7 @@ __device__ void fsai_assemble(int nb, int r0, const u64* __restrict__ offsets,
         out_vals[o + k] = v;
     }
     out_cols[o + mm] = (unsigned)(r0 + l);
-    out_vals[o + mm] = (double)Rn<T>::div(T(1), root);
+    out_vals[o + mm] = (double)rn_div(T(1), root);
 }
 extern "C" __global__ void fsai_assemble_f64(int nb, int r0, const u64* __restrict__ offsets,
                                              const int* __restrict__ m,

@@ -1,22 +1,13 @@
 // Incomplete Cholesky on the GPU by level scheduling (src/gpu/ic.rs): the rows
 // of a triangular sweep are grouped into levels (src/sparse/levels.rs), a row's
 // level one more than its deepest dependency, and each launch handles the rows
-// of one level, one thread per row, in CSR order (u64 from spmv.cu).
+// of one level, one thread per row, in CSR order (u64, rn_mul etc. from
+// spmv.cu).
 //
 // Every kernel repeats the CPU's operations (src/solve/precond.rs Dic, Ic0) in
 // the same order with the _rn intrinsics, which NVRTC never contracts into
 // fused multiply-adds, so the factors and the sweeps equal the CPU's bit for
 // bit. The sweeps take a trailing `done` gate (kernels/smooth.cu gated_off).
-
-// Round-to-nearest arithmetic in either precision (no FMA contraction).
-__device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
-__device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
 
 // The bound of one wait in the kernels without synchronisation between
 // levels (ic_factor_sync_free, ic_levels_sync_free), in clock cycles.
@@ -82,20 +73,9 @@ __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
     for (u64 s = lo; s < di; ++s) {
         const int k = cols[s];
         double sum = 0.0;
-        u64 p = lo, q = row_ptr[k];
-        const u64 q_end = diag_slot[k];
-        while (p < s && q < q_end) {
-            const int cp = cols[p], cq = cols[q];
-            if (cp < cq) {
-                ++p;
-            } else if (cp > cq) {
-                ++q;
-            } else {
-                sum = __dadd_rn(sum, __dmul_rn(l[p], factor_load<Coherent>(&l[q])));
-                ++p;
-                ++q;
-            }
-        }
+        for_common_columns(cols, lo, s, row_ptr[k], diag_slot[k], [&](u64 p, u64 q) {
+            sum = __dadd_rn(sum, __dmul_rn(l[p], factor_load<Coherent>(&l[q])));
+        });
         l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), factor_load<Coherent>(&l_diag[k]));
     }
     double squares = 0.0;

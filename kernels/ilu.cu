@@ -27,20 +27,9 @@ extern "C" __global__ void ilu_factor(int count, int first, const int* __restric
         const int k = cols[s];
         const double l = __ddiv_rn(lu[s], lu[diag_slot[k]]);
         lu[s] = l;
-        u64 p = s + 1, q = diag_slot[k] + 1;
-        const u64 q_end = row_ptr[k + 1];
-        while (p < end && q < q_end) {
-            const int cp = cols[p], cq = cols[q];
-            if (cp < cq) {
-                ++p;
-            } else if (cp > cq) {
-                ++q;
-            } else {
-                lu[p] = __dsub_rn(lu[p], __dmul_rn(l, lu[q]));
-                ++p;
-                ++q;
-            }
-        }
+        for_common_columns(cols, s + 1, end, diag_slot[k] + 1, row_ptr[k + 1], [&](u64 p, u64 q) {
+            lu[p] = __dsub_rn(lu[p], __dmul_rn(l, lu[q]));
+        });
     }
     const double u = lu[di];
     if (!(fabs(u) > tiny[i]) || !isfinite(u)) atomicMin(failed, i + 1);

@@ -1,4 +1,6 @@
-// SpMV kernels (FP64) and the deterministic block reduction shared with pcg.cu.
+// SpMV kernels (FP64), the deterministic block reduction shared with pcg.cu, and
+// what the factorisations share: round-to-nearest operations in either
+// precision and the merge of two ascending column lists.
 // Formats: src/sparse/csr.rs, src/sparse/modsell.rs (Wikberg 2024, §3).
 
 typedef unsigned long long u64;
@@ -30,6 +32,41 @@ __device__ void block_partials2(double a, double b, double* partials) {
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = s_a;
         partials[gridDim.x + blockIdx.x] = s_b;
+    }
+}
+
+// Round-to-nearest arithmetic in either precision, overloaded on it (the _rn
+// intrinsics, which NVRTC never contracts into fused multiply-adds): what the
+// kernels that repeat the CPU's operations bit for bit use (fsai.cu, ic.cu,
+// block_ic.cu).
+__device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double rn_add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ double rn_div(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ double rn_sqrt(double a) { return __dsqrt_rn(a); }
+__device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float rn_add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float rn_sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float rn_div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ float rn_sqrt(float a) { return __fsqrt_rn(a); }
+
+// The columns two ascending column lists share, cols[p .. p_end) and
+// cols[q .. q_end), in ascending order: match(p, q) at each (a merge, as the
+// CPU factorisations walk two rows; ic.cu's IC(0) row and ilu.cu's ILU row).
+template <typename Match>
+__device__ __forceinline__ void for_common_columns(const int* __restrict__ cols, u64 p, u64 p_end,
+                                                   u64 q, u64 q_end, Match match) {
+    while (p < p_end && q < q_end) {
+        const int cp = cols[p], cq = cols[q];
+        if (cp < cq) {
+            ++p;
+        } else if (cp > cq) {
+            ++q;
+        } else {
+            match(p, q);
+            ++p;
+            ++q;
+        }
     }
 }
 

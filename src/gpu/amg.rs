@@ -938,7 +938,21 @@ struct Phases<'a> {
     times: Vec<(String, f64)>,
 }
 
-impl Phases<'_> {
+impl<'a> Phases<'a> {
+    /// Timing from now (synchronised first when `on`, so that earlier work
+    /// is not counted), nothing recorded yet.
+    fn start(gpu: &'a Gpu, on: bool) -> Result<Self, GpuError> {
+        let mut phases = Phases {
+            gpu,
+            on,
+            last: std::time::Instant::now(),
+            times: Vec::new(),
+        };
+        phases.mark(|| "start".into())?;
+        phases.times.clear();
+        Ok(phases)
+    }
+
     fn mark(&mut self, phase: impl FnOnce() -> String) -> Result<(), GpuError> {
         if self.on {
             self.gpu.synchronize()?;
@@ -979,14 +993,7 @@ impl<'g> DeviceAmg<'g> {
         settings: &AmgSettings,
         profile: bool,
     ) -> Result<(Self, Vec<(String, f64)>), GpuError> {
-        let mut phases = Phases {
-            gpu,
-            on: profile,
-            last: std::time::Instant::now(),
-            times: Vec::new(),
-        };
-        phases.mark(|| "start".into())?;
-        phases.times.clear();
+        let mut phases = Phases::start(gpu, profile)?;
         settings.validate().map_err(GpuError::Invalid)?;
         let cycle = CycleParams {
             kind: settings.cycle,
@@ -1364,14 +1371,7 @@ impl<'g> DeviceAmg<'g> {
         profile: bool,
     ) -> Result<Vec<(String, f64)>, GpuError> {
         let gpu = self.gpu;
-        let mut phases = Phases {
-            gpu,
-            on: profile,
-            last: std::time::Instant::now(),
-            times: Vec::new(),
-        };
-        phases.mark(|| "start".into())?;
-        phases.times.clear();
+        let mut phases = Phases::start(gpu, profile)?;
         // The status words are about to be reset: an earlier update's unread
         // copy is reported first.
         self.deferred_status()?;

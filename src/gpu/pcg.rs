@@ -716,11 +716,14 @@ impl<'g> GpuCgBackend<'g> {
         };
         let direction_from = z_out.unwrap_or(r);
         let ticket = folded.then_some(&s.ticket);
-        let finish_precondition = |j: i32, flexible: i32| {
-            gpu.launch("cg_finish_precondition", 1, REDUCE_BLOCK, 0, |a| {
+        // The unfolded end of a reduction of the vector partials
+        // (`cg_finish_precondition`, `cg_finish_update`): its flag, then
+        // iteration j's state and records.
+        let finish_vector = |kernel: &'static str, flag: i32, j: i32| {
+            gpu.launch(kernel, 1, REDUCE_BLOCK, 0, |a| {
                 a.arg(&vm)
                     .arg(&s.vector_partials)
-                    .arg(&flexible)
+                    .arg(&flag)
                     .arg(&s.state)
                     .arg(&s.records)
                     .arg(&j);
@@ -729,7 +732,7 @@ impl<'g> GpuCgBackend<'g> {
         if device_preconditioner.is_none() {
             self.launch_precondition(r, z_out, false, None, s, Some((0, ticket)))?;
             if !folded {
-                finish_precondition(0, 0)?;
+                finish_vector("cg_finish_precondition", 0, 0)?;
             }
         }
         let with_rz = i32::from(device_preconditioner.is_none());
@@ -740,7 +743,8 @@ impl<'g> GpuCgBackend<'g> {
                 let flexible_q = (!m.is_linear()).then_some(q);
                 self.launch_precondition(r, Some(z), true, flexible_q, s, Some((j, ticket)))?;
                 if !folded {
-                    finish_precondition(j, i32::from(flexible_q.is_some()))?;
+                    let flexible = i32::from(flexible_q.is_some());
+                    finish_vector("cg_finish_precondition", flexible, j)?;
                 }
             }
             gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
@@ -791,14 +795,7 @@ impl<'g> GpuCgBackend<'g> {
             let z_with_update = z_out.filter(|_| device_preconditioner.is_none());
             self.launch_update(p, q, x, r, z_with_update, with_rz, s, Some((j, ticket)))?;
             if !folded {
-                gpu.launch("cg_finish_update", 1, REDUCE_BLOCK, 0, |a| {
-                    a.arg(&vm)
-                        .arg(&s.vector_partials)
-                        .arg(&with_rz)
-                        .arg(&s.state)
-                        .arg(&s.records)
-                        .arg(&j);
-                })?;
+                finish_vector("cg_finish_update", with_rz, j)?;
             }
         }
         Ok(())

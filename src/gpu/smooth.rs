@@ -23,6 +23,7 @@
 //! vectors (the blanket implementation below); what PCG's device loop adds
 //! (`apply_gated`, `graph_key`) stays with this trait.
 
+use crate::gpu::kernel_args::KernelElement;
 use crate::gpu::KernelArgs;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -406,6 +407,48 @@ struct BlockKernel {
     mixed: Option<(DeviceModSellF32, [CudaSlice<f32>; 2])>,
 }
 
+impl BlockKernel {
+    /// One sweep of `kernel` on `m`'s slices: `smooth_block` with T = f64
+    /// (A's values and diagonal) or `smooth_block_f32` with T = f32 (the f32
+    /// twin's), from `from` (None: x = 0) into `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn launch<T: KernelElement>(
+        &self,
+        gpu: &Gpu,
+        kernel: &'static str,
+        m: &DeviceModSell,
+        (values, diag): (&CudaSlice<T>, &CudaSlice<T>),
+        b: &CudaSlice<f64>,
+        (from, to): (Option<&CudaSlice<T>>, &CudaSlice<T>),
+        done: Option<&CudaSlice<f64>>,
+    ) -> Result<(), GpuError> {
+        let (n, h) = (m.n as i32, m.slice_height as u32);
+        let (inner, max_iter, tol2, omega) = (&self.inner, &self.max_iter, &self.tol2, &self.omega);
+        gpu.launch(kernel, m.n_slices() as u32, h, self.shared_bytes, |a| {
+            a.arg(&n).arg(&m.slice_ptr).arg(&m.codes);
+            a.arg(values).arg(diag).arg(&self.slice_mnz).arg(b);
+            arg_or_null(a, from);
+            a.arg(to);
+            a.arg(inner).arg(max_iter).arg(tol2).arg(omega);
+            arg_or_null(a, done);
+        })
+    }
+}
+
+/// x = 0 in f32 (`zero_vector_f32`), gated.
+fn zero_f32(
+    gpu: &Gpu,
+    n: usize,
+    x: &CudaSlice<f32>,
+    done: Option<&CudaSlice<f64>>,
+) -> Result<(), GpuError> {
+    let n32 = n as i32;
+    gpu.launch("zero_vector_f32", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        a.arg(&n32).arg(x);
+        arg_or_null(a, done);
+    })
+}
+
 enum Method<'g> {
     /// Weighted or L1 Jacobi with its row scales.
     Jacobi {
@@ -761,15 +804,8 @@ impl<'g> DeviceSmoother<'g> {
                         true => (Some(x), x),
                         false => buffers(i),
                     };
-                    gpu.launch("smooth_block", slices, h, k.shared_bytes, |a| {
-                        a.arg(&n);
-                        m.push_args(a);
-                        a.arg(&k.slice_mnz).arg(b);
-                        arg_or_null(a, from);
-                        a.arg(to);
-                        a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
-                        arg_or_null(a, done);
-                    })?;
+                    let values = (&m.values, &m.diag);
+                    k.launch(gpu, "smooth_block", m, values, b, (from, to), done)?;
                 }
                 Method::Polynomial(p) => p.sweep(b, x)?,
                 Method::BlockIc(ic) => {
@@ -846,14 +882,9 @@ impl DeviceSmoother<'_> {
     ) -> Result<(), GpuError> {
         let (gpu, m) = (self.gpu, &*self.matrix);
         let (twin, xs) = k.mixed.as_ref().expect("a mixed-precision block kernel");
-        let (n, h) = (m.n as i32, m.slice_height as u32);
-        let slices = m.n_slices() as u32;
         let sweeps = sweeps.max(1);
         if k.asynchronous {
-            gpu.launch("zero_vector_f32", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&xs[0]);
-                arg_or_null(a, done);
-            })?;
+            zero_f32(gpu, m.n, &xs[0], done)?;
         }
         for i in 0..sweeps {
             let (from, to) = match (k.asynchronous, i) {
@@ -861,15 +892,8 @@ impl DeviceSmoother<'_> {
                 (false, 0) => (None, &xs[0]),
                 (false, _) => (Some(&xs[(i + 1) % 2]), &xs[i % 2]),
             };
-            gpu.launch("smooth_block_f32", slices, h, k.shared_bytes, |a| {
-                a.arg(&n).arg(&m.slice_ptr).arg(&m.codes);
-                a.arg(&twin.values).arg(&twin.diag);
-                a.arg(&k.slice_mnz).arg(b);
-                arg_or_null(a, from);
-                a.arg(to);
-                a.arg(&k.inner).arg(&k.max_iter).arg(&k.tol2).arg(&k.omega);
-                arg_or_null(a, done);
-            })?;
+            let values = (&twin.values, &twin.diag);
+            k.launch(gpu, "smooth_block_f32", m, values, b, (from, to), done)?;
         }
         let last = match k.asynchronous {
             true => &xs[0],
@@ -893,11 +917,8 @@ impl DeviceSmoother<'_> {
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let (gpu, m) = (self.gpu, &*self.matrix);
-        let (n, h) = (m.n as i32, m.slice_height as i32);
-        gpu.launch("zero_vector_f32", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-            a.arg(&n).arg(w);
-            arg_or_null(a, done);
-        })?;
+        let h = m.slice_height as i32;
+        zero_f32(gpu, m.n, w, done)?;
         for _ in 0..sweeps {
             colouring.launch_colours(gpu, "smooth_colour_f32", sweep, &h, |a| {
                 a.arg(&m.slice_ptr).arg(&m.codes);
