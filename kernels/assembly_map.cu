@@ -225,3 +225,27 @@ extern "C" __global__ void amap_narrow(int n, const u64* __restrict__ in,
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = (unsigned)in[i];
 }
+
+// ---- The device set-up's arrays in device order, gathered on the device
+// from arrays the host uploads in mesh order (sequential reads and copies on
+// the host, the random reads here).
+
+// dst[i·width + c] = src[index[i]·width + c] for c < width.
+extern "C" __global__ void amap_gather_f64(int n, int width, const unsigned* __restrict__ index,
+                                           const double* __restrict__ src,
+                                           double* __restrict__ dst) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long long)n * width) return;
+    const long long i = e / width;
+    dst[e] = src[(long long)index[i] * width + (e - i * width)];
+}
+
+// rows[d] = old_to_new[cells[faces[d]]]: the row of each device face's owner
+// (or neighbour).
+extern "C" __global__ void amap_gather_rows(int n, const unsigned* __restrict__ faces,
+                                            const unsigned* __restrict__ cells,
+                                            const unsigned* __restrict__ old_to_new,
+                                            unsigned* __restrict__ rows) {
+    const int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d < n) rows[d] = old_to_new[cells[faces[d]]];
+}

@@ -70,6 +70,7 @@ use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::sparse::ordering::reverse_cuthill_mckee;
 use crate::sparse::{Csr, ModSell, Permutation};
 use crate::timings::Phase;
+use device_map::DeviceAddressing;
 
 /// `Invalid` unless `values` are of `mesh`'s size (a problem evaluated on
 /// another mesh would index past the arrays).
@@ -515,7 +516,7 @@ struct StaticArrays {
 impl StaticArrays {
     fn new(system: &LaplacianSystem, map: &AssemblyMap, ordering: &Permutation) -> Self {
         let source = StaticSource::new(system, &map.device_faces, &map.device_boundary, ordering);
-        let (mag_sf, delta_coeffs, k) = source.face_entries().to_vecs();
+        let (mag_sf, delta_coeffs, k) = source.face_entries().to_vecs(map.device_faces.len());
         Self {
             face_owner: source.face_owner(),
             face_neighbour: source.face_neighbour(),
@@ -617,8 +618,9 @@ struct FaceEntries<'a> {
     mesh: &'a Mesh,
     geometry: &'a Geometry,
     sn_grad: SnGradScheme,
-    /// Device face d is internal face `index[d]`.
-    index: &'a [u32],
+    /// Device face d is internal face `index[d]`; `None`: the internal
+    /// faces in face order.
+    index: Option<&'a [u32]>,
 }
 
 impl FaceEntries<'_> {
@@ -635,12 +637,8 @@ impl FaceEntries<'_> {
     /// in parallel.
     fn fill(&self, first: usize, pieces: &mut [&mut [f64]]) {
         let face = |d: usize| {
-            FaceGeometry::internal_face(
-                self.mesh,
-                self.geometry,
-                self.sn_grad,
-                self.index[d] as usize,
-            )
+            let f = self.index.map_or(d, |index| index[d] as usize);
+            FaceGeometry::internal_face(self.mesh, self.geometry, self.sn_grad, f)
         };
         match pieces {
             [mag_sf, delta, k] => mag_sf
@@ -666,21 +664,20 @@ impl FaceEntries<'_> {
         }
     }
 
-    /// The arrays on the device (|S_f|, Δ coefficients, correction vectors
-    /// where the scheme corrects), made and uploaded a piece of faces at a
-    /// time; a mesh without internal faces gets one zero each, never read.
+    /// The arrays of `len` faces on the device (|S_f|, Δ coefficients,
+    /// correction vectors where the scheme corrects), made and uploaded a
+    /// piece of faces at a time; no faces give one zero each, never read.
     #[allow(clippy::type_complexity)]
     fn upload(
         &self,
         gpu: &Gpu,
+        len: usize,
     ) -> Result<(CudaSlice<f64>, CudaSlice<f64>, Option<CudaSlice<f64>>), GpuError> {
-        if self.index.is_empty() {
+        if len == 0 {
             return Ok((gpu.zeros(1)?, gpu.zeros(1)?, None));
         }
         let mut arrays = gpu
-            .upload_units_with(self.index.len(), self.widths(), |first, pieces| {
-                self.fill(first, pieces)
-            })?
+            .upload_units_with(len, self.widths(), |first, pieces| self.fill(first, pieces))?
             .into_iter();
         let (Some(mag_sf), Some(delta)) = (arrays.next(), arrays.next()) else {
             unreachable!("two arrays at least")
@@ -691,8 +688,7 @@ impl FaceEntries<'_> {
     /// The arrays whole in host memory (the correction vectors empty where
     /// the scheme does not correct).
     #[cfg(test)]
-    fn to_vecs(&self) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-        let n = self.index.len();
+    fn to_vecs(&self, n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         let mut arrays: Vec<Vec<f64>> = self.widths().iter().map(|w| vec![0.0; n * w]).collect();
         self.fill(
             0,
@@ -821,7 +817,7 @@ impl<'a> StaticSource<'a> {
             mesh: self.system.mesh(),
             geometry: self.system.geometry(),
             sn_grad: self.system.schemes().sn_grad,
-            index: self.faces,
+            index: Some(self.faces),
         }
     }
 
@@ -1033,7 +1029,7 @@ impl DeviceGeometry {
     /// together, [`FaceEntries::upload`]).
     fn upload(gpu: &Gpu, source: &StaticSource) -> Result<Self, GpuError> {
         let mesh = source.system.mesh();
-        let (mag_sf, delta_coeffs, k) = source.face_entries().upload(gpu)?;
+        let (mag_sf, delta_coeffs, k) = source.face_entries().upload(gpu, source.faces.len())?;
         Ok(Self {
             face_owner: source.upload_rows(gpu, mesh.owner())?,
             face_neighbour: source.upload_rows(gpu, mesh.neighbour())?,
@@ -1046,6 +1042,56 @@ impl DeviceGeometry {
             b_k: source.b_k().upload_nonempty(gpu)?,
             b_delta_coeffs: source.b_delta_coeffs().upload_nonempty(gpu)?,
             volumes: source.volumes().upload(gpu)?,
+        })
+    }
+}
+
+impl DeviceGeometry {
+    /// [`Self::upload`] with the internal faces' arrays and the cell volumes
+    /// uploaded in mesh order and put into device order on the device
+    /// ([`DeviceAddressing`]: the map's addressing, still there): the host
+    /// copies and computes in face order, reading its arrays in sequence,
+    /// where the gathers into device order read them at random (on a
+    /// renumbered mesh, every face's cells far apart). The same values.
+    fn upload_gathered_on_device(
+        gpu: &Gpu,
+        source: &StaticSource,
+        addressing: &DeviceAddressing,
+    ) -> Result<Self, GpuError> {
+        let system = source.system;
+        let (mesh, geometry) = (system.mesh(), system.geometry());
+        let n_internal = mesh.n_internal_faces();
+        let in_device_order = |width: usize, in_face_order: CudaSlice<f64>| {
+            addressing.faces_in_device_order(gpu, width, &in_face_order)
+        };
+        let weights = in_device_order(1, gpu.upload(&geometry.weights[..n_internal])?)?;
+        let entries = FaceEntries {
+            index: None,
+            ..source.face_entries()
+        };
+        let (mag_sf, delta_coeffs, k) = entries.upload(gpu, n_internal)?;
+        let sf = match source.gauss() {
+            true => {
+                let vectors = &geometry.face_area_vectors;
+                let flat = gpu.upload_with(3 * n_internal, |start, piece| {
+                    fill_vectors(start, piece, |f| vectors[f])
+                })?;
+                Some(in_device_order(3, flat)?)
+            }
+            false => None,
+        };
+        Ok(Self {
+            face_owner: addressing.owner_rows(gpu)?,
+            face_neighbour: addressing.neighbour_rows(gpu)?,
+            weights,
+            mag_sf: in_device_order(1, mag_sf)?,
+            delta_coeffs: in_device_order(1, delta_coeffs)?,
+            sf,
+            k: k.map(|k| in_device_order(3, k)).transpose()?,
+            b_mag_sf: source.b_mag_sf().upload(gpu)?,
+            b_k: source.b_k().upload_nonempty(gpu)?,
+            b_delta_coeffs: source.b_delta_coeffs().upload_nonempty(gpu)?,
+            volumes: addressing.cells_in_row_order(gpu, &gpu.upload(&geometry.cell_volumes)?)?,
         })
     }
 }
@@ -1321,8 +1367,11 @@ impl<'g> DeviceLaplacian<'g> {
              uploaded",
             gpu,
             || {
-                let (device_map, matrix, faces, boundary) = match map {
-                    MapSource::Host(map) => upload_map(gpu, map)?,
+                let (device_map, matrix, faces, boundary, addressing) = match map {
+                    MapSource::Host(map) => {
+                        let (device_map, matrix, faces, boundary) = upload_map(gpu, map)?;
+                        (device_map, matrix, faces, boundary, None)
+                    }
                     MapSource::Device(built) => {
                         let built = *built;
                         (
@@ -1330,6 +1379,7 @@ impl<'g> DeviceLaplacian<'g> {
                             built.pattern,
                             built.device_faces,
                             built.device_boundary,
+                            Some(built.addressing),
                         )
                     }
                 };
@@ -1346,7 +1396,13 @@ impl<'g> DeviceLaplacian<'g> {
                         DeviceGradient::upload(gpu, &gradient, &gradient.b_ls)?
                     }
                 };
-                let geometry = DeviceGeometry::upload(gpu, &source)?;
+                let geometry = match &addressing {
+                    Some(addressing) if !faces.is_empty() => {
+                        DeviceGeometry::upload_gathered_on_device(gpu, &source, addressing)?
+                    }
+                    _ => DeviceGeometry::upload(gpu, &source)?,
+                };
+                drop(addressing);
                 Ok::<_, GpuError>((
                     device_map,
                     geometry,

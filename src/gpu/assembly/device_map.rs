@@ -31,6 +31,97 @@ pub(in crate::gpu) struct DeviceBuiltMap {
     pub device_faces: Vec<u32>,
     /// Device boundary face i is boundary face `device_boundary[i]`.
     pub device_boundary: Vec<u32>,
+    /// What the map was built from, for the set-up's gathers on the device.
+    pub addressing: DeviceAddressing,
+}
+
+/// The addressing a device map was built from, kept on the device while the
+/// set-up gathers the face and cell arrays into device order there: the host
+/// uploads those arrays in mesh order (sequential copies, no gather), the
+/// device reads them at random.
+pub(in crate::gpu) struct DeviceAddressing {
+    /// Owner and neighbour of each internal face, in face order.
+    owner: CudaSlice<u32>,
+    neighbour: CudaSlice<u32>,
+    old_to_new: CudaSlice<u32>,
+    new_to_old: CudaSlice<u32>,
+    /// Device face d is internal face `faces[d]`.
+    faces: CudaSlice<u32>,
+    n_faces: usize,
+    n_cells: usize,
+}
+
+impl DeviceAddressing {
+    /// The row of each device face's owner.
+    pub fn owner_rows(&self, gpu: &Gpu) -> Result<CudaSlice<u32>, GpuError> {
+        self.rows(gpu, &self.owner)
+    }
+
+    /// The row of each device face's neighbour.
+    pub fn neighbour_rows(&self, gpu: &Gpu) -> Result<CudaSlice<u32>, GpuError> {
+        self.rows(gpu, &self.neighbour)
+    }
+
+    fn rows(&self, gpu: &Gpu, cells: &CudaSlice<u32>) -> Result<CudaSlice<u32>, GpuError> {
+        let rows = unzeroed::<u32>(gpu, self.n_faces)?;
+        let n = self.n_faces as i32;
+        gpu.launch(
+            "amap_gather_rows",
+            vector_grid(self.n_faces),
+            VECTOR_BLOCK,
+            0,
+            |a| {
+                a.arg(&n)
+                    .arg(&self.faces)
+                    .arg(cells)
+                    .arg(&self.old_to_new)
+                    .arg(&rows);
+            },
+        )?;
+        Ok(rows)
+    }
+
+    /// An array of `width` doubles per internal face, given in face order,
+    /// in device face order.
+    pub fn faces_in_device_order(
+        &self,
+        gpu: &Gpu,
+        width: usize,
+        in_face_order: &CudaSlice<f64>,
+    ) -> Result<CudaSlice<f64>, GpuError> {
+        gather(gpu, self.n_faces, width, &self.faces, in_face_order)
+    }
+
+    /// An array of one double per cell, given in cell order, in row order.
+    pub fn cells_in_row_order(
+        &self,
+        gpu: &Gpu,
+        in_cell_order: &CudaSlice<f64>,
+    ) -> Result<CudaSlice<f64>, GpuError> {
+        gather(gpu, self.n_cells, 1, &self.new_to_old, in_cell_order)
+    }
+}
+
+/// `dst[i·width + c] = src[index[i]·width + c]` for `i < n` on the device.
+fn gather(
+    gpu: &Gpu,
+    n: usize,
+    width: usize,
+    index: &CudaSlice<u32>,
+    src: &CudaSlice<f64>,
+) -> Result<CudaSlice<f64>, GpuError> {
+    let dst = unzeroed::<f64>(gpu, n * width)?;
+    let (n32, width32) = (n as i32, width as i32);
+    gpu.launch(
+        "amap_gather_f64",
+        vector_grid(n * width),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(&n32).arg(&width32).arg(index).arg(src).arg(&dst);
+        },
+    )?;
+    Ok(dst)
 }
 
 /// [`AssemblyMap::new`] of `mesh` in `ordering`, slices of `slice_height`
@@ -148,7 +239,7 @@ pub(in crate::gpu) fn build(
                 .arg(&bad_row);
         },
     )?;
-    drop((row_faces, d_owner, d_neighbour, d_new_to_old));
+    drop(row_faces);
     let bad = read_at(gpu, &bad_row, 0)?;
     if bad != NO_ROW {
         return Err(shared_faces_error(mesh, new_to_old[bad as usize]).into());
@@ -217,7 +308,7 @@ pub(in crate::gpu) fn build(
         a.arg(&n_ptr).arg(&boundary_ptr64).arg(&boundary_ptr);
     })?;
 
-    let device_faces = prefix(gpu, &device_faces, n_internal)?;
+    let host_faces = prefix(gpu, &device_faces, n_internal)?;
     let device_boundary = prefix(gpu, &device_boundary, n_active)?;
     let pattern = DeviceModSell {
         n,
@@ -234,8 +325,17 @@ pub(in crate::gpu) fn build(
             boundary_ptr,
         },
         pattern,
-        device_faces,
+        device_faces: host_faces,
         device_boundary,
+        addressing: DeviceAddressing {
+            owner: d_owner,
+            neighbour: d_neighbour,
+            old_to_new: d_old_to_new,
+            new_to_old: d_new_to_old,
+            faces: device_faces,
+            n_faces: n_internal,
+            n_cells: n,
+        },
     })
 }
 

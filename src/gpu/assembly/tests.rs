@@ -1005,9 +1005,9 @@ fn gathered_arrays_made_in_pieces_equal_the_whole() {
             mesh: &mesh,
             geometry: &geometry,
             sn_grad,
-            index: &faces,
+            index: Some(&faces),
         };
-        let (mag_sf, delta, k) = entries.to_vecs();
+        let (mag_sf, delta, k) = entries.to_vecs(faces.len());
         assert_eq!(
             k.len(),
             if sn_grad.is_corrected() {
