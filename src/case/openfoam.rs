@@ -1078,16 +1078,33 @@ fn read_schemes(dict: &FoamDict) -> Result<Schemes, CaseError> {
         scheme(dict, "laplacianSchemes", &format!("laplacian(DT,{FIELD})"))?;
     let (grad_entry, grad) = scheme(dict, "gradSchemes", &format!("grad({FIELD})"))?;
     // No convection; DT is uniform, so its interpolation and snGrad do not matter.
-    for unused in [
-        "divSchemes",
-        "interpolationSchemes",
-        "snGradSchemes",
-        "fluxRequired",
-        "wallDist",
-    ] {
-        dict.ignore(unused);
+    dict_schemes(
+        dict,
+        (&laplacian, lap_entry),
+        (&grad, grad_entry),
+        &[
+            "divSchemes",
+            "interpolationSchemes",
+            "snGradSchemes",
+            "fluxRequired",
+            "wallDist",
+        ],
+    )
+}
+
+/// The [`Schemes`] of the Laplacian and gradient scheme texts read at their
+/// entries of the `fvSchemes` dictionary `dict` (an unsupported one is
+/// reported at its entry); the sections `unused` are accepted quietly.
+pub(super) fn dict_schemes(
+    dict: &FoamDict,
+    (laplacian, lap_entry): (&str, &FoamEntry),
+    (grad, grad_entry): (&str, &FoamEntry),
+    unused: &[&str],
+) -> Result<Schemes, CaseError> {
+    for section in unused {
+        dict.ignore(section);
     }
-    Schemes::from_foam(&laplacian, &grad).map_err(|e| {
+    Schemes::from_foam(laplacian, grad).map_err(|e| {
         let entry = if e.to_string().contains("gradient scheme") {
             grad_entry
         } else {

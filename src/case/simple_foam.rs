@@ -18,7 +18,9 @@
 //! Entries nobody read are named in warnings.
 
 use super::flow_case::{momentum_solver, FlowSetup, FoamOutput};
-use super::openfoam::{at, at_key, read_positive, scheme, supported_application, Reader};
+use super::openfoam::{
+    at, at_key, dict_schemes, read_positive, scheme, supported_application, Reader,
+};
 use super::setup::{check_non_orth_correctors, TimeControl};
 use super::CaseError;
 use crate::flow::simple::{Convection, ResidualControl, SimpleSettings};
@@ -337,22 +339,17 @@ pub(super) fn velocity_pressure_schemes(
     let (laplacian, lap_entry) =
         same_scheme(dict, "laplacianSchemes", viscous, "laplacian((1|A(U)),p)")?;
     let (grad, grad_entry) = same_scheme(dict, "gradSchemes", "grad(U)", "grad(p)")?;
-    for unused in [
-        "interpolationSchemes",
-        "snGradSchemes",
-        "fluxRequired",
-        "wallDist",
-    ] {
-        dict.ignore(unused);
-    }
-    Schemes::from_foam(&laplacian, &grad).map_err(|e| {
-        let entry = if e.to_string().contains("gradient scheme") {
-            grad_entry
-        } else {
-            lap_entry
-        };
-        at(entry, e.to_string())
-    })
+    dict_schemes(
+        dict,
+        (&laplacian, lap_entry),
+        (&grad, grad_entry),
+        &[
+            "interpolationSchemes",
+            "snGradSchemes",
+            "fluxRequired",
+            "wallDist",
+        ],
+    )
 }
 
 /// `nNonOrthogonalCorrectors`, `pRefCell` and `pRefValue` of a SIMPLE, PISO or
