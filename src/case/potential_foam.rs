@@ -21,9 +21,7 @@ use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
 use super::setup::LinearSolver;
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
-use crate::flow::output::{
-    flux_patch_types, written_patch_types, PHI_DIMENSIONS, P_DIMENSIONS, U_DIMENSIONS,
-};
+use crate::flow::output::{write_flux, written_patch_types, P_DIMENSIONS, U_DIMENSIONS};
 use crate::flow::potential::{
     approximate_pressure, potential_flow, ApproximatePressure, PotentialSettings,
     VelocityConvection, VelocityField,
@@ -455,7 +453,6 @@ impl PotentialFoamCase {
     pub fn run(self, device: Device) -> Result<PotentialFoamSummary, CaseError> {
         let (mesh, geometry, case_dir) = (&self.mesh, &self.geometry, self.dir.as_path());
         let (start, write) = (self.start, self.write);
-        let first = mesh.n_internal_faces();
         let n = mesh.n_cells();
         let mut gpu_solver = gpu_solver(device);
         log_gpu_mapping(device, "Phi", &[&self.solver]);
@@ -516,24 +513,8 @@ impl PotentialFoamCase {
             )
         })?);
         if self.options.write_flux {
-            let phi_types = flux_patch_types(mesh);
             written.push(timings::timed(Phase::Output, || {
-                write_time_field_of(
-                    case_dir,
-                    start,
-                    mesh,
-                    &FieldOutput {
-                        name: "phi",
-                        internal: &flow_result.phi[..first],
-                        patch_types: &phi_types,
-                        boundary_values: &flow_result.phi[first..],
-                    },
-                    true,
-                    &FoamWriteOptions {
-                        dimensions: PHI_DIMENSIONS,
-                        ..write
-                    },
-                )
+                write_flux(case_dir, start, mesh, &flow_result.phi, &write)
             })?);
         }
         if self.options.write_potential {
