@@ -501,23 +501,18 @@ fn hexahedron_template() -> Vec<Vec<TemplateFace>> {
     vec![faces]
 }
 
-/// The six permutations of the axes (x, y, z) = (0, 1, 2): each the order in
-/// which one of Kuhn's tetrahedra of a cube steps from corner 0 to the
-/// opposite corner (Kuhn's decomposition along the main diagonal, which
-/// conforms between cubes).
-pub(crate) const KUHN_AXIS_ORDERS: [[usize; 3]; 6] = [
-    [0, 1, 2],
-    [0, 2, 1],
-    [1, 0, 2],
-    [1, 2, 0],
-    [2, 0, 1],
-    [2, 1, 0],
-];
-
 /// The six Kuhn tetrahedra of a hex, one per axis permutation `s`: corners
 /// 0, e_s0, e_s0 + e_s1, 7. Faces are matched by their corner sets.
 fn tetrahedra_template() -> Vec<Vec<TemplateFace>> {
-    let tets: Vec<[u8; 4]> = KUHN_AXIS_ORDERS
+    let perms = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    let tets: Vec<[u8; 4]> = perms
         .iter()
         .map(|s| {
             let first = 1u8 << s[0];
