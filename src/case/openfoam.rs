@@ -294,12 +294,12 @@ impl Reader {
         Ok(timing)
     }
 
-    /// [`Self::timing`] for solvers that restart from a written time
-    /// (`startFrom latestTime`, `startTime` > 0).
-    pub(super) fn timing_any_start(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
+    /// The start time of `control`: `startTime`, or the latest or first time
+    /// directory (`startFrom latestTime|firstTime`).
+    pub(super) fn start_time(&mut self, control: &FoamDict) -> Result<f64, CaseError> {
         let start_from = control.get_or("startFrom", "startTime".to_string())?;
-        let start = match start_from.as_str() {
-            "startTime" => control.get_scalar("startTime")?,
+        match start_from.as_str() {
+            "startTime" => Ok(control.get_scalar("startTime")?),
             "latestTime" | "firstTime" => {
                 control.ignore("startTime");
                 let times = self.time_directories()?;
@@ -308,21 +308,25 @@ impl Reader {
                 } else {
                     times.first()
                 };
-                *pick.ok_or_else(|| {
+                pick.copied().ok_or_else(|| {
                     CaseError::invalid(format!(
                         "{}: startFrom {start_from} but the case has no time directory",
                         self.dir.display()
                     ))
-                })?
+                })
             }
-            other => {
-                return Err(at_key(
-                    control,
-                    "startFrom",
-                    format!("startFrom {other}: expected startTime, latestTime or firstTime"),
-                ))
-            }
-        };
+            other => Err(at_key(
+                control,
+                "startFrom",
+                format!("startFrom {other}: expected startTime, latestTime or firstTime"),
+            )),
+        }
+    }
+
+    /// [`Self::timing`] for solvers that restart from a written time
+    /// (`startFrom latestTime`, `startTime` > 0).
+    pub(super) fn timing_any_start(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
+        let start = self.start_time(control)?;
         let stop_at = control.get_or("stopAt", "endTime".to_string())?;
         if stop_at != "endTime" {
             return Err(at_key(

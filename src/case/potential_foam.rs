@@ -157,7 +157,8 @@ impl PotentialFoamCase {
                 format!("application {app}: this case is read as a potentialFoam case"),
             ));
         }
-        let start = start_time(&mut r, &control)?;
+        // The time potentialFoam reads and writes.
+        let start = r.start_time(&control)?;
         let write = r.write_options(&control)?;
         for key in [
             "stopAt",
@@ -637,33 +638,4 @@ fn read_pressure_schemes(
         ));
     }
     Ok((schemes, convection))
-}
-
-/// The time potentialFoam reads and writes: `startTime`, or the latest or
-/// first time directory (`startFrom latestTime|firstTime`).
-fn start_time(r: &mut Reader, control: &FoamDict) -> Result<f64, CaseError> {
-    let start_from = control.get_or("startFrom", "startTime".to_string())?;
-    match start_from.as_str() {
-        "startTime" => Ok(control.get_scalar("startTime")?),
-        "latestTime" | "firstTime" => {
-            control.ignore("startTime");
-            let times = r.time_directories()?;
-            let pick = if start_from == "latestTime" {
-                times.last()
-            } else {
-                times.first()
-            };
-            pick.copied().ok_or_else(|| {
-                CaseError::invalid(format!(
-                    "{}: startFrom {start_from} but the case has no time directory",
-                    r.dir.display()
-                ))
-            })
-        }
-        other => Err(at_key(
-            control,
-            "startFrom",
-            format!("startFrom {other}: expected startTime, latestTime or firstTime"),
-        )),
-    }
 }
