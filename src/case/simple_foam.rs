@@ -139,15 +139,7 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
         p_file.internal.clone().expand(n),
     ));
 
-    for dict in [
-        &control,
-        &schemes_dict,
-        &solution,
-        &u_file.dict,
-        &p_file.dict,
-    ] {
-        r.warn_unread(dict);
-    }
+    warn_unread_flow(r, [&control, &schemes_dict, &solution], &u_file, &p_file);
     let setup = FlowSetup {
         origin: r.dir.join("system/controlDict").display().to_string(),
         case_dir: r.dir.clone(),
@@ -458,6 +450,19 @@ pub(super) fn read_relaxation(
         });
     }
     Ok(())
+}
+
+/// Warns about every entry nobody read in the case's `controlDict`,
+/// `fvSchemes` and `fvSolution` and in the U and p files of a flow case.
+pub(super) fn warn_unread_flow(
+    r: &mut Reader,
+    [control, schemes, solution]: [&FoamDict; 3],
+    u_file: &VectorFieldFile,
+    p_file: &ScalarFieldFile,
+) {
+    for dict in [control, schemes, solution, &u_file.dict, &p_file.dict] {
+        r.warn_unread(dict);
+    }
 }
 
 /// Velocity and pressure conditions of every patch, from `0/U` and `0/p`.
