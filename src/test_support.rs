@@ -15,6 +15,24 @@ pub(crate) fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
     path
 }
 
+/// Asserts that each `(text, expected)` of `cases` fails to parse as `T`
+/// with an error that contains `expected`: the refusals of a settings
+/// parser, checked by their message.
+pub(crate) fn assert_parse_refused<T: std::str::FromStr>(cases: &[(&str, &str)])
+where
+    T::Err: std::fmt::Display,
+{
+    for (bad, expected) in cases {
+        match bad.parse::<T>() {
+            Ok(_) => panic!("{bad}: parsed, expected an error containing '{expected}'"),
+            Err(err) => {
+                let err = err.to_string();
+                assert!(err.contains(expected), "{bad}: {err}");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -27,5 +45,17 @@ mod tests {
         );
         assert_ne!(a, b);
         assert!(a.starts_with(std::env::temp_dir()) && !a.exists());
+    }
+
+    #[test]
+    #[should_panic(expected = "x: invalid digit")]
+    fn a_refusal_with_another_message_fails() {
+        assert_parse_refused::<u32>(&[("x", "invalid digit"), ("x", "overflow")]);
+    }
+
+    #[test]
+    #[should_panic(expected = "7: parsed")]
+    fn text_that_parses_fails() {
+        assert_parse_refused::<u32>(&[("7", "invalid digit")]);
     }
 }

@@ -22,7 +22,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, BenchSettings, JacobiBaseline, Row};
+use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
 use fvpoisson::gpu::fsai_setup::FsaiSetupStats;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
@@ -130,11 +130,7 @@ pub fn rows(
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
     let (n, nnz) = (a.n_rows(), a.nnz());
-    let mut rows = Vec::new();
-    let mut push = |what: String, ordering: &str, ms: f64, note: String| {
-        eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
-        rows.push(Row::timing(spec, ordering, what, (n, nnz), ms, note))
-    };
+    let mut rows = TimingRows::new(spec, a);
     let variants = if settings.fsai_variants.is_empty() {
         default_variants()
     } else {
@@ -156,12 +152,7 @@ pub fn rows(
         let b_dev = backend.upload(&b_rcm)?;
         let baseline = JacobiBaseline::measure(gpu, &a_rcm, &b_dev, &options)?;
         let base_ms = baseline.ms;
-        push(
-            "PCG Jacobi".into(),
-            "rcm",
-            base_ms,
-            baseline.note("; the baseline of the ratios"),
-        );
+        rows.push_baseline(&baseline, "; the baseline of the ratios");
         // Every variant with CSR storage; the default one with SELL-32 too.
         let mut runs: Vec<(FsaiSettings, FsaiStorage)> =
             variants.iter().map(|s| (*s, FsaiStorage::Csr)).collect();
@@ -180,7 +171,7 @@ pub fn rows(
             let (fsai, report) = match setup {
                 Ok(r) => r,
                 Err(e) => {
-                    push(what, "rcm", 0.0, format!("failed: {e}"));
+                    rows.push(what, "rcm", 0.0, format!("failed: {e}"));
                     continue;
                 }
             };
@@ -215,9 +206,9 @@ pub fn rows(
                 ),
                 Err(e) => format!("failed: {e}"),
             };
-            push(what, "rcm", total, note);
+            rows.push(what, "rcm", total, note);
             if let (Some(stats), FsaiStorage::Csr) = (&report.device, storage) {
-                push(
+                rows.push(
                     format!("setup {}", label(&s)),
                     "rcm",
                     stats.total_ms,
@@ -228,16 +219,16 @@ pub fn rows(
     }
 
     if !(settings.cpu_solve || gpu.is_none()) {
-        return Ok(rows);
+        return Ok(rows.into_rows());
     }
     if n > CPU_MAX_ROWS {
-        push(
+        rows.push(
             "PCG Jacobi CPU".into(),
             "rcm",
             0.0,
             format!("CPU FSAI rows not run: {n} rows > {CPU_MAX_ROWS}; see a smaller case"),
         );
-        return Ok(rows);
+        return Ok(rows.into_rows());
     }
     let mut x = zeros.clone();
     let t = Instant::now();
@@ -250,7 +241,7 @@ pub fn rows(
         "p",
     )?;
     let base_ms = t.elapsed().as_secs_f64() * 1e3;
-    push(
+    rows.push(
         "PCG Jacobi CPU".into(),
         "rcm",
         base_ms,
@@ -264,7 +255,7 @@ pub fn rows(
         let p = match FsaiPreconditioner::new(&a_rcm, s) {
             Ok(p) => p,
             Err(e) => {
-                push(
+                rows.push(
                     format!("PCG {} CPU", label(s)),
                     "rcm",
                     0.0,
@@ -296,9 +287,9 @@ pub fn rows(
             ),
             Err(e) => format!("failed: {e}"),
         };
-        push(format!("PCG {} CPU", label(s)), "rcm", total, note);
+        rows.push(format!("PCG {} CPU", label(s)), "rcm", total, note);
     }
-    Ok(rows)
+    Ok(rows.into_rows())
 }
 
 #[cfg(test)]

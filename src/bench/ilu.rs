@@ -24,7 +24,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, BenchSettings, Row};
+use super::tables::{controls, BenchSettings, Row, TimingRows};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::ilu::{DeviceIlu, DeviceSchwarz};
 use fvpoisson::gpu::krylov::{run_krylov, DeviceDiagonal, GpuKrylovBackend};
@@ -137,11 +137,7 @@ fn case_rows(
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
     let (n, nnz) = (a.n_rows(), a.nnz());
-    let mut rows = Vec::new();
-    let mut push = |what: String, ordering: &str, ms: f64, note: String| {
-        eprintln!("{case}: {what} ({ordering}): {ms:.1} ms, {note}");
-        rows.push(Row::timing(case, ordering, what, (n, nnz), ms, note))
-    };
+    let mut rows = TimingRows::new(case, a);
     // Levels of ILU(0)/ILU(1) by ordering (host only).
     let rcm = reverse_cuthill_mckee(a).apply_symmetric(a);
     let (by_colour, colouring) = Colouring::greedy(a).contiguous();
@@ -160,7 +156,7 @@ fn case_rows(
             } else {
                 String::new()
             };
-            push(
+            rows.push(
                 format!("ILU({k}) levels"),
                 ordering,
                 ms,
@@ -201,7 +197,7 @@ fn case_rows(
         ),
         Err(e) => format!("failed: {e}"),
     };
-    push(
+    rows.push(
         "GMRES(20) Jacobi".into(),
         "natural",
         base_ms,
@@ -224,13 +220,13 @@ fn case_rows(
         let (m, (fw, bw)) = match built {
             Ok(built) => built,
             Err(e) => {
-                push(what, "natural", 0.0, format!("set-up failed: {e}"));
+                rows.push(what, "natural", 0.0, format!("set-up failed: {e}"));
                 continue;
             }
         };
         let (perf, solve_ms) = solve(m)?;
         let total = setup_ms + solve_ms;
-        push(
+        rows.push(
             what,
             "natural",
             total,
@@ -243,7 +239,7 @@ fn case_rows(
         );
     }
     if !settings.cpu_solve {
-        return Ok(rows);
+        return Ok(rows.into_rows());
     }
     for spec in cpu {
         let p: Preconditioner = spec.parse().map_err(anyhow::Error::msg)?;
@@ -251,7 +247,7 @@ fn case_rows(
         let t = Instant::now();
         let result = solve_krylov(a, &method, p, b, &mut x, &controls, "p");
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        push(
+        rows.push(
             format!("GMRES(20) {p} CPU"),
             "natural",
             ms,
@@ -261,7 +257,7 @@ fn case_rows(
             ),
         );
     }
-    Ok(rows)
+    Ok(rows.into_rows())
 }
 
 /// A device preconditioner and its forward/backward levels.

@@ -21,7 +21,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, BenchSettings, JacobiBaseline, Row};
+use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -46,12 +46,8 @@ pub fn rows(
     b: &[f64],
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
-    let (n, nnz) = (a.n_rows(), a.nnz());
-    let mut rows = Vec::new();
-    let mut push = |what: String, ordering: &str, ms: f64, note: String| {
-        eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
-        rows.push(Row::timing(spec, ordering, what, (n, nnz), ms, note))
-    };
+    let n = a.n_rows();
+    let mut rows = TimingRows::new(spec, a);
     let controls = controls();
     let options = GpuSolveOptions {
         slice_height: settings.slice_height,
@@ -68,12 +64,7 @@ pub fn rows(
 
     let baseline = JacobiBaseline::measure(gpu, &a_rcm, &b_dev, &options)?;
     let base_ms = baseline.ms;
-    push(
-        "PCG Jacobi".into(),
-        "rcm",
-        base_ms,
-        baseline.note("; the baseline of the speed-ups"),
-    );
+    rows.push_baseline(&baseline, "; the baseline of the speed-ups");
     let mut cases: Vec<PolynomialSettings> = Vec::new();
     for degree in DEGREES {
         for kind in PolynomialKind::ALL {
@@ -130,14 +121,14 @@ pub fn rows(
             ),
             Err(e) => format!("failed: {e}"),
         };
-        push(what, "rcm", total, note);
+        rows.push(what, "rcm", total, note);
     }
 
     if !settings.cpu_solve {
-        return Ok(rows);
+        return Ok(rows.into_rows());
     }
     if n > CPU_DIC_MAX_ROWS {
-        push(
+        rows.push(
             "PCG DIC CPU".into(),
             "natural",
             0.0,
@@ -146,13 +137,13 @@ pub fn rows(
                  per solve); see a smaller case"
             ),
         );
-        return Ok(rows);
+        return Ok(rows.into_rows());
     }
     let mut xc = vec![0.0; n];
     let t = Instant::now();
     let cpu = solve_pcg(a, PreconditionerKind::Dic, b, &mut xc, &controls, "p")?;
     let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
-    push(
+    rows.push(
         "PCG DIC CPU".into(),
         "natural",
         cpu_ms,
@@ -164,5 +155,5 @@ pub fn rows(
             cpu_ms / base_ms
         ),
     );
-    Ok(rows)
+    Ok(rows.into_rows())
 }

@@ -61,7 +61,6 @@ use fvpoisson::solve::{
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
     Sweep,
 };
-use fvpoisson::sparse::blocks::in_block_fraction;
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::Csr;
 
@@ -386,22 +385,9 @@ fn case_entries(
     by_colour.colouring = Some(colouring);
     let mut kernels = vec!["smooth_block"];
     kernels.extend(BLOCK_IC_KERNELS);
-    let (block_h, blocks, a_blocks) =
-        block_layout_for(gpu, a, block_size, &kernels, "block preconditioners")?;
-    let lambda = in_block_fraction(&a_blocks, block_h);
-    let mut by_blocks = Ordered::new(
-        gpu,
-        (
-            "blocks",
-            format!("grown {block_h}-row blocks, lambda {lambda:.3}"),
-        ),
-        a_blocks,
-        &blocks.to_new(b),
-        &GpuSolveOptions {
-            slice_height: block_h,
-            ..options
-        },
-    )?;
+    let layout = block_layout_for(gpu, a, block_size, &kernels, "block preconditioners")?;
+    let block_h = layout.0;
+    let mut by_blocks = Ordered::blocks(gpu, layout, b, &options)?;
 
     // One SpMV on the RCM layout's matrix, the set-ups' unit.
     let spmv = spmv_ms(gpu, &by_rcm.backend.shared_matrix(), 20)?;

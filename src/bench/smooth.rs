@@ -32,7 +32,7 @@
 use std::time::Instant;
 
 use super::eisenstat::EisenstatBench;
-use super::tables::{controls, BenchSettings, JacobiBaseline, Row};
+use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use fvpoisson::gpu::smooth::{
@@ -49,7 +49,7 @@ use fvpoisson::solve::{
 };
 use fvpoisson::sparse::blocks::in_block_fraction;
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
-use fvpoisson::sparse::Csr;
+use fvpoisson::sparse::{Csr, Permutation};
 
 /// Sweeps between residual checks (Wikberg's (2024) 10).
 const CHECK_EVERY: usize = 10;
@@ -151,6 +151,31 @@ impl<'g> Ordered<'g> {
         })
     }
 
+    /// The layout of grown blocks of `block_layout`: the matrix `a_blocks`
+    /// and `b` (given in the original order) in the order `blocks`, SELL
+    /// slices of the block height `block_h`.
+    pub fn blocks(
+        gpu: &'g Gpu,
+        (block_h, blocks, a_blocks): (usize, Permutation, Csr),
+        b: &[f64],
+        options: &GpuSolveOptions,
+    ) -> anyhow::Result<Self> {
+        let lambda = in_block_fraction(&a_blocks, block_h);
+        Self::new(
+            gpu,
+            (
+                "blocks",
+                format!("grown {block_h}-row blocks, lambda {lambda:.3}"),
+            ),
+            a_blocks,
+            &blocks.to_new(b),
+            &GpuSolveOptions {
+                slice_height: block_h,
+                ..*options
+            },
+        )
+    }
+
     pub fn smoother(
         &self,
         gpu: &'g Gpu,
@@ -250,13 +275,9 @@ pub fn rows(
     b: &[f64],
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
-    let (n, nnz) = (a.n_rows(), a.nnz());
+    let n = a.n_rows();
     let sweeps = settings.smoother_sweeps.max(2);
-    let mut rows = Vec::new();
-    let mut push = |what: String, ordering: &str, ms: f64, note: String| {
-        eprintln!("{spec}: {what} ({ordering}): {ms:.1} ms, {note}");
-        rows.push(Row::timing(spec, ordering, what, (n, nnz), ms, note))
-    };
+    let mut rows = TimingRows::new(spec, a);
     let sweep_note = |s: &Sweeps, count: usize, extra: &str| {
         format!(
             "{count} sweeps{extra}: {:.4} ms/sweep, residual checks {:.1} ms, reduction {:.3e}",
@@ -282,7 +303,7 @@ pub fn rows(
             let mut x = vec![0.0; n];
             run_sweeps(&backend, &b.to_vec(), &mut x, count, &|| Ok(()))
         })?;
-        push(
+        rows.push(
             name.into(),
             "natural",
             timed.ms,
@@ -324,23 +345,9 @@ pub fn rows(
         &options,
     )?;
     by_colour.colouring = Some(colouring);
-    let (block_h, blocks, a_blocks) = block_layout(gpu, a, h)?;
-    let mut by_blocks = Ordered::new(
-        gpu,
-        (
-            "blocks",
-            format!(
-                "grown {block_h}-row blocks, lambda {:.3}",
-                in_block_fraction(&a_blocks, block_h)
-            ),
-        ),
-        a_blocks,
-        &blocks.to_new(b),
-        &GpuSolveOptions {
-            slice_height: block_h,
-            ..options
-        },
-    )?;
+    let layout = block_layout(gpu, a, h)?;
+    let block_h = layout.0;
+    let mut by_blocks = Ordered::blocks(gpu, layout, b, &options)?;
     let mut cases: Vec<(String, SmootherSettings, usize, &Ordered)> = vec![
         (
             "GPU Jacobi".into(),
@@ -396,7 +403,7 @@ pub fn rows(
             .colouring()
             .map_or(String::new(), |c| format!(", {} colours", c.n_colours()));
         let extra = format!(" ({}{colours}, set-up {setup_ms:.0} ms)", ordered.name);
-        push(
+        rows.push(
             name,
             ordered.ordering,
             timed.ms,
@@ -405,13 +412,13 @@ pub fn rows(
     }
 
     if !settings.pcg {
-        return Ok(rows);
+        return Ok(rows.into_rows());
     }
     let controls = controls();
     // The warm-up solve captures the CUDA graph (set-up, like the smoothers').
     let baseline = JacobiBaseline::measure(gpu, &by_rcm.a, &by_rcm.b, &options)?;
     let base_ms = baseline.ms;
-    push("PCG Jacobi".into(), "rcm", base_ms, baseline.note(""));
+    rows.push_baseline(&baseline, "");
     let mut jacobi2 = SmootherSettings::new(SmootherKind::Jacobi);
     jacobi2.sweeps = 2;
     jacobi2.omega = 0.8;
@@ -465,7 +472,7 @@ pub fn rows(
         let detail = format!("{}{colours}, set-up {setup_ms:.0} ms", ordered.name);
         let preconditioner = Box::new(DeviceSmootherPreconditioner::new(smoother, &s));
         let (ms, note) = timed_pcg(ordered, preconditioner, &controls, base_ms, &detail)?;
-        push(name.into(), ordered.ordering, ms, note);
+        rows.push(name.into(), ordered.ordering, ms, note);
     }
     // Level-scheduled incomplete Cholesky (gpu::ic): RCM order (few, long
     // dependency chains: many levels) and colour order (levels = colours).
@@ -481,7 +488,7 @@ pub fn rows(
                 ordered.name
             );
             let (ms, note) = timed_pcg(ordered, Box::new(ic), &controls, base_ms, &detail)?;
-            push(name.into(), ordered.ordering, ms, note);
+            rows.push(name.into(), ordered.ordering, ms, note);
         }
     }
     let (bench, colouring) = by_colour.eisenstat(gpu, &controls)?;
@@ -494,6 +501,6 @@ pub fn rows(
     );
     let ms = bench.solve_ms;
     let note = pcg_note(ms, bench.result, base_ms, &detail);
-    push("PCG Eisenstat SGS".into(), by_colour.ordering, ms, note);
-    Ok(rows)
+    rows.push("PCG Eisenstat SGS".into(), by_colour.ordering, ms, note);
+    Ok(rows.into_rows())
 }

@@ -180,6 +180,44 @@ impl Row {
     }
 }
 
+/// The time-to-solution rows of one case, each logged to stderr as it is
+/// measured (`case: what (ordering): ms, note`).
+pub(super) struct TimingRows<'c> {
+    case: &'c str,
+    /// Rows and nonzeros of the case's matrix.
+    size: (usize, usize),
+    rows: Vec<Row>,
+}
+
+impl<'c> TimingRows<'c> {
+    /// No rows yet of `case`, whose matrix is `a`.
+    pub(super) fn new(case: &'c str, a: &Csr) -> Self {
+        Self {
+            case,
+            size: (a.n_rows(), a.nnz()),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Logs and keeps the row `what` of the matrix in `ordering`.
+    pub(super) fn push(&mut self, what: String, ordering: &str, ms: f64, note: String) {
+        let case = self.case;
+        eprintln!("{case}: {what} ({ordering}): {ms:.1} ms, {note}");
+        self.rows
+            .push(Row::timing(case, ordering, what, self.size, ms, note));
+    }
+
+    /// Logs and keeps the row of the Jacobi-PCG baseline on the RCM order,
+    /// its note ending in `tail`.
+    pub(super) fn push_baseline(&mut self, baseline: &JacobiBaseline, tail: &str) {
+        self.push("PCG Jacobi".into(), "rcm", baseline.ms, baseline.note(tail));
+    }
+
+    pub(super) fn into_rows(self) -> Vec<Row> {
+        self.rows
+    }
+}
+
 /// Minimum bytes one SpMV moves in `format` (module documentation).
 pub fn spmv_bytes(format: Format, n: usize, nnz: usize) -> f64 {
     let (n, nnz) = (n as f64, nnz as f64);

@@ -1187,35 +1187,20 @@ impl Source<'_> {
         name: &str,
         target: Option<&mut PolynomialSettings>,
     ) -> Result<(), CaseError> {
-        let spans = [
-            ("degree", entry.degree.as_ref().map(Spanned::span)),
-            ("eigenBound", entry.eigen_bound.as_ref().map(Spanned::span)),
-            (
-                "lanczosSteps",
-                entry.lanczos_steps.as_ref().map(Spanned::span),
-            ),
-            ("eigenRatio", entry.eigen_ratio.as_ref().map(Spanned::span)),
-            ("precision", entry.precision.as_ref().map(Spanned::span)),
-        ];
         let Some(p) = target else {
-            return match spans.into_iter().find_map(|(k, s)| s.map(|s| (k, s))) {
-                Some((key, span)) => Err(self.error(
-                    span,
-                    format!(
-                        "solver.{name}.{key}: only a polynomial preconditioner or smoother uses \
-                         it (Neumann, Chebyshev or leastSquares)"
-                    ),
-                )),
-                None => Ok(()),
-            };
+            let precision = ("precision", entry.precision.as_ref().map(Spanned::span));
+            return self.refuse_keys(
+                name,
+                polynomial_only_spans(entry).into_iter().chain([precision]),
+                "only a polynomial preconditioner or smoother uses it (Neumann, Chebyshev or \
+                 leastSquares)",
+            );
         };
         if let Some(v) = &entry.degree {
             p.degree = *v.get_ref();
         }
         if let Some(v) = &entry.eigen_bound {
-            p.bound = v.get_ref().parse().map_err(|e: String| {
-                self.error(v.span(), format!("solver.{name}.eigenBound: {e}"))
-            })?;
+            p.bound = self.parsed(name, "eigenBound", v)?;
         }
         if let Some(v) = &entry.lanczos_steps {
             p.bound = EigenBound::Lanczos {
@@ -1226,9 +1211,7 @@ impl Source<'_> {
             p.eigen_ratio = *v.get_ref();
         }
         if let Some(v) = &entry.precision {
-            p.precision = v.get_ref().parse().map_err(|e: String| {
-                self.error(v.span(), format!("solver.{name}.precision: {e}"))
-            })?;
+            p.precision = self.parsed(name, "precision", v)?;
         }
         Ok(())
     }
@@ -1242,32 +1225,41 @@ impl Source<'_> {
         p: &mut PolynomialSettings,
     ) -> Result<(), CaseError> {
         if let Some(v) = &entry.precision {
-            p.precision = v.get_ref().parse().map_err(|e: String| {
-                self.error(v.span(), format!("solver.{name}.precision: {e}"))
-            })?;
+            p.precision = self.parsed(name, "precision", v)?;
         }
-        let polynomial_only = [
-            ("degree", entry.degree.as_ref().map(Spanned::span)),
-            ("eigenBound", entry.eigen_bound.as_ref().map(Spanned::span)),
-            (
-                "lanczosSteps",
-                entry.lanczos_steps.as_ref().map(Spanned::span),
-            ),
-            ("eigenRatio", entry.eigen_ratio.as_ref().map(Spanned::span)),
-        ];
-        match polynomial_only
-            .into_iter()
-            .find_map(|(k, s)| s.map(|s| (k, s)))
-        {
-            Some((key, span)) => Err(self.error(
-                span,
-                format!(
-                    "solver.{name}.{key}: only a polynomial preconditioner or smoother uses it \
-                     (DIC, IC0, block Jacobi, block-IC and Jacobi take precision only)"
-                ),
-            )),
+        self.refuse_keys(
+            name,
+            polynomial_only_spans(entry),
+            "only a polynomial preconditioner or smoother uses it (DIC, IC0, block Jacobi, \
+             block-IC and Jacobi take precision only)",
+        )
+    }
+
+    /// An error at the first key of `keys` the entry gives (`solver.<name>.<key>:
+    /// <uses>`), or none where it gives none of them.
+    fn refuse_keys<'k>(
+        &self,
+        name: &str,
+        keys: impl IntoIterator<Item = (&'k str, Option<Range<usize>>)>,
+        uses: &str,
+    ) -> Result<(), CaseError> {
+        match keys.into_iter().find_map(|(k, s)| s.map(|s| (k, s))) {
+            Some((key, span)) => Err(self.error(span, format!("solver.{name}.{key}: {uses}"))),
             None => Ok(()),
         }
+    }
+
+    /// The text of `solver.<name>.<key>` parsed; an error at its span naming
+    /// the key where it does not parse.
+    fn parsed<T: std::str::FromStr<Err = String>>(
+        &self,
+        name: &str,
+        key: &str,
+        v: &Spanned<String>,
+    ) -> Result<T, CaseError> {
+        v.get_ref()
+            .parse()
+            .map_err(|e: String| self.error(v.span(), format!("solver.{name}.{key}: {e}")))
     }
 
     fn smoother_parameters(
@@ -1296,16 +1288,12 @@ impl Source<'_> {
             ),
         ];
         let Some(target) = target else {
-            return match spans.into_iter().find_map(|(k, s)| s.map(|s| (k, s))) {
-                Some((key, span)) => Err(self.error(
-                    span,
-                    format!(
-                        "solver.{name}.{key}: only a smoother uses it (solver = \"smoothSolver\", \
-                         or a smoother as PCG's preconditioner)"
-                    ),
-                )),
-                None => Ok(()),
-            };
+            return self.refuse_keys(
+                name,
+                spans,
+                "only a smoother uses it (solver = \"smoothSolver\", or a smoother as PCG's \
+                 preconditioner)",
+            );
         };
         if let Some(v) = &entry.n_sweeps {
             target.sweeps = *v.get_ref();
@@ -1314,15 +1302,10 @@ impl Source<'_> {
             target.omega = *v.get_ref();
         }
         if let Some(v) = &entry.colouring {
-            target.colouring = v.get_ref().parse().map_err(|e: String| {
-                self.error(v.span(), format!("solver.{name}.colouring: {e}"))
-            })?;
+            target.colouring = self.parsed(name, "colouring", v)?;
         }
         if let Some(v) = &entry.inner {
-            target.block.inner = v
-                .get_ref()
-                .parse()
-                .map_err(|e: String| self.error(v.span(), format!("solver.{name}.inner: {e}")))?;
+            target.block.inner = self.parsed(name, "inner", v)?;
         }
         if let Some(v) = &entry.inner_tolerance {
             target.block.inner_tolerance = *v.get_ref();
@@ -1395,6 +1378,20 @@ impl Source<'_> {
         }
         Ok(output)
     }
+}
+
+/// The polynomial keys of `entry` but `precision` (which block-IC takes too)
+/// with the spans of those it gives.
+fn polynomial_only_spans(entry: &SolverEntry) -> [(&'static str, Option<Range<usize>>); 4] {
+    [
+        ("degree", entry.degree.as_ref().map(Spanned::span)),
+        ("eigenBound", entry.eigen_bound.as_ref().map(Spanned::span)),
+        (
+            "lanczosSteps",
+            entry.lanczos_steps.as_ref().map(Spanned::span),
+        ),
+        ("eigenRatio", entry.eigen_ratio.as_ref().map(Spanned::span)),
+    ]
 }
 
 /// A TOML value as the text a registry key reads (strings unquoted).

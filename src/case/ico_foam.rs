@@ -33,7 +33,7 @@ use super::run::{gamg_cache, log_gpu_mapping, solve_linear};
 use super::setup::LinearSolver;
 use super::simple_foam::{
     check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
-    read_viscosity, velocity_pressure_schemes,
+    read_viscosity, velocity_pressure_schemes, warn_unread_flow,
 };
 use super::{CaseError, Device};
 use crate::flow::piso::{
@@ -231,15 +231,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         p_file.internal.clone().expand(n),
         phi,
     );
-    for dict in [
-        &control,
-        &schemes_dict,
-        &solution,
-        &u_file.dict,
-        &p_file.dict,
-    ] {
-        r.warn_unread(dict);
-    }
+    warn_unread_flow(r, [&control, &schemes_dict, &solution], &u_file, &p_file);
     let setup = TransientSetup {
         case_dir: r.dir.clone(),
         origin: r.dir.join("system/controlDict").display().to_string(),

@@ -294,12 +294,12 @@ impl Reader {
         Ok(timing)
     }
 
-    /// [`Self::timing`] for solvers that restart from a written time
-    /// (`startFrom latestTime`, `startTime` > 0).
-    pub(super) fn timing_any_start(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
+    /// The start time of `control`: `startTime`, or the latest or first time
+    /// directory (`startFrom latestTime|firstTime`).
+    pub(super) fn start_time(&mut self, control: &FoamDict) -> Result<f64, CaseError> {
         let start_from = control.get_or("startFrom", "startTime".to_string())?;
-        let start = match start_from.as_str() {
-            "startTime" => control.get_scalar("startTime")?,
+        match start_from.as_str() {
+            "startTime" => Ok(control.get_scalar("startTime")?),
             "latestTime" | "firstTime" => {
                 control.ignore("startTime");
                 let times = self.time_directories()?;
@@ -308,21 +308,25 @@ impl Reader {
                 } else {
                     times.first()
                 };
-                *pick.ok_or_else(|| {
+                pick.copied().ok_or_else(|| {
                     CaseError::invalid(format!(
                         "{}: startFrom {start_from} but the case has no time directory",
                         self.dir.display()
                     ))
-                })?
+                })
             }
-            other => {
-                return Err(at_key(
-                    control,
-                    "startFrom",
-                    format!("startFrom {other}: expected startTime, latestTime or firstTime"),
-                ))
-            }
-        };
+            other => Err(at_key(
+                control,
+                "startFrom",
+                format!("startFrom {other}: expected startTime, latestTime or firstTime"),
+            )),
+        }
+    }
+
+    /// [`Self::timing`] for solvers that restart from a written time
+    /// (`startFrom latestTime`, `startTime` > 0).
+    pub(super) fn timing_any_start(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
+        let start = self.start_time(control)?;
         let stop_at = control.get_or("stopAt", "endTime".to_string())?;
         if stop_at != "endTime" {
             return Err(at_key(
@@ -1078,16 +1082,33 @@ fn read_schemes(dict: &FoamDict) -> Result<Schemes, CaseError> {
         scheme(dict, "laplacianSchemes", &format!("laplacian(DT,{FIELD})"))?;
     let (grad_entry, grad) = scheme(dict, "gradSchemes", &format!("grad({FIELD})"))?;
     // No convection; DT is uniform, so its interpolation and snGrad do not matter.
-    for unused in [
-        "divSchemes",
-        "interpolationSchemes",
-        "snGradSchemes",
-        "fluxRequired",
-        "wallDist",
-    ] {
-        dict.ignore(unused);
+    dict_schemes(
+        dict,
+        (&laplacian, lap_entry),
+        (&grad, grad_entry),
+        &[
+            "divSchemes",
+            "interpolationSchemes",
+            "snGradSchemes",
+            "fluxRequired",
+            "wallDist",
+        ],
+    )
+}
+
+/// The [`Schemes`] of the Laplacian and gradient scheme texts read at their
+/// entries of the `fvSchemes` dictionary `dict` (an unsupported one is
+/// reported at its entry); the sections `unused` are accepted quietly.
+pub(super) fn dict_schemes(
+    dict: &FoamDict,
+    (laplacian, lap_entry): (&str, &FoamEntry),
+    (grad, grad_entry): (&str, &FoamEntry),
+    unused: &[&str],
+) -> Result<Schemes, CaseError> {
+    for section in unused {
+        dict.ignore(section);
     }
-    Schemes::from_foam(&laplacian, &grad).map_err(|e| {
+    Schemes::from_foam(laplacian, grad).map_err(|e| {
         let entry = if e.to_string().contains("gradient scheme") {
             grad_entry
         } else {

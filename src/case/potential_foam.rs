@@ -21,9 +21,7 @@ use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
 use super::setup::LinearSolver;
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
-use crate::flow::output::{
-    flux_patch_types, written_patch_types, PHI_DIMENSIONS, P_DIMENSIONS, U_DIMENSIONS,
-};
+use crate::flow::output::{write_flux, written_patch_types, P_DIMENSIONS, U_DIMENSIONS};
 use crate::flow::potential::{
     approximate_pressure, potential_flow, ApproximatePressure, PotentialSettings,
     VelocityConvection, VelocityField,
@@ -159,7 +157,8 @@ impl PotentialFoamCase {
                 format!("application {app}: this case is read as a potentialFoam case"),
             ));
         }
-        let start = start_time(&mut r, &control)?;
+        // The time potentialFoam reads and writes.
+        let start = r.start_time(&control)?;
         let write = r.write_options(&control)?;
         for key in [
             "stopAt",
@@ -455,7 +454,6 @@ impl PotentialFoamCase {
     pub fn run(self, device: Device) -> Result<PotentialFoamSummary, CaseError> {
         let (mesh, geometry, case_dir) = (&self.mesh, &self.geometry, self.dir.as_path());
         let (start, write) = (self.start, self.write);
-        let first = mesh.n_internal_faces();
         let n = mesh.n_cells();
         let mut gpu_solver = gpu_solver(device);
         log_gpu_mapping(device, "Phi", &[&self.solver]);
@@ -516,24 +514,8 @@ impl PotentialFoamCase {
             )
         })?);
         if self.options.write_flux {
-            let phi_types = flux_patch_types(mesh);
             written.push(timings::timed(Phase::Output, || {
-                write_time_field_of(
-                    case_dir,
-                    start,
-                    mesh,
-                    &FieldOutput {
-                        name: "phi",
-                        internal: &flow_result.phi[..first],
-                        patch_types: &phi_types,
-                        boundary_values: &flow_result.phi[first..],
-                    },
-                    true,
-                    &FoamWriteOptions {
-                        dimensions: PHI_DIMENSIONS,
-                        ..write
-                    },
-                )
+                write_flux(case_dir, start, mesh, &flow_result.phi, &write)
             })?);
         }
         if self.options.write_potential {
@@ -656,33 +638,4 @@ fn read_pressure_schemes(
         ));
     }
     Ok((schemes, convection))
-}
-
-/// The time potentialFoam reads and writes: `startTime`, or the latest or
-/// first time directory (`startFrom latestTime|firstTime`).
-fn start_time(r: &mut Reader, control: &FoamDict) -> Result<f64, CaseError> {
-    let start_from = control.get_or("startFrom", "startTime".to_string())?;
-    match start_from.as_str() {
-        "startTime" => Ok(control.get_scalar("startTime")?),
-        "latestTime" | "firstTime" => {
-            control.ignore("startTime");
-            let times = r.time_directories()?;
-            let pick = if start_from == "latestTime" {
-                times.last()
-            } else {
-                times.first()
-            };
-            pick.copied().ok_or_else(|| {
-                CaseError::invalid(format!(
-                    "{}: startFrom {start_from} but the case has no time directory",
-                    r.dir.display()
-                ))
-            })
-        }
-        other => Err(at_key(
-            control,
-            "startFrom",
-            format!("startFrom {other}: expected startTime, latestTime or firstTime"),
-        )),
-    }
 }

@@ -18,7 +18,9 @@
 //! Entries nobody read are named in warnings.
 
 use super::flow_case::{momentum_solver, FlowSetup, FoamOutput};
-use super::openfoam::{at, at_key, read_positive, scheme, supported_application, Reader};
+use super::openfoam::{
+    at, at_key, dict_schemes, read_positive, scheme, supported_application, Reader,
+};
 use super::setup::{check_non_orth_correctors, TimeControl};
 use super::CaseError;
 use crate::flow::simple::{Convection, ResidualControl, SimpleSettings};
@@ -137,15 +139,7 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
         p_file.internal.clone().expand(n),
     ));
 
-    for dict in [
-        &control,
-        &schemes_dict,
-        &solution,
-        &u_file.dict,
-        &p_file.dict,
-    ] {
-        r.warn_unread(dict);
-    }
+    warn_unread_flow(r, [&control, &schemes_dict, &solution], &u_file, &p_file);
     let setup = FlowSetup {
         origin: r.dir.join("system/controlDict").display().to_string(),
         case_dir: r.dir.clone(),
@@ -337,22 +331,17 @@ pub(super) fn velocity_pressure_schemes(
     let (laplacian, lap_entry) =
         same_scheme(dict, "laplacianSchemes", viscous, "laplacian((1|A(U)),p)")?;
     let (grad, grad_entry) = same_scheme(dict, "gradSchemes", "grad(U)", "grad(p)")?;
-    for unused in [
-        "interpolationSchemes",
-        "snGradSchemes",
-        "fluxRequired",
-        "wallDist",
-    ] {
-        dict.ignore(unused);
-    }
-    Schemes::from_foam(&laplacian, &grad).map_err(|e| {
-        let entry = if e.to_string().contains("gradient scheme") {
-            grad_entry
-        } else {
-            lap_entry
-        };
-        at(entry, e.to_string())
-    })
+    dict_schemes(
+        dict,
+        (&laplacian, lap_entry),
+        (&grad, grad_entry),
+        &[
+            "interpolationSchemes",
+            "snGradSchemes",
+            "fluxRequired",
+            "wallDist",
+        ],
+    )
 }
 
 /// `nNonOrthogonalCorrectors`, `pRefCell` and `pRefValue` of a SIMPLE, PISO or
@@ -461,6 +450,19 @@ pub(super) fn read_relaxation(
         });
     }
     Ok(())
+}
+
+/// Warns about every entry nobody read in the case's `controlDict`,
+/// `fvSchemes` and `fvSolution` and in the U and p files of a flow case.
+pub(super) fn warn_unread_flow(
+    r: &mut Reader,
+    [control, schemes, solution]: [&FoamDict; 3],
+    u_file: &VectorFieldFile,
+    p_file: &ScalarFieldFile,
+) {
+    for dict in [control, schemes, solution, &u_file.dict, &p_file.dict] {
+        r.warn_unread(dict);
+    }
 }
 
 /// Velocity and pressure conditions of every patch, from `0/U` and `0/p`.

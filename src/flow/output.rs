@@ -224,7 +224,6 @@ pub fn write_time_directory_at(
     options: &FoamWriteOptions,
 ) -> Result<Vec<PathBuf>, OutputError> {
     let mesh = simple.mesh();
-    let first = mesh.n_internal_faces();
     let u_types = written_patch_types(mesh, velocity.iter().map(VelocityCondition::foam_name));
     let u = write_time_field_of(
         case_dir,
@@ -259,22 +258,36 @@ pub fn write_time_directory_at(
             ..*options
         },
     )?;
+    let phi = write_flux(case_dir, time, mesh, &simple.phi, options)?;
+    Ok(vec![u, p, phi])
+}
+
+/// Writes the face flux `phi` (internal faces, then boundary faces in face
+/// order) as `<case_dir>/<time name>/phi`, a surfaceScalarField with
+/// [`flux_patch_types`]; returns the path written.
+pub(crate) fn write_flux(
+    case_dir: &Path,
+    time: f64,
+    mesh: &Mesh,
+    phi: &[f64],
+    options: &FoamWriteOptions,
+) -> Result<PathBuf, OutputError> {
+    let first = mesh.n_internal_faces();
     let phi_types = flux_patch_types(mesh);
-    let phi = write_time_field_of(
+    write_time_field_of(
         case_dir,
         time,
         mesh,
         &FieldOutput {
             name: "phi",
-            internal: &simple.phi[..first],
+            internal: &phi[..first],
             patch_types: &phi_types,
-            boundary_values: &simple.phi[first..],
+            boundary_values: &phi[first..],
         },
         true,
         &FoamWriteOptions {
             dimensions: PHI_DIMENSIONS,
             ..*options
         },
-    )?;
-    Ok(vec![u, p, phi])
+    )
 }

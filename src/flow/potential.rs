@@ -22,13 +22,11 @@
 
 use super::piso::TransientConvection;
 use super::simple::{
-    divergence, flux_poisson, reconstruct, Convection, FluxPoisson, PressureSolve,
+    check_reference, divergence, flux_poisson, reconstruct, referenced_poisson, Convection,
+    FluxPoisson, PressureSolve,
 };
 use super::{solved_components, FlowError};
-use crate::fvm::{
-    BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, Reference, Schemes,
-    SingularPolicy,
-};
+use crate::fvm::{BoundaryCondition, LaplacianProblem, LaplacianSystem, Schemes};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
 use crate::solve::SolverPerformance;
 
@@ -58,23 +56,9 @@ impl PotentialSettings {
         n_cells: usize,
         conditions: Vec<BoundaryCondition>,
     ) -> Result<LaplacianProblem, FlowError> {
-        if self.reference_cell >= n_cells || !self.reference_value.is_finite() {
-            return Err(FlowError::invalid(format!(
-                "{field}RefCell {} with {field}RefValue {}: the cell must be below {n_cells} and \
-                 the value finite",
-                self.reference_cell, self.reference_value
-            )));
-        }
-        Ok(LaplacianProblem {
-            singular: SingularPolicy {
-                reference: Reference::Cell {
-                    cell: self.reference_cell,
-                    value: self.reference_value,
-                },
-                ..SingularPolicy::default()
-            },
-            ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), conditions)
-        })
+        let reference = (self.reference_cell, self.reference_value);
+        check_reference(field, reference, n_cells)?;
+        Ok(referenced_poisson(conditions, reference))
     }
 }
 

@@ -255,13 +255,40 @@ impl SimpleSettings {
                  rAtU = V/(a_P − Σ|a_nb|) is infinite without relaxation",
             ));
         }
-        if self.p_ref_cell >= n_cells || !self.p_ref_value.is_finite() {
-            return Err(FlowError::invalid(format!(
-                "pRefCell {} with pRefValue {}: the cell must be below {n_cells} and the value finite",
-                self.p_ref_cell, self.p_ref_value
-            )));
-        }
-        Ok(())
+        check_reference("p", (self.p_ref_cell, self.p_ref_value), n_cells)
+    }
+}
+
+/// An error unless the reference `(cell, value)` of `field` (`pRefCell`,
+/// `pRefValue`; `PhiRefCell`, ...) names one of the `n_cells` cells and a
+/// finite value.
+pub(crate) fn check_reference(
+    field: &str,
+    (cell, value): (usize, f64),
+    n_cells: usize,
+) -> Result<(), FlowError> {
+    if cell >= n_cells || !value.is_finite() {
+        return Err(FlowError::invalid(format!(
+            "{field}RefCell {cell} with {field}RefValue {value}: the cell must be below {n_cells} \
+             and the value finite"
+        )));
+    }
+    Ok(())
+}
+
+/// The steady problem ∇·∇x = q (Γ = 1; the source is set per solve) with
+/// `conditions`, the level fixed at the reference `(cell, value)` where no
+/// patch fixes it: the pressure equation's (and the potential's).
+pub(crate) fn referenced_poisson(
+    conditions: Vec<BoundaryCondition>,
+    (cell, value): (usize, f64),
+) -> LaplacianProblem {
+    LaplacianProblem {
+        singular: SingularPolicy {
+            reference: Reference::Cell { cell, value },
+            ..SingularPolicy::default()
+        },
+        ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), conditions)
     }
 }
 
@@ -408,16 +435,8 @@ impl<'m> Simple<'m> {
             viscous.push(system);
             viscous_problems.push(problem);
         }
-        let pressure_problem = LaplacianProblem {
-            singular: SingularPolicy {
-                reference: Reference::Cell {
-                    cell: settings.p_ref_cell,
-                    value: settings.p_ref_value,
-                },
-                ..SingularPolicy::default()
-            },
-            ..LaplacianProblem::steady(CellField::Uniform(1.0), CellField::Uniform(0.0), pressure)
-        };
+        let pressure_problem =
+            referenced_poisson(pressure, (settings.p_ref_cell, settings.p_ref_value));
         let pressure = match viscous.first() {
             Some(first) => first.deferred_with_structure_of(&pressure_problem)?,
             None => LaplacianSystem::deferred(mesh, geometry, settings.schemes, &pressure_problem)?,
@@ -1223,6 +1242,30 @@ pub(crate) fn flux_poisson(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reference_outside_the_mesh_or_not_finite_is_refused_naming_the_field() {
+        let e = check_reference("p", (5, 0.0), 5).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "pRefCell 5 with pRefValue 0: the cell must be below 5 and the value finite"
+            ),
+            "{e}"
+        );
+        let e = check_reference("Phi", (0, f64::NAN), 5)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PhiRefCell 0 with PhiRefValue NaN"), "{e}");
+        assert!(check_reference("p", (4, -1.0), 5).is_ok());
+        let problem = referenced_poisson(vec![], (4, -1.0));
+        assert_eq!(
+            problem.singular.reference,
+            Reference::Cell {
+                cell: 4,
+                value: -1.0
+            }
+        );
+    }
 
     #[test]
     fn the_equations_share_one_structure_and_assemble_on_their_first_host_use() {

@@ -2360,39 +2360,21 @@ mod tests {
             patches,
         )
         .unwrap();
-        let meshes = [
-            (
-                "hexahedra",
-                crate::mesh::load("box:6x5x4:perturb=0.2:renumber").unwrap(),
-            ),
-            (
-                "tetrahedra",
-                crate::mesh::load("box:5x4x3:tet:perturb=0.2:renumber").unwrap(),
-            ),
-            (
-                "prisms",
-                crate::mesh::load("box:5x4x3:prism:renumber").unwrap(),
-            ),
-            (
-                "2-D prisms",
-                crate::mesh::load("box:6x5x1:2d:prism").unwrap(),
-            ),
-            ("2-D", crate::mesh::load("box:6x5x1:2d").unwrap()),
-            (
-                "Gmsh hybrid",
-                crate::mesh::load("meshes/gmsh/pyramid_hybrid.v41.msh").unwrap(),
-            ),
-            (
-                "Gmsh prisms",
-                crate::mesh::load("meshes/gmsh/prism_wedge.v22.msh").unwrap(),
-            ),
-            (
-                "polyhedra",
-                crate::mesh::load("meshes/foam/polydual").unwrap(),
-            ),
-            ("mixed", mixed_mesh()),
-            ("not a hexahedron", not_a_hexahedron),
-        ];
+        let mut meshes: Vec<(&str, Mesh)> = [
+            ("hexahedra", "box:6x5x4:perturb=0.2:renumber"),
+            ("tetrahedra", "box:5x4x3:tet:perturb=0.2:renumber"),
+            ("prisms", "box:5x4x3:prism:renumber"),
+            ("2-D prisms", "box:6x5x1:2d:prism"),
+            ("2-D", "box:6x5x1:2d"),
+            ("Gmsh hybrid", "meshes/gmsh/pyramid_hybrid.v41.msh"),
+            ("Gmsh prisms", "meshes/gmsh/prism_wedge.v22.msh"),
+            ("polyhedra", "meshes/foam/polydual"),
+        ]
+        .into_iter()
+        .map(|(name, spec)| (name, crate::mesh::load(spec).unwrap()))
+        .collect();
+        meshes.push(("mixed", mixed_mesh()));
+        meshes.push(("not a hexahedron", not_a_hexahedron));
         let mut types = std::collections::BTreeSet::new();
         for (name, mesh) in &meshes {
             let cell_faces = mesh.cell_faces();

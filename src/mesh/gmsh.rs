@@ -513,12 +513,7 @@ impl<'a> MshReader<'a> {
                 }
             }
             Version::V41 => {
-                self.skip_space();
-                let header = self.line;
-                let n_blocks = self.count("the number of node blocks")?;
-                let n = self.count("the number of nodes")?;
-                self.size("the minimum node tag")?;
-                self.size("the maximum node tag")?;
+                let (header, n_blocks, n) = self.block_header_v41("node")?;
                 self.node_tags.reserve(n);
                 self.out.points.reserve(n);
                 for _ in 0..n_blocks {
@@ -655,13 +650,21 @@ impl<'a> MshReader<'a> {
         Ok(())
     }
 
-    fn read_elements_v41(&mut self) -> Res<()> {
+    /// The header of a version 4.1 `$Nodes` or `$Elements` section (`what`:
+    /// `node` or `element`): its line, the number of blocks and the number
+    /// of items; the tag range after them is read past.
+    fn block_header_v41(&mut self, what: &str) -> Res<(usize, usize, usize)> {
         self.skip_space();
         let header = self.line;
-        let n_blocks = self.count("the number of element blocks")?;
-        let n = self.count("the number of elements")?;
-        self.size("the minimum element tag")?;
-        self.size("the maximum element tag")?;
+        let n_blocks = self.count(&format!("the number of {what} blocks"))?;
+        let n = self.count(&format!("the number of {what}s"))?;
+        self.size(&format!("the minimum {what} tag"))?;
+        self.size(&format!("the maximum {what} tag"))?;
+        Ok((header, n_blocks, n))
+    }
+
+    fn read_elements_v41(&mut self) -> Res<()> {
+        let (header, n_blocks, n) = self.block_header_v41("element")?;
         let mut nodes = Vec::new();
         let mut total = 0usize;
         for _ in 0..n_blocks {

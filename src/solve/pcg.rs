@@ -595,10 +595,7 @@ mod tests {
 
     fn run_script(residuals: Vec<f64>) -> Result<SolverPerformance, SolveError> {
         let initialized = std::cell::Cell::new(0);
-        let backend = Counted {
-            initialized: &initialized,
-            residuals: std::cell::RefCell::new(residuals.into_iter()),
-        };
+        let backend = Counted::new(&initialized, residuals);
         let controls = SolverControls {
             tolerance: 0.0,
             max_iter: 4,
@@ -612,6 +609,16 @@ mod tests {
     struct Counted<'a> {
         initialized: &'a std::cell::Cell<usize>,
         residuals: std::cell::RefCell<std::vec::IntoIter<f64>>,
+    }
+
+    impl<'a> Counted<'a> {
+        /// Counting into `initialized`, with the residuals `residuals`.
+        fn new(initialized: &'a std::cell::Cell<usize>, residuals: Vec<f64>) -> Self {
+            Self {
+                initialized,
+                residuals: std::cell::RefCell::new(residuals.into_iter()),
+            }
+        }
     }
 
     impl Executor for Counted<'_> {
@@ -655,10 +662,7 @@ mod tests {
     fn a_set_up_on_demand_reuses_the_initial_residual_and_runs_only_to_iterate() {
         let initialized = std::cell::Cell::new(0);
         let set_ups = std::cell::Cell::new(0);
-        let backend = |residuals: Vec<f64>| Counted {
-            initialized: &initialized,
-            residuals: std::cell::RefCell::new(residuals.into_iter()),
-        };
+        let backend = |residuals: Vec<f64>| Counted::new(&initialized, residuals);
         let controls = SolverControls {
             tolerance: 0.45,
             max_iter: 4,

@@ -63,42 +63,30 @@ pub trait Real:
     fn is_finite(self) -> bool;
 }
 
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
-    fn abs(self) -> Self {
-        f64::abs(self)
-    }
-    fn is_finite(self) -> bool {
-        f64::is_finite(self)
-    }
+/// `Real` for f64 and f32, which differ only in the type: the conversions
+/// are `as` casts (f64 → f32 rounds to nearest; the others are exact).
+macro_rules! impl_real {
+    ($($t:ident),*) => {$(
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn from_f64(x: f64) -> Self {
+                x as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn sqrt(self) -> Self {
+                $t::sqrt(self)
+            }
+            fn abs(self) -> Self {
+                $t::abs(self)
+            }
+            fn is_finite(self) -> bool {
+                $t::is_finite(self)
+            }
+        }
+    )*};
 }
 
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
-    fn abs(self) -> Self {
-        f32::abs(self)
-    }
-    fn is_finite(self) -> bool {
-        f32::is_finite(self)
-    }
-}
+impl_real!(f64, f32);

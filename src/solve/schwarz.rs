@@ -514,14 +514,10 @@ mod tests {
         assert_eq!(s.fill_level, 1);
         assert_eq!(s.nested, 4);
         assert_eq!(s.to_string().parse::<SchwarzSettings>().unwrap(), s);
-        assert!("as:fill=1"
-            .parse::<SchwarzSettings>()
-            .unwrap_err()
-            .contains("IC(0)"));
-        assert!("ras:bogus=1"
-            .parse::<SchwarzSettings>()
-            .unwrap_err()
-            .contains("unknown"));
+        crate::test_support::assert_parse_refused::<SchwarzSettings>(&[
+            ("as:fill=1", "IC(0)"),
+            ("ras:bogus=1", "unknown"),
+        ]);
         assert!("ras:subdomains=0".parse::<SchwarzSettings>().is_err());
     }
 

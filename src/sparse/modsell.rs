@@ -505,14 +505,9 @@ mod tests {
         Csr::new(9, row_ptr, cols, vals).unwrap()
     }
 
-    /// A random permutation of 0..n (Fisher–Yates).
+    /// A random permutation of 0..n drawn from `seed`.
     fn shuffled(n: usize, seed: u64) -> Permutation {
-        let mut rng = crate::sparse::testing::SplitMix(seed);
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        for i in (1..n).rev() {
-            order.swap(i, rng.below(i + 1));
-        }
-        Permutation::from_new_to_old(order).unwrap()
+        crate::sparse::testing::random_permutation(n, &mut crate::sparse::testing::SplitMix(seed))
     }
 
     #[test]

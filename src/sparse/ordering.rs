@@ -809,7 +809,9 @@ pub fn bandwidth(a: &Csr) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::testing::{cuthill_mckee_by_queue, random_symmetric, SplitMix};
+    use crate::sparse::testing::{
+        cuthill_mckee_by_queue, random_permutation, random_symmetric, SplitMix,
+    };
 
     #[test]
     fn an_axis_numbered_grid_is_banded_and_a_shuffled_one_is_not() {
@@ -829,13 +831,7 @@ mod tests {
             .unwrap()
             .is_some());
         let mut rng = SplitMix(3);
-        let mut order: Vec<u32> = (0..a.n_rows() as u32).collect();
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i + 1));
-        }
-        let shuffled = Permutation::from_new_to_old(order)
-            .unwrap()
-            .apply_symmetric(&a);
+        let shuffled = random_permutation(a.n_rows(), &mut rng).apply_symmetric(&a);
         assert!(!is_banded(&shuffled), "{}", relative_bandwidth(&shuffled));
         let rcm = RowOrdering::Rcm
             .permutation_unless_banded(&shuffled, 32)
@@ -877,13 +873,7 @@ mod tests {
             assert_eq!(g.cuthill_mckee().new_to_old(), cuthill_mckee_by_queue(&g));
         }
         let a = grid_laplacian(60, 60, 8);
-        let mut order: Vec<u32> = (0..a.n_rows() as u32).collect();
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i + 1));
-        }
-        let shuffled = Permutation::from_new_to_old(order)
-            .unwrap()
-            .apply_symmetric(&a);
+        let shuffled = random_permutation(a.n_rows(), &mut rng).apply_symmetric(&a);
         let g = Graph::of_matrix(&shuffled);
         assert_eq!(g.cuthill_mckee().new_to_old(), cuthill_mckee_by_queue(&g));
     }

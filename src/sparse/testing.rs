@@ -5,7 +5,7 @@
 
 use nalgebra::DMatrix;
 
-use super::ordering::Graph;
+use super::ordering::{Graph, Permutation};
 use super::Csr;
 
 /// splitmix64: a small, well-mixed generator; enough for test data.
@@ -27,6 +27,15 @@ impl SplitMix {
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
+}
+
+/// A random permutation of 0..n (Fisher–Yates), drawn from `rng`.
+pub fn random_permutation(n: usize, rng: &mut SplitMix) -> Permutation {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    for i in (1..n).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    Permutation::from_new_to_old(order).expect("a shuffle of 0..n is a permutation")
 }
 
 /// A symmetric, strictly diagonally dominant (so SPD) n × n matrix: each row
