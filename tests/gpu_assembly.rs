@@ -880,6 +880,9 @@ fn the_device_builds_the_hosts_assembly_map() {
         "box:9x7x5:tet:perturb=0.2:renumber",
         "box:30x20x1:2d:perturb=0.3",
         "box:40x30x20:renumber",
+        // No internal face; one row of two cells.
+        "box:1x1x1",
+        "box:2x1x1",
     ] {
         let mesh = load(spec);
         let (matrix, _) = poisson_system_on(&mesh, &mesh.geometry().unwrap()).unwrap();

@@ -10,7 +10,7 @@
 use cudarc::driver::{CudaSlice, DeviceRepr};
 use rayon::prelude::*;
 
-use super::{check_map_sizes, AssemblyError, AssemblyMap, DeviceMap, NO_SLOT};
+use super::{check_map_sizes, upload, AssemblyError, AssemblyMap, DeviceMap, NO_SLOT};
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::scan::{read_at, unzeroed, Scan};
 use crate::gpu::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
@@ -140,10 +140,12 @@ pub(in crate::gpu) fn build(
     let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
     let (new_to_old, old_to_new) = (ordering.new_to_old(), ordering.old_to_new());
     let (n32, h32, nf32) = (n as i32, h as i32, n_internal as i32);
-    let d_owner = gpu.upload(&owner[..n_internal])?;
-    let d_neighbour = gpu.upload(neighbour)?;
-    let d_old_to_new = gpu.upload(old_to_new)?;
-    let d_new_to_old = gpu.upload(new_to_old)?;
+    // Empty arrays (no internal or no boundary faces) go up as one unread
+    // zero: the driver refuses zero-byte allocations.
+    let d_owner = upload(gpu, &owner[..n_internal])?;
+    let d_neighbour = upload(gpu, neighbour)?;
+    let d_old_to_new = upload(gpu, old_to_new)?;
+    let d_new_to_old = upload(gpu, new_to_old)?;
     let scan = Scan::new(gpu, n)?;
     let face_grid = vector_grid(n_internal);
     let row_grid = vector_grid(n);
@@ -281,7 +283,7 @@ pub(in crate::gpu) fn build(
     }
     let boundary_grid = vector_grid(n_boundary);
     let nb32 = n_boundary as i32;
-    let d_rows = gpu.upload(&active_rows)?;
+    let d_rows = upload(gpu, &active_rows)?;
     drop(active_rows);
     drop(count);
     let boundary_count = gpu.zeros::<u32>(n)?;
