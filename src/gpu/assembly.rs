@@ -1024,74 +1024,79 @@ struct DeviceGeometry {
 }
 
 impl DeviceGeometry {
-    /// Each array of `source` gathered and uploaded in turn, a piece at a
-    /// time ([`Gathered::upload`]; the face geometry's three arrays
-    /// together, [`FaceEntries::upload`]).
-    fn upload(gpu: &Gpu, source: &StaticSource) -> Result<Self, GpuError> {
-        let mesh = source.system.mesh();
-        let (mag_sf, delta_coeffs, k) = source.face_entries().upload(gpu, source.faces.len())?;
+    /// Each array of `source` on the device, made and uploaded a piece at a
+    /// time. The boundary faces' arrays are gathered in device order on the
+    /// host ([`Gathered::upload`]). So are the internal faces' arrays and the
+    /// cell volumes, unless the map's `addressing` is still on the device:
+    /// then they go up in mesh order and are put into device order there
+    /// ([`DeviceAddressing`]), so that the host copies and computes in face
+    /// order, reading its arrays in sequence, where a gather into device
+    /// order reads them at random (on a renumbered mesh, every face's cells
+    /// far apart). The same values either way; the face geometry's three
+    /// arrays are computed together ([`FaceEntries::upload`]).
+    fn upload(
+        gpu: &Gpu,
+        source: &StaticSource,
+        addressing: Option<&DeviceAddressing>,
+    ) -> Result<Self, GpuError> {
+        let (mesh, geometry) = (source.system.mesh(), source.system.geometry());
+        let n_internal = source.faces.len();
+        let (face_owner, face_neighbour, weights, (mag_sf, delta_coeffs, k), sf, volumes) =
+            match addressing.filter(|_| n_internal > 0) {
+                Some(addressing) => {
+                    let in_device_order = |width: usize, in_face_order: CudaSlice<f64>| {
+                        addressing.faces_in_device_order(gpu, width, &in_face_order)
+                    };
+                    let entries = FaceEntries {
+                        index: None,
+                        ..source.face_entries()
+                    };
+                    let (mag_sf, delta_coeffs, k) = entries.upload(gpu, n_internal)?;
+                    let sf = match source.gauss() {
+                        true => {
+                            let vectors = &geometry.face_area_vectors;
+                            let flat = gpu.upload_with(3 * n_internal, |start, piece| {
+                                fill_vectors(start, piece, |f| vectors[f])
+                            })?;
+                            Some(in_device_order(3, flat)?)
+                        }
+                        false => None,
+                    };
+                    let volumes = gpu.upload(&geometry.cell_volumes)?;
+                    (
+                        addressing.owner_rows(gpu)?,
+                        addressing.neighbour_rows(gpu)?,
+                        in_device_order(1, gpu.upload(&geometry.weights[..n_internal])?)?,
+                        (
+                            in_device_order(1, mag_sf)?,
+                            in_device_order(1, delta_coeffs)?,
+                            k.map(|k| in_device_order(3, k)).transpose()?,
+                        ),
+                        sf,
+                        addressing.cells_in_row_order(gpu, &volumes)?,
+                    )
+                }
+                None => (
+                    source.upload_rows(gpu, mesh.owner())?,
+                    source.upload_rows(gpu, mesh.neighbour())?,
+                    source.weights().upload(gpu)?,
+                    source.face_entries().upload(gpu, n_internal)?,
+                    source.sf().upload_nonempty(gpu)?,
+                    source.volumes().upload(gpu)?,
+                ),
+            };
         Ok(Self {
-            face_owner: source.upload_rows(gpu, mesh.owner())?,
-            face_neighbour: source.upload_rows(gpu, mesh.neighbour())?,
-            weights: source.weights().upload(gpu)?,
+            face_owner,
+            face_neighbour,
+            weights,
             mag_sf,
             delta_coeffs,
-            sf: source.sf().upload_nonempty(gpu)?,
+            sf,
             k,
             b_mag_sf: source.b_mag_sf().upload(gpu)?,
             b_k: source.b_k().upload_nonempty(gpu)?,
             b_delta_coeffs: source.b_delta_coeffs().upload_nonempty(gpu)?,
-            volumes: source.volumes().upload(gpu)?,
-        })
-    }
-}
-
-impl DeviceGeometry {
-    /// [`Self::upload`] with the internal faces' arrays and the cell volumes
-    /// uploaded in mesh order and put into device order on the device
-    /// ([`DeviceAddressing`]: the map's addressing, still there): the host
-    /// copies and computes in face order, reading its arrays in sequence,
-    /// where the gathers into device order read them at random (on a
-    /// renumbered mesh, every face's cells far apart). The same values.
-    fn upload_gathered_on_device(
-        gpu: &Gpu,
-        source: &StaticSource,
-        addressing: &DeviceAddressing,
-    ) -> Result<Self, GpuError> {
-        let system = source.system;
-        let (mesh, geometry) = (system.mesh(), system.geometry());
-        let n_internal = mesh.n_internal_faces();
-        let in_device_order = |width: usize, in_face_order: CudaSlice<f64>| {
-            addressing.faces_in_device_order(gpu, width, &in_face_order)
-        };
-        let weights = in_device_order(1, gpu.upload(&geometry.weights[..n_internal])?)?;
-        let entries = FaceEntries {
-            index: None,
-            ..source.face_entries()
-        };
-        let (mag_sf, delta_coeffs, k) = entries.upload(gpu, n_internal)?;
-        let sf = match source.gauss() {
-            true => {
-                let vectors = &geometry.face_area_vectors;
-                let flat = gpu.upload_with(3 * n_internal, |start, piece| {
-                    fill_vectors(start, piece, |f| vectors[f])
-                })?;
-                Some(in_device_order(3, flat)?)
-            }
-            false => None,
-        };
-        Ok(Self {
-            face_owner: addressing.owner_rows(gpu)?,
-            face_neighbour: addressing.neighbour_rows(gpu)?,
-            weights,
-            mag_sf: in_device_order(1, mag_sf)?,
-            delta_coeffs: in_device_order(1, delta_coeffs)?,
-            sf,
-            k: k.map(|k| in_device_order(3, k)).transpose()?,
-            b_mag_sf: source.b_mag_sf().upload(gpu)?,
-            b_k: source.b_k().upload_nonempty(gpu)?,
-            b_delta_coeffs: source.b_delta_coeffs().upload_nonempty(gpu)?,
-            volumes: addressing.cells_in_row_order(gpu, &gpu.upload(&geometry.cell_volumes)?)?,
+            volumes,
         })
     }
 }
@@ -1396,12 +1401,7 @@ impl<'g> DeviceLaplacian<'g> {
                         DeviceGradient::upload(gpu, &gradient, &gradient.b_ls)?
                     }
                 };
-                let geometry = match &addressing {
-                    Some(addressing) if !faces.is_empty() => {
-                        DeviceGeometry::upload_gathered_on_device(gpu, &source, addressing)?
-                    }
-                    _ => DeviceGeometry::upload(gpu, &source)?,
-                };
+                let geometry = DeviceGeometry::upload(gpu, &source, addressing.as_ref())?;
                 drop(addressing);
                 Ok::<_, GpuError>((
                     device_map,
