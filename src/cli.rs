@@ -546,15 +546,36 @@ fn run(
     }
     // One GPU opens, and starts compiling the kernels a run needs, on a
     // thread of its own while the case is read and its mesh loaded.
+    // Several GPUs (`--gpus 0,1`) open and compile the split PCG's kernels
+    // the same way, each on a thread of its own.
+    let several = match gpus {
+        Some(list @ [_, _, ..]) => {
+            if device != crate::gpu::DeviceChoice::Gpu {
+                anyhow::bail!("--gpus selects the GPUs of --device gpu; add --device gpu");
+            }
+            Some(list)
+        }
+        _ => None,
+    };
     let single_gpu = gpus.is_none();
-    let (read, opened) = while_opening_gpu(single_gpu.then_some(device), RUN_KERNELS, || {
+    let read_case = || {
         let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
         let mesh = match mesh {
             Some(mesh) => mesh,
             None => setup.mesh.load()?,
         };
         Ok((setup, mesh))
-    });
+    };
+    let ((read, opened), several) = match several {
+        Some(list) => {
+            let (read, opened) = while_opening_gpus(list, MULTI_KERNELS, read_case);
+            ((read, Ok(None)), Some(opened))
+        }
+        None => (
+            while_opening_gpu(single_gpu.then_some(device), RUN_KERNELS, read_case),
+            None,
+        ),
+    };
     let (mut setup, mesh) = read?;
     let mesh = Some(mesh);
     if let Some(vtk) = vtk {
@@ -563,15 +584,8 @@ fn run(
     if let Some(ordering) = ordering {
         setup.solver.set_ordering(ordering);
     }
-    if let Some(list @ [_, _, ..]) = gpus {
-        if device != crate::gpu::DeviceChoice::Gpu {
-            anyhow::bail!("--gpus selects the GPUs of --device gpu; add --device gpu");
-        }
-        let set = case::GpuSet::new(
-            list.iter()
-                .map(|&i| crate::gpu::Gpu::on_device(i))
-                .collect::<Result<_, _>>()?,
-        );
+    if let Some(opened) = several {
+        let set = case::GpuSet::new(opened?);
         let summary = case::run_case_with_mesh(&setup, mesh, case::Device::Gpus(&set))?;
         return Ok(run_exit_code(&summary));
     }
@@ -619,6 +633,9 @@ fn run_exit_code(summary: &case::RunSummary) -> i32 {
 /// the SpMV kernels, which all need, [`crate::gpu::Gpu::prefetch`]); the sources of the case's solvers are
 /// added once the case is read ([`solver_kernel_sources`]).
 const RUN_KERNELS: &[&str] = &["pcg.cu", "assembly.cu", "assembly_map.cu", "scan.cu"];
+/// Those of a Poisson run on several GPUs: PCG split over them (the halo
+/// exchange by peer stores or through the host, the device loop).
+const MULTI_KERNELS: &[&str] = &["pcg.cu", "multi.cu", "peer.cu"];
 /// Those of a flow, transient or potentialFoam run: the device SIMPLE/PISO
 /// loop, the momentum solvers (PBiCGStab's device loop, GMRES, the
 /// smoothers), PCG and the pressure preconditioners the GPU maps the usual
@@ -701,6 +718,42 @@ fn while_opening_gpu<T>(
                 Ok(gpu)
             }),
         };
+        (read, opened)
+    })
+}
+
+/// [`while_opening_gpu`] for the GPUs `list` of a run on several: each opens
+/// and compiles `kernels` on a thread of its own while `read` runs; the
+/// first GPU is made current on this thread.
+fn while_opening_gpus<T>(
+    list: &[usize],
+    kernels: &'static [&'static str],
+    read: impl FnOnce() -> anyhow::Result<T>,
+) -> (anyhow::Result<T>, anyhow::Result<Vec<crate::gpu::Gpu>>) {
+    std::thread::scope(|scope| {
+        let opening: Vec<_> = list
+            .iter()
+            .map(|&ordinal| {
+                scope.spawn(move || {
+                    let gpu = crate::gpu::Gpu::on_device(ordinal)?;
+                    gpu.prefetch(kernels);
+                    Ok::<_, anyhow::Error>(gpu)
+                })
+            })
+            .collect();
+        let read = timings::timed(Phase::Mesh, read);
+        let opened = timings::timed(Phase::DeviceSetup, || {
+            let gpus = opening
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            gpus[0].bind_to_thread()?;
+            Ok(gpus)
+        });
         (read, opened)
     })
 }

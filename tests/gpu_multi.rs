@@ -11,8 +11,8 @@
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::multi::{
-    box_slabs, nccl_available, solve_pcg_multi, MultiGpuBackend, MultiGpuOptions, Reduction,
-    Transport,
+    box_slabs, nccl_available, solve_pcg_multi, solve_pcg_with, MultiGpuBackend, MultiGpuOptions,
+    Reduction, Transport,
 };
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::peer::{self, all_peers};
@@ -189,6 +189,91 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
                 assert!(d_cpu < 1e-6 && d_gpu < 1e-6, "{name} {split}");
             }
         }
+    }
+}
+
+/// A split system kept between solves takes a later system's values in
+/// place (`refresh_values`): the solve gives the same bits as a split system
+/// set up fresh for the new values, on one GPU (host transport) and, where
+/// present, one rank per GPU; a system of another pattern is refused.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn refreshed_values_solve_as_a_fresh_set_up() {
+    let Some(gpu) = test_device() else { return };
+    let one = [gpu];
+    let many = all_devices();
+    let c = controls();
+    for (name, a, splits) in cases() {
+        // The same pattern, other values: the off-diagonals scaled by a
+        // random factor per entry and the diagonal kept dominant.
+        let mut g = SplitMix(29);
+        let mut values = a.values().to_vec();
+        for r in 0..a.n_rows() {
+            let (cols, _) = a.row(r);
+            let range = a.row_ptr()[r]..a.row_ptr()[r + 1];
+            let mut off = 0.0;
+            for (k, &col) in range.clone().zip(cols) {
+                if col as usize != r {
+                    values[k] *= 0.5 + g.next_f64();
+                    off += values[k].abs();
+                }
+            }
+            for (k, &col) in range.zip(cols) {
+                if col as usize == r {
+                    values[k] = values[k].max(off) * 1.01;
+                }
+            }
+        }
+        let a2 = a.with_values(values);
+        let b = random_vector(a.n_rows(), 41);
+        for (split, d) in &splits {
+            let mut runs: Vec<(&[Gpu], Transport)> = vec![(&one, Transport::Host)];
+            if many.len() >= d.n_ranks() && d.n_ranks() > 1 {
+                runs.extend(device_transports(&many).into_iter().map(|t| (&many[..], t)));
+            }
+            for (gpus, transport) in runs {
+                let options = MultiGpuOptions {
+                    transport,
+                    ..Default::default()
+                };
+                let mut kept = MultiGpuBackend::new(gpus, &a, d, &options).unwrap();
+                let mut x_first = vec![0.0; a.n_rows()];
+                solve_pcg_with(&kept, &a, &b, &mut x_first, &c, "p").unwrap();
+                kept.refresh_values(&a2, d, &options).unwrap();
+                let mut x_kept = vec![0.0; a.n_rows()];
+                let kept_perf = solve_pcg_with(&kept, &a2, &b, &mut x_kept, &c, "p").unwrap();
+                let mut x_fresh = vec![0.0; a.n_rows()];
+                let fresh_perf =
+                    solve_pcg_multi(gpus, &a2, d, &b, &mut x_fresh, &c, "p", &options).unwrap();
+                println!(
+                    "{name:<40} {split:<8} {transport:?}: kept {} it, fresh {} it",
+                    kept_perf.iterations, fresh_perf.iterations
+                );
+                assert!(fresh_perf.converged, "{name} {split}");
+                assert_eq!(
+                    kept_perf.iterations, fresh_perf.iterations,
+                    "{name} {split}"
+                );
+                assert_eq!(kept_perf.final_residual, fresh_perf.final_residual);
+                assert_eq!(x_kept, x_fresh, "{name} {split} {transport:?}");
+                assert_ne!(
+                    x_kept, x_first,
+                    "{name} {split}: the new values were not used"
+                );
+            }
+        }
+        // Another pattern (another matrix's) is refused, not solved wrongly.
+        let (other, _) = poisson_system("box:5x4x3").unwrap();
+        let d = Decomposition::metis(&other, 1).unwrap();
+        let options = MultiGpuOptions::default();
+        let mut kept =
+            MultiGpuBackend::new(&one, &a, &Decomposition::metis(&a, 1).unwrap(), &options)
+                .unwrap();
+        let refused = kept
+            .refresh_values(&other, &d, &options)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("pattern"), "{name}: {refused}");
     }
 }
 

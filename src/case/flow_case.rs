@@ -71,7 +71,7 @@
 //! assembled on the CPU and solved on the GPU instead (logged once).
 
 use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
-use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
+use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device, GpuSolves};
 use super::setup::{check_non_orth_correctors, LinearSolver, OutputFormat, MAX_TIME_STEPS};
 use super::CaseError;
 use crate::flow::simple::{
@@ -812,18 +812,18 @@ pub fn run_flow_case_with_mesh(
                 momentum_solver
                     .solve_krylov_preconditioned(a, &method, &p, b, x, &controls, field, &options)
             }));
-            Some(GpuSolver::new(gpu))
+            Some(GpuSolves::new(gpu))
         }
         (Device::Gpu(gpu), None) => {
             log::info!("pressure on the GPU; momentum (smoothSolver) on the CPU");
-            Some(GpuSolver::new(gpu))
+            Some(GpuSolves::new(gpu))
         }
         (Device::Gpus(set), _) => {
             log::info!(
                 "pressure split over {} GPUs; momentum on the CPU",
                 set.gpus.len()
             );
-            set.gpus.first().map(GpuSolver::new)
+            set.gpus.first().map(GpuSolves::new)
         }
         (Device::Cpu | Device::Distributed(_), _) => None,
     };

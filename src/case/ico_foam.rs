@@ -29,7 +29,7 @@
 use super::flow_case::{device_pressure_solver, momentum_solver, patch_conditions};
 use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
-use super::run::{gamg_cache, log_gpu_mapping, solve_linear};
+use super::run::{gamg_cache, log_gpu_mapping, solve_linear, GpuSolves};
 use super::setup::LinearSolver;
 use super::simple_foam::{
     check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
@@ -46,7 +46,6 @@ use crate::foam::write::{format_g, format_general, format_scientific};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
 use crate::gpu::assembly::AssemblyError;
-use crate::gpu::pcg::GpuSolver;
 use crate::gpu::simple::piso::DevicePiso;
 use crate::gpu::simple::DeviceFlowError;
 use crate::gpu::Gpu;
@@ -544,7 +543,7 @@ pub fn run_transient_case(
             log::info!(
                 "pressure solves on the GPU (host-assembled each corrector); momentum on the CPU"
             );
-            Some(GpuSolver::new(gpu))
+            Some(GpuSolves::new(gpu))
         }
         (Device::Cpu, _) => {
             log::info!("Linear solves on the CPU");

@@ -17,7 +17,7 @@
 //! requires to read it back.
 
 use super::openfoam::{at, at_key, scheme, Reader};
-use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device};
+use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device, GpuSolves};
 use super::setup::LinearSolver;
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
@@ -30,7 +30,6 @@ use crate::flow::simple::PressureSolve;
 use crate::flow::{FlowError, VectorValues, VelocityCondition};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
-use crate::gpu::pcg::GpuSolver;
 use crate::io::foam_field::{
     time_name, write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions, ScalarFieldFile,
     VectorFieldFile,
@@ -392,7 +391,7 @@ impl PotentialFoamCase {
         phi: &[f64],
         device: Device,
     ) -> Result<ApproximatePressure, CaseError> {
-        let mut gpu_solver = gpu_solver(device);
+        let mut gpu_solver = GpuSolves::of(device);
         let pressure = self.pressure.as_ref().ok_or_else(|| {
             CaseError::invalid(format!(
                 "{}: the approximate pressure needs the case read with -writep",
@@ -403,13 +402,13 @@ impl PotentialFoamCase {
         self.pressure_step(pressure, u, phi, device, gpu_solver.as_mut(), &cache)
     }
 
-    fn pressure_step(
+    fn pressure_step<'g>(
         &self,
         pressure: &PressureStep,
         u: &[Vec3],
         phi: &[f64],
-        device: Device,
-        mut gpu_solver: Option<&mut GpuSolver<'_>>,
+        device: Device<'g>,
+        mut gpu_solver: Option<&mut GpuSolves<'g>>,
         cache: &GamgCache,
     ) -> Result<ApproximatePressure, CaseError> {
         if u.len() != self.mesh.n_cells() {
@@ -455,7 +454,7 @@ impl PotentialFoamCase {
         let (mesh, geometry, case_dir) = (&self.mesh, &self.geometry, self.dir.as_path());
         let (start, write) = (self.start, self.write);
         let n = mesh.n_cells();
-        let mut gpu_solver = gpu_solver(device);
+        let mut gpu_solver = GpuSolves::of(device);
         log_gpu_mapping(device, "Phi", &[&self.solver]);
         let mut all_solvers = vec![&self.solver];
         if let Some(pressure) = &self.pressure {
@@ -585,15 +584,6 @@ impl PotentialFoamCase {
             written,
             warnings: self.warnings,
         })
-    }
-}
-
-/// The GPU solver of `device`'s first GPU.
-fn gpu_solver(device: Device) -> Option<GpuSolver> {
-    match device {
-        Device::Gpu(gpu) => Some(GpuSolver::new(gpu)),
-        Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
-        Device::Cpu | Device::Distributed(_) => None,
     }
 }
 

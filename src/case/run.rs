@@ -16,7 +16,7 @@ use crate::gpu::assembly::{AssemblyError, DeviceLaplacian};
 use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
-use crate::gpu::multi::{MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
+use crate::gpu::multi::{solve_pcg_with, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
 use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::polynomial::DevicePolynomial;
 use crate::gpu::smooth::DevicePreconditioner;
@@ -28,6 +28,7 @@ use crate::mesh::{Geometry, Mesh, Vec3};
 use crate::parallel::collective::agreed;
 use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{AmgSettings, CycleKind};
+use crate::solve::cpu::check_system;
 use crate::solve::distributed::{
     solve_bicgstab_distributed, solve_pcg_distributed_deflated, Deflation,
 };
@@ -40,6 +41,7 @@ use crate::solve::{
     pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
     SolveError, SolverPerformance,
 };
+use crate::sparse::csr::Pattern;
 use crate::sparse::distribute::Decomposition;
 use crate::sparse::ordering::{relative_bandwidth, BANDED};
 use crate::sparse::{Csr, ModSell, Permutation, RowOrdering};
@@ -109,6 +111,43 @@ pub struct GpuSet {
     decomposition: std::cell::RefCell<Option<Decomposition>>,
 }
 
+/// What a run keeps on its GPUs between linear solves: the first GPU's
+/// solver (its row orderings) and, where PCG is split over several GPUs,
+/// the split system, whose values a later system of the same pattern
+/// refreshes in place.
+pub(crate) struct GpuSolves<'g> {
+    solver: GpuSolver<'g>,
+    split: Option<KeptSplit<'g>>,
+}
+
+impl<'g> GpuSolves<'g> {
+    pub(crate) fn new(gpu: &'g Gpu) -> Self {
+        Self {
+            solver: GpuSolver::new(gpu),
+            split: None,
+        }
+    }
+
+    /// For `device`'s GPU, or the first of its GPUs; None off the GPU.
+    pub(crate) fn of(device: Device<'g>) -> Option<Self> {
+        match device {
+            Device::Gpu(gpu) => Some(Self::new(gpu)),
+            Device::Gpus(set) => set.gpus.first().map(Self::new),
+            Device::Cpu | Device::Distributed(_) => None,
+        }
+    }
+}
+
+/// A split system kept between solves: the pattern it was built from and
+/// the preconditioner it was set up for.
+pub(crate) struct KeptSplit<'g> {
+    pattern: Pattern,
+    /// The values it holds (`Csr::values_stamp`).
+    values_stamp: u64,
+    jacobi: bool,
+    backend: MultiGpuBackend<'g>,
+}
+
 impl GpuSet {
     pub fn new(gpus: Vec<Gpu>) -> Self {
         Self {
@@ -119,8 +158,9 @@ impl GpuSet {
 
     /// PCG over the GPUs when `solver` (as the GPU runs it) is PCG with
     /// Jacobi or no preconditioner and no equilibration; None otherwise.
-    fn solve(
-        &self,
+    fn solve<'g>(
+        &'g self,
+        kept: &mut Option<KeptSplit<'g>>,
         solver: &LinearSolver,
         matrix: &Csr,
         b: &[f64],
@@ -145,6 +185,7 @@ impl GpuSet {
             .as_ref()
             .is_none_or(|d| d.owners().len() != matrix.n_rows())
         {
+            *kept = None;
             let t = Instant::now();
             // A banded row order (a mesh numbered along its axes) splits
             // into slabs in row order, with interfaces about as small as
@@ -172,10 +213,62 @@ impl GpuSet {
             jacobi,
             ..MultiGpuOptions::default()
         };
-        let controls = &solver.controls;
-        Some(crate::gpu::multi::solve_pcg_multi(
-            &self.gpus, matrix, d, b, x, controls, field, &options,
-        ))
+        Some(self.solve_split(kept, matrix, d, b, x, solver, field, &options))
+    }
+
+    /// PCG over the GPUs on the kept split system, its values refreshed,
+    /// where it has `matrix`'s pattern and preconditioner; else on one set
+    /// up now and kept. A failed solve drops it.
+    #[allow(clippy::too_many_arguments)]
+    fn solve_split<'g>(
+        &'g self,
+        kept: &mut Option<KeptSplit<'g>>,
+        matrix: &Csr,
+        d: &Decomposition,
+        b: &[f64],
+        x: &mut [f64],
+        solver: &LinearSolver,
+        field: &str,
+        options: &MultiGpuOptions,
+    ) -> Result<SolverPerformance, SolveError> {
+        let device = |e: GpuError| SolveError::Device(e.to_string());
+        check_system(matrix, b, x, &solver.controls)?;
+        let reusable = kept
+            .as_ref()
+            .is_some_and(|k| matrix.has_pattern(&k.pattern) && k.jacobi == options.jacobi);
+        if reusable {
+            let k = kept.as_mut().expect("checked above");
+            // A matrix whose values did not change since the last solve
+            // (a steady run's next iteration, constant coefficients in
+            // time) is on the GPUs already.
+            if matrix.values_stamp() != k.values_stamp {
+                if let Err(e) = k.backend.refresh_values(matrix, d, options) {
+                    *kept = None;
+                    return Err(device(e));
+                }
+                k.values_stamp = matrix.values_stamp();
+            }
+        } else {
+            // The old split system's device memory goes before the new one
+            // is allocated.
+            *kept = None;
+            let backend = timings::span("split system set up on the GPUs", || {
+                MultiGpuBackend::new(&self.gpus, matrix, d, options)
+            })
+            .map_err(device)?;
+            *kept = Some(KeptSplit {
+                pattern: matrix.pattern(),
+                values_stamp: matrix.values_stamp(),
+                jacobi: options.jacobi,
+                backend,
+            });
+        }
+        let k = kept.as_ref().expect("kept above");
+        let result = solve_pcg_with(&k.backend, matrix, b, x, &solver.controls, field);
+        if result.is_err() {
+            *kept = None;
+        }
+        result
     }
 }
 
@@ -762,7 +855,7 @@ struct Run<'a> {
     foam_fields: Vec<PathBuf>,
     device: Device<'a>,
     /// The GPU's solves, which compute each row ordering once per run.
-    gpu_solver: Option<GpuSolver<'a>>,
+    gpu_solver: Option<GpuSolves<'a>>,
     /// GAMG's face weights and cached agglomeration.
     gamg_cache: GamgCache,
     clock: Instant,
@@ -885,11 +978,7 @@ impl<'a> Run<'a> {
             vtk,
             foam_fields: Vec::new(),
             device,
-            gpu_solver: match device {
-                Device::Gpu(gpu) => Some(GpuSolver::new(gpu)),
-                Device::Gpus(set) => set.gpus.first().map(GpuSolver::new),
-                Device::Cpu | Device::Distributed(_) => None,
-            },
+            gpu_solver: GpuSolves::of(device),
             gamg_cache: gamg_cache(
                 mesh,
                 geometry,
@@ -1417,9 +1506,9 @@ pub(crate) fn gamg_cache(mesh: &Mesh, geometry: &Geometry, solvers: &[&LinearSol
 /// ([`Device::adapt`]): PCG or smoothSolver, on the CPU or, with a GPU
 /// solver, on the GPU (the matrix uploaded, x the initial guess).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn solve_linear(
-    device: Device<'_>,
-    gpu_solver: Option<&mut GpuSolver<'_>>,
+pub(crate) fn solve_linear<'g>(
+    device: Device<'g>,
+    mut gpu_solves: Option<&mut GpuSolves<'g>>,
     gamg_cache: &GamgCache,
     solver: &LinearSolver,
     matrix: &Csr,
@@ -1442,10 +1531,16 @@ pub(crate) fn solve_linear(
     }
     let solver = device.adapt(solver);
     if let Device::Gpus(set) = device {
-        if let Some(result) = set.solve(&solver, matrix, b, x, field) {
+        let mut unkept = None;
+        let kept = match gpu_solves.as_deref_mut() {
+            Some(solves) => &mut solves.split,
+            None => &mut unkept,
+        };
+        if let Some(result) = set.solve(kept, &solver, matrix, b, x, field) {
             return result;
         }
     }
+    let gpu_solver = gpu_solves.map(|solves| &mut solves.solver);
     let (equilibration, controls) = (&solver.equilibration, &solver.controls);
     let options = GpuSolveOptions {
         ordering: solver.ordering,

@@ -2,8 +2,9 @@
 //! with linear interpolation, and `leastSquaresGrad` with `leastSquaresVectors`.
 
 use super::{boundary::BoundaryCoeffs, FvmError, GradScheme};
-use crate::mesh::{Geometry, Mesh, Vec3};
+use crate::mesh::{split_by_parts, Geometry, Mesh, PartSides, Vec3};
 use nalgebra::Matrix3;
+use rayon::prelude::*;
 
 /// What a gradient needs beyond the field: fixed per mesh and scheme.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +36,11 @@ impl CellGradient {
     }
 
     /// Gradient of `p` in every cell, boundary face values from `bc`.
+    ///
+    /// The cells are summed in parallel over the mesh's cell parts
+    /// (`PartSides`), each part adding its cells' face sides in face order,
+    /// the internal faces before the boundary ones: the bits of the serial
+    /// face loop (OpenFOAM's) on any number of threads.
     pub fn compute(
         &self,
         mesh: &Mesh,
@@ -42,49 +48,59 @@ impl CellGradient {
         bc: &BoundaryCoeffs,
         p: &[f64],
     ) -> Vec<Vec3> {
-        let owner = mesh.owner();
-        let neighbour = mesh.neighbour();
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let n_internal = mesh.n_internal_faces();
         let face_values = bc.face_values(mesh, p);
-        let mut grad = vec![Vec3::zeros(); mesh.n_cells()];
-        match self {
-            Self::GaussLinear => {
-                let sf = &geometry.face_area_vectors;
-                for f in 0..n_internal {
-                    let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+        let sf = &geometry.face_area_vectors;
+        // What face f's side adds to its cell c (the neighbour side of an
+        // internal face subtracts it), as the serial loops compute it.
+        let side = |f: usize, c: usize| -> Option<Vec3> {
+            if f >= n_internal {
+                let b = f - n_internal;
+                return bc.active[b].then(|| match self {
+                    Self::GaussLinear => sf[f] * face_values[b],
+                    Self::LeastSquares { boundary, .. } => boundary[b] * (face_values[b] - p[c]),
+                });
+            }
+            let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+            Some(match self {
+                Self::GaussLinear => {
                     let w = geometry.weights[f];
-                    let flux = sf[f] * (w * (p[o] - p[n]) + p[n]);
-                    grad[o] += flux;
-                    grad[n] -= flux;
+                    sf[f] * (w * (p[o] - p[n]) + p[n])
                 }
-                for (b, &value) in face_values.iter().enumerate() {
-                    if bc.active[b] {
-                        grad[owner[n_internal + b] as usize] += sf[n_internal + b] * value;
+                Self::LeastSquares {
+                    owner: own_ls,
+                    neighbour: nei_ls,
+                    ..
+                } => match c == o {
+                    true => own_ls[f] * (p[n] - p[o]),
+                    false => nei_ls[f] * (p[n] - p[o]),
+                },
+            })
+        };
+        let mut grad = vec![Vec3::zeros(); mesh.n_cells()];
+        let sides = PartSides::new(mesh);
+        let parts = sides.parts();
+        split_by_parts(&mut grad, parts)
+            .into_par_iter()
+            .zip(parts)
+            .enumerate()
+            .for_each(|(part, (grad, cells))| {
+                sides.for_each(mesh, part, |f, c, is_owner| {
+                    if let Some(v) = side(f, c) {
+                        let g = &mut grad[c - cells.start];
+                        match is_owner || f >= n_internal {
+                            true => *g += v,
+                            false => *g -= v,
+                        }
+                    }
+                });
+                if let Self::GaussLinear = self {
+                    for (g, v) in grad.iter_mut().zip(&geometry.cell_volumes[cells.clone()]) {
+                        *g /= *v;
                     }
                 }
-                for (g, v) in grad.iter_mut().zip(&geometry.cell_volumes) {
-                    *g /= *v;
-                }
-            }
-            Self::LeastSquares {
-                owner: own_ls,
-                neighbour: nei_ls,
-                boundary: bnd_ls,
-            } => {
-                for f in 0..n_internal {
-                    let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-                    let dp = p[n] - p[o];
-                    grad[o] += own_ls[f] * dp;
-                    grad[n] -= nei_ls[f] * dp;
-                }
-                for (b, &value) in face_values.iter().enumerate() {
-                    if bc.active[b] {
-                        let o = owner[n_internal + b] as usize;
-                        grad[o] += bnd_ls[b] * (value - p[o]);
-                    }
-                }
-            }
-        }
+            });
         grad
     }
 }

@@ -90,6 +90,8 @@
 //! a run hangs rather than fails (`NCCL_DEBUG=WARN` shows the error).
 
 use crate::gpu::KernelArgs;
+use crate::timings;
+use rayon::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::sync::Arc;
@@ -202,29 +204,7 @@ pub fn nccl_available() -> Result<(), GpuError> {
 /// A rank's owned block A_oo (`n_owned` square) and coupling A_oh (the
 /// boundary rows × the halo slots) of its local system.
 pub fn split_local(l: &LocalMatrix) -> Result<(Csr, Csr), GpuError> {
-    let m = &l.matrix;
-    let (mut oo_ptr, mut oh_ptr) = (vec![0usize], vec![0usize]);
-    let (mut oo_cols, mut oo_vals) = (Vec::with_capacity(m.nnz()), Vec::with_capacity(m.nnz()));
-    let (mut oh_cols, mut oh_vals) = (Vec::new(), Vec::new());
-    for row in 0..l.n_owned {
-        let (cols, vals) = m.row(row);
-        for (&c, &v) in cols.iter().zip(vals) {
-            if (c as usize) < l.n_owned {
-                oo_cols.push(c);
-                oo_vals.push(v);
-            } else {
-                oh_cols.push(c - l.n_owned as u32);
-                oh_vals.push(v);
-            }
-        }
-        oo_ptr.push(oo_cols.len());
-        if row >= l.n_interior {
-            oh_ptr.push(oh_cols.len());
-        }
-    }
-    let a_oo = Csr::new(l.n_owned, oo_ptr, oo_cols, oo_vals).map_err(GpuError::Invalid)?;
-    let a_oh = Csr::new(l.n_halo(), oh_ptr, oh_cols, oh_vals).map_err(GpuError::Invalid)?;
-    Ok((a_oo, a_oh))
+    Ok((l.owned_block(), l.halo_block()))
 }
 
 /// Who sends what to whom, from one rank's local system: `idx` the owned
@@ -345,34 +325,75 @@ struct LoopBuffers {
     pq_partials: CudaSlice<f64>,
 }
 
+/// One rank's blocks built on the host: its local system, the coupling
+/// A_oh and A_oo in mod-SELL.
+struct RankHost {
+    local: LocalMatrix,
+    a_oh: Csr,
+    m: ModSell,
+}
+
+impl RankHost {
+    /// Every rank's blocks of `a` split by `d`, the ranks in parallel (each
+    /// rank's local system is itself built in parallel over its rows).
+    fn all(a: &Csr, d: &Decomposition, options: &MultiGpuOptions) -> Vec<Result<Self, GpuError>> {
+        timings::span("local systems", || {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..d.n_ranks())
+                    .map(|rank| s.spawn(move || Self::of(a, d, rank, options)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("local system thread panicked"))
+                    .collect()
+            })
+        })
+    }
+
+    fn of(
+        a: &Csr,
+        d: &Decomposition,
+        rank: usize,
+        options: &MultiGpuOptions,
+    ) -> Result<Self, GpuError> {
+        let local = d.local(a, rank).map_err(GpuError::Invalid)?;
+        let (a_oo, a_oh) = split_local(&local)?;
+        let m = ModSell::from_csr(&a_oo, options.slice_height).map_err(GpuError::Invalid)?;
+        Ok(Self { local, a_oh, m })
+    }
+
+    /// Jacobi's inverse diagonal (where `jacobi`) and the owned rows' sums
+    /// of the global matrix (`row_sums`).
+    fn scales(&self, row_sums: &[f64], jacobi: bool) -> (Option<Vec<f64>>, Vec<f64>) {
+        let inv_diag = jacobi.then(|| self.m.diag().par_iter().map(|d| 1.0 / d).collect());
+        let owned_sums = self.local.global[..self.local.n_owned]
+            .par_iter()
+            .map(|&g| row_sums[g as usize])
+            .collect();
+        (inv_diag, owned_sums)
+    }
+}
+
 impl<'g> Rank<'g> {
-    /// The rank's share on `gpu`: `local` split into A_oo (`m`, mod-SELL) and
-    /// `a_oh`; `row_sums` the global matrix's.
-    #[allow(clippy::too_many_arguments)]
+    /// The rank's share on `gpu` from its host blocks; `row_sums` the global
+    /// matrix's.
     fn new(
         gpu: &'g Gpu,
         index: usize,
-        local: &LocalMatrix,
-        a_oh: &Csr,
-        m: &ModSell,
+        host: &RankHost,
         row_sums: &[f64],
         options: &MultiGpuOptions,
         comm_stream: Option<Arc<CudaStream>>,
     ) -> Result<Self, GpuError> {
+        let RankHost { local, a_oh, m } = host;
         let a_oo = DeviceModSell::upload(gpu, m)?;
         let a_oh = (a_oh.nnz() > 0)
             .then(|| DeviceCsr::upload(gpu, a_oh))
             .transpose()?;
         let a_oo_slices = a_oo.n_slices();
         let a_oh_blocks = a_oh.as_ref().map_or(0, |c| vector_grid(c.n) as usize);
-        let inv_diag = options
-            .jacobi
-            .then(|| gpu.upload(&m.diag().iter().map(|d| 1.0 / d).collect::<Vec<_>>()))
-            .transpose()?;
-        let owned_sums: Vec<f64> = local.global[..local.n_owned]
-            .iter()
-            .map(|&g| row_sums[g as usize])
-            .collect();
+        let (inv_diag, owned_sums) = host.scales(row_sums, options.jacobi);
+        let inv_diag = inv_diag.map(|d| gpu.upload(&d)).transpose()?;
         let plan = ExchangePlan::of(local);
         let check_interval = options.check_interval.max(1);
         Ok(Self {
@@ -413,6 +434,36 @@ impl<'g> Rank<'g> {
     }
     fn grid(&self) -> u32 {
         vector_grid(self.n_owned)
+    }
+
+    /// Writes the values of `host`, blocks of the pattern this rank was
+    /// built from, into its device arrays (the pattern, the exchange and the
+    /// buffers stay).
+    fn write_values(&mut self, host: &RankHost, row_sums: &[f64]) -> Result<(), GpuError> {
+        let RankHost { local, a_oh, m } = host;
+        let same = local.n_owned == self.n_owned
+            && local.n_interior == self.n_interior
+            && m.values().len() == self.a_oo.values.len()
+            && a_oh.nnz() == self.a_oh.as_ref().map_or(0, |c| c.nnz)
+            && ExchangePlan::of(local) == self.plan
+            && local.global[..local.n_owned] == self.global[..];
+        if !same {
+            return Err(GpuError::Invalid(format!(
+                "internal: rank {}'s new system does not have the pattern it was set up with",
+                self.index
+            )));
+        }
+        let gpu = self.gpu;
+        gpu.write(m.values(), &mut self.a_oo.values)?;
+        gpu.write(m.diag(), &mut self.a_oo.diag)?;
+        if let Some(c) = &mut self.a_oh {
+            gpu.write(a_oh.values(), &mut c.vals)?;
+        }
+        let (inv_diag, owned_sums) = host.scales(row_sums, self.inv_diag.is_some());
+        if let (Some(host), Some(dev)) = (inv_diag, &mut self.inv_diag) {
+            gpu.write(&host, dev)?;
+        }
+        gpu.write(&owned_sums, &mut self.row_sums)
     }
 }
 
@@ -491,26 +542,8 @@ impl<'g> MultiGpuBackend<'g> {
         }
         let n_ranks = d.n_ranks();
         let check_interval = options.check_interval.max(1);
-        let row_sums = openfoam_row_sums(a);
-        // Host set-up: local system, split, mod-SELL, per rank in parallel.
-        type Host = (LocalMatrix, Csr, ModSell);
-        let hosts: Vec<Result<Host, GpuError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..n_ranks)
-                .map(|rank| {
-                    s.spawn(move || -> Result<Host, GpuError> {
-                        let local = d.local(a, rank).map_err(GpuError::Invalid)?;
-                        let (a_oo, a_oh) = split_local(&local)?;
-                        let m = ModSell::from_csr(&a_oo, options.slice_height)
-                            .map_err(GpuError::Invalid)?;
-                        Ok((local, a_oh, m))
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("local system thread panicked"))
-                .collect()
-        });
+        let row_sums = timings::span("row sums of the system", || openfoam_row_sums(a));
+        let hosts = RankHost::all(a, d, options);
         let distinct = n_ranks <= gpus.len();
         let rank_gpus: Vec<&Gpu> = (0..n_ranks).map(|r| &gpus[r % gpus.len()]).collect();
         let peers = distinct && n_ranks > 1 && peer::all_peers(&rank_gpus)?;
@@ -544,25 +577,20 @@ impl<'g> MultiGpuBackend<'g> {
             }
             Transport::Host => Transport::Host,
         };
-        let mut ranks = Vec::with_capacity(n_ranks);
-        for (rank, host) in hosts.into_iter().enumerate() {
-            let (local, a_oh, m) = host?;
-            let gpu = &gpus[rank % gpus.len()];
-            let comm_stream = matches!(transport, Transport::Nccl | Transport::Peer)
-                .then(|| gpu.new_stream())
-                .transpose()?;
-            let rank = Rank::new(
-                gpu,
-                rank,
-                &local,
-                &a_oh,
-                &m,
-                &row_sums,
-                options,
-                comm_stream,
-            )?;
-            ranks.push(rank);
-        }
+        let uploads = || -> Result<Vec<Rank<'g>>, GpuError> {
+            let mut ranks = Vec::with_capacity(n_ranks);
+            for (rank, host) in hosts.into_iter().enumerate() {
+                let host = host?;
+                let gpu = &gpus[rank % gpus.len()];
+                let comm_stream = matches!(transport, Transport::Nccl | Transport::Peer)
+                    .then(|| gpu.new_stream())
+                    .transpose()?;
+                let rank = Rank::new(gpu, rank, &host, &row_sums, options, comm_stream)?;
+                ranks.push(rank);
+            }
+            Ok(ranks)
+        };
+        let mut ranks = timings::span("rank systems uploaded", uploads)?;
         let comms = if transport == Transport::Nccl {
             check_nccl_environment();
             let streams = ranks
@@ -597,7 +625,7 @@ impl<'g> MultiGpuBackend<'g> {
                 .iter()
                 .map(|r| r.gpu.address(&r.halo.borrow()))
                 .collect();
-            let links = peer::link(&rank_gpus, &plans, &halos)?;
+            let links = timings::span("peer links", || peer::link(&rank_gpus, &plans, &halos))?;
             for (r, l) in ranks.iter_mut().zip(links) {
                 r.peer = Some(l);
             }
@@ -637,6 +665,45 @@ impl<'g> MultiGpuBackend<'g> {
         })
     }
 
+    /// Takes the values of `a`, a system of the pattern this backend was
+    /// built from, split by the same `d` (a later solve of a run): each
+    /// rank's blocks are built on the host as [`Self::new`] builds them and
+    /// only their values are written into the device arrays. The exchange,
+    /// the buffers, the peer links and the communicators stay. Jacobi or no
+    /// preconditioner only (a set preconditioner would need its own set-up).
+    pub fn refresh_values(
+        &mut self,
+        a: &Csr,
+        d: &Decomposition,
+        options: &MultiGpuOptions,
+    ) -> Result<(), GpuError> {
+        if self.peers.is_some() || self.ranks.iter().any(|r| r.preconditioner.is_some()) {
+            return Err(GpuError::Invalid(
+                "internal: only a serial run's split system without a set preconditioner \
+                 takes new values in place"
+                    .into(),
+            ));
+        }
+        if a.n_rows() != self.n_global || d.n_ranks() != self.ranks.len() {
+            return Err(GpuError::Invalid(format!(
+                "internal: a system of {} rows in {} parts does not have the pattern of the \
+                 split system ({} rows in {} parts)",
+                a.n_rows(),
+                d.n_ranks(),
+                self.n_global,
+                self.ranks.len()
+            )));
+        }
+        let row_sums = timings::span("row sums of the system", || openfoam_row_sums(a));
+        let hosts = RankHost::all(a, d, options);
+        timings::span("rank values uploaded", || {
+            self.ranks
+                .iter_mut()
+                .zip(hosts)
+                .try_for_each(|(rank, host)| rank.write_values(&host?, &row_sums))
+        })
+    }
+
     /// Rank `comm.rank()` of a distributed run (`run -np N --device gpu`,
     /// `mpirun`) on `gpu`: the rank's rows of `a` split by `d`. Vectors are
     /// uploaded from and downloaded into global vectors (only the rank's
@@ -665,21 +732,10 @@ impl<'g> MultiGpuBackend<'g> {
             )));
         }
         let set_up = || -> Result<Self, GpuError> {
-            let local = d.local(a, comm.rank()).map_err(GpuError::Invalid)?;
-            let (a_oo, a_oh) = split_local(&local)?;
-            let m = ModSell::from_csr(&a_oo, options.slice_height).map_err(GpuError::Invalid)?;
+            let host = RankHost::of(a, d, comm.rank(), options)?;
             let row_sums = openfoam_row_sums(a);
-            let rank = Rank::new(
-                gpu,
-                comm.rank(),
-                &local,
-                &a_oh,
-                &m,
-                &row_sums,
-                options,
-                None,
-            )?;
-            let packed = packed_neighbours(&local, &rank.plan);
+            let rank = Rank::new(gpu, comm.rank(), &host, &row_sums, options, None)?;
+            let packed = packed_neighbours(&host.local, &rank.plan);
             Ok(Self {
                 ranks: vec![rank],
                 n_global: a.n_rows(),
@@ -1223,9 +1279,34 @@ pub fn solve_pcg_multi(
     check_system(a, b, x, controls)?;
     let device = |e: GpuError| SolveError::Device(e.to_string());
     let backend = MultiGpuBackend::new(gpus, a, d, options).map_err(device)?;
+    run_pcg(&backend, b, x, controls, field)
+}
+
+/// [`solve_pcg_multi`] on a backend already set up for `a` (a run keeps
+/// one across its solves: [`MultiGpuBackend::refresh_values`]).
+pub fn solve_pcg_with(
+    backend: &MultiGpuBackend<'_>,
+    a: &Csr,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    check_system(a, b, x, controls)?;
+    run_pcg(backend, b, x, controls, field)
+}
+
+fn run_pcg(
+    backend: &MultiGpuBackend<'_>,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let device = |e: GpuError| SolveError::Device(e.to_string());
     let b_dev = backend.upload(b).map_err(device)?;
     let mut x_dev = backend.upload(x).map_err(device)?;
-    let perf = pcg(&backend, &b_dev, &mut x_dev, controls, field)?;
+    let perf = pcg(backend, &b_dev, &mut x_dev, controls, field)?;
     x.copy_from_slice(&backend.download(&x_dev).map_err(device)?);
     Ok(perf)
 }

@@ -9,12 +9,39 @@ use std::sync::Arc;
 /// and is shared, not copied, by clones and by [`Csr::zeros_like`]: the
 /// systems of one mesh (a flow case's momentum components and pressure)
 /// hold one pattern and values of their own.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Csr {
     n_cols: usize,
     row_ptr: Arc<Vec<usize>>,
     cols: Arc<Vec<u32>>,
     values: Vec<f64>,
+    /// Which values the matrix holds ([`Csr::values_stamp`]).
+    values_stamp: u64,
+}
+
+/// Equal shape, pattern and values (the stamps are not compared).
+impl PartialEq for Csr {
+    fn eq(&self, other: &Self) -> bool {
+        self.n_cols == other.n_cols
+            && self.row_ptr == other.row_ptr
+            && self.cols == other.cols
+            && self.values == other.values
+    }
+}
+
+/// A stamp no matrix has held before.
+fn fresh_stamp() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The pattern arrays of a [`Csr`], held to recognise its later values
+/// ([`Csr::pattern`]).
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    row_ptr: Arc<Vec<usize>>,
+    cols: Arc<Vec<u32>>,
 }
 
 impl Csr {
@@ -59,6 +86,7 @@ impl Csr {
             row_ptr: Arc::new(row_ptr),
             cols: Arc::new(cols),
             values,
+            values_stamp: fresh_stamp(),
         })
     }
 
@@ -69,6 +97,7 @@ impl Csr {
             row_ptr: Arc::new(vec![0]),
             cols: Arc::new(Vec::new()),
             values: Vec::new(),
+            values_stamp: fresh_stamp(),
         }
     }
 
@@ -100,12 +129,37 @@ impl Csr {
             row_ptr: Arc::clone(&self.row_ptr),
             cols: Arc::clone(&self.cols),
             values,
+            values_stamp: fresh_stamp(),
         }
     }
 
     /// Whether `other` holds the same pattern arrays (not merely equal ones).
     pub fn shares_pattern_with(&self, other: &Csr) -> bool {
         Arc::ptr_eq(&self.row_ptr, &other.row_ptr) && Arc::ptr_eq(&self.cols, &other.cols)
+    }
+
+    /// A handle on this matrix's pattern arrays (shared, not copied), to
+    /// recognise later matrices of the same pattern ([`Csr::has_pattern`])
+    /// without keeping their values.
+    pub fn pattern(&self) -> Pattern {
+        Pattern {
+            row_ptr: Arc::clone(&self.row_ptr),
+            cols: Arc::clone(&self.cols),
+        }
+    }
+
+    /// Which values the matrix holds: equal stamps mean equal values (a
+    /// matrix and its clones, until one of them is lent mutably); each new
+    /// matrix and each [`Csr::values_mut`] draws a stamp no matrix held
+    /// before. What keeps a matrix's copy on a device compares stamps to
+    /// know whether to copy the values again.
+    pub fn values_stamp(&self) -> u64 {
+        self.values_stamp
+    }
+
+    /// Whether this matrix holds the pattern arrays of `pattern`.
+    pub fn has_pattern(&self, pattern: &Pattern) -> bool {
+        Arc::ptr_eq(&self.row_ptr, &pattern.row_ptr) && Arc::ptr_eq(&self.cols, &pattern.cols)
     }
 
     #[inline]
@@ -135,6 +189,7 @@ impl Csr {
     /// Values can change; the pattern cannot (re-assembly keeps the pattern).
     #[inline]
     pub fn values_mut(&mut self) -> &mut [f64] {
+        self.values_stamp = fresh_stamp();
         &mut self.values
     }
 
@@ -199,6 +254,24 @@ impl Csr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Clones share the stamp of their values; lending the values mutably,
+    /// or a new matrix of the same pattern, draws a new one; equality does
+    /// not look at stamps.
+    #[test]
+    fn values_stamps_follow_the_values() {
+        let a = Csr::new(2, vec![0, 1, 2], vec![0, 1], vec![1.0, 2.0]).unwrap();
+        let mut b = a.clone();
+        assert_eq!(a.values_stamp(), b.values_stamp());
+        b.values_mut()[0] = 1.0;
+        assert_ne!(a.values_stamp(), b.values_stamp());
+        assert_eq!(a, b, "the same values under other stamps");
+        let c = a.with_values(vec![1.0, 2.0]);
+        assert!(c.has_pattern(&a.pattern()) && c.values_stamp() != a.values_stamp());
+        assert!(!Csr::new(2, vec![0, 1, 2], vec![0, 1], vec![1.0, 2.0])
+            .unwrap()
+            .has_pattern(&a.pattern()));
+    }
 
     #[test]
     fn spmv_and_slots() {
