@@ -59,13 +59,12 @@ use cudarc::driver::sys as driver_sys;
 use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
-use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{GpuSolver, PcgSolve};
 pub(super) use super::scan::{read_at, unzeroed, Scan};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, DeferredRead, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, Precision, MAX_DENSE_ROWS};
-use crate::solve::cpu::check_system;
-use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{SolveError, SolverPerformance};
 use crate::sparse::Csr;
 
 /// kernels/amg.cu SCALE_JACOBI, SCALE_L1.
@@ -2014,33 +2013,29 @@ pub fn gpu_amg_settings(s: &AmgSettings) -> AmgSettings {
 impl GpuSolver<'_> {
     /// PCG preconditioned by the GPU AMG of `settings` (as given: map it with
     /// [`gpu_amg_settings`] first), set up on the device from the PCG's
-    /// matrix, on the system equilibrated by `equilibration`, rows in
-    /// `options.ordering` (this solver's cached permutation): the fused
+    /// matrix, on the system `s` equilibrated, rows in `s.options.ordering`
+    /// (this solver's cached permutation): the fused
     /// device loop, as [`GpuSolver::solve`] runs Jacobi. The convergence test
     /// and the returned performance are those of the original system.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_amg(
         &mut self,
-        a: &Csr,
         settings: &AmgSettings,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        check_system(a, b, x, controls)?;
+        s.check()?;
         settings.validate().map_err(SolveError::InvalidControls)?;
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
-        let system = scaled.matrix(a);
-        let gpu = self.gpu();
-        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
-        let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
-        log::info!("GPU {settings}: {}", amg.describe());
-        backend.set_preconditioner(Box::new(amg));
-        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+        self.pcg_reordered(
+            s,
+            false,
+            |_| Ok(()),
+            |gpu, _, backend, ()| {
+                let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
+                log::info!("GPU {settings}: {}", amg.describe());
+                backend.set_preconditioner(Box::new(amg));
+                Ok(())
+            },
+        )
     }
 }
 
