@@ -717,27 +717,24 @@ impl<'g> DeviceSimple<'g> {
         seconds: &mut DevicePhaseSeconds,
         host: &mut f64,
     ) -> Result<(), GpuError> {
-        if self.solver.amg.is_some() {
-            let update = self.amg.is_some();
-            let part = if update {
-                &mut seconds.preconditioner_update
+        // Whether the preconditioner is there to update (else it is set
+        // up), and the method that does either.
+        let (update, refresh): (bool, fn(&mut Self) -> Result<(), GpuError>) =
+            if self.solver.amg.is_some() {
+                (self.amg.is_some(), Self::update_amg)
+            } else if self.solver.polynomial.is_some() {
+                (self.polynomial.is_some(), Self::update_polynomial)
             } else {
-                &mut seconds.preconditioner_setup
+                return Ok(());
             };
-            self.update_amg()?;
-            *host += timer.lap(part)?;
-            self.preconditioner_updates += usize::from(update);
-        } else if self.solver.polynomial.is_some() {
-            let update = self.polynomial.is_some();
-            let part = if update {
-                &mut seconds.preconditioner_update
-            } else {
-                &mut seconds.preconditioner_setup
-            };
-            self.update_polynomial()?;
-            *host += timer.lap(part)?;
-            self.preconditioner_updates += usize::from(update);
-        }
+        let part = if update {
+            &mut seconds.preconditioner_update
+        } else {
+            &mut seconds.preconditioner_setup
+        };
+        refresh(self)?;
+        *host += timer.lap(part)?;
+        self.preconditioner_updates += usize::from(update);
         Ok(())
     }
 
