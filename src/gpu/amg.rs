@@ -2060,6 +2060,49 @@ pub(super) struct DenseInverseBuffers<'a> {
     pub barrier: &'a mut CudaSlice<u32>,
 }
 
+/// The buffers of one dense inverse of an n × n matrix of its own (the
+/// hierarchy's coarsest level keeps its own in its work arrays), zeroed:
+/// the work arrays, the inverse, the failed word and the barrier.
+pub(super) struct DenseInverseWork {
+    pub factor: CudaSlice<f64>,
+    w: CudaSlice<f64>,
+    pub inverse: CudaSlice<f64>,
+    pub failed: CudaSlice<i32>,
+    barrier: CudaSlice<u32>,
+}
+
+impl DenseInverseWork {
+    pub fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            factor: gpu.zeros(n * n)?,
+            w: gpu.zeros(n * n)?,
+            inverse: gpu.zeros(n * n)?,
+            failed: gpu.zeros(1)?,
+            barrier: gpu.zeros(2)?,
+        })
+    }
+
+    /// `inverse` (a dense inverse's launches) on these buffers with the
+    /// matrix `dense` and its `singular` pair.
+    pub fn run<R>(
+        &mut self,
+        dense: &CudaSlice<f64>,
+        singular: &CudaSlice<f64>,
+        inverse: impl FnOnce(DenseInverseBuffers<'_>) -> R,
+    ) -> R {
+        let failed = self.failed.slice(0..1);
+        inverse(DenseInverseBuffers {
+            dense,
+            singular,
+            factor: &self.factor,
+            w: &self.w,
+            failed: &failed,
+            inverse: &self.inverse,
+            barrier: &mut self.barrier,
+        })
+    }
+}
+
 /// What an error of the one-launch dense factorisation suggests.
 pub(super) const DENSE_STEPS_HINT: &str =
     "set FVPOISSON_GPU_DENSE_STEPS=1 to factor dense matrices with a launch per step";
@@ -2283,34 +2326,20 @@ pub fn dense_inverse_for_check(
     }
     let dense = gpu.upload(m)?;
     let singular = gpu.upload(&singular)?;
-    let factor = gpu.zeros::<f64>(n * n)?;
-    let w = gpu.zeros::<f64>(n * n)?;
-    let inverse = gpu.zeros::<f64>(n * n)?;
-    let failed = gpu.zeros::<i32>(1)?;
-    let failed_view = failed.slice(0..1);
-    let mut barrier = gpu.zeros::<u32>(2)?;
-    let buffers = DenseInverseBuffers {
-        dense: &dense,
-        singular: &singular,
-        factor: &factor,
-        w: &w,
-        failed: &failed_view,
-        inverse: &inverse,
-        barrier: &mut barrier,
-    };
-    match (fused, gpu.cooperative_blocks()) {
-        (true, Some(blocks)) => dense_symmetric_inverse_fused(gpu, n, buffers, blocks)?,
-        (true, None) => {
-            return Err(GpuError::Invalid(
+    let mut work = DenseInverseWork::new(gpu, n)?;
+    work.run(&dense, &singular, |buffers| {
+        match (fused, gpu.cooperative_blocks()) {
+            (true, Some(blocks)) => dense_symmetric_inverse_fused(gpu, n, buffers, blocks),
+            (true, None) => Err(GpuError::Invalid(
                 "the device has no cooperative launches".into(),
-            ))
+            )),
+            (false, _) => dense_symmetric_inverse_steps(gpu, n, buffers),
         }
-        (false, _) => dense_symmetric_inverse_steps(gpu, n, buffers)?,
-    }
+    })?;
     Ok(DenseInverseCheck {
-        factor: gpu.download(&factor)?,
-        inverse: gpu.download(&inverse)?,
-        failed: gpu.download(&failed)?[0],
+        factor: gpu.download(&work.factor)?,
+        inverse: gpu.download(&work.inverse)?,
+        failed: gpu.download(&work.failed)?[0],
     })
 }
 
