@@ -501,18 +501,23 @@ fn hexahedron_template() -> Vec<Vec<TemplateFace>> {
     vec![faces]
 }
 
-/// The six Kuhn tetrahedra of a hex, one per axis permutation `s`: corners
-/// 0, e_s0, e_s0 + e_s1, 7. Faces are matched by their corner sets.
+/// The six permutations of the axes: Kuhn's tetrahedra of a cube (Kuhn
+/// 1960), one per path from a corner to the opposite one along the three
+/// axes in the permutation's order.
+pub(crate) const KUHN_PATHS: [[usize; 3]; 6] = [
+    [0, 1, 2],
+    [0, 2, 1],
+    [1, 0, 2],
+    [1, 2, 0],
+    [2, 0, 1],
+    [2, 1, 0],
+];
+
+/// The six Kuhn tetrahedra of a hex, one per axis permutation `s`
+/// ([`KUHN_PATHS`]): corners 0, e_s0, e_s0 + e_s1, 7. Faces are matched by
+/// their corner sets.
 fn tetrahedra_template() -> Vec<Vec<TemplateFace>> {
-    let perms = [
-        [0, 1, 2],
-        [0, 2, 1],
-        [1, 0, 2],
-        [1, 2, 0],
-        [2, 0, 1],
-        [2, 1, 0],
-    ];
-    let tets: Vec<[u8; 4]> = perms
+    let tets: Vec<[u8; 4]> = KUHN_PATHS
         .iter()
         .map(|s| {
             let first = 1u8 << s[0];
