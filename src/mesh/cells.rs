@@ -692,7 +692,7 @@ mod tests {
         for z in 0..n {
             for y in 0..n {
                 for x in 0..n {
-                    for path in crate::mesh::generate::KUHN_PATHS {
+                    for path in crate::mesh::generate::kuhn_paths() {
                         let mut c = [x, y, z];
                         let mut tet = vec![id(c[0], c[1], c[2])];
                         for axis in path {
