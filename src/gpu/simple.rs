@@ -717,22 +717,25 @@ impl<'g> DeviceSimple<'g> {
         seconds: &mut DevicePhaseSeconds,
         host: &mut f64,
     ) -> Result<(), GpuError> {
-        // Whether the preconditioner is there to update (else it is set
-        // up), and the method that does either.
-        let (update, refresh): (bool, fn(&mut Self) -> Result<(), GpuError>) =
-            if self.solver.amg.is_some() {
-                (self.amg.is_some(), Self::update_amg)
-            } else if self.solver.polynomial.is_some() {
-                (self.polynomial.is_some(), Self::update_polynomial)
-            } else {
-                return Ok(());
-            };
+        let amg = self.solver.amg.is_some();
+        // Whether the preconditioner is there to update (else it is set up).
+        let update = if amg {
+            self.amg.is_some()
+        } else if self.solver.polynomial.is_some() {
+            self.polynomial.is_some()
+        } else {
+            return Ok(());
+        };
         let part = if update {
             &mut seconds.preconditioner_update
         } else {
             &mut seconds.preconditioner_setup
         };
-        refresh(self)?;
+        if amg {
+            self.update_amg()?;
+        } else {
+            self.update_polynomial()?;
+        }
         *host += timer.lap(part)?;
         self.preconditioner_updates += usize::from(update);
         Ok(())
