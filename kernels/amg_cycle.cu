@@ -86,8 +86,22 @@ extern "C" __global__ void amg_jacobi_modsell_f32(int n, const u64* __restrict__
     else x_new[row] = out;
 }
 
-// r = b - A x on the mod-SELL fine level (one block per slice, blockDim = H,
-// H doubles of dynamic shared memory, as spmv_modsell).
+// r = b - A x on the mod-SELL fine level in precision T (one block per slice,
+// blockDim = H, H values of T of dynamic shared memory, as spmv_modsell), b
+// (f64) rounded to T.
+template <typename T>
+__device__ void amg_residual_modsell_t(int n, const u64* __restrict__ slice_ptr,
+                                       const int* __restrict__ codes,
+                                       const T* __restrict__ vals, const T* __restrict__ diag,
+                                       const double* __restrict__ b, const T* __restrict__ x,
+                                       T* __restrict__ r) {
+    T xr;
+    const T ax = modsell_row_t<T>(n, slice_ptr, codes, vals, diag, x, &xr);
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) r[row] = (T)b[row] - ax;
+}
+
+// r = b - A x on the mod-SELL fine level.
 extern "C" __global__ void amg_residual_modsell(int n, const u64* __restrict__ slice_ptr,
                                                 const int* __restrict__ codes,
                                                 const double* __restrict__ vals,
@@ -96,10 +110,7 @@ extern "C" __global__ void amg_residual_modsell(int n, const u64* __restrict__ s
                                                 const double* __restrict__ x,
                                                 double* __restrict__ r, const double* done) {
     if (gated_off(done)) return;
-    double xr;
-    const double ax = modsell_row(n, slice_ptr, codes, vals, diag, x, &xr);
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row < n) r[row] = b[row] - ax;
+    amg_residual_modsell_t<double>(n, slice_ptr, codes, vals, diag, b, x, r);
 }
 
 // Mixed precision: r = b - A x on the f32 twin of the fine level, b (f64)
@@ -112,10 +123,7 @@ extern "C" __global__ void amg_residual_modsell_f32(int n, const u64* __restrict
                                                     const float* __restrict__ x,
                                                     float* __restrict__ r, const double* done) {
     if (gated_off(done)) return;
-    float xr;
-    const float ax = modsell_row_t<float>(n, slice_ptr, codes, vals, diag, x, &xr);
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row < n) r[row] = (float)b[row] - ax;
+    amg_residual_modsell_t<float>(n, slice_ptr, codes, vals, diag, b, x, r);
 }
 
 // b_c[I] = sum of r over I's members, ascending (R = P^T).

@@ -21,6 +21,39 @@
 // The most faces a row may have: a slot code below AMAP_NO_SLOT.
 #define AMAP_MAX_ROW 255
 
+// Row `row`'s place in the mod-SELL layout of slices of h rows: its slice s,
+// the slice's first row, and base, where the row's step-k slot sits at
+// base + k h.
+struct AmapSlot {
+    int s, first;
+    u64 base;
+};
+__device__ __forceinline__ AmapSlot amap_slot(int row, int h, const u64* __restrict__ slice_ptr) {
+    const int s = row / h, i = row - s * h, first = s * h;
+    return {s, first, slice_ptr[s] + i};
+}
+
+// The faces of row `row` (< n): `each(face_codes, visit)` calls
+// visit(at, code) for each in step order, `at` its slot's mod-SELL position,
+// `code` its face code there.
+struct AmapRowFaces {
+    u64 base;
+    int len, h;
+    template <typename Visit>
+    __device__ __forceinline__ void each(const unsigned* face_codes, Visit visit) const {
+        for (int k = 0; k < len; ++k) {
+            const u64 at = base + (u64)k * h;
+            visit(at, face_codes[at]);
+        }
+    }
+};
+__device__ __forceinline__ AmapRowFaces amap_row_faces(int row, int h,
+                                                       const u64* __restrict__ slice_ptr,
+                                                       const u64* __restrict__ ptr) {
+    const u64 base = amap_slot(row, h, slice_ptr).base;
+    return {base, (int)(ptr[row + 1] - ptr[row]), h};
+}
+
 // Each internal face counted in the rows of its owner and its neighbour.
 extern "C" __global__ void amap_count_faces(int n_faces, const unsigned* __restrict__ owner,
                                             const unsigned* __restrict__ neighbour,
@@ -127,8 +160,9 @@ extern "C" __global__ void amap_rows(int n, int h, const u64* __restrict__ slice
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     // The last slice's rows past the last cell are padding only.
     if (row >= (n + h - 1) / h * h) return;
-    const int s = row / h, i = row - s * h, first = s * h;
-    const u64 base = slice_ptr[s] + i;
+    const AmapSlot slot = amap_slot(row, h, slice_ptr);
+    const int s = slot.s, first = slot.first;
+    const u64 base = slot.base;
     const int width = (int)((slice_ptr[s + 1] - slice_ptr[s]) / h);
     const bool real = row < n;
     const unsigned* list = real ? faces + ptr[row] : faces;
@@ -183,13 +217,9 @@ extern "C" __global__ void amap_number_faces(int n, int h, const u64* __restrict
                                              unsigned* __restrict__ device_id) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= n) return;
-    const int s = row / h, i = row - s * h;
-    const u64 base = slice_ptr[s] + i;
-    const int len = (int)(ptr[row + 1] - ptr[row]);
+    const AmapRowFaces faces = amap_row_faces(row, h, slice_ptr, ptr);
     unsigned id = (unsigned)face_start[row];
-    for (int k = 0; k < len; ++k) {
-        const u64 at = base + (u64)k * h;
-        const unsigned code = face_codes[at];
+    faces.each(face_codes, [&](u64 at, unsigned code) {
         if (code & AMAP_FIRST_MET) {
             const unsigned f = (code & ~AMAP_FIRST_MET) >> 1;
             device_faces[id] = f;
@@ -197,7 +227,7 @@ extern "C" __global__ void amap_number_faces(int n, int h, const u64* __restrict
             face_codes[at] = AMAP_FIRST_MET | (id << 1) | (code & 1u);
             ++id;
         }
-    }
+    });
 }
 
 // Per row: each face it meets second takes the number its first row gave it;
@@ -208,15 +238,10 @@ extern "C" __global__ void amap_other_sides(int n, int h, const u64* __restrict_
                                             unsigned* __restrict__ face_codes) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= n) return;
-    const int s = row / h, i = row - s * h;
-    const u64 base = slice_ptr[s] + i;
-    const int len = (int)(ptr[row + 1] - ptr[row]);
-    for (int k = 0; k < len; ++k) {
-        const u64 at = base + (u64)k * h;
-        const unsigned code = face_codes[at];
+    amap_row_faces(row, h, slice_ptr, ptr).each(face_codes, [&](u64 at, unsigned code) {
         face_codes[at] = (code & AMAP_FIRST_MET) ? (code & ~AMAP_FIRST_MET)
                                                  : (device_id[code >> 1] << 1) | (code & 1u);
-    }
+    });
 }
 
 // out[i] = in[i] for i < n (offsets known to fit 32 bits).

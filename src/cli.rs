@@ -11,7 +11,7 @@ use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
 use crate::gpu::amg::gpu_amg_settings;
 use crate::gpu::ilu::gpu_krylov_preconditioner;
-use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuSolver};
+use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuSolver, PcgSolve};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::registry::{self, Role};
 use crate::solve::{
@@ -1347,14 +1347,16 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
                     solve_pcg_gpu(gpu, &a, kind, eq, &b, &mut x, &controls, "x", &options)
                 }
                 Preconditioner::Amg(s) => GpuSolver::new(gpu).solve_amg(
-                    &a,
                     &gpu_amg_settings(&s),
-                    eq,
-                    &b,
-                    &mut x,
-                    &controls,
-                    "x",
-                    &options,
+                    PcgSolve {
+                        a: &a,
+                        equilibration: eq,
+                        b: &b,
+                        x: &mut x,
+                        controls: &controls,
+                        field: "x",
+                        options: &options,
+                    },
                 ),
                 other => GpuSolver::new(gpu)
                     .solve_with(&a, &other, eq, &b, &mut x, &controls, "x", &options),

@@ -90,6 +90,13 @@ fn preconditioners(args: PreconditionersArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The sections of `bench --help`.
+const DEFAULT_TABLES: &str = "Default tables";
+const EXTRA_ROWS: &str = "Extra rows";
+const STUDIES: &str = "Studies (instead of the default tables)";
+const SEVERAL_GPUS: &str = "Several GPUs (instead of the default tables)";
+const OUTPUT: &str = "Output";
+
 #[derive(Args)]
 pub struct BenchArgs {
     /// Cases to measure: mesh sources (box specs, OpenFOAM cases, Gmsh files;
@@ -106,62 +113,62 @@ pub struct BenchArgs {
     /// Row orderings to measure, comma-separated (natural, cm, rcm, metis);
     /// the first is used for the end-to-end solve and the CPU comparison.
     #[arg(
-        help_heading = "Default tables",
+        help_heading = DEFAULT_TABLES,
         long,
         value_delimiter = ',',
         default_value = "rcm,natural,cm,metis"
     )]
     ordering: Vec<RowOrdering>,
     /// mod-SELL / SELL slice height.
-    #[arg(help_heading = "Default tables", long, default_value_t = 512)]
+    #[arg(help_heading = DEFAULT_TABLES, long, default_value_t = 512)]
     slice_height: usize,
     /// Timed repetitions per SpMV (median reported).
-    #[arg(help_heading = "Default tables", long, default_value_t = 50)]
+    #[arg(help_heading = DEFAULT_TABLES, long, default_value_t = 50)]
     reps: usize,
     /// PCG iterations between residual read-backs.
-    #[arg(help_heading = "Default tables", long, default_value_t = 50)]
+    #[arg(help_heading = DEFAULT_TABLES, long, default_value_t = 50)]
     check_interval: usize,
     /// Skip the CPU solve.
-    #[arg(help_heading = "Default tables", long)]
+    #[arg(help_heading = DEFAULT_TABLES, long)]
     no_cpu: bool,
     /// Measure SpMV only (no PCG).
-    #[arg(help_heading = "Default tables", long)]
+    #[arg(help_heading = DEFAULT_TABLES, long)]
     no_pcg: bool,
     /// Skip the assembly measurements (device against CPU).
-    #[arg(help_heading = "Default tables", long)]
+    #[arg(help_heading = DEFAULT_TABLES, long)]
     no_assembly: bool,
     /// Skip cuSPARSE (measured by default where libcusparse can be loaded).
-    #[arg(help_heading = "Default tables", long)]
+    #[arg(help_heading = DEFAULT_TABLES, long)]
     no_cusparse: bool,
     /// Write each case's matrix in each ordering to DIR/<case>.<ordering>.mtx
     /// (Matrix Market; input of benches/cusparse_cupy.py).
-    #[arg(help_heading = "Output", long, value_name = "DIR")]
+    #[arg(help_heading = OUTPUT, long, value_name = "DIR")]
     write_mtx: Option<PathBuf>,
     /// Also the smoother rows (CPU Gauss-Seidel, GPU Jacobi, multicolour GS,
     /// block Jacobi: residual reduction and time after a fixed number of sweeps)
     /// and PCG with each smoother, and with the level-scheduled DIC and IC(0),
     /// as preconditioner against Jacobi-PCG.
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     smoothers: bool,
     /// Sweeps per smoother row.
-    #[arg(help_heading = "Extra rows", long, default_value_t = 100)]
+    #[arg(help_heading = EXTRA_ROWS, long, default_value_t = 100)]
     smoother_sweeps: usize,
     /// Also PCG with the polynomial preconditioners (Neumann, Chebyshev, least
     /// squares; degrees 2, 4, 8; f64 and mixed precision): set-up, iterations,
     /// solve and total time against Jacobi-PCG and the CPU's DIC-PCG.
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     polynomial: bool,
     /// Also the deflation rows: Jacobi/Neu1/Neu2-PCG on the GPU with and
     /// without subdomain deflation (time to solution, setup + solve) against
     /// DIC-PCG on the CPU, on each case and on --deflation-case.
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     deflation: bool,
     /// Subdomains of the deflation rows (default min(2 * ceil(sqrt(N)), 512)).
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     deflation_subdomains: Option<usize>,
     /// Density-contrast case directories measured by --deflation as well.
     #[arg(
-        help_heading = "Extra rows",
+        help_heading = EXTRA_ROWS,
         long,
         default_value = "cases/bubble_tet_3d"
     )]
@@ -169,20 +176,20 @@ pub struct BenchArgs {
     /// Also the AMG rows: set-up (warm), value-only re-set-up, one cycle and
     /// PCG with the V-, W- and K-cycle to a relative residual of 1e-8 against
     /// Jacobi-PCG (RCM order, random right-hand side).
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     amg: bool,
     /// AMG settings the --amg rows measure, as amg:key=value:... (repeat the
     /// flag for several; default: the V-, W- and K-cycle with the defaults).
-    #[arg(help_heading = "Extra rows", long, value_name = "SETTINGS")]
+    #[arg(help_heading = EXTRA_ROWS, long, value_name = "SETTINGS")]
     amg_variant: Vec<fvpoisson::solve::amg::AmgSettings>,
     /// Also the GMRES(20) and PBiCGStab rows (Jacobi; GPU and CPU; per
     /// iteration against the bandwidth floor) on each case and on the
     /// convection–diffusion system of each --krylov-cd mesh.
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     krylov: bool,
     /// Meshes whose convection–diffusion system --krylov solves as well.
     #[arg(
-        help_heading = "Extra rows",
+        help_heading = EXTRA_ROWS,
         long,
         default_value = "box:48x48x48:tet:perturb=0.2"
     )]
@@ -192,47 +199,47 @@ pub struct BenchArgs {
     /// on Yang 2015's 3-D Poisson grid (Yang 2015, its numbers in the row
     /// labels) and on the convection-diffusion system of each --krylov-cd
     /// mesh; level counts by ordering.
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     ilu: bool,
     /// Cells per side of the --ilu Poisson grid (Yang 2015: 120).
-    #[arg(help_heading = "Extra rows", long, default_value_t = 120)]
+    #[arg(help_heading = EXTRA_ROWS, long, default_value_t = 120)]
     ilu_grid: usize,
     /// Also the FSAI rows: static FSAI (power 1, 2) and aFSAI (steps 5, 10,
     /// 20, 30 x epsilon 1e-3, 5e-3, 5e-2) against Jacobi-PCG: setup, density,
     /// iterations, solve and total time, on each case and on
     /// --deflation-case. With --device cpu: the CPU rows only.
-    #[arg(help_heading = "Extra rows", long)]
+    #[arg(help_heading = EXTRA_ROWS, long)]
     fsai: bool,
     /// FSAI settings the --fsai rows measure, as fsai:key=value,... (repeat
     /// the flag for several; default: the sweep above).
-    #[arg(help_heading = "Extra rows", long, value_name = "SETTINGS")]
+    #[arg(help_heading = EXTRA_ROWS, long, value_name = "SETTINGS")]
     fsai_variant: Vec<fvpoisson::solve::fsai::FsaiSettings>,
     /// Instead of the tables above: PCG time to solution (setup + solve,
     /// warm) with every device preconditioner, f64 and mixed precision,
     /// against Jacobi-PCG and the CPU's DIC-PCG, on the 8M-cell hex box, the
     /// perturbed tet box and the 3-D bubble (density ratio 1000,
     /// benches/bubble_hex_3d_8m).
-    #[arg(help_heading = "Studies (instead of the default tables)", long)]
+    #[arg(help_heading = STUDIES, long)]
     preconditioners: bool,
     /// Small cases instead of the default meshes (box:40x40x40 and
     /// box:24x24x24:tet:perturb=0.2:renumber; the --deflation-case too); with
     /// --preconditioners, small meshes (a quick check of the table).
-    #[arg(help_heading = "Default tables", long)]
+    #[arg(help_heading = DEFAULT_TABLES, long)]
     quick: bool,
     /// Print the rows as JSON after the table.
-    #[arg(help_heading = "Output", long)]
+    #[arg(help_heading = OUTPUT, long)]
     json: bool,
     /// Where to run (the bench needs a GPU: cpu and auto without one exit with an error).
-    #[arg(help_heading = "Default tables", long, value_enum, default_value_t = fvpoisson::gpu::DeviceChoice::Auto)]
+    #[arg(help_heading = DEFAULT_TABLES, long, value_enum, default_value_t = fvpoisson::gpu::DeviceChoice::Auto)]
     device: fvpoisson::gpu::DeviceChoice,
     /// Instead of the tables above: multi-GPU Jacobi-PCG (gpu::multi) strong
     /// and weak scaling on z-slab split boxes: time per iteration, parallel
     /// efficiency, communication share, time to solution.
-    #[arg(help_heading = "Several GPUs (instead of the default tables)", long)]
+    #[arg(help_heading = SEVERAL_GPUS, long)]
     multi_gpu: bool,
     /// GPU counts of --multi-gpu (counts above the devices present are skipped).
     #[arg(
-        help_heading = "Several GPUs (instead of the default tables)",
+        help_heading = SEVERAL_GPUS,
         long,
         value_delimiter = ',',
         default_value = "1,2,4"
@@ -241,7 +248,7 @@ pub struct BenchArgs {
     /// Cells per side of the --multi-gpu strong-scaling boxes (256: 16.8 M
     /// cells, 320: 32.8 M).
     #[arg(
-        help_heading = "Several GPUs (instead of the default tables)",
+        help_heading = SEVERAL_GPUS,
         long,
         value_delimiter = ',',
         default_value = "256,320"
@@ -250,54 +257,54 @@ pub struct BenchArgs {
     /// Cells per side per GPU of the --multi-gpu weak-scaling box (200: 8 M
     /// cells per GPU; 0: no weak scaling).
     #[arg(
-        help_heading = "Several GPUs (instead of the default tables)",
+        help_heading = SEVERAL_GPUS,
         long,
         default_value_t = 200
     )]
     multi_weak: usize,
     /// Timed PCG iterations per --multi-gpu measurement.
     #[arg(
-        help_heading = "Several GPUs (instead of the default tables)",
+        help_heading = SEVERAL_GPUS,
         long,
         default_value_t = 100
     )]
     multi_iterations: usize,
     /// How --multi-gpu moves halos between GPUs.
-    #[arg(help_heading = "Several GPUs (instead of the default tables)", long, value_enum, default_value_t = fvpoisson::gpu::multi::Transport::Auto)]
+    #[arg(help_heading = SEVERAL_GPUS, long, value_enum, default_value_t = fvpoisson::gpu::multi::Transport::Auto)]
     transport: fvpoisson::gpu::multi::Transport,
     /// --multi-gpu's device loop runs PCG in its two-reduction form (that
     /// of the host loop) instead of the single-reduction form.
-    #[arg(help_heading = "Several GPUs (instead of the default tables)", long)]
+    #[arg(help_heading = SEVERAL_GPUS, long)]
     multi_two_reductions: bool,
     /// Instead of the tables above: PCG time to solution with Jacobi,
     /// multicolour symGS and symGS by Eisenstat's trick (eisenstatSGS) on
     /// MESHES given here (default: the 8M-cell perturbed tet box,
     /// box:110x110x110:tet:perturb=0.2:renumber), ratios to Jacobi-PCG.
-    #[arg(help_heading = "Studies (instead of the default tables)", long, num_args = 0.., value_name = "MESH")]
+    #[arg(help_heading = STUDIES, long, num_args = 0.., value_name = "MESH")]
     eisenstat: Option<Vec<String>>,
     /// Instead of the tables above: the SIMPLE loop on the device of the
     /// flow CASES given here (default: cases/cavity_3d, 4.1 M cells), p
     /// solved by Jacobi-PCG (the baseline) and by AMG-PCG with each
     /// --amg-variant (default: the K- and V-cycle); time per outer iteration
     /// by part, ratios to the Jacobi-PCG run.
-    #[arg(help_heading = "Studies (instead of the default tables)", long, num_args = 0.., value_name = "CASE")]
+    #[arg(help_heading = STUDIES, long, num_args = 0.., value_name = "CASE")]
     device_simple: Option<Vec<String>>,
     /// Instead of the tables above: Jacobi-PCG of a distributed run's GPU
     /// ranks (one thread rank per GPU) on the NCCL device loop and on the
     /// host-driven steps, against the one-process multi-GPU device loop, on
     /// the --multi-strong boxes for the --gpus counts of 2 or more.
-    #[arg(help_heading = "Several GPUs (instead of the default tables)", long)]
+    #[arg(help_heading = SEVERAL_GPUS, long)]
     rank_loop: bool,
     /// Instead of the tables above: subdomain deflation on GPU ranks (one
     /// deflation vector per rank; thread ranks, METIS) on MESHES given here
     /// (default: box:100x100x100 and box:50x50x50:tet:perturb=0.2): PCG iterations
     /// and time with Jacobi and block DIC, without and with deflation, and
     /// the CPU ranks' block DIC (unless --no-cpu).
-    #[arg(help_heading = "Several GPUs (instead of the default tables)", long, num_args = 0.., value_name = "MESH")]
+    #[arg(help_heading = SEVERAL_GPUS, long, num_args = 0.., value_name = "MESH")]
     rank_deflation: Option<Vec<String>>,
     /// Rank counts of --rank-deflation.
     #[arg(
-        help_heading = "Several GPUs (instead of the default tables)",
+        help_heading = SEVERAL_GPUS,
         long,
         value_delimiter = ',',
         default_value = "2,4,8"
@@ -307,7 +314,7 @@ pub struct BenchArgs {
     /// `run` does (on --device; the CPU where there is no GPU) and prints
     /// its phase table, then one row per case: wall time, solve time, the
     /// ratio wall / solve and the other phases (JSON with --json).
-    #[arg(help_heading = "Studies (instead of the default tables)", long, num_args = 1.., value_name = "CASE")]
+    #[arg(help_heading = STUDIES, long, num_args = 1.., value_name = "CASE")]
     end_to_end: Option<Vec<PathBuf>>,
 }
 

@@ -20,7 +20,7 @@ use super::simple::{IterationReport, PressureSolve, ResidualControl, Simple, Sim
 use super::{FlowError, VectorValues, VelocityCondition};
 use crate::fvm::{BoundaryCondition, PatchValues};
 use crate::gpu::amg::gpu_amg_settings;
-use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
+use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, PcgSolve};
 use crate::gpu::Gpu;
 use crate::mesh::{self, Geometry, Mesh, Vec3};
 use crate::solve::amg::AmgSettings;
@@ -99,7 +99,16 @@ impl<'g> PressureSolver<'g> {
                 options,
             ),
             (Some(gpu), Some(s)) => {
-                gpu.solve_amg(a, &gpu_amg_settings(s), none, b, p, controls, "p", options)
+                let system = PcgSolve {
+                    a,
+                    equilibration: none,
+                    b,
+                    x: p,
+                    controls,
+                    field: "p",
+                    options,
+                };
+                gpu.solve_amg(&gpu_amg_settings(s), system)
             }
             (None, None) => solve_pcg(a, PreconditionerKind::Dic, b, p, controls, "p"),
             (None, Some(s)) => solve_pcg(a, Preconditioner::Amg(*s), b, p, controls, "p"),

@@ -59,13 +59,12 @@ use cudarc::driver::sys as driver_sys;
 use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
-use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{GpuSolver, PcgSolve};
 pub(super) use super::scan::{read_at, unzeroed, Scan};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, DeferredRead, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, Precision, MAX_DENSE_ROWS};
-use crate::solve::cpu::check_system;
-use crate::solve::{EquilibrationKind, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{SolveError, SolverPerformance};
 use crate::sparse::Csr;
 
 /// kernels/amg.cu SCALE_JACOBI, SCALE_L1.
@@ -2014,33 +2013,29 @@ pub fn gpu_amg_settings(s: &AmgSettings) -> AmgSettings {
 impl GpuSolver<'_> {
     /// PCG preconditioned by the GPU AMG of `settings` (as given: map it with
     /// [`gpu_amg_settings`] first), set up on the device from the PCG's
-    /// matrix, on the system equilibrated by `equilibration`, rows in
-    /// `options.ordering` (this solver's cached permutation): the fused
+    /// matrix, on the system `s` equilibrated, rows in `s.options.ordering`
+    /// (this solver's cached permutation): the fused
     /// device loop, as [`GpuSolver::solve`] runs Jacobi. The convergence test
     /// and the returned performance are those of the original system.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_amg(
         &mut self,
-        a: &Csr,
         settings: &AmgSettings,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        check_system(a, b, x, controls)?;
+        s.check()?;
         settings.validate().map_err(SolveError::InvalidControls)?;
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
-        let system = scaled.matrix(a);
-        let gpu = self.gpu();
-        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
-        let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
-        log::info!("GPU {settings}: {}", amg.describe());
-        backend.set_preconditioner(Box::new(amg));
-        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+        self.pcg_reordered(
+            s,
+            false,
+            |_| Ok(()),
+            |gpu, _, backend, ()| {
+                let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
+                log::info!("GPU {settings}: {}", amg.describe());
+                backend.set_preconditioner(Box::new(amg));
+                Ok(())
+            },
+        )
     }
 }
 
@@ -2063,6 +2058,49 @@ pub(super) struct DenseInverseBuffers<'a> {
     /// Work: the grid barrier of the one-launch factorisation (2 words,
     /// zeroed here before the launch).
     pub barrier: &'a mut CudaSlice<u32>,
+}
+
+/// The buffers of one dense inverse of an n × n matrix of its own (the
+/// hierarchy's coarsest level keeps its own in its work arrays), zeroed:
+/// the work arrays, the inverse, the failed word and the barrier.
+pub(super) struct DenseInverseWork {
+    pub factor: CudaSlice<f64>,
+    w: CudaSlice<f64>,
+    pub inverse: CudaSlice<f64>,
+    pub failed: CudaSlice<i32>,
+    barrier: CudaSlice<u32>,
+}
+
+impl DenseInverseWork {
+    pub fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            factor: gpu.zeros(n * n)?,
+            w: gpu.zeros(n * n)?,
+            inverse: gpu.zeros(n * n)?,
+            failed: gpu.zeros(1)?,
+            barrier: gpu.zeros(2)?,
+        })
+    }
+
+    /// `inverse` (a dense inverse's launches) on these buffers with the
+    /// matrix `dense` and its `singular` pair.
+    pub fn run<R>(
+        &mut self,
+        dense: &CudaSlice<f64>,
+        singular: &CudaSlice<f64>,
+        inverse: impl FnOnce(DenseInverseBuffers<'_>) -> R,
+    ) -> R {
+        let failed = self.failed.slice(0..1);
+        inverse(DenseInverseBuffers {
+            dense,
+            singular,
+            factor: &self.factor,
+            w: &self.w,
+            failed: &failed,
+            inverse: &self.inverse,
+            barrier: &mut self.barrier,
+        })
+    }
 }
 
 /// What an error of the one-launch dense factorisation suggests.
@@ -2288,34 +2326,20 @@ pub fn dense_inverse_for_check(
     }
     let dense = gpu.upload(m)?;
     let singular = gpu.upload(&singular)?;
-    let factor = gpu.zeros::<f64>(n * n)?;
-    let w = gpu.zeros::<f64>(n * n)?;
-    let inverse = gpu.zeros::<f64>(n * n)?;
-    let failed = gpu.zeros::<i32>(1)?;
-    let failed_view = failed.slice(0..1);
-    let mut barrier = gpu.zeros::<u32>(2)?;
-    let buffers = DenseInverseBuffers {
-        dense: &dense,
-        singular: &singular,
-        factor: &factor,
-        w: &w,
-        failed: &failed_view,
-        inverse: &inverse,
-        barrier: &mut barrier,
-    };
-    match (fused, gpu.cooperative_blocks()) {
-        (true, Some(blocks)) => dense_symmetric_inverse_fused(gpu, n, buffers, blocks)?,
-        (true, None) => {
-            return Err(GpuError::Invalid(
+    let mut work = DenseInverseWork::new(gpu, n)?;
+    work.run(&dense, &singular, |buffers| {
+        match (fused, gpu.cooperative_blocks()) {
+            (true, Some(blocks)) => dense_symmetric_inverse_fused(gpu, n, buffers, blocks),
+            (true, None) => Err(GpuError::Invalid(
                 "the device has no cooperative launches".into(),
-            ))
+            )),
+            (false, _) => dense_symmetric_inverse_steps(gpu, n, buffers),
         }
-        (false, _) => dense_symmetric_inverse_steps(gpu, n, buffers)?,
-    }
+    })?;
     Ok(DenseInverseCheck {
-        factor: gpu.download(&factor)?,
-        inverse: gpu.download(&inverse)?,
-        failed: gpu.download(&failed)?[0],
+        factor: gpu.download(&work.factor)?,
+        inverse: gpu.download(&work.inverse)?,
+        failed: gpu.download(&work.failed)?[0],
     })
 }
 

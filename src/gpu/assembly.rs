@@ -1278,8 +1278,7 @@ impl<'g> DeviceLaplacian<'g> {
         ordering: Permutation,
         slice_height: usize,
     ) -> Result<Self, AssemblyError> {
-        Self::check_supported(system)?;
-        let values = crate::timings::timed(Phase::Assembly, || system.evaluate(problem))?;
+        let values = Self::evaluated(system, problem)?;
         Self::with_ordering_evaluated(gpu, system, values, ordering, slice_height)
     }
 
@@ -1319,8 +1318,7 @@ impl<'g> DeviceLaplacian<'g> {
         ordering: Permutation,
         map: &AssemblyMap,
     ) -> Result<Self, AssemblyError> {
-        Self::check_supported(system)?;
-        let values = crate::timings::timed(Phase::Assembly, || system.evaluate(problem))?;
+        let values = Self::evaluated(system, problem)?;
         Self::with_map_evaluated(gpu, system, values, ordering, map)
     }
 
@@ -1441,8 +1439,7 @@ impl<'g> DeviceLaplacian<'g> {
         system: &LaplacianSystem,
         problem: &LaplacianProblem,
     ) -> Result<Self, AssemblyError> {
-        Self::check_supported(system)?;
-        let values = crate::timings::timed(Phase::Assembly, || system.evaluate(problem))?;
+        let values = Self::evaluated(system, problem)?;
         Self::sharing_set_up_evaluated(other, system, values)
     }
 
@@ -1564,6 +1561,19 @@ impl<'g> DeviceLaplacian<'g> {
         Rc::ptr_eq(&self.device_map, &other.device_map)
             && Rc::ptr_eq(&self.geometry, &other.geometry)
             && Rc::ptr_eq(&self.device_faces, &other.device_faces)
+    }
+
+    /// `problem` evaluated for `system` (timed as assembly) once the device
+    /// is known to assemble the system ([`Self::check_supported`] first: an
+    /// unsupported mesh is refused before any evaluation).
+    fn evaluated(
+        system: &LaplacianSystem,
+        problem: &LaplacianProblem,
+    ) -> Result<ProblemValues, AssemblyError> {
+        Self::check_supported(system)?;
+        Ok(crate::timings::timed(Phase::Assembly, || {
+            system.evaluate(problem)
+        })?)
     }
 
     /// `Unsupported` where the device assembly does not handle the system's mesh.

@@ -41,7 +41,7 @@ use std::cell::RefCell;
 use cudarc::driver::CudaSlice;
 use nalgebra::DMatrix;
 
-use super::amg::{dense_symmetric_inverse, DenseInverseBuffers};
+use super::amg::{dense_symmetric_inverse, DenseInverseWork};
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
 use super::registered::device_preconditioner;
@@ -344,28 +344,13 @@ pub fn coarse_inverse_on_device(
     k: usize,
     e: &CudaSlice<f64>,
 ) -> Result<CudaSlice<f64>, GpuError> {
-    let inverse = gpu.zeros::<f64>(k * k)?;
-    let factor = gpu.zeros::<f64>(k * k)?;
-    let w = gpu.zeros::<f64>(k * k)?;
+    let mut work = DenseInverseWork::new(gpu, k)?;
     // [not singular, no shift]: E is factored as it is.
     let singular = gpu.zeros::<f64>(2)?;
-    let failed = gpu.zeros::<i32>(1)?;
-    let failed_view = failed.slice(0..1);
-    let mut barrier = gpu.zeros::<u32>(2)?;
-    dense_symmetric_inverse(
-        gpu,
-        k,
-        DenseInverseBuffers {
-            dense: e,
-            singular: &singular,
-            factor: &factor,
-            w: &w,
-            failed: &failed_view,
-            inverse: &inverse,
-            barrier: &mut barrier,
-        },
-    )?;
-    let pivot = gpu.download(&failed)?[0];
+    work.run(e, &singular, |buffers| {
+        dense_symmetric_inverse(gpu, k, buffers)
+    })?;
+    let pivot = gpu.download(&work.failed)?[0];
     if pivot < 0 {
         return Err(GpuError::Invalid(format!(
             "the coarse matrix E = ZᵀAZ ({k} x {k}): its one-launch factorisation gave up \
@@ -380,7 +365,7 @@ pub fn coarse_inverse_on_device(
              or a fixedValue boundary) or not SPD"
         )));
     }
-    Ok(inverse)
+    Ok(work.inverse)
 }
 
 impl DeflationOps<GpuVector> for DeviceDeflation<'_> {

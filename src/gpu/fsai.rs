@@ -16,14 +16,11 @@ use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceCsr;
 use super::fsai_setup::{fsai_setup_gpu, FsaiSetupStats};
-use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{GpuSolver, PcgSolve};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::solve::cpu::check_system;
 use crate::solve::fsai::{fsai_setup, FsaiFactor, FsaiSettings};
-use crate::solve::{
-    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
-};
+use crate::solve::{Preconditioner, SolveError, SolverPerformance};
 use crate::sparse::Csr;
 
 /// Where G is computed.
@@ -356,37 +353,34 @@ impl DevicePreconditioner for DeviceFsai<'_> {
 
 impl GpuSolver<'_> {
     /// PCG with FSAI on the device, G set up at [`SETUP_PLACE`] for the
-    /// system equilibrated by `equilibration`, in the row order of
-    /// `options.ordering` (FSAI depends on the order: G is lower triangular
+    /// system `s` equilibrated, in the row order of `s.options.ordering`
+    /// (FSAI depends on the order: G is lower triangular
     /// in it). The convergence test and the returned performance are those
     /// of the original system, as in `solve::solve_pcg_scaled`.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_fsai(
         &mut self,
-        a: &Csr,
         settings: &FsaiSettings,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        check_system(a, b, x, controls)?;
+        s.check()?;
         Preconditioner::Fsai(*settings).check()?;
-        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
-        let system = scaled.matrix(a);
-        let gpu = self.gpu();
-        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
-        let (fsai, report) = DeviceFsai::setup(gpu, ordered.matrix(), settings, SETUP_PLACE)?;
-        log::info!(
-            "{settings}: set up on the {} in {:.3} s, density {:.3}",
-            report.place.name(),
-            report.seconds,
-            report.density
-        );
-        backend.set_preconditioner(Box::new(fsai));
-        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+        self.pcg_reordered(
+            s,
+            false,
+            |_| Ok(()),
+            |gpu, ordered, backend, ()| {
+                let (fsai, report) =
+                    DeviceFsai::setup(gpu, ordered.matrix(), settings, SETUP_PLACE)?;
+                log::info!(
+                    "{settings}: set up on the {} in {:.3} s, density {:.3}",
+                    report.place.name(),
+                    report.seconds,
+                    report.density
+                );
+                backend.set_preconditioner(Box::new(fsai));
+                Ok(())
+            },
+        )
     }
 }
 

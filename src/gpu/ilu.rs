@@ -15,17 +15,14 @@ use cudarc::driver::CudaSlice;
 
 use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
 use super::krylov::DeviceDiagonal;
-use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{GpuSolveOptions, GpuSolver, PcgSolve};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::solve::cpu::check_system;
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::registry::{self, Role};
 use crate::solve::schwarz::{Decomposition, SchwarzKind, SchwarzSettings};
-use crate::solve::{
-    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
-};
+use crate::solve::{Preconditioner, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
 use crate::sparse::Csr;
@@ -339,31 +336,29 @@ impl<'g> GpuSolver<'g> {
     }
 
     /// PCG with ILU(k) or a symmetric Schwarz preconditioner (AS) on the
-    /// device, in the solve's row order (`options.ordering`).
-    #[allow(clippy::too_many_arguments)]
+    /// device, in the solve's row order (`s.options.ordering`).
     pub fn solve_ilu(
         &mut self,
-        a: &Csr,
         preconditioner: &Preconditioner,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        check_system(a, b, x, controls)?;
+        s.check()?;
         preconditioner.check()?;
-        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
-        let system = scaled.matrix(a);
-        let gpu = self.gpu();
-        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
-        let m = device_preconditioner(gpu, ordered.matrix(), preconditioner)
-            .map_err(|e| super::ic::in_original_rows(e, ordered.permutation()))?
-            .ok_or_else(|| {
-                SolveError::InvalidControls(format!("{preconditioner} is not ILU or Schwarz"))
-            })?;
-        backend.set_preconditioner(m);
-        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+        self.pcg_reordered(
+            s,
+            false,
+            |_| Ok(()),
+            |gpu, ordered, backend, ()| {
+                let m = device_preconditioner(gpu, ordered.matrix(), preconditioner)
+                    .map_err(|e| super::ic::in_original_rows(e, ordered.permutation()))?
+                    .ok_or_else(|| {
+                        SolveError::InvalidControls(format!(
+                            "{preconditioner} is not ILU or Schwarz"
+                        ))
+                    })?;
+                backend.set_preconditioner(m);
+                Ok(())
+            },
+        )
     }
 }

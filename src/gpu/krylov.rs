@@ -540,19 +540,3 @@ impl<'g> GpuSolver<'g> {
         Ok(perf)
     }
 }
-
-/// [`GpuSolver::solve_krylov`] on a fresh solver.
-#[allow(clippy::too_many_arguments)]
-pub fn solve_krylov_gpu(
-    gpu: &Gpu,
-    a: &Csr,
-    method: &KrylovMethod,
-    kind: PreconditionerKind,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-    options: &GpuSolveOptions,
-) -> Result<SolverPerformance, SolveError> {
-    GpuSolver::new(gpu).solve_krylov(a, method, kind, b, x, controls, field, options)
-}

@@ -1294,7 +1294,7 @@ impl FirstFailure {
 /// system in the device's row order, from the scaled initial guess, and
 /// writes the solution of the original system into `x`: the shared end of
 /// the GPU solve wrappers.
-pub(crate) fn pcg_scaled_reordered(
+fn pcg_scaled_reordered(
     backend: &GpuCgBackend<'_>,
     ordered: &Reordered<'_>,
     scaled: &ScaledSystem,
@@ -1311,6 +1311,27 @@ pub(crate) fn pcg_scaled_reordered(
     ordered.to_old_into(&x_new, &mut y);
     scaled.unscale_into(&y, x);
     Ok(perf)
+}
+
+/// One PCG solve as the `GpuSolver::solve_*` variants of a preconditioner
+/// take it: `a x = b` on the system equilibrated by `equilibration`, to
+/// `controls`, reported as `field`, `x` the initial guess and the solution,
+/// on the device as `options` say.
+pub struct PcgSolve<'s> {
+    pub a: &'s Csr,
+    pub equilibration: &'s EquilibrationKind,
+    pub b: &'s [f64],
+    pub x: &'s mut [f64],
+    pub controls: &'s SolverControls,
+    pub field: &'s str,
+    pub options: &'s GpuSolveOptions,
+}
+
+impl PcgSolve<'_> {
+    /// The checks of every PCG solve ([`check_system`]), made first.
+    pub fn check(&self) -> Result<(), SolveError> {
+        check_system(self.a, self.b, self.x, self.controls)
+    }
 }
 
 /// GPU solves of a sequence of systems of one size (a run's linear solves):
@@ -1365,7 +1386,7 @@ impl<'g> GpuSolver<'g> {
     /// `options` and a backend for it (fused Jacobi where `jacobi`), with
     /// the scaling in that order: the shared start of the GPU solve
     /// wrappers.
-    pub(crate) fn reordered_backend<'s>(
+    fn reordered_backend<'s>(
         &'s mut self,
         system: &'s Csr,
         scaled: &ScaledSystem,
@@ -1388,6 +1409,35 @@ impl<'g> GpuSolver<'g> {
         Ok((ordered, backend))
     }
 
+    /// PCG on the system of `s` equilibrated, in the row order of
+    /// `s.options`, on a backend (fused Jacobi where `jacobi`) that
+    /// `precondition` gives its preconditioner (or none); `host` first
+    /// checks the equilibrated system on the host (in the CPU path's order)
+    /// and hands `precondition` what it found. The convergence test and the
+    /// returned performance are those of the original system, as in
+    /// `solve::solve_pcg_scaled`: the shared body of the PCG `solve_*`
+    /// variants, each checking its system and settings first.
+    pub(crate) fn pcg_reordered<H>(
+        &mut self,
+        s: PcgSolve<'_>,
+        jacobi: bool,
+        host: impl FnOnce(&Csr) -> Result<H, SolveError>,
+        precondition: impl FnOnce(
+            &'g Gpu,
+            &Reordered<'_>,
+            &mut GpuCgBackend<'g>,
+            H,
+        ) -> Result<(), SolveError>,
+    ) -> Result<SolverPerformance, SolveError> {
+        let scaled = ScaledSystem::new(s.a, s.equilibration, s.b, s.x)?;
+        let system = scaled.matrix(s.a);
+        let found = host(system)?;
+        let gpu = self.gpu;
+        let (ordered, mut backend) = self.reordered_backend(system, &scaled, jacobi, s.options)?;
+        precondition(gpu, &ordered, &mut backend, found)?;
+        pcg_scaled_reordered(&backend, &ordered, &scaled, s.x, s.controls, s.field)
+    }
+
     /// [`solve_pcg_gpu`] with the permutation from this solver's cache.
     #[allow(clippy::too_many_arguments)]
     pub fn solve(
@@ -1401,36 +1451,28 @@ impl<'g> GpuSolver<'g> {
         field: &str,
         options: &GpuSolveOptions,
     ) -> Result<SolverPerformance, SolveError> {
-        self.solve_in_precision(
+        let s = PcgSolve {
             a,
-            kind,
-            Precision::Double,
             equilibration,
             b,
             x,
             controls,
             field,
             options,
-        )
+        };
+        self.solve_in_precision(kind, Precision::Double, s)
     }
 
     /// [`Self::solve`] with DIC / IC(0)'s triangular sweeps in `precision`
     /// (mixed: f32 sweeps, `DeviceIncompleteCholesky::on_device`;
     /// `Preconditioner::MixedIc`). The other kinds take double only.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_in_precision(
         &mut self,
-        a: &Csr,
         kind: PreconditionerKind,
         precision: Precision,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        check_system(a, b, x, controls)?;
+        s.check()?;
         let incomplete_cholesky = IcKind::of(kind);
         if precision == Precision::Mixed && incomplete_cholesky.is_none() {
             return Err(SolveError::InvalidControls(format!(
@@ -1450,14 +1492,14 @@ impl<'g> GpuSolver<'g> {
         };
         // The CPU path's checks, in its order, with its row numbers (the
         // device factorisation makes those of DIC and IC(0)).
-        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
-        let system = scaled.matrix(a);
-        if incomplete_cholesky.is_none() {
-            kind.build(system)?;
-        }
-        let gpu = self.gpu;
-        let (ordered, mut backend) = self.reordered_backend(system, &scaled, jacobi, options)?;
-        if let Some(ic) = incomplete_cholesky {
+        let host = |system: &Csr| match incomplete_cholesky {
+            None => kind.build(system).map(|_| ()),
+            Some(_) => Ok(()),
+        };
+        self.pcg_reordered(s, jacobi, host, |gpu, ordered, backend, ()| {
+            let Some(ic) = incomplete_cholesky else {
+                return Ok(());
+            };
             // Built on the device from the backend's resident matrix.
             let m = DeviceIncompleteCholesky::on_device(
                 gpu,
@@ -1479,8 +1521,8 @@ impl<'g> GpuSolver<'g> {
                 forward + backward
             );
             backend.set_preconditioner(Box::new(m));
-        }
-        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+            Ok(())
+        })
     }
 }
 

@@ -8,14 +8,11 @@
 use std::rc::Rc;
 
 use super::matrix::DeviceModSell;
-use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{GpuSolver, PcgSolve};
 use super::smooth::DevicePreconditioner;
 use super::Gpu;
-use crate::solve::cpu::check_system;
 use crate::solve::registry::Registered;
-use crate::solve::{
-    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
-};
+use crate::solve::{Preconditioner, SolveError, SolverPerformance};
 use crate::sparse::Csr;
 
 /// The device preconditioner of `settings` for `a` (square, in the solve's
@@ -39,30 +36,31 @@ pub fn device_preconditioner<'g>(
 }
 
 impl GpuSolver<'_> {
-    /// PCG preconditioned by a registry algorithm on the system
-    /// equilibrated by `equilibration`, in the solve's row order; the
+    /// PCG preconditioned by a registry algorithm on the system `s`
+    /// equilibrated, in the solve's row order; the
     /// convergence test and the returned performance are those of the
     /// original system, as in `solve::solve_pcg_scaled`.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_registered(
         &mut self,
-        a: &Csr,
         settings: &Registered,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        check_system(a, b, x, controls)?;
+        s.check()?;
         Preconditioner::Registered(*settings).check()?;
-        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
-        let system = scaled.matrix(a);
-        let gpu = self.gpu();
-        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
-        let m = device_preconditioner(gpu, ordered.matrix(), backend.shared_matrix(), settings)?;
-        backend.set_preconditioner(m);
-        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+        self.pcg_reordered(
+            s,
+            false,
+            |_| Ok(()),
+            |gpu, ordered, backend, ()| {
+                let m = device_preconditioner(
+                    gpu,
+                    ordered.matrix(),
+                    backend.shared_matrix(),
+                    settings,
+                )?;
+                backend.set_preconditioner(m);
+                Ok(())
+            },
+        )
     }
 }

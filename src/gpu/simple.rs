@@ -717,27 +717,27 @@ impl<'g> DeviceSimple<'g> {
         seconds: &mut DevicePhaseSeconds,
         host: &mut f64,
     ) -> Result<(), GpuError> {
-        if self.solver.amg.is_some() {
-            let update = self.amg.is_some();
-            let part = if update {
-                &mut seconds.preconditioner_update
-            } else {
-                &mut seconds.preconditioner_setup
-            };
-            self.update_amg()?;
-            *host += timer.lap(part)?;
-            self.preconditioner_updates += usize::from(update);
+        let amg = self.solver.amg.is_some();
+        // Whether the preconditioner is there to update (else it is set up).
+        let update = if amg {
+            self.amg.is_some()
         } else if self.solver.polynomial.is_some() {
-            let update = self.polynomial.is_some();
-            let part = if update {
-                &mut seconds.preconditioner_update
-            } else {
-                &mut seconds.preconditioner_setup
-            };
+            self.polynomial.is_some()
+        } else {
+            return Ok(());
+        };
+        let part = if update {
+            &mut seconds.preconditioner_update
+        } else {
+            &mut seconds.preconditioner_setup
+        };
+        if amg {
+            self.update_amg()?;
+        } else {
             self.update_polynomial()?;
-            *host += timer.lap(part)?;
-            self.preconditioner_updates += usize::from(update);
         }
+        *host += timer.lap(part)?;
+        self.preconditioner_updates += usize::from(update);
         Ok(())
     }
 
@@ -871,14 +871,12 @@ impl<'g> DeviceSimple<'g> {
             let u_c = self.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
             m.deferred_correction(gpu, k, &arrays, &self.phi, u_c, corrected)?;
-            let matrix = m.take_matrix(k)?;
             let c_i = c as i32;
-            let launched = m.launch_rows(
+            m.launch_rows(
                 gpu,
                 "simple_momentum_rows",
                 k,
                 &c_i,
-                &matrix,
                 (&n_i, &n_faces),
                 (u_c, &alpha),
                 pressure.gradient_buffer(),
@@ -886,9 +884,7 @@ impl<'g> DeviceSimple<'g> {
                     a.arg(&self.phi);
                 },
                 |_| {},
-            );
-            m.park_matrix(k, matrix);
-            launched?;
+            )?;
             host.momentum += timer.lap(&mut seconds.momentum_assembly)?;
         }
         let krylov = m.krylov;
@@ -1229,16 +1225,16 @@ impl<'g> DeviceMomentum<'g> {
     }
 
     /// Launches the momentum-row kernel `kernel` of component `k` (`c` its
-    /// index: x, y or z), one block per slice of `matrix` (the momentum
-    /// matrix with the component's diagonal: [`Self::take_matrix`]) and one
-    /// thread per row, with the arguments every such kernel takes in its
-    /// order: the row walk of the viscous system (`rows`: n and the number
-    /// of device faces), what `convection` pushes (the fluxes), the deferred
-    /// correction, the viscous matrix, right-hand side and boundary values,
-    /// what `transient` pushes (the time terms; nothing when steady), U_c
-    /// and its relaxation factor (`relaxed`), the volumes, the explicit
-    /// stress, ∇p (`gradient`), c, then the outputs: the matrix's values and
-    /// diagonal, the source and b.
+    /// index: x, y or z), one block per slice of the momentum matrix (its
+    /// values, with the component's diagonal) and one thread per row, with
+    /// the arguments every such kernel takes in its order: the row walk of
+    /// the viscous system (`rows`: n and the number of device faces), what
+    /// `convection` pushes (the fluxes), the deferred correction, the
+    /// viscous matrix, right-hand side and boundary values, what `transient`
+    /// pushes (the time terms; nothing when steady), U_c and its relaxation
+    /// factor (`relaxed`), the volumes, the explicit stress, ∇p
+    /// (`gradient`), c, then the outputs: the matrix's values and the
+    /// component's diagonal, the source and b.
     #[allow(clippy::too_many_arguments)]
     fn launch_rows<'a>(
         &'a self,
@@ -1246,13 +1242,14 @@ impl<'g> DeviceMomentum<'g> {
         kernel: &'static str,
         k: usize,
         c: &'a i32,
-        matrix: &'a DeviceModSell,
         rows: (&'a i32, &'a i32),
         relaxed: (&'a CudaSlice<f64>, &'a f64),
         gradient: &'a CudaSlice<f64>,
         convection: impl FnOnce(&mut KernelArgs<'a>),
         transient: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
+        let matrix = self.matrix.as_ref().ok_or_else(lost)?;
+        let diag = &self.diagonals[k];
         let (n, n_faces) = rows;
         let (u_c, alpha) = relaxed;
         let v = self.viscous[k].arrays()?;
@@ -1278,7 +1275,7 @@ impl<'g> DeviceMomentum<'g> {
             a.arg(gradient)
                 .arg(c)
                 .arg(&matrix.values)
-                .arg(&matrix.diag)
+                .arg(diag)
                 .arg(&self.sources[k])
                 .arg(b);
         })

@@ -33,7 +33,7 @@ use cudarc::driver::CudaSlice;
 use super::amg::gpu_amg_settings;
 use super::ic::{widen, BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
+use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, PcgSolve, ScaledSystem};
 use super::polynomial::DevicePolynomial;
 use super::setup::{checked_diagonal, jacobi_scales, RowScale, SetupSpans};
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
@@ -1196,59 +1196,42 @@ impl GpuSolver<'_> {
         field: &str,
         options: &GpuSolveOptions,
     ) -> Result<SolverPerformance, SolveError> {
+        let s = PcgSolve {
+            a,
+            equilibration,
+            b,
+            x,
+            controls,
+            field,
+            options,
+        };
         let eisenstat_layout;
         let settings = match preconditioner {
             // Its own scaling; equilibrated, multicolour symGS (the same M).
             Preconditioner::Kind(PreconditionerKind::EisenstatSgs) => {
                 if *equilibration == EquilibrationKind::None {
-                    return self.solve_eisenstat(a, b, x, controls, field, options);
+                    return self.solve_eisenstat(a, b, s.x, controls, field, options);
                 }
                 eisenstat_layout = super::eisenstat::layout_settings();
                 &eisenstat_layout
             }
             Preconditioner::Kind(kind) => {
-                return self.solve(a, *kind, equilibration, b, x, controls, field, options)
+                return self.solve_in_precision(*kind, Precision::Double, s)
             }
-            Preconditioner::Smoother(s) => s,
-            Preconditioner::Polynomial(p) => {
-                return self.solve_polynomial(a, p, equilibration, b, x, controls, field, options)
-            }
-            Preconditioner::Amg(s) => {
-                return self.solve_amg(a, s, equilibration, b, x, controls, field, options)
-            }
+            Preconditioner::Smoother(settings) => settings,
+            Preconditioner::Polynomial(p) => return self.solve_polynomial(p, s),
+            Preconditioner::Amg(settings) => return self.solve_amg(settings, s),
             Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => {
-                return self.solve_ilu(
-                    a,
-                    preconditioner,
-                    equilibration,
-                    b,
-                    x,
-                    controls,
-                    field,
-                    options,
-                )
+                return self.solve_ilu(preconditioner, s)
             }
-            Preconditioner::Fsai(s) => {
-                return self.solve_fsai(a, s, equilibration, b, x, controls, field, options)
-            }
-            Preconditioner::Registered(r) => {
-                return self.solve_registered(a, r, equilibration, b, x, controls, field, options)
-            }
+            Preconditioner::Fsai(settings) => return self.solve_fsai(settings, s),
+            Preconditioner::Registered(r) => return self.solve_registered(r, s),
             Preconditioner::MixedIc(kind) => {
                 preconditioner.check()?;
-                return self.solve_in_precision(
-                    a,
-                    *kind,
-                    Precision::Mixed,
-                    equilibration,
-                    b,
-                    x,
-                    controls,
-                    field,
-                    options,
-                );
+                return self.solve_in_precision(*kind, Precision::Mixed, s);
             }
         };
+        let x = s.x;
         check_system(a, b, x, controls)?;
         preconditioner.check()?;
         let device = |e: GpuError| SolveError::Device(e.to_string());

@@ -1187,11 +1187,7 @@ fn matches_faces<'f>(
     order: &[Label],
     vtk_faces: &[&[usize]],
 ) -> bool {
-    let distinct = order
-        .iter()
-        .enumerate()
-        .all(|(i, p)| !order[..i].contains(p));
-    if !distinct || n_faces != vtk_faces.len() {
+    if !distinct(order) || n_faces != vtk_faces.len() {
         return false;
     }
     // (size, positions) per face; VTK's linear cells have at most 6 faces.
@@ -1208,6 +1204,15 @@ fn matches_faces<'f>(
             .iter()
             .any(|&(size, positions)| size == vtk_face.len() && positions == want)
     })
+}
+
+/// Whether the points of `order` are distinct (a cell's point order holds
+/// each point once).
+fn distinct(order: &[Label]) -> bool {
+    order
+        .iter()
+        .enumerate()
+        .all(|(i, p)| !order[..i].contains(p))
 }
 
 /// A patch as polygons over its own compact list of points.
@@ -2404,11 +2409,7 @@ mod tests {
         order: &[Label],
         vtk_faces: &[&[usize]],
     ) -> bool {
-        let distinct = order
-            .iter()
-            .enumerate()
-            .all(|(i, p)| !order[..i].contains(p));
-        distinct
+        distinct(order)
             && faces.len() == vtk_faces.len()
             && vtk_faces.iter().all(|vtk_face| {
                 faces.iter().any(|face| {

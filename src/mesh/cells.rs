@@ -689,18 +689,10 @@ mod tests {
             .map(|i| Vec3::new((i % m) as f64, (i / m % m) as f64, (i / (m * m)) as f64) / n as f64)
             .collect();
         let mut cells = ElementList::new();
-        let paths = [
-            [0, 1, 2],
-            [0, 2, 1],
-            [1, 0, 2],
-            [1, 2, 0],
-            [2, 0, 1],
-            [2, 1, 0],
-        ];
         for z in 0..n {
             for y in 0..n {
                 for x in 0..n {
-                    for path in paths {
+                    for path in crate::mesh::generate::kuhn_paths() {
                         let mut c = [x, y, z];
                         let mut tet = vec![id(c[0], c[1], c[2])];
                         for axis in path {

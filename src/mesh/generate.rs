@@ -501,19 +501,23 @@ fn hexahedron_template() -> Vec<Vec<TemplateFace>> {
     vec![faces]
 }
 
-/// The six Kuhn tetrahedra of a hex, one per axis permutation `s`: corners
-/// 0, e_s0, e_s0 + e_s1, 7. Faces are matched by their corner sets.
+/// The six permutations of the axes in lexicographic order ([0, 1, 2],
+/// [0, 2, 1], [1, 0, 2], ...): Kuhn's tetrahedra of a cube (Kuhn 1960), one
+/// per path from a corner to the opposite one along the three axes in the
+/// permutation's order.
+pub(crate) fn kuhn_paths() -> impl Iterator<Item = [usize; 3]> {
+    (0..3).flat_map(|a| {
+        (0..3)
+            .filter(move |&b| b != a)
+            .map(move |b| [a, b, 3 - a - b])
+    })
+}
+
+/// The six Kuhn tetrahedra of a hex, one per axis permutation `s`
+/// ([`kuhn_paths`]): corners 0, e_s0, e_s0 + e_s1, 7. Faces are matched by
+/// their corner sets.
 fn tetrahedra_template() -> Vec<Vec<TemplateFace>> {
-    let perms = [
-        [0, 1, 2],
-        [0, 2, 1],
-        [1, 0, 2],
-        [1, 2, 0],
-        [2, 0, 1],
-        [2, 1, 0],
-    ];
-    let tets: Vec<[u8; 4]> = perms
-        .iter()
+    let tets: Vec<[u8; 4]> = kuhn_paths()
         .map(|s| {
             let first = 1u8 << s[0];
             [0, first, first | (1 << s[1]), 7]
@@ -963,6 +967,20 @@ fn split_sizes<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kuhn's paths are the six permutations of the axes, each once, in
+    /// lexicographic order.
+    #[test]
+    fn kuhn_paths_are_the_permutations_of_the_axes_in_order() {
+        let paths: Vec<[usize; 3]> = kuhn_paths().collect();
+        assert_eq!(paths.len(), 6);
+        for p in &paths {
+            let mut sorted = *p;
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1, 2], "{p:?} is not a permutation");
+        }
+        assert!(paths.windows(2).all(|w| w[0] < w[1]), "{paths:?}");
+    }
 
     /// The bound behind [`TET_PERTURB_SCALE`]: corners moved by at most
     /// `e = 0.5 * scale` change a tetrahedron's edge matrix by less than its

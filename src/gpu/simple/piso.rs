@@ -404,14 +404,12 @@ impl<'g> DevicePiso<'g> {
             let u_c = d.u[c].dev()?;
             m.viscous[k].update_rhs(u_c, None)?;
             m.deferred_correction(gpu, k, &arrays, &d.phi, u_c, corrected)?;
-            let matrix = m.take_matrix(k)?;
             let c_i = c as i32;
-            let launched = m.launch_rows(
+            m.launch_rows(
                 gpu,
                 "piso_momentum_rows",
                 k,
                 &c_i,
-                &matrix,
                 (&n_i, &n_faces),
                 (u_c, &alpha_u),
                 pressure.gradient_buffer(),
@@ -429,9 +427,7 @@ impl<'g> DevicePiso<'g> {
                         .arg(&self.old.u[c]);
                     arg_or_null(a, older.map(|o| &o.u[c]));
                 },
-            );
-            m.park_matrix(k, matrix);
-            launched?;
+            )?;
             timer.lap(&mut seconds.momentum_assembly)?;
         }
         if !solve {

@@ -26,17 +26,14 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 
 use super::ic::in_original_rows;
 use super::matrix::{f32_copy_into, DeviceModSell, DeviceModSellF32};
-use super::pcg::{pcg_scaled_reordered, GpuSolveOptions, GpuSolver, ScaledSystem};
+use super::pcg::{GpuSolver, PcgSolve};
 use super::setup::SetupSpans;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
-use crate::solve::cpu::check_system;
 use crate::solve::polynomial::{EigenBound, PolynomialSettings, Recurrence};
 use crate::solve::scalar::Precision;
 use crate::solve::smoother::check_diagonal;
-use crate::solve::{
-    EquilibrationKind, Preconditioner, SolveError, SolverControls, SolverPerformance,
-};
+use crate::solve::{Preconditioner, SolveError, SolverPerformance};
 use crate::sparse::Csr;
 
 /// The vectors of one precision: 1/a_ii, the two recurrence vectors and the
@@ -476,48 +473,36 @@ impl DevicePreconditioner for DevicePolynomial<'_> {
 }
 
 impl GpuSolver<'_> {
-    /// PCG with a polynomial preconditioner on the device, on the system
-    /// equilibrated by `equilibration` (the polynomial then acts on S A S), in
-    /// the row order of `options.ordering`. The convergence test and the
+    /// PCG with a polynomial preconditioner on the device, on the system `s`
+    /// equilibrated (the polynomial then acts on S A S), in the row order of
+    /// `s.options.ordering`. The convergence test and the
     /// returned performance are those of the original system, as in
     /// `solve::solve_pcg_scaled`.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_polynomial(
         &mut self,
-        a: &Csr,
         settings: &PolynomialSettings,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        check_system(a, b, x, controls)?;
+        s.check()?;
         Preconditioner::Polynomial(*settings).check()?;
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        let scaled = ScaledSystem::new(a, equilibration, b, x)?;
-        let system = scaled.matrix(a);
         // The CPU's checks (positive diagonal) and Lanczos bound, on the
         // unpermuted system; Gershgorin's on the device.
-        let host_bound = match settings.bound {
-            EigenBound::Gershgorin => {
-                check_diagonal(system, "polynomial")?;
-                None
-            }
-            EigenBound::Lanczos { .. } => Some(settings.upper_bound(system)?),
+        let host = |system: &Csr| match settings.bound {
+            EigenBound::Gershgorin => check_diagonal(system, "polynomial").map(|()| None),
+            EigenBound::Lanczos { .. } => settings.upper_bound(system).map(Some),
         };
-        let gpu = self.gpu();
-        let (ordered, mut backend) = self.reordered_backend(system, &scaled, false, options)?;
-        let upper = match host_bound {
-            Some(b) => b,
-            None => device_gershgorin(gpu, backend.matrix())
-                .map_err(|e| in_original_rows(e, ordered.permutation()))?,
-        };
-        let polynomial =
-            DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
-                .map_err(device)?;
-        backend.set_preconditioner(Box::new(polynomial));
-        pcg_scaled_reordered(&backend, &ordered, &scaled, x, controls, field)
+        self.pcg_reordered(s, false, host, |gpu, ordered, backend, host_bound| {
+            let upper = match host_bound {
+                Some(b) => b,
+                None => device_gershgorin(gpu, backend.matrix())
+                    .map_err(|e| in_original_rows(e, ordered.permutation()))?,
+            };
+            let polynomial =
+                DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
+                    .map_err(device)?;
+            backend.set_preconditioner(Box::new(polynomial));
+            Ok(())
+        })
     }
 }
