@@ -38,8 +38,8 @@ use crate::solve::polynomial::{EigenBound, PolynomialSettings};
 use crate::solve::registry::{self, GpuDefault, Role};
 use crate::solve::solve_krylov;
 use crate::solve::{
-    pcg, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner, PreconditionerKind,
-    SolveError, SolverPerformance,
+    pcg, solve_pcg_in_place, solve_pcg_scaled, solve_smooth, EquilibrationKind, Preconditioner,
+    PreconditionerKind, SolveError, SolverPerformance,
 };
 use crate::sparse::csr::Pattern;
 use crate::sparse::distribute::Decomposition;
@@ -1124,7 +1124,7 @@ impl<'a> Run<'a> {
         let mut failure = None;
         let mut rhs_with_sp = Vec::new();
         self.system
-            .solve(&mut self.field, old, n_correctors, |matrix, rhs, x| {
+            .solve_in_place(&mut self.field, old, n_correctors, |matrix, rhs, x| {
                 if failure.is_some() {
                     return;
                 }
@@ -1139,7 +1139,7 @@ impl<'a> Run<'a> {
                     _ => rhs,
                 };
                 let _solve = self.device.phase(Phase::Solve);
-                let result = solve_linear(
+                let result = solve_linear_in_place(
                     self.device,
                     self.gpu_solver.as_mut(),
                     &self.gamg_cache,
@@ -1584,6 +1584,40 @@ pub(crate) fn solve_linear<'g>(
             ),
         },
     }
+}
+
+/// [`solve_linear`] where the solve may take the matrix's values for its
+/// time: a CPU run's plain PCG (no GPU, no other method, no deflation) is
+/// [`solve_pcg_in_place`]'s, which holds the matrix in one layout while
+/// PCG iterates; every other solve is [`solve_linear`]'s.
+#[allow(clippy::too_many_arguments)]
+fn solve_linear_in_place(
+    device: Device<'_>,
+    gpu_solver: Option<&mut GpuSolver<'_>>,
+    gamg_cache: &GamgCache,
+    solver: &LinearSolver,
+    matrix: &mut Csr,
+    b: &[f64],
+    x: &mut [f64],
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let plain_pcg = solver.krylov.is_none()
+        && solver.smoother.is_none()
+        && solver.gamg.is_none()
+        && solver.deflation == Deflation::None;
+    if matches!(device, Device::Cpu) && gpu_solver.is_none() && plain_pcg {
+        let solver = device.adapt(solver);
+        return solve_pcg_in_place(
+            matrix,
+            solver.preconditioner,
+            &solver.equilibration,
+            b,
+            x,
+            &solver.controls,
+            field,
+        );
+    }
+    solve_linear(device, gpu_solver, gamg_cache, solver, matrix, b, x, field)
 }
 
 /// One linear solve of a distributed run: PCG over the ranks with `solver`'s

@@ -1003,9 +1003,31 @@ impl<'m> LaplacianSystem<'m> {
     where
         F: FnMut(&Csr, &[f64], &mut [f64]),
     {
+        self.solve_in_place(p, old, n_non_orth_correctors, |a, b, x| solver(a, b, x))
+    }
+
+    /// [`Self::solve`] with the matrix lent mutably: the solver may take its
+    /// values out while it holds them in a layout of its own
+    /// ([`Csr::take_values`], `solve::solve_pcg_in_place`) and puts them
+    /// back before it returns.
+    pub fn solve_in_place<F>(
+        &mut self,
+        p: &mut [f64],
+        old: Option<&[f64]>,
+        n_non_orth_correctors: usize,
+        mut solver: F,
+    ) -> Result<(), FvmError>
+    where
+        F: FnMut(&mut Csr, &[f64], &mut [f64]),
+    {
         for _ in 0..=n_non_orth_correctors {
             self.update_rhs(p, old)?;
-            solver(&self.matrix, &self.rhs, p);
+            solver(&mut self.matrix, &self.rhs, p);
+            assert_eq!(
+                self.matrix.values().len(),
+                self.matrix.nnz(),
+                "LaplacianSystem::solve_in_place: the solver kept the matrix's values"
+            );
             if let Some(SingularPolicy {
                 reference: Reference::ZeroMean,
                 ..

@@ -9,10 +9,11 @@
 use rayon::prelude::*;
 
 use super::equilibrate::Equilibration;
+use super::ic::DicFactor;
 use super::pcg::NORM_FACTOR_SMALL;
 use super::reduce::{dot, ordered_sum, sum_abs, sum_by, CHUNK};
 use super::split::SplitMatrix;
-use super::{CgBackend, Executor, InitialNorms, LinearOperator};
+use super::{CgBackend, Executor, InitialNorms, LinearOperator, SolveError};
 use crate::sparse::Csr;
 
 // The checks, the row sums and the entry points, kept at their old paths
@@ -23,29 +24,59 @@ pub use super::entry::{solve_pcg, solve_pcg_scaled};
 pub use super::row_sums::openfoam_row_sums;
 
 /// A preconditioner the backend borrows, or one it was handed once the
-/// initial residual showed that the solve iterates ([`CpuBackend::preconditioned`]).
+/// initial residual showed that the solve iterates ([`CpuBackend::preconditioned`]),
+/// or DIC's factor, which sweeps the backend's own split rows ([`CpuBackend::dic`]).
 enum Preconditioning<'a> {
     Borrowed(&'a dyn LinearOperator),
     Owned(Box<dyn LinearOperator + 'a>),
+    Dic(DicFactor),
 }
 
 impl Preconditioning<'_> {
-    fn operator(&self) -> &dyn LinearOperator {
+    fn n(&self) -> usize {
         match self {
-            Preconditioning::Borrowed(p) => *p,
-            Preconditioning::Owned(p) => p.as_ref(),
+            Preconditioning::Borrowed(p) => p.n(),
+            Preconditioning::Owned(p) => p.n(),
+            Preconditioning::Dic(f) => f.n(),
+        }
+    }
+
+    fn is_linear(&self) -> bool {
+        match self {
+            Preconditioning::Borrowed(p) => p.is_linear(),
+            Preconditioning::Owned(p) => p.is_linear(),
+            Preconditioning::Dic(_) => true,
+        }
+    }
+}
+
+/// The split rows a backend made of its matrix, or those it was lent
+/// ([`CpuBackend::on_split`]).
+enum Split<'a> {
+    Owned(SplitMatrix),
+    Borrowed(&'a SplitMatrix),
+}
+
+impl std::ops::Deref for Split<'_> {
+    type Target = SplitMatrix;
+    fn deref(&self) -> &SplitMatrix {
+        match self {
+            Split::Owned(s) => s,
+            Split::Borrowed(s) => s,
         }
     }
 }
 
 /// PCG steps on host vectors with a CSR matrix and any preconditioner.
 pub struct CpuBackend<'a> {
-    a: &'a Csr,
     precond: Preconditioning<'a>,
-    /// `a` split as the row kernels read it (same products, same order).
-    split: SplitMatrix,
-    /// rowSum of the original matrix (of `a` unless equilibrated).
-    row_sums: Vec<f64>,
+    /// The matrix split as the row kernels read it (same products, same
+    /// order): the backend reads no other copy of it.
+    split: Split<'a>,
+    /// rowSum of the original matrix where `a` is equilibrated; otherwise
+    /// each row's sum is formed from the split rows when the initial
+    /// residual needs it (one read, and no vector kept through the solve).
+    row_sums: Option<Vec<f64>>,
     /// Flexible PCG: the preconditioner is not a fixed linear operator
     /// (its `is_linear`), or [`Self::flexible`] asked for it.
     flexible: bool,
@@ -69,11 +100,25 @@ impl<'a> CpuBackend<'a> {
         Self::build(a, Preconditioning::Owned(Box::new(identity)), None)
     }
 
+    /// [`Self::unpreconditioned`] on rows split already, which it borrows:
+    /// the caller keeps them (and may lend the CSR's values out meanwhile,
+    /// [`solve_pcg_in_place`](super::entry::solve_pcg_in_place)).
+    pub fn on_split(split: &'a SplitMatrix) -> Self {
+        let identity = super::jacobi::Identity(split.n());
+        Self {
+            flexible: false,
+            precond: Preconditioning::Owned(Box::new(identity)),
+            row_sums: None,
+            split: Split::Borrowed(split),
+            equilibration: None,
+        }
+    }
+
     /// This backend (its split matrix and row sums kept) with `precond`.
     pub fn preconditioned(self, precond: Box<dyn LinearOperator + 'a>) -> Self {
         assert_eq!(
             precond.n(),
-            self.a.n_rows(),
+            self.split.n(),
             "CpuBackend: preconditioner size"
         );
         Self {
@@ -81,6 +126,21 @@ impl<'a> CpuBackend<'a> {
             precond: Preconditioning::Owned(precond),
             ..self
         }
+    }
+
+    /// This backend with OpenFOAM's DIC of its split rows: the factor keeps
+    /// 1/d* alone and the sweeps form each a_ij / d*_i from the split rows
+    /// the product reads ([`DicFactor::sweeps_dot`]: the bits of a
+    /// [`Dic`](super::ic::Dic)'s stored scaled triangles), so the solve
+    /// holds the matrix's off-diagonal entries once besides `a`. Errors as
+    /// [`DicFactor::of_split`]'s.
+    pub fn dic(self) -> Result<Self, SolveError> {
+        let factor = DicFactor::of_split(&self.split)?;
+        Ok(Self {
+            flexible: false,
+            precond: Preconditioning::Dic(factor),
+            ..self
+        })
     }
 
     /// PCG on the scaled matrix `scaled` = S A S of `equilibration` with the
@@ -109,24 +169,14 @@ impl<'a> CpuBackend<'a> {
     ) -> Self {
         assert_eq!(a.n_rows(), a.n_cols(), "CpuBackend: matrix not square");
         let split = SplitMatrix::new(a);
-        assert_eq!(
-            precond.operator().n(),
-            a.n_rows(),
-            "CpuBackend: preconditioner size"
-        );
+        assert_eq!(precond.n(), a.n_rows(), "CpuBackend: preconditioner size");
         Self {
-            a,
             // Flexible PCG where the preconditioner says it is not a fixed
             // linear map (`Precondition::is_linear`).
-            flexible: !precond.operator().is_linear(),
+            flexible: !precond.is_linear(),
             precond,
-            row_sums: match equilibration {
-                Some(e) => e.row_sums().to_vec(),
-                // rowSum in OpenFOAM's order (`openfoam_row_sums`' bits),
-                // from the split rows: no search for the diagonal.
-                None => split.row_sums(),
-            },
-            split,
+            row_sums: equilibration.map(|e| e.row_sums().to_vec()),
+            split: Split::Owned(split),
             equilibration,
         }
     }
@@ -156,7 +206,7 @@ impl Executor for CpuBackend<'_> {
     type Vector = Vec<f64>;
 
     fn n(&self) -> usize {
-        self.a.n_rows()
+        self.split.n()
     }
 
     fn new_vector(&self) -> Vec<f64> {
@@ -180,7 +230,13 @@ impl Executor for CpuBackend<'_> {
                 for (k, r) in r.iter_mut().enumerate() {
                     let i = c * CHUNK + k;
                     let ax = self.row_times(i, x);
-                    let a_xbar = self.row_sums[i] * x_mean;
+                    // rowSum in OpenFOAM's order (`openfoam_row_sums`'
+                    // bits), from the split rows: no search for the diagonal.
+                    let row_sum = match &self.row_sums {
+                        Some(sums) => sums[i],
+                        None => self.split.row_sum(i),
+                    };
+                    let a_xbar = row_sum * x_mean;
                     *r = b[i] - ax;
                     let (ax, b, r) = match eq {
                         Some(e) => {
@@ -212,7 +268,11 @@ impl Executor for CpuBackend<'_> {
 
 impl CgBackend for CpuBackend<'_> {
     fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
-        self.precond.operator().apply_dot(r, z)
+        match &self.precond {
+            Preconditioning::Borrowed(p) => p.apply_dot(r, z),
+            Preconditioning::Owned(p) => p.apply_dot(r, z),
+            Preconditioning::Dic(f) => f.sweeps_dot(&self.split, r, z),
+        }
     }
 
     fn flexible_term(&self, z: &Vec<f64>, q: &Vec<f64>) -> Option<f64> {
@@ -314,5 +374,41 @@ mod tests {
         assert_eq!(r, vec![1.0, 0.0, -5.0]);
         assert_eq!(norms.residual_sum, 6.0);
         assert!((norms.norm_factor - (22.0 / 3.0 + 4.0)).abs() < 1e-14);
+    }
+
+    #[test]
+    fn dic_on_the_split_rows_runs_pcg_with_the_bits_of_the_stored_dic() {
+        use crate::solve::ic::Dic;
+        use crate::solve::pcg::{pcg, SolverControls};
+        // More rows than one reduction chunk: r · w sums chunks.
+        let a = crate::sparse::testing::grid_laplacian(18, 17, 16);
+        let n = a.n_rows();
+        let b: Vec<f64> = (0..n).map(|i| ((i * 53) % 97) as f64 / 9.0 - 5.0).collect();
+        let controls = SolverControls {
+            tolerance: 1e-12,
+            ..SolverControls::default()
+        };
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let split = SplitMatrix::new(&a);
+        let stored = Dic::of_split(&split).unwrap();
+        let (mut x_stored, mut x_formed) = (vec![0.0; n], vec![0.0; n]);
+        let with_stored = pcg(
+            &CpuBackend::new(&a, &stored),
+            &b,
+            &mut x_stored,
+            &controls,
+            "T",
+        )
+        .unwrap();
+        let backend = CpuBackend::unpreconditioned(&a).dic().unwrap();
+        let with_formed = pcg(&backend, &b, &mut x_formed, &controls, "T").unwrap();
+        assert!(with_formed.iterations > 10 && with_formed.converged);
+        assert_eq!(with_formed.iterations, with_stored.iterations);
+        assert_eq!(bits(&with_formed.history), bits(&with_stored.history));
+        assert_eq!(bits(&x_formed), bits(&x_stored));
+        // The normalisation reads each row's sum as it goes: the bits of
+        // the row sums' vector.
+        let sums = split.row_sums();
+        assert!((0..n).all(|i| split.row_sum(i).to_bits() == sums[i].to_bits()));
     }
 }

@@ -11,6 +11,7 @@ use super::cpu::CpuBackend;
 use super::krylov::{CpuKrylovBackend, GmresSettings, KrylovMethod, PreconditioningSide};
 use super::pcg::pcg_set_up_on_demand;
 use super::smooth_solver::in_ordering;
+use super::split::SplitMatrix;
 use super::{
     pcg, EquilibrationKind, LinearOperator, Preconditioner, PreconditionerKind, SolveError,
     SolverControls, SolverPerformance,
@@ -83,9 +84,10 @@ pub fn solve_pcg_scaled(
             let mut x_work = x.to_vec();
             let perf = pcg_set_up_on_demand(
                 start,
-                |start| {
-                    let precond = preconditioner.build_on_split(ordered, start.split())?;
-                    Ok(start.preconditioned(precond))
+                |start| match preconditioner == PreconditionerKind::Dic {
+                    // DIC sweeps the backend's split rows: no copy of them.
+                    true => start.dic(),
+                    false => Ok(start.preconditioned(preconditioner.build(ordered)?)),
                 },
                 &b.to_vec(),
                 &mut x_work,
@@ -103,6 +105,58 @@ pub fn solve_pcg_scaled(
         x.copy_from_slice(&eq.to_original(&y));
         Ok(perf)
     })
+}
+
+/// [`solve_pcg_scaled`] on a matrix whose values it may take for the time
+/// of the solve. PCG with DIC in the matrix's own row order and no
+/// equilibration (a CPU run's default) splits the rows, takes the CSR's
+/// values out (freed) before PCG's vectors and DIC's factor are made, and
+/// writes them back from the split rows at the end
+/// ([`SplitMatrix::csr_values`]: the same bits). The initial residual, the
+/// product and DIC's sweeps ([`CpuBackend::dic`]) all read the split rows,
+/// so while PCG runs the matrix is held in that one layout. Any other
+/// solve is [`solve_pcg_scaled`]'s, as is a matrix whose split rows do not
+/// mirror each other bit for bit (its symmetry check names the entry).
+pub fn solve_pcg_in_place(
+    a: &mut Csr,
+    preconditioner: impl Into<Preconditioner>,
+    equilibration: &EquilibrationKind,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
+    let preconditioner = preconditioner.into();
+    if preconditioner != PreconditionerKind::Dic
+        || *equilibration != EquilibrationKind::None
+        || preconditioner.ordering(a).is_some()
+    {
+        return solve_pcg_scaled(a, preconditioner, equilibration, b, x, controls, field);
+    }
+    check_inputs(a, b, x, controls)?;
+    preconditioner.check()?;
+    let split = SplitMatrix::new(a);
+    if !split.is_symmetric() {
+        drop(split);
+        return solve_pcg_scaled(a, preconditioner, equilibration, b, x, controls, field);
+    }
+    // Freed before any vector of the solve is made: they take its room.
+    drop(a.take_values());
+    let mut x_work = x.to_vec();
+    let solved = pcg_set_up_on_demand(
+        CpuBackend::on_split(&split),
+        CpuBackend::dic,
+        &b.to_vec(),
+        &mut x_work,
+        controls,
+        field,
+    );
+    if solved.is_ok() {
+        x.copy_from_slice(&x_work);
+    }
+    drop(x_work);
+    a.restore_values(split.csr_values(a));
+    solved
 }
 
 /// Solves A x = b (A square, not necessarily symmetric) on the CPU with
@@ -198,5 +252,73 @@ mod tests {
         let mut x = [0.0, 0.0];
         let err = solve_pcg(&a, PreconditionerKind::Ic0, &b, &mut x, &controls, "T").unwrap_err();
         assert!(err.to_string().contains("pivot"), "{err}");
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// PCG-DIC with the matrix's values lent out: the iterates, residuals
+    /// and matrix of the solve that keeps them, bit for bit; the values are
+    /// back after a solve that iterates, one that does not, and one whose
+    /// DIC breaks down.
+    #[test]
+    fn pcg_dic_in_place_has_the_bits_of_the_solve_that_keeps_the_matrix() {
+        let a = crate::sparse::testing::grid_laplacian(18, 17, 16);
+        let n = a.n_rows();
+        let b: Vec<f64> = (0..n).map(|i| ((i * 29) % 83) as f64 / 5.0 - 8.0).collect();
+        let controls = SolverControls::absolute(1e-11, 500);
+        let none = EquilibrationKind::None;
+        let mut kept_x = vec![0.0; n];
+        let kept = solve_pcg(&a, PreconditionerKind::Dic, &b, &mut kept_x, &controls, "T").unwrap();
+        let mut lent = a.clone();
+        let mut lent_x = vec![0.0; n];
+        let dic = PreconditionerKind::Dic;
+        let perf = solve_pcg_in_place(&mut lent, dic, &none, &b, &mut lent_x, &controls, "T");
+        let perf = perf.unwrap();
+        assert!(perf.converged && perf.iterations > 10);
+        assert_eq!(perf.iterations, kept.iterations);
+        assert_eq!(bits(&perf.history), bits(&kept.history));
+        assert_eq!(bits(&lent_x), bits(&kept_x));
+        assert_eq!(bits(lent.values()), bits(a.values()));
+        // Converged already: no iteration, the values back all the same.
+        let perf = solve_pcg_in_place(&mut lent, dic, &none, &b, &mut lent_x, &controls, "T");
+        assert_eq!(perf.unwrap().iterations, 0);
+        assert_eq!(bits(lent.values()), bits(a.values()));
+        // DIC breaks down (a_00 = 0.1 against off-diagonals of −1): the error,
+        // and the values back.
+        let mut weak = a.clone();
+        let slot = weak.slot(0, 0).unwrap();
+        weak.values_mut()[slot] = 0.1;
+        let expected = bits(weak.values());
+        let mut x = vec![0.0; n];
+        let err = solve_pcg_in_place(&mut weak, dic, &none, &b, &mut x, &controls, "T");
+        let err = err.unwrap_err();
+        assert!(
+            matches!(err, SolveError::FactorizationBreakdown { .. }),
+            "{err}"
+        );
+        assert_eq!(bits(weak.values()), expected);
+    }
+
+    /// A matrix whose triangles are not the same bits is solved (or refused)
+    /// as by `solve_pcg_scaled`, with its values untouched.
+    #[test]
+    fn pcg_dic_in_place_of_a_matrix_not_symmetric_bit_for_bit_is_solve_pcg_scaled() {
+        let mut a = crate::sparse::testing::grid_laplacian(6, 5, 4);
+        let n = a.n_rows();
+        let slot = a.slot(1, 0).unwrap();
+        a.values_mut()[slot] *= 1.0 + 1e-15;
+        let b = vec![1.0; n];
+        let controls = SolverControls::absolute(1e-10, 200);
+        let none = EquilibrationKind::None;
+        let (mut x1, mut x2) = (vec![0.0; n], vec![0.0; n]);
+        let expected = solve_pcg(&a, PreconditionerKind::Dic, &b, &mut x1, &controls, "T");
+        let values = bits(a.values());
+        let dic = PreconditionerKind::Dic;
+        let got = solve_pcg_in_place(&mut a, dic, &none, &b, &mut x2, &controls, "T");
+        assert_eq!(format!("{got:?}"), format!("{expected:?}"));
+        assert_eq!(bits(&x2), bits(&x1));
+        assert_eq!(bits(a.values()), values);
     }
 }

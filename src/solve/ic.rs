@@ -285,7 +285,8 @@ fn modified_diagonal(split: &SplitMatrix) -> Result<Vec<f64>, SolveError> {
 /// [`Dic`]'s stored products: the same product, formed later). GAMG's
 /// levels use it: their set-up writes one vector per level instead of a
 /// scaled copy of both triangles, and the sweeps read the triangles the
-/// level's Gauss–Seidel and products read.
+/// level's Gauss–Seidel and products read. So does CPU PCG's DIC
+/// (`CpuBackend::dic`), on the rows its product reads.
 pub struct DicFactor {
     reciprocal_d: Vec<f64>,
 }
@@ -293,19 +294,53 @@ pub struct DicFactor {
 impl DicFactor {
     /// The factor of `split` (errors as [`Dic::of_split`]'s).
     pub fn of_split(split: &SplitMatrix) -> Result<Self, SolveError> {
-        let d = modified_diagonal(split)?;
-        Ok(Self {
-            reciprocal_d: d.iter().map(|d| 1.0 / d).collect(),
-        })
+        // d* becomes 1/d* in place: one vector, not two.
+        let mut reciprocal_d = modified_diagonal(split)?;
+        reciprocal_d.iter_mut().for_each(|d| *d = 1.0 / *d);
+        Ok(Self { reciprocal_d })
+    }
+
+    pub fn n(&self) -> usize {
+        self.reciprocal_d.len()
     }
 
     /// [`Dic::sweeps`] of the matrix `split` this factor was made from.
     pub fn sweeps(&self, split: &SplitMatrix, r: &[f64], w: &mut [f64]) {
+        self.forward(split, r, w);
+        split
+            .upper_rows()
+            .backward_scaled(w, &self.reciprocal_d, 0..w.len());
+    }
+
+    fn forward(&self, split: &SplitMatrix, r: &[f64], w: &mut [f64]) {
         let rd = &self.reciprocal_d;
         assert_eq!(r.len(), rd.len(), "DIC: r size");
         assert_eq!(split.n(), rd.len(), "DIC: matrix size");
         split.lower_rows().forward_scaled(w, rd, |j| rd[j] * r[j]);
-        split.upper_rows().backward_scaled(w, rd);
+    }
+
+    /// [`Dic::sweeps_dot`] of the matrix `split` this factor was made from:
+    /// the same bits, with the backward sweep chunk by chunk and each
+    /// chunk's r · w summed while it is in cache. CPU PCG's DIC runs so on
+    /// the backend's own split rows, which then hold the only copy of the
+    /// matrix's off-diagonal entries in the solve (a scaled copy of both
+    /// triangles was as large again).
+    pub fn sweeps_dot(&self, split: &SplitMatrix, r: &[f64], w: &mut [f64]) -> f64 {
+        self.forward(split, r, w);
+        let n = w.len();
+        let mut partials = vec![0.0; n.div_ceil(CHUNK)];
+        for (c, partial) in partials.iter_mut().enumerate().rev() {
+            let rows = c * CHUNK..((c + 1) * CHUNK).min(n);
+            split
+                .upper_rows()
+                .backward_scaled(w, &self.reciprocal_d, rows.clone());
+            *partial = r[rows.clone()]
+                .iter()
+                .zip(&w[rows])
+                .map(|(r, w)| r * w)
+                .sum::<f64>();
+        }
+        partials.iter().sum()
     }
 }
 

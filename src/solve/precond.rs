@@ -19,7 +19,6 @@ use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::scalar::Precision;
 use super::schwarz::{Schwarz, SchwarzSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
-use super::split::SplitMatrix;
 use super::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
@@ -254,20 +253,6 @@ impl Preconditioner {
             Self::Ilu(_) | Self::Schwarz(_) => None,
             Self::Smoother(s) => s.ordering(a),
             Self::MixedIc(_) | Self::Registered(_) => None,
-        }
-    }
-
-    /// [`Self::build`] for a CPU backend that already holds `a` split
-    /// (`split`): DIC is factored from those rows, without a split copy of
-    /// its own.
-    pub fn build_on_split<'a>(
-        &self,
-        a: &'a Csr,
-        split: &SplitMatrix,
-    ) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
-        match self {
-            Self::Kind(PreconditionerKind::Dic) => Ok(Box::new(Dic::of_split(split)?)),
-            _ => self.build(a),
         }
     }
 

@@ -110,6 +110,46 @@ impl SplitMatrix {
         Csr::new(n, row_ptr, cols, values).expect("split rows are sorted and in range")
     }
 
+    /// The values of the CSR matrix this was split from, in its order:
+    /// each row's lower entries, its diagonal where `pattern` stores one,
+    /// then its upper entries (the bits split from it). `pattern` is read
+    /// for its row starts alone (its values may be lent out:
+    /// [`Csr::take_values`]).
+    pub fn csr_values(&self, pattern: &Csr) -> Vec<f64> {
+        let (n, row_ptr) = (self.n(), pattern.row_ptr());
+        assert_eq!(row_ptr.len(), n + 1, "SplitMatrix::csr_values: rows");
+        let mut values = vec![0.0; pattern.nnz()];
+        // Blocks of rows in parallel, each writing its own part.
+        let mut parts = Vec::with_capacity(n.div_ceil(CHUNK));
+        let mut rest = values.as_mut_slice();
+        for first in (0..n).step_by(CHUNK) {
+            let end = (first + CHUNK).min(n);
+            let (part, tail) = rest.split_at_mut(row_ptr[end] - row_ptr[first]);
+            parts.push((first..end, part));
+            rest = tail;
+        }
+        parts.into_par_iter().for_each(|(rows, part)| {
+            let mut k = 0;
+            for (r, lower, upper) in self.rows(rows.start, rows.len()) {
+                let off_diagonal = lower.values.len() + upper.values.len();
+                let stored = row_ptr[r + 1] - row_ptr[r];
+                assert!(
+                    stored == off_diagonal || stored == off_diagonal + 1,
+                    "SplitMatrix::csr_values: not the pattern it was split from (row {r})"
+                );
+                part[k..k + lower.values.len()].copy_from_slice(lower.values);
+                k += lower.values.len();
+                if stored > off_diagonal {
+                    part[k] = self.diag[r];
+                    k += 1;
+                }
+                part[k..k + upper.values.len()].copy_from_slice(upper.values);
+                k += upper.values.len();
+            }
+        });
+        values
+    }
+
     /// The rows `first..first + count` as (row, lower columns and values,
     /// upper columns and values): each triangle's row pointers read once,
     /// as consecutive pairs.
@@ -141,11 +181,21 @@ impl SplitMatrix {
             .for_each(|(c, sums)| {
                 let rows = self.rows(c * CHUNK, sums.len());
                 for (s, (r, lower, upper)) in sums.iter_mut().zip(rows) {
-                    let lower_sum = lower.values.iter().fold(self.diag[r], |s, v| s + v);
-                    *s = upper.values.iter().fold(lower_sum, |s, v| s + v);
+                    *s = row_sum(self.diag[r], lower, upper);
                 }
             });
         sums
+    }
+
+    /// Row r's entry of [`Self::row_sums`] (the same bits), for a reader
+    /// that needs each sum once and keeps none.
+    #[inline]
+    pub fn row_sum(&self, r: usize) -> f64 {
+        row_sum(
+            self.diag[r],
+            self.lower.row_entries(r),
+            self.upper.row_entries(r),
+        )
     }
 
     /// Σ_{c≠r} a_rc x_c, the lower entries, then the upper ones.
@@ -989,6 +1039,7 @@ impl TriangleRows {
 
     /// [`Self::forward`] with row j's entries multiplied by `scale[j]` as
     /// they are read: w_j = s_j − Σ_c (t_jc · scale_j) w_c.
+    #[inline]
     pub fn forward_scaled(&self, w: &mut [f64], scale: &[f64], first: impl Fn(usize) -> f64) {
         assert_eq!(w.len(), self.n(), "TriangleRows::forward_scaled: w size");
         assert_eq!(
@@ -996,32 +1047,29 @@ impl TriangleRows {
             self.n(),
             "TriangleRows::forward_scaled: scale size"
         );
-        for (j, row) in self.rows(0, self.n()).enumerate() {
-            let (f, mut acc) = (scale[j], first(j));
-            for (&c, &v) in row.cols.iter().zip(row.values) {
-                // SAFETY: `x_at`'s argument holds (w.len() == n asserted above).
-                acc -= v * f * unsafe { x_at(w, c) };
-            }
-            w[j] = acc;
+        match self.start32() {
+            Some(start) => forward_scaled_rows(self.rows_by(start, 0, self.n()), w, scale, first),
+            None => forward_scaled_rows(self.rows(0, self.n()), w, scale, first),
         }
     }
 
-    /// [`Self::backward`] over all rows with row i's entries multiplied by
-    /// `scale[i]` as they are read: w_i −= Σ_c (t_ic · scale_i) w_c.
-    pub fn backward_scaled(&self, w: &mut [f64], scale: &[f64]) {
+    /// [`Self::backward`] on the rows `rows` (descending) with row i's
+    /// entries multiplied by `scale[i]` as they are read: w_i −= Σ_c
+    /// (t_ic · scale_i) w_c, columns descending.
+    #[inline]
+    pub fn backward_scaled(&self, w: &mut [f64], scale: &[f64], rows: std::ops::Range<usize>) {
         assert_eq!(w.len(), self.n(), "TriangleRows::backward_scaled: w size");
         assert_eq!(
             scale.len(),
             self.n(),
             "TriangleRows::backward_scaled: scale size"
         );
-        for (i, row) in self.rows(0, self.n()).enumerate().rev() {
-            let (f, mut wi) = (scale[i], w[i]);
-            for (&c, &v) in row.cols.iter().zip(row.values).rev() {
-                // SAFETY: `x_at`'s argument holds (w.len() == n asserted above).
-                wi -= v * f * unsafe { x_at(w, c) };
+        let first = rows.start;
+        match self.start32() {
+            Some(start) => {
+                backward_scaled_rows(self.rows_by(start, first, rows.len()), first, w, scale)
             }
-            w[i] = wi;
+            None => backward_scaled_rows(self.rows(first, rows.len()), first, w, scale),
         }
     }
 
@@ -1064,6 +1112,54 @@ fn backward_rows<'a>(
         for (&c, &v) in row.cols.iter().zip(row.values).rev() {
             // SAFETY: `x_at`'s argument holds (the caller asserted w.len() == n).
             wi -= v * unsafe { x_at(w, c) };
+        }
+        w[i] = wi;
+    }
+}
+
+/// The diagonal, then the lower entries, then the upper ones, added left
+/// to right (OpenFOAM's `sumA` order).
+#[inline(always)]
+fn row_sum(diag: f64, lower: Row<'_>, upper: Row<'_>) -> f64 {
+    let lower_sum = lower.values.iter().fold(diag, |s, v| s + v);
+    upper.values.iter().fold(lower_sum, |s, v| s + v)
+}
+
+/// [`TriangleRows::forward_scaled`] over `rows` (all of them, ascending).
+/// The product t_jc · scale_j is formed first, as a stored scaled copy's
+/// entry would be, so the terms have that copy's bits.
+#[inline(always)]
+fn forward_scaled_rows<'a>(
+    rows: impl Iterator<Item = Row<'a>>,
+    w: &mut [f64],
+    scale: &[f64],
+    first: impl Fn(usize) -> f64,
+) {
+    for (j, row) in rows.enumerate() {
+        let (f, mut acc) = (scale[j], first(j));
+        for (&c, &v) in row.cols.iter().zip(row.values) {
+            // SAFETY: `x_at`'s argument holds (the caller asserted w.len() == n).
+            acc -= v * f * unsafe { x_at(w, c) };
+        }
+        w[j] = acc;
+    }
+}
+
+/// [`TriangleRows::backward_scaled`] over `rows`, the rows `first..`,
+/// descending (the products formed as in [`forward_scaled_rows`]).
+#[inline(always)]
+fn backward_scaled_rows<'a>(
+    rows: impl DoubleEndedIterator<Item = Row<'a>> + ExactSizeIterator,
+    first: usize,
+    w: &mut [f64],
+    scale: &[f64],
+) {
+    for (k, row) in rows.enumerate().rev() {
+        let i = first + k;
+        let (f, mut wi) = (scale[i], w[i]);
+        for (&c, &v) in row.cols.iter().zip(row.values).rev() {
+            // SAFETY: `x_at`'s argument holds (the caller asserted w.len() == n).
+            wi -= v * f * unsafe { x_at(w, c) };
         }
         w[i] = wi;
     }
@@ -1359,6 +1455,38 @@ mod tests {
     }
 
     #[test]
+    fn csr_values_give_back_the_split_matrix_values_with_or_without_diagonals() {
+        let mut a = grid_laplacian(5, 4, 3);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // Values of every kind of bits, so that a misplaced entry shows.
+        for (k, v) in a.values_mut().iter_mut().enumerate() {
+            *v = (k as f64 + 0.5).sqrt() - 3.0;
+        }
+        let s = SplitMatrix::new(&a);
+        let expected = bits(a.values());
+        let taken = a.take_values();
+        assert!(a.values().is_empty());
+        let back = s.csr_values(&a);
+        assert_eq!(bits(&back), expected);
+        a.restore_values(taken);
+        // A row without its diagonal entry (stored as 0 in the split) gets
+        // none back.
+        let no_diagonal = Csr::new(
+            3,
+            vec![0, 2, 4, 6],
+            vec![0, 1, 0, 2, 1, 2],
+            vec![4.0, -1.0, -1.5, -2.0, -2.5, 3.0],
+        )
+        .unwrap();
+        let s = SplitMatrix::new(&no_diagonal);
+        assert_eq!(s.diag()[1], 0.0);
+        assert_eq!(
+            bits(&s.csr_values(&no_diagonal)),
+            bits(no_diagonal.values())
+        );
+    }
+
+    #[test]
     fn dic_factor_sweeps_on_the_split_rows_have_the_bits_of_the_stored_dic() {
         use crate::solve::ic::{Dic, DicFactor};
         use crate::solve::LinearOperator;
@@ -1373,6 +1501,13 @@ mod tests {
         dic.apply(&r, &mut stored);
         factor.sweeps(&s, &r, &mut formed);
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&formed), bits(&stored));
+        // With r · w on the way (PCG's), over more than one chunk of rows.
+        assert!(n > crate::solve::reduce::CHUNK);
+        let (mut stored, mut formed) = (vec![0.0; n], vec![0.0; n]);
+        let stored_dot = dic.apply_dot(&r, &mut stored);
+        let formed_dot = factor.sweeps_dot(&s, &r, &mut formed);
+        assert_eq!(formed_dot.to_bits(), stored_dot.to_bits());
         assert_eq!(bits(&formed), bits(&stored));
         // The same errors as the stored factor's.
         let mut bad = a.clone();

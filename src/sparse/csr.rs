@@ -193,6 +193,24 @@ impl Csr {
         &mut self.values
     }
 
+    /// Takes the values out for a time, leaving the pattern: a solver that
+    /// holds them in a layout of its own gives the memory of this copy back
+    /// while it runs (`solve::solve_pcg_in_place`). Until
+    /// [`Self::restore_values`], `values` is empty and nothing may read it.
+    pub fn take_values(&mut self) -> Vec<f64> {
+        std::mem::take(&mut self.values)
+    }
+
+    /// Puts back the values [`Self::take_values`] took (one per entry).
+    pub fn restore_values(&mut self, values: Vec<f64>) {
+        assert_eq!(
+            values.len(),
+            self.nnz(),
+            "Csr::restore_values: one value per entry"
+        );
+        self.values = values;
+    }
+
     /// Columns and values of row `r`.
     #[inline]
     pub fn row(&self, r: usize) -> (&[u32], &[f64]) {
