@@ -1591,9 +1591,9 @@ pub(crate) fn solve_linear<'g>(
 /// [`solve_pcg_in_place`]'s, which holds the matrix in one layout while
 /// PCG iterates; every other solve is [`solve_linear`]'s.
 #[allow(clippy::too_many_arguments)]
-fn solve_linear_in_place(
-    device: Device<'_>,
-    gpu_solver: Option<&mut GpuSolver<'_>>,
+fn solve_linear_in_place<'g>(
+    device: Device<'g>,
+    gpu_solver: Option<&mut GpuSolves<'g>>,
     gamg_cache: &GamgCache,
     solver: &LinearSolver,
     matrix: &mut Csr,

@@ -209,6 +209,7 @@ impl Csr {
             "Csr::restore_values: one value per entry"
         );
         self.values = values;
+        self.values_stamp = fresh_stamp();
     }
 
     /// Columns and values of row `r`.
