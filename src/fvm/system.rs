@@ -712,24 +712,64 @@ impl<'m> LaplacianSystem<'m> {
         let shared = Arc::clone(&self.shared);
         let slots = shared_slots(&shared, &self.matrix, mesh);
         let sn_grad = self.schemes.sn_grad;
-        let values = self.matrix.values_mut();
-        values.fill(0.0);
-        for f in 0..mesh.n_internal_faces() {
+        let interpolation = self.schemes.gamma_interpolation;
+        // Γ_f|S_f| and the coefficient Γ_f|S_f|Δ_f of internal face f, the
+        // face's entries computed where they are read, the bits of the face
+        // geometry's arrays (see `SharedStructure::faces`).
+        let face_coeffs = |f: usize| {
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-            let gamma_f = self.schemes.gamma_interpolation.interpolate(
-                gamma[o],
-                gamma[n],
-                geometry.weights[f],
-            );
-            // The face's entries computed where they are read, the bits of
-            // the face geometry's arrays (see `SharedStructure::faces`).
+            let gamma_f = interpolation.interpolate(gamma[o], gamma[n], geometry.weights[f]);
             let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f);
-            self.gamma_mag_sf[f] = gamma_f * face.mag_sf;
-            let coeff = self.gamma_mag_sf[f] * face.delta_coeff;
-            values[slots.upper[f] as usize] -= coeff;
-            values[slots.lower[f] as usize] -= coeff;
-            values[slots.diagonal[o] as usize] += coeff;
-            values[slots.diagonal[n] as usize] += coeff;
+            let gamma_mag_sf = gamma_f * face.mag_sf;
+            (gamma_mag_sf, gamma_mag_sf * face.delta_coeff)
+        };
+        let (row_ptr, values) = self.matrix.row_ptr_and_values_mut();
+        values.fill(0.0);
+        if rayon::current_num_threads() >= PartSides::MIN_PARTS {
+            // The faces' coefficients as a parallel map (8 bytes a face for
+            // the time of the assembly), then each part of the cells adds
+            // its cells' sides into its own rows in face order: the serial
+            // loop's bits.
+            let coeffs: Vec<f64> = self
+                .gamma_mag_sf
+                .par_iter_mut()
+                .enumerate()
+                .map(|(f, g)| {
+                    let (gamma_mag_sf, coeff) = face_coeffs(f);
+                    *g = gamma_mag_sf;
+                    coeff
+                })
+                .collect();
+            let sides = PartSides::new(mesh);
+            let parts = sides.parts();
+            let row_lengths = parts.iter().map(|p| row_ptr[p.end] - row_ptr[p.start]);
+            crate::slices::split_lengths(values, row_lengths)
+                .into_par_iter()
+                .zip(parts)
+                .enumerate()
+                .for_each(|(part, (rows, cells))| {
+                    let base = row_ptr[cells.start];
+                    sides.for_each(mesh, part, |f, c, is_owner| {
+                        if let Some(&coeff) = coeffs.get(f) {
+                            let off = match is_owner {
+                                true => slots.upper[f],
+                                false => slots.lower[f],
+                            };
+                            rows[off as usize - base] -= coeff;
+                            rows[slots.diagonal[c] as usize - base] += coeff;
+                        }
+                    })
+                });
+        } else {
+            for f in 0..mesh.n_internal_faces() {
+                let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+                let (gamma_mag_sf, coeff) = face_coeffs(f);
+                self.gamma_mag_sf[f] = gamma_mag_sf;
+                values[slots.upper[f] as usize] -= coeff;
+                values[slots.lower[f] as usize] -= coeff;
+                values[slots.diagonal[o] as usize] += coeff;
+                values[slots.diagonal[n] as usize] += coeff;
+            }
         }
         for ((b, q), v) in self.explicit_rhs.iter_mut().zip(&source).zip(volumes) {
             *b = q * v;
@@ -1254,12 +1294,12 @@ fn build_slots(matrix: &Csr, mesh: &Mesh) -> SlotMap {
 mod tests {
     use super::*;
 
-    /// The gradient and the non-orthogonal correction's right-hand side,
-    /// summed over cell parts on 4 threads, have the bits of one part (the
-    /// serial face loops), for both gradient schemes, on a hex box large
+    /// The matrix, the gradient and the non-orthogonal correction's
+    /// right-hand side, summed over cell parts on 4 threads, have the bits of
+    /// the serial face loops (one thread), for both gradient schemes, on a hex box large
     /// enough to be cut into bucketed parts and on perturbed tets.
     #[test]
-    fn cell_parts_sum_the_gradient_and_correction_with_serial_bits() {
+    fn cell_parts_sum_the_matrix_gradient_and_correction_with_serial_bits() {
         use crate::fvm::testing::{random_field, schemes, two_problems};
         for spec in ["box:72x70x68:perturb=0.1", "box:36x36x36:tet:perturb=0.2"] {
             let mesh = crate::mesh::load(spec).unwrap();
@@ -1278,7 +1318,8 @@ mod tests {
                         let mut system =
                             LaplacianSystem::deferred(&mesh, &geometry, schemes, &problem).unwrap();
                         system.update_rhs(&p, None).unwrap();
-                        (system.gradient(&p), system.rhs.clone())
+                        let values = system.matrix.values().to_vec();
+                        (system.gradient(&p), system.rhs.clone(), values)
                     })
                 };
                 let (serial, parallel) = (on(1), on(4));
@@ -1286,6 +1327,11 @@ mod tests {
                 assert!(serial.0 == parallel.0, "{spec} {grad:?}: gradient");
                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&serial.1), bits(&parallel.1), "{spec} {grad:?}: rhs");
+                assert_eq!(
+                    bits(&serial.2),
+                    bits(&parallel.2),
+                    "{spec} {grad:?}: matrix"
+                );
             }
         }
     }

@@ -193,6 +193,14 @@ impl Csr {
         &mut self.values
     }
 
+    /// The row pointers with the values lent mutably (a fill of each row's
+    /// values in parallel); draws a new values stamp as
+    /// [`Self::values_mut`] does.
+    pub fn row_ptr_and_values_mut(&mut self) -> (&[usize], &mut [f64]) {
+        self.values_stamp = fresh_stamp();
+        (&self.row_ptr, &mut self.values)
+    }
+
     /// Takes the values out for a time, leaving the pattern: a solver that
     /// holds them in a layout of its own gives the memory of this copy back
     /// while it runs (`solve::solve_pcg_in_place`). Until
