@@ -86,6 +86,21 @@ fn device_transports(devices: &[Gpu]) -> Vec<Transport> {
     transports
 }
 
+/// The GPUs and transports to run decomposition `d` on: its ranks on `one`
+/// GPU through the host, and, where there are GPUs enough for one rank
+/// each, on `many` through each transport they have.
+fn split_runs<'a>(
+    one: &'a [Gpu],
+    many: &'a [Gpu],
+    d: &Decomposition,
+) -> Vec<(&'a [Gpu], Transport)> {
+    let mut runs: Vec<(&[Gpu], Transport)> = vec![(one, Transport::Host)];
+    if many.len() >= d.n_ranks() && d.n_ranks() > 1 {
+        runs.extend(device_transports(many).into_iter().map(|t| (many, t)));
+    }
+    runs
+}
+
 fn controls() -> SolverControls {
     SolverControls::absolute(1e-10, 2000)
 }
@@ -101,10 +116,7 @@ fn distributed_product_equals_the_cpu_product() {
         let mut expected = vec![0.0; a.n_rows()];
         a.spmv(&x, &mut expected);
         for (split, d) in &splits {
-            let mut runs: Vec<(&[Gpu], Transport)> = vec![(&one, Transport::Host)];
-            if many.len() >= d.n_ranks() && d.n_ranks() > 1 {
-                runs.extend(device_transports(&many).into_iter().map(|t| (&many[..], t)));
-            }
+            let runs = split_runs(&one, &many, d);
             for (gpus, transport) in runs {
                 let options = MultiGpuOptions {
                     transport,
@@ -155,10 +167,7 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
         .unwrap();
         assert!(cpu.converged && single.converged);
         for (split, d) in &splits {
-            let mut runs: Vec<(&[Gpu], Transport)> = vec![(&one, Transport::Host)];
-            if many.len() >= d.n_ranks() && d.n_ranks() > 1 {
-                runs.extend(device_transports(&many).into_iter().map(|t| (&many[..], t)));
-            }
+            let runs = split_runs(&one, &many, d);
             for (gpus, transport) in runs {
                 let options = MultiGpuOptions {
                     transport,
@@ -228,10 +237,7 @@ fn refreshed_values_solve_as_a_fresh_set_up() {
         let a2 = a.with_values(values);
         let b = random_vector(a.n_rows(), 41);
         for (split, d) in &splits {
-            let mut runs: Vec<(&[Gpu], Transport)> = vec![(&one, Transport::Host)];
-            if many.len() >= d.n_ranks() && d.n_ranks() > 1 {
-                runs.extend(device_transports(&many).into_iter().map(|t| (&many[..], t)));
-            }
+            let runs = split_runs(&one, &many, d);
             for (gpus, transport) in runs {
                 let options = MultiGpuOptions {
                     transport,
