@@ -15,6 +15,17 @@ pub(crate) fn unique_temp_dir(stem: &str) -> std::path::PathBuf {
     path
 }
 
+/// `work` run in a rayon pool of `threads` threads: what a face or row loop
+/// computes on that many threads (the parallel sums' bits are held to the
+/// one-thread run's).
+pub(crate) fn on_threads<R: Send>(threads: usize, work: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a rayon pool for the test")
+        .install(work)
+}
+
 /// Asserts that each `(text, expected)` of `cases` fails to parse as `T`
 /// with an error that contains `expected`: the refusals of a settings
 /// parser, checked by their message.

@@ -1309,11 +1309,7 @@ mod tests {
             for grad in [GradScheme::GaussLinear, GradScheme::LeastSquares] {
                 let schemes = schemes(SnGradScheme::Corrected, grad, false);
                 let on = |threads: usize| {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
-                    pool.install(|| {
+                    crate::test_support::on_threads(threads, || {
                         assert_eq!(PartSides::new(&mesh).parts().len() >= 4, threads == 4);
                         let mut system =
                             LaplacianSystem::deferred(&mesh, &geometry, schemes, &problem).unwrap();

@@ -1116,11 +1116,8 @@ pub(crate) mod tests {
             a.extend([0, (n - 1) as Label]);
             let want = regions_one_pass(n, &a, &b);
             for threads in [1, 4] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let (n_got, got) = pool.install(|| connected_regions(n, &a, &b));
+                let (n_got, got) =
+                    crate::test_support::on_threads(threads, || connected_regions(n, &a, &b));
                 let got = (n_got, got.into_iter().map(|r| r as usize).collect());
                 assert_eq!(
                     got, want,

@@ -350,11 +350,7 @@ mod tests {
         ] {
             let mesh = crate::mesh::load(spec).unwrap();
             let on = |threads: usize| {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                pool.install(|| {
+                crate::test_support::on_threads(threads, || {
                     assert_eq!(
                         crate::mesh::cell_parts(mesh.n_cells()).len(),
                         threads.min(mesh.n_cells() >> 14).max(1)

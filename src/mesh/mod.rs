@@ -687,6 +687,7 @@ pub(crate) fn split_by_parts<'a, T>(data: &'a mut [T], parts: &[Range<usize>]) -
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::test_support::on_threads;
 
     /// One unit cube cell with all six faces on patch "walls".
     pub(crate) fn unit_cube() -> Mesh {
@@ -763,12 +764,8 @@ pub(crate) mod tests {
             let mesh = load(spec).unwrap();
             let expected = cell_faces_by_scan(&mesh);
             for threads in [1, 2, 3, 5] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
                 assert!(
-                    pool.install(|| mesh.cell_faces()) == expected,
+                    on_threads(threads, || mesh.cell_faces()) == expected,
                     "{spec}, {threads} threads"
                 );
             }
@@ -781,11 +778,7 @@ pub(crate) mod tests {
     fn part_sides_are_the_scan_of_each_part() {
         let mesh = load("box:24x24x24:tet:perturb=0.2:renumber").unwrap();
         for threads in [1, 2, 3, 5] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
+            on_threads(threads, || {
                 let sides = PartSides::new(&mesh);
                 assert_eq!(sides.parts().len(), threads, "{threads} threads");
                 assert_eq!(sides.starts.is_empty(), threads < PartSides::MIN_PARTS);

@@ -51,11 +51,7 @@ mod tests {
             .iter()
             .sum();
         for threads in [1, 2, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            let d = pool.install(|| dot(&a, &a));
+            let d = crate::test_support::on_threads(threads, || dot(&a, &a));
             assert_eq!(d.to_bits(), expected.to_bits(), "{threads} threads");
         }
         assert_eq!(sum_abs(&[-1.0, 2.0, -3.5]), 6.5);

@@ -1209,6 +1209,7 @@ unsafe fn x_at(x: &[f64], c: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::on_threads;
 
     fn sample() -> Csr {
         // [4 -1 0 -2; -1 5 -1 0; 0 -1 6 -3; -2 0 -3 7]
@@ -1344,11 +1345,7 @@ mod tests {
             .collect();
         let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64).collect();
         let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
+            on_threads(threads, || {
                 let (mut y, mut q, mut r) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
                 s.apply(&x, &mut y);
                 let x_q = s.apply_dot(&x, &mut q);
@@ -1442,12 +1439,10 @@ mod tests {
             .map(|i| (factor * x0[i] + (b[i] - factor * ax[i]) / s.diag()[i]).to_bits())
             .collect();
         for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
             let (mut x, mut y) = (x0.clone(), vec![0.0; n]);
-            let got = pool.install(|| s.scale_correction(&b, &mut x, &mut y, stabilise));
+            let got = on_threads(threads, || {
+                s.scale_correction(&b, &mut x, &mut y, stabilise)
+            });
             assert_eq!(got.to_bits(), factor.to_bits(), "{threads} threads");
             let x: Vec<u64> = x.iter().map(|v| v.to_bits()).collect();
             assert!(x == expected, "{threads} threads");
@@ -1543,12 +1538,6 @@ mod tests {
             .map(|i| ((i * 37) % 101) as f64 / 7.0 - 6.0)
             .collect();
         let p0: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64 - 9.5).collect();
-        let pool = |threads| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-        };
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         // β = 0 overwrites whatever p held (NaN here).
         for (beta, p_before) in [(0.0, vec![f64::NAN; n]), (0.37, p0.clone())] {
@@ -1562,15 +1551,18 @@ mod tests {
             let mut q = vec![0.0; n];
             let p_q = s.apply_dot(&p, &mut q);
             let (mut fused_p, mut fused_q) = (p_before.clone(), vec![0.0; n]);
-            let fused = pool(1)
-                .install(|| s.direction_apply_dot(beta, &z, &mut fused_p, &mut fused_q))
-                .expect("one thread, symmetric: the fused pass");
+            let fused = on_threads(1, || {
+                s.direction_apply_dot(beta, &z, &mut fused_p, &mut fused_q)
+            })
+            .expect("one thread, symmetric: the fused pass");
             assert_eq!(bits(&fused_p), bits(&p));
             assert_eq!(bits(&fused_q), bits(&q));
             assert_eq!(fused.to_bits(), p_q.to_bits());
             // On two threads the rows are split: no fused pass, p untouched.
             let mut untouched = p_before.clone();
-            let two = pool(2).install(|| s.direction_apply_dot(beta, &z, &mut untouched, &mut q));
+            let two = on_threads(2, || {
+                s.direction_apply_dot(beta, &z, &mut untouched, &mut q)
+            });
             assert!(two.is_none());
             assert_eq!(bits(&untouched), bits(&p_before));
         }
