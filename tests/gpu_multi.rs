@@ -245,10 +245,10 @@ fn refreshed_values_solve_as_a_fresh_set_up() {
                 };
                 let mut kept = MultiGpuBackend::new(gpus, &a, d, &options).unwrap();
                 let mut x_first = vec![0.0; a.n_rows()];
-                solve_pcg_with(&kept, &a, &b, &mut x_first, &c, "p").unwrap();
+                solve_pcg_with(&kept, &b, &mut x_first, &c, "p").unwrap();
                 kept.refresh_values(&a2, d, &options).unwrap();
                 let mut x_kept = vec![0.0; a.n_rows()];
-                let kept_perf = solve_pcg_with(&kept, &a2, &b, &mut x_kept, &c, "p").unwrap();
+                let kept_perf = solve_pcg_with(&kept, &b, &mut x_kept, &c, "p").unwrap();
                 let mut x_fresh = vec![0.0; a.n_rows()];
                 let fresh_perf =
                     solve_pcg_multi(gpus, &a2, d, &b, &mut x_fresh, &c, "p", &options).unwrap();

@@ -264,7 +264,7 @@ impl GpuSet {
             });
         }
         let k = kept.as_ref().expect("kept above");
-        let result = solve_pcg_with(&k.backend, matrix, b, x, &solver.controls, field);
+        let result = solve_pcg_with(&k.backend, b, x, &solver.controls, field);
         if result.is_err() {
             *kept = None;
         }

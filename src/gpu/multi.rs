@@ -201,12 +201,6 @@ pub fn nccl_available() -> Result<(), GpuError> {
     }
 }
 
-/// A rank's owned block A_oo (`n_owned` square) and coupling A_oh (the
-/// boundary rows × the halo slots) of its local system.
-pub fn split_local(l: &LocalMatrix) -> Result<(Csr, Csr), GpuError> {
-    Ok((l.owned_block(), l.halo_block()))
-}
-
 /// Who sends what to whom, from one rank's local system: `idx` the owned
 /// rows packed for sending, `sends` (peer, slots of the packed buffer it
 /// reads), `recvs` (peer, halo slots it fills; halo slot 0 is local index
@@ -357,7 +351,9 @@ impl RankHost {
         options: &MultiGpuOptions,
     ) -> Result<Self, GpuError> {
         let local = d.local(a, rank).map_err(GpuError::Invalid)?;
-        let (a_oo, a_oh) = split_local(&local)?;
+        // A_oo (`n_owned` square) and A_oh (the boundary rows × the halo
+        // slots).
+        let (a_oo, a_oh) = (local.owned_block(), local.halo_block());
         let m = ModSell::from_csr(&a_oo, options.slice_height).map_err(GpuError::Invalid)?;
         Ok(Self { local, a_oh, m })
     }
@@ -952,7 +948,7 @@ impl<'g> MultiGpuBackend<'g> {
     ) -> Result<(), SolveError> {
         for r in self.ranks.iter_mut() {
             let local = d.local(a, r.index).map_err(SolveError::Device)?;
-            let (a_oo, _) = split_local(&local).map_err(|e| SolveError::Device(e.to_string()))?;
+            let a_oo = local.owned_block();
             let p = build(r.gpu, &a_oo)?;
             if !p.is_linear() {
                 return Err(SolveError::Device(
@@ -1279,24 +1275,14 @@ pub fn solve_pcg_multi(
     check_system(a, b, x, controls)?;
     let device = |e: GpuError| SolveError::Device(e.to_string());
     let backend = MultiGpuBackend::new(gpus, a, d, options).map_err(device)?;
-    run_pcg(&backend, b, x, controls, field)
+    solve_pcg_with(&backend, b, x, controls, field)
 }
 
-/// [`solve_pcg_multi`] on a backend already set up for `a` (a run keeps
-/// one across its solves: [`MultiGpuBackend::refresh_values`]).
+/// [`solve_pcg_multi`] on a backend already set up for the system (a run
+/// keeps one across its solves: [`MultiGpuBackend::refresh_values`]), `b`
+/// and `x` checked against it by the caller (`check_system`, before the
+/// set-up it would otherwise waste).
 pub fn solve_pcg_with(
-    backend: &MultiGpuBackend<'_>,
-    a: &Csr,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-) -> Result<SolverPerformance, SolveError> {
-    check_system(a, b, x, controls)?;
-    run_pcg(backend, b, x, controls, field)
-}
-
-fn run_pcg(
     backend: &MultiGpuBackend<'_>,
     b: &[f64],
     x: &mut [f64],
@@ -2042,7 +2028,7 @@ mod tests {
                     halo.iter().all(|v| v.is_finite()),
                     "halo slot left unfilled"
                 );
-                let (oo, oh) = split_local(l).unwrap();
+                let (oo, oh) = (l.owned_block(), l.halo_block());
                 let mut yl = vec![0.0; l.n_owned];
                 oo.spmv(&owned[me], &mut yl);
                 let mut yb = vec![0.0; oh.n_rows()];
@@ -2099,7 +2085,7 @@ mod tests {
         let d = Decomposition::from_owners(slabs, 3).unwrap();
         for rank in 0..3 {
             let l = d.local(&a, rank).unwrap();
-            let (oo, oh) = split_local(&l).unwrap();
+            let (oo, oh) = (l.owned_block(), l.halo_block());
             assert_eq!(oo.n_rows(), l.n_owned);
             assert_eq!(oh.n_rows(), l.n_owned - l.n_interior);
             assert_eq!(oo.nnz() + oh.nnz(), l.matrix.nnz());
