@@ -2493,11 +2493,18 @@ impl<'g> DeviceLaplacian<'g> {
     /// a corrected scheme) in mesh order.
     pub fn download_gradient(&self) -> Result<Vec<Vec3>, GpuError> {
         let g = self.gpu.download(&self.work.grad)?;
-        let by_row: Vec<Vec3> = g[..3 * self.n]
-            .chunks_exact(3)
-            .map(|c| Vec3::new(c[0], c[1], c[2]))
-            .collect();
-        Ok(self.ordering.to_old(&by_row))
+        // Device row r holds cell new_to_old[r]: one parallel gather into
+        // mesh order.
+        let g = &g[..3 * self.n];
+        Ok(self
+            .ordering
+            .old_to_new()
+            .par_iter()
+            .map(|&r| {
+                let r = 3 * r as usize;
+                Vec3::new(g[r], g[r + 1], g[r + 2])
+            })
+            .collect())
     }
 }
 

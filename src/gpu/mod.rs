@@ -1413,8 +1413,80 @@ impl Gpu {
     ) -> Result<(), GpuError> {
         driver("cuMemsetD8", self.stream.memset_zeros(dev))
     }
-    pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
-        driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev))
+    /// `dev` copied to the host. A large array comes through the two
+    /// page-locked buffers of [`Self::upload_with`], a piece at a time: the
+    /// device copies the next piece into one buffer while all cores copy the
+    /// last out of the other into the array. The driver's pageable path
+    /// copies through a page-locked buffer of its own on one thread, and the
+    /// first touch of a fresh array's pages then runs on that thread too
+    /// (192 MB, an 8 M-cell vector field, took about 250 ms that way).
+    pub fn download<T: HostElement>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
+        let size = size_of::<T>();
+        let n = dev.len();
+        if n * size < STAGED_MIN_BYTES || !STAGING_BYTES.is_multiple_of(size) {
+            return driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev));
+        }
+        let mut host = vec![T::default(); n];
+        self.download_into(dev, &mut host)?;
+        Ok(host)
+    }
+
+    /// [`Self::download`] into `host` (of `dev`'s length) through the
+    /// page-locked buffers.
+    fn download_into<T: HostElement>(
+        &self,
+        dev: &CudaSlice<T>,
+        host: &mut [T],
+    ) -> Result<(), GpuError> {
+        use rayon::prelude::*;
+        let per_piece = STAGING_BYTES / size_of::<T>();
+        let mut guard = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(self.new_staging()?);
+        }
+        let Some(staging) = guard.as_mut() else {
+            unreachable!("allocated above")
+        };
+        let pieces: Vec<(usize, usize)> = (0..host.len())
+            .step_by(per_piece)
+            .map(|first| (first, (first + per_piece).min(host.len())))
+            .collect();
+        // Piece k goes through buffer k % 2; the copy of piece k + 1 is queued
+        // before the host reads piece k, so the two overlap.
+        let mut buffers = Vec::with_capacity(2);
+        for buffer in &mut staging.buffers {
+            buffers.push(driver("cuMemHostGetPointer", buffer.as_mut_ptr())?.cast::<T>());
+        }
+        let queue = |k: usize, copied: &[CudaEvent; 2]| -> Result<(), GpuError> {
+            let (first, end) = pieces[k];
+            // SAFETY: the buffer holds STAGING_BYTES bytes, page-aligned (so
+            // aligned for T), room for per_piece ≥ end − first elements; the
+            // host read the piece it held before this copy is queued (the
+            // loop below reads piece k − 1 before queueing piece k + 1).
+            let to = unsafe { std::slice::from_raw_parts_mut(buffers[k % 2], end - first) };
+            driver(
+                "cuMemcpyDtoHAsync",
+                self.stream.memcpy_dtoh(&dev.slice(first..end), to),
+            )?;
+            driver("cuEventRecord", copied[k % 2].record(&self.stream))
+        };
+        queue(0, &staging.copied)?;
+        for k in 0..pieces.len() {
+            if k + 1 < pieces.len() {
+                queue(k + 1, &staging.copied)?;
+            }
+            driver("cuEventSynchronize", staging.copied[k % 2].synchronize())?;
+            let (first, end) = pieces[k];
+            // SAFETY: the copy into this buffer has landed (waited above) and
+            // wrote its end − first elements; a HostElement is valid for any
+            // bits.
+            let from = unsafe { std::slice::from_raw_parts(buffers[k % 2], end - first) };
+            host[first..end]
+                .par_chunks_mut(1 << 16)
+                .zip(from.par_chunks(1 << 16))
+                .for_each(|(to, from)| to.clone_from_slice(from));
+        }
+        Ok(())
     }
     pub fn write<T: DeviceRepr>(&self, host: &[T], dev: &mut CudaSlice<T>) -> Result<(), GpuError> {
         driver("cuMemcpyHtoD", self.stream.memcpy_htod(host, dev))
@@ -1573,7 +1645,9 @@ mod tests {
 
     /// A large upload goes through the page-locked buffers in pieces (the
     /// last one short, the buffers reused several times) and lands whole;
-    /// a small one takes the pageable copy.
+    /// a small one takes the pageable copy. Large downloads come back
+    /// through the same buffers (the arrays made piece by piece on the
+    /// device side are read back by either path).
     #[test]
     fn staged_uploads_land_every_element() {
         let Some(gpu) = test_device() else { return };
@@ -1593,6 +1667,21 @@ mod tests {
         assert_eq!(gpu.download(&made).unwrap(), values);
         let small = [1u32, 2, 3];
         assert_eq!(gpu.download(&gpu.upload(&small).unwrap()).unwrap(), small);
+        // Downloads of exactly one and two pieces, and of one element past
+        // them, against the driver's pageable copy.
+        let per_piece = STAGING_BYTES / 8;
+        for len in [per_piece, per_piece + 1, 2 * per_piece, 2 * per_piece + 1] {
+            let made = gpu
+                .upload_with(len, |start, piece: &mut [f64]| {
+                    for (k, v) in piece.iter_mut().enumerate() {
+                        *v = (start + k) as f64 * 0.5 - 3.0;
+                    }
+                })
+                .unwrap();
+            let pageable = gpu.stream.clone_dtoh(&made).unwrap();
+            assert_eq!(pageable.len(), len);
+            assert_eq!(gpu.download(&made).unwrap(), pageable, "{len} elements");
+        }
     }
 
     /// Module k holds source k and what it needs, in list order; a source

@@ -973,8 +973,17 @@ impl<'g> MultiGpuBackend<'g> {
             .ranks
             .iter()
             .map(|r| {
-                let local: Vec<f64> = r.global.iter().map(|&g| global[g as usize]).collect();
-                r.gpu.upload(&local).map(GpuVector::from)
+                // Gathered a piece at a time on all cores straight into the
+                // staging buffers: no whole local copy on the host.
+                r.gpu
+                    .upload_with(r.global.len(), |start, piece: &mut [f64]| {
+                        let rows = &r.global[start..start + piece.len()];
+                        piece
+                            .par_iter_mut()
+                            .zip(rows)
+                            .for_each(|(v, &g)| *v = global[g as usize]);
+                    })
+                    .map(GpuVector::from)
             })
             .collect::<Result<_, _>>()?;
         Ok(MultiVector { parts })
@@ -1290,10 +1299,15 @@ pub fn solve_pcg_with(
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
     let device = |e: GpuError| SolveError::Device(e.to_string());
-    let b_dev = backend.upload(b).map_err(device)?;
-    let mut x_dev = backend.upload(x).map_err(device)?;
-    let perf = pcg(backend, &b_dev, &mut x_dev, controls, field)?;
-    x.copy_from_slice(&backend.download(&x_dev).map_err(device)?);
+    let (b_dev, mut x_dev) = timings::span("right-hand side and start to the GPUs", || {
+        Ok::<_, GpuError>((backend.upload(b)?, backend.upload(x)?))
+    })
+    .map_err(device)?;
+    let perf = timings::span("PCG over the GPUs", || {
+        pcg(backend, &b_dev, &mut x_dev, controls, field)
+    })?;
+    let solution = timings::span("solution to the host", || backend.download(&x_dev));
+    x.copy_from_slice(&solution.map_err(device)?);
     Ok(perf)
 }
 

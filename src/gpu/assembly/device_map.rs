@@ -7,13 +7,13 @@
 //! and boundary face numbering (4 bytes per face) that the host's gathers
 //! of the face arrays read.
 
-use cudarc::driver::{CudaSlice, DeviceRepr};
+use cudarc::driver::CudaSlice;
 use rayon::prelude::*;
 
 use super::{check_map_sizes, upload, AssemblyError, AssemblyMap, DeviceMap, NO_SLOT};
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::scan::{read_at, unzeroed, Scan};
-use crate::gpu::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::gpu::{vector_grid, Gpu, GpuError, HostElement, VECTOR_BLOCK};
 use crate::mesh::{Mesh, PatchKind};
 use crate::sparse::{ModSell, Permutation};
 
@@ -343,7 +343,11 @@ pub(in crate::gpu) fn build(
 
 /// The first `len` elements of `buffer` (a buffer of no elements is one
 /// long on the device).
-fn prefix<T: DeviceRepr>(gpu: &Gpu, buffer: &CudaSlice<T>, len: usize) -> Result<Vec<T>, GpuError> {
+fn prefix<T: HostElement>(
+    gpu: &Gpu,
+    buffer: &CudaSlice<T>,
+    len: usize,
+) -> Result<Vec<T>, GpuError> {
     let mut v = gpu.download(buffer)?;
     v.truncate(len);
     Ok(v)
