@@ -428,7 +428,7 @@ fn find_cell(mesh: &Mesh, geometry: &Geometry, x: Vec3) -> Option<usize> {
     let mut outside = vec![false; mesh.n_cells()];
     let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
     for f in 0..mesh.n_faces() {
-        let area = geometry.face_area_vectors[f];
+        let area = geometry.area_vector(mesh, f);
         let side = (x - geometry.face_centre(mesh, f)).dot(&area);
         // Tolerance: a point on a face belongs to both its cells.
         let tolerance = 1e-12 * area.norm() * area.norm().sqrt();
@@ -641,7 +641,7 @@ mod tests {
             let on_neighbour = f < mesh.n_internal_faces() && mesh.neighbour()[f] as usize == cell;
             if on_owner || on_neighbour {
                 let height =
-                    (x - geometry.face_centre(mesh, f)).dot(&geometry.face_area_vectors[f]);
+                    (x - geometry.face_centre(mesh, f)).dot(&geometry.area_vector(mesh, f));
                 pyramids += height.abs() / 3.0;
             }
         }

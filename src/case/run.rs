@@ -552,7 +552,18 @@ pub fn run_case_with_mesh(
             });
             coming
         });
-        let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
+        // Where the device assembles, the host reads the cells' geometry and
+        // the boundary's; the internal faces' is computed where the device
+        // set-up gathers it, and never stored whole on the host.
+        let device_assembles = matches!(device, Device::Gpu(_))
+            && [&setup.solver.regular]
+                .into_iter()
+                .chain(&setup.solver.final_corrector)
+                .all(|s| device.needs_host_assembly(s).is_none());
+        let geometry = timings::timed(Phase::Geometry, || match device_assembles {
+            true => mesh.geometry_of_cells_and_boundary(),
+            false => mesh.geometry(),
+        })?;
         log::info!(
             "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; {timed} {:.3} s",
             mesh.n_cells(),
@@ -1495,9 +1506,12 @@ pub(crate) fn gamg_cache(mesh: &Mesh, geometry: &Geometry, solvers: &[&LinearSol
     GamgCache::for_mesh(MeshFaces {
         owner: mesh.owner()[..n].to_vec(),
         neighbour: mesh.neighbour()[..n].to_vec(),
-        weight: geometry.face_area_vectors[..n]
-            .par_iter()
-            .map(|s| face_area_pair_weight([s.x, s.y, s.z]))
+        weight: (0..n)
+            .into_par_iter()
+            .map(|f| {
+                let s = geometry.area_vector(mesh, f);
+                face_area_pair_weight([s.x, s.y, s.z])
+            })
             .collect(),
     })
 }

@@ -56,7 +56,7 @@ pub fn add_upwind_boundary(
 /// φ_f = U(x_f) · S_f on every face (0 on empty patches' faces).
 pub fn face_flux(mesh: &Mesh, geometry: &Geometry, velocity: impl Fn(Vec3) -> Vec3) -> Vec<f64> {
     let mut phi: Vec<f64> = (0..mesh.n_faces())
-        .map(|f| velocity(geometry.face_centre(mesh, f)).dot(&geometry.face_area_vectors[f]))
+        .map(|f| velocity(geometry.face_centre(mesh, f)).dot(&geometry.area_vector(mesh, f)))
         .collect();
     for patch in mesh.patches() {
         if patch.kind == PatchKind::Empty {

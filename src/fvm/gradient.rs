@@ -51,22 +51,22 @@ impl CellGradient {
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let n_internal = mesh.n_internal_faces();
         let face_values = bc.face_values(mesh, p);
-        let sf = &geometry.face_area_vectors;
+        let sf = |f: usize| geometry.area_vector(mesh, f);
         // What face f's side adds to its cell c (the neighbour side of an
         // internal face subtracts it), as the serial loops compute it.
         let side = |f: usize, c: usize| -> Option<Vec3> {
             if f >= n_internal {
                 let b = f - n_internal;
                 return bc.active[b].then(|| match self {
-                    Self::GaussLinear => sf[f] * face_values[b],
+                    Self::GaussLinear => sf(f) * face_values[b],
                     Self::LeastSquares { boundary, .. } => boundary[b] * (face_values[b] - p[c]),
                 });
             }
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
             Some(match self {
                 Self::GaussLinear => {
-                    let w = geometry.weights[f];
-                    sf[f] * (w * (p[o] - p[n]) + p[n])
+                    let w = geometry.weight(mesh, f);
+                    sf(f) * (w * (p[o] - p[n]) + p[n])
                 }
                 Self::LeastSquares {
                     owner: own_ls,
@@ -124,13 +124,13 @@ fn least_squares_vectors(
     let internal: Vec<(f64, f64, Vec3)> = (0..n_internal)
         .map(|f| {
             let d = centres[neighbour[f] as usize] - centres[owner[f] as usize];
-            let area_by_d2 = geometry.face_area_vectors[f].norm() / d.norm_squared();
-            let w = geometry.weights[f];
+            let area_by_d2 = geometry.area_vector(mesh, f).norm() / d.norm_squared();
+            let w = geometry.weight(mesh, f);
             ((1.0 - w) * area_by_d2, w * area_by_d2, d)
         })
         .collect();
     let boundary_weight = |b: usize| {
-        geometry.face_area_vectors[n_internal + b].norm() / patch_deltas[b].norm_squared()
+        geometry.area_vector(mesh, n_internal + b).norm() / patch_deltas[b].norm_squared()
     };
     let mut dd = vec![Matrix3::zeros(); mesh.n_cells()];
     for (f, &(w_own, w_nei, d)) in internal.iter().enumerate() {

@@ -297,7 +297,7 @@ impl FaceGeometry {
         sn_grad: SnGradScheme,
         f: usize,
     ) -> InternalFace {
-        let sf = geometry.face_area_vectors[f];
+        let sf = geometry.area_vector(mesh, f);
         let mag_sf = sf.norm();
         let d = geometry.delta(mesh, f);
         let unit = sf / mag_sf;
@@ -386,14 +386,14 @@ impl BoundaryFaceGeometry {
     /// its cell centre.
     pub fn new(mesh: &Mesh, geometry: &Geometry, sn_grad: SnGradScheme) -> Result<Self, FvmError> {
         let n_internal = mesh.n_internal_faces();
-        let sf = &geometry.face_area_vectors;
         let n_boundary = mesh.n_faces() - n_internal;
         let mut mag_sf = Vec::with_capacity(n_boundary);
         let mut patch_deltas = Vec::with_capacity(n_boundary);
         let mut patch_delta_coeffs = Vec::with_capacity(n_boundary);
         let mut patch_face_deltas = Vec::new();
         let mut patch_correction_vectors = Vec::new();
-        for (f, &sf_f) in sf.iter().enumerate().skip(n_internal) {
+        for f in n_internal..mesh.n_faces() {
+            let sf_f = geometry.area_vector(mesh, f);
             let mag = sf_f.norm();
             let unit = sf_f / mag;
             let face_delta = geometry.delta(mesh, f);

@@ -718,7 +718,7 @@ impl<'m> LaplacianSystem<'m> {
         // geometry's arrays (see `SharedStructure::faces`).
         let face_coeffs = |f: usize| {
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-            let gamma_f = interpolation.interpolate(gamma[o], gamma[n], geometry.weights[f]);
+            let gamma_f = interpolation.interpolate(gamma[o], gamma[n], geometry.weight(mesh, f));
             let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f);
             let gamma_mag_sf = gamma_f * face.mag_sf;
             (gamma_mag_sf, gamma_mag_sf * face.delta_coeff)
@@ -999,7 +999,6 @@ impl<'m> LaplacianSystem<'m> {
         }
         let (owner, neighbour) = (self.mesh.owner(), self.mesh.neighbour());
         let (mesh, geometry) = (self.mesh, self.geometry);
-        let weights = &geometry.weights;
         let sn_grad = self.schemes.sn_grad;
         // Each face on its own (a map, the same bits on any number of
         // threads).
@@ -1007,7 +1006,7 @@ impl<'m> LaplacianSystem<'m> {
             .into_par_iter()
             .map(|f| {
                 let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-                let face_grad = weights[f] * (grad[o] - grad[n]) + grad[n];
+                let face_grad = geometry.weight(mesh, f) * (grad[o] - grad[n]) + grad[n];
                 // Computed per face, as in the assembly.
                 let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f);
                 let mut correction = face.correction.dot(&face_grad);

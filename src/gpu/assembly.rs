@@ -557,6 +557,12 @@ enum Gathered<'a> {
     Values(&'a [f64], &'a [u32]),
     /// The 3 components of `vectors[index[i] + offset]`.
     Vectors(&'a [Vec3], &'a [u32], usize),
+    /// The interpolation weight of face `index[i]`, stored or computed
+    /// ([`Geometry::weight`]).
+    Weights(&'a Mesh, &'a Geometry, &'a [u32]),
+    /// The 3 components of face `index[i] + offset`'s area vector, stored
+    /// or computed ([`Geometry::area_vector`]).
+    AreaVectors(&'a Mesh, &'a Geometry, &'a [u32], usize),
     /// Not read by the schemes: an empty array.
     Unused,
 }
@@ -564,8 +570,8 @@ enum Gathered<'a> {
 impl Gathered<'_> {
     fn len(&self) -> usize {
         match self {
-            Self::Values(_, index) => index.len(),
-            Self::Vectors(_, index, _) => 3 * index.len(),
+            Self::Values(_, index) | Self::Weights(_, _, index) => index.len(),
+            Self::Vectors(_, index, _) | Self::AreaVectors(_, _, index, _) => 3 * index.len(),
             Self::Unused => 0,
         }
     }
@@ -583,6 +589,16 @@ impl Gathered<'_> {
             Self::Vectors(vectors, index, offset) => {
                 fill_vectors(start, piece, |i| vectors[index[i] as usize + offset])
             }
+            Self::Weights(mesh, geometry, index) => {
+                let index = &index[start..start + piece.len()];
+                piece
+                    .par_iter_mut()
+                    .zip(index)
+                    .for_each(|(out, &f)| *out = geometry.weight(mesh, f as usize))
+            }
+            Self::AreaVectors(mesh, geometry, index, offset) => fill_vectors(start, piece, |i| {
+                geometry.area_vector(mesh, index[i] as usize + offset)
+            }),
             Self::Unused => {}
         }
     }
@@ -809,7 +825,7 @@ impl<'a> StaticSource<'a> {
     }
 
     fn weights(&self) -> Gathered<'a> {
-        Gathered::Values(&self.system.geometry().weights, self.faces)
+        Gathered::Weights(self.system.mesh(), self.system.geometry(), self.faces)
     }
 
     fn face_entries(&self) -> FaceEntries<'a> {
@@ -822,8 +838,18 @@ impl<'a> StaticSource<'a> {
     }
 
     fn sf(&self) -> Gathered<'a> {
-        let sf = &self.system.geometry().face_area_vectors;
-        self.vectors(self.gauss(), sf, self.faces, 0)
+        self.area_vectors(self.faces, 0)
+    }
+
+    /// The area vectors of faces `index[i] + offset` where the gradient
+    /// scheme (Gauss) reads them; else nothing.
+    fn area_vectors(&self, index: &'a [u32], offset: usize) -> Gathered<'a> {
+        match self.gauss() {
+            true => {
+                Gathered::AreaVectors(self.system.mesh(), self.system.geometry(), index, offset)
+            }
+            false => Gathered::Unused,
+        }
     }
 
     fn b_mag_sf(&self) -> Gathered<'a> {
@@ -832,9 +858,7 @@ impl<'a> StaticSource<'a> {
     }
 
     fn b_sf(&self) -> Gathered<'a> {
-        let sf = &self.system.geometry().face_area_vectors;
-        let first = self.first_boundary_face();
-        self.vectors(self.gauss(), sf, self.boundary, first)
+        self.area_vectors(self.boundary, self.first_boundary_face())
     }
 
     fn b_k(&self) -> Gathered<'a> {
@@ -1054,19 +1078,24 @@ impl DeviceGeometry {
                     let (mag_sf, delta_coeffs, k) = entries.upload(gpu, n_internal)?;
                     let sf = match source.gauss() {
                         true => {
-                            let vectors = &geometry.face_area_vectors;
                             let flat = gpu.upload_with(3 * n_internal, |start, piece| {
-                                fill_vectors(start, piece, |f| vectors[f])
+                                fill_vectors(start, piece, |f| geometry.area_vector(mesh, f))
                             })?;
                             Some(in_device_order(3, flat)?)
                         }
                         false => None,
                     };
+                    let weights = gpu.upload_with(n_internal, |start, piece| {
+                        piece
+                            .par_iter_mut()
+                            .enumerate()
+                            .for_each(|(i, w)| *w = geometry.weight(mesh, start + i))
+                    })?;
                     let volumes = gpu.upload(&geometry.cell_volumes)?;
                     (
                         addressing.owner_rows(gpu)?,
                         addressing.neighbour_rows(gpu)?,
-                        in_device_order(1, gpu.upload(&geometry.weights[..n_internal])?)?,
+                        in_device_order(1, weights)?,
                         (
                             in_device_order(1, mag_sf)?,
                             in_device_order(1, delta_coeffs)?,

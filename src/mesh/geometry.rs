@@ -6,7 +6,10 @@
 //! cell centres and volumes, and boundary face centres, so those are stored.
 //! Internal face centres are recomputed from the points when asked for
 //! (skewness, mesh checks): storing them would cost 24 bytes a face, a
-//! quarter of a 10M-cell mesh's memory.
+//! quarter of a 10M-cell mesh's memory. A run whose device assembles the
+//! matrix keeps less ([`Geometry::of_cells_and_boundary`]): the cells' and
+//! the boundary's geometry, with the internal faces' area vectors and
+//! weights computed where they are read, the same bits either way.
 
 use super::{Label, Mesh, MeshError, Vec3};
 use rayon::prelude::*;
@@ -52,6 +55,17 @@ pub fn face_centre_and_area(points: &[Vec3], face: &[Label]) -> (Vec3, Vec3) {
     (fc, 0.5 * sum_n)
 }
 
+/// The owner's interpolation weight on an internal face of centre `cf` and
+/// area vector `sf` between the cell centres `owner` and `neighbour` (the
+/// magnitudes keep it in [0, 1] even on badly non-orthogonal faces, as
+/// OpenFOAM does).
+#[inline]
+fn internal_weight(cf: Vec3, sf: Vec3, owner: Vec3, neighbour: Vec3) -> f64 {
+    let own = sf.dot(&(cf - owner)).abs();
+    let nei = sf.dot(&(neighbour - cf)).abs();
+    nei / (own + nei)
+}
+
 /// A usable cell volume: above `VSMALL`, and not NaN.
 fn is_positive_volume(v: f64) -> bool {
     v.partial_cmp(&VSMALL) == Some(std::cmp::Ordering::Greater)
@@ -60,14 +74,24 @@ fn is_positive_volume(v: f64) -> bool {
 /// Geometry of a [`Mesh`].
 #[derive(Clone, Debug)]
 pub struct Geometry {
-    /// Area vector `Sf` of every face (magnitude = area, direction owner → neighbour).
+    /// Area vector `Sf` of every face (magnitude = area, direction owner →
+    /// neighbour); empty where the geometry keeps the cells' and the
+    /// boundary's only ([`Geometry::of_cells_and_boundary`]), which
+    /// [`Geometry::area_vector`] reads alike.
     pub face_area_vectors: Vec<Vec3>,
     /// Centre of every boundary face, indexed by `face - n_internal_faces`.
     pub boundary_face_centres: Vec<Vec3>,
-    /// Linear interpolation weight of the owner value on every internal face.
+    /// Linear interpolation weight of the owner value on every internal
+    /// face; empty where `face_area_vectors` is ([`Geometry::weight`]
+    /// computes it then).
     pub weights: Vec<f64>,
     pub cell_centres: Vec<Vec3>,
     pub cell_volumes: Vec<f64>,
+    /// The boundary faces' area vectors where `face_area_vectors` is empty,
+    /// indexed by `face - n_internal_faces`; else empty.
+    boundary_area_vectors: Vec<Vec3>,
+    /// `face_area_vectors` and `weights` hold every face's.
+    faces_kept: bool,
 }
 
 impl Geometry {
@@ -80,7 +104,94 @@ impl Geometry {
             ("interpolation weights", bytes(&self.weights)),
             ("cell centres", bytes(&self.cell_centres)),
             ("cell volumes", bytes(&self.cell_volumes)),
+            ("boundary area vectors", bytes(&self.boundary_area_vectors)),
         ]
+    }
+
+    /// Whether the internal faces' area vectors and weights are stored
+    /// ([`Self::compute`]) or computed where read
+    /// ([`Self::of_cells_and_boundary`]).
+    pub fn keeps_faces(&self) -> bool {
+        self.faces_kept
+    }
+
+    /// The geometry with the bits of [`Self::compute`], keeping only what a
+    /// run whose device assembles reads on the host: the cell centres and
+    /// volumes and the boundary faces' centres and area vectors. The
+    /// internal faces' area vectors and weights are computed where they are
+    /// read ([`Self::area_vector`], [`Self::weight`]) instead of stored: 32
+    /// bytes a face, and with the face centres [`Self::compute`] holds while
+    /// it works, 0.8 GB of a 24 M-face mesh (8 M hexahedra).
+    ///
+    /// Each cell computes its own faces (in its ascending face list, the
+    /// order in which [`Self::compute`] adds a cell's face sides), so an
+    /// internal face is computed twice, once for each of its cells, and no
+    /// face array exists.
+    pub fn of_cells_and_boundary(mesh: &Mesh) -> Self {
+        let (points, faces, owner) = (mesh.points(), mesh.faces(), mesh.owner());
+        let n_internal = mesh.n_internal_faces();
+        let (offsets, cell_faces) = mesh.cell_faces();
+        let (cell_centres, cell_volumes): (Vec<Vec3>, Vec<f64>) = (0..mesh.n_cells())
+            .into_par_iter()
+            .map_init(Vec::new, |local: &mut Vec<(Vec3, Vec3)>, c| {
+                let list = &cell_faces[offsets[c] as usize..offsets[c + 1] as usize];
+                local.clear();
+                local.extend(
+                    list.iter()
+                        .map(|&f| face_centre_and_area(points, faces.face(f as usize))),
+                );
+                // The estimated centre, the average of the face centres;
+                // then the pyramids about it (as `compute`'s two passes).
+                let mut estimated = Vec3::zeros();
+                for (centre, _) in local.iter() {
+                    estimated += centre;
+                }
+                estimated /= list.len().max(1) as f64;
+                let (mut weighted, mut volume) = (Vec3::zeros(), 0.0f64);
+                for (&f, &(cf, sf)) in list.iter().zip(local.iter()) {
+                    let pyr3 = if owner[f as usize] as usize == c {
+                        sf.dot(&(cf - estimated))
+                    } else {
+                        sf.dot(&(estimated - cf))
+                    };
+                    weighted += pyr3 * (0.75 * cf + 0.25 * estimated);
+                    volume += pyr3;
+                }
+                let centre = if volume.abs() > VSMALL {
+                    weighted / volume
+                } else {
+                    estimated
+                };
+                (centre, volume / 3.0)
+            })
+            .unzip();
+        drop((offsets, cell_faces));
+        let (boundary_face_centres, boundary_area_vectors): (Vec<Vec3>, Vec<Vec3>) = (n_internal
+            ..mesh.n_faces())
+            .into_par_iter()
+            .map(|f| face_centre_and_area(points, faces.face(f)))
+            .unzip();
+        Self {
+            face_area_vectors: Vec::new(),
+            boundary_face_centres,
+            weights: Vec::new(),
+            cell_centres,
+            cell_volumes,
+            boundary_area_vectors,
+            faces_kept: false,
+        }
+    }
+
+    /// The area vector S_f of face `f`, stored or computed from the points.
+    #[inline]
+    pub fn area_vector(&self, mesh: &Mesh, f: usize) -> Vec3 {
+        if self.keeps_faces() {
+            return self.face_area_vectors[f];
+        }
+        match f.checked_sub(mesh.n_internal_faces()) {
+            Some(b) => self.boundary_area_vectors[b],
+            None => face_centre_and_area(mesh.points(), mesh.faces().face(f)).1,
+        }
     }
 
     /// Computes the geometry without judging it (see [`Geometry::check_volumes`]).
@@ -162,10 +273,12 @@ impl Geometry {
         let weights: Vec<f64> = (0..n_internal)
             .into_par_iter()
             .map(|f| {
-                let (cf, sf) = (face_centres[f], face_area_vectors[f]);
-                let own = sf.dot(&(cf - cell_centres[owner[f] as usize])).abs();
-                let nei = sf.dot(&(cell_centres[neighbour[f] as usize] - cf)).abs();
-                nei / (own + nei)
+                internal_weight(
+                    face_centres[f],
+                    face_area_vectors[f],
+                    cell_centres[owner[f] as usize],
+                    cell_centres[neighbour[f] as usize],
+                )
             })
             .collect();
         let boundary_face_centres = face_centres.split_off(n_internal);
@@ -177,6 +290,8 @@ impl Geometry {
             weights,
             cell_centres,
             cell_volumes,
+            boundary_area_vectors: Vec::new(),
+            faces_kept: true,
         }
     }
 
@@ -228,19 +343,29 @@ impl Geometry {
         }
     }
 
-    /// Interpolation weight of the owner value (1 on boundary faces).
+    /// Interpolation weight of the owner value (1 on boundary faces),
+    /// stored or computed as [`Self::compute`] computes it.
+    #[inline]
     pub fn weight(&self, mesh: &Mesh, f: usize) -> f64 {
-        if f < mesh.n_internal_faces() {
-            self.weights[f]
-        } else {
-            1.0
+        if f >= mesh.n_internal_faces() {
+            return 1.0;
         }
+        if self.keeps_faces() {
+            return self.weights[f];
+        }
+        let (cf, sf) = face_centre_and_area(mesh.points(), mesh.faces().face(f));
+        internal_weight(
+            cf,
+            sf,
+            self.cell_centres[mesh.owner()[f] as usize],
+            self.cell_centres[mesh.neighbour()[f] as usize],
+        )
     }
 
     /// Angle in degrees between the face area vector and the delta vector.
     pub fn non_orthogonality(&self, mesh: &Mesh, f: usize) -> f64 {
         let d = self.delta(mesh, f);
-        let s = self.face_area_vectors[f];
+        let s = self.area_vector(mesh, f);
         let cos = d.dot(&s) / (d.norm() * s.norm() + ROOTVSMALL);
         cos.clamp(-1.0, 1.0).acos().to_degrees()
     }
@@ -251,7 +376,7 @@ impl Geometry {
     pub fn skewness(&self, mesh: &Mesh, f: usize) -> f64 {
         let face = mesh.faces().face(f);
         let cf = self.face_centre(mesh, f);
-        let sf = self.face_area_vectors[f];
+        let sf = self.area_vector(mesh, f);
         let cpf = cf - self.cell_centres[mesh.owner()[f] as usize];
         let (d, scale) = if f < mesh.n_internal_faces() {
             (self.delta(mesh, f), 0.2)
@@ -335,6 +460,8 @@ mod tests {
             weights,
             cell_centres: centres,
             cell_volumes: volumes,
+            boundary_area_vectors: Vec::new(),
+            faces_kept: true,
         }
     }
 
@@ -412,6 +539,63 @@ mod tests {
                 sides += list.len();
             }
             assert_eq!(sides, mesh.n_faces() + mesh.n_internal_faces());
+        }
+    }
+
+    /// The geometry that keeps the cells and the boundary only has the
+    /// bits of the whole one: cell centres and volumes, boundary face
+    /// centres, and every face's area vector and weight as read through
+    /// the accessors; on hex, perturbed and renumbered tet, prism and
+    /// polyhedral meshes, on one thread and on several.
+    #[test]
+    fn cells_and_boundary_have_the_bits_of_the_whole_geometry() {
+        for spec in [
+            "box:24x24x24:tet:perturb=0.2:renumber",
+            "box:30x20x10:perturb=0.1",
+            "box:30x20x10:prism:perturb=0.2",
+            "meshes/foam/polydual",
+        ] {
+            let mesh = crate::mesh::load(spec).unwrap();
+            let whole = Geometry::compute(&mesh);
+            for threads in [1, 3] {
+                let lean = crate::test_support::on_threads(threads, || {
+                    Geometry::of_cells_and_boundary(&mesh)
+                });
+                assert!(whole.keeps_faces() && !lean.keeps_faces());
+                assert!(lean.face_area_vectors.is_empty() && lean.weights.is_empty());
+                let bits = |v: &Vec3| [v.x.to_bits(), v.y.to_bits(), v.z.to_bits()];
+                for c in 0..mesh.n_cells() {
+                    assert_eq!(bits(&lean.cell_centres[c]), bits(&whole.cell_centres[c]));
+                    assert_eq!(
+                        lean.cell_volumes[c].to_bits(),
+                        whole.cell_volumes[c].to_bits(),
+                        "{spec}: cell {c}"
+                    );
+                }
+                assert_eq!(
+                    lean.boundary_face_centres
+                        .iter()
+                        .map(bits)
+                        .collect::<Vec<_>>(),
+                    whole
+                        .boundary_face_centres
+                        .iter()
+                        .map(bits)
+                        .collect::<Vec<_>>()
+                );
+                for f in 0..mesh.n_faces() {
+                    assert_eq!(
+                        bits(&lean.area_vector(&mesh, f)),
+                        bits(&whole.face_area_vectors[f]),
+                        "{spec}: face {f}"
+                    );
+                    assert_eq!(
+                        lean.weight(&mesh, f).to_bits(),
+                        whole.weight(&mesh, f).to_bits(),
+                        "{spec}: face {f}"
+                    );
+                }
+            }
         }
     }
 

@@ -495,6 +495,14 @@ impl Mesh {
         Ok(g)
     }
 
+    /// [`Self::geometry`] keeping the cells' and the boundary's only
+    /// ([`Geometry::of_cells_and_boundary`]).
+    pub fn geometry_of_cells_and_boundary(&self) -> Result<Geometry, MeshError> {
+        let g = Geometry::of_cells_and_boundary(self);
+        g.check_volumes(self)?;
+        Ok(g)
+    }
+
     /// Consumes the mesh, returning its arrays (points, faces, owner, neighbour, patches).
     pub fn into_parts(self) -> (Vec<Vec3>, FaceList, Vec<Label>, Vec<Label>, Vec<Patch>) {
         (
