@@ -310,18 +310,12 @@ impl Preconditioner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sparse::testing::dense;
+    use crate::sparse::testing::{dense, four_by_four};
     use nalgebra::{DMatrix, DVector};
 
     /// [4 -1 0 -2; -1 5 -1 0; 0 -1 6 -1; -2 0 -1 7]: row 0 couples to 1 and 3 but not 2.
     fn sample() -> Csr {
-        Csr::new(
-            4,
-            vec![0, 3, 6, 9, 12],
-            vec![0, 1, 3, 0, 1, 2, 1, 2, 3, 0, 2, 3],
-            vec![4., -1., -2., -1., 5., -1., -1., 6., -1., -2., -1., 7.],
-        )
-        .unwrap()
+        four_by_four(-1.0)
     }
 
     /// Checks M z = r for M given densely, with z = precond.apply(r).
