@@ -117,3 +117,23 @@ pub fn check_finite(what: &'static str, values: &[f64]) -> Result<(), SolveError
         None => Ok(()),
     }
 }
+
+/// A linear solve's failure with the field it was solving for: what the
+/// flow computations and the cases report ([`SolveError::solving`]).
+#[derive(Debug, thiserror::Error)]
+#[error("solving for {field}: {source}")]
+pub struct FieldSolveError {
+    pub field: String,
+    #[source]
+    pub source: SolveError,
+}
+
+impl SolveError {
+    /// This error as the failure of the solve for `field`.
+    pub fn solving(self, field: impl Into<String>) -> FieldSolveError {
+        FieldSolveError {
+            field: field.into(),
+            source: self,
+        }
+    }
+}
