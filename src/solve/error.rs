@@ -137,3 +137,32 @@ impl SolveError {
         }
     }
 }
+
+/// The matrix with a non-positive diagonal that the preconditioners' and
+/// the scalings' tests give, and the refusal they expect of it.
+#[cfg(test)]
+pub(crate) mod non_positive {
+    use super::SolveError;
+    use crate::sparse::Csr;
+
+    /// [1 0; 0.5 −3]: row 1's diagonal is −3.
+    pub(crate) fn matrix() -> Csr {
+        Csr::new(2, vec![0, 1, 3], vec![0, 0, 1], vec![1., 0.5, -3.]).unwrap()
+    }
+
+    /// Asserts that `err` is the refusal of [`matrix`]'s row 1 (`what`:
+    /// what refused it, for the message).
+    pub(crate) fn assert_refused(err: &SolveError, what: &str) {
+        assert!(
+            matches!(
+                err,
+                SolveError::NonPositiveDiagonal {
+                    row: 1,
+                    value: -3.0,
+                    ..
+                }
+            ),
+            "{what}: {err}"
+        );
+    }
+}
