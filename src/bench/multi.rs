@@ -83,25 +83,9 @@ struct DevicePoint {
     iterations: usize,
 }
 
-/// Mean wall time (ms) of one iteration of the device loop: solves of
-/// `warmup` and `warmup + count` iterations (tolerance 0) from x = 0, the
-/// difference over `count`. Their "not converged" warnings are not logged
-/// (fixed-count timings).
-fn time_device_loop(
-    backend: &MultiGpuBackend<'_>,
-    b: &MultiVector,
-    warmup: usize,
-    count: usize,
-) -> anyhow::Result<f64> {
-    let level = log::max_level();
-    log::set_max_level(log::LevelFilter::Error);
-    let ms = time_fixed_counts(backend, b, warmup, count);
-    log::set_max_level(level);
-    ms
-}
-
 /// Mean ms per iteration: solves of `warmup` and `warmup + count`
-/// iterations (tolerance 0) from x = 0, the difference over `count`.
+/// iterations (tolerance 0) from x = 0, the difference over `count`. Their
+/// "not converged" warnings are not logged (fixed-count timings).
 pub(super) fn time_fixed_counts(
     backend: &MultiGpuBackend<'_>,
     b: &MultiVector,
@@ -117,10 +101,16 @@ pub(super) fn time_fixed_counts(
         backend.synchronize()?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
-    solve(warmup)?;
-    let short = solve(warmup)?;
-    let long = solve(warmup + count)?;
-    Ok((long - short).max(0.0) / count.max(1) as f64)
+    let level = log::max_level();
+    log::set_max_level(log::LevelFilter::Error);
+    let ms = (|| -> anyhow::Result<f64> {
+        solve(warmup)?;
+        let short = solve(warmup)?;
+        let long = solve(warmup + count)?;
+        Ok((long - short).max(0.0) / count.max(1) as f64)
+    })();
+    log::set_max_level(level);
+    ms
 }
 
 /// The device loop's measurements on `backend` (None where it does not apply).
@@ -134,9 +124,9 @@ fn measure_device_loop(
     if !backend.device_loop() {
         return Ok(None);
     }
-    let ms_per_iteration = time_device_loop(backend, b, warmup, count)?;
+    let ms_per_iteration = time_fixed_counts(backend, b, warmup, count)?;
     backend.set_exchange(false)?;
-    let ms_no_exchange = time_device_loop(backend, b, warmup, count);
+    let ms_no_exchange = time_fixed_counts(backend, b, warmup, count);
     backend.set_exchange(true)?;
     // Only the communication share is lost when this timing fails.
     let ms_no_exchange = ms_no_exchange.unwrap_or_else(|e| {
