@@ -303,19 +303,16 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
             let (_, a) = built.as_ref().expect("built above");
             let (n, nnz) = (a.n_rows(), a.nnz());
             let b = vec![1.0; n];
+            // The point's row (its note printed as it is measured).
+            let slab_row = |ms: f64, note: String| {
+                eprintln!("{spec} on {g} GPUs: {note}");
+                let what = format!("multi-GPU PCG Jacobi, {g} GPUs");
+                Row::timing(&spec, "slabs", what, (n, nnz), ms, note)
+            };
             let p = match measure(&devices[..g], a, &b, (nx, ny, nz), settings) {
                 Ok(p) => p,
                 Err(e) => {
-                    let note = format!("failed: {e:#}");
-                    eprintln!("{spec} on {g} GPUs: {note}");
-                    rows.push(Row::timing(
-                        &spec,
-                        "slabs",
-                        format!("multi-GPU PCG Jacobi, {g} GPUs"),
-                        (n, nnz),
-                        0.0,
-                        note,
-                    ));
+                    rows.push(slab_row(0.0, format!("failed: {e:#}")));
                     continue;
                 }
             };
@@ -345,15 +342,7 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 p.halo,
                 p.transport
             );
-            eprintln!("{spec} on {g} GPUs: {note}");
-            rows.push(Row::timing(
-                &spec,
-                "slabs",
-                format!("multi-GPU PCG Jacobi, {g} GPUs"),
-                (n, nnz),
-                p.ms_per_iteration,
-                note,
-            ));
+            rows.push(slab_row(p.ms_per_iteration, note));
             let mut device_cells = "- | - | - | -".to_string();
             let mut iterations = p.iterations.to_string();
             let mut device_solve = "-".to_string();
