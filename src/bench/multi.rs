@@ -83,25 +83,9 @@ struct DevicePoint {
     iterations: usize,
 }
 
-/// Mean wall time (ms) of one iteration of the device loop: solves of
-/// `warmup` and `warmup + count` iterations (tolerance 0) from x = 0, the
-/// difference over `count`. Their "not converged" warnings are not logged
-/// (fixed-count timings).
-fn time_device_loop(
-    backend: &MultiGpuBackend<'_>,
-    b: &MultiVector,
-    warmup: usize,
-    count: usize,
-) -> anyhow::Result<f64> {
-    let level = log::max_level();
-    log::set_max_level(log::LevelFilter::Error);
-    let ms = time_fixed_counts(backend, b, warmup, count);
-    log::set_max_level(level);
-    ms
-}
-
 /// Mean ms per iteration: solves of `warmup` and `warmup + count`
-/// iterations (tolerance 0) from x = 0, the difference over `count`.
+/// iterations (tolerance 0) from x = 0, the difference over `count`. Their
+/// "not converged" warnings are not logged (fixed-count timings).
 pub(super) fn time_fixed_counts(
     backend: &MultiGpuBackend<'_>,
     b: &MultiVector,
@@ -117,10 +101,16 @@ pub(super) fn time_fixed_counts(
         backend.synchronize()?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
-    solve(warmup)?;
-    let short = solve(warmup)?;
-    let long = solve(warmup + count)?;
-    Ok((long - short).max(0.0) / count.max(1) as f64)
+    let level = log::max_level();
+    log::set_max_level(log::LevelFilter::Error);
+    let ms = (|| -> anyhow::Result<f64> {
+        solve(warmup)?;
+        let short = solve(warmup)?;
+        let long = solve(warmup + count)?;
+        Ok((long - short).max(0.0) / count.max(1) as f64)
+    })();
+    log::set_max_level(level);
+    ms
 }
 
 /// The device loop's measurements on `backend` (None where it does not apply).
@@ -134,9 +124,9 @@ fn measure_device_loop(
     if !backend.device_loop() {
         return Ok(None);
     }
-    let ms_per_iteration = time_device_loop(backend, b, warmup, count)?;
+    let ms_per_iteration = time_fixed_counts(backend, b, warmup, count)?;
     backend.set_exchange(false)?;
-    let ms_no_exchange = time_device_loop(backend, b, warmup, count);
+    let ms_no_exchange = time_fixed_counts(backend, b, warmup, count);
     backend.set_exchange(true)?;
     // Only the communication share is lost when this timing fails.
     let ms_no_exchange = ms_no_exchange.unwrap_or_else(|e| {
@@ -313,19 +303,16 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
             let (_, a) = built.as_ref().expect("built above");
             let (n, nnz) = (a.n_rows(), a.nnz());
             let b = vec![1.0; n];
+            // The point's row (its note printed as it is measured).
+            let slab_row = |ms: f64, note: String| {
+                eprintln!("{spec} on {g} GPUs: {note}");
+                let what = format!("multi-GPU PCG Jacobi, {g} GPUs");
+                Row::timing(&spec, "slabs", what, (n, nnz), ms, note)
+            };
             let p = match measure(&devices[..g], a, &b, (nx, ny, nz), settings) {
                 Ok(p) => p,
                 Err(e) => {
-                    let note = format!("failed: {e:#}");
-                    eprintln!("{spec} on {g} GPUs: {note}");
-                    rows.push(Row::timing(
-                        &spec,
-                        "slabs",
-                        format!("multi-GPU PCG Jacobi, {g} GPUs"),
-                        (n, nnz),
-                        0.0,
-                        note,
-                    ));
+                    rows.push(slab_row(0.0, format!("failed: {e:#}")));
                     continue;
                 }
             };
@@ -355,15 +342,7 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 p.halo,
                 p.transport
             );
-            eprintln!("{spec} on {g} GPUs: {note}");
-            rows.push(Row::timing(
-                &spec,
-                "slabs",
-                format!("multi-GPU PCG Jacobi, {g} GPUs"),
-                (n, nnz),
-                p.ms_per_iteration,
-                note,
-            ));
+            rows.push(slab_row(p.ms_per_iteration, note));
             let mut device_cells = "- | - | - | -".to_string();
             let mut iterations = p.iterations.to_string();
             let mut device_solve = "-".to_string();

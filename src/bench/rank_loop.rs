@@ -37,17 +37,20 @@ struct Timing {
 /// Iterations before the timed ones.
 const WARMUP: usize = 10;
 
-/// The one-process device loop on `gpus`.
-fn one_process(
-    gpus: &[Gpu],
-    a: &Csr,
-    d: &Decomposition,
-    b: &[f64],
-    options: &MultiGpuOptions,
+/// One point's system, the same for every loop measured on it: `a x = b`
+/// split by `d` over `gpus`, `count` timed iterations.
+struct Point<'a> {
+    gpus: &'a [Gpu],
+    a: &'a Csr,
+    d: &'a Decomposition,
+    b: &'a [f64],
     count: usize,
-) -> anyhow::Result<Timing> {
-    let backend = MultiGpuBackend::new(gpus, a, d, options)?;
-    timed(&backend, b, count, |b, x| {
+}
+
+/// The one-process device loop on the point's GPUs.
+fn one_process(p: &Point<'_>, options: &MultiGpuOptions) -> anyhow::Result<Timing> {
+    let backend = MultiGpuBackend::new(p.gpus, p.a, p.d, options)?;
+    timed(&backend, p.b, p.count, |b, x| {
         pcg(&backend, b, x, &controls(), "p")
     })
 }
@@ -74,21 +77,14 @@ fn timed(
     })
 }
 
-/// `gpus.len()` thread ranks, rank r on `gpus[r]`, with or without the
-/// device loop; rank 0's timings.
-fn on_ranks(
-    gpus: &[Gpu],
-    a: &Csr,
-    d: &Decomposition,
-    b: &[f64],
-    options: &MultiGpuOptions,
-    count: usize,
-) -> anyhow::Result<Timing> {
-    let results = run_threads(gpus.len(), |comm| -> Result<Timing, String> {
-        let gpu = &gpus[comm.rank()];
+/// One thread rank per GPU of the point, rank r on `gpus[r]`, with or
+/// without the device loop; rank 0's timings.
+fn on_ranks(p: &Point<'_>, options: &MultiGpuOptions) -> anyhow::Result<Timing> {
+    let results = run_threads(p.gpus.len(), |comm| -> Result<Timing, String> {
+        let gpu = &p.gpus[comm.rank()];
         let run = || -> anyhow::Result<Timing> {
-            let backend = MultiGpuBackend::for_rank(gpu, a, d, comm, options)?;
-            timed(&backend, b, count, |b, x| {
+            let backend = MultiGpuBackend::for_rank(gpu, p.a, p.d, comm, options)?;
+            timed(&backend, p.b, p.count, |b, x| {
                 let (perf, _) = backend.solve_agreed(None, b, x, &controls(), "p")?;
                 Ok(perf)
             })
@@ -137,13 +133,18 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
                 device_loop: false,
                 ..options
             };
-            let count = settings.iterations;
-            let measured =
-                one_process(&devices[..g], &a, &d, &b, &options, count).and_then(|base| {
-                    let nccl = on_ranks(&devices[..g], &a, &d, &b, &options, count)?;
-                    let host = on_ranks(&devices[..g], &a, &d, &b, &host_options, count)?;
-                    Ok((base, nccl, host))
-                });
+            let point = Point {
+                gpus: &devices[..g],
+                a: &a,
+                d: &d,
+                b: &b,
+                count: settings.iterations,
+            };
+            let measured = one_process(&point, &options).and_then(|base| {
+                let nccl = on_ranks(&point, &options)?;
+                let host = on_ranks(&point, &host_options)?;
+                Ok((base, nccl, host))
+            });
             let (base, nccl, host) = match measured {
                 Ok(m) => m,
                 Err(e) => {

@@ -751,11 +751,7 @@ pub fn run_flow_case_with_mesh(
         setup.default_boundary.as_ref(),
         mesh,
     )?;
-    let flow_error = |e: FlowError| match e {
-        FlowError::Fvm(e) => CaseError::Fvm(e),
-        FlowError::Solve { field, source } => CaseError::Solve { field, source },
-        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
-    };
+    let flow_error = |e: FlowError| CaseError::from_flow(&setup.origin, e);
     let (u0, p0) = match &setup.initial {
         Some((u, p)) if u.len() == n && p.len() == n => (u.clone(), p.clone()),
         Some((u, p)) => {

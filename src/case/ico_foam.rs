@@ -473,14 +473,6 @@ pub struct TransientSummary {
     pub vtk_series: Option<PathBuf>,
 }
 
-fn flow_case_error(setup: &TransientSetup, e: FlowError) -> CaseError {
-    match e {
-        FlowError::Fvm(e) => CaseError::Fvm(e),
-        FlowError::Solve { field, source } => CaseError::Solve { field, source },
-        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", setup.origin)),
-    }
-}
-
 /// The case's state at its start time on `mesh` (with its `geometry`): the
 /// fields, systems and settings of `setup`, the time and the step count.
 pub fn transient_state<'m>(
@@ -499,7 +491,7 @@ pub fn transient_state<'m>(
         setup.initial.clone(),
         setup.delta_t,
     )
-    .map_err(|e| flow_case_error(setup, e))?;
+    .map_err(|e| CaseError::from_flow(&setup.origin, e))?;
     piso.time = setup.start;
     piso.step = (setup.start / setup.delta_t).round() as usize;
     Ok(piso)
@@ -514,7 +506,7 @@ pub fn run_transient_case(
 ) -> Result<TransientSummary, CaseError> {
     let clock = Instant::now();
     let geometry = timings::timed(Phase::Geometry, || mesh.geometry())?;
-    let flow_error = |e: FlowError| flow_case_error(setup, e);
+    let flow_error = |e: FlowError| CaseError::from_flow(&setup.origin, e);
     // The boundary conditions and the host systems (face geometry, matrix
     // pattern, the fields' systems) are the assembly's set-up.
     let assembly = timings::enter(Phase::Assembly);

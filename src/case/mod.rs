@@ -24,12 +24,13 @@ pub use setup::{
     Scalar, SolverSettings, SourceSplit, SpaceTimeFn, TimeControl,
 };
 
+use crate::flow::FlowError;
 use crate::fvm::FvmError;
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::GpuError;
 use crate::io::OutputError;
 use crate::mesh::{Mesh, MeshError};
-use crate::solve::SolveError;
+use crate::solve::FieldSolveError;
 use std::path::{Path, PathBuf};
 
 /// Everything that can stop a case: bad case files (named with line and
@@ -50,12 +51,8 @@ pub enum CaseError {
     Mesh(#[from] MeshError),
     #[error(transparent)]
     Fvm(#[from] FvmError),
-    #[error("solving for {field}: {source}")]
-    Solve {
-        field: String,
-        #[source]
-        source: SolveError,
-    },
+    #[error(transparent)]
+    Solve(#[from] FieldSolveError),
     #[error(transparent)]
     Output(#[from] OutputError),
     /// A GPU failure outside a linear solve (assembly, transfers).
@@ -76,6 +73,17 @@ impl From<AssemblyError> for CaseError {
 impl CaseError {
     pub fn invalid(msg: impl Into<String>) -> Self {
         Self::Invalid(msg.into())
+    }
+
+    /// A flow computation's error as the case's: an invalid setting's
+    /// message prefixed by `origin` (the case file or directory it came
+    /// from).
+    pub(crate) fn from_flow(origin: impl std::fmt::Display, e: FlowError) -> Self {
+        match e {
+            FlowError::Fvm(e) => Self::Fvm(e),
+            FlowError::Solve(e) => Self::Solve(e),
+            FlowError::Invalid(msg) => Self::invalid(format!("{origin}: {msg}")),
+        }
     }
 }
 

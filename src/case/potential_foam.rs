@@ -593,11 +593,7 @@ impl VolumeFields<'_> {
 
 /// A flow error of the case in `case_dir` as a case error.
 fn flow_error(case_dir: &Path, e: FlowError) -> CaseError {
-    match e {
-        FlowError::Fvm(e) => CaseError::Fvm(e),
-        FlowError::Solve { field, source } => CaseError::Solve { field, source },
-        FlowError::Invalid(msg) => CaseError::invalid(format!("{}: {msg}", case_dir.display())),
-    }
+    CaseError::from_flow(case_dir.display(), e)
 }
 
 /// The error of a `-writep` run without the pressure file `p_path`.

@@ -802,12 +802,8 @@ impl<'a> OnDevice<'a> {
                     .laplacian
                     .solver(p == PreconditionerKind::Jacobi, &options)?,
             };
-            let perf = pcg(backend, b, &mut self.field, &solver.controls, &setup.field).map_err(
-                |source| CaseError::Solve {
-                    field: setup.field.clone(),
-                    source,
-                },
-            )?;
+            let perf = pcg(backend, b, &mut self.field, &solver.controls, &setup.field)
+                .map_err(|e| e.solving(&setup.field))?;
             performances.push(perf);
             if let Some(policy) = self.laplacian.singular_policy() {
                 if policy.reference == Reference::ZeroMean {
@@ -1166,10 +1162,7 @@ impl<'a> Run<'a> {
                 }
             })?;
         match failure {
-            Some(source) => Err(CaseError::Solve {
-                field: setup.field.clone(),
-                source,
-            }),
+            Some(e) => Err(e.solving(&setup.field).into()),
             None => Ok(performances),
         }
     }

@@ -29,7 +29,7 @@ pub use simple::{
 
 use crate::fvm::{BoundaryCondition, FvmError, PatchValues};
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
-use crate::solve::SolveError;
+use crate::solve::FieldSolveError;
 
 /// Everything that can stop a flow computation; messages name the patch,
 /// field or setting at fault.
@@ -39,12 +39,8 @@ pub enum FlowError {
     Invalid(String),
     #[error(transparent)]
     Fvm(#[from] FvmError),
-    #[error("solving for {field}: {source}")]
-    Solve {
-        field: String,
-        #[source]
-        source: SolveError,
-    },
+    #[error(transparent)]
+    Solve(#[from] FieldSolveError),
 }
 
 impl FlowError {

@@ -252,6 +252,16 @@ pub fn ddt_coefficients(scheme: DdtScheme, dt: f64, old_dt: Option<f64>) -> (f64
     }
 }
 
+/// The largest initial residual of an outer corrector's momentum solves
+/// (0 without any), what [`TransientSettings::outer_converged`] holds
+/// against U's tolerance.
+pub fn max_initial_residual(solves: &[(String, SolverPerformance)]) -> f64 {
+    solves
+        .iter()
+        .map(|(_, r)| r.initial_residual)
+        .fold(0.0, f64::max)
+}
+
 /// `Courant Number mean: … max: …`, as `CourantNo.H` logs it.
 pub fn log_courant((mean, max): (f64, f64)) {
     log::info!(
@@ -681,10 +691,7 @@ impl<'m> Piso<'m> {
                             &field,
                         ),
                     }
-                    .map_err(|source| FlowError::Solve {
-                        field: field.clone(),
-                        source,
-                    })?;
+                    .map_err(|e| e.solving(&field))?;
                     residuals.push((field, perf));
                     for (u, x) in self.simple.u.iter_mut().zip(&u_c) {
                         u[c] = *x;
@@ -724,10 +731,7 @@ impl<'m> Piso<'m> {
                 }
             }
             let p_initial = p_solves[first_p_solve].initial_residual;
-            let u_max = residuals
-                .iter()
-                .map(|(_, r)| r.initial_residual)
-                .fold(0.0, f64::max);
+            let u_max = max_initial_residual(&residuals);
             if outer == 0 {
                 u_solves = residuals;
             }

@@ -909,10 +909,7 @@ impl<'m> Simple<'m> {
                     &field,
                 ),
             }
-            .map_err(|source| FlowError::Solve {
-                field: field.clone(),
-                source,
-            })?;
+            .map_err(|e| e.solving(&field))?;
             drop(solving);
             u_initial.push((field, perf.initial_residual));
             for (u, x) in self.u.iter_mut().zip(&u_c) {
@@ -930,13 +927,7 @@ impl<'m> Simple<'m> {
             let (matrix, _) = &equations[0];
             let r_atu: Vec<f64> = (0..n)
                 .map(|i| {
-                    let (cols, values) = matrix.row(i);
-                    let off: f64 = cols
-                        .iter()
-                        .zip(values)
-                        .filter(|(&j, _)| j as usize != i)
-                        .map(|(_, a)| a)
-                        .sum();
+                    let off = off_diagonal_sum(matrix, i, |a| a);
                     // Off-diagonals are −a_nb: a_P − Σ a_nb = a_P + Σ off.
                     volumes[i] / (a_p[i] + off)
                 })
@@ -1087,19 +1078,23 @@ pub fn face_offsets(mesh: &Mesh, geometry: &Geometry, f: usize) -> (Vec3, Vec3) 
     )
 }
 
+/// Σ f(a_ij) over row i's off-diagonal entries, in stored order.
+fn off_diagonal_sum(matrix: &Csr, i: usize, f: impl Fn(f64) -> f64) -> f64 {
+    let (cols, values) = matrix.row(i);
+    cols.iter()
+        .zip(values)
+        .filter(|(&j, _)| j as usize != i)
+        .map(|(_, &a)| f(a))
+        .sum()
+}
+
 /// `fvMatrix::relax(α)`: the diagonal made at least the sum of the
 /// off-diagonal magnitudes, divided by α, and the change times the current
 /// x added to the right-hand side (Patankar's implicit under-relaxation).
 pub(crate) fn relax(matrix: &mut Csr, source: &mut [f64], x: &[f64], diagonal: &[u32], alpha: f64) {
     let relaxed: Vec<f64> = (0..matrix.n_rows())
         .map(|i| {
-            let (cols, values) = matrix.row(i);
-            let off: f64 = cols
-                .iter()
-                .zip(values)
-                .filter(|(&j, _)| j as usize != i)
-                .map(|(_, a)| a.abs())
-                .sum();
+            let off = off_diagonal_sum(matrix, i, f64::abs);
             let d = matrix.values()[diagonal[i] as usize];
             d.abs().max(off) / alpha
         })
@@ -1215,11 +1210,7 @@ pub(crate) fn flux_poisson(
         if last {
             correction = system.non_orth_correction(x);
         }
-        let perf =
-            solve(&system.matrix, &system.rhs, x, last).map_err(|source| FlowError::Solve {
-                field: field.into(),
-                source,
-            })?;
+        let perf = solve(&system.matrix, &system.rhs, x, last).map_err(|e| e.solving(field))?;
         solves.push(perf);
     }
     let faces = system.face_geometry();

@@ -72,13 +72,7 @@ impl Dict {
         arch: Arch,
         in_braces: bool,
     ) -> Result<Self, MeshError> {
-        Parser {
-            lx,
-            format,
-            arch,
-            depth: 0,
-        }
-        .dict_body(in_braces)
+        Parser::new(lx, format, arch).dict_body(in_braces)
     }
 
     pub fn get(&self, key: &str) -> Option<&Entry> {
@@ -175,13 +169,7 @@ impl Value {
         arch: Arch,
         type_hint: Option<&str>,
     ) -> Result<Self, MeshError> {
-        Parser {
-            lx,
-            format,
-            arch,
-            depth: 0,
-        }
-        .value(type_hint, true)
+        Parser::new(lx, format, arch).value(type_hint, true)
     }
 
     /// The value as a number, when it is one.
@@ -262,7 +250,17 @@ struct Parser<'l, 'a> {
     depth: usize,
 }
 
-impl Parser<'_, '_> {
+impl<'l, 'a> Parser<'l, 'a> {
+    /// A parser at the lexer's position, at the top level.
+    fn new(lx: &'l mut Lexer<'a>, format: FoamFormat, arch: Arch) -> Self {
+        Parser {
+            lx,
+            format,
+            arch,
+            depth: 0,
+        }
+    }
+
     fn enter(&mut self) -> Result<(), MeshError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {

@@ -180,18 +180,7 @@ impl<'g> GpuKrylovBackend<'g> {
         n: &'a i32,
         push: impl FnOnce(&mut crate::gpu::KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        let m = &self.matrix;
-        self.gpu.launch(
-            kernel,
-            m.n_slices() as u32,
-            m.slice_height as u32,
-            m.shared_bytes(),
-            |a| {
-                a.arg(n);
-                m.push_args(a);
-                push(a);
-            },
-        )
+        self.matrix.launch_slices(self.gpu, kernel, n, push)
     }
 
     /// Writes the device addresses of `vs` (at most KR_BATCH) into the table.

@@ -249,13 +249,29 @@ impl DeviceModSell {
 
     /// y = A x.
     pub fn spmv(&self, gpu: &Gpu, x: &CudaSlice<f64>, y: &CudaSlice<f64>) -> Result<(), GpuError> {
-        let h = self.slice_height as u32;
         let n = self.n as i32;
-        let grid = self.n_slices() as u32;
-        gpu.launch("spmv_modsell", grid, h, self.shared_bytes(), |a| {
-            a.arg(&n);
-            self.push_args(a);
+        self.launch_slices(gpu, "spmv_modsell", &n, |a| {
             a.arg(x).arg(y);
+        })
+    }
+
+    /// Launches the mod-SELL kernel `kernel` as `spmv_modsell` is launched
+    /// (one block per slice, blockDim = the slice height,
+    /// [`Self::shared_bytes`] of shared memory) with the row count `n` and
+    /// the matrix ([`Self::push_args`]) first, then the arguments `push`
+    /// adds.
+    pub fn launch_slices<'a>(
+        &'a self,
+        gpu: &'a Gpu,
+        kernel: &'static str,
+        n: &'a i32,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        let (grid, h) = (self.n_slices() as u32, self.slice_height as u32);
+        gpu.launch(kernel, grid, h, self.shared_bytes(), |a| {
+            a.arg(n);
+            self.push_args(a);
+            push(a);
         })
     }
 }

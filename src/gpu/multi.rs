@@ -106,7 +106,7 @@ use super::pcg::{chunk_records, chunk_state, GpuVector, STATE_LEN};
 use super::peer::{self, PeerLinks, VectorSums, PEER_TIMEOUT};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
-use crate::parallel::{Communicator, SingleProcess};
+use crate::parallel::{Communicator, HaloExchange, SingleProcess};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::pcg::NORM_FACTOR_SMALL;
 use crate::solve::{
@@ -1097,9 +1097,10 @@ impl<'g> MultiGpuBackend<'g> {
         };
         let mut halo = r.halo.borrow_mut();
         let mut host = vec![0.0; halo.len()];
-        peers
-            .comm
-            .exchange(&peers.packed, &sent, &mut host, &mut || {});
+        peers.comm.exchange(
+            HaloExchange::new(&peers.packed, &sent, &mut host),
+            &mut || {},
+        );
         peers.calls.set(peers.calls.get() + 1);
         if !host.is_empty() {
             r.gpu.write(&host, &mut halo)?;
@@ -1644,23 +1645,11 @@ impl<'a> RankChunk<'a> {
             None => {}
         }
         let b = &*self.buffers;
-        let (m, n, h) = (
-            self.a_oo,
-            self.n_owned as i32,
-            self.a_oo.slice_height as u32,
-        );
-        gpu.launch(
-            "cg_operator",
-            m.n_slices() as u32,
-            h,
-            m.shared_bytes(),
-            |a| {
-                a.arg(&n);
-                m.push_args(a);
-                a.arg(input).arg(output).arg(&b.pq_partials).arg(&b.state);
-                a.arg(&b.records).arg(&j).arg(&NULL);
-            },
-        )?;
+        let (m, n) = (self.a_oo, self.n_owned as i32);
+        m.launch_slices(gpu, "cg_operator", &n, |a| {
+            a.arg(input).arg(output).arg(&b.pq_partials).arg(&b.state);
+            a.arg(&b.records).arg(&j).arg(&NULL);
+        })?;
         if let Some(ChunkExchange::Nccl(stream, _)) = &self.exchange {
             driver("cuStreamWaitEvent", gpu.stream().join(stream))?;
         }
@@ -2075,12 +2064,15 @@ mod tests {
                 let local = d.local(&a, comm.rank()).unwrap();
                 let owned = local.scatter(&x);
                 let mut expected = vec![f64::NAN; local.n_halo()];
-                comm.exchange(&local.neighbours, &owned, &mut expected, &mut || {});
+                comm.exchange(
+                    HaloExchange::new(&local.neighbours, &owned, &mut expected),
+                    &mut || {},
+                );
                 let plan = ExchangePlan::of(&local);
                 let sent: Vec<f64> = plan.idx.iter().map(|&i| owned[i as usize]).collect();
                 let mut halo = vec![f64::NAN; local.n_halo()];
                 let packed = packed_neighbours(&local, &plan);
-                comm.exchange(&packed, &sent, &mut halo, &mut || {});
+                comm.exchange(HaloExchange::new(&packed, &sent, &mut halo), &mut || {});
                 (expected, halo)
             });
             for (expected, halo) in results {

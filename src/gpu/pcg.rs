@@ -636,19 +636,14 @@ impl<'g> GpuCgBackend<'g> {
         s: &Scratch,
         in_loop: Option<(i32, Option<&CudaSlice<u32>>)>,
     ) -> Result<(), GpuError> {
-        let m = &self.matrix;
-        let (n, h) = (self.n32(), m.slice_height as u32);
+        let n = self.n32();
         let (j, ticket) = in_loop.unwrap_or((0, None));
-        let grid = m.n_slices() as u32;
-        self.gpu
-            .launch("cg_operator", grid, h, m.shared_bytes(), |a| {
-                a.arg(&n);
-                m.push_args(a);
-                a.arg(p).arg(q).arg(&s.slice_partials);
-                arg_or_null(a, in_loop.map(|_| &s.state));
-                a.arg(&s.records).arg(&j);
-                arg_or_null(a, ticket);
-            })
+        self.matrix.launch_slices(self.gpu, "cg_operator", &n, |a| {
+            a.arg(p).arg(q).arg(&s.slice_partials);
+            arg_or_null(a, in_loop.map(|_| &s.state));
+            a.arg(&s.records).arg(&j);
+            arg_or_null(a, ticket);
+        })
     }
 
     /// x += α p, r −= α q with partials of Σ|r| (weighted back to the
@@ -1235,20 +1230,11 @@ pub(crate) fn launch_initial_norms(
             .arg(buffers.vector_partials)
             .arg(buffers.x_sum);
     })?;
-    let h = m.slice_height as u32;
-    gpu.launch(
-        "cg_initial_residual",
-        m.n_slices() as u32,
-        h,
-        m.shared_bytes(),
-        |a| {
-            a.arg(&n);
-            m.push_args(a);
-            a.arg(row_sums).arg(buffers.x_sum);
-            arg_or_null(a, scaling.map(|sc| &sc.unscale));
-            a.arg(x).arg(b).arg(r).arg(buffers.slice_partials);
-        },
-    )?;
+    m.launch_slices(gpu, "cg_initial_residual", &n, |a| {
+        a.arg(row_sums).arg(buffers.x_sum);
+        arg_or_null(a, scaling.map(|sc| &sc.unscale));
+        a.arg(x).arg(b).arg(r).arg(buffers.slice_partials);
+    })?;
     let (sm, two) = (m.n_slices() as i32, 2i32);
     gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
         a.arg(&sm).arg(&two).arg(buffers.slice_partials).arg(&out);

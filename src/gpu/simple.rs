@@ -695,10 +695,7 @@ impl<'g> DeviceSimple<'g> {
             // So is the right-hand side's consistency check (the CPU's
             // error for an inconsistent singular system).
             self.laplacian.deferred_consistency()?;
-            let perf = perf.map_err(|source| FlowError::Solve {
-                field: "p".into(),
-                source,
-            })?;
+            let perf = perf.map_err(|e| FlowError::from(e.solving("p")))?;
             p_solves.push(perf);
             *host += timer.lap(&mut seconds.solve)?;
         }
@@ -1363,7 +1360,7 @@ impl<'g> DeviceMomentum<'g> {
         for (field, perf) in fields.into_iter().zip(solved) {
             match perf {
                 Ok(perf) => reports.push((field, perf)),
-                Err(source) => return Err(FlowError::Solve { field, source }.into()),
+                Err(e) => return Err(FlowError::from(e.solving(field)).into()),
             }
         }
         Ok(reports)

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::fmt;
 
-use super::Communicator;
+use super::{Communicator, HaloExchange};
 use crate::sparse::distribute::Neighbour;
 
 /// Bytes per value of a [`broadcast_bytes`] (a 32-bit word is exact in an
@@ -193,7 +193,7 @@ pub fn join_failed(
             Collective::Exchange => {
                 let sent = vec![f64::NAN; n_sent];
                 let mut halo = vec![0.0; n_halo];
-                comm.exchange(neighbours, &sent, &mut halo, &mut || {});
+                comm.exchange(HaloExchange::new(neighbours, &sent, &mut halo), &mut || {});
             }
         }
     }
@@ -340,7 +340,10 @@ mod tests {
                 return (first[0], Vec::new(), [f64::NAN; 2]);
             }
             let mut halo = vec![0.0; local.n_halo()];
-            c.exchange(&local.neighbours, &owned, &mut halo, &mut || {});
+            c.exchange(
+                HaloExchange::new(&local.neighbours, &owned, &mut halo),
+                &mut || {},
+            );
             let mut second = [1.0, 2.0];
             c.sum(&mut second);
             let from_1: Vec<f64> = local

@@ -56,17 +56,30 @@ pub trait Communicator {
         self.sum(values)
     }
 
-    /// The halo exchange of one vector: sends `owned[nb.send]` to each
-    /// neighbour and fills `halo[nb.recv − n_owned]` from it; `overlap` runs
+    /// The halo exchange of one vector ([`HaloExchange`]); `overlap` runs
     /// between the start of the sends and the receives (the interior rows'
     /// work).
-    fn exchange(
-        &self,
-        neighbours: &[Neighbour],
-        owned: &[f64],
-        halo: &mut [f64],
-        overlap: &mut dyn FnMut(),
-    );
+    fn exchange(&self, exchange: HaloExchange<'_>, overlap: &mut dyn FnMut());
+}
+
+/// One vector's halo exchange, what every transport's
+/// [`Communicator::exchange`] takes: `owned[nb.send]` goes to each of the
+/// `neighbours` and `halo[nb.recv − n_owned]` is filled from it (n_owned =
+/// `owned.len()`).
+pub struct HaloExchange<'a> {
+    pub neighbours: &'a [Neighbour],
+    pub owned: &'a [f64],
+    pub halo: &'a mut [f64],
+}
+
+impl<'a> HaloExchange<'a> {
+    pub fn new(neighbours: &'a [Neighbour], owned: &'a [f64], halo: &'a mut [f64]) -> Self {
+        Self {
+            neighbours,
+            owned,
+            halo,
+        }
+    }
 }
 
 /// The values a neighbour reads of `owned`, in the order of its halo.
@@ -95,14 +108,8 @@ impl Communicator for SingleProcess {
         1
     }
     fn sum(&self, _: &mut [f64]) {}
-    fn exchange(
-        &self,
-        neighbours: &[Neighbour],
-        _: &[f64],
-        _: &mut [f64],
-        overlap: &mut dyn FnMut(),
-    ) {
-        assert!(neighbours.is_empty(), "one rank has no neighbour");
+    fn exchange(&self, exchange: HaloExchange<'_>, overlap: &mut dyn FnMut()) {
+        assert!(exchange.neighbours.is_empty(), "one rank has no neighbour");
         overlap();
     }
 }

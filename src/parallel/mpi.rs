@@ -7,8 +7,7 @@ use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Destination as _, Source as _};
 
-use super::{halo_range, send_values, Communicator};
-use crate::sparse::distribute::Neighbour;
+use super::{halo_range, send_values, Communicator, HaloExchange};
 
 /// This process's rank in `MPI_COMM_WORLD`.
 pub struct MpiRank {
@@ -78,13 +77,8 @@ impl Communicator for MpiRank {
         values.copy_from_slice(&out);
     }
 
-    fn exchange(
-        &self,
-        neighbours: &[Neighbour],
-        owned: &[f64],
-        halo: &mut [f64],
-        overlap: &mut dyn FnMut(),
-    ) {
+    fn exchange(&self, exchange: HaloExchange<'_>, overlap: &mut dyn FnMut()) {
+        let (neighbours, owned, halo) = (exchange.neighbours, exchange.owned, exchange.halo);
         let buffers: Vec<Vec<f64>> = neighbours
             .iter()
             .map(|nb| send_values(nb, owned).collect())

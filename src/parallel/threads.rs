@@ -31,8 +31,7 @@ use std::sync::mpsc::channel;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{halo_range, send_values, Communicator};
-use crate::sparse::distribute::Neighbour;
+use super::{halo_range, send_values, Communicator, HaloExchange};
 
 /// One rank of a group of threads.
 pub struct ThreadRank {
@@ -498,13 +497,8 @@ impl Communicator for ThreadRank {
         }
     }
 
-    fn exchange(
-        &self,
-        neighbours: &[Neighbour],
-        owned: &[f64],
-        halo: &mut [f64],
-        overlap: &mut dyn FnMut(),
-    ) {
+    fn exchange(&self, exchange: HaloExchange<'_>, overlap: &mut dyn FnMut()) {
+        let (neighbours, owned, halo) = (exchange.neighbours, exchange.owned, exchange.halo);
         for nb in neighbours {
             self.post(nb.rank, |buffer| buffer.extend(send_values(nb, owned)));
         }
@@ -594,7 +588,10 @@ mod tests {
                     .iter()
                     .map(|&g| f64::from(g) + 1000.0 * step as f64)
                     .collect();
-                c.exchange(&local.neighbours, &owned, &mut halo, &mut || {});
+                c.exchange(
+                    HaloExchange::new(&local.neighbours, &owned, &mut halo),
+                    &mut || {},
+                );
                 for (h, &g) in halo.iter().zip(&local.global[local.n_owned..]) {
                     wrong += usize::from(*h != f64::from(g) + 1000.0 * step as f64);
                 }

@@ -58,7 +58,7 @@ use super::{
     PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
 use crate::parallel::collective::agreed;
-use crate::parallel::Communicator;
+use crate::parallel::{Communicator, HaloExchange};
 use crate::sparse::distribute::LocalMatrix;
 use crate::sparse::{Csr, Permutation};
 
@@ -232,14 +232,16 @@ impl<'a> DistributedBackend<'a> {
         let n_interior = self.local.n_interior;
         let mut halo = self.halo.borrow_mut();
         let mut interior = 0.0;
-        self.comm
-            .exchange(&self.local.neighbours, p, &mut halo, &mut || {
+        self.comm.exchange(
+            HaloExchange::new(&self.local.neighbours, p, &mut halo),
+            &mut || {
                 self.owned.apply_on_this_thread(p, q, |i, qi| {
                     if i < n_interior {
                         interior += p[i] * qi;
                     }
                 })
-            });
+            },
+        );
         let mut boundary = 0.0;
         for r in n_interior..self.local.n_owned {
             q[r] = self.couplings.add_to(r, q[r], &halo);

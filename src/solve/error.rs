@@ -117,3 +117,52 @@ pub fn check_finite(what: &'static str, values: &[f64]) -> Result<(), SolveError
         None => Ok(()),
     }
 }
+
+/// A linear solve's failure with the field it was solving for: what the
+/// flow computations and the cases report ([`SolveError::solving`]).
+#[derive(Debug, thiserror::Error)]
+#[error("solving for {field}: {source}")]
+pub struct FieldSolveError {
+    pub field: String,
+    #[source]
+    pub source: SolveError,
+}
+
+impl SolveError {
+    /// This error as the failure of the solve for `field`.
+    pub fn solving(self, field: impl Into<String>) -> FieldSolveError {
+        FieldSolveError {
+            field: field.into(),
+            source: self,
+        }
+    }
+}
+
+/// The matrix with a non-positive diagonal that the preconditioners' and
+/// the scalings' tests give, and the refusal they expect of it.
+#[cfg(test)]
+pub(crate) mod non_positive {
+    use super::SolveError;
+    use crate::sparse::Csr;
+
+    /// [1 0; 0.5 −3]: row 1's diagonal is −3.
+    pub(crate) fn matrix() -> Csr {
+        Csr::new(2, vec![0, 1, 3], vec![0, 0, 1], vec![1., 0.5, -3.]).unwrap()
+    }
+
+    /// Asserts that `err` is the refusal of [`matrix`]'s row 1 (`what`:
+    /// what refused it, for the message).
+    pub(crate) fn assert_refused(err: &SolveError, what: &str) {
+        assert!(
+            matches!(
+                err,
+                SolveError::NonPositiveDiagonal {
+                    row: 1,
+                    value: -3.0,
+                    ..
+                }
+            ),
+            "{what}: {err}"
+        );
+    }
+}

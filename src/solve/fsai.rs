@@ -1116,7 +1116,7 @@ mod tests {
         let s: Result<FsaiSettings, _> = "fsai:steps=16,stepSize=2".parse();
         assert!(s.unwrap_err().contains("16 * 2 = 32"));
         assert!("fsai:steps=10:stepSize=3".parse::<FsaiSettings>().is_ok());
-        let bad = Csr::new(2, vec![0, 1, 3], vec![0, 0, 1], vec![1., 0.5, -3.]).unwrap();
+        let bad = crate::solve::error::non_positive::matrix();
         let err = fsai_setup(&bad, &FsaiSettings::default()).unwrap_err();
         assert_eq!(
             err,

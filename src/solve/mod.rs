@@ -57,7 +57,7 @@ pub mod triangles;
 pub use cpu::CpuBackend;
 pub use entry::{solve_krylov, solve_krylov_with, solve_pcg, solve_pcg_in_place, solve_pcg_scaled};
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
-pub use error::SolveError;
+pub use error::{FieldSolveError, SolveError};
 pub use executor::{Executor, InitialNorms, OnExecutor};
 pub use fsai::{FsaiPattern, FsaiSettings, FsaiStop};
 pub use krylov::{

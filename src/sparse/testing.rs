@@ -100,6 +100,19 @@ pub fn random_systems() -> Vec<(String, Csr, Vec<f64>)> {
         .collect()
 }
 
+/// The symmetric 4 × 4 matrix [4 −1 0 −2; −1 5 −1 0; 0 −1 6 c; −2 0 c 7]
+/// (rows 2 and 3 coupled by `c`): row 0 couples to rows 1 and 3 but not 2,
+/// small enough to check products, aggregates and factors by hand.
+pub fn four_by_four(c: f64) -> Csr {
+    Csr::new(
+        4,
+        vec![0, 3, 6, 9, 12],
+        vec![0, 1, 3, 0, 1, 2, 1, 2, 3, 0, 2, 3],
+        vec![4., -1., -2., -1., 5., -1., -1., 6., c, -2., c, 7.],
+    )
+    .unwrap()
+}
+
 /// `a` as a dense matrix (for exact inverses and products in tests).
 pub fn dense(a: &Csr) -> DMatrix<f64> {
     let mut m = DMatrix::zeros(a.n_rows(), a.n_cols());

@@ -827,32 +827,19 @@ fn the_parallel_map_equals_the_one_pass_map() {
         "box:6x5x1:2d:perturb=0.3",
         "box:40x30x20:renumber",
     ] {
-        let mesh = crate::mesh::load(spec).unwrap();
-        let problem = LaplacianProblem::steady(
-            CellField::Uniform(1.0),
-            CellField::Uniform(0.0),
-            BoundaryCondition::on_every_patch(
-                &mesh,
-                BoundaryCondition::FixedValue(PatchValues::Uniform(0.0)),
-            ),
-        );
-        let geometry = mesh.geometry().unwrap();
-        let system = LaplacianSystem::new(&mesh, &geometry, Schemes::default(), &problem).unwrap();
+        let (mesh, matrix) = mesh_and_pattern(spec);
         let n = mesh.n_cells();
-        for ordering in [
-            reverse_cuthill_mckee(&system.matrix),
-            Permutation::identity(n),
-        ] {
+        for ordering in [reverse_cuthill_mckee(&matrix), Permutation::identity(n)] {
             for h in [32, 64] {
                 let map = AssemblyMap::new(&mesh, &ordering, h).unwrap();
                 let (codes, slots, faces, boundary_ptr, boundary) =
-                    map_in_one_pass(&mesh, &system.matrix, &ordering, h);
+                    map_in_one_pass(&mesh, &matrix, &ordering, h);
                 assert_eq!(map.face_codes, codes, "{spec} h {h}");
                 assert_eq!(map.face_slots, slots, "{spec} h {h}");
                 assert_eq!(map.device_faces, faces, "{spec} h {h}");
                 assert_eq!(map.boundary_ptr, boundary_ptr, "{spec} h {h}");
                 assert_eq!(map.device_boundary, boundary, "{spec} h {h}");
-                let permuted = ordering.apply_symmetric(&system.matrix.zeros_like());
+                let permuted = ordering.apply_symmetric(&matrix.zeros_like());
                 assert_eq!(map.pattern, ModSell::from_csr(&permuted, h).unwrap());
             }
         }

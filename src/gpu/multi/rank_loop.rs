@@ -410,11 +410,23 @@ impl<'g> MultiGpuBackend<'g> {
             .borrow()
             .as_ref()
             .map(|e| GpuError::Invalid(e.to_string()));
+        // This rank's `RankChunk::run` (or `run_single`) on the calling thread.
+        let run = || -> Result<(Vec<f64>, Vec<f64>), GpuError> {
+            let host_state = chunk_state(rule, state, count);
+            let exchange = self.exchange.get() && peers.comm.size() > 1;
+            let r = &self.ranks[0];
+            let mut halo = r.halo.borrow_mut();
+            let mut buffers = r.device.borrow_mut();
+            let send_buf = r.send_buf.borrow();
+            let chunk = self.rank_chunk(0, exchange, &mut halo, &mut buffers, &send_buf, v)?;
+            match chunk.single {
+                true => chunk.run_single(&host_state, count),
+                false => chunk.run(&host_state, count),
+            }
+        };
         let outcome = match earlier {
             Some(e) => Err(e),
-            None => self
-                .run_rank_chunk(peers, rule, state, count, v)
-                .and_then(|out| peers.injected().map(|()| out)),
+            None => run().and_then(|out| peers.injected().map(|()| out)),
         };
         match agreed_gpu(peers.comm, outcome) {
             Ok((records, st)) => chunk_records(&records, &st, state, count),
@@ -422,28 +434,6 @@ impl<'g> MultiGpuBackend<'g> {
                 *self.failure.borrow_mut() = Some(e);
                 Vec::new()
             }
-        }
-    }
-
-    /// This rank's `RankChunk::run` (or `run_single`) on the calling thread.
-    fn run_rank_chunk(
-        &self,
-        peers: &Peers,
-        rule: &StopRule,
-        state: &LoopState,
-        count: usize,
-        v: &CgVectors<'_, MultiVector>,
-    ) -> Result<(Vec<f64>, Vec<f64>), GpuError> {
-        let host_state = chunk_state(rule, state, count);
-        let exchange = self.exchange.get() && peers.comm.size() > 1;
-        let r = &self.ranks[0];
-        let mut halo = r.halo.borrow_mut();
-        let mut buffers = r.device.borrow_mut();
-        let send_buf = r.send_buf.borrow();
-        let chunk = self.rank_chunk(0, exchange, &mut halo, &mut buffers, &send_buf, v)?;
-        match chunk.single {
-            true => chunk.run_single(&host_state, count),
-            false => chunk.run(&host_state, count),
         }
     }
 

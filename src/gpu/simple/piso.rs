@@ -55,7 +55,9 @@ use super::{
     launch_face_walk, launch_row_walk, lost, DeviceFlowError, DeviceKrylov, DeviceMomentum,
     DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
 };
-use crate::flow::piso::{ddt_coefficients, log_courant, Piso, StepReport, TransientSettings};
+use crate::flow::piso::{
+    ddt_coefficients, log_courant, max_initial_residual, Piso, StepReport, TransientSettings,
+};
 use crate::flow::FlowError;
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
@@ -588,10 +590,7 @@ impl<'g> DevicePiso<'g> {
             let p_initial = p_solves
                 .get(first_p_solve)
                 .map_or(0.0, |p: &SolverPerformance| p.initial_residual);
-            let u_max = residuals
-                .iter()
-                .map(|(_, r)| r.initial_residual)
-                .fold(0.0, f64::max);
+            let u_max = max_initial_residual(&residuals);
             if outer == 0 {
                 u_solves = residuals;
             }

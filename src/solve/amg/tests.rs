@@ -216,13 +216,7 @@ fn matching_follows_the_spec_on_random_matrices_and_is_maximal() {
 fn galerkin_equals_the_dense_product() {
     // By hand: [4 -1 0 -2; -1 5 -1 0; 0 -1 6 -1; -2 0 -1 7] with aggregates
     // {0, 1}, {2, 3}: [4-1-1+5, 0-2-1+0; …] = [7 -3; -3 11].
-    let a = Csr::new(
-        4,
-        vec![0, 3, 6, 9, 12],
-        vec![0, 1, 3, 0, 1, 2, 1, 2, 3, 0, 2, 3],
-        vec![4., -1., -2., -1., 5., -1., -1., 6., -1., -2., -1., 7.],
-    )
-    .unwrap();
+    let a = crate::sparse::testing::four_by_four(-1.0);
     let c = galerkin(&a, &[0, 0, 1, 1], 2);
     assert_eq!(c.row_ptr(), &[0, 2, 4]);
     assert_eq!(c.cols(), &[0, 1, 0, 1]);
