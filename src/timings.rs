@@ -112,6 +112,22 @@ pub struct Timings {
     rss_end: Option<Rss>,
 }
 
+/// Gives the memory the process has freed back to the system. The binary
+/// keeps freed memory for its next allocations (`main.rs`: fewer first-touch
+/// page faults in the CPU solvers), but a GPU run's host set-up frees large
+/// arrays (the cells' face lists, the geometry's passes) whose room the
+/// later, differently sized arrays of the output do not fit into whole: they
+/// would come on top of it. Called where such a set-up ends, it keeps the
+/// run's peak at what is live.
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only hands free pages of the heap back to the
+    // kernel; it touches no live allocation.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The resident memory of the process at a moment, in bytes: its peak since
 /// the process started (VmHWM of `/proc/self/status`) and its current size
 /// (VmRSS).

@@ -564,6 +564,9 @@ pub fn run_case_with_mesh(
             true => mesh.geometry_of_cells_and_boundary(),
             false => mesh.geometry(),
         })?;
+        if device_assembles {
+            timings::return_freed_memory();
+        }
         log::info!(
             "Mesh: {} cells, {} faces ({} internal), {} points, {} patches; {timed} {:.3} s",
             mesh.n_cells(),
@@ -965,6 +968,7 @@ impl<'a> Run<'a> {
                 if on_device.is_none() {
                     timings::timed(Phase::Assembly, || system.ensure_assembled())?;
                 }
+                timings::return_freed_memory();
                 on_device
             }
             (Device::Cpu | Device::Distributed(_), _) => None,

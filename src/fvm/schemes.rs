@@ -297,9 +297,17 @@ impl FaceGeometry {
         sn_grad: SnGradScheme,
         f: usize,
     ) -> InternalFace {
-        let sf = geometry.area_vector(mesh, f);
+        Self::internal_face_of(
+            geometry.area_vector(mesh, f),
+            geometry.delta(mesh, f),
+            sn_grad,
+        )
+    }
+
+    /// [`Self::internal_face`] of the face of area vector `sf` whose cell
+    /// centres are `d` apart (owner to neighbour).
+    pub fn internal_face_of(sf: Vec3, d: Vec3, sn_grad: SnGradScheme) -> InternalFace {
         let mag_sf = sf.norm();
-        let d = geometry.delta(mesh, f);
         let unit = sf / mag_sf;
         let non_orth = 1.0 / unit.dot(&d).max(0.05 * d.norm());
         let coeff = match sn_grad {

@@ -625,6 +625,81 @@ impl Gathered<'_> {
     }
 }
 
+/// Every internal face's arrays of the device set-up in face order: the
+/// interpolation weight, |S_f|, the Δ coefficient, the correction vector
+/// (corrected schemes) and the area vector (Gauss gradient), made from one
+/// evaluation of each face's geometry ([`Geometry::internal_area_and_weight`],
+/// [`FaceGeometry::internal_face_of`]: the bits of the host's arrays, stored
+/// or not) and uploaded a piece of faces at a time.
+struct InternalFaceArrays {
+    weights: CudaSlice<f64>,
+    mag_sf: CudaSlice<f64>,
+    delta_coeffs: CudaSlice<f64>,
+    k: Option<CudaSlice<f64>>,
+    sf: Option<CudaSlice<f64>>,
+}
+
+impl InternalFaceArrays {
+    fn upload(
+        gpu: &Gpu,
+        mesh: &Mesh,
+        geometry: &Geometry,
+        sn_grad: SnGradScheme,
+        gauss: bool,
+    ) -> Result<Self, GpuError> {
+        let (corrected, n) = (sn_grad.is_corrected(), mesh.n_internal_faces());
+        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+        let centres = &geometry.cell_centres;
+        // weight, |S_f|, Δ coefficient, then k and S_f where read.
+        let mut widths = vec![1, 1, 1];
+        widths.extend(corrected.then_some(3));
+        widths.extend(gauss.then_some(3));
+        const BLOCK: usize = 4096;
+        let mut arrays = gpu
+            .upload_units_with(n, &widths, |first, pieces| {
+                let faces = pieces[0].len();
+                let mut blocks: Vec<Vec<&mut [f64]>> = (0..faces.div_ceil(BLOCK))
+                    .map(|_| Vec::with_capacity(widths.len()))
+                    .collect();
+                for (piece, &w) in pieces.iter_mut().zip(&widths) {
+                    for (block, chunk) in blocks.iter_mut().zip(piece.chunks_mut(BLOCK * w)) {
+                        block.push(chunk);
+                    }
+                }
+                blocks.into_par_iter().enumerate().for_each(|(b, mut out)| {
+                    for i in 0..out[0].len() {
+                        let f = first + b * BLOCK + i;
+                        let (sf, weight) = geometry.internal_area_and_weight(mesh, f);
+                        let d = centres[neighbour[f] as usize] - centres[owner[f] as usize];
+                        let face = FaceGeometry::internal_face_of(sf, d, sn_grad);
+                        out[0][i] = weight;
+                        out[1][i] = face.mag_sf;
+                        out[2][i] = face.delta_coeff;
+                        let mut next = 3;
+                        for (on, v) in [(corrected, face.correction), (gauss, sf)] {
+                            if on {
+                                out[next][3 * i..3 * i + 3].copy_from_slice(&[v.x, v.y, v.z]);
+                                next += 1;
+                            }
+                        }
+                    }
+                });
+            })?
+            .into_iter();
+        let mut next = || arrays.next().expect("one array per width");
+        let (weights, mag_sf, delta_coeffs) = (next(), next(), next());
+        let k = corrected.then(&mut next);
+        let sf = gauss.then(&mut next);
+        Ok(Self {
+            weights,
+            mag_sf,
+            delta_coeffs,
+            k,
+            sf,
+        })
+    }
+}
+
 /// The face geometry's |S_f|, Δ coefficient and, for corrected schemes,
 /// correction vector of each device face, computed once per face where they
 /// are read ([`FaceGeometry::internal_face`], the bits of the host's
@@ -1071,26 +1146,16 @@ impl DeviceGeometry {
                     let in_device_order = |width: usize, in_face_order: CudaSlice<f64>| {
                         addressing.faces_in_device_order(gpu, width, &in_face_order)
                     };
-                    let entries = FaceEntries {
-                        index: None,
-                        ..source.face_entries()
-                    };
-                    let (mag_sf, delta_coeffs, k) = entries.upload(gpu, n_internal)?;
-                    let sf = match source.gauss() {
-                        true => {
-                            let flat = gpu.upload_with(3 * n_internal, |start, piece| {
-                                fill_vectors(start, piece, |f| geometry.area_vector(mesh, f))
-                            })?;
-                            Some(in_device_order(3, flat)?)
-                        }
-                        false => None,
-                    };
-                    let weights = gpu.upload_with(n_internal, |start, piece| {
-                        piece
-                            .par_iter_mut()
-                            .enumerate()
-                            .for_each(|(i, w)| *w = geometry.weight(mesh, start + i))
-                    })?;
+                    let faces = InternalFaceArrays::upload(
+                        gpu,
+                        mesh,
+                        geometry,
+                        source.system.schemes().sn_grad,
+                        source.gauss(),
+                    )?;
+                    let (mag_sf, delta_coeffs, k) = (faces.mag_sf, faces.delta_coeffs, faces.k);
+                    let sf = faces.sf.map(|sf| in_device_order(3, sf)).transpose()?;
+                    let weights = faces.weights;
                     let volumes = gpu.upload(&geometry.cell_volumes)?;
                     (
                         addressing.owner_rows(gpu)?,
@@ -2521,19 +2586,15 @@ impl<'g> DeviceLaplacian<'g> {
     /// The gradient last computed ([`Self::gradient`], or by `update_rhs` of
     /// a corrected scheme) in mesh order.
     pub fn download_gradient(&self) -> Result<Vec<Vec3>, GpuError> {
-        let g = self.gpu.download(&self.work.grad)?;
-        // Device row r holds cell new_to_old[r]: one parallel gather into
-        // mesh order.
-        let g = &g[..3 * self.n];
-        Ok(self
-            .ordering
-            .old_to_new()
-            .par_iter()
-            .map(|&r| {
-                let r = 3 * r as usize;
-                Vec3::new(g[r], g[r + 1], g[r + 2])
-            })
-            .collect())
+        // Device row r holds cell new_to_old[r]: put in mesh order on the
+        // device, then copied straight into the host's vectors (no second
+        // host copy of the field).
+        let old_to_new = self.gpu.upload(self.ordering.old_to_new())?;
+        let in_mesh_order = device_map::gather(self.gpu, self.n, 3, &old_to_new, &self.work.grad)?;
+        let mut gradient = vec![Vec3::zeros(); self.n];
+        self.gpu
+            .download_into(&in_mesh_order, bytemuck::cast_slice_mut(&mut gradient))?;
+        Ok(gradient)
     }
 }
 

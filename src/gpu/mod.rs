@@ -1427,13 +1427,33 @@ impl Gpu {
             return driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev));
         }
         let mut host = vec![T::default(); n];
-        self.download_into(dev, &mut host)?;
+        self.download_staged(dev, &mut host)?;
         Ok(host)
     }
 
-    /// [`Self::download`] into `host` (of `dev`'s length) through the
-    /// page-locked buffers.
-    fn download_into<T: HostElement>(
+    /// [`Self::download`] into `host`, of `dev`'s length: a large array
+    /// through the page-locked buffers, a small one by the driver's copy.
+    pub fn download_into<T: HostElement>(
+        &self,
+        dev: &CudaSlice<T>,
+        host: &mut [T],
+    ) -> Result<(), GpuError> {
+        if host.len() != dev.len() {
+            return Err(GpuError::Invalid(format!(
+                "a download of {} values into room for {}",
+                dev.len(),
+                host.len()
+            )));
+        }
+        if size_of_val(host) < STAGED_MIN_BYTES || !STAGING_BYTES.is_multiple_of(size_of::<T>()) {
+            driver("cuMemcpyDtoH", self.stream.memcpy_dtoh(dev, host))?;
+            return self.synchronize();
+        }
+        self.download_staged(dev, host)
+    }
+
+    /// `dev` into `host` (of its length) through the page-locked buffers.
+    fn download_staged<T: HostElement>(
         &self,
         dev: &CudaSlice<T>,
         host: &mut [T],
@@ -1681,7 +1701,18 @@ mod tests {
             let pageable = gpu.stream.clone_dtoh(&made).unwrap();
             assert_eq!(pageable.len(), len);
             assert_eq!(gpu.download(&made).unwrap(), pageable, "{len} elements");
+            let mut into = vec![f64::NAN; len];
+            gpu.download_into(&made, &mut into).unwrap();
+            assert_eq!(into, pageable, "{len} elements into an array");
         }
+        let mut small = [0u32; 3];
+        gpu.download_into(&gpu.upload(&[4u32, 5, 6]).unwrap(), &mut small)
+            .unwrap();
+        assert_eq!(small, [4, 5, 6]);
+        let mut short = [0u32; 2];
+        assert!(gpu
+            .download_into(&gpu.upload(&[4u32, 5, 6]).unwrap(), &mut short)
+            .is_err());
     }
 
     /// Module k holds source k and what it needs, in list order; a source

@@ -343,6 +343,23 @@ impl Geometry {
         }
     }
 
+    /// The area vector and the owner's interpolation weight of internal
+    /// face `f`, stored or computed from one evaluation of the face.
+    #[inline]
+    pub fn internal_area_and_weight(&self, mesh: &Mesh, f: usize) -> (Vec3, f64) {
+        if self.keeps_faces() {
+            return (self.face_area_vectors[f], self.weights[f]);
+        }
+        let (cf, sf) = face_centre_and_area(mesh.points(), mesh.faces().face(f));
+        let weight = internal_weight(
+            cf,
+            sf,
+            self.cell_centres[mesh.owner()[f] as usize],
+            self.cell_centres[mesh.neighbour()[f] as usize],
+        );
+        (sf, weight)
+    }
+
     /// Interpolation weight of the owner value (1 on boundary faces),
     /// stored or computed as [`Self::compute`] computes it.
     #[inline]
@@ -350,16 +367,7 @@ impl Geometry {
         if f >= mesh.n_internal_faces() {
             return 1.0;
         }
-        if self.keeps_faces() {
-            return self.weights[f];
-        }
-        let (cf, sf) = face_centre_and_area(mesh.points(), mesh.faces().face(f));
-        internal_weight(
-            cf,
-            sf,
-            self.cell_centres[mesh.owner()[f] as usize],
-            self.cell_centres[mesh.neighbour()[f] as usize],
-        )
+        self.internal_area_and_weight(mesh, f).1
     }
 
     /// Angle in degrees between the face area vector and the delta vector.
@@ -594,6 +602,11 @@ mod tests {
                         whole.weight(&mesh, f).to_bits(),
                         "{spec}: face {f}"
                     );
+                    if f < mesh.n_internal_faces() {
+                        let (sf, w) = lean.internal_area_and_weight(&mesh, f);
+                        assert_eq!(bits(&sf), bits(&whole.face_area_vectors[f]));
+                        assert_eq!(w.to_bits(), whole.weights[f].to_bits());
+                    }
                 }
             }
         }

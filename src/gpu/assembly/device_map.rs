@@ -103,7 +103,7 @@ impl DeviceAddressing {
 }
 
 /// `dst[i·width + c] = src[index[i]·width + c]` for `i < n` on the device.
-fn gather(
+pub(super) fn gather(
     gpu: &Gpu,
     n: usize,
     width: usize,

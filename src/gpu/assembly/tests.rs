@@ -1081,3 +1081,67 @@ fn device_face_arrays_are_the_host_face_geometry_without_building_it() {
         assert_eq!(system.face_geometry(), &faces);
     }
 }
+
+/// The device set-up's internal-face arrays, made in one pass per face,
+/// hold the bits of the host's arrays in face order (weights, area vectors,
+/// |S_f|, Δ coefficients, correction vectors), from the whole geometry and
+/// from the one that keeps the cells' and the boundary's only.
+#[test]
+fn internal_face_arrays_in_one_pass_are_the_hosts() {
+    use SnGradScheme::*;
+    let Some(gpu) = crate::gpu::test_device() else {
+        return;
+    };
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let vectors = |v: &[Vec3]| v.iter().flat_map(|p| [p.x, p.y, p.z]).collect::<Vec<_>>();
+    for (spec, sn_grad, gauss) in [
+        ("box:40x30x20:tet:perturb=0.2:renumber", Corrected, true),
+        ("box:5x4x3:tet:perturb=0.2", Limited(0.5), false),
+        ("meshes/foam/warped", BoundaryCorrected, true),
+        ("box:64x64x40:perturb=0.2", Uncorrected, true),
+        ("meshes/foam/polydual", Orthogonal, false),
+    ] {
+        let mesh = crate::mesh::load(spec).unwrap();
+        let whole = mesh.geometry().unwrap();
+        let faces = FaceGeometry::new(&mesh, &whole, sn_grad).unwrap();
+        let n = mesh.n_internal_faces();
+        for geometry in [
+            mesh.geometry().unwrap(),
+            mesh.geometry_of_cells_and_boundary().unwrap(),
+        ] {
+            let what = format!("{spec}, faces kept {}", geometry.keeps_faces());
+            let arrays =
+                InternalFaceArrays::upload(&gpu, &mesh, &geometry, sn_grad, gauss).unwrap();
+            let down = |a: &CudaSlice<f64>| gpu.download(a).unwrap();
+            assert_eq!(bits(&down(&arrays.weights)), bits(&whole.weights), "{what}");
+            assert_eq!(
+                bits(&down(&arrays.mag_sf)),
+                bits(&faces.mag_sf[..n]),
+                "{what}"
+            );
+            assert_eq!(
+                bits(&down(&arrays.delta_coeffs)),
+                bits(&faces.delta_coeffs[..n]),
+                "{what}"
+            );
+            match (&arrays.k, sn_grad.is_corrected()) {
+                (Some(k), true) => assert_eq!(
+                    bits(&down(k)),
+                    bits(&vectors(&faces.correction_vectors[..n])),
+                    "{what}"
+                ),
+                (None, false) => {}
+                _ => panic!("{what}: correction vectors where the scheme does not read them"),
+            }
+            match (&arrays.sf, gauss) {
+                (Some(sf), true) => assert_eq!(
+                    bits(&down(sf)),
+                    bits(&vectors(&whole.face_area_vectors[..n])),
+                    "{what}"
+                ),
+                (None, false) => {}
+                _ => panic!("{what}: area vectors where the gradient does not read them"),
+            }
+        }
+    }
+}
