@@ -63,6 +63,17 @@ fn cases() -> Vec<(String, Csr, Splits)> {
     all
 }
 
+/// Held by each test of this file for its whole run: one test at a time
+/// drives the devices. Two tests' NCCL communicators on the same GPUs, or one
+/// test's spinning peer-exchange kernels beside another's collectives, can
+/// wait on each other for ever once their launches interleave (NCCL orders
+/// the operations of one communicator only); the tests then hang side by
+/// side while each passes alone.
+fn one_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static DEVICES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    DEVICES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Every device when there are two or more (the NCCL and peer runs), else
 /// none.
 fn all_devices() -> Vec<Gpu> {
@@ -108,6 +119,7 @@ fn controls() -> SolverControls {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn distributed_product_equals_the_cpu_product() {
+    let _devices = one_test_at_a_time();
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
     let many = all_devices();
@@ -139,6 +151,7 @@ fn distributed_product_equals_the_cpu_product() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
+    let _devices = one_test_at_a_time();
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
     let many = all_devices();
@@ -208,6 +221,7 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn refreshed_values_solve_as_a_fresh_set_up() {
+    let _devices = one_test_at_a_time();
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
     let many = all_devices();
@@ -291,6 +305,7 @@ fn refreshed_values_solve_as_a_fresh_set_up() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn block_dic_over_ranks_converges_between_dic_and_jacobi() {
+    let _devices = one_test_at_a_time();
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
     let c = controls();
@@ -339,6 +354,7 @@ fn block_dic_over_ranks_converges_between_dic_and_jacobi() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn nccl_needs_a_device_per_rank() {
+    let _devices = one_test_at_a_time();
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
     let (a, _) = poisson_system("box:8x8x8").unwrap();
@@ -357,6 +373,7 @@ fn nccl_needs_a_device_per_rank() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn nccl_all_reduce_reductions_match_host_reads() {
+    let _devices = one_test_at_a_time();
     let Some(_gpu) = test_device() else { return };
     let many = all_devices();
     if many.is_empty() {
@@ -410,6 +427,7 @@ fn solve_on(
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_loop_matches_host_steps_and_the_serial_solve() {
+    let _devices = one_test_at_a_time();
     let Some(gpu) = test_device() else { return };
     let count = Gpu::device_count().unwrap();
     let nccl = nccl_available();
@@ -521,6 +539,7 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
+    let _devices = one_test_at_a_time();
     let Some(gpu) = test_device() else { return };
     let one = [gpu];
     let (a, _) = poisson_system("box:12x10x9").unwrap();
@@ -578,6 +597,7 @@ fn device_loop_honours_min_max_iterations_and_no_preconditioner() {
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn peer_reduction_sums_in_rank_order_and_gives_up_on_a_silent_rank() {
+    let _devices = one_test_at_a_time();
     let Some(_gpu) = test_device() else { return };
     let many = all_devices();
     if many.len() < 2 {
