@@ -426,8 +426,15 @@ const UNPAIRED: u32 = u32::MAX;
 /// cluster and the number of clusters, numbered in visiting order (a
 /// backward pass numbers them from the end, so both start at the first
 /// cells). Ties go to the first face in row order, as in OpenFOAM.
+///
+/// An unpaired cell pairs with its heaviest unpaired neighbour, or, where
+/// every neighbour is paired, joins the cluster of its heaviest one: one
+/// scan of the row keeps both candidates (each the first of equal weights,
+/// as a scan for each would find it), reading the row's two slices side
+/// by side.
 fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec<u32>, usize) {
     let n = upper.n();
+    assert_eq!(lower.n(), n, "pair_cells: the triangles' rows");
     let mut map = vec![UNPAIRED; n];
     let mut n_coarse = 0u32;
     let cell = |k: usize| if forward { k } else { n - 1 - k };
@@ -436,22 +443,25 @@ fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec
         if map[i] != UNPAIRED {
             continue;
         }
-        let heaviest = |free_only: bool, map: &[u32]| {
-            let mut best: Option<(usize, f64)> = None;
-            for (c, weight) in lower.entries(i).chain(upper.entries(i)) {
-                let free = map[c] == UNPAIRED;
-                if (free || !free_only) && best.is_none_or(|(_, b)| weight > b) {
-                    best = Some((c, weight));
+        // (column, weight) of the heaviest free and of the heaviest
+        // neighbour; UNPAIRED while there is none.
+        let (mut free, mut any) = ((UNPAIRED, 0.0), (UNPAIRED, 0.0));
+        for (cols, weights) in [lower.row_slices(i), upper.row_slices(i)] {
+            for (&c, &weight) in cols.iter().zip(weights) {
+                if any.0 == UNPAIRED || weight > any.1 {
+                    any = (c, weight);
+                }
+                if map[c as usize] == UNPAIRED && (free.0 == UNPAIRED || weight > free.1) {
+                    free = (c, weight);
                 }
             }
-            best.map(|b| b.0)
-        };
-        if let Some(j) = heaviest(true, &map) {
+        }
+        if free.0 != UNPAIRED {
             map[i] = n_coarse;
-            map[j] = n_coarse;
+            map[free.0 as usize] = n_coarse;
             n_coarse += 1;
-        } else if let Some(j) = heaviest(false, &map) {
-            map[i] = map[j];
+        } else if any.0 != UNPAIRED {
+            map[i] = map[any.0 as usize];
         }
     }
     for k in 0..n {
@@ -481,54 +491,77 @@ pub fn face_area_pair_weight(s: [f64; 3]) -> f64 {
 /// adds its weight to the entries (o, n) and (n, o), one in each triangle;
 /// faces between cells that `m` does not couple are skipped.
 ///
-/// Each row of each triangle keeps a cursor on its entries: faces in
-/// OpenFOAM's order (owners ascending, each owner's neighbours ascending)
-/// meet each row's entries in column order, so the entry is found by
-/// stepping the cursor, not by a search per face (two unpredictable
-/// searches per face were most of the time); a face out of that order is
-/// found by a search.
+/// Faces in OpenFOAM's order (owners ascending, each owner's neighbours
+/// ascending) are the upper entries in their stored order, and meet each
+/// row's lower entries in column order: one cursor over the upper entries
+/// and one per row of the lower triangle find each face's two entries by
+/// stepping, not by a search per face (two unpredictable searches per face
+/// were most of the time); a face out of that order is found by a search.
 pub fn face_area_weights(
     m: &SplitMatrix,
     faces: impl IntoIterator<Item = (usize, usize, f64)>,
 ) -> (TriangleRows, TriangleRows) {
     let n = m.n();
+    let (lower_rows, upper_rows) = (m.lower_rows(), m.upper_rows());
     // Written before they are summed into: a fresh page whose first touch
     // is a read is mapped twice (the zero page, then a copy).
-    let zeros = |t: &TriangleRows| {
-        let mut v = Vec::with_capacity(t.values().len());
-        v.resize(t.values().len(), 0.0);
-        t.with_values(v)
+    let zeros = |len: usize| {
+        let mut v = Vec::with_capacity(len);
+        v.resize(len, 0.0);
+        v
     };
-    let (mut lower, mut upper) = (zeros(m.lower_rows()), zeros(m.upper_rows()));
-    let mut lower_cursor: Vec<usize> = lower.pattern().0[..n].to_vec();
-    let mut upper_cursor: Vec<usize> = upper.pattern().0[..n].to_vec();
-    let slot = |t: &TriangleRows, cursor: &mut [usize], r: usize, c: usize| {
-        let (start, cols) = t.pattern();
-        let end = start[r + 1];
-        let mut k = cursor[r];
-        while k < end && (cols[k] as usize) < c {
-            k += 1;
+    let (mut lower, mut upper) = (
+        zeros(lower_rows.values().len()),
+        zeros(upper_rows.values().len()),
+    );
+    let (lower_start, lower_cols) = lower_rows.pattern();
+    let (upper_start, upper_cols) = upper_rows.pattern();
+    let mut lower_cursor: Vec<usize> = lower_start[..n].to_vec();
+    let mut next_upper = 0;
+    for (o, nb, weight) in faces {
+        if o >= n || nb >= n || o == nb {
+            continue;
         }
-        if k < end && cols[k] as usize == c {
-            cursor[r] = k + 1;
-            return Some(k);
+        let (r, c) = (o.min(nb), o.max(nb));
+        if let Some(found) = find_entry((upper_start, upper_cols), next_upper, r, c) {
+            let (Ok(k) | Err(k)) = found;
+            upper[k] += weight;
+            next_upper = k + 1;
         }
-        let row = &cols[start[r]..end];
-        row.binary_search(&(c as u32)).ok().map(|i| start[r] + i)
-    };
-    for (o, nb, weight) in faces.into_iter().filter(|f| f.0 < n && f.1 < n) {
-        for (r, c) in [(o, nb), (nb, o)] {
-            let (t, cursor) = match r.cmp(&c) {
-                std::cmp::Ordering::Less => (&mut upper, &mut upper_cursor),
-                std::cmp::Ordering::Greater => (&mut lower, &mut lower_cursor),
-                std::cmp::Ordering::Equal => continue,
-            };
-            if let Some(k) = slot(t, cursor, r, c) {
-                t.values_mut()[k] += weight;
+        if let Some(found) = find_entry((lower_start, lower_cols), lower_cursor[c], c, r) {
+            match found {
+                Ok(k) => {
+                    lower[k] += weight;
+                    lower_cursor[c] = k + 1;
+                }
+                Err(k) => lower[k] += weight,
             }
         }
     }
-    (lower, upper)
+    (lower_rows.with_values(lower), upper_rows.with_values(upper))
+}
+
+/// Entry (r, c) of a triangle (row starts, columns), scanning row r from
+/// `from` (clamped to the row) past the entries of smaller columns, else
+/// searched: `Ok` where the scan found it, `Err` where the search did.
+/// Inlined into [`face_area_weights`]' loop, which calls it twice a face.
+#[inline(always)]
+fn find_entry(
+    (start, cols): (&[usize], &[u32]),
+    from: usize,
+    r: usize,
+    c: usize,
+) -> Option<Result<usize, usize>> {
+    let (first, end) = (start[r], start[r + 1]);
+    let mut k = from.clamp(first, end);
+    while k < end && (cols[k] as usize) < c {
+        k += 1;
+    }
+    if k < end && cols[k] as usize == c {
+        return Some(Ok(k));
+    }
+    let row = &cols[first..end];
+    row.binary_search(&(c as u32)).ok().map(|i| Err(first + i))
 }
 
 /// |a_ij| on the split rows of `m` (`algebraicPair`).
