@@ -355,26 +355,69 @@ impl Agglomeration {
     /// a face), with `settings`' pairing controls. Each level is made from
     /// the faces of the finer one ([`CoarseLevel::build`]).
     pub fn new(lower: &TriangleRows, upper: &TriangleRows, settings: &GamgSettings) -> Self {
+        Self::agglomerate(upper, upper.values(), settings, || {
+            pair_cells(lower, upper, true)
+        })
+    }
+
+    /// [`Self::new`] with the fine level's weights given one per face: the
+    /// upper entries of `split` in their order, whose lower entries mirror
+    /// them (a bitwise symmetric matrix: [`SplitMatrix::is_symmetric`]).
+    /// The first pairing reads a lower entry's weight from its face
+    /// ([`pair_cells_by_faces`]), so that no weight is written per triangle
+    /// entry: the same agglomeration as [`Self::new`] on the weights of
+    /// both triangles, without their 16 bytes a face of fresh memory.
+    pub fn from_faces(split: &SplitMatrix, weights: &[f64], settings: &GamgSettings) -> Self {
+        assert!(
+            split.is_symmetric(),
+            "Agglomeration::from_faces: the lower entries must mirror the faces"
+        );
+        assert_eq!(
+            weights.len(),
+            split.upper_rows().values().len(),
+            "Agglomeration::from_faces: one weight a face"
+        );
+        Self::agglomerate(split.upper_rows(), weights, settings, || {
+            pair_cells_by_faces(split, weights)
+        })
+    }
+
+    /// The passes of [`Self::new`]: the first pairing by `first_pairing`
+    /// (forward), over the fine faces `fine` (upper rows) with `weights`
+    /// (one a face), the later ones over the coarse face weights.
+    fn agglomerate(
+        fine: &TriangleRows,
+        weights: &[f64],
+        settings: &GamgSettings,
+        first_pairing: impl FnOnce() -> (Vec<u32>, usize),
+    ) -> Self {
         let mut restrict: Vec<Vec<u32>> = Vec::new();
-        let mut sizes = vec![upper.n()];
+        let mut sizes = vec![fine.n()];
         let mut levels: Vec<CoarseLevel> = Vec::new();
         let mut coarse_weights: Option<(TriangleRows, TriangleRows)> = None;
+        let mut first_pairing = Some(first_pairing);
         let mut forward = true;
         let mut n_pairs = 0;
         while restrict.len() + 1 < settings.max_levels {
-            let (lw, uw) = coarse_weights
+            let ((map, n_coarse), faces, n) = match &coarse_weights {
+                Some((lw, uw)) => (pair_cells(lw, uw, forward), uw, uw.n()),
+                None => {
+                    let pair = first_pairing.take().expect("one first pairing");
+                    (pair(), fine, fine.n())
+                }
+            };
+            let face_weights = coarse_weights
                 .as_ref()
-                .map_or((lower, upper), |(l, u)| (l, u));
-            let (map, n_coarse) = pair_cells(lw, uw, forward);
+                .map_or(weights, |(_, uw)| uw.values());
             forward = !forward;
-            if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= uw.n() {
+            if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= n {
                 break;
             }
-            let (level, weights) =
-                CoarseLevel::build(uw.pattern(), &map, n_coarse, Some(uw.values()));
+            let (level, coarse) =
+                CoarseLevel::build(faces.pattern(), &map, n_coarse, Some(face_weights));
             let next = level
                 .layout
-                .triangles(level.layout.mirror_upper(&weights), weights);
+                .triangles(level.layout.mirror_upper(&coarse), coarse);
             match restrict.last_mut() {
                 Some(last) if n_pairs % settings.merge_levels != 0 => {
                     last.iter_mut().for_each(|c| *c = map[*c as usize]);
@@ -394,7 +437,7 @@ impl Agglomeration {
             // faces in one step.
             levels.clear();
             for (k, map) in restrict.iter().enumerate() {
-                let finer = levels.last().map_or(upper.pattern(), |l| l.layout.upper());
+                let finer = levels.last().map_or(fine.pattern(), |l| l.layout.upper());
                 let level = CoarseLevel::build(finer, map, sizes[k + 1], None).0;
                 levels.push(level);
             }
@@ -475,6 +518,83 @@ fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec
         map.iter_mut().for_each(|c| *c = n_coarse - 1 - *c);
     }
     (map, n_coarse as usize)
+}
+
+/// The first (forward) pairing pass of [`pair_cells`] on the weights of
+/// the faces, one per upper entry of `split` in their order, whose lower
+/// entries mirror them: a lower entry (i, c) is the face (c, i), and rows
+/// ascending meet each row c's faces in column order, so a cursor per row
+/// gives each lower entry its face's weight (as in `mirrors`). The same
+/// decisions as [`pair_cells`] on the weights of both triangles.
+fn pair_cells_by_faces(split: &SplitMatrix, weights: &[f64]) -> (Vec<u32>, usize) {
+    let n = split.n();
+    let (lower, upper) = (split.lower_rows(), split.upper_rows());
+    assert_eq!(
+        weights.len(),
+        upper.values().len(),
+        "pair_cells_by_faces: one weight a face"
+    );
+    // next[c]: row c's first face that no row has read as a lower entry.
+    let mut next: Vec<usize> = upper.pattern().0[..n].to_vec();
+    let mut map = vec![UNPAIRED; n];
+    let mut n_coarse = 0u32;
+    for i in 0..n {
+        let (lower_cols, _) = lower.row_slices(i);
+        if map[i] != UNPAIRED {
+            lower_cols.iter().for_each(|&c| next[c as usize] += 1);
+            continue;
+        }
+        // As in `pair_cells`: the heaviest free and the heaviest neighbour,
+        // the lower entries first, then the upper ones.
+        let (mut free, mut any) = ((UNPAIRED, 0.0), (UNPAIRED, 0.0));
+        let mut consider = |c: u32, weight: f64, map: &[u32]| {
+            if any.0 == UNPAIRED || weight > any.1 {
+                any = (c, weight);
+            }
+            if map[c as usize] == UNPAIRED && (free.0 == UNPAIRED || weight > free.1) {
+                free = (c, weight);
+            }
+        };
+        for &c in lower_cols {
+            let face = &mut next[c as usize];
+            debug_assert_eq!(upper.pattern().1[*face] as usize, i, "a mirrored face");
+            consider(c, weights[*face], &map);
+            *face += 1;
+        }
+        let (upper_cols, _) = upper.row_slices(i);
+        for (&c, &weight) in upper_cols.iter().zip(&weights[upper.row(i)]) {
+            consider(c, weight, &map);
+        }
+        if free.0 != UNPAIRED {
+            map[i] = n_coarse;
+            map[free.0 as usize] = n_coarse;
+            n_coarse += 1;
+        } else if any.0 != UNPAIRED {
+            map[i] = map[any.0 as usize];
+        }
+    }
+    for c in map.iter_mut().filter(|c| **c == UNPAIRED) {
+        *c = n_coarse;
+        n_coarse += 1;
+    }
+    (map, n_coarse as usize)
+}
+
+/// Whether the internal faces (`owner`, `neighbour`) are the upper entries
+/// of `split`, one each, in their stored order (a mesh's faces in
+/// OpenFOAM's order, owners ascending, each owner's neighbours ascending,
+/// on the matrix assembled from them): then the faces' weights are the
+/// upper triangle's, in its order.
+fn faces_are_upper_entries(split: &SplitMatrix, owner: &[u32], neighbour: &[u32]) -> bool {
+    let (start, cols) = split.upper_rows().pattern();
+    if owner.len() != cols.len() || neighbour.len() != cols.len() {
+        return false;
+    }
+    (0..split.n()).all(|r| {
+        let faces = start[r]..start[r + 1];
+        owner[faces.clone()].iter().all(|&o| o as usize == r)
+            && neighbour[faces.clone()] == cols[faces]
+    })
 }
 
 /// OpenFOAM's `faceAreaPair` weight of a face with area vector `s`:
@@ -639,7 +759,7 @@ impl GamgCache {
         clock: &mut SetupClock,
     ) -> Arc<Agglomeration> {
         let key = pattern_key(a, settings);
-        let mut cached = self
+        let cached = self
             .agglomeration
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -647,6 +767,21 @@ impl GamgCache {
             if *k == key && settings.cache_agglomeration {
                 clock.lap("cached agglomeration");
                 return Arc::clone(agglomeration);
+            }
+        }
+        // A mesh's faces in OpenFOAM's order on the matrix assembled from
+        // them are its upper entries: their weights are read in place (the
+        // first pairing finds each lower entry's face), and no weight is
+        // written per triangle entry.
+        if let (Some(f), Agglomerator::FaceAreaPair) = (&self.faces, settings.agglomerator) {
+            if split.is_symmetric()
+                && f.weight.iter().any(|&w| w > 0.0)
+                && faces_are_upper_entries(split, &f.owner, &f.neighbour)
+            {
+                clock.lap("face weights");
+                let agglomeration = Arc::new(Agglomeration::from_faces(split, &f.weight, settings));
+                clock.lap("agglomeration");
+                return Self::keep(cached, key, agglomeration, settings);
             }
         }
         let weights = match (&self.faces, settings.agglomerator) {
@@ -677,6 +812,17 @@ impl GamgCache {
         let agglomeration = Arc::new(Agglomeration::new(&weights.0, &weights.1, settings));
         drop(weights);
         clock.lap("agglomeration");
+        Self::keep(cached, key, agglomeration, settings)
+    }
+
+    /// Logs the new `agglomeration` and keeps it (under the pattern's
+    /// fingerprint `key`) where `cacheAgglomeration` is on.
+    fn keep(
+        mut cached: std::sync::MutexGuard<'_, Option<(u64, Arc<Agglomeration>)>>,
+        key: u64,
+        agglomeration: Arc<Agglomeration>,
+        settings: &GamgSettings,
+    ) -> Arc<Agglomeration> {
         log::debug!("GAMG agglomeration: {}", agglomeration.describe());
         if settings.cache_agglomeration {
             *cached = Some((key, Arc::clone(&agglomeration)));
@@ -1470,6 +1616,7 @@ mod tests {
 
     #[test]
     fn the_agglomeration_from_faces_pairs_the_cells_of_the_row_wise_one() {
+        let mut faces_in_order = false;
         for spec in ["box:14x12x10:tet:perturb=0.2:renumber", "box:24x20x16"] {
             let mesh = crate::mesh::load(spec).unwrap();
             let geometry = crate::mesh::Geometry::compute(&mesh);
@@ -1489,7 +1636,20 @@ mod tests {
                 triplets.extend([(o as u32, nb as u32, w), (nb as u32, o as u32, w)]);
             }
             let weights = Csr::from_triplets(n, n, triplets).unwrap();
-            let (lower, upper) = face_area_weights(&SplitMatrix::new(&weights), faces);
+            let split = SplitMatrix::new(&weights);
+            let (owner, neighbour): (Vec<u32>, Vec<u32>) =
+                faces.iter().map(|f| (f.0 as u32, f.1 as u32)).unzip();
+            let face_weights: Vec<f64> = faces.iter().map(|f| f.2).collect();
+            let in_order = faces_are_upper_entries(&split, &owner, &neighbour);
+            faces_in_order |= in_order;
+            // The faces backwards are the upper entries in another order.
+            let (mut owner_back, mut neighbour_back) = (owner.clone(), neighbour.clone());
+            owner_back.reverse();
+            neighbour_back.reverse();
+            assert!(
+                !faces_are_upper_entries(&split, &owner_back, &neighbour_back) || owner.len() < 2
+            );
+            let (lower, upper) = face_area_weights(&split, faces);
             for merge_levels in [1, 2] {
                 let settings = GamgSettings {
                     merge_levels,
@@ -1497,6 +1657,14 @@ mod tests {
                 };
                 let agglomeration = Agglomeration::new(&lower, &upper, &settings);
                 assert!(agglomeration.n_levels() >= 3, "{spec}");
+                if in_order {
+                    // The faces' weights read in place pair the same cells.
+                    assert_eq!(
+                        Agglomeration::from_faces(&split, &face_weights, &settings),
+                        agglomeration,
+                        "{spec}, mergeLevels {merge_levels}"
+                    );
+                }
                 assert_eq!(
                     agglomeration.restrict,
                     row_wise_agglomeration(&weights, &settings),
@@ -1514,6 +1682,10 @@ mod tests {
                 }
             }
         }
+        assert!(
+            faces_in_order,
+            "no mesh's faces were its upper entries in order"
+        );
     }
 
     /// The hierarchy of `a` with OpenFOAM's defaults.

@@ -549,7 +549,8 @@ impl SplitMatrix {
     /// where both triangles have them, no bounds checks), and the steady
     /// part, where every sweep is under way, steps the sweeps' rows without
     /// a division per step: the overlapped chains only pay off where the
-    /// row's own work (some 50 instructions) is not what limits the sweep.
+    /// row's own work is not what limits the sweep (some 80 instructions a
+    /// visit over GAMG's levels, where checked visits took about 150).
     pub fn gauss_seidel_sweeps(&self, b: &[f64], x: &mut [f64], sweeps: usize) {
         let n = self.n();
         assert_eq!(b.len(), n, "SplitMatrix::gauss_seidel_sweeps: b size");
