@@ -1174,7 +1174,8 @@ fn row_sum(diag: f64, lower: Row<'_>, upper: Row<'_>) -> f64 {
 /// The product t_jc · scale_j is formed first, as a stored scaled copy's
 /// entry would be, so the terms have that copy's bits. The arrays are read
 /// without bounds checks: the sweep is a chain of dependent rows, and the
-/// checks (two per entry, four per row) were most of its instructions.
+/// checks (some six per row, for rows of three or four entries) and the
+/// slices made of each row were much of its instructions.
 #[inline(always)]
 fn forward_scaled_rows<T: RowStart>(
     start: &[T],
