@@ -775,6 +775,7 @@ impl GamgCache {
         // written per triangle entry.
         if let (Some(f), Agglomerator::FaceAreaPair) = (&self.faces, settings.agglomerator) {
             if split.is_symmetric()
+                && f.weight.len() == f.owner.len()
                 && f.weight.iter().any(|&w| w > 0.0)
                 && faces_are_upper_entries(split, &f.owner, &f.neighbour)
             {
