@@ -355,26 +355,69 @@ impl Agglomeration {
     /// a face), with `settings`' pairing controls. Each level is made from
     /// the faces of the finer one ([`CoarseLevel::build`]).
     pub fn new(lower: &TriangleRows, upper: &TriangleRows, settings: &GamgSettings) -> Self {
+        Self::agglomerate(upper, upper.values(), settings, || {
+            pair_cells(lower, upper, true)
+        })
+    }
+
+    /// [`Self::new`] with the fine level's weights given one per face: the
+    /// upper entries of `split` in their order, whose lower entries mirror
+    /// them (a bitwise symmetric matrix: [`SplitMatrix::is_symmetric`]).
+    /// The first pairing reads a lower entry's weight from its face
+    /// ([`pair_cells_by_faces`]), so that no weight is written per triangle
+    /// entry: the same agglomeration as [`Self::new`] on the weights of
+    /// both triangles, without their 16 bytes a face of fresh memory.
+    pub fn from_faces(split: &SplitMatrix, weights: &[f64], settings: &GamgSettings) -> Self {
+        assert!(
+            split.is_symmetric(),
+            "Agglomeration::from_faces: the lower entries must mirror the faces"
+        );
+        assert_eq!(
+            weights.len(),
+            split.upper_rows().values().len(),
+            "Agglomeration::from_faces: one weight a face"
+        );
+        Self::agglomerate(split.upper_rows(), weights, settings, || {
+            pair_cells_by_faces(split, weights)
+        })
+    }
+
+    /// The passes of [`Self::new`]: the first pairing by `first_pairing`
+    /// (forward), over the fine faces `fine` (upper rows) with `weights`
+    /// (one a face), the later ones over the coarse face weights.
+    fn agglomerate(
+        fine: &TriangleRows,
+        weights: &[f64],
+        settings: &GamgSettings,
+        first_pairing: impl FnOnce() -> (Vec<u32>, usize),
+    ) -> Self {
         let mut restrict: Vec<Vec<u32>> = Vec::new();
-        let mut sizes = vec![upper.n()];
+        let mut sizes = vec![fine.n()];
         let mut levels: Vec<CoarseLevel> = Vec::new();
         let mut coarse_weights: Option<(TriangleRows, TriangleRows)> = None;
+        let mut first_pairing = Some(first_pairing);
         let mut forward = true;
         let mut n_pairs = 0;
         while restrict.len() + 1 < settings.max_levels {
-            let (lw, uw) = coarse_weights
+            let ((map, n_coarse), faces, n) = match &coarse_weights {
+                Some((lw, uw)) => (pair_cells(lw, uw, forward), uw, uw.n()),
+                None => {
+                    let pair = first_pairing.take().expect("one first pairing");
+                    (pair(), fine, fine.n())
+                }
+            };
+            let face_weights = coarse_weights
                 .as_ref()
-                .map_or((lower, upper), |(l, u)| (l, u));
-            let (map, n_coarse) = pair_cells(lw, uw, forward);
+                .map_or(weights, |(_, uw)| uw.values());
             forward = !forward;
-            if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= uw.n() {
+            if n_coarse < settings.n_cells_in_coarsest_level || n_coarse >= n {
                 break;
             }
-            let (level, weights) =
-                CoarseLevel::build(uw.pattern(), &map, n_coarse, Some(uw.values()));
+            let (level, coarse) =
+                CoarseLevel::build(faces.pattern(), &map, n_coarse, Some(face_weights));
             let next = level
                 .layout
-                .triangles(level.layout.mirror_upper(&weights), weights);
+                .triangles(level.layout.mirror_upper(&coarse), coarse);
             match restrict.last_mut() {
                 Some(last) if n_pairs % settings.merge_levels != 0 => {
                     last.iter_mut().for_each(|c| *c = map[*c as usize]);
@@ -394,7 +437,7 @@ impl Agglomeration {
             // faces in one step.
             levels.clear();
             for (k, map) in restrict.iter().enumerate() {
-                let finer = levels.last().map_or(upper.pattern(), |l| l.layout.upper());
+                let finer = levels.last().map_or(fine.pattern(), |l| l.layout.upper());
                 let level = CoarseLevel::build(finer, map, sizes[k + 1], None).0;
                 levels.push(level);
             }
@@ -426,8 +469,15 @@ const UNPAIRED: u32 = u32::MAX;
 /// cluster and the number of clusters, numbered in visiting order (a
 /// backward pass numbers them from the end, so both start at the first
 /// cells). Ties go to the first face in row order, as in OpenFOAM.
+///
+/// An unpaired cell pairs with its heaviest unpaired neighbour, or, where
+/// every neighbour is paired, joins the cluster of its heaviest one: one
+/// scan of the row keeps both candidates (each the first of equal weights,
+/// as a scan for each would find it), reading the row's two slices side
+/// by side.
 fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec<u32>, usize) {
     let n = upper.n();
+    assert_eq!(lower.n(), n, "pair_cells: the triangles' rows");
     let mut map = vec![UNPAIRED; n];
     let mut n_coarse = 0u32;
     let cell = |k: usize| if forward { k } else { n - 1 - k };
@@ -436,22 +486,25 @@ fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec
         if map[i] != UNPAIRED {
             continue;
         }
-        let heaviest = |free_only: bool, map: &[u32]| {
-            let mut best: Option<(usize, f64)> = None;
-            for (c, weight) in lower.entries(i).chain(upper.entries(i)) {
-                let free = map[c] == UNPAIRED;
-                if (free || !free_only) && best.is_none_or(|(_, b)| weight > b) {
-                    best = Some((c, weight));
+        // (column, weight) of the heaviest free and of the heaviest
+        // neighbour; UNPAIRED while there is none.
+        let (mut free, mut any) = ((UNPAIRED, 0.0), (UNPAIRED, 0.0));
+        for (cols, weights) in [lower.row_slices(i), upper.row_slices(i)] {
+            for (&c, &weight) in cols.iter().zip(weights) {
+                if any.0 == UNPAIRED || weight > any.1 {
+                    any = (c, weight);
+                }
+                if map[c as usize] == UNPAIRED && (free.0 == UNPAIRED || weight > free.1) {
+                    free = (c, weight);
                 }
             }
-            best.map(|b| b.0)
-        };
-        if let Some(j) = heaviest(true, &map) {
+        }
+        if free.0 != UNPAIRED {
             map[i] = n_coarse;
-            map[j] = n_coarse;
+            map[free.0 as usize] = n_coarse;
             n_coarse += 1;
-        } else if let Some(j) = heaviest(false, &map) {
-            map[i] = map[j];
+        } else if any.0 != UNPAIRED {
+            map[i] = map[any.0 as usize];
         }
     }
     for k in 0..n {
@@ -465,6 +518,83 @@ fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec
         map.iter_mut().for_each(|c| *c = n_coarse - 1 - *c);
     }
     (map, n_coarse as usize)
+}
+
+/// The first (forward) pairing pass of [`pair_cells`] on the weights of
+/// the faces, one per upper entry of `split` in their order, whose lower
+/// entries mirror them: a lower entry (i, c) is the face (c, i), and rows
+/// ascending meet each row c's faces in column order, so a cursor per row
+/// gives each lower entry its face's weight (as in `mirrors`). The same
+/// decisions as [`pair_cells`] on the weights of both triangles.
+fn pair_cells_by_faces(split: &SplitMatrix, weights: &[f64]) -> (Vec<u32>, usize) {
+    let n = split.n();
+    let (lower, upper) = (split.lower_rows(), split.upper_rows());
+    assert_eq!(
+        weights.len(),
+        upper.values().len(),
+        "pair_cells_by_faces: one weight a face"
+    );
+    // next[c]: row c's first face that no row has read as a lower entry.
+    let mut next: Vec<usize> = upper.pattern().0[..n].to_vec();
+    let mut map = vec![UNPAIRED; n];
+    let mut n_coarse = 0u32;
+    for i in 0..n {
+        let (lower_cols, _) = lower.row_slices(i);
+        if map[i] != UNPAIRED {
+            lower_cols.iter().for_each(|&c| next[c as usize] += 1);
+            continue;
+        }
+        // As in `pair_cells`: the heaviest free and the heaviest neighbour,
+        // the lower entries first, then the upper ones.
+        let (mut free, mut any) = ((UNPAIRED, 0.0), (UNPAIRED, 0.0));
+        let mut consider = |c: u32, weight: f64, map: &[u32]| {
+            if any.0 == UNPAIRED || weight > any.1 {
+                any = (c, weight);
+            }
+            if map[c as usize] == UNPAIRED && (free.0 == UNPAIRED || weight > free.1) {
+                free = (c, weight);
+            }
+        };
+        for &c in lower_cols {
+            let face = &mut next[c as usize];
+            debug_assert_eq!(upper.pattern().1[*face] as usize, i, "a mirrored face");
+            consider(c, weights[*face], &map);
+            *face += 1;
+        }
+        let (upper_cols, _) = upper.row_slices(i);
+        for (&c, &weight) in upper_cols.iter().zip(&weights[upper.row(i)]) {
+            consider(c, weight, &map);
+        }
+        if free.0 != UNPAIRED {
+            map[i] = n_coarse;
+            map[free.0 as usize] = n_coarse;
+            n_coarse += 1;
+        } else if any.0 != UNPAIRED {
+            map[i] = map[any.0 as usize];
+        }
+    }
+    for c in map.iter_mut().filter(|c| **c == UNPAIRED) {
+        *c = n_coarse;
+        n_coarse += 1;
+    }
+    (map, n_coarse as usize)
+}
+
+/// Whether the internal faces (`owner`, `neighbour`) are the upper entries
+/// of `split`, one each, in their stored order (a mesh's faces in
+/// OpenFOAM's order, owners ascending, each owner's neighbours ascending,
+/// on the matrix assembled from them): then the faces' weights are the
+/// upper triangle's, in its order.
+fn faces_are_upper_entries(split: &SplitMatrix, owner: &[u32], neighbour: &[u32]) -> bool {
+    let (start, cols) = split.upper_rows().pattern();
+    if owner.len() != cols.len() || neighbour.len() != cols.len() {
+        return false;
+    }
+    (0..split.n()).all(|r| {
+        let faces = start[r]..start[r + 1];
+        owner[faces.clone()].iter().all(|&o| o as usize == r)
+            && neighbour[faces.clone()] == cols[faces]
+    })
 }
 
 /// OpenFOAM's `faceAreaPair` weight of a face with area vector `s`:
@@ -481,54 +611,77 @@ pub fn face_area_pair_weight(s: [f64; 3]) -> f64 {
 /// adds its weight to the entries (o, n) and (n, o), one in each triangle;
 /// faces between cells that `m` does not couple are skipped.
 ///
-/// Each row of each triangle keeps a cursor on its entries: faces in
-/// OpenFOAM's order (owners ascending, each owner's neighbours ascending)
-/// meet each row's entries in column order, so the entry is found by
-/// stepping the cursor, not by a search per face (two unpredictable
-/// searches per face were most of the time); a face out of that order is
-/// found by a search.
+/// Faces in OpenFOAM's order (owners ascending, each owner's neighbours
+/// ascending) are the upper entries in their stored order, and meet each
+/// row's lower entries in column order: one cursor over the upper entries
+/// and one per row of the lower triangle find each face's two entries by
+/// stepping, not by a search per face (two unpredictable searches per face
+/// were most of the time); a face out of that order is found by a search.
 pub fn face_area_weights(
     m: &SplitMatrix,
     faces: impl IntoIterator<Item = (usize, usize, f64)>,
 ) -> (TriangleRows, TriangleRows) {
     let n = m.n();
+    let (lower_rows, upper_rows) = (m.lower_rows(), m.upper_rows());
     // Written before they are summed into: a fresh page whose first touch
     // is a read is mapped twice (the zero page, then a copy).
-    let zeros = |t: &TriangleRows| {
-        let mut v = Vec::with_capacity(t.values().len());
-        v.resize(t.values().len(), 0.0);
-        t.with_values(v)
+    let zeros = |len: usize| {
+        let mut v = Vec::with_capacity(len);
+        v.resize(len, 0.0);
+        v
     };
-    let (mut lower, mut upper) = (zeros(m.lower_rows()), zeros(m.upper_rows()));
-    let mut lower_cursor: Vec<usize> = lower.pattern().0[..n].to_vec();
-    let mut upper_cursor: Vec<usize> = upper.pattern().0[..n].to_vec();
-    let slot = |t: &TriangleRows, cursor: &mut [usize], r: usize, c: usize| {
-        let (start, cols) = t.pattern();
-        let end = start[r + 1];
-        let mut k = cursor[r];
-        while k < end && (cols[k] as usize) < c {
-            k += 1;
+    let (mut lower, mut upper) = (
+        zeros(lower_rows.values().len()),
+        zeros(upper_rows.values().len()),
+    );
+    let (lower_start, lower_cols) = lower_rows.pattern();
+    let (upper_start, upper_cols) = upper_rows.pattern();
+    let mut lower_cursor: Vec<usize> = lower_start[..n].to_vec();
+    let mut next_upper = 0;
+    for (o, nb, weight) in faces {
+        if o >= n || nb >= n || o == nb {
+            continue;
         }
-        if k < end && cols[k] as usize == c {
-            cursor[r] = k + 1;
-            return Some(k);
+        let (r, c) = (o.min(nb), o.max(nb));
+        if let Some(found) = find_entry((upper_start, upper_cols), next_upper, r, c) {
+            let (Ok(k) | Err(k)) = found;
+            upper[k] += weight;
+            next_upper = k + 1;
         }
-        let row = &cols[start[r]..end];
-        row.binary_search(&(c as u32)).ok().map(|i| start[r] + i)
-    };
-    for (o, nb, weight) in faces.into_iter().filter(|f| f.0 < n && f.1 < n) {
-        for (r, c) in [(o, nb), (nb, o)] {
-            let (t, cursor) = match r.cmp(&c) {
-                std::cmp::Ordering::Less => (&mut upper, &mut upper_cursor),
-                std::cmp::Ordering::Greater => (&mut lower, &mut lower_cursor),
-                std::cmp::Ordering::Equal => continue,
-            };
-            if let Some(k) = slot(t, cursor, r, c) {
-                t.values_mut()[k] += weight;
+        if let Some(found) = find_entry((lower_start, lower_cols), lower_cursor[c], c, r) {
+            match found {
+                Ok(k) => {
+                    lower[k] += weight;
+                    lower_cursor[c] = k + 1;
+                }
+                Err(k) => lower[k] += weight,
             }
         }
     }
-    (lower, upper)
+    (lower_rows.with_values(lower), upper_rows.with_values(upper))
+}
+
+/// Entry (r, c) of a triangle (row starts, columns), scanning row r from
+/// `from` (clamped to the row) past the entries of smaller columns, else
+/// searched: `Ok` where the scan found it, `Err` where the search did.
+/// Inlined into [`face_area_weights`]' loop, which calls it twice a face.
+#[inline(always)]
+fn find_entry(
+    (start, cols): (&[usize], &[u32]),
+    from: usize,
+    r: usize,
+    c: usize,
+) -> Option<Result<usize, usize>> {
+    let (first, end) = (start[r], start[r + 1]);
+    let mut k = from.clamp(first, end);
+    while k < end && (cols[k] as usize) < c {
+        k += 1;
+    }
+    if k < end && cols[k] as usize == c {
+        return Some(Ok(k));
+    }
+    let row = &cols[first..end];
+    row.binary_search(&(c as u32)).ok().map(|i| Err(first + i))
 }
 
 /// |a_ij| on the split rows of `m` (`algebraicPair`).
@@ -606,7 +759,7 @@ impl GamgCache {
         clock: &mut SetupClock,
     ) -> Arc<Agglomeration> {
         let key = pattern_key(a, settings);
-        let mut cached = self
+        let cached = self
             .agglomeration
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -614,6 +767,22 @@ impl GamgCache {
             if *k == key && settings.cache_agglomeration {
                 clock.lap("cached agglomeration");
                 return Arc::clone(agglomeration);
+            }
+        }
+        // A mesh's faces in OpenFOAM's order on the matrix assembled from
+        // them are its upper entries: their weights are read in place (the
+        // first pairing finds each lower entry's face), and no weight is
+        // written per triangle entry.
+        if let (Some(f), Agglomerator::FaceAreaPair) = (&self.faces, settings.agglomerator) {
+            if split.is_symmetric()
+                && f.weight.len() == f.owner.len()
+                && f.weight.iter().any(|&w| w > 0.0)
+                && faces_are_upper_entries(split, &f.owner, &f.neighbour)
+            {
+                clock.lap("face weights");
+                let agglomeration = Arc::new(Agglomeration::from_faces(split, &f.weight, settings));
+                clock.lap("agglomeration");
+                return Self::keep(cached, key, agglomeration, settings);
             }
         }
         let weights = match (&self.faces, settings.agglomerator) {
@@ -644,6 +813,17 @@ impl GamgCache {
         let agglomeration = Arc::new(Agglomeration::new(&weights.0, &weights.1, settings));
         drop(weights);
         clock.lap("agglomeration");
+        Self::keep(cached, key, agglomeration, settings)
+    }
+
+    /// Logs the new `agglomeration` and keeps it (under the pattern's
+    /// fingerprint `key`) where `cacheAgglomeration` is on.
+    fn keep(
+        mut cached: std::sync::MutexGuard<'_, Option<(u64, Arc<Agglomeration>)>>,
+        key: u64,
+        agglomeration: Arc<Agglomeration>,
+        settings: &GamgSettings,
+    ) -> Arc<Agglomeration> {
         log::debug!("GAMG agglomeration: {}", agglomeration.describe());
         if settings.cache_agglomeration {
             *cached = Some((key, Arc::clone(&agglomeration)));
@@ -1437,6 +1617,7 @@ mod tests {
 
     #[test]
     fn the_agglomeration_from_faces_pairs_the_cells_of_the_row_wise_one() {
+        let mut faces_in_order = false;
         for spec in ["box:14x12x10:tet:perturb=0.2:renumber", "box:24x20x16"] {
             let mesh = crate::mesh::load(spec).unwrap();
             let geometry = crate::mesh::Geometry::compute(&mesh);
@@ -1456,7 +1637,20 @@ mod tests {
                 triplets.extend([(o as u32, nb as u32, w), (nb as u32, o as u32, w)]);
             }
             let weights = Csr::from_triplets(n, n, triplets).unwrap();
-            let (lower, upper) = face_area_weights(&SplitMatrix::new(&weights), faces);
+            let split = SplitMatrix::new(&weights);
+            let (owner, neighbour): (Vec<u32>, Vec<u32>) =
+                faces.iter().map(|f| (f.0 as u32, f.1 as u32)).unzip();
+            let face_weights: Vec<f64> = faces.iter().map(|f| f.2).collect();
+            let in_order = faces_are_upper_entries(&split, &owner, &neighbour);
+            faces_in_order |= in_order;
+            // The faces backwards are the upper entries in another order.
+            let (mut owner_back, mut neighbour_back) = (owner.clone(), neighbour.clone());
+            owner_back.reverse();
+            neighbour_back.reverse();
+            assert!(
+                !faces_are_upper_entries(&split, &owner_back, &neighbour_back) || owner.len() < 2
+            );
+            let (lower, upper) = face_area_weights(&split, faces);
             for merge_levels in [1, 2] {
                 let settings = GamgSettings {
                     merge_levels,
@@ -1464,6 +1658,14 @@ mod tests {
                 };
                 let agglomeration = Agglomeration::new(&lower, &upper, &settings);
                 assert!(agglomeration.n_levels() >= 3, "{spec}");
+                if in_order {
+                    // The faces' weights read in place pair the same cells.
+                    assert_eq!(
+                        Agglomeration::from_faces(&split, &face_weights, &settings),
+                        agglomeration,
+                        "{spec}, mergeLevels {merge_levels}"
+                    );
+                }
                 assert_eq!(
                     agglomeration.restrict,
                     row_wise_agglomeration(&weights, &settings),
@@ -1481,6 +1683,10 @@ mod tests {
                 }
             }
         }
+        assert!(
+            faces_in_order,
+            "no mesh's faces were its upper entries in order"
+        );
     }
 
     /// The hierarchy of `a` with OpenFOAM's defaults.

@@ -51,13 +51,12 @@ pub struct SplitMatrix {
 
 impl SplitMatrix {
     /// Splits a square CSR matrix with columns ascending in each row; a
-    /// missing diagonal entry is stored as 0. Two passes: each row's
-    /// diagonal position and the triangles' row starts, then the entries
-    /// copied into arrays of their final size.
+    /// missing diagonal entry is stored as 0. One pass over the rows
+    /// ([`split_rows`]), then one over the triangles to see whether they
+    /// mirror each other bit for bit.
     pub fn new(a: &Csr) -> Self {
-        let (diag, lower, upper) = split_rows(a);
+        let (diag, lower, upper, bandwidth) = split_rows(a);
         let symmetric = mirrors(&lower, &upper);
-        let bandwidth = bandwidth(&lower, &upper);
         Self {
             diag,
             lower,
@@ -545,30 +544,107 @@ impl SplitMatrix {
     /// has not reached. One sweep is a chain of dependent divisions (each
     /// row waits for the last); interleaved, the sweeps' chains overlap in
     /// the core, and the rows a later sweep reads are still in cache.
+    ///
+    /// The rows are visited by [`Self::gauss_seidel_row`] (4-byte row starts
+    /// where both triangles have them, no bounds checks), and the steady
+    /// part, where every sweep is under way, steps the sweeps' rows without
+    /// a division per step: the overlapped chains only pay off where the
+    /// row's own work is not what limits the sweep (some 80 instructions a
+    /// visit over GAMG's levels, where checked visits took about 150).
     pub fn gauss_seidel_sweeps(&self, b: &[f64], x: &mut [f64], sweeps: usize) {
         let n = self.n();
         assert_eq!(b.len(), n, "SplitMatrix::gauss_seidel_sweeps: b size");
         assert_eq!(x.len(), n, "SplitMatrix::gauss_seidel_sweeps: x size");
+        match (self.lower.start32(), self.upper.start32()) {
+            (Some(lower), Some(upper)) => self.sweeps_by(lower, upper, b, x, sweeps),
+            _ => self.sweeps_by(&self.lower.start[..], &self.upper.start[..], b, x, sweeps),
+        }
+    }
+
+    /// [`Self::gauss_seidel_sweeps`] with the triangles' row starts (in
+    /// either width); `b` and `x` have n entries (asserted by the caller).
+    #[inline(always)]
+    fn sweeps_by<T: RowStart>(
+        &self,
+        lower_start: &[T],
+        upper_start: &[T],
+        b: &[f64],
+        x: &mut [f64],
+        sweeps: usize,
+    ) {
+        let n = self.n();
+        assert_eq!(lower_start.len(), n + 1, "SplitMatrix: lower rows");
+        assert_eq!(upper_start.len(), n + 1, "SplitMatrix: upper rows");
         let lag = self.bandwidth + 1;
+        // SAFETY (each visit): i < n, b and x have n entries (the caller's
+        // asserts), and the row starts are those of the triangles (n + 1,
+        // ascending, the last the entry count: `TriangleRows`' invariant).
+        let visit = |x: &mut [f64], i: usize| unsafe {
+            self.gauss_seidel_row(lower_start, upper_start, b, x, i)
+        };
         if sweeps < 2 || lag >= n {
             for _ in 0..sweeps {
-                self.gauss_seidel(b, x, true);
+                for i in 0..n {
+                    visit(x, i);
+                }
             }
             return;
         }
-        let diag = &self.diag;
-        let visit = |x: &mut [f64], i: usize| {
-            let (lower, upper) = (self.lower.row_entries(i), self.upper.row_entries(i));
-            x[i] = upper.subtract_from(lower.subtract_from(b[i], x), x) / diag[i];
-        };
-        for t in 0..n + (sweeps - 1) * lag {
-            // Sweep s is at row t − s·lag; the sweeps that have started and
-            // not finished are first..=last.
+        // Sweep s is at row t − s·lag; the sweeps that have started and not
+        // finished are first..=last. From t = ramp to n − 1 all are.
+        let ramp = (sweeps - 1) * lag;
+        let mut t = 0;
+        while t < n + ramp {
+            if t >= ramp && t < n {
+                for t in t..n {
+                    let mut i = t;
+                    visit(x, i);
+                    for _ in 1..sweeps {
+                        i -= lag;
+                        visit(x, i);
+                    }
+                }
+                t = n;
+                continue;
+            }
             let first = (t + 1).saturating_sub(n).div_ceil(lag);
             let last = (t / lag).min(sweeps - 1);
             for s in first..=last {
                 visit(x, t - s * lag);
             }
+            t += 1;
+        }
+    }
+
+    /// One Gauss–Seidel row: x_i ← (b_i − Σ lower a_ic x_c − Σ upper a_ic
+    /// x_c) / a_ii, one subtraction per entry, columns ascending in each
+    /// triangle (OpenFOAM's order).
+    ///
+    /// # Safety
+    /// i < n; `b` and `x` have n entries; `lower_start` and `upper_start`
+    /// are this matrix's triangles' row starts (in either width).
+    #[inline(always)]
+    unsafe fn gauss_seidel_row<T: RowStart>(
+        &self,
+        lower_start: &[T],
+        upper_start: &[T],
+        b: &[f64],
+        x: &mut [f64],
+        i: usize,
+    ) {
+        // SAFETY: the caller's; every k lies below the triangle's entry
+        // count and every column below n (`x_at`).
+        unsafe {
+            let mut acc = *b.get_unchecked(i);
+            let (cols, values) = (&self.lower.cols, &self.lower.values);
+            for k in lower_start.get_unchecked(i).at()..lower_start.get_unchecked(i + 1).at() {
+                acc -= values.get_unchecked(k) * x_at(x, *cols.get_unchecked(k));
+            }
+            let (cols, values) = (&self.upper.cols, &self.upper.values);
+            for k in upper_start.get_unchecked(i).at()..upper_start.get_unchecked(i + 1).at() {
+                acc -= values.get_unchecked(k) * x_at(x, *cols.get_unchecked(k));
+            }
+            *x.get_unchecked_mut(i) = acc / self.diag.get_unchecked(i);
         }
     }
 
@@ -579,111 +655,70 @@ impl SplitMatrix {
         let n = self.n();
         assert_eq!(b.len(), n, "SplitMatrix::gauss_seidel: b size");
         assert_eq!(x.len(), n, "SplitMatrix::gauss_seidel: x size");
-        let mut visit = |(i, lower, upper): (usize, Row<'_>, Row<'_>)| {
-            x[i] = upper.subtract_from(lower.subtract_from(b[i], x), x) / self.diag[i];
-        };
         if forward {
-            // The row starts in 4 bytes where both triangles have them.
-            match (self.lower.start32(), self.upper.start32()) {
-                (Some(lower), Some(upper)) => self
-                    .lower
-                    .rows_by(lower, 0, n)
-                    .zip(self.upper.rows_by(upper, 0, n))
-                    .enumerate()
-                    .map(|(i, (lower, upper))| (i, lower, upper))
-                    .for_each(&mut visit),
-                _ => self.rows(0, n).for_each(&mut visit),
-            }
-        } else {
-            (0..n)
-                .rev()
-                .map(|i| (i, self.lower.row_entries(i), self.upper.row_entries(i)))
-                .for_each(&mut visit);
+            return self.gauss_seidel_sweeps(b, x, 1);
+        }
+        let (lower, upper) = (&self.lower.start[..], &self.upper.start[..]);
+        for i in (0..n).rev() {
+            // SAFETY: i < n, b and x have n entries (asserted above), and
+            // these are the triangles' row starts.
+            unsafe { self.gauss_seidel_row(lower, upper, b, x, i) };
         }
     }
-}
-
-/// Row starts of the strictly lower and the strictly upper entries of the
-/// square CSR `a` (columns ascending per row): row r's lower entries are
-/// `lower[r]..lower[r + 1]` of the lower triangle, likewise the upper.
-fn triangle_starts(a: &Csr) -> (Vec<usize>, Vec<usize>) {
-    let n = a.n_rows();
-    let (row_ptr, cols) = (a.row_ptr(), a.cols());
-    let (mut lower_start, mut upper_start) = (Vec::with_capacity(n + 1), Vec::with_capacity(n + 1));
-    lower_start.push(0);
-    upper_start.push(0);
-    let (mut n_lower, mut n_upper) = (0, 0);
-    for r in 0..n {
-        let row = &cols[row_ptr[r]..row_ptr[r + 1]];
-        let below = row.partition_point(|&c| (c as usize) < r);
-        let has_diagonal = row.get(below).is_some_and(|&c| c as usize == r);
-        n_lower += below;
-        n_upper += row.len() - below - usize::from(has_diagonal);
-        lower_start.push(n_lower);
-        upper_start.push(n_upper);
-    }
-    (lower_start, upper_start)
 }
 
 /// The diagonal and the two triangles of the square CSR `a` (columns
-/// ascending per row; a missing diagonal entry is 0). Two passes: the
-/// triangles' row starts, then the entries copied into arrays of their
-/// final size.
-fn split_rows(a: &Csr) -> (Vec<f64>, TriangleRows, TriangleRows) {
+/// ascending per row; a missing diagonal entry is 0), and the bandwidth
+/// (max |i − j| over the off-diagonal entries), in one pass over the rows:
+/// each row's entries are copied as its diagonal is found, into arrays
+/// sized for a structurally symmetric pattern with its diagonal stored
+/// ((nnz − n) / 2 entries a triangle; others grow as they fill). Its two
+/// passes (the triangles' row starts, then the entries into zeroed arrays
+/// of their final size) and the bandwidth's third read the CSR's rows two
+/// and the triangles' three times, and cleared the arrays first.
+fn split_rows(a: &Csr) -> (Vec<f64>, TriangleRows, TriangleRows, usize) {
     let n = a.n_rows();
     assert_eq!(n, a.n_cols(), "SplitMatrix: matrix not square");
     let (row_ptr, cols, values) = (a.row_ptr(), a.cols(), a.values());
-    let (lower_start, upper_start) = triangle_starts(a);
-    let (n_lower, n_upper) = (lower_start[n], upper_start[n]);
-    let mut diag = vec![0.0; n];
-    let (mut lower_cols, mut upper_cols) = (vec![0u32; n_lower], vec![0u32; n_upper]);
-    let (mut lower_values, mut upper_values) = (vec![0.0; n_lower], vec![0.0; n_upper]);
-    // Columns and values in one loop per triangle: a row holds a few
-    // entries, too few for a copy call each.
-    let copy = |to: (&mut [u32], &mut [f64]), from: usize| {
-        for (k, (c, v)) in to.0.iter_mut().zip(to.1.iter_mut()).enumerate() {
-            *c = cols[from + k];
-            *v = values[from + k];
-        }
-    };
+    let half = a.nnz().saturating_sub(n) / 2;
+    let mut diag = Vec::with_capacity(n);
+    let (mut lower_start, mut upper_start) = (Vec::with_capacity(n + 1), Vec::with_capacity(n + 1));
+    lower_start.push(0);
+    upper_start.push(0);
+    let (mut lower_cols, mut upper_cols) = (Vec::with_capacity(half), Vec::with_capacity(half));
+    let (mut lower_values, mut upper_values) = (Vec::with_capacity(half), Vec::with_capacity(half));
+    let mut bandwidth = 0;
     for r in 0..n {
-        let (lower, upper) = (
-            lower_start[r]..lower_start[r + 1],
-            upper_start[r]..upper_start[r + 1],
-        );
-        let above = row_ptr[r + 1] - upper.len();
-        if above > row_ptr[r] + lower.len() {
-            diag[r] = values[row_ptr[r] + lower.len()];
+        let entries = row_ptr[r]..row_ptr[r + 1];
+        let (row_cols, row_values) = (&cols[entries.clone()], &values[entries]);
+        let below = row_cols.partition_point(|&c| (c as usize) < r);
+        let has_diagonal = row_cols.get(below).is_some_and(|&c| c as usize == r);
+        let above = below + usize::from(has_diagonal);
+        diag.push(if has_diagonal { row_values[below] } else { 0.0 });
+        // Entry by entry: a row holds a few, too few for a copy call each.
+        for (&c, &v) in row_cols[..below].iter().zip(&row_values[..below]) {
+            lower_cols.push(c);
+            lower_values.push(v);
         }
-        copy(
-            (&mut lower_cols[lower.clone()], &mut lower_values[lower]),
-            row_ptr[r],
-        );
-        copy(
-            (&mut upper_cols[upper.clone()], &mut upper_values[upper]),
-            above,
-        );
+        for (&c, &v) in row_cols[above..].iter().zip(&row_values[above..]) {
+            upper_cols.push(c);
+            upper_values.push(v);
+        }
+        lower_start.push(lower_cols.len());
+        upper_start.push(upper_cols.len());
+        if let Some(&c) = row_cols[..below].first() {
+            bandwidth = bandwidth.max(r - c as usize);
+        }
+        if let Some(&c) = row_cols[above..].last() {
+            bandwidth = bandwidth.max(c as usize - r);
+        }
     }
     (
         diag,
         TriangleRows::of(lower_start, lower_cols, lower_values),
         TriangleRows::of(upper_start, upper_cols, upper_values),
+        bandwidth,
     )
-}
-
-/// max |i − j| over the entries of the two triangles.
-fn bandwidth(lower: &TriangleRows, upper: &TriangleRows) -> usize {
-    let reach = |t: &TriangleRows, pick_last: bool| {
-        (0..t.n())
-            .filter_map(|r| {
-                let row = &t.cols[t.start[r]..t.start[r + 1]];
-                let c = if pick_last { row.last() } else { row.first() };
-                c.map(|&c| r.abs_diff(c as usize))
-            })
-            .max()
-            .unwrap_or(0)
-    };
-    reach(lower, false).max(reach(upper, true))
 }
 
 /// The split layout of a structurally symmetric pattern given by its upper
@@ -1017,6 +1052,14 @@ impl TriangleRows {
         })
     }
 
+    /// Row r's columns (ascending) and values, as two slices of one length:
+    /// for a loop that reads them side by side with no iterator between.
+    #[inline(always)]
+    pub fn row_slices(&self, r: usize) -> (&[u32], &[f64]) {
+        let row = self.row_entries(r);
+        (row.cols, row.values)
+    }
+
     /// (column, value) of every entry of row r, columns ascending.
     pub fn entries(&self, r: usize) -> impl DoubleEndedIterator<Item = (usize, f64)> + '_ {
         let row = self.row_entries(r);
@@ -1048,8 +1091,8 @@ impl TriangleRows {
             "TriangleRows::forward_scaled: scale size"
         );
         match self.start32() {
-            Some(start) => forward_scaled_rows(self.rows_by(start, 0, self.n()), w, scale, first),
-            None => forward_scaled_rows(self.rows(0, self.n()), w, scale, first),
+            Some(start) => forward_scaled_rows(start, &self.cols, &self.values, w, scale, first),
+            None => forward_scaled_rows(&self.start, &self.cols, &self.values, w, scale, first),
         }
     }
 
@@ -1064,12 +1107,13 @@ impl TriangleRows {
             self.n(),
             "TriangleRows::backward_scaled: scale size"
         );
-        let first = rows.start;
+        assert!(
+            rows.end <= self.n(),
+            "TriangleRows::backward_scaled: rows beyond the triangle"
+        );
         match self.start32() {
-            Some(start) => {
-                backward_scaled_rows(self.rows_by(start, first, rows.len()), first, w, scale)
-            }
-            None => backward_scaled_rows(self.rows(first, rows.len()), first, w, scale),
+            Some(start) => backward_scaled_rows(start, &self.cols, &self.values, rows, w, scale),
+            None => backward_scaled_rows(&self.start, &self.cols, &self.values, rows, w, scale),
         }
     }
 
@@ -1125,43 +1169,66 @@ fn row_sum(diag: f64, lower: Row<'_>, upper: Row<'_>) -> f64 {
     upper.values.iter().fold(lower_sum, |s, v| s + v)
 }
 
-/// [`TriangleRows::forward_scaled`] over `rows` (all of them, ascending).
+/// [`TriangleRows::forward_scaled`] over all rows, ascending, of the
+/// triangle with row starts `start` (either width), `cols` and `values`.
 /// The product t_jc · scale_j is formed first, as a stored scaled copy's
-/// entry would be, so the terms have that copy's bits.
+/// entry would be, so the terms have that copy's bits. The arrays are read
+/// without bounds checks: the sweep is a chain of dependent rows, and the
+/// checks (some six per row, for rows of three or four entries) and the
+/// slices made of each row were much of its instructions.
 #[inline(always)]
-fn forward_scaled_rows<'a>(
-    rows: impl Iterator<Item = Row<'a>>,
+fn forward_scaled_rows<T: RowStart>(
+    start: &[T],
+    cols: &[u32],
+    values: &[f64],
     w: &mut [f64],
     scale: &[f64],
     first: impl Fn(usize) -> f64,
 ) {
-    for (j, row) in rows.enumerate() {
-        let (f, mut acc) = (scale[j], first(j));
-        for (&c, &v) in row.cols.iter().zip(row.values) {
-            // SAFETY: `x_at`'s argument holds (the caller asserted w.len() == n).
-            acc -= v * f * unsafe { x_at(w, c) };
+    let n = w.len();
+    assert_eq!(start.len(), n + 1, "TriangleRows: row starts");
+    assert_eq!(scale.len(), n, "TriangleRows: scale size");
+    // SAFETY: j < n indexes start (n + 1), scale and w (n); the row starts
+    // ascend to the entry count, the length of cols and values
+    // (`TriangleRows`' invariant), and every column is below n (`x_at`).
+    unsafe {
+        for j in 0..n {
+            let (f, mut acc) = (*scale.get_unchecked(j), first(j));
+            for k in start.get_unchecked(j).at()..start.get_unchecked(j + 1).at() {
+                acc -= values.get_unchecked(k) * f * x_at(w, *cols.get_unchecked(k));
+            }
+            *w.get_unchecked_mut(j) = acc;
         }
-        w[j] = acc;
     }
 }
 
-/// [`TriangleRows::backward_scaled`] over `rows`, the rows `first..`,
-/// descending (the products formed as in [`forward_scaled_rows`]).
+/// [`TriangleRows::backward_scaled`] over `rows` (below n), descending, of
+/// the triangle with row starts `start` (either width), `cols` and
+/// `values`; each row's entries descending (the products formed as in
+/// [`forward_scaled_rows`], the arrays read as there).
 #[inline(always)]
-fn backward_scaled_rows<'a>(
-    rows: impl DoubleEndedIterator<Item = Row<'a>> + ExactSizeIterator,
-    first: usize,
+fn backward_scaled_rows<T: RowStart>(
+    start: &[T],
+    cols: &[u32],
+    values: &[f64],
+    rows: std::ops::Range<usize>,
     w: &mut [f64],
     scale: &[f64],
 ) {
-    for (k, row) in rows.enumerate().rev() {
-        let i = first + k;
-        let (f, mut wi) = (scale[i], w[i]);
-        for (&c, &v) in row.cols.iter().zip(row.values).rev() {
-            // SAFETY: `x_at`'s argument holds (the caller asserted w.len() == n).
-            wi -= v * f * unsafe { x_at(w, c) };
+    let n = w.len();
+    assert_eq!(start.len(), n + 1, "TriangleRows: row starts");
+    assert_eq!(scale.len(), n, "TriangleRows: scale size");
+    assert!(rows.end <= n, "TriangleRows: rows beyond the triangle");
+    // SAFETY: as in `forward_scaled_rows`, for i < rows.end ≤ n.
+    unsafe {
+        for i in rows.rev() {
+            let (f, mut wi) = (*scale.get_unchecked(i), *w.get_unchecked(i));
+            let entries = start.get_unchecked(i).at()..start.get_unchecked(i + 1).at();
+            for k in entries.rev() {
+                wi -= values.get_unchecked(k) * f * x_at(w, *cols.get_unchecked(k));
+            }
+            *w.get_unchecked_mut(i) = wi;
         }
-        w[i] = wi;
     }
 }
 
@@ -1258,6 +1325,36 @@ mod tests {
         let back = SplitMatrix::new(&lopsided).to_csr();
         assert_eq!(back.cols(), &[0, 2, 0, 1, 2]);
         assert_eq!(back.values(), &[2.0, -1.0, -1.0, 0.0, 0.0]);
+        // Patterns whose triangles are not of (nnz − n) / 2 entries each
+        // (one triangle only, no diagonal, uneven rows) and the bandwidth.
+        use crate::sparse::testing::random_nonsymmetric;
+        let mut strictly_lower = vec![(0, 0, 1.0)];
+        for i in 1..40u32 {
+            strictly_lower.extend((0..i).step_by(3).map(|j| (i, j, -(j as f64) - 1.0)));
+        }
+        for a in [
+            Csr::from_triplets(40, 40, strictly_lower).unwrap(),
+            random_nonsymmetric(200, 11, 3),
+        ] {
+            let split = SplitMatrix::new(&a);
+            let back = split.to_csr();
+            for r in 0..a.n_rows() {
+                let stored = |m: &Csr| {
+                    let (cols, values) = m.row(r);
+                    cols.iter()
+                        .zip(values)
+                        .filter(|e| *e.0 as usize != r || *e.1 != 0.0)
+                        .map(|(&c, &v)| (c, v.to_bits()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(stored(&back), stored(&a), "row {r}");
+            }
+            let reach = (0..a.n_rows())
+                .flat_map(|r| a.row(r).0.iter().map(move |&c| r.abs_diff(c as usize)))
+                .max()
+                .unwrap();
+            assert_eq!(split.bandwidth, reach);
+        }
     }
 
     #[test]
@@ -1385,6 +1482,63 @@ mod tests {
                 .collect();
             assert_eq!(done, rows);
             assert_eq!(sums(y), rows.iter().map(|r| r.1).collect::<Vec<_>>());
+        }
+    }
+
+    /// One Gauss–Seidel sweep by its definition on the CSR `a`: x_i ← (b_i
+    /// − Σ_{j≠i} a_ij x_j) / a_ii, the entries left to right (the lower
+    /// ones, then the upper ones), rows ascending or descending.
+    fn textbook_gauss_seidel(a: &Csr, b: &[f64], x: &mut [f64], forward: bool) {
+        let n = a.n_rows();
+        let rows: Vec<usize> = if forward {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        for i in rows {
+            let (cols, values) = a.row(i);
+            let mut acc = b[i];
+            let mut diagonal = 0.0;
+            for (&c, &v) in cols.iter().zip(values) {
+                if c as usize == i {
+                    diagonal = v;
+                } else {
+                    acc -= v * x[c as usize];
+                }
+            }
+            x[i] = acc / diagonal;
+        }
+    }
+
+    #[test]
+    fn gauss_seidel_sweeps_have_the_bits_of_the_textbook_sweep() {
+        use crate::sparse::testing::{random_nonsymmetric, random_symmetric};
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (name, a) in [
+            ("grid", grid_laplacian(11, 9, 7)),
+            ("symmetric", random_symmetric(400, 9, 5)),
+            ("nonsymmetric", random_nonsymmetric(300, 7, 6)),
+            ("sample", sample()),
+        ] {
+            let n = a.n_rows();
+            let s = SplitMatrix::new(&a);
+            let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64 - 14.0).collect();
+            let x0: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 7.0).collect();
+            for forward in [true, false] {
+                let (mut expected, mut got) = (x0.clone(), x0.clone());
+                textbook_gauss_seidel(&a, &b, &mut expected, forward);
+                s.gauss_seidel(&b, &mut got, forward);
+                assert_eq!(bits(&got), bits(&expected), "{name}, forward {forward}");
+            }
+            for sweeps in 0..=4 {
+                let mut expected = x0.clone();
+                for _ in 0..sweeps {
+                    textbook_gauss_seidel(&a, &b, &mut expected, true);
+                }
+                let mut got = x0.clone();
+                s.gauss_seidel_sweeps(&b, &mut got, sweeps);
+                assert_eq!(bits(&got), bits(&expected), "{name}, {sweeps} sweeps");
+            }
         }
     }
 
@@ -1590,8 +1744,14 @@ mod tests {
             s.upper_rows().backward(&mut w, n / 2..n);
             let mut g = vec![1.0; n];
             s.gauss_seidel(&x, &mut g, true);
+            s.gauss_seidel_sweeps(&x, &mut g, 3);
+            let scale: Vec<f64> = (0..n).map(|i| 1.0 / (2.0 + (i % 5) as f64)).collect();
+            let mut v = vec![0.0; n];
+            s.lower_rows().forward_scaled(&mut v, &scale, |j| x[j]);
+            s.upper_rows().backward_scaled(&mut v, &scale, n / 3..n);
+            s.upper_rows().backward_scaled(&mut v, &scale, 0..n / 3);
             let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            (bits(&y), x_y.to_bits(), bits(&w), bits(&g))
+            (bits(&y), x_y.to_bits(), bits(&w), bits(&g), bits(&v))
         };
         assert_eq!(run(&narrow), run(&wide));
         assert!(narrow_starts(&[0, 3, u32::MAX as usize + 1]).is_empty());

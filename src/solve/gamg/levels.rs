@@ -40,11 +40,15 @@ impl CoarseLevel {
     /// starts and columns), and with `weights` (one per finer face) the
     /// coarse faces' weights, summed in face order (else none).
     ///
-    /// Three passes over the finer faces: each face's clusters (a face
-    /// inside one is marked), counted by their smaller cluster (the coarse
-    /// face's owner); the faces between clusters bucketed by that owner,
-    /// in face order; then each coarse owner's faces: its neighbours,
-    /// sorted, become its coarse faces, and each finer face gets its own.
+    /// Three passes over the finer faces: each face's neighbour cluster
+    /// (a face inside one cluster is marked), counted by the face's smaller
+    /// cluster (the coarse face's owner); the faces between clusters
+    /// bucketed by that owner as one key each, (coarse neighbour, finer
+    /// face), in face order; then each owner's keys sorted (a few, nearly
+    /// in order: by insertion), whose runs of one coarse neighbour are its
+    /// coarse faces, each run's finer faces ascending. The keys carry all
+    /// the last pass reads, so it makes no second lookup of the clusters
+    /// and keeps no array over the coarse cells.
     pub fn build(
         finer: (&[usize], &[u32]),
         map: &[u32],
@@ -55,19 +59,24 @@ impl CoarseLevel {
         let n = map.len();
         assert_eq!(start.len(), n + 1, "CoarseLevel: finer row starts");
         assert_eq!(start[n], cols.len(), "CoarseLevel: finer faces");
+        assert!(
+            cols.len() <= u32::MAX as usize && n_coarse < u32::MAX as usize,
+            "CoarseLevel: faces and clusters are numbered in 32 bits"
+        );
         if let Some(w) = weights {
             assert_eq!(w.len(), cols.len(), "CoarseLevel: one weight a face");
         }
-        let clusters = |r: usize, f: usize| (map[r], map[cols[f] as usize]);
-        let mut face_target = Vec::with_capacity(cols.len());
+        // face_target holds each face's neighbour cluster until the last
+        // pass writes its coarse face there.
+        let mut face_target = vec![INSIDE; cols.len()];
         let mut owner_start = vec![0usize; n_coarse + 1];
         for r in 0..n {
-            for f in start[r]..start[r + 1] {
-                let (a, b) = clusters(r, f);
-                if a == b {
-                    face_target.push(INSIDE);
-                } else {
-                    face_target.push(0);
+            let a = map[r];
+            let faces = start[r]..start[r + 1];
+            for (t, &c) in face_target[faces.clone()].iter_mut().zip(&cols[faces]) {
+                let b = map[c as usize];
+                if a != b {
+                    *t = b;
                     owner_start[a.min(b) as usize + 1] += 1;
                 }
             }
@@ -75,19 +84,17 @@ impl CoarseLevel {
         for c in 0..n_coarse {
             owner_start[c + 1] += owner_start[c];
         }
-        // (the coarse neighbour, the finer face) of each face between
-        // clusters, by coarse owner, faces ascending within each.
-        let mut bucket = vec![(0u32, 0u32); owner_start[n_coarse]];
+        let mut bucket = vec![0u64; owner_start[n_coarse]];
         let mut next: Vec<usize> = owner_start[..n_coarse].to_vec();
         for r in 0..n {
+            let a = map[r];
             let faces = start[r]..start[r + 1];
-            for (f, &t) in faces.clone().zip(&face_target[faces]) {
-                if t == INSIDE {
+            for (f, &b) in faces.clone().zip(&face_target[faces]) {
+                if b == INSIDE {
                     continue;
                 }
-                let (a, b) = clusters(r, f);
                 let slot = &mut next[a.min(b) as usize];
-                bucket[*slot] = (a.max(b), f as u32);
+                bucket[*slot] = face_key(a.max(b), f);
                 *slot += 1;
             }
         }
@@ -100,36 +107,27 @@ impl CoarseLevel {
         } else {
             0
         });
-        // position[J]: coarse face (I, J) of the current owner I; UNSET
-        // between owners.
-        const UNSET: u32 = u32::MAX;
-        let mut position = vec![UNSET; n_coarse];
         for c in 0..n_coarse {
-            let first = coarse_cols.len();
-            let faces = &bucket[owner_start[c]..owner_start[c + 1]];
-            for &(j, _) in faces {
-                if position[j as usize] == UNSET {
-                    position[j as usize] = 0;
+            let keys = &mut bucket[owner_start[c]..owner_start[c + 1]];
+            sort_keys(keys);
+            // The current coarse neighbour (no cluster is u32::MAX).
+            let mut last = u32::MAX;
+            for &key in keys.iter() {
+                let (j, f) = ((key >> 32) as u32, key as u32 as usize);
+                if j != last {
                     coarse_cols.push(j);
+                    if weights.is_some() {
+                        // -0.0 + w is w for every w: a sum's first addend
+                        // keeps its bits.
+                        coarse_weights.push(-0.0);
+                    }
+                    last = j;
                 }
-            }
-            coarse_cols[first..].sort_unstable();
-            for (k, &j) in coarse_cols[first..].iter().enumerate() {
-                position[j as usize] = (first + k) as u32;
-            }
-            if weights.is_some() {
-                // -0.0 + w is w for every w: a sum's first addend keeps its bits.
-                coarse_weights.resize(coarse_cols.len(), -0.0);
-            }
-            for &(j, f) in faces {
-                let p = position[j as usize];
-                face_target[f as usize] = p;
+                let p = coarse_cols.len() - 1;
+                face_target[f] = p as u32;
                 if let Some(w) = weights {
-                    coarse_weights[p as usize] += w[f as usize];
+                    coarse_weights[p] += w[f];
                 }
-            }
-            for &j in &coarse_cols[first..] {
-                position[j as usize] = UNSET;
             }
             coarse_start.push(coarse_cols.len());
         }
@@ -213,6 +211,34 @@ impl CoarseLevel {
     }
 }
 
+/// A face between clusters as one sortable key: its coarse neighbour
+/// (high half), then its finer face (low half).
+#[inline(always)]
+fn face_key(coarse_neighbour: u32, face: usize) -> u64 {
+    (u64::from(coarse_neighbour) << 32) | face as u64
+}
+
+/// Sorts one coarse owner's keys ascending: by insertion where they are a
+/// few (a coarse cell has some 6 to 20 finer faces to its neighbours,
+/// nearly in order already: each finer row's columns ascend), else by the
+/// library's sort.
+#[inline]
+fn sort_keys(keys: &mut [u64]) {
+    if keys.len() > 32 {
+        keys.sort_unstable();
+        return;
+    }
+    for k in 1..keys.len() {
+        let key = keys[k];
+        let mut j = k;
+        while j > 0 && keys[j - 1] > key {
+            keys[j] = keys[j - 1];
+            j -= 1;
+        }
+        keys[j] = key;
+    }
+}
+
 /// Each upper entry's (face's) lower coefficient a_ji in `m`, 0 where the
 /// pattern has no mirror; a lower entry without a face is left out (the
 /// solver's symmetry check lets through only zeros there). Rows ascending
@@ -263,6 +289,113 @@ mod tests {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// The coarse faces of `map` over the finer faces (start, cols) by
+    /// their definition: a face per distinct pair of clusters (the smaller
+    /// first), faces ascending by (owner, neighbour), each finer face's
+    /// target, and each coarse face's weight summed over its finer faces in
+    /// face order from -0.0.
+    #[allow(clippy::type_complexity)]
+    fn coarse_faces_by_definition(
+        start: &[usize],
+        cols: &[u32],
+        map: &[u32],
+        weights: &[f64],
+    ) -> (Vec<(u32, u32)>, Vec<u32>, Vec<f64>) {
+        let mut faces: std::collections::BTreeMap<(u32, u32), f64> = Default::default();
+        for r in 0..map.len() {
+            for f in start[r]..start[r + 1] {
+                let (a, b) = (map[r], map[cols[f] as usize]);
+                if a != b {
+                    *faces.entry((a.min(b), a.max(b))).or_insert(-0.0) += weights[f];
+                }
+            }
+        }
+        let index: std::collections::BTreeMap<(u32, u32), u32> = faces
+            .keys()
+            .enumerate()
+            .map(|(k, &face)| (face, k as u32))
+            .collect();
+        let target = (0..map.len())
+            .flat_map(|r| (start[r]..start[r + 1]).map(move |f| (r, f)))
+            .map(|(r, f)| {
+                let (a, b) = (map[r], map[cols[f] as usize]);
+                if a == b {
+                    INSIDE
+                } else {
+                    index[&(a.min(b), a.max(b))]
+                }
+            })
+            .collect();
+        (
+            faces.keys().copied().collect(),
+            target,
+            faces.values().copied().collect(),
+        )
+    }
+
+    #[test]
+    fn coarse_faces_targets_and_weights_are_those_of_the_definition_bit_for_bit() {
+        use crate::sparse::testing::{random_symmetric, SplitMix};
+        // Random patterns (rows of uneven length, far columns) under random
+        // maps: clusters of any size, among them one cluster with faces to
+        // more than 32 others (its keys take the library's sort), and the
+        // grid operator under pairs; weights of varied magnitudes, so that
+        // the order of a sum shows in its bits.
+        let mut cases: Vec<(Csr, Vec<u32>, usize)> = Vec::new();
+        for (seed, n, per_row, n_coarse) in [(1, 300, 6, 120), (2, 500, 12, 40), (3, 200, 4, 190)] {
+            let a = random_symmetric(n, per_row, seed);
+            let mut rng = SplitMix(seed + 10);
+            let mut map: Vec<u32> = (0..n).map(|i| (i % n_coarse) as u32).collect();
+            for i in (1..n).rev() {
+                map.swap(i, rng.below(i + 1));
+            }
+            cases.push((a, map, n_coarse));
+        }
+        let grid = grid_laplacian(9, 7, 5);
+        let pairs: Vec<u32> = (0..grid.n_rows() as u32).map(|i| i / 2).collect();
+        let n_pairs = grid.n_rows().div_ceil(2);
+        cases.push((grid, pairs, n_pairs));
+        let mut many_faces = false;
+        for (k, (a, map, n_coarse)) in cases.iter().enumerate() {
+            let fine = SplitMatrix::new(a);
+            let (start, cols) = fine.upper_rows().pattern();
+            let mut rng = SplitMix(100 + k as u64);
+            let weights: Vec<f64> = (0..cols.len())
+                .map(|_| rng.next_f64() * 10f64.powi(rng.below(9) as i32 - 4))
+                .collect();
+            let (faces, target, coarse_weights) =
+                coarse_faces_by_definition(start, cols, map, &weights);
+            let (level, got_weights) =
+                CoarseLevel::build((start, cols), map, *n_coarse, Some(&weights));
+            let (coarse_start, coarse_cols) = level.layout.upper();
+            let got_faces: Vec<(u32, u32)> = (0..*n_coarse)
+                .flat_map(|c| {
+                    coarse_cols[coarse_start[c]..coarse_start[c + 1]]
+                        .iter()
+                        .map(move |&j| (c as u32, j))
+                })
+                .collect();
+            assert_eq!(got_faces, faces, "case {k}");
+            assert_eq!(level.face_target, target, "case {k}");
+            let bits = |w: &[f64]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got_weights), bits(&coarse_weights), "case {k}");
+            let (unweighted, none) = CoarseLevel::build((start, cols), map, *n_coarse, None);
+            assert!(none.is_empty());
+            assert_eq!(unweighted, level, "case {k}");
+            let mut keys = vec![0usize; *n_coarse];
+            for r in 0..map.len() {
+                for &c in &cols[start[r]..start[r + 1]] {
+                    let (a, b) = (map[r], map[c as usize]);
+                    if a != b {
+                        keys[a.min(b) as usize] += 1;
+                    }
+                }
+            }
+            many_faces |= keys.iter().any(|&k| k > 32);
+        }
+        assert!(many_faces, "no cluster took the library's sort");
     }
 
     #[test]
