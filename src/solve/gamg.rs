@@ -463,6 +463,19 @@ impl Agglomeration {
 
 const UNPAIRED: u32 = u32::MAX;
 
+/// Cell `i`'s decision once its row is scanned: a new cluster with its
+/// heaviest free neighbour `free`, else the cluster of its heaviest
+/// neighbour `any` (UNPAIRED: none).
+fn settle(map: &mut [u32], n_coarse: &mut u32, i: usize, free: u32, any: u32) {
+    if free != UNPAIRED {
+        map[i] = *n_coarse;
+        map[free as usize] = *n_coarse;
+        *n_coarse += 1;
+    } else if any != UNPAIRED {
+        map[i] = map[any as usize];
+    }
+}
+
 /// One pairing pass over the cells of the face weights `lower`, `upper`
 /// (a level's split layout: row i's neighbours are its lower entries, then
 /// its upper ones, columns ascending) forward or backward: the map cell →
@@ -499,13 +512,7 @@ fn pair_cells(lower: &TriangleRows, upper: &TriangleRows, forward: bool) -> (Vec
                 }
             }
         }
-        if free.0 != UNPAIRED {
-            map[i] = n_coarse;
-            map[free.0 as usize] = n_coarse;
-            n_coarse += 1;
-        } else if any.0 != UNPAIRED {
-            map[i] = map[any.0 as usize];
-        }
+        settle(&mut map, &mut n_coarse, i, free.0, any.0);
     }
     for k in 0..n {
         let i = cell(k);
@@ -565,13 +572,7 @@ fn pair_cells_by_faces(split: &SplitMatrix, weights: &[f64]) -> (Vec<u32>, usize
         for (&c, &weight) in upper_cols.iter().zip(&weights[upper.row(i)]) {
             consider(c, weight, &map);
         }
-        if free.0 != UNPAIRED {
-            map[i] = n_coarse;
-            map[free.0 as usize] = n_coarse;
-            n_coarse += 1;
-        } else if any.0 != UNPAIRED {
-            map[i] = map[any.0 as usize];
-        }
+        settle(&mut map, &mut n_coarse, i, free.0, any.0);
     }
     for c in map.iter_mut().filter(|c| **c == UNPAIRED) {
         *c = n_coarse;
