@@ -555,11 +555,8 @@ pub fn run_case_with_mesh(
         // Where the device assembles, the host reads the cells' geometry and
         // the boundary's; the internal faces' is computed where the device
         // set-up gathers it, and never stored whole on the host.
-        let device_assembles = matches!(device, Device::Gpu(_))
-            && [&setup.solver.regular]
-                .into_iter()
-                .chain(&setup.solver.final_corrector)
-                .all(|s| device.needs_host_assembly(s).is_none());
+        let device_assembles =
+            matches!(device, Device::Gpu(_)) && host_assembly_reason(setup, device).is_none();
         let geometry = timings::timed(Phase::Geometry, || match device_assembles {
             true => mesh.geometry_of_cells_and_boundary(),
             false => mesh.geometry(),
@@ -626,6 +623,16 @@ pub fn run_case_with_mesh(
         CaseError::Fvm(e) => CaseError::Invalid(format!("{}: {e}", setup.origin)),
         e => e,
     })
+}
+
+/// Why `device` assembles the case's systems on the host (the first of its
+/// solvers that needs it, [`Device::needs_host_assembly`]); None where a GPU
+/// assembles them.
+fn host_assembly_reason(setup: &CaseSetup, device: Device<'_>) -> Option<String> {
+    [&setup.solver.regular]
+        .into_iter()
+        .chain(&setup.solver.final_corrector)
+        .find_map(|s| device.needs_host_assembly(s))
 }
 
 /// Logs once what `device` runs in place of `field`'s `solvers` and why
@@ -909,10 +916,7 @@ impl<'a> Run<'a> {
             time,
             singular: setup.singular,
         };
-        let host_assembly = [&setup.solver.regular]
-            .into_iter()
-            .chain(&setup.solver.final_corrector)
-            .find_map(|s| device.needs_host_assembly(s));
+        let host_assembly = host_assembly_reason(setup, device);
         // Where the device assembles, the host only checks the problem and
         // keeps its values for the device's first assembly: evaluated once.
         let device_assembles = matches!(device, Device::Gpu(_)) && host_assembly.is_none();
