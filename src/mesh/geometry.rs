@@ -66,6 +66,32 @@ fn internal_weight(cf: Vec3, sf: Vec3, owner: Vec3, neighbour: Vec3) -> f64 {
     nei / (own + nei)
 }
 
+/// A face's pyramid about a cell's estimated centre `est`: three times its
+/// volume, and that times its centroid (the owner's pyramid is on the side
+/// the area vector points to), the terms a cell's faces add up.
+#[inline]
+fn pyramid(cf: Vec3, sf: Vec3, est: Vec3, is_owner: bool) -> (f64, Vec3) {
+    let pyr3 = if is_owner {
+        sf.dot(&(cf - est))
+    } else {
+        sf.dot(&(est - cf))
+    };
+    (pyr3, pyr3 * (0.75 * cf + 0.25 * est))
+}
+
+/// A cell's centre and volume from its pyramids' sums: centre =
+/// Σ(pyr3 · pyramid centre) / Σ pyr3 (the estimate where the volume
+/// vanishes); volume = Σ pyr3 / 3.
+#[inline]
+fn centre_and_volume(weighted: Vec3, pyr3_sum: f64, est: Vec3) -> (Vec3, f64) {
+    let centre = if pyr3_sum.abs() > VSMALL {
+        weighted / pyr3_sum
+    } else {
+        est
+    };
+    (centre, pyr3_sum / 3.0)
+}
+
 /// A usable cell volume: above `VSMALL`, and not NaN.
 fn is_positive_volume(v: f64) -> bool {
     v.partial_cmp(&VSMALL) == Some(std::cmp::Ordering::Greater)
@@ -149,20 +175,12 @@ impl Geometry {
                 estimated /= list.len().max(1) as f64;
                 let (mut weighted, mut volume) = (Vec3::zeros(), 0.0f64);
                 for (&f, &(cf, sf)) in list.iter().zip(local.iter()) {
-                    let pyr3 = if owner[f as usize] as usize == c {
-                        sf.dot(&(cf - estimated))
-                    } else {
-                        sf.dot(&(estimated - cf))
-                    };
-                    weighted += pyr3 * (0.75 * cf + 0.25 * estimated);
+                    let is_owner = owner[f as usize] as usize == c;
+                    let (pyr3, moment) = pyramid(cf, sf, estimated, is_owner);
+                    weighted += moment;
                     volume += pyr3;
                 }
-                let centre = if volume.abs() > VSMALL {
-                    weighted / volume
-                } else {
-                    estimated
-                };
-                (centre, volume / 3.0)
+                centre_and_volume(weighted, volume, estimated)
             })
             .unzip();
         drop((offsets, cell_faces));
@@ -246,23 +264,15 @@ impl Geometry {
             .enumerate()
             .for_each(|(part, ((weighted, volumes), cells))| {
                 sides.for_each(mesh, part, |f, c, is_owner| {
-                    let cf = face_centres[f];
-                    let sf = face_area_vectors[f];
                     let est = estimated[c];
-                    // The owner's pyramid is on the side the area vector points to.
-                    let pyr3 = if is_owner {
-                        sf.dot(&(cf - est))
-                    } else {
-                        sf.dot(&(est - cf))
-                    };
-                    weighted[c - cells.start] += pyr3 * (0.75 * cf + 0.25 * est);
+                    let (pyr3, moment) =
+                        pyramid(face_centres[f], face_area_vectors[f], est, is_owner);
+                    weighted[c - cells.start] += moment;
                     volumes[c - cells.start] += pyr3;
                 });
-                // Centre = Σ(pyr3 · pyramid centre) / Σ pyr3; volume = Σ pyr3 / 3.
                 let estimated = &estimated[cells.clone()];
-                for ((wc, v), est) in weighted.iter_mut().zip(volumes.iter_mut()).zip(estimated) {
-                    *wc = if v.abs() > VSMALL { *wc / *v } else { *est };
-                    *v /= 3.0;
+                for ((wc, v), &est) in weighted.iter_mut().zip(volumes.iter_mut()).zip(estimated) {
+                    (*wc, *v) = centre_and_volume(*wc, *v, est);
                 }
             });
         drop(estimated);
