@@ -709,9 +709,8 @@ struct FaceEntries<'a> {
     mesh: &'a Mesh,
     geometry: &'a Geometry,
     sn_grad: SnGradScheme,
-    /// Device face d is internal face `index[d]`; `None`: the internal
-    /// faces in face order.
-    index: Option<&'a [u32]>,
+    /// Device face d is internal face `index[d]`.
+    index: &'a [u32],
 }
 
 impl FaceEntries<'_> {
@@ -728,7 +727,7 @@ impl FaceEntries<'_> {
     /// in parallel.
     fn fill(&self, first: usize, pieces: &mut [&mut [f64]]) {
         let face = |d: usize| {
-            let f = self.index.map_or(d, |index| index[d] as usize);
+            let f = self.index[d] as usize;
             FaceGeometry::internal_face(self.mesh, self.geometry, self.sn_grad, f)
         };
         match pieces {
@@ -908,7 +907,7 @@ impl<'a> StaticSource<'a> {
             mesh: self.system.mesh(),
             geometry: self.system.geometry(),
             sn_grad: self.system.schemes().sn_grad,
-            index: Some(self.faces),
+            index: self.faces,
         }
     }
 

@@ -992,7 +992,7 @@ fn gathered_arrays_made_in_pieces_equal_the_whole() {
             mesh: &mesh,
             geometry: &geometry,
             sn_grad,
-            index: Some(&faces),
+            index: &faces,
         };
         let (mag_sf, delta, k) = entries.to_vecs(faces.len());
         assert_eq!(
