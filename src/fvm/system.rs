@@ -718,8 +718,9 @@ impl<'m> LaplacianSystem<'m> {
         // geometry's arrays (see `SharedStructure::faces`).
         let face_coeffs = |f: usize| {
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-            let gamma_f = interpolation.interpolate(gamma[o], gamma[n], geometry.weight(mesh, f));
-            let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f);
+            let (sf, w) = geometry.internal_area_and_weight(mesh, f);
+            let gamma_f = interpolation.interpolate(gamma[o], gamma[n], w);
+            let face = FaceGeometry::internal_face_of(sf, geometry.delta(mesh, f), sn_grad);
             let gamma_mag_sf = gamma_f * face.mag_sf;
             (gamma_mag_sf, gamma_mag_sf * face.delta_coeff)
         };
@@ -1006,9 +1007,11 @@ impl<'m> LaplacianSystem<'m> {
             .into_par_iter()
             .map(|f| {
                 let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-                let face_grad = geometry.weight(mesh, f) * (grad[o] - grad[n]) + grad[n];
-                // Computed per face, as in the assembly.
-                let face = FaceGeometry::internal_face(mesh, geometry, sn_grad, f);
+                // Computed per face (one evaluation of a face the geometry
+                // does not store), as in the assembly.
+                let (sf, w) = geometry.internal_area_and_weight(mesh, f);
+                let face_grad = w * (grad[o] - grad[n]) + grad[n];
+                let face = FaceGeometry::internal_face_of(sf, geometry.delta(mesh, f), sn_grad);
                 let mut correction = face.correction.dot(&face_grad);
                 if let SnGradScheme::Limited(psi) = self.schemes.sn_grad {
                     let uncorrected = face.delta_coeff * (p[n] - p[o]);
