@@ -547,6 +547,15 @@ pub fn run_case_with_mesh(
                     // No threads to spare: the first step builds them.
                     Err(_) => return,
                 };
+                if let Some(rss) = timings::Rss::now() {
+                    log::debug!(
+                        "VTK cells built beside the run, {:.3} s after its start (peak RSS {} \
+                         MB, RSS {} MB)",
+                        clock.elapsed().as_secs_f64(),
+                        rss.peak / 1_000_000,
+                        rss.current / 1_000_000
+                    );
+                }
                 // A run that ended before its first step no longer listens.
                 let _ = send.send(cells);
             });
@@ -883,6 +892,9 @@ struct Run<'a> {
     /// `solves` loops, at that physical time), so that the run's end does not
     /// evaluate the exact solution again for the same field.
     written_error: Option<(usize, f64, ErrorNorms)>,
+    /// `solves` when `field` was last read from the device: a field read
+    /// for the output is not read again at the run's end.
+    field_read_at: Option<usize>,
 }
 
 impl<'a> Run<'a> {
@@ -1005,6 +1017,7 @@ impl<'a> Run<'a> {
             clock,
             solves: 0,
             written_error: None,
+            field_read_at: None,
         };
         timings::timed(Phase::Assembly, || run.apply_implicit_source(0.0))?;
         Ok(run)
@@ -1066,7 +1079,13 @@ impl<'a> Run<'a> {
     /// Reads the field back from the device (GPU path) for output.
     fn sync_field(&mut self) -> Result<(), CaseError> {
         if let Some(dev) = &self.on_device {
-            self.field = dev.laplacian.to_mesh_order(dev.field.dev()?)?;
+            if self.field_read_at != Some(self.solves) {
+                // Into the host field in place: no second copy of it.
+                self.field.resize(self.mesh.n_cells(), 0.0);
+                dev.laplacian
+                    .to_mesh_order_into(dev.field.dev()?, &mut self.field)?;
+                self.field_read_at = Some(self.solves);
+            }
         }
         Ok(())
     }
@@ -1328,6 +1347,12 @@ impl<'a> Run<'a> {
         boundary_values: &[f64],
     ) -> Result<(), CaseError> {
         let field = &self.setup.field;
+        // The cells built beside the run come in before the gradient and the
+        // error take their memory, so that their build's temporaries (the
+        // mesh's cell-face lists) are gone by then.
+        if let Some(vtk) = self.vtk.as_mut() {
+            vtk.take_cells();
+        }
         let gradient = timings::span("gradient", || self.gradient())?;
         let mut gamma_values = Vec::new();
         let gamma = timings::span("gamma", || {

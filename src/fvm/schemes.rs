@@ -269,12 +269,20 @@ impl FaceGeometry {
                 )));
             }
         }
+        // A face is refused where 1 / max(Ŝ·d, 0.05 |d|) is not finite
+        // (`internal_face_of`). max(Ŝ·d, 0.05 |d|) is at least 0.05 |d| (a
+        // NaN Ŝ·d gives way to it), so where 1 / (0.05 |d|) is finite the
+        // face passes whatever its area vector: the area vector, which a
+        // geometry of the cells and boundary computes from the face's
+        // points, is evaluated only for a face that does not pass so.
         let bad = (0..mesh.n_internal_faces())
             .into_par_iter()
             .position_first(|f| {
-                !Self::internal_face(mesh, geometry, sn_grad, f)
-                    .delta_coeff
-                    .is_finite()
+                let d = geometry.delta(mesh, f);
+                !(1.0 / (0.05 * d.norm())).is_finite()
+                    && !Self::internal_face(mesh, geometry, sn_grad, f)
+                        .delta_coeff
+                        .is_finite()
             });
         match bad {
             Some(f) => Err(FvmError::invalid(format!(
@@ -482,6 +490,48 @@ mod tests {
         ] {
             let err = Schemes::from_foam(lap, grad).unwrap_err().to_string();
             assert!(err.contains(msg), "{lap} / {grad}: {err}");
+        }
+    }
+
+    /// The face check refuses the faces that the face entries mark as
+    /// refused, the first of them by number, on either geometry: with cells
+    /// moved onto their neighbours, tiny (subnormal) distances and a
+    /// non-finite centre among sound faces.
+    #[test]
+    fn face_check_refuses_the_faces_whose_entries_are_refused() {
+        let first_refused = |mesh: &Mesh, geometry: &Geometry, sn_grad| {
+            (0..mesh.n_internal_faces()).find(|&f| {
+                !FaceGeometry::internal_face(mesh, geometry, sn_grad, f)
+                    .delta_coeff
+                    .is_finite()
+            })
+        };
+        for spec in ["box:5x4x3:tet:perturb=0.2", "box:4x4x4:perturb=0.2"] {
+            let mesh = crate::mesh::load(spec).unwrap();
+            for lean in [false, true] {
+                let sound = match lean {
+                    false => mesh.geometry().unwrap(),
+                    true => mesh.geometry_of_cells_and_boundary().unwrap(),
+                };
+                for sn_grad in [SnGradScheme::Corrected, SnGradScheme::Orthogonal] {
+                    assert!(FaceGeometry::check(&mesh, &sound, sn_grad).is_ok());
+                    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+                    for (f, moved_by) in [(7, 0.0), (3, 1e-320), (11, f64::NAN)] {
+                        let mut geometry = sound.clone();
+                        let o = geometry.cell_centres[owner[f] as usize];
+                        geometry.cell_centres[neighbour[f] as usize] = o.add_scalar(moved_by);
+                        let expected = first_refused(&mesh, &geometry, sn_grad)
+                            .unwrap_or_else(|| panic!("{spec}: face {f} passes"));
+                        let err = FaceGeometry::check(&mesh, &geometry, sn_grad)
+                            .unwrap_err()
+                            .to_string();
+                        assert!(
+                            err.contains(&format!("internal face {expected} ")),
+                            "{spec}, lean {lean}, face {f}: {err}"
+                        );
+                    }
+                }
+            }
         }
     }
 }

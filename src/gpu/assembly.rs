@@ -1343,6 +1343,8 @@ pub struct DeviceLaplacian<'g> {
     singular: Option<SingularPolicy>,
     /// ΣV in the CPU's order (the singular projection and the zero mean).
     total_volume: f64,
+    /// [`Self::mesh_order`], once used.
+    rows_of_cells: std::cell::OnceCell<CudaSlice<u32>>,
     /// The right-hand side's consistency sums (Σb, Σ|b|) of the last
     /// [`Self::update_rhs_deferred`], checked by
     /// [`Self::deferred_consistency`]; made at the first deferred update.
@@ -1642,6 +1644,7 @@ impl<'g> DeviceLaplacian<'g> {
             singular: None,
             total_volume,
             consistency: None,
+            rows_of_cells: std::cell::OnceCell::new(),
         };
         let _assembly = crate::timings::enter_synced(Phase::Assembly, gpu);
         device.assemble_values(problem)?;
@@ -2566,6 +2569,26 @@ impl<'g> DeviceLaplacian<'g> {
         Ok(self.ordering.to_old(&self.gpu.download(v)?))
     }
 
+    /// [`Self::to_mesh_order`] into `out` (one value per cell): put in mesh
+    /// order on the device and copied straight into `out`, with no host
+    /// copy in row order.
+    pub fn to_mesh_order_into(&self, v: &CudaSlice<f64>, out: &mut [f64]) -> Result<(), GpuError> {
+        self.check_vector(v, "vector")?;
+        let in_mesh_order = device_map::gather(self.gpu, self.n, 1, self.mesh_order()?, v)?;
+        self.gpu.download_into(&in_mesh_order, out)
+    }
+
+    /// The row of each cell (the ordering's `old_to_new`) on the device,
+    /// uploaded at its first use and kept: it puts row-ordered arrays in
+    /// mesh order for the output.
+    fn mesh_order(&self) -> Result<&CudaSlice<u32>, GpuError> {
+        if let Some(rows) = self.rows_of_cells.get() {
+            return Ok(rows);
+        }
+        let rows = self.gpu.upload(self.ordering.old_to_new())?;
+        Ok(self.rows_of_cells.get_or_init(|| rows))
+    }
+
     /// The assembled matrix read back as CSR in mesh order (for checks).
     pub fn download_matrix(&self) -> Result<Csr, GpuError> {
         let csr = self.matrix()?.download(self.gpu)?.to_csr();
@@ -2588,8 +2611,8 @@ impl<'g> DeviceLaplacian<'g> {
         // Device row r holds cell new_to_old[r]: put in mesh order on the
         // device, then copied straight into the host's vectors (no second
         // host copy of the field).
-        let old_to_new = self.gpu.upload(self.ordering.old_to_new())?;
-        let in_mesh_order = device_map::gather(self.gpu, self.n, 3, &old_to_new, &self.work.grad)?;
+        let in_mesh_order =
+            device_map::gather(self.gpu, self.n, 3, self.mesh_order()?, &self.work.grad)?;
         let mut gradient = vec![Vec3::zeros(); self.n];
         self.gpu
             .download_into(&in_mesh_order, bytemuck::cast_slice_mut(&mut gradient))?;

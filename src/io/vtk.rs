@@ -358,6 +358,28 @@ impl<'m> VtkSeries<'m> {
         self
     }
 
+    /// Makes the whole mesh's cells ready for the first step (not for a
+    /// rank's piece, which keeps its own): those built beside the run,
+    /// waited for, else built here. A writer that makes large fields for
+    /// the step calls it first, so that the build's temporaries are gone
+    /// before the fields take their memory; [`Self::write_step`] calls it
+    /// too.
+    pub fn take_cells(&mut self) {
+        if self.piece.is_some() || self.cells.is_some() {
+            return;
+        }
+        let mesh = self.mesh;
+        let prepared = self.cells_coming.take().and_then(|coming| {
+            crate::timings::span("VTK cells built beside the run, waited for", || {
+                coming.recv().ok()
+            })
+        });
+        self.cells = Some(match prepared.filter(|p| p.is_of(mesh)) {
+            Some(prepared) => prepared.cells,
+            None => crate::timings::span("VTK cells", || VtkCells::new(mesh)),
+        });
+    }
+
     /// The series taking its cells, at the first step, from `coming`: a
     /// thread that sends [`PreparedCells::new`] of this series' mesh (a GPU
     /// run builds them on the host while the device sets up, assembles and
@@ -533,17 +555,7 @@ impl<'m> VtkSeries<'m> {
             None => format!("{stem}/internal.vtu"),
             Some(piece) => format!("{stem}/processor{}.vtu", piece.rank),
         };
-        if self.piece.is_none() && self.cells.is_none() {
-            let prepared = self.cells_coming.take().and_then(|coming| {
-                crate::timings::span("VTK cells built beside the run, waited for", || {
-                    coming.recv().ok()
-                })
-            });
-            self.cells = Some(match prepared.filter(|p| p.is_of(mesh)) {
-                Some(prepared) => prepared.cells,
-                None => crate::timings::span("VTK cells", || VtkCells::new(mesh)),
-            });
-        }
+        self.take_cells();
         let mut jobs: Vec<Job> = vec![Job::Cells(self.dir.join(&internal_file))];
         let mut patch_blocks = String::new();
         if self.piece.as_ref().is_none_or(|p| p.rank == 0) {
@@ -717,7 +729,9 @@ impl VtkCells {
             connectivity: Vec::new(),
             offsets: vec![0; n + 1],
             faces: Vec::new(),
-            face_offsets: vec![0; n],
+            // Made at the first polyhedron (`append`): 8 bytes a cell that
+            // a mesh of linear cells never needs.
+            face_offsets: Vec::new(),
         };
         let n_blocks = n.div_ceil(block);
         let group = 4 * rayon::current_num_threads();
@@ -739,16 +753,13 @@ impl VtkCells {
             }
             cells.append(first * block, blocks);
         }
-        if cells.faces.is_empty() {
-            // No polyhedron: no face offsets (their memory, 8 bytes a cell, too).
-            cells.face_offsets = Vec::new();
-        }
         cells
     }
 
     /// Writes `blocks`, the cells from `first_cell` on in order, each with
     /// offsets counted from its own start, into the arrays (sized for every
-    /// cell but connectivity and faces, which grow): each block by a thread.
+    /// cell but connectivity and faces, which grow, and the face offsets,
+    /// made at the first polyhedron): each block by a thread.
     fn append(&mut self, first_cell: usize, blocks: Vec<Self>) {
         let (points_before, faces_before) = (self.connectivity.len(), self.faces.len());
         let count = |len: fn(&Self) -> usize| blocks.iter().map(len).collect::<Vec<_>>();
@@ -767,6 +778,10 @@ impl VtkCells {
             .par_extend(rayon::iter::repeat_n(0, total(&n_points)));
         self.faces
             .par_extend(rayon::iter::repeat_n(0, total(&n_faces)));
+        if self.face_offsets.is_empty() && total(&n_faces) > 0 {
+            // The first polyhedron: every cell before these is linear.
+            self.face_offsets = vec![-1; self.types.len()];
+        }
         use crate::slices::split_lengths as split;
         let types = split(
             &mut self.types[first_cell..cells_end],
@@ -776,10 +791,14 @@ impl VtkCells {
             &mut self.offsets[first_cell + 1..=cells_end],
             n_cells.iter().copied(),
         );
-        let face_offsets = split(
-            &mut self.face_offsets[first_cell..cells_end],
-            n_cells.iter().copied(),
-        );
+        let face_offsets = if self.face_offsets.is_empty() {
+            split(&mut [], n_cells.iter().map(|_| 0))
+        } else {
+            split(
+                &mut self.face_offsets[first_cell..cells_end],
+                n_cells.iter().copied(),
+            )
+        };
         let connectivity = split(
             &mut self.connectivity[points_before..],
             n_points.iter().copied(),
@@ -1046,8 +1065,7 @@ impl SmallCell {
         if !(4..=6).contains(&faces.len()) {
             return None;
         }
-        let (offsets, labels, owner) =
-            (mesh.faces().offsets(), mesh.faces().labels(), mesh.owner());
+        let (mesh_faces, owner) = (mesh.faces(), mesh.owner());
         let mut small = Self {
             n_faces: faces.len(),
             sizes: [0; 6],
@@ -1055,7 +1073,7 @@ impl SmallCell {
         };
         for (k, &f) in faces.iter().enumerate() {
             let f = f as usize;
-            let face = &labels[offsets[f] as usize..offsets[f + 1] as usize];
+            let face = mesh_faces.face(f);
             if !(3..=4).contains(&face.len()) {
                 return None;
             }

@@ -415,7 +415,7 @@ pub fn write_polymesh(
             write_face_list(w, mesh)
         })?,
         FoamFormat::Binary => write("faces", format, "faceCompactList", None, &|w| {
-            write_list(w, mesh.faces().offsets(), format)?;
+            write_list(w, &mesh.faces().offsets(), format)?;
             write_list(w, mesh.faces().labels(), format)
         })?,
     };
