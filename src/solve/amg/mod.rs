@@ -32,6 +32,7 @@ pub use cycle::Amg;
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
+use super::algorithm::set_pairs;
 use super::checks::{check_system, on_copies, square_size};
 use super::jacobi::Identity;
 pub use super::scalar::Precision;
@@ -326,12 +327,7 @@ impl FromStr for AmgSettings {
             ));
         }
         let mut settings = Self::default();
-        for part in parts {
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| format!("AMG parameter '{part}' must be key=value"))?;
-            settings.set(key.trim(), value.trim())?;
-        }
+        set_pairs(parts, "AMG", |key, value| settings.set(key, value))?;
         settings.validate()?;
         Ok(settings)
     }
