@@ -101,14 +101,13 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
         let t = std::time::Instant::now();
         let (p, a_colour, colouring) = colour_layout(gpu, &by_rcm.a, slice_height)?;
         let colour_ms = t.elapsed().as_secs_f64() * 1e3;
-        let mut by_colour = Ordered::new(
+        let mut by_colour = Ordered::colours(
             gpu,
-            ("rcm+col", "RCM, colour-contiguous".into()),
-            a_colour,
-            &p.to_new(&b_rcm),
+            "RCM, colour-contiguous".into(),
+            (p, a_colour, colouring.clone()),
+            &b_rcm,
             &options,
         )?;
-        by_colour.colouring = Some(colouring.clone());
         let baseline = JacobiBaseline::measure(gpu, &by_rcm.a, &by_rcm.b, &options)?;
         let base_ms = baseline.ms;
         let mut add = |what: &str,

@@ -59,6 +59,18 @@ pub struct MultiBenchSettings {
     pub single_reduction: bool,
 }
 
+impl MultiBenchSettings {
+    /// The backend options these settings give (the others at their defaults).
+    pub fn options(&self) -> MultiGpuOptions {
+        MultiGpuOptions {
+            slice_height: self.slice_height,
+            transport: self.transport,
+            single_reduction: self.single_reduction,
+            ..MultiGpuOptions::default()
+        }
+    }
+}
+
 /// One case at one GPU count.
 struct Point {
     gpus: usize,
@@ -189,12 +201,7 @@ fn measure(
     let g = gpus.len();
     let t = Instant::now();
     let d = box_slabs(nx, ny, nz, g).map_err(anyhow::Error::msg)?;
-    let options = MultiGpuOptions {
-        slice_height: settings.slice_height,
-        transport: settings.transport,
-        single_reduction: settings.single_reduction,
-        ..MultiGpuOptions::default()
-    };
+    let options = settings.options();
     let backend = MultiGpuBackend::new(gpus, a, &d, &options)?;
     let b_dev = backend.upload(b)?;
     backend.synchronize()?;

@@ -59,7 +59,7 @@ use fvpoisson::solve::registry::{self, GpuDefault, Role};
 use fvpoisson::solve::{
     pcg, solve_pcg, ColouringKind, CpuBackend, InnerSolver, PolynomialKind, PolynomialSettings,
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
-    Sweep,
+    SolverPerformance, Sweep,
 };
 use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::Csr;
@@ -112,6 +112,40 @@ struct Entry {
 }
 
 impl Entry {
+    /// A row whose set-up failed: no iterations, no solve.
+    fn setup_failed(what: String, ordering: &'static str, note: String) -> Self {
+        Entry {
+            what,
+            ordering,
+            setup_ms: None,
+            iterations: None,
+            solve_ms: f64::NAN,
+            converged: false,
+            note,
+        }
+    }
+
+    /// A row set up in `setup_ms` and solved in `solve_ms`: the iterations
+    /// and convergence of `perf`, the solve's result (`None`: it failed).
+    fn solved(
+        what: String,
+        ordering: &'static str,
+        setup_ms: f64,
+        solve_ms: f64,
+        perf: Option<&SolverPerformance>,
+        note: String,
+    ) -> Self {
+        Entry {
+            what,
+            ordering,
+            setup_ms: Some(setup_ms),
+            iterations: perf.map(|perf| perf.iterations),
+            solve_ms,
+            converged: perf.is_some_and(|perf| perf.converged),
+            note,
+        }
+    }
+
     fn total(&self) -> f64 {
         self.setup_ms.unwrap_or(0.0) + self.solve_ms
     }
@@ -373,16 +407,15 @@ fn case_entries(
     let t = Instant::now();
     let (layout, colour_layout_phases) =
         collect_phases(|| colour_layout_resident(gpu, &by_rcm.a, &by_rcm.backend.shared_matrix()));
-    let (by_colour_p, a_colour, colouring) = layout?;
+    let layout = layout?;
     let colour_layout_ms = t.elapsed().as_secs_f64() * 1e3;
-    let mut by_colour = Ordered::new(
+    let mut by_colour = Ordered::colours(
         gpu,
-        ("rcm+col", "RCM, colour-contiguous".into()),
-        a_colour,
-        &by_colour_p.to_new(&b_rcm),
+        "RCM, colour-contiguous".into(),
+        layout,
+        &b_rcm,
         &options,
     )?;
-    by_colour.colouring = Some(colouring);
     let mut kernels = vec!["smooth_block"];
     kernels.extend(BLOCK_IC_KERNELS);
     let layout = block_layout_for(gpu, a, block_size, &kernels, "block preconditioners")?;
@@ -620,82 +653,66 @@ fn case_entries(
             held as f64 / 1e6
         );
         let entry = match built {
-            Err(e) => Entry {
-                what,
-                ordering: ordered.ordering,
-                setup_ms: None,
-                iterations: None,
-                solve_ms: f64::NAN,
-                converged: false,
-                note: format!("set-up failed: {e}"),
-            },
+            Err(e) => Entry::setup_failed(what, ordered.ordering, format!("set-up failed: {e}")),
             Ok(p) => {
                 let (solve_ms, result) = solve_warm(ordered, p, &controls)?;
-                let converged = result.as_ref().is_ok_and(|perf| perf.converged);
-                let (iterations, note) = match result {
-                    Ok(perf) => (
-                        Some(perf.iterations),
-                        format!(
-                            "final residual {:.3e}{} ({}{})",
-                            perf.final_residual,
-                            if perf.converged { "" } else { " NOT CONVERGED" },
-                            ordered.name,
-                            if extra.is_empty() {
-                                String::new()
-                            } else {
-                                format!("; {extra}")
-                            }
-                        ),
+                let note = match &result {
+                    Ok(perf) => format!(
+                        "final residual {:.3e}{} ({}{})",
+                        perf.final_residual,
+                        if perf.converged { "" } else { " NOT CONVERGED" },
+                        ordered.name,
+                        if extra.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {extra}")
+                        }
                     ),
-                    Err(e) => (None, format!("failed: {e}")),
+                    Err(e) => format!("failed: {e}"),
                 };
                 let note = match layout {
                     Layout::Colour => format!("{note}; {setup_note}; {colour_layout_note}"),
                     _ => format!("{note}; {setup_note}"),
                 };
-                if what == "DIC" && matches!(layout, Layout::Rcm) {
-                    dic_rcm_iterations = iterations;
-                }
-                Entry {
+                let entry = Entry::solved(
                     what,
-                    ordering: ordered.ordering,
-                    setup_ms: Some(setup_ms),
-                    iterations,
+                    ordered.ordering,
+                    setup_ms,
                     solve_ms,
-                    converged,
+                    result.as_ref().ok(),
                     note,
+                );
+                if entry.what == "DIC" && matches!(layout, Layout::Rcm) {
+                    dic_rcm_iterations = entry.iterations;
                 }
+                entry
             }
         };
         push(entry);
     }
 
     let (bench, colouring) = by_colour.eisenstat(gpu, &controls)?;
-    let (iterations, note) = match &bench.result {
-        Ok(perf) => (
-            Some(perf.iterations),
-            format!(
-                "final residual {:.3e}{} ({}, {} colours, {}; {mixed_note}); {}; {}",
-                perf.final_residual,
-                if perf.converged { "" } else { " NOT CONVERGED" },
-                by_colour.name,
-                colouring.n_colours(),
-                bench.phases(None),
-                setup_note(&bench.setup_phases, bench.setup_ms, spmv),
-                colour_layout_note
-            ),
+    let note = match &bench.result {
+        Ok(perf) => format!(
+            "final residual {:.3e}{} ({}, {} colours, {}; {mixed_note}); {}; {}",
+            perf.final_residual,
+            if perf.converged { "" } else { " NOT CONVERGED" },
+            by_colour.name,
+            colouring.n_colours(),
+            bench.phases(None),
+            setup_note(&bench.setup_phases, bench.setup_ms, spmv),
+            colour_layout_note
         ),
-        Err(e) => (None, format!("failed: {e}")),
+        Err(e) => format!("failed: {e}"),
     };
-    push(Entry {
-        what: "Eisenstat SGS".into(),
-        ordering: by_colour.ordering,
-        setup_ms: Some(bench.setup_ms),
-        iterations,
-        solve_ms: bench.solve_ms,
-        converged: bench.result.as_ref().is_ok_and(|perf| perf.converged),
+    push(Entry::solved(
+        "Eisenstat SGS".into(),
+        by_colour.ordering,
+        bench.setup_ms,
+        bench.solve_ms,
+        bench.result.as_ref().ok(),
         note,
-    });
+    ));
 
     // Deflation (+Jacobi, +neu1, +neu2), stripes of RCM rows, set up on the
     // resident RCM matrix as the other rows and solved warm.
@@ -736,15 +753,7 @@ fn deflation_entry<'g>(
     spmv_ms: f64,
 ) -> anyhow::Result<Entry> {
     let what = format!("deflation + {kind}");
-    let failed = |note: String| Entry {
-        what: what.clone(),
-        ordering: ordered.ordering,
-        setup_ms: None,
-        iterations: None,
-        solve_ms: f64::NAN,
-        converged: false,
-        note,
-    };
+    let failed = |note: String| Entry::setup_failed(what.clone(), ordered.ordering, note);
     gpu.synchronize()?;
     let t = Instant::now();
     let preconditioner: anyhow::Result<Option<GpuCgBackend<'g>>> = match kind {
@@ -810,27 +819,22 @@ fn deflation_entry<'g>(
         mb(spmv_bytes)
     );
     let k = ops.subdomain_count();
-    let converged = result.as_ref().is_ok_and(|(perf, _)| perf.converged);
-    let (iterations, note) = match result {
-        Ok((perf, _)) => (
-            Some(perf.iterations),
-            format!(
-                "{k} stripes of RCM rows, final residual {:.3e}{}; set-up: {phases}; {traffic}",
-                perf.final_residual,
-                if perf.converged { "" } else { " NOT CONVERGED" }
-            ),
+    let note = match &result {
+        Ok((perf, _)) => format!(
+            "{k} stripes of RCM rows, final residual {:.3e}{}; set-up: {phases}; {traffic}",
+            perf.final_residual,
+            if perf.converged { "" } else { " NOT CONVERGED" }
         ),
-        Err(e) => (None, format!("failed: {e}; set-up: {phases}")),
+        Err(e) => format!("failed: {e}; set-up: {phases}"),
     };
-    Ok(Entry {
+    Ok(Entry::solved(
         what,
-        ordering: ordered.ordering,
-        setup_ms: Some(setup_ms),
-        iterations,
+        ordered.ordering,
+        setup_ms,
         solve_ms,
-        converged,
+        result.as_ref().ok().map(|(perf, _)| perf),
         note,
-    })
+    ))
 }
 
 /// A row's set-up in its phases, for the note: "set-up: <phase> (place)

@@ -123,12 +123,7 @@ pub fn run(settings: &MultiBenchSettings) -> anyhow::Result<(Report, String)> {
         let b = vec![1.0; n];
         for &g in &counts {
             let d = box_slabs(side, side, side, g).map_err(anyhow::Error::msg)?;
-            let options = MultiGpuOptions {
-                slice_height: settings.slice_height,
-                transport: settings.transport,
-                single_reduction: settings.single_reduction,
-                ..MultiGpuOptions::default()
-            };
+            let options = settings.options();
             let host_options = MultiGpuOptions {
                 device_loop: false,
                 ..options

@@ -151,6 +151,21 @@ impl<'g> Ordered<'g> {
         })
     }
 
+    /// The colour layout of `colour_layout` ("rcm+col", described by
+    /// `name`): the matrix `a_colour` and `b` (given in RCM order) in the
+    /// order `p`, with the colouring.
+    pub fn colours(
+        gpu: &'g Gpu,
+        name: String,
+        (p, a_colour, colouring): (Permutation, Csr, Colouring),
+        b: &[f64],
+        options: &GpuSolveOptions,
+    ) -> anyhow::Result<Self> {
+        let mut ordered = Self::new(gpu, ("rcm+col", name), a_colour, &p.to_new(b), options)?;
+        ordered.colouring = Some(colouring);
+        Ok(ordered)
+    }
+
     /// The layout of grown blocks of `block_layout`: the matrix `a_blocks`
     /// and `b` (given in the original order) in the order `blocks`, SELL
     /// slices of the block height `block_h`.
@@ -330,21 +345,15 @@ pub fn rows(
         &rcm.to_new(b),
         &options,
     )?;
-    let (by_colour_p, a_colour, colouring) = colour_layout(gpu, &by_rcm.a, h)?;
-    let mut by_colour = Ordered::new(
+    let layout = colour_layout(gpu, &by_rcm.a, h)?;
+    let lambda = in_block_fraction(&layout.1, h);
+    let mut by_colour = Ordered::colours(
         gpu,
-        (
-            "rcm+col",
-            format!(
-                "RCM, colour-contiguous, lambda {:.3}",
-                in_block_fraction(&a_colour, h)
-            ),
-        ),
-        a_colour,
-        &by_colour_p.to_new(&rcm.to_new(b)),
+        format!("RCM, colour-contiguous, lambda {lambda:.3}"),
+        layout,
+        &rcm.to_new(b),
         &options,
     )?;
-    by_colour.colouring = Some(colouring);
     let layout = block_layout(gpu, a, h)?;
     let block_h = layout.0;
     let mut by_blocks = Ordered::blocks(gpu, layout, b, &options)?;

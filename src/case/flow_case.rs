@@ -88,12 +88,16 @@ use crate::gpu::simple::{DeviceFlowError, DevicePhaseSeconds, DevicePressureSolv
 use crate::gpu::Gpu;
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
+use crate::solve::gamg::GamgCache;
 use crate::solve::registry::{self, Role};
 use crate::solve::{
-    EquilibrationKind, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, Sweep,
+    EquilibrationKind, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings,
+    SolveError, SolverPerformance, Sweep,
 };
+use crate::sparse::Csr;
 use crate::timings::{self, Phase};
 use serde::Deserialize;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -533,6 +537,36 @@ fn pressure_condition(
     }
 }
 
+/// The pressure solves of a flow run on `device`: each with `solver`, or
+/// with `last_solver` for the last solve of a time step (PISO's `pFinal`),
+/// its wall time added to `seconds` (read while the solves are held).
+pub(super) fn timed_pressure_solves<'a, 'g: 'a>(
+    device: Device<'g>,
+    gpu_solver: &'a mut Option<GpuSolves<'g>>,
+    gamg_cache: &'a GamgCache,
+    [solver, last_solver]: [&'a LinearSolver; 2],
+    seconds: &'a Cell<f64>,
+) -> impl FnMut(&Csr, &[f64], &mut [f64], bool) -> Result<SolverPerformance, SolveError> + use<'a, 'g>
+{
+    move |a, b, x, last| {
+        let solver = if last { last_solver } else { solver };
+        let _solve = device.phase(Phase::Solve);
+        let start = Instant::now();
+        let perf = solve_linear(
+            device,
+            gpu_solver.as_mut(),
+            gamg_cache,
+            solver,
+            a,
+            b,
+            x,
+            "p",
+        );
+        seconds.set(seconds.get() + start.elapsed().as_secs_f64());
+        perf
+    }
+}
+
 /// The mean wall time of an outer iteration and of its parts, where the
 /// pressure equation's share is the point of the GPU (the benchmark's table).
 fn log_phase_times(simple: &Simple, pressure_solve_seconds: f64) {
@@ -826,23 +860,14 @@ pub fn run_flow_case_with_mesh(
     let solver = setup.pressure_solver;
     log_gpu_mapping(device, "p", &[&solver]);
     let gamg_cache = gamg_cache(mesh, &geometry, &[&solver]);
-    let mut pressure_solve_seconds = 0.0;
-    let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
-        let _solve = device.phase(Phase::Solve);
-        let start = Instant::now();
-        let perf = solve_linear(
-            device,
-            gpu_solver.as_mut(),
-            &gamg_cache,
-            &solver,
-            a,
-            b,
-            x,
-            "p",
-        );
-        pressure_solve_seconds += start.elapsed().as_secs_f64();
-        perf
-    };
+    let pressure_solve_seconds = Cell::new(0.0);
+    let solve_pressure: &mut PressureSolve<'_> = &mut timed_pressure_solves(
+        device,
+        &mut gpu_solver,
+        &gamg_cache,
+        [&solver, &solver],
+        &pressure_solve_seconds,
+    );
     let mut device_loop = match device {
         Device::Gpu(gpu) => timings::timed(Phase::DeviceSetup, || {
             device_simple(gpu, &mut simple, &solver, device)
@@ -909,7 +934,7 @@ pub fn run_flow_case_with_mesh(
     let reports = run?;
     let solve_seconds = device_loop
         .as_ref()
-        .map_or(pressure_solve_seconds, |d| d.phase_seconds().solve);
+        .map_or(pressure_solve_seconds.get(), |d| d.phase_seconds().solve);
     log_phase_times(&simple, solve_seconds);
     if let Some(device_loop) = &device_loop {
         log_device_phase_times(&simple, device_loop);

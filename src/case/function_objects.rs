@@ -25,7 +25,7 @@
 //! `writeControl timeStep|writeTime|outputTime|runTime|adjustableRunTime` and
 //! `writeInterval` choose the steps each object runs at (default: every step).
 
-use super::openfoam::{at, at_key, Reader};
+use super::openfoam::{at, at_key, interval_in_steps, one_of, Reader};
 use super::CaseError;
 use crate::flow::simple::Simple;
 use crate::foam::dict::{Value, ValueKind};
@@ -108,17 +108,15 @@ pub(super) fn read_functions(
         match (kind.as_str(), e.as_dict()) {
             ("residuals" | "solverInfo", _) => objects.residuals = true,
             ("fieldMinMax", Some(dict)) => {
-                let mode = match dict.get_or("mode", "magnitude".to_string())?.as_str() {
-                    "magnitude" => MinMaxMode::Magnitude,
-                    "component" => MinMaxMode::Component,
-                    other => {
-                        return Err(at_key(
-                            dict,
-                            "mode",
-                            format!("mode {other}: expected magnitude or component"),
-                        ))
-                    }
-                };
+                let mode = one_of(
+                    dict,
+                    "mode",
+                    "magnitude",
+                    [
+                        ("magnitude", MinMaxMode::Magnitude),
+                        ("component", MinMaxMode::Component),
+                    ],
+                )?;
                 objects.field_min_max.push(FieldMinMax {
                     name: e.key().to_string(),
                     fields: field_names(dict)?,
@@ -210,34 +208,7 @@ fn field_names(dict: &FoamDict) -> Result<Vec<String>, CaseError> {
 fn steps_between(dict: &FoamDict, write_every: usize, delta_t: f64) -> Result<usize, CaseError> {
     let control = dict.get_or("writeControl", "timeStep".to_string())?;
     let interval = dict.get_or("writeInterval", 1.0)?;
-    let steps = match control.as_str() {
-        "timeStep" => interval,
-        "writeTime" | "outputTime" => interval * write_every as f64,
-        // The time step is fixed, so adjustableRunTime is runTime.
-        "runTime" | "adjustableRunTime" => interval / delta_t,
-        other => {
-            return Err(at_key(
-                dict,
-                "writeControl",
-                format!(
-                    "writeControl {other}: expected timeStep, writeTime, runTime or \
-                     adjustableRunTime"
-                ),
-            ))
-        }
-    };
-    let rounded = steps.round();
-    if !(rounded >= 1.0 && (steps - rounded).abs() <= 1e-9 * rounded) {
-        return Err(at_key(
-            dict,
-            "writeInterval",
-            format!(
-                "writeInterval {interval} with writeControl {control} is not a whole number of \
-                 time steps of {delta_t}; make it one"
-            ),
-        ));
-    }
-    Ok(rounded as usize)
+    interval_in_steps(dict, &control, interval, delta_t, Some(write_every))
 }
 
 /// A field's extreme: its value, the cell (the face's owner on a patch) and

@@ -26,10 +26,12 @@
 //! why. Either way the run ends with the time per step by part
 //! ([`StepTiming`]).
 
-use super::flow_case::{device_pressure_solver, momentum_solver, patch_conditions};
+use super::flow_case::{
+    device_pressure_solver, momentum_solver, patch_conditions, timed_pressure_solves,
+};
 use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
-use super::run::{gamg_cache, log_gpu_mapping, solve_linear, GpuSolves};
+use super::run::{gamg_cache, log_gpu_mapping, GpuSolves};
 use super::setup::LinearSolver;
 use super::simple_foam::{
     check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
@@ -55,6 +57,7 @@ use crate::io::foam_field::{
 use crate::io::vtk::{VtkEncoding, VtkSeries};
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
 use crate::timings::{self, Phase};
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -550,28 +553,18 @@ pub fn run_transient_case(
     };
     let (p_solver, p_final) = (setup.pressure_solver, setup.pressure_final);
     let mut p_iterations = 0;
-    let mut pressure_seconds = 0.0;
+    let pressure_seconds = Cell::new(0.0);
     let gamg_cache = timings::timed(Phase::DeviceSetup, || match device_step {
         Some(_) => gamg_cache(mesh, &geometry, &[]),
         None => gamg_cache(mesh, &geometry, &[&p_solver, &p_final]),
     });
-    let solve_pressure: &mut PressureSolve<'_> = &mut |a, b, x, last| {
-        let solver = if last { &p_final } else { &p_solver };
-        let _solve = device.phase(Phase::Solve);
-        let clock = Instant::now();
-        let perf = solve_linear(
-            device,
-            gpu_solver.as_mut(),
-            &gamg_cache,
-            solver,
-            a,
-            b,
-            x,
-            "p",
-        );
-        pressure_seconds += clock.elapsed().as_secs_f64();
-        perf
-    };
+    let solve_pressure: &mut PressureSolve<'_> = &mut timed_pressure_solves(
+        device,
+        &mut gpu_solver,
+        &gamg_cache,
+        [&p_solver, &p_final],
+        &pressure_seconds,
+    );
     let output = timings::enter(Phase::Output);
     let mut residual_log = match setup.residuals {
         true => Some(ResidualLog::create(setup, &piso)?),
@@ -729,7 +722,7 @@ pub fn run_transient_case(
         None => StepTiming {
             steps,
             momentum: piso.momentum_seconds(),
-            pressure_solves: pressure_seconds,
+            pressure_solves: pressure_seconds.get(),
             total: step_seconds,
         },
     };

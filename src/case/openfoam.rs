@@ -89,6 +89,72 @@ pub(super) fn at_key(dict: &FoamDict, key: &str, msg: impl Into<String>) -> Case
     }
 }
 
+/// The word of `key` (`default` where the key is absent) as one of two
+/// `choices`; another word is an error at the key: `key WORD: expected A
+/// or B`.
+pub(super) fn one_of<T: Copy>(
+    dict: &FoamDict,
+    key: &str,
+    default: &str,
+    choices: [(&str, T); 2],
+) -> Result<T, CaseError> {
+    let word: String = dict.get_or(key, default.to_string())?;
+    match choices.iter().find(|(name, _)| *name == word) {
+        Some(&(_, value)) => Ok(value),
+        None => Err(at_key(
+            dict,
+            key,
+            format!(
+                "{key} {word}: expected {} or {}",
+                choices[0].0, choices[1].0
+            ),
+        )),
+    }
+}
+
+/// `writeInterval` `interval` under `writeControl` `control` as a whole
+/// number of time steps of `delta_t`, else an error at the key: `timeStep`
+/// counts steps; `runTime` and `adjustableRunTime` count time (without
+/// `adjustTimeStep` the step is fixed, and adjustableRunTime writes at
+/// runTime's times); with `write_every`, the case's steps between writes
+/// (a function object's interval), `writeTime` and `outputTime` count writes.
+pub(super) fn interval_in_steps(
+    dict: &FoamDict,
+    control: &str,
+    interval: f64,
+    delta_t: f64,
+    write_every: Option<usize>,
+) -> Result<usize, CaseError> {
+    let steps = match (control, write_every) {
+        ("timeStep", _) => interval,
+        ("writeTime" | "outputTime", Some(every)) => interval * every as f64,
+        ("runTime" | "adjustableRunTime", _) => interval / delta_t,
+        (other, _) => {
+            let expected = match write_every {
+                Some(_) => "timeStep, writeTime, runTime or adjustableRunTime",
+                None => "timeStep, runTime or adjustableRunTime",
+            };
+            return Err(at_key(
+                dict,
+                "writeControl",
+                format!("writeControl {other}: expected {expected}"),
+            ));
+        }
+    };
+    let rounded = steps.round();
+    if !(rounded >= 1.0 && (steps - rounded).abs() <= 1e-9 * rounded) {
+        return Err(at_key(
+            dict,
+            "writeInterval",
+            format!(
+                "writeInterval {interval} with writeControl {control} is not a whole number of \
+                 time steps of {delta_t}; make it one"
+            ),
+        ));
+    }
+    Ok(rounded as usize)
+}
+
 /// The OpenFOAM applications `fvpoisson run` runs, as error messages list them.
 pub const SUPPORTED_APPLICATIONS: [&str; 5] = [
     "laplacianFoam",
@@ -348,31 +414,7 @@ impl Reader {
         }
         let write_control = control.get_or("writeControl", "timeStep".to_string())?;
         let interval = control.get_scalar("writeInterval")?;
-        let interval_entry = control.entry("writeInterval").expect("read above");
-        let steps = match write_control.as_str() {
-            "timeStep" => interval,
-            // Without adjustTimeStep, adjustableRunTime writes at the same times as runTime.
-            "runTime" | "adjustableRunTime" => interval / delta_t,
-            other => {
-                return Err(at_key(
-                    control,
-                    "writeControl",
-                    format!(
-                        "writeControl {other}: expected timeStep, runTime or adjustableRunTime"
-                    ),
-                ))
-            }
-        };
-        let rounded = steps.round();
-        if !(rounded >= 1.0 && (steps - rounded).abs() <= 1e-9 * rounded) {
-            return Err(at(
-                interval_entry,
-                format!(
-                    "writeInterval {interval} with writeControl {write_control} is not a whole \
-                     number of time steps of {delta_t}; make it one"
-                ),
-            ));
-        }
+        let write_every = interval_in_steps(control, &write_control, interval, delta_t, None)?;
         if control.get_or("purgeWrite", 0usize)? != 0 {
             self.warn(format!(
                 "{}: purgeWrite is not supported: every written time is kept",
@@ -383,7 +425,7 @@ impl Reader {
             start,
             end,
             delta_t,
-            write_every: rounded as usize,
+            write_every,
         })
     }
 
@@ -405,17 +447,12 @@ impl Reader {
         &mut self,
         control: &FoamDict,
     ) -> Result<FoamWriteOptions, CaseError> {
-        let format = match control.get_or("writeFormat", "ascii".to_string())?.as_str() {
-            "ascii" => FoamFormat::Ascii,
-            "binary" => FoamFormat::Binary,
-            other => {
-                return Err(at_key(
-                    control,
-                    "writeFormat",
-                    format!("writeFormat {other}: expected ascii or binary"),
-                ))
-            }
-        };
+        let format = one_of(
+            control,
+            "writeFormat",
+            "ascii",
+            [("ascii", FoamFormat::Ascii), ("binary", FoamFormat::Binary)],
+        )?;
         let compress = match control.stream_entry("writeCompression")? {
             None => false,
             Some((entry, _)) => {

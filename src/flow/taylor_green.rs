@@ -327,20 +327,18 @@ pub fn spatial_study(
     courant: f64,
     end_time: f64,
 ) -> Result<Study, FlowError> {
-    let rows = ns
-        .iter()
-        .map(|&n| {
-            TaylorGreen {
-                mesh,
-                n,
-                nu,
-                ddt: DdtScheme::Backward,
-                dt: courant * 2.0 * PI / n as f64,
-                end_time,
-            }
-            .run()
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let base = TaylorGreen {
+        mesh,
+        n: 0,
+        nu,
+        ddt: DdtScheme::Backward,
+        dt: 0.0,
+        end_time,
+    };
+    let rows = run_each(base, ns, |run, n| {
+        run.n = n;
+        run.dt = courant * 2.0 * PI / n as f64;
+    })?;
     Ok(Study {
         title: format!(
             "spatial: {}, backward, dt = {courant} h, nu = {nu}, t = {end_time}",
@@ -362,20 +360,15 @@ pub fn temporal_study(
     dts: &[f64],
     end_time: f64,
 ) -> Result<Study, FlowError> {
-    let rows = dts
-        .iter()
-        .map(|&dt| {
-            TaylorGreen {
-                mesh,
-                n,
-                nu,
-                ddt,
-                dt,
-                end_time,
-            }
-            .run()
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let base = TaylorGreen {
+        mesh,
+        n,
+        nu,
+        ddt,
+        dt: 0.0,
+        end_time,
+    };
+    let rows = run_each(base, dts, |run, dt| run.dt = dt)?;
     let finest = rows.last().expect("at least one time step");
     let relative_l2 = |a: &[Vec3], b: &[Vec3]| -> f64 {
         let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y).norm_squared()).sum();
@@ -405,6 +398,23 @@ pub fn temporal_study(
         rows,
         errors,
     })
+}
+
+/// Runs `base` once for each of `values`, `set` putting the value in
+/// (a study's mesh sizes or time steps); the first failed run is the error.
+fn run_each<T: Copy>(
+    base: TaylorGreen,
+    values: &[T],
+    set: impl Fn(&mut TaylorGreen, T),
+) -> Result<Vec<TaylorGreenResult>, FlowError> {
+    values
+        .iter()
+        .map(|&value| {
+            let mut run = base;
+            set(&mut run, value);
+            run.run()
+        })
+        .collect()
 }
 
 fn format_dt(dt: f64) -> String {

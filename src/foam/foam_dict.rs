@@ -83,31 +83,33 @@ pub enum FoamValue {
     Stream(Vec<Value>),
 }
 
-/// A type an entry's values can be read as.
+/// A type an entry's values can be read as: each type here is read from
+/// exactly one value.
 pub trait FromEntry: Sized {
     /// What was expected, for messages ("a number").
     const EXPECTED: &'static str;
-    fn from_values(values: &[Value]) -> Option<Self>;
-}
-
-impl FromEntry for f64 {
-    const EXPECTED: &'static str = "one number";
+    fn from_value(value: &Value) -> Option<Self>;
+    /// `None` unless `values` is one value of this type.
     fn from_values(values: &[Value]) -> Option<Self> {
         match values {
-            [v] => v.number(),
+            [v] => Self::from_value(v),
             _ => None,
         }
     }
 }
 
+impl FromEntry for f64 {
+    const EXPECTED: &'static str = "one number";
+    fn from_value(value: &Value) -> Option<Self> {
+        value.number()
+    }
+}
+
 impl FromEntry for usize {
     const EXPECTED: &'static str = "one non-negative integer";
-    fn from_values(values: &[Value]) -> Option<Self> {
-        match values {
-            [Value {
-                kind: ValueKind::Int(i),
-                ..
-            }] => usize::try_from(*i).ok(),
+    fn from_value(value: &Value) -> Option<Self> {
+        match &value.kind {
+            ValueKind::Int(i) => usize::try_from(*i).ok(),
             _ => None,
         }
     }
@@ -115,12 +117,9 @@ impl FromEntry for usize {
 
 impl FromEntry for String {
     const EXPECTED: &'static str = "one word";
-    fn from_values(values: &[Value]) -> Option<Self> {
-        match values {
-            [Value {
-                kind: ValueKind::Word(w) | ValueKind::Str(w),
-                ..
-            }] => Some(w.clone()),
+    fn from_value(value: &Value) -> Option<Self> {
+        match &value.kind {
+            ValueKind::Word(w) | ValueKind::Str(w) => Some(w.clone()),
             _ => None,
         }
     }
@@ -129,20 +128,14 @@ impl FromEntry for String {
 impl FromEntry for bool {
     const EXPECTED: &'static str = "a switch (true/false, on/off, yes/no)";
     /// OpenFOAM `Switch` words.
-    fn from_values(values: &[Value]) -> Option<Self> {
-        match values {
-            [Value {
-                kind: ValueKind::Word(w),
-                ..
-            }] => match w.as_str() {
+    fn from_value(value: &Value) -> Option<Self> {
+        match &value.kind {
+            ValueKind::Word(w) => match w.as_str() {
                 "true" | "on" | "yes" | "y" | "t" | "any" => Some(true),
                 "false" | "off" | "no" | "n" | "f" | "none" => Some(false),
                 _ => None,
             },
-            [Value {
-                kind: ValueKind::Int(i @ (0 | 1)),
-                ..
-            }] => Some(*i == 1),
+            ValueKind::Int(i @ (0 | 1)) => Some(*i == 1),
             _ => None,
         }
     }

@@ -564,6 +564,17 @@ fn format_directions(d: [bool; 3]) -> String {
     )
 }
 
+/// One check of the report: checkMesh's ` ***` line when it `failed`, its
+/// OK line otherwise.
+fn check_line(
+    out: &mut fmt::Formatter<'_>,
+    failed: bool,
+    failure: fmt::Arguments<'_>,
+    ok: fmt::Arguments<'_>,
+) -> fmt::Result {
+    writeln!(out, "{}", if failed { failure } else { ok })
+}
+
 /// The report in checkMesh's layout and wording.
 impl fmt::Display for MeshReport {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -583,15 +594,15 @@ impl fmt::Display for MeshReport {
         writeln!(out)?;
 
         writeln!(out, "Checking topology...")?;
-        if self.n_unused_points > 0 {
-            writeln!(
-                out,
+        check_line(
+            out,
+            self.n_unused_points > 0,
+            format_args!(
                 " ***Unused points found in the mesh, number unused by faces: {}",
                 self.n_unused_points
-            )?;
-        } else {
-            writeln!(out, "    Point usage OK.")?;
-        }
+            ),
+            format_args!("    Point usage OK."),
+        )?;
         // `Mesh::new` refuses meshes out of upper-triangular order, so a report exists only for ordered ones.
         writeln!(out, "    Upper triangular ordering OK.")?;
         if self.n_regions <= 1 {
@@ -641,81 +652,70 @@ impl fmt::Display for MeshReport {
             "    Mesh has {}",
             format_directions(self.solution_directions)
         )?;
-        if self.boundary_is_open() {
-            writeln!(
-                out,
+        check_line(
+            out,
+            self.boundary_is_open(),
+            format_args!(
                 " ***Boundary openness {} possible hole in boundary description.",
                 format_vector(&self.boundary_openness)
-            )?;
-        } else {
-            writeln!(
-                out,
+            ),
+            format_args!(
                 "    Boundary openness {} OK.",
                 format_vector(&self.boundary_openness)
-            )?;
-        }
-        if self.n_open_cells > 0 {
-            writeln!(
-                out,
+            ),
+        )?;
+        check_line(
+            out,
+            self.n_open_cells > 0,
+            format_args!(
                 " ***Open cells found, max cell openness: {}, number of open cells {}",
                 g(self.max_cell_openness),
                 self.n_open_cells
-            )?;
-        } else {
-            writeln!(
-                out,
-                "    Max cell openness = {} OK.",
-                g(self.max_cell_openness)
-            )?;
-        }
-        if self.n_high_aspect_cells > 0 {
-            writeln!(
-                out,
+            ),
+            format_args!("    Max cell openness = {} OK.", g(self.max_cell_openness)),
+        )?;
+        check_line(
+            out,
+            self.n_high_aspect_cells > 0,
+            format_args!(
                 " ***High aspect ratio cells found, Max aspect ratio: {}, number of cells {}",
                 g(self.max_aspect_ratio),
                 self.n_high_aspect_cells
-            )?;
-        } else {
-            writeln!(
-                out,
-                "    Max aspect ratio = {} OK.",
-                g(self.max_aspect_ratio)
-            )?;
-        }
+            ),
+            format_args!("    Max aspect ratio = {} OK.", g(self.max_aspect_ratio)),
+        )?;
         // Failures are worded as checkMesh words them; the count of faulty
         // entities is ours.
-        if self.n_zero_area_faces > 0 {
-            writeln!(
-                out,
+        check_line(
+            out,
+            self.n_zero_area_faces > 0,
+            format_args!(
                 " ***Zero or negative face area detected.  Minimum area: {}, number of such faces: {}",
                 g(self.min_face_area),
                 self.n_zero_area_faces
-            )?;
-        } else {
-            writeln!(
-                out,
+            ),
+            format_args!(
                 "    Minimum face area = {}. Maximum face area = {}.  Face area magnitudes OK.",
                 g(self.min_face_area),
                 g(self.max_face_area)
-            )?;
-        }
-        if self.n_negative_volume_cells > 0 {
-            writeln!(
-                out,
+            ),
+        )?;
+        check_line(
+            out,
+            self.n_negative_volume_cells > 0,
+            format_args!(
                 " ***Zero or negative cell volume detected.  Minimum negative volume: {}, \
                  Number of negative volume cells: {}",
                 g(self.min_volume),
                 self.n_negative_volume_cells
-            )?;
-        } else {
-            writeln!(
-                out,
+            ),
+            format_args!(
                 "    Min volume = {}. Max volume = {}.  Total volume = {}.  Cell volumes OK.",
                 g(self.min_volume),
                 g(self.max_volume),
                 g(self.total_volume)
-            )?;
-        }
+            ),
+        )?;
         if let (Some(max), Some(avg)) = (self.max_non_orthogonality, self.avg_non_orthogonality) {
             writeln!(
                 out,
@@ -732,29 +732,34 @@ impl fmt::Display for MeshReport {
                 self.n_severely_non_orthogonal
             )?;
         }
-        if self.n_non_orthogonality_errors > 0 {
-            writeln!(
-                out,
+        check_line(
+            out,
+            self.n_non_orthogonality_errors > 0,
+            format_args!(
                 " ***Number of non-orthogonality errors: {}.",
                 self.n_non_orthogonality_errors
-            )?;
-        } else {
-            writeln!(out, "    Non-orthogonality check OK.")?;
-        }
-        if self.n_negative_pyramids > 0 {
-            writeln!(
-                out,
+            ),
+            format_args!("    Non-orthogonality check OK."),
+        )?;
+        check_line(
+            out,
+            self.n_negative_pyramids > 0,
+            format_args!(
                 " ***Error in face pyramids: {} faces are incorrectly oriented.",
                 self.n_negative_pyramids
-            )?;
-        } else {
-            writeln!(out, "    Face pyramids OK.")?;
-        }
-        if self.n_highly_skew_faces > 0 {
-            writeln!(out, " ***Max skewness = {}, {} highly skew faces detected which may impair the quality of the results", g(self.max_skewness), self.n_highly_skew_faces)?;
-        } else {
-            writeln!(out, "    Max skewness = {} OK.", g(self.max_skewness))?;
-        }
+            ),
+            format_args!("    Face pyramids OK."),
+        )?;
+        check_line(
+            out,
+            self.n_highly_skew_faces > 0,
+            format_args!(
+                " ***Max skewness = {}, {} highly skew faces detected which may impair the quality of the results",
+                g(self.max_skewness),
+                self.n_highly_skew_faces
+            ),
+            format_args!("    Max skewness = {} OK.", g(self.max_skewness)),
+        )?;
         writeln!(out)?;
         let failed = self.failed_checks();
         if failed.is_empty() {

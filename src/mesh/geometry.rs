@@ -512,28 +512,18 @@ mod tests {
                     .collect()
             };
             let scalar_bits = |v: &[f64]| -> Vec<u64> { v.iter().map(|x| x.to_bits()).collect() };
-            // What the face-order reference computes, compared bit for bit.
+            // What the face-order reference computes, compared bit for bit:
+            // cell centres and volumes, weights, boundary face centres.
+            let computed = |g: &Geometry| {
+                (
+                    bits(&g.cell_centres),
+                    scalar_bits(&g.cell_volumes),
+                    scalar_bits(&g.weights),
+                    bits(&g.boundary_face_centres),
+                )
+            };
             let assert_same_bits = |got: &Geometry, want: &Geometry, what: &str| {
-                assert_eq!(
-                    bits(&got.cell_centres),
-                    bits(&want.cell_centres),
-                    "{spec}: {what}"
-                );
-                assert_eq!(
-                    scalar_bits(&got.cell_volumes),
-                    scalar_bits(&want.cell_volumes),
-                    "{spec}: {what}"
-                );
-                assert_eq!(
-                    scalar_bits(&got.weights),
-                    scalar_bits(&want.weights),
-                    "{spec}: {what}"
-                );
-                assert_eq!(
-                    bits(&got.boundary_face_centres),
-                    bits(&want.boundary_face_centres),
-                    "{spec}: {what}"
-                );
+                assert_eq!(computed(got), computed(want), "{spec}: {what}");
             };
             assert_same_bits(&serial, &reference, "one thread against the reference");
             assert_same_bits(&parallel, &serial, "five threads against one");

@@ -57,6 +57,23 @@ impl KeyValues {
     }
 }
 
+/// Sets each `key=value` part of a `name:key=value:...` specification (the
+/// parts after the name) by `set`, keys and values trimmed; `what` names
+/// the settings in the error of a part that is not `key=value`.
+pub fn set_pairs<'s>(
+    parts: impl Iterator<Item = &'s str>,
+    what: &str,
+    mut set: impl FnMut(&str, &str) -> Result<(), String>,
+) -> Result<(), String> {
+    for part in parts {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{what} parameter '{part}' must be key=value"))?;
+        set(key.trim(), value.trim())?;
+    }
+    Ok(())
+}
+
 /// Settings of a preconditioner that lives in its own folder: its keys, its
 /// one parser and its CPU implementation; the CUDA implementation is
 /// dispatched from `gpu::registered`.

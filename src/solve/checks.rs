@@ -1,6 +1,7 @@
 //! The checks every solver's entry point makes on its inputs (square,
 //! sizes, finite values, valid controls, symmetric), each failing with a
-//! [`SolveError`] that names the entry at fault.
+//! [`SolveError`] that names the entry at fault; and the copies of `b` and
+//! `x` the entry points solve on ([`on_copies`]).
 
 use rayon::prelude::*;
 
@@ -88,6 +89,20 @@ pub fn check_inputs(
     check_finite("right-hand side b", b)?;
     check_finite("initial guess x", x)?;
     controls.validate()
+}
+
+/// Runs `solve` on copies of `b` and `x` (`Vec<f64>`, the CPU backends'
+/// vector) and copies the solution into `x` when it succeeds: an error
+/// leaves `x` as given. The copies are freed on return.
+pub(crate) fn on_copies<T, E>(
+    b: &[f64],
+    x: &mut [f64],
+    solve: impl FnOnce(&Vec<f64>, &mut Vec<f64>) -> Result<T, E>,
+) -> Result<T, E> {
+    let mut x_work = x.to_vec();
+    let solved = solve(&b.to_vec(), &mut x_work)?;
+    x.copy_from_slice(&x_work);
+    Ok(solved)
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use std::sync::Mutex;
 use nalgebra::DMatrix;
 use rayon::prelude::*;
 
+use super::checks::on_copies;
 use super::lanczos::{Recorded, SpectrumEstimate};
 use super::{
     pcg, CgBackend, CpuBackend, Executor, InitialNorms, Preconditioner, SolveError, SolverControls,
@@ -438,20 +439,16 @@ pub fn solve_pcg_deflated(
     preconditioner.check()?;
     let precond = preconditioner.build(a)?;
     let backend = CpuBackend::new(a, precond.as_ref());
-    let b = b.to_vec();
-    let mut x_work = x.to_vec();
-    let result = match subdomains {
+    on_copies(b, x, |b, x| match subdomains {
         Some(s) => {
             let ops = CpuDeflation::new(a, s.clone())?;
-            deflated_pcg(&backend, &ops, &b, &mut x_work, controls, "x")
+            deflated_pcg(&backend, &ops, b, x, controls, "x")
         }
         None => {
             let recorded = Recorded::new(&backend);
-            pcg(&recorded, &b, &mut x_work, controls, "x").map(|perf| (perf, recorded.spectrum()))
+            pcg(&recorded, b, x, controls, "x").map(|perf| (perf, recorded.spectrum()))
         }
-    }?;
-    x.copy_from_slice(&x_work);
-    Ok(result)
+    })
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ use std::sync::Mutex;
 use nalgebra::DMatrix;
 
 use super::bicgstab::bicgstab;
+use super::checks::on_copies;
 use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
 use super::error::check_finite;
 use super::ic::Dic;
@@ -666,10 +667,7 @@ fn with_block_preconditioner(
             symmetric,
         ),
     )?;
-    let (b, mut x_work) = (b.to_vec(), x.to_vec());
-    let perf = solve(precond.as_ref(), &b, &mut x_work)?;
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+    on_copies(b, x, |b, x| solve(precond.as_ref(), b, x))
 }
 
 /// Solves the distributed system A x = b on this rank's rows with PCG and

@@ -38,7 +38,7 @@
 
 use rayon::prelude::*;
 
-use super::checks::check_system;
+use super::checks::{check_system, on_copies};
 use super::cpu::CpuBackend;
 use super::jacobi::Identity;
 use super::pcg::StopReason;
@@ -580,10 +580,9 @@ pub fn solve_eisenstat_with(
 ) -> Result<SolverPerformance, SolveError> {
     check_system(a, b, x, controls)?;
     let backend = CpuEisenstat::new(a)?;
-    let mut x_work = x.to_vec();
-    let perf = eisenstat_cg(&backend, &b.to_vec(), &mut x_work, controls, check, field)?;
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+    on_copies(b, x, |b, x| {
+        eisenstat_cg(&backend, b, x, controls, check, field)
+    })
 }
 
 #[cfg(test)]

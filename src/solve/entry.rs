@@ -6,7 +6,7 @@
 //! This module sits at the top of `solve`: it imports the solvers and the
 //! preconditioners, none of which imports it.
 
-use super::checks::{check_inputs, check_symmetric};
+use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::krylov::{CpuKrylovBackend, GmresSettings, KrylovMethod, PreconditioningSide};
 use super::pcg::pcg_set_up_on_demand;
@@ -81,21 +81,20 @@ pub fn solve_pcg_scaled(
             if !checked && !start.split().is_symmetric() {
                 check_symmetric(a)?;
             }
-            let mut x_work = x.to_vec();
-            let perf = pcg_set_up_on_demand(
-                start,
-                |start| match preconditioner == PreconditionerKind::Dic {
-                    // DIC sweeps the backend's split rows: no copy of them.
-                    true => start.dic(),
-                    false => Ok(start.preconditioned(preconditioner.build(ordered)?)),
-                },
-                &b.to_vec(),
-                &mut x_work,
-                controls,
-                field,
-            )?;
-            x.copy_from_slice(&x_work);
-            return Ok(perf);
+            return on_copies(b, x, |b, x| {
+                pcg_set_up_on_demand(
+                    start,
+                    |start| match preconditioner == PreconditionerKind::Dic {
+                        // DIC sweeps the backend's split rows: no copy of them.
+                        true => start.dic(),
+                        false => Ok(start.preconditioned(preconditioner.build(ordered)?)),
+                    },
+                    b,
+                    x,
+                    controls,
+                    field,
+                )
+            });
         };
         let scaled = eq.scale_matrix(ordered);
         let precond = preconditioner.build(&scaled)?;
@@ -142,19 +141,16 @@ pub fn solve_pcg_in_place(
     }
     // Freed before any vector of the solve is made: they take its room.
     drop(a.take_values());
-    let mut x_work = x.to_vec();
-    let solved = pcg_set_up_on_demand(
-        CpuBackend::on_split(&split),
-        CpuBackend::dic,
-        &b.to_vec(),
-        &mut x_work,
-        controls,
-        field,
-    );
-    if solved.is_ok() {
-        x.copy_from_slice(&x_work);
-    }
-    drop(x_work);
+    let solved = on_copies(b, x, |b, x| {
+        pcg_set_up_on_demand(
+            CpuBackend::on_split(&split),
+            CpuBackend::dic,
+            b,
+            x,
+            controls,
+            field,
+        )
+    });
     a.restore_values(split.csr_values(a));
     solved
 }
@@ -219,18 +215,10 @@ pub fn solve_krylov_with(
         });
     }
     let backend = CpuKrylovBackend::new(a, precond);
-    let mut x_work = x.to_vec();
-    let b = b.to_vec();
-    let perf = match method {
-        KrylovMethod::Gmres(s) => {
-            super::gmres::gmres(&backend, &b, &mut x_work, controls, s, field)?
-        }
-        KrylovMethod::BiCgStab => {
-            super::bicgstab::bicgstab(&backend, &b, &mut x_work, controls, field)?
-        }
-    };
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+    on_copies(b, x, |b, x| match method {
+        KrylovMethod::Gmres(s) => super::gmres::gmres(&backend, b, x, controls, s, field),
+        KrylovMethod::BiCgStab => super::bicgstab::bicgstab(&backend, b, x, controls, field),
+    })
 }
 
 #[cfg(test)]

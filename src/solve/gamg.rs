@@ -74,7 +74,7 @@ use std::time::Instant;
 
 use super::amg::coarsest::CoarsestSolver;
 use super::amg::{AmgSettings, MAX_DENSE_ROWS};
-use super::checks::{check_inputs, check_symmetric};
+use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::ic::{Dic, DicFactor};
 use super::jacobi::Identity;
@@ -1345,9 +1345,9 @@ pub fn solve_gamg(
     let identity = Identity(a.n_rows());
     let gamg = Gamg::new(a, &identity, settings, controls, cache)?;
     log::debug!("{}", gamg.describe());
-    let mut x_work = x.to_vec();
-    let perf = smooth_loop(&gamg, &b.to_vec(), &mut x_work, controls, 1, field, "GAMG")?;
-    x.copy_from_slice(&x_work);
+    let perf = on_copies(b, x, |b, x| {
+        smooth_loop(&gamg, b, x, controls, 1, field, "GAMG")
+    })?;
     perf.log("GAMG", "cycles", field, controls);
     Ok(perf)
 }

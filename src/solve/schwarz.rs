@@ -30,6 +30,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::algorithm::set_pairs;
 use super::checks::check_square;
 use super::ic::Ic0;
 use super::ilu::Ilu;
@@ -173,12 +174,7 @@ impl FromStr for SchwarzSettings {
             ));
         };
         let mut settings = Self::new(kind);
-        for part in parts {
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| format!("Schwarz parameter '{part}' must be key=value"))?;
-            settings.set(key.trim(), value.trim())?;
-        }
+        set_pairs(parts, "Schwarz", |key, value| settings.set(key, value))?;
         settings.validate()?;
         Ok(settings)
     }

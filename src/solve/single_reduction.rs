@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 
-use super::checks::check_system;
+use super::checks::{check_system, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::OnExecutor;
 use super::jacobi::{Identity, Jacobi};
@@ -195,10 +195,7 @@ pub fn solve_pcg_single_reduction(
         None => (&identity, None),
     };
     let backend = SingleReduction::new(a, precond, inv_diag);
-    let mut x_work = x.to_vec();
-    let perf = pcg(&backend, &b.to_vec(), &mut x_work, controls, field)?;
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+    on_copies(b, x, |b, x| pcg(&backend, b, x, controls, field))
 }
 
 #[cfg(test)]

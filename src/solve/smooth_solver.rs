@@ -5,7 +5,7 @@
 //! `(iterations += nSweeps) < maxIter && !converged || iterations < minIter`.
 //! Residuals are OpenFOAM-normalised with the normFactor of the initial x.
 
-use super::checks::{check_inputs, check_symmetric};
+use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::{Executor, OnExecutor};
 use super::jacobi::Identity;
@@ -178,17 +178,9 @@ pub fn solve_smooth(
         let smoother = settings.build(a)?;
         let identity = Identity(a.n_rows());
         let backend = CpuSmoothing::new(a, smoother.as_ref(), &identity);
-        let mut x_work = x.to_vec();
-        let perf = smooth_solve(
-            &backend,
-            &b.to_vec(),
-            &mut x_work,
-            controls,
-            settings.sweeps,
-            field,
-        )?;
-        x.copy_from_slice(&x_work);
-        Ok(perf)
+        on_copies(b, x, |b, x| {
+            smooth_solve(&backend, b, x, controls, settings.sweeps, field)
+        })
     })
 }
 

@@ -32,7 +32,8 @@ pub use cycle::Amg;
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
-use super::checks::{check_system, square_size};
+use super::algorithm::set_pairs;
+use super::checks::{check_system, on_copies, square_size};
 use super::jacobi::Identity;
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
@@ -326,12 +327,7 @@ impl FromStr for AmgSettings {
             ));
         }
         let mut settings = Self::default();
-        for part in parts {
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| format!("AMG parameter '{part}' must be key=value"))?;
-            settings.set(key.trim(), value.trim())?;
-        }
+        set_pairs(parts, "AMG", |key, value| settings.set(key, value))?;
         settings.validate()?;
         Ok(settings)
     }
@@ -635,8 +631,7 @@ pub fn solve_amg(
     let cycle = PreconditionerSmoother::new(a, Box::new(amg));
     let identity = Identity(a.n_rows());
     let backend = CpuSmoothing::new(a, &cycle, &identity);
-    let mut x_work = x.to_vec();
-    let perf = smooth_solve(&backend, &b.to_vec(), &mut x_work, controls, 1, field)?;
-    x.copy_from_slice(&x_work);
-    Ok(perf)
+    on_copies(b, x, |b, x| {
+        smooth_solve(&backend, b, x, controls, 1, field)
+    })
 }
