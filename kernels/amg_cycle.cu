@@ -14,6 +14,18 @@
 // coarsest operator, the K-cycle's dot products and scalars stay f64). The
 // fine level's b is PCG's f64 residual in both.
 
+// Row i of A x on a CSR level with x_j = f(j): the row's products summed in
+// stored order (Csr::spmv; the CPU cycle's row_residual). I: the index's type
+// as the caller has it.
+template <typename T, typename I, typename F>
+__device__ __forceinline__ T amg_csr_row(const u64* __restrict__ row_ptr,
+                                         const unsigned* __restrict__ cols,
+                                         const T* __restrict__ vals, I i, const F& f) {
+    T acc = T(0);
+    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) acc += vals[k] * f(cols[k]);
+    return acc;
+}
+
 // Weighted / L1 Jacobi sweep on a CSR level: x_new = x + scale * (b - A x),
 // the row in stored order as the CPU cycle's row_residual (solve::amg::cycle).
 // x null means x = 0: x_new = scale * b.
@@ -28,8 +40,7 @@ __device__ void amg_jacobi_csr_t(int n, const u64* __restrict__ row_ptr,
         x_new[i] = scale[i] * b[i];
         return;
     }
-    T ax = T(0);
-    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * __ldg(&x[cols[k]]);
+    const T ax = amg_csr_row(row_ptr, cols, vals, i, [&](unsigned j) { return __ldg(&x[j]); });
     x_new[i] = x[i] + scale[i] * (b[i] - ax);
 }
 
@@ -181,8 +192,8 @@ __device__ void amg_residual_restrict_csr_t(int nc, const u64* __restrict__ memb
         T r = T(0);
         if (base + lane < end) {
             const unsigned i = members[base + lane];
-            T ax = T(0);
-            for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * __ldg(&x[cols[k]]);
+            const T ax =
+                amg_csr_row(row_ptr, cols, vals, i, [&](unsigned j) { return __ldg(&x[j]); });
             r = b[i] - ax;
         }
         const int count = (int)(end - base < AMG_RR_LANES ? end - base : AMG_RR_LANES);
@@ -302,9 +313,7 @@ __device__ void amg_spmv_csr_t(int n, const u64* __restrict__ row_ptr,
                                const T* __restrict__ x, T* __restrict__ y) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    T acc = T(0);
-    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) acc += vals[k] * __ldg(&x[cols[k]]);
-    y[i] = acc;
+    y[i] = amg_csr_row(row_ptr, cols, vals, i, [&](unsigned j) { return __ldg(&x[j]); });
 }
 
 extern "C" __global__ void amg_spmv_csr(int n, const u64* __restrict__ row_ptr,
@@ -571,8 +580,7 @@ __device__ void amg_residual_restrict_zero_csr_t(
     T sum = T(0);
     for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
         const unsigned i = members[m];
-        T ax = T(0);
-        for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * f(cols[k]);
+        const T ax = amg_csr_row(row_ptr, cols, vals, i, f);
         sum += b[i] - ax;
     }
     bc[I] = sum;
@@ -609,8 +617,7 @@ __device__ void amg_post_csr_t(int n, const u64* __restrict__ row_ptr,
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const FusedIterate<T, T> f{scale, b, aggregate, xc, (T)theta};
-    T ax = T(0);
-    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) ax += vals[k] * f(cols[k]);
+    const T ax = amg_csr_row(row_ptr, cols, vals, i, f);
     x_out[i] = f(i) + scale[i] * (b[i] - ax);
 }
 

@@ -64,7 +64,7 @@ pub(super) use super::scan::{read_at, unzeroed, Scan};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, DeferredRead, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, Precision, MAX_DENSE_ROWS};
-use crate::solve::{SolveError, SolverPerformance};
+use crate::solve::{Preconditioner, SolveError, SolverPerformance};
 use crate::sparse::Csr;
 
 /// kernels/amg.cu SCALE_JACOBI, SCALE_L1.
@@ -108,7 +108,7 @@ pub struct DeviceCsr {
 impl DeviceCsr {
     /// Pushes the matrix as the CSR kernels take it: row pointers, columns,
     /// values.
-    fn push_args<'a>(&'a self, a: &mut KernelArgs<'a>) {
+    pub(super) fn push_args<'a>(&'a self, a: &mut KernelArgs<'a>) {
         a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
     }
 
@@ -1618,15 +1618,13 @@ impl<T: Arith> Run<'_, '_, T> {
     /// its own x, the last sweep widened into z).
     fn fine(&self, r: &CudaSlice<f64>, z: &CudaSlice<f64>) -> Result<(), GpuError> {
         let amg = self.amg;
-        let (gpu, done) = (amg.gpu, self.done);
         let Some(t) = &amg.levels[0].transfer else {
             // One level: the coarsest solve alone, in f64.
             let n = amg.levels[0].a.n;
             let n32 = n as i32;
             let grid = warp_grid(n);
-            return gpu.launch("amg_dense_apply", grid, VECTOR_BLOCK, 0, |a| {
+            return self.launch_gated("amg_dense_apply", grid, |a| {
                 a.arg(&n32).arg(&amg.coarsest_inverse).arg(r).arg(z);
-                arg_or_null(a, done);
             });
         };
         let k = &T::KERNELS;
@@ -1647,20 +1645,13 @@ impl<T: Arith> Run<'_, '_, T> {
         let next = &self.c.levels[1];
         let nc32 = amg.levels[1].a.n32();
         let restrict = || {
-            gpu.launch(
-                k.restrict,
-                vector_grid(amg.levels[1].a.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&nc32)
-                        .arg(&t.member_ptr)
-                        .arg(&t.members)
-                        .arg(&self.c.residual)
-                        .arg(&next.b);
-                    arg_or_null(a, done);
-                },
-            )
+            self.launch_gated(k.restrict, vector_grid(amg.levels[1].a.n), |a| {
+                a.arg(&nc32)
+                    .arg(&t.member_ptr)
+                    .arg(&t.members)
+                    .arg(&self.c.residual)
+                    .arg(&next.b);
+            })
         };
         if amg.cycle.fused {
             // r = b − A (s∘b), restricted; z = x + s (b − A x), x = s∘b + θ P x_c.
@@ -1722,6 +1713,21 @@ impl<T: Arith> Run<'_, '_, T> {
             })
     }
 
+    /// Launches a cycle kernel on `grid` blocks of [`VECTOR_BLOCK`] threads:
+    /// the arguments `push` adds, then the stop flag every cycle kernel
+    /// takes last (kernels/amg_cycle.cu `done`).
+    fn launch_gated<'a>(
+        &'a self,
+        kernel: &'static str,
+        grid: u32,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        self.amg.gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+            push(a);
+            arg_or_null(a, self.done);
+        })
+    }
+
     /// x = cycle(b) on coarse level l, from x = 0 or (`from_zero` false: a
     /// W-cycle's second visit) from the x given.
     fn cycle_level(
@@ -1732,27 +1738,25 @@ impl<T: Arith> Run<'_, '_, T> {
         from_zero: bool,
     ) -> Result<(), GpuError> {
         let amg = self.amg;
-        let (gpu, done, k) = (amg.gpu, self.done, &T::KERNELS);
+        let k = &T::KERNELS;
         let level = &amg.levels[l];
         let Some(t) = &level.transfer else {
             // The coarsest level (visited from zero only).
             let n = level.a.n;
             let n32 = n as i32;
             let grid = warp_grid(n);
-            return gpu.launch(k.dense_apply, grid, VECTOR_BLOCK, 0, |a| {
+            return self.launch_gated(k.dense_apply, grid, |a| {
                 a.arg(&n32).arg(&amg.coarsest_inverse).arg(b).arg(x);
-                arg_or_null(a, done);
             });
         };
         let m = &level.a;
         let (n32, values, scale) = (m.n32(), self.values(l), self.scale(l));
         let sweep = |from: Option<&CudaSlice<T>>, to: &CudaSlice<T>, _| {
-            gpu.launch(k.jacobi_csr, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            self.launch_gated(k.jacobi_csr, vector_grid(m.n), |a| {
                 a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
                 a.arg(scale).arg(b);
                 arg_or_null(a, from);
                 a.arg(to);
-                arg_or_null(a, done);
             })
         };
         let next = &amg.levels[l + 1];
@@ -1765,11 +1769,10 @@ impl<T: Arith> Run<'_, '_, T> {
             } else {
                 next.a.n
             };
-            gpu.launch(kernel, vector_grid(threads), VECTOR_BLOCK, 0, |a| {
+            self.launch_gated(kernel, vector_grid(threads), |a| {
                 a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
                 a.arg(&m.row_ptr).arg(&m.cols).arg(values);
                 a.arg(u).arg(v).arg(&self.c.levels[l + 1].b);
-                arg_or_null(a, done);
             })
         };
         if amg.cycle.fused && from_zero {
@@ -1777,11 +1780,10 @@ impl<T: Arith> Run<'_, '_, T> {
             residual_restrict(k.residual_restrict_zero_csr, scale, b)?;
             self.coarse_solve(l + 1)?;
             let correction = amg.cycle.correction;
-            return gpu.launch(k.post_csr, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+            return self.launch_gated(k.post_csr, vector_grid(m.n), |a| {
                 a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
                 a.arg(scale).arg(b).arg(&t.aggregate);
                 a.arg(&self.c.levels[l + 1].x).arg(&correction).arg(x);
-                arg_or_null(a, done);
             });
         }
         let start = if from_zero { Start::Zero } else { Start::X };
@@ -1829,21 +1831,14 @@ impl<T: Arith> Run<'_, '_, T> {
         };
         let n32 = level.a.n32();
         let correction = amg.cycle.correction;
-        amg.gpu.launch(
-            T::KERNELS.prolong,
-            vector_grid(level.a.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n32)
-                    .arg(&t.aggregate)
-                    .arg(&self.c.levels[l + 1].x)
-                    .arg(&correction)
-                    .arg(x)
-                    .arg(into);
-                arg_or_null(a, self.done);
-            },
-        )?;
+        self.launch_gated(T::KERNELS.prolong, vector_grid(level.a.n), |a| {
+            a.arg(&n32)
+                .arg(&t.aggregate)
+                .arg(&self.c.levels[l + 1].x)
+                .arg(&correction)
+                .arg(x)
+                .arg(into);
+        })?;
         Ok(post)
     }
 
@@ -1853,7 +1848,7 @@ impl<T: Arith> Run<'_, '_, T> {
     /// (c·b / c·v) v, d = B r, w = A d, then x = cc c + cd d from the five
     /// dot products (`amg_k_combine`), all on the device.
     fn k_step(&self, l: usize) -> Result<(), GpuError> {
-        let (gpu, done, kn) = (self.amg.gpu, self.done, &T::KERNELS);
+        let kn = &T::KERNELS;
         let level = &self.c.levels[l];
         let k = level
             .krylov
@@ -1866,18 +1861,16 @@ impl<T: Arith> Run<'_, '_, T> {
         self.spmv(l, &k.c, &k.v)?;
         self.dot(l, k, &k.c, &k.v, K_RHO1)?;
         self.dot(l, k, &k.c, b, K_ALPHA1)?;
-        gpu.launch(kn.k_residual, grid, VECTOR_BLOCK, 0, |a| {
+        self.launch_gated(kn.k_residual, grid, |a| {
             a.arg(&n32).arg(b).arg(&k.v).arg(&k.scalars).arg(&k.r);
-            arg_or_null(a, done);
         })?;
         self.cycle_level(l, &k.r, &k.d, true)?;
         self.spmv(l, &k.d, &k.w)?;
         self.dot(l, k, &k.d, &k.v, K_GAMMA)?;
         self.dot(l, k, &k.d, &k.w, K_BETA)?;
         self.dot(l, k, &k.d, &k.r, K_ALPHA2)?;
-        gpu.launch(kn.k_combine, grid, VECTOR_BLOCK, 0, |a| {
+        self.launch_gated(kn.k_combine, grid, |a| {
             a.arg(&n32).arg(&k.c).arg(&k.d).arg(&k.scalars).arg(x);
-            arg_or_null(a, done);
         })
     }
 
@@ -1886,17 +1879,10 @@ impl<T: Arith> Run<'_, '_, T> {
         let m = &self.amg.levels[l].a;
         let n32 = m.n32();
         let values = self.values(l);
-        self.amg.gpu.launch(
-            T::KERNELS.spmv_csr,
-            vector_grid(m.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
-                a.arg(x).arg(y);
-                arg_or_null(a, self.done);
-            },
-        )
+        self.launch_gated(T::KERNELS.spmv_csr, vector_grid(m.n), |a| {
+            a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
+            a.arg(x).arg(y);
+        })
     }
 
     /// k.scalars[slot] = u · v on level l in f64 (per-block partials, then
@@ -1913,9 +1899,8 @@ impl<T: Arith> Run<'_, '_, T> {
         let n = self.amg.levels[l].a.n;
         let (n32, grid) = (n as i32, vector_grid(n));
         let m = grid as i32;
-        gpu.launch(T::KERNELS.dot_partials, grid, VECTOR_BLOCK, 0, |a| {
+        self.launch_gated(T::KERNELS.dot_partials, grid, |a| {
             a.arg(&n32).arg(u).arg(v).arg(&k.partials);
-            arg_or_null(a, done);
         })?;
         gpu.launch("amg_dot_finish", 1, DOT_FINISH_BLOCK, 0, |a| {
             a.arg(&m).arg(&k.partials).arg(&k.scalars).arg(&slot);
@@ -1945,12 +1930,9 @@ impl<T: Arith> Run<'_, '_, T> {
         let mut current = match start {
             Start::Zero => None,
             Start::X if sweeps % 2 == 1 => {
-                self.amg
-                    .gpu
-                    .launch(T::KERNELS.copy, vector_grid(n), VECTOR_BLOCK, 0, |a| {
-                        a.arg(&n32).arg(x).arg(spare);
-                        arg_or_null(a, self.done);
-                    })?;
+                self.launch_gated(T::KERNELS.copy, vector_grid(n), |a| {
+                    a.arg(&n32).arg(x).arg(spare);
+                })?;
                 Some(1)
             }
             Start::X => Some(0),
@@ -2022,20 +2004,13 @@ impl GpuSolver<'_> {
         settings: &AmgSettings,
         s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        s.check()?;
-        settings.validate().map_err(SolveError::InvalidControls)?;
         let device = |e: GpuError| SolveError::Device(e.to_string());
-        self.pcg_reordered(
-            s,
-            false,
-            |_| Ok(()),
-            |gpu, _, backend, ()| {
-                let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
-                log::info!("GPU {settings}: {}", amg.describe());
-                backend.set_preconditioner(Box::new(amg));
-                Ok(())
-            },
-        )
+        let amg = Preconditioner::Amg(*settings);
+        self.pcg_preconditioned(s, &amg, |gpu, _, backend| {
+            let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
+            log::info!("GPU {settings}: {}", amg.describe());
+            Ok(Box::new(amg))
+        })
     }
 }
 

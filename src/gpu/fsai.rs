@@ -16,11 +16,12 @@ use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceCsr;
 use super::fsai_setup::{fsai_setup_gpu, FsaiSetupStats};
-use super::pcg::{GpuSolver, PcgSolve};
+#[cfg(doc)]
+use super::pcg::GpuSolver;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, KernelArgs, VECTOR_BLOCK};
 use crate::solve::fsai::{fsai_setup, FsaiFactor, FsaiSettings};
-use crate::solve::{Preconditioner, SolveError, SolverPerformance};
+use crate::solve::SolveError;
 use crate::sparse::Csr;
 
 /// Where G is computed.
@@ -276,52 +277,58 @@ impl<'g> DeviceFsai<'g> {
         &self.gt
     }
 
-    /// y = M x for M = G or Gᵀ.
-    fn product(
+    /// y = M x for M = G or Gᵀ in either layout: one thread per row, n, the
+    /// matrix, x, y and PCG's gate.
+    fn product<M: FactorLayout>(
         &self,
-        m: &DeviceCsr,
+        m: &M,
         x: &CudaSlice<f64>,
         y: &CudaSlice<f64>,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
-        let n = m.n as i32;
+        let rows = m.rows();
+        let n = rows as i32;
         self.gpu
-            .launch("fsai_csr_product", vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n)
-                    .arg(&m.row_ptr)
-                    .arg(&m.cols)
-                    .arg(&m.vals)
-                    .arg(x)
-                    .arg(y);
+            .launch(M::PRODUCT, vector_grid(rows), VECTOR_BLOCK, 0, |a| {
+                a.arg(&n);
+                m.push_matrix(a);
+                a.arg(x).arg(y);
                 arg_or_null(a, done);
             })
     }
+}
 
-    /// y = M x for M in slices.
-    fn sell_product(
-        &self,
-        m: &DeviceSell,
-        x: &CudaSlice<f64>,
-        y: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        let n = m.n as i32;
-        self.gpu.launch(
-            "fsai_sell_product",
-            vector_grid(m.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&m.slice_ptr)
-                    .arg(&m.row_len)
-                    .arg(&m.cols)
-                    .arg(&m.vals)
-                    .arg(x)
-                    .arg(y);
-                arg_or_null(a, done);
-            },
-        )
+/// A layout G and Gᵀ are stored in on the device, as its product kernel
+/// (kernels/fsai_apply.cu) takes it.
+trait FactorLayout {
+    /// The kernel y = M x.
+    const PRODUCT: &'static str;
+    /// The rows of M.
+    fn rows(&self) -> usize;
+    /// Pushes M's arrays in the kernel's order.
+    fn push_matrix<'a>(&'a self, a: &mut KernelArgs<'a>);
+}
+
+impl FactorLayout for DeviceCsr {
+    const PRODUCT: &'static str = "fsai_csr_product";
+    fn rows(&self) -> usize {
+        self.n
+    }
+    fn push_matrix<'a>(&'a self, a: &mut KernelArgs<'a>) {
+        self.push_args(a);
+    }
+}
+
+impl FactorLayout for DeviceSell {
+    const PRODUCT: &'static str = "fsai_sell_product";
+    fn rows(&self) -> usize {
+        self.n
+    }
+    fn push_matrix<'a>(&'a self, a: &mut KernelArgs<'a>) {
+        a.arg(&self.slice_ptr)
+            .arg(&self.row_len)
+            .arg(&self.cols)
+            .arg(&self.vals);
     }
 }
 
@@ -337,8 +344,8 @@ impl DevicePreconditioner for DeviceFsai<'_> {
     ) -> Result<(), GpuError> {
         match &self.sell {
             Some((g, gt)) => {
-                self.sell_product(g, r, &self.t, done)?;
-                self.sell_product(gt, &self.t, z, done)
+                self.product(g, r, &self.t, done)?;
+                self.product(gt, &self.t, z, done)
             }
             None => {
                 self.product(&self.g, r, &self.t, done)?;
@@ -351,37 +358,22 @@ impl DevicePreconditioner for DeviceFsai<'_> {
     }
 }
 
-impl GpuSolver<'_> {
-    /// PCG with FSAI on the device, G set up at [`SETUP_PLACE`] for the
-    /// system `s` equilibrated, in the row order of `s.options.ordering`
-    /// (FSAI depends on the order: G is lower triangular
-    /// in it). The convergence test and the returned performance are those
-    /// of the original system, as in `solve::solve_pcg_scaled`.
-    pub fn solve_fsai(
-        &mut self,
-        settings: &FsaiSettings,
-        s: PcgSolve<'_>,
-    ) -> Result<SolverPerformance, SolveError> {
-        s.check()?;
-        Preconditioner::Fsai(*settings).check()?;
-        self.pcg_reordered(
-            s,
-            false,
-            |_| Ok(()),
-            |gpu, ordered, backend, ()| {
-                let (fsai, report) =
-                    DeviceFsai::setup(gpu, ordered.matrix(), settings, SETUP_PLACE)?;
-                log::info!(
-                    "{settings}: set up on the {} in {:.3} s, density {:.3}",
-                    report.place.name(),
-                    report.seconds,
-                    report.density
-                );
-                backend.set_preconditioner(Box::new(fsai));
-                Ok(())
-            },
-        )
-    }
+/// FSAI for PCG on the device ([`GpuSolver::pcg_preconditioned`]): G set
+/// up at [`SETUP_PLACE`] for `a`, the system equilibrated in the solve's row
+/// order (FSAI depends on the order: G is lower triangular in it).
+pub(crate) fn pcg_fsai<'g>(
+    gpu: &'g Gpu,
+    a: &Csr,
+    settings: &FsaiSettings,
+) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError> {
+    let (fsai, report) = DeviceFsai::setup(gpu, a, settings, SETUP_PLACE)?;
+    log::info!(
+        "{settings}: set up on the {} in {:.3} s, density {:.3}",
+        report.place.name(),
+        report.seconds,
+        report.density
+    );
+    Ok(Box::new(fsai))
 }
 
 #[cfg(test)]

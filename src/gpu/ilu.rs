@@ -15,7 +15,7 @@ use cudarc::driver::CudaSlice;
 
 use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
 use super::krylov::DeviceDiagonal;
-use super::pcg::{GpuSolveOptions, GpuSolver, PcgSolve};
+use super::pcg::{GpuSolveOptions, GpuSolver};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
@@ -25,7 +25,7 @@ use crate::solve::schwarz::{Decomposition, SchwarzKind, SchwarzSettings};
 use crate::solve::{Preconditioner, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
-use crate::sparse::Csr;
+use crate::sparse::{Csr, Reordered};
 
 fn device(e: GpuError) -> SolveError {
     SolveError::Device(e.to_string())
@@ -334,31 +334,19 @@ impl<'g> GpuSolver<'g> {
         self.solve_krylov_with(a, method, Box::new(build), b, x, controls, field, options)
             .map_err(|e| super::ic::in_original_rows(e, perm.as_ref()))
     }
+}
 
-    /// PCG with ILU(k) or a symmetric Schwarz preconditioner (AS) on the
-    /// device, in the solve's row order (`s.options.ordering`).
-    pub fn solve_ilu(
-        &mut self,
-        preconditioner: &Preconditioner,
-        s: PcgSolve<'_>,
-    ) -> Result<SolverPerformance, SolveError> {
-        s.check()?;
-        preconditioner.check()?;
-        self.pcg_reordered(
-            s,
-            false,
-            |_| Ok(()),
-            |gpu, ordered, backend, ()| {
-                let m = device_preconditioner(gpu, ordered.matrix(), preconditioner)
-                    .map_err(|e| super::ic::in_original_rows(e, ordered.permutation()))?
-                    .ok_or_else(|| {
-                        SolveError::InvalidControls(format!(
-                            "{preconditioner} is not ILU or Schwarz"
-                        ))
-                    })?;
-                backend.set_preconditioner(m);
-                Ok(())
-            },
-        )
-    }
+/// ILU(k) or a symmetric Schwarz preconditioner (AS) for PCG on the device
+/// ([`GpuSolver::pcg_preconditioned`]), on the system in the solve's row order
+/// (`ordered`; errors name the original rows).
+pub(crate) fn pcg_ilu_or_schwarz<'g>(
+    gpu: &'g Gpu,
+    ordered: &Reordered<'_>,
+    preconditioner: &Preconditioner,
+) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError> {
+    device_preconditioner(gpu, ordered.matrix(), preconditioner)
+        .map_err(|e| super::ic::in_original_rows(e, ordered.permutation()))?
+        .ok_or_else(|| {
+            SolveError::InvalidControls(format!("{preconditioner} is not ILU or Schwarz"))
+        })
 }

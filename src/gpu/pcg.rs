@@ -62,8 +62,8 @@ use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
     pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, Executor, InitialNorms,
-    IterationRecord, LoopState, Precision, PreconditionerKind, SolveError, SolverControls,
-    SolverPerformance, StopRule,
+    IterationRecord, LoopState, Precision, Preconditioner, PreconditionerKind, SolveError,
+    SolverControls, SolverPerformance, StopRule,
 };
 use crate::sparse::{Csr, ModSell, Permutation, Reordered, RowOrdering};
 
@@ -1422,6 +1422,36 @@ impl<'g> GpuSolver<'g> {
         let (ordered, mut backend) = self.reordered_backend(system, &scaled, jacobi, s.options)?;
         precondition(gpu, &ordered, &mut backend, found)?;
         pcg_scaled_reordered(&backend, &ordered, &scaled, s.x, s.controls, s.field)
+    }
+
+    /// [`Self::pcg_reordered`] for a preconditioner that needs no host
+    /// check and no fused Jacobi, after the checks of the system `s` and of
+    /// `preconditioner`'s settings (in that order, as the CPU path):
+    /// `build` makes it on the device from the reordered system and the
+    /// backend (its resident matrix), and the backend takes it. The PCG of
+    /// AMG, FSAI, ILU and Schwarz and the registry's algorithms.
+    pub(crate) fn pcg_preconditioned(
+        &mut self,
+        s: PcgSolve<'_>,
+        preconditioner: &Preconditioner,
+        build: impl FnOnce(
+            &'g Gpu,
+            &Reordered<'_>,
+            &GpuCgBackend<'g>,
+        ) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError>,
+    ) -> Result<SolverPerformance, SolveError> {
+        s.check()?;
+        preconditioner.check()?;
+        self.pcg_reordered(
+            s,
+            false,
+            |_| Ok(()),
+            |gpu, ordered, backend, ()| {
+                let m = build(gpu, ordered, backend)?;
+                backend.set_preconditioner(m);
+                Ok(())
+            },
+        )
     }
 
     /// [`solve_pcg_gpu`] with the permutation from this solver's cache.

@@ -1179,7 +1179,8 @@ impl GpuSolver<'_> {
     /// PCG with any preconditioner the GPU has ([`gpu_preconditioner`] maps
     /// the others) on the system equilibrated by `equilibration`: Jacobi and
     /// none on the fused device loop ([`GpuSolver::solve`]), AMG by
-    /// [`GpuSolver::solve_amg`], smoothers through
+    /// [`GpuSolver::solve_amg`], ILU, Schwarz, FSAI and the registry's
+    /// algorithms by `GpuSolver::pcg_preconditioned`, smoothers through
     /// `GpuCgBackend::set_preconditioner` (flexible PCG when they are not
     /// linear), on the scaled matrix in the smoother's row order. The
     /// convergence test and the returned performance are those of the
@@ -1222,10 +1223,21 @@ impl GpuSolver<'_> {
             Preconditioner::Polynomial(p) => return self.solve_polynomial(p, s),
             Preconditioner::Amg(settings) => return self.solve_amg(settings, s),
             Preconditioner::Ilu(_) | Preconditioner::Schwarz(_) => {
-                return self.solve_ilu(preconditioner, s)
+                return self.pcg_preconditioned(s, preconditioner, |gpu, ordered, _| {
+                    super::ilu::pcg_ilu_or_schwarz(gpu, ordered, preconditioner)
+                })
             }
-            Preconditioner::Fsai(settings) => return self.solve_fsai(settings, s),
-            Preconditioner::Registered(r) => return self.solve_registered(r, s),
+            Preconditioner::Fsai(settings) => {
+                return self.pcg_preconditioned(s, preconditioner, |gpu, ordered, _| {
+                    super::fsai::pcg_fsai(gpu, ordered.matrix(), settings)
+                })
+            }
+            Preconditioner::Registered(r) => {
+                return self.pcg_preconditioned(s, preconditioner, |gpu, ordered, backend| {
+                    let resident = backend.shared_matrix();
+                    super::registered::device_preconditioner(gpu, ordered.matrix(), resident, r)
+                })
+            }
             Preconditioner::MixedIc(kind) => {
                 preconditioner.check()?;
                 return self.solve_in_precision(*kind, Precision::Mixed, s);
