@@ -462,7 +462,8 @@ impl<'m> LaplacianSystem<'m> {
     fn sharing_structure(&self) -> Result<Self, FvmError> {
         if self.pattern_unbuilt {
             return Err(FvmError::invalid(
-                "a system made without its matrix pattern shares its structure only once                  the pattern is built (LaplacianSystem::pattern)",
+                "a system made without its matrix pattern shares its structure only once \
+                 the pattern is built (LaplacianSystem::pattern)",
             ));
         }
         Ok(Self::empty(
