@@ -504,6 +504,14 @@ impl<'g> Device<'g> {
     }
 }
 
+/// The VTK cells of a GPU run, built on a thread of their own once told to
+/// `start` (the run's set-up is done) and taken by the series at its first
+/// step from `coming`.
+struct CellsBeside {
+    start: std::sync::mpsc::Sender<()>,
+    coming: Receiver<PreparedCells>,
+}
+
 /// Loads the mesh, assembles and solves the case on `device`, writes its results.
 pub fn run_case(setup: &CaseSetup, device: Device) -> Result<RunSummary, CaseError> {
     run_case_with_mesh(setup, None, device)
@@ -526,20 +534,26 @@ pub fn run_case_with_mesh(
         ),
     };
     let result = std::thread::scope(|scope| {
-        // On one GPU the host's set-up phases keep about half the cores
-        // busy and the host then waits for the device's set-up and solves:
-        // the VTK cells of the first step are built meanwhile, from the
-        // moment the mesh is there, on a quarter of the cores (a pool of
-        // their own, so the geometry and set-up keep the global pool), not
-        // after the solve.
+        // On one GPU the host prepares the case and then waits for the
+        // device's solves: the VTK cells of the first step are built in
+        // that wait, on every core (a pool of their own, so that the run's
+        // host work keeps the global pool), from the moment the run's
+        // set-up is done (`CellsBeside::start`). Built during the set-up,
+        // they took cores from its phases and added their memory to the
+        // set-up's peak.
         let vtk = setup.output.formats.contains(&OutputFormat::Vtk);
         let cells = (vtk && matches!(device, Device::Gpu(_))).then(|| {
             let (send, coming) = std::sync::mpsc::channel();
+            let (start, started) = std::sync::mpsc::channel::<()>();
             let mesh = &mesh;
             scope.spawn(move || {
-                let threads = (rayon::current_num_threads() / 4).max(1);
+                // A run that ended before its set-up did drops `start`.
+                if started.recv().is_err() {
+                    return;
+                }
+                let built = Instant::now();
                 let cells = match rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
+                    .num_threads(rayon::current_num_threads())
                     .thread_name(|i| format!("vtk-cells-{i}"))
                     .build()
                 {
@@ -549,8 +563,9 @@ pub fn run_case_with_mesh(
                 };
                 if let Some(rss) = timings::Rss::now() {
                     log::debug!(
-                        "VTK cells built beside the run, {:.3} s after its start (peak RSS {} \
-                         MB, RSS {} MB)",
+                        "VTK cells built beside the run in {:.3} s, {:.3} s after its start \
+                         (peak RSS {} MB, RSS {} MB)",
+                        built.elapsed().as_secs_f64(),
                         clock.elapsed().as_secs_f64(),
                         rss.peak / 1_000_000,
                         rss.current / 1_000_000
@@ -559,7 +574,7 @@ pub fn run_case_with_mesh(
                 // A run that ended before its first step no longer listens.
                 let _ = send.send(cells);
             });
-            coming
+            CellsBeside { start, coming }
         });
         // Where the device assembles, the host reads the cells' geometry and
         // the boundary's; the internal faces' is computed where the device
@@ -904,7 +919,7 @@ impl<'a> Run<'a> {
         geometry: &'a Geometry,
         device: Device<'a>,
         clock: Instant,
-        vtk_cells: Option<Receiver<PreparedCells>>,
+        vtk_cells: Option<CellsBeside>,
     ) -> Result<Self, CaseError> {
         let time = match setup.time {
             TimeControl::Steady { .. } => TimeScheme::SteadyState,
@@ -960,13 +975,18 @@ impl<'a> Run<'a> {
         } else {
             None
         };
-        let vtk = vtk.map(|series| {
-            let series = series.with_encoding(setup.output.vtk_encoding);
-            match vtk_cells {
-                Some(coming) => series.with_cells_from(coming),
-                None => series,
+        let (vtk, start_cells) = match (vtk, vtk_cells) {
+            (Some(series), cells) => {
+                let series = series.with_encoding(setup.output.vtk_encoding);
+                match cells {
+                    Some(CellsBeside { start, coming }) => {
+                        (Some(series.with_cells_from(coming)), Some(start))
+                    }
+                    None => (Some(series), None),
+                }
             }
-        });
+            (None, _) => (None, None),
+        };
         drop(output);
         let on_device = match (device, host_assembly) {
             (Device::Gpu(_), Some(reason)) => {
@@ -1020,6 +1040,11 @@ impl<'a> Run<'a> {
             field_read_at: None,
         };
         timings::timed(Phase::Assembly, || run.apply_implicit_source(0.0))?;
+        if let Some(start) = start_cells {
+            // The set-up is done: the VTK cells are built while the device
+            // solves. Nobody waits for them if the thread is gone.
+            let _ = start.send(());
+        }
         Ok(run)
     }
 
