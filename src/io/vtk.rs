@@ -382,7 +382,7 @@ impl<'m> VtkSeries<'m> {
 
     /// The series taking its cells, at the first step, from `coming`: a
     /// thread that sends [`PreparedCells::new`] of this series' mesh (a GPU
-    /// run builds them on the host while the device sets up, assembles and
+    /// run builds them on the host once its set-up is done, while the device
     /// solves). The first step waits for them; cells of another mesh, or
     /// none (the sender gone), are built then as without this call. A
     /// distributed series keeps its own piece and ignores them.
