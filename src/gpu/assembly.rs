@@ -2565,16 +2565,28 @@ impl<'g> DeviceLaplacian<'g> {
 
     /// A device vector (row order) read back in mesh order.
     pub fn to_mesh_order(&self, v: &CudaSlice<f64>) -> Result<Vec<f64>, GpuError> {
-        self.check_vector(v, "vector")?;
-        Ok(self.ordering.to_old(&self.gpu.download(v)?))
+        let mut out = vec![0.0; self.n];
+        self.to_mesh_order_into(v, &mut out)?;
+        Ok(out)
     }
 
-    /// [`Self::to_mesh_order`] into `out` (one value per cell): put in mesh
-    /// order on the device and copied straight into `out`, with no host
+    /// [`Self::to_mesh_order`] into `out` (one value per cell), with no host
     /// copy in row order.
     pub fn to_mesh_order_into(&self, v: &CudaSlice<f64>, out: &mut [f64]) -> Result<(), GpuError> {
         self.check_vector(v, "vector")?;
-        let in_mesh_order = device_map::gather(self.gpu, self.n, 1, self.mesh_order()?, v)?;
+        self.rows_into_mesh_order(1, v, out)
+    }
+
+    /// `width` values per row of `rows` into `out` in mesh order: put in
+    /// mesh order on the device (device row r holds cell `new_to_old[r]`),
+    /// then copied straight into `out`.
+    fn rows_into_mesh_order(
+        &self,
+        width: usize,
+        rows: &CudaSlice<f64>,
+        out: &mut [f64],
+    ) -> Result<(), GpuError> {
+        let in_mesh_order = device_map::gather(self.gpu, self.n, width, self.mesh_order()?, rows)?;
         self.gpu.download_into(&in_mesh_order, out)
     }
 
@@ -2608,14 +2620,9 @@ impl<'g> DeviceLaplacian<'g> {
     /// The gradient last computed ([`Self::gradient`], or by `update_rhs` of
     /// a corrected scheme) in mesh order.
     pub fn download_gradient(&self) -> Result<Vec<Vec3>, GpuError> {
-        // Device row r holds cell new_to_old[r]: put in mesh order on the
-        // device, then copied straight into the host's vectors (no second
-        // host copy of the field).
-        let in_mesh_order =
-            device_map::gather(self.gpu, self.n, 3, self.mesh_order()?, &self.work.grad)?;
+        // Straight into the host's vectors: no second host copy.
         let mut gradient = vec![Vec3::zeros(); self.n];
-        self.gpu
-            .download_into(&in_mesh_order, bytemuck::cast_slice_mut(&mut gradient))?;
+        self.rows_into_mesh_order(3, &self.work.grad, bytemuck::cast_slice_mut(&mut gradient))?;
         Ok(gradient)
     }
 }
