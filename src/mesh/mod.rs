@@ -120,14 +120,16 @@ impl FaceList {
             self.offsets = self.offsets().into_owned();
             self.uniform = 0;
         }
-        if self.uniform == 0 && self.offsets.is_empty() && !face.is_empty() {
-            // The first face: its size may be every face's.
-            self.uniform = face.len() as u32;
-        } else if self.uniform == 0 {
-            if self.offsets.is_empty() {
-                self.offsets.push(0);
+        if self.uniform == 0 {
+            if self.offsets.is_empty() && !face.is_empty() {
+                // The first face: its size may be every face's.
+                self.uniform = face.len() as u32;
+            } else {
+                if self.offsets.is_empty() {
+                    self.offsets.push(0);
+                }
+                self.offsets.push(end);
             }
-            self.offsets.push(end);
         }
         self.labels.extend_from_slice(face);
         Ok(())
