@@ -371,10 +371,11 @@ extern "C" __global__ void ic_widen(int n, const float* __restrict__ w, double* 
 
 // ---- Structure on the device (src/gpu/ic.rs DeviceIncompleteCholesky::on_device):
 // what the host set-up derives from its CSR, derived from the resident
-// mod-SELL matrix. The set-up builds the CSR and its slots in one pass
-// (ic_modsell_csr below); ic_modsell_to_csr followed by ic_diag_slots and
-// ic_transposed_slots, which search the written rows, is the same in steps,
-// kept as the reference the tests hold the pass to (device_csr_slots).
+// mod-SELL matrix. The set-up builds the CSR and its diagonal slots in one
+// pass (ic_modsell_csr below), then the transposed slots where asked
+// (ic_transposed_slots); ic_modsell_to_csr followed by ic_diag_slots is the
+// same CSR in steps, kept as the reference the tests hold the pass to
+// (device_csr_slots).
 
 // diag_slot[i] = the slot of column i in row i (present: the device CSR
 // stores every diagonal). One thread per row.
@@ -441,70 +442,41 @@ extern "C" __global__ void ic_modsell_to_csr(int n, int h, const u64* __restrict
     modsell_row_to_csr(row, h, slice_ptr, codes, row_ptr, cols, Values{modsell_vals, diag, vals});
 }
 
-// ---- The CSR and its slots in one pass (src/gpu/ic.rs csr_with_slots): a
-// thread per row reads its mod-SELL slots once and writes its CSR row (the
-// diagonal and the stored off-diagonals, columns ascending: the CSR of
-// ic_modsell_to_csr), its diagonal slot and, for IC(0) and DILU, each
-// entry's transposed slot, and checks the diagonal and the colouring. Each
-// entry's place is its rank in the row (the count of the row's columns below
-// it, the diagonal counted as column row), so nothing is moved in global
-// memory and every slot of the row is written exactly once (the columns are
-// distinct); a row's slots are independent loads. The transposed slot of
-// entry (i, j) is row_ptr[j] + the rank of i in row j, counted on row j's
-// mod-SELL slots (the partner's CSR row may not be written yet: there is no
-// barrier between rows).
+// ---- The CSR and its slots in one pass (src/gpu/ic.rs csr_pass): a thread
+// per row reads its mod-SELL slots once and writes its CSR row (the diagonal
+// and the stored off-diagonals, columns ascending: the CSR of
+// ic_modsell_to_csr) and its diagonal slot, and checks the diagonal and the
+// colouring. Each entry's place is its rank in the row (the count of the
+// row's columns below it, the diagonal counted as column row), so nothing is
+// moved in global memory and every slot of the row is written exactly once
+// (the columns are distinct); a row's slots are independent loads. The
+// transposed slots (IC(0), DILU) come after, from the written rows
+// (ic_transposed_slots: a search in the partner's CSR row reads one or two
+// sectors, where ranking the entry among the partner's mod-SELL slots read
+// one sector per slot).
 
 // The most mod-SELL slots of a row held in registers (fully unrolled: the
 // ranks are compares of registers); a row of more slots ranks each entry by
 // reading its slots again (cached).
 #define IC_CSR_REGISTERS 16
 
-// Rank of column `col` among row j's CSR columns (the diagonal j and the
-// stored off-diagonals): how many are below it; found: whether col is one.
-__device__ u64 ic_modsell_rank(int j, int h, const u64* __restrict__ slice_ptr,
-                               const int* __restrict__ codes, unsigned col, bool* found) {
-    const int s = j / h, base = s * h;
-    u64 rank = (unsigned)j < col;
-    bool present = (unsigned)j == col;
-    for (u64 k = slice_ptr[s] + (j - base); k < slice_ptr[s + 1]; k += h) {
-        const int c = codes[k];
-        if (c == 0) continue;
-        const unsigned cj = modsell_column(c, base);
-        rank += cj < col;
-        present |= cj == col;
-    }
-    *found = present;
-    return rank;
-}
-
-// One off-diagonal (row, col) of value v at CSR slot `at`: written, its
-// transposed slot found (transposed not null; a missing partner lowers
-// flags[0] to row + 1 and leaves slot 0) and its colour checked (colour
-// range [colour_first, colour_end) of the row; a row coupled inside its
-// colour lowers flags[1] to row + 1).
-__device__ __forceinline__ void ic_csr_entry(int row, unsigned col, double v, u64 at, int h,
-                                             const u64* __restrict__ slice_ptr,
-                                             const int* __restrict__ codes,
-                                             const u64* __restrict__ row_ptr,
+// One off-diagonal (row, col) of value v at CSR slot `at`: written, and its
+// colour checked (colour range [colour_first, colour_end) of the row; a row
+// coupled inside its colour lowers flags[1] to row + 1).
+__device__ __forceinline__ void ic_csr_entry(int row, unsigned col, double v, u64 at,
                                              unsigned* __restrict__ cols,
-                                             double* __restrict__ vals,
-                                             unsigned* __restrict__ transposed, int colour_first,
+                                             double* __restrict__ vals, int colour_first,
                                              int colour_end, int* flags) {
     cols[at] = col;
     vals[at] = v;
-    if (transposed) {
-        bool found;
-        const u64 r = ic_modsell_rank((int)col, h, slice_ptr, codes, (unsigned)row, &found);
-        transposed[at] = found ? (unsigned)(row_ptr[col] + r) : 0u;
-        if (!found) atomicMin(&flags[0], row + 1);
-    }
     if ((int)col >= colour_first && (int)col < colour_end) atomicMin(&flags[1], row + 1);
 }
 
-// The pass. transposed: null for DIC (none); colour_ptr: null without a
+// The pass. colour_ptr: null without a
 // colouring, else the colours' first rows then n (n_colours + 1 of them,
-// rows colour-contiguous); flags: [missing partner, coupled in a colour,
-// diagonal not positive], each the first such row + 1, from n + 1.
+// rows colour-contiguous); flags: [missing partner (ic_transposed_slots),
+// coupled in a colour, diagonal not positive], each the first such row + 1,
+// from n + 1.
 extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ slice_ptr,
                                           const int* __restrict__ codes,
                                           const double* __restrict__ modsell_vals,
@@ -512,7 +484,6 @@ extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ 
                                           const u64* __restrict__ row_ptr,
                                           unsigned* __restrict__ cols, double* __restrict__ vals,
                                           u64* __restrict__ diag_slot,
-                                          unsigned* __restrict__ transposed,
                                           const int* __restrict__ colour_ptr, int n_colours,
                                           int* flags) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
@@ -557,8 +528,8 @@ extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ 
             u64 rank = (unsigned)row < col[t];
 #pragma unroll
             for (int u = 0; u < IC_CSR_REGISTERS; ++u) rank += col[u] < col[t];
-            ic_csr_entry(row, col[t], v[t], start + rank, h, slice_ptr, codes, row_ptr, cols,
-                         vals, transposed, colour_first, colour_end, flags);
+            ic_csr_entry(row, col[t], v[t], start + rank, cols, vals, colour_first, colour_end,
+                         flags);
         }
     } else {
         for (u64 k = first; k < end; k += h) {
@@ -571,15 +542,14 @@ extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ 
                 const int cq = codes[q];
                 rank += cq != 0 && modsell_column(cq, base) < col;
             }
-            ic_csr_entry(row, col, modsell_vals[k], start + rank, h, slice_ptr, codes, row_ptr,
-                         cols, vals, transposed, colour_first, colour_end, flags);
+            ic_csr_entry(row, col, modsell_vals[k], start + rank, cols, vals, colour_first,
+                         colour_end, flags);
         }
     }
     const u64 at = start + below;
     cols[at] = (unsigned)row;
     vals[at] = d;
     diag_slot[row] = at;
-    if (transposed) transposed[at] = (unsigned)at;
 }
 
 // New values on the CSR pattern ic_modsell_to_csr made from a matrix of the

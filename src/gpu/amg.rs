@@ -22,8 +22,8 @@
 //!   for the restriction R = Pᵀ;
 //! - one scratch `Workspace` for every pass (sized for the fine level),
 //!   arrays written in full allocated without a memset, and the memory pool
-//!   keeping freed memory for the set-up's duration (`PoolRetention`), so
-//!   a pass costs its kernels and two size read-backs, not ~20 allocations;
+//!   keeping freed memory (`Gpu::on_device`), so a pass costs its kernels
+//!   and two size read-backs, not ~20 allocations;
 //! - smoother scales per level (weighted or L1 Jacobi) and the coarsest
 //!   matrix's dense operator (`CoarsestSolver::inverse`'s A_L⁻¹ or A_L⁺):
 //!   the matrix formed (the singularity test on the device), factored by a
@@ -55,7 +55,6 @@ use crate::gpu::KernelArgs;
 use std::rc::Rc;
 
 use crate::gpu::kernel_args::KernelElement;
-use cudarc::driver::sys as driver_sys;
 use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
@@ -139,94 +138,6 @@ impl DeviceCsr {
 
     fn n32(&self) -> i32 {
         self.n as i32
-    }
-}
-
-/// Keeps the memory the set-up frees in the device's stream-ordered pool
-/// (`cuMemAllocAsync`, which `Gpu::zeros` uses where the device has pools):
-/// by default (release threshold 0) the pool hands freed memory back to the
-/// driver at every synchronisation, the set-up's read-backs included, so
-/// each pass and level mapped fresh memory. While this lives the threshold
-/// is unlimited; when dropped, the old threshold is restored and the pool
-/// trimmed to it (the stream synchronised first, so the frees have landed).
-struct PoolRetention<'a> {
-    gpu: &'a Gpu,
-    pool: driver_sys::CUmemoryPool,
-    previous: u64,
-}
-
-impl<'a> PoolRetention<'a> {
-    /// None where the device has no memory pools (allocations are then
-    /// synchronous and nothing is retained anyway).
-    fn new(gpu: &'a Gpu) -> Result<Option<Self>, GpuError> {
-        use driver_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
-        let ctx = gpu.stream().context();
-        if !ctx.has_async_alloc() {
-            return Ok(None);
-        }
-        let mut pool: driver_sys::CUmemoryPool = std::ptr::null_mut();
-        let mut previous: u64 = 0;
-        let mut unlimited: u64 = u64::MAX;
-        // SAFETY: out-pointers to locals of the attribute's type (cuuint64_t)
-        // and the pool of the device the context was created on.
-        unsafe {
-            driver(
-                "cuDeviceGetMemPool",
-                driver_sys::cuDeviceGetMemPool(&mut pool, ctx.cu_device()).result(),
-            )?;
-            driver(
-                "cuMemPoolGetAttribute",
-                driver_sys::cuMemPoolGetAttribute(
-                    pool,
-                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&mut previous as *mut u64).cast(),
-                )
-                .result(),
-            )?;
-            driver(
-                "cuMemPoolSetAttribute",
-                driver_sys::cuMemPoolSetAttribute(
-                    pool,
-                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&mut unlimited as *mut u64).cast(),
-                )
-                .result(),
-            )?;
-        }
-        Ok(Some(Self {
-            gpu,
-            pool,
-            previous,
-        }))
-    }
-}
-
-impl Drop for PoolRetention<'_> {
-    fn drop(&mut self) {
-        use driver_sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
-        let mut previous = self.previous;
-        let synced = self.gpu.synchronize();
-        // SAFETY: the pool from `new` (a device's pool lives as long as the
-        // device) and a local of the attribute's type. Failures only leave
-        // memory cached in the pool, so they are logged, not raised.
-        let restored = unsafe {
-            driver_sys::cuMemPoolSetAttribute(
-                self.pool,
-                CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut previous as *mut u64).cast(),
-            )
-            .result()
-            .and_then(|()| {
-                driver_sys::cuMemPoolTrimTo(self.pool, previous.min(usize::MAX as u64) as usize)
-                    .result()
-            })
-        };
-        if let Err(e) = synced {
-            log::warn!("GPU AMG set-up: synchronising before trimming the memory pool: {e}");
-        }
-        if let Err(e) = restored {
-            log::warn!("GPU AMG set-up: restoring the memory pool's release threshold: {e}");
-        }
     }
 }
 
@@ -1022,8 +933,6 @@ impl<'g> DeviceAmg<'g> {
                 "AMG on the GPU needs between 1 and 2^31 - 1 rows, this matrix has {n}"
             )));
         }
-        // Dropped (threshold restored, pool trimmed) when the set-up returns.
-        let _retention = PoolRetention::new(gpu)?;
         let scan = Scan::new(gpu, n)?;
         let (csr, source) = fine_csr(gpu, &fine, &scan)?;
         let mut work = Workspace::new(gpu, n, csr.nnz, settings.matching_rounds)?;

@@ -19,9 +19,10 @@
 //! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
 //! transposed slots and the factor from the resident mod-SELL matrix on the
 //! device (the row pointers by a scan of the row lengths, then the CSR, its
-//! slots and the diagonal and colour checks in one pass that reads each
-//! mod-SELL slot once and places each entry at its rank in its row: two
-//! read-backs, no factor or structure zero-filled), takes a colour-contiguous order's
+//! diagonal slots and the diagonal and colour checks in one pass that reads
+//! each mod-SELL slot once and places each entry at its rank in its row,
+//! the transposed slots by a search of the written rows: two read-backs, no
+//! factor or structure zero-filled), takes a colour-contiguous order's
 //! colours as the levels (else it schedules the lower sweep's levels on the
 //! device in one launch without synchronisation between levels
 //! ([`LevelScheduler::SyncFree`], Liu et al. 2016; compute capability 7.0
@@ -332,6 +333,14 @@ const WAVE_BATCH: usize = 32;
 /// level of an RCM order on a 3-D mesh has up to a few ten thousand rows).
 const WAVE_GRID: u32 = 128;
 
+/// The most levels a factorisation launches one by one rather than in one
+/// launch without synchronisation between levels. A colouring's few levels
+/// (2 on a hexahedral mesh, a handful on tetrahedra) cost a launch each,
+/// while the one launch makes every row wait on flags (zeroed first) and
+/// read the rows it depends on past the L1 cache (volatile), then reads a
+/// status back.
+const LEVELS_LAUNCHED_EACH: usize = 16;
+
 /// The most levels of the device level schedule before the host's is taken
 /// instead (a launch per level: a long chain of dependencies is cheaper on
 /// the host).
@@ -552,8 +561,8 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             return Err(device(coupled_in_colour(row)));
         }
         spans.device(if with_transposed {
-            "CSR, diagonal and transposed slots, diagonal and colour checks (one pass; 1 \
-             read-back: flags)"
+            "CSR, diagonal slots, diagonal and colour checks (one pass), transposed slots (a \
+             search each; 1 read-back: flags)"
         } else {
             "CSR, diagonal slots, diagonal and colour checks (one pass; 1 read-back: flags)"
         });
@@ -654,7 +663,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             sync_free: None,
         };
         ic.factorise()?;
-        spans.device("factorisation (one launch where the device allows; 1-2 read-backs)");
+        spans.device(
+            "factorisation (a launch per level of a colouring, else one launch where the \
+             device allows; 1-2 read-backs)",
+        );
         if precision == Precision::Mixed {
             ic.mixed = Some(ic.f32_copies().map_err(device)?);
             spans.device("f32 copies");
@@ -752,10 +764,12 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         self.factorise_with(false)
     }
 
-    /// The factorisation in one launch where the device allows
-    /// ([`Self::factor_sync_free`]), else level by level.
+    /// The factorisation a launch per level where the schedule has few
+    /// levels (a colouring's: [`LEVELS_LAUNCHED_EACH`]), else in one launch
+    /// where the device allows ([`Self::factor_sync_free`]), else level by
+    /// level.
     fn factorise(&mut self) -> Result<(), SolveError> {
-        self.factorise_with(true)
+        self.factorise_with(self.forward.n_levels() > LEVELS_LAUNCHED_EACH)
     }
 
     /// The factorisation in one launch without synchronisation between
@@ -1071,11 +1085,13 @@ struct CsrFlags {
 
 /// The CSR of `m` (the diagonal and the stored off-diagonals, columns
 /// ascending; row pointers `row_ptr` of `nnz` entries from
-/// `amg::modsell_csr_row_ptr`), its diagonal slots, its transposed slots
-/// (`transposed`: IC(0) and DILU) and the diagonal and colour checks
-/// (`colours` from [`colour_bounds`]) in one launch (`ic_modsell_csr`, a
-/// thread per row: each entry placed at its rank in the row, nothing moved
-/// in device memory), then the flags read back (one read-back). Nothing is
+/// `amg::modsell_csr_row_ptr`), its diagonal slots and the diagonal and
+/// colour checks (`colours` from [`colour_bounds`]) in one launch
+/// (`ic_modsell_csr`, a thread per row: each entry placed at its rank in
+/// the row, nothing moved in device memory); then, where asked
+/// (`transposed`: IC(0) and DILU), the transposed slots found in the written
+/// rows (`ic_transposed_slots`, a thread per row, each entry's partner by a
+/// search of its row); then the flags read back (one read-back). Nothing is
 /// zero-filled: every slot of every array is written. The same arrays as
 /// [`csr_of_modsell`] followed by `ic_diag_slots` and
 /// `ic_transposed_slots` ([`device_csr_slots`] holds them equal).
@@ -1091,17 +1107,33 @@ fn csr_pass(
     let cols = unzeroed::<u32>(gpu, nnz)?;
     let vals = unzeroed::<f64>(gpu, nnz)?;
     let diag_slot = unzeroed::<u64>(gpu, n)?;
-    let transposed = transposed.then(|| unzeroed::<u32>(gpu, nnz)).transpose()?;
     let none = n as i32 + 1;
     let flags = gpu.upload(&[none; 3])?;
     let n_colours = colours.map_or(0, |c| c.1);
     m.launch_pattern(gpu, "ic_modsell_csr", &dims, |a| {
         a.arg(&m.values).arg(&m.diag);
         a.arg(&row_ptr).arg(&cols).arg(&vals).arg(&diag_slot);
-        arg_or_null(a, transposed.as_ref());
         arg_or_null(a, colours.map(|c| &c.0));
         a.arg(&n_colours).arg(&flags);
     })?;
+    let transposed = match transposed {
+        false => None,
+        true => {
+            // A missing partner lowers flags[0], the first of the three.
+            let t = unzeroed::<u32>(gpu, nnz)?;
+            let n32 = n as i32;
+            gpu.launch(
+                "ic_transposed_slots",
+                vector_grid(n),
+                VECTOR_BLOCK,
+                0,
+                |a| {
+                    a.arg(&n32).arg(&row_ptr).arg(&cols).arg(&t).arg(&flags);
+                },
+            )?;
+            Some(t)
+        }
+    };
     let found = gpu.download(&flags)?;
     let first = |f: i32| (f < none).then(|| f as usize - 1);
     Ok((

@@ -667,6 +667,57 @@ fn cooperative_blocks_of(ctx: &CudaContext) -> Result<Option<u32>, GpuError> {
     Ok(u32::try_from(sms).ok().filter(|&s| s > 0))
 }
 
+/// The stream-ordered memory pool `cuMemAllocAsync` takes device memory
+/// from (cudarc allocates there where the device has pools); None on a
+/// device without pools.
+fn allocation_pool(ctx: &CudaContext) -> Result<Option<sys::CUmemoryPool>, GpuError> {
+    if !ctx.has_async_alloc() {
+        return Ok(None);
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local; the device of a live context.
+    let r = unsafe { sys::cuDeviceGetMemPool(&mut pool, ctx.cu_device()) };
+    driver("cuDeviceGetMemPool", r.result())?;
+    Ok(Some(pool))
+}
+
+/// A `cuuint64_t` attribute of `pool`.
+fn pool_attribute(
+    pool: sys::CUmemoryPool,
+    attribute: sys::CUmemPool_attribute,
+) -> Result<u64, GpuError> {
+    let mut value: u64 = 0;
+    // SAFETY: a live pool and a local of the attribute's type (cuuint64_t).
+    let r = unsafe { sys::cuMemPoolGetAttribute(pool, attribute, (&mut value as *mut u64).cast()) };
+    driver("cuMemPoolGetAttribute", r.result())?;
+    Ok(value)
+}
+
+/// Keeps the device memory this process frees in its pool for its next
+/// allocations. By default (release threshold 0) the pool hands freed
+/// memory back to the driver at every synchronisation, so each set-up,
+/// re-set-up and solve mapped its arrays' pages anew: on an 8 M-cell matrix
+/// the first touch of a preconditioner's fresh 0.7 GB took several times
+/// the pass that wrote it. With the threshold unlimited a freed array's
+/// pages serve the next array as they are; other processes see the pool's
+/// memory as used while this one lives ([`Gpu::memory`] counts it free).
+fn keep_freed_memory(ctx: &CudaContext) -> Result<(), GpuError> {
+    use sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    let Some(pool) = allocation_pool(ctx)? else {
+        return Ok(());
+    };
+    let mut unlimited = u64::MAX;
+    // SAFETY: a live pool and a local of the attribute's type (cuuint64_t).
+    let r = unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut unlimited as *mut u64).cast(),
+        )
+    };
+    driver("cuMemPoolSetAttribute", r.result())
+}
+
 impl Gpu {
     /// The first CUDA device; `GpuError::NoDevice` when the driver library or a
     /// device is missing.
@@ -713,6 +764,7 @@ impl Gpu {
         // is not needed (gpu::multi's transfer stream orders itself against it
         // with explicit events).
         unsafe { ctx.disable_event_tracking() };
+        keep_freed_memory(&ctx)?;
         // A stream of our own rather than the legacy default stream: only
         // such a stream can be captured into a CUDA graph.
         let stream = driver("cuStreamCreate", ctx.new_stream())?;
@@ -843,9 +895,21 @@ impl Gpu {
     pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
         driver("cuStreamCreate", self.ctx.new_stream())
     }
-    /// (free, total) device memory in bytes.
+    /// (free, total) device memory in bytes. Free counts the memory this
+    /// process's pool holds without an array in it ([`keep_freed_memory`]):
+    /// its allocations take that first, so free is what they can still get.
     pub fn memory(&self) -> Result<(usize, usize), GpuError> {
-        driver("cuMemGetInfo", self.ctx.mem_get_info())
+        use sys::CUmemPool_attribute::{
+            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+        };
+        let (free, total) = driver("cuMemGetInfo", self.ctx.mem_get_info())?;
+        let Some(pool) = allocation_pool(&self.ctx)? else {
+            return Ok((free, total));
+        };
+        let reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
+        let used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
+        let idle = reserved.saturating_sub(used) as usize;
+        Ok(((free + idle).min(total), total))
     }
 
     /// Launches `kernel` with the arguments `push` adds, checking the launch.
