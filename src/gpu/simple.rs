@@ -344,6 +344,33 @@ impl Lap<'_> {
     }
 }
 
+/// The pressure preconditioner in `slot` re-set up in place on `matrix` by
+/// `update` (back from the PCG backend that had it on loan; an error naming
+/// it as `what` while it is still lent), or, the first time, made on
+/// `matrix` by `build`.
+fn update_or_build<P>(
+    slot: &mut Option<Rc<P>>,
+    what: &str,
+    matrix: Rc<DeviceModSell>,
+    update: impl FnOnce(&mut P, Rc<DeviceModSell>) -> Result<(), GpuError>,
+    build: impl FnOnce(Rc<DeviceModSell>) -> Result<P, GpuError>,
+) -> Result<(), GpuError> {
+    match slot {
+        Some(lent) => {
+            let lent = Rc::get_mut(lent).ok_or_else(|| {
+                GpuError::Invalid(format!(
+                    "the pressure {what} is still lent to a PCG backend"
+                ))
+            })?;
+            update(lent, matrix)
+        }
+        None => {
+            *slot = Some(Rc::new(build(matrix)?));
+            Ok(())
+        }
+    }
+}
+
 /// What the momentum rows of every solved component read alike: the
 /// pressure system's row walk (n, its device faces) and arrays, ∇p of the
 /// resident p, the face fluxes φ, whether the snGrad is corrected and the
@@ -814,20 +841,18 @@ impl<'g> DeviceSimple<'g> {
         let Some(settings) = &self.solver.amg else {
             return Ok(());
         };
-        let fine = self.laplacian.shared_matrix()?;
-        match &mut self.amg {
-            Some(amg) => Rc::get_mut(amg)
-                .ok_or_else(|| {
-                    GpuError::Invalid("the pressure AMG is still lent to a PCG backend".into())
-                })?
-                .update_values_deferred(fine),
-            None => {
-                let amg = DeviceAmg::new(self.gpu, fine, settings)?;
+        let gpu = self.gpu;
+        update_or_build(
+            &mut self.amg,
+            "AMG",
+            self.laplacian.shared_matrix()?,
+            |amg, fine| amg.update_values_deferred(fine),
+            |fine| {
+                let amg = DeviceAmg::new(gpu, fine, settings)?;
                 log::info!("p: GPU {settings}: {}", amg.describe());
-                self.amg = Some(Rc::new(amg));
-                Ok(())
-            }
-        }
+                Ok(amg)
+            },
+        )
     }
 
     /// Polynomial-PCG: sets the preconditioner up on the pressure matrix
@@ -837,25 +862,21 @@ impl<'g> DeviceSimple<'g> {
         let Some(settings) = &self.solver.polynomial else {
             return Ok(());
         };
-        let matrix = self.laplacian.shared_matrix()?;
-        match &mut self.polynomial {
-            Some(p) => Rc::get_mut(p)
-                .ok_or_else(|| {
-                    GpuError::Invalid(
-                        "the pressure polynomial is still lent to a PCG backend".into(),
-                    )
-                })?
-                .update_values(matrix),
-            None => {
-                let p = DevicePolynomial::on_device(self.gpu, matrix, settings)?;
+        let gpu = self.gpu;
+        update_or_build(
+            &mut self.polynomial,
+            "polynomial",
+            self.laplacian.shared_matrix()?,
+            |p, matrix| p.update_values(matrix),
+            |matrix| {
+                let p = DevicePolynomial::on_device(gpu, matrix, settings)?;
                 log::info!(
                     "p: GPU {settings}, upper eigenvalue bound {:.6} (Gershgorin, on the device)",
                     p.recurrence().hi
                 );
-                self.polynomial = Some(Rc::new(p));
-                Ok(())
-            }
-        }
+                Ok(p)
+            },
+        )
     }
 
     /// Uploads the host predictor's rAU, HbyA and φ_HbyA; its residuals.
