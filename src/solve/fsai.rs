@@ -32,6 +32,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::algorithm::parse_value;
 use super::checks::square_size;
 use super::scalar::{Precision, Real};
 use super::{LinearOperator, SolveError};
@@ -208,14 +209,10 @@ impl FsaiSettings {
         pairs: impl IntoIterator<Item = (&'k str, &'k str)>,
     ) -> Result<Self, String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
-            value
-                .parse()
-                .map_err(|_| format!("FSAI {key} must be a whole number, got '{value}'"))
+            parse_value(format_args!("FSAI {key}"), value, "a whole number")
         }
         fn number(key: &str, value: &str) -> Result<f64, String> {
-            value
-                .parse()
-                .map_err(|_| format!("FSAI {key} must be a number, got '{value}'"))
+            parse_value(format_args!("FSAI {key}"), value, "a number")
         }
         let adaptive_of = |p: FsaiPattern| match p {
             FsaiPattern::Adaptive {

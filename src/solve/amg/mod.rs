@@ -32,7 +32,7 @@ pub use cycle::Amg;
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
-use super::algorithm::set_pairs;
+use super::algorithm::{parse_value, set_pairs};
 use super::checks::{check_system, on_copies, square_size};
 use super::jacobi::Identity;
 pub use super::scalar::Precision;
@@ -246,14 +246,10 @@ impl AmgSettings {
     /// `fused` (true, false).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
-            value
-                .parse()
-                .map_err(|_| format!("AMG {key} must be a whole number, got '{value}'"))
+            parse_value(format_args!("AMG {key}"), value, "a whole number")
         }
         fn number(key: &str, value: &str) -> Result<f64, String> {
-            value
-                .parse()
-                .map_err(|_| format!("AMG {key} must be a number, got '{value}'"))
+            parse_value(format_args!("AMG {key}"), value, "a number")
         }
         match key.to_ascii_lowercase().as_str() {
             "passes" => self.passes = count(key, value)?,
