@@ -558,14 +558,7 @@ fn run(
         _ => None,
     };
     let single_gpu = gpus.is_none();
-    let read_case = || {
-        let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
-        let mesh = match mesh {
-            Some(mesh) => mesh,
-            None => setup.mesh.load()?,
-        };
-        Ok((setup, mesh))
-    };
+    let read_case = || Ok(case::read_case_dir_and_mesh(case_dir)?);
     let ((read, opened), several) = match several {
         Some(list) => {
             let (read, opened) = while_opening_gpus(list, MULTI_KERNELS, read_case);
@@ -817,14 +810,7 @@ fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mes
             case_dir.display()
         );
     }
-    timings::timed(Phase::Mesh, || {
-        let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
-        let mesh = match mesh {
-            Some(mesh) => mesh,
-            None => setup.mesh.load()?,
-        };
-        Ok((setup, mesh))
-    })
+    timings::timed(Phase::Mesh, || Ok(case::read_case_dir_and_mesh(case_dir)?))
 }
 
 /// The GPU of rank `index` (a thread rank, or the node-local rank under
