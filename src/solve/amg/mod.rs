@@ -38,7 +38,7 @@ use super::jacobi::Identity;
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
-use super::{SolveError, SolverControls, SolverPerformance};
+use super::{parse_name, SolveError, SolverControls, SolverPerformance};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
 use coarsest::CoarsestSolver;
@@ -69,10 +69,7 @@ impl CycleKind {
 impl FromStr for CycleKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown AMG cycle '{s}' (choose one of V, W, K)"))
+        parse_name("AMG cycle", s, &Self::ALL, Self::name)
     }
 }
 
