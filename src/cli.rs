@@ -558,14 +558,7 @@ fn run(
         _ => None,
     };
     let single_gpu = gpus.is_none();
-    let read_case = || {
-        let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
-        let mesh = match mesh {
-            Some(mesh) => mesh,
-            None => setup.mesh.load()?,
-        };
-        Ok((setup, mesh))
-    };
+    let read_case = || Ok(case::read_case_dir_and_mesh(case_dir)?);
     let ((read, opened), several) = match several {
         Some(list) => {
             let (read, opened) = while_opening_gpus(list, MULTI_KERNELS, read_case);
@@ -722,6 +715,17 @@ fn while_opening_gpu<T>(
     })
 }
 
+/// A flow case read by `read` while the GPU of `device` opens and compiles
+/// the flow solvers' kernels ([`while_opening_gpu`]), and the GPU (none
+/// for the CPU); a failed read is the error before a failed opening.
+fn read_flow_opening_gpu<T>(
+    device: crate::gpu::DeviceChoice,
+    read: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, Option<crate::gpu::Gpu>)> {
+    let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, read);
+    Ok((read?, gpu?))
+}
+
 /// [`while_opening_gpu`] for the GPUs `list` of a run on several: each opens
 /// and compiles `kernels` on a thread of its own while `read` runs; the
 /// first GPU is made current on this thread.
@@ -775,19 +779,12 @@ fn run_potential(
         );
     }
     let options = case::potential_foam::PotentialOptions::parse(options)?;
-    // The GPU opens and compiles its modules while the case is read.
-    let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, || {
+    let (case, gpu) = read_flow_opening_gpu(device, || {
         Ok(case::potential_foam::PotentialFoamCase::read(
             case_dir, options,
         )?)
-    });
-    let case = read?;
-    let gpu = gpu?;
-    let device = match &gpu {
-        Some(gpu) => case::Device::Gpu(gpu),
-        None => case::Device::Cpu,
-    };
-    let summary = case.run(device)?;
+    })?;
+    let summary = case.run(case::Device::gpu_or_cpu(gpu.as_ref()))?;
     let encoding = match vtk {
         Some(VtkChoice::None) => return Ok(0),
         Some(VtkChoice::Encoding(encoding)) => encoding,
@@ -817,14 +814,7 @@ fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mes
             case_dir.display()
         );
     }
-    timings::timed(Phase::Mesh, || {
-        let (setup, mesh) = case::read_case_dir_with_mesh(case_dir)?;
-        let mesh = match mesh {
-            Some(mesh) => mesh,
-            None => setup.mesh.load()?,
-        };
-        Ok((setup, mesh))
-    })
+    timings::timed(Phase::Mesh, || Ok(case::read_case_dir_and_mesh(case_dir)?))
 }
 
 /// The GPU of rank `index` (a thread rank, or the node-local rank under
@@ -1160,7 +1150,7 @@ fn run_flow(
     vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
     let clock = std::time::Instant::now();
-    let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, || {
+    let ((mut setup, mesh), gpu) = read_flow_opening_gpu(device, || {
         Ok(if case_dir.join(case::case_toml::CASE_FILE).exists() {
             let setup = case::flow_case::read_flow_case(case_dir)?;
             let mesh = setup.mesh.load()?;
@@ -1169,8 +1159,7 @@ fn run_flow(
             let case = case::simple_foam::read_simple_foam_case(case_dir)?;
             (case.setup, case.mesh)
         })
-    });
-    let (mut setup, mesh) = read?;
+    })?;
     match vtk {
         Some(VtkChoice::None) => setup.vtk = false,
         Some(VtkChoice::Encoding(encoding)) => {
@@ -1179,11 +1168,7 @@ fn run_flow(
         }
         None => {}
     }
-    let gpu = gpu?;
-    let device = match &gpu {
-        Some(gpu) => case::Device::Gpu(gpu),
-        None => case::Device::Cpu,
-    };
+    let device = case::Device::gpu_or_cpu(gpu.as_ref());
     let summary = case::flow_case::run_flow_case_with_mesh(&setup, &mesh, device, clock)?;
     match summary.validation {
         Some((table, passed)) => {
@@ -1200,22 +1185,15 @@ fn run_transient(
     device: crate::gpu::DeviceChoice,
     vtk: Option<VtkChoice>,
 ) -> anyhow::Result<i32> {
-    // The GPU opens and compiles its modules while the case and its mesh
-    // are read.
-    let (read, gpu) = while_opening_gpu(Some(device), FLOW_KERNELS, || {
+    let (mut case, gpu) = read_flow_opening_gpu(device, || {
         Ok(case::ico_foam::read_transient_case(case_dir)?)
-    });
-    let mut case = read?;
+    })?;
     match vtk {
         Some(VtkChoice::None) => case.setup.vtk = None,
         Some(VtkChoice::Encoding(encoding)) => case.setup.vtk = Some(encoding),
         None => {}
     }
-    let gpu = gpu?;
-    let device = match &gpu {
-        Some(gpu) => case::Device::Gpu(gpu),
-        None => case::Device::Cpu,
-    };
+    let device = case::Device::gpu_or_cpu(gpu.as_ref());
     case::ico_foam::run_transient_case(&case.setup, &case.mesh, device)?;
     Ok(0)
 }

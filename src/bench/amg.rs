@@ -16,7 +16,7 @@
 
 use super::tables::{copy_bandwidth, time_median, BenchSettings, Row};
 use fvpoisson::gpu::amg::DeviceAmg;
-use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
+use fvpoisson::gpu::pcg::{GpuCgBackend, GpuVector, LaunchMode};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::{Gpu, GpuError};
 use fvpoisson::solve::amg::{AmgSettings, CycleKind};
@@ -77,11 +77,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
     let a = p.apply_symmetric(a);
     let (n, nnz) = (a.n_rows(), a.nnz());
     let b_host = random_vector(n, 1);
-    let options = GpuSolveOptions {
-        slice_height: settings.slice_height,
-        check_interval: settings.check_interval,
-        ..GpuSolveOptions::default()
-    };
+    let options = settings.gpu_options();
     let mut rows = Vec::new();
     let mut push = |what: String, ms: f64, note: String| {
         eprintln!("{spec}: {what}: {ms:.2} ms, {note}");

@@ -25,7 +25,7 @@ use std::time::Instant;
 use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
 use fvpoisson::gpu::fsai_setup::FsaiSetupStats;
-use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::pcg::GpuCgBackend;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::cpu::CpuBackend;
@@ -143,11 +143,7 @@ pub fn rows(
     let zeros = vec![0.0; n];
 
     if let Some(gpu) = gpu {
-        let options = GpuSolveOptions {
-            slice_height: settings.slice_height,
-            check_interval: settings.check_interval,
-            ..GpuSolveOptions::default()
-        };
+        let options = settings.gpu_options();
         let mut backend = GpuCgBackend::new(gpu, &a_rcm, false, None, &options)?;
         let b_dev = backend.upload(&b_rcm)?;
         let baseline = JacobiBaseline::measure(gpu, &a_rcm, &b_dev, &options)?;

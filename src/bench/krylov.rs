@@ -28,7 +28,6 @@ use super::tables::{controls, BenchSettings, Row};
 use fvpoisson::gpu::bicgstab::DeviceBicgstab;
 use fvpoisson::gpu::krylov::{DeviceDiagonal, DevicePreconditioner, GpuKrylovBackend};
 use fvpoisson::gpu::matrix::DeviceModSell;
-use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::bicgstab::bicgstab;
 use fvpoisson::solve::gmres::gmres;
@@ -204,11 +203,7 @@ fn device_loop_row(
 ) -> anyhow::Result<Row> {
     let a = ordered.matrix();
     let (n, nnz) = (a.n_rows(), a.nnz());
-    let options = GpuSolveOptions {
-        slice_height: settings.slice_height,
-        check_interval: settings.check_interval,
-        ..GpuSolveOptions::default()
-    };
+    let options = settings.gpu_options();
     let m = ModSell::from_csr(a, settings.slice_height).map_err(anyhow::Error::msg)?;
     let matrix = DeviceModSell::upload(gpu, &m)?;
     let solver = DeviceBicgstab::new(gpu, n, &options)?;

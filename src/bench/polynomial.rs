@@ -22,7 +22,7 @@
 use std::time::Instant;
 
 use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
-use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
+use fvpoisson::gpu::pcg::GpuCgBackend;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::Gpu;
@@ -49,11 +49,7 @@ pub fn rows(
     let n = a.n_rows();
     let mut rows = TimingRows::new(spec, a);
     let controls = controls();
-    let options = GpuSolveOptions {
-        slice_height: settings.slice_height,
-        check_interval: settings.check_interval,
-        ..GpuSolveOptions::default()
-    };
+    let options = settings.gpu_options();
     let rcm = reverse_cuthill_mckee(a);
     let a_rcm = rcm.apply_symmetric(a);
     let b_rcm = rcm.to_new(b);

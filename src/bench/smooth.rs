@@ -327,11 +327,7 @@ pub fn rows(
     }
 
     let h = settings.slice_height;
-    let options = GpuSolveOptions {
-        slice_height: h,
-        check_interval: settings.check_interval,
-        ..GpuSolveOptions::default()
-    };
+    let options = settings.gpu_options();
     let sync = || gpu.synchronize();
     let rcm = reverse_cuthill_mckee(a);
     let a_rcm = rcm.apply_symmetric(a);

@@ -339,6 +339,18 @@ pub struct BenchSettings {
     pub fsai_variants: Vec<fvpoisson::solve::fsai::FsaiSettings>,
 }
 
+impl BenchSettings {
+    /// The GPU solve options of the measured rows: the slice height and
+    /// residual-check interval given, the rest default.
+    pub fn gpu_options(&self) -> GpuSolveOptions {
+        GpuSolveOptions {
+            slice_height: self.slice_height,
+            check_interval: self.check_interval,
+            ..GpuSolveOptions::default()
+        }
+    }
+}
+
 /// What `run` measured: the rows, and lines about what was not measured.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
@@ -905,10 +917,8 @@ impl CaseBench<'_> {
 
     fn options(&self, ordering: RowOrdering) -> GpuSolveOptions {
         GpuSolveOptions {
-            slice_height: self.settings.slice_height,
-            check_interval: self.settings.check_interval,
             ordering,
-            launches: LaunchMode::Auto,
+            ..self.settings.gpu_options()
         }
     }
 

@@ -379,11 +379,7 @@ pub fn run_distributed(
 /// into `CASE/<time>/<field>` (boundary values recomputed from the case's
 /// conditions); returns the files written.
 pub fn reconstruct(case_dir: &Path) -> Result<Vec<PathBuf>, CaseError> {
-    let (setup, mesh) = super::read_case_dir_with_mesh(case_dir)?;
-    let mesh = match mesh {
-        Some(mesh) => mesh,
-        None => setup.mesh.load()?,
-    };
+    let (setup, mesh) = super::read_case_dir_and_mesh(case_dir)?;
     let d = read_decomposition(case_dir, mesh.n_cells())?.ok_or_else(|| {
         CaseError::invalid(format!(
             "{}: no processor0/constant/polyMesh/cellProcAddressing; run `fvpoisson \

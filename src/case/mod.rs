@@ -122,6 +122,17 @@ pub fn read_case_dir_with_mesh(case_dir: &Path) -> Result<(CaseSetup, Option<Mes
     )))
 }
 
+/// [`read_case_dir`] and the case's mesh: the one reading the case loaded
+/// (an OpenFOAM case's), else the one its setup names, loaded now.
+pub fn read_case_dir_and_mesh(case_dir: &Path) -> Result<(CaseSetup, Mesh), CaseError> {
+    let (setup, mesh) = read_case_dir_with_mesh(case_dir)?;
+    let mesh = match mesh {
+        Some(mesh) => mesh,
+        None => setup.mesh.load()?,
+    };
+    Ok((setup, mesh))
+}
+
 /// The matrix of the first linear system of the case in `case_dir` (t = 0,
 /// with the case's Γ, boundary conditions and time scheme): the
 /// preconditioner study's and the density-contrast benches' systems.

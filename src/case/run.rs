@@ -412,6 +412,11 @@ pub struct Ranks<'g> {
 }
 
 impl<'g> Device<'g> {
+    /// `gpu` where there is one, else the CPU.
+    pub fn gpu_or_cpu(gpu: Option<&'g Gpu>) -> Self {
+        gpu.map_or(Self::Cpu, Self::Gpu)
+    }
+
     /// Enters `phase` on this thread's clock, synchronising the device's
     /// (first) GPU at the phase's ends where it has one.
     pub(crate) fn phase(self, phase: Phase) -> PhaseGuard<'g> {

@@ -563,6 +563,32 @@ struct CycleKernels {
     post_csr: &'static str,
 }
 
+/// [`CycleKernels`] of one precision: the kernels are named alike but for
+/// `suffix` (`""` for f64, `"_f32"`); the f64 cycle's fine Jacobi sweep is
+/// the smoothers' own kernel, so `fine_jacobi` is named apart.
+macro_rules! cycle_kernels {
+    (fine_jacobi: $fine_jacobi:literal, suffix: $suffix:literal) => {
+        CycleKernels {
+            fine_jacobi: $fine_jacobi,
+            fine_residual: concat!("amg_residual_modsell", $suffix),
+            jacobi_csr: concat!("amg_jacobi_csr", $suffix),
+            restrict: concat!("amg_restrict", $suffix),
+            residual_restrict_csr: concat!("amg_residual_restrict_csr", $suffix),
+            prolong: concat!("amg_prolong", $suffix),
+            copy: concat!("amg_copy", $suffix),
+            dense_apply: concat!("amg_dense_apply", $suffix),
+            spmv_csr: concat!("amg_spmv_csr", $suffix),
+            dot_partials: concat!("amg_dot_partials", $suffix),
+            k_residual: concat!("amg_k_residual", $suffix),
+            k_combine: concat!("amg_k_combine", $suffix),
+            fine_residual_zero: concat!("amg_fine_residual_zero", $suffix),
+            fine_post: concat!("amg_fine_post", $suffix),
+            residual_restrict_zero_csr: concat!("amg_residual_restrict_zero_csr", $suffix),
+            post_csr: concat!("amg_post_csr", $suffix),
+        }
+    };
+}
+
 /// The arithmetic of the device cycle: f64 (`precision double`) or f32
 /// (`mixed`: f32 copies of every level's values and smoother scales, f32
 /// vectors; the set-up, the coarsest operator and the K-cycle's scalars f64).
@@ -584,24 +610,7 @@ trait Arith: DeviceRepr + ValidAsZeroBits + KernelElement + Copy + Unpin + 'stat
 }
 
 impl Arith for f64 {
-    const KERNELS: CycleKernels = CycleKernels {
-        fine_jacobi: "smooth_jacobi",
-        fine_residual: "amg_residual_modsell",
-        jacobi_csr: "amg_jacobi_csr",
-        restrict: "amg_restrict",
-        residual_restrict_csr: "amg_residual_restrict_csr",
-        prolong: "amg_prolong",
-        copy: "amg_copy",
-        dense_apply: "amg_dense_apply",
-        spmv_csr: "amg_spmv_csr",
-        dot_partials: "amg_dot_partials",
-        k_residual: "amg_k_residual",
-        k_combine: "amg_k_combine",
-        fine_residual_zero: "amg_fine_residual_zero",
-        fine_post: "amg_fine_post",
-        residual_restrict_zero_csr: "amg_residual_restrict_zero_csr",
-        post_csr: "amg_post_csr",
-    };
+    const KERNELS: CycleKernels = cycle_kernels!(fine_jacobi: "smooth_jacobi", suffix: "");
     const WIDENS: bool = false;
     fn round_into(
         _: &Gpu,
@@ -616,24 +625,8 @@ impl Arith for f64 {
 }
 
 impl Arith for f32 {
-    const KERNELS: CycleKernels = CycleKernels {
-        fine_jacobi: "amg_jacobi_modsell_f32",
-        fine_residual: "amg_residual_modsell_f32",
-        jacobi_csr: "amg_jacobi_csr_f32",
-        restrict: "amg_restrict_f32",
-        residual_restrict_csr: "amg_residual_restrict_csr_f32",
-        prolong: "amg_prolong_f32",
-        copy: "amg_copy_f32",
-        dense_apply: "amg_dense_apply_f32",
-        spmv_csr: "amg_spmv_csr_f32",
-        dot_partials: "amg_dot_partials_f32",
-        k_residual: "amg_k_residual_f32",
-        k_combine: "amg_k_combine_f32",
-        fine_residual_zero: "amg_fine_residual_zero_f32",
-        fine_post: "amg_fine_post_f32",
-        residual_restrict_zero_csr: "amg_residual_restrict_zero_csr_f32",
-        post_csr: "amg_post_csr_f32",
-    };
+    const KERNELS: CycleKernels =
+        cycle_kernels!(fine_jacobi: "amg_jacobi_modsell_f32", suffix: "_f32");
     const WIDENS: bool = true;
     fn round_into(
         gpu: &Gpu,

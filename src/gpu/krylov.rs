@@ -25,7 +25,8 @@ pub use super::smooth::DevicePreconditioner;
 
 use super::matrix::DeviceModSell;
 use super::pcg::{
-    initial_norms, read_sums, FirstFailure, GpuSolveOptions, GpuSolver, GpuVector, NormBuffers,
+    initial_norms, read_sums, vector_sum, FirstFailure, GpuSolveOptions, GpuSolver, GpuVector,
+    NormBuffers,
 };
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::bicgstab::bicgstab;
@@ -236,14 +237,7 @@ impl Executor for GpuKrylovBackend<'_> {
 
     fn sum_abs(&self, v: &GpuVector) -> f64 {
         self.failure.guarded(f64::NAN, || {
-            let v = v.dev()?;
-            let s = self.scratch.borrow();
-            let n = self.n32();
-            self.gpu
-                .launch("abs_sum_partials", self.grid(), VECTOR_BLOCK, 0, |k| {
-                    k.arg(&n).arg(v).arg(&s.partials);
-                })?;
-            Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
+            self.vector_sum("abs_sum_partials", &[v.dev()?])
         })
     }
 
@@ -435,13 +429,23 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
 
 impl GpuKrylovBackend<'_> {
     fn dot_dev(&self, a: &CudaSlice<f64>, b: &CudaSlice<f64>) -> Result<f64, GpuError> {
+        self.vector_sum("dot_partials", &[a, b])
+    }
+
+    /// [`vector_sum`] in this backend's buffers.
+    fn vector_sum(
+        &self,
+        kernel: &'static str,
+        vectors: &[&CudaSlice<f64>],
+    ) -> Result<f64, GpuError> {
         let s = self.scratch.borrow();
-        let n = self.n32();
-        self.gpu
-            .launch("dot_partials", self.grid(), VECTOR_BLOCK, 0, |k| {
-                k.arg(&n).arg(a).arg(b).arg(&s.partials);
-            })?;
-        Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
+        vector_sum(
+            self.gpu,
+            kernel,
+            self.matrix.n,
+            vectors,
+            (&s.partials, &s.scalars),
+        )
     }
 }
 

@@ -530,35 +530,15 @@ impl<'g> GpuCgBackend<'g> {
         self.vector_sum("abs_sum_partials", &[v])
     }
 
-    /// One sum over the vectors' entries: `kernel` (arguments n, the
-    /// vectors, the partials) writes one partial per block of the vector
-    /// grid, which the fixed-order reduction adds.
+    /// [`vector_sum`] in this backend's buffers.
     fn vector_sum(
         &self,
         kernel: &'static str,
         vectors: &[&CudaSlice<f64>],
     ) -> Result<f64, GpuError> {
         let s = self.scratch.borrow();
-        let n = self.n32();
-        self.gpu.launch(
-            kernel,
-            vector_grid(self.matrix.n),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&n);
-                for &v in vectors {
-                    args.arg(v);
-                }
-                args.arg(&s.vector_partials);
-            },
-        )?;
-        Ok(self.reduce(
-            &s,
-            &s.vector_partials,
-            vector_grid(self.matrix.n) as usize,
-            1,
-        )?[0])
+        let buffers = (&s.vector_partials, &s.scalars);
+        vector_sum(self.gpu, kernel, self.matrix.n, vectors, buffers)
     }
 
     pub fn upload(&self, v: &[f64]) -> Result<GpuVector, GpuError> {
@@ -1175,6 +1155,29 @@ pub(crate) fn read_sums(
     let mut all = gpu.download(scalars)?;
     all.truncate(count);
     Ok(all)
+}
+
+/// One sum over the entries of `vectors` (`n` each): `kernel` (arguments
+/// n, the vectors, the partials) writes one partial per block of the vector
+/// grid into the first of `buffers`, which [`read_sums`] adds in its fixed
+/// order through the second.
+pub(crate) fn vector_sum(
+    gpu: &Gpu,
+    kernel: &'static str,
+    n: usize,
+    vectors: &[&CudaSlice<f64>],
+    buffers: (&CudaSlice<f64>, &CudaSlice<f64>),
+) -> Result<f64, GpuError> {
+    let (partials, scalars) = buffers;
+    let n32 = n as i32;
+    gpu.launch(kernel, vector_grid(n), VECTOR_BLOCK, 0, |args| {
+        args.arg(&n32);
+        for &v in vectors {
+            args.arg(v);
+        }
+        args.arg(partials);
+    })?;
+    Ok(read_sums(gpu, partials, scalars, vector_grid(n) as usize, 1)?[0])
 }
 
 /// The device buffers [`initial_norms`] works in: per-block partials of

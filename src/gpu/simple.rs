@@ -70,7 +70,7 @@ use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::polynomial::DevicePolynomial;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
-use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted};
+use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted, SimpleSettings};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
 use crate::solve::amg::AmgSettings;
@@ -341,6 +341,69 @@ impl Lap<'_> {
         *part += s;
         self.clock = Instant::now();
         Ok(s)
+    }
+}
+
+/// The pressure preconditioner in `slot` re-set up in place on `matrix` by
+/// `update` (back from the PCG backend that had it on loan; an error naming
+/// it as `what` while it is still lent), or, the first time, made on
+/// `matrix` by `build`.
+fn update_or_build<P>(
+    slot: &mut Option<Rc<P>>,
+    what: &str,
+    matrix: Rc<DeviceModSell>,
+    update: impl FnOnce(&mut P, Rc<DeviceModSell>) -> Result<(), GpuError>,
+    build: impl FnOnce(Rc<DeviceModSell>) -> Result<P, GpuError>,
+) -> Result<(), GpuError> {
+    match slot {
+        Some(lent) => {
+            let lent = Rc::get_mut(lent).ok_or_else(|| {
+                GpuError::Invalid(format!(
+                    "the pressure {what} is still lent to a PCG backend"
+                ))
+            })?;
+            update(lent, matrix)
+        }
+        None => {
+            *slot = Some(Rc::new(build(matrix)?));
+            Ok(())
+        }
+    }
+}
+
+/// What the momentum rows of every solved component read alike: the
+/// pressure system's row walk (n, its device faces) and arrays, ∇p of the
+/// resident p, the face fluxes φ, whether the snGrad is corrected and the
+/// relaxation factor of U.
+struct ComponentInputs<'a> {
+    n: i32,
+    n_faces: i32,
+    arrays: LaplacianArrays<'a>,
+    gradient: &'a CudaSlice<f64>,
+    phi: &'a CudaSlice<f64>,
+    corrected: bool,
+    relaxation: f64,
+}
+
+impl<'a> ComponentInputs<'a> {
+    /// ∇p of `p` computed on `pressure`, then the inputs around it.
+    fn new(
+        pressure: &'a DeviceLaplacian,
+        p: &CudaSlice<f64>,
+        phi: &'a CudaSlice<f64>,
+        settings: &SimpleSettings,
+        relaxation: f64,
+    ) -> Result<Self, GpuError> {
+        pressure.gradient(p)?;
+        Ok(Self {
+            n: pressure.n() as i32,
+            n_faces: pressure.device_faces().len() as i32,
+            arrays: pressure.arrays()?,
+            gradient: pressure.gradient_buffer(),
+            phi,
+            corrected: settings.schemes.sn_grad.is_corrected(),
+            relaxation,
+        })
     }
 }
 
@@ -778,20 +841,18 @@ impl<'g> DeviceSimple<'g> {
         let Some(settings) = &self.solver.amg else {
             return Ok(());
         };
-        let fine = self.laplacian.shared_matrix()?;
-        match &mut self.amg {
-            Some(amg) => Rc::get_mut(amg)
-                .ok_or_else(|| {
-                    GpuError::Invalid("the pressure AMG is still lent to a PCG backend".into())
-                })?
-                .update_values_deferred(fine),
-            None => {
-                let amg = DeviceAmg::new(self.gpu, fine, settings)?;
+        let gpu = self.gpu;
+        update_or_build(
+            &mut self.amg,
+            "AMG",
+            self.laplacian.shared_matrix()?,
+            |amg, fine| amg.update_values_deferred(fine),
+            |fine| {
+                let amg = DeviceAmg::new(gpu, fine, settings)?;
                 log::info!("p: GPU {settings}: {}", amg.describe());
-                self.amg = Some(Rc::new(amg));
-                Ok(())
-            }
-        }
+                Ok(amg)
+            },
+        )
     }
 
     /// Polynomial-PCG: sets the preconditioner up on the pressure matrix
@@ -801,25 +862,21 @@ impl<'g> DeviceSimple<'g> {
         let Some(settings) = &self.solver.polynomial else {
             return Ok(());
         };
-        let matrix = self.laplacian.shared_matrix()?;
-        match &mut self.polynomial {
-            Some(p) => Rc::get_mut(p)
-                .ok_or_else(|| {
-                    GpuError::Invalid(
-                        "the pressure polynomial is still lent to a PCG backend".into(),
-                    )
-                })?
-                .update_values(matrix),
-            None => {
-                let p = DevicePolynomial::on_device(self.gpu, matrix, settings)?;
+        let gpu = self.gpu;
+        update_or_build(
+            &mut self.polynomial,
+            "polynomial",
+            self.laplacian.shared_matrix()?,
+            |p, matrix| p.update_values(matrix),
+            |matrix| {
+                let p = DevicePolynomial::on_device(gpu, matrix, settings)?;
                 log::info!(
                     "p: GPU {settings}, upper eigenvalue bound {:.6} (Gershgorin, on the device)",
                     p.recurrence().hi
                 );
-                self.polynomial = Some(Rc::new(p));
-                Ok(())
-            }
-        }
+                Ok(p)
+            },
+        )
     }
 
     /// Uploads the host predictor's rAU, HbyA and φ_HbyA; its residuals.
@@ -854,29 +911,21 @@ impl<'g> DeviceSimple<'g> {
         let n = pressure.n();
         let n_i = n as i32;
         let p = self.p.dev()?;
-        pressure.gradient(p)?;
-        let arrays = pressure.arrays()?;
-        let n_faces = pressure.device_faces().len() as i32;
-        let alpha = settings.relaxation_u;
-        let corrected = settings.schemes.sn_grad.is_corrected();
+        let inputs = ComponentInputs::new(pressure, p, &self.phi, settings, settings.relaxation_u)?;
         // The explicit stress from the U of the last iteration (all
         // components, before any is solved).
         if settings.explicit_stress {
             m.compute_stress(gpu, pressure, &self.components, &self.u, settings.nu)?;
         }
         for (k, &c) in self.components.iter().enumerate() {
-            let u_c = self.u[c].dev()?;
-            m.viscous[k].update_rhs(u_c, None)?;
-            m.deferred_correction(gpu, k, &arrays, &self.phi, u_c, corrected)?;
             let c_i = c as i32;
-            m.launch_rows(
+            m.assemble_component(
                 gpu,
                 "simple_momentum_rows",
                 k,
                 &c_i,
-                (&n_i, &n_faces),
-                (u_c, &alpha),
-                pressure.gradient_buffer(),
+                self.u[c].dev()?,
+                &inputs,
                 |a| {
                     a.arg(&self.phi);
                 },
@@ -1221,61 +1270,64 @@ impl<'g> DeviceMomentum<'g> {
         self.matrix = Some(matrix);
     }
 
-    /// Launches the momentum-row kernel `kernel` of component `k` (`c` its
-    /// index: x, y or z), one block per slice of the momentum matrix (its
-    /// values, with the component's diagonal) and one thread per row, with
-    /// the arguments every such kernel takes in its order: the row walk of
-    /// the viscous system (`rows`: n and the number of device faces), what
-    /// `convection` pushes (the fluxes), the deferred correction, the
-    /// viscous matrix, right-hand side and boundary values, what `transient`
-    /// pushes (the time terms; nothing when steady), U_c and its relaxation
-    /// factor (`relaxed`), the volumes, the explicit stress, ∇p
-    /// (`gradient`), c, then the outputs: the matrix's values and the
+    /// Assembles component `k` (`c` its index: x, y or z) around its
+    /// resident values `u_c`: the viscous right-hand side from `u_c`, the
+    /// deferred correction, then the momentum-row kernel `kernel`, one block
+    /// per slice of the momentum matrix (its values, with the component's
+    /// diagonal) and one thread per row, with the arguments every such
+    /// kernel takes in its order: the row walk of the viscous system (n and
+    /// the number of device faces), what `convection` pushes (the fluxes),
+    /// the deferred correction, the viscous matrix, right-hand side and
+    /// boundary values, what `transient` pushes (the time terms; nothing
+    /// when steady), U_c and the relaxation factor, the volumes, the
+    /// explicit stress, ∇p, c, then the outputs: the matrix's values and the
     /// component's diagonal, the source and b.
     #[allow(clippy::too_many_arguments)]
-    fn launch_rows<'a>(
-        &'a self,
+    fn assemble_component<'a>(
+        &'a mut self,
         gpu: &'a Gpu,
         kernel: &'static str,
         k: usize,
         c: &'a i32,
-        rows: (&'a i32, &'a i32),
-        relaxed: (&'a CudaSlice<f64>, &'a f64),
-        gradient: &'a CudaSlice<f64>,
+        u_c: &'a CudaSlice<f64>,
+        inputs: &'a ComponentInputs<'a>,
         convection: impl FnOnce(&mut KernelArgs<'a>),
         transient: impl FnOnce(&mut KernelArgs<'a>),
-    ) -> Result<(), GpuError> {
-        let matrix = self.matrix.as_ref().ok_or_else(lost)?;
-        let diag = &self.diagonals[k];
-        let (n, n_faces) = rows;
-        let (u_c, alpha) = relaxed;
-        let v = self.viscous[k].arrays()?;
-        let b = self.b.get(k).ok_or_else(lost)?.dev()?;
+    ) -> Result<(), DeviceFlowError> {
+        self.viscous[k].update_rhs(u_c, None)?;
+        let this: &'a Self = self;
+        let arrays = &inputs.arrays;
+        this.deferred_correction(gpu, k, arrays, inputs.phi, u_c, inputs.corrected)?;
+        let matrix = this.matrix.as_ref().ok_or_else(lost)?;
+        let diag = &this.diagonals[k];
+        let v = this.viscous[k].arrays()?;
+        let b = this.b.get(k).ok_or_else(lost)?.dev()?;
         let (grid, block) = (matrix.n_slices() as u32, matrix.slice_height as u32);
         gpu.launch(kernel, grid, block, 0, |a| {
-            a.arg(n)
+            a.arg(&inputs.n)
                 .arg(&matrix.slice_ptr)
                 .arg(v.face_codes)
                 .arg(v.face_slots)
                 .arg(v.boundary_ptr)
-                .arg(n_faces);
+                .arg(&inputs.n_faces);
             convection(a);
-            arg_or_null(a, self.deferred.as_ref().map(|d| &d.fc));
+            arg_or_null(a, this.deferred.as_ref().map(|d| &d.fc));
             a.arg(&v.matrix.values)
                 .arg(&v.matrix.diag)
                 .arg(v.rhs)
                 .arg(v.b_value_internal)
                 .arg(v.b_value_boundary);
             transient(a);
-            a.arg(u_c).arg(alpha).arg(v.volumes);
-            arg_or_null(a, self.stress.as_ref().map(|s| &s.cells));
-            a.arg(gradient)
+            a.arg(u_c).arg(&inputs.relaxation).arg(v.volumes);
+            arg_or_null(a, this.stress.as_ref().map(|s| &s.cells));
+            a.arg(inputs.gradient)
                 .arg(c)
                 .arg(&matrix.values)
                 .arg(diag)
-                .arg(&self.sources[k])
+                .arg(&this.sources[k])
                 .arg(b);
-        })
+        })?;
+        Ok(())
     }
 
     /// Solves the momentum equations of the solved components (`components`

@@ -246,14 +246,15 @@ pub fn write_vtu(
     encoding: VtkEncoding,
 ) -> Result<u64, OutputError> {
     check_fields(cell_fields, mesh.n_cells(), "cells", path)?;
-    write_unstructured(
-        path,
+    cells_file(
         mesh,
         &VtkCells::new(mesh),
         None,
         cell_fields,
+        None,
         encoding,
     )
+    .write(path)
 }
 
 /// One rank's cells of a distributed run's series.
@@ -576,17 +577,27 @@ impl<'m> VtkSeries<'m> {
                 Job::Cells(path) => match &self.piece {
                     None => {
                         let cells = self.cells.as_ref().expect("built above for the whole mesh");
-                        write_unstructured(&path, mesh, cells, None, cell_fields, encoding)
+                        cells_file(mesh, cells, None, cell_fields, None, encoding)
                     }
-                    Some(piece) => write_piece(&path, mesh, piece, cell_fields, encoding),
-                },
+                    // The whole mesh's fields read at the piece's cells (no
+                    // copy of them is made).
+                    Some(piece) => cells_file(
+                        mesh,
+                        &piece.vtk,
+                        Some(&piece.points),
+                        cell_fields,
+                        Some(&piece.cells),
+                        encoding,
+                    ),
+                }
+                .write(&path),
                 Job::Patch(i, path) => {
                     let faces = mesh.patches()[i].boundary_faces(n_internal);
                     let fields: Vec<Field> = boundary_fields
                         .iter()
                         .map(|f| f.slice(faces.clone()))
                         .collect();
-                    write_polygons(&path, mesh, &self.patches[i].1, &fields, encoding)
+                    polygons_file(mesh, &self.patches[i].1, &fields, encoding).write(&path)
                 }
             })
             .collect::<Result<_, _>>()?;
@@ -1306,38 +1317,6 @@ fn cells_file<'a>(
     file
 }
 
-/// The whole mesh's cells with their fields.
-fn write_unstructured<'a>(
-    path: &Path,
-    mesh: &'a Mesh,
-    cells: &'a VtkCells,
-    points: Option<&'a [Label]>,
-    cell_fields: &[Field<'a>],
-    encoding: VtkEncoding,
-) -> Result<u64, OutputError> {
-    cells_file(mesh, cells, points, cell_fields, None, encoding).write(path)
-}
-
-/// A rank's piece: its cells and points, the whole mesh's fields read at its
-/// cells (no copy of them is made).
-fn write_piece<'a>(
-    path: &Path,
-    mesh: &'a Mesh,
-    piece: &'a Piece,
-    cell_fields: &[Field<'a>],
-    encoding: VtkEncoding,
-) -> Result<u64, OutputError> {
-    cells_file(
-        mesh,
-        &piece.vtk,
-        Some(&piece.points),
-        cell_fields,
-        Some(&piece.cells),
-        encoding,
-    )
-    .write(path)
-}
-
 /// The `.pvtu` of `n_ranks` pieces `processorK.vtu` (in its directory) with
 /// the cell fields `fields`.
 fn pvtu(n_ranks: usize, fields: &[Field]) -> String {
@@ -1357,16 +1336,6 @@ fn pvtu(n_ranks: usize, fields: &[Field]) -> String {
         xml += &format!("<Piece Source=\"processor{rank}.vtu\"/>\n");
     }
     xml + "</PUnstructuredGrid>\n</VTKFile>\n"
-}
-
-fn write_polygons<'a>(
-    path: &Path,
-    mesh: &'a Mesh,
-    polygons: &'a PatchPolygons,
-    face_fields: &[Field<'a>],
-    encoding: VtkEncoding,
-) -> Result<u64, OutputError> {
-    polygons_file(mesh, polygons, face_fields, encoding).write(path)
 }
 
 /// The `.vtp` of a patch's faces with their fields, ready to write.

@@ -37,14 +37,10 @@ impl KeyValues {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The value of `key` parsed as `T`; an error naming the key otherwise.
+    /// The value of `key` parsed as `T`; an error naming the key otherwise
+    /// ([`parse_value`]).
     pub fn parsed<T: std::str::FromStr>(&self, key: &str, what: &str) -> Result<Option<T>, String> {
-        self.get(key)
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| format!("{key} must be {what}, got '{v}'"))
-            })
-            .transpose()
+        self.get(key).map(|v| parse_value(key, v, what)).transpose()
     }
 
     /// The pairs in the order given.
@@ -55,6 +51,20 @@ impl KeyValues {
     pub fn is_empty(&self) -> bool {
         self.pairs.is_empty()
     }
+}
+
+/// `value`, the text given for the setting `key`, parsed as `T`; otherwise
+/// the error every settings parser gives, `{key} must be {what}, got
+/// '{value}'` (`key` as the caller names it, e.g. `AMG sweeps`; `what`, e.g.
+/// `a whole number`).
+pub fn parse_value<T: std::str::FromStr>(
+    key: impl fmt::Display,
+    value: &str,
+    what: &str,
+) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{key} must be {what}, got '{value}'"))
 }
 
 /// Sets each `key=value` part of a `name:key=value:...` specification (the

@@ -32,9 +32,10 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
+use super::algorithm::parse_value;
 use super::checks::square_size;
 use super::scalar::{Precision, Real};
-use super::{LinearOperator, SolveError};
+use super::{parse_name, LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
 
@@ -56,6 +57,7 @@ pub enum FsaiStop {
 }
 
 impl FsaiStop {
+    pub const ALL: [Self; 2] = [Self::Stagnation, Self::Reduction];
     pub fn name(self) -> &'static str {
         match self {
             Self::Stagnation => "stagnation",
@@ -67,13 +69,7 @@ impl FsaiStop {
 impl FromStr for FsaiStop {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "stagnation" => Ok(Self::Stagnation),
-            "reduction" => Ok(Self::Reduction),
-            _ => Err(format!(
-                "unknown FSAI stop rule '{s}' (choose one of stagnation, reduction)"
-            )),
-        }
+        parse_name("FSAI stop rule", s, &Self::ALL, Self::name)
     }
 }
 
@@ -208,14 +204,10 @@ impl FsaiSettings {
         pairs: impl IntoIterator<Item = (&'k str, &'k str)>,
     ) -> Result<Self, String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
-            value
-                .parse()
-                .map_err(|_| format!("FSAI {key} must be a whole number, got '{value}'"))
+            parse_value(format_args!("FSAI {key}"), value, "a whole number")
         }
         fn number(key: &str, value: &str) -> Result<f64, String> {
-            value
-                .parse()
-                .map_err(|_| format!("FSAI {key} must be a number, got '{value}'"))
+            parse_value(format_args!("FSAI {key}"), value, "a number")
         }
         let adaptive_of = |p: FsaiPattern| match p {
             FsaiPattern::Adaptive {

@@ -72,6 +72,7 @@ use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::algorithm::parse_value;
 use super::amg::coarsest::CoarsestSolver;
 use super::amg::{AmgSettings, MAX_DENSE_ROWS};
 use super::checks::{check_inputs, check_symmetric, on_copies};
@@ -244,9 +245,7 @@ impl GamgSettings {
     /// Sets one OpenFOAM key (exact spelling) from its text.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
-            value
-                .parse()
-                .map_err(|_| format!("GAMG {key} must be a whole number, got '{value}'"))
+            parse_value(format_args!("GAMG {key}"), value, "a whole number")
         }
         fn switch(key: &str, value: &str) -> Result<bool, String> {
             match value {

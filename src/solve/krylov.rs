@@ -22,6 +22,7 @@ use rayon::prelude::*;
 
 use std::convert::Infallible;
 
+use super::algorithm::parse_value;
 use super::cpu::CpuBackend;
 use super::precondition::{apply_infallible, Precondition};
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
@@ -219,9 +220,7 @@ impl GmresSettings {
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         match key {
             "nKrylov" => {
-                self.restart = value.parse().map_err(|_| {
-                    format!("nKrylov '{value}' is not a whole number (the restart length)")
-                })?
+                self.restart = parse_value(key, value, "a whole number (the restart length)")?
             }
             "orthogonalisation" | "orthogonalization" => self.orthogonalization = value.parse()?,
             "preconditioningSide" => self.side = value.parse()?,

@@ -19,7 +19,7 @@ use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::scalar::Precision;
 use super::schwarz::{Schwarz, SchwarzSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
-use super::{LinearOperator, SolveError};
+use super::{parse_name, LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
 pub use super::ic::{Dic, Ic0};
@@ -102,16 +102,7 @@ impl fmt::Display for PreconditionerKind {
 impl FromStr for PreconditionerKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                let names: Vec<_> = Self::ALL.iter().map(|k| k.name()).collect();
-                format!(
-                    "unknown preconditioner '{s}' (choose one of {})",
-                    names.join(", ")
-                )
-            })
+        parse_name("preconditioner", s, &Self::ALL, Self::name)
     }
 }
 

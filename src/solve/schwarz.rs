@@ -30,7 +30,7 @@ use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::algorithm::set_pairs;
+use super::algorithm::{parse_value, set_pairs};
 use super::checks::check_square;
 use super::ic::Ic0;
 use super::ilu::Ilu;
@@ -94,9 +94,7 @@ impl SchwarzSettings {
     /// `innerOverlap`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let count = |what: &str| {
-            value
-                .parse::<usize>()
-                .map_err(|_| format!("Schwarz {what} must be a whole number, not '{value}'"))
+            parse_value::<usize>(format_args!("Schwarz {what}"), value, "a whole number")
         };
         match key {
             "subdomains" => self.subdomains = count("subdomains")?,

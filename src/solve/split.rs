@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::reduce::{ordered_sum, CHUNK};
+use super::reduce::CHUNK;
 use crate::sparse::Csr;
 
 /// The diagonal and the two triangles of a square matrix (see the module docs).
@@ -406,20 +406,52 @@ impl SplitMatrix {
         }
     }
 
+    /// y = A x by rows in parallel chunks of [`CHUNK`] rows (the product
+    /// where [`Self::upper_product`] does not run): `finish(i, x_i, (A x)_i,
+    /// &mut y_i, &mut partial)` as there, called for the rows of a chunk in
+    /// ascending order, each chunk's partial starting at `S::default()`;
+    /// the partials in chunk order.
+    fn row_product<S: Default + Send>(
+        &self,
+        x: &[f64],
+        y: &mut [f64],
+        finish: impl Fn(usize, f64, f64, &mut f64, &mut S) + Sync,
+    ) -> Vec<S> {
+        y.par_chunks_mut(CHUNK)
+            .enumerate()
+            .map(|(c, y)| {
+                let rows = self.rows(c * CHUNK, y.len());
+                let mut partial = S::default();
+                for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
+                    let sum = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
+                    finish(r, x[r], sum, y, &mut partial);
+                }
+                partial
+            })
+            .collect()
+    }
+
+    /// The parallel products' one pass: [`Self::upper_product`] where it
+    /// runs ([`Self::by_upper_triangle`]), else [`Self::row_product`] (the
+    /// same bits either way).
+    fn product<S: Copy + Default + Send>(
+        &self,
+        x: &[f64],
+        y: &mut [f64],
+        finish: impl Fn(usize, f64, f64, &mut f64, &mut S) + Sync,
+    ) -> Vec<S> {
+        if self.by_upper_triangle() {
+            self.upper_product(x, y, &finish)
+        } else {
+            self.row_product(x, y, &finish)
+        }
+    }
+
     /// y = A x, rows in parallel.
     pub fn apply(&self, x: &[f64], y: &mut [f64]) {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply: y size");
-        if self.by_upper_triangle() {
-            self.upper_product(x, y, |_, _, sum, y, _: &mut ()| *y = sum);
-            return;
-        }
-        y.par_chunks_mut(CHUNK).enumerate().for_each(|(c, y)| {
-            let rows = self.rows(c * CHUNK, y.len());
-            for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
-                *y = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
-            }
-        });
+        self.product(x, y, |_, _, sum, y, _: &mut ()| *y = sum);
     }
 
     /// y = A x, rows in parallel; returns x · y (fixed chunk order, each
@@ -427,23 +459,11 @@ impl SplitMatrix {
     pub fn apply_dot(&self, x: &[f64], y: &mut [f64]) -> f64 {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply_dot: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply_dot: y size");
-        if self.by_upper_triangle() {
-            let partials = self.upper_product(x, y, |_, xi, sum, y, partial: &mut f64| {
-                *y = sum;
-                *partial += xi * sum;
-            });
-            return partials.iter().sum();
-        }
-        ordered_sum(y.par_chunks_mut(CHUNK).enumerate().map(|(c, y)| {
-            let rows = self.rows(c * CHUNK, y.len());
-            let mut x_y = 0.0;
-            for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
-                let xr = x[r];
-                *y = upper.add_to(lower.add_to(self.diag[r] * xr, x), x);
-                x_y += xr * *y;
-            }
-            x_y
-        }))
+        let partials = self.product(x, y, |_, xi, sum, y, partial: &mut f64| {
+            *y = sum;
+            *partial += xi * sum;
+        });
+        partials.iter().sum()
     }
 
     /// y = A x, rows in parallel; returns the sums over the rows of the two
@@ -457,29 +477,12 @@ impl SplitMatrix {
     ) -> (f64, f64) {
         assert_eq!(x.len(), self.n(), "SplitMatrix::apply_sums: x size");
         assert_eq!(y.len(), self.n(), "SplitMatrix::apply_sums: y size");
-        let partials: Vec<(f64, f64)> = if self.by_upper_triangle() {
-            self.upper_product(x, y, |i, _, sum, y, p: &mut (f64, f64)| {
-                *y = sum;
-                let (a, b) = terms(i, sum);
-                p.0 += a;
-                p.1 += b;
-            })
-        } else {
-            y.par_chunks_mut(CHUNK)
-                .enumerate()
-                .map(|(c, y)| {
-                    let rows = self.rows(c * CHUNK, y.len());
-                    let (mut s0, mut s1) = (0.0, 0.0);
-                    for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
-                        *y = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
-                        let (a, b) = terms(r, *y);
-                        s0 += a;
-                        s1 += b;
-                    }
-                    (s0, s1)
-                })
-                .collect()
-        };
+        let partials = self.product(x, y, |i, _, sum, y, p: &mut (f64, f64)| {
+            *y = sum;
+            let (a, b) = terms(i, sum);
+            p.0 += a;
+            p.1 += b;
+        });
         (
             partials.iter().map(|p| p.0).sum(),
             partials.iter().map(|p| p.1).sum(),
@@ -491,22 +494,11 @@ impl SplitMatrix {
         assert_eq!(b.len(), self.n(), "SplitMatrix::residual: b size");
         assert_eq!(x.len(), self.n(), "SplitMatrix::residual: x size");
         assert_eq!(r.len(), self.n(), "SplitMatrix::residual: r size");
-        if self.by_upper_triangle() {
-            let partials = self.upper_product(x, r, |i, _, sum, r, partial: &mut f64| {
-                *r = b[i] - sum;
-                *partial += r.abs();
-            });
-            return partials.iter().sum();
-        }
-        ordered_sum(r.par_chunks_mut(CHUNK).enumerate().map(|(c, r)| {
-            let rows = self.rows(c * CHUNK, r.len());
-            let mut sum = 0.0;
-            for (r, (i, lower, upper)) in r.iter_mut().zip(rows) {
-                *r = b[i] - upper.add_to(lower.add_to(self.diag[i] * x[i], x), x);
-                sum += r.abs();
-            }
-            sum
-        }))
+        let partials = self.product(x, r, |i, _, sum, r, partial: &mut f64| {
+            *r = b[i] - sum;
+            *partial += r.abs();
+        });
+        partials.iter().sum()
     }
 
     /// OpenFOAM's correction scaling in two passes: y = A x with s =

@@ -52,8 +52,8 @@ use std::time::Instant;
 use cudarc::driver::CudaSlice;
 
 use super::{
-    launch_face_walk, launch_row_walk, lost, DeviceFlowError, DeviceKrylov, DeviceMomentum,
-    DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
+    launch_face_walk, launch_row_walk, lost, ComponentInputs, DeviceFlowError, DeviceKrylov,
+    DeviceMomentum, DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
 };
 use crate::flow::piso::{
     ddt_coefficients, log_courant, max_initial_residual, Piso, StepReport, TransientSettings,
@@ -389,34 +389,26 @@ impl<'g> DevicePiso<'g> {
         let gpu = d.gpu;
         let m = d.momentum.as_mut().ok_or_else(lost)?;
         let pressure = &d.laplacian;
-        let n_i = pressure.n() as i32;
-        let n_faces = pressure.device_faces().len() as i32;
-        pressure.gradient(d.p.dev()?)?;
-        let arrays = pressure.arrays()?;
+        let inputs = ComponentInputs::new(pressure, d.p.dev()?, &d.phi, &simple_settings, alpha_u)?;
         if simple_settings.explicit_stress {
             m.compute_stress(gpu, pressure, &d.components, &d.u, simple_settings.nu)?;
         }
-        let corrected = simple_settings.schemes.sn_grad.is_corrected();
         let r_dt = 1.0 / dt;
         let ddt_diag = coeff * r_dt;
         let central = i32::from(self.central);
         let bounded = i32::from(self.settings.convection.bounded);
         let older = (c00 != 0.0).then_some(&self.older);
         for (k, &c) in d.components.iter().enumerate() {
-            let u_c = d.u[c].dev()?;
-            m.viscous[k].update_rhs(u_c, None)?;
-            m.deferred_correction(gpu, k, &arrays, &d.phi, u_c, corrected)?;
             let c_i = c as i32;
-            m.launch_rows(
+            m.assemble_component(
                 gpu,
                 "piso_momentum_rows",
                 k,
                 &c_i,
-                (&n_i, &n_faces),
-                (u_c, &alpha_u),
-                pressure.gradient_buffer(),
+                d.u[c].dev()?,
+                &inputs,
                 |a| {
-                    a.arg(arrays.weights)
+                    a.arg(inputs.arrays.weights)
                         .arg(&d.phi)
                         .arg(&central)
                         .arg(&bounded);

@@ -32,13 +32,13 @@ pub use cycle::Amg;
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
-use super::algorithm::set_pairs;
+use super::algorithm::{parse_value, set_pairs};
 use super::checks::{check_system, on_copies, square_size};
 use super::jacobi::Identity;
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
-use super::{SolveError, SolverControls, SolverPerformance};
+use super::{parse_name, SolveError, SolverControls, SolverPerformance};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
 use coarsest::CoarsestSolver;
@@ -69,10 +69,7 @@ impl CycleKind {
 impl FromStr for CycleKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown AMG cycle '{s}' (choose one of V, W, K)"))
+        parse_name("AMG cycle", s, &Self::ALL, Self::name)
     }
 }
 
@@ -246,14 +243,10 @@ impl AmgSettings {
     /// `fused` (true, false).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
-            value
-                .parse()
-                .map_err(|_| format!("AMG {key} must be a whole number, got '{value}'"))
+            parse_value(format_args!("AMG {key}"), value, "a whole number")
         }
         fn number(key: &str, value: &str) -> Result<f64, String> {
-            value
-                .parse()
-                .map_err(|_| format!("AMG {key} must be a number, got '{value}'"))
+            parse_value(format_args!("AMG {key}"), value, "a number")
         }
         match key.to_ascii_lowercase().as_str() {
             "passes" => self.passes = count(key, value)?,
