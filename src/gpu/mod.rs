@@ -1825,6 +1825,68 @@ mod tests {
         }
     }
 
+    /// Every instance a kernel template lists parses, with `T` read as its
+    /// type; the two precisions of a template differ only there.
+    #[test]
+    fn kernel_template_instances_parse() {
+        let declarations = kernel_declarations().unwrap();
+        let instances: Vec<&Declaration> = declarations
+            .iter()
+            .filter(|d| d.expression.is_some())
+            .collect();
+        assert!(instances.len() >= 2, "{}", instances.len());
+        for d in &instances {
+            let expression = d.expression.as_deref().unwrap();
+            let (template, ty) = expression
+                .strip_suffix('>')
+                .unwrap()
+                .split_once('<')
+                .unwrap();
+            assert!(["double", "float"].contains(&ty), "{expression}");
+            assert!(
+                d.name == template || d.name.starts_with(template),
+                "{} = {expression}",
+                d.name
+            );
+            let declared = parse_parameters(&d.params).unwrap();
+            let pair: Vec<&&Declaration> = instances
+                .iter()
+                .filter(|e| {
+                    e.expression
+                        .as_deref()
+                        .unwrap()
+                        .starts_with(&format!("{template}<"))
+                })
+                .collect();
+            assert_eq!(pair.len(), 2, "{template}: {pair:?}");
+            for other in pair {
+                let theirs = parse_parameters(&other.params).unwrap();
+                assert_eq!(theirs.len(), declared.len(), "{template}");
+            }
+        }
+        let copy_f32 = declarations
+            .iter()
+            .find(|d| d.name == "amg_copy_f32")
+            .unwrap();
+        assert_eq!(copy_f32.expression.as_deref(), Some("amg_copy<float>"));
+        assert_eq!(
+            parse_parameters(&copy_f32.params).unwrap(),
+            [
+                ParamType::Value(kernel_args::CType::Int),
+                ParamType::Pointer(kernel_args::CType::Float),
+                ParamType::Pointer(kernel_args::CType::Float),
+                ParamType::Pointer(kernel_args::CType::Double)
+            ]
+        );
+        let copy = declarations.iter().find(|d| d.name == "amg_copy").unwrap();
+        assert_eq!(copy.expression.as_deref(), Some("amg_copy<double>"));
+        // Each module's expressions are those of its own source's instances.
+        let all: usize = (0..KERNEL_SOURCES.len())
+            .map(|k| module_expressions(k).unwrap().len())
+            .sum();
+        assert_eq!(all, instances.len());
+    }
+
     /// The instance list and the template under it, and what is refused.
     #[test]
     fn kernel_templates_declare_their_instances() {
