@@ -8,11 +8,12 @@
 // nonzero once the solve has stopped; the launch then returns at once (done
 // is uniform over the grid, so blocks that synchronise return as a whole).
 
-// Precision: the cycle kernels are templates over T, the type of a level's
-// matrix values and vectors: double (precision double; the wrappers without
-// a suffix) or float (precision mixed, `_f32`: f32 values and vectors; the
-// coarsest operator, the K-cycle's dot products and scalars stay f64). The
-// fine level's b is PCG's f64 residual in both.
+// Precision: the cycle kernels are kernel templates over T, the type of a
+// level's matrix values and vectors, each instantiated by its `// kernel:`
+// line as double (precision double; the kernels without a suffix) and float
+// (precision mixed, `_f32`: f32 values and vectors; the coarsest operator,
+// the K-cycle's dot products and scalars stay f64). The fine level's b is
+// PCG's f64 residual in both.
 
 // Row i of A x on a CSR level with x_j = f(j): the row's products summed in
 // stored order (Csr::spmv; the CPU cycle's row_residual). I: the index's type
@@ -29,11 +30,14 @@ __device__ __forceinline__ T amg_csr_row(const u64* __restrict__ row_ptr,
 // Weighted / L1 Jacobi sweep on a CSR level: x_new = x + scale * (b - A x),
 // the row in stored order as the CPU cycle's row_residual (solve::amg::cycle).
 // x null means x = 0: x_new = scale * b.
+// kernel: amg_jacobi_csr<double>, amg_jacobi_csr_f32 = amg_jacobi_csr<float>
 template <typename T>
-__device__ void amg_jacobi_csr_t(int n, const u64* __restrict__ row_ptr,
-                                 const unsigned* __restrict__ cols, const T* __restrict__ vals,
-                                 const T* __restrict__ scale, const T* __restrict__ b,
-                                 const T* __restrict__ x, T* __restrict__ x_new) {
+__global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr,
+                               const unsigned* __restrict__ cols, const T* __restrict__ vals,
+                               const T* __restrict__ scale, const T* __restrict__ b,
+                               const T* __restrict__ x, T* __restrict__ x_new,
+                               const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     if (x == nullptr) {
@@ -42,28 +46,6 @@ __device__ void amg_jacobi_csr_t(int n, const u64* __restrict__ row_ptr,
     }
     const T ax = amg_csr_row(row_ptr, cols, vals, i, [&](unsigned j) { return __ldg(&x[j]); });
     x_new[i] = x[i] + scale[i] * (b[i] - ax);
-}
-
-extern "C" __global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr,
-                                          const unsigned* __restrict__ cols,
-                                          const double* __restrict__ vals,
-                                          const double* __restrict__ scale,
-                                          const double* __restrict__ b,
-                                          const double* __restrict__ x,
-                                          double* __restrict__ x_new, const double* done) {
-    if (gated_off(done)) return;
-    amg_jacobi_csr_t<double>(n, row_ptr, cols, vals, scale, b, x, x_new);
-}
-
-extern "C" __global__ void amg_jacobi_csr_f32(int n, const u64* __restrict__ row_ptr,
-                                              const unsigned* __restrict__ cols,
-                                              const float* __restrict__ vals,
-                                              const float* __restrict__ scale,
-                                              const float* __restrict__ b,
-                                              const float* __restrict__ x,
-                                              float* __restrict__ x_new, const double* done) {
-    if (gated_off(done)) return;
-    amg_jacobi_csr_t<float>(n, row_ptr, cols, vals, scale, b, x, x_new);
 }
 
 // Mixed precision, fine level: a Jacobi sweep on the f32 twin of the
@@ -99,70 +81,34 @@ extern "C" __global__ void amg_jacobi_modsell_f32(int n, const u64* __restrict__
 
 // r = b - A x on the mod-SELL fine level in precision T (one block per slice,
 // blockDim = H, H values of T of dynamic shared memory, as spmv_modsell), b
-// (f64) rounded to T.
+// (f64) rounded to T (mixed precision, `_f32`: on the f32 twin of the fine
+// level, r in f32).
+// kernel: amg_residual_modsell<double>, amg_residual_modsell_f32 = amg_residual_modsell<float>
 template <typename T>
-__device__ void amg_residual_modsell_t(int n, const u64* __restrict__ slice_ptr,
-                                       const int* __restrict__ codes,
-                                       const T* __restrict__ vals, const T* __restrict__ diag,
-                                       const double* __restrict__ b, const T* __restrict__ x,
-                                       T* __restrict__ r) {
+__global__ void amg_residual_modsell(int n, const u64* __restrict__ slice_ptr,
+                                     const int* __restrict__ codes,
+                                     const T* __restrict__ vals, const T* __restrict__ diag,
+                                     const double* __restrict__ b, const T* __restrict__ x,
+                                     T* __restrict__ r, const double* done) {
+    if (gated_off(done)) return;
     T xr;
     const T ax = modsell_row_t<T>(n, slice_ptr, codes, vals, diag, x, &xr);
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row < n) r[row] = (T)b[row] - ax;
 }
 
-// r = b - A x on the mod-SELL fine level.
-extern "C" __global__ void amg_residual_modsell(int n, const u64* __restrict__ slice_ptr,
-                                                const int* __restrict__ codes,
-                                                const double* __restrict__ vals,
-                                                const double* __restrict__ diag,
-                                                const double* __restrict__ b,
-                                                const double* __restrict__ x,
-                                                double* __restrict__ r, const double* done) {
-    if (gated_off(done)) return;
-    amg_residual_modsell_t<double>(n, slice_ptr, codes, vals, diag, b, x, r);
-}
-
-// Mixed precision: r = b - A x on the f32 twin of the fine level, b (f64)
-// rounded, r in f32.
-extern "C" __global__ void amg_residual_modsell_f32(int n, const u64* __restrict__ slice_ptr,
-                                                    const int* __restrict__ codes,
-                                                    const float* __restrict__ vals,
-                                                    const float* __restrict__ diag,
-                                                    const double* __restrict__ b,
-                                                    const float* __restrict__ x,
-                                                    float* __restrict__ r, const double* done) {
-    if (gated_off(done)) return;
-    amg_residual_modsell_t<float>(n, slice_ptr, codes, vals, diag, b, x, r);
-}
-
 // b_c[I] = sum of r over I's members, ascending (R = P^T).
+// kernel: amg_restrict<double>, amg_restrict_f32 = amg_restrict<float>
 template <typename T>
-__device__ void amg_restrict_t(int nc, const u64* __restrict__ member_ptr,
-                               const unsigned* __restrict__ members, const T* __restrict__ r,
-                               T* __restrict__ bc) {
+__global__ void amg_restrict(int nc, const u64* __restrict__ member_ptr,
+                             const unsigned* __restrict__ members, const T* __restrict__ r,
+                             T* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
     T s = T(0);
     for (u64 k = member_ptr[I]; k < member_ptr[I + 1]; ++k) s += r[members[k]];
     bc[I] = s;
-}
-
-extern "C" __global__ void amg_restrict(int nc, const u64* __restrict__ member_ptr,
-                                        const unsigned* __restrict__ members,
-                                        const double* __restrict__ r, double* __restrict__ bc,
-                                        const double* done) {
-    if (gated_off(done)) return;
-    amg_restrict_t<double>(nc, member_ptr, members, r, bc);
-}
-
-extern "C" __global__ void amg_restrict_f32(int nc, const u64* __restrict__ member_ptr,
-                                            const unsigned* __restrict__ members,
-                                            const float* __restrict__ r, float* __restrict__ bc,
-                                            const double* done) {
-    if (gated_off(done)) return;
-    amg_restrict_t<float>(nc, member_ptr, members, r, bc);
 }
 
 // Residual and restriction fused on a CSR level: b_c[I] = sum over I's
@@ -174,13 +120,17 @@ extern "C" __global__ void amg_restrict_f32(int nc, const u64* __restrict__ memb
 // memory latency.) Launch AMG_RR_LANES threads per coarse row, blocks a
 // multiple of 32.
 #define AMG_RR_LANES 8
+// kernel: amg_residual_restrict_csr<double>,
+//         amg_residual_restrict_csr_f32 = amg_residual_restrict_csr<float>
 template <typename T>
-__device__ void amg_residual_restrict_csr_t(int nc, const u64* __restrict__ member_ptr,
-                                            const unsigned* __restrict__ members,
-                                            const u64* __restrict__ row_ptr,
-                                            const unsigned* __restrict__ cols,
-                                            const T* __restrict__ vals, const T* __restrict__ b,
-                                            const T* __restrict__ x, T* __restrict__ bc) {
+__global__ void amg_residual_restrict_csr(int nc, const u64* __restrict__ member_ptr,
+                                          const unsigned* __restrict__ members,
+                                          const u64* __restrict__ row_ptr,
+                                          const unsigned* __restrict__ cols,
+                                          const T* __restrict__ vals, const T* __restrict__ b,
+                                          const T* __restrict__ x, T* __restrict__ bc,
+                                          const double* done) {
+    if (gated_off(done)) return;
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const int I = t / AMG_RR_LANES, lane = t % AMG_RR_LANES;
     // The whole group leaves together: its lanes share I.
@@ -202,75 +152,36 @@ __device__ void amg_residual_restrict_csr_t(int nc, const u64* __restrict__ memb
     if (lane == 0) bc[I] = s;
 }
 
-extern "C" __global__ void amg_residual_restrict_csr(int nc, const u64* __restrict__ member_ptr,
-                                                     const unsigned* __restrict__ members,
-                                                     const u64* __restrict__ row_ptr,
-                                                     const unsigned* __restrict__ cols,
-                                                     const double* __restrict__ vals,
-                                                     const double* __restrict__ b,
-                                                     const double* __restrict__ x,
-                                                     double* __restrict__ bc, const double* done) {
-    if (gated_off(done)) return;
-    amg_residual_restrict_csr_t<double>(nc, member_ptr, members, row_ptr, cols, vals, b, x, bc);
-}
-
-extern "C" __global__ void amg_residual_restrict_csr_f32(
-    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
-    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
-    const float* __restrict__ vals, const float* __restrict__ b, const float* __restrict__ x,
-    float* __restrict__ bc, const double* done) {
-    if (gated_off(done)) return;
-    amg_residual_restrict_csr_t<float>(nc, member_ptr, members, row_ptr, cols, vals, b, x, bc);
-}
-
 // Prolongation and correction: x_out[i] = x_in[i] + factor * x_c[aggregate[i]]
 // (x_out may be x_in; factor rounded to T).
+// kernel: amg_prolong<double>, amg_prolong_f32 = amg_prolong<float>
 template <typename T>
-__device__ void amg_prolong_t(int n, const unsigned* __restrict__ aggregate,
-                              const T* __restrict__ xc, double factor, const T* x_in, T* x_out) {
+__global__ void amg_prolong(int n, const unsigned* __restrict__ aggregate,
+                            const T* __restrict__ xc, double factor, const T* x_in, T* x_out,
+                            const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x_out[i] = x_in[i] + (T)factor * xc[aggregate[i]];
 }
 
-extern "C" __global__ void amg_prolong(int n, const unsigned* __restrict__ aggregate,
-                                       const double* __restrict__ xc, double factor,
-                                       const double* x_in, double* x_out, const double* done) {
-    if (gated_off(done)) return;
-    amg_prolong_t<double>(n, aggregate, xc, factor, x_in, x_out);
-}
-
-extern "C" __global__ void amg_prolong_f32(int n, const unsigned* __restrict__ aggregate,
-                                           const float* __restrict__ xc, double factor,
-                                           const float* x_in, float* x_out, const double* done) {
-    if (gated_off(done)) return;
-    amg_prolong_t<float>(n, aggregate, xc, factor, x_in, x_out);
-}
-
 // dst = src.
+// kernel: amg_copy<double>, amg_copy_f32 = amg_copy<float>
 template <typename T>
-__device__ void amg_copy_t(int n, const T* __restrict__ src, T* __restrict__ dst) {
+__global__ void amg_copy(int n, const T* __restrict__ src, T* __restrict__ dst,
+                         const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i];
-}
-
-extern "C" __global__ void amg_copy(int n, const double* __restrict__ src,
-                                    double* __restrict__ dst, const double* done) {
-    if (gated_off(done)) return;
-    amg_copy_t<double>(n, src, dst);
-}
-
-extern "C" __global__ void amg_copy_f32(int n, const float* __restrict__ src,
-                                        float* __restrict__ dst, const double* done) {
-    if (gated_off(done)) return;
-    amg_copy_t<float>(n, src, dst);
 }
 
 // Coarsest level: x = M b with M dense (row-major n x n, f64), one warp per
 // row, lanes summing j = lane, lane + 32, ... in f64, then a fixed shuffle
 // tree; x rounded to T.
+// kernel: amg_dense_apply<double>, amg_dense_apply_f32 = amg_dense_apply<float>
 template <typename T>
-__device__ void amg_dense_apply_t(int n, const double* __restrict__ m, const T* __restrict__ b,
-                                  T* __restrict__ x) {
+__global__ void amg_dense_apply(int n, const double* __restrict__ m, const T* __restrict__ b,
+                                T* __restrict__ x, const double* done) {
+    if (gated_off(done)) return;
     const int lane = threadIdx.x & 31;
     const int row = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
     if (row >= n) return;  // whole warps leave together
@@ -279,20 +190,6 @@ __device__ void amg_dense_apply_t(int n, const double* __restrict__ m, const T* 
     for (int j = lane; j < n; j += 32) s += mr[j] * (double)b[j];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
     if (lane == 0) x[row] = (T)s;
-}
-
-extern "C" __global__ void amg_dense_apply(int n, const double* __restrict__ m,
-                                           const double* __restrict__ b,
-                                           double* __restrict__ x, const double* done) {
-    if (gated_off(done)) return;
-    amg_dense_apply_t<double>(n, m, b, x);
-}
-
-extern "C" __global__ void amg_dense_apply_f32(int n, const double* __restrict__ m,
-                                               const float* __restrict__ b,
-                                               float* __restrict__ x, const double* done) {
-    if (gated_off(done)) return;
-    amg_dense_apply_t<float>(n, m, b, x);
 }
 
 // ---- K-cycle (Notay & Vassilevski 2008; solve::amg::cycle k_step): two
@@ -307,55 +204,27 @@ extern "C" __global__ void amg_dense_apply_f32(int n, const double* __restrict__
 #define K_SLOTS 5
 
 // y = A x on a CSR level (row in stored order, as Csr::spmv).
+// kernel: amg_spmv_csr<double>, amg_spmv_csr_f32 = amg_spmv_csr<float>
 template <typename T>
-__device__ void amg_spmv_csr_t(int n, const u64* __restrict__ row_ptr,
-                               const unsigned* __restrict__ cols, const T* __restrict__ vals,
-                               const T* __restrict__ x, T* __restrict__ y) {
+__global__ void amg_spmv_csr(int n, const u64* __restrict__ row_ptr,
+                             const unsigned* __restrict__ cols, const T* __restrict__ vals,
+                             const T* __restrict__ x, T* __restrict__ y, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     y[i] = amg_csr_row(row_ptr, cols, vals, i, [&](unsigned j) { return __ldg(&x[j]); });
 }
 
-extern "C" __global__ void amg_spmv_csr(int n, const u64* __restrict__ row_ptr,
-                                        const unsigned* __restrict__ cols,
-                                        const double* __restrict__ vals,
-                                        const double* __restrict__ x, double* __restrict__ y,
-                                        const double* done) {
-    if (gated_off(done)) return;
-    amg_spmv_csr_t<double>(n, row_ptr, cols, vals, x, y);
-}
-
-extern "C" __global__ void amg_spmv_csr_f32(int n, const u64* __restrict__ row_ptr,
-                                            const unsigned* __restrict__ cols,
-                                            const float* __restrict__ vals,
-                                            const float* __restrict__ x, float* __restrict__ y,
-                                            const double* done) {
-    if (gated_off(done)) return;
-    amg_spmv_csr_t<float>(n, row_ptr, cols, vals, x, y);
-}
-
 // Per-block partial sums of a . b in f64 (VECTOR_BLOCK threads, block_sum's
 // order; f32 products are exact in f64).
+// kernel: amg_dot_partials<double>, amg_dot_partials_f32 = amg_dot_partials<float>
 template <typename T>
-__device__ void amg_dot_partials_t(int n, const T* __restrict__ a, const T* __restrict__ b,
-                                   double* __restrict__ partials) {
+__global__ void amg_dot_partials(int n, const T* __restrict__ a, const T* __restrict__ b,
+                                 double* __restrict__ partials, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const double s = block_sum(i < n ? (double)a[i] * (double)b[i] : 0.0);
     if (threadIdx.x == 0) partials[blockIdx.x] = s;
-}
-
-extern "C" __global__ void amg_dot_partials(int n, const double* __restrict__ a,
-                                            const double* __restrict__ b,
-                                            double* __restrict__ partials, const double* done) {
-    if (gated_off(done)) return;
-    amg_dot_partials_t<double>(n, a, b, partials);
-}
-
-extern "C" __global__ void amg_dot_partials_f32(int n, const float* __restrict__ a,
-                                                const float* __restrict__ b,
-                                                double* __restrict__ partials, const double* done) {
-    if (gated_off(done)) return;
-    amg_dot_partials_t<float>(n, a, b, partials);
 }
 
 // k[slot] = the sum of the m partials in reduce_fixed's order (one block).
@@ -373,38 +242,28 @@ __device__ __forceinline__ double k_step1(const double* k) {
 }
 
 // r = b - (alpha1 / rho1) v (the step rounded to T).
+// kernel: amg_k_residual<double>, amg_k_residual_f32 = amg_k_residual<float>
 template <typename T>
-__device__ void amg_k_residual_t(int n, const T* __restrict__ b, const T* __restrict__ v,
-                                 const double* __restrict__ k, T* __restrict__ r) {
+__global__ void amg_k_residual(int n, const T* __restrict__ b, const T* __restrict__ v,
+                               const double* __restrict__ k, T* __restrict__ r,
+                               const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const T step1 = (T)k_step1(k);
     r[i] = b[i] - step1 * v[i];
 }
 
-extern "C" __global__ void amg_k_residual(int n, const double* __restrict__ b,
-                                          const double* __restrict__ v,
-                                          const double* __restrict__ k, double* __restrict__ r,
-                                          const double* done) {
-    if (gated_off(done)) return;
-    amg_k_residual_t<double>(n, b, v, k, r);
-}
-
-extern "C" __global__ void amg_k_residual_f32(int n, const float* __restrict__ b,
-                                              const float* __restrict__ v,
-                                              const double* __restrict__ k, float* __restrict__ r,
-                                              const double* done) {
-    if (gated_off(done)) return;
-    amg_k_residual_t<float>(n, b, v, k, r);
-}
-
 // x = cc c + cd d: rho2 = beta - gamma^2 / rho1; when rho2 > 1e-14 beta,
 // cc = step1 - gamma alpha2 / (rho1 rho2) and cd = alpha2 / rho2, else the
 // first step alone (d in the span of c); x = 0 when rho1 is not positive.
 // The coefficients in f64, rounded to T.
+// kernel: amg_k_combine<double>, amg_k_combine_f32 = amg_k_combine<float>
 template <typename T>
-__device__ void amg_k_combine_t(int n, const T* __restrict__ c, const T* __restrict__ d,
-                                const double* __restrict__ k, T* __restrict__ x) {
+__global__ void amg_k_combine(int n, const T* __restrict__ c, const T* __restrict__ d,
+                              const double* __restrict__ k, T* __restrict__ x,
+                              const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const double rho1 = k[K_RHO1];
@@ -421,22 +280,6 @@ __device__ void amg_k_combine_t(int n, const T* __restrict__ c, const T* __restr
         cd = alpha2 / rho2;
     }
     x[i] = (T)cc * c[i] + (T)cd * d[i];
-}
-
-extern "C" __global__ void amg_k_combine(int n, const double* __restrict__ c,
-                                         const double* __restrict__ d,
-                                         const double* __restrict__ k, double* __restrict__ x,
-                                         const double* done) {
-    if (gated_off(done)) return;
-    amg_k_combine_t<double>(n, c, d, k, x);
-}
-
-extern "C" __global__ void amg_k_combine_f32(int n, const float* __restrict__ c,
-                                             const float* __restrict__ d,
-                                             const double* __restrict__ k, float* __restrict__ x,
-                                             const double* done) {
-    if (gated_off(done)) return;
-    amg_k_combine_t<float>(n, c, d, k, x);
 }
 
 // ---- Fused cycle (setting `fused`, one sweep before and after the coarse
@@ -488,12 +331,16 @@ __device__ T modsell_row_fused(int n, const u64* __restrict__ slice_ptr,
 }
 
 // Fine level (mod-SELL), fused pre-smoothing and residual: r = b - A (s∘b).
+// kernel: amg_fine_residual_zero<double>,
+//         amg_fine_residual_zero_f32 = amg_fine_residual_zero<float>
 template <typename T>
-__device__ void amg_fine_residual_zero_t(int n, const u64* __restrict__ slice_ptr,
-                                         const int* __restrict__ codes,
-                                         const T* __restrict__ vals, const T* __restrict__ diag,
-                                         const T* __restrict__ scale,
-                                         const double* __restrict__ b, T* __restrict__ r) {
+__global__ void amg_fine_residual_zero(int n, const u64* __restrict__ slice_ptr,
+                                       const int* __restrict__ codes,
+                                       const T* __restrict__ vals, const T* __restrict__ diag,
+                                       const T* __restrict__ scale,
+                                       const double* __restrict__ b, T* __restrict__ r,
+                                       const double* done) {
+    if (gated_off(done)) return;
     const FusedIterate<T, double> f{scale, b, nullptr, nullptr, T(0)};
     T xr;
     const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
@@ -501,38 +348,18 @@ __device__ void amg_fine_residual_zero_t(int n, const u64* __restrict__ slice_pt
     if (row < n) r[row] = (T)b[row] - ax;
 }
 
-extern "C" __global__ void amg_fine_residual_zero(int n, const u64* __restrict__ slice_ptr,
-                                                  const int* __restrict__ codes,
-                                                  const double* __restrict__ vals,
-                                                  const double* __restrict__ diag,
-                                                  const double* __restrict__ scale,
-                                                  const double* __restrict__ b,
-                                                  double* __restrict__ r, const double* done) {
-    if (gated_off(done)) return;
-    amg_fine_residual_zero_t<double>(n, slice_ptr, codes, vals, diag, scale, b, r);
-}
-
-extern "C" __global__ void amg_fine_residual_zero_f32(int n, const u64* __restrict__ slice_ptr,
-                                                      const int* __restrict__ codes,
-                                                      const float* __restrict__ vals,
-                                                      const float* __restrict__ diag,
-                                                      const float* __restrict__ scale,
-                                                      const double* __restrict__ b,
-                                                      float* __restrict__ r, const double* done) {
-    if (gated_off(done)) return;
-    amg_fine_residual_zero_t<float>(n, slice_ptr, codes, vals, diag, scale, b, r);
-}
-
 // Fine level (mod-SELL), fused prolongation, correction and post-sweep:
 // with x = s∘b + θ P x_c, z = x + s (b - A x), written in f64.
+// kernel: amg_fine_post<double>, amg_fine_post_f32 = amg_fine_post<float>
 template <typename T>
-__device__ void amg_fine_post_t(int n, const u64* __restrict__ slice_ptr,
-                                const int* __restrict__ codes, const T* __restrict__ vals,
-                                const T* __restrict__ diag, const T* __restrict__ scale,
-                                const double* __restrict__ b,
-                                const unsigned* __restrict__ aggregate,
-                                const T* __restrict__ xc, double theta,
-                                double* __restrict__ z) {
+__global__ void amg_fine_post(int n, const u64* __restrict__ slice_ptr,
+                              const int* __restrict__ codes, const T* __restrict__ vals,
+                              const T* __restrict__ diag, const T* __restrict__ scale,
+                              const double* __restrict__ b,
+                              const unsigned* __restrict__ aggregate,
+                              const T* __restrict__ xc, double theta,
+                              double* __restrict__ z, const double* done) {
+    if (gated_off(done)) return;
     const FusedIterate<T, double> f{scale, b, aggregate, xc, (T)theta};
     T xr;
     const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
@@ -540,40 +367,17 @@ __device__ void amg_fine_post_t(int n, const u64* __restrict__ slice_ptr,
     if (row < n) z[row] = (double)(xr + scale[row] * ((T)b[row] - ax));
 }
 
-extern "C" __global__ void amg_fine_post(int n, const u64* __restrict__ slice_ptr,
-                                         const int* __restrict__ codes,
-                                         const double* __restrict__ vals,
-                                         const double* __restrict__ diag,
-                                         const double* __restrict__ scale,
-                                         const double* __restrict__ b,
-                                         const unsigned* __restrict__ aggregate,
-                                         const double* __restrict__ xc, double theta,
-                                         double* __restrict__ z, const double* done) {
-    if (gated_off(done)) return;
-    amg_fine_post_t<double>(n, slice_ptr, codes, vals, diag, scale, b, aggregate, xc, theta, z);
-}
-
-extern "C" __global__ void amg_fine_post_f32(int n, const u64* __restrict__ slice_ptr,
-                                             const int* __restrict__ codes,
-                                             const float* __restrict__ vals,
-                                             const float* __restrict__ diag,
-                                             const float* __restrict__ scale,
-                                             const double* __restrict__ b,
-                                             const unsigned* __restrict__ aggregate,
-                                             const float* __restrict__ xc, double theta,
-                                             double* __restrict__ z, const double* done) {
-    if (gated_off(done)) return;
-    amg_fine_post_t<float>(n, slice_ptr, codes, vals, diag, scale, b, aggregate, xc, theta, z);
-}
-
 // Coarse level (CSR), fused pre-smoothing, residual and restriction:
 // b_c[I] = sum over I's members i, ascending, of (b_i - sum_j a_ij s_j b_j).
+// kernel: amg_residual_restrict_zero_csr<double>,
+//         amg_residual_restrict_zero_csr_f32 = amg_residual_restrict_zero_csr<float>
 template <typename T>
-__device__ void amg_residual_restrict_zero_csr_t(
+__global__ void amg_residual_restrict_zero_csr(
     int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
     const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
     const T* __restrict__ vals, const T* __restrict__ scale, const T* __restrict__ b,
-    T* __restrict__ bc) {
+    T* __restrict__ bc, const double* done) {
+    if (gated_off(done)) return;
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
     const FusedIterate<T, T> f{scale, b, nullptr, nullptr, T(0)};
@@ -586,34 +390,16 @@ __device__ void amg_residual_restrict_zero_csr_t(
     bc[I] = sum;
 }
 
-extern "C" __global__ void amg_residual_restrict_zero_csr(
-    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
-    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
-    const double* __restrict__ vals, const double* __restrict__ scale,
-    const double* __restrict__ b, double* __restrict__ bc, const double* done) {
-    if (gated_off(done)) return;
-    amg_residual_restrict_zero_csr_t<double>(nc, member_ptr, members, row_ptr, cols, vals, scale,
-                                             b, bc);
-}
-
-extern "C" __global__ void amg_residual_restrict_zero_csr_f32(
-    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
-    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
-    const float* __restrict__ vals, const float* __restrict__ scale, const float* __restrict__ b,
-    float* __restrict__ bc, const double* done) {
-    if (gated_off(done)) return;
-    amg_residual_restrict_zero_csr_t<float>(nc, member_ptr, members, row_ptr, cols, vals, scale, b,
-                                            bc);
-}
-
 // Coarse level (CSR), fused prolongation, correction and post-sweep: with
 // x = s∘b + θ P x_c, x_out = x + s (b - A x).
+// kernel: amg_post_csr<double>, amg_post_csr_f32 = amg_post_csr<float>
 template <typename T>
-__device__ void amg_post_csr_t(int n, const u64* __restrict__ row_ptr,
-                               const unsigned* __restrict__ cols, const T* __restrict__ vals,
-                               const T* __restrict__ scale, const T* __restrict__ b,
-                               const unsigned* __restrict__ aggregate, const T* __restrict__ xc,
-                               double theta, T* __restrict__ x_out) {
+__global__ void amg_post_csr(int n, const u64* __restrict__ row_ptr,
+                             const unsigned* __restrict__ cols, const T* __restrict__ vals,
+                             const T* __restrict__ scale, const T* __restrict__ b,
+                             const unsigned* __restrict__ aggregate, const T* __restrict__ xc,
+                             double theta, T* __restrict__ x_out, const double* done) {
+    if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const FusedIterate<T, T> f{scale, b, aggregate, xc, (T)theta};
@@ -621,26 +407,3 @@ __device__ void amg_post_csr_t(int n, const u64* __restrict__ row_ptr,
     x_out[i] = f(i) + scale[i] * (b[i] - ax);
 }
 
-extern "C" __global__ void amg_post_csr(int n, const u64* __restrict__ row_ptr,
-                                        const unsigned* __restrict__ cols,
-                                        const double* __restrict__ vals,
-                                        const double* __restrict__ scale,
-                                        const double* __restrict__ b,
-                                        const unsigned* __restrict__ aggregate,
-                                        const double* __restrict__ xc, double theta,
-                                        double* __restrict__ x_out, const double* done) {
-    if (gated_off(done)) return;
-    amg_post_csr_t<double>(n, row_ptr, cols, vals, scale, b, aggregate, xc, theta, x_out);
-}
-
-extern "C" __global__ void amg_post_csr_f32(int n, const u64* __restrict__ row_ptr,
-                                            const unsigned* __restrict__ cols,
-                                            const float* __restrict__ vals,
-                                            const float* __restrict__ scale,
-                                            const float* __restrict__ b,
-                                            const unsigned* __restrict__ aggregate,
-                                            const float* __restrict__ xc, double theta,
-                                            float* __restrict__ x_out, const double* done) {
-    if (gated_off(done)) return;
-    amg_post_csr_t<float>(n, row_ptr, cols, vals, scale, b, aggregate, xc, theta, x_out);
-}

@@ -134,15 +134,18 @@ extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_
 // DIC: w = rd r, w -= (rd a) w_col over lower slots ascending, then over
 // upper slots descending. IC(0): y = (r - sum l y_col) / l_tt forward,
 // z = (y - sum l_it z_i, upper slots descending) / l_tt backward.
+// Both instances take the trailing `done` gate of PCG's fused loop.
+// kernel: block_ic_sweep_f64 = block_ic_sweep<double>, block_ic_sweep_f32 = block_ic_sweep<float>
 template <typename T>
-__device__ void block_ic_sweep(int n, const u64* __restrict__ slice_ptr,
+__global__ void block_ic_sweep(int n, const u64* __restrict__ slice_ptr,
                                const int* __restrict__ codes, const double* __restrict__ vals,
                                const double* __restrict__ diag,
                                const int* __restrict__ slice_mnz, const double* __restrict__ b,
                                const double* __restrict__ x_in, double* __restrict__ x_out,
                                const T* __restrict__ ic_diag, const T* __restrict__ ic_off,
                                int ic0, const int* __restrict__ levels,
-                               const int* __restrict__ slice_levels) {
+                               const int* __restrict__ slice_levels, const double* done) {
+    if (gated_off(done)) return;
     const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
     const bool in = row < n;
     const int mnz = slice_mnz[l];
@@ -204,31 +207,6 @@ __device__ void block_ic_sweep(int n, const u64* __restrict__ slice_ptr,
         __syncthreads();
     }
     if (in) x_out[row] = __dadd_rn(xi, (double)y);
-}
-
-// Both take the trailing `done` gate of PCG's fused loop.
-extern "C" __global__ void block_ic_sweep_f64(
-    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
-    const double* __restrict__ vals, const double* __restrict__ diag,
-    const int* __restrict__ slice_mnz, const double* __restrict__ b,
-    const double* __restrict__ x_in, double* __restrict__ x_out,
-    const double* __restrict__ ic_diag, const double* __restrict__ ic_off, int ic0,
-    const int* __restrict__ levels, const int* __restrict__ slice_levels, const double* done) {
-    if (gated_off(done)) return;
-    block_ic_sweep<double>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, ic_diag,
-                           ic_off, ic0, levels, slice_levels);
-}
-
-extern "C" __global__ void block_ic_sweep_f32(
-    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
-    const double* __restrict__ vals, const double* __restrict__ diag,
-    const int* __restrict__ slice_mnz, const double* __restrict__ b,
-    const double* __restrict__ x_in, double* __restrict__ x_out,
-    const float* __restrict__ ic_diag, const float* __restrict__ ic_off, int ic0,
-    const int* __restrict__ levels, const int* __restrict__ slice_levels, const double* done) {
-    if (gated_off(done)) return;
-    block_ic_sweep<float>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, ic_diag,
-                          ic_off, ic0, levels, slice_levels);
 }
 
 // Block-IC's structure, once per pattern, on the device (no host pass over

@@ -15,8 +15,9 @@
 // and per row m (committed size), npick (columns picked this step), psi.
 //
 // Every floating-point operation is an _rn intrinsic (never contracted into a
-// fused multiply-add) in the spec's order; the kernels are templates over
-// double (Double) and float (Mixed), with extern "C" wrappers _f64 / _f32.
+// fused multiply-add) in the spec's order; the kernels are kernel templates
+// over double (Double) and float (Mixed), instantiated as _f64 / _f32 by
+// their `// kernel:` lines.
 
 #define FSAI_NONE 0xffffffffu
 #define FSAI_FULL_MASK 0xffffffffu
@@ -61,8 +62,9 @@ __device__ T fsai_find_negated(const unsigned* __restrict__ acols, const T* __re
 __device__ __forceinline__ int fsai_local(const int* list, int t) { return list ? list[t] : t; }
 
 // ---- Batch state: m = 0, npick = 0, active, psi = a_ii (> 0: checked on the host).
+// kernel: fsai_init_f64 = fsai_init<double>, fsai_init_f32 = fsai_init<float>
 template <typename T>
-__device__ void fsai_init(int nb, int r0, const u64* __restrict__ row_ptr,
+__global__ void fsai_init(int nb, int r0, const u64* __restrict__ row_ptr,
                           const unsigned* __restrict__ acols, const T* __restrict__ avals,
                           int* m, int* npick, unsigned* active, int* steps, int* status, T* psi0,
                           T* psi) {
@@ -77,20 +79,6 @@ __device__ void fsai_init(int nb, int r0, const u64* __restrict__ row_ptr,
     status[l] = 0;
     psi0[l] = d;
     psi[l] = d;
-}
-extern "C" __global__ void fsai_init_f64(int nb, int r0, const u64* __restrict__ row_ptr,
-                                         const unsigned* __restrict__ acols,
-                                         const double* __restrict__ avals, int* m, int* npick,
-                                         unsigned* active, int* steps, int* status, double* psi0,
-                                         double* psi) {
-    fsai_init<double>(nb, r0, row_ptr, acols, avals, m, npick, active, steps, status, psi0, psi);
-}
-extern "C" __global__ void fsai_init_f32(int nb, int r0, const u64* __restrict__ row_ptr,
-                                         const unsigned* __restrict__ acols,
-                                         const float* __restrict__ avals, int* m, int* npick,
-                                         unsigned* active, int* steps, int* status, float* psi0,
-                                         float* psi) {
-    fsai_init<float>(nb, r0, row_ptr, acols, avals, m, npick, active, steps, status, psi0, psi);
 }
 
 // ---- list[offsets[l]] = l for the flagged rows (offsets: exclusive scan of flags).
@@ -111,8 +99,9 @@ extern "C" __global__ void fsai_compact(int nb, const unsigned* __restrict__ fla
 // merge visits columns in ascending order, so inserting a candidate after
 // those with |v| >= its own breaks ties toward the smaller column. The picks
 // are appended to cols at m.. in that order; none: the row is exhausted.
+// kernel: fsai_gradient_f64 = fsai_gradient<double>, fsai_gradient_f32 = fsai_gradient<float>
 template <typename T>
-__device__ void fsai_gradient(int count, const int* __restrict__ list, int nb, int r0, int s,
+__global__ void fsai_gradient(int count, const int* __restrict__ list, int nb, int r0, int s,
                               const u64* __restrict__ row_ptr, const unsigned* __restrict__ acols,
                               const T* __restrict__ avals, const int* __restrict__ m, int* cols,
                               const T* __restrict__ g, int* __restrict__ npick,
@@ -179,28 +168,6 @@ __device__ void fsai_gradient(int count, const int* __restrict__ list, int nb, i
         if (held == 0) active[l] = 0u;
     }
 }
-extern "C" __global__ void fsai_gradient_f64(int count, const int* __restrict__ list, int nb,
-                                             int r0, int s, const u64* __restrict__ row_ptr,
-                                             const unsigned* __restrict__ acols,
-                                             const double* __restrict__ avals,
-                                             const int* __restrict__ m, int* cols,
-                                             const double* __restrict__ g,
-                                             int* __restrict__ npick,
-                                             unsigned* __restrict__ active) {
-    fsai_gradient<double>(count, list, nb, r0, s, row_ptr, acols, avals, m, cols, g, npick,
-                          active);
-}
-extern "C" __global__ void fsai_gradient_f32(int count, const int* __restrict__ list, int nb,
-                                             int r0, int s, const u64* __restrict__ row_ptr,
-                                             const unsigned* __restrict__ acols,
-                                             const float* __restrict__ avals,
-                                             const int* __restrict__ m, int* cols,
-                                             const float* __restrict__ g,
-                                             int* __restrict__ npick,
-                                             unsigned* __restrict__ active) {
-    fsai_gradient<float>(count, list, nb, r0, s, row_ptr, acols, avals, m, cols, g, npick,
-                         active);
-}
 
 // The rows [lo, hi) of the dense system a thread handles: the step's new
 // ones (full = 0: m .. m + npick) or all (full = 1: 0 .. m).
@@ -219,8 +186,9 @@ __device__ __forceinline__ void fsai_span(int full, int l, const int* __restrict
 // with column c = cols[q]: L[q][t] = a_{c,cols[t]} (t < q), L[q][q] = a_cc,
 // y[q] = -a_{c,i} (+0.0 when absent: the CPU's start of the forward solve),
 // overwritten in place by (K3).
+// kernel: fsai_gather_f64 = fsai_gather<double>, fsai_gather_f32 = fsai_gather<float>
 template <typename T>
-__device__ void fsai_gather(int count, const int* __restrict__ list, int nb, int r0, int full,
+__global__ void fsai_gather(int count, const int* __restrict__ list, int nb, int r0, int full,
                             const u64* __restrict__ row_ptr, const unsigned* __restrict__ acols,
                             const T* __restrict__ avals, const int* __restrict__ m,
                             const int* __restrict__ npick, const int* __restrict__ cols,
@@ -241,26 +209,6 @@ __device__ void fsai_gather(int count, const int* __restrict__ list, int nb, int
         y[(u64)q * nb + l] = fsai_find_negated(acols, avals, b, e, i);
     }
 }
-extern "C" __global__ void fsai_gather_f64(int count, const int* __restrict__ list, int nb,
-                                           int r0, int full, const u64* __restrict__ row_ptr,
-                                           const unsigned* __restrict__ acols,
-                                           const double* __restrict__ avals,
-                                           const int* __restrict__ m,
-                                           const int* __restrict__ npick,
-                                           const int* __restrict__ cols, double* __restrict__ L,
-                                           double* __restrict__ y) {
-    fsai_gather<double>(count, list, nb, r0, full, row_ptr, acols, avals, m, npick, cols, L, y);
-}
-extern "C" __global__ void fsai_gather_f32(int count, const int* __restrict__ list, int nb,
-                                           int r0, int full, const u64* __restrict__ row_ptr,
-                                           const unsigned* __restrict__ acols,
-                                           const float* __restrict__ avals,
-                                           const int* __restrict__ m,
-                                           const int* __restrict__ npick,
-                                           const int* __restrict__ cols, float* __restrict__ L,
-                                           float* __restrict__ y) {
-    fsai_gather<float>(count, list, nb, r0, full, row_ptr, acols, avals, m, npick, cols, L, y);
-}
 
 // ---- (K3) Cholesky extension, forward solve, psi and back solve, one thread
 // per system, in place on the gathered rows [lo, hi) (spec steps 3-4):
@@ -274,8 +222,9 @@ extern "C" __global__ void fsai_gather_f32(int count, const int* __restrict__ li
 // before it); a from-scratch solve (full = 1) keeps rows 0 .. q - 1, also
 // when psi would not stay > 0 after row q (the CPU's factor_all), and m
 // becomes q.
+// kernel: fsai_cholesky_f64 = fsai_cholesky<double>, fsai_cholesky_f32 = fsai_cholesky<float>
 template <typename T>
-__device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, int full,
+__global__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, int full,
                               int* __restrict__ m, const int* __restrict__ npick,
                               const T* __restrict__ psi, T* __restrict__ L, T* __restrict__ y,
                               T* __restrict__ gnew, T* __restrict__ psi_new,
@@ -330,34 +279,15 @@ __device__ void fsai_cholesky(int count, const int* __restrict__ list, int nb, i
     }
     if (full) m[l] = hi;
 }
-extern "C" __global__ void fsai_cholesky_f64(int count, const int* __restrict__ list, int nb,
-                                             int full, int* __restrict__ m,
-                                             const int* __restrict__ npick,
-                                             const double* __restrict__ psi,
-                                             double* __restrict__ L, double* __restrict__ y,
-                                             double* __restrict__ gnew,
-                                             double* __restrict__ psi_new,
-                                             int* __restrict__ bad) {
-    fsai_cholesky<double>(count, list, nb, full, m, npick, psi, L, y, gnew, psi_new, bad);
-}
-extern "C" __global__ void fsai_cholesky_f32(int count, const int* __restrict__ list, int nb,
-                                             int full, int* __restrict__ m,
-                                             const int* __restrict__ npick,
-                                             const float* __restrict__ psi,
-                                             float* __restrict__ L, float* __restrict__ y,
-                                             float* __restrict__ gnew,
-                                             float* __restrict__ psi_new,
-                                             int* __restrict__ bad) {
-    fsai_cholesky<float>(count, list, nb, full, m, npick, psi, L, y, gnew, psi_new, bad);
-}
 
 // ---- (K4) Stop test and commit, one thread per active row with picks:
 // a breakdown (factor, or psi_new not > 0 or infinite) keeps the state
 // before the step and ends the row (status 1); otherwise g = gnew,
 // m += npick, steps += 1, then the stop rule on (psi, psi_new):
 // Stagnation (psi - psi_new) < eps psi, Reduction psi_new <= eps psi0.
+// kernel: fsai_stop_f64 = fsai_stop<double>, fsai_stop_f32 = fsai_stop<float>
 template <typename T>
-__device__ void fsai_stop(int count, const int* __restrict__ list, int nb, int rule, T eps,
+__global__ void fsai_stop(int count, const int* __restrict__ list, int nb, int rule, T eps,
                           int* __restrict__ m, const int* __restrict__ npick,
                           const T* __restrict__ psi0, T* __restrict__ psi,
                           const T* __restrict__ psi_new, const int* __restrict__ bad,
@@ -385,38 +315,13 @@ __device__ void fsai_stop(int count, const int* __restrict__ list, int nb, int r
     psi[l] = pn;
     if (stop) active[l] = 0u;
 }
-extern "C" __global__ void fsai_stop_f64(int count, const int* __restrict__ list, int nb, int rule,
-                                         double eps, int* __restrict__ m,
-                                         const int* __restrict__ npick,
-                                         const double* __restrict__ psi0,
-                                         double* __restrict__ psi,
-                                         const double* __restrict__ psi_new,
-                                         const int* __restrict__ bad, double* __restrict__ g,
-                                         const double* __restrict__ gnew,
-                                         unsigned* __restrict__ active, int* __restrict__ steps,
-                                         int* __restrict__ status) {
-    fsai_stop<double>(count, list, nb, rule, eps, m, npick, psi0, psi, psi_new, bad, g, gnew,
-                      active, steps, status);
-}
-extern "C" __global__ void fsai_stop_f32(int count, const int* __restrict__ list, int nb, int rule,
-                                         float eps, int* __restrict__ m,
-                                         const int* __restrict__ npick,
-                                         const float* __restrict__ psi0,
-                                         float* __restrict__ psi,
-                                         const float* __restrict__ psi_new,
-                                         const int* __restrict__ bad, float* __restrict__ g,
-                                         const float* __restrict__ gnew,
-                                         unsigned* __restrict__ active, int* __restrict__ steps,
-                                         int* __restrict__ status) {
-    fsai_stop<float>(count, list, nb, rule, eps, m, npick, psi0, psi, psi_new, bad, g, gnew,
-                     active, steps, status);
-}
 
 // ---- Commit of a from-scratch solve (static rows, postfilter re-solves):
 // g = gnew over the rows factored (m, cut at a breakdown by (K3)),
 // psi = psi_new; a breakdown marks the row (status 1).
+// kernel: fsai_commit_f64 = fsai_commit<double>, fsai_commit_f32 = fsai_commit<float>
 template <typename T>
-__device__ void fsai_commit(int count, const int* __restrict__ list, int nb,
+__global__ void fsai_commit(int count, const int* __restrict__ list, int nb,
                             const int* __restrict__ m, const T* __restrict__ psi_new,
                             const int* __restrict__ bad, T* __restrict__ psi,
                             T* __restrict__ g, const T* __restrict__ gnew,
@@ -428,29 +333,14 @@ __device__ void fsai_commit(int count, const int* __restrict__ list, int nb,
     for (int q = 0; q < m[l]; ++q) g[(u64)q * nb + l] = gnew[(u64)q * nb + l];
     psi[l] = psi_new[l];
 }
-extern "C" __global__ void fsai_commit_f64(int count, const int* __restrict__ list, int nb,
-                                           const int* __restrict__ m,
-                                           const double* __restrict__ psi_new,
-                                           const int* __restrict__ bad, double* __restrict__ psi,
-                                           double* __restrict__ g,
-                                           const double* __restrict__ gnew,
-                                           int* __restrict__ status) {
-    fsai_commit<double>(count, list, nb, m, psi_new, bad, psi, g, gnew, status);
-}
-extern "C" __global__ void fsai_commit_f32(int count, const int* __restrict__ list, int nb,
-                                           const int* __restrict__ m,
-                                           const float* __restrict__ psi_new,
-                                           const int* __restrict__ bad, float* __restrict__ psi,
-                                           float* __restrict__ g, const float* __restrict__ gnew,
-                                           int* __restrict__ status) {
-    fsai_commit<float>(count, list, nb, m, psi_new, bad, psi, g, gnew, status);
-}
 
 // ---- Postfilter, one thread per row: keep the columns with |g_q| >= delta (on
 // the unscaled g) in insertion order; flags[l] = 1 when
 // something was dropped (the row is solved again on the kept columns).
+// kernel: fsai_postfilter_f64 = fsai_postfilter<double>,
+//         fsai_postfilter_f32 = fsai_postfilter<float>
 template <typename T>
-__device__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __restrict__ cols,
+__global__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __restrict__ cols,
                                 T* __restrict__ g, unsigned* __restrict__ flags) {
     const int l = blockIdx.x * blockDim.x + threadIdx.x;
     if (l >= nb) return;
@@ -466,16 +356,6 @@ __device__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __res
     m[l] = kept;
     flags[l] = kept < mm ? 1u : 0u;
 }
-extern "C" __global__ void fsai_postfilter_f64(int nb, double delta, int* __restrict__ m,
-                                               int* __restrict__ cols, double* __restrict__ g,
-                                               unsigned* __restrict__ flags) {
-    fsai_postfilter<double>(nb, delta, m, cols, g, flags);
-}
-extern "C" __global__ void fsai_postfilter_f32(int nb, float delta, int* __restrict__ m,
-                                               int* __restrict__ cols, float* __restrict__ g,
-                                               unsigned* __restrict__ flags) {
-    fsai_postfilter<float>(nb, delta, m, cols, g, flags);
-}
 
 // ---- (K5) Assembly. counts[l] = m + 1 (the row's entries with the diagonal).
 extern "C" __global__ void fsai_row_counts(int nb, const int* __restrict__ m,
@@ -487,8 +367,9 @@ extern "C" __global__ void fsai_row_counts(int nb, const int* __restrict__ m,
 // The batch's rows of G into a chunk at offsets[l] (exclusive scan of the
 // counts): columns ascending (insertion sort of the pattern), then the
 // diagonal; G[i, cols] = g / sqrt(psi), G[i, i] = 1 / sqrt(psi), cast to f64.
+// kernel: fsai_assemble_f64 = fsai_assemble<double>, fsai_assemble_f32 = fsai_assemble<float>
 template <typename T>
-__device__ void fsai_assemble(int nb, int r0, const u64* __restrict__ offsets,
+__global__ void fsai_assemble(int nb, int r0, const u64* __restrict__ offsets,
                               const int* __restrict__ m, const int* __restrict__ cols,
                               const T* __restrict__ g, const T* __restrict__ psi,
                               unsigned* __restrict__ out_cols, double* __restrict__ out_vals) {
@@ -511,24 +392,6 @@ __device__ void fsai_assemble(int nb, int r0, const u64* __restrict__ offsets,
     }
     out_cols[o + mm] = (unsigned)(r0 + l);
     out_vals[o + mm] = (double)rn_div(T(1), root);
-}
-extern "C" __global__ void fsai_assemble_f64(int nb, int r0, const u64* __restrict__ offsets,
-                                             const int* __restrict__ m,
-                                             const int* __restrict__ cols,
-                                             const double* __restrict__ g,
-                                             const double* __restrict__ psi,
-                                             unsigned* __restrict__ out_cols,
-                                             double* __restrict__ out_vals) {
-    fsai_assemble<double>(nb, r0, offsets, m, cols, g, psi, out_cols, out_vals);
-}
-extern "C" __global__ void fsai_assemble_f32(int nb, int r0, const u64* __restrict__ offsets,
-                                             const int* __restrict__ m,
-                                             const int* __restrict__ cols,
-                                             const float* __restrict__ g,
-                                             const float* __restrict__ psi,
-                                             unsigned* __restrict__ out_cols,
-                                             double* __restrict__ out_vals) {
-    fsai_assemble<float>(nb, r0, offsets, m, cols, g, psi, out_cols, out_vals);
 }
 
 // counts[r0 + l] = chunk_counts[l]: the batch's row counts into the whole matrix's.

@@ -198,19 +198,22 @@ extern "C" __global__ void ic_reciprocal(int n, double* x) {
     if (i < n) x[i] = __drcp_rn(x[i]);
 }
 
-// The sweeps in precision T: T = double writes z directly (the bit-exact
-// path); T = float (mixed precision) runs on f32 copies of the values and the
-// factor and an f32 work vector w, read from r (f64) by the forward sweep and
-// widened into z by ic_widen after the backward one.
+// The sweeps in precision T, each a kernel template instantiated by its
+// `// kernel:` line in double (no suffix) and float (`_f32`): T = double
+// writes z directly (the bit-exact path); T = float (mixed precision) runs on
+// f32 copies of the values and the factor and an f32 work vector w, read from
+// r (f64) by the forward sweep and widened into z by ic_widen after the
+// backward one.
 
 // DIC forward sweep, one level: w_j = rd_j r_j, then w_j -= (rd_j a_ji) w_i
 // over the lower slots in order (w_i final: an earlier level).
+// kernel: ic_dic_forward<double>, ic_dic_forward_f32 = ic_dic_forward<float>
 template <typename T>
-__device__ void ic_dic_forward_t(int count, int first, const int* __restrict__ rows,
-                                 const u64* __restrict__ row_ptr, const int* __restrict__ cols,
-                                 const T* __restrict__ vals, const u64* __restrict__ diag_slot,
-                                 const T* __restrict__ rd, const double* __restrict__ r, T* w,
-                                 const double* done) {
+__global__ void ic_dic_forward(int count, int first, const int* __restrict__ rows,
+                               const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                               const T* __restrict__ vals, const u64* __restrict__ diag_slot,
+                               const T* __restrict__ rd, const double* __restrict__ r, T* w,
+                               const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count || gated_off(done)) return;
     const int j = rows[first + t];
@@ -223,11 +226,12 @@ __device__ void ic_dic_forward_t(int count, int first, const int* __restrict__ r
 
 // DIC backward sweep, one level: w_i -= (rd_i a_ik) w_k over the upper slots
 // in descending order (w_k final: an earlier backward level).
+// kernel: ic_dic_backward<double>, ic_dic_backward_f32 = ic_dic_backward<float>
 template <typename T>
-__device__ void ic_dic_backward_t(int count, int first, const int* __restrict__ rows,
-                                  const u64* __restrict__ row_ptr, const int* __restrict__ cols,
-                                  const T* __restrict__ vals, const u64* __restrict__ diag_slot,
-                                  const T* __restrict__ rd, T* w, const double* done) {
+__global__ void ic_dic_backward(int count, int first, const int* __restrict__ rows,
+                                const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                                const T* __restrict__ vals, const u64* __restrict__ diag_slot,
+                                const T* __restrict__ rd, T* w, const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count || gated_off(done)) return;
     const int i = rows[first + t];
@@ -239,12 +243,13 @@ __device__ void ic_dic_backward_t(int count, int first, const int* __restrict__ 
 }
 
 // IC(0) forward sweep L y = r, one level: y_i = (r_i - sum l_s y_k) / l_ii.
+// kernel: ic_ic0_forward<double>, ic_ic0_forward_f32 = ic_ic0_forward<float>
 template <typename T>
-__device__ void ic_ic0_forward_t(int count, int first, const int* __restrict__ rows,
-                                 const u64* __restrict__ row_ptr, const int* __restrict__ cols,
-                                 const u64* __restrict__ diag_slot, const T* __restrict__ l,
-                                 const T* __restrict__ l_diag, const double* __restrict__ r,
-                                 T* z, const double* done) {
+__global__ void ic_ic0_forward(int count, int first, const int* __restrict__ rows,
+                               const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                               const u64* __restrict__ diag_slot, const T* __restrict__ l,
+                               const T* __restrict__ l_diag, const double* __restrict__ r,
+                               T* z, const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count || gated_off(done)) return;
     const int i = rows[first + t];
@@ -256,12 +261,13 @@ __device__ void ic_ic0_forward_t(int count, int first, const int* __restrict__ r
 // IC(0) backward sweep L^T z = y, one level, row-oriented: the CPU subtracts
 // l_ik z_i from z_k for i descending, then divides by l_kk; here row k walks
 // its upper slots (k, i) descending and reads l_ik at the transposed slot.
+// kernel: ic_ic0_backward<double>, ic_ic0_backward_f32 = ic_ic0_backward<float>
 template <typename T>
-__device__ void ic_ic0_backward_t(int count, int first, const int* __restrict__ rows,
-                                  const u64* __restrict__ row_ptr, const int* __restrict__ cols,
-                                  const u64* __restrict__ diag_slot,
-                                  const unsigned* __restrict__ transposed, const T* __restrict__ l,
-                                  const T* __restrict__ l_diag, T* z, const double* done) {
+__global__ void ic_ic0_backward(int count, int first, const int* __restrict__ rows,
+                                const u64* __restrict__ row_ptr, const int* __restrict__ cols,
+                                const u64* __restrict__ diag_slot,
+                                const unsigned* __restrict__ transposed, const T* __restrict__ l,
+                                const T* __restrict__ l_diag, T* z, const double* done) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= count || gated_off(done)) return;
     const int k = rows[first + t];
@@ -269,96 +275,6 @@ __device__ void ic_ic0_backward_t(int count, int first, const int* __restrict__ 
     for (u64 s = row_ptr[k + 1]; s > diag_slot[k] + 1; --s)
         acc = rn_sub(acc, rn_mul(l[transposed[s - 1]], z[cols[s - 1]]));
     z[k] = rn_div(acc, l_diag[k]);
-}
-
-// The kernels of each precision, written out (the host finds kernels by their
-// declarations' text, which a macro would hide).
-extern "C" __global__ void ic_dic_forward(int count, int first, const int* __restrict__ rows,
-                                          const u64* __restrict__ row_ptr,
-                                          const int* __restrict__ cols,
-                                          const double* __restrict__ vals,
-                                          const u64* __restrict__ diag_slot,
-                                          const double* __restrict__ rd,
-                                          const double* __restrict__ r, double* w,
-                                          const double* done) {
-    ic_dic_forward_t<double>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, r, w, done);
-}
-
-extern "C" __global__ void ic_dic_backward(int count, int first, const int* __restrict__ rows,
-                                           const u64* __restrict__ row_ptr,
-                                           const int* __restrict__ cols,
-                                           const double* __restrict__ vals,
-                                           const u64* __restrict__ diag_slot,
-                                           const double* __restrict__ rd, double* w,
-                                           const double* done) {
-    ic_dic_backward_t<double>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, w, done);
-}
-
-extern "C" __global__ void ic_ic0_forward(int count, int first, const int* __restrict__ rows,
-                                          const u64* __restrict__ row_ptr,
-                                          const int* __restrict__ cols,
-                                          const u64* __restrict__ diag_slot,
-                                          const double* __restrict__ l,
-                                          const double* __restrict__ l_diag,
-                                          const double* __restrict__ r, double* z,
-                                          const double* done) {
-    ic_ic0_forward_t<double>(count, first, rows, row_ptr, cols, diag_slot, l, l_diag, r, z, done);
-}
-
-extern "C" __global__ void ic_ic0_backward(int count, int first, const int* __restrict__ rows,
-                                           const u64* __restrict__ row_ptr,
-                                           const int* __restrict__ cols,
-                                           const u64* __restrict__ diag_slot,
-                                           const unsigned* __restrict__ transposed,
-                                           const double* __restrict__ l,
-                                           const double* __restrict__ l_diag, double* z,
-                                           const double* done) {
-    ic_ic0_backward_t<double>(count, first, rows, row_ptr, cols, diag_slot, transposed, l, l_diag, z,
-                         done);
-}
-
-extern "C" __global__ void ic_dic_forward_f32(int count, int first, const int* __restrict__ rows,
-                                          const u64* __restrict__ row_ptr,
-                                          const int* __restrict__ cols,
-                                          const float* __restrict__ vals,
-                                          const u64* __restrict__ diag_slot,
-                                          const float* __restrict__ rd,
-                                          const double* __restrict__ r, float* w,
-                                          const double* done) {
-    ic_dic_forward_t<float>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, r, w, done);
-}
-
-extern "C" __global__ void ic_dic_backward_f32(int count, int first, const int* __restrict__ rows,
-                                           const u64* __restrict__ row_ptr,
-                                           const int* __restrict__ cols,
-                                           const float* __restrict__ vals,
-                                           const u64* __restrict__ diag_slot,
-                                           const float* __restrict__ rd, float* w,
-                                           const double* done) {
-    ic_dic_backward_t<float>(count, first, rows, row_ptr, cols, vals, diag_slot, rd, w, done);
-}
-
-extern "C" __global__ void ic_ic0_forward_f32(int count, int first, const int* __restrict__ rows,
-                                          const u64* __restrict__ row_ptr,
-                                          const int* __restrict__ cols,
-                                          const u64* __restrict__ diag_slot,
-                                          const float* __restrict__ l,
-                                          const float* __restrict__ l_diag,
-                                          const double* __restrict__ r, float* z,
-                                          const double* done) {
-    ic_ic0_forward_t<float>(count, first, rows, row_ptr, cols, diag_slot, l, l_diag, r, z, done);
-}
-
-extern "C" __global__ void ic_ic0_backward_f32(int count, int first, const int* __restrict__ rows,
-                                           const u64* __restrict__ row_ptr,
-                                           const int* __restrict__ cols,
-                                           const u64* __restrict__ diag_slot,
-                                           const unsigned* __restrict__ transposed,
-                                           const float* __restrict__ l,
-                                           const float* __restrict__ l_diag, float* z,
-                                           const double* done) {
-    ic_ic0_backward_t<float>(count, first, rows, row_ptr, cols, diag_slot, transposed, l, l_diag, z,
-                         done);
 }
 
 // z = (double)w after the f32 sweeps (mixed precision), gated.

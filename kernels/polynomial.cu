@@ -9,8 +9,9 @@
 // matrix and f32 work vectors; r read and z written in f64).
 
 // t0 = inv_diag * (T)r.
+// kernel: poly_start_f64 = poly_start<double>, poly_start_f32 = poly_start<float>
 template <typename T>
-__device__ void poly_start(int n, const T* __restrict__ inv_diag, const double* __restrict__ r,
+__global__ void poly_start(int n, const T* __restrict__ inv_diag, const double* __restrict__ r,
                            T* __restrict__ t0, const double* done) {
     if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -20,8 +21,10 @@ __device__ void poly_start(int n, const T* __restrict__ inv_diag, const double* 
 // As a smoother sweep x += M^-1 (b - A x): t0 = inv_diag * (T)(b - A x), the
 // residual with the f64 matrix (one block per slice, H doubles of shared
 // memory; CPU reference `smoother::PreconditionerSmoother`).
+// kernel: poly_residual_start_f64 = poly_residual_start<double>,
+//         poly_residual_start_f32 = poly_residual_start<float>
 template <typename T>
-__device__ void poly_residual_start(int n, const u64* __restrict__ slice_ptr,
+__global__ void poly_residual_start(int n, const u64* __restrict__ slice_ptr,
                                     const int* __restrict__ codes,
                                     const double* __restrict__ vals,
                                     const double* __restrict__ diag,
@@ -43,8 +46,9 @@ __device__ void poly_residual_start(int n, const u64* __restrict__ slice_ptr,
 // that a value re-set-up changes them under a captured graph.
 // Both kernels take the trailing `done` gate of PCG's fused loop
 // (kernels/smooth.cu gated_off).
+// kernel: poly_step_f64 = poly_step<double>, poly_step_f32 = poly_step<float>
 template <typename T>
-__device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+__global__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
                           const T* __restrict__ vals, const T* __restrict__ diag,
                           const T* __restrict__ inv_diag, const T* __restrict__ t_in,
                           T* __restrict__ t_io, T* __restrict__ acc, int first,
@@ -69,73 +73,13 @@ __device__ void poly_step(int n, const u64* __restrict__ slice_ptr, const int* _
 }
 
 // inv_diag = (T)(1 / diag) (1/a_ii rounded once, as on the host).
+// kernel: poly_inverse_diagonal_f64 = poly_inverse_diagonal<double>,
+//         poly_inverse_diagonal_f32 = poly_inverse_diagonal<float>
 template <typename T>
-__device__ void poly_inverse_diagonal(int n, const double* __restrict__ diag,
+__global__ void poly_inverse_diagonal(int n, const double* __restrict__ diag,
                                       T* __restrict__ inv_diag) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) inv_diag[i] = (T)(1.0 / diag[i]);
-}
-
-extern "C" __global__ void poly_start_f64(int n, const double* __restrict__ inv_diag,
-                                          const double* __restrict__ r, double* __restrict__ t0,
-                                          const double* done) {
-    poly_start<double>(n, inv_diag, r, t0, done);
-}
-
-extern "C" __global__ void poly_start_f32(int n, const float* __restrict__ inv_diag,
-                                          const double* __restrict__ r, float* __restrict__ t0,
-                                          const double* done) {
-    poly_start<float>(n, inv_diag, r, t0, done);
-}
-
-extern "C" __global__ void poly_step_f64(int n, const u64* __restrict__ slice_ptr,
-                                         const int* __restrict__ codes,
-                                         const double* __restrict__ vals,
-                                         const double* __restrict__ diag,
-                                         const double* __restrict__ inv_diag,
-                                         const double* __restrict__ t_in,
-                                         double* __restrict__ t_io, double* __restrict__ acc,
-                                         int first, double* __restrict__ z, int add_to_z,
-                                         const double* __restrict__ c, const double* done) {
-    poly_step<double>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z,
-                      add_to_z, c, done);
-}
-
-extern "C" __global__ void poly_step_f32(int n, const u64* __restrict__ slice_ptr,
-                                         const int* __restrict__ codes,
-                                         const float* __restrict__ vals,
-                                         const float* __restrict__ diag,
-                                         const float* __restrict__ inv_diag,
-                                         const float* __restrict__ t_in,
-                                         float* __restrict__ t_io, float* __restrict__ acc,
-                                         int first, double* __restrict__ z, int add_to_z,
-                                         const float* __restrict__ c, const double* done) {
-    poly_step<float>(n, slice_ptr, codes, vals, diag, inv_diag, t_in, t_io, acc, first, z,
-                     add_to_z, c, done);
-}
-
-extern "C" __global__ void poly_residual_start_f64(
-    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
-    const double* __restrict__ vals, const double* __restrict__ diag, const double* __restrict__ x,
-    const double* __restrict__ b, const double* __restrict__ inv_diag, double* __restrict__ t0) {
-    poly_residual_start<double>(n, slice_ptr, codes, vals, diag, x, b, inv_diag, t0);
-}
-
-extern "C" __global__ void poly_residual_start_f32(
-    int n, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
-    const double* __restrict__ vals, const double* __restrict__ diag, const double* __restrict__ x,
-    const double* __restrict__ b, const float* __restrict__ inv_diag, float* __restrict__ t0) {
-    poly_residual_start<float>(n, slice_ptr, codes, vals, diag, x, b, inv_diag, t0);
-}
-
-extern "C" __global__ void poly_inverse_diagonal_f64(int n, const double* __restrict__ diag,
-                                                     double* __restrict__ inv_diag) {
-    poly_inverse_diagonal<double>(n, diag, inv_diag);
-}
-
-extern "C" __global__ void poly_inverse_diagonal_f32(int n, const double* __restrict__ diag,
-                                                     float* __restrict__ inv_diag) {
-    poly_inverse_diagonal<float>(n, diag, inv_diag);
 }
 
 // The f32 twin of an f64 array (round to nearest, as `as f32` on the host).

@@ -292,12 +292,19 @@ __device__ T inner_cg(const LocalRow<T>& a, T* lv, int max_iter, double stop, do
 // Asynchronous: x_out == x_in, read and written in place (so no __restrict__
 // and no __ldg on x). `tol2` = innerTolerance^2 (0: a fixed max_iter steps);
 // `omega` damps the inner Jacobi steps.
+// T = double; or mixed precision (`_f32`, a PCG preconditioner sweeping from
+// zero): the f32 twin of A, f32 iterates (widened into z by ic_widen after
+// the last sweep); shared memory [lv: H floats][coef: H*mnz floats][nbr:
+// H*mnz ints].
+// kernel: smooth_block<double>, smooth_block_f32 = smooth_block<float>
 template <typename T>
-__device__ void smooth_block_t(int n, const u64* __restrict__ slice_ptr,
-                               const int* __restrict__ codes, const T* __restrict__ vals,
-                               const T* __restrict__ diag, const int* __restrict__ slice_mnz,
-                               const double* __restrict__ b, const T* x_in, T* x_out,
-                               int inner, int max_iter, double tol2, double omega) {
+__global__ void smooth_block(int n, const u64* __restrict__ slice_ptr,
+                             const int* __restrict__ codes, const T* __restrict__ vals,
+                             const T* __restrict__ diag, const int* __restrict__ slice_mnz,
+                             const double* __restrict__ b, const T* x_in, T* x_out,
+                             int inner, int max_iter, double tol2, double omega,
+                             const double* done) {
+    if (gated_off(done)) return;
     extern __shared__ double smem[];
     const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
     const bool in = row < n;
@@ -343,35 +350,6 @@ __device__ void smooth_block_t(int n, const u64* __restrict__ slice_ptr,
     }
     if (in) x_out[row] = xi + y;
     if (x_out == x_in) __threadfence();  // asynchronous: publish to blocks still running
-}
-
-extern "C" __global__ void smooth_block(int n, const u64* __restrict__ slice_ptr,
-                                        const int* __restrict__ codes,
-                                        const double* __restrict__ vals,
-                                        const double* __restrict__ diag,
-                                        const int* __restrict__ slice_mnz,
-                                        const double* __restrict__ b, const double* x_in,
-                                        double* x_out, int inner, int max_iter,
-                                        double tol2, double omega, const double* done) {
-    if (gated_off(done)) return;
-    smooth_block_t<double>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, inner,
-                           max_iter, tol2, omega);
-}
-
-// Mixed precision (PCG preconditioner, sweeps from zero): the f32 twin of A,
-// f32 iterates (widened into z by ic_widen after the last sweep); shared
-// memory [lv: H floats][coef: H*mnz floats][nbr: H*mnz ints].
-extern "C" __global__ void smooth_block_f32(int n, const u64* __restrict__ slice_ptr,
-                                            const int* __restrict__ codes,
-                                            const float* __restrict__ vals,
-                                            const float* __restrict__ diag,
-                                            const int* __restrict__ slice_mnz,
-                                            const double* __restrict__ b, const float* x_in,
-                                            float* x_out, int inner, int max_iter,
-                                            double tol2, double omega, const double* done) {
-    if (gated_off(done)) return;
-    smooth_block_t<float>(n, slice_ptr, codes, vals, diag, slice_mnz, b, x_in, x_out, inner,
-                          max_iter, tol2, omega);
 }
 
 // ---- Device set-up of the point preconditioners (src/gpu/setup.rs) ----

@@ -1,8 +1,14 @@
 //! NVRTC compilation with an on-disk cache of the compiled kernels, keyed by
-//! a hash of the source, the target ([`Target`]: the device's machine code,
-//! CUBIN, or PTX) and the NVRTC version. A cache entry carries a hash of its
-//! own bytes; an entry that fails that check (or that the driver refuses to
-//! load) is compiled again and rewritten.
+//! a hash of the entry format, the source, its name expressions, the target
+//! ([`Target`]: the device's machine code, CUBIN, or PTX) and the NVRTC
+//! version. A kernel template's instances are compiled from NVRTC name
+//! expressions (`amg_copy<float>`, `nvrtcAddNameExpression`) and loaded by
+//! the names NVRTC lowers them to (`nvrtcGetLoweredName`): an entry holds
+//! that table before the code ([`CompiledModule`]), so a cache hit needs no
+//! NVRTC to find them. A cache entry carries a hash of its own bytes; an
+//! entry that fails that check, whose table does not read back whole or does
+//! not name the expressions asked for (or that the driver refuses to load)
+//! is compiled again and rewritten.
 //!
 //! NVRTC compiles for the device's `sm_XY` straight to CUBIN when it knows
 //! that architecture (`nvrtcGetSupportedArchs`), so loading a module is a copy
@@ -154,24 +160,119 @@ pub fn supported_archs() -> Result<Vec<i32>, GpuError> {
     Ok(archs)
 }
 
-const HEADER: &[u8] = b"// fvpoisson cached kernels, hash ";
+/// (name expression, lowered name) per kernel template instance of a module,
+/// in the order the expressions were given.
+pub type LoweredNames = Vec<(String, String)>;
 
-/// The entry's code if the hash in its header line matches its bytes.
-fn read_entry(path: &PathBuf) -> Option<Vec<u8>> {
+/// What a module compiles to: its code (CUBIN or PTX) and, for each name
+/// expression it was compiled with, the name NVRTC lowered it to, by which
+/// the driver finds that kernel template's instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompiledModule {
+    pub code: Vec<u8>,
+    pub lowered: LoweredNames,
+}
+
+impl CompiledModule {
+    /// The lowered name of `expression` (e.g. `amg_copy<float>`).
+    pub fn lowered_name(&self, expression: &str) -> Option<&str> {
+        self.lowered
+            .iter()
+            .find(|(e, _)| e == expression)
+            .map(|(_, l)| l.as_str())
+    }
+
+    /// Whether the table names exactly `expressions`, in their order: an
+    /// entry of another set is never taken for this one.
+    fn names(&self, expressions: &[String]) -> bool {
+        self.lowered.len() == expressions.len()
+            && self
+                .lowered
+                .iter()
+                .zip(expressions)
+                .all(|((e, _), x)| e == x)
+    }
+}
+
+/// The entry format, in every key and header: format 1 held the code alone,
+/// format 2 the table of lowered names before it. An entry of another format
+/// has another name and another header, so it is never misread.
+const FORMAT: &str = "2";
+
+const HEADER: &[u8] = b"// fvpoisson cached kernels 2, hash ";
+
+/// The first line of an entry's body: "names N", N table lines follow.
+const TABLE: &str = "names ";
+
+/// Whether `name` may stand in a table line: one word, no tab or newline.
+fn table_word(name: &str) -> bool {
+    !name.is_empty() && !name.contains(|c: char| c.is_whitespace() || c.is_control())
+}
+
+/// An entry's body: the table of lowered names (`names N`, then N lines
+/// `EXPRESSION<TAB>LOWERED`), then the code; None if a name cannot stand in
+/// a table line.
+fn entry_body(module: &CompiledModule) -> Option<Vec<u8>> {
+    let mut body = format!("{TABLE}{}\n", module.lowered.len());
+    for (expression, lowered) in &module.lowered {
+        if !table_word(expression) || !table_word(lowered) {
+            return None;
+        }
+        body.push_str(&format!("{expression}\t{lowered}\n"));
+    }
+    let mut body = body.into_bytes();
+    body.extend_from_slice(&module.code);
+    Some(body)
+}
+
+/// The module an entry's body holds, or None where its table is not whole.
+fn parse_body(body: &[u8]) -> Option<CompiledModule> {
+    let mut rest = body;
+    let mut line = || {
+        let end = rest.iter().position(|&b| b == b'\n')?;
+        let text = std::str::from_utf8(&rest[..end]).ok()?;
+        rest = &rest[end + 1..];
+        Some(text)
+    };
+    let count: usize = line()?.strip_prefix(TABLE)?.parse().ok()?;
+    let mut lowered = Vec::new();
+    for _ in 0..count {
+        let (expression, name) = line()?.split_once('\t')?;
+        if !table_word(expression) || !table_word(name) {
+            return None;
+        }
+        lowered.push((expression.to_string(), name.to_string()));
+    }
+    Some(CompiledModule {
+        code: rest.to_vec(),
+        lowered,
+    })
+}
+
+/// The entry's module if the hash in its header line matches its bytes and
+/// its table reads back whole.
+fn read_entry(path: &PathBuf) -> Option<CompiledModule> {
     let bytes = std::fs::read(path).ok()?;
     let line = bytes.iter().position(|&b| b == b'\n')?;
     let hash = std::str::from_utf8(bytes[..line].strip_prefix(HEADER)?).ok()?;
     let stored = u64::from_str_radix(hash, 16).ok()?;
     let body = &bytes[line + 1..];
-    (stored == fnv1a(&[body])).then(|| body.to_vec())
+    if stored != fnv1a(&[body]) {
+        return None;
+    }
+    parse_body(body)
 }
 
 /// Writes atomically ([`crate::io::write_atomic`]: a temporary file of its
 /// own per call, so ranks on threads of one process that compile the same
 /// kernels at once do not write into one file); a failure only costs a
 /// compile next time, so it is logged, not returned.
-fn write_entry(path: &Path, code: &[u8]) {
-    let header = format!("{:016x}\n", fnv1a(&[code]));
+fn write_entry(path: &Path, module: &CompiledModule) {
+    let Some(body) = entry_body(module) else {
+        log::warn!("could not cache the compiled kernels: a lowered name is not one word");
+        return;
+    };
+    let header = format!("{:016x}\n", fnv1a(&[&body]));
     let result = path
         .parent()
         .map_or(Ok(()), crate::io::create_dir_all)
@@ -179,7 +280,7 @@ fn write_entry(path: &Path, code: &[u8]) {
             crate::io::write_atomic(path, |w| {
                 w.write_all(HEADER)?;
                 w.write_all(header.as_bytes())?;
-                w.write_all(code)
+                w.write_all(&body)
             })
         });
     if let Err(e) = result {
@@ -207,7 +308,14 @@ fn c_text(chars: &[std::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn compile(source: &str, target: &Target) -> Result<Vec<u8>, GpuError> {
+/// Compiles `source` for `target`, each of `expressions` (name expressions
+/// of kernel template instances, e.g. `amg_copy<float>`) instantiated and
+/// its lowered name read back.
+fn compile(
+    source: &str,
+    expressions: &[String],
+    target: &Target,
+) -> Result<CompiledModule, GpuError> {
     use cudarc::nvrtc::{result, sys};
     let error = |log: String| GpuError::Compile {
         arch: target.arch.clone(),
@@ -219,6 +327,17 @@ fn compile(source: &str, target: &Target) -> Result<Vec<u8>, GpuError> {
         result::create_program(&src, Some(c"fvpoisson_kernels.cu"))
             .map_err(|e| error(format!("nvrtcCreateProgram: {e}")))?,
     );
+    let expressions_c = expressions
+        .iter()
+        .map(|e| std::ffi::CString::new(e.as_str()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| error("a name expression holds a NUL byte".into()))?;
+    for (expression, c_expression) in expressions.iter().zip(&expressions_c) {
+        // SAFETY: a live program and a NUL-terminated string NVRTC copies.
+        unsafe { sys::nvrtcAddNameExpression(program.0, c_expression.as_ptr()) }
+            .result()
+            .map_err(|e| error(format!("nvrtcAddNameExpression({expression}): {e}")))?;
+    }
     let options = [
         format!("--gpu-architecture={}", target.arch),
         "--std=c++17".to_string(),
@@ -262,7 +381,23 @@ fn compile(source: &str, target: &Target) -> Result<Vec<u8>, GpuError> {
             code.pop();
         }
     }
-    Ok(code)
+    let mut lowered = Vec::with_capacity(expressions.len());
+    for (expression, c_expression) in expressions.iter().zip(&expressions_c) {
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: a compiled live program given this expression before
+        // compiling; NVRTC points `name` at a string the program owns,
+        // copied below before the program is destroyed.
+        unsafe { sys::nvrtcGetLoweredName(program.0, c_expression.as_ptr(), &mut name) }
+            .result()
+            .map_err(|e| error(format!("nvrtcGetLoweredName({expression}): {e}")))?;
+        if name.is_null() {
+            return Err(error(format!("no lowered name for {expression}")));
+        }
+        // SAFETY: non-null, NUL-terminated, alive while `program` is.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) };
+        lowered.push((expression.clone(), name.to_string_lossy().into_owned()));
+    }
+    Ok(CompiledModule { code, lowered })
 }
 
 /// The on-disk kernel cache of one NVRTC version: where the entry of a
@@ -291,13 +426,17 @@ impl KernelCache {
         }
     }
 
-    /// The entry of `source` compiled for `target`: its kind ("cubin" or
-    /// "ptx") is part of the key and of the name, so a PTX entry is never
-    /// read as machine code.
-    pub fn path(&self, source: &str, target: &Target) -> Option<PathBuf> {
+    /// The entry of `source` compiled with `expressions` for `target`: its
+    /// kind ("cubin" or "ptx") is part of the key and of the name, so a PTX
+    /// entry is never read as machine code; the entry format is part of the
+    /// key, so an entry of another format is never read.
+    pub fn path(&self, source: &str, expressions: &[String], target: &Target) -> Option<PathBuf> {
         let ext = if target.cubin { "cubin" } else { "ptx" };
+        let expressions = expressions.join("\n");
         let key = fnv1a(&[
+            FORMAT.as_bytes(),
             source.as_bytes(),
+            expressions.as_bytes(),
             target.arch.as_bytes(),
             ext.as_bytes(),
             self.compiler.as_bytes(),
@@ -307,20 +446,28 @@ impl KernelCache {
             .map(|d| d.join(format!("kernels-{}-{key:016x}.{ext}", target.arch)))
     }
 
-    /// The code of `source` for `target` and whether it came from the
-    /// cache: a valid entry, else `compile(source, target)`, stored for
-    /// next time.
+    /// The module of `source` with `expressions` for `target` and whether it
+    /// came from the cache: a valid entry naming every expression, else
+    /// `compile(source, expressions, target)`, stored for next time.
     pub fn code(
         &self,
         source: &str,
+        expressions: &[String],
         target: &Target,
-        compile: impl FnOnce(&str, &Target) -> Result<Vec<u8>, GpuError>,
-    ) -> Result<(Vec<u8>, bool), GpuError> {
-        let path = self.path(source, target);
-        if let Some(code) = path.as_ref().and_then(read_entry) {
-            return Ok((code, true));
+        compile: impl FnOnce(&str, &[String], &Target) -> Result<CompiledModule, GpuError>,
+    ) -> Result<(CompiledModule, bool), GpuError> {
+        let path = self.path(source, expressions, target);
+        if let Some(module) = path
+            .as_ref()
+            .and_then(read_entry)
+            .filter(|m| m.names(expressions))
+        {
+            return Ok((module, true));
         }
-        Ok((self.compile_and_store(source, target, compile)?, false))
+        Ok((
+            self.compile_and_store(source, expressions, target, compile)?,
+            false,
+        ))
     }
 
     /// Compiles and (over)writes the entry: for a miss, or an entry the
@@ -328,20 +475,32 @@ impl KernelCache {
     pub fn compile_and_store(
         &self,
         source: &str,
+        expressions: &[String],
         target: &Target,
-        compile: impl FnOnce(&str, &Target) -> Result<Vec<u8>, GpuError>,
-    ) -> Result<Vec<u8>, GpuError> {
-        let code = compile(source, target)?;
-        if let Some(path) = self.path(source, target) {
-            write_entry(&path, &code);
+        compile: impl FnOnce(&str, &[String], &Target) -> Result<CompiledModule, GpuError>,
+    ) -> Result<CompiledModule, GpuError> {
+        let module = compile(source, expressions, target)?;
+        if !module.names(expressions) {
+            return Err(GpuError::Compile {
+                arch: target.arch.clone(),
+                log: "the compiled module does not name every kernel template instance".into(),
+            });
         }
-        Ok(code)
+        if let Some(path) = self.path(source, expressions, target) {
+            write_entry(&path, &module);
+        }
+        Ok(module)
     }
 }
 
-/// Compiles `source` for `target` with NVRTC: CUBIN or PTX bytes.
-pub fn nvrtc_compile(source: &str, target: &Target) -> Result<Vec<u8>, GpuError> {
-    compile(source, target)
+/// Compiles `source` for `target` with NVRTC, instantiating `expressions`:
+/// CUBIN or PTX bytes and the expressions' lowered names.
+pub fn nvrtc_compile(
+    source: &str,
+    expressions: &[String],
+    target: &Target,
+) -> Result<CompiledModule, GpuError> {
+    compile(source, expressions, target)
 }
 
 /// Hands `code` to the driver (`cuModuleLoadData`, which tells a CUBIN from
@@ -361,26 +520,29 @@ fn load_image(
         })
 }
 
-/// Loads `code` (of `source` for `target`, from `cache` where `cached`)
-/// into `ctx`; a cached entry the driver refuses is compiled again and
-/// rewritten.
+/// Loads `module` (of `source` with `expressions` for `target`, from
+/// `cache` where `cached`) into `ctx`; a cached entry the driver refuses is
+/// compiled again and rewritten. Returns the loaded module, the lowered
+/// names of the code loaded, and whether it came from the cache.
 pub fn load_code(
     ctx: &Arc<CudaContext>,
     cache: &KernelCache,
     source: &str,
+    expressions: &[String],
     target: &Target,
-    code: Vec<u8>,
+    module: CompiledModule,
     cached: bool,
-) -> Result<(Arc<CudaModule>, bool), GpuError> {
+) -> Result<(Arc<CudaModule>, LoweredNames, bool), GpuError> {
+    let CompiledModule { code, lowered } = module;
     if !cached {
-        return Ok((load_image(ctx, target, code)?, false));
+        return Ok((load_image(ctx, target, code)?, lowered, false));
     }
     match load_image(ctx, target, code) {
-        Ok(module) => Ok((module, true)),
+        Ok(loaded) => Ok((loaded, lowered, true)),
         Err(e) => {
             log::warn!("cached kernels failed to load ({e}); compiling again");
-            let code = cache.compile_and_store(source, target, compile)?;
-            Ok((load_image(ctx, target, code)?, false))
+            let module = cache.compile_and_store(source, expressions, target, compile)?;
+            Ok((load_image(ctx, target, module.code)?, module.lowered, false))
         }
     }
 }
@@ -389,18 +551,31 @@ pub fn load_code(
 mod tests {
     use super::*;
 
+    /// Code without kernel template instances.
+    fn plain(code: &[u8]) -> CompiledModule {
+        CompiledModule {
+            code: code.to_vec(),
+            lowered: Vec::new(),
+        }
+    }
+
     #[test]
     fn threads_writing_one_entry_leave_a_whole_one() {
         let dir = crate::test_support::unique_temp_dir("fvpoisson-cache-race");
         let path = dir.join("k.cubin");
-        let codes: Vec<Vec<u8>> = (0..8u8).map(|k| vec![k; 400_000]).collect();
+        let modules: Vec<CompiledModule> = (0..8u8)
+            .map(|k| CompiledModule {
+                code: vec![k; 400_000],
+                lowered: vec![(format!("k<{k}>"), format!("_Z1kILi{k}EEvv"))],
+            })
+            .collect();
         std::thread::scope(|s| {
-            for code in &codes {
-                s.spawn(|| write_entry(&path, code));
+            for module in &modules {
+                s.spawn(|| write_entry(&path, module));
             }
         });
         let entry = read_entry(&path).expect("a whole entry");
-        assert!(codes.contains(&entry));
+        assert!(modules.contains(&entry));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -408,8 +583,8 @@ mod tests {
     fn entries_with_a_bad_hash_are_rejected() {
         let dir = crate::test_support::unique_temp_dir("fvpoisson-cache-test");
         let path = dir.join("k.ptx");
-        write_entry(&path, b"ptx text\nline 2");
-        assert_eq!(read_entry(&path).as_deref(), Some(&b"ptx text\nline 2"[..]));
+        write_entry(&path, &plain(b"ptx text\nline 2"));
+        assert_eq!(read_entry(&path), Some(plain(b"ptx text\nline 2")));
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replace("line 2", "line 3")).unwrap();
         assert_eq!(read_entry(&path), None);
@@ -417,8 +592,8 @@ mod tests {
         assert_eq!(read_entry(&path), None);
         // Machine code: any bytes, NULs and newlines included, come back whole.
         let elf: Vec<u8> = b"\x7fELF\x02\x01\0\0\n\n\0\xff".repeat(100);
-        write_entry(&path, &elf);
-        assert_eq!(read_entry(&path), Some(elf.clone()));
+        write_entry(&path, &plain(&elf));
+        assert_eq!(read_entry(&path), Some(plain(&elf)));
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
@@ -426,6 +601,87 @@ mod tests {
         assert_eq!(read_entry(&path), None);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
+    }
+
+    /// The lowered names come back with the code; a table that is cut short
+    /// or garbled is refused even under a matching hash, and an entry of the
+    /// format before (the code alone) is never read.
+    #[test]
+    fn entries_hold_the_lowered_names() {
+        let dir = crate::test_support::unique_temp_dir("fvpoisson-cache-names");
+        let path = dir.join("k.cubin");
+        let module = CompiledModule {
+            code: b"\x7fELF\n\0names 9\n\t".repeat(50),
+            lowered: vec![
+                (
+                    "amg_copy<double>".into(),
+                    "_Z8amg_copyIdEviPKT_PS0_PKd".into(),
+                ),
+                (
+                    "amg_copy<float>".into(),
+                    "_Z8amg_copyIfEviPKT_PS0_PKd".into(),
+                ),
+            ],
+        };
+        write_entry(&path, &module);
+        let read = read_entry(&path).expect("a whole entry");
+        assert_eq!(read, module);
+        assert_eq!(
+            read.lowered_name("amg_copy<float>"),
+            Some("_Z8amg_copyIfEviPKT_PS0_PKd")
+        );
+        assert_eq!(read.lowered_name("amg_copy<int>"), None);
+        // A body under a hash of its own bytes: only the table can refuse it.
+        let with_hash = |body: &[u8]| {
+            let mut bytes = HEADER.to_vec();
+            bytes.extend_from_slice(format!("{:016x}\n", fnv1a(&[body])).as_bytes());
+            bytes.extend_from_slice(body);
+            std::fs::write(&path, bytes).unwrap();
+            read_entry(&path)
+        };
+        let body = entry_body(&module).unwrap();
+        assert_eq!(with_hash(&body), Some(module.clone()));
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let table_end = text.find("_PS0_PKd\n\u{7f}").unwrap() + "_PS0_PKd\n".len();
+        let table = &text[..table_end];
+        // Cut short: fewer lines than counted, or no code line at all.
+        assert_eq!(
+            with_hash(table.replace("names 2", "names 3").as_bytes()),
+            None
+        );
+        assert_eq!(with_hash(&body[..20]), None);
+        assert_eq!(with_hash(b"names 2\n"), None);
+        // Garbled: no count, a line without its tab, a name with a space.
+        assert_eq!(
+            with_hash(table.replace("names 2", "names two").as_bytes()),
+            None
+        );
+        assert_eq!(with_hash(table.replacen('\t', "", 1).as_bytes()), None);
+        assert_eq!(
+            with_hash(table.replace("<float>", "<float >").as_bytes()),
+            None
+        );
+        assert_eq!(with_hash(b"no table\ncode"), None);
+        // The format before: the header line, then the code.
+        let code = b"code".to_vec();
+        let old = [
+            &b"// fvpoisson cached kernels, hash "[..],
+            format!("{:016x}\n", fnv1a(&[&code])).as_bytes(),
+            &code,
+        ]
+        .concat();
+        std::fs::write(&path, old).unwrap();
+        assert_eq!(read_entry(&path), None);
+        // A name that cannot stand in a table line is not cached.
+        let spaced = CompiledModule {
+            code: code.clone(),
+            lowered: vec![("k<unsigned int>".into(), "_Z1kIjEvv".into())],
+        };
+        assert_eq!(entry_body(&spaced), None);
+        std::fs::remove_file(&path).unwrap();
+        write_entry(&path, &spaced);
+        assert!(!path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -447,75 +703,127 @@ mod tests {
         let cache = KernelCache::new(Some(dir.clone()), "nvrtc 12.8");
         let (cubin, ptx) = (Target::cubin((9, 0)), Target::ptx((9, 0)));
         let compiles = std::cell::Cell::new(0);
-        let compile = |source: &str, target: &Target| {
+        let none: &[String] = &[];
+        let compile = |source: &str, expressions: &[String], target: &Target| {
             compiles.set(compiles.get() + 1);
-            Ok(format!("code of {source} for {target}").into_bytes())
+            Ok(CompiledModule {
+                code: format!("code of {source} for {target}").into_bytes(),
+                lowered: expressions
+                    .iter()
+                    .map(|e| (e.clone(), format!("lowered_{}", e.len())))
+                    .collect(),
+            })
         };
-        let first = cache.code("kernel a", &cubin, compile).unwrap();
+        let code = |(module, cached): (CompiledModule, bool)| (module.code, cached);
+        let first = code(cache.code("kernel a", none, &cubin, compile).unwrap());
         assert_eq!(first, (b"code of kernel a for CUBIN sm_90".to_vec(), false));
-        let again = cache.code("kernel a", &cubin, compile).unwrap();
+        let again = code(cache.code("kernel a", none, &cubin, compile).unwrap());
         assert_eq!(again, (first.0.clone(), true));
         assert_eq!(compiles.get(), 1);
         // Another source, target or compiler version is another entry; the
         // kind is in the name, so PTX is never read as machine code.
-        cache.code("kernel b", &cubin, compile).unwrap();
-        let (code, cached) = cache.code("kernel a", &ptx, compile).unwrap();
+        cache.code("kernel b", none, &cubin, compile).unwrap();
+        let from_ptx = code(cache.code("kernel a", none, &ptx, compile).unwrap());
         assert_eq!(
-            (code, cached),
+            from_ptx,
             (b"code of kernel a for PTX compute_90".to_vec(), false)
         );
         cache
-            .code("kernel a", &Target::cubin((8, 0)), compile)
+            .code("kernel a", none, &Target::cubin((8, 0)), compile)
             .unwrap();
         let (cubin_path, ptx_path) = (
-            cache.path("kernel a", &cubin).unwrap(),
-            cache.path("kernel a", &ptx).unwrap(),
+            cache.path("kernel a", none, &cubin).unwrap(),
+            cache.path("kernel a", none, &ptx).unwrap(),
         );
         assert_eq!(cubin_path.extension().unwrap(), "cubin");
         assert_eq!(ptx_path.extension().unwrap(), "ptx");
         let newer = KernelCache::new(Some(dir.clone()), "nvrtc 13.0");
-        assert!(!newer.code("kernel a", &cubin, compile).unwrap().1);
+        assert!(!newer.code("kernel a", none, &cubin, compile).unwrap().1);
         assert_eq!(compiles.get(), 5);
         // A damaged entry is compiled again and rewritten.
         std::fs::write(&cubin_path, "damaged").unwrap();
-        assert!(!cache.code("kernel a", &cubin, compile).unwrap().1);
-        assert!(cache.code("kernel a", &cubin, compile).unwrap().1);
+        assert!(!cache.code("kernel a", none, &cubin, compile).unwrap().1);
+        assert!(cache.code("kernel a", none, &cubin, compile).unwrap().1);
         assert_eq!(compiles.get(), 6);
-        // A compile error is returned and leaves no entry.
-        let failing = |_: &str, target: &Target| {
+        // Name expressions are part of the key; a hit gives their lowered
+        // names back without compiling.
+        let instances = ["k<double>".to_string(), "k<float>".to_string()];
+        assert_ne!(
+            cache.path("kernel a", &instances, &cubin),
+            cache.path("kernel a", none, &cubin)
+        );
+        let (compiled, cached) = cache.code("kernel a", &instances, &cubin, compile).unwrap();
+        assert!(!cached);
+        let (hit, cached) = cache.code("kernel a", &instances, &cubin, compile).unwrap();
+        assert!(cached);
+        assert_eq!(hit, compiled);
+        assert_eq!(hit.lowered_name("k<float>"), Some("lowered_8"));
+        assert_eq!(compiles.get(), 7);
+        // An entry whose table does not name the expressions asked for (a
+        // colliding key) is compiled again.
+        let instances_path = cache.path("kernel a", &instances, &cubin).unwrap();
+        write_entry(&instances_path, &plain(b"other"));
+        assert!(
+            !cache
+                .code("kernel a", &instances, &cubin, compile)
+                .unwrap()
+                .1
+        );
+        assert_eq!(compiles.get(), 8);
+        // A compile error is returned and leaves no entry; so does a
+        // compile that leaves an instance without its lowered name.
+        let failing = |_: &str, _: &[String], target: &Target| {
             Err(GpuError::Compile {
                 arch: target.arch().into(),
                 log: "error: expected a ';'".into(),
             })
         };
-        assert!(cache.code("kernel c", &cubin, failing).is_err());
-        assert!(!cache.path("kernel c", &cubin).unwrap().exists());
+        assert!(cache.code("kernel c", none, &cubin, failing).is_err());
+        assert!(!cache.path("kernel c", none, &cubin).unwrap().exists());
+        let unnamed = |_: &str, _: &[String], _: &Target| Ok(plain(b"code"));
+        assert!(cache.code("kernel c", &instances, &cubin, unnamed).is_err());
+        assert!(!cache.path("kernel c", &instances, &cubin).unwrap().exists());
         // Without a directory every request compiles.
-        let none = KernelCache::new(None, "nvrtc 12.8");
-        assert!(!none.code("kernel a", &cubin, compile).unwrap().1);
-        assert_eq!(compiles.get(), 7);
+        let uncached = KernelCache::new(None, "nvrtc 12.8");
+        assert!(!uncached.code("kernel a", none, &cubin, compile).unwrap().1);
+        assert_eq!(compiles.get(), 9);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// NVRTC writes an ELF image for `sm_XY` and PTX text for `compute_XY`;
-    /// a source that does not compile gives NVRTC's log. Needs NVRTC only
-    /// (no device).
+    /// NVRTC writes an ELF image for `sm_XY` and PTX text for `compute_XY`,
+    /// each template instance named by an expression under its lowered
+    /// name; a source that does not compile gives NVRTC's log. Needs NVRTC
+    /// only (no device).
     #[test]
     fn nvrtc_writes_machine_code_or_ptx() {
         if !crate::gpu::nvrtc_present() {
             return;
         }
-        let source = "extern \"C\" __global__ void twice(double* x) { x[threadIdx.x] *= 2.0; }";
+        let source = "extern \"C\" __global__ void twice(double* x) { x[threadIdx.x] *= 2.0; }\n\
+                      template <typename T>\n\
+                      __global__ void thrice(T* __restrict__ x) { x[threadIdx.x] *= T(3); }";
+        let instances = ["thrice<double>".to_string(), "thrice<float>".to_string()];
         let archs = supported_archs().unwrap();
         assert!(!archs.is_empty());
         let cc = (archs[0] / 10, archs[0] % 10);
-        let cubin = nvrtc_compile(source, &Target::cubin(cc)).unwrap();
-        assert_eq!(&cubin[..4], b"\x7fELF");
-        let ptx = nvrtc_compile(source, &Target::ptx(cc)).unwrap();
-        let text = std::str::from_utf8(&ptx).unwrap();
+        let cubin = nvrtc_compile(source, &instances, &Target::cubin(cc)).unwrap();
+        assert_eq!(&cubin.code[..4], b"\x7fELF");
+        let ptx = nvrtc_compile(source, &instances, &Target::ptx(cc)).unwrap();
+        let text = std::str::from_utf8(&ptx.code).unwrap();
         assert!(text.contains(".entry twice"), "{text}");
-        assert!(!ptx.contains(&0));
-        match nvrtc_compile("__global__ void broken( {", &Target::cubin(cc)) {
+        assert!(!ptx.code.contains(&0));
+        for module in [&cubin, &ptx] {
+            assert_eq!(module.lowered.len(), 2);
+            let double = module.lowered_name("thrice<double>").unwrap();
+            let float = module.lowered_name("thrice<float>").unwrap();
+            assert!(
+                double.contains("thrice") && double != float,
+                "{double} {float}"
+            );
+        }
+        let float = ptx.lowered_name("thrice<float>").unwrap();
+        assert!(text.contains(&format!(".entry {float}")), "{text}");
+        match nvrtc_compile("__global__ void broken( {", &[], &Target::cubin(cc)) {
             Err(GpuError::Compile { arch, log }) => {
                 assert_eq!(arch, format!("sm_{}{}", cc.0, cc.1));
                 assert!(log.contains("error"), "{log}");

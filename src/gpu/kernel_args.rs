@@ -1,8 +1,10 @@
 //! Kernel arguments checked against the kernel's declaration.
 //!
 //! A kernel's signature is written once, in its `.cu` source
-//! (`extern "C" __global__ void NAME(params)`); the loader reads each
-//! parameter's C type from it ([`parse_parameters`]). Every launch pushes its
+//! (`extern "C" __global__ void NAME(params)`, or a kernel template's
+//! `__global__ void NAME(params)` whose instances read `T` as their type,
+//! [`instantiate`]); the loader reads each parameter's C type from it
+//! ([`parse_parameters`]). Every launch pushes its
 //! arguments through [`KernelArgs`], which records the C type each Rust
 //! argument stands for ([`KernelArg`]); [`check_arguments`] then compares the
 //! two lists before the launch, so a missing, extra or swapped argument is an
@@ -106,6 +108,28 @@ pub fn parse_parameters(list: &str) -> Result<Vec<ParamType>, String> {
             }
         })
         .collect()
+}
+
+/// A kernel template's parameter list (`list`) for one instance: each
+/// whole word `param` (the template's type parameter, `T`) read as `ty`
+/// (`double`), so [`parse_parameters`] reads the instance's types.
+pub fn instantiate(list: &str, param: &str, ty: &str) -> String {
+    let mut out = String::with_capacity(list.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(if word == param { ty } else { word });
+        word.clear();
+    };
+    for c in list.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 /// `text` without its `//` and `/* */` comments.
@@ -289,6 +313,28 @@ mod tests {
         let err = parse_parameters("int n, Foo* x").unwrap_err();
         assert!(err.contains("Foo* x"), "{err}");
         assert!(parse_parameters("double** x").is_err());
+    }
+
+    #[test]
+    fn template_parameters_read_as_the_instance_type() {
+        let list = "int n, const T* __restrict__ x, // T values\n T* Ty, double T_scale, T alpha";
+        let double = instantiate(list, "T", "double");
+        assert_eq!(
+            double,
+            "int n, const double* __restrict__ x, // double values\n double* Ty, double T_scale, double alpha"
+        );
+        assert_eq!(
+            parse_parameters(&instantiate(list, "T", "float")).unwrap(),
+            [
+                Value(Int),
+                Pointer(Float),
+                Pointer(Float),
+                Value(Double),
+                Value(Float)
+            ]
+        );
+        // A template's list read as is names an unknown type.
+        assert!(parse_parameters(list).is_err());
     }
 
     #[test]

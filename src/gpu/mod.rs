@@ -2,7 +2,10 @@
 //! run time, so the binary builds and runs without a CUDA toolkit).
 //!
 //! `Gpu::new` finds the device, compiles `kernels/*.cu` for its compute
-//! capability (cached on disk, see [`cache`]) and loads every kernel;
+//! capability (cached on disk, see [`cache`]) and loads every kernel: an
+//! `extern "C"` kernel by its name, an instance of a kernel template (one
+//! source for f64 and f32, `TEMPLATE_MARK`) by the name NVRTC lowers its
+//! name expression to;
 //! `Gpu::launch` is the one place kernels are launched, each launch's
 //! arguments checked against the kernel's declaration ([`kernel_args`]) and
 //! errors naming the kernel; `Gpu::capture` records launches into a CUDA
@@ -59,7 +62,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cache::{KernelCache, Target};
+use cache::{CompiledModule, KernelCache, Target};
 
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
@@ -100,8 +103,9 @@ macro_rules! kernel_source {
 /// to compile than the others is split (`amg.cu`, `amg_inverse.cu` and
 /// `amg_cycle.cu`; `krylov.cu` and `bicgstab.cu`; the coarsest inverse's one
 /// cooperative launch, `amg_dense_fused.cu`, is apart from its per-step
-/// kernels). Every
-/// `extern "C" __global__ void NAME(` is a kernel ([`kernel_declarations`]).
+/// kernels). Every `extern "C" __global__ void NAME(` is a kernel, and so
+/// is every instance that a kernel template's [`TEMPLATE_MARK`] line lists
+/// ([`kernel_declarations`]).
 const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("spmv.cu" needs []),
     kernel_source!("pcg.cu" needs ["spmv.cu"]),
@@ -133,22 +137,172 @@ const KERNEL_SOURCES: &[KernelSource] = &[
 /// What starts a kernel's definition in a source.
 const KERNEL_MARK: &str = "extern \"C\" __global__ void ";
 
-/// The kernels the sources define with the index of their source and the
-/// text of their parameter list, in source order.
-fn kernel_declarations() -> Vec<(&'static str, usize, &'static str)> {
-    const MARK: &str = KERNEL_MARK;
-    KERNEL_SOURCES
+/// What starts a kernel template's definition in a source: a line of its
+/// own naming the template's instances, followed by the template:
+///
+/// ```text
+/// // kernel: amg_copy<double>, amg_copy_f32 = amg_copy<float>
+/// template <typename T>
+/// __global__ void amg_copy(int n, const T* __restrict__ src, T* __restrict__ dst, const double* done) {
+/// ```
+///
+/// Each instance is `NAME = TEMPLATE<TYPE>`, the kernel Rust launches as
+/// NAME, or `TEMPLATE<TYPE>` alone, launched by the template's own name;
+/// TYPE is one word (`double`, `float`). A long list goes on over the
+/// comment lines that follow, up to the `template` line. The template has
+/// the one type parameter `T`. Each instance is compiled from its NVRTC name
+/// expression (`TEMPLATE<TYPE>`) and loaded by the name NVRTC lowers it to
+/// ([`cache::CompiledModule`]); its parameter list is the template's with
+/// `T` read as TYPE ([`kernel_args::instantiate`]), so its launches are
+/// checked as any kernel's. A template's body must not differ between its
+/// instances beyond `T`: where the two precisions need other operations
+/// (`__dadd_rn` against `__fadd_rn`), each is an `extern "C"` kernel.
+const TEMPLATE_MARK: &str = "// kernel: ";
+
+/// A kernel of the sources as the host launches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Declaration {
+    /// The name launches give.
+    name: &'static str,
+    /// Its source's index in [`KERNEL_SOURCES`].
+    source: usize,
+    /// The text of its parameter list (a template's `T` read as the
+    /// instance's type).
+    params: String,
+    /// A template instance's NVRTC name expression (`amg_copy<float>`);
+    /// None for an `extern "C"` kernel, loaded by its name.
+    expression: Option<String>,
+}
+
+/// The kernels the sources define, in source order: each `extern "C"`
+/// kernel, then each instance of each kernel template ([`TEMPLATE_MARK`]);
+/// an error names a template whose declaration cannot be read.
+fn kernel_declarations() -> Result<Vec<Declaration>, String> {
+    let mut declarations = Vec::new();
+    for (source, file) in KERNEL_SOURCES.iter().enumerate() {
+        let text = file.text;
+        for (at, _) in text.match_indices(KERNEL_MARK) {
+            let rest = &text[at + KERNEL_MARK.len()..];
+            let Some(open) = rest.find('(') else { continue };
+            let Some(close) = rest[open..].find(')').map(|c| open + c) else {
+                continue;
+            };
+            declarations.push(Declaration {
+                name: rest[..open].trim(),
+                source,
+                params: rest[open + 1..close].to_string(),
+                expression: None,
+            });
+        }
+        for at in template_marks(text) {
+            let instances = template_instances(&text[at + TEMPLATE_MARK.len()..])
+                .map_err(|e| format!("kernels/{}: {e}", file.file))?;
+            declarations.extend(instances.into_iter().map(|(name, params, expression)| {
+                Declaration {
+                    name,
+                    source,
+                    params,
+                    expression: Some(expression),
+                }
+            }));
+        }
+    }
+    Ok(declarations)
+}
+
+/// Where [`TEMPLATE_MARK`] starts a line of `text`.
+fn template_marks(text: &str) -> impl Iterator<Item = usize> + '_ {
+    text.match_indices(TEMPLATE_MARK)
+        .map(|(at, _)| at)
+        .filter(|&at| at == 0 || text[..at].ends_with('\n'))
+}
+
+/// The instances a kernel template declares (`text` from after its
+/// [`TEMPLATE_MARK`]): for each, the name launches give, its parameter
+/// list with `T` read as its type, and its name expression.
+fn template_instances(text: &str) -> Result<Vec<(&str, String, String)>, String> {
+    // The list may go on over comment lines of its own (an entry within
+    // one line).
+    let (first, mut definition) = text.split_once('\n').unwrap_or((text, ""));
+    let mut lines = vec![first];
+    while let Some(line) = definition.trim_start().strip_prefix("//") {
+        let (continued, rest) = line.split_once('\n').unwrap_or((line, ""));
+        lines.push(continued);
+        definition = rest;
+    }
+    let list = lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+    let error = |what: &str| format!("kernel template '{list}': {what}");
+    let header = definition.trim_start();
+    let after_template = header
+        .strip_prefix("template")
+        .map(str::trim_start)
+        .and_then(|h| h.strip_prefix('<'))
+        .ok_or_else(|| error("no `template <typename T>` on the next line"))?;
+    let (parameter, after) = after_template
+        .split_once('>')
+        .ok_or_else(|| error("the template's parameter list does not close"))?;
+    if parameter.split_whitespace().collect::<Vec<_>>() != ["typename", "T"] {
+        return Err(error("the template's parameter is not `typename T`"));
+    }
+    let signature = after
+        .trim_start()
+        .strip_prefix("__global__")
+        .map(str::trim_start)
+        .and_then(|h| h.strip_prefix("void "))
+        .ok_or_else(|| error("the template is not a `__global__ void` function"))?;
+    let open = signature
+        .find('(')
+        .ok_or_else(|| error("no parameter list"))?;
+    let close = signature[open..]
+        .find(')')
+        .map(|c| open + c)
+        .ok_or_else(|| error("the parameter list does not close"))?;
+    let template = signature[..open].trim();
+    let params = &signature[open + 1..close];
+    let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !word(template) {
+        return Err(error(&format!("'{template}' is not a template name")));
+    }
+    if list.split(',').all(|instance| instance.trim().is_empty()) {
+        return Err(error("no instances"));
+    }
+    lines
         .iter()
-        .enumerate()
-        .flat_map(|(file, source)| {
-            source.text.match_indices(MARK).filter_map(move |(at, _)| {
-                let rest = &source.text[at + MARK.len()..];
-                let open = rest.find('(')?;
-                let close = open + rest[open..].find(')')?;
-                Some((rest[..open].trim(), file, &rest[open + 1..close]))
-            })
+        .flat_map(|line| line.split(','))
+        .filter(|instance| !instance.trim().is_empty())
+        .map(|instance| {
+            let (name, expression) = match instance.split_once('=') {
+                Some((name, expression)) => (name.trim(), expression.trim()),
+                None => (template, instance.trim()),
+            };
+            let ty = expression
+                .strip_prefix(template)
+                .and_then(|e| e.trim_start().strip_prefix('<'))
+                .and_then(|e| e.strip_suffix('>'))
+                .map(str::trim)
+                .filter(|ty| word(ty))
+                .ok_or_else(|| error(&format!("'{expression}' is not {template}<TYPE>")))?;
+            if !word(name) {
+                return Err(error(&format!("'{name}' is not a kernel name")));
+            }
+            Ok((
+                name,
+                kernel_args::instantiate(params, "T", ty),
+                format!("{template}<{ty}>"),
+            ))
         })
         .collect()
+}
+
+/// The name expressions of module `k`'s kernel template instances (those
+/// of its own source), in source order: what NVRTC instantiates and lowers
+/// when it compiles the module.
+fn module_expressions(k: usize) -> Result<Vec<String>, String> {
+    Ok(kernel_declarations()?
+        .into_iter()
+        .filter(|d| d.source == k)
+        .filter_map(|d| d.expression)
+        .collect())
 }
 
 /// The sources of module `k`, in list order: source k and every source it
@@ -188,22 +342,30 @@ fn module_source(k: usize) -> String {
         .collect()
 }
 
-/// `text` without its kernels' definitions (each from its
-/// [`KERNEL_MARK`] to the brace that closes its body, braces in comments
-/// and literals skipped): what a module takes from a source it needs. A
-/// kernel is an entry point that no other code calls, so dropping it
-/// changes nothing else; compiling it again in every module that needs its
-/// source cost NVRTC time (most of `pcg.cu`'s and `smooth.cu`'s compile
-/// went into each module holding them). A definition whose body does not
-/// close is kept from there on, for NVRTC to report.
+/// `text` without its kernels' definitions (each from its [`KERNEL_MARK`],
+/// or a kernel template's from its [`TEMPLATE_MARK`] line, to the brace that
+/// closes its body, braces in comments and literals skipped): what a module
+/// takes from a source it needs. A kernel is an entry point that no other
+/// code calls, so dropping it changes nothing else; compiling it again in
+/// every module that needs its source cost NVRTC time (most of `pcg.cu`'s
+/// and `smooth.cu`'s compile went into each module holding them). A
+/// definition whose body does not close is kept from there on, for NVRTC to
+/// report.
 fn without_kernels(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(at) = rest.find(KERNEL_MARK) {
+    loop {
+        let kernel = rest
+            .find(KERNEL_MARK)
+            .map(|at| (at, at + KERNEL_MARK.len()));
+        // A template's mark line is a comment, which the scan skips.
+        let template = template_marks(rest).next().map(|at| (at, at));
+        let Some((at, scan)) = [kernel, template].into_iter().flatten().min() else {
+            break;
+        };
         out.push_str(&rest[..at]);
-        let body = &rest[at + KERNEL_MARK.len()..];
-        match definition_end(body) {
-            Some(end) => rest = &body[end..],
+        match definition_end(&rest[scan..]) {
+            Some(end) => rest = &rest[scan + end..],
             None => {
                 rest = &rest[at..];
                 break;
@@ -263,7 +425,7 @@ fn source_index(file: &str) -> Option<usize> {
 /// from the cache) at most once per process and target, by whichever thread
 /// asks first: a [`Gpu::prefetch`] thread or the first launch. Shared by the
 /// GPUs of one architecture (a multi-GPU run compiles once).
-type CodeSlot = OnceLock<Result<(Vec<u8>, bool), String>>;
+type CodeSlot = OnceLock<Result<(CompiledModule, bool), String>>;
 
 /// The code slots of `target`, one per module.
 fn code_slots(target: &Target) -> Arc<Vec<CodeSlot>> {
@@ -277,18 +439,25 @@ fn code_slots(target: &Target) -> Arc<Vec<CodeSlot>> {
     s
 }
 
-/// The code of module `k` for `target`, from its slot (waiting for a
-/// thread compiling it) or compiled into it now.
+/// The code of module `k` for `target` with its template instances'
+/// lowered names, from its slot (waiting for a thread compiling it) or
+/// compiled into it now.
 fn module_code(
     slots: &[CodeSlot],
     cache: &KernelCache,
     target: &Target,
     k: usize,
-) -> Result<(Vec<u8>, bool), GpuError> {
+) -> Result<(CompiledModule, bool), GpuError> {
     slots[k]
         .get_or_init(|| {
+            let expressions = module_expressions(k)?;
             cache
-                .code(&module_source(k), target, cache::nvrtc_compile)
+                .code(
+                    &module_source(k),
+                    &expressions,
+                    target,
+                    cache::nvrtc_compile,
+                )
                 .map_err(|e| e.to_string())
         })
         .clone()
@@ -299,7 +468,14 @@ fn module_code(
 }
 
 /// A kernel module loaded into one context, or why it could not be.
-type ModuleSlot = OnceLock<Result<Arc<CudaModule>, String>>;
+type ModuleSlot = OnceLock<Result<LoadedModule, String>>;
+
+/// A kernel module in one context and the names its template instances
+/// were lowered to (name expression to lowered name).
+struct LoadedModule {
+    module: Arc<CudaModule>,
+    lowered: HashMap<String, String>,
+}
 
 /// The kernel modules of one context: compiled (or read from the cache,
 /// or waited for) and loaded at most once each, by a [`Gpu::prefetch`]
@@ -331,7 +507,7 @@ impl ModuleLoader {
     /// module as well as compiling it, and the first launch finds it loaded
     /// (or waits for that thread) instead of loading it on the run's
     /// critical path.
-    fn module(&self, k: usize) -> Result<&Arc<CudaModule>, GpuError> {
+    fn module(&self, k: usize) -> Result<&LoadedModule, GpuError> {
         self.slots[k]
             .get_or_init(|| {
                 let clock = std::time::Instant::now();
@@ -339,9 +515,17 @@ impl ModuleLoader {
                     .map_err(|e| e.to_string())?;
                 let compiled = clock.elapsed().as_secs_f64();
                 let source = module_source(k);
-                let (module, cached) =
-                    cache::load_code(&self.ctx, &self.cache, &source, &self.target, code, cached)
-                        .map_err(|e| e.to_string())?;
+                let expressions = module_expressions(k)?;
+                let (module, lowered, cached) = cache::load_code(
+                    &self.ctx,
+                    &self.cache,
+                    &source,
+                    &expressions,
+                    &self.target,
+                    code,
+                    cached,
+                )
+                .map_err(|e| e.to_string())?;
                 if !cached {
                     self.all_cached.store(false, Ordering::Release);
                 }
@@ -353,7 +537,10 @@ impl ModuleLoader {
                     if cached { "read from the cache" } else { "compiled" },
                     clock.elapsed().as_secs_f64() - compiled
                 );
-                Ok(module)
+                Ok(LoadedModule {
+                    module,
+                    lowered: lowered.into_iter().collect(),
+                })
             })
             .as_ref()
             .map_err(|e| GpuError::Invalid(format!("kernel module {k}: {e}")))
@@ -361,10 +548,12 @@ impl ModuleLoader {
 }
 
 /// A kernel: the source it is in, its parameter types as declared there
-/// (or why they could not be read), its function once loaded.
+/// (or why they could not be read), a template instance's name expression,
+/// its function once loaded.
 struct Kernel {
     source: usize,
     params: Result<Vec<ParamType>, String>,
+    expression: Option<String>,
     function: OnceLock<CudaFunction>,
 }
 
@@ -777,14 +966,16 @@ impl Gpu {
             cc.1
         );
         let kernels = kernel_declarations()
+            .map_err(GpuError::Invalid)?
             .into_iter()
-            .map(|(name, source, list)| {
+            .map(|declaration| {
                 let kernel = Kernel {
-                    source,
-                    params: parse_parameters(list),
+                    source: declaration.source,
+                    params: parse_parameters(&declaration.params),
+                    expression: declaration.expression,
                     function: OnceLock::new(),
                 };
-                (name, kernel)
+                (declaration.name, kernel)
             })
             .collect();
         let profile = std::env::var("FVPOISSON_GPU_PROFILE").is_ok_and(|v| v == "1");
@@ -1276,16 +1467,31 @@ impl Gpu {
             );
         }
         let clock = std::time::Instant::now();
-        let module = modules.module(k.source)?;
+        let loaded = modules.module(k.source)?;
         modules.used[k.source].store(true, Ordering::Release);
         let waited = clock.elapsed().as_secs_f64();
         if waited > 0.01 {
             log::debug!("the first launch of {kernel} waited {waited:.2} s for its kernel module");
         }
-        let f = module.load_function(kernel).map_err(|e| GpuError::Kernel {
-            kernel,
-            error: format!("not found in the compiled module: {e}"),
-        })?;
+        // A template instance is in the module under the name NVRTC
+        // lowered its expression to.
+        let symbol = match &k.expression {
+            None => kernel,
+            Some(expression) => loaded
+                .lowered
+                .get(expression)
+                .ok_or_else(|| GpuError::Kernel {
+                    kernel,
+                    error: format!("the compiled module has no lowered name for {expression}"),
+                })?,
+        };
+        let f = loaded
+            .module
+            .load_function(symbol)
+            .map_err(|e| GpuError::Kernel {
+                kernel,
+                error: format!("not found in the compiled module: {e}"),
+            })?;
         Ok(k.function.get_or_init(|| f))
     }
 
@@ -1674,21 +1880,148 @@ mod tests {
     /// defined once in the kernel sources: a typo fails here, not on a device.
     #[test]
     fn every_kernel_declaration_has_known_parameter_types() {
-        let declarations = kernel_declarations();
+        let declarations = kernel_declarations().unwrap();
         assert!(declarations.len() > 200, "{}", declarations.len());
-        for (name, file, list) in declarations {
-            let params = parse_parameters(list)
-                .unwrap_or_else(|e| panic!("{name} in {}: {e}", KERNEL_SOURCES[file].file));
-            assert!(!params.is_empty(), "{name}");
+        for d in declarations {
+            let params = parse_parameters(&d.params)
+                .unwrap_or_else(|e| panic!("{} in {}: {e}", d.name, KERNEL_SOURCES[d.source].file));
+            assert!(!params.is_empty(), "{}", d.name);
         }
+    }
+
+    /// Every instance a kernel template lists parses, with `T` read as its
+    /// type; instances of one template differ in their parameter types.
+    #[test]
+    fn kernel_template_instances_parse() {
+        let declarations = kernel_declarations().unwrap();
+        let instances: Vec<&Declaration> = declarations
+            .iter()
+            .filter(|d| d.expression.is_some())
+            .collect();
+        assert!(instances.len() >= 2, "{}", instances.len());
+        for d in &instances {
+            let expression = d.expression.as_deref().unwrap();
+            let (template, ty) = expression
+                .strip_suffix('>')
+                .unwrap()
+                .split_once('<')
+                .unwrap();
+            assert!(["double", "float"].contains(&ty), "{expression}");
+            assert!(
+                d.name == template || d.name.starts_with(template),
+                "{} = {expression}",
+                d.name
+            );
+            let declared = parse_parameters(&d.params).unwrap();
+            let pair: Vec<&&Declaration> = instances
+                .iter()
+                .filter(|e| {
+                    e.expression
+                        .as_deref()
+                        .unwrap()
+                        .starts_with(&format!("{template}<"))
+                })
+                .collect();
+            assert!(pair.contains(&d), "{template}");
+            for other in pair {
+                let theirs = parse_parameters(&other.params).unwrap();
+                assert_eq!(theirs.len(), declared.len(), "{template}");
+                if other.expression != d.expression {
+                    // T stands in the signature: the instances' launches
+                    // are told apart by their argument types.
+                    assert_ne!(theirs, declared, "{template}");
+                }
+            }
+        }
+        let copy_f32 = declarations
+            .iter()
+            .find(|d| d.name == "amg_copy_f32")
+            .unwrap();
+        assert_eq!(copy_f32.expression.as_deref(), Some("amg_copy<float>"));
+        assert_eq!(
+            parse_parameters(&copy_f32.params).unwrap(),
+            [
+                ParamType::Value(kernel_args::CType::Int),
+                ParamType::Pointer(kernel_args::CType::Float),
+                ParamType::Pointer(kernel_args::CType::Float),
+                ParamType::Pointer(kernel_args::CType::Double)
+            ]
+        );
+        let copy = declarations.iter().find(|d| d.name == "amg_copy").unwrap();
+        assert_eq!(copy.expression.as_deref(), Some("amg_copy<double>"));
+        // Each module's expressions are those of its own source's instances.
+        let all: usize = (0..KERNEL_SOURCES.len())
+            .map(|k| module_expressions(k).unwrap().len())
+            .sum();
+        assert_eq!(all, instances.len());
+    }
+
+    /// The instance list and the template under it, and what is refused.
+    #[test]
+    fn kernel_templates_declare_their_instances() {
+        let text = "amg_copy<double>,\n//   amg_copy_f32 = amg_copy< float >\n\
+                    template <typename T>\n\
+                    __global__ void amg_copy(int n, const T* __restrict__ src, T* dst) {}";
+        let instances = template_instances(text).unwrap();
+        assert_eq!(
+            instances,
+            [
+                (
+                    "amg_copy",
+                    "int n, const double* __restrict__ src, double* dst".to_string(),
+                    "amg_copy<double>".to_string()
+                ),
+                (
+                    "amg_copy_f32",
+                    "int n, const float* __restrict__ src, float* dst".to_string(),
+                    "amg_copy<float>".to_string()
+                ),
+            ]
+        );
+        let body = "\ntemplate <typename T>\n__global__ void k(T* x) {}";
+        for (list, what) in [
+            ("k<double>", ""),
+            ("k2 = j<double>", "is not k<TYPE>"),
+            ("k<unsigned int>", "is not k<TYPE>"),
+            ("k f = k<float>", "is not a kernel name"),
+            (" ", "no instances"),
+        ] {
+            let text = format!("{list}{body}");
+            let result = template_instances(&text);
+            match what {
+                "" => assert!(result.is_ok(), "{list}: {result:?}"),
+                _ => assert!(result.unwrap_err().contains(what), "{list}"),
+            }
+        }
+        for (definition, what) in [
+            ("\n__global__ void k(T* x) {}", "template <typename T>"),
+            (
+                "\ntemplate <int N>\n__global__ void k(int* x) {}",
+                "typename T",
+            ),
+            (
+                "\ntemplate <typename T>\n__device__ void k(T* x) {}",
+                "__global__ void",
+            ),
+            (
+                "\ntemplate <typename T>\n__global__ void k(T* x",
+                "does not close",
+            ),
+        ] {
+            let err = template_instances(&format!("k<double>{definition}")).unwrap_err();
+            assert!(err.contains(what), "{definition}: {err}");
+        }
+        // The mark counts only at the start of a line.
+        let marks: Vec<usize> =
+            template_marks("// kernel: a<double>\nx; // kernel: b<float>\n// kernel: c<float>")
+                .collect();
+        assert_eq!(marks, [0, 44]);
     }
 
     #[test]
     fn launched_kernels_are_defined_once() {
-        let names: Vec<&str> = kernel_declarations()
-            .into_iter()
-            .map(|(n, _, _)| n)
-            .collect();
+        let declarations = kernel_declarations().unwrap();
+        let names: Vec<&str> = declarations.iter().map(|d| d.name).collect();
         assert!(names.len() > 40, "{names:?}");
         for n in &names {
             assert!(
@@ -1696,6 +2029,14 @@ mod tests {
                 "{n}"
             );
             assert_eq!(names.iter().filter(|m| *m == n).count(), 1, "{n} twice");
+        }
+        let expressions: Vec<&str> = declarations
+            .iter()
+            .filter_map(|d| d.expression.as_deref())
+            .collect();
+        for e in &expressions {
+            let twice = expressions.iter().filter(|f| *f == e).count();
+            assert_eq!(twice, 1, "{e} instantiated twice");
         }
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
         let mut files = vec![dir.clone()];
@@ -1795,14 +2136,18 @@ mod tests {
             }
         }
         assert_eq!(module_sources(0), vec![0]);
-        let mark = |name: &str| format!("extern \"C\" __global__ void {name}(");
+        let mark = |d: &Declaration| match &d.expression {
+            None => format!("extern \"C\" __global__ void {}(", d.name),
+            Some(e) => format!("__global__ void {}(", &e[..e.find('<').unwrap()]),
+        };
         let modules: Vec<String> = (0..KERNEL_SOURCES.len()).map(module_source).collect();
-        for (name, source, _) in kernel_declarations() {
+        for d in kernel_declarations().unwrap() {
             for (k, text) in modules.iter().enumerate() {
                 assert_eq!(
-                    text.matches(&mark(name)).count(),
-                    usize::from(k == source),
-                    "{name} in module {k}"
+                    text.matches(&mark(&d)).count(),
+                    usize::from(k == d.source),
+                    "{} in module {k}",
+                    d.name
                 );
             }
         }
@@ -1830,9 +2175,25 @@ mod tests {
             struct S { int v; };\n\
             extern \"C\" __global__ void k2(int* a);\n\
             extern \"C\" __global__ void k3(int* a) { a[1] = 2; }\n\
-            __device__ int g() { return 1; }\n";
+            __device__ int g() { return 1; }\n\
+            // kernel: k4<double>, k4_f32 = k4<float>\n\
+            template <typename T>\n\
+            __global__ void k4(T* a) { if (a) { a[2] = T(3); } }\n\
+            template <typename T> __device__ T h(T x) { return x; }\n\
+            // kernel: k5<double>\n\
+            template <typename T>\n\
+            __global__ void k5(T* a) { a[3] = h('{'); }\n";
         let helpers = without_kernels(text);
         assert!(!helpers.contains("__global__"), "{helpers}");
+        assert!(!helpers.contains("// kernel:"), "{helpers}");
+        assert!(
+            !helpers.contains("a[2]") && !helpers.contains("a[3]"),
+            "{helpers}"
+        );
+        assert!(
+            helpers.contains("template <typename T> __device__ T h(T x) { return x; }"),
+            "{helpers}"
+        );
         for kept in [
             "#define N 4",
             "__device__ int f(int x) { return x + N; }",
@@ -1863,10 +2224,11 @@ mod tests {
             archs[archs.len() - 1]
         };
         let target = Target::cubin((arch / 10, arch % 10));
-        let images: Vec<Vec<u8>> = (0..KERNEL_SOURCES.len())
+        let images: Vec<CompiledModule> = (0..KERNEL_SOURCES.len())
             .map(|k| {
                 let clock = std::time::Instant::now();
-                let image = cache::nvrtc_compile(&module_source(k), &target)
+                let expressions = module_expressions(k).unwrap();
+                let image = cache::nvrtc_compile(&module_source(k), &expressions, &target)
                     .unwrap_or_else(|e| panic!("{}: {e}", KERNEL_SOURCES[k].file));
                 println!(
                     "{:<16} {} in {:.2} s",
@@ -1878,13 +2240,20 @@ mod tests {
             })
             .collect();
         let holds = |image: &[u8], symbol: &[u8]| image.windows(symbol.len()).any(|w| w == symbol);
-        for (name, source, _) in kernel_declarations() {
+        for d in kernel_declarations().unwrap() {
+            // A template instance's symbol is its lowered name.
+            let name = match &d.expression {
+                None => d.name,
+                Some(e) => images[d.source]
+                    .lowered_name(e)
+                    .unwrap_or_else(|| panic!("{e} has no lowered name")),
+            };
             // A symbol's name in the ELF string table, between NULs.
             let symbol = [&b"\0"[..], name.as_bytes(), b"\0"].concat();
             let holding: Vec<usize> = (0..images.len())
-                .filter(|&k| holds(&images[k], &symbol))
+                .filter(|&k| holds(&images[k].code, &symbol))
                 .collect();
-            assert_eq!(holding, vec![source], "{name}");
+            assert_eq!(holding, vec![d.source], "{}", d.name);
         }
     }
 
@@ -1920,7 +2289,7 @@ mod tests {
             r"(?:constexpr|__constant__|const)\s+[\w:<> ]+?\s(\w+)\s*(?:=|\[)",
         ];
         let kernels: std::collections::HashSet<&str> =
-            regex::Regex::new(r#"extern "C" __global__ void (\w+)"#)
+            regex::Regex::new(r#"__global__ void (\w+)"#)
                 .unwrap()
                 .captures_iter(text)
                 .map(|c| c.get(1).unwrap().as_str())
