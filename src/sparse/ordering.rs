@@ -288,6 +288,52 @@ impl Graph {
         Ok(Self { offsets, targets })
     }
 
+    /// The graph whose vertex v's neighbours are what `neighbours(v, list)`
+    /// pushes onto `list` (given empty): each list sorted and deduplicated,
+    /// v itself dropped, built by blocks of vertices in parallel. For a
+    /// mesh, the cells across each cell's internal faces: the graph of its
+    /// matrix's pattern (what [`Self::of_matrix`] gives) without the
+    /// pattern.
+    pub fn of_neighbours(n: usize, neighbours: impl Fn(usize, &mut Vec<u32>) + Sync) -> Self {
+        let blocks = row_blocks(n);
+        let parts: Vec<(Vec<u32>, Vec<usize>)> = blocks
+            .par_iter()
+            .map(|rows| {
+                let (mut targets, mut ends) = (Vec::new(), Vec::with_capacity(rows.len()));
+                for v in rows.clone() {
+                    let start = targets.len();
+                    neighbours(v, &mut targets);
+                    let list = &mut targets[start..];
+                    list.sort_unstable();
+                    let mut kept = 0;
+                    for i in 0..list.len() {
+                        let u = list[i];
+                        if u as usize != v && (kept == 0 || list[kept - 1] != u) {
+                            list[kept] = u;
+                            kept += 1;
+                        }
+                    }
+                    targets.truncate(start + kept);
+                    ends.push(targets.len());
+                }
+                (targets, ends)
+            })
+            .collect();
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0);
+        let mut base = 0;
+        for (targets, ends) in &parts {
+            offsets.extend(ends.iter().map(|e| base + e));
+            base += targets.len();
+        }
+        let mut targets = vec![0u32; base];
+        split_lengths(&mut targets, parts.iter().map(|p| p.0.len()))
+            .into_par_iter()
+            .zip(&parts)
+            .for_each(|(to, from)| to.copy_from_slice(&from.0));
+        Self { offsets, targets }
+    }
+
     /// Number of vertices.
     pub fn n(&self) -> usize {
         self.offsets.len() - 1
@@ -675,6 +721,26 @@ impl RowOrdering {
                     .map_err(|e| format!("metis ordering: {e}"))?,
             ),
         })
+    }
+}
+
+impl RowOrdering {
+    /// Whether the ordering is computed from the matrix's graph alone
+    /// (Cuthill–McKee and its reverse): [`Self::permutation_of_graph`].
+    pub fn of_graph(self) -> bool {
+        matches!(self, Self::Cm | Self::Rcm)
+    }
+
+    /// The permutation this ordering computes from `graph`, the graph of
+    /// the matrix's pattern ([`Graph::of_matrix`]); equal to
+    /// [`Self::permutation`] of the matrix. None for an ordering that is
+    /// not computed from the graph alone ([`Self::of_graph`]).
+    pub fn permutation_of_graph(self, graph: Graph) -> Option<Permutation> {
+        match self {
+            Self::Cm => Some(graph.into_cuthill_mckee()),
+            Self::Rcm => Some(graph.into_cuthill_mckee().reversed()),
+            Self::Natural | Self::Metis => None,
+        }
     }
 }
 
