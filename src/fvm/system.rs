@@ -8,7 +8,7 @@ use super::schemes::{
     BoundaryFaceGeometry, FaceGeometry, GradScheme, Schemes, SnGradScheme, TimeScheme,
 };
 use super::{check_values, CellField, FvmError};
-use crate::mesh::{split_by_parts, Geometry, Mesh, PartSides, PatchKind, Vec3};
+use crate::mesh::{split_by_parts, Geometry, Label, Mesh, PartSides, PatchKind, Vec3};
 use crate::sparse::ordering::{relative_bandwidth_of_pairs, Graph};
 use crate::sparse::{Csr, Permutation, RowOrdering};
 use crate::timings;
@@ -1201,36 +1201,60 @@ fn shared_slots<'s>(shared: &'s SharedStructure, matrix: &Csr, mesh: &Mesh) -> &
         .get_or_init(|| crate::timings::span("slot map", || build_slots(matrix, mesh)))
 }
 
-/// CSR pattern of the cell adjacency plus the diagonal (zero values, left
-/// untouched until an assembly writes them). Two cells sharing several faces
-/// share one entry. Rows are built in parallel over blocks of cells and
-/// joined in row order.
+/// The cells across each cell's internal faces, from the mesh's face
+/// lists per cell.
+struct CellsAcross<'m> {
+    offsets: Vec<u32>,
+    cell_faces: Vec<Label>,
+    owner: &'m [Label],
+    neighbour: &'m [Label],
+    n_internal: usize,
+}
+
+impl<'m> CellsAcross<'m> {
+    fn new(mesh: &'m Mesh) -> Self {
+        let (offsets, cell_faces) = mesh.cell_faces();
+        Self {
+            offsets,
+            cell_faces,
+            owner: mesh.owner(),
+            neighbour: mesh.neighbour(),
+            n_internal: mesh.n_internal_faces(),
+        }
+    }
+
+    /// Pushes onto `list` the cell across each internal face of cell `c`
+    /// (a cell twice where two faces join them).
+    fn push(&self, c: usize, list: &mut Vec<u32>) {
+        let faces = &self.cell_faces[self.offsets[c] as usize..self.offsets[c + 1] as usize];
+        for &f in faces {
+            let f = f as usize;
+            if f < self.n_internal {
+                list.push(if self.owner[f] as usize == c {
+                    self.neighbour[f]
+                } else {
+                    self.owner[f]
+                });
+            }
+        }
+    }
+}
+
 /// The graph of the cells, each joined to the cells across its internal
 /// faces: the graph of [`build_pattern`]'s pattern (its rows less the
 /// diagonal).
 fn cell_graph(mesh: &Mesh) -> Graph {
-    let (offsets, cell_faces) = mesh.cell_faces();
-    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
-    let n_internal = mesh.n_internal_faces();
-    Graph::of_neighbours(mesh.n_cells(), |c, list| {
-        for &f in &cell_faces[offsets[c] as usize..offsets[c + 1] as usize] {
-            let f = f as usize;
-            if f < n_internal {
-                list.push(if owner[f] as usize == c {
-                    neighbour[f]
-                } else {
-                    owner[f]
-                });
-            }
-        }
-    })
+    let across = CellsAcross::new(mesh);
+    Graph::of_neighbours(mesh.n_cells(), |c, list| across.push(c, list))
 }
 
+/// CSR pattern of the cell adjacency plus the diagonal (zero values, left
+/// untouched until an assembly writes them). Two cells sharing several faces
+/// share one entry. Rows are built in parallel over blocks of cells and
+/// joined in row order.
 fn build_pattern(mesh: &Mesh) -> Result<Csr, FvmError> {
     const BLOCK: usize = 16_384;
-    let (offsets, cell_faces) = mesh.cell_faces();
-    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
-    let n_internal = mesh.n_internal_faces();
+    let across = CellsAcross::new(mesh);
     let n_cells = mesh.n_cells();
     // Per block: the columns of its rows and where each row ends.
     let blocks: Vec<(Vec<u32>, Vec<usize>)> = (0..n_cells.div_ceil(BLOCK))
@@ -1242,16 +1266,7 @@ fn build_pattern(mesh: &Mesh) -> Result<Csr, FvmError> {
             for c in cells {
                 let start = cols.len();
                 cols.push(c as u32);
-                for &f in &cell_faces[offsets[c] as usize..offsets[c + 1] as usize] {
-                    let f = f as usize;
-                    if f < n_internal {
-                        cols.push(if owner[f] as usize == c {
-                            neighbour[f]
-                        } else {
-                            owner[f]
-                        });
-                    }
-                }
+                across.push(c, &mut cols);
                 // Sorted and deduplicated in place (two faces may join the
                 // same pair of cells).
                 let row = &mut cols[start..];
