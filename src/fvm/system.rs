@@ -9,7 +9,7 @@ use super::schemes::{
 };
 use super::{check_values, CellField, FvmError};
 use crate::mesh::{split_by_parts, Geometry, Label, Mesh, PartSides, PatchKind, Vec3};
-use crate::sparse::ordering::{relative_bandwidth_of_pairs, Graph};
+use crate::sparse::ordering::{relative_bandwidth_of_pairs, sorted_rows, Graph};
 use crate::sparse::{Csr, Permutation, RowOrdering};
 use crate::timings;
 use rayon::prelude::*;
@@ -1253,53 +1253,14 @@ fn cell_graph(mesh: &Mesh) -> Graph {
 /// share one entry. Rows are built in parallel over blocks of cells and
 /// joined in row order.
 fn build_pattern(mesh: &Mesh) -> Result<Csr, FvmError> {
-    const BLOCK: usize = 16_384;
     let across = CellsAcross::new(mesh);
     let n_cells = mesh.n_cells();
-    // Per block: the columns of its rows and where each row ends.
-    let blocks: Vec<(Vec<u32>, Vec<usize>)> = (0..n_cells.div_ceil(BLOCK))
-        .into_par_iter()
-        .map(|b| {
-            let cells = b * BLOCK..((b + 1) * BLOCK).min(n_cells);
-            let mut cols = Vec::with_capacity(7 * cells.len());
-            let mut ends = Vec::with_capacity(cells.len());
-            for c in cells {
-                let start = cols.len();
-                cols.push(c as u32);
-                across.push(c, &mut cols);
-                // Sorted and deduplicated in place (two faces may join the
-                // same pair of cells).
-                let row = &mut cols[start..];
-                row.sort_unstable();
-                let mut kept = 1;
-                for i in 1..row.len() {
-                    if row[i] != row[kept - 1] {
-                        row[kept] = row[i];
-                        kept += 1;
-                    }
-                }
-                cols.truncate(start + kept);
-                ends.push(cols.len());
-            }
-            (cols, ends)
-        })
-        .collect();
-    // The blocks joined in row order, each by a thread.
-    let (block_cols, block_ends): (Vec<_>, Vec<_>) = blocks.into_iter().unzip();
-    let cols = crate::slices::concat(&block_cols);
-    let firsts = crate::slices::starts(block_cols.iter().map(Vec::len));
-    drop(block_cols);
-    let mut row_ptr = vec![0; n_cells + 1];
-    crate::slices::split_lengths(&mut row_ptr[1..], block_ends.iter().map(Vec::len))
-        .into_par_iter()
-        .zip(&block_ends)
-        .zip(firsts)
-        .for_each(|((row_ends, ends), first)| {
-            for (to, &end) in row_ends.iter_mut().zip(ends) {
-                *to = first + end;
-            }
-        });
-    drop(block_ends);
+    // Each row sorted and deduplicated (two faces may join the same pair of
+    // cells).
+    let (row_ptr, cols) = sorted_rows(n_cells, |c, row| {
+        row.push(c as u32);
+        across.push(c, row);
+    });
     let nnz = cols.len();
     if u32::try_from(nnz).is_err() {
         return Err(FvmError::invalid(format!(

@@ -289,48 +289,23 @@ impl Graph {
     }
 
     /// The graph whose vertex v's neighbours are what `neighbours(v, list)`
-    /// pushes onto `list` (given empty): each list sorted and deduplicated,
-    /// v itself dropped, built by blocks of vertices in parallel. For a
-    /// mesh, the cells across each cell's internal faces: the graph of its
-    /// matrix's pattern (what [`Self::of_matrix`] gives) without the
-    /// pattern.
+    /// pushes onto `list`: each list sorted and deduplicated, v itself
+    /// dropped ([`sorted_rows`]). For a mesh, the cells across each cell's
+    /// internal faces: the graph of its matrix's pattern (what
+    /// [`Self::of_matrix`] gives) without the pattern.
     pub fn of_neighbours(n: usize, neighbours: impl Fn(usize, &mut Vec<u32>) + Sync) -> Self {
-        let blocks = row_blocks(n);
-        let parts: Vec<(Vec<u32>, Vec<usize>)> = blocks
-            .par_iter()
-            .map(|rows| {
-                let (mut targets, mut ends) = (Vec::new(), Vec::with_capacity(rows.len()));
-                for v in rows.clone() {
-                    let start = targets.len();
-                    neighbours(v, &mut targets);
-                    let list = &mut targets[start..];
-                    list.sort_unstable();
-                    let mut kept = 0;
-                    for i in 0..list.len() {
-                        let u = list[i];
-                        if u as usize != v && (kept == 0 || list[kept - 1] != u) {
-                            list[kept] = u;
-                            kept += 1;
-                        }
-                    }
-                    targets.truncate(start + kept);
-                    ends.push(targets.len());
+        let (offsets, targets) = sorted_rows(n, |v, list| {
+            let start = list.len();
+            neighbours(v, list);
+            let mut kept = start;
+            for i in start..list.len() {
+                if list[i] as usize != v {
+                    list[kept] = list[i];
+                    kept += 1;
                 }
-                (targets, ends)
-            })
-            .collect();
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0);
-        let mut base = 0;
-        for (targets, ends) in &parts {
-            offsets.extend(ends.iter().map(|e| base + e));
-            base += targets.len();
-        }
-        let mut targets = vec![0u32; base];
-        split_lengths(&mut targets, parts.iter().map(|p| p.0.len()))
-            .into_par_iter()
-            .zip(&parts)
-            .for_each(|(to, from)| to.copy_from_slice(&from.0));
+            }
+            list.truncate(kept);
+        });
         Self { offsets, targets }
     }
 
@@ -566,6 +541,53 @@ fn sort_small_by_key(list: &mut [u32], key: impl Fn(u32) -> u64) {
         }
         list[at] = u;
     }
+}
+
+/// Rows 0..n in compressed form (row offsets, n + 1 of them, and the
+/// entries): row r is what `row(r, entries)` pushes onto `entries`, then
+/// sorted and deduplicated. Built by blocks of rows in parallel and joined
+/// in row order, each block by a thread: a mesh's matrix pattern and its
+/// cells' graph.
+pub fn sorted_rows(n: usize, row: impl Fn(usize, &mut Vec<u32>) + Sync) -> (Vec<usize>, Vec<u32>) {
+    // Per block: the entries of its rows and where each row ends.
+    let blocks: Vec<(Vec<u32>, Vec<usize>)> = row_blocks(n)
+        .into_par_iter()
+        .map(|rows| {
+            let mut entries = Vec::new();
+            let mut ends = Vec::with_capacity(rows.len());
+            for r in rows {
+                let start = entries.len();
+                row(r, &mut entries);
+                let list = &mut entries[start..];
+                list.sort_unstable();
+                let mut kept = 0;
+                for i in 0..list.len() {
+                    if kept == 0 || list[i] != list[kept - 1] {
+                        list[kept] = list[i];
+                        kept += 1;
+                    }
+                }
+                entries.truncate(start + kept);
+                ends.push(entries.len());
+            }
+            (entries, ends)
+        })
+        .collect();
+    let (block_entries, block_ends): (Vec<_>, Vec<_>) = blocks.into_iter().unzip();
+    let entries = crate::slices::concat(&block_entries);
+    let firsts = crate::slices::starts(block_entries.iter().map(Vec::len));
+    drop(block_entries);
+    let mut offsets = vec![0; n + 1];
+    split_lengths(&mut offsets[1..], block_ends.iter().map(Vec::len))
+        .into_par_iter()
+        .zip(&block_ends)
+        .zip(firsts)
+        .for_each(|((row_ends, ends), first)| {
+            for (to, &end) in row_ends.iter_mut().zip(ends) {
+                *to = first + end;
+            }
+        });
+    (offsets, entries)
 }
 
 /// Consecutive ranges of `ROWS_PER_TASK` rows covering 0..n.
