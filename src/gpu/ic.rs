@@ -1116,24 +1116,10 @@ fn csr_pass(
         arg_or_null(a, colours.map(|c| &c.0));
         a.arg(&n_colours).arg(&flags);
     })?;
-    let transposed = match transposed {
-        false => None,
-        true => {
-            // A missing partner lowers flags[0], the first of the three.
-            let t = unzeroed::<u32>(gpu, nnz)?;
-            let n32 = n as i32;
-            gpu.launch(
-                "ic_transposed_slots",
-                vector_grid(n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n32).arg(&row_ptr).arg(&cols).arg(&t).arg(&flags);
-                },
-            )?;
-            Some(t)
-        }
-    };
+    // A missing partner lowers flags[0], the first of the three.
+    let transposed = transposed
+        .then(|| device_transposed_slots(gpu, n, nnz, &row_ptr, &cols, &flags))
+        .transpose()?;
     let found = gpu.download(&flags)?;
     let first = |f: i32| (f < none).then(|| f as usize - 1);
     Ok((
@@ -1154,6 +1140,32 @@ fn csr_pass(
             diagonal: first(found[2]),
         },
     ))
+}
+
+/// Each entry's transposed slot in the CSR `row_ptr`, `cols` (n rows, nnz
+/// entries, columns ascending), found by a search of the partner's row
+/// (`ic_transposed_slots`); a missing partner lowers `failed[0]` to its row
+/// + 1.
+fn device_transposed_slots(
+    gpu: &Gpu,
+    n: usize,
+    nnz: usize,
+    row_ptr: &CudaSlice<u64>,
+    cols: &CudaSlice<u32>,
+    failed: &CudaSlice<i32>,
+) -> Result<CudaSlice<u32>, GpuError> {
+    let t = unzeroed::<u32>(gpu, nnz)?;
+    let n32 = n as i32;
+    gpu.launch(
+        "ic_transposed_slots",
+        vector_grid(n),
+        VECTOR_BLOCK,
+        0,
+        |a| {
+            a.arg(&n32).arg(row_ptr).arg(cols).arg(&t).arg(failed);
+        },
+    )?;
+    Ok(t)
 }
 
 /// A device CSR copy with its slots, read back ([`device_csr_slots`]).
@@ -1191,21 +1203,8 @@ pub fn device_csr_slots(
         gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
         })?;
-        let t = unzeroed::<u32>(gpu, csr.nnz)?;
         let failed = gpu.upload(&[n32 + 1])?;
-        gpu.launch(
-            "ic_transposed_slots",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n32)
-                    .arg(&csr.row_ptr)
-                    .arg(&csr.cols)
-                    .arg(&t)
-                    .arg(&failed);
-            },
-        )?;
+        let t = device_transposed_slots(gpu, n, csr.nnz, &csr.row_ptr, &csr.cols, &failed)?;
         let failed = gpu.download(&failed)?[0];
         let slots = CsrSlots {
             csr,
