@@ -11,7 +11,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use fvpoisson::case::{read_case_dir, run_case, Device, OutputFormat, RunSummary};
+use fvpoisson::case::{
+    host_assembly_reason, read_case_dir, run_case, CaseSetup, Device, OutputFormat, RunSummary,
+};
 use fvpoisson::fvm::testing::{
     all_neumann_problem, mixed_conditions, random_field, schemes, source, two_problems,
     varying_and_uniform_gamma, varying_gamma,
@@ -927,6 +929,10 @@ fn run_shipped(name: &str, device: Device, tag: &str) -> RunSummary {
     if let Some(last) = &mut setup.solver.final_corrector {
         last.preconditioner = PreconditionerKind::Jacobi.into();
     }
+    run_setup(setup, name, device, tag)
+}
+
+fn run_setup(mut setup: CaseSetup, name: &str, device: Device, tag: &str) -> RunSummary {
     setup.output.formats.retain(|f| *f == OutputFormat::Vtk);
     setup.output.directory =
         common::unique_temp_dir(&format!("fvpoisson_gpu_assembly_{name}_{tag}"));
@@ -950,17 +956,7 @@ fn gpu_runs_of_the_shipped_cases_match_the_cpu_runs() {
     ] {
         let cpu = run_shipped(name, Device::Cpu, "cpu");
         let on_gpu = run_shipped(name, Device::Gpu(&gpu), "gpu");
-        let (lo, hi) = cpu
-            .field
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        let d = cpu
-            .field
-            .iter()
-            .zip(&on_gpu.field)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f64::max)
-            / (hi - lo).max(f64::MIN_POSITIVE);
+        let d = field_difference(&cpu, &on_gpu);
         println!(
             "{name}: {} cells, steps CPU {} / GPU {}, converged {} / {}, max |T_gpu - T_cpu| / \
              range {d:.1e}, L2 error CPU {:?} / GPU {:?}",
@@ -974,6 +970,67 @@ fn gpu_runs_of_the_shipped_cases_match_the_cpu_runs() {
         );
         // The same algorithm in another order of summation: steady runs may
         // stop one iteration apart at the residual control.
+        assert!(cpu.steps.abs_diff(on_gpu.steps) <= 1, "{name}");
+        assert_eq!(cpu.converged, on_gpu.converged, "{name}");
+        assert!(d < 1e-5, "{name}: fields differ by {d:e} of their range");
+    }
+}
+
+/// The largest |a - b| over the fields, as a share of a's range.
+fn field_difference(a: &RunSummary, b: &RunSummary) -> f64 {
+    let (lo, hi) = a
+        .field
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    a.field
+        .iter()
+        .zip(&b.field)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+        / (hi - lo).max(f64::MIN_POSITIVE)
+}
+
+/// GAMG in a laplacian case: the GPU assembles the system itself and sets
+/// its AMG-PCG up from the resident matrix (no host assembly), and the field
+/// is the CPU's field of the case as shipped (DIC-PCG) to the solvers'
+/// tolerance.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn gamg_runs_assemble_on_the_device_and_match_the_cpu_runs() {
+    use fvpoisson::solve::gamg::GamgSettings;
+    let Some(gpu) = test_device() else { return };
+    for name in [
+        "mms_cube",
+        "nonorth_tet",
+        "two_material",
+        "neumann_box",
+        "laplacian_foam_steady",
+        "laplacian_foam_skew",
+    ] {
+        let shipped = read_case_dir(&repo(&format!("cases/{name}"))).unwrap();
+        let mut setup = shipped.clone();
+        let solvers = [&mut setup.solver.regular]
+            .into_iter()
+            .chain(setup.solver.final_corrector.as_mut());
+        for solver in solvers {
+            solver.gamg = Some(GamgSettings::default());
+            solver.smoother = None;
+            solver.krylov = None;
+            solver.gpu_keys_given = false;
+        }
+        assert_eq!(
+            host_assembly_reason(&setup, Device::Gpu(&gpu)),
+            None,
+            "{name}"
+        );
+        let cpu = run_setup(shipped, name, Device::Cpu, "shipped_cpu");
+        let on_gpu = run_setup(setup, name, Device::Gpu(&gpu), "gamg_gpu");
+        let d = field_difference(&cpu, &on_gpu);
+        println!(
+            "{name} GAMG: {} cells, steps CPU {} / GPU {}, converged {} / {}, max |T_gpu - \
+             T_cpu| / range {d:.1e}",
+            cpu.n_cells, cpu.steps, on_gpu.steps, cpu.converged, on_gpu.converged
+        );
         assert!(cpu.steps.abs_diff(on_gpu.steps) <= 1, "{name}");
         assert_eq!(cpu.converged, on_gpu.converged, "{name}");
         assert!(d < 1e-5, "{name}: fields differ by {d:e} of their range");

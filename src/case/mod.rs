@@ -18,7 +18,10 @@ pub mod run;
 pub mod setup;
 pub mod simple_foam;
 
-pub use run::{run_case, run_case_with_mesh, Device, ErrorNorms, GpuSet, RunSummary, SolveTarget};
+pub use run::{
+    host_assembly_reason, run_case, run_case_with_mesh, Device, ErrorNorms, GpuSet, RunSummary,
+    SolveTarget,
+};
 pub use setup::{
     BoundarySpec, CaseSetup, LinearSolver, OutputFormat, OutputSettings, PatchCondition, Physics,
     Scalar, SolverSettings, SourceSplit, SpaceTimeFn, TimeControl,

@@ -453,8 +453,9 @@ impl<'g> Device<'g> {
     }
 
     /// Why the GPU cannot run `solver` (as adapted) on the device-assembled
-    /// system with the resident fused Jacobi-PCG, if it cannot: that path
-    /// has PCG with Jacobi or no preconditioner on the unscaled system only.
+    /// system, if it cannot: that path has PCG on the unscaled system with
+    /// Jacobi, none, a polynomial (Gershgorin bound) or AMG (GAMG), each set
+    /// up on the device from the resident matrix.
     pub(crate) fn needs_host_assembly(self, solver: &LinearSolver) -> Option<String> {
         let used = self.adapt(solver);
         if let Some(method) = &used.krylov {
@@ -483,9 +484,9 @@ impl<'g> Device<'g> {
                      matrix"
                 )),
             },
-            (None, Preconditioner::Amg(s)) => Some(format!(
-                "PCG with the {s} preconditioner runs on a host-assembled matrix"
-            )),
+            // Set up on the device from the resident matrix (value-only
+            // after a re-assembly), as the pressure solves of the flow loops.
+            (None, Preconditioner::Amg(_)) => None,
             (None, Preconditioner::Kind(PreconditionerKind::EisenstatSgs)) => Some(
                 "PCG with eisenstatSGS (its own sweeps and loop) runs on a host-assembled matrix"
                     .into(),
@@ -657,7 +658,7 @@ pub fn run_case_with_mesh(
 /// Why `device` assembles the case's systems on the host (the first of its
 /// solvers that needs it, [`Device::needs_host_assembly`]); None where a GPU
 /// assembles them.
-fn host_assembly_reason(setup: &CaseSetup, device: Device<'_>) -> Option<String> {
+pub fn host_assembly_reason(setup: &CaseSetup, device: Device<'_>) -> Option<String> {
     [&setup.solver.regular]
         .into_iter()
         .chain(&setup.solver.final_corrector)
@@ -749,6 +750,10 @@ struct OnDevice<'a> {
     /// Polynomial-PCG's preconditioner, set up on the device from the
     /// resident matrix; lent to the PCG backend while the matrix holds.
     polynomial: Option<Rc<DevicePolynomial<'a>>>,
+    /// AMG-PCG's hierarchy (GAMG, or PCG with AMG) with its settings, set
+    /// up on the device from the resident matrix; lent to the PCG backend
+    /// while the matrix holds.
+    amg: Option<(AmgSettings, Rc<DeviceAmg<'a>>)>,
 }
 
 impl<'a> OnDevice<'a> {
@@ -793,6 +798,7 @@ impl<'a> OnDevice<'a> {
                     field,
                     sp_explicit: None,
                     polynomial: None,
+                    amg: None,
                 }))
             }
             Err(AssemblyError::Unsupported(msg)) => {
@@ -836,6 +842,10 @@ impl<'a> OnDevice<'a> {
                     let polynomial = Rc::clone(self.polynomial_for(&settings)?);
                     self.laplacian
                         .preconditioned_solver(&polynomial, &options)?
+                }
+                Preconditioner::Amg(settings) => {
+                    let amg = Rc::clone(self.amg_for(&settings)?);
+                    self.laplacian.preconditioned_solver(&amg, &options)?
                 }
                 p => self
                     .laplacian
@@ -881,6 +891,28 @@ impl<'a> OnDevice<'a> {
             }
         }
         Ok(self.polynomial.as_ref().expect("set above"))
+    }
+
+    /// The AMG hierarchy of `settings` for the resident matrix, as
+    /// [`Self::polynomial_for`] keeps the polynomial: built on the device the
+    /// first time (and for other settings); used as it is while a PCG
+    /// backend has it on loan (the matrix has not changed since); else its
+    /// values re-set-up in place (aggregates and patterns kept).
+    fn amg_for(&mut self, settings: &AmgSettings) -> Result<&Rc<DeviceAmg<'a>>, GpuError> {
+        let matrix = self.laplacian.shared_matrix()?;
+        match &mut self.amg {
+            Some((given, amg)) if given == settings => {
+                if let Some(unlent) = Rc::get_mut(amg) {
+                    unlent.update_values(matrix)?;
+                }
+            }
+            slot => {
+                let amg = DeviceAmg::new(self.laplacian.gpu(), matrix, settings)?;
+                log::info!("GPU {settings}: {}", amg.describe());
+                *slot = Some((*settings, Rc::new(amg)));
+            }
+        }
+        Ok(&self.amg.as_ref().expect("set above").1)
     }
 }
 
