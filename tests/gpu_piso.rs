@@ -294,11 +294,11 @@ fn tet_box_cavities(
 }
 
 /// p by `PCG` with `DIC`, unchanged, on the device step: the GPU runs its
-/// default, Chebyshev(4) in mixed precision (`case::SolveTarget::adapt`),
-/// set up on the device from the resident pressure matrix and its values
-/// re-set-up after each re-assembly; 10 PISO steps equal the CPU's DIC-PCG
-/// steps to the solvers' tolerance (both to 1e-14; p iteration counts not
-/// compared: the preconditioners differ).
+/// default, AMG-PCG (`case::SolveTarget::adapt`), set up on the device from
+/// the resident pressure matrix and its values re-set-up after each
+/// re-assembly; 10 PISO steps equal the CPU's DIC-PCG steps to the solvers'
+/// tolerance (both to 1e-14; p iteration counts not compared: the
+/// preconditioners differ).
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn dic_pressure_runs_its_gpu_default_on_the_device_step_and_gives_the_cpu_steps() {
@@ -307,9 +307,7 @@ fn dic_pressure_runs_its_gpu_default_on_the_device_step_and_gives_the_cpu_steps(
     };
     let (mut cpu, mut on_gpu) = tet_box_cavities(|_, _| {});
     let device_p = common::dic_as_the_gpu_runs_it(tight());
-    let polynomial = device_p
-        .polynomial
-        .expect("DIC runs a polynomial on the GPU");
+    let amg = device_p.amg.expect("DIC runs AMG-PCG on the GPU");
     let worst = compare_steps_with(
         &gpu,
         &mut cpu,
@@ -319,7 +317,7 @@ fn dic_pressure_runs_its_gpu_default_on_the_device_step_and_gives_the_cpu_steps(
         PreconditionerKind::Dic,
         device_p,
     );
-    println!("PISO, p DIC on the CPU, {polynomial} on the GPU: worst {worst:e}");
+    println!("PISO, p DIC on the CPU, {amg} on the GPU: worst {worst:e}");
 }
 
 #[test]

@@ -775,71 +775,96 @@ fn device_gamg_hierarchy_follows_the_reassembled_pressure_matrix() {
 }
 
 /// p by `PCG` with `DIC`, unchanged, in the device loop: the GPU runs its
-/// default, Chebyshev(4) in mixed precision (`case::SolveTarget::adapt`), set
-/// up on the device from the resident pressure matrix and its values re-set
-/// up after each re-assembly; the iterates equal the CPU's DIC-PCG ones to
-/// the solvers' tolerance (both converged to 1e-14) on the perturbed tet
-/// box, with the pressure half and with the whole loop on the device.
+/// default, AMG-PCG (`case::SolveTarget::adapt`); and p by Chebyshev(4) in
+/// mixed precision, the polynomial. Each is set up on the device from the
+/// resident pressure matrix and its values re-set up after each
+/// re-assembly; the iterates equal the CPU's DIC-PCG ones to the solvers'
+/// tolerance (both converged to 1e-14) on the perturbed tet box, with the
+/// pressure half and with the whole loop on the device.
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn dic_pressure_runs_its_gpu_default_in_the_device_loop_and_gives_the_cpu_iterates() {
+    use fvpoisson::solve::polynomial::{PolynomialKind, PolynomialSettings};
     let Some(gpu) = test_device() else {
         return;
     };
-    let solver = common::dic_as_the_gpu_runs_it(tight());
-    let polynomial = solver.polynomial.expect("DIC runs a polynomial on the GPU");
+    let chebyshev = PolynomialSettings {
+        precision: Precision::Mixed,
+        ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
+    };
+    let solvers = [
+        common::dic_as_the_gpu_runs_it(tight()),
+        DevicePressureSolver {
+            jacobi: false,
+            controls: tight(),
+            amg: None,
+            polynomial: Some(chebyshev),
+        },
+    ];
     let mesh = load("box:6x6x6:tet:perturb=0.2").unwrap();
     let geometry = Geometry::compute(&mesh);
-    for momentum_on_device in [false, true] {
-        let mut settings = SimpleSettings::new(0.01);
-        settings.momentum.controls.tolerance = 1e-12;
-        settings.momentum.controls.rel_tol = 0.0;
-        settings.n_non_orth_correctors = 2;
-        settings.relaxation_p = 0.3;
-        if momentum_on_device {
-            krylov_momentum(&mut settings);
-        }
-        let mut cpu = lid_driven_cavity(&mesh, &geometry, settings);
-        let mut on_gpu = lid_driven_cavity(&mesh, &geometry, settings);
-        let mut device = DeviceSimple::new(&gpu, &mut on_gpu, solver).unwrap();
-        assert_eq!(device.has_device_momentum(), momentum_on_device);
-        assert!(device.pressure_polynomial().is_none());
-        let solve: &mut PressureSolve<'_> =
-            &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Dic, b, x, &tight(), "p");
-        for _ in 0..3 {
-            let a = cpu.iterate(solve).unwrap();
-            let b = device.iterate(&mut on_gpu).unwrap();
-            device.download_fields(&mut on_gpu).unwrap();
-            assert_eq!(a.p_solves.len(), b.p_solves.len());
-            assert!(b.p_solves.iter().all(|p| p.converged), "{:?}", b.p_solves);
-            let d = [
-                relative(
-                    &velocity_components(&cpu.u),
-                    &velocity_components(&on_gpu.u),
-                ),
-                relative(&cpu.p, &on_gpu.p),
-                relative(&cpu.phi, &on_gpu.phi),
-            ];
-            println!(
-                "momentum on the device {momentum_on_device}, iteration {}: U {:.2e} p {:.2e} \
-                 phi {:.2e}; p iterations CPU DIC {:?} GPU Chebyshev {:?}",
-                a.iteration,
-                d[0],
-                d[1],
-                d[2],
-                a.p_solves.iter().map(|p| p.iterations).collect::<Vec<_>>(),
-                b.p_solves.iter().map(|p| p.iterations).collect::<Vec<_>>()
+    for solver in solvers {
+        let what = match (&solver.amg, &solver.polynomial) {
+            (Some(amg), _) => format!("{amg}"),
+            (None, Some(p)) => format!("{p}"),
+            (None, None) => unreachable!("a preconditioner above"),
+        };
+        for momentum_on_device in [false, true] {
+            let mut settings = SimpleSettings::new(0.01);
+            settings.momentum.controls.tolerance = 1e-12;
+            settings.momentum.controls.rel_tol = 0.0;
+            settings.n_non_orth_correctors = 2;
+            settings.relaxation_p = 0.3;
+            if momentum_on_device {
+                krylov_momentum(&mut settings);
+            }
+            let mut cpu = lid_driven_cavity(&mesh, &geometry, settings);
+            let mut on_gpu = lid_driven_cavity(&mesh, &geometry, settings);
+            let mut device = DeviceSimple::new(&gpu, &mut on_gpu, solver).unwrap();
+            assert_eq!(device.has_device_momentum(), momentum_on_device);
+            assert!(device.pressure_polynomial().is_none() && device.pressure_amg().is_none());
+            let solve: &mut PressureSolve<'_> =
+                &mut |a, b, x, _| solve_pcg(a, PreconditionerKind::Dic, b, x, &tight(), "p");
+            for _ in 0..3 {
+                let a = cpu.iterate(solve).unwrap();
+                let b = device.iterate(&mut on_gpu).unwrap();
+                device.download_fields(&mut on_gpu).unwrap();
+                assert_eq!(a.p_solves.len(), b.p_solves.len());
+                assert!(b.p_solves.iter().all(|p| p.converged), "{:?}", b.p_solves);
+                let d = [
+                    relative(
+                        &velocity_components(&cpu.u),
+                        &velocity_components(&on_gpu.u),
+                    ),
+                    relative(&cpu.p, &on_gpu.p),
+                    relative(&cpu.phi, &on_gpu.phi),
+                ];
+                println!(
+                    "{what}, momentum on the device {momentum_on_device}, iteration {}: U \
+                     {:.2e} p {:.2e} phi {:.2e}; p iterations CPU DIC {:?} GPU {:?}",
+                    a.iteration,
+                    d[0],
+                    d[1],
+                    d[2],
+                    a.p_solves.iter().map(|p| p.iterations).collect::<Vec<_>>(),
+                    b.p_solves.iter().map(|p| p.iterations).collect::<Vec<_>>()
+                );
+                assert!(d.iter().all(|&x| x < 1e-9), "{what}: {d:?}");
+            }
+            match solver.polynomial {
+                Some(polynomial) => {
+                    let p = device
+                        .pressure_polynomial()
+                        .expect("set up by the first solve");
+                    assert_eq!(p.settings(), &polynomial);
+                }
+                None => assert!(device.pressure_amg().is_some(), "set up by the first solve"),
+            }
+            let phases = device.phase_seconds();
+            assert!(
+                phases.preconditioner_setup > 0.0 && phases.preconditioner_update > 0.0,
+                "{what}: {phases:?}"
             );
-            assert!(d.iter().all(|&x| x < 1e-9), "{d:?}");
         }
-        let p = device
-            .pressure_polynomial()
-            .expect("set up by the first solve");
-        assert_eq!(p.settings(), &polynomial);
-        let phases = device.phase_seconds();
-        assert!(
-            phases.preconditioner_setup > 0.0 && phases.preconditioner_update > 0.0,
-            "{phases:?}"
-        );
     }
 }

@@ -163,32 +163,40 @@ impl GpuDefault {
     }
 }
 
-/// Chebyshev(4) in mixed precision with the Gershgorin bound: the GPU's
-/// stand-in for DIC / IC(0) in PCG.
-const CHEBYSHEV_4_MIXED: GpuDefaultSettings = GpuDefaultSettings::Polynomial {
-    kind: PolynomialKind::Chebyshev,
-    degree: 4,
+/// The GPU's AMG-PCG: V-cycle in mixed precision, 2 matching passes,
+/// Jacobi ω 0.9 (the AMG tuning of docs/src/measurements.md).
+const AMG_V_MIXED: GpuDefaultSettings = GpuDefaultSettings::Amg {
+    cycle: CycleKind::V,
     precision: Precision::Mixed,
+    passes: 2,
+    omega: 0.9,
 };
 
-/// DIC / FDIC in PCG without `precision`.
+/// How the log names [`AMG_V_MIXED`].
+const AMG_V_MIXED_NAME: &str = "AMG-PCG, V-cycle in mixed precision, 2 matching passes, omega 0.9";
+
+/// DIC / FDIC in PCG without `precision`: AMG-PCG, whose hierarchy a run
+/// sets up once on the device-assembled matrix and keeps while the matrix
+/// holds (outer iterations, non-orthogonal and PISO correctors).
 pub static DIC_ON_GPU: GpuDefault = GpuDefault {
     given: "DIC",
     registration: "DIC",
     explicit_keys: &["precision"],
-    runs: CHEBYSHEV_4_MIXED,
-    runs_as: "Chebyshev(4) mixed-precision polynomial PCG",
-    why: "faster to the same tolerance than level-scheduled DIC: bench --preconditioners",
+    runs: AMG_V_MIXED,
+    runs_as: AMG_V_MIXED_NAME,
+    why: "faster to the same tolerance than Chebyshev(4) and level-scheduled DIC, its set-up \
+          kept while the matrix holds: bench --preconditioners, docs/src/gpu.md",
 };
 
-/// IC(0) in PCG without `precision`.
+/// IC(0) in PCG without `precision`, as DIC.
 pub static IC0_ON_GPU: GpuDefault = GpuDefault {
     given: "IC(0)",
     registration: "IC0",
     explicit_keys: &["precision"],
-    runs: CHEBYSHEV_4_MIXED,
-    runs_as: "Chebyshev(4) mixed-precision polynomial PCG",
-    why: "faster to the same tolerance than level-scheduled IC(0): bench --preconditioners",
+    runs: AMG_V_MIXED,
+    runs_as: AMG_V_MIXED_NAME,
+    why: "faster to the same tolerance than Chebyshev(4) and level-scheduled IC(0), its set-up \
+          kept while the matrix holds: bench --preconditioners, docs/src/gpu.md",
 };
 
 /// GAMG (solver or PCG preconditioner) without the AMG's own keys.
@@ -196,13 +204,8 @@ pub static GAMG_ON_GPU: GpuDefault = GpuDefault {
     given: "GAMG",
     registration: "AMG",
     explicit_keys: AMG_GPU_KEYS,
-    runs: GpuDefaultSettings::Amg {
-        cycle: CycleKind::V,
-        precision: Precision::Mixed,
-        passes: 2,
-        omega: 0.9,
-    },
-    runs_as: "AMG-PCG, V-cycle in mixed precision, 2 matching passes, omega 0.9",
+    runs: AMG_V_MIXED,
+    runs_as: AMG_V_MIXED_NAME,
     why: "the GPU's fastest AMG settings, faster than the K-cycle in double precision: \
           docs/src/measurements.md, AMG tuning",
 };
@@ -975,7 +978,6 @@ pub fn gpu_default(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::solve::polynomial::EigenBound;
 
     fn keys(pairs: &[(&str, &str)]) -> KeyValues {
         let mut k = KeyValues::new();
@@ -1174,19 +1176,19 @@ mod tests {
             let p = parse_spec(spec).unwrap();
             gpu_default(&p, Role::Pcg, explicit).map(|row| (row.given, row.settings(&p)))
         };
-        let chebyshev = Preconditioner::Polynomial(PolynomialSettings {
+        // DIC and IC(0): the AMG's defaults with the tuned V-cycle.
+        let amg_v_mixed = Preconditioner::Amg(AmgSettings {
+            cycle: CycleKind::V,
             precision: Precision::Mixed,
-            ..PolynomialSettings::new(PolynomialKind::Chebyshev, 4)
+            passes: 2,
+            omega: 0.9,
+            ..AmgSettings::default()
         });
         for (spec, given) in [("DIC", "DIC"), ("FDIC", "DIC"), ("IC0", "IC(0)")] {
-            assert_eq!(mapped(spec, false), Some((given, chebyshev)), "{spec}");
+            assert_eq!(mapped(spec, false), Some((given, amg_v_mixed)), "{spec}");
             // `precision` given: the GPU runs the sweeps as given.
             assert_eq!(mapped(spec, true), None, "{spec}");
         }
-        let Preconditioner::Polynomial(p) = chebyshev else {
-            unreachable!()
-        };
-        assert_eq!(p.bound, EigenBound::Gershgorin);
         // Mixed DIC is explicit by its settings alone.
         assert_eq!(mapped("DIC:precision=mixed", false), None);
         // GAMG: the tuned V-cycle, its OpenFOAM keys kept.
@@ -1209,8 +1211,9 @@ mod tests {
         // The message of the run's log.
         assert_eq!(
             DIC_ON_GPU.message("p"),
-            "p: DIC runs on the GPU as Chebyshev(4) mixed-precision polynomial PCG (faster to \
-             the same tolerance than level-scheduled DIC: bench --preconditioners)"
+            "p: DIC runs on the GPU as AMG-PCG, V-cycle in mixed precision, 2 matching passes, \
+             omega 0.9 (faster to the same tolerance than Chebyshev(4) and level-scheduled DIC, \
+             its set-up kept while the matrix holds: bench --preconditioners, docs/src/gpu.md)"
         );
     }
 

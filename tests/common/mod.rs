@@ -366,8 +366,8 @@ p = {{ type = "zeroGradient" }}
 }
 
 /// What p by `PCG` with `DIC`, converged by `controls`, becomes on the GPU:
-/// the device pressure solver with the GPU's default in its place (a
-/// polynomial, `case::SolveTarget::adapt`) and the same controls.
+/// the device pressure solver with the GPU's default in its place (AMG-PCG,
+/// `case::SolveTarget::adapt`) and the same controls.
 #[allow(dead_code)] // not every test that shares this module solves on the device
 pub fn dic_as_the_gpu_runs_it(
     controls: fvpoisson::solve::SolverControls,
@@ -379,15 +379,14 @@ pub fn dic_as_the_gpu_runs_it(
         controls,
         ..LinearSolver::default()
     };
-    let Preconditioner::Polynomial(polynomial) = SolveTarget::Gpu.adapt(&given).preconditioner
-    else {
-        panic!("DIC runs a polynomial on the GPU");
+    let Preconditioner::Amg(amg) = SolveTarget::Gpu.adapt(&given).preconditioner else {
+        panic!("DIC runs AMG-PCG on the GPU");
     };
     fvpoisson::gpu::simple::DevicePressureSolver {
         jacobi: false,
         controls,
-        amg: None,
-        polynomial: Some(polynomial),
+        amg: Some(amg),
+        polynomial: None,
     }
 }
 
