@@ -50,6 +50,7 @@ use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::deflation::{Deflated, DeflationOps, Subdomains};
 use crate::solve::lanczos::{Recorded, SpectrumEstimate};
 use crate::solve::neumann::NeumannSettings;
+use crate::solve::pcg::cg_steps_of;
 use crate::solve::registry::Registered;
 use crate::solve::{
     pcg, CgBackend, CgVectors, IterationRecord, LoopState, OnExecutor, Preconditioner,
@@ -446,25 +447,7 @@ impl<'a, 'g> OnExecutor for DeviceDeflated<'a, 'g> {
 }
 
 impl CgBackend for DeviceDeflated<'_, '_> {
-    fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
-        self.steps.precondition(r, z)
-    }
-    fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
-        self.steps.update_direction(beta, z, p)
-    }
-    fn apply_operator(&self, p: &GpuVector, q: &mut GpuVector) -> f64 {
-        self.steps.apply_operator(p, q)
-    }
-    fn update_solution(
-        &self,
-        alpha: f64,
-        p: &GpuVector,
-        q: &GpuVector,
-        x: &mut GpuVector,
-        r: &mut GpuVector,
-    ) -> f64 {
-        self.steps.update_solution(alpha, p, q, x, r)
-    }
+    cg_steps_of!(steps);
     fn iterate(
         &self,
         rule: &StopRule,

@@ -20,6 +20,7 @@
 
 use std::cell::RefCell;
 
+use super::pcg::cg_steps_of;
 use super::{
     CgBackend, CgVectors, Executor, InitialNorms, IterationRecord, LoopState, SolveError, StopRule,
 };
@@ -173,25 +174,7 @@ impl<B: CgBackend> Executor for Recorded<'_, B> {
 }
 
 impl<B: CgBackend> CgBackend for Recorded<'_, B> {
-    fn precondition(&self, r: &B::Vector, z: &mut B::Vector) -> f64 {
-        self.inner.precondition(r, z)
-    }
-    fn update_direction(&self, beta: f64, z: &B::Vector, p: &mut B::Vector) {
-        self.inner.update_direction(beta, z, p)
-    }
-    fn apply_operator(&self, p: &B::Vector, q: &mut B::Vector) -> f64 {
-        self.inner.apply_operator(p, q)
-    }
-    fn update_solution(
-        &self,
-        alpha: f64,
-        p: &B::Vector,
-        q: &B::Vector,
-        x: &mut B::Vector,
-        r: &mut B::Vector,
-    ) -> f64 {
-        self.inner.update_solution(alpha, p, q, x, r)
-    }
+    cg_steps_of!(inner);
     fn iterate(
         &self,
         rule: &StopRule,
