@@ -1906,10 +1906,9 @@ impl GpuSolver<'_> {
         settings: &AmgSettings,
         s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let amg = Preconditioner::Amg(*settings);
         self.pcg_preconditioned(s, &amg, |gpu, _, backend| {
-            let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
+            let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings)?;
             log::info!("GPU {settings}: {}", amg.describe());
             Ok(Box::new(amg))
         })

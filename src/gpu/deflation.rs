@@ -513,7 +513,6 @@ pub fn solve_pcg_deflated_gpu(
 ) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
     crate::solve::cpu::check_system(a, b, x, controls)?;
     preconditioner.check()?;
-    let device = |e: GpuError| SolveError::Device(e.to_string());
     let jacobi = match preconditioner {
         Preconditioner::Kind(PreconditionerKind::Jacobi) => true,
         Preconditioner::Kind(PreconditionerKind::None) | Preconditioner::Registered(_) => false,
@@ -524,16 +523,16 @@ pub fn solve_pcg_deflated_gpu(
             )))
         }
     };
-    let mut backend = GpuCgBackend::new(gpu, a, jacobi, None, options).map_err(device)?;
+    let mut backend = GpuCgBackend::new(gpu, a, jacobi, None, options)?;
     if let Preconditioner::Registered(settings) = preconditioner {
         let m = device_preconditioner(gpu, a, backend.shared_matrix(), settings)?;
         backend.set_preconditioner(m);
     }
-    let b_dev = backend.upload(b).map_err(device)?;
-    let mut x_dev = backend.upload(x).map_err(device)?;
+    let b_dev = backend.upload(b)?;
+    let mut x_dev = backend.upload(x)?;
     let result = match subdomains {
         Some(s) => {
-            let ops = DeviceDeflation::new(gpu, backend.matrix(), s).map_err(device)?;
+            let ops = DeviceDeflation::new(gpu, backend.matrix(), s)?;
             deflated_pcg_device(&backend, &ops, &b_dev, &mut x_dev, controls)?
         }
         None => {
@@ -542,6 +541,6 @@ pub fn solve_pcg_deflated_gpu(
             (perf, recorded.spectrum())
         }
     };
-    x.copy_from_slice(&backend.download(&x_dev).map_err(device)?);
+    x.copy_from_slice(&backend.download(&x_dev)?);
     Ok(result)
 }

@@ -235,7 +235,6 @@ impl<'g> DeviceFsai<'g> {
         settings: &FsaiSettings,
         place: FsaiSetupPlace,
     ) -> Result<(Self, FsaiSetupReport), SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let start = Instant::now();
         let mut device_stats = None;
         let (fsai, density, density_before_postfilter) = match place {
@@ -243,9 +242,7 @@ impl<'g> DeviceFsai<'g> {
                 let factor = fsai_setup(a, settings)?;
                 let s = &factor.stats;
                 let (d, d0) = (s.density, s.density_before_postfilter);
-                let fsai = Self::from_host(gpu, &factor)
-                    .and_then(|f| f.with_storage(STORAGE))
-                    .map_err(device)?;
+                let fsai = Self::from_host(gpu, &factor).and_then(|f| f.with_storage(STORAGE))?;
                 (fsai, d, d0)
             }
             FsaiSetupPlace::Device => {
@@ -253,10 +250,10 @@ impl<'g> DeviceFsai<'g> {
                 let (g, gt, stats) = fsai_setup_gpu(gpu, a, settings)?;
                 let (d, d0) = (stats.density, stats.density_before_postfilter);
                 device_stats = Some(stats);
-                (Self::from_device(gpu, g, gt).map_err(device)?, d, d0)
+                (Self::from_device(gpu, g, gt)?, d, d0)
             }
         };
-        gpu.synchronize().map_err(device)?;
+        gpu.synchronize()?;
         let report = FsaiSetupReport {
             place,
             seconds: start.elapsed().as_secs_f64(),

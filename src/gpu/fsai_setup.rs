@@ -220,8 +220,7 @@ pub fn fsai_setup_gpu_budget(
     let (g, gt, mut stats) = match s.precision {
         Precision::Double => run::<f64>(gpu, a, &plan),
         Precision::Mixed => run::<f32>(gpu, a, &plan),
-    }
-    .map_err(|e| SolveError::Device(e.to_string()))?;
+    }?;
     stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
     Ok((g, gt, stats))
 }

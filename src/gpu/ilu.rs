@@ -27,10 +27,6 @@ use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
 use crate::sparse::{Csr, Reordered};
 
-fn device(e: GpuError) -> SolveError {
-    SolveError::Device(e.to_string())
-}
-
 /// ILU(k) factors on the device, factorised there.
 pub struct DeviceIlu<'g> {
     gpu: &'g Gpu,
@@ -73,25 +69,23 @@ impl<'g> DeviceIlu<'g> {
                 backward: DeviceLevels::upload(gpu, &LevelSchedule::upper(p))?,
             })
         };
-        let ilu = upload().map_err(device)?;
+        let ilu = upload()?;
         ilu.factorise(&pivot_thresholds(p), &diag)?;
         Ok(ilu)
     }
 
     fn factorise(&self, tiny: &[f64], diag: &[u64]) -> Result<(), SolveError> {
         let gpu = self.gpu;
-        let tiny = gpu.upload(tiny).map_err(device)?;
-        let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
-        self.forward
-            .launch_each(gpu, "ilu_factor", |a| {
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
-                a.arg(&tiny).arg(&self.lu).arg(&failed);
-            })
-            .map_err(device)?;
-        let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
+        let tiny = gpu.upload(tiny)?;
+        let failed = gpu.upload(&[self.n as i32 + 1])?;
+        self.forward.launch_each(gpu, "ilu_factor", |a| {
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&tiny).arg(&self.lu).arg(&failed);
+        })?;
+        let failed_row = gpu.download(&failed)?[0] as usize;
         if failed_row <= self.n {
             let row = failed_row - 1;
-            let value = gpu.download(&self.lu).map_err(device)?[diag[row] as usize];
+            let value = gpu.download(&self.lu)?[diag[row] as usize];
             return Err(zero_pivot(self.fill_level, row, value));
         }
         Ok(())
@@ -185,7 +179,7 @@ impl<'g> DeviceSchwarz<'g> {
                 factor,
             })
         };
-        upload().map_err(device)
+        upload().map_err(SolveError::from)
     }
 
     /// Forward and backward levels of the blocks' factor.

@@ -583,6 +583,14 @@ pub enum GpuError {
     Invalid(String),
 }
 
+/// A device failure as a linear solve's error, its message kept: the GPU
+/// solvers pass their device errors on with `?`.
+impl From<GpuError> for crate::solve::SolveError {
+    fn from(e: GpuError) -> Self {
+        Self::Device(e.to_string())
+    }
+}
+
 /// [`GpuError::Kernel`]'s error for a kernel first launched inside a
 /// [`Gpu::capture`], which then loads it outside the capture and records again.
 const UNLOADED_IN_CAPTURE: &str = "first launched inside a CUDA graph capture";

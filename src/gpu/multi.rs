@@ -1283,8 +1283,7 @@ pub fn solve_pcg_multi(
     options: &MultiGpuOptions,
 ) -> Result<SolverPerformance, SolveError> {
     check_system(a, b, x, controls)?;
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let backend = MultiGpuBackend::new(gpus, a, d, options).map_err(device)?;
+    let backend = MultiGpuBackend::new(gpus, a, d, options)?;
     solve_pcg_with(&backend, b, x, controls, field)
 }
 
@@ -1299,16 +1298,14 @@ pub fn solve_pcg_with(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
     let (b_dev, mut x_dev) = timings::span("right-hand side and start to the GPUs", || {
         Ok::<_, GpuError>((backend.upload(b)?, backend.upload(x)?))
-    })
-    .map_err(device)?;
+    })?;
     let perf = timings::span("PCG over the GPUs", || {
         pcg(backend, &b_dev, &mut x_dev, controls, field)
     })?;
     let solution = timings::span("solution to the host", || backend.download(&x_dev));
-    x.copy_from_slice(&solution.map_err(device)?);
+    x.copy_from_slice(&solution?);
     Ok(perf)
 }
 

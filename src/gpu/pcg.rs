@@ -1291,11 +1291,10 @@ fn pcg_scaled_reordered(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-    let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
+    let b_dev = backend.upload(&ordered.to_new(&scaled.b))?;
+    let mut x_dev = backend.upload(&ordered.to_new(&scaled.x))?;
     let perf = pcg(backend, &b_dev, &mut x_dev, controls, field)?;
-    let x_new = backend.download(&x_dev).map_err(device)?;
+    let x_new = backend.download(&x_dev)?;
     let mut y = vec![0.0; x.len()];
     ordered.to_old_into(&x_new, &mut y);
     scaled.unscale_into(&y, x);
@@ -1393,8 +1392,7 @@ impl<'g> GpuSolver<'g> {
             jacobi,
             eq_ordered.as_deref(),
             options,
-        )
-        .map_err(|e| SolveError::Device(e.to_string()))?;
+        )?;
         Ok((ordered, backend))
     }
 

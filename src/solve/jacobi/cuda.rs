@@ -14,10 +14,6 @@ use crate::solve::jacobi::Jacobi;
 use crate::solve::{PreconditionerKind, SolveError};
 use crate::sparse::Csr;
 
-fn device(e: GpuError) -> SolveError {
-    SolveError::Device(e.to_string())
-}
-
 /// z = D⁻¹ r (Jacobi) or z = r (no preconditioner) on the device.
 pub struct DeviceDiagonal<'g> {
     gpu: &'g Gpu,
@@ -30,7 +26,7 @@ impl<'g> DeviceDiagonal<'g> {
     /// errors (a missing or non-positive diagonal entry names its row).
     pub fn jacobi(gpu: &'g Gpu, a: &Csr) -> Result<Self, SolveError> {
         let j = Jacobi::new(a)?;
-        let inv_diag = gpu.upload(j.reciprocal_diagonal()).map_err(device)?;
+        let inv_diag = gpu.upload(j.reciprocal_diagonal())?;
         Ok(Self {
             gpu,
             n: a.n_rows(),

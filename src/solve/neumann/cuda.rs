@@ -42,10 +42,7 @@ impl<'g> DeviceNeumann<'g> {
         settings
             .validate()
             .map_err(|e| SolveError::InvalidControls(format!("truncated Neumann: {e}")))?;
-        let device = |e: GpuError| SolveError::Device(e.to_string());
-        matrix
-            .check_rows("truncated Neumann preconditioner", a)
-            .map_err(device)?;
+        matrix.check_rows("truncated Neumann preconditioner", a)?;
         let mut spans = SetupSpans::new("truncated Neumann", Some(gpu));
         // 1/a_ii on the device from the resident matrix (`gpu::setup`; the
         // CPU's `TruncatedNeumann::reciprocal_diagonal` bit for bit), which
@@ -63,8 +60,8 @@ impl<'g> DeviceNeumann<'g> {
             gpu,
             inv_diag,
             order: settings.order,
-            scaled: gpu.zeros(n).map_err(device)?,
-            work: [gpu.zeros(n).map_err(device)?, gpu.zeros(n).map_err(device)?],
+            scaled: gpu.zeros(n)?,
+            work: [gpu.zeros(n)?, gpu.zeros(n)?],
             matrix,
         };
         spans.device("work vectors");

@@ -381,18 +381,16 @@ impl<'g> DevicePolynomial<'g> {
 /// `solve::polynomial::gershgorin_bound` of the same matrix. A diagonal that
 /// is not positive is the CPU's error (the row in `m`'s order).
 pub fn device_gershgorin(gpu: &Gpu, m: &DeviceModSell) -> Result<f64, SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
     let n = m.n;
-    let out = gpu.upload(&[0u64, n as u64 + 1]).map_err(device)?;
+    let out = gpu.upload(&[0u64, n as u64 + 1])?;
     let dims = m.dims();
     m.launch_pattern(gpu, "gershgorin_rows", &dims, |a| {
         a.arg(&m.values).arg(&m.diag).arg(&out);
-    })
-    .map_err(device)?;
-    let out = gpu.download(&out).map_err(device)?;
+    })?;
+    let out = gpu.download(&out)?;
     if out[1] <= n as u64 {
         let row = out[1] as usize - 1;
-        let diag = gpu.download(&m.diag).map_err(device)?;
+        let diag = gpu.download(&m.diag)?;
         return Err(SolveError::NonPositiveDiagonal {
             precond: "polynomial",
             row,
@@ -485,7 +483,6 @@ impl GpuSolver<'_> {
     ) -> Result<SolverPerformance, SolveError> {
         s.check()?;
         Preconditioner::Polynomial(*settings).check()?;
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         // The CPU's checks (positive diagonal) and Lanczos bound, on the
         // unpermuted system; Gershgorin's on the device.
         let host = |system: &Csr| match settings.bound {
@@ -499,8 +496,7 @@ impl GpuSolver<'_> {
                     .map_err(|e| in_original_rows(e, ordered.permutation()))?,
             };
             let polynomial =
-                DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
-                    .map_err(device)?;
+                DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)?;
             backend.set_preconditioner(Box::new(polynomial));
             Ok(())
         })

@@ -48,16 +48,15 @@ impl<'g> DeviceSsor<'g> {
         for k in 0..colouring.n_colours() {
             colour_ptr.push(colour_ptr[k] + colouring.rows_of(k).len());
         }
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         Ok(Self {
             gpu,
-            lower: DeviceCsr::upload(gpu, host.lower()).map_err(device)?,
-            upper: DeviceCsr::upload(gpu, host.upper()).map_err(device)?,
-            rows: gpu.upload(host.order()).map_err(device)?,
+            lower: DeviceCsr::upload(gpu, host.lower())?,
+            upper: DeviceCsr::upload(gpu, host.upper())?,
+            rows: gpu.upload(host.order())?,
             colour_ptr,
-            w: gpu.upload(&host.scaled_inverse_diagonal).map_err(device)?,
+            w: gpu.upload(&host.scaled_inverse_diagonal)?,
             scale: host.backward_scale,
-            y: gpu.zeros::<f64>(a.n_rows()).map_err(device)?,
+            y: gpu.zeros::<f64>(a.n_rows())?,
         })
     }
 
