@@ -20,6 +20,7 @@
 
 use std::cell::RefCell;
 
+use super::executor::vectors_and_reductions_of;
 use super::pcg::cg_steps_of;
 use super::{
     CgBackend, CgVectors, Executor, InitialNorms, IterationRecord, LoopState, SolveError, StopRule,
@@ -152,21 +153,10 @@ impl<'a, B: CgBackend> Recorded<'a, B> {
 /// The inner executor's; a new initial residual starts a new record.
 impl<B: CgBackend> Executor for Recorded<'_, B> {
     type Vector = B::Vector;
-    fn n(&self) -> usize {
-        self.inner.n()
-    }
-    fn new_vector(&self) -> B::Vector {
-        self.inner.new_vector()
-    }
+    vectors_and_reductions_of!(inner);
     fn initialize(&self, b: &B::Vector, x: &B::Vector, r: &mut B::Vector) -> InitialNorms {
         self.records.borrow_mut().clear();
         self.inner.initialize(b, x, r)
-    }
-    fn dot(&self, a: &B::Vector, b: &B::Vector) -> f64 {
-        self.inner.dot(a, b)
-    }
-    fn sum_abs(&self, v: &B::Vector) -> f64 {
-        self.inner.sum_abs(v)
     }
     fn device_status(&self) -> Result<(), SolveError> {
         self.inner.device_status()
