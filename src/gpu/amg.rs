@@ -51,6 +51,7 @@
 //! between them are never stored. [`DeviceAmg::cycle_bytes`] counts what a
 //! cycle moves per level (`bench --amg`).
 
+use crate::gpu::kernel_args::shared_args;
 use crate::gpu::KernelArgs;
 use std::rc::Rc;
 
@@ -375,7 +376,10 @@ impl Pass {
                 .arg(&w.bound);
         })?;
         scan.launch(gpu, &w.bound, nc, &w.bound_ptr)?;
-        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+        // The columns' and the fill's kernels begin alike: each coarse
+        // row's members, the fine pattern with its columns' aggregates, and
+        // the room and sorted distinct columns of each coarse row.
+        let members_and_columns = shared_args(|args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
                 .arg(&members)
@@ -383,8 +387,11 @@ impl Pass {
                 .arg(&a.cols)
                 .arg(&aggregate)
                 .arg(&w.bound_ptr)
-                .arg(&w.scratch)
-                .arg(&w.count);
+                .arg(&w.scratch);
+        });
+        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+            members_and_columns(args);
+            args.arg(&w.count);
         })?;
         let row_ptr = unzeroed::<u64>(gpu, nc + 1)?;
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
@@ -396,17 +403,8 @@ impl Pass {
             VECTOR_BLOCK,
             0,
             |args| {
-                args.arg(&nc32)
-                    .arg(&member_ptr)
-                    .arg(&members)
-                    .arg(&a.row_ptr)
-                    .arg(&a.cols)
-                    .arg(&aggregate)
-                    .arg(&w.bound_ptr)
-                    .arg(&w.scratch)
-                    .arg(&row_ptr)
-                    .arg(&cols)
-                    .arg(&dest);
+                members_and_columns(args);
+                args.arg(&row_ptr).arg(&cols).arg(&dest);
             },
         )?;
         let product = DeviceCsr {
