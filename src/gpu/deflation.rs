@@ -46,7 +46,7 @@ use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
 use super::registered::device_preconditioner;
 use super::setup::{SetupPhase, SetupSpans};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::deflation::{Deflated, DeflationOps, Subdomains};
 use crate::solve::lanczos::{Recorded, SpectrumEstimate};
 use crate::solve::neumann::NeumannSettings;
@@ -156,7 +156,7 @@ impl<'g> DeviceDeflation<'g> {
         spans.host("subdomain offsets, uploaded");
         let (n32, k32, h) = (n as i32, k as i32, m.slice_height as i32);
         let part = gpu.zeros::<i32>(n)?;
-        gpu.launch("defl_owners", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("defl_owners", n, |a| {
             a.arg(&n32).arg(&k32).arg(&offsets).arg(&part);
         })?;
         spans.device("row owners");
@@ -165,7 +165,7 @@ impl<'g> DeviceDeflation<'g> {
                   ell: Option<(&CudaSlice<i32>, &CudaSlice<f64>)>|
          -> Result<(), GpuError> {
             let w32 = w as i32;
-            gpu.launch("defl_az", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("defl_az", n, |a| {
                 a.arg(&n32).arg(&h);
                 m.push_args(a);
                 a.arg(&part).arg(&w32).arg(width);
@@ -313,7 +313,7 @@ impl<'g> DeviceDeflation<'g> {
                 .arg(&self.correction);
             arg_or_null(a, state);
         })?;
-        gpu.launch("defl_subtract", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("defl_subtract", self.n, |a| {
             a.arg(&n)
                 .arg(&w)
                 .arg(&self.az_parts)
@@ -378,19 +378,13 @@ impl DeflationOps<GpuVector> for DeviceDeflation<'_> {
         self.guarded((), || {
             let n = self.n as i32;
             let x = x.dev()?;
-            self.gpu.launch(
-                "defl_prolong_add",
-                vector_grid(self.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n)
-                        .arg(&s)
-                        .arg(&self.part)
-                        .arg(&self.correction)
-                        .arg(x);
-                },
-            )
+            self.gpu.launch_vector("defl_prolong_add", self.n, |a| {
+                a.arg(&n)
+                    .arg(&s)
+                    .arg(&self.part)
+                    .arg(&self.correction)
+                    .arg(x);
+            })
         })
     }
 
@@ -413,19 +407,13 @@ impl LoopProjection for DeviceDeflation<'_> {
 
     fn prolong_in_loop(&self, x: &CudaSlice<f64>, st: &CudaSlice<f64>) -> Result<(), GpuError> {
         let n = self.n as i32;
-        self.gpu.launch(
-            "defl_prolong_in_loop",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(st)
-                    .arg(&self.part)
-                    .arg(&self.correction)
-                    .arg(x);
-            },
-        )
+        self.gpu.launch_vector("defl_prolong_in_loop", self.n, |a| {
+            a.arg(&n)
+                .arg(st)
+                .arg(&self.part)
+                .arg(&self.correction)
+                .arg(x);
+        })
     }
 }
 

@@ -201,14 +201,14 @@ impl DeviceSplit {
         let order = unzeroed::<i32>(gpu, n)?;
         let new_of = unzeroed::<i32>(gpu, n)?;
         let window32 = i32::try_from(window).unwrap_or(i32::MAX);
-        gpu.launch("eis_setup_order", vector_grid(n), VECTOR_BLOCK, 0, |l| {
+        gpu.launch_vector("eis_setup_order", n, |l| {
             l.arg(&n32).arg(&colour_ptr).arg(&n_colours).arg(&window32);
             l.arg(&lower_len).arg(&upper_len).arg(&order).arg(&new_of);
         })?;
         let sqrt_diag = unzeroed::<f64>(gpu, n)?;
         let inv_sqrt_diag = unzeroed::<f64>(gpu, n)?;
         let inv_sqrt_old = unzeroed::<f64>(gpu, n)?;
-        gpu.launch("eis_setup_scales", vector_grid(n), VECTOR_BLOCK, 0, |l| {
+        gpu.launch_vector("eis_setup_scales", n, |l| {
             l.arg(&n32).arg(&m.diag).arg(&order);
             l.arg(&sqrt_diag).arg(&inv_sqrt_diag).arg(&inv_sqrt_old);
         })?;
@@ -217,20 +217,14 @@ impl DeviceSplit {
         let slices = n.div_ceil(SLICE_HEIGHT);
         let lower_slots = unzeroed::<u32>(gpu, slices)?;
         let upper_slots = unzeroed::<u32>(gpu, slices)?;
-        gpu.launch(
-            "eis_setup_widths",
-            vector_grid(slices),
-            VECTOR_BLOCK,
-            0,
-            |l| {
-                l.arg(&n32)
-                    .arg(&th)
-                    .arg(&order)
-                    .arg(&lower_len)
-                    .arg(&upper_len);
-                l.arg(&lower_slots).arg(&upper_slots);
-            },
-        )?;
+        gpu.launch_vector("eis_setup_widths", slices, |l| {
+            l.arg(&n32)
+                .arg(&th)
+                .arg(&order)
+                .arg(&lower_len)
+                .arg(&upper_len);
+            l.arg(&lower_slots).arg(&upper_slots);
+        })?;
         let scan = Scan::new(gpu, slices)?;
         let lower_ptr = unzeroed::<u64>(gpu, slices + 1)?;
         let upper_ptr = unzeroed::<u64>(gpu, slices + 1)?;
@@ -534,16 +528,15 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         let n = self.n as i32;
         let (t, s, g) = (dev(v.t)?, dev(v.s)?, dev(v.g)?);
         let (x, rho, r) = (dev(v.x)?, dev(v.rho)?, dev(v.r)?);
-        self.gpu
-            .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&self.scalars);
-                a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
-                a.arg(t).arg(s).arg(g);
-                arg_or_null(a, self.perm.as_ref());
-                a.arg(x).arg(rho);
-                arg_or_null(a, carried.then_some(r));
-                a.arg(&self.partials);
-            })?;
+        self.gpu.launch_vector("eis_update", self.n, |a| {
+            a.arg(&n).arg(&self.scalars);
+            a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
+            a.arg(t).arg(s).arg(g);
+            arg_or_null(a, self.perm.as_ref());
+            a.arg(x).arg(rho);
+            arg_or_null(a, carried.then_some(r));
+            a.arg(&self.partials);
+        })?;
         self.reduce(vector_grid(self.n) as usize, 2, 1)
     }
 
@@ -651,10 +644,9 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
                 })?;
             }
             let n = self.n as i32;
-            self.gpu
-                .launch("dot_partials", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(rho).arg(rho).arg(&self.partials);
-                })?;
+            self.gpu.launch_vector("dot_partials", self.n, |a| {
+                a.arg(&n).arg(rho).arg(rho).arg(&self.partials);
+            })?;
             self.reduce(vector_grid(self.n) as usize, 1, 2)?;
             Ok(self.gpu.download(&self.scalars)?[2])
         };

@@ -19,7 +19,7 @@ use super::fsai_setup::{fsai_setup_gpu, FsaiSetupStats};
 #[cfg(doc)]
 use super::pcg::GpuSolver;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, KernelArgs, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError, KernelArgs};
 use crate::solve::fsai::{fsai_setup, FsaiFactor, FsaiSettings};
 use crate::solve::SolveError;
 use crate::sparse::Csr;
@@ -285,13 +285,12 @@ impl<'g> DeviceFsai<'g> {
     ) -> Result<(), GpuError> {
         let rows = m.rows();
         let n = rows as i32;
-        self.gpu
-            .launch(M::PRODUCT, vector_grid(rows), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n);
-                m.push_matrix(a);
-                a.arg(x).arg(y);
-                arg_or_null(a, done);
-            })
+        self.gpu.launch_vector(M::PRODUCT, rows, |a| {
+            a.arg(&n);
+            m.push_matrix(a);
+            a.arg(x).arg(y);
+            arg_or_null(a, done);
+        })
     }
 }
 

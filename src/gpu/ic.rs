@@ -134,7 +134,7 @@ impl DeviceLevels {
         // Every row written by ic_identity_rows.
         let rows = unzeroed::<i32>(gpu, n)?;
         let n32 = n as i32;
-        gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_identity_rows", n, |a| {
             a.arg(&n32).arg(&rows);
         })?;
         let mut bounds: Vec<(i32, i32)> = colour_ptr
@@ -174,23 +174,17 @@ impl DeviceLevels {
         let level = gpu.zeros::<i32>(n)?;
         let state = gpu.zeros::<i32>(3)?;
         let (n32, upper) = (n as i32, i32::from(upper));
-        gpu.launch(
-            "ic_levels_sync_free",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
-                a.arg(&level).arg(&state);
-            },
-        )?;
+        gpu.launch_vector("ic_levels_sync_free", n, |a| {
+            a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
+            a.arg(&level).arg(&state);
+        })?;
         let outcome = gpu.download(&state)?;
         if outcome[2] != 0 {
             return Ok(None);
         }
         let n_levels = outcome[1] as usize + 1;
         let counts = gpu.zeros::<u32>(n_levels)?;
-        gpu.launch("ic_levels_count", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_levels_count", n, |a| {
             a.arg(&n32).arg(&level).arg(&counts);
         })?;
         let level_ptr = gpu.zeros::<u64>(n_levels + 1)?;
@@ -202,7 +196,7 @@ impl DeviceLevels {
         }
         let fill = gpu.zeros::<u32>(n_levels)?;
         let rows = unzeroed::<i32>(gpu, n)?;
-        gpu.launch("ic_levels_scatter", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_levels_scatter", n, |a| {
             a.arg(&n32)
                 .arg(&level)
                 .arg(&level_ptr)
@@ -248,7 +242,7 @@ impl DeviceLevels {
         let state = gpu.zeros::<i32>(2)?;
         let level_ptr = gpu.zeros::<i32>(max_levels + 2)?;
         let (n32, upper) = (n as i32, i32::from(upper));
-        gpu.launch("ic_wave_init", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_wave_init", n, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
             a.arg(&pending).arg(&rows).arg(&state).arg(&level_ptr);
         })?;
@@ -356,7 +350,7 @@ pub(super) fn widen(
     done: Option<&CudaSlice<f64>>,
 ) -> Result<(), GpuError> {
     let n32 = n as i32;
-    gpu.launch("ic_widen", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("ic_widen", n, |a| {
         a.arg(&n32).arg(w).arg(z);
         arg_or_null(a, done);
     })
@@ -789,22 +783,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             IcKind::Ic0 => 2,
         };
         let n32 = n as i32;
-        gpu.launch(
-            "ic_factor_sync_free",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n32).arg(&kind);
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
-                a.arg(&self.diag_slot);
-                arg_or_null(a, self.transposed.as_ref());
-                arg_or_null(a, self.tiny.as_ref());
-                a.arg(&self.factor);
-                arg_or_null(a, self.l_diag.as_ref());
-                a.arg(done).arg(state).arg(failed);
-            },
-        )?;
+        gpu.launch_vector("ic_factor_sync_free", n, |a| {
+            a.arg(&n32).arg(&kind);
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
+            a.arg(&self.diag_slot);
+            arg_or_null(a, self.transposed.as_ref());
+            arg_or_null(a, self.tiny.as_ref());
+            a.arg(&self.factor);
+            arg_or_null(a, self.l_diag.as_ref());
+            a.arg(done).arg(state).arg(failed);
+        })?;
         Ok(gpu.download(state)?[1] == 0)
     }
 
@@ -878,7 +866,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         }
         if matches!(self.kind, IcKind::Dic | IcKind::Dilu) {
             let n = self.n as i32;
-            gpu.launch("ic_reciprocal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("ic_reciprocal", self.n, |a| {
                 a.arg(&n).arg(&self.factor);
             })?;
         }
@@ -1007,7 +995,7 @@ fn upper_mirrored(gpu: &Gpu, csr: &DeviceCsr) -> Result<bool, GpuError> {
     let n = csr.n;
     let failed = gpu.upload(&[n as i32 + 1])?;
     let n32 = n as i32;
-    gpu.launch("ic_upper_mirrored", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("ic_upper_mirrored", n, |a| {
         a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&failed);
     })?;
     Ok(gpu.download(&failed)?[0] as usize > n)
@@ -1137,15 +1125,9 @@ fn device_transposed_slots(
 ) -> Result<CudaSlice<u32>, GpuError> {
     let t = unzeroed::<u32>(gpu, nnz)?;
     let n32 = n as i32;
-    gpu.launch(
-        "ic_transposed_slots",
-        vector_grid(n),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n32).arg(row_ptr).arg(cols).arg(&t).arg(failed);
-        },
-    )?;
+    gpu.launch_vector("ic_transposed_slots", n, |a| {
+        a.arg(&n32).arg(row_ptr).arg(cols).arg(&t).arg(failed);
+    })?;
     Ok(t)
 }
 
@@ -1181,7 +1163,7 @@ pub fn device_csr_slots(
     } else {
         let csr = csr_of_modsell(gpu, m)?;
         let diag_slot = gpu.zeros::<u64>(n)?;
-        gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_diag_slots", n, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
         })?;
         let failed = gpu.upload(&[n32 + 1])?;

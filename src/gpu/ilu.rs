@@ -17,7 +17,7 @@ use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
 use super::krylov::DeviceDiagonal;
 use super::pcg::{GpuSolveOptions, GpuSolver};
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::registry::{self, Role};
@@ -211,35 +211,23 @@ impl DevicePreconditioner for DeviceSchwarz<'_> {
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (n, nb) = (self.n as i32, self.n_block_rows as i32);
-        gpu.launch(
-            "schwarz_gather",
-            vector_grid(self.n_block_rows),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&nb).arg(&self.gather).arg(r).arg(&self.rb);
-                arg_or_null(a, done);
-            },
-        )?;
+        gpu.launch_vector("schwarz_gather", self.n_block_rows, |a| {
+            a.arg(&nb).arg(&self.gather).arg(r).arg(&self.rb);
+            arg_or_null(a, done);
+        })?;
         let factor: &dyn DevicePreconditioner = match &self.factor {
             DeviceBlockFactor::Ilu(f) => f.as_ref(),
             DeviceBlockFactor::Ic0(f) => f.as_ref(),
         };
         factor.apply_with(&self.rb, &self.yb, done)?;
-        gpu.launch(
-            "schwarz_scatter",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&self.scatter_ptr)
-                    .arg(&self.scatter_list)
-                    .arg(&self.yb)
-                    .arg(z);
-                arg_or_null(a, done);
-            },
-        )
+        gpu.launch_vector("schwarz_scatter", self.n, |a| {
+            a.arg(&n)
+                .arg(&self.scatter_ptr)
+                .arg(&self.scatter_list)
+                .arg(&self.yb)
+                .arg(z);
+            arg_or_null(a, done);
+        })
     }
     fn is_linear(&self) -> bool {
         true

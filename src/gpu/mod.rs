@@ -1123,6 +1123,18 @@ impl Gpu {
         self.launch_on(&self.stream, kernel, grid, block, shared_bytes, push)
     }
 
+    /// [`Gpu::launch`] of a vector kernel: a thread for each of `n` entries
+    /// (rows, faces, ...) in blocks of [`VECTOR_BLOCK`] threads
+    /// ([`vector_grid`]), no shared memory.
+    pub fn launch_vector<'a>(
+        &'a self,
+        kernel: &'static str,
+        n: usize,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        self.launch(kernel, vector_grid(n), VECTOR_BLOCK, 0, push)
+    }
+
     /// [`Gpu::launch`] on `stream`, a stream of this device (e.g. a
     /// transfer overlapping the main stream's kernels).
     pub fn launch_on<'a>(

@@ -1340,15 +1340,9 @@ fn launch_pack(
     buf: &CudaSlice<f64>,
 ) -> Result<(), GpuError> {
     let n = plan.idx.len() as i32;
-    gpu.launch(
-        "halo_pack",
-        vector_grid(plan.idx.len()),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n).arg(send_idx).arg(x).arg(buf);
-        },
-    )
+    gpu.launch_vector("halo_pack", plan.idx.len(), |a| {
+        a.arg(&n).arg(send_idx).arg(x).arg(buf);
+    })
 }
 
 /// One rank's NCCL sends of its packed values and receives into its halo
@@ -1399,9 +1393,7 @@ impl<'a> HaloAdd<'a> {
     /// `halo_add` (no waiting: the halo is in place).
     fn launch(&self, gpu: &Gpu) -> Result<(), GpuError> {
         let (n, row0) = (self.a_oh.n as i32, self.n_interior as i32);
-        gpu.launch("halo_add", vector_grid(self.a_oh.n), VECTOR_BLOCK, 0, |a| {
-            self.push_args(a, &n, &row0)
-        })
+        gpu.launch_vector("halo_add", self.a_oh.n, |a| self.push_args(a, &n, &row0))
     }
 }
 

@@ -231,7 +231,7 @@ impl DeviceColouring {
             true => {
                 let rows = gpu.zeros::<i32>(n)?;
                 let n32 = n as i32;
-                gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                gpu.launch_vector("ic_identity_rows", n, |a| {
                     a.arg(&n32).arg(&rows);
                 })?;
                 rows
@@ -443,7 +443,7 @@ fn zero_f32(
     done: Option<&CudaSlice<f64>>,
 ) -> Result<(), GpuError> {
     let n32 = n as i32;
-    gpu.launch("zero_vector_f32", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("zero_vector_f32", n, |a| {
         a.arg(&n32).arg(x);
         arg_or_null(a, done);
     })
@@ -713,16 +713,10 @@ impl<'g> DeviceSmoother<'g> {
         }
         if !self.double_buffered() || sweeps == 0 {
             let n = self.matrix.n as i32;
-            self.gpu.launch(
-                "zero_vector",
-                vector_grid(self.matrix.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n).arg(x);
-                    arg_or_null(a, done);
-                },
-            )?;
+            self.gpu.launch_vector("zero_vector", self.matrix.n, |a| {
+                a.arg(&n).arg(x);
+                arg_or_null(a, done);
+            })?;
         }
         self.sweeps(b, x, sweeps, self.double_buffered(), done)
     }

@@ -9,7 +9,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::jacobi::Jacobi;
 use crate::solve::{PreconditionerKind, SolveError};
 use crate::sparse::Csr;
@@ -79,12 +79,11 @@ impl DevicePreconditioner for DeviceDiagonal<'_> {
         _done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let n = self.n as i32;
-        self.gpu
-            .launch("kr_diagonal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n);
-                arg_or_null(a, self.inv_diag.as_ref());
-                a.arg(r).arg(z);
-            })
+        self.gpu.launch_vector("kr_diagonal", self.n, |a| {
+            a.arg(&n);
+            arg_or_null(a, self.inv_diag.as_ref());
+            a.arg(r).arg(z);
+        })
     }
     fn is_linear(&self) -> bool {
         true

@@ -12,7 +12,7 @@ use cudarc::driver::CudaSlice;
 use super::matrix::DeviceModSell;
 use super::setup::{jacobi_scales, RowScale, SetupSpans};
 use super::smooth::DevicePreconditioner;
-use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{Gpu, GpuError};
 use crate::solve::algorithm::Algorithm;
 use crate::solve::neumann::NeumannSettings;
 use crate::solve::SolveError;
@@ -110,15 +110,10 @@ impl DevicePreconditioner for DeviceNeumann<'_> {
         _done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let n = self.matrix.n as i32;
-        self.gpu.launch(
-            "neumann_scale",
-            vector_grid(self.matrix.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
+        self.gpu
+            .launch_vector("neumann_scale", self.matrix.n, |a| {
                 a.arg(&n).arg(&self.inv_diag).arg(r).arg(&self.scaled);
-            },
-        )?;
+            })?;
         // ŷ_{k+1} = ŷ₀ − D⁻¹ L ŷ_k, alternating between the work buffers.
         let mut g = &self.scaled;
         for k in 0..self.order {

@@ -29,7 +29,7 @@ use super::matrix::{f32_copy_into, DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuSolver, PcgSolve};
 use super::setup::SetupSpans;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError, NULL};
 use crate::solve::polynomial::{EigenBound, PolynomialSettings, Recurrence};
 use crate::solve::scalar::Precision;
 use crate::solve::smoother::check_diagonal;
@@ -83,7 +83,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + KernelElement + crate::gpu::HostElement +
         inverse_kernel: &'static str,
     ) -> Result<(), GpuError> {
         let n32 = m.n as i32;
-        gpu.launch(inverse_kernel, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector(inverse_kernel, m.n, |a| {
             a.arg(&n32).arg(&m.diag).arg(&self.inv_diag);
         })
     }
@@ -298,12 +298,10 @@ impl<'g> DevicePolynomial<'g> {
         let h = m.slice_height as u32;
         let add_to_z = i32::from(matches!(start, Start::Residual { .. }));
         match start {
-            Start::Precondition(r) => {
-                gpu.launch(kernels.start, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
-                    arg_or_null(a, done);
-                })?
-            }
+            Start::Precondition(r) => gpu.launch_vector(kernels.start, m.n, |a| {
+                a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
+                arg_or_null(a, done);
+            })?,
             Start::Residual { b, x } => gpu.launch(
                 kernels.residual_start,
                 m.n_slices() as u32,

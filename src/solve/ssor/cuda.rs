@@ -7,7 +7,7 @@ use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceCsr;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::colouring::Colouring;
 use crate::solve::ssor::{Ssor, SsorSettings};
 use crate::solve::SolveError;
@@ -81,20 +81,19 @@ impl<'g> DeviceSsor<'g> {
             self.colour_ptr[k + 1] - self.colour_ptr[k],
         );
         let (offset, count_i) = (offset as i32, count as i32);
-        self.gpu
-            .launch("ssor_colour", vector_grid(count), VECTOR_BLOCK, 0, |a| {
-                a.arg(&count_i)
-                    .arg(&self.rows)
-                    .arg(&offset)
-                    .arg(&part.row_ptr)
-                    .arg(&part.cols)
-                    .arg(&part.vals)
-                    .arg(&self.w)
-                    .arg(&scale)
-                    .arg(rhs)
-                    .arg(x);
-                arg_or_null(a, done);
-            })
+        self.gpu.launch_vector("ssor_colour", count, |a| {
+            a.arg(&count_i)
+                .arg(&self.rows)
+                .arg(&offset)
+                .arg(&part.row_ptr)
+                .arg(&part.cols)
+                .arg(&part.vals)
+                .arg(&self.w)
+                .arg(&scale)
+                .arg(rhs)
+                .arg(x);
+            arg_or_null(a, done);
+        })
     }
 }
 
