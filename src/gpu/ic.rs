@@ -1245,38 +1245,17 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
 
 /// `e` with the row a factorisation error names (a row of the matrix as
 /// reordered by `perm`) turned back into the caller's row number.
-pub fn in_original_rows(e: SolveError, perm: Option<&Permutation>) -> SolveError {
-    let original = |row: usize| perm.map_or(row, |p| p.new_to_old()[row] as usize);
-    match e {
-        SolveError::FactorizationBreakdown {
-            precond,
-            row,
-            value,
-        } => SolveError::FactorizationBreakdown {
-            precond,
-            row: original(row),
-            value,
-        },
-        SolveError::NonPositiveDiagonal {
-            precond,
-            row,
-            value,
-        } => SolveError::NonPositiveDiagonal {
-            precond,
-            row: original(row),
-            value,
-        },
-        SolveError::ZeroPivot {
-            precond,
-            row,
-            value,
-        } => SolveError::ZeroPivot {
-            precond,
-            row: original(row),
-            value,
-        },
-        other => other,
+pub fn in_original_rows(mut e: SolveError, perm: Option<&Permutation>) -> SolveError {
+    if let (
+        SolveError::FactorizationBreakdown { row, .. }
+        | SolveError::NonPositiveDiagonal { row, .. }
+        | SolveError::ZeroPivot { row, .. },
+        Some(p),
+    ) = (&mut e, perm)
+    {
+        *row = p.new_to_old()[*row] as usize;
     }
+    e
 }
 
 /// Block-IC on the device (`kernels/block_ic.cu`): DIC or IC(0) of each
