@@ -51,6 +51,7 @@
 //! between them are never stored. [`DeviceAmg::cycle_bytes`] counts what a
 //! cycle moves per level (`bench --amg`).
 
+use crate::gpu::kernel_args::shared_args;
 use crate::gpu::KernelArgs;
 use std::rc::Rc;
 
@@ -375,7 +376,10 @@ impl Pass {
                 .arg(&w.bound);
         })?;
         scan.launch(gpu, &w.bound, nc, &w.bound_ptr)?;
-        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+        // The columns' and the fill's kernels begin alike: each coarse
+        // row's members, the fine pattern with its columns' aggregates, and
+        // the room and sorted distinct columns of each coarse row.
+        let members_and_columns = shared_args(|args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
                 .arg(&members)
@@ -383,8 +387,11 @@ impl Pass {
                 .arg(&a.cols)
                 .arg(&aggregate)
                 .arg(&w.bound_ptr)
-                .arg(&w.scratch)
-                .arg(&w.count);
+                .arg(&w.scratch);
+        });
+        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+            members_and_columns(args);
+            args.arg(&w.count);
         })?;
         let row_ptr = unzeroed::<u64>(gpu, nc + 1)?;
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
@@ -396,17 +403,8 @@ impl Pass {
             VECTOR_BLOCK,
             0,
             |args| {
-                args.arg(&nc32)
-                    .arg(&member_ptr)
-                    .arg(&members)
-                    .arg(&a.row_ptr)
-                    .arg(&a.cols)
-                    .arg(&aggregate)
-                    .arg(&w.bound_ptr)
-                    .arg(&w.scratch)
-                    .arg(&row_ptr)
-                    .arg(&cols)
-                    .arg(&dest);
+                members_and_columns(args);
+                args.arg(&row_ptr).arg(&cols).arg(&dest);
             },
         )?;
         let product = DeviceCsr {
@@ -485,20 +483,20 @@ fn aggregate_members(
     zero_prefix(gpu, &mut work.counters, 2 * nc)?;
     let size = &work.counters;
     let cursor = work.counters.slice(nc..2 * nc);
-    gpu.launch("amg_count_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amg_count_members", n, |a| {
         a.arg(&n32).arg(aggregate).arg(size);
     })?;
     let member_ptr = unzeroed::<u64>(gpu, nc + 1)?;
     scan.launch(gpu, size, nc, &member_ptr)?;
     let members = unzeroed::<u32>(gpu, n)?;
-    gpu.launch("amg_place_members", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amg_place_members", n, |a| {
         a.arg(&n32)
             .arg(aggregate)
             .arg(&member_ptr)
             .arg(&cursor)
             .arg(&members);
     })?;
-    gpu.launch("amg_sort_members", vector_grid(nc), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amg_sort_members", nc, |a| {
         a.arg(&nc32).arg(&member_ptr).arg(&members);
     })?;
     Ok((member_ptr, members))
@@ -1034,7 +1032,7 @@ impl<'g> DeviceAmg<'g> {
                 None => pass_aggregate,
                 Some(level_aggregate) => {
                     let n32 = a.n32();
-                    gpu.launch("amg_compose", vector_grid(a.n), VECTOR_BLOCK, 0, |args| {
+                    gpu.launch_vector("amg_compose", a.n, |args| {
                         args.arg(&n32).arg(&level_aggregate).arg(&pass_aggregate);
                     })?;
                     level_aggregate
@@ -1068,15 +1066,9 @@ impl<'g> DeviceAmg<'g> {
         let gpu = self.gpu;
         let last = self.levels.len() - 1;
         let last32 = last as i32;
-        gpu.launch(
-            "amg_status_reset",
-            vector_grid(last + 1),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&last32).arg(&self.status);
-            },
-        )?;
+        gpu.launch_vector("amg_status_reset", last + 1, |a| {
+            a.arg(&last32).arg(&self.status);
+        })?;
         for (l, level) in self.levels[..last].iter().enumerate() {
             let a = &level.a;
             let n32 = a.n32();
@@ -1088,21 +1080,15 @@ impl<'g> DeviceAmg<'g> {
                 Arithmetic::Mixed(c) => c.levels.get(l).and_then(|v| v.scale.as_ref()),
                 Arithmetic::Double(_) => None,
             };
-            gpu.launch(
-                "amg_smoother_scale",
-                vector_grid(a.n),
-                VECTOR_BLOCK,
-                0,
-                |args| {
-                    args.arg(&n32);
-                    a.push_args(args);
-                    args.arg(&self.cycle.scale_kind)
-                        .arg(&self.cycle.omega)
-                        .arg(&level.scale);
-                    arg_or_null(args, scale_f32);
-                    args.arg(&bad_l);
-                },
-            )?;
+            gpu.launch_vector("amg_smoother_scale", a.n, |args| {
+                args.arg(&n32);
+                a.push_args(args);
+                args.arg(&self.cycle.scale_kind)
+                    .arg(&self.cycle.omega)
+                    .arg(&level.scale);
+                arg_or_null(args, scale_f32);
+                args.arg(&bad_l);
+            })?;
         }
         self.coarsest_operator()
     }
@@ -1177,17 +1163,11 @@ impl<'g> DeviceAmg<'g> {
         let w = &mut self.coarsest_work;
         let n = a.n;
         let n32 = a.n32();
-        gpu.launch(
-            "amg_dense_row_sums",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32);
-                a.push_args(args);
-                args.arg(&w.sums).arg(&w.diag);
-            },
-        )?;
+        gpu.launch_vector("amg_dense_row_sums", n, |args| {
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&w.sums).arg(&w.diag);
+        })?;
         gpu.launch("amg_dense_singular", 1, 32, 0, |args| {
             args.arg(&n32)
                 .arg(&w.sums)
@@ -1198,17 +1178,11 @@ impl<'g> DeviceAmg<'g> {
         // A_L dense in `scratch` (zeroed, then scattered), symmetrised
         // (shifted when singular) into `factor`.
         gpu.zero(&mut w.scratch)?;
-        gpu.launch(
-            "amg_dense_scatter",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32);
-                a.push_args(args);
-                args.arg(&w.scratch);
-            },
-        )?;
+        gpu.launch_vector("amg_dense_scatter", n, |args| {
+            args.arg(&n32);
+            a.push_args(args);
+            args.arg(&w.scratch);
+        })?;
         let failed = self.status.slice(last..last + 1);
         dense_symmetric_inverse(
             gpu,
@@ -1906,10 +1880,9 @@ impl GpuSolver<'_> {
         settings: &AmgSettings,
         s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let amg = Preconditioner::Amg(*settings);
         self.pcg_preconditioned(s, &amg, |gpu, _, backend| {
-            let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings).map_err(device)?;
+            let amg = DeviceAmg::new(gpu, backend.shared_matrix(), settings)?;
             log::info!("GPU {settings}: {}", amg.describe());
             Ok(Box::new(amg))
         })
@@ -2072,15 +2045,9 @@ fn dense_symmetric_inverse_steps(
         barrier: _,
     } = buffers;
     let n32 = n as i32;
-    gpu.launch(
-        "amg_dense_symmetrise",
-        vector_grid(n * n),
-        VECTOR_BLOCK,
-        0,
-        |args| {
-            args.arg(&n32).arg(dense).arg(singular).arg(factor);
-        },
-    )?;
+    gpu.launch_vector("amg_dense_symmetrise", n * n, |args| {
+        args.arg(&n32).arg(dense).arg(singular).arg(factor);
+    })?;
     let first = 0i32;
     gpu.launch("amg_dense_diag", 1, DENSE_BLOCK, 0, |args| {
         args.arg(&n32).arg(&first).arg(factor).arg(failed);
@@ -2113,15 +2080,9 @@ fn dense_symmetric_inverse_steps(
         )?;
     }
     // W = L⁻¹ in `w`, then M⁻¹ = Wᵀ W, projected when singular.
-    gpu.launch(
-        "amg_dense_identity",
-        vector_grid(n * n),
-        VECTOR_BLOCK,
-        0,
-        |args| {
-            args.arg(&n32).arg(w);
-        },
-    )?;
+    gpu.launch_vector("amg_dense_identity", n * n, |args| {
+        args.arg(&n32).arg(w);
+    })?;
     for p in (0..n).step_by(DENSE_PANEL) {
         let p32 = p as i32;
         let columns = (p + DENSE_PANEL).min(n);

@@ -1785,23 +1785,17 @@ impl<'g> DeviceLaplacian<'g> {
         let (g, v, w) = (&self.geometry, &self.values, &self.work);
         let n_faces = self.n_faces as i32;
         let harmonic = i32::from(self.schemes.gamma_interpolation == GammaInterpolation::Harmonic);
-        gpu.launch(
-            "asm_face_coefficients",
-            vector_grid(self.n_faces),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_faces).arg(&harmonic).arg(&v.gamma_uniform);
-                arg_or_null(a, v.gamma.as_ref());
-                a.arg(&g.face_owner)
-                    .arg(&g.face_neighbour)
-                    .arg(&g.weights)
-                    .arg(&g.mag_sf)
-                    .arg(&g.delta_coeffs)
-                    .arg(&w.coeffs);
-                arg_or_null(a, w.gamma_mag_sf.as_ref());
-            },
-        )?;
+        gpu.launch_vector("asm_face_coefficients", self.n_faces, |a| {
+            a.arg(&n_faces).arg(&harmonic).arg(&v.gamma_uniform);
+            arg_or_null(a, v.gamma.as_ref());
+            a.arg(&g.face_owner)
+                .arg(&g.face_neighbour)
+                .arg(&g.weights)
+                .arg(&g.mag_sf)
+                .arg(&g.delta_coeffs)
+                .arg(&w.coeffs);
+            arg_or_null(a, w.gamma_mag_sf.as_ref());
+        })?;
         let m = self.matrix()?;
         let dm = &self.device_map;
         let n = self.n as i32;
@@ -2022,12 +2016,11 @@ impl<'g> DeviceLaplacian<'g> {
         x: &CudaSlice<f64>,
     ) -> Result<(), GpuError> {
         let n = self.n as i32;
-        self.gpu
-            .launch("asm_subtract", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n);
-                arg_or_null(a, weights);
-                a.arg(&s).arg(x);
-            })
+        self.gpu.launch_vector("asm_subtract", self.n, |a| {
+            a.arg(&n);
+            arg_or_null(a, weights);
+            a.arg(&s).arg(x);
+        })
     }
 
     /// `LaplacianSystem::make_consistent` on the device right-hand side.
@@ -2074,15 +2067,9 @@ impl<'g> DeviceLaplacian<'g> {
         gpu.copy(source, &mut v.source)?;
         let n = self.n as i32;
         let dm = &self.device_map;
-        gpu.launch(
-            "asm_boundary_gamma",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n).arg(&dm.boundary_ptr).arg(gamma).arg(&v.b_gamma);
-            },
-        )?;
+        gpu.launch_vector("asm_boundary_gamma", self.n, |a| {
+            a.arg(&n).arg(&dm.boundary_ptr).arg(gamma).arg(&v.b_gamma);
+        })?;
         self.assemble()
     }
 
@@ -2103,23 +2090,17 @@ impl<'g> DeviceLaplacian<'g> {
         let (g, v, w, dm) = (&self.geometry, &self.values, &self.work, &self.device_map);
         let n = self.n as i32;
         let rhs = w.rhs.dev()?;
-        gpu.launch(
-            "asm_source_rhs",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&dm.boundary_ptr)
-                    .arg(&v.b_gamma)
-                    .arg(&g.b_mag_sf)
-                    .arg(&v.b_gradient_boundary)
-                    .arg(&g.volumes)
-                    .arg(&v.source)
-                    .arg(&w.explicit_rhs)
-                    .arg(rhs);
-            },
-        )
+        gpu.launch_vector("asm_source_rhs", self.n, |a| {
+            a.arg(&n)
+                .arg(&dm.boundary_ptr)
+                .arg(&v.b_gamma)
+                .arg(&g.b_mag_sf)
+                .arg(&v.b_gradient_boundary)
+                .arg(&g.volumes)
+                .arg(&v.source)
+                .arg(&w.explicit_rhs)
+                .arg(rhs);
+        })
     }
 
     /// Values on the faces in the device's face layout: the internal faces
@@ -2307,25 +2288,19 @@ impl<'g> DeviceLaplacian<'g> {
     ) -> Result<(), GpuError> {
         let (g, v, dm) = (&self.geometry, &self.values, &self.device_map);
         let (n, n_faces, subtract) = (self.n as i32, self.n_faces as i32, subtract as i32);
-        self.gpu.launch(
-            "asm_boundary_flux",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&dm.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(&g.b_mag_sf)
-                    .arg(&v.b_gradient_internal)
-                    .arg(&v.b_gradient_boundary)
-                    .arg(c)
-                    .arg(p)
-                    .arg(base)
-                    .arg(phi)
-                    .arg(&subtract);
-            },
-        )
+        self.gpu.launch_vector("asm_boundary_flux", self.n, |a| {
+            a.arg(&n)
+                .arg(&dm.boundary_ptr)
+                .arg(&n_faces)
+                .arg(&g.b_mag_sf)
+                .arg(&v.b_gradient_internal)
+                .arg(&v.b_gradient_boundary)
+                .arg(c)
+                .arg(p)
+                .arg(base)
+                .arg(phi)
+                .arg(&subtract);
+        })
     }
 
     /// Cell volumes in row order.
@@ -2355,15 +2330,9 @@ impl<'g> DeviceLaplacian<'g> {
         self.values_changing()?;
         let m = self.matrix()?;
         let n = self.n as i32;
-        self.gpu.launch(
-            "asm_add_vector",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n).arg(&add).arg(&m.diag);
-            },
-        )
+        self.gpu.launch_vector("asm_add_vector", self.n, |a| {
+            a.arg(&n).arg(&add).arg(&m.diag);
+        })
     }
 
     /// rhs += s∘x (an explicit source proportional to the field, added as
@@ -2379,15 +2348,9 @@ impl<'g> DeviceLaplacian<'g> {
         }
         let n = self.n as i32;
         let rhs = self.work.rhs.dev()?;
-        self.gpu.launch(
-            "asm_add_product",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n).arg(s).arg(x).arg(rhs);
-            },
-        )
+        self.gpu.launch_vector("asm_add_product", self.n, |a| {
+            a.arg(&n).arg(s).arg(x).arg(rhs);
+        })
     }
 
     fn check_vector(&self, v: &CudaSlice<f64>, what: &str) -> Result<(), GpuError> {

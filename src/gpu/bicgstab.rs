@@ -340,7 +340,7 @@ impl<'g> DeviceBicgstab<'g> {
         let diag = matrix.diag.device_ptr(self.gpu.stream()).0;
         let solved = self.run_lanes(matrix, &[diag], jacobi, &[x], starts, &[field], controls);
         solved.into_iter().next().unwrap_or_else(|| {
-            Err(device(GpuError::Invalid(
+            Err(SolveError::from(GpuError::Invalid(
                 "the PBiCGStab loop returned no result".into(),
             )))
         })
@@ -371,7 +371,7 @@ impl<'g> DeviceBicgstab<'g> {
                 d.len(),
                 self.n
             ));
-            return vec![Err(device(e))];
+            return vec![Err(e.into())];
         }
         if k > self.lanes.len() || b.len() != k || x.len() != k || fields.len() != k {
             let e = GpuError::Invalid(format!(
@@ -382,7 +382,7 @@ impl<'g> DeviceBicgstab<'g> {
                 x.len(),
                 fields.len()
             ));
-            return vec![Err(device(e))];
+            return vec![Err(e.into())];
         }
         let mut launched = Vec::with_capacity(k);
         // Every lane's row sums (and Jacobi) in one pass over the matrix where
@@ -426,12 +426,10 @@ impl<'g> DeviceBicgstab<'g> {
         controls: &SolverControls,
     ) -> Result<(), SolveError> {
         controls.validate()?;
-        self.check_sizes(matrix, b, x).map_err(device)?;
+        self.check_sizes(matrix, b, x)?;
         let lane = &self.lanes[c];
         let inv_diag = jacobi.then_some(&lane.inv_diag);
-        matrix
-            .row_sums_and_inverse_diagonal_into(self.gpu, &lane.row_sums, inv_diag)
-            .map_err(device)?;
+        matrix.row_sums_and_inverse_diagonal_into(self.gpu, &lane.row_sums, inv_diag)?;
         self.launch_initial_norms_lane(c, matrix, b, x)
     }
 
@@ -507,7 +505,7 @@ impl<'g> DeviceBicgstab<'g> {
             &buffers,
             norms + (16 * c) as u64,
         )
-        .map_err(device)
+        .map_err(SolveError::from)
     }
 
     /// The lanes' initial norms (one read-back for all) and, per lane, the
@@ -818,10 +816,6 @@ impl<'g> DeviceBicgstab<'g> {
     }
 }
 
-fn device(e: GpuError) -> SolveError {
-    SolveError::Device(e.to_string())
-}
-
 /// One lane of [`DeviceBicgstab::run_lanes`]: its host replay and device
 /// state between chunks, and its result once stopped.
 struct LaneRun<'a> {
@@ -947,7 +941,7 @@ impl<'a> ChunkDriver<'a> {
             _ => -1.0,
         };
         if device_iterations != host.iterations as f64 || device_half_at != half_at {
-            return Err(device(GpuError::Invalid(format!(
+            return Err(SolveError::from(GpuError::Invalid(format!(
                 "the device PBiCGStab loop stopped after {device_iterations} iterations (half \
                  step {device_half_at}) where the host rule gives {} (half step {half_at})",
                 host.iterations
@@ -973,7 +967,7 @@ fn drive_chunks(
     let mut driver = ChunkDriver::new(*rule, field);
     let mut first = true;
     while driver.wants_chunk(first)? {
-        let (records, device_stop) = run_chunk(first, driver.host.iterations).map_err(device)?;
+        let (records, device_stop) = run_chunk(first, driver.host.iterations)?;
         if driver.take_chunk(first, &records, device_stop, count, perf)? {
             break;
         }

@@ -46,10 +46,11 @@ use super::matrix::DeviceModSell;
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
 use super::registered::device_preconditioner;
 use super::setup::{SetupPhase, SetupSpans};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::deflation::{Deflated, DeflationOps, Subdomains};
 use crate::solve::lanczos::{Recorded, SpectrumEstimate};
 use crate::solve::neumann::NeumannSettings;
+use crate::solve::pcg::cg_steps_of;
 use crate::solve::registry::Registered;
 use crate::solve::{
     pcg, CgBackend, CgVectors, IterationRecord, LoopState, OnExecutor, Preconditioner,
@@ -155,7 +156,7 @@ impl<'g> DeviceDeflation<'g> {
         spans.host("subdomain offsets, uploaded");
         let (n32, k32, h) = (n as i32, k as i32, m.slice_height as i32);
         let part = gpu.zeros::<i32>(n)?;
-        gpu.launch("defl_owners", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("defl_owners", n, |a| {
             a.arg(&n32).arg(&k32).arg(&offsets).arg(&part);
         })?;
         spans.device("row owners");
@@ -164,7 +165,7 @@ impl<'g> DeviceDeflation<'g> {
                   ell: Option<(&CudaSlice<i32>, &CudaSlice<f64>)>|
          -> Result<(), GpuError> {
             let w32 = w as i32;
-            gpu.launch("defl_az", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("defl_az", n, |a| {
                 a.arg(&n32).arg(&h);
                 m.push_args(a);
                 a.arg(&part).arg(&w32).arg(width);
@@ -312,7 +313,7 @@ impl<'g> DeviceDeflation<'g> {
                 .arg(&self.correction);
             arg_or_null(a, state);
         })?;
-        gpu.launch("defl_subtract", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("defl_subtract", self.n, |a| {
             a.arg(&n)
                 .arg(&w)
                 .arg(&self.az_parts)
@@ -377,19 +378,13 @@ impl DeflationOps<GpuVector> for DeviceDeflation<'_> {
         self.guarded((), || {
             let n = self.n as i32;
             let x = x.dev()?;
-            self.gpu.launch(
-                "defl_prolong_add",
-                vector_grid(self.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n)
-                        .arg(&s)
-                        .arg(&self.part)
-                        .arg(&self.correction)
-                        .arg(x);
-                },
-            )
+            self.gpu.launch_vector("defl_prolong_add", self.n, |a| {
+                a.arg(&n)
+                    .arg(&s)
+                    .arg(&self.part)
+                    .arg(&self.correction)
+                    .arg(x);
+            })
         })
     }
 
@@ -412,19 +407,13 @@ impl LoopProjection for DeviceDeflation<'_> {
 
     fn prolong_in_loop(&self, x: &CudaSlice<f64>, st: &CudaSlice<f64>) -> Result<(), GpuError> {
         let n = self.n as i32;
-        self.gpu.launch(
-            "defl_prolong_in_loop",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(st)
-                    .arg(&self.part)
-                    .arg(&self.correction)
-                    .arg(x);
-            },
-        )
+        self.gpu.launch_vector("defl_prolong_in_loop", self.n, |a| {
+            a.arg(&n)
+                .arg(st)
+                .arg(&self.part)
+                .arg(&self.correction)
+                .arg(x);
+        })
     }
 }
 
@@ -446,25 +435,7 @@ impl<'a, 'g> OnExecutor for DeviceDeflated<'a, 'g> {
 }
 
 impl CgBackend for DeviceDeflated<'_, '_> {
-    fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
-        self.steps.precondition(r, z)
-    }
-    fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
-        self.steps.update_direction(beta, z, p)
-    }
-    fn apply_operator(&self, p: &GpuVector, q: &mut GpuVector) -> f64 {
-        self.steps.apply_operator(p, q)
-    }
-    fn update_solution(
-        &self,
-        alpha: f64,
-        p: &GpuVector,
-        q: &GpuVector,
-        x: &mut GpuVector,
-        r: &mut GpuVector,
-    ) -> f64 {
-        self.steps.update_solution(alpha, p, q, x, r)
-    }
+    cg_steps_of!(steps);
     fn iterate(
         &self,
         rule: &StopRule,
@@ -530,7 +501,6 @@ pub fn solve_pcg_deflated_gpu(
 ) -> Result<(SolverPerformance, Option<SpectrumEstimate>), SolveError> {
     crate::solve::cpu::check_system(a, b, x, controls)?;
     preconditioner.check()?;
-    let device = |e: GpuError| SolveError::Device(e.to_string());
     let jacobi = match preconditioner {
         Preconditioner::Kind(PreconditionerKind::Jacobi) => true,
         Preconditioner::Kind(PreconditionerKind::None) | Preconditioner::Registered(_) => false,
@@ -541,16 +511,16 @@ pub fn solve_pcg_deflated_gpu(
             )))
         }
     };
-    let mut backend = GpuCgBackend::new(gpu, a, jacobi, None, options).map_err(device)?;
+    let mut backend = GpuCgBackend::new(gpu, a, jacobi, None, options)?;
     if let Preconditioner::Registered(settings) = preconditioner {
         let m = device_preconditioner(gpu, a, backend.shared_matrix(), settings)?;
         backend.set_preconditioner(m);
     }
-    let b_dev = backend.upload(b).map_err(device)?;
-    let mut x_dev = backend.upload(x).map_err(device)?;
+    let b_dev = backend.upload(b)?;
+    let mut x_dev = backend.upload(x)?;
     let result = match subdomains {
         Some(s) => {
-            let ops = DeviceDeflation::new(gpu, backend.matrix(), s).map_err(device)?;
+            let ops = DeviceDeflation::new(gpu, backend.matrix(), s)?;
             deflated_pcg_device(&backend, &ops, &b_dev, &mut x_dev, controls)?
         }
         None => {
@@ -559,6 +529,6 @@ pub fn solve_pcg_deflated_gpu(
             (perf, recorded.spectrum())
         }
     };
-    x.copy_from_slice(&backend.download(&x_dev).map_err(device)?);
+    x.copy_from_slice(&backend.download(&x_dev)?);
     Ok(result)
 }

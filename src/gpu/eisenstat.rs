@@ -164,27 +164,25 @@ impl DeviceSplit {
         colouring: &Colouring,
         window: usize,
     ) -> Result<Self, SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let n = m.n;
         let (n32, dims) = (n as i32, m.dims());
         let ptr: Vec<i32> = colouring.colour_ptr().iter().map(|&p| p as i32).collect();
         let n_colours = ptr.len().saturating_sub(1) as i32;
-        let colour_ptr = gpu.upload(&ptr).map_err(device)?;
+        let colour_ptr = gpu.upload(&ptr)?;
         // The arrays below are written whole by their kernels (a slot per
         // row or slice, the triangles' padding included): none is
         // zero-filled; the totals are added to from zero.
-        let lower_len = unzeroed::<u32>(gpu, n).map_err(device)?;
-        let upper_len = unzeroed::<u32>(gpu, n).map_err(device)?;
+        let lower_len = unzeroed::<u32>(gpu, n)?;
+        let upper_len = unzeroed::<u32>(gpu, n)?;
         // [coupled rows of a colour, a diagonal entry not positive]: the
         // first such row + 1, from n + 1.
-        let failed = gpu.upload(&[n32 + 1; 2]).map_err(device)?;
-        let totals = gpu.zeros::<u64>(2).map_err(device)?;
+        let failed = gpu.upload(&[n32 + 1; 2])?;
+        let totals = gpu.zeros::<u64>(2)?;
         m.launch_pattern(gpu, "eis_setup_rows", &dims, |l| {
             l.arg(&m.diag).arg(&colour_ptr).arg(&n_colours);
             l.arg(&lower_len).arg(&upper_len).arg(&failed).arg(&totals);
-        })
-        .map_err(device)?;
-        let flags = gpu.download(&failed).map_err(device)?;
+        })?;
+        let flags = gpu.download(&failed)?;
         if flags[0] <= n32 {
             let (r, c) = colouring.conflict(a).unwrap_or((0, 0));
             return Err(SolveError::Device(format!(
@@ -199,58 +197,47 @@ impl DeviceSplit {
                 flags[1] - 1
             )));
         }
-        let totals = gpu.download(&totals).map_err(device)?;
-        let order = unzeroed::<i32>(gpu, n).map_err(device)?;
-        let new_of = unzeroed::<i32>(gpu, n).map_err(device)?;
+        let totals = gpu.download(&totals)?;
+        let order = unzeroed::<i32>(gpu, n)?;
+        let new_of = unzeroed::<i32>(gpu, n)?;
         let window32 = i32::try_from(window).unwrap_or(i32::MAX);
-        gpu.launch("eis_setup_order", vector_grid(n), VECTOR_BLOCK, 0, |l| {
+        gpu.launch_vector("eis_setup_order", n, |l| {
             l.arg(&n32).arg(&colour_ptr).arg(&n_colours).arg(&window32);
             l.arg(&lower_len).arg(&upper_len).arg(&order).arg(&new_of);
-        })
-        .map_err(device)?;
-        let sqrt_diag = unzeroed::<f64>(gpu, n).map_err(device)?;
-        let inv_sqrt_diag = unzeroed::<f64>(gpu, n).map_err(device)?;
-        let inv_sqrt_old = unzeroed::<f64>(gpu, n).map_err(device)?;
-        gpu.launch("eis_setup_scales", vector_grid(n), VECTOR_BLOCK, 0, |l| {
+        })?;
+        let sqrt_diag = unzeroed::<f64>(gpu, n)?;
+        let inv_sqrt_diag = unzeroed::<f64>(gpu, n)?;
+        let inv_sqrt_old = unzeroed::<f64>(gpu, n)?;
+        gpu.launch_vector("eis_setup_scales", n, |l| {
             l.arg(&n32).arg(&m.diag).arg(&order);
             l.arg(&sqrt_diag).arg(&inv_sqrt_diag).arg(&inv_sqrt_old);
-        })
-        .map_err(device)?;
+        })?;
         // SELL slice pointers: exclusive scans of each slice's slot count.
         let th = SLICE_HEIGHT as i32;
         let slices = n.div_ceil(SLICE_HEIGHT);
-        let lower_slots = unzeroed::<u32>(gpu, slices).map_err(device)?;
-        let upper_slots = unzeroed::<u32>(gpu, slices).map_err(device)?;
-        gpu.launch(
-            "eis_setup_widths",
-            vector_grid(slices),
-            VECTOR_BLOCK,
-            0,
-            |l| {
-                l.arg(&n32)
-                    .arg(&th)
-                    .arg(&order)
-                    .arg(&lower_len)
-                    .arg(&upper_len);
-                l.arg(&lower_slots).arg(&upper_slots);
-            },
-        )
-        .map_err(device)?;
-        let scan = Scan::new(gpu, slices).map_err(device)?;
-        let lower_ptr = unzeroed::<u64>(gpu, slices + 1).map_err(device)?;
-        let upper_ptr = unzeroed::<u64>(gpu, slices + 1).map_err(device)?;
+        let lower_slots = unzeroed::<u32>(gpu, slices)?;
+        let upper_slots = unzeroed::<u32>(gpu, slices)?;
+        gpu.launch_vector("eis_setup_widths", slices, |l| {
+            l.arg(&n32)
+                .arg(&th)
+                .arg(&order)
+                .arg(&lower_len)
+                .arg(&upper_len);
+            l.arg(&lower_slots).arg(&upper_slots);
+        })?;
+        let scan = Scan::new(gpu, slices)?;
+        let lower_ptr = unzeroed::<u64>(gpu, slices + 1)?;
+        let upper_ptr = unzeroed::<u64>(gpu, slices + 1)?;
         // Both scans launched, then both totals read (one synchronisation:
         // the second read finds nothing left to wait for).
-        scan.launch(gpu, &lower_slots, slices, &lower_ptr)
-            .map_err(device)?;
-        scan.launch(gpu, &upper_slots, slices, &upper_ptr)
-            .map_err(device)?;
-        let lower_total = read_at(gpu, &lower_ptr, slices).map_err(device)? as usize;
-        let upper_total = read_at(gpu, &upper_ptr, slices).map_err(device)? as usize;
-        let lower_cols = unzeroed::<i32>(gpu, lower_total).map_err(device)?;
-        let lower_vals = unzeroed::<f64>(gpu, lower_total).map_err(device)?;
-        let upper_cols = unzeroed::<i32>(gpu, upper_total).map_err(device)?;
-        let upper_vals = unzeroed::<f64>(gpu, upper_total).map_err(device)?;
+        scan.launch(gpu, &lower_slots, slices, &lower_ptr)?;
+        scan.launch(gpu, &upper_slots, slices, &upper_ptr)?;
+        let lower_total = read_at(gpu, &lower_ptr, slices)? as usize;
+        let upper_total = read_at(gpu, &upper_ptr, slices)? as usize;
+        let lower_cols = unzeroed::<i32>(gpu, lower_total)?;
+        let lower_vals = unzeroed::<f64>(gpu, lower_total)?;
+        let upper_cols = unzeroed::<i32>(gpu, upper_total)?;
+        let upper_vals = unzeroed::<f64>(gpu, upper_total)?;
         let slices32 = slices as i32;
         let grid = vector_grid(slices * SLICE_HEIGHT);
         gpu.launch("eis_setup_fill", grid, VECTOR_BLOCK, 0, |l| {
@@ -263,8 +250,7 @@ impl DeviceSplit {
             l.arg(&lower_ptr).arg(&lower_cols).arg(&lower_vals);
             l.arg(&upper_ptr).arg(&upper_cols).arg(&upper_vals);
             l.arg(&slices32);
-        })
-        .map_err(device)?;
+        })?;
         Ok(Self {
             lower: DeviceTriangle {
                 slice_ptr: lower_ptr,
@@ -376,7 +362,6 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             )));
         }
         spans.host("colouring checks (contiguous, no coupled rows in a colour)");
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let (split, perm) = match window {
             0 => (ScaledTriangles::new(a)?, None),
             w => {
@@ -384,18 +369,15 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
                 let p = Permutation::from_new_to_old(order).map_err(invalid)?;
                 let order: Vec<i32> = p.new_to_old().iter().map(|&r| r as i32).collect();
                 let sorted = p.apply_symmetric(a);
-                (
-                    ScaledTriangles::new(&sorted)?,
-                    Some(gpu.upload(&order).map_err(device)?),
-                )
+                (ScaledTriangles::new(&sorted)?, Some(gpu.upload(&order)?))
             }
         };
         spans.host("length-sorted order, permuted copy and the scaled split");
         let split = DeviceSplit {
-            lower: DeviceTriangle::upload(gpu, &split.lower).map_err(device)?,
-            upper: DeviceTriangle::upload(gpu, &split.upper).map_err(device)?,
-            inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag).map_err(device)?,
-            sqrt_diag: gpu.upload(&split.sqrt_diag).map_err(device)?,
+            lower: DeviceTriangle::upload(gpu, &split.lower)?,
+            upper: DeviceTriangle::upload(gpu, &split.upper)?,
+            inv_sqrt_diag: gpu.upload(&split.inv_sqrt_diag)?,
+            sqrt_diag: gpu.upload(&split.sqrt_diag)?,
             perm,
         };
         spans.host("SELL conversion and upload of the triangles and scales");
@@ -411,7 +393,6 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         colouring: &Colouring,
         split: DeviceSplit,
     ) -> Result<Self, SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let n = cg.n();
         let colours: Vec<(i32, i32)> = colouring
             .colour_ptr()
@@ -433,9 +414,9 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
             inv_sqrt_diag: split.inv_sqrt_diag,
             sqrt_diag: split.sqrt_diag,
             perm: split.perm,
-            partials: gpu.zeros(partial_len).map_err(device)?,
-            scalars: gpu.zeros(SCALARS).map_err(device)?,
-            records: gpu.zeros(3 * MAX_CHUNK).map_err(device)?,
+            partials: gpu.zeros(partial_len)?,
+            scalars: gpu.zeros(SCALARS)?,
+            records: gpu.zeros(3 * MAX_CHUNK)?,
             max_chunk: 1,
         })
     }
@@ -547,16 +528,15 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         let n = self.n as i32;
         let (t, s, g) = (dev(v.t)?, dev(v.s)?, dev(v.g)?);
         let (x, rho, r) = (dev(v.x)?, dev(v.rho)?, dev(v.r)?);
-        self.gpu
-            .launch("eis_update", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n).arg(&self.scalars);
-                a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
-                a.arg(t).arg(s).arg(g);
-                arg_or_null(a, self.perm.as_ref());
-                a.arg(x).arg(rho);
-                arg_or_null(a, carried.then_some(r));
-                a.arg(&self.partials);
-            })?;
+        self.gpu.launch_vector("eis_update", self.n, |a| {
+            a.arg(&n).arg(&self.scalars);
+            a.arg(&self.inv_sqrt_diag).arg(&self.sqrt_diag);
+            a.arg(t).arg(s).arg(g);
+            arg_or_null(a, self.perm.as_ref());
+            a.arg(x).arg(rho);
+            arg_or_null(a, carried.then_some(r));
+            a.arg(&self.partials);
+        })?;
         self.reduce(vector_grid(self.n) as usize, 2, 1)
     }
 
@@ -580,7 +560,6 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
     /// times back to back on scratch vectors and averaged; `carried` as in
     /// the solve.
     pub fn phase_ms(&self, carried: bool, reps: usize) -> Result<[f64; 3], SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let mut work: Vec<GpuVector> = (0..7)
             .map(|_| self.checked_vector())
             .collect::<Result<_, _>>()?;
@@ -596,17 +575,16 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         };
         let mut ms = [0.0; 3];
         for (phase, ms) in ms.iter_mut().enumerate() {
-            self.gpu.synchronize().map_err(device)?;
+            self.gpu.synchronize()?;
             let start = std::time::Instant::now();
             for _ in 0..reps.max(1) {
                 match phase {
                     0 => self.launch_backward(0.5, false, &v),
                     1 => self.launch_forward(carried, &v),
                     _ => self.launch_update(carried, &v),
-                }
-                .map_err(device)?;
+                }?;
             }
-            self.gpu.synchronize().map_err(device)?;
+            self.gpu.synchronize()?;
             *ms = start.elapsed().as_secs_f64() * 1e3 / reps.max(1) as f64;
         }
         Ok(ms)
@@ -666,14 +644,13 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
                 })?;
             }
             let n = self.n as i32;
-            self.gpu
-                .launch("dot_partials", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(rho).arg(rho).arg(&self.partials);
-                })?;
+            self.gpu.launch_vector("dot_partials", self.n, |a| {
+                a.arg(&n).arg(rho).arg(rho).arg(&self.partials);
+            })?;
             self.reduce(vector_grid(self.n) as usize, 1, 2)?;
             Ok(self.gpu.download(&self.scalars)?[2])
         };
-        let rho_rho = run().map_err(|e| SolveError::Device(e.to_string()))?;
+        let rho_rho = run()?;
         Ok((norms, rho_rho))
     }
 
@@ -693,7 +670,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
             let sums = self.gpu.download(&self.scalars)?;
             Ok((sums[0], sums[1], sums[2]))
         };
-        run().map_err(|e| SolveError::Device(e.to_string()))
+        run().map_err(SolveError::from)
     }
 
     /// Chained on the device: β of the first from the host, of the next
@@ -733,7 +710,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
             }
             Ok(records)
         };
-        run().map_err(|e| SolveError::Device(e.to_string()))
+        run().map_err(SolveError::from)
     }
 
     fn max_chunk(&self) -> usize {
@@ -759,7 +736,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
             self.reduce(grid as usize, 1, 1)?;
             Ok(self.gpu.download(&self.scalars)?[1])
         };
-        run().map_err(|e| SolveError::Device(e.to_string()))
+        run().map_err(SolveError::from)
     }
 }
 
@@ -793,8 +770,7 @@ impl GpuSolver<'_> {
             .as_ref()
             .ok_or_else(|| SolveError::Device("Eisenstat SGS: no colouring".into()))?;
         let gpu = self.gpu();
-        let cg = GpuCgBackend::new(gpu, &layout.a, false, None, options)
-            .map_err(|e| SolveError::Device(e.to_string()))?;
+        let cg = GpuCgBackend::new(gpu, &layout.a, false, None, options)?;
         let o = DEFAULT_OPTIONS;
         let mut eisenstat =
             DeviceEisenstat::with_sorted_rows(gpu, &cg, &layout.a, colouring, o.sort_window)?;

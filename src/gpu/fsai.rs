@@ -19,7 +19,7 @@ use super::fsai_setup::{fsai_setup_gpu, FsaiSetupStats};
 #[cfg(doc)]
 use super::pcg::GpuSolver;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, KernelArgs, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError, KernelArgs};
 use crate::solve::fsai::{fsai_setup, FsaiFactor, FsaiSettings};
 use crate::solve::SolveError;
 use crate::sparse::Csr;
@@ -235,7 +235,6 @@ impl<'g> DeviceFsai<'g> {
         settings: &FsaiSettings,
         place: FsaiSetupPlace,
     ) -> Result<(Self, FsaiSetupReport), SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let start = Instant::now();
         let mut device_stats = None;
         let (fsai, density, density_before_postfilter) = match place {
@@ -243,9 +242,7 @@ impl<'g> DeviceFsai<'g> {
                 let factor = fsai_setup(a, settings)?;
                 let s = &factor.stats;
                 let (d, d0) = (s.density, s.density_before_postfilter);
-                let fsai = Self::from_host(gpu, &factor)
-                    .and_then(|f| f.with_storage(STORAGE))
-                    .map_err(device)?;
+                let fsai = Self::from_host(gpu, &factor).and_then(|f| f.with_storage(STORAGE))?;
                 (fsai, d, d0)
             }
             FsaiSetupPlace::Device => {
@@ -253,10 +250,10 @@ impl<'g> DeviceFsai<'g> {
                 let (g, gt, stats) = fsai_setup_gpu(gpu, a, settings)?;
                 let (d, d0) = (stats.density, stats.density_before_postfilter);
                 device_stats = Some(stats);
-                (Self::from_device(gpu, g, gt).map_err(device)?, d, d0)
+                (Self::from_device(gpu, g, gt)?, d, d0)
             }
         };
-        gpu.synchronize().map_err(device)?;
+        gpu.synchronize()?;
         let report = FsaiSetupReport {
             place,
             seconds: start.elapsed().as_secs_f64(),
@@ -288,13 +285,12 @@ impl<'g> DeviceFsai<'g> {
     ) -> Result<(), GpuError> {
         let rows = m.rows();
         let n = rows as i32;
-        self.gpu
-            .launch(M::PRODUCT, vector_grid(rows), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n);
-                m.push_matrix(a);
-                a.arg(x).arg(y);
-                arg_or_null(a, done);
-            })
+        self.gpu.launch_vector(M::PRODUCT, rows, |a| {
+            a.arg(&n);
+            m.push_matrix(a);
+            a.arg(x).arg(y);
+            arg_or_null(a, done);
+        })
     }
 }
 

@@ -220,8 +220,7 @@ pub fn fsai_setup_gpu_budget(
     let (g, gt, mut stats) = match s.precision {
         Precision::Double => run::<f64>(gpu, a, &plan),
         Precision::Mixed => run::<f32>(gpu, a, &plan),
-    }
-    .map_err(|e| SolveError::Device(e.to_string()))?;
+    }?;
     stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
     Ok((g, gt, stats))
 }
@@ -454,33 +453,31 @@ impl<T: Real> Setup<'_, T> {
     fn compact(&self, work: &Work<T>, nb: usize) -> Result<usize, GpuError> {
         let count = self.scan.run(self.gpu, &work.flags, nb, &work.offsets)? as usize;
         let nb32 = nb as i32;
-        self.gpu
-            .launch("fsai_compact", vector_grid(nb), VECTOR_BLOCK, 0, |a| {
-                a.arg(&nb32)
-                    .arg(&work.flags)
-                    .arg(&work.offsets)
-                    .arg(&work.list);
-            })?;
+        self.gpu.launch_vector("fsai_compact", nb, |a| {
+            a.arg(&nb32)
+                .arg(&work.flags)
+                .arg(&work.offsets)
+                .arg(&work.list);
+        })?;
         Ok(count)
     }
 
     fn init(&self, work: &Work<T>, r0: usize, nb: usize) -> Result<(), GpuError> {
         let (nb32, r032) = (nb as i32, r0 as i32);
-        self.gpu
-            .launch(T::INIT, vector_grid(nb), VECTOR_BLOCK, 0, |a| {
-                a.arg(&nb32)
-                    .arg(&r032)
-                    .arg(&self.a.row_ptr)
-                    .arg(&self.a.cols)
-                    .arg(&self.a.vals)
-                    .arg(&work.m)
-                    .arg(&work.npick)
-                    .arg(&work.flags)
-                    .arg(&work.steps)
-                    .arg(&work.status)
-                    .arg(&work.psi0)
-                    .arg(&work.psi);
-            })
+        self.gpu.launch_vector(T::INIT, nb, |a| {
+            a.arg(&nb32)
+                .arg(&r032)
+                .arg(&self.a.row_ptr)
+                .arg(&self.a.cols)
+                .arg(&self.a.vals)
+                .arg(&work.m)
+                .arg(&work.npick)
+                .arg(&work.flags)
+                .arg(&work.steps)
+                .arg(&work.status)
+                .arg(&work.psi0)
+                .arg(&work.psi);
+        })
     }
 
     /// (K2) and (K3) over `count` rows (`list`, or the first `count`):
@@ -544,19 +541,18 @@ impl<T: Real> Setup<'_, T> {
         list: Option<&CudaSlice<i32>>,
     ) -> Result<(), GpuError> {
         let (count32, nb32) = (count as i32, nb as i32);
-        self.gpu
-            .launch(T::COMMIT, vector_grid(count), VECTOR_BLOCK, 0, |a| {
-                a.arg(&count32);
-                arg_or_null(a, list);
-                a.arg(&nb32)
-                    .arg(&work.m)
-                    .arg(&work.psi_new)
-                    .arg(&work.bad)
-                    .arg(&work.psi)
-                    .arg(&work.g)
-                    .arg(&work.gnew)
-                    .arg(&work.status);
-            })
+        self.gpu.launch_vector(T::COMMIT, count, |a| {
+            a.arg(&count32);
+            arg_or_null(a, list);
+            a.arg(&nb32)
+                .arg(&work.m)
+                .arg(&work.psi_new)
+                .arg(&work.bad)
+                .arg(&work.psi)
+                .arg(&work.g)
+                .arg(&work.gnew)
+                .arg(&work.status);
+        })
     }
 
     /// The adaptive steps of rows r0 .. r0 + nb.
@@ -612,7 +608,7 @@ impl<T: Real> Setup<'_, T> {
             self.stats.gather_ms += gather;
             self.stats.cholesky_ms += cholesky;
             self.stats.stop_ms += gpu.time_ms(|| {
-                gpu.launch(T::STOP, vector_grid(count), VECTOR_BLOCK, 0, |a| {
+                gpu.launch_vector(T::STOP, count, |a| {
                     a.arg(&count32)
                         .arg(&work.list)
                         .arg(&nb32)
@@ -652,19 +648,13 @@ impl<T: Real> Setup<'_, T> {
         self.init(work, r0, nb)?;
         let nb32 = nb as i32;
         self.stats.gather_ms += gpu.time_ms(|| {
-            gpu.launch(
-                "fsai_static_pattern",
-                vector_grid(nb),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&nb32)
-                        .arg(pat_ptr)
-                        .arg(pat_cols)
-                        .arg(&work.m)
-                        .arg(&work.cols);
-                },
-            )
+            gpu.launch_vector("fsai_static_pattern", nb, |a| {
+                a.arg(&nb32)
+                    .arg(pat_ptr)
+                    .arg(pat_cols)
+                    .arg(&work.m)
+                    .arg(&work.cols);
+            })
         })?;
         let (gather, cholesky) = self.gather_and_factor(work, r0, nb, nb, None, true)?;
         self.stats.gather_ms += gather;
@@ -689,7 +679,7 @@ impl<T: Real> Setup<'_, T> {
             let delta = T::of(postfilter);
             let mut count = 0;
             let filter = gpu.time_ms(|| {
-                gpu.launch(T::POSTFILTER, vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+                gpu.launch_vector(T::POSTFILTER, nb, |a| {
                     a.arg(&nb32)
                         .arg(&delta)
                         .arg(&work.m)
@@ -712,7 +702,7 @@ impl<T: Real> Setup<'_, T> {
         self.stats.fallback_rows += status[..nb].iter().filter(|&&s| s != 0).count();
         let mut len = 0;
         self.stats.assemble_ms += gpu.time_ms(|| {
-            gpu.launch("fsai_row_counts", vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("fsai_row_counts", nb, |a| {
                 a.arg(&nb32).arg(&work.m).arg(&work.counts);
             })?;
             len = self.scan.run(gpu, &work.counts, nb, &work.offsets)? as usize;
@@ -726,7 +716,7 @@ impl<T: Real> Setup<'_, T> {
         };
         let r032 = r0 as i32;
         self.stats.assemble_ms += gpu.time_ms(|| {
-            gpu.launch(T::ASSEMBLE, vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector(T::ASSEMBLE, nb, |a| {
                 a.arg(&nb32)
                     .arg(&r032)
                     .arg(&work.offsets)
@@ -737,7 +727,7 @@ impl<T: Real> Setup<'_, T> {
                     .arg(&chunk.cols)
                     .arg(&chunk.vals);
             })?;
-            gpu.launch("fsai_place_counts", vector_grid(nb), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("fsai_place_counts", nb, |a| {
                 a.arg(&nb32).arg(&r032).arg(&work.counts).arg(&self.counts);
             })
         })?;
@@ -763,54 +753,36 @@ impl<T: Real> Setup<'_, T> {
             let vals = gpu.zeros::<f64>(nnz)?;
             for c in &chunks {
                 let (len, first) = (c.len as i64, c.first as i32);
-                gpu.launch(
-                    "fsai_place_chunk",
-                    vector_grid(c.len),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&len)
-                            .arg(&first)
-                            .arg(&row_ptr)
-                            .arg(&c.cols)
-                            .arg(&c.vals)
-                            .arg(&cols)
-                            .arg(&vals);
-                    },
-                )?;
+                gpu.launch_vector("fsai_place_chunk", c.len, |a| {
+                    a.arg(&len)
+                        .arg(&first)
+                        .arg(&row_ptr)
+                        .arg(&c.cols)
+                        .arg(&c.vals)
+                        .arg(&cols)
+                        .arg(&vals);
+                })?;
             }
             let t_counts = gpu.zeros::<u32>(n)?;
-            gpu.launch(
-                "fsai_transpose_count",
-                vector_grid(n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n32).arg(&row_ptr).arg(&cols).arg(&t_counts);
-                },
-            )?;
+            gpu.launch_vector("fsai_transpose_count", n, |a| {
+                a.arg(&n32).arg(&row_ptr).arg(&cols).arg(&t_counts);
+            })?;
             let t_row_ptr = gpu.zeros::<u64>(n + 1)?;
             t_nnz = self.scan.run(gpu, &t_counts, n, &t_row_ptr)? as usize;
             let fill = gpu.zeros::<u32>(n)?;
             let t_cols = gpu.zeros::<u32>(nnz)?;
             let t_vals = gpu.zeros::<f64>(nnz)?;
-            gpu.launch(
-                "fsai_transpose_fill",
-                vector_grid(n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n32)
-                        .arg(&row_ptr)
-                        .arg(&cols)
-                        .arg(&vals)
-                        .arg(&t_row_ptr)
-                        .arg(&fill)
-                        .arg(&t_cols)
-                        .arg(&t_vals);
-                },
-            )?;
-            gpu.launch("fsai_sort_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("fsai_transpose_fill", n, |a| {
+                a.arg(&n32)
+                    .arg(&row_ptr)
+                    .arg(&cols)
+                    .arg(&vals)
+                    .arg(&t_row_ptr)
+                    .arg(&fill)
+                    .arg(&t_cols)
+                    .arg(&t_vals);
+            })?;
+            gpu.launch_vector("fsai_sort_rows", n, |a| {
                 a.arg(&n32).arg(&t_row_ptr).arg(&t_cols).arg(&t_vals);
             })?;
             out = Some((cols, vals, t_row_ptr, t_cols, t_vals));

@@ -134,7 +134,7 @@ impl DeviceLevels {
         // Every row written by ic_identity_rows.
         let rows = unzeroed::<i32>(gpu, n)?;
         let n32 = n as i32;
-        gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_identity_rows", n, |a| {
             a.arg(&n32).arg(&rows);
         })?;
         let mut bounds: Vec<(i32, i32)> = colour_ptr
@@ -174,23 +174,17 @@ impl DeviceLevels {
         let level = gpu.zeros::<i32>(n)?;
         let state = gpu.zeros::<i32>(3)?;
         let (n32, upper) = (n as i32, i32::from(upper));
-        gpu.launch(
-            "ic_levels_sync_free",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
-                a.arg(&level).arg(&state);
-            },
-        )?;
+        gpu.launch_vector("ic_levels_sync_free", n, |a| {
+            a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
+            a.arg(&level).arg(&state);
+        })?;
         let outcome = gpu.download(&state)?;
         if outcome[2] != 0 {
             return Ok(None);
         }
         let n_levels = outcome[1] as usize + 1;
         let counts = gpu.zeros::<u32>(n_levels)?;
-        gpu.launch("ic_levels_count", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_levels_count", n, |a| {
             a.arg(&n32).arg(&level).arg(&counts);
         })?;
         let level_ptr = gpu.zeros::<u64>(n_levels + 1)?;
@@ -202,7 +196,7 @@ impl DeviceLevels {
         }
         let fill = gpu.zeros::<u32>(n_levels)?;
         let rows = unzeroed::<i32>(gpu, n)?;
-        gpu.launch("ic_levels_scatter", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_levels_scatter", n, |a| {
             a.arg(&n32)
                 .arg(&level)
                 .arg(&level_ptr)
@@ -248,7 +242,7 @@ impl DeviceLevels {
         let state = gpu.zeros::<i32>(2)?;
         let level_ptr = gpu.zeros::<i32>(max_levels + 2)?;
         let (n32, upper) = (n as i32, i32::from(upper));
-        gpu.launch("ic_wave_init", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_wave_init", n, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&upper);
             a.arg(&pending).arg(&rows).arg(&state).arg(&level_ptr);
         })?;
@@ -356,7 +350,7 @@ pub(super) fn widen(
     done: Option<&CudaSlice<f64>>,
 ) -> Result<(), GpuError> {
     let n32 = n as i32;
-    gpu.launch("ic_widen", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("ic_widen", n, |a| {
         a.arg(&n32).arg(w).arg(z);
         arg_or_null(a, done);
     })
@@ -416,7 +410,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let mut ic = Self::new(gpu, a, kind)?;
         if precision == Precision::Mixed {
             let copies = ic.f32_copies();
-            ic.mixed = Some(copies.map_err(|e| SolveError::Device(e.to_string()))?);
+            ic.mixed = Some(copies?);
         }
         Ok(ic)
     }
@@ -435,7 +429,6 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// error for the same row.
     pub fn new(gpu: &'g Gpu, a: &Csr, kind: IcKind) -> Result<Self, SolveError> {
         let n = a.n_rows();
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let mut spans = SetupSpans::new(kind.name(), Some(gpu));
         let mut diag_slot = Vec::with_capacity(n);
         for r in 0..n {
@@ -497,7 +490,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 sync_free: None,
             })
         };
-        let mut ic = upload().map_err(device)?;
+        let mut ic = upload()?;
         spans.host("uploads (CSR, slots, levels)");
         ic.factorise()?;
         spans.device("factorisation");
@@ -526,21 +519,14 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         precision: Precision,
         colouring: Option<&Colouring>,
     ) -> Result<Self, SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
-        m.check_rows(kind.name(), a).map_err(device)?;
+        m.check_rows(kind.name(), a)?;
         let n = m.n;
         let mut spans = SetupSpans::new(kind.name(), Some(gpu));
-        let colours = colouring
-            .map(|c| colour_bounds(gpu, n, c))
-            .transpose()
-            .map_err(device)?;
-        let (row_ptr, nnz) =
-            modsell_csr_row_ptr(gpu, m, &Scan::new(gpu, n).map_err(device)?, kind.name())
-                .map_err(device)?;
+        let colours = colouring.map(|c| colour_bounds(gpu, n, c)).transpose()?;
+        let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, &Scan::new(gpu, n)?, kind.name())?;
         spans.device("CSR row pointers (row lengths, scan; 1 read-back: nnz)");
         let with_transposed = kind != IcKind::Dic;
-        let (pass, flags) =
-            csr_pass(gpu, m, row_ptr, nnz, with_transposed, colours.as_ref()).map_err(device)?;
+        let (pass, flags) = csr_pass(gpu, m, row_ptr, nnz, with_transposed, colours.as_ref())?;
         if flags.diagonal.is_some() {
             // The shared check names the first such row with its value.
             checked_diagonal(gpu, m, kind.name())?;
@@ -558,7 +544,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             )));
         }
         if let Some(row) = flags.coupled {
-            return Err(device(coupled_in_colour(row)));
+            return Err(coupled_in_colour(row).into());
         }
         spans.device(if with_transposed {
             "CSR, diagonal slots, diagonal and colour checks (one pass), transposed slots (a \
@@ -573,7 +559,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         } = pass;
         let tiny = match kind {
             IcKind::Dilu => {
-                let t = gpu.upload(&pivot_thresholds(a)).map_err(device)?;
+                let t = gpu.upload(&pivot_thresholds(a))?;
                 spans.host("pivot thresholds");
                 Some(t)
             }
@@ -583,8 +569,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             Some(c) => {
                 // Checked in the pass above. One row list (0..n) for both
                 // sweeps.
-                let forward =
-                    DeviceLevels::from_colours(gpu, c.colour_ptr(), false).map_err(device)?;
+                let forward = DeviceLevels::from_colours(gpu, c.colour_ptr(), false)?;
                 let backward = forward.reversed();
                 spans.device("colours as levels");
                 (forward, backward)
@@ -611,7 +596,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                         }
                     }
                 };
-                let forward = schedule(false).map_err(device)?;
+                let forward = schedule(false)?;
                 spans.device(
                     "lower level schedule (one launch and 3 read-backs; else wavefronts, host \
                      beyond MAX_DEVICE_LEVELS)",
@@ -621,11 +606,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 // instead of a second schedule.
                 // IC(0) and DILU found every entry's partner already (their
                 // transposed slots); DIC checks.
-                let reverse_lower =
-                    transposed.is_some() || upper_mirrored(gpu, &csr).map_err(device)?;
+                let reverse_lower = transposed.is_some() || upper_mirrored(gpu, &csr)?;
                 let backward = match reverse_lower {
                     true => forward.reversed(),
-                    false => schedule(true).map_err(device)?,
+                    false => schedule(true)?,
                 };
                 spans.device("upper level schedule (the lower reversed where symmetric)");
                 (forward, backward)
@@ -644,11 +628,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                     IcKind::Dic | IcKind::Dilu => n,
                     IcKind::Ic0 => csr.nnz,
                 },
-            )
-            .map_err(device)?,
+            )?,
             l_diag: match kind {
                 IcKind::Dic | IcKind::Dilu => None,
-                IcKind::Ic0 => Some(unzeroed(gpu, n).map_err(device)?),
+                IcKind::Ic0 => Some(unzeroed(gpu, n)?),
             },
             row_ptr: csr.row_ptr,
             cols: csr.cols,
@@ -668,7 +651,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
              device allows; 1-2 read-backs)",
         );
         if precision == Precision::Mixed {
-            ic.mixed = Some(ic.f32_copies().map_err(device)?);
+            ic.mixed = Some(ic.f32_copies()?);
             spans.device("f32 copies");
         }
         spans.finish();
@@ -680,7 +663,6 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// refactorised, and the f32 copies refreshed; no host work, nothing
     /// allocated. A breakdown is the CPU's error, as at the set-up.
     pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         if !self.from_modsell {
             return Err(SolveError::Device(format!(
                 "{}: the value-only re-set-up needs a preconditioner built on the device \
@@ -701,17 +683,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             a.arg(&m.values).arg(&m.diag);
             a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
             a.arg(&self.vals);
-        })
-        .map_err(device)?;
+        })?;
         self.factorise()?;
         let gpu = self.gpu;
         if let Some(mx) = &self.mixed {
             if let Some(vals) = &mx.vals {
-                f32_copy_into(gpu, &self.vals, vals).map_err(device)?;
+                f32_copy_into(gpu, &self.vals, vals)?;
             }
-            f32_copy_into(gpu, &self.factor, &mx.factor).map_err(device)?;
+            f32_copy_into(gpu, &self.factor, &mx.factor)?;
             if let (Some(from), Some(to)) = (&self.l_diag, &mx.l_diag) {
-                f32_copy_into(gpu, from, to).map_err(device)?;
+                f32_copy_into(gpu, from, to)?;
             }
         }
         Ok(())
@@ -802,60 +783,50 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             IcKind::Ic0 => 2,
         };
         let n32 = n as i32;
-        gpu.launch(
-            "ic_factor_sync_free",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n32).arg(&kind);
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
-                a.arg(&self.diag_slot);
-                arg_or_null(a, self.transposed.as_ref());
-                arg_or_null(a, self.tiny.as_ref());
-                a.arg(&self.factor);
-                arg_or_null(a, self.l_diag.as_ref());
-                a.arg(done).arg(state).arg(failed);
-            },
-        )?;
+        gpu.launch_vector("ic_factor_sync_free", n, |a| {
+            a.arg(&n32).arg(&kind);
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
+            a.arg(&self.diag_slot);
+            arg_or_null(a, self.transposed.as_ref());
+            arg_or_null(a, self.tiny.as_ref());
+            a.arg(&self.factor);
+            arg_or_null(a, self.l_diag.as_ref());
+            a.arg(done).arg(state).arg(failed);
+        })?;
         Ok(gpu.download(state)?[1] == 0)
     }
 
     fn factorise_with(&mut self, one_launch: bool) -> Result<(), SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let gpu = self.gpu;
-        let mut failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
-        if one_launch && self.factor_sync_free(&failed).map_err(device)? {
+        let mut failed = gpu.upload(&[self.n as i32 + 1])?;
+        if one_launch && self.factor_sync_free(&failed)? {
             return self.check_factor(&failed);
         }
         // Rows that gave up left `failed` as it was for the others; start
         // over.
-        gpu.write(&[self.n as i32 + 1], &mut failed)
-            .map_err(device)?;
+        gpu.write(&[self.n as i32 + 1], &mut failed)?;
         let kernel = match self.kind {
             IcKind::Dic => "ic_dic_factor",
             IcKind::Dilu => "ic_dilu_factor",
             IcKind::Ic0 => "ic_ic0_factor",
         };
-        self.forward
-            .launch_each(gpu, kernel, |a| {
-                a.arg(&self.row_ptr)
-                    .arg(&self.cols)
-                    .arg(&self.vals)
-                    .arg(&self.diag_slot);
-                match self.kind {
-                    IcKind::Dic => a.arg(&self.factor),
-                    IcKind::Dilu => a
-                        .arg(self.transposed.as_ref().expect("DILU"))
-                        .arg(self.tiny.as_ref().expect("DILU"))
-                        .arg(&self.factor),
-                    IcKind::Ic0 => a
-                        .arg(&self.factor)
-                        .arg(self.l_diag.as_ref().expect("IC(0)")),
-                };
-                a.arg(&failed);
-            })
-            .map_err(device)?;
+        self.forward.launch_each(gpu, kernel, |a| {
+            a.arg(&self.row_ptr)
+                .arg(&self.cols)
+                .arg(&self.vals)
+                .arg(&self.diag_slot);
+            match self.kind {
+                IcKind::Dic => a.arg(&self.factor),
+                IcKind::Dilu => a
+                    .arg(self.transposed.as_ref().expect("DILU"))
+                    .arg(self.tiny.as_ref().expect("DILU"))
+                    .arg(&self.factor),
+                IcKind::Ic0 => a
+                    .arg(&self.factor)
+                    .arg(self.l_diag.as_ref().expect("IC(0)")),
+            };
+            a.arg(&failed);
+        })?;
         self.check_factor(&failed)
     }
 
@@ -863,17 +834,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// down (`failed`: that row + 1, else n + 1; one read-back), else DIC's
     /// and DILU's pivots replaced by their reciprocals.
     fn check_factor(&self, failed: &CudaSlice<i32>) -> Result<(), SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let gpu = self.gpu;
-        let failed_row = gpu.download(failed).map_err(device)?[0] as usize;
+        let failed_row = gpu.download(failed)?[0] as usize;
         if failed_row <= self.n {
             // Breakdown at row failed_row − 1: read its pivot for the message.
             let row = failed_row - 1;
             let value = match self.kind {
-                IcKind::Dic | IcKind::Dilu => gpu.download(&self.factor).map_err(device)?[row],
+                IcKind::Dic | IcKind::Dilu => gpu.download(&self.factor)?[row],
                 IcKind::Ic0 => {
                     let d = gpu.download(self.l_diag.as_ref().expect("IC(0)"));
-                    let l = d.map_err(device)?[row];
+                    let l = d?[row];
                     if l.is_nan() {
                         f64::NAN
                     } else {
@@ -896,10 +866,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         }
         if matches!(self.kind, IcKind::Dic | IcKind::Dilu) {
             let n = self.n as i32;
-            gpu.launch("ic_reciprocal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("ic_reciprocal", self.n, |a| {
                 a.arg(&n).arg(&self.factor);
-            })
-            .map_err(device)?;
+            })?;
         }
         Ok(())
     }
@@ -1026,7 +995,7 @@ fn upper_mirrored(gpu: &Gpu, csr: &DeviceCsr) -> Result<bool, GpuError> {
     let n = csr.n;
     let failed = gpu.upload(&[n as i32 + 1])?;
     let n32 = n as i32;
-    gpu.launch("ic_upper_mirrored", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("ic_upper_mirrored", n, |a| {
         a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&failed);
     })?;
     Ok(gpu.download(&failed)?[0] as usize > n)
@@ -1156,15 +1125,9 @@ fn device_transposed_slots(
 ) -> Result<CudaSlice<u32>, GpuError> {
     let t = unzeroed::<u32>(gpu, nnz)?;
     let n32 = n as i32;
-    gpu.launch(
-        "ic_transposed_slots",
-        vector_grid(n),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n32).arg(row_ptr).arg(cols).arg(&t).arg(failed);
-        },
-    )?;
+    gpu.launch_vector("ic_transposed_slots", n, |a| {
+        a.arg(&n32).arg(row_ptr).arg(cols).arg(&t).arg(failed);
+    })?;
     Ok(t)
 }
 
@@ -1200,7 +1163,7 @@ pub fn device_csr_slots(
     } else {
         let csr = csr_of_modsell(gpu, m)?;
         let diag_slot = gpu.zeros::<u64>(n)?;
-        gpu.launch("ic_diag_slots", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("ic_diag_slots", n, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);
         })?;
         let failed = gpu.upload(&[n32 + 1])?;
@@ -1282,38 +1245,17 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
 
 /// `e` with the row a factorisation error names (a row of the matrix as
 /// reordered by `perm`) turned back into the caller's row number.
-pub fn in_original_rows(e: SolveError, perm: Option<&Permutation>) -> SolveError {
-    let original = |row: usize| perm.map_or(row, |p| p.new_to_old()[row] as usize);
-    match e {
-        SolveError::FactorizationBreakdown {
-            precond,
-            row,
-            value,
-        } => SolveError::FactorizationBreakdown {
-            precond,
-            row: original(row),
-            value,
-        },
-        SolveError::NonPositiveDiagonal {
-            precond,
-            row,
-            value,
-        } => SolveError::NonPositiveDiagonal {
-            precond,
-            row: original(row),
-            value,
-        },
-        SolveError::ZeroPivot {
-            precond,
-            row,
-            value,
-        } => SolveError::ZeroPivot {
-            precond,
-            row: original(row),
-            value,
-        },
-        other => other,
+pub fn in_original_rows(mut e: SolveError, perm: Option<&Permutation>) -> SolveError {
+    if let (
+        SolveError::FactorizationBreakdown { row, .. }
+        | SolveError::NonPositiveDiagonal { row, .. }
+        | SolveError::ZeroPivot { row, .. },
+        Some(p),
+    ) = (&mut e, perm)
+    {
+        *row = p.new_to_old()[*row] as usize;
     }
+    e
 }
 
 /// Block-IC on the device (`kernels/block_ic.cu`): DIC or IC(0) of each
@@ -1457,8 +1399,7 @@ impl DeviceBlockIc {
         inner: InnerSolver,
         precision: Precision,
     ) -> Result<Self, SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
-        m.check_rows("block-IC", a).map_err(device)?;
+        m.check_rows("block-IC", a)?;
         let (n, h) = (m.n, m.slice_height);
         let name = match inner {
             InnerSolver::Dic => "block-DIC",
@@ -1476,12 +1417,12 @@ impl DeviceBlockIc {
         // row's pivot or an earlier one (a pivot of a block's DIC is at most
         // its diagonal entry once the earlier pivots are positive, IC(0)'s
         // likewise), so the check's launch and read-back are saved.
-        let structure = BlockIcStructure::on_device(gpu, m).map_err(device)?;
+        let structure = BlockIcStructure::on_device(gpu, m)?;
         spans.device("structure: in-slice counts and levels (1 read-back)");
         let mnz = structure.maxima[0] as usize;
         let bytes = block_shared_bytes(h, mnz);
         for kernel in BLOCK_IC_KERNELS {
-            let limits = gpu.kernel_limits(kernel).map_err(device)?;
+            let limits = gpu.kernel_limits(kernel)?;
             if h > limits.threads_per_block || bytes > limits.dynamic_shared_bytes {
                 return Err(SolveError::Device(format!(
                     "block-IC: {h}-row slices need {h} threads (limit {}) and {bytes} bytes of \
@@ -1492,7 +1433,7 @@ impl DeviceBlockIc {
             }
             // Above the default 48 KB a kernel must opt in.
             if bytes > 48 * 1024 {
-                gpu.allow_dynamic_shared(kernel, bytes).map_err(device)?;
+                gpu.allow_dynamic_shared(kernel, bytes)?;
             }
         }
         let ic0 = inner == InnerSolver::Ic0;
@@ -1516,8 +1457,8 @@ impl DeviceBlockIc {
                 max_levels: (structure.maxima[1] as usize, structure.maxima[2] as usize),
             })
         };
-        let mut ic = upload().map_err(device)?;
-        let failed = gpu.upload(&[n as i32 + 1]).map_err(device)?;
+        let mut ic = upload()?;
+        let failed = gpu.upload(&[n as i32 + 1])?;
         let ic0_flag = i32::from(ic0);
         let n32 = n as i32;
         gpu.launch(
@@ -1536,9 +1477,8 @@ impl DeviceBlockIc {
                 arg_or_null(args, ic.off.as_ref());
                 args.arg(&failed);
             },
-        )
-        .map_err(device)?;
-        let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
+        )?;
+        let failed_row = gpu.download(&failed)?[0] as usize;
         if failed_row <= n {
             // A diagonal entry that is not positive is named first, as the
             // CPU's block-IC does.
@@ -1555,10 +1495,7 @@ impl DeviceBlockIc {
         spans.device("factorisation (1 read-back)");
         if precision == Precision::Mixed {
             let off = ic.off.as_ref().unwrap_or(&m.values);
-            ic.f32_factors = Some((
-                f32_copy(gpu, &ic.diag).map_err(device)?,
-                f32_copy(gpu, off).map_err(device)?,
-            ));
+            ic.f32_factors = Some((f32_copy(gpu, &ic.diag)?, f32_copy(gpu, off)?));
             spans.device("f32 factors");
         }
         spans.finish();

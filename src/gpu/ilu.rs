@@ -17,7 +17,7 @@ use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
 use super::krylov::DeviceDiagonal;
 use super::pcg::{GpuSolveOptions, GpuSolver};
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::registry::{self, Role};
@@ -26,10 +26,6 @@ use crate::solve::{Preconditioner, SolveError, SolverControls, SolverPerformance
 use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
 use crate::sparse::{Csr, Reordered};
-
-fn device(e: GpuError) -> SolveError {
-    SolveError::Device(e.to_string())
-}
 
 /// ILU(k) factors on the device, factorised there.
 pub struct DeviceIlu<'g> {
@@ -73,25 +69,23 @@ impl<'g> DeviceIlu<'g> {
                 backward: DeviceLevels::upload(gpu, &LevelSchedule::upper(p))?,
             })
         };
-        let ilu = upload().map_err(device)?;
+        let ilu = upload()?;
         ilu.factorise(&pivot_thresholds(p), &diag)?;
         Ok(ilu)
     }
 
     fn factorise(&self, tiny: &[f64], diag: &[u64]) -> Result<(), SolveError> {
         let gpu = self.gpu;
-        let tiny = gpu.upload(tiny).map_err(device)?;
-        let failed = gpu.upload(&[self.n as i32 + 1]).map_err(device)?;
-        self.forward
-            .launch_each(gpu, "ilu_factor", |a| {
-                a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
-                a.arg(&tiny).arg(&self.lu).arg(&failed);
-            })
-            .map_err(device)?;
-        let failed_row = gpu.download(&failed).map_err(device)?[0] as usize;
+        let tiny = gpu.upload(tiny)?;
+        let failed = gpu.upload(&[self.n as i32 + 1])?;
+        self.forward.launch_each(gpu, "ilu_factor", |a| {
+            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+            a.arg(&tiny).arg(&self.lu).arg(&failed);
+        })?;
+        let failed_row = gpu.download(&failed)?[0] as usize;
         if failed_row <= self.n {
             let row = failed_row - 1;
-            let value = gpu.download(&self.lu).map_err(device)?[diag[row] as usize];
+            let value = gpu.download(&self.lu)?[diag[row] as usize];
             return Err(zero_pivot(self.fill_level, row, value));
         }
         Ok(())
@@ -185,7 +179,7 @@ impl<'g> DeviceSchwarz<'g> {
                 factor,
             })
         };
-        upload().map_err(device)
+        upload().map_err(SolveError::from)
     }
 
     /// Forward and backward levels of the blocks' factor.
@@ -217,35 +211,23 @@ impl DevicePreconditioner for DeviceSchwarz<'_> {
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (n, nb) = (self.n as i32, self.n_block_rows as i32);
-        gpu.launch(
-            "schwarz_gather",
-            vector_grid(self.n_block_rows),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&nb).arg(&self.gather).arg(r).arg(&self.rb);
-                arg_or_null(a, done);
-            },
-        )?;
+        gpu.launch_vector("schwarz_gather", self.n_block_rows, |a| {
+            a.arg(&nb).arg(&self.gather).arg(r).arg(&self.rb);
+            arg_or_null(a, done);
+        })?;
         let factor: &dyn DevicePreconditioner = match &self.factor {
             DeviceBlockFactor::Ilu(f) => f.as_ref(),
             DeviceBlockFactor::Ic0(f) => f.as_ref(),
         };
         factor.apply_with(&self.rb, &self.yb, done)?;
-        gpu.launch(
-            "schwarz_scatter",
-            vector_grid(self.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&self.scatter_ptr)
-                    .arg(&self.scatter_list)
-                    .arg(&self.yb)
-                    .arg(z);
-                arg_or_null(a, done);
-            },
-        )
+        gpu.launch_vector("schwarz_scatter", self.n, |a| {
+            a.arg(&n)
+                .arg(&self.scatter_ptr)
+                .arg(&self.scatter_list)
+                .arg(&self.yb)
+                .arg(z);
+            arg_or_null(a, done);
+        })
     }
     fn is_linear(&self) -> bool {
         true

@@ -233,6 +233,14 @@ impl<'a> KernelArgs<'a> {
     }
 }
 
+/// `push` as it stands, for arguments that several launches begin with:
+/// bound to one launch lifetime `'a`, so that it may borrow the caller's
+/// locals (a closure with its argument written `&mut KernelArgs<'_>` would
+/// have to push arguments that live for any lifetime).
+pub fn shared_args<'a, F: Fn(&mut KernelArgs<'a>)>(push: F) -> F {
+    push
+}
+
 impl CType {
     /// The type with the signedness of integers dropped: `int` and
     /// `unsigned`, `long long` and `u64` have one size and one layout.

@@ -67,10 +67,6 @@ pub struct GpuKrylovBackend<'g> {
     failure: FirstFailure,
 }
 
-fn device(e: GpuError) -> SolveError {
-    SolveError::Device(e.to_string())
-}
-
 impl<'g> GpuKrylovBackend<'g> {
     /// Uploads `a` (square, rows in the order to use) as mod-SELL with
     /// `slice_height` rows per slice; preconditions with `precond`.
@@ -459,13 +455,13 @@ pub fn run_krylov(
     controls: &SolverControls,
     field: &str,
 ) -> Result<(SolverPerformance, Vec<f64>), SolveError> {
-    let b_dev = backend.upload(b).map_err(device)?;
-    let mut x_dev = backend.upload(x0).map_err(device)?;
+    let b_dev = backend.upload(b)?;
+    let mut x_dev = backend.upload(x0)?;
     let perf = match method {
         KrylovMethod::Gmres(s) => gmres(backend, &b_dev, &mut x_dev, controls, s, field)?,
         KrylovMethod::BiCgStab => bicgstab(backend, &b_dev, &mut x_dev, controls, field)?,
     };
-    Ok((perf, backend.download(&x_dev).map_err(device)?))
+    Ok((perf, backend.download(&x_dev)?))
 }
 
 /// Builds a device preconditioner for the matrix in the device's row order
@@ -519,8 +515,7 @@ impl<'g> GpuSolver<'g> {
         let perm = self.permutation(a, options)?;
         let ordered = Reordered::with_permutation(a, perm).map_err(SolveError::Device)?;
         let precond = build(gpu, ordered.matrix())?;
-        let backend = GpuKrylovBackend::new(gpu, ordered.matrix(), precond, options.slice_height)
-            .map_err(device)?;
+        let backend = GpuKrylovBackend::new(gpu, ordered.matrix(), precond, options.slice_height)?;
         let (perf, x_new) = run_krylov(
             &backend,
             method,

@@ -3,7 +3,7 @@
 use crate::gpu::KernelArgs;
 use cudarc::driver::CudaSlice;
 
-use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{Gpu, GpuError};
 use crate::sparse::{Csr, ModSell, Sell};
 
 /// Which storage format.
@@ -72,15 +72,9 @@ pub fn f32_copy_into(
             from.len()
         ))
     })?;
-    gpu.launch(
-        "cast_f64_to_f32",
-        vector_grid(from.len()),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&len).arg(from).arg(to);
-        },
-    )
+    gpu.launch_vector("cast_f64_to_f32", from.len(), |a| {
+        a.arg(&len).arg(from).arg(to);
+    })
 }
 
 /// Modified SELL on the device (see `sparse::modsell`).
@@ -163,7 +157,7 @@ impl DeviceModSell {
         dims: &'a [i32; 2],
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        gpu.launch(kernel, vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector(kernel, self.n, |a| {
             a.arg(&dims[0])
                 .arg(&dims[1])
                 .arg(&self.slice_ptr)
@@ -337,7 +331,7 @@ impl DeviceMatrix {
                 values,
             } => {
                 let n32 = *n as i32;
-                gpu.launch("spmv_csr", vector_grid(*n), VECTOR_BLOCK, 0, |a| {
+                gpu.launch_vector("spmv_csr", *n, |a| {
                     a.arg(&n32).arg(row_ptr).arg(cols).arg(values).arg(x).arg(y);
                 })
             }

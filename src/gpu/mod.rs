@@ -583,6 +583,14 @@ pub enum GpuError {
     Invalid(String),
 }
 
+/// A device failure as a linear solve's error, its message kept: the GPU
+/// solvers pass their device errors on with `?`.
+impl From<GpuError> for crate::solve::SolveError {
+    fn from(e: GpuError) -> Self {
+        Self::Device(e.to_string())
+    }
+}
+
 /// [`GpuError::Kernel`]'s error for a kernel first launched inside a
 /// [`Gpu::capture`], which then loads it outside the capture and records again.
 const UNLOADED_IN_CAPTURE: &str = "first launched inside a CUDA graph capture";
@@ -1113,6 +1121,18 @@ impl Gpu {
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         self.launch_on(&self.stream, kernel, grid, block, shared_bytes, push)
+    }
+
+    /// [`Gpu::launch`] of a vector kernel: a thread for each of `n` entries
+    /// (rows, faces, ...) in blocks of [`VECTOR_BLOCK`] threads
+    /// ([`vector_grid`]), no shared memory.
+    pub fn launch_vector<'a>(
+        &'a self,
+        kernel: &'static str,
+        n: usize,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        self.launch(kernel, vector_grid(n), VECTOR_BLOCK, 0, push)
     }
 
     /// [`Gpu::launch`] on `stream`, a stream of this device (e.g. a

@@ -1283,8 +1283,7 @@ pub fn solve_pcg_multi(
     options: &MultiGpuOptions,
 ) -> Result<SolverPerformance, SolveError> {
     check_system(a, b, x, controls)?;
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let backend = MultiGpuBackend::new(gpus, a, d, options).map_err(device)?;
+    let backend = MultiGpuBackend::new(gpus, a, d, options)?;
     solve_pcg_with(&backend, b, x, controls, field)
 }
 
@@ -1299,16 +1298,14 @@ pub fn solve_pcg_with(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
     let (b_dev, mut x_dev) = timings::span("right-hand side and start to the GPUs", || {
         Ok::<_, GpuError>((backend.upload(b)?, backend.upload(x)?))
-    })
-    .map_err(device)?;
+    })?;
     let perf = timings::span("PCG over the GPUs", || {
         pcg(backend, &b_dev, &mut x_dev, controls, field)
     })?;
     let solution = timings::span("solution to the host", || backend.download(&x_dev));
-    x.copy_from_slice(&solution.map_err(device)?);
+    x.copy_from_slice(&solution?);
     Ok(perf)
 }
 
@@ -1343,15 +1340,9 @@ fn launch_pack(
     buf: &CudaSlice<f64>,
 ) -> Result<(), GpuError> {
     let n = plan.idx.len() as i32;
-    gpu.launch(
-        "halo_pack",
-        vector_grid(plan.idx.len()),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n).arg(send_idx).arg(x).arg(buf);
-        },
-    )
+    gpu.launch_vector("halo_pack", plan.idx.len(), |a| {
+        a.arg(&n).arg(send_idx).arg(x).arg(buf);
+    })
 }
 
 /// One rank's NCCL sends of its packed values and receives into its halo
@@ -1402,9 +1393,7 @@ impl<'a> HaloAdd<'a> {
     /// `halo_add` (no waiting: the halo is in place).
     fn launch(&self, gpu: &Gpu) -> Result<(), GpuError> {
         let (n, row0) = (self.a_oh.n as i32, self.n_interior as i32);
-        gpu.launch("halo_add", vector_grid(self.a_oh.n), VECTOR_BLOCK, 0, |a| {
-            self.push_args(a, &n, &row0)
-        })
+        gpu.launch_vector("halo_add", self.a_oh.n, |a| self.push_args(a, &n, &row0))
     }
 }
 

@@ -645,23 +645,17 @@ impl<'g> GpuCgBackend<'g> {
     ) -> Result<(), GpuError> {
         let n = self.n32();
         let (j, ticket) = in_loop.unwrap_or((0, None));
-        self.gpu.launch(
-            "cg_update",
-            vector_grid(self.matrix.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n);
-                arg_or_null(a, in_loop.map(|_| &s.state));
-                a.arg(&s.scalars).arg(p).arg(q).arg(x).arg(r);
-                arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
-                a.arg(&with_rz);
-                arg_or_null(a, self.inv_diag.as_ref());
-                arg_or_null(a, z_out);
-                a.arg(&s.vector_partials).arg(&s.records).arg(&j);
-                arg_or_null(a, ticket);
-            },
-        )
+        self.gpu.launch_vector("cg_update", self.matrix.n, |a| {
+            a.arg(&n);
+            arg_or_null(a, in_loop.map(|_| &s.state));
+            a.arg(&s.scalars).arg(p).arg(q).arg(x).arg(r);
+            arg_or_null(a, self.scaling.as_ref().map(|sc| &sc.unscale));
+            a.arg(&with_rz);
+            arg_or_null(a, self.inv_diag.as_ref());
+            arg_or_null(a, z_out);
+            a.arg(&s.vector_partials).arg(&s.records).arg(&j);
+            arg_or_null(a, ticket);
+        })
     }
 
     /// The launches of one chunk of `count` iterations: 5 per iteration, or 3
@@ -1011,15 +1005,9 @@ impl CgBackend for GpuCgBackend<'_> {
     fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
         self.failure.guarded((), || {
             let (n, z, p) = (self.n32(), z.dev()?, p.dev()?);
-            self.gpu.launch(
-                "cg_direction",
-                vector_grid(self.matrix.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n).arg(&NULL).arg(&beta).arg(z).arg(p);
-                },
-            )
+            self.gpu.launch_vector("cg_direction", self.matrix.n, |a| {
+                a.arg(&n).arg(&NULL).arg(&beta).arg(z).arg(p);
+            })
         })
     }
 
@@ -1170,7 +1158,7 @@ pub(crate) fn vector_sum(
 ) -> Result<f64, GpuError> {
     let (partials, scalars) = buffers;
     let n32 = n as i32;
-    gpu.launch(kernel, vector_grid(n), VECTOR_BLOCK, 0, |args| {
+    gpu.launch_vector(kernel, n, |args| {
         args.arg(&n32);
         for &v in vectors {
             args.arg(v);
@@ -1291,11 +1279,10 @@ fn pcg_scaled_reordered(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let b_dev = backend.upload(&ordered.to_new(&scaled.b)).map_err(device)?;
-    let mut x_dev = backend.upload(&ordered.to_new(&scaled.x)).map_err(device)?;
+    let b_dev = backend.upload(&ordered.to_new(&scaled.b))?;
+    let mut x_dev = backend.upload(&ordered.to_new(&scaled.x))?;
     let perf = pcg(backend, &b_dev, &mut x_dev, controls, field)?;
-    let x_new = backend.download(&x_dev).map_err(device)?;
+    let x_new = backend.download(&x_dev)?;
     let mut y = vec![0.0; x.len()];
     ordered.to_old_into(&x_new, &mut y);
     scaled.unscale_into(&y, x);
@@ -1393,8 +1380,7 @@ impl<'g> GpuSolver<'g> {
             jacobi,
             eq_ordered.as_deref(),
             options,
-        )
-        .map_err(|e| SolveError::Device(e.to_string()))?;
+        )?;
         Ok((ordered, backend))
     }
 

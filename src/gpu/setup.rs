@@ -37,7 +37,7 @@ use cudarc::driver::CudaSlice;
 
 use super::amg::read_at;
 use super::matrix::DeviceModSell;
-use super::{Gpu, GpuError};
+use super::Gpu;
 use crate::solve::SolveError;
 
 /// One timed phase of a set-up.
@@ -213,9 +213,8 @@ pub fn checked_diagonal(
     m: &DeviceModSell,
     precond: &'static str,
 ) -> Result<(), SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
     let n = m.n;
-    let failed = gpu.upload(&[n as u64 + 1]).map_err(device)?;
+    let failed = gpu.upload(&[n as u64 + 1])?;
     let n32 = n as i32;
     gpu.launch(
         "diag_check",
@@ -225,12 +224,11 @@ pub fn checked_diagonal(
         |a| {
             a.arg(&n32).arg(&m.diag).arg(&failed);
         },
-    )
-    .map_err(device)?;
-    let first = gpu.download(&failed).map_err(device)?[0] as usize;
+    )?;
+    let first = gpu.download(&failed)?[0] as usize;
     if first <= n {
         let row = first - 1;
-        let value = read_at(gpu, &m.diag, row).map_err(device)?;
+        let value = read_at(gpu, &m.diag, row)?;
         return Err(SolveError::NonPositiveDiagonal {
             precond,
             row,
@@ -262,10 +260,9 @@ pub fn jacobi_scales(
     precond: &'static str,
 ) -> Result<(CudaSlice<f64>, Option<CudaSlice<f32>>), SolveError> {
     checked_diagonal(gpu, m, precond)?;
-    let device = |e: GpuError| SolveError::Device(e.to_string());
-    let scale = gpu.zeros::<f64>(m.n).map_err(device)?;
+    let scale = gpu.zeros::<f64>(m.n)?;
     let rounded = match f32 {
-        true => Some(gpu.zeros::<f32>(m.n).map_err(device)?),
+        true => Some(gpu.zeros::<f32>(m.n)?),
         false => None,
     };
     let (mode, omega) = match kind {
@@ -278,8 +275,7 @@ pub fn jacobi_scales(
         a.arg(&m.values).arg(&m.diag).arg(&mode).arg(&omega);
         a.arg(&scale);
         super::arg_or_null(a, rounded.as_ref());
-    })
-    .map_err(device)?;
+    })?;
     Ok((scale, rounded))
 }
 

@@ -69,7 +69,7 @@ use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::polynomial::DevicePolynomial;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted, SimpleSettings};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
@@ -441,19 +441,13 @@ fn launch_face_walk<'a>(
     if *n_faces <= 0 {
         return Ok(());
     }
-    gpu.launch(
-        kernel,
-        vector_grid(*n_faces as usize),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(n_faces)
-                .arg(arrays.face_owner)
-                .arg(arrays.face_neighbour)
-                .arg(arrays.weights);
-            push(a);
-        },
-    )
+    gpu.launch_vector(kernel, *n_faces as usize, |a| {
+        a.arg(n_faces)
+            .arg(arrays.face_owner)
+            .arg(arrays.face_neighbour)
+            .arg(arrays.weights);
+        push(a);
+    })
 }
 
 impl<'g> DeviceSimple<'g> {
@@ -683,7 +677,7 @@ impl<'g> DeviceSimple<'g> {
         let continuity = simple.record_continuity(abs_sum / total, sum / total);
         let alpha_p = settings.relaxation_p;
         let p = self.p.dev()?;
-        gpu.launch("simple_relax", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector("simple_relax", n, |a| {
             a.arg(&n_i).arg(&alpha_p).arg(&self.p_old).arg(p);
         })?;
         self.correct_velocity()?;
@@ -720,13 +714,12 @@ impl<'g> DeviceSimple<'g> {
         let n = self.laplacian.n();
         let n_i = n as i32;
         self.laplacian.divergence(&self.phi_hbya, &self.div)?;
-        self.gpu
-            .launch("simple_source", vector_grid(n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n_i)
-                    .arg(&self.div)
-                    .arg(self.laplacian.volumes())
-                    .arg(&self.source);
-            })?;
+        self.gpu.launch_vector("simple_source", n, |a| {
+            a.arg(&n_i)
+                .arg(&self.div)
+                .arg(self.laplacian.volumes())
+                .arg(&self.source);
+        })?;
         if rau_unchanged {
             self.laplacian.reassemble_source_from_device(&self.source)?;
             *host += timer.lap(&mut seconds.assembly)?;
@@ -812,22 +805,16 @@ impl<'g> DeviceSimple<'g> {
         let u = (0..3)
             .map(|c| solved(c).then(|| self.u[c].dev()).transpose())
             .collect::<Result<Vec<_>, _>>()?;
-        self.gpu.launch(
-            "simple_correct_velocities",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_i);
-                for c in 0..3 {
-                    arg_or_null(a, solved(c).then_some(&self.hbya[c]));
-                }
-                a.arg(&self.r_au).arg(self.laplacian.gradient_buffer());
-                for u_c in &u {
-                    arg_or_null(a, *u_c);
-                }
-            },
-        )
+        self.gpu.launch_vector("simple_correct_velocities", n, |a| {
+            a.arg(&n_i);
+            for c in 0..3 {
+                arg_or_null(a, solved(c).then_some(&self.hbya[c]));
+            }
+            a.arg(&self.r_au).arg(self.laplacian.gradient_buffer());
+            for u_c in &u {
+                arg_or_null(a, *u_c);
+            }
+        })
     }
 
     /// AMG-PCG: sets the hierarchy up on the pressure matrix just
@@ -955,26 +942,20 @@ impl<'g> DeviceSimple<'g> {
         let hbya = [&self.hbya[0], &self.hbya[1], &self.hbya[2]];
         m.face_flux(gpu, pressure, &self.components, hbya, &self.phi_hbya)?;
         if let Some([_, r_atu, diff]) = &m.consistent {
-            gpu.launch("simple_difference", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector("simple_difference", n, |a| {
                 a.arg(&n_i).arg(r_atu).arg(&self.r_au).arg(diff);
             })?;
             pressure.add_gradient_flux(p, diff, &self.phi_hbya)?;
             for &c in &self.components {
                 let c_i = c as i32;
-                gpu.launch(
-                    "simple_simplec_hbya",
-                    vector_grid(n),
-                    VECTOR_BLOCK,
-                    0,
-                    |a| {
-                        a.arg(&n_i)
-                            .arg(&c_i)
-                            .arg(&self.r_au)
-                            .arg(r_atu)
-                            .arg(pressure.gradient_buffer())
-                            .arg(&self.hbya[c]);
-                    },
-                )?;
+                gpu.launch_vector("simple_simplec_hbya", n, |a| {
+                    a.arg(&n_i)
+                        .arg(&c_i)
+                        .arg(&self.r_au)
+                        .arg(r_atu)
+                        .arg(pressure.gradient_buffer())
+                        .arg(&self.hbya[c]);
+                })?;
             }
             gpu.copy(r_atu, &mut self.r_au)?;
         }
@@ -1233,26 +1214,20 @@ impl<'g> DeviceMomentum<'g> {
         if n_faces == 0 {
             return Ok(());
         }
-        gpu.launch(
-            "simple_deferred_correction",
-            vector_grid(n_faces as usize),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_faces)
-                    .arg(&deferred.k)
-                    .arg(arrays.face_owner)
-                    .arg(arrays.face_neighbour)
-                    .arg(arrays.weights)
-                    .arg(phi)
-                    .arg(u_c)
-                    .arg(viscous.gradient_buffer());
-                arg_or_null(a, deferred.to_owner.as_ref());
-                arg_or_null(a, deferred.to_neighbour.as_ref());
-                arg_or_null(a, deferred.delta.as_ref());
-                a.arg(&deferred.fc);
-            },
-        )
+        gpu.launch_vector("simple_deferred_correction", n_faces as usize, |a| {
+            a.arg(&n_faces)
+                .arg(&deferred.k)
+                .arg(arrays.face_owner)
+                .arg(arrays.face_neighbour)
+                .arg(arrays.weights)
+                .arg(phi)
+                .arg(u_c)
+                .arg(viscous.gradient_buffer());
+            arg_or_null(a, deferred.to_owner.as_ref());
+            arg_or_null(a, deferred.to_neighbour.as_ref());
+            arg_or_null(a, deferred.delta.as_ref());
+            a.arg(&deferred.fc);
+        })
     }
 
     /// The momentum matrix with component `k`'s diagonal in it, for the
@@ -1506,24 +1481,18 @@ impl<'g> DeviceMomentum<'g> {
                 .transpose()
         };
         let b_values = [viscous_of(0)?, viscous_of(1)?, viscous_of(2)?];
-        gpu.launch(
-            "simple_boundary_face_flux",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_i)
-                    .arg(arrays.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(&self.b_sf);
-                for (c, values) in b_values.iter().enumerate() {
-                    arg_or_null(a, solved(c));
-                    arg_or_null(a, values.as_ref().map(|v| v.b_value_internal));
-                    arg_or_null(a, values.as_ref().map(|v| v.b_value_boundary));
-                }
-                a.arg(out);
-            },
-        )
+        gpu.launch_vector("simple_boundary_face_flux", n, |a| {
+            a.arg(&n_i)
+                .arg(arrays.boundary_ptr)
+                .arg(&n_faces)
+                .arg(&self.b_sf);
+            for (c, values) in b_values.iter().enumerate() {
+                arg_or_null(a, solved(c));
+                arg_or_null(a, values.as_ref().map(|v| v.b_value_internal));
+                arg_or_null(a, values.as_ref().map(|v| v.b_value_boundary));
+            }
+            a.arg(out);
+        })
     }
 }
 

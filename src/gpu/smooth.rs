@@ -231,7 +231,7 @@ impl DeviceColouring {
             true => {
                 let rows = gpu.zeros::<i32>(n)?;
                 let n32 = n as i32;
-                gpu.launch("ic_identity_rows", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                gpu.launch_vector("ic_identity_rows", n, |a| {
                     a.arg(&n32).arg(&rows);
                 })?;
                 rows
@@ -443,7 +443,7 @@ fn zero_f32(
     done: Option<&CudaSlice<f64>>,
 ) -> Result<(), GpuError> {
     let n32 = n as i32;
-    gpu.launch("zero_vector_f32", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("zero_vector_f32", n, |a| {
         a.arg(&n32).arg(x);
         arg_or_null(a, done);
     })
@@ -713,16 +713,10 @@ impl<'g> DeviceSmoother<'g> {
         }
         if !self.double_buffered() || sweeps == 0 {
             let n = self.matrix.n as i32;
-            self.gpu.launch(
-                "zero_vector",
-                vector_grid(self.matrix.n),
-                VECTOR_BLOCK,
-                0,
-                |a| {
-                    a.arg(&n).arg(x);
-                    arg_or_null(a, done);
-                },
-            )?;
+            self.gpu.launch_vector("zero_vector", self.matrix.n, |a| {
+                a.arg(&n).arg(x);
+                arg_or_null(a, done);
+            })?;
         }
         self.sweeps(b, x, sweeps, self.double_buffered(), done)
     }
@@ -983,10 +977,9 @@ impl<'g> OnExecutor for GpuSmoothing<'_, 'g> {
 
 impl SmoothBackend for GpuSmoothing<'_, '_> {
     fn smooth(&self, b: &GpuVector, x: &mut GpuVector, sweeps: usize) -> Result<(), SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         self.smoother
-            .smooth(b.dev().map_err(device)?, x.dev().map_err(device)?, sweeps)
-            .map_err(device)
+            .smooth(b.dev()?, x.dev()?, sweeps)
+            .map_err(SolveError::from)
     }
 }
 
@@ -1067,7 +1060,6 @@ impl Layout {
         options: &GpuSolveOptions,
     ) -> Result<Self, SolveError> {
         let gpu = solver.gpu();
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let h = options.slice_height;
         if smoother.kind == SmootherKind::BlockJacobi {
             let (slice_height, p, ordered) = match smoother.block.inner.is_factorisation() {
@@ -1079,8 +1071,7 @@ impl Layout {
                     "block-IC",
                 ),
                 false => block_layout(gpu, a, smoother.block.block_size),
-            }
-            .map_err(device)?;
+            }?;
             return Ok(Self {
                 a: ordered,
                 ordering: Some(p),
@@ -1103,7 +1094,7 @@ impl Layout {
                 colouring: None,
             });
         }
-        let (by_colour, a_coloured, colouring) = colour_layout(gpu, &ordered, h).map_err(device)?;
+        let (by_colour, a_coloured, colouring) = colour_layout(gpu, &ordered, h)?;
         // New row k is base row by_colour[k], original row base[by_colour[k]].
         let ordering = match base {
             Some(base) => {
@@ -1158,15 +1149,14 @@ impl Layout {
         x: &mut [f64],
         solve: impl FnOnce(&GpuVector, &mut GpuVector) -> Result<SolverPerformance, SolveError>,
     ) -> Result<SolverPerformance, SolveError> {
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let to_new = |v: &[f64]| match &self.ordering {
             Some(p) => p.to_new(v),
             None => v.to_vec(),
         };
-        let b_dev = backend.upload(&to_new(b)).map_err(device)?;
-        let mut x_dev = backend.upload(&to_new(x)).map_err(device)?;
+        let b_dev = backend.upload(&to_new(b))?;
+        let mut x_dev = backend.upload(&to_new(x))?;
         let perf = solve(&b_dev, &mut x_dev)?;
-        let x_new = backend.download(&x_dev).map_err(device)?;
+        let x_new = backend.download(&x_dev)?;
         match &self.ordering {
             Some(p) => x.copy_from_slice(&p.to_old(&x_new)),
             None => x.copy_from_slice(&x_new),
@@ -1246,13 +1236,11 @@ impl GpuSolver<'_> {
         let x = s.x;
         check_system(a, b, x, controls)?;
         preconditioner.check()?;
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let mut scaled = ScaledSystem::new(a, equilibration, b, x)?;
         let layout = Layout::new(self, scaled.matrix(a), settings, options)?;
         let eq_ordered = scaled.permuted_equilibration(layout.ordering.as_ref());
-        let (mut backend, smoother) = layout
-            .build(self.gpu(), settings, eq_ordered.as_deref(), options)
-            .map_err(device)?;
+        let (mut backend, smoother) =
+            layout.build(self.gpu(), settings, eq_ordered.as_deref(), options)?;
         backend.set_preconditioner(Box::new(DeviceSmootherPreconditioner::new(
             smoother, settings,
         )));
@@ -1280,11 +1268,8 @@ impl GpuSolver<'_> {
         check_system(a, b, x, controls)?;
         settings.validate().map_err(SolveError::InvalidControls)?;
         check_diagonal(a, "smoother")?;
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         let layout = Layout::new(self, a, settings, options)?;
-        let (backend, smoother) = layout
-            .build(self.gpu(), settings, None, options)
-            .map_err(device)?;
+        let (backend, smoother) = layout.build(self.gpu(), settings, None, options)?;
         let smoothing = GpuSmoothing {
             cg: &backend,
             smoother: &smoother,

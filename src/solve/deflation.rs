@@ -31,6 +31,7 @@ use nalgebra::DMatrix;
 use rayon::prelude::*;
 
 use super::checks::on_copies;
+use super::executor::vectors_and_reductions_of;
 use super::lanczos::{Recorded, SpectrumEstimate};
 use super::{
     pcg, CgBackend, CpuBackend, Executor, InitialNorms, Preconditioner, SolveError, SolverControls,
@@ -337,13 +338,8 @@ where
     D: DeflationOps<B::Vector>,
 {
     type Vector = B::Vector;
+    vectors_and_reductions_of!(inner);
 
-    fn n(&self) -> usize {
-        self.inner.n()
-    }
-    fn new_vector(&self) -> B::Vector {
-        self.inner.new_vector()
-    }
     /// r = P (b − A x) (= b − A x after `correct_initial_guess`, to round-off);
     /// normFactor as the inner backend computes it for x.
     fn initialize(&self, b: &B::Vector, x: &B::Vector, r: &mut B::Vector) -> InitialNorms {
@@ -353,12 +349,6 @@ where
             residual_sum: self.inner.sum_abs(r),
             norm_factor: norms.norm_factor,
         }
-    }
-    fn dot(&self, a: &B::Vector, b: &B::Vector) -> f64 {
-        self.inner.dot(a, b)
-    }
-    fn sum_abs(&self, v: &B::Vector) -> f64 {
-        self.inner.sum_abs(v)
     }
     fn device_status(&self) -> Result<(), SolveError> {
         self.inner.device_status()?;

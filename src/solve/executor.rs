@@ -98,6 +98,29 @@ pub trait OnExecutor {
     fn executor(&self) -> &Self::Inner;
 }
 
+/// An [`Executor`]'s vectors and reductions (`n`, `new_vector`, `dot`,
+/// `sum_abs`) passed on unchanged to the executor in field `$inner`, written
+/// inside the `impl Executor` block of a wrapper that gives its own
+/// initial residual (and, where it adds one, its own device status); a
+/// wrapper that changes none of them is an [`OnExecutor`] instead.
+macro_rules! vectors_and_reductions_of {
+    ($inner:ident) => {
+        fn n(&self) -> usize {
+            self.$inner.n()
+        }
+        fn new_vector(&self) -> Self::Vector {
+            self.$inner.new_vector()
+        }
+        fn dot(&self, a: &Self::Vector, b: &Self::Vector) -> f64 {
+            self.$inner.dot(a, b)
+        }
+        fn sum_abs(&self, v: &Self::Vector) -> f64 {
+            self.$inner.sum_abs(v)
+        }
+    };
+}
+pub(crate) use vectors_and_reductions_of;
+
 impl<T: OnExecutor> Executor for T {
     type Vector = <T::Inner as Executor>::Vector;
     fn n(&self) -> usize {

@@ -77,6 +77,7 @@ use super::amg::coarsest::CoarsestSolver;
 use super::amg::{AmgSettings, MAX_DENSE_ROWS};
 use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
+use super::executor::vectors_and_reductions_of;
 use super::ic::{Dic, DicFactor};
 use super::jacobi::Identity;
 use super::pcg::pcg_unlogged;
@@ -1276,24 +1277,13 @@ impl<'a> Gamg<'a> {
 /// The finest level's CPU backend.
 impl Executor for Gamg<'_> {
     type Vector = Vec<f64>;
-    fn n(&self) -> usize {
-        self.fine.n()
-    }
-    fn new_vector(&self) -> Vec<f64> {
-        self.fine.new_vector()
-    }
+    vectors_and_reductions_of!(fine);
     /// The finest residual and OpenFOAM's norms; the residual is kept for
     /// the next cycle.
     fn initialize(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> InitialNorms {
         let norms = self.fine.initialize(b, x, r);
         self.lock_work().residual.copy_from_slice(r);
         norms
-    }
-    fn dot(&self, a: &Vec<f64>, b: &Vec<f64>) -> f64 {
-        self.fine.dot(a, b)
-    }
-    fn sum_abs(&self, v: &Vec<f64>) -> f64 {
-        self.fine.sum_abs(v)
     }
 }
 

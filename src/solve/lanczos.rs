@@ -20,6 +20,8 @@
 
 use std::cell::RefCell;
 
+use super::executor::vectors_and_reductions_of;
+use super::pcg::cg_steps_of;
 use super::{
     CgBackend, CgVectors, Executor, InitialNorms, IterationRecord, LoopState, SolveError, StopRule,
 };
@@ -151,21 +153,10 @@ impl<'a, B: CgBackend> Recorded<'a, B> {
 /// The inner executor's; a new initial residual starts a new record.
 impl<B: CgBackend> Executor for Recorded<'_, B> {
     type Vector = B::Vector;
-    fn n(&self) -> usize {
-        self.inner.n()
-    }
-    fn new_vector(&self) -> B::Vector {
-        self.inner.new_vector()
-    }
+    vectors_and_reductions_of!(inner);
     fn initialize(&self, b: &B::Vector, x: &B::Vector, r: &mut B::Vector) -> InitialNorms {
         self.records.borrow_mut().clear();
         self.inner.initialize(b, x, r)
-    }
-    fn dot(&self, a: &B::Vector, b: &B::Vector) -> f64 {
-        self.inner.dot(a, b)
-    }
-    fn sum_abs(&self, v: &B::Vector) -> f64 {
-        self.inner.sum_abs(v)
     }
     fn device_status(&self) -> Result<(), SolveError> {
         self.inner.device_status()
@@ -173,25 +164,7 @@ impl<B: CgBackend> Executor for Recorded<'_, B> {
 }
 
 impl<B: CgBackend> CgBackend for Recorded<'_, B> {
-    fn precondition(&self, r: &B::Vector, z: &mut B::Vector) -> f64 {
-        self.inner.precondition(r, z)
-    }
-    fn update_direction(&self, beta: f64, z: &B::Vector, p: &mut B::Vector) {
-        self.inner.update_direction(beta, z, p)
-    }
-    fn apply_operator(&self, p: &B::Vector, q: &mut B::Vector) -> f64 {
-        self.inner.apply_operator(p, q)
-    }
-    fn update_solution(
-        &self,
-        alpha: f64,
-        p: &B::Vector,
-        q: &B::Vector,
-        x: &mut B::Vector,
-        r: &mut B::Vector,
-    ) -> f64 {
-        self.inner.update_solution(alpha, p, q, x, r)
-    }
+    cg_steps_of!(inner);
     fn iterate(
         &self,
         rule: &StopRule,

@@ -223,6 +223,35 @@ pub trait CgBackend: Executor {
     }
 }
 
+/// The four steps of [`CgBackend`] every backend must give, each passed on
+/// unchanged to the backend in field `$inner` (written inside the `impl
+/// CgBackend` block of a wrapper that adds or replaces other methods:
+/// `iterate`, `flexible_term`, its own executor).
+macro_rules! cg_steps_of {
+    ($inner:ident) => {
+        fn precondition(&self, r: &Self::Vector, z: &mut Self::Vector) -> f64 {
+            self.$inner.precondition(r, z)
+        }
+        fn update_direction(&self, beta: f64, z: &Self::Vector, p: &mut Self::Vector) {
+            self.$inner.update_direction(beta, z, p)
+        }
+        fn apply_operator(&self, p: &Self::Vector, q: &mut Self::Vector) -> f64 {
+            self.$inner.apply_operator(p, q)
+        }
+        fn update_solution(
+            &self,
+            alpha: f64,
+            p: &Self::Vector,
+            q: &Self::Vector,
+            x: &mut Self::Vector,
+            r: &mut Self::Vector,
+        ) -> f64 {
+            self.$inner.update_solution(alpha, p, q, x, r)
+        }
+    };
+}
+pub(crate) use cg_steps_of;
+
 /// The PCG iterations of [`CgBackend::iterate`] driven one step at a time from
 /// the host: the trait's default, and the path a backend takes when it cannot
 /// fuse its preconditioner into a device loop.

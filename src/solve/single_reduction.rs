@@ -16,7 +16,7 @@ use super::checks::{check_system, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::OnExecutor;
 use super::jacobi::{Identity, Jacobi};
-use super::pcg::{CgBackend, CgVectors, IterationRecord, LoopState, StopRule};
+use super::pcg::{cg_steps_of, CgBackend, CgVectors, IterationRecord, LoopState, StopRule};
 use super::LinearOperator;
 use super::{pcg, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
@@ -74,25 +74,7 @@ impl<'a> OnExecutor for SingleReduction<'a> {
 }
 
 impl CgBackend for SingleReduction<'_> {
-    fn precondition(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> f64 {
-        self.cpu.precondition(r, z)
-    }
-    fn update_direction(&self, beta: f64, z: &Vec<f64>, p: &mut Vec<f64>) {
-        self.cpu.update_direction(beta, z, p)
-    }
-    fn apply_operator(&self, p: &Vec<f64>, q: &mut Vec<f64>) -> f64 {
-        self.cpu.apply_operator(p, q)
-    }
-    fn update_solution(
-        &self,
-        alpha: f64,
-        p: &Vec<f64>,
-        q: &Vec<f64>,
-        x: &mut Vec<f64>,
-        r: &mut Vec<f64>,
-    ) -> f64 {
-        self.cpu.update_solution(alpha, p, q, x, r)
-    }
+    cg_steps_of!(cpu);
 
     /// Up to `count` iterations: a prologue (u, w, r · u and w · u of the
     /// current r: β, p · Ap and α of the first iteration), then per

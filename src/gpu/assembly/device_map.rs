@@ -65,19 +65,13 @@ impl DeviceAddressing {
     fn rows(&self, gpu: &Gpu, cells: &CudaSlice<u32>) -> Result<CudaSlice<u32>, GpuError> {
         let rows = unzeroed::<u32>(gpu, self.n_faces)?;
         let n = self.n_faces as i32;
-        gpu.launch(
-            "amap_gather_rows",
-            vector_grid(self.n_faces),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n)
-                    .arg(&self.faces)
-                    .arg(cells)
-                    .arg(&self.old_to_new)
-                    .arg(&rows);
-            },
-        )?;
+        gpu.launch_vector("amap_gather_rows", self.n_faces, |a| {
+            a.arg(&n)
+                .arg(&self.faces)
+                .arg(cells)
+                .arg(&self.old_to_new)
+                .arg(&rows);
+        })?;
         Ok(rows)
     }
 
@@ -112,15 +106,9 @@ pub(super) fn gather(
 ) -> Result<CudaSlice<f64>, GpuError> {
     let dst = unzeroed::<f64>(gpu, n * width)?;
     let (n32, width32) = (n as i32, width as i32);
-    gpu.launch(
-        "amap_gather_f64",
-        vector_grid(n * width),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n32).arg(&width32).arg(index).arg(src).arg(&dst);
-        },
-    )?;
+    gpu.launch_vector("amap_gather_f64", n * width, |a| {
+        a.arg(&n32).arg(&width32).arg(index).arg(src).arg(&dst);
+    })?;
     Ok(dst)
 }
 
@@ -179,19 +167,13 @@ pub(in crate::gpu) fn build(
     let n_slices = n.div_ceil(h);
     let widths = unzeroed::<u32>(gpu, n_slices)?;
     let first_long = gpu.upload(&[NO_ROW])?;
-    gpu.launch(
-        "amap_slice_widths",
-        vector_grid(n_slices),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n32)
-                .arg(&h32)
-                .arg(&count)
-                .arg(&widths)
-                .arg(&first_long);
-        },
-    )?;
+    gpu.launch_vector("amap_slice_widths", n_slices, |a| {
+        a.arg(&n32)
+            .arg(&h32)
+            .arg(&count)
+            .arg(&widths)
+            .arg(&first_long);
+    })?;
     let long_row = read_at(gpu, &first_long, 0)?;
     if long_row != NO_ROW {
         let faces = read_at(gpu, &count, long_row as usize)?;
@@ -219,28 +201,22 @@ pub(in crate::gpu) fn build(
     let pattern_codes = unzeroed::<i32>(gpu, slots)?;
     let first_met = unzeroed::<u32>(gpu, n)?;
     let bad_row = gpu.upload(&[NO_ROW])?;
-    gpu.launch(
-        "amap_rows",
-        vector_grid(n_slices * h),
-        VECTOR_BLOCK,
-        0,
-        |a| {
-            a.arg(&n32)
-                .arg(&h32)
-                .arg(&d_slice_ptr)
-                .arg(&row_ptr)
-                .arg(&row_faces)
-                .arg(&d_owner)
-                .arg(&d_neighbour)
-                .arg(&d_new_to_old)
-                .arg(&d_old_to_new)
-                .arg(&face_codes)
-                .arg(&face_slots)
-                .arg(&pattern_codes)
-                .arg(&first_met)
-                .arg(&bad_row);
-        },
-    )?;
+    gpu.launch_vector("amap_rows", n_slices * h, |a| {
+        a.arg(&n32)
+            .arg(&h32)
+            .arg(&d_slice_ptr)
+            .arg(&row_ptr)
+            .arg(&row_faces)
+            .arg(&d_owner)
+            .arg(&d_neighbour)
+            .arg(&d_new_to_old)
+            .arg(&d_old_to_new)
+            .arg(&face_codes)
+            .arg(&face_slots)
+            .arg(&pattern_codes)
+            .arg(&first_met)
+            .arg(&bad_row);
+    })?;
     drop(row_faces);
     let bad = read_at(gpu, &bad_row, 0)?;
     if bad != NO_ROW {
@@ -306,7 +282,7 @@ pub(in crate::gpu) fn build(
     })?;
     let boundary_ptr = unzeroed::<u32>(gpu, n + 1)?;
     let n_ptr = (n + 1) as i32;
-    gpu.launch("amap_narrow", vector_grid(n + 1), VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_narrow", n + 1, |a| {
         a.arg(&n_ptr).arg(&boundary_ptr64).arg(&boundary_ptr);
     })?;
 

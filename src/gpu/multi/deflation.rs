@@ -77,8 +77,7 @@ impl<'b, 'g> MultiGpuDeflation<'b, 'g> {
                 .iter()
                 .zip(&columns)
                 .map(|(r, c)| upload(r.gpu, c, d.n_ranks()))
-                .collect::<Result<Vec<_>, GpuError>>()
-                .map_err(|e| SolveError::Device(e.to_string()))?;
+                .collect::<Result<Vec<_>, GpuError>>()?;
             Ok((columns, ranks))
         });
         let (columns, ranks) = agree(comm, uploaded)?;

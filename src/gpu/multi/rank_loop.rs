@@ -468,9 +468,7 @@ impl<'g> MultiGpuBackend<'g> {
     ) -> Result<(SolverPerformance, Vec<f64>), SolveError> {
         let solved =
             super::pcg_over_ranks(self, deflation, b, x, controls, field).and_then(|perf| {
-                let whole = self
-                    .download(x)
-                    .map_err(|e| SolveError::Device(e.to_string()))?;
+                let whole = self.download(x)?;
                 Ok((perf, whole))
             });
         let Some(peers) = &self.peers else {

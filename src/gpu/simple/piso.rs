@@ -348,24 +348,18 @@ impl<'g> DevicePiso<'g> {
             arg_or_null(a, older.map(|o| &o.flux));
             a.arg(&c0).arg(&c00).arg(&r_dt).arg(&d.phi_hbya);
         })?;
-        d.gpu.launch(
-            "piso_ddt_correction_boundary",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_i)
-                    .arg(arrays.boundary_ptr)
-                    .arg(&n_faces)
-                    .arg(&self.fixes_value)
-                    .arg(&d.r_au)
-                    .arg(&self.old.phi)
-                    .arg(&self.old.flux);
-                arg_or_null(a, older.map(|o| &o.phi));
-                arg_or_null(a, older.map(|o| &o.flux));
-                a.arg(&c0).arg(&c00).arg(&r_dt).arg(&d.phi_hbya);
-            },
-        )
+        d.gpu.launch_vector("piso_ddt_correction_boundary", n, |a| {
+            a.arg(&n_i)
+                .arg(arrays.boundary_ptr)
+                .arg(&n_faces)
+                .arg(&self.fixes_value)
+                .arg(&d.r_au)
+                .arg(&self.old.phi)
+                .arg(&self.old.flux);
+            arg_or_null(a, older.map(|o| &o.phi));
+            arg_or_null(a, older.map(|o| &o.flux));
+            a.arg(&c0).arg(&c00).arg(&r_dt).arg(&d.phi_hbya);
+        })
     }
 
     /// The momentum equations of the solved components around the resident
@@ -452,15 +446,9 @@ impl<'g> DevicePiso<'g> {
         let n = lap.n();
         let n_i = n as i32;
         lap.divergence(&d.phi, &d.div)?;
-        d.gpu.launch(
-            "piso_continuity_terms",
-            vector_grid(n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
-                a.arg(&n_i).arg(&d.div).arg(lap.volumes()).arg(&self.terms);
-            },
-        )?;
+        d.gpu.launch_vector("piso_continuity_terms", n, |a| {
+            a.arg(&n_i).arg(&d.div).arg(lap.volumes()).arg(&self.terms);
+        })?;
         let [sum, abs_sum] = lap.sums(&self.terms, None)?;
         let total = lap.total_volume();
         Ok(piso
@@ -572,7 +560,7 @@ impl<'g> DevicePiso<'g> {
                 if corrector.alpha_p < 1.0 {
                     let p = d.p.dev()?;
                     let alpha = corrector.alpha_p;
-                    gpu.launch("simple_relax", vector_grid(n), VECTOR_BLOCK, 0, |a| {
+                    gpu.launch_vector("simple_relax", n, |a| {
                         a.arg(&n_i).arg(&alpha).arg(&d.p_old).arg(p);
                     })?;
                 }

@@ -9,14 +9,10 @@
 use cudarc::driver::CudaSlice;
 
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::jacobi::Jacobi;
 use crate::solve::{PreconditionerKind, SolveError};
 use crate::sparse::Csr;
-
-fn device(e: GpuError) -> SolveError {
-    SolveError::Device(e.to_string())
-}
 
 /// z = D⁻¹ r (Jacobi) or z = r (no preconditioner) on the device.
 pub struct DeviceDiagonal<'g> {
@@ -30,7 +26,7 @@ impl<'g> DeviceDiagonal<'g> {
     /// errors (a missing or non-positive diagonal entry names its row).
     pub fn jacobi(gpu: &'g Gpu, a: &Csr) -> Result<Self, SolveError> {
         let j = Jacobi::new(a)?;
-        let inv_diag = gpu.upload(j.reciprocal_diagonal()).map_err(device)?;
+        let inv_diag = gpu.upload(j.reciprocal_diagonal())?;
         Ok(Self {
             gpu,
             n: a.n_rows(),
@@ -83,12 +79,11 @@ impl DevicePreconditioner for DeviceDiagonal<'_> {
         _done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let n = self.n as i32;
-        self.gpu
-            .launch("kr_diagonal", vector_grid(self.n), VECTOR_BLOCK, 0, |a| {
-                a.arg(&n);
-                arg_or_null(a, self.inv_diag.as_ref());
-                a.arg(r).arg(z);
-            })
+        self.gpu.launch_vector("kr_diagonal", self.n, |a| {
+            a.arg(&n);
+            arg_or_null(a, self.inv_diag.as_ref());
+            a.arg(r).arg(z);
+        })
     }
     fn is_linear(&self) -> bool {
         true

@@ -12,7 +12,7 @@ use cudarc::driver::CudaSlice;
 use super::matrix::DeviceModSell;
 use super::setup::{jacobi_scales, RowScale, SetupSpans};
 use super::smooth::DevicePreconditioner;
-use super::{vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{Gpu, GpuError};
 use crate::solve::algorithm::Algorithm;
 use crate::solve::neumann::NeumannSettings;
 use crate::solve::SolveError;
@@ -42,10 +42,7 @@ impl<'g> DeviceNeumann<'g> {
         settings
             .validate()
             .map_err(|e| SolveError::InvalidControls(format!("truncated Neumann: {e}")))?;
-        let device = |e: GpuError| SolveError::Device(e.to_string());
-        matrix
-            .check_rows("truncated Neumann preconditioner", a)
-            .map_err(device)?;
+        matrix.check_rows("truncated Neumann preconditioner", a)?;
         let mut spans = SetupSpans::new("truncated Neumann", Some(gpu));
         // 1/a_ii on the device from the resident matrix (`gpu::setup`; the
         // CPU's `TruncatedNeumann::reciprocal_diagonal` bit for bit), which
@@ -63,8 +60,8 @@ impl<'g> DeviceNeumann<'g> {
             gpu,
             inv_diag,
             order: settings.order,
-            scaled: gpu.zeros(n).map_err(device)?,
-            work: [gpu.zeros(n).map_err(device)?, gpu.zeros(n).map_err(device)?],
+            scaled: gpu.zeros(n)?,
+            work: [gpu.zeros(n)?, gpu.zeros(n)?],
             matrix,
         };
         spans.device("work vectors");
@@ -113,15 +110,10 @@ impl DevicePreconditioner for DeviceNeumann<'_> {
         _done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         let n = self.matrix.n as i32;
-        self.gpu.launch(
-            "neumann_scale",
-            vector_grid(self.matrix.n),
-            VECTOR_BLOCK,
-            0,
-            |a| {
+        self.gpu
+            .launch_vector("neumann_scale", self.matrix.n, |a| {
                 a.arg(&n).arg(&self.inv_diag).arg(r).arg(&self.scaled);
-            },
-        )?;
+            })?;
         // ŷ_{k+1} = ŷ₀ − D⁻¹ L ŷ_k, alternating between the work buffers.
         let mut g = &self.scaled;
         for k in 0..self.order {

@@ -29,7 +29,7 @@ use super::matrix::{f32_copy_into, DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuSolver, PcgSolve};
 use super::setup::SetupSpans;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError, NULL};
 use crate::solve::polynomial::{EigenBound, PolynomialSettings, Recurrence};
 use crate::solve::scalar::Precision;
 use crate::solve::smoother::check_diagonal;
@@ -83,7 +83,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + KernelElement + crate::gpu::HostElement +
         inverse_kernel: &'static str,
     ) -> Result<(), GpuError> {
         let n32 = m.n as i32;
-        gpu.launch(inverse_kernel, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
+        gpu.launch_vector(inverse_kernel, m.n, |a| {
             a.arg(&n32).arg(&m.diag).arg(&self.inv_diag);
         })
     }
@@ -298,12 +298,10 @@ impl<'g> DevicePolynomial<'g> {
         let h = m.slice_height as u32;
         let add_to_z = i32::from(matches!(start, Start::Residual { .. }));
         match start {
-            Start::Precondition(r) => {
-                gpu.launch(kernels.start, vector_grid(m.n), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
-                    arg_or_null(a, done);
-                })?
-            }
+            Start::Precondition(r) => gpu.launch_vector(kernels.start, m.n, |a| {
+                a.arg(&n).arg(&work.inv_diag).arg(r).arg(&work.t[0]);
+                arg_or_null(a, done);
+            })?,
             Start::Residual { b, x } => gpu.launch(
                 kernels.residual_start,
                 m.n_slices() as u32,
@@ -381,18 +379,16 @@ impl<'g> DevicePolynomial<'g> {
 /// `solve::polynomial::gershgorin_bound` of the same matrix. A diagonal that
 /// is not positive is the CPU's error (the row in `m`'s order).
 pub fn device_gershgorin(gpu: &Gpu, m: &DeviceModSell) -> Result<f64, SolveError> {
-    let device = |e: GpuError| SolveError::Device(e.to_string());
     let n = m.n;
-    let out = gpu.upload(&[0u64, n as u64 + 1]).map_err(device)?;
+    let out = gpu.upload(&[0u64, n as u64 + 1])?;
     let dims = m.dims();
     m.launch_pattern(gpu, "gershgorin_rows", &dims, |a| {
         a.arg(&m.values).arg(&m.diag).arg(&out);
-    })
-    .map_err(device)?;
-    let out = gpu.download(&out).map_err(device)?;
+    })?;
+    let out = gpu.download(&out)?;
     if out[1] <= n as u64 {
         let row = out[1] as usize - 1;
-        let diag = gpu.download(&m.diag).map_err(device)?;
+        let diag = gpu.download(&m.diag)?;
         return Err(SolveError::NonPositiveDiagonal {
             precond: "polynomial",
             row,
@@ -485,7 +481,6 @@ impl GpuSolver<'_> {
     ) -> Result<SolverPerformance, SolveError> {
         s.check()?;
         Preconditioner::Polynomial(*settings).check()?;
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         // The CPU's checks (positive diagonal) and Lanczos bound, on the
         // unpermuted system; Gershgorin's on the device.
         let host = |system: &Csr| match settings.bound {
@@ -499,8 +494,7 @@ impl GpuSolver<'_> {
                     .map_err(|e| in_original_rows(e, ordered.permutation()))?,
             };
             let polynomial =
-                DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)
-                    .map_err(device)?;
+                DevicePolynomial::with_upper_bound(gpu, backend.shared_matrix(), settings, upper)?;
             backend.set_preconditioner(Box::new(polynomial));
             Ok(())
         })

@@ -7,7 +7,7 @@ use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceCsr;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::colouring::Colouring;
 use crate::solve::ssor::{Ssor, SsorSettings};
 use crate::solve::SolveError;
@@ -48,16 +48,15 @@ impl<'g> DeviceSsor<'g> {
         for k in 0..colouring.n_colours() {
             colour_ptr.push(colour_ptr[k] + colouring.rows_of(k).len());
         }
-        let device = |e: GpuError| SolveError::Device(e.to_string());
         Ok(Self {
             gpu,
-            lower: DeviceCsr::upload(gpu, host.lower()).map_err(device)?,
-            upper: DeviceCsr::upload(gpu, host.upper()).map_err(device)?,
-            rows: gpu.upload(host.order()).map_err(device)?,
+            lower: DeviceCsr::upload(gpu, host.lower())?,
+            upper: DeviceCsr::upload(gpu, host.upper())?,
+            rows: gpu.upload(host.order())?,
             colour_ptr,
-            w: gpu.upload(&host.scaled_inverse_diagonal).map_err(device)?,
+            w: gpu.upload(&host.scaled_inverse_diagonal)?,
             scale: host.backward_scale,
-            y: gpu.zeros::<f64>(a.n_rows()).map_err(device)?,
+            y: gpu.zeros::<f64>(a.n_rows())?,
         })
     }
 
@@ -82,20 +81,19 @@ impl<'g> DeviceSsor<'g> {
             self.colour_ptr[k + 1] - self.colour_ptr[k],
         );
         let (offset, count_i) = (offset as i32, count as i32);
-        self.gpu
-            .launch("ssor_colour", vector_grid(count), VECTOR_BLOCK, 0, |a| {
-                a.arg(&count_i)
-                    .arg(&self.rows)
-                    .arg(&offset)
-                    .arg(&part.row_ptr)
-                    .arg(&part.cols)
-                    .arg(&part.vals)
-                    .arg(&self.w)
-                    .arg(&scale)
-                    .arg(rhs)
-                    .arg(x);
-                arg_or_null(a, done);
-            })
+        self.gpu.launch_vector("ssor_colour", count, |a| {
+            a.arg(&count_i)
+                .arg(&self.rows)
+                .arg(&offset)
+                .arg(&part.row_ptr)
+                .arg(&part.cols)
+                .arg(&part.vals)
+                .arg(&self.w)
+                .arg(&scale)
+                .arg(rhs)
+                .arg(x);
+            arg_or_null(a, done);
+        })
     }
 }
 
