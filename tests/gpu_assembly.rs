@@ -866,9 +866,6 @@ fn backend_on_a_resident_matrix_equals_the_uploaded_backend() {
     }
 }
 
-/// A shipped case with Jacobi everywhere (the GPU's preconditioner, so both
-/// devices run the same algorithm), VTK output into a scratch directory and
-/// no OpenFOAM time directories (they would go into the case).
 /// The assembly map built on the device is the host's map, array for
 /// array: meshes of hex, tet, polyhedral and 2-D cells (empty patches), rows
 /// in mesh and RCM order, slice heights that do and do not divide the rows.
@@ -923,6 +920,9 @@ fn the_device_builds_the_hosts_assembly_map() {
     assert_eq!(device, host);
 }
 
+/// A shipped case with Jacobi everywhere (the GPU's preconditioner, so both
+/// devices run the same algorithm), VTK output into a scratch directory and
+/// no OpenFOAM time directories (they would go into the case).
 fn run_shipped(name: &str, device: Device, tag: &str) -> RunSummary {
     let mut setup = read_case_dir(&repo(&format!("cases/{name}"))).unwrap();
     setup.solver.regular.preconditioner = PreconditionerKind::Jacobi.into();
@@ -932,6 +932,7 @@ fn run_shipped(name: &str, device: Device, tag: &str) -> RunSummary {
     run_setup(setup, name, device, tag)
 }
 
+/// `setup` run on `device` with VTK output only, into a scratch directory.
 fn run_setup(mut setup: CaseSetup, name: &str, device: Device, tag: &str) -> RunSummary {
     setup.output.formats.retain(|f| *f == OutputFormat::Vtk);
     setup.output.directory =

@@ -14,7 +14,7 @@
 
 mod common;
 
-use fvpoisson::flow::simple::PressureSolve;
+use fvpoisson::flow::simple::{PressureSolve, Simple};
 use fvpoisson::flow::testing::{
     cavity_conditions, lid_driven_cavity, simple_from_rest, Conditions,
 };
@@ -49,6 +49,18 @@ fn relative(a: &[f64], b: &[f64]) -> f64 {
 
 fn velocity_components(u: &[Vec3]) -> Vec<f64> {
     u.iter().flat_map(|v| [v.x, v.y, v.z]).collect()
+}
+
+/// The largest relative differences of U, p and φ between two states.
+fn field_differences(cpu: &Simple<'_>, on_gpu: &Simple<'_>) -> [f64; 3] {
+    [
+        relative(
+            &velocity_components(&cpu.u),
+            &velocity_components(&on_gpu.u),
+        ),
+        relative(&cpu.p, &on_gpu.p),
+        relative(&cpu.phi, &on_gpu.phi),
+    ]
 }
 
 /// `iterations` outer iterations on the CPU (Jacobi-PCG) and with the
@@ -124,14 +136,7 @@ fn compare_on(
         }
         assert_eq!(a.iteration, b.iteration);
         assert_eq!(a.p_solves.len(), b.p_solves.len());
-        let d = [
-            relative(
-                &velocity_components(&cpu.u),
-                &velocity_components(&on_gpu.u),
-            ),
-            relative(&cpu.p, &on_gpu.p),
-            relative(&cpu.phi, &on_gpu.phi),
-        ];
+        let d = field_differences(&cpu, &on_gpu);
         println!(
             "{spec} iteration {}: relative differences U {:.2e} p {:.2e} phi {:.2e}; \
              p initial residual CPU {:.6e} GPU {:.6e}; continuity local CPU {:.6e} GPU {:.6e}",
@@ -831,14 +836,7 @@ fn dic_pressure_runs_its_gpu_default_in_the_device_loop_and_gives_the_cpu_iterat
                 device.download_fields(&mut on_gpu).unwrap();
                 assert_eq!(a.p_solves.len(), b.p_solves.len());
                 assert!(b.p_solves.iter().all(|p| p.converged), "{:?}", b.p_solves);
-                let d = [
-                    relative(
-                        &velocity_components(&cpu.u),
-                        &velocity_components(&on_gpu.u),
-                    ),
-                    relative(&cpu.p, &on_gpu.p),
-                    relative(&cpu.phi, &on_gpu.phi),
-                ];
+                let d = field_differences(&cpu, &on_gpu);
                 println!(
                     "{what}, momentum on the device {momentum_on_device}, iteration {}: U \
                      {:.2e} p {:.2e} phi {:.2e}; p iterations CPU DIC {:?} GPU {:?}",
