@@ -548,15 +548,7 @@ fn uniform_value(dict: &FoamDict) -> Result<Vec3, CaseError> {
         all => all,
     };
     let vector = match values {
-        [Value {
-            kind: ValueKind::List(items),
-            ..
-        }] => items
-            .iter()
-            .map(Value::number)
-            .collect::<Option<Vec<f64>>>()
-            .filter(|v| v.len() == 3)
-            .map(|v| Vec3::new(v[0], v[1], v[2])),
+        [value] => value.vector(),
         _ => None,
     };
     vector.ok_or_else(|| {

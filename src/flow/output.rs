@@ -8,7 +8,7 @@
 use super::simple::{IterationReport, Simple};
 use super::VelocityCondition;
 use crate::fvm::BoundaryCondition;
-use crate::io::foam_field::{write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions};
+use crate::io::foam_field::{Dimensions, FieldOutput, FoamWriteOptions, TimeDirectory};
 use crate::io::vtk::{write_vtu, Field, VtkEncoding, VtkSeries};
 use crate::io::OutputError;
 use crate::mesh::{Mesh, PatchKind, Vec3};
@@ -224,39 +224,27 @@ pub fn write_time_directory_at(
     options: &FoamWriteOptions,
 ) -> Result<Vec<PathBuf>, OutputError> {
     let mesh = simple.mesh();
-    let u_types = written_patch_types(mesh, velocity.iter().map(VelocityCondition::foam_name));
-    let u = write_time_field_of(
+    let directory = TimeDirectory {
         case_dir,
         time,
         mesh,
-        &FieldOutput {
-            name: "U",
-            internal: &simple.u,
-            patch_types: &u_types,
-            boundary_values: &simple.boundary_velocity(),
-        },
-        false,
-        &FoamWriteOptions {
-            dimensions: U_DIMENSIONS,
-            ..*options
-        },
+        options,
+    };
+    let u_types = written_patch_types(mesh, velocity.iter().map(VelocityCondition::foam_name));
+    let u = directory.write_volume(
+        "U",
+        &simple.u,
+        &u_types,
+        &simple.boundary_velocity(),
+        U_DIMENSIONS,
     )?;
     let p_types = written_patch_types(mesh, pressure.iter().map(BoundaryCondition::foam_name));
-    let p = write_time_field_of(
-        case_dir,
-        time,
-        mesh,
-        &FieldOutput {
-            name: "p",
-            internal: &simple.p,
-            patch_types: &p_types,
-            boundary_values: &simple.boundary_pressure(),
-        },
-        false,
-        &FoamWriteOptions {
-            dimensions: P_DIMENSIONS,
-            ..*options
-        },
+    let p = directory.write_volume(
+        "p",
+        &simple.p,
+        &p_types,
+        &simple.boundary_pressure(),
+        P_DIMENSIONS,
     )?;
     let phi = write_flux(case_dir, time, mesh, &simple.phi, options)?;
     Ok(vec![u, p, phi])
@@ -274,20 +262,17 @@ pub(crate) fn write_flux(
 ) -> Result<PathBuf, OutputError> {
     let first = mesh.n_internal_faces();
     let phi_types = flux_patch_types(mesh);
-    write_time_field_of(
+    let directory = TimeDirectory {
         case_dir,
         time,
         mesh,
-        &FieldOutput {
-            name: "phi",
-            internal: &phi[..first],
-            patch_types: &phi_types,
-            boundary_values: &phi[first..],
-        },
-        true,
-        &FoamWriteOptions {
-            dimensions: PHI_DIMENSIONS,
-            ..*options
-        },
-    )
+        options,
+    };
+    let field = FieldOutput {
+        name: "phi",
+        internal: &phi[..first],
+        patch_types: &phi_types,
+        boundary_values: &phi[first..],
+    };
+    directory.write(&field, true, PHI_DIMENSIONS)
 }
