@@ -74,11 +74,7 @@ fn load_case(case: &str) -> anyhow::Result<BenchCase> {
     if let Some(mesh) = case.strip_prefix(BUBBLE_PREFIX) {
         let mesh = fvpoisson::mesh::source::load(mesh)?;
         let a = fvpoisson::case::initial_matrix_on(std::path::Path::new(BUBBLE_CASE), Some(mesh))?;
-        let mut b = vec![0.0; a.n_rows()];
-        a.spmv(
-            &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
-            &mut b,
-        );
+        let b = rhs_of_random_solution(&a);
         return Ok((None, a, b));
     }
     if case.ends_with(".mtx") {
@@ -568,12 +564,19 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
 /// for a random x* (the deflation and FSAI rows).
 pub fn contrast_case(dir: &std::path::Path) -> anyhow::Result<(String, Csr, Vec<f64>)> {
     let a = fvpoisson::case::initial_matrix(dir)?;
+    let rhs = rhs_of_random_solution(&a);
+    Ok((dir.display().to_string(), a, rhs))
+}
+
+/// b = A x* for a random x* (seed 1): the right-hand side of a matrix
+/// taken without its own.
+fn rhs_of_random_solution(a: &Csr) -> Vec<f64> {
     let mut rhs = vec![0.0; a.n_rows()];
     a.spmv(
         &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
         &mut rhs,
     );
-    Ok((dir.display().to_string(), a, rhs))
+    rhs
 }
 
 /// The CPU rows of `bench --fsai` (no GPU needed): the cases of `settings`
