@@ -12,7 +12,9 @@ use crate::io::foam_field::{Dimensions, FieldOutput, FoamWriteOptions, TimeDirec
 use crate::io::vtk::{write_vtu, Field, VtkEncoding, VtkSeries};
 use crate::io::OutputError;
 use crate::mesh::{Mesh, PatchKind, Vec3};
-use crate::validate::{draw_series_labels, write_png, DrawResult, PlotText, ValidateError};
+use crate::validate::{
+    draw_axes, draw_series_labels, write_png, DrawResult, PlotText, ValidateError,
+};
 use std::path::{Path, PathBuf};
 
 const RESIDUAL_PLOT_SIZE: (u32, u32) = (1200, 700);
@@ -75,17 +77,10 @@ fn draw_residuals(
             .y_label_area_size(80);
     }
     let mut chart = builder.build_cartesian_2d(1.0..last, ((lo / 2.0)..(hi * 2.0)).log_scale())?;
-    let mut mesh = chart.configure_mesh();
-    if labels {
-        mesh.x_desc("outer iteration")
-            .y_desc("initial residual")
-            .label_style(("sans-serif", 17))
-            .axis_desc_style(("sans-serif", 19))
-            .y_label_formatter(&|v| format!("{v:.0e}"));
-    } else {
-        mesh.x_labels(0).y_labels(0);
-    }
-    mesh.draw()?;
+    let descriptions = labels.then_some(("outer iteration", "initial residual"));
+    draw_axes(&mut chart, descriptions, |mesh| {
+        mesh.y_label_formatter(&|v| format!("{v:.0e}"));
+    })?;
     let colours = [
         RGBColor(31, 119, 180),
         RGBColor(214, 39, 40),
