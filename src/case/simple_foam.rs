@@ -113,10 +113,7 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
     let mut settings = SimpleSettings::new(nu);
     let (convection, schemes) = read_schemes(&schemes_dict)?;
     settings.convection = convection;
-    settings.schemes = Schemes {
-        gamma_interpolation: settings.schemes.gamma_interpolation,
-        ..schemes
-    };
+    settings.set_schemes(schemes);
 
     let pressure_solver = r.solver_for(&solution, "p", true)?;
     let u_solver = r.solver_for(&solution, "U", false)?;
