@@ -50,7 +50,7 @@ use fvpoisson::solve::{
     pcg, solve_pcg, EquilibrationKind, Executor, PreconditionerKind, RuizNorm, RuizSettings,
     SolverControls, SolverPerformance,
 };
-use fvpoisson::sparse::ordering::bandwidth;
+use fvpoisson::sparse::ordering::{bandwidth, reverse_cuthill_mckee};
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::{mtx, Csr, ModSell, Reordered, RowOrdering};
 
@@ -87,6 +87,13 @@ fn load_case(case: &str) -> anyhow::Result<BenchCase> {
     let geometry = mesh.geometry()?;
     let (a, b) = poisson_system_on(&mesh, &geometry)?;
     Ok((Some((mesh, geometry)), a, b))
+}
+
+/// The system `a` x = `b` in reverse Cuthill–McKee order (the rows' "rcm"
+/// ordering).
+pub fn rcm_system(a: &Csr, b: &[f64]) -> (Csr, Vec<f64>) {
+    let rcm = reverse_cuthill_mckee(a);
+    (rcm.apply_symmetric(a), rcm.to_new(b))
 }
 
 /// The matrix and right-hand side of a bench case ([`load_case`]).
