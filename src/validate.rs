@@ -916,6 +916,47 @@ where
     Ok(())
 }
 
+/// Draws a chart's grid and axes: with `descriptions` (x, y), the axis
+/// descriptions in the plots' fonts and what `style` sets besides (label
+/// formatters); without, no tick labels either.
+pub(crate) fn draw_axes<'a, 'b, DB, X, Y>(
+    chart: &'b mut plotters::chart::ChartContext<
+        'a,
+        DB,
+        plotters::coord::cartesian::Cartesian2d<X, Y>,
+    >,
+    descriptions: Option<(&str, &str)>,
+    style: impl FnOnce(&mut plotters::chart::MeshStyle<'a, 'b, X, Y, DB>),
+) -> DrawResult
+where
+    DB: plotters::prelude::DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    X: plotters::coord::ranged1d::Ranged
+        + plotters::coord::ranged1d::ValueFormatter<
+            <X as plotters::coord::ranged1d::Ranged>::ValueType,
+        >,
+    Y: plotters::coord::ranged1d::Ranged
+        + plotters::coord::ranged1d::ValueFormatter<
+            <Y as plotters::coord::ranged1d::Ranged>::ValueType,
+        >,
+{
+    let mut mesh = chart.configure_mesh();
+    match descriptions {
+        Some((x_desc, y_desc)) => {
+            mesh.x_desc(x_desc)
+                .y_desc(y_desc)
+                .label_style(("sans-serif", 17))
+                .axis_desc_style(("sans-serif", 19));
+            style(&mut mesh);
+        }
+        None => {
+            mesh.x_labels(0).y_labels(0);
+        }
+    }
+    mesh.draw()?;
+    Ok(())
+}
+
 /// Draws a scheme's marker at `p` (any coordinate system).
 fn draw_markers<DB, CT>(
     chart: &mut plotters::chart::ChartContext<'_, DB, CT>,
@@ -999,18 +1040,11 @@ fn draw_plot(report: &Report, pixels: &mut [u8], labels: bool) -> DrawResult {
             x_range.log_scale().with_key_points(ticks),
             y_range.log_scale(),
         )?;
-        let mut mesh = chart.configure_mesh();
-        if labels {
-            mesh.x_desc("h = (ΣV/N)^(1/3)")
-                .y_desc("L2 error")
-                .label_style(("sans-serif", 17))
-                .axis_desc_style(("sans-serif", 19))
-                .x_label_formatter(&|v| format!("{v}"))
+        let descriptions = labels.then_some(("h = (ΣV/N)^(1/3)", "L2 error"));
+        draw_axes(&mut chart, descriptions, |mesh| {
+            mesh.x_label_formatter(&|v| format!("{v}"))
                 .y_label_formatter(&|v| format!("{v:.0e}"));
-        } else {
-            mesh.x_labels(0).y_labels(0);
-        }
-        mesh.draw()?;
+        })?;
         // Reference slopes from the bottom-left corner, labelled at their ends.
         for slope in [1.0, 2.0] {
             let (x0, y0) = (h_min, e_min / 2.0);

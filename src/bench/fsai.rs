@@ -22,7 +22,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
+use super::tables::{controls, rcm_system, BenchSettings, JacobiBaseline, Row, TimingRows};
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
 use fvpoisson::gpu::fsai_setup::FsaiSetupStats;
 use fvpoisson::gpu::pcg::GpuCgBackend;
@@ -31,7 +31,6 @@ use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::cpu::CpuBackend;
 use fvpoisson::solve::fsai::{FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop};
 use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolveError};
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::Csr;
 
 /// Rows up to which the CPU rows run.
@@ -137,9 +136,7 @@ pub fn rows(
         settings.fsai_variants.clone()
     };
     let controls = controls();
-    let rcm = reverse_cuthill_mckee(a);
-    let a_rcm = rcm.apply_symmetric(a);
-    let b_rcm = rcm.to_new(b);
+    let (a_rcm, b_rcm) = rcm_system(a, b);
     let zeros = vec![0.0; n];
 
     if let Some(gpu) = gpu {

@@ -21,7 +21,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
+use super::tables::{controls, rcm_system, BenchSettings, JacobiBaseline, Row, TimingRows};
 use fvpoisson::gpu::pcg::GpuCgBackend;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -29,7 +29,6 @@ use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::{
     pcg, solve_pcg, EigenBound, PolynomialKind, PolynomialSettings, Precision, PreconditionerKind,
 };
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::Csr;
 
 /// Rows up to which the CPU DIC-PCG is timed (above: minutes per solve).
@@ -50,9 +49,7 @@ pub fn rows(
     let mut rows = TimingRows::new(spec, a);
     let controls = controls();
     let options = settings.gpu_options();
-    let rcm = reverse_cuthill_mckee(a);
-    let a_rcm = rcm.apply_symmetric(a);
-    let b_rcm = rcm.to_new(b);
+    let (a_rcm, b_rcm) = rcm_system(a, b);
     let zeros = vec![0.0; n];
 
     let mut backend = GpuCgBackend::new(gpu, &a_rcm, false, None, &options)?;

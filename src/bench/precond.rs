@@ -37,7 +37,7 @@ use std::time::Instant;
 use super::deflation::default_subdomains;
 use super::polynomial::CPU_DIC_MAX_ROWS;
 use super::smooth::{solve_warm, Ordered};
-use super::tables::{controls, poisson_system, JacobiBaseline, Row};
+use super::tables::{contrast_case, controls, poisson_system, rcm_system, JacobiBaseline, Row};
 use fvpoisson::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use fvpoisson::gpu::deflation::{
     deflated_pcg_device, DeviceDeflation, DEFLATED_PCG_PRECONDITIONERS,
@@ -61,7 +61,6 @@ use fvpoisson::solve::{
     Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
     SolverPerformance, Sweep,
 };
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::Csr;
 
 /// The cases of the table: the 8M-cell hex box, the perturbed tet box and
@@ -87,12 +86,7 @@ pub fn default_cases(quick: bool) -> Vec<String> {
 fn case_system(case: &str) -> anyhow::Result<(Csr, Vec<f64>)> {
     let dir = std::path::Path::new(case);
     if dir.is_dir() && (dir.join("case.toml").exists() || dir.join("system").exists()) {
-        let a = fvpoisson::case::initial_matrix(dir)?;
-        let mut b = vec![0.0; a.n_rows()];
-        a.spmv(
-            &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
-            &mut b,
-        );
+        let (_, a, b) = contrast_case(dir)?;
         return Ok((a, b));
     }
     poisson_system(case)
@@ -399,9 +393,7 @@ fn case_entries(
         entries.push(e);
     };
     // The layouts.
-    let rcm = reverse_cuthill_mckee(a);
-    let a_rcm = rcm.apply_symmetric(a);
-    let b_rcm = rcm.to_new(b);
+    let (a_rcm, b_rcm) = rcm_system(a, b);
     let mut by_rcm = Ordered::new(gpu, ("rcm", "RCM".into()), a_rcm, &b_rcm, &options)?;
     gpu.synchronize()?;
     let t = Instant::now();

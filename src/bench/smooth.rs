@@ -32,7 +32,7 @@
 use std::time::Instant;
 
 use super::eisenstat::EisenstatBench;
-use super::tables::{controls, BenchSettings, JacobiBaseline, Row, TimingRows};
+use super::tables::{controls, rcm_system, BenchSettings, JacobiBaseline, Row, TimingRows};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use fvpoisson::gpu::smooth::{
@@ -48,7 +48,6 @@ use fvpoisson::solve::{
     SolverControls, SolverPerformance, Sweep,
 };
 use fvpoisson::sparse::blocks::in_block_fraction;
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::{Csr, Permutation};
 
 /// Sweeps between residual checks (Wikberg's (2024) 10).
@@ -329,8 +328,7 @@ pub fn rows(
     let h = settings.slice_height;
     let options = settings.gpu_options();
     let sync = || gpu.synchronize();
-    let rcm = reverse_cuthill_mckee(a);
-    let a_rcm = rcm.apply_symmetric(a);
+    let (a_rcm, b_rcm) = rcm_system(a, b);
     let mut by_rcm = Ordered::new(
         gpu,
         (
@@ -338,7 +336,7 @@ pub fn rows(
             format!("RCM, lambda {:.3}", in_block_fraction(&a_rcm, h)),
         ),
         a_rcm,
-        &rcm.to_new(b),
+        &b_rcm,
         &options,
     )?;
     let layout = colour_layout(gpu, &by_rcm.a, h)?;
@@ -347,7 +345,7 @@ pub fn rows(
         gpu,
         format!("RCM, colour-contiguous, lambda {lambda:.3}"),
         layout,
-        &rcm.to_new(b),
+        &b_rcm,
         &options,
     )?;
     let layout = block_layout(gpu, a, h)?;

@@ -50,7 +50,7 @@ use fvpoisson::solve::{
     pcg, solve_pcg, EquilibrationKind, Executor, PreconditionerKind, RuizNorm, RuizSettings,
     SolverControls, SolverPerformance,
 };
-use fvpoisson::sparse::ordering::bandwidth;
+use fvpoisson::sparse::ordering::{bandwidth, reverse_cuthill_mckee};
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::{mtx, Csr, ModSell, Reordered, RowOrdering};
 
@@ -74,11 +74,7 @@ fn load_case(case: &str) -> anyhow::Result<BenchCase> {
     if let Some(mesh) = case.strip_prefix(BUBBLE_PREFIX) {
         let mesh = fvpoisson::mesh::source::load(mesh)?;
         let a = fvpoisson::case::initial_matrix_on(std::path::Path::new(BUBBLE_CASE), Some(mesh))?;
-        let mut b = vec![0.0; a.n_rows()];
-        a.spmv(
-            &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
-            &mut b,
-        );
+        let b = rhs_of_random_solution(&a);
         return Ok((None, a, b));
     }
     if case.ends_with(".mtx") {
@@ -91,6 +87,13 @@ fn load_case(case: &str) -> anyhow::Result<BenchCase> {
     let geometry = mesh.geometry()?;
     let (a, b) = poisson_system_on(&mesh, &geometry)?;
     Ok((Some((mesh, geometry)), a, b))
+}
+
+/// The system `a` x = `b` in reverse Cuthill–McKee order (the rows' "rcm"
+/// ordering).
+pub fn rcm_system(a: &Csr, b: &[f64]) -> (Csr, Vec<f64>) {
+    let rcm = reverse_cuthill_mckee(a);
+    (rcm.apply_symmetric(a), rcm.to_new(b))
 }
 
 /// The matrix and right-hand side of a bench case ([`load_case`]).
@@ -568,12 +571,19 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
 /// for a random x* (the deflation and FSAI rows).
 pub fn contrast_case(dir: &std::path::Path) -> anyhow::Result<(String, Csr, Vec<f64>)> {
     let a = fvpoisson::case::initial_matrix(dir)?;
+    let rhs = rhs_of_random_solution(&a);
+    Ok((dir.display().to_string(), a, rhs))
+}
+
+/// b = A x* for a random x* (seed 1): the right-hand side of a matrix
+/// taken without its own.
+fn rhs_of_random_solution(a: &Csr) -> Vec<f64> {
     let mut rhs = vec![0.0; a.n_rows()];
     a.spmv(
         &fvpoisson::fvm::testing::random_field(a.n_rows(), 1),
         &mut rhs,
     );
-    Ok((dir.display().to_string(), a, rhs))
+    rhs
 }
 
 /// The CPU rows of `bench --fsai` (no GPU needed): the cases of `settings`

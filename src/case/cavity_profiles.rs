@@ -27,7 +27,9 @@ use crate::flow::reference::{
 use crate::foam::write::format_general;
 use crate::io::foam_field::VectorFieldFile;
 use crate::mesh::{Geometry, Mesh, Vec3};
-use crate::validate::{draw_series_labels, write_png, DrawResult, PlotText, ValidateError};
+use crate::validate::{
+    draw_axes, draw_series_labels, write_png, DrawResult, PlotText, ValidateError,
+};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -337,16 +339,7 @@ fn draw_profiles(
             builder.x_label_area_size(50).y_label_area_size(70);
         }
         let mut chart = builder.build_cartesian_2d(x_range, y_range)?;
-        let mut mesh = chart.configure_mesh();
-        if labels {
-            mesh.x_desc(x_desc)
-                .y_desc(y_desc)
-                .label_style(("sans-serif", 17))
-                .axis_desc_style(("sans-serif", 19));
-        } else {
-            mesh.x_labels(0).y_labels(0);
-        }
-        mesh.draw()?;
+        draw_axes(&mut chart, labels.then_some((x_desc, y_desc)), |_| {})?;
         let drawn = chart.draw_series(LineSeries::new(line, computed))?;
         if labels {
             drawn

@@ -373,6 +373,26 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Opens a `(` at byte `at`: a call of `function`, or a group.
+    fn open_parenthesis(
+        &mut self,
+        function: Option<(&'static str, Function)>,
+        at: usize,
+    ) -> Result<(), String> {
+        self.open += 1;
+        if self.open > MAX_EXPRESSION_DEPTH {
+            return Err(format!(
+                "parentheses nest deeper than {MAX_EXPRESSION_DEPTH} levels"
+            ));
+        }
+        self.pending.push(Pending::Open {
+            function,
+            args: 1,
+            at,
+        });
+        Ok(())
+    }
+
     /// Emits the operators above the innermost `(`, and pops it.
     fn close(&mut self) -> Option<Pending> {
         while let Some(top) = self.pending.pop() {
@@ -390,10 +410,6 @@ impl<'a> Parser<'a> {
         let position = self.text[..at.min(self.text.len())].chars().count() + 1;
         format!("{what} at character {position}")
     }
-}
-
-fn too_deep() -> String {
-    format!("parentheses nest deeper than {MAX_EXPRESSION_DEPTH} levels")
 }
 
 /// Parses `text` into postfix operations; the error says what is wrong where.
@@ -441,15 +457,7 @@ fn parse(text: &str) -> Result<Program, String> {
                     // The '(' itself: the call opens here.
                     let open = tokens.next_token();
                     debug_assert!(matches!(open, Some(Ok((Token::Symbol('('), _)))));
-                    parser.open += 1;
-                    if parser.open > MAX_EXPRESSION_DEPTH {
-                        return Err(too_deep());
-                    }
-                    parser.pending.push(Pending::Open {
-                        function: Some(function),
-                        args: 1,
-                        at,
-                    });
+                    parser.open_parenthesis(Some(function), at)?;
                 } else if let Some(i) = VARIABLES.iter().position(|v| *v == name) {
                     parser.emit(Op::Variable(i));
                     want_value = false;
@@ -464,15 +472,7 @@ fn parse(text: &str) -> Result<Program, String> {
                 }
             }
             (true, Token::Symbol('(')) => {
-                parser.open += 1;
-                if parser.open > MAX_EXPRESSION_DEPTH {
-                    return Err(too_deep());
-                }
-                parser.pending.push(Pending::Open {
-                    function: None,
-                    args: 1,
-                    at,
-                });
+                parser.open_parenthesis(None, at)?;
             }
             (true, Token::Symbol('-')) => parser.pending.push(Pending::Sign(Some(Op::Negate))),
             (true, Token::Symbol('+')) => parser.pending.push(Pending::Sign(None)),

@@ -290,17 +290,15 @@ pub fn read_flow_case(case_dir: &Path) -> Result<FlowSetup, CaseError> {
     }
     let laplacian = schemes.laplacian.as_ref();
     let grad = schemes.grad.as_ref();
-    settings.schemes = Schemes {
-        gamma_interpolation: settings.schemes.gamma_interpolation,
-        ..Schemes::from_foam(
-            laplacian.map_or("Gauss linear corrected", |s| s.get_ref()),
-            grad.map_or("Gauss linear", |s| s.get_ref()),
-        )
-        .map_err(|e| {
-            let at = laplacian.or(grad).map_or(0..0, |s| s.span());
-            src.error(at, format!("schemes: {e}"))
-        })?
-    };
+    let read = Schemes::from_foam(
+        laplacian.map_or("Gauss linear corrected", |s| s.get_ref()),
+        grad.map_or("Gauss linear", |s| s.get_ref()),
+    )
+    .map_err(|e| {
+        let at = laplacian.or(grad).map_or(0..0, |s| s.span());
+        src.error(at, format!("schemes: {e}"))
+    })?;
+    settings.set_schemes(read);
     let simple = &case.simple;
     if let Some(n) = &simple.n_non_orth_correctors {
         settings.n_non_orth_correctors = check_non_orth_correctors(*n.get_ref())

@@ -193,10 +193,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     // UEqn has the Laplacian alone.
     settings.explicit_stress = application == Application::PimpleFoam;
     let (ddt, convection, schemes) = read_schemes(&schemes_dict, application)?;
-    settings.schemes = Schemes {
-        gamma_interpolation: settings.schemes.gamma_interpolation,
-        ..schemes
-    };
+    settings.set_schemes(schemes);
     let pressure_solver = r.solver_for(&solution, "p", true)?;
     let pressure_final = r.solver_for(&solution, "pFinal", true)?;
     settings.momentum = momentum(r, &solution, "U")?;

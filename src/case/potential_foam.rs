@@ -31,10 +31,8 @@ use crate::flow::{FlowError, VectorValues, VelocityCondition};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
 use crate::io::foam_field::{
-    time_name, write_time_field_of, Dimensions, FieldItem, FieldOutput, FoamWriteOptions,
-    ScalarFieldFile, VectorFieldFile,
+    time_name, Dimensions, FoamWriteOptions, ScalarFieldFile, TimeDirectory, VectorFieldFile,
 };
-use crate::io::OutputError;
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
 use crate::solve::gamg::GamgCache;
 use crate::solve::SolverPerformance;
@@ -493,15 +491,17 @@ impl PotentialFoamCase {
         .map_err(|e| flow_error(case_dir, e))?;
         let u_boundary = self.velocity_boundary(&flow_result.u);
         let mut written = Vec::new();
-        let fields = VolumeFields {
+        let directory = TimeDirectory {
             case_dir,
             time: start,
             mesh,
-            write: &write,
+            options: &write,
         };
         let u_types =
             written_patch_types(mesh, self.velocity.iter().map(VelocityCondition::foam_name));
-        written.push(fields.write("U", &flow_result.u, &u_types, &u_boundary, U_DIMENSIONS)?);
+        written.push(timings::timed(Phase::Output, || {
+            directory.write_volume("U", &flow_result.u, &u_types, &u_boundary, U_DIMENSIONS)
+        })?);
         if self.options.write_flux {
             written.push(timings::timed(Phase::Output, || {
                 write_flux(case_dir, start, mesh, &flow_result.phi, &write)
@@ -512,13 +512,15 @@ impl PotentialFoamCase {
                 mesh,
                 self.conditions.iter().map(BoundaryCondition::foam_name),
             );
-            written.push(fields.write(
-                "Phi",
-                &flow_result.potential,
-                &potential_types,
-                &flow_result.potential_boundary,
-                POTENTIAL_DIMENSIONS,
-            )?);
+            written.push(timings::timed(Phase::Output, || {
+                directory.write_volume(
+                    "Phi",
+                    &flow_result.potential,
+                    &potential_types,
+                    &flow_result.potential_boundary,
+                    POTENTIAL_DIMENSIONS,
+                )
+            })?);
         }
         let mut pressure_solves = Vec::new();
         if let Some(pressure) = &self.pressure {
@@ -532,13 +534,15 @@ impl PotentialFoamCase {
                 &cache,
             )?;
             let patch_types: Vec<&str> = pressure.patch_types.iter().map(String::as_str).collect();
-            written.push(fields.write(
-                "p",
-                &result.p,
-                &patch_types,
-                &result.p_boundary,
-                P_DIMENSIONS,
-            )?);
+            written.push(timings::timed(Phase::Output, || {
+                directory.write_volume(
+                    "p",
+                    &result.p,
+                    &patch_types,
+                    &result.p_boundary,
+                    P_DIMENSIONS,
+                )
+            })?);
             pressure_solves = result.solves;
         }
         for path in &written {
@@ -551,42 +555,6 @@ impl PotentialFoamCase {
             time: start,
             written,
             warnings: self.warnings,
-        })
-    }
-}
-
-/// The volume fields of one time, written in one format.
-struct VolumeFields<'a> {
-    case_dir: &'a Path,
-    time: f64,
-    mesh: &'a Mesh,
-    write: &'a FoamWriteOptions,
-}
-
-impl VolumeFields<'_> {
-    /// Writes the field `name` (cell values `internal`, the patches' types
-    /// and boundary face values) with `dimensions`, timed as output;
-    /// returns the path written.
-    fn write<T: FieldItem>(
-        &self,
-        name: &str,
-        internal: &[T],
-        patch_types: &[&str],
-        boundary_values: &[T],
-        dimensions: Dimensions,
-    ) -> Result<PathBuf, OutputError> {
-        let field = FieldOutput {
-            name,
-            internal,
-            patch_types,
-            boundary_values,
-        };
-        let options = FoamWriteOptions {
-            dimensions,
-            ..*self.write
-        };
-        timings::timed(Phase::Output, || {
-            write_time_field_of(self.case_dir, self.time, self.mesh, &field, false, &options)
         })
     }
 }

@@ -113,10 +113,7 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
     let mut settings = SimpleSettings::new(nu);
     let (convection, schemes) = read_schemes(&schemes_dict)?;
     settings.convection = convection;
-    settings.schemes = Schemes {
-        gamma_interpolation: settings.schemes.gamma_interpolation,
-        ..schemes
-    };
+    settings.set_schemes(schemes);
 
     let pressure_solver = r.solver_for(&solution, "p", true)?;
     let u_solver = r.solver_for(&solution, "U", false)?;
@@ -548,15 +545,7 @@ fn uniform_value(dict: &FoamDict) -> Result<Vec3, CaseError> {
         all => all,
     };
     let vector = match values {
-        [Value {
-            kind: ValueKind::List(items),
-            ..
-        }] => items
-            .iter()
-            .map(Value::number)
-            .collect::<Option<Vec<f64>>>()
-            .filter(|v| v.len() == 3)
-            .map(|v| Vec3::new(v[0], v[1], v[2])),
+        [value] => value.vector(),
         _ => None,
     };
     vector.ok_or_else(|| {

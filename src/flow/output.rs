@@ -8,11 +8,13 @@
 use super::simple::{IterationReport, Simple};
 use super::VelocityCondition;
 use crate::fvm::BoundaryCondition;
-use crate::io::foam_field::{write_time_field_of, Dimensions, FieldOutput, FoamWriteOptions};
+use crate::io::foam_field::{Dimensions, FieldOutput, FoamWriteOptions, TimeDirectory};
 use crate::io::vtk::{write_vtu, Field, VtkEncoding, VtkSeries};
 use crate::io::OutputError;
 use crate::mesh::{Mesh, PatchKind, Vec3};
-use crate::validate::{draw_series_labels, write_png, DrawResult, PlotText, ValidateError};
+use crate::validate::{
+    draw_axes, draw_series_labels, write_png, DrawResult, PlotText, ValidateError,
+};
 use std::path::{Path, PathBuf};
 
 const RESIDUAL_PLOT_SIZE: (u32, u32) = (1200, 700);
@@ -75,17 +77,10 @@ fn draw_residuals(
             .y_label_area_size(80);
     }
     let mut chart = builder.build_cartesian_2d(1.0..last, ((lo / 2.0)..(hi * 2.0)).log_scale())?;
-    let mut mesh = chart.configure_mesh();
-    if labels {
-        mesh.x_desc("outer iteration")
-            .y_desc("initial residual")
-            .label_style(("sans-serif", 17))
-            .axis_desc_style(("sans-serif", 19))
-            .y_label_formatter(&|v| format!("{v:.0e}"));
-    } else {
-        mesh.x_labels(0).y_labels(0);
-    }
-    mesh.draw()?;
+    let descriptions = labels.then_some(("outer iteration", "initial residual"));
+    draw_axes(&mut chart, descriptions, |mesh| {
+        mesh.y_label_formatter(&|v| format!("{v:.0e}"));
+    })?;
     let colours = [
         RGBColor(31, 119, 180),
         RGBColor(214, 39, 40),
@@ -224,39 +219,27 @@ pub fn write_time_directory_at(
     options: &FoamWriteOptions,
 ) -> Result<Vec<PathBuf>, OutputError> {
     let mesh = simple.mesh();
-    let u_types = written_patch_types(mesh, velocity.iter().map(VelocityCondition::foam_name));
-    let u = write_time_field_of(
+    let directory = TimeDirectory {
         case_dir,
         time,
         mesh,
-        &FieldOutput {
-            name: "U",
-            internal: &simple.u,
-            patch_types: &u_types,
-            boundary_values: &simple.boundary_velocity(),
-        },
-        false,
-        &FoamWriteOptions {
-            dimensions: U_DIMENSIONS,
-            ..*options
-        },
+        options,
+    };
+    let u_types = written_patch_types(mesh, velocity.iter().map(VelocityCondition::foam_name));
+    let u = directory.write_volume(
+        "U",
+        &simple.u,
+        &u_types,
+        &simple.boundary_velocity(),
+        U_DIMENSIONS,
     )?;
     let p_types = written_patch_types(mesh, pressure.iter().map(BoundaryCondition::foam_name));
-    let p = write_time_field_of(
-        case_dir,
-        time,
-        mesh,
-        &FieldOutput {
-            name: "p",
-            internal: &simple.p,
-            patch_types: &p_types,
-            boundary_values: &simple.boundary_pressure(),
-        },
-        false,
-        &FoamWriteOptions {
-            dimensions: P_DIMENSIONS,
-            ..*options
-        },
+    let p = directory.write_volume(
+        "p",
+        &simple.p,
+        &p_types,
+        &simple.boundary_pressure(),
+        P_DIMENSIONS,
     )?;
     let phi = write_flux(case_dir, time, mesh, &simple.phi, options)?;
     Ok(vec![u, p, phi])
@@ -274,20 +257,17 @@ pub(crate) fn write_flux(
 ) -> Result<PathBuf, OutputError> {
     let first = mesh.n_internal_faces();
     let phi_types = flux_patch_types(mesh);
-    write_time_field_of(
+    let directory = TimeDirectory {
         case_dir,
         time,
         mesh,
-        &FieldOutput {
-            name: "phi",
-            internal: &phi[..first],
-            patch_types: &phi_types,
-            boundary_values: &phi[first..],
-        },
-        true,
-        &FoamWriteOptions {
-            dimensions: PHI_DIMENSIONS,
-            ..*options
-        },
-    )
+        options,
+    };
+    let field = FieldOutput {
+        name: "phi",
+        internal: &phi[..first],
+        patch_types: &phi_types,
+        boundary_values: &phi[first..],
+    };
+    directory.write(&field, true, PHI_DIMENSIONS)
 }

@@ -38,13 +38,16 @@
 //! Not done: adjustPhi (closed domains with flux-adjustable patches),
 //! `fixedFluxPressure`.
 
-use super::simple::{Convection, MomentumSolver, PressureSolve, Simple, SimpleSettings};
+use super::simple::{
+    correct_velocity, momentum_rhs, Convection, MomentumSolver, PressureSolve, Simple,
+    SimpleSettings,
+};
 use super::{FlowError, VelocityCondition};
 use crate::foam::write::format_g;
 use crate::fvm::convection::{add_upwind_boundary, add_upwind_internal};
 use crate::fvm::BoundaryCondition;
 use crate::mesh::{Geometry, Mesh, Vec3};
-use crate::solve::{solve_krylov, solve_smooth, SolverPerformance};
+use crate::solve::SolverPerformance;
 use crate::sparse::Csr;
 
 /// OpenFOAM's `SMALL` (double precision), the guard of ddtCorr's ratio.
@@ -626,7 +629,6 @@ impl<'m> Piso<'m> {
         }
         let u_old = self.simple.u.clone();
         let phi_old = self.simple.phi.clone();
-        let n = self.simple.mesh().n_cells();
         let volumes = self.simple.geometry().cell_volumes.clone();
         let components = self.simple.components().to_vec();
         let n_outer = self.settings.n_outer_correctors;
@@ -666,36 +668,14 @@ impl<'m> Piso<'m> {
                     self.momentum
                 };
                 for ((matrix, source), &c) in equations.iter().zip(&components) {
-                    let mut u_c: Vec<f64> = self.simple.u.iter().map(|u| u[c]).collect();
-                    let b: Vec<f64> = (0..n)
-                        .map(|i| source[i] - volumes[i] * grad_p[i][c])
-                        .collect();
-                    let field = format!("U{}", ["x", "y", "z"][c]);
-                    let _solving = crate::timings::enter(crate::timings::Phase::Solve);
-                    let perf = match &solver.krylov {
-                        Some(method) => solve_krylov(
-                            matrix,
-                            method,
-                            solver.preconditioner,
-                            &b,
-                            &mut u_c,
-                            &solver.controls,
-                            &field,
-                        ),
-                        None => solve_smooth(
-                            matrix,
-                            &solver.smoother,
-                            &b,
-                            &mut u_c,
-                            &solver.controls,
-                            &field,
-                        ),
-                    }
-                    .map_err(|e| e.solving(&field))?;
-                    residuals.push((field, perf));
-                    for (u, x) in self.simple.u.iter_mut().zip(&u_c) {
-                        u[c] = *x;
-                    }
+                    let b = momentum_rhs(source, &volumes, &grad_p, c);
+                    residuals.push(solver.solve_component(
+                        None,
+                        matrix,
+                        &b,
+                        &mut self.simple.u,
+                        c,
+                    )?);
                 }
             }
             self.momentum_seconds += momentum_clock.elapsed().as_secs_f64();
@@ -724,11 +704,7 @@ impl<'m> Piso<'m> {
                     }
                 }
                 let grad_p = self.simple.pressure_system().0.gradient(&self.simple.p);
-                for i in 0..n {
-                    for &c in &components {
-                        self.simple.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
-                    }
-                }
+                correct_velocity(&mut self.simple.u, &components, &hbya, &r_au, &grad_p);
             }
             let p_initial = p_solves[first_p_solve].initial_residual;
             let u_max = max_initial_residual(&residuals);

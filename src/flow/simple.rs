@@ -163,6 +163,70 @@ pub struct MomentumSolver {
 pub type MomentumSolve<'s> =
     dyn FnMut(&Csr, &[f64], &mut [f64], &str) -> Result<SolverPerformance, SolveError> + 's;
 
+impl MomentumSolver {
+    /// Solves component `c` of the momentum equation, `matrix` with the
+    /// right-hand side `b`, for `u` from its current values: by `outside`
+    /// where given (a solve run outside the loop), else by this solver.
+    /// Returns the field's name (`Ux`, `Uy`, `Uz`) and the solve's
+    /// performance.
+    pub(super) fn solve_component(
+        &self,
+        outside: Option<&mut MomentumSolve<'_>>,
+        matrix: &Csr,
+        b: &[f64],
+        u: &mut [Vec3],
+        c: usize,
+    ) -> Result<(String, SolverPerformance), FlowError> {
+        let mut u_c: Vec<f64> = u.iter().map(|u| u[c]).collect();
+        let field = format!("U{}", ["x", "y", "z"][c]);
+        let solving = crate::timings::enter(crate::timings::Phase::Solve);
+        let perf = match (outside, &self.krylov) {
+            (Some(solve), _) => solve(matrix, b, &mut u_c, &field),
+            (None, Some(method)) => solve_krylov(
+                matrix,
+                method,
+                self.preconditioner,
+                b,
+                &mut u_c,
+                &self.controls,
+                &field,
+            ),
+            (None, None) => {
+                solve_smooth(matrix, &self.smoother, b, &mut u_c, &self.controls, &field)
+            }
+        }
+        .map_err(|e| e.solving(&field))?;
+        drop(solving);
+        for (u, x) in u.iter_mut().zip(&u_c) {
+            u[c] = *x;
+        }
+        Ok((field, perf))
+    }
+}
+
+/// The velocity correction U = HbyA − rAU ∇p, of the solved `components`.
+pub(super) fn correct_velocity(
+    u: &mut [Vec3],
+    components: &[usize],
+    hbya: &[Vec3],
+    r_au: &[f64],
+    grad_p: &[Vec3],
+) {
+    for i in 0..u.len() {
+        for &c in components {
+            u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
+        }
+    }
+}
+
+/// The right-hand side of component `c`'s momentum solve: the equation's
+/// `source` less the pressure gradient's part, V ∂p/∂x_c per cell.
+pub(super) fn momentum_rhs(source: &[f64], volumes: &[f64], grad_p: &[Vec3], c: usize) -> Vec<f64> {
+    (0..source.len())
+        .map(|i| source[i] - volumes[i] * grad_p[i][c])
+        .collect()
+}
+
 impl Default for MomentumSolver {
     /// The cavity tutorial's `smoothSolver; smoother symGaussSeidel;
     /// tolerance 1e-5; relTol 0.1;`.
@@ -233,6 +297,16 @@ impl SimpleSettings {
             momentum: MomentumSolver::default(),
             explicit_stress: true,
         }
+    }
+
+    /// Takes the snGrad and gradient schemes of `schemes` (a case's
+    /// `laplacianSchemes`, `snGradSchemes` and `gradSchemes`); Γ keeps its
+    /// linear interpolation.
+    pub fn set_schemes(&mut self, schemes: Schemes) {
+        self.schemes = Schemes {
+            gamma_interpolation: self.schemes.gamma_interpolation,
+            ..schemes
+        };
     }
 
     fn validate(&self, n_cells: usize) -> Result<(), FlowError> {
@@ -345,6 +419,22 @@ pub struct PhaseSeconds {
 impl PhaseSeconds {
     pub fn total(&self) -> f64 {
         self.momentum + self.fluxes + self.pressure + self.corrections
+    }
+}
+
+/// The wall time of an iteration's parts, lap by lap.
+struct Stopwatch(Instant);
+
+impl Stopwatch {
+    fn start() -> Self {
+        Self(Instant::now())
+    }
+
+    /// Adds the time since the last lap (or the start) to `part` (of
+    /// [`PhaseSeconds`]).
+    fn lap(&mut self, part: &mut f64) {
+        *part += self.0.elapsed().as_secs_f64();
+        self.0 = Instant::now();
     }
 }
 
@@ -765,31 +855,22 @@ impl<'m> Simple<'m> {
             r_au,
             phi_hbya,
         } = self.predict()?;
-        let n = self.mesh.n_cells();
         let components = self.components.clone();
-        let mut clock = Instant::now();
-        let mut lap = |part: &mut f64| {
-            *part += clock.elapsed().as_secs_f64();
-            clock = Instant::now();
-        };
+        let mut stopwatch = Stopwatch::start();
 
         // 3. The pressure equation; 4. flux, continuity errors, pressure
         // relaxation, velocity.
         let p_old = self.p.clone();
         let p_solves = self.pressure_equation(&r_au, &phi_hbya, solve_pressure)?;
-        lap(&mut self.seconds.pressure);
+        stopwatch.lap(&mut self.seconds.pressure);
         let continuity = self.continuity_errors();
         let alpha_p = self.settings.relaxation_p;
         for (p, old) in self.p.iter_mut().zip(&p_old) {
             *p = old + alpha_p * (*p - old);
         }
         let grad_p = self.pressure.gradient(&self.p);
-        for i in 0..n {
-            for &c in &components {
-                self.u[i][c] = hbya[i][c] - r_au[i] * grad_p[i][c];
-            }
-        }
-        lap(&mut self.seconds.corrections);
+        correct_velocity(&mut self.u, &components, &hbya, &r_au, &grad_p);
+        stopwatch.lap(&mut self.seconds.corrections);
         Ok(self.report(u_initial, p_solves, continuity))
     }
 
@@ -861,11 +942,7 @@ impl<'m> Simple<'m> {
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let volumes = &geometry.cell_volumes;
         let components = self.components.clone();
-        let mut clock = Instant::now();
-        let mut lap = |part: &mut f64| {
-            *part += clock.elapsed().as_secs_f64();
-            clock = Instant::now();
-        };
+        let mut stopwatch = Stopwatch::start();
 
         // 1. Momentum predictor, its explicit stress from the U of the last
         // iteration (all components, before any is solved).
@@ -878,46 +955,23 @@ impl<'m> Simple<'m> {
         let mut equations = Vec::with_capacity(components.len());
         let mut u_initial = Vec::with_capacity(components.len());
         for (k, &c) in components.iter().enumerate() {
-            let mut u_c: Vec<f64> = self.u.iter().map(|u| u[c]).collect();
+            let u_c: Vec<f64> = self.u.iter().map(|u| u[c]).collect();
             let (matrix, mut source) = self.momentum_equation(k, &u_c)?;
             for (s, t) in source.iter_mut().zip(&stress) {
                 *s += t[c];
             }
-            let b: Vec<f64> = (0..n)
-                .map(|i| source[i] - volumes[i] * grad_p[i][c])
-                .collect();
-            let field = format!("U{}", ["x", "y", "z"][c]);
-            let momentum = &self.settings.momentum;
-            let solving = crate::timings::enter(crate::timings::Phase::Solve);
-            let perf = match (&mut self.momentum_solve, &momentum.krylov) {
-                (Some(solve), _) => solve(&matrix, &b, &mut u_c, &field),
-                (None, Some(method)) => solve_krylov(
-                    &matrix,
-                    method,
-                    momentum.preconditioner,
-                    &b,
-                    &mut u_c,
-                    &momentum.controls,
-                    &field,
-                ),
-                (None, None) => solve_smooth(
-                    &matrix,
-                    &momentum.smoother,
-                    &b,
-                    &mut u_c,
-                    &momentum.controls,
-                    &field,
-                ),
-            }
-            .map_err(|e| e.solving(&field))?;
-            drop(solving);
+            let b = momentum_rhs(&source, volumes, &grad_p, c);
+            let (field, perf) = self.settings.momentum.solve_component(
+                self.momentum_solve.as_deref_mut(),
+                &matrix,
+                &b,
+                &mut self.u,
+                c,
+            )?;
             u_initial.push((field, perf.initial_residual));
-            for (u, x) in self.u.iter_mut().zip(&u_c) {
-                u[c] = *x;
-            }
             equations.push((matrix, source));
         }
-        lap(&mut self.seconds.momentum);
+        stopwatch.lap(&mut self.seconds.momentum);
 
         // 2. rAU, HbyA and the Rhie–Chow flux φ_HbyA.
         let (a_p, mut hbya) = self.h_by_a(&equations);
@@ -956,7 +1010,7 @@ impl<'m> Simple<'m> {
             }
             r_au = r_atu;
         }
-        lap(&mut self.seconds.fluxes);
+        stopwatch.lap(&mut self.seconds.fluxes);
         Ok(Predicted {
             u_initial,
             hbya,

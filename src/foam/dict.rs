@@ -181,6 +181,17 @@ impl Value {
         }
     }
 
+    /// The value as a vector, when it is a list of three numbers `(x y z)`.
+    pub fn vector(&self) -> Option<Vec3> {
+        match &self.kind {
+            ValueKind::List(items) if items.len() == 3 => {
+                let v: Option<Vec<f64>> = items.iter().map(Value::number).collect();
+                v.map(|v| Vec3::new(v[0], v[1], v[2]))
+            }
+            _ => None,
+        }
+    }
+
     fn error(&self, file: &Path, msg: String) -> MeshError {
         MeshError::parse(file, self.line, msg)
     }

@@ -75,13 +75,7 @@ impl FieldItem for Vec3 {
     const NAME: &'static str = "vector";
     const VOL_CLASS: &'static str = "volVectorField";
     fn from_value(value: &Value) -> Option<Self> {
-        match &value.kind {
-            ValueKind::List(items) if items.len() == 3 => {
-                let v: Option<Vec<f64>> = items.iter().map(Value::number).collect();
-                v.map(|v| Vec3::new(v[0], v[1], v[2]))
-            }
-            _ => None,
-        }
+        value.vector()
     }
     fn list(value: &Value, file: &Path) -> Result<Vec<Self>, MeshError> {
         value.to_vectors(file)
@@ -441,6 +435,60 @@ pub struct FieldOutput<'a, T> {
     pub patch_types: &'a [&'a str],
     /// The value on every boundary face (index face − nInternalFaces).
     pub boundary_values: &'a [T],
+}
+
+/// The time directory `<case_dir>/<time name>/` of `mesh`'s fields, written
+/// with `options` but for each field's own dimensions.
+#[derive(Clone, Copy, Debug)]
+pub struct TimeDirectory<'a> {
+    pub case_dir: &'a Path,
+    pub time: f64,
+    pub mesh: &'a Mesh,
+    pub options: &'a FoamWriteOptions,
+}
+
+impl TimeDirectory<'_> {
+    /// Writes `field` with `dimensions` as [`write_time_field_of`] does
+    /// (`surface`: a surface field); returns the path written.
+    pub fn write<T: FieldItem>(
+        &self,
+        field: &FieldOutput<T>,
+        surface: bool,
+        dimensions: Dimensions,
+    ) -> Result<PathBuf, OutputError> {
+        let options = FoamWriteOptions {
+            dimensions,
+            ..*self.options
+        };
+        write_time_field_of(
+            self.case_dir,
+            self.time,
+            self.mesh,
+            field,
+            surface,
+            &options,
+        )
+    }
+
+    /// Writes the volume field `name`: cell values `internal`, the patches'
+    /// types and the boundary face values, with `dimensions`; returns the
+    /// path written.
+    pub fn write_volume<T: FieldItem>(
+        &self,
+        name: &str,
+        internal: &[T],
+        patch_types: &[&str],
+        boundary_values: &[T],
+        dimensions: Dimensions,
+    ) -> Result<PathBuf, OutputError> {
+        let field = FieldOutput {
+            name,
+            internal,
+            patch_types,
+            boundary_values,
+        };
+        self.write(&field, false, dimensions)
+    }
 }
 
 /// Writes `<case_dir>/<time name>/<name>` as a `volVectorField` (`surface =
