@@ -897,7 +897,23 @@ enum Coarsest {
     Iterative {
         matrix: Csr,
         dic: Dic<'static>,
+        /// Every row sums to zero (the agglomerates of an all-Neumann
+        /// problem): the constants are the null space, and the right-hand
+        /// side's mean is removed before the solve.
+        singular: bool,
     },
+}
+
+/// Whether every row of `a` sums to zero to round-off (|Σ_j a_ij| at most
+/// 1e-10 of the row's largest entry): the Galerkin operator of a matrix
+/// whose null space is the constants keeps that null space.
+fn rows_sum_to_zero(a: &Csr) -> bool {
+    (0..a.n_rows()).all(|i| {
+        let (_, values) = a.row(i);
+        let sum: f64 = values.iter().sum();
+        let largest = values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        sum.abs() <= 1e-10 * largest
+    })
 }
 
 /// The cycle's work vectors, per coarse level.
@@ -999,6 +1015,7 @@ impl<'a> Gamg<'a> {
             } else {
                 let dic = Dic::owned(coarsest_matrix.clone(), "DIC")?;
                 Coarsest::Iterative {
+                    singular: rows_sum_to_zero(&coarsest_matrix),
                     matrix: coarsest_matrix,
                     dic,
                 }
@@ -1135,7 +1152,11 @@ impl<'a> Gamg<'a> {
     fn solve_coarsest(&self, b: &[f64], x: &mut [f64]) -> Result<(), SolveError> {
         match &self.coarsest {
             Coarsest::Direct(solver) => solver.solve(b, x),
-            Coarsest::Iterative { matrix, dic } => {
+            Coarsest::Iterative {
+                matrix,
+                dic,
+                singular,
+            } => {
                 x.fill(0.0);
                 let backend = CpuBackend::new(matrix, dic);
                 let controls = SolverControls {
@@ -1144,13 +1165,16 @@ impl<'a> Gamg<'a> {
                     ..self.controls
                 };
                 let mut y = x.to_vec();
-                pcg_unlogged(
-                    &backend,
-                    &b.to_vec(),
-                    &mut y,
-                    &controls,
-                    "coarsestLevelCorr",
-                )?;
+                let mut b = b.to_vec();
+                if *singular {
+                    // The restricted residual of a singular system has a
+                    // round-off component along the constants, which CG
+                    // cannot reduce: it grows until p·Ap turns negative.
+                    // Only its part in A's range is solvable.
+                    let mean = b.iter().sum::<f64>() / b.len() as f64;
+                    b.iter_mut().for_each(|v| *v -= mean);
+                }
+                pcg_unlogged(&backend, &b, &mut y, &controls, "coarsestLevelCorr")?;
                 x.copy_from_slice(&y);
             }
         }
