@@ -42,6 +42,7 @@ use fvpoisson::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use fvpoisson::gpu::deflation::{
     deflated_pcg_device, DeviceDeflation, DEFLATED_PCG_PRECONDITIONERS,
 };
+use fvpoisson::gpu::fsai::{DeviceFsai, SETUP_PLACE};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
@@ -54,6 +55,7 @@ use fvpoisson::gpu::smooth::{
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::amg::AmgSettings;
 use fvpoisson::solve::deflation::Subdomains;
+use fvpoisson::solve::fsai::FsaiSettings;
 use fvpoisson::solve::precond::Dic;
 use fvpoisson::solve::registry::{self, GpuDefault, Role};
 use fvpoisson::solve::{
@@ -591,6 +593,19 @@ fn case_entries(
         let label = p.to_string();
         list.push((label, Layout::Rcm, registered(*p), mixed_note.into()));
     }
+    // Bernaschi et al.'s (2019) adaptive FSAI with its defaults, set up on
+    // the device (`DeviceFsai::setup`, which reads the matrix from its host
+    // copy: the phases in its note).
+    let fsai_settings = FsaiSettings::default();
+    list.push((
+        format!("{fsai_settings}"),
+        Layout::Rcm,
+        Box::new(move |o: &Ordered<'_>| {
+            let (fsai, _) = DeviceFsai::setup(gpu, &o.a, &fsai_settings, SETUP_PLACE)?;
+            Ok(Box::new(fsai) as Box<dyn DevicePreconditioner>)
+        }),
+        String::new(),
+    ));
     list.push((
         "AMG (defaults: K-cycle, f64)".into(),
         Layout::Rcm,
