@@ -968,16 +968,7 @@ fn gamg_solves_an_all_neumann_case() {
     let with_gamg = run(&gamg);
     let with_dic = run(&dic);
     assert!(with_gamg.converged && with_dic.converged);
-    let (lo, hi) = with_dic
-        .field
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    let d = with_dic
-        .field
-        .iter()
-        .zip(&with_gamg.field)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
-        / (hi - lo);
+    let d = common::range_difference(&with_dic.field, &with_gamg.field);
     assert!(d < 1e-7, "GAMG against DIC-PCG: {d:e} of the range");
 }
 

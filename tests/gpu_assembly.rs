@@ -957,7 +957,7 @@ fn gpu_runs_of_the_shipped_cases_match_the_cpu_runs() {
     ] {
         let cpu = run_shipped(name, Device::Cpu, "cpu");
         let on_gpu = run_shipped(name, Device::Gpu(&gpu), "gpu");
-        let d = field_difference(&cpu, &on_gpu);
+        let d = common::range_difference(&cpu.field, &on_gpu.field);
         println!(
             "{name}: {} cells, steps CPU {} / GPU {}, converged {} / {}, max |T_gpu - T_cpu| / \
              range {d:.1e}, L2 error CPU {:?} / GPU {:?}",
@@ -975,20 +975,6 @@ fn gpu_runs_of_the_shipped_cases_match_the_cpu_runs() {
         assert_eq!(cpu.converged, on_gpu.converged, "{name}");
         assert!(d < 1e-5, "{name}: fields differ by {d:e} of their range");
     }
-}
-
-/// The largest |a - b| over the fields, as a share of a's range.
-fn field_difference(a: &RunSummary, b: &RunSummary) -> f64 {
-    let (lo, hi) = a
-        .field
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    a.field
-        .iter()
-        .zip(&b.field)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-        / (hi - lo).max(f64::MIN_POSITIVE)
 }
 
 /// GAMG in a laplacian case: the GPU assembles the system itself and sets
@@ -1026,7 +1012,7 @@ fn gamg_runs_assemble_on_the_device_and_match_the_cpu_runs() {
         );
         let cpu = run_setup(shipped, name, Device::Cpu, "shipped_cpu");
         let on_gpu = run_setup(setup, name, Device::Gpu(&gpu), "gamg_gpu");
-        let d = field_difference(&cpu, &on_gpu);
+        let d = common::range_difference(&cpu.field, &on_gpu.field);
         println!(
             "{name} GAMG: {} cells, steps CPU {} / GPU {}, converged {} / {}, max |T_gpu - \
              T_cpu| / range {d:.1e}",

@@ -9,7 +9,7 @@
 //! Eisenstat row is in `--preconditioners` and in `--smoothers`' PCG table.
 
 use super::smooth::{solve_warm, Ordered};
-use super::tables::{controls, copy_bandwidth, poisson_system, JacobiBaseline, Row};
+use super::tables::{controls, copy_bandwidth, poisson_system, rcm_system, JacobiBaseline, Row};
 use std::time::Instant;
 
 use fvpoisson::gpu::eisenstat::{
@@ -25,7 +25,6 @@ use fvpoisson::solve::eisenstat::eisenstat_cg;
 use fvpoisson::solve::eisenstat::ResidualCheck;
 use fvpoisson::solve::SolverControls;
 use fvpoisson::solve::{SolveError, SolverPerformance};
-use fvpoisson::sparse::ordering::reverse_cuthill_mckee;
 use fvpoisson::sparse::Csr;
 
 /// The Eisenstat rows: the residual carried every iteration, or checked
@@ -89,15 +88,8 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
     for case in cases {
         let (a, b) = poisson_system(case)?;
         let size = (a.n_rows(), a.nnz());
-        let rcm = reverse_cuthill_mckee(&a);
-        let b_rcm = rcm.to_new(&b);
-        let by_rcm = Ordered::new(
-            gpu,
-            ("rcm", "RCM".into()),
-            rcm.apply_symmetric(&a),
-            &b_rcm,
-            &options,
-        )?;
+        let (a_rcm, b_rcm) = rcm_system(&a, &b);
+        let by_rcm = Ordered::new(gpu, ("rcm", "RCM".into()), a_rcm, &b_rcm, &options)?;
         let t = std::time::Instant::now();
         let (p, a_colour, colouring) = colour_layout(gpu, &by_rcm.a, slice_height)?;
         let colour_ms = t.elapsed().as_secs_f64() * 1e3;

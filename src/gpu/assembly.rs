@@ -2268,8 +2268,7 @@ impl<'g> DeviceLaplacian<'g> {
         push: impl FnOnce(&mut crate::gpu::KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let g = &self.geometry;
-        let grid = vector_grid(self.n_faces);
-        self.gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+        self.gpu.launch_vector(kernel, self.n_faces, |a| {
             a.arg(n_faces).arg(&g.face_owner).arg(&g.face_neighbour);
             push(a);
         })

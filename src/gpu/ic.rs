@@ -309,8 +309,7 @@ impl DeviceLevels {
         push: impl Fn(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         for (count, first) in self.counts.iter().zip(&self.firsts) {
-            let grid = vector_grid(*count as usize);
-            gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector(kernel, *count as usize, |a| {
                 a.arg(count).arg(first).arg(&*self.rows);
                 push(a);
             })?;

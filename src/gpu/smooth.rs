@@ -36,7 +36,7 @@ use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, PcgSolve, ScaledSystem};
 use super::polynomial::DevicePolynomial;
 use super::setup::{checked_diagonal, jacobi_scales, RowScale, SetupSpans};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError, NULL};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::registry::{self, Role};
@@ -270,8 +270,7 @@ impl DeviceColouring {
     ) -> Result<(), GpuError> {
         for k in sweep_order(sweep, self.bounds.len()) {
             let (first, count) = &self.bounds[k];
-            let grid = vector_grid(*count as usize);
-            gpu.launch(kernel, grid, VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector(kernel, *count as usize, |a| {
                 a.arg(count).arg(first).arg(h).arg(&self.rows);
                 push(a);
             })?;

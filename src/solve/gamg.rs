@@ -73,7 +73,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::algorithm::parse_value;
-use super::amg::coarsest::CoarsestSolver;
+use super::amg::coarsest::{project_zero_mean, rows_sum_to_zero, CoarsestSolver};
 use super::amg::{AmgSettings, MAX_DENSE_ROWS};
 use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
@@ -904,18 +904,6 @@ enum Coarsest {
     },
 }
 
-/// Whether every row of `a` sums to zero to round-off (|Σ_j a_ij| at most
-/// 1e-10 of the row's largest entry): the Galerkin operator of a matrix
-/// whose null space is the constants keeps that null space.
-fn rows_sum_to_zero(a: &Csr) -> bool {
-    (0..a.n_rows()).all(|i| {
-        let (_, values) = a.row(i);
-        let sum: f64 = values.iter().sum();
-        let largest = values.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        sum.abs() <= 1e-10 * largest
-    })
-}
-
 /// The cycle's work vectors, per coarse level.
 struct Work {
     /// The finest residual b − A x of the current iterate.
@@ -1171,8 +1159,7 @@ impl<'a> Gamg<'a> {
                     // round-off component along the constants, which CG
                     // cannot reduce: it grows until p·Ap turns negative.
                     // Only its part in A's range is solvable.
-                    let mean = b.iter().sum::<f64>() / b.len() as f64;
-                    b.iter_mut().for_each(|v| *v -= mean);
+                    project_zero_mean(&mut b);
                 }
                 pcg_unlogged(&backend, &b, &mut y, &controls, "coarsestLevelCorr")?;
                 x.copy_from_slice(&y);

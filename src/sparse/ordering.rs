@@ -736,17 +736,14 @@ impl RowOrdering {
         }
         Ok(match self {
             Self::Natural => None,
-            Self::Cm => Some(cuthill_mckee(a)),
-            Self::Rcm => Some(reverse_cuthill_mckee(a)),
+            Self::Cm | Self::Rcm => self.permutation_of_graph(Graph::of_matrix(a)),
             Self::Metis => Some(
                 super::partition::slice_partition_order(a, slice_height)
                     .map_err(|e| format!("metis ordering: {e}"))?,
             ),
         })
     }
-}
 
-impl RowOrdering {
     /// Whether the ordering is computed from the matrix's graph alone
     /// (Cuthill–McKee and its reverse): [`Self::permutation_of_graph`].
     pub fn of_graph(self) -> bool {

@@ -417,3 +417,16 @@ pub fn check_vtk(pvd: &std::path::Path, args: &[&str]) -> Option<String> {
     assert!(out.status.success(), "{}: {text}", pvd.display());
     Some(text)
 }
+
+/// The largest |a_i − b_i| as a share of the range of `a`'s values.
+#[allow(dead_code)] // not every test that shares this module compares fields
+pub fn range_difference(a: &[f64], b: &[f64]) -> f64 {
+    let (lo, hi) = a
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+        / (hi - lo).max(f64::MIN_POSITIVE)
+}

@@ -17,6 +17,23 @@ use crate::sparse::Csr;
 /// rounding, so A_L is singular with the constants as null space.
 const SINGULAR: f64 = 1e-10;
 
+/// Whether `a`'s rows sum to zero up to rounding (Σ_i |row sum_i| ≤
+/// SINGULAR · Σ_i a_ii): `a` is singular with the constants as its null
+/// space, as an all-Neumann problem's matrix and its Galerkin operators are.
+pub(crate) fn rows_sum_to_zero(a: &Csr) -> bool {
+    let (mut diag_sum, mut row_sum_abs) = (0.0, 0.0);
+    for i in 0..a.n_rows() {
+        let (cols, values) = a.row(i);
+        for (&c, &v) in cols.iter().zip(values) {
+            if c as usize == i {
+                diag_sum += v;
+            }
+        }
+        row_sum_abs += values.iter().sum::<f64>().abs();
+    }
+    row_sum_abs <= SINGULAR * diag_sum
+}
+
 /// A_L⁻¹ (or A_L⁺ when A_L is singular), factored.
 pub struct CoarsestSolver {
     factor: Cholesky<f64, Dyn>,
@@ -28,10 +45,9 @@ impl CoarsestSolver {
     pub fn new(a: &Csr) -> Result<Self, SolveError> {
         let n = a.n_rows();
         let mut m = dense(a);
-        let diag_sum: f64 = m.diagonal().iter().sum();
-        let row_sum_abs: f64 = m.row_iter().map(|r| r.sum().abs()).sum();
-        let singular = row_sum_abs <= SINGULAR * diag_sum;
+        let singular = rows_sum_to_zero(a);
         if singular {
+            let diag_sum: f64 = m.diagonal().iter().sum();
             let shift = diag_sum / (n as f64 * n as f64);
             m.add_scalar_mut(shift);
         }
@@ -82,7 +98,7 @@ impl CoarsestSolver {
 }
 
 /// x ← x − mean(x).
-fn project_zero_mean(x: &mut [f64]) {
+pub(crate) fn project_zero_mean(x: &mut [f64]) {
     let mean = x.iter().sum::<f64>() / x.len() as f64;
     x.iter_mut().for_each(|v| *v -= mean);
 }
