@@ -15,15 +15,37 @@
 // the K-cycle's dot products and scalars stay f64). The fine level's b is
 // PCG's f64 residual in both.
 
+// Entries of a CSR row whose loads amg_csr_row issues together.
+#define AMG_ROW_BATCH 8
+
 // Row i of A x on a CSR level with x_j = f(j): the row's products summed in
 // stored order (Csr::spmv; the CPU cycle's row_residual). I: the index's type
-// as the caller has it.
+// as the caller has it. The loads go out AMG_ROW_BATCH entries at a time
+// (columns and values, then the gathers), the sum still one entry after the
+// other: walked an entry at a time, a coarse row of 20-30 entries is as many
+// dependent load pairs in a row, which the few warps of a small level cannot
+// hide, so its launches took the same 9-20 us whatever the level's size.
 template <typename T, typename I, typename F>
 __device__ __forceinline__ T amg_csr_row(const u64* __restrict__ row_ptr,
                                          const unsigned* __restrict__ cols,
                                          const T* __restrict__ vals, I i, const F& f) {
     T acc = T(0);
-    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k) acc += vals[k] * f(cols[k]);
+    u64 k = row_ptr[i];
+    const u64 end = row_ptr[i + 1];
+    for (; k + AMG_ROW_BATCH <= end; k += AMG_ROW_BATCH) {
+        unsigned c[AMG_ROW_BATCH];
+        T v[AMG_ROW_BATCH], x[AMG_ROW_BATCH];
+#pragma unroll
+        for (int m = 0; m < AMG_ROW_BATCH; ++m) {
+            c[m] = cols[k + m];
+            v[m] = vals[k + m];
+        }
+#pragma unroll
+        for (int m = 0; m < AMG_ROW_BATCH; ++m) x[m] = f(c[m]);
+#pragma unroll
+        for (int m = 0; m < AMG_ROW_BATCH; ++m) acc += v[m] * x[m];
+    }
+    for (; k < end; ++k) acc += vals[k] * f(cols[k]);
     return acc;
 }
 
@@ -187,6 +209,7 @@ __global__ void amg_dense_apply(int n, const double* __restrict__ m, const T* __
     if (row >= n) return;  // whole warps leave together
     const double* mr = m + (u64)row * n;
     double s = 0.0;
+#pragma unroll 8
     for (int j = lane; j < n; j += 32) s += mr[j] * (double)b[j];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
     if (lane == 0) x[row] = (T)s;
