@@ -199,6 +199,37 @@ extern "C" __global__ void simple_momentum_rows(
     simple_momentum_outputs(row, c, relaxed, s, volumes[row], stress, grad_p, diag, source, b);
 }
 
+// a_P of `row`: the mean of the solved components' diagonals (d1, d2 null
+// for fewer lanes).
+__device__ __forceinline__ double simple_a_p(int row, const double* __restrict__ d0,
+                                             const double* __restrict__ d1,
+                                             const double* __restrict__ d2) {
+    const bool has1 = d1 != nullptr, has2 = has1 && d2 != nullptr;
+    double ap = d0[row], count = 1.0;
+    if (has1) {
+        ap = asm_add(ap, d1[row]);
+        count = 2.0;
+    }
+    if (has2) {
+        ap = asm_add(ap, d2[row]);
+        count = 3.0;
+    }
+    return asm_div(ap, count);
+}
+
+// rAU = V / a_P alone, the bits simple_hbya_r_au writes: the pressure matrix
+// of a PISO corrector depends on the momentum equation's diagonal only, so
+// it is assembled from this (and its preconditioner re-set up) while the
+// momentum equation is solved.
+extern "C" __global__ void simple_r_au(int n, const double* __restrict__ volumes,
+                                       const double* __restrict__ d0,
+                                       const double* __restrict__ d1,
+                                       const double* __restrict__ d2,
+                                       double* __restrict__ r_au) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < n) r_au[row] = asm_div(volumes[row], simple_a_p(row, d0, d1, d2));
+}
+
 // One launch for the solved components' lanes (lane k: diagonal d_k, source
 // s_k, velocity component u_k, output h_k; a null d_k ends the lanes), one
 // block per slice: a_P = the mean of the lanes' diagonals (fvVectorMatrix::A()),
@@ -220,16 +251,7 @@ extern "C" __global__ void simple_hbya_r_au(
     if (!r.in_range) return;
     const int row = r.row;
     const bool has1 = d1 != nullptr, has2 = has1 && d2 != nullptr;
-    double ap = d0[row], count = 1.0;
-    if (has1) {
-        ap = asm_add(ap, d1[row]);
-        count = 2.0;
-    }
-    if (has2) {
-        ap = asm_add(ap, d2[row]);
-        count = 3.0;
-    }
-    ap = asm_div(ap, count);
+    const double ap = simple_a_p(row, d0, d1, d2);
     double t0 = s0[row], t1 = has1 ? s1[row] : 0.0, t2 = has2 ? s2[row] : 0.0, off = 0.0;
     for (u64 k = r.first; k < r.end; k += r.h) {
         const int c = codes[k];

@@ -497,3 +497,31 @@ fn out_of_memory_is_a_clear_error_and_the_device_still_works() {
     let v = gpu.upload(&[1.0f64, 2.0]).unwrap();
     assert_eq!(gpu.download(&v).unwrap(), vec![1.0, 2.0]);
 }
+
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn side_stream_work_runs_after_the_streams_work_and_before_its_join() {
+    let _device = DEVICE_MEMORY.read().unwrap_or_else(|e| e.into_inner());
+    let Some(gpu) = test_device() else { return };
+    // 128 MB per copy: long enough that a side copy not waiting for the
+    // device's stream would read zeros.
+    let n = 1 << 24;
+    let values: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+    let source = gpu.upload(&values).unwrap();
+    let mut middle = gpu.zeros::<f64>(n).unwrap();
+    let mut last = gpu.zeros::<f64>(n).unwrap();
+    gpu.synchronize().unwrap();
+    gpu.copy(&source, &mut middle).unwrap();
+    let ((), work) = gpu
+        .on_side_stream(|| {
+            // No side work inside side work.
+            assert!(gpu.on_side_stream(|| Ok(())).is_err());
+            gpu.copy(&middle, &mut last)
+        })
+        .unwrap();
+    work.join(&gpu).unwrap();
+    assert_eq!(gpu.download(&last).unwrap(), values);
+    // The device's own stream is back in use after the side work.
+    gpu.copy(&source, &mut middle).unwrap();
+    assert_eq!(gpu.download(&middle).unwrap(), values);
+}

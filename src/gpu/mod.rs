@@ -634,10 +634,31 @@ impl DeviceChoice {
     }
 }
 
+/// Work [`Gpu::on_side_stream`] enqueued on the side stream: the device's
+/// stream waits for it at [`SideWork::join`], before the work that reads
+/// its results.
+#[must_use = "the device's stream must wait for side-stream work before reading its results"]
+pub struct SideWork {
+    done: CudaEvent,
+}
+
+impl SideWork {
+    /// Makes `gpu`'s stream wait (on the device; the host goes on) for the
+    /// side-stream work.
+    pub fn join(self, gpu: &Gpu) -> Result<(), GpuError> {
+        driver("cuStreamWaitEvent", gpu.stream.wait(&self.done))
+    }
+}
+
 /// One CUDA device with its stream and the compiled kernels.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// The second stream of [`Gpu::on_side_stream`], made at its first use.
+    side_stream: OnceLock<Arc<CudaStream>>,
+    /// [`Gpu::on_side_stream`] is enqueueing: launches, copies and
+    /// allocations go to the side stream.
+    on_side: AtomicBool,
     kernels: HashMap<&'static str, Kernel>,
     /// The kernel modules, compiled and loaded ahead or at first use.
     modules: Arc<ModuleLoader>,
@@ -752,9 +773,9 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> DeferredRead<T> {
         }
         driver(
             "cuMemcpyDtoHAsync",
-            gpu.stream.memcpy_dtoh(from, &mut self.host),
+            gpu.stream().memcpy_dtoh(from, &mut self.host),
         )?;
-        driver("cuEventRecord", self.copied.record(&gpu.stream))?;
+        driver("cuEventRecord", self.copied.record(gpu.stream()))?;
         self.pending.set(true);
         Ok(())
     }
@@ -800,6 +821,9 @@ impl Drop for Gpu {
             // Copies out of the page-locked buffers may still be queued: they
             // must land before the buffers are freed.
             let _ = self.stream.synchronize();
+            if let Some(side) = self.side_stream.get() {
+                let _ = side.synchronize();
+            }
         }
         let threads = std::mem::take(
             self.prefetching
@@ -1007,6 +1031,8 @@ impl Gpu {
         Ok(Self {
             ctx,
             stream,
+            side_stream: OnceLock::new(),
+            on_side: AtomicBool::new(false),
             kernels,
             modules,
             name,
@@ -1077,8 +1103,52 @@ impl Gpu {
     pub fn module_cached(&self) -> bool {
         self.modules.all_cached.load(Ordering::Acquire)
     }
+    /// The stream this device's work goes to now: its own, or the side
+    /// stream while [`Gpu::on_side_stream`] enqueues.
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+        match self.side_stream.get() {
+            Some(side) if self.on_side.load(Ordering::Acquire) => side,
+            _ => &self.stream,
+        }
+    }
+
+    /// Runs `enqueue`, whose launches, copies and allocations on this device
+    /// go to a second stream that starts after all the device's stream
+    /// holds now. The device's stream goes on with what is given to it
+    /// next, in parallel, until it waits at [`SideWork::join`]: for work
+    /// whose results only later work reads (PISO's pressure matrix and its
+    /// preconditioner's re-set-up, while the momentum equation is solved).
+    pub fn on_side_stream<R>(
+        &self,
+        enqueue: impl FnOnce() -> Result<R, GpuError>,
+    ) -> Result<(R, SideWork), GpuError> {
+        if self.on_side.load(Ordering::Acquire) || self.capturing.load(Ordering::Acquire) {
+            return Err(GpuError::Invalid(
+                "side-stream work started inside side-stream work or a graph capture".into(),
+            ));
+        }
+        let side = match self.side_stream.get() {
+            Some(side) => side,
+            None => {
+                let made = self.new_stream()?;
+                self.side_stream.get_or_init(|| made)
+            }
+        };
+        driver(
+            "cuStreamWaitEvent",
+            side.wait(&self.stream_event(&self.stream)?),
+        )?;
+        self.on_side.store(true, Ordering::Release);
+        let enqueued = enqueue();
+        self.on_side.store(false, Ordering::Release);
+        let done = self.stream_event(side)?;
+        Ok((enqueued?, SideWork { done }))
+    }
+
+    /// An event recorded behind the work `stream` holds now (no timing).
+    fn stream_event(&self, stream: &CudaStream) -> Result<CudaEvent, GpuError> {
+        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        driver("cuEventRecord", stream.record_event(flags))
     }
     /// The device's ordinal (`Gpu::on_device`).
     pub fn ordinal(&self) -> usize {
@@ -1120,7 +1190,7 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        self.launch_on(&self.stream, kernel, grid, block, shared_bytes, push)
+        self.launch_on(self.stream(), kernel, grid, block, shared_bytes, push)
     }
 
     /// [`Gpu::launch`] of a vector kernel: a thread for each of `n` entries
@@ -1159,7 +1229,7 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        self.launch_grid_on(&self.stream, kernel, grid, block, shared_bytes, push)
+        self.launch_grid_on(self.stream(), kernel, grid, block, shared_bytes, push)
     }
 
     /// [`Gpu::launch`] as a cooperative launch: every block of the grid is
@@ -1175,7 +1245,7 @@ impl Gpu {
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         self.launch_any(
-            &self.stream,
+            self.stream(),
             kernel,
             (grid, 1),
             block,
@@ -1324,7 +1394,7 @@ impl Gpu {
         // End the capture whatever happened, so the stream is usable again.
         let graph = driver(
             "cuStreamEndCapture",
-            self.stream.end_capture(CUgraphInstantiate_flags(0)),
+            self.stream().end_capture(CUgraphInstantiate_flags(0)),
         );
         recorded?;
         graph?.ok_or_else(|| GpuError::Invalid("the captured CUDA graph is empty".into()))
@@ -1384,7 +1454,7 @@ impl Gpu {
     /// The device address of `buffer`, for kernels that follow pointers
     /// (e.g. into a peer's memory).
     pub fn address<T>(&self, buffer: &CudaSlice<T>) -> u64 {
-        let (ptr, _sync) = buffer.device_ptr(&self.stream);
+        let (ptr, _sync) = buffer.device_ptr(self.stream());
         ptr
     }
 
@@ -1517,7 +1587,7 @@ impl Gpu {
 
     /// Waits for all queued work.
     pub fn synchronize(&self) -> Result<(), GpuError> {
-        driver("cuStreamSynchronize", self.stream.synchronize())
+        driver("cuStreamSynchronize", self.stream().synchronize())
     }
 
     /// `host` on the device; a large array goes through the page-locked
@@ -1532,7 +1602,7 @@ impl Gpu {
 
     /// `host` on the device by one pageable copy.
     fn upload_pageable<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, GpuError> {
-        let r = self.stream.clone_htod(host);
+        let r = self.stream().clone_htod(host);
         self.allocation("cuMemcpyHtoD", size_of_val(host), r)
     }
     /// An array of `len` elements made on the host a piece at a time and
@@ -1591,7 +1661,7 @@ impl Gpu {
         let mut devices = widths
             .iter()
             .map(|w| {
-                let r = unsafe { self.stream.alloc::<T>((units * w).max(1)) };
+                let r = unsafe { self.stream().alloc::<T>((units * w).max(1)) };
                 self.allocation("cuMemAlloc", units * w * size, r)
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -1629,10 +1699,10 @@ impl Gpu {
                 let mut view = device.slice_mut(first * w..end * w);
                 driver(
                     "cuMemcpyHtoDAsync",
-                    self.stream.memcpy_htod(&**host, &mut view),
+                    self.stream().memcpy_htod(&**host, &mut view),
                 )?;
             }
-            driver("cuEventRecord", staging.copied[b].record(&self.stream))?;
+            driver("cuEventRecord", staging.copied[b].record(self.stream()))?;
         }
         Ok(devices)
     }
@@ -1675,7 +1745,7 @@ impl Gpu {
         &self,
         n: usize,
     ) -> Result<CudaSlice<T>, GpuError> {
-        let r = self.stream.alloc_zeros(n.max(1));
+        let r = self.stream().alloc_zeros(n.max(1));
         self.allocation("cuMemAlloc", n.max(1) * size_of::<T>(), r)
     }
 
@@ -1701,7 +1771,7 @@ impl Gpu {
         &self,
         dev: &mut CudaSlice<T>,
     ) -> Result<(), GpuError> {
-        driver("cuMemsetD8", self.stream.memset_zeros(dev))
+        driver("cuMemsetD8", self.stream().memset_zeros(dev))
     }
     /// `dev` copied to the host. A large array comes through the two
     /// page-locked buffers of [`Self::upload_with`], a piece at a time: the
@@ -1714,7 +1784,7 @@ impl Gpu {
         let size = size_of::<T>();
         let n = dev.len();
         if n * size < STAGED_MIN_BYTES || !STAGING_BYTES.is_multiple_of(size) {
-            return driver("cuMemcpyDtoH", self.stream.clone_dtoh(dev));
+            return driver("cuMemcpyDtoH", self.stream().clone_dtoh(dev));
         }
         let mut host = vec![T::default(); n];
         self.download_staged(dev, &mut host)?;
@@ -1736,7 +1806,7 @@ impl Gpu {
             )));
         }
         if size_of_val(host) < STAGED_MIN_BYTES || !STAGING_BYTES.is_multiple_of(size_of::<T>()) {
-            driver("cuMemcpyDtoH", self.stream.memcpy_dtoh(dev, host))?;
+            driver("cuMemcpyDtoH", self.stream().memcpy_dtoh(dev, host))?;
             return self.synchronize();
         }
         self.download_staged(dev, host)
@@ -1776,9 +1846,9 @@ impl Gpu {
             let to = unsafe { std::slice::from_raw_parts_mut(buffers[k % 2], end - first) };
             driver(
                 "cuMemcpyDtoHAsync",
-                self.stream.memcpy_dtoh(&dev.slice(first..end), to),
+                self.stream().memcpy_dtoh(&dev.slice(first..end), to),
             )?;
-            driver("cuEventRecord", copied[k % 2].record(&self.stream))
+            driver("cuEventRecord", copied[k % 2].record(self.stream()))
         };
         queue(0, &staging.copied)?;
         for k in 0..pieces.len() {
@@ -1799,14 +1869,14 @@ impl Gpu {
         Ok(())
     }
     pub fn write<T: DeviceRepr>(&self, host: &[T], dev: &mut CudaSlice<T>) -> Result<(), GpuError> {
-        driver("cuMemcpyHtoD", self.stream.memcpy_htod(host, dev))
+        driver("cuMemcpyHtoD", self.stream().memcpy_htod(host, dev))
     }
     pub fn copy<T: DeviceRepr>(
         &self,
         src: &CudaSlice<T>,
         dst: &mut CudaSlice<T>,
     ) -> Result<(), GpuError> {
-        driver("cuMemcpyDtoD", self.stream.memcpy_dtod(src, dst))
+        driver("cuMemcpyDtoD", self.stream().memcpy_dtod(src, dst))
     }
 
     /// Device time of `work` in milliseconds, between two events on the stream.
@@ -1814,9 +1884,9 @@ impl Gpu {
         let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let start = driver("cuEventCreate", self.ctx.new_event(timing))?;
         let end = driver("cuEventCreate", self.ctx.new_event(timing))?;
-        driver("cuEventRecord", start.record(&self.stream))?;
+        driver("cuEventRecord", start.record(self.stream()))?;
         work()?;
-        driver("cuEventRecord", end.record(&self.stream))?;
+        driver("cuEventRecord", end.record(self.stream()))?;
         driver("cuEventSynchronize", end.synchronize())?;
         Ok(driver("cuEventElapsedTime", start.elapsed_ms(&end))? as f64)
     }

@@ -69,7 +69,7 @@ use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::polynomial::DevicePolynomial;
-use super::{arg_or_null, Gpu, GpuError};
+use super::{arg_or_null, Gpu, GpuError, SideWork};
 use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted, SimpleSettings};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
 use crate::mesh::Vec3;
@@ -318,6 +318,9 @@ pub struct DeviceSimple<'g> {
     /// Value re-set-ups of the AMG or polynomial preconditioner so far (the
     /// set-up not counted).
     preconditioner_updates: usize,
+    /// The pressure matrix was assembled on the device from a device rAU
+    /// (its Γ buffer and its preconditioner made).
+    pressure_assembled: bool,
     /// Whether the host `Simple` holds the device's U, p and φ.
     host_current: bool,
 }
@@ -562,6 +565,7 @@ impl<'g> DeviceSimple<'g> {
             laplacian,
             seconds: DevicePhaseSeconds::default(),
             preconditioner_updates: 0,
+            pressure_assembled: false,
             host_current: true,
         };
         Ok(device)
@@ -728,6 +732,7 @@ impl<'g> DeviceSimple<'g> {
                 .reassemble_from_device(&self.r_au, &self.source)?;
             *host += timer.lap(&mut seconds.assembly)?;
             self.update_pressure_preconditioner(timer, seconds, host)?;
+            self.pressure_assembled = true;
         }
         let options = GpuSolveOptions::default();
         let mut p_solves = Vec::with_capacity(n_non_orth_correctors + 1);
@@ -760,6 +765,37 @@ impl<'g> DeviceSimple<'g> {
             .subtract_flux(p, &self.r_au, &self.phi_hbya, &self.phi)?;
         *host += timer.lap(&mut seconds.corrections)?;
         Ok(p_solves)
+    }
+
+    /// PISO and PIMPLE: rAU of the momentum equation just assembled, the
+    /// pressure matrix re-assembled from it and its preconditioner re-set
+    /// up, enqueued on the device's side stream, so that they run while the
+    /// momentum equation is solved: the matrix depends on the momentum
+    /// equation's diagonal only, not on the solved U (Issa 1986). The
+    /// right-hand side comes with the correctors' fluxes
+    /// ([`Self::pressure_equation`] keeping the matrix); the caller joins
+    /// the work before them. `None`, nothing enqueued: before the first
+    /// assembly (the preconditioner's set-up allocates and reads back
+    /// sizes), or when the parts are timed one by one (`synchronised`).
+    fn pressure_matrix_ahead(
+        &mut self,
+        synchronised: bool,
+        timer: &mut Lap<'g>,
+        seconds: &mut DevicePhaseSeconds,
+    ) -> Result<Option<SideWork>, GpuError> {
+        if synchronised || !self.pressure_assembled {
+            return Ok(None);
+        }
+        let gpu = self.gpu;
+        let ((), work) = gpu.on_side_stream(|| {
+            let m = self.momentum.as_ref().ok_or_else(lost)?;
+            m.r_au(gpu, &self.laplacian, &self.components, &self.r_au)?;
+            self.laplacian
+                .reassemble_from_device(&self.r_au, &self.source)?;
+            timer.lap(&mut seconds.assembly)?;
+            self.update_pressure_preconditioner(timer, seconds, &mut 0.0)
+        })?;
+        Ok(Some(work))
     }
 
     /// The AMG or polynomial preconditioner of p set up on the matrix just
@@ -1391,6 +1427,26 @@ impl<'g> DeviceMomentum<'g> {
             }
         }
         Ok(reports)
+    }
+
+    /// rAU = V / a_P alone into `r_au` (the bits of [`Self::h_by_a`]),
+    /// from the diagonals of the components just assembled.
+    fn r_au(
+        &self,
+        gpu: &Gpu,
+        pressure: &DeviceLaplacian<'g>,
+        components: &[usize],
+        r_au: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let n = pressure.n();
+        let n_i = n as i32;
+        gpu.launch_vector("simple_r_au", n, |a| {
+            a.arg(&n_i).arg(pressure.volumes());
+            for k in 0..3 {
+                arg_or_null(a, (k < components.len()).then(|| &self.diagonals[k]));
+            }
+            a.arg(r_au);
+        })
     }
 
     /// a_P (the mean of the components' diagonals), HbyA per solved

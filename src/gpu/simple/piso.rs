@@ -21,7 +21,14 @@
 //!    solved by GMRES or PBiCGStab (Jacobi or none) on the resident matrix
 //!    once every component is assembled (PBiCGStab solves the components
 //!    together, as the lanes of one device loop), `UFinal`'s solver on the
-//!    final one of several outer correctors.
+//!    final one of several outer correctors. While it is solved, a second
+//!    stream of the device computes rAU from the assembled diagonals
+//!    (`simple_r_au`), re-assembles the pressure matrix from it and re-sets
+//!    its preconditioner up (`DeviceSimple::pressure_matrix_ahead`): they
+//!    depend on the momentum equation's diagonal only, and the AMG's value
+//!    re-set-up (its dense coarsest inverse a chain of small launches) is
+//!    as long as the momentum solve at 100³. Not at the first assembly (the
+//!    preconditioner's set-up) nor when the parts are timed one by one.
 //! 3. per PISO corrector: a_P, HbyA, rAU, the face flux φ_HbyA plus
 //!    `fvc::ddtCorr` (`piso_ddt_correction_*`, zero on fixed-value velocity
 //!    patches), the pressure matrix re-assembled into the resident mod-SELL
@@ -363,20 +370,17 @@ impl<'g> DevicePiso<'g> {
     }
 
     /// The momentum equations of the solved components around the resident
-    /// U (relaxed by `alpha_u`), each solved by `solver` where `solve`;
-    /// the solves' reports.
-    #[allow(clippy::too_many_arguments)]
-    fn momentum(
+    /// U (relaxed by `alpha_u`), assembled; [`Self::solve_momentum`] solves
+    /// them.
+    fn assemble_momentum(
         &mut self,
         piso: &Piso,
         alpha_u: f64,
         ddt: (f64, f64, f64),
         dt: f64,
-        solver: DeviceKrylov,
-        solve: bool,
         timer: &mut Lap<'g>,
         seconds: &mut DevicePhaseSeconds,
-    ) -> Result<Vec<(String, SolverPerformance)>, DeviceFlowError> {
+    ) -> Result<(), DeviceFlowError> {
         let (coeff, c0, c00) = ddt;
         let simple_settings = *piso.simple.settings();
         let d = &mut self.device;
@@ -418,10 +422,20 @@ impl<'g> DevicePiso<'g> {
             )?;
             timer.lap(&mut seconds.momentum_assembly)?;
         }
-        if !solve {
-            return Ok(Vec::new());
-        }
-        let solves = m.solve_components(gpu, &d.components, &mut d.u, &solver)?;
+        Ok(())
+    }
+
+    /// The assembled momentum equations solved by `solver`; the solves'
+    /// reports.
+    fn solve_momentum(
+        &mut self,
+        solver: &DeviceKrylov,
+        timer: &mut Lap<'g>,
+        seconds: &mut DevicePhaseSeconds,
+    ) -> Result<Vec<(String, SolverPerformance)>, DeviceFlowError> {
+        let d = &mut self.device;
+        let m = d.momentum.as_mut().ok_or_else(lost)?;
+        let solves = m.solve_components(d.gpu, &d.components, &mut d.u, solver)?;
         timer.lap(&mut seconds.momentum_solve)?;
         Ok(solves)
     }
@@ -519,16 +533,21 @@ impl<'g> DevicePiso<'g> {
             } else {
                 self.u_solver
             };
-            let residuals = self.momentum(
-                piso,
-                corrector.alpha_u,
-                ddt,
-                dt,
-                solver,
-                settings.momentum_predictor,
-                &mut timer,
-                &mut seconds,
-            )?;
+            self.assemble_momentum(piso, corrector.alpha_u, ddt, dt, &mut timer, &mut seconds)?;
+            // The pressure matrix and its preconditioner while the momentum
+            // equation is solved.
+            let matrix_ahead =
+                self.device
+                    .pressure_matrix_ahead(self.synchronised, &mut timer, &mut seconds)?;
+            let residuals = if settings.momentum_predictor {
+                self.solve_momentum(&solver, &mut timer, &mut seconds)?
+            } else {
+                Vec::new()
+            };
+            let matrix_kept = matrix_ahead.is_some();
+            if let Some(work) = matrix_ahead {
+                work.join(gpu)?;
+            }
             // p of the outer corrector's start (flow::piso).
             let d = &mut self.device;
             gpu.copy(d.p.dev()?, &mut d.p_old)?;
@@ -539,9 +558,10 @@ impl<'g> DevicePiso<'g> {
                 let (p, p_final) = (self.p_controls, self.p_final_controls);
                 let mut host_pressure = 0.0;
                 // rAU is the momentum equation's of this outer corrector: the
-                // correctors after the first keep the pressure matrix.
+                // correctors after the first, and the first when the matrix
+                // was assembled ahead, keep the pressure matrix.
                 let solves = self.device.pressure_equation(
-                    index > 0,
+                    index > 0 || matrix_kept,
                     piso.simple.settings().n_non_orth_correctors,
                     |last| {
                         if settings.final_pressure_solve(index, last) {
