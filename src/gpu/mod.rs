@@ -1585,7 +1585,8 @@ impl Gpu {
         Ok(k.function.get_or_init(|| f))
     }
 
-    /// Waits for all queued work.
+    /// Waits for the work queued on the stream in use ([`Gpu::stream`]),
+    /// with the side-stream work joined into it.
     pub fn synchronize(&self) -> Result<(), GpuError> {
         driver("cuStreamSynchronize", self.stream().synchronize())
     }

@@ -25,10 +25,11 @@
 //!    stream of the device computes rAU from the assembled diagonals
 //!    (`simple_r_au`), re-assembles the pressure matrix from it and re-sets
 //!    its preconditioner up (`DeviceSimple::pressure_matrix_ahead`): they
-//!    depend on the momentum equation's diagonal only, and the AMG's value
-//!    re-set-up (its dense coarsest inverse a chain of small launches) is
-//!    as long as the momentum solve at 100³. Not at the first assembly (the
-//!    preconditioner's set-up) nor when the parts are timed one by one.
+//!    depend on the momentum equation's diagonal only. The AMG's value
+//!    re-set-up (2 ms at 100³, its dense coarsest inverse a chain of
+//!    latency-bound steps) then fills the momentum solve's host waits. Not
+//!    at the first assembly (the preconditioner's set-up) nor when the parts
+//!    are timed one by one.
 //! 3. per PISO corrector: a_P, HbyA, rAU, the face flux φ_HbyA plus
 //!    `fvc::ddtCorr` (`piso_ddt_correction_*`, zero on fixed-value velocity
 //!    patches), the pressure matrix re-assembled into the resident mod-SELL
