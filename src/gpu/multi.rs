@@ -1677,10 +1677,10 @@ impl<'a> RankChunk<'a> {
     /// z = M r (stored when `z` is given; Jacobi) with the partials of
     /// r · z, the chunk's first step.
     fn precondition(&self, r: &CudaSlice<f64>, z: Option<&CudaSlice<f64>>) -> Result<(), GpuError> {
-        let (n, grid) = (self.n_owned as i32, vector_grid(self.n_owned));
+        let n = self.n_owned as i32;
         let b = &*self.buffers;
         self.gpu
-            .launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
+            .launch_vector("cg_precondition", self.n_owned, |a| {
                 a.arg(&n).arg(r);
                 arg_or_null(a, self.inv_diag);
                 a.arg(&0i32);

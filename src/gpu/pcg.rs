@@ -592,9 +592,8 @@ impl<'g> GpuCgBackend<'g> {
     ) -> Result<(), GpuError> {
         let (n, ready) = (self.n32(), i32::from(z_ready));
         let (j, ticket) = in_loop.unwrap_or((0, None));
-        let grid = vector_grid(self.matrix.n);
         self.gpu
-            .launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
+            .launch_vector("cg_precondition", self.matrix.n, |a| {
                 a.arg(&n).arg(r);
                 arg_or_null(a, self.inv_diag.as_ref());
                 a.arg(&ready);
