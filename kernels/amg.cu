@@ -380,16 +380,7 @@ extern "C" __global__ void amg_sort_members(int nc, const u64* __restrict__ memb
                                             unsigned* __restrict__ members) {
     const int I = blockIdx.x * blockDim.x + threadIdx.x;
     if (I >= nc) return;
-    const u64 start = member_ptr[I], end = member_ptr[I + 1];
-    for (u64 k = start + 1; k < end; ++k) {
-        const unsigned v = members[k];
-        u64 p = k;
-        while (p > start && members[p - 1] > v) {
-            members[p] = members[p - 1];
-            --p;
-        }
-        members[p] = v;
-    }
+    insertion_sort(members, nullptr, member_ptr[I], member_ptr[I + 1]);
 }
 
 // ---- Smoother set-up on a CSR level.

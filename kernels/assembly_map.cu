@@ -107,17 +107,7 @@ extern "C" __global__ void amap_sort_lists(int n, const u64* __restrict__ ptr,
                                            unsigned* __restrict__ items) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n) return;
-    unsigned* list = items + ptr[r];
-    const int len = (int)(ptr[r + 1] - ptr[r]);
-    for (int k = 1; k < len; ++k) {
-        const unsigned v = list[k];
-        int at = k;
-        while (at > 0 && list[at - 1] > v) {
-            list[at] = list[at - 1];
-            --at;
-        }
-        list[at] = v;
-    }
+    insertion_sort(items, nullptr, ptr[r], ptr[r + 1]);
 }
 
 // Per slice of h rows, its width: the count of its row of most faces. A row

@@ -449,19 +449,7 @@ extern "C" __global__ void fsai_sort_rows(int n, const u64* __restrict__ row_ptr
                                           double* __restrict__ vals) {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n) return;
-    const u64 b = row_ptr[r], e = row_ptr[r + 1];
-    for (u64 k = b + 1; k < e; ++k) {
-        const unsigned c = cols[k];
-        const double v = vals[k];
-        u64 p = k;
-        while (p > b && cols[p - 1] > c) {
-            cols[p] = cols[p - 1];
-            vals[p] = vals[p - 1];
-            --p;
-        }
-        cols[p] = c;
-        vals[p] = v;
-    }
+    insertion_sort(cols, vals, row_ptr[r], row_ptr[r + 1]);
 }
 
 // ---- Static pattern rows into the interleaved layout: row l's columns

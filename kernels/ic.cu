@@ -96,9 +96,8 @@ extern "C" __global__ void ic_dic_factor(int count, int first, const int* __rest
                                          const double* __restrict__ vals,
                                          const u64* __restrict__ diag_slot, double* d,
                                          int* failed) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
-    const int j = rows[first + t];
+    const int j = level_row(count, first, rows);
+    if (j < 0) return;
     const double dj = ic_dic_pivot<false>(j, row_ptr, cols, vals, diag_slot, d);
     d[j] = dj;
     if (!(dj > 0.0)) atomicMin(failed, j + 1);
@@ -116,12 +115,11 @@ extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __res
                                           const unsigned* __restrict__ transposed,
                                           const double* __restrict__ tiny, double* d,
                                           int* failed) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
-    const int j = rows[first + t];
+    const int j = level_row(count, first, rows);
+    if (j < 0) return;
     const double dj = ic_dilu_pivot<false>(j, row_ptr, cols, vals, diag_slot, transposed, d);
     d[j] = dj;
-    if (!(fabs(dj) > tiny[j]) || !isfinite(dj)) atomicMin(failed, j + 1);
+    if (pivot_breaks_down(dj, tiny[j])) atomicMin(failed, j + 1);
 }
 
 // IC(0) factor, one level: row i's lower values (ic_ic0_row), then
@@ -132,9 +130,8 @@ extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __rest
                                          const double* __restrict__ vals,
                                          const u64* __restrict__ diag_slot, double* l,
                                          double* l_diag, int* failed) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
-    const int i = rows[first + t];
+    const int i = level_row(count, first, rows);
+    if (i < 0) return;
     const double pivot = ic_ic0_row<false>(i, row_ptr, cols, vals, diag_slot, l, l_diag);
     if (!(pivot > 0.0)) atomicMin(failed, i + 1);
     l_diag[i] = __dsqrt_rn(pivot);
@@ -182,7 +179,7 @@ extern "C" __global__ void ic_factor_sync_free(int n, int kind, const u64* __res
     } else if (kind == 1) {
         const double di = ic_dilu_pivot<true>(i, row_ptr, cols, vals, diag_slot, transposed, factor);
         factor[i] = di;
-        if (!(fabs(di) > tiny[i]) || !isfinite(di)) atomicMin(failed, i + 1);
+        if (pivot_breaks_down(di, tiny[i])) atomicMin(failed, i + 1);
     } else {
         const double di = ic_dic_pivot<true>(i, row_ptr, cols, vals, diag_slot, factor);
         factor[i] = di;
@@ -214,9 +211,8 @@ __global__ void ic_dic_forward(int count, int first, const int* __restrict__ row
                                const T* __restrict__ vals, const u64* __restrict__ diag_slot,
                                const T* __restrict__ rd, const double* __restrict__ r, T* w,
                                const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int j = rows[first + t];
+    const int j = level_row(count, first, rows, done);
+    if (j < 0) return;
     const T rdj = rd[j];
     T acc = rn_mul(rdj, (T)r[j]);
     for (u64 s = row_ptr[j]; s < diag_slot[j]; ++s)
@@ -232,9 +228,8 @@ __global__ void ic_dic_backward(int count, int first, const int* __restrict__ ro
                                 const u64* __restrict__ row_ptr, const int* __restrict__ cols,
                                 const T* __restrict__ vals, const u64* __restrict__ diag_slot,
                                 const T* __restrict__ rd, T* w, const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int i = rows[first + t];
+    const int i = level_row(count, first, rows, done);
+    if (i < 0) return;
     const T rdi = rd[i];
     T acc = w[i];
     for (u64 s = row_ptr[i + 1]; s > diag_slot[i] + 1; --s)
@@ -250,9 +245,8 @@ __global__ void ic_ic0_forward(int count, int first, const int* __restrict__ row
                                const u64* __restrict__ diag_slot, const T* __restrict__ l,
                                const T* __restrict__ l_diag, const double* __restrict__ r,
                                T* z, const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int i = rows[first + t];
+    const int i = level_row(count, first, rows, done);
+    if (i < 0) return;
     T sum = T(0);
     for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s) sum = rn_add(sum, rn_mul(l[s], z[cols[s]]));
     z[i] = rn_div(rn_sub((T)r[i], sum), l_diag[i]);
@@ -268,9 +262,8 @@ __global__ void ic_ic0_backward(int count, int first, const int* __restrict__ ro
                                 const u64* __restrict__ diag_slot,
                                 const unsigned* __restrict__ transposed, const T* __restrict__ l,
                                 const T* __restrict__ l_diag, T* z, const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int k = rows[first + t];
+    const int k = level_row(count, first, rows, done);
+    if (k < 0) return;
     T acc = z[k];
     for (u64 s = row_ptr[k + 1]; s > diag_slot[k] + 1; --s)
         acc = rn_sub(acc, rn_mul(l[transposed[s - 1]], z[cols[s - 1]]));

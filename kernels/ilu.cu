@@ -7,7 +7,7 @@
 // with the _rn intrinsics (no FMA contraction), so factors and applications
 // equal the CPU's bit for bit. L is unit lower (strictly lower slots), U the
 // diagonal and upper slots, in place in `lu` (u64 from spmv.cu). The sweeps
-// take the trailing `done` gate (gated_off, kernels/smooth.cu).
+// take the trailing `done` gate (level_row, kernels/smooth.cu).
 
 // ILU factor, one level (IKJ): for each lower slot s = (i, k) ascending,
 // l = lu_ik / u_kk, then lu_ij -= l * u_kj for the upper slots (k, j) of row k
@@ -19,9 +19,8 @@ extern "C" __global__ void ilu_factor(int count, int first, const int* __restric
                                       const int* __restrict__ cols,
                                       const u64* __restrict__ diag_slot,
                                       const double* __restrict__ tiny, double* lu, int* failed) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count) return;
-    const int i = rows[first + t];
+    const int i = level_row(count, first, rows);
+    if (i < 0) return;
     const u64 end = row_ptr[i + 1], di = diag_slot[i];
     for (u64 s = row_ptr[i]; s < di; ++s) {
         const int k = cols[s];
@@ -32,7 +31,7 @@ extern "C" __global__ void ilu_factor(int count, int first, const int* __restric
         });
     }
     const double u = lu[di];
-    if (!(fabs(u) > tiny[i]) || !isfinite(u)) atomicMin(failed, i + 1);
+    if (pivot_breaks_down(u, tiny[i])) atomicMin(failed, i + 1);
 }
 
 // Forward sweep L y = r, one level: y_i = r_i - sum l_ik y_k (k ascending).
@@ -43,9 +42,8 @@ extern "C" __global__ void ilu_forward(int count, int first, const int* __restri
                                        const double* __restrict__ lu,
                                        const double* __restrict__ r, double* z,
                                        const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int i = rows[first + t];
+    const int i = level_row(count, first, rows, done);
+    if (i < 0) return;
     double acc = r[i];
     for (u64 s = row_ptr[i]; s < diag_slot[i]; ++s)
         acc = __dsub_rn(acc, __dmul_rn(lu[s], z[cols[s]]));
@@ -60,9 +58,8 @@ extern "C" __global__ void ilu_backward(int count, int first, const int* __restr
                                         const u64* __restrict__ diag_slot,
                                         const double* __restrict__ lu, double* z,
                                         const double* done) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= count || gated_off(done)) return;
-    const int i = rows[first + t];
+    const int i = level_row(count, first, rows, done);
+    if (i < 0) return;
     const u64 di = diag_slot[i];
     double acc = z[i];
     for (u64 s = di + 1; s < row_ptr[i + 1]; ++s)

@@ -32,6 +32,23 @@ extern "C" __global__ void dot_partials(int n, const double* __restrict__ a,
 // (kernels/pcg.cu ST_DONE); the application is then not needed. Null: run.
 __device__ bool gated_off(const double* done) { return done != nullptr && done[0] != 0.0; }
 
+// The row of this thread in one level of a level-scheduled factorisation or
+// sweep (ic.cu, ilu.cu: a launch per level, thread t of the level's `count`
+// rows takes rows[first + t]); -1 past the level's end or, for a sweep with
+// its `done` gate, once the solve has stopped.
+__device__ __forceinline__ int level_row(int count, int first, const int* __restrict__ rows,
+                                         const double* done = nullptr) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count || gated_off(done)) return -1;
+    return rows[first + t];
+}
+
+// Whether a DILU or ILU pivot breaks down: |pivot| <= tiny (the row's
+// threshold) or not finite (the factor kernels then lower `failed`).
+__device__ __forceinline__ bool pivot_breaks_down(double pivot, double tiny) {
+    return !(fabs(pivot) > tiny) || !isfinite(pivot);
+}
+
 // x = 0 (a vector the host holds through a shared reference: PCG's work
 // vectors, handed out by the backend's pool, cannot be memset from the host).
 extern "C" __global__ void zero_vector(int n, double* __restrict__ x, const double* done) {

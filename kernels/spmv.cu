@@ -1,6 +1,7 @@
 // SpMV kernels (FP64), the deterministic block reduction shared with pcg.cu, and
 // what the factorisations share: round-to-nearest operations in either
-// precision and the merge of two ascending column lists.
+// precision, the merge of two ascending column lists and the insertion sort
+// of a short list.
 // Formats: src/sparse/csr.rs, src/sparse/modsell.rs (Wikberg 2024, §3).
 
 typedef unsigned long long u64;
@@ -74,6 +75,25 @@ __device__ __forceinline__ void for_common_columns(const int* __restrict__ cols,
 // src/sparse/modsell.rs: c > 0 the column c - 1, c < 0 the slice's row -(c + 1)).
 __device__ __forceinline__ unsigned modsell_column(int code, int base) {
     return code > 0 ? (unsigned)(code - 1) : (unsigned)(base - code - 1);
+}
+
+// Sorts keys[start, end) ascending in place by insertion (a short list,
+// one thread's; stable), each values[] entry moved with its key where values
+// is not null: a row's columns, a list of faces or of members.
+__device__ __forceinline__ void insertion_sort(unsigned* keys, double* values, u64 start,
+                                               u64 end) {
+    for (u64 k = start + 1; k < end; ++k) {
+        const unsigned key = keys[k];
+        const double value = values != nullptr ? values[k] : 0.0;
+        u64 p = k;
+        while (p > start && keys[p - 1] > key) {
+            keys[p] = keys[p - 1];
+            if (values != nullptr) values[p] = values[p - 1];
+            --p;
+        }
+        keys[p] = key;
+        if (values != nullptr) values[p] = value;
+    }
 }
 
 // Row `row` of a mod-SELL matrix as a CSR row at row_ptr[row]: the diagonal,

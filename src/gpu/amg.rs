@@ -283,10 +283,9 @@ pub(super) fn csr_values_from_modsell(
     m: &DeviceModSell,
     vals: &CudaSlice<f64>,
 ) -> Result<(), GpuError> {
-    let grid = vector_grid(nnz);
-    let nnz = nnz as u64;
-    gpu.launch("amg_csr_values_from_modsell", grid, VECTOR_BLOCK, 0, |a| {
-        a.arg(&nnz)
+    let nnz64 = nnz as u64;
+    gpu.launch_vector("amg_csr_values_from_modsell", nnz, |a| {
+        a.arg(&nnz64)
             .arg(source)
             .arg(&m.values)
             .arg(&m.diag)
@@ -319,12 +318,11 @@ impl Pass {
     ) -> Result<(Self, DeviceCsr, CudaSlice<u32>), GpuError> {
         let (n, n32) = (a.n, a.n32());
         work.check(n, a.nnz)?;
-        let grid = vector_grid(n);
         let w = &*work;
         let rounds = rounds.min(w.matched.len());
         let rounds32 = rounds as i32;
         // s_i, every row unmatched, the round counters zeroed.
-        gpu.launch("amg_match_start", grid, VECTOR_BLOCK, 0, |args| {
+        gpu.launch_vector("amg_match_start", n, |args| {
             args.arg(&n32);
             a.push_args(args);
             args.arg(&w.strongest)
@@ -335,29 +333,29 @@ impl Pass {
         for round in 0..rounds {
             let this = w.matched.slice(round..round + 1);
             let before = (round > 0).then(|| w.matched.slice(round - 1..round));
-            gpu.launch("amg_match_candidates", grid, VECTOR_BLOCK, 0, |args| {
+            gpu.launch_vector("amg_match_candidates", n, |args| {
                 args.arg(&n32);
                 a.push_args(args);
                 args.arg(&w.strongest).arg(&w.partner).arg(&w.cand);
                 arg_or_null(args, before.as_ref());
             })?;
-            gpu.launch("amg_match_handshake", grid, VECTOR_BLOCK, 0, |args| {
+            gpu.launch_vector("amg_match_handshake", n, |args| {
                 args.arg(&n32).arg(&w.partner).arg(&w.cand).arg(&this);
                 arg_or_null(args, before.as_ref());
             })?;
         }
         // Rows left unmatched join a neighbouring pair (AMG_SPEC 17:45); the
         // leader flags in the same launch.
-        gpu.launch("amg_join_singletons", grid, VECTOR_BLOCK, 0, |args| {
+        gpu.launch_vector("amg_join_singletons", n, |args| {
             args.arg(&n32);
             a.push_args(args);
             args.arg(&w.partner).arg(&w.host).arg(&w.leader);
         })?;
         let nc = scan.run(gpu, &w.leader, n, &w.leader_offsets)? as usize;
-        let (nc32, cgrid) = (nc as i32, vector_grid(nc));
+        let nc32 = nc as i32;
         // Every array below is written in full by its kernels.
         let aggregate = unzeroed::<u32>(gpu, n)?;
-        gpu.launch("amg_pass_aggregates", grid, VECTOR_BLOCK, 0, |args| {
+        gpu.launch_vector("amg_pass_aggregates", n, |args| {
             args.arg(&n32)
                 .arg(&w.partner)
                 .arg(&w.host)
@@ -368,7 +366,7 @@ impl Pass {
         let w = &*work;
         // Symbolic product: room per coarse row (the members' entries: nnz in
         // all), its distinct columns sorted, their count, then the pattern.
-        gpu.launch("amg_galerkin_bounds", cgrid, VECTOR_BLOCK, 0, |args| {
+        gpu.launch_vector("amg_galerkin_bounds", nc, |args| {
             args.arg(&nc32)
                 .arg(&member_ptr)
                 .arg(&members)
@@ -389,7 +387,7 @@ impl Pass {
                 .arg(&w.bound_ptr)
                 .arg(&w.scratch);
         });
-        gpu.launch("amg_galerkin_columns", cgrid, VECTOR_BLOCK, 0, |args| {
+        gpu.launch_vector("amg_galerkin_columns", nc, |args| {
             members_and_columns(args);
             args.arg(&w.count);
         })?;

@@ -239,8 +239,7 @@ impl DeviceSplit {
         let upper_cols = unzeroed::<i32>(gpu, upper_total)?;
         let upper_vals = unzeroed::<f64>(gpu, upper_total)?;
         let slices32 = slices as i32;
-        let grid = vector_grid(slices * SLICE_HEIGHT);
-        gpu.launch("eis_setup_fill", grid, VECTOR_BLOCK, 0, |l| {
+        gpu.launch_vector("eis_setup_fill", slices * SLICE_HEIGHT, |l| {
             l.arg(&n32).arg(&dims[1]).arg(&m.slice_ptr).arg(&m.codes);
             l.arg(&m.values)
                 .arg(&inv_sqrt_old)

@@ -31,7 +31,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
     fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
@@ -494,9 +494,8 @@ impl<T: Real> Setup<'_, T> {
     ) -> Result<(f64, f64), GpuError> {
         let gpu = self.gpu;
         let (count32, nb32, r032, full32) = (count as i32, nb as i32, r0 as i32, full as i32);
-        let grid = vector_grid(count);
         let gather = gpu.time_ms(|| {
-            gpu.launch(T::GATHER, grid, VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector(T::GATHER, count, |a| {
                 a.arg(&count32);
                 arg_or_null(a, list);
                 a.arg(&nb32)
@@ -514,7 +513,7 @@ impl<T: Real> Setup<'_, T> {
         })?;
         let psi = if full { &work.psi0 } else { &work.psi };
         let cholesky = gpu.time_ms(|| {
-            gpu.launch(T::CHOLESKY, grid, VECTOR_BLOCK, 0, |a| {
+            gpu.launch_vector(T::CHOLESKY, count, |a| {
                 a.arg(&count32);
                 arg_or_null(a, list);
                 a.arg(&nb32)

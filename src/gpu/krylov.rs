@@ -285,10 +285,9 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
     fn scale(&self, alpha: f64, x: &GpuVector, y: &mut GpuVector) {
         self.failure.guarded((), || {
             let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
-            self.gpu
-                .launch("kr_scale", self.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&alpha).arg(x).arg(y);
-                })
+            self.gpu.launch_vector("kr_scale", self.matrix.n, |a| {
+                a.arg(&n).arg(&alpha).arg(x).arg(y);
+            })
         })
     }
 
@@ -297,12 +296,11 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
             let (x, y, n) = (x.dev()?, y.dev()?, self.n32());
             let w = w.map(GpuVector::dev).transpose()?;
             let s = self.scratch.borrow();
-            self.gpu
-                .launch("kr_axpy_dot", self.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&alpha).arg(x).arg(y);
-                    arg_or_null(a, w);
-                    a.arg(&s.partials);
-                })?;
+            self.gpu.launch_vector("kr_axpy_dot", self.matrix.n, |a| {
+                a.arg(&n).arg(&alpha).arg(x).arg(y);
+                arg_or_null(a, w);
+                a.arg(&s.partials);
+            })?;
             Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
         })
     }
@@ -369,7 +367,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         self.failure.guarded((), || {
             let (r, v, p, n) = (r.dev()?, v.dev()?, p.dev()?, self.n32());
             self.gpu
-                .launch("kr_bicg_direction", self.grid(), VECTOR_BLOCK, 0, |a| {
+                .launch_vector("kr_bicg_direction", self.matrix.n, |a| {
                     a.arg(&n).arg(&beta).arg(&omega).arg(r).arg(v).arg(p);
                 })
         })
@@ -379,10 +377,9 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
         self.failure.guarded(f64::NAN, || {
             let (r, v, so, n) = (r.dev()?, v.dev()?, s_out.dev()?, self.n32());
             let s = self.scratch.borrow();
-            self.gpu
-                .launch("kr_bicg_half", self.grid(), VECTOR_BLOCK, 0, |a| {
-                    a.arg(&n).arg(&alpha).arg(r).arg(v).arg(so).arg(&s.partials);
-                })?;
+            self.gpu.launch_vector("kr_bicg_half", self.matrix.n, |a| {
+                a.arg(&n).arg(&alpha).arg(r).arg(v).arg(so).arg(&s.partials);
+            })?;
             Ok(self.reduce(&s, self.grid() as usize, 1)?[0])
         })
     }
@@ -404,7 +401,7 @@ impl KrylovBackend for GpuKrylovBackend<'_> {
             let (x, r, n) = (x.dev()?, r.dev()?, self.n32());
             let s = self.scratch.borrow();
             self.gpu
-                .launch("kr_bicg_update", self.grid(), VECTOR_BLOCK, 0, |a| {
+                .launch_vector("kr_bicg_update", self.matrix.n, |a| {
                     a.arg(&n)
                         .arg(&alpha)
                         .arg(&omega)

@@ -102,7 +102,9 @@ use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
 
 use super::amg::DeviceCsr;
 use super::matrix::DeviceModSell;
-use super::pcg::{chunk_records, chunk_state, GpuVector, STATE_LEN};
+use super::pcg::{
+    chunk_records, chunk_state, launch_direction, DirectionBeta, GpuVector, STATE_LEN,
+};
 use super::peer::{self, PeerLinks, VectorSums, PEER_TIMEOUT};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
@@ -1677,10 +1679,10 @@ impl<'a> RankChunk<'a> {
     /// z = M r (stored when `z` is given; Jacobi) with the partials of
     /// r · z, the chunk's first step.
     fn precondition(&self, r: &CudaSlice<f64>, z: Option<&CudaSlice<f64>>) -> Result<(), GpuError> {
-        let (n, grid) = (self.n_owned as i32, vector_grid(self.n_owned));
+        let n = self.n_owned as i32;
         let b = &*self.buffers;
         self.gpu
-            .launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
+            .launch_vector("cg_precondition", self.n_owned, |a| {
                 a.arg(&n).arg(r);
                 arg_or_null(a, self.inv_diag);
                 a.arg(&0i32);
@@ -1725,13 +1727,8 @@ impl<'a> RankChunk<'a> {
         self.finish(Finish::Precondition, vm, 0, false)?;
         for j in 0..count as i32 {
             let b = &*self.buffers;
-            gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n)
-                    .arg(&b.state)
-                    .arg(&0.0f64)
-                    .arg(direction_from)
-                    .arg(p);
-            })?;
+            let beta = DirectionBeta::State(&b.state);
+            launch_direction(gpu, self.n_owned, beta, direction_from, p)?;
             let (blocks, published) = self.product(j, p, q, None)?;
             self.finish(Finish::Operator, blocks, j, published)?;
             let b = &*self.buffers;
@@ -1903,11 +1900,8 @@ impl CgBackend for MultiGpuBackend<'_> {
     fn update_direction(&self, beta: f64, z: &MultiVector, p: &mut MultiVector) {
         self.step(Step::Direction, (), || {
             for (k, rk) in self.ranks.iter().enumerate() {
-                let (n, zv, pv) = (rk.n32(), z.part(k)?, p.part(k)?);
-                rk.gpu
-                    .launch("cg_direction", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                        a.arg(&n).arg(&NULL).arg(&beta).arg(zv).arg(pv);
-                    })?;
+                let beta = DirectionBeta::Host(beta);
+                launch_direction(rk.gpu, rk.n_owned, beta, z.part(k)?, p.part(k)?)?;
             }
             Ok(())
         })

@@ -58,7 +58,7 @@ use super::graphs::GraphCache;
 use super::ic::{in_original_rows, DeviceIncompleteCholesky, IcKind};
 use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
     pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, Executor, InitialNorms,
@@ -592,9 +592,8 @@ impl<'g> GpuCgBackend<'g> {
     ) -> Result<(), GpuError> {
         let (n, ready) = (self.n32(), i32::from(z_ready));
         let (j, ticket) = in_loop.unwrap_or((0, None));
-        let grid = vector_grid(self.matrix.n);
         self.gpu
-            .launch("cg_precondition", grid, VECTOR_BLOCK, 0, |a| {
+            .launch_vector("cg_precondition", self.matrix.n, |a| {
                 a.arg(&n).arg(r);
                 arg_or_null(a, self.inv_diag.as_ref());
                 a.arg(&ready);
@@ -716,13 +715,8 @@ impl<'g> GpuCgBackend<'g> {
                     finish_vector("cg_finish_precondition", flexible, j)?;
                 }
             }
-            gpu.launch("cg_direction", grid, VECTOR_BLOCK, 0, |a| {
-                a.arg(&n)
-                    .arg(&s.state)
-                    .arg(&0.0f64)
-                    .arg(direction_from)
-                    .arg(p);
-            })?;
+            let beta = DirectionBeta::State(&s.state);
+            launch_direction(gpu, self.matrix.n, beta, direction_from, p)?;
             // p · q is reduced from the SpMV's partials, or with a
             // projection from those of `cg_operator_dot` (vector_partials:
             // free between the r · z and the update reductions).
@@ -1004,10 +998,8 @@ impl CgBackend for GpuCgBackend<'_> {
 
     fn update_direction(&self, beta: f64, z: &GpuVector, p: &mut GpuVector) {
         self.failure.guarded((), || {
-            let (n, z, p) = (self.n32(), z.dev()?, p.dev()?);
-            self.gpu.launch_vector("cg_direction", self.matrix.n, |a| {
-                a.arg(&n).arg(&NULL).arg(&beta).arg(z).arg(p);
-            })
+            let beta = DirectionBeta::Host(beta);
+            launch_direction(self.gpu, self.matrix.n, beta, z.dev()?, p.dev()?)
         })
     }
 
@@ -1194,6 +1186,36 @@ pub(crate) fn initial_norms(
     launch_initial_norms(gpu, m, row_sums, scaling, vectors, buffers, out)?;
     let sums = gpu.download(buffers.scalars)?;
     Ok(initial_norms_of(&sums))
+}
+
+/// Where a direction update p = z + β p takes its β.
+#[derive(Clone, Copy)]
+pub(crate) enum DirectionBeta<'a> {
+    /// Given by the host: one step driven from the host.
+    Host(f64),
+    /// The fused loop's device state (st[ST_BETA]; no update once the state
+    /// says done).
+    State(&'a CudaSlice<f64>),
+}
+
+/// p = z + β p over `n` rows (kernels/pcg.cu `cg_direction`).
+pub(crate) fn launch_direction(
+    gpu: &Gpu,
+    n: usize,
+    beta: DirectionBeta<'_>,
+    z: &CudaSlice<f64>,
+    p: &CudaSlice<f64>,
+) -> Result<(), GpuError> {
+    let n32 = n as i32;
+    let (state, host_beta) = match beta {
+        DirectionBeta::Host(beta) => (None, beta),
+        DirectionBeta::State(state) => (Some(state), 0.0f64),
+    };
+    gpu.launch_vector("cg_direction", n, |a| {
+        a.arg(&n32);
+        arg_or_null(a, state);
+        a.arg(&host_beta).arg(z).arg(p);
+    })
 }
 
 /// The launches of [`initial_norms`]: its two sums (Σ|r| and the

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::{check_map_sizes, upload, AssemblyError, AssemblyMap, DeviceMap, NO_SLOT};
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::scan::{read_at, unzeroed, Scan};
-use crate::gpu::{vector_grid, Gpu, GpuError, HostElement, VECTOR_BLOCK};
+use crate::gpu::{Gpu, GpuError, HostElement};
 use crate::mesh::{Mesh, PatchKind};
 use crate::sparse::{ModSell, Permutation};
 
@@ -135,12 +135,10 @@ pub(in crate::gpu) fn build(
     let d_old_to_new = upload(gpu, old_to_new)?;
     let d_new_to_old = upload(gpu, new_to_old)?;
     let scan = Scan::new(gpu, n)?;
-    let face_grid = vector_grid(n_internal);
-    let row_grid = vector_grid(n);
 
     // Each row's internal faces, ascending: counted, placed, sorted.
     let count = gpu.zeros::<u32>(n)?;
-    gpu.launch("amap_count_faces", face_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_count_faces", n_internal, |a| {
         a.arg(&nf32)
             .arg(&d_owner)
             .arg(&d_neighbour)
@@ -151,7 +149,7 @@ pub(in crate::gpu) fn build(
     scan.launch(gpu, &count, n, &row_ptr)?;
     let fill = gpu.zeros::<u32>(n)?;
     let row_faces = unzeroed::<u32>(gpu, 2 * n_internal)?;
-    gpu.launch("amap_place_faces", face_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_place_faces", n_internal, |a| {
         a.arg(&nf32)
             .arg(&d_owner)
             .arg(&d_neighbour)
@@ -182,7 +180,7 @@ pub(in crate::gpu) fn build(
             new_to_old[long_row as usize]
         )));
     }
-    gpu.launch("amap_sort_lists", row_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_sort_lists", n, |a| {
         a.arg(&n32).arg(&row_ptr).arg(&row_faces);
     })?;
     let widths = prefix(gpu, &widths, n_slices)?;
@@ -228,7 +226,7 @@ pub(in crate::gpu) fn build(
     scan.launch(gpu, &first_met, n, &face_start)?;
     let device_faces = unzeroed::<u32>(gpu, n_internal)?;
     let device_id = unzeroed::<u32>(gpu, n_internal)?;
-    gpu.launch("amap_number_faces", row_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_number_faces", n, |a| {
         a.arg(&n32)
             .arg(&h32)
             .arg(&d_slice_ptr)
@@ -238,7 +236,7 @@ pub(in crate::gpu) fn build(
             .arg(&device_faces)
             .arg(&device_id);
     })?;
-    gpu.launch("amap_other_sides", row_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_other_sides", n, |a| {
         a.arg(&n32)
             .arg(&h32)
             .arg(&d_slice_ptr)
@@ -257,27 +255,26 @@ pub(in crate::gpu) fn build(
     for patch in mesh.patches().iter().filter(|p| p.kind == PatchKind::Empty) {
         active_rows[patch.boundary_faces(n_internal)].fill(INACTIVE);
     }
-    let boundary_grid = vector_grid(n_boundary);
     let nb32 = n_boundary as i32;
     let d_rows = upload(gpu, &active_rows)?;
     drop(active_rows);
     drop(count);
     let boundary_count = gpu.zeros::<u32>(n)?;
-    gpu.launch("amap_count_boundary", boundary_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_count_boundary", n_boundary, |a| {
         a.arg(&nb32).arg(&d_rows).arg(&boundary_count);
     })?;
     let boundary_ptr64 = unzeroed::<u64>(gpu, n + 1)?;
     let n_active = scan.run(gpu, &boundary_count, n, &boundary_ptr64)? as usize;
     let device_boundary = unzeroed::<u32>(gpu, n_active)?;
     let boundary_fill = gpu.zeros::<u32>(n)?;
-    gpu.launch("amap_place_boundary", boundary_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_place_boundary", n_boundary, |a| {
         a.arg(&nb32)
             .arg(&d_rows)
             .arg(&boundary_ptr64)
             .arg(&boundary_fill)
             .arg(&device_boundary);
     })?;
-    gpu.launch("amap_sort_lists", row_grid, VECTOR_BLOCK, 0, |a| {
+    gpu.launch_vector("amap_sort_lists", n, |a| {
         a.arg(&n32).arg(&boundary_ptr64).arg(&device_boundary);
     })?;
     let boundary_ptr = unzeroed::<u32>(gpu, n + 1)?;
