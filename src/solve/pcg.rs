@@ -266,11 +266,7 @@ pub fn iterate_steps<B: CgBackend + ?Sized>(
     let mut records = Vec::new();
     for _ in 0..count {
         let r_z = backend.precondition(v.r, v.z);
-        let mut record = IterationRecord {
-            r_z,
-            p_q: f64::NAN,
-            residual: f64::NAN,
-        };
+        let mut record = IterationRecord::preconditioned(r_z);
         if rule.after_precondition(r_z, s.last_residual).is_some() {
             records.push(record);
             break;
@@ -348,6 +344,18 @@ pub struct IterationRecord {
     pub p_q: f64,
     /// Normalised residual Σ|r| / normFactor after the update.
     pub residual: f64,
+}
+
+impl IterationRecord {
+    /// The record of an iteration that has preconditioned with r · z =
+    /// `r_z`: p · A p and the residual are NaN until its later steps run.
+    pub fn preconditioned(r_z: f64) -> Self {
+        Self {
+            r_z,
+            p_q: f64::NAN,
+            residual: f64::NAN,
+        }
+    }
 }
 
 /// Why the PCG loop stops.

@@ -95,11 +95,7 @@ impl CgBackend for SingleReduction<'_> {
         let mut r_u = dot(v.r, u);
         let mut w_u = self.product(u, &mut w);
         for j in 0..count {
-            let mut record = IterationRecord {
-                r_z: r_u,
-                p_q: f64::NAN,
-                residual: f64::NAN,
-            };
+            let mut record = IterationRecord::preconditioned(r_u);
             if rule.after_precondition(r_u, st.last_residual).is_some() {
                 records.push(record);
                 break;
