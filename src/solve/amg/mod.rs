@@ -38,7 +38,7 @@ use super::jacobi::Identity;
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
-use super::{parse_name, SolveError, SolverControls, SolverPerformance};
+use super::{from_str_by_name, SolveError, SolverControls, SolverPerformance};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
 use coarsest::CoarsestSolver;
@@ -66,12 +66,7 @@ impl CycleKind {
     }
 }
 
-impl FromStr for CycleKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_name("AMG cycle", s, &Self::ALL, Self::name)
-    }
-}
+from_str_by_name!(CycleKind, "AMG cycle");
 
 /// The smoother on every level but the coarsest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
