@@ -32,7 +32,7 @@ pub use cycle::Amg;
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
-use super::algorithm::{parse_value, set_pairs};
+use super::algorithm::{parse_switch, parse_value, set_pairs};
 use super::checks::{check_system, on_copies, square_size};
 use super::jacobi::Identity;
 pub use super::scalar::Precision;
@@ -255,11 +255,8 @@ impl AmgSettings {
             "overcorrection" => self.over_correction = number(key, value)?,
             "precision" => self.precision = value.parse()?,
             "fused" => {
-                self.fused = match value.to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "on" | "1" => true,
-                    "false" | "no" | "off" | "0" => false,
-                    _ => return Err(format!("AMG fused must be true or false, got '{value}'")),
-                }
+                self.fused = parse_switch(&value.to_ascii_lowercase())
+                    .ok_or_else(|| format!("AMG fused must be true or false, got '{value}'"))?
             }
             _ => {
                 return Err(format!(
