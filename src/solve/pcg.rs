@@ -287,14 +287,10 @@ pub fn iterate_steps<B: CgBackend + ?Sized>(
         let alpha = r_z / record.p_q;
         record.residual = backend.update_solution(alpha, v.p, v.q, v.x, v.r) / rule.norm_factor;
         records.push(record);
-        let iteration = s.iterations + 1;
-        if rule
-            .after_update(iteration, record.residual, s.best)
-            .is_some()
-        {
-            break;
+        match s.next(rule, &record) {
+            Some(next) => s = next,
+            None => break,
         }
-        s = s.after(&record);
     }
     records
 }
@@ -332,6 +328,16 @@ impl LoopState {
             p_q_old: record.p_q,
             last_residual: record.residual,
             best: self.best.min(record.residual),
+        }
+    }
+
+    /// [`Self::after`] the completed iteration `record`, or `None` where
+    /// `rule` stops the loop on its residual.
+    pub fn next(&self, rule: &StopRule, record: &IterationRecord) -> Option<LoopState> {
+        let iteration = self.iterations + 1;
+        match rule.after_update(iteration, record.residual, self.best) {
+            Some(_) => None,
+            None => Some(self.after(record)),
         }
     }
 }

@@ -137,14 +137,10 @@ impl CgBackend for SingleReduction<'_> {
             }
             record.residual = sum_abs / rule.norm_factor;
             records.push(record);
-            let iteration = st.iterations + 1;
-            if rule
-                .after_update(iteration, record.residual, st.best)
-                .is_some()
-            {
-                break;
+            match st.next(rule, &record) {
+                Some(next) => st = next,
+                None => break,
             }
-            st = st.after(&record);
             if j + 1 < count {
                 r_u = next_r_u;
                 w_u = self.product(u, &mut w);
