@@ -39,6 +39,26 @@ pub fn starts(lengths: impl IntoIterator<Item = usize>) -> Vec<usize> {
         .collect()
 }
 
+/// The indices of `key` grouped by their key (a counting sort, stable):
+/// group g's indices are `indices[starts[g]..starts[g + 1]]`, ascending.
+/// Every key must be below `n_groups`; returns `(starts, indices)`.
+pub fn group_by_key(key: &[u32], n_groups: usize) -> (Vec<usize>, Vec<u32>) {
+    let mut starts = vec![0usize; n_groups + 1];
+    for &k in key {
+        starts[k as usize + 1] += 1;
+    }
+    for g in 0..n_groups {
+        starts[g + 1] += starts[g];
+    }
+    let mut next = starts.clone();
+    let mut indices = vec![0u32; key.len()];
+    for (i, &k) in key.iter().enumerate() {
+        indices[next[k as usize]] = i as u32;
+        next[k as usize] += 1;
+    }
+    (starts, indices)
+}
+
 /// Heap bytes a vector holds (its capacity, not its length): the memory
 /// account of a structure is the sum of its vectors'.
 pub fn bytes<T>(v: &Vec<T>) -> usize {
@@ -55,5 +75,12 @@ mod tests {
         assert_eq!(concat(&parts), [1, 2, 3, 4, 5, 6]);
         assert_eq!(starts(parts.iter().map(Vec::len)), [0, 3, 3, 4]);
         assert!(concat::<u32>(&[]).is_empty());
+    }
+
+    #[test]
+    fn indices_group_by_key_in_ascending_order() {
+        let (starts, indices) = group_by_key(&[2, 0, 2, 1, 0], 4);
+        assert_eq!(starts, [0, 2, 3, 5, 5]);
+        assert_eq!(indices, [1, 4, 3, 0, 2]);
     }
 }

@@ -172,11 +172,7 @@ impl GpuSet {
             Preconditioner::Kind(PreconditionerKind::None) => false,
             _ => return None,
         };
-        let plain = solver.krylov.is_none()
-            && solver.smoother.is_none()
-            && solver.gamg.is_none()
-            && solver.equilibration == EquilibrationKind::None;
-        if !plain {
+        if !solver.is_pcg() || solver.equilibration != EquilibrationKind::None {
             return None;
         }
         let n_gpus = self.gpus.len();
@@ -1703,10 +1699,7 @@ fn solve_linear_in_place<'g>(
     x: &mut [f64],
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    let plain_pcg = solver.krylov.is_none()
-        && solver.smoother.is_none()
-        && solver.gamg.is_none()
-        && solver.deflation == Deflation::None;
+    let plain_pcg = solver.is_pcg() && solver.deflation == Deflation::None;
     if matches!(device, Device::Cpu) && gpu_solver.is_none() && plain_pcg {
         let solver = device.adapt(solver);
         return solve_pcg_in_place(

@@ -281,6 +281,14 @@ pub struct LinearSolver {
     pub gpu_keys_given: bool,
 }
 
+impl LinearSolver {
+    /// Whether the solve is PCG: no Krylov method, smoother or GAMG in its
+    /// place (preconditioner, equilibration and deflation not looked at).
+    pub fn is_pcg(&self) -> bool {
+        self.krylov.is_none() && self.smoother.is_none() && self.gamg.is_none()
+    }
+}
+
 impl Default for LinearSolver {
     fn default() -> Self {
         Self {

@@ -53,6 +53,17 @@ impl KeyValues {
     }
 }
 
+/// A switch's text as the settings parsers take it: `true`, `yes`, `on`,
+/// `1` or `false`, `no`, `off`, `0` (as written; `None` otherwise, for the
+/// caller's own error).
+pub fn parse_switch(value: &str) -> Option<bool> {
+    match value {
+        "true" | "yes" | "on" | "1" => Some(true),
+        "false" | "no" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
 /// `value`, the text given for the setting `key`, parsed as `T`; otherwise
 /// the error every settings parser gives, `{key} must be {what}, got
 /// '{value}'` (`key` as the caller names it, e.g. `AMG sweeps`; `what`, e.g.

@@ -37,12 +37,10 @@
 
 use rayon::prelude::*;
 
-use std::str::FromStr;
-
 use super::ic::{Dic, Ic0};
 use super::scalar::Real;
 use super::triangles::Triangles;
-use super::{parse_name, LinearOperator, Smoother, SolveError};
+use super::{from_str_by_name, LinearOperator, Smoother, SolveError};
 use crate::sparse::blocks::block_diagonal;
 use crate::sparse::Csr;
 
@@ -92,12 +90,7 @@ impl InnerSolver {
     }
 }
 
-impl FromStr for InnerSolver {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_name("inner solver", s, &Self::ALL, Self::name)
-    }
-}
+from_str_by_name!(InnerSolver, "inner solver");
 
 /// Block-Jacobi settings (Wikberg 2024, §4.3, §4.4).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -55,25 +55,11 @@ impl Colouring {
     /// each colour). Colours must be used without gaps from 0; a gap is an error.
     pub fn from_colours(colour: Vec<u32>) -> Result<Self, String> {
         let n_colours = colour.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
-        let mut ptr = vec![0usize; n_colours + 1];
-        for &c in &colour {
-            ptr[c as usize + 1] += 1;
-        }
-        if let Some(k) = (0..n_colours).find(|&k| ptr[k + 1] == 0) {
+        let (ptr, rows) = crate::slices::group_by_key(&colour, n_colours);
+        if let Some(k) = (0..n_colours).find(|&k| ptr[k + 1] == ptr[k]) {
             return Err(format!("colour {k} of 0..{n_colours} has no row"));
         }
-        for k in 0..n_colours {
-            ptr[k + 1] += ptr[k];
-        }
-        let mut next = ptr.clone();
-        let mut rows = vec![0u32; colour.len()];
-        let mut contiguous = true;
-        for (r, &c) in colour.iter().enumerate() {
-            let k = next[c as usize];
-            rows[k] = r as u32;
-            contiguous &= k == r;
-            next[c as usize] += 1;
-        }
+        let contiguous = rows.iter().enumerate().all(|(r, &row)| row as usize == r);
         Ok(Self {
             colour: colour.into(),
             rows: rows.into(),

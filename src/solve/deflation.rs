@@ -30,6 +30,7 @@ use std::sync::Mutex;
 use nalgebra::DMatrix;
 use rayon::prelude::*;
 
+use super::amg::galerkin::sum_by_column_group;
 use super::checks::on_copies;
 use super::executor::vectors_and_reductions_of;
 use super::lanczos::{Recorded, SpectrumEstimate};
@@ -143,16 +144,8 @@ pub fn deflated_columns(a: &Csr, subdomains: &Subdomains) -> Result<Csr, SolveEr
     let rows: Vec<Vec<(u32, f64)>> = (0..a.n_rows())
         .into_par_iter()
         .map(|i| {
-            let (cols, vals) = a.row(i);
-            let mut sums: Vec<(u32, f64)> = Vec::new();
-            for (&c, &v) in cols.iter().zip(vals) {
-                let q = part[c as usize];
-                match sums.iter_mut().find(|e| e.0 == q) {
-                    Some(e) => e.1 += v,
-                    None => sums.push((q, v)),
-                }
-            }
-            sums.sort_by_key(|e| e.0);
+            let mut sums = Vec::new();
+            sum_by_column_group(a, &part, &[i as u32], &mut sums);
             sums
         })
         .collect();

@@ -35,7 +35,7 @@ use rayon::prelude::*;
 use super::algorithm::parse_value;
 use super::checks::square_size;
 use super::scalar::{Precision, Real};
-use super::{parse_name, LinearOperator, SolveError};
+use super::{from_str_by_name, LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
 
@@ -66,12 +66,7 @@ impl FsaiStop {
     }
 }
 
-impl FromStr for FsaiStop {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_name("FSAI stop rule", s, &Self::ALL, Self::name)
-    }
-}
+from_str_by_name!(FsaiStop, "FSAI stop rule");
 
 /// How the pattern of G is chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]

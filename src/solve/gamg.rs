@@ -72,7 +72,7 @@ use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::algorithm::parse_value;
+use super::algorithm::{parse_switch, parse_value};
 use super::amg::coarsest::{project_zero_mean, rows_sum_to_zero, CoarsestSolver};
 use super::amg::{AmgSettings, MAX_DENSE_ROWS};
 use super::checks::{check_inputs, check_symmetric, on_copies};
@@ -249,13 +249,9 @@ impl GamgSettings {
             parse_value(format_args!("GAMG {key}"), value, "a whole number")
         }
         fn switch(key: &str, value: &str) -> Result<bool, String> {
-            match value {
-                "true" | "yes" | "on" | "1" => Ok(true),
-                "false" | "no" | "off" | "0" => Ok(false),
-                _ => Err(format!(
-                    "GAMG {key} must be true or false (yes/no, on/off), got '{value}'"
-                )),
-            }
+            parse_switch(value).ok_or_else(|| {
+                format!("GAMG {key} must be true or false (yes/no, on/off), got '{value}'")
+            })
         }
         match key {
             "smoother" => self.smoother = value.parse()?,

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use std::convert::Infallible;
 
-use super::algorithm::parse_value;
+use super::algorithm::{parse_switch, parse_value};
 use super::cpu::CpuBackend;
 use super::precondition::{apply_infallible, Precondition};
 use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
@@ -225,11 +225,8 @@ impl GmresSettings {
             "orthogonalisation" | "orthogonalization" => self.orthogonalization = value.parse()?,
             "preconditioningSide" => self.side = value.parse()?,
             "flexible" => {
-                self.flexible = match value.to_ascii_lowercase().as_str() {
-                    "yes" | "true" | "on" | "1" => true,
-                    "no" | "false" | "off" | "0" => false,
-                    _ => return Err(format!("flexible '{value}': expected yes or no")),
-                }
+                self.flexible = parse_switch(&value.to_ascii_lowercase())
+                    .ok_or_else(|| format!("flexible '{value}': expected yes or no"))?
             }
             other => {
                 return Err(format!(

@@ -239,11 +239,7 @@ mod tests {
 
     #[test]
     fn no_completed_iteration_gives_no_estimate() {
-        let nan = IterationRecord {
-            r_z: 1.0,
-            p_q: f64::NAN,
-            residual: f64::NAN,
-        };
+        let nan = IterationRecord::preconditioned(1.0);
         assert_eq!(spectrum_from_cg(&[nan]), None);
         assert_eq!(spectrum_from_cg(&[]), None);
     }

@@ -122,6 +122,20 @@ pub(crate) fn parse_name<T: Copy>(
         })
 }
 
+/// `impl FromStr` for a kind named by its `name` out of `Self::ALL`
+/// ([`parse_name`]; `what` names the kind in the error).
+macro_rules! from_str_by_name {
+    ($kind:ty, $what:literal) => {
+        impl std::str::FromStr for $kind {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                $crate::solve::parse_name($what, s, &Self::ALL, Self::name)
+            }
+        }
+    };
+}
+pub(crate) use from_str_by_name;
+
 impl LinearOperator for Csr {
     fn n(&self) -> usize {
         self.n_rows()

@@ -266,11 +266,7 @@ pub fn iterate_steps<B: CgBackend + ?Sized>(
     let mut records = Vec::new();
     for _ in 0..count {
         let r_z = backend.precondition(v.r, v.z);
-        let mut record = IterationRecord {
-            r_z,
-            p_q: f64::NAN,
-            residual: f64::NAN,
-        };
+        let mut record = IterationRecord::preconditioned(r_z);
         if rule.after_precondition(r_z, s.last_residual).is_some() {
             records.push(record);
             break;
@@ -291,14 +287,10 @@ pub fn iterate_steps<B: CgBackend + ?Sized>(
         let alpha = r_z / record.p_q;
         record.residual = backend.update_solution(alpha, v.p, v.q, v.x, v.r) / rule.norm_factor;
         records.push(record);
-        let iteration = s.iterations + 1;
-        if rule
-            .after_update(iteration, record.residual, s.best)
-            .is_some()
-        {
-            break;
+        match s.next(rule, &record) {
+            Some(next) => s = next,
+            None => break,
         }
-        s = s.after(&record);
     }
     records
 }
@@ -338,6 +330,16 @@ impl LoopState {
             best: self.best.min(record.residual),
         }
     }
+
+    /// [`Self::after`] the completed iteration `record`, or `None` where
+    /// `rule` stops the loop on its residual.
+    pub fn next(&self, rule: &StopRule, record: &IterationRecord) -> Option<LoopState> {
+        let iteration = self.iterations + 1;
+        match rule.after_update(iteration, record.residual, self.best) {
+            Some(_) => None,
+            None => Some(self.after(record)),
+        }
+    }
 }
 
 /// The scalars of one PCG iteration; fields after the step that stopped the
@@ -348,6 +350,18 @@ pub struct IterationRecord {
     pub p_q: f64,
     /// Normalised residual Σ|r| / normFactor after the update.
     pub residual: f64,
+}
+
+impl IterationRecord {
+    /// The record of an iteration that has preconditioned with r · z =
+    /// `r_z`: p · A p and the residual are NaN until its later steps run.
+    pub fn preconditioned(r_z: f64) -> Self {
+        Self {
+            r_z,
+            p_q: f64::NAN,
+            residual: f64::NAN,
+        }
+    }
 }
 
 /// Why the PCG loop stops.

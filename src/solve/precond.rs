@@ -9,7 +9,6 @@
 //! re-exports below keep the paths `solve::precond::{Dic, Ic0, …}` working.
 
 use std::fmt;
-use std::str::FromStr;
 
 use super::algorithms::Registered;
 use super::amg::{Amg, AmgSettings};
@@ -19,7 +18,7 @@ use super::polynomial::{PolynomialPreconditioner, PolynomialSettings};
 use super::scalar::Precision;
 use super::schwarz::{Schwarz, SchwarzSettings};
 use super::smoother::{GaussSeidel, SmootherPreconditioner, SmootherSettings, Sweep};
-use super::{parse_name, LinearOperator, SolveError};
+use super::{from_str_by_name, LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
 pub use super::ic::{Dic, Ic0};
@@ -99,12 +98,7 @@ impl fmt::Display for PreconditionerKind {
     }
 }
 
-impl FromStr for PreconditionerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_name("preconditioner", s, &Self::ALL, Self::name)
-    }
-}
+from_str_by_name!(PreconditionerKind, "preconditioner");
 
 /// PCG's preconditioner: a named one, or a smoother run from z = 0
 /// (`SmootherSettings::sweeps` sweeps; symmetric smoothers only), or a

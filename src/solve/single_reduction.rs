@@ -95,11 +95,7 @@ impl CgBackend for SingleReduction<'_> {
         let mut r_u = dot(v.r, u);
         let mut w_u = self.product(u, &mut w);
         for j in 0..count {
-            let mut record = IterationRecord {
-                r_z: r_u,
-                p_q: f64::NAN,
-                residual: f64::NAN,
-            };
+            let mut record = IterationRecord::preconditioned(r_u);
             if rule.after_precondition(r_u, st.last_residual).is_some() {
                 records.push(record);
                 break;
@@ -141,14 +137,10 @@ impl CgBackend for SingleReduction<'_> {
             }
             record.residual = sum_abs / rule.norm_factor;
             records.push(record);
-            let iteration = st.iterations + 1;
-            if rule
-                .after_update(iteration, record.residual, st.best)
-                .is_some()
-            {
-                break;
+            match st.next(rule, &record) {
+                Some(next) => st = next,
+                None => break,
             }
-            st = st.after(&record);
             if j + 1 < count {
                 r_u = next_r_u;
                 w_u = self.product(u, &mut w);

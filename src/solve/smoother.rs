@@ -18,7 +18,6 @@
 //!   |1 − t s(t)| ≤ 1 on [0, b], small on the upper part of the spectrum.
 
 use std::fmt;
-use std::str::FromStr;
 
 use rayon::prelude::*;
 
@@ -29,7 +28,7 @@ use super::polynomial::{PolynomialKind, PolynomialPreconditioner, PolynomialSett
 use super::scalar::Precision;
 use super::split::SplitMatrix;
 use super::triangles::Triangles;
-use super::{parse_name, LinearOperator, SolveError};
+use super::{from_str_by_name, LinearOperator, SolveError};
 use crate::foam::write::format_g;
 use crate::sparse::blocks::grown_blocks;
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -80,12 +79,7 @@ impl ColouringKind {
     }
 }
 
-impl FromStr for ColouringKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_name("colouring", s, &Self::ALL, Self::name)
-    }
-}
+from_str_by_name!(ColouringKind, "colouring");
 
 /// Which smoother.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

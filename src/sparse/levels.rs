@@ -54,19 +54,7 @@ impl LevelSchedule {
     /// Counting sort of the rows by level (stable: ascending within a level).
     fn from_levels(level: &[u32]) -> Self {
         let n_levels = level.iter().max().map_or(0, |&l| l as usize + 1);
-        let mut level_ptr = vec![0usize; n_levels + 1];
-        for &l in level {
-            level_ptr[l as usize + 1] += 1;
-        }
-        for k in 0..n_levels {
-            level_ptr[k + 1] += level_ptr[k];
-        }
-        let mut next = level_ptr.clone();
-        let mut rows = vec![0u32; level.len()];
-        for (i, &l) in level.iter().enumerate() {
-            rows[next[l as usize]] = i as u32;
-            next[l as usize] += 1;
-        }
+        let (level_ptr, rows) = crate::slices::group_by_key(level, n_levels);
         Self { level_ptr, rows }
     }
 

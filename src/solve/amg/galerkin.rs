@@ -22,19 +22,7 @@ pub struct Members {
 
 impl Members {
     pub fn new(aggregate: &[u32], n_coarse: usize) -> Self {
-        let mut ptr = vec![0usize; n_coarse + 1];
-        for &c in aggregate {
-            ptr[c as usize + 1] += 1;
-        }
-        for k in 0..n_coarse {
-            ptr[k + 1] += ptr[k];
-        }
-        let mut next = ptr.clone();
-        let mut rows = vec![0u32; aggregate.len()];
-        for (i, &c) in aggregate.iter().enumerate() {
-            rows[next[c as usize]] = i as u32;
-            next[c as usize] += 1;
-        }
+        let (ptr, rows) = crate::slices::group_by_key(aggregate, n_coarse);
         Self { ptr, rows }
     }
 
@@ -47,14 +35,22 @@ impl Members {
     }
 }
 
-/// Coarse row `c` of Pᵀ A P in the spec's order: (column, value) pairs sorted
-/// by column, values summed in encounter order.
-fn coarse_row(a: &Csr, aggregate: &[u32], rows: &[u32], entries: &mut Vec<(u32, f64)>) {
+/// The entries of `rows` of A summed by the group of their column
+/// (`group[j]`) into `entries`: (group, sum) pairs sorted by group, each sum
+/// in encounter order (rows in the order given, each row's entries in stored
+/// order). For the rows of aggregate c and `group` the aggregates, coarse
+/// row c of Pᵀ A P in the spec's order.
+pub(crate) fn sum_by_column_group(
+    a: &Csr,
+    group: &[u32],
+    rows: &[u32],
+    entries: &mut Vec<(u32, f64)>,
+) {
     entries.clear();
     for &i in rows {
         let (cols, vals) = a.row(i as usize);
         for (&j, &v) in cols.iter().zip(vals) {
-            let target = aggregate[j as usize];
+            let target = group[j as usize];
             match entries.iter_mut().find(|e| e.0 == target) {
                 Some(e) => e.1 += v,
                 None => entries.push((target, v)),
@@ -75,7 +71,7 @@ pub fn galerkin(a: &Csr, aggregate: &[u32], n_coarse: usize) -> Csr {
             let (mut lengths, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
             let mut entries = Vec::new();
             for c in t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(n_coarse) {
-                coarse_row(a, aggregate, members.of(c), &mut entries);
+                sum_by_column_group(a, aggregate, members.of(c), &mut entries);
                 lengths.push(entries.len());
                 cols.extend(entries.iter().map(|e| e.0));
                 vals.extend(entries.iter().map(|e| e.1));

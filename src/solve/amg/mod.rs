@@ -32,13 +32,13 @@ pub use cycle::Amg;
 pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
-use super::algorithm::{parse_value, set_pairs};
+use super::algorithm::{parse_switch, parse_value, set_pairs};
 use super::checks::{check_system, on_copies, square_size};
 use super::jacobi::Identity;
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
-use super::{parse_name, SolveError, SolverControls, SolverPerformance};
+use super::{from_str_by_name, SolveError, SolverControls, SolverPerformance};
 use crate::foam::write::format_g;
 use crate::sparse::Csr;
 use coarsest::CoarsestSolver;
@@ -66,12 +66,7 @@ impl CycleKind {
     }
 }
 
-impl FromStr for CycleKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        parse_name("AMG cycle", s, &Self::ALL, Self::name)
-    }
-}
+from_str_by_name!(CycleKind, "AMG cycle");
 
 /// The smoother on every level but the coarsest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,11 +255,8 @@ impl AmgSettings {
             "overcorrection" => self.over_correction = number(key, value)?,
             "precision" => self.precision = value.parse()?,
             "fused" => {
-                self.fused = match value.to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "on" | "1" => true,
-                    "false" | "no" | "off" | "0" => false,
-                    _ => return Err(format!("AMG fused must be true or false, got '{value}'")),
-                }
+                self.fused = parse_switch(&value.to_ascii_lowercase())
+                    .ok_or_else(|| format!("AMG fused must be true or false, got '{value}'"))?
             }
             _ => {
                 return Err(format!(
