@@ -61,14 +61,15 @@ __device__ double ic_dilu_pivot(int j, const u64* __restrict__ row_ptr,
 
 // IC(0) row i: for each lower slot s = (i, k) ascending,
 // l_s = (a_ik - sum_{m<k} l_im l_km) / l_kk over the common lower pattern of
-// rows i and k (a merge of two sorted column lists); returns the pivot
-// a_ii - sum l_s^2 (l_ii is its square root). Row k's values are other
-// threads' (factor_load); row i's are this thread's own.
+// rows i and k (a merge of two sorted column lists); returns sum l_s^2,
+// ascending (ic_ic0_row returns the pivot a_ii minus it). Row k's values are
+// other threads' (factor_load); row i's are this thread's own.
 template <bool Coherent>
-__device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
-                             const int* __restrict__ cols, const double* __restrict__ vals,
-                             const u64* __restrict__ diag_slot, double* l,
-                             const double* l_diag) {
+__device__ double ic_ic0_row_merged(int i, const u64* __restrict__ row_ptr,
+                                    const int* __restrict__ cols,
+                                    const double* __restrict__ vals,
+                                    const u64* __restrict__ diag_slot, double* l,
+                                    const double* l_diag) {
     const u64 lo = row_ptr[i], di = diag_slot[i];
     for (u64 s = lo; s < di; ++s) {
         const int k = cols[s];
@@ -80,6 +81,75 @@ __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
     }
     double squares = 0.0;
     for (u64 s = lo; s < di; ++s) squares = __dadd_rn(squares, __dmul_rn(l[s], l[s]));
+    return squares;
+}
+
+// The most lower entries of a row that ic_ic0_row holds in registers; a
+// longer row takes the merge (ic_ic0_row_merged).
+#define IC0_ROW_REGISTERS 8
+
+// The IC(0) row of ic_ic0_row_merged with the same operations in the same
+// order, its loads independent of each other: the row's columns, values and
+// its partners' lower bounds and pivots are loaded first, all at once; then
+// each partner k's lower columns are read in ascending order and each is
+// looked up among the row's earlier columns (registers), so a product is
+// added exactly where the merge adds it, in the same ascending column order.
+// The merge instead chains each step on the compare of the last two loads:
+// on the hexahedral meshes, whose rows share no lower columns, it walks both
+// lists for nothing, a dependent load per step.
+template <bool Coherent>
+__device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
+                             const int* __restrict__ cols, const double* __restrict__ vals,
+                             const u64* __restrict__ diag_slot, double* l,
+                             const double* l_diag) {
+    const u64 lo = row_ptr[i], di = diag_slot[i];
+    double squares;
+    if (di - lo > IC0_ROW_REGISTERS) {
+        squares = ic_ic0_row_merged<Coherent>(i, row_ptr, cols, vals, diag_slot, l, l_diag);
+    } else {
+        const int count = (int)(di - lo);
+        int col[IC0_ROW_REGISTERS];
+        double a[IC0_ROW_REGISTERS], lkk[IC0_ROW_REGISTERS], li[IC0_ROW_REGISTERS];
+        u64 k_lo[IC0_ROW_REGISTERS], k_end[IC0_ROW_REGISTERS];
+#pragma unroll
+        for (int t = 0; t < IC0_ROW_REGISTERS; ++t) {
+            if (t < count) {
+                col[t] = cols[lo + t];
+                a[t] = vals[lo + t];
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < IC0_ROW_REGISTERS; ++t) {
+            if (t < count) {
+                k_lo[t] = row_ptr[col[t]];
+                k_end[t] = diag_slot[col[t]];
+                lkk[t] = factor_load<Coherent>(&l_diag[col[t]]);
+            }
+        }
+        squares = 0.0;
+#pragma unroll
+        for (int t = 0; t < IC0_ROW_REGISTERS; ++t) {
+            if (t < count) {
+                double sum = 0.0;
+                // Row i's columns before slot t are below k = col[t]; so are
+                // k's lower columns: the common ones are found among them.
+                if (t > 0) {
+                    for (u64 q = k_lo[t]; q < k_end[t]; ++q) {
+                        const int c = cols[q];
+#pragma unroll
+                        for (int u = 0; u < t; ++u)
+                            if (col[u] == c)
+                                sum = __dadd_rn(sum, __dmul_rn(li[u], factor_load<Coherent>(&l[q])));
+                    }
+                }
+                li[t] = __ddiv_rn(__dsub_rn(a[t], sum), lkk[t]);
+                l[lo + t] = li[t];
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < IC0_ROW_REGISTERS; ++t)
+            if (t < count) squares = __dadd_rn(squares, __dmul_rn(li[t], li[t]));
+    }
     // The diagonal and upper slots hold zeros (the CPU's factor layout):
     // written here, so the factor needs no zero-fill (no other row reads
     // them: L's rows are read at their lower slots only).
