@@ -761,6 +761,10 @@ fn deflation_entry<'g>(
 ) -> anyhow::Result<Entry> {
     let what = format!("deflation + {kind}");
     let failed = |note: String| Entry::setup_failed(what.clone(), ordered.ordering, note);
+    // The row before left its preconditioner (an AMG hierarchy, say) and
+    // its graphs on the shared backend: freed here, not inside this row's
+    // set-up.
+    ordered.backend.clear_preconditioner();
     gpu.synchronize()?;
     let t = Instant::now();
     let preconditioner: anyhow::Result<Option<GpuCgBackend<'g>>> = match kind {

@@ -456,6 +456,13 @@ impl<'g> GpuCgBackend<'g> {
         self.preconditioner.is_some()
     }
 
+    /// Drops the device preconditioner and the graphs captured with it: back
+    /// to Jacobi (or none, as the backend was built).
+    pub fn clear_preconditioner(&mut self) {
+        self.preconditioner = None;
+        self.graphs.clear();
+    }
+
     /// The preconditioner back (e.g. to its owner, to re-set it up for new
     /// matrix values); the captured graphs stay for when it, or one with
     /// the same graph key, is set again.
