@@ -66,8 +66,7 @@ __device__ double ic_dilu_pivot(int j, const u64* __restrict__ row_ptr,
 // other threads' (factor_load); row i's are this thread's own.
 template <bool Coherent>
 __device__ double ic_ic0_row_merged(int i, const u64* __restrict__ row_ptr,
-                                    const int* __restrict__ cols,
-                                    const double* __restrict__ vals,
+                                    const int* __restrict__ cols, const double* vals,
                                     const u64* __restrict__ diag_slot, double* l,
                                     const double* l_diag) {
     const u64 lo = row_ptr[i], di = diag_slot[i];
@@ -99,10 +98,11 @@ __device__ double ic_ic0_row_merged(int i, const u64* __restrict__ row_ptr,
 // lists for nothing, a dependent load per step.
 template <bool Coherent>
 __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
-                             const int* __restrict__ cols, const double* __restrict__ vals,
+                             const int* __restrict__ cols, const double* vals,
                              const u64* __restrict__ diag_slot, double* l,
                              const double* l_diag) {
     const u64 lo = row_ptr[i], di = diag_slot[i];
+    const double a_ii = vals[di];
     double squares;
     if (di - lo > IC0_ROW_REGISTERS) {
         squares = ic_ic0_row_merged<Coherent>(i, row_ptr, cols, vals, diag_slot, l, l_diag);
@@ -151,10 +151,11 @@ __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
             if (t < count) squares = __dadd_rn(squares, __dmul_rn(li[t], li[t]));
     }
     // The diagonal and upper slots hold zeros (the CPU's factor layout):
-    // written here, so the factor needs no zero-fill (no other row reads
-    // them: L's rows are read at their lower slots only).
+    // written here, after the row's values were read (l may be vals: the
+    // factorisation in place), and read by no other row (L's rows are read
+    // at their lower slots only).
     for (u64 s = di; s < row_ptr[i + 1]; ++s) l[s] = 0.0;
-    return __dsub_rn(vals[di], squares);
+    return __dsub_rn(a_ii, squares);
 }
 
 // DIC factor, one level: d_j (ic_dic_pivot); breakdown (d_j <= 0 or NaN)
@@ -193,11 +194,11 @@ extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __res
 }
 
 // IC(0) factor, one level: row i's lower values (ic_ic0_row), then
-// l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor.
+// l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor. l is vals
+// (the factorisation in place: no __restrict__ on either).
 extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __restrict__ rows,
                                          const u64* __restrict__ row_ptr,
-                                         const int* __restrict__ cols,
-                                         const double* __restrict__ vals,
+                                         const int* __restrict__ cols, const double* vals,
                                          const u64* __restrict__ diag_slot, double* l,
                                          double* l_diag, int* failed) {
     const int i = level_row(count, first, rows);
@@ -216,11 +217,11 @@ extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __rest
 // marks itself done. A wait past SYNC_FREE_SPIN_CYCLES gives up: the row
 // marks itself -1, its dependents give up at once, and state[1] = 1 tells
 // the host to factorise level by level instead. kind: 0 DIC (factor = d),
-// 1 DILU (factor = d; transposed, tiny), 2 IC(0) (factor = l; l_diag).
+// 1 DILU (factor = d; transposed, tiny), 2 IC(0) (factor = l, vals itself:
+// in place; l_diag).
 // Breakdown as in ic_dic_factor. done and state: zeroed.
 extern "C" __global__ void ic_factor_sync_free(int n, int kind, const u64* __restrict__ row_ptr,
-                                               const int* __restrict__ cols,
-                                               const double* __restrict__ vals,
+                                               const int* __restrict__ cols, const double* vals,
                                                const u64* __restrict__ diag_slot,
                                                const unsigned* __restrict__ transposed,
                                                const double* __restrict__ tiny, double* factor,

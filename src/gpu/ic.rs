@@ -362,14 +362,17 @@ pub struct DeviceIncompleteCholesky<'g> {
     n: usize,
     row_ptr: CudaSlice<u64>,
     cols: CudaSlice<u32>,
+    /// A's values; IC(0): L's strictly lower values in A's slots once
+    /// factorised (in place: the sweeps read only L, and the factorisation
+    /// reads each of a row's values before it writes that row).
     vals: CudaSlice<f64>,
     /// Built on the device ([`Self::on_device`]) from a mod-SELL matrix:
     /// value-only re-set-ups ([`Self::refactorise`]) take new values from a
     /// matrix of the same pattern.
     from_modsell: bool,
     diag_slot: CudaSlice<u64>,
-    /// DIC: 1/d*; IC(0): L's strictly lower values in A's slots.
-    factor: CudaSlice<f64>,
+    /// DIC and DILU: their pivots (1/d*); IC(0): none, L is in `vals`.
+    pivots: Option<CudaSlice<f64>>,
     /// IC(0): L's diagonal.
     l_diag: Option<CudaSlice<f64>>,
     /// IC(0): for each slot (k, i) the slot (i, k) (backward sweep by
@@ -473,10 +476,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 vals: gpu.upload(a.values())?,
                 from_modsell: false,
                 diag_slot: gpu.upload(&diag_slot)?,
-                factor: gpu.zeros(match kind {
-                    IcKind::Dic | IcKind::Dilu => n,
-                    IcKind::Ic0 => a.nnz(),
-                })?,
+                pivots: match kind {
+                    IcKind::Dic | IcKind::Dilu => Some(gpu.zeros(n)?),
+                    IcKind::Ic0 => None,
+                },
                 l_diag: match kind {
                     IcKind::Dic | IcKind::Dilu => None,
                     IcKind::Ic0 => Some(gpu.zeros(n)?),
@@ -614,20 +617,17 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 (forward, backward)
             }
         };
-        // Not zero-filled: the factorisation writes every slot (DIC, DILU:
-        // each row's pivot; IC(0): each row's slots, zeros at the diagonal
-        // and above, and its diagonal), whichever way it runs.
+        // Not zero-filled: the factorisation writes every pivot (DIC, DILU)
+        // or L's diagonal (IC(0), whose L overwrites A's values in place:
+        // zeros at the diagonal and above), whichever way it runs.
         let mut ic = Self {
             gpu,
             kind,
             n,
-            factor: unzeroed(
-                gpu,
-                match kind {
-                    IcKind::Dic | IcKind::Dilu => n,
-                    IcKind::Ic0 => csr.nnz,
-                },
-            )?,
+            pivots: match kind {
+                IcKind::Dic | IcKind::Dilu => Some(unzeroed(gpu, n)?),
+                IcKind::Ic0 => None,
+            },
             l_diag: match kind {
                 IcKind::Dic | IcKind::Dilu => None,
                 IcKind::Ic0 => Some(unzeroed(gpu, n)?),
@@ -660,7 +660,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// Value-only re-set-up on the pattern kept: the CSR values from `m`'s
     /// current values (same pattern and rows as at [`Self::on_device`]),
     /// refactorised, and the f32 copies refreshed; no host work, nothing
-    /// allocated. A breakdown is the CPU's error, as at the set-up.
+    /// allocated but, for IC(0) factorised in one launch, the copy of the
+    /// values kept for a start over. A breakdown is the CPU's error, as at
+    /// the set-up.
     pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
         if !self.from_modsell {
             return Err(SolveError::Device(format!(
@@ -689,7 +691,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             if let Some(vals) = &mx.vals {
                 f32_copy_into(gpu, &self.vals, vals)?;
             }
-            f32_copy_into(gpu, &self.factor, &mx.factor)?;
+            f32_copy_into(gpu, self.factor(), &mx.factor)?;
             if let (Some(from), Some(to)) = (&self.l_diag, &mx.l_diag) {
                 f32_copy_into(gpu, from, to)?;
             }
@@ -704,7 +706,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 None => Some(f32_copy(self.gpu, &self.vals)?),
                 Some(_) => None,
             },
-            factor: f32_copy(self.gpu, &self.factor)?,
+            factor: f32_copy(self.gpu, self.factor())?,
             l_diag: self
                 .l_diag
                 .as_ref()
@@ -722,6 +724,11 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         ))
     }
 
+    /// DIC's and DILU's pivots, or IC(0)'s L (in `vals`, in place).
+    fn factor(&self) -> &CudaSlice<f64> {
+        self.pivots.as_ref().unwrap_or(&self.vals)
+    }
+
     /// Levels of the forward and the backward sweep.
     pub fn levels(&self) -> (usize, usize) {
         (self.forward.n_levels(), self.backward.n_levels())
@@ -730,7 +737,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// The factor as the CPU stores it: DIC 1/d* per row; IC(0) L's strictly
     /// lower values in A's slots (zeros elsewhere), then its diagonal.
     pub fn download_factor(&self) -> Result<Vec<f64>, GpuError> {
-        let mut f = self.gpu.download(&self.factor)?;
+        let mut f = self.gpu.download(self.factor())?;
         if let Some(d) = &self.l_diag {
             f.extend(self.gpu.download(d)?);
         }
@@ -788,7 +795,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             a.arg(&self.diag_slot);
             arg_or_null(a, self.transposed.as_ref());
             arg_or_null(a, self.tiny.as_ref());
-            a.arg(&self.factor);
+            a.arg(self.factor());
             arg_or_null(a, self.l_diag.as_ref());
             a.arg(done).arg(state).arg(failed);
         })?;
@@ -798,8 +805,24 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     fn factorise_with(&mut self, one_launch: bool) -> Result<(), SolveError> {
         let gpu = self.gpu;
         let mut failed = gpu.upload(&[self.n as i32 + 1])?;
-        if one_launch && self.factor_sync_free(&failed)? {
-            return self.check_factor(&failed);
+        if one_launch {
+            // IC(0) factorises in place: A's values are kept for the start
+            // over should the one launch give up with rows done.
+            let kept = match self.pivots {
+                None => {
+                    // Every entry written by the copy.
+                    let mut values = unzeroed::<f64>(gpu, self.vals.len())?;
+                    gpu.copy(&self.vals, &mut values)?;
+                    Some(values)
+                }
+                Some(_) => None,
+            };
+            if self.factor_sync_free(&failed)? {
+                return self.check_factor(&failed);
+            }
+            if let Some(values) = kept {
+                gpu.copy(&values, &mut self.vals)?;
+            }
         }
         // Rows that gave up left `failed` as it was for the others; start
         // over.
@@ -815,13 +838,13 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 .arg(&self.vals)
                 .arg(&self.diag_slot);
             match self.kind {
-                IcKind::Dic => a.arg(&self.factor),
+                IcKind::Dic => a.arg(self.factor()),
                 IcKind::Dilu => a
                     .arg(self.transposed.as_ref().expect("DILU"))
                     .arg(self.tiny.as_ref().expect("DILU"))
-                    .arg(&self.factor),
+                    .arg(self.factor()),
                 IcKind::Ic0 => a
-                    .arg(&self.factor)
+                    .arg(self.factor())
                     .arg(self.l_diag.as_ref().expect("IC(0)")),
             };
             a.arg(&failed);
@@ -839,7 +862,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             // Breakdown at row failed_row − 1: read its pivot for the message.
             let row = failed_row - 1;
             let value = match self.kind {
-                IcKind::Dic | IcKind::Dilu => gpu.download(&self.factor)?[row],
+                IcKind::Dic | IcKind::Dilu => gpu.download(self.factor())?[row],
                 IcKind::Ic0 => {
                     let d = gpu.download(self.l_diag.as_ref().expect("IC(0)"));
                     let l = d?[row];
@@ -866,7 +889,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         if matches!(self.kind, IcKind::Dic | IcKind::Dilu) {
             let n = self.n as i32;
             gpu.launch_vector("ic_reciprocal", self.n, |a| {
-                a.arg(&n).arg(&self.factor);
+                a.arg(&n).arg(self.factor());
             })?;
         }
         Ok(())
@@ -1213,7 +1236,7 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
             return self.level_sweeps(
                 F64,
                 Some(&self.vals),
-                &self.factor,
+                self.factor(),
                 self.l_diag.as_ref(),
                 r,
                 z,
