@@ -250,7 +250,7 @@ fn device_built_incomplete_cholesky_equals_the_cpu_bit_for_bit() {
             // The set-up factorises in one launch where the device allows
             // (compute capability 7.0 on); level by level it is the same.
             let mut dev = dev;
-            dev.factorise_by_levels().unwrap();
+            dev.refactorise_by_levels(&m).unwrap();
             assert_eq!(
                 bits(&dev.download_factor().unwrap()),
                 bits(&cpu_factor),

@@ -664,6 +664,18 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// values kept for a start over. A breakdown is the CPU's error, as at
     /// the set-up.
     pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
+        self.refactorise_with(m, self.forward.n_levels() > LEVELS_LAUNCHED_EACH)
+    }
+
+    /// [`Self::refactorise`] level by level (a launch per level of the
+    /// lower sweep), as the set-up does where the one-launch factorisation
+    /// is not available; for tests that compare the two (equal bit for
+    /// bit). It takes the matrix again: IC(0) factorises in place.
+    pub fn refactorise_by_levels(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
+        self.refactorise_with(m, false)
+    }
+
+    fn refactorise_with(&mut self, m: &DeviceModSell, one_launch: bool) -> Result<(), SolveError> {
         if !self.from_modsell {
             return Err(SolveError::Device(format!(
                 "{}: the value-only re-set-up needs a preconditioner built on the device \
@@ -685,7 +697,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
             a.arg(&self.vals);
         })?;
-        self.factorise()?;
+        self.factorise_with(one_launch)?;
         let gpu = self.gpu;
         if let Some(mx) = &self.mixed {
             if let Some(vals) = &mx.vals {
@@ -744,13 +756,6 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         Ok(f)
     }
 
-    /// The factorisation level by level (a launch per level of the lower
-    /// sweep), as the set-up does where the one-launch factorisation is not
-    /// available; for tests that compare the two (equal bit for bit).
-    pub fn factorise_by_levels(&mut self) -> Result<(), SolveError> {
-        self.factorise_with(false)
-    }
-
     /// The factorisation a launch per level where the schedule has few
     /// levels (a colouring's: [`LEVELS_LAUNCHED_EACH`]), else in one launch
     /// where the device allows ([`Self::factor_sync_free`]), else level by
@@ -788,6 +793,17 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             IcKind::Dilu => 1,
             IcKind::Ic0 => 2,
         };
+        // IC(0) factorises in place: A's values are kept for the start over
+        // level by level should the launch give up with rows done.
+        let kept = match self.pivots {
+            None => {
+                // Every entry written by the copy.
+                let mut values = unzeroed::<f64>(gpu, self.vals.len())?;
+                gpu.copy(&self.vals, &mut values)?;
+                Some(values)
+            }
+            Some(_) => None,
+        };
         let n32 = n as i32;
         gpu.launch_vector("ic_factor_sync_free", n, |a| {
             a.arg(&n32).arg(&kind);
@@ -799,30 +815,18 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             arg_or_null(a, self.l_diag.as_ref());
             a.arg(done).arg(state).arg(failed);
         })?;
-        Ok(gpu.download(state)?[1] == 0)
+        let finished = gpu.download(state)?[1] == 0;
+        if let (false, Some(values)) = (finished, kept) {
+            gpu.copy(&values, &mut self.vals)?;
+        }
+        Ok(finished)
     }
 
     fn factorise_with(&mut self, one_launch: bool) -> Result<(), SolveError> {
         let gpu = self.gpu;
         let mut failed = gpu.upload(&[self.n as i32 + 1])?;
-        if one_launch {
-            // IC(0) factorises in place: A's values are kept for the start
-            // over should the one launch give up with rows done.
-            let kept = match self.pivots {
-                None => {
-                    // Every entry written by the copy.
-                    let mut values = unzeroed::<f64>(gpu, self.vals.len())?;
-                    gpu.copy(&self.vals, &mut values)?;
-                    Some(values)
-                }
-                Some(_) => None,
-            };
-            if self.factor_sync_free(&failed)? {
-                return self.check_factor(&failed);
-            }
-            if let Some(values) = kept {
-                gpu.copy(&values, &mut self.vals)?;
-            }
+        if one_launch && self.factor_sync_free(&failed)? {
+            return self.check_factor(&failed);
         }
         // Rows that gave up left `failed` as it was for the others; start
         // over.
