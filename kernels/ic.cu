@@ -59,6 +59,24 @@ __device__ double ic_dilu_pivot(int j, const u64* __restrict__ row_ptr,
     return dj;
 }
 
+// L(i, k) = v also at row k's slot (k, i), found in its upper part
+// [lo, end) (columns above k, ascending): the backward sweep reads L's
+// columns by rows there. The slot belongs to row k, done before row i starts
+// and never read by the factorisation. A row k without that slot (a pattern
+// that is not symmetric) lowers failed[1] to i + 1.
+__device__ __forceinline__ void ic_ic0_mirror(int i, u64 lo, u64 end,
+                                              const int* __restrict__ cols, double* l, double v,
+                                              int* failed) {
+    u64 hi = end;
+    while (lo < hi) {
+        const u64 mid = lo + (hi - lo) / 2;
+        if (cols[mid] < i) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < end && cols[lo] == i) l[lo] = v;
+    else atomicMin(&failed[1], i + 1);
+}
+
 // IC(0) row i: for each lower slot s = (i, k) ascending,
 // l_s = (a_ik - sum_{m<k} l_im l_km) / l_kk over the common lower pattern of
 // rows i and k (a merge of two sorted column lists); returns sum l_s^2,
@@ -68,7 +86,7 @@ template <bool Coherent>
 __device__ double ic_ic0_row_merged(int i, const u64* __restrict__ row_ptr,
                                     const int* __restrict__ cols, const double* vals,
                                     const u64* __restrict__ diag_slot, double* l,
-                                    const double* l_diag) {
+                                    const double* l_diag, int* failed) {
     const u64 lo = row_ptr[i], di = diag_slot[i];
     for (u64 s = lo; s < di; ++s) {
         const int k = cols[s];
@@ -77,6 +95,7 @@ __device__ double ic_ic0_row_merged(int i, const u64* __restrict__ row_ptr,
             sum = __dadd_rn(sum, __dmul_rn(l[p], factor_load<Coherent>(&l[q])));
         });
         l[s] = __ddiv_rn(__dsub_rn(vals[s], sum), factor_load<Coherent>(&l_diag[k]));
+        ic_ic0_mirror(i, diag_slot[k] + 1, row_ptr[k + 1], cols, l, l[s], failed);
     }
     double squares = 0.0;
     for (u64 s = lo; s < di; ++s) squares = __dadd_rn(squares, __dmul_rn(l[s], l[s]));
@@ -100,17 +119,18 @@ template <bool Coherent>
 __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
                              const int* __restrict__ cols, const double* vals,
                              const u64* __restrict__ diag_slot, double* l,
-                             const double* l_diag) {
+                             const double* l_diag, int* failed) {
     const u64 lo = row_ptr[i], di = diag_slot[i];
     const double a_ii = vals[di];
     double squares;
     if (di - lo > IC0_ROW_REGISTERS) {
-        squares = ic_ic0_row_merged<Coherent>(i, row_ptr, cols, vals, diag_slot, l, l_diag);
+        squares =
+            ic_ic0_row_merged<Coherent>(i, row_ptr, cols, vals, diag_slot, l, l_diag, failed);
     } else {
         const int count = (int)(di - lo);
         int col[IC0_ROW_REGISTERS];
         double a[IC0_ROW_REGISTERS], lkk[IC0_ROW_REGISTERS], li[IC0_ROW_REGISTERS];
-        u64 k_lo[IC0_ROW_REGISTERS], k_end[IC0_ROW_REGISTERS];
+        u64 k_lo[IC0_ROW_REGISTERS], k_end[IC0_ROW_REGISTERS], k_next[IC0_ROW_REGISTERS];
 #pragma unroll
         for (int t = 0; t < IC0_ROW_REGISTERS; ++t) {
             if (t < count) {
@@ -122,6 +142,7 @@ __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
         for (int t = 0; t < IC0_ROW_REGISTERS; ++t) {
             if (t < count) {
                 k_lo[t] = row_ptr[col[t]];
+                k_next[t] = row_ptr[col[t] + 1];
                 k_end[t] = diag_slot[col[t]];
                 lkk[t] = factor_load<Coherent>(&l_diag[col[t]]);
             }
@@ -144,17 +165,15 @@ __device__ double ic_ic0_row(int i, const u64* __restrict__ row_ptr,
                 }
                 li[t] = __ddiv_rn(__dsub_rn(a[t], sum), lkk[t]);
                 l[lo + t] = li[t];
+                ic_ic0_mirror(i, k_end[t] + 1, k_next[t], cols, l, li[t], failed);
             }
         }
 #pragma unroll
         for (int t = 0; t < IC0_ROW_REGISTERS; ++t)
             if (t < count) squares = __dadd_rn(squares, __dmul_rn(li[t], li[t]));
     }
-    // The diagonal and upper slots hold zeros (the CPU's factor layout):
-    // written here, after the row's values were read (l may be vals: the
-    // factorisation in place), and read by no other row (L's rows are read
-    // at their lower slots only).
-    for (u64 s = di; s < row_ptr[i + 1]; ++s) l[s] = 0.0;
+    // The diagonal slot keeps a_ii (the factor's diagonal is l_diag) and
+    // the upper slots take L's columns from the rows below (ic_ic0_mirror).
     return __dsub_rn(a_ii, squares);
 }
 
@@ -203,7 +222,7 @@ extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __rest
                                          double* l_diag, int* failed) {
     const int i = level_row(count, first, rows);
     if (i < 0) return;
-    const double pivot = ic_ic0_row<false>(i, row_ptr, cols, vals, diag_slot, l, l_diag);
+    const double pivot = ic_ic0_row<false>(i, row_ptr, cols, vals, diag_slot, l, l_diag, failed);
     if (!(pivot > 0.0)) atomicMin(failed, i + 1);
     l_diag[i] = __dsqrt_rn(pivot);
 }
@@ -244,7 +263,8 @@ extern "C" __global__ void ic_factor_sync_free(int n, int kind, const u64* __res
     // The rows waited for wrote before they fenced and marked themselves.
     __threadfence();
     if (kind == 2) {
-        const double pivot = ic_ic0_row<true>(i, row_ptr, cols, vals, diag_slot, factor, l_diag);
+        const double pivot =
+            ic_ic0_row<true>(i, row_ptr, cols, vals, diag_slot, factor, l_diag, failed);
         if (!(pivot > 0.0)) atomicMin(failed, i + 1);
         l_diag[i] = __dsqrt_rn(pivot);
     } else if (kind == 1) {
@@ -325,19 +345,18 @@ __global__ void ic_ic0_forward(int count, int first, const int* __restrict__ row
 
 // IC(0) backward sweep L^T z = y, one level, row-oriented: the CPU subtracts
 // l_ik z_i from z_k for i descending, then divides by l_kk; here row k walks
-// its upper slots (k, i) descending and reads l_ik at the transposed slot.
+// its upper slots (k, i) descending, which hold l_ik (ic_ic0_mirror).
 // kernel: ic_ic0_backward<double>, ic_ic0_backward_f32 = ic_ic0_backward<float>
 template <typename T>
 __global__ void ic_ic0_backward(int count, int first, const int* __restrict__ rows,
                                 const u64* __restrict__ row_ptr, const int* __restrict__ cols,
-                                const u64* __restrict__ diag_slot,
-                                const unsigned* __restrict__ transposed, const T* __restrict__ l,
+                                const u64* __restrict__ diag_slot, const T* __restrict__ l,
                                 const T* __restrict__ l_diag, T* z, const double* done) {
     const int k = level_row(count, first, rows, done);
     if (k < 0) return;
     T acc = z[k];
     for (u64 s = row_ptr[k + 1]; s > diag_slot[k] + 1; --s)
-        acc = rn_sub(acc, rn_mul(l[transposed[s - 1]], z[cols[s - 1]]));
+        acc = rn_sub(acc, rn_mul(l[s - 1], z[cols[s - 1]]));
     z[k] = rn_div(acc, l_diag[k]);
 }
 
@@ -452,22 +471,13 @@ __device__ __forceinline__ void ic_csr_entry(int row, unsigned col, double v, u6
     if ((int)col >= colour_first && (int)col < colour_end) atomicMin(&flags[1], row + 1);
 }
 
-// The pass. colour_ptr: null without a
-// colouring, else the colours' first rows then n (n_colours + 1 of them,
-// rows colour-contiguous); flags: [missing partner (ic_transposed_slots),
-// coupled in a colour, diagonal not positive], each the first such row + 1,
-// from n + 1.
-extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ slice_ptr,
-                                          const int* __restrict__ codes,
-                                          const double* __restrict__ modsell_vals,
-                                          const double* __restrict__ diag,
-                                          const u64* __restrict__ row_ptr,
-                                          unsigned* __restrict__ cols, double* __restrict__ vals,
-                                          u64* __restrict__ diag_slot,
-                                          const int* __restrict__ colour_ptr, int n_colours,
-                                          int* flags) {
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n) return;
+// The pass on one row (arguments as ic_modsell_csr's); returns the row's
+// count of columns below it minus its count above it.
+__device__ __forceinline__ unsigned ic_modsell_csr_row(
+    int row, int n, int h, const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+    const double* __restrict__ modsell_vals, const double* __restrict__ diag,
+    const u64* __restrict__ row_ptr, unsigned* __restrict__ cols, double* __restrict__ vals,
+    u64* __restrict__ diag_slot, const int* __restrict__ colour_ptr, int n_colours, int* flags) {
     const int s = row / h, base = s * h;
     const u64 first = slice_ptr[s] + (row - base), end = slice_ptr[s + 1];
     const u64 start = row_ptr[row];
@@ -530,6 +540,42 @@ extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ 
     cols[at] = (unsigned)row;
     vals[at] = d;
     diag_slot[row] = at;
+    const u64 above = row_ptr[row + 1] - start - 1 - below;
+    return (unsigned)below - (unsigned)above;
+}
+
+// The pass. colour_ptr: null without a colouring, else the colours' first
+// rows then n (n_colours + 1 of them, rows colour-contiguous); flags:
+// [missing partner (ic_transposed_slots), coupled in a colour, diagonal not
+// positive], each the first such row + 1, from n + 1, then the pattern's
+// balance: the entries below the diagonal minus those above, summed modulo
+// 2^32 (one add per block; zero from the start), not zero where the pattern
+// is not symmetric (IC(0)'s check: each entry below the diagonal then finds
+// its partner, ic_ic0_mirror, so the counts being equal makes the pairing
+// complete). blockDim.x a multiple of 32, at most 1024.
+extern "C" __global__ void ic_modsell_csr(int n, int h, const u64* __restrict__ slice_ptr,
+                                          const int* __restrict__ codes,
+                                          const double* __restrict__ modsell_vals,
+                                          const double* __restrict__ diag,
+                                          const u64* __restrict__ row_ptr,
+                                          unsigned* __restrict__ cols, double* __restrict__ vals,
+                                          u64* __restrict__ diag_slot,
+                                          const int* __restrict__ colour_ptr, int n_colours,
+                                          int* flags) {
+    __shared__ unsigned warp_balance[32];
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned balance = 0;
+    if (row < n)
+        balance = ic_modsell_csr_row(row, n, h, slice_ptr, codes, modsell_vals, diag, row_ptr,
+                                     cols, vals, diag_slot, colour_ptr, n_colours, flags);
+    for (int o = 16; o > 0; o >>= 1) balance += __shfl_xor_sync(0xffffffffu, balance, o);
+    if ((threadIdx.x & 31) == 0) warp_balance[threadIdx.x >> 5] = balance;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned sum = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) sum += warp_balance[w];
+        if (sum != 0) atomicAdd((unsigned*)&flags[3], sum);
+    }
 }
 
 // New values on the CSR pattern ic_modsell_to_csr made from a matrix of the

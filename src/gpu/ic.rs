@@ -16,13 +16,15 @@
 //!
 //! Set-up: [`DeviceIncompleteCholesky::new`] derives everything on the host
 //! from the CSR and uploads it (the reference path);
-//! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal and
-//! transposed slots and the factor from the resident mod-SELL matrix on the
-//! device (the row pointers by a scan of the row lengths, then the CSR, its
-//! diagonal slots and the diagonal and colour checks in one pass that reads
-//! each mod-SELL slot once and places each entry at its rank in its row,
-//! the transposed slots by a search of the written rows: two read-backs, no
-//! factor or structure zero-filled), takes a colour-contiguous order's
+//! [`DeviceIncompleteCholesky::on_device`] builds the CSR, the diagonal
+//! slots (DILU: and the transposed slots) and the factor from the resident
+//! mod-SELL matrix on the device (the row pointers by a scan of the row
+//! lengths, then the CSR, its diagonal slots and the diagonal, colour and
+//! pattern checks in one pass that reads each mod-SELL slot once and places
+//! each entry at its rank in its row, DILU's transposed slots by a search of
+//! the written rows: two read-backs, no factor or structure zero-filled;
+//! IC(0) factorises in place and writes each L entry at its transposed slot
+//! too, found as it goes), takes a colour-contiguous order's
 //! colours as the levels (else it schedules the lower sweep's levels on the
 //! device in one launch without synchronisation between levels
 //! ([`LevelScheduler::SyncFree`], Liu et al. 2016; compute capability 7.0
@@ -375,8 +377,9 @@ pub struct DeviceIncompleteCholesky<'g> {
     pivots: Option<CudaSlice<f64>>,
     /// IC(0): L's diagonal.
     l_diag: Option<CudaSlice<f64>>,
-    /// IC(0): for each slot (k, i) the slot (i, k) (backward sweep by
-    /// rows); DILU: the same, for a_ij in the factor.
+    /// DILU: for each slot (k, i) the slot (i, k), for a_ij in the factor.
+    /// (IC(0)'s factorisation writes L(i, k) at slot (k, i) as well, so its
+    /// backward sweep reads L's columns by rows without them.)
     transposed: Option<CudaSlice<u32>>,
     /// DILU: the pivot thresholds (`solve::ilu::pivot_thresholds`).
     tiny: Option<CudaSlice<f64>>,
@@ -454,7 +457,12 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         }
         let transposed = match kind {
             IcKind::Dic => None,
-            IcKind::Ic0 | IcKind::Dilu => Some(
+            IcKind::Ic0 => {
+                // The symmetric pattern the factorisation needs, checked.
+                transposed_slots(a, kind.name())?;
+                None
+            }
+            IcKind::Dilu => Some(
                 transposed_slots(a, kind.name())?
                     .into_iter()
                     .map(|s| s as u32)
@@ -527,7 +535,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         let colours = colouring.map(|c| colour_bounds(gpu, n, c)).transpose()?;
         let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, &Scan::new(gpu, n)?, kind.name())?;
         spans.device("CSR row pointers (row lengths, scan; 1 read-back: nnz)");
-        let with_transposed = kind != IcKind::Dic;
+        let with_transposed = kind == IcKind::Dilu;
         let (pass, flags) = csr_pass(gpu, m, row_ptr, nnz, with_transposed, colours.as_ref())?;
         if flags.diagonal.is_some() {
             // The shared check names the first such row with its value.
@@ -537,7 +545,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 kind.name()
             )));
         }
-        if flags.missing_partner.is_some() {
+        if flags.missing_partner.is_some() || (kind == IcKind::Ic0 && flags.unbalanced) {
             // The CPU's message names the entry without a partner.
             transposed_slots(a, kind.name())?;
             return Err(SolveError::InvalidControls(format!(
@@ -606,9 +614,10 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 // Where every entry above the diagonal has its partner, the
                 // upper sweep runs the lower levels reversed: one check
                 // instead of a second schedule.
-                // IC(0) and DILU found every entry's partner already (their
-                // transposed slots); DIC checks.
-                let reverse_lower = transposed.is_some() || upper_mirrored(gpu, &csr)?;
+                // DILU found every entry's partner already (its transposed
+                // slots), IC(0) needs a symmetric pattern (checked by the
+                // pass's counts and the factorisation); DIC checks.
+                let reverse_lower = kind != IcKind::Dic || upper_mirrored(gpu, &csr)?;
                 let backward = match reverse_lower {
                     true => forward.reversed(),
                     false => schedule(true)?,
@@ -644,7 +653,14 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             mixed: None,
             sync_free: None,
         };
-        ic.factorise()?;
+        if let Err(e) = ic.factorise() {
+            // IC(0)'s factorisation found an entry without its partner: the
+            // CPU's message names it.
+            if kind == IcKind::Ic0 && matches!(e, SolveError::InvalidControls(_)) {
+                transposed_slots(a, kind.name())?;
+            }
+            return Err(e);
+        }
         spans.device(
             "factorisation (a launch per level of a colouring, else one launch where the \
              device allows; 1-2 read-backs)",
@@ -750,6 +766,17 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// lower values in A's slots (zeros elsewhere), then its diagonal.
     pub fn download_factor(&self) -> Result<Vec<f64>, GpuError> {
         let mut f = self.gpu.download(self.factor())?;
+        if self.pivots.is_none() {
+            // IC(0) in place: A's diagonal and L's transposed entries stand
+            // at the diagonal and upper slots, where the CPU stores zeros.
+            let (row_ptr, diag_slot) = (
+                self.gpu.download(&self.row_ptr)?,
+                self.gpu.download(&self.diag_slot)?,
+            );
+            for (row, &d) in diag_slot.iter().enumerate().take(self.n) {
+                f[d as usize..row_ptr[row + 1] as usize].fill(0.0);
+            }
+        }
         if let Some(d) = &self.l_diag {
             f.extend(self.gpu.download(d)?);
         }
@@ -824,13 +851,16 @@ impl<'g> DeviceIncompleteCholesky<'g> {
 
     fn factorise_with(&mut self, one_launch: bool) -> Result<(), SolveError> {
         let gpu = self.gpu;
-        let mut failed = gpu.upload(&[self.n as i32 + 1])?;
+        // [first row that broke down, first row of IC(0) with an entry
+        // whose partner is missing], each + 1, from n + 1.
+        let none = self.n as i32 + 1;
+        let mut failed = gpu.upload(&[none, none])?;
         if one_launch && self.factor_sync_free(&failed)? {
             return self.check_factor(&failed);
         }
         // Rows that gave up left `failed` as it was for the others; start
         // over.
-        gpu.write(&[self.n as i32 + 1], &mut failed)?;
+        gpu.write(&[none, none], &mut failed)?;
         let kernel = match self.kind {
             IcKind::Dic => "ic_dic_factor",
             IcKind::Dilu => "ic_dilu_factor",
@@ -856,12 +886,23 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         self.check_factor(&failed)
     }
 
-    /// After a factorisation: the CPU's error for the first row that broke
-    /// down (`failed`: that row + 1, else n + 1; one read-back), else DIC's
-    /// and DILU's pivots replaced by their reciprocals.
+    /// After a factorisation (`failed`: [first row that broke down, first
+    /// IC(0) row with an entry whose partner is missing], each + 1, else
+    /// n + 1; one read-back): a pattern that is not symmetric (IC(0)), else
+    /// the CPU's error for the first row that broke down, else DIC's and
+    /// DILU's pivots replaced by their reciprocals.
     fn check_factor(&self, failed: &CudaSlice<i32>) -> Result<(), SolveError> {
         let gpu = self.gpu;
-        let failed_row = gpu.download(failed)?[0] as usize;
+        let found = gpu.download(failed)?;
+        let (failed_row, unpartnered) = (found[0] as usize, found[1] as usize);
+        if unpartnered <= self.n {
+            return Err(SolveError::InvalidControls(format!(
+                "{} needs a symmetric pattern: row {} has an entry below the diagonal whose \
+                 transposed entry is missing",
+                self.kind.name(),
+                unpartnered - 1
+            )));
+        }
         if failed_row <= self.n {
             // Breakdown at row failed_row − 1: read its pivot for the message.
             let row = failed_row - 1;
@@ -935,7 +976,6 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 })
             }
             Some(l_diag) => {
-                let transposed = self.transposed.as_ref().expect("IC(0)");
                 fw.launch_each(gpu, names[2], |a| {
                     a.arg(&self.row_ptr).arg(&self.cols);
                     a.arg(&self.diag_slot).arg(factor).arg(l_diag);
@@ -944,10 +984,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 })?;
                 bw.launch_each(gpu, names[3], |a| {
                     a.arg(&self.row_ptr).arg(&self.cols);
-                    a.arg(&self.diag_slot)
-                        .arg(transposed)
-                        .arg(factor)
-                        .arg(l_diag);
+                    a.arg(&self.diag_slot).arg(factor).arg(l_diag);
                     a.arg(out);
                     arg_or_null(a, done);
                 })
@@ -1076,6 +1113,9 @@ struct CsrFlags {
     coupled: Option<usize>,
     /// A diagonal entry that is not positive (or not a number).
     diagonal: Option<usize>,
+    /// The entries below the diagonal and above it are not as many: the
+    /// pattern is not symmetric.
+    unbalanced: bool,
 }
 
 /// The CSR of `m` (the diagonal and the stored off-diagonals, columns
@@ -1103,7 +1143,8 @@ fn csr_pass(
     let vals = unzeroed::<f64>(gpu, nnz)?;
     let diag_slot = unzeroed::<u64>(gpu, n)?;
     let none = n as i32 + 1;
-    let flags = gpu.upload(&[none; 3])?;
+    // [missing partner, coupled, diagonal, the pattern's balance (zero)].
+    let flags = gpu.upload(&[none, none, none, 0])?;
     let n_colours = colours.map_or(0, |c| c.1);
     m.launch_pattern(gpu, "ic_modsell_csr", &dims, |a| {
         a.arg(&m.values).arg(&m.diag);
@@ -1133,6 +1174,7 @@ fn csr_pass(
             missing_partner: first(found[0]),
             coupled: first(found[1]),
             diagonal: first(found[2]),
+            unbalanced: found[3] != 0,
         },
     ))
 }
