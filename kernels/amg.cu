@@ -285,7 +285,7 @@ extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ mem
                                              unsigned* __restrict__ coarse_cols,
                                              u64* __restrict__ dest) {
     const int lane = threadIdx.x & 31;
-    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    const int I = grid_warp();
     if (I >= nc) return;  // whole warps leave together
     const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
     const unsigned* list = scratch + bound_ptr[I];
@@ -314,7 +314,7 @@ extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ m
                                                double* __restrict__ coarse_vals,
                                                float* __restrict__ coarse_vals_f32) {
     const int lane = threadIdx.x & 31;
-    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    const int I = grid_warp();
     if (I >= nc) return;  // whole warps leave together
     const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
     const u64 m0 = member_ptr[I], m1 = member_ptr[I + 1];

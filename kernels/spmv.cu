@@ -6,6 +6,12 @@
 
 typedef unsigned long long u64;
 
+// This thread's warp counted over the grid: the row of a kernel with a warp
+// per row (blockDim.x a multiple of 32, so a warp's lanes share it).
+__device__ __forceinline__ int grid_warp() {
+    return (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+}
+
 // Sum of v over the block, valid in thread 0. Fixed shuffle tree inside each
 // warp, then over the warp sums: the same bits run to run. blockDim.x must be
 // a multiple of 32 (at most 1024). Safe to call twice in a row.
