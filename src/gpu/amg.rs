@@ -130,10 +130,8 @@ impl DeviceCsr {
             .iter()
             .map(|&p| p as usize)
             .collect();
-        let mut cols = gpu.download(&self.cols)?;
-        let mut vals = gpu.download(&self.vals)?;
-        cols.truncate(self.nnz);
-        vals.truncate(self.nnz);
+        let cols = gpu.download_prefix(&self.cols, self.nnz)?;
+        let vals = gpu.download_prefix(&self.vals, self.nnz)?;
         Csr::new(self.n, row_ptr, cols, vals).map_err(GpuError::Invalid)
     }
 

@@ -1778,6 +1778,19 @@ impl Gpu {
         Ok(host)
     }
 
+    /// The first `len` values of `dev` ([`Self::download`] cut short): a
+    /// buffer's meaningful prefix (a buffer sized for the most it may hold,
+    /// or one of no values, which is allocated one long).
+    pub fn download_prefix<T: HostElement>(
+        &self,
+        dev: &CudaSlice<T>,
+        len: usize,
+    ) -> Result<Vec<T>, GpuError> {
+        let mut host = self.download(dev)?;
+        host.truncate(len);
+        Ok(host)
+    }
+
     /// [`Self::download`] into `host`, of `dev`'s length: a large array
     /// through the page-locked buffers, a small one by the driver's copy.
     pub fn download_into<T: HostElement>(

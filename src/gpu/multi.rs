@@ -1192,9 +1192,7 @@ impl<'g> MultiGpuBackend<'g> {
             driver("cuStreamWaitEvent", r.gpu.stream().join(&comm_stream(r)))?;
         }
         let first = &self.ranks[0];
-        let mut total = first.gpu.download(&first.scalars.borrow())?;
-        total.truncate(count);
-        Ok(total)
+        first.gpu.download_prefix(&first.scalars.borrow(), count)
     }
 
     /// Runs `work` unless an earlier call failed; records its error.
