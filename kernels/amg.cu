@@ -285,7 +285,7 @@ extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ mem
                                              unsigned* __restrict__ coarse_cols,
                                              u64* __restrict__ dest) {
     const int lane = threadIdx.x & 31;
-    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    const int I = grid_warp();
     if (I >= nc) return;  // whole warps leave together
     const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
     const unsigned* list = scratch + bound_ptr[I];
@@ -314,7 +314,7 @@ extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ m
                                                double* __restrict__ coarse_vals,
                                                float* __restrict__ coarse_vals_f32) {
     const int lane = threadIdx.x & 31;
-    const int I = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    const int I = grid_warp();
     if (I >= nc) return;  // whole warps leave together
     const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
     const u64 m0 = member_ptr[I], m1 = member_ptr[I + 1];
@@ -521,16 +521,31 @@ extern "C" __global__ void amg_dense_symmetrise(int n, const double* __restrict_
 // keeps a tile's columns in distinct banks).
 typedef double DenseTile[DENSE_PANEL + 1];
 
-// The diagonal block at (p, p) (pb = min(DENSE_PANEL, n - p) rows) factored
-// in place by the whole block (unblocked right-looking Cholesky in the
-// shared tile s; bad: a shared word); false (and *failed set) at a pivot
-// that is not positive.
-__device__ bool dense_factor_diag(int n, int p, double* a, int* failed, DenseTile* s, int* bad) {
+// The lower triangle of the diagonal block at (p, p) of the row-major n x n
+// `a` copied into s by the whole block (the caller synchronises before
+// reading it); returns the block's rows, pb = min(DENSE_PANEL, n - p).
+__device__ __forceinline__ int dense_load_diag_block(int n, int p, const double* a,
+                                                     DenseTile* s) {
     const int pb = min(DENSE_PANEL, n - p);
     for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
         const int i = e / pb, j = e % pb;
         if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
     }
+    return pb;
+}
+
+// Entry (i, col) of the row-major n x n `a`, 0 for a row i >= n (a tile's
+// rows past the matrix).
+__device__ __forceinline__ double dense_entry_or_zero(int n, const double* a, int i, int col) {
+    return i < n ? a[(u64)i * n + col] : 0.0;
+}
+
+// The diagonal block at (p, p) (pb = min(DENSE_PANEL, n - p) rows) factored
+// in place by the whole block (unblocked right-looking Cholesky in the
+// shared tile s; bad: a shared word); false (and *failed set) at a pivot
+// that is not positive.
+__device__ bool dense_factor_diag(int n, int p, double* a, int* failed, DenseTile* s, int* bad) {
+    const int pb = dense_load_diag_block(n, p, a, s);
     if (threadIdx.x == 0) *bad = 0;
     __syncthreads();
     for (int k = 0; k < pb; ++k) {
@@ -571,11 +586,7 @@ extern "C" __global__ void amg_dense_diag(int n, int p, double* a, int* failed) 
 // Rows p + DENSE_PANEL.. of panel p: forward substitution with the factored
 // L11, lane k owning column k; blockDim.x / 32 rows per block.
 __device__ void dense_panel_block(int n, int p, double* a, int vb, DenseTile* s) {
-    const int pb = min(DENSE_PANEL, n - p);
-    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
-        const int i = e / pb, j = e % pb;
-        if (j <= i) s[i][j] = a[(u64)(p + i) * n + p + j];
-    }
+    const int pb = dense_load_diag_block(n, p, a, s);
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int i = p + pb + vb * (blockDim.x >> 5) + warp;
@@ -614,8 +625,8 @@ __device__ void dense_update_block(int n, int p, double* a, int* failed, int vb,
     const int i0 = q + 32 * ti, j0 = q + 32 * tj;
     for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
         const int r = e >> 5, c = e & 31;
-        li[r][c] = i0 + r < n ? a[(u64)(i0 + r) * n + p + c] : 0.0;
-        lj[r][c] = j0 + r < n ? a[(u64)(j0 + r) * n + p + c] : 0.0;
+        li[r][c] = dense_entry_or_zero(n, a, i0 + r, p + c);
+        lj[r][c] = dense_entry_or_zero(n, a, j0 + r, p + c);
     }
     __syncthreads();
     const int tx = threadIdx.x & 31;

@@ -205,7 +205,7 @@ __global__ void amg_dense_apply(int n, const double* __restrict__ m, const T* __
                                 T* __restrict__ x, const double* done) {
     if (gated_off(done)) return;
     const int lane = threadIdx.x & 31;
-    const int row = (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+    const int row = grid_warp();
     if (row >= n) return;  // whole warps leave together
     const double* mr = m + (u64)row * n;
     double s = 0.0;

@@ -26,11 +26,7 @@ extern "C" __global__ void amg_dense_identity(int n, double* __restrict__ w) {
 // updates), the panel's column in registers.
 __device__ void dense_trinv_panel_block(int n, int p, const double* l, double* w, int vb,
                                         DenseTile* s) {
-    const int pb = min(DENSE_PANEL, n - p);
-    for (int e = threadIdx.x; e < pb * pb; e += blockDim.x) {
-        const int i = e / pb, k = e % pb;
-        if (k <= i) s[i][k] = l[(u64)(p + i) * n + p + k];
-    }
+    const int pb = dense_load_diag_block(n, p, l, s);
     __syncthreads();
     const int j = vb * blockDim.x + threadIdx.x;
     if (j >= p + pb) return;
@@ -66,7 +62,7 @@ __device__ void dense_trinv_update_block(int n, int p, int col_tiles, const doub
     const int i0 = q + 32 * (vb / col_tiles), j0 = 32 * (vb % col_tiles);
     for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
         const int r = e >> 5, c = e & 31;
-        li[r][c] = i0 + r < n ? l[(u64)(i0 + r) * n + p + c] : 0.0;
+        li[r][c] = dense_entry_or_zero(n, l, i0 + r, p + c);
         // wp[r][c] = W[p + r][j0 + c] (r the row of the panel)
         wp[r][c] = j0 + c < q ? w[(u64)(p + r) * n + j0 + c] : 0.0;
     }

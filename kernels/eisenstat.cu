@@ -202,15 +202,12 @@ extern "C" __global__ void eis_setup_rows(int n, int h, const u64* __restrict__ 
         if (!(diag[row] > 0.0)) atomicMin(&failed[1], row + 1);
         const int c = eis_colour_of(row, colour_ptr, n_colours);
         const int first = colour_ptr[c], end = colour_ptr[c + 1];
-        const int s = row / h, base = s * h;
-        for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
-            const int code = codes[k];
-            if (code == 0) continue;
-            const int col = code > 0 ? code - 1 : base - code - 1;
+        for_modsell_offdiagonals(row, h, slice_ptr, codes, [&](u64, unsigned column) {
+            const int col = (int)column;
             if (col >= first && col < end) atomicMin(&failed[0], row + 1);
             if (col < row) ++lower;
             else ++upper;
-        }
+        });
         lower_len[row] = (unsigned)lower;
         upper_len[row] = (unsigned)upper;
     }
@@ -332,12 +329,9 @@ extern "C" __global__ void eis_setup_fill(int n, int h, const u64* __restrict__ 
     int lower = 0, upper = 0;
     if (i < n) {
         const int r = order[i];
-        const int s = r / h, base = s * h;
         const double inv_r = inv_sqrt_old[r];
-        for (u64 k = slice_ptr[s] + (r - base); k < slice_ptr[s + 1]; k += h) {
-            const int code = codes[k];
-            if (code == 0) continue;
-            const int c = code > 0 ? code - 1 : base - code - 1;
+        for_modsell_offdiagonals(r, h, slice_ptr, codes, [&](u64 k, unsigned column) {
+            const int c = (int)column;
             const double v = __dmul_rn(__dmul_rn(vals[k], inv_r), inv_sqrt_old[c]);
             if (c < r) {
                 eis_insert(lower_cols, lower_vals, lower_base, th, lower, new_of[c], v);
@@ -346,7 +340,7 @@ extern "C" __global__ void eis_setup_fill(int n, int h, const u64* __restrict__ 
                 eis_insert(upper_cols, upper_vals, upper_base, th, upper, new_of[c], v);
                 ++upper;
             }
-        }
+        });
     }
     for (int m = lower; m < lower_width; ++m) {
         lower_cols[lower_base + (u64)m * th] = -1;

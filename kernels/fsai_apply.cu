@@ -5,6 +5,21 @@
 // equals the CPU's bit for bit. Uses u64 (spmv.cu) and gated_off (smooth.cu):
 // `done` is PCG's fused-loop gate.
 
+// Row i of M x: the row's `len` entries at start + stride k, k ascending,
+// vals[at] x[cols[at]] summed in that order with _rn operations. Both storages
+// sum through it, so their results are equal bit for bit.
+__device__ __forceinline__ double fsai_row_product(const unsigned* __restrict__ cols,
+                                                   const double* __restrict__ vals,
+                                                   const double* __restrict__ x, u64 start,
+                                                   u64 len, u64 stride) {
+    double acc = 0.0;
+    for (u64 k = 0; k < len; ++k) {
+        const u64 at = start + stride * k;
+        acc = __dadd_rn(acc, __dmul_rn(vals[at], __ldg(&x[cols[at]])));
+    }
+    return acc;
+}
+
 // y = M x for a CSR matrix M (G, then G^T).
 extern "C" __global__ void fsai_csr_product(int n, const u64* __restrict__ row_ptr,
                                             const unsigned* __restrict__ cols,
@@ -14,10 +29,8 @@ extern "C" __global__ void fsai_csr_product(int n, const u64* __restrict__ row_p
     if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    double acc = 0.0;
-    for (u64 k = row_ptr[i]; k < row_ptr[i + 1]; ++k)
-        acc = __dadd_rn(acc, __dmul_rn(vals[k], __ldg(&x[cols[k]])));
-    y[i] = acc;
+    const u64 start = row_ptr[i];
+    y[i] = fsai_row_product(cols, vals, x, start, row_ptr[i + 1] - start, 1);
 }
 
 // y = M x with M in 32-row slices (SELL-32, rows in their own order, no
@@ -35,11 +48,5 @@ extern "C" __global__ void fsai_sell_product(int n, const u64* __restrict__ slic
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const u64 base = slice_ptr[i >> 5] + (u64)(i & 31);
-    const unsigned len = row_len[i];
-    double acc = 0.0;
-    for (unsigned k = 0; k < len; ++k) {
-        const u64 at = base + 32ull * k;
-        acc = __dadd_rn(acc, __dmul_rn(vals[at], __ldg(&x[cols[at]])));
-    }
-    y[i] = acc;
+    y[i] = fsai_row_product(cols, vals, x, base, row_len[i], 32);
 }

@@ -175,16 +175,13 @@ extern "C" __global__ void jp_assign(int n, int h, const u64* __restrict__ slice
         if (colour[v] < 0) atomicAdd(uncoloured, 1);
         return;
     }
-    const int s = v / h, base = s * h;
     // Colours first .. first+63 as a bit mask; move on while all 64 are taken.
     for (int first = 0;; first += 64) {
         unsigned long long used = 0ULL;
-        for (u64 k = slice_ptr[s] + (v - base); k < slice_ptr[s + 1]; k += h) {
-            const int c = codes[k];
-            if (c == 0) continue;
-            const int cu = colour[modsell_column(c, base)];
+        for_modsell_offdiagonals(v, h, slice_ptr, codes, [&](u64, unsigned u) {
+            const int cu = colour[u];
             if (cu >= first && cu < first + 64) used |= 1ULL << (cu - first);
-        }
+        });
         if (used != ~0ULL) {
             colour[v] = first + __ffsll((long long)~used) - 1;
             return;

@@ -6,6 +6,12 @@
 
 typedef unsigned long long u64;
 
+// This thread's warp counted over the grid: the row of a kernel with a warp
+// per row (blockDim.x a multiple of 32, so a warp's lanes share it).
+__device__ __forceinline__ int grid_warp() {
+    return (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
+}
+
 // Sum of v over the block, valid in thread 0. Fixed shuffle tree inside each
 // warp, then over the warp sums: the same bits run to run. blockDim.x must be
 // a multiple of 32 (at most 1024). Safe to call twice in a row.
@@ -77,6 +83,21 @@ __device__ __forceinline__ unsigned modsell_column(int code, int base) {
     return code > 0 ? (unsigned)(code - 1) : (unsigned)(base - code - 1);
 }
 
+// f(k, col) for each stored off-diagonal of row `row` of a mod-SELL matrix in
+// slices of h rows: its slot k (slot order) and its column.
+template <typename F>
+__device__ __forceinline__ void for_modsell_offdiagonals(int row, int h,
+                                                         const u64* __restrict__ slice_ptr,
+                                                         const int* __restrict__ codes,
+                                                         const F& f) {
+    const int s = row / h, base = s * h;
+    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
+        const int c = codes[k];
+        if (c == 0) continue;
+        f(k, modsell_column(c, base));
+    }
+}
+
 // Sorts keys[start, end) ascending in place by insertion (a short list,
 // one thread's; stable), each values[] entry moved with its key where values
 // is not null: a row's columns, a list of faces or of members.
@@ -106,16 +127,12 @@ __device__ void modsell_row_to_csr(int row, int h, const u64* __restrict__ slice
                                    const int* __restrict__ codes,
                                    const u64* __restrict__ row_ptr,
                                    unsigned* __restrict__ cols, const Payload& payload) {
-    const int s = row / h, base = s * h;
     const u64 start = row_ptr[row];
     u64 end = start;
     cols[end] = (unsigned)row;
     payload.diagonal(end, row);
     ++end;
-    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
-        const int c = codes[k];
-        if (c == 0) continue;
-        const unsigned col = modsell_column(c, base);
+    for_modsell_offdiagonals(row, h, slice_ptr, codes, [&](u64 k, unsigned col) {
         u64 p = end;
         while (p > start && cols[p - 1] > col) {
             cols[p] = cols[p - 1];
@@ -125,7 +142,7 @@ __device__ void modsell_row_to_csr(int row, int h, const u64* __restrict__ slice
         cols[p] = col;
         payload.entry(p, k);
         ++end;
-    }
+    });
 }
 
 // Scalar CSR: one thread per row.

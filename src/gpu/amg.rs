@@ -130,10 +130,8 @@ impl DeviceCsr {
             .iter()
             .map(|&p| p as usize)
             .collect();
-        let mut cols = gpu.download(&self.cols)?;
-        let mut vals = gpu.download(&self.vals)?;
-        cols.truncate(self.nnz);
-        vals.truncate(self.nnz);
+        let cols = gpu.download_prefix(&self.cols, self.nnz)?;
+        let vals = gpu.download_prefix(&self.vals, self.nnz)?;
         Csr::new(self.n, row_ptr, cols, vals).map_err(GpuError::Invalid)
     }
 
@@ -2001,30 +1999,33 @@ fn dense_symmetric_inverse_fused(
     buffers: DenseInverseBuffers<'_>,
     blocks: u32,
 ) -> Result<(), GpuError> {
-    let DenseInverseBuffers {
-        dense,
-        singular,
-        factor,
-        w,
-        failed,
-        inverse,
-        barrier,
-    } = buffers;
     let n32 = n as i32;
     // No more blocks than the largest step has (Wᵀ W's tiles).
     let tiles = n.div_ceil(32);
     let grid = blocks.min((tiles * tiles).max(1) as u32);
-    gpu.zero(barrier)?;
+    gpu.zero(buffers.barrier)?;
     gpu.launch_cooperative("amg_dense_inverse_fused", grid, DENSE_BLOCK, 0, |args| {
         args.arg(&n32)
-            .arg(dense)
-            .arg(singular)
-            .arg(factor)
-            .arg(w)
-            .arg(failed)
-            .arg(inverse)
-            .arg(&*barrier);
+            .arg(buffers.dense)
+            .arg(buffers.singular)
+            .arg(buffers.factor)
+            .arg(buffers.w)
+            .arg(buffers.failed)
+            .arg(buffers.inverse)
+            .arg(&*buffers.barrier);
     })
+}
+
+/// One step of [`dense_symmetric_inverse_steps`]: `kernel` in `blocks`
+/// blocks of [`DENSE_BLOCK`] threads (the block every dense kernel is
+/// written for), no shared memory.
+fn dense_step<'a>(
+    gpu: &'a Gpu,
+    kernel: &'static str,
+    blocks: usize,
+    push: impl FnOnce(&mut KernelArgs<'a>),
+) -> Result<(), GpuError> {
+    gpu.launch(kernel, blocks as u32, DENSE_BLOCK, 0, push)
 }
 
 /// [`dense_symmetric_inverse`] as a launch per step.
@@ -2046,10 +2047,13 @@ fn dense_symmetric_inverse_steps(
     gpu.launch_vector("amg_dense_symmetrise", n * n, |args| {
         args.arg(&n32).arg(dense).arg(singular).arg(factor);
     })?;
-    let first = 0i32;
-    gpu.launch("amg_dense_diag", 1, DENSE_BLOCK, 0, |args| {
-        args.arg(&n32).arg(&first).arg(factor).arg(failed);
-    })?;
+    // The factorisation's steps at the panel of column `p`.
+    let factor_step = |kernel, blocks, p: &i32| {
+        dense_step(gpu, kernel, blocks, |args| {
+            args.arg(&n32).arg(p).arg(factor).arg(failed);
+        })
+    };
+    factor_step("amg_dense_diag", 1, &0)?;
     let rows_per_block = DENSE_BLOCK as usize / 32;
     for p in (0..n).step_by(DENSE_PANEL) {
         let below = n.saturating_sub(p + DENSE_PANEL);
@@ -2057,25 +2061,9 @@ fn dense_symmetric_inverse_steps(
             break;
         }
         let p32 = p as i32;
-        gpu.launch(
-            "amg_dense_panel",
-            below.div_ceil(rows_per_block) as u32,
-            DENSE_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32).arg(&p32).arg(factor).arg(failed);
-            },
-        )?;
+        factor_step("amg_dense_panel", below.div_ceil(rows_per_block), &p32)?;
         let tiles = below.div_ceil(32);
-        gpu.launch(
-            "amg_dense_update",
-            (tiles * (tiles + 1) / 2) as u32,
-            DENSE_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32).arg(&p32).arg(factor).arg(failed);
-            },
-        )?;
+        factor_step("amg_dense_update", tiles * (tiles + 1) / 2, &p32)?;
     }
     // W = L⁻¹ in `w`, then M⁻¹ = Wᵀ W, projected when singular.
     gpu.launch_vector("amg_dense_identity", n * n, |args| {
@@ -2084,45 +2072,29 @@ fn dense_symmetric_inverse_steps(
     for p in (0..n).step_by(DENSE_PANEL) {
         let p32 = p as i32;
         let columns = (p + DENSE_PANEL).min(n);
-        gpu.launch(
-            "amg_dense_trinv_panel",
-            columns.div_ceil(DENSE_BLOCK as usize) as u32,
-            DENSE_BLOCK,
-            0,
-            |args| {
-                args.arg(&n32).arg(&p32).arg(factor).arg(w);
-            },
-        )?;
+        let blocks = columns.div_ceil(DENSE_BLOCK as usize);
+        dense_step(gpu, "amg_dense_trinv_panel", blocks, |args| {
+            args.arg(&n32).arg(&p32).arg(factor).arg(w);
+        })?;
         let below = n.saturating_sub(p + DENSE_PANEL);
         if below > 0 {
             let col_tiles = columns.div_ceil(32);
             let col_tiles32 = col_tiles as i32;
-            gpu.launch(
-                "amg_dense_trinv_update",
-                (col_tiles * below.div_ceil(32)) as u32,
-                DENSE_BLOCK,
-                0,
-                |args| {
-                    args.arg(&n32)
-                        .arg(&p32)
-                        .arg(&col_tiles32)
-                        .arg(factor)
-                        .arg(w);
-                },
-            )?;
+            let blocks = col_tiles * below.div_ceil(32);
+            dense_step(gpu, "amg_dense_trinv_update", blocks, |args| {
+                args.arg(&n32)
+                    .arg(&p32)
+                    .arg(&col_tiles32)
+                    .arg(factor)
+                    .arg(w);
+            })?;
         }
     }
     let tiles = n.div_ceil(32);
-    gpu.launch(
-        "amg_dense_wtw",
-        (tiles * tiles) as u32,
-        DENSE_BLOCK,
-        0,
-        |args| {
-            args.arg(&n32).arg(w).arg(inverse);
-        },
-    )?;
-    gpu.launch("amg_dense_project", tiles as u32, DENSE_BLOCK, 0, |args| {
+    dense_step(gpu, "amg_dense_wtw", tiles * tiles, |args| {
+        args.arg(&n32).arg(w).arg(inverse);
+    })?;
+    dense_step(gpu, "amg_dense_project", tiles, |args| {
         args.arg(&n32).arg(singular).arg(inverse);
     })
 }

@@ -429,30 +429,22 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         let triangle = |t: &DeviceTriangle| -> Result<SellArrays, GpuError> {
             let ptr = gpu.download(&t.slice_ptr)?;
             let slots = ptr.last().copied().unwrap_or(0) as usize;
-            let mut cols = gpu.download(&t.cols)?;
-            let mut vals = gpu.download(&t.values)?;
-            cols.truncate(slots);
-            vals.truncate(slots);
+            let cols = gpu.download_prefix(&t.cols, slots)?;
+            let vals = gpu.download_prefix(&t.values, slots)?;
             Ok((ptr, cols, vals))
         };
         let n = self.n;
-        let vector = |v: &CudaSlice<f64>| -> Result<Vec<f64>, GpuError> {
-            let mut h = gpu.download(v)?;
-            h.truncate(n);
-            Ok(h)
-        };
-        let mut perm = match &self.perm {
-            Some(p) => gpu.download(p)?,
+        let perm = match &self.perm {
+            Some(p) => gpu.download_prefix(p, n)?,
             None => Vec::new(),
         };
-        perm.truncate(n);
         Ok(EisenstatArrays {
             lower: triangle(&self.lower)?,
             upper: triangle(&self.upper)?,
             lower_nnz: self.lower.nnz,
             upper_nnz: self.upper.nnz,
-            inv_sqrt_diag: vector(&self.inv_sqrt_diag)?,
-            sqrt_diag: vector(&self.sqrt_diag)?,
+            inv_sqrt_diag: gpu.download_prefix(&self.inv_sqrt_diag, n)?,
+            sqrt_diag: gpu.download_prefix(&self.sqrt_diag, n)?,
             perm,
         })
     }

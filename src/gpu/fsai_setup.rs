@@ -31,7 +31,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
-use super::{arg_or_null, Gpu, GpuError};
+use super::{arg_or_null, Gpu, GpuError, KernelArgs};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
     fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
@@ -282,6 +282,14 @@ struct DeviceA<T> {
     vals: CudaSlice<T>,
 }
 
+impl<T: Real> DeviceA<T> {
+    /// Pushes A as the set-up's kernels take it: row pointers, columns,
+    /// values.
+    fn push_args<'a>(&'a self, a: &mut KernelArgs<'a>) {
+        a.arg(&self.row_ptr).arg(&self.cols).arg(&self.vals);
+    }
+}
+
 /// The per-row state of a batch of up to `rows` rows with systems of up to
 /// `size` rows, interleaved (kernels/fsai.cu).
 struct Work<T> {
@@ -465,12 +473,9 @@ impl<T: Real> Setup<'_, T> {
     fn init(&self, work: &Work<T>, r0: usize, nb: usize) -> Result<(), GpuError> {
         let (nb32, r032) = (nb as i32, r0 as i32);
         self.gpu.launch_vector(T::INIT, nb, |a| {
-            a.arg(&nb32)
-                .arg(&r032)
-                .arg(&self.a.row_ptr)
-                .arg(&self.a.cols)
-                .arg(&self.a.vals)
-                .arg(&work.m)
+            a.arg(&nb32).arg(&r032);
+            self.a.push_args(a);
+            a.arg(&work.m)
                 .arg(&work.npick)
                 .arg(&work.flags)
                 .arg(&work.steps)
@@ -498,13 +503,9 @@ impl<T: Real> Setup<'_, T> {
             gpu.launch_vector(T::GATHER, count, |a| {
                 a.arg(&count32);
                 arg_or_null(a, list);
-                a.arg(&nb32)
-                    .arg(&r032)
-                    .arg(&full32)
-                    .arg(&self.a.row_ptr)
-                    .arg(&self.a.cols)
-                    .arg(&self.a.vals)
-                    .arg(&work.m)
+                a.arg(&nb32).arg(&r032).arg(&full32);
+                self.a.push_args(a);
+                a.arg(&work.m)
                     .arg(&work.npick)
                     .arg(&work.cols)
                     .arg(&work.l)
@@ -590,11 +591,9 @@ impl<T: Real> Setup<'_, T> {
                             .arg(&work.list)
                             .arg(&nb32)
                             .arg(&r032)
-                            .arg(&s32)
-                            .arg(&self.a.row_ptr)
-                            .arg(&self.a.cols)
-                            .arg(&self.a.vals)
-                            .arg(&work.m)
+                            .arg(&s32);
+                        self.a.push_args(a);
+                        a.arg(&work.m)
                             .arg(&work.cols)
                             .arg(&work.g)
                             .arg(&work.npick)

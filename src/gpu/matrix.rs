@@ -193,12 +193,9 @@ impl DeviceModSell {
         let slice_ptr = gpu.download(&self.slice_ptr)?;
         let slots = slice_ptr.last().copied().unwrap_or(0) as usize;
         // Empty arrays are allocated with one element.
-        let mut codes = gpu.download(&self.codes)?;
-        let mut values = gpu.download(&self.values)?;
-        codes.truncate(slots);
-        values.truncate(slots);
-        let mut diag = gpu.download(&self.diag)?;
-        diag.truncate(self.n);
+        let codes = gpu.download_prefix(&self.codes, slots)?;
+        let values = gpu.download_prefix(&self.values, slots)?;
+        let diag = gpu.download_prefix(&self.diag, self.n)?;
         ModSell::from_parts(self.slice_height, diag, slice_ptr, codes, values)
             .map_err(GpuError::Invalid)
     }

@@ -1216,7 +1216,8 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        self.launch_grid_on(stream, kernel, (grid, 1), block, shared_bytes, push)
+        let shape = LaunchShape::plain((grid, 1), block, shared_bytes);
+        self.launch_any(stream, kernel, shape, push)
     }
 
     /// [`Gpu::launch`] with a grid of `grid.1` rows of `grid.0` blocks
@@ -1229,7 +1230,8 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        self.launch_grid_on(self.stream(), kernel, grid, block, shared_bytes, push)
+        let shape = LaunchShape::plain(grid, block, shared_bytes);
+        self.launch_any(self.stream(), kernel, shape, push)
     }
 
     /// [`Gpu::launch`] as a cooperative launch: every block of the grid is
@@ -1244,15 +1246,11 @@ impl Gpu {
         shared_bytes: u32,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
-        self.launch_any(
-            self.stream(),
-            kernel,
-            (grid, 1),
-            block,
-            shared_bytes,
-            true,
-            push,
-        )
+        let shape = LaunchShape {
+            cooperative: true,
+            ..LaunchShape::plain((grid, 1), block, shared_bytes)
+        };
+        self.launch_any(self.stream(), kernel, shape, push)
     }
 
     /// The blocks of a cooperative launch this device runs, one per
@@ -1263,31 +1261,19 @@ impl Gpu {
         self.cooperative_blocks
     }
 
-    fn launch_grid_on<'a>(
-        &'a self,
-        stream: &'a Arc<CudaStream>,
-        kernel: &'static str,
-        grid: (u32, u32),
-        block: u32,
-        shared_bytes: u32,
-        push: impl FnOnce(&mut KernelArgs<'a>),
-    ) -> Result<(), GpuError> {
-        self.launch_any(stream, kernel, grid, block, shared_bytes, false, push)
-    }
-
-    #[allow(clippy::too_many_arguments)]
+    /// Every launch of [`Gpu::launch`]'s family: `kernel` on `stream` in
+    /// `shape`, its arguments checked against the kernel's declaration,
+    /// timed when kernels are profiled.
     fn launch_any<'a>(
         &'a self,
         stream: &'a Arc<CudaStream>,
         kernel: &'static str,
-        (grid, rows): (u32, u32),
-        block: u32,
-        shared_bytes: u32,
-        cooperative: bool,
+        shape: LaunchShape,
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         let k = self.kernel(kernel)?;
         let f = self.function_of(kernel, k)?;
+        let (grid, rows) = shape.grid;
         if grid == 0 || rows == 0 {
             return Ok(());
         }
@@ -1297,8 +1283,8 @@ impl Gpu {
         let mut args = args.into_launch();
         let cfg = LaunchConfig {
             grid_dim: (grid, rows, 1),
-            block_dim: (block, 1, 1),
-            shared_mem_bytes: shared_bytes,
+            block_dim: (shape.block, 1, 1),
+            shared_mem_bytes: shape.shared_bytes,
         };
         // SAFETY: the arguments have the number, order and types of the
         // kernel's declaration (checked above against kernels/*.cu); each
@@ -1306,7 +1292,7 @@ impl Gpu {
         // cooperative launch that cannot have every block resident is
         // refused by the driver (an error, nothing runs).
         let mut launch = || {
-            match cooperative {
+            match shape.cooperative {
                 true => unsafe { args.launch_cooperative(cfg) },
                 false => unsafe { args.launch(cfg) },
             }
@@ -1792,6 +1778,19 @@ impl Gpu {
         Ok(host)
     }
 
+    /// The first `len` values of `dev` ([`Self::download`] cut short): a
+    /// buffer's meaningful prefix (a buffer sized for the most it may hold,
+    /// or one of no values, which is allocated one long).
+    pub fn download_prefix<T: HostElement>(
+        &self,
+        dev: &CudaSlice<T>,
+        len: usize,
+    ) -> Result<Vec<T>, GpuError> {
+        let mut host = self.download(dev)?;
+        host.truncate(len);
+        Ok(host)
+    }
+
     /// [`Self::download`] into `host`, of `dev`'s length: a large array
     /// through the page-locked buffers, a small one by the driver's copy.
     pub fn download_into<T: HostElement>(
@@ -1898,6 +1897,29 @@ impl Gpu {
 pub struct KernelLimits {
     pub dynamic_shared_bytes: usize,
     pub threads_per_block: usize,
+}
+
+/// The geometry of one launch: `grid.1` rows of `grid.0` blocks of `block`
+/// threads, `shared_bytes` of dynamic shared memory each, and whether every
+/// block must be resident at once (a cooperative launch).
+#[derive(Clone, Copy)]
+struct LaunchShape {
+    grid: (u32, u32),
+    block: u32,
+    shared_bytes: u32,
+    cooperative: bool,
+}
+
+impl LaunchShape {
+    /// A launch that is not cooperative.
+    fn plain(grid: (u32, u32), block: u32, shared_bytes: u32) -> Self {
+        Self {
+            grid,
+            block,
+            shared_bytes,
+            cooperative: false,
+        }
+    }
 }
 
 /// Grid size of a vector kernel over n elements.

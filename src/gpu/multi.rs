@@ -1192,9 +1192,7 @@ impl<'g> MultiGpuBackend<'g> {
             driver("cuStreamWaitEvent", r.gpu.stream().join(&comm_stream(r)))?;
         }
         let first = &self.ranks[0];
-        let mut total = first.gpu.download(&first.scalars.borrow())?;
-        total.truncate(count);
-        Ok(total)
+        first.gpu.download_prefix(&first.scalars.borrow(), count)
     }
 
     /// Runs `work` unless an earlier call failed; records its error.
@@ -1383,9 +1381,7 @@ impl<'a> HaloAdd<'a> {
     /// The leading arguments of `halo_add` and `peer_halo_add`.
     pub(super) fn push_args(&self, a: &mut KernelArgs<'a>, n: &'a i32, row0: &'a i32) {
         a.arg(n).arg(row0);
-        a.arg(&self.a_oh.row_ptr)
-            .arg(&self.a_oh.cols)
-            .arg(&self.a_oh.vals);
+        self.a_oh.push_args(a);
         a.arg(self.halo).arg(self.y);
         arg_or_null(a, self.dot.map(|d| d.0));
         arg_or_null(a, self.dot.map(|d| d.1));

@@ -1139,9 +1139,7 @@ pub(crate) fn read_sums(
     gpu.launch("reduce_partials", 1, REDUCE_BLOCK, 0, |a| {
         a.arg(&m32).arg(&c32).arg(partials).arg(scalars);
     })?;
-    let mut all = gpu.download(scalars)?;
-    all.truncate(count);
-    Ok(all)
+    gpu.download_prefix(scalars, count)
 }
 
 /// One sum over the entries of `vectors` (`n` each): `kernel` (arguments

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::{check_map_sizes, upload, AssemblyError, AssemblyMap, DeviceMap, NO_SLOT};
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::scan::{read_at, unzeroed, Scan};
-use crate::gpu::{Gpu, GpuError, HostElement};
+use crate::gpu::{Gpu, GpuError};
 use crate::mesh::{Mesh, PatchKind};
 use crate::sparse::{ModSell, Permutation};
 
@@ -183,7 +183,7 @@ pub(in crate::gpu) fn build(
     gpu.launch_vector("amap_sort_lists", n, |a| {
         a.arg(&n32).arg(&row_ptr).arg(&row_faces);
     })?;
-    let widths = prefix(gpu, &widths, n_slices)?;
+    let widths = gpu.download_prefix(&widths, n_slices)?;
     let mut slice_ptr = Vec::with_capacity(n_slices + 1);
     slice_ptr.push(0u64);
     for (s, &width) in widths.iter().enumerate() {
@@ -283,8 +283,8 @@ pub(in crate::gpu) fn build(
         a.arg(&n_ptr).arg(&boundary_ptr64).arg(&boundary_ptr);
     })?;
 
-    let host_faces = prefix(gpu, &device_faces, n_internal)?;
-    let device_boundary = prefix(gpu, &device_boundary, n_active)?;
+    let host_faces = gpu.download_prefix(&device_faces, n_internal)?;
+    let device_boundary = gpu.download_prefix(&device_boundary, n_active)?;
     let pattern = DeviceModSell {
         n,
         slice_height: h,
@@ -312,18 +312,6 @@ pub(in crate::gpu) fn build(
             n_cells: n,
         },
     })
-}
-
-/// The first `len` elements of `buffer` (a buffer of no elements is one
-/// long on the device).
-fn prefix<T: HostElement>(
-    gpu: &Gpu,
-    buffer: &CudaSlice<T>,
-    len: usize,
-) -> Result<Vec<T>, GpuError> {
-    let mut v = gpu.download(buffer)?;
-    v.truncate(len);
-    Ok(v)
 }
 
 /// The refusal of a cell that shares two faces with one cell, or has a face
@@ -370,12 +358,12 @@ impl AssemblyMap {
             slice_height,
             gpu.download(&built.pattern.diag)?,
             slice_ptr,
-            prefix(gpu, &built.pattern.codes, slots)?,
-            prefix(gpu, &built.pattern.values, slots)?,
+            gpu.download_prefix(&built.pattern.codes, slots)?,
+            gpu.download_prefix(&built.pattern.values, slots)?,
         )
         .map_err(GpuError::Invalid)?;
-        let face_codes = prefix(gpu, &built.map.face_codes, slots)?;
-        let face_slots = prefix(gpu, &built.map.face_slots, slots)?;
+        let face_codes = gpu.download_prefix(&built.map.face_codes, slots)?;
+        let face_slots = gpu.download_prefix(&built.map.face_slots, slots)?;
         Ok(Self {
             pattern,
             face_codes,
