@@ -364,9 +364,10 @@ pub struct DeviceIncompleteCholesky<'g> {
     n: usize,
     row_ptr: CudaSlice<u64>,
     cols: CudaSlice<u32>,
-    /// A's values; IC(0): L's strictly lower values in A's slots once
-    /// factorised (in place: the sweeps read only L, and the factorisation
-    /// reads each of a row's values before it writes that row).
+    /// A's values; IC(0): once factorised, L's strictly lower values in A's
+    /// slots and each L(i, k) again at slot (k, i), A's diagonal left (in
+    /// place: the sweeps read only L, and the factorisation reads each of a
+    /// row's values before it writes that row).
     vals: CudaSlice<f64>,
     /// Built on the device ([`Self::on_device`]) from a mod-SELL matrix:
     /// value-only re-set-ups ([`Self::refactorise`]) take new values from a
@@ -627,8 +628,9 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             }
         };
         // Not zero-filled: the factorisation writes every pivot (DIC, DILU)
-        // or L's diagonal (IC(0), whose L overwrites A's values in place:
-        // zeros at the diagonal and above), whichever way it runs.
+        // or L's diagonal (IC(0), whose L overwrites A's values in place,
+        // each entry at its own slot and at its transposed one), whichever
+        // way it runs.
         let mut ic = Self {
             gpu,
             kind,
