@@ -213,8 +213,10 @@ extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __res
 }
 
 // IC(0) factor, one level: row i's lower values (ic_ic0_row), then
-// l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor. l is vals
-// (the factorisation in place: no __restrict__ on either).
+// l_ii = sqrt(a_ii - sum l_s^2). Breakdown as in ic_dic_factor (failed[0]);
+// an entry without its transposed partner lowers failed[1]
+// (ic_ic0_mirror). l is vals (the factorisation in place: no __restrict__ on
+// either).
 extern "C" __global__ void ic_ic0_factor(int count, int first, const int* __restrict__ rows,
                                          const u64* __restrict__ row_ptr,
                                          const int* __restrict__ cols, const double* vals,
