@@ -245,6 +245,8 @@ trait Real:
     const POSTFILTER: &'static str;
     const ASSEMBLE: &'static str;
     fn of(x: f64) -> Self;
+    /// A's values on the device in this precision.
+    fn upload_values(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<Self>, GpuError>;
 }
 
 impl Real for f64 {
@@ -259,6 +261,10 @@ impl Real for f64 {
     fn of(x: f64) -> Self {
         x
     }
+    /// The values as they are: no host copy of A's values.
+    fn upload_values(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<Self>, GpuError> {
+        gpu.upload(values)
+    }
 }
 
 impl Real for f32 {
@@ -272,6 +278,10 @@ impl Real for f32 {
     const ASSEMBLE: &'static str = "fsai_assemble_f32";
     fn of(x: f64) -> Self {
         x as f32
+    }
+    fn upload_values(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<Self>, GpuError> {
+        let narrowed: Vec<f32> = values.par_iter().map(|&v| Self::of(v)).collect();
+        gpu.upload(&narrowed)
     }
 }
 
@@ -378,12 +388,11 @@ fn run<T: Real>(
     plan: &Plan,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), GpuError> {
     let n = a.n_rows();
-    let row_ptr: Vec<u64> = a.row_ptr().iter().map(|&p| p as u64).collect();
-    let vals: Vec<T> = a.values().iter().map(|&v| T::of(v)).collect();
+    let row_ptr: Vec<u64> = a.row_ptr().par_iter().map(|&p| p as u64).collect();
     let da = DeviceA {
         row_ptr: gpu.upload(&row_ptr)?,
         cols: gpu.upload(a.cols())?,
-        vals: gpu.upload(&vals)?,
+        vals: T::upload_values(gpu, a.values())?,
     };
     let mut setup = Setup {
         gpu,
