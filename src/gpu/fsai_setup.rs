@@ -31,6 +31,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
+use super::setup::SetupSpans;
 use super::{arg_or_null, Gpu, GpuError, KernelArgs};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
@@ -171,6 +172,7 @@ pub fn fsai_setup_gpu_budget(
     work_bytes: usize,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
     s.validate().map_err(SolveError::InvalidControls)?;
+    let mut spans = SetupSpans::new("FSAI", Some(gpu));
     let n = square_size(a)?;
     if n >= i32::MAX as usize || a.nnz() >= u32::MAX as usize {
         return Err(SolveError::Device(format!(
@@ -180,6 +182,7 @@ pub fn fsai_setup_gpu_budget(
         )));
     }
     let diag = fsai_diagonal(a)?;
+    spans.host("checks and the diagonal (rows in parallel)");
     let start = std::time::Instant::now();
     let pattern = match s.pattern {
         FsaiPattern::Adaptive {
@@ -206,10 +209,12 @@ pub fn fsai_setup_gpu_budget(
             for r in &rows {
                 row_ptr.push(row_ptr.last().copied().unwrap_or(0) + r.len());
             }
-            SetupPattern::Static {
+            let pattern = SetupPattern::Static {
                 row_ptr,
                 cols: rows.concat(),
-            }
+            };
+            spans.host("static pattern (rows in parallel)");
+            pattern
         }
     };
     let plan = Plan {
@@ -218,10 +223,11 @@ pub fn fsai_setup_gpu_budget(
         work_bytes: work_bytes.max(1),
     };
     let (g, gt, mut stats) = match s.precision {
-        Precision::Double => run::<f64>(gpu, a, &plan),
-        Precision::Mixed => run::<f32>(gpu, a, &plan),
+        Precision::Double => run::<f64>(gpu, a, &plan, &mut spans),
+        Precision::Mixed => run::<f32>(gpu, a, &plan, &mut spans),
     }?;
     stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
+    spans.finish();
     Ok((g, gt, stats))
 }
 
@@ -386,6 +392,7 @@ fn run<T: Real>(
     gpu: &Gpu,
     a: &Csr,
     plan: &Plan,
+    spans: &mut SetupSpans<'_>,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), GpuError> {
     let n = a.n_rows();
     let row_ptr: Vec<u64> = a.row_ptr().par_iter().map(|&p| p as u64).collect();
@@ -394,6 +401,7 @@ fn run<T: Real>(
         cols: gpu.upload(a.cols())?,
         vals: T::upload_values(gpu, a.values())?,
     };
+    spans.host("A's CSR uploaded");
     let mut setup = Setup {
         gpu,
         a: da,
@@ -462,7 +470,10 @@ fn run<T: Real>(
             }
         }
     }
-    setup.assemble()
+    spans.device("rows in batches: gradient, gather, Cholesky, stop, postfilter");
+    let assembled = setup.assemble();
+    spans.device("G and Gᵀ assembled");
+    assembled
 }
 
 impl<T: Real> Setup<'_, T> {
