@@ -9,7 +9,7 @@ use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::{Executor, OnExecutor};
 use super::jacobi::Identity;
-use super::pcg::{check_residual, DIVERGENCE_FACTOR};
+use super::pcg::{check_residual, initial_residual, DIVERGENCE_FACTOR};
 use super::smoother::{Smoother, SmootherSettings};
 use super::{SolveError, SolverControls, SolverPerformance};
 use crate::sparse::{Csr, Permutation};
@@ -62,10 +62,7 @@ pub(crate) fn smooth_loop<B: SmoothBackend>(
             "nSweeps must be at least 1".into(),
         ));
     }
-    let mut r = backend.new_vector();
-    let norms = backend.initialize(b, x, &mut r);
-    backend.device_status()?;
-    let (mut perf, run) = norms.start(controls)?;
+    let (mut r, mut perf, run) = initial_residual(backend, b, x, controls)?;
     if let Some((_, rule)) = run {
         let (initial, norm_factor) = (rule.initial, rule.norm_factor);
         let mut best = initial;
