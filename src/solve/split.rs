@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::reduce::CHUNK;
+use super::reduce::{sum_pairs, CHUNK};
 use crate::sparse::Csr;
 
 /// The diagonal and the two triangles of a square matrix (see the module docs).
@@ -483,10 +483,7 @@ impl SplitMatrix {
             p.0 += a;
             p.1 += b;
         });
-        (
-            partials.iter().map(|p| p.0).sum(),
-            partials.iter().map(|p| p.1).sum(),
-        )
+        sum_pairs(&partials)
     }
 
     /// r = b − A x, rows in parallel; returns Σ |r_i| (fixed chunk order).
