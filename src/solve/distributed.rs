@@ -44,9 +44,8 @@ use std::sync::Mutex;
 use nalgebra::DMatrix;
 
 use super::bicgstab::bicgstab;
-use super::checks::on_copies;
+use super::checks::{check_size, check_values, on_copies};
 use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
-use super::error::check_finite;
 use super::ic::Dic;
 use super::ilu::dilu;
 use super::krylov::KrylovBackend;
@@ -574,20 +573,14 @@ fn block_preconditioner<'a>(
     controls: &SolverControls,
     symmetric: bool,
 ) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
-    if b.len() != local.n_owned || x.len() != local.n_owned {
-        return Err(SolveError::SizeMismatch {
-            what: "distributed right-hand side / initial guess",
-            expected: local.n_owned,
-            found: if b.len() != local.n_owned {
-                b.len()
-            } else {
-                x.len()
-            },
-        });
+    for found in [b.len(), x.len()] {
+        check_size(
+            "distributed right-hand side / initial guess",
+            local.n_owned,
+            found,
+        )?;
     }
-    check_finite("right-hand side b", b)?;
-    check_finite("initial guess x", x)?;
-    controls.validate()?;
+    check_values(b, x, controls)?;
     match symmetric {
         true => preconditioner.check()?,
         false => preconditioner.validate()?,
