@@ -342,6 +342,7 @@ impl CgBackend for CpuBackend<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sparse::testing::bits;
 
     #[test]
     fn openfoam_residual_of_a_3x3_by_hand() {
@@ -378,7 +379,6 @@ mod tests {
             tolerance: 1e-12,
             ..SolverControls::default()
         };
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let split = SplitMatrix::new(&a);
         let stored = Dic::of_split(&split).unwrap();
         let (mut x_stored, mut x_formed) = (vec![0.0; n], vec![0.0; n]);

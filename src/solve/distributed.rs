@@ -886,13 +886,12 @@ pub fn solve_bicgstab_distributed(
 mod tests {
     use super::*;
     use crate::sparse::distribute::Decomposition;
-    use crate::sparse::testing::{grid_laplacian, random_nonsymmetric, random_symmetric};
+    use crate::sparse::testing::{bits, grid_laplacian, random_nonsymmetric, random_symmetric};
 
     /// Every rank's block preconditioner as the solves build it against the
     /// same preconditioner built on the global-order block and applied
     /// through [`InGlobalOrder`] (gather, apply, scatter): the same bits.
     fn check_blocks(a: &Csr, d: &Decomposition, preconditioner: Preconditioner, symmetric: bool) {
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let controls = SolverControls::absolute(1e-8, 100);
         let mut reordered = 0;
         for rank in 0..d.n_ranks() {

@@ -218,6 +218,7 @@ pub fn solve_krylov_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sparse::testing::bits;
 
     /// The set-up is skipped when x already meets the tolerance: IC(0) of
     /// this indefinite matrix breaks down, which only a solve that iterates
@@ -234,10 +235,6 @@ mod tests {
         let mut x = [0.0, 0.0];
         let err = solve_pcg(&a, PreconditionerKind::Ic0, &b, &mut x, &controls, "T").unwrap_err();
         assert!(err.to_string().contains("pivot"), "{err}");
-    }
-
-    fn bits(v: &[f64]) -> Vec<u64> {
-        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// PCG-DIC with the matrix's values lent out: the iterates, residuals
