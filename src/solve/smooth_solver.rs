@@ -8,7 +8,6 @@
 use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::{Executor, OnExecutor};
-use super::jacobi::Identity;
 use super::pcg::{check_residual, initial_residual, DIVERGENCE_FACTOR};
 use super::smoother::{Smoother, SmootherSettings};
 use super::{SolveError, SolverControls, SolverPerformance};
@@ -105,10 +104,11 @@ pub struct CpuSmoothing<'a> {
 }
 
 impl<'a> CpuSmoothing<'a> {
-    /// `identity` is the (unused) preconditioner of the residual backend.
-    pub fn new(a: &'a Csr, smoother: &'a dyn Smoother, identity: &'a Identity) -> Self {
+    /// The smoother's sweeps on `a`, the residuals those of a backend
+    /// without a preconditioner.
+    pub fn new(a: &'a Csr, smoother: &'a dyn Smoother) -> Self {
         Self {
-            cg: CpuBackend::new(a, identity),
+            cg: CpuBackend::unpreconditioned(a),
             smoother,
         }
     }
@@ -173,8 +173,7 @@ pub fn solve_smooth(
     settings.validate().map_err(SolveError::InvalidControls)?;
     in_ordering(a, settings.ordering(a), b, x, |a, b, x| {
         let smoother = settings.build(a)?;
-        let identity = Identity(a.n_rows());
-        let backend = CpuSmoothing::new(a, smoother.as_ref(), &identity);
+        let backend = CpuSmoothing::new(a, smoother.as_ref());
         on_copies(b, x, |b, x| {
             smooth_solve(&backend, b, x, controls, settings.sweeps, field)
         })
