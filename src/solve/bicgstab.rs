@@ -9,7 +9,7 @@
 //! residual is already zero; a NaN anywhere becomes an error too.
 
 use super::krylov::KrylovBackend;
-use super::pcg::{check_residual, initial_residual, record, DIVERGENCE_FACTOR};
+use super::pcg::{check_divergence, check_residual, initial_residual, record};
 use super::{SolveError, SolverControls, SolverPerformance};
 
 /// OpenFOAM's `VSMALL`, its `checkSingularity` threshold.
@@ -96,15 +96,7 @@ pub fn bicgstab<B: KrylovBackend>(
             check_residual(residual, it)?;
             log::debug!("{NAME}: {field} iteration {it}, residual = {residual:e}");
             record(&mut perf, controls, initial, it, residual);
-            if residual > DIVERGENCE_FACTOR * best.min(residual) {
-                return Err(SolveError::Diverged {
-                    iteration: it,
-                    residual,
-                    best,
-                    factor: DIVERGENCE_FACTOR,
-                });
-            }
-            best = best.min(residual);
+            check_divergence(residual, it, &mut best)?;
             last = residual;
             iterations = it;
             if (perf.converged || it >= controls.max_iter) && it >= controls.min_iter {

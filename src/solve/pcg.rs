@@ -622,6 +622,27 @@ pub(crate) fn check_residual(residual: f64, iteration: usize) -> Result<(), Solv
     }
 }
 
+/// The divergence test of a loop that keeps the best residual seen
+/// (BiCGStab, smoothSolver): an error when `residual` is more than
+/// [`DIVERGENCE_FACTOR`] times `best`; otherwise `best` becomes the smaller
+/// of the two.
+pub(crate) fn check_divergence(
+    residual: f64,
+    iteration: usize,
+    best: &mut f64,
+) -> Result<(), SolveError> {
+    if residual > DIVERGENCE_FACTOR * *best {
+        return Err(SolveError::Diverged {
+            iteration,
+            residual,
+            best: *best,
+            factor: DIVERGENCE_FACTOR,
+        });
+    }
+    *best = best.min(residual);
+    Ok(())
+}
+
 /// Records the residual after `iterations` iterations.
 pub(crate) fn record(
     perf: &mut SolverPerformance,

@@ -8,7 +8,7 @@
 use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::{Executor, OnExecutor};
-use super::pcg::{check_residual, initial_residual, DIVERGENCE_FACTOR};
+use super::pcg::{check_divergence, check_residual, initial_residual};
 use super::smoother::{Smoother, SmootherSettings};
 use super::{SolveError, SolverControls, SolverPerformance};
 use crate::sparse::{Csr, Permutation};
@@ -71,15 +71,7 @@ pub(crate) fn smooth_loop<B: SmoothBackend>(
             backend.device_status()?;
             perf.iterations += n_sweeps;
             check_residual(residual, perf.iterations)?;
-            if residual > DIVERGENCE_FACTOR * best {
-                return Err(SolveError::Diverged {
-                    iteration: perf.iterations,
-                    residual,
-                    best,
-                    factor: DIVERGENCE_FACTOR,
-                });
-            }
-            best = best.min(residual);
+            check_divergence(residual, perf.iterations, &mut best)?;
             log::debug!(
                 "{solver}: {field} sweep {}, residual = {residual:e}",
                 perf.iterations
