@@ -5,6 +5,7 @@ mod common;
 use std::path::Path;
 
 use fvpoisson::sparse::mtx::{parse_matrix, parse_vector, read_matrix, write_matrix, write_vector};
+use fvpoisson::sparse::testing::bits;
 use fvpoisson::sparse::Csr;
 
 fn matrix(text: &str) -> Csr {
@@ -237,10 +238,7 @@ fn writer_round_trips_bit_exactly() {
     let mut bytes = Vec::new();
     write_vector(&mut bytes, &v).unwrap();
     let back = parse_vector(&bytes, Path::new("w.mtx")).unwrap();
-    assert_eq!(
-        back.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-        v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-    );
+    assert_eq!(bits(&back), bits(&v));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! convergence semantics, determinism across thread counts, and failures.
 
 use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls};
+use fvpoisson::sparse::testing::bits;
 use fvpoisson::sparse::Csr;
 use nalgebra::{DMatrix, DVector};
 
@@ -195,7 +196,6 @@ fn results_are_bitwise_identical_for_one_and_two_threads() {
                 "p",
             )
             .unwrap();
-            let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             (bits(&x), bits(&perf.history))
         })
     };

@@ -14,12 +14,12 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, Row};
+use super::tables::{controls, timed_cpu_pcg, Row};
 use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DEFLATED_PCG_PRECONDITIONERS};
 use fvpoisson::gpu::pcg::{GpuSolveOptions, LaunchMode};
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::deflation::Subdomains;
-use fvpoisson::solve::{solve_pcg, PreconditionerKind};
+use fvpoisson::solve::PreconditionerKind;
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
 
@@ -73,10 +73,7 @@ pub fn rows(
     let mut rows = Vec::new();
     let mut baseline_cpu = None;
     if cpu_solve {
-        let mut x_cpu = vec![0.0; n];
-        let t = Instant::now();
-        let cpu = solve_pcg(m, PreconditionerKind::Dic, &b, &mut x_cpu, &controls, "p")?;
-        let cpu_s = t.elapsed().as_secs_f64();
+        let (cpu, x_cpu, cpu_s) = timed_cpu_pcg(m, PreconditionerKind::Dic, &b, &controls)?;
         rows.push(row(
             "DIC-PCG CPU".into(),
             cpu_s * 1e3,

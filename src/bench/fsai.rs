@@ -22,7 +22,9 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, rcm_system, BenchSettings, JacobiBaseline, Row, TimingRows};
+use super::tables::{
+    controls, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row, TimingRows,
+};
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
 use fvpoisson::gpu::fsai_setup::FsaiSetupStats;
 use fvpoisson::gpu::pcg::GpuCgBackend;
@@ -30,7 +32,7 @@ use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::cpu::CpuBackend;
 use fvpoisson::solve::fsai::{FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop};
-use fvpoisson::solve::{pcg, solve_pcg, PreconditionerKind, SolveError};
+use fvpoisson::solve::{pcg, PreconditionerKind, SolveError};
 use fvpoisson::sparse::Csr;
 
 /// Rows up to which the CPU rows run.
@@ -223,17 +225,8 @@ pub fn rows(
         );
         return Ok(rows.into_rows());
     }
-    let mut x = zeros.clone();
-    let t = Instant::now();
-    let jacobi = solve_pcg(
-        &a_rcm,
-        PreconditionerKind::Jacobi,
-        &b_rcm,
-        &mut x,
-        &controls,
-        "p",
-    )?;
-    let base_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (jacobi, _, base_s) = timed_cpu_pcg(&a_rcm, PreconditionerKind::Jacobi, &b_rcm, &controls)?;
+    let base_ms = base_s * 1e3;
     rows.push(
         "PCG Jacobi CPU".into(),
         "rcm",

@@ -21,13 +21,15 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, rcm_system, BenchSettings, JacobiBaseline, Row, TimingRows};
+use super::tables::{
+    controls, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row, TimingRows,
+};
 use fvpoisson::gpu::pcg::GpuCgBackend;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::{
-    pcg, solve_pcg, EigenBound, PolynomialKind, PolynomialSettings, Precision, PreconditionerKind,
+    pcg, EigenBound, PolynomialKind, PolynomialSettings, Precision, PreconditionerKind,
 };
 use fvpoisson::sparse::Csr;
 
@@ -132,10 +134,8 @@ pub fn rows(
         );
         return Ok(rows.into_rows());
     }
-    let mut xc = vec![0.0; n];
-    let t = Instant::now();
-    let cpu = solve_pcg(a, PreconditionerKind::Dic, b, &mut xc, &controls, "p")?;
-    let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (cpu, _, cpu_s) = timed_cpu_pcg(a, PreconditionerKind::Dic, b, &controls)?;
+    let cpu_ms = cpu_s * 1e3;
     rows.push(
         "PCG DIC CPU".into(),
         "natural",

@@ -37,7 +37,9 @@ use std::time::Instant;
 use super::deflation::default_subdomains;
 use super::polynomial::CPU_DIC_MAX_ROWS;
 use super::smooth::{solve_warm, Ordered};
-use super::tables::{contrast_case, controls, poisson_system, rcm_system, JacobiBaseline, Row};
+use super::tables::{
+    contrast_case, controls, poisson_system, rcm_system, timed_cpu_pcg, JacobiBaseline, Row,
+};
 use fvpoisson::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use fvpoisson::gpu::deflation::{
     deflated_pcg_device, DeviceDeflation, DEFLATED_PCG_PRECONDITIONERS,
@@ -59,8 +61,8 @@ use fvpoisson::solve::fsai::FsaiSettings;
 use fvpoisson::solve::precond::Dic;
 use fvpoisson::solve::registry::{self, GpuDefault, Role};
 use fvpoisson::solve::{
-    pcg, solve_pcg, ColouringKind, CpuBackend, InnerSolver, PolynomialKind, PolynomialSettings,
-    Precision, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
+    pcg, ColouringKind, CpuBackend, InnerSolver, PolynomialKind, PolynomialSettings, Precision,
+    Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
     SolverPerformance, Sweep,
 };
 use fvpoisson::sparse::Csr;
@@ -872,16 +874,14 @@ fn cpu_dic(
     iterations: Option<usize>,
 ) -> anyhow::Result<Entry> {
     let n = a.n_rows();
-    let mut x = vec![0.0; n];
     if n <= CPU_DIC_MAX_ROWS {
-        let t = Instant::now();
-        let perf = solve_pcg(a, PreconditionerKind::Dic, b, &mut x, controls, "p")?;
+        let (perf, _, seconds) = timed_cpu_pcg(a, PreconditionerKind::Dic, b, controls)?;
         return Ok(Entry {
             what: "CPU DIC".into(),
             ordering: "natural",
             setup_ms: None,
             iterations: Some(perf.iterations),
-            solve_ms: t.elapsed().as_secs_f64() * 1e3,
+            solve_ms: seconds * 1e3,
             converged: perf.converged,
             note: format!(
                 "set-up + solve, measured, final residual {:.3e}",
@@ -889,6 +889,7 @@ fn cpu_dic(
             ),
         });
     }
+    let mut x = vec![0.0; n];
     let t = Instant::now();
     let dic = Dic::new(a)?;
     let setup_ms = t.elapsed().as_secs_f64() * 1e3;

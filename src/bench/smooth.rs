@@ -41,7 +41,6 @@ use fvpoisson::gpu::smooth::{
 };
 use fvpoisson::gpu::{Gpu, GpuError};
 use fvpoisson::solve::colouring::Colouring;
-use fvpoisson::solve::precond::Identity;
 use fvpoisson::solve::smooth_solver::CpuSmoothing;
 use fvpoisson::solve::{
     pcg, ColouringKind, InnerSolver, SmoothBackend, SmootherKind, SmootherSettings, SolveError,
@@ -312,8 +311,7 @@ pub fn rows(
         let s = gauss_seidel(sweep, ColouringKind::Natural);
         let timed = one_thread.install(|| -> anyhow::Result<Sweeps> {
             let smoother = s.build(a)?;
-            let identity = Identity(n);
-            let backend = CpuSmoothing::new(a, smoother.as_ref(), &identity);
+            let backend = CpuSmoothing::new(a, smoother.as_ref());
             let mut x = vec![0.0; n];
             run_sweeps(&backend, &b.to_vec(), &mut x, count, &|| Ok(()))
         })?;

@@ -979,17 +979,7 @@ impl CaseBench<'_> {
         if !s.cpu_solve {
             return Ok(());
         }
-        let mut xc = vec![0.0; a.n_rows()];
-        let t = Instant::now();
-        let cpu = solve_pcg(
-            a,
-            PreconditionerKind::Jacobi,
-            rhs,
-            &mut xc,
-            &controls(),
-            "p",
-        )?;
-        let cpu_s = t.elapsed().as_secs_f64();
+        let (cpu, xc, cpu_s) = timed_cpu_pcg(a, PreconditionerKind::Jacobi, rhs, &controls())?;
         rows.push(self.row(
             ordering,
             "PCG solve CPU",
@@ -1170,6 +1160,21 @@ fn assembly_rows(
 /// The bench's solver controls: OpenFOAM residual 1e-6 from x = 0.
 pub(super) fn controls() -> SolverControls {
     SolverControls::absolute(1e-6, 5000)
+}
+
+/// The CPU's PCG with `preconditioner` on `a` x = `b` from x = 0, as the
+/// CPU rows time it: the performance, the solution and the seconds of the
+/// set-up and solve together.
+pub(super) fn timed_cpu_pcg(
+    a: &Csr,
+    preconditioner: PreconditionerKind,
+    b: &[f64],
+    controls: &SolverControls,
+) -> anyhow::Result<(SolverPerformance, Vec<f64>, f64)> {
+    let mut x = vec![0.0; a.n_rows()];
+    let t = Instant::now();
+    let perf = solve_pcg(a, preconditioner, b, &mut x, controls, "p")?;
+    Ok((perf, x, t.elapsed().as_secs_f64()))
 }
 
 /// Jacobi-PCG on its fused device loop, the baseline of the preconditioner

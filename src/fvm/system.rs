@@ -1301,6 +1301,7 @@ fn build_slots(matrix: &Csr, mesh: &Mesh) -> SlotMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sparse::testing::bits;
 
     /// The cells' graph from the faces is the graph of the matrix's pattern,
     /// and a system made without the pattern gets the same Cuthill–McKee
@@ -1368,7 +1369,6 @@ mod tests {
                 let (serial, parallel) = (on(1), on(4));
                 assert!(serial.1.iter().any(|&b| b != 0.0));
                 assert!(serial.0 == parallel.0, "{spec} {grad:?}: gradient");
-                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&serial.1), bits(&parallel.1), "{spec} {grad:?}: rhs");
                 assert_eq!(
                     bits(&serial.2),
@@ -1506,7 +1506,6 @@ mod tests {
         use crate::fvm::testing::{random_field, schemes, two_problems};
         use GradScheme::{GaussLinear as Gauss, LeastSquares as Ls};
         use SnGradScheme::*;
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (spec, sn_grad, grad) in [
             ("box:5x4x3:tet:perturb=0.2", Corrected, Gauss),
             ("box:5x4x3:tet:perturb=0.2", Limited(0.4), Ls),

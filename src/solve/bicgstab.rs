@@ -9,7 +9,7 @@
 //! residual is already zero; a NaN anywhere becomes an error too.
 
 use super::krylov::KrylovBackend;
-use super::pcg::{check_residual, record, DIVERGENCE_FACTOR};
+use super::pcg::{check_divergence, check_residual, initial_residual, record};
 use super::{SolveError, SolverControls, SolverPerformance};
 
 /// OpenFOAM's `VSMALL`, its `checkSingularity` threshold.
@@ -26,10 +26,7 @@ pub fn bicgstab<B: KrylovBackend>(
 ) -> Result<SolverPerformance, SolveError> {
     const NAME: &str = "PBiCGStab";
     controls.validate()?;
-    let mut r = backend.new_vector();
-    let norms = backend.initialize(b, x, &mut r);
-    backend.device_status()?;
-    let (mut perf, run) = norms.start(controls)?;
+    let (mut r, mut perf, run) = initial_residual(backend, b, x, controls)?;
     if let Some((_, rule)) = run {
         let (initial, nf) = (rule.initial, rule.norm_factor);
         let [mut r0, mut p, mut v, mut y, mut s, mut z, mut t] =
@@ -99,15 +96,7 @@ pub fn bicgstab<B: KrylovBackend>(
             check_residual(residual, it)?;
             log::debug!("{NAME}: {field} iteration {it}, residual = {residual:e}");
             record(&mut perf, controls, initial, it, residual);
-            if residual > DIVERGENCE_FACTOR * best.min(residual) {
-                return Err(SolveError::Diverged {
-                    iteration: it,
-                    residual,
-                    best,
-                    factor: DIVERGENCE_FACTOR,
-                });
-            }
-            best = best.min(residual);
+            check_divergence(residual, it, &mut best)?;
             last = residual;
             iterations = it;
             if (perf.converged || it >= controls.max_iter) && it >= controls.min_iter {

@@ -70,15 +70,8 @@ pub fn check_inputs(
     controls: &SolverControls,
 ) -> Result<(), SolveError> {
     let n = square_size(a)?;
-    for (what, v) in [("right-hand side b", b.len()), ("initial guess x", x.len())] {
-        if v != n {
-            return Err(SolveError::SizeMismatch {
-                what,
-                expected: n,
-                found: v,
-            });
-        }
-    }
+    check_size("right-hand side b", n, b.len())?;
+    check_size("initial guess x", n, x.len())?;
     if let Some(slot) = a.values().iter().position(|v| !v.is_finite()) {
         return Err(SolveError::NonFinite {
             what: "matrix",
@@ -86,6 +79,33 @@ pub fn check_inputs(
             value: a.values()[slot],
         });
     }
+    check_values(b, x, controls)
+}
+
+/// An error naming `what` unless it has the `expected` number of entries
+/// (`found`).
+pub(crate) fn check_size(
+    what: &'static str,
+    expected: usize,
+    found: usize,
+) -> Result<(), SolveError> {
+    if found != expected {
+        return Err(SolveError::SizeMismatch {
+            what,
+            expected,
+            found,
+        });
+    }
+    Ok(())
+}
+
+/// The checks after the sizes, shared by the serial and the distributed
+/// entries: `b` and `x` finite, `controls` valid.
+pub(crate) fn check_values(
+    b: &[f64],
+    x: &[f64],
+    controls: &SolverControls,
+) -> Result<(), SolveError> {
     check_finite("right-hand side b", b)?;
     check_finite("initial guess x", x)?;
     controls.validate()

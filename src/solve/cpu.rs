@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use super::equilibrate::Equilibration;
 use super::ic::DicFactor;
 use super::pcg::NORM_FACTOR_SMALL;
-use super::reduce::{dot, ordered_sum, sum_abs, sum_by, CHUNK};
+use super::reduce::{chunked_sums, dot, ordered_sum, sum_abs, sum_by, CHUNK};
 use super::split::SplitMatrix;
 use super::{CgBackend, Executor, InitialNorms, LinearOperator, SolveError};
 use crate::sparse::Csr;
@@ -222,38 +222,28 @@ impl Executor for CpuBackend<'_> {
             Some(e) => sum_by(n, |i| e.scale()[i] * x[i]),
             None => sum_by(n, |i| x[i]),
         } / n.max(1) as f64;
-        let partials: Vec<(f64, f64)> = r
-            .par_chunks_mut(CHUNK)
-            .enumerate()
-            .map(|(c, r)| {
-                let (mut residual, mut norm) = (0.0, 0.0);
-                for (k, r) in r.iter_mut().enumerate() {
-                    let i = c * CHUNK + k;
-                    let ax = self.row_times(i, x);
-                    // rowSum in OpenFOAM's order (`openfoam_row_sums`'
-                    // bits), from the split rows: no search for the diagonal.
-                    let row_sum = match &self.row_sums {
-                        Some(sums) => sums[i],
-                        None => self.split.row_sum(i),
-                    };
-                    let a_xbar = row_sum * x_mean;
-                    *r = b[i] - ax;
-                    let (ax, b, r) = match eq {
-                        Some(e) => {
-                            let w = e.unscale()[i];
-                            (w * ax, w * b[i], w * *r)
-                        }
-                        None => (ax, b[i], *r),
-                    };
-                    residual += r.abs();
-                    norm += (ax - a_xbar).abs() + (b - a_xbar).abs();
+        let (residual_sum, norm) = chunked_sums(r, |i, r| {
+            let ax = self.row_times(i, x);
+            // rowSum in OpenFOAM's order (`openfoam_row_sums`' bits), from
+            // the split rows: no search for the diagonal.
+            let row_sum = match &self.row_sums {
+                Some(sums) => sums[i],
+                None => self.split.row_sum(i),
+            };
+            let a_xbar = row_sum * x_mean;
+            *r = b[i] - ax;
+            let (ax, b, r) = match eq {
+                Some(e) => {
+                    let w = e.unscale()[i];
+                    (w * ax, w * b[i], w * *r)
                 }
-                (residual, norm)
-            })
-            .collect();
+                None => (ax, b[i], *r),
+            };
+            (r.abs(), (ax - a_xbar).abs() + (b - a_xbar).abs())
+        });
         InitialNorms {
-            residual_sum: partials.iter().map(|p| p.0).sum(),
-            norm_factor: partials.iter().map(|p| p.1).sum::<f64>() + NORM_FACTOR_SMALL,
+            residual_sum,
+            norm_factor: norm + NORM_FACTOR_SMALL,
         }
     }
 
@@ -352,6 +342,7 @@ impl CgBackend for CpuBackend<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sparse::testing::bits;
 
     #[test]
     fn openfoam_residual_of_a_3x3_by_hand() {
@@ -388,7 +379,6 @@ mod tests {
             tolerance: 1e-12,
             ..SolverControls::default()
         };
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let split = SplitMatrix::new(&a);
         let stored = Dic::of_split(&split).unwrap();
         let (mut x_stored, mut x_formed) = (vec![0.0; n], vec![0.0; n]);

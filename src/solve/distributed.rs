@@ -44,9 +44,8 @@ use std::sync::Mutex;
 use nalgebra::DMatrix;
 
 use super::bicgstab::bicgstab;
-use super::checks::on_copies;
+use super::checks::{check_size, check_values, on_copies};
 use super::deflation::{coarse_inverse, deflated_pcg, DeflationOps};
-use super::error::check_finite;
 use super::ic::Dic;
 use super::ilu::dilu;
 use super::krylov::KrylovBackend;
@@ -574,20 +573,14 @@ fn block_preconditioner<'a>(
     controls: &SolverControls,
     symmetric: bool,
 ) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
-    if b.len() != local.n_owned || x.len() != local.n_owned {
-        return Err(SolveError::SizeMismatch {
-            what: "distributed right-hand side / initial guess",
-            expected: local.n_owned,
-            found: if b.len() != local.n_owned {
-                b.len()
-            } else {
-                x.len()
-            },
-        });
+    for found in [b.len(), x.len()] {
+        check_size(
+            "distributed right-hand side / initial guess",
+            local.n_owned,
+            found,
+        )?;
     }
-    check_finite("right-hand side b", b)?;
-    check_finite("initial guess x", x)?;
-    controls.validate()?;
+    check_values(b, x, controls)?;
     match symmetric {
         true => preconditioner.check()?,
         false => preconditioner.validate()?,
@@ -893,13 +886,12 @@ pub fn solve_bicgstab_distributed(
 mod tests {
     use super::*;
     use crate::sparse::distribute::Decomposition;
-    use crate::sparse::testing::{grid_laplacian, random_nonsymmetric, random_symmetric};
+    use crate::sparse::testing::{bits, grid_laplacian, random_nonsymmetric, random_symmetric};
 
     /// Every rank's block preconditioner as the solves build it against the
     /// same preconditioner built on the global-order block and applied
     /// through [`InGlobalOrder`] (gather, apply, scatter): the same bits.
     fn check_blocks(a: &Csr, d: &Decomposition, preconditioner: Preconditioner, symmetric: bool) {
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let controls = SolverControls::absolute(1e-8, 100);
         let mut reordered = 0;
         for rank in 0..d.n_ranks() {

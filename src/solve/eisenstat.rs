@@ -42,7 +42,7 @@ use super::checks::{check_system, on_copies};
 use super::cpu::CpuBackend;
 use super::jacobi::Identity;
 use super::pcg::StopReason;
-use super::reduce::{ordered_sum, CHUNK};
+use super::reduce::{sum_pairs, CHUNK};
 use super::triangles::Triangles;
 use super::{Executor, InitialNorms, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::Csr;
@@ -547,10 +547,7 @@ impl CpuEisenstat<'_> {
                     (residual, rho_rho)
                 })
                 .collect();
-        (
-            ordered_sum(sums.par_iter().map(|s| s.0)),
-            ordered_sum(sums.par_iter().map(|s| s.1)),
-        )
+        sum_pairs(&sums)
     }
 }
 

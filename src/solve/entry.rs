@@ -6,7 +6,7 @@
 //! This module sits at the top of `solve`: it imports the solvers and the
 //! preconditioners, none of which imports it.
 
-use super::checks::{check_inputs, check_symmetric, on_copies};
+use super::checks::{check_inputs, check_size, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::krylov::{CpuKrylovBackend, GmresSettings, KrylovMethod, PreconditioningSide};
 use super::pcg::pcg_set_up_on_demand;
@@ -207,13 +207,7 @@ pub fn solve_krylov_with(
     field: &str,
 ) -> Result<super::SolverPerformance, SolveError> {
     check_inputs(a, b, x, controls)?;
-    if precond.n() != a.n_rows() {
-        return Err(SolveError::SizeMismatch {
-            what: "preconditioner",
-            expected: a.n_rows(),
-            found: precond.n(),
-        });
-    }
+    check_size("preconditioner", a.n_rows(), precond.n())?;
     let backend = CpuKrylovBackend::new(a, precond);
     on_copies(b, x, |b, x| match method {
         KrylovMethod::Gmres(s) => super::gmres::gmres(&backend, b, x, controls, s, field),
@@ -224,6 +218,7 @@ pub fn solve_krylov_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sparse::testing::bits;
 
     /// The set-up is skipped when x already meets the tolerance: IC(0) of
     /// this indefinite matrix breaks down, which only a solve that iterates
@@ -240,10 +235,6 @@ mod tests {
         let mut x = [0.0, 0.0];
         let err = solve_pcg(&a, PreconditionerKind::Ic0, &b, &mut x, &controls, "T").unwrap_err();
         assert!(err.to_string().contains("pivot"), "{err}");
-    }
-
-    fn bits(v: &[f64]) -> Vec<u64> {
-        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// PCG-DIC with the matrix's values lent out: the iterates, residuals

@@ -79,7 +79,6 @@ use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::vectors_and_reductions_of;
 use super::ic::{Dic, DicFactor};
-use super::jacobi::Identity;
 use super::pcg::pcg_unlogged;
 use super::smooth_solver::{smooth_loop, SmoothBackend};
 use super::split::{SplitMatrix, TriangleRows};
@@ -935,14 +934,13 @@ impl<'a> Gamg<'a> {
     /// whose tolerance and relTol the coarsest PCG solve uses.
     pub fn new(
         a: &'a Csr,
-        identity: &'a Identity,
         settings: &GamgSettings,
         controls: &SolverControls,
         cache: &GamgCache,
     ) -> Result<Self, SolveError> {
         settings.validate().map_err(SolveError::InvalidControls)?;
         let mut clock = SetupClock::start();
-        let fine = CpuBackend::new(a, identity);
+        let fine = CpuBackend::unpreconditioned(a);
         // A bitwise symmetric split (every assembled Laplacian) needs no
         // search for the mirrors of the entries.
         if !fine.split().is_symmetric() {
@@ -1338,8 +1336,7 @@ pub fn solve_gamg(
     cache: &GamgCache,
 ) -> Result<SolverPerformance, SolveError> {
     check_inputs(a, b, x, controls)?;
-    let identity = Identity(a.n_rows());
-    let gamg = Gamg::new(a, &identity, settings, controls, cache)?;
+    let gamg = Gamg::new(a, settings, controls, cache)?;
     log::debug!("{}", gamg.describe());
     let perf = on_copies(b, x, |b, x| {
         smooth_loop(&gamg, b, x, controls, 1, field, "GAMG")
@@ -1508,9 +1505,8 @@ mod tests {
         let controls = SolverControls::absolute(1e-10, 100);
         let settings = GamgSettings::default();
         let cache = GamgCache::default();
-        let identity = Identity(a.n_rows());
-        let first = Gamg::new(&a, &identity, &settings, &controls, &cache).unwrap();
-        let second = Gamg::new(&b_matrix, &identity, &settings, &controls, &cache).unwrap();
+        let first = Gamg::new(&a, &settings, &controls, &cache).unwrap();
+        let second = Gamg::new(&b_matrix, &settings, &controls, &cache).unwrap();
         assert!(Arc::ptr_eq(&first.agglomeration, &second.agglomeration));
         // Each level of the second matrix is the sum of its own finer level
         // in face order, bit for bit, and the Galerkin product to rounding.
@@ -1687,17 +1683,16 @@ mod tests {
     }
 
     /// The hierarchy of `a` with OpenFOAM's defaults.
-    fn default_gamg<'a>(a: &'a Csr, identity: &'a Identity) -> Gamg<'a> {
+    fn default_gamg(a: &Csr) -> Gamg<'_> {
         let controls = SolverControls::absolute(1e-10, 100);
         let settings = GamgSettings::default();
-        Gamg::new(a, identity, &settings, &controls, &GamgCache::default()).unwrap()
+        Gamg::new(a, &settings, &controls, &GamgCache::default()).unwrap()
     }
 
     #[test]
     fn coarse_levels_of_a_symmetric_matrix_are_symmetric_bit_for_bit() {
         let a = poisson_3d(16, 16, 16);
-        let identity = Identity(a.n_rows());
-        let gamg = default_gamg(&a, &identity);
+        let gamg = default_gamg(&a);
         assert!(gamg.levels.len() >= 3);
         assert!(gamg.levels.iter().all(|l| l.matrix.is_symmetric()));
         // Galerkin sums by rows need not be: cells 0, 1, 2 form cluster 0
@@ -1726,8 +1721,7 @@ mod tests {
     fn the_residual_after_a_cycle_has_the_bits_of_the_initial_one_and_feeds_the_next() {
         let a = poisson_3d(12, 12, 12);
         let n = a.n_rows();
-        let identity = Identity(n);
-        let gamg = default_gamg(&a, &identity);
+        let gamg = default_gamg(&a);
         let b: Vec<f64> = (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
         let x: Vec<f64> = (0..n).map(|i| ((i * 13) % 7) as f64).collect();
         let mut r = vec![0.0; n];

@@ -19,7 +19,7 @@
 //! logged at debug level).
 
 use super::krylov::{GmresSettings, KrylovBackend, Orthogonalization, PreconditioningSide};
-use super::pcg::{check_residual, record};
+use super::pcg::{check_residual, initial_residual, record};
 use super::{SolveError, SolverControls, SolverPerformance};
 
 /// Solves A x = b by GMRES(m) from the initial guess in `x`. `field` names
@@ -36,10 +36,7 @@ pub fn gmres<B: KrylovBackend>(
     settings.validate().map_err(SolveError::InvalidControls)?;
     let m = settings.restart;
     let left = settings.side == PreconditioningSide::Left;
-    let mut r = backend.new_vector();
-    let norms = backend.initialize(b, x, &mut r);
-    backend.device_status()?;
-    let (mut perf, run) = norms.start(controls)?;
+    let (mut r, mut perf, run) = initial_residual(backend, b, x, controls)?;
     let Some((limit, rule)) = run.filter(|(_, rule)| rule.initial != 0.0) else {
         perf.log("GMRES", "iterations", field, controls);
         return Ok(perf);

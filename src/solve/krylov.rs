@@ -25,7 +25,7 @@ use std::convert::Infallible;
 use super::algorithm::{parse_switch, parse_value};
 use super::cpu::CpuBackend;
 use super::precondition::{apply_infallible, Precondition};
-use super::reduce::{dot, ordered_sum, sum_by, CHUNK};
+use super::reduce::{chunked_sums, dot, sum_by, sum_pairs, CHUNK};
 use super::{Executor, LinearOperator, OnExecutor};
 use crate::sparse::Csr;
 
@@ -313,29 +313,6 @@ impl<'a, P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> CpuKrylo
             precond,
         }
     }
-
-    fn chunked<F>(&self, y: &mut [f64], f: F) -> (f64, f64)
-    where
-        F: Fn(usize, &mut f64) -> (f64, f64) + Sync,
-    {
-        let partials: Vec<(f64, f64)> = y
-            .par_chunks_mut(CHUNK)
-            .enumerate()
-            .map(|(c, y)| {
-                let (mut s0, mut s1) = (0.0, 0.0);
-                for (k, y) in y.iter_mut().enumerate() {
-                    let (a, b) = f(c * CHUNK + k, y);
-                    s0 += a;
-                    s1 += b;
-                }
-                (s0, s1)
-            })
-            .collect();
-        (
-            partials.iter().map(|p| p.0).sum(),
-            partials.iter().map(|p| p.1).sum(),
-        )
-    }
 }
 
 /// The executor is the PCG backend's: the same vectors, initial residual
@@ -351,7 +328,7 @@ impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBacken
     for CpuKrylovBackend<'_, P>
 {
     fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
-        self.chunked(r, |i, r| {
+        chunked_sums(r, |i, r| {
             *r = b[i] - self.cg.row_times(i, x);
             (r.abs(), *r * *r)
         })
@@ -375,7 +352,7 @@ impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBacken
     }
 
     fn axpy_dot(&self, alpha: f64, x: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> f64 {
-        self.chunked(y, |i, y| {
+        chunked_sums(y, |i, y| {
             *y += alpha * x[i];
             (w.map_or(*y * *y, |w| *y * w[i]), 0.0)
         })
@@ -388,7 +365,7 @@ impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBacken
 
     fn multi_axpy(&self, c: &[f64], vs: &[&Vec<f64>], y: &mut Vec<f64>) -> f64 {
         assert_eq!(c.len(), vs.len(), "multi_axpy: coefficients");
-        self.chunked(y, |i, y| {
+        chunked_sums(y, |i, y| {
             for (c, v) in c.iter().zip(vs) {
                 *y += c * v[i];
             }
@@ -408,7 +385,7 @@ impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBacken
     }
 
     fn bicg_half(&self, alpha: f64, r: &Vec<f64>, v: &Vec<f64>, s: &mut Vec<f64>) -> f64 {
-        self.chunked(s, |i, s| {
+        chunked_sums(s, |i, s| {
             *s = r[i] - alpha * v[i];
             (s.abs(), 0.0)
         })
@@ -443,10 +420,7 @@ impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBacken
                 (res, rho)
             })
             .collect();
-        (
-            ordered_sum(sums.par_iter().map(|s| s.0)),
-            ordered_sum(sums.par_iter().map(|s| s.1)),
-        )
+        sum_pairs(&sums)
     }
 }
 

@@ -486,7 +486,8 @@ pub(crate) fn pcg_unlogged<B: CgBackend>(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
-    let (r, perf, run) = start(backend, b, x, controls)?;
+    controls.validate()?;
+    let (r, perf, run) = initial_residual(backend, b, x, controls)?;
     match run {
         Some((limit, rule)) => iterations(backend, x, r, perf, limit, &rule, field),
         None => Ok(perf),
@@ -512,7 +513,8 @@ where
     S: CgBackend,
     B: CgBackend<Vector = S::Vector>,
 {
-    let (r, perf, run) = start(&start_backend, b, x, controls)?;
+    controls.validate()?;
+    let (r, perf, run) = initial_residual(&start_backend, b, x, controls)?;
     let perf = match run {
         Some((limit, rule)) => {
             let backend = set_up(start_backend)?;
@@ -524,16 +526,18 @@ where
     Ok(perf)
 }
 
-/// The start of PCG: the initial residual r = b − A x, the performance
-/// before the first iteration and, when the loop runs, its limit and rule.
+/// The start of a solver loop on any executor (PCG, BiCGStab, GMRES,
+/// smoothSolver): the initial residual r = b − A x, the performance before
+/// the first iteration and, when the loop runs, its limit and rule
+/// ([`InitialNorms::start`]). `controls` are the caller's to validate first,
+/// in the order of its own argument checks.
 #[allow(clippy::type_complexity)]
-fn start<B: CgBackend>(
-    backend: &B,
-    b: &B::Vector,
-    x: &B::Vector,
+pub(crate) fn initial_residual<E: Executor + ?Sized>(
+    backend: &E,
+    b: &E::Vector,
+    x: &E::Vector,
     controls: &SolverControls,
-) -> Result<(B::Vector, SolverPerformance, Option<(usize, StopRule)>), SolveError> {
-    controls.validate()?;
+) -> Result<(E::Vector, SolverPerformance, Option<(usize, StopRule)>), SolveError> {
     let mut r = backend.new_vector();
     let norms = backend.initialize(b, x, &mut r);
     backend.device_status()?;
@@ -616,6 +620,27 @@ pub(crate) fn check_residual(residual: f64, iteration: usize) -> Result<(), Solv
             residual,
         })
     }
+}
+
+/// The divergence test of a loop that keeps the best residual seen
+/// (BiCGStab, smoothSolver): an error when `residual` is more than
+/// [`DIVERGENCE_FACTOR`] times `best`; otherwise `best` becomes the smaller
+/// of the two.
+pub(crate) fn check_divergence(
+    residual: f64,
+    iteration: usize,
+    best: &mut f64,
+) -> Result<(), SolveError> {
+    if residual > DIVERGENCE_FACTOR * *best {
+        return Err(SolveError::Diverged {
+            iteration,
+            residual,
+            best: *best,
+            factor: DIVERGENCE_FACTOR,
+        });
+    }
+    *best = best.min(residual);
+    Ok(())
 }
 
 /// Records the residual after `iterations` iterations.

@@ -23,6 +23,35 @@ pub fn sum_by(n: usize, f: impl Fn(usize) -> f64 + Sync) -> f64 {
     )
 }
 
+/// The sums of the first and of the second terms of per-chunk pairs, each
+/// added in chunk order ([`ordered_sum`]'s bits).
+pub fn sum_pairs(partials: &[(f64, f64)]) -> (f64, f64) {
+    (
+        partials.iter().map(|p| p.0).sum(),
+        partials.iter().map(|p| p.1).sum(),
+    )
+}
+
+/// Runs `f(i, &mut y_i)` over `y` in parallel chunks of [`CHUNK`] and
+/// returns the sums of the two terms it gives for each i: left to right
+/// within a chunk, the chunks in order ([`sum_pairs`]).
+pub fn chunked_sums(y: &mut [f64], f: impl Fn(usize, &mut f64) -> (f64, f64) + Sync) -> (f64, f64) {
+    let partials: Vec<(f64, f64)> = y
+        .par_chunks_mut(CHUNK)
+        .enumerate()
+        .map(|(c, y)| {
+            let (mut s0, mut s1) = (0.0, 0.0);
+            for (k, y) in y.iter_mut().enumerate() {
+                let (a, b) = f(c * CHUNK + k, y);
+                s0 += a;
+                s1 += b;
+            }
+            (s0, s1)
+        })
+        .collect();
+    sum_pairs(&partials)
+}
+
 /// a · b.
 pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len(), "dot: lengths differ");

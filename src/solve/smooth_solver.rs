@@ -8,8 +8,7 @@
 use super::checks::{check_inputs, check_symmetric, on_copies};
 use super::cpu::CpuBackend;
 use super::executor::{Executor, OnExecutor};
-use super::jacobi::Identity;
-use super::pcg::{check_residual, DIVERGENCE_FACTOR};
+use super::pcg::{check_divergence, check_residual, initial_residual};
 use super::smoother::{Smoother, SmootherSettings};
 use super::{SolveError, SolverControls, SolverPerformance};
 use crate::sparse::{Csr, Permutation};
@@ -62,10 +61,7 @@ pub(crate) fn smooth_loop<B: SmoothBackend>(
             "nSweeps must be at least 1".into(),
         ));
     }
-    let mut r = backend.new_vector();
-    let norms = backend.initialize(b, x, &mut r);
-    backend.device_status()?;
-    let (mut perf, run) = norms.start(controls)?;
+    let (mut r, mut perf, run) = initial_residual(backend, b, x, controls)?;
     if let Some((_, rule)) = run {
         let (initial, norm_factor) = (rule.initial, rule.norm_factor);
         let mut best = initial;
@@ -75,15 +71,7 @@ pub(crate) fn smooth_loop<B: SmoothBackend>(
             backend.device_status()?;
             perf.iterations += n_sweeps;
             check_residual(residual, perf.iterations)?;
-            if residual > DIVERGENCE_FACTOR * best {
-                return Err(SolveError::Diverged {
-                    iteration: perf.iterations,
-                    residual,
-                    best,
-                    factor: DIVERGENCE_FACTOR,
-                });
-            }
-            best = best.min(residual);
+            check_divergence(residual, perf.iterations, &mut best)?;
             log::debug!(
                 "{solver}: {field} sweep {}, residual = {residual:e}",
                 perf.iterations
@@ -108,10 +96,11 @@ pub struct CpuSmoothing<'a> {
 }
 
 impl<'a> CpuSmoothing<'a> {
-    /// `identity` is the (unused) preconditioner of the residual backend.
-    pub fn new(a: &'a Csr, smoother: &'a dyn Smoother, identity: &'a Identity) -> Self {
+    /// The smoother's sweeps on `a`, the residuals those of a backend
+    /// without a preconditioner.
+    pub fn new(a: &'a Csr, smoother: &'a dyn Smoother) -> Self {
         Self {
-            cg: CpuBackend::new(a, identity),
+            cg: CpuBackend::unpreconditioned(a),
             smoother,
         }
     }
@@ -176,8 +165,7 @@ pub fn solve_smooth(
     settings.validate().map_err(SolveError::InvalidControls)?;
     in_ordering(a, settings.ordering(a), b, x, |a, b, x| {
         let smoother = settings.build(a)?;
-        let identity = Identity(a.n_rows());
-        let backend = CpuSmoothing::new(a, smoother.as_ref(), &identity);
+        let backend = CpuSmoothing::new(a, smoother.as_ref());
         on_copies(b, x, |b, x| {
             smooth_solve(&backend, b, x, controls, settings.sweeps, field)
         })

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::reduce::CHUNK;
+use super::reduce::{sum_pairs, CHUNK};
 use crate::sparse::Csr;
 
 /// The diagonal and the two triangles of a square matrix (see the module docs).
@@ -483,10 +483,7 @@ impl SplitMatrix {
             p.0 += a;
             p.1 += b;
         });
-        (
-            partials.iter().map(|p| p.0).sum(),
-            partials.iter().map(|p| p.1).sum(),
-        )
+        sum_pairs(&partials)
     }
 
     /// r = b − A x, rows in parallel; returns Σ |r_i| (fixed chunk order).
@@ -1268,6 +1265,7 @@ unsafe fn x_at(x: &[f64], c: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sparse::testing::bits;
     use crate::test_support::on_threads;
 
     fn sample() -> Csr {
@@ -1505,7 +1503,6 @@ mod tests {
     #[test]
     fn gauss_seidel_sweeps_have_the_bits_of_the_textbook_sweep() {
         use crate::sparse::testing::{random_nonsymmetric, random_symmetric};
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (name, a) in [
             ("grid", grid_laplacian(11, 9, 7)),
             ("symmetric", random_symmetric(400, 9, 5)),
@@ -1542,7 +1539,6 @@ mod tests {
         assert_eq!(s.bandwidth, 23 * 19);
         let b: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64 - 14.0).collect();
         let x0: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 7.0).collect();
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for sweeps in 0..=5 {
             let mut one_by_one = x0.clone();
             for _ in 0..sweeps {
@@ -1592,7 +1588,6 @@ mod tests {
     #[test]
     fn csr_values_give_back_the_split_matrix_values_with_or_without_diagonals() {
         let mut a = grid_laplacian(5, 4, 3);
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         // Values of every kind of bits, so that a misplaced entry shows.
         for (k, v) in a.values_mut().iter_mut().enumerate() {
             *v = (k as f64 + 0.5).sqrt() - 3.0;
@@ -1635,7 +1630,6 @@ mod tests {
         let (mut stored, mut formed) = (vec![0.0; n], vec![0.0; n]);
         dic.apply(&r, &mut stored);
         factor.sweeps(&s, &r, &mut formed);
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&formed), bits(&stored));
         // With r · w on the way (PCG's), over more than one chunk of rows.
         assert!(n > crate::solve::reduce::CHUNK);
@@ -1678,7 +1672,6 @@ mod tests {
             .map(|i| ((i * 37) % 101) as f64 / 7.0 - 6.0)
             .collect();
         let p0: Vec<f64> = (0..n).map(|i| ((i * 13) % 29) as f64 - 9.5).collect();
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         // β = 0 overwrites whatever p held (NaN here).
         for (beta, p_before) in [(0.0, vec![f64::NAN; n]), (0.37, p0.clone())] {
             let mut p = p_before.clone();
@@ -1742,7 +1735,6 @@ mod tests {
             s.lower_rows().forward_scaled(&mut v, &scale, |j| x[j]);
             s.upper_rows().backward_scaled(&mut v, &scale, n / 3..n);
             s.upper_rows().backward_scaled(&mut v, &scale, 0..n / 3);
-            let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             (bits(&y), x_y.to_bits(), bits(&w), bits(&g), bits(&v))
         };
         assert_eq!(run(&narrow), run(&wide));

@@ -1,6 +1,6 @@
 //! Random matrices for tests and benchmarks (deterministic from a seed), and
 //! the dense form that tests compare with; the measures of agreement they
-//! check ([`max_rel_diff`], [`relative_residual`]); Cuthill–McKee by its
+//! check ([`max_rel_diff`], [`relative_residual`], [`bits`]); Cuthill–McKee by its
 //! definition ([`cuthill_mckee_by_queue`]).
 
 use nalgebra::DMatrix;
@@ -202,6 +202,12 @@ pub fn max_rel_diff(y: &[f64], reference: &[f64]) -> f64 {
             }
         })
         .fold(0.0, f64::max)
+}
+
+/// The bit patterns of `v`: what tests compare where two paths must give
+/// the same values bit for bit (and show the first that differs).
+pub fn bits(v: &[f64]) -> Vec<u64> {
+    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// ‖b − A x‖₂ / ‖b‖₂.

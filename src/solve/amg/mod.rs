@@ -34,7 +34,6 @@ pub use matching::{pair_hash, pairwise_matching, Matching};
 
 use super::algorithm::{parse_switch, parse_value, set_pairs};
 use super::checks::{check_system, on_copies, square_size};
-use super::jacobi::Identity;
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
@@ -614,8 +613,7 @@ pub fn solve_amg(
     let amg = Amg::new(a, settings)?;
     log::info!("{settings}: {}", amg.hierarchy().describe());
     let cycle = PreconditionerSmoother::new(a, Box::new(amg));
-    let identity = Identity(a.n_rows());
-    let backend = CpuSmoothing::new(a, &cycle, &identity);
+    let backend = CpuSmoothing::new(a, &cycle);
     on_copies(b, x, |b, x| {
         smooth_solve(&backend, b, x, controls, 1, field)
     })

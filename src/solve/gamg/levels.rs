@@ -271,7 +271,7 @@ fn lower_by_face(m: &SplitMatrix) -> Vec<f64> {
 mod tests {
     use super::*;
     use crate::solve::amg::galerkin;
-    use crate::sparse::testing::grid_laplacian;
+    use crate::sparse::testing::{bits, grid_laplacian};
     use crate::sparse::Csr;
 
     /// (row, column, value) of every entry of `m`, rows ascending, but for
@@ -379,7 +379,6 @@ mod tests {
                 .collect();
             assert_eq!(got_faces, faces, "case {k}");
             assert_eq!(level.face_target, target, "case {k}");
-            let bits = |w: &[f64]| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got_weights), bits(&coarse_weights), "case {k}");
             let (unweighted, none) = CoarseLevel::build((start, cols), map, *n_coarse, None);
             assert!(none.is_empty());
