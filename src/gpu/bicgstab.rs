@@ -17,7 +17,8 @@
 //! loop's tests: the breakdowns (|r0 · r| or |ω| below `VSMALL`, r0 · v not
 //! finite or zero, t · t not above zero), the half-step convergence test on
 //! s (x += α y and stop), a residual that is not finite or diverges by
-//! [`DIVERGENCE_FACTOR`], and `tolerance`, `relTol`, `maxIter`, `minIter`.
+//! [`DIVERGENCE_FACTOR`](crate::solve::pcg::DIVERGENCE_FACTOR), and
+//! `tolerance`, `relTol`, `maxIter`, `minIter`.
 //! Once the state says done, every later launch returns at once, except the
 //! update of the iteration that stopped at its half step, which adds α y.
 //!
@@ -57,7 +58,7 @@ use super::pcg::{
 };
 use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::VSMALL;
-use crate::solve::pcg::{check_residual, record, DIVERGENCE_FACTOR};
+use crate::solve::pcg::{check_divergence, check_residual, record};
 use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
 
 const NAME: &str = "PBiCGStab";
@@ -1092,15 +1093,7 @@ impl<'a> HostReplay<'a> {
                 self.field
             );
             record(perf, &c, initial, it, residual);
-            if residual > DIVERGENCE_FACTOR * self.best.min(residual) {
-                return Err(SolveError::Diverged {
-                    iteration: it,
-                    residual,
-                    best: self.best,
-                    factor: DIVERGENCE_FACTOR,
-                });
-            }
-            self.best = self.best.min(residual);
+            check_divergence(residual, it, &mut self.best)?;
             self.last = residual;
             self.iterations = it;
             if (perf.converged || it >= c.max_iter) && it >= c.min_iter {
