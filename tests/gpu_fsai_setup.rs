@@ -5,16 +5,18 @@
 //! without the postfilter) and static ones (power 1 and 2), on real meshes
 //! and a random SPD matrix; Gᵀ is G's transpose; the f32 set-up matches the
 //! CPU's f32 reference to 1e-6; a tiny work budget (many batches) gives the
-//! same G. Prints `skipped: no CUDA device` without a GPU (unless
+//! same G; the set-up from the resident device matrix gives the host path's
+//! G. Prints `skipped: no CUDA device` without a GPU (unless
 //! FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::fvm::testing::poisson_system;
-use fvpoisson::gpu::fsai_setup::{fsai_setup_gpu, fsai_setup_gpu_budget};
+use fvpoisson::gpu::fsai_setup::{fsai_setup_gpu, fsai_setup_gpu_budget, fsai_setup_gpu_resident};
+use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::fsai::{fsai_setup, FsaiPattern, FsaiSettings, FsaiStop};
 use fvpoisson::solve::{Precision, SolveError};
 use fvpoisson::sparse::testing::random_symmetric;
-use fvpoisson::sparse::Csr;
+use fvpoisson::sparse::{Csr, ModSell};
 
 /// Real FVM systems (hex box, perturbed renumbered tets, a shipped polyhedral
 /// mesh) and a random SPD matrix.
@@ -190,6 +192,53 @@ fn bad_settings_and_matrices_are_errors() {
     let d = bad.slot(5, 5).unwrap();
     bad.values_mut()[d] = -1.0;
     match fsai_setup_gpu(&gpu, &bad, &FsaiSettings::default()) {
+        Err(SolveError::NonPositiveDiagonal { row: 5, .. }) => {}
+        other => panic!("negative diagonal accepted: {:?}", other.map(|r| r.2)),
+    }
+}
+
+/// The set-up from the matrix resident on the device (its CSR built there,
+/// its diagonal checked there) gives the host path's G and Gᵀ bit for bit
+/// (adaptive patterns, f64 and mixed, slice heights that do not divide n),
+/// takes the host path for static patterns, and names the same row for a
+/// diagonal entry that is not positive.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn resident_setup_equals_the_host_setup() {
+    let Some(gpu) = test_device() else { return };
+    let mut settings = double_settings();
+    settings.push(FsaiSettings {
+        precision: Precision::Mixed,
+        ..FsaiSettings::default()
+    });
+    for (name, a) in systems() {
+        for h in [32, 64] {
+            let m = DeviceModSell::upload(&gpu, &ModSell::from_csr(&a, h).unwrap()).unwrap();
+            for s in &settings {
+                let what = format!("{name}, H = {h}, {s}");
+                let (g, gt, stats) = fsai_setup_gpu(&gpu, &a, s).unwrap();
+                let (rg, rgt, rstats) = fsai_setup_gpu_resident(&gpu, &a, &m, s)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(
+                    rg.download(&gpu).unwrap(),
+                    g.download(&gpu).unwrap(),
+                    "{what}: G"
+                );
+                assert_eq!(
+                    rgt.download(&gpu).unwrap(),
+                    gt.download(&gpu).unwrap(),
+                    "{what}: Gᵀ"
+                );
+                assert_eq!(rstats.rows_by_steps, stats.rows_by_steps, "{what}");
+            }
+        }
+    }
+    let (a, _) = poisson_system("box:6x6x6").unwrap();
+    let mut bad = a.clone();
+    let d = bad.slot(5, 5).unwrap();
+    bad.values_mut()[d] = -1.0;
+    let m = DeviceModSell::upload(&gpu, &ModSell::from_csr(&bad, 32).unwrap()).unwrap();
+    match fsai_setup_gpu_resident(&gpu, &bad, &m, &FsaiSettings::default()) {
         Err(SolveError::NonPositiveDiagonal { row: 5, .. }) => {}
         other => panic!("negative diagonal accepted: {:?}", other.map(|r| r.2)),
     }

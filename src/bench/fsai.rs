@@ -157,7 +157,7 @@ pub fn rows(
         for (s, storage) in runs {
             let what = format!("PCG {} {}", label(&s), storage.name());
             let t = Instant::now();
-            let setup = DeviceFsai::setup(gpu, &a_rcm, &s, SETUP_PLACE).and_then(|(f, r)| {
+            let setup = DeviceFsai::setup(gpu, &a_rcm, None, &s, SETUP_PLACE).and_then(|(f, r)| {
                 f.with_storage(storage)
                     .map(|f| (f, r))
                     .map_err(|e| SolveError::Device(e.to_string()))

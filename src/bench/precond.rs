@@ -596,14 +596,16 @@ fn case_entries(
         list.push((label, Layout::Rcm, registered(*p), mixed_note.into()));
     }
     // Bernaschi et al.'s (2019) adaptive FSAI with its defaults, set up on
-    // the device (`DeviceFsai::setup`, which reads the matrix from its host
-    // copy: the phases in its note).
+    // the device from the resident matrix (`DeviceFsai::setup`: the phases
+    // in its note).
     let fsai_settings = FsaiSettings::default();
     list.push((
         format!("{fsai_settings}"),
         Layout::Rcm,
         Box::new(move |o: &Ordered<'_>| {
-            let (fsai, _) = DeviceFsai::setup(gpu, &o.a, &fsai_settings, SETUP_PLACE)?;
+            let resident = o.backend.shared_matrix();
+            let (fsai, _) =
+                DeviceFsai::setup(gpu, &o.a, Some(&resident), &fsai_settings, SETUP_PLACE)?;
             Ok(Box::new(fsai) as Box<dyn DevicePreconditioner>)
         }),
         String::new(),

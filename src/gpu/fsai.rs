@@ -15,7 +15,8 @@ use std::time::Instant;
 use cudarc::driver::CudaSlice;
 
 use super::amg::DeviceCsr;
-use super::fsai_setup::{fsai_setup_gpu, FsaiSetupStats};
+use super::fsai_setup::{fsai_setup_gpu, fsai_setup_gpu_resident, FsaiSetupStats};
+use super::matrix::DeviceModSell;
 #[cfg(doc)]
 use super::pcg::GpuSolver;
 use super::smooth::DevicePreconditioner;
@@ -228,10 +229,13 @@ impl<'g> DeviceFsai<'g> {
         }
     }
 
-    /// Sets up G for `a` at `place` and puts it on the device.
+    /// Sets up G for `a` at `place` and puts it on the device; `resident`:
+    /// `a`'s copy on the device in the same row order, which a set-up on
+    /// the device reads instead of `a` ([`fsai_setup_gpu_resident`]).
     pub fn setup(
         gpu: &'g Gpu,
         a: &Csr,
+        resident: Option<&DeviceModSell>,
         settings: &FsaiSettings,
         place: FsaiSetupPlace,
     ) -> Result<(Self, FsaiSetupReport), SolveError> {
@@ -247,7 +251,10 @@ impl<'g> DeviceFsai<'g> {
             }
             FsaiSetupPlace::Device => {
                 // Every setting the CPU reference accepts runs on the device.
-                let (g, gt, stats) = fsai_setup_gpu(gpu, a, settings)?;
+                let (g, gt, stats) = match resident {
+                    Some(m) => fsai_setup_gpu_resident(gpu, a, m, settings)?,
+                    None => fsai_setup_gpu(gpu, a, settings)?,
+                };
                 let (d, d0) = (stats.density, stats.density_before_postfilter);
                 device_stats = Some(stats);
                 (Self::from_device(gpu, g, gt)?, d, d0)
@@ -360,9 +367,10 @@ impl DevicePreconditioner for DeviceFsai<'_> {
 pub(crate) fn pcg_fsai<'g>(
     gpu: &'g Gpu,
     a: &Csr,
+    resident: &DeviceModSell,
     settings: &FsaiSettings,
 ) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError> {
-    let (fsai, report) = DeviceFsai::setup(gpu, a, settings, SETUP_PLACE)?;
+    let (fsai, report) = DeviceFsai::setup(gpu, a, Some(resident), settings, SETUP_PLACE)?;
     log::info!(
         "{settings}: set up on the {} in {:.3} s, density {:.3}",
         report.place.name(),

@@ -31,7 +31,9 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
-use super::setup::SetupSpans;
+use super::ic::csr_of_modsell;
+use super::matrix::{f32_copy, DeviceModSell};
+use super::setup::{checked_diagonal, SetupSpans};
 use super::{arg_or_null, Gpu, GpuError, KernelArgs};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
@@ -163,16 +165,9 @@ pub fn fsai_setup_gpu(
     fsai_setup_gpu_budget(gpu, a, s, work_budget())
 }
 
-/// [`fsai_setup_gpu`] with a work-memory budget (bytes) for the per-row
-/// state: the rows are processed in batches that fit it (one row at least).
-pub fn fsai_setup_gpu_budget(
-    gpu: &Gpu,
-    a: &Csr,
-    s: &FsaiSettings,
-    work_bytes: usize,
-) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
+/// The settings checked and the size of `a`, which the device set-up takes.
+fn checked_size(a: &Csr, s: &FsaiSettings) -> Result<usize, SolveError> {
     s.validate().map_err(SolveError::InvalidControls)?;
-    let mut spans = SetupSpans::new("FSAI", Some(gpu));
     let n = square_size(a)?;
     if n >= i32::MAX as usize || a.nnz() >= u32::MAX as usize {
         return Err(SolveError::Device(format!(
@@ -181,6 +176,76 @@ pub fn fsai_setup_gpu_budget(
             a.nnz()
         )));
     }
+    Ok(n)
+}
+
+/// [`fsai_setup_gpu`] of `a` from `m`, its copy resident on the device in
+/// the same row order: with an adaptive pattern A's CSR is built on the
+/// device (`ic::csr_of_modsell`: the host's CSR entry for entry, so G is the
+/// same bit for bit) and its diagonal checked there (the CPU's error for a
+/// non-positive one), so the host reads nothing of A but its sizes. A's
+/// values must be finite (the solves check them first: `check_system`). A
+/// static pattern is built on the host from `a`: [`fsai_setup_gpu`].
+pub fn fsai_setup_gpu_resident(
+    gpu: &Gpu,
+    a: &Csr,
+    m: &DeviceModSell,
+    s: &FsaiSettings,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
+    let FsaiPattern::Adaptive {
+        steps,
+        step_size,
+        epsilon,
+        stop,
+    } = s.pattern
+    else {
+        return fsai_setup_gpu(gpu, a, s);
+    };
+    let mut spans = SetupSpans::new("FSAI", Some(gpu));
+    let n = checked_size(a, s)?;
+    m.check_rows("FSAI preconditioner", a)?;
+    checked_diagonal(gpu, m, "FSAI")?;
+    spans.device("diagonal checked (1 read-back)");
+    let start = std::time::Instant::now();
+    let csr = csr_of_modsell(gpu, m, "FSAI")?;
+    spans.device("A's CSR from the resident matrix (1 read-back: nnz)");
+    let plan = Plan {
+        pattern: SetupPattern::Adaptive {
+            steps,
+            step_size,
+            epsilon,
+            stop,
+        },
+        postfilter: s.postfilter,
+        work_bytes: work_budget().max(1),
+    };
+    let size = (n, csr.nnz);
+    let (g, gt, mut stats) = match s.precision {
+        Precision::Double => {
+            let da = DeviceA::<f64>::of_csr(gpu, csr)?;
+            run(gpu, da, size, &plan, &mut spans)
+        }
+        Precision::Mixed => {
+            let da = DeviceA::<f32>::of_csr(gpu, csr)?;
+            spans.device("f32 values");
+            run(gpu, da, size, &plan, &mut spans)
+        }
+    }?;
+    stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
+    spans.finish();
+    Ok((g, gt, stats))
+}
+
+/// [`fsai_setup_gpu`] with a work-memory budget (bytes) for the per-row
+/// state: the rows are processed in batches that fit it (one row at least).
+pub fn fsai_setup_gpu_budget(
+    gpu: &Gpu,
+    a: &Csr,
+    s: &FsaiSettings,
+    work_bytes: usize,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
+    let mut spans = SetupSpans::new("FSAI", Some(gpu));
+    let n = checked_size(a, s)?;
     let diag = fsai_diagonal(a)?;
     spans.host("checks and the diagonal (rows in parallel)");
     let start = std::time::Instant::now();
@@ -222,9 +287,18 @@ pub fn fsai_setup_gpu_budget(
         postfilter: s.postfilter,
         work_bytes: work_bytes.max(1),
     };
+    let size = (n, a.nnz());
     let (g, gt, mut stats) = match s.precision {
-        Precision::Double => run::<f64>(gpu, a, &plan, &mut spans),
-        Precision::Mixed => run::<f32>(gpu, a, &plan, &mut spans),
+        Precision::Double => {
+            let da = uploaded_a::<f64>(gpu, a)?;
+            spans.host("A's CSR uploaded");
+            run(gpu, da, size, &plan, &mut spans)
+        }
+        Precision::Mixed => {
+            let da = uploaded_a::<f32>(gpu, a)?;
+            spans.host("A's CSR uploaded");
+            run(gpu, da, size, &plan, &mut spans)
+        }
     }?;
     stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
     spans.finish();
@@ -253,6 +327,8 @@ trait Real:
     fn of(x: f64) -> Self;
     /// A's values on the device in this precision.
     fn upload_values(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<Self>, GpuError>;
+    /// A's values, already on the device in f64, in this precision.
+    fn device_values(gpu: &Gpu, values: CudaSlice<f64>) -> Result<CudaSlice<Self>, GpuError>;
 }
 
 impl Real for f64 {
@@ -270,6 +346,9 @@ impl Real for f64 {
     /// The values as they are: no host copy of A's values.
     fn upload_values(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<Self>, GpuError> {
         gpu.upload(values)
+    }
+    fn device_values(_: &Gpu, values: CudaSlice<f64>) -> Result<CudaSlice<Self>, GpuError> {
+        Ok(values)
     }
 }
 
@@ -289,6 +368,9 @@ impl Real for f32 {
         let narrowed: Vec<f32> = values.par_iter().map(|&v| Self::of(v)).collect();
         gpu.upload(&narrowed)
     }
+    fn device_values(gpu: &Gpu, values: CudaSlice<f64>) -> Result<CudaSlice<Self>, GpuError> {
+        f32_copy(gpu, &values)
+    }
 }
 
 /// A on the device in the set-up's precision.
@@ -299,6 +381,15 @@ struct DeviceA<T> {
 }
 
 impl<T: Real> DeviceA<T> {
+    /// A from its CSR on the device (values in f64), in this precision.
+    fn of_csr(gpu: &Gpu, csr: DeviceCsr) -> Result<Self, GpuError> {
+        Ok(Self {
+            row_ptr: csr.row_ptr,
+            cols: csr.cols,
+            vals: T::device_values(gpu, csr.vals)?,
+        })
+    }
+
     /// Pushes A as the set-up's kernels take it: row pointers, columns,
     /// values.
     fn push_args<'a>(&'a self, a: &mut KernelArgs<'a>) {
@@ -388,25 +479,29 @@ struct Setup<'g, T> {
     nnz_before: usize,
 }
 
-fn run<T: Real>(
-    gpu: &Gpu,
-    a: &Csr,
-    plan: &Plan,
-    spans: &mut SetupSpans<'_>,
-) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), GpuError> {
-    let n = a.n_rows();
+/// A's CSR uploaded from the host in the set-up's precision.
+fn uploaded_a<T: Real>(gpu: &Gpu, a: &Csr) -> Result<DeviceA<T>, GpuError> {
     let row_ptr: Vec<u64> = a.row_ptr().par_iter().map(|&p| p as u64).collect();
-    let da = DeviceA {
+    Ok(DeviceA {
         row_ptr: gpu.upload(&row_ptr)?,
         cols: gpu.upload(a.cols())?,
         vals: T::upload_values(gpu, a.values())?,
-    };
-    spans.host("A's CSR uploaded");
+    })
+}
+
+/// The set-up of `plan` on A (`da`, n rows, `nnz_a` entries) on the device.
+fn run<T: Real>(
+    gpu: &Gpu,
+    da: DeviceA<T>,
+    (n, nnz_a): (usize, usize),
+    plan: &Plan,
+    spans: &mut SetupSpans<'_>,
+) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), GpuError> {
     let mut setup = Setup {
         gpu,
         a: da,
         n,
-        nnz_a: a.nnz(),
+        nnz_a,
         scan: Scan::new(gpu, n)?,
         counts: gpu.zeros(n)?,
         chunks: Vec::new(),

@@ -1002,10 +1002,14 @@ impl<'g> DeviceIncompleteCholesky<'g> {
 /// as AMG's `fine_csr` without its slot map (8 bytes an entry allocated and
 /// written): [`DeviceIncompleteCholesky::refactorise`] finds the slots by
 /// column instead (`ic_modsell_values`).
-fn csr_of_modsell(gpu: &Gpu, m: &DeviceModSell) -> Result<DeviceCsr, GpuError> {
+pub(super) fn csr_of_modsell(
+    gpu: &Gpu,
+    m: &DeviceModSell,
+    what: &str,
+) -> Result<DeviceCsr, GpuError> {
     let (n, dims) = (m.n, m.dims());
     let scan = Scan::new(gpu, n)?;
-    let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, &scan, "incomplete Cholesky")?;
+    let (row_ptr, nnz) = modsell_csr_row_ptr(gpu, m, &scan, what)?;
     let cols = unzeroed::<u32>(gpu, nnz)?;
     let vals = unzeroed::<f64>(gpu, nnz)?;
     m.launch_pattern(gpu, "ic_modsell_to_csr", &dims, |a| {
@@ -1042,7 +1046,7 @@ pub fn device_row_levels(
     upper: bool,
     scheduler: LevelScheduler,
 ) -> Result<Option<Vec<u32>>, GpuError> {
-    let csr = csr_of_modsell(gpu, m)?;
+    let csr = csr_of_modsell(gpu, m, "incomplete Cholesky")?;
     let levels = match scheduler {
         LevelScheduler::SyncFree => DeviceLevels::sync_free(gpu, &csr, upper)?,
         LevelScheduler::Wavefronts => DeviceLevels::on_device(gpu, &csr, upper, MAX_DEVICE_LEVELS)?,
@@ -1231,7 +1235,7 @@ pub fn device_csr_slots(
         let (slots, flags) = csr_pass(gpu, m, row_ptr, nnz, true, None)?;
         (slots, flags.missing_partner)
     } else {
-        let csr = csr_of_modsell(gpu, m)?;
+        let csr = csr_of_modsell(gpu, m, "incomplete Cholesky")?;
         let diag_slot = gpu.zeros::<u64>(n)?;
         gpu.launch_vector("ic_diag_slots", n, |a| {
             a.arg(&n32).arg(&csr.row_ptr).arg(&csr.cols).arg(&diag_slot);

@@ -1217,8 +1217,9 @@ impl GpuSolver<'_> {
                 })
             }
             Preconditioner::Fsai(settings) => {
-                return self.pcg_preconditioned(s, preconditioner, |gpu, ordered, _| {
-                    super::fsai::pcg_fsai(gpu, ordered.matrix(), settings)
+                return self.pcg_preconditioned(s, preconditioner, |gpu, ordered, backend| {
+                    let resident = backend.shared_matrix();
+                    super::fsai::pcg_fsai(gpu, ordered.matrix(), &resident, settings)
                 })
             }
             Preconditioner::Registered(r) => {
