@@ -357,6 +357,14 @@ pub(super) fn widen(
     })
 }
 
+/// Where A's values come from when IC(0), which factorises in place, needs
+/// them again: the mod-SELL matrix the set-up read, or the host's CSR.
+#[derive(Clone, Copy)]
+enum ValuesSource<'a> {
+    Device(&'a DeviceModSell),
+    Host(&'a Csr),
+}
+
 /// DIC or IC(0) of a matrix on the device, factorised there.
 pub struct DeviceIncompleteCholesky<'g> {
     gpu: &'g Gpu,
@@ -503,7 +511,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
         };
         let mut ic = upload()?;
         spans.host("uploads (CSR, slots, levels)");
-        ic.factorise()?;
+        ic.factorise(ValuesSource::Host(a))?;
         spans.device("factorisation");
         spans.finish();
         Ok(ic)
@@ -655,7 +663,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             mixed: None,
             sync_free: None,
         };
-        if let Err(e) = ic.factorise() {
+        if let Err(e) = ic.factorise(ValuesSource::Device(m)) {
             // IC(0)'s factorisation found an entry without its partner: the
             // CPU's message names it.
             if kind == IcKind::Ic0 && matches!(e, SolveError::InvalidControls(_)) {
@@ -678,9 +686,7 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// Value-only re-set-up on the pattern kept: the CSR values from `m`'s
     /// current values (same pattern and rows as at [`Self::on_device`]),
     /// refactorised, and the f32 copies refreshed; no host work, nothing
-    /// allocated but, for IC(0) factorised in one launch, the copy of the
-    /// values kept for a start over. A breakdown is the CPU's error, as at
-    /// the set-up.
+    /// allocated. A breakdown is the CPU's error, as at the set-up.
     pub fn refactorise(&mut self, m: &DeviceModSell) -> Result<(), SolveError> {
         self.refactorise_with(m, self.forward.n_levels() > LEVELS_LAUNCHED_EACH)
     }
@@ -709,13 +715,8 @@ impl<'g> DeviceIncompleteCholesky<'g> {
                 self.n
             )));
         }
-        let dims = m.dims();
-        m.launch_pattern(self.gpu, "ic_modsell_values", &dims, |a| {
-            a.arg(&m.values).arg(&m.diag);
-            a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
-            a.arg(&self.vals);
-        })?;
-        self.factorise_with(one_launch)?;
+        self.write_values(ValuesSource::Device(m))?;
+        self.factorise_with(one_launch, ValuesSource::Device(m))?;
         let gpu = self.gpu;
         if let Some(mx) = &self.mixed {
             if let Some(vals) = &mx.vals {
@@ -789,16 +790,34 @@ impl<'g> DeviceIncompleteCholesky<'g> {
     /// levels (a colouring's: [`LEVELS_LAUNCHED_EACH`]), else in one launch
     /// where the device allows ([`Self::factor_sync_free`]), else level by
     /// level.
-    fn factorise(&mut self) -> Result<(), SolveError> {
-        self.factorise_with(self.forward.n_levels() > LEVELS_LAUNCHED_EACH)
+    fn factorise(&mut self, values: ValuesSource<'_>) -> Result<(), SolveError> {
+        self.factorise_with(self.forward.n_levels() > LEVELS_LAUNCHED_EACH, values)
+    }
+
+    /// A's values into the CSR copy's slots again: from the mod-SELL
+    /// matrix of the same pattern (`ic_modsell_values`, each stored entry to
+    /// its column's slot, the diagonal to its slot) or from the host's CSR.
+    fn write_values(&mut self, values: ValuesSource<'_>) -> Result<(), GpuError> {
+        match values {
+            ValuesSource::Device(m) => {
+                let dims = m.dims();
+                m.launch_pattern(self.gpu, "ic_modsell_values", &dims, |a| {
+                    a.arg(&m.values).arg(&m.diag);
+                    a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
+                    a.arg(&self.vals);
+                })
+            }
+            ValuesSource::Host(a) => self.gpu.write(a.values(), &mut self.vals),
+        }
     }
 
     /// The factorisation in one launch without synchronisation between
     /// levels (`ic_factor_sync_free`, Liu et al. 2016: a thread per row
     /// waits for the rows of its lower pattern, then computes its row as the
-    /// level kernels do), breakdowns into `failed`. False, with nothing
-    /// computed that matters, below compute capability 7.0 or where a
-    /// bounded wait gave up: the caller factorises level by level. Its
+    /// level kernels do), breakdowns into `failed`. False below compute
+    /// capability 7.0 or where a bounded wait gave up: the caller
+    /// factorises level by level (IC(0) after writing A's values again,
+    /// which rows done overwrote). Its
     /// scratch (a flag per row) is allocated at the first factorisation,
     /// the set-up's, and reused by [`Self::refactorise`].
     fn factor_sync_free(&mut self, failed: &CudaSlice<i32>) -> Result<bool, GpuError> {
@@ -822,17 +841,6 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             IcKind::Dilu => 1,
             IcKind::Ic0 => 2,
         };
-        // IC(0) factorises in place: A's values are kept for the start over
-        // level by level should the launch give up with rows done.
-        let kept = match self.pivots {
-            None => {
-                // Every entry written by the copy.
-                let mut values = unzeroed::<f64>(gpu, self.vals.len())?;
-                gpu.copy(&self.vals, &mut values)?;
-                Some(values)
-            }
-            Some(_) => None,
-        };
         let n32 = n as i32;
         gpu.launch_vector("ic_factor_sync_free", n, |a| {
             a.arg(&n32).arg(&kind);
@@ -844,21 +852,31 @@ impl<'g> DeviceIncompleteCholesky<'g> {
             arg_or_null(a, self.l_diag.as_ref());
             a.arg(done).arg(state).arg(failed);
         })?;
-        let finished = gpu.download(state)?[1] == 0;
-        if let (false, Some(values)) = (finished, kept) {
-            gpu.copy(&values, &mut self.vals)?;
-        }
-        Ok(finished)
+        Ok(gpu.download(state)?[1] == 0)
     }
 
-    fn factorise_with(&mut self, one_launch: bool) -> Result<(), SolveError> {
+    /// The factorisation, in one launch where `one_launch` and the device
+    /// allow, else level by level; `values`: where A's values come from
+    /// again for the start over level by level after a one-launch
+    /// factorisation gave up (IC(0) factorises in place: rows done had
+    /// overwritten theirs).
+    fn factorise_with(
+        &mut self,
+        one_launch: bool,
+        values: ValuesSource<'_>,
+    ) -> Result<(), SolveError> {
         let gpu = self.gpu;
         // [first row that broke down, first row of IC(0) with an entry
         // whose partner is missing], each + 1, from n + 1.
         let none = self.n as i32 + 1;
         let mut failed = gpu.upload(&[none, none])?;
-        if one_launch && self.factor_sync_free(&failed)? {
-            return self.check_factor(&failed);
+        if one_launch {
+            if self.factor_sync_free(&failed)? {
+                return self.check_factor(&failed);
+            }
+            if self.pivots.is_none() {
+                self.write_values(values)?;
+            }
         }
         // Rows that gave up left `failed` as it was for the others; start
         // over.
