@@ -220,15 +220,20 @@ pub fn fsai_setup_gpu_resident(
         work_bytes: work_budget().max(1),
     };
     let size = (n, csr.nnz);
-    run_in_precision(
-        s.precision,
-        gpu,
-        ASource::Device(csr),
-        size,
-        &plan,
-        spans,
-        start,
-    )
+    let (g, gt, mut stats) = match s.precision {
+        Precision::Double => {
+            let da = DeviceA::<f64>::of_csr(gpu, csr)?;
+            run(gpu, da, size, &plan, &mut spans)
+        }
+        Precision::Mixed => {
+            let da = DeviceA::<f32>::of_csr(gpu, csr)?;
+            spans.device("f32 values");
+            run(gpu, da, size, &plan, &mut spans)
+        }
+    }?;
+    stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
+    spans.finish();
+    Ok((g, gt, stats))
 }
 
 /// [`fsai_setup_gpu`] with a work-memory budget (bytes) for the per-row
@@ -283,59 +288,18 @@ pub fn fsai_setup_gpu_budget(
         work_bytes: work_bytes.max(1),
     };
     let size = (n, a.nnz());
-    run_in_precision(
-        s.precision,
-        gpu,
-        ASource::Host(a),
-        size,
-        &plan,
-        spans,
-        start,
-    )
-}
-
-/// A as the set-up reads it: the host's CSR, uploaded, or a CSR already on
-/// the device (f64 values).
-enum ASource<'a> {
-    Host(&'a Csr),
-    Device(DeviceCsr),
-}
-
-/// [`run`] in `precision` on A from `source` ((n, nnz) = `size`), the
-/// whole set-up's time since `start` in the statistics.
-fn run_in_precision(
-    precision: Precision,
-    gpu: &Gpu,
-    source: ASource<'_>,
-    size: (usize, usize),
-    plan: &Plan,
-    spans: SetupSpans<'_>,
-    start: std::time::Instant,
-) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
-    match precision {
-        Precision::Double => run_on::<f64>(gpu, source, size, plan, spans, start),
-        Precision::Mixed => run_on::<f32>(gpu, source, size, plan, spans, start),
-    }
-}
-
-/// [`run_in_precision`] in `T`.
-fn run_on<T: Real>(
-    gpu: &Gpu,
-    source: ASource<'_>,
-    size: (usize, usize),
-    plan: &Plan,
-    mut spans: SetupSpans<'_>,
-    start: std::time::Instant,
-) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
-    let da = match source {
-        ASource::Host(a) => {
-            let da = uploaded_a::<T>(gpu, a)?;
+    let (g, gt, mut stats) = match s.precision {
+        Precision::Double => {
+            let da = uploaded_a::<f64>(gpu, a)?;
             spans.host("A's CSR uploaded");
-            da
+            run(gpu, da, size, &plan, &mut spans)
         }
-        ASource::Device(csr) => DeviceA::<T>::of_csr(gpu, csr)?,
-    };
-    let (g, gt, mut stats) = run(gpu, da, size, plan, &mut spans)?;
+        Precision::Mixed => {
+            let da = uploaded_a::<f32>(gpu, a)?;
+            spans.host("A's CSR uploaded");
+            run(gpu, da, size, &plan, &mut spans)
+        }
+    }?;
     stats.total_ms = start.elapsed().as_secs_f64() * 1e3;
     spans.finish();
     Ok((g, gt, stats))
