@@ -206,6 +206,19 @@ __device__ __forceinline__ int modsell_part_code(int c, int row, int first) {
     }
 }
 
+// The value of slot k for the code c that modsell_part_code kept: a part
+// (strictly lower or upper) loads only its own values, about half of the
+// row's, so the truncated Neumann's two half-products move about one
+// product's values, not two; the full product loads every slot as before.
+template <int Part, typename T>
+__device__ __forceinline__ T modsell_part_value(int c, const T* __restrict__ vals, u64 k) {
+    if constexpr (Part == ROW_FULL) {
+        return vals[k];
+    } else {
+        return c != 0 ? vals[k] : T(0);
+    }
+}
+
 // One row of y = A x in modified SELL (Wikberg 2024, §3.5 `ellpack_shared`,
 // padding skipped explicitly), row blockIdx.x * H + threadIdx.x with
 // H = blockDim.x: the block stages x[s*H .. s*H+H) in shared memory; code > 0
@@ -216,7 +229,7 @@ __device__ __forceinline__ int modsell_part_code(int c, int row, int first) {
 // (kernels/polynomial.cu); the operations are the same. Part = ROW_FULL is
 // A x; ROW_STRICT_LOWER / _UPPER sum only the entries left / right of the
 // diagonal (no diagonal term; the truncated Neumann preconditioner,
-// kernels/deflation.cu). For ROW_FULL the code is the plain product's,
+// kernels/neumann.cu). For ROW_FULL the code is the plain product's,
 // instruction for instruction.
 template <typename T, int Part>
 __device__ T modsell_row_part(int n, const u64* __restrict__ slice_ptr,
@@ -237,7 +250,8 @@ __device__ T modsell_row_part(int n, const u64* __restrict__ slice_ptr,
     for (; k + h < end; k += 2 * (u64)h) {
         const int c0 = modsell_part_code<Part>(codes[k], row, first),
                   c1 = modsell_part_code<Part>(codes[k + h], row, first);
-        const T v0 = vals[k], v1 = vals[k + h];
+        const T v0 = modsell_part_value<Part>(c0, vals, k),
+                v1 = modsell_part_value<Part>(c1, vals, k + h);
         const T x0 = modsell_x(c0, x, x_slice), x1 = modsell_x(c1, x, x_slice);
         if (c0 != 0) acc += v0 * x0;
         if (c1 != 0) acc += v1 * x1;

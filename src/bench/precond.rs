@@ -22,10 +22,12 @@
 //! unchanged fvSolution's DIC and GAMG run on the GPU
 //! (`solve::registry::GPU_DEFAULTS`, measured as rows of their own), their
 //! total time and its ratio to Jacobi-PCG and to the level-scheduled DIC
-//! (colour order, f64) of the same run. Deflation rows (stripes of RCM rows,
-//! +Jacobi, +Neu1, +Neu2) set up on the resident RCM matrix like the others,
-//! each phase timed and given in the note (in ms and SpMVs) with the bytes a
-//! projection moves against an SpMV's. Before the first case every row runs
+//! (colour order, f64) of the same run. Deflation rows (+Jacobi, +Neu1, +Neu2)
+//! by stripes of RCM rows (Gupta et al.'s subdomains) on the resident RCM
+//! matrix, then by as many compact subdomains grown over the RCM rows (a
+//! layout of their own, once per mesh like the colour layout, its time in
+//! the note), each phase timed and given in the note (in ms and SpMVs) with
+//! the bytes a projection moves against an SpMV's. Before the first case every row runs
 //! once on a small system (`warm_up`), so that no timed row includes kernel
 //! compilation or module loading; the output says how long that took. The CPU DIC-PCG runs in natural order (rayon where
 //! it parallelises); above `polynomial::CPU_DIC_MAX_ROWS` rows its
@@ -65,7 +67,8 @@ use fvpoisson::solve::{
     Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings, SolverControls,
     SolverPerformance, Sweep,
 };
-use fvpoisson::sparse::Csr;
+use fvpoisson::sparse::blocks::grown_blocks;
+use fvpoisson::sparse::{Csr, Permutation};
 
 /// The cases of the table: the 8M-cell hex box, the perturbed tet box and
 /// the density-contrast case (`--quick`: small ones).
@@ -725,15 +728,39 @@ fn case_entries(
         note,
     ));
 
-    // Deflation (+Jacobi, +neu1, +neu2), stripes of RCM rows, set up on the
-    // resident RCM matrix as the other rows and solved warm.
-    let stripes = Subdomains::stripes(n, default_subdomains(n))?;
+    // Deflation (+Jacobi, +neu1, +neu2), stripes of RCM rows (Gupta et
+    // al.'s subdomains), set up on the resident RCM matrix as the other rows
+    // and solved warm.
+    let k = default_subdomains(n);
+    let stripes = Subdomains::stripes(n, k)?;
     for kind in &DEFLATED_PCG_PRECONDITIONERS[1..] {
         push(deflation_entry(
             gpu,
             &mut by_rcm,
             kind,
-            &stripes,
+            (&stripes, "stripes of RCM rows"),
+            &controls,
+            &options,
+            spmv,
+        )?);
+    }
+    // The same count of compact subdomains: a stripe's constant misses the
+    // modes smooth along it (docs/src/deflation.md), a compact piece of the
+    // mesh does not. Made once per mesh, as the colour layout.
+    let t = Instant::now();
+    let (mut by_subdomains, compact) = compact_subdomains(gpu, &by_rcm.a, &b_rcm, k, &options)?;
+    let compact_note = format!(
+        "subdomains grown over the RCM rows (layout once per mesh, not in the set-up: {:.1} ms \
+         = {:.1} SpMVs)",
+        t.elapsed().as_secs_f64() * 1e3,
+        t.elapsed().as_secs_f64() * 1e3 / spmv
+    );
+    for kind in &DEFLATED_PCG_PRECONDITIONERS[1..] {
+        push(deflation_entry(
+            gpu,
+            &mut by_subdomains,
+            kind,
+            (&compact, &compact_note),
             &controls,
             &options,
             spmv,
@@ -746,8 +773,36 @@ fn case_entries(
     Ok((entries, spmv))
 }
 
+/// `a` (in RCM order) and `b` renumbered into `k` compact subdomains of
+/// equal size (the last one smaller), each grown breadth first over the
+/// RCM rows ([`grown_blocks`]), on the device; the subdomains in that order.
+fn compact_subdomains<'g>(
+    gpu: &'g Gpu,
+    a: &Csr,
+    b: &[f64],
+    k: usize,
+    options: &GpuSolveOptions,
+) -> anyhow::Result<(Ordered<'g>, Subdomains)> {
+    let n = a.n_rows();
+    let size = n.div_ceil(k);
+    let order = grown_blocks(a, size, &Permutation::identity(n));
+    let ordered = Ordered::new(
+        gpu,
+        (
+            "subdomains",
+            format!("{size}-row subdomains grown over RCM"),
+        ),
+        order.apply_symmetric(a),
+        &order.to_new(b),
+        options,
+    )?;
+    let offsets = (0..n.div_ceil(size)).map(|p| p * size).chain([n]).collect();
+    Ok((ordered, Subdomains::from_offsets(offsets)?))
+}
+
 /// The row of deflated PCG with `kind` (Jacobi, or a registered algorithm:
-/// Neu1, Neu2) by `stripes` on `ordered`'s resident matrix: set-up (Jacobi:
+/// Neu1, Neu2) by `subdomains` (described in the note by its words) on
+/// `ordered`'s resident matrix: set-up (Jacobi:
 /// a backend with 1/a_ii on the shared matrix; a registered one: its device
 /// form on the shared matrix; then
 /// `DeviceDeflation::new_timed`) timed as a whole and per phase (each phase
@@ -758,7 +813,7 @@ fn deflation_entry<'g>(
     gpu: &'g Gpu,
     ordered: &mut Ordered<'g>,
     kind: &Preconditioner,
-    stripes: &Subdomains,
+    (subdomains, described): (&Subdomains, &str),
     controls: &SolverControls,
     options: &GpuSolveOptions,
     spmv_ms: f64,
@@ -794,7 +849,7 @@ fn deflation_entry<'g>(
     gpu.synchronize()?;
     let preconditioner_ms = t.elapsed().as_secs_f64() * 1e3;
     let backend = jacobi_backend.as_ref().unwrap_or(&ordered.backend);
-    let ops = match DeviceDeflation::new_timed(gpu, backend.matrix(), stripes) {
+    let ops = match DeviceDeflation::new_timed(gpu, backend.matrix(), subdomains) {
         Ok(ops) => ops,
         Err(e) => return Ok(failed(format!("set-up failed: {e}"))),
     };
@@ -836,7 +891,7 @@ fn deflation_entry<'g>(
     let k = ops.subdomain_count();
     let note = match &result {
         Ok((perf, _)) => format!(
-            "{k} stripes of RCM rows, final residual {:.3e}{}; set-up: {phases}; {traffic}",
+            "{k} {described}, final residual {:.3e}{}; set-up: {phases}; {traffic}",
             perf.final_residual,
             if perf.converged { "" } else { " NOT CONVERGED" }
         ),
