@@ -73,55 +73,81 @@ extern "C" __global__ void defl_az(int n, int h, const u64* __restrict__ slice_p
     }
 }
 
-// Minimum of v over the block, valid in every thread. The next call cannot
-// overwrite `result` early: thread 0 writes it only after the barriers of the
-// next call, which every thread reaches after reading it.
-__device__ int block_min_all(int v) {
-    __shared__ int warp_mins[32];
-    __shared__ int result;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_down_sync(0xffffffffu, v, o));
-    __syncthreads();  // an earlier call may still be reading warp_mins
-    if (lane == 0) warp_mins[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        int t = lane < (int)(blockDim.x >> 5) ? warp_mins[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) t = min(t, __shfl_down_sync(0xffffffffu, t, o));
-        if (lane == 0) result = t;
-    }
-    __syncthreads();
-    return result;
-}
+// Most subdomains (src/solve/deflation.rs MAX_SUBDOMAINS): the bits of a
+// block's touched subdomains fit in shared memory.
+#define DEFL_MAX_SUBDOMAINS 4096
+// Most subdomains a block's rows may touch for one pass over its rows.
+#define DEFL_ONE_PASS_MAX 64
 
 // E = Z^T (AZ), row p by block p: E[p][q] = sum over the rows of p of their
-// AZ entries in subdomain q. The block walks the subdomains q its rows touch
-// in ascending order (block minimum above the last one) and sums each with
-// block_sum. E (row-major k x k) must be zero on entry. blockDim multiple of 32.
+// AZ entries in subdomain q, each thread summing its rows (and their slots)
+// in ascending order, then block_sum per q in ascending q. The subdomains
+// the rows touch are first marked in a shared bit set; up to
+// DEFL_ONE_PASS_MAX of them (a compact subdomain touches its own and its
+// neighbours') each thread keeps a partial sum per subdomain, indexed by the
+// subdomain's rank among the marked, and reads AZ once; beyond, a pass per
+// subdomain (the same sums in the same order). E (row-major k x k) must be
+// zero on entry; k <= DEFL_MAX_SUBDOMAINS; blockDim multiple of 32.
 extern "C" __global__ void defl_galerkin(int n, int k, int w, const int* __restrict__ offsets,
                                          const int* __restrict__ az_parts,
                                          const double* __restrict__ az_values,
                                          double* __restrict__ e) {
+    __shared__ unsigned touched[DEFL_MAX_SUBDOMAINS / 32];
+    __shared__ int marked_before[DEFL_MAX_SUBDOMAINS / 32];
+    __shared__ int marked;
     const int p = blockIdx.x, first = offsets[p], last = offsets[p + 1];
-    int previous = -1;
-    for (;;) {
-        int mine = 0x7fffffff;
+    const int words = (k + 31) / 32;
+    for (int x = threadIdx.x; x < words; x += blockDim.x) touched[x] = 0u;
+    __syncthreads();
+    for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
+        for (int j = 0; j < w; ++j) {
+            const int q = az_parts[(size_t)j * n + i];
+            if (q >= 0) atomicOr(&touched[q >> 5], 1u << (q & 31));
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int c = 0;
+        for (int x = 0; x < words; ++x) {
+            marked_before[x] = c;
+            c += __popc(touched[x]);
+        }
+        marked = c;
+    }
+    __syncthreads();
+    if (marked <= DEFL_ONE_PASS_MAX) {
+        double partial[DEFL_ONE_PASS_MAX];
+        for (int r = 0; r < marked; ++r) partial[r] = 0.0;
         for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
             for (int j = 0; j < w; ++j) {
                 const int q = az_parts[(size_t)j * n + i];
-                if (q > previous && q < mine) mine = q;
+                if (q < 0) continue;
+                const unsigned below = touched[q >> 5] & ((1u << (q & 31)) - 1u);
+                partial[marked_before[q >> 5] + __popc(below)] += az_values[(size_t)j * n + i];
             }
         }
-        const int q = block_min_all(mine);
-        if (q == 0x7fffffff) break;
-        double s = 0.0;
-        for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
-            for (int j = 0; j < w; ++j) {
-                if (az_parts[(size_t)j * n + i] == q) s += az_values[(size_t)j * n + i];
+        int r = 0;
+        for (int x = 0; x < words; ++x) {
+            for (unsigned bits = touched[x]; bits != 0u; bits &= bits - 1u) {
+                const int q = x * 32 + __ffs(bits) - 1;
+                const double total = block_sum(partial[r++]);
+                if (threadIdx.x == 0) e[(size_t)p * k + q] = total;
             }
         }
-        const double total = block_sum(s);
-        if (threadIdx.x == 0) e[(size_t)p * k + q] = total;
-        previous = q;
+        return;
+    }
+    for (int x = 0; x < words; ++x) {
+        for (unsigned bits = touched[x]; bits != 0u; bits &= bits - 1u) {
+            const int q = x * 32 + __ffs(bits) - 1;
+            double s = 0.0;
+            for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
+                for (int j = 0; j < w; ++j) {
+                    if (az_parts[(size_t)j * n + i] == q) s += az_values[(size_t)j * n + i];
+                }
+            }
+            const double total = block_sum(s);
+            if (threadIdx.x == 0) e[(size_t)p * k + q] = total;
+        }
     }
 }
 
