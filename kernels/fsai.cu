@@ -88,38 +88,50 @@ extern "C" __global__ void fsai_compact(int nb, const unsigned* __restrict__ fla
     if (l < nb && flags[l]) list[offsets[l]] = l;
 }
 
-// ---- (K1) Kaporin gradient and top-s choice, one warp per active row.
-// Lane 0 holds row i (coefficient 1), lane t in 1..m pattern row cols[t-1]
-// (coefficient g[t-1]); the lanes merge their sorted rows (warp minimum of
-// the head columns), stopping at column i. For each merged column j the
-// products coef * a_{row,j} (0 when the lane's row lacks j) are summed by
-// the xor butterfly 16, 8, 4, 2, 1 (the spec's tree sum, lane 0's result
-// broadcast). Columns of the pattern and zero sums are no candidates. The
-// best s candidates are kept in lanes 0..s-1, sorted by |v| descending; the
-// merge visits columns in ascending order, so inserting a candidate after
-// those with |v| >= its own breaks ties toward the smaller column. The picks
-// are appended to cols at m.. in that order; none: the row is exhausted.
+// ---- (K1) Kaporin gradient and top-s choice, a group of `lanes` lanes per
+// active row (lanes a power of two from 4 to 32, at least m + 1 and s: the
+// host picks the fewest for the step, so a warp serves 32 / lanes rows).
+// Lane 0 of the group holds row i (coefficient 1), lane t in 1..m pattern
+// row cols[t-1] (coefficient g[t-1]); the lanes merge their sorted rows
+// (group minimum of the head columns), stopping at column i. For each merged
+// column j the products coef * a_{row,j} (0 when the lane's row lacks j) are
+// summed by the xor butterfly lanes/2, ..., 2, 1 (the spec's tree sum over
+// 32 lanes, whose first steps add the zeros of the lanes past m: the same
+// sum, lane 0's result broadcast). Columns of the pattern and zero sums are
+// no candidates. The best s candidates are kept in lanes 0..s-1, sorted by
+// |v| descending; the merge visits columns in ascending order, so inserting
+// a candidate after those with |v| >= its own breaks ties toward the smaller
+// column. The picks are appended to cols at m.. in that order; none: the row
+// is exhausted. Every lane of a warp runs the loop until all its groups are
+// done (the shuffles name the whole warp).
 // kernel: fsai_gradient_f64 = fsai_gradient<double>, fsai_gradient_f32 = fsai_gradient<float>
 template <typename T>
 __global__ void fsai_gradient(int count, const int* __restrict__ list, int nb, int r0, int s,
-                              const u64* __restrict__ row_ptr, const unsigned* __restrict__ acols,
-                              const T* __restrict__ avals, const int* __restrict__ m, int* cols,
-                              const T* __restrict__ g, int* __restrict__ npick,
-                              unsigned* __restrict__ active) {
-    const int w = (int)((blockIdx.x * (unsigned)blockDim.x + threadIdx.x) >> 5);
-    const int lane = threadIdx.x & 31;
-    if (w >= count) return;  // the whole warp
-    const int l = list[w];
-    const unsigned i = (unsigned)(r0 + l);
-    const int mm = m[l];
-    int row = -1;
+                              int lanes, const u64* __restrict__ row_ptr,
+                              const unsigned* __restrict__ acols, const T* __restrict__ avals,
+                              const int* __restrict__ m, int* cols, const T* __restrict__ g,
+                              int* __restrict__ npick, unsigned* __restrict__ active) {
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int w = (int)(t / (unsigned)lanes);
+    const int lane = (int)(t % (unsigned)lanes);
+    const int first_lane = (int)(threadIdx.x & 31u) - lane;
+    const unsigned group =
+        lanes == 32 ? FSAI_FULL_MASK : ((1u << lanes) - 1u) << first_lane;
+    const bool live = w < count;
+    int l = 0, mm = 0, row = -1;
+    unsigned i = 0;
     T coef = T(0);
-    if (lane == 0) {
-        row = (int)i;
-        coef = T(1);
-    } else if (lane <= mm) {
-        row = cols[(u64)(lane - 1) * nb + l];
-        coef = g[(u64)(lane - 1) * nb + l];
+    if (live) {
+        l = list[w];
+        i = (unsigned)(r0 + l);
+        mm = m[l];
+        if (lane == 0) {
+            row = (int)i;
+            coef = T(1);
+        } else if (lane <= mm) {
+            row = cols[(u64)(lane - 1) * nb + l];
+            coef = g[(u64)(lane - 1) * nb + l];
+        }
     }
     u64 ptr = 0, end = 0;
     unsigned head = FSAI_NONE;
@@ -131,37 +143,41 @@ __global__ void fsai_gradient(int count, const int* __restrict__ list, int nb, i
     T best = T(0);  // lane q < held: candidate q's |v| and column
     unsigned best_col = FSAI_NONE;
     int held = 0;
+    bool done = !live;
     for (;;) {
-        const unsigned j = __reduce_min_sync(FSAI_FULL_MASK, head);
-        if (j >= i) break;  // also FSAI_NONE: every row ended
-        const bool here = head == j;
+        unsigned j = head;
+        for (int off = lanes >> 1; off > 0; off >>= 1)
+            j = min(j, __shfl_xor_sync(FSAI_FULL_MASK, j, off, lanes));
+        if (j >= i) done = true;  // also FSAI_NONE: every row ended
+        if (__all_sync(FSAI_FULL_MASK, done)) break;
+        const bool here = !done && head == j;
         T p = here ? rn_mul(coef, avals[ptr]) : T(0);
-        for (int off = 16; off > 0; off >>= 1)
-            p = rn_add(p, __shfl_xor_sync(FSAI_FULL_MASK, p, off));
-        p = __shfl_sync(FSAI_FULL_MASK, p, 0);
+        for (int off = lanes >> 1; off > 0; off >>= 1)
+            p = rn_add(p, __shfl_xor_sync(FSAI_FULL_MASK, p, off, lanes));
+        p = __shfl_sync(FSAI_FULL_MASK, p, 0, lanes);
         const bool in_pattern =
-            __ballot_sync(FSAI_FULL_MASK, lane >= 1 && lane <= mm && row == (int)j) != 0u;
-        if (!in_pattern && p != T(0)) {  // uniform over the warp
-            const T v = fabs(p);
-            const int pos = __popc(__ballot_sync(FSAI_FULL_MASK, lane < held && best >= v));
-            if (pos < s) {
-                const T up = __shfl_up_sync(FSAI_FULL_MASK, best, 1);
-                const unsigned up_col = __shfl_up_sync(FSAI_FULL_MASK, best_col, 1);
-                if (lane == pos) {
-                    best = v;
-                    best_col = j;
-                } else if (lane > pos && lane < s) {
-                    best = up;
-                    best_col = up_col;
-                }
-                held = min(held + 1, s);
+            (__ballot_sync(FSAI_FULL_MASK, lane >= 1 && lane <= mm && row == (int)j) & group) != 0u;
+        const T v = fabs(p);
+        const int pos =
+            __popc(__ballot_sync(FSAI_FULL_MASK, lane < held && best >= v) & group);
+        const T up = __shfl_up_sync(FSAI_FULL_MASK, best, 1, lanes);
+        const unsigned up_col = __shfl_up_sync(FSAI_FULL_MASK, best_col, 1, lanes);
+        if (!done && !in_pattern && p != T(0) && pos < s) {  // uniform over the group
+            if (lane == pos) {
+                best = v;
+                best_col = j;
+            } else if (lane > pos && lane < s) {
+                best = up;
+                best_col = up_col;
             }
+            held = min(held + 1, s);
         }
         if (here) {
             ++ptr;
             head = ptr < end ? acols[ptr] : FSAI_NONE;
         }
     }
+    if (!live) return;
     if (lane < held) cols[(u64)(mm + lane) * nb + l] = (int)best_col;
     if (lane == 0) {
         npick[l] = held;
@@ -355,6 +371,24 @@ __global__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __res
     }
     m[l] = kept;
     flags[l] = kept < mm ? 1u : 0u;
+}
+
+// ---- counts[b] += the rows l < nb whose value (clamped to 0 .. bins - 1) is
+// b: the set-up's statistics (steps per row, breakdowns, pattern sizes)
+// without reading the rows back. A block's histogram in shared memory, then
+// one atomic per bin; bins <= FSAI_HISTOGRAM_BINS.
+#define FSAI_HISTOGRAM_BINS 64
+extern "C" __global__ void fsai_histogram(int nb, const int* __restrict__ values, int bins,
+                                          u64* __restrict__ counts) {
+    __shared__ unsigned block_counts[FSAI_HISTOGRAM_BINS];
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) block_counts[b] = 0u;
+    __syncthreads();
+    const int l = blockIdx.x * blockDim.x + threadIdx.x;
+    if (l < nb) atomicAdd(&block_counts[min(max(values[l], 0), bins - 1)], 1u);
+    __syncthreads();
+    for (int b = threadIdx.x; b < bins; b += blockDim.x) {
+        if (block_counts[b] != 0u) atomicAdd(&counts[b], (u64)block_counts[b]);
+    }
 }
 
 // ---- (K5) Assembly. counts[l] = m + 1 (the row's entries with the diagonal).

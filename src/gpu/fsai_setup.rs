@@ -46,10 +46,20 @@ use crate::sparse::Csr;
 /// kernels/fsai.cu FSAI_STOP_*.
 const STOP_STAGNATION: i32 = 0;
 const STOP_REDUCTION: i32 = 1;
-/// Threads per block of the gradient kernel (a warp per row).
+/// Threads per block of the gradient kernel (a group of lanes per row).
 const GRADIENT_BLOCK: u32 = 256;
-/// Rows of the gradient kernel per block.
-const GRADIENT_ROWS_PER_BLOCK: usize = GRADIENT_BLOCK as usize / 32;
+
+/// Lanes of the gradient kernel per row at adaptive step `step` (from 0) of
+/// `step_size` columns: a row then holds at most step · step_size columns,
+/// and the kernel needs a lane per pattern column and one for the row, and
+/// s lanes for the candidates; the fewest such lanes (a power of two, 4 to
+/// 32), so that a warp merges the rows of 32 / lanes rows at once.
+fn gradient_lanes(step: usize, step_size: usize) -> usize {
+    (step * step_size + 1)
+        .max(step_size)
+        .next_power_of_two()
+        .clamp(4, 32)
+}
 /// Default work-memory budget of the set-up's per-row state.
 pub const DEFAULT_WORK_BYTES: usize = 4 << 30;
 
@@ -572,6 +582,33 @@ fn run<T: Real>(
 }
 
 impl<T: Real> Setup<'_, T> {
+    /// How many of the first `nb` rows hold each value 0 .. bins - 1 of
+    /// `values` (a larger value counts in the last bin), counted on the
+    /// device: only the counts are read back.
+    fn histogram(
+        &self,
+        values: &CudaSlice<i32>,
+        nb: usize,
+        bins: usize,
+    ) -> Result<Vec<u64>, GpuError> {
+        let counts = self.gpu.zeros::<u64>(bins)?;
+        let (nb32, bins32) = (nb as i32, bins as i32);
+        self.gpu.launch_vector("fsai_histogram", nb, |a| {
+            a.arg(&nb32).arg(values).arg(&bins32).arg(&counts);
+        })?;
+        self.gpu.download(&counts)
+    }
+
+    /// G's row counts of the batch (m + 1) into work.counts, their
+    /// exclusive scan into work.offsets; their sum.
+    fn row_counts(&self, work: &Work<T>, nb: usize) -> Result<usize, GpuError> {
+        let nb32 = nb as i32;
+        self.gpu.launch_vector("fsai_row_counts", nb, |a| {
+            a.arg(&nb32).arg(&work.m).arg(&work.counts);
+        })?;
+        Ok(self.scan.run(self.gpu, &work.counts, nb, &work.offsets)? as usize)
+    }
+
     /// The rows flagged in work.flags[..nb] into work.list; their count.
     fn compact(&self, work: &Work<T>, nb: usize) -> Result<usize, GpuError> {
         let count = self.scan.run(self.gpu, &work.flags, nb, &work.offsets)? as usize;
@@ -685,7 +722,7 @@ impl<T: Real> Setup<'_, T> {
         let gpu = self.gpu;
         self.init(work, r0, nb)?;
         let (nb32, r032, s32) = (nb as i32, r0 as i32, step_size as i32);
-        for _ in 0..steps {
+        for step in 0..steps {
             let mut count = 0;
             self.stats.stop_ms += gpu.time_ms(|| {
                 count = self.compact(work, nb)?;
@@ -695,10 +732,13 @@ impl<T: Real> Setup<'_, T> {
                 break;
             }
             let count32 = count as i32;
+            let lanes = gradient_lanes(step, step_size);
+            let lanes32 = lanes as i32;
+            let rows_per_block = GRADIENT_BLOCK as usize / lanes;
             self.stats.gradient_ms += gpu.time_ms(|| {
                 gpu.launch(
                     T::GRADIENT,
-                    count.div_ceil(GRADIENT_ROWS_PER_BLOCK) as u32,
+                    count.div_ceil(rows_per_block) as u32,
                     GRADIENT_BLOCK,
                     0,
                     |a| {
@@ -706,7 +746,8 @@ impl<T: Real> Setup<'_, T> {
                             .arg(&work.list)
                             .arg(&nb32)
                             .arg(&r032)
-                            .arg(&s32);
+                            .arg(&s32)
+                            .arg(&lanes32);
                         self.a.push_args(a);
                         a.arg(&work.m)
                             .arg(&work.cols)
@@ -741,9 +782,9 @@ impl<T: Real> Setup<'_, T> {
                 })
             })?;
         }
-        let steps_taken = gpu.download(&work.steps)?;
-        for &k in &steps_taken[..nb] {
-            self.stats.rows_by_steps[k as usize] += 1;
+        let rows_by_steps = self.histogram(&work.steps, nb, self.stats.rows_by_steps.len())?;
+        for (total, rows) in self.stats.rows_by_steps.iter_mut().zip(rows_by_steps) {
+            *total += rows as usize;
         }
         Ok(())
     }
@@ -786,9 +827,9 @@ impl<T: Real> Setup<'_, T> {
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let nb32 = nb as i32;
-        let m = gpu.download(&work.m)?;
-        self.nnz_before += m[..nb].iter().map(|&k| k as usize + 1).sum::<usize>();
         if postfilter > 0.0 {
+            // G's entries before the filter (after it: the chunk's length).
+            self.nnz_before += self.row_counts(work, nb)?;
             let delta = T::of(postfilter);
             let mut count = 0;
             let filter = gpu.time_ms(|| {
@@ -811,16 +852,15 @@ impl<T: Real> Setup<'_, T> {
                 self.stats.postfilter_ms += gather + cholesky + commit;
             }
         }
-        let status = gpu.download(&work.status)?;
-        self.stats.fallback_rows += status[..nb].iter().filter(|&&s| s != 0).count();
+        self.stats.fallback_rows += self.histogram(&work.status, nb, 2)?[1] as usize;
         let mut len = 0;
         self.stats.assemble_ms += gpu.time_ms(|| {
-            gpu.launch_vector("fsai_row_counts", nb, |a| {
-                a.arg(&nb32).arg(&work.m).arg(&work.counts);
-            })?;
-            len = self.scan.run(gpu, &work.counts, nb, &work.offsets)? as usize;
+            len = self.row_counts(work, nb)?;
             Ok(())
         })?;
+        if postfilter <= 0.0 {
+            self.nnz_before += len;
+        }
         let chunk = Chunk {
             first: r0,
             len,
@@ -926,5 +966,34 @@ impl<T: Real> Setup<'_, T> {
         self.stats.density_before_postfilter = self.nnz_before as f64 / self.nnz_a as f64;
         self.stats.density = nnz as f64 / self.nnz_a as f64;
         Ok((g, gt, self.stats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step of every pattern the settings allow has a lane for the row,
+    /// one per committed column and one per candidate, in groups that tile a
+    /// warp.
+    #[test]
+    fn gradient_lanes_hold_the_row_its_pattern_and_the_candidates() {
+        for step_size in 1..=MAX_ADAPTIVE_PATTERN {
+            for steps in 1..=MAX_ADAPTIVE_PATTERN / step_size {
+                for step in 0..steps {
+                    let lanes = gradient_lanes(step, step_size);
+                    assert!(lanes.is_power_of_two() && (4..=32).contains(&lanes));
+                    assert!(
+                        lanes > step * step_size,
+                        "{steps} x {step_size}, step {step}"
+                    );
+                    assert!(lanes >= step_size);
+                }
+            }
+        }
+        assert_eq!(gradient_lanes(0, 1), 4);
+        assert_eq!(gradient_lanes(4, 1), 8);
+        assert_eq!(gradient_lanes(9, 1), 16);
+        assert_eq!(gradient_lanes(15, 2), 32);
     }
 }
