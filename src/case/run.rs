@@ -306,10 +306,7 @@ impl SolveTarget {
                 ..*solver
             };
         }
-        let mut given = match solver.gamg {
-            Some(s) => Preconditioner::Amg(s.amg),
-            None => solver.preconditioner,
-        };
+        let mut given = solver.pcg_preconditioner();
         given = match (self, self.gpu_default(solver)) {
             (Self::Gpus, Some(_))
                 if matches!(
@@ -345,11 +342,11 @@ impl SolveTarget {
         if self == Self::Cpu || solver.krylov.is_some() || solver.smoother.is_some() {
             return None;
         }
-        let given = match solver.gamg {
-            Some(s) => Preconditioner::Amg(s.amg),
-            None => solver.preconditioner,
-        };
-        registry::gpu_default(&given, Role::Pcg, solver.gpu_keys_given)
+        registry::gpu_default(
+            &solver.pcg_preconditioner(),
+            Role::Pcg,
+            solver.gpu_keys_given,
+        )
     }
 
     /// What this target runs in place of `field`'s `solver`, and why, for
@@ -1759,10 +1756,7 @@ fn solve_distributed(
     }
     // GAMG runs as PCG with block-Jacobi AMG: each rank's hierarchy of its
     // owned block, one cycle as its block preconditioner.
-    let block_preconditioner = match solver.gamg {
-        Some(settings) => Preconditioner::Amg(settings.amg),
-        None => solver.preconditioner,
-    };
+    let block_preconditioner = solver.pcg_preconditioner();
     if let Some(gpu) = ranks.gpu {
         let solver = LinearSolver {
             preconditioner: block_preconditioner,

@@ -287,6 +287,16 @@ impl LinearSolver {
     pub fn is_pcg(&self) -> bool {
         self.krylov.is_none() && self.smoother.is_none() && self.gamg.is_none()
     }
+
+    /// The preconditioner of PCG where this solver runs as PCG (on a GPU,
+    /// over the ranks of a distributed run): GAMG's AMG for GAMG, else the
+    /// preconditioner.
+    pub fn pcg_preconditioner(&self) -> Preconditioner {
+        match self.gamg {
+            Some(s) => Preconditioner::Amg(s.amg),
+            None => self.preconditioner,
+        }
+    }
 }
 
 impl Default for LinearSolver {
