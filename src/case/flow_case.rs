@@ -71,7 +71,7 @@
 //! assembled on the CPU and solved on the GPU instead (logged once).
 
 use super::case_toml::{MeshSection, OutputSection, SolverEntry, Source, CASE_FILE};
-use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device, GpuSolves};
+use super::run::{gamg_cache, log_gpu_mapping, Device, GpuSolves, LinearSolves};
 use super::setup::{check_non_orth_correctors, LinearSolver, OutputFormat, MAX_TIME_STEPS};
 use super::CaseError;
 use crate::flow::simple::{
@@ -88,7 +88,6 @@ use crate::gpu::simple::{DeviceFlowError, DevicePhaseSeconds, DevicePressureSolv
 use crate::gpu::Gpu;
 use crate::io::foam_field::FoamWriteOptions;
 use crate::mesh::{Mesh, MeshSource, PatchKind, Vec3};
-use crate::solve::gamg::GamgCache;
 use crate::solve::registry::{self, Role};
 use crate::solve::{
     EquilibrationKind, Preconditioner, PreconditionerKind, SmootherKind, SmootherSettings,
@@ -539,27 +538,16 @@ fn pressure_condition(
 /// with `last_solver` for the last solve of a time step (PISO's `pFinal`),
 /// its wall time added to `seconds` (read while the solves are held).
 pub(super) fn timed_pressure_solves<'a, 'g: 'a>(
-    device: Device<'g>,
-    gpu_solver: &'a mut Option<GpuSolves<'g>>,
-    gamg_cache: &'a GamgCache,
+    solves: &'a mut LinearSolves<'g>,
     [solver, last_solver]: [&'a LinearSolver; 2],
     seconds: &'a Cell<f64>,
 ) -> impl FnMut(&Csr, &[f64], &mut [f64], bool) -> Result<SolverPerformance, SolveError> + use<'a, 'g>
 {
     move |a, b, x, last| {
         let solver = if last { last_solver } else { solver };
-        let _solve = device.phase(Phase::Solve);
+        let _solve = solves.device().phase(Phase::Solve);
         let start = Instant::now();
-        let perf = solve_linear(
-            device,
-            gpu_solver.as_mut(),
-            gamg_cache,
-            solver,
-            a,
-            b,
-            x,
-            "p",
-        );
+        let perf = solves.solve(solver, a, b, x, "p");
         seconds.set(seconds.get() + start.elapsed().as_secs_f64());
         perf
     }
@@ -824,7 +812,7 @@ pub fn run_flow_case_with_mesh(
     };
     let mut write_error = None;
     let momentum = setup.settings.momentum;
-    let mut gpu_solver = match (device, momentum.krylov) {
+    let gpu_solves = match (device, momentum.krylov) {
         (Device::Gpu(gpu), Some(method)) => {
             let p = gpu_krylov_preconditioner(&momentum.preconditioner);
             if let Some((_, message)) =
@@ -857,15 +845,10 @@ pub fn run_flow_case_with_mesh(
     };
     let solver = setup.pressure_solver;
     log_gpu_mapping(device, "p", &[&solver]);
-    let gamg_cache = gamg_cache(mesh, &geometry, &[&solver]);
+    let mut solves = LinearSolves::new(device, gpu_solves, gamg_cache(mesh, &geometry, &[&solver]));
     let pressure_solve_seconds = Cell::new(0.0);
-    let solve_pressure: &mut PressureSolve<'_> = &mut timed_pressure_solves(
-        device,
-        &mut gpu_solver,
-        &gamg_cache,
-        [&solver, &solver],
-        &pressure_solve_seconds,
-    );
+    let solve_pressure: &mut PressureSolve<'_> =
+        &mut timed_pressure_solves(&mut solves, [&solver, &solver], &pressure_solve_seconds);
     let mut device_loop = match device {
         Device::Gpu(gpu) => timings::timed(Phase::DeviceSetup, || {
             device_simple(gpu, &mut simple, &solver, device)

@@ -31,7 +31,7 @@ use super::flow_case::{
 };
 use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
-use super::run::{gamg_cache, log_gpu_mapping, GpuSolves};
+use super::run::{gamg_cache, log_gpu_mapping, GpuSolves, LinearSolves};
 use super::setup::LinearSolver;
 use super::simple_foam::{
     check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
@@ -529,7 +529,7 @@ pub fn run_transient_case(
         }
         _ => None,
     };
-    let mut gpu_solver = match (device, &device_step) {
+    let gpu_solves = match (device, &device_step) {
         (Device::Gpu(_), Some(_)) => None,
         (Device::Gpu(gpu), None) => {
             log::info!(
@@ -555,13 +555,9 @@ pub fn run_transient_case(
         Some(_) => gamg_cache(mesh, &geometry, &[]),
         None => gamg_cache(mesh, &geometry, &[&p_solver, &p_final]),
     });
-    let solve_pressure: &mut PressureSolve<'_> = &mut timed_pressure_solves(
-        device,
-        &mut gpu_solver,
-        &gamg_cache,
-        [&p_solver, &p_final],
-        &pressure_seconds,
-    );
+    let mut solves = LinearSolves::new(device, gpu_solves, gamg_cache);
+    let solve_pressure: &mut PressureSolve<'_> =
+        &mut timed_pressure_solves(&mut solves, [&p_solver, &p_final], &pressure_seconds);
     let output = timings::enter(Phase::Output);
     let mut residual_log = match setup.residuals {
         true => Some(ResidualLog::create(setup, &piso)?),

@@ -17,7 +17,7 @@
 //! requires to read it back.
 
 use super::openfoam::{at, at_key, scheme, Reader};
-use super::run::{gamg_cache, log_gpu_mapping, solve_linear, Device, GpuSolves};
+use super::run::{gamg_cache, log_gpu_mapping, Device, GpuSolves, LinearSolves};
 use super::setup::LinearSolver;
 use super::simple_foam::{pressure_condition, velocity_condition};
 use super::CaseError;
@@ -34,7 +34,6 @@ use crate::io::foam_field::{
     time_name, Dimensions, FoamWriteOptions, ScalarFieldFile, TimeDirectory, VectorFieldFile,
 };
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
-use crate::solve::gamg::GamgCache;
 use crate::solve::SolverPerformance;
 use crate::timings::{self, Phase};
 use std::path::{Path, PathBuf};
@@ -390,7 +389,6 @@ impl PotentialFoamCase {
         phi: &[f64],
         device: Device,
     ) -> Result<ApproximatePressure, CaseError> {
-        let mut gpu_solver = GpuSolves::of(device);
         let pressure = self.pressure.as_ref().ok_or_else(|| {
             CaseError::invalid(format!(
                 "{}: the approximate pressure needs the case read with -writep",
@@ -398,7 +396,8 @@ impl PotentialFoamCase {
             ))
         })?;
         let cache = gamg_cache(&self.mesh, &self.geometry, &[&pressure.solver]);
-        self.pressure_step(pressure, u, phi, device, gpu_solver.as_mut(), &cache)
+        let mut solves = LinearSolves::new(device, GpuSolves::of(device), cache);
+        self.pressure_step(pressure, u, phi, &mut solves)
     }
 
     fn pressure_step<'g>(
@@ -406,9 +405,7 @@ impl PotentialFoamCase {
         pressure: &PressureStep,
         u: &[Vec3],
         phi: &[f64],
-        device: Device<'g>,
-        mut gpu_solver: Option<&mut GpuSolves<'g>>,
-        cache: &GamgCache,
+        solves: &mut LinearSolves<'g>,
     ) -> Result<ApproximatePressure, CaseError> {
         if u.len() != self.mesh.n_cells() {
             return Err(CaseError::invalid(format!(
@@ -419,17 +416,8 @@ impl PotentialFoamCase {
             )));
         }
         let solve: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
-            let _solve = device.phase(Phase::Solve);
-            solve_linear(
-                device,
-                gpu_solver.as_deref_mut(),
-                cache,
-                &pressure.solver,
-                a,
-                b,
-                x,
-                "p",
-            )
+            let _solve = solves.device().phase(Phase::Solve);
+            solves.solve(&pressure.solver, a, b, x, "p")
         };
         approximate_pressure(
             &self.mesh,
@@ -453,7 +441,7 @@ impl PotentialFoamCase {
         let (mesh, geometry, case_dir) = (&self.mesh, &self.geometry, self.dir.as_path());
         let (start, write) = (self.start, self.write);
         let n = mesh.n_cells();
-        let mut gpu_solver = GpuSolves::of(device);
+        let gpu_solves = GpuSolves::of(device);
         log_gpu_mapping(device, "Phi", &[&self.solver]);
         let mut all_solvers = vec![&self.solver];
         if let Some(pressure) = &self.pressure {
@@ -465,18 +453,10 @@ impl PotentialFoamCase {
         let cache = timings::timed(Phase::DeviceSetup, || {
             gamg_cache(mesh, geometry, &all_solvers)
         });
+        let mut solves = LinearSolves::new(device, gpu_solves, cache);
         let solve: &mut PressureSolve<'_> = &mut |a, b, x, _last| {
             let _solve = device.phase(Phase::Solve);
-            solve_linear(
-                device,
-                gpu_solver.as_mut(),
-                &cache,
-                &self.solver,
-                a,
-                b,
-                x,
-                "Phi",
-            )
+            solves.solve(&self.solver, a, b, x, "Phi")
         };
         log::info!("Calculating potential flow");
         let flow_result = potential_flow(
@@ -525,14 +505,8 @@ impl PotentialFoamCase {
         let mut pressure_solves = Vec::new();
         if let Some(pressure) = &self.pressure {
             log::info!("Calculating approximate pressure field");
-            let result = self.pressure_step(
-                pressure,
-                &flow_result.u,
-                &flow_result.phi,
-                device,
-                gpu_solver.as_mut(),
-                &cache,
-            )?;
+            let result =
+                self.pressure_step(pressure, &flow_result.u, &flow_result.phi, &mut solves)?;
             let patch_types: Vec<&str> = pressure.patch_types.iter().map(String::as_str).collect();
             written.push(timings::timed(Phase::Output, || {
                 directory.write_volume(

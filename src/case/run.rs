@@ -925,10 +925,10 @@ struct Run<'a> {
     vtk: Option<VtkSeries<'a>>,
     foam_fields: Vec<PathBuf>,
     device: Device<'a>,
-    /// The GPU's solves, which compute each row ordering once per run.
-    gpu_solver: Option<GpuSolves<'a>>,
-    /// GAMG's face weights and cached agglomeration.
-    gamg_cache: GamgCache,
+    /// The linear solves on `device`: the GPU's, which compute each row
+    /// ordering once per run, and GAMG's face weights and cached
+    /// agglomeration.
+    linear_solves: LinearSolves<'a>,
     clock: Instant,
     /// Corrector loops solved so far: tells whether the field changed since
     /// `written_error`.
@@ -1055,14 +1055,17 @@ impl<'a> Run<'a> {
             vtk,
             foam_fields: Vec::new(),
             device,
-            gpu_solver: GpuSolves::of(device),
-            gamg_cache: gamg_cache(
-                mesh,
-                geometry,
-                &[&setup.solver.regular]
-                    .into_iter()
-                    .chain(&setup.solver.final_corrector)
-                    .collect::<Vec<_>>(),
+            linear_solves: LinearSolves::new(
+                device,
+                GpuSolves::of(device),
+                gamg_cache(
+                    mesh,
+                    geometry,
+                    &[&setup.solver.regular]
+                        .into_iter()
+                        .chain(&setup.solver.final_corrector)
+                        .collect::<Vec<_>>(),
+                ),
             ),
             clock,
             solves: 0,
@@ -1228,16 +1231,9 @@ impl<'a> Run<'a> {
                     _ => rhs,
                 };
                 let _solve = self.device.phase(Phase::Solve);
-                let result = solve_linear_in_place(
-                    self.device,
-                    self.gpu_solver.as_mut(),
-                    &self.gamg_cache,
-                    solver,
-                    matrix,
-                    b,
-                    x,
-                    &setup.field,
-                );
+                let result = self
+                    .linear_solves
+                    .solve_in_place(solver, matrix, b, x, &setup.field);
                 match result {
                     Ok(perf) => performances.push(perf),
                     Err(e) => failure = Some(e),
@@ -1597,119 +1593,143 @@ pub(crate) fn gamg_cache(mesh: &Mesh, geometry: &Geometry, solvers: &[&LinearSol
     })
 }
 
-/// Solves one linear system with `solver` as `device` runs it
-/// ([`Device::adapt`]): PCG or smoothSolver, on the CPU or, with a GPU
-/// solver, on the GPU (the matrix uploaded, x the initial guess).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn solve_linear<'g>(
+/// What a case's linear solves keep between solves: where they run, what
+/// the GPUs keep ([`GpuSolves`]; None off the GPU) and GAMG's face weights
+/// and cached agglomeration ([`gamg_cache`]).
+pub(crate) struct LinearSolves<'g> {
     device: Device<'g>,
-    mut gpu_solves: Option<&mut GpuSolves<'g>>,
-    gamg_cache: &GamgCache,
-    solver: &LinearSolver,
-    matrix: &Csr,
-    b: &[f64],
-    x: &mut [f64],
-    field: &str,
-) -> Result<SolverPerformance, SolveError> {
-    if let Device::Distributed(ranks) = device {
-        return solve_distributed(&ranks, solver, matrix, b, x, field);
-    }
-    if solver.deflation != Deflation::None {
-        static WARNED: std::sync::Once = std::sync::Once::new();
-        WARNED.call_once(|| {
-            log::warn!(
-                "deflation {}: a serial run is one subdomain, nothing to deflate; the key acts \
-                 on distributed runs (run -np N)",
-                solver.deflation
-            )
-        });
-    }
-    let solver = device.adapt(solver);
-    if let Device::Gpus(set) = device {
-        let mut unkept = None;
-        let kept = match gpu_solves.as_deref_mut() {
-            Some(solves) => &mut solves.split,
-            None => &mut unkept,
-        };
-        if let Some(result) = set.solve(kept, &solver, matrix, b, x, field) {
-            return result;
+    gpu: Option<GpuSolves<'g>>,
+    gamg_cache: GamgCache,
+}
+
+impl<'g> LinearSolves<'g> {
+    pub(crate) fn new(
+        device: Device<'g>,
+        gpu: Option<GpuSolves<'g>>,
+        gamg_cache: GamgCache,
+    ) -> Self {
+        Self {
+            device,
+            gpu,
+            gamg_cache,
         }
     }
-    let gpu_solver = gpu_solves.map(|solves| &mut solves.solver);
-    let (equilibration, controls) = (&solver.equilibration, &solver.controls);
-    let options = GpuSolveOptions {
-        ordering: solver.ordering,
-        ..GpuSolveOptions::default()
-    };
-    if let Some(method) = &solver.krylov {
-        return match (gpu_solver, solver.preconditioner) {
-            (Some(gpu), p) => {
-                gpu.solve_krylov_preconditioned(matrix, method, &p, b, x, controls, field, &options)
-            }
-            (None, preconditioner) => {
-                solve_krylov(matrix, method, preconditioner, b, x, controls, field)
-            }
-        };
+
+    /// Where the solves run.
+    pub(crate) fn device(&self) -> Device<'g> {
+        self.device
     }
-    match (gpu_solver, &solver.smoother) {
-        (Some(gpu), Some(smoother)) => {
-            gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
+
+    /// Solves one linear system with `solver` as the device runs it
+    /// ([`Device::adapt`]): PCG or smoothSolver, on the CPU or, with a GPU
+    /// solver, on the GPU (the matrix uploaded, x the initial guess).
+    pub(crate) fn solve(
+        &mut self,
+        solver: &LinearSolver,
+        matrix: &Csr,
+        b: &[f64],
+        x: &mut [f64],
+        field: &str,
+    ) -> Result<SolverPerformance, SolveError> {
+        if let Device::Distributed(ranks) = self.device {
+            return solve_distributed(&ranks, solver, matrix, b, x, field);
         }
-        (Some(gpu), None) => gpu.solve_with(
-            matrix,
-            &solver.preconditioner,
-            equilibration,
-            b,
-            x,
-            controls,
-            field,
-            &options,
-        ),
-        (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
-        (None, None) => match &solver.gamg {
-            Some(settings) => solve_gamg(matrix, settings, b, x, controls, field, gamg_cache),
-            None => solve_pcg_scaled(
+        if solver.deflation != Deflation::None {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                log::warn!(
+                    "deflation {}: a serial run is one subdomain, nothing to deflate; the key acts \
+                     on distributed runs (run -np N)",
+                    solver.deflation
+                )
+            });
+        }
+        let solver = self.device.adapt(solver);
+        if let Device::Gpus(set) = self.device {
+            let mut unkept = None;
+            let kept = match self.gpu.as_mut() {
+                Some(solves) => &mut solves.split,
+                None => &mut unkept,
+            };
+            if let Some(result) = set.solve(kept, &solver, matrix, b, x, field) {
+                return result;
+            }
+        }
+        let gpu_solver = self.gpu.as_mut().map(|solves| &mut solves.solver);
+        let (equilibration, controls) = (&solver.equilibration, &solver.controls);
+        let options = GpuSolveOptions {
+            ordering: solver.ordering,
+            ..GpuSolveOptions::default()
+        };
+        if let Some(method) = &solver.krylov {
+            return match (gpu_solver, solver.preconditioner) {
+                (Some(gpu), p) => gpu.solve_krylov_preconditioned(
+                    matrix, method, &p, b, x, controls, field, &options,
+                ),
+                (None, preconditioner) => {
+                    solve_krylov(matrix, method, preconditioner, b, x, controls, field)
+                }
+            };
+        }
+        match (gpu_solver, &solver.smoother) {
+            (Some(gpu), Some(smoother)) => {
+                gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
+            }
+            (Some(gpu), None) => gpu.solve_with(
                 matrix,
-                solver.preconditioner,
+                &solver.preconditioner,
                 equilibration,
                 b,
                 x,
                 controls,
                 field,
+                &options,
             ),
-        },
+            (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
+            (None, None) => match &solver.gamg {
+                Some(settings) => {
+                    solve_gamg(matrix, settings, b, x, controls, field, &self.gamg_cache)
+                }
+                None => solve_pcg_scaled(
+                    matrix,
+                    solver.preconditioner,
+                    equilibration,
+                    b,
+                    x,
+                    controls,
+                    field,
+                ),
+            },
+        }
     }
-}
 
-/// [`solve_linear`] where the solve may take the matrix's values for its
-/// time: a CPU run's plain PCG (no GPU, no other method, no deflation) is
-/// [`solve_pcg_in_place`]'s, which holds the matrix in one layout while
-/// PCG iterates; every other solve is [`solve_linear`]'s.
-#[allow(clippy::too_many_arguments)]
-fn solve_linear_in_place<'g>(
-    device: Device<'g>,
-    gpu_solver: Option<&mut GpuSolves<'g>>,
-    gamg_cache: &GamgCache,
-    solver: &LinearSolver,
-    matrix: &mut Csr,
-    b: &[f64],
-    x: &mut [f64],
-    field: &str,
-) -> Result<SolverPerformance, SolveError> {
-    let plain_pcg = solver.is_pcg() && solver.deflation == Deflation::None;
-    if matches!(device, Device::Cpu) && gpu_solver.is_none() && plain_pcg {
-        let solver = device.adapt(solver);
-        return solve_pcg_in_place(
-            matrix,
-            solver.preconditioner,
-            &solver.equilibration,
-            b,
-            x,
-            &solver.controls,
-            field,
-        );
+    /// [`Self::solve`] where the solve may take the matrix's values for its
+    /// time: a CPU run's plain PCG (no GPU, no other method, no deflation) is
+    /// [`solve_pcg_in_place`]'s, which holds the matrix in one layout while
+    /// PCG iterates; every other solve is [`Self::solve`]'s.
+    fn solve_in_place(
+        &mut self,
+        solver: &LinearSolver,
+        matrix: &mut Csr,
+        b: &[f64],
+        x: &mut [f64],
+        field: &str,
+    ) -> Result<SolverPerformance, SolveError> {
+        let plain_pcg = solver.is_pcg() && solver.deflation == Deflation::None;
+        if matches!(self.device, Device::Cpu) && self.gpu.is_none() && plain_pcg {
+            let solver = self.device.adapt(solver);
+            return solve_pcg_in_place(
+                matrix,
+                solver.preconditioner,
+                &solver.equilibration,
+                b,
+                x,
+                &solver.controls,
+                field,
+            );
+        }
+        self.solve(solver, matrix, b, x, field)
     }
-    solve_linear(device, gpu_solver, gamg_cache, solver, matrix, b, x, field)
 }
 
 /// One linear solve of a distributed run: PCG over the ranks with `solver`'s
