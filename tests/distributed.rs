@@ -10,9 +10,7 @@ use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::parallel::threads::{run_threads, run_threads_within};
 use fvpoisson::parallel::{gather_global, Communicator, SingleProcess};
 use fvpoisson::solve::amg::{solve_amg, AmgSettings};
-use fvpoisson::solve::distributed::{
-    solve_pcg_distributed, solve_pcg_distributed_deflated, Deflation, RankColumns, RankDeflation,
-};
+use fvpoisson::solve::distributed::{solve_pcg_distributed, Deflation, RankColumns, RankDeflation};
 use fvpoisson::solve::{solve_pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls};
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector};
@@ -45,7 +43,7 @@ fn distributed_with(
         let local = d.local(a, comm.rank()).unwrap();
         let bl = local.scatter(b);
         let mut xl = vec![0.0; local.n_owned];
-        let perf = solve_pcg_distributed_deflated(
+        let perf = solve_pcg_distributed(
             &local, comm, precond, deflation, &bl, &mut xl, controls, "p",
         )
         .unwrap();
@@ -310,6 +308,7 @@ fn one_rank_through_the_single_process_communicator_is_the_serial_solve() {
         &local,
         &SingleProcess,
         PreconditionerKind::Dic,
+        Deflation::None,
         &bl,
         &mut x,
         &controls,
@@ -352,6 +351,7 @@ fn a_failure_on_one_rank_is_an_error_on_every_rank() {
                 &local,
                 comm,
                 precond,
+                Deflation::None,
                 &bl,
                 &mut xl,
                 &SolverControls::default(),

@@ -1,6 +1,6 @@
 //! Subdomain deflation on GPU ranks (`gpu::multi::MultiGpuDeflation`, one
 //! deflation vector per rank) against the CPU ranks'
-//! (`solve::distributed::solve_pcg_distributed_deflated`): thread ranks 2, 3
+//! (`solve::distributed::solve_pcg_distributed`): thread ranks 2, 3
 //! and 4 (METIS) on a hex box and a perturbed tet box with random
 //! right-hand sides, each rank on the one device (`MultiGpuBackend::for_rank`,
 //! host-driven steps), and all ranks in one process (`MultiGpuBackend::new`,
@@ -20,7 +20,7 @@ use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator};
 use fvpoisson::solve::deflation::DeflationOps;
 use fvpoisson::solve::distributed::{
-    solve_pcg_distributed_deflated, Deflation, DistributedBackend, RankDeflation,
+    solve_pcg_distributed, Deflation, DistributedBackend, RankDeflation,
 };
 use fvpoisson::solve::jacobi::Identity;
 use fvpoisson::solve::{
@@ -108,7 +108,7 @@ fn cpu_ranks(
         let local = d.local(a, comm.rank()).unwrap();
         let bl = local.scatter(b);
         let mut xl = vec![0.0; local.n_owned];
-        let perf = solve_pcg_distributed_deflated(
+        let perf = solve_pcg_distributed(
             &local,
             comm,
             precond,

@@ -26,7 +26,7 @@ use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::{Gpu, GpuError};
 use fvpoisson::parallel::threads::run_threads;
 use fvpoisson::parallel::{gather_global, Communicator};
-use fvpoisson::solve::distributed::{agree, solve_pcg_distributed_deflated, Deflation};
+use fvpoisson::solve::distributed::{agree, solve_pcg_distributed, Deflation};
 use fvpoisson::solve::{PreconditionerKind, SolveError};
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::max_rel_diff;
@@ -136,7 +136,7 @@ fn cpu_ranks(comm: &dyn Communicator, a: &Csr, b: &[f64], d: &Decomposition) -> 
         .map(|deflation| {
             let mut xl = vec![0.0; local.n_owned];
             let (perf, ms) = timed(comm, || {
-                solve_pcg_distributed_deflated(
+                solve_pcg_distributed(
                     &local,
                     comm,
                     PreconditionerKind::Dic,

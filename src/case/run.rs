@@ -29,9 +29,7 @@ use crate::parallel::collective::agreed;
 use crate::parallel::{gather_global, Communicator};
 use crate::solve::amg::{AmgSettings, CycleKind};
 use crate::solve::cpu::check_system;
-use crate::solve::distributed::{
-    solve_bicgstab_distributed, solve_pcg_distributed_deflated, Deflation,
-};
+use crate::solve::distributed::{solve_bicgstab_distributed, solve_pcg_distributed, Deflation};
 use crate::solve::gamg::{face_area_pair_weight, solve_gamg, GamgCache, MeshFaces};
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::polynomial::{EigenBound, PolynomialSettings};
@@ -1800,7 +1798,7 @@ fn solve_distributed(
             &solver.controls,
             field,
         )?,
-        false => solve_pcg_distributed_deflated(
+        false => solve_pcg_distributed(
             &local,
             ranks.comm,
             block_preconditioner,

@@ -664,35 +664,13 @@ fn with_block_preconditioner(
 }
 
 /// Solves the distributed system A x = b on this rank's rows with PCG and
-/// block-Jacobi `preconditioner` (built on the owned block); `b` and `x` hold
-/// the owned rows in local order. Every rank must call it; an error on one
-/// rank (bad input, a preconditioner that cannot be built) is an error on
-/// all of them.
-pub fn solve_pcg_distributed(
-    local: &LocalMatrix,
-    comm: &dyn Communicator,
-    preconditioner: impl Into<Preconditioner>,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-) -> Result<SolverPerformance, SolveError> {
-    solve_pcg_distributed_deflated(
-        local,
-        comm,
-        preconditioner,
-        Deflation::None,
-        b,
-        x,
-        controls,
-        field,
-    )
-}
-
-/// [`solve_pcg_distributed`] with the coarse space `deflation`
-/// ([`RankDeflation`] for [`Deflation::Subdomains`]).
+/// block-Jacobi `preconditioner` (built on the owned block), with the coarse
+/// space `deflation` ([`RankDeflation`] for [`Deflation::Subdomains`]); `b`
+/// and `x` hold the owned rows in local order. Every rank must call it; an
+/// error on one rank (bad input, a preconditioner that cannot be built) is an
+/// error on all of them.
 #[allow(clippy::too_many_arguments)]
-pub fn solve_pcg_distributed_deflated(
+pub fn solve_pcg_distributed(
     local: &LocalMatrix,
     comm: &dyn Communicator,
     preconditioner: impl Into<Preconditioner>,
