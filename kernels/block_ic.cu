@@ -165,7 +165,10 @@ __global__ void block_ic_sweep(int n, const u64* __restrict__ slice_ptr,
             if (!from_zero) res = __dsub_rn(res, __dmul_rn(vals[k], x_in[c - 1]));
         } else if (c < 0) {
             const int j = -(c + 1);
-            res = __dsub_rn(res, __dmul_rn(vals[k], lv[j]));
+            // From x = 0 the residual is b: A's values are not read, only
+            // the factor's (the zeros a product with x = 0 would subtract
+            // change no bit of x_out = 0 + y).
+            if (!from_zero) res = __dsub_rn(res, __dmul_rn(vals[k], lv[j]));
             coef[cnt * h + t] = ic_off[k];
             nbr[cnt * h + t] = j;
             ++cnt;
