@@ -749,11 +749,11 @@ fn case_entries(
     // mesh does not. Made once per mesh, as the colour layout.
     let t = Instant::now();
     let (mut by_subdomains, compact) = compact_subdomains(gpu, &by_rcm.a, &b_rcm, k, &options)?;
+    let layout_ms = t.elapsed().as_secs_f64() * 1e3;
     let compact_note = format!(
-        "subdomains grown over the RCM rows (layout once per mesh, not in the set-up: {:.1} ms \
-         = {:.1} SpMVs)",
-        t.elapsed().as_secs_f64() * 1e3,
-        t.elapsed().as_secs_f64() * 1e3 / spmv
+        "subdomains grown over the RCM rows (layout once per mesh, not in the set-up: \
+         {layout_ms:.1} ms = {:.1} SpMVs)",
+        layout_ms / spmv
     );
     for kind in &DEFLATED_PCG_PRECONDITIONERS[1..] {
         push(deflation_entry(
