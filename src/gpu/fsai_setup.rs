@@ -60,6 +60,9 @@ fn gradient_lanes(step: usize, step_size: usize) -> usize {
         .next_power_of_two()
         .clamp(4, 32)
 }
+/// Most bins of `fsai_histogram` (kernels/fsai.cu FSAI_HISTOGRAM_BINS).
+const HISTOGRAM_BINS: usize = 64;
+
 /// Default work-memory budget of the set-up's per-row state.
 pub const DEFAULT_WORK_BYTES: usize = 4 << 30;
 
@@ -591,6 +594,11 @@ impl<T: Real> Setup<'_, T> {
         nb: usize,
         bins: usize,
     ) -> Result<Vec<u64>, GpuError> {
+        if !(1..=HISTOGRAM_BINS).contains(&bins) {
+            return Err(GpuError::Invalid(format!(
+                "FSAI set-up: a histogram of {bins} bins (the kernel holds 1 to {HISTOGRAM_BINS})"
+            )));
+        }
         let counts = self.gpu.zeros::<u64>(bins)?;
         let (nb32, bins32) = (nb as i32, bins as i32);
         self.gpu.launch_vector("fsai_histogram", nb, |a| {
