@@ -374,7 +374,7 @@ __global__ void fsai_postfilter(int nb, T delta, int* __restrict__ m, int* __res
 }
 
 // ---- counts[b] += the rows l < nb whose value (clamped to 0 .. bins - 1) is
-// b: the set-up's statistics (steps per row, breakdowns, pattern sizes)
+// b: the set-up's statistics (steps per row, breakdowns)
 // without reading the rows back. A block's histogram in shared memory, then
 // one atomic per bin; bins <= FSAI_HISTOGRAM_BINS.
 #define FSAI_HISTOGRAM_BINS 64
