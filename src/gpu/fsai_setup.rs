@@ -8,7 +8,7 @@
 //! (flags → deterministic exclusive scan → list, one count read back per
 //! step), and per step
 //! - (K1) `fsai_gradient`: the Kaporin gradient, a group of 4 to 32 lanes
-//!   per row (the fewest the step needs, [`gradient_lanes`]), lane t
+//!   per row (the fewest the step needs, `gradient_lanes`), lane t
 //!   holding contributing row t, a group-minimum merge of their sorted
 //!   columns below i, products summed by the xor butterfly, pattern columns
 //!   excluded, the best `step_size` kept in lanes sorted by |v| (ties: the
