@@ -49,6 +49,23 @@ __device__ __forceinline__ T amg_csr_row(const u64* __restrict__ row_ptr,
     return acc;
 }
 
+// The iterate a fused kernel reads at row j (see "Fused sweeps" below):
+// s_j b_j (x null: one sweep from zero, never stored) or x_j, plus
+// θ x_c[agg_j] once the coarse correction is made (xc non-null).
+template <typename T, typename B>
+struct SweepIterate {
+    const T* __restrict__ s;
+    const B* __restrict__ b;
+    const T* __restrict__ x;
+    const unsigned* __restrict__ aggregate;
+    const T* __restrict__ xc;
+    T theta;
+    __device__ __forceinline__ T operator()(unsigned j) const {
+        const T base = x == nullptr ? s[j] * (T)b[j] : x[j];
+        return xc == nullptr ? base : base + theta * xc[aggregate[j]];
+    }
+};
+
 // Weighted / L1 Jacobi sweep on a CSR level: x_new = x + scale * (b - A x),
 // the row in stored order as the CPU cycle's row_residual (solve::amg::cycle).
 // x null means x = 0: x_new = scale * b.
@@ -134,7 +151,9 @@ __global__ void amg_restrict(int nc, const u64* __restrict__ member_ptr,
 }
 
 // Residual and restriction fused on a CSR level: b_c[I] = sum over I's
-// members i, ascending, of (b_i - sum_j a_ij x_j), columns in order. A group
+// members i, ascending, of (b_i - sum_j a_ij x_j), columns in order; x null
+// means the iterate of one sweep from zero, x_j = s_j b_j, never stored (the
+// fused cycle: the pre-sweep's launch and vector gone). A group
 // of AMG_RR_LANES lanes per coarse row computes one member's residual each;
 // the group's first lane adds them in ascending order, so the bits are those
 // of one thread doing it all. (One thread per coarse row left a level of 60 k
@@ -149,9 +168,9 @@ __global__ void amg_residual_restrict_csr(int nc, const u64* __restrict__ member
                                           const unsigned* __restrict__ members,
                                           const u64* __restrict__ row_ptr,
                                           const unsigned* __restrict__ cols,
-                                          const T* __restrict__ vals, const T* __restrict__ b,
-                                          const T* __restrict__ x, T* __restrict__ bc,
-                                          const double* done) {
+                                          const T* __restrict__ vals, const T* __restrict__ scale,
+                                          const T* __restrict__ b, const T* __restrict__ x,
+                                          T* __restrict__ bc, const double* done) {
     if (gated_off(done)) return;
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const int I = t / AMG_RR_LANES, lane = t % AMG_RR_LANES;
@@ -159,14 +178,13 @@ __global__ void amg_residual_restrict_csr(int nc, const u64* __restrict__ member
     if (I >= nc) return;
     const unsigned group = 0xffu << ((threadIdx.x % 32) & ~(AMG_RR_LANES - 1));
     const u64 end = member_ptr[I + 1];
+    const SweepIterate<T, T> f{scale, b, x, nullptr, nullptr, T(0)};
     T s = T(0);
     for (u64 base = member_ptr[I]; base < end; base += AMG_RR_LANES) {
         T r = T(0);
         if (base + lane < end) {
             const unsigned i = members[base + lane];
-            const T ax =
-                amg_csr_row(row_ptr, cols, vals, i, [&](unsigned j) { return __ldg(&x[j]); });
-            r = b[i] - ax;
+            r = b[i] - amg_csr_row(row_ptr, cols, vals, i, f);
         }
         const int count = (int)(end - base < AMG_RR_LANES ? end - base : AMG_RR_LANES);
         for (int m = 0; m < count; ++m) s += __shfl_sync(group, r, m, AMG_RR_LANES);
@@ -305,29 +323,22 @@ __global__ void amg_k_combine(int n, const T* __restrict__ c, const T* __restric
     x[i] = (T)cc * c[i] + (T)cd * d[i];
 }
 
-// ---- Fused cycle (setting `fused`, one sweep before and after the coarse
-// correction, a visit from x = 0): the pre-smoothed iterate s∘b (one Jacobi
-// sweep from zero) and the corrected iterate s∘b + θ P x_c are never stored;
-// the kernels that read them compute them per entry. Per level this removes
-// the pre-sweep and the prolongation launches and their vector traffic: a
-// visit is residual (+ restriction) and one post-sweep, each one pass over
-// the matrix. The same arithmetic as the unfused cycle (solve::amg::cycle)
-// up to the order of contraction.
-
-// The iterate a fused kernel reads at row j: s_j b_j, plus θ x_c[agg_j]
-// once the coarse correction is made (xc non-null).
-template <typename T, typename B>
-struct FusedIterate {
-    const T* __restrict__ s;
-    const B* __restrict__ b;
-    const unsigned* __restrict__ aggregate;
-    const T* __restrict__ xc;
-    T theta;
-    __device__ __forceinline__ T operator()(unsigned j) const {
-        const T x = s[j] * (T)b[j];
-        return xc == nullptr ? x : x + theta * xc[aggregate[j]];
-    }
-};
+// ---- Fused sweeps. Two kinds of launch read an iterate that is never
+// stored, each kernel computing it per entry (SweepIterate):
+// - the fused cycle (setting `fused`, one sweep before and after the coarse
+//   correction, a visit from x = 0): the pre-smoothed iterate s∘b (one
+//   Jacobi sweep from zero) and the corrected iterate s∘b + θ P x_c. A
+//   visit is residual (+ restriction) and one post-sweep, each one pass
+//   over the matrix;
+// - two sweeps or more: the first two sweeps from zero are one launch (the
+//   second reads s∘b), and with an even count the prolongation and the first
+//   post-sweep are one launch (it reads x + θ P x_c).
+// Per level this removes the launches of a sweep from zero and of the
+// prolongation, and their vector traffic; on the coarse levels, where a
+// launch costs more than its bytes, those launches were a third of the
+// cycle's. The arithmetic is the unfused cycle's (solve::amg::cycle) up to
+// the order of contraction. The coarse levels' residual from s∘b is
+// amg_residual_restrict_csr's with x null.
 
 // (A x)_row on a mod-SELL level with x_j = f(j) (modsell_row_t's order: the
 // diagonal, then the slots); *x_row = f(row). One block per slice,
@@ -344,11 +355,21 @@ __device__ T modsell_row_fused(int n, const u64* __restrict__ slice_ptr,
     T acc = in ? diag[row] * xr : T(0);
     __syncthreads();
     const u64 start = slice_ptr[blockIdx.x], end = slice_ptr[blockIdx.x + 1];
-    for (u64 k = start + t; k < end; k += h) {
-        const int c = codes[k];
-        if (c > 0) acc += vals[k] * f(c - 1);
-        else if (c < 0) acc += vals[k] * x_slice[-(c + 1)];
+    // Two slots per trip, as modsell_row_part: both slots' loads and the
+    // iterate's gathers are issued before the first product (the sums stay
+    // in slot order).
+    const auto iterate = [&](int c) {
+        return c > 0 ? f(c - 1) : c < 0 ? x_slice[-(c + 1)] : T(0);
+    };
+    u64 k = start + t;
+    for (; k + h < end; k += 2 * (u64)h) {
+        const int c0 = codes[k], c1 = codes[k + h];
+        const T v0 = vals[k], v1 = vals[k + h];
+        const T x0 = iterate(c0), x1 = iterate(c1);
+        if (c0 != 0) acc += v0 * x0;
+        if (c1 != 0) acc += v1 * x1;
     }
+    if (k < end && codes[k] != 0) acc += vals[k] * iterate(codes[k]);
     *x_row = xr;
     return acc;
 }
@@ -364,69 +385,55 @@ __global__ void amg_fine_residual_zero(int n, const u64* __restrict__ slice_ptr,
                                        const double* __restrict__ b, T* __restrict__ r,
                                        const double* done) {
     if (gated_off(done)) return;
-    const FusedIterate<T, double> f{scale, b, nullptr, nullptr, T(0)};
+    const SweepIterate<T, double> f{scale, b, nullptr, nullptr, nullptr, T(0)};
     T xr;
     const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row < n) r[row] = (T)b[row] - ax;
 }
 
-// Fine level (mod-SELL), fused prolongation, correction and post-sweep:
-// with x = s∘b + θ P x_c, z = x + s (b - A x), written in f64.
-// kernel: amg_fine_post<double>, amg_fine_post_f32 = amg_fine_post<float>
+// Fine level (mod-SELL), a Jacobi sweep from the fused iterate y
+// (SweepIterate: x null, s∘b; xc non-null, + θ P x_c): y + s (b - A y),
+// written in f64 into z when z is non-null (the cycle's last sweep, the
+// preconditioned residual), else into x_out.
+// kernel: amg_fine_jacobi_fused<double>,
+//         amg_fine_jacobi_fused_f32 = amg_fine_jacobi_fused<float>
 template <typename T>
-__global__ void amg_fine_post(int n, const u64* __restrict__ slice_ptr,
-                              const int* __restrict__ codes, const T* __restrict__ vals,
-                              const T* __restrict__ diag, const T* __restrict__ scale,
-                              const double* __restrict__ b,
-                              const unsigned* __restrict__ aggregate,
-                              const T* __restrict__ xc, double theta,
-                              double* __restrict__ z, const double* done) {
+__global__ void amg_fine_jacobi_fused(int n, const u64* __restrict__ slice_ptr,
+                                      const int* __restrict__ codes, const T* __restrict__ vals,
+                                      const T* __restrict__ diag, const T* __restrict__ scale,
+                                      const double* __restrict__ b, const T* __restrict__ x,
+                                      const unsigned* __restrict__ aggregate,
+                                      const T* __restrict__ xc, double theta,
+                                      T* __restrict__ x_out, double* __restrict__ z,
+                                      const double* done) {
     if (gated_off(done)) return;
-    const FusedIterate<T, double> f{scale, b, aggregate, xc, (T)theta};
+    const SweepIterate<T, double> f{scale, b, x, aggregate, xc, (T)theta};
     T xr;
     const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row < n) z[row] = (double)(xr + scale[row] * ((T)b[row] - ax));
+    if (row >= n) return;
+    const T out = xr + scale[row] * ((T)b[row] - ax);
+    if (z != nullptr) z[row] = (double)out;
+    else x_out[row] = out;
 }
 
-// Coarse level (CSR), fused pre-smoothing, residual and restriction:
-// b_c[I] = sum over I's members i, ascending, of (b_i - sum_j a_ij s_j b_j).
-// kernel: amg_residual_restrict_zero_csr<double>,
-//         amg_residual_restrict_zero_csr_f32 = amg_residual_restrict_zero_csr<float>
+// Coarse level (CSR), a Jacobi sweep from the fused iterate y (SweepIterate:
+// x null, s∘b; xc non-null, + θ P x_c): x_out = y + s (b - A y).
+// kernel: amg_jacobi_fused_csr<double>,
+//         amg_jacobi_fused_csr_f32 = amg_jacobi_fused_csr<float>
 template <typename T>
-__global__ void amg_residual_restrict_zero_csr(
-    int nc, const u64* __restrict__ member_ptr, const unsigned* __restrict__ members,
-    const u64* __restrict__ row_ptr, const unsigned* __restrict__ cols,
-    const T* __restrict__ vals, const T* __restrict__ scale, const T* __restrict__ b,
-    T* __restrict__ bc, const double* done) {
-    if (gated_off(done)) return;
-    const int I = blockIdx.x * blockDim.x + threadIdx.x;
-    if (I >= nc) return;
-    const FusedIterate<T, T> f{scale, b, nullptr, nullptr, T(0)};
-    T sum = T(0);
-    for (u64 m = member_ptr[I]; m < member_ptr[I + 1]; ++m) {
-        const unsigned i = members[m];
-        const T ax = amg_csr_row(row_ptr, cols, vals, i, f);
-        sum += b[i] - ax;
-    }
-    bc[I] = sum;
-}
-
-// Coarse level (CSR), fused prolongation, correction and post-sweep: with
-// x = s∘b + θ P x_c, x_out = x + s (b - A x).
-// kernel: amg_post_csr<double>, amg_post_csr_f32 = amg_post_csr<float>
-template <typename T>
-__global__ void amg_post_csr(int n, const u64* __restrict__ row_ptr,
-                             const unsigned* __restrict__ cols, const T* __restrict__ vals,
-                             const T* __restrict__ scale, const T* __restrict__ b,
-                             const unsigned* __restrict__ aggregate, const T* __restrict__ xc,
-                             double theta, T* __restrict__ x_out, const double* done) {
+__global__ void amg_jacobi_fused_csr(int n, const u64* __restrict__ row_ptr,
+                                     const unsigned* __restrict__ cols,
+                                     const T* __restrict__ vals, const T* __restrict__ scale,
+                                     const T* __restrict__ b, const T* __restrict__ x,
+                                     const unsigned* __restrict__ aggregate,
+                                     const T* __restrict__ xc, double theta,
+                                     T* __restrict__ x_out, const double* done) {
     if (gated_off(done)) return;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const FusedIterate<T, T> f{scale, b, aggregate, xc, (T)theta};
+    const SweepIterate<T, T> f{scale, b, x, aggregate, xc, (T)theta};
     const T ax = amg_csr_row(row_ptr, cols, vals, i, f);
     x_out[i] = f(i) + scale[i] * (b[i] - ax);
 }
-

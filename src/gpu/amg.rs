@@ -550,11 +550,11 @@ struct CycleKernels {
     dot_partials: &'static str,
     k_residual: &'static str,
     k_combine: &'static str,
-    /// The fused cycle's kernels (`AmgSettings::fused`).
+    /// The fused cycle's fine residual from s∘b (`AmgSettings::fused`).
     fine_residual_zero: &'static str,
-    fine_post: &'static str,
-    residual_restrict_zero_csr: &'static str,
-    post_csr: &'static str,
+    /// Sweeps from an iterate computed per entry ([`SweepFrom`]).
+    fine_jacobi_fused: &'static str,
+    jacobi_fused_csr: &'static str,
 }
 
 /// [`CycleKernels`] of one precision: the kernels are named alike but for
@@ -576,9 +576,8 @@ macro_rules! cycle_kernels {
             k_residual: concat!("amg_k_residual", $suffix),
             k_combine: concat!("amg_k_combine", $suffix),
             fine_residual_zero: concat!("amg_fine_residual_zero", $suffix),
-            fine_post: concat!("amg_fine_post", $suffix),
-            residual_restrict_zero_csr: concat!("amg_residual_restrict_zero_csr", $suffix),
-            post_csr: concat!("amg_post_csr", $suffix),
+            fine_jacobi_fused: concat!("amg_fine_jacobi_fused", $suffix),
+            jacobi_fused_csr: concat!("amg_jacobi_fused_csr", $suffix),
         }
     };
 }
@@ -782,6 +781,40 @@ enum Start {
     X,
     /// From the iterate in the spare buffer (an odd number of sweeps).
     Spare,
+    /// From x + θ P x_c, the iterate in x before the prolongation and
+    /// correction, which the first sweep makes as it reads (an even number
+    /// of sweeps: that sweep writes the spare buffer).
+    Corrected,
+}
+
+/// What one sweep launch starts from (kernels/amg_cycle.cu SweepIterate).
+#[derive(Clone, Copy)]
+enum SweepFrom<'a, T> {
+    /// x = 0: the sweep is s∘b.
+    Zero,
+    /// The iterate in this buffer.
+    Buffer(&'a CudaSlice<T>),
+    /// Two sweeps from x = 0 in one launch: the second reads s∘b per entry.
+    ZeroTwice,
+    /// The iterate in this buffer corrected, x + θ P x_c, per entry.
+    Corrected(&'a CudaSlice<T>),
+}
+
+impl<'a, T> SweepFrom<'a, T> {
+    /// The sweeps this launch makes.
+    fn sweeps(self) -> usize {
+        match self {
+            SweepFrom::ZeroTwice => 2,
+            _ => 1,
+        }
+    }
+    /// The stored iterate it reads (None: computed from s∘b).
+    fn stored(self) -> Option<&'a CudaSlice<T>> {
+        match self {
+            SweepFrom::Buffer(x) | SweepFrom::Corrected(x) => Some(x),
+            SweepFrom::Zero | SweepFrom::ZeroTwice => None,
+        }
+    }
 }
 
 /// What the cycle needs of the settings, checked.
@@ -1375,8 +1408,12 @@ impl<'g> DeviceAmg<'g> {
             let stored_r = if l == 0 { 2.0 * vs * n } else { 0.0 };
             residual + stored_r + matrix + n * (vs + bs + 4.0 + out) + vs * nc
         } else {
-            let mut b = if from_zero {
-                first + (sweeps - 1.0) * sweep
+            let mut b = if from_zero && sweeps >= 2.0 {
+                // The first two sweeps in one launch: matrix, scale and b
+                // read, x written; then the others.
+                matrix + n * (2.0 * vs + bs) + (sweeps - 2.0) * sweep
+            } else if from_zero {
+                first
             } else {
                 sweeps * sweep
                     + if sweeps as usize % 2 == 1 {
@@ -1391,8 +1428,15 @@ impl<'g> DeviceAmg<'g> {
             } else {
                 matrix + 2.0 * vs * n + members
             };
-            // Prolongation: x, aggregate, x_c read, x written; the post-sweeps.
-            b + n * (2.0 * vs + 4.0) + vs * nc + sweeps * sweep + n * (out - vs)
+            // Prolongation and post-sweeps. Even: the first sweep reads x,
+            // aggregate and x_c and forms x + θ P x_c itself. Odd: the
+            // prolongation reads x, aggregate, x_c and writes the spare.
+            let prolong = if self.cycle.sweeps.is_multiple_of(2) {
+                n * 4.0 + vs * nc
+            } else {
+                n * (2.0 * vs + 4.0) + vs * nc
+            };
+            b + prolong + sweeps * sweep + n * (out - vs)
         };
         bytes[l] += visits * b;
         let coarse_visits = match self.cycle.kind {
@@ -1503,18 +1547,34 @@ impl<T: Arith> Run<'_, '_, T> {
         let n32 = amg.fine.n as i32;
         let scale = self.scale(0);
         let x = T::pick(self.c.fine_x.as_ref(), z);
-        let sweep =
-            |from: Option<&CudaSlice<T>>, to: &CudaSlice<T>, widen: Option<&CudaSlice<f64>>| {
-                self.launch_fine(k.fine_jacobi, &n32, |a| {
-                    a.arg(scale).arg(r);
-                    arg_or_null(a, from);
-                    a.arg(to);
-                    if T::WIDENS {
-                        arg_or_null(a, widen);
-                    }
-                })
-            };
         let next = &self.c.levels[1];
+        let correction = amg.cycle.correction;
+        // A sweep into `to`, or (widen, f32) into z, widened.
+        let sweep = |from: SweepFrom<'_, T>, to: &CudaSlice<T>, widen: Option<&CudaSlice<f64>>| {
+            match from {
+                SweepFrom::Zero | SweepFrom::Buffer(_) => {
+                    self.launch_fine(k.fine_jacobi, &n32, |a| {
+                        a.arg(scale).arg(r);
+                        arg_or_null(a, from.stored());
+                        a.arg(to);
+                        if T::WIDENS {
+                            arg_or_null(a, widen);
+                        }
+                    })
+                }
+                SweepFrom::ZeroTwice | SweepFrom::Corrected(_) => {
+                    let corrected = matches!(from, SweepFrom::Corrected(_));
+                    self.launch_fine(k.fine_jacobi_fused, &n32, |a| {
+                        a.arg(scale).arg(r);
+                        arg_or_null(a, from.stored());
+                        arg_or_null(a, corrected.then_some(&t.aggregate));
+                        arg_or_null(a, corrected.then_some(&next.x));
+                        a.arg(&correction).arg(to);
+                        arg_or_null(a, widen);
+                    })
+                }
+            }
+        };
         let nc32 = amg.levels[1].a.n32();
         let restrict = || {
             self.launch_gated(k.restrict, vector_grid(amg.levels[1].a.n), |a| {
@@ -1532,13 +1592,13 @@ impl<T: Arith> Run<'_, '_, T> {
             })?;
             restrict()?;
             self.coarse_solve(1)?;
-            let correction = amg.cycle.correction;
-            return self.launch_fine(k.fine_post, &n32, |a| {
-                a.arg(scale)
-                    .arg(r)
-                    .arg(&t.aggregate)
+            return self.launch_fine(k.fine_jacobi_fused, &n32, |a| {
+                a.arg(scale).arg(r);
+                arg_or_null::<&CudaSlice<T>>(a, None);
+                a.arg(&t.aggregate)
                     .arg(&next.x)
                     .arg(&correction)
+                    .arg(x)
                     .arg(z);
             });
         }
@@ -1623,45 +1683,53 @@ impl<T: Arith> Run<'_, '_, T> {
         };
         let m = &level.a;
         let (n32, values, scale) = (m.n32(), self.values(l), self.scale(l));
-        let sweep = |from: Option<&CudaSlice<T>>, to: &CudaSlice<T>, _| {
-            self.launch_gated(k.jacobi_csr, vector_grid(m.n), |a| {
+        let (xc, correction) = (&self.c.levels[l + 1].x, amg.cycle.correction);
+        let sweep = |from: SweepFrom<'_, T>, to: &CudaSlice<T>, _| {
+            let (kernel, corrected) = match from {
+                SweepFrom::Zero | SweepFrom::Buffer(_) => (k.jacobi_csr, None),
+                SweepFrom::ZeroTwice => (k.jacobi_fused_csr, Some(false)),
+                SweepFrom::Corrected(_) => (k.jacobi_fused_csr, Some(true)),
+            };
+            self.launch_gated(kernel, vector_grid(m.n), |a| {
                 a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
                 a.arg(scale).arg(b);
-                arg_or_null(a, from);
+                arg_or_null(a, from.stored());
+                if let Some(corrected) = corrected {
+                    arg_or_null(a, corrected.then_some(&t.aggregate));
+                    arg_or_null(a, corrected.then_some(xc));
+                    a.arg(&correction);
+                }
                 a.arg(to);
             })
         };
         let next = &amg.levels[l + 1];
         let nc32 = next.a.n32();
-        // b_c = R (residual): `kernel` takes the level's two vectors u, v
-        // (fused from zero: s and b; else b and x).
-        let residual_restrict = |kernel: &'static str, u: &CudaSlice<T>, v: &CudaSlice<T>| {
-            let threads = if kernel == k.residual_restrict_csr {
-                next.a.n * RESIDUAL_RESTRICT_LANES
-            } else {
-                next.a.n
-            };
-            self.launch_gated(kernel, vector_grid(threads), |a| {
+        // b_c = R (b − A x); x None: the iterate s∘b of one sweep from zero.
+        let residual_restrict = |x: Option<&CudaSlice<T>>| {
+            let threads = next.a.n * RESIDUAL_RESTRICT_LANES;
+            self.launch_gated(k.residual_restrict_csr, vector_grid(threads), |a| {
                 a.arg(&nc32).arg(&t.member_ptr).arg(&t.members);
                 a.arg(&m.row_ptr).arg(&m.cols).arg(values);
-                a.arg(u).arg(v).arg(&self.c.levels[l + 1].b);
+                a.arg(scale).arg(b);
+                arg_or_null(a, x);
+                a.arg(&self.c.levels[l + 1].b);
             })
         };
         if amg.cycle.fused && from_zero {
             // b_c = R (b − A (s∘b)); x = y + s (b − A y), y = s∘b + θ P x_c.
-            residual_restrict(k.residual_restrict_zero_csr, scale, b)?;
+            residual_restrict(None)?;
             self.coarse_solve(l + 1)?;
-            let correction = amg.cycle.correction;
-            return self.launch_gated(k.post_csr, vector_grid(m.n), |a| {
+            return self.launch_gated(k.jacobi_fused_csr, vector_grid(m.n), |a| {
                 a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
-                a.arg(scale).arg(b).arg(&t.aggregate);
-                a.arg(&self.c.levels[l + 1].x).arg(&correction).arg(x);
+                a.arg(scale).arg(b);
+                arg_or_null::<&CudaSlice<T>>(a, None);
+                a.arg(&t.aggregate).arg(xc).arg(&correction).arg(x);
             });
         }
         let start = if from_zero { Start::Zero } else { Start::X };
         let sweeps = amg.cycle.sweeps;
         self.smooth(l, x, sweeps, start, sweep)?;
-        residual_restrict(k.residual_restrict_csr, b, x)?;
+        residual_restrict(Some(x))?;
         self.coarse_solve(l + 1)?;
         let post = self.prolong(l, x)?;
         self.smooth(l, x, sweeps, post, sweep)
@@ -1683,24 +1751,21 @@ impl<T: Arith> Run<'_, '_, T> {
         }
     }
 
-    /// x + θ P x_c on level l into the buffer from which the post-sweeps end
-    /// in x; returns where they start.
+    /// x + θ P x_c on level l where the post-sweeps start: with an even
+    /// number of sweeps the first one makes it as it reads x (no launch),
+    /// with an odd number into the spare buffer, from which they end in x.
+    /// Returns where they start.
     fn prolong(&self, l: usize, x: &CudaSlice<T>) -> Result<Start, GpuError> {
         let amg = self.amg;
+        if amg.cycle.sweeps.is_multiple_of(2) {
+            return Ok(Start::Corrected);
+        }
         let level = &amg.levels[l];
         let t = level
             .transfer
             .as_ref()
             .expect("a transfer below the coarsest");
-        let post = if amg.cycle.sweeps % 2 == 1 {
-            Start::Spare
-        } else {
-            Start::X
-        };
-        let into = match post {
-            Start::Spare => &self.c.levels[l].spare,
-            _ => x,
-        };
+        let into = &self.c.levels[l].spare;
         let n32 = level.a.n32();
         let correction = amg.cycle.correction;
         self.launch_gated(T::KERNELS.prolong, vector_grid(level.a.n), |a| {
@@ -1711,7 +1776,7 @@ impl<T: Arith> Run<'_, '_, T> {
                 .arg(x)
                 .arg(into);
         })?;
-        Ok(post)
+        Ok(Start::Spare)
     }
 
     /// x_l ≈ A_l⁻¹ b_l on coarse level l by two flexible-CG steps from 0,
@@ -1781,15 +1846,15 @@ impl<T: Arith> Run<'_, '_, T> {
     }
 
     /// `sweeps` sweeps on level l ending in x, alternating between x and the
-    /// level's spare buffer: `sweep(from, to, last)` launches one (`from`
-    /// None: from x = 0).
+    /// level's spare buffer: `sweep(from, to, last)` launches one, or the
+    /// first two from x = 0 ([`SweepFrom::ZeroTwice`]).
     fn smooth(
         &self,
         l: usize,
         x: &CudaSlice<T>,
         sweeps: usize,
         start: Start,
-        mut sweep: impl FnMut(Option<&CudaSlice<T>>, &CudaSlice<T>, bool) -> Result<(), GpuError>,
+        mut sweep: impl FnMut(SweepFrom<'_, T>, &CudaSlice<T>, bool) -> Result<(), GpuError>,
     ) -> Result<(), GpuError> {
         let spare = &self.c.levels[l].spare;
         let n = self.amg.levels[l].a.n;
@@ -1798,28 +1863,46 @@ impl<T: Arith> Run<'_, '_, T> {
         if sweeps == 0 {
             return Err(GpuError::Invalid("AMG needs at least one sweep".into()));
         }
-        // The buffer holding the iterate (None: zero).
-        let mut current = match start {
-            Start::Zero => None,
-            Start::X if sweeps % 2 == 1 => {
+        let odd = sweeps % 2 == 1;
+        // What the first launch reads.
+        let first = match start {
+            Start::Zero if sweeps >= 2 => SweepFrom::ZeroTwice,
+            Start::Zero => SweepFrom::Zero,
+            Start::X if odd => {
                 self.launch_gated(T::KERNELS.copy, vector_grid(n), |a| {
                     a.arg(&n32).arg(x).arg(spare);
                 })?;
-                Some(1)
+                SweepFrom::Buffer(spare)
             }
-            Start::X => Some(0),
-            Start::Spare if sweeps % 2 == 1 => Some(1),
-            Start::Spare => {
-                return Err(GpuError::Invalid(
-                    "AMG smoothing from the spare buffer needs an odd number of sweeps".into(),
-                ))
+            Start::X => SweepFrom::Buffer(x),
+            Start::Spare if odd => SweepFrom::Buffer(spare),
+            Start::Corrected if !odd => SweepFrom::Corrected(x),
+            Start::Spare | Start::Corrected => {
+                return Err(GpuError::Invalid(format!(
+                    "AMG smoothing from {} needs an {} number of sweeps",
+                    if start == Start::Spare {
+                        "the spare buffer"
+                    } else {
+                        "the corrected iterate"
+                    },
+                    if start == Start::Spare { "odd" } else { "even" },
+                )))
             }
         };
-        for s in 0..sweeps {
-            // The last sweep writes x.
-            let to = (sweeps - 1 - s) % 2;
-            sweep(current.map(|k| buffers[k]), buffers[to], s + 1 == sweeps)?;
-            current = Some(to);
+        // After `done` sweeps the iterate is in buffers[(sweeps - done) % 2],
+        // so that the last one writes x.
+        let mut done = first.sweeps();
+        let mut to = (sweeps - done) % 2;
+        sweep(first, buffers[to], done == sweeps)?;
+        while done < sweeps {
+            let from = to;
+            done += 1;
+            to = (sweeps - done) % 2;
+            sweep(
+                SweepFrom::Buffer(buffers[from]),
+                buffers[to],
+                done == sweeps,
+            )?;
         }
         Ok(())
     }
