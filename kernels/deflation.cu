@@ -115,8 +115,9 @@ extern "C" __global__ void defl_galerkin(int n, int k, int w, const int* __restr
         marked = c;
     }
     __syncthreads();
-    if (marked <= DEFL_ONE_PASS_MAX) {
-        double partial[DEFL_ONE_PASS_MAX];
+    const bool one_pass = marked <= DEFL_ONE_PASS_MAX;
+    double partial[DEFL_ONE_PASS_MAX];
+    if (one_pass) {
         for (int r = 0; r < marked; ++r) partial[r] = 0.0;
         for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
             for (int j = 0; j < w; ++j) {
@@ -126,23 +127,21 @@ extern "C" __global__ void defl_galerkin(int n, int k, int w, const int* __restr
                 partial[marked_before[q >> 5] + __popc(below)] += az_values[(size_t)j * n + i];
             }
         }
-        int r = 0;
-        for (int x = 0; x < words; ++x) {
-            for (unsigned bits = touched[x]; bits != 0u; bits &= bits - 1u) {
-                const int q = x * 32 + __ffs(bits) - 1;
-                const double total = block_sum(partial[r++]);
-                if (threadIdx.x == 0) e[(size_t)p * k + q] = total;
-            }
-        }
-        return;
     }
+    // The marked subdomains in ascending order: the r-th one's partial, or
+    // a pass of its own over AZ.
+    int r = 0;
     for (int x = 0; x < words; ++x) {
-        for (unsigned bits = touched[x]; bits != 0u; bits &= bits - 1u) {
+        for (unsigned bits = touched[x]; bits != 0u; bits &= bits - 1u, ++r) {
             const int q = x * 32 + __ffs(bits) - 1;
             double s = 0.0;
-            for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
-                for (int j = 0; j < w; ++j) {
-                    if (az_parts[(size_t)j * n + i] == q) s += az_values[(size_t)j * n + i];
+            if (one_pass) {
+                s = partial[r];
+            } else {
+                for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
+                    for (int j = 0; j < w; ++j) {
+                        if (az_parts[(size_t)j * n + i] == q) s += az_values[(size_t)j * n + i];
+                    }
                 }
             }
             const double total = block_sum(s);

@@ -61,6 +61,7 @@ fn gradient_lanes(step: usize, step_size: usize) -> usize {
         .next_power_of_two()
         .clamp(4, 32)
 }
+
 /// Most bins of `fsai_histogram` (kernels/fsai.cu FSAI_HISTOGRAM_BINS).
 const HISTOGRAM_BINS: usize = 64;
 
