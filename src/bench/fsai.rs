@@ -70,17 +70,12 @@ fn label(s: &FsaiSettings) -> String {
             format!("sFSAI(p{power}, pre {prefilter})")
         }
         FsaiPattern::Static { power, .. } => format!("sFSAI(p{power})"),
-        FsaiPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        } => {
-            let mut l = format!("aFSAI({steps}, {epsilon}");
-            if step_size != 1 {
-                l += &format!(", s{step_size}");
+        FsaiPattern::Adaptive(growth) => {
+            let mut l = format!("aFSAI({}, {}", growth.steps, growth.epsilon);
+            if growth.step_size != 1 {
+                l += &format!(", s{}", growth.step_size);
             }
-            if stop == FsaiStop::Reduction {
+            if growth.stop == FsaiStop::Reduction {
                 l += ", S1";
             }
             l + ")"

@@ -38,7 +38,8 @@ use super::setup::{checked_diagonal, SetupSpans};
 use super::{arg_or_null, Gpu, GpuError, KernelArgs};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
-    fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
+    fsai_diagonal, static_pattern, AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop,
+    MAX_ADAPTIVE_PATTERN,
 };
 use crate::solve::scalar::Precision;
 use crate::solve::SolveError;
@@ -145,12 +146,7 @@ impl FsaiSetupStats {
 #[derive(Clone, Debug, PartialEq)]
 enum SetupPattern {
     /// Greedy Kaporin-gradient growth (FSAI_SPEC adaptive).
-    Adaptive {
-        steps: usize,
-        step_size: usize,
-        epsilon: f64,
-        stop: FsaiStop,
-    },
+    Adaptive(AdaptivePattern),
     /// A strictly-lower pattern built on the host, ascending columns per
     /// row (CSR row pointers and columns).
     Static { row_ptr: Vec<usize>, cols: Vec<u32> },
@@ -206,13 +202,7 @@ pub fn fsai_setup_gpu_resident(
     m: &DeviceModSell,
     s: &FsaiSettings,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
-    let FsaiPattern::Adaptive {
-        steps,
-        step_size,
-        epsilon,
-        stop,
-    } = s.pattern
-    else {
+    let FsaiPattern::Adaptive(growth) = s.pattern else {
         return fsai_setup_gpu(gpu, a, s);
     };
     let mut spans = SetupSpans::new("FSAI", Some(gpu));
@@ -224,12 +214,7 @@ pub fn fsai_setup_gpu_resident(
     let csr = csr_of_modsell(gpu, m, "FSAI")?;
     spans.device("A's CSR from the resident matrix (1 read-back: nnz)");
     let plan = Plan {
-        pattern: SetupPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        },
+        pattern: SetupPattern::Adaptive(growth),
         postfilter: s.postfilter,
         work_bytes: work_budget().max(1),
     };
@@ -264,19 +249,9 @@ pub fn fsai_setup_gpu_budget(
     spans.host("checks and the diagonal (rows in parallel)");
     let start = std::time::Instant::now();
     let pattern = match s.pattern {
-        FsaiPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        } => {
-            debug_assert!(steps * step_size <= MAX_ADAPTIVE_PATTERN);
-            SetupPattern::Adaptive {
-                steps,
-                step_size,
-                epsilon,
-                stop,
-            }
+        FsaiPattern::Adaptive(growth) => {
+            debug_assert!(growth.max_columns() <= MAX_ADAPTIVE_PATTERN);
+            SetupPattern::Adaptive(growth)
         }
         FsaiPattern::Static { power, prefilter } => {
             let rows: Vec<Vec<u32>> = (0..n)
@@ -524,25 +499,29 @@ fn run<T: Real>(
     };
     let real = size_of::<T>();
     match &plan.pattern {
-        &SetupPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        } => {
-            let size = steps * step_size;
+        SetupPattern::Adaptive(growth) => {
+            let size = growth.max_columns();
             let rows = (plan.work_bytes / row_bytes(size, real)).clamp(1, n);
             let work = Work::<T>::new(gpu, rows, size)?;
             setup.stats.peak_work_bytes = rows * row_bytes(size, real);
-            setup.stats.rows_by_steps = vec![0; steps + 1];
-            let rule = match stop {
+            setup.stats.rows_by_steps = vec![0; growth.steps + 1];
+            let epsilon = T::of(growth.epsilon);
+            let rule = match growth.stop {
                 FsaiStop::Stagnation => STOP_STAGNATION,
                 FsaiStop::Reduction => STOP_REDUCTION,
             };
             let mut r0 = 0;
             while r0 < n {
                 let nb = rows.min(n - r0);
-                setup.adaptive_batch(&work, r0, nb, steps, step_size, T::of(epsilon), rule)?;
+                setup.adaptive_batch(
+                    &work,
+                    r0,
+                    nb,
+                    growth.steps,
+                    growth.step_size,
+                    epsilon,
+                    rule,
+                )?;
                 setup.finish_batch(&work, r0, nb, plan.postfilter)?;
                 r0 += nb;
             }
