@@ -23,7 +23,8 @@
 use std::time::Instant;
 
 use super::tables::{
-    controls, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row, TimingRows,
+    controls, convergence_mark, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row,
+    TimingRows,
 };
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
 use fvpoisson::gpu::fsai_setup::FsaiSetupStats;
@@ -192,7 +193,7 @@ pub fn rows(
                     total / base_ms,
                     perf.final_residual,
                     slots as f64 / nnz as f64,
-                    if perf.converged { "" } else { " NOT CONVERGED" }
+                    convergence_mark(perf.converged)
                 ),
                 Err(e) => format!("failed: {e}"),
             };
@@ -264,7 +265,7 @@ pub fn rows(
                 jacobi.iterations as f64 / perf.iterations.max(1) as f64,
                 total / base_ms,
                 perf.final_residual,
-                if perf.converged { "" } else { " NOT CONVERGED" }
+                convergence_mark(perf.converged)
             ),
             Err(e) => format!("failed: {e}"),
         };
