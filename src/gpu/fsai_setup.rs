@@ -505,23 +505,10 @@ fn run<T: Real>(
             let work = Work::<T>::new(gpu, rows, size)?;
             setup.stats.peak_work_bytes = rows * row_bytes(size, real);
             setup.stats.rows_by_steps = vec![0; growth.steps + 1];
-            let epsilon = T::of(growth.epsilon);
-            let rule = match growth.stop {
-                FsaiStop::Stagnation => STOP_STAGNATION,
-                FsaiStop::Reduction => STOP_REDUCTION,
-            };
             let mut r0 = 0;
             while r0 < n {
                 let nb = rows.min(n - r0);
-                setup.adaptive_batch(
-                    &work,
-                    r0,
-                    nb,
-                    growth.steps,
-                    growth.step_size,
-                    epsilon,
-                    rule,
-                )?;
+                setup.adaptive_batch(&work, r0, nb, growth)?;
                 setup.finish_batch(&work, r0, nb, plan.postfilter)?;
                 r0 += nb;
             }
@@ -696,21 +683,23 @@ impl<T: Real> Setup<'_, T> {
     }
 
     /// The adaptive steps of rows r0 .. r0 + nb.
-    #[allow(clippy::too_many_arguments)]
     fn adaptive_batch(
         &mut self,
         work: &Work<T>,
         r0: usize,
         nb: usize,
-        steps: usize,
-        step_size: usize,
-        epsilon: T,
-        rule: i32,
+        growth: &AdaptivePattern,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         self.init(work, r0, nb)?;
+        let step_size = growth.step_size;
         let (nb32, r032, s32) = (nb as i32, r0 as i32, step_size as i32);
-        for step in 0..steps {
+        let epsilon = T::of(growth.epsilon);
+        let rule = match growth.stop {
+            FsaiStop::Stagnation => STOP_STAGNATION,
+            FsaiStop::Reduction => STOP_REDUCTION,
+        };
+        for step in 0..growth.steps {
             let mut count = 0;
             self.stats.stop_ms += gpu.time_ms(|| {
                 count = self.compact(work, nb)?;
