@@ -1048,7 +1048,9 @@ fn gmres_and_bicgstab_from_case_toml_solve_like_pcg() {
 
 #[test]
 fn fsai_from_case_toml_solves_like_pcg() {
-    use fvpoisson::solve::{FsaiPattern, FsaiSettings, FsaiStop, Precision, Preconditioner};
+    use fvpoisson::solve::{
+        AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop, Precision, Preconditioner,
+    };
     let text = mms_with_solver_entry(
         "preconditioner = \"FSAI\"\nfsai = { steps = 20, epsilon = 0.001, stop = \"reduction\", \
          precision = \"mixed\" }\n",
@@ -1057,12 +1059,12 @@ fn fsai_from_case_toml_solves_like_pcg() {
     assert_eq!(
         setup.solver.regular.preconditioner,
         Preconditioner::Fsai(FsaiSettings {
-            pattern: FsaiPattern::Adaptive {
+            pattern: FsaiPattern::Adaptive(AdaptivePattern {
                 steps: 20,
                 step_size: 1,
                 epsilon: 0.001,
                 stop: FsaiStop::Reduction
-            },
+            }),
             postfilter: 0.0,
             precision: Precision::Mixed,
         })

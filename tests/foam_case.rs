@@ -925,7 +925,7 @@ fn pbicgstab_and_gmres_are_read_from_fv_solution() {
 
 #[test]
 fn fsai_preconditioner_from_fv_solution() {
-    use fvpoisson::solve::{FsaiPattern, FsaiSettings, FsaiStop};
+    use fvpoisson::solve::{AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop};
     let (dir, case) = read_edited(
         "laplacian_foam_skew",
         "system/fvSolution",
@@ -942,12 +942,12 @@ fn fsai_preconditioner_from_fv_solution() {
     assert_eq!(
         case.setup.solver.regular.preconditioner,
         Preconditioner::Fsai(FsaiSettings {
-            pattern: FsaiPattern::Adaptive {
+            pattern: FsaiPattern::Adaptive(AdaptivePattern {
                 steps: 12,
                 step_size: 2,
                 epsilon: 0.01,
                 stop: FsaiStop::Stagnation
-            },
+            }),
             postfilter: 0.02,
             precision: Precision::Mixed,
         })

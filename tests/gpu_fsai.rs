@@ -14,7 +14,9 @@ use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage};
 use fvpoisson::gpu::pcg::GpuSolveOptions;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
-use fvpoisson::solve::fsai::{fsai_setup, FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop};
+use fvpoisson::solve::fsai::{
+    fsai_setup, AdaptivePattern, FsaiPattern, FsaiPreconditioner, FsaiSettings, FsaiStop,
+};
 use fvpoisson::solve::{
     solve_pcg_scaled, EquilibrationKind, LinearOperator, Precision, Preconditioner, SolverControls,
 };
@@ -39,12 +41,12 @@ fn variants() -> Vec<FsaiSettings> {
     vec![
         FsaiSettings::default(),
         FsaiSettings {
-            pattern: FsaiPattern::Adaptive {
+            pattern: FsaiPattern::Adaptive(AdaptivePattern {
                 steps: 20,
                 step_size: 1,
                 epsilon: 1e-3,
                 stop: FsaiStop::Stagnation,
-            },
+            }),
             postfilter: 0.02,
             precision: Precision::Mixed,
         },

@@ -13,7 +13,7 @@ use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::fsai_setup::{fsai_setup_gpu, fsai_setup_gpu_budget, fsai_setup_gpu_resident};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::{test_device, Gpu};
-use fvpoisson::solve::fsai::{fsai_setup, FsaiPattern, FsaiSettings, FsaiStop};
+use fvpoisson::solve::fsai::{fsai_setup, AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop};
 use fvpoisson::solve::{Precision, SolveError};
 use fvpoisson::sparse::testing::random_symmetric;
 use fvpoisson::sparse::{Csr, ModSell};
@@ -37,12 +37,12 @@ fn systems() -> Vec<(String, Csr)> {
 }
 
 fn adaptive(steps: usize, step_size: usize, epsilon: f64, stop: FsaiStop) -> FsaiPattern {
-    FsaiPattern::Adaptive {
+    FsaiPattern::Adaptive(AdaptivePattern {
         steps,
         step_size,
         epsilon,
         stop,
-    }
+    })
 }
 
 /// The f64 settings compared: adaptive (both stop rules, s = 1 and 2, with

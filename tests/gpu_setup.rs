@@ -561,11 +561,14 @@ fn eisenstat_split_on_the_device_equals_the_host_set_up() {
                 ("lower", &dev.lower, &host.lower),
                 ("upper", &dev.upper, &host.upper),
             ] {
-                assert_eq!(d.0, h.0, "{name}, window {window}: {part} slice pointers");
-                assert_eq!(d.1, h.1, "{name}, window {window}: {part} columns");
                 assert_eq!(
-                    bits(&d.2),
-                    bits(&h.2),
+                    d.slice_ptr, h.slice_ptr,
+                    "{name}, window {window}: {part} slice pointers"
+                );
+                assert_eq!(d.cols, h.cols, "{name}, window {window}: {part} columns");
+                assert_eq!(
+                    bits(&d.values),
+                    bits(&h.values),
                     "{name}, window {window}: {part} values"
                 );
             }

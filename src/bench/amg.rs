@@ -14,7 +14,7 @@
 //! with the cycle as preconditioner (the fused device loop, after a warm-up
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
 
-use super::tables::{copy_bandwidth, time_median, BenchSettings, Row};
+use super::tables::{convergence_mark, copy_bandwidth, time_median, BenchSettings, Row};
 use fvpoisson::gpu::amg::DeviceAmg;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuVector, LaunchMode};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -97,7 +97,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
             "{} iterations, {:.4} ms/iteration, |b-Ax|/|b| {base_res:.2e}{}",
             base.iterations,
             base_ms / base.iterations.max(1) as f64,
-            if base.converged { "" } else { " NOT CONVERGED" }
+            convergence_mark(base.converged)
         ),
     );
 
@@ -201,7 +201,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
                      {:.2} ms = {:.2}x Jacobi-PCG's solve ({} launches)",
                     perf.iterations,
                     ms / perf.iterations.max(1) as f64,
-                    if perf.converged { "" } else { " NOT CONVERGED" },
+                    convergence_mark(perf.converged),
                     setup_ms + ms,
                     (setup_ms + ms) / base_ms,
                     backend.launch_mode().name()

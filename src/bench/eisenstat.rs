@@ -9,7 +9,9 @@
 //! Eisenstat row is in `--preconditioners` and in `--smoothers`' PCG table.
 
 use super::smooth::{solve_warm, Ordered};
-use super::tables::{controls, copy_bandwidth, poisson_system, rcm_system, JacobiBaseline, Row};
+use super::tables::{
+    controls, convergence_mark, copy_bandwidth, poisson_system, rcm_system, JacobiBaseline, Row,
+};
 use std::time::Instant;
 
 use fvpoisson::gpu::eisenstat::{
@@ -116,7 +118,7 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
                         perf.iterations,
                         ms / perf.iterations.max(1) as f64,
                         perf.final_residual,
-                        if perf.converged { "" } else { " NOT CONVERGED" },
+                        convergence_mark(perf.converged),
                         base_ms / ms
                     ),
                 ),

@@ -23,7 +23,8 @@
 use std::time::Instant;
 
 use super::tables::{
-    controls, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row, TimingRows,
+    controls, convergence_mark, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row,
+    TimingRows,
 };
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage, SETUP_PLACE};
 use fvpoisson::gpu::fsai_setup::FsaiSetupStats;
@@ -70,17 +71,12 @@ fn label(s: &FsaiSettings) -> String {
             format!("sFSAI(p{power}, pre {prefilter})")
         }
         FsaiPattern::Static { power, .. } => format!("sFSAI(p{power})"),
-        FsaiPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        } => {
-            let mut l = format!("aFSAI({steps}, {epsilon}");
-            if step_size != 1 {
-                l += &format!(", s{step_size}");
+        FsaiPattern::Adaptive(growth) => {
+            let mut l = format!("aFSAI({}, {}", growth.steps, growth.epsilon);
+            if growth.step_size != 1 {
+                l += &format!(", s{}", growth.step_size);
             }
-            if stop == FsaiStop::Reduction {
+            if growth.stop == FsaiStop::Reduction {
                 l += ", S1";
             }
             l + ")"
@@ -197,7 +193,7 @@ pub fn rows(
                     total / base_ms,
                     perf.final_residual,
                     slots as f64 / nnz as f64,
-                    if perf.converged { "" } else { " NOT CONVERGED" }
+                    convergence_mark(perf.converged)
                 ),
                 Err(e) => format!("failed: {e}"),
             };
@@ -269,7 +265,7 @@ pub fn rows(
                 jacobi.iterations as f64 / perf.iterations.max(1) as f64,
                 total / base_ms,
                 perf.final_residual,
-                if perf.converged { "" } else { " NOT CONVERGED" }
+                convergence_mark(perf.converged)
             ),
             Err(e) => format!("failed: {e}"),
         };

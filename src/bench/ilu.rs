@@ -24,7 +24,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, BenchSettings, Row, TimingRows};
+use super::tables::{controls, convergence_mark, BenchSettings, Row, TimingRows};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::ilu::{DeviceIlu, DeviceSchwarz};
 use fvpoisson::gpu::krylov::{run_krylov, DeviceDiagonal, GpuKrylovBackend};
@@ -193,7 +193,7 @@ fn case_rows(
             p.iterations.div_ceil(20),
             solve_ms / p.iterations.max(1) as f64,
             p.final_residual,
-            if p.converged { "" } else { " NOT CONVERGED" }
+            convergence_mark(p.converged)
         ),
         Err(e) => format!("failed: {e}"),
     };

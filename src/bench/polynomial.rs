@@ -22,7 +22,8 @@
 use std::time::Instant;
 
 use super::tables::{
-    controls, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row, TimingRows,
+    controls, convergence_mark, rcm_system, timed_cpu_pcg, BenchSettings, JacobiBaseline, Row,
+    TimingRows,
 };
 use fvpoisson::gpu::pcg::GpuCgBackend;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
@@ -112,7 +113,7 @@ pub fn rows(
                 perf.iterations * (s.degree + 1),
                 base_ms / total,
                 perf.final_residual,
-                if perf.converged { "" } else { " NOT CONVERGED" }
+                convergence_mark(perf.converged)
             ),
             Err(e) => format!("failed: {e}"),
         };

@@ -40,7 +40,8 @@ use super::deflation::default_subdomains;
 use super::polynomial::CPU_DIC_MAX_ROWS;
 use super::smooth::{solve_warm, Ordered};
 use super::tables::{
-    contrast_case, controls, poisson_system, rcm_system, timed_cpu_pcg, JacobiBaseline, Row,
+    contrast_case, controls, convergence_mark, poisson_system, rcm_system, timed_cpu_pcg,
+    JacobiBaseline, Row,
 };
 use fvpoisson::gpu::amg::{gpu_amg_settings, DeviceAmg};
 use fvpoisson::gpu::deflation::{
@@ -674,7 +675,7 @@ fn case_entries(
                     Ok(perf) => format!(
                         "final residual {:.3e}{} ({}{})",
                         perf.final_residual,
-                        if perf.converged { "" } else { " NOT CONVERGED" },
+                        convergence_mark(perf.converged),
                         ordered.name,
                         if extra.is_empty() {
                             String::new()
@@ -710,7 +711,7 @@ fn case_entries(
         Ok(perf) => format!(
             "final residual {:.3e}{} ({}, {} colours, {}; {mixed_note}); {}; {}",
             perf.final_residual,
-            if perf.converged { "" } else { " NOT CONVERGED" },
+            convergence_mark(perf.converged),
             by_colour.name,
             colouring.n_colours(),
             bench.phases(None),
@@ -893,7 +894,7 @@ fn deflation_entry<'g>(
         Ok((perf, _)) => format!(
             "{k} {described}, final residual {:.3e}{}; set-up: {phases}; {traffic}",
             perf.final_residual,
-            if perf.converged { "" } else { " NOT CONVERGED" }
+            convergence_mark(perf.converged)
         ),
         Err(e) => format!("failed: {e}; set-up: {phases}"),
     };

@@ -19,7 +19,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, poisson_system, Row};
+use super::tables::{controls, convergence_mark, poisson_system, Row};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::multi::{pcg_over_ranks, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -226,7 +226,7 @@ pub fn run(
                          x{:.2} time of the same without deflation, max |x - x_ref| / \
                          max |x_ref| {:.1e} (x_ref: {reference_name})",
                         t.iterations,
-                        if t.converged { "" } else { " NOT CONVERGED" },
+                        convergence_mark(t.converged),
                         t.ms / t.iterations.max(1) as f64,
                         t.iterations as f64 / plain.iterations.max(1) as f64,
                         t.ms / plain.ms,

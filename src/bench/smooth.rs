@@ -32,7 +32,9 @@
 use std::time::Instant;
 
 use super::eisenstat::EisenstatBench;
-use super::tables::{controls, rcm_system, BenchSettings, JacobiBaseline, Row, TimingRows};
+use super::tables::{
+    controls, convergence_mark, rcm_system, BenchSettings, JacobiBaseline, Row, TimingRows,
+};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector};
 use fvpoisson::gpu::smooth::{
@@ -274,7 +276,7 @@ pub(super) fn pcg_note(
             ms / perf.iterations.max(1) as f64,
             base_ms / ms,
             perf.final_residual,
-            if perf.converged { "" } else { " NOT CONVERGED" }
+            convergence_mark(perf.converged)
         ),
         Err(e) => format!("failed: {e} ({detail})"),
     }

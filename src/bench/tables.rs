@@ -221,6 +221,16 @@ impl<'c> TimingRows<'c> {
     }
 }
 
+/// What a row's note ends with for a solve that stopped short of its
+/// tolerance (nothing for one that converged).
+pub(super) fn convergence_mark(converged: bool) -> &'static str {
+    if converged {
+        ""
+    } else {
+        " NOT CONVERGED"
+    }
+}
+
 /// Minimum bytes one SpMV moves in `format` (module documentation).
 pub fn spmv_bytes(format: Format, n: usize, nnz: usize) -> f64 {
     let (n, nnz) = (n as f64, nnz as f64);

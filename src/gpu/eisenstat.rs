@@ -105,16 +105,20 @@ impl DeviceTriangle {
     }
 }
 
-/// A SELL triangle read back: slice pointers, columns, values.
-pub type SellArrays = (Vec<u64>, Vec<i32>, Vec<f64>);
+/// A SELL triangle read back: its slots and its stored entries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SellArrays {
+    pub slice_ptr: Vec<u64>,
+    pub cols: Vec<i32>,
+    pub values: Vec<f64>,
+    pub nnz: usize,
+}
 
 /// [`DeviceEisenstat::download_setup`]'s arrays.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EisenstatArrays {
     pub lower: SellArrays,
     pub upper: SellArrays,
-    pub lower_nnz: usize,
-    pub upper_nnz: usize,
     pub inv_sqrt_diag: Vec<f64>,
     pub sqrt_diag: Vec<f64>,
     pub perm: Vec<i32>,
@@ -422,16 +426,19 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
 
     /// The set-up's arrays read back (the tests compare the device set-up
     /// with the host's): each triangle's slice pointers, columns and values
-    /// (SELL slots), 1/√a_ii and √a_ii in the sweeps' order, and that order
+    /// (SELL slots) and stored entries, 1/√a_ii and √a_ii in the sweeps' order, and that order
     /// (empty: A's).
     pub fn download_setup(&self) -> Result<EisenstatArrays, GpuError> {
         let gpu = self.gpu;
         let triangle = |t: &DeviceTriangle| -> Result<SellArrays, GpuError> {
-            let ptr = gpu.download(&t.slice_ptr)?;
-            let slots = ptr.last().copied().unwrap_or(0) as usize;
-            let cols = gpu.download_prefix(&t.cols, slots)?;
-            let vals = gpu.download_prefix(&t.values, slots)?;
-            Ok((ptr, cols, vals))
+            let slice_ptr = gpu.download(&t.slice_ptr)?;
+            let slots = slice_ptr.last().copied().unwrap_or(0) as usize;
+            Ok(SellArrays {
+                cols: gpu.download_prefix(&t.cols, slots)?,
+                values: gpu.download_prefix(&t.values, slots)?,
+                slice_ptr,
+                nnz: t.nnz,
+            })
         };
         let n = self.n;
         let perm = match &self.perm {
@@ -441,8 +448,6 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         Ok(EisenstatArrays {
             lower: triangle(&self.lower)?,
             upper: triangle(&self.upper)?,
-            lower_nnz: self.lower.nnz,
-            upper_nnz: self.upper.nnz,
             inv_sqrt_diag: gpu.download_prefix(&self.inv_sqrt_diag, n)?,
             sqrt_diag: gpu.download_prefix(&self.sqrt_diag, n)?,
             perm,

@@ -38,7 +38,8 @@ use super::setup::{checked_diagonal, SetupSpans};
 use super::{arg_or_null, Gpu, GpuError, KernelArgs};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
-    fsai_diagonal, static_pattern, FsaiPattern, FsaiSettings, FsaiStop, MAX_ADAPTIVE_PATTERN,
+    fsai_diagonal, static_pattern, AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop,
+    MAX_ADAPTIVE_PATTERN,
 };
 use crate::solve::scalar::Precision;
 use crate::solve::SolveError;
@@ -146,12 +147,7 @@ impl FsaiSetupStats {
 #[derive(Clone, Debug, PartialEq)]
 enum SetupPattern {
     /// Greedy Kaporin-gradient growth (FSAI_SPEC adaptive).
-    Adaptive {
-        steps: usize,
-        step_size: usize,
-        epsilon: f64,
-        stop: FsaiStop,
-    },
+    Adaptive(AdaptivePattern),
     /// A strictly-lower pattern built on the host, ascending columns per
     /// row (CSR row pointers and columns).
     Static { row_ptr: Vec<usize>, cols: Vec<u32> },
@@ -207,13 +203,7 @@ pub fn fsai_setup_gpu_resident(
     m: &DeviceModSell,
     s: &FsaiSettings,
 ) -> Result<(DeviceCsr, DeviceCsr, FsaiSetupStats), SolveError> {
-    let FsaiPattern::Adaptive {
-        steps,
-        step_size,
-        epsilon,
-        stop,
-    } = s.pattern
-    else {
+    let FsaiPattern::Adaptive(growth) = s.pattern else {
         return fsai_setup_gpu(gpu, a, s);
     };
     let mut spans = SetupSpans::new("FSAI", Some(gpu));
@@ -225,12 +215,7 @@ pub fn fsai_setup_gpu_resident(
     let csr = csr_of_modsell(gpu, m, "FSAI")?;
     spans.device("A's CSR from the resident matrix (1 read-back: nnz)");
     let plan = Plan {
-        pattern: SetupPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        },
+        pattern: SetupPattern::Adaptive(growth),
         postfilter: s.postfilter,
         work_bytes: work_budget().max(1),
     };
@@ -265,19 +250,9 @@ pub fn fsai_setup_gpu_budget(
     spans.host("checks and the diagonal (rows in parallel)");
     let start = std::time::Instant::now();
     let pattern = match s.pattern {
-        FsaiPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        } => {
-            debug_assert!(steps * step_size <= MAX_ADAPTIVE_PATTERN);
-            SetupPattern::Adaptive {
-                steps,
-                step_size,
-                epsilon,
-                stop,
-            }
+        FsaiPattern::Adaptive(growth) => {
+            debug_assert!(growth.max_columns() <= MAX_ADAPTIVE_PATTERN);
+            SetupPattern::Adaptive(growth)
         }
         FsaiPattern::Static { power, prefilter } => {
             let rows: Vec<Vec<u32>> = (0..n)
@@ -525,25 +500,16 @@ fn run<T: Real>(
     };
     let real = size_of::<T>();
     match &plan.pattern {
-        &SetupPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        } => {
-            let size = steps * step_size;
+        SetupPattern::Adaptive(growth) => {
+            let size = growth.max_columns();
             let rows = (plan.work_bytes / row_bytes(size, real)).clamp(1, n);
             let work = Work::<T>::new(gpu, rows, size)?;
             setup.stats.peak_work_bytes = rows * row_bytes(size, real);
-            setup.stats.rows_by_steps = vec![0; steps + 1];
-            let rule = match stop {
-                FsaiStop::Stagnation => STOP_STAGNATION,
-                FsaiStop::Reduction => STOP_REDUCTION,
-            };
+            setup.stats.rows_by_steps = vec![0; growth.steps + 1];
             let mut r0 = 0;
             while r0 < n {
                 let nb = rows.min(n - r0);
-                setup.adaptive_batch(&work, r0, nb, steps, step_size, T::of(epsilon), rule)?;
+                setup.adaptive_batch(&work, r0, nb, growth)?;
                 setup.finish_batch(&work, r0, nb, plan.postfilter)?;
                 r0 += nb;
             }
@@ -718,21 +684,23 @@ impl<T: Real> Setup<'_, T> {
     }
 
     /// The adaptive steps of rows r0 .. r0 + nb.
-    #[allow(clippy::too_many_arguments)]
     fn adaptive_batch(
         &mut self,
         work: &Work<T>,
         r0: usize,
         nb: usize,
-        steps: usize,
-        step_size: usize,
-        epsilon: T,
-        rule: i32,
+        growth: &AdaptivePattern,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         self.init(work, r0, nb)?;
+        let step_size = growth.step_size;
         let (nb32, r032, s32) = (nb as i32, r0 as i32, step_size as i32);
-        for step in 0..steps {
+        let epsilon = T::of(growth.epsilon);
+        let rule = match growth.stop {
+            FsaiStop::Stagnation => STOP_STAGNATION,
+            FsaiStop::Reduction => STOP_REDUCTION,
+        };
+        for step in 0..growth.steps {
             let mut count = 0;
             self.stats.stop_ms += gpu.time_ms(|| {
                 count = self.compact(work, nb)?;

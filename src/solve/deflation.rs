@@ -149,14 +149,7 @@ pub fn deflated_columns(a: &Csr, subdomains: &Subdomains) -> Result<Csr, SolveEr
             sums
         })
         .collect();
-    let mut row_ptr = vec![0];
-    let (mut cols, mut values) = (Vec::new(), Vec::new());
-    for row in rows {
-        cols.extend(row.iter().map(|e| e.0));
-        values.extend(row.iter().map(|e| e.1));
-        row_ptr.push(cols.len());
-    }
-    Csr::new(subdomains.count(), row_ptr, cols, values).map_err(SolveError::Deflation)
+    Csr::from_rows(subdomains.count(), rows).map_err(SolveError::Deflation)
 }
 
 /// E = Zᵀ (AZ): E_pq = Σ_{i in p} (AZ)_iq, rows of p ascending.

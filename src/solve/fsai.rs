@@ -68,29 +68,44 @@ impl FsaiStop {
 
 from_str_by_name!(FsaiStop, "FSAI stop rule");
 
+/// aFSAI's pattern growth: at most `steps` steps of `step_size` columns
+/// each, stopped early by `stop` with tolerance `epsilon`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptivePattern {
+    pub steps: usize,
+    pub step_size: usize,
+    pub epsilon: f64,
+    pub stop: FsaiStop,
+}
+
+impl AdaptivePattern {
+    /// The defaults (chosen by the measurement in the README's FSAI section).
+    pub const DEFAULT: Self = Self {
+        steps: 10,
+        step_size: 1,
+        epsilon: 0.005,
+        stop: FsaiStop::Stagnation,
+    };
+
+    /// The most columns a row can grow to.
+    pub fn max_columns(&self) -> usize {
+        self.steps * self.step_size
+    }
+}
+
 /// How the pattern of G is chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum FsaiPattern {
     /// Lower part of the pattern of Ã^power, Ã = A without the entries
     /// |a_ij| < prefilter √(a_ii a_jj).
     Static { power: usize, prefilter: f64 },
-    /// aFSAI: at most `steps` steps of `step_size` columns each.
-    Adaptive {
-        steps: usize,
-        step_size: usize,
-        epsilon: f64,
-        stop: FsaiStop,
-    },
+    /// aFSAI.
+    Adaptive(AdaptivePattern),
 }
 
 impl FsaiPattern {
-    /// The adaptive defaults (chosen by the measurement in the README's FSAI section).
-    pub const ADAPTIVE: Self = Self::Adaptive {
-        steps: 10,
-        step_size: 1,
-        epsilon: 0.005,
-        stop: FsaiStop::Stagnation,
-    };
+    /// The adaptive defaults.
+    pub const ADAPTIVE: Self = Self::Adaptive(AdaptivePattern::DEFAULT);
     /// The static defaults: the lower pattern of A, nothing dropped.
     pub const STATIC: Self = Self::Static {
         power: 1,
@@ -127,12 +142,12 @@ impl FsaiSettings {
     /// and rule `stop`, the rest at the defaults.
     pub fn adaptive(steps: usize, epsilon: f64, stop: FsaiStop) -> Self {
         Self {
-            pattern: FsaiPattern::Adaptive {
+            pattern: FsaiPattern::Adaptive(AdaptivePattern {
                 steps,
                 step_size: 1,
                 epsilon,
                 stop,
-            },
+            }),
             ..Self::default()
         }
     }
@@ -155,12 +170,12 @@ impl FsaiSettings {
                 }
                 nonnegative("prefilter", prefilter)?;
             }
-            FsaiPattern::Adaptive {
+            FsaiPattern::Adaptive(AdaptivePattern {
                 steps,
                 step_size,
                 epsilon,
                 ..
-            } => {
+            }) => {
                 if steps == 0 || step_size == 0 {
                     return Err(format!(
                         "FSAI steps and stepSize must be at least 1, got steps {steps}, \
@@ -204,23 +219,14 @@ impl FsaiSettings {
         fn number(key: &str, value: &str) -> Result<f64, String> {
             parse_value(format_args!("FSAI {key}"), value, "a number")
         }
-        let adaptive_of = |p: FsaiPattern| match p {
-            FsaiPattern::Adaptive {
-                steps,
-                step_size,
-                epsilon,
-                stop,
-            } => Some((steps, step_size, epsilon, stop)),
-            FsaiPattern::Static { .. } => None,
-        };
         let static_of = |p: FsaiPattern| match p {
             FsaiPattern::Static { power, prefilter } => Some((power, prefilter)),
-            FsaiPattern::Adaptive { .. } => None,
+            FsaiPattern::Adaptive(_) => None,
         };
-        let mut adaptive = adaptive_of(self.pattern).is_some();
-        let (mut steps, mut step_size, mut epsilon, mut stop) = adaptive_of(self.pattern)
-            .or(adaptive_of(FsaiPattern::ADAPTIVE))
-            .expect("ADAPTIVE is adaptive");
+        let (mut adaptive, mut growth) = match self.pattern {
+            FsaiPattern::Adaptive(growth) => (true, growth),
+            FsaiPattern::Static { .. } => (false, AdaptivePattern::DEFAULT),
+        };
         let (mut power, mut prefilter) = static_of(self.pattern)
             .or(static_of(FsaiPattern::STATIC))
             .expect("STATIC is static");
@@ -240,10 +246,10 @@ impl FsaiSettings {
                         }
                     }
                 }
-                "steps" => steps = count(key, value)?,
-                "stepsize" => step_size = count(key, value)?,
-                "epsilon" => epsilon = number(key, value)?,
-                "stop" => stop = value.parse()?,
+                "steps" => growth.steps = count(key, value)?,
+                "stepsize" => growth.step_size = count(key, value)?,
+                "epsilon" => growth.epsilon = number(key, value)?,
+                "stop" => growth.stop = value.parse()?,
                 "power" => power = count(key, value)?,
                 "prefilter" => prefilter = number(key, value)?,
                 "postfilter" => settings.postfilter = number(key, value)?,
@@ -266,12 +272,7 @@ impl FsaiSettings {
                     "FSAI {k} applies to pattern static, but the pattern is adaptive"
                 ));
             }
-            FsaiPattern::Adaptive {
-                steps,
-                step_size,
-                epsilon,
-                stop,
-            }
+            FsaiPattern::Adaptive(growth)
         } else {
             if let Some(k) = adaptive_key {
                 return Err(format!(
@@ -290,15 +291,12 @@ impl FsaiSettings {
             FsaiPattern::Static { power, prefilter } => {
                 format!("static, power {power}, prefilter {}", format_g(prefilter))
             }
-            FsaiPattern::Adaptive {
-                steps,
-                step_size,
-                epsilon,
-                stop,
-            } => format!(
-                "adaptive, {steps} steps of {step_size}, epsilon {}, {}",
-                format_g(epsilon),
-                stop.name()
+            FsaiPattern::Adaptive(growth) => format!(
+                "adaptive, {} steps of {}, epsilon {}, {}",
+                growth.steps,
+                growth.step_size,
+                format_g(growth.epsilon),
+                growth.stop.name()
             ),
         };
         let post = if self.postfilter > 0.0 {
@@ -697,15 +695,10 @@ fn setup_row<T: Real>(a: &Csr, diag: &[f64], i: usize, s: &FsaiSettings) -> RowR
             fallback |= !row.factor_all(a, &cols);
             steps_taken = 1;
         }
-        FsaiPattern::Adaptive {
-            steps,
-            step_size,
-            epsilon,
-            stop,
-        } => {
+        FsaiPattern::Adaptive(growth) => {
             let psi0 = row.psi;
-            for _ in 0..steps {
-                match row.adaptive_step(a, step_size, epsilon, stop, psi0) {
+            for _ in 0..growth.steps {
+                match row.adaptive_step(a, growth.step_size, growth.epsilon, growth.stop, psi0) {
                     StepOutcome::Grown => steps_taken += 1,
                     StepOutcome::Stopped => {
                         steps_taken += 1;
@@ -755,7 +748,7 @@ pub fn fsai_setup(a: &Csr, s: &FsaiSettings) -> Result<FsaiFactor, SolveError> {
         .collect();
     let steps_max = match s.pattern {
         FsaiPattern::Static { .. } => 1,
-        FsaiPattern::Adaptive { steps, .. } => steps,
+        FsaiPattern::Adaptive(growth) => growth.steps,
     };
     let mut rows_by_steps = vec![0; steps_max + 1];
     let (mut fallback_rows, mut nnz0) = (0, 0);
@@ -922,12 +915,12 @@ mod tests {
             FsaiSettings::default(),
             FsaiSettings::adaptive(20, 1e-3, FsaiStop::Reduction),
             FsaiSettings {
-                pattern: FsaiPattern::Adaptive {
+                pattern: FsaiPattern::Adaptive(AdaptivePattern {
                     steps: 5,
                     step_size: 3,
                     epsilon: 0.01,
                     stop: FsaiStop::Stagnation,
-                },
+                }),
                 ..FsaiSettings::default()
             },
         ];

@@ -270,14 +270,7 @@ mod tests {
             rows[i].push((n as u32 - 1, 1.0 + i as f64 * 0.1));
             rows[n - 1].insert(i, (i as u32, -0.5 - i as f64 * 0.2));
         }
-        let mut row_ptr = vec![0];
-        let (mut cols, mut vals) = (Vec::new(), Vec::new());
-        for r in rows {
-            cols.extend(r.iter().map(|e| e.0));
-            vals.extend(r.iter().map(|e| e.1));
-            row_ptr.push(cols.len());
-        }
-        let a = Csr::new(n, row_ptr, cols, vals).unwrap();
+        let a = Csr::from_rows(n, rows).unwrap();
         let ilu = Ilu::new(&a, 0).unwrap();
         let b: Vec<f64> = (0..n).map(|i| i as f64 - 2.5).collect();
         let mut x = vec![0.0; n];

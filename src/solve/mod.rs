@@ -59,7 +59,7 @@ pub use entry::{solve_krylov, solve_krylov_with, solve_pcg, solve_pcg_in_place, 
 pub use equilibrate::{Equilibration, EquilibrationKind, RuizNorm, RuizSettings};
 pub use error::{FieldSolveError, SolveError};
 pub use executor::{Executor, InitialNorms, OnExecutor};
-pub use fsai::{FsaiPattern, FsaiSettings, FsaiStop};
+pub use fsai::{AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop};
 pub use krylov::{
     CpuKrylovBackend, GmresSettings, KrylovBackend, KrylovMethod, Orthogonalization,
     PreconditioningSide,

@@ -2,10 +2,9 @@
 //! of a preconditioner ([`Precision`]) and the arithmetic it is written over
 //! ([`Real`], f64 or f32).
 //!
-//! A leaf module: it uses nothing of the crate, so that any algorithm can name
-//! these types without depending on another algorithm's file.
-
-use std::str::FromStr;
+//! A leaf module: it uses nothing of the crate but `solve`'s name parser, so
+//! that any algorithm can name these types without depending on another
+//! algorithm's file.
 
 /// The precision an approximate inverse (polynomial, FSAI factor, AMG
 /// smoother) is applied in; Krylov vectors stay f64.
@@ -17,20 +16,8 @@ pub enum Precision {
     Mixed,
 }
 
-impl FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "double" => Ok(Self::Double),
-            "mixed" => Ok(Self::Mixed),
-            _ => Err(format!(
-                "unknown precision '{s}' (choose one of double, mixed)"
-            )),
-        }
-    }
-}
-
 impl Precision {
+    pub const ALL: [Self; 2] = [Self::Double, Self::Mixed];
     pub fn name(self) -> &'static str {
         match self {
             Self::Double => "double",
@@ -38,6 +25,8 @@ impl Precision {
         }
     }
 }
+
+super::from_str_by_name!(Precision, "precision");
 
 /// The arithmetic of a set-up or an apply: f64, or f32 for [`Precision::Mixed`]. Every
 /// operation is one IEEE operation rounded to nearest (Rust does not contract

@@ -447,18 +447,23 @@ impl SplitMatrix {
         }
     }
 
+    /// Panics unless each of `method`'s vectors (by name) has n entries.
+    fn assert_sizes(&self, method: &str, vectors: &[(&str, &[f64])]) {
+        for (name, v) in vectors {
+            assert_eq!(v.len(), self.n(), "SplitMatrix::{method}: {name} size");
+        }
+    }
+
     /// y = A x, rows in parallel.
     pub fn apply(&self, x: &[f64], y: &mut [f64]) {
-        assert_eq!(x.len(), self.n(), "SplitMatrix::apply: x size");
-        assert_eq!(y.len(), self.n(), "SplitMatrix::apply: y size");
+        self.assert_sizes("apply", &[("x", x), ("y", y)]);
         self.product(x, y, |_, _, sum, y, _: &mut ()| *y = sum);
     }
 
     /// y = A x, rows in parallel; returns x · y (fixed chunk order, each
     /// chunk summed as its rows are computed).
     pub fn apply_dot(&self, x: &[f64], y: &mut [f64]) -> f64 {
-        assert_eq!(x.len(), self.n(), "SplitMatrix::apply_dot: x size");
-        assert_eq!(y.len(), self.n(), "SplitMatrix::apply_dot: y size");
+        self.assert_sizes("apply_dot", &[("x", x), ("y", y)]);
         let partials = self.product(x, y, |_, xi, sum, y, partial: &mut f64| {
             *y = sum;
             *partial += xi * sum;
@@ -475,8 +480,7 @@ impl SplitMatrix {
         y: &mut [f64],
         terms: impl Fn(usize, f64) -> (f64, f64) + Sync,
     ) -> (f64, f64) {
-        assert_eq!(x.len(), self.n(), "SplitMatrix::apply_sums: x size");
-        assert_eq!(y.len(), self.n(), "SplitMatrix::apply_sums: y size");
+        self.assert_sizes("apply_sums", &[("x", x), ("y", y)]);
         let partials = self.product(x, y, |i, _, sum, y, p: &mut (f64, f64)| {
             *y = sum;
             let (a, b) = terms(i, sum);
@@ -488,9 +492,7 @@ impl SplitMatrix {
 
     /// r = b − A x, rows in parallel; returns Σ |r_i| (fixed chunk order).
     pub fn residual(&self, b: &[f64], x: &[f64], r: &mut [f64]) -> f64 {
-        assert_eq!(b.len(), self.n(), "SplitMatrix::residual: b size");
-        assert_eq!(x.len(), self.n(), "SplitMatrix::residual: x size");
-        assert_eq!(r.len(), self.n(), "SplitMatrix::residual: r size");
+        self.assert_sizes("residual", &[("b", b), ("x", x), ("r", r)]);
         let partials = self.product(x, r, |i, _, sum, r, partial: &mut f64| {
             *r = b[i] - sum;
             *partial += r.abs();
@@ -541,9 +543,7 @@ impl SplitMatrix {
     /// row's own work is not what limits the sweep (some 80 instructions a
     /// visit over GAMG's levels, where checked visits took about 150).
     pub fn gauss_seidel_sweeps(&self, b: &[f64], x: &mut [f64], sweeps: usize) {
-        let n = self.n();
-        assert_eq!(b.len(), n, "SplitMatrix::gauss_seidel_sweeps: b size");
-        assert_eq!(x.len(), n, "SplitMatrix::gauss_seidel_sweeps: x size");
+        self.assert_sizes("gauss_seidel_sweeps", &[("b", b), ("x", x)]);
         match (self.lower.start32(), self.upper.start32()) {
             (Some(lower), Some(upper)) => self.sweeps_by(lower, upper, b, x, sweeps),
             _ => self.sweeps_by(&self.lower.start[..], &self.upper.start[..], b, x, sweeps),

@@ -90,6 +90,23 @@ impl Csr {
         })
     }
 
+    /// Builds a matrix from its rows, each its (column, value) entries in
+    /// ascending column order ([`Self::new`]'s checks).
+    pub fn from_rows<R: AsRef<[(u32, f64)]>>(
+        n_cols: usize,
+        rows: impl IntoIterator<Item = R>,
+    ) -> Result<Self, String> {
+        let mut row_ptr = vec![0];
+        let (mut cols, mut values) = (Vec::new(), Vec::new());
+        for row in rows {
+            let row = row.as_ref();
+            cols.extend(row.iter().map(|e| e.0));
+            values.extend(row.iter().map(|e| e.1));
+            row_ptr.push(cols.len());
+        }
+        Self::new(n_cols, row_ptr, cols, values)
+    }
+
     /// The 0 × 0 matrix (a stand-in where a pattern is not built yet).
     pub fn empty() -> Self {
         Self {

@@ -495,14 +495,7 @@ mod tests {
             &[(5, 0.8), (6, -2.6), (7, 0.2), (8, 3.1)],
             &[(5, 1.4), (7, 3.1), (8, 2.0)],
         ];
-        let mut row_ptr = vec![0];
-        let (mut cols, mut vals) = (vec![], vec![]);
-        for r in rows {
-            cols.extend(r.iter().map(|e| e.0));
-            vals.extend(r.iter().map(|e| e.1));
-            row_ptr.push(cols.len());
-        }
-        Csr::new(9, row_ptr, cols, vals).unwrap()
+        Csr::from_rows(9, rows).unwrap()
     }
 
     /// A random permutation of 0..n drawn from `seed`.
@@ -570,9 +563,7 @@ mod tests {
     fn out_of_slice_columns_are_shifted_by_one() {
         // Slices of 32 on a 64-row matrix with a_{0,40} and a_{40,0}.
         let n = 64;
-        let mut row_ptr = vec![0];
-        let (mut cols, mut vals) = (vec![], vec![]);
-        for r in 0..n as u32 {
+        let rows = (0..n as u32).map(|r| {
             let mut row = vec![(r, 4.0)];
             if r == 0 {
                 row.push((40, -1.0));
@@ -580,11 +571,9 @@ mod tests {
             if r == 40 {
                 row.insert(0, (0, -1.0));
             }
-            cols.extend(row.iter().map(|e| e.0));
-            vals.extend(row.iter().map(|e| e.1));
-            row_ptr.push(cols.len());
-        }
-        let a = Csr::new(n, row_ptr, cols, vals).unwrap();
+            row
+        });
+        let a = Csr::from_rows(n, rows).unwrap();
         let m = ModSell::from_csr(&a, 32).unwrap();
         assert_eq!(m.slice_ptr(), &[0, 32, 64]);
         assert_eq!(m.codes()[0], 41);

@@ -170,10 +170,9 @@ impl PolynomialPreconditioner {
         settings: &PolynomialSettings,
         upper: f64,
     ) -> Result<Self, SolveError> {
-        settings
-            .validate_with_upper_bound(upper)
+        let recurrence = settings
+            .checked_recurrence(upper)
             .map_err(SolveError::InvalidControls)?;
-        let recurrence = settings.recurrence(upper);
         let evaluation = match settings.precision {
             Precision::Double => Evaluation::Double(Evaluator::new(a, &recurrence)?),
             Precision::Mixed => Evaluation::Mixed(Evaluator::new(a, &recurrence)?),

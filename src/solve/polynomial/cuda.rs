@@ -161,10 +161,9 @@ impl<'g> DevicePolynomial<'g> {
         settings: &PolynomialSettings,
         upper: f64,
     ) -> Result<Self, GpuError> {
-        settings
-            .validate_with_upper_bound(upper)
+        let recurrence = settings
+            .checked_recurrence(upper)
             .map_err(GpuError::Invalid)?;
-        let recurrence = settings.recurrence(upper);
         let evaluation = match settings.precision {
             Precision::Double => Evaluation::Double(Work::new(
                 gpu,
@@ -233,10 +232,10 @@ impl<'g> DevicePolynomial<'g> {
             )));
         }
         let upper = device_bound(self.gpu, &matrix, &self.settings)?;
-        self.settings
-            .validate_with_upper_bound(upper)
+        let recurrence = self
+            .settings
+            .checked_recurrence(upper)
             .map_err(GpuError::Invalid)?;
-        let recurrence = self.settings.recurrence(upper);
         // Checked before any buffer changes: an error leaves the
         // preconditioner as it was.
         let steps = match &self.evaluation {

@@ -183,9 +183,10 @@ impl PolynomialSettings {
         Ok(p)
     }
 
-    /// [`Self::validate`], and `upper` a usable upper eigenvalue bound of
-    /// D⁻¹A (positive, finite).
-    pub fn validate_with_upper_bound(&self, upper: f64) -> Result<(), String> {
+    /// [`Self::recurrence`] for `upper` after [`Self::validate`] and the check
+    /// that `upper` is a usable upper eigenvalue bound of D⁻¹A (positive,
+    /// finite): what every set-up from a bound starts with.
+    pub fn checked_recurrence(&self, upper: f64) -> Result<Recurrence, String> {
         self.validate()?;
         if !(upper.is_finite() && upper > 0.0) {
             return Err(format!(
@@ -193,7 +194,7 @@ impl PolynomialSettings {
                  got {upper}"
             ));
         }
-        Ok(())
+        Ok(self.recurrence(upper))
     }
 
     /// Checks the parameters; the message names the bad one.
