@@ -35,7 +35,7 @@ use super::amg::{DeviceCsr, Scan};
 use super::ic::csr_of_modsell;
 use super::matrix::{f32_copy, DeviceModSell};
 use super::setup::{checked_diagonal, SetupSpans};
-use super::{arg_or_null, Gpu, GpuError, KernelArgs};
+use super::{arg_or_null, Gpu, GpuError, KernelArgs, PhaseTimes};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
     fsai_diagonal, static_pattern, AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop,
@@ -466,8 +466,22 @@ struct Setup<'g, T> {
     counts: CudaSlice<u32>,
     chunks: Vec<Chunk>,
     stats: FsaiSetupStats,
+    /// Device time per [`Phase`], read once at the end.
+    times: PhaseTimes,
     nnz_before: usize,
 }
+
+/// The set-up's phases as [`FsaiSetupStats`] reports their device times.
+#[derive(Clone, Copy)]
+enum Phase {
+    Gradient,
+    Gather,
+    Cholesky,
+    Stop,
+    Postfilter,
+    Assemble,
+}
+const PHASES: usize = 6;
 
 /// A's CSR uploaded from the host in the set-up's precision.
 fn uploaded_a<T: Real>(gpu: &Gpu, a: &Csr) -> Result<DeviceA<T>, GpuError> {
@@ -496,6 +510,7 @@ fn run<T: Real>(
         counts: gpu.zeros(n)?,
         chunks: Vec::new(),
         stats: FsaiSetupStats::default(),
+        times: PhaseTimes::default(),
         nnz_before: 0,
     };
     let real = size_of::<T>();
@@ -615,19 +630,21 @@ impl<T: Real> Setup<'_, T> {
 
     /// (K2) and (K3) over `count` rows (`list`, or the first `count`):
     /// full = 1 the whole system from scratch with ψ from a_ii, full = 0 the
-    /// step's new rows with the committed ψ.
+    /// step's new rows with the committed ψ. Their times go to `phases`.
+    #[allow(clippy::too_many_arguments)]
     fn gather_and_factor(
-        &mut self,
+        &self,
         work: &Work<T>,
         r0: usize,
         nb: usize,
         count: usize,
         list: Option<&CudaSlice<i32>>,
         full: bool,
-    ) -> Result<(f64, f64), GpuError> {
+        phases: (Phase, Phase),
+    ) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (count32, nb32, r032, full32) = (count as i32, nb as i32, r0 as i32, full as i32);
-        let gather = gpu.time_ms(|| {
+        gpu.time_phase(&self.times, phases.0 as usize, || {
             gpu.launch_vector(T::GATHER, count, |a| {
                 a.arg(&count32);
                 arg_or_null(a, list);
@@ -641,7 +658,7 @@ impl<T: Real> Setup<'_, T> {
             })
         })?;
         let psi = if full { &work.psi0 } else { &work.psi };
-        let cholesky = gpu.time_ms(|| {
+        gpu.time_phase(&self.times, phases.1 as usize, || {
             gpu.launch_vector(T::CHOLESKY, count, |a| {
                 a.arg(&count32);
                 arg_or_null(a, list);
@@ -656,8 +673,7 @@ impl<T: Real> Setup<'_, T> {
                     .arg(&work.psi_new)
                     .arg(&work.bad);
             })
-        })?;
-        Ok((gather, cholesky))
+        })
     }
 
     /// Commit of from-scratch solves (static rows, postfilter re-solves).
@@ -702,7 +718,7 @@ impl<T: Real> Setup<'_, T> {
         };
         for step in 0..growth.steps {
             let mut count = 0;
-            self.stats.stop_ms += gpu.time_ms(|| {
+            gpu.time_phase(&self.times, Phase::Stop as usize, || {
                 count = self.compact(work, nb)?;
                 Ok(())
             })?;
@@ -713,7 +729,7 @@ impl<T: Real> Setup<'_, T> {
             let lanes = gradient_lanes(step, step_size);
             let lanes32 = lanes as i32;
             let rows_per_block = GRADIENT_BLOCK as usize / lanes;
-            self.stats.gradient_ms += gpu.time_ms(|| {
+            gpu.time_phase(&self.times, Phase::Gradient as usize, || {
                 gpu.launch(
                     T::GRADIENT,
                     count.div_ceil(rows_per_block) as u32,
@@ -735,11 +751,10 @@ impl<T: Real> Setup<'_, T> {
                     },
                 )
             })?;
-            let (gather, cholesky) =
-                self.gather_and_factor(work, r0, nb, count, Some(&work.list), false)?;
-            self.stats.gather_ms += gather;
-            self.stats.cholesky_ms += cholesky;
-            self.stats.stop_ms += gpu.time_ms(|| {
+            let list = Some(&work.list);
+            let phases = (Phase::Gather, Phase::Cholesky);
+            self.gather_and_factor(work, r0, nb, count, list, false, phases)?;
+            gpu.time_phase(&self.times, Phase::Stop as usize, || {
                 gpu.launch_vector(T::STOP, count, |a| {
                     a.arg(&count32)
                         .arg(&work.list)
@@ -779,7 +794,7 @@ impl<T: Real> Setup<'_, T> {
         let gpu = self.gpu;
         self.init(work, r0, nb)?;
         let nb32 = nb as i32;
-        self.stats.gather_ms += gpu.time_ms(|| {
+        gpu.time_phase(&self.times, Phase::Gather as usize, || {
             gpu.launch_vector("fsai_static_pattern", nb, |a| {
                 a.arg(&nb32)
                     .arg(pat_ptr)
@@ -788,10 +803,11 @@ impl<T: Real> Setup<'_, T> {
                     .arg(&work.cols);
             })
         })?;
-        let (gather, cholesky) = self.gather_and_factor(work, r0, nb, nb, None, true)?;
-        self.stats.gather_ms += gather;
-        self.stats.cholesky_ms += cholesky;
-        self.stats.stop_ms += gpu.time_ms(|| self.commit(work, nb, nb, None))?;
+        let phases = (Phase::Gather, Phase::Cholesky);
+        self.gather_and_factor(work, r0, nb, nb, None, true, phases)?;
+        gpu.time_phase(&self.times, Phase::Stop as usize, || {
+            self.commit(work, nb, nb, None)
+        })?;
         Ok(())
     }
 
@@ -810,7 +826,7 @@ impl<T: Real> Setup<'_, T> {
             self.nnz_before += self.row_counts(work, nb)?;
             let delta = T::of(postfilter);
             let mut count = 0;
-            let filter = gpu.time_ms(|| {
+            gpu.time_phase(&self.times, Phase::Postfilter as usize, || {
                 gpu.launch_vector(T::POSTFILTER, nb, |a| {
                     a.arg(&nb32)
                         .arg(&delta)
@@ -822,17 +838,17 @@ impl<T: Real> Setup<'_, T> {
                 count = self.compact(work, nb)?;
                 Ok(())
             })?;
-            self.stats.postfilter_ms += filter;
             if count > 0 {
-                let (gather, cholesky) =
-                    self.gather_and_factor(work, r0, nb, count, Some(&work.list), true)?;
-                let commit = gpu.time_ms(|| self.commit(work, nb, count, Some(&work.list)))?;
-                self.stats.postfilter_ms += gather + cholesky + commit;
+                let (list, phases) = (Some(&work.list), (Phase::Postfilter, Phase::Postfilter));
+                self.gather_and_factor(work, r0, nb, count, list, true, phases)?;
+                gpu.time_phase(&self.times, Phase::Postfilter as usize, || {
+                    self.commit(work, nb, count, list)
+                })?;
             }
         }
         self.stats.fallback_rows += self.histogram(&work.status, nb, 2)?[1] as usize;
         let mut len = 0;
-        self.stats.assemble_ms += gpu.time_ms(|| {
+        gpu.time_phase(&self.times, Phase::Assemble as usize, || {
             len = self.row_counts(work, nb)?;
             Ok(())
         })?;
@@ -846,7 +862,7 @@ impl<T: Real> Setup<'_, T> {
             vals: gpu.zeros(len)?,
         };
         let r032 = r0 as i32;
-        self.stats.assemble_ms += gpu.time_ms(|| {
+        gpu.time_phase(&self.times, Phase::Assemble as usize, || {
             gpu.launch_vector(T::ASSEMBLE, nb, |a| {
                 a.arg(&nb32)
                     .arg(&r032)
@@ -878,7 +894,7 @@ impl<T: Real> Setup<'_, T> {
         let mut t_nnz = 0;
         let mut out = None;
         let chunks = std::mem::take(&mut self.chunks);
-        self.stats.assemble_ms += gpu.time_ms(|| {
+        gpu.time_phase(&self.times, Phase::Assemble as usize, || {
             nnz = self.scan.run(gpu, &self.counts, n, &row_ptr)? as usize;
             let cols = gpu.zeros::<u32>(nnz)?;
             let vals = gpu.zeros::<f64>(nnz)?;
@@ -941,6 +957,14 @@ impl<T: Real> Setup<'_, T> {
             cols: t_cols,
             vals: t_vals,
         };
+        let ms = self.times.read(PHASES)?;
+        let stats = &mut self.stats;
+        stats.gradient_ms = ms[Phase::Gradient as usize];
+        stats.gather_ms = ms[Phase::Gather as usize];
+        stats.cholesky_ms = ms[Phase::Cholesky as usize];
+        stats.stop_ms = ms[Phase::Stop as usize];
+        stats.postfilter_ms = ms[Phase::Postfilter as usize];
+        stats.assemble_ms = ms[Phase::Assemble as usize];
         self.stats.density_before_postfilter = self.nnz_before as f64 / self.nnz_a as f64;
         self.stats.density = nnz as f64 / self.nnz_a as f64;
         Ok((g, gt, self.stats))

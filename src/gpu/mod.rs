@@ -1879,6 +1879,25 @@ impl Gpu {
         driver("cuMemcpyDtoD", self.stream().memcpy_dtod(src, dst))
     }
 
+    /// Records `work`'s device time as phase `phase` of `times`: two events
+    /// on the stream around its launches, read later ([`PhaseTimes::read`]),
+    /// so the host does not wait here as [`Gpu::time_ms`] does.
+    pub fn time_phase(
+        &self,
+        times: &PhaseTimes,
+        phase: usize,
+        work: impl FnOnce() -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = driver("cuEventCreate", self.ctx.new_event(timing))?;
+        driver("cuEventRecord", start.record(self.stream()))?;
+        work()?;
+        let end = driver("cuEventCreate", self.ctx.new_event(timing))?;
+        driver("cuEventRecord", end.record(self.stream()))?;
+        times.marks.borrow_mut().push((phase, start, end));
+        Ok(())
+    }
+
     /// Device time of `work` in milliseconds, between two events on the stream.
     pub fn time_ms(&self, work: impl FnOnce() -> Result<(), GpuError>) -> Result<f64, GpuError> {
         let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -1889,6 +1908,32 @@ impl Gpu {
         driver("cuEventRecord", end.record(self.stream()))?;
         driver("cuEventSynchronize", end.synchronize())?;
         Ok(driver("cuEventElapsedTime", start.elapsed_ms(&end))? as f64)
+    }
+}
+
+/// Device times of a run's phases recorded without waiting
+/// ([`Gpu::time_phase`]): a multi-step set-up that timed each step with
+/// [`Gpu::time_ms`] would wait for the device at every one of them, and its
+/// next launches would start on an idle device.
+#[derive(Default)]
+pub struct PhaseTimes {
+    marks: std::cell::RefCell<Vec<(usize, CudaEvent, CudaEvent)>>,
+}
+
+impl PhaseTimes {
+    /// The summed milliseconds of each phase 0, 1, … (at least `phases`
+    /// entries), once the last recorded phase is done.
+    pub fn read(&self, phases: usize) -> Result<Vec<f64>, GpuError> {
+        let marks = self.marks.borrow();
+        let len = marks.iter().map(|m| m.0 + 1).max().unwrap_or(0).max(phases);
+        let mut ms = vec![0.0; len];
+        if let Some((_, _, last)) = marks.last() {
+            driver("cuEventSynchronize", last.synchronize())?;
+        }
+        for (phase, start, end) in marks.iter() {
+            ms[*phase] += f64::from(driver("cuEventElapsedTime", start.elapsed_ms(end))?);
+        }
+        Ok(ms)
     }
 }
 
