@@ -798,6 +798,9 @@ enum SweepFrom<'a, T> {
     ZeroTwice,
     /// The iterate in this buffer corrected, x + θ P x_c, per entry.
     Corrected(&'a CudaSlice<T>),
+    /// One sweep from x = 0 corrected, s∘b + θ P x_c, per entry (the fused
+    /// cycle's post-sweep, `AmgSettings::fused`).
+    ZeroCorrected,
 }
 
 impl<'a, T> SweepFrom<'a, T> {
@@ -812,7 +815,16 @@ impl<'a, T> SweepFrom<'a, T> {
     fn stored(self) -> Option<&'a CudaSlice<T>> {
         match self {
             SweepFrom::Buffer(x) | SweepFrom::Corrected(x) => Some(x),
-            SweepFrom::Zero | SweepFrom::ZeroTwice => None,
+            SweepFrom::Zero | SweepFrom::ZeroTwice | SweepFrom::ZeroCorrected => None,
+        }
+    }
+    /// Whether a fused kernel computes the iterate per entry (else the plain
+    /// sweep), and whether it adds θ P x_c.
+    fn fused(self) -> Option<bool> {
+        match self {
+            SweepFrom::Zero | SweepFrom::Buffer(_) => None,
+            SweepFrom::ZeroTwice => Some(false),
+            SweepFrom::Corrected(_) | SweepFrom::ZeroCorrected => Some(true),
         }
     }
 }
@@ -1551,30 +1563,27 @@ impl<T: Arith> Run<'_, '_, T> {
         let correction = amg.cycle.correction;
         // A sweep into `to`, or (widen, f32) into z, widened.
         let sweep = |from: SweepFrom<'_, T>, to: &CudaSlice<T>, widen: Option<&CudaSlice<f64>>| {
-            match from {
-                SweepFrom::Zero | SweepFrom::Buffer(_) => {
-                    self.launch_fine(k.fine_jacobi, &n32, |a| {
-                        a.arg(scale).arg(r);
-                        arg_or_null(a, from.stored());
-                        a.arg(to);
-                        if T::WIDENS {
-                            arg_or_null(a, widen);
-                        }
-                    })
-                }
-                SweepFrom::ZeroTwice | SweepFrom::Corrected(_) => {
-                    let corrected = matches!(from, SweepFrom::Corrected(_));
-                    self.launch_fine(k.fine_jacobi_fused, &n32, |a| {
-                        a.arg(scale).arg(r);
-                        arg_or_null(a, from.stored());
-                        arg_or_null(a, corrected.then_some(&t.aggregate));
-                        arg_or_null(a, corrected.then_some(&next.x));
-                        a.arg(&correction).arg(to);
+            let Some(corrected) = from.fused() else {
+                return self.launch_fine(k.fine_jacobi, &n32, |a| {
+                    a.arg(scale).arg(r);
+                    arg_or_null(a, from.stored());
+                    a.arg(to);
+                    if T::WIDENS {
                         arg_or_null(a, widen);
-                    })
-                }
-            }
+                    }
+                });
+            };
+            self.launch_fine(k.fine_jacobi_fused, &n32, |a| {
+                a.arg(scale).arg(r);
+                arg_or_null(a, from.stored());
+                arg_or_null(a, corrected.then_some(&t.aggregate));
+                arg_or_null(a, corrected.then_some(&next.x));
+                a.arg(&correction).arg(to);
+                arg_or_null(a, widen);
+            })
         };
+        // The last post-sweep writes z (f32: widened from its result).
+        let widen = T::WIDENS.then_some(z);
         let nc32 = amg.levels[1].a.n32();
         let restrict = || {
             self.launch_gated(k.restrict, vector_grid(amg.levels[1].a.n), |a| {
@@ -1592,15 +1601,7 @@ impl<T: Arith> Run<'_, '_, T> {
             })?;
             restrict()?;
             self.coarse_solve(1)?;
-            return self.launch_fine(k.fine_jacobi_fused, &n32, |a| {
-                a.arg(scale).arg(r);
-                arg_or_null::<&CudaSlice<T>>(a, None);
-                a.arg(&t.aggregate)
-                    .arg(&next.x)
-                    .arg(&correction)
-                    .arg(x)
-                    .arg(z);
-            });
+            return sweep(SweepFrom::ZeroCorrected, x, widen);
         }
         let sweeps = amg.cycle.sweeps;
         self.smooth(0, x, sweeps, Start::Zero, |from, to, _| {
@@ -1612,8 +1613,6 @@ impl<T: Arith> Run<'_, '_, T> {
         restrict()?;
         self.coarse_solve(1)?;
         let post = self.prolong(0, x)?;
-        // The last post-sweep writes z (f32: widened from its result).
-        let widen = T::WIDENS.then_some(z);
         self.smooth(0, x, sweeps, post, |from, to, last| {
             sweep(from, to, if last { widen } else { None })
         })
@@ -1685,10 +1684,10 @@ impl<T: Arith> Run<'_, '_, T> {
         let (n32, values, scale) = (m.n32(), self.values(l), self.scale(l));
         let (xc, correction) = (&self.c.levels[l + 1].x, amg.cycle.correction);
         let sweep = |from: SweepFrom<'_, T>, to: &CudaSlice<T>, _| {
-            let (kernel, corrected) = match from {
-                SweepFrom::Zero | SweepFrom::Buffer(_) => (k.jacobi_csr, None),
-                SweepFrom::ZeroTwice => (k.jacobi_fused_csr, Some(false)),
-                SweepFrom::Corrected(_) => (k.jacobi_fused_csr, Some(true)),
+            let corrected = from.fused();
+            let kernel = match corrected {
+                None => k.jacobi_csr,
+                Some(_) => k.jacobi_fused_csr,
             };
             self.launch_gated(kernel, vector_grid(m.n), |a| {
                 a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
@@ -1719,12 +1718,7 @@ impl<T: Arith> Run<'_, '_, T> {
             // b_c = R (b − A (s∘b)); x = y + s (b − A y), y = s∘b + θ P x_c.
             residual_restrict(None)?;
             self.coarse_solve(l + 1)?;
-            return self.launch_gated(k.jacobi_fused_csr, vector_grid(m.n), |a| {
-                a.arg(&n32).arg(&m.row_ptr).arg(&m.cols).arg(values);
-                a.arg(scale).arg(b);
-                arg_or_null::<&CudaSlice<T>>(a, None);
-                a.arg(&t.aggregate).arg(xc).arg(&correction).arg(x);
-            });
+            return sweep(SweepFrom::ZeroCorrected, x, false);
         }
         let start = if from_zero { Start::Zero } else { Start::X };
         let sweeps = amg.cycle.sweeps;
