@@ -483,6 +483,17 @@ enum Phase {
 }
 const PHASES: usize = 6;
 
+/// What a gather and factorisation solves ([`Setup::gather_and_factor`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Solve {
+    /// An adaptive step: the new rows, with the committed ψ.
+    Step,
+    /// A static pattern's rows from scratch.
+    Static,
+    /// The rows the postfilter cut, from scratch on their kept columns.
+    Postfilter,
+}
+
 /// A's CSR uploaded from the host in the set-up's precision.
 fn uploaded_a<T: Real>(gpu: &Gpu, a: &Csr) -> Result<DeviceA<T>, GpuError> {
     let row_ptr: Vec<u64> = a.row_ptr().par_iter().map(|&p| p as u64).collect();
@@ -628,21 +639,23 @@ impl<T: Real> Setup<'_, T> {
         })
     }
 
-    /// (K2) and (K3) over `count` rows (`list`, or the first `count`):
-    /// full = 1 the whole system from scratch with ψ from a_ii, full = 0 the
-    /// step's new rows with the committed ψ. Their times go to `phases`.
-    #[allow(clippy::too_many_arguments)]
+    /// (K2) and (K3) over `count` rows (`list`, or the first `count`) for
+    /// `solve`: an adaptive step's new rows with the committed ψ, or the
+    /// whole system from scratch with ψ from a_ii.
     fn gather_and_factor(
         &self,
         work: &Work<T>,
         r0: usize,
         nb: usize,
-        count: usize,
-        list: Option<&CudaSlice<i32>>,
-        full: bool,
-        phases: (Phase, Phase),
+        (count, list): (usize, Option<&CudaSlice<i32>>),
+        solve: Solve,
     ) -> Result<(), GpuError> {
         let gpu = self.gpu;
+        let full = solve != Solve::Step;
+        let phases = match solve {
+            Solve::Postfilter => (Phase::Postfilter, Phase::Postfilter),
+            Solve::Step | Solve::Static => (Phase::Gather, Phase::Cholesky),
+        };
         let (count32, nb32, r032, full32) = (count as i32, nb as i32, r0 as i32, full as i32);
         gpu.time_phase(&self.times, phases.0 as usize, || {
             gpu.launch_vector(T::GATHER, count, |a| {
@@ -751,9 +764,7 @@ impl<T: Real> Setup<'_, T> {
                     },
                 )
             })?;
-            let list = Some(&work.list);
-            let phases = (Phase::Gather, Phase::Cholesky);
-            self.gather_and_factor(work, r0, nb, count, list, false, phases)?;
+            self.gather_and_factor(work, r0, nb, (count, Some(&work.list)), Solve::Step)?;
             gpu.time_phase(&self.times, Phase::Stop as usize, || {
                 gpu.launch_vector(T::STOP, count, |a| {
                     a.arg(&count32)
@@ -803,8 +814,7 @@ impl<T: Real> Setup<'_, T> {
                     .arg(&work.cols);
             })
         })?;
-        let phases = (Phase::Gather, Phase::Cholesky);
-        self.gather_and_factor(work, r0, nb, nb, None, true, phases)?;
+        self.gather_and_factor(work, r0, nb, (nb, None), Solve::Static)?;
         gpu.time_phase(&self.times, Phase::Stop as usize, || {
             self.commit(work, nb, nb, None)
         })?;
@@ -839,8 +849,8 @@ impl<T: Real> Setup<'_, T> {
                 Ok(())
             })?;
             if count > 0 {
-                let (list, phases) = (Some(&work.list), (Phase::Postfilter, Phase::Postfilter));
-                self.gather_and_factor(work, r0, nb, count, list, true, phases)?;
+                let list = Some(&work.list);
+                self.gather_and_factor(work, r0, nb, (count, list), Solve::Postfilter)?;
                 gpu.time_phase(&self.times, Phase::Postfilter as usize, || {
                     self.commit(work, nb, count, list)
                 })?;
