@@ -38,8 +38,8 @@ use super::setup::{checked_diagonal, SetupSpans};
 use super::{arg_or_null, Gpu, GpuError, KernelArgs, PhaseTimes};
 use crate::solve::cpu::square_size;
 use crate::solve::fsai::{
-    fsai_diagonal, static_pattern, AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop,
-    MAX_ADAPTIVE_PATTERN,
+    fsai_diagonal, static_pattern_into, AdaptivePattern, FsaiPattern, FsaiSettings, FsaiStop,
+    PatternScratch, MAX_ADAPTIVE_PATTERN,
 };
 use crate::solve::scalar::Precision;
 use crate::solve::SolveError;
@@ -65,6 +65,9 @@ fn gradient_lanes(step: usize, step_size: usize) -> usize {
 
 /// Most bins of `fsai_histogram` (kernels/fsai.cu FSAI_HISTOGRAM_BINS).
 const HISTOGRAM_BINS: usize = 64;
+
+/// Rows per parallel block of the host's static pattern.
+const PATTERN_BLOCK: usize = 4096;
 
 /// Default work-memory budget of the set-up's per-row state.
 pub const DEFAULT_WORK_BYTES: usize = 4 << 30;
@@ -255,19 +258,30 @@ pub fn fsai_setup_gpu_budget(
             SetupPattern::Adaptive(growth)
         }
         FsaiPattern::Static { power, prefilter } => {
-            let rows: Vec<Vec<u32>> = (0..n)
+            // Rows in blocks, each block's columns in one vector.
+            let blocks: Vec<(Vec<usize>, Vec<u32>)> = (0..n.div_ceil(PATTERN_BLOCK))
                 .into_par_iter()
-                .map(|i| static_pattern(a, &diag, i, power, prefilter))
+                .map(|b| {
+                    let rows = b * PATTERN_BLOCK..((b + 1) * PATTERN_BLOCK).min(n);
+                    let mut scratch = PatternScratch::default();
+                    let (mut ends, mut cols) = (Vec::with_capacity(rows.len()), Vec::new());
+                    for i in rows {
+                        let row = (i, power, prefilter);
+                        static_pattern_into(a, &diag, row, &mut scratch, &mut cols);
+                        ends.push(cols.len());
+                    }
+                    (ends, cols)
+                })
                 .collect();
             let mut row_ptr = Vec::with_capacity(n + 1);
             row_ptr.push(0);
-            for r in &rows {
-                row_ptr.push(row_ptr.last().copied().unwrap_or(0) + r.len());
+            for (ends, cols) in &blocks {
+                let base = row_ptr.last().copied().unwrap_or(0);
+                row_ptr.extend(ends.iter().map(|e| base + e));
+                debug_assert_eq!(ends.last().copied().unwrap_or(0), cols.len());
             }
-            let pattern = SetupPattern::Static {
-                row_ptr,
-                cols: rows.concat(),
-            };
+            let cols = blocks.into_iter().flat_map(|(_, c)| c).collect();
+            let pattern = SetupPattern::Static { row_ptr, cols };
             spans.host("static pattern (rows in parallel)");
             pattern
         }

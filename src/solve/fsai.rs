@@ -655,26 +655,65 @@ impl<T: Real> RowSystem<T> {
 /// The static pattern of row i: columns j < i within `power` steps of i in
 /// the graph of Ã (ascending).
 pub fn static_pattern(a: &Csr, diag: &[f64], i: usize, power: usize, prefilter: f64) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut scratch = PatternScratch::default();
+    static_pattern_into(a, diag, (i, power, prefilter), &mut scratch, &mut out);
+    out
+}
+
+/// The buffers of [`static_pattern_into`], kept from row to row.
+#[derive(Default)]
+pub struct PatternScratch {
+    reached: Vec<u32>,
+    frontier: Vec<u32>,
+    next: Vec<u32>,
+}
+
+/// [`static_pattern`] of row i (`power` steps, `prefilter`) appended to
+/// `out`. The steps are breadth first over sorted vectors: each step's new
+/// columns gathered from the frontier's kept entries, sorted, deduplicated
+/// and merged into those reached, with no hashing and, over many rows, no
+/// allocation (a hash set per row took 13 s on 16 cores for power 2 on
+/// 8 M rows).
+pub fn static_pattern_into(
+    a: &Csr,
+    diag: &[f64],
+    (i, power, prefilter): (usize, usize, f64),
+    scratch: &mut PatternScratch,
+    out: &mut Vec<u32>,
+) {
     let keep =
         |r: usize, c: usize, v: f64| c != r && v.abs() >= prefilter * (diag[r] * diag[c]).sqrt();
-    let mut seen = std::collections::HashSet::new();
-    seen.insert(i as u32);
-    let mut frontier = vec![i as u32];
+    let PatternScratch {
+        reached,
+        frontier,
+        next,
+    } = scratch;
+    reached.clear();
+    reached.push(i as u32);
+    frontier.clear();
+    frontier.push(i as u32);
     for _ in 0..power {
-        let mut next = Vec::new();
-        for &r in &frontier {
+        next.clear();
+        for &r in frontier.iter() {
             let (cols, vals) = a.row(r as usize);
             for (&c, &v) in cols.iter().zip(vals) {
-                if keep(r as usize, c as usize, v) && seen.insert(c) {
+                if keep(r as usize, c as usize, v) {
                     next.push(c);
                 }
             }
         }
-        frontier = next;
+        next.sort_unstable();
+        next.dedup();
+        next.retain(|c| reached.binary_search(c).is_err());
+        if next.is_empty() {
+            break;
+        }
+        reached.extend_from_slice(next);
+        reached.sort_unstable();
+        std::mem::swap(frontier, next);
     }
-    let mut lower: Vec<u32> = seen.into_iter().filter(|&c| (c as usize) < i).collect();
-    lower.sort_unstable();
-    lower
+    out.extend(reached.iter().filter(|&&c| (c as usize) < i));
 }
 
 /// One finished row.
@@ -853,6 +892,46 @@ mod tests {
             }
         }
         Csr::from_triplets(n, n, t).unwrap()
+    }
+
+    /// The static pattern is the set a plain breadth-first search with a
+    /// hash set of the reached columns gives: the columns below i within
+    /// `power` kept steps of i.
+    #[test]
+    fn static_pattern_is_the_breadth_first_set_below_the_row() {
+        for seed in 0..4 {
+            let a = random_symmetric(300, 6, seed);
+            let diag: Vec<f64> = (0..300).map(|i| 1.0 + (i % 5) as f64).collect();
+            for (power, prefilter) in [(1, 0.0), (2, 0.0), (3, 0.0), (2, 0.2), (4, 0.1)] {
+                for i in (0..300).step_by(7) {
+                    let mut seen = std::collections::HashSet::from([i as u32]);
+                    let mut frontier = vec![i as u32];
+                    for _ in 0..power {
+                        let mut next = Vec::new();
+                        for &r in &frontier {
+                            let (cols, vals) = a.row(r as usize);
+                            for (&c, &v) in cols.iter().zip(vals) {
+                                let (r, cu) = (r as usize, c as usize);
+                                let kept =
+                                    cu != r && v.abs() >= prefilter * (diag[r] * diag[cu]).sqrt();
+                                if kept && seen.insert(c) {
+                                    next.push(c);
+                                }
+                            }
+                        }
+                        frontier = next;
+                    }
+                    let mut expected: Vec<u32> =
+                        seen.into_iter().filter(|&c| (c as usize) < i).collect();
+                    expected.sort_unstable();
+                    assert_eq!(
+                        static_pattern(&a, &diag, i, power, prefilter),
+                        expected,
+                        "seed {seed}, row {i}, power {power}, prefilter {prefilter}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
