@@ -79,7 +79,7 @@ pub struct AdaptivePattern {
 }
 
 impl AdaptivePattern {
-    /// The defaults (chosen by the measurement in the README's FSAI section).
+    /// The defaults (chosen by the measurement in docs/src/fsai.md).
     pub const DEFAULT: Self = Self {
         steps: 10,
         step_size: 1,
