@@ -1871,16 +1871,16 @@ impl<T: Arith> Run<'_, '_, T> {
             Start::X => SweepFrom::Buffer(x),
             Start::Spare if odd => SweepFrom::Buffer(spare),
             Start::Corrected if !odd => SweepFrom::Corrected(x),
-            Start::Spare | Start::Corrected => {
-                return Err(GpuError::Invalid(format!(
-                    "AMG smoothing from {} needs an {} number of sweeps",
-                    if start == Start::Spare {
-                        "the spare buffer"
-                    } else {
-                        "the corrected iterate"
-                    },
-                    if start == Start::Spare { "odd" } else { "even" },
-                )))
+            Start::Spare => {
+                return Err(GpuError::Invalid(
+                    "AMG smoothing from the spare buffer needs an odd number of sweeps".into(),
+                ))
+            }
+            Start::Corrected => {
+                return Err(GpuError::Invalid(
+                    "AMG smoothing from the corrected iterate needs an even number of sweeps"
+                        .into(),
+                ))
             }
         };
         // After `done` sweeps the iterate is in buffers[(sweeps - done) % 2],
