@@ -989,8 +989,8 @@ impl<T: Real> Setup<'_, T> {
         stats.stop_ms = ms[Phase::Stop as usize];
         stats.postfilter_ms = ms[Phase::Postfilter as usize];
         stats.assemble_ms = ms[Phase::Assemble as usize];
-        self.stats.density_before_postfilter = self.nnz_before as f64 / self.nnz_a as f64;
-        self.stats.density = nnz as f64 / self.nnz_a as f64;
+        stats.density_before_postfilter = self.nnz_before as f64 / self.nnz_a as f64;
+        stats.density = nnz as f64 / self.nnz_a as f64;
         Ok((g, gt, self.stats))
     }
 }
