@@ -208,13 +208,14 @@ extern "C" __global__ void amg_pass_aggregates(int n, const int* __restrict__ pa
 }
 
 // ---- Galerkin product of one pass (spec "Galerkin product for one pass"),
-// per coarse row I (bounds, columns: a thread; fill, values: a warp) with members members[member_ptr[I] ..
-// member_ptr[I+1]) ascending (amg_count_members .. amg_sort_members below).
-// Symbolic: the distinct coarse columns, sorted, and for every fine entry k
-// of the members' rows the slot dest[k] of its coarse entry. Numeric: the
-// coarse row zeroed, then a_ik added to slot dest[k] member by member, entry
-// by entry in stored order: each coarse entry sums its contributions in
-// encounter order, the CPU's order.
+// per coarse row I (bounds, columns, sources: a thread; fill: a warp) with
+// members members[member_ptr[I] .. member_ptr[I+1]) ascending
+// (amg_count_members .. amg_sort_members below). Symbolic: the distinct
+// coarse columns, sorted, the slot dest[k] of every fine entry k of the
+// members' rows, and per coarse entry its sources (the k with that slot, in
+// encounter order). Numeric: each coarse entry the sum of its sources from 0
+// in that order, member by member, entry by entry in stored order: the CPU's
+// order.
 
 // bound[I] = entries of the members' rows (room for the distinct columns).
 extern "C" __global__ void amg_galerkin_bounds(int nc, const u64* __restrict__ member_ptr,
@@ -298,53 +299,62 @@ extern "C" __global__ void amg_galerkin_fill(int nc, const u64* __restrict__ mem
     }
 }
 
-// Numeric: the coarse values of I from the members' values (set-up and
-// value-only re-set-up alike), each coarse entry zeroed then summed in the
-// members' entry order (the CPU's). A warp per coarse row (blockDim.x a
-// multiple of 32): lane j accumulates coarse entry c0 + j in a register
-// while the members' entries (read 32 at a time) are broadcast one by one.
+// The sources of each coarse entry (pattern only, once per set-up): the fine
+// entries that add to it, in the members' entry order (the CPU's summation
+// order), so that the value re-set-up is a gather that every thread of a
+// coarse entry does alone. A thread per coarse row I: the fine entries of
+// its members (bound_ptr[I] of them before it, amg_galerkin_bounds' room) are
+// counted per coarse entry into source_end, turned into where each entry's
+// sources begin, and placed, each advancing its entry's cursor: source_end[c]
+// ends as the end of c's sources, whose begin is source_end[c - 1] (0 for c
+// = 0; rows follow one another, so a row's first entry begins at bound_ptr[I]).
+extern "C" __global__ void amg_galerkin_sources(int nc, const u64* __restrict__ member_ptr,
+                                                const unsigned* __restrict__ members,
+                                                const u64* __restrict__ row_ptr,
+                                                const u64* __restrict__ bound_ptr,
+                                                const u64* __restrict__ dest,
+                                                const u64* __restrict__ coarse_row_ptr,
+                                                unsigned* __restrict__ source_end,
+                                                unsigned* __restrict__ sources) {
+    const int I = blockIdx.x * blockDim.x + threadIdx.x;
+    if (I >= nc) return;
+    const u64 c0 = coarse_row_ptr[I], c1 = coarse_row_ptr[I + 1];
+    const u64 m0 = member_ptr[I], m1 = member_ptr[I + 1];
+    for (u64 c = c0; c < c1; ++c) source_end[c] = 0;
+    for (u64 m = m0; m < m1; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) ++source_end[dest[k]];
+    }
+    unsigned at = (unsigned)bound_ptr[I];
+    for (u64 c = c0; c < c1; ++c) {
+        const unsigned count = source_end[c];
+        source_end[c] = at;
+        at += count;
+    }
+    for (u64 m = m0; m < m1; ++m) {
+        const unsigned r = members[m];
+        for (u64 k = row_ptr[r]; k < row_ptr[r + 1]; ++k) sources[source_end[dest[k]]++] = (unsigned)k;
+    }
+}
+
+// Numeric: the coarse values from the fine ones (set-up and value-only
+// re-set-up alike), a thread per coarse entry summing its sources from 0 in
+// their order (amg_galerkin_sources: the members' entry order, the CPU's).
 // coarse_vals_f32 (nullable): the values rounded to nearest f32 as well (a
 // mixed cycle's copy, cast_f64_to_f32's rounding, in the same launch).
-extern "C" __global__ void amg_galerkin_values(int nc, const u64* __restrict__ member_ptr,
-                                               const unsigned* __restrict__ members,
-                                               const u64* __restrict__ row_ptr,
+extern "C" __global__ void amg_galerkin_values(unsigned nnz, const unsigned* __restrict__ source_end,
+                                               const unsigned* __restrict__ sources,
                                                const double* __restrict__ vals,
-                                               const u64* __restrict__ dest,
-                                               const u64* __restrict__ coarse_row_ptr,
                                                double* __restrict__ coarse_vals,
                                                float* __restrict__ coarse_vals_f32) {
-    const int lane = threadIdx.x & 31;
-    const int I = grid_warp();
-    if (I >= nc) return;  // whole warps leave together
-    const u64 start = coarse_row_ptr[I], len = coarse_row_ptr[I + 1] - start;
-    const u64 m0 = member_ptr[I], m1 = member_ptr[I + 1];
-    for (u64 c0 = 0; c0 < len; c0 += 32) {
-        const u64 mine = start + c0 + lane;
-        double acc = 0.0;
-        for (u64 m = m0; m < m1; ++m) {
-            const unsigned r = members[m];
-            const u64 k1 = row_ptr[r + 1];
-            for (u64 kb = row_ptr[r]; kb < k1; kb += 32) {
-                const u64 k = kb + lane;
-                u64 d = 0;
-                double v = 0.0;
-                if (k < k1) {
-                    d = dest[k];
-                    v = vals[k];
-                }
-                const int cnt = (int)(k1 - kb < 32 ? k1 - kb : 32);
-                for (int t = 0; t < cnt; ++t) {
-                    const u64 dt = __shfl_sync(0xffffffffu, d, t);
-                    const double vt = __shfl_sync(0xffffffffu, v, t);
-                    if (dt == mine) acc = __dadd_rn(acc, vt);
-                }
-            }
-        }
-        if (c0 + lane < len) {
-            coarse_vals[mine] = acc;
-            if (coarse_vals_f32) coarse_vals_f32[mine] = (float)acc;
-        }
-    }
+    const u64 c = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= nnz) return;
+    const unsigned j1 = source_end[c];
+    double acc = 0.0;
+    for (unsigned j = c == 0 ? 0u : source_end[c - 1]; j < j1; ++j)
+        acc = __dadd_rn(acc, vals[sources[j]]);
+    coarse_vals[c] = acc;
+    if (coarse_vals_f32) coarse_vals_f32[c] = (float)acc;
 }
 
 // ---- The level's aggregates (passes composed) and their members, ascending.

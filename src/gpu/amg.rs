@@ -291,14 +291,15 @@ pub(super) fn csr_values_from_modsell(
     })
 }
 
-/// One pairwise pass's product, kept for value-only updates: its aggregates'
-/// members (ascending) and, for every entry of the pass's fine matrix, the
-/// coarse slot it adds to.
+/// One pairwise pass's product, kept for value-only updates: for every
+/// entry of the product, the entries of the pass's fine matrix that add to
+/// it, in the order the CPU adds them (`amg_galerkin_sources`).
 struct Pass {
-    n_coarse: usize,
-    member_ptr: CudaSlice<u64>,
-    members: CudaSlice<u32>,
-    dest: CudaSlice<u64>,
+    /// Where each product entry's sources end (they begin where the previous
+    /// entry's end, the first at 0).
+    source_end: CudaSlice<u32>,
+    /// Fine entry indices, grouped by product entry.
+    sources: CudaSlice<u32>,
     /// The product, except for a level's last pass (whose product is the
     /// next level's matrix).
     product: Option<DeviceCsr>,
@@ -392,6 +393,17 @@ impl Pass {
         let row_ptr = unzeroed::<u64>(gpu, nc + 1)?;
         let nnz = scan.run(gpu, &w.count, nc, &row_ptr)? as usize;
         let cols = unzeroed::<u32>(gpu, nnz)?;
+        // The value kernel indexes fine and coarse entries in 32 bits.
+        if u32::try_from(a.nnz).is_err() || u32::try_from(nnz).is_err() {
+            return Err(GpuError::Invalid(format!(
+                "AMG: a level of {} stored entries with a coarse product of {nnz} is past the \
+                 {} entries a level can hold; split the case over more GPUs",
+                a.nnz,
+                u32::MAX
+            )));
+        }
+        // The slot of every fine entry, needed here only: the sources are
+        // what the value updates read.
         let dest = unzeroed::<u64>(gpu, a.nnz)?;
         gpu.launch(
             "amg_galerkin_fill",
@@ -403,6 +415,19 @@ impl Pass {
                 args.arg(&row_ptr).arg(&cols).arg(&dest);
             },
         )?;
+        let source_end = unzeroed::<u32>(gpu, nnz)?;
+        let sources = unzeroed::<u32>(gpu, a.nnz)?;
+        gpu.launch_vector("amg_galerkin_sources", nc, |args| {
+            args.arg(&nc32)
+                .arg(&member_ptr)
+                .arg(&members)
+                .arg(&a.row_ptr)
+                .arg(&w.bound_ptr)
+                .arg(&dest)
+                .arg(&row_ptr)
+                .arg(&source_end)
+                .arg(&sources);
+        })?;
         let product = DeviceCsr {
             n: nc,
             nnz,
@@ -411,10 +436,8 @@ impl Pass {
             vals: unzeroed(gpu, nnz)?,
         };
         let pass = Self {
-            n_coarse: nc,
-            member_ptr,
-            members,
-            dest,
+            source_end,
+            sources,
             product: None,
         };
         pass.values(gpu, a, &product, None)?;
@@ -432,24 +455,15 @@ impl Pass {
         product: &DeviceCsr,
         product_f32: Option<&CudaSlice<f32>>,
     ) -> Result<(), GpuError> {
-        let nc32 = self.n_coarse as i32;
-        gpu.launch(
-            "amg_galerkin_values",
-            warp_grid(self.n_coarse),
-            VECTOR_BLOCK,
-            0,
-            |args| {
-                args.arg(&nc32)
-                    .arg(&self.member_ptr)
-                    .arg(&self.members)
-                    .arg(&a.row_ptr)
-                    .arg(&a.vals)
-                    .arg(&self.dest)
-                    .arg(&product.row_ptr)
-                    .arg(&product.vals);
-                arg_or_null(args, product_f32);
-            },
-        )
+        let nnz32 = product.nnz as u32;
+        gpu.launch_vector("amg_galerkin_values", product.nnz, |args| {
+            args.arg(&nnz32)
+                .arg(&self.source_end)
+                .arg(&self.sources)
+                .arg(&a.vals)
+                .arg(&product.vals);
+            arg_or_null(args, product_f32);
+        })
     }
 }
 
