@@ -406,6 +406,17 @@ impl<T: Real> RowSystem<T> {
         }
     }
 
+    /// [`Self::new`] in place, keeping the vectors' room (no allocation
+    /// from row to row).
+    fn reset(&mut self, a: &Csr, i: usize) {
+        self.row = i;
+        self.cols.clear();
+        self.l.clear();
+        self.y.clear();
+        self.g.clear();
+        self.psi = entry(a, i, i);
+    }
+
     fn l_at(&self, r: usize, c: usize) -> T {
         self.l[r * (r + 1) / 2 + c]
     }
@@ -491,13 +502,30 @@ impl<T: Real> RowSystem<T> {
     /// and the `step_size` columns with the largest |v_j| not in the pattern
     /// (ties: smaller j), largest first.
     pub fn candidates(&self, a: &Csr, step_size: usize) -> Vec<u32> {
-        let mut best = self.gradient(a);
+        let mut scratch = GradientScratch::default();
+        let mut picks = Vec::new();
+        self.candidates_into(a, step_size, &mut scratch, &mut picks);
+        picks
+    }
+
+    /// [`Self::candidates`] into `picks` (cleared first), the gradient's
+    /// buffers in `scratch`.
+    fn candidates_into(
+        &self,
+        a: &Csr,
+        step_size: usize,
+        scratch: &mut GradientScratch<T>,
+        picks: &mut Vec<u32>,
+    ) {
+        self.gradient_into(a, scratch);
+        let best = &mut scratch.out;
         best.sort_unstable_by(|x, y| {
             y.0.partial_cmp(&x.0)
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then(x.1.cmp(&y.1))
         });
-        best.into_iter().take(step_size).map(|(_, j)| j).collect()
+        picks.clear();
+        picks.extend(best.iter().take(step_size).map(|&(_, j)| j));
     }
 
     /// The slot rows of the gradient: (row, coefficient), slot 0 = row i with 1.
@@ -514,10 +542,23 @@ impl<T: Real> RowSystem<T> {
     /// ascending j. The products of all slot rows are sorted by (j, slot);
     /// a column reached by one slot is that product (the tree adds only
     /// zeros to it), others go through the butterfly over the slots.
+    #[cfg(test)]
     fn gradient(&self, a: &Csr) -> Vec<(T, u32)> {
+        let mut scratch = GradientScratch::default();
+        self.gradient_into(a, &mut scratch);
+        scratch.out
+    }
+
+    /// [`Self::gradient`] into `scratch.out`, with the scratch's buffers.
+    fn gradient_into(&self, a: &Csr, scratch: &mut GradientScratch<T>) {
         let i = self.row;
         let width = (self.cols.len() + 1).next_power_of_two();
-        let mut items: Vec<(u32, u8, T)> = Vec::with_capacity(8 * width);
+        let GradientScratch {
+            items,
+            pattern,
+            out,
+        } = scratch;
+        items.clear();
         for (t, (r, coef)) in self.slots().enumerate() {
             let (cols, vals) = a.row(r);
             for (&j, &v) in cols.iter().zip(vals) {
@@ -528,9 +569,10 @@ impl<T: Real> RowSystem<T> {
             }
         }
         items.sort_unstable_by_key(|e| (e.0, e.1));
-        let mut pattern = self.cols.clone();
+        pattern.clear();
+        pattern.extend_from_slice(&self.cols);
         pattern.sort_unstable();
-        let mut out = Vec::new();
+        out.clear();
         let mut k = 0;
         while k < items.len() {
             let j = items[k].0;
@@ -549,7 +591,61 @@ impl<T: Real> RowSystem<T> {
             }
             k = e;
         }
-        out
+    }
+}
+
+/// The buffers of [`RowSystem::gradient_into`], kept from row to row.
+struct GradientScratch<T> {
+    /// (column, slot, product) of the slot rows' entries below the row.
+    items: Vec<(u32, u8, T)>,
+    /// The row's pattern, sorted.
+    pattern: Vec<u32>,
+    /// (|v_j|, j) of the candidates.
+    out: Vec<(T, u32)>,
+}
+
+impl<T> Default for GradientScratch<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            pattern: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+}
+
+/// Everything one row's set-up needs, kept from row to row over a chunk of
+/// rows, so that the rows allocate nothing once the buffers have grown: the
+/// rows run on every core at once, and an allocation per row made 16
+/// threads slower than 4 on a 16-core host.
+struct RowScratch<T> {
+    system: RowSystem<T>,
+    gradient: GradientScratch<T>,
+    picks: Vec<u32>,
+    pattern: PatternScratch,
+    /// A static pattern's columns, or the postfilter's kept ones.
+    cols: Vec<u32>,
+    /// The finished row of G, (column, value).
+    entries: Vec<(u32, f64)>,
+}
+
+impl<T: Real> RowScratch<T> {
+    fn new() -> Self {
+        Self {
+            system: RowSystem {
+                row: 0,
+                cols: Vec::new(),
+                l: Vec::new(),
+                y: Vec::new(),
+                g: Vec::new(),
+                psi: T::ZERO,
+            },
+            gradient: GradientScratch::default(),
+            picks: Vec::new(),
+            pattern: PatternScratch::default(),
+            cols: Vec::new(),
+            entries: Vec::new(),
+        }
     }
 }
 
@@ -590,12 +686,31 @@ impl<T: Real> RowSystem<T> {
         stop: FsaiStop,
         psi0: T,
     ) -> StepOutcome {
-        let picks = self.candidates(a, step_size);
+        let mut scratch = GradientScratch::default();
+        let mut picks = Vec::new();
+        self.adaptive_step_with(
+            a,
+            (step_size, epsilon, stop, psi0),
+            &mut scratch,
+            &mut picks,
+        )
+    }
+
+    /// [`Self::adaptive_step`] with the gradient's and the picks' buffers
+    /// given.
+    fn adaptive_step_with(
+        &mut self,
+        a: &Csr,
+        (step_size, epsilon, stop, psi0): (usize, f64, FsaiStop, T),
+        scratch: &mut GradientScratch<T>,
+        picks: &mut Vec<u32>,
+    ) -> StepOutcome {
+        self.candidates_into(a, step_size, scratch, picks);
         if picks.is_empty() {
             return StepOutcome::Exhausted;
         }
         let (len, psi) = (self.cols.len(), self.psi);
-        for &c in &picks {
+        for &c in picks.iter() {
             if self.append(a, c as usize).is_err() {
                 self.truncate(len, psi);
                 return StepOutcome::Breakdown;
@@ -621,34 +736,37 @@ impl<T: Real> RowSystem<T> {
 
     /// Postfilter: drops |g_q| < δ and re-solves on the kept columns in
     /// insertion order. Returns false on a breakdown of the re-solve.
-    fn postfilter(&mut self, a: &Csr, delta: f64) -> bool {
+    /// The kept columns go through `kept`.
+    fn postfilter(&mut self, a: &Csr, delta: f64, kept: &mut Vec<u32>) -> bool {
         let d = T::from_f64(delta);
-        let kept: Vec<u32> = self
-            .cols
-            .iter()
-            .zip(&self.g)
-            .filter(|(_, g)| g.abs() >= d)
-            .map(|(&c, _)| c)
-            .collect();
+        kept.clear();
+        kept.extend(
+            self.cols
+                .iter()
+                .zip(&self.g)
+                .filter(|(_, g)| g.abs() >= d)
+                .map(|(&c, _)| c),
+        );
         if kept.len() == self.cols.len() {
             return true;
         }
-        *self = Self::new(a, self.row);
-        self.factor_all(a, &kept)
+        self.reset(a, self.row);
+        self.factor_all(a, kept)
     }
 
-    /// The row of G: (column, value) sorted by column, diagonal last.
-    fn scaled(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
+    /// The row of G into `entries` (cleared first): (column, value) sorted
+    /// by column, diagonal last.
+    fn scaled_into(&self, entries: &mut Vec<(u32, f64)>) {
         let s = self.psi.sqrt();
-        let mut entries: Vec<(u32, f64)> = self
-            .cols
-            .iter()
-            .zip(&self.g)
-            .map(|(&c, &g)| (c, (g / s).to_f64()))
-            .collect();
+        entries.clear();
+        entries.extend(
+            self.cols
+                .iter()
+                .zip(&self.g)
+                .map(|(&c, &g)| (c, (g / s).to_f64())),
+        );
         entries.sort_unstable_by_key(|e| e.0);
         entries.push((self.row as u32, (T::ONE / s).to_f64()));
-        entries.into_iter()
     }
 }
 
@@ -716,28 +834,51 @@ pub fn static_pattern_into(
     out.extend(reached.iter().filter(|&&c| (c as usize) < i));
 }
 
-/// One finished row.
-struct RowResult {
-    entries: Vec<(u32, f64)>,
+/// The finished rows of a chunk: G's rows one after the other, and the
+/// statistics' counts.
+struct ChunkRows {
+    cols: Vec<u32>,
+    values: Vec<f64>,
+    /// Entries of each row.
+    lengths: Vec<u32>,
+    /// Entry k: rows that took k steps.
+    rows_by_steps: Vec<usize>,
+    fallback_rows: usize,
+    /// Entries before the postfilter, summed over the rows.
     nnz_before_postfilter: usize,
-    steps: usize,
-    fallback: bool,
 }
 
-fn setup_row<T: Real>(a: &Csr, diag: &[f64], i: usize, s: &FsaiSettings) -> RowResult {
-    let mut row = RowSystem::<T>::new(a, i);
+/// Row i of G appended to `out`, with `scratch`'s buffers.
+fn setup_row<T: Real>(
+    a: &Csr,
+    diag: &[f64],
+    (i, s): (usize, &FsaiSettings),
+    scratch: &mut RowScratch<T>,
+    out: &mut ChunkRows,
+) {
+    let RowScratch {
+        system: row,
+        gradient,
+        picks,
+        pattern,
+        cols,
+        entries,
+    } = scratch;
+    row.reset(a, i);
     let mut fallback = false;
     let mut steps_taken = 0;
     match s.pattern {
         FsaiPattern::Static { power, prefilter } => {
-            let cols = static_pattern(a, diag, i, power, prefilter);
-            fallback |= !row.factor_all(a, &cols);
+            cols.clear();
+            static_pattern_into(a, diag, (i, power, prefilter), pattern, cols);
+            fallback |= !row.factor_all(a, cols);
             steps_taken = 1;
         }
         FsaiPattern::Adaptive(growth) => {
             let psi0 = row.psi;
+            let step = (growth.step_size, growth.epsilon, growth.stop, psi0);
             for _ in 0..growth.steps {
-                match row.adaptive_step(a, growth.step_size, growth.epsilon, growth.stop, psi0) {
+                match row.adaptive_step_with(a, step, gradient, picks) {
                     StepOutcome::Grown => steps_taken += 1,
                     StepOutcome::Stopped => {
                         steps_taken += 1;
@@ -752,16 +893,39 @@ fn setup_row<T: Real>(a: &Csr, diag: &[f64], i: usize, s: &FsaiSettings) -> RowR
             }
         }
     }
-    let nnz_before_postfilter = row.cols.len() + 1;
+    out.nnz_before_postfilter += row.cols.len() + 1;
     if s.postfilter > 0.0 {
-        fallback |= !row.postfilter(a, s.postfilter);
+        fallback |= !row.postfilter(a, s.postfilter, cols);
     }
-    RowResult {
-        entries: row.scaled().collect(),
-        nnz_before_postfilter,
-        steps: steps_taken,
-        fallback,
+    row.scaled_into(entries);
+    out.cols.extend(entries.iter().map(|e| e.0));
+    out.values.extend(entries.iter().map(|e| e.1));
+    out.lengths.push(entries.len() as u32);
+    out.rows_by_steps[steps_taken] += 1;
+    out.fallback_rows += usize::from(fallback);
+}
+
+/// Rows `rows` of G, their buffers kept from row to row.
+fn setup_chunk<T: Real>(
+    a: &Csr,
+    diag: &[f64],
+    s: &FsaiSettings,
+    rows: std::ops::Range<usize>,
+    steps_max: usize,
+) -> ChunkRows {
+    let mut out = ChunkRows {
+        cols: Vec::new(),
+        values: Vec::new(),
+        lengths: Vec::with_capacity(rows.len()),
+        rows_by_steps: vec![0; steps_max + 1],
+        fallback_rows: 0,
+        nnz_before_postfilter: 0,
+    };
+    let mut scratch = RowScratch::<T>::new();
+    for i in rows {
+        setup_row(a, diag, (i, s), &mut scratch, &mut out);
     }
+    out
 }
 
 /// Rows per parallel task.
@@ -774,33 +938,37 @@ pub fn fsai_setup(a: &Csr, s: &FsaiSettings) -> Result<FsaiFactor, SolveError> {
     s.validate().map_err(SolveError::InvalidControls)?;
     let n = square_size(a)?;
     let diag = fsai_diagonal(a)?;
-    let chunks: Vec<Vec<RowResult>> = (0..n.div_ceil(CHUNK))
-        .into_par_iter()
-        .map(|c| {
-            (c * CHUNK..((c + 1) * CHUNK).min(n))
-                .map(|i| match s.precision {
-                    Precision::Double => setup_row::<f64>(a, &diag, i, s),
-                    Precision::Mixed => setup_row::<f32>(a, &diag, i, s),
-                })
-                .collect()
-        })
-        .collect();
     let steps_max = match s.pattern {
         FsaiPattern::Static { .. } => 1,
         FsaiPattern::Adaptive(growth) => growth.steps,
     };
+    let chunks: Vec<ChunkRows> = (0..n.div_ceil(CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            let rows = c * CHUNK..((c + 1) * CHUNK).min(n);
+            match s.precision {
+                Precision::Double => setup_chunk::<f64>(a, &diag, s, rows, steps_max),
+                Precision::Mixed => setup_chunk::<f32>(a, &diag, s, rows, steps_max),
+            }
+        })
+        .collect();
     let mut rows_by_steps = vec![0; steps_max + 1];
     let (mut fallback_rows, mut nnz0) = (0, 0);
+    let nnz: usize = chunks.iter().map(|c| c.cols.len()).sum();
     let mut row_ptr = Vec::with_capacity(n + 1);
     row_ptr.push(0);
-    let (mut cols, mut values) = (Vec::new(), Vec::new());
-    for r in chunks.iter().flatten() {
-        rows_by_steps[r.steps] += 1;
-        fallback_rows += r.fallback as usize;
-        nnz0 += r.nnz_before_postfilter;
-        cols.extend(r.entries.iter().map(|e| e.0));
-        values.extend(r.entries.iter().map(|e| e.1));
-        row_ptr.push(cols.len());
+    let (mut cols, mut values) = (Vec::with_capacity(nnz), Vec::with_capacity(nnz));
+    for chunk in &chunks {
+        for (total, k) in rows_by_steps.iter_mut().zip(&chunk.rows_by_steps) {
+            *total += k;
+        }
+        fallback_rows += chunk.fallback_rows;
+        nnz0 += chunk.nnz_before_postfilter;
+        cols.extend_from_slice(&chunk.cols);
+        values.extend_from_slice(&chunk.values);
+        for &len in &chunk.lengths {
+            row_ptr.push(row_ptr.last().copied().unwrap_or(0) + len as usize);
+        }
     }
     if fallback_rows > 0 {
         log::warn!(
