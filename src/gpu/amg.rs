@@ -2083,6 +2083,21 @@ pub(super) fn dense_symmetric_inverse(
     }
 }
 
+/// At most this many blocks for the one-launch inverse
+/// (`FVPOISSON_GPU_DENSE_BLOCKS`; default: a block per multiprocessor). Its
+/// time is a chain of small steps, so fewer blocks leave the other
+/// multiprocessors to work that runs beside it (a time step's re-set-up
+/// runs beside the momentum solve); the bits are the same for any count.
+fn dense_block_cap() -> Option<u32> {
+    static CAP: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        std::env::var("FVPOISSON_GPU_DENSE_BLOCKS")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&b| b > 0)
+    })
+}
+
 /// [`dense_symmetric_inverse`] in one cooperative launch of `blocks` blocks.
 fn dense_symmetric_inverse_fused(
     gpu: &Gpu,
@@ -2093,7 +2108,9 @@ fn dense_symmetric_inverse_fused(
     let n32 = n as i32;
     // No more blocks than the largest step has (Wᵀ W's tiles).
     let tiles = n.div_ceil(32);
-    let grid = blocks.min((tiles * tiles).max(1) as u32);
+    let grid = blocks
+        .min((tiles * tiles).max(1) as u32)
+        .min(dense_block_cap().unwrap_or(u32::MAX));
     gpu.zero(buffers.barrier)?;
     gpu.launch_cooperative("amg_dense_inverse_fused", grid, DENSE_BLOCK, 0, |args| {
         args.arg(&n32)
